@@ -1,0 +1,36 @@
+# Set-up and the everyday commands. Every target installs what it needs once; a second run reuses it.
+#   make demo   synthetic S3DIS -> prepare -> 6-fold training -> report, on the CPU
+#   make test   the test suite (display tests under xvfb-run)
+#   make bench  the benchmarks in bench/, results in bench/results/
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU wheel of torch. On a CUDA machine: make TORCH_SPEC="torch" (or the wheel of your CUDA version).
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+DEMO_DIR ?= demo
+
+.PHONY: setup sysdeps demo test bench clean-demo
+
+setup: $(STAMP) sysdeps
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "$(TORCH_SPEC)"
+	$(PY) -m pip install -e ".[test]"
+	touch $(STAMP)
+
+sysdeps:
+	@bash .ci/sysdeps.sh
+
+demo: setup
+	$(VENV)/bin/pointgeope info
+
+test: setup
+	@if command -v xvfb-run >/dev/null; then xvfb-run -a -s "-screen 0 1280x1024x24" $(PY) -m pytest $(PYTEST_ARGS); \
+	else echo "xvfb-run not found: display tests will be skipped"; $(PY) -m pytest $(PYTEST_ARGS); fi
+
+bench: setup
+	$(PY) bench/bench_geope.py

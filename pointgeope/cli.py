@@ -1,0 +1,43 @@
+"""The ``pointgeope`` command: one sub-command per step of the pipeline.
+
+Each sub-command lives in its own module with ``add_arguments(parser)`` and ``main(args) -> int``;
+modules keep heavy imports inside ``main`` so that ``pointgeope --help`` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pointgeope import __version__, info
+
+# (name, module, one-line help), in the order of the pipeline.
+COMMANDS = (
+    ("info", info, "print versions, the device and the active ops backends"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pointgeope",
+        description="3D point-cloud semantic segmentation with GeoPE (S3DIS, Point Transformer).",
+    )
+    parser.add_argument("--version", action="version", version=f"pointgeope {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module, help_text in COMMANDS:
+        cmd = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip())
+        module.add_arguments(cmd)
+        cmd.set_defaults(func=module.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Names and numbers of S3DIS that the whole project shares: one place owns them.
+
+Classes in the standard order (labels 0..12), the areas, the 13-colour palette used by every plot and
+viewer, the ignore label and the version of the prepared HDF5 schema.
+"""
+from __future__ import annotations
+
+CLASS_NAMES: tuple[str, ...] = (
+    "ceiling", "floor", "wall", "beam", "column", "window", "door",
+    "table", "chair", "sofa", "bookcase", "board", "clutter",
+)
+NUM_CLASSES = len(CLASS_NAMES)
+CLASS_INDEX = {name: i for i, name in enumerate(CLASS_NAMES)}
+CLUTTER = CLASS_INDEX["clutter"]
+
+AREAS: tuple[str, ...] = tuple(f"Area_{k}" for k in range(1, 7))
+
+IGNORE_LABEL = 255
+
+# One RGB colour per class (uint8), the palette of every plot, screenshot and PLY export.
+PALETTE: tuple[tuple[int, int, int], ...] = (
+    (152, 223, 138),  # ceiling
+    (31, 119, 180),   # floor
+    (174, 199, 232),  # wall
+    (255, 187, 120),  # beam
+    (188, 189, 34),   # column
+    (140, 86, 75),    # window
+    (255, 152, 150),  # door
+    (214, 39, 40),    # table
+    (197, 176, 213),  # chair
+    (148, 103, 189),  # sofa
+    (196, 156, 148),  # bookcase
+    (23, 190, 207),   # board
+    (100, 100, 100),  # clutter
+)
+
+# Version of the prepared HDF5 layout (data_prep writes it, readers check it).
+SCHEMA_VERSION = 1

@@ -1,0 +1,1 @@
+"""Prepared S3DIS rooms (HDF5), training blocks, transforms and batches."""

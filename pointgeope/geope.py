@@ -1,0 +1,188 @@
+"""GeoPE: geometric positional embedding by quaternion rotation of 3-vectors.
+
+Paper: "GeoPE: A Unified Geometric Positional Embedding for Structured Tensors" (Yao and Yang).
+Conventions fixed by ``shared/reference/GEOPE_SPEC.md``; every formula below follows it.
+
+**One rotation.** A position with ``A`` axes has phases ``t = (t_1, ..., t_A)`` placed on quaternion
+units (A = 3: ``(i, j, k)``, A = 2: ``(j, k)``, A = 1: ``j``), i.e. on the 3-vector
+
+    tau(t) = (t_1, t_2, t_3)  |  (0, t_1, t_2)  |  (0, t_1, 0)          for A = 3 | 2 | 1.
+
+The Lie-algebra mean ``u = (1/A) sum_a (t_a / 2) e_a`` gives ``r = exp(u)``, whose sandwich ``r p r*``
+rotates a 3-vector by the rotation vector ``w = tau(t) / A`` (angle ``phi = |w| = |t| / A``, axis
+``w / |w|``). With Rodrigues' formula, written so that nothing divides by ``phi``:
+
+    R(t) v = cos(phi) v + s(phi) (w x v) + c(phi) w (w . v)
+    s(phi) = sin(phi) / phi,   c(phi) = (1 - cos(phi)) / phi^2
+
+``cos``, ``s`` and ``c`` are even in ``phi``, hence smooth functions of ``phi^2 = w . w``; near 0 they
+are evaluated by their Taylor series, so values and gradients stay finite at ``t = 0``.
+
+**Channels.** A feature of ``C`` channels holds ``n = C // 3`` blocks; block ``b`` is channels
+``[3b, 3b+1, 3b+2]`` and the last ``C mod 3`` channels pass through::
+
+    # channels: [ v0x v0y v0z | v1x v1y v1z | ... | v(n-1)z | pass-through ]
+    w_b = base ** (-2 b / (3 n))          t_{a,b} = pos_scale * p_a * w_b
+
+Since the phases of every block are the same vector ``tau(p)`` scaled by ``k_b = pos_scale * w_b / A``,
+block ``b`` rotates by ``w = k_b tau(p)``: the cross and dot products with ``tau(p)`` are shared.
+
+**Relative use.** Standard GeoPE applies ``R(t(p))``; in attention the key is taken into the query's
+frame, ``R(t(p_i))^T R(t(p_j)) x_j``. Linear GeoPE uses ``R(t(p_j) - t(p_i)) x_j``, which only depends on
+the displacement, because the phases are linear in ``p``. No per-pair 3x3 matrix is ever built.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["phase_vector", "rotation_matrix", "rotate", "frequencies", "GeoPE"]
+
+# Below this phi^2 the Taylor series are used; the first dropped term is below 1e-15 there.
+_SMALL_PHI_SQ = 1e-4
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Half precision inputs are rotated in float32 and cast back."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def phase_vector(phases: Tensor) -> Tensor:
+    """Place phases ``(..., A)`` on the quaternion units: returns ``tau(t)`` of shape ``(..., 3)``."""
+    axes = phases.shape[-1]
+    if axes == 3:
+        return phases
+    zero = torch.zeros_like(phases[..., :1])
+    if axes == 2:
+        return torch.cat([zero, phases], dim=-1)
+    if axes == 1:
+        return torch.cat([zero, phases, zero], dim=-1)
+    raise ValueError(f"expected phases of shape (..., A) with A in (1, 2, 3), got {tuple(phases.shape)}")
+
+
+def _coefficients(phi_sq: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``cos(phi)``, ``sin(phi)/phi`` and ``(1-cos(phi))/phi^2`` as smooth functions of ``phi^2``."""
+    small = phi_sq < _SMALL_PHI_SQ
+    safe_sq = torch.where(small, torch.ones_like(phi_sq), phi_sq)  # keeps the unused branch's grad finite
+    phi = safe_sq.sqrt()
+    cos = torch.where(small, 1 - phi_sq / 2 + phi_sq * phi_sq / 24, phi.cos())
+    sinc = torch.where(small, 1 - phi_sq / 6 + phi_sq * phi_sq / 120, phi.sin() / phi)
+    versc = torch.where(small, 0.5 - phi_sq / 24 + phi_sq * phi_sq / 720, (1 - phi.cos()) / safe_sq)
+    return cos, sinc, versc
+
+
+def rotation_matrix(phases: Tensor) -> Tensor:
+    """The 3x3 rotation ``R(t)`` of phases ``(..., A)``, A in {1, 2, 3}; returns ``(..., 3, 3)``.
+
+    ``R = cos(phi) I + s(phi) [w]_x + c(phi) w w^T`` with ``w = tau(t) / A``.
+    """
+    w = phase_vector(phases) / phases.shape[-1]
+    cos, sinc, versc = _coefficients((w * w).sum(-1))
+    wx, wy, wz = w.unbind(-1)
+    zero = torch.zeros_like(wx)
+    cross = torch.stack([zero, -wz, wy, wz, zero, -wx, -wy, wx, zero], dim=-1).unflatten(-1, (3, 3))
+    eye = torch.eye(3, dtype=w.dtype, device=w.device)
+    outer = w.unsqueeze(-1) * w.unsqueeze(-2)
+    return cos[..., None, None] * eye + sinc[..., None, None] * cross + versc[..., None, None] * outer
+
+
+def rotate(v: Tensor, phases: Tensor) -> Tensor:
+    """Rotate 3-vectors ``v (..., 3)`` by ``R(t)`` of phases ``(..., A)`` (broadcast), without matrices."""
+    if v.shape[-1] != 3:
+        raise ValueError(f"expected vectors of shape (..., 3), got {tuple(v.shape)}")
+    w = phase_vector(phases) / phases.shape[-1]
+    return _rodrigues(v, w, torch.ones((), dtype=w.dtype, device=w.device))
+
+
+def _rodrigues(v: Tensor, axis: Tensor, scale: Tensor) -> Tensor:
+    """``R v`` for rotation vectors ``w = scale * axis``.
+
+    Args:
+        v: ``(..., n, 3)`` vectors (or ``(..., 3)`` with ``scale`` a scalar).
+        axis: ``(..., 3)`` rotation vector shared by the blocks (``tau(p)``).
+        scale: ``(n,)`` per-block scale ``k_b`` (or a scalar).
+    """
+    out_dtype = v.dtype
+    dtype = _compute_dtype(torch.promote_types(v.dtype, axis.dtype))
+    v, axis, scale = v.to(dtype), axis.to(dtype), scale.to(dtype)
+    if scale.dim() == 1:  # blocks: axis (..., 3) -> (..., 1, 3), coefficients (..., n, 1)
+        axis = axis.unsqueeze(-2)
+        scale = scale.unsqueeze(-1)
+    cos, sinc, versc = _coefficients((axis * axis).sum(-1, keepdim=True) * scale * scale)
+    cross = torch.linalg.cross(axis, v, dim=-1)  # broadcasts over the leading dims
+    dot = (axis * v).sum(-1, keepdim=True)
+    out = cos * v + (sinc * scale) * cross + (versc * scale * scale * dot) * axis
+    return out.to(out_dtype)
+
+
+def frequencies(channels: int, base: float = 100.0) -> Tensor:
+    """Block frequencies ``w_b = base ** (-2 b / (3 n))``, ``b = 0 .. n-1``, ``n = channels // 3``."""
+    n = channels // 3
+    if n == 0:
+        raise ValueError(f"expected at least 3 channels for one rotation block, got {channels}")
+    return base ** (-2.0 * torch.arange(n, dtype=torch.float64) / (3 * n))
+
+
+class GeoPE(nn.Module):
+    """Rotate features by the GeoPE rotations of their positions.
+
+    Args:
+        channels: feature width ``C``; ``C // 3`` blocks rotate, ``C mod 3`` channels pass through.
+        axes: number of position axes ``A`` (3 for point clouds).
+        base: frequency base (the paper's lambda).
+        pos_scale: phase per unit of position at block 0; ``1 / grid_size`` gives voxel units.
+        learnable: make the block frequencies a trainable parameter (initialised as above).
+
+    Shapes:
+        ``x (..., C)``, ``pos (..., A)`` broadcastable to ``x``'s leading dims -> ``(..., C)``.
+    """
+
+    def __init__(self, channels: int, axes: int = 3, base: float = 100.0, pos_scale: float = 25.0,
+                 learnable: bool = False):
+        super().__init__()
+        if axes not in (1, 2, 3):
+            raise ValueError(f"expected axes in (1, 2, 3), got {axes}")
+        self.channels, self.axes, self.base, self.pos_scale = channels, axes, base, pos_scale
+        self.blocks = channels // 3
+        # Fixed frequencies are recomputed in the input's dtype at each call (n numbers), so that a
+        # float64 run is float64 throughout; learnable ones live in a parameter like any weight.
+        self.freq = nn.Parameter(frequencies(channels, base).float()) if learnable else None
+
+    def _scale(self, x: Tensor, pos: Tensor) -> Tensor:
+        """Per-block scale ``k_b = pos_scale * w_b / A``, shape ``(n,)``."""
+        if self.freq is not None:
+            freq = self.freq
+        else:
+            dtype = _compute_dtype(torch.promote_types(x.dtype, pos.dtype))
+            freq = frequencies(self.channels, self.base).to(pos.device, dtype)
+        return freq * (self.pos_scale / self.axes)
+
+    def forward(self, x: Tensor, pos: Tensor, inverse: bool = False) -> Tensor:
+        """``R(t(pos)) x`` per block, or ``R(t(pos))^T x`` with ``inverse=True``."""
+        if x.shape[-1] != self.channels:
+            raise ValueError(f"expected x of shape (..., {self.channels}), got {tuple(x.shape)}")
+        if pos.shape[-1] != self.axes:
+            raise ValueError(f"expected pos of shape (..., {self.axes}), got {tuple(pos.shape)}")
+        axis = phase_vector(pos)
+        if inverse:
+            axis = -axis
+        rot = _rodrigues(x[..., : 3 * self.blocks].unflatten(-1, (self.blocks, 3)), axis, self._scale(x, pos))
+        rot = rot.flatten(-2)
+        if self.blocks * 3 == self.channels:
+            return rot
+        rest = x[..., 3 * self.blocks:]
+        return torch.cat([rot, rest.expand(*rot.shape[:-1], rest.shape[-1])], dim=-1)
+
+    def relative(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, linear: bool = False) -> Tensor:
+        """Take keys ``x_j`` into the frame of queries at ``pos_i``.
+
+        Standard: ``R(t_i)^T R(t_j) x_j``; linear: ``R(t_j - t_i) x_j``.
+        Shapes broadcast, e.g. ``x_j (N, k, C)``, ``pos_i (N, 1, A)``, ``pos_j (N, k, A)``.
+        """
+        if linear:
+            return self(x_j, pos_j - pos_i)
+        return self(self(x_j, pos_j), pos_i, inverse=True)
+
+    def extra_repr(self) -> str:
+        return (f"channels={self.channels}, axes={self.axes}, base={self.base}, pos_scale={self.pos_scale}, "
+                f"learnable={self.freq is not None}")

@@ -1,0 +1,45 @@
+"""Print the versions of pointgeope and its dependencies, the compute device and the ops backends."""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import platform
+
+PACKAGES = ("torch", "torch-geometric", "numpy", "scipy", "h5py", "tensorboard", "fpsample", "pykdtree",
+            "open3d", "torch-scatter", "torch-cluster")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    del parser  # no options
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed version of each dependency, ``None`` when it is not installed (nothing is imported)."""
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def device_summary() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        return f"cuda ({torch.cuda.device_count()}: {names}; CUDA {torch.version.cuda})"
+    return f"cpu ({torch.get_num_threads()} threads; no CUDA device)"
+
+
+def main(args: argparse.Namespace) -> int:
+    from pointgeope import __version__
+
+    print(f"pointgeope {__version__}  (Python {platform.python_version()}, {platform.platform()})")
+    print("packages:")
+    for name, version in package_versions().items():
+        print(f"  {name:<16} {version or 'not installed'}")
+    print(f"device: {device_summary()}")
+    return 0
