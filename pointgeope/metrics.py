@@ -1,0 +1,267 @@
+"""Semantic-segmentation metrics from a confusion matrix: OA, mAcc, mIoU and per-class IoU / accuracy.
+
+Everything is computed from one integer confusion matrix ``M`` of shape ``(C, C)``, rows = ground truth,
+columns = prediction (``M[g, p]`` = number of points of class ``g`` predicted as ``p``)::
+
+    TP_c   = M[c, c]
+    GT_c   = sum_p M[c, p]          (row sum: points whose label is c)
+    PRED_c = sum_g M[g, c]          (column sum: points predicted as c)
+    union_c = GT_c + PRED_c - TP_c  (= TP + FP + FN)
+
+    oa    = sum_c TP_c / sum_c GT_c        overall accuracy
+    acc_c = TP_c / GT_c                    per-class accuracy (recall);   NaN where GT_c == 0
+    iou_c = TP_c / union_c                 per-class IoU;                 NaN where union_c == 0
+    macc  = mean of acc_c over the classes with GT_c > 0
+    miou  = mean of iou_c over the classes with union_c > 0
+
+Absent classes (the choice made here, and how the field does it):
+
+* a class with no ground truth and no prediction has IoU and accuracy NaN and is left out of both means;
+* a class with no ground truth but false positives has IoU 0 (it counts in mIoU: the predictions were
+  wrong) and accuracy NaN (recall is undefined; it is left out of mAcc).
+
+Point Transformer v1 (``util/common.py``) and the final area result of Pointcept's ``SemSegTester`` use
+``TP / (union + 1e-10)`` and ``TP / (GT + 1e-10)`` averaged over *all* classes, so an absent class counts
+as 0 in mIoU and mAcc; Pointcept masks classes with ``union == 0`` only in its per-scene log lines. On a
+full S3DIS area or on the pooled 6-fold matrix every class has ground truth and all conventions agree; they
+differ only on small subsets (a room, a smoke test), where counting an absent class as 0 would understate
+the score.
+
+6-fold cross-validation: the standard number pools the six test areas' confusion matrices and scores the
+sum (Pointcept ``tools/test_s3dis_6fold.py``); the mean of the per-fold scores is a different number, also
+in use, so both are available here (:func:`pooled_scores`, :func:`mean_of_fold_scores`).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
+
+SCORE_KEYS = ("oa", "macc", "miou")
+
+
+def _check_labels(values: np.ndarray, num_classes: int, what: str) -> None:
+    bad = (values < 0) | (values >= num_classes)
+    if bad.any():
+        offending = np.unique(values[bad])
+        shown = ", ".join(str(v) for v in offending[:10]) + (", ..." if offending.size > 10 else "")
+        raise ValueError(f"expected {what} labels in 0..{num_classes - 1}, got {int(bad.sum())} values "
+                         f"out of range: {shown}")
+
+
+def confusion_matrix(pred, target, num_classes: int = NUM_CLASSES,
+                     ignore_index: int | None = IGNORE_LABEL) -> np.ndarray:
+    """Confusion matrix of integer labels, rows = ground truth, columns = prediction.
+
+    Args:
+        pred: predicted labels, any integer array-like of shape ``(N,)`` (or any shape equal to ``target``'s).
+        target: ground-truth labels, same shape; points with ``target == ignore_index`` are skipped.
+        num_classes: ``C``.
+        ignore_index: the label of unlabelled points (``None``: no label is ignored).
+
+    Returns:
+        ``np.ndarray`` int64 of shape ``(C, C)``: ``M[g, p]`` = number of points with label ``g`` and
+        prediction ``p``. Computed as ``bincount(target * C + pred, minlength=C*C).reshape(C, C)``.
+
+    Raises:
+        ValueError: shapes differ, or a kept target or a prediction lies outside ``0..C-1``.
+    """
+    pred = np.asarray(pred)
+    target = np.asarray(target)
+    if pred.shape != target.shape:
+        raise ValueError(f"expected pred and target of the same shape, got {pred.shape} and {target.shape}")
+    for name, arr in (("pred", pred), ("target", target)):
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"expected integer {name} labels, got dtype {arr.dtype}")
+    pred = pred.reshape(-1).astype(np.int64, copy=False)
+    target = target.reshape(-1).astype(np.int64, copy=False)
+    if ignore_index is not None:
+        keep = target != ignore_index
+        pred, target = pred[keep], target[keep]
+    _check_labels(target, num_classes, "target")
+    _check_labels(pred, num_classes, "pred")
+    counts = np.bincount(target * num_classes + pred, minlength=num_classes * num_classes)
+    return counts.reshape(num_classes, num_classes).astype(np.int64, copy=False)
+
+
+def _as_confusion(confusion) -> np.ndarray:
+    m = np.asarray(confusion)
+    if m.ndim != 2 or m.shape[0] != m.shape[1]:
+        raise ValueError(f"expected a square confusion matrix (C, C), got shape {m.shape}")
+    if m.size and (not np.issubdtype(m.dtype, np.number) or (m < 0).any()):
+        raise ValueError("expected a confusion matrix of non-negative counts")
+    return m.astype(np.float64)
+
+
+def scores(confusion) -> dict:
+    """OA, mAcc, mIoU and per-class IoU / accuracy of a confusion matrix (see the module docstring).
+
+    Returns:
+        ``{"oa": float, "macc": float, "miou": float, "iou": list[float] (C), "acc": list[float] (C)}``;
+        values are fractions in [0, 1]; NaN where undefined (``oa`` is NaN for an empty matrix, a mean is
+        NaN when no class qualifies).
+    """
+    m = _as_confusion(confusion)
+    tp = np.diag(m)
+    gt = m.sum(axis=1)
+    pred = m.sum(axis=0)
+    union = gt + pred - tp
+    with np.errstate(invalid="ignore", divide="ignore"):
+        iou = np.where(union > 0, tp / union, np.nan)
+        acc = np.where(gt > 0, tp / gt, np.nan)
+    total = gt.sum()
+    return {
+        "oa": float(tp.sum() / total) if total > 0 else float("nan"),
+        "macc": _nanmean(acc),
+        "miou": _nanmean(iou),
+        "iou": [float(v) for v in iou],
+        "acc": [float(v) for v in acc],
+    }
+
+
+def _nanmean(values: np.ndarray) -> float:
+    values = np.asarray(values, dtype=np.float64)
+    finite = ~np.isnan(values)
+    return float(values[finite].mean()) if finite.any() else float("nan")
+
+
+# --- several folds --------------------------------------------------------------------------------------
+
+def pool(confusions: Sequence) -> np.ndarray:
+    """Sum of confusion matrices of the same shape (e.g. the six test areas of 6-fold cross-validation)."""
+    mats = [np.asarray(c) for c in confusions]
+    if not mats:
+        raise ValueError("expected at least one confusion matrix to pool, got none")
+    shape = mats[0].shape
+    for i, m in enumerate(mats):
+        if m.shape != shape or m.ndim != 2 or shape[0] != shape[1]:
+            raise ValueError(f"expected square confusion matrices of one shape {shape}, "
+                             f"matrix {i} has shape {m.shape}")
+    return np.sum(np.stack(mats).astype(np.int64), axis=0)
+
+
+def pooled_scores(confusions: Sequence) -> dict:
+    """Scores of the pooled (summed) confusion matrix: the standard 6-fold S3DIS number."""
+    return scores(pool(confusions))
+
+
+def mean_of_fold_scores(confusions: Sequence) -> dict:
+    """Mean over folds of each fold's scores (``oa``, ``macc``, ``miou``, and per class ``iou`` / ``acc``).
+
+    Each fold is scored on its own (:func:`scores`) and the folds' values are averaged, skipping NaN (a
+    class absent from a fold does not count for that fold). Unlike :func:`pooled_scores`, every fold
+    weighs the same whatever its number of points.
+    """
+    per_fold = [scores(c) for c in confusions]
+    if not per_fold:
+        raise ValueError("expected at least one confusion matrix, got none")
+    out = {key: _nanmean(np.array([s[key] for s in per_fold])) for key in SCORE_KEYS}
+    for key in ("iou", "acc"):
+        table = np.array([s[key] for s in per_fold], dtype=np.float64)  # (folds, C)
+        out[key] = [_nanmean(table[:, c]) for c in range(table.shape[1])]
+    return out
+
+
+# --- torch accumulator ------------------------------------------------------------------------------------
+
+class ConfusionMeter:
+    """Accumulates a ``(C, C)`` confusion matrix of torch tensors on their own device.
+
+    The counts live in an int64 tensor on the device of the first :meth:`update` (or on ``device``) and
+    are computed there with ``torch.bincount``; nothing moves to the CPU until :attr:`confusion` is read.
+    In DDP, call :meth:`all_reduce` once at the end of evaluation to sum the counts of all ranks.
+
+    Example::
+
+        meter = ConfusionMeter(num_classes=13)
+        for batch in loader:
+            meter.update(model(batch), batch.y)   # logits (N, C) or predicted labels (N,)
+        meter.all_reduce()
+        print(meter.scores()["miou"])
+    """
+
+    def __init__(self, num_classes: int = NUM_CLASSES, ignore_index: int | None = IGNORE_LABEL,
+                 device=None):
+        self.num_classes = int(num_classes)
+        self.ignore_index = ignore_index
+        self.device = device
+        self._counts = None  # torch.int64 (C*C,) once something was counted
+
+    def __repr__(self) -> str:
+        n = 0 if self._counts is None else int(self._counts.sum())
+        return f"{type(self).__name__}(num_classes={self.num_classes}, ignore_index={self.ignore_index}, points={n})"
+
+    def reset(self) -> None:
+        self._counts = None
+
+    def update(self, logits_or_pred, target) -> None:
+        """Count one batch.
+
+        Args:
+            logits_or_pred: logits ``(N, C)`` (the arg-max is taken) or predicted labels ``(N,)``.
+            target: labels ``(N,)``; ``ignore_index`` points are skipped.
+        """
+        import torch
+
+        pred = logits_or_pred
+        if pred.dim() == 2:
+            if pred.shape[1] != self.num_classes:
+                raise ValueError(f"expected logits of shape (N, {self.num_classes}), got {tuple(pred.shape)}")
+            pred = pred.argmax(dim=1)
+        if pred.dim() != 1 or target.dim() != 1 or pred.shape[0] != target.shape[0]:
+            raise ValueError(f"expected pred (N,) or logits (N, C) and target (N,), got "
+                             f"{tuple(logits_or_pred.shape)} and {tuple(target.shape)}")
+        if pred.is_floating_point() or target.is_floating_point():
+            raise ValueError(f"expected integer labels, got pred {pred.dtype} and target {target.dtype}")
+        pred = pred.long()
+        target = target.to(device=pred.device, dtype=torch.long)
+        if self.ignore_index is not None:
+            keep = target != self.ignore_index
+            pred, target = pred[keep], target[keep]
+        c = self.num_classes
+        bad_target = (target < 0) | (target >= c)
+        bad_pred = (pred < 0) | (pred >= c)
+        if bool((bad_target | bad_pred).any()):  # one host sync per batch
+            raise ValueError(f"expected labels in 0..{c - 1}; out of range: target "
+                             f"{torch.unique(target[bad_target]).tolist()[:10]}, "
+                             f"pred {torch.unique(pred[bad_pred]).tolist()[:10]}")
+        counts = torch.bincount(target * c + pred, minlength=c * c)
+        if self._counts is None:
+            device = pred.device if self.device is None else torch.device(self.device)
+            self._counts = torch.zeros(c * c, dtype=torch.long, device=device)
+        self._counts += counts.to(self._counts.device)
+
+    def all_reduce(self) -> None:
+        """Sum the counts over all DDP ranks (a no-op unless ``torch.distributed`` is initialised).
+
+        Every rank must call it. A rank that counted nothing contributes zeros on the device its backend
+        needs (CUDA for NCCL, else CPU).
+        """
+        import torch
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        if self._counts is None:
+            if self.device is not None:
+                device = torch.device(self.device)
+            elif dist.get_backend() == "nccl":
+                device = torch.device("cuda", torch.cuda.current_device())
+            else:
+                device = torch.device("cpu")
+            self._counts = torch.zeros(self.num_classes ** 2, dtype=torch.long, device=device)
+        dist.all_reduce(self._counts, op=dist.ReduceOp.SUM)
+
+    @property
+    def confusion(self) -> np.ndarray:
+        """The counts as ``np.ndarray`` int64 ``(C, C)``, rows = ground truth, columns = prediction."""
+        c = self.num_classes
+        if self._counts is None:
+            return np.zeros((c, c), dtype=np.int64)
+        return self._counts.detach().cpu().numpy().astype(np.int64).reshape(c, c)
+
+    def scores(self) -> dict:
+        """:func:`scores` of the accumulated matrix."""
+        return scores(self.confusion)

@@ -1,0 +1,208 @@
+"""Tests of pointgeope/metrics.py against confusion matrices worked out by hand."""
+from __future__ import annotations
+
+import math
+import os
+from fractions import Fraction as F
+
+import numpy as np
+import pytest
+import torch
+
+from pointgeope.metrics import (ConfusionMeter, confusion_matrix, mean_of_fold_scores, pool,
+                                pooled_scores, scores)
+from tests.conftest import cuda_devices
+
+# A 3-class example, rows = ground truth, columns = prediction:
+#
+#            pred 0  pred 1  pred 2 | GT
+#   gt 0        3       1       0   |  4
+#   gt 1        1       2       0   |  3
+#   gt 2        0       1       2   |  3
+#   ------------------------------------
+#   PRED        4       4       2   | 10
+#
+#   TP = (3, 2, 2); union = GT + PRED - TP = (5, 5, 3)
+#   OA   = 7/10
+#   acc  = (3/4, 2/3, 2/3)   mAcc = (9/12 + 8/12 + 8/12) / 3 = 25/36
+#   IoU  = (3/5, 2/5, 2/3)   mIoU = (3/5 + 2/5 + 2/3) / 3 = 5/9
+HAND = np.array([[3, 1, 0], [1, 2, 0], [0, 1, 2]])
+HAND_PAIRS = [(0, 0)] * 3 + [(0, 1)] + [(1, 0)] + [(1, 1)] * 2 + [(2, 1)] + [(2, 2)] * 2  # (gt, pred)
+
+
+def _close(value: float, exact: F) -> bool:
+    return math.isclose(value, float(exact), rel_tol=0, abs_tol=1e-12)
+
+
+def _hand_labels():
+    target = np.array([g for g, _ in HAND_PAIRS] + [255, 255])  # two unlabelled points
+    pred = np.array([p for _, p in HAND_PAIRS] + [2, 0])
+    return pred, target
+
+
+def test_confusion_matrix_of_the_hand_example():
+    pred, target = _hand_labels()
+    m = confusion_matrix(pred, target, num_classes=3)
+    assert m.dtype == np.int64 and m.shape == (3, 3)
+    np.testing.assert_array_equal(m, HAND)
+
+
+def test_scores_of_the_hand_example():
+    s = scores(HAND)
+    assert _close(s["oa"], F(7, 10))
+    assert _close(s["macc"], F(25, 36))
+    assert _close(s["miou"], F(5, 9))
+    for got, want in zip(s["iou"], (F(3, 5), F(2, 5), F(2, 3))):
+        assert _close(got, want)
+    for got, want in zip(s["acc"], (F(3, 4), F(2, 3), F(2, 3))):
+        assert _close(got, want)
+
+
+def test_ignore_index_is_configurable():
+    pred, target = _hand_labels()
+    target = np.where(target == 255, -1, target)
+    np.testing.assert_array_equal(confusion_matrix(pred, target, 3, ignore_index=-1), HAND)
+    with pytest.raises(ValueError, match=r"target labels in 0\.\.2.*-1"):
+        confusion_matrix(pred, target, 3)  # -1 is not the ignore label here
+
+
+def test_out_of_range_labels_are_named():
+    with pytest.raises(ValueError, match=r"pred labels in 0\.\.2, got 2 values out of range: 3, 7"):
+        confusion_matrix([0, 3, 7], [0, 1, 2], 3)
+    with pytest.raises(ValueError, match=r"target labels.*: 5"):
+        confusion_matrix([0, 1], [0, 5], 3)
+    with pytest.raises(ValueError, match="same shape"):
+        confusion_matrix([0, 1], [0], 3)
+    with pytest.raises(ValueError, match="integer pred"):
+        confusion_matrix([0.5], [0], 3)
+
+
+def test_absent_class_is_nan_and_left_out_of_the_means():
+    # class 3 has neither ground truth nor prediction: same means as the 3-class example
+    m = np.zeros((4, 4), dtype=np.int64)
+    m[:3, :3] = HAND
+    s = scores(m)
+    assert math.isnan(s["iou"][3]) and math.isnan(s["acc"][3])
+    assert _close(s["oa"], F(7, 10)) and _close(s["macc"], F(25, 36)) and _close(s["miou"], F(5, 9))
+
+
+def test_false_positives_of_a_class_without_ground_truth():
+    # one gt-0 point predicted as class 3: IoU_3 = 0 counts in mIoU, acc_3 is undefined
+    m = np.zeros((4, 4), dtype=np.int64)
+    m[:3, :3] = HAND
+    m[0, 3] = 1
+    s = scores(m)
+    assert s["iou"][3] == 0.0 and math.isnan(s["acc"][3])
+    # gt 0: TP 3, GT 5, PRED 4 -> union 6, acc 3/5, IoU 1/2
+    assert _close(s["oa"], F(7, 11))
+    assert _close(s["macc"], (F(3, 5) + F(2, 3) + F(2, 3)) / 3)
+    assert _close(s["miou"], (F(1, 2) + F(2, 5) + F(2, 3) + 0) / 4)
+
+
+def test_empty_confusion_is_nan():
+    s = scores(np.zeros((3, 3), dtype=np.int64))
+    assert all(math.isnan(s[k]) for k in ("oa", "macc", "miou"))
+    with pytest.raises(ValueError, match="square"):
+        scores(np.zeros((2, 3)))
+
+
+def test_pooled_and_mean_of_folds_differ_when_folds_differ():
+    a = np.array([[2, 0], [0, 2]])  # OA 1, mIoU 1
+    b = np.array([[4, 4], [4, 4]])  # OA 1/2, IoU 4/12 -> mIoU 1/3
+    np.testing.assert_array_equal(pool([a, b]), [[6, 4], [4, 6]])
+    pooled = pooled_scores([a, b])  # OA 12/20, IoU 6/14
+    mean = mean_of_fold_scores([a, b])
+    assert _close(pooled["oa"], F(3, 5)) and _close(pooled["miou"], F(3, 7))
+    assert _close(mean["oa"], F(3, 4)) and _close(mean["miou"], F(2, 3))
+    assert _close(mean["iou"][0], F(2, 3)) and _close(mean["acc"][1], F(3, 4))
+
+
+def test_pooled_and_mean_of_folds_agree_on_proportional_folds():
+    a = HAND
+    b = 3 * HAND  # same rates, three times the points
+    pooled, mean = pooled_scores([a, b]), mean_of_fold_scores([a, b])
+    for key in ("oa", "macc", "miou"):
+        assert math.isclose(pooled[key], mean[key], abs_tol=1e-12)
+    np.testing.assert_allclose(pooled["iou"], mean["iou"], atol=1e-12)
+
+
+def test_mean_of_folds_skips_a_class_absent_from_one_fold():
+    a = np.array([[1, 0], [0, 1]])
+    b = np.array([[2, 0], [0, 0]])  # class 1 absent: NaN in b, mean over a only
+    mean = mean_of_fold_scores([a, b])
+    assert mean["iou"] == [1.0, 1.0]
+
+
+def test_pool_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="matrix 1 has shape"):
+        pool([np.zeros((3, 3)), np.zeros((2, 2))])
+    with pytest.raises(ValueError, match="none"):
+        pool([])
+
+
+@pytest.mark.parametrize("device", cuda_devices())
+def test_meter_equals_numpy_function(device):
+    gen = torch.Generator().manual_seed(0)
+    meter = ConfusionMeter(num_classes=13)
+    all_pred, all_target = [], []
+    for n in (50, 0, 333, 7):
+        logits = torch.randn(n, 13, generator=gen)
+        target = torch.randint(0, 13, (n,), generator=gen)
+        target[torch.rand(n, generator=gen) < 0.1] = 255
+        meter.update(logits.to(device), target.to(device))
+        all_pred.append(logits.argmax(1).numpy())
+        all_target.append(target.numpy())
+    expected = confusion_matrix(np.concatenate(all_pred), np.concatenate(all_target))
+    np.testing.assert_array_equal(meter.confusion, expected)
+    assert meter._counts.device.type == torch.device(device).type
+    got, want = meter.scores(), scores(expected)
+    for key in ("oa", "macc", "miou", "iou", "acc"):
+        np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-12)
+
+
+def test_meter_with_labels_and_errors():
+    meter = ConfusionMeter(num_classes=3)
+    pred, target = _hand_labels()
+    meter.update(torch.from_numpy(pred), torch.from_numpy(target).to(torch.uint8))
+    np.testing.assert_array_equal(meter.confusion, HAND)
+    assert "points=10" in repr(meter)
+    with pytest.raises(ValueError, match=r"out of range: target \[\], pred \[4\]"):
+        meter.update(torch.tensor([4]), torch.tensor([0]))
+    with pytest.raises(ValueError, match=r"logits of shape \(N, 3\)"):
+        meter.update(torch.zeros(2, 5), torch.zeros(2, dtype=torch.long))
+    meter.reset()
+    np.testing.assert_array_equal(meter.confusion, np.zeros((3, 3)))
+
+
+def test_meter_all_reduce_without_distributed_is_a_no_op():
+    meter = ConfusionMeter(num_classes=3)
+    pred, target = _hand_labels()
+    meter.update(torch.from_numpy(pred), torch.from_numpy(target))
+    meter.all_reduce()
+    np.testing.assert_array_equal(meter.confusion, HAND)
+
+
+def _ddp_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        meter = ConfusionMeter(num_classes=3)
+        if rank == 0:  # rank 0 sees the hand example, rank 1 sees nothing (zeros path)
+            pred, target = _hand_labels()
+            meter.update(torch.from_numpy(pred), torch.from_numpy(target))
+        meter.all_reduce()
+        np.save(f"{out_dir}/rank{rank}.npy", meter.confusion)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork (POSIX)")
+def test_meter_all_reduce_sums_over_ranks(tmp_path):
+    import torch.multiprocessing as mp
+
+    # fork: the children inherit the imported torch instead of importing it again (seconds per child)
+    mp.start_processes(_ddp_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True,
+                       start_method="fork")
+    for rank in range(2):
+        np.testing.assert_array_equal(np.load(tmp_path / f"rank{rank}.npy"), HAND)
