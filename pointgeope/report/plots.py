@@ -1,0 +1,108 @@
+"""The report's figures (matplotlib, Agg backend): per-class IoU bars and a row-normalised confusion heatmap.
+
+Class names and colours come from :mod:`pointgeope.constants` (``CLASS_NAMES``, ``PALETTE``). Figures
+are written atomically (temporary file, then ``os.replace``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pointgeope.constants import CLASS_NAMES, PALETTE
+from pointgeope.report.runs import RunSummary
+from pointgeope.report.write import atomic_write
+
+HATCHES = ("", "//", "..", "xx", "\\\\", "++")
+DPI = 120
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _class_colours() -> np.ndarray:
+    return np.asarray(PALETTE, dtype=np.float64) / 255.0  # (C, 3) in [0, 1]
+
+
+def _save(fig, path: Path) -> Path:
+    plt = _pyplot()
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def iou_bar_chart(runs: list[RunSummary], path: Path) -> Path:
+    """Grouped bars of the pooled per-class IoU (%): one group per class in the class colour, one hatch per run."""
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+
+    colours = _class_colours()
+    n_cls, n_runs = len(CLASS_NAMES), len(runs)
+    width = 0.8 / n_runs
+    x = np.arange(n_cls)
+    fig, ax = plt.subplots(figsize=(max(10.0, 0.5 * n_cls * (n_runs + 1)), 4.5))
+    for i, run in enumerate(runs):
+        iou = 100 * np.asarray(run.pooled["iou"], dtype=np.float64)
+        pos = x - 0.4 + width * (i + 0.5)
+        bars = ax.bar(pos, np.nan_to_num(iou), width, color=colours, edgecolor="black", linewidth=0.6,
+                      hatch=HATCHES[i % len(HATCHES)])
+        if n_runs <= 2:
+            for bar, v in zip(bars, iou):
+                label = "—" if np.isnan(v) else f"{v:.1f}"
+                ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            ha="center", va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
+    ax.set_xticks(x)
+    ax.set_xticklabels(CLASS_NAMES, rotation=35, ha="right")
+    ax.set_ylabel("IoU (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title("Per-class IoU, pooled 6-fold: " + ", ".join(
+        f"{r.name} mIoU {100 * r.pooled['miou']:.1f}" for r in runs))
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    if n_runs > 1:
+        handles = [Patch(facecolor="white", edgecolor="black", hatch=HATCHES[i % len(HATCHES)], label=r.name)
+                   for i, r in enumerate(runs)]
+        ax.legend(handles=handles, loc="upper right", fontsize=8)
+    return _save(fig, path)
+
+
+def row_normalised(confusion: np.ndarray) -> np.ndarray:
+    """``confusion[g, p] / sum_p confusion[g, p]`` (float64); rows without ground truth are NaN."""
+    m = np.asarray(confusion, dtype=np.float64)
+    totals = m.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(totals > 0, m / totals, np.nan)
+
+
+def confusion_heatmap(run: RunSummary, path: Path) -> Path:
+    """Heatmap of the run's pooled confusion, each row divided by its ground-truth count (%)."""
+    plt = _pyplot()
+    norm = 100 * row_normalised(run.confusion)
+    n = len(CLASS_NAMES)
+    fig, ax = plt.subplots(figsize=(8.5, 7.5))
+    image = ax.imshow(np.ma.masked_invalid(norm), cmap="Blues", vmin=0, vmax=100)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="% of the ground-truth class")
+    for g in range(n):
+        for p in range(n):
+            v = norm[g, p]
+            if not np.isnan(v) and v >= 0.05:
+                ax.text(p, g, f"{v:.1f}" if v < 99.95 else "100", ha="center", va="center", fontsize=6,
+                        color="white" if v > 60 else "black")
+    ax.set_xticks(range(n))
+    ax.set_yticks(range(n))
+    ax.set_xticklabels(CLASS_NAMES, rotation=45, ha="right", fontsize=8)
+    ax.set_yticklabels(CLASS_NAMES, fontsize=8)
+    for labels in (ax.get_xticklabels(), ax.get_yticklabels()):  # a palette swatch behind each class name
+        for label, colour in zip(labels, _class_colours()):
+            label.set_bbox({"facecolor": tuple(colour), "edgecolor": "none", "pad": 1.5, "alpha": 0.8})
+    ax.set_xlabel("prediction")
+    ax.set_ylabel("ground truth")
+    ax.set_title(f"{run.name}: confusion, row-normalised, pooled over {run.pooled_over_text()}", fontsize=9)
+    return _save(fig, path)

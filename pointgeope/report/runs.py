@@ -1,0 +1,169 @@
+"""Read the per-fold results of a 6-fold run and summarise them: pooled, mean of folds, missing folds.
+
+A run folder holds one sub-folder per fold, each with the fold's ``metrics.json`` (written by the
+engine, format in ``/work/notes/interfaces.md``)::
+
+    RUN/area_1/metrics.json     {"area": "Area_1", "fold": 1, "class_names": [...],
+    ...                          "confusion": [[...13 x 13...]], "complete": true, ...}
+    RUN/area_6/metrics.json
+
+The confusion matrix is the source of truth: every score here is recomputed from it with
+:mod:`pointgeope.metrics`, the stored ``oa`` / ``miou`` / ... are not read. A fold counts only when its
+file exists and says ``"complete": true``; the others are listed with the reason, never dropped silently.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.metrics import mean_of_fold_scores, pool, scores
+
+METRICS_FILE = "metrics.json"
+
+
+class ReportError(ValueError):
+    """A run folder or metrics file that the report cannot use; the message names it."""
+
+
+@dataclass(frozen=True)
+class FoldResult:
+    """One complete fold: its test area and the confusion matrix ``(C, C)`` over that area."""
+    area: str  # "Area_K"
+    fold: int  # K
+    confusion: np.ndarray  # int64 (C, C), rows = ground truth, columns = prediction
+    path: Path
+
+    @property
+    def scores(self) -> dict:
+        return scores(self.confusion)
+
+    @property
+    def num_points(self) -> int:
+        return int(self.confusion.sum())
+
+
+@dataclass
+class RunSummary:
+    """The folds of one run and its two 6-fold numbers.
+
+    ``pooled``: scores of the summed confusion matrices of the complete folds (the standard 6-fold number,
+    Pointcept ``tools/test_s3dis_6fold.py``). ``mean_of_folds``: the mean of the folds' own scores.
+    """
+    name: str
+    path: Path
+    folds: list[FoldResult]
+    missing: list[tuple[str, str]] = field(default_factory=list)  # (area, reason)
+
+    @property
+    def confusion(self) -> np.ndarray:
+        return pool([f.confusion for f in self.folds])
+
+    @property
+    def pooled(self) -> dict:
+        return scores(self.confusion)
+
+    @property
+    def mean_of_folds(self) -> dict:
+        return mean_of_fold_scores([f.confusion for f in self.folds])
+
+    @property
+    def areas(self) -> list[str]:
+        return [f.area for f in self.folds]
+
+    @property
+    def num_points(self) -> int:
+        return sum(f.num_points for f in self.folds)
+
+    def missing_text(self) -> str:
+        """``"folds missing: Area_3 (no metrics.json), Area_6 (incomplete)"``, or ``""``."""
+        if not self.missing:
+            return ""
+        return "folds missing: " + ", ".join(f"{area} ({why})" for area, why in self.missing)
+
+    def pooled_over_text(self) -> str:
+        """``"all 6 folds"`` or ``"4 of 6 folds: Area_1, Area_2, Area_4, Area_5"``."""
+        if len(self.folds) == len(AREAS):
+            return f"all {len(AREAS)} folds"
+        return f"{len(self.folds)} of {len(AREAS)} folds: " + ", ".join(self.areas)
+
+
+def fold_dir(run: Path, fold: int) -> Path:
+    return Path(run) / f"area_{fold}"
+
+
+def _load_json(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as err:
+        raise ReportError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    if not isinstance(data, dict):
+        raise ReportError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
+    """Read one ``metrics.json``; ``(None, reason)`` for an incomplete fold, a :class:`ReportError` for a bad file."""
+    data = _load_json(path)
+    area = f"Area_{fold}"
+    if data.get("area", area) != area or int(data.get("fold", fold)) != fold:
+        raise ReportError(f"{path}: expected the results of {area} (fold {fold}), "
+                          f"got area={data.get('area')!r} fold={data.get('fold')!r}")
+    if data.get("complete") is not True:
+        return None, "incomplete"
+    names = data.get("class_names")
+    if names is not None and tuple(names) != CLASS_NAMES:
+        raise ReportError(f"{path}: expected class_names {list(CLASS_NAMES)}, got {names}")
+    if "confusion" not in data:
+        raise ReportError(f"{path}: expected a 'confusion' matrix, the file has keys {sorted(data)}")
+    confusion = np.asarray(data["confusion"])
+    c = len(CLASS_NAMES)
+    if confusion.shape != (c, c) or not np.issubdtype(confusion.dtype, np.integer) or (confusion < 0).any():
+        raise ReportError(f"{path}: expected 'confusion' as {c} x {c} non-negative integer counts, "
+                          f"got shape {confusion.shape} dtype {confusion.dtype}")
+    return FoldResult(area, fold, confusion.astype(np.int64), path), ""
+
+
+def load_run(run: str | Path, name: str | None = None) -> RunSummary:
+    """Read ``RUN/area_K/metrics.json`` for K = 1..6.
+
+    Raises:
+        ReportError: ``run`` is not a folder, a metrics file is malformed, or no fold is complete.
+    """
+    run = Path(run)
+    if not run.is_dir():
+        raise ReportError(f"{run}: expected a run folder holding area_1 .. area_{len(AREAS)}, found "
+                          f"{'a file' if run.exists() else 'nothing'}")
+    folds, missing = [], []
+    for k, area in enumerate(AREAS, start=1):
+        path = fold_dir(run, k) / METRICS_FILE
+        if not path.is_file():
+            missing.append((area, f"no {METRICS_FILE}"))
+            continue
+        result, reason = read_fold(path, k)
+        if result is None:
+            missing.append((area, reason))
+        else:
+            folds.append(result)
+    summary = RunSummary(name or run.resolve().name, run, folds, missing)
+    if not folds:
+        raise ReportError(f"{run}: no complete fold to report ({summary.missing_text()}); expected "
+                          f"{run}/area_K/{METRICS_FILE} with \"complete\": true for K in 1..{len(AREAS)}")
+    return summary
+
+
+def load_runs(runs: list[str | Path], names: list[str] | None = None) -> list[RunSummary]:
+    """Load several runs; names default to the folder names, made unique with their parent folder."""
+    if names is not None and len(names) != len(runs):
+        raise ReportError(f"expected one name per run ({len(runs)}), got {len(names)} names: {names}")
+    if names is None:
+        names = [Path(r).resolve().name for r in runs]
+        if len(set(names)) < len(names):
+            names = [f"{Path(r).resolve().parent.name}/{Path(r).resolve().name}" for r in runs]
+    if len(set(names)) < len(names):
+        raise ReportError(f"expected distinct run names, got {names}; pass --names")
+    return [load_run(r, n) for r, n in zip(runs, names)]

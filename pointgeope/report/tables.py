@@ -1,0 +1,200 @@
+"""The report's tables: markdown (like the paper's), CSV and JSON, for one run or several side by side.
+
+Several runs share one table; rows after the first run's carry the differences to the first run
+(``geope - rpe``), computed from the unrounded scores, in percentage points. Scores are fractions in
+:mod:`pointgeope.metrics`; the markdown and CSV show them in %, the JSON keeps the fractions (NaN -> null).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import numpy as np
+
+from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.report.runs import RunSummary
+
+JSON_VERSION = 1
+MEANS = ("oa", "macc", "miou")
+HEAD = {"oa": "OA", "macc": "mAcc", "miou": "mIoU"}
+# the two 6-fold numbers: (key, RunSummary attribute, title)
+KINDS = (
+    ("pooled", "pooled", "pooled over the test areas (standard 6-fold number)"),
+    ("mean_of_folds", "mean_of_folds", "mean of the per-fold scores"),
+)
+
+
+def _pct(value: float, digits: int, signed: bool = False) -> str:
+    if value is None or math.isnan(value):
+        return "—"
+    return f"{100 * value:+.{digits}f}" if signed else f"{100 * value:.{digits}f}"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def _row(cells) -> str:
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def _score_cells(s: dict, digits: int, signed: bool = False) -> list[str]:
+    return [_pct(s[k], digits, signed) for k in MEANS] + [_pct(v, digits, signed) for v in s["iou"]]
+
+
+def difference(later: dict, first: dict) -> dict:
+    """``later - first`` for ``oa``, ``macc``, ``miou`` and per class ``iou`` / ``acc`` (fractions)."""
+    out = {k: later[k] - first[k] for k in MEANS}
+    for key in ("iou", "acc"):
+        out[key] = [a - b for a, b in zip(later[key], first[key])]
+    return out
+
+
+def diff_name(run: RunSummary, first: RunSummary) -> str:
+    return f"{run.name} - {first.name}"
+
+
+def _folds_cell(run: RunSummary) -> str:
+    return f"{len(run.folds)}/{len(AREAS)}"
+
+
+def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
+    """The main tables (pooled and mean of folds, runs side by side with differences) and the notes."""
+    header = ["run", "folds"] + [HEAD[k] for k in MEANS] + list(CLASS_NAMES)
+    align = "|:--|:-:|" + "--:|" * (len(MEANS) + len(CLASS_NAMES))
+    lines = []
+    for _, attr, title in KINDS:
+        lines += [f"**S3DIS 6-fold, {title}, %**", "", _row(header), align]
+        first = getattr(runs[0], attr)
+        for i, run in enumerate(runs):
+            lines.append(_row([run.name, _folds_cell(run)] + _score_cells(getattr(run, attr), digits)))
+        for run in runs[1:]:
+            d = difference(getattr(run, attr), first)
+            lines.append(_row([diff_name(run, runs[0]), ""] + _score_cells(d, digits, signed=True)))
+        lines.append("")
+    notes = []
+    for run in runs:
+        if run.missing:
+            notes.append(f"- {run.name}: {run.missing_text()}; pooled over {run.pooled_over_text()}.")
+    if len({tuple(r.areas) for r in runs}) > 1:
+        notes.append("- the runs cover different folds: their differences compare unlike test sets.")
+    if notes:
+        lines += ["Notes:", ""] + notes + [""]
+    return "\n".join(lines)
+
+
+def per_fold_markdown(run: RunSummary, digits: int = 1) -> str:
+    """One row per test area (missing ones say why), then the pooled and the mean-of-folds rows."""
+    header = ["fold", "points"] + [HEAD[k] for k in MEANS] + list(CLASS_NAMES)
+    align = "|:--|--:|" + "--:|" * (len(MEANS) + len(CLASS_NAMES))
+    lines = [f"**{run.name}: per fold, %**", "", _row(header), align]
+    by_area = {f.area: f for f in run.folds}
+    reasons = dict(run.missing)
+    for area in AREAS:
+        if area in by_area:
+            f = by_area[area]
+            lines.append(_row([area, f"{f.num_points:,}"] + _score_cells(f.scores, digits)))
+        else:
+            lines.append(_row([area, f"missing ({reasons[area]})"] + [""] * (len(MEANS) + len(CLASS_NAMES))))
+    lines.append(_row([f"pooled ({len(run.folds)} folds)", f"{run.num_points:,}"]
+                      + _score_cells(run.pooled, digits)))
+    lines.append(_row([f"mean of folds ({len(run.folds)})", ""] + _score_cells(run.mean_of_folds, digits)))
+    return "\n".join(lines) + "\n"
+
+
+def full_markdown(runs: list[RunSummary], digits: int = 1) -> str:
+    """``report.md``: title, how the numbers are made, the summary tables and every run's per-fold table."""
+    parts = [
+        "# S3DIS 6-fold cross-validation report",
+        "",
+        "*Pooled*: scores of the summed confusion matrices of the test areas, the standard 6-fold number "
+        "(Pointcept `tools/test_s3dis_6fold.py`). *Mean of folds*: the mean of each test area's own scores "
+        "(every area weighs the same). Per-class columns are IoU. A class with neither ground truth nor "
+        "prediction is `—` and left out of the means. Differences are later runs minus the first, in "
+        "percentage points, from the unrounded scores.",
+        "",
+        "Runs: " + ", ".join(f"{r.name} (`{r.path}`)" for r in runs),
+        "",
+        summary_markdown(runs, digits),
+        "## Per fold",
+        "",
+    ]
+    parts += [per_fold_markdown(run, digits) for run in runs]
+    return "\n".join(parts)
+
+
+# --- CSV ---------------------------------------------------------------------------------------------------
+
+CSV_HEADER = (["run", "table", "area", "status", "points", "oa_pct", "macc_pct", "miou_pct"]
+              + [f"iou_pct_{name}" for name in CLASS_NAMES])
+
+
+def _csv_scores(s: dict) -> list[str]:
+    return ["" if math.isnan(v) else f"{100 * v:.4f}" for v in [s[k] for k in MEANS] + list(s["iou"])]
+
+
+def csv_text(runs: list[RunSummary]) -> str:
+    """One row per (run, table): ``pooled``, ``mean_of_folds``, each area (``fold``), and the differences."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_HEADER)
+    empty = [""] * (len(MEANS) + len(CLASS_NAMES))
+    for run in runs:
+        folds = ";".join(run.areas)
+        w.writerow([run.name, "pooled", folds, "ok", run.num_points] + _csv_scores(run.pooled))
+        w.writerow([run.name, "mean_of_folds", folds, "ok", ""] + _csv_scores(run.mean_of_folds))
+        by_area = {f.area: f for f in run.folds}
+        reasons = dict(run.missing)
+        for area in AREAS:
+            if area in by_area:
+                f = by_area[area]
+                w.writerow([run.name, "fold", area, "ok", f.num_points] + _csv_scores(f.scores))
+            else:
+                w.writerow([run.name, "fold", area, f"missing: {reasons[area]}", ""] + empty)
+    for run in runs[1:]:
+        for key, attr, _ in KINDS:
+            d = difference(getattr(run, attr), getattr(runs[0], attr))
+            w.writerow([diff_name(run, runs[0]), f"difference_{key}", "", "ok", ""] + _csv_scores(d))
+    return buf.getvalue()
+
+
+# --- JSON --------------------------------------------------------------------------------------------------
+
+def _clean(value):
+    """NaN -> None (JSON has no NaN), numpy scalars -> Python numbers, recursively."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _clean(value.tolist())
+    if isinstance(value, (float, np.floating)):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def json_report(runs: list[RunSummary]) -> dict:
+    """Everything in the tables, as fractions, plus each run's pooled confusion matrix."""
+    out = {"version": JSON_VERSION, "class_names": list(CLASS_NAMES), "runs": [], "differences": []}
+    for run in runs:
+        out["runs"].append({
+            "name": run.name,
+            "path": str(run.path),
+            "folds": run.areas,
+            "folds_missing": [{"area": a, "reason": r} for a, r in run.missing],
+            "num_points": run.num_points,
+            "pooled": run.pooled,
+            "mean_of_folds": run.mean_of_folds,
+            "pooled_confusion": run.confusion,
+            "per_fold": [{"area": f.area, "fold": f.fold, "num_points": f.num_points, **f.scores}
+                         for f in run.folds],
+        })
+    for run in runs[1:]:
+        out["differences"].append({
+            "run": run.name, "baseline": runs[0].name,
+            **{key: difference(getattr(run, attr), getattr(runs[0], attr)) for key, attr, _ in KINDS},
+        })
+    return _clean(out)
