@@ -8,11 +8,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pointgeope import __version__, info
+from pointgeope import __version__, info, report
 
 # (name, module, one-line help), in the order of the pipeline.
 COMMANDS = (
     ("info", info, "print versions, the device and the active ops backends"),
+    ("report", report, "6-fold tables (markdown, JSON, CSV) and figures of one or more runs"),
 )
 
 
