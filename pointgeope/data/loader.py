@@ -1,0 +1,62 @@
+"""Batches of blocks: ``torch_geometric.loader.DataLoader`` with seeded workers and a shardable sampler.
+
+A batch is a ``torch_geometric.data.Batch``; the model's ``offset`` is ``batch.ptr[1:]`` (cumulative
+point counts). The order of samples comes from a ``DistributedSampler``: the one a DDP run passes
+(each rank gets its shard), or by default one with a single replica, which shuffles with
+``seed + epoch`` exactly as the DDP one does. ``set_epoch(loader, epoch)`` advances both the sampler
+and the dataset, so epoch ``e`` is reproducible on its own (resume) whatever the number of workers.
+
+Workers are not persistent: each epoch's iterator forks workers from the main process, which carry the
+dataset's current epoch (a persistent worker would keep a stale copy).
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, DistributedSampler, Sampler
+from torch_geometric.loader import DataLoader
+
+
+def seed_worker(worker_id: int) -> None:
+    """``worker_init_fn``: seed Python's and numpy's global generators from the worker's torch seed
+    (which the loader derives from its seeded generator), and use one thread per worker. The datasets
+    here draw from their own per-sample generators; this only protects code that uses global state."""
+    seed = torch.initial_seed() % 2**32
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.set_num_threads(1)
+
+
+def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = True, num_workers: int = 0,
+                seed: int = 0, sampler: Sampler | None = None, drop_last: bool = False,
+                pin_memory: bool = False) -> DataLoader:
+    """A PyG ``DataLoader`` over ``dataset`` (items ``Data``).
+
+    Args:
+        dataset: e.g. ``S3DISTrain``.
+        batch_size: blocks per batch (per rank under DDP).
+        shuffle: shuffle each epoch (ignored when ``sampler`` is given).
+        num_workers: worker processes (0 loads in the main process).
+        seed: seeds the default sampler's shuffle and the workers' base seed.
+        sampler: e.g. ``DistributedSampler(dataset, shuffle=True, seed=seed)`` in a DDP run.
+        drop_last: drop the last incomplete batch.
+        pin_memory: pin batches (for CUDA).
+    """
+    if batch_size < 1:
+        raise ValueError(f"expected batch_size >= 1, got {batch_size}")
+    if sampler is None:
+        sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=shuffle, seed=seed)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
+                      worker_init_fn=seed_worker if num_workers > 0 else None,
+                      generator=torch.Generator().manual_seed(seed), drop_last=drop_last,
+                      pin_memory=pin_memory, persistent_workers=False)
+
+
+def set_epoch(loader: DataLoader, epoch: int) -> None:
+    """Select epoch ``epoch`` for the loader's sampler (shuffle order) and dataset (augmentation)."""
+    if hasattr(loader.sampler, "set_epoch"):
+        loader.sampler.set_epoch(epoch)
+    if hasattr(loader.dataset, "set_epoch"):
+        loader.dataset.set_epoch(epoch)

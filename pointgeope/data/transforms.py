@@ -1,0 +1,287 @@
+"""Augmentations of Point Transformer's S3DIS recipe, and the feature builder.
+
+Representation. A sample in the pipeline is a ``dict`` of numpy arrays (one row per point)::
+
+    "coord"   float32 (N, 3)  metres
+    "color"   float32 (N, 3)  0..255 (the chromatic transforms work in this range and clip to it)
+    "label"   int64   (N,)    0..12, constants.IGNORE_LABEL ignored
+    "height"  float32 (N,)    optional, from AddNormalizedHeight
+
+Every transform is called as ``t(sample, rng)`` with the sample's ``np.random.Generator`` (no global
+random state), returns a NEW dict and never writes into the arrays of its input (arrays it does not
+change are shared between input and output, so no one downstream may write into them either).
+``ToData`` ends the pipeline with a ``torch_geometric.data.Data``.
+
+Default S3DIS training augmentation (``s3dis_train_transform``): PTv1's own S3DIS training script
+(Zhao et al. 2021, POSTECH-CVLab/point-transformer ``tool/train.py``) composes RandomScale([0.9, 1.1]),
+ChromaticAutoContrast, ChromaticTranslation, ChromaticJitter and HueSaturationTranslation; we use the
+first four (as the issue lists them) and leave hue/saturation out. Pointcept's PTv1 S3DIS config
+(``configs/s3dis/semseg-pt-v1-0-base.py``) adds RandomFlip(p=0.5) and RandomJitter(sigma=0.005,
+clip=0.02); pass ``pointcept=True`` for that variant. RandomRotateZ and ElasticDistortion are available
+but in neither default.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from scipy import ndimage
+from scipy.interpolate import RegularGridInterpolator
+from torch_geometric.data import Data
+
+Sample = dict[str, np.ndarray]
+
+
+def _replace(sample: Sample, **arrays: np.ndarray) -> Sample:
+    """A new sample dict with some arrays replaced."""
+    out = dict(sample)
+    out.update(arrays)
+    return out
+
+
+def _fmt(value: object) -> str:
+    return repr(tuple(value)) if isinstance(value, (list, tuple)) else repr(value)
+
+
+class Transform:
+    """Base: subclasses set ``_repr_fields`` (names of attributes shown by ``repr``) and ``__call__``."""
+
+    _repr_fields: tuple[str, ...] = ()
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:  # pragma: no cover
+        raise NotImplementedError(f"{type(self).__name__} must implement __call__(sample, rng)")
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={_fmt(getattr(self, k))}" for k in self._repr_fields)
+        return f"{type(self).__name__}({args})"
+
+
+class Compose(Transform):
+    """Apply transforms in order, all drawing from the same generator."""
+
+    def __init__(self, transforms: Sequence[Transform]):
+        self.transforms = list(transforms)
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        for t in self.transforms:
+            sample = t(sample, rng)
+        return sample
+
+    def __repr__(self) -> str:
+        inner = "".join(f"\n  {t!r}," for t in self.transforms)
+        return f"Compose([{inner}\n])" if self.transforms else "Compose([])"
+
+
+class RandomScale(Transform):
+    """``coord * s`` with ``s ~ U(low, high)`` (one factor, or one per axis if ``anisotropic``)."""
+
+    _repr_fields = ("scale", "anisotropic")
+
+    def __init__(self, scale: tuple[float, float] = (0.9, 1.1), anisotropic: bool = False):
+        if len(scale) != 2 or not 0 < scale[0] <= scale[1]:
+            raise ValueError(f"expected scale = (low, high) with 0 < low <= high, got {scale}")
+        self.scale = tuple(float(s) for s in scale)
+        self.anisotropic = anisotropic
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        s = rng.uniform(self.scale[0], self.scale[1], 3 if self.anisotropic else 1)
+        return _replace(sample, coord=(sample["coord"] * s).astype(np.float32))
+
+
+class RandomFlip(Transform):
+    """Negate x with probability ``p``, then (independently) y with probability ``p``."""
+
+    _repr_fields = ("p",)
+
+    def __init__(self, p: float = 0.5):
+        self.p = p
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        sign = np.where(rng.random(2) < self.p, -1.0, 1.0)
+        if (sign == 1.0).all():
+            return dict(sample)
+        coord = sample["coord"].copy()
+        coord[:, :2] *= sign.astype(coord.dtype)
+        return _replace(sample, coord=coord)
+
+
+class RandomRotateZ(Transform):
+    """With probability ``p``, rotate about the vertical axis through the box centre by
+    ``theta ~ U(angle[0] * pi, angle[1] * pi)``."""
+
+    _repr_fields = ("angle", "p")
+
+    def __init__(self, angle: tuple[float, float] = (-1.0, 1.0), p: float = 0.5):
+        self.angle = tuple(float(a) for a in angle)
+        self.p = p
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        if rng.random() >= self.p:
+            return dict(sample)
+        theta = rng.uniform(self.angle[0], self.angle[1]) * np.pi
+        c, s = np.cos(theta), np.sin(theta)
+        coord = sample["coord"]
+        center = (coord.min(0) + coord.max(0)) / 2
+        xy = coord[:, :2] - center[:2]
+        out = coord.copy()
+        out[:, 0] = c * xy[:, 0] - s * xy[:, 1] + center[0]
+        out[:, 1] = s * xy[:, 0] + c * xy[:, 1] + center[1]
+        return _replace(sample, coord=out)
+
+
+class RandomJitter(Transform):
+    """``coord + clip(sigma * n, -clip, clip)`` with ``n ~ N(0, I)`` per point and axis."""
+
+    _repr_fields = ("sigma", "clip")
+
+    def __init__(self, sigma: float = 0.01, clip: float = 0.05):
+        if not (sigma >= 0 and clip > 0):
+            raise ValueError(f"expected sigma >= 0 and clip > 0, got sigma={sigma}, clip={clip}")
+        self.sigma = sigma
+        self.clip = clip
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        coord = sample["coord"]
+        noise = np.clip(self.sigma * rng.standard_normal(coord.shape), -self.clip, self.clip)
+        return _replace(sample, coord=(coord + noise).astype(np.float32))
+
+
+class ElasticDistortion(Transform):
+    """With probability ``p``, for each ``(granularity, magnitude)``: displace the points by a smooth
+    random field, ``coord += magnitude * interp(noise)(coord)``, where ``noise`` is Gaussian on a grid of
+    spacing ``granularity`` blurred twice by a 3-tap box filter along each axis (Pointcept's recipe)."""
+
+    _repr_fields = ("params", "p")
+
+    def __init__(self, params: Sequence[Sequence[float]] = ((0.2, 0.4), (0.8, 1.6)), p: float = 0.95):
+        self.params = tuple((float(g), float(m)) for g, m in params)
+        self.p = p
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        if rng.random() >= self.p:
+            return dict(sample)
+        coord = sample["coord"].astype(np.float64)
+        for granularity, magnitude in self.params:
+            lo = coord.min(0)
+            dims = ((coord - lo).max(0) // granularity).astype(int) + 3
+            noise = rng.standard_normal((*dims, 3))
+            for _ in range(2):
+                for axis in range(3):
+                    noise = ndimage.convolve1d(noise, np.full(3, 1 / 3), axis=axis, mode="constant")
+            axes = [np.linspace(lo[a] - granularity, lo[a] + granularity * (dims[a] - 2), dims[a])
+                    for a in range(3)]
+            field = RegularGridInterpolator(axes, noise, bounds_error=False, fill_value=0.0)
+            coord = coord + field(coord) * magnitude
+        return _replace(sample, coord=coord.astype(np.float32))
+
+
+class ChromaticAutoContrast(Transform):
+    """With probability ``p``, blend the colours with their per-channel contrast stretch to 0..255:
+    ``c' = (1 - b) c + b (c - lo) 255 / (hi - lo)``, ``b ~ U(0, 1)`` unless ``blend_factor`` is given
+    (channels with ``hi == lo`` are left as they are)."""
+
+    _repr_fields = ("p", "blend_factor")
+
+    def __init__(self, p: float = 0.2, blend_factor: float | None = None):
+        self.p = p
+        self.blend_factor = blend_factor
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        if rng.random() >= self.p:
+            return dict(sample)
+        color = sample["color"]
+        lo, hi = color.min(0), color.max(0)
+        span = hi - lo
+        stretched = np.where(span > 0, (color - lo) * (255.0 / np.where(span > 0, span, 1.0)), color)
+        b = rng.random() if self.blend_factor is None else self.blend_factor
+        return _replace(sample, color=((1 - b) * color + b * stretched).astype(np.float32))
+
+
+class ChromaticTranslation(Transform):
+    """With probability ``p``, ``c' = clip(c + t, 0, 255)`` with one ``t ~ U(-255 ratio, 255 ratio)^3``."""
+
+    _repr_fields = ("p", "ratio")
+
+    def __init__(self, p: float = 0.95, ratio: float = 0.05):
+        self.p = p
+        self.ratio = ratio
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        if rng.random() >= self.p:
+            return dict(sample)
+        shift = (rng.random(3) - 0.5) * 255 * 2 * self.ratio
+        return _replace(sample, color=np.clip(sample["color"] + shift, 0, 255).astype(np.float32))
+
+
+class ChromaticJitter(Transform):
+    """With probability ``p``, ``c' = clip(c + 255 std n, 0, 255)``, ``n ~ N(0, I)`` per point and channel."""
+
+    _repr_fields = ("p", "std")
+
+    def __init__(self, p: float = 0.95, std: float = 0.05):
+        self.p = p
+        self.std = std
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        if rng.random() >= self.p:
+            return dict(sample)
+        color = sample["color"]
+        noise = rng.standard_normal(color.shape) * (self.std * 255)
+        return _replace(sample, color=np.clip(color + noise, 0, 255).astype(np.float32))
+
+
+class AddNormalizedHeight(Transform):
+    """``height = (z - min z) / (max z - min z)`` (0 where the sample is flat), deterministic.
+
+    Applied to the whole room before voxelization and cropping, it is the height above the floor as a
+    fraction of the room's height, so it survives the crop and the shift of ``coord``."""
+
+    def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Sample:
+        z = sample["coord"][:, 2]
+        lo = z.min()
+        span = float(z.max() - lo)
+        height = (z - lo) / span if span > 0 else np.zeros_like(z)
+        return _replace(sample, height=height.astype(np.float32))
+
+
+class ToData(Transform):
+    """End of the pipeline: ``Data(pos, x, y)`` with the feature layout of ``interfaces.md``::
+
+        x: [ r g b | x y z ]        rgb = color / 255, xyz = coord      (in_channels = 6)
+           [ r g b | x y z | h ]    with height=True (needs "height")   (in_channels = 7)
+    """
+
+    _repr_fields = ("height",)
+
+    def __init__(self, height: bool = False):
+        self.height = height
+
+    @property
+    def in_channels(self) -> int:
+        return 7 if self.height else 6
+
+    def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Data:
+        coord = np.asarray(sample["coord"], dtype=np.float32)
+        parts = [np.asarray(sample["color"], dtype=np.float32) / 255.0, coord]
+        if self.height:
+            if "height" not in sample:
+                raise KeyError("ToData(height=True) expected a 'height' array in the sample "
+                               "(apply AddNormalizedHeight first), got keys " + str(sorted(sample)))
+            parts.append(np.asarray(sample["height"], dtype=np.float32)[:, None])
+        x = np.concatenate(parts, axis=1)
+        return Data(pos=torch.from_numpy(coord.copy()), x=torch.from_numpy(x),
+                    y=torch.from_numpy(np.asarray(sample["label"], dtype=np.int64).copy()))
+
+
+def s3dis_train_transform(pointcept: bool = False) -> Compose:
+    """PTv1's S3DIS training augmentation (see the module docstring); ``pointcept=True`` adds
+    Pointcept's RandomFlip(0.5) and RandomJitter(0.005, 0.02) after the scale."""
+    geometric: list[Transform] = [RandomScale((0.9, 1.1))]
+    if pointcept:
+        geometric += [RandomFlip(p=0.5), RandomJitter(sigma=0.005, clip=0.02)]
+    return Compose(geometric + [
+        ChromaticAutoContrast(p=0.2, blend_factor=None),
+        ChromaticTranslation(p=0.95, ratio=0.05),
+        ChromaticJitter(p=0.95, std=0.05),
+    ])

@@ -1,0 +1,107 @@
+"""Grid sampling and crop against brute-force Python references."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pointgeope.data.voxelize import (
+    crop_nearest, grid_coord, random_crop, voxel_groups, voxel_keys, voxel_sample,
+)
+
+
+def reference_voxels(coord: np.ndarray, grid_size: float) -> dict[tuple[int, int, int], list[int]]:
+    """Voxel -> point indices, one point at a time in float32 as the docstring states."""
+    lo = [min(float(c[j]) for c in coord) for j in range(3)]
+    voxels: dict[tuple[int, int, int], list[int]] = {}
+    gs = np.float32(grid_size)
+    for i, c in enumerate(coord):
+        key = tuple(int(np.floor((c[j] - np.float32(lo[j])) / gs)) for j in range(3))
+        voxels.setdefault(key, []).append(i)
+    return voxels
+
+
+def cloud(n: int, seed: int, extent=(2.0, 1.5, 1.0)) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (rng.random((n, 3)) * np.array(extent) - 3.0).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_voxel_sample_keeps_one_point_per_occupied_voxel(seed):
+    coord = cloud(3000, seed)
+    voxels = reference_voxels(coord, 0.1)
+    index_voxel = {i: key for key, members in voxels.items() for i in members}
+    kept = voxel_sample(coord, 0.1, np.random.default_rng(seed))
+    assert kept.dtype == np.int64
+    assert len(kept) == len(voxels)
+    assert {index_voxel[int(i)] for i in kept} == set(voxels)
+
+
+def test_voxel_sample_picks_differently_with_different_seeds_and_uniformly():
+    coord = cloud(2000, 3, extent=(0.3, 0.3, 0.3))   # ~27 voxels of ~70 points each
+    voxels = reference_voxels(coord, 0.1)
+    a = voxel_sample(coord, 0.1, np.random.default_rng(0))
+    b = voxel_sample(coord, 0.1, np.random.default_rng(1))
+    np.testing.assert_array_equal(a, voxel_sample(coord, 0.1, np.random.default_rng(0)))
+    assert not np.array_equal(np.sort(a), np.sort(b))
+    # Uniform within a voxel: over many draws every point of the biggest voxel gets picked.
+    big = max(voxels.values(), key=len)
+    rng = np.random.default_rng(5)
+    picked = set()
+    for _ in range(60 * len(big) // 10):
+        picked |= set(voxel_sample(coord, 0.1, rng).tolist()) & set(big)
+    assert picked == set(big)
+
+
+def test_voxel_groups_match_reference_and_rank_orders_points_in_a_voxel():
+    coord = cloud(1500, 4)
+    rank = np.random.default_rng(0).permutation(len(coord))
+    groups = voxel_groups(coord, 0.2, rank=rank)
+    voxels = reference_voxels(coord, 0.2)
+    got = [groups.order[s:s + c] for s, c in zip(groups.starts, groups.counts)]
+    assert sorted(map(tuple, (sorted(g) for g in got))) == sorted(tuple(sorted(m)) for m in voxels.values())
+    for members in got:
+        assert np.all(np.diff(rank[members]) > 0)
+    np.testing.assert_array_equal(np.sort(groups.order), np.arange(len(coord)))
+
+
+def test_keys_are_the_raveled_grid_and_fnv_fallback_groups_the_same():
+    coord = cloud(800, 6)
+    grid = grid_coord(coord, 0.1)
+    key, exact = voxel_keys(grid)
+    dims = grid.max(axis=1) + 1
+    assert exact
+    np.testing.assert_array_equal(key, np.ravel_multi_index(tuple(grid), tuple(dims)))
+    # Far-apart points make prod(dims) overflow int64: the FNV hash still separates the voxels.
+    far = np.concatenate([coord, np.array([[1e7, 1e7, 1e7]], dtype=np.float32)]).astype(np.float64)
+    far_key, far_exact = voxel_keys(grid_coord(far, 1e-5))
+    assert not far_exact
+    groups = voxel_groups(far, 1e-5)
+    assert groups.num_voxels == len(np.unique(far_key)) == len(far)
+
+
+def test_grid_coord_rejects_bad_input():
+    with pytest.raises(ValueError, match=r"expected coord of shape \(N, 3\), got \(4, 2\)"):
+        grid_coord(np.zeros((4, 2), np.float32), 0.1)
+    with pytest.raises(ValueError, match="grid_size > 0"):
+        grid_coord(np.zeros((4, 3), np.float32), 0.0)
+
+
+@pytest.mark.parametrize("voxel_max", [1, 37, 499, 500, 800])
+def test_crop_keeps_exactly_the_nearest_points(voxel_max):
+    coord = cloud(500, 7)
+    center = coord[123]
+    got = crop_nearest(coord, voxel_max, center)
+    dist = [((float(p[0]) - float(center[0])) ** 2 + (float(p[1]) - float(center[1])) ** 2
+             + (float(p[2]) - float(center[2])) ** 2, i) for i, p in enumerate(coord)]
+    expected = {i for _, i in sorted(dist)[:voxel_max]}
+    assert set(got.tolist()) == expected
+    assert len(got) == min(voxel_max, len(coord))
+
+
+def test_random_crop_centres_on_a_point_and_is_seeded():
+    coord = cloud(600, 8)
+    a = random_crop(coord, 100, np.random.default_rng(3))
+    np.testing.assert_array_equal(a, random_crop(coord, 100, np.random.default_rng(3)))
+    center = coord[np.random.default_rng(3).integers(len(coord))]
+    assert set(a.tolist()) == set(crop_nearest(coord, 100, center).tolist())
+    np.testing.assert_array_equal(random_crop(coord, 600, np.random.default_rng(0)), np.arange(600))
