@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from data_prep import prepare
 from pointgeope import __version__, info, report
 
 # (name, module, one-line help), in the order of the pipeline.
 COMMANDS = (
     ("info", info, "print versions, the device and the active ops backends"),
+    ("prepare", prepare, "raw S3DIS (folder or .zip) -> OUT/Area_N.h5, manifest.json, folds.json"),
     ("report", report, "6-fold tables (markdown, JSON, CSV) and figures of one or more runs"),
 )
 

@@ -1,0 +1,184 @@
+"""Parse S3DIS annotation text (lines ``x y z r g b``) into an ``(N, 6)`` float64 array, repairing what can be.
+
+Three paths, tried in order; all give the value that C ``strtod`` gives for each token (correctly
+rounded), so the result never depends on which path ran:
+
+1. ``_parse_decimal``: vectorised over the bytes of the whole file, for files made only of plain
+   decimals (``[+-]digits[.digits]``, at most 15 digits) and whitespace, six tokens on each non-blank
+   line. A token with digits ``d`` and ``k`` digits after the point is ``int(d) / 10**k``: both are
+   exact doubles (``int(d) < 2**53``, ``k <= 22``), so one IEEE division is correctly rounded
+   (Clinger's fast path), bit for bit what ``strtod`` returns. This is every file of S3DIS but a few.
+2. ``_parse_generic``: ``np.fromstring`` for anything else that is well formed (exponents, ...).
+3. ``_parse_lines``: line by line. A token with a stray control byte or non-ASCII byte inside a number
+   (S3DIS has ``103.0\\x100000``) is repaired by dropping those bytes; a line that is still not six
+   numbers is dropped. Every repair and drop is returned as an :class:`Issue` with its line number.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+FIELDS = 6  # x y z r g b
+MAX_DIGITS = 15  # any integer of 15 decimal digits is an exact double
+
+# Byte classes of the vectorised parser.
+_OTHER, _SPACE, _NEWLINE, _DIGIT, _DOT, _MINUS, _PLUS = range(7)
+_CLASS = np.full(256, _OTHER, dtype=np.uint8)
+_CLASS[[ord(c) for c in " \t\r\v\f"]] = _SPACE
+_CLASS[ord("\n")] = _NEWLINE
+_CLASS[ord("0"):ord("9") + 1] = _DIGIT
+_CLASS[ord(".")] = _DOT
+_CLASS[ord("-")] = _MINUS
+_CLASS[ord("+")] = _PLUS
+_POW10 = 10.0 ** np.arange(23)
+
+_NUMBER = re.compile(rb"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+# Bytes that can never be part of a number in a text file: control bytes and non-ASCII.
+_STRAY = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f-\xff]")
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One line that was repaired (``kind="repaired"``) or dropped (``kind="dropped"``)."""
+
+    line: int  # 1-based
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """The rows of one file, ``values`` float64 ``(N, 6)``, and what was repaired or dropped."""
+
+    values: np.ndarray
+    issues: tuple[Issue, ...] = ()
+    path: str = "decimal"  # which parser produced the values: decimal, generic or lines
+
+    def count(self, kind: str) -> int:
+        return sum(issue.kind == kind for issue in self.issues)
+
+
+def parse_points(data: bytes) -> Parsed:
+    """Parse the text of one annotation file; see the module docstring for the three paths."""
+    values = _parse_decimal(data)
+    if values is not None:
+        return Parsed(values, (), "decimal")
+    values = _parse_generic(data)
+    if values is not None:
+        return Parsed(values, (), "generic")
+    values, issues = _parse_lines(data)
+    return Parsed(values, tuple(issues), "lines")
+
+
+def _parse_decimal(data: bytes) -> np.ndarray | None:
+    """Vectorised exact parser for plain decimals; ``None`` when the text is anything else.
+
+    Per byte ``i`` the class ``c[i]``; tokens are the runs of non-space bytes, ``starts``/``ends``
+    their bounds. A digit of token ``t`` with ``p`` digits after it in the token adds ``d * 10**p``
+    to the integer ``m[t]`` (float64 sums of integers below ``2**53`` are exact in any order).
+    """
+    b = np.frombuffer(data, dtype=np.uint8)
+    if b.size == 0:
+        return np.empty((0, FIELDS))
+    c = _CLASS[b]
+    if (c == _OTHER).any():
+        return None
+    solid = c >= _DIGIT
+    # edge[i] = +1 where a token starts at byte i, -1 where one ended at byte i - 1
+    edge = np.diff(solid.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+    starts = np.flatnonzero(edge == 1)
+    ends = np.flatnonzero(edge == -1)  # exclusive
+    # Six tokens on every non-blank line: tokens before each newline, differenced per line.
+    before_newline = np.searchsorted(starts, np.flatnonzero(c == _NEWLINE))
+    per_line = np.diff(before_newline, prepend=0, append=starts.size)
+    if not ((per_line == 0) | (per_line == FIELDS)).all():
+        return None
+    # A sign only as the first byte of a token; at most one point per token.
+    signs = np.flatnonzero((c == _MINUS) | (c == _PLUS))
+    if (edge[signs] != 1).any():
+        return None
+    token_of = np.cumsum(edge[:-1] == 1, dtype=np.int32) - 1  # token of each byte (on solid bytes)
+    dots = np.flatnonzero(c == _DOT)
+    dot_token = token_of[dots]
+    if dot_token.size and (np.diff(dot_token) == 0).any():
+        return None
+    # Digits: d * 10**(digits after it in its token).
+    digits = np.flatnonzero(c == _DIGIT)
+    digit_token = token_of[digits]
+    n_digits = np.bincount(digit_token, minlength=starts.size)
+    if n_digits.min() < 1 or n_digits.max() > MAX_DIGITS:
+        return None
+    last = np.cumsum(n_digits) - 1  # index in `digits` of each token's last digit
+    place = last[digit_token] - np.arange(digits.size)
+    mantissa = np.bincount(digit_token, weights=(b[digits] - 48) * _POW10[place], minlength=starts.size)
+    # Only digits follow the point (signs lead, one point per token): k = end - point - 1.
+    frac = np.zeros(starts.size, dtype=np.int64)
+    frac[dot_token] = ends[dot_token] - dots - 1
+    values = mantissa / _POW10[frac]
+    negative = token_of[signs[b[signs] == ord("-")]]
+    values[negative] = -values[negative]
+    return values.reshape(-1, FIELDS)
+
+
+def _parse_generic(data: bytes) -> np.ndarray | None:
+    """``np.fromstring`` on the whole text, accepted only when every non-blank line has six numbers."""
+    lines = data.split(b"\n")
+    counts = np.fromiter((len(line.split()) for line in lines), dtype=np.int64, count=len(lines))
+    if not np.isin(counts, (0, FIELDS)).all():
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy warns (not raises) when it stops at a bad token
+        try:
+            values = np.fromstring(data, dtype=np.float64, sep=" ")
+        except (ValueError, DeprecationWarning):
+            return None
+    if values.size != counts.sum() or not np.isfinite(values).all():
+        return None
+    return values.reshape(-1, FIELDS)
+
+
+def _parse_token(token: bytes) -> float | None:
+    if _NUMBER.fullmatch(token) is None:
+        return None
+    value = float(token)
+    return value if np.isfinite(value) else None
+
+
+def _parse_lines(data: bytes) -> tuple[np.ndarray, list[Issue]]:
+    """The slow path: parse, repair or drop line by line."""
+    rows: list[list[float]] = []
+    issues: list[Issue] = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        tokens = line.split()
+        if not tokens:
+            continue
+        if len(tokens) != FIELDS:
+            issues.append(Issue(number, "dropped", f"expected {FIELDS} values, got {len(tokens)}: {_show(line)}"))
+            continue
+        row: list[float] = []
+        repaired = []
+        for token in tokens:
+            value = _parse_token(token)
+            if value is None:
+                fixed = _STRAY.sub(b"", token)
+                value = _parse_token(fixed) if fixed != token else None
+                if value is None:
+                    break
+                repaired.append(f"{_show(token)} -> {fixed.decode()}")
+            row.append(value)
+        if len(row) != FIELDS:
+            issues.append(Issue(number, "dropped", f"non-numeric value {_show(token)} in {_show(line)}"))
+            continue
+        if repaired:
+            issues.append(Issue(number, "repaired", "dropped stray byte(s): " + ", ".join(repaired)))
+        rows.append(row)
+    return np.array(rows, dtype=np.float64).reshape(-1, FIELDS), issues
+
+
+def _show(text: bytes, limit: int = 80) -> str:
+    """Printable form of raw bytes for messages, control bytes escaped (``b'103.0\\x100000'``)."""
+    shown = repr(text.strip())[2:-1]
+    return repr(shown[:limit] + ("..." if len(shown) > limit else ""))

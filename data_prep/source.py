@@ -1,0 +1,210 @@
+"""Find the rooms of a raw S3DIS tree, in a folder or in a ``.zip`` read in place, and read their files.
+
+Accepted layouts (``Stanford3dDataset_v1.2_Aligned_Version`` or the non-aligned v1.2), at any depth::
+
+    [top/]Area_N/<room>/Annotations/<class>_<k>.txt   lines "x y z r g b": the only files parsed
+    [top/]Area_N/<room>/<room>.txt                    the whole room again: ignored
+    [top/]Area_N/<file>                               e.g. alignment angles: ignored
+
+macOS junk (``__MACOSX/``, ``.DS_Store``, ``._*``) is skipped. A zip member with an absolute path or a
+``..`` component is refused before anything is read.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from pointgeope.constants import CLASS_INDEX
+
+# Bump when the parsed output of the same raw files changes: prepared rooms then no longer match.
+PARSER_VERSION = 1
+
+_AREA = re.compile(r"Area_(\d+)")
+_OBJECT = re.compile(r"(.+)_(\d+)")
+
+
+class SourceError(ValueError):
+    """The raw input is not an S3DIS tree that can be prepared."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A file (or folder) of the raw source: posix path inside it, size and a change stamp."""
+
+    path: str
+    size: int = 0
+    stamp: int = 0  # mtime in ns for a folder, CRC-32 for a zip member
+    is_dir: bool = False
+
+
+@dataclass(frozen=True)
+class Room:
+    """One room: ``Area_N/<room>`` and its annotation files in instance order (see :func:`object_key`)."""
+
+    area: str
+    name: str
+    path: str  # posix path of the room folder inside the source
+    files: tuple[Entry, ...]
+    location: str  # the source (folder or zip) as given, for the `source` attribute
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def signature(self) -> str:
+        """Hash of the source location, the parser version and each file's name, size and stamp."""
+        items = [PARSER_VERSION, self.location, self.path] + [[f.path, f.size, f.stamp] for f in self.files]
+        return hashlib.sha1(json.dumps(items).encode()).hexdigest()
+
+
+def object_key(name: str) -> tuple[str, int, str]:
+    """Sort key of ``<class>_<k>.txt``: by class, then k as a number (chair_2 before chair_10)."""
+    stem = PurePosixPath(name).stem
+    match = _OBJECT.fullmatch(stem)
+    return (match.group(1), int(match.group(2)), stem) if match else (stem, -1, stem)
+
+
+def object_class(name: str) -> str:
+    """The class part of ``<class>_<k>.txt`` (lower case); unknown names are mapped by the caller."""
+    return object_key(name)[0].lower()
+
+
+def is_known_class(name: str) -> bool:
+    return object_class(name) in CLASS_INDEX
+
+
+def _is_junk(path: str) -> bool:
+    parts = path.split("/")
+    return "__MACOSX" in parts or parts[-1] == ".DS_Store" or parts[-1].startswith("._")
+
+
+class Source:
+    """Base of the two kinds of raw input: lists :class:`Entry` objects and reads files by path."""
+
+    location: str
+    ignored: list[str] = []  # non-.txt files in Annotations folders, filled by rooms()
+
+    def entries(self) -> list[Entry]:
+        raise NotImplementedError(f"{type(self).__name__} must list its entries")
+
+    def read(self, path: str) -> bytes:
+        raise NotImplementedError(f"{type(self).__name__} must read files")
+
+    def rooms(self) -> list[Room]:
+        """All rooms, sorted by area number then room name; errors name every room without Annotations."""
+        areas: dict[str, str] = {}  # area -> its folder path
+        rooms: dict[tuple[str, str], list[Entry]] = {}
+        has_annotations: set[tuple[str, str]] = set()
+        ignored: list[str] = []
+        for entry in self.entries():
+            if _is_junk(entry.path):
+                continue
+            parts = entry.path.strip("/").split("/")
+            at = next((i for i, part in enumerate(parts) if _AREA.fullmatch(part)), None)
+            if at is None:
+                continue
+            area, area_path = parts[at], "/".join(parts[:at + 1])
+            if areas.setdefault(area, area_path) != area_path:
+                raise SourceError(f"{self.location}: {area} found twice, at {areas[area]} and {area_path}; "
+                                  "expected one S3DIS version (point RAW at one of them)")
+            rest = parts[at + 1:]
+            if len(rest) < 2 and not (len(rest) == 1 and entry.is_dir):
+                continue  # Area_N itself or a loose file in it
+            key = (area, rest[0])
+            rooms.setdefault(key, [])
+            if len(rest) >= 2 and rest[1] == "Annotations":
+                has_annotations.add(key)
+                if len(rest) == 3 and not entry.is_dir:
+                    if rest[2].lower().endswith(".txt"):
+                        rooms[key].append(entry)
+                    else:
+                        ignored.append(entry.path)
+        if not areas:
+            raise SourceError(f"{self.location}: expected Area_N folders (raw S3DIS v1.2 layout), found none")
+        for (area, room), files in sorted(rooms.items()):
+            if not files:
+                what = "no Annotations/<class>_<k>.txt files" if (area, room) in has_annotations \
+                    else "no Annotations folder"
+                raise SourceError(f"{self.location}: room {areas[area]}/{room} has {what}; expected "
+                                  "Annotations/<class>_<k>.txt files with lines 'x y z r g b'")
+        out = []
+        for (area, name), files in rooms.items():
+            files.sort(key=lambda e: object_key(e.path.rsplit("/", 1)[-1]))
+            out.append(Room(area, name, f"{areas[area]}/{name}", tuple(files), self.location))
+        out.sort(key=lambda r: (int(r.area.split("_")[1]), r.name))
+        self.ignored = ignored
+        return out
+
+
+class FolderSource(Source):
+    """A raw tree on disk."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+        self.location = str(self.root)
+
+    def entries(self) -> list[Entry]:
+        out = []
+        for folder, dirs, files in os.walk(self.root):
+            dirs[:] = [d for d in dirs if d != "__MACOSX"]
+            rel = Path(folder).relative_to(self.root).as_posix()
+            prefix = "" if rel == "." else rel + "/"
+            out.extend(Entry(prefix + d, is_dir=True) for d in dirs)
+            for name in files:
+                st = os.stat(os.path.join(folder, name))
+                out.append(Entry(prefix + name, st.st_size, st.st_mtime_ns))
+        return out
+
+    def read(self, path: str) -> bytes:
+        return (self.root / path).read_bytes()
+
+
+class ZipSource(Source):
+    """A raw tree inside a ``.zip``, read member by member without unpacking (one handle per process)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).resolve()
+        self.location = str(self.path)
+        self._zip: zipfile.ZipFile | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_zip": None}  # a worker process opens its own handle
+
+    @property
+    def zip(self) -> zipfile.ZipFile:
+        if self._zip is None:
+            self._zip = zipfile.ZipFile(self.path)
+        return self._zip
+
+    def entries(self) -> list[Entry]:
+        infos = self.zip.infolist()
+        for info in infos:
+            check_member(self.location, info.filename)
+        return [Entry(i.filename.rstrip("/"), i.file_size, i.CRC, i.is_dir()) for i in infos]
+
+    def read(self, path: str) -> bytes:
+        return self.zip.read(path)
+
+
+def check_member(location: str, name: str) -> None:
+    """Refuse a zip member that would land outside the tree: absolute path, drive letter or ``..``."""
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or ".." in parts:
+        raise SourceError(f"{location}: refusing zip member {name!r}: expected relative paths inside the "
+                          "archive, got an absolute path or '..'")
+
+
+def open_source(raw: str | Path) -> Source:
+    """A :class:`FolderSource` for a folder, a :class:`ZipSource` for a zip file."""
+    raw = Path(raw)
+    if raw.is_dir():
+        return FolderSource(raw)
+    if raw.is_file() and zipfile.is_zipfile(raw):
+        return ZipSource(raw)
+    what = "a file that is not a zip" if raw.exists() else "nothing"
+    raise SourceError(f"expected RAW to be an S3DIS folder or .zip, found {what} at {raw}")
