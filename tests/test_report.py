@@ -159,7 +159,7 @@ def test_json_values(report):
 def test_csv_rows(report):
     with open(report["out"] / "report.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    by_key = {(r["run"], r["table"], r["area"]): r for r in rows}
+    by_key = {(r["run"], r["table"], r["areas"]): r for r in rows}
     pooled = by_key[("rpe", "pooled", "Area_1;Area_2;Area_3;Area_4;Area_5;Area_6")]
     assert pooled["oa_pct"] == "66.6667" and pooled["miou_pct"] == "50.0000" and pooled["points"] == "1170"
     assert pooled["iou_pct_clutter"] == "50.0000"
@@ -203,7 +203,7 @@ def test_absent_class_shows_a_dash_and_null(tmp_path):
     from pointgeope.report.tables import json_report
 
     assert json_report([summary])["runs"][0]["pooled"]["iou"][9] is None
-    assert "Area_2 (no metrics.json)" in summary.missing_text()
+    assert "Area_2 (no area_2/ folder)" in summary.missing_text()
 
 
 def test_run_without_metrics_is_an_error_naming_it(tmp_path, capsys):

@@ -142,7 +142,8 @@ def load_run(run: str | Path, name: str | None = None) -> RunSummary:
     for k, area in enumerate(AREAS, start=1):
         path = fold_dir(run, k) / METRICS_FILE
         if not path.is_file():
-            missing.append((area, f"no {METRICS_FILE}"))
+            exists = path.parent.is_dir()
+            missing.append((area, f"no {METRICS_FILE}" if exists else f"no {path.parent.name}/ folder"))
             continue
         result, reason = read_fold(path, k)
         if result is None:

@@ -126,7 +126,7 @@ def full_markdown(runs: list[RunSummary], digits: int = 1) -> str:
 
 # --- CSV ---------------------------------------------------------------------------------------------------
 
-CSV_HEADER = (["run", "table", "area", "status", "points", "oa_pct", "macc_pct", "miou_pct"]
+CSV_HEADER = (["run", "table", "areas", "status", "points", "oa_pct", "macc_pct", "miou_pct"]
               + [f"iou_pct_{name}" for name in CLASS_NAMES])
 
 
