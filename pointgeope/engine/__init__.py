@@ -1,0 +1,11 @@
+"""Training, cross-validation and full-resolution evaluation: where the data and the model meet.
+
+* :mod:`~pointgeope.engine.config`      typed run configuration (YAML files, ``base:`` includes, overrides)
+* :mod:`~pointgeope.engine.checkpoint`  atomic, ``weights_only``-loadable checkpoints and RNG states
+* :mod:`~pointgeope.engine.distributed` DDP set-up from the ``torchrun`` environment
+* :mod:`~pointgeope.engine.build`       model, optimiser, scheduler and data from a config
+* :mod:`~pointgeope.engine.train`       one fold, or every fold of ``folds.json`` (``train.py``)
+* :mod:`~pointgeope.engine.evaluate`    per-point predictions by voting over fragments, ``metrics.json``
+
+This ``__init__`` imports nothing heavy: the command line imports the command modules at start-up.
+"""

@@ -1,0 +1,145 @@
+"""Checkpoints that resume a run exactly and load with ``torch.load(weights_only=True)``.
+
+A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts (nothing that needs pickle's
+arbitrary classes), written to a temporary file beside the target and renamed over it, so a run killed
+while saving leaves the previous checkpoint intact::
+
+    {"format": "pointgeope-checkpoint", "version": 1,
+     "config": {...},                 # the resolved Config as a plain dict
+     "model": state_dict, "optimizer": state_dict, "scheduler": state_dict, "scaler": state_dict | None,
+     "rng": {"python": [...], "numpy": {...}, "torch": uint8 tensor, "cuda": [uint8 tensor, ...]},
+     "epoch": int,                    # epochs completed
+     "batch": int,                    # batches completed inside epoch `epoch` (0 at an epoch end)
+     "step": int,                     # optimiser steps completed in total
+     "best_miou": float, ...}
+
+:func:`load_checkpoint` turns every failure (missing, truncated, not a checkpoint, written for another
+config) into a :class:`CheckpointError` that names the file.
+"""
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+FORMAT = "pointgeope-checkpoint"
+VERSION = 1
+
+# Config keys that may differ between a checkpoint and the run that resumes it: where files live, how
+# fast or verbosely it runs, and how the final evaluation is done. Any other difference is an error.
+FREE_KEYS = frozenset({
+    "data.root", "data.num_workers", "train.run_dir", "train.device", "train.progress",
+    "train.epochs_per_run", "train.checkpoint_every",
+})
+FREE_SECTIONS = ("eval.",)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be used to resume or evaluate this run."""
+
+
+# --- random number generator states as plain containers ---------------------------------------------------
+
+def rng_state() -> dict:
+    """The states of Python's, NumPy's and torch's (CPU and CUDA) global generators."""
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# --- saving and loading ------------------------------------------------------------------------------------
+
+def save_checkpoint(path: str | Path, payload: dict) -> None:
+    """``torch.save`` to a temporary file beside ``path``, flushed to disk, then renamed over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({"format": FORMAT, "version": VERSION, **payload}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | Path, config: dict | None = None) -> dict:
+    """Load a checkpoint on the CPU with ``weights_only=True``.
+
+    Args:
+        path: the ``.pt`` file.
+        config: the resolved config (plain dict) of the run that will use it; when given, every key
+            outside :data:`FREE_KEYS` must match the checkpoint's config.
+
+    Raises:
+        CheckpointError: the file is missing, unreadable, not a pointgeope checkpoint, or was written with
+            another config (the differing keys are listed).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"expected a checkpoint at {path}, found nothing")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated zip, foreign pickle, ...
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__}: {err}); "
+                              "delete it to start this fold again") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: expected a {FORMAT} file, got "
+                              f"{type(ckpt).__name__} without that format tag")
+    if ckpt.get("version") != VERSION:
+        raise CheckpointError(f"{path}: expected checkpoint version {VERSION}, got {ckpt.get('version')}")
+    if config is not None:
+        diff = config_differences(ckpt.get("config", {}), config)
+        if diff:
+            shown = "; ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, a, b in diff[:8])
+            raise CheckpointError(f"{path}: written with another config ({shown}); use the same config "
+                                  "and overrides to resume, or another --run-dir")
+    return ckpt
+
+
+def config_differences(saved: dict, current: dict, prefix: str = "") -> list[tuple[str, object, object]]:
+    """``(key, saved value, current value)`` for every non-free key whose values differ."""
+    out = []
+    for key in sorted(set(saved) | set(current)):
+        name = f"{prefix}{key}"
+        if name in FREE_KEYS or name.startswith(FREE_SECTIONS):
+            continue
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_differences(a, b, f"{name}.")
+        elif a != b:
+            out.append((name, a, b))
+    return out
+
+
+def load_model_state(model: torch.nn.Module, state: dict, path: str | Path) -> None:
+    """``model.load_state_dict(state)`` with a shape or key mismatch reported against ``path``."""
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()
+        raise CheckpointError(f"{path}: the weights do not fit this model ({' '.join(first[:4])[:600]}); "
+                              "was it written with other model.* settings?") from None

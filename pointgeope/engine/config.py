@@ -1,0 +1,281 @@
+"""The run configuration: typed dataclasses read from YAML, with ``base:`` includes and overrides.
+
+A config file is a YAML mapping with (some of) the sections ``data``, ``model``, ``optim``, ``train`` and
+``eval``; every key it leaves out keeps the default below (the published S3DIS recipe of Point Transformer:
+SGD, lr 0.5, momentum 0.9, weight decay 1e-4, 100 epochs x loop 30, lr x0.1 at 60 % and 80 %, batch 16,
+grid 0.04 m, at most 80k points per sample). A file may start from another one::
+
+    base: _base.yaml          # resolved relative to this file; its keys are overridden by this file's
+    model:
+      pe: geope
+
+and command-line overrides ``section.key=value`` (the value is parsed as a YAML scalar or list,
+``optim.lr=0.1``, ``model.widths=[16,32]``) are applied last. Every layer is checked on its own against the
+dataclasses, so an unknown key or a value of the wrong type is an error naming the file (or the override)
+and the key, with the closest known key as a suggestion::
+
+    ConfigError: configs/s3dis/pt_geope.yaml: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?
+
+The resolved config is saved in the run folder (:func:`save_config`) and reloads to an equal object.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import tempfile
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+
+from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not fit the :class:`Config` dataclasses."""
+
+
+@dataclass
+class DataConfig:
+    root: str = "data/s3dis"                # folder of prepared Area_N.h5 + folds.json
+    grid_size: float = 0.04                 # voxel size (m) for training samples and test fragments
+    voxel_max: Optional[int] = 80000        # crop samples/fragments to this many points (None: no crop)
+    loop: int = 30                          # each training room is seen `loop` times per epoch
+    batch_size: int = 16                    # samples per optimiser step, summed over all DDP ranks
+    num_workers: int = 4                    # DataLoader worker processes per rank (0: main process)
+    augment: bool = True                    # the Point Transformer v1 training augmentations
+    height: bool = False                    # append the normalised height to the features (7 channels)
+    cache: bool = False                     # each loader worker keeps the rooms it read in memory
+
+
+@dataclass
+class ModelConfig:
+    pe: Literal["rpe", "geope", "lingeope", "geope_rpe", "lingeope_rpe", "none"] = "rpe"
+    in_channels: int = 6                    # [rgb | xyz]; 7 with data.height
+    num_classes: int = NUM_CLASSES
+    widths: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])  # channels per stage
+    depths: list[int] = field(default_factory=lambda: [2, 3, 4, 6, 3])          # blocks per stage
+    nsample: int = 16                       # neighbours per attention block
+
+
+@dataclass
+class OptimConfig:
+    name: Literal["sgd", "adamw"] = "sgd"
+    lr: float = 0.5
+    momentum: float = 0.9                   # SGD only
+    weight_decay: float = 1e-4
+    scheduler: Literal["multistep", "cosine"] = "multistep"
+    milestones: list[float] = field(default_factory=lambda: [0.6, 0.8])  # fractions of train.epochs
+    gamma: float = 0.1                      # multistep factor
+    grad_clip: Optional[float] = None       # max gradient norm (None: no clipping)
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 100
+    seed: int = 0
+    device: str = "auto"                    # auto (CUDA if present, else CPU) | cpu | cuda | cuda:1 ...
+    amp: Literal["bf16", "fp16", "none"] = "bf16"  # mixed precision on CUDA (ignored on CPU)
+    run_dir: str = "runs/default"
+    val_every: int = 0                      # validate on the test area every n epochs (0: never); best.pt
+    checkpoint_every: int = 0               # also save last.pt every n steps inside an epoch (0: epoch ends)
+    epochs_per_run: Optional[int] = None    # stop cleanly after n epochs in this invocation (job time limits)
+    progress: bool = True                   # tqdm bars (rank 0, only on a TTY)
+    ignore_index: int = IGNORE_LABEL
+
+
+@dataclass
+class TTAConfig:
+    scales: list[float] = field(default_factory=lambda: [1.0])  # isotropic scalings about the room centre
+    flips: bool = False                     # also the mirror image in x
+    rotations: int = 1                      # number of z-rotations by 2*pi*k/rotations
+
+
+@dataclass
+class EvalConfig:
+    checkpoint: Literal["last", "best"] = "last"
+    tta: TTAConfig = field(default_factory=TTAConfig)
+    batch_points: int = 400000              # fragments are stacked into one forward up to this many points
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+# --- checking a (partial) mapping against the dataclasses ----------------------------------------------
+
+def _hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin is typing.Union:
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"list[{_type_name(typing.get_args(tp)[0])}]"
+    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp, where: str) -> Any:
+    """``value`` as type ``tp`` (ints accepted as floats, '1e-4' strings as floats), else ConfigError."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        for option in typing.get_args(tp):
+            try:
+                return _coerce(value, option, where)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value in choices:
+            return value
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{where}: expected one of {', '.join(map(repr, choices))}, got {value!r}{hint}")
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+        (item,) = typing.get_args(tp)
+        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if tp is type(None):
+        if value is None:
+            return None
+    elif tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif dataclasses.is_dataclass(tp):
+        if isinstance(value, dict):
+            return _check_mapping(value, tp, where)
+    raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+
+
+def _check_mapping(raw: dict, cls, where: str, prefix: str = "") -> dict:
+    """Check the keys and types of a partial mapping for dataclass ``cls``; returns it coerced."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping for {prefix.rstrip('.') or 'the config'}, got {raw!r}")
+    hints = _hints(cls)
+    out = {}
+    for key, value in raw.items():
+        name = f"{prefix}{key}"
+        if key not in hints:
+            known = [f"{prefix}{k}" for k in hints]
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+            raise ConfigError(f"{where}: unknown key {name!r}{hint}")
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            out[key] = _check_mapping(value, tp, where, prefix=f"{name}.")
+        else:
+            out[key] = _coerce(value, tp, f"{where}: {name}")
+    return out
+
+
+def _merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _build(cls, raw: dict):
+    hints = _hints(cls)
+    kwargs = {k: (_build(hints[k], v) if dataclasses.is_dataclass(hints[k]) else v) for k, v in raw.items()}
+    return cls(**kwargs)
+
+
+# --- files and overrides ----------------------------------------------------------------------------------
+
+def _read_layers(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """The checked, merged mapping of ``path`` and its ``base:`` chain."""
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError(f"{path}: 'base:' includes form a cycle: {' -> '.join(map(str, seen + (path,)))}")
+    if not path.is_file():
+        raise ConfigError(f"expected a config file, found nothing at {path}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a YAML mapping of sections, got {type(raw).__name__}")
+    base = raw.pop("base", None)
+    layer = _check_mapping(raw, Config, str(path))
+    if base is None:
+        return layer
+    if not isinstance(base, str):
+        raise ConfigError(f"{path}: expected 'base:' to be a file name, got {base!r}")
+    return _merge(_read_layers(path.parent / base, seen + (path,)), layer)
+
+
+def parse_override(text: str) -> dict:
+    """``'optim.lr=0.1'`` -> ``{'optim': {'lr': 0.1}}`` (the value parsed as YAML)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or "." not in key:
+        raise ConfigError(f"override {text!r}: expected section.key=value, e.g. optim.lr=0.1")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {text!r}: value is not valid YAML: {err}") from None
+    tree: dict = {}
+    node = tree
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = parsed
+    return tree
+
+
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
+    """The :class:`Config` of a YAML file (``None``: the defaults) with ``section.key=value`` overrides."""
+    merged = _read_layers(Path(path)) if path is not None else {}
+    for text in overrides:
+        merged = _merge(merged, _check_mapping(parse_override(text), Config, f"override {text!r}"))
+    return _build(Config, merged)
+
+
+def config_to_dict(cfg: Config) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def config_from_dict(raw: dict, where: str = "config") -> Config:
+    return _build(Config, _check_mapping(raw, Config, where))
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    """Write the resolved config as YAML, atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

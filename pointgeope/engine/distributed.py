@@ -1,0 +1,91 @@
+"""Distributed data parallel set-up from the ``torchrun`` environment, and the device of this process.
+
+``torchrun --nproc_per_node N train.py ...`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (and
+``MASTER_ADDR`` / ``MASTER_PORT``); without them the run is a single process. The backend is NCCL when
+the processes use CUDA and Gloo on the CPU. Only rank 0 writes files and draws progress bars.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def choose_device(preference: str, local_rank: int = 0) -> torch.device:
+    """``auto``: ``cuda:<local_rank>`` when CUDA is available, else the CPU; anything else as given."""
+    if preference == "auto":
+        return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(preference)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"train.device={preference!r} but CUDA is not available here; use auto or cpu")
+        if device.index is None:
+            device = torch.device("cuda", local_rank)
+    return device
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise RuntimeError(f"expected an integer in the environment variable {name}, got {value!r}") from None
+
+
+def setup(device_preference: str = "auto") -> DistEnv:
+    """Initialise the process group when started by torchrun (``WORLD_SIZE`` > 1); pick the device."""
+    world_size = _env_int("WORLD_SIZE", 1)
+    rank = _env_int("RANK", 0)
+    local_rank = _env_int("LOCAL_RANK", 0)
+    device = choose_device(device_preference, local_rank)
+    if world_size > 1 and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return DistEnv(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
+
+
+def cleanup() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
+    """Sum ``values`` over all ranks in place (a no-op in a single process); returns it."""
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """True on every rank when ``flag`` is true on any rank (e.g. "a loss was not finite: stop")."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    t = torch.tensor([1 if flag else 0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())

@@ -1,0 +1,294 @@
+"""Full-resolution evaluation: a prediction for every point of every test room, by voting over fragments.
+
+For each test-time view of a room (the identity, or the augmentations of ``eval.tta``) the room is cut
+into voxel fragments (:func:`pointgeope.data.fragments.voxel_fragments`: every point in exactly one
+fragment, at most one point per voxel), and a fragment larger than ``data.voxel_max`` into overlapping
+crops (:func:`~pointgeope.data.fragments.split_into_crops`). Each crop becomes one sample exactly like a
+training sample (``pos`` shifted to a minimum of 0, ``x = [rgb/255 | pos]``), crops are stacked into
+batches of at most ``eval.batch_points`` points, and each point sums the softmax of every prediction
+made for it::
+
+    probs[i] = sum over views v, crops c containing i of softmax(model(c))[i]      (N, C) float32
+    votes[i] = number of those predictions                                           (N,)   >= 1
+    pred[i]  = argmax_c probs[i, c]
+
+The network never sees more than ``max(voxel_max, batch_points)`` points at once, so peak memory is set
+by the fragment size plus the ``N x C`` vote buffer, not by the room (``bench/bench_evaluate.py``).
+
+Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (group per room, ``pred`` uint8
+``(N,)``, root attr ``kind="predictions"``), then ``RUN/area_K/metrics.json`` with ``"complete": true``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import re
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+from torch_geometric.data import Batch, Data
+
+from pointgeope.constants import CLASS_NAMES, IGNORE_LABEL
+from pointgeope.data.folds import load_folds
+from pointgeope.data.fragments import split_into_crops, voxel_fragments
+from pointgeope.data.h5 import list_rooms, read_room
+from pointgeope.data.transforms import AddNormalizedHeight, ToData
+from pointgeope.data.voxelize import column_min
+from pointgeope.engine import build, distributed
+from pointgeope.engine.config import Config, TTAConfig
+from pointgeope.engine.runio import progress, write_json_atomic
+from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
+
+
+# --- test-time views -----------------------------------------------------------------------------------
+
+def tta_views(tta: TTAConfig) -> list[tuple[float, bool, float]]:
+    """``(scale, flip_x, angle)`` of every view: ``scales x {no flip, flip} x rotations``."""
+    if tta.rotations < 1 or not tta.scales or any(s <= 0 for s in tta.scales):
+        raise ValueError(f"expected eval.tta with rotations >= 1 and positive scales, got {tta}")
+    flips = (False, True) if tta.flips else (False,)
+    return [(float(s), f, 2 * math.pi * k / tta.rotations)
+            for s in tta.scales for f in flips for k in range(tta.rotations)]
+
+
+def view_coord(coord: np.ndarray, scale: float, flip: bool, angle: float) -> np.ndarray:
+    """``R_z(angle) @ diag(-1 if flip, 1, 1) @ (scale * (p - c)) + c`` about the room centre ``c``."""
+    if scale == 1.0 and not flip and angle == 0.0:
+        return coord
+    centre = (coord.min(0) + coord.max(0)) / 2
+    p = (coord - centre) * np.float32(scale)
+    if flip:
+        p[:, 0] = -p[:, 0]
+    cos, sin = math.cos(angle), math.sin(angle)
+    rot = np.array([[cos, -sin, 0], [sin, cos, 0], [0, 0, 1]], dtype=np.float32)
+    return (p @ rot.T + centre).astype(np.float32)
+
+
+# --- one room --------------------------------------------------------------------------------------------
+
+@torch.inference_mode()
+def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg: Config,
+              device: torch.device, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Summed softmax ``probs`` (N, C) float32 and prediction counts ``votes`` (N,) int32 of one room.
+
+    Args:
+        model: the segmentation network (in eval mode), ``model(coord, feat, offset) -> (M, C)`` logits.
+        coord: ``(N, 3)`` float32 room coordinates (metres); color: ``(N, 3)`` uint8.
+        cfg: ``data.grid_size``, ``data.voxel_max``, ``eval.tta`` and ``eval.batch_points`` are used.
+        seed: seeds the within-voxel shuffle and the crop seeds (the result is a function of it).
+    """
+    n = coord.shape[0]
+    num_classes = cfg.model.num_classes
+    probs = np.zeros((n, num_classes), dtype=np.float32)
+    votes = np.zeros(n, dtype=np.int32)
+    use_amp = device.type == "cuda" and cfg.train.amp != "none"
+    amp_dtype = torch.float16 if cfg.train.amp == "fp16" else torch.bfloat16
+    to_data = ToData(height=cfg.data.height)
+    pending: list[tuple[np.ndarray, Data]] = []  # (room indices, sample) waiting for a forward
+    pending_points = 0
+
+    def flush() -> None:
+        if not pending:
+            return
+        batch = Batch.from_data_list([sample for _, sample in pending]).to(device)
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
+            logits = model(batch.pos, batch.x, batch.ptr[1:])
+        p = torch.softmax(logits.float(), dim=1).cpu().numpy()
+        start = 0
+        for idx, _ in pending:
+            # A crop holds each index once (fragments partition the room), so += is an exact scatter.
+            probs[idx] += p[start:start + idx.shape[0]]
+            votes[idx] += 1
+            start += idx.shape[0]
+        pending.clear()
+
+    for v, (scale, flip, angle) in enumerate(tta_views(cfg.eval.tta)):
+        rng = np.random.default_rng([seed, v])
+        view = view_coord(np.asarray(coord, dtype=np.float32), scale, flip, angle)
+        # The room as a pipeline sample, like a training room: coord from 0, colour 0..255 (+ height).
+        room = {"coord": view - column_min(view), "color": color.astype(np.float32),
+                "label": np.zeros(n, dtype=np.int64)}
+        if cfg.data.height:
+            room = AddNormalizedHeight()(room)
+        for fragment in voxel_fragments(room["coord"], cfg.data.grid_size, rng):
+            crops = ([np.arange(fragment.shape[0])] if cfg.data.voxel_max is None
+                     else split_into_crops(room["coord"][fragment], cfg.data.voxel_max, rng))
+            for crop in crops:
+                idx = fragment[crop]
+                if pending and pending_points + idx.shape[0] > cfg.eval.batch_points:
+                    flush()
+                    pending_points = 0
+                piece = {key: value[idx] for key, value in room.items()}
+                piece["coord"] = piece["coord"] - column_min(piece["coord"])
+                pending.append((idx, to_data(piece)))
+                pending_points += idx.shape[0]
+    flush()
+    return probs, votes
+
+
+def room_seed(seed: int, room: str) -> int:
+    return (seed * 1_000_003 + zlib.crc32(room.encode())) % 2**32
+
+
+# --- one fold --------------------------------------------------------------------------------------------
+
+def fold_is_complete(run: Path) -> bool:
+    path = Path(run) / "metrics.json"
+    if not path.is_file():
+        return False
+    try:
+        return json.loads(path.read_text()).get("complete") is True
+    except (json.JSONDecodeError, AttributeError):
+        return False
+
+
+def fold_of_run(run: Path) -> int:
+    match = re.fullmatch(r"area_(\d+)", Path(run).name)
+    if not match:
+        raise ValueError(f"expected a fold folder named area_K (RUN/area_K), got {run}")
+    return int(match.group(1))
+
+
+def predict_areas(model: torch.nn.Module, cfg: Config, areas: list[str], env: distributed.DistEnv,
+                  progress_desc: str | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """``{area: {room: pred uint8 (N,)}}`` for this rank's share of the rooms (room i -> rank i % world)."""
+    root = Path(cfg.data.root)
+    jobs = [(area, room) for area in areas for room in list_rooms(root / f"{area}.h5")]
+    mine = jobs[env.rank::env.world_size]
+    model.eval()
+    out: dict[str, dict[str, np.ndarray]] = {area: {} for area in areas}
+    for area, room in progress(mine, env.is_main and cfg.train.progress, desc=progress_desc or "evaluate", total=len(mine)):
+        data = read_room(root / f"{area}.h5", room, fields=("coord", "color"))
+        probs, votes = vote_room(model, data["coord"], data["color"], cfg, env.device,
+                                 seed=room_seed(cfg.train.seed, room))
+        if (votes < 1).any():
+            raise RuntimeError(f"{area}/{room}: {(votes < 1).sum()} points got no prediction")
+        out[area][room] = probs.argmax(1).astype(np.uint8)
+    return out
+
+
+def validate(cfg: Config, model: torch.nn.Module, root: Path, areas: list[str],
+             env: distributed.DistEnv) -> dict:
+    """Scores of the test area(s) at full resolution without TTA (for ``best.pt``), all ranks summed."""
+    no_tta = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, tta=TTAConfig()))
+    preds = predict_areas(model, no_tta, areas, env, progress_desc="validate")
+    meter = ConfusionMeter(cfg.model.num_classes, IGNORE_LABEL, device=env.device)
+    for area, rooms in preds.items():
+        for room, pred in rooms.items():
+            label = read_room(root / f"{area}.h5", room, fields=("label",))["label"]
+            meter.update(torch.from_numpy(pred.astype(np.int64)), torch.from_numpy(label.astype(np.int64)))
+    meter.all_reduce()
+    model.train()
+    return meter.scores()
+
+
+def write_predictions(path: Path, area: str, rooms: dict[str, np.ndarray], attrs: dict) -> None:
+    """``predictions/Area_K.h5``: group per room with ``pred`` uint8 (N,), written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["kind"] = "predictions"
+            f.attrs["area"] = area
+            for key, value in attrs.items():
+                f.attrs[key] = value
+            for room in sorted(rooms):
+                f.create_group(room).create_dataset("pred", data=rooms[room].astype(np.uint8),
+                                                    compression="gzip", compression_opts=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_number(x: float):
+    return None if math.isnan(x) else x
+
+
+def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -> dict:
+    """Predict every point of the fold's test area(s), write predictions and ``metrics.json``."""
+    from pointgeope.engine.checkpoint import load_checkpoint, load_model_state
+    from pointgeope.engine.config import config_to_dict
+
+    run = Path(run)
+    fold = fold_of_run(run)
+    root = Path(cfg.data.root)
+    folds = load_folds(root)
+    if fold not in folds:
+        raise ValueError(f"{run}: fold {fold} is not in {root / 'folds.json'} (folds {sorted(folds)})")
+    areas = list(folds[fold].test)
+    ckpt_path = run / f"{cfg.eval.checkpoint}.pt"
+    ckpt = load_checkpoint(ckpt_path, config_to_dict(cfg))
+    model = build.model(cfg).to(env.device)
+    load_model_state(model, ckpt["model"], ckpt_path)
+    t0 = time.perf_counter()
+    mine = predict_areas(model, cfg, areas, env, progress_desc=f"evaluate {', '.join(areas)}")
+    if env.distributed:
+        gathered = [None] * env.world_size
+        torch.distributed.all_gather_object(gathered, mine)
+    else:
+        gathered = [mine]
+    seconds = time.perf_counter() - t0
+    metrics: dict = {}
+    if env.is_main:
+        confusion = np.zeros((cfg.model.num_classes,) * 2, dtype=np.int64)
+        num_points = 0
+        for area in areas:
+            rooms = {room: pred for part in gathered for room, pred in part[area].items()}
+            for room, pred in rooms.items():
+                label = read_room(root / f"{area}.h5", room, fields=("label",))["label"]
+                if label.shape != pred.shape:
+                    raise RuntimeError(f"{area}/{room}: {pred.shape[0]} predictions for {label.shape[0]} points")
+                confusion += confusion_matrix(pred, label, cfg.model.num_classes, IGNORE_LABEL)
+                num_points += int(pred.shape[0])
+            write_predictions(run / "predictions" / f"{area}.h5", area, rooms,
+                              {"checkpoint": ckpt_path.name, "epoch": int(ckpt["epoch"])})
+        s = scores(confusion)
+        metrics = {
+            "area": areas[0] if len(areas) == 1 else areas, "fold": fold, "test_areas": areas,
+            "class_names": list(CLASS_NAMES[:cfg.model.num_classes]), "confusion": confusion.tolist(),
+            "oa": _json_number(s["oa"]), "macc": _json_number(s["macc"]), "miou": _json_number(s["miou"]),
+            "iou": [_json_number(v) for v in s["iou"]], "acc": [_json_number(v) for v in s["acc"]],
+            "num_points": num_points, "checkpoint": ckpt_path.name, "epoch": int(ckpt["epoch"]),
+            "tta_views": len(tta_views(cfg.eval.tta)), "eval_seconds": round(seconds, 2),
+            "pe": cfg.model.pe, "complete": True,
+        }
+        write_json_atomic(run / "metrics.json", metrics)
+        log(f"evaluated {', '.join(areas)}: {num_points:,} points in {seconds:.1f}s -> "
+            f"{run / 'predictions'}, {run / 'metrics.json'}")
+    if env.distributed:
+        box = [metrics]
+        torch.distributed.broadcast_object_list(box, src=0)
+        metrics = box[0]
+    return metrics
+
+
+# --- `pointgeope evaluate RUN/area_K` -------------------------------------------------------------------
+
+def main(args: argparse.Namespace) -> int:
+    from pointgeope.engine.config import load_config
+
+    run = Path(args.run)
+    overrides = list(args.overrides)
+    if args.checkpoint:
+        overrides.append(f"eval.checkpoint={args.checkpoint}")
+    if args.data_root:
+        overrides.append(f"data.root={args.data_root}")
+    cfg = load_config(run / "config.yaml", overrides)
+    env = distributed.setup(cfg.train.device)
+    try:
+        m = evaluate_fold(run, cfg, env)
+    finally:
+        distributed.cleanup()
+    if env.is_main:
+        print(f"{m['area']}: oa {m['oa']:.4f}  macc {m['macc']:.4f}  miou {m['miou']:.4f}")
+    return 0

@@ -1,0 +1,61 @@
+"""Writing into a run folder: the plain-text log, progress bars, atomic JSON and file copies."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+
+class Log:
+    """One time-stamped line to stdout and to ``log.txt`` (give ``path=None`` on ranks other than 0)."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+
+    def __call__(self, text: str) -> None:
+        if self.path is None:
+            return
+        line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}"
+        print(line, flush=True)
+        with open(self.path, "a") as f:
+            f.write(line + "\n")
+
+
+def progress(items: Iterable, enabled: bool, **kwargs) -> Iterable:
+    """A tqdm bar with ETA over ``items`` when ``enabled`` and stderr is a terminal, else ``items``."""
+    if not (enabled and sys.stderr.isatty()):
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, dynamic_ncols=True, leave=False, **kwargs)
+
+
+def _atomic(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    """A JSON object, one top-level key per line, to a temporary file beside ``path``, then renamed
+    (NaN is not allowed: use None)."""
+    def write(tmp: str) -> None:
+        lines = [f" {json.dumps(k)}: {json.dumps(v, allow_nan=False)}" for k, v in obj.items()]
+        with open(tmp, "w") as f:
+            f.write("{\n" + ",\n".join(lines) + "\n}\n")
+    _atomic(Path(path), write)
+
+
+def copy_atomic(src: Path, dst: Path) -> None:
+    _atomic(Path(dst), lambda tmp: shutil.copyfile(src, tmp))

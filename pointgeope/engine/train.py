@@ -1,0 +1,246 @@
+"""Train Point Transformer on one fold of ``folds.json`` (or every fold), then evaluate it at full resolution.
+
+    python train.py --config configs/s3dis/pt_geope.yaml --test-area 5 [section.key=value ...]
+    python train.py --config configs/s3dis/pt_geope.yaml --cv            # every fold, complete ones skipped
+    torchrun --nproc_per_node 4 train.py --config ... --test-area 5      # DDP
+
+One fold writes ``RUN/area_K/``: ``config.yaml``, ``log.txt``, TensorBoard events, ``last.pt`` (every
+epoch, and every ``train.checkpoint_every`` steps), ``best.pt`` (with ``train.val_every``),
+``predictions/Area_K.h5`` and finally ``metrics.json`` with ``"complete": true``.
+
+Restarting the same command resumes from ``last.pt`` exactly: model, optimiser, scheduler, scaler, the RNG
+states and the position in the epoch are restored, and the data order and augmentations are functions of
+``(seed, epoch, index)``, so the resumed run takes the same steps as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.data.folds import Fold, load_folds
+from pointgeope.engine import build, distributed
+from pointgeope.engine.runio import Log, copy_atomic, progress
+from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, load_model_state, rng_state,
+                                          save_checkpoint, set_rng_state)
+from pointgeope.engine.config import Config, config_to_dict, load_config, save_config
+from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
+from pointgeope.metrics import ConfusionMeter
+
+
+class StopRun(Exception):
+    """This invocation stops early on purpose (``train.epochs_per_run``); the same command continues it."""
+
+
+def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv) -> dict:
+    """Train (or resume) fold ``fold`` and evaluate it; returns the fold's metrics (every rank)."""
+    run = Path(cfg.train.run_dir) / f"area_{fold}"
+    root = Path(cfg.data.root)
+    test_areas, train_areas = list(folds[fold].test), list(folds[fold].train)
+    device = env.device
+    log = Log(run / "log.txt" if env.is_main else None)
+    if env.is_main:
+        run.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run / "config.yaml")
+    distributed.barrier()
+    log(f"fold {fold}: train on {', '.join(train_areas)}, test on {', '.join(test_areas)}; "
+        f"device {device}, {env.world_size} process(es)")
+
+    # --- model, data, optimiser (the weights are drawn from the seed, then maybe replaced by last.pt) ---
+    torch.manual_seed(cfg.train.seed)
+    model = build.model(cfg).to(device)
+    dataset = build.train_dataset(cfg, train_areas)
+    sampler = build.ResumableSampler(dataset, env, seed=cfg.train.seed)
+    loader = build.train_loader(cfg, dataset, sampler, env)
+    steps_per_epoch = len(loader)
+    if steps_per_epoch == 0:
+        raise ValueError(f"fold {fold}: {len(dataset)} training samples give no batch of "
+                         f"{build.per_rank_batch(cfg, env)} per rank; lower data.batch_size or raise data.loop")
+    optimizer = build.optimizer(cfg, model)
+    scheduler = build.scheduler(cfg, optimizer, steps_per_epoch)
+    use_amp = device.type == "cuda" and cfg.train.amp != "none"
+    amp_dtype = torch.float16 if cfg.train.amp == "fp16" else torch.bfloat16
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp and cfg.train.amp == "fp16")
+    log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, pe={cfg.model.pe}; "
+        f"{len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
+
+    # --- resume ---
+    epoch, batch_in_epoch, step, best_miou = 0, 0, 0, -1.0
+    resolved = config_to_dict(cfg)
+    if (run / "last.pt").is_file():
+        ckpt = load_checkpoint(run / "last.pt", resolved)
+        load_model_state(model, ckpt["model"], run / "last.pt")
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        if ckpt["scaler"] is not None:
+            scaler.load_state_dict(ckpt["scaler"])
+        set_rng_state(ckpt["rng"][env.rank] if env.rank < len(ckpt["rng"]) else ckpt["rng"][0])
+        epoch, batch_in_epoch, step, best_miou = ckpt["epoch"], ckpt["batch"], ckpt["step"], ckpt["best_miou"]
+        log(f"resumed from {run / 'last.pt'}: epoch {epoch}, batch {batch_in_epoch}, step {step}")
+    net = model
+    if env.distributed:
+        net = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    writer = None
+    if env.is_main:
+        from torch.utils.tensorboard import SummaryWriter
+        writer = SummaryWriter(str(run / "tb"), purge_step=step)
+
+    def checkpoint(path: Path) -> None:
+        """Save ``path`` on rank 0 with every rank's RNG state (collective: all ranks call it)."""
+        states = [rng_state()]
+        if env.distributed:
+            gathered = [None] * env.world_size
+            torch.distributed.all_gather_object(gathered, states[0])
+            states = gathered
+        if env.is_main:
+            save_checkpoint(path, {
+                "config": resolved, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict() if scaler.is_enabled() else None,
+                "rng": states, "epoch": epoch, "batch": batch_in_epoch, "step": step, "best_miou": best_miou})
+        distributed.barrier()
+
+    # --- epochs ---
+    epochs_this_run = 0
+    while epoch < cfg.train.epochs:
+        if cfg.train.epochs_per_run is not None and epochs_this_run >= cfg.train.epochs_per_run:
+            log(f"stopping after {epochs_this_run} epoch(s) in this run (train.epochs_per_run); "
+                "the same command continues from last.pt")
+            raise StopRun(fold)
+        model.train()
+        dataset.set_epoch(epoch)
+        sampler.set_epoch(epoch, skip_batches=batch_in_epoch, batch_size=build.per_rank_batch(cfg, env))
+        meter = ConfusionMeter(cfg.model.num_classes, cfg.train.ignore_index, device=device)
+        totals = torch.zeros(3, dtype=torch.float64, device=device)  # [loss sum, batches, points]
+        t0 = time.perf_counter()
+        bar = progress(loader, env.is_main and cfg.train.progress, desc=f"fold {fold} epoch {epoch + 1}/{cfg.train.epochs}",
+                             initial=batch_in_epoch, total=steps_per_epoch)
+        for batch in bar:
+            batch = batch.to(device)
+            offset = batch.ptr[1:]
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
+                logits = net(batch.pos, batch.x, offset)
+            loss = F.cross_entropy(logits.float(), batch.y, ignore_index=cfg.train.ignore_index)
+            if distributed.any_rank(not torch.isfinite(loss).item(), device):
+                dump = run / f"nan_step_{step}_rank{env.rank}.pt"
+                save_checkpoint(dump, {"config": resolved, "model": model.state_dict(), "epoch": epoch,
+                                       "step": step, "loss": loss.detach().cpu(), "pos": batch.pos.cpu(),
+                                       "x": batch.x.cpu(), "y": batch.y.cpu(), "ptr": batch.ptr.cpu()})
+                raise FloatingPointError(
+                    f"fold {fold}: the loss is {loss.item()} at epoch {epoch + 1}, step {step} "
+                    f"(batch {batch_in_epoch} of the epoch); the batch and model were saved to {dump}")
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            if cfg.optim.grad_clip is not None:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            step += 1
+            batch_in_epoch += 1
+
+            meter.update(logits.detach(), batch.y)
+            totals += torch.tensor([loss.item(), 1.0, batch.pos.shape[0]], dtype=torch.float64, device=device)
+            if writer is not None:
+                writer.add_scalar("train/loss", loss.item(), step)
+                writer.add_scalar("train/lr", optimizer.param_groups[0]["lr"], step)
+            if hasattr(bar, "set_postfix"):
+                bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
+            if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0 \
+                    and batch_in_epoch < steps_per_epoch:
+                checkpoint(run / "last.pt")
+
+        # --- end of epoch: metrics of all ranks, maybe validation, last.pt (and best.pt) ---
+        seconds = time.perf_counter() - t0
+        distributed.all_reduce_sum(totals)
+        meter.all_reduce()
+        train_scores = meter.scores()
+        epoch += 1
+        batch_in_epoch = 0
+        epochs_this_run += 1
+        points_per_s = totals[2].item() / max(seconds, 1e-9)
+        line = (f"epoch {epoch}/{cfg.train.epochs}  loss {totals[0].item() / max(totals[1].item(), 1):.4f}  "
+                f"train oa {train_scores['oa']:.4f} miou {train_scores['miou']:.4f}  "
+                f"lr {optimizer.param_groups[0]['lr']:.3e}  {seconds:.1f}s  {points_per_s:,.0f} pts/s")
+        if writer is not None:
+            writer.add_scalar("train/oa", train_scores["oa"], step)
+            writer.add_scalar("train/macc", train_scores["macc"], step)
+            writer.add_scalar("train/miou", train_scores["miou"], step)
+            writer.add_scalar("train/points_per_s", points_per_s, step)
+        is_best = False
+        if cfg.train.val_every and (epoch % cfg.train.val_every == 0 or epoch == cfg.train.epochs):
+            val = validate(cfg, model, root, test_areas, env)
+            line += f"  val oa {val['oa']:.4f} macc {val['macc']:.4f} miou {val['miou']:.4f}"
+            if writer is not None:
+                for key in ("oa", "macc", "miou"):
+                    writer.add_scalar(f"val/{key}", val[key], step)
+                for name, iou in zip(CLASS_NAMES, val["iou"]):
+                    writer.add_scalar(f"val_iou/{name}", 0.0 if math.isnan(iou) else iou, step)
+            is_best = val["miou"] > best_miou
+            best_miou = max(best_miou, val["miou"])
+        log(line)
+        checkpoint(run / "last.pt")
+        if is_best or not cfg.train.val_every:
+            if env.is_main:
+                copy_atomic(run / "last.pt", run / "best.pt")
+            distributed.barrier()
+
+    # --- full-resolution evaluation of the test area(s) ---
+    if writer is not None:
+        writer.close()
+    metrics = evaluate_fold(run, cfg, env, log=log)
+    log(f"fold {fold} done: oa {metrics['oa']:.4f}  macc {metrics['macc']:.4f}  miou {metrics['miou']:.4f}")
+    return metrics
+
+
+def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv) -> list[dict]:
+    """One fold, or every fold of ``folds.json`` in order (skipping those whose metrics are complete)."""
+    folds = load_folds(cfg.data.root)
+    if test_area is not None:
+        if test_area not in folds:
+            raise ValueError(f"--test-area {test_area}: {Path(cfg.data.root) / 'folds.json'} has folds "
+                             f"{sorted(folds)} (areas {', '.join(AREAS)})")
+        wanted = [test_area]
+    else:
+        wanted = list(folds)
+    results = []
+    for fold in wanted:
+        run = Path(cfg.train.run_dir) / f"area_{fold}"
+        if fold_is_complete(run):
+            if env.is_main:
+                print(f"fold {fold}: {run / 'metrics.json'} is complete, skipped", flush=True)
+            results.append(json.loads((run / "metrics.json").read_text()))
+            continue
+        results.append(train_fold(cfg, fold, folds, env))
+    return results
+
+
+def main(args: argparse.Namespace) -> int:
+    overrides = list(args.overrides)
+    if args.data_root:
+        overrides.append(f"data.root={args.data_root}")
+    if args.run_dir:
+        overrides.append(f"train.run_dir={args.run_dir}")
+    cfg = load_config(args.config, overrides)
+    env = distributed.setup(cfg.train.device)
+    try:
+        results = run_folds(cfg, args.test_area, env)
+    except StopRun:
+        return 0
+    except (CheckpointError, FloatingPointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    finally:
+        distributed.cleanup()
+    if env.is_main and len(results) > 1:
+        print(f"{len(results)} folds: " + "  ".join(f"{r['area']} miou {r['miou']:.4f}" for r in results))
+    return 0
