@@ -1,0 +1,142 @@
+"""The pinhole camera that frames a room: looking into it from above at an angle, the whole room in view.
+
+Conventions (those of Open3D's ``PinholeCameraParameters`` and OpenCV): the extrinsic ``E`` (4, 4) maps
+world points to camera coordinates, ``[x y z 1]^T = E [X Y Z 1]^T``, with the camera axes::
+
+    x: right    y: down    z: forward (depth)
+
+and a point projects to the pixel (column ``u``, row ``v``; pixel centres at integers, row 0 at the top)::
+
+    u = fx * x / z + cx        v = fy * y / z + cy        cx = (W - 1) / 2,  cy = (H - 1) / 2,  fx = fy
+
+``fy = (H / 2) / tan(fov / 2)`` for the vertical field of view ``fov``: the same frustum as Open3D's
+viewer, which accepts these parameters as they are (it needs the principal point at the image centre).
+
+The viewing direction is given by the elevation ``e`` (angle above the horizontal plane) and the azimuth
+``a`` (angle of the camera's horizontal position around the room, counter-clockwise from +X)::
+
+    eye = centre + distance * (cos e cos a, cos e sin a, sin e)
+
+``centre`` is the centre of the bounding box and ``distance`` the smallest one at which every point
+projects inside the image, leaving ``margin`` (a fraction of each half-size) free on every side.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Camera:
+    """A pinhole camera: image size, focal length in pixels and the world-to-camera extrinsic (4, 4)."""
+
+    width: int
+    height: int
+    focal: float
+    extrinsic: np.ndarray
+
+    @property
+    def cx(self) -> float:
+        return (self.width - 1) / 2.0
+
+    @property
+    def cy(self) -> float:
+        return (self.height - 1) / 2.0
+
+    @property
+    def intrinsic(self) -> np.ndarray:
+        """``K`` (3, 3) = [[f, 0, cx], [0, f, cy], [0, 0, 1]]."""
+        return np.array([[self.focal, 0.0, self.cx], [0.0, self.focal, self.cy], [0.0, 0.0, 1.0]])
+
+    @property
+    def eye(self) -> np.ndarray:
+        """Camera position in world coordinates: ``-R^T t``."""
+        rot, t = self.extrinsic[:3, :3], self.extrinsic[:3, 3]
+        return -rot.T @ t
+
+    @property
+    def forward(self) -> np.ndarray:
+        """Unit viewing direction in world coordinates (the camera's +z axis)."""
+        return self.extrinsic[2, :3].copy()
+
+    def __repr__(self) -> str:
+        eye = ", ".join(f"{v:.2f}" for v in self.eye)
+        fwd = ", ".join(f"{v:.2f}" for v in self.forward)
+        return f"Camera({self.width}x{self.height}, focal={self.focal:.1f}, eye=({eye}), forward=({fwd}))"
+
+
+def look_at(eye, center, up=(0.0, 0.0, 1.0)) -> np.ndarray:
+    """World-to-camera extrinsic ``(4, 4)`` of a camera at ``eye`` looking at ``center``.
+
+    ``forward = normalize(center - eye)``, ``right = normalize(forward x up)``, ``down = forward x right``;
+    the rows of ``R`` are (right, down, forward) and ``t = -R eye``.
+    """
+    eye = np.asarray(eye, dtype=np.float64)
+    forward = np.asarray(center, dtype=np.float64) - eye
+    norm = np.linalg.norm(forward)
+    if norm == 0:
+        raise ValueError("expected eye and center to differ, got the same point")
+    forward /= norm
+    right = np.cross(forward, np.asarray(up, dtype=np.float64))
+    if np.linalg.norm(right) < 1e-9:
+        raise ValueError(f"expected an up vector not parallel to the viewing direction, got up={tuple(up)}")
+    right /= np.linalg.norm(right)
+    down = np.cross(forward, right)
+    ext = np.eye(4)
+    ext[:3, :3] = np.stack([right, down, forward])
+    ext[:3, 3] = -ext[:3, :3] @ eye
+    return ext
+
+
+def fit_camera(coord: np.ndarray, width: int, height: int, elevation: float = 45.0, azimuth: float = -60.0,
+               fov: float = 60.0, margin: float = 0.05) -> Camera:
+    """The camera looking at the centre of the bounding box of ``coord`` (N, 3) from ``elevation`` and
+    ``azimuth`` (degrees) at the smallest distance that keeps every point in the image (module docstring).
+
+    With the camera at ``eye = c + d * dir`` and a point ``p``, in camera coordinates
+    ``x = right . (p - c)``, ``y = down . (p - c)``, ``z = d + forward . (p - c)``; the point is inside
+    with margin ``m`` when ``f |x| / z <= (1 - m) W / 2`` and ``f |y| / z <= (1 - m) H / 2``, i.e.
+    ``d >= f |x| / ((1 - m) W / 2) - forward . (p - c)`` (and the same with ``y``, ``H``); ``d`` is the
+    largest of these bounds over the points (the points, not the box's corners: a tighter frame).
+    """
+    coord = np.asarray(coord, dtype=np.float64)
+    if coord.ndim != 2 or coord.shape[1] != 3 or coord.shape[0] == 0:
+        raise ValueError(f"expected a non-empty coord of shape (N, 3), got {coord.shape}")
+    if width < 8 or height < 8:
+        raise ValueError(f"expected an image of at least 8x8 pixels, got {width}x{height}")
+    if not 5.0 <= fov <= 90.0:
+        raise ValueError(f"expected a field of view in [5, 90] degrees (Open3D's range), got {fov}")
+    if not -90.0 <= elevation <= 90.0:
+        raise ValueError(f"expected an elevation in [-90, 90] degrees, got {elevation}")
+    if not 0.0 <= margin < 0.5:
+        raise ValueError(f"expected a margin in [0, 0.5), got {margin}")
+    lo, hi = coord.min(axis=0), coord.max(axis=0)
+    center = (lo + hi) / 2.0
+    e, a = math.radians(elevation), math.radians(azimuth)
+    direction = np.array([math.cos(e) * math.cos(a), math.cos(e) * math.sin(a), math.sin(e)])
+    # Looking straight down (or up) the world z axis cannot be the image's up: use the horizontal direction
+    # the camera would face at a slightly lower elevation, the limit of the general case.
+    up = (0.0, 0.0, 1.0) if abs(direction[2]) < 1.0 - 1e-9 else (-math.cos(a), -math.sin(a), 0.0)
+    rot = look_at(center + direction, center, up)[:3, :3]            # rows: right, down, forward
+    focal = (height / 2.0) / math.tan(math.radians(fov) / 2.0)
+    local = (coord - center) @ rot.T                                 # (N, 3): right, down, forward offsets
+    half_w, half_h = (1.0 - margin) * width / 2.0, (1.0 - margin) * height / 2.0
+    bounds = np.concatenate([focal * np.abs(local[:, 0]) / half_w - local[:, 2],
+                             focal * np.abs(local[:, 1]) / half_h - local[:, 2],
+                             0.1 - local[:, 2]])                     # every point at least 10 cm in front
+    distance = max(float(bounds.max()), 0.1)
+    return Camera(width=int(width), height=int(height), focal=float(focal),
+                  extrinsic=look_at(center + distance * direction, center, up))
+
+
+def project(camera: Camera, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel coordinates ``(N, 2)`` (``u`` column, ``v`` row; float) and depth ``z`` ``(N,)`` of world points."""
+    points = np.asarray(points, dtype=np.float64)
+    if points.ndim != 2 or points.shape[1] != 3:
+        raise ValueError(f"expected points of shape (N, 3), got {points.shape}")
+    cam = points @ camera.extrinsic[:3, :3].T + camera.extrinsic[:3, 3]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        uv = camera.focal * cam[:, :2] / cam[:, 2:3] + np.array([camera.cx, camera.cy])
+    return uv, cam[:, 2]

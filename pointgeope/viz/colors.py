@@ -1,0 +1,85 @@
+"""Point colours for each view mode, from the project palette ``constants.PALETTE``.
+
+Modes (the keys 1..4 of the viewer)::
+
+    rgb    the scanned colour of each point                color (N, 3) uint8
+    gt     the ground-truth class, PALETTE[label]          label (N,)
+    pred   the predicted class, PALETTE[pred]              pred  (N,)
+    error  CORRECT_COLOR where pred == label, WRONG_COLOR elsewhere
+
+Labels outside ``0..12`` (``constants.IGNORE_LABEL``) are drawn in ``IGNORE_COLOR``; in ``error`` mode a
+point whose ground truth is ignored is neither right nor wrong and is drawn in ``IGNORE_COLOR`` too.
+All functions return new ``uint8 (N, 3)`` arrays.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pointgeope.constants import NUM_CLASSES, PALETTE
+
+MODES: tuple[str, ...] = ("rgb", "gt", "pred", "error")
+MODE_HELP = {
+    "rgb": "scanned RGB colour",
+    "gt": "ground-truth class",
+    "pred": "predicted class",
+    "error": "errors: grey = correct, red = wrong",
+}
+
+CORRECT_COLOR = (190, 190, 190)  # light grey: far from every palette colour but clutter's dark grey
+WRONG_COLOR = (255, 0, 0)        # pure red: the palette's red (table) is (214, 39, 40)
+IGNORE_COLOR = (0, 0, 0)
+
+
+def palette_lut() -> np.ndarray:
+    """Look-up table ``uint8 (256, 3)``: row ``c`` is ``PALETTE[c]`` for ``c < 13``, ``IGNORE_COLOR`` above."""
+    lut = np.empty((256, 3), dtype=np.uint8)
+    lut[:] = IGNORE_COLOR
+    lut[:NUM_CLASSES] = np.asarray(PALETTE, dtype=np.uint8)
+    return lut
+
+
+def label_colors(labels: np.ndarray) -> np.ndarray:
+    """``PALETTE[labels]`` as ``uint8 (N, 3)``; labels outside ``0..12`` get ``IGNORE_COLOR``."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ValueError(f"expected labels of shape (N,), got {labels.shape}")
+    idx = np.where((labels >= 0) & (labels < NUM_CLASSES), labels, 255).astype(np.uint8)
+    return palette_lut()[idx]
+
+
+def error_colors(label: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """``CORRECT_COLOR`` where ``pred == label``, ``WRONG_COLOR`` elsewhere, ``IGNORE_COLOR`` on unlabelled points."""
+    label = np.asarray(label)
+    pred = np.asarray(pred)
+    if label.shape != pred.shape or label.ndim != 1:
+        raise ValueError(f"expected label and pred of one shape (N,), got {label.shape} and {pred.shape}")
+    out = np.empty((label.shape[0], 3), dtype=np.uint8)
+    out[:] = WRONG_COLOR
+    out[pred == label] = CORRECT_COLOR
+    out[(label < 0) | (label >= NUM_CLASSES)] = IGNORE_COLOR
+    return out
+
+
+def colorize(mode: str, color: np.ndarray, label: np.ndarray, pred: np.ndarray | None = None) -> np.ndarray:
+    """Colours ``uint8 (N, 3)`` of the points in one of :data:`MODES`.
+
+    Args:
+        mode: ``"rgb"``, ``"gt"``, ``"pred"`` or ``"error"``.
+        color: scanned colours ``uint8 (N, 3)``.
+        label: ground truth ``(N,)``.
+        pred: predictions ``(N,)``; required by ``pred`` and ``error``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"expected a mode in {MODES}, got {mode!r}")
+    if mode in ("pred", "error") and pred is None:
+        raise ValueError(f"mode {mode!r} needs predictions (--pred RUN/area_K/predictions/Area_K.h5)")
+    if mode == "rgb":
+        color = np.asarray(color)
+        if color.ndim != 2 or color.shape[1] != 3:
+            raise ValueError(f"expected colours of shape (N, 3), got {color.shape}")
+        return np.array(color, dtype=np.uint8)
+    if mode == "gt":
+        return label_colors(label)
+    if mode == "pred":
+        return label_colors(pred)
+    return error_colors(label, pred)

@@ -1,0 +1,103 @@
+"""What the viewer prints to the terminal: the class legend of a room and the table of rooms.
+
+A colour swatch is an ANSI 24-bit ("truecolour") background escape, ``ESC[48;2;R;G;Bm`` + spaces +
+``ESC[0m``; without ANSI (output not a terminal, or ``NO_COLOR`` set) it is the hex code ``#rrggbb``.
+IoU values come from ``pointgeope.metrics`` and are printed in percent; ``-`` where undefined (a class
+neither in the ground truth nor in the predictions of that room).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy as np
+
+from pointgeope.constants import CLASS_NAMES, NUM_CLASSES, PALETTE
+from pointgeope.viz.colors import CORRECT_COLOR, IGNORE_COLOR, MODE_HELP, MODES, WRONG_COLOR
+
+
+def use_ansi(stream=None) -> bool:
+    """True when ``stream`` (default stdout) is a terminal and ``NO_COLOR`` is not set."""
+    stream = sys.stdout if stream is None else stream
+    return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
+
+
+def swatch(rgb, ansi: bool, width: int = 4) -> str:
+    """A block of ``width`` characters in colour ``rgb``, or ``#rrggbb`` (padded to ``width``) without ANSI."""
+    r, g, b = (int(c) for c in rgb)
+    if ansi:
+        return f"\x1b[48;2;{r};{g};{b}m{' ' * width}\x1b[0m"
+    return f"#{r:02x}{g:02x}{b:02x}".ljust(width)
+
+
+def _percent(value: float) -> str:
+    return "-" if value is None or math.isnan(value) else f"{100.0 * value:.1f}"
+
+
+def room_scores(label: np.ndarray, pred: np.ndarray) -> dict:
+    """``pointgeope.metrics.scores`` of one room's confusion matrix (ignored labels skipped)."""
+    from pointgeope.metrics import confusion_matrix, scores
+
+    return scores(confusion_matrix(pred, label))
+
+
+def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool = False,
+                 title: str = "") -> list[str]:
+    """The class legend: index, name, swatch, ground-truth point count and, with ``pred``, the room's IoU.
+
+    One line per class (all 13: a prediction can be any class), a header, and with predictions a last
+    line with the room's mIoU and OA.
+    """
+    label = np.asarray(label)
+    counts = np.bincount(label[label < NUM_CLASSES].astype(np.int64), minlength=NUM_CLASSES)
+    sw = 7 if not ansi else 4
+    head = f"  #  {'class':<9} {'colour':<{sw}} {'points':>10}"
+    result = None
+    if pred is not None:
+        result = room_scores(label, pred)
+        head += f" {'IoU %':>6}"
+    lines = [title] if title else []
+    lines.append(head)
+    for c, name in enumerate(CLASS_NAMES):
+        line = f" {c:>2}  {name:<9} {swatch(PALETTE[c], ansi, sw)} {counts[c]:>10,}"
+        if result is not None:
+            line += f" {_percent(result['iou'][c]):>6}"
+        lines.append(line)
+    if result is not None:
+        lines.append(f"  room: mIoU {_percent(result['miou'])} %, OA {_percent(result['oa'])} % "
+                     f"over {int(counts.sum()):,} labelled points")
+    return lines
+
+
+def key_help_lines(has_pred: bool, ansi: bool = False) -> list[str]:
+    """The viewer's keys: 1..4 switch the colouring (pred and error only with predictions)."""
+    lines = ["keys:"]
+    for key, mode in enumerate(MODES, start=1):
+        state = "" if has_pred or mode in ("rgb", "gt") else "  (needs --pred)"
+        lines.append(f"  {key}  {mode:<6} {MODE_HELP[mode]}{state}")
+    lines.append(f"     error colours: {swatch(CORRECT_COLOR, ansi)} correct  {swatch(WRONG_COLOR, ansi)} wrong  "
+                 f"{swatch(IGNORE_COLOR, ansi)} unlabelled")
+    lines.append("  +/-  point size    mouse: rotate (left), pan (ctrl/middle), zoom (wheel)    Q/Esc  close")
+    return lines
+
+
+def room_table(counts: dict[str, int], miou: dict[str, float] | None = None) -> list[str]:
+    """The rooms of an area with their point counts; with ``miou`` (room -> mIoU, NaN or missing when the
+    room has no predictions) sorted worst first, rooms without predictions last."""
+    names = list(counts)
+    if miou is not None:
+        def order(name):
+            value = miou.get(name, float("nan"))
+            return (math.isnan(value), value if not math.isnan(value) else 0.0, name)
+        names.sort(key=order)
+    width = max([len("room")] + [len(n) for n in names])
+    head = f"{'room':<{width}} {'points':>11}" + (f" {'mIoU %':>7}" if miou is not None else "")
+    lines = [head]
+    for name in names:
+        line = f"{name:<{width}} {counts[name]:>11,}"
+        if miou is not None:
+            line += f" {_percent(miou.get(name, float('nan'))):>7}"
+        lines.append(line)
+    lines.append(f"{len(names)} rooms, {sum(counts.values()):,} points")
+    return lines

@@ -1,0 +1,211 @@
+"""The Open3D side of the viewer: a window with key-switchable colourings, and headless screenshots.
+
+Open3D is imported inside these functions only (:func:`require_open3d`), so that the rest of
+``pointgeope`` works without it. Rendering uses Open3D's window-based ``Visualizer`` with unlit points
+(``render_option.light_on = False``): every pixel a point covers has exactly that point's colour.
+``rendering.OffscreenRenderer`` (Filament) was tried and not used: on machines without a GPU it needs
+EGL/Vulkan drivers and fails to start ("Failed to load vulkan library") where ``Visualizer`` works.
+
+Headless (no ``DISPLAY``): :func:`headless_display` starts one ``Xvfb`` server for the process when it
+is installed and points ``DISPLAY`` at it for the duration of the render; without Xvfb, Open3D >= 0.19
+tries a headless EGL context (Mesa) by itself, and a clear error says what to install if that fails too.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from pointgeope.viz.camera import Camera
+
+INSTALL_HINT = ("install it with `pip install open3d` (on Debian/Ubuntu it also needs the system library "
+                "libusb: `apt-get install libusb-1.0-0`)")
+DISPLAY_HINT = ("install a virtual X server (`apt-get install xvfb`) or run under `xvfb-run -a`, "
+                "or on a desktop set DISPLAY")
+BACKGROUND = (255, 255, 255)
+# keys of the viewer: GLFW key codes of '1'..'4' are their ASCII codes
+MODE_KEYS = {ord("1"): "rgb", ord("2"): "gt", ord("3"): "pred", ord("4"): "error"}
+
+
+def require_open3d():
+    """``import open3d``, or an ``ImportError`` that says how to install it."""
+    try:
+        import open3d
+    except (ImportError, OSError) as err:  # OSError: the wheel is there but libusb-1.0 is missing
+        raise ImportError(f"pointgeope viz needs Open3D, which could not be imported ({err}); "
+                          f"{INSTALL_HINT}") from err
+    return open3d
+
+
+# --- a display for headless rendering --------------------------------------------------------------------
+
+_XVFB: dict = {}  # the Xvfb server started by this process: {"proc", "display", "size"}
+
+
+def _start_xvfb(width: int, height: int) -> str:
+    """Start ``Xvfb`` on a free display number (it writes the number to ``-displayfd``); return ``":N"``."""
+    old = _XVFB.get("proc")
+    if old is not None and old.poll() is None:
+        sw, sh = _XVFB["size"]
+        if sw >= width and sh >= height:
+            return _XVFB["display"]
+        _stop_xvfb()
+    size = (max(width, 1920), max(height, 1080))
+    read_fd, write_fd = os.pipe()
+    cmd = [shutil.which("Xvfb") or "Xvfb", "-displayfd", str(write_fd), "-screen", "0",
+           f"{size[0]}x{size[1]}x24", "-nolisten", "tcp"]
+    proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        number = pipe.readline().strip()  # empty when Xvfb exited before choosing a display
+    if not number.isdigit():
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"Xvfb did not start (exit code {proc.poll()}); {DISPLAY_HINT}")
+    _XVFB.update(proc=proc, display=f":{number}", size=size)
+    return _XVFB["display"]
+
+
+def _stop_xvfb() -> None:
+    proc = _XVFB.pop("proc", None)
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    _XVFB.clear()
+
+
+atexit.register(_stop_xvfb)
+
+
+@contextlib.contextmanager
+def headless_display(width: int, height: int) -> Iterator[str | None]:
+    """Make sure OpenGL can render a ``width x height`` window; yields the display used.
+
+    ``DISPLAY`` set (a desktop, ``xvfb-run``), or not Linux: nothing to do. Else, with ``Xvfb`` on the
+    PATH: start it once for the process and set ``DISPLAY`` only inside this block. Else yield ``None``
+    and let Open3D try a headless EGL context.
+    """
+    if os.environ.get("DISPLAY") or not sys.platform.startswith("linux"):
+        yield os.environ.get("DISPLAY")
+        return
+    if shutil.which("Xvfb") is None:
+        yield None
+        return
+    display = _start_xvfb(width, height)
+    os.environ["DISPLAY"] = display
+    try:
+        yield display
+    finally:
+        os.environ.pop("DISPLAY", None)
+
+
+# --- drawing ---------------------------------------------------------------------------------------------
+
+def _point_cloud(o3d, coord: np.ndarray, colors: np.ndarray):
+    pcd = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(np.asarray(coord, dtype=np.float64)))
+    pcd.colors = o3d.utility.Vector3dVector(np.asarray(colors, dtype=np.float64) / 255.0)
+    return pcd
+
+
+def _configure(vis, point_size: float, background=BACKGROUND) -> None:
+    opt = vis.get_render_option()
+    opt.light_on = False                      # flat colours: no shading of the points
+    opt.point_size = float(point_size)
+    opt.background_color = np.asarray(background, dtype=np.float64) / 255.0
+
+
+def apply_camera(o3d, vis, camera: Camera) -> None:
+    """Set the view of ``vis`` to ``camera`` (the window must have the camera's size)."""
+    params = o3d.camera.PinholeCameraParameters()
+    params.intrinsic = o3d.camera.PinholeCameraIntrinsic(camera.width, camera.height, camera.focal,
+                                                         camera.focal, camera.cx, camera.cy)
+    params.extrinsic = np.asarray(camera.extrinsic, dtype=np.float64)
+    if not vis.get_view_control().convert_from_pinhole_camera_parameters(params, allow_arbitrary=True):
+        raise RuntimeError(f"Open3D refused the camera {camera!r}")
+
+
+def render_image(coord: np.ndarray, colors: np.ndarray, camera: Camera, point_size: float = 2.0,
+                 background=BACKGROUND) -> np.ndarray:
+    """Render points ``coord (N, 3)`` in ``colors uint8 (N, 3)`` seen by ``camera``, without showing a
+    window; returns the image ``uint8 (H, W, 3)``, row 0 at the top."""
+    o3d = require_open3d()
+    with headless_display(camera.width, camera.height):
+        vis = o3d.visualization.Visualizer()
+        if not vis.create_window(window_name="pointgeope", width=camera.width, height=camera.height,
+                                 visible=False):
+            raise RuntimeError(f"Open3D could not open an OpenGL context (DISPLAY={os.environ.get('DISPLAY')!r}); "
+                               f"{DISPLAY_HINT}")
+        try:
+            vis.add_geometry(_point_cloud(o3d, coord, colors))
+            _configure(vis, point_size, background)
+            apply_camera(o3d, vis, camera)
+            vis.poll_events()
+            vis.update_renderer()
+            buffer = np.asarray(vis.capture_screen_float_buffer(do_render=True))
+        finally:
+            vis.destroy_window()
+    if buffer.shape != (camera.height, camera.width, 3):
+        raise RuntimeError(f"Open3D returned an image of shape {buffer.shape}, expected "
+                           f"({camera.height}, {camera.width}, 3); is the screen smaller than the window?")
+    return np.clip(np.rint(buffer * 255.0), 0, 255).astype(np.uint8)
+
+
+def save_image(image: np.ndarray, path) -> None:
+    """Write ``uint8 (H, W, 3)`` to ``path`` (format from the suffix, e.g. PNG), atomically."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    Image.fromarray(np.ascontiguousarray(image)).save(tmp, optimize=True)
+    os.replace(tmp, path)
+
+
+def mode_callbacks(o3d, pcd, colors_by_mode: dict[str, np.ndarray], announce: Callable[[str], None] = print
+                   ) -> dict[int, Callable]:
+    """Key code -> callback ``fn(vis) -> bool`` that recolours ``pcd`` in that key's mode (modes missing
+    from ``colors_by_mode``, e.g. ``pred`` without predictions, announce why and change nothing)."""
+    def make(mode: str):
+        def callback(vis) -> bool:
+            if mode not in colors_by_mode:
+                announce(f"mode {mode}: not available (needs --pred)")
+                return False
+            pcd.colors = o3d.utility.Vector3dVector(colors_by_mode[mode].astype(np.float64) / 255.0)
+            vis.update_geometry(pcd)
+            announce(f"mode {mode}")
+            return True
+        return callback
+    return {key: make(mode) for key, mode in MODE_KEYS.items()}
+
+
+def show(coord: np.ndarray, colors_by_mode: dict[str, np.ndarray], mode: str, camera: Camera,
+         point_size: float = 2.0, title: str = "pointgeope") -> None:
+    """Open a window on the points, coloured by ``mode``; keys 1..4 switch modes. Blocks until closed."""
+    o3d = require_open3d()
+    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        raise RuntimeError("the viewer window needs a display (DISPLAY is not set); use --screenshot PNG "
+                           "to render without one, or run on a desktop / over `ssh -X`")
+    vis = o3d.visualization.VisualizerWithKeyCallback()
+    if not vis.create_window(window_name=title, width=camera.width, height=camera.height):
+        raise RuntimeError(f"Open3D could not open a window on DISPLAY={os.environ.get('DISPLAY')!r}")
+    try:
+        pcd = _point_cloud(o3d, coord, colors_by_mode[mode])
+        vis.add_geometry(pcd)
+        _configure(vis, point_size)
+        apply_camera(o3d, vis, camera)
+        for key, callback in mode_callbacks(o3d, pcd, colors_by_mode).items():
+            vis.register_key_callback(key, callback)
+        vis.run()
+    finally:
+        vis.destroy_window()

@@ -1,0 +1,93 @@
+"""A room as the viewer draws it: points, colours, labels and predictions read from the prepared files.
+
+``load_room`` reads one room of ``OUT/Area_N.h5`` (``pointgeope.data.h5.read_room``) and, when given,
+its predictions (``read_predictions``), checking that they are aligned with the room. ``prepare_view``
+then chooses the points to draw: hidden classes out, optional voxel downsampling, then the point cap.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pointgeope.constants import NUM_CLASSES
+from pointgeope.viz.select import cap_indices, keep_mask, voxel_representatives
+
+DEFAULT_MAX_POINTS = 2_000_000
+
+
+@dataclass(frozen=True)
+class RoomView:
+    """The points of a room to draw (aligned arrays of length ``M``).
+
+    Attributes:
+        name: the room's name.
+        coord: ``float32 (M, 3)`` metres.
+        color: ``uint8 (M, 3)`` scanned colour.
+        label: ``uint8 (M,)`` ground truth.
+        pred: ``uint8 (M,)`` predictions, or ``None``.
+        notes: what was done to the points (hidden classes, downsampling, cap), to print.
+    """
+
+    name: str
+    coord: np.ndarray
+    color: np.ndarray
+    label: np.ndarray
+    pred: np.ndarray | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def __len__(self) -> int:
+        return int(self.label.shape[0])
+
+    def __repr__(self) -> str:
+        pred = "with" if self.pred is not None else "without"
+        return f"RoomView({self.name!r}, points={len(self)}, {pred} predictions)"
+
+    def take(self, index: np.ndarray, note: str | None = None) -> "RoomView":
+        """A new view of the points ``index`` (indices or a boolean mask); this one is unchanged."""
+        return RoomView(self.name, self.coord[index], self.color[index], self.label[index],
+                        None if self.pred is None else self.pred[index],
+                        self.notes + ((note,) if note else ()))
+
+
+def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = None) -> RoomView:
+    """Read a room and, with ``pred_path``, its predictions (checked: same length, labels 0..12)."""
+    from pointgeope.data.h5 import read_predictions, read_room
+
+    data = read_room(area_path, room, fields=("coord", "color", "label"))
+    pred = None
+    if pred_path is not None:
+        pred = np.asarray(read_predictions(pred_path, room))
+        n = data["label"].shape[0]
+        if pred.shape != (n,):
+            raise ValueError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, expected "
+                             f"({n},) to match {area_path}; are they from the same prepared data?")
+        if pred.size and (pred.min() < 0 or pred.max() >= NUM_CLASSES):
+            raise ValueError(f"{pred_path}: room {room!r} has predicted labels outside 0..{NUM_CLASSES - 1} "
+                             f"(min {pred.min()}, max {pred.max()})")
+        pred = pred.astype(np.uint8, copy=False)
+    return RoomView(room, np.asarray(data["coord"], dtype=np.float32), np.asarray(data["color"], dtype=np.uint8),
+                    np.asarray(data["label"], dtype=np.uint8), pred)
+
+
+def prepare_view(view: RoomView, hidden: tuple[int, ...] = (), voxel: float | None = None,
+                 max_points: int = DEFAULT_MAX_POINTS, seed: int = 0) -> RoomView:
+    """The points to draw: classes ``hidden`` (by ground truth) out, then one point per ``voxel`` (metres;
+    the point nearest each voxel's centre keeps its label and prediction), then at most ``max_points``
+    (a seeded uniform sample; ``0`` = no cap). Returns a new view whose ``notes`` say what was done."""
+    from pointgeope.constants import CLASS_NAMES
+
+    out = view
+    if hidden:
+        names = ",".join(CLASS_NAMES[c] for c in hidden)
+        keep = keep_mask(out.label, hidden)
+        out = out.take(keep, f"hidden {names}: {int((~keep).sum()):,} points")
+    if voxel:
+        idx = voxel_representatives(out.coord, voxel)
+        out = out.take(idx, f"voxel {voxel:g} m: {len(out):,} -> {idx.shape[0]:,} points")
+    idx = cap_indices(len(out), max_points, seed)
+    if idx is not None:
+        out = out.take(idx, f"capped at {max_points:,} of {len(out):,} points (random sample; "
+                            f"use --voxel to thin evenly or --max-points 0 to draw all)")
+    return out

@@ -1,0 +1,65 @@
+"""Tests of pointgeope/viz/camera.py: look-at frames, the fitted view of a room, projection."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pointgeope.viz.camera import fit_camera, look_at, project
+
+
+def test_look_at_frame():
+    ext = look_at(eye=(0, -5, 0), center=(0, 0, 0))                   # looking north (+y), z up
+    np.testing.assert_allclose(ext[:3, :3], [[1, 0, 0], [0, 0, -1], [0, 1, 0]], atol=1e-12)
+    np.testing.assert_allclose(ext @ [0, 0, 0, 1], [0, 0, 5, 1], atol=1e-12)  # the centre is 5 m ahead
+    assert np.isclose(np.linalg.det(ext[:3, :3]), 1.0)                  # a rotation, right-handed
+    with pytest.raises(ValueError, match="not parallel"):
+        look_at((0, 0, 5), (0, 0, 0), up=(0, 0, 1))
+
+
+def _room(rng):
+    return rng.random((5000, 3)) * np.array([7.0, 4.0, 3.0]) + np.array([10.0, -3.0, 0.0])
+
+
+@pytest.mark.parametrize("elevation, azimuth", [(45, -60), (90, -90), (30, 120), (10, 0)])
+@pytest.mark.parametrize("size", [(320, 240), (200, 400)])
+def test_fit_camera_frames_the_whole_room(elevation, azimuth, size):
+    rng = np.random.default_rng(0)
+    coord = _room(rng)
+    w, h = size
+    cam = fit_camera(coord, w, h, elevation=elevation, azimuth=azimuth, margin=0.05)
+    # the camera looks at the centre of the bounding box from the requested direction
+    centre = (coord.min(0) + coord.max(0)) / 2
+    to_eye = (cam.eye - centre) / np.linalg.norm(cam.eye - centre)
+    e, a = math.radians(elevation), math.radians(azimuth)
+    np.testing.assert_allclose(to_eye, [math.cos(e) * math.cos(a), math.cos(e) * math.sin(a), math.sin(e)],
+                               atol=1e-9)
+    np.testing.assert_allclose(project(cam, centre[None])[0][0], [cam.cx, cam.cy], atol=1e-9)
+    # every point projects inside the image, outside the 5% margin, in front of the camera
+    uv, depth = project(cam, coord)
+    assert (depth > 0).all()
+    assert (uv[:, 0] >= cam.cx - 0.95 * w / 2 - 1e-6).all() and (uv[:, 0] <= cam.cx + 0.95 * w / 2 + 1e-6).all()
+    assert (uv[:, 1] >= cam.cy - 0.95 * h / 2 - 1e-6).all() and (uv[:, 1] <= cam.cy + 0.95 * h / 2 + 1e-6).all()
+    # the distance is the smallest one: some point touches the margin
+    reach = max(np.abs(uv[:, 0] - cam.cx).max() / (0.95 * w / 2), np.abs(uv[:, 1] - cam.cy).max() / (0.95 * h / 2))
+    assert reach == pytest.approx(1.0, abs=1e-9)
+
+
+def test_fit_camera_up_is_up():
+    """At 45 degrees, higher points of the room appear higher in the image (smaller row v)."""
+    coord = np.array([[0, 0, 0], [4, 3, 0], [2, 1.5, 0], [2, 1.5, 2.5]], dtype=float)
+    cam = fit_camera(coord, 320, 240)
+    uv, _ = project(cam, coord)
+    assert uv[3, 1] < uv[2, 1]
+    np.testing.assert_allclose(cam.intrinsic, [[cam.focal, 0, 159.5], [0, cam.focal, 119.5], [0, 0, 1]])
+    assert cam.focal == pytest.approx(120 / math.tan(math.radians(30)))
+
+
+def test_fit_camera_bad_input():
+    with pytest.raises(ValueError, match="non-empty coord"):
+        fit_camera(np.zeros((0, 3)), 320, 240)
+    with pytest.raises(ValueError, match="field of view"):
+        fit_camera(np.zeros((2, 3)), 320, 240, fov=120)
+    with pytest.raises(ValueError, match="at least 8x8"):
+        fit_camera(np.zeros((2, 3)), 4, 240)

@@ -1,0 +1,87 @@
+"""Tests of pointgeope/viz/command.py (``pointgeope viz``) that need no display: --list, --hide, --ply,
+errors, and the message when Open3D is missing."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from pointgeope.cli import main
+from pointgeope.constants import CLASS_NAMES, PALETTE
+from pointgeope.viz.render import require_open3d
+from tests.viz.conftest import synthetic_room
+
+
+def test_list_rooms(synthetic_area, capsys):
+    area, _ = synthetic_area
+    assert main(["viz", str(area), "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    n = len(synthetic_room()[1])
+    assert [line.split() for line in lines] == [["room", "points"], ["grid_1", f"{n:,}"], ["tiny_2", "4"],
+                                               ["2", "rooms,", f"{n + 4:,}", "points"]]
+
+
+def test_list_rooms_with_predictions_worst_first(synthetic_area, capsys):
+    # tiny_2: IoU 1/2 and 2/3 -> mIoU 58.3;  grid_1: floor 1, ceiling 1, table 0, chair 1/2 -> mIoU 62.5
+    area, preds = synthetic_area
+    assert main(["viz", str(area), "--list", "--pred", str(preds)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["room", "points", "mIoU", "%"]
+    assert lines[1].split()[::2] == ["tiny_2", "58.3"] and lines[2].split()[::2] == ["grid_1", "62.5"]
+
+
+def test_unknown_hidden_class_lists_the_valid_ones(synthetic_area, capsys):
+    area, _ = synthetic_area
+    assert main(["viz", str(area), "--room", "grid_1", "--hide", "ceiling,roof", "--ply", "x.ply"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown class name(s) 'roof'" in err and all(name in err for name in CLASS_NAMES)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--room", "nope"], "no room 'nope'"),
+    ([], "expected --room ROOM or --list; rooms in"),
+    (["--room", "grid_1", "--mode", "error"], "--mode error needs --pred"),
+    (["--room", "grid_1", "--voxel", "-1"], "expected --voxel > 0"),
+    (["--room", "grid_1", "--hide", ",".join(CLASS_NAMES)], "no point left to draw"),
+])
+def test_user_errors(synthetic_area, capsys, argv, message):
+    area, _ = synthetic_area
+    assert main(["viz", str(area), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_area_file(tmp_path, capsys):
+    assert main(["viz", str(tmp_path / "Area_3.h5"), "--list"]) == 2
+    assert "expected a prepared area file" in capsys.readouterr().err
+
+
+def test_ply_export_with_hidden_ceiling_and_legend(synthetic_area, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "open3d", None)  # the PLY export and the legend need no Open3D
+    area, preds = synthetic_area
+    out = tmp_path / "grid.ply"
+    assert main(["viz", str(area), "--room", "grid_1", "--pred", str(preds), "--hide", "ceiling",
+                 "--mode", "pred", "--ply", str(out)]) == 0
+    text = capsys.readouterr().out
+    room, pred = synthetic_room()
+    n_ceiling = int((room["label"] == 0).sum())
+    assert f"note: hidden ceiling: {n_ceiling:,} points" in text
+    assert "room: mIoU 62.5 %, OA" in text
+    from tests.viz.test_ply import _read_ply
+
+    _, rec, _ = _read_ply(out)
+    assert len(rec) == len(pred) - n_ceiling
+    colors = np.stack([rec["red"], rec["green"], rec["blue"]], axis=1)
+    np.testing.assert_array_equal(colors, np.asarray(PALETTE, np.uint8)[rec["pred"]])
+    np.testing.assert_array_equal(rec["pred"], pred[room["label"] != 0])
+
+
+def test_missing_open3d_says_how_to_install(synthetic_area, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "open3d", None)  # `import open3d` now raises ImportError
+    with pytest.raises(ImportError, match="pip install open3d"):
+        require_open3d()
+    area, _ = synthetic_area
+    assert main(["viz", str(area), "--room", "tiny_2", "--screenshot", str(tmp_path / "a.png")]) == 2
+    err = capsys.readouterr().err
+    assert "needs Open3D" in err and "pip install open3d" in err and "apt-get install libusb-1.0-0" in err
+    assert not (tmp_path / "a.png").exists()
