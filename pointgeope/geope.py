@@ -101,18 +101,60 @@ def _rodrigues(v: Tensor, axis: Tensor, scale: Tensor) -> Tensor:
         v: ``(..., n, 3)`` vectors (or ``(..., 3)`` with ``scale`` a scalar).
         axis: ``(..., 3)`` rotation vector shared by the blocks (``tau(p)``).
         scale: ``(n,)`` per-block scale ``k_b`` (or a scalar).
+
+    When only ``v`` needs a gradient (positions are data, frequencies fixed), a custom autograd function
+    keeps nothing of size ``v`` for the backward pass, whose gradient is the inverse rotation
+    ``R^T g = R(-w) g``. Otherwise plain autograd differentiates the formula.
     """
     out_dtype = v.dtype
     dtype = _compute_dtype(torch.promote_types(v.dtype, axis.dtype))
     v, axis, scale = v.to(dtype), axis.to(dtype), scale.to(dtype)
-    if scale.dim() == 1:  # blocks: axis (..., 3) -> (..., 1, 3), coefficients (..., n, 1)
+    if scale.dim() == 1:  # blocks: axis (..., 3) -> (..., 1, 3), scale (n,) -> (n, 1)
         axis = axis.unsqueeze(-2)
         scale = scale.unsqueeze(-1)
+    if torch.is_grad_enabled() and (axis.requires_grad or scale.requires_grad):
+        out = _rodrigues_formula(v, axis, scale)
+    else:
+        out = _RotateVectors.apply(v, axis, scale)
+    return out.to(out_dtype)
+
+
+def _rodrigues_formula(v: Tensor, axis: Tensor, scale: Tensor) -> Tensor:
+    """``cos v + s k (a x v) + c k^2 (a . v) a`` (``k`` = scale, ``a`` = axis), differentiable in all inputs."""
     cos, sinc, versc = _coefficients((axis * axis).sum(-1, keepdim=True) * scale * scale)
     cross = torch.linalg.cross(axis, v, dim=-1)  # broadcasts over the leading dims
     dot = (axis * v).sum(-1, keepdim=True)
-    out = cos * v + (sinc * scale) * cross + (versc * scale * scale * dot) * axis
-    return out.to(out_dtype)
+    return cos * v + (sinc * scale) * cross + (versc * scale * scale * dot) * axis
+
+
+@torch.no_grad()
+def _rodrigues_inplace(v: Tensor, axis: Tensor, scale: Tensor) -> Tensor:
+    """The same formula with in-place accumulation into one output buffer (no autograd)."""
+    cos, sinc, versc = _coefficients((axis * axis).sum(-1, keepdim=True) * scale * scale)
+    dot = (axis * v).sum(-1, keepdim=True)
+    out = torch.linalg.cross(axis, v, dim=-1)
+    out.mul_(sinc * scale)
+    out.addcmul_(v, cos)
+    out.addcmul_(axis, dot.mul_(versc * scale * scale))
+    return out
+
+
+class _RotateVectors(torch.autograd.Function):
+    """Rotation of ``v`` with a gradient for ``v`` only; saves the (small) axis and scale."""
+
+    @staticmethod
+    def forward(ctx, v: Tensor, axis: Tensor, scale: Tensor) -> Tensor:
+        ctx.save_for_backward(axis, scale)
+        ctx.v_shape = v.shape
+        return _rodrigues_inplace(v, axis, scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        axis, scale = ctx.saved_tensors
+        grad_v = _rodrigues_inplace(grad, -axis, scale) if ctx.needs_input_grad[0] else None
+        if grad_v is not None and grad_v.shape != ctx.v_shape:
+            grad_v = grad_v.sum_to_size(ctx.v_shape)
+        return grad_v, None, None
 
 
 def frequencies(channels: int, base: float = 100.0) -> Tensor:

@@ -254,3 +254,18 @@ def test_bad_input_messages():
     with pytest.raises(ValueError, match="axes in"):
         GeoPE(12, axes=4)
     assert "channels=12, axes=3" in repr(pe)
+
+
+def test_fast_path_gradient_for_features_only():
+    """With fixed positions and frequencies the rotation runs through a memory-light autograd function
+    whose backward is the inverse rotation; it must agree with differentiating the formula."""
+    pe = GeoPE(35, axes=3)
+    pos = torch.rand(6, 4, 3, dtype=torch.float64) * 3
+    for x_shape, pos_ in (((6, 4, 35), pos), ((6, 1, 35), pos), ((6, 4, 35), pos[:, :1])):
+        x = torch.randn(x_shape, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda x: pe(x, pos_), (x,))
+        g = torch.randn(torch.broadcast_shapes(x_shape[:-1], pos_.shape[:-1]) + (35,), dtype=torch.float64)
+        (fast,) = torch.autograd.grad(pe(x, pos_), x, g)
+        pos_req = pos_.clone().requires_grad_()  # forces the plain-autograd formula
+        (slow,) = torch.autograd.grad(pe(x, pos_req), x, g)
+        torch.testing.assert_close(fast, slow, atol=1e-12, rtol=0)
