@@ -1,0 +1,107 @@
+"""Training blocks and test-time pieces over the small prepared fixture."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pointgeope.data.dataset import S3DISTestArea, S3DISTrain
+from pointgeope.data.folds import load_folds
+from pointgeope.data.transforms import Compose
+from pointgeope.data.voxelize import grid_coord
+from tests.data.conftest import decode_index
+
+
+def train_set(root, **kw) -> S3DISTrain:
+    fold = load_folds(root)[3]
+    return S3DISTrain(root, fold.train, **{"loop": 3, "voxel_max": 800, "seed": 7, **kw})
+
+
+def test_length_is_rooms_times_loop_and_rooms_come_from_the_fold(prepared):
+    root, rooms = prepared
+    ds = train_set(root)
+    assert ds.areas == ("Area_1", "Area_2")
+    assert [(r.area, r.name, r.num_points) for r in ds.rooms] == [
+        (a, name, len(room["label"])) for a in ("Area_1", "Area_2") for name, room in rooms[a].items()]
+    assert len(ds) == 4 * 3
+    with pytest.raises(IndexError, match=r"\[0, 12\)"):
+        ds[12]
+
+
+@pytest.mark.parametrize("height", [False, True])
+def test_sample_shapes_dtypes_and_feature_layout(prepared, height):
+    root, _ = prepared
+    data = train_set(root, height=height)[1]
+    n = data.num_nodes
+    assert 0 < n <= 800
+    assert data.pos.shape == (n, 3) and data.pos.dtype == torch.float32
+    assert data.x.shape == (n, 7 if height else 6) and data.x.dtype == torch.float32
+    assert data.y.shape == (n,) and data.y.dtype == torch.int64
+    torch.testing.assert_close(data.pos.min(0).values, torch.zeros(3))       # shifted to minimum 0
+    torch.testing.assert_close(data.x[:, 3:6], data.pos)                       # [rgb | xyz | (h)]
+    assert data.x[:, :3].min() >= 0 and data.x[:, :3].max() <= 1
+    if height:
+        assert data.x[:, 6].min() >= 0 and data.x[:, 6].max() <= 1
+
+
+def test_voxelization_keeps_original_points_and_labels(prepared):
+    """Without augmentation every row is an original point (decoded from its colour) with its label,
+    at its original position up to the block's shift, and at most one per 4 cm voxel of the room."""
+    root, rooms = prepared
+    ds = train_set(root, transform=Compose([]), voxel_max=100_000, loop=1)
+    for k, ref in enumerate(ds.rooms):
+        room = rooms[ref.area][ref.name]
+        data = ds[k]
+        index = decode_index(data.x[:, :3].numpy())
+        assert len(np.unique(index)) == len(index)
+        np.testing.assert_array_equal(data.y.numpy(), room["label"][index])
+        shifted = room["coord"][index] - room["coord"][index].min(0)
+        np.testing.assert_allclose(data.pos.numpy(), shifted, atol=1e-5)
+        grid = grid_coord(room["coord"], 0.04)
+        voxel = np.ravel_multi_index(tuple(grid), tuple(grid.max(1) + 1))
+        assert len(index) == len(np.unique(voxel))                   # one per occupied voxel
+        assert len(np.unique(voxel[index])) == len(index)
+
+
+def test_crop_limits_the_block_to_voxel_max(prepared):
+    root, _ = prepared
+    ds = train_set(root, transform=Compose([]), voxel_max=300)
+    assert all(ds[i].num_nodes == 300 for i in range(4))
+
+
+def test_samples_are_deterministic_given_seed_epoch_index(prepared):
+    root, _ = prepared
+    a, b = train_set(root), train_set(root)
+    first = a[5]
+    for other in (a[5], b[5]):
+        torch.testing.assert_close(first.pos, other.pos)
+        torch.testing.assert_close(first.x, other.x)
+        torch.testing.assert_close(first.y, other.y)
+    b.set_epoch(1)
+    assert not torch.equal(first.x, b[5].x)
+    a.set_epoch(1)
+    torch.testing.assert_close(a[5].x, b[5].x)
+    assert not torch.equal(first.x, train_set(root, seed=8)[5].x)
+    assert not torch.equal(a[1].x, a[5].x)       # same room (index % 4), another sample
+
+
+def test_test_area_pieces_cover_the_room_and_map_back(prepared):
+    root, rooms = prepared
+    test = S3DISTestArea(root, load_folds(root)[3].test[0], voxel_max=700, seed=1)
+    assert len(test) == 2
+    for k in range(len(test)):
+        item = test[k]
+        room = rooms["Area_3"][item.name]
+        assert item.num_points == len(room["label"])
+        np.testing.assert_array_equal(item.label, room["label"])
+        counts = np.zeros(item.num_points, np.int64)
+        for data, index in item.pieces:
+            assert data.num_nodes == len(index) <= 700
+            assert index.dtype == np.int64
+            np.testing.assert_array_equal(decode_index(data.x[:, :3].numpy()), index)
+            np.testing.assert_array_equal(data.y.numpy(), room["label"][index])
+            torch.testing.assert_close(data.pos.min(0).values, torch.zeros(3))
+            grid = grid_coord(room["coord"], 0.04)[:, index]
+            assert len(np.unique(grid, axis=1).T) == len(index)      # one point per voxel
+            counts[index] += 1
+        assert counts.min() >= 1                                      # every point predicted

@@ -1,0 +1,35 @@
+"""Folds are read from folds.json, with clear errors for malformed files."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pointgeope.data.folds import Fold, load_folds
+
+
+def test_folds_of_the_prepared_fixture(prepared):
+    root, _ = prepared
+    folds = load_folds(root)
+    assert list(folds) == [1, 2, 3]
+    assert folds[2] == Fold(2, train=("Area_1", "Area_3"), test=("Area_2",))
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"version": 2, "folds": {}}, "expected version 1, got 2"),
+    ({"version": 1, "folds": {}}, "non-empty object 'folds'"),
+    ({"version": 1, "folds": {"a": {"train": [], "test": []}}}, "fold 'a': expected a fold number"),
+    ({"version": 1, "folds": {"1": {"train": ["Area_2"]}}}, r"expected keys \['test', 'train'\], got \['train'\]"),
+    ({"version": 1, "folds": {"1": {"train": "Area_2", "test": ["Area_1"]}}}, "'train': expected a list"),
+    ({"version": 1, "folds": {"1": {"train": ["Area_1"], "test": ["Area_1"]}}}, "in both train and test"),
+])
+def test_malformed_folds_name_the_file_and_the_problem(tmp_path, doc, message):
+    (tmp_path / "folds.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=message) as err:
+        load_folds(tmp_path)
+    assert str(tmp_path / "folds.json") in str(err.value)
+
+
+def test_missing_folds_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="folds.json"):
+        load_folds(tmp_path)

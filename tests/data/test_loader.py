@@ -1,0 +1,66 @@
+"""Batches from worker processes: correct ptr, same blocks as in the main process, shardable."""
+from __future__ import annotations
+
+import pickle
+
+import torch
+from torch.utils.data import DistributedSampler
+
+from pointgeope.data.dataset import S3DISTrain
+from pointgeope.data.loader import make_loader, set_epoch
+from pointgeope.data.rooms import RoomStore
+
+
+def batches(loader) -> list:
+    return [b for b in loader]
+
+
+def test_two_workers_give_the_main_process_blocks_with_correct_ptr(prepared):
+    root, _ = prepared
+    ds = S3DISTrain(root, ["Area_1", "Area_2"], loop=2, voxel_max=500, seed=3)
+    ds[0]  # opens an HDF5 handle in the main process: the forked workers must not use it
+    loader = make_loader(ds, batch_size=3, num_workers=2, seed=11)
+    set_epoch(loader, 2)
+    got = batches(loader)
+    order = list(loader.sampler)
+    assert sorted(order) == list(range(len(ds)))
+    assert [b.num_graphs for b in got] == [3, 3, 2]
+    position = 0
+    for batch in got:
+        sizes = torch.bincount(batch.batch)
+        torch.testing.assert_close(batch.ptr, torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)]))
+        assert batch.ptr[-1] == batch.num_nodes == batch.x.shape[0]
+        for g in range(batch.num_graphs):
+            expected = ds[order[position]]          # the main process, epoch 2, same index
+            torch.testing.assert_close(batch.x[batch.ptr[g]:batch.ptr[g + 1]], expected.x)
+            position += 1
+    # Same epoch, same seed: identical batches again (resume); another epoch: another order.
+    again = batches(loader)
+    assert all(torch.equal(a.x, b.x) for a, b in zip(got, again))
+    set_epoch(loader, 3)
+    assert list(loader.sampler) != order
+
+
+def test_distributed_sampler_shards_the_epoch(prepared):
+    root, _ = prepared
+    ds = S3DISTrain(root, ["Area_1"], loop=3, voxel_max=200)
+    shards = []
+    for rank in range(2):
+        sampler = DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=True, seed=5)
+        loader = make_loader(ds, batch_size=2, sampler=sampler)
+        set_epoch(loader, 1)
+        assert sampler.epoch == 1 and ds.epoch == 1
+        shards.append(list(loader.sampler))
+    assert sorted(shards[0] + shards[1]) == list(range(len(ds)))
+
+
+def test_room_store_never_pickles_an_open_handle(prepared):
+    root, _ = prepared
+    ds = S3DISTrain(root, ["Area_1"], loop=1, cache=True)
+    ds[0]
+    assert ds.store._files and ds.store._rooms
+    clone = pickle.loads(pickle.dumps(ds))
+    assert clone.store._files == {} and clone.store._pid is None
+    torch.testing.assert_close(clone[1].x, ds[1].x)
+    ds.store.close()
+    assert isinstance(clone.store, RoomStore)

@@ -1,0 +1,155 @@
+"""Each transform: input untouched, exact values for fixed seeds, readable repr."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pointgeope.data.transforms import (
+    AddNormalizedHeight, ChromaticAutoContrast, ChromaticJitter, ChromaticTranslation, Compose,
+    ElasticDistortion, RandomFlip, RandomJitter, RandomRotateZ, RandomScale, ToData,
+    s3dis_train_transform,
+)
+
+
+def make_sample(n: int = 200, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "coord": (rng.random((n, 3)) * [4.0, 3.0, 2.5]).astype(np.float32),
+        "color": rng.integers(20, 200, (n, 3)).astype(np.float32),
+        "label": rng.integers(0, 13, n).astype(np.int64),
+    }
+
+
+ALL = [
+    RandomScale((0.9, 1.1)), RandomScale((0.5, 2.0), anisotropic=True), RandomFlip(p=1.0),
+    RandomRotateZ(p=1.0), RandomJitter(0.01, 0.05), ElasticDistortion(p=1.0),
+    ChromaticAutoContrast(p=1.0), ChromaticTranslation(p=1.0), ChromaticJitter(p=1.0),
+    AddNormalizedHeight(), s3dis_train_transform(), s3dis_train_transform(pointcept=True),
+]
+
+
+@pytest.mark.parametrize("transform", ALL, ids=lambda t: type(t).__name__)
+def test_transform_returns_a_new_sample_and_leaves_its_input_alone(transform):
+    sample = make_sample()
+    before = {k: v.copy() for k, v in sample.items()}
+    out = transform(sample, np.random.default_rng(0))
+    assert out is not sample
+    assert set(sample) == set(before)
+    for key, value in before.items():
+        np.testing.assert_array_equal(sample[key], value)
+    for key in ("coord", "color"):
+        assert out[key].dtype == np.float32 and out[key].shape == sample[key].shape
+    np.testing.assert_array_equal(out["label"], sample["label"])
+    # Same seed, same result.
+    again = transform(sample, np.random.default_rng(0))
+    for key in out:
+        np.testing.assert_array_equal(out[key], again[key])
+
+
+def test_random_scale_exact_factor_and_range():
+    sample = make_sample()
+    out = RandomScale((0.9, 1.1))(sample, np.random.default_rng(4))
+    s = np.random.default_rng(4).uniform(0.9, 1.1, 1)
+    np.testing.assert_array_equal(out["coord"], (sample["coord"] * s).astype(np.float32))
+    for seed in range(20):
+        ratio = RandomScale((0.9, 1.1))(sample, np.random.default_rng(seed))["coord"] / sample["coord"]
+        assert 0.9 - 1e-6 <= ratio.min() and ratio.max() <= 1.1 + 1e-6
+        np.testing.assert_allclose(ratio, ratio[0, 0], rtol=1e-6)
+
+
+def test_random_flip_negates_x_and_y_only():
+    sample = make_sample()
+    out = RandomFlip(p=1.0)(sample, np.random.default_rng(0))
+    np.testing.assert_array_equal(out["coord"][:, :2], -sample["coord"][:, :2])
+    np.testing.assert_array_equal(out["coord"][:, 2], sample["coord"][:, 2])
+    same = RandomFlip(p=0.0)(sample, np.random.default_rng(0))
+    np.testing.assert_array_equal(same["coord"], sample["coord"])
+
+
+def test_random_rotate_z_preserves_z_and_xy_distances():
+    sample = make_sample(50)
+    out = RandomRotateZ(angle=(0.5, 0.5), p=1.0)(sample, np.random.default_rng(0))  # exactly +90 degrees
+    c = (sample["coord"].min(0) + sample["coord"].max(0)) / 2
+    expected_x = c[0] - (sample["coord"][:, 1] - c[1])
+    np.testing.assert_allclose(out["coord"][:, 0], expected_x, atol=1e-5)
+    np.testing.assert_array_equal(out["coord"][:, 2], sample["coord"][:, 2])
+
+
+def test_random_jitter_is_clipped_and_matches_the_seeded_noise():
+    sample = make_sample(2000)
+    out = RandomJitter(sigma=0.05, clip=0.05)(sample, np.random.default_rng(1))
+    delta = out["coord"].astype(np.float64) - sample["coord"]
+    assert np.abs(delta).max() <= 0.05 + 1e-6
+    assert np.isclose(np.abs(delta).max(), 0.05, atol=1e-6)   # sigma = clip: some noise is clipped
+    noise = np.clip(0.05 * np.random.default_rng(1).standard_normal((2000, 3)), -0.05, 0.05)
+    np.testing.assert_allclose(delta, noise, atol=1e-6)
+
+
+def test_elastic_distortion_is_smooth_and_bounded():
+    sample = make_sample(500)
+    out = ElasticDistortion(params=((0.2, 0.4),), p=1.0)(sample, np.random.default_rng(0))
+    delta = out["coord"] - sample["coord"]
+    assert 0 < np.abs(delta).max() < 0.4 * 3   # blurred unit noise is well below 3 sigma
+    skipped = ElasticDistortion(p=0.0)(sample, np.random.default_rng(0))
+    np.testing.assert_array_equal(skipped["coord"], sample["coord"])
+
+
+def test_chromatic_auto_contrast_with_full_blend_stretches_to_0_255():
+    sample = make_sample()
+    out = ChromaticAutoContrast(p=1.0, blend_factor=1.0)(sample, np.random.default_rng(0))
+    np.testing.assert_allclose(out["color"].min(0), 0, atol=1e-4)
+    np.testing.assert_allclose(out["color"].max(0), 255, atol=1e-3)
+    lo, hi = sample["color"].min(0), sample["color"].max(0)
+    np.testing.assert_allclose(out["color"], (sample["color"] - lo) * 255 / (hi - lo), rtol=1e-5)
+    flat = dict(sample, color=np.full_like(sample["color"], 7.0))
+    np.testing.assert_array_equal(ChromaticAutoContrast(1.0, 1.0)(flat, np.random.default_rng(0))["color"], 7.0)
+
+
+def test_chromatic_translation_is_one_shift_within_ratio():
+    sample = make_sample()
+    out = ChromaticTranslation(p=1.0, ratio=0.05)(sample, np.random.default_rng(2))
+    rng = np.random.default_rng(2)
+    rng.random()  # the p draw
+    shift = (rng.random(3) - 0.5) * 255 * 2 * 0.05
+    np.testing.assert_allclose(out["color"], np.clip(sample["color"] + shift, 0, 255), rtol=1e-6)
+    assert np.all(np.abs(shift) <= 255 * 0.05)
+
+
+def test_chromatic_jitter_stays_in_0_255():
+    sample = make_sample()
+    out = ChromaticJitter(p=1.0, std=0.5)(sample, np.random.default_rng(0))
+    assert out["color"].min() == 0 and out["color"].max() == 255   # std 0.5 * 255: clipped both ways
+
+
+def test_add_normalized_height_and_to_data_layout():
+    sample = AddNormalizedHeight()(make_sample())
+    z = sample["coord"][:, 2]
+    np.testing.assert_allclose(sample["height"], (z - z.min()) / (z.max() - z.min()), rtol=1e-6)
+    data = ToData(height=True)(sample)
+    assert data.x.shape == (200, 7) and data.x.dtype == torch.float32
+    assert data.pos.dtype == torch.float32 and data.y.dtype == torch.int64
+    np.testing.assert_allclose(data.x[:, :3].numpy(), sample["color"] / 255, rtol=1e-6)
+    np.testing.assert_array_equal(data.x[:, 3:6].numpy(), sample["coord"])
+    np.testing.assert_array_equal(data.x[:, 6].numpy(), sample["height"])
+    assert ToData().in_channels == 6 and ToData()(sample).x.shape == (200, 6)
+    with pytest.raises(KeyError, match="AddNormalizedHeight"):
+        ToData(height=True)(make_sample())
+
+
+def test_reprs_are_readable():
+    assert repr(RandomScale((0.9, 1.1))) == "RandomScale(scale=(0.9, 1.1), anisotropic=False)"
+    assert repr(ChromaticAutoContrast()) == "ChromaticAutoContrast(p=0.2, blend_factor=None)"
+    assert repr(ChromaticTranslation()) == "ChromaticTranslation(p=0.95, ratio=0.05)"
+    assert repr(ChromaticJitter()) == "ChromaticJitter(p=0.95, std=0.05)"
+    assert repr(RandomJitter()) == "RandomJitter(sigma=0.01, clip=0.05)"
+    assert repr(RandomFlip()) == "RandomFlip(p=0.5)"
+    assert repr(ElasticDistortion()) == "ElasticDistortion(params=((0.2, 0.4), (0.8, 1.6)), p=0.95)"
+    assert repr(Compose([RandomFlip(), ToData()])) == "Compose([\n  RandomFlip(p=0.5),\n  ToData(height=False),\n])"
+
+
+def test_bad_parameters_are_rejected():
+    with pytest.raises(ValueError, match="low <= high"):
+        RandomScale((1.1, 0.9))
+    with pytest.raises(ValueError, match="clip > 0"):
+        RandomJitter(0.01, 0.0)
