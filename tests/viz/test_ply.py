@@ -41,3 +41,18 @@ def test_write_ply_bad_input(tmp_path):
     with pytest.raises(ValueError, match=r"label of shape \(2,\)"):
         write_ply(tmp_path / "b.ply", np.zeros((2, 3)), np.zeros((2, 3), np.uint8), label=np.zeros(3))
     assert not (tmp_path / "b.ply").exists()
+
+
+def test_ply_round_trips_through_open3d(tmp_path):
+    o3d = pytest.importorskip("open3d", reason="Open3D is not installed")
+    from pointgeope.constants import PALETTE
+    from pointgeope.viz.colors import label_colors
+
+    rng = np.random.default_rng(2)
+    coord = (rng.random((500, 3)) * 5).astype(np.float32)
+    label = rng.integers(0, 13, 500).astype(np.uint8)
+    path = write_ply(tmp_path / "c.ply", coord, label_colors(label), label, pred=label)
+    pcd = o3d.io.read_point_cloud(str(path))
+    np.testing.assert_array_equal(np.asarray(pcd.points).astype(np.float32), coord)
+    got = np.rint(np.asarray(pcd.colors) * 255).astype(np.uint8)
+    np.testing.assert_array_equal(got, np.asarray(PALETTE, np.uint8)[label])
