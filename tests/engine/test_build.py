@@ -1,0 +1,59 @@
+"""Tests of pointgeope/engine/build.py: the learning-rate schedule and the resumable sampler."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pointgeope.engine.build import ResumableSampler, lr_factor, scheduler
+from pointgeope.engine.config import load_config
+from pointgeope.engine.distributed import DistEnv
+
+
+def env(rank=0, world=1):
+    return DistEnv(rank=rank, world_size=world, local_rank=rank, device=torch.device("cpu"))
+
+
+def test_multistep_is_ptv1_schedule():
+    cfg = load_config(None)  # 100 epochs, x0.1 at int(60) and int(80)
+    spe = 7
+    factors = {e: lr_factor(cfg, spe, e * spe) for e in (0, 59, 60, 79, 80, 99)}
+    assert factors == pytest.approx({0: 1.0, 59: 1.0, 60: 0.1, 79: 0.1, 80: 0.01, 99: 0.01})
+    assert lr_factor(cfg, spe, 60 * spe - 1) == 1.0  # last step of epoch 59
+
+
+def test_cosine_schedule_and_lambda_lr_steps():
+    cfg = load_config(None, ["optim.scheduler=cosine", "train.epochs=4", "optim.lr=0.2"])
+    assert lr_factor(cfg, 5, 0) == 1.0 and lr_factor(cfg, 5, 10) == pytest.approx(0.5)
+    assert lr_factor(cfg, 5, 20) == pytest.approx(0.0, abs=1e-12)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.2)
+    sched = scheduler(cfg, opt, 5)
+    for _ in range(5):
+        opt.step(), sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.2 * (1 + math.cos(math.pi * 5 / 20)) / 2)
+    state = sched.state_dict()
+    assert state["last_epoch"] == 5 and state["lr_lambdas"] == [None]  # plain, weights_only-loadable
+
+
+def test_sampler_skip_resumes_inside_an_epoch():
+    data = list(range(23))
+    full = ResumableSampler(data, env(), seed=4)
+    full.set_epoch(3)
+    order = list(full)
+    assert sorted(order) == data
+    part = ResumableSampler(data, env(), seed=4)
+    part.set_epoch(3, skip_batches=2, batch_size=4)
+    assert list(part) == order[8:] and len(part) == 15
+    full.set_epoch(4)
+    assert list(full) != order  # a new permutation each epoch
+
+
+def test_sampler_shards_differ_between_ranks():
+    data = list(range(20))
+    shards = []
+    for rank in range(2):
+        s = ResumableSampler(data, env(rank, 2), seed=0)
+        s.set_epoch(1)
+        shards.append(list(s))
+    assert not set(shards[0]) & set(shards[1]) and sorted(shards[0] + shards[1]) == data

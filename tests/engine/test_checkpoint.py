@@ -1,0 +1,86 @@
+"""Tests of pointgeope/engine/checkpoint.py: weights_only round trip, RNG states, atomicity, clear errors."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from pointgeope.engine.checkpoint import (CheckpointError, config_differences, load_checkpoint,
+                                          load_model_state, rng_state, save_checkpoint, set_rng_state)
+from pointgeope.engine.config import Config, config_to_dict
+
+
+def draws() -> tuple:
+    return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+
+def test_round_trip_with_weights_only_and_rng_states(tmp_path):
+    net = torch.nn.Linear(3, 4)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    net(torch.randn(5, 3)).sum().backward()
+    opt.step()
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    state = rng_state()
+    expected = draws()
+    cfg = config_to_dict(Config())
+    save_checkpoint(tmp_path / "last.pt", {"config": cfg, "model": net.state_dict(), "optimizer": opt.state_dict(),
+                                           "rng": [state], "epoch": 3})
+    # torch.load(weights_only=True) is what load_checkpoint uses; it must accept the whole file.
+    raw = torch.load(tmp_path / "last.pt", weights_only=True)
+    assert raw["epoch"] == 3
+    ckpt = load_checkpoint(tmp_path / "last.pt", cfg)
+    other = torch.nn.Linear(3, 4)
+    load_model_state(other, ckpt["model"], tmp_path / "last.pt")
+    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), other.state_dict().values()))
+    assert ckpt["optimizer"]["state"][0]["momentum_buffer"].shape == (4, 3)
+    draws()  # move every generator on
+    set_rng_state(ckpt["rng"][0])
+    assert draws() == expected
+
+
+def test_corrupt_file_is_an_error_naming_it(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"model": {"w": torch.ones(1000)}})
+    path.write_bytes(path.read_bytes()[:300])  # truncated
+    with pytest.raises(CheckpointError, match=f"{path}: not a readable checkpoint"):
+        load_checkpoint(path)
+    with pytest.raises(CheckpointError, match="found nothing"):
+        load_checkpoint(tmp_path / "none.pt")
+
+
+def test_foreign_file_is_an_error(tmp_path):
+    torch.save({"state_dict": {}}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="expected a pointgeope-checkpoint file"):
+        load_checkpoint(tmp_path / "other.pt")
+
+
+def test_other_config_is_an_error_listing_keys(tmp_path):
+    saved = config_to_dict(Config())
+    save_checkpoint(tmp_path / "last.pt", {"config": saved})
+    now = config_to_dict(Config())
+    now["optim"]["lr"] = 0.1
+    now["data"]["root"] = "elsewhere"     # free: where the data lives
+    now["eval"]["tta"]["flips"] = True    # free: how the final evaluation is done
+    with pytest.raises(CheckpointError, match=r"last\.pt: written with another config \(optim\.lr: checkpoint 0\.5, now 0\.1\)"):
+        load_checkpoint(tmp_path / "last.pt", now)
+    now["optim"]["lr"] = 0.5
+    assert load_checkpoint(tmp_path / "last.pt", now)["config"] == saved
+    assert config_differences(saved, now) == []
+
+
+def test_model_shape_mismatch_names_the_file(tmp_path):
+    save_checkpoint(tmp_path / "best.pt", {"model": torch.nn.Linear(3, 4).state_dict()})
+    ckpt = load_checkpoint(tmp_path / "best.pt")
+    with pytest.raises(CheckpointError, match=r"best\.pt: the weights do not fit this model .*size mismatch"):
+        load_model_state(torch.nn.Linear(3, 5), ckpt["model"], tmp_path / "best.pt")
+
+
+def test_failed_save_keeps_the_previous_file(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"epoch": 1})
+    with pytest.raises(Exception):
+        save_checkpoint(path, {"epoch": 2, "bad": lambda: None})  # not picklable
+    assert load_checkpoint(path)["epoch"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]

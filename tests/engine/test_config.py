@@ -1,0 +1,130 @@
+"""Tests of pointgeope/engine/config.py: checked YAML layers, overrides, round trip, every shipped config."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pointgeope.engine.config import (Config, ConfigError, config_from_dict, config_to_dict, load_config,
+                                      parse_override, save_config)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_defaults_are_the_published_s3dis_recipe():
+    cfg = Config()
+    assert (cfg.optim.name, cfg.optim.lr, cfg.optim.momentum, cfg.optim.weight_decay) == ("sgd", 0.5, 0.9, 1e-4)
+    assert (cfg.optim.scheduler, cfg.optim.milestones, cfg.optim.gamma) == ("multistep", [0.6, 0.8], 0.1)
+    assert (cfg.train.epochs, cfg.data.loop, cfg.data.batch_size) == (100, 30, 16)
+    assert (cfg.data.grid_size, cfg.data.voxel_max, cfg.train.ignore_index) == (0.04, 80000, 255)
+
+
+def test_unknown_key_names_file_key_and_closest(tmp_path):
+    path = write(tmp_path / "c.yaml", "optim:\n  weight_decai: 0.1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    msg = str(err.value)
+    assert str(path) in msg and "'optim.weight_decai'" in msg and "did you mean 'optim.weight_decay'" in msg
+
+
+def test_unknown_section_is_an_error(tmp_path):
+    path = write(tmp_path / "c.yaml", "trian:\n  epochs: 3\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'trian'; did you mean 'train'"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("text, key", [
+    ("train:\n  epochs: ten\n", "train.epochs: expected int"),
+    ("train:\n  epochs: 1.5\n", "train.epochs: expected int"),
+    ("data:\n  augment: 1\n", "data.augment: expected bool"),
+    ("model:\n  widths: 32\n", r"model.widths: expected list\[int\]"),
+    ("model:\n  widths: [32, x]\n", r"model.widths\[1\]: expected int"),
+    ("model:\n  pe: geope2\n", "model.pe: expected one of .* did you mean 'geope'"),
+    ("optim: 3\n", "expected a mapping for optim"),
+])
+def test_wrong_type_names_the_key(tmp_path, text, key):
+    path = write(tmp_path / "c.yaml", text)
+    with pytest.raises(ConfigError, match=key):
+        load_config(path)
+
+
+def test_floats_accept_ints_and_exponent_strings(tmp_path):
+    cfg = load_config(write(tmp_path / "c.yaml", "optim:\n  lr: 1\n  weight_decay: 1e-4\n"))
+    assert cfg.optim.lr == 1.0 and isinstance(cfg.optim.lr, float)
+    assert cfg.optim.weight_decay == 1e-4
+
+
+def test_base_include_relative_to_file_and_overridden(tmp_path):
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub" / "_base.yaml", "optim:\n  lr: 0.2\n  momentum: 0.8\ntrain:\n  epochs: 7\n")
+    path = write(tmp_path / "sub" / "top.yaml", "base: _base.yaml\noptim:\n  lr: 0.3\n")
+    cfg = load_config(path)
+    assert (cfg.optim.lr, cfg.optim.momentum, cfg.train.epochs) == (0.3, 0.8, 7)
+
+
+def test_error_in_base_names_the_base_file(tmp_path):
+    write(tmp_path / "_base.yaml", "train:\n  epoch: 7\n")
+    path = write(tmp_path / "top.yaml", "base: _base.yaml\n")
+    with pytest.raises(ConfigError, match=r"_base\.yaml: unknown key 'train\.epoch'; did you mean 'train\.epochs'"):
+        load_config(path)
+
+
+def test_base_cycle_is_an_error(tmp_path):
+    write(tmp_path / "a.yaml", "base: b.yaml\n")
+    write(tmp_path / "b.yaml", "base: a.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(tmp_path / "a.yaml")
+
+
+def test_overrides_parse_yaml_values_and_apply_last(tmp_path):
+    path = write(tmp_path / "c.yaml", "optim:\n  lr: 0.3\n")
+    cfg = load_config(path, ["optim.lr=0.01", "model.widths=[8, 16]", "eval.tta.flips=true",
+                             "data.voxel_max=null", "train.run_dir=runs/x"])
+    assert cfg.optim.lr == 0.01 and cfg.model.widths == [8, 16] and cfg.eval.tta.flips is True
+    assert cfg.data.voxel_max is None and cfg.train.run_dir == "runs/x"
+    assert parse_override("eval.tta.scales=[0.9,1.1]") == {"eval": {"tta": {"scales": [0.9, 1.1]}}}
+
+
+@pytest.mark.parametrize("text, match", [
+    ("optim.lrr=0.1", r"override 'optim.lrr=0.1': unknown key 'optim.lrr'; did you mean 'optim.lr'"),
+    ("optim.lr=fast", r"override 'optim.lr=fast': optim.lr: expected float"),
+    ("lr=0.1", "expected section.key=value"),
+])
+def test_bad_overrides(text, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, [text])
+
+
+def test_saved_config_reloads_identically(tmp_path):
+    cfg = load_config(REPO / "configs" / "s3dis" / "pt_geope.yaml", ["eval.tta.scales=[0.9, 1.0, 1.1]"])
+    save_config(cfg, tmp_path / "run" / "config.yaml")
+    again = load_config(tmp_path / "run" / "config.yaml")
+    assert again == cfg
+    assert config_from_dict(config_to_dict(cfg)) == cfg
+    assert not list((tmp_path / "run").glob("*.tmp"))
+
+
+CONFIGS = sorted((REPO / "configs").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[str(p.relative_to(REPO)) for p in CONFIGS])
+def test_every_shipped_config_loads(path):
+    cfg = load_config(path)
+    assert isinstance(cfg, Config)
+
+
+def test_s3dis_configs_differ_only_in_pe_and_run_dir():
+    cfgs = {p.stem: load_config(p) for p in (REPO / "configs" / "s3dis").glob("pt_*.yaml")}
+    assert set(cfgs) == {"pt_rpe", "pt_geope", "pt_lingeope", "pt_geope_rpe", "pt_lingeope_rpe", "pt_none"}
+    for name, cfg in cfgs.items():
+        assert cfg.model.pe == name[3:] and cfg.train.run_dir == f"runs/{name}"
+        plain = config_to_dict(cfg)
+        plain["model"].pop("pe"), plain["train"].pop("run_dir")
+        reference = config_to_dict(Config())
+        reference["model"].pop("pe"), reference["train"].pop("run_dir")
+        assert plain == reference  # the published recipe = the dataclass defaults
