@@ -4,9 +4,10 @@ Three paths, tried in order; all give the value that C ``strtod`` gives for each
 rounded), so the result never depends on which path ran:
 
 1. ``_parse_decimal``: vectorised over the bytes of the whole file, for files made only of plain
-   decimals (``[+-]digits[.digits]``, at most 15 digits) and whitespace, six tokens on each non-blank
-   line. A token with digits ``d`` and ``k`` digits after the point is ``int(d) / 10**k``: both are
-   exact doubles (``int(d) < 2**53``, ``k <= 22``), so one IEEE division is correctly rounded
+   decimals (``[+-]digits[.digits]``, integer of the digits below ``2**53``) and whitespace, six tokens
+   on each non-blank line. A token with digits ``d`` and ``k`` digits after the point is
+   ``int(d) / 10**k``: both are exact doubles (``int(d) < 2**53``, ``k <= 22``), so one IEEE division
+   is correctly rounded
    (Clinger's fast path), bit for bit what ``strtod`` returns. This is every file of S3DIS but a few.
 2. ``_parse_generic``: ``np.fromstring`` for anything else that is well formed (exponents, ...).
 3. ``_parse_lines``: line by line. A token with a stray control byte or non-ASCII byte inside a number
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 FIELDS = 6  # x y z r g b
-MAX_DIGITS = 15  # any integer of 15 decimal digits is an exact double
+MAX_DIGITS = 22  # 10**22 is the largest exact power of ten in float64
 
 # Byte classes of the vectorised parser.
 _OTHER, _SPACE, _NEWLINE, _DIGIT, _DOT, _MINUS, _PLUS = range(7)
@@ -114,6 +115,8 @@ def _parse_decimal(data: bytes) -> np.ndarray | None:
     last = np.cumsum(n_digits) - 1  # index in `digits` of each token's last digit
     place = last[digit_token] - np.arange(digits.size)
     mantissa = np.bincount(digit_token, weights=(b[digits] - 48) * _POW10[place], minlength=starts.size)
+    if mantissa.max() >= 2.0 ** 53:  # the sums are exact below 2**53, and only then
+        return None
     # Only digits follow the point (signs lead, one point per token): k = end - point - 1.
     frac = np.zeros(starts.size, dtype=np.int64)
     frac[dot_token] = ends[dot_token] - dots - 1
@@ -181,4 +184,4 @@ def _parse_lines(data: bytes) -> tuple[np.ndarray, list[Issue]]:
 def _show(text: bytes, limit: int = 80) -> str:
     """Printable form of raw bytes for messages, control bytes escaped (``b'103.0\\x100000'``)."""
     shown = repr(text.strip())[2:-1]
-    return repr(shown[:limit] + ("..." if len(shown) > limit else ""))
+    return "'" + shown[:limit] + ("..." if len(shown) > limit else "") + "'"

@@ -150,7 +150,7 @@ class FolderSource(Source):
 
     def entries(self) -> list[Entry]:
         out = []
-        for folder, dirs, files in os.walk(self.root):
+        for folder, dirs, files in os.walk(self.root, followlinks=True):  # linked areas count too
             dirs[:] = [d for d in dirs if d != "__MACOSX"]
             rel = Path(folder).relative_to(self.root).as_posix()
             prefix = "" if rel == "." else rel + "/"

@@ -1,0 +1,56 @@
+"""Raw S3DIS trees for the data_prep tests (helpers, not tests), and an independent np.loadtxt reading."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+from pointgeope.constants import CLASS_INDEX, CLUTTER
+
+
+def write_tree(root: Path, files: dict[str, bytes]) -> Path:
+    """Write ``{relative path: bytes}`` under ``root`` (folders made as needed)."""
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+def reference_room(room_dir: Path) -> dict[str, np.ndarray]:
+    """A room read the simple way: np.loadtxt per annotation file, files sorted by (class, number)."""
+    def key(path: Path):
+        name, k = re.fullmatch(r"(.+)_(\d+)", path.stem).groups()
+        return name, int(k)
+
+    parts = {"coord": [], "color": [], "label": [], "instance": []}
+    for i, path in enumerate(sorted((room_dir / "Annotations").glob("*.txt"), key=key)):
+        values = np.loadtxt(path, ndmin=2)
+        n = len(values)
+        parts["coord"].append(values[:, :3].astype(np.float32))
+        parts["color"].append(values[:, 3:].astype(np.uint8))
+        parts["label"].append(np.full(n, CLASS_INDEX.get(key(path)[0], CLUTTER), np.uint8))
+        parts["instance"].append(np.full(n, i, np.int32))
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+# Every defect of the issue, planted in one small tree; the expected outcome is spelled out in the tests.
+DEFECT_FILES = {
+    # CRLF, tabs, trailing spaces, a stray control byte inside a number (line 3)
+    "Area_1/room_a/Annotations/ceiling_1.txt":
+        b"1.0 2.0 3.0 10 20 30\r\n4.5\t5.5  6.5\t40 50 60   \r\n103.0\x100000 1.25 2.5 70 80 90\r\n",
+    # line 2: five values; line 4: a non-numeric token; line 5: seven values
+    "Area_1/room_a/Annotations/wall_1.txt":
+        b"0.5 0.5 0.5 1 2 3\n1 2 3 4 5\n0.25 0.75 1.5 4 5 6\n1 2 abc 4 5 6\n1 2 3 4 5 6 7\n",
+    "Area_1/room_a/Annotations/stairs_1.txt": b"9 9 9 100 100 100\n8 8 8 101 101 101\n7 7 7 102 102 102\n",
+    "Area_1/room_a/Annotations/chair_10.txt": b"-1.5 -2.5 -3.5 12.6 300 -4\n",  # float and out-of-range colours
+    "Area_1/room_a/Annotations/chair_2.txt": b"0.125 0.25 0.375 5 6 7\n",
+    "Area_1/room_a/Annotations/door_1.txt": b"",
+    "Area_1/room_a/room_a.txt": b"this room file is ignored\n",
+    "Area_1/room_a/Annotations/.DS_Store": b"\x00\x01junk",
+    "Area_1/room_a/Annotations/._ceiling_1.txt": b"\x00\x05junk",
+    "__MACOSX/Area_1/room_a/Annotations/._wall_1.txt": b"\x00junk",
+    "Area_1/Area_1_alignmentAngle.txt": b"## Global alignment angle per disjoint space in Area_1 ##\n",
+    "Area_2/room_b/Annotations/floor_1.txt": b"0 0 0 1 1 1\n1 0 0 2 2 2\n",
+    "Area_2/room_b/Annotations/table_1.txt": b"0.5 0.5 0.75 3 3 3\n",
+}

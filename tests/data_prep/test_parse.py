@@ -1,0 +1,110 @@
+"""data_prep/parse.py: the three parsing paths agree bit for bit with np.loadtxt / strtod; repairs and drops."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from data_prep.parse import _parse_decimal, _parse_generic, _parse_lines, parse_points
+
+
+def _loadtxt(data: bytes) -> np.ndarray:
+    return np.loadtxt(io.BytesIO(data), ndmin=2).reshape(-1, 6)
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
+
+
+def _random_text(rng: np.random.Generator, rows: int) -> bytes:
+    """Decimals in the shapes S3DIS and its re-exports use, with mixed whitespace and line endings."""
+    formats = ["{:.3f}", "{:.6f}", "{:.1f}", "{:.0f}", "{:+.2f}", "{:.15g}", "{:.4f}"]
+    seps, ends = [" ", "  ", "\t", " \t "], ["\n", "\r\n", "  \n", "\t\r\n"]
+    lines = []
+    for _ in range(rows):
+        xyz = [formats[rng.integers(len(formats))].format(v) for v in rng.uniform(-120, 120, 3)]
+        rgb = [str(v) if rng.random() < 0.8 else f"{v}.0" for v in rng.integers(0, 256, 3)]
+        lines.append(seps[rng.integers(len(seps))].join(xyz + rgb) + ends[rng.integers(len(ends))])
+    lines.insert(rows // 2, "\n")  # a blank line
+    return "".join(lines).encode()
+
+
+def test_decimal_path_is_bit_exact_against_loadtxt():
+    rng = np.random.default_rng(0)
+    data = _random_text(rng, 2000)
+    parsed = parse_points(data)
+    assert parsed.path == "decimal" and parsed.issues == ()
+    assert _same_bits(parsed.values, _loadtxt(data))
+    assert _same_bits(_parse_lines(data)[0], parsed.values)  # the slow path agrees
+
+
+def test_decimal_parser_on_random_digit_strings():
+    """Any 1..15 digit mantissa with the point anywhere (also leading/trailing) parses as strtod does."""
+    rng = np.random.default_rng(1)
+    tokens = []
+    for _ in range(6000):
+        digits = "".join(rng.choice(list("0123456789"), rng.integers(1, 16)))  # < 10**15 < 2**53
+        cut = rng.integers(0, len(digits) + 1)
+        token = digits[:cut] + "." + digits[cut:] if rng.random() < 0.8 else digits
+        tokens.append(("-" if rng.random() < 0.3 else "") + token)
+    data = "\n".join(" ".join(tokens[i:i + 6]) for i in range(0, len(tokens), 6)).encode()
+    values = _parse_decimal(data)
+    assert values is not None
+    expected = np.array([float(t) for t in tokens]).reshape(-1, 6)
+    assert _same_bits(values, expected)
+
+
+@pytest.mark.parametrize("text, path", [
+    (b"1e3 2.5E-1 3 4 5 6\n", "generic"),                   # exponents: not plain decimals
+    (b"1.0000000000000001 2 3 4 5 6\n", "generic"),         # 17 digits >= 2**53: beyond the exact fast path
+    (b"0.000000000000000000001 2 3 4 5 6\n", "decimal"),    # 22 digits, but a small integer
+    (b"1 2 3 4 5 6", "decimal"),                            # no final newline
+    (b"\n\n1 2 3 4 5 6\n\n", "decimal"),                    # blank lines
+    (b"", "decimal"),
+])
+def test_paths_chosen_and_exact(text, path):
+    parsed = parse_points(text)
+    assert parsed.path == path and parsed.issues == ()
+    assert _same_bits(parsed.values, _loadtxt(text) if text.strip() else np.empty((0, 6)))
+
+
+def test_stray_control_byte_is_repaired_with_its_line():
+    data = b"1 2 3 4 5 6\n7 8 9 10 11 12\n19.237 -9.505 103.0\x100000 71 64 54\n"
+    parsed = parse_points(data)
+    assert parsed.path == "lines"
+    np.testing.assert_array_equal(parsed.values[2], [19.237, -9.505, 103.0, 71, 64, 54])
+    assert len(parsed.issues) == 1
+    issue = parsed.issues[0]
+    assert (issue.line, issue.kind) == (3, "repaired")
+    assert r"103.0\x100000" in issue.message and "103.00000" in issue.message
+
+
+def test_bad_lines_are_dropped_with_their_line_numbers():
+    data = (b"1 2 3 4 5 6\n"
+            b"1 2 3 4 5\n"           # 2: five values
+            b"1 2 abc 4 5 6\n"       # 3: non-numeric
+            b"1 2 3 4 5 6 7\n"       # 4: seven values
+            b"nan 2 3 4 5 6\n"       # 5: not finite
+            b"1 2 3- 4 5 6\n"        # 6: a sign inside the number (no stray byte to drop)
+            b"\x01\x02 2 3 4 5 6\n"  # 7: only stray bytes: nothing left to repair
+            b"7 8 9 10 11 12\r\n")
+    parsed = parse_points(data)
+    np.testing.assert_array_equal(parsed.values, [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]])
+    assert [(i.line, i.kind) for i in parsed.issues] == [(n, "dropped") for n in (2, 3, 4, 5, 6, 7)]
+    assert "expected 6 values, got 5" in parsed.issues[0].message
+    assert "expected 6 values, got 7" in parsed.issues[2].message
+    assert "'abc'" in parsed.issues[1].message
+    assert parsed.count("dropped") == 6 and parsed.count("repaired") == 0
+
+
+@pytest.mark.parametrize("text", [b"1-2 0 0 0 0 0\n", b"1.2.3 0 0 0 0 0\n", b"- 0 0 0 0 0\n", b"1 2 3\n4 5 6\n",
+                                  b"1 2 3 4 5 6\x10\n"])
+def test_fast_paths_refuse_what_they_cannot_parse_exactly(text):
+    assert _parse_decimal(text) is None
+    assert _parse_generic(text) is None
+
+
+def test_float_colours_parse():
+    parsed = parse_points(b"1.5 2.5 3.5 12.6 254.5 -0.4\n")
+    np.testing.assert_array_equal(parsed.values, [[1.5, 2.5, 3.5, 12.6, 254.5, -0.4]])

@@ -1,0 +1,212 @@
+"""data_prep/prepare.py end to end: real rooms point for point, planted defects, zip input, reruns, kills, --jobs."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import data_prep.room
+from data_prep.prepare import PrepareConfig, prepare
+from pointgeope.cli import main as cli
+from pointgeope.constants import CLASS_INDEX, CLASS_NAMES, CLUTTER
+from pointgeope.data import h5
+from tests.data_prep.raw_trees import DEFECT_FILES, reference_room, write_tree
+
+OUTPUT_FILES = ("Area_1.h5", "Area_2.h5", "manifest.json", "folds.json")
+LOAD_ROOM = data_prep.room.load_room
+
+
+class Killed(Exception):
+    """Stands for the end of a killed process."""
+
+
+def _bytes(out: Path) -> dict[str, bytes]:
+    return {name: (out / name).read_bytes() for name in OUTPUT_FILES}
+
+
+def _count_parsed(monkeypatch, fail_after: int | None = None) -> list[str]:
+    """Record the rooms that get parsed (in-process, --jobs 1); optionally die after `fail_after` rooms."""
+    parsed = []
+
+    def load_room(source, room):
+        if fail_after is not None and len(parsed) == fail_after:
+            raise Killed
+        parsed.append(f"{room.area}/{room.name}")
+        return LOAD_ROOM(source, room)
+
+    monkeypatch.setattr(data_prep.room, "load_room", load_room)
+    return parsed
+
+
+def test_real_rooms_match_a_loadtxt_reading_point_for_point(s3dis_real, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli(["prepare", str(s3dis_real), str(out), "--jobs", "2"]) == 0
+    printed = capsys.readouterr().out
+    manifest = json.loads((out / "manifest.json").read_text())
+    for area, room in [("Area_1", "office_2"), ("Area_2", "office_resampled")]:
+        expected = reference_room(s3dis_real / area / room)
+        got = h5.read_room(out / f"{area}.h5", room)
+        for key in ("coord", "color", "label", "instance"):
+            assert got[key].dtype == expected[key].dtype
+            np.testing.assert_array_equal(got[key], expected[key], err_msg=f"{area}/{room} {key}")
+        counts = np.bincount(expected["label"], minlength=len(CLASS_NAMES)).tolist()
+        assert manifest["areas"][area]["rooms"][room] == {"num_points": len(expected["label"]), "class_counts": counts}
+        assert f"{area}: 1 rooms (1 parsed)" in printed
+    assert h5.list_rooms(out / "Area_2.h5") == {"office_resampled": 352_256}
+    assert manifest["totals"]["num_points"] == 352_356
+    assert json.loads((out / "folds.json").read_text()) == {"version": 1, "folds": {
+        "1": {"test": ["Area_1"], "train": ["Area_2"]}, "2": {"test": ["Area_2"], "train": ["Area_1"]}}}
+    assert not (out / ".work").exists()
+
+    # --jobs 1 writes the same bytes
+    assert cli(["prepare", str(s3dis_real), str(tmp_path / "one"), "--jobs", "1"]) == 0
+    assert _bytes(tmp_path / "one") == _bytes(out)
+
+
+def test_planted_defects_are_repaired_dropped_and_reported(tmp_path, capsys):
+    raw = write_tree(tmp_path / "raw", DEFECT_FILES)
+    assert cli(["prepare", str(raw), str(tmp_path / "out"), "--jobs", "1"]) == 0
+    printed = capsys.readouterr()
+    room = h5.read_room(tmp_path / "out/Area_1.h5", "room_a")
+    # instances: ceiling_1, chair_2, chair_10, door_1 (empty), stairs_1, wall_1
+    np.testing.assert_array_equal(room["coord"], np.array([
+        [1, 2, 3], [4.5, 5.5, 6.5], [103.0, 1.25, 2.5],      # CRLF, tabs, trailing spaces; stray \x10 repaired
+        [0.125, 0.25, 0.375], [-1.5, -2.5, -3.5],
+        [9, 9, 9], [8, 8, 8], [7, 7, 7],
+        [0.5, 0.5, 0.5], [0.25, 0.75, 1.5],                   # wall_1 lines 2, 4 and 5 dropped
+    ], dtype=np.float32))
+    np.testing.assert_array_equal(room["color"], [[10, 20, 30], [40, 50, 60], [70, 80, 90], [5, 6, 7],
+                                                  [13, 255, 0], [100] * 3, [101] * 3, [102] * 3, [1, 2, 3], [4, 5, 6]])
+    c, ch, w = CLASS_INDEX["ceiling"], CLASS_INDEX["chair"], CLASS_INDEX["wall"]
+    np.testing.assert_array_equal(room["label"], [c, c, c, ch, ch, CLUTTER, CLUTTER, CLUTTER, w, w])
+    np.testing.assert_array_equal(room["instance"], [0, 0, 0, 1, 2, 4, 4, 4, 5, 5])
+
+    with h5py.File(tmp_path / "out/Area_1.h5") as f:
+        attrs = f["room_a"].attrs
+        assert list(attrs["objects"]) == ["ceiling_1", "chair_2", "chair_10", "door_1", "stairs_1", "wall_1"]
+        assert (attrs["repaired_lines"], attrs["dropped_lines"], attrs["clipped_colors"]) == (1, 3, 2)
+        assert list(attrs["empty_files"]) == ["Area_1/room_a/Annotations/door_1.txt"]
+        assert json.loads(attrs["remapped_to_clutter"]) == {"stairs": 3}
+        assert attrs["num_points"] == 10 and attrs["source"] == f"{raw.resolve()}/Area_1/room_a"
+        assert list(attrs["class_counts"]) == np.bincount(room["label"], minlength=13).tolist()
+        assert len(attrs["issues"]) == 5
+
+    wall = "Area_1/room_a/Annotations/wall_1.txt"
+    for message in ["Area_1/room_a/Annotations/ceiling_1.txt:3: repaired: dropped stray byte(s): "
+                    r"'103.0\x100000' -> 103.00000",
+                    f"{wall}:2: dropped: expected 6 values, got 5", f"{wall}:4: dropped: non-numeric value 'abc'",
+                    f"{wall}:5: dropped: expected 6 values, got 7",
+                    "Area_1/room_a/Annotations/door_1.txt: skipped: empty file"]:
+        assert f"warning: {message}" in printed.err
+    assert ("repaired lines 1, dropped lines 3, empty files 1, clipped colours 2, "
+            "unknown classes: stairs->clutter 3 points") in printed.out
+    assert "Area_2: 1 rooms (1 parsed)" in printed.out
+
+
+@pytest.mark.parametrize("top", ["", "Stanford3dDataset_v1.2_Aligned_Version/"])
+def test_zip_gives_the_arrays_of_the_folder(tmp_path, top):
+    raw = write_tree(tmp_path / "raw", DEFECT_FILES)
+    prepare(PrepareConfig(raw, tmp_path / "from_folder", progress=False))
+    with zipfile.ZipFile(tmp_path / "s3dis.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in DEFECT_FILES.items():
+            zf.writestr(top + name, data)
+    prepare(PrepareConfig(tmp_path / "s3dis.zip", tmp_path / "from_zip", jobs=2, progress=False))
+    for area, room in [("Area_1", "room_a"), ("Area_2", "room_b")]:
+        a = h5.read_room(tmp_path / "from_folder" / f"{area}.h5", room)
+        b = h5.read_room(tmp_path / "from_zip" / f"{area}.h5", room)
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+    with h5py.File(tmp_path / "from_zip/Area_1.h5") as f:
+        assert f["room_a"].attrs["source"] == f"{(tmp_path / 's3dis.zip').resolve()}/{top}Area_1/room_a"
+        assert f["room_a"].attrs["repaired_lines"] == 1
+
+
+def test_bad_input_is_an_error_and_writes_nothing(tmp_path, capsys):
+    with zipfile.ZipFile(tmp_path / "evil.zip", "w") as zf:
+        zf.writestr("Area_1/r/Annotations/wall_1.txt", b"1 2 3 4 5 6\n")
+        zf.writestr("../outside.txt", b"x")
+    assert cli(["prepare", str(tmp_path / "evil.zip"), str(tmp_path / "out")]) == 1
+    assert "refusing zip member '../outside.txt'" in capsys.readouterr().err
+    write_tree(tmp_path / "raw", {"Area_1/ok/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                                  "Area_1/office_7/office_7.txt": b"1 2 3 4 5 6\n"})
+    assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 1
+    assert "room Area_1/office_7 has no Annotations folder" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_rerun_skips_and_a_changed_room_alone_is_reparsed(tmp_path, monkeypatch, capsys):
+    raw = write_tree(tmp_path / "raw", DEFECT_FILES)
+    out = tmp_path / "out"
+    prepare(PrepareConfig(raw, out, progress=False))
+    stamps = {name: (out / name).stat().st_mtime_ns for name in OUTPUT_FILES[:2]}
+    capsys.readouterr()
+    parsed = _count_parsed(monkeypatch)
+    prepare(PrepareConfig(raw, out, progress=False))
+    assert parsed == []
+    assert {name: (out / name).stat().st_mtime_ns for name in OUTPUT_FILES[:2]} == stamps
+    assert f"{out / 'Area_1.h5'} up to date" in capsys.readouterr().out
+
+    (raw / "Area_2/room_b/Annotations/table_1.txt").write_bytes(b"0.5 0.5 0.75 3 3 3\n0.5 0.5 0.5 4 4 4\n")
+    prepare(PrepareConfig(raw, out, progress=False))
+    assert parsed == ["Area_2/room_b"]
+    assert (out / "Area_1.h5").stat().st_mtime_ns == stamps["Area_1.h5"]
+    assert h5.list_rooms(out / "Area_2.h5") == {"room_b": 4}
+    prepare(PrepareConfig(raw, out, force=True, progress=False))
+    assert parsed == ["Area_2/room_b", "Area_1/room_a", "Area_2/room_b"]
+    monkeypatch.undo()
+    prepare(PrepareConfig(raw, tmp_path / "fresh", progress=False))
+    assert _bytes(out) == _bytes(tmp_path / "fresh")
+
+
+def test_interrupted_run_resumes_to_the_same_files(tmp_path, monkeypatch):
+    files = dict(DEFECT_FILES)
+    for k in range(3):  # more rooms in Area_1, so that the interruption falls inside an area
+        files[f"Area_1/office_{k}/Annotations/table_1.txt"] = f"{k} 1 2 3 4 5\n{k}.5 1 2 3 4 5\n".encode()
+    raw = write_tree(tmp_path / "raw", files)
+    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
+    parsed = _count_parsed(monkeypatch, fail_after=2)
+    with pytest.raises(Killed):
+        prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
+    assert len(parsed) == 2 and not (tmp_path / "out/Area_1.h5").exists()
+    assert len(list((tmp_path / "out/.work").rglob("*.h5"))) == 2
+    parsed = _count_parsed(monkeypatch)
+    prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
+    assert len(parsed) == 3  # 5 rooms, 2 taken from the work files
+    assert _bytes(tmp_path / "out") == _bytes(tmp_path / "clean")
+    assert not (tmp_path / "out/.work").exists()
+
+
+@pytest.mark.slow
+def test_killed_process_resumes_to_the_same_files(s3dis_real, tmp_path):
+    """SIGKILL a real `pointgeope prepare` after its first room is written; the rerun gives the same bytes."""
+    raw = tmp_path / "raw"
+    big = s3dis_real / "Area_2/office_resampled/Annotations"
+    for k in range(4):  # four 8.5 MB rooms (symlinks) in Area_1, the small real room in Area_2
+        (raw / f"Area_1/office_{k}/Annotations").mkdir(parents=True)
+        for f in big.iterdir():
+            (raw / f"Area_1/office_{k}/Annotations" / f.name).symlink_to(f)
+    (raw / "Area_2/office_2").mkdir(parents=True)
+    (raw / "Area_2/office_2/Annotations").symlink_to(s3dis_real / "Area_1/office_2/Annotations")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "pointgeope", "prepare", str(raw), str(out), "--jobs", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not [p for p in (out / ".work").rglob("*.h5") if not p.name.startswith(".")]:
+        assert proc.poll() is None and time.monotonic() < deadline, "prepare ended before writing a room"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "Area_1.h5").exists(), "the kill came too late to test a resume"
+    prepare(PrepareConfig(raw, out, progress=False))
+    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
+    assert _bytes(out) == _bytes(tmp_path / "clean")
+    assert not (out / ".work").exists()

@@ -1,0 +1,111 @@
+"""data_prep/source.py: finding Area_N/<room>/Annotations in folders and zips, junk, refusals, order."""
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from data_prep.source import FolderSource, SourceError, ZipSource, object_key, open_source
+from tests.data_prep.raw_trees import DEFECT_FILES, write_tree
+
+
+def _zip(path: Path, files: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return path
+
+
+def _summary(source) -> list[tuple[str, str, str, list[str]]]:
+    return [(r.area, r.name, r.path, [f.path.rsplit("/", 1)[-1] for f in r.files]) for r in source.rooms()]
+
+
+EXPECTED = [
+    ("Area_1", "room_a", "Area_1/room_a",
+     ["ceiling_1.txt", "chair_2.txt", "chair_10.txt", "door_1.txt", "stairs_1.txt", "wall_1.txt"]),
+    ("Area_2", "room_b", "Area_2/room_b", ["floor_1.txt", "table_1.txt"]),
+]
+
+
+def test_folder_rooms_skip_junk_room_files_and_loose_files(tmp_path):
+    source = open_source(write_tree(tmp_path, DEFECT_FILES))
+    assert isinstance(source, FolderSource)
+    assert _summary(source) == EXPECTED
+    assert source.ignored == []
+
+
+def test_folder_with_a_top_level_folder(tmp_path):
+    write_tree(tmp_path / "Stanford3dDataset_v1.2_Aligned_Version", DEFECT_FILES)
+    top = "Stanford3dDataset_v1.2_Aligned_Version/"
+    assert _summary(open_source(tmp_path)) == [(a, r, top + p, f) for a, r, p, f in EXPECTED]
+
+
+@pytest.mark.parametrize("top", ["", "Stanford3dDataset_v1.2/"])
+def test_zip_rooms_match_the_folder(tmp_path, top):
+    source = open_source(_zip(tmp_path / "s3dis.zip", {top + k: v for k, v in DEFECT_FILES.items()}))
+    assert isinstance(source, ZipSource)
+    assert _summary(source) == [(a, r, top + p, f) for a, r, p, f in EXPECTED]
+    assert source.read(top + "Area_2/room_b/Annotations/table_1.txt") == b"0.5 0.5 0.75 3 3 3\n"
+
+
+@pytest.mark.parametrize("member", ["../evil/Area_1/r/Annotations/wall_1.txt", "/etc/Area_1/r/Annotations/a_1.txt",
+                                    "Area_1/../../x.txt", "C:/Area_1/r/Annotations/wall_1.txt"])
+def test_zip_refuses_members_outside_the_tree(tmp_path, member):
+    path = _zip(tmp_path / "bad.zip", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", member: b"x"})
+    with pytest.raises(SourceError, match="refusing zip member") as err:
+        open_source(path).rooms()
+    assert repr(member) in str(err.value)
+
+
+def test_room_without_annotations_is_an_error_naming_it(tmp_path):
+    write_tree(tmp_path, {"Area_1/good/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                          "Area_1/hallway_9/hallway_9.txt": b"1 2 3 4 5 6\n"})
+    with pytest.raises(SourceError, match="room Area_1/hallway_9 has no Annotations folder"):
+        open_source(tmp_path).rooms()
+
+
+def test_empty_annotations_folder_is_an_error(tmp_path):
+    write_tree(tmp_path, {"Area_1/good/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    (tmp_path / "Area_1/bare/Annotations").mkdir(parents=True)
+    with pytest.raises(SourceError, match=r"room Area_1/bare has no Annotations/<class>_<k>.txt files"):
+        open_source(tmp_path).rooms()
+
+
+def test_the_same_area_twice_is_an_error(tmp_path):
+    write_tree(tmp_path, {"aligned/Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                          "other/Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    with pytest.raises(SourceError, match="Area_1 found twice"):
+        open_source(tmp_path).rooms()
+
+
+def test_no_areas_and_not_a_zip(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(SourceError, match="expected Area_N folders"):
+        open_source(tmp_path).rooms()
+    with pytest.raises(SourceError, match="found a file that is not a zip"):
+        open_source(tmp_path / "notes.txt")
+    with pytest.raises(SourceError, match="found nothing"):
+        open_source(tmp_path / "missing")
+
+
+def test_non_txt_files_in_annotations_are_listed_as_ignored(tmp_path):
+    write_tree(tmp_path, {"Area_3/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                          "Area_3/r/Annotations/wall_1.txt.bak": b"old"})
+    source = open_source(tmp_path)
+    assert [r.name for r in source.rooms()] == ["r"]
+    assert source.ignored == ["Area_3/r/Annotations/wall_1.txt.bak"]
+
+
+def test_object_order_is_class_then_number():
+    names = ["wall_1.txt", "chair_10.txt", "chair_2.txt", "board_1.txt", "chair_1.txt", "odd.txt"]
+    assert sorted(names, key=object_key) == ["board_1.txt", "chair_1.txt", "chair_2.txt", "chair_10.txt",
+                                             "odd.txt", "wall_1.txt"]
+
+
+def test_signature_follows_size_and_stamp(tmp_path):
+    write_tree(tmp_path, {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    before = open_source(tmp_path).rooms()[0].signature()
+    assert open_source(tmp_path).rooms()[0].signature() == before
+    (tmp_path / "Area_1/r/Annotations/wall_1.txt").write_bytes(b"1 2 3 4 5 7\n1 1 1 1 1 1\n")
+    assert open_source(tmp_path).rooms()[0].signature() != before
