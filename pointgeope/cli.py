@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from data_prep import prepare
+from data_prep import prepare, synth
 from pointgeope import __version__, info, report
 from pointgeope.engine import evaluate_command, train_command
 from pointgeope.viz import command as viz
@@ -16,6 +16,7 @@ from pointgeope.viz import command as viz
 # (name, module, one-line help), in the order of the pipeline.
 COMMANDS = (
     ("info", info, "print versions, the device and the active ops backends"),
+    ("synth", synth, "synthetic S3DIS rooms in the raw layout (tests and the demo; real S3DIS cannot be fetched)"),
     ("prepare", prepare, "raw S3DIS (folder or .zip) -> OUT/Area_N.h5, manifest.json, folds.json"),
     ("train", train_command, "train one fold (--test-area K) or every fold (--cv), then evaluate it"),
     ("evaluate", evaluate_command, "predict every point of a fold's test area by voting; metrics.json"),
