@@ -17,8 +17,9 @@ The viewing direction is given by the elevation ``e`` (angle above the horizonta
 
     eye = centre + distance * (cos e cos a, cos e sin a, sin e)
 
-``centre`` is the centre of the bounding box and ``distance`` the smallest one at which every point
-projects inside the image, leaving ``margin`` (a fraction of each half-size) free on every side.
+``centre`` starts at the centre of the bounding box and is then moved across the line of sight until the
+points' image is centred (as much room left as right, above as below), and ``distance`` is the smallest
+at which every point projects inside the image, leaving ``margin`` (a fraction of each half-size) free.
 """
 from __future__ import annotations
 
@@ -92,14 +93,20 @@ def look_at(eye, center, up=(0.0, 0.0, 1.0)) -> np.ndarray:
 
 def fit_camera(coord: np.ndarray, width: int, height: int, elevation: float = 45.0, azimuth: float = -60.0,
                fov: float = 60.0, margin: float = 0.05) -> Camera:
-    """The camera looking at the centre of the bounding box of ``coord`` (N, 3) from ``elevation`` and
-    ``azimuth`` (degrees) at the smallest distance that keeps every point in the image (module docstring).
+    """The camera looking at ``coord`` (N, 3) from ``elevation`` and ``azimuth`` (degrees), the points'
+    image centred, at the smallest distance that keeps every point in the image (module docstring).
 
-    With the camera at ``eye = c + d * dir`` and a point ``p``, in camera coordinates
-    ``x = right . (p - c)``, ``y = down . (p - c)``, ``z = d + forward . (p - c)``; the point is inside
-    with margin ``m`` when ``f |x| / z <= (1 - m) W / 2`` and ``f |y| / z <= (1 - m) H / 2``, i.e.
-    ``d >= f |x| / ((1 - m) W / 2) - forward . (p - c)`` (and the same with ``y``, ``H``); ``d`` is the
-    largest of these bounds over the points (the points, not the box's corners: a tighter frame).
+    With the camera looking at ``c + s_x right + s_y down`` from ``eye = that + d * dir``, a point ``p``
+    with offsets ``(a, b, f) = (right, down, forward) . (p - c)`` has camera coordinates
+    ``x = a - s_x``, ``y = b - s_y``, ``z = d + f``. It is inside with margin ``m`` when
+    ``F |x| / z <= (1 - m) W / 2`` and ``F |y| / z <= (1 - m) H / 2``, i.e.
+    ``d >= F |a - s_x| / ((1 - m) W / 2) - f`` (the same with ``b``, ``H``): ``d`` is the largest bound.
+    The image is centred when ``max(x / z) = -min(x / z)``, solved for ``s_x`` by bisection (the sum is
+    decreasing in ``s_x``), and the same for ``s_y``; ``d`` and ``s`` are refined alternately until ``d``
+    settles (the last step is ``d``, so every point is inside whatever the centring achieved).
+
+    All of these are extremes of linear or linear-fractional functions of ``(a, f)`` (or ``(b, f)``), so
+    they are attained at the vertices of the 2-D convex hulls of those pairs, computed once.
     """
     coord = np.asarray(coord, dtype=np.float64)
     if coord.ndim != 2 or coord.shape[1] != 3 or coord.shape[0] == 0:
@@ -121,14 +128,51 @@ def fit_camera(coord: np.ndarray, width: int, height: int, elevation: float = 45
     up = (0.0, 0.0, 1.0) if abs(direction[2]) < 1.0 - 1e-9 else (-math.cos(a), -math.sin(a), 0.0)
     rot = look_at(center + direction, center, up)[:3, :3]            # rows: right, down, forward
     focal = (height / 2.0) / math.tan(math.radians(fov) / 2.0)
-    local = (coord - center) @ rot.T                                 # (N, 3): right, down, forward offsets
-    half_w, half_h = (1.0 - margin) * width / 2.0, (1.0 - margin) * height / 2.0
-    bounds = np.concatenate([focal * np.abs(local[:, 0]) / half_w - local[:, 2],
-                             focal * np.abs(local[:, 1]) / half_h - local[:, 2],
-                             0.1 - local[:, 2]])                     # every point at least 10 cm in front
-    distance = max(float(bounds.max()), 0.1)
+    local = (coord - center) @ rot.T                                 # (N, 3): offsets a, b, f
+    across = [_hull_vertices(local[:, [k, 2]]) for k in (0, 1)]      # per image axis: (a, f), (b, f)
+    halves = ((1.0 - margin) * width / 2.0, (1.0 - margin) * height / 2.0)
+    shift = [0.0, 0.0]
+
+    def fit_distance() -> float:
+        bounds = [float(np.max(focal * np.abs(v[:, 0] - s) / half - v[:, 1]))
+                  for v, s, half in zip(across, shift, halves)]
+        nearest = float(np.max([0.1 - v[:, 1].min() for v in across]))  # every point 10 cm in front
+        return max(*bounds, nearest, 0.1)
+
+    distance = fit_distance()
+    for _ in range(100):  # a fixed point; converges geometrically (a few dozen rounds at most)
+        shift = [_centring_shift(v[:, 0], distance + v[:, 1]) for v in across]
+        previous, distance = distance, fit_distance()
+        if abs(previous - distance) <= 1e-9 * distance:
+            break
+    target = center + shift[0] * rot[0] + shift[1] * rot[1]
     return Camera(width=int(width), height=int(height), focal=float(focal),
-                  extrinsic=look_at(center + distance * direction, center, up))
+                  extrinsic=look_at(target + distance * direction, target, up))
+
+
+def _hull_vertices(points: np.ndarray) -> np.ndarray:
+    """The vertices of the convex hull of 2-D ``points`` (all points when few, or when degenerate)."""
+    if points.shape[0] <= 64:
+        return points
+    from scipy.spatial import ConvexHull, QhullError
+
+    try:
+        return points[ConvexHull(points).vertices]
+    except QhullError:  # all on a line (e.g. a flat floor seen from the top): no 2-D hull
+        return points
+
+
+def _centring_shift(offset: np.ndarray, depth: np.ndarray, iterations: int = 60) -> float:
+    """``s`` with ``max((offset - s) / depth) = -min((offset - s) / depth)`` (``depth > 0``), by bisection."""
+    lo, hi = float(offset.min()), float(offset.max())
+    for _ in range(iterations):
+        s = (lo + hi) / 2.0
+        ratio = (offset - s) / depth
+        if ratio.max() + ratio.min() > 0:
+            lo = s
+        else:
+            hi = s
+    return (lo + hi) / 2.0
 
 
 def project(camera: Camera, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -29,21 +29,30 @@ def test_fit_camera_frames_the_whole_room(elevation, azimuth, size):
     coord = _room(rng)
     w, h = size
     cam = fit_camera(coord, w, h, elevation=elevation, azimuth=azimuth, margin=0.05)
-    # the camera looks at the centre of the bounding box from the requested direction
-    centre = (coord.min(0) + coord.max(0)) / 2
-    to_eye = (cam.eye - centre) / np.linalg.norm(cam.eye - centre)
+    # the camera looks from the requested direction
     e, a = math.radians(elevation), math.radians(azimuth)
-    np.testing.assert_allclose(to_eye, [math.cos(e) * math.cos(a), math.cos(e) * math.sin(a), math.sin(e)],
+    np.testing.assert_allclose(-cam.forward, [math.cos(e) * math.cos(a), math.cos(e) * math.sin(a), math.sin(e)],
                                atol=1e-9)
-    np.testing.assert_allclose(project(cam, centre[None])[0][0], [cam.cx, cam.cy], atol=1e-9)
     # every point projects inside the image, outside the 5% margin, in front of the camera
     uv, depth = project(cam, coord)
+    # the image of the points is centred (to a tenth of a pixel)
+    np.testing.assert_allclose((uv.min(0) + uv.max(0)) / 2, [cam.cx, cam.cy], atol=0.1)
     assert (depth > 0).all()
     assert (uv[:, 0] >= cam.cx - 0.95 * w / 2 - 1e-6).all() and (uv[:, 0] <= cam.cx + 0.95 * w / 2 + 1e-6).all()
     assert (uv[:, 1] >= cam.cy - 0.95 * h / 2 - 1e-6).all() and (uv[:, 1] <= cam.cy + 0.95 * h / 2 + 1e-6).all()
     # the distance is the smallest one: some point touches the margin
     reach = max(np.abs(uv[:, 0] - cam.cx).max() / (0.95 * w / 2), np.abs(uv[:, 1] - cam.cy).max() / (0.95 * h / 2))
     assert reach == pytest.approx(1.0, abs=1e-9)
+
+
+def test_fit_camera_of_a_flat_floor_from_the_top():
+    """A plane seen from the top has no 2-D hull across the line of sight: the fit uses all points."""
+    g = np.stack(np.meshgrid(np.linspace(0, 4, 30), np.linspace(0, 2, 20), [0.0]), -1).reshape(-1, 3)
+    cam = fit_camera(g, 240, 160, elevation=90, azimuth=-90)
+    uv, _ = project(cam, g)
+    np.testing.assert_allclose(uv.min(0), [cam.cx - 0.95 * 120, cam.cy - 0.95 * 120 / 2], atol=1e-6)
+    np.testing.assert_allclose(uv.max(0), [cam.cx + 0.95 * 120, cam.cy + 0.95 * 120 / 2], atol=1e-6)
+    np.testing.assert_allclose(cam.forward, [0, 0, -1], atol=1e-12)
 
 
 def test_fit_camera_up_is_up():
