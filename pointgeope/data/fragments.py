@@ -75,7 +75,7 @@ def split_into_crops(coord: np.ndarray, voxel_max: int, rng: np.random.Generator
         uncovered = np.flatnonzero(~covered)
         seed = uncovered[np.argmin(weight[uncovered])]
         crop = crop_nearest(coord, voxel_max, coord[seed])
-        d2 = squared_distance(coord[crop], coord[seed]).astype(np.float64)
+        d2 = squared_distance(np.take(coord, crop, axis=0), coord[seed]).astype(np.float64)
         if not (crop == seed).any():  # more than voxel_max duplicates of the seed: keep the seed itself
             far = np.argmax(d2)
             crop[far], d2[far] = seed, 0.0

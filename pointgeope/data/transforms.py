@@ -40,6 +40,13 @@ def _replace(sample: Sample, **arrays: np.ndarray) -> Sample:
     return out
 
 
+def _column_range(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column (min, max) of an (N, C) array, column by column (numpy's axis-0 reduction is slow)."""
+    lo = np.array([a[:, j].min() for j in range(a.shape[1])], dtype=np.float64)
+    hi = np.array([a[:, j].max() for j in range(a.shape[1])], dtype=np.float64)
+    return lo, hi
+
+
 def _fmt(value: object) -> str:
     return repr(tuple(value)) if isinstance(value, (list, tuple)) else repr(value)
 
@@ -143,7 +150,8 @@ class RandomJitter(Transform):
 
     def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
         coord = sample["coord"]
-        noise = np.clip(self.sigma * rng.standard_normal(coord.shape), -self.clip, self.clip)
+        noise = np.clip(rng.standard_normal(coord.shape, dtype=np.float32) * np.float32(self.sigma),
+                        -self.clip, self.clip)
         return _replace(sample, coord=(coord + noise).astype(np.float32))
 
 
@@ -191,11 +199,16 @@ class ChromaticAutoContrast(Transform):
         if rng.random() >= self.p:
             return dict(sample)
         color = sample["color"]
-        lo, hi = color.min(0), color.max(0)
-        span = hi - lo
-        stretched = np.where(span > 0, (color - lo) * (255.0 / np.where(span > 0, span, 1.0)), color)
+        lo, hi = _column_range(color)
         b = rng.random() if self.blend_factor is None else self.blend_factor
-        return _replace(sample, color=((1 - b) * color + b * stretched).astype(np.float32))
+        # c' = (1 - b) c + b (c - lo) s = a c + t per channel, s = 255 / (hi - lo); a = 1, t = 0 if flat.
+        span = hi - lo
+        s = np.where(span > 0, 255.0 / np.where(span > 0, span, 1.0), 1.0)
+        a = np.where(span > 0, (1 - b) + b * s, 1.0).astype(np.float32)
+        t = np.where(span > 0, -b * lo * s, 0.0).astype(np.float32)
+        out = color * a
+        out += t
+        return _replace(sample, color=out.astype(np.float32, copy=False))
 
 
 class ChromaticTranslation(Transform):
@@ -210,8 +223,9 @@ class ChromaticTranslation(Transform):
     def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
         if rng.random() >= self.p:
             return dict(sample)
-        shift = (rng.random(3) - 0.5) * 255 * 2 * self.ratio
-        return _replace(sample, color=np.clip(sample["color"] + shift, 0, 255).astype(np.float32))
+        shift = ((rng.random(3) - 0.5) * 255 * 2 * self.ratio).astype(np.float32)
+        out = sample["color"] + shift
+        return _replace(sample, color=np.clip(out, 0, 255, out=out).astype(np.float32, copy=False))
 
 
 class ChromaticJitter(Transform):
@@ -227,8 +241,10 @@ class ChromaticJitter(Transform):
         if rng.random() >= self.p:
             return dict(sample)
         color = sample["color"]
-        noise = rng.standard_normal(color.shape) * (self.std * 255)
-        return _replace(sample, color=np.clip(color + noise, 0, 255).astype(np.float32))
+        noise = rng.standard_normal(color.shape, dtype=np.float32)
+        noise *= np.float32(self.std * 255)
+        noise += color
+        return _replace(sample, color=np.clip(noise, 0, 255, out=noise).astype(np.float32, copy=False))
 
 
 class AddNormalizedHeight(Transform):

@@ -82,7 +82,8 @@ def test_random_jitter_is_clipped_and_matches_the_seeded_noise():
     delta = out["coord"].astype(np.float64) - sample["coord"]
     assert np.abs(delta).max() <= 0.05 + 1e-6
     assert np.isclose(np.abs(delta).max(), 0.05, atol=1e-6)   # sigma = clip: some noise is clipped
-    noise = np.clip(0.05 * np.random.default_rng(1).standard_normal((2000, 3)), -0.05, 0.05)
+    noise = np.clip(np.random.default_rng(1).standard_normal((2000, 3), dtype=np.float32) * np.float32(0.05),
+                    -0.05, 0.05)
     np.testing.assert_allclose(delta, noise, atol=1e-6)
 
 
