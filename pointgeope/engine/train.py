@@ -130,7 +130,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
                 logits = net(batch.pos, batch.x, offset)
             loss = F.cross_entropy(logits.float(), batch.y, ignore_index=cfg.train.ignore_index)
             if distributed.any_rank(not torch.isfinite(loss).item(), device):
-                dump = run / f"nan_step_{step}_rank{env.rank}.pt"
+                dump = run / (f"nan_step_{step}_rank{env.rank}.pt" if env.distributed else f"nan_step_{step}.pt")
                 save_checkpoint(dump, {"config": resolved, "model": model.state_dict(), "epoch": epoch,
                                        "step": step, "loss": loss.detach().cpu(), "pos": batch.pos.cpu(),
                                        "x": batch.x.cpu(), "y": batch.y.cpu(), "ptr": batch.ptr.cpu()})

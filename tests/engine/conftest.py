@@ -1,0 +1,45 @@
+"""Fixtures of the engine tests: tiny synthetic S3DIS (synth --size tiny + prepare), once per session."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_CONFIG = REPO / "configs" / "demo.yaml"
+
+# A tiny network and 1-2 short epochs: every run of the suite stays within seconds on one core.
+TINY = ["model.widths=[8, 16]", "model.depths=[1, 1]", "model.nsample=8",
+        "data.grid_size=0.1", "data.voxel_max=1500", "data.loop=1", "data.batch_size=2",
+        "data.num_workers=0", "data.cache=true", "optim.name=adamw", "optim.lr=0.01",
+        "optim.scheduler=cosine", "train.epochs=2", "train.amp=none", "train.device=cpu",
+        "train.progress=false", "eval.batch_points=20000"]
+
+
+@pytest.fixture(scope="session")
+def tiny_root(tmp_path_factory) -> Path:
+    """``pointgeope synth --size tiny`` then ``pointgeope prepare``: 6 areas x 2 rooms of ~4k points."""
+    from data_prep import synth
+    from pointgeope.cli import main as cli
+
+    base = tmp_path_factory.mktemp("tiny_s3dis")
+    parser = argparse.ArgumentParser()
+    synth.add_arguments(parser)
+    assert synth.main(parser.parse_args([str(base / "raw"), "--size", "tiny"])) == 0
+    assert cli(["prepare", str(base / "raw"), str(base / "s3dis")]) == 0
+    return base / "s3dis"
+
+
+@pytest.fixture(scope="session")
+def two_folds(tiny_root, tmp_path_factory) -> Path:
+    """The tiny data with a folds.json of two folds over Area_1..Area_3 (folds are data)."""
+    root = tmp_path_factory.mktemp("two_folds")
+    for area in ("Area_1", "Area_2", "Area_3"):
+        os.symlink(tiny_root / f"{area}.h5", root / f"{area}.h5")
+    folds = {"1": {"test": ["Area_1"], "train": ["Area_2", "Area_3"]},
+             "2": {"test": ["Area_2"], "train": ["Area_1", "Area_3"]}}
+    (root / "folds.json").write_text(json.dumps({"version": 1, "folds": folds}))
+    return root

@@ -1,0 +1,84 @@
+"""A 2-process DDP run (gloo, CPU) of pointgeope/engine/train.py: it completes, the ranks see different
+samples, and the fold's files are written once (by rank 0)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from pointgeope.data.h5 import list_rooms
+from tests.engine.conftest import DEMO_CONFIG, TINY
+
+
+class Recording(torch.utils.data.Dataset):
+    """Wraps the training dataset; appends 'epoch index' for every sample this rank loads to a file."""
+
+    def __init__(self, dataset, path: Path):
+        self.dataset, self.path = dataset, path
+
+    def set_epoch(self, epoch):
+        self.dataset.set_epoch(epoch)
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        with open(self.path, "a") as f:
+            f.write(f"{self.dataset.epoch} {index}\n")
+        return self.dataset[index]
+
+
+def _rank_main(rank: int, world: int, port: int, root: str, run: str, record: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    from pointgeope.engine import build, distributed, train
+    from pointgeope.engine.config import load_config
+
+    real = build.train_dataset
+    build.train_dataset = lambda cfg, areas: Recording(real(cfg, areas), Path(record) / f"rank{rank}.txt")
+    cfg = load_config(DEMO_CONFIG, TINY + [f"data.root={root}", f"train.run_dir={run}", "data.loop=2"])
+    env = distributed.setup(cfg.train.device)
+    try:
+        assert env.world_size == 2 and torch.distributed.get_backend() == "gloo"
+        train.run_folds(cfg, 1, env)
+    finally:
+        distributed.cleanup()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_process_gloo_run(two_folds, tmp_path):
+    run, record = tmp_path / "run", tmp_path / "record"
+    record.mkdir()
+    # fork: the children inherit the imported modules (a spawned child re-imports torch and PyG, ~10 s).
+    mp.start_processes(_rank_main, args=(2, free_port(), str(two_folds), str(run), str(record)), nprocs=2,
+                       join=True, start_method="fork")
+
+    # Each epoch, the two ranks loaded disjoint halves of the 8 samples (batch 2 = 1 per rank).
+    seen = {r: [tuple(map(int, line.split())) for line in (record / f"rank{r}.txt").read_text().split("\n") if line]
+            for r in range(2)}
+    for epoch in range(2):
+        mine = [sorted(i for e, i in seen[r] if e == epoch) for r in range(2)]
+        assert len(mine[0]) == len(mine[1]) == 4
+        assert not set(mine[0]) & set(mine[1]) and sorted(mine[0] + mine[1]) == list(range(8))
+
+    fold = run / "area_1"
+    log = (fold / "log.txt").read_text()
+    assert "2 process(es)" in log and log.count(" epoch 1/2 ") == 1 and log.count(" epoch 2/2 ") == 1
+    assert log.count("fold 1 done") == 1
+    metrics = json.loads((fold / "metrics.json").read_text())
+    assert metrics["complete"] and metrics["num_points"] == sum(list_rooms(two_folds / "Area_1.h5").values())
+    ckpt = torch.load(fold / "last.pt", weights_only=True)
+    assert len(ckpt["rng"]) == 2  # both ranks' generator states, for an exact resume
+    assert not [p for p in fold.rglob("*") if p.name.endswith(".tmp")]

@@ -1,0 +1,156 @@
+"""Tests of pointgeope/engine/train.py on tiny data: run folder, exact resume, --cv skipping, NaN stop."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from pointgeope.data.h5 import list_rooms, read_predictions, read_room
+from pointgeope.engine import train as train_mod
+from pointgeope.engine import train_command
+from pointgeope.engine.checkpoint import load_checkpoint
+from pointgeope.engine.config import load_config
+from pointgeope.metrics import confusion_matrix
+from tests.engine.conftest import DEMO_CONFIG, TINY
+
+
+def train(root, run, *extra, fold="1"):
+    parser = argparse.ArgumentParser()
+    train_command.add_arguments(parser)
+    where = ["--cv"] if fold == "cv" else ["--test-area", fold]
+    args = parser.parse_args(["--config", str(DEMO_CONFIG), *where, "--data-root", str(root),
+                              "--run-dir", str(run), *TINY, *extra])
+    return train_command.main(args)
+
+
+def weights(path):
+    return load_checkpoint(path)["model"]
+
+
+@pytest.mark.slow
+def test_fold_writes_a_complete_run_folder(two_folds, tmp_path):
+    assert train(two_folds, tmp_path) == 0
+    fold = tmp_path / "area_1"
+    cfg = load_config(fold / "config.yaml")
+    assert cfg == load_config(DEMO_CONFIG, TINY + [f"data.root={two_folds}", f"train.run_dir={tmp_path}"])
+    for name in ("last.pt", "best.pt"):
+        ckpt = torch.load(fold / name, map_location="cpu", weights_only=True)
+        assert (ckpt["epoch"], ckpt["batch"]) == (2, 0)
+    log = (fold / "log.txt").read_text()
+    assert log.count(" epoch 1/2 ") == 1 and log.count(" epoch 2/2 ") == 1
+    assert list((fold / "tb").glob("events.out.tfevents.*"))
+    metrics = json.loads((fold / "metrics.json").read_text())
+    assert metrics["complete"] is True and metrics["area"] == "Area_1" and metrics["fold"] == 1
+    rooms = list_rooms(two_folds / "Area_1.h5")
+    assert metrics["num_points"] == sum(rooms.values())
+    with h5py.File(fold / "predictions" / "Area_1.h5", "r") as f:
+        assert f.attrs["kind"] == "predictions" and sorted(f) == sorted(rooms)
+    confusion = np.zeros((13, 13), dtype=np.int64)
+    for room, n in rooms.items():
+        pred = read_predictions(fold / "predictions" / "Area_1.h5", room)
+        assert pred.dtype == np.uint8 and pred.shape == (n,)
+        confusion += confusion_matrix(pred, read_room(two_folds / "Area_1.h5", room, ("label",))["label"])
+    assert metrics["confusion"] == confusion.tolist()
+    assert sorted(p.name for p in fold.iterdir()) == ["best.pt", "config.yaml", "last.pt", "log.txt",
+                                                      "metrics.json", "predictions", "tb"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fail_at_save", [2, 3], ids=["epoch-end", "mid-epoch"])
+def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkeypatch, fail_at_save):
+    # 8 samples, 4 steps an epoch: saves after step 2, epoch 1 (step 4), step 6, epoch 2 (step 8)
+    extra = ["data.loop=2", "train.checkpoint_every=2"]
+    assert train(two_folds, tmp_path / "straight", *extra) == 0
+
+    real_save, saves = train_mod.save_checkpoint, []
+
+    def save_then_die(path, payload):
+        real_save(path, payload)
+        saves.append((payload["epoch"], payload["batch"]))
+        if len(saves) == fail_at_save:
+            raise KeyboardInterrupt("injected kill")
+
+    monkeypatch.setattr(train_mod, "save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train(two_folds, tmp_path / "killed", *extra)
+    killed_at = saves[-1]
+    assert killed_at == [(0, 2), (1, 0), (1, 2)][fail_at_save - 1]
+    assert not (tmp_path / "killed" / "area_1" / "metrics.json").exists()
+    monkeypatch.setattr(train_mod, "save_checkpoint", real_save)
+    assert train(two_folds, tmp_path / "killed", *extra) == 0
+
+    log = (tmp_path / "killed" / "area_1" / "log.txt").read_text()
+    assert f"resumed from {tmp_path / 'killed' / 'area_1' / 'last.pt'}: epoch {killed_at[0]}, batch {killed_at[1]}" in log
+    a, b = weights(tmp_path / "straight" / "area_1" / "last.pt"), weights(tmp_path / "killed" / "area_1" / "last.pt")
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
+    ma = json.loads((tmp_path / "straight" / "area_1" / "metrics.json").read_text())
+    mb = json.loads((tmp_path / "killed" / "area_1" / "metrics.json").read_text())
+    assert ma["confusion"] == mb["confusion"]
+
+
+@pytest.mark.slow
+def test_cv_runs_every_fold_and_skips_complete_ones(two_folds, tmp_path, capsys):
+    assert train(two_folds, tmp_path, "train.epochs=1", fold="cv") == 0
+    for k in (1, 2):
+        assert json.loads((tmp_path / f"area_{k}" / "metrics.json").read_text())["complete"] is True
+    first = (tmp_path / "area_1" / "metrics.json").stat().st_mtime_ns
+    (tmp_path / "area_2" / "metrics.json").unlink()  # fold 2 trained but not evaluated
+    capsys.readouterr()
+    assert train(two_folds, tmp_path, "train.epochs=1", fold="cv") == 0
+    out = capsys.readouterr().out
+    assert "fold 1: " in out and "is complete, skipped" in out
+    assert (tmp_path / "area_1" / "metrics.json").stat().st_mtime_ns == first
+    assert json.loads((tmp_path / "area_2" / "metrics.json").read_text())["complete"] is True
+    log2 = (tmp_path / "area_2" / "log.txt").read_text()
+    assert log2.count(" epoch 1/1 ") == 1  # the second run went straight to the evaluation
+    assert log2.count("evaluated Area_2") == 2
+
+
+def test_corrupt_checkpoint_stops_with_its_name(two_folds, tmp_path, capsys):
+    (tmp_path / "area_1").mkdir()
+    (tmp_path / "area_1" / "last.pt").write_bytes(b"not a checkpoint")
+    assert train(two_folds, tmp_path) == 1
+    assert f"{tmp_path / 'area_1' / 'last.pt'}: not a readable checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_checkpoint_of_another_config_or_model_is_refused(two_folds, tmp_path, capsys):
+    assert train(two_folds, tmp_path, "train.epochs=1", "train.epochs_per_run=0") == 0
+    assert not (tmp_path / "area_1" / "last.pt").exists()  # stopped before any epoch
+    assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1") == 0
+    assert load_checkpoint(tmp_path / "area_1" / "last.pt")["epoch"] == 1
+    assert train(two_folds, tmp_path, "train.epochs=2", "optim.lr=0.02") == 1
+    err = capsys.readouterr().err
+    assert "last.pt: written with another config (optim.lr: checkpoint 0.01, now 0.02)" in err
+
+
+@pytest.mark.slow
+def test_nan_loss_stops_and_saves_the_batch(two_folds, tmp_path, monkeypatch, capsys):
+    real = torch.nn.functional.cross_entropy
+    calls = []
+
+    def nan_on_third(*args, **kwargs):
+        calls.append(1)
+        loss = real(*args, **kwargs)
+        return loss * float("nan") if len(calls) == 3 else loss
+
+    monkeypatch.setattr(train_mod.F, "cross_entropy", nan_on_third)
+    assert train(two_folds, tmp_path, "data.loop=2") == 1  # 4 steps an epoch
+    assert "the loss is nan at epoch 1, step 2 (batch 2 of the epoch)" in capsys.readouterr().err
+    dump = torch.load(tmp_path / "area_1" / "nan_step_2.pt", weights_only=True)
+    assert dump["step"] == 2 and dump["pos"].shape[0] == dump["y"].shape[0] == dump["ptr"][-1]
+    assert dump["model"].keys() == weights_like(two_folds, tmp_path).keys()
+    assert not (tmp_path / "area_1" / "metrics.json").exists()
+
+
+def weights_like(root, run):
+    from pointgeope.engine import build
+
+    cfg = load_config(DEMO_CONFIG, TINY + [f"data.root={root}"])
+    return build.model(cfg).state_dict()
