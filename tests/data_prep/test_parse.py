@@ -6,6 +6,7 @@ import io
 import numpy as np
 import pytest
 
+from data_prep import parse
 from data_prep.parse import _parse_decimal, _parse_generic, _parse_lines, parse_points
 
 
@@ -30,7 +31,9 @@ def _random_text(rng: np.random.Generator, rows: int) -> bytes:
     return "".join(lines).encode()
 
 
-def test_decimal_path_is_bit_exact_against_loadtxt():
+@pytest.mark.parametrize("block", [1 << 18, 1000, 7])  # one block, many blocks, every line longer than a block
+def test_decimal_path_is_bit_exact_against_loadtxt(block, monkeypatch):
+    monkeypatch.setattr(parse, "BLOCK", block)
     rng = np.random.default_rng(0)
     data = _random_text(rng, 2000)
     parsed = parse_points(data)
