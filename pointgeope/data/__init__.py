@@ -1,1 +1,23 @@
-"""Prepared S3DIS rooms (HDF5), training blocks, transforms and batches."""
+"""Prepared S3DIS rooms (HDF5), training blocks, transforms and batches.
+
+The names below are imported lazily (PEP 562), so ``import pointgeope.data.h5`` (the viewer, the
+report) does not pull in torch and torch_geometric.
+"""
+from importlib import import_module
+
+# name -> submodule that defines it
+_EXPORTS = {
+    "load_folds": "folds", "Fold": "folds",
+    "S3DISTrain": "dataset", "S3DISTestArea": "dataset", "TestRoom": "dataset", "sample_rng": "dataset",
+    "make_loader": "loader", "set_epoch": "loader",
+    "voxel_sample": "voxelize", "random_crop": "voxelize", "crop_nearest": "voxelize",
+    "voxel_fragments": "fragments", "split_into_crops": "fragments",
+    "s3dis_train_transform": "transforms",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
