@@ -87,24 +87,27 @@ def prepare(cfg: PrepareConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     areas = list(dict.fromkeys(r.area for r in rooms))
 
-    # 2. What is up to date, where: attrs[area][room] for each room kept, `todo` the rooms to parse.
+    # 2. What is up to date, and where: `held` names the file holding each room already parsed.
     attrs: dict[str, dict[str, dict]] = {a: {} for a in areas}
-    held: dict[tuple[str, str], Path] = {}  # (area, room) -> file that holds it
-    todo = []
+    held: dict[tuple[str, str], Path] = {}
+    todo, changed = [], set()
     for area in areas:
-        old = {} if cfg.force else (read_attrs(out / f"{area}.h5") or {})
+        area_file = out / f"{area}.h5"
+        old = {} if cfg.force else (read_attrs(area_file) or {})
+        names = [r.name for r in rooms if r.area == area]
+        if set(old) != set(names):
+            changed.add(area)
         for room in (r for r in rooms if r.area == area):
-            sig, wpath = room.signature(), work / area / f"{room.name}.h5"
-            cached = None if cfg.force else (read_attrs(wpath) or {}).get(room.name)
+            sig, work_file = room.signature(), work / area / f"{room.name}.h5"
             if old.get(room.name, {}).get("signature") == sig:
-                attrs[area][room.name], held[area, room.name] = old[room.name], out / f"{area}.h5"
-            elif cached is not None and cached.get("signature") == sig:
-                attrs[area][room.name], held[area, room.name] = cached, wpath
+                attrs[area][room.name], held[area, room.name] = old[room.name], area_file
+                continue
+            changed.add(area)
+            cached = None if cfg.force else (read_attrs(work_file) or {}).get(room.name)
+            if cached is not None and cached.get("signature") == sig:
+                attrs[area][room.name], held[area, room.name] = cached, work_file
             else:
-                todo.append((source, room, wpath))
-    changed = {area for area in areas if any(p != out / f"{area}.h5" for (a, _), p in held.items() if a == area)
-               or any(room.area == area for _, room, _ in todo)
-               or set(read_attrs(out / f"{area}.h5") or {}) != set(attrs[area])}
+                todo.append((source, room, work_file))
 
     # Parse, biggest rooms first so that the workers finish together.
     todo.sort(key=lambda task: -task[1].num_bytes)
@@ -126,6 +129,7 @@ def prepare(cfg: PrepareConfig) -> dict:
         if pool is not None:
             pool.terminate()
     t_parse = time.perf_counter() - t_parse
+    attrs = {a: {r.name: attrs[a][r.name] for r in rooms if r.area == a} for a in areas}  # room order
 
     # 3. Assemble each changed area in room order; then its work files are no longer needed.
     for area in areas:

@@ -167,11 +167,22 @@ def test_rerun_skips_and_a_changed_room_alone_is_reparsed(tmp_path, monkeypatch,
     assert _bytes(out) == _bytes(tmp_path / "fresh")
 
 
-def test_interrupted_run_resumes_to_the_same_files(tmp_path, monkeypatch):
+def _five_rooms(root: Path) -> Path:
     files = dict(DEFECT_FILES)
-    for k in range(3):  # more rooms in Area_1, so that the interruption falls inside an area
+    for k in range(3):  # more rooms in Area_1
         files[f"Area_1/office_{k}/Annotations/table_1.txt"] = f"{k} 1 2 3 4 5\n{k}.5 1 2 3 4 5\n".encode()
-    raw = write_tree(tmp_path / "raw", files)
+    return write_tree(root, files)
+
+
+def test_jobs_do_not_change_the_bytes(tmp_path):
+    raw = _five_rooms(tmp_path / "raw")
+    prepare(PrepareConfig(raw, tmp_path / "one", jobs=1, progress=False))
+    prepare(PrepareConfig(raw, tmp_path / "three", jobs=3, progress=False))
+    assert _bytes(tmp_path / "one") == _bytes(tmp_path / "three")
+
+
+def test_interrupted_run_resumes_to_the_same_files(tmp_path, monkeypatch):
+    raw = _five_rooms(tmp_path / "raw")
     prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
     parsed = _count_parsed(monkeypatch, fail_after=2)
     with pytest.raises(Killed):
