@@ -1,17 +1,8 @@
 """Prepare raw S3DIS (a folder or a .zip of Stanford3dDataset_v1.2[_Aligned_Version]) as OUT/Area_N.h5.
 
-Writes ``OUT/Area_N.h5`` (one group per room, the schema of ``pointgeope.data.h5``), ``OUT/manifest.json``
-(points and class histogram per room) and ``OUT/folds.json`` (fold k tests on Area_k), then prints a
-summary per area. Resumable and deterministic:
-
-1. scan RAW: the rooms, each with a signature of its annotation files (names, sizes, stamps);
-2. a room is up to date when ``Area_N.h5`` or a work file ``OUT/.work/Area_N/<room>.h5`` (left by an
-   interrupted run) holds it with the same signature; the others are parsed by ``--jobs`` worker
-   processes, each room into its own work file (written atomically);
-3. each area with a changed room is assembled from these, in room order, into ``Area_N.h5`` (atomic);
-4. ``manifest.json`` and ``folds.json`` are rewritten from the rooms' attributes; ``.work`` is removed.
-
-A rerun with nothing changed only checks signatures. The arrays of a room never depend on ``--jobs``.
+Writes OUT/Area_N.h5 (one group per room), OUT/manifest.json (points and class histogram per room) and
+OUT/folds.json (fold k tests on Area_k), then a summary per area. Reruns skip rooms already prepared
+from the same files; a killed run, rerun, finishes with the same files as an uninterrupted one.
 """
 from __future__ import annotations
 
@@ -69,7 +60,16 @@ def _parse_room(task):
 
 
 def prepare(cfg: PrepareConfig) -> dict:
-    """Run the four steps of the module docstring; return the manifest."""
+    """Prepare ``cfg.raw`` into ``cfg.out``; return the manifest. Resumable and deterministic:
+
+    1. scan RAW: the rooms, each with a signature of its annotation files (names, sizes, stamps);
+    2. a room is up to date when ``Area_N.h5`` or a work file ``OUT/.work/Area_N/<room>.h5`` (left by
+       an interrupted run) holds it with the same signature; the others are parsed by ``cfg.jobs``
+       worker processes, each room into its own work file (written atomically);
+    3. each area with a changed room is assembled from these, in room order, into ``Area_N.h5``
+       (atomic), without timestamps: the same rooms give the same bytes, whatever ``jobs`` was;
+    4. ``manifest.json`` and ``folds.json`` are rewritten from the rooms' attributes; ``.work`` goes.
+    """
     import multiprocessing
 
     import h5py
