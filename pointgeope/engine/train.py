@@ -39,6 +39,16 @@ class StopRun(Exception):
     """This invocation stops early on purpose (``train.epochs_per_run``); the same command continues it."""
 
 
+def log_scores(writer, tag: str, s: dict, step: int) -> None:
+    """OA, mAcc, mIoU under ``tag/`` and the per-class IoU under ``tag_iou/<class>`` (NaN/None skipped)."""
+    for key in ("oa", "macc", "miou"):
+        if s[key] is not None and not math.isnan(s[key]):
+            writer.add_scalar(f"{tag}/{key}", s[key], step)
+    for name, iou in zip(CLASS_NAMES, s["iou"]):
+        if iou is not None and not math.isnan(iou):
+            writer.add_scalar(f"{tag}_iou/{name}", iou, step)
+
+
 def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv) -> dict:
     """Train (or resume) fold ``fold`` and evaluate it; returns the fold's metrics (every rank)."""
     run = Path(cfg.train.run_dir) / f"area_{fold}"
@@ -48,7 +58,6 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     log = Log(run / "log.txt" if env.is_main else None)
     if env.is_main:
         run.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run / "config.yaml")
     distributed.barrier()
     log(f"fold {fold}: train on {', '.join(train_areas)}, test on {', '.join(test_areas)}; "
         f"device {device}, {env.world_size} process(es)")
@@ -84,6 +93,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         set_rng_state(ckpt["rng"][env.rank] if env.rank < len(ckpt["rng"]) else ckpt["rng"][0])
         epoch, batch_in_epoch, step, best_miou = ckpt["epoch"], ckpt["batch"], ckpt["step"], ckpt["best_miou"]
         log(f"resumed from {run / 'last.pt'}: epoch {epoch}, batch {batch_in_epoch}, step {step}")
+    if env.is_main:  # after the checkpoint check: a refused resume leaves the folder's config as it was
+        save_config(cfg, run / "config.yaml")
     net = model
     if env.distributed:
         net = torch.nn.parallel.DistributedDataParallel(
@@ -172,19 +183,14 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
                 f"train oa {train_scores['oa']:.4f} miou {train_scores['miou']:.4f}  "
                 f"lr {optimizer.param_groups[0]['lr']:.3e}  {seconds:.1f}s  {points_per_s:,.0f} pts/s")
         if writer is not None:
-            writer.add_scalar("train/oa", train_scores["oa"], step)
-            writer.add_scalar("train/macc", train_scores["macc"], step)
-            writer.add_scalar("train/miou", train_scores["miou"], step)
+            log_scores(writer, "train", train_scores, step)
             writer.add_scalar("train/points_per_s", points_per_s, step)
         is_best = False
         if cfg.train.val_every and (epoch % cfg.train.val_every == 0 or epoch == cfg.train.epochs):
             val = validate(cfg, model, root, test_areas, env)
             line += f"  val oa {val['oa']:.4f} macc {val['macc']:.4f} miou {val['miou']:.4f}"
             if writer is not None:
-                for key in ("oa", "macc", "miou"):
-                    writer.add_scalar(f"val/{key}", val[key], step)
-                for name, iou in zip(CLASS_NAMES, val["iou"]):
-                    writer.add_scalar(f"val_iou/{name}", 0.0 if math.isnan(iou) else iou, step)
+                log_scores(writer, "val", val, step)
             is_best = val["miou"] > best_miou
             best_miou = max(best_miou, val["miou"])
         log(line)
@@ -195,9 +201,10 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
             distributed.barrier()
 
     # --- full-resolution evaluation of the test area(s) ---
-    if writer is not None:
-        writer.close()
     metrics = evaluate_fold(run, cfg, env, log=log)
+    if writer is not None:
+        log_scores(writer, "test", metrics, step)
+        writer.close()
     log(f"fold {fold} done: oa {metrics['oa']:.4f}  macc {metrics['macc']:.4f}  miou {metrics['miou']:.4f}")
     return metrics
 

@@ -128,6 +128,7 @@ def test_checkpoint_of_another_config_or_model_is_refused(two_folds, tmp_path, c
     assert train(two_folds, tmp_path, "train.epochs=2", "optim.lr=0.02") == 1
     err = capsys.readouterr().err
     assert "last.pt: written with another config (optim.lr: checkpoint 0.01, now 0.02)" in err
+    assert load_config(tmp_path / "area_1" / "config.yaml").optim.lr == 0.01  # left as it was
 
 
 @pytest.mark.slow
