@@ -50,7 +50,7 @@ def voxel_representatives(coord: np.ndarray, voxel: float) -> np.ndarray:
     # key = (i * dims_y + j) * dims_z + k; fits int64 for any room (dims < 2**21 per axis at 1 mm in 2 km)
     key = (grid[:, 0] * dims[1] + grid[:, 1]) * dims[2] + grid[:, 2]
     dist = np.square(coord - (origin + (grid + 0.5) * voxel)).sum(axis=1)
-    order = np.lexsort((np.arange(coord.shape[0]), dist, key))       # last key sorts first
+    order = np.lexsort((dist, key))  # by key, then distance; stable, so equal distances keep file order
     first = np.ones(order.shape[0], dtype=bool)
     first[1:] = key[order[1:]] != key[order[:-1]]
     return np.sort(order[first])

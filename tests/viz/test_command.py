@@ -85,3 +85,23 @@ def test_missing_open3d_says_how_to_install(synthetic_area, tmp_path, capsys, mo
     err = capsys.readouterr().err
     assert "needs Open3D" in err and "pip install open3d" in err and "apt-get install libusb-1.0-0" in err
     assert not (tmp_path / "a.png").exists()
+
+
+def test_cli_does_not_import_open3d():
+    import subprocess
+
+    code = "import sys, pointgeope.cli; print('open3d' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the DISPLAY check is for X11 (Linux)")
+def test_window_without_display_says_what_to_do(synthetic_area, capsys, monkeypatch):
+    pytest.importorskip("open3d", reason="Open3D is not installed")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    area, _ = synthetic_area
+    assert main(["viz", str(area), "--room", "tiny_2"]) == 2
+    captured = capsys.readouterr()
+    assert "keys:" in captured.out  # the key help is printed before the window opens
+    assert "needs a display (DISPLAY is not set); use --screenshot PNG" in captured.err
