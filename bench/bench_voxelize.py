@@ -12,7 +12,7 @@ and prints ms per call (wall and process CPU time) and the ratio baseline / ours
 the same run (on a shared machine the CPU time is the fairer one-core figure; the load average is saved). Results go to
 bench/results/bench_voxelize.json.
 
-Usage: python bench/bench_voxelize.py [--reps 7] [--sizes 250000 1000000 4000000]
+Usage: python bench/bench_voxelize.py [--reps 5] [--sizes 250000 1000000 4000000]
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def timed(fn, coord: np.ndarray, reps: int) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--sizes", type=int, nargs="+", default=[250_000, 1_000_000, 4_000_000])
     args = parser.parse_args()
 

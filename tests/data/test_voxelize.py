@@ -105,3 +105,18 @@ def test_random_crop_centres_on_a_point_and_is_seeded():
     center = coord[np.random.default_rng(3).integers(len(coord))]
     assert set(a.tolist()) == set(crop_nearest(coord, 100, center).tolist())
     np.testing.assert_array_equal(random_crop(coord, 600, np.random.default_rng(0)), np.arange(600))
+
+
+def test_wide_grids_take_the_lexsort_path_with_the_same_groups():
+    """Raveled keys too wide to pack with a 10-bit rank (prod(D) ~ 2^57 > 2^53) fall back to lexsort."""
+    rng = np.random.default_rng(9)
+    coord = rng.random((1000, 3)) * 50.0
+    coord[500:] = coord[:500]                                   # 500 voxels of exactly 2 points
+    key, exact = voxel_keys(grid_coord(coord, 1e-4))
+    assert exact and key.max() >= 2 ** 53
+    rank = rng.permutation(1000)
+    groups = voxel_groups(coord, 1e-4, rank=rank)
+    assert groups.num_voxels == 500 and (groups.counts == 2).all()
+    for s in groups.starts:
+        a, b = groups.order[s], groups.order[s + 1]
+        assert a % 500 == b % 500 and rank[a] < rank[b]
