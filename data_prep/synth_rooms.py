@@ -77,10 +77,11 @@ class Walls:
     def claim(self, wall: int, width: float, rng: np.random.Generator, gap: float = 0.1) -> float | None:
         """Take a free interval of ``width`` at a random place along ``wall``; its start, or ``None``."""
         top = self.length[wall] - width - gap
-        for _ in range(40):
-            if top < gap:
-                return None
-            s = float(rng.uniform(gap, top))
+        if top < gap:
+            return None
+        tries = [float(s) for s in rng.uniform(gap, top, size=40)]
+        tries += [gap] + [v + gap for _, v in sorted(self.used[wall])]  # then every leftmost free start
+        for s in tries:
             if self.free(wall, s, s + width, gap):
                 self.used[wall].append((s, s + width))
                 return s
@@ -175,44 +176,48 @@ def _table_with_chairs(centre, width: float, depth: float, chairs: dict[str, int
     return parts
 
 
-def _wall_things(walls: Walls, h: float, rng: np.random.Generator, plan: dict[str, int],
-                 prefer: dict[str, list[int]]) -> list[Part]:
-    """Doors, windows, boards, bookcases, sofas, floor clutter and stairs along the walls.
+# Width range of each thing that stands against a wall, metres (a thing that does not fit at its drawn
+# width is tried at 3/4 and 1/2 of it, never below the lower bound of the range).
+WALL_WIDTHS = {"stairs": (1.1, 1.1), "door": (0.85, 1.0), "window": (1.0, 1.8), "board": (1.2, 2.4),
+               "bookcase": (0.8, 1.3), "sofa": (1.4, 2.1), "clutter": (0.25, 0.55)}
 
-    ``plan`` maps a kind of thing to how many to place, ``prefer`` a kind to the walls tried first.
-    A thing that finds no free interval on any wall is left out (rooms are sized so that the first of
-    each kind always fits).
+
+def _build(kind: str, width: float, h: float, rng: np.random.Generator) -> tuple[Patches, np.ndarray | None]:
+    """The thing of ``kind`` (a key of :data:`WALL_WIDTHS`) of ``width`` in its wall frame; its solid box."""
+    if kind == "stairs":
+        return obj.stairs(width, steps=4)
+    if kind == "door":
+        return obj.door(width, float(rng.uniform(2.0, 2.15)))
+    if kind == "window":
+        return obj.window(width, float(rng.uniform(0.8, 1.0)), min(h - 0.6, float(rng.uniform(2.0, 2.3))))
+    if kind == "board":
+        return obj.board(width, float(rng.uniform(0.85, 1.0)), float(rng.uniform(1.8, 2.1)))
+    if kind == "bookcase":
+        return obj.bookcase(width, float(rng.uniform(1.6, 2.2)))
+    if kind == "sofa":
+        return obj.sofa(width)
+    size = np.array([width, *rng.uniform([0.25, 0.25], [0.45, 0.9])])  # bins, boxes, printers
+    return place(obj.clutter_box(size), 0, (0, 0.05, 0)), None  # standing a little off the wall
+
+
+def _wall_things(walls: Walls, h: float, rng: np.random.Generator, plan: list[str],
+                 prefer: dict[str, list[int]]) -> list[Part]:
+    """Doors, windows, boards, bookcases, sofas, floor clutter and stairs along the walls, in ``plan`` order.
+
+    ``plan`` lists the kinds of :data:`WALL_WIDTHS` to place (the ones that must be there first),
+    ``prefer`` maps a kind to the walls tried first. A thing with no free interval on any wall even at
+    half its width is left out.
     """
     parts = []
-    for kind in ("stairs", "door", "window", "board", "bookcase", "sofa", "clutter"):
-        for _ in range(plan.get(kind, 0)):
-            if kind == "stairs":
-                width = 1.1
-                made = obj.stairs(width, steps=4)
-            elif kind == "door":
-                width = float(rng.uniform(0.85, 1.0))
-                made = obj.door(width, float(rng.uniform(2.0, 2.15)))
-            elif kind == "window":
-                width = float(rng.uniform(1.0, 1.8))
-                made = obj.window(width, float(rng.uniform(0.8, 1.0)), min(h - 0.6, float(rng.uniform(2.0, 2.3))))
-            elif kind == "board":
-                width = float(rng.uniform(1.2, 2.4))
-                made = obj.board(width, float(rng.uniform(0.85, 1.0)), float(rng.uniform(1.8, 2.1)))
-            elif kind == "bookcase":
-                width = float(rng.uniform(0.8, 1.3))
-                made = obj.bookcase(width, float(rng.uniform(1.6, 2.2)))
-            elif kind == "sofa":
-                width = float(rng.uniform(1.4, 2.1))
-                made = obj.sofa(width)
-            else:
-                size = rng.uniform([0.25, 0.25, 0.25], [0.55, 0.45, 0.9])
-                width = float(size[0])
-                made = (obj.clutter_box(size), None)
-            got = walls.claim_any(_order(rng, prefer.get(kind)), width, rng)
+    for kind in plan:
+        low, high = WALL_WIDTHS[kind]
+        drawn = float(rng.uniform(low, high))
+        order = _order(rng, prefer.get(kind))
+        for width in (drawn, max(low, 0.75 * drawn), max(low, 0.5 * drawn)):
+            got = walls.claim_any(order, width, rng)
             if got is not None:
-                shift = 0.05 if kind == "clutter" else 0.0  # bins stand a little off the wall
-                patches = place(made[0], 0, (0, shift, 0))
-                parts.append(walls.put(kind, got[0], got[1], patches, made[1]))
+                parts.append(walls.put(kind, got[0], got[1], *_build(kind, width, h, rng)))
+                break
     return parts
 
 
@@ -226,8 +231,10 @@ def office(rng: np.random.Generator, name: str, stairs: bool = False) -> RoomLay
         if column is not None:
             parts.append(column)
     window_wall = int(rng.integers(4))
-    plan = {"stairs": int(stairs), "door": int(rng.integers(1, 3)), "window": int(rng.integers(1, 3)),
-            "board": 1, "bookcase": int(rng.integers(1, 3)), "sofa": 1, "clutter": int(rng.integers(1, 3))}
+    # every office holds every class: one of each first, then the extras
+    plan = ["stairs"] * stairs + ["door", "window", "board", "sofa", "bookcase", "clutter"]
+    plan += ["door"] * int(rng.integers(2)) + ["window"] * int(rng.integers(2)) + \
+        ["bookcase"] * int(rng.integers(2)) + ["clutter"] * int(rng.integers(3))
     parts += _wall_things(walls, size[2], rng, plan, {"window": [window_wall], "board": [(window_wall + 2) % 4]})
     parts += _beams(size, 1, rng, across=bool(rng.integers(2)))
     # 1 desk, or 2 side by side along x with a 0.3-0.5 m gap when the room is long enough
@@ -251,9 +258,9 @@ def conference_room(rng: np.random.Generator, name: str, stairs: bool = False) -
     column = _corner_column(walls, int(rng.integers(4)), size[2], rng)
     if column is not None:
         parts.append(column)
-    plan = {"stairs": int(stairs), "door": int(rng.integers(1, 3)), "window": int(rng.integers(2, 4)),
-            "board": int(rng.integers(1, 3)), "bookcase": int(rng.random() < 0.5),
-            "sofa": int(rng.random() < 0.4), "clutter": int(rng.integers(0, 3))}
+    plan = ["stairs"] * stairs + ["door", "board", "window", "window"] + ["window"] * int(rng.integers(2)) + \
+        ["door"] * int(rng.integers(2)) + ["board"] * int(rng.integers(2)) + ["bookcase"] * int(rng.random() < 0.5) + \
+        ["sofa"] * int(rng.random() < 0.4) + ["clutter"] * int(rng.integers(3))
     short = [1, 3] if rng.random() < 0.5 else [3, 1]
     long_wall = [0, 2][int(rng.integers(2))]
     parts += _wall_things(walls, size[2], rng, plan, {"board": short, "window": [long_wall], "door": [2 - long_wall]})
@@ -285,9 +292,9 @@ def hallway(rng: np.random.Generator, name: str, stairs: bool = False) -> RoomLa
         column = _corner_column(walls, int(rng.integers(4)), size[2], rng)
         if column is not None:
             parts.append(column)
-    plan = {"stairs": int(stairs), "door": int(rng.integers(2, 5)), "window": int(rng.random() < 0.7),
-            "board": int(rng.random() < 0.3), "bookcase": int(rng.random() < 0.3),
-            "sofa": int(rng.random() < 0.25), "clutter": int(rng.integers(1, 4))}
+    plan = ["stairs"] * stairs + ["door"] * int(rng.integers(2, 5)) + ["window"] * int(rng.random() < 0.7) + \
+        ["board"] * int(rng.random() < 0.3) + ["bookcase"] * int(rng.random() < 0.3) + \
+        ["sofa"] * int(rng.random() < 0.25) + ["clutter"] * int(rng.integers(1, 4))
     ends = [1, 3] if rng.random() < 0.5 else [3, 1]
     parts += _wall_things(walls, size[2], rng, plan, {"stairs": ends, "window": ends, "door": [0, 2],
                                                      "clutter": [0, 2], "board": [0, 2]})
