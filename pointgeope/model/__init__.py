@@ -1,0 +1,9 @@
+"""Point Transformer with GeoPE vector attention: point ops, attention layer, segmentation network.
+
+Imports only torch and ``pointgeope.geope`` (never the data code).
+"""
+from pointgeope.model.attention import PRESETS, PointTransformerLayer, PositionalEncoding
+from pointgeope.model.network import OpsBackends, PointTransformerBlock, PointTransformerSeg
+
+__all__ = ["PointTransformerSeg", "PointTransformerLayer", "PointTransformerBlock", "PositionalEncoding",
+           "PRESETS", "OpsBackends"]

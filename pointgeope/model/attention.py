@@ -1,0 +1,179 @@
+"""Point Transformer vector attention with a choice of positional encodings (RPE, GeoPE, linear GeoPE).
+
+Point Transformer (Zhao et al., ICCV 2021, https://arxiv.org/abs/2012.09164), attention of point ``i``
+over its ``k`` nearest neighbours ``j`` (``GEOPE_SPEC.md`` section 4)::
+
+    relation  r_ij = key_ij - q_i (+ delta_ij)
+    weights   w_ij = softmax_j( gamma(r_ij) )          gamma = BN-ReLU-Linear(C, C/s)-BN-ReLU-Linear(C/s, C/s)
+    output    y_i  = sum_j  w_ij (.) value_ij          w_ij has C/s channels, shared by s channel groups
+    delta_ij  = theta(p_j - p_i)                       theta = Linear(3, 3)-BN-ReLU-Linear(3, C)  ("RPE")
+
+with ``key_ij`` one of ``k_j`` (``none``/``rpe``), ``R(t_i)^T R(t_j) k_j`` (``geope``) or ``R(t_j - t_i) k_j``
+(``lingeope``), and ``value_ij`` one of ``v_j + delta_ij`` (``rpe``), the relation's rotation applied to
+``v_j`` (``geope``) or ``v_j`` (``none``). The channel groups of the weights, ``s = share_planes``::
+
+    # value channels: [ group 0: c = 0 .. C/s-1 | group 1 | ... | group s-1 ],  channel c uses w[c mod C/s]
+
+Phases come from the coordinates in voxel units: ``t_b(p) = (1 / grid_size) * w_b * p``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from pointgeope.geope import GeoPE, frequencies
+from pointgeope.model.rotation import block_rotations, rotate_blocks, rotate_relative
+
+__all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS"]
+
+Rotation = Literal["none", "geope", "lingeope"]
+ValueTerm = Literal["rpe", "geope", "none"]
+
+
+@dataclass(frozen=True)
+class PositionalEncoding:
+    """How positions enter the attention: the relation's rotation, its ``delta`` term and the value term.
+
+    ``value="geope"`` applies the relation's kind of rotation to the values (linear when the relation is
+    ``lingeope``, standard otherwise).
+    """
+
+    rotation: Rotation = "none"
+    relation_delta: bool = True
+    value: ValueTerm = "rpe"
+
+    def __post_init__(self):
+        if self.rotation not in ("none", "geope", "lingeope"):
+            raise ValueError(f"expected rotation in ('none', 'geope', 'lingeope'), got {self.rotation!r}")
+        if self.value not in ("rpe", "geope", "none"):
+            raise ValueError(f"expected value in ('rpe', 'geope', 'none'), got {self.value!r}")
+
+    @property
+    def needs_delta(self) -> bool:
+        return self.relation_delta or self.value == "rpe"
+
+    @staticmethod
+    def preset(name: "str | PositionalEncoding") -> "PositionalEncoding":
+        """The named preset (``rpe``, ``geope``, ``lingeope``, ``geope+rpe``, ``lingeope+rpe``, ``none``)."""
+        if isinstance(name, PositionalEncoding):
+            return name
+        if name not in PRESETS:
+            raise ValueError(f"unknown positional encoding {name!r}; expected one of {sorted(PRESETS)}")
+        return PRESETS[name]
+
+
+PRESETS: dict[str, PositionalEncoding] = {
+    "rpe": PositionalEncoding("none", True, "rpe"),          # Point Transformer as published
+    "geope": PositionalEncoding("geope", False, "rpe"),      # GeoPE replaces the relation's RPE
+    "lingeope": PositionalEncoding("lingeope", False, "rpe"),
+    "geope+rpe": PositionalEncoding("geope", True, "rpe"),
+    "lingeope+rpe": PositionalEncoding("lingeope", True, "rpe"),
+    "none": PositionalEncoding("none", False, "none"),
+}
+
+
+def _bn_relu(channels: int) -> list[nn.Module]:
+    return [nn.BatchNorm1d(channels), nn.ReLU(inplace=True)]
+
+
+class _PairwiseBN(nn.BatchNorm1d):
+    """BatchNorm over every (point, neighbour) pair: ``(N, k, C)`` statistics over ``N * k``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x.reshape(-1, x.shape[-1])).view(x.shape)
+
+
+class PointTransformerLayer(nn.Module):
+    """Vector self-attention over the ``k`` nearest neighbours of every point.
+
+    Args:
+        channels: feature width ``C`` (input = mid = output, as in the published model).
+        share_planes: ``s``, channel groups sharing one attention weight (``C`` divisible by ``s``).
+        neighbours: ``k``.
+        pe: a ``PositionalEncoding`` or a preset name.
+        grid_size: voxel size in metres; phases use ``pos_scale = 1 / grid_size``.
+        geope_base: GeoPE frequency base. geope_learnable: learn the block frequencies.
+
+    Shapes:
+        ``coord (N, 3)``, ``feat (N, C)``, ``idx (N, k)`` neighbour rows (including the point itself)
+        -> ``(N, C)``.
+    """
+
+    def __init__(self, channels: int, share_planes: int = 8, neighbours: int = 16,
+                 pe: str | PositionalEncoding = "geope", grid_size: float = 0.04, geope_base: float = 100.0,
+                 geope_learnable: bool = False):
+        super().__init__()
+        if channels % share_planes:
+            raise ValueError(f"expected channels divisible by share_planes={share_planes}, got {channels}")
+        if grid_size <= 0:
+            raise ValueError(f"expected grid_size > 0, got {grid_size}")
+        self.channels, self.share_planes, self.neighbours = channels, share_planes, neighbours
+        self.pe = PositionalEncoding.preset(pe)
+        self.linear_q = nn.Linear(channels, channels)
+        self.linear_k = nn.Linear(channels, channels)
+        self.linear_v = nn.Linear(channels, channels)
+        groups = channels // share_planes
+        self.linear_p = (nn.Sequential(nn.Linear(3, 3), _PairwiseBN(3), nn.ReLU(inplace=True), nn.Linear(3, channels))
+                         if self.pe.needs_delta else None)
+        self.linear_w = nn.Sequential(_PairwiseBN(channels), nn.ReLU(inplace=True), nn.Linear(channels, groups),
+                                      _PairwiseBN(groups), nn.ReLU(inplace=True), nn.Linear(groups, groups))
+        rotates = self.pe.rotation != "none" or self.pe.value == "geope"
+        self.geope = (GeoPE(channels, axes=3, base=geope_base, pos_scale=1.0 / grid_size, learnable=geope_learnable)
+                      if rotates and channels >= 3 else None)
+
+    def _phase_scale(self, like: Tensor) -> Tensor:
+        """``pos_scale * w_b`` per block, ``(n,)`` (a parameter's function when frequencies are learnt)."""
+        freq = self.geope.freq if self.geope.freq is not None else frequencies(self.channels, self.geope.base)
+        return freq.to(like.device, like.dtype) * self.geope.pos_scale
+
+    def _rotated(self, x: Tensor, coord: Tensor, idx: Tensor, disp: Tensor, linear: bool,
+                 mats: Tensor | None) -> Tensor:
+        """Neighbour features ``x[idx]`` in the query's frame, ``(N, k, C)``."""
+        if linear:
+            return rotate_relative(x[idx], disp, self._phase_scale(x))
+        if mats is None:
+            mats = block_rotations(coord.to(x.dtype), self._phase_scale(x))
+        # rotate every point once, gather, rotate back with the query's matrices (N, 1, n, 3, 3)
+        return rotate_blocks(rotate_blocks(x, mats)[idx], mats.transpose(-1, -2).unsqueeze(1))
+
+    def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
+        if feat.dim() != 2 or feat.shape[1] != self.channels:
+            raise ValueError(f"expected feat of shape (N, {self.channels}), got {tuple(feat.shape)}")
+        if coord.shape != (feat.shape[0], 3):
+            raise ValueError(f"expected coord of shape ({feat.shape[0]}, 3), got {tuple(coord.shape)}")
+        if idx.dim() != 2 or idx.shape[0] != feat.shape[0]:
+            raise ValueError(f"expected idx of shape ({feat.shape[0]}, k), got {tuple(idx.shape)}")
+        n, k, c = feat.shape[0], idx.shape[1], self.channels
+        q, key, value = self.linear_q(feat), self.linear_k(feat), self.linear_v(feat)
+        disp = coord[idx] - coord.unsqueeze(1)                                   # (N, k, 3): p_j - p_i
+        delta = self.linear_p(disp.to(feat.dtype)) if self.linear_p is not None else None   # (N, k, C)
+        linear = self.pe.rotation == "lingeope"
+        mats = None
+        if self.geope is not None and not linear and self.geope.freq is None:
+            mats = block_rotations(coord.to(feat.dtype), self._phase_scale(feat))  # (N, n, 3, 3), shared
+
+        if self.pe.rotation == "none":
+            key = key[idx]
+        else:
+            key = self._rotated(key, coord, idx, disp, linear, mats)
+        relation = key - q.unsqueeze(1)                                          # (N, k, C)
+        if self.pe.relation_delta:
+            relation = relation + delta
+        weight = torch.softmax(self.linear_w(relation), dim=1)                  # (N, k, C/s)
+
+        if self.pe.value == "rpe":
+            value = value[idx] + delta
+        elif self.pe.value == "geope":
+            value = self._rotated(value, coord, idx, disp, linear, mats)
+        else:
+            value = value[idx]
+        # y[i, g*(C/s) + h] = sum_j value[i, j, g*(C/s) + h] * weight[i, j, h]
+        out = torch.einsum("nkgh,nkh->ngh", value.view(n, k, self.share_planes, c // self.share_planes), weight)
+        return out.reshape(n, c)
+
+    def extra_repr(self) -> str:
+        return (f"channels={self.channels}, share_planes={self.share_planes}, neighbours={self.neighbours}, "
+                f"pe={self.pe}")

@@ -1,0 +1,213 @@
+"""Point Transformer segmentation network (PTv1, Zhao et al. 2021), with a choice of positional encoding.
+
+The published S3DIS model ("PointTransformerSeg50"): a U-Net over point sets of 5 encoder and 5 decoder
+stages. Defaults reproduce it (about 7.8M parameters for 6 input channels and 13 classes)::
+
+    stage        points   width   k    encoder                        decoder
+    1            N        32      8    Linear-BN-ReLU + 1 block       up(64 -> 32)   + 1 block
+    2            N/4      64      16   down(FPS+kNN) + 2 blocks       up(128 -> 64)  + 1 block
+    3            N/16     128     16   down + 3 blocks                up(256 -> 128) + 1 block
+    4            N/64     256     16   down + 5 blocks                up(512 -> 256) + 1 block
+    5            N/256    512     16   down + 2 blocks                global head    + 1 block
+    head: Linear(32, 32)-BN-ReLU-Linear(32, num_classes)
+
+``blocks`` counts attention blocks per encoder stage: ``(1, 2, 3, 5, 2)`` is the authors'
+``blocks=[2, 3, 4, 6, 3]``, which counts the transition-down as the first module of each stage.
+The kNN neighbourhood of a stage is computed once and shared by all its blocks (the authors recompute
+the same indices in every layer).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from pointgeope.model.attention import PointTransformerLayer, PositionalEncoding
+from pointgeope.model.ops import check_offset, counts, fps, interpolate, knn
+
+__all__ = ["OpsBackends", "PointTransformerBlock", "TransitionDown", "TransitionUp", "PointTransformerSeg"]
+
+
+@dataclass(frozen=True)
+class OpsBackends:
+    """Backends of the point ops (``None``: the device's measured default, see ``model.ops.backends``)."""
+
+    knn: str | None = None
+    fps: str | None = None
+
+
+class PointTransformerBlock(nn.Module):
+    """Bottleneck residual block: ``relu(x + BN(Linear(relu(BN(attn(relu(BN(Linear(x)))))))))``."""
+
+    def __init__(self, channels: int, share_planes: int, neighbours: int, **layer_args):
+        super().__init__()
+        self.linear1 = nn.Linear(channels, channels, bias=False)
+        self.bn1 = nn.BatchNorm1d(channels)
+        self.attention = PointTransformerLayer(channels, share_planes, neighbours, **layer_args)
+        self.bn2 = nn.BatchNorm1d(channels)
+        self.linear3 = nn.Linear(channels, channels, bias=False)
+        self.bn3 = nn.BatchNorm1d(channels)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
+        x = self.relu(self.bn1(self.linear1(feat)))
+        x = self.relu(self.bn2(self.attention(coord, x, idx)))
+        x = self.bn3(self.linear3(x))
+        return self.relu(x + feat)
+
+
+class TransitionDown(nn.Module):
+    """Stride 1: ``Linear-BN-ReLU``. Stride > 1: FPS keeps ``n // stride`` points per cloud; each gathers
+    its ``k`` nearest input points as ``[p_j - p_i | x_j]`` (``3 + C_in``), then ``Linear-BN-ReLU`` and a
+    max over the neighbours."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int, neighbours: int,
+                 backends: OpsBackends = OpsBackends()):
+        super().__init__()
+        self.stride, self.neighbours, self.backends = stride, neighbours, backends
+        self.linear = nn.Linear(in_channels + (3 if stride > 1 else 0), out_channels, bias=False)
+        self.bn = nn.BatchNorm1d(out_channels)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, coord: Tensor, feat: Tensor, offset: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        if self.stride == 1:
+            return coord, self.relu(self.bn(self.linear(feat))), offset
+        sel, new_offset = fps(coord, offset, self.stride, backend=self.backends.fps)
+        new_coord = coord[sel]
+        idx, _ = knn(new_coord, coord, self.neighbours, new_offset, offset, backend=self.backends.knn)
+        grouped = torch.cat([coord[idx] - new_coord.unsqueeze(1), feat[idx]], dim=-1)    # (M, k, 3 + C)
+        x = self.linear(grouped)                                                          # (M, k, C_out)
+        x = self.relu(self.bn(x.view(-1, x.shape[-1])).view(x.shape))
+        return new_coord, x.max(dim=1).values, new_offset
+
+
+class TransitionUp(nn.Module):
+    """Decoder fusion. ``in_channels`` from the coarse level, ``out_channels`` of the fine skip level:
+    ``Linear-BN-ReLU(skip) + interpolate_3NN(Linear-BN-ReLU(coarse))``. Without ``out_channels`` (the head
+    of the decoder) each point is fused with its cloud's mean: ``Linear-BN-ReLU([x | Linear-ReLU(mean)])``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int | None = None, backends: OpsBackends = OpsBackends()):
+        super().__init__()
+        self.backends = backends
+        self.is_head = out_channels is None
+        if self.is_head:
+            self.linear1 = nn.Sequential(nn.Linear(2 * in_channels, in_channels), nn.BatchNorm1d(in_channels),
+                                         nn.ReLU(inplace=True))
+            self.linear2 = nn.Sequential(nn.Linear(in_channels, in_channels), nn.ReLU(inplace=True))
+        else:
+            self.linear1 = nn.Sequential(nn.Linear(out_channels, out_channels), nn.BatchNorm1d(out_channels),
+                                         nn.ReLU(inplace=True))
+            self.linear2 = nn.Sequential(nn.Linear(in_channels, out_channels), nn.BatchNorm1d(out_channels),
+                                         nn.ReLU(inplace=True))
+
+    def forward(self, fine: tuple[Tensor, Tensor, Tensor], coarse: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
+        coord, feat, offset = fine
+        if self.is_head:
+            sizes = counts(offset.tolist())
+            parts = feat.split(sizes)
+            means = torch.stack([part.mean(0) for part in parts])                          # (B, C)
+            glob = self.linear2(means).repeat_interleave(torch.tensor(sizes, device=feat.device), dim=0)
+            return self.linear1(torch.cat([feat, glob], dim=1))
+        c_coord, c_feat, c_offset = coarse
+        up = interpolate(c_coord, coord, self.linear2(c_feat), c_offset, offset, backend=self.backends.knn)
+        return self.linear1(feat) + up
+
+
+class PointTransformerSeg(nn.Module):
+    """Point Transformer for semantic segmentation.
+
+    Args:
+        in_channels: input feature width (``[rgb | xyz]`` = 6 by default; ``coord`` is not appended).
+        num_classes: output classes.
+        pe: positional encoding, a preset name (``rpe``, ``geope``, ``lingeope``, ``geope+rpe``,
+            ``lingeope+rpe``, ``none``) or a ``PositionalEncoding``.
+        blocks: attention blocks per encoder stage (see the module docstring).
+        planes, strides, neighbours: width, FPS stride and ``k`` per stage.
+        decoder_blocks: attention blocks after each transition-up, finest stage first.
+        share_planes: channel groups per attention weight.
+        grid_size: voxel size (m); GeoPE phases use ``1 / grid_size``.
+        geope_base, geope_learnable: GeoPE frequency base, learnable frequencies.
+        backends: point ops backends (default: measured per device).
+
+    Shapes:
+        ``coord (N, 3)``, ``feat (N, in_channels)``, ``offset (B,)`` cumulative counts -> ``(N, num_classes)``;
+        or a single ``torch_geometric`` ``Data``/``Batch`` with ``pos``, ``x`` (and ``ptr`` for a batch).
+    """
+
+    def __init__(self, in_channels: int = 6, num_classes: int = 13, pe: str | PositionalEncoding = "geope",
+                 blocks: tuple[int, ...] = (1, 2, 3, 5, 2), planes: tuple[int, ...] = (32, 64, 128, 256, 512),
+                 strides: tuple[int, ...] = (1, 4, 4, 4, 4), neighbours: tuple[int, ...] = (8, 16, 16, 16, 16),
+                 decoder_blocks: tuple[int, ...] = (1, 1, 1, 1, 1), share_planes: int = 8, grid_size: float = 0.04,
+                 geope_base: float = 100.0, geope_learnable: bool = False, backends: OpsBackends = OpsBackends()):
+        super().__init__()
+        stages = len(planes)
+        for name, value in (("blocks", blocks), ("strides", strides), ("neighbours", neighbours),
+                            ("decoder_blocks", decoder_blocks)):
+            if len(value) != stages:
+                raise ValueError(f"expected {name} with one entry per stage ({stages}, from planes), got {tuple(value)}")
+        if strides[0] != 1:
+            raise ValueError(f"expected strides[0] == 1 (the first stage keeps every point), got {strides[0]}")
+        self.in_channels, self.num_classes = in_channels, num_classes
+        self.pe = PositionalEncoding.preset(pe)
+        self.strides, self.neighbours, self.backends = tuple(strides), tuple(neighbours), backends
+        layer_args = dict(pe=self.pe, grid_size=grid_size, geope_base=geope_base, geope_learnable=geope_learnable)
+
+        def stage_blocks(count: int, width: int, k: int) -> nn.ModuleList:
+            return nn.ModuleList(PointTransformerBlock(width, share_planes, k, **layer_args) for _ in range(count))
+
+        widths = (in_channels,) + tuple(planes)
+        self.down = nn.ModuleList(TransitionDown(widths[s], planes[s], strides[s], neighbours[s], backends)
+                                  for s in range(stages))
+        self.encoder = nn.ModuleList(stage_blocks(blocks[s], planes[s], neighbours[s]) for s in range(stages))
+        self.up = nn.ModuleList(TransitionUp(planes[s + 1] if s + 1 < stages else planes[s],
+                                             planes[s] if s + 1 < stages else None, backends)
+                                for s in range(stages))
+        self.decoder = nn.ModuleList(stage_blocks(decoder_blocks[s], planes[s], neighbours[s]) for s in range(stages))
+        self.head = nn.Sequential(nn.Linear(planes[0], planes[0]), nn.BatchNorm1d(planes[0]), nn.ReLU(inplace=True),
+                                  nn.Linear(planes[0], num_classes))
+
+    def forward(self, coord, feat: Tensor | None = None, offset: Tensor | None = None) -> Tensor:
+        coord, feat, offset = self._inputs(coord, feat, offset)
+        levels, neighbourhoods = [], []
+        for down, blocks, k in zip(self.down, self.encoder, self.neighbours):
+            coord, feat, offset = down(coord, feat, offset)
+            idx, _ = knn(coord, coord, k, offset, offset, backend=self.backends.knn)   # shared by the stage
+            for block in blocks:
+                feat = block(coord, feat, idx)
+            levels.append((coord, feat, offset))
+            neighbourhoods.append(idx)
+        feat = None
+        for s in reversed(range(len(levels))):
+            coord, skip, offset = levels[s]
+            if s == len(levels) - 1:
+                feat = self.up[s]((coord, skip, offset))
+            else:
+                c_coord, _, c_offset = levels[s + 1]
+                feat = self.up[s]((coord, skip, offset), (c_coord, feat, c_offset))
+            for block in self.decoder[s]:
+                feat = block(coord, feat, neighbourhoods[s])
+        return self.head(feat)
+
+    def _inputs(self, coord, feat, offset) -> tuple[Tensor, Tensor, Tensor]:
+        """Check ``(coord, feat, offset)`` or unpack a ``torch_geometric`` ``Data``/``Batch``."""
+        if not isinstance(coord, Tensor):
+            data = coord
+            if feat is not None or offset is not None:
+                raise ValueError("expected either model(coord, feat, offset) or model(data), not both")
+            if getattr(data, "pos", None) is None or getattr(data, "x", None) is None:
+                raise ValueError(f"expected a torch_geometric Data/Batch with pos and x, got {type(data).__name__}")
+            coord, feat = data.pos, data.x
+            ptr = getattr(data, "ptr", None)
+            offset = ptr[1:] if ptr is not None else torch.tensor([coord.shape[0]], device=coord.device)
+        if feat is None or offset is None:
+            raise ValueError("expected model(coord, feat, offset) with all three tensors")
+        if coord.dim() != 2 or coord.shape[1] != 3:
+            raise ValueError(f"expected coord of shape (N, 3), got {tuple(coord.shape)}")
+        if feat.dim() != 2 or feat.shape != (coord.shape[0], self.in_channels):
+            raise ValueError(f"expected feat of shape ({coord.shape[0]}, {self.in_channels}), got {tuple(feat.shape)}")
+        if not coord.is_floating_point() or not feat.is_floating_point():
+            raise ValueError(f"expected floating point coord and feat, got {coord.dtype} and {feat.dtype}")
+        check_offset(offset, coord.shape[0])
+        return coord, feat, offset.long()

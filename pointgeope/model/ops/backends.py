@@ -1,0 +1,67 @@
+"""Which implementation runs each point op on each device, chosen from measurements.
+
+Measured on a 2-core CPU at 80k points (``bench/bench_model.py`` re-measures them):
+
+- kNN, k = 16: ``pykdtree`` 0.14 s, ``scipy`` cKDTree 0.20 s (its ``workers=-1`` does not help on 2 cores),
+  torch-cluster 0.36 s, pure torch (chunked brute force) is quadratic and far slower.
+- FPS, 80k -> 20k: ``fpsample`` bucket FPS 0.10 s, torch-cluster 10.9 s, pure torch (iterative) seconds.
+
+So CPU tensors go to ``pykdtree`` / ``fpsample`` (falling back to ``scipy`` / pure torch when missing);
+CUDA tensors go to torch-cluster when it is installed, otherwise to the pure-torch path, so that a CUDA
+user without compiled extensions still trains. Every op also accepts an explicit ``backend``.
+"""
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+
+import torch
+
+__all__ = ["KNN_BACKENDS", "FPS_BACKENDS", "available", "knn_backend", "fps_backend", "resolve", "summary"]
+
+KNN_BACKENDS = ("pykdtree", "scipy", "torch", "cluster")
+FPS_BACKENDS = ("fpsample", "torch", "cluster")
+_MODULES = {"pykdtree": "pykdtree", "scipy": "scipy", "fpsample": "fpsample", "cluster": "torch_cluster",
+            "torch": "torch"}
+_CPU_ONLY = {"pykdtree", "scipy", "fpsample"}
+
+
+@lru_cache(maxsize=None)
+def available(backend: str) -> bool:
+    """Whether the package behind ``backend`` is installed (found without importing it)."""
+    return importlib.util.find_spec(_MODULES[backend]) is not None
+
+
+def knn_backend(device: torch.device) -> str:
+    """The kNN backend used by default for tensors on ``device``."""
+    if device.type == "cpu":
+        for name in ("pykdtree", "scipy"):
+            if available(name):
+                return name
+        return "torch"
+    return "cluster" if available("cluster") else "torch"
+
+
+def fps_backend(device: torch.device) -> str:
+    """The FPS backend used by default for tensors on ``device``."""
+    if device.type == "cpu":
+        return "fpsample" if available("fpsample") else "torch"
+    return "cluster" if available("cluster") else "torch"
+
+
+def resolve(backend: str | None, choices: tuple[str, ...], device: torch.device, kind: str) -> str:
+    """Check an explicit backend (or pick the default one when ``None``)."""
+    if backend is None:
+        return knn_backend(device) if kind == "knn" else fps_backend(device)
+    if backend not in choices:
+        raise ValueError(f"expected a {kind} backend in {choices} (or None for the default), got {backend!r}")
+    if not available(backend):
+        raise ValueError(f"{kind} backend {backend!r} needs the package {_MODULES[backend]!r}, which is not installed")
+    return backend
+
+
+def summary(device: torch.device | str) -> str:
+    """One line naming the active backends on ``device``, for ``pointgeope info``."""
+    device = torch.device(device)
+    return (f"{device.type}: knn={knn_backend(device)}, fps={fps_backend(device)}, "
+            f"interpolation=3-NN via knn={knn_backend(device)}")

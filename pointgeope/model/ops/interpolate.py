@@ -1,0 +1,32 @@
+"""Inverse-distance interpolation from the 3 nearest coarse points (Point Transformer's transition-up).
+
+For a fine point ``i`` with nearest coarse points ``j = 1..3`` at Euclidean distances ``d_ij``:
+
+    f_i = sum_j  w_ij f_j,      w_ij = (1 / (d_ij + eps)) / sum_l (1 / (d_il + eps)),   eps = 1e-8
+
+(a coarse cloud of fewer than 3 points repeats its nearest ones, see ``knn``; weights stay normalised).
+"""
+from __future__ import annotations
+
+from torch import Tensor
+
+from pointgeope.model.ops.knn import knn
+
+__all__ = ["interpolate", "EPS"]
+
+EPS = 1e-8
+
+
+def interpolate(source_points: Tensor, target_points: Tensor, source_feat: Tensor, source_offset: Tensor,
+                target_offset: Tensor, k: int = 3, backend: str | None = None) -> Tensor:
+    """Features ``source_feat (N_s, C)`` at ``source_points (N_s, 3)`` carried to ``target_points (N_t, 3)``.
+
+    Returns ``(N_t, C)``. The neighbour indices are not differentiated; the weights depend only on
+    coordinates, so gradients flow to ``source_feat`` alone.
+    """
+    if source_feat.dim() != 2 or source_feat.shape[0] != source_points.shape[0]:
+        raise ValueError(f"expected source_feat of shape ({source_points.shape[0]}, C), got {tuple(source_feat.shape)}")
+    idx, dist2 = knn(target_points, source_points, k, target_offset, source_offset, backend=backend)
+    recip = 1.0 / (dist2.clamp_min(0).sqrt() + EPS)                          # (N_t, k)
+    weight = recip / recip.sum(1, keepdim=True)
+    return (source_feat[idx] * weight.unsqueeze(-1).to(source_feat.dtype)).sum(1)

@@ -1,0 +1,136 @@
+"""k nearest neighbours within each cloud of a packed batch.
+
+For every query point ``i`` of cloud ``b`` the ``k`` points ``j`` of the support cloud ``b`` with the
+smallest squared distance ``|q_i - s_j|^2``, sorted by distance (ties in any order). Indices are global
+rows of the packed support tensor.
+
+**Small clouds.** When a support cloud holds ``n < k`` points, its ``n`` neighbours (sorted) are
+repeated cyclically to fill the ``k`` columns: column ``c`` holds neighbour ``c mod n``. Every row then
+has exactly ``k`` valid entries and a max-pool or softmax over them is unchanged by the padding, up to
+the multiplicity the repeats give (a softmax counts a repeated neighbour several times).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from pointgeope.model.ops.backends import KNN_BACKENDS, resolve
+from pointgeope.model.ops.offsets import check_offset, counts
+
+__all__ = ["knn"]
+
+# Pure-torch brute force: at most this many (query, support) pairs per chunk (~64 MiB in float32).
+_PAIRS_PER_CHUNK = 1 << 24
+
+
+def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_offset: Tensor,
+        backend: str | None = None) -> tuple[Tensor, Tensor]:
+    """k nearest support points of every query point, within the same cloud.
+
+    Args:
+        query: ``(M, 3)`` query points.
+        support: ``(N, 3)`` support points (the same tensor as ``query`` for self-neighbourhoods).
+        k: neighbours per query, ``k >= 1``.
+        query_offset, support_offset: ``(B,)`` cumulative counts of both packed batches.
+        backend: ``"pykdtree"``, ``"scipy"``, ``"torch"``, ``"cluster"`` or ``None`` for the default of
+            the device (see ``backends``).
+
+    Returns:
+        ``idx (M, k)`` int64 global support rows and ``dist2 (M, k)`` squared distances (query dtype),
+        both on the query's device, sorted by distance.
+    """
+    if query.dim() != 2 or query.shape[1] != 3 or support.dim() != 2 or support.shape[1] != 3:
+        raise ValueError(f"expected query (M, 3) and support (N, 3), got {tuple(query.shape)} and {tuple(support.shape)}")
+    if k < 1:
+        raise ValueError(f"expected k >= 1, got {k}")
+    q_off = check_offset(query_offset, query.shape[0], "query_offset")
+    s_off = check_offset(support_offset, support.shape[0], "support_offset")
+    if len(q_off) != len(s_off):
+        raise ValueError(f"expected as many query clouds as support clouds, got {len(q_off)} and {len(s_off)}")
+    backend = resolve(backend, KNN_BACKENDS, query.device, "knn")
+    if backend == "cluster":
+        return _knn_cluster(query, support, k, q_off, s_off)
+    fn = {"pykdtree": _cloud_pykdtree, "scipy": _cloud_scipy, "torch": _cloud_torch}[backend]
+    idx_parts, dist_parts = [], []
+    q_start = s_start = 0
+    for q_end, s_end in zip(q_off, s_off):
+        k_eff = min(k, s_end - s_start)
+        idx, dist2 = fn(query[q_start:q_end], support[s_start:s_end], k_eff)
+        idx = torch.as_tensor(idx).to(query.device, torch.long) + s_start
+        dist2 = torch.as_tensor(dist2).to(query.device, query.dtype)
+        idx_parts.append(_fill(idx, k))
+        dist_parts.append(_fill(dist2, k))
+        q_start, s_start = q_end, s_end
+    return torch.cat(idx_parts), torch.cat(dist_parts)
+
+
+def _fill(x: Tensor, k: int) -> Tensor:
+    """Repeat the ``n < k`` sorted columns cyclically up to ``k`` columns (column c <- c mod n)."""
+    n = x.shape[1]
+    if n == k:
+        return x
+    return x[:, torch.arange(k, device=x.device) % n]
+
+
+def _numpy(x: Tensor) -> np.ndarray:
+    """Contiguous float array on the CPU (float64 stays float64, everything else becomes float32)."""
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return x.detach().to("cpu", dtype).contiguous().numpy()
+
+
+def _cloud_pykdtree(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    from pykdtree.kdtree import KDTree
+
+    s = _numpy(support)
+    dist2, idx = KDTree(s).query(_numpy(query).astype(s.dtype), k=k, sqr_dists=True)
+    return idx.reshape(-1, k).astype(np.int64), dist2.reshape(-1, k)
+
+
+def _cloud_scipy(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    from scipy.spatial import cKDTree
+
+    dist, idx = cKDTree(_numpy(support)).query(_numpy(query), k=k)
+    dist = dist.reshape(-1, k)
+    return idx.reshape(-1, k).astype(np.int64), dist * dist
+
+
+def _cloud_torch(query: Tensor, support: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Brute force in chunks of queries: exact squared differences, then ``topk``."""
+    rows = max(1, _PAIRS_PER_CHUNK // max(1, support.shape[0]))
+    idx_parts, dist_parts = [], []
+    for start in range(0, query.shape[0], rows):
+        diff = query[start:start + rows, None, :] - support[None, :, :]
+        d2 = (diff * diff).sum(-1)
+        dist2, idx = torch.topk(d2, k, dim=1, largest=False, sorted=True)
+        idx_parts.append(idx)
+        dist_parts.append(dist2)
+    return torch.cat(idx_parts), torch.cat(dist_parts)
+
+
+def _knn_cluster(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]) -> tuple[Tensor, Tensor]:
+    """torch-cluster's kNN over the whole batch; clouds smaller than ``k`` take the pure-torch path."""
+    import torch_cluster
+
+    if min(counts(s_off)) < k:
+        idx_parts, dist_parts = [], []
+        q_start = s_start = 0
+        for q_end, s_end in zip(q_off, s_off):
+            idx, dist2 = _cloud_torch(query[q_start:q_end], support[s_start:s_end], min(k, s_end - s_start))
+            idx_parts.append(_fill(idx + s_start, k))
+            dist_parts.append(_fill(dist2, k))
+            q_start, s_start = q_end, s_end
+        return torch.cat(idx_parts), torch.cat(dist_parts)
+    device = query.device
+    q_batch = torch.repeat_interleave(torch.arange(len(q_off), device=device),
+                                      torch.tensor(counts(q_off), device=device))
+    s_batch = torch.repeat_interleave(torch.arange(len(s_off), device=device),
+                                      torch.tensor(counts(s_off), device=device))
+    # edge_index: row 0 = query rows (each exactly k times, grouped by query), row 1 = support rows.
+    row, col = torch_cluster.knn(support, query, k, s_batch, q_batch)
+    order = torch.argsort(row, stable=True)  # group by query, keep the per-query order
+    idx = col[order].view(query.shape[0], k)
+    diff = query[:, None, :] - support[idx]
+    dist2 = (diff * diff).sum(-1)
+    dist2, perm = torch.sort(dist2, dim=1)
+    return idx.gather(1, perm), dist2

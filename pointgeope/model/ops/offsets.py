@@ -1,0 +1,52 @@
+"""Batches of point clouds packed along the first dimension, described by cumulative counts.
+
+Point Transformer's convention: ``B`` clouds of ``n_0, ..., n_{B-1}`` points are concatenated into one
+``(N, 3)`` tensor and described by ``offset = (n_0, n_0 + n_1, ..., N)`` of shape ``(B,)``::
+
+    # rows:    [ cloud 0: 0 .. o0-1 | cloud 1: o0 .. o1-1 | ... | cloud B-1: o(B-2) .. N-1 ]
+    # offset:  (o0, o1, ..., N)
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["check_offset", "counts", "offset_from_counts", "batch_index"]
+
+
+def check_offset(offset: Tensor, num_points: int, name: str = "offset") -> list[int]:
+    """Validate ``offset`` (B,) against ``num_points`` rows and return it as a Python list.
+
+    Raises ``ValueError`` unless the offsets are integers, strictly increasing, positive and end at
+    ``num_points`` (every cloud must hold at least one point).
+    """
+    if offset.dim() != 1 or offset.numel() == 0:
+        raise ValueError(f"expected {name} of shape (B,) with B >= 1, got {tuple(offset.shape)}")
+    if offset.is_floating_point() or offset.is_complex():
+        raise ValueError(f"expected integer {name} (cumulative point counts), got dtype {offset.dtype}")
+    values = [int(v) for v in offset.tolist()]
+    if values[-1] != num_points:
+        raise ValueError(f"expected {name}[-1] == number of points {num_points}, got {values[-1]}")
+    previous = 0
+    for b, v in enumerate(values):
+        if v <= previous:
+            raise ValueError(f"expected strictly increasing positive {name} (no empty cloud), "
+                             f"got {name}[{b}] = {v} after {previous}")
+        previous = v
+    return values
+
+
+def counts(offset: list[int]) -> list[int]:
+    """Points per cloud ``n_b = o_b - o_{b-1}`` from the offsets as a list."""
+    return [end - start for start, end in zip([0] + offset[:-1], offset)]
+
+
+def offset_from_counts(sizes: list[int], device: torch.device | str) -> Tensor:
+    """Cumulative counts as an int64 tensor on ``device``."""
+    return torch.tensor(sizes, dtype=torch.long, device=device).cumsum(0)
+
+
+def batch_index(offset: Tensor, num_points: int) -> Tensor:
+    """Cloud index of every row, ``(N,)`` int64 on the offsets' device (``torch_geometric``'s ``batch``)."""
+    sizes = torch.diff(offset.long(), prepend=offset.new_zeros(1).long())
+    return torch.repeat_interleave(torch.arange(len(offset), device=offset.device), sizes, output_size=num_points)

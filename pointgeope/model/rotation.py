@@ -1,0 +1,141 @@
+"""Memory-lean GeoPE rotations of gathered neighbour features, for vector attention.
+
+The math is ``pointgeope.geope``'s (``GEOPE_SPEC.md``): channels are cut into ``n = C // 3`` blocks
+(the last ``C mod 3`` channels pass through) and block ``b`` of a point at ``p`` is rotated by
+``R(t_b(p))`` with phases ``t_b(p) = pos_scale * w_b * p`` (``A = 3`` axes, angle ``|t_b| / 3``)::
+
+    # channels: [ v0x v0y v0z | v1x v1y v1z | ... | v(n-1)z | pass-through ]
+
+Attention needs, for a query ``i`` and its neighbours ``j = idx[i, :]`` (``k`` of them):
+
+- standard: ``R(t_i)^T R(t_j) x_j``. Every point is rotated once (``N`` rotations), the result is
+  gathered, and each pair is rotated back with its **query's** matrices ``R(t_i)^T``: ``n`` 3x3 matrices
+  per point, ``(N, n, 3, 3)``; nothing per pair but the ``(N, k, C)`` output.
+- linear: ``R(t_j - t_i) x_j = R(t(p_j - p_i)) x_j`` by Rodrigues' formula with per-pair coefficients of
+  shape ``(N, k, n)``.
+
+Both are autograd Functions that save only the small rotation data (matrices ``(N, n, 3, 3)`` or
+displacements ``(N, k, 3)``) and no tensor of the size of the ``(N, k, C)`` pairs: the gradient of a
+rotation is the inverse rotation of the incoming gradient (orthogonality), recomputed in backward.
+They need the rotations to be constants (fixed frequencies, positions without gradient); with learnable
+frequencies the callers use plain autograd (``pointgeope.geope``), which costs more memory.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from pointgeope.geope import _coefficients, rotation_matrix
+
+__all__ = ["block_rotations", "rotate_blocks", "rotate_relative", "apply_blocks", "relative_blocks"]
+
+
+def block_rotations(pos: Tensor, phase_scale: Tensor) -> Tensor:
+    """Matrices ``R(t_b(p))`` of every point and block: ``pos (N, 3)``, ``phase_scale (n,)`` holding
+    ``pos_scale * w_b`` -> ``(N, n, 3, 3)``. ``R^T`` (the inverse) is ``.transpose(-1, -2)``."""
+    return rotation_matrix(pos[:, None, :] * phase_scale[:, None])
+
+
+def apply_blocks(x: Tensor, mats: Tensor) -> Tensor:
+    """``R_b v_b`` for every block of ``x (..., C)`` with ``mats (..., n, 3, 3)`` broadcast to ``x``'s
+    leading dims (e.g. ``x (N, k, C)`` with ``mats (N, 1, n, 3, 3)``). Three multiply-adds of column
+    ``c`` of ``R`` with component ``c`` of ``v``; no per-pair matrix."""
+    n = mats.shape[-3]
+    v = x[..., : 3 * n].unflatten(-1, (n, 3))
+    shape = torch.broadcast_shapes(v.shape, mats.shape[:-1])
+    out = x.new_empty(*shape[:-2], x.shape[-1])
+    rot = out[..., : 3 * n].unflatten(-1, (n, 3))
+    torch.mul(mats[..., 0], v[..., 0:1], out=rot)
+    rot.addcmul_(mats[..., 1], v[..., 1:2])
+    rot.addcmul_(mats[..., 2], v[..., 2:3])
+    if 3 * n < x.shape[-1]:
+        out[..., 3 * n:] = x[..., 3 * n:]
+    return out
+
+
+def relative_blocks(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
+    """``R(t_b(disp)) v_b`` for ``x (N, k, C)``, per-pair displacements ``disp (N, k, 3)``.
+
+    Rodrigues with ``w = s_b d`` (``s_b = phase_scale_b / 3``), written per component so that only
+    ``(N, k, n)`` coefficient tensors exist::
+
+        R v = cos(phi) v + s_b sinc(phi) (d x v) + s_b^2 versc(phi) (d . v) d,    phi = s_b |d|
+    """
+    n = phase_scale.shape[0]
+    s = (phase_scale / 3).to(x.dtype)                                   # (n,)
+    d = disp.to(x.dtype).unsqueeze(-2)                                   # (N, k, 1, 3)
+    dx, dy, dz = d.unbind(-1)                                            # (N, k, 1) each
+    cos, sinc, versc = _coefficients((d * d).sum(-1) * (s * s))          # (N, k, n) each
+    a = sinc.mul_(s)                                                     # s sinc
+    v = x[..., : 3 * n].unflatten(-1, (n, 3))
+    vx, vy, vz = v.unbind(-1)                                            # (N, k, n) strided views
+    dot = vx * dx
+    dot.addcmul_(vy, dy).addcmul_(vz, dz).mul_(versc).mul_(s * s)       # s^2 versc (d . v)
+    out = torch.empty_like(x)
+    ox, oy, oz = out[..., : 3 * n].unflatten(-1, (n, 3)).unbind(-1)
+    for o, vc, d1, v1, d2, v2, dc in ((ox, vx, dy, vz, dz, vy, dx), (oy, vy, dz, vx, dx, vz, dy),
+                                      (oz, vz, dx, vy, dy, vx, dz)):
+        # o = cos v_c + s sinc (d1 v1 - d2 v2) + dot' d_c   (cross product component)
+        torch.mul(cos, vc, out=o)
+        o.addcmul_(a, v1 * d1 - v2 * d2)
+        o.addcmul_(dot, dc)
+    if 3 * n < x.shape[-1]:
+        out[..., 3 * n:] = x[..., 3 * n:]
+    return out
+
+
+class _RotateBlocks(torch.autograd.Function):
+    """``apply_blocks`` with a gradient for ``x`` only; saves ``mats`` (per point, not per pair)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, mats: Tensor) -> Tensor:
+        ctx.save_for_backward(mats)
+        ctx.x_shape = x.shape
+        return apply_blocks(x, mats)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (mats,) = ctx.saved_tensors
+        grad_x = apply_blocks(grad.contiguous(), mats.transpose(-1, -2))   # R^T g
+        return grad_x.sum_to_size(ctx.x_shape), None
+
+
+class _RotateRelative(torch.autograd.Function):
+    """``relative_blocks`` with a gradient for ``x`` only; saves the displacements ``(N, k, 3)``."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
+        ctx.save_for_backward(disp, phase_scale)
+        return relative_blocks(x, disp, phase_scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        disp, phase_scale = ctx.saved_tensors
+        return relative_blocks(grad.contiguous(), -disp, phase_scale), None, None   # R(-w) g = R^T g
+
+
+def _constant(*tensors: Tensor) -> bool:
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
+def rotate_blocks(x: Tensor, mats: Tensor) -> Tensor:
+    """Differentiable ``apply_blocks``; memory-lean unless ``mats`` itself needs a gradient."""
+    if _constant(mats):
+        return _RotateBlocks.apply(x, mats)
+    n = mats.shape[-3]
+    v = x[..., : 3 * n].unflatten(-1, (n, 3))
+    rot = (mats * v.unsqueeze(-2)).sum(-1).flatten(-2)
+    return torch.cat([rot, x[..., 3 * n:].expand(*rot.shape[:-1], -1)], dim=-1)
+
+
+def rotate_relative(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
+    """Differentiable ``relative_blocks``; memory-lean unless ``disp`` or ``phase_scale`` need a gradient."""
+    if _constant(disp, phase_scale):
+        return _RotateRelative.apply(x, disp, phase_scale)
+    n = phase_scale.shape[0]
+    w = disp.unsqueeze(-2) * phase_scale[:, None]                        # (N, k, n, 3) phases
+    v = x[..., : 3 * n].unflatten(-1, (n, 3))
+    from pointgeope.geope import rotate
+
+    rot = rotate(v, w).flatten(-2)
+    return torch.cat([rot, x[..., 3 * n:]], dim=-1)
