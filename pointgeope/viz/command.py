@@ -101,6 +101,8 @@ def _show_room(args) -> int:
         print(f"note: {note}")
     if len(view) == 0:
         raise ValueError("no point left to draw (all hidden?)")
+    if not view.color.any():
+        print("note: this room has no colour (every point is 0 0 0): rgb mode draws it black")
     camera = fit_camera(view.coord, args.width, args.height, args.elevation, args.azimuth)
     if args.ply:
         from pointgeope.viz.ply import write_ply

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,7 @@ INSTALL_HINT = ("install it with `pip install open3d` (on Debian/Ubuntu it also 
 DISPLAY_HINT = ("install a virtual X server (`apt-get install xvfb`) or run under `xvfb-run -a`, "
                 "or on a desktop set DISPLAY")
 BACKGROUND = (255, 255, 255)
+XVFB_START_TIMEOUT_S = 20
 # keys of the viewer: GLFW key codes of '1'..'4' are their ASCII codes
 MODE_KEYS = {ord("1"): "rgb", ord("2"): "gt", ord("3"): "pred", ord("4"): "error"}
 
@@ -46,6 +48,7 @@ def require_open3d():
 # --- a display for headless rendering --------------------------------------------------------------------
 
 _XVFB: dict = {}  # the Xvfb server started by this process: {"proc", "display", "size"}
+_RUNTIME: dict[str, str] = {}  # {"runtime_dir": path} once made
 
 
 def _start_xvfb(width: int, height: int) -> str:
@@ -63,11 +66,13 @@ def _start_xvfb(width: int, height: int) -> str:
     proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.close(write_fd)
     with os.fdopen(read_fd) as pipe:
-        number = pipe.readline().strip()  # empty when Xvfb exited before choosing a display
+        ready, _, _ = select.select([pipe], [], [], XVFB_START_TIMEOUT_S)
+        number = pipe.readline().strip() if ready else ""  # empty: Xvfb exited or hangs
     if not number.isdigit():
         proc.kill()
         proc.wait()
-        raise RuntimeError(f"Xvfb did not start (exit code {proc.poll()}); {DISPLAY_HINT}")
+        raise RuntimeError(f"Xvfb did not start within {XVFB_START_TIMEOUT_S} s (exit code {proc.poll()}); "
+                           f"{DISPLAY_HINT}")
     _XVFB.update(proc=proc, display=f":{number}", size=size)
     return _XVFB["display"]
 
@@ -88,25 +93,50 @@ atexit.register(_stop_xvfb)
 
 
 @contextlib.contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    """Set environment variables inside the block only (restoring what was there)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _runtime_dir() -> dict[str, str]:
+    """``XDG_RUNTIME_DIR`` for the render when it is unset (a private temporary folder, removed at exit):
+    without it GLFW prints "error: XDG_RUNTIME_DIR is invalid" on every window, which is harmless."""
+    if os.environ.get("XDG_RUNTIME_DIR") or not sys.platform.startswith("linux"):
+        return {}
+    if "runtime_dir" not in _RUNTIME:
+        import tempfile
+
+        path = tempfile.mkdtemp(prefix="pointgeope-runtime-")  # mode 0700, as XDG requires
+        atexit.register(shutil.rmtree, path, True)
+        _RUNTIME["runtime_dir"] = path
+    return {"XDG_RUNTIME_DIR": _RUNTIME["runtime_dir"]}
+
+
+@contextlib.contextmanager
 def headless_display(width: int, height: int) -> Iterator[str | None]:
     """Make sure OpenGL can render a ``width x height`` window; yields the display used.
 
     ``DISPLAY`` set (a desktop, ``xvfb-run``), or not Linux: nothing to do. Else, with ``Xvfb`` on the
     PATH: start it once for the process and set ``DISPLAY`` only inside this block. Else yield ``None``
-    and let Open3D try a headless EGL context.
+    and let Open3D try a headless EGL context. ``XDG_RUNTIME_DIR`` is set inside the block if missing.
     """
-    if os.environ.get("DISPLAY") or not sys.platform.startswith("linux"):
-        yield os.environ.get("DISPLAY")
-        return
-    if shutil.which("Xvfb") is None:
-        yield None
-        return
-    display = _start_xvfb(width, height)
-    os.environ["DISPLAY"] = display
-    try:
-        yield display
-    finally:
-        os.environ.pop("DISPLAY", None)
+    with _environ(**_runtime_dir()):
+        if os.environ.get("DISPLAY") or not sys.platform.startswith("linux"):
+            yield os.environ.get("DISPLAY")
+        elif shutil.which("Xvfb") is None:
+            yield None
+        else:
+            with _environ(DISPLAY=_start_xvfb(width, height)):
+                yield os.environ["DISPLAY"]
 
 
 # --- drawing ---------------------------------------------------------------------------------------------
@@ -196,16 +226,17 @@ def show(coord: np.ndarray, colors_by_mode: dict[str, np.ndarray], mode: str, ca
     if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         raise RuntimeError("the viewer window needs a display (DISPLAY is not set); use --screenshot PNG "
                            "to render without one, or run on a desktop / over `ssh -X`")
-    vis = o3d.visualization.VisualizerWithKeyCallback()
-    if not vis.create_window(window_name=title, width=camera.width, height=camera.height):
-        raise RuntimeError(f"Open3D could not open a window on DISPLAY={os.environ.get('DISPLAY')!r}")
-    try:
-        pcd = _point_cloud(o3d, coord, colors_by_mode[mode])
-        vis.add_geometry(pcd)
-        _configure(vis, point_size)
-        apply_camera(o3d, vis, camera)
-        for key, callback in mode_callbacks(o3d, pcd, colors_by_mode).items():
-            vis.register_key_callback(key, callback)
-        vis.run()
-    finally:
-        vis.destroy_window()
+    with _environ(**_runtime_dir()):
+        vis = o3d.visualization.VisualizerWithKeyCallback()
+        if not vis.create_window(window_name=title, width=camera.width, height=camera.height):
+            raise RuntimeError(f"Open3D could not open a window on DISPLAY={os.environ.get('DISPLAY')!r}")
+        try:
+            pcd = _point_cloud(o3d, coord, colors_by_mode[mode])
+            vis.add_geometry(pcd)
+            _configure(vis, point_size)
+            apply_camera(o3d, vis, camera)
+            for key, callback in mode_callbacks(o3d, pcd, colors_by_mode).items():
+                vis.register_key_callback(key, callback)
+            vis.run()
+        finally:
+            vis.destroy_window()

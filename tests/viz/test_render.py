@@ -9,6 +9,10 @@ degrees, against a brute-force numpy z-buffer rendering of the same camera (``ca
 """
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -171,3 +175,26 @@ def test_mode_keys_recolour_the_window(display):
         finally:
             vis.destroy_window()
     assert _mask(shot, WRONG_COLOR).sum() >= 16 and _mask(shot, CORRECT_COLOR).sum() >= 16
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Xvfb is for X11 (Linux)")
+def test_headless_display_starts_xvfb_only_inside_the_block(monkeypatch):
+    from pointgeope.viz import render
+
+    if shutil.which("Xvfb") is None:
+        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    with render.headless_display(64, 48) as display:
+        assert display.startswith(":") and os.environ["DISPLAY"] == display
+        assert os.environ.get("XDG_RUNTIME_DIR")
+    assert "DISPLAY" not in os.environ
+    assert render._XVFB["proc"].poll() is None  # kept for the next render of this process
+
+
+def test_xvfb_that_does_not_start_is_a_clear_error(monkeypatch):
+    from pointgeope.viz import render
+
+    monkeypatch.setattr(render, "_XVFB", {})
+    monkeypatch.setattr(render.shutil, "which", lambda name: "/bin/false" if name == "Xvfb" else None)
+    with pytest.raises(RuntimeError, match=r"Xvfb did not start .*apt-get install xvfb"):
+        render._start_xvfb(64, 48)
