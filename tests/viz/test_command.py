@@ -31,6 +31,17 @@ def test_list_rooms_with_predictions_worst_first(synthetic_area, capsys):
     assert lines[1].split()[::2] == ["tiny_2", "58.3"] and lines[2].split()[::2] == ["grid_1", "62.5"]
 
 
+def test_list_rooms_with_partial_predictions(synthetic_area, tmp_path, capsys):
+    from tests.viz.conftest import write_predictions
+
+    area, _ = synthetic_area
+    preds = write_predictions(tmp_path / "partial.h5", {"tiny_2": np.array([0, 0, 1, 1])})
+    assert main(["viz", str(area), "--list", "--pred", str(preds)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"note: 1 room(s) have no predictions in {preds}"
+    assert lines[2].split()[::2] == ["tiny_2", "100.0"] and lines[3].split()[::2] == ["grid_1", "-"]
+
+
 def test_unknown_hidden_class_lists_the_valid_ones(synthetic_area, capsys):
     area, _ = synthetic_area
     assert main(["viz", str(area), "--room", "grid_1", "--hide", "ceiling,roof", "--ply", "x.ply"]) == 2
