@@ -62,6 +62,7 @@ PRESETS: dict[str, SynthConfig] = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``pointgeope synth``: OUT, a ``--size`` preset and the fields that override it."""
     parser.add_argument("out", type=Path, metavar="OUT", help="folder to write the Area_N folders into")
     parser.add_argument("--size", choices=sorted(PRESETS), default="demo",
                         help="preset of areas, rooms and density (default: demo); the options below override it")
@@ -82,6 +83,7 @@ def config_from_args(args: argparse.Namespace) -> SynthConfig:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Generate (or finish) OUT, then print the planted defects and the counts; 2 on bad settings."""
     from data_prep.synth_dataset import MANIFEST, generate
 
     try:

@@ -1,10 +1,11 @@
 """A synthetic S3DIS: areas of furnished rooms sampled into points and written in the raw layout.
 
 Randomness is keyed, never shared: the layout of room ``i`` of area ``a`` draws from
-``default_rng([seed, a, i])``, its points from ``default_rng([seed, a, i, 1])``, the placement of the rooms
-in the area from ``default_rng([seed, a])`` and the defect plan from ``default_rng([seed])``. So a room
-is the same whatever else is generated, a resumed run writes the very bytes an uninterrupted one would,
-and changing the density resamples the same furniture.
+``default_rng([seed, LAYOUT, a, i])``, its points from ``default_rng([seed, POINTS, a, i])``, the placement
+of the rooms in the area from ``default_rng([seed, AREA, a])`` and the defect plan from
+``default_rng([seed, DEFECTS])`` (the stream tag comes before the indices because numpy's SeedSequence
+treats ``[s]`` and ``[s, 0]`` alike). So a room is the same whatever else is generated, a resumed run
+writes the very bytes an uninterrupted one would, and changing the density resamples the same furniture.
 
 The defects of the real dataset planted (``defects=True``), each in its own annotation file:
 ``control_byte`` in ``ceiling_1.txt`` of one room, ``crlf`` and ``trailing_spaces`` in two other files,
@@ -29,6 +30,7 @@ MANIFEST = "synth_manifest.json"
 SETTINGS = ".synth_settings.json"  # written first, so that a resumed run can check it continues the same one
 RAW_TO_CLASS = {"stairs": "clutter"}  # annotation classes outside the 13, as the preparer maps them
 ROOM_GAP = 0.2  # metres between neighbouring rooms of an area (the wall thickness)
+LAYOUT, POINTS, AREA, DEFECTS = 1, 2, 3, 4  # tags of the random streams (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,11 @@ def plan_defects(specs: list[RoomSpec], seed: int) -> tuple[list[Defect], RoomSp
     Returns the text defects (files ``ceiling_1.txt``, ``wall_2.txt``, ``floor_1.txt`` of rooms drawn at
     random, so never two in one file) and the room that holds ``stairs_1.txt``.
     """
-    rng = np.random.default_rng([seed])
-    pick = lambda pool: pool[int(rng.integers(len(pool)))]  # noqa: E731
+    rng = np.random.default_rng([seed, DEFECTS])
+
+    def pick(pool: list[RoomSpec]) -> RoomSpec:
+        return pool[int(rng.integers(len(pool)))]
+
     hallways = [s for s in specs if s.kind == "hallway"]
     stairs_room = pick(hallways or specs)
     defects = []
@@ -92,11 +97,11 @@ def plan_defects(specs: list[RoomSpec], seed: int) -> tuple[list[Defect], RoomSp
 def area_layouts(specs: list[RoomSpec], seed: int, stairs_room: RoomSpec | None) -> list[RoomLayout]:
     """The furnished rooms of one area, placed side by side along x from a random area origin."""
     area = specs[0].area
-    rng = np.random.default_rng([seed, area])
+    rng = np.random.default_rng([seed, AREA, area])
     x, y0 = rng.uniform(-15.0, 15.0, size=2)
     layouts = []
     for spec in specs:
-        room_rng = np.random.default_rng([seed, spec.area, spec.index])
+        room_rng = np.random.default_rng([seed, LAYOUT, spec.area, spec.index])
         layout = BUILDERS[spec.kind](room_rng, spec.name, stairs=spec == stairs_room)
         layouts.append(layout.shifted([x, y0 + rng.uniform(-1.0, 1.0), 0.0]))
         x += layout.hi[0] + ROOM_GAP
@@ -111,7 +116,7 @@ def sample_room(spec: RoomSpec, layout: RoomLayout, density: float, noise: float
     inside a solid object (column, beam, bookcase, sofa, door, window, board, stairs) are then dropped,
     as a scanner does not see them. Coordinates are rounded to millimetres, like the real files.
     """
-    rng = np.random.default_rng([seed, spec.area, spec.index, 1])
+    rng = np.random.default_rng([seed, POINTS, spec.area, spec.index])
     boxes = solid_boxes(layout)
     xyz, rgb, files, seen = [], [], [], {}
     for part in layout.parts:
@@ -139,6 +144,7 @@ def room_record(points: RoomPoints) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
+    """Write ``data`` as indented JSON to ``path`` atomically (temporary file + ``os.replace``)."""
     tmp = path.with_name(f".{path.name}{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     os.replace(tmp, path)
