@@ -32,8 +32,10 @@ def model(cfg: Config) -> torch.nn.Module:
         raise ValueError(f"model.in_channels={in_channels} but data.height={cfg.data.height} gives "
                          f"{7 if cfg.data.height else 6} feature channels ([rgb | xyz{' | h' if cfg.data.height else ''}])")
     return PointTransformerSeg(in_channels=in_channels, num_classes=m.num_classes, pe=m.pe,
-                               widths=tuple(m.widths), depths=tuple(m.depths), nsample=m.nsample,
-                               grid_size=cfg.data.grid_size)
+                               blocks=tuple(m.blocks), planes=tuple(m.planes), strides=tuple(m.strides),
+                               neighbours=tuple(m.neighbours), decoder_blocks=tuple(m.decoder_blocks),
+                               share_planes=m.share_planes, grid_size=cfg.data.grid_size,
+                               geope_base=m.geope_base, geope_learnable=m.geope_learnable)
 
 
 # --- data --------------------------------------------------------------------------------------------------

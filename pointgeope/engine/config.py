@@ -10,7 +10,7 @@ grid 0.04 m, at most 80k points per sample). A file may start from another one::
       pe: geope
 
 and command-line overrides ``section.key=value`` (the value is parsed as a YAML scalar or list,
-``optim.lr=0.1``, ``model.widths=[16,32]``) are applied last. Every layer is checked on its own against the
+``optim.lr=0.1``, ``model.planes=[16,32]``) are applied last. Every layer is checked on its own against the
 dataclasses, so an unknown key or a value of the wrong type is an error naming the file (or the override)
 and the key, with the closest known key as a suggestion::
 
@@ -53,12 +53,19 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    pe: Literal["rpe", "geope", "lingeope", "geope_rpe", "lingeope_rpe", "none"] = "rpe"
+    """``PointTransformerSeg`` arguments; the defaults are the published S3DIS network (PTv1 Seg50)."""
+
+    pe: Literal["rpe", "geope", "lingeope", "geope+rpe", "lingeope+rpe", "none"] = "rpe"
     in_channels: int = 6                    # [rgb | xyz]; 7 with data.height
     num_classes: int = NUM_CLASSES
-    widths: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])  # channels per stage
-    depths: list[int] = field(default_factory=lambda: [2, 3, 4, 6, 3])          # blocks per stage
-    nsample: int = 16                       # neighbours per attention block
+    planes: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])  # width per stage
+    blocks: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 2])          # encoder blocks per stage
+    strides: list[int] = field(default_factory=lambda: [1, 4, 4, 4, 4])         # FPS stride per stage
+    neighbours: list[int] = field(default_factory=lambda: [8, 16, 16, 16, 16])  # k per stage
+    decoder_blocks: list[int] = field(default_factory=lambda: [1, 1, 1, 1, 1])
+    share_planes: int = 8                   # channel groups per attention weight
+    geope_base: float = 100.0
+    geope_learnable: bool = False
 
 
 @dataclass

@@ -3,7 +3,7 @@
     pointgeope train --config configs/s3dis/pt_geope.yaml --test-area 5 --data-root data/s3dis
     pointgeope train --config configs/demo.yaml --cv --data-root demo/s3dis --run-dir demo/runs/geope
 
-Any config value can be overridden as ``section.key=value`` (``optim.lr=0.1 model.widths=[16,32]``).
+Any config value can be overridden as ``section.key=value`` (``optim.lr=0.1 model.planes=[16,32]``).
 Restarting the same command resumes from the fold's ``last.pt``; ``--cv`` skips folds already complete.
 Under ``torchrun --nproc_per_node N`` it trains with DDP.
 """

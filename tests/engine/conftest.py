@@ -12,7 +12,8 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO_CONFIG = REPO / "configs" / "demo.yaml"
 
 # A tiny network and 1-2 short epochs: every run of the suite stays within seconds on one core.
-TINY = ["model.widths=[8, 16]", "model.depths=[1, 1]", "model.nsample=8",
+TINY = ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]", "model.neighbours=[8, 8]",
+        "model.decoder_blocks=[1, 1]",
         "data.grid_size=0.1", "data.voxel_max=1500", "data.loop=1", "data.batch_size=2",
         "data.num_workers=0", "data.cache=true", "optim.name=adamw", "optim.lr=0.01",
         "optim.scheduler=cosine", "train.epochs=2", "train.amp=none", "train.device=cpu",

@@ -42,8 +42,8 @@ def test_unknown_section_is_an_error(tmp_path):
     ("train:\n  epochs: ten\n", "train.epochs: expected int"),
     ("train:\n  epochs: 1.5\n", "train.epochs: expected int"),
     ("data:\n  augment: 1\n", "data.augment: expected bool"),
-    ("model:\n  widths: 32\n", r"model.widths: expected list\[int\]"),
-    ("model:\n  widths: [32, x]\n", r"model.widths\[1\]: expected int"),
+    ("model:\n  planes: 32\n", r"model.planes: expected list\[int\]"),
+    ("model:\n  planes: [32, x]\n", r"model.planes\[1\]: expected int"),
     ("model:\n  pe: geope2\n", "model.pe: expected one of .* did you mean 'geope'"),
     ("optim: 3\n", "expected a mapping for optim"),
 ])
@@ -83,9 +83,9 @@ def test_base_cycle_is_an_error(tmp_path):
 
 def test_overrides_parse_yaml_values_and_apply_last(tmp_path):
     path = write(tmp_path / "c.yaml", "optim:\n  lr: 0.3\n")
-    cfg = load_config(path, ["optim.lr=0.01", "model.widths=[8, 16]", "eval.tta.flips=true",
+    cfg = load_config(path, ["optim.lr=0.01", "model.planes=[8, 16]", "eval.tta.flips=true",
                              "data.voxel_max=null", "train.run_dir=runs/x"])
-    assert cfg.optim.lr == 0.01 and cfg.model.widths == [8, 16] and cfg.eval.tta.flips is True
+    assert cfg.optim.lr == 0.01 and cfg.model.planes == [8, 16] and cfg.eval.tta.flips is True
     assert cfg.data.voxel_max is None and cfg.train.run_dir == "runs/x"
     assert parse_override("eval.tta.scales=[0.9,1.1]") == {"eval": {"tta": {"scales": [0.9, 1.1]}}}
 
@@ -122,7 +122,7 @@ def test_s3dis_configs_differ_only_in_pe_and_run_dir():
     cfgs = {p.stem: load_config(p) for p in (REPO / "configs" / "s3dis").glob("pt_*.yaml")}
     assert set(cfgs) == {"pt_rpe", "pt_geope", "pt_lingeope", "pt_geope_rpe", "pt_lingeope_rpe", "pt_none"}
     for name, cfg in cfgs.items():
-        assert cfg.model.pe == name[3:] and cfg.train.run_dir == f"runs/{name}"
+        assert cfg.model.pe == name[3:].replace("_rpe", "+rpe") and cfg.train.run_dir == f"runs/{name}"
         plain = config_to_dict(cfg)
         plain["model"].pop("pe"), plain["train"].pop("run_dir")
         reference = config_to_dict(Config())
