@@ -3,12 +3,12 @@
 Three paths, tried in order; all give the value that C ``strtod`` gives for each token (correctly
 rounded), so the result never depends on which path ran:
 
-1. ``_parse_decimal``: vectorised over the bytes of the whole file, for files made only of plain
-   decimals (``[+-]digits[.digits]``, integer of the digits below ``2**53``) and whitespace, six tokens
-   on each non-blank line. A token with digits ``d`` and ``k`` digits after the point is
+1. ``_parse_decimal``: vectorised over the bytes of the file, for text made only of plain decimals
+   (``[+-]digits[.digits]``, the integer of the digits below ``2**53``) and whitespace, six tokens on
+   each non-blank line. A token with digits ``d`` and ``k`` digits after the point is
    ``int(d) / 10**k``: both are exact doubles (``int(d) < 2**53``, ``k <= 22``), so one IEEE division
-   is correctly rounded
-   (Clinger's fast path), bit for bit what ``strtod`` returns. This is every file of S3DIS but a few.
+   is correctly rounded (Clinger's fast path), bit for bit what ``strtod`` returns. This is every
+   file of S3DIS but a few.
 2. ``_parse_generic``: ``np.fromstring`` for anything else that is well formed (exponents, ...).
 3. ``_parse_lines``: line by line. A token with a stray control byte or non-ASCII byte inside a number
    (S3DIS has ``103.0\\x100000``) is repaired by dropping those bytes; a line that is still not six
@@ -97,16 +97,20 @@ def _parse_decimal(data: bytes) -> np.ndarray | None:
 
 
 def _parse_block(data: memoryview) -> np.ndarray | None:
-    """:func:`_parse_decimal` on one block of whole lines.
+    """:func:`_parse_decimal` on one block of whole lines. Layout, for the text ``"-1.25 30"``::
 
-    Per byte ``i`` the class ``c[i]``; tokens are the runs of non-space bytes, ``starts``/``ends``
-    their bounds. A digit of token ``t`` with ``p`` digits after it in the token adds ``d * 10**p``
-    to the integer ``m[t]`` (float64 sums of integers below ``2**53`` are exact in any order).
+        bytes     - 1 . 2 5 _ 3 0     c = class of each byte (_ is a space)
+        tokens    [-1.25]   [30]      starts = [0, 6], ends = [5, 8] (exclusive)
+        digits      1   2 5   3 0     digits = [1, 3, 4, 6, 7], digit_token = [0, 0, 0, 1, 1]
+        place       2   1 0   1 0     last = [2, 4] (index of each token's last digit): last[t] - j
+        mantissa    125       30      sum of d * 10**place (float64 sums of integers < 2**53 are exact)
+        frac        2         0       digits after the point = end - point - 1
+        values      -1.25     30.0    mantissa / 10**frac, negated after a '-'
     """
     b = np.frombuffer(data, dtype=np.uint8)
     if b.size == 0:
         return np.empty((0, FIELDS))
-    c = _CLASS[b]
+    c = _CLASS.take(b)  # (take: a third of the time of fancy indexing here)
     if c.max() == _OTHER:
         return None
     solid = (c >= _DIGIT).view(np.int8)
@@ -127,27 +131,31 @@ def _parse_block(data: memoryview) -> np.ndarray | None:
     signs = np.flatnonzero(c >= _MINUS)
     if (edge[signs] != 1).any():
         return None
-    token_of = np.cumsum(edge[:-1] == 1, dtype=np.int32) - 1  # token of each byte (on solid bytes)
+    sign_token = np.searchsorted(starts, signs)  # signs sit on token starts
     dots = np.flatnonzero(c == _DOT)
-    dot_token = token_of[dots]
+    dot_token = np.searchsorted(starts, dots, side="right") - 1
     if dot_token.size and (np.diff(dot_token) == 0).any():
         return None
-    # Digits: d * 10**(digits after it in its token).
-    digits = np.flatnonzero(c == _DIGIT)
-    digit_token = token_of[digits]
-    n_digits = np.bincount(digit_token, minlength=starts.size)
+    # A token is [sign] digits [point] digits: its digits are contiguous in `digits`, in token order.
+    n_digits = ends - starts
+    n_digits[dot_token] -= 1
+    n_digits[sign_token] -= 1
     if n_digits.min() < 1 or n_digits.max() > MAX_DIGITS:
         return None
-    last = np.cumsum(n_digits) - 1  # index in `digits` of each token's last digit
-    place = last[digit_token] - np.arange(digits.size)
-    mantissa = np.bincount(digit_token, weights=(b[digits] - 48) * _POW10[place], minlength=starts.size)
+    digits = np.flatnonzero(c == _DIGIT)
+    digit_token = np.repeat(np.arange(starts.size), n_digits)
+    # Digit j adds d * 10**(digits after it in its token) = d * 10**(last[token] - j).
+    last = np.cumsum(n_digits) - 1
+    place = last.take(digit_token) - np.arange(digits.size)
+    weights = (b.take(digits) - 48) * _POW10.take(place)
+    mantissa = np.bincount(digit_token, weights=weights, minlength=starts.size)
     if mantissa.max() >= 2.0 ** 53:  # the sums are exact below 2**53, and only then
         return None
     # Only digits follow the point (signs lead, one point per token): k = end - point - 1.
     frac = np.zeros(starts.size, dtype=np.int64)
     frac[dot_token] = ends[dot_token] - dots - 1
     values = mantissa / _POW10[frac]
-    negative = token_of[signs[b[signs] == ord("-")]]
+    negative = sign_token[b.take(signs) == ord("-")]
     values[negative] = -values[negative]
     return values.reshape(-1, FIELDS)
 
