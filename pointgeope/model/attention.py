@@ -134,10 +134,11 @@ class PointTransformerLayer(nn.Module):
         """Neighbour features ``x[idx]`` in the query's frame, ``(N, k, C)``."""
         if linear:
             return rotate_relative(x[idx], disp, self._phase_scale(x))
+        pos, scale = coord.to(x.dtype), self._phase_scale(x)
         if mats is None:
-            mats = block_rotations(coord.to(x.dtype), self._phase_scale(x))
-        # rotate every point once, gather, rotate back with the query's matrices (N, 1, n, 3, 3)
-        return rotate_blocks(rotate_blocks(x, mats)[idx], mats.transpose(-1, -2).unsqueeze(1))
+            mats = block_rotations(pos, scale)
+        # rotate every point once, gather, rotate back with the query's matrices
+        return rotate_blocks(rotate_blocks(x, mats, pos, scale)[idx], mats, pos, scale, inverse=True)
 
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
         if feat.dim() != 2 or feat.shape[1] != self.channels:

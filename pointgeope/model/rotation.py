@@ -14,8 +14,8 @@ Attention needs, for a query ``i`` and its neighbours ``j = idx[i, :]`` (``k`` o
 - linear: ``R(t_j - t_i) x_j = R(t(p_j - p_i)) x_j`` by Rodrigues' formula with per-pair coefficients of
   shape ``(N, k, n)``.
 
-Both are autograd Functions that save only the small rotation data (matrices ``(N, n, 3, 3)`` or
-displacements ``(N, k, 3)``) and no tensor of the size of the ``(N, k, C)`` pairs: the gradient of a
+Both are autograd Functions that save only positions ``(N, 3)`` or displacements ``(N, k, 3)`` (the
+rotations are recomputed in backward) and no tensor of the size of the ``(N, k, C)`` pairs: the gradient of a
 rotation is the inverse rotation of the incoming gradient (orthogonality), recomputed in backward.
 They need the rotations to be constants (fixed frequencies, positions without gradient); with learnable
 frequencies the callers use plain autograd (``pointgeope.geope``), which costs more memory.
@@ -85,19 +85,27 @@ def relative_blocks(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
 
 
 class _RotateBlocks(torch.autograd.Function):
-    """``apply_blocks`` with a gradient for ``x`` only; saves ``mats`` (per point, not per pair)."""
+    """``apply_blocks`` with a gradient for ``x`` only. Saves the positions ``(N, 3)`` and recomputes the
+    matrices in backward (``N n`` rotations, cheap next to the ``N k C`` pairs)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, mats: Tensor) -> Tensor:
-        ctx.save_for_backward(mats)
-        ctx.x_shape = x.shape
-        return apply_blocks(x, mats)
+    def forward(ctx, x: Tensor, mats: Tensor, pos: Tensor, phase_scale: Tensor, inverse: bool, per_pair: bool) -> Tensor:
+        ctx.save_for_backward(pos, phase_scale)
+        ctx.inverse, ctx.per_pair, ctx.x_shape = inverse, per_pair, x.shape
+        return apply_blocks(x, _orient(mats, inverse, per_pair))
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        (mats,) = ctx.saved_tensors
-        grad_x = apply_blocks(grad.contiguous(), mats.transpose(-1, -2))   # R^T g
-        return grad_x.sum_to_size(ctx.x_shape), None
+        pos, phase_scale = ctx.saved_tensors
+        mats = _orient(block_rotations(pos, phase_scale), not ctx.inverse, ctx.per_pair)   # R^T g
+        grad_x = apply_blocks(grad.contiguous(), mats)
+        return grad_x.sum_to_size(ctx.x_shape), None, None, None, None, None
+
+
+def _orient(mats: Tensor, inverse: bool, per_pair: bool) -> Tensor:
+    """``R`` or ``R^T`` ``(N, n, 3, 3)``, as ``(N, 1, n, 3, 3)`` to broadcast over neighbours if ``per_pair``."""
+    mats = mats.transpose(-1, -2) if inverse else mats
+    return mats.unsqueeze(1) if per_pair else mats
 
 
 class _RotateRelative(torch.autograd.Function):
@@ -118,10 +126,17 @@ def _constant(*tensors: Tensor) -> bool:
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
-def rotate_blocks(x: Tensor, mats: Tensor) -> Tensor:
-    """Differentiable ``apply_blocks``; memory-lean unless ``mats`` itself needs a gradient."""
-    if _constant(mats):
-        return _RotateBlocks.apply(x, mats)
+def rotate_blocks(x: Tensor, mats: Tensor, pos: Tensor, phase_scale: Tensor, inverse: bool = False) -> Tensor:
+    """Differentiable rotation of every block of ``x`` by its point's ``R(t(pos))`` (``R^T`` if ``inverse``).
+
+    ``x (N, C)`` with ``mats = block_rotations(pos, phase_scale)`` of the same points, or ``x (N, k, C)``
+    (neighbours) rotated with the matrices of their query ``i``. Memory-lean unless the phases need a
+    gradient (learnable frequencies), where plain autograd differentiates through ``mats``.
+    """
+    per_pair = x.dim() == 3
+    if _constant(mats, pos, phase_scale):
+        return _RotateBlocks.apply(x, mats, pos, phase_scale, inverse, per_pair)
+    mats = _orient(mats, inverse, per_pair)
     n = mats.shape[-3]
     v = x[..., : 3 * n].unflatten(-1, (n, 3))
     rot = (mats * v.unsqueeze(-2)).sum(-1).flatten(-2)

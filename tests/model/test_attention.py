@@ -1,0 +1,153 @@
+"""Tests of pointgeope/model/attention.py: presets, a slow float64 reference, translation behaviour, memory."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pointgeope.geope import frequencies, rotation_matrix
+from pointgeope.model.attention import PRESETS, PointTransformerLayer, PositionalEncoding
+from pointgeope.model.ops import knn
+
+PRESET_NAMES = ["rpe", "geope", "lingeope", "geope+rpe", "lingeope+rpe", "none"]
+
+
+def _cloud(n=60, channels=16, k=8, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    coord = (torch.rand(n, 3, generator=g, dtype=torch.float64) * 2).to(dtype)
+    feat = torch.randn(n, channels, generator=g, dtype=torch.float64).to(dtype)
+    off = torch.tensor([n])
+    idx, _ = knn(coord, coord, k, off, off)
+    return coord, feat, idx
+
+
+def _layer(pe, channels=16, k=8, seed=0, **kw):
+    torch.manual_seed(seed)
+    layer = PointTransformerLayer(channels, share_planes=4, neighbours=k, pe=pe, **kw)
+    # non-trivial BatchNorm statistics for eval mode
+    for m in layer.modules():
+        if isinstance(m, torch.nn.BatchNorm1d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.2, 0.2)
+    return layer.eval()
+
+
+def test_presets_and_unknown_name():
+    assert sorted(PRESETS) == sorted(PRESET_NAMES)
+    assert PositionalEncoding.preset("geope") == PositionalEncoding("geope", False, "rpe")
+    assert PositionalEncoding.preset("lingeope+rpe") == PositionalEncoding("lingeope", True, "rpe")
+    with pytest.raises(ValueError, match="expected one of .*'geope'.*'rpe'"):
+        PositionalEncoding.preset("rope")
+    with pytest.raises(ValueError, match="rotation"):
+        PositionalEncoding("quaternion")
+    assert PointTransformerLayer(16, 4, 8, pe="none").linear_p is None
+
+
+@pytest.mark.parametrize("pe", PRESET_NAMES + [PositionalEncoding("geope", False, "geope"),
+                                              PositionalEncoding("lingeope", True, "geope")])
+def test_every_encoding_gives_shapes_and_a_finite_backward(pe):
+    coord, feat, idx = _cloud()
+    layer = PointTransformerLayer(16, share_planes=4, neighbours=8, pe=pe).train()
+    feat = feat.requires_grad_()
+    out = layer(coord, feat, idx)
+    assert out.shape == (60, 16)
+    out.square().mean().backward()
+    assert torch.isfinite(feat.grad).all() and feat.grad.abs().sum() > 0
+    assert all(torch.isfinite(p.grad).all() for p in layer.parameters() if p.grad is not None)
+
+
+def _reference(layer: PointTransformerLayer, coord, feat, idx):
+    """Point Transformer attention written out pair by pair in float64, with explicit per-pair
+    rotation matrices ``R(t_i)^T R(t_j)`` or ``R(t_j - t_i)`` from ``pointgeope.geope.rotation_matrix``."""
+    p = {name: t.detach().double() for name, t in layer.state_dict().items()}
+    coord, feat = coord.double(), feat.double()
+
+    def bn(x, name):
+        return (x - p[name + ".running_mean"]) / (p[name + ".running_var"] + 1e-5).sqrt() * p[name + ".weight"] + p[name + ".bias"]
+
+    def lin(x, name):
+        return x @ p[name + ".weight"].T + p[name + ".bias"]
+
+    c, s, pe = layer.channels, layer.share_planes, layer.pe
+    nb = c // 3
+    phase = frequencies(c).double() * layer.geope.pos_scale if layer.geope is not None else None
+    q, key, val = lin(feat, "linear_q"), lin(feat, "linear_k"), lin(feat, "linear_v")
+    out = torch.zeros_like(feat)
+    for i in range(feat.shape[0]):
+        rel_rows, val_rows = [], []
+        for j in idx[i].tolist():
+            d = coord[j] - coord[i]
+            delta = lin(F.relu(bn(lin(d, "linear_p.0"), "linear_p.1")), "linear_p.3") if layer.linear_p is not None else 0
+            rots = None
+            if layer.geope is not None:
+                if pe.rotation == "lingeope":
+                    rots = [rotation_matrix(d * phase[b]) for b in range(nb)]
+                else:
+                    rots = [rotation_matrix(coord[i] * phase[b]).T @ rotation_matrix(coord[j] * phase[b]) for b in range(nb)]
+
+            def turn(x):
+                y = x.clone()
+                for b in range(nb):
+                    y[3 * b:3 * b + 3] = rots[b] @ x[3 * b:3 * b + 3]
+                return y
+
+            k_j = turn(key[j]) if pe.rotation != "none" else key[j]
+            rel_rows.append(k_j - q[i] + (delta if pe.relation_delta else 0))
+            v_j = {"rpe": lambda: val[j] + delta, "geope": lambda: turn(val[j]), "none": lambda: val[j]}[pe.value]()
+            val_rows.append(v_j)
+        r = torch.stack(rel_rows)
+        w = lin(F.relu(bn(lin(F.relu(bn(r, "linear_w.0")), "linear_w.2"), "linear_w.3")), "linear_w.5")
+        w = torch.softmax(w, dim=0)                                  # (k, C/s)
+        v = torch.stack(val_rows)
+        out[i] = (v * w.repeat(1, s)).sum(0)                         # channel g*C/s + h uses w[:, h]
+    return out
+
+
+@pytest.mark.parametrize("pe", PRESET_NAMES + [PositionalEncoding("geope", True, "geope"),
+                                              PositionalEncoding("lingeope", False, "geope")])
+def test_float32_layer_matches_float64_reference(pe):
+    coord, feat, idx = _cloud(n=16, channels=16, k=6, seed=1)
+    layer = _layer(pe, k=6, grid_size=0.1)
+    expected = _reference(layer, coord, feat, idx)
+    torch.testing.assert_close(layer(coord, feat, idx).double(), expected, atol=2e-5, rtol=1e-4)
+
+
+def test_translation_invariance_of_linear_geope_and_rpe_but_not_standard_geope():
+    coord, feat, idx = _cloud(seed=2)
+    shift = torch.tensor([1.37, -0.52, 2.11])
+    for pe in ("rpe", "lingeope", "lingeope+rpe", "none"):
+        layer = _layer(pe)
+        torch.testing.assert_close(layer(coord + shift, feat, idx), layer(coord, feat, idx), atol=2e-5, rtol=1e-5)
+    # Standard GeoPE takes keys into the query's frame R(t_i)^T R(t_j): for 3D axes these rotations do
+    # not commute, so R(t_i)^T R(t_j) != R(t_j - t_i) and a global shift changes the relation.
+    layer = _layer("geope")
+    moved, still = layer(coord + shift, feat, idx), layer(coord, feat, idx)
+    assert (moved - still).abs().max() > 1e-2
+
+
+def test_learnable_frequencies_are_trained():
+    coord, feat, idx = _cloud(seed=3)
+    for pe in ("geope", "lingeope"):
+        layer = PointTransformerLayer(16, 4, 8, pe=pe, geope_learnable=True).train()
+        layer(coord, feat, idx).square().mean().backward()
+        assert layer.geope.freq.grad is not None and layer.geope.freq.grad.abs().sum() > 0
+
+
+def _saved_bytes(layer, coord, feat, idx) -> int:
+    saved = {}
+    def pack(t):
+        saved[(t.data_ptr(), t.numel())] = t.numel() * t.element_size()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(coord, feat.requires_grad_(), idx)
+    return sum(saved.values())
+
+
+def test_geope_saves_no_more_for_backward_than_rpe():
+    coord, feat, idx = _cloud(n=400, channels=32, k=16, seed=4)
+    sizes = {pe: _saved_bytes(PointTransformerLayer(32, 8, 16, pe=pe).train(), coord, feat.clone(), idx)
+             for pe in ("rpe", "geope", "lingeope")}
+    assert sizes["geope"] <= 1.01 * sizes["rpe"], sizes
+    assert sizes["lingeope"] <= 1.01 * sizes["rpe"], sizes

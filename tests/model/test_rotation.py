@@ -1,0 +1,69 @@
+"""Tests of pointgeope/model/rotation.py against pointgeope.geope, and of its memory-lean gradients."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pointgeope.geope import GeoPE, frequencies
+from pointgeope.model.rotation import block_rotations, relative_blocks, rotate_blocks, rotate_relative
+
+
+def _setup(channels, n=40, k=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, channels, generator=g, dtype=torch.float64)
+    pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * 3
+    idx = torch.randint(0, n, (n, k), generator=g)
+    return x, pos, idx, frequencies(channels) * 25.0
+
+
+@pytest.mark.parametrize("channels", [30, 32, 33])
+def test_standard_and_linear_match_geope(channels):
+    x, pos, idx, scale = _setup(channels)
+    pe = GeoPE(channels, pos_scale=25.0)
+    mats = block_rotations(pos, scale)
+    torch.testing.assert_close(rotate_blocks(x, mats, pos, scale), pe(x, pos), atol=1e-12, rtol=0)
+    frame = rotate_blocks(rotate_blocks(x, mats, pos, scale)[idx], mats, pos, scale, inverse=True)
+    torch.testing.assert_close(frame, pe.relative(x[idx], pos[:, None], pos[idx]), atol=1e-12, rtol=0)
+    disp = pos[idx] - pos[:, None]
+    torch.testing.assert_close(relative_blocks(x[idx], disp, scale),
+                               pe.relative(x[idx], pos[:, None], pos[idx], linear=True), atol=1e-12, rtol=0)
+    # pass-through channels untouched
+    assert torch.equal(frame[..., 3 * (channels // 3):], x[idx][..., 3 * (channels // 3):])
+
+
+def test_gradients_are_the_inverse_rotations():
+    x, pos, idx, scale = _setup(11, n=12, k=4)
+    mats = block_rotations(pos, scale)
+    disp = pos[idx] - pos[:, None]
+    x = x.requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda a: rotate_blocks(rotate_blocks(a, mats, pos, scale)[idx], mats, pos, scale, inverse=True), (x,))
+    assert torch.autograd.gradcheck(lambda a: rotate_relative(a[idx], disp, scale), (x,))
+
+
+def test_learnable_frequencies_take_the_autograd_path_and_agree():
+    x, pos, idx, scale = _setup(9, n=10, k=3)
+    scale = scale.clone().requires_grad_()
+    disp = pos[idx] - pos[:, None]
+    out = rotate_relative(x[idx], disp, scale)
+    torch.testing.assert_close(out, relative_blocks(x[idx], disp, scale.detach()))
+    out.sum().backward()
+    assert scale.grad is not None and torch.isfinite(scale.grad).all()
+    mats = block_rotations(pos, scale)
+    out = rotate_blocks(x[idx], mats, pos, scale, inverse=True)
+    torch.testing.assert_close(out, rotate_blocks(x[idx], mats.detach(), pos, scale.detach(), inverse=True))
+    assert out.requires_grad
+
+
+def test_backward_saves_nothing_of_pair_size():
+    n, k, c = 64, 16, 48
+    x, pos, idx, scale = _setup(c, n=n, k=k)
+    mats = block_rotations(pos, scale)
+    disp = pos[idx] - pos[:, None]
+    x = x.requires_grad_()
+    for fn in (lambda: rotate_blocks(rotate_blocks(x, mats, pos, scale)[idx], mats, pos, scale, inverse=True),
+               lambda: rotate_relative(x[idx], disp, scale)):
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+            fn()
+        assert max(saved) <= n * k * 3, saved      # positions (N, 3), displacements (N, k, 3), indices (N, k)
