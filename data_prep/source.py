@@ -79,15 +79,15 @@ def is_known_class(name: str) -> bool:
 
 
 def _is_junk(path: str) -> bool:
-    parts = path.split("/")
-    return "__MACOSX" in parts or parts[-1] == ".DS_Store" or parts[-1].startswith("._")
+    """macOS debris (``__MACOSX/``, ``.DS_Store``, ``._*``) and anything hidden (``.work/``, ``.git/``)."""
+    return any(part == "__MACOSX" or part.startswith(".") for part in path.split("/"))
 
 
 class Source:
     """Base of the two kinds of raw input: lists :class:`Entry` objects and reads files by path."""
 
     location: str
-    ignored: list[str] = []  # non-.txt files in Annotations folders, filled by rooms()
+    ignored: tuple[str, ...] = ()  # non-.txt files in Annotations folders, set by rooms()
 
     def entries(self) -> list[Entry]:
         raise NotImplementedError(f"{type(self).__name__} must list its entries")
@@ -96,7 +96,7 @@ class Source:
         raise NotImplementedError(f"{type(self).__name__} must read files")
 
     def rooms(self) -> list[Room]:
-        """All rooms, sorted by area number then room name; errors name every room without Annotations."""
+        """All rooms, sorted by area number then room name; the error names every room without annotations."""
         areas: dict[str, str] = {}  # area -> its folder path
         rooms: dict[tuple[str, str], list[Entry]] = {}
         has_annotations: set[tuple[str, str]] = set()
@@ -126,18 +126,18 @@ class Source:
                         ignored.append(entry.path)
         if not areas:
             raise SourceError(f"{self.location}: expected Area_N folders (raw S3DIS v1.2 layout), found none")
-        for (area, room), files in sorted(rooms.items()):
-            if not files:
-                what = "no Annotations/<class>_<k>.txt files" if (area, room) in has_annotations \
-                    else "no Annotations folder"
-                raise SourceError(f"{self.location}: room {areas[area]}/{room} has {what}; expected "
-                                  "Annotations/<class>_<k>.txt files with lines 'x y z r g b'")
+        bare = [f"{areas[a]}/{r} (" + ("no <class>_<k>.txt in Annotations" if (a, r) in has_annotations
+                                       else "no Annotations folder") + ")"
+                for (a, r), files in sorted(rooms.items()) if not files]
+        if bare:
+            raise SourceError(f"{self.location}: expected Annotations/<class>_<k>.txt files (lines 'x y z r g b') "
+                              f"in every room; {len(bare)} room(s) without: {', '.join(bare)}")
         out = []
         for (area, name), files in rooms.items():
             files.sort(key=lambda e: object_key(e.path.rsplit("/", 1)[-1]))
             out.append(Room(area, name, f"{areas[area]}/{name}", tuple(files), self.location))
         out.sort(key=lambda r: (int(r.area.split("_")[1]), r.name))
-        self.ignored = ignored
+        self.ignored = tuple(ignored)
         return out
 
 

@@ -32,7 +32,7 @@ def test_folder_rooms_skip_junk_room_files_and_loose_files(tmp_path):
     source = open_source(write_tree(tmp_path, DEFECT_FILES))
     assert isinstance(source, FolderSource)
     assert _summary(source) == EXPECTED
-    assert source.ignored == []
+    assert source.ignored == ()
 
 
 def test_folder_with_a_top_level_folder(tmp_path):
@@ -61,15 +61,23 @@ def test_zip_refuses_members_outside_the_tree(tmp_path, member):
 def test_room_without_annotations_is_an_error_naming_it(tmp_path):
     write_tree(tmp_path, {"Area_1/good/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
                           "Area_1/hallway_9/hallway_9.txt": b"1 2 3 4 5 6\n"})
-    with pytest.raises(SourceError, match="room Area_1/hallway_9 has no Annotations folder"):
+    (tmp_path / "Area_2/lobby_1").mkdir(parents=True)
+    with pytest.raises(SourceError, match=r"2 room\(s\) without: Area_1/hallway_9 \(no Annotations folder\), "
+                                          r"Area_2/lobby_1 \(no Annotations folder\)"):
         open_source(tmp_path).rooms()
 
 
 def test_empty_annotations_folder_is_an_error(tmp_path):
     write_tree(tmp_path, {"Area_1/good/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
     (tmp_path / "Area_1/bare/Annotations").mkdir(parents=True)
-    with pytest.raises(SourceError, match=r"room Area_1/bare has no Annotations/<class>_<k>.txt files"):
+    with pytest.raises(SourceError, match=r"Area_1/bare \(no <class>_<k>.txt in Annotations\)"):
         open_source(tmp_path).rooms()
+
+
+def test_output_and_hidden_folders_inside_raw_are_not_rooms(tmp_path):
+    write_tree(tmp_path, {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                          "prepared/.work/Area_1/r.h5": b"...", ".git/Area_1/x/y": b"..."})
+    assert [(r.area, r.path) for r in open_source(tmp_path).rooms()] == [("Area_1", "Area_1/r")]
 
 
 def test_the_same_area_twice_is_an_error(tmp_path):
@@ -94,7 +102,7 @@ def test_non_txt_files_in_annotations_are_listed_as_ignored(tmp_path):
                           "Area_3/r/Annotations/wall_1.txt.bak": b"old"})
     source = open_source(tmp_path)
     assert [r.name for r in source.rooms()] == ["r"]
-    assert source.ignored == ["Area_3/r/Annotations/wall_1.txt.bak"]
+    assert source.ignored == ("Area_3/r/Annotations/wall_1.txt.bak",)
 
 
 def test_object_order_is_class_then_number():
