@@ -19,8 +19,6 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from pointgeope.constants import CLASS_INDEX
-
 # Bump when the parsed output of the same raw files changes: prepared rooms then no longer match.
 PARSER_VERSION = 1
 
@@ -63,19 +61,15 @@ class Room:
 
 
 def object_key(name: str) -> tuple[str, int, str]:
-    """Sort key of ``<class>_<k>.txt``: by class, then k as a number (chair_2 before chair_10)."""
+    """Sort key of ``<class>_<k>.txt``: by class (lower case), then k as a number (chair_2 before chair_10)."""
     stem = PurePosixPath(name).stem
     match = _OBJECT.fullmatch(stem)
-    return (match.group(1), int(match.group(2)), stem) if match else (stem, -1, stem)
+    return (match.group(1).lower(), int(match.group(2)), stem) if match else (stem.lower(), -1, stem)
 
 
 def object_class(name: str) -> str:
     """The class part of ``<class>_<k>.txt`` (lower case); unknown names are mapped by the caller."""
-    return object_key(name)[0].lower()
-
-
-def is_known_class(name: str) -> bool:
-    return object_class(name) in CLASS_INDEX
+    return object_key(name)[0]
 
 
 def _is_junk(path: str) -> bool:
