@@ -35,9 +35,10 @@ class RoomData:
 def load_room(source: Source, room: Room) -> RoomData:
     """Read and parse every annotation file of ``room``; report repairs, drops and empty files by file and line."""
     start = time.perf_counter()
-    coords, colors, labels, instances = [], [], [], []
+    parts: list[np.ndarray] = []  # (n_i, 6) float64 per file
+    labels, instances = [], []  # per part
     messages: list[str] = []
-    repaired = dropped = clipped = num_bytes = 0
+    repaired = dropped = num_bytes = 0
     empty: list[str] = []
     remapped: dict[str, int] = {}
     for instance, entry in enumerate(room.files):
@@ -51,24 +52,22 @@ def load_room(source: Source, room: Room) -> RoomData:
         repaired += parsed.count("repaired")
         dropped += parsed.count("dropped")
         messages.extend(f"{entry.path}:{i.line}: {i.kind}: {i.message}" for i in parsed.issues)
-        values = parsed.values
-        n = values.shape[0]
         name = object_class(entry.path)
-        label = CLASS_INDEX.get(name, CLUTTER)
         if name not in CLASS_INDEX:
-            remapped[name] = remapped.get(name, 0) + n
-        rgb = np.rint(values[:, 3:])
-        clipped += int(((rgb < 0) | (rgb > 255)).sum())
-        coords.append(values[:, :3].astype(np.float32))
-        colors.append(np.clip(rgb, 0, 255).astype(np.uint8))
-        labels.append(np.full(n, label, dtype=np.uint8))
-        instances.append(np.full(n, instance, dtype=np.int32))
+            remapped[name] = remapped.get(name, 0) + len(parsed.values)
+        parts.append(parsed.values)
+        labels.append(CLASS_INDEX.get(name, CLUTTER))
+        instances.append(instance)
+    values = np.concatenate(parts) if parts else np.empty((0, 6))
+    counts = [len(p) for p in parts]
+    rgb = np.rint(values[:, 3:])
     arrays = {
-        "coord": np.concatenate(coords) if coords else np.empty((0, 3), np.float32),
-        "color": np.concatenate(colors) if colors else np.empty((0, 3), np.uint8),
-        "label": np.concatenate(labels) if labels else np.empty(0, np.uint8),
-        "instance": np.concatenate(instances) if instances else np.empty(0, np.int32),
+        "coord": values[:, :3].astype(np.float32),
+        "color": np.clip(rgb, 0, 255).astype(np.uint8),
+        "label": np.repeat(np.array(labels, dtype=np.uint8), counts),
+        "instance": np.repeat(np.array(instances, dtype=np.int32), counts),
     }
+    clipped = int(np.count_nonzero((rgb < 0) | (rgb > 255)))
     attrs = {
         "num_points": int(arrays["label"].shape[0]),
         "source": f"{room.location}/{room.path}",
