@@ -13,7 +13,7 @@ are numbered counter-clockwise seen from above, each with a local frame (x along
 
 Things standing against a wall (doors, windows, boards, bookcases, sofas, columns, bins) claim an interval
 along it, so they never overlap; tables stand in the middle with chairs around them, clutter sits on
-tables and along the walls, beams cross under the ceiling. Every office holds all 13 classes, so every
+tables and along the walls and hangs under the ceiling (lights), beams cross under the ceiling. Every office holds all 13 classes, so every
 area (whose first room is an office) does too.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from data_prep import synth_objects as obj
-from data_prep.synth_geometry import Patches, box, place, place_box, rect, rotation_z
+from data_prep.synth_geometry import Patches, place, place_box, rect, rotation_z
 
 ROOM_KINDS = ("office", "conferenceRoom", "hallway")
 STRUCTURE = ("ceiling", "floor", "wall")  # surfaces that solid objects hide
@@ -149,6 +149,29 @@ def _beams(size: np.ndarray, count: int, rng: np.random.Generator, across: bool)
     return parts
 
 
+def _ceiling_lights(size: np.ndarray, count: int, parts: list[Part], rng: np.random.Generator) -> list[Part]:
+    """Up to ``count`` flat ceiling lights (clutter, as in S3DIS): 5 cm panels hung under the ceiling.
+
+    A light goes where its footprint keeps 0.1 m from the walls and from the beams and columns among
+    ``parts`` (at most 30 tries each).
+    """
+    lx, ly, h = size
+    taken = [p.solid[:, :2] for p in parts if p.name in ("beam", "column")]  # (2, 2) footprints [min, max]
+    parts = []
+    for _ in range(count):
+        a, b = (0.6, 0.6) if rng.random() < 0.5 else (1.2, 0.3)
+        if rng.random() < 0.5:
+            a, b = b, a
+        for x, y in rng.uniform([0.1, 0.1], [max(0.11, lx - a - 0.1), max(0.11, ly - b - 0.1)], size=(30, 2)):
+            foot = np.array([[x, y], [x + a, y + b]])
+            if all(np.any(foot[1] + 0.1 <= t[0]) or np.any(foot[0] - 0.1 >= t[1]) for t in taken):
+                lo, hi = [x, y, h - 0.05], [x + a, y + b, h]
+                parts.append(Part("clutter", obj.clutter_box([a, b, 0.05], h - 0.05), np.array([lo, hi])))
+                taken.append(foot)
+                break
+    return parts
+
+
 def _table_with_chairs(centre, width: float, depth: float, chairs: dict[str, int],
                        rng: np.random.Generator, clutter: int) -> list[Part]:
     """A table centred at ``centre`` (x, y), chairs facing it, ``clutter`` small objects on its top.
@@ -236,7 +259,9 @@ def office(rng: np.random.Generator, name: str, stairs: bool = False) -> RoomLay
     plan += ["door"] * int(rng.integers(2)) + ["window"] * int(rng.integers(2)) + \
         ["bookcase"] * int(rng.integers(2)) + ["clutter"] * int(rng.integers(3))
     parts += _wall_things(walls, size[2], rng, plan, {"window": [window_wall], "board": [(window_wall + 2) % 4]})
-    parts += _beams(size, 1, rng, across=bool(rng.integers(2)))
+    beams = _beams(size, 1, rng, across=bool(rng.integers(2)))
+    parts += beams
+    parts += _ceiling_lights(size, int(rng.integers(1, 4)), parts, rng)
     # 1 desk, or 2 side by side along x with a 0.3-0.5 m gap when the room is long enough
     widths = rng.uniform(1.2, 1.5, size=2 if size[0] >= 5.2 and rng.random() < 0.5 else 1)
     gap = rng.uniform(0.3, 0.5)
@@ -264,7 +289,9 @@ def conference_room(rng: np.random.Generator, name: str, stairs: bool = False) -
     short = [1, 3] if rng.random() < 0.5 else [3, 1]
     long_wall = [0, 2][int(rng.integers(2))]
     parts += _wall_things(walls, size[2], rng, plan, {"board": short, "window": [long_wall], "door": [2 - long_wall]})
-    parts += _beams(size, int(rng.integers(1, 3)), rng, across=True)
+    beams = _beams(size, int(rng.integers(1, 3)), rng, across=True)
+    parts += beams
+    parts += _ceiling_lights(size, int(rng.integers(2, 6)), parts, rng)
     width, depth = size[0] - rng.uniform(2.8, 3.4), rng.uniform(1.0, 1.4)
     per_side = max(2, int(width / 0.75))
     chairs = {"-y": per_side, "+y": per_side, "-x": int(rng.random() < 0.5), "+x": int(rng.random() < 0.5)}
@@ -292,6 +319,7 @@ def hallway(rng: np.random.Generator, name: str, stairs: bool = False) -> RoomLa
         column = _corner_column(walls, int(rng.integers(4)), size[2], rng)
         if column is not None:
             parts.append(column)
+    parts += _ceiling_lights(size, int(rng.integers(1, 4)), parts, rng)
     plan = ["stairs"] * stairs + ["door"] * int(rng.integers(2, 5)) + ["window"] * int(rng.random() < 0.7) + \
         ["board"] * int(rng.random() < 0.3) + ["bookcase"] * int(rng.random() < 0.3) + \
         ["sofa"] * int(rng.random() < 0.25) + ["clutter"] * int(rng.integers(1, 4))

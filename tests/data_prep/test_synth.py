@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
+from data_prep import synth_objects as obj
 from data_prep.synth import PRESETS, SynthConfig, config_from_args
 from data_prep.synth_dataset import MANIFEST, generate
 from pointgeope.cli import build_parser
@@ -165,7 +166,7 @@ def test_the_raw_layout_is_the_real_one(tiny, manifest, s3dis_real):
 
 # Height of each class above the floor, as a range (fractions of the room height h allowed).
 HEIGHTS = {"table": (0.0, 0.74), "chair": (0.0, 0.92), "sofa": (0.0, 0.85), "bookcase": (0.0, 2.2),
-           "door": (0.0, 2.15), "board": (0.8, 2.1), "clutter": (0.0, 1.14)}
+           "door": (0.0, 2.15), "board": (0.8, 2.1)}
 
 
 def test_geometry_of_every_room(tiny, manifest):
@@ -198,9 +199,14 @@ def test_geometry_of_every_room(tiny, manifest):
                 if cls == "wall":  # a wall is a vertical plane from floor to ceiling at the room's edge
                     assert to_wall.max() < NOISE_BOUND and z.min() < 0.2 * height and z.max() > 0.8 * height, where
                 elif cls == "column":  # floor to ceiling, against a wall (at most 0.6 m deep)
-                    assert z.min() < 0.2 * height and z.max() > 0.8 * height and to_wall.max() < 0.6 + NOISE_BOUND, where
+                    assert z.min() < 0.2 * height and z.max() > 0.8 * height, where
+                    assert to_wall.max() < 0.6 + NOISE_BOUND, where
                 elif cls == "beam":
                     assert z.min() > height - 0.5 - NOISE_BOUND and z.max() < height + NOISE_BOUND, where
+                elif cls == "clutter":  # on the floor or a table (at most 0.4 m tall), or a light under the ceiling
+                    low = z < obj.TABLE_HEIGHT + 0.4 + NOISE_BOUND
+                    assert np.all(low | (z > height - 0.05 - NOISE_BOUND)), where
+                    assert low.all() or (~low).all(), where
                 elif cls in ("door", "window", "board"):  # thin slabs just in front of a wall
                     assert to_wall.max() < 0.1 + NOISE_BOUND, where
                 if cls == "window":
