@@ -113,7 +113,7 @@ def sample_room(spec: RoomSpec, layout: RoomLayout, density: float, noise: float
     """Points on every part of a room at ``density`` points per m^2 with gaussian ``noise`` (metres).
 
     Each part gets ``max(min_points, round(area * density))`` points; wall, floor and ceiling points
-    inside a solid object (column, beam, bookcase, sofa, door, window, board, stairs) are then dropped,
+    inside a solid object (column, beam, bookcase, sofa, door, window, board, stairs, ceiling light) are dropped,
     as a scanner does not see them. Coordinates are rounded to millimetres, like the real files.
     """
     rng = np.random.default_rng([seed, POINTS, spec.area, spec.index])
@@ -155,6 +155,8 @@ def check_out(out: Path, settings: dict) -> str:
 
     Raises ``ValueError`` if ``out`` holds other data or synthetic data made with other settings.
     """
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"expected OUT to be a folder, got the file {out}")
     if not out.exists() or not any(out.iterdir()):
         return "new"
     path = out / SETTINGS

@@ -13,8 +13,9 @@ are numbered counter-clockwise seen from above, each with a local frame (x along
 
 Things standing against a wall (doors, windows, boards, bookcases, sofas, columns, bins) claim an interval
 along it, so they never overlap; tables stand in the middle with chairs around them, clutter sits on
-tables and along the walls and hangs under the ceiling (lights), beams cross under the ceiling. Every office holds all 13 classes, so every
-area (whose first room is an office) does too.
+tables and along the walls and hangs under the ceiling (lights), beams cross under the ceiling. An office
+places one thing of every class first (the tests check that it holds all 13), so every area, whose first
+room is an office, has all 13 classes.
 """
 from __future__ import annotations
 

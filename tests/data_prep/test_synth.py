@@ -88,6 +88,8 @@ def test_other_settings_or_foreign_folder_are_refused(tmp_path, capsys):
     (foreign / "notes.txt").write_text("mine")
     assert cli(["synth", str(foreign), "--size", "tiny"]) == 2
     assert "is not empty and holds no .synth_settings.json" in capsys.readouterr().out
+    assert cli(["synth", str(foreign / "notes.txt"), "--size", "tiny"]) == 2
+    assert "expected OUT to be a folder, got the file" in capsys.readouterr().out
     assert cli(["synth", str(tmp_path / "x"), "--size", "tiny", "--areas", "7"]) == 2
     assert "expected 1 to 6 areas (S3DIS has 6), got 7" in capsys.readouterr().out
 
