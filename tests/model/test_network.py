@@ -1,0 +1,167 @@
+"""Tests of pointgeope/model/network.py: shapes, permutations, inputs, parameter count, overfitting a room."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+
+from pointgeope.constants import CLASS_INDEX
+from pointgeope.model import OpsBackends, PointTransformerSeg
+
+PRESET_NAMES = ["rpe", "geope", "lingeope", "geope+rpe", "lingeope+rpe", "none"]
+TINY = dict(blocks=(1, 1, 1), planes=(16, 24, 32), strides=(1, 4, 4), neighbours=(8, 8, 8), decoder_blocks=(1, 1, 1),
+            share_planes=8)
+
+
+def _batch(sizes=(130, 70), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    coord = torch.rand(sum(sizes), 3, generator=g) * torch.tensor([3.0, 3.0, 2.0])
+    feat = torch.cat([torch.rand(sum(sizes), 3, generator=g), coord], dim=1)
+    return coord, feat, torch.tensor(sizes).cumsum(0)
+
+
+@pytest.mark.parametrize("pe", PRESET_NAMES)
+def test_every_preset_gives_logits_and_a_finite_backward(pe):
+    torch.manual_seed(0)
+    model = PointTransformerSeg(pe=pe, **TINY).train()
+    coord, feat, offset = _batch()
+    logits = model(coord, feat, offset)
+    assert logits.shape == (200, 13)
+    torch.nn.functional.cross_entropy(logits, torch.randint(0, 13, (200,))).backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def test_outputs_follow_a_permutation_within_each_cloud():
+    """With first-point FPS (the pure-torch backend) the network is equivariant to any permutation that
+    keeps each cloud's first point first: FPS, kNN and interpolation only see geometry. (The CPU default,
+    fpsample's bucket FPS, starts from a point that depends on the array order, so it is not.)"""
+    torch.manual_seed(0)
+    model = PointTransformerSeg(pe="geope", backends=OpsBackends(knn="pykdtree", fps="torch"), **TINY).eval()
+    coord, feat, offset = _batch(seed=1)
+    g = torch.Generator().manual_seed(2)
+    perm = torch.cat([torch.cat([torch.tensor([0]), 1 + torch.randperm(129, generator=g)]),
+                      130 + torch.cat([torch.tensor([0]), 1 + torch.randperm(69, generator=g)])])
+    with torch.no_grad():
+        out = model(coord, feat, offset)
+        out_perm = model(coord[perm], feat[perm], offset)
+    torch.testing.assert_close(out_perm, out[perm], atol=1e-4, rtol=1e-4)
+
+
+def test_geometric_data_and_batch_inputs():
+    torch.manual_seed(0)
+    model = PointTransformerSeg(**TINY).eval()
+    coord, feat, offset = _batch()
+    batch = Batch.from_data_list([Data(pos=coord[:130], x=feat[:130]), Data(pos=coord[130:], x=feat[130:])])
+    with torch.no_grad():
+        expected = model(coord, feat, offset)
+        torch.testing.assert_close(model(batch), expected)
+        torch.testing.assert_close(model(Data(pos=coord[:130], x=feat[:130])), model(coord[:130], feat[:130], offset[:1]))
+
+
+def test_bad_inputs_are_clear_errors():
+    model = PointTransformerSeg(**TINY)
+    coord, feat, offset = _batch()
+    with pytest.raises(ValueError, match=r"coord of shape \(N, 3\)"):
+        model(coord[:, :2], feat, offset)
+    with pytest.raises(ValueError, match=r"feat of shape \(200, 6\)"):
+        model(coord, feat[:, :5], offset)
+    with pytest.raises(ValueError, match=r"offset\[-1\] == number of points 200"):
+        model(coord, feat, torch.tensor([130, 190]))
+    with pytest.raises(ValueError, match="one entry per stage"):
+        PointTransformerSeg(blocks=(1, 2))
+    with pytest.raises(ValueError, match="unknown positional encoding 'rope'"):
+        PointTransformerSeg(pe="rope", **TINY)
+
+
+def _published_parameter_count(in_channels=6, num_classes=13) -> int:
+    """Parameters of the authors' PointTransformerSeg50 (POSTECH-CVLab/point-transformer,
+    ``model/pointtransformer/pointtransformer_seg.py``, ``blocks=[2, 3, 4, 6, 3]``), counted from its layout."""
+    def lin(i, o, bias=True):
+        return i * o + (o if bias else 0)
+
+    def bn(c):
+        return 2 * c
+
+    def layer(c, s=8):   # q, k, v; linear_p = Lin(3,3) BN(3) Lin(3,c); linear_w = BN(c) Lin(c,c/s) BN(c/s) Lin(c/s,c/s)
+        return 3 * lin(c, c) + lin(3, 3) + bn(3) + lin(3, c) + bn(c) + lin(c, c // s) + bn(c // s) + lin(c // s, c // s)
+
+    def block(c):        # linear1 bn1 transformer2 bn2 linear3 bn3
+        return lin(c, c, False) + bn(c) + layer(c) + bn(c) + lin(c, c, False) + bn(c)
+
+    planes, strides, modules = [32, 64, 128, 256, 512], [1, 4, 4, 4, 4], [2, 3, 4, 6, 3]
+    total, width = 0, in_channels
+    for c, stride, m in zip(planes, strides, modules):     # TransitionDown + (m - 1) blocks
+        total += lin(width + (3 if stride > 1 else 0), c, False) + bn(c) + (m - 1) * block(c)
+        width = c
+    total += lin(2 * 512, 512) + bn(512) + lin(512, 512) + block(512)              # dec5: head TransitionUp
+    for fine, coarse in ((256, 512), (128, 256), (64, 128), (32, 64)):             # dec4 .. dec1
+        total += lin(fine, fine) + bn(fine) + lin(coarse, fine) + bn(fine) + block(fine)
+    return total + lin(32, 32) + bn(32) + lin(32, num_classes)                      # cls
+
+
+def test_parameter_count_of_the_published_model():
+    published = _published_parameter_count()
+    assert 7.7e6 < published < 7.9e6                   # "7.8M"
+    for pe in ("rpe", "geope", "lingeope"):
+        count = sum(p.numel() for p in PointTransformerSeg(pe=pe).parameters())
+        assert abs(count - published) <= 0.01 * published, (pe, count, published)
+    assert sum(p.numel() for p in PointTransformerSeg(pe="rpe").parameters()) == published
+
+
+def _read_room(room):
+    coords, colors, labels = [], [], []
+    for path in sorted((room / "Annotations").glob("*.txt")):
+        values = np.loadtxt(path, dtype=np.float64, ndmin=2)
+        coords.append(values[:, :3])
+        colors.append(values[:, 3:6])
+        labels.append(np.full(len(values), CLASS_INDEX[path.stem.rsplit("_", 1)[0]]))
+    return np.concatenate(coords), np.concatenate(colors), np.concatenate(labels)
+
+
+@pytest.mark.slow
+def test_tiny_network_overfits_a_real_room(s3dis_real):
+    coord, color, label = _read_room(s3dis_real / "Area_1" / "office_2")
+    assert len(label) == 100
+    coord = torch.tensor(coord - coord.min(0), dtype=torch.float32)
+    feat = torch.cat([torch.tensor(color / 255.0, dtype=torch.float32), coord], dim=1)
+    target = torch.tensor(label)
+    offset = torch.tensor([100])
+    torch.manual_seed(0)
+    model = PointTransformerSeg(pe="geope", blocks=(1, 1), planes=(32, 64), strides=(1, 4), neighbours=(8, 8),
+                                decoder_blocks=(1, 1), grid_size=0.5).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    accuracy = 0.0
+    for step in range(1, 101):                     # reaches 100% after ~40 steps (0.1-0.5 s each)
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(coord, feat, offset), target)
+        loss.backward()
+        optimizer.step()
+        if step % 10 == 0:                         # accuracy in eval mode (BatchNorm running statistics)
+            model.eval()
+            with torch.no_grad():
+                accuracy = (model(coord, feat, offset).argmax(1) == target).float().mean().item()
+            model.train()
+            if accuracy > 0.95:
+                break
+    assert accuracy > 0.95, (step, accuracy, loss.item())
+
+
+def test_model_does_not_import_the_data_code():
+    """Data flows one way: no module of pointgeope/model imports pointgeope.data or data_prep."""
+    import ast
+
+    import pointgeope.model
+
+    root = Path(pointgeope.model.__file__).parent
+    files = sorted(root.rglob("*.py"))
+    assert len(files) >= 8
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not name.startswith(("pointgeope.data", "data_prep")), f"{path}: imports {name}"
