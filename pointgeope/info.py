@@ -42,4 +42,10 @@ def main(args: argparse.Namespace) -> int:
     for name, version in package_versions().items():
         print(f"  {name:<16} {version or 'not installed'}")
     print(f"device: {device_summary()}")
+    import torch
+
+    from pointgeope.model.ops import backends
+
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    print("ops backends: " + "; ".join(backends.summary(d) for d in devices))
     return 0
