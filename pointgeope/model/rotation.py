@@ -25,15 +25,29 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pointgeope.geope import _coefficients, rotation_matrix
 
 __all__ = ["block_rotations", "rotate_blocks", "rotate_relative", "apply_blocks", "relative_blocks"]
 
 
 def block_rotations(pos: Tensor, phase_scale: Tensor) -> Tensor:
     """Matrices ``R(t_b(p))`` of every point and block: ``pos (N, 3)``, ``phase_scale (n,)`` holding
-    ``pos_scale * w_b`` -> ``(N, n, 3, 3)``. ``R^T`` (the inverse) is ``.transpose(-1, -2)``."""
-    return rotation_matrix(pos[:, None, :] * phase_scale[:, None])
+    ``pos_scale * w_b`` -> ``(N, n, 3, 3)``. ``R^T`` (the inverse) is ``.transpose(-1, -2)``.
+
+    All blocks of a point share the axis ``u = p / |p|``; only the angle ``phi_b = phase_scale_b |p| / 3``
+    changes, so ``R_b = cos(phi_b) I + sin(phi_b) [u]_x + (1 - cos(phi_b)) u u^T`` costs two
+    trigonometric calls per block and three broadcast products (the same matrix as
+    ``pointgeope.geope.rotation_matrix``; at ``p = 0``, ``u = 0`` and ``R = I`` exactly).
+    """
+    radius = pos.norm(dim=-1, keepdim=True)                                    # (N, 1)
+    u = pos / radius.clamp_min(torch.finfo(pos.dtype).tiny)                    # (N, 3), 0 at the origin
+    ux, uy, uz = u.unbind(-1)
+    zero = torch.zeros_like(ux)
+    cross = torch.stack([zero, -uz, uy, uz, zero, -ux, -uy, ux, zero], dim=-1).view(-1, 1, 3, 3)
+    outer = (u.unsqueeze(-1) * u.unsqueeze(-2)).unsqueeze(1)                  # (N, 1, 3, 3)
+    phi = (radius * phase_scale / 3)[..., None, None]                          # (N, n, 1, 1)
+    cos, sin = phi.cos(), phi.sin()
+    eye = torch.eye(3, dtype=pos.dtype, device=pos.device)
+    return torch.addcmul(outer, cos, eye - outer).addcmul_(sin, cross)
 
 
 def apply_blocks(x: Tensor, mats: Tensor) -> Tensor:
@@ -56,29 +70,31 @@ def apply_blocks(x: Tensor, mats: Tensor) -> Tensor:
 def relative_blocks(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
     """``R(t_b(disp)) v_b`` for ``x (N, k, C)``, per-pair displacements ``disp (N, k, 3)``.
 
-    Rodrigues with ``w = s_b d`` (``s_b = phase_scale_b / 3``), written per component so that only
-    ``(N, k, n)`` coefficient tensors exist::
+    All blocks of a pair share the axis ``u = d / |d|``; block ``b`` turns by ``phi_b = phase_scale_b |d| / 3``
+    (Rodrigues), written per component so that only ``(N, k, n)`` tensors exist besides the output::
 
-        R v = cos(phi) v + s_b sinc(phi) (d x v) + s_b^2 versc(phi) (d . v) d,    phi = s_b |d|
+        R v = cos(phi) v + sin(phi) (u x v) + (1 - cos(phi)) (u . v) u          (u = 0 at d = 0: R = I)
     """
     n = phase_scale.shape[0]
-    s = (phase_scale / 3).to(x.dtype)                                   # (n,)
-    d = disp.to(x.dtype).unsqueeze(-2)                                   # (N, k, 1, 3)
-    dx, dy, dz = d.unbind(-1)                                            # (N, k, 1) each
-    cos, sinc, versc = _coefficients((d * d).sum(-1) * (s * s))          # (N, k, n) each
-    a = sinc.mul_(s)                                                     # s sinc
+    disp = disp.to(x.dtype)
+    dist = disp.norm(dim=-1, keepdim=True)                               # (N, k, 1)
+    u = disp / dist.clamp_min(torch.finfo(x.dtype).tiny)
+    ux, uy, uz = u.unbind(-1)
+    ux, uy, uz = ux.unsqueeze(-1), uy.unsqueeze(-1), uz.unsqueeze(-1)    # (N, k, 1) each
+    phi = dist * (phase_scale.to(x.dtype) / 3)                           # (N, k, n)
+    cos = phi.cos()
+    sin = phi.sin_()
     v = x[..., : 3 * n].unflatten(-1, (n, 3))
     vx, vy, vz = v.unbind(-1)                                            # (N, k, n) strided views
-    dot = vx * dx
-    dot.addcmul_(vy, dy).addcmul_(vz, dz).mul_(versc).mul_(s * s)       # s^2 versc (d . v)
+    along = vx * ux
+    along.addcmul_(vy, uy).addcmul_(vz, uz).mul_(1 - cos)               # (1 - cos) (u . v)
     out = torch.empty_like(x)
     ox, oy, oz = out[..., : 3 * n].unflatten(-1, (n, 3)).unbind(-1)
-    for o, vc, d1, v1, d2, v2, dc in ((ox, vx, dy, vz, dz, vy, dx), (oy, vy, dz, vx, dx, vz, dy),
-                                      (oz, vz, dx, vy, dy, vx, dz)):
-        # o = cos v_c + s sinc (d1 v1 - d2 v2) + dot' d_c   (cross product component)
-        torch.mul(cos, vc, out=o)
-        o.addcmul_(a, v1 * d1 - v2 * d2)
-        o.addcmul_(dot, dc)
+    for o, vc, uc, u1, v1, u2, v2 in ((ox, vx, ux, uy, vz, uz, vy), (oy, vy, uy, uz, vx, ux, vz),
+                                      (oz, vz, uz, ux, vy, uy, vx)):
+        torch.mul(v1, u1, out=o)                                         # (u x v)_c = u1 v1 - u2 v2
+        o.sub_(v2 * u2).mul_(sin)
+        o.addcmul_(cos, vc).addcmul_(along, uc)
     if 3 * n < x.shape[-1]:
         out[..., 3 * n:] = x[..., 3 * n:]
     return out
