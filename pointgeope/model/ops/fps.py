@@ -101,9 +101,10 @@ def _numpy_fps(cloud: np.ndarray, m: int) -> np.ndarray:
 
 
 def _fps_torch(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
-    """All clouds at once, padded to the largest one::
+    """All clouds at once, padded to the largest one; one coordinate per contiguous plane::
 
-        # padded (B, n_max, 3): row b = [ cloud b's points | padding (distance -1, never chosen) ]
+        # xyz (3, B, n_max): plane a, row b = [ cloud b's coordinate a | padding ]
+        # dist (B, n_max):   squared distance to the nearest chosen point; padding -1 (never chosen)
     """
     device, b = points.device, len(sizes)
     n_max, m_max = max(sizes), max(kept)
@@ -112,17 +113,19 @@ def _fps_torch(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
     cols = torch.arange(n_max, device=device)
     valid = cols[None, :] < sizes_t[:, None]                                    # (B, n_max)
     rows = (starts[:, None] + cols[None, :]).clamp(max=points.shape[0] - 1)     # global rows, clamped pad
-    padded = points.detach()[rows]                                              # (B, n_max, 3)
-    dist = torch.where(valid, torch.full_like(padded[..., 0], math.inf), torch.full_like(padded[..., 0], -1.0))
-    chosen = torch.zeros(b, m_max, dtype=torch.long, device=device)             # first pick: column 0
-    batch = torch.arange(b, device=device)
+    xyz = points.detach()[rows].permute(2, 0, 1).contiguous()                   # (3, B, n_max)
+    dist = torch.where(valid, torch.full_like(xyz[0], math.inf), torch.full_like(xyz[0], -1.0))
+    chosen = torch.zeros(m_max, b, dtype=torch.long, device=device)             # first pick: column 0
+    d, tmp = torch.empty_like(dist), torch.empty_like(dist)
     for s in range(1, m_max):
-        last = padded[batch, chosen[:, s - 1]]                                  # (B, 3)
-        d = padded - last[:, None, :]
-        dist = torch.minimum(dist, (d * d).sum(-1))
-        chosen[:, s] = torch.argmax(dist, dim=1)
-    keep = torch.arange(m_max, device=device)[None, :] < torch.tensor(kept, device=device)[:, None]
-    return (chosen + starts[:, None])[keep]
+        last = xyz.gather(2, chosen[s - 1].view(1, b, 1).expand(3, b, 1))        # (3, B, 1)
+        torch.sub(xyz[0], last[0], out=d).square_()
+        d.add_(torch.sub(xyz[1], last[1], out=tmp).square_())
+        d.add_(torch.sub(xyz[2], last[2], out=tmp).square_())
+        torch.minimum(dist, d, out=dist)
+        torch.argmax(dist, dim=1, out=chosen[s])
+    keep = torch.arange(m_max, device=device)[:, None] < torch.tensor(kept, device=device)[None, :]
+    return (chosen + starts[None, :]).T[keep.T]
 
 
 def _fps_cluster(points: Tensor, sizes: list[int], kept: list[int], stride: int) -> Tensor:
