@@ -122,8 +122,9 @@ def _parse_block(data: memoryview) -> np.ndarray | None:
     starts, ends = bounds[0::2], bounds[1::2]  # ends exclusive
     if starts.size == 0:
         return np.empty((0, FIELDS))
-    # Six tokens on every non-blank line: tokens before each newline, differenced per line.
-    before_newline = np.searchsorted(starts, np.flatnonzero(c == _NEWLINE))
+    token_of = np.cumsum(edge[:-1] == 1, dtype=np.int32)  # tokens started up to each byte (1-based on tokens)
+    # Six tokens on every non-blank line: tokens started before each newline, differenced per line.
+    before_newline = token_of.take(np.flatnonzero(c == _NEWLINE))
     per_line = np.diff(before_newline, prepend=0, append=starts.size)
     if not ((per_line == 0) | (per_line == FIELDS)).all():
         return None
@@ -131,9 +132,9 @@ def _parse_block(data: memoryview) -> np.ndarray | None:
     signs = np.flatnonzero(c >= _MINUS)
     if (edge[signs] != 1).any():
         return None
-    sign_token = np.searchsorted(starts, signs)  # signs sit on token starts
+    sign_token = token_of.take(signs) - 1
     dots = np.flatnonzero(c == _DOT)
-    dot_token = np.searchsorted(starts, dots, side="right") - 1
+    dot_token = token_of.take(dots) - 1
     if dot_token.size and (np.diff(dot_token) == 0).any():
         return None
     # A token is [sign] digits [point] digits: its digits are contiguous in `digits`, in token order.
