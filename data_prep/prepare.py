@@ -173,10 +173,10 @@ def _print_summary(out: Path, attrs: dict, stats: dict, changed: set, t_parse: f
             for name, n in json.loads(a["remapped_to_clutter"]).items():
                 remapped[name] = remapped.get(name, 0) + n
         path = out / f"{area}.h5"
-        state = f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)" if area in changed else f"{path} up to date"
-        speed = f", {s['bytes'] / 1e6:.1f} MB parsed at {s['bytes'] / 1e6 / max(s['seconds'], 1e-9):.1f} MB/s " \
-                "per worker" if s["parsed"] else ""
-        print(f"{area}: {len(rooms)} rooms ({s['parsed']} parsed){speed}, {sum(counts):,} points; {state}")
+        parsed = (f"{s['parsed']} parsed: {_size(s['bytes'])} at {s['bytes'] / 1e6 / max(s['seconds'], 1e-9):.1f} "
+                  "MB/s per worker" if s["parsed"] else "all up to date")
+        written = f"wrote {path} ({_size(path.stat().st_size)})" if area in changed else f"{path} unchanged"
+        print(f"{area}: {_count(len(rooms), 'room')} ({parsed}), {sum(counts):,} points; {written}")
         print("  classes: " + ", ".join(f"{name} {n:,}" for name, n in zip(CLASS_NAMES, counts)))
         defects = {key: sum(int(a[key]) for a in rooms.values())
                    for key in ("repaired_lines", "dropped_lines", "clipped_colors")}
@@ -185,7 +185,19 @@ def _print_summary(out: Path, attrs: dict, stats: dict, changed: set, t_parse: f
         print(f"  repaired lines {defects['repaired_lines']}, dropped lines {defects['dropped_lines']}, "
               f"empty files {empty}, clipped colours {defects['clipped_colors']}, unknown classes: {moved}")
     points = sum(int(a["num_points"]) for rooms in attrs.values() for a in rooms.values())
-    print(f"prepared {len(attrs)} areas, {sum(map(len, attrs.values()))} rooms, {points:,} points in "
-          f"{t_total:.1f} s; parsed {total_bytes / 1e6:.1f} MB in {t_parse:.1f} s "
+    print(f"prepared {_count(len(attrs), 'area')}, {_count(sum(map(len, attrs.values())), 'room')}, {points:,} "
+          f"points in {t_total:.1f} s; parsed {_size(total_bytes)} in {t_parse:.1f} s "
           f"({total_bytes / 1e6 / max(t_parse, 1e-9):.1f} MB/s, --jobs {jobs}); "
           f"wrote {out / 'manifest.json'}, {out / 'folds.json'}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _size(num_bytes: float) -> str:
+    for unit in ("B", "kB", "MB"):
+        if num_bytes < 1000:
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1000
+    return f"{num_bytes:.2f} GB"

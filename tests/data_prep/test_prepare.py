@@ -60,7 +60,7 @@ def test_real_rooms_match_a_loadtxt_reading_point_for_point(s3dis_real, tmp_path
             np.testing.assert_array_equal(got[key], expected[key], err_msg=f"{area}/{room} {key}")
         counts = np.bincount(expected["label"], minlength=len(CLASS_NAMES)).tolist()
         assert manifest["areas"][area]["rooms"][room] == {"num_points": len(expected["label"]), "class_counts": counts}
-        assert f"{area}: 1 rooms (1 parsed)" in printed
+        assert f"{area}: 1 room (1 parsed: " in printed
     assert h5.list_rooms(out / "Area_2.h5") == {"office_resampled": 352_256}
     assert manifest["totals"]["num_points"] == 352_356
     assert json.loads((out / "folds.json").read_text()) == {"version": 1, "folds": {
@@ -109,7 +109,7 @@ def test_planted_defects_are_repaired_dropped_and_reported(tmp_path, capsys):
         assert f"warning: {message}" in printed.err
     assert ("repaired lines 1, dropped lines 3, empty files 1, clipped colours 2, "
             "unknown classes: stairs->clutter 3 points") in printed.out
-    assert "Area_2: 1 rooms (1 parsed)" in printed.out
+    assert "Area_2: 1 room (1 parsed: 43 B at " in printed.out
 
 
 @pytest.mark.parametrize("top", ["", "Stanford3dDataset_v1.2_Aligned_Version/"])
@@ -153,7 +153,7 @@ def test_rerun_skips_and_a_changed_room_alone_is_reparsed(tmp_path, monkeypatch,
     prepare(PrepareConfig(raw, out, progress=False))
     assert parsed == []
     assert {name: (out / name).stat().st_mtime_ns for name in OUTPUT_FILES[:2]} == stamps
-    assert f"{out / 'Area_1.h5'} up to date" in capsys.readouterr().out
+    assert f"Area_1: 1 room (all up to date), 10 points; {out / 'Area_1.h5'} unchanged" in capsys.readouterr().out
 
     (raw / "Area_2/room_b/Annotations/table_1.txt").write_bytes(b"0.5 0.5 0.75 3 3 3\n0.5 0.5 0.5 4 4 4\n")
     prepare(PrepareConfig(raw, out, progress=False))
