@@ -78,7 +78,7 @@ def room_attrs(group: h5py.Group) -> dict:
 
 def write_room_file(path: Path, room: str, arrays: dict[str, np.ndarray], attrs: dict) -> None:
     """A work file holding one room, written atomically."""
-    with atomic_path(path) as tmp, h5py.File(tmp, "w", track_order=False) as f:
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["schema_version"] = SCHEMA_VERSION
         write_room(f, room, arrays, attrs)
 
