@@ -26,7 +26,10 @@ sysdeps:
 	@bash .ci/sysdeps.sh
 
 demo: setup
-	$(VENV)/bin/pointgeope info
+	$(VENV)/bin/pointgeope synth $(DEMO_DIR)/raw --size demo
+	$(VENV)/bin/pointgeope prepare $(DEMO_DIR)/raw $(DEMO_DIR)/s3dis --jobs 2
+	$(PY) train.py --config configs/demo.yaml --cv --data-root $(DEMO_DIR)/s3dis --run-dir $(DEMO_DIR)/runs/geope
+	$(VENV)/bin/pointgeope report $(DEMO_DIR)/runs/geope
 
 test: setup
 	@if command -v xvfb-run >/dev/null; then xvfb-run -a -s "-screen 0 1280x1024x24" $(PY) -m pytest $(PYTEST_ARGS); \
@@ -34,3 +37,8 @@ test: setup
 
 bench: setup
 	$(PY) bench/bench_geope.py
+	$(PY) bench/bench_prepare.py
+	$(PY) bench/bench_synth_write.py
+	$(PY) bench/bench_voxelize.py
+	$(PY) bench/bench_model.py
+	$(PY) bench/bench_evaluate.py
