@@ -35,7 +35,7 @@ _CLASS[ord("0"):ord("9") + 1] = _DIGIT
 _CLASS[ord(".")] = _DOT
 _CLASS[ord("-")] = _MINUS
 _CLASS[ord("+")] = _PLUS
-_POW10 = 10.0 ** np.arange(23)
+_POW10 = np.array([float(10**k) for k in range(23)])  # exact: every 10**k, k <= 22, is a double
 
 _NUMBER = re.compile(rb"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 # Bytes that can never be part of a number in a text file: control bytes and non-ASCII.

@@ -1,0 +1,147 @@
+"""Benchmark: ``pointgeope prepare`` vs the field's usual preparation of raw S3DIS, end to end.
+
+The baseline is the way PointNet's ``collect_indoor3d_data.py`` (and the codebases that copied it)
+prepare S3DIS: one process, ``np.loadtxt`` on each annotation file, concatenate ``x y z r g b label``
+per room and ``np.save`` one ``.npy`` per room. Ours parses the same rooms into ``Area_N.h5``
+(``--jobs 1`` and ``--jobs 2``, from scratch each time). The rooms are the real rooms of
+``shared/data/s3dis_real`` copied into several rooms and areas of a temporary tree (files are read
+once beforehand so that every method finds them in the page cache). A second table times the
+whole-file parsers on the same text (why ``data_prep.parse`` has its own vectorised fast path).
+
+Usage: python bench/bench_prepare.py [--copies 6] [--reps 2]
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("POINTGEOPE_SHARED", REPO.parent / "shared"))
+RESULTS = REPO / "bench" / "results" / "bench_prepare.json"
+
+
+def build_tree(real: Path, root: Path, copies: int) -> int:
+    """``copies`` copies of office_resampled spread over two areas, plus office_2; returns the text bytes."""
+    rooms = [(real / "Area_1/office_2", "Area_1/office_2")]
+    rooms += [(real / "Area_2/office_resampled", f"Area_{1 + k % 2}/office_{10 + k}") for k in range(copies)]
+    total = 0
+    for src, dst in rooms:
+        (root / dst / "Annotations").mkdir(parents=True)
+        for f in sorted((src / "Annotations").iterdir()):
+            shutil.copyfile(f, root / dst / "Annotations" / f.name)
+            total += f.stat().st_size
+    return total
+
+
+def baseline(raw: Path, out: Path) -> None:
+    """PointNet-style: np.loadtxt per annotation file, one .npy (x y z r g b label) per room, one worker."""
+    from pointgeope.constants import CLASS_INDEX, CLUTTER
+
+    for room in sorted(p for p in raw.glob("Area_*/*") if p.is_dir()):
+        points = []
+        for f in sorted((room / "Annotations").glob("*.txt")):
+            values = np.loadtxt(f, ndmin=2)  # (ndmin: office_2 has one-line files)
+            label = CLASS_INDEX.get(f.stem.rsplit("_", 1)[0], CLUTTER)
+            points.append(np.concatenate([values, np.full((len(values), 1), label)], axis=1))
+        (out / room.parent.name).mkdir(parents=True, exist_ok=True)
+        np.save(out / room.parent.name / f"{room.name}.npy", np.concatenate(points))
+
+
+def ours(raw: Path, out: Path, jobs: int) -> None:
+    import contextlib
+
+    from data_prep.prepare import PrepareConfig, prepare
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        prepare(PrepareConfig(raw, out, jobs=jobs, force=True, progress=False))
+
+
+def best_times(runs: dict, reps: int, fresh: Path) -> dict[str, float]:
+    """Best of ``reps`` for each method, the methods interleaved so that a change of load hits all alike."""
+    best = {name: float("inf") for name in runs}
+    for _ in range(reps):
+        for name, fn in runs.items():
+            shutil.rmtree(fresh, ignore_errors=True)
+            fresh.mkdir(parents=True)
+            t0 = time.perf_counter()
+            fn(fresh)
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
+
+
+def parser_table(files: list[Path], reps: int) -> list[dict]:
+    """Whole-file parsers on the same bytes (best of ``reps``), values checked equal to np.loadtxt."""
+    from data_prep.parse import parse_points
+
+    data = [f.read_bytes() for f in files]
+    size = sum(map(len, data))
+    parsers = {
+        "np.loadtxt": lambda d: np.loadtxt(io.BytesIO(d)).ravel(),
+        "np.fromstring(sep=' ')": lambda d: np.fromstring(d, sep=" "),
+        "np.array(data.split(), float64)": lambda d: np.array(d.split(), dtype=np.float64),
+        "data_prep.parse.parse_points": lambda d: parse_points(d).values.ravel(),
+    }
+    reference = [parsers["np.loadtxt"](d) for d in data]
+    rows = []
+    for name, fn in parsers.items():
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            values = [fn(d) for d in data]
+            best = min(best, time.perf_counter() - t0)
+        assert all(np.array_equal(a, b) for a, b in zip(values, reference)), f"{name} differs from np.loadtxt"
+        rows.append({"parser": name, "seconds": best, "mb_per_s": size / 1e6 / best})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--copies", type=int, default=6, help="copies of the 352k-point room")
+    parser.add_argument("--reps", type=int, default=2, help="repetitions per method (best is kept)")
+    args = parser.parse_args()
+    real = SHARED / "data" / "s3dis_real"
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "raw"
+        size = build_tree(real, raw, args.copies)
+        for f in raw.rglob("*.txt"):
+            f.read_bytes()  # warm the page cache for every method alike
+        runs = {
+            "baseline: np.loadtxt per file, .npy per room, 1 worker": lambda o: baseline(raw, o),
+            "pointgeope prepare --jobs 1": lambda o: ours(raw, o, 1),
+            "pointgeope prepare --jobs 2": lambda o: ours(raw, o, 2),
+        }
+        ours(raw, Path(tmp) / "warm-up", 1)  # imports h5py and tqdm once, outside the timings
+        times = best_times(runs, args.reps, Path(tmp) / "out")
+    base = next(iter(times.values()))
+    rows = [{"method": n, "seconds": t, "mb_per_s": size / 1e6 / t, "speedup": base / t} for n, t in times.items()]
+    parsers = parser_table(sorted((real / "Area_2/office_resampled/Annotations").glob("*.txt")), args.reps)
+
+    rooms = 1 + args.copies
+    print(f"{rooms} rooms, {size / 1e6:.1f} MB of annotation text, {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"{'method':<58}{'seconds':>9}{'MB/s':>8}{'speedup':>9}")
+    for r in rows:
+        print(f"{r['method']:<58}{r['seconds']:>9.2f}{r['mb_per_s']:>8.1f}{r['speedup']:>8.2f}x")
+    print(f"\n{'parser (whole file, office_resampled text)':<58}{'seconds':>9}{'MB/s':>8}")
+    for r in parsers:
+        print(f"{r['parser']:<58}{r['seconds']:>9.3f}{r['mb_per_s']:>8.1f}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "benchmark": "prepare", "rooms": rooms, "text_bytes": size, "reps": args.reps,
+        "machine": {"cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0],
+                    "python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform()},
+        "end_to_end": rows, "parsers": parsers}, indent=1) + "\n")
+    print(f"\nwrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
