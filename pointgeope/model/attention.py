@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from pointgeope.geope import GeoPE, frequencies
-from pointgeope.model.rotation import block_rotations, rotate_blocks, rotate_relative
+from pointgeope.model.rotation import block_rotations, geometry_dtype, rotate_blocks, rotate_relative
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS"]
 
@@ -127,14 +127,14 @@ class PointTransformerLayer(nn.Module):
     def _phase_scale(self, like: Tensor) -> Tensor:
         """``pos_scale * w_b`` per block, ``(n,)`` (a parameter's function when frequencies are learnt)."""
         freq = self.geope.freq if self.geope.freq is not None else frequencies(self.channels, self.geope.base)
-        return freq.to(like.device, like.dtype) * self.geope.pos_scale
+        return freq.to(like.device, geometry_dtype(like.dtype)) * self.geope.pos_scale
 
     def _rotated(self, x: Tensor, coord: Tensor, idx: Tensor, disp: Tensor, linear: bool,
                  mats: Tensor | None) -> Tensor:
         """Neighbour features ``x[idx]`` in the query's frame, ``(N, k, C)``."""
         if linear:
             return rotate_relative(x[idx], disp, self._phase_scale(x))
-        pos, scale = coord.to(x.dtype), self._phase_scale(x)
+        pos, scale = coord.to(geometry_dtype(x.dtype)), self._phase_scale(x)
         if mats is None:
             mats = block_rotations(pos, scale)
         # rotate every point once, gather, rotate back with the query's matrices
@@ -154,7 +154,7 @@ class PointTransformerLayer(nn.Module):
         linear = self.pe.rotation == "lingeope"
         mats = None
         if self.geope is not None and not linear and self.geope.freq is None:
-            mats = block_rotations(coord.to(feat.dtype), self._phase_scale(feat))  # (N, n, 3, 3), shared
+            mats = block_rotations(coord.to(geometry_dtype(feat.dtype)), self._phase_scale(feat))  # (N, n, 3, 3)
 
         if self.pe.rotation == "none":
             key = key[idx]

@@ -26,7 +26,12 @@ import torch
 from torch import Tensor
 
 
-__all__ = ["block_rotations", "rotate_blocks", "rotate_relative", "apply_blocks", "relative_blocks"]
+__all__ = ["geometry_dtype", "block_rotations", "rotate_blocks", "rotate_relative", "apply_blocks", "relative_blocks"]
+
+
+def geometry_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Rotations are built in float32 at least: phases reach hundreds of radians (metres / grid size)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def block_rotations(pos: Tensor, phase_scale: Tensor) -> Tensor:
@@ -55,6 +60,7 @@ def apply_blocks(x: Tensor, mats: Tensor) -> Tensor:
     leading dims (e.g. ``x (N, k, C)`` with ``mats (N, 1, n, 3, 3)``). Three multiply-adds of column
     ``c`` of ``R`` with component ``c`` of ``v``; no per-pair matrix."""
     n = mats.shape[-3]
+    mats = mats.to(x.dtype)
     v = x[..., : 3 * n].unflatten(-1, (n, 3))
     shape = torch.broadcast_shapes(v.shape, mats.shape[:-1])
     out = x.new_empty(*shape[:-2], x.shape[-1])
@@ -76,14 +82,14 @@ def relative_blocks(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
         R v = cos(phi) v + sin(phi) (u x v) + (1 - cos(phi)) (u . v) u          (u = 0 at d = 0: R = I)
     """
     n = phase_scale.shape[0]
-    disp = disp.to(x.dtype)
+    disp = disp.to(geometry_dtype(x.dtype))                              # angles never in half precision
     dist = disp.norm(dim=-1, keepdim=True)                               # (N, k, 1)
-    u = disp / dist.clamp_min(torch.finfo(x.dtype).tiny)
+    u = (disp / dist.clamp_min(torch.finfo(disp.dtype).tiny)).to(x.dtype)
     ux, uy, uz = u.unbind(-1)
     ux, uy, uz = ux.unsqueeze(-1), uy.unsqueeze(-1), uz.unsqueeze(-1)    # (N, k, 1) each
-    phi = dist * (phase_scale.to(x.dtype) / 3)                           # (N, k, n)
-    cos = phi.cos()
-    sin = phi.sin_()
+    phi = dist * (phase_scale.to(disp.dtype) / 3)                        # (N, k, n)
+    cos = phi.cos().to(x.dtype)
+    sin = phi.sin_().to(x.dtype)
     v = x[..., : 3 * n].unflatten(-1, (n, 3))
     vx, vy, vz = v.unbind(-1)                                            # (N, k, n) strided views
     along = vx * ux

@@ -151,3 +151,19 @@ def test_geope_saves_no_more_for_backward_than_rpe():
              for pe in ("rpe", "geope", "lingeope")}
     assert sizes["geope"] <= 1.01 * sizes["rpe"], sizes
     assert sizes["lingeope"] <= 1.01 * sizes["rpe"], sizes
+
+
+def test_half_precision_features_keep_float32_rotations():
+    """Under bfloat16 autocast the phases (hundreds of radians) are still turned in float32: GeoPE's
+    error against the float32 layer stays that of the plain attention (rpe)."""
+    coord, feat, idx = _cloud(n=200, channels=16, k=8, seed=5)
+    coord = coord * 4                                  # phases up to ~ 8 m / 0.04 m
+    errors = {}
+    for pe in ("rpe", "geope", "lingeope"):
+        layer = _layer(pe)
+        with torch.no_grad():
+            full = layer(coord, feat, idx)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                half = layer(coord, feat, idx)
+        errors[pe] = (half.float() - full).abs().max().item() / full.abs().max().item()
+    assert errors["geope"] < 3 * errors["rpe"] + 0.02 and errors["lingeope"] < 3 * errors["rpe"] + 0.02, errors

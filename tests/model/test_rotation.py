@@ -67,3 +67,16 @@ def test_backward_saves_nothing_of_pair_size():
         with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
             fn()
         assert max(saved) <= n * k * 3, saved      # positions (N, 3), displacements (N, k, 3), indices (N, k)
+
+
+def test_half_precision_vectors_are_turned_by_float32_angles():
+    """Phases reach hundreds of radians; bfloat16 angles would be off by ~1 rad. The vectors may be
+    bfloat16, the angles are not: the error stays at bfloat16's resolution of the vectors."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(50, 4, 33, generator=g, dtype=torch.float64)
+    disp = (torch.rand(50, 4, 3, generator=g, dtype=torch.float64) - 0.5) * 6        # up to 3 m
+    scale = frequencies(33) * 25.0
+    exact = relative_blocks(x, disp, scale)
+    half = relative_blocks(x.bfloat16(), disp.float(), scale.float())
+    assert half.dtype == torch.bfloat16
+    assert (half.double() - exact).abs().max() < 0.05 * exact.abs().max()
