@@ -32,7 +32,7 @@ VERSION = 1
 # Config keys that may differ between a checkpoint and the run that resumes it: where files live, how
 # fast or verbosely it runs, and how the final evaluation is done. Any other difference is an error.
 FREE_KEYS = frozenset({
-    "data.root", "data.num_workers", "train.run_dir", "train.device", "train.progress",
+    "data.root", "data.num_workers", "train.run_dir", "train.device", "train.threads", "train.progress",
     "train.epochs_per_run", "train.checkpoint_every",
 })
 FREE_SECTIONS = ("eval.",)

@@ -85,6 +85,7 @@ class TrainConfig:
     epochs: int = 100
     seed: int = 0
     device: str = "auto"                    # auto (CUDA if present, else CPU) | cpu | cuda | cuda:1 ...
+    threads: Optional[int] = None           # torch CPU threads per process (None: torch's default)
     amp: Literal["bf16", "fp16", "none"] = "bf16"  # mixed precision on CUDA (ignored on CPU)
     run_dir: str = "runs/default"
     val_every: int = 0                      # validate on the test area every n epochs (0: never); best.pt

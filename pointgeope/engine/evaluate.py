@@ -284,6 +284,8 @@ def main(args: argparse.Namespace) -> int:
     if args.data_root:
         overrides.append(f"data.root={args.data_root}")
     cfg = load_config(run / "config.yaml", overrides)
+    if cfg.train.threads is not None:
+        torch.set_num_threads(cfg.train.threads)
     env = distributed.setup(cfg.train.device)
     try:
         m = evaluate_fold(run, cfg, env)

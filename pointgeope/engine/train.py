@@ -238,6 +238,8 @@ def main(args: argparse.Namespace) -> int:
     if args.run_dir:
         overrides.append(f"train.run_dir={args.run_dir}")
     cfg = load_config(args.config, overrides)
+    if cfg.train.threads is not None:
+        torch.set_num_threads(cfg.train.threads)
     env = distributed.setup(cfg.train.device)
     try:
         results = run_folds(cfg, args.test_area, env)

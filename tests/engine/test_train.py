@@ -33,15 +33,20 @@ def weights(path):
 
 @pytest.mark.slow
 def test_fold_writes_a_complete_run_folder(two_folds, tmp_path):
-    assert train(two_folds, tmp_path) == 0
+    assert train(two_folds, tmp_path, "train.val_every=1") == 0
     fold = tmp_path / "area_1"
     cfg = load_config(fold / "config.yaml")
-    assert cfg == load_config(DEMO_CONFIG, TINY + [f"data.root={two_folds}", f"train.run_dir={tmp_path}"])
-    for name in ("last.pt", "best.pt"):
-        ckpt = torch.load(fold / name, map_location="cpu", weights_only=True)
-        assert (ckpt["epoch"], ckpt["batch"]) == (2, 0)
+    assert cfg == load_config(DEMO_CONFIG, TINY + ["train.val_every=1", f"data.root={two_folds}",
+                                                   f"train.run_dir={tmp_path}"])
+    last = torch.load(fold / "last.pt", map_location="cpu", weights_only=True)
+    best = torch.load(fold / "best.pt", map_location="cpu", weights_only=True)
+    assert (last["epoch"], last["batch"]) == (2, 0)
     log = (fold / "log.txt").read_text()
     assert log.count(" epoch 1/2 ") == 1 and log.count(" epoch 2/2 ") == 1
+    # best.pt is the epoch with the highest validation mIoU (validated at full resolution each epoch)
+    val = [float(line.split("val oa")[1].split("miou ")[1].split()[0]) for line in log.splitlines() if "val oa" in line]
+    assert len(val) == 2 and val[best["epoch"] - 1] == max(val)
+    assert round(best["best_miou"], 4) == max(val) == round(last["best_miou"], 4)
     assert list((fold / "tb").glob("events.out.tfevents.*"))
     metrics = json.loads((fold / "metrics.json").read_text())
     assert metrics["complete"] is True and metrics["area"] == "Area_1" and metrics["fold"] == 1
