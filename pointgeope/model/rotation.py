@@ -14,17 +14,18 @@ Attention needs, for a query ``i`` and its neighbours ``j = idx[i, :]`` (``k`` o
 - linear: ``R(t_j - t_i) x_j = R(t(p_j - p_i)) x_j`` by Rodrigues' formula with per-pair coefficients of
   shape ``(N, k, n)``.
 
-Both are autograd Functions that save only positions ``(N, 3)`` or displacements ``(N, k, 3)`` (the
-rotations are recomputed in backward) and no tensor of the size of the ``(N, k, C)`` pairs: the gradient of a
-rotation is the inverse rotation of the incoming gradient (orthogonality), recomputed in backward.
-They need the rotations to be constants (fixed frequencies, positions without gradient); with learnable
-frequencies the callers use plain autograd (``pointgeope.geope``), which costs more memory.
+Both are autograd Functions that save only positions ``(N, 3)`` or displacements ``(N, k, 3)`` and no
+tensor of the size of the ``(N, k, C)`` pairs: the gradient of a rotation is the inverse rotation of the
+incoming gradient (orthogonality), whose matrices or angles are recomputed in backward. They need the
+rotations to be constants (fixed frequencies, positions without gradient); with learnable frequencies
+the same formulas run under plain autograd, which saves the pair tensors and costs more memory.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
+from pointgeope.geope import rotate
 
 __all__ = ["geometry_dtype", "block_rotations", "rotate_blocks", "rotate_relative", "apply_blocks", "relative_blocks"]
 
@@ -158,10 +159,11 @@ def rotate_blocks(x: Tensor, mats: Tensor, pos: Tensor, phase_scale: Tensor, inv
     per_pair = x.dim() == 3
     if _constant(mats, pos, phase_scale):
         return _RotateBlocks.apply(x, mats, pos, phase_scale, inverse, per_pair)
-    mats = _orient(mats, inverse, per_pair)
+    mats = _orient(mats, inverse, per_pair).to(x.dtype)
     n = mats.shape[-3]
     v = x[..., : 3 * n].unflatten(-1, (n, 3))
-    rot = (mats * v.unsqueeze(-2)).sum(-1).flatten(-2)
+    # column c of R times component c of v: (..., n, 3) tensors only, never (..., n, 3, 3) per pair
+    rot = (mats[..., 0] * v[..., 0:1] + mats[..., 1] * v[..., 1:2] + mats[..., 2] * v[..., 2:3]).flatten(-2)
     return torch.cat([rot, x[..., 3 * n:].expand(*rot.shape[:-1], -1)], dim=-1)
 
 
@@ -172,7 +174,5 @@ def rotate_relative(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
     n = phase_scale.shape[0]
     w = disp.unsqueeze(-2) * phase_scale[:, None]                        # (N, k, n, 3) phases
     v = x[..., : 3 * n].unflatten(-1, (n, 3))
-    from pointgeope.geope import rotate
-
-    rot = rotate(v, w).flatten(-2)
+    rot = rotate(v, w).flatten(-2)                                       # pointgeope.geope's autograd formula
     return torch.cat([rot, x[..., 3 * n:]], dim=-1)
