@@ -1,9 +1,8 @@
-"""Writing into a run folder: the plain-text log, progress bars, atomic JSON and file copies."""
+"""Writing into a run folder: the plain-text log, progress bars and atomic JSON."""
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -56,6 +55,3 @@ def write_json_atomic(path: Path, obj: dict) -> None:
             f.write("{\n" + ",\n".join(lines) + "\n}\n")
     _atomic(Path(path), write)
 
-
-def copy_atomic(src: Path, dst: Path) -> None:
-    _atomic(Path(dst), lambda tmp: shutil.copyfile(src, tmp))

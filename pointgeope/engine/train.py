@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.data.folds import Fold, load_folds
 from pointgeope.engine import build, distributed
-from pointgeope.engine.runio import Log, copy_atomic, progress
+from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, load_model_state, rng_state,
                                           save_checkpoint, set_rng_state)
 from pointgeope.engine.config import Config, config_to_dict, load_config, save_config
@@ -132,8 +132,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         meter = ConfusionMeter(cfg.model.num_classes, cfg.train.ignore_index, device=device)
         totals = torch.zeros(3, dtype=torch.float64, device=device)  # [loss sum, batches, points]
         t0 = time.perf_counter()
-        bar = progress(loader, env.is_main and cfg.train.progress, desc=f"fold {fold} epoch {epoch + 1}/{cfg.train.epochs}",
-                             initial=batch_in_epoch, total=steps_per_epoch)
+        bar = progress(loader, env.is_main and cfg.train.progress, initial=batch_in_epoch,
+                       total=steps_per_epoch, desc=f"fold {fold} epoch {epoch + 1}/{cfg.train.epochs}")
         for batch in bar:
             batch = batch.to(device)
             offset = batch.ptr[1:]
@@ -194,11 +194,9 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
             is_best = val["miou"] > best_miou
             best_miou = max(best_miou, val["miou"])
         log(line)
+        if is_best or not cfg.train.val_every:  # before last.pt: a kill in between repeats this epoch
+            checkpoint(run / "best.pt")
         checkpoint(run / "last.pt")
-        if is_best or not cfg.train.val_every:
-            if env.is_main:
-                copy_atomic(run / "last.pt", run / "best.pt")
-            distributed.barrier()
 
     # --- full-resolution evaluation of the test area(s) ---
     metrics = evaluate_fold(run, cfg, env, log=log)

@@ -73,11 +73,12 @@ def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkey
 
     real_save, saves = train_mod.save_checkpoint, []
 
-    def save_then_die(path, payload):
+    def save_then_die(path, payload):  # dies right after the n-th save of last.pt
         real_save(path, payload)
-        saves.append((payload["epoch"], payload["batch"]))
-        if len(saves) == fail_at_save:
-            raise KeyboardInterrupt("injected kill")
+        if path.name == "last.pt":
+            saves.append((payload["epoch"], payload["batch"]))
+            if len(saves) == fail_at_save:
+                raise KeyboardInterrupt("injected kill")
 
     monkeypatch.setattr(train_mod, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
@@ -115,6 +116,14 @@ def test_cv_runs_every_fold_and_skips_complete_ones(two_folds, tmp_path, capsys)
     log2 = (tmp_path / "area_2" / "log.txt").read_text()
     assert log2.count(" epoch 1/1 ") == 1  # the second run went straight to the evaluation
     assert log2.count("evaluated Area_2") == 2
+
+    # `pointgeope evaluate` re-evaluates a fold with other eval.* settings (here 2 x 2 TTA views)
+    from pointgeope.cli import main as cli
+
+    assert cli(["evaluate", str(tmp_path / "area_1"), "eval.tta.rotations=2", "eval.tta.flips=true"]) == 0
+    metrics = json.loads((tmp_path / "area_1" / "metrics.json").read_text())
+    assert metrics["complete"] is True and metrics["tta_views"] == 4
+    assert metrics["num_points"] == sum(int(np.sum(row)) for row in metrics["confusion"])
 
 
 def test_corrupt_checkpoint_stops_with_its_name(two_folds, tmp_path, capsys):
