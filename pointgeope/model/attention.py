@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from pointgeope.geope import GeoPE, frequencies
+from pointgeope.model.ops import gather
 from pointgeope.model.rotation import block_rotations, geometry_dtype, rotate_blocks, rotate_relative
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS"]
@@ -133,12 +134,12 @@ class PointTransformerLayer(nn.Module):
                  mats: Tensor | None) -> Tensor:
         """Neighbour features ``x[idx]`` in the query's frame, ``(N, k, C)``."""
         if linear:
-            return rotate_relative(x[idx], disp, self._phase_scale(x))
+            return rotate_relative(gather(x, idx), disp, self._phase_scale(x))
         pos, scale = coord.to(geometry_dtype(x.dtype)), self._phase_scale(x)
         if mats is None:
             mats = block_rotations(pos, scale)
         # rotate every point once, gather, rotate back with the query's matrices
-        return rotate_blocks(rotate_blocks(x, mats, pos, scale)[idx], mats, pos, scale, inverse=True)
+        return rotate_blocks(gather(rotate_blocks(x, mats, pos, scale), idx), mats, pos, scale, inverse=True)
 
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
         if feat.dim() != 2 or feat.shape[1] != self.channels:
@@ -157,7 +158,7 @@ class PointTransformerLayer(nn.Module):
             mats = block_rotations(coord.to(geometry_dtype(feat.dtype)), self._phase_scale(feat))  # (N, n, 3, 3)
 
         if self.pe.rotation == "none":
-            key = key[idx]
+            key = gather(key, idx)
         else:
             key = self._rotated(key, coord, idx, disp, linear, mats)
         relation = key - q.unsqueeze(1)                                          # (N, k, C)
@@ -166,11 +167,11 @@ class PointTransformerLayer(nn.Module):
         weight = torch.softmax(self.linear_w(relation), dim=1)                  # (N, k, C/s)
 
         if self.pe.value == "rpe":
-            value = value[idx] + delta
+            value = gather(value, idx) + delta
         elif self.pe.value == "geope":
             value = self._rotated(value, coord, idx, disp, linear, mats)
         else:
-            value = value[idx]
+            value = gather(value, idx)
         # y[i, g*(C/s) + h] = sum_j value[i, j, g*(C/s) + h] * weight[i, j, h]
         out = torch.einsum("nkgh,nkh->ngh", value.view(n, k, self.share_planes, c // self.share_planes), weight)
         return out.reshape(n, c)

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from pointgeope.model.attention import PointTransformerLayer, PositionalEncoding
-from pointgeope.model.ops import check_offset, counts, fps, interpolate, knn
+from pointgeope.model.ops import check_offset, counts, fps, gather, interpolate, knn
 
 __all__ = ["OpsBackends", "PointTransformerBlock", "TransitionDown", "TransitionUp", "PointTransformerSeg"]
 
@@ -76,7 +76,7 @@ class TransitionDown(nn.Module):
         sel, new_offset = fps(coord, offset, self.stride, backend=self.backends.fps)
         new_coord = coord[sel]
         idx, _ = knn(new_coord, coord, self.neighbours, new_offset, offset, backend=self.backends.knn)
-        grouped = torch.cat([coord[idx] - new_coord.unsqueeze(1), feat[idx]], dim=-1)    # (M, k, 3 + C)
+        grouped = torch.cat([coord[idx] - new_coord.unsqueeze(1), gather(feat, idx)], dim=-1)    # (M, k, 3 + C)
         x = self.linear(grouped)                                                          # (M, k, C_out)
         x = self.relu(self.bn(x.view(-1, x.shape[-1])).view(x.shape))
         return new_coord, x.max(dim=1).values, new_offset

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.model.ops import backends, fps, interpolate, knn
+from pointgeope.model.ops import backends, fps, gather, interpolate, knn
 from pointgeope.model.ops.interpolate import EPS
 from tests.conftest import cuda_devices
 
@@ -144,3 +144,16 @@ def test_results_stay_on_the_input_device(device):
     idx, dist2 = knn(pts, pts, 4, off, off)
     sel, new_off = fps(pts, off, 4)
     assert idx.device == dist2.device == sel.device == new_off.device == pts.device
+
+
+def test_gather_matches_indexing_in_value_and_gradient():
+    g = torch.Generator().manual_seed(10)
+    x = torch.randn(30, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    idx = torch.randint(0, 30, (40, 7), generator=g)            # many repeated rows
+    weight = torch.randn(40, 7, 5, generator=g, dtype=torch.float64)
+    out = gather(x, idx)
+    assert torch.equal(out, x[idx])
+    (grad,) = torch.autograd.grad((out * weight).sum(), x)
+    (expected,) = torch.autograd.grad((x[idx] * weight).sum(), x)
+    torch.testing.assert_close(grad, expected)
+    assert torch.autograd.gradcheck(lambda a: gather(a, idx[:5, :3]), (x,))

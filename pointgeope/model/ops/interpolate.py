@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from pointgeope.model.ops.gather import gather
 from pointgeope.model.ops.knn import knn
 
 __all__ = ["interpolate", "EPS"]
@@ -29,4 +30,4 @@ def interpolate(source_points: Tensor, target_points: Tensor, source_feat: Tenso
     idx, dist2 = knn(target_points, source_points, k, target_offset, source_offset, backend=backend)
     recip = 1.0 / (dist2.clamp_min(0).sqrt() + EPS)                          # (N_t, k)
     weight = recip / recip.sum(1, keepdim=True)
-    return (source_feat[idx] * weight.unsqueeze(-1).to(source_feat.dtype)).sum(1)
+    return (gather(source_feat, idx) * weight.unsqueeze(-1).to(source_feat.dtype)).sum(1)
