@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pointgeope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module, help_text in COMMANDS:
-        cmd = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip())
+        cmd = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(cmd)
         cmd.set_defaults(func=module.main)
     return parser
