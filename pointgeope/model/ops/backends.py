@@ -1,10 +1,12 @@
 """Which implementation runs each point op on each device, chosen from measurements.
 
-Measured on a 2-core CPU at 80k points (``bench/bench_model.py`` re-measures them):
+Measured on the shared 2-core CPU at 80k points (torch-cluster figures from an earlier build of it;
+``bench/bench_model.py`` re-measures the others, one thread, CPU seconds, in ``bench_model.json``):
 
-- kNN, k = 16: ``pykdtree`` 0.14 s, ``scipy`` cKDTree 0.20 s (its ``workers=-1`` does not help on 2 cores),
-  torch-cluster 0.36 s, pure torch (chunked brute force) is quadratic and far slower.
-- FPS, 80k -> 20k: ``fpsample`` bucket FPS 0.10 s, torch-cluster 10.9 s, pure torch (iterative) seconds.
+- kNN, k = 16: ``pykdtree`` 0.14-0.39 s, ``scipy`` cKDTree 0.20-0.82 s (``workers=-1`` does not help on
+  2 cores), torch-cluster 0.36 s, pure torch (chunked brute force, quadratic) about 60 s.
+- FPS, 80k -> 20k: ``fpsample`` bucket FPS 0.10-0.18 s, torch-cluster 10.9 s, pure torch (iterative,
+  one small step per sample) about 6 s.
 
 So CPU tensors go to ``pykdtree`` / ``fpsample`` (falling back to ``scipy`` / pure torch when missing);
 CUDA tensors go to torch-cluster when it is installed, otherwise to the pure-torch path, so that a CUDA
