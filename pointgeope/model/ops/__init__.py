@@ -4,7 +4,7 @@ from pointgeope.model.ops.fps import fps, sample_counts
 from pointgeope.model.ops.gather import gather
 from pointgeope.model.ops.interpolate import interpolate
 from pointgeope.model.ops.knn import knn
-from pointgeope.model.ops.offsets import batch_index, check_offset, counts, offset_from_counts
+from pointgeope.model.ops.offsets import check_offset, counts, offset_from_counts
 
 __all__ = ["knn", "fps", "interpolate", "gather", "sample_counts", "knn_backend", "fps_backend", "summary",
-           "batch_index", "check_offset", "counts", "offset_from_counts"]
+           "check_offset", "counts", "offset_from_counts"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["check_offset", "counts", "offset_from_counts", "batch_index"]
+__all__ = ["check_offset", "counts", "offset_from_counts"]
 
 
 def check_offset(offset: Tensor, num_points: int, name: str = "offset") -> list[int]:
@@ -44,9 +44,3 @@ def counts(offset: list[int]) -> list[int]:
 def offset_from_counts(sizes: list[int], device: torch.device | str) -> Tensor:
     """Cumulative counts as an int64 tensor on ``device``."""
     return torch.tensor(sizes, dtype=torch.long, device=device).cumsum(0)
-
-
-def batch_index(offset: Tensor, num_points: int) -> Tensor:
-    """Cloud index of every row, ``(N,)`` int64 on the offsets' device (``torch_geometric``'s ``batch``)."""
-    sizes = torch.diff(offset.long(), prepend=offset.new_zeros(1).long())
-    return torch.repeat_interleave(torch.arange(len(offset), device=offset.device), sizes, output_size=num_points)
