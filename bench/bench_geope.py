@@ -7,6 +7,9 @@ For each stage of PointTransformerSeg50 on an 80k-point input, (N, k, C) = (80k,
     geope      GeoPE.relative(x_j, p_i, p_j)              R(t_i)^T R(t_j) x_j on gathered keys
     geope-1x   rotate the N keys once, gather, rotate back per query (how the attention layer uses it)
     lingeope   GeoPE.relative(x_j, p_i, p_j, linear=True) R(t_j - t_i) x_j
+    attn-geope     the attention layer's kernels (pointgeope.model.rotation): per-point block matrices,
+                   rotate once, gather, rotate back with the query's matrices
+    attn-lingeope  the attention layer's per-pair Rodrigues kernel on displacements
 
 Each (method, size) runs in a fresh subprocess: peak memory is the growth of the process's peak resident
 set (ru_maxrss) during the first forward + backward, after the inputs exist; time is the median of
@@ -26,7 +29,7 @@ import time
 from pathlib import Path
 
 SIZES = [(80_000, 8, 32), (20_000, 16, 64), (5_000, 16, 128), (1_250, 16, 256), (312, 16, 512)]
-METHODS = ("rpe", "geope", "geope-1x", "lingeope")
+METHODS = ("rpe", "geope", "geope-1x", "lingeope", "attn-geope", "attn-lingeope")
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_geope.json"
 
 
@@ -34,7 +37,8 @@ def _case(method: str, n: int, k: int, c: int, reps: int, device: str, queue) ->
     import torch
     from torch import nn
 
-    from pointgeope.geope import GeoPE
+    from pointgeope.geope import GeoPE, frequencies
+    from pointgeope.model.rotation import block_rotations, rotate_blocks, rotate_relative
 
     torch.manual_seed(0)
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -45,9 +49,16 @@ def _case(method: str, n: int, k: int, c: int, reps: int, device: str, queue) ->
     pe = GeoPE(c, axes=3, pos_scale=25.0).to(dev)
     mlp = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3), nn.ReLU(inplace=True), nn.Linear(3, c)).to(dev)
 
+    phase_scale = frequencies(c).float().to(dev) * 25.0
+
     def step():
         pos_i, pos_j = pos.unsqueeze(1), pos[idx]
-        if method == "rpe":
+        if method == "attn-geope":
+            mats = block_rotations(pos, phase_scale)
+            out = rotate_blocks(rotate_blocks(x, mats, pos, phase_scale)[idx], mats, pos, phase_scale, inverse=True)
+        elif method == "attn-lingeope":
+            out = rotate_relative(x[idx], pos_j - pos_i, phase_scale)
+        elif method == "rpe":
             rel = (pos_j - pos_i).view(-1, 3)
             out = mlp(rel).view(n, k, c)
         elif method == "geope-1x":
@@ -100,7 +111,7 @@ def main() -> None:
     sizes = SIZES if args.sizes == "all" else SIZES[1:]
 
     rows = []
-    print(f"{'(N, k, C)':>18} {'method':>9} {'time ms':>9} {'x rpe':>6} {'peak MB':>8} {'x rpe':>6}")
+    print(f"{'(N, k, C)':>18} {'method':>13} {'time ms':>9} {'x rpe':>6} {'peak MB':>8} {'x rpe':>6}")
     for size in sizes:
         base = None
         for method in METHODS:
@@ -110,7 +121,7 @@ def main() -> None:
                    "time_ratio": r["time_s"] / base["time_s"],
                    "memory_ratio": r["peak_bytes"] / max(base["peak_bytes"], 1)}
             rows.append(row)
-            print(f"{str(size):>18} {method:>9} {1e3 * r['time_s']:9.1f} {row['time_ratio']:6.2f} "
+            print(f"{str(size):>18} {method:>13} {1e3 * r['time_s']:9.1f} {row['time_ratio']:6.2f} "
                   f"{r['peak_bytes'] / 2**20:8.1f} {row['memory_ratio']:6.2f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = {"benchmark": "geope_relative_vs_rpe_mlp", "device": args.device, "reps": args.reps,

@@ -22,6 +22,7 @@ pieces together cover every point of the room at least once.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,22 @@ def _shift_to_origin(sample: Sample) -> Sample:
     out = dict(sample)
     out["coord"] = sample["coord"] - column_min(sample["coord"])
     return out
+
+
+def room_pieces(sample: Sample, grid_size: float, voxel_max: int | None,
+                rng: np.random.Generator) -> Iterator[tuple[np.ndarray, Sample]]:
+    """Test-time pieces of a room: ``(index into the room (int64), piece shifted to minimum 0)``.
+
+    The voxel fragments of the room (each point of each voxel in exactly one fragment), each split into
+    crops of at most ``voxel_max`` points (``None``: no split); together they cover every point at least
+    once. Lazy, so a caller may draw from ``rng`` between pieces (``S3DISTestArea``'s transform does).
+    """
+    for fragment in voxel_fragments(sample["coord"], grid_size, rng):
+        crops = ([np.arange(fragment.shape[0], dtype=np.int64)] if voxel_max is None
+                 else split_into_crops(np.take(sample["coord"], fragment, axis=0), voxel_max, rng))
+        for crop in crops:
+            index = fragment[crop]
+            yield index, _shift_to_origin(_take(sample, index))
 
 
 def _room_sample(room: dict[str, np.ndarray], height: bool) -> Sample:
@@ -170,13 +187,10 @@ class S3DISTestArea(Dataset):
         sample = _room_sample(room, self.height)
         rng = sample_rng(self.seed, index)
         pieces = []
-        for fragment in voxel_fragments(sample["coord"], self.grid_size, rng):
-            for crop in split_into_crops(np.take(sample["coord"], fragment, axis=0), self.voxel_max, rng):
-                index_in_room = fragment[crop]
-                piece = _take(sample, index_in_room)
-                if self.transform is not None:
-                    piece = self.transform(piece, rng)
-                pieces.append((self.to_data(_shift_to_origin(piece)), index_in_room))
+        for index_in_room, piece in room_pieces(sample, self.grid_size, self.voxel_max, rng):
+            if self.transform is not None:
+                piece = _shift_to_origin(self.transform(piece, rng))
+            pieces.append((self.to_data(piece), index_in_room))
         return TestRoom(ref.area, ref.name, ref.num_points, room["label"], pieces)
 
     def __repr__(self) -> str:

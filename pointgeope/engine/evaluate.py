@@ -38,7 +38,7 @@ from torch_geometric.data import Batch, Data
 
 from pointgeope.constants import CLASS_NAMES, IGNORE_LABEL
 from pointgeope.data.folds import load_folds
-from pointgeope.data.fragments import split_into_crops, voxel_fragments
+from pointgeope.data.dataset import room_pieces
 from pointgeope.data.h5 import list_rooms, read_room
 from pointgeope.data.transforms import AddNormalizedHeight, ToData
 from pointgeope.data.voxelize import column_min
@@ -118,18 +118,12 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
                 "label": np.zeros(n, dtype=np.int64)}
         if cfg.data.height:
             room = AddNormalizedHeight()(room)
-        for fragment in voxel_fragments(room["coord"], cfg.data.grid_size, rng):
-            crops = ([np.arange(fragment.shape[0])] if cfg.data.voxel_max is None
-                     else split_into_crops(room["coord"][fragment], cfg.data.voxel_max, rng))
-            for crop in crops:
-                idx = fragment[crop]
-                if pending and pending_points + idx.shape[0] > cfg.eval.batch_points:
-                    flush()
-                    pending_points = 0
-                piece = {key: value[idx] for key, value in room.items()}
-                piece["coord"] = piece["coord"] - column_min(piece["coord"])
-                pending.append((idx, to_data(piece)))
-                pending_points += idx.shape[0]
+        for idx, piece in room_pieces(room, cfg.data.grid_size, cfg.data.voxel_max, rng):
+            if pending and pending_points + idx.shape[0] > cfg.eval.batch_points:
+                flush()
+                pending_points = 0
+            pending.append((idx, to_data(piece)))
+            pending_points += idx.shape[0]
     flush()
     return probs, votes
 
