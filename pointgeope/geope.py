@@ -128,14 +128,32 @@ def _rodrigues_formula(v: Tensor, axis: Tensor, scale: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def _rodrigues_inplace(v: Tensor, axis: Tensor, scale: Tensor) -> Tensor:
-    """The same formula with in-place accumulation into one output buffer (no autograd)."""
-    cos, sinc, versc = _coefficients((axis * axis).sum(-1, keepdim=True) * scale * scale)
-    dot = (axis * v).sum(-1, keepdim=True)
-    out = torch.linalg.cross(axis, v, dim=-1)
-    out.mul_(sinc * scale)
-    out.addcmul_(v, cos)
-    out.addcmul_(axis, dot.mul_(versc * scale * scale))
+def rotate_blocks_inplace(v: Tensor, axis: Tensor, scale: Tensor, out: Tensor | None = None) -> Tensor:
+    """The same rotation written per component for speed (no autograd): with ``u = a / |a|`` and
+    ``phi = |a| k``, ``R v = cos(phi) v + sin(phi) (u x v) + (1 - cos(phi)) (u . v) u``. At ``a = 0``,
+    ``u = 0`` and ``R = I`` exactly, so no series is needed when the axis needs no gradient.
+
+    Shapes: ``v (..., n, 3)``, ``axis (..., 1, 3)``, ``scale (n, 1)`` (or ``v, axis (..., 3)`` and a
+    scalar ``scale``); only ``(..., n)`` temporaries exist besides the output, which may be given as
+    ``out`` (e.g. a strided view of a larger buffer). Angles are computed in ``axis``'s dtype (keep it
+    float32 or wider: phases reach hundreds of radians), products in ``v``'s.
+    """
+    radius = axis.norm(dim=-1, keepdim=True)
+    u = (axis / radius.clamp_min(torch.finfo(axis.dtype).tiny)).to(v.dtype)
+    phi = (radius * scale).squeeze(-1)                                    # (..., n)
+    cos, sin = phi.cos().to(v.dtype), phi.sin().to(v.dtype)
+    ux, uy, uz = u.unbind(-1)                                             # (..., 1) each
+    vx, vy, vz = v.unbind(-1)                                             # (..., n) strided views
+    along = vx * ux
+    along.addcmul_(vy, uy).addcmul_(vz, uz).mul_(1 - cos)                 # (1 - cos) (u . v)
+    if out is None:
+        out = v.new_empty(torch.broadcast_shapes(v.shape, axis.shape))
+    ox, oy, oz = out.unbind(-1)
+    for o, vc, uc, u1, v1, u2, v2 in ((ox, vx, ux, uy, vz, uz, vy), (oy, vy, uy, uz, vx, ux, vz),
+                                      (oz, vz, uz, ux, vy, uy, vx)):
+        torch.mul(v1, u1, out=o)                                          # (u x v)_c = u1 v1 - u2 v2
+        o.sub_(v2 * u2).mul_(sin)
+        o.addcmul_(cos, vc).addcmul_(along, uc)
     return out
 
 
@@ -146,12 +164,12 @@ class _RotateVectors(torch.autograd.Function):
     def forward(ctx, v: Tensor, axis: Tensor, scale: Tensor) -> Tensor:
         ctx.save_for_backward(axis, scale)
         ctx.v_shape = v.shape
-        return _rodrigues_inplace(v, axis, scale)
+        return rotate_blocks_inplace(v, axis, scale)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         axis, scale = ctx.saved_tensors
-        grad_v = _rodrigues_inplace(grad, -axis, scale) if ctx.needs_input_grad[0] else None
+        grad_v = rotate_blocks_inplace(grad, -axis, scale) if ctx.needs_input_grad[0] else None
         if grad_v is not None and grad_v.shape != ctx.v_shape:
             grad_v = grad_v.sum_to_size(ctx.v_shape)
         return grad_v, None, None

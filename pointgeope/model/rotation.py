@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pointgeope.geope import rotate
+from pointgeope.geope import rotate, rotate_blocks_inplace
 
 __all__ = ["geometry_dtype", "block_rotations", "rotate_blocks", "rotate_relative", "apply_blocks", "relative_blocks"]
 
@@ -78,30 +78,14 @@ def relative_blocks(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
     """``R(t_b(disp)) v_b`` for ``x (N, k, C)``, per-pair displacements ``disp (N, k, 3)``.
 
     All blocks of a pair share the axis ``u = d / |d|``; block ``b`` turns by ``phi_b = phase_scale_b |d| / 3``
-    (Rodrigues), written per component so that only ``(N, k, n)`` tensors exist besides the output::
-
-        R v = cos(phi) v + sin(phi) (u x v) + (1 - cos(phi)) (u . v) u          (u = 0 at d = 0: R = I)
+    (Rodrigues, ``pointgeope.geope.rotate_blocks_inplace``), written per component so that only
+    ``(N, k, n)`` tensors exist besides the output.
     """
     n = phase_scale.shape[0]
-    disp = disp.to(geometry_dtype(x.dtype))                              # angles never in half precision
-    dist = disp.norm(dim=-1, keepdim=True)                               # (N, k, 1)
-    u = (disp / dist.clamp_min(torch.finfo(disp.dtype).tiny)).to(x.dtype)
-    ux, uy, uz = u.unbind(-1)
-    ux, uy, uz = ux.unsqueeze(-1), uy.unsqueeze(-1), uz.unsqueeze(-1)    # (N, k, 1) each
-    phi = dist * (phase_scale.to(disp.dtype) / 3)                        # (N, k, n)
-    cos = phi.cos().to(x.dtype)
-    sin = phi.sin_().to(x.dtype)
-    v = x[..., : 3 * n].unflatten(-1, (n, 3))
-    vx, vy, vz = v.unbind(-1)                                            # (N, k, n) strided views
-    along = vx * ux
-    along.addcmul_(vy, uy).addcmul_(vz, uz).mul_(1 - cos)               # (1 - cos) (u . v)
+    geometry = geometry_dtype(x.dtype)                                   # angles never in half precision
     out = torch.empty_like(x)
-    ox, oy, oz = out[..., : 3 * n].unflatten(-1, (n, 3)).unbind(-1)
-    for o, vc, uc, u1, v1, u2, v2 in ((ox, vx, ux, uy, vz, uz, vy), (oy, vy, uy, uz, vx, ux, vz),
-                                      (oz, vz, uz, ux, vy, uy, vx)):
-        torch.mul(v1, u1, out=o)                                         # (u x v)_c = u1 v1 - u2 v2
-        o.sub_(v2 * u2).mul_(sin)
-        o.addcmul_(cos, vc).addcmul_(along, uc)
+    rotate_blocks_inplace(x[..., : 3 * n].unflatten(-1, (n, 3)), disp.to(geometry).unsqueeze(-2),
+                          (phase_scale.to(geometry) / 3).unsqueeze(-1), out=out[..., : 3 * n].unflatten(-1, (n, 3)))
     if 3 * n < x.shape[-1]:
         out[..., 3 * n:] = x[..., 3 * n:]
     return out
