@@ -14,7 +14,6 @@ and a ``stairs_1.txt`` annotation (put in a hallway when there is one; the prepa
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from data_prep.synth_geometry import inside_any, point_count, sample
 from data_prep.synth_objects import object_colours
 from data_prep.synth_rooms import BUILDERS, STRUCTURE, RoomLayout, solid_boxes
 from data_prep.synth_write import Defect, format_lines, remove_stale, room_files, write_room
+from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import AREAS, CLASS_NAMES
 
 MANIFEST = "synth_manifest.json"
@@ -145,9 +145,7 @@ def room_record(points: RoomPoints) -> dict:
 
 def _write_json(path: Path, data: dict) -> None:
     """Write ``data`` as indented JSON to ``path`` atomically (temporary file + ``os.replace``)."""
-    tmp = path.with_name(f".{path.name}{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def check_out(out: Path, settings: dict) -> str:

@@ -6,32 +6,19 @@ are created without HDF5 timestamps, so the same rooms give the same bytes.
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import h5py
 import numpy as np
 
+from pointgeope.atomic import atomic_path, write_text_atomic
 from pointgeope.constants import CLASS_NAMES, SCHEMA_VERSION
 
 # name -> dtype of each room array (the schema read by pointgeope.data.h5)
 ROOM_DTYPES = {"coord": np.float32, "color": np.uint8, "label": np.uint8, "instance": np.int32}
 _STR = h5py.string_dtype()
-
-
-@contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success move it onto ``path``, on failure delete it."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _attr(value):
@@ -106,8 +93,7 @@ def read_attrs(path: Path) -> dict[str, dict] | None:
 
 
 def write_json(path: Path, obj) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=1) + "\n")
+    write_text_atomic(path, json.dumps(obj, indent=1) + "\n")
 
 
 def manifest(source: str, areas: dict[str, dict[str, dict]]) -> dict:

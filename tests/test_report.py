@@ -33,7 +33,6 @@ from pointgeope.constants import CLASS_NAMES, NUM_CLASSES
 from pointgeope.report import default_out, write_report
 from pointgeope.report.runs import ReportError, load_run, load_runs
 from pointgeope.report.tables import summary_markdown
-from pointgeope.report.write import atomic_write, write_text
 
 C = NUM_CLASSES
 
@@ -248,13 +247,3 @@ def test_single_run_report_has_no_difference_rows(tmp_path):
     md = written[0].read_text()
     assert " - " not in md.split("## Per fold")[0].split("Runs:")[1]
     assert json.loads(written[1].read_text())["differences"] == []
-
-
-def test_atomic_write_keeps_the_old_file_on_error(tmp_path):
-    path = write_text(tmp_path / "a.txt", "old")
-    with pytest.raises(RuntimeError):
-        with atomic_write(path) as f:
-            f.write("half-")
-            raise RuntimeError("interrupted")
-    assert path.read_text() == "old"
-    assert [p.name for p in tmp_path.iterdir()] == ["a.txt"]

@@ -18,13 +18,13 @@ config) into a :class:`CheckpointError` that names the file.
 """
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from pointgeope.atomic import atomic_open
 
 FORMAT = "pointgeope-checkpoint"
 VERSION = 1
@@ -72,18 +72,8 @@ def set_rng_state(state: dict) -> None:
 
 def save_checkpoint(path: str | Path, payload: dict) -> None:
     """``torch.save`` to a temporary file beside ``path``, flushed to disk, then renamed over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, "version": VERSION, **payload}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "wb") as f:
+        torch.save({"format": FORMAT, "version": VERSION, **payload}, f)
 
 
 def load_checkpoint(path: str | Path, config: dict | None = None) -> dict:

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
-import tempfile
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +29,7 @@ from typing import Any, Literal, Optional
 
 import yaml
 
+from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
 
 
@@ -280,10 +279,4 @@ def config_from_dict(raw: dict, where: str = "config") -> Config:
 
 def save_config(cfg: Config, path: str | Path) -> None:
     """Write the resolved config as YAML, atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False))

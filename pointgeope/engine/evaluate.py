@@ -24,9 +24,7 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import re
-import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -36,6 +34,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
+from pointgeope.atomic import atomic_path
 from pointgeope.constants import CLASS_NAMES, IGNORE_LABEL
 from pointgeope.data.folds import load_folds
 from pointgeope.data.dataset import room_pieces
@@ -186,22 +185,14 @@ def validate(cfg: Config, model: torch.nn.Module, root: Path, areas: list[str],
 
 def write_predictions(path: Path, area: str, rooms: dict[str, np.ndarray], attrs: dict) -> None:
     """``predictions/Area_K.h5``: group per room with ``pred`` uint8 (N,), written atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["kind"] = "predictions"
-            f.attrs["area"] = area
-            for key, value in attrs.items():
-                f.attrs[key] = value
-            for room in sorted(rooms):
-                f.create_group(room).create_dataset("pred", data=rooms[room].astype(np.uint8),
-                                                    compression="gzip", compression_opts=1)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["kind"] = "predictions"
+        f.attrs["area"] = area
+        for key, value in attrs.items():
+            f.attrs[key] = value
+        for room in sorted(rooms):
+            f.create_group(room).create_dataset("pred", data=rooms[room].astype(np.uint8),
+                                                compression="gzip", compression_opts=1)
 
 
 def _json_number(x: float):

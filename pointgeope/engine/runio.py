@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from pointgeope.atomic import write_text_atomic
 
 
 class Log:
@@ -34,24 +34,9 @@ def progress(items: Iterable, enabled: bool, **kwargs) -> Iterable:
     return tqdm(items, dynamic_ncols=True, leave=False, **kwargs)
 
 
-def _atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_json_atomic(path: Path, obj: dict) -> None:
     """A JSON object, one top-level key per line, to a temporary file beside ``path``, then renamed
     (NaN is not allowed: use None)."""
-    def write(tmp: str) -> None:
-        lines = [f" {json.dumps(k)}: {json.dumps(v, allow_nan=False)}" for k, v in obj.items()]
-        with open(tmp, "w") as f:
-            f.write("{\n" + ",\n".join(lines) + "\n}\n")
-    _atomic(Path(path), write)
+    lines = [f" {json.dumps(k)}: {json.dumps(v, allow_nan=False)}" for k, v in obj.items()]
+    write_text_atomic(path, "{\n" + ",\n".join(lines) + "\n}\n")
 

@@ -49,7 +49,7 @@ def default_out(runs: list[Path], names: list[str]) -> Path:
 def write_report(summaries, out: Path, digits: int = 1) -> list[Path]:
     """Write every output of the report into ``out``; returns the paths written, in order."""
     from pointgeope.report import plots, tables
-    from pointgeope.report.write import write_text
+    from pointgeope.atomic import write_text_atomic as write_text
 
     out.mkdir(parents=True, exist_ok=True)
     written = [

@@ -11,7 +11,7 @@ import numpy as np
 
 from pointgeope.constants import CLASS_NAMES, PALETTE
 from pointgeope.report.runs import RunSummary
-from pointgeope.report.write import atomic_write
+from pointgeope.atomic import atomic_open
 
 HATCHES = ("", "//", "..", "xx", "\\\\", "++")
 DPI = 120
@@ -32,7 +32,7 @@ def _class_colours() -> np.ndarray:
 
 def _save(fig, path: Path) -> Path:
     plt = _pyplot()
-    with atomic_write(path, "wb") as f:
+    with atomic_open(path, "wb") as f:
         fig.savefig(f, format="png", dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return path

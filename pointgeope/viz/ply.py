@@ -11,10 +11,11 @@ Open3D, CloudCompare and MeshLab read ``x y z red green blue`` and ignore (or ke
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
+
+from pointgeope.atomic import atomic_open
 
 
 def write_ply(path: str | Path, coord: np.ndarray, colors: np.ndarray, label: np.ndarray | None = None,
@@ -43,9 +44,7 @@ def write_ply(path: str | Path, coord: np.ndarray, colors: np.ndarray, label: np
     ply_types = {"<f4": "float", "u1": "uchar"}
     header = ["ply", "format binary_little_endian 1.0", "comment written by pointgeope viz",
               f"element vertex {n}"] + [f"property {ply_types[t]} {name}" for name, t in fields] + ["end_header"]
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+    with atomic_open(path, "wb") as f:
         f.write(("\n".join(header) + "\n").encode("ascii"))
         f.write(records.tobytes())
-    os.replace(tmp, path)
     return path

@@ -192,14 +192,13 @@ def render_image(coord: np.ndarray, colors: np.ndarray, camera: Camera, point_si
 
 def save_image(image: np.ndarray, path) -> None:
     """Write ``uint8 (H, W, 3)`` to ``path`` (format from the suffix, e.g. PNG), atomically."""
-    from pathlib import Path
 
     from PIL import Image
 
-    path = Path(path)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    Image.fromarray(np.ascontiguousarray(image)).save(tmp, optimize=True)
-    os.replace(tmp, path)
+    from pointgeope.atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        Image.fromarray(np.ascontiguousarray(image)).save(tmp, optimize=True)
 
 
 def mode_callbacks(o3d, pcd, colors_by_mode: dict[str, np.ndarray], announce: Callable[[str], None] = print

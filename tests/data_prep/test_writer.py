@@ -1,24 +1,12 @@
-"""data_prep/writer.py: atomic writes, folds and manifest as data, rooms readable through pointgeope.data.h5."""
+"""data_prep/writer.py: folds and manifest as data, rooms readable through pointgeope.data.h5."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from data_prep.writer import atomic_path, folds, manifest, write_area
+from data_prep.writer import folds, manifest, write_area
 from pointgeope.constants import CLASS_NAMES, SCHEMA_VERSION
 from pointgeope.data import h5
-
-
-def test_atomic_path_keeps_the_old_file_on_failure(tmp_path):
-    path = tmp_path / "a.json"
-    path.write_text("old")
-    with pytest.raises(RuntimeError), atomic_path(path) as tmp:
-        tmp.write_text("half")
-        raise RuntimeError("killed")
-    assert path.read_text() == "old" and list(tmp_path.iterdir()) == [path]
-    with atomic_path(path) as tmp:
-        tmp.write_text("new")
-    assert path.read_text() == "new" and list(tmp_path.iterdir()) == [path]
 
 
 def test_folds_one_per_area_present():

@@ -20,7 +20,7 @@ from PIL import Image
 from pointgeope.cli import main
 from pointgeope.constants import CLASS_INDEX, NUM_CLASSES, PALETTE
 from pointgeope.viz.camera import fit_camera, project
-from pointgeope.viz.colors import CORRECT_COLOR, WRONG_COLOR, label_colors
+from pointgeope.viz.colors import CORRECT_COLOR, WRONG_COLOR, error_colors, label_colors
 from pointgeope.viz.scene import load_room, prepare_view
 
 pytestmark = pytest.mark.display
@@ -155,7 +155,8 @@ def test_mode_keys_recolour_the_window(display):
     label = np.array([1, 7], np.uint8)
     pred = np.array([1, 8], np.uint8)
     coord = np.array([[0, 0, 0], [1, 0, 0]], float)
-    colors = {"gt": label_colors(label), "error": np.array([CORRECT_COLOR, WRONG_COLOR], np.uint8)}
+    colors = {"gt": label_colors(label), "error": error_colors(label, pred)}
+    assert np.array_equal(colors["error"], np.array([CORRECT_COLOR, WRONG_COLOR], np.uint8))
     said = []
     camera = fit_camera(coord, 64, 48, elevation=90, azimuth=-90)
     with render.headless_display(64, 48):

@@ -1,0 +1,59 @@
+"""Atomic file writes, shared by every step that writes: a reader (or a rerun after a kill) sees either
+the old file or the complete new one, never a half-written file.
+
+Each writer gets a temporary file in the target's folder (so ``os.replace`` is a rename on one file
+system, and the suffix is kept for writers that pick a format from it), which is flushed to disk and
+renamed over the target on success, and deleted on any error.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+__all__ = ["atomic_path", "atomic_open", "write_text_atomic"]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` for any writer (h5py, PIL, numpy...); on success it is
+    synced and moved onto ``path``, on failure deleted. Parent folders are created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
+    """``open(path, mode)`` for writing (``"w"``: UTF-8 text, ``"wb"``: bytes), atomically."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"expected mode 'w' or 'wb', got {mode!r}")
+    with atomic_path(path) as tmp:
+        with open(tmp, mode, **({"encoding": "utf-8", "newline": ""} if mode == "w" else {})) as f:
+            yield f
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically; returns ``path``."""
+    with atomic_open(path, "w") as f:
+        f.write(text)
+    return Path(path)
