@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from pointgeope.constants import CLASS_INDEX, CLASS_NAMES
+from pointgeope.data.voxelize import grid_coord, voxel_groups
 
 
 def parse_class_names(text: str | None) -> tuple[int, ...]:
@@ -31,8 +32,9 @@ def voxel_representatives(coord: np.ndarray, voxel: float) -> np.ndarray:
     """One point per occupied voxel: the point nearest the voxel's centre (ties: the first in file order).
 
     Voxel of a point: ``v = floor((p - min(coord)) / voxel)`` (integer, per axis); its centre is
-    ``min + (v + 0.5) * voxel``. Vectorised: one ``lexsort`` by (voxel key, distance to centre) and the
-    first point of each run of equal keys.
+    ``min + (v + 0.5) * voxel``. The grouping is the training pipeline's
+    (``pointgeope.data.voxelize.voxel_groups``) with points ranked inside each voxel by their distance
+    to its centre, so the first of each voxel is the representative.
 
     Returns:
         ``int64 (M,)`` ascending indices into ``coord``, ``M`` = number of occupied voxels.
@@ -44,16 +46,12 @@ def voxel_representatives(coord: np.ndarray, voxel: float) -> np.ndarray:
         raise ValueError(f"expected a voxel size > 0 metres, got {voxel}")
     if coord.shape[0] == 0:
         return np.zeros(0, dtype=np.int64)
-    origin = coord.min(axis=0)
-    grid = np.floor((coord - origin) / voxel).astype(np.int64)       # (N, 3)
-    dims = grid.max(axis=0) + 1
-    # key = (i * dims_y + j) * dims_z + k; fits int64 for any room (dims < 2**21 per axis at 1 mm in 2 km)
-    key = (grid[:, 0] * dims[1] + grid[:, 1]) * dims[2] + grid[:, 2]
-    dist = np.square(coord - (origin + (grid + 0.5) * voxel)).sum(axis=1)
-    order = np.lexsort((dist, key))  # by key, then distance; stable, so equal distances keep file order
-    first = np.ones(order.shape[0], dtype=bool)
-    first[1:] = key[order[1:]] != key[order[:-1]]
-    return np.sort(order[first])
+    grid = grid_coord(coord, voxel).T                                 # (N, 3)
+    dist = np.square(coord - (coord.min(axis=0) + (grid + 0.5) * voxel)).sum(axis=1)
+    rank = np.empty(coord.shape[0], dtype=np.int64)
+    rank[np.argsort(dist, kind="stable")] = np.arange(coord.shape[0])  # equal distances keep file order
+    groups = voxel_groups(coord, voxel, rank=rank)
+    return np.sort(groups.order[groups.starts])
 
 
 def cap_indices(num_points: int, max_points: int, seed: int = 0) -> np.ndarray | None:
