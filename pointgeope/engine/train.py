@@ -140,13 +140,14 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
             with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
                 logits = net(batch.pos, batch.x, offset)
             loss = F.cross_entropy(logits.float(), batch.y, ignore_index=cfg.train.ignore_index)
-            if distributed.any_rank(not torch.isfinite(loss).item(), device):
+            loss_value = loss.item()  # the step's one host sync
+            if distributed.any_rank(not math.isfinite(loss_value), device):
                 dump = run / (f"nan_step_{step}_rank{env.rank}.pt" if env.distributed else f"nan_step_{step}.pt")
                 save_checkpoint(dump, {"config": resolved, "model": model.state_dict(), "epoch": epoch,
                                        "step": step, "loss": loss.detach().cpu(), "pos": batch.pos.cpu(),
                                        "x": batch.x.cpu(), "y": batch.y.cpu(), "ptr": batch.ptr.cpu()})
                 raise FloatingPointError(
-                    f"fold {fold}: the loss is {loss.item()} at epoch {epoch + 1}, step {step} "
+                    f"fold {fold}: the loss is {loss_value} at epoch {epoch + 1}, step {step} "
                     f"(batch {batch_in_epoch} of the epoch); the batch and model were saved to {dump}")
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
@@ -160,12 +161,12 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
             batch_in_epoch += 1
 
             meter.update(logits.detach(), batch.y)
-            totals += torch.tensor([loss.item(), 1.0, batch.pos.shape[0]], dtype=torch.float64, device=device)
+            totals += torch.tensor([loss_value, 1.0, batch.pos.shape[0]], dtype=torch.float64, device=device)
             if writer is not None:
-                writer.add_scalar("train/loss", loss.item(), step)
+                writer.add_scalar("train/loss", loss_value, step)
                 writer.add_scalar("train/lr", optimizer.param_groups[0]["lr"], step)
             if hasattr(bar, "set_postfix"):
-                bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
+                bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
             if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0 \
                     and batch_in_epoch < steps_per_epoch:
                 checkpoint(run / "last.pt")
