@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from pointgeope.geope import GeoPE, frequencies
 from pointgeope.model.ops import gather
-from pointgeope.model.rotation import block_rotations, geometry_dtype, rotate_blocks, rotate_relative
+from pointgeope.model.rotation import block_rotations, geometry_dtype, query_frame, rotate_blocks, rotate_relative
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS"]
 
@@ -131,15 +131,16 @@ class PointTransformerLayer(nn.Module):
         return freq.to(like.device, geometry_dtype(like.dtype)) * self.geope.pos_scale
 
     def _rotated(self, x: Tensor, coord: Tensor, idx: Tensor, disp: Tensor, linear: bool,
-                 mats: Tensor | None) -> Tensor:
-        """Neighbour features ``x[idx]`` in the query's frame, ``(N, k, C)``."""
+                 mats: Tensor | None, minus: Tensor | None = None) -> Tensor:
+        """Neighbour features ``x[idx]`` in the query's frame (minus the query's ``minus`` row), ``(N, k, C)``."""
         if linear:
-            return rotate_relative(gather(x, idx), disp, self._phase_scale(x))
+            out = rotate_relative(gather(x, idx), disp, self._phase_scale(x))
+            return out if minus is None else out - minus.unsqueeze(1)
         pos, scale = coord.to(geometry_dtype(x.dtype)), self._phase_scale(x)
         if mats is None:
             mats = block_rotations(pos, scale)
-        # rotate every point once, gather, rotate back with the query's matrices
-        return rotate_blocks(gather(rotate_blocks(x, mats, pos, scale), idx), mats, pos, scale, inverse=True)
+        # rotate every point once, then gather, rotate back with the query's matrices (and subtract) in one pass
+        return query_frame(rotate_blocks(x, mats, pos, scale), idx, mats, pos, scale, minus)
 
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
         if feat.dim() != 2 or feat.shape[1] != self.channels:
@@ -158,10 +159,9 @@ class PointTransformerLayer(nn.Module):
             mats = block_rotations(coord.to(geometry_dtype(feat.dtype)), self._phase_scale(feat))  # (N, n, 3, 3)
 
         if self.pe.rotation == "none":
-            key = gather(key, idx)
+            relation = gather(key, idx) - q.unsqueeze(1)                         # (N, k, C)
         else:
-            key = self._rotated(key, coord, idx, disp, linear, mats)
-        relation = key - q.unsqueeze(1)                                          # (N, k, C)
+            relation = self._rotated(key, coord, idx, disp, linear, mats, minus=q)
         if self.pe.relation_delta:
             relation = relation + delta
         weight = torch.softmax(self.linear_w(relation), dim=1)                  # (N, k, C/s)

@@ -26,8 +26,10 @@ import torch
 from torch import Tensor
 
 from pointgeope.geope import rotate, rotate_blocks_inplace
+from pointgeope.model.ops import gather
 
-__all__ = ["geometry_dtype", "block_rotations", "rotate_blocks", "rotate_relative", "apply_blocks", "relative_blocks"]
+__all__ = ["geometry_dtype", "block_rotations", "rotate_blocks", "query_frame", "rotate_relative", "apply_blocks",
+           "relative_blocks", "shift_tables", "apply_shifted"]
 
 
 def geometry_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -56,25 +58,49 @@ def block_rotations(pos: Tensor, phase_scale: Tensor) -> Tensor:
     return torch.addcmul(outer, cos, eye - outer).addcmul_(sin, cross)
 
 
+def shift_tables(mats: Tensor, channels: int) -> Tensor:
+    """The block rotations ``mats (..., n, 3, 3)`` as coefficients of five channel shifts, ``(5, ..., C)``.
+
+    ``(R v)_d = sum_e R[d, e] v_e`` inside block ``b`` reads channel ``3b + e = c + (e - d)`` for output
+    channel ``c = 3b + d``: an offset ``o = e - d`` in ``-2 .. 2``. So ``R`` applied to every block is
+
+        out[c] = sum_o  T_o[c] * x[c + o],      T_{e-d}[3b + d] = R_b[d, e]   (0 where c + o leaves the block)
+
+    five multiply-adds over whole channel rows (``apply_shifted``) instead of nine products of strided
+    components: 3-4x faster on the CPU for ``(N, k, C)`` pairs. Pass-through channels have ``T_0 = 1``::
+
+        # block b of each table (R = R_b), then the pass-through channels:
+        # T_{-2}: [ 0    0    R20 | ... | 0 ]      T_{-1}: [ 0    R10  R21 | ... | 0 ]
+        # T_0:    [ R00  R11  R22 | ... | 1 ]
+        # T_{+1}: [ R01  R12  0   | ... | 0 ]      T_{+2}: [ R02  0    0   | ... | 0 ]
+    """
+    n = mats.shape[-3]
+    tables = mats.new_zeros(5, *mats.shape[:-3], channels)
+    blocks = tables[..., : 3 * n].unflatten(-1, (n, 3))                    # (5, ..., n, 3)
+    for d in range(3):
+        for e in range(3):
+            blocks[e - d + 2, ..., d] = mats[..., d, e]
+    tables[2, ..., 3 * n:] = 1
+    return tables
+
+
+def apply_shifted(x: Tensor, tables: Tensor, minus: Tensor | None = None) -> Tensor:
+    """``sum_o T_o[c] x[c + o]`` (``- minus``) for ``x (..., C)`` and ``tables (5, ..., C)`` from
+    ``shift_tables``, broadcast against ``x`` (e.g. ``(5, N, 1, C)`` over neighbours); ``minus`` broadcasts
+    the same way. Computed in the tables' dtype (``x`` may be half precision: one rounding, by the caller)."""
+    out = torch.mul(tables[2], x) if minus is None else torch.addcmul(-minus, tables[2], x)
+    for o in (1, 2):
+        out[..., :-o].addcmul_(tables[2 + o][..., :-o], x[..., o:])
+        out[..., o:].addcmul_(tables[2 - o][..., o:], x[..., :-o])
+    return out
+
+
 def apply_blocks(x: Tensor, mats: Tensor) -> Tensor:
     """``R_b v_b`` for every block of ``x (..., C)`` with ``mats (..., n, 3, 3)`` broadcast to ``x``'s
-    leading dims (e.g. ``x (N, k, C)`` with ``mats (N, 1, n, 3, 3)``). Three multiply-adds of column
-    ``c`` of ``R`` with component ``c`` of ``v``; no per-pair matrix."""
-    work = geometry_dtype(x.dtype)
-    if x.dtype != work:                       # half precision: rotate in float32, round once at the end
-        return apply_blocks(x.to(work), mats).to(x.dtype)
-    n = mats.shape[-3]
-    mats = mats.to(work)
-    v = x[..., : 3 * n].unflatten(-1, (n, 3))
-    shape = torch.broadcast_shapes(v.shape, mats.shape[:-1])
-    out = x.new_empty(*shape[:-2], x.shape[-1])
-    rot = out[..., : 3 * n].unflatten(-1, (n, 3))
-    torch.mul(mats[..., 0], v[..., 0:1], out=rot)
-    rot.addcmul_(mats[..., 1], v[..., 1:2])
-    rot.addcmul_(mats[..., 2], v[..., 2:3])
-    if 3 * n < x.shape[-1]:
-        out[..., 3 * n:] = x[..., 3 * n:]
-    return out
+    leading dims (e.g. ``x (N, k, C)`` with ``mats (N, 1, n, 3, 3)``), in the float32 (or float64) of the
+    geometry and rounded once to ``x``'s dtype. No per-pair matrix: ``apply_shifted``."""
+    tables = shift_tables(mats.to(geometry_dtype(x.dtype)), x.shape[-1])
+    return apply_shifted(x, tables).to(x.dtype)
 
 
 def relative_blocks(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
@@ -134,6 +160,37 @@ class _RotateRelative(torch.autograd.Function):
         return relative_blocks(grad.contiguous(), -disp, phase_scale), None, None   # R(-w) g = R^T g
 
 
+class _QueryFrame(torch.autograd.Function):
+    """``R(t_i)^T y[idx[i, j]] - m_i`` in one pass over the pairs, with a gradient for ``y`` and ``m``.
+
+    Forward: gather, rotate back with the query's tables, subtract (``apply_shifted``'s first product
+    starts from ``-m``). Backward: ``R_i g`` (orthogonality), one ``index_add_`` into ``y``'s rows and
+    ``-sum_j g`` for ``m``. Saves ``idx (N, k)`` and the positions; the tables are recomputed."""
+
+    @staticmethod
+    def forward(ctx, y: Tensor, idx: Tensor, mats: Tensor, pos: Tensor, phase_scale: Tensor,
+                minus: Tensor | None) -> Tensor:
+        ctx.save_for_backward(idx, pos, phase_scale)
+        ctx.rows, ctx.y_dtype = y.shape[0], y.dtype
+        ctx.minus_dtype = None if minus is None else minus.dtype
+        tables = shift_tables(mats.transpose(-1, -2).to(geometry_dtype(y.dtype)), y.shape[-1]).unsqueeze(-2)
+        out = apply_shifted(y[idx], tables, None if minus is None else minus.unsqueeze(1))
+        return out.to(y.dtype if minus is None else torch.promote_types(y.dtype, minus.dtype))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        idx, pos, phase_scale = ctx.saved_tensors
+        grad_y = grad_minus = None
+        if ctx.needs_input_grad[0]:
+            tables = shift_tables(block_rotations(pos, phase_scale), grad.shape[-1]).unsqueeze(-2)
+            turned = apply_shifted(grad, tables)                                      # R_i g, (N, k, C)
+            grad_y = turned.new_zeros(ctx.rows, turned.shape[-1])
+            grad_y = grad_y.index_add_(0, idx.reshape(-1), turned.reshape(-1, turned.shape[-1])).to(ctx.y_dtype)
+        if ctx.minus_dtype is not None and ctx.needs_input_grad[5]:
+            grad_minus = grad.sum(1).neg_().to(ctx.minus_dtype)
+        return grad_y, None, None, None, None, grad_minus
+
+
 def _constant(*tensors: Tensor) -> bool:
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
@@ -154,6 +211,22 @@ def rotate_blocks(x: Tensor, mats: Tensor, pos: Tensor, phase_scale: Tensor, inv
     # column c of R times component c of v: (..., n, 3) tensors only, never (..., n, 3, 3) per pair
     rot = (mats[..., 0] * v[..., 0:1] + mats[..., 1] * v[..., 1:2] + mats[..., 2] * v[..., 2:3]).flatten(-2)
     return torch.cat([rot.to(x.dtype), x[..., 3 * n:].expand(*rot.shape[:-1], -1)], dim=-1)
+
+
+def query_frame(y: Tensor, idx: Tensor, mats: Tensor, pos: Tensor, phase_scale: Tensor,
+                minus: Tensor | None = None) -> Tensor:
+    """Neighbour rows ``y[idx]`` taken into their query's frame, minus the query's ``minus`` row:
+    ``out[i, j] = R(t_i)^T y[idx[i, j]] - minus[i]``, ``(N, k, C)``.
+
+    With ``y = rotate_blocks(x, mats, ...)`` this is standard GeoPE's ``R(t_i)^T R(t_j) x_j`` (and with
+    ``minus = q`` the attention's relation). ``y (N_s, C)``, ``idx (N, k)``, ``mats (N, n, 3, 3)`` of the
+    queries, ``minus (N, C)`` or ``None``. Memory-lean (one fused autograd Function) unless the rotations
+    need a gradient (learnable frequencies), where plain autograd composes gather, rotation and subtraction.
+    """
+    if _constant(mats, pos, phase_scale):
+        return _QueryFrame.apply(y, idx, mats, pos, phase_scale, minus)
+    out = rotate_blocks(gather(y, idx), mats, pos, phase_scale, inverse=True)
+    return out if minus is None else out - minus.unsqueeze(1)
 
 
 def rotate_relative(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from pointgeope.geope import GeoPE, frequencies
-from pointgeope.model.rotation import block_rotations, relative_blocks, rotate_blocks, rotate_relative
+from pointgeope.model.rotation import (apply_shifted, block_rotations, query_frame, relative_blocks, rotate_blocks,
+                                       rotate_relative, shift_tables)
 from tests.conftest import cuda_devices
 
 
@@ -115,3 +116,34 @@ def test_half_precision_rotation_adds_one_rounding(device):
     half = relative_blocks(x16[idx.to(device)], disp.to(device, torch.float32), scale32)
     assert half.dtype == torch.bfloat16
     assert _relative_error(half.cpu(), exact) < 1.6 * rounding
+
+
+@pytest.mark.parametrize("channels", [30, 31, 32])
+def test_shift_tables_apply_every_block_matrix(channels):
+    """``apply_shifted`` with ``shift_tables`` equals the block matrices applied as 3x3 products."""
+    g = torch.Generator().manual_seed(21)
+    n = channels // 3
+    mats = torch.randn(7, 5, n, 3, 3, generator=g, dtype=torch.float64)        # any matrices, not only rotations
+    x = torch.randn(7, 5, channels, generator=g, dtype=torch.float64)
+    minus = torch.randn(7, 5, channels, generator=g, dtype=torch.float64)
+    expected = x.clone()
+    expected[..., : 3 * n] = (mats @ x[..., : 3 * n].unflatten(-1, (n, 3)).unsqueeze(-1)).squeeze(-1).flatten(-2)
+    torch.testing.assert_close(apply_shifted(x, shift_tables(mats, channels)), expected, atol=1e-12, rtol=0)
+    torch.testing.assert_close(apply_shifted(x, shift_tables(mats, channels), minus), expected - minus,
+                               atol=1e-12, rtol=0)
+
+
+def test_query_frame_is_gather_rotate_back_subtract_with_its_gradients():
+    x, pos, idx, scale = _setup(11, n=12, k=4, seed=5)
+    q = torch.randn(12, 11, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    mats = block_rotations(pos, scale)
+    y = rotate_blocks(x, mats, pos, scale)
+    expected = GeoPE(11, pos_scale=25.0).relative(x[idx], pos[:, None], pos[idx]) - q[:, None]
+    torch.testing.assert_close(query_frame(y, idx, mats, pos, scale, q), expected, atol=1e-12, rtol=0)
+    torch.testing.assert_close(query_frame(y, idx, mats, pos, scale), expected + q[:, None], atol=1e-12, rtol=0)
+    y, q = y.requires_grad_(), q.requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: query_frame(a, idx, mats, pos, scale, b), (y, q))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        query_frame(y, idx, mats, pos, scale, q)
+    assert max(saved) <= 12 * 4, saved                  # indices and positions only, no (N, k, C) pairs
