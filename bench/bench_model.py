@@ -9,8 +9,11 @@ per 4 cm voxel, like a training crop), measured in one run so that every ratio c
     layer    one attention layer (C = 64, k = 16, share_planes 8: the width of the second stage at full
              resolution) at 16k, 32k, 80k points: a training step (forward + backward, train mode) and
              inference (eval, no grad), every preset.
-    network  the full PointTransformerSeg50 (7.8M parameters) at 16k points (``--full``: also 32k, 80k),
-             training step and inference, every preset.
+    network  the full PointTransformerSeg50 (7.8M parameters) at 16k points (``--full``: also 32k, 80k) per
+             cloud, ``--batch`` clouds per batch, training step and inference, every preset. The step
+             includes the network's point hierarchy (FPS, kNN, 3-NN), as ``model(coord, feat, offset)``
+             computes it; the hierarchy is also timed alone on the same input, and its share of the
+             training step is reported (in training the data loader's workers compute it instead).
 
 Time: the process CPU time (``time.process_time``) of one torch thread by default, the minimum over
 repetitions, presets interleaved: on the shared 2-core machine wall time swings by 2x with the other
@@ -22,7 +25,8 @@ Every preset is reported as a ratio to ``rpe`` measured in the same run; "growth
 relative to the smallest size. Goals: ``geope`` within 1.05x of ``rpe`` (time and memory), ``lingeope``
 within 1.25x time and 1.15x memory. Results go to bench/results/bench_model.json.
 
-Usage: python bench/bench_model.py [--full] [--reps 3] [--threads 2] [--presets rpe geope ...]
+Usage: python bench/bench_model.py [--full] [--reps 3] [--threads 2] [--batch 2] [--presets rpe geope ...]
+       [--skip-ops] [--skip-layer] [--out results.json]
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ import threading
 import time
 from pathlib import Path
 
-if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:           # before torch allocates anything
+if __name__ == "__main__" and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:   # before torch allocates
     os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"
     os.execv(sys.executable, [sys.executable] + sys.argv)
 
@@ -151,11 +155,14 @@ def _infer(model, coord, feat, *args):
         model(coord, feat, *args)
 
 
-def bench_models(kind: str, sizes: list[int], presets: list[str], reps: list[int], device: torch.device) -> list[dict]:
+def bench_models(kind: str, sizes: list[int], presets: list[str], reps: list[int], device: torch.device,
+                 batch: int = 1) -> list[dict]:
     rows = []
     for n, rep in zip(sizes, reps):
-        coord = synthetic_room(n, seed=2).to(device)
-        off = torch.tensor([n], device=device)
+        clouds = 1 if kind == "layer" else batch
+        coord = torch.cat([synthetic_room(n, seed=2 + b) for b in range(clouds)]).to(device)
+        off = torch.arange(1, clouds + 1, device=device) * n
+        n = n * clouds
         torch.manual_seed(0)
         if kind == "layer":
             channels, k = 64, 16
@@ -169,7 +176,11 @@ def bench_models(kind: str, sizes: list[int], presets: list[str], reps: list[int
             args = (off,)
         times = {pe: {"train": [], "infer": [], "train_wall": [], "infer_wall": []} for pe in presets}
         mems = {pe: {"train": 0, "infer": 0} for pe in presets}
+        hierarchy = []                  # the network's point ops alone (FPS, kNN, 3-NN), same inputs
         for _ in range(rep):
+            spec = getattr(models[presets[0]], "hierarchy_spec", None)    # None: code before the hierarchy
+            if kind == "network" and spec is not None:
+                hierarchy.append(measure(lambda: spec(coord, off), device)[0])
             for pe, model in models.items():
                 for p in model.parameters():
                     p.grad = None
@@ -185,12 +196,15 @@ def bench_models(kind: str, sizes: list[int], presets: list[str], reps: list[int
                 model.train()
                 saved[pe] = saved_bytes(lambda: model(coord, feat.clone().requires_grad_(True), *args))
         for pe in presets:
-            row = {"kind": kind, "points": n, "preset": pe, "reps": rep,
+            row = {"kind": kind, "points": n, "clouds": clouds, "preset": pe, "reps": rep,
                    "train_s": min(times[pe]["train"]), "infer_s": min(times[pe]["infer"]),
                    "train_wall_s": min(times[pe]["train_wall"]), "infer_wall_s": min(times[pe]["infer_wall"]),
                    "train_peak_mb": mems[pe]["train"] / 2**20, "infer_peak_mb": mems[pe]["infer"] / 2**20}
             if saved:
                 row["saved_for_backward_mb"] = saved[pe] / 2**20
+            if hierarchy:
+                row["point_ops_s"] = min(hierarchy)
+                row["point_ops_share_of_train"] = min(hierarchy) / row["train_s"]
             rows.append(row)
         base = next(r for r in rows if r["kind"] == kind and r["points"] == n and r["preset"] == presets[0])
         for row in rows[-len(presets):]:
@@ -201,8 +215,10 @@ def bench_models(kind: str, sizes: list[int], presets: list[str], reps: list[int
                   f"infer {row['infer_s']:7.3f} s ({row['infer_ratio']:.2f}x)  "
                   f"peak train {row['train_peak_mb']:7.0f} MB ({row.get('train_peak_ratio', float('nan')):.2f}x)  "
                   + (f"saved {row['saved_for_backward_mb']:6.0f} MB ({row['saved_for_backward_ratio']:.2f}x)"
-                     if "saved_for_backward_mb" in row else ""), flush=True)
-    smallest = sizes[0]
+                     if "saved_for_backward_mb" in row else "")
+                  + (f"point ops {row['point_ops_s']:.3f} s ({100 * row['point_ops_share_of_train']:.1f} % of train)"
+                     if "point_ops_s" in row else ""), flush=True)
+    smallest = rows[0]["points"]
     for row in rows:
         first = next(r for r in rows if r["preset"] == row["preset"] and r["points"] == smallest)
         row["train_growth_per_point"] = (row["train_s"] / first["train_s"]) / (row["points"] / smallest)
@@ -216,7 +232,10 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (CPU time is summed over them)")
     parser.add_argument("--presets", nargs="+", default=["rpe"] + [p for p in PRESETS if p != "rpe"],
                         choices=sorted(PRESETS))
+    parser.add_argument("--batch", type=int, default=1, help="clouds per batch in the network runs (points each)")
     parser.add_argument("--skip-ops", action="store_true")
+    parser.add_argument("--skip-layer", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
     args = parser.parse_args()
     if args.presets[0] != "rpe":
         args.presets = ["rpe"] + [p for p in args.presets if p != "rpe"]
@@ -236,15 +255,16 @@ def main() -> int:
         if not args.skip_ops:
             run["ops"] = bench_ops(device)
             print(json.dumps(run["ops"], indent=1), flush=True)
-        run["layer"] = bench_models("layer", layer_sizes, args.presets, layer_reps, device)
-        run["network"] = bench_models("network", net_sizes, args.presets, net_reps, device)
+        if not args.skip_layer:
+            run["layer"] = bench_models("layer", layer_sizes, args.presets, layer_reps, device)
+        run["network"] = bench_models("network", net_sizes, args.presets, net_reps, device, args.batch)
         results["runs"][device.type] = run
     results["machine"]["load_average_end"] = os.getloadavg()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS.with_suffix(".tmp")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(results, indent=1))
-    os.replace(tmp, RESULTS)
-    print(f"wrote {RESULTS}")
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out}")
     return 0
 
 

@@ -48,4 +48,6 @@ def main(args: argparse.Namespace) -> int:
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     print("ops backends: " + "; ".join(backends.summary(d) for d in devices))
+    print("point hierarchy (FPS, kNN, 3-NN): training batches get it from the data loader (cpu backends); "
+          "evaluation and model(coord, feat, offset) build it in the model (backends of its device)")
     return 0

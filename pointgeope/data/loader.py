@@ -8,15 +8,21 @@ and the dataset, so epoch ``e`` is reproducible on its own (resume) whatever the
 
 Workers are not persistent: each epoch's iterator forks workers from the main process, which carry the
 dataset's current epoch (a persistent worker would keep a stale copy).
+
+``batch_transform`` runs on every collated batch inside the worker that built it (in the main process when
+``num_workers = 0``): the engine passes one that computes the model's point hierarchy there, on the CPU,
+while the accelerator trains on the previous batch. The loader knows nothing of what it computes.
 """
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, DistributedSampler, Sampler
-from torch_geometric.loader import DataLoader
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch_geometric.data import Batch
+from torch_geometric.loader.dataloader import Collater
 
 
 def seed_worker(worker_id: int) -> None:
@@ -29,10 +35,21 @@ def seed_worker(worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
+class _CollateThen:
+    """PyG's collation of ``Data`` items into a ``Batch``, then ``transform(batch)`` (picklable for workers)."""
+
+    def __init__(self, dataset: Dataset, transform: Callable[[Batch], Batch] | None):
+        self.collate, self.transform = Collater(dataset), transform
+
+    def __call__(self, items: list) -> Batch:
+        batch = self.collate(items)
+        return batch if self.transform is None else self.transform(batch)
+
+
 def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = True, num_workers: int = 0,
                 seed: int = 0, sampler: Sampler | None = None, drop_last: bool = False,
-                pin_memory: bool = False) -> DataLoader:
-    """A PyG ``DataLoader`` over ``dataset`` (items ``Data``).
+                pin_memory: bool = False, batch_transform: Callable[[Batch], Batch] | None = None) -> DataLoader:
+    """A ``DataLoader`` over ``dataset`` (items ``Data``) that yields ``torch_geometric`` ``Batch`` objects.
 
     Args:
         dataset: e.g. ``S3DISTrain``.
@@ -43,12 +60,14 @@ def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = True, num_
         sampler: e.g. ``DistributedSampler(dataset, shuffle=True, seed=seed)`` in a DDP run.
         drop_last: drop the last incomplete batch.
         pin_memory: pin batches (for CUDA).
+        batch_transform: ``f(batch) -> batch`` applied to every batch in the worker that collates it.
     """
     if batch_size < 1:
         raise ValueError(f"expected batch_size >= 1, got {batch_size}")
     if sampler is None:
         sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=shuffle, seed=seed)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
+                      collate_fn=_CollateThen(dataset, batch_transform),
                       worker_init_fn=seed_worker if num_workers > 0 else None,
                       generator=torch.Generator().manual_seed(seed), drop_last=drop_last,
                       pin_memory=pin_memory, persistent_workers=False)

@@ -78,9 +78,26 @@ class ResumableSampler(DistributedSampler):
         return super().__len__() - self.skip
 
 
-def train_loader(cfg: Config, dataset: S3DISTrain, sampler: ResumableSampler, env: DistEnv):
+class AttachHierarchy:
+    """Batch transform of the training loader: ``batch.hierarchy = spec(batch.pos, batch.ptr[1:])``.
+
+    Runs where the batch is collated (a CPU worker, or the main process with ``data.num_workers: 0``), so
+    the point ops (FPS, kNN, 3-NN) use the CPU libraries and never wait on, or for, the accelerator; the
+    model then takes the hierarchy instead of computing it (``PointTransformerSeg.forward``)."""
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def __call__(self, batch):
+        batch.hierarchy = self.spec(batch.pos, batch.ptr[1:])
+        return batch
+
+
+def train_loader(cfg: Config, dataset: S3DISTrain, sampler: ResumableSampler, env: DistEnv, net: torch.nn.Module):
+    """Batches for ``net`` (a ``PointTransformerSeg``), each carrying its point hierarchy (``AttachHierarchy``)."""
     return make_loader(dataset, per_rank_batch(cfg, env), sampler=sampler, num_workers=cfg.data.num_workers,
-                       seed=cfg.train.seed, drop_last=True, pin_memory=env.device.type == "cuda")
+                       seed=cfg.train.seed, drop_last=True, pin_memory=env.device.type == "cuda",
+                       batch_transform=AttachHierarchy(net.hierarchy_spec))
 
 
 

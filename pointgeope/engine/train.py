@@ -67,7 +67,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     model = build.model(cfg).to(device)
     dataset = build.train_dataset(cfg, train_areas)
     sampler = build.ResumableSampler(dataset, env, seed=cfg.train.seed)
-    loader = build.train_loader(cfg, dataset, sampler, env)
+    loader = build.train_loader(cfg, dataset, sampler, env, model)
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
         raise ValueError(f"fold {fold}: {len(dataset)} training samples give no batch of "
@@ -138,7 +138,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
             batch = batch.to(device)
             offset = batch.ptr[1:]
             with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
-                logits = net(batch.pos, batch.x, offset)
+                logits = net(batch.pos, batch.x, offset, hierarchy=batch.hierarchy)
             loss = F.cross_entropy(logits.float(), batch.y, ignore_index=cfg.train.ignore_index)
             loss_value = loss.item()  # the step's one host sync
             if distributed.any_rank(not math.isfinite(loss_value), device):

@@ -4,6 +4,7 @@ Imports only torch and ``pointgeope.geope`` (never the data code).
 """
 from pointgeope.model.attention import PRESETS, PointTransformerLayer, PositionalEncoding
 from pointgeope.model.network import OpsBackends, PointTransformerBlock, PointTransformerSeg
+from pointgeope.model.ops import HierarchySpec, PointHierarchy
 
 __all__ = ["PointTransformerSeg", "PointTransformerLayer", "PointTransformerBlock", "PositionalEncoding",
-           "PRESETS", "OpsBackends"]
+           "PRESETS", "OpsBackends", "HierarchySpec", "PointHierarchy"]

@@ -14,27 +14,20 @@ stages. Defaults reproduce it (about 7.8M parameters for 6 input channels and 13
 ``blocks`` counts attention blocks per encoder stage: ``(1, 2, 3, 5, 2)`` is the authors'
 ``blocks=[2, 3, 4, 6, 3]``, which counts the transition-down as the first module of each stage.
 The kNN neighbourhood of a stage is computed once and shared by all its blocks (the authors recompute
-the same indices in every layer).
+the same indices in every layer). All point ops (FPS, kNN, 3-NN) depend on the coordinates alone and run
+up front (``ops.HierarchySpec``): the model computes its ``PointHierarchy`` itself, or takes one that the
+data loader computed in its CPU workers (``model(coord, feat, offset, hierarchy=...)``).
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from pointgeope.model.attention import PointTransformerLayer, PositionalEncoding
-from pointgeope.model.ops import check_offset, counts, fps, gather, interpolate, knn
+from pointgeope.model.ops import (HierarchySpec, OpsBackends, PointHierarchy, check_offset, counts, gather,
+                                  interpolate_from)
 
 __all__ = ["OpsBackends", "PointTransformerBlock", "TransitionDown", "TransitionUp", "PointTransformerSeg"]
-
-
-@dataclass(frozen=True)
-class OpsBackends:
-    """Backends of the point ops (``None``: the device's measured default, see ``model.ops.backends``)."""
-
-    knn: str | None = None
-    fps: str | None = None
 
 
 class PointTransformerBlock(nn.Module):
@@ -58,28 +51,27 @@ class PointTransformerBlock(nn.Module):
 
 
 class TransitionDown(nn.Module):
-    """Stride 1: ``Linear-BN-ReLU``. Stride > 1: FPS keeps ``n // stride`` points per cloud; each gathers
-    its ``k`` nearest input points as ``[p_j - p_i | x_j]`` (``3 + C_in``), then ``Linear-BN-ReLU`` and a
-    max over the neighbours."""
+    """Stride 1: ``Linear-BN-ReLU``. Stride > 1: the FPS samples (``n // stride`` per cloud) each gather
+    their ``k`` nearest input points as ``[p_j - p_i | x_j]`` (``3 + C_in``), then ``Linear-BN-ReLU`` and a
+    max over the neighbours. The samples and their neighbours come from the ``PointHierarchy``."""
 
-    def __init__(self, in_channels: int, out_channels: int, stride: int, neighbours: int,
-                 backends: OpsBackends = OpsBackends()):
+    def __init__(self, in_channels: int, out_channels: int, stride: int, neighbours: int):
         super().__init__()
-        self.stride, self.neighbours, self.backends = stride, neighbours, backends
+        self.stride, self.neighbours = stride, neighbours
         self.linear = nn.Linear(in_channels + (3 if stride > 1 else 0), out_channels, bias=False)
         self.bn = nn.BatchNorm1d(out_channels)
         self.relu = nn.ReLU(inplace=True)
 
-    def forward(self, coord: Tensor, feat: Tensor, offset: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(self, feat: Tensor, coord: Tensor | None = None, new_coord: Tensor | None = None,
+                idx: Tensor | None = None) -> Tensor:
+        """``feat (N, C_in)``; with stride > 1 also ``coord (N, 3)``, the samples' ``new_coord (M, 3)`` and
+        their neighbours ``idx (M, k)`` (rows of ``coord``) -> ``(M, C_out)``."""
         if self.stride == 1:
-            return coord, self.relu(self.bn(self.linear(feat))), offset
-        sel, new_offset = fps(coord, offset, self.stride, backend=self.backends.fps)
-        new_coord = coord[sel]
-        idx, _ = knn(new_coord, coord, self.neighbours, new_offset, offset, backend=self.backends.knn)
+            return self.relu(self.bn(self.linear(feat)))
         grouped = torch.cat([coord[idx] - new_coord.unsqueeze(1), gather(feat, idx)], dim=-1)    # (M, k, 3 + C)
         x = self.linear(grouped)                                                          # (M, k, C_out)
         x = self.relu(self.bn(x.view(-1, x.shape[-1])).view(x.shape))
-        return new_coord, x.max(dim=1).values, new_offset
+        return x.max(dim=1).values
 
 
 class TransitionUp(nn.Module):
@@ -88,9 +80,8 @@ class TransitionUp(nn.Module):
     of the decoder) each point is fused with its cloud's mean: ``Linear-BN-ReLU([x | Linear-ReLU(mean)])``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int | None = None, backends: OpsBackends = OpsBackends()):
+    def __init__(self, in_channels: int, out_channels: int | None = None):
         super().__init__()
-        self.backends = backends
         self.is_head = out_channels is None
         if self.is_head:
             self.linear1 = nn.Sequential(nn.Linear(2 * in_channels, in_channels), nn.BatchNorm1d(in_channels),
@@ -102,17 +93,17 @@ class TransitionUp(nn.Module):
             self.linear2 = nn.Sequential(nn.Linear(in_channels, out_channels), nn.BatchNorm1d(out_channels),
                                          nn.ReLU(inplace=True))
 
-    def forward(self, fine: tuple[Tensor, Tensor, Tensor], coarse: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
-        coord, feat, offset = fine
+    def forward(self, feat: Tensor, offset: Tensor, coarse: Tensor | None = None, idx: Tensor | None = None,
+                dist2: Tensor | None = None) -> Tensor:
+        """Fine ``feat (N, C)`` and ``offset``; unless the head, the ``coarse (M, C_in)`` features with the
+        fine points' 3 nearest coarse rows ``idx (N, 3)`` and squared distances ``dist2 (N, 3)``."""
         if self.is_head:
             sizes = counts(offset.tolist())
             parts = feat.split(sizes)
             means = torch.stack([part.mean(0) for part in parts])                          # (B, C)
             glob = self.linear2(means).repeat_interleave(torch.tensor(sizes, device=feat.device), dim=0)
             return self.linear1(torch.cat([feat, glob], dim=1))
-        c_coord, c_feat, c_offset = coarse
-        up = interpolate(c_coord, coord, self.linear2(c_feat), c_offset, offset, backend=self.backends.knn)
-        return self.linear1(feat) + up
+        return self.linear1(feat) + interpolate_from(self.linear2(coarse), idx, dist2)
 
 
 class PointTransformerSeg(nn.Module):
@@ -134,6 +125,8 @@ class PointTransformerSeg(nn.Module):
     Shapes:
         ``coord (N, 3)``, ``feat (N, in_channels)``, ``offset (B,)`` cumulative counts -> ``(N, num_classes)``;
         or a single ``torch_geometric`` ``Data``/``Batch`` with ``pos``, ``x`` (and ``ptr`` for a batch).
+        ``hierarchy``: the ``PointHierarchy`` of ``coord`` built by ``model.hierarchy_spec`` (e.g. in the
+        data loader), or ``None`` to build it here.
     """
 
     def __init__(self, in_channels: int = 6, num_classes: int = 13, pe: str | PositionalEncoding = "geope",
@@ -152,42 +145,46 @@ class PointTransformerSeg(nn.Module):
         self.in_channels, self.num_classes = in_channels, num_classes
         self.pe = PositionalEncoding.preset(pe)
         self.strides, self.neighbours, self.backends = tuple(strides), tuple(neighbours), backends
+        self.hierarchy_spec = HierarchySpec(self.strides, self.neighbours, backends)
         layer_args = dict(pe=self.pe, grid_size=grid_size, geope_base=geope_base, geope_learnable=geope_learnable)
 
         def stage_blocks(count: int, width: int, k: int) -> nn.ModuleList:
             return nn.ModuleList(PointTransformerBlock(width, share_planes, k, **layer_args) for _ in range(count))
 
         widths = (in_channels,) + tuple(planes)
-        self.down = nn.ModuleList(TransitionDown(widths[s], planes[s], strides[s], neighbours[s], backends)
+        self.down = nn.ModuleList(TransitionDown(widths[s], planes[s], strides[s], neighbours[s])
                                   for s in range(stages))
         self.encoder = nn.ModuleList(stage_blocks(blocks[s], planes[s], neighbours[s]) for s in range(stages))
         self.up = nn.ModuleList(TransitionUp(planes[s + 1] if s + 1 < stages else planes[s],
-                                             planes[s] if s + 1 < stages else None, backends)
+                                             planes[s] if s + 1 < stages else None)
                                 for s in range(stages))
         self.decoder = nn.ModuleList(stage_blocks(decoder_blocks[s], planes[s], neighbours[s]) for s in range(stages))
         self.head = nn.Sequential(nn.Linear(planes[0], planes[0]), nn.BatchNorm1d(planes[0]), nn.ReLU(inplace=True),
                                   nn.Linear(planes[0], num_classes))
 
-    def forward(self, coord, feat: Tensor | None = None, offset: Tensor | None = None) -> Tensor:
+    def forward(self, coord, feat: Tensor | None = None, offset: Tensor | None = None,
+                hierarchy: PointHierarchy | None = None) -> Tensor:
         coord, feat, offset = self._inputs(coord, feat, offset)
-        levels, neighbourhoods = [], []
-        for down, blocks, k in zip(self.down, self.encoder, self.neighbours):
-            coord, feat, offset = down(coord, feat, offset)
-            idx, _ = knn(coord, coord, k, offset, offset, backend=self.backends.knn)   # shared by the stage
+        if hierarchy is None:
+            hierarchy = self.hierarchy_spec(coord, offset)
+        else:
+            self.hierarchy_spec.check(hierarchy, coord.shape[0], offset.shape[0])
+        h, coords = hierarchy, hierarchy.coords(coord)
+        skips = []
+        for s, (down, blocks) in enumerate(zip(self.down, self.encoder)):
+            fine = coords[s - 1] if s else coord
+            feat = down(feat, fine, coords[s], h.down[s])
             for block in blocks:
-                feat = block(coord, feat, idx)
-            levels.append((coord, feat, offset))
-            neighbourhoods.append(idx)
-        feat = None
-        for s in reversed(range(len(levels))):
-            coord, skip, offset = levels[s]
-            if s == len(levels) - 1:
-                feat = self.up[s]((coord, skip, offset))
+                feat = block(coords[s], feat, h.neighbours[s])
+            skips.append(feat)
+        last = len(skips) - 1
+        for s in reversed(range(len(skips))):
+            if s == last:
+                feat = self.up[s](skips[s], h.offsets[s])
             else:
-                c_coord, _, c_offset = levels[s + 1]
-                feat = self.up[s]((coord, skip, offset), (c_coord, feat, c_offset))
+                feat = self.up[s](skips[s], h.offsets[s], feat, h.up[s], h.up_dist2[s])
             for block in self.decoder[s]:
-                feat = block(coord, feat, neighbourhoods[s])
+                feat = block(coords[s], feat, h.neighbours[s])
         return self.head(feat)
 
     def _inputs(self, coord, feat, offset) -> tuple[Tensor, Tensor, Tensor]:

@@ -64,3 +64,32 @@ def test_room_store_never_pickles_an_open_handle(prepared):
     torch.testing.assert_close(clone[1].x, ds[1].x)
     ds.store.close()
     assert isinstance(clone.store, RoomStore)
+
+
+def _add_count(batch):
+    batch.count = torch.tensor([batch.num_graphs, batch.num_nodes])
+    return batch
+
+
+def test_batch_transform_runs_on_every_collated_batch_in_the_workers(prepared):
+    root, _ = prepared
+    ds = S3DISTrain(root, ["Area_1"], loop=3, voxel_max=300, seed=1)
+    got = batches(make_loader(ds, batch_size=2, num_workers=2, seed=3, batch_transform=_add_count))
+    assert [b.count.tolist() for b in got] == [[b.num_graphs, b.num_nodes] for b in got]
+    assert [b.num_graphs for b in got] == [2] * (len(ds) // 2) + [1] * (len(ds) % 2)
+
+
+def test_data_code_does_not_import_the_model():
+    """Data flows one way: no module of pointgeope/data imports pointgeope.model (the engine joins them)."""
+    import ast
+    from pathlib import Path
+
+    import pointgeope.data
+
+    files = sorted(Path(pointgeope.data.__file__).parent.rglob("*.py"))
+    assert len(files) >= 8
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(name.startswith("pointgeope.model") for name in names), f"{path}: imports {names}"

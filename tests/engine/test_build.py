@@ -57,3 +57,26 @@ def test_sampler_shards_differ_between_ranks():
         s.set_epoch(1)
         shards.append(list(s))
     assert not set(shards[0]) & set(shards[1]) and sorted(shards[0] + shards[1]) == data
+
+
+def test_training_batches_carry_the_models_hierarchy_from_the_workers(tiny_root):
+    """The loader's workers build each batch's point hierarchy (CPU libraries) for the model: the same
+    indices the model computes itself, so the training step is unchanged."""
+    from pointgeope.engine import build
+    from tests.engine.conftest import TINY
+
+    cfg = load_config(None, TINY + [f"data.root={tiny_root}", "data.num_workers=2"])
+    torch.manual_seed(0)
+    net = build.model(cfg)
+    dataset = build.train_dataset(cfg, ["Area_2"])
+    sampler = ResumableSampler(dataset, env(), seed=0)
+    sampler.set_epoch(0)
+    batch = next(iter(build.train_loader(cfg, dataset, sampler, env(), net)))
+    expected = net.hierarchy_spec(batch.pos, batch.ptr[1:])
+    for field in ("offsets", "samples", "neighbours", "down", "up", "up_dist2"):
+        for got, want in zip(getattr(batch.hierarchy, field), getattr(expected, field)):
+            assert (got is None and want is None) or torch.equal(got, want), field
+    net.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(net(batch.pos, batch.x, batch.ptr[1:], hierarchy=batch.hierarchy),
+                                   net(batch.pos, batch.x, batch.ptr[1:]), atol=0, rtol=0)

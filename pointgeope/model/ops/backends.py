@@ -8,24 +8,39 @@ Measured on the shared 2-core CPU at 80k points (torch-cluster figures from an e
 - FPS, 80k -> 20k: ``fpsample`` bucket FPS 0.10-0.18 s, torch-cluster 10.9 s, pure torch (iterative,
   one small step per sample) about 6 s.
 
-So CPU tensors go to ``pykdtree`` / ``fpsample`` (falling back to ``scipy`` / pure torch when missing);
-CUDA tensors go to torch-cluster when it is installed, otherwise to the pure-torch path, so that a CUDA
-user without compiled extensions still trains. Every op also accepts an explicit ``backend``.
+So CPU tensors go to ``pykdtree`` / ``fpsample`` (falling back to ``scipy`` / pure torch when missing).
+CUDA tensors go to torch-cluster when it is installed. Without it, kNN runs on the device (pure torch,
+one matrix product per chunk of queries) but FPS goes to ``fpsample`` on the host: the pure-torch FPS is
+a Python loop of one small step per sample (26,600 steps of ~7 kernel launches for the stages of one
+80k-point crop), which would set a GPU's step time, while copying the points to the host and back costs
+milliseconds. ``bench/gpu_check.py`` times both on a GPU. Training needs neither in the model: the data
+loader computes the whole hierarchy in its CPU workers (``hierarchy.HierarchySpec``). Every op also
+accepts an explicit ``backend``.
 """
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 
-__all__ = ["KNN_BACKENDS", "FPS_BACKENDS", "available", "knn_backend", "fps_backend", "resolve", "summary"]
+__all__ = ["KNN_BACKENDS", "FPS_BACKENDS", "OpsBackends", "available", "knn_backend", "fps_backend", "resolve",
+           "summary"]
 
 KNN_BACKENDS = ("pykdtree", "scipy", "torch", "cluster")
 FPS_BACKENDS = ("fpsample", "torch", "cluster")
 _MODULES = {"pykdtree": "pykdtree", "scipy": "scipy", "fpsample": "fpsample", "cluster": "torch_cluster",
             "torch": "torch"}
 _CPU_ONLY = {"pykdtree", "scipy", "fpsample"}
+
+
+@dataclass(frozen=True)
+class OpsBackends:
+    """Backends of the point ops (``None``: the device's measured default, see ``knn_backend``, ``fps_backend``)."""
+
+    knn: str | None = None
+    fps: str | None = None
 
 
 @lru_cache(maxsize=None)
@@ -45,10 +60,10 @@ def knn_backend(device: torch.device) -> str:
 
 
 def fps_backend(device: torch.device) -> str:
-    """The FPS backend used by default for tensors on ``device``."""
-    if device.type == "cpu":
-        return "fpsample" if available("fpsample") else "torch"
-    return "cluster" if available("cluster") else "torch"
+    """The FPS backend used by default for tensors on ``device`` (``fpsample`` runs on the host)."""
+    if device.type != "cpu" and available("cluster"):
+        return "cluster"
+    return "fpsample" if available("fpsample") else "torch"
 
 
 def resolve(backend: str | None, choices: tuple[str, ...], device: torch.device, kind: str) -> str:
@@ -65,5 +80,9 @@ def resolve(backend: str | None, choices: tuple[str, ...], device: torch.device,
 def summary(device: torch.device | str) -> str:
     """One line naming the active backends on ``device``, for ``pointgeope info``."""
     device = torch.device(device)
-    return (f"{device.type}: knn={knn_backend(device)}, fps={fps_backend(device)}, "
-            f"interpolation=3-NN via knn={knn_backend(device)}")
+
+    def name(backend: str) -> str:
+        return f"{backend} (on the host)" if device.type != "cpu" and backend in _CPU_ONLY else backend
+
+    return (f"{device.type}: knn={name(knn_backend(device))}, fps={name(fps_backend(device))}, "
+            f"interpolation=3-NN via knn={name(knn_backend(device))}")

@@ -13,7 +13,7 @@ from torch import Tensor
 from pointgeope.model.ops.gather import gather
 from pointgeope.model.ops.knn import knn
 
-__all__ = ["interpolate", "EPS"]
+__all__ = ["interpolate", "interpolate_from", "EPS"]
 
 EPS = 1e-8
 
@@ -28,6 +28,12 @@ def interpolate(source_points: Tensor, target_points: Tensor, source_feat: Tenso
     if source_feat.dim() != 2 or source_feat.shape[0] != source_points.shape[0]:
         raise ValueError(f"expected source_feat of shape ({source_points.shape[0]}, C), got {tuple(source_feat.shape)}")
     idx, dist2 = knn(target_points, source_points, k, target_offset, source_offset, backend=backend)
+    return interpolate_from(source_feat, idx, dist2)
+
+
+def interpolate_from(source_feat: Tensor, idx: Tensor, dist2: Tensor) -> Tensor:
+    """The interpolation with given neighbours: ``idx (N_t, k)`` rows of ``source_feat (N_s, C)`` and their
+    squared distances ``dist2 (N_t, k)`` (e.g. from a precomputed ``PointHierarchy``) -> ``(N_t, C)``."""
     recip = 1.0 / (dist2.clamp_min(0).sqrt() + EPS)                          # (N_t, k)
     weight = recip / recip.sum(1, keepdim=True)
     return (gather(source_feat, idx) * weight.unsqueeze(-1).to(source_feat.dtype)).sum(1)

@@ -1,0 +1,115 @@
+"""The sampling and neighbourhood hierarchy of Point Transformer, computed from the coordinates alone.
+
+Everything the network's point ops produce (FPS samples, kNN neighbourhoods, 3-NN interpolation) depends
+only on the input coordinates, so it can be computed before the network runs: in the data loader's CPU
+workers with the fast CPU libraries (``fpsample``, ``pykdtree``) while the GPU trains, or by the model
+itself. For stages ``s = 0 .. S-1`` with ``strides[s]`` and ``neighbours[s] = k_s``::
+
+    coord_0      = coord                                        (strides[0] == 1 keeps every point)
+    sample_s     = fps(coord_{s-1}, stride_s)                   rows of stage s-1,  (N_s,)
+    coord_s      = coord_{s-1}[sample_s]
+    down_s       = knn(coord_s -> coord_{s-1}, k_s)             rows of stage s-1,  (N_s, k_s)  transition down
+    neighbours_s = knn(coord_s -> coord_s, k_s)                 rows of stage s,    (N_s, k_s)  attention
+    up_s, up_dist2_s = knn(coord_s -> coord_{s+1}, 3)           rows of stage s+1,  (N_s, 3)    transition up
+
+(``sample_s`` and ``down_s`` are ``None`` at stride 1.) Every op works per cloud with global rows, so the
+hierarchy of a packed batch is the per-cloud hierarchies with their rows shifted by the cloud's start
+in each stage, exactly as PyG shifts ``edge_index`` when it batches graphs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from torch import Tensor
+
+from pointgeope.model.ops.backends import OpsBackends
+from pointgeope.model.ops.fps import fps
+from pointgeope.model.ops.knn import knn
+
+__all__ = ["PointHierarchy", "HierarchySpec", "UP_NEIGHBOURS"]
+
+UP_NEIGHBOURS = 3  # transition up interpolates from the 3 nearest coarse points
+
+
+@dataclass(frozen=True)
+class PointHierarchy:
+    """Indices (int64) and 3-NN squared distances of every stage (see the module docstring).
+
+    Moves with ``.to(device)`` and ``.pin_memory()``, so a ``torch_geometric`` ``Batch`` carrying it as an
+    attribute moves it along with its tensors."""
+
+    offsets: tuple[Tensor, ...]               # (B,) cumulative counts per stage
+    samples: tuple[Tensor | None, ...]        # (N_s,) FPS rows of stage s-1
+    down: tuple[Tensor | None, ...]           # (N_s, k_s) rows of stage s-1
+    neighbours: tuple[Tensor, ...]            # (N_s, k_s) rows of stage s
+    up: tuple[Tensor, ...]                    # (N_s, 3) rows of stage s+1, s < S-1
+    up_dist2: tuple[Tensor, ...]              # (N_s, 3) squared distances of ``up``
+
+    @property
+    def stages(self) -> int:
+        return len(self.offsets)
+
+    def apply(self, fn) -> "PointHierarchy":
+        """A new hierarchy with ``fn`` applied to every tensor."""
+        return PointHierarchy(**{f.name: tuple(None if t is None else fn(t) for t in getattr(self, f.name))
+                                 for f in fields(self)})
+
+    def to(self, device=None, non_blocking: bool = False) -> "PointHierarchy":
+        return self.apply(lambda t: t.to(device=device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "PointHierarchy":
+        return self.apply(lambda t: t.pin_memory())
+
+    def coords(self, coord: Tensor) -> list[Tensor]:
+        """Coordinates of every stage, ``coord_s = coord_{s-1}[sample_s]``."""
+        out = [coord if self.samples[0] is None else coord[self.samples[0]]]
+        for sample in self.samples[1:]:
+            out.append(out[-1] if sample is None else out[-1][sample])
+        return out
+
+
+@dataclass(frozen=True)
+class HierarchySpec:
+    """What a network needs: its ``strides`` and ``neighbours`` per stage and the ops ``backends``.
+
+    Calling it builds the hierarchy of ``coord (N, 3)``, ``offset (B,)`` on their device (the backends'
+    defaults of that device: on the CPU ``fpsample`` and ``pykdtree``). Picklable, so a data loader's
+    workers can hold one."""
+
+    strides: tuple[int, ...]
+    neighbours: tuple[int, ...]
+    backends: OpsBackends = OpsBackends()
+
+    def __call__(self, coord: Tensor, offset: Tensor) -> PointHierarchy:
+        knn_backend, fps_backend = self.backends.knn, self.backends.fps
+        coord = coord.detach()
+        offsets, samples, down, neighbours, coords = [], [], [], [], []
+        c, off = coord, offset.long()
+        for stride, k in zip(self.strides, self.neighbours):
+            if stride > 1:
+                sample, new_off = fps(c, off, stride, backend=fps_backend)
+                new_c = c[sample]
+                group, _ = knn(new_c, c, k, new_off, off, backend=knn_backend)
+                samples.append(sample)
+                down.append(group)
+                c, off = new_c, new_off
+            else:
+                samples.append(None)
+                down.append(None)
+            neighbours.append(knn(c, c, k, off, off, backend=knn_backend)[0])
+            offsets.append(off)
+            coords.append(c)
+        up = [knn(coords[s], coords[s + 1], UP_NEIGHBOURS, offsets[s], offsets[s + 1], backend=knn_backend)
+              for s in range(len(coords) - 1)]
+        return PointHierarchy(tuple(offsets), tuple(samples), tuple(down), tuple(neighbours),
+                              tuple(idx for idx, _ in up), tuple(dist2 for _, dist2 in up))
+
+    def check(self, hierarchy: PointHierarchy, num_points: int, clouds: int) -> None:
+        """Raise ``ValueError`` unless ``hierarchy`` has this spec's stages for ``num_points`` in ``clouds``."""
+        got = (hierarchy.stages, tuple(n.shape[1] for n in hierarchy.neighbours),
+               hierarchy.neighbours[0].shape[0] if hierarchy.stages else None, hierarchy.offsets[0].shape[0])
+        want = (len(self.strides), self.neighbours, num_points, clouds)
+        if got != want:
+            raise ValueError(f"expected a point hierarchy of (stages, k per stage, points, clouds) = {want} "
+                             f"(the model's HierarchySpec), got {got}")
+
