@@ -1,0 +1,195 @@
+"""Benchmark: the full network's training step on one device, per positional encoding, and its point ops.
+
+For ``--clouds`` synthetic rooms of ``--points`` points each (``bench_model.synthetic_room``), on
+``--device`` (``cuda`` by default), every preset of ``--presets`` runs an SGD training step of
+``PointTransformerSeg50`` (forward under ``--amp`` autocast, float32 loss, backward, optimiser step):
+
+    given     with the point hierarchy computed beforehand, as the data loader's workers hand it over
+    in-model  model(coord, feat, offset): the model builds the hierarchy itself (device default backends)
+
+Presets and modes are interleaved, after ``--warmup`` steps each; a step's time is the minimum over
+``--reps`` (wall time between ``torch.cuda.synchronize()`` calls), its memory the peak
+``torch.cuda.max_memory_allocated()`` above the level before the step (weights, gradients and optimiser
+state exist by then; on the CPU: none, see ``bench_model.py``). Point ops, timed alone:
+
+    loader_cpu_s     the hierarchy on the host's CPU (fpsample, pykdtree), what a loader worker pays per batch
+    device_s         the hierarchy with the device's default backends, what ``model(coord, feat, offset)`` pays
+    share_in_model   (in-model - given) / in-model step time: the share of point ops in the in-model step
+    fps_torch_s      the pure-torch FPS of one cloud (one Python step per sample) on the device, for reference
+
+If a size does not fit in memory it halves ``--points`` and retries. Writes JSON to ``--out`` after every
+preset, so a run cut short keeps what it measured.
+
+Usage: python bench/bench_train_step.py --out result.json [--device cuda] [--points 80000] [--clouds 2]
+       [--amp bf16] [--presets rpe geope lingeope] [--reps 3] [--warmup 2] [--budget 240]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_model import synthetic_room  # noqa: E402
+
+from pointgeope.model import PointTransformerSeg  # noqa: E402
+from pointgeope.model.ops import backends, fps  # noqa: E402
+
+AMP = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: torch.device) -> tuple[float, float]:
+    """(wall seconds, peak MiB above the level before the call; 0 on the CPU)."""
+    _sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    seconds = time.perf_counter() - start
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if device.type == "cuda" else 0.0
+    return seconds, peak
+
+
+class Case:
+    """One preset's model, optimiser and training step on fixed inputs."""
+
+    def __init__(self, preset: str, inputs: dict, amp: torch.dtype | None, device: torch.device):
+        torch.manual_seed(0)
+        self.model = PointTransformerSeg(pe=preset).to(device).train()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.9)
+        self.inputs, self.amp, self.device = inputs, amp, device
+
+    def step(self, given: bool) -> None:
+        x = self.inputs
+        with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
+            logits = self.model(x["coord"], x["feat"], x["offset"], hierarchy=x["hierarchy"] if given else None)
+        loss = F.cross_entropy(logits.float(), x["label"])
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+
+
+def make_inputs(points: int, clouds: int, device: torch.device, spec) -> dict:
+    coord_cpu = torch.cat([synthetic_room(points, seed=10 + b) for b in range(clouds)])
+    offset_cpu = torch.arange(1, clouds + 1) * points
+    g = torch.Generator().manual_seed(0)
+    feat = torch.cat([torch.rand(coord_cpu.shape[0], 3, generator=g), coord_cpu], dim=1)
+    label = torch.randint(0, 13, (coord_cpu.shape[0],), generator=g)
+    start = time.perf_counter()
+    hierarchy = spec(coord_cpu, offset_cpu)                     # what a loader worker computes
+    loader_cpu_s = time.perf_counter() - start
+    return {"coord": coord_cpu.to(device), "feat": feat.to(device), "offset": offset_cpu.to(device),
+            "label": label.to(device), "hierarchy": hierarchy.to(device), "coord_cpu": coord_cpu,
+            "offset_cpu": offset_cpu, "loader_cpu_s": loader_cpu_s}
+
+
+def point_ops(inputs: dict, spec, device: torch.device, reps: int) -> dict:
+    out = {"loader_cpu_s": inputs["loader_cpu_s"], "device_backends": backends.summary(device)}
+    cpu_times, dev_times = [], []
+    for _ in range(reps):
+        start = time.perf_counter()
+        spec(inputs["coord_cpu"], inputs["offset_cpu"])
+        cpu_times.append(time.perf_counter() - start)
+        dev_times.append(timed(lambda: spec(inputs["coord"], inputs["offset"]), device)[0])
+    out["loader_cpu_s"] = min(cpu_times + [out["loader_cpu_s"]])
+    out["device_s"] = min(dev_times)
+    first = inputs["coord"][: int(inputs["offset_cpu"][0])]
+    off = torch.tensor([first.shape[0]], device=device)
+    out["fps_torch_points"] = int(first.shape[0])
+    out["fps_torch_s"] = timed(lambda: fps(first, off, 4, backend="torch"), device)[0]
+    return out
+
+
+def run(args, out: dict, write) -> None:
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda but torch.cuda.is_available() is False")
+    amp = AMP[args.amp]
+    points, deadline = args.points, time.perf_counter() + args.budget
+    spec = PointTransformerSeg().hierarchy_spec
+    while True:
+        try:
+            inputs = make_inputs(points, args.clouds, device, spec)
+            cases = {pe: Case(pe, inputs, amp, device) for pe in args.presets}
+            for case in cases.values():                  # warm-up (kernels, allocator, cuDNN choices)
+                for _ in range(args.warmup):
+                    case.step(given=True)
+            break
+        except torch.cuda.OutOfMemoryError:
+            cases = inputs = None
+            torch.cuda.empty_cache()
+            if points <= 1000:
+                raise
+            print(f"out of memory at {args.clouds} x {points} points: halving", flush=True)
+            points //= 2
+    out.update({"points_per_cloud": points, "clouds": args.clouds, "amp": args.amp, "presets": {}})
+    times = {pe: {"given": [], "in_model": []} for pe in args.presets}
+    peaks = {pe: {"given": 0.0, "in_model": 0.0} for pe in args.presets}
+    for rep in range(args.reps):
+        for pe, case in cases.items():
+            for mode in ("given", "in_model"):
+                if rep and time.perf_counter() > deadline:   # out of budget: keep what is measured
+                    continue
+                seconds, peak = timed(lambda: case.step(given=mode == "given"), device)
+                times[pe][mode].append(seconds)
+                peaks[pe][mode] = max(peaks[pe][mode], peak)
+            row = {f"{m}_s": min(v) for m, v in times[pe].items() if v}
+            row.update({f"{m}_peak_mib": peaks[pe][m] for m in peaks[pe]}, reps=len(times[pe]["given"]))
+            out["presets"][pe] = row
+        write()
+        print(f"rep {rep + 1}/{args.reps}: " + "  ".join(
+            f"{pe} {r.get('given_s', float('nan')):.3f} s" for pe, r in out["presets"].items()), flush=True)
+    base = out["presets"][args.presets[0]]
+    for pe, row in out["presets"].items():
+        for key in ("given_s", "in_model_s", "given_peak_mib", "in_model_peak_mib"):
+            if row.get(key) and base.get(key):
+                row[key.replace("_s", "").replace("_mib", "") + "_ratio"] = row[key] / base[key]
+        if row.get("in_model_s") and row.get("given_s"):
+            row["point_ops_share_in_model"] = max(0.0, row["in_model_s"] - row["given_s"]) / row["in_model_s"]
+    out["point_ops"] = point_ops(inputs, spec, device, reps=2)
+    write()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--points", type=int, default=80_000, help="points per cloud (halved until it fits)")
+    parser.add_argument("--clouds", type=int, default=2)
+    parser.add_argument("--amp", choices=sorted(AMP), default="bf16")
+    parser.add_argument("--presets", nargs="+", default=["rpe", "geope", "lingeope"])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--budget", type=float, default=240.0, help="seconds after which no new rep starts")
+    args = parser.parse_args()
+    if args.presets[0] != "rpe":
+        args.presets = ["rpe"] + [p for p in args.presets if p != "rpe"]
+    out = {"device": args.device, "torch_threads": torch.get_num_threads(),
+           "time": "wall seconds of one training step (SGD), minimum over reps, presets interleaved",
+           "memory": "peak max_memory_allocated above the level before the step (CUDA only), MiB"}
+
+    def write() -> None:
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(out, indent=1))
+        os.replace(tmp, args.out)
+
+    run(args, out, write)
+    print(json.dumps(out, indent=1), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Tests of bench/gpu_check.sh with its device forced to the CPU: every step runs and is recorded, a failing
+step does not stop the others, and the results are copied under $OUT."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "bench" / "gpu_check.sh"
+
+
+def _run(tmp_path: Path, *args: str, timeout: int = 420) -> tuple[subprocess.CompletedProcess, dict]:
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / "out"))
+    proc = subprocess.run(["bash", str(SCRIPT), "--device", "cpu", "--out", str(tmp_path / "gpu.json"),
+                           "--work", str(tmp_path / "work"), *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    return proc, json.loads((tmp_path / "gpu.json").read_text())
+
+
+@pytest.mark.slow
+def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
+    proc, result = _run(tmp_path, "--points", "1500", "--reps", "1", "--warmup", "0", "--threads", "1", "--train",
+                        "--evaluate", "--tests", "test_cuda_without_torch_cluster",
+                        "--train-overrides", "data.loop=1", "data.voxel_max=3000")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert result["failed_steps"] == []
+    steps = result["steps"]
+    assert list(steps) == ["info", "pointgeope_info", "tests", "bench", "synth", "prepare", "train", "evaluate"]
+    assert result["machine"]["cuda_available"] is False and result["machine"]["torch"]
+    assert steps["tests"]["summary"].startswith("1 passed")
+    bench = steps["bench"]["result"]
+    assert bench["device"] == "cpu" and bench["points_per_cloud"] == 1500 and bench["clouds"] == 2
+    assert sorted(bench["presets"]) == ["geope", "lingeope", "rpe"]
+    assert all(row["given_s"] > 0 and row["in_model_s"] > 0 for row in bench["presets"].values())
+    assert bench["presets"]["rpe"]["given_ratio"] == 1.0
+    assert bench["point_ops"]["loader_cpu_s"] > 0 and bench["point_ops"]["fps_torch_points"] == 1500
+    assert len(steps["train"]["points_per_s"]) == 1 and steps["train"]["points_per_s"][0] > 0
+    assert steps["evaluate"]["rooms"] == 2 and steps["evaluate"]["eval_seconds_per_room"] > 0
+    copied = json.loads((tmp_path / "out" / "gpu.json").read_text())      # $OUT gets the final JSON and logs
+    assert copied["steps"].keys() == steps.keys() and (tmp_path / "out" / "gpu_logs" / "train.log").is_file()
+
+
+def test_a_failing_step_is_recorded_and_the_others_still_run(tmp_path):
+    """--evaluate without a trained run fails; the steps before it still ran, the JSON says which failed."""
+    proc, result = _run(tmp_path, "--no-tests", "--no-bench", "--evaluate", timeout=120)
+    assert proc.returncode == 1
+    assert result["failed_steps"] == ["evaluate"]
+    assert result["steps"]["info"]["ok"] and "no " in result["steps"]["evaluate"]["error"]
+    assert (tmp_path / "out" / "gpu.json").is_file()
