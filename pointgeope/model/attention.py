@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from pointgeope.geope import GeoPE, frequencies
 from pointgeope.model.ops import gather
-from pointgeope.model.rotation import block_rotations, geometry_dtype, query_frame, rotate_blocks, rotate_relative
+from pointgeope.model.rotation import block_rotations, geometry_dtype, query_frame, relative_frame, rotate_blocks
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS"]
 
@@ -133,9 +133,8 @@ class PointTransformerLayer(nn.Module):
     def _rotated(self, x: Tensor, coord: Tensor, idx: Tensor, disp: Tensor, linear: bool,
                  mats: Tensor | None, minus: Tensor | None = None) -> Tensor:
         """Neighbour features ``x[idx]`` in the query's frame (minus the query's ``minus`` row), ``(N, k, C)``."""
-        if linear:
-            out = rotate_relative(gather(x, idx), disp, self._phase_scale(x))
-            return out if minus is None else out - minus.unsqueeze(1)
+        if linear:   # gather, turn by the pair's displacement (and subtract) in one pass
+            return relative_frame(x, idx, disp, self._phase_scale(x), minus)
         pos, scale = coord.to(geometry_dtype(x.dtype)), self._phase_scale(x)
         if mats is None:
             mats = block_rotations(pos, scale)

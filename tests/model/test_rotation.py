@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from pointgeope.geope import GeoPE, frequencies
-from pointgeope.model.rotation import (apply_shifted, block_rotations, query_frame, relative_blocks, rotate_blocks,
-                                       rotate_relative, shift_tables)
+from pointgeope.model.rotation import (apply_shifted, block_rotations, query_frame, relative_blocks, relative_frame,
+                                       rotate_blocks, rotate_relative, shift_tables)
 from tests.conftest import cuda_devices
 
 
@@ -147,3 +147,19 @@ def test_query_frame_is_gather_rotate_back_subtract_with_its_gradients():
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
         query_frame(y, idx, mats, pos, scale, q)
     assert max(saved) <= 12 * 4, saved                  # indices and positions only, no (N, k, C) pairs
+
+
+@pytest.mark.parametrize("channels", [10, 11, 12])
+def test_relative_frame_is_gather_linear_rotation_subtract_with_its_gradients(channels):
+    x, pos, idx, scale = _setup(channels, n=12, k=4, seed=7)
+    q = torch.randn(12, channels, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    disp = pos[idx] - pos[:, None]
+    expected = GeoPE(channels, pos_scale=25.0).relative(x[idx], pos[:, None], pos[idx], linear=True) - q[:, None]
+    torch.testing.assert_close(relative_frame(x, idx, disp, scale, q), expected, atol=1e-12, rtol=0)
+    torch.testing.assert_close(relative_frame(x, idx, disp, scale), expected + q[:, None], atol=1e-12, rtol=0)
+    x, q = x.requires_grad_(), q.requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: relative_frame(a, idx, disp, scale, b), (x, q))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        relative_frame(x, idx, disp, scale, q)
+    assert max(saved) <= 12 * 4 * 3, saved              # indices and displacements only
