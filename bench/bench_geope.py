@@ -38,7 +38,8 @@ def _case(method: str, n: int, k: int, c: int, reps: int, device: str, queue) ->
     from torch import nn
 
     from pointgeope.geope import GeoPE, frequencies
-    from pointgeope.model.rotation import block_rotations, rotate_blocks, rotate_relative
+    from pointgeope.model.linear_rotation import rotate_relative
+    from pointgeope.model.rotation import block_rotations, rotate_blocks
 
     torch.manual_seed(0)
     torch.set_num_threads(max(1, torch.get_num_threads()))

@@ -26,7 +26,8 @@ from torch import Tensor, nn
 
 from pointgeope.geope import GeoPE, frequencies
 from pointgeope.model.ops import gather
-from pointgeope.model.rotation import block_rotations, geometry_dtype, query_frame, relative_frame, rotate_blocks
+from pointgeope.model.linear_rotation import relative_frame
+from pointgeope.model.rotation import geometry_dtype, query_frame, rotation_tables
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS"]
 
@@ -131,15 +132,12 @@ class PointTransformerLayer(nn.Module):
         return freq.to(like.device, geometry_dtype(like.dtype)) * self.geope.pos_scale
 
     def _rotated(self, x: Tensor, coord: Tensor, idx: Tensor, disp: Tensor, linear: bool,
-                 mats: Tensor | None, minus: Tensor | None = None) -> Tensor:
-        """Neighbour features ``x[idx]`` in the query's frame (minus the query's ``minus`` row), ``(N, k, C)``."""
-        if linear:   # gather, turn by the pair's displacement (and subtract) in one pass
+                 tables: Tensor | None, minus: Tensor | None = None) -> Tensor:
+        """Neighbour features ``x[idx]`` in the query's frame (minus the query's ``minus`` row), ``(N, k, C)``:
+        gather, rotate (and subtract) in one pass."""
+        if linear:
             return relative_frame(x, idx, disp, self._phase_scale(x), minus)
-        pos, scale = coord.to(geometry_dtype(x.dtype)), self._phase_scale(x)
-        if mats is None:
-            mats = block_rotations(pos, scale)
-        # rotate every point once, then gather, rotate back with the query's matrices (and subtract) in one pass
-        return query_frame(rotate_blocks(x, mats, pos, scale), idx, mats, pos, scale, minus)
+        return query_frame(x, idx, coord.to(geometry_dtype(x.dtype)), self._phase_scale(x), minus, tables)
 
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
         if feat.dim() != 2 or feat.shape[1] != self.channels:
@@ -153,14 +151,14 @@ class PointTransformerLayer(nn.Module):
         disp = coord[idx] - coord.unsqueeze(1)                                   # (N, k, 3): p_j - p_i
         delta = self.linear_p(disp.to(feat.dtype)) if self.linear_p is not None else None   # (N, k, C)
         linear = self.pe.rotation == "lingeope"
-        mats = None
+        tables = None        # standard GeoPE's per-point rotations, shared by the key and value terms
         if self.geope is not None and not linear and self.geope.freq is None:
-            mats = block_rotations(coord.to(geometry_dtype(feat.dtype)), self._phase_scale(feat))  # (N, n, 3, 3)
+            tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._phase_scale(feat), c)  # (5, N, C)
 
         if self.pe.rotation == "none":
             relation = gather(key, idx) - q.unsqueeze(1)                         # (N, k, C)
         else:
-            relation = self._rotated(key, coord, idx, disp, linear, mats, minus=q)
+            relation = self._rotated(key, coord, idx, disp, linear, tables, minus=q)
         if self.pe.relation_delta:
             relation = relation + delta
         weight = torch.softmax(self.linear_w(relation), dim=1)                  # (N, k, C/s)
@@ -168,7 +166,7 @@ class PointTransformerLayer(nn.Module):
         if self.pe.value == "rpe":
             value = gather(value, idx) + delta
         elif self.pe.value == "geope":
-            value = self._rotated(value, coord, idx, disp, linear, mats)
+            value = self._rotated(value, coord, idx, disp, linear, tables)
         else:
             value = gather(value, idx)
         # y[i, g*(C/s) + h] = sum_j value[i, j, g*(C/s) + h] * weight[i, j, h]

