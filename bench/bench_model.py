@@ -21,12 +21,14 @@ users' load, CPU time much less (the wall time is saved too, with the load avera
 just before the call, sampled every millisecond by a thread reading /proc/self/statm; glibc is told
 (``MALLOC_MMAP_THRESHOLD_``) to map every large block so that freed tensors leave the RSS at once. For the
 layer we also report the bytes autograd saves for the backward pass (exact, from saved-tensor hooks).
-Every preset is reported as a ratio to ``rpe`` measured in the same run; "growth" is the time per point
+``--malloc default`` leaves glibc alone instead: times as in training (page faults cost about half of the
+CPU time above), peak RSS meaningless. Every preset is reported as a ratio to ``rpe`` measured in the same
+run; "growth" is the time per point
 relative to the smallest size. Goals: ``geope`` within 1.05x of ``rpe`` (time and memory), ``lingeope``
 within 1.25x time and 1.15x memory. Results go to bench/results/bench_model.json.
 
 Usage: python bench/bench_model.py [--full] [--reps 3] [--threads 2] [--batch 2] [--presets rpe geope ...]
-       [--skip-ops] [--skip-layer] [--out results.json]
+       [--skip-ops] [--skip-layer] [--malloc mmap|default] [--out results.json]
 """
 from __future__ import annotations
 
@@ -39,8 +41,8 @@ import threading
 import time
 from pathlib import Path
 
-if __name__ == "__main__" and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:   # before torch allocates
-    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"
+if __name__ == "__main__" and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None and not any(a.endswith("default") for a in sys.argv):
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"                   # before torch allocates anything
     os.execv(sys.executable, [sys.executable] + sys.argv)
 
 import numpy as np
@@ -236,13 +238,19 @@ def main() -> int:
     parser.add_argument("--skip-ops", action="store_true")
     parser.add_argument("--skip-layer", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
+    parser.add_argument("--malloc", choices=("mmap", "default"), default="mmap",
+                        help="mmap: every block over 64 KiB mapped, so peak RSS is exact but every large tensor "
+                             "costs page faults (about half of the CPU time); default: glibc as in training "
+                             "(realistic times, peak RSS meaningless)")
     args = parser.parse_args()
     if args.presets[0] != "rpe":
         args.presets = ["rpe"] + [p for p in args.presets if p != "rpe"]
     torch.set_num_threads(args.threads)
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     results = {"machine": {"platform": platform.platform(), "threads": args.threads, "torch": torch.__version__,
-                           "load_average_start": os.getloadavg(), "cpus": os.cpu_count()},
+                           "load_average_start": os.getloadavg(), "cpus": os.cpu_count(),
+                           "malloc": os.environ.get("MALLOC_MMAP_THRESHOLD_", "glibc default"),
+                           "clouds_per_batch": args.batch},
                "time": "CPU: process CPU time (s), minimum over reps; *_wall_s: wall time; CUDA: wall time",
                "memory": "CPU: peak RSS above the level before the call (1 ms sampling); CUDA: "
                          "max_memory_allocated above the level before the call; layer: also autograd's saved tensors",

@@ -58,7 +58,8 @@ class Check:
         self.logs = self.out.parent / "gpu_logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.start = time.perf_counter()
-        self.env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep))
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+        self.env = dict(os.environ, PYTHONPATH=path)
         if args.device == "cpu":
             self.env["CUDA_VISIBLE_DEVICES"] = ""
         if args.threads:

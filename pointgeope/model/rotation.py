@@ -98,12 +98,16 @@ def shift_tables(mats: Tensor, channels: int) -> Tensor:
     return tables
 
 
-def apply_shifted(x: Tensor, tables: Tensor, minus: Tensor | None = None, transpose: bool = False) -> Tensor:
+def apply_shifted(x: Tensor, tables: Tensor, minus: Tensor | None = None, transpose: bool = False,
+                  out: Tensor | None = None) -> Tensor:
     """``sum_o T_o[c] x[c + o]`` (``- minus``) for ``x (..., C)`` and ``tables (5, ..., C)`` of ``R``,
     broadcast against ``x`` (e.g. ``(5, N, 1, C)`` over neighbours); ``minus`` broadcasts the same way.
     ``transpose`` applies ``R^T`` with the same tables: ``R^T[d, e] = R[e, d]`` reads ``T_{-o}[c + o]``.
-    Computed in the tables' dtype (``x`` may be half precision: one rounding, by the caller)."""
-    out = torch.mul(tables[2], x) if minus is None else torch.addcmul(-minus, tables[2], x)
+    Computed in the tables' dtype, or written into ``out`` (``x`` may be half precision: one rounding)."""
+    if minus is None:
+        out = torch.mul(tables[2], x, out=out)
+    else:
+        out = torch.addcmul(-minus, tables[2], x, out=out)
     for o in (1, 2):
         ahead, behind = (tables[2 - o][..., o:], tables[2 + o][..., :-o]) if transpose else \
                         (tables[2 + o][..., :-o], tables[2 - o][..., o:])
@@ -188,10 +192,14 @@ class _QueryFrame(torch.autograd.Function):
         points = apply_shifted(x, tables)                                           # R(t_j) x_j, (N, C)
         dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
         out = x.new_empty(queries, k, channels, dtype=dtype)
+        work = out if dtype == tables.dtype else None                               # else: round each step
         for part in query_steps(queries, k, channels):
             pairs = points.index_select(0, idx[part].reshape(-1)).view(-1, k, channels)
-            out[part] = apply_shifted(pairs, tables[:, part].unsqueeze(-2),
-                                      None if minus is None else minus[part].unsqueeze(1), transpose=True)
+            query = None if minus is None else minus[part].unsqueeze(1)
+            step = apply_shifted(pairs, tables[:, part].unsqueeze(-2), query, transpose=True,
+                                 out=None if work is None else work[part])
+            if work is None:
+                out[part] = step
         return out
 
     @staticmethod

@@ -16,7 +16,8 @@ TINY = dict(blocks=(1, 1, 1), planes=(16, 24, 32), strides=(1, 4, 4), neighbours
 
 
 def _cloud_of(offset: torch.Tensor) -> torch.Tensor:
-    return torch.repeat_interleave(torch.arange(len(offset)), torch.diff(offset, prepend=torch.zeros(1, dtype=torch.long)))
+    sizes = torch.diff(offset, prepend=torch.zeros(1, dtype=torch.long))
+    return torch.repeat_interleave(torch.arange(len(offset)), sizes)
 
 
 @pytest.mark.parametrize("knn_backend", [b for b in ("pykdtree", "scipy", "torch") if backends.available(b)])
