@@ -134,19 +134,26 @@ def test_shift_tables_apply_every_block_matrix(channels):
                                atol=1e-12, rtol=0)
 
 
+def _check_relation(fn, x: torch.Tensor, q: torch.Tensor, expected: torch.Tensor, max_saved: int) -> None:
+    """``fn(x, q)`` equals ``expected`` (and ``fn(x, None)`` adds ``q`` back), has the gradients of its values
+    in ``x`` and ``q`` (gradcheck) and saves no tensor larger than ``max_saved`` elements for the backward."""
+    torch.testing.assert_close(fn(x, q), expected, atol=1e-12, rtol=0)
+    torch.testing.assert_close(fn(x, None), expected + q[:, None], atol=1e-12, rtol=0)
+    x, q = x.requires_grad_(), q.requires_grad_()
+    assert torch.autograd.gradcheck(fn, (x, q))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        fn(x, q)
+    assert max(saved) <= max_saved, saved
+
+
 @pytest.mark.parametrize("channels", [9, 10, 11])
 def test_query_frame_is_standard_geope_relative_minus_the_query_with_its_gradients(channels):
     x, pos, idx, scale = _setup(channels, n=12, k=4, seed=5)
     q = torch.randn(12, channels, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
     expected = GeoPE(channels, pos_scale=25.0).relative(x[idx], pos[:, None], pos[idx]) - q[:, None]
-    torch.testing.assert_close(query_frame(x, idx, pos, scale, q), expected, atol=1e-12, rtol=0)
-    torch.testing.assert_close(query_frame(x, idx, pos, scale), expected + q[:, None], atol=1e-12, rtol=0)
-    x, q = x.requires_grad_(), q.requires_grad_()
-    assert torch.autograd.gradcheck(lambda a, b: query_frame(a, idx, pos, scale, b), (x, q))
-    saved = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
-        query_frame(x, idx, pos, scale, q)
-    assert max(saved) <= 12 * 4, saved                  # indices and positions only, no (N, k, C) pairs
+    # saved: indices and positions only, no (N, k, C) pairs
+    _check_relation(lambda a, b: query_frame(a, idx, pos, scale, b), x, q, expected, max_saved=12 * 4)
 
 
 def test_rotation_tables_are_the_shift_tables_of_the_block_rotations_and_transpose_inverts():
@@ -164,14 +171,8 @@ def test_relative_frame_is_gather_linear_rotation_subtract_with_its_gradients(ch
     q = torch.randn(12, channels, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
     disp = pos[idx] - pos[:, None]
     expected = GeoPE(channels, pos_scale=25.0).relative(x[idx], pos[:, None], pos[idx], linear=True) - q[:, None]
-    torch.testing.assert_close(relative_frame(x, idx, disp, scale, q), expected, atol=1e-12, rtol=0)
-    torch.testing.assert_close(relative_frame(x, idx, disp, scale), expected + q[:, None], atol=1e-12, rtol=0)
-    x, q = x.requires_grad_(), q.requires_grad_()
-    assert torch.autograd.gradcheck(lambda a, b: relative_frame(a, idx, disp, scale, b), (x, q))
-    saved = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
-        relative_frame(x, idx, disp, scale, q)
-    assert max(saved) <= 12 * 4 * 3, saved              # indices and displacements only
+    # saved: indices and displacements only
+    _check_relation(lambda a, b: relative_frame(a, idx, disp, scale, b), x, q, expected, max_saved=12 * 4 * 3)
 
 
 def test_steps_of_queries_give_the_same_values_and_gradients(monkeypatch):
