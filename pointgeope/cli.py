@@ -10,7 +10,7 @@ import sys
 
 from data_prep import prepare, synth
 from pointgeope import __version__, info, report
-from pointgeope.engine import evaluate_command, train_command
+from pointgeope.engine import evaluate_command, predict_command, train_command
 from pointgeope.viz import command as viz
 
 # (name, module, one-line help), in the order of the pipeline.
@@ -20,6 +20,7 @@ COMMANDS = (
     ("prepare", prepare, "raw S3DIS (folder or .zip) -> OUT/Area_N.h5, manifest.json, folds.json"),
     ("train", train_command, "train one fold (--test-area K) or every fold (--cv), then evaluate it"),
     ("evaluate", evaluate_command, "predict every point of a fold's test area by voting; metrics.json"),
+    ("predict", predict_command, "segment your own scans (ply, las, txt, npy, ...) with a trained model"),
     ("report", report, "6-fold tables (markdown, JSON, CSV) and figures of one or more runs"),
     ("viz", viz, "look at a room and its predicted segmentation (Open3D window, screenshot, PLY)"),
 )

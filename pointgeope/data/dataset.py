@@ -10,7 +10,8 @@ resumed run sees exactly the same samples; call ``set_epoch`` before each epoch)
 3. grid sampling at ``grid_size`` (0.04 m): one random point per occupied voxel (``voxel_sample``);
 4. if more than ``voxel_max`` (80,000) points remain, keep the ``voxel_max`` nearest to a random one;
 5. shuffle the points (PTv1), shift ``coord`` so the block's minimum is 0 again;
-6. ``Data(pos (N,3) float32, x (N,6|7) float32 = [rgb/255 | pos | (height)], y (N,) int64)``.
+6. ``Data(pos (N,3) float32, x (N,6|7) float32 = [rgb/255 | pos | (height)], y (N,) int64)``
+   (``color=False``: ``x = [pos | (height)]``, 3 or 4 channels).
 
 ``len`` is ``num_rooms * loop``: one epoch passes ``loop`` times over every room.
 
@@ -89,13 +90,14 @@ class S3DISTrain(Dataset):
         transform: augmentation ``t(sample, rng) -> sample``; ``None`` for the S3DIS default, pass
             ``Compose([])`` for none.
         seed: base seed; sample ``index`` of epoch ``e`` draws from ``SeedSequence([seed, e, index])``.
-        height: add the normalised height as a 7th feature channel.
+        height: add the normalised height as the last feature channel.
+        color: ``False`` leaves the colour out of the features (``x = [pos]``, geometry only).
         cache: keep the rooms each worker has read in memory.
     """
 
     def __init__(self, root: str | Path, areas: list[str] | tuple[str, ...], *, grid_size: float = 0.04,
                  voxel_max: int = 80_000, loop: int = 30, transform: Transform | None = None,
-                 seed: int = 0, height: bool = False, cache: bool = False):
+                 seed: int = 0, height: bool = False, color: bool = True, cache: bool = False):
         if loop < 1:
             raise ValueError(f"expected loop >= 1, got {loop}")
         if voxel_max < 1:
@@ -110,7 +112,7 @@ class S3DISTrain(Dataset):
         self.transform = s3dis_train_transform() if transform is None else transform
         self.seed = seed
         self.height = height
-        self.to_data = ToData(height=height)
+        self.to_data = ToData(height=height, color=color)
         self.store = RoomStore(cache=cache)
         self.epoch = 0
 

@@ -266,26 +266,32 @@ class ToData(Transform):
 
         x: [ r g b | x y z ]        rgb = color / 255, xyz = coord      (in_channels = 6)
            [ r g b | x y z | h ]    with height=True (needs "height")   (in_channels = 7)
+           [ x y z ]                with color=False (geometry only)    (in_channels = 3)
+           [ x y z | h ]            with color=False, height=True       (in_channels = 4)
+
+    With ``color=False`` the sample's ``"color"`` is never read (it may be absent).
     """
 
-    _repr_fields = ("height",)
+    _repr_fields = ("height", "color")
 
-    def __init__(self, height: bool = False):
+    def __init__(self, height: bool = False, color: bool = True):
         self.height = height
+        self.color = color
 
     @property
     def in_channels(self) -> int:
-        return 7 if self.height else 6
+        return 3 * self.color + 3 + self.height
 
     def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Data:
         coord = np.asarray(sample["coord"], dtype=np.float32)
-        parts = [np.asarray(sample["color"], dtype=np.float32) / 255.0, coord]
+        parts = [np.asarray(sample["color"], dtype=np.float32) / 255.0] if self.color else []
+        parts.append(coord)
         if self.height:
             if "height" not in sample:
                 raise KeyError("ToData(height=True) expected a 'height' array in the sample "
                                "(apply AddNormalizedHeight first), got keys " + str(sorted(sample)))
             parts.append(np.asarray(sample["height"], dtype=np.float32)[:, None])
-        x = np.concatenate(parts, axis=1)
+        x = np.concatenate(parts, axis=1) if len(parts) > 1 else coord.copy()
         return Data(pos=torch.from_numpy(coord.copy()), x=torch.from_numpy(x),
                     y=torch.from_numpy(np.asarray(sample["label"], dtype=np.int64).copy()))
 

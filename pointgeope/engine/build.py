@@ -18,7 +18,7 @@ from torch.utils.data import DistributedSampler
 
 from pointgeope.data.dataset import S3DISTrain
 from pointgeope.data.loader import make_loader
-from pointgeope.data.transforms import Compose
+from pointgeope.data.transforms import Compose, ToData
 from pointgeope.engine.config import Config
 from pointgeope.engine.distributed import DistEnv
 
@@ -28,9 +28,12 @@ def model(cfg: Config) -> torch.nn.Module:
 
     m = cfg.model
     in_channels = m.in_channels
-    if (7 if cfg.data.height else 6) != in_channels:
-        raise ValueError(f"model.in_channels={in_channels} but data.height={cfg.data.height} gives "
-                         f"{7 if cfg.data.height else 6} feature channels ([rgb | xyz{' | h' if cfg.data.height else ''}])")
+    features = ToData(height=cfg.data.height, color=cfg.data.color)
+    if features.in_channels != in_channels:
+        layout = " | ".join(["rgb"] * cfg.data.color + ["xyz"] + ["h"] * cfg.data.height)
+        raise ValueError(f"model.in_channels={in_channels} but data.color={cfg.data.color}, "
+                         f"data.height={cfg.data.height} give {features.in_channels} feature channels "
+                         f"([{layout}]); set model.in_channels={features.in_channels}")
     return PointTransformerSeg(in_channels=in_channels, num_classes=m.num_classes, pe=m.pe,
                                blocks=tuple(m.blocks), planes=tuple(m.planes), strides=tuple(m.strides),
                                neighbours=tuple(m.neighbours), decoder_blocks=tuple(m.decoder_blocks),
@@ -44,7 +47,7 @@ def train_dataset(cfg: Config, areas: list[str]) -> S3DISTrain:
     d = cfg.data
     return S3DISTrain(d.root, areas, grid_size=d.grid_size, voxel_max=d.voxel_max or 2**62, loop=d.loop,
                       transform=None if d.augment else Compose([]), seed=cfg.train.seed, height=d.height,
-                      cache=d.cache)
+                      color=d.color, cache=d.cache)
 
 
 def per_rank_batch(cfg: Config, env: DistEnv) -> int:

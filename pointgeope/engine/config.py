@@ -47,6 +47,7 @@ class DataConfig:
     num_workers: int = 4                    # DataLoader worker processes per rank (0: main process)
     augment: bool = True                    # the Point Transformer v1 training augmentations
     height: bool = False                    # append the normalised height to the features (7 channels)
+    color: bool = True                      # rgb features; false: geometry only, [xyz] (3 channels)
     cache: bool = False                     # each loader worker keeps the rooms it read in memory
 
 
@@ -55,7 +56,7 @@ class ModelConfig:
     """``PointTransformerSeg`` arguments; the defaults are the published S3DIS network (PTv1 Seg50)."""
 
     pe: Literal["rpe", "geope", "lingeope", "geope+rpe", "lingeope+rpe", "none"] = "rpe"
-    in_channels: int = 6                    # [rgb | xyz]; 7 with data.height
+    in_channels: int = 6                    # [rgb | xyz]; +1 with data.height, -3 with data.color=false
     num_classes: int = NUM_CLASSES
     planes: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])  # width per stage
     blocks: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 2])          # encoder blocks per stage

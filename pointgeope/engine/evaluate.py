@@ -27,6 +27,7 @@ import math
 import re
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import h5py
@@ -75,7 +76,8 @@ def view_coord(coord: np.ndarray, scale: float, flip: bool, angle: float) -> np.
 
 @torch.inference_mode()
 def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg: Config,
-              device: torch.device, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+              device: torch.device, seed: int = 0,
+              progress: Callable[[np.ndarray], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Summed softmax ``probs`` (N, C) float32 and prediction counts ``votes`` (N,) int32 of one room.
 
     Args:
@@ -83,6 +85,8 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
         coord: ``(N, 3)`` float32 room coordinates (metres); color: ``(N, 3)`` uint8.
         cfg: ``data.grid_size``, ``data.voxel_max``, ``eval.tta`` and ``eval.batch_points`` are used.
         seed: seeds the within-voxel shuffle and the crop seeds (the result is a function of it).
+        progress: called with the room indices (int64) of each piece once its prediction is added
+            (for a progress bar; it must not change them).
     """
     n = coord.shape[0]
     num_classes = cfg.model.num_classes
@@ -90,7 +94,7 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
     votes = np.zeros(n, dtype=np.int32)
     use_amp = device.type == "cuda" and cfg.train.amp != "none"
     amp_dtype = torch.float16 if cfg.train.amp == "fp16" else torch.bfloat16
-    to_data = ToData(height=cfg.data.height)
+    to_data = ToData(height=cfg.data.height, color=cfg.data.color)
     pending: list[tuple[np.ndarray, Data]] = []  # (room indices, sample) waiting for a forward
     pending_points = 0
 
@@ -107,6 +111,8 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
             probs[idx] += p[start:start + idx.shape[0]]
             votes[idx] += 1
             start += idx.shape[0]
+            if progress is not None:
+                progress(idx)
         pending.clear()
 
     for v, (scale, flip, angle) in enumerate(tta_views(cfg.eval.tta)):
@@ -169,8 +175,9 @@ def predict_areas(model: torch.nn.Module, cfg: Config, areas: list[str], env: di
 
 
 def validate(cfg: Config, model: torch.nn.Module, root: Path, areas: list[str],
-             env: distributed.DistEnv) -> dict:
-    """Scores of the test area(s) at full resolution without TTA (for ``best.pt``), all ranks summed."""
+             env: distributed.DistEnv) -> tuple[dict, dict[str, dict[str, np.ndarray]]]:
+    """Scores of the test area(s) at full resolution without TTA (for ``best.pt``), all ranks summed, and
+    this rank's predictions ``{area: {room: pred uint8 (N,)}}``."""
     no_tta = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, tta=TTAConfig()))
     preds = predict_areas(model, no_tta, areas, env, progress_desc="validate")
     meter = ConfusionMeter(cfg.model.num_classes, IGNORE_LABEL, device=env.device)
@@ -180,7 +187,7 @@ def validate(cfg: Config, model: torch.nn.Module, root: Path, areas: list[str],
             meter.update(torch.from_numpy(pred.astype(np.int64)), torch.from_numpy(label.astype(np.int64)))
     meter.all_reduce()
     model.train()
-    return meter.scores()
+    return meter.scores(), preds
 
 
 def write_predictions(path: Path, area: str, rooms: dict[str, np.ndarray], attrs: dict) -> None:

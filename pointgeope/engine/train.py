@@ -28,10 +28,12 @@ from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.data.folds import Fold, load_folds
 from pointgeope.engine import build, distributed
 from pointgeope.engine.runio import Log, progress
-from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, load_model_state, rng_state,
-                                          save_checkpoint, set_rng_state)
+from pointgeope.data.spacing import rooms_spacing
+from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, load_model_state,
+                                          prediction_metadata, rng_state, save_checkpoint, set_rng_state)
 from pointgeope.engine.config import Config, config_to_dict, load_config, save_config
 from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
+from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.metrics import ConfusionMeter
 
 
@@ -100,10 +102,13 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         net = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
 
-    writer = None
+    writer = clouds = None
     if env.is_main:
         from torch.utils.tensorboard import SummaryWriter
         writer = SummaryWriter(str(run / "tb"), purge_step=step)
+        clouds = RoomClouds(writer, root, seed=cfg.train.seed)
+    # What `pointgeope predict` needs, saved in every checkpoint (the spacing checks a scan's units).
+    predict_info = prediction_metadata(resolved, rooms_spacing(dataset.rooms, cfg.train.seed))
 
     def checkpoint(path: Path) -> None:
         """Save ``path`` on rank 0 with every rank's RNG state (collective: all ranks call it)."""
@@ -116,7 +121,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
             save_checkpoint(path, {
                 "config": resolved, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict() if scaler.is_enabled() else None,
-                "rng": states, "epoch": epoch, "batch": batch_in_epoch, "step": step, "best_miou": best_miou})
+                "rng": states, "epoch": epoch, "batch": batch_in_epoch, "step": step, "best_miou": best_miou,
+                "predict": predict_info})
         distributed.barrier()
 
     # --- epochs ---
@@ -188,10 +194,11 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
             writer.add_scalar("train/points_per_s", points_per_s, step)
         is_best = False
         if cfg.train.val_every and (epoch % cfg.train.val_every == 0 or epoch == cfg.train.epochs):
-            val = validate(cfg, model, root, test_areas, env)
+            val, val_preds = validate(cfg, model, root, test_areas, env)
             line += f"  val oa {val['oa']:.4f} macc {val['macc']:.4f} miou {val['miou']:.4f}"
             if writer is not None:
                 log_scores(writer, "val", val, step)
+                clouds.log(val_preds, step)
             is_best = val["miou"] > best_miou
             best_miou = max(best_miou, val["miou"])
         log(line)

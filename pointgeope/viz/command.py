@@ -6,6 +6,7 @@ Examples::
     pointgeope viz OUT/Area_5.h5 --room office_1 --pred RUN/area_5/predictions/Area_5.h5
     pointgeope viz OUT/Area_5.h5 --room office_1 --mode gt --hide ceiling --screenshot office_1.png
     pointgeope viz OUT/Area_5.h5 --room office_1 --voxel 0.02 --ply office_1.ply
+    pointgeope viz DIR/scan_pred.h5 --mode pred          # a scan predicted by pointgeope predict --format h5
 
 The window colours the room by RGB, ground truth, prediction or error (keys 1/2/3/4); the class legend,
 with each class's IoU in this room when predictions are given, is printed to the terminal.
@@ -22,7 +23,7 @@ from pointgeope.viz.scene import DEFAULT_MAX_POINTS
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("area", help="a prepared area file, OUT/Area_N.h5")
-    parser.add_argument("--room", help="the room to show (see --list)")
+    parser.add_argument("--room", help="the room to show (see --list; not needed in a file of one room)")
     parser.add_argument("--pred", help="predictions of that area, RUN/area_N/predictions/Area_N.h5")
     parser.add_argument("--list", action="store_true",
                         help="list the rooms with their point counts (and mIoU with --pred, worst first)")
@@ -83,16 +84,17 @@ def _show_room(args) -> int:
     from pointgeope.viz.scene import load_room, prepare_view
     from pointgeope.viz.select import parse_class_names
 
-    if args.room is None:
-        rooms = ", ".join(list_rooms(args.area))
-        raise ValueError(f"expected --room ROOM or --list; rooms in {args.area}: {rooms}")
+    rooms = list(list_rooms(args.area))
+    if args.room is None and len(rooms) != 1:
+        raise ValueError(f"expected --room ROOM or --list; rooms in {args.area}: {', '.join(rooms)}")
     mode = args.mode or "gt"
-    if mode in ("pred", "error") and not args.pred:
-        raise ValueError(f"--mode {mode} needs --pred RUN/area_N/predictions/Area_N.h5")
     if args.voxel is not None and not args.voxel > 0:
         raise ValueError(f"expected --voxel > 0 metres, got {args.voxel}")
     hidden = parse_class_names(args.hide)
-    room = load_room(args.area, args.room, args.pred)
+    room = load_room(args.area, args.room or rooms[0], args.pred)
+    if mode in ("pred", "error") and room.pred is None:
+        raise ValueError(f"--mode {mode} needs --pred RUN/area_N/predictions/Area_N.h5 (or a file of "
+                         "pointgeope predict --format h5)")
     ansi = use_ansi()
     print("\n".join(legend_lines(room.label, room.pred, ansi=ansi,
                                  title=f"{args.area} / {room.name}: {len(room):,} points")))

@@ -54,11 +54,18 @@ class RoomView:
 
 
 def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = None) -> RoomView:
-    """Read a room and, with ``pred_path``, its predictions (checked: same length, labels 0..12)."""
+    """Read a room and its predictions (checked: same length, labels 0..12): from ``pred_path`` when
+    given, else the room's own ``pred`` array if it has one (files of ``pointgeope predict --format h5``)."""
+    import h5py
+
     from pointgeope.data.h5 import read_predictions, read_room
 
     data = read_room(area_path, room, fields=("coord", "color", "label"))
     pred = None
+    if pred_path is None:
+        with h5py.File(area_path, "r") as f:
+            if "pred" in f[room]:
+                pred_path = area_path
     if pred_path is not None:
         pred = np.asarray(read_predictions(pred_path, room))
         n = data["label"].shape[0]

@@ -138,6 +138,17 @@ def test_add_normalized_height_and_to_data_layout():
         ToData(height=True)(make_sample())
 
 
+def test_to_data_without_colour_is_geometry_only():
+    sample = AddNormalizedHeight()(make_sample())
+    no_color = {k: v for k, v in sample.items() if k != "color"}   # colour is never read
+    data = ToData(color=False)(no_color)
+    assert ToData(color=False).in_channels == 3 and data.x.shape == (200, 3)
+    np.testing.assert_array_equal(data.x.numpy(), sample["coord"])
+    data_h = ToData(color=False, height=True)(no_color)
+    assert ToData(color=False, height=True).in_channels == 4 and data_h.x.shape == (200, 4)
+    np.testing.assert_array_equal(data_h.x[:, 3].numpy(), sample["height"])
+
+
 def test_reprs_are_readable():
     assert repr(RandomScale((0.9, 1.1))) == "RandomScale(scale=(0.9, 1.1), anisotropic=False)"
     assert repr(ChromaticAutoContrast()) == "ChromaticAutoContrast(p=0.2, blend_factor=None)"
@@ -146,7 +157,7 @@ def test_reprs_are_readable():
     assert repr(RandomJitter()) == "RandomJitter(sigma=0.01, clip=0.05)"
     assert repr(RandomFlip()) == "RandomFlip(p=0.5)"
     assert repr(ElasticDistortion()) == "ElasticDistortion(params=((0.2, 0.4), (0.8, 1.6)), p=0.95)"
-    assert repr(Compose([RandomFlip(), ToData()])) == "Compose([\n  RandomFlip(p=0.5),\n  ToData(height=False),\n])"
+    assert repr(Compose([RandomFlip(), ToData()])) == "Compose([\n  RandomFlip(p=0.5),\n  ToData(height=False, color=True),\n])"
 
 
 def test_bad_parameters_are_rejected():
