@@ -142,7 +142,7 @@ def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float
                         "(data.color=false model.in_channels=3, features [xyz]) and predict with that")
     reference = predictor.info.get("spacing")
     if reference:
-        spacing = median_spacing(coord, np.random.default_rng(0))
+        spacing = median_spacing(coord)
         ratio = spacing / reference
         if not (1 / SPACING_FACTOR <= ratio <= SPACING_FACTOR):
             warn(f"warning: {scan.source}: median point spacing {spacing:.3g} (after --scale {scale:g}) is {ratio:.3g} times "

@@ -108,7 +108,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         writer = SummaryWriter(str(run / "tb"), purge_step=step)
         clouds = RoomClouds(writer, root, seed=cfg.train.seed)
     # What `pointgeope predict` needs, saved in every checkpoint (the spacing checks a scan's units).
-    predict_info = prediction_metadata(resolved, rooms_spacing(dataset.rooms, cfg.train.seed))
+    predict_info = prediction_metadata(resolved, rooms_spacing(root, train_areas))
 
     def checkpoint(path: Path) -> None:
         """Save ``path`` on rank 0 with every rank's RNG state (collective: all ranks call it)."""

@@ -64,7 +64,9 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
             warnings.simplefilter("ignore", UserWarning)  # "input contained no data": checked below
             rows = np.loadtxt(path, dtype=np.float64, delimiter=delimiter, comments="#", skiprows=skip, ndmin=2)
     except ValueError as err:
-        raise ScanError(f"{path}: expected lines of numbers 'x y z [r g b ...]' ({err})") from None
+        reason = str(err).split(";")[0]  # numpy's advice after ';' (usecols) does not apply here
+        raise ScanError(f"{path}: expected lines of numbers 'x y z [r g b ...]' ({reason}, counting data "
+                        f"rows after {skip} header line(s))") from None
     if rows.shape[0] == 0:
         raise ScanError(f"{path}: expected points, found none (empty file)")
     if rows.shape[1] < 3:
