@@ -7,7 +7,7 @@ import importlib.util
 import platform
 
 PACKAGES = ("torch", "torch-geometric", "numpy", "scipy", "h5py", "tensorboard", "fpsample", "pykdtree",
-            "open3d", "torch-scatter", "torch-cluster")
+            "open3d", "laspy", "torch-scatter", "torch-cluster")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from pointgeope.engine import build
 from pointgeope.engine.build import ResumableSampler, lr_factor, scheduler
 from pointgeope.engine.config import load_config
 from pointgeope.engine.distributed import DistEnv
@@ -57,3 +58,14 @@ def test_sampler_shards_differ_between_ranks():
         s.set_epoch(1)
         shards.append(list(s))
     assert not set(shards[0]) & set(shards[1]) and sorted(shards[0] + shards[1]) == data
+
+
+def test_model_input_channels_follow_the_features():
+    small = ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]", "model.neighbours=[8, 8]",
+             "model.decoder_blocks=[1, 1]"]
+    net = build.model(load_config(None, small + ["data.color=false", "model.in_channels=3"]))
+    coord = torch.rand(64, 3)
+    assert net(coord, coord.clone(), torch.tensor([64])).shape == (64, 13)   # x = [xyz]
+    with pytest.raises(ValueError, match=r"model.in_channels=6 but data.color=False, data.height=True give 4 "
+                                         r"feature channels \(\[xyz \| h\]\); set model.in_channels=4"):
+        build.model(load_config(None, small + ["data.color=false", "data.height=true"]))
