@@ -201,6 +201,20 @@ def _fail(message: str) -> None:
     print(f"pointgeope predict: error: {message}", file=sys.stderr, flush=True)
 
 
+def _unique_names(refs: list, errors: list[str]) -> list:
+    """The scans whose outputs no earlier scan writes; the others become errors."""
+    first: dict[str, str] = {}
+    keep = []
+    for ref in refs:
+        if ref.name in first:
+            errors.append(f"{ref.source}: its outputs would overwrite those of {first[ref.name]} (same name "
+                          f"{ref.name!r}); predict it into another --out folder")
+        else:
+            first[ref.name] = ref.source
+            keep.append(ref)
+    return keep
+
+
 def main(args) -> int:
     """Predict every scan of ``args.inputs``; 0 when all were written, 2 when any input failed."""
     import time
@@ -212,16 +226,9 @@ def main(args) -> int:
         _fail(f"expected --scale > 0 and --batch-points >= 1, got {args.scale} and {args.batch_points}")
         return 2
     refs, errors = find_scans(args.inputs)
+    refs = _unique_names(refs, errors)
     for message in errors:
         _fail(message)
-    names: dict[str, str] = {}
-    for ref in list(refs):
-        if ref.name in names:
-            errors.append(f"{ref.source}: its outputs would overwrite those of {names[ref.name]} (same name "
-                          f"{ref.name!r}); predict it into another --out folder")
-            _fail(errors[-1])
-            refs.remove(ref)
-        names.setdefault(ref.name, ref.source)
     if not refs:
         return 2
     try:
@@ -242,8 +249,11 @@ def main(args) -> int:
                                                warn=lambda m: print(m, file=sys.stderr, flush=True))
             probs = vote_probabilities(scores, votes) if args.probabilities else None
             del scores
-            paths = write_outputs(args.out, scan, pred, args.format, predictor.palette,
-                                  list(predictor.info["class_names"]), probs)
+            try:
+                paths = write_outputs(args.out, scan, pred, args.format, predictor.palette,
+                                      list(predictor.info["class_names"]), probs)
+            except OSError as err:
+                raise ScanError(f"{args.out}: cannot write the outputs of {ref.source} ({err})") from None
         except ScanError as err:
             errors.append(str(err))
             _fail(str(err))

@@ -9,8 +9,9 @@ An input is, by what it is:
 ``*.npy``                          ``(N, 3)`` or ``(N, 6)`` numbers, ``x y z [r g b]``
 ``Area_N.h5`` (prepared)           every room of it, named ``Area_N/<room>`` (with its ground truth)
 a raw S3DIS room folder            ``<room>/Annotations/*.txt`` parsed as ``pointgeope prepare`` does, in
-                                   the same point order (with its ground truth)
-any other folder                   its files of the kinds above and its raw room sub-folders, by name
+                                   the same point order (with its ground truth), named ``<room>``
+any other folder                   its files of the kinds above (named by their stem) and its raw room
+                                   sub-folders (named ``<folder>/<room>``, e.g. ``Area_1/office_1``)
 =================================  ====================================================================
 
 :func:`find_scans` only lists (cheap); :func:`read_scan` reads one scan at a time, so a call over many
@@ -70,7 +71,7 @@ def _refs_of_folder(folder: Path, errors: list[str]) -> list[ScanRef]:
     if _is_raw_room(folder):
         return [ScanRef(folder, "raw", folder.name)]
     entries = sorted(folder.iterdir())
-    refs = [ScanRef(p, "raw", p.name) for p in entries if p.is_dir() and _is_raw_room(p)]
+    refs = [ScanRef(p, "raw", f"{folder.name}/{p.name}") for p in entries if p.is_dir() and _is_raw_room(p)]
     files = [p for p in entries if p.is_file() and p.suffix.lower() in KINDS]
     for path in files:
         try:

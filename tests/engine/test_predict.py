@@ -13,8 +13,10 @@ from pointgeope.cli import main as cli
 from pointgeope.data.h5 import list_rooms, read_predictions, read_room
 from pointgeope.engine.checkpoint import prediction_metadata
 from pointgeope.engine.config import config_to_dict, load_config
-from pointgeope.engine.predict import Predictor, load_predictor, predict_scan, vote_probabilities
-from pointgeope.scans.scan import Scan, ScanError
+from pointgeope.constants import PALETTE
+from pointgeope.engine.predict import (Predictor, PredictError, load_predictor, predict_scan,
+                                       vote_probabilities)
+from pointgeope.scans.scan import Scan
 from pointgeope.scans.sources import ScanRef, read_scan
 from tests.engine.conftest import train_fold
 from tests.engine.test_evaluate import ColourClassifier, expected_class
@@ -163,9 +165,27 @@ def test_foreign_checkpoints_are_one_line_errors(tiny_run, tmp_path, capsys):
         assert cli(["predict", str(tmp_path / model), str(tmp_path / "s.npy"), "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0] and str(tmp_path / model) in err[0]
-    with pytest.raises(Exception, match="CUDA is not available") if not torch.cuda.is_available() \
-            else pytest.raises(ScanError, match="never"):
-        load_predictor(tiny_run, device="cuda")
+    if torch.cuda.is_available():
+        assert load_predictor(tiny_run, device="cuda").device.type == "cuda"
+    else:
+        with pytest.raises(PredictError, match="--device cuda but CUDA is not available here"):
+            load_predictor(tiny_run, device="cuda")
+
+
+def test_the_h5_output_opens_in_the_viewer(tiny_run, two_folds, tmp_path):
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    np.save(tmp_path / "office_1.npy", np.c_[room["coord"], room["color"]])
+    assert cli(["predict", str(tiny_run), str(tmp_path / "office_1.npy"), "--out", str(tmp_path / "o"),
+                "--format", "h5"]) == 0
+    assert cli(["viz", str(tmp_path / "o" / "office_1_pred.h5"), "--mode", "pred", "--max-points", "0",
+                "--ply", str(tmp_path / "v.ply")]) == 0
+    import open3d as o3d
+
+    drawn = o3d.t.io.read_point_cloud(str(tmp_path / "v.ply"))
+    pred = read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1")
+    np.testing.assert_array_equal(drawn.point.colors.numpy(), np.asarray(PALETTE, np.uint8)[pred])
+    np.testing.assert_allclose(drawn.point.positions.numpy(), room["coord"] - np.floor(room["coord"].min(0)),
+                               atol=1e-5)
 
 
 # --- geometry-only models, large scans ------------------------------------------------------------------------

@@ -28,7 +28,7 @@ def test_inputs_expand_by_kind(tmp_path):
                                                   for r in ("office_2", "hall_1")})
     (tmp_path / "x.foo").write_text("1 2 3")
     refs, errors = find_scans([d, tmp_path / "Area_7.h5", tmp_path / "missing.las", tmp_path / "x.foo"])
-    assert [(r.kind, r.name) for r in refs] == [("raw", "office_9"), ("ply", "a"), ("npy", "b"),
+    assert [(r.kind, r.name) for r in refs] == [("raw", "scans/office_9"), ("ply", "a"), ("npy", "b"),
                                                 ("h5", "Area_7/hall_1"), ("h5", "Area_7/office_2")]
     assert refs[3].source == f"{tmp_path / 'Area_7.h5'}:hall_1"
     assert errors == [f"{tmp_path / 'missing.las'}: expected a scan file or folder, found nothing",
