@@ -97,14 +97,13 @@ def run_case(mode: str, ckpt: Path, scan: Path, out: Path, threads: int, timeout
 
 
 def fit(rows: list[dict]) -> dict:
-    """Least squares ``added_mb = a + b * N`` over the rows (b in MB per million points)."""
+    """Least squares ``added_mb = a + b * N`` over the rows (b in MB per million points = bytes per point)."""
     import numpy as np
 
     n = np.array([r["points"] for r in rows], dtype=float) / 1e6
     y = np.array([r["added_mb"] for r in rows])
     b, a = np.polyfit(n, y, 1) if len(rows) > 1 else (float("nan"), float(y[0]))
-    return {"intercept_mb": round(float(a), 1), "mb_per_million_points": round(float(b), 1),
-            "bytes_per_point": round(float(b), 1)}  # MB per 1e6 points = bytes per point
+    return {"intercept_mb": round(float(a), 1), "bytes_per_point": round(float(b), 1)}
 
 
 def main() -> None:

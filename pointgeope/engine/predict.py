@@ -113,21 +113,21 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     return Predictor(net, cfg, info, dev, path)
 
 
-def vote_probabilities(scores: np.ndarray, votes: np.ndarray, chunk: int = 1 << 20) -> np.ndarray:
+def vote_probabilities(scores: np.ndarray, votes: np.ndarray, vote: str, chunk: int = 1 << 20) -> np.ndarray:
     """``float16 (N, C)`` per-point class probabilities, each row summing to 1, from ``vote_room``'s
-    ``scores (N, C)`` (sums over the ``votes (N,)`` predictions of each point):
+    ``scores (N, C)``, sums over the ``votes (N,)`` predictions of each point of (``eval.vote``):
 
-    - summed softmax probabilities (no negative value): ``scores / sum_c scores``, the mean of the
-      probabilities of the point's predictions;
-    - summed logits (negative values): ``softmax(scores / votes)``, the softmax of the mean logit.
+    - ``"logits"``: ``softmax(scores / votes)``, the softmax of the point's mean logit;
+    - ``"softmax"``: ``scores / sum_c scores``, the mean of its predictions' probabilities.
 
     Either way ``argmax`` is the predicted label. Computed in chunks of rows (bounded extra memory).
     """
+    if vote not in ("logits", "softmax"):
+        raise ValueError(f"expected eval.vote 'logits' or 'softmax', got {vote!r}")
     out = np.empty(scores.shape, dtype=np.float16)
-    logits = bool((scores < 0).any())
     for start in range(0, scores.shape[0], chunk):
         s = scores[start:start + chunk].astype(np.float64)
-        if logits:
+        if vote == "logits":
             s = s / np.maximum(votes[start:start + chunk, None], 1)
             s = np.exp(s - s.max(axis=1, keepdims=True))
         out[start:start + chunk] = s / s.sum(axis=1, keepdims=True)
@@ -152,47 +152,18 @@ def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float
 
 def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress: bool = False,
                  warn=print) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(pred uint8 (N,), scores (N, C), votes (N,))`` of one scan (see the module docstring)."""
+    """``(pred uint8 (N,), scores (N, C), votes (N,))`` of one scan (see the module docstring); with
+    ``progress`` a bar with ETA over each view's fragments (on a terminal)."""
     lo = scan.coord.min(axis=0)
     coord = ((scan.coord - lo) * scale).astype(np.float32)
     check_scan(predictor, scan, coord, scale, warn)
     color = scan.color if scan.color is not None else np.zeros((len(scan), 3), np.uint8)  # unused by [xyz] models
     room = scan.name.rsplit("/", 1)[-1]
-    bar = _Bar(len(scan), len(predictor.cfg.eval.tta.scales) * (2 if predictor.cfg.eval.tta.flips else 1)
-               * predictor.cfg.eval.tta.rotations, scan.name, progress)
-    try:
-        scores, votes = vote_room(predictor.model, coord, color, predictor.cfg, predictor.device,
-                                  seed=room_seed(predictor.cfg.train.seed, room), progress=bar.update)
-    finally:
-        bar.close()
-    if (votes < 1).any():
-        raise RuntimeError(f"{scan.source}: {(votes < 1).sum()} points got no prediction")
-    return scores.argmax(1).astype(np.uint8), scores, votes
-
-
-class _Bar:
-    """A tqdm bar with ETA over ``points x views`` point predictions (stderr a terminal only). A point
-    counts once per view it is predicted in; overlapping crops of one view count once."""
-
-    def __init__(self, points: int, views: int, name: str, enabled: bool):
-        self.views = views
-        self.hits = np.zeros(points, dtype=np.uint16) if enabled and sys.stderr.isatty() else None
-        self.bar = None
-        if self.hits is not None:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=points * views, desc=name, unit="pt", unit_scale=True, dynamic_ncols=True,
-                            leave=False)
-
-    def update(self, idx: np.ndarray) -> None:
-        if self.bar is not None:
-            new = int(np.count_nonzero(self.hits[idx] < self.views))
-            self.hits[idx] += 1
-            self.bar.update(new)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+    result = vote_room(predictor.model, coord, color, predictor.cfg, predictor.device,
+                       seed=room_seed(predictor.cfg.train.seed, room), show_progress=progress)
+    if (result.votes < 1).any():
+        raise RuntimeError(f"{scan.source}: {(result.votes < 1).sum()} points got no prediction")
+    return result.scores.argmax(1).astype(np.uint8), result.scores, result.votes
 
 
 # --- `pointgeope predict MODEL INPUT [INPUT ...] --out DIR` ------------------------------------------------
@@ -247,7 +218,7 @@ def main(args) -> int:
                 print(f"note: {note}")
             pred, scores, votes = predict_scan(predictor, scan, args.scale, progress=True,
                                                warn=lambda m: print(m, file=sys.stderr, flush=True))
-            probs = vote_probabilities(scores, votes) if args.probabilities else None
+            probs = vote_probabilities(scores, votes, predictor.cfg.eval.vote) if args.probabilities else None
             del scores
             try:
                 paths = write_outputs(args.out, scan, pred, args.format, predictor.palette,

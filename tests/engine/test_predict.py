@@ -90,16 +90,18 @@ def test_every_input_format_keeps_the_input_order(tmp_path, suffix):
 def test_vote_probabilities_of_summed_softmax_and_of_summed_logits():
     rng = np.random.default_rng(0)
     votes = rng.integers(1, 4, 50)
-    per_vote = [torch.softmax(torch.from_numpy(rng.normal(size=(50, 13))), 1).numpy() for _ in range(3)]
-    summed = sum(p * (votes > k)[:, None] for k, p in enumerate(per_vote))
-    probs = vote_probabilities(summed.astype(np.float32), votes, chunk=16)
+    logits = [rng.normal(size=(50, 13)) * 3 for _ in range(3)]
+    summed = sum(z * (votes > k)[:, None] for k, z in enumerate(logits))   # point i voted votes[i] times
+    mean_logit = summed / votes[:, None]
+    expected = torch.softmax(torch.from_numpy(mean_logit), 1).numpy()
+    probs = vote_probabilities(summed.astype(np.float32), votes, "logits", chunk=7)
     assert probs.dtype == np.float16 and probs.shape == (50, 13)
-    mean = sum(p * (votes > k)[:, None] for k, p in enumerate(per_vote)) / votes[:, None]
-    np.testing.assert_allclose(probs, mean, atol=1e-3)
-    logits = rng.normal(size=(50, 13)) * 3 * votes[:, None]  # summed logits: some negative
-    expected = torch.softmax(torch.from_numpy(logits / votes[:, None]), 1).numpy()
-    np.testing.assert_allclose(vote_probabilities(logits, votes, chunk=7), expected, atol=1e-3)
-    np.testing.assert_array_equal(vote_probabilities(logits, votes).argmax(1), logits.argmax(1))
+    np.testing.assert_allclose(probs, expected, atol=1e-3)
+    softmaxes = [torch.softmax(torch.from_numpy(z), 1).numpy() for z in logits]
+    summed_p = sum(p * (votes > k)[:, None] for k, p in enumerate(softmaxes))
+    np.testing.assert_allclose(vote_probabilities(summed_p, votes, "softmax", chunk=16),
+                               summed_p / votes[:, None], atol=1e-3)   # the mean probability
+    np.testing.assert_array_equal(vote_probabilities(summed, votes, "logits").argmax(1), summed.argmax(1))
 
 
 def test_probabilities_output_matches_the_labels(tiny_run, two_folds, tmp_path):
