@@ -96,7 +96,7 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     ckpt = load_checkpoint(path)
     info = checkpoint_prediction_info(ckpt, path)
     try:
-        cfg = config_from_dict(ckpt["config"], where=str(path))
+        cfg = config_from_dict(ckpt["config"], where="its config")
     except ConfigError as err:
         raise CheckpointError(f"{path}: written by another version of pointgeope ({err})") from None
     views = cfg.eval.tta

@@ -28,7 +28,7 @@ def _formats(text: str) -> tuple[str, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="a fold folder RUN/area_K (its last.pt, or eval.checkpoint) or a CHECKPOINT.pt")
+    parser.add_argument("model", metavar="MODEL", help="a fold folder RUN/area_K (its last.pt, or eval.checkpoint) or a CHECKPOINT.pt")
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="scan files or folders (see above)")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder for the outputs")
     parser.add_argument("--format", type=_formats, default=("npy", "ply"), metavar="LIST",

@@ -35,3 +35,20 @@ def test_checked_scan_names_the_file_and_the_first_bad_point():
         checked_scan(Scan("c", "c.npy", np.zeros((2, 3)), color=np.zeros((2, 3))))
     ok = Scan("o", "o.npy", np.zeros((2, 3)), color=np.zeros((2, 3), np.uint8))
     assert checked_scan(ok) is ok and len(ok) == 2
+
+
+def test_scans_do_not_import_the_model_or_the_engine():
+    """The scan readers and writers sit at the data end: they never import pointgeope.model or .engine."""
+    import ast
+    from pathlib import Path
+
+    import pointgeope.scans
+
+    files = sorted(Path(pointgeope.scans.__file__).parent.glob("*.py"))
+    assert len(files) >= 7
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not name.startswith(("pointgeope.model", "pointgeope.engine", "torch")), f"{path}: imports {name}"
