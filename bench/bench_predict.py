@@ -137,7 +137,8 @@ def main() -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     ok = [r for r in rows if "error" not in r]
-    fits = {str(t): fit([r for r in ok if r["threads"] == t]) for t in args.threads if any(r["threads"] == t for r in ok)}
+    fits = {str(t): fit([r for r in ok if r["threads"] == t]) for t in args.threads
+            if any(r["threads"] == t for r in ok)}
     print(f"\n{'points':>10} {'threads':>7} {'baseline MB':>11} {'predict MB':>10} {'added MB':>9} {'s':>7}")
     for r in ok:
         print(f"{r['points']:>10,} {r['threads']:>7} {r['baseline_peak_mb']:>11.0f} {r['predict_peak_mb']:>10.0f} "

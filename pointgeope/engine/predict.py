@@ -145,8 +145,8 @@ def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float
         spacing = median_spacing(coord)
         ratio = spacing / reference
         if not (1 / SPACING_FACTOR <= ratio <= SPACING_FACTOR):
-            warn(f"warning: {scan.source}: median point spacing {spacing:.3g} (after --scale {scale:g}) is {ratio:.3g} times "
-                 f"the training rooms' {reference:.3g} m; if its unit is not metres, pass --scale "
+            warn(f"warning: {scan.source}: median point spacing {spacing:.3g} (after --scale {scale:g}) is "
+                 f"{ratio:.3g} times the training rooms' {reference:.3g} m; if its unit is not metres, pass --scale "
                  "(0.001 for millimetres, 0.3048 for feet)")
 
 
