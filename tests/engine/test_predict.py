@@ -75,7 +75,7 @@ def test_every_input_format_keeps_the_input_order(tmp_path, suffix):
     rng = np.random.default_rng(7)
     n = 2500
     coord = np.round(rng.random((n, 3)) * [4.0, 3.0, 2.5], 3)
-    coord[: n // 4] = coord[0]   # a clump: many fragments, points far from their file position
+    coord[: n // 50] = coord[0]  # a clump of 50: 50 fragments, points far from their file position
     color = rng.integers(0, 256, (n, 3)).astype(np.uint8)
     write_scan(tmp_path / f"scan{suffix}", coord, color)
     scan = read_scan(ScanRef(tmp_path / f"scan{suffix}", suffix.strip(".").replace("txt", "text")
