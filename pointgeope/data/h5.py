@@ -20,11 +20,12 @@ import h5py
 import numpy as np
 
 from pointgeope.constants import SCHEMA_VERSION
+from pointgeope.errors import UserError
 
 ROOM_FIELDS = ("coord", "color", "label", "instance")
 
 
-class SchemaError(ValueError):
+class SchemaError(UserError, ValueError):
     """A prepared file that this version of pointgeope cannot read."""
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from pointgeope.atomic import atomic_open
+from pointgeope.errors import UserError
 
 FORMAT = "pointgeope-checkpoint"
 VERSION = 1
@@ -38,7 +39,7 @@ FREE_KEYS = frozenset({
 FREE_SECTIONS = ("eval.",)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint file that cannot be used to resume or evaluate this run."""
 
 

@@ -20,12 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.errors import UserError
 from pointgeope.metrics import mean_of_fold_scores, pool, scores
 
 METRICS_FILE = "metrics.json"
 
 
-class ReportError(ValueError):
+class ReportError(UserError, ValueError):
     """A run folder or metrics file that the report cannot use; the message names it."""
 
 
