@@ -86,18 +86,6 @@ def _parse_room(task):
     return room.area, room.name, data.attrs, data.messages, data.num_bytes, data.seconds, data.refused
 
 
-def _out_folder(out: Path) -> Path:
-    if out.exists() and not out.is_dir():
-        raise UserError(f"OUT {out}: expected a folder for the prepared files, found a file; give a folder name")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"OUT {out}: cannot create it ({err.strerror or err}); give a folder you can write") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise UserError(f"OUT {out}: not writable; give a folder you can write")
-    return out
-
-
 def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> dict:
     """Room -> attrs of an existing ``Area_N.h5`` whose checksum matches ``manifest.json`` (else ``{}``)."""
     from data_prep.writer import read_attrs
@@ -136,7 +124,7 @@ def prepare(cfg: PrepareConfig) -> dict:
     4. ``manifest.json`` (with each area file's checksum) and ``folds.json`` are rewritten; ``.work`` goes.
     """
     from data_prep.source import open_source
-    from pointgeope.atomic import remove_leftovers
+    from pointgeope.atomic import remove_leftovers, writable_folder
     from pointgeope.lock import folder_lock
 
     t0 = time.perf_counter()
@@ -147,7 +135,7 @@ def prepare(cfg: PrepareConfig) -> dict:
             source.check(entry)
     for path in source.ignored:
         print(f"warning: {path}: ignored (not a .txt annotation file)", file=sys.stderr)
-    out = _out_folder(Path(cfg.out))
+    out = writable_folder(cfg.out, "OUT")
     with folder_lock(out, f"pointgeope prepare {cfg.raw} {cfg.out}"):
         remove_leftovers(out)
         return _prepare_locked(cfg, source, rooms, out, t0)
@@ -185,7 +173,7 @@ def _prepare_locked(cfg: PrepareConfig, source, rooms: list, out: Path, t0: floa
     if not written:
         raise UserError(f"{source.location}: no room holds a valid point, nothing written (see the warnings "
                         "above); check the files or the limits (--max-extent, --outliers)")
-    changed, checksums = _assemble(out, written, attrs, held, old_rooms, old_manifest)
+    changed, checksums = _assemble(out, written, attrs, held, old_rooms, old_manifest, cfg.limits)
     for area in areas:
         if area not in written:
             print(f"warning: {area}: every room was refused; {out / f'{area}.h5'} not written", file=sys.stderr)
@@ -234,8 +222,8 @@ def _parse_all(cfg: PrepareConfig, todo: list, attrs: dict, held: dict, refused:
     return stats, time.perf_counter() - t_parse
 
 
-def _assemble(out: Path, areas: list[str], attrs: dict, held: dict, old_rooms: dict,
-              old_manifest: dict) -> tuple[set, dict]:
+def _assemble(out: Path, areas: list[str], attrs: dict, held: dict, old_rooms: dict, old_manifest: dict,
+              limits: PointLimits) -> tuple[set, dict]:
     """Write each area whose rooms changed, in room order; returns the changed areas and every area
     file's checksum."""
     import h5py
@@ -256,7 +244,7 @@ def _assemble(out: Path, areas: list[str], attrs: dict, held: dict, old_rooms: d
                         arrays, room_attrs = read_room(f[name])
                     yield name, arrays, room_attrs
 
-            write_area(area_file, area, records())
+            write_area(area_file, area, records(), limits.max_extent)
             checksums[area] = file_checksum(area_file)
         else:
             checksums[area] = old_manifest["checksums"][area]  # verified by _trusted_attrs

@@ -104,7 +104,8 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
         counts["dropped"] += parsed.count("dropped")
         file_messages = [f"{entry.path}:{i.line}: {i.kind}: {i.message}" for i in parsed.issues]
         # Coordinates beyond float32 (1e39) would be stored as inf.
-        bad = np.flatnonzero(~np.isfinite(parsed.values[:, :3].astype(np.float32)).all(axis=1))
+        with np.errstate(over="ignore"):
+            bad = np.flatnonzero(~np.isfinite(parsed.values[:, :3].astype(np.float32)).all(axis=1))
         for row, line in zip(bad, parsed.line_numbers(data, bad)):
             file_messages.append(f"{entry.path}:{line}: dropped: coordinate beyond float32: "
                                  f"{' '.join(f'{v:g}' for v in parsed.values[row, :3])}")

@@ -162,7 +162,11 @@ class FolderSource(Source):
             prefix = "" if rel == "." else rel + "/"
             out.extend(Entry(prefix + d, is_dir=True) for d in dirs)
             for name in files:
-                st = os.stat(os.path.join(folder, name))
+                try:
+                    st = os.stat(os.path.join(folder, name))
+                except OSError as err:  # a dangling link, a file gone meanwhile
+                    raise SourceError(f"{os.path.join(folder, name)}: cannot be read ({err.strerror or err}); "
+                                      "check that it exists and is readable") from None
                 out.append(Entry(prefix + name, st.st_size, st.st_mtime_ns))
         return out
 
