@@ -3,10 +3,12 @@
 The baseline is the way PointNet's ``collect_indoor3d_data.py`` (and the codebases that copied it)
 prepare S3DIS: one process, ``np.loadtxt`` on each annotation file, concatenate ``x y z r g b label``
 per room and ``np.save`` one ``.npy`` per room. Ours parses the same rooms into ``Area_N.h5``
-(``--jobs 1`` and ``--jobs 2``, from scratch each time). The rooms are the real rooms of
-``shared/data/s3dis_real`` copied into several rooms and areas of a temporary tree (files are read
-once beforehand so that every method finds them in the page cache). A second table times the
-whole-file parsers on the same text (why ``data_prep.parse`` has its own vectorised fast path).
+(``--jobs 1`` and ``--jobs 2``, from scratch each time, validation, checksums and lock included). The
+rooms are the real rooms of ``../shared/data/s3dis_real`` when present (the full 352k-point office), else
+those of ``tests/fixtures/s3dis``, copied into several rooms and areas of a temporary tree (files are
+read once beforehand so that every method finds them in the page cache). A second table times the
+whole-file parsers on the same text: why ``data_prep.parse`` reads well-formed files with pandas.
+The machine is shared: the load average before and after is saved with the numbers.
 
 Usage: python bench/bench_prepare.py [--copies 6] [--reps 2]
 """
@@ -27,6 +29,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("POINTGEOPE_SHARED", REPO.parent / "shared"))
 RESULTS = REPO / "bench" / "results" / "bench_prepare.json"
+
+
+def real_rooms() -> Path:
+    full = SHARED / "data" / "s3dis_real"
+    return full if (full / "Area_2/office_resampled").is_dir() else REPO / "tests" / "fixtures" / "s3dis"
 
 
 def build_tree(real: Path, root: Path, copies: int) -> int:
@@ -80,16 +87,30 @@ def best_times(runs: dict, reps: int, fresh: Path) -> dict[str, float]:
 
 def parser_table(files: list[Path], reps: int) -> list[dict]:
     """Whole-file parsers on the same bytes (best of ``reps``), values checked equal to np.loadtxt."""
+    import pandas as pd
+
     from data_prep.parse import parse_points
 
     data = [f.read_bytes() for f in files]
     size = sum(map(len, data))
     parsers = {
         "np.loadtxt": lambda d: np.loadtxt(io.BytesIO(d)).ravel(),
-        "np.fromstring(sep=' ')": lambda d: np.fromstring(d, sep=" "),
-        "np.array(data.split(), float64)": lambda d: np.array(d.split(), dtype=np.float64),
-        "data_prep.parse.parse_points": lambda d: parse_points(d).values.ravel(),
+        "pandas.read_csv(sep=' ', engine='c')": lambda d: pd.read_csv(
+            io.BytesIO(d), sep=" ", header=None, dtype=np.float64, na_filter=False).to_numpy().ravel(),
+        "data_prep.parse.parse_points (pandas + checks)": lambda d: parse_points(d).values.ravel(),
     }
+    try:
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        def arrow(d):
+            table = pacsv.read_csv(pa.py_buffer(d), read_options=pacsv.ReadOptions(autogenerate_column_names=True),
+                                   parse_options=pacsv.ParseOptions(delimiter=" "))
+            return np.stack([c.to_numpy().astype(np.float64) for c in table.columns], axis=1).ravel()
+
+        parsers["pyarrow.csv.read_csv(delimiter=' ')"] = arrow
+    except ImportError:
+        pass
     reference = [parsers["np.loadtxt"](d) for d in data]
     rows = []
     for name, fn in parsers.items():
@@ -103,12 +124,20 @@ def parser_table(files: list[Path], reps: int) -> list[dict]:
     return rows
 
 
+def _version(module: str) -> str | None:
+    try:
+        return __import__(module).__version__
+    except ImportError:
+        return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=6, help="copies of the 352k-point room")
     parser.add_argument("--reps", type=int, default=2, help="repetitions per method (best is kept)")
     args = parser.parse_args()
-    real = SHARED / "data" / "s3dis_real"
+    real = real_rooms()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "raw"
         size = build_tree(real, raw, args.copies)
@@ -126,8 +155,9 @@ def main() -> None:
     parsers = parser_table(sorted((real / "Area_2/office_resampled/Annotations").glob("*.txt")), args.reps)
 
     rooms = 1 + args.copies
-    print(f"{rooms} rooms, {size / 1e6:.1f} MB of annotation text, {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.2f}")
+    load_after = os.getloadavg()[0]
+    print(f"{rooms} rooms from {real}, {size / 1e6:.1f} MB of annotation text, {os.cpu_count()} cores, "
+          f"load average {load_before:.2f} before, {load_after:.2f} after")
     print(f"{'method':<58}{'seconds':>9}{'MB/s':>8}{'speedup':>9}")
     for r in rows:
         print(f"{r['method']:<58}{r['seconds']:>9.2f}{r['mb_per_s']:>8.1f}{r['speedup']:>8.2f}x")
@@ -136,9 +166,13 @@ def main() -> None:
         print(f"{r['parser']:<58}{r['seconds']:>9.3f}{r['mb_per_s']:>8.1f}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
-        "benchmark": "prepare", "rooms": rooms, "text_bytes": size, "reps": args.reps,
-        "machine": {"cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0],
-                    "python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform()},
+        "benchmark": "prepare", "rooms": rooms, "rooms_from": str(real.relative_to(REPO.parent)
+                                                                  if real.is_relative_to(REPO.parent) else real),
+        "text_bytes": size, "reps": args.reps,
+        "machine": {"cpus": os.cpu_count(), "load_average_1min_before": load_before,
+                    "load_average_1min_after": load_after,
+                    "python": platform.python_version(), "numpy": np.__version__, "pandas": _version("pandas"),
+                    "pyarrow": _version("pyarrow"), "platform": platform.platform()},
         "end_to_end": rows, "parsers": parsers}, indent=1) + "\n")
     print(f"\nwrote {RESULTS}")
 

@@ -59,6 +59,8 @@ class Parsed:
         """The 1-based line numbers in ``data`` (the parsed text) of the given rows."""
         if self.lines is not None:
             return self.lines[rows]
+        if not len(rows):
+            return np.empty(0, dtype=np.int64)
         filled = [n for n, line in enumerate(data.split(b"\n"), start=1) if line.strip()]
         return np.asarray(filled, dtype=np.int64)[rows]
 
@@ -76,7 +78,7 @@ def _parse_fast(data: bytes) -> np.ndarray | None:
     """``pandas.read_csv`` on plain numeric text; ``None`` when the text is anything else."""
     if not data.strip():
         return np.empty((0, FIELDS))
-    if data.translate(None, _NUMERIC_TEXT) or data.count(b"\r") != data.count(b"\r\n"):
+    if data.translate(None, _NUMERIC_TEXT) or b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
         return None  # other bytes (letters: 'nan', 'True'; control bytes), or a lone \r
     import pandas as pd
 

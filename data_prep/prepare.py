@@ -201,7 +201,11 @@ def _parse_all(cfg: PrepareConfig, todo: list, attrs: dict, held: dict, refused:
     stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0} for a in attrs}
     t_parse = time.perf_counter()
     results = map(_parse_room, todo)
-    pool = multiprocessing.get_context().Pool(min(cfg.jobs, len(todo))) if cfg.jobs > 1 and len(todo) > 1 else None
+    pool = None
+    if cfg.jobs > 1 and len(todo) > 1:
+        import pandas  # noqa: F401  (imported once before the workers fork, not once in each: ~0.3 s)
+
+        pool = multiprocessing.get_context().Pool(min(cfg.jobs, len(todo)))
     try:
         if pool is not None:
             results = pool.imap_unordered(_parse_room, todo)
