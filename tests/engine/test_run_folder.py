@@ -25,36 +25,30 @@ def _train_py(root, run, *extra, **popen):
                             text=True, **popen)
 
 
-def _wait_for_lock(path, pid, proc, seconds=120):
-    deadline = time.monotonic() + seconds
-    while True:
-        assert proc.poll() is None and time.monotonic() < deadline, "train.py ended before taking its lock"
-        try:
-            if json.loads(path.read_text())["pid"] == pid:
-                return
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.05)
-
-
 @pytest.mark.slow
 def test_two_train_processes_on_one_fold_then_a_kill(two_folds, tmp_path, capsys):
     """A second train.py on the same RUN/area_K is refused while the first runs; after the first is
     killed (-9), the next run takes the stale lock over and removes the temporary files left behind."""
     long = ["train.epochs=1000"]
-    first = _train_py(two_folds, tmp_path, *long, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs = [_train_py(two_folds, tmp_path, *long, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for _ in range(2)]  # started together: one takes the lock, the other is refused
     try:
-        _wait_for_lock(tmp_path / "area_1" / ".lock", first.pid, first)
-        second = _train_py(two_folds, tmp_path, *long, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out, err = second.communicate(timeout=300)
-        assert second.returncode == 2, err
+        deadline = time.monotonic() + 300
+        while all(p.poll() is None for p in procs):
+            assert time.monotonic() < deadline, "neither train.py ended"
+            time.sleep(0.05)
+        loser, first = procs if procs[0].poll() is not None else procs[::-1]
+        err = loser.communicate()[1]
+        assert loser.returncode == 2, err
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(
             f"train.py: error: {tmp_path / 'area_1'} is being written by pid {first.pid} on {socket.gethostname()}")
         assert first.poll() is None
     finally:
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait()
+        for p in procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+            p.wait()
     leftover = tmp_path / "area_1" / ".last.pt.k1ll3d9x.tmp.pt"  # what a kill inside save_checkpoint leaves
     leftover.write_bytes(b"half a checkpoint")
     capsys.readouterr()
