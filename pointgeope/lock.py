@@ -54,13 +54,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _refuse(path: Path, owner: dict | None, what: str) -> LockError:
+def _refuse(path: Path, owner: dict | None) -> LockError:
     who = f"pid {owner['pid']} on {owner.get('host')} (since {owner.get('since')})" if owner else "another process"
-    return LockError(f"{path.parent} is being written by {who}: {what}; wait for it to end or stop it "
-                     f"(its lock: {path})")
+    command = str(owner.get("command", ""))[:100] if owner else ""
+    return LockError(f"{path.parent} is being written by {who}" + (f", `{command}`" if command else "")
+                     + f"; wait for it to end or stop it (its lock: {path})")
 
 
-def _open_locked(path: Path, what: str) -> int:
+def _open_locked(path: Path) -> int:
     """Open ``path`` and take its flock; the descriptor, or LockError when a live process holds it."""
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -70,7 +71,7 @@ def _open_locked(path: Path, what: str) -> int:
             except BlockingIOError:
                 owner = _owner(fd)
                 os.close(fd)
-                raise _refuse(path, owner, what) from None
+                raise _refuse(path, owner) from None
         try:  # a releasing owner may have deleted the file between our open and our flock
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 return fd
@@ -85,7 +86,7 @@ def folder_lock(folder: str | Path, what: str = "") -> Iterator[Path]:
 
     Args:
         folder: the output folder.
-        what: what the holder does, for the message of a refused writer (e.g. the command line).
+        what: what the holder does, shown to a refused writer (default: this process's command line).
     Raises:
         LockError: another live process holds it, or a lock of another host is left in it.
     """
@@ -93,7 +94,7 @@ def folder_lock(folder: str | Path, what: str = "") -> Iterator[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_NAME
     host = socket.gethostname()
-    fd = _open_locked(path, what)
+    fd = _open_locked(path)
     try:
         owner = _owner(fd)
         if owner is not None and owner["pid"] != os.getpid():

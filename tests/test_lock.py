@@ -34,7 +34,8 @@ def test_a_second_process_is_refused_and_a_killed_owner_is_taken_over(tmp_path, 
         owner = json.loads((tmp_path / LOCK_NAME).read_text())
         assert owner["pid"] == proc.pid and owner["host"] == socket.gethostname() and owner["command"] == "holder"
         with pytest.raises(LockError, match=rf"^{tmp_path} is being written by pid {proc.pid} on "
-                                            rf"{socket.gethostname()} \(since .*\): mine; wait for it to end"):
+                                            rf"{socket.gethostname()} \(since .*\), `holder`; wait for it to end "
+                                            rf"or stop it \(its lock: {tmp_path / LOCK_NAME}\)$"):
             with folder_lock(tmp_path, "mine"):
                 pass
     finally:
