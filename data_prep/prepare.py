@@ -18,8 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data_prep.room import PointLimits
-from data_prep.source import ZipLimits
+from data_prep.limits import PointLimits, ZipLimits
 from pointgeope.constants import MAX_ROOM_EXTENT
 from pointgeope.errors import UserError
 

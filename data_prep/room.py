@@ -23,22 +23,14 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
+from data_prep.limits import PointLimits
 from data_prep.parse import parse_points
 from data_prep.source import Room, Source, object_class
-from pointgeope.constants import CLASS_INDEX, CLUTTER, MAX_ROOM_EXTENT, NUM_CLASSES
+from pointgeope.constants import CLASS_INDEX, CLUTTER, NUM_CLASSES
 
 MAX_STORED_ISSUES = 1000  # messages kept in a room's attributes (the counts are always exact)
 MAX_PRINTED_PER_FILE = 10  # messages printed per file; the rest are counted in one more line
 _TEXT = bytes(range(32, 127)) + b"\t\n\r\x0b\x0c"
-
-
-@dataclass(frozen=True)
-class PointLimits:
-    """What counts as a valid point: within ``max_extent`` metres of the room's median on each axis.
-    ``outliers``: ``"drop"`` the points beyond (reported), or ``"refuse"`` the whole room."""
-
-    max_extent: float = MAX_ROOM_EXTENT
-    outliers: str = "drop"
 
 
 @dataclass

@@ -23,6 +23,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from data_prep.limits import ZipLimits
 from pointgeope.errors import UserError
 
 # Bump when the parsed output of the same raw files changes: prepared rooms then no longer match.
@@ -176,15 +177,6 @@ class FolderSource(Source):
         except OSError as err:
             raise SourceError(f"{self.root / path}: cannot be read ({err.strerror or err}); "
                               "check that it exists and is readable") from None
-
-
-@dataclass(frozen=True)
-class ZipLimits:
-    """The largest annotation member read from a zip and its largest compression ratio (S3DIS's largest
-    annotation file is a few hundred MB, compressed about 3x)."""
-
-    max_member_bytes: int = 8 * 2**30
-    max_ratio: float = 100.0
 
 
 class ZipSource(Source):
