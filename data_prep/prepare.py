@@ -95,8 +95,8 @@ def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> dic
         return {}
     expected = old_manifest.get("checksums", {}).get(area)
     if expected is None or file_checksum(path) != expected:
-        print(f"warning: {path} does not match its checksum in {out / 'manifest.json'}; rebuilding it",
-              file=sys.stderr)
+        why = "does not match its checksum in" if expected else "has no checksum in"
+        print(f"warning: {path} {why} {out / 'manifest.json'}; rebuilding it", file=sys.stderr)
         return {}
     return read_attrs(path) or {}
 
