@@ -8,10 +8,10 @@ from importlib import import_module
 # name -> submodule that defines it
 _EXPORTS = {
     "load_folds": "folds", "Fold": "folds",
-    "S3DISTrain": "dataset", "S3DISTestArea": "dataset", "TestRoom": "dataset", "sample_rng": "dataset",
+    "S3DISTrain": "dataset", "room_sample": "dataset", "sample_rng": "dataset",
     "make_loader": "loader", "set_epoch": "loader",
     "voxel_sample": "voxelize", "random_crop": "voxelize", "crop_nearest": "voxelize",
-    "voxel_fragments": "fragments", "split_into_crops": "fragments",
+    "voxel_fragments": "fragments", "split_into_crops": "fragments", "room_pieces": "fragments",
     "s3dis_train_transform": "transforms",
 }
 __all__ = sorted(_EXPORTS)

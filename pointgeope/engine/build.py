@@ -18,7 +18,7 @@ from torch.utils.data import DistributedSampler
 
 from pointgeope.data.dataset import S3DISTrain
 from pointgeope.data.loader import make_loader
-from pointgeope.data.transforms import Compose
+from pointgeope.data.transforms import s3dis_train_transform
 from pointgeope.engine.config import Config
 from pointgeope.engine.distributed import DistEnv
 
@@ -43,7 +43,7 @@ def model(cfg: Config) -> torch.nn.Module:
 def train_dataset(cfg: Config, areas: list[str]) -> S3DISTrain:
     d = cfg.data
     return S3DISTrain(d.root, areas, grid_size=d.grid_size, voxel_max=d.voxel_max or 2**62, loop=d.loop,
-                      transform=None if d.augment else Compose([]), seed=cfg.train.seed, height=d.height,
+                      transform=s3dis_train_transform(d.augment), seed=cfg.train.seed, height=d.height,
                       cache=d.cache)
 
 

@@ -46,7 +46,8 @@ class DataConfig:
     loop: int = 30                          # each training room is seen `loop` times per epoch
     batch_size: int = 16                    # samples per optimiser step, summed over all DDP ranks
     num_workers: int = 4                    # DataLoader worker processes per rank (0: main process)
-    augment: bool = True                    # the Point Transformer v1 training augmentations
+    augment: Literal["ptv1", "pointcept", "none"] = "ptv1"  # training augmentations: the authors' set,
+    #                                         Pointcept's PTv1 variant, or none (data/transforms.py)
     height: bool = False                    # append the normalised height to the features (7 channels)
     cache: bool = False                     # each loader worker keeps the rooms it read in memory
 
@@ -86,7 +87,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"                    # auto (CUDA if present, else CPU) | cpu | cuda | cuda:1 ...
     threads: Optional[int] = None           # torch CPU threads per process (None: torch's default)
-    amp: Literal["bf16", "fp16", "none"] = "bf16"  # mixed precision on CUDA (ignored on CPU)
+    amp: Literal["bf16", "fp16", "none"] = "none"  # mixed precision on CUDA (ignored on CPU); none: float32
     run_dir: str = "runs/default"
     val_every: int = 0                      # validate on the test area every n epochs (0: never); best.pt
     checkpoint_every: int = 0               # also save last.pt every n steps inside an epoch (0: epoch ends)
@@ -107,6 +108,8 @@ class EvalConfig:
     checkpoint: Literal["last", "best"] = "last"
     tta: TTAConfig = field(default_factory=TTAConfig)
     batch_points: int = 400000              # fragments are stacked into one forward up to this many points
+    vote: Literal["logits", "softmax"] = "logits"  # what each point sums over its predictions (authors: logits)
+    max_fragments: Optional[int] = None     # predict at most this many voxel fragments per room (None: all)
 
 
 @dataclass

@@ -60,8 +60,11 @@ def apply_blocks(x: Tensor, mats: Tensor) -> Tensor:
     """``R_b v_b`` for every block of ``x (..., C)`` with ``mats (..., n, 3, 3)`` broadcast to ``x``'s
     leading dims (e.g. ``x (N, k, C)`` with ``mats (N, 1, n, 3, 3)``). Three multiply-adds of column
     ``c`` of ``R`` with component ``c`` of ``v``; no per-pair matrix."""
+    work = geometry_dtype(x.dtype)
+    if x.dtype != work:                       # half precision: rotate in float32, round once at the end
+        return apply_blocks(x.to(work), mats).to(x.dtype)
     n = mats.shape[-3]
-    mats = mats.to(x.dtype)
+    mats = mats.to(work)
     v = x[..., : 3 * n].unflatten(-1, (n, 3))
     shape = torch.broadcast_shapes(v.shape, mats.shape[:-1])
     out = x.new_empty(*shape[:-2], x.shape[-1])
@@ -82,7 +85,9 @@ def relative_blocks(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
     ``(N, k, n)`` tensors exist besides the output.
     """
     n = phase_scale.shape[0]
-    geometry = geometry_dtype(x.dtype)                                   # angles never in half precision
+    geometry = geometry_dtype(x.dtype)                   # angles and products never in half precision
+    if x.dtype != geometry:
+        return relative_blocks(x.to(geometry), disp, phase_scale).to(x.dtype)
     out = torch.empty_like(x)
     rotate_blocks_inplace(x[..., : 3 * n].unflatten(-1, (n, 3)), disp.to(geometry).unsqueeze(-2),
                           (phase_scale.to(geometry) / 3).unsqueeze(-1), out=out[..., : 3 * n].unflatten(-1, (n, 3)))
@@ -143,12 +148,12 @@ def rotate_blocks(x: Tensor, mats: Tensor, pos: Tensor, phase_scale: Tensor, inv
     per_pair = x.dim() == 3
     if _constant(mats, pos, phase_scale):
         return _RotateBlocks.apply(x, mats, pos, phase_scale, inverse, per_pair)
-    mats = _orient(mats, inverse, per_pair).to(x.dtype)
+    mats = _orient(mats, inverse, per_pair).to(geometry_dtype(x.dtype))
     n = mats.shape[-3]
     v = x[..., : 3 * n].unflatten(-1, (n, 3))
     # column c of R times component c of v: (..., n, 3) tensors only, never (..., n, 3, 3) per pair
     rot = (mats[..., 0] * v[..., 0:1] + mats[..., 1] * v[..., 1:2] + mats[..., 2] * v[..., 2:3]).flatten(-2)
-    return torch.cat([rot, x[..., 3 * n:].expand(*rot.shape[:-1], -1)], dim=-1)
+    return torch.cat([rot.to(x.dtype), x[..., 3 * n:].expand(*rot.shape[:-1], -1)], dim=-1)
 
 
 def rotate_relative(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
@@ -157,6 +162,6 @@ def rotate_relative(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
         return _RotateRelative.apply(x, disp, phase_scale)
     n = phase_scale.shape[0]
     w = disp.unsqueeze(-2) * phase_scale[:, None]                        # (N, k, n, 3) phases
-    v = x[..., : 3 * n].unflatten(-1, (n, 3))
+    v = x[..., : 3 * n].unflatten(-1, (n, 3)).to(geometry_dtype(x.dtype))
     rot = rotate(v, w).flatten(-2)                                       # pointgeope.geope's autograd formula
-    return torch.cat([rot, x[..., 3 * n:]], dim=-1)
+    return torch.cat([rot.to(x.dtype), x[..., 3 * n:]], dim=-1)

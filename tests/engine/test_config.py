@@ -41,7 +41,7 @@ def test_unknown_section_is_an_error(tmp_path):
 @pytest.mark.parametrize("text, key", [
     ("train:\n  epochs: ten\n", "train.epochs: expected int"),
     ("train:\n  epochs: 1.5\n", "train.epochs: expected int"),
-    ("data:\n  augment: 1\n", "data.augment: expected bool"),
+    ("data:\n  augment: 1\n", "data.augment: expected one of 'ptv1', 'pointcept', 'none'"),
     ("model:\n  planes: 32\n", r"model.planes: expected list\[int\]"),
     ("model:\n  planes: [32, x]\n", r"model.planes\[1\]: expected int"),
     ("model:\n  pe: geope2\n", "model.pe: expected one of .* did you mean 'geope'"),

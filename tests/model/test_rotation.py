@@ -6,6 +6,7 @@ import torch
 
 from pointgeope.geope import GeoPE, frequencies
 from pointgeope.model.rotation import block_rotations, relative_blocks, rotate_blocks, rotate_relative
+from tests.conftest import cuda_devices
 
 
 def _setup(channels, n=40, k=6, seed=0):
@@ -80,3 +81,37 @@ def test_half_precision_vectors_are_turned_by_float32_angles():
     half = relative_blocks(x.bfloat16(), disp.float(), scale.float())
     assert half.dtype == torch.bfloat16
     assert (half.double() - exact).abs().max() < 0.05 * exact.abs().max()
+
+
+def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@pytest.mark.parametrize("device", cuda_devices())
+def test_half_precision_rotation_adds_one_rounding(device):
+    """Under mixed precision the keys arrive in bfloat16 (one rounding, relative error ~1.7e-3). The
+    rotation is computed in float32 and rounded once at the end: independent roundings add in
+    quadrature, so the rotated keys carry about sqrt(2) times the key's own error (< 1.6x). Rotating in
+    bfloat16 (three more roundings per component) gave 1.9-2.5x."""
+    g = torch.Generator().manual_seed(11)
+    n, k, c = 3000, 8, 64
+    x = torch.randn(n, c, generator=g, dtype=torch.float64)
+    pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * 8                      # up to 8 m: ~200 rad
+    idx = torch.randint(0, n, (n, k), generator=g)
+    scale = frequencies(c) * 25.0
+    x16 = x.to(device, torch.bfloat16)
+    rounding = _relative_error(x16, x.to(device))
+    pos32, scale32 = pos.to(device, torch.float32), scale.to(device, torch.float32)
+    mats32 = block_rotations(pos32, scale32)
+    mats64 = block_rotations(pos, scale)
+    exact = rotate_blocks(rotate_blocks(x, mats64, pos, scale)[idx], mats64, pos, scale, inverse=True)
+    half = rotate_blocks(rotate_blocks(x16, mats32, pos32, scale32)[idx.to(device)], mats32, pos32, scale32,
+                         inverse=True)
+    assert half.dtype == torch.bfloat16
+    # standard GeoPE rounds twice (rotated points, then the pairs): at most sqrt(3) in quadrature
+    assert _relative_error(half.cpu(), exact) < 1.9 * rounding
+    disp = pos[idx] - pos[:, None]
+    exact = relative_blocks(x[idx], disp, scale)
+    half = relative_blocks(x16[idx.to(device)], disp.to(device, torch.float32), scale32)
+    assert half.dtype == torch.bfloat16
+    assert _relative_error(half.cpu(), exact) < 1.6 * rounding
