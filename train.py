@@ -7,9 +7,12 @@ import argparse
 import sys
 
 from pointgeope.engine import train_command
+from pointgeope.errors import add_debug_argument, run_command
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="train.py", description=train_command.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     train_command.add_arguments(parser)
-    sys.exit(train_command.main(parser.parse_args()))
+    add_debug_argument(parser)
+    args = parser.parse_args()
+    sys.exit(run_command("train.py", train_command.main, args, debug=args.debug))

@@ -1,8 +1,11 @@
 """Prepare raw S3DIS (a folder or a .zip of Stanford3dDataset_v1.2[_Aligned_Version]) as OUT/Area_N.h5.
 
-Writes OUT/Area_N.h5 (one group per room), OUT/manifest.json (points and class histogram per room) and
-OUT/folds.json (fold k tests on Area_k), then a summary per area. Reruns skip rooms already prepared
-from the same files; a killed run, rerun, finishes with the same files as an uninterrupted one.
+Writes OUT/Area_N.h5 (one group per room), OUT/manifest.json (points and class histogram per room, the
+checksum of each area file, the rooms refused) and OUT/folds.json (fold k tests on Area_k), then a
+summary per area. What is written is validated (see ``data_prep/room.py``): coordinates finite in
+float32 and within --max-extent of the room, no empty room. Reruns skip rooms already prepared from the
+same files, after checking each area file against its checksum; a killed run, rerun, finishes with the
+same files as an uninterrupted one. One prepare at a time per OUT (``OUT/.lock``).
 """
 from __future__ import annotations
 
@@ -12,8 +15,12 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from data_prep.limits import PointLimits, ZipLimits
+from pointgeope.constants import MAX_ROOM_EXTENT
+from pointgeope.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -23,6 +30,18 @@ class PrepareConfig:
     jobs: int = 1
     force: bool = False  # reparse every room, ignoring prepared and work files
     progress: bool = True
+    limits: PointLimits = field(default_factory=PointLimits)
+    zip_limits: ZipLimits = field(default_factory=ZipLimits)
+
+
+def _size_arg(text: str) -> int:
+    """``"8G"``, ``"500M"``, ``"1000000"`` -> bytes."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    text = text.strip().upper().removesuffix("B")
+    try:
+        return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 8G or 500M, got {text!r}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,19 +50,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
                         help="parallel worker processes (default: the CPU count, at most 8)")
     parser.add_argument("--force", action="store_true", help="reparse every room even if it is up to date")
+    parser.add_argument("--max-extent", type=float, default=MAX_ROOM_EXTENT, metavar="METRES",
+                        help=f"largest room; points farther from the room's median are outliers "
+                             f"(default {MAX_ROOM_EXTENT:g})")
+    parser.add_argument("--outliers", choices=("drop", "refuse"), default="drop",
+                        help="drop outlying points (reported by file and line) or refuse their room (default drop)")
+    parser.add_argument("--zip-max-member", type=_size_arg, default=ZipLimits.max_member_bytes, metavar="SIZE",
+                        help="largest annotation file read from a zip (default 8G)")
+    parser.add_argument("--zip-max-ratio", type=float, default=ZipLimits.max_ratio, metavar="N",
+                        help=f"largest compression ratio of a zip member (default {ZipLimits.max_ratio:g})")
 
 
 def main(args: argparse.Namespace) -> int:
-    from data_prep.source import SourceError
-
     if args.jobs < 1:
-        print(f"error: expected --jobs >= 1, got {args.jobs}", file=sys.stderr)
-        return 2
-    try:
-        prepare(PrepareConfig(args.raw, args.out, args.jobs, args.force))
-    except SourceError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        raise UserError(f"expected --jobs >= 1, got {args.jobs}")
+    if not args.max_extent > 0:
+        raise UserError(f"expected --max-extent > 0 metres, got {args.max_extent}")
+    prepare(PrepareConfig(args.raw, args.out, args.jobs, args.force,
+                          limits=PointLimits(args.max_extent, args.outliers),
+                          zip_limits=ZipLimits(args.zip_max_member, args.zip_max_ratio)))
     return 0
 
 
@@ -52,121 +77,196 @@ def _parse_room(task):
     from data_prep.room import load_room
     from data_prep.writer import write_room_file
 
-    source, room, path = task
-    data = load_room(source, room)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_room_file(path, room.name, data.arrays, data.attrs)
-    return room.area, room.name, data.attrs, data.messages, data.num_bytes, data.seconds
+    source, room, path, limits = task
+    data = load_room(source, room, limits)
+    if data.refused is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_room_file(path, room.name, data.arrays, data.attrs)
+    return room.area, room.name, data.attrs, data.messages, data.num_bytes, data.seconds, data.refused
+
+
+def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> dict:
+    """Room -> attrs of an existing ``Area_N.h5`` whose checksum matches ``manifest.json`` (else ``{}``)."""
+    from data_prep.writer import read_attrs
+    from pointgeope.checksum import file_checksum
+
+    path = out / f"{area}.h5"
+    if force or not path.is_file():
+        return {}
+    expected = old_manifest.get("checksums", {}).get(area)
+    if expected is None or file_checksum(path) != expected:
+        why = "does not match its checksum in" if expected else "has no checksum in"
+        print(f"warning: {path} {why} {out / 'manifest.json'}; rebuilding it", file=sys.stderr)
+        return {}
+    return read_attrs(path) or {}
+
+
+def _read_manifest(out: Path) -> dict:
+    try:
+        old = json.loads((out / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return old if isinstance(old, dict) else {}
 
 
 def prepare(cfg: PrepareConfig) -> dict:
     """Prepare ``cfg.raw`` into ``cfg.out``; return the manifest. Resumable and deterministic:
 
-    1. scan RAW: the rooms, each with a signature of its annotation files (names, sizes, stamps);
-    2. a room is up to date when ``Area_N.h5`` or a work file ``OUT/.work/Area_N/<room>.h5`` (left by
-       an interrupted run) holds it with the same signature; the others are parsed by ``cfg.jobs``
+    1. scan RAW: the rooms, each with a signature of its annotation files (names, sizes, stamps) and of
+       the point limits; refuse zip members beyond ``cfg.zip_limits`` before parsing anything;
+    2. a room is up to date when ``Area_N.h5`` (if it matches its checksum in ``manifest.json``) or a work
+       file ``OUT/.work/Area_N/<room>.h5`` (left by an interrupted run) holds it with the same signature,
+       or ``manifest.json`` lists it as refused with that signature; the others are parsed by ``cfg.jobs``
        worker processes, each room into its own work file (written atomically);
-    3. each area with a changed room is assembled from these, in room order, into ``Area_N.h5``
-       (atomic), without timestamps: the same rooms give the same bytes, whatever ``jobs`` was;
-    4. ``manifest.json`` and ``folds.json`` are rewritten from the rooms' attributes; ``.work`` goes.
+    3. each area whose rooms changed is assembled from these, in room order, into ``Area_N.h5`` (atomic),
+       without timestamps: the same rooms give the same bytes, whatever ``jobs`` was;
+    4. ``manifest.json`` (with each area file's checksum) and ``folds.json`` are rewritten; ``.work`` goes.
     """
-    import multiprocessing
-
-    import h5py
-    from tqdm import tqdm
-
     from data_prep.source import open_source
-    from data_prep.writer import folds, manifest, read_attrs, read_room, write_area, write_json
+    from pointgeope.atomic import remove_leftovers, writable_folder
+    from pointgeope.lock import folder_lock
 
     t0 = time.perf_counter()
-    source = open_source(cfg.raw)
+    source = open_source(cfg.raw, cfg.zip_limits)
     rooms = source.rooms()
+    for room in rooms:
+        for entry in room.files:
+            source.check(entry)
     for path in source.ignored:
         print(f"warning: {path}: ignored (not a .txt annotation file)", file=sys.stderr)
-    out, work = Path(cfg.out), Path(cfg.out) / ".work"
-    out.mkdir(parents=True, exist_ok=True)
-    areas = list(dict.fromkeys(r.area for r in rooms))
+    out = writable_folder(cfg.out, "OUT")
+    with folder_lock(out, f"pointgeope prepare {cfg.raw} {cfg.out}"):
+        remove_leftovers(out)
+        return _prepare_locked(cfg, source, rooms, out, t0)
 
-    # 2. What is up to date, and where: `held` names the file holding each room already parsed.
+
+def _prepare_locked(cfg: PrepareConfig, source, rooms: list, out: Path, t0: float) -> dict:
+    from data_prep.writer import folds, manifest, read_attrs, write_json
+
+    areas = list(dict.fromkeys(r.area for r in rooms))
+    old_manifest = {} if cfg.force else _read_manifest(out)
+    old_refused = old_manifest.get("refused", {}) if isinstance(old_manifest.get("refused"), dict) else {}
+    work = out / ".work"
+    # `held` names the file holding each room already parsed; `refused` the reason of each refused room.
     attrs: dict[str, dict[str, dict]] = {a: {} for a in areas}
     held: dict[tuple[str, str], Path] = {}
-    todo, changed = [], set()
+    refused: dict[str, dict[str, dict]] = {a: {} for a in areas}
+    old_rooms, todo = {}, []
     for area in areas:
-        area_file = out / f"{area}.h5"
-        old = {} if cfg.force else (read_attrs(area_file) or {})
-        names = [r.name for r in rooms if r.area == area]
-        if set(old) != set(names):
-            changed.add(area)
+        old_rooms[area] = _trusted_attrs(out, area, old_manifest, cfg.force)
         for room in (r for r in rooms if r.area == area):
-            sig, work_file = room.signature(), work / area / f"{room.name}.h5"
-            if old.get(room.name, {}).get("signature") == sig:
-                attrs[area][room.name], held[area, room.name] = old[room.name], area_file
-                continue
-            changed.add(area)
+            sig, work_file = room.signature(cfg.limits), work / area / f"{room.name}.h5"
             cached = None if cfg.force else (read_attrs(work_file) or {}).get(room.name)
-            if cached is not None and cached.get("signature") == sig:
+            was_refused = old_refused.get(area, {}).get(room.name, {})
+            if old_rooms[area].get(room.name, {}).get("signature") == sig:
+                attrs[area][room.name], held[area, room.name] = old_rooms[area][room.name], out / f"{area}.h5"
+            elif cached is not None and cached.get("signature") == sig:
                 attrs[area][room.name], held[area, room.name] = cached, work_file
+            elif was_refused.get("signature") == sig:
+                refused[area][room.name] = was_refused
             else:
-                todo.append((source, room, work_file))
+                todo.append((source, room, work_file, cfg.limits))
+    stats, t_parse = _parse_all(cfg, todo, attrs, held, refused)
+    attrs = {a: {r.name: attrs[a][r.name] for r in rooms if r.area == a and r.name in attrs[a]} for a in areas}
+    written = [a for a in areas if attrs[a]]
+    if not written:
+        raise UserError(f"{source.location}: no room holds a valid point, nothing written (see the warnings "
+                        "above); check the files or the limits (--max-extent, --outliers)")
+    changed, checksums = _assemble(out, written, attrs, held, old_rooms, old_manifest, cfg.limits)
+    for area in areas:
+        if area not in written:
+            print(f"warning: {area}: every room was refused; {out / f'{area}.h5'} not written", file=sys.stderr)
+    result = manifest(source.location, {a: attrs[a] for a in written})
+    result["checksums"] = checksums
+    result["refused"] = {a: dict(sorted(r.items())) for a, r in refused.items() if r}
+    write_json(out / "manifest.json", result)
+    write_json(out / "folds.json", folds(written))
+    extra = sorted(p.name for p in out.glob("Area_*.h5") if p.stem not in written)
+    if extra:
+        print(f"warning: {out} also holds {', '.join(extra)}, not prepared now from {source.location}; "
+              "manifest.json and folds.json list only the areas prepared now", file=sys.stderr)
+    _print_summary(out, attrs, refused, stats, changed, t_parse, time.perf_counter() - t0, cfg.jobs)
+    return result
 
-    # Parse, biggest rooms first so that the workers finish together.
+
+def _parse_all(cfg: PrepareConfig, todo: list, attrs: dict, held: dict, refused: dict) -> tuple[dict, float]:
+    """Parse the rooms of ``todo`` (biggest first, so that the workers finish together) into their work
+    files; fill ``attrs``, ``held`` and ``refused``; return the per-area statistics and the seconds."""
+    import multiprocessing
+
+    from tqdm import tqdm
+
     todo.sort(key=lambda task: -task[1].num_bytes)
-    stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0} for a in areas}
+    stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0} for a in attrs}
     t_parse = time.perf_counter()
     results = map(_parse_room, todo)
-    pool = multiprocessing.get_context().Pool(min(cfg.jobs, len(todo))) if cfg.jobs > 1 and len(todo) > 1 else None
+    pool = None
+    if cfg.jobs > 1 and len(todo) > 1:
+        import pandas  # noqa: F401  (imported once before the workers fork, not once in each: ~0.3 s)
+
+        pool = multiprocessing.get_context().Pool(min(cfg.jobs, len(todo)))
     try:
         if pool is not None:
             results = pool.imap_unordered(_parse_room, todo)
         bar = tqdm(results, total=len(todo), desc="parsing rooms", unit="room", disable=not cfg.progress or None)
-        for area, name, room_attrs, messages, num_bytes, seconds in bar:
+        for area, name, room_attrs, messages, num_bytes, seconds, reason in bar:
             for message in messages:
                 bar.write(f"warning: {message}", file=sys.stderr)
-            attrs[area][name], held[area, name] = room_attrs, work / area / f"{name}.h5"
+            if reason is None:
+                attrs[area][name], held[area, name] = room_attrs, cfg.out / ".work" / area / f"{name}.h5"
+            else:
+                bar.write(f"warning: {area}/{name}: refused, not written: {reason}", file=sys.stderr)
+                refused[area][name] = {"reason": reason, "signature": room_attrs["signature"]}
             s = stats[area]
             s["parsed"], s["bytes"], s["seconds"] = s["parsed"] + 1, s["bytes"] + num_bytes, s["seconds"] + seconds
     finally:
         if pool is not None:
             pool.terminate()
-    t_parse = time.perf_counter() - t_parse
-    attrs = {a: {r.name: attrs[a][r.name] for r in rooms if r.area == a} for a in areas}  # room order
+    return stats, time.perf_counter() - t_parse
 
-    # 3. Assemble each changed area in room order; then its work files are no longer needed.
+
+def _assemble(out: Path, areas: list[str], attrs: dict, held: dict, old_rooms: dict, old_manifest: dict,
+              limits: PointLimits) -> tuple[set, dict]:
+    """Write each area whose rooms changed, in room order; returns the changed areas and every area
+    file's checksum."""
+    import h5py
+
+    from data_prep.writer import read_room, write_area
+    from pointgeope.checksum import file_checksum
+
+    changed, checksums = set(), {}
     for area in areas:
-        if area not in changed:
-            continue
-        names = [r.name for r in rooms if r.area == area]
+        area_file = out / f"{area}.h5"
+        names = list(attrs[area])
+        if set(names) != set(old_rooms[area]) or any(held[area, n] != area_file for n in names):
+            changed.add(area)
 
-        def records(area=area, names=names):
-            for name in names:
-                with h5py.File(held[area, name], "r") as f:
-                    arrays, room_attrs = read_room(f[name])
-                yield name, arrays, room_attrs
+            def records(area=area, names=names):
+                for name in names:
+                    with h5py.File(held[area, name], "r") as f:
+                        arrays, room_attrs = read_room(f[name])
+                    yield name, arrays, room_attrs
 
-        write_area(out / f"{area}.h5", area, records())
-        shutil.rmtree(work / area, ignore_errors=True)
-    shutil.rmtree(work, ignore_errors=True)
-
-    # 4. Manifest, folds, summary.
-    result = manifest(source.location, attrs)
-    write_json(out / "manifest.json", result)
-    write_json(out / "folds.json", folds(areas))
-    extra = sorted(p.name for p in out.glob("Area_*.h5") if p.stem not in areas)
-    if extra:
-        print(f"warning: {out} also holds {', '.join(extra)}, not in {source.location}; "
-              "manifest.json and folds.json list only the areas prepared now", file=sys.stderr)
-    _print_summary(out, attrs, stats, changed, t_parse, time.perf_counter() - t0, cfg.jobs)
-    return result
+            write_area(area_file, area, records(), limits.max_extent)
+            checksums[area] = file_checksum(area_file)
+        else:
+            checksums[area] = old_manifest["checksums"][area]  # verified by _trusted_attrs
+        shutil.rmtree(out / ".work" / area, ignore_errors=True)
+    shutil.rmtree(out / ".work", ignore_errors=True)
+    return changed, checksums
 
 
-def _print_summary(out: Path, attrs: dict, stats: dict, changed: set, t_parse: float, t_total: float,
-                   jobs: int) -> None:
+def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: set, t_parse: float,
+                   t_total: float, jobs: int) -> None:
     """nanoGPT-style: what was written, with the counts of points, classes and defects per area."""
     from pointgeope.constants import CLASS_NAMES
 
     total_bytes = sum(s["bytes"] for s in stats.values())
     for area, rooms in attrs.items():
         s = stats[area]
+        if not rooms:
+            print(f"{area}: no room written ({_count(len(refused[area]), 'room')} refused)")
+            continue
         counts = [sum(int(a["class_counts"][c]) for a in rooms.values()) for c in range(len(CLASS_NAMES))]
         remapped: dict[str, int] = {}
         for a in rooms.values():
@@ -180,12 +280,16 @@ def _print_summary(out: Path, attrs: dict, stats: dict, changed: set, t_parse: f
         print("  classes: " + ", ".join(f"{name} {n:,}" for name, n in zip(CLASS_NAMES, counts)))
         defects = {key: sum(int(a[key]) for a in rooms.values())
                    for key in ("repaired_lines", "dropped_lines", "clipped_colors")}
-        empty = sum(len(a["empty_files"]) for a in rooms.values())
+        skipped = {key: sum(len(a.get(key, [])) for a in rooms.values()) for key in ("empty_files", "binary_files")}
         moved = ", ".join(f"{name}->clutter {n:,} points" for name, n in sorted(remapped.items())) or "none"
         print(f"  repaired lines {defects['repaired_lines']}, dropped lines {defects['dropped_lines']}, "
-              f"empty files {empty}, clipped colours {defects['clipped_colors']}, unknown classes: {moved}")
+              f"empty files {skipped['empty_files']}, binary files {skipped['binary_files']}, "
+              f"clipped colours {defects['clipped_colors']}, refused rooms {len(refused[area])}, "
+              f"unknown classes: {moved}")
     points = sum(int(a["num_points"]) for rooms in attrs.values() for a in rooms.values())
-    print(f"prepared {_count(len(attrs), 'area')}, {_count(sum(map(len, attrs.values())), 'room')}, {points:,} "
+    num_refused = sum(map(len, refused.values()))
+    print(f"prepared {_count(sum(1 for r in attrs.values() if r), 'area')}, "
+          f"{_count(sum(map(len, attrs.values())), 'room')} ({num_refused} refused), {points:,} "
           f"points in {t_total:.1f} s; parsed {_size(total_bytes)} in {t_parse:.1f} s "
           f"({total_bytes / 1e6 / max(t_parse, 1e-9):.1f} MB/s, --jobs {jobs}); "
           f"wrote {out / 'manifest.json'}, {out / 'folds.json'}")

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pointgeope.errors import UserError
+
 
 @dataclass(frozen=True)
 class SynthConfig:
@@ -83,20 +85,15 @@ def config_from_args(args: argparse.Namespace) -> SynthConfig:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Generate (or finish) OUT, then print the planted defects and the counts; 2 on bad settings."""
+    """Generate (or finish) OUT, then print the planted defects and the counts; bad settings are a UserError."""
     from data_prep.synth_dataset import MANIFEST, generate
 
     try:
         config = config_from_args(args)
-    except ValueError as err:
-        print(f"synth: {err}")
-        return 2
-    start = time.perf_counter()
-    try:
+        start = time.perf_counter()
         manifest = generate(args.out, config)
-    except ValueError as err:
-        print(f"synth: {err}")
-        return 2
+    except ValueError as err:  # bad settings: a user error (one line, exit code 2)
+        raise UserError(str(err)) from None
     totals = manifest["totals"]
     print(f"planted {len(manifest['defects'])} defects:")
     for defect in manifest["defects"]:

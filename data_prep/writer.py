@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 
 from pointgeope.atomic import atomic_path, write_text_atomic
-from pointgeope.constants import CLASS_NAMES, SCHEMA_VERSION
+from pointgeope.constants import CLASS_NAMES, MAX_ROOM_EXTENT, SCHEMA_VERSION
 
 # name -> dtype of each room array (the schema read by pointgeope.data.h5)
 ROOM_DTYPES = {"coord": np.float32, "color": np.uint8, "label": np.uint8, "instance": np.int32}
@@ -70,12 +70,15 @@ def write_room_file(path: Path, room: str, arrays: dict[str, np.ndarray], attrs:
         write_room(f, room, arrays, attrs)
 
 
-def write_area(path: Path, area: str, rooms: Iterable[tuple[str, dict[str, np.ndarray], dict]]) -> None:
-    """``Area_N.h5`` from ``(room, arrays, attrs)`` in the given order, written atomically."""
+def write_area(path: Path, area: str, rooms: Iterable[tuple[str, dict[str, np.ndarray], dict]],
+               max_extent: float = MAX_ROOM_EXTENT) -> None:
+    """``Area_N.h5`` from ``(room, arrays, attrs)`` in the given order, written atomically; ``max_extent``
+    is the room size limit the rooms were validated with (readers check against it)."""
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["schema_version"] = SCHEMA_VERSION
         f.attrs["area"] = area
         f.attrs["class_names"] = _attr(list(CLASS_NAMES))
+        f.attrs["max_extent"] = float(max_extent)
         for room, arrays, attrs in rooms:
             write_room(f, room, arrays, attrs)
 

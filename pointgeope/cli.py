@@ -1,7 +1,9 @@
 """The ``pointgeope`` command: one sub-command per step of the pipeline.
 
 Each sub-command lives in its own module with ``add_arguments(parser)`` and ``main(args) -> int``;
-modules keep heavy imports inside ``main`` so that ``pointgeope --help`` stays fast.
+modules keep heavy imports inside ``main`` so that ``pointgeope --help`` stays fast. A user error
+(:class:`pointgeope.errors.UserError`) ends as one line ``pointgeope <command>: error: ...`` and exit code 2;
+``--debug`` (before or after the command) shows its traceback.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 
 from data_prep import prepare, synth
 from pointgeope import __version__, info, report
+from pointgeope.errors import add_debug_argument, run_command
 from pointgeope.engine import evaluate_command, predict_command, train_command
 from pointgeope.viz import command as viz
 
@@ -32,11 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="3D point-cloud semantic segmentation with GeoPE (S3DIS, Point Transformer).",
     )
     parser.add_argument("--version", action="version", version=f"pointgeope {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error of the input")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module, help_text in COMMANDS:
         cmd = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(cmd)
+        add_debug_argument(cmd, default=argparse.SUPPRESS)  # does not reset a --debug given before COMMAND
         cmd.set_defaults(func=module.main)
     return parser
 
@@ -47,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return int(args.func(args) or 0)
+    return run_command(f"pointgeope {args.command}", args.func, args, debug=args.debug)
 
 
 if __name__ == "__main__":

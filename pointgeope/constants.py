@@ -34,5 +34,10 @@ PALETTE: tuple[tuple[int, int, int], ...] = (
     (100, 100, 100),  # clutter
 )
 
+# Largest extent of a room, metres: prepare drops (or refuses) points farther than this from a room's
+# median and refuses rooms larger than this (--max-extent); readers refuse rooms beyond the limit the
+# area file was prepared with. S3DIS rooms are at most ~50 m; 1 km keeps voxel keys far from overflow.
+MAX_ROOM_EXTENT = 1000.0
+
 # Version of the prepared HDF5 layout (data_prep writes it, readers check it).
 SCHEMA_VERSION = 1

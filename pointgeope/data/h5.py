@@ -20,11 +20,12 @@ import h5py
 import numpy as np
 
 from pointgeope.constants import SCHEMA_VERSION
+from pointgeope.errors import UserError
 
 ROOM_FIELDS = ("coord", "color", "label", "instance")
 
 
-class SchemaError(ValueError):
+class SchemaError(UserError, ValueError):
     """A prepared file that this version of pointgeope cannot read."""
 
 
@@ -32,8 +33,13 @@ def open_area(path: str | Path) -> h5py.File:
     """Open a prepared area file read-only after checking its schema version."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"expected a prepared area file, found nothing at {path}")
-    f = h5py.File(path, "r")
+        raise SchemaError(f"expected a prepared area file, found nothing at {path}; run `pointgeope prepare` "
+                          "or check data.root and folds.json")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as err:
+        raise SchemaError(f"{path}: not a readable HDF5 file ({err}); it is truncated or corrupt: run "
+                          "`pointgeope prepare` again") from None
     version = f.attrs.get("schema_version")
     if version is None or int(version) != SCHEMA_VERSION:
         f.close()

@@ -19,7 +19,7 @@ from torch.utils.data import DistributedSampler
 from pointgeope.data.dataset import S3DISTrain
 from pointgeope.data.loader import make_loader
 from pointgeope.data.transforms import ToData, s3dis_train_transform
-from pointgeope.engine.config import Config
+from pointgeope.engine.config import Config, ConfigError
 from pointgeope.engine.distributed import DistEnv
 
 
@@ -31,7 +31,7 @@ def model(cfg: Config) -> torch.nn.Module:
     features = ToData(height=cfg.data.height, color=cfg.data.color)
     if features.in_channels != in_channels:
         layout = " | ".join(["rgb"] * cfg.data.color + ["xyz"] + ["h"] * cfg.data.height)
-        raise ValueError(f"model.in_channels={in_channels} but data.color={cfg.data.color}, "
+        raise ConfigError(f"model.in_channels={in_channels} but data.color={cfg.data.color}, "
                          f"data.height={cfg.data.height} give {features.in_channels} feature channels "
                          f"([{layout}]); set model.in_channels={features.in_channels}")
     return PointTransformerSeg(in_channels=in_channels, num_classes=m.num_classes, pe=m.pe,

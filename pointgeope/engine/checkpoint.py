@@ -27,6 +27,7 @@ import torch
 
 from pointgeope.atomic import atomic_open
 from pointgeope.constants import CLASS_NAMES, PALETTE
+from pointgeope.errors import UserError
 
 FORMAT = "pointgeope-checkpoint"
 VERSION = 1
@@ -40,7 +41,7 @@ FREE_KEYS = frozenset({
 FREE_SECTIONS = ("eval.",)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint file that cannot be used to resume or evaluate this run."""
 
 

@@ -31,9 +31,10 @@ import yaml
 
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
+from pointgeope.errors import UserError
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config file or override that does not fit the :class:`Config` dataclasses."""
 
 
@@ -186,6 +187,37 @@ def _coerce(value: Any, tp, where: str) -> Any:
     raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
 
 
+def _initials(name: str) -> str:
+    return "".join(token[0] for token in name.split("_") if token)
+
+
+def _similarity(typed: str, known: str) -> float:
+    """How likely ``known`` is the key meant by ``typed``, in ``[0, 1]``: the best of the spelling
+    similarity (difflib ratio: ``weight_decai`` ~ ``weight_decay``), an abbreviation either way
+    (``lr`` = initials of ``learning_rate``), a prefix (``epoch`` ~ ``epochs``) and the shared
+    ``_``-separated words (``decay`` ~ ``weight_decay``)."""
+    a, b = typed.lower(), known.lower()
+    score = difflib.SequenceMatcher(None, a, b).ratio()
+    if "_" in a and _initials(a) == b or "_" in b and _initials(b) == a:
+        score = max(score, 0.9)
+    if len(a) >= 2 and len(b) >= 2 and (a.startswith(b) or b.startswith(a)):
+        score = max(score, 0.7 + 0.2 * min(len(a), len(b)) / max(len(a), len(b)))
+    words_a, words_b = set(a.split("_")), set(b.split("_"))
+    shared = words_a & words_b
+    if shared:
+        score = max(score, 0.6 + 0.3 * len(shared) / len(words_a | words_b))
+    return score
+
+
+def closest_key(typed: str, known: list[str], cutoff: float = 0.6) -> str | None:
+    """The key of ``known`` (one section's keys) most likely meant by ``typed``, or ``None``:
+    ``closest_key("learning_rate", ["name", "lr", ...]) == "lr"``."""
+    if not known:
+        return None
+    best = max(known, key=lambda k: _similarity(typed, k))
+    return best if _similarity(typed, best) >= cutoff else None
+
+
 def _check_mapping(raw: dict, cls, where: str, prefix: str = "") -> dict:
     """Check the keys and types of a partial mapping for dataclass ``cls``; returns it coerced."""
     if not isinstance(raw, dict):
@@ -195,9 +227,9 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "") -> dict:
     for key, value in raw.items():
         name = f"{prefix}{key}"
         if key not in hints:
-            known = [f"{prefix}{k}" for k in hints]
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+            close = closest_key(str(key), list(hints))
+            hint = (f"; did you mean '{prefix}{close}'?" if close
+                    else f"; known keys: {', '.join(prefix + k for k in hints)}")
             raise ConfigError(f"{where}: unknown key {name!r}{hint}")
         tp = hints[key]
         if dataclasses.is_dataclass(tp):

@@ -26,10 +26,12 @@ Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (group per
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
 import re
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -40,7 +42,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
-from pointgeope.atomic import atomic_path
+from pointgeope.atomic import atomic_path, writable_folder
 from pointgeope.constants import CLASS_NAMES, IGNORE_LABEL
 from pointgeope.data.folds import load_folds
 from pointgeope.data.dataset import room_sample
@@ -50,6 +52,8 @@ from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.runio import progress, write_json_atomic
+from pointgeope.errors import UserError
+from pointgeope.lock import folder_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
 
 
@@ -169,14 +173,15 @@ def fold_is_complete(run: Path) -> bool:
         return False
     try:
         return json.loads(path.read_text()).get("complete") is True
-    except (json.JSONDecodeError, AttributeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):  # damaged: evaluated again
         return False
 
 
 def fold_of_run(run: Path) -> int:
     match = re.fullmatch(r"area_(\d+)", Path(run).name)
-    if not match:
-        raise ValueError(f"expected a fold folder named area_K (RUN/area_K), got {run}")
+    if not match or not Path(run).is_dir():
+        raise UserError(f"expected a fold folder named area_K (RUN/area_K), got {run}"
+                        + ("" if Path(run).is_dir() else " (not a folder)"))
     return int(match.group(1))
 
 
@@ -244,10 +249,12 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
     root = Path(cfg.data.root)
     folds = load_folds(root)
     if fold not in folds:
-        raise ValueError(f"{run}: fold {fold} is not in {root / 'folds.json'} (folds {sorted(folds)})")
+        raise UserError(f"{run}: fold {fold} is not in {root / 'folds.json'} (folds {sorted(folds)})")
     areas = list(folds[fold].test)
     ckpt_path = run / f"{cfg.eval.checkpoint}.pt"
     ckpt = load_checkpoint(ckpt_path, config_to_dict(cfg))
+    if env.is_main:
+        writable_folder(run / "predictions", "predictions folder")  # before the long part
     model = build.model(cfg).to(env.device)
     load_model_state(model, ckpt["model"], ckpt_path)
     t0 = time.perf_counter()
@@ -307,12 +314,16 @@ def main(args: argparse.Namespace) -> int:
         overrides.append(f"eval.checkpoint={args.checkpoint}")
     if args.data_root:
         overrides.append(f"data.root={args.data_root}")
+    fold_of_run(run)
     cfg = load_config(run / "config.yaml", overrides)
     if cfg.train.threads is not None:
         torch.set_num_threads(cfg.train.threads)
     env = distributed.setup(cfg.train.device)
     try:
-        m = evaluate_fold(run, cfg, env)
+        with contextlib.ExitStack() as stack:
+            if env.is_main:  # one writer per fold folder, as train
+                stack.enter_context(folder_lock(run, " ".join(sys.argv)))
+            m = evaluate_fold(run, cfg, env)
     finally:
         distributed.cleanup()
     if env.is_main:

@@ -30,13 +30,14 @@ from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction
                                           load_model_state)
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict
 from pointgeope.engine.evaluate import room_seed, vote_room
+from pointgeope.errors import UserError
 from pointgeope.scans.scan import Scan, ScanError
 
 SPACING_FACTOR = 10.0
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)  # --tta when the run's config has no test-time views
 
 
-class PredictError(ValueError):
+class PredictError(UserError, ValueError):
     """A model argument that cannot be used (missing checkpoint, foreign file, unavailable device)."""
 
 
@@ -187,7 +188,8 @@ def _unique_names(refs: list, errors: list[str]) -> list:
 
 
 def main(args) -> int:
-    """Predict every scan of ``args.inputs``; 0 when all were written, 2 when any input failed."""
+    """Predict every scan of ``args.inputs``; 0 when all were written, 2 when any input failed. An error of
+    the model argument is a UserError (one line, exit 2, by ``pointgeope.errors.run_command``)."""
     import time
 
     from pointgeope.scans.outputs import write_outputs
@@ -202,11 +204,7 @@ def main(args) -> int:
         _fail(message)
     if not refs:
         return 2
-    try:
-        predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points)
-    except (PredictError, CheckpointError, ValueError) as err:
-        _fail(str(err))
-        return 2
+    predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points)
     print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
           f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
     done = 0
@@ -225,7 +223,7 @@ def main(args) -> int:
                                       list(predictor.info["class_names"]), probs)
             except OSError as err:
                 raise ScanError(f"{args.out}: cannot write the outputs of {ref.source} ({err})") from None
-        except ScanError as err:
+        except UserError as err:  # this scan only (ScanError, or a prepared file's SchemaError): go on
             errors.append(str(err))
             _fail(str(err))
             continue

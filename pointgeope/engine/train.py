@@ -6,17 +6,24 @@
 
 One fold writes ``RUN/area_K/``: ``config.yaml``, ``log.txt``, TensorBoard events, ``last.pt`` (every
 epoch, and every ``train.checkpoint_every`` steps), ``best.pt`` (with ``train.val_every``),
-``predictions/Area_K.h5`` and finally ``metrics.json`` with ``"complete": true``.
+``predictions/Area_K.h5`` and finally ``metrics.json`` with ``"complete": true``. Before the first epoch
+every area file of the fold is opened and checked (``pointgeope/data/check.py``). One process writes a
+fold folder at a time (``RUN/area_K/.lock``, :mod:`pointgeope.lock`); temporary files left by a killed
+run are removed when the next one takes the lock. A complete fold is skipped when its ``config.yaml``
+matches the config (free keys aside), refused when it does not; ``--force`` trains it again from scratch.
 
 Restarting the same command resumes from ``last.pt`` exactly: model, optimiser, scheduler, scaler, the RNG
 states and the position in the epoch are restored, and the data order and augmentations are functions of
-``(seed, epoch, index)``, so the resumed run takes the same steps as an uninterrupted one.
+``(seed, epoch, index)``, so the resumed run takes the same steps as an uninterrupted one (given the same
+number of torch CPU threads: ``last.pt`` stores it, and a resume with another number warns).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -24,16 +31,20 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from pointgeope.atomic import remove_leftovers
 from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.data.check import check_areas
 from pointgeope.data.folds import Fold, load_folds
 from pointgeope.engine import build, distributed
 from pointgeope.engine.runio import Log, progress
 from pointgeope.data.spacing import rooms_spacing
-from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, load_model_state,
+from pointgeope.engine.checkpoint import (config_differences, load_checkpoint, load_model_state,
                                           prediction_metadata, rng_state, save_checkpoint, set_rng_state)
-from pointgeope.engine.config import Config, config_to_dict, load_config, save_config
+from pointgeope.engine.config import Config, ConfigError, config_to_dict, load_config, save_config
 from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
 from pointgeope.engine.tensorboard import RoomClouds
+from pointgeope.errors import UserError
+from pointgeope.lock import folder_lock
 from pointgeope.metrics import ConfusionMeter
 
 
@@ -61,8 +72,15 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     if env.is_main:
         run.mkdir(parents=True, exist_ok=True)
     distributed.barrier()
+    if not train_areas:
+        raise UserError(f"fold {fold}: {root / 'folds.json'} lists no training area (it tests on "
+                        f"{', '.join(test_areas)}); prepare more than one area, or edit folds.json")
     log(f"fold {fold}: train on {', '.join(train_areas)}, test on {', '.join(test_areas)}; "
         f"device {device}, {env.world_size} process(es)")
+    if env.is_main:  # every area file opened and read before the first epoch
+        checked = check_areas(root, train_areas + test_areas, cfg.model.num_classes)
+        log(f"checked {', '.join(f'{a} ({len(r)} rooms)' for a, r in checked.items())}")
+    distributed.barrier()
 
     # --- model, data, optimiser (the weights are drawn from the seed, then maybe replaced by last.pt) ---
     torch.manual_seed(cfg.train.seed)
@@ -72,7 +90,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     loader = build.train_loader(cfg, dataset, sampler, env)
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
-        raise ValueError(f"fold {fold}: {len(dataset)} training samples give no batch of "
+        raise UserError(f"fold {fold}: {len(dataset)} training samples give no batch of "
                          f"{build.per_rank_batch(cfg, env)} per rank; lower data.batch_size or raise data.loop")
     optimizer = build.optimizer(cfg, model)
     scheduler = build.scheduler(cfg, optimizer, steps_per_epoch)
@@ -95,6 +113,10 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         set_rng_state(ckpt["rng"][env.rank] if env.rank < len(ckpt["rng"]) else ckpt["rng"][0])
         epoch, batch_in_epoch, step, best_miou = ckpt["epoch"], ckpt["batch"], ckpt["step"], ckpt["best_miou"]
         log(f"resumed from {run / 'last.pt'}: epoch {epoch}, batch {batch_in_epoch}, step {step}")
+        if ckpt.get("threads", torch.get_num_threads()) != torch.get_num_threads():
+            log(f"warning: {run / 'last.pt'} was written with {ckpt['threads']} torch CPU thread(s), this run "
+                f"has {torch.get_num_threads()}: the results will differ from an uninterrupted run (set "
+                f"train.threads={ckpt['threads']} to match)")
     if env.is_main:  # after the checkpoint check: a refused resume leaves the folder's config as it was
         save_config(cfg, run / "config.yaml")
     net = model
@@ -122,7 +144,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
                 "config": resolved, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict() if scaler.is_enabled() else None,
                 "rng": states, "epoch": epoch, "batch": batch_in_epoch, "step": step, "best_miou": best_miou,
-                "predict": predict_info})
+                "threads": torch.get_num_threads(), "predict": predict_info})
         distributed.barrier()
 
     # --- epochs ---
@@ -215,25 +237,72 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     return metrics
 
 
-def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv) -> list[dict]:
-    """One fold, or every fold of ``folds.json`` in order (skipping those whose metrics are complete)."""
+@contextlib.contextmanager
+def fold_folder(run: Path, env: distributed.DistEnv):
+    """Hold the lock of the fold folder ``run`` (rank 0; the other ranks write nothing there) and remove
+    the temporary files a killed run left in it."""
+    if not env.is_main:
+        yield
+        return
+    with folder_lock(run, " ".join(sys.argv)):
+        for path in remove_leftovers(run):
+            print(f"removed {path}, left by an interrupted run", flush=True)
+        yield
+
+
+def complete_metrics(run: Path, cfg: Config) -> dict | None:
+    """The metrics of a complete fold trained with ``cfg`` (free keys aside), ``None`` if the fold is not
+    complete; a :class:`UserError` naming the differing keys if it was trained with another config."""
+    if not fold_is_complete(run):
+        return None
+    try:
+        saved = config_to_dict(load_config(run / "config.yaml"))
+    except ConfigError as err:
+        raise UserError(f"{run} is complete but its config cannot be read ({err}); --force retrains it") from None
+    diff = config_differences(saved, config_to_dict(cfg))
+    if diff:
+        shown = "; ".join(f"{k}: run {a!r}, now {b!r}" for k, a, b in diff[:8])
+        raise UserError(f"{run} is complete with another config ({shown}); --force retrains it, or use "
+                        "another --run-dir")
+    return json.loads((run / "metrics.json").read_text())
+
+
+def clear_fold(run: Path) -> None:
+    """``--force``: delete what a previous training of the fold wrote (its log.txt is kept)."""
+    for name in ("last.pt", "best.pt", "metrics.json", "config.yaml", "predictions", "tb"):
+        path = run / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    for dump in run.glob("nan_step_*.pt"):
+        dump.unlink()
+
+
+def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, force: bool = False) -> list[dict]:
+    """One fold, or every fold of ``folds.json`` in order (skipping those complete with this config)."""
     folds = load_folds(cfg.data.root)
     if test_area is not None:
         if test_area not in folds:
-            raise ValueError(f"--test-area {test_area}: {Path(cfg.data.root) / 'folds.json'} has folds "
-                             f"{sorted(folds)} (areas {', '.join(AREAS)})")
+            raise UserError(f"--test-area {test_area}: {Path(cfg.data.root) / 'folds.json'} has folds "
+                            f"{sorted(folds)} (areas {', '.join(AREAS)})")
         wanted = [test_area]
     else:
         wanted = list(folds)
     results = []
     for fold in wanted:
         run = Path(cfg.train.run_dir) / f"area_{fold}"
-        if fold_is_complete(run):
-            if env.is_main:
-                print(f"fold {fold}: {run / 'metrics.json'} is complete, skipped", flush=True)
-            results.append(json.loads((run / "metrics.json").read_text()))
-            continue
-        results.append(train_fold(cfg, fold, folds, env))
+        with fold_folder(run, env):
+            metrics = None if force else complete_metrics(run, cfg)
+            if metrics is not None:
+                if env.is_main:
+                    print(f"fold {fold}: {run / 'metrics.json'} is complete, skipped", flush=True)
+                results.append(metrics)
+                continue
+            if force and env.is_main:
+                clear_fold(run)
+            distributed.barrier()
+            results.append(train_fold(cfg, fold, folds, env))
     return results
 
 
@@ -248,10 +317,10 @@ def main(args: argparse.Namespace) -> int:
         torch.set_num_threads(cfg.train.threads)
     env = distributed.setup(cfg.train.device)
     try:
-        results = run_folds(cfg, args.test_area, env)
+        results = run_folds(cfg, args.test_area, env, force=getattr(args, "force", False))
     except StopRun:
         return 0
-    except (CheckpointError, FloatingPointError) as err:
+    except FloatingPointError as err:  # the training diverged: not the input's fault, not a bug either
         print(f"error: {err}", file=sys.stderr)
         return 1
     finally:

@@ -4,8 +4,10 @@
     pointgeope train --config configs/demo.yaml --cv --data-root demo/s3dis --run-dir demo/runs/geope
 
 Any config value can be overridden as ``section.key=value`` (``optim.lr=0.1 model.planes=[16,32]``).
-Restarting the same command resumes from the fold's ``last.pt``; ``--cv`` skips folds already complete.
-Under ``torchrun --nproc_per_node N`` it trains with DDP.
+Restarting the same command resumes from the fold's ``last.pt``; a fold already complete with the same
+config is skipped, one complete with another config is refused (``--force`` retrains it from scratch).
+One process at a time per fold folder (``RUN/area_K/.lock``). Under ``torchrun --nproc_per_node N`` it
+trains with DDP.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--cv", action="store_true", help="every fold of folds.json in turn")
     parser.add_argument("--data-root", help="prepared HDF5 folder (overrides data.root)")
     parser.add_argument("--run-dir", help="run folder (overrides train.run_dir); folds go to RUN/area_K")
+    parser.add_argument("--force", action="store_true",
+                        help="retrain the fold(s) from scratch, deleting their checkpoints and results")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
 
@@ -70,14 +69,12 @@ def main(args: argparse.Namespace) -> int:
     from pointgeope.report.runs import ReportError, load_runs
 
     if not 0 <= args.digits <= 6:
-        print(f"pointgeope report: error: expected --digits in 0..6, got {args.digits}", file=sys.stderr)
-        return 2
-    try:
-        summaries = load_runs(args.runs, args.names)
-    except ReportError as err:
-        print(f"pointgeope report: error: {err}", file=sys.stderr)
-        return 2
+        raise ReportError(f"expected --digits in 0..6, got {args.digits}")
+    summaries = load_runs(args.runs, args.names)
     out = args.out if args.out is not None else default_out(args.runs, [s.name for s in summaries])
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out {out}: expected a folder for the report, found a file; "
+                          "give a folder name (it is created)")
     written = write_report(summaries, out, args.digits)
     print(tables.summary_markdown(summaries, args.digits))
     print("wrote:")

@@ -20,12 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.errors import UserError
 from pointgeope.metrics import mean_of_fold_scores, pool, scores
 
 METRICS_FILE = "metrics.json"
 
 
-class ReportError(ValueError):
+class ReportError(UserError, ValueError):
     """A run folder or metrics file that the report cannot use; the message names it."""
 
 
@@ -100,7 +101,11 @@ def _load_json(path: Path) -> dict:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except json.JSONDecodeError as err:
-        raise ReportError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+        raise ReportError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); evaluate the fold again "
+                          "(pointgeope evaluate RUN/area_K)") from None
+    except UnicodeDecodeError:
+        raise ReportError(f"{path}: not a text file (damaged?); evaluate the fold again "
+                          "(pointgeope evaluate RUN/area_K)") from None
     if not isinstance(data, dict):
         raise ReportError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data

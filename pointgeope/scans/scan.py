@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pointgeope.errors import UserError
 
-class ScanError(ValueError):
+
+class ScanError(UserError, ValueError):
     """An input scan that cannot be read or predicted; the message names the file and says what to do."""
 
 

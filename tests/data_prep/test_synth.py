@@ -82,16 +82,16 @@ def test_other_settings_or_foreign_folder_are_refused(tmp_path, capsys):
     out = tmp_path / "raw"
     _tiny(out, areas=1)
     assert cli(["synth", str(out), "--size", "tiny", "--areas", "1", "--seed", "3"]) == 2
-    assert "other settings (seed differ: {'seed': 0} there, {'seed': 3} asked)" in capsys.readouterr().out
+    assert "other settings (seed differ: {'seed': 0} there, {'seed': 3} asked)" in capsys.readouterr().err
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
     assert cli(["synth", str(foreign), "--size", "tiny"]) == 2
-    assert "is not empty and holds no .synth_settings.json" in capsys.readouterr().out
+    assert "is not empty and holds no .synth_settings.json" in capsys.readouterr().err
     assert cli(["synth", str(foreign / "notes.txt"), "--size", "tiny"]) == 2
-    assert "expected OUT to be a folder, got the file" in capsys.readouterr().out
+    assert "expected OUT to be a folder, got the file" in capsys.readouterr().err
     assert cli(["synth", str(tmp_path / "x"), "--size", "tiny", "--areas", "7"]) == 2
-    assert "expected 1 to 6 areas (S3DIS has 6), got 7" in capsys.readouterr().out
+    assert "expected 1 to 6 areas (S3DIS has 6), got 7" in capsys.readouterr().err
 
 
 def test_options_override_the_preset():

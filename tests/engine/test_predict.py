@@ -3,8 +3,6 @@ room and seed, input order kept through every input format, bad inputs reported 
 predicted, the colour and unit checks, probabilities, geometry-only models and a 2M-point scan."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch

@@ -14,6 +14,7 @@ from pointgeope.engine import train as train_mod
 from pointgeope.engine import train_command
 from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.config import load_config
+from pointgeope.errors import run_command
 from pointgeope.metrics import confusion_matrix
 from tests.engine.conftest import DEMO_CONFIG, TINY
 
@@ -24,7 +25,7 @@ def train(root, run, *extra, fold="1"):
     where = ["--cv"] if fold == "cv" else ["--test-area", fold]
     args = parser.parse_args(["--config", str(DEMO_CONFIG), *where, "--data-root", str(root),
                               "--run-dir", str(run), *TINY, *extra])
-    return train_command.main(args)
+    return run_command("train.py", train_command.main, args)
 
 
 def weights(path):
@@ -129,7 +130,7 @@ def test_cv_runs_every_fold_and_skips_complete_ones(two_folds, tmp_path, capsys)
 def test_corrupt_checkpoint_stops_with_its_name(two_folds, tmp_path, capsys):
     (tmp_path / "area_1").mkdir()
     (tmp_path / "area_1" / "last.pt").write_bytes(b"not a checkpoint")
-    assert train(two_folds, tmp_path) == 1
+    assert train(two_folds, tmp_path) == 2
     assert f"{tmp_path / 'area_1' / 'last.pt'}: not a readable checkpoint" in capsys.readouterr().err
 
 
@@ -139,7 +140,7 @@ def test_checkpoint_of_another_config_or_model_is_refused(two_folds, tmp_path, c
     assert not (tmp_path / "area_1" / "last.pt").exists()  # stopped before any epoch
     assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1") == 0
     assert load_checkpoint(tmp_path / "area_1" / "last.pt")["epoch"] == 1
-    assert train(two_folds, tmp_path, "train.epochs=2", "optim.lr=0.02") == 1
+    assert train(two_folds, tmp_path, "train.epochs=2", "optim.lr=0.02") == 2
     err = capsys.readouterr().err
     assert "last.pt: written with another config (optim.lr: checkpoint 0.01, now 0.02)" in err
     assert load_config(tmp_path / "area_1" / "config.yaml").optim.lr == 0.01  # left as it was

@@ -54,7 +54,7 @@ def read_raw_room(room_dir: Path) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="session")
 def real_area(s3dis_real, tmp_path_factory) -> Path:
-    """``Area_2.h5`` holding the real room ``office_resampled`` (352,256 points)."""
+    """``Area_2.h5`` holding the real room ``office_resampled`` (44,032 points)."""
     out = tmp_path_factory.mktemp("prepared_real")
     if (REPO / "data_prep" / "prepare.py").exists():
         from pointgeope.cli import main
