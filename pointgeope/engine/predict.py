@@ -187,26 +187,15 @@ def _unique_names(refs: list, errors: list[str]) -> list:
     return keep
 
 
-def main(args) -> int:
-    """Predict every scan of ``args.inputs``; 0 when all were written, 2 when any input failed. An error of
-    the model argument is a UserError (one line, exit 2, by ``pointgeope.errors.run_command``)."""
+def _predict_all(predictor: Predictor, refs: list, args, errors: list[str]) -> int:
+    """Read, predict and write each scan of ``refs`` in turn (one in memory at a time); a scan that
+    fails adds its message to ``errors`` and the next one goes on. Returns how many were written."""
     import time
 
     from pointgeope.scans.outputs import write_outputs
-    from pointgeope.scans.sources import find_scans, read_scan
+    from pointgeope.scans.sources import read_scan
 
-    if not args.scale > 0 or (args.batch_points is not None and args.batch_points < 1):
-        _fail(f"expected --scale > 0 and --batch-points >= 1, got {args.scale} and {args.batch_points}")
-        return 2
-    refs, errors = find_scans(args.inputs)
-    refs = _unique_names(refs, errors)
-    for message in errors:
-        _fail(message)
-    if not refs:
-        return 2
-    predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points)
-    print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
-          f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
+    names = list(predictor.info["class_names"])
     done = 0
     for ref in refs:
         t0 = time.perf_counter()
@@ -219,8 +208,7 @@ def main(args) -> int:
             probs = vote_probabilities(scores, votes, predictor.cfg.eval.vote) if args.probabilities else None
             del scores
             try:
-                paths = write_outputs(args.out, scan, pred, args.format, predictor.palette,
-                                      list(predictor.info["class_names"]), probs)
+                paths = write_outputs(args.out, scan, pred, args.format, predictor.palette, names, probs)
             except OSError as err:
                 raise ScanError(f"{args.out}: cannot write the outputs of {ref.source} ({err})") from None
         except UserError as err:  # this scan only (ScanError, or a prepared file's SchemaError): go on
@@ -228,11 +216,35 @@ def main(args) -> int:
             _fail(str(err))
             continue
         done += 1
-        counts = np.bincount(pred, minlength=len(predictor.info["class_names"]))
-        top = ", ".join(f"{predictor.info['class_names'][c]} {counts[c] / len(pred):.1%}"
-                        for c in np.argsort(-counts)[:3] if counts[c])
+        counts = np.bincount(pred, minlength=len(names))
+        top = ", ".join(f"{names[c]} {counts[c] / len(pred):.1%}" for c in np.argsort(-counts)[:3] if counts[c])
         print(f"{ref.source}: {len(scan):,} points in {time.perf_counter() - t0:.1f}s ({top}) -> "
               f"{', '.join(p.name for p in paths)}", flush=True)
+    return done
+
+
+def main(args) -> int:
+    """Predict every scan of ``args.inputs`` into ``args.out`` (locked: one writer per folder); 0 when all
+    were written, 2 when any input failed. An error of the model argument or of ``--out`` is a UserError
+    (one line, exit 2, by ``pointgeope.errors.run_command``)."""
+    from pointgeope.atomic import writable_folder
+    from pointgeope.lock import folder_lock
+    from pointgeope.scans.sources import find_scans
+
+    if not args.scale > 0 or (args.batch_points is not None and args.batch_points < 1):
+        raise UserError(f"expected --scale > 0 and --batch-points >= 1, got {args.scale} and {args.batch_points}")
+    refs, errors = find_scans(args.inputs)
+    refs = _unique_names(refs, errors)
+    for message in errors:
+        _fail(message)
+    if not refs:
+        return 2
+    writable_folder(args.out, "--out folder")
+    predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points)
+    print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
+          f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
+    with folder_lock(args.out):
+        done = _predict_all(predictor, refs, args, errors)
     print(f"predicted {done} of {done + len(errors)} input(s) into {args.out}"
           + (f"; {len(errors)} failed (see the errors above)" if errors else ""))
     return 2 if errors else 0
