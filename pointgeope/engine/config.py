@@ -94,7 +94,7 @@ class TrainConfig:
     checkpoint_every: int = 0               # also save last.pt every n steps inside an epoch (0: epoch ends)
     epochs_per_run: Optional[int] = None    # stop cleanly after n epochs in this invocation (job time limits)
     progress: bool = True                   # tqdm bars (rank 0, only on a TTY)
-    ignore_index: int = IGNORE_LABEL
+    ignore_index: int = IGNORE_LABEL        # the label skipped by the loss and by every metric (train, eval)
 
 
 @dataclass

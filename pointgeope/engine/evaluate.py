@@ -43,7 +43,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from pointgeope.atomic import atomic_path, writable_folder
-from pointgeope.constants import CLASS_NAMES, IGNORE_LABEL
+from pointgeope.constants import CLASS_NAMES
 from pointgeope.data.folds import load_folds
 from pointgeope.data.dataset import room_sample
 from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
@@ -213,7 +213,7 @@ def validate(cfg: Config, model: torch.nn.Module, root: Path, areas: list[str],
     this rank's predictions ``{area: {room: pred uint8 (N,)}}``."""
     no_tta = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, tta=TTAConfig()))
     preds, _ = predict_areas(model, no_tta, areas, env, progress_desc="validate")
-    meter = ConfusionMeter(cfg.model.num_classes, IGNORE_LABEL, device=env.device)
+    meter = ConfusionMeter(cfg.model.num_classes, cfg.train.ignore_index, device=env.device)
     for area, rooms in preds.items():
         for room, pred in rooms.items():
             label = read_room(root / f"{area}.h5", room, fields=("label",))["label"]
@@ -277,7 +277,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
                 label = read_room(root / f"{area}.h5", room, fields=("label",))["label"]
                 if label.shape != pred.shape:
                     raise RuntimeError(f"{area}/{room}: {pred.shape[0]} predictions for {label.shape[0]} points")
-                confusion += confusion_matrix(pred, label, cfg.model.num_classes, IGNORE_LABEL)
+                confusion += confusion_matrix(pred, label, cfg.model.num_classes, cfg.train.ignore_index)
                 num_points += int(pred.shape[0])
             write_predictions(run / "predictions" / f"{area}.h5", area, rooms,
                               {"checkpoint": ckpt_path.name, "epoch": int(ckpt["epoch"])})

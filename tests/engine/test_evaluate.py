@@ -155,3 +155,25 @@ def test_predictions_file_schema(tmp_path):
         assert f["office_1/pred"].dtype == np.uint8 and f["office_1/pred"].shape == (3,)
     np.testing.assert_array_equal(read_predictions(path, "office_1"), rooms["office_1"])
     assert [p.name for p in path.parent.iterdir()] == ["Area_5.h5"]
+
+
+def test_validation_skips_the_configured_ignore_index(two_folds):
+    """``train.ignore_index`` is the one value for the loss and the metrics: validation scores skip it."""
+    from pointgeope.data.h5 import list_rooms, read_room
+    from pointgeope.engine import distributed
+    from pointgeope.engine.evaluate import validate
+
+    env = distributed.DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    labels = {room: read_room(two_folds / "Area_1.h5", room, ("label",))["label"]
+              for room in list_rooms(two_folds / "Area_1.h5")}
+    label = np.concatenate([labels[r] for r in sorted(labels)])
+    oa = {}
+    for ignored in (255, 2):  # no label, then every wall point
+        cfg = load_config(None, [f"data.root={two_folds}", "data.grid_size=0.1", "eval.batch_points=20000",
+                                 "train.progress=false", f"train.ignore_index={ignored}"])
+        s, preds = validate(cfg, ColourClassifier(), two_folds, ["Area_1"], env)
+        pred = np.concatenate([preds["Area_1"][r] for r in sorted(labels)])
+        keep = label != ignored
+        oa[ignored] = s["oa"]
+        assert s["oa"] == pytest.approx(float((pred[keep] == label[keep]).mean()), abs=1e-12)
+    assert (label == 2).sum() > 0 and oa[2] != oa[255]
