@@ -320,7 +320,8 @@ class AddNormalizedHeight(Transform):
 
 
 class ToData(Transform):
-    """End of the pipeline: ``Data(pos, x, y)`` with the feature layout of ``interfaces.md``::
+    """End of the pipeline: ``Data(pos, x, y)``, ``x`` the network's input features in this layout (a
+    checkpoint records it as ``predict.features``, see ``pointgeope/engine/checkpoint.py``)::
 
         x: [ r g b | x y z ]        rgb = color / 255, xyz = coord      (in_channels = 6)
            [ r g b | x y z | h ]    with height=True (needs "height")   (in_channels = 7)

@@ -1,7 +1,7 @@
 """Read the per-fold results of a 6-fold run and summarise them: pooled, mean of folds, missing folds.
 
-A run folder holds one sub-folder per fold, each with the fold's ``metrics.json`` (written by the
-engine, format in ``/work/notes/interfaces.md``)::
+A run folder holds one sub-folder per fold, each with the fold's ``metrics.json`` (written by
+:func:`pointgeope.engine.evaluate.evaluate_fold`; the keys read here are shown)::
 
     RUN/area_1/metrics.json     {"area": "Area_1", "fold": 1, "class_names": [...],
     ...                          "confusion": [[...13 x 13...]], "complete": true, ...}

@@ -1,7 +1,8 @@
 """Every expected mistake of a user ends in one line naming the file or key and what to do, exit code 2.
 
 Each case runs the real command line (``pointgeope <command> ...``) and checks the exact line on stderr;
-``--debug`` shows the traceback instead. The list is the one of the issue "errors never end in tracebacks".
+``--debug`` shows the traceback instead. The cases: a mistyped config key, missing or truncated data, a
+fold without training rooms, an unusable checkpoint or predictions folder, damaged report inputs.
 """
 from __future__ import annotations
 
