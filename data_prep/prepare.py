@@ -75,7 +75,7 @@ def main(args: argparse.Namespace) -> int:
 def _parse_room(task):
     """Worker: parse one room into its work file; return what the summary needs (not the arrays)."""
     from data_prep.room import load_room
-    from data_prep.writer import write_room_file
+    from pointgeope.h5 import write_room_file
 
     source, room, path, limits = task
     data = load_room(source, room, limits)
@@ -87,10 +87,10 @@ def _parse_room(task):
 
 def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> dict:
     """Room -> attrs of an existing ``Area_N.h5`` whose checksum matches ``manifest.json`` (else ``{}``)."""
-    from data_prep.writer import read_attrs
     from pointgeope.checksum import file_checksum
+    from pointgeope.h5 import area_path, read_rooms_attrs
 
-    path = out / f"{area}.h5"
+    path = area_path(out, area)
     if force or not path.is_file():
         return {}
     expected = old_manifest.get("checksums", {}).get(area)
@@ -98,7 +98,7 @@ def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> dic
         why = "does not match its checksum in" if expected else "has no checksum in"
         print(f"warning: {path} {why} {out / 'manifest.json'}; rebuilding it", file=sys.stderr)
         return {}
-    return read_attrs(path) or {}
+    return read_rooms_attrs(path) or {}
 
 
 def _read_manifest(out: Path) -> dict:
@@ -141,7 +141,8 @@ def prepare(cfg: PrepareConfig) -> dict:
 
 
 def _prepare_locked(cfg: PrepareConfig, source, rooms: list, out: Path, t0: float) -> dict:
-    from data_prep.writer import folds, manifest, read_attrs, write_json
+    from data_prep.writer import folds, manifest, write_json
+    from pointgeope.h5 import area_path, read_rooms_attrs
 
     areas = list(dict.fromkeys(r.area for r in rooms))
     old_manifest = {} if cfg.force else _read_manifest(out)
@@ -156,10 +157,10 @@ def _prepare_locked(cfg: PrepareConfig, source, rooms: list, out: Path, t0: floa
         old_rooms[area] = _trusted_attrs(out, area, old_manifest, cfg.force)
         for room in (r for r in rooms if r.area == area):
             sig, work_file = room.signature(cfg.limits), work / area / f"{room.name}.h5"
-            cached = None if cfg.force else (read_attrs(work_file) or {}).get(room.name)
+            cached = None if cfg.force else (read_rooms_attrs(work_file) or {}).get(room.name)
             was_refused = old_refused.get(area, {}).get(room.name, {})
             if old_rooms[area].get(room.name, {}).get("signature") == sig:
-                attrs[area][room.name], held[area, room.name] = old_rooms[area][room.name], out / f"{area}.h5"
+                attrs[area][room.name], held[area, room.name] = old_rooms[area][room.name], area_path(out, area)
             elif cached is not None and cached.get("signature") == sig:
                 attrs[area][room.name], held[area, room.name] = cached, work_file
             elif was_refused.get("signature") == sig:
@@ -175,7 +176,7 @@ def _prepare_locked(cfg: PrepareConfig, source, rooms: list, out: Path, t0: floa
     changed, checksums = _assemble(out, written, attrs, held, old_rooms, old_manifest, cfg.limits)
     for area in areas:
         if area not in written:
-            print(f"warning: {area}: every room was refused; {out / f'{area}.h5'} not written", file=sys.stderr)
+            print(f"warning: {area}: every room was refused; {area_path(out, area)} not written", file=sys.stderr)
     result = manifest(source.location, {a: attrs[a] for a in written})
     result["checksums"] = checksums
     result["refused"] = {a: dict(sorted(r.items())) for a, r in refused.items() if r}
@@ -229,23 +230,19 @@ def _assemble(out: Path, areas: list[str], attrs: dict, held: dict, old_rooms: d
               limits: PointLimits) -> tuple[set, dict]:
     """Write each area whose rooms changed, in room order; returns the changed areas and every area
     file's checksum."""
-    import h5py
-
-    from data_prep.writer import read_room, write_area
     from pointgeope.checksum import file_checksum
+    from pointgeope.h5 import area_path, read_room_record, write_area
 
     changed, checksums = set(), {}
     for area in areas:
-        area_file = out / f"{area}.h5"
+        area_file = area_path(out, area)
         names = list(attrs[area])
         if set(names) != set(old_rooms[area]) or any(held[area, n] != area_file for n in names):
             changed.add(area)
 
             def records(area=area, names=names):
                 for name in names:
-                    with h5py.File(held[area, name], "r") as f:
-                        arrays, room_attrs = read_room(f[name])
-                    yield name, arrays, room_attrs
+                    yield name, *read_room_record(held[area, name], name)
 
             write_area(area_file, area, records(), limits.max_extent)
             checksums[area] = file_checksum(area_file)
@@ -260,6 +257,7 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
                    t_total: float, jobs: int) -> None:
     """nanoGPT-style: what was written, with the counts of points, classes and defects per area."""
     from pointgeope.constants import CLASS_NAMES
+    from pointgeope.h5 import area_path
 
     total_bytes = sum(s["bytes"] for s in stats.values())
     for area, rooms in attrs.items():
@@ -272,7 +270,7 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
         for a in rooms.values():
             for name, n in json.loads(a["remapped_to_clutter"]).items():
                 remapped[name] = remapped.get(name, 0) + n
-        path = out / f"{area}.h5"
+        path = area_path(out, area)
         parsed = (f"{s['parsed']} parsed: {_size(s['bytes'])} at {s['bytes'] / 1e6 / max(s['seconds'], 1e-9):.1f} "
                   "MB/s per worker" if s["parsed"] else "all up to date")
         written = f"wrote {path} ({_size(path.stat().st_size)})" if area in changed else f"{path} unchanged"

@@ -1,7 +1,8 @@
 """Prepared S3DIS rooms (HDF5), training blocks, transforms and batches.
 
-The names below are imported lazily (PEP 562), so ``import pointgeope.data.h5`` (the viewer, the
-report) does not pull in torch and torch_geometric.
+The names below are imported lazily (PEP 562), so importing one light submodule (``pointgeope.data.check``,
+``pointgeope.data.rooms``) does not pull in torch and torch_geometric. The HDF5 layout itself is
+``pointgeope/h5.py``.
 """
 from importlib import import_module
 

@@ -9,7 +9,7 @@ For each ``Area_N.h5`` (train and test areas alike), before the first epoch:
   ``instance`` int32 ``(N,)`` with ``N >= 1``, every coordinate finite, an extent within the limit the
   file was prepared with (root attr ``max_extent``), and labels below ``num_classes``.
 
-Any failure is a :class:`~pointgeope.data.h5.SchemaError` naming the file and the room.
+Any failure is a :class:`~pointgeope.h5.SchemaError` naming the file and the room.
 """
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.checksum import file_checksum
-from pointgeope.constants import MAX_ROOM_EXTENT, NUM_CLASSES
-from pointgeope.data.h5 import SchemaError, open_area
+from pointgeope.constants import NUM_CLASSES
+from pointgeope.h5 import ROOM_ARRAYS, SchemaError, area_max_extent, area_path, open_area
 
-_SHAPES = {"coord": (np.float32, 3), "color": (np.uint8, 3), "label": (np.uint8, None), "instance": (np.int32, None)}
 _AGAIN = "run `pointgeope prepare` again"
 
 
@@ -38,11 +37,11 @@ def manifest_checksums(root: str | Path) -> dict[str, str]:
 
 def check_room(where: str, group, max_extent: float, num_classes: int) -> int:
     """Check one room group (see the module docstring); returns its number of points."""
-    missing = [key for key in _SHAPES if key not in group]
+    missing = [key for key in ROOM_ARRAYS if key not in group]
     if missing:
-        raise SchemaError(f"{where}: expected datasets {list(_SHAPES)}, missing {missing}; {_AGAIN}")
+        raise SchemaError(f"{where}: expected datasets {list(ROOM_ARRAYS)}, missing {missing}; {_AGAIN}")
     n = group["label"].shape[0] if group["label"].ndim == 1 else -1
-    for key, (dtype, width) in _SHAPES.items():
+    for key, (dtype, width) in ROOM_ARRAYS.items():
         data = group[key]
         expected = (n,) if width is None else (n, width)
         if data.dtype != dtype or data.shape != expected:
@@ -72,7 +71,7 @@ def check_area(path: str | Path, checksum: str | None = None, num_classes: int =
                           f"prepare); {_AGAIN}")
     with open_area(path) as f:
         try:
-            max_extent = float(f.attrs.get("max_extent", MAX_ROOM_EXTENT))
+            max_extent = area_max_extent(f)
             rooms = {name: check_room(f"{path}: room {name!r}", f[name], max_extent, num_classes) for name in f}
         except SchemaError:
             raise
@@ -88,4 +87,4 @@ def check_areas(root: str | Path, areas: list[str] | tuple[str, ...],
                 num_classes: int = NUM_CLASSES) -> dict[str, dict[str, int]]:
     """:func:`check_area` for each ``root/<area>.h5``, against the checksums of ``root/manifest.json``."""
     checksums = manifest_checksums(root)
-    return {area: check_area(Path(root) / f"{area}.h5", checksums.get(area), num_classes) for area in areas}
+    return {area: check_area(area_path(root, area), checksums.get(area), num_classes) for area in areas}

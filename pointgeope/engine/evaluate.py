@@ -20,8 +20,8 @@ The network never sees more than ``max(voxel_max, batch_points)`` points at once
 one at a time, so peak memory is set by the fragment size plus the ``N x C`` score buffer, not by the
 room (``bench/bench_evaluate.py``).
 
-Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (group per room, ``pred`` uint8
-``(N,)``, root attr ``kind="predictions"``), then ``RUN/area_K/metrics.json`` with ``"complete": true``.
+Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (layout in :mod:`pointgeope.h5`),
+then ``RUN/area_K/metrics.json`` with ``"complete": true``.
 """
 from __future__ import annotations
 
@@ -37,22 +37,21 @@ import zlib
 from pathlib import Path
 from typing import NamedTuple
 
-import h5py
 import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
-from pointgeope.atomic import atomic_path, writable_folder
+from pointgeope.atomic import writable_folder
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.data.folds import load_folds
 from pointgeope.data.dataset import room_sample
 from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
-from pointgeope.data.h5 import list_rooms, read_room
 from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
+from pointgeope.h5 import area_path, list_rooms, predictions_path, read_room, write_predictions
 from pointgeope.lock import folder_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
 
@@ -190,14 +189,14 @@ def predict_areas(model: torch.nn.Module, cfg: Config, areas: list[str], env: di
     """This rank's share of the rooms (room i -> rank i % world): ``{area: {room: pred uint8 (N,)}}`` and
     ``{"area/room": {"fragments": per view, "filled": points}}``."""
     root = Path(cfg.data.root)
-    jobs = [(area, room) for area in areas for room in list_rooms(root / f"{area}.h5")]
+    jobs = [(area, room) for area in areas for room in list_rooms(area_path(root, area))]
     mine = jobs[env.rank::env.world_size]
     model.eval()
     out: dict[str, dict[str, np.ndarray]] = {area: {} for area in areas}
     stats: dict[str, dict] = {}
     bars = env.is_main and cfg.train.progress
     for area, room in progress(mine, bars, desc=progress_desc or "evaluate", total=len(mine)):
-        data = read_room(root / f"{area}.h5", room, fields=("coord", "color"))
+        data = read_room(area_path(root, area), room, fields=("coord", "color"))
         result = vote_room(model, data["coord"], data["color"], cfg, env.device,
                            seed=room_seed(cfg.train.seed, room), show_progress=bars)
         if (result.votes < 1).any():
@@ -216,23 +215,11 @@ def validate(cfg: Config, model: torch.nn.Module, root: Path, areas: list[str],
     meter = ConfusionMeter(cfg.model.num_classes, cfg.train.ignore_index, device=env.device)
     for area, rooms in preds.items():
         for room, pred in rooms.items():
-            label = read_room(root / f"{area}.h5", room, fields=("label",))["label"]
+            label = read_room(area_path(root, area), room, fields=("label",))["label"]
             meter.update(torch.from_numpy(pred.astype(np.int64)), torch.from_numpy(label.astype(np.int64)))
     meter.all_reduce()
     model.train()
     return meter.scores(), preds
-
-
-def write_predictions(path: Path, area: str, rooms: dict[str, np.ndarray], attrs: dict) -> None:
-    """``predictions/Area_K.h5``: group per room with ``pred`` uint8 (N,), written atomically."""
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        f.attrs["kind"] = "predictions"
-        f.attrs["area"] = area
-        for key, value in attrs.items():
-            f.attrs[key] = value
-        for room in sorted(rooms):
-            f.create_group(room).create_dataset("pred", data=rooms[room].astype(np.uint8),
-                                                compression="gzip", compression_opts=1)
 
 
 def _json_number(x: float):
@@ -274,12 +261,12 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
         for area in areas:
             rooms = {room: pred for part in gathered for room, pred in part[area].items()}
             for room, pred in rooms.items():
-                label = read_room(root / f"{area}.h5", room, fields=("label",))["label"]
+                label = read_room(area_path(root, area), room, fields=("label",))["label"]
                 if label.shape != pred.shape:
                     raise RuntimeError(f"{area}/{room}: {pred.shape[0]} predictions for {label.shape[0]} points")
                 confusion += confusion_matrix(pred, label, cfg.model.num_classes, cfg.train.ignore_index)
                 num_points += int(pred.shape[0])
-            write_predictions(run / "predictions" / f"{area}.h5", area, rooms,
+            write_predictions(predictions_path(run, area), area, rooms,
                               {"checkpoint": ckpt_path.name, "epoch": int(ckpt["epoch"])})
         s = scores(confusion)
         metrics = {

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from pointgeope.constants import PALETTE
-from pointgeope.data.h5 import read_room
+from pointgeope.h5 import area_path, read_room
 
 _PALETTE = np.asarray(PALETTE, dtype=np.uint8)
 
@@ -33,7 +33,7 @@ class RoomClouds:
     def _room(self, area: str, room: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         key = (area, room)
         if key not in self._rooms:
-            data = read_room(self.root / f"{area}.h5", room, fields=("coord", "label"))
+            data = read_room(area_path(self.root, area), room, fields=("coord", "label"))
             n = data["label"].shape[0]
             subset = (np.arange(n) if n <= self.max_points else
                       np.sort(np.random.default_rng(self.seed).choice(n, self.max_points, replace=False)))

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from pointgeope.atomic import atomic_path
-from pointgeope.constants import IGNORE_LABEL, SCHEMA_VERSION
+from pointgeope.constants import IGNORE_LABEL
+from pointgeope.h5 import write_scan_predictions
 from pointgeope.scans.scan import Scan
 
 FORMATS = ("npy", "ply", "las", "txt", "h5")
@@ -52,17 +52,12 @@ def write_h5(path: Path, scan: Scan, pred: np.ndarray, class_names: list[str]) -
     """The h5 file of the module docstring."""
     origin = np.floor(scan.coord.min(axis=0))
     n = len(scan)
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        f.attrs.update({"schema_version": SCHEMA_VERSION, "area": scan.name, "class_names": class_names,
-                        "kind": "scan-predictions", "source": scan.source})
-        g = f.create_group(scan.name.rsplit("/", 1)[-1])
-        g.attrs.update({"num_points": n, "origin": origin, "source": scan.source})
-        arrays = {"coord": (scan.coord - origin).astype(np.float32),
-                  "color": scan.color if scan.color is not None else np.zeros((n, 3), np.uint8),
-                  "label": scan.label if scan.label is not None else np.full(n, IGNORE_LABEL, np.uint8),
-                  "instance": np.zeros(n, np.int32), "pred": pred.astype(np.uint8)}
-        for key, value in arrays.items():
-            g.create_dataset(key, data=value, compression="gzip", compression_opts=1)
+    arrays = {"coord": (scan.coord - origin).astype(np.float32),
+              "color": scan.color if scan.color is not None else np.zeros((n, 3), np.uint8),
+              "label": scan.label if scan.label is not None else np.full(n, IGNORE_LABEL, np.uint8),
+              "instance": np.zeros(n, np.int32)}
+    write_scan_predictions(path, scan.name, scan.name.rsplit("/", 1)[-1], arrays, pred, class_names, scan.source,
+                           {"num_points": n, "origin": origin, "source": scan.source})
 
 
 def write_outputs(out: str | Path, scan: Scan, pred: np.ndarray, formats: tuple[str, ...],

@@ -58,7 +58,7 @@ def _refs_of_file(path: Path) -> list[ScanRef]:
                         f"{', '.join(sorted(KINDS))}, a raw S3DIS room folder or a folder of such files")
     if kind != "h5":
         return [ScanRef(path, kind, path.stem)]
-    from pointgeope.data.h5 import list_rooms
+    from pointgeope.h5 import list_rooms
 
     try:
         rooms = list_rooms(path)
@@ -115,7 +115,7 @@ def _read_npy(path: Path, name: str) -> Scan:
 
 
 def _read_h5_room(ref: ScanRef) -> Scan:
-    from pointgeope.data.h5 import read_room
+    from pointgeope.h5 import read_room
 
     data = read_room(ref.path, ref.room, fields=("coord", "color", "label"))
     return Scan(ref.name, ref.source, data["coord"].astype(np.float64), data["color"].astype(np.uint8),

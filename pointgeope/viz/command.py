@@ -49,16 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _list_rooms(args) -> int:
     import numpy as np
 
-    from pointgeope.data.h5 import list_rooms, read_predictions, read_room
+    from pointgeope.h5 import list_rooms, predicted_rooms, read_predictions, read_room
     from pointgeope.viz.legend import room_scores, room_table
 
     counts = list_rooms(args.area)
     miou = None
     if args.pred:
-        import h5py
-
-        with h5py.File(args.pred, "r") as f:
-            predicted = set(f)
+        predicted = predicted_rooms(args.pred)
         miou = {}
         for room in counts:
             if room not in predicted:
@@ -77,7 +74,7 @@ def _list_rooms(args) -> int:
 
 
 def _show_room(args) -> int:
-    from pointgeope.data.h5 import list_rooms
+    from pointgeope.h5 import list_rooms
     from pointgeope.viz.camera import fit_camera
     from pointgeope.viz.colors import colorize
     from pointgeope.viz.legend import key_help_lines, legend_lines, use_ansi
@@ -130,7 +127,7 @@ def _show_room(args) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pointgeope.data.h5 import SchemaError
+    from pointgeope.h5 import SchemaError
 
     if args.width < 8 or args.height < 8:
         print(f"pointgeope viz: error: expected --width and --height >= 8, got {args.width}x{args.height}",

@@ -7,10 +7,9 @@ import h5py
 import numpy as np
 import pytest
 
-from data_prep.writer import write_area
 from pointgeope.checksum import file_checksum
 from pointgeope.data.check import check_area, check_areas
-from pointgeope.data.h5 import SchemaError
+from pointgeope.h5 import SchemaError, write_area
 
 
 def _room(n=5, shift=0.0):

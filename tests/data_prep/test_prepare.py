@@ -18,7 +18,7 @@ import data_prep.room
 from data_prep.prepare import PrepareConfig, prepare
 from pointgeope.cli import main as cli
 from pointgeope.constants import CLASS_INDEX, CLASS_NAMES, CLUTTER
-from pointgeope.data import h5
+from pointgeope import h5
 from tests.data_prep.raw_trees import DEFECT_FILES, reference_room, write_tree
 
 OUTPUT_FILES = ("Area_1.h5", "Area_2.h5", "manifest.json", "folds.json")

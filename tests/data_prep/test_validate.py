@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pointgeope.cli import main as cli
-from pointgeope.data import h5
+from pointgeope import h5
 from pointgeope.data.check import check_areas
 from tests.data_prep.raw_trees import write_tree
 

@@ -3,14 +3,12 @@ from __future__ import annotations
 
 import math
 
-import h5py
 import numpy as np
 import pytest
 import torch
 
-from pointgeope.data.h5 import read_predictions
 from pointgeope.engine.config import load_config
-from pointgeope.engine.evaluate import tta_views, view_coord, vote_room, write_predictions
+from pointgeope.engine.evaluate import tta_views, view_coord, vote_room
 
 C = 13
 
@@ -145,21 +143,9 @@ def test_view_coord_is_a_similarity_about_the_centre():
         tta_views(load_config(None, ["eval.tta.rotations=0"]).eval.tta)
 
 
-def test_predictions_file_schema(tmp_path):
-    path = tmp_path / "predictions" / "Area_5.h5"
-    rooms = {"office_1": np.array([0, 12, 3], dtype=np.uint8), "hallway_2": np.zeros(5, dtype=np.uint8)}
-    write_predictions(path, "Area_5", rooms, {"checkpoint": "last.pt"})
-    with h5py.File(path, "r") as f:
-        assert f.attrs["kind"] == "predictions" and f.attrs["area"] == "Area_5"
-        assert sorted(f) == ["hallway_2", "office_1"]
-        assert f["office_1/pred"].dtype == np.uint8 and f["office_1/pred"].shape == (3,)
-    np.testing.assert_array_equal(read_predictions(path, "office_1"), rooms["office_1"])
-    assert [p.name for p in path.parent.iterdir()] == ["Area_5.h5"]
-
-
 def test_validation_skips_the_configured_ignore_index(two_folds):
     """``train.ignore_index`` is the one value for the loss and the metrics: validation scores skip it."""
-    from pointgeope.data.h5 import list_rooms, read_room
+    from pointgeope.h5 import list_rooms, read_room
     from pointgeope.engine import distributed
     from pointgeope.engine.evaluate import validate
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pointgeope.cli import main as cli
-from pointgeope.data.h5 import list_rooms, read_predictions, read_room
+from pointgeope.h5 import list_rooms, read_predictions, read_room
 from pointgeope.engine.checkpoint import prediction_metadata
 from pointgeope.engine.config import config_to_dict, load_config
 from pointgeope.constants import PALETTE

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.data.h5 import list_rooms, read_predictions, read_room
+from pointgeope.h5 import list_rooms, read_predictions, read_room
 from pointgeope.engine import train as train_mod
 from pointgeope.engine import train_command
 from pointgeope.engine.checkpoint import load_checkpoint
