@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from data_prep import prepare, synth
+from data_prep import prepare
+from data_prep.synth import config as synth
 from pointgeope import __version__, info, report
 from pointgeope.errors import add_debug_argument, run_command
 from pointgeope.engine import evaluate_command, predict_command, train_command

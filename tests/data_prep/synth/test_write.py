@@ -1,10 +1,10 @@
-"""data_prep/synth_write.py: the vectorised formatter against "%"-formatting, defects, atomic room folders."""
+"""data_prep/synth/write.py: the vectorised formatter against "%"-formatting, defects, atomic room folders."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from data_prep.synth_write import Defect, format_lines, plant, remove_stale, room_files, write_room
+from data_prep.synth.write import Defect, format_lines, plant, remove_stale, room_files, write_room
 
 FMT = "%.3f %.3f %.3f %d %d %d\n"
 
@@ -29,7 +29,7 @@ def test_format_lines_equals_percent_formatting(bound):
 
 
 def test_format_lines_chunks_join_exactly(monkeypatch):
-    import data_prep.synth_write as sw
+    import data_prep.synth.write as sw
 
     monkeypatch.setattr(sw, "_CHUNK", 7)  # chunks of different digit widths
     xyz = np.array([[5, 6, 7]] * 10 + [[123_456, -7, 8]] * 10)

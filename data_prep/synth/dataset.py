@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.synth_geometry import inside_any, point_count, sample
-from data_prep.synth_objects import object_colours
-from data_prep.synth_rooms import BUILDERS, STRUCTURE, RoomLayout, solid_boxes
-from data_prep.synth_write import Defect, format_lines, remove_stale, room_files, write_room
+from data_prep.synth.geometry import inside_any, point_count, sample
+from data_prep.synth.objects import object_colours
+from data_prep.synth.rooms import BUILDERS, STRUCTURE, RoomLayout, solid_boxes
+from data_prep.synth.write import Defect, format_lines, remove_stale, room_files, write_room
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import AREAS, CLASS_NAMES
 

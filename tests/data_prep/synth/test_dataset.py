@@ -1,4 +1,4 @@
-"""data_prep/synth.py (`pointgeope synth`): determinism, resuming, the raw layout, geometry, planted defects."""
+"""data_prep/synth/ (`pointgeope synth`): determinism, resuming, the raw layout, geometry, planted defects."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,9 @@ import h5py
 import numpy as np
 import pytest
 
-from data_prep import synth_objects as obj
-from data_prep.synth import PRESETS, SynthConfig, config_from_args
-from data_prep.synth_dataset import MANIFEST, generate
+from data_prep.synth import objects as obj
+from data_prep.synth.config import PRESETS, SynthConfig, config_from_args
+from data_prep.synth.dataset import MANIFEST, generate
 from pointgeope.cli import build_parser
 from pointgeope.cli import main as cli
 from pointgeope.constants import CLASS_NAMES

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from data_prep import synth_objects as obj
-from data_prep.synth_geometry import Patches, place, place_box, rect, rotation_z
+from data_prep.synth import objects as obj
+from data_prep.synth.geometry import Patches, place, place_box, rect, rotation_z
 
 ROOM_KINDS = ("office", "conferenceRoom", "hallway")
 STRUCTURE = ("ceiling", "floor", "wall")  # surfaces that solid objects hide

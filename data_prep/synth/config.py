@@ -86,7 +86,7 @@ def config_from_args(args: argparse.Namespace) -> SynthConfig:
 
 def main(args: argparse.Namespace) -> int:
     """Generate (or finish) OUT, then print the planted defects and the counts; bad settings are a UserError."""
-    from data_prep.synth_dataset import MANIFEST, generate
+    from data_prep.synth.dataset import MANIFEST, generate
 
     try:
         config = config_from_args(args)

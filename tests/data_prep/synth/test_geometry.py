@@ -1,10 +1,10 @@
-"""data_prep/synth_geometry.py: box faces, exact quarter-turn placement, uniform sampling, occlusion boxes."""
+"""data_prep/synth/geometry.py: box faces, exact quarter-turn placement, uniform sampling, occlusion boxes."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from data_prep.synth_geometry import box, inside_any, place, place_box, point_count, rect, rotation_z, sample
+from data_prep.synth.geometry import box, inside_any, place, place_box, point_count, rect, rotation_z, sample
 
 
 def test_box_faces_cover_the_surface_and_skip_what_is_asked():

@@ -6,10 +6,10 @@ Local frame of every builder here (metres)::
     x along the wall the object stands against (or along the object's width), from its left edge
     y away from that wall into the room (y = 0 is the wall plane, or the object's back)
 
-Each builder returns the visible surfaces as :class:`~data_prep.synth_geometry.Patches` (faces that touch
+Each builder returns the visible surfaces as :class:`~data_prep.synth.geometry.Patches` (faces that touch
 the floor or the wall are left out, as a scanner never sees them) and, for solid objects, the local
 axis-aligned box ``(2, 3)`` that hides the wall, floor and ceiling points behind or under it.
-The room layout (``synth_rooms``) places them with :func:`~data_prep.synth_geometry.place`.
+The room layout (``data_prep.synth.rooms``) places them with :func:`~data_prep.synth.geometry.place`.
 
 Colours: :data:`BASE_COLOURS` gives each annotation class a mean RGB. Pairs that sit together in real
 buildings are kept close on purpose (wall / column / board, ceiling / beam, door / table / bookcase) so
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from data_prep.synth_geometry import Patches, box, concat, rect
+from data_prep.synth.geometry import Patches, box, concat, rect
 
 # Mean colour per annotation class ("stairs" is the real dataset's extra class, mapped to clutter later);
 # clutter draws a random colour per object instead.
