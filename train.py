@@ -1,12 +1,12 @@
 """Train Point Transformer on S3DIS folds: ``python train.py --config CONFIG (--test-area K | --cv) [key=value ...]``.
 
-The same as ``pointgeope train``; the loop itself is ``pointgeope/engine/train.py``. Works under
-``torchrun --nproc_per_node N train.py ...`` (DDP).
+The same as ``pointgeope train`` (``pointgeope/commands/train.py``); the loop itself is
+``pointgeope/engine/train.py``. Works under ``torchrun --nproc_per_node N train.py ...`` (DDP).
 """
 import argparse
 import sys
 
-from pointgeope.engine import train_command
+from pointgeope.commands import train as train_command
 from pointgeope.errors import add_debug_argument, run_command
 
 if __name__ == "__main__":

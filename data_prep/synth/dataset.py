@@ -229,3 +229,16 @@ def generate(out: Path, config, log=print) -> dict:
     _write_json(out / MANIFEST, manifest)
     return manifest
 
+
+
+def print_summary(manifest: dict, out: Path, seconds: float) -> None:
+    """The planted defects, then the rooms, points and per-class counts of ``manifest``."""
+    totals = manifest["totals"]
+    print(f"planted {len(manifest['defects'])} defects:")
+    for defect in manifest["defects"]:
+        where = f"line {defect['line']}" if defect.get("line") else "every line" if defect["kind"] != "stairs" \
+            else f"{defect['points']} points, maps to {defect['maps_to']}"
+        print(f"  {defect['kind']:<16} {defect['file']}  ({where})")
+    print(f"{totals['rooms']} rooms, {totals['points']:,} points in {out} "
+          f"({seconds:.1f} s); manifest {out / MANIFEST}")
+    print("points per class: " + ", ".join(f"{k} {v:,}" for k, v in totals["class_counts"].items()))

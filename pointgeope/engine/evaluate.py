@@ -25,7 +25,6 @@ then ``RUN/area_K/metrics.json`` with ``"complete": true``.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -292,15 +291,11 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
 
 # --- `pointgeope evaluate RUN/area_K` -------------------------------------------------------------------
 
-def main(args: argparse.Namespace) -> int:
+def evaluate_run(run: Path, overrides: list[str]) -> int:
+    """``pointgeope evaluate``: evaluate the fold folder ``run`` with its ``config.yaml`` and ``overrides``
+    (one writer per fold folder, as train); prints the scores, returns the exit code."""
     from pointgeope.engine.config import load_config
 
-    run = Path(args.run)
-    overrides = list(args.overrides)
-    if args.checkpoint:
-        overrides.append(f"eval.checkpoint={args.checkpoint}")
-    if args.data_root:
-        overrides.append(f"data.root={args.data_root}")
     fold_of_run(run)
     cfg = load_config(run / "config.yaml", overrides)
     if cfg.train.threads is not None:

@@ -223,9 +223,10 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str]) -> i
     return done
 
 
-def main(args) -> int:
-    """Predict every scan of ``args.inputs`` into ``args.out`` (locked: one writer per folder); 0 when all
-    were written, 2 when any input failed. An error of the model argument or of ``--out`` is a UserError
+def predict_scans(args) -> int:
+    """``pointgeope predict``: every scan of ``args.inputs`` into ``args.out``, locked (one writer per
+    folder); ``args`` holds the options of ``pointgeope/commands/predict.py``. 0 when all were written,
+    2 when any input failed. An error of the model argument or of ``--out`` is a UserError
     (one line, exit 2, by ``pointgeope.errors.run_command``)."""
     from pointgeope.atomic import writable_folder
     from pointgeope.lock import folder_lock

@@ -19,7 +19,6 @@ number of torch CPU threads: ``last.pt`` stores it, and a resume with another nu
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -306,18 +305,13 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
     return results
 
 
-def main(args: argparse.Namespace) -> int:
-    overrides = list(args.overrides)
-    if args.data_root:
-        overrides.append(f"data.root={args.data_root}")
-    if args.run_dir:
-        overrides.append(f"train.run_dir={args.run_dir}")
-    cfg = load_config(args.config, overrides)
+def train(cfg: Config, test_area: int | None, force: bool = False) -> int:
+    """``pointgeope train``: fold ``test_area`` (every fold when ``None``) of ``cfg``; the exit code."""
     if cfg.train.threads is not None:
         torch.set_num_threads(cfg.train.threads)
     env = distributed.setup(cfg.train.device)
     try:
-        results = run_folds(cfg, args.test_area, env, force=getattr(args, "force", False))
+        results = run_folds(cfg, test_area, env, force=force)
     except StopRun:
         return 0
     except FloatingPointError as err:  # the training diverged: not the input's fault, not a bug either

@@ -23,7 +23,7 @@ TINY = ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]", "
 @pytest.fixture(scope="session")
 def tiny_root(tmp_path_factory) -> Path:
     """``pointgeope synth --size tiny`` then ``pointgeope prepare``: 6 areas x 2 rooms of ~4k points."""
-    from data_prep.synth import config as synth
+    from pointgeope.commands import synth
     from pointgeope.cli import main as cli
 
     base = tmp_path_factory.mktemp("tiny_s3dis")
@@ -48,7 +48,7 @@ def two_folds(tiny_root, tmp_path_factory) -> Path:
 
 def train_fold(root: Path, run: Path, *extra: str, fold: str = "1") -> int:
     """``pointgeope train`` of one fold of ``root`` with the TINY settings (and ``extra`` overrides)."""
-    from pointgeope.engine import train_command
+    from pointgeope.commands import train as train_command
 
     parser = argparse.ArgumentParser()
     train_command.add_arguments(parser)

@@ -11,7 +11,7 @@ import torch
 
 from pointgeope.h5 import list_rooms, read_predictions, read_room
 from pointgeope.engine import train as train_mod
-from pointgeope.engine import train_command
+from pointgeope.commands import train as train_command
 from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.config import load_config
 from pointgeope.errors import run_command

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from data_prep.synth import objects as obj
-from data_prep.synth.config import PRESETS, SynthConfig, config_from_args
+from data_prep.synth.config import PRESETS, SynthConfig
 from data_prep.synth.dataset import MANIFEST, generate
+from pointgeope.commands.synth import config_from_args
 from pointgeope.cli import build_parser
 from pointgeope.cli import main as cli
 from pointgeope.constants import CLASS_NAMES

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+HELP = "train one fold (--test-area K) or every fold (--cv), then evaluate it"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="YAML config, e.g. configs/s3dis/pt_geope.yaml")
@@ -27,6 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pointgeope.engine.train import main as train_main
+    from pointgeope.engine.config import load_config
+    from pointgeope.engine.train import train
 
-    return train_main(args)
+    overrides = list(args.overrides)
+    if args.data_root:
+        overrides.append(f"data.root={args.data_root}")
+    if args.run_dir:
+        overrides.append(f"train.run_dir={args.run_dir}")
+    return train(load_config(args.config, overrides), args.test_area, force=args.force)

@@ -8,6 +8,9 @@ Writes ``RUN/area_K/predictions/Area_K.h5`` and ``RUN/area_K/metrics.json`` (``"
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+HELP = "predict every point of a fold's test area by voting; metrics.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,6 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pointgeope.engine.evaluate import main as evaluate_main
+    from pointgeope.engine.evaluate import evaluate_run
 
-    return evaluate_main(args)
+    overrides = list(args.overrides)
+    if args.checkpoint:
+        overrides.append(f"eval.checkpoint={args.checkpoint}")
+    if args.data_root:
+        overrides.append(f"data.root={args.data_root}")
+    return evaluate_run(Path(args.run), overrides)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 
 FORMATS = ("npy", "ply", "las", "txt", "h5")  # pointgeope.scans.outputs.FORMATS (kept light to import)
+HELP = "segment your own scans (ply, las, txt, npy, ...) with a trained model"
 
 
 def _formats(text: str) -> tuple[str, ...]:
@@ -46,6 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pointgeope.engine.predict import main as predict_main
+    from pointgeope.engine.predict import predict_scans
 
-    return predict_main(args)
+    return predict_scans(args)
