@@ -108,3 +108,16 @@ def lr_factor(cfg: Config, steps_per_epoch: int, step: int) -> float:
 
 def scheduler(cfg: Config, opt: torch.optim.Optimizer, steps_per_epoch: int) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(cfg, steps_per_epoch, step))
+
+
+def autocast(cfg: Config, device: torch.device) -> torch.autocast:
+    """The mixed precision of ``train.amp`` for a forward pass: bf16 or fp16 autocast on CUDA, off on the
+    CPU and with ``amp: none`` (float32)."""
+    dtype = torch.float16 if cfg.train.amp == "fp16" else torch.bfloat16
+    return torch.autocast(device.type, dtype=dtype, enabled=device.type == "cuda" and cfg.train.amp != "none")
+
+
+def grad_scaler(cfg: Config, device: torch.device) -> torch.amp.GradScaler:
+    """Loss scaling, needed by fp16 on CUDA only (bf16 and float32 keep the gradients' range): disabled
+    otherwise, when its ``scale``, ``unscale_``, ``step`` and ``update`` are plain pass-throughs."""
+    return torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and cfg.train.amp == "fp16")

@@ -7,12 +7,12 @@ while saving leaves the previous checkpoint intact::
     {"format": "pointgeope-checkpoint", "version": 1,
      "config": {...},                 # the resolved Config as a plain dict
      "model": state_dict, "optimizer": state_dict, "scheduler": state_dict, "scaler": state_dict | None,
-     "rng": {"python": [...], "numpy": {...}, "torch": uint8 tensor, "cuda": [uint8 tensor, ...]},
-     "epoch": int,                    # epochs completed
-     "batch": int,                    # batches completed inside epoch `epoch` (0 at an epoch end)
-     "step": int,                     # optimiser steps completed in total
-     "best_miou": float,
-     "predict": {...}, ...}           # what `pointgeope predict` needs: see prediction_metadata
+     "rng": [one per rank: {"python": [...], "numpy": {...}, "torch": uint8 tensor, "cuda": [...]}],
+     "epoch": int, "batch": int, "step": int, "best_miou": float,   # engine.state.LoopState
+     "threads": int,                  # torch CPU threads of the run (a resume with another number warns)
+     "predict": {...}}                # what `pointgeope predict` needs: see prediction_metadata
+
+A fold's checkpoints are written and read by :class:`pointgeope.engine.state.FoldCheckpoints` only.
 
 :func:`load_checkpoint` turns every failure (missing, truncated, not a checkpoint, written for another
 config) into a :class:`CheckpointError` that names the file.

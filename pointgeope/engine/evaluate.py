@@ -95,10 +95,8 @@ class _Batcher:
     """Stacks pieces into forwards of at most ``batch_points`` points and adds their scores to the room."""
 
     def __init__(self, model, scores: np.ndarray, votes: np.ndarray, cfg: Config, device: torch.device):
-        self.model, self.scores, self.votes, self.device = model, scores, votes, device
+        self.model, self.scores, self.votes, self.device, self.cfg = model, scores, votes, device, cfg
         self.batch_points, self.softmax = cfg.eval.batch_points, cfg.eval.vote == "softmax"
-        self.use_amp = device.type == "cuda" and cfg.train.amp != "none"
-        self.amp_dtype = torch.float16 if cfg.train.amp == "fp16" else torch.bfloat16
         self.pending: list[tuple[np.ndarray, Data]] = []   # (room indices, sample) waiting for a forward
         self.points = 0
 
@@ -112,7 +110,7 @@ class _Batcher:
         if not self.pending:
             return
         batch = Batch.from_data_list([sample for _, sample in self.pending]).to(self.device)
-        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.use_amp):
+        with build.autocast(self.cfg, self.device):
             logits = self.model(batch.pos, batch.x, batch.ptr[1:]).float()
         p = (torch.softmax(logits, dim=1) if self.softmax else logits).cpu().numpy()
         start = 0

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from pointgeope.h5 import list_rooms, read_predictions, read_room
+from pointgeope.engine import state as state_mod
 from pointgeope.engine import train as train_mod
 from pointgeope.commands import train as train_command
 from pointgeope.engine.checkpoint import load_checkpoint
@@ -72,7 +73,7 @@ def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkey
     extra = ["data.loop=2", "train.checkpoint_every=2"]
     assert train(two_folds, tmp_path / "straight", *extra) == 0
 
-    real_save, saves = train_mod.save_checkpoint, []
+    real_save, saves = state_mod.save_checkpoint, []
 
     def save_then_die(path, payload):  # dies right after the n-th save of last.pt
         real_save(path, payload)
@@ -81,13 +82,13 @@ def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkey
             if len(saves) == fail_at_save:
                 raise KeyboardInterrupt("injected kill")
 
-    monkeypatch.setattr(train_mod, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(state_mod, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         train(two_folds, tmp_path / "killed", *extra)
     killed_at = saves[-1]
     assert killed_at == [(0, 2), (1, 0), (1, 2)][fail_at_save - 1]
     assert not (tmp_path / "killed" / "area_1" / "metrics.json").exists()
-    monkeypatch.setattr(train_mod, "save_checkpoint", real_save)
+    monkeypatch.setattr(state_mod, "save_checkpoint", real_save)
     assert train(two_folds, tmp_path / "killed", *extra) == 0
 
     log = (tmp_path / "killed" / "area_1" / "log.txt").read_text()
