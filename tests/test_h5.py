@@ -47,7 +47,8 @@ def test_work_file_attrs_and_other_versions(tmp_path):
         f.attrs["schema_version"] = h5.SCHEMA_VERSION + 1
     assert h5.read_rooms_attrs(tmp_path / "r.h5") is None  # rebuilt by prepare
     assert h5.read_rooms_attrs(tmp_path / "missing.h5") is None
-    with pytest.raises(h5.SchemaError, match=f"expected schema_version {h5.SCHEMA_VERSION}, got {h5.SCHEMA_VERSION + 1}"):
+    expected = f"expected schema_version {h5.SCHEMA_VERSION}, got {h5.SCHEMA_VERSION + 1}"
+    with pytest.raises(h5.SchemaError, match=expected):
         h5.read_room(tmp_path / "r.h5", "office_1")
 
 

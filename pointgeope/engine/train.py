@@ -77,7 +77,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         raise UserError(f"fold {fold}: {len(dataset)} training samples give no batch of "
                         f"{build.per_rank_batch(cfg, env)} per rank; lower data.batch_size or raise data.loop")
     optimizer = build.optimizer(cfg, model)
-    learner = Learner(model, optimizer, build.scheduler(cfg, optimizer, steps_per_epoch), build.grad_scaler(cfg, device))
+    scheduler = build.scheduler(cfg, optimizer, steps_per_epoch)
+    learner = Learner(model, optimizer, scheduler, build.grad_scaler(cfg, device))
     log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, pe={cfg.model.pe}; "
         f"{len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
 
