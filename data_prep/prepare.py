@@ -27,17 +27,92 @@ class PrepareConfig:
     zip_limits: ZipLimits = field(default_factory=ZipLimits)
 
 
-def _parse_room(task):
-    """Worker: parse one room into its work file; return what the summary needs (not the arrays)."""
-    from data_prep.room import load_room
-    from pointgeope.h5 import write_room_file
+@dataclass
+class Stock:
+    """Every room of RAW and where it stands: the one record that the steps of :func:`prepare` fill in turn.
 
-    source, room, path, limits = task
-    data = load_room(source, room, limits)
-    if data.refused is None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_room_file(path, room.name, data.arrays, data.attrs)
-    return room.area, room.name, data.attrs, data.messages, data.num_bytes, data.seconds, data.refused
+    Attributes:
+        areas: the areas of RAW, in order.
+        previous: area -> room -> attributes of the rooms in ``Area_N.h5`` as it is on disk, when its
+            checksum matches ``manifest.json`` (else ``{}``: the file is rebuilt).
+        ready: area -> room -> attributes of each room with valid points (already held, or parsed now).
+        held: (area, room) -> the file holding that room: ``Area_N.h5`` or its work file.
+        refused: area -> room -> ``{"reason", "signature"}``, the rooms not written; ``manifest.json``
+            keeps them, so that an unchanged refused room is not parsed again.
+        todo: the rooms to parse now, as worker tasks ``(source, room, work file, limits)``.
+    """
+
+    areas: list[str]
+    previous: dict[str, dict[str, dict]] = field(default_factory=dict)
+    ready: dict[str, dict[str, dict]] = field(default_factory=dict)
+    held: dict[tuple[str, str], Path] = field(default_factory=dict)
+    refused: dict[str, dict[str, dict]] = field(default_factory=dict)
+    todo: list = field(default_factory=list)
+
+
+def _work_file(out: Path, area: str, room: str) -> Path:
+    """Where a parsed room waits until its area is assembled: ``OUT/.work/Area_N/<room>.h5``."""
+    return out / ".work" / area / f"{room}.h5"
+
+
+def prepare(cfg: PrepareConfig) -> dict:
+    """Prepare ``cfg.raw`` into ``cfg.out``; return the manifest. Resumable and deterministic:
+
+    1. scan RAW: the rooms, each with a signature of its annotation files (names, sizes, stamps) and of
+       the point limits; refuse zip members beyond ``cfg.zip_limits`` before parsing anything;
+    2. a room is up to date when ``Area_N.h5`` (if it matches its checksum in ``manifest.json``) or a work
+       file ``OUT/.work/Area_N/<room>.h5`` (left by an interrupted run) holds it with the same signature,
+       or ``manifest.json`` lists it as refused with that signature; the others are parsed by ``cfg.jobs``
+       worker processes, each room into its own work file (written atomically);
+    3. each area whose rooms changed is assembled from these, in room order, into ``Area_N.h5`` (atomic),
+       without timestamps: the same rooms give the same bytes, whatever ``jobs`` was;
+    4. ``manifest.json`` (with each area file's checksum) and ``folds.json`` are rewritten; ``.work`` goes.
+    """
+    from pointgeope.atomic import remove_leftovers, writable_folder
+    from pointgeope.lock import folder_lock
+
+    t0 = time.perf_counter()
+    source, rooms = _scan_raw(cfg)  # 1: every problem of RAW's layout is found before any work
+    out = writable_folder(cfg.out, "OUT")
+    with folder_lock(out, f"pointgeope prepare {cfg.raw} {cfg.out}"):
+        remove_leftovers(out)  # the temporary files of a killed run; its work files stay and are reused
+        old_manifest = {} if cfg.force else _read_manifest(out)
+        stock = _take_stock(cfg, source, rooms, out, old_manifest)  # 2: what is up to date
+        stats, t_parse = _parse_all(cfg, stock)  # 2: the rest, into work files
+        # The manifest lists rooms in RAW's order, whatever order the workers finished in.
+        stock.ready = {a: {r.name: stock.ready[a][r.name] for r in rooms if r.area == a and r.name in stock.ready[a]}
+                       for a in stock.areas}
+        written = [a for a in stock.areas if stock.ready[a]]
+        if not written:
+            raise UserError(f"{source.location}: no room holds a valid point, nothing written (see the warnings "
+                            "above); check the files or the limits (--max-extent, --outliers)")
+        changed, checksums = _assemble(out, stock, written, old_manifest, cfg.limits)  # 3
+        result = _write_manifests(out, source.location, stock, written, checksums)  # 4
+        _print_summary(out, stock.ready, stock.refused, stats, changed, t_parse, time.perf_counter() - t0, cfg.jobs)
+        return result
+
+
+def _scan_raw(cfg: PrepareConfig) -> tuple:
+    """The source and its rooms, every zip member checked against ``cfg.zip_limits``; non-annotation
+    files are named in a warning."""
+    from data_prep.source import open_source
+
+    source = open_source(cfg.raw, cfg.zip_limits)
+    rooms = source.rooms()
+    for room in rooms:
+        for entry in room.files:
+            source.check(entry)
+    for path in source.ignored:
+        print(f"warning: {path}: ignored (not a .txt annotation file)", file=sys.stderr)
+    return source, rooms
+
+
+def _read_manifest(out: Path) -> dict:
+    try:
+        old = json.loads((out / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return old if isinstance(old, dict) else {}
 
 
 def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> dict:
@@ -56,104 +131,54 @@ def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> dic
     return read_rooms_attrs(path) or {}
 
 
-def _read_manifest(out: Path) -> dict:
-    try:
-        old = json.loads((out / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return old if isinstance(old, dict) else {}
-
-
-def prepare(cfg: PrepareConfig) -> dict:
-    """Prepare ``cfg.raw`` into ``cfg.out``; return the manifest. Resumable and deterministic:
-
-    1. scan RAW: the rooms, each with a signature of its annotation files (names, sizes, stamps) and of
-       the point limits; refuse zip members beyond ``cfg.zip_limits`` before parsing anything;
-    2. a room is up to date when ``Area_N.h5`` (if it matches its checksum in ``manifest.json``) or a work
-       file ``OUT/.work/Area_N/<room>.h5`` (left by an interrupted run) holds it with the same signature,
-       or ``manifest.json`` lists it as refused with that signature; the others are parsed by ``cfg.jobs``
-       worker processes, each room into its own work file (written atomically);
-    3. each area whose rooms changed is assembled from these, in room order, into ``Area_N.h5`` (atomic),
-       without timestamps: the same rooms give the same bytes, whatever ``jobs`` was;
-    4. ``manifest.json`` (with each area file's checksum) and ``folds.json`` are rewritten; ``.work`` goes.
-    """
-    from data_prep.source import open_source
-    from pointgeope.atomic import remove_leftovers, writable_folder
-    from pointgeope.lock import folder_lock
-
-    t0 = time.perf_counter()
-    source = open_source(cfg.raw, cfg.zip_limits)
-    rooms = source.rooms()
-    for room in rooms:
-        for entry in room.files:
-            source.check(entry)
-    for path in source.ignored:
-        print(f"warning: {path}: ignored (not a .txt annotation file)", file=sys.stderr)
-    out = writable_folder(cfg.out, "OUT")
-    with folder_lock(out, f"pointgeope prepare {cfg.raw} {cfg.out}"):
-        remove_leftovers(out)
-        return _prepare_locked(cfg, source, rooms, out, t0)
-
-
-def _prepare_locked(cfg: PrepareConfig, source, rooms: list, out: Path, t0: float) -> dict:
-    from data_prep.writer import folds, manifest, write_json
+def _take_stock(cfg: PrepareConfig, source, rooms: list, out: Path, old_manifest: dict) -> Stock:
+    """Step 2 without parsing: each room of RAW is held (by ``Area_N.h5`` or a work file), refused
+    before, or to parse, by comparing its signature with the one stored where it was written."""
     from pointgeope.h5 import area_path, read_rooms_attrs
 
-    areas = list(dict.fromkeys(r.area for r in rooms))
-    old_manifest = {} if cfg.force else _read_manifest(out)
+    stock = Stock(areas=list(dict.fromkeys(r.area for r in rooms)))
     old_refused = old_manifest.get("refused", {}) if isinstance(old_manifest.get("refused"), dict) else {}
-    work = out / ".work"
-    # `held` names the file holding each room already parsed; `refused` the reason of each refused room.
-    attrs: dict[str, dict[str, dict]] = {a: {} for a in areas}
-    held: dict[tuple[str, str], Path] = {}
-    refused: dict[str, dict[str, dict]] = {a: {} for a in areas}
-    old_rooms, todo = {}, []
-    for area in areas:
-        old_rooms[area] = _trusted_attrs(out, area, old_manifest, cfg.force)
+    for area in stock.areas:
+        stock.ready[area], stock.refused[area] = {}, {}
+        previous = stock.previous[area] = _trusted_attrs(out, area, old_manifest, cfg.force)
         for room in (r for r in rooms if r.area == area):
-            sig, work_file = room.signature(cfg.limits), work / area / f"{room.name}.h5"
+            sig, work_file = room.signature(cfg.limits), _work_file(out, area, room.name)
             cached = None if cfg.force else (read_rooms_attrs(work_file) or {}).get(room.name)
             was_refused = old_refused.get(area, {}).get(room.name, {})
-            if old_rooms[area].get(room.name, {}).get("signature") == sig:
-                attrs[area][room.name], held[area, room.name] = old_rooms[area][room.name], area_path(out, area)
+            if previous.get(room.name, {}).get("signature") == sig:
+                stock.ready[area][room.name], stock.held[area, room.name] = previous[room.name], area_path(out, area)
             elif cached is not None and cached.get("signature") == sig:
-                attrs[area][room.name], held[area, room.name] = cached, work_file
+                stock.ready[area][room.name], stock.held[area, room.name] = cached, work_file
             elif was_refused.get("signature") == sig:
-                refused[area][room.name] = was_refused
+                stock.refused[area][room.name] = was_refused
             else:
-                todo.append((source, room, work_file, cfg.limits))
-    stats, t_parse = _parse_all(cfg, todo, attrs, held, refused)
-    attrs = {a: {r.name: attrs[a][r.name] for r in rooms if r.area == a and r.name in attrs[a]} for a in areas}
-    written = [a for a in areas if attrs[a]]
-    if not written:
-        raise UserError(f"{source.location}: no room holds a valid point, nothing written (see the warnings "
-                        "above); check the files or the limits (--max-extent, --outliers)")
-    changed, checksums = _assemble(out, written, attrs, held, old_rooms, old_manifest, cfg.limits)
-    for area in areas:
-        if area not in written:
-            print(f"warning: {area}: every room was refused; {area_path(out, area)} not written", file=sys.stderr)
-    result = manifest(source.location, {a: attrs[a] for a in written})
-    result["checksums"] = checksums
-    result["refused"] = {a: dict(sorted(r.items())) for a, r in refused.items() if r}
-    write_json(out / "manifest.json", result)
-    write_json(out / "folds.json", folds(written))
-    extra = sorted(p.name for p in out.glob("Area_*.h5") if p.stem not in written)
-    if extra:
-        print(f"warning: {out} also holds {', '.join(extra)}, not prepared now from {source.location}; "
-              "manifest.json and folds.json list only the areas prepared now", file=sys.stderr)
-    _print_summary(out, attrs, refused, stats, changed, t_parse, time.perf_counter() - t0, cfg.jobs)
-    return result
+                stock.todo.append((source, room, work_file, cfg.limits))
+    return stock
 
 
-def _parse_all(cfg: PrepareConfig, todo: list, attrs: dict, held: dict, refused: dict) -> tuple[dict, float]:
-    """Parse the rooms of ``todo`` (biggest first, so that the workers finish together) into their work
-    files; fill ``attrs``, ``held`` and ``refused``; return the per-area statistics and the seconds."""
+def _parse_room(task):
+    """Worker: parse one room into its work file; return what the summary needs (not the arrays)."""
+    from data_prep.room import load_room
+    from pointgeope.h5 import write_room_file
+
+    source, room, path, limits = task
+    data = load_room(source, room, limits)
+    if data.refused is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_room_file(path, room.name, data.arrays, data.attrs)
+    return room.area, room.name, data.attrs, data.messages, data.num_bytes, data.seconds, data.refused
+
+
+def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
+    """Parse the rooms of ``stock.todo`` (biggest first, so that the workers finish together) into their
+    work files; fill ``stock.ready``, ``held`` and ``refused``; return the per-area statistics and the
+    seconds."""
     import multiprocessing
 
     from tqdm import tqdm
 
-    todo.sort(key=lambda task: -task[1].num_bytes)
-    stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0} for a in attrs}
+    todo = sorted(stock.todo, key=lambda task: -task[1].num_bytes)
+    stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0} for a in stock.areas}
     t_parse = time.perf_counter()
     results = map(_parse_room, todo)
     pool = None
@@ -169,10 +194,10 @@ def _parse_all(cfg: PrepareConfig, todo: list, attrs: dict, held: dict, refused:
             for message in messages:
                 bar.write(f"warning: {message}", file=sys.stderr)
             if reason is None:
-                attrs[area][name], held[area, name] = room_attrs, cfg.out / ".work" / area / f"{name}.h5"
+                stock.ready[area][name], stock.held[area, name] = room_attrs, _work_file(cfg.out, area, name)
             else:
                 bar.write(f"warning: {area}/{name}: refused, not written: {reason}", file=sys.stderr)
-                refused[area][name] = {"reason": reason, "signature": room_attrs["signature"]}
+                stock.refused[area][name] = {"reason": reason, "signature": room_attrs["signature"]}
             s = stats[area]
             s["parsed"], s["bytes"], s["seconds"] = s["parsed"] + 1, s["bytes"] + num_bytes, s["seconds"] + seconds
     finally:
@@ -181,23 +206,22 @@ def _parse_all(cfg: PrepareConfig, todo: list, attrs: dict, held: dict, refused:
     return stats, time.perf_counter() - t_parse
 
 
-def _assemble(out: Path, areas: list[str], attrs: dict, held: dict, old_rooms: dict, old_manifest: dict,
-              limits: PointLimits) -> tuple[set, dict]:
-    """Write each area whose rooms changed, in room order; returns the changed areas and every area
-    file's checksum."""
+def _assemble(out: Path, stock: Stock, areas: list[str], old_manifest: dict, limits: PointLimits) -> tuple[set, dict]:
+    """Step 3: write each area whose rooms changed, in room order; returns the changed areas and every
+    area file's checksum."""
     from pointgeope.checksum import file_checksum
     from pointgeope.h5 import area_path, read_room_record, write_area
 
     changed, checksums = set(), {}
     for area in areas:
         area_file = area_path(out, area)
-        names = list(attrs[area])
-        if set(names) != set(old_rooms[area]) or any(held[area, n] != area_file for n in names):
+        names = list(stock.ready[area])
+        if set(names) != set(stock.previous[area]) or any(stock.held[area, n] != area_file for n in names):
             changed.add(area)
 
             def records(area=area, names=names):
                 for name in names:
-                    yield name, *read_room_record(held[area, name], name)
+                    yield name, *read_room_record(stock.held[area, name], name)
 
             write_area(area_file, area, records(), limits.max_extent)
             checksums[area] = file_checksum(area_file)
@@ -205,7 +229,27 @@ def _assemble(out: Path, areas: list[str], attrs: dict, held: dict, old_rooms: d
             checksums[area] = old_manifest["checksums"][area]  # verified by _trusted_attrs
         shutil.rmtree(out / ".work" / area, ignore_errors=True)
     shutil.rmtree(out / ".work", ignore_errors=True)
+    for area in stock.areas:
+        if area not in areas:
+            print(f"warning: {area}: every room was refused; {area_path(out, area)} not written", file=sys.stderr)
     return changed, checksums
+
+
+def _write_manifests(out: Path, location: str, stock: Stock, written: list[str], checksums: dict) -> dict:
+    """Step 4: ``manifest.json`` (rooms, counts, checksums, refused rooms) and ``folds.json`` of the areas
+    written now; warns about area files in OUT that RAW no longer holds. Returns the manifest."""
+    from data_prep.writer import folds, manifest, write_json
+
+    result = manifest(location, {a: stock.ready[a] for a in written})
+    result["checksums"] = checksums
+    result["refused"] = {a: dict(sorted(r.items())) for a, r in stock.refused.items() if r}
+    write_json(out / "manifest.json", result)
+    write_json(out / "folds.json", folds(written))
+    extra = sorted(p.name for p in out.glob("Area_*.h5") if p.stem not in written)
+    if extra:
+        print(f"warning: {out} also holds {', '.join(extra)}, not prepared now from {location}; "
+              "manifest.json and folds.json list only the areas prepared now", file=sys.stderr)
+    return result
 
 
 def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: set, t_parse: float,
