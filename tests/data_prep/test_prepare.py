@@ -223,3 +223,25 @@ def test_killed_process_resumes_to_the_same_files(s3dis_real, tmp_path):
     prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
     assert _bytes(out) == _bytes(tmp_path / "clean")
     assert not (out / ".work").exists()
+
+
+def test_the_prepare_pipeline_and_the_synthetic_data_do_not_import_each_other():
+    """data_prep/ is the prepare pipeline, data_prep/synth/ writes raw files for it: neither imports the other."""
+    import ast
+
+    import data_prep
+
+    root = Path(data_prep.__file__).parent
+    files = sorted(root.rglob("*.py"))
+    assert len(files) >= 13
+    for path in files:
+        in_synth = "synth" in path.relative_to(root).parts
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)  # from M import x: "M.x"
+                     else [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                if in_synth:
+                    assert not (name.startswith("data_prep") and not name.startswith("data_prep.synth")), \
+                        f"{path}: imports {name}"
+                else:
+                    assert not name.startswith("data_prep.synth"), f"{path}: imports {name}"
