@@ -114,6 +114,11 @@ def read_room(path: str | Path, room: str, fields: tuple[str, ...] = ROOM_FIELDS
         return read_fields(room_group(f, room), fields)
 
 
+def read_labels(path: str | Path, room: str) -> np.ndarray:
+    """The ground truth ``uint8 (N,)`` of one room."""
+    return read_room(path, room, fields=("label",))["label"]
+
+
 def _plain(value):
     """The Python value of an attribute read back from HDF5 (str, int, list)."""
     if isinstance(value, bytes):

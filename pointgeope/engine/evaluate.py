@@ -50,7 +50,7 @@ from pointgeope.engine import build, distributed
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
-from pointgeope.h5 import area_path, list_rooms, predictions_path, read_room, write_predictions
+from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
 from pointgeope.lock import folder_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
 
@@ -212,7 +212,7 @@ def validate(cfg: Config, model: torch.nn.Module, root: Path, areas: list[str],
     meter = ConfusionMeter(cfg.model.num_classes, cfg.train.ignore_index, device=env.device)
     for area, rooms in preds.items():
         for room, pred in rooms.items():
-            label = read_room(area_path(root, area), room, fields=("label",))["label"]
+            label = read_labels(area_path(root, area), room)
             meter.update(torch.from_numpy(pred.astype(np.int64)), torch.from_numpy(label.astype(np.int64)))
     meter.all_reduce()
     model.train()
@@ -258,7 +258,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
         for area in areas:
             rooms = {room: pred for part in gathered for room, pred in part[area].items()}
             for room, pred in rooms.items():
-                label = read_room(area_path(root, area), room, fields=("label",))["label"]
+                label = read_labels(area_path(root, area), room)
                 if label.shape != pred.shape:
                     raise RuntimeError(f"{area}/{room}: {pred.shape[0]} predictions for {label.shape[0]} points")
                 confusion += confusion_matrix(pred, label, cfg.model.num_classes, cfg.train.ignore_index)

@@ -12,7 +12,7 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
     ``pred_path`` their mIoU (worst first)."""
     import numpy as np
 
-    from pointgeope.h5 import list_rooms as room_counts, predicted_rooms, read_predictions, read_room
+    from pointgeope.h5 import list_rooms as room_counts, predicted_rooms, read_labels, read_predictions
     from pointgeope.viz.legend import room_scores, room_table
 
     counts = room_counts(area)
@@ -23,7 +23,7 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
         for room in counts:
             if room not in predicted:
                 continue
-            label = read_room(area, room, fields=("label",))["label"]
+            label = read_labels(area, room)
             pred = np.asarray(read_predictions(pred_path, room))
             if pred.shape != label.shape:
                 raise ValueError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, "
