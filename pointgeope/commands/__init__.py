@@ -15,3 +15,10 @@ whose many options it reads from the parsed command line. ``pointgeope/cli.py`` 
 parser from the list of these modules; ``train.py`` at the repository root reuses
 :mod:`pointgeope.commands.train`.
 """
+from __future__ import annotations
+
+
+def config_overrides(overrides: list[str], options: dict[str, str | None]) -> list[str]:
+    """The ``section.key=value`` overrides of the command line, then one for each option given (an option
+    such as ``--data-root`` is a shorthand for its config key, and wins over the same key given as text)."""
+    return list(overrides) + [f"{key}={value}" for key, value in options.items() if value]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pointgeope.commands import config_overrides
+
 HELP = "predict every point of a fold's test area by voting; metrics.json"
 
 
@@ -24,9 +26,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from pointgeope.engine.evaluate import evaluate_run
 
-    overrides = list(args.overrides)
-    if args.checkpoint:
-        overrides.append(f"eval.checkpoint={args.checkpoint}")
-    if args.data_root:
-        overrides.append(f"data.root={args.data_root}")
+    overrides = config_overrides(args.overrides, {"eval.checkpoint": args.checkpoint, "data.root": args.data_root})
     return evaluate_run(Path(args.run), overrides)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+from pointgeope.commands import config_overrides
+
 HELP = "train one fold (--test-area K) or every fold (--cv), then evaluate it"
 
 
@@ -32,9 +34,5 @@ def main(args: argparse.Namespace) -> int:
     from pointgeope.engine.config import load_config
     from pointgeope.engine.train import train
 
-    overrides = list(args.overrides)
-    if args.data_root:
-        overrides.append(f"data.root={args.data_root}")
-    if args.run_dir:
-        overrides.append(f"train.run_dir={args.run_dir}")
+    overrides = config_overrides(args.overrides, {"data.root": args.data_root, "train.run_dir": args.run_dir})
     return train(load_config(args.config, overrides), args.test_area, force=args.force)
