@@ -42,3 +42,4 @@ bench: setup
 	$(PY) bench/bench_voxelize.py
 	$(PY) bench/bench_model.py
 	$(PY) bench/bench_evaluate.py
+	$(PY) bench/bench_predict.py

@@ -1,19 +1,26 @@
-"""Benchmark: full-resolution evaluation by fragment voting, peak memory and time against room size.
+"""Benchmark: full-resolution evaluation by fragment voting: the published fragments of real and synthetic
+rooms with their time per room, and peak memory against room size.
 
-Rooms of 0.5M to 4M points (synthetic: the floor, ceiling and walls of a box room and a few tables,
-sampled at a scanner-like 8,000 points per m^2, so a bigger room is a bigger floor) are evaluated with
-``pointgeope.engine.evaluate.vote_room`` under the published recipe's data settings (grid 0.04 m, crops
-of at most 80,000 points, one view) and a randomly initialised network of ``configs/demo.yaml``.
-The baseline, in the same run, is the naive one-pass inference: the whole room through the network at
-once, at the sizes where that still fits.
+Fragments (``--fragments``, the default part): for the real office of ``shared/data/s3dis_real``
+(``--real``, skipped when absent) and a synthetic 1M-point room (below), the published test-time
+fragments at grid 0.04 m: points, occupied voxels ``V``, fragments ``F`` (points in the densest voxel),
+the points each voxel holds, how many point predictions the room costs (``F x V``), and the time of
+``vote_room`` with the network of ``configs/demo.yaml`` (1 thread, crops of 80,000 points): measured over
+the first ``--timed-fragments`` fragments and projected to all ``F`` (time is linear in the fragments).
 
-Each (mode, size) runs in a fresh process: ``peak_rss_mb`` is the process's peak resident set
-(ru_maxrss) at the end, ``growth_mb`` its growth during inference (after the room and the model exist);
-``seconds`` the wall time of the inference, ``points_per_s`` = room points / seconds. Vote memory that
-grows with the room is the ``N x 13`` float32 buffer (52 bytes a point) plus the room's arrays; the
-network's share is bounded by the crop size.
+Memory (``--memory``): rooms of 0.5M to 4M points (synthetic: the floor, ceiling and walls of a box room
+and a few tables, sampled at a scanner-like 8,000 points per m^2, so a bigger room is a bigger floor) are
+evaluated with ``vote_room`` under the published data settings (grid 0.04 m, crops of at most 80,000
+points, one view, the first two fragments: memory does not grow with the number of fragments, which are
+made one at a time) and a randomly initialised network of ``configs/demo.yaml``. The baseline, in the
+same run, is the naive one-pass inference: the whole room through the network at once, at the sizes
+where that still fits. Each (mode, size) runs in a fresh process: ``peak_rss_mb`` is the process's peak
+resident set (ru_maxrss) at the end, ``growth_mb`` its growth during inference (after the room and the
+model exist); ``seconds`` the wall time of the inference. Memory that grows with the room is the
+``N x 13`` float32 score buffer (52 bytes a point) plus the room's arrays; the network's share is
+bounded by the crop size.
 
-Usage: python bench/bench_evaluate.py [--sizes 0.5 1 2 4] [--baseline-sizes 0.1 0.25 0.5] [--quick]
+Usage: python bench/bench_evaluate.py [--fragments] [--memory] [--real DIR] [--quick]
 """
 from __future__ import annotations
 
@@ -77,15 +84,16 @@ def _case(mode: str, n: int, queue) -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)  # one thread: steady timings on a shared 2-core machine
     cfg = load_config(REPO / "configs" / "demo.yaml",
-                      ["data.grid_size=0.04", "data.voxel_max=80000", "eval.batch_points=80000"])
+                      ["data.grid_size=0.04", "data.voxel_max=80000", "eval.batch_points=80000",
+                       "eval.max_fragments=2"])
     model = build.model(cfg).eval()
     coord, color = synthetic_room(n)
     before = _rss_mb()
     t0 = time.perf_counter()
     if mode == "vote":
-        probs, votes = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=0)
-        extra = {"mean_votes": float(votes.mean()), "max_votes": int(votes.max())}
-        assert (votes >= 1).all()
+        result = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=0)
+        extra = {"fragments": result.fragments[0], "fragments_run": 2}
+        assert (result.votes >= 1).all()
     else:  # the whole room through the network at once
         pos = torch.from_numpy(coord - coord.min(0))
         x = torch.cat([torch.from_numpy(color.astype("float32") / 255), pos], 1)
@@ -112,15 +120,60 @@ def run_case(mode: str, n: int, timeout: float) -> dict:
     return queue.get()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=float, nargs="+", default=[0.5, 1, 2, 4], help="millions of points")
-    parser.add_argument("--baseline-sizes", type=float, nargs="+", default=[0.1, 0.25, 0.5])
-    parser.add_argument("--timeout", type=float, default=900)
-    parser.add_argument("--quick", action="store_true", help="sizes 0.1 0.2, baseline 0.1 (a smoke test)")
-    args = parser.parse_args()
-    if args.quick:
-        args.sizes, args.baseline_sizes = [0.1, 0.2], [0.1]
+def read_real_room(folder: Path):
+    """``coord`` float32 and ``color`` uint8 of a raw S3DIS room folder (its ``Annotations/*.txt``)."""
+    import numpy as np
+
+    parts = [np.loadtxt(f, dtype=np.float64, ndmin=2) for f in sorted((folder / "Annotations").glob("*.txt"))]
+    data = np.concatenate(parts)
+    return data[:, :3].astype(np.float32), data[:, 3:6].astype(np.uint8)
+
+
+def fragment_row(name: str, coord, color, timed: int) -> dict:
+    """The published fragments of one room and the time ``vote_room`` takes on them (see the docstring)."""
+    import numpy as np
+    import torch
+
+    from pointgeope.data.fragments import voxel_fragments
+    from pointgeope.engine import build
+    from pointgeope.engine.config import load_config
+    from pointgeope.engine.evaluate import vote_room
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    fragments = voxel_fragments(coord - coord.min(0), 0.04, np.random.default_rng(0))
+    counts = fragments.groups.counts
+    f, v = len(fragments), fragments.groups.num_voxels
+    run = min(f, timed)
+    cfg = load_config(REPO / "configs" / "demo.yaml", ["data.grid_size=0.04", "data.voxel_max=80000",
+                                                       "eval.batch_points=80000", f"eval.max_fragments={run}"])
+    model = build.model(cfg).eval()
+    t0 = time.perf_counter()
+    vote_room(model, coord, color, cfg, torch.device("cpu"), seed=0)
+    seconds = time.perf_counter() - t0
+    per_point = np.repeat(counts, counts)                    # the count of each point's voxel
+    return {"room": name, "points": int(coord.shape[0]), "voxels": v, "fragments": f,
+            "points_per_voxel": {q: float(np.percentile(counts, q)) for q in (50, 90, 99, 100)},
+            "predictions": f * v, "predictions_per_point": round(f * v / coord.shape[0], 2),
+            "points_in_voxels_of_1": round(float((per_point == 1).mean()), 4),
+            "fragments_timed": run, "seconds_timed": round(seconds, 2),
+            "seconds_per_fragment": round(seconds / run, 3), "seconds_projected": round(seconds / run * f, 1)}
+
+
+def fragments_part(real: Path, timed: int) -> list[dict]:
+    rows = []
+    office = real / "Area_2" / "office_resampled"
+    if office.is_dir():
+        rows.append(fragment_row("real Area_2/office_resampled", *read_real_room(office), timed))
+    else:
+        print(f"no real room at {office}: skipped (give --real)")
+    rows.append(fragment_row("synthetic 1M points, 8000 / m^2", *synthetic_room(1_000_000), timed))
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def memory_part(args) -> list[dict]:
     rows = []
     for mode, sizes in (("one_pass", args.baseline_sizes), ("vote", sorted(set(args.sizes) | set(args.baseline_sizes)))):
         for m in sizes:
@@ -138,14 +191,38 @@ def main() -> None:
         if v and b:
             cells.append(f"{b['growth_mb'] / max(v['growth_mb'], 1):>8.2f}x")
         print(" ".join(cells))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fragments", action="store_true", help="the fragments part (default: both parts)")
+    parser.add_argument("--memory", action="store_true", help="the memory part (default: both parts)")
+    parser.add_argument("--real", type=Path, default=REPO.parent / "shared" / "data" / "s3dis_real")
+    parser.add_argument("--timed-fragments", type=int, default=4)
+    parser.add_argument("--sizes", type=float, nargs="+", default=[0.5, 1, 2, 4], help="millions of points")
+    parser.add_argument("--baseline-sizes", type=float, nargs="+", default=[0.1, 0.25, 0.5])
+    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--quick", action="store_true", help="sizes 0.1 0.2, baseline 0.1 (a smoke test)")
+    args = parser.parse_args()
+    both = not (args.fragments or args.memory)
+    if args.quick:
+        args.sizes, args.baseline_sizes = [0.1, 0.2], [0.1]
+    out = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    if args.fragments or both:
+        out["fragments"] = fragments_part(args.real, args.timed_fragments)
+    if args.memory or both:
+        out["rows"] = memory_part(args)
+    import os
+
     import torch
 
+    out.update({"benchmark": "bench_evaluate", "machine": platform.platform(), "torch_threads": 1,
+                "torch": torch.__version__, "density_per_m2": DENSITY, "load_average": os.getloadavg(),
+                "settings": "configs/demo.yaml network, grid 0.04, voxel_max 80000, batch_points 80000, 1 view; "
+                            "memory rows: the first 2 fragments"})
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "benchmark": "bench_evaluate", "machine": platform.platform(), "torch_threads": 1,
-        "torch": torch.__version__, "density_per_m2": DENSITY,
-        "settings": "configs/demo.yaml network, grid 0.04, voxel_max 80000, batch_points 80000, 1 view",
-        "rows": rows}, indent=1) + "\n")
+    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {RESULTS}")
 
 

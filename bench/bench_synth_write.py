@@ -4,7 +4,7 @@ Methods, on the same random room (coordinates in millimetres, as ``pointgeope sy
 
     savetxt    np.savetxt(fmt="%.3f %.3f %.3f %d %d %d")            (the baseline)
     percent    one "%" format of the whole room over a tuple of Python numbers
-    vectorised data_prep.synth_write.format_lines: digits computed with numpy, padding bytes dropped
+    vectorised data_prep.synth.write.format_lines: digits computed with numpy, padding bytes dropped
 
 Each is checked to give the same bytes as the baseline; time is the median of a few runs of formatting
 into memory (wall clock, and CPU time of this process, since the machine may be shared: the load average
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.synth_write import format_lines
+from data_prep.synth.write import format_lines
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_synth_write.json"
 FMT = "%.3f %.3f %.3f %d %d %d"

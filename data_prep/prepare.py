@@ -1,19 +1,19 @@
-"""Prepare raw S3DIS (a folder or a .zip of Stanford3dDataset_v1.2[_Aligned_Version]) as OUT/Area_N.h5.
-
-Writes OUT/Area_N.h5 (one group per room), OUT/manifest.json (points and class histogram per room) and
-OUT/folds.json (fold k tests on Area_k), then a summary per area. Reruns skip rooms already prepared
-from the same files; a killed run, rerun, finishes with the same files as an uninterrupted one.
+"""The prepare pipeline: raw S3DIS rooms -> per-room work files -> ``OUT/Area_N.h5``, ``manifest.json``,
+``folds.json``, resumable and deterministic (:func:`prepare` lists the steps). What the command accepts
+and writes: ``pointgeope/commands/prepare.py``; the rooms are read and validated by ``data_prep/room.py``
+and written through ``pointgeope/h5.py``.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from data_prep.limits import PointLimits, ZipLimits
+from pointgeope.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -23,156 +23,253 @@ class PrepareConfig:
     jobs: int = 1
     force: bool = False  # reparse every room, ignoring prepared and work files
     progress: bool = True
+    limits: PointLimits = field(default_factory=PointLimits)
+    zip_limits: ZipLimits = field(default_factory=ZipLimits)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("raw", type=Path, help="raw S3DIS folder or .zip (Area_N/<room>/Annotations/*.txt)")
-    parser.add_argument("out", type=Path, help="output folder for Area_N.h5, manifest.json, folds.json")
-    parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
-                        help="parallel worker processes (default: the CPU count, at most 8)")
-    parser.add_argument("--force", action="store_true", help="reparse every room even if it is up to date")
+@dataclass
+class Stock:
+    """Every room of RAW and where it stands: the one record that the steps of :func:`prepare` fill in turn.
+
+    Attributes:
+        areas: the areas of RAW, in order.
+        previous: area -> room -> attributes of the rooms in ``Area_N.h5`` as it is on disk, when its
+            checksum matches ``manifest.json`` (else ``{}``: the file is rebuilt).
+        ready: area -> room -> attributes of each room with valid points (already held, or parsed now).
+        held: (area, room) -> the file holding that room: ``Area_N.h5`` or its work file.
+        refused: area -> room -> ``{"reason", "signature"}``, the rooms not written; ``manifest.json``
+            keeps them, so that an unchanged refused room is not parsed again.
+        todo: the rooms to parse now, as worker tasks ``(source, room, work file, limits)``.
+    """
+
+    areas: list[str]
+    previous: dict[str, dict[str, dict]] = field(default_factory=dict)
+    ready: dict[str, dict[str, dict]] = field(default_factory=dict)
+    held: dict[tuple[str, str], Path] = field(default_factory=dict)
+    refused: dict[str, dict[str, dict]] = field(default_factory=dict)
+    todo: list = field(default_factory=list)
 
 
-def main(args: argparse.Namespace) -> int:
-    from data_prep.source import SourceError
-
-    if args.jobs < 1:
-        print(f"error: expected --jobs >= 1, got {args.jobs}", file=sys.stderr)
-        return 2
-    try:
-        prepare(PrepareConfig(args.raw, args.out, args.jobs, args.force))
-    except SourceError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _parse_room(task):
-    """Worker: parse one room into its work file; return what the summary needs (not the arrays)."""
-    from data_prep.room import load_room
-    from data_prep.writer import write_room_file
-
-    source, room, path = task
-    data = load_room(source, room)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_room_file(path, room.name, data.arrays, data.attrs)
-    return room.area, room.name, data.attrs, data.messages, data.num_bytes, data.seconds
+def _work_file(out: Path, area: str, room: str) -> Path:
+    """Where a parsed room waits until its area is assembled: ``OUT/.work/Area_N/<room>.h5``."""
+    return out / ".work" / area / f"{room}.h5"
 
 
 def prepare(cfg: PrepareConfig) -> dict:
     """Prepare ``cfg.raw`` into ``cfg.out``; return the manifest. Resumable and deterministic:
 
-    1. scan RAW: the rooms, each with a signature of its annotation files (names, sizes, stamps);
-    2. a room is up to date when ``Area_N.h5`` or a work file ``OUT/.work/Area_N/<room>.h5`` (left by
-       an interrupted run) holds it with the same signature; the others are parsed by ``cfg.jobs``
+    1. scan RAW: the rooms, each with a signature of its annotation files (names, sizes, stamps) and of
+       the point limits; refuse zip members beyond ``cfg.zip_limits`` before parsing anything;
+    2. a room is up to date when ``Area_N.h5`` (if it matches its checksum in ``manifest.json``) or a work
+       file ``OUT/.work/Area_N/<room>.h5`` (left by an interrupted run) holds it with the same signature,
+       or ``manifest.json`` lists it as refused with that signature; the others are parsed by ``cfg.jobs``
        worker processes, each room into its own work file (written atomically);
-    3. each area with a changed room is assembled from these, in room order, into ``Area_N.h5``
-       (atomic), without timestamps: the same rooms give the same bytes, whatever ``jobs`` was;
-    4. ``manifest.json`` and ``folds.json`` are rewritten from the rooms' attributes; ``.work`` goes.
+    3. each area whose rooms changed is assembled from these, in room order, into ``Area_N.h5`` (atomic),
+       without timestamps: the same rooms give the same bytes, whatever ``jobs`` was;
+    4. ``manifest.json`` (with each area file's checksum) and ``folds.json`` are rewritten; ``.work`` goes.
     """
-    import multiprocessing
-
-    import h5py
-    from tqdm import tqdm
-
-    from data_prep.source import open_source
-    from data_prep.writer import folds, manifest, read_attrs, read_room, write_area, write_json
+    from pointgeope.atomic import remove_leftovers, writable_folder
+    from pointgeope.lock import folder_lock
 
     t0 = time.perf_counter()
-    source = open_source(cfg.raw)
+    source, rooms = _scan_raw(cfg)  # 1: every problem of RAW's layout is found before any work
+    out = writable_folder(cfg.out, "OUT")
+    with folder_lock(out, f"pointgeope prepare {cfg.raw} {cfg.out}"):
+        remove_leftovers(out)  # the temporary files of a killed run; its work files stay and are reused
+        old_manifest = {} if cfg.force else _read_manifest(out)
+        stock = _take_stock(cfg, source, rooms, out, old_manifest)  # 2: what is up to date
+        stats, t_parse = _parse_all(cfg, stock)  # 2: the rest, into work files
+        # The manifest lists rooms in RAW's order, whatever order the workers finished in.
+        stock.ready = {a: {r.name: stock.ready[a][r.name] for r in rooms if r.area == a and r.name in stock.ready[a]}
+                       for a in stock.areas}
+        written = [a for a in stock.areas if stock.ready[a]]
+        if not written:
+            raise UserError(f"{source.location}: no room holds a valid point, nothing written (see the warnings "
+                            "above); check the files or the limits (--max-extent, --outliers)")
+        changed, checksums = _assemble(out, stock, written, old_manifest, cfg.limits)  # 3
+        result = _write_manifests(out, source.location, stock, written, checksums)  # 4
+        _print_summary(out, stock.ready, stock.refused, stats, changed, t_parse, time.perf_counter() - t0, cfg.jobs)
+        return result
+
+
+def _scan_raw(cfg: PrepareConfig) -> tuple:
+    """The source and its rooms, every zip member checked against ``cfg.zip_limits``; non-annotation
+    files are named in a warning."""
+    from data_prep.source import open_source
+
+    source = open_source(cfg.raw, cfg.zip_limits)
     rooms = source.rooms()
+    for room in rooms:
+        for entry in room.files:
+            source.check(entry)
     for path in source.ignored:
         print(f"warning: {path}: ignored (not a .txt annotation file)", file=sys.stderr)
-    out, work = Path(cfg.out), Path(cfg.out) / ".work"
-    out.mkdir(parents=True, exist_ok=True)
-    areas = list(dict.fromkeys(r.area for r in rooms))
+    return source, rooms
 
-    # 2. What is up to date, and where: `held` names the file holding each room already parsed.
-    attrs: dict[str, dict[str, dict]] = {a: {} for a in areas}
-    held: dict[tuple[str, str], Path] = {}
-    todo, changed = [], set()
-    for area in areas:
-        area_file = out / f"{area}.h5"
-        old = {} if cfg.force else (read_attrs(area_file) or {})
-        names = [r.name for r in rooms if r.area == area]
-        if set(old) != set(names):
-            changed.add(area)
+
+def _read_manifest(out: Path) -> dict:
+    try:
+        old = json.loads((out / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return old if isinstance(old, dict) else {}
+
+
+def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> dict:
+    """Room -> attrs of an existing ``Area_N.h5`` whose checksum matches ``manifest.json`` (else ``{}``)."""
+    from pointgeope.checksum import file_checksum
+    from pointgeope.h5 import area_path, read_rooms_attrs
+
+    path = area_path(out, area)
+    if force or not path.is_file():
+        return {}
+    expected = old_manifest.get("checksums", {}).get(area)
+    if expected is None or file_checksum(path) != expected:
+        why = "does not match its checksum in" if expected else "has no checksum in"
+        print(f"warning: {path} {why} {out / 'manifest.json'}; rebuilding it", file=sys.stderr)
+        return {}
+    return read_rooms_attrs(path) or {}
+
+
+def _take_stock(cfg: PrepareConfig, source, rooms: list, out: Path, old_manifest: dict) -> Stock:
+    """Step 2 without parsing: each room of RAW is held (by ``Area_N.h5`` or a work file), refused
+    before, or to parse, by comparing its signature with the one stored where it was written."""
+    from pointgeope.h5 import area_path, read_rooms_attrs
+
+    stock = Stock(areas=list(dict.fromkeys(r.area for r in rooms)))
+    old_refused = old_manifest.get("refused", {}) if isinstance(old_manifest.get("refused"), dict) else {}
+    for area in stock.areas:
+        stock.ready[area], stock.refused[area] = {}, {}
+        previous = stock.previous[area] = _trusted_attrs(out, area, old_manifest, cfg.force)
         for room in (r for r in rooms if r.area == area):
-            sig, work_file = room.signature(), work / area / f"{room.name}.h5"
-            if old.get(room.name, {}).get("signature") == sig:
-                attrs[area][room.name], held[area, room.name] = old[room.name], area_file
-                continue
-            changed.add(area)
-            cached = None if cfg.force else (read_attrs(work_file) or {}).get(room.name)
-            if cached is not None and cached.get("signature") == sig:
-                attrs[area][room.name], held[area, room.name] = cached, work_file
+            sig, work_file = room.signature(cfg.limits), _work_file(out, area, room.name)
+            cached = None if cfg.force else (read_rooms_attrs(work_file) or {}).get(room.name)
+            was_refused = old_refused.get(area, {}).get(room.name, {})
+            if previous.get(room.name, {}).get("signature") == sig:
+                stock.ready[area][room.name], stock.held[area, room.name] = previous[room.name], area_path(out, area)
+            elif cached is not None and cached.get("signature") == sig:
+                stock.ready[area][room.name], stock.held[area, room.name] = cached, work_file
+            elif was_refused.get("signature") == sig:
+                stock.refused[area][room.name] = was_refused
             else:
-                todo.append((source, room, work_file))
+                stock.todo.append((source, room, work_file, cfg.limits))
+    return stock
 
-    # Parse, biggest rooms first so that the workers finish together.
-    todo.sort(key=lambda task: -task[1].num_bytes)
-    stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0} for a in areas}
+
+def _parse_room(task):
+    """Worker: parse one room into its work file; return what the summary needs (not the arrays)."""
+    from data_prep.room import load_room
+    from pointgeope.h5 import write_room_file
+
+    source, room, path, limits = task
+    data = load_room(source, room, limits)
+    if data.refused is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_room_file(path, room.name, data.arrays, data.attrs)
+    return room.area, room.name, data.attrs, data.messages, data.num_bytes, data.seconds, data.refused
+
+
+def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
+    """Parse the rooms of ``stock.todo`` (biggest first, so that the workers finish together) into their
+    work files; fill ``stock.ready``, ``held`` and ``refused``; return the per-area statistics and the
+    seconds."""
+    import multiprocessing
+
+    from tqdm import tqdm
+
+    todo = sorted(stock.todo, key=lambda task: -task[1].num_bytes)
+    stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0} for a in stock.areas}
     t_parse = time.perf_counter()
     results = map(_parse_room, todo)
-    pool = multiprocessing.get_context().Pool(min(cfg.jobs, len(todo))) if cfg.jobs > 1 and len(todo) > 1 else None
+    pool = None
+    if cfg.jobs > 1 and len(todo) > 1:
+        import pandas  # noqa: F401  (imported once before the workers fork, not once in each: ~0.3 s)
+
+        pool = multiprocessing.get_context().Pool(min(cfg.jobs, len(todo)))
     try:
         if pool is not None:
             results = pool.imap_unordered(_parse_room, todo)
         bar = tqdm(results, total=len(todo), desc="parsing rooms", unit="room", disable=not cfg.progress or None)
-        for area, name, room_attrs, messages, num_bytes, seconds in bar:
+        for area, name, room_attrs, messages, num_bytes, seconds, reason in bar:
             for message in messages:
                 bar.write(f"warning: {message}", file=sys.stderr)
-            attrs[area][name], held[area, name] = room_attrs, work / area / f"{name}.h5"
+            if reason is None:
+                stock.ready[area][name], stock.held[area, name] = room_attrs, _work_file(cfg.out, area, name)
+            else:
+                bar.write(f"warning: {area}/{name}: refused, not written: {reason}", file=sys.stderr)
+                stock.refused[area][name] = {"reason": reason, "signature": room_attrs["signature"]}
             s = stats[area]
             s["parsed"], s["bytes"], s["seconds"] = s["parsed"] + 1, s["bytes"] + num_bytes, s["seconds"] + seconds
     finally:
         if pool is not None:
             pool.terminate()
-    t_parse = time.perf_counter() - t_parse
-    attrs = {a: {r.name: attrs[a][r.name] for r in rooms if r.area == a} for a in areas}  # room order
+    return stats, time.perf_counter() - t_parse
 
-    # 3. Assemble each changed area in room order; then its work files are no longer needed.
+
+def _assemble(out: Path, stock: Stock, areas: list[str], old_manifest: dict, limits: PointLimits) -> tuple[set, dict]:
+    """Step 3: write each area whose rooms changed, in room order; returns the changed areas and every
+    area file's checksum."""
+    from pointgeope.checksum import file_checksum
+    from pointgeope.h5 import area_path, read_room_record, write_area
+
+    changed, checksums = set(), {}
     for area in areas:
-        if area not in changed:
-            continue
-        names = [r.name for r in rooms if r.area == area]
+        area_file = area_path(out, area)
+        names = list(stock.ready[area])
+        if set(names) != set(stock.previous[area]) or any(stock.held[area, n] != area_file for n in names):
+            changed.add(area)
 
-        def records(area=area, names=names):
-            for name in names:
-                with h5py.File(held[area, name], "r") as f:
-                    arrays, room_attrs = read_room(f[name])
-                yield name, arrays, room_attrs
+            def records(area=area, names=names):
+                for name in names:
+                    yield name, *read_room_record(stock.held[area, name], name)
 
-        write_area(out / f"{area}.h5", area, records())
-        shutil.rmtree(work / area, ignore_errors=True)
-    shutil.rmtree(work, ignore_errors=True)
+            write_area(area_file, area, records(), limits.max_extent)
+            checksums[area] = file_checksum(area_file)
+        else:
+            checksums[area] = old_manifest["checksums"][area]  # verified by _trusted_attrs
+        shutil.rmtree(out / ".work" / area, ignore_errors=True)
+    shutil.rmtree(out / ".work", ignore_errors=True)
+    for area in stock.areas:
+        if area not in areas:
+            print(f"warning: {area}: every room was refused; {area_path(out, area)} not written", file=sys.stderr)
+    return changed, checksums
 
-    # 4. Manifest, folds, summary.
-    result = manifest(source.location, attrs)
+
+def _write_manifests(out: Path, location: str, stock: Stock, written: list[str], checksums: dict) -> dict:
+    """Step 4: ``manifest.json`` (rooms, counts, checksums, refused rooms) and ``folds.json`` of the areas
+    written now; warns about area files in OUT that RAW no longer holds. Returns the manifest."""
+    from data_prep.writer import folds, manifest, write_json
+
+    result = manifest(location, {a: stock.ready[a] for a in written})
+    result["checksums"] = checksums
+    result["refused"] = {a: dict(sorted(r.items())) for a, r in stock.refused.items() if r}
     write_json(out / "manifest.json", result)
-    write_json(out / "folds.json", folds(areas))
-    extra = sorted(p.name for p in out.glob("Area_*.h5") if p.stem not in areas)
+    write_json(out / "folds.json", folds(written))
+    extra = sorted(p.name for p in out.glob("Area_*.h5") if p.stem not in written)
     if extra:
-        print(f"warning: {out} also holds {', '.join(extra)}, not in {source.location}; "
+        print(f"warning: {out} also holds {', '.join(extra)}, not prepared now from {location}; "
               "manifest.json and folds.json list only the areas prepared now", file=sys.stderr)
-    _print_summary(out, attrs, stats, changed, t_parse, time.perf_counter() - t0, cfg.jobs)
     return result
 
 
-def _print_summary(out: Path, attrs: dict, stats: dict, changed: set, t_parse: float, t_total: float,
-                   jobs: int) -> None:
+def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: set, t_parse: float,
+                   t_total: float, jobs: int) -> None:
     """nanoGPT-style: what was written, with the counts of points, classes and defects per area."""
     from pointgeope.constants import CLASS_NAMES
+    from pointgeope.h5 import area_path
 
     total_bytes = sum(s["bytes"] for s in stats.values())
     for area, rooms in attrs.items():
         s = stats[area]
+        if not rooms:
+            print(f"{area}: no room written ({_count(len(refused[area]), 'room')} refused)")
+            continue
         counts = [sum(int(a["class_counts"][c]) for a in rooms.values()) for c in range(len(CLASS_NAMES))]
         remapped: dict[str, int] = {}
         for a in rooms.values():
             for name, n in json.loads(a["remapped_to_clutter"]).items():
                 remapped[name] = remapped.get(name, 0) + n
-        path = out / f"{area}.h5"
+        path = area_path(out, area)
         parsed = (f"{s['parsed']} parsed: {_size(s['bytes'])} at {s['bytes'] / 1e6 / max(s['seconds'], 1e-9):.1f} "
                   "MB/s per worker" if s["parsed"] else "all up to date")
         written = f"wrote {path} ({_size(path.stat().st_size)})" if area in changed else f"{path} unchanged"
@@ -180,12 +277,16 @@ def _print_summary(out: Path, attrs: dict, stats: dict, changed: set, t_parse: f
         print("  classes: " + ", ".join(f"{name} {n:,}" for name, n in zip(CLASS_NAMES, counts)))
         defects = {key: sum(int(a[key]) for a in rooms.values())
                    for key in ("repaired_lines", "dropped_lines", "clipped_colors")}
-        empty = sum(len(a["empty_files"]) for a in rooms.values())
+        skipped = {key: sum(len(a.get(key, [])) for a in rooms.values()) for key in ("empty_files", "binary_files")}
         moved = ", ".join(f"{name}->clutter {n:,} points" for name, n in sorted(remapped.items())) or "none"
         print(f"  repaired lines {defects['repaired_lines']}, dropped lines {defects['dropped_lines']}, "
-              f"empty files {empty}, clipped colours {defects['clipped_colors']}, unknown classes: {moved}")
+              f"empty files {skipped['empty_files']}, binary files {skipped['binary_files']}, "
+              f"clipped colours {defects['clipped_colors']}, refused rooms {len(refused[area])}, "
+              f"unknown classes: {moved}")
     points = sum(int(a["num_points"]) for rooms in attrs.values() for a in rooms.values())
-    print(f"prepared {_count(len(attrs), 'area')}, {_count(sum(map(len, attrs.values())), 'room')}, {points:,} "
+    num_refused = sum(map(len, refused.values()))
+    print(f"prepared {_count(sum(1 for r in attrs.values() if r), 'area')}, "
+          f"{_count(sum(map(len, attrs.values())), 'room')} ({num_refused} refused), {points:,} "
           f"points in {t_total:.1f} s; parsed {_size(total_bytes)} in {t_parse:.1f} s "
           f"({total_bytes / 1e6 / max(t_parse, 1e-9):.1f} MB/s, --jobs {jobs}); "
           f"wrote {out / 'manifest.json'}, {out / 'folds.json'}")

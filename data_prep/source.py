@@ -6,8 +6,11 @@ Accepted layouts (``Stanford3dDataset_v1.2_Aligned_Version`` or the non-aligned 
     [top/]Area_N/<room>/<room>.txt                    the whole room again: ignored
     [top/]Area_N/<file>                               e.g. alignment angles: ignored
 
-macOS junk (``__MACOSX/``, ``.DS_Store``, ``._*``) is skipped. A zip member with an absolute path or a
-``..`` component is refused before anything is read.
+macOS junk (``__MACOSX/``, ``.DS_Store``, ``._*``) is skipped. Refused before anything is parsed, each
+naming the member or file: a zip member with an absolute path or a ``..`` component, a duplicate zip
+member, an annotation member larger than ``ZipLimits.max_member_bytes`` or compressed more than
+``ZipLimits.max_ratio`` times (zip bombs), and a file or folder name that is not valid UTF-8. A member
+that is corrupt (bad CRC, broken deflate stream) or a file that cannot be read is an error naming it.
 """
 from __future__ import annotations
 
@@ -16,17 +19,21 @@ import json
 import os
 import re
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from data_prep.limits import ZipLimits
+from pointgeope.errors import UserError
+
 # Bump when the parsed output of the same raw files changes: prepared rooms then no longer match.
-PARSER_VERSION = 1
+PARSER_VERSION = 2
 
 _AREA = re.compile(r"Area_(\d+)")
 _OBJECT = re.compile(r"(.+)_(\d+)")
 
 
-class SourceError(ValueError):
+class SourceError(UserError, ValueError):
     """The raw input is not an S3DIS tree that can be prepared."""
 
 
@@ -54,9 +61,11 @@ class Room:
     def num_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
-    def signature(self) -> str:
-        """Hash of the source location, the parser version and each file's name, size and stamp."""
-        items = [PARSER_VERSION, self.location, self.path] + [[f.path, f.size, f.stamp] for f in self.files]
+    def signature(self, settings: object = None) -> str:
+        """Hash of the source location, the parser version, each file's name, size and stamp, and the
+        ``repr`` of the settings that change the output (the point limits)."""
+        items = [PARSER_VERSION, self.location, self.path, repr(settings)]
+        items += [[f.path, f.size, f.stamp] for f in self.files]
         return hashlib.sha1(json.dumps(items).encode()).hexdigest()
 
 
@@ -89,6 +98,9 @@ class Source:
     def read(self, path: str) -> bytes:
         raise NotImplementedError(f"{type(self).__name__} must read files")
 
+    def check(self, entry: Entry) -> None:
+        """Refuse an annotation file before it is read (zip limits); a folder accepts every file."""
+
     def rooms(self) -> list[Room]:
         """All rooms, sorted by area number then room name; the error names every room without annotations."""
         areas: dict[str, str] = {}  # area -> its folder path
@@ -98,6 +110,7 @@ class Source:
         for entry in self.entries():
             if _is_junk(entry.path):
                 continue
+            check_name(self.location, entry.path)
             parts = entry.path.strip("/").split("/")
             at = next((i for i, part in enumerate(parts) if _AREA.fullmatch(part)), None)
             if at is None:
@@ -150,20 +163,29 @@ class FolderSource(Source):
             prefix = "" if rel == "." else rel + "/"
             out.extend(Entry(prefix + d, is_dir=True) for d in dirs)
             for name in files:
-                st = os.stat(os.path.join(folder, name))
+                try:
+                    st = os.stat(os.path.join(folder, name))
+                except OSError as err:  # a dangling link, a file gone meanwhile
+                    raise SourceError(f"{os.path.join(folder, name)}: cannot be read ({err.strerror or err}); "
+                                      "check that it exists and is readable") from None
                 out.append(Entry(prefix + name, st.st_size, st.st_mtime_ns))
         return out
 
     def read(self, path: str) -> bytes:
-        return (self.root / path).read_bytes()
+        try:
+            return (self.root / path).read_bytes()
+        except OSError as err:
+            raise SourceError(f"{self.root / path}: cannot be read ({err.strerror or err}); "
+                              "check that it exists and is readable") from None
 
 
 class ZipSource(Source):
     """A raw tree inside a ``.zip``, read member by member without unpacking (one handle per process)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, limits: ZipLimits = ZipLimits()) -> None:
         self.path = Path(path).resolve()
         self.location = str(self.path)
+        self.limits = limits
         self._zip: zipfile.ZipFile | None = None
 
     def __getstate__(self) -> dict:
@@ -172,17 +194,56 @@ class ZipSource(Source):
     @property
     def zip(self) -> zipfile.ZipFile:
         if self._zip is None:
-            self._zip = zipfile.ZipFile(self.path)
+            try:
+                self._zip = zipfile.ZipFile(self.path)
+            except (zipfile.BadZipFile, OSError) as err:
+                raise SourceError(f"{self.location}: not a readable zip ({err}); download it again") from None
         return self._zip
 
     def entries(self) -> list[Entry]:
         infos = self.zip.infolist()
+        seen: set[str] = set()
         for info in infos:
             check_member(self.location, info.filename)
+            if info.filename in seen:
+                raise SourceError(f"{self.location}: member {info.filename!r} is in the archive twice; expected "
+                                  "each file once (re-create the zip)")
+            seen.add(info.filename)
         return [Entry(i.filename.rstrip("/"), i.file_size, i.CRC, i.is_dir()) for i in infos]
 
+    def check(self, entry: Entry) -> None:
+        """Refuse a member beyond :class:`ZipLimits` before reading it."""
+        info = self.zip.getinfo(entry.path)
+        if info.file_size > self.limits.max_member_bytes:
+            raise SourceError(f"{self.location}: member {entry.path!r} unpacks to {info.file_size:,} bytes, more "
+                              f"than --zip-max-member {self.limits.max_member_bytes:,}; raise the limit if it is real")
+        ratio = info.file_size / max(info.compress_size, 1)
+        if ratio > self.limits.max_ratio:
+            raise SourceError(f"{self.location}: member {entry.path!r} is compressed {ratio:.0f}x, more than "
+                              f"--zip-max-ratio {self.limits.max_ratio:g} (a zip bomb?); raise the limit if it is real")
+
     def read(self, path: str) -> bytes:
-        return self.zip.read(path)
+        info = self.zip.getinfo(path)
+        try:
+            with self.zip.open(info) as f:
+                data = f.read(self.limits.max_member_bytes + 1)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:
+            raise SourceError(f"{self.location}: member {path!r} is corrupt ({err}); download the zip "
+                              "again") from None
+        if len(data) > self.limits.max_member_bytes:  # the header under-stated the size
+            raise SourceError(f"{self.location}: member {path!r} unpacks to more than --zip-max-member "
+                              f"{self.limits.max_member_bytes:,} bytes; raise the limit if it is real")
+        return data
+
+
+def check_name(location: str, path: str) -> None:
+    """Refuse a path that is not valid UTF-8 (it could not be stored in HDF5 nor printed)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise SourceError(f"{location}: the name {shown!r} is not valid UTF-8; rename it (room and file names "
+                          "become HDF5 group names)") from None
 
 
 def check_member(location: str, name: str) -> None:
@@ -193,12 +254,12 @@ def check_member(location: str, name: str) -> None:
                           "archive, got an absolute path or '..'")
 
 
-def open_source(raw: str | Path) -> Source:
+def open_source(raw: str | Path, zip_limits: ZipLimits = ZipLimits()) -> Source:
     """A :class:`FolderSource` for a folder, a :class:`ZipSource` for a zip file."""
     raw = Path(raw)
     if raw.is_dir():
         return FolderSource(raw)
     if raw.is_file() and zipfile.is_zipfile(raw):
-        return ZipSource(raw)
+        return ZipSource(raw, zip_limits)
     what = "a file that is not a zip" if raw.exists() else "nothing"
     raise SourceError(f"expected RAW to be an S3DIS folder or .zip, found {what} at {raw}")

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_path", "atomic_open", "write_text_atomic"]
+from pointgeope.errors import UserError
+
+__all__ = ["atomic_path", "atomic_open", "write_text_atomic", "remove_leftovers", "writable_folder"]
+
+# The temporary files of atomic_path: ".<name>.<8 random characters>.tmp<suffix>".
+_LEFTOVER = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp(\.[^/]*)?")
 
 
 def _umask() -> int:
@@ -57,3 +63,32 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     with atomic_open(path, "w") as f:
         f.write(text)
     return Path(path)
+
+
+def remove_leftovers(folder: str | Path) -> list[Path]:
+    """Delete the temporary files that a killed writer left in ``folder`` and its sub-folders; returns
+    them. Call it only while holding the folder's lock (:mod:`pointgeope.lock`): a live writer's
+    temporary file looks the same."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = [p for p in folder.rglob(".*.tmp*") if p.is_file() and _LEFTOVER.fullmatch(p.name)]
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
+
+
+def writable_folder(path: str | Path, what: str = "output folder") -> Path:
+    """Create ``path`` if needed and check, by writing a temporary file into it, that it can be written;
+    a :class:`~pointgeope.errors.UserError` naming it otherwise (before any long work starts)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{what} {path}: expected a folder, found a file; give a folder name")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise UserError(f"{what} {path}: cannot write into it ({err.strerror or err}); give a folder you "
+                        "can write") from None
+    return path

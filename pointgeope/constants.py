@@ -1,7 +1,7 @@
 """Names and numbers of S3DIS that the whole project shares: one place owns them.
 
 Classes in the standard order (labels 0..12), the areas, the 13-colour palette used by every plot and
-viewer, the ignore label and the version of the prepared HDF5 schema.
+viewer, the ignore label and the room size limit (the HDF5 layout and its version: ``pointgeope/h5.py``).
 """
 from __future__ import annotations
 
@@ -34,5 +34,7 @@ PALETTE: tuple[tuple[int, int, int], ...] = (
     (100, 100, 100),  # clutter
 )
 
-# Version of the prepared HDF5 layout (data_prep writes it, readers check it).
-SCHEMA_VERSION = 1
+# Largest extent of a room, metres: prepare drops (or refuses) points farther than this from a room's
+# median and refuses rooms larger than this (--max-extent); readers refuse rooms beyond the limit the
+# area file was prepared with. S3DIS rooms are at most ~50 m; 1 km keeps voxel keys far from overflow.
+MAX_ROOM_EXTENT = 1000.0

@@ -1,17 +1,13 @@
-"""Print the versions of pointgeope and its dependencies, the compute device and the ops backends."""
+"""The versions of pointgeope and its dependencies, the compute device and the ops backends
+(``pointgeope info``)."""
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import importlib.util
 import platform
 
 PACKAGES = ("torch", "torch-geometric", "numpy", "scipy", "h5py", "tensorboard", "fpsample", "pykdtree",
-            "open3d", "torch-scatter", "torch-cluster")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    del parser  # no options
+            "open3d", "laspy", "torch-scatter", "torch-cluster")
 
 
 def package_versions() -> dict[str, str | None]:
@@ -34,7 +30,8 @@ def device_summary() -> str:
     return f"cpu ({torch.get_num_threads()} threads; no CUDA device)"
 
 
-def main(args: argparse.Namespace) -> int:
+def print_info() -> None:
+    """Print the versions, the device and the ops backends of each device."""
     from pointgeope import __version__
 
     print(f"pointgeope {__version__}  (Python {platform.python_version()}, {platform.platform()})")
@@ -50,4 +47,3 @@ def main(args: argparse.Namespace) -> int:
     print("ops backends: " + "; ".join(backends.summary(d) for d in devices))
     print("point hierarchy (FPS, kNN, 3-NN): training batches get it from the data loader (cpu backends); "
           "evaluation and model(coord, feat, offset) build it in the model (backends of its device)")
-    return 0

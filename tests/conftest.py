@@ -1,4 +1,8 @@
-"""Shared fixtures: paths to the reference material and the real S3DIS samples beside the checkout."""
+"""Shared fixtures: the reference material and the real S3DIS samples kept in ``tests/fixtures``.
+
+Everything a test needs is inside the repository (``tests/fixtures/README.md`` says where each file
+comes from), so a clone alone passes ``make test``.
+"""
 from __future__ import annotations
 
 import os
@@ -8,28 +12,23 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-# ../shared beside the checkout; POINTGEOPE_SHARED overrides it.
-SHARED = Path(os.environ.get("POINTGEOPE_SHARED", REPO.parent / "shared"))
+FIXTURES = REPO / "tests" / "fixtures"
 
 # One thread per pytest-xdist worker: two workers on two cores, no oversubscription.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
-def _require(path: Path) -> Path:
-    if not path.exists():
-        pytest.fail(f"expected the shared reference material at {path} (set POINTGEOPE_SHARED)")
-    return path
-
-
 @pytest.fixture(scope="session")
 def geope_vectors_path() -> Path:
-    return _require(SHARED / "reference" / "geope_vectors.json")
+    return FIXTURES / "geope_vectors.json"
 
 
 @pytest.fixture(scope="session")
 def s3dis_real() -> Path:
-    return _require(SHARED / "data" / "s3dis_real")
+    """Two real S3DIS rooms in the raw layout: ``Area_1/office_2`` (100 points) and
+    ``Area_2/office_resampled`` (44,032 points)."""
+    return FIXTURES / "s3dis"
 
 
 def cuda_devices() -> list[str]:

@@ -44,3 +44,37 @@ def test_rejects_read_modes(tmp_path):
     with pytest.raises(ValueError, match="expected mode 'w' or 'wb', got 'r'"):
         with atomic_open(tmp_path / "a", "r"):
             pass
+
+
+WRITER = """
+import sys, time
+from pointgeope.atomic import atomic_path
+open_writers = [atomic_path(target) for target in sys.argv[1:]]
+for ctx in open_writers:
+    ctx.__enter__().write_text("half")  # never left: the process is killed while the files are half written
+print("written", flush=True)
+time.sleep(60)
+"""
+
+
+def test_leftovers_of_a_killed_writer_are_removed(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from pointgeope.atomic import remove_leftovers
+
+    (tmp_path / "predictions").mkdir()
+    keep = [tmp_path / "last.pt", tmp_path / ".lock", tmp_path / "predictions" / "Area_1.h5", tmp_path / ".x.tmp"]
+    for path in keep:
+        path.write_text("keep")
+    targets = [tmp_path / "last.pt", tmp_path / "predictions" / "Area_1.h5", tmp_path / "metrics.json"]
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, *map(str, targets)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "written"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len([p for p in tmp_path.rglob("*") if p.is_file()]) == len(keep) + 3
+    removed = remove_leftovers(tmp_path)
+    assert sorted(p.name.split(".")[1] for p in removed) == ["Area_1", "last", "metrics"]
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == sorted(keep)
+    assert all(p.read_text() == "keep" for p in keep)

@@ -1,17 +1,18 @@
 """Prepared S3DIS rooms (HDF5), training blocks, transforms and batches.
 
-The names below are imported lazily (PEP 562), so ``import pointgeope.data.h5`` (the viewer, the
-report) does not pull in torch and torch_geometric.
+The names below are imported lazily (PEP 562), so importing one light submodule (``pointgeope.data.check``,
+``pointgeope.data.rooms``) does not pull in torch and torch_geometric. The HDF5 layout itself is
+``pointgeope/h5.py``.
 """
 from importlib import import_module
 
 # name -> submodule that defines it
 _EXPORTS = {
     "load_folds": "folds", "Fold": "folds",
-    "S3DISTrain": "dataset", "S3DISTestArea": "dataset", "TestRoom": "dataset", "sample_rng": "dataset",
+    "S3DISTrain": "dataset", "room_sample": "dataset", "sample_rng": "dataset",
     "make_loader": "loader", "set_epoch": "loader",
     "voxel_sample": "voxelize", "random_crop": "voxelize", "crop_nearest": "voxelize",
-    "voxel_fragments": "fragments", "split_into_crops": "fragments",
+    "voxel_fragments": "fragments", "split_into_crops": "fragments", "room_pieces": "fragments",
     "s3dis_train_transform": "transforms",
 }
 __all__ = sorted(_EXPORTS)

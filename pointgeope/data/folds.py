@@ -11,7 +11,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pointgeope.errors import UserError
+
 FOLDS_VERSION = 1
+
+
+class FoldsError(UserError, ValueError):
+    """A missing or malformed ``folds.json``."""
 
 
 @dataclass(frozen=True)
@@ -25,7 +31,7 @@ class Fold:
 
 def _area_list(value: object, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
-        raise ValueError(f"{where}: expected a list of area names, got {value!r}")
+        raise FoldsError(f"{where}: expected a list of area names, got {value!r}")
     return tuple(value)
 
 
@@ -33,33 +39,36 @@ def load_folds(root: str | Path) -> dict[int, Fold]:
     """Folds of ``root/folds.json`` by fold number, in increasing order.
 
     Raises:
-        FileNotFoundError: no ``folds.json`` under ``root``.
-        ValueError: a malformed file (the message names the file and the offending entry).
+        FoldsError: no ``folds.json`` under ``root``, or a malformed one (the message names the file and
+            the offending entry).
     """
     path = Path(root) / "folds.json"
+    if not Path(root).is_dir():
+        raise FoldsError(f"data root {root}: expected a folder of prepared Area_N.h5 and folds.json, found "
+                         f"{'a file' if Path(root).exists() else 'nothing'}; set --data-root or data.root")
     if not path.is_file():
-        raise FileNotFoundError(f"expected {path} (written by `pointgeope prepare`), found nothing")
+        raise FoldsError(f"expected {path} (written by `pointgeope prepare`), found nothing")
     try:
         doc = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from err
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise FoldsError(f"{path}: not valid JSON ({err}); run `pointgeope prepare` again") from None
     if not isinstance(doc, dict) or doc.get("version") != FOLDS_VERSION:
         got = doc.get("version") if isinstance(doc, dict) else type(doc).__name__
-        raise ValueError(f"{path}: expected version {FOLDS_VERSION}, got {got!r}")
+        raise FoldsError(f"{path}: expected version {FOLDS_VERSION}, got {got!r}")
     raw = doc.get("folds")
     if not isinstance(raw, dict) or not raw:
-        raise ValueError(f"{path}: expected a non-empty object 'folds', got {raw!r}")
+        raise FoldsError(f"{path}: expected a non-empty object 'folds', got {raw!r}")
     folds = {}
     for key, entry in raw.items():
         where = f"{path}: fold {key!r}"
         if not key.isdigit():
-            raise ValueError(f"{where}: expected a fold number as key")
+            raise FoldsError(f"{where}: expected a fold number as key")
         if not isinstance(entry, dict) or set(entry) != {"train", "test"}:
             keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
-            raise ValueError(f"{where}: expected keys ['test', 'train'], got {keys}")
+            raise FoldsError(f"{where}: expected keys ['test', 'train'], got {keys}")
         train = _area_list(entry["train"], f"{where} 'train'")
         test = _area_list(entry["test"], f"{where} 'test'")
         if set(train) & set(test):
-            raise ValueError(f"{where}: areas {sorted(set(train) & set(test))} are in both train and test")
+            raise FoldsError(f"{where}: areas {sorted(set(train) & set(test))} are in both train and test")
         folds[int(key)] = Fold(int(key), train, test)
     return dict(sorted(folds.items()))

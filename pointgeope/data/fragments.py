@@ -1,54 +1,95 @@
-"""Test-time voxel fragments of a room, and overlapping crops of a fragment too large for one pass.
+"""Test-time pieces of a room: voxel fragments as in Point Transformer's test, and crops of large ones.
 
-Fragments (Pointcept's test-mode ``Voxelize``). Shuffle the points of each voxel (seeded), then
-fragment ``f`` takes the ``f``-th point of every voxel that holds more than ``f`` points::
+Fragments (the authors' ``tool/test.py``; Pointcept's test-mode ``GridSample`` does the same). The
+room is voxelized at ``grid_size`` (voxel of ``p`` = ``floor((p - min p) / grid_size)``), the points of
+each voxel are shuffled (seeded), and fragment ``f`` takes from **every** occupied voxel ``v`` its point
+number ``f mod count(v)``::
 
     voxel a: [a0 a1 a2]      fragment 0: [a0 b0 c0]
-    voxel b: [b0]            fragment 1: [a1 c1]
-    voxel c: [c0 c1]         fragment 2: [a2]
+    voxel b: [b0]            fragment 1: [a1 b0 c1]
+    voxel c: [c0 c1]         fragment 2: [a2 b0 c0]
 
-so every point of the room lands in exactly one fragment, each fragment holds at most one point per
-voxel (a grid-sampled view of the room, like a training sample), and there are ``max_v count(v)``
-fragments. The engine predicts every fragment and so gets a prediction for every point at full
-resolution.
+There are ``F = max_v count(v)`` fragments. Each is a complete grid-sampled view of the room, one point
+per voxel, which is what the network saw in training; every point is in at least one fragment, and the
+points of sparse voxels are predicted several times (``b0`` three times above). ``F`` is set by the
+densest voxel, so a room with a few very dense voxels costs many passes; ``max_fragments`` caps it, and
+a point that no fragment then reaches takes the summed scores of the predicted points of its voxel
+(:func:`fill_from_voxels`). The published test has no cap.
 
-Crops. A fragment can hold more than ``voxel_max`` points (fragment 0 holds one point of every voxel).
-``split_into_crops`` covers it with overlapping crops of the ``voxel_max`` points nearest to a seed,
-PTv1's test procedure: every point carries a small random weight; the next seed is the uncovered point
-of least weight; after each crop the crop's points gain weight ``(1 - d^2 / max d^2)^2`` (more near the
-seed). It stops when every point is in at least one crop, so a point can be predicted several times;
-the engine votes (sums the softmax scores) over all predictions of a point.
+Crops. A fragment holds one point per voxel of the room, often more than ``voxel_max``.
+``split_into_crops`` covers it with overlapping crops of the ``voxel_max`` points nearest to a seed, as
+PTv1's test does: every point carries a small random weight; the next seed is the uncovered point of
+least weight; after each crop the crop's points gain weight ``(1 - d^2 / max d^2)^2`` (more near the
+seed). It stops when every point is in at least one crop. (The authors take the seed of least weight
+over all points, covered or not; restricting it to uncovered points changes which crops are made only
+where a covered point has the least weight, and guarantees that each crop covers a new point.)
+
+A piece (one crop of one fragment) is shifted to a minimum of 0 like a training block. The engine sums
+the scores of every prediction made for a point (``pointgeope.engine.evaluate``).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 import numpy as np
 
-from pointgeope.data.voxelize import crop_nearest, squared_distance, voxel_groups
+from pointgeope.data.transforms import Sample, shift_to_origin, take_points
+from pointgeope.data.voxelize import VoxelGroups, crop_nearest, squared_distance, voxel_groups
 
 
-def voxel_fragments(coord: np.ndarray, grid_size: float, rng: np.random.Generator) -> list[np.ndarray]:
-    """Partition a room's points into voxel fragments.
+class VoxelFragments(Sequence):
+    """The ``F`` fragments of a room, built on demand: ``fragments[f]`` is an int64 index array of one
+    point per occupied voxel (``V`` of them), point ``f mod count(v)`` of voxel ``v``'s shuffled points.
+
+    Only the voxel grouping (``O(N)``) is stored, never the ``F x V`` indices of all fragments.
+    """
+
+    def __init__(self, groups: VoxelGroups):
+        self.groups = groups
+
+    def __len__(self) -> int:
+        return int(self.groups.counts.max())
+
+    def __getitem__(self, f: int) -> np.ndarray:
+        if not 0 <= f < len(self):
+            raise IndexError(f"expected a fragment index in [0, {len(self)}), got {f}")
+        g = self.groups
+        return g.order[g.starts + f % g.counts]
+
+
+def voxel_fragments(coord: np.ndarray, grid_size: float, rng: np.random.Generator) -> VoxelFragments:
+    """The published test-time fragments of a room (see the module docstring).
 
     Args:
         coord: ``(N, 3)`` float points of the room.
         grid_size: voxel edge length (S3DIS recipe: 0.04 m).
-        rng: generator for the within-voxel shuffle.
+        rng: generator of the within-voxel shuffle.
 
     Returns:
-        ``F`` int64 index arrays into ``coord`` (``F`` = most points in one voxel), fragment ``f``
-        holding one point of each voxel with more than ``f`` points; together they hold every index
-        exactly once.
+        ``F = max_v count(v)`` fragments, each holding exactly one point of every occupied voxel.
     """
     n = np.asarray(coord).shape[0]
-    groups = voxel_groups(coord, grid_size, rank=rng.permutation(n))
-    # Voxels by decreasing count: the voxels with more than f points are then a prefix.
-    by_count = np.argsort(-groups.counts, kind="stable")
-    starts = groups.starts[by_count]
-    counts = groups.counts[by_count]
-    # sizes[f] = number of voxels with count > f (counts are decreasing).
-    num_fragments = int(counts[0])
-    sizes = np.searchsorted(-counts, -np.arange(num_fragments), side="left")
-    return [groups.order[starts[: int(sizes[f])] + f] for f in range(num_fragments)]
+    return VoxelFragments(voxel_groups(coord, grid_size, rank=rng.permutation(n)))
+
+
+def fill_from_voxels(groups: VoxelGroups, scores: np.ndarray, votes: np.ndarray) -> int:
+    """Give every point without a vote the summed ``scores`` and ``votes`` of its voxel, in place.
+
+    For a voxel ``v`` and a point ``i`` of it with ``votes[i] == 0``:
+    ``scores[i] = sum_{j in v} scores[j]``, ``votes[i] = sum_{j in v} votes[j]`` (the points without a
+    vote add nothing). Returns the number of points filled; points of voxels that hold no vote at all
+    stay at zero.
+    """
+    missing = votes[groups.order] == 0                        # in voxel order
+    if not missing.any():
+        return 0
+    voxel_scores = np.add.reduceat(scores[groups.order], groups.starts, axis=0)      # (V, C)
+    voxel_votes = np.add.reduceat(votes[groups.order], groups.starts)                # (V,)
+    voxel_of = np.repeat(np.arange(groups.starts.shape[0]), groups.counts)           # voxel order
+    points = groups.order[missing]
+    scores[points] = voxel_scores[voxel_of[missing]]
+    votes[points] = voxel_votes[voxel_of[missing]]
+    return int(points.shape[0])
 
 
 def split_into_crops(coord: np.ndarray, voxel_max: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -83,3 +124,20 @@ def split_into_crops(coord: np.ndarray, voxel_max: int, rng: np.random.Generator
         covered[crop] = True
         crops.append(np.sort(crop))
     return crops
+
+
+def room_pieces(sample: Sample, fragments: VoxelFragments, voxel_max: int | None, rng: np.random.Generator,
+                max_fragments: int | None = None) -> Iterator[tuple[np.ndarray, Sample]]:
+    """Test-time pieces of a room: ``(index into the room (int64), piece shifted to minimum 0)``.
+
+    The first ``min(F, max_fragments)`` fragments of the room, each split into crops of at most
+    ``voxel_max`` points (``None``: no split). Lazy: one fragment's crops exist at a time.
+    """
+    count = len(fragments) if max_fragments is None else min(len(fragments), max_fragments)
+    for f in range(count):
+        fragment = fragments[f]
+        crops = ([np.arange(fragment.shape[0], dtype=np.int64)] if voxel_max is None
+                 else split_into_crops(np.take(sample["coord"], fragment, axis=0), voxel_max, rng))
+        for crop in crops:
+            index = fragment[crop]
+            yield index, shift_to_origin(take_points(sample, index))

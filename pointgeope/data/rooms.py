@@ -15,9 +15,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from pointgeope.data.h5 import list_rooms, open_area
+from pointgeope.h5 import area_path, list_rooms, open_area, read_fields, room_group
 
-FIELDS = ("coord", "color", "label")
+FIELDS = ("coord", "color", "label")  # what training and evaluation read of a room
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,6 @@ class RoomRef:
     area: str
     name: str
     num_points: int
-
-
-def area_path(root: str | Path, area: str) -> Path:
-    return Path(root) / f"{area}.h5"
 
 
 def list_area_rooms(root: str | Path, areas: list[str] | tuple[str, ...]) -> list[RoomRef]:
@@ -68,10 +64,7 @@ class RoomStore:
         key = (room.path, room.name)
         if key in self._rooms:
             return self._rooms[key]
-        f = self._file(room.path)
-        if room.name not in f:
-            raise KeyError(f"{room.path}: no room {room.name!r}; rooms are {sorted(f)}")
-        data = {field: f[room.name][field][()] for field in FIELDS}
+        data = read_fields(room_group(self._file(room.path), room.name), FIELDS)
         if self.cache:
             self._rooms[key] = data
         return data

@@ -12,13 +12,17 @@ random state), returns a NEW dict and never writes into the arrays of its input 
 change are shared between input and output, so no one downstream may write into them either).
 ``ToData`` ends the pipeline with a ``torch_geometric.data.Data``.
 
-Default S3DIS training augmentation (``s3dis_train_transform``): PTv1's own S3DIS training script
-(Zhao et al. 2021, POSTECH-CVLab/point-transformer ``tool/train.py``) composes RandomScale([0.9, 1.1]),
-ChromaticAutoContrast, ChromaticTranslation, ChromaticJitter and HueSaturationTranslation; we use the
-first four (as the issue lists them) and leave hue/saturation out. Pointcept's PTv1 S3DIS config
-(``configs/s3dis/semseg-pt-v1-0-base.py``) adds RandomFlip(p=0.5) and RandomJitter(sigma=0.005,
-clip=0.02); pass ``pointcept=True`` for that variant. RandomRotateZ and ElasticDistortion are available
-but in neither default.
+Default S3DIS training augmentation (``s3dis_train_transform()``, ``data.augment: ptv1``): the set of
+Point Transformer's own S3DIS training script (Zhao et al. 2021, POSTECH-CVLab/point-transformer
+``tool/train.py`` with ``util/transform.py``), in its order and with its parameters::
+
+    RandomScale((0.9, 1.1))  ChromaticAutoContrast(p=0.2)  ChromaticTranslation(p=0.95, ratio=0.05)
+    ChromaticJitter(p=0.95, std=0.005)  HueSaturationTranslation(hue_max=0.5, saturation_max=0.2)
+
+``data.augment: pointcept`` is Pointcept's PTv1 S3DIS config (``configs/s3dis/semseg-pt-v1-0-base.py``)
+instead: RandomScale, RandomFlip(p=0.5), RandomJitter(sigma=0.005, clip=0.02), the same auto-contrast and
+translation, ChromaticJitter(std=0.05) and no hue/saturation change. RandomRotateZ and
+ElasticDistortion are available but in neither set.
 """
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ from scipy import ndimage
 from scipy.interpolate import RegularGridInterpolator
 from torch_geometric.data import Data
 
+from pointgeope.data.voxelize import column_min
+
 Sample = dict[str, np.ndarray]
 
 
@@ -38,6 +44,17 @@ def _replace(sample: Sample, **arrays: np.ndarray) -> Sample:
     out = dict(sample)
     out.update(arrays)
     return out
+
+
+def take_points(sample: Sample, index: np.ndarray) -> Sample:
+    """The rows ``index`` of every array of ``sample`` (a new sample)."""
+    # np.take(axis=0) gathers (N, 3) rows about 4x faster than value[index].
+    return {key: np.take(value, index, axis=0) for key, value in sample.items()}
+
+
+def shift_to_origin(sample: Sample) -> Sample:
+    """``coord - min(coord)`` per axis: every block the network sees starts at 0 (PTv1)."""
+    return _replace(sample, coord=sample["coord"] - column_min(sample["coord"]))
 
 
 def _column_range(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -233,7 +250,7 @@ class ChromaticJitter(Transform):
 
     _repr_fields = ("p", "std")
 
-    def __init__(self, p: float = 0.95, std: float = 0.05):
+    def __init__(self, p: float = 0.95, std: float = 0.005):
         self.p = p
         self.std = std
 
@@ -245,6 +262,47 @@ class ChromaticJitter(Transform):
         noise *= np.float32(self.std * 255)
         noise += color
         return _replace(sample, color=np.clip(noise, 0, 255, out=noise).astype(np.float32, copy=False))
+
+
+class HueSaturationTranslation(Transform):
+    """Shift every point's hue by one ``dh ~ U(-hue_max, hue_max)`` (mod 1) and scale its saturation by
+    one ``r ~ U(1 - saturation_max, 1 + saturation_max)`` (clipped to [0, 1]), value unchanged, in the HSV
+    model (``v = max(r, g, b)``, ``s = (max - min) / max``, hue in turns); applied to every sample. The
+    result is floored to whole colour levels, as the authors' conversion back to ``uint8`` does."""
+
+    _repr_fields = ("hue_max", "saturation_max")
+
+    def __init__(self, hue_max: float = 0.5, saturation_max: float = 0.2):
+        self.hue_max = hue_max
+        self.saturation_max = saturation_max
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        dh = (rng.random() - 0.5) * 2 * self.hue_max
+        ratio = 1 + (rng.random() - 0.5) * 2 * self.saturation_max
+        h, s, v = _rgb_to_hsv(sample["color"].astype(np.float64))
+        rgb = _hsv_to_rgb(np.mod(h + dh, 1.0), np.clip(s * ratio, 0.0, 1.0), v)
+        return _replace(sample, color=np.floor(rgb).astype(np.float32))
+
+
+def _rgb_to_hsv(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(N, 3)`` colours -> hue in [0, 1), saturation in [0, 1], value (same scale as ``rgb``)."""
+    r, g, b = rgb[:, 0], rgb[:, 1], rgb[:, 2]
+    v = np.maximum(np.maximum(r, g), b)
+    chroma = v - np.minimum(np.minimum(r, g), b)
+    safe = np.where(chroma > 0, chroma, 1.0)
+    s = np.where(chroma > 0, chroma / np.where(v > 0, v, 1.0), 0.0)
+    h = np.where(r == v, (g - b) / safe, np.where(g == v, 2.0 + (b - r) / safe, 4.0 + (r - g) / safe))
+    return np.mod(np.where(chroma > 0, h, 0.0) / 6.0, 1.0), s, v
+
+
+def _hsv_to_rgb(h: np.ndarray, s: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Inverse of ``_rgb_to_hsv``: the hue circle in six sectors of 1/6 turn."""
+    sector = np.floor(h * 6.0)
+    f = h * 6.0 - sector
+    p, q, t = v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))
+    # rgb per sector 0..5: (v,t,p) (q,v,p) (p,v,t) (p,q,v) (t,p,v) (v,p,q)
+    table = np.stack([np.stack(c, 1) for c in ((v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q))])
+    return table[sector.astype(np.int64) % 6, np.arange(h.shape[0])]
 
 
 class AddNormalizedHeight(Transform):
@@ -262,42 +320,55 @@ class AddNormalizedHeight(Transform):
 
 
 class ToData(Transform):
-    """End of the pipeline: ``Data(pos, x, y)`` with the feature layout of ``interfaces.md``::
+    """End of the pipeline: ``Data(pos, x, y)``, ``x`` the network's input features in this layout (a
+    checkpoint records it as ``predict.features``, see ``pointgeope/engine/checkpoint.py``)::
 
         x: [ r g b | x y z ]        rgb = color / 255, xyz = coord      (in_channels = 6)
            [ r g b | x y z | h ]    with height=True (needs "height")   (in_channels = 7)
+           [ x y z ]                with color=False (geometry only)    (in_channels = 3)
+           [ x y z | h ]            with color=False, height=True       (in_channels = 4)
+
+    With ``color=False`` the sample's ``"color"`` is never read (it may be absent).
     """
 
-    _repr_fields = ("height",)
+    _repr_fields = ("height", "color")
 
-    def __init__(self, height: bool = False):
+    def __init__(self, height: bool = False, color: bool = True):
         self.height = height
+        self.color = color
 
     @property
     def in_channels(self) -> int:
-        return 7 if self.height else 6
+        return 3 * self.color + 3 + self.height
 
     def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Data:
         coord = np.asarray(sample["coord"], dtype=np.float32)
-        parts = [np.asarray(sample["color"], dtype=np.float32) / 255.0, coord]
+        parts = [np.asarray(sample["color"], dtype=np.float32) / 255.0] if self.color else []
+        parts.append(coord)
         if self.height:
             if "height" not in sample:
                 raise KeyError("ToData(height=True) expected a 'height' array in the sample "
                                "(apply AddNormalizedHeight first), got keys " + str(sorted(sample)))
             parts.append(np.asarray(sample["height"], dtype=np.float32)[:, None])
-        x = np.concatenate(parts, axis=1)
+        x = np.concatenate(parts, axis=1) if len(parts) > 1 else coord.copy()
         return Data(pos=torch.from_numpy(coord.copy()), x=torch.from_numpy(x),
                     y=torch.from_numpy(np.asarray(sample["label"], dtype=np.int64).copy()))
 
 
-def s3dis_train_transform(pointcept: bool = False) -> Compose:
-    """PTv1's S3DIS training augmentation (see the module docstring); ``pointcept=True`` adds
-    Pointcept's RandomFlip(0.5) and RandomJitter(0.005, 0.02) after the scale."""
-    geometric: list[Transform] = [RandomScale((0.9, 1.1))]
-    if pointcept:
-        geometric += [RandomFlip(p=0.5), RandomJitter(sigma=0.005, clip=0.02)]
-    return Compose(geometric + [
-        ChromaticAutoContrast(p=0.2, blend_factor=None),
-        ChromaticTranslation(p=0.95, ratio=0.05),
-        ChromaticJitter(p=0.95, std=0.05),
-    ])
+AUGMENTATIONS = ("ptv1", "pointcept", "none")
+
+
+def s3dis_train_transform(variant: str = "ptv1") -> Compose:
+    """The S3DIS training augmentation ``variant`` (see the module docstring): ``"ptv1"`` (the authors'
+    set, the default), ``"pointcept"`` (Pointcept's PTv1 config) or ``"none"``."""
+    if variant == "ptv1":
+        return Compose([RandomScale((0.9, 1.1)), ChromaticAutoContrast(p=0.2, blend_factor=None),
+                        ChromaticTranslation(p=0.95, ratio=0.05), ChromaticJitter(p=0.95, std=0.005),
+                        HueSaturationTranslation(hue_max=0.5, saturation_max=0.2)])
+    if variant == "pointcept":
+        return Compose([RandomScale((0.9, 1.1)), RandomFlip(p=0.5), RandomJitter(sigma=0.005, clip=0.02),
+                        ChromaticAutoContrast(p=0.2, blend_factor=None), ChromaticTranslation(p=0.95, ratio=0.05),
+                        ChromaticJitter(p=0.95, std=0.05)])
+    if variant == "none":
+        return Compose([])
+    raise ValueError(f"expected an augmentation in {AUGMENTATIONS}, got {variant!r}")

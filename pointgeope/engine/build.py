@@ -18,8 +18,8 @@ from torch.utils.data import DistributedSampler
 
 from pointgeope.data.dataset import S3DISTrain
 from pointgeope.data.loader import make_loader
-from pointgeope.data.transforms import Compose
-from pointgeope.engine.config import Config
+from pointgeope.data.transforms import ToData, s3dis_train_transform
+from pointgeope.engine.config import Config, ConfigError
 from pointgeope.engine.distributed import DistEnv
 
 
@@ -28,9 +28,12 @@ def model(cfg: Config) -> torch.nn.Module:
 
     m = cfg.model
     in_channels = m.in_channels
-    if (7 if cfg.data.height else 6) != in_channels:
-        raise ValueError(f"model.in_channels={in_channels} but data.height={cfg.data.height} gives "
-                         f"{7 if cfg.data.height else 6} feature channels ([rgb | xyz{' | h' if cfg.data.height else ''}])")
+    features = ToData(height=cfg.data.height, color=cfg.data.color)
+    if features.in_channels != in_channels:
+        layout = " | ".join(["rgb"] * cfg.data.color + ["xyz"] + ["h"] * cfg.data.height)
+        raise ConfigError(f"model.in_channels={in_channels} but data.color={cfg.data.color}, "
+                         f"data.height={cfg.data.height} give {features.in_channels} feature channels "
+                         f"([{layout}]); set model.in_channels={features.in_channels}")
     return PointTransformerSeg(in_channels=in_channels, num_classes=m.num_classes, pe=m.pe,
                                blocks=tuple(m.blocks), planes=tuple(m.planes), strides=tuple(m.strides),
                                neighbours=tuple(m.neighbours), decoder_blocks=tuple(m.decoder_blocks),
@@ -43,8 +46,8 @@ def model(cfg: Config) -> torch.nn.Module:
 def train_dataset(cfg: Config, areas: list[str]) -> S3DISTrain:
     d = cfg.data
     return S3DISTrain(d.root, areas, grid_size=d.grid_size, voxel_max=d.voxel_max or 2**62, loop=d.loop,
-                      transform=None if d.augment else Compose([]), seed=cfg.train.seed, height=d.height,
-                      cache=d.cache)
+                      transform=s3dis_train_transform(d.augment), seed=cfg.train.seed, height=d.height,
+                      color=d.color, cache=d.cache)
 
 
 def per_rank_batch(cfg: Config, env: DistEnv) -> int:
@@ -122,3 +125,16 @@ def lr_factor(cfg: Config, steps_per_epoch: int, step: int) -> float:
 
 def scheduler(cfg: Config, opt: torch.optim.Optimizer, steps_per_epoch: int) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(cfg, steps_per_epoch, step))
+
+
+def autocast(cfg: Config, device: torch.device) -> torch.autocast:
+    """The mixed precision of ``train.amp`` for a forward pass: bf16 or fp16 autocast on CUDA, off on the
+    CPU and with ``amp: none`` (float32)."""
+    dtype = torch.float16 if cfg.train.amp == "fp16" else torch.bfloat16
+    return torch.autocast(device.type, dtype=dtype, enabled=device.type == "cuda" and cfg.train.amp != "none")
+
+
+def grad_scaler(cfg: Config, device: torch.device) -> torch.amp.GradScaler:
+    """Loss scaling, needed by fp16 on CUDA only (bf16 and float32 keep the gradients' range): disabled
+    otherwise, when its ``scale``, ``unscale_``, ``step`` and ``update`` are plain pass-throughs."""
+    return torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and cfg.train.amp == "fp16")

@@ -7,11 +7,12 @@ while saving leaves the previous checkpoint intact::
     {"format": "pointgeope-checkpoint", "version": 1,
      "config": {...},                 # the resolved Config as a plain dict
      "model": state_dict, "optimizer": state_dict, "scheduler": state_dict, "scaler": state_dict | None,
-     "rng": {"python": [...], "numpy": {...}, "torch": uint8 tensor, "cuda": [uint8 tensor, ...]},
-     "epoch": int,                    # epochs completed
-     "batch": int,                    # batches completed inside epoch `epoch` (0 at an epoch end)
-     "step": int,                     # optimiser steps completed in total
-     "best_miou": float, ...}
+     "rng": [one per rank: {"python": [...], "numpy": {...}, "torch": uint8 tensor, "cuda": [...]}],
+     "epoch": int, "batch": int, "step": int, "best_miou": float,   # engine.state.LoopState
+     "threads": int,                  # torch CPU threads of the run (a resume with another number warns)
+     "predict": {...}}                # what `pointgeope predict` needs: see prediction_metadata
+
+A fold's checkpoints are written and read by :class:`pointgeope.engine.state.FoldCheckpoints` only.
 
 :func:`load_checkpoint` turns every failure (missing, truncated, not a checkpoint, written for another
 config) into a :class:`CheckpointError` that names the file.
@@ -25,6 +26,8 @@ import numpy as np
 import torch
 
 from pointgeope.atomic import atomic_open
+from pointgeope.constants import CLASS_NAMES, PALETTE
+from pointgeope.errors import UserError
 
 FORMAT = "pointgeope-checkpoint"
 VERSION = 1
@@ -38,7 +41,7 @@ FREE_KEYS = frozenset({
 FREE_SECTIONS = ("eval.",)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint file that cannot be used to resume or evaluate this run."""
 
 
@@ -94,8 +97,9 @@ def load_checkpoint(path: str | Path, config: dict | None = None) -> dict:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated zip, foreign pickle, ...
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__}: {err}); "
-                              "delete it to start this fold again") from None
+        first = (str(err).strip().splitlines() or [""])[0][:200]  # torch's messages run over many lines
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__}: {first}); "
+                              "if it is a fold's last.pt, delete it to start the fold again") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointError(f"{path}: expected a {FORMAT} file, got "
                               f"{type(ckpt).__name__} without that format tag")
@@ -133,3 +137,41 @@ def load_model_state(model: torch.nn.Module, state: dict, path: str | Path) -> N
         first = str(err).strip().splitlines()
         raise CheckpointError(f"{path}: the weights do not fit this model ({' '.join(first[:4])[:600]}); "
                               "was it written with other model.* settings?") from None
+
+
+# --- what prediction needs -------------------------------------------------------------------------------
+
+def prediction_metadata(config: dict, spacing: float | None = None) -> dict:
+    """The ``"predict"`` entry of a checkpoint, from its resolved config (plain dict)::
+
+        {"class_names": [13 str], "palette": [[r, g, b] x 13], "grid_size": float,
+         "features": ["rgb", "xyz"] | ["xyz"] (+ "height"), "in_channels": int,
+         "spacing": float | None}     # training rooms' median nearest-neighbour distance (m)
+
+    ``features`` is the layout of the network's input ``x`` (``ToData``), so a scan without colour can
+    be refused for a colour model before any work is done.
+    """
+    data, model = config["data"], config["model"]
+    num_classes = int(model["num_classes"])
+    features = ["rgb"] * bool(data.get("color", True)) + ["xyz"] + ["height"] * bool(data["height"])
+    return {"class_names": list(CLASS_NAMES[:num_classes]),
+            "palette": [list(c) for c in PALETTE[:num_classes]],
+            "grid_size": float(data["grid_size"]), "features": features,
+            "in_channels": int(model["in_channels"]),
+            "spacing": None if spacing is None or not np.isfinite(spacing) else float(spacing)}
+
+
+def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
+    """The checkpoint's ``"predict"`` entry, or (checkpoints written before it) the same derived from its
+    config without ``spacing``. Raises CheckpointError when neither is usable."""
+    info = ckpt.get("predict")
+    if info is None:
+        config = ckpt.get("config")
+        if not isinstance(config, dict) or "data" not in config or "model" not in config:
+            raise CheckpointError(f"{path}: expected a model checkpoint with a config (last.pt or best.pt "
+                                  "of a run), got one without")
+        info = prediction_metadata(config)
+    missing = {"class_names", "palette", "grid_size", "features", "in_channels"} - set(info)
+    if missing:
+        raise CheckpointError(f"{path}: its 'predict' entry lacks {sorted(missing)}")
+    return info

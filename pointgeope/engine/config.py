@@ -31,9 +31,10 @@ import yaml
 
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
+from pointgeope.errors import UserError
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config file or override that does not fit the :class:`Config` dataclasses."""
 
 
@@ -45,8 +46,10 @@ class DataConfig:
     loop: int = 30                          # each training room is seen `loop` times per epoch
     batch_size: int = 16                    # samples per optimiser step, summed over all DDP ranks
     num_workers: int = 4                    # DataLoader worker processes per rank (0: main process)
-    augment: bool = True                    # the Point Transformer v1 training augmentations
+    augment: Literal["ptv1", "pointcept", "none"] = "ptv1"  # training augmentations: the authors' set,
+    #                                         Pointcept's PTv1 variant, or none (data/transforms.py)
     height: bool = False                    # append the normalised height to the features (7 channels)
+    color: bool = True                      # rgb features; false: geometry only, [xyz] (3 channels)
     cache: bool = False                     # each loader worker keeps the rooms it read in memory
 
 
@@ -55,7 +58,7 @@ class ModelConfig:
     """``PointTransformerSeg`` arguments; the defaults are the published S3DIS network (PTv1 Seg50)."""
 
     pe: Literal["rpe", "geope", "lingeope", "geope+rpe", "lingeope+rpe", "none"] = "rpe"
-    in_channels: int = 6                    # [rgb | xyz]; 7 with data.height
+    in_channels: int = 6                    # [rgb | xyz]; +1 with data.height, -3 with data.color=false
     num_classes: int = NUM_CLASSES
     planes: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])  # width per stage
     blocks: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 2])          # encoder blocks per stage
@@ -85,13 +88,13 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"                    # auto (CUDA if present, else CPU) | cpu | cuda | cuda:1 ...
     threads: Optional[int] = None           # torch CPU threads per process (None: torch's default)
-    amp: Literal["bf16", "fp16", "none"] = "bf16"  # mixed precision on CUDA (ignored on CPU)
+    amp: Literal["bf16", "fp16", "none"] = "none"  # mixed precision on CUDA (ignored on CPU); none: float32
     run_dir: str = "runs/default"
     val_every: int = 0                      # validate on the test area every n epochs (0: never); best.pt
     checkpoint_every: int = 0               # also save last.pt every n steps inside an epoch (0: epoch ends)
     epochs_per_run: Optional[int] = None    # stop cleanly after n epochs in this invocation (job time limits)
     progress: bool = True                   # tqdm bars (rank 0, only on a TTY)
-    ignore_index: int = IGNORE_LABEL
+    ignore_index: int = IGNORE_LABEL        # the label skipped by the loss and by every metric (train, eval)
 
 
 @dataclass
@@ -106,6 +109,8 @@ class EvalConfig:
     checkpoint: Literal["last", "best"] = "last"
     tta: TTAConfig = field(default_factory=TTAConfig)
     batch_points: int = 400000              # fragments are stacked into one forward up to this many points
+    vote: Literal["logits", "softmax"] = "logits"  # what each point sums over its predictions (authors: logits)
+    max_fragments: Optional[int] = None     # predict at most this many voxel fragments per room (None: all)
 
 
 @dataclass
@@ -182,6 +187,37 @@ def _coerce(value: Any, tp, where: str) -> Any:
     raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
 
 
+def _initials(name: str) -> str:
+    return "".join(token[0] for token in name.split("_") if token)
+
+
+def _similarity(typed: str, known: str) -> float:
+    """How likely ``known`` is the key meant by ``typed``, in ``[0, 1]``: the best of the spelling
+    similarity (difflib ratio: ``weight_decai`` ~ ``weight_decay``), an abbreviation either way
+    (``lr`` = initials of ``learning_rate``), a prefix (``epoch`` ~ ``epochs``) and the shared
+    ``_``-separated words (``decay`` ~ ``weight_decay``)."""
+    a, b = typed.lower(), known.lower()
+    score = difflib.SequenceMatcher(None, a, b).ratio()
+    if "_" in a and _initials(a) == b or "_" in b and _initials(b) == a:
+        score = max(score, 0.9)
+    if len(a) >= 2 and len(b) >= 2 and (a.startswith(b) or b.startswith(a)):
+        score = max(score, 0.7 + 0.2 * min(len(a), len(b)) / max(len(a), len(b)))
+    words_a, words_b = set(a.split("_")), set(b.split("_"))
+    shared = words_a & words_b
+    if shared:
+        score = max(score, 0.6 + 0.3 * len(shared) / len(words_a | words_b))
+    return score
+
+
+def closest_key(typed: str, known: list[str], cutoff: float = 0.6) -> str | None:
+    """The key of ``known`` (one section's keys) most likely meant by ``typed``, or ``None``:
+    ``closest_key("learning_rate", ["name", "lr", ...]) == "lr"``."""
+    if not known:
+        return None
+    best = max(known, key=lambda k: _similarity(typed, k))
+    return best if _similarity(typed, best) >= cutoff else None
+
+
 def _check_mapping(raw: dict, cls, where: str, prefix: str = "") -> dict:
     """Check the keys and types of a partial mapping for dataclass ``cls``; returns it coerced."""
     if not isinstance(raw, dict):
@@ -191,9 +227,9 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "") -> dict:
     for key, value in raw.items():
         name = f"{prefix}{key}"
         if key not in hints:
-            known = [f"{prefix}{k}" for k in hints]
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+            close = closest_key(str(key), list(hints))
+            hint = (f"; did you mean '{prefix}{close}'?" if close
+                    else f"; known keys: {', '.join(prefix + k for k in hints)}")
             raise ConfigError(f"{where}: unknown key {name!r}{hint}")
         tp = hints[key]
         if dataclasses.is_dataclass(tp):

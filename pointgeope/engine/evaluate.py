@@ -1,49 +1,57 @@
 """Full-resolution evaluation: a prediction for every point of every test room, by voting over fragments.
 
-For each test-time view of a room (the identity, or the augmentations of ``eval.tta``) the room is cut
-into voxel fragments (:func:`pointgeope.data.fragments.voxel_fragments`: every point in exactly one
-fragment, at most one point per voxel), and a fragment larger than ``data.voxel_max`` into overlapping
-crops (:func:`~pointgeope.data.fragments.split_into_crops`). Each crop becomes one sample exactly like a
-training sample (``pos`` shifted to a minimum of 0, ``x = [rgb/255 | pos]``), crops are stacked into
-batches of at most ``eval.batch_points`` points, and each point sums the softmax of every prediction
-made for it::
+For each test-time view of a room (the identity, or the augmentations of ``eval.tta``) the room's
+sample (:func:`pointgeope.data.dataset.room_sample`) is cut into test-time pieces, the published voxel
+fragments and their crops (:mod:`pointgeope.data.fragments` explains both). Each piece is a sample
+exactly like a training block (``pos`` shifted to a minimum of 0, ``x = [rgb/255 | pos]``), pieces are
+stacked into batches of at most ``eval.batch_points`` points, and each point sums the scores of every
+prediction made for it::
 
-    probs[i] = sum over views v, crops c containing i of softmax(model(c))[i]      (N, C) float32
-    votes[i] = number of those predictions                                           (N,)   >= 1
-    pred[i]  = argmax_c probs[i, c]
+    scores[i] = sum over views v, pieces c containing i of s(model(c))[i]      (N, C) float32
+    votes[i]  = number of those predictions                                     (N,)   >= 1
+    pred[i]   = argmax_c scores[i, c]
 
-The network never sees more than ``max(voxel_max, batch_points)`` points at once, so peak memory is set
-by the fragment size plus the ``N x C`` vote buffer, not by the room (``bench/bench_evaluate.py``).
+with ``s`` the raw logits (``eval.vote: logits``, as the authors' ``tool/test.py`` sums them) or their
+softmax (``eval.vote: softmax``, each prediction weighs the same whatever its confidence). With
+``eval.max_fragments`` only the first fragments are predicted and a point none of them holds takes the
+summed scores of its voxel (:func:`pointgeope.data.fragments.fill_from_voxels`).
 
-Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (group per room, ``pred`` uint8
-``(N,)``, root attr ``kind="predictions"``), then ``RUN/area_K/metrics.json`` with ``"complete": true``.
+The network never sees more than ``max(voxel_max, batch_points)`` points at once and fragments are made
+one at a time, so peak memory is set by the fragment size plus the ``N x C`` score buffer, not by the
+room (``bench/bench_evaluate.py``).
+
+Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (layout in :mod:`pointgeope.h5`),
+then ``RUN/area_K/metrics.json`` with ``"complete": true``.
 """
 from __future__ import annotations
 
-import argparse
+import contextlib
 import dataclasses
 import json
 import math
 import re
+import sys
 import time
 import zlib
 from pathlib import Path
+from typing import NamedTuple
 
-import h5py
 import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
-from pointgeope.atomic import atomic_path
-from pointgeope.constants import CLASS_NAMES, IGNORE_LABEL
+from pointgeope.atomic import writable_folder
+from pointgeope.constants import CLASS_NAMES
 from pointgeope.data.folds import load_folds
-from pointgeope.data.dataset import room_pieces
-from pointgeope.data.h5 import list_rooms, read_room
-from pointgeope.data.transforms import AddNormalizedHeight, ToData
-from pointgeope.data.voxelize import column_min
+from pointgeope.data.dataset import room_sample
+from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
+from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.runio import progress, write_json_atomic
+from pointgeope.errors import UserError
+from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
+from pointgeope.lock import folder_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
 
 
@@ -73,58 +81,80 @@ def view_coord(coord: np.ndarray, scale: float, flip: bool, angle: float) -> np.
 
 # --- one room --------------------------------------------------------------------------------------------
 
+class RoomVotes(NamedTuple):
+    """The votes of one room: ``scores (N, C)`` float32 summed over predictions, ``votes (N,)`` int32
+    predictions per point, ``fragments`` per view, ``filled`` points that took their voxel's scores."""
+
+    scores: np.ndarray
+    votes: np.ndarray
+    fragments: list[int]
+    filled: int
+
+
+class _Batcher:
+    """Stacks pieces into forwards of at most ``batch_points`` points and adds their scores to the room."""
+
+    def __init__(self, model, scores: np.ndarray, votes: np.ndarray, cfg: Config, device: torch.device):
+        self.model, self.scores, self.votes, self.device, self.cfg = model, scores, votes, device, cfg
+        self.batch_points, self.softmax = cfg.eval.batch_points, cfg.eval.vote == "softmax"
+        self.pending: list[tuple[np.ndarray, Data]] = []   # (room indices, sample) waiting for a forward
+        self.points = 0
+
+    def add(self, index: np.ndarray, sample: Data) -> None:
+        if self.pending and self.points + index.shape[0] > self.batch_points:
+            self.flush()
+        self.pending.append((index, sample))
+        self.points += index.shape[0]
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        batch = Batch.from_data_list([sample for _, sample in self.pending]).to(self.device)
+        with build.autocast(self.cfg, self.device):
+            logits = self.model(batch.pos, batch.x, batch.ptr[1:]).float()
+        p = (torch.softmax(logits, dim=1) if self.softmax else logits).cpu().numpy()
+        start = 0
+        for index, _ in self.pending:
+            # A piece holds each index once (one point per voxel), so += is an exact scatter.
+            self.scores[index] += p[start:start + index.shape[0]]
+            self.votes[index] += 1
+            start += index.shape[0]
+        self.pending.clear()
+        self.points = 0
+
+
 @torch.inference_mode()
 def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg: Config,
-              device: torch.device, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Summed softmax ``probs`` (N, C) float32 and prediction counts ``votes`` (N,) int32 of one room.
+              device: torch.device, seed: int = 0, show_progress: bool = False) -> RoomVotes:
+    """Summed scores and prediction counts of one room (see the module docstring).
 
     Args:
         model: the segmentation network (in eval mode), ``model(coord, feat, offset) -> (M, C)`` logits.
         coord: ``(N, 3)`` float32 room coordinates (metres); color: ``(N, 3)`` uint8.
-        cfg: ``data.grid_size``, ``data.voxel_max``, ``eval.tta`` and ``eval.batch_points`` are used.
-        seed: seeds the within-voxel shuffle and the crop seeds (the result is a function of it).
+        cfg: ``data.grid_size``, ``data.voxel_max``, ``data.height``, ``eval.*`` and ``train.amp`` are used.
+        seed: seeds the within-voxel shuffles and the crop seeds (the result is a function of it).
+        show_progress: a bar over the fragments (on a terminal).
     """
     n = coord.shape[0]
-    num_classes = cfg.model.num_classes
-    probs = np.zeros((n, num_classes), dtype=np.float32)
+    scores = np.zeros((n, cfg.model.num_classes), dtype=np.float32)
     votes = np.zeros(n, dtype=np.int32)
-    use_amp = device.type == "cuda" and cfg.train.amp != "none"
-    amp_dtype = torch.float16 if cfg.train.amp == "fp16" else torch.bfloat16
-    to_data = ToData(height=cfg.data.height)
-    pending: list[tuple[np.ndarray, Data]] = []  # (room indices, sample) waiting for a forward
-    pending_points = 0
-
-    def flush() -> None:
-        if not pending:
-            return
-        batch = Batch.from_data_list([sample for _, sample in pending]).to(device)
-        with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
-            logits = model(batch.pos, batch.x, batch.ptr[1:])
-        p = torch.softmax(logits.float(), dim=1).cpu().numpy()
-        start = 0
-        for idx, _ in pending:
-            # A crop holds each index once (fragments partition the room), so += is an exact scatter.
-            probs[idx] += p[start:start + idx.shape[0]]
-            votes[idx] += 1
-            start += idx.shape[0]
-        pending.clear()
-
+    batcher = _Batcher(model, scores, votes, cfg, device)
+    to_data = ToData(height=cfg.data.height, color=cfg.data.color)
+    counts, first = [], None
     for v, (scale, flip, angle) in enumerate(tta_views(cfg.eval.tta)):
         rng = np.random.default_rng([seed, v])
-        view = view_coord(np.asarray(coord, dtype=np.float32), scale, flip, angle)
-        # The room as a pipeline sample, like a training room: coord from 0, colour 0..255 (+ height).
-        room = {"coord": view - column_min(view), "color": color.astype(np.float32),
-                "label": np.zeros(n, dtype=np.int64)}
-        if cfg.data.height:
-            room = AddNormalizedHeight()(room)
-        for idx, piece in room_pieces(room, cfg.data.grid_size, cfg.data.voxel_max, rng):
-            if pending and pending_points + idx.shape[0] > cfg.eval.batch_points:
-                flush()
-                pending_points = 0
-            pending.append((idx, to_data(piece)))
-            pending_points += idx.shape[0]
-    flush()
-    return probs, votes
+        room = room_sample(view_coord(np.asarray(coord, dtype=np.float32), scale, flip, angle), color,
+                           height=cfg.data.height)
+        fragments = voxel_fragments(room["coord"], cfg.data.grid_size, rng)
+        first = first or fragments
+        counts.append(len(fragments))
+        used = len(fragments) if cfg.eval.max_fragments is None else min(len(fragments), cfg.eval.max_fragments)
+        pieces = room_pieces(room, fragments, cfg.data.voxel_max, rng, max_fragments=used)
+        for index, piece in progress(pieces, show_progress, desc=f"view {v + 1} fragments"):
+            batcher.add(index, to_data(piece))
+    batcher.flush()
+    filled = fill_from_voxels(first.groups, scores, votes)
+    return RoomVotes(scores, votes, counts, filled)
 
 
 def room_seed(seed: int, room: str) -> int:
@@ -139,60 +169,54 @@ def fold_is_complete(run: Path) -> bool:
         return False
     try:
         return json.loads(path.read_text()).get("complete") is True
-    except (json.JSONDecodeError, AttributeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):  # damaged: evaluated again
         return False
 
 
 def fold_of_run(run: Path) -> int:
     match = re.fullmatch(r"area_(\d+)", Path(run).name)
-    if not match:
-        raise ValueError(f"expected a fold folder named area_K (RUN/area_K), got {run}")
+    if not match or not Path(run).is_dir():
+        raise UserError(f"expected a fold folder named area_K (RUN/area_K), got {run}"
+                        + ("" if Path(run).is_dir() else " (not a folder)"))
     return int(match.group(1))
 
 
 def predict_areas(model: torch.nn.Module, cfg: Config, areas: list[str], env: distributed.DistEnv,
-                  progress_desc: str | None = None) -> dict[str, dict[str, np.ndarray]]:
-    """``{area: {room: pred uint8 (N,)}}`` for this rank's share of the rooms (room i -> rank i % world)."""
+                  progress_desc: str | None = None) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict]]:
+    """This rank's share of the rooms (room i -> rank i % world): ``{area: {room: pred uint8 (N,)}}`` and
+    ``{"area/room": {"fragments": per view, "filled": points}}``."""
     root = Path(cfg.data.root)
-    jobs = [(area, room) for area in areas for room in list_rooms(root / f"{area}.h5")]
+    jobs = [(area, room) for area in areas for room in list_rooms(area_path(root, area))]
     mine = jobs[env.rank::env.world_size]
     model.eval()
     out: dict[str, dict[str, np.ndarray]] = {area: {} for area in areas}
-    for area, room in progress(mine, env.is_main and cfg.train.progress, desc=progress_desc or "evaluate", total=len(mine)):
-        data = read_room(root / f"{area}.h5", room, fields=("coord", "color"))
-        probs, votes = vote_room(model, data["coord"], data["color"], cfg, env.device,
-                                 seed=room_seed(cfg.train.seed, room))
-        if (votes < 1).any():
-            raise RuntimeError(f"{area}/{room}: {(votes < 1).sum()} points got no prediction")
-        out[area][room] = probs.argmax(1).astype(np.uint8)
-    return out
+    stats: dict[str, dict] = {}
+    bars = env.is_main and cfg.train.progress
+    for area, room in progress(mine, bars, desc=progress_desc or "evaluate", total=len(mine)):
+        data = read_room(area_path(root, area), room, fields=("coord", "color"))
+        result = vote_room(model, data["coord"], data["color"], cfg, env.device,
+                           seed=room_seed(cfg.train.seed, room), show_progress=bars)
+        if (result.votes < 1).any():
+            raise RuntimeError(f"{area}/{room}: {(result.votes < 1).sum()} points got no prediction")
+        out[area][room] = result.scores.argmax(1).astype(np.uint8)
+        stats[f"{area}/{room}"] = {"fragments": result.fragments, "filled": result.filled}
+    return out, stats
 
 
 def validate(cfg: Config, model: torch.nn.Module, root: Path, areas: list[str],
-             env: distributed.DistEnv) -> dict:
-    """Scores of the test area(s) at full resolution without TTA (for ``best.pt``), all ranks summed."""
+             env: distributed.DistEnv) -> tuple[dict, dict[str, dict[str, np.ndarray]]]:
+    """Scores of the test area(s) at full resolution without TTA (for ``best.pt``), all ranks summed, and
+    this rank's predictions ``{area: {room: pred uint8 (N,)}}``."""
     no_tta = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, tta=TTAConfig()))
-    preds = predict_areas(model, no_tta, areas, env, progress_desc="validate")
-    meter = ConfusionMeter(cfg.model.num_classes, IGNORE_LABEL, device=env.device)
+    preds, _ = predict_areas(model, no_tta, areas, env, progress_desc="validate")
+    meter = ConfusionMeter(cfg.model.num_classes, cfg.train.ignore_index, device=env.device)
     for area, rooms in preds.items():
         for room, pred in rooms.items():
-            label = read_room(root / f"{area}.h5", room, fields=("label",))["label"]
+            label = read_labels(area_path(root, area), room)
             meter.update(torch.from_numpy(pred.astype(np.int64)), torch.from_numpy(label.astype(np.int64)))
     meter.all_reduce()
     model.train()
-    return meter.scores()
-
-
-def write_predictions(path: Path, area: str, rooms: dict[str, np.ndarray], attrs: dict) -> None:
-    """``predictions/Area_K.h5``: group per room with ``pred`` uint8 (N,), written atomically."""
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        f.attrs["kind"] = "predictions"
-        f.attrs["area"] = area
-        for key, value in attrs.items():
-            f.attrs[key] = value
-        for room in sorted(rooms):
-            f.create_group(room).create_dataset("pred", data=rooms[room].astype(np.uint8),
-                                                compression="gzip", compression_opts=1)
+    return meter.scores(), preds
 
 
 def _json_number(x: float):
@@ -209,10 +233,12 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
     root = Path(cfg.data.root)
     folds = load_folds(root)
     if fold not in folds:
-        raise ValueError(f"{run}: fold {fold} is not in {root / 'folds.json'} (folds {sorted(folds)})")
+        raise UserError(f"{run}: fold {fold} is not in {root / 'folds.json'} (folds {sorted(folds)})")
     areas = list(folds[fold].test)
     ckpt_path = run / f"{cfg.eval.checkpoint}.pt"
     ckpt = load_checkpoint(ckpt_path, config_to_dict(cfg))
+    if env.is_main:
+        writable_folder(run / "predictions", "predictions folder")  # before the long part
     model = build.model(cfg).to(env.device)
     load_model_state(model, ckpt["model"], ckpt_path)
     t0 = time.perf_counter()
@@ -222,6 +248,8 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
         torch.distributed.all_gather_object(gathered, mine)
     else:
         gathered = [mine]
+    fragments = {room: info for _, part in gathered for room, info in part.items()}
+    gathered = [preds for preds, _ in gathered]
     seconds = time.perf_counter() - t0
     metrics: dict = {}
     if env.is_main:
@@ -230,12 +258,12 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
         for area in areas:
             rooms = {room: pred for part in gathered for room, pred in part[area].items()}
             for room, pred in rooms.items():
-                label = read_room(root / f"{area}.h5", room, fields=("label",))["label"]
+                label = read_labels(area_path(root, area), room)
                 if label.shape != pred.shape:
                     raise RuntimeError(f"{area}/{room}: {pred.shape[0]} predictions for {label.shape[0]} points")
-                confusion += confusion_matrix(pred, label, cfg.model.num_classes, IGNORE_LABEL)
+                confusion += confusion_matrix(pred, label, cfg.model.num_classes, cfg.train.ignore_index)
                 num_points += int(pred.shape[0])
-            write_predictions(run / "predictions" / f"{area}.h5", area, rooms,
+            write_predictions(predictions_path(run, area), area, rooms,
                               {"checkpoint": ckpt_path.name, "epoch": int(ckpt["epoch"])})
         s = scores(confusion)
         metrics = {
@@ -244,7 +272,9 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
             "oa": _json_number(s["oa"]), "macc": _json_number(s["macc"]), "miou": _json_number(s["miou"]),
             "iou": [_json_number(v) for v in s["iou"]], "acc": [_json_number(v) for v in s["acc"]],
             "num_points": num_points, "checkpoint": ckpt_path.name, "epoch": int(ckpt["epoch"]),
-            "tta_views": len(tta_views(cfg.eval.tta)), "eval_seconds": round(seconds, 2),
+            "tta_views": len(tta_views(cfg.eval.tta)), "vote": cfg.eval.vote,
+            "max_fragments": cfg.eval.max_fragments, "fragments": dict(sorted(fragments.items())),
+            "eval_seconds": round(seconds, 2),
             "pe": cfg.model.pe, "complete": True,
         }
         write_json_atomic(run / "metrics.json", metrics)
@@ -259,21 +289,21 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
 
 # --- `pointgeope evaluate RUN/area_K` -------------------------------------------------------------------
 
-def main(args: argparse.Namespace) -> int:
+def evaluate_run(run: Path, overrides: list[str]) -> int:
+    """``pointgeope evaluate``: evaluate the fold folder ``run`` with its ``config.yaml`` and ``overrides``
+    (one writer per fold folder, as train); prints the scores, returns the exit code."""
     from pointgeope.engine.config import load_config
 
-    run = Path(args.run)
-    overrides = list(args.overrides)
-    if args.checkpoint:
-        overrides.append(f"eval.checkpoint={args.checkpoint}")
-    if args.data_root:
-        overrides.append(f"data.root={args.data_root}")
+    fold_of_run(run)
     cfg = load_config(run / "config.yaml", overrides)
     if cfg.train.threads is not None:
         torch.set_num_threads(cfg.train.threads)
     env = distributed.setup(cfg.train.device)
     try:
-        m = evaluate_fold(run, cfg, env)
+        with contextlib.ExitStack() as stack:
+            if env.is_main:  # one writer per fold folder, as train
+                stack.enter_context(folder_lock(run, " ".join(sys.argv)))
+            m = evaluate_fold(run, cfg, env)
     finally:
         distributed.cleanup()
     if env.is_main:

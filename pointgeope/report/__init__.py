@@ -1,39 +1,12 @@
-"""Report the 6-fold S3DIS results of one or more runs: markdown, JSON and CSV tables and PNG figures.
-
-``pointgeope report RUN [RUN ...] [--out DIR] [--names NAME ...]`` reads ``RUN/area_K/metrics.json``
-(K = 1..6) and writes into ``DIR``::
-
-    report.md              pooled 6-fold table (OA / mAcc / mIoU / 13 per-class IoU), the mean of the
-                           per-fold scores beside it, differences to the first run, per-fold tables
-    report.json            the same numbers as fractions (NaN -> null) and each run's pooled confusion
-    report.csv             one row per run and table (pooled, mean_of_folds, each fold, differences)
-    iou_per_class.png      per-class IoU bars of every run
-    confusion_<run>.png    row-normalised pooled confusion matrix of each run
-
-The pooled number sums the test areas' confusion matrices (Pointcept ``tools/test_s3dis_6fold.py``);
-missing or incomplete folds are named in the tables and the pooled number says which folds it covers.
-The summary tables go to stdout, followed by the paths written.
+"""The 6-fold report of one or more runs: :func:`make_report` reads each fold's ``metrics.json``
+(``runs.py``), writes the tables (``tables.py``) and figures (``plots.py``) into one folder. What it writes:
+``pointgeope/commands/report.py``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from pathlib import Path
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the file list of the docstring
-    parser.add_argument("runs", nargs="+", metavar="RUN", type=Path,
-                        help="run folder holding area_1/metrics.json .. area_6/metrics.json; the first is the "
-                             "baseline of the differences")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default: RUN/report for one run, else "
-                             "report_<name1>_vs_<name2>... beside the first run)")
-    parser.add_argument("--names", nargs="+", default=None, metavar="NAME",
-                        help="one display name per run (default: the folder names)")
-    parser.add_argument("--digits", type=int, default=1, help="decimals of the %% in the markdown (default 1)")
 
 
 def _slug(name: str) -> str:
@@ -65,22 +38,23 @@ def write_report(summaries, out: Path, digits: int = 1) -> list[Path]:
     return written
 
 
-def main(args: argparse.Namespace) -> int:
+def make_report(runs: list[Path], out: Path | None = None, names: list[str] | None = None,
+                digits: int = 1) -> list[Path]:
+    """``pointgeope report``: read the runs, write every output into ``out`` (default: :func:`default_out`),
+    print the summary tables; returns the paths written. ``names``: one display name per run."""
     from pointgeope.report import tables
     from pointgeope.report.runs import ReportError, load_runs
 
-    if not 0 <= args.digits <= 6:
-        print(f"pointgeope report: error: expected --digits in 0..6, got {args.digits}", file=sys.stderr)
-        return 2
-    try:
-        summaries = load_runs(args.runs, args.names)
-    except ReportError as err:
-        print(f"pointgeope report: error: {err}", file=sys.stderr)
-        return 2
-    out = args.out if args.out is not None else default_out(args.runs, [s.name for s in summaries])
-    written = write_report(summaries, out, args.digits)
-    print(tables.summary_markdown(summaries, args.digits))
+    if not 0 <= digits <= 6:
+        raise ReportError(f"expected --digits in 0..6, got {digits}")
+    summaries = load_runs(runs, names)
+    out = out if out is not None else default_out(runs, [s.name for s in summaries])
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out {out}: expected a folder for the report, found a file; "
+                          "give a folder name (it is created)")
+    written = write_report(summaries, out, digits)
+    print(tables.summary_markdown(summaries, digits))
     print("wrote:")
     for path in written:
         print(f"  {path}")
-    return 0
+    return written

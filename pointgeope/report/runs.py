@@ -1,7 +1,7 @@
 """Read the per-fold results of a 6-fold run and summarise them: pooled, mean of folds, missing folds.
 
-A run folder holds one sub-folder per fold, each with the fold's ``metrics.json`` (written by the
-engine, format in ``/work/notes/interfaces.md``)::
+A run folder holds one sub-folder per fold, each with the fold's ``metrics.json`` (written by
+:func:`pointgeope.engine.evaluate.evaluate_fold`; the keys read here are shown)::
 
     RUN/area_1/metrics.json     {"area": "Area_1", "fold": 1, "class_names": [...],
     ...                          "confusion": [[...13 x 13...]], "complete": true, ...}
@@ -20,12 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.errors import UserError
 from pointgeope.metrics import mean_of_fold_scores, pool, scores
 
 METRICS_FILE = "metrics.json"
 
 
-class ReportError(ValueError):
+class ReportError(UserError, ValueError):
     """A run folder or metrics file that the report cannot use; the message names it."""
 
 
@@ -100,7 +101,11 @@ def _load_json(path: Path) -> dict:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except json.JSONDecodeError as err:
-        raise ReportError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+        raise ReportError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); evaluate the fold again "
+                          "(pointgeope evaluate RUN/area_K)") from None
+    except UnicodeDecodeError:
+        raise ReportError(f"{path}: not a text file (damaged?); evaluate the fold again "
+                          "(pointgeope evaluate RUN/area_K)") from None
     if not isinstance(data, dict):
         raise ReportError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data

@@ -10,5 +10,5 @@ The pure parts are plain numpy and are tested without Open3D:
 * :mod:`~pointgeope.viz.ply`     - binary PLY export of coloured points.
 
 Only :mod:`~pointgeope.viz.render` imports Open3D, and only inside its functions;
-:mod:`~pointgeope.viz.command` is ``pointgeope viz``.
+:mod:`~pointgeope.viz.show` is what ``pointgeope viz`` does (its options: ``pointgeope/commands/viz.py``).
 """

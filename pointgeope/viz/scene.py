@@ -1,6 +1,6 @@
 """A room as the viewer draws it: points, colours, labels and predictions read from the prepared files.
 
-``load_room`` reads one room of ``OUT/Area_N.h5`` (``pointgeope.data.h5.read_room``) and, when given,
+``load_room`` reads one room of ``OUT/Area_N.h5`` (``pointgeope.h5.read_room``) and, when given,
 its predictions (``read_predictions``), checking that they are aligned with the room. ``prepare_view``
 then chooses the points to draw: hidden classes out, optional voxel downsampling, then the point cap.
 """
@@ -54,11 +54,14 @@ class RoomView:
 
 
 def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = None) -> RoomView:
-    """Read a room and, with ``pred_path``, its predictions (checked: same length, labels 0..12)."""
-    from pointgeope.data.h5 import read_predictions, read_room
+    """Read a room and its predictions (checked: same length, labels 0..12): from ``pred_path`` when
+    given, else the room's own ``pred`` array if it has one (files of ``pointgeope predict --format h5``)."""
+    from pointgeope.h5 import has_predictions, read_predictions, read_room
 
     data = read_room(area_path, room, fields=("coord", "color", "label"))
     pred = None
+    if pred_path is None and has_predictions(area_path, room):
+        pred_path = area_path
     if pred_path is not None:
         pred = np.asarray(read_predictions(pred_path, room))
         n = data["label"].shape[0]

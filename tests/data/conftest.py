@@ -1,4 +1,4 @@
-"""A small prepared dataset written with h5py directly (schema of ``pointgeope/data/h5.py``).
+"""A small prepared dataset written with h5py directly (the layout of ``pointgeope/h5.py``).
 
 Three areas with two rooms each. Each room is a box of points on its walls, floor and ceiling plus a
 few "objects"; the colour of point ``i`` encodes ``i`` (``r + 256 g + 65536 b``) so a test can tell
@@ -13,7 +13,8 @@ import h5py
 import numpy as np
 import pytest
 
-from pointgeope.constants import CLASS_NAMES, SCHEMA_VERSION
+from pointgeope.constants import CLASS_NAMES
+from pointgeope.h5 import SCHEMA_VERSION
 
 AREAS = ("Area_1", "Area_2", "Area_3")
 ROOM_POINTS = {"Area_1": (3000, 2500), "Area_2": (4000, 1800), "Area_3": (2200, 2600)}

@@ -1,13 +1,14 @@
-"""Training blocks and test-time pieces over the small prepared fixture."""
+"""Training blocks, and test-time pieces of a room sample, over the small prepared fixture."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from pointgeope.data.dataset import S3DISTestArea, S3DISTrain
+from pointgeope.data.dataset import S3DISTrain, room_sample
 from pointgeope.data.folds import load_folds
-from pointgeope.data.transforms import Compose
+from pointgeope.data.fragments import room_pieces, voxel_fragments
+from pointgeope.data.transforms import Compose, ToData
 from pointgeope.data.voxelize import grid_coord
 from tests.data.conftest import decode_index
 
@@ -85,17 +86,17 @@ def test_samples_are_deterministic_given_seed_epoch_index(prepared):
     assert not torch.equal(a[1].x, a[5].x)       # same room (index % 4), another sample
 
 
-def test_test_area_pieces_cover_the_room_and_map_back(prepared):
-    root, rooms = prepared
-    test = S3DISTestArea(root, load_folds(root)[3].test[0], voxel_max=700, seed=1)
-    assert len(test) == 2
-    for k in range(len(test)):
-        item = test[k]
-        room = rooms["Area_3"][item.name]
-        assert item.num_points == len(room["label"])
-        np.testing.assert_array_equal(item.label, room["label"])
-        counts = np.zeros(item.num_points, np.int64)
-        for data, index in item.pieces:
+def test_test_pieces_of_a_prepared_room_cover_it_and_map_back(prepared):
+    """The one test-time path: ``room_sample`` of a stored room, its fragments, their crops."""
+    _, rooms = prepared
+    for name, room in rooms["Area_3"].items():
+        n = len(room["label"])
+        sample = room_sample(room["coord"], room["color"], room["label"])
+        rng = np.random.default_rng(1)
+        counts = np.zeros(n, np.int64)
+        to_data = ToData()
+        for index, piece in room_pieces(sample, voxel_fragments(sample["coord"], 0.04, rng), 700, rng):
+            data = to_data(piece)
             assert data.num_nodes == len(index) <= 700
             assert index.dtype == np.int64
             np.testing.assert_array_equal(decode_index(data.x[:, :3].numpy()), index)
@@ -104,4 +105,4 @@ def test_test_area_pieces_cover_the_room_and_map_back(prepared):
             grid = grid_coord(room["coord"], 0.04)[:, index]
             assert len(np.unique(grid, axis=1).T) == len(index)      # one point per voxel
             counts[index] += 1
-        assert counts.min() >= 1                                      # every point predicted
+        assert counts.min() >= 1, name                                # every point predicted

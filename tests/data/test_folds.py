@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pointgeope.data.folds import Fold, load_folds
+from pointgeope.data.folds import Fold, FoldsError, load_folds
 
 
 def test_folds_of_the_prepared_fixture(prepared):
@@ -31,5 +31,5 @@ def test_malformed_folds_name_the_file_and_the_problem(tmp_path, doc, message):
 
 
 def test_missing_folds_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="folds.json"):
+    with pytest.raises(FoldsError, match="folds.json"):
         load_folds(tmp_path)

@@ -7,7 +7,7 @@ import torch
 
 from pointgeope.data.transforms import (
     AddNormalizedHeight, ChromaticAutoContrast, ChromaticJitter, ChromaticTranslation, Compose,
-    ElasticDistortion, RandomFlip, RandomJitter, RandomRotateZ, RandomScale, ToData,
+    ElasticDistortion, HueSaturationTranslation, RandomFlip, RandomJitter, RandomRotateZ, RandomScale, ToData,
     s3dis_train_transform,
 )
 
@@ -25,7 +25,8 @@ ALL = [
     RandomScale((0.9, 1.1)), RandomScale((0.5, 2.0), anisotropic=True), RandomFlip(p=1.0),
     RandomRotateZ(p=1.0), RandomJitter(0.01, 0.05), ElasticDistortion(p=1.0),
     ChromaticAutoContrast(p=1.0), ChromaticTranslation(p=1.0), ChromaticJitter(p=1.0),
-    AddNormalizedHeight(), s3dis_train_transform(), s3dis_train_transform(pointcept=True),
+    HueSaturationTranslation(), AddNormalizedHeight(), s3dis_train_transform(),
+    s3dis_train_transform("pointcept"),
 ]
 
 
@@ -138,15 +139,27 @@ def test_add_normalized_height_and_to_data_layout():
         ToData(height=True)(make_sample())
 
 
+def test_to_data_without_colour_is_geometry_only():
+    sample = AddNormalizedHeight()(make_sample())
+    no_color = {k: v for k, v in sample.items() if k != "color"}   # colour is never read
+    data = ToData(color=False)(no_color)
+    assert ToData(color=False).in_channels == 3 and data.x.shape == (200, 3)
+    np.testing.assert_array_equal(data.x.numpy(), sample["coord"])
+    data_h = ToData(color=False, height=True)(no_color)
+    assert ToData(color=False, height=True).in_channels == 4 and data_h.x.shape == (200, 4)
+    np.testing.assert_array_equal(data_h.x[:, 3].numpy(), sample["height"])
+
+
 def test_reprs_are_readable():
     assert repr(RandomScale((0.9, 1.1))) == "RandomScale(scale=(0.9, 1.1), anisotropic=False)"
     assert repr(ChromaticAutoContrast()) == "ChromaticAutoContrast(p=0.2, blend_factor=None)"
     assert repr(ChromaticTranslation()) == "ChromaticTranslation(p=0.95, ratio=0.05)"
-    assert repr(ChromaticJitter()) == "ChromaticJitter(p=0.95, std=0.05)"
+    assert repr(ChromaticJitter()) == "ChromaticJitter(p=0.95, std=0.005)"
+    assert repr(HueSaturationTranslation()) == "HueSaturationTranslation(hue_max=0.5, saturation_max=0.2)"
     assert repr(RandomJitter()) == "RandomJitter(sigma=0.01, clip=0.05)"
     assert repr(RandomFlip()) == "RandomFlip(p=0.5)"
     assert repr(ElasticDistortion()) == "ElasticDistortion(params=((0.2, 0.4), (0.8, 1.6)), p=0.95)"
-    assert repr(Compose([RandomFlip(), ToData()])) == "Compose([\n  RandomFlip(p=0.5),\n  ToData(height=False),\n])"
+    assert repr(Compose([RandomFlip(), ToData()])) == "Compose([\n  RandomFlip(p=0.5),\n  ToData(height=False, color=True),\n])"
 
 
 def test_bad_parameters_are_rejected():
@@ -154,3 +167,18 @@ def test_bad_parameters_are_rejected():
         RandomScale((1.1, 0.9))
     with pytest.raises(ValueError, match="clip > 0"):
         RandomJitter(0.01, 0.0)
+
+
+def test_the_s3dis_sets_are_the_authors_and_pointcepts():
+    """tool/train.py of POSTECH-CVLab/point-transformer; Pointcept configs/s3dis/semseg-pt-v1-0-base.py."""
+    assert repr(s3dis_train_transform()) == (
+        "Compose([\n  RandomScale(scale=(0.9, 1.1), anisotropic=False),\n"
+        "  ChromaticAutoContrast(p=0.2, blend_factor=None),\n  ChromaticTranslation(p=0.95, ratio=0.05),\n"
+        "  ChromaticJitter(p=0.95, std=0.005),\n  HueSaturationTranslation(hue_max=0.5, saturation_max=0.2),\n])")
+    assert [repr(t) for t in s3dis_train_transform("pointcept").transforms] == [
+        "RandomScale(scale=(0.9, 1.1), anisotropic=False)", "RandomFlip(p=0.5)", "RandomJitter(sigma=0.005, clip=0.02)",
+        "ChromaticAutoContrast(p=0.2, blend_factor=None)", "ChromaticTranslation(p=0.95, ratio=0.05)",
+        "ChromaticJitter(p=0.95, std=0.05)"]
+    assert s3dis_train_transform("none").transforms == []
+    with pytest.raises(ValueError, match="ptv1"):
+        s3dis_train_transform("pt1")

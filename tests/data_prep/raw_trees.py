@@ -34,7 +34,8 @@ def reference_room(room_dir: Path) -> dict[str, np.ndarray]:
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
-# Every defect of the issue, planted in one small tree; the expected outcome is spelled out in the tests.
+# Every defect of the real S3DIS files that prepare handles, planted in one small tree; the expected outcome
+# is spelled out in the tests.
 DEFECT_FILES = {
     # CRLF, tabs, trailing spaces, a stray control byte inside a number (line 3)
     "Area_1/room_a/Annotations/ceiling_1.txt":

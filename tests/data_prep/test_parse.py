@@ -1,4 +1,4 @@
-"""data_prep/parse.py: the three parsing paths agree bit for bit with np.loadtxt / strtod; repairs and drops."""
+"""data_prep/parse.py: both parsing paths agree bit for bit with np.loadtxt / strtod; repairs and drops."""
 from __future__ import annotations
 
 import io
@@ -6,8 +6,7 @@ import io
 import numpy as np
 import pytest
 
-from data_prep import parse
-from data_prep.parse import _parse_decimal, _parse_generic, _parse_lines, parse_points
+from data_prep.parse import _parse_fast, _parse_lines, parse_points
 
 
 def _loadtxt(data: bytes) -> np.ndarray:
@@ -31,40 +30,44 @@ def _random_text(rng: np.random.Generator, rows: int) -> bytes:
     return "".join(lines).encode()
 
 
-@pytest.mark.parametrize("block", [1 << 18, 1000, 7])  # one block, many blocks, every line longer than a block
-def test_decimal_path_is_bit_exact_against_loadtxt(block, monkeypatch):
-    monkeypatch.setattr(parse, "BLOCK", block)
+@pytest.mark.parametrize("single_space", [True, False], ids=["single-space", "mixed-blanks"])
+def test_fast_path_is_bit_exact_against_loadtxt(single_space):
     rng = np.random.default_rng(0)
     data = _random_text(rng, 2000)
+    if single_space:  # the S3DIS layout: one space between values, \n line ends
+        data = b"\n".join(b" ".join(line.split()) for line in data.split(b"\n"))
     parsed = parse_points(data)
-    assert parsed.path == "decimal" and parsed.issues == ()
+    assert parsed.path == "fast" and parsed.issues == ()
     assert _same_bits(parsed.values, _loadtxt(data))
     assert _same_bits(_parse_lines(data)[0], parsed.values)  # the slow path agrees
 
 
-def test_decimal_parser_on_random_digit_strings():
-    """Any 1..15 digit mantissa with the point anywhere (also leading/trailing) parses as strtod does."""
+def test_fast_path_on_random_digit_strings():
+    """1..19 digit mantissas, the point anywhere, with and without exponents: as Python's float()."""
     rng = np.random.default_rng(1)
     tokens = []
-    for _ in range(6000):
-        digits = "".join(rng.choice(list("0123456789"), rng.integers(1, 16)))  # < 10**15 < 2**53
+    for _ in range(12000):
+        digits = "".join(rng.choice(list("0123456789"), rng.integers(1, 20)))
         cut = rng.integers(0, len(digits) + 1)
         token = digits[:cut] + "." + digits[cut:] if rng.random() < 0.8 else digits
+        if rng.random() < 0.2:
+            token += f"e{rng.integers(-30, 30)}"
         tokens.append(("-" if rng.random() < 0.3 else "") + token)
     data = "\n".join(" ".join(tokens[i:i + 6]) for i in range(0, len(tokens), 6)).encode()
-    values = _parse_decimal(data)
+    values = _parse_fast(data)
     assert values is not None
     expected = np.array([float(t) for t in tokens]).reshape(-1, 6)
     assert _same_bits(values, expected)
 
 
 @pytest.mark.parametrize("text, path", [
-    (b"1e3 2.5E-1 3 4 5 6\n", "generic"),                   # exponents: not plain decimals
-    (b"1.0000000000000001 2 3 4 5 6\n", "generic"),         # 17 digits >= 2**53: beyond the exact fast path
-    (b"0.000000000000000000001 2 3 4 5 6\n", "decimal"),    # 22 digits, but a small integer
-    (b"1 2 3 4 5 6", "decimal"),                            # no final newline
-    (b"\n\n1 2 3 4 5 6\n\n", "decimal"),                    # blank lines
-    (b"", "decimal"),
+    (b"1e3 2.5E-1 3 4 5 6\n", "fast"),                      # exponents
+    (b"1.0000000000000001 2 3 4 5 6\n", "fast"),            # 17 digits
+    (b"0.000000000000000000001 2 3 4 5 6\n", "fast"),
+    (b"1 2 3 4 5 6", "fast"),                               # no final newline
+    (b"\n\n1 2 3 4 5 6\n\n", "fast"),                       # blank lines
+    (b"1 2 3 4 5 6 \r\n\t7 8  9 1 2 3\r\n", "fast"),         # CRLF, tabs, runs of blanks
+    (b"", "fast"),
 ])
 def test_paths_chosen_and_exact(text, path):
     parsed = parse_points(text)
@@ -102,10 +105,20 @@ def test_bad_lines_are_dropped_with_their_line_numbers():
 
 
 @pytest.mark.parametrize("text", [b"1-2 0 0 0 0 0\n", b"1.2.3 0 0 0 0 0\n", b"- 0 0 0 0 0\n", b"1 2 3\n4 5 6\n",
-                                  b"1 2 3 4 5 6\x10\n"])
-def test_fast_paths_refuse_what_they_cannot_parse_exactly(text):
-    assert _parse_decimal(text) is None
-    assert _parse_generic(text) is None
+                                  b"1 2 3 4 5 6\x10\n", b"True 1 2 3 4 5\n", b"nan 1 2 3 4 5\n",
+                                  b"1e400 1 2 3 4 5\n", b"1 2 3 4 5 6\r7 8 9 1 2 3\r", b"1 2 3 4 5 6\n1 2 3 4 5\n"])
+def test_fast_path_refuses_what_it_cannot_parse_exactly(text):
+    assert _parse_fast(text) is None
+    parsed = parse_points(text)  # the line-by-line path keeps only lines of six finite numbers
+    assert parsed.path == "lines" and parsed.count("dropped") >= 1 or parsed.count("repaired") == 1
+
+
+def test_line_numbers_of_rows_on_both_paths():
+    fast = b"\n1 2 3 4 5 6\n\n7 8 9 1 2 3\n"
+    slow = b"1 2 3 4 5 6\nbad\n\n7 8 9 1 2 3\n"
+    for data, lines in [(fast, [2, 4]), (slow, [1, 4])]:
+        parsed = parse_points(data)
+        np.testing.assert_array_equal(parsed.line_numbers(data, np.arange(2)), lines)
 
 
 def test_float_colours_parse():

@@ -18,7 +18,7 @@ import data_prep.room
 from data_prep.prepare import PrepareConfig, prepare
 from pointgeope.cli import main as cli
 from pointgeope.constants import CLASS_INDEX, CLASS_NAMES, CLUTTER
-from pointgeope.data import h5
+from pointgeope import h5
 from tests.data_prep.raw_trees import DEFECT_FILES, reference_room, write_tree
 
 OUTPUT_FILES = ("Area_1.h5", "Area_2.h5", "manifest.json", "folds.json")
@@ -37,11 +37,11 @@ def _count_parsed(monkeypatch, fail_after: int | None = None) -> list[str]:
     """Record the rooms that get parsed (in-process, --jobs 1); optionally die after `fail_after` rooms."""
     parsed = []
 
-    def load_room(source, room):
+    def load_room(source, room, limits):
         if fail_after is not None and len(parsed) == fail_after:
             raise Killed
         parsed.append(f"{room.area}/{room.name}")
-        return LOAD_ROOM(source, room)
+        return LOAD_ROOM(source, room, limits)
 
     monkeypatch.setattr(data_prep.room, "load_room", load_room)
     return parsed
@@ -61,8 +61,8 @@ def test_real_rooms_match_a_loadtxt_reading_point_for_point(s3dis_real, tmp_path
         counts = np.bincount(expected["label"], minlength=len(CLASS_NAMES)).tolist()
         assert manifest["areas"][area]["rooms"][room] == {"num_points": len(expected["label"]), "class_counts": counts}
         assert f"{area}: 1 room (1 parsed: " in printed
-    assert h5.list_rooms(out / "Area_2.h5") == {"office_resampled": 352_256}
-    assert manifest["totals"]["num_points"] == 352_356
+    assert h5.list_rooms(out / "Area_2.h5") == {"office_resampled": 44_032}
+    assert manifest["totals"]["num_points"] == 44_132
     assert json.loads((out / "folds.json").read_text()) == {"version": 1, "folds": {
         "1": {"test": ["Area_1"], "train": ["Area_2"]}, "2": {"test": ["Area_2"], "train": ["Area_1"]}}}
     assert not (out / ".work").exists()
@@ -107,8 +107,8 @@ def test_planted_defects_are_repaired_dropped_and_reported(tmp_path, capsys):
                     f"{wall}:5: dropped: expected 6 values, got 7",
                     "Area_1/room_a/Annotations/door_1.txt: skipped: empty file"]:
         assert f"warning: {message}" in printed.err
-    assert ("repaired lines 1, dropped lines 3, empty files 1, clipped colours 2, "
-            "unknown classes: stairs->clutter 3 points") in printed.out
+    assert ("repaired lines 1, dropped lines 3, empty files 1, binary files 0, clipped colours 2, "
+            "refused rooms 0, unknown classes: stairs->clutter 3 points") in printed.out
     assert "Area_2: 1 room (1 parsed: 43 B at " in printed.out
 
 
@@ -134,11 +134,11 @@ def test_bad_input_is_an_error_and_writes_nothing(tmp_path, capsys):
     with zipfile.ZipFile(tmp_path / "evil.zip", "w") as zf:
         zf.writestr("Area_1/r/Annotations/wall_1.txt", b"1 2 3 4 5 6\n")
         zf.writestr("../outside.txt", b"x")
-    assert cli(["prepare", str(tmp_path / "evil.zip"), str(tmp_path / "out")]) == 1
+    assert cli(["prepare", str(tmp_path / "evil.zip"), str(tmp_path / "out")]) == 2
     assert "refusing zip member '../outside.txt'" in capsys.readouterr().err
     write_tree(tmp_path / "raw", {"Area_1/ok/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
                                   "Area_1/office_7/office_7.txt": b"1 2 3 4 5 6\n"})
-    assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 1
+    assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 2
     assert "1 room(s) without: Area_1/office_7 (no Annotations folder)" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -201,10 +201,12 @@ def test_killed_process_resumes_to_the_same_files(s3dis_real, tmp_path):
     """SIGKILL a real `pointgeope prepare` after its first room is written; the rerun gives the same bytes."""
     raw = tmp_path / "raw"
     big = s3dis_real / "Area_2/office_resampled/Annotations"
-    for k in range(4):  # four 8.5 MB rooms (symlinks) in Area_1, the small real room in Area_2
-        (raw / f"Area_1/office_{k}/Annotations").mkdir(parents=True)
-        for f in big.iterdir():
-            (raw / f"Area_1/office_{k}/Annotations" / f.name).symlink_to(f)
+    (raw / "Area_1/office_0/Annotations").mkdir(parents=True)
+    for f in big.iterdir():  # the real room's lines 8 times over: an 8 MB room
+        (raw / "Area_1/office_0/Annotations" / f.name).write_bytes(f.read_bytes() * 8)
+    for k in range(1, 4):  # four such rooms (symlinks) in Area_1, the small real room in Area_2
+        (raw / f"Area_1/office_{k}").mkdir(parents=True)
+        (raw / f"Area_1/office_{k}/Annotations").symlink_to(raw / "Area_1/office_0/Annotations")
     (raw / "Area_2/office_2").mkdir(parents=True)
     (raw / "Area_2/office_2/Annotations").symlink_to(s3dis_real / "Area_1/office_2/Annotations")
     out = tmp_path / "out"
@@ -221,3 +223,25 @@ def test_killed_process_resumes_to_the_same_files(s3dis_real, tmp_path):
     prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
     assert _bytes(out) == _bytes(tmp_path / "clean")
     assert not (out / ".work").exists()
+
+
+def test_the_prepare_pipeline_and_the_synthetic_data_do_not_import_each_other():
+    """data_prep/ is the prepare pipeline, data_prep/synth/ writes raw files for it: neither imports the other."""
+    import ast
+
+    import data_prep
+
+    root = Path(data_prep.__file__).parent
+    files = sorted(root.rglob("*.py"))
+    assert len(files) >= 13
+    for path in files:
+        in_synth = "synth" in path.relative_to(root).parts
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)  # from M import x: "M.x"
+                     else [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                if in_synth:
+                    assert not (name.startswith("data_prep") and not name.startswith("data_prep.synth")), \
+                        f"{path}: imports {name}"
+                else:
+                    assert not name.startswith("data_prep.synth"), f"{path}: imports {name}"

@@ -23,7 +23,7 @@ TINY = ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]", "
 @pytest.fixture(scope="session")
 def tiny_root(tmp_path_factory) -> Path:
     """``pointgeope synth --size tiny`` then ``pointgeope prepare``: 6 areas x 2 rooms of ~4k points."""
-    from data_prep import synth
+    from pointgeope.commands import synth
     from pointgeope.cli import main as cli
 
     base = tmp_path_factory.mktemp("tiny_s3dis")
@@ -44,3 +44,23 @@ def two_folds(tiny_root, tmp_path_factory) -> Path:
              "2": {"test": ["Area_2"], "train": ["Area_1", "Area_3"]}}
     (root / "folds.json").write_text(json.dumps({"version": 1, "folds": folds}))
     return root
+
+
+def train_fold(root: Path, run: Path, *extra: str, fold: str = "1") -> int:
+    """``pointgeope train`` of one fold of ``root`` with the TINY settings (and ``extra`` overrides)."""
+    from pointgeope.commands import train as train_command
+
+    parser = argparse.ArgumentParser()
+    train_command.add_arguments(parser)
+    args = parser.parse_args(["--config", str(DEMO_CONFIG), "--test-area", fold, "--data-root", str(root),
+                              "--run-dir", str(run), *TINY, *extra])
+    return train_command.main(args)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(two_folds, tmp_path_factory) -> Path:
+    """Fold 1 of ``two_folds`` trained for one epoch with validation: ``RUN/area_1`` with ``last.pt``,
+    ``best.pt``, TensorBoard events and ``predictions/Area_1.h5``."""
+    run = tmp_path_factory.mktemp("tiny_run")
+    assert train_fold(two_folds, run, "train.epochs=1", "train.val_every=1") == 0
+    return run / "area_1"

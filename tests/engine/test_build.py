@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from pointgeope.engine import build
 from pointgeope.engine.build import ResumableSampler, lr_factor, scheduler
 from pointgeope.engine.config import load_config
 from pointgeope.engine.distributed import DistEnv
@@ -59,10 +60,20 @@ def test_sampler_shards_differ_between_ranks():
     assert not set(shards[0]) & set(shards[1]) and sorted(shards[0] + shards[1]) == data
 
 
+def test_model_input_channels_follow_the_features():
+    small = ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]", "model.neighbours=[8, 8]",
+             "model.decoder_blocks=[1, 1]"]
+    net = build.model(load_config(None, small + ["data.color=false", "model.in_channels=3"]))
+    coord = torch.rand(64, 3)
+    assert net(coord, coord.clone(), torch.tensor([64])).shape == (64, 13)   # x = [xyz]
+    with pytest.raises(ValueError, match=r"model.in_channels=6 but data.color=False, data.height=True give 4 "
+                                         r"feature channels \(\[xyz \| h\]\); set model.in_channels=4"):
+        build.model(load_config(None, small + ["data.color=false", "data.height=true"]))
+
+
 def test_training_batches_carry_the_models_hierarchy_from_the_workers(tiny_root):
     """The loader's workers build each batch's point hierarchy (CPU libraries) for the model: the same
     indices the model computes itself, so the training step is unchanged."""
-    from pointgeope.engine import build
     from tests.engine.conftest import TINY
 
     cfg = load_config(None, TINY + [f"data.root={tiny_root}", "data.num_workers=2"])

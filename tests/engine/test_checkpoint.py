@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.engine.checkpoint import (CheckpointError, config_differences, load_checkpoint,
-                                          load_model_state, rng_state, save_checkpoint, set_rng_state)
-from pointgeope.engine.config import Config, config_to_dict
+from pointgeope.constants import CLASS_NAMES, PALETTE
+from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info, config_differences,
+                                          load_checkpoint, load_model_state, prediction_metadata, rng_state,
+                                          save_checkpoint, set_rng_state)
+from pointgeope.engine.config import Config, config_to_dict, load_config
 
 
 def draws() -> tuple:
@@ -84,3 +86,17 @@ def test_failed_save_keeps_the_previous_file(tmp_path):
         save_checkpoint(path, {"epoch": 2, "bad": lambda: None})  # not picklable
     assert load_checkpoint(path)["epoch"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_prediction_metadata_loads_with_weights_only(tmp_path):
+    cfg = config_to_dict(load_config(None, ["data.color=false", "data.height=true", "model.in_channels=4",
+                                            "data.grid_size=0.05"]))
+    save_checkpoint(tmp_path / "m.pt", {"config": cfg, "predict": prediction_metadata(cfg, 0.012)})
+    info = checkpoint_prediction_info(load_checkpoint(tmp_path / "m.pt"), tmp_path / "m.pt")
+    assert info == {"class_names": list(CLASS_NAMES), "palette": [list(c) for c in PALETTE], "grid_size": 0.05,
+                    "features": ["xyz", "height"], "in_channels": 4, "spacing": 0.012}
+    # a checkpoint written before the "predict" entry: derived from its config, without the spacing
+    old = checkpoint_prediction_info({"config": config_to_dict(Config())}, "old.pt")
+    assert old["features"] == ["rgb", "xyz"] and old["spacing"] is None and old["in_channels"] == 6
+    with pytest.raises(CheckpointError, match="^x.pt: expected a model checkpoint with a config"):
+        checkpoint_prediction_info({"model": {}}, "x.pt")

@@ -41,7 +41,7 @@ def test_unknown_section_is_an_error(tmp_path):
 @pytest.mark.parametrize("text, key", [
     ("train:\n  epochs: ten\n", "train.epochs: expected int"),
     ("train:\n  epochs: 1.5\n", "train.epochs: expected int"),
-    ("data:\n  augment: 1\n", "data.augment: expected bool"),
+    ("data:\n  augment: 1\n", "data.augment: expected one of 'ptv1', 'pointcept', 'none'"),
     ("model:\n  planes: 32\n", r"model.planes: expected list\[int\]"),
     ("model:\n  planes: [32, x]\n", r"model.planes\[1\]: expected int"),
     ("model:\n  pe: geope2\n", "model.pe: expected one of .* did you mean 'geope'"),
@@ -128,3 +128,22 @@ def test_s3dis_configs_differ_only_in_pe_and_run_dir():
         reference = config_to_dict(Config())
         reference["model"].pop("pe"), reference["train"].pop("run_dir")
         assert plain == reference  # the published recipe = the dataclass defaults
+
+
+@pytest.mark.parametrize("typed, meant", [
+    ("optim.learning_rate", "optim.lr"),         # an abbreviation: the initials
+    ("optim.lrr", "optim.lr"),                   # a prefix
+    ("optim.weight_decai", "optim.weight_decay"),  # a misspelling
+    ("optim.decay", "optim.weight_decay"),       # a shared word
+    ("data.batchsize", "data.batch_size"),
+    ("train.epoch", "train.epochs"),
+    ("eval.tta.rotation", "eval.tta.rotations"),  # inside a nested section
+])
+def test_did_you_mean_picks_the_key_meant(typed, meant):
+    with pytest.raises(ConfigError, match=rf"unknown key '{typed}'; did you mean '{meant}'\?$"):
+        load_config(None, [f"{typed}=1"])
+
+
+def test_no_close_key_lists_the_section():
+    with pytest.raises(ConfigError, match=r"unknown key 'optim.zzz'; known keys: optim.name, optim.lr, "):
+        load_config(None, ["optim.zzz=1"])

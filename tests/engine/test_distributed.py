@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from pointgeope.data.h5 import list_rooms
+from pointgeope.h5 import list_rooms
 from tests.engine.conftest import DEMO_CONFIG, TINY
 
 

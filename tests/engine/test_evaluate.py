@@ -1,18 +1,14 @@
-"""Tests of pointgeope/engine/evaluate.py: every point voted on, votes = covering crops, aligned predictions."""
+"""Tests of pointgeope/engine/evaluate.py: votes as the published fragments give them, aligned predictions."""
 from __future__ import annotations
 
 import math
 
-import h5py
 import numpy as np
 import pytest
 import torch
 
-from pointgeope.data.fragments import split_into_crops, voxel_fragments
-from pointgeope.data.h5 import read_predictions
-from pointgeope.data.voxelize import column_min
 from pointgeope.engine.config import load_config
-from pointgeope.engine.evaluate import tta_views, view_coord, vote_room, write_predictions
+from pointgeope.engine.evaluate import tta_views, view_coord, vote_room
 
 C = 13
 
@@ -45,43 +41,72 @@ def expected_class(color):
     return (color[:, 0].astype(np.int64) // 20) % C
 
 
-def coverage(coord, cfg, seed):
-    """Brute-force count of the crops covering each point (same generator draws as vote_room)."""
-    counts = np.zeros(coord.shape[0], dtype=np.int64)
-    for v, (scale, flip, angle) in enumerate(tta_views(cfg.eval.tta)):
-        rng = np.random.default_rng([seed, v])
-        view = view_coord(coord, scale, flip, angle)
-        view = view - column_min(view)
-        for fragment in voxel_fragments(view, cfg.data.grid_size, rng):
-            for crop in split_into_crops(view[fragment], cfg.data.voxel_max, rng):
-                for i in fragment[crop]:
-                    counts[i] += 1
-    return counts
+def voxels_of(coord, grid_size):
+    """Voxel -> point indices, from the definition floor((p - min p) / grid_size) in float32."""
+    keys = np.floor((coord - coord.min(0)) / np.float32(grid_size)).astype(np.int64)
+    _, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    return inverse.ravel(), counts
 
 
-def test_each_point_predicted_exactly_once_without_crops():
+def test_votes_follow_the_published_fragments_without_crops():
+    """No crop (voxel_max above the room): fragment f predicts one point of every voxel, so over the
+    F = max count fragments voxel v's points share F votes, each point floor(F/c) or ceil(F/c) of them."""
     coord, color = room()
     cfg = load_config(None, ["data.grid_size=0.2", "data.voxel_max=100000", "train.amp=none"])
     model = ColourClassifier()
-    probs, votes = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=1)
-    assert votes.shape == (coord.shape[0],) and (votes == 1).all()
-    assert np.allclose(probs.sum(1), 1.0, atol=1e-5)
-    assert (probs.argmax(1) == expected_class(color)).all()
-    n_fragments = len(voxel_fragments(coord - column_min(coord), 0.2, np.random.default_rng([1, 0])))
-    assert n_fragments >= 1000  # the clump of 1000 identical points needs 1000 fragments
-    assert sum(model.calls) == coord.shape[0]
+    result = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=1)
+    voxel, counts = voxels_of(coord, 0.2)
+    f = counts.max()
+    assert result.fragments == [f] and f >= 1000          # the clump of 1000 identical points
+    per_voxel = np.bincount(voxel, weights=result.votes)
+    np.testing.assert_array_equal(per_voxel, f)
+    c = counts[voxel]
+    assert np.all((result.votes == f // c) | (result.votes == -(-f // c)))
+    assert sum(model.calls) == f * len(counts)             # every fragment is the whole grid-sampled room
+    assert result.filled == 0
+    # raw logits summed (the authors' vote): 5 per prediction on the point's own class
+    np.testing.assert_allclose(result.scores.max(1), 5.0 * result.votes)
+    assert (result.scores.argmax(1) == expected_class(color)).all()
 
 
-def test_votes_equal_the_crops_covering_each_point():
+def test_softmax_vote_sums_probabilities():
+    coord, color = room(n=600, seed=7)
+    cfg = load_config(None, ["data.grid_size=0.2", "data.voxel_max=100000", "eval.vote=softmax"])
+    result = vote_room(ColourClassifier(), coord, color, cfg, torch.device("cpu"), seed=1)
+    np.testing.assert_allclose(result.scores.sum(1), result.votes, rtol=1e-5)
+    assert (result.scores.argmax(1) == expected_class(color)).all()
+
+
+def test_capped_fragments_fill_the_rest_from_their_voxel():
+    coord, color = room(n=900, seed=8)
+    cfg = load_config(None, ["data.grid_size=0.2", "data.voxel_max=100000", "eval.max_fragments=3"])
+    model = ColourClassifier()
+    result = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=2)
+    voxel, counts = voxels_of(coord, 0.2)
+    assert sum(model.calls) == 3 * len(counts)             # three fragments of every voxel
+    assert (result.votes >= 1).all()
+    assert result.filled == int(np.maximum(counts - 3, 0).sum())   # ranks >= 3 of each voxel
+    # a filled point holds its voxel's three predictions (5 logits each), a predicted point its own one
+    total = result.scores.sum(1)
+    dense = counts[voxel] > 3
+    assert set(np.unique(total[dense])) == {5.0, 15.0}
+    np.testing.assert_array_equal(np.bincount(voxel[dense], weights=total[dense] == 15.0, minlength=len(counts)),
+                                  np.maximum(counts - 3, 0))
+    np.testing.assert_array_equal(total[~dense], 5.0 * result.votes[~dense])   # 3 fragments mod count
+
+
+def test_votes_count_the_crops_covering_each_point():
     coord, color = room(n=2500, seed=2)
     cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=300", "eval.batch_points=1000"])
     model = ColourClassifier()
-    probs, votes = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=5)
-    expected = coverage(coord, cfg, seed=5)
-    assert (votes >= 1).all() and (votes > 1).any()
-    np.testing.assert_array_equal(votes, expected)
-    np.testing.assert_allclose(probs.sum(1), votes, rtol=1e-5)
-    assert (probs.argmax(1) == expected_class(color)).all()
+    result = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=5)
+    voxel, counts = voxels_of(coord, 0.1)
+    assert (result.votes >= 1).all()
+    # each fragment holds every voxel once and its crops cover it: a voxel gets >= F votes in all
+    assert (np.bincount(voxel, weights=result.votes) >= counts.max()).all()
+    assert sum(model.calls) > counts.max() * len(counts)  # crops overlap
+    np.testing.assert_allclose(result.scores.sum(1), 5.0 * result.votes, rtol=1e-5)
+    assert (result.scores.argmax(1) == expected_class(color)).all()
     assert max(model.calls) <= 1000  # never more than eval.batch_points in one forward
 
 
@@ -92,8 +117,8 @@ def test_batching_does_not_change_the_vote():
                     torch.device("cpu"), seed=0)
     many = vote_room(ColourClassifier(), coord, color, load_config(None, base + ["eval.batch_points=100000"]),
                      torch.device("cpu"), seed=0)
-    np.testing.assert_array_equal(one[1], many[1])
-    np.testing.assert_allclose(one[0], many[0], atol=1e-6)
+    np.testing.assert_array_equal(one.votes, many.votes)
+    np.testing.assert_allclose(one.scores, many.scores, atol=1e-6)
 
 
 def test_tta_views_multiply_the_votes():
@@ -101,9 +126,10 @@ def test_tta_views_multiply_the_votes():
     cfg = load_config(None, ["data.grid_size=0.2", "data.voxel_max=100000", "eval.tta.rotations=3",
                              "eval.tta.flips=true", "eval.tta.scales=[0.9, 1.0]"])
     assert len(tta_views(cfg.eval.tta)) == 12
-    probs, votes = vote_room(ColourClassifier(), coord, color, cfg, torch.device("cpu"), seed=0)
-    assert (votes == 12).all()
-    assert (probs.argmax(1) == expected_class(color)).all()
+    result = vote_room(ColourClassifier(), coord, color, cfg, torch.device("cpu"), seed=0)
+    assert len(result.fragments) == 12
+    assert result.votes.min() >= 12                        # every view predicts every point at least once
+    assert (result.scores.argmax(1) == expected_class(color)).all()
 
 
 def test_view_coord_is_a_similarity_about_the_centre():
@@ -117,13 +143,23 @@ def test_view_coord_is_a_similarity_about_the_centre():
         tta_views(load_config(None, ["eval.tta.rotations=0"]).eval.tta)
 
 
-def test_predictions_file_schema(tmp_path):
-    path = tmp_path / "predictions" / "Area_5.h5"
-    rooms = {"office_1": np.array([0, 12, 3], dtype=np.uint8), "hallway_2": np.zeros(5, dtype=np.uint8)}
-    write_predictions(path, "Area_5", rooms, {"checkpoint": "last.pt"})
-    with h5py.File(path, "r") as f:
-        assert f.attrs["kind"] == "predictions" and f.attrs["area"] == "Area_5"
-        assert sorted(f) == ["hallway_2", "office_1"]
-        assert f["office_1/pred"].dtype == np.uint8 and f["office_1/pred"].shape == (3,)
-    np.testing.assert_array_equal(read_predictions(path, "office_1"), rooms["office_1"])
-    assert [p.name for p in path.parent.iterdir()] == ["Area_5.h5"]
+def test_validation_skips_the_configured_ignore_index(two_folds):
+    """``train.ignore_index`` is the one value for the loss and the metrics: validation scores skip it."""
+    from pointgeope.h5 import list_rooms, read_room
+    from pointgeope.engine import distributed
+    from pointgeope.engine.evaluate import validate
+
+    env = distributed.DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    labels = {room: read_room(two_folds / "Area_1.h5", room, ("label",))["label"]
+              for room in list_rooms(two_folds / "Area_1.h5")}
+    label = np.concatenate([labels[r] for r in sorted(labels)])
+    oa = {}
+    for ignored in (255, 2):  # no label, then every wall point
+        cfg = load_config(None, [f"data.root={two_folds}", "data.grid_size=0.1", "eval.batch_points=20000",
+                                 "train.progress=false", f"train.ignore_index={ignored}"])
+        s, preds = validate(cfg, ColourClassifier(), two_folds, ["Area_1"], env)
+        pred = np.concatenate([preds["Area_1"][r] for r in sorted(labels)])
+        keep = label != ignored
+        oa[ignored] = s["oa"]
+        assert s["oa"] == pytest.approx(float((pred[keep] == label[keep]).mean()), abs=1e-12)
+    assert (label == 2).sum() > 0 and oa[2] != oa[255]

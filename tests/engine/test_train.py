@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.data.h5 import list_rooms, read_predictions, read_room
+from pointgeope.h5 import list_rooms, read_predictions, read_room
+from pointgeope.engine import state as state_mod
 from pointgeope.engine import train as train_mod
-from pointgeope.engine import train_command
+from pointgeope.commands import train as train_command
 from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.config import load_config
+from pointgeope.errors import run_command
 from pointgeope.metrics import confusion_matrix
 from tests.engine.conftest import DEMO_CONFIG, TINY
 
@@ -24,7 +26,7 @@ def train(root, run, *extra, fold="1"):
     where = ["--cv"] if fold == "cv" else ["--test-area", fold]
     args = parser.parse_args(["--config", str(DEMO_CONFIG), *where, "--data-root", str(root),
                               "--run-dir", str(run), *TINY, *extra])
-    return train_command.main(args)
+    return run_command("train.py", train_command.main, args)
 
 
 def weights(path):
@@ -71,7 +73,7 @@ def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkey
     extra = ["data.loop=2", "train.checkpoint_every=2"]
     assert train(two_folds, tmp_path / "straight", *extra) == 0
 
-    real_save, saves = train_mod.save_checkpoint, []
+    real_save, saves = state_mod.save_checkpoint, []
 
     def save_then_die(path, payload):  # dies right after the n-th save of last.pt
         real_save(path, payload)
@@ -80,13 +82,13 @@ def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkey
             if len(saves) == fail_at_save:
                 raise KeyboardInterrupt("injected kill")
 
-    monkeypatch.setattr(train_mod, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(state_mod, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         train(two_folds, tmp_path / "killed", *extra)
     killed_at = saves[-1]
     assert killed_at == [(0, 2), (1, 0), (1, 2)][fail_at_save - 1]
     assert not (tmp_path / "killed" / "area_1" / "metrics.json").exists()
-    monkeypatch.setattr(train_mod, "save_checkpoint", real_save)
+    monkeypatch.setattr(state_mod, "save_checkpoint", real_save)
     assert train(two_folds, tmp_path / "killed", *extra) == 0
 
     log = (tmp_path / "killed" / "area_1" / "log.txt").read_text()
@@ -129,7 +131,7 @@ def test_cv_runs_every_fold_and_skips_complete_ones(two_folds, tmp_path, capsys)
 def test_corrupt_checkpoint_stops_with_its_name(two_folds, tmp_path, capsys):
     (tmp_path / "area_1").mkdir()
     (tmp_path / "area_1" / "last.pt").write_bytes(b"not a checkpoint")
-    assert train(two_folds, tmp_path) == 1
+    assert train(two_folds, tmp_path) == 2
     assert f"{tmp_path / 'area_1' / 'last.pt'}: not a readable checkpoint" in capsys.readouterr().err
 
 
@@ -139,7 +141,7 @@ def test_checkpoint_of_another_config_or_model_is_refused(two_folds, tmp_path, c
     assert not (tmp_path / "area_1" / "last.pt").exists()  # stopped before any epoch
     assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1") == 0
     assert load_checkpoint(tmp_path / "area_1" / "last.pt")["epoch"] == 1
-    assert train(two_folds, tmp_path, "train.epochs=2", "optim.lr=0.02") == 1
+    assert train(two_folds, tmp_path, "train.epochs=2", "optim.lr=0.02") == 2
     err = capsys.readouterr().err
     assert "last.pt: written with another config (optim.lr: checkpoint 0.01, now 0.02)" in err
     assert load_config(tmp_path / "area_1" / "config.yaml").optim.lr == 0.01  # left as it was

@@ -162,15 +162,13 @@ def test_gather_matches_indexing_in_value_and_gradient():
 @pytest.mark.skipif(backends.available("cluster"), reason="torch-cluster installed: it is the CUDA default")
 def test_cuda_without_torch_cluster_samples_on_the_host_and_searches_on_the_device(capsys):
     """No Python loop of FPS steps on a GPU: fpsample on the host; kNN stays on the device (pure torch)."""
-    import argparse
-
-    from pointgeope import info
+    from pointgeope.info import print_info
 
     cuda = torch.device("cuda")               # a device name only: nothing runs on it
     assert backends.knn_backend(cuda) == "torch"
     assert backends.fps_backend(cuda) == ("fpsample" if backends.available("fpsample") else "torch")
     if backends.available("fpsample"):
         assert "fps=fpsample (on the host)" in backends.summary(cuda)
-    assert info.main(argparse.Namespace()) == 0
+    print_info()
     out = capsys.readouterr().out
     assert f"ops backends: {backends.summary('cpu')}" in out and "point hierarchy" in out and "data loader" in out

@@ -7,13 +7,14 @@ import h5py
 import numpy as np
 import pytest
 
-from pointgeope.constants import CLASS_INDEX, CLASS_NAMES, CLUTTER, SCHEMA_VERSION
+from pointgeope.constants import CLASS_INDEX, CLASS_NAMES, CLUTTER
+from pointgeope.h5 import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def write_area(path: Path, area: str, rooms: dict[str, dict[str, np.ndarray]]) -> Path:
-    """A prepared area file in the schema of ``pointgeope/data/h5.py`` (as data_prep writes it)."""
+    """A prepared area file in the layout of ``pointgeope/h5.py`` (as data_prep writes it)."""
     with h5py.File(path, "w") as f:
         f.attrs["schema_version"] = SCHEMA_VERSION
         f.attrs["area"] = area
@@ -54,7 +55,7 @@ def read_raw_room(room_dir: Path) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="session")
 def real_area(s3dis_real, tmp_path_factory) -> Path:
-    """``Area_2.h5`` holding the real room ``office_resampled`` (352,256 points)."""
+    """``Area_2.h5`` holding the real room ``office_resampled`` (44,032 points)."""
     out = tmp_path_factory.mktemp("prepared_real")
     if (REPO / "data_prep" / "prepare.py").exists():
         from pointgeope.cli import main

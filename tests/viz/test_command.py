@@ -1,5 +1,5 @@
-"""Tests of pointgeope/viz/command.py (``pointgeope viz``) that need no display: --list, --hide, --ply,
-errors, and the message when Open3D is missing."""
+"""Tests of ``pointgeope viz`` (pointgeope/commands/viz.py, pointgeope/viz/show.py) that need no display:
+--list, --hide, --ply, errors, and the message when Open3D is missing."""
 from __future__ import annotations
 
 import sys

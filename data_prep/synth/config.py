@@ -1,0 +1,49 @@
+"""What ``pointgeope synth`` generates: :class:`SynthConfig` and the ``--size`` presets (stdlib only, so
+that ``pointgeope --help`` imports nothing heavy)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """What to generate.
+
+    Args:
+        areas: number of areas, ``Area_1 .. Area_<areas>`` (1..6).
+        rooms_per_area: rooms in each area; the first is always an office.
+        density: points per m^2 of surface (real S3DIS is roughly 5,000-10,000).
+        noise: standard deviation of the gaussian noise on each coordinate, metres.
+        min_points: fewest points of any object, so that small ones survive low densities.
+        seed: the seed of every random draw.
+        defects: plant the real dataset's defects (control byte, stairs, CRLF, trailing spaces).
+    """
+
+    areas: int = 6
+    rooms_per_area: int = 4
+    density: float = 360.0
+    noise: float = 0.003
+    min_points: int = 12
+    seed: int = 0
+    defects: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.areas <= 6:
+            raise ValueError(f"expected 1 to 6 areas (S3DIS has 6), got {self.areas}")
+        if self.rooms_per_area < 1:
+            raise ValueError(f"expected at least one room per area, got {self.rooms_per_area}")
+        if not self.density > 0:
+            raise ValueError(f"expected a positive density in points per m^2, got {self.density}")
+        if not 0 <= self.noise < 0.1:
+            raise ValueError(f"expected a noise of 0 to 0.1 m, got {self.noise}")
+        if self.min_points < 1:
+            raise ValueError(f"expected min_points >= 1, got {self.min_points}")
+
+
+# tiny: tests (~3-6k points a room, well under a second); demo: the CPU demo (~35-85k a room);
+# bench: scanner-like density (~1M points a room).
+PRESETS: dict[str, SynthConfig] = {
+    "tiny": SynthConfig(rooms_per_area=2, density=25.0),
+    "demo": SynthConfig(rooms_per_area=4, density=360.0),
+    "bench": SynthConfig(rooms_per_area=2, density=7000.0),
+}

@@ -1,0 +1,24 @@
+"""The sub-commands of ``pointgeope``, one thin module each, in the order of the pipeline.
+
+Every module here has the same shape, and nothing else::
+
+    \"\"\"What the command does, with examples (shown by ``pointgeope <command> --help``).\"\"\"
+    HELP = "one line for the list of ``pointgeope --help``"
+
+    def add_arguments(parser): ...     # the options
+    def main(args) -> int: ...         # turn the options into one call of the implementation, imported
+                                       # inside main: ``pointgeope --help`` never imports torch or h5py
+
+The implementation lives where the data flows (``data_prep``, ``pointgeope.engine``, ``pointgeope.report``,
+``pointgeope.viz``) and takes plain values (a config, paths), except ``predict`` and ``viz``'s room view,
+whose many options it reads from the parsed command line. ``pointgeope/cli.py`` builds the
+parser from the list of these modules; ``train.py`` at the repository root reuses
+:mod:`pointgeope.commands.train`.
+"""
+from __future__ import annotations
+
+
+def config_overrides(overrides: list[str], options: dict[str, str | None]) -> list[str]:
+    """The ``section.key=value`` overrides of the command line, then one for each option given (an option
+    such as ``--data-root`` is a shorthand for its config key, and wins over the same key given as text)."""
+    return list(overrides) + [f"{key}={value}" for key, value in options.items() if value]

@@ -1,0 +1,30 @@
+"""Predict every point of a fold's test area by voting over voxel fragments; write predictions and metrics.
+
+    pointgeope evaluate runs/pt_geope/area_5                          # with eval.* of its config.yaml
+    pointgeope evaluate runs/pt_geope/area_5 --checkpoint best eval.tta.rotations=4 eval.tta.flips=true
+
+Writes ``RUN/area_K/predictions/Area_K.h5`` and ``RUN/area_K/metrics.json`` (``"complete": true``).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pointgeope.commands import config_overrides
+
+HELP = "predict every point of a fold's test area by voting; metrics.json"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="a fold folder RUN/area_K (with config.yaml and last.pt)")
+    parser.add_argument("--checkpoint", choices=("last", "best"), help="overrides eval.checkpoint")
+    parser.add_argument("--data-root", help="prepared HDF5 folder (overrides data.root)")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value",
+                        help="config overrides, e.g. eval.tta.rotations=4")
+
+
+def main(args: argparse.Namespace) -> int:
+    from pointgeope.engine.evaluate import evaluate_run
+
+    overrides = config_overrides(args.overrides, {"eval.checkpoint": args.checkpoint, "data.root": args.data_root})
+    return evaluate_run(Path(args.run), overrides)

@@ -1,0 +1,52 @@
+"""Segment your own scans with a trained model: one label per input point, in input order.
+
+    pointgeope predict runs/pt_geope/area_5 scan.ply --out pred/            # pred/scan_pred.npy, .ply
+    pointgeope predict model.pt scans/ room.las --out pred/ --format ply,las,h5 --probabilities
+    pointgeope predict runs/demo/area_1 cloud_mm.txt --out pred/ --scale 0.001 --tta
+    pointgeope viz pred/scan_pred.h5 --mode pred                            # with --format h5
+
+Inputs: .ply (ascii/binary), .las/.laz (laspy), .txt/.xyz/.pts/.csv (x y z [r g b ...]), .npy ((N, 3) or
+(N, 6)), a raw S3DIS room folder, a prepared Area_N.h5 (every room), or a folder of those. Outputs per
+scan: DIR/<name>_pred.npy (uint8 label per point) and DIR/<name>_pred.ply (points coloured by class, a
+`label` property); with --format also .las (classification), .txt (x y z r g b label) and .h5 (for
+`pointgeope viz`); with --probabilities DIR/<name>_probs.npy (float16 (N, 13)). An input that fails is
+reported and the others are still predicted; the exit code is 2 when any failed.
+"""
+from __future__ import annotations
+
+import argparse
+
+FORMATS = ("npy", "ply", "las", "txt", "h5")  # pointgeope.scans.outputs.FORMATS (kept light to import)
+HELP = "segment your own scans (ply, las, txt, npy, ...) with a trained model"
+
+
+def _formats(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    unknown = [n for n in names if n not in FORMATS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated formats from {','.join(FORMATS)}, got {text!r}")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL", help="a fold folder RUN/area_K (its last.pt, or eval.checkpoint) or a CHECKPOINT.pt")
+    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="scan files or folders (see above)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="folder for the outputs")
+    parser.add_argument("--format", type=_formats, default=("npy", "ply"), metavar="LIST",
+                        help=f"outputs, comma-separated from {','.join(FORMATS)} (default npy,ply)")
+    parser.add_argument("--probabilities", action="store_true",
+                        help="also DIR/<name>_probs.npy: float16 (N, 13) class probabilities")
+    parser.add_argument("--checkpoint", choices=("last", "best"), help="which checkpoint of a run folder")
+    parser.add_argument("--tta", action="store_true",
+                        help="test-time views: the run's eval.tta, or 4 z-rotations x flip if it has none")
+    parser.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda or cuda:N")
+    parser.add_argument("--batch-points", type=int, default=None, metavar="N",
+                        help="points per forward pass (default: the run's eval.batch_points)")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply coordinates by this to get metres (0.001 for mm, 0.3048 for feet)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from pointgeope.engine.predict import predict_scans
+
+    return predict_scans(args)

@@ -1,0 +1,65 @@
+"""Look at a room and its predicted segmentation in Open3D, or render it without a display.
+
+Examples::
+
+    pointgeope viz OUT/Area_5.h5 --list [--pred RUN/area_5/predictions/Area_5.h5]
+    pointgeope viz OUT/Area_5.h5 --room office_1 --pred RUN/area_5/predictions/Area_5.h5
+    pointgeope viz OUT/Area_5.h5 --room office_1 --mode gt --hide ceiling --screenshot office_1.png
+    pointgeope viz OUT/Area_5.h5 --room office_1 --voxel 0.02 --ply office_1.ply
+    pointgeope viz DIR/scan_pred.h5 --mode pred          # a scan predicted by pointgeope predict --format h5
+
+The window colours the room by RGB, ground truth, prediction or error (keys 1/2/3/4); the class legend,
+with each class's IoU in this room when predictions are given, is printed to the terminal.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pointgeope.viz.colors import MODES
+from pointgeope.viz.scene import DEFAULT_MAX_POINTS
+
+HELP = "look at a room and its predicted segmentation (Open3D window, screenshot, PLY)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("area", help="a prepared area file, OUT/Area_N.h5")
+    parser.add_argument("--room", help="the room to show (see --list; not needed in a file of one room)")
+    parser.add_argument("--pred", help="predictions of that area, RUN/area_N/predictions/Area_N.h5")
+    parser.add_argument("--list", action="store_true",
+                        help="list the rooms with their point counts (and mIoU with --pred, worst first)")
+    parser.add_argument("--mode", choices=MODES, default=None,
+                        help="colouring: rgb, gt (ground truth), pred, error (default: gt)")
+    parser.add_argument("--hide", default="", metavar="CLASSES",
+                        help="comma-separated classes to leave out, by ground truth (e.g. ceiling,beam)")
+    parser.add_argument("--voxel", type=float, default=None, metavar="METRES",
+                        help="draw one point per voxel of this size (e.g. 0.02)")
+    parser.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS, metavar="N",
+                        help=f"draw at most N points, a random sample (default {DEFAULT_MAX_POINTS:,}; 0: no cap)")
+    parser.add_argument("--screenshot", metavar="PNG", help="render to this image without a window and exit")
+    parser.add_argument("--ply", metavar="PLY", help="write the drawn points, coloured by --mode, as binary PLY")
+    parser.add_argument("--width", type=int, default=1280, help="image / window width in pixels (default 1280)")
+    parser.add_argument("--height", type=int, default=960, help="image / window height in pixels (default 960)")
+    parser.add_argument("--point-size", type=float, default=2.0, help="point size in pixels (default 2)")
+    parser.add_argument("--elevation", type=float, default=45.0,
+                        help="camera angle above the floor in degrees (default 45; 90 = from the top)")
+    parser.add_argument("--azimuth", type=float, default=-60.0,
+                        help="camera position around the room in degrees from +X (default -60)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from pointgeope.h5 import SchemaError
+
+    if args.width < 8 or args.height < 8:
+        print(f"pointgeope viz: error: expected --width and --height >= 8, got {args.width}x{args.height}",
+              file=sys.stderr)
+        return 2
+    from pointgeope.viz.show import list_rooms, show_room
+
+    try:
+        return list_rooms(args.area, args.pred) if args.list else show_room(args)
+    except (ValueError, KeyError, FileNotFoundError, ImportError, RuntimeError, SchemaError, OSError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"pointgeope viz: error: {message}", file=sys.stderr)
+        return 2

@@ -1,0 +1,90 @@
+"""Check the prepared area files of a fold before training or evaluating: every file opened, every room read.
+
+For each ``Area_N.h5`` (train and test areas alike), before the first epoch:
+
+- its checksum equals the one ``prepare`` wrote in ``manifest.json`` (when the manifest lists it): a file
+  changed or damaged after prepare is refused by name;
+- it opens as HDF5 with this schema version, and holds at least one room;
+- each room has ``coord`` float32 ``(N, 3)``, ``color`` uint8 ``(N, 3)``, ``label`` uint8 ``(N,)``,
+  ``instance`` int32 ``(N,)`` with ``N >= 1``, every coordinate finite, an extent within the limit the
+  file was prepared with (root attr ``max_extent``), and labels below ``num_classes``.
+
+Any failure is a :class:`~pointgeope.h5.SchemaError` naming the file and the room.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from pointgeope.checksum import file_checksum
+from pointgeope.constants import NUM_CLASSES
+from pointgeope.h5 import ROOM_ARRAYS, SchemaError, area_max_extent, area_path, open_area
+
+_AGAIN = "run `pointgeope prepare` again"
+
+
+def manifest_checksums(root: str | Path) -> dict[str, str]:
+    """Area -> checksum from ``root/manifest.json`` (``{}`` without a manifest or checksums)."""
+    try:
+        manifest = json.loads((Path(root) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    checksums = manifest.get("checksums") if isinstance(manifest, dict) else None
+    return checksums if isinstance(checksums, dict) else {}
+
+
+def check_room(where: str, group, max_extent: float, num_classes: int) -> int:
+    """Check one room group (see the module docstring); returns its number of points."""
+    missing = [key for key in ROOM_ARRAYS if key not in group]
+    if missing:
+        raise SchemaError(f"{where}: expected datasets {list(ROOM_ARRAYS)}, missing {missing}; {_AGAIN}")
+    n = group["label"].shape[0] if group["label"].ndim == 1 else -1
+    for key, (dtype, width) in ROOM_ARRAYS.items():
+        data = group[key]
+        expected = (n,) if width is None else (n, width)
+        if data.dtype != dtype or data.shape != expected:
+            raise SchemaError(f"{where}: expected {key} {np.dtype(dtype).name} of shape {expected}, got "
+                              f"{data.dtype} {data.shape}; {_AGAIN}")
+    if n == 0:
+        raise SchemaError(f"{where}: holds no point; {_AGAIN}")
+    coord = group["coord"][()]
+    bad = int(np.count_nonzero(~np.isfinite(coord).all(axis=1)))
+    if bad:
+        raise SchemaError(f"{where}: {bad} point(s) with a non-finite coordinate; {_AGAIN}")
+    extent = coord.max(axis=0) - coord.min(axis=0)
+    if extent.max() > max_extent:
+        raise SchemaError(f"{where}: spans {extent.max():g} m, more than the {max_extent:g} m it was prepared "
+                          f"with; {_AGAIN}")
+    top = int(group["label"][()].max())
+    if top >= num_classes:
+        raise SchemaError(f"{where}: label {top} found, expected labels below {num_classes}; {_AGAIN}")
+    return n
+
+
+def check_area(path: str | Path, checksum: str | None = None, num_classes: int = NUM_CLASSES) -> dict[str, int]:
+    """Check one prepared area file; returns room -> number of points. ``checksum``: the expected one."""
+    path = Path(path)
+    if checksum is not None and path.is_file() and file_checksum(path) != checksum:
+        raise SchemaError(f"{path}: does not match its checksum in manifest.json (changed or damaged after "
+                          f"prepare); {_AGAIN}")
+    with open_area(path) as f:
+        try:
+            max_extent = area_max_extent(f)
+            rooms = {name: check_room(f"{path}: room {name!r}", f[name], max_extent, num_classes) for name in f}
+        except SchemaError:
+            raise
+        except (OSError, KeyError, ValueError, TypeError, AttributeError) as err:
+            raise SchemaError(f"{path}: cannot be read ({type(err).__name__}: {err}); the file is truncated "
+                              f"or corrupt: {_AGAIN}") from None
+    if not rooms:
+        raise SchemaError(f"{path}: holds no room; {_AGAIN}")
+    return rooms
+
+
+def check_areas(root: str | Path, areas: list[str] | tuple[str, ...],
+                num_classes: int = NUM_CLASSES) -> dict[str, dict[str, int]]:
+    """:func:`check_area` for each ``root/<area>.h5``, against the checksums of ``root/manifest.json``."""
+    checksums = manifest_checksums(root)
+    return {area: check_area(area_path(root, area), checksums.get(area), num_classes) for area in areas}

@@ -1,0 +1,251 @@
+"""Segment users' scans with a trained model: a label for every input point, in input order.
+
+For each scan (``pointgeope.scans``): its coordinates are multiplied by ``scale`` (``--scale``, e.g. 0.001
+for millimetres), shifted in float64 so that their minimum is 0 (georeferenced coordinates keep their
+precision in float32), and voted on by :func:`pointgeope.engine.evaluate.vote_room`, exactly as
+``evaluate`` predicts a test room, with the same seed for a room of the same name
+(:func:`~pointgeope.engine.evaluate.room_seed`): memory is bounded by the fragment size plus the
+``N x C`` vote buffer, whatever the size of the scan. The label of point ``i`` is ``argmax_c scores[i, c]``
+and its probabilities are :func:`vote_probabilities`.
+
+Before predicting, a scan is checked against what the checkpoint says the model expects
+(:func:`~pointgeope.engine.checkpoint.prediction_metadata`): a colour model refuses a scan without colour
+(never zeros in its place), and a warning says when the scan's point spacing
+(:func:`~pointgeope.data.spacing.median_spacing`) is more than :data:`SPACING_FACTOR` times off the
+training rooms' (a unit mistake: millimetres or feet read as metres).
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pointgeope.data.spacing import median_spacing
+from pointgeope.engine import build
+from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info, load_checkpoint,
+                                          load_model_state)
+from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict
+from pointgeope.engine.evaluate import room_seed, vote_room
+from pointgeope.errors import UserError
+from pointgeope.scans.scan import Scan, ScanError
+
+SPACING_FACTOR = 10.0
+DEFAULT_TTA = TTAConfig(rotations=4, flips=True)  # --tta when the run's config has no test-time views
+
+
+class PredictError(UserError, ValueError):
+    """A model argument that cannot be used (missing checkpoint, foreign file, unavailable device)."""
+
+
+@dataclass
+class Predictor:
+    """A trained model ready to predict: network (eval mode), its config and ``"predict"`` metadata."""
+
+    model: torch.nn.Module
+    cfg: Config
+    info: dict
+    device: torch.device
+    path: Path
+
+    @property
+    def palette(self) -> np.ndarray:
+        return np.asarray(self.info["palette"], dtype=np.uint8)
+
+    @property
+    def uses_color(self) -> bool:
+        return "rgb" in self.info["features"]
+
+
+def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
+    """``CHECKPOINT.pt`` as given, or ``RUN/area_K/<which>.pt`` (``which``: ``--checkpoint``, else the
+    run's ``eval.checkpoint`` as ``evaluate`` uses it, else ``last``)."""
+    model = Path(model)
+    if not model.is_dir():
+        if which is not None:
+            raise PredictError(f"--checkpoint {which} needs a run folder RUN/area_K, got the file {model}")
+        return model
+    if which is None:
+        which = "last"
+        if (model / "config.yaml").is_file():
+            from pointgeope.engine.config import load_config
+
+            try:
+                which = load_config(model / "config.yaml").eval.checkpoint
+            except ConfigError:
+                pass  # the checkpoint carries its own config; last.pt it is
+    return model / f"{which}.pt"
+
+
+def choose_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise PredictError(f"--device {name} but CUDA is not available here; use --device cpu (or auto)")
+    return torch.device(name)
+
+
+def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | None = None,
+                   tta: bool = False, batch_points: int | None = None) -> Predictor:
+    """The network of ``model`` (a run folder or a ``.pt``) on ``device``, its config adjusted for
+    prediction: without ``tta`` one view; with it the run's ``eval.tta``, or :data:`DEFAULT_TTA` if
+    that is a single view. Raises PredictError or CheckpointError."""
+    path = checkpoint_path(model, checkpoint)
+    ckpt = load_checkpoint(path)
+    info = checkpoint_prediction_info(ckpt, path)
+    try:
+        cfg = config_from_dict(ckpt["config"], where="its config")
+    except ConfigError as err:
+        raise CheckpointError(f"{path}: written by another version of pointgeope ({err})") from None
+    views = cfg.eval.tta
+    if not tta:
+        views = TTAConfig()
+    elif views == TTAConfig():
+        views = DEFAULT_TTA
+    ev = dataclasses.replace(cfg.eval, tta=views, batch_points=batch_points or cfg.eval.batch_points)
+    cfg = dataclasses.replace(cfg, eval=ev)
+    dev = choose_device(device)
+    net = build.model(cfg).to(dev)
+    load_model_state(net, ckpt["model"], path)
+    net.eval()
+    return Predictor(net, cfg, info, dev, path)
+
+
+def vote_probabilities(scores: np.ndarray, votes: np.ndarray, vote: str, chunk: int = 1 << 20) -> np.ndarray:
+    """``float16 (N, C)`` per-point class probabilities, each row summing to 1, from ``vote_room``'s
+    ``scores (N, C)``, sums over the ``votes (N,)`` predictions of each point of (``eval.vote``):
+
+    - ``"logits"``: ``softmax(scores / votes)``, the softmax of the point's mean logit;
+    - ``"softmax"``: ``scores / sum_c scores``, the mean of its predictions' probabilities.
+
+    Either way ``argmax`` is the predicted label. Computed in chunks of rows (bounded extra memory).
+    """
+    if vote not in ("logits", "softmax"):
+        raise ValueError(f"expected eval.vote 'logits' or 'softmax', got {vote!r}")
+    out = np.empty(scores.shape, dtype=np.float16)
+    for start in range(0, scores.shape[0], chunk):
+        s = scores[start:start + chunk].astype(np.float64)
+        if vote == "logits":
+            s = s / np.maximum(votes[start:start + chunk, None], 1)
+            s = np.exp(s - s.max(axis=1, keepdims=True))
+        out[start:start + chunk] = s / s.sum(axis=1, keepdims=True)
+    return out
+
+
+def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float = 1.0, warn=print) -> None:
+    """Refuse a scan without colour for a colour model; warn when its spacing is far from training's."""
+    if predictor.uses_color and scan.color is None:
+        raise ScanError(f"{scan.source}: has no colour, but {predictor.path} was trained with colour features "
+                        f"([{' | '.join(predictor.info['features'])}]); train a geometry-only model "
+                        "(data.color=false model.in_channels=3, features [xyz]) and predict with that")
+    reference = predictor.info.get("spacing")
+    if reference:
+        spacing = median_spacing(coord)
+        ratio = spacing / reference
+        if not (1 / SPACING_FACTOR <= ratio <= SPACING_FACTOR):
+            warn(f"warning: {scan.source}: median point spacing {spacing:.3g} (after --scale {scale:g}) is "
+                 f"{ratio:.3g} times the training rooms' {reference:.3g} m; if its unit is not metres, pass --scale "
+                 "(0.001 for millimetres, 0.3048 for feet)")
+
+
+def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress: bool = False,
+                 warn=print) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(pred uint8 (N,), scores (N, C), votes (N,))`` of one scan (see the module docstring); with
+    ``progress`` a bar with ETA over each view's fragments (on a terminal)."""
+    lo = scan.coord.min(axis=0)
+    coord = ((scan.coord - lo) * scale).astype(np.float32)
+    check_scan(predictor, scan, coord, scale, warn)
+    color = scan.color if scan.color is not None else np.zeros((len(scan), 3), np.uint8)  # unused by [xyz] models
+    room = scan.name.rsplit("/", 1)[-1]
+    result = vote_room(predictor.model, coord, color, predictor.cfg, predictor.device,
+                       seed=room_seed(predictor.cfg.train.seed, room), show_progress=progress)
+    if (result.votes < 1).any():
+        raise RuntimeError(f"{scan.source}: {(result.votes < 1).sum()} points got no prediction")
+    return result.scores.argmax(1).astype(np.uint8), result.scores, result.votes
+
+
+# --- `pointgeope predict MODEL INPUT [INPUT ...] --out DIR` ------------------------------------------------
+
+def _fail(message: str) -> None:
+    print(f"pointgeope predict: error: {message}", file=sys.stderr, flush=True)
+
+
+def _unique_names(refs: list, errors: list[str]) -> list:
+    """The scans whose outputs no earlier scan writes; the others become errors."""
+    first: dict[str, str] = {}
+    keep = []
+    for ref in refs:
+        if ref.name in first:
+            errors.append(f"{ref.source}: its outputs would overwrite those of {first[ref.name]} (same name "
+                          f"{ref.name!r}); predict it into another --out folder")
+        else:
+            first[ref.name] = ref.source
+            keep.append(ref)
+    return keep
+
+
+def _predict_all(predictor: Predictor, refs: list, args, errors: list[str]) -> int:
+    """Read, predict and write each scan of ``refs`` in turn (one in memory at a time); a scan that
+    fails adds its message to ``errors`` and the next one goes on. Returns how many were written."""
+    import time
+
+    from pointgeope.scans.outputs import write_outputs
+    from pointgeope.scans.sources import read_scan
+
+    names = list(predictor.info["class_names"])
+    done = 0
+    for ref in refs:
+        t0 = time.perf_counter()
+        try:
+            scan = read_scan(ref)
+            for note in scan.meta.get("notes", [])[:20]:
+                print(f"note: {note}")
+            pred, scores, votes = predict_scan(predictor, scan, args.scale, progress=True,
+                                               warn=lambda m: print(m, file=sys.stderr, flush=True))
+            probs = vote_probabilities(scores, votes, predictor.cfg.eval.vote) if args.probabilities else None
+            del scores
+            try:
+                paths = write_outputs(args.out, scan, pred, args.format, predictor.palette, names, probs)
+            except OSError as err:
+                raise ScanError(f"{args.out}: cannot write the outputs of {ref.source} ({err})") from None
+        except UserError as err:  # this scan only (ScanError, or a prepared file's SchemaError): go on
+            errors.append(str(err))
+            _fail(str(err))
+            continue
+        done += 1
+        counts = np.bincount(pred, minlength=len(names))
+        top = ", ".join(f"{names[c]} {counts[c] / len(pred):.1%}" for c in np.argsort(-counts)[:3] if counts[c])
+        print(f"{ref.source}: {len(scan):,} points in {time.perf_counter() - t0:.1f}s ({top}) -> "
+              f"{', '.join(p.name for p in paths)}", flush=True)
+    return done
+
+
+def predict_scans(args) -> int:
+    """``pointgeope predict``: every scan of ``args.inputs`` into ``args.out``, locked (one writer per
+    folder); ``args`` holds the options of ``pointgeope/commands/predict.py``. 0 when all were written,
+    2 when any input failed. An error of the model argument or of ``--out`` is a UserError
+    (one line, exit 2, by ``pointgeope.errors.run_command``)."""
+    from pointgeope.atomic import writable_folder
+    from pointgeope.lock import folder_lock
+    from pointgeope.scans.sources import find_scans
+
+    if not args.scale > 0 or (args.batch_points is not None and args.batch_points < 1):
+        raise UserError(f"expected --scale > 0 and --batch-points >= 1, got {args.scale} and {args.batch_points}")
+    refs, errors = find_scans(args.inputs)
+    refs = _unique_names(refs, errors)
+    for message in errors:
+        _fail(message)
+    if not refs:
+        return 2
+    writable_folder(args.out, "--out folder")
+    predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points)
+    print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
+          f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
+    with folder_lock(args.out):
+        done = _predict_all(predictor, refs, args, errors)
+    print(f"predicted {done} of {done + len(errors)} input(s) into {args.out}"
+          + (f"; {len(errors)} failed (see the errors above)" if errors else ""))
+    return 2 if errors else 0

@@ -1,0 +1,127 @@
+"""What one fold's training saves and restores: the loop's position, the learner, and the checkpoint files.
+
+Exact resume rests on three things, all saved by :meth:`FoldCheckpoints.save` and restored by
+:meth:`FoldCheckpoints.resume`, nowhere else:
+
+- the :class:`LoopState` (epoch, batch in the epoch, optimiser step, best validation mIoU);
+- the :class:`Learner` (model, optimiser, schedule, loss scaler), as state dicts;
+- every rank's RNG states (Python, NumPy, torch CPU and CUDA).
+
+The data order and the augmentations are functions of ``(seed, epoch, index)``, so with these the
+resumed run takes the same steps as an uninterrupted one (given the same number of torch CPU threads:
+the checkpoint stores it and a resume with another number warns). The file format itself (atomic
+writes, ``weights_only`` loading, the config check) is :mod:`pointgeope.engine.checkpoint`'s.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pointgeope.engine import distributed
+from pointgeope.engine.checkpoint import load_checkpoint, load_model_state, rng_state, save_checkpoint, set_rng_state
+from pointgeope.engine.runio import Log
+
+
+@dataclass
+class LoopState:
+    """Where the loop stands. Saved in every checkpoint under these names and restored from ``last.pt``;
+    with the RNG states and the data order as a function of ``(seed, epoch, index)`` it is all a resumed
+    run needs to take the steps the uninterrupted one would have taken."""
+
+    epoch: int = 0            # epochs completed
+    batch: int = 0            # batches completed inside epoch `epoch` (0 at an epoch's end)
+    step: int = 0             # optimiser steps completed in total: the x axis of the logs
+    best_miou: float = -1.0   # the best validation mIoU so far (-1: none yet); decides best.pt
+
+
+@dataclass
+class Learner:
+    """What the optimiser changes at each step, saved in a checkpoint beside the :class:`LoopState`."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler  # disabled (a pass-through) but on CUDA with fp16
+
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def step(self, loss: torch.Tensor, grad_clip: float | None) -> None:
+        """One optimiser step on ``loss``: backward (scaled for fp16), clip, step, schedule."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if grad_clip is not None:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()  # the learning rate is a function of the step (build.scheduler)
+
+
+class FoldCheckpoints:
+    """The checkpoints of one fold folder: the one place that writes and reads them.
+
+    ``last.pt`` (to resume) and ``best.pt`` hold the :class:`Learner`, the :class:`LoopState`, every
+    rank's RNG state, the torch thread count and what ``pointgeope predict`` needs; a non-finite loss
+    leaves ``nan_step_<step>.pt`` with the batch and the model (:meth:`stop_on_nan`).
+    """
+
+    def __init__(self, run: Path, learner: Learner, env: distributed.DistEnv, config: dict, predict: dict):
+        self.run, self.learner, self.env, self.config, self.predict = run, learner, env, config, predict
+
+    def resume(self, log: Log) -> LoopState:
+        """The state saved in ``last.pt``, with the learner and this rank's RNG restored from it; a fresh
+        state when there is none. Raises CheckpointError for a file of another config."""
+        path = self.run / "last.pt"
+        if not path.is_file():
+            return LoopState()
+        ckpt = load_checkpoint(path, self.config)
+        learner = self.learner
+        load_model_state(learner.model, ckpt["model"], path)
+        learner.optimizer.load_state_dict(ckpt["optimizer"])
+        learner.scheduler.load_state_dict(ckpt["scheduler"])
+        if ckpt["scaler"] is not None:
+            learner.scaler.load_state_dict(ckpt["scaler"])
+        rank = self.env.rank
+        set_rng_state(ckpt["rng"][rank] if rank < len(ckpt["rng"]) else ckpt["rng"][0])  # fewer ranks before
+        state = LoopState(**{f.name: ckpt[f.name] for f in dataclasses.fields(LoopState)})
+        log(f"resumed from {path}: epoch {state.epoch}, batch {state.batch}, step {state.step}")
+        threads = ckpt.get("threads", torch.get_num_threads())
+        if threads != torch.get_num_threads():  # CPU kernels sum in another order: not bit-identical
+            log(f"warning: {path} was written with {threads} torch CPU thread(s), this run has "
+                f"{torch.get_num_threads()}: the results will differ from an uninterrupted run (set "
+                f"train.threads={threads} to match)")
+        return state
+
+    def save(self, name: str, state: LoopState) -> None:
+        """Write ``RUN/area_K/<name>`` on rank 0 with every rank's RNG state (collective: every rank
+        calls it, so that each one resumes its own random stream)."""
+        states = [rng_state()]
+        if self.env.distributed:
+            states = [None] * self.env.world_size
+            torch.distributed.all_gather_object(states, rng_state())
+        if self.env.is_main:
+            learner = self.learner
+            save_checkpoint(self.run / name, {
+                "config": self.config, "model": learner.model.state_dict(),
+                "optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict(),
+                "scaler": learner.scaler.state_dict() if learner.scaler.is_enabled() else None,
+                "rng": states, **dataclasses.asdict(state), "threads": torch.get_num_threads(),
+                "predict": self.predict})
+        distributed.barrier()
+
+    def stop_on_nan(self, state: LoopState, loss: torch.Tensor, batch, fold: int) -> None:
+        """Save the batch and the model whose loss was not finite (each rank its own), then stop with a
+        FloatingPointError: training on would only spread the NaN into every weight."""
+        env = self.env
+        name = f"nan_step_{state.step}_rank{env.rank}.pt" if env.distributed else f"nan_step_{state.step}.pt"
+        save_checkpoint(self.run / name, {
+            "config": self.config, "model": self.learner.model.state_dict(), "epoch": state.epoch,
+            "step": state.step, "loss": loss.detach().cpu(), "pos": batch.pos.cpu(), "x": batch.x.cpu(),
+            "y": batch.y.cpu(), "ptr": batch.ptr.cpu()})
+        raise FloatingPointError(
+            f"fold {fold}: the loss is {loss.item()} at epoch {state.epoch + 1}, step {state.step} "
+            f"(batch {state.batch} of the epoch); the batch and model were saved to {self.run / name}")

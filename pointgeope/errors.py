@@ -1,0 +1,55 @@
+"""Errors of the user's input, and the one place that turns them into a one-line message and exit code 2.
+
+Every expected mistake (a mistyped config key, a missing data folder, a corrupt file, a folder another
+process is writing) is raised as a :class:`UserError` (or a subclass: ``ConfigError``, ``SourceError``,
+``SchemaError``, ``CheckpointError``, ``ReportError``, ``LockError``) whose message names the file, line
+or key, says what was expected and what came, and what to do. :func:`run_command` catches them for
+every command (``pointgeope <command>`` and ``train.py``) and prints::
+
+    pointgeope train: error: configs/x.yaml: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?
+
+with exit code 2. Anything else is a bug and keeps its traceback. ``--debug`` shows the traceback of a
+user error too. A new command raises ``UserError(message)`` (or a subclass) and needs nothing else.
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import sys
+from collections.abc import Callable
+
+EXIT_USER_ERROR = 2
+
+# Operating-system errors that are the environment's, not a bug: a full disk, a read-only folder.
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EPERM}
+
+
+class UserError(Exception):
+    """Bad input from the user: printed as one line (no traceback), exit code 2."""
+
+
+def user_message(err: BaseException) -> str | None:
+    """The one line to print for ``err`` if it is the user's (or the environment's), else ``None``."""
+    if isinstance(err, UserError):
+        return " ".join(str(err).split("\n"))
+    if isinstance(err, OSError) and err.errno in _ENVIRONMENT_ERRNOS:
+        where = f": {err.filename}" if err.filename else ""
+        return f"{err.strerror or err}{where}; check the folder's permissions and free space"
+    return None
+
+
+def add_debug_argument(parser: argparse.ArgumentParser, default=False) -> None:
+    parser.add_argument("--debug", action="store_true", default=default,
+                        help="show the traceback of an error of the input (normally one line, exit code 2)")
+
+
+def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False) -> int:
+    """``func(*args)`` with user errors printed as ``<prog>: error: <message>`` and exit code 2."""
+    try:
+        return int(func(*args) or 0)
+    except (UserError, OSError) as err:
+        message = user_message(err)
+        if message is None or debug:
+            raise
+        print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR

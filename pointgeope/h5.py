@@ -1,0 +1,244 @@
+"""The HDF5 files of pointgeope, read and written here only: prepared areas, fold predictions, scan predictions.
+
+Prepared area ``OUT/Area_N.h5`` (written by ``data_prep``, read by ``pointgeope.data``, evaluation, the
+viewer and ``pointgeope predict``)::
+
+    /                      attrs: schema_version (= SCHEMA_VERSION), area, class_names, max_extent
+    /<room>/coord          float32 (N, 3)  metres, as in the raw files
+    /<room>/color          uint8   (N, 3)
+    /<room>/label          uint8   (N,)    0..12 in constants.CLASS_NAMES order
+    /<room>/instance       int32   (N,)    object id within the room
+            attrs: num_points, source, signature, class_counts, ...   (prepare's bookkeeping)
+
+A work file ``OUT/.work/Area_N/<room>.h5`` of an interrupted prepare holds one room in the same layout
+(root attr ``schema_version`` only). Groups and datasets carry no HDF5 timestamps, so the same rooms give
+the same bytes.
+
+Fold predictions ``RUN/area_K/predictions/Area_K.h5`` (written by ``pointgeope train`` and ``evaluate``)::
+
+    /                      attrs: kind = "predictions", area, checkpoint, epoch
+    /<room>/pred           uint8 (N,)      aligned point for point with the prepared room
+
+Scan predictions ``DIR/<name>_pred.h5`` (``pointgeope predict --format h5``): one room in the prepared
+layout plus its ``pred`` array, root attr ``kind = "scan-predictions"``
+(:func:`write_scan_predictions`), so that the viewer reads it as an area file.
+
+Every reader of a prepared file goes through :func:`open_area` (the version check); a file this version
+cannot read is a :class:`SchemaError` that names it and says to run ``pointgeope prepare`` again.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from pointgeope.atomic import atomic_path
+from pointgeope.constants import CLASS_NAMES, MAX_ROOM_EXTENT
+from pointgeope.errors import UserError
+
+# Version of the prepared layout above: data_prep writes it, every reader checks it.
+SCHEMA_VERSION = 1
+
+# name -> (dtype, width) of each room array: (N, width), or (N,) where width is None.
+ROOM_ARRAYS: dict[str, tuple[type, int | None]] = {
+    "coord": (np.float32, 3), "color": (np.uint8, 3), "label": (np.uint8, None), "instance": (np.int32, None),
+}
+ROOM_FIELDS = tuple(ROOM_ARRAYS)
+PRED = "pred"  # the predictions dataset of a room
+_STR = h5py.string_dtype()
+
+
+class SchemaError(UserError, ValueError):
+    """A prepared file that this version of pointgeope cannot read."""
+
+
+def area_path(root: str | Path, area: str) -> Path:
+    """``root/<area>.h5``: where prepare writes an area and every reader finds it."""
+    return Path(root) / f"{area}.h5"
+
+
+def predictions_path(run: str | Path, area: str) -> Path:
+    """``RUN/area_K/predictions/<area>.h5``, given the fold folder ``run``."""
+    return Path(run) / "predictions" / f"{area}.h5"
+
+
+# --- reading ---------------------------------------------------------------------------------------------
+
+def open_area(path: str | Path) -> h5py.File:
+    """Open a prepared area file read-only after checking its schema version."""
+    path = Path(path)
+    if not path.is_file():
+        raise SchemaError(f"expected a prepared area file, found nothing at {path}; run `pointgeope prepare` "
+                          "or check data.root and folds.json")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as err:
+        raise SchemaError(f"{path}: not a readable HDF5 file ({err}); it is truncated or corrupt: run "
+                          "`pointgeope prepare` again") from None
+    version = f.attrs.get("schema_version")
+    if version is None or int(version) != SCHEMA_VERSION:
+        f.close()
+        raise SchemaError(f"{path}: expected schema_version {SCHEMA_VERSION}, got {version}; "
+                          "re-run `pointgeope prepare` with this version of pointgeope")
+    return f
+
+
+def area_max_extent(f: h5py.File) -> float:
+    """The room size limit (metres) an open area file was prepared with."""
+    return float(f.attrs.get("max_extent", MAX_ROOM_EXTENT))
+
+
+def room_group(f: h5py.File, room: str) -> h5py.Group:
+    """The group of ``room`` in an open file; a ``KeyError`` naming the file and its rooms if absent."""
+    if room not in f:
+        raise KeyError(f"{f.filename}: no room {room!r}; rooms are {sorted(f)}")
+    return f[room]
+
+
+def read_fields(group: h5py.Group, fields: Iterable[str] = ROOM_FIELDS) -> dict[str, np.ndarray]:
+    """The arrays ``fields`` of a room group as numpy arrays."""
+    return {key: group[key][()] for key in fields}
+
+
+def list_rooms(path: str | Path) -> dict[str, int]:
+    """Room name -> number of points, in file order."""
+    with open_area(path) as f:
+        return {name: int(f[name]["label"].shape[0]) for name in f}
+
+
+def read_room(path: str | Path, room: str, fields: tuple[str, ...] = ROOM_FIELDS) -> dict[str, np.ndarray]:
+    """The arrays of one room as numpy arrays."""
+    with open_area(path) as f:
+        return read_fields(room_group(f, room), fields)
+
+
+def read_labels(path: str | Path, room: str) -> np.ndarray:
+    """The ground truth ``uint8 (N,)`` of one room."""
+    return read_room(path, room, fields=("label",))["label"]
+
+
+def _plain(value):
+    """The Python value of an attribute read back from HDF5 (str, int, list)."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def room_attrs(group: h5py.Group) -> dict:
+    """The attributes of a room group as plain Python values."""
+    return {key: _plain(value) for key, value in group.attrs.items()}
+
+
+def read_room_record(path: str | Path, room: str) -> tuple[dict[str, np.ndarray], dict]:
+    """The four arrays and the attributes of one room of a prepared (or work) file."""
+    with open_area(path) as f:
+        group = room_group(f, room)
+        return read_fields(group), room_attrs(group)
+
+
+def read_rooms_attrs(path: str | Path) -> dict[str, dict] | None:
+    """Room -> attributes of a prepared (or work) file; ``None`` if it is missing, unreadable or of
+    another schema version (prepare then rebuilds it)."""
+    try:
+        with open_area(path) as f:
+            return {room: room_attrs(f[room]) for room in f}
+    except (SchemaError, OSError, KeyError, ValueError):
+        return None
+
+
+def read_predictions(path: str | Path, room: str) -> np.ndarray:
+    """Predicted labels ``(N,)`` of one room from a predictions file (fold or scan)."""
+    path = Path(path)
+    with h5py.File(path, "r") as f:
+        if room not in f:
+            raise KeyError(f"{path}: no predictions for room {room!r}; rooms are {sorted(f)}")
+        return f[room][PRED][()]
+
+
+def predicted_rooms(path: str | Path) -> set[str]:
+    """The rooms a predictions file holds."""
+    with h5py.File(path, "r") as f:
+        return set(f)
+
+
+def has_predictions(path: str | Path, room: str) -> bool:
+    """Whether ``room`` of the file carries its own ``pred`` array (a scan-predictions file)."""
+    with h5py.File(path, "r") as f:
+        return room in f and PRED in f[room]
+
+
+# --- writing ---------------------------------------------------------------------------------------------
+
+def _attr(value):
+    """An attribute value h5py can store: lists of str become variable-length string arrays."""
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return np.array(value, dtype=_STR)
+    return value
+
+
+def _new_group(parent: h5py.Group, name: str) -> h5py.Group:
+    """A group without HDF5 timestamps (the same content gives the same bytes)."""
+    gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+    gcpl.set_obj_track_times(False)
+    return h5py.Group(h5py.h5g.create(parent.id, name.encode(), gcpl=gcpl))
+
+
+def write_room(parent: h5py.Group, name: str, arrays: dict[str, np.ndarray], attrs: dict) -> None:
+    """Group ``name`` with the four room arrays (cast to the schema dtypes) and its attributes."""
+    group = _new_group(parent, name)
+    for key, (dtype, _) in ROOM_ARRAYS.items():
+        group.create_dataset(key, data=np.ascontiguousarray(arrays[key], dtype=dtype), track_times=False)
+    for key, value in attrs.items():
+        group.attrs[key] = _attr(value)
+
+
+def write_room_file(path: Path, room: str, arrays: dict[str, np.ndarray], attrs: dict) -> None:
+    """A work file holding one room, written atomically."""
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["schema_version"] = SCHEMA_VERSION
+        write_room(f, room, arrays, attrs)
+
+
+def write_area(path: Path, area: str, rooms: Iterable[tuple[str, dict[str, np.ndarray], dict]],
+               max_extent: float = MAX_ROOM_EXTENT) -> None:
+    """``Area_N.h5`` from ``(room, arrays, attrs)`` in the given order, written atomically; ``max_extent``
+    is the room size limit the rooms were validated with (readers check against it)."""
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["schema_version"] = SCHEMA_VERSION
+        f.attrs["area"] = area
+        f.attrs["class_names"] = _attr(list(CLASS_NAMES))
+        f.attrs["max_extent"] = float(max_extent)
+        for room, arrays, attrs in rooms:
+            write_room(f, room, arrays, attrs)
+
+
+def write_predictions(path: Path, area: str, rooms: dict[str, np.ndarray], attrs: dict) -> None:
+    """Fold predictions: group per room (sorted) with ``pred`` uint8 (N,), written atomically."""
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["kind"] = "predictions"
+        f.attrs["area"] = area
+        for key, value in attrs.items():
+            f.attrs[key] = value
+        for room in sorted(rooms):
+            f.create_group(room).create_dataset(PRED, data=rooms[room].astype(np.uint8),
+                                                compression="gzip", compression_opts=1)
+
+
+def write_scan_predictions(path: Path, area: str, room: str, arrays: dict[str, np.ndarray], pred: np.ndarray,
+                           class_names: list[str], source: str, group_attrs: dict) -> None:
+    """A scan's predictions as a one-room area file, written atomically: root attrs ``schema_version``,
+    ``area``, ``class_names``, ``kind = "scan-predictions"``, ``source``; group ``room`` with
+    ``group_attrs``, the four room arrays (already in the schema dtypes) and ``pred`` uint8 ``(N,)``."""
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs.update({"schema_version": SCHEMA_VERSION, "area": area, "class_names": class_names,
+                        "kind": "scan-predictions", "source": source})
+        g = f.create_group(room)
+        g.attrs.update(group_attrs)
+        for key, value in {**{k: arrays[k] for k in ROOM_FIELDS}, PRED: pred.astype(np.uint8)}.items():
+            g.create_dataset(key, data=value, compression="gzip", compression_opts=1)

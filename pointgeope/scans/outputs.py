@@ -1,0 +1,101 @@
+"""The files ``pointgeope predict`` writes for one scan, all in the scan's point order (row ``i`` of every
+file is point ``i`` of the input), each written atomically:
+
+==========  ================================  ===============================================================
+format      file                              content
+==========  ================================  ===============================================================
+npy         ``DIR/<name>_pred.npy``           ``uint8 (N,)`` class per point (``constants.CLASS_NAMES`` order)
+ply         ``DIR/<name>_pred.ply``           binary PLY: ``x y z`` (float, or double where float would round
+                                              them), ``red green blue`` = ``PALETTE[label]``, ``label`` uchar
+las         ``DIR/<name>_pred.las``           LAS 1.2, ``classification`` = label (``las.py``)
+txt         ``DIR/<name>_pred.txt``           ``x y z r g b label`` lines (``text.py``)
+h5          ``DIR/<name>_pred.h5``            one room in the prepared-area layout with its ``pred``: ``pointgeope
+                                              viz DIR/<name>_pred.h5 --mode pred`` shows it
+probs       ``DIR/<name>_probs.npy``          ``float16 (N, C)`` class probabilities, rows sum to 1
+==========  ================================  ===============================================================
+
+``r g b`` of the txt and LAS files is the scan's own colour (the palette colour of the label where the scan
+has none). The h5 file: root attributes ``schema_version``, ``area`` (the name), ``class_names``,
+``kind = "scan-predictions"``; group ``<room>`` (the last part of the name) with ``coord`` float32
+``(N, 3)`` = the scan's coordinates minus the group attribute ``origin`` (float64, the floor of their
+minimum, so that georeferenced coordinates keep their precision), ``color`` uint8 (0 where the scan has
+none), ``label`` uint8 (ground truth, 255 where unknown), ``instance`` int32 (0) and ``pred`` uint8.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pointgeope.atomic import atomic_path
+from pointgeope.constants import IGNORE_LABEL
+from pointgeope.h5 import write_scan_predictions
+from pointgeope.scans.scan import Scan
+
+FORMATS = ("npy", "ply", "las", "txt", "h5")
+DEFAULT_FORMATS = ("npy", "ply")
+
+
+def output_path(out: str | Path, name: str, fmt: str) -> Path:
+    """``DIR/<name>_pred.<fmt>`` (``DIR/<name>_probs.npy`` for ``fmt="probs"``)."""
+    return Path(out) / (f"{name}_probs.npy" if fmt == "probs" else f"{name}_pred.{fmt}")
+
+
+def _coord_properties(coord: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """``x y z`` as float32 where that keeps every value exactly, else float64."""
+    single = coord.astype(np.float32)
+    keep = single if np.array_equal(single, coord) else coord
+    return [(axis, np.ascontiguousarray(keep[:, j])) for j, axis in enumerate("xyz")]
+
+
+def write_h5(path: Path, scan: Scan, pred: np.ndarray, class_names: list[str]) -> None:
+    """The h5 file of the module docstring."""
+    origin = np.floor(scan.coord.min(axis=0))
+    n = len(scan)
+    arrays = {"coord": (scan.coord - origin).astype(np.float32),
+              "color": scan.color if scan.color is not None else np.zeros((n, 3), np.uint8),
+              "label": scan.label if scan.label is not None else np.full(n, IGNORE_LABEL, np.uint8),
+              "instance": np.zeros(n, np.int32)}
+    write_scan_predictions(path, scan.name, scan.name.rsplit("/", 1)[-1], arrays, pred, class_names, scan.source,
+                           {"num_points": n, "origin": origin, "source": scan.source})
+
+
+def write_outputs(out: str | Path, scan: Scan, pred: np.ndarray, formats: tuple[str, ...],
+                  palette: np.ndarray, class_names: list[str], probs: np.ndarray | None = None) -> list[Path]:
+    """Write the files of ``formats`` (and ``probs`` when given) for ``scan``; returns their paths.
+
+    Args:
+        pred: ``(N,)`` class per point; palette: ``uint8 (C, 3)``; probs: ``(N, C)``, rows summing to 1.
+    """
+    from pointgeope.scans.las import write_las
+    from pointgeope.scans.ply import write_vertices
+    from pointgeope.scans.text import write_text
+
+    pred = np.asarray(pred, dtype=np.uint8)
+    colors = palette[pred]
+    own = scan.color if scan.color is not None else colors
+    written = []
+    for fmt in formats:
+        path = output_path(out, scan.name, fmt)
+        if fmt == "npy":
+            with atomic_path(path) as tmp:
+                np.save(tmp, pred)
+        elif fmt == "ply":
+            write_vertices(path, _coord_properties(scan.coord) +
+                           [(c, colors[:, j]) for j, c in enumerate(("red", "green", "blue"))] + [("label", pred)],
+                           comment=f"pointgeope predict of {scan.source}")
+        elif fmt == "las":
+            write_las(path, scan, own, pred, class_names)
+        elif fmt == "txt":
+            write_text(path, scan.coord, own, pred)
+        elif fmt == "h5":
+            write_h5(path, scan, pred, class_names)
+        else:
+            raise ValueError(f"expected output formats from {', '.join(FORMATS)}, got {fmt!r}")
+        written.append(path)
+    if probs is not None:
+        path = output_path(out, scan.name, "probs")
+        with atomic_path(path) as tmp:
+            np.save(tmp, probs.astype(np.float16))
+        written.append(path)
+    return written

@@ -1,0 +1,137 @@
+"""PLY point clouds: a reader for ascii and binary files, and the binary writer every PLY export uses.
+
+Reading (``read_ply``): the header names the format (``ascii``, ``binary_little_endian`` or
+``binary_big_endian``) and the elements; the ``vertex`` element must hold ``x y z`` and may hold a colour
+as ``red green blue`` (or ``r g b``, ``diffuse_red ...``) of any numeric type: ``uchar`` 0..255, ``ushort``
+0..65535 (divided by 257) or ``float``/``double`` 0..1. Elements before ``vertex`` are skipped (fixed-size
+ones only in binary files); faces after it are ignored. A file shorter than its header says is an error::
+
+    ply
+    format binary_little_endian 1.0
+    element vertex 3                  -> 3 records of (x, y, z, red, green, blue)
+    property float x ...
+    property uchar red ...
+    end_header
+    <3 x 15 bytes>
+
+Writing (``write_vertices``): one ``vertex`` element, binary little endian, the given properties in order,
+written atomically (``pointgeope.atomic``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pointgeope.atomic import atomic_open
+from pointgeope.scans.scan import Scan, ScanError, color_to_uint8
+
+TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
+         "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4",
+         "float": "f4", "float32": "f4", "double": "f8", "float64": "f8"}
+PLY_NAMES = {"i1": "char", "u1": "uchar", "i2": "short", "u2": "ushort", "i4": "int", "u4": "uint",
+             "f4": "float", "f8": "double"}
+COLOR_NAMES = (("red", "green", "blue"), ("r", "g", "b"), ("diffuse_red", "diffuse_green", "diffuse_blue"))
+
+
+def _header(f, path: Path) -> tuple[str, list[tuple[str, int, list[tuple[str, str]]]], int]:
+    """``(format, [(element, count, [(property, numpy type)])], header length in bytes)``."""
+    if f.readline().strip() != b"ply":
+        raise ScanError(f"{path}: not a PLY file (expected 'ply' on the first line)")
+    fmt, elements = None, []
+    for number, raw in enumerate(iter(f.readline, b""), start=2):
+        words = raw.decode("ascii", errors="replace").split()
+        if not words or words[0] in ("comment", "obj_info"):
+            continue
+        if words[0] == "end_header":
+            if fmt is None:
+                raise ScanError(f"{path}: PLY header without a 'format' line")
+            return fmt, elements, f.tell()
+        if words[0] == "format" and len(words) == 3:
+            fmt = words[1]
+        elif words[0] == "element" and len(words) == 3 and words[2].isdigit():
+            elements.append((words[1], int(words[2]), []))
+        elif words[0] == "property" and elements and len(words) == 3 and words[1] in TYPES:
+            elements[-1][2].append((words[2], TYPES[words[1]]))
+        elif words[0] == "property" and elements and len(words) == 5 and words[1] == "list":
+            elements[-1][2].append((words[4], "list"))
+        else:
+            raise ScanError(f"{path}:{number}: unexpected PLY header line {raw.strip()[:80]!r}")
+    raise ScanError(f"{path}: truncated PLY header (no 'end_header')")
+
+
+def _vertex_records(path: Path) -> np.ndarray:
+    """The ``vertex`` element as a structured array (one field per property)."""
+    with open(path, "rb") as f:
+        fmt, elements, offset = _header(f, path)
+        names = [e[0] for e in elements]
+        if "vertex" not in names:
+            raise ScanError(f"{path}: PLY file without a 'vertex' element (elements: {', '.join(names)})")
+        before, (_, count, props) = elements[:names.index("vertex")], elements[names.index("vertex")]
+        if any(t == "list" for e in before + [(None, 0, props)] for _, t in e[2]):
+            raise ScanError(f"{path}: list properties in or before the PLY 'vertex' element are not supported")
+        if fmt == "ascii":
+            for _ in range(sum(e[1] for e in before)):
+                f.readline()
+            try:
+                rows = np.loadtxt(f, dtype=np.float64, max_rows=count, ndmin=2) if count else np.zeros((0, len(props)))
+            except ValueError as err:
+                raise ScanError(f"{path}: unreadable ascii PLY vertex ({err})") from None
+            if rows.shape[0] != count or rows.shape[1] < len(props):
+                raise ScanError(f"{path}: truncated PLY: the header promises {count:,} vertices of "
+                                f"{len(props)} values, the file holds {rows.shape[0]:,}")
+            out = np.empty(count, dtype=[(n, t) for n, t in props])  # the declared types, as in binary
+            for j, (name, _) in enumerate(props):
+                out[name] = rows[:, j]
+            return out
+        if fmt not in ("binary_little_endian", "binary_big_endian"):
+            raise ScanError(f"{path}: unknown PLY format {fmt!r}; expected ascii or binary_*_endian")
+        end = "<" if fmt == "binary_little_endian" else ">"
+        skip = sum(e[1] * np.dtype([(n, end + t) for n, t in e[2]]).itemsize for e in before)
+        dtype = np.dtype([(n, end + t) for n, t in props])
+        size = path.stat().st_size - offset - skip
+        if size < count * dtype.itemsize:
+            raise ScanError(f"{path}: truncated PLY: the header promises {count:,} vertices "
+                            f"({count * dtype.itemsize:,} bytes), the file holds {max(size, 0):,} bytes")
+        return np.fromfile(f, dtype=dtype, count=count, offset=skip)
+
+
+def read_ply(path: str | Path, name: str | None = None) -> Scan:
+    """A :class:`Scan` of the PLY file's vertices, in file order (see the module docstring)."""
+    path = Path(path)
+    rec = _vertex_records(path)
+    fields = rec.dtype.names
+    if not {"x", "y", "z"} <= set(fields):
+        raise ScanError(f"{path}: PLY vertices without x y z (properties: {', '.join(fields)})")
+    coord = np.stack([rec["x"], rec["y"], rec["z"]], axis=1).astype(np.float64)
+    color = None
+    names = next((c for c in COLOR_NAMES if set(c) <= set(fields)), None)
+    if names is not None:
+        values = np.stack([rec[c] for c in names], axis=1)
+        unit = True if rec.dtype[names[0]].kind == "f" else None
+        color = color_to_uint8(values, str(path), unit_float=unit)
+    return Scan(name or path.stem, str(path), coord, color)
+
+
+def write_vertices(path: str | Path, properties: list[tuple[str, np.ndarray]],
+                   comment: str = "written by pointgeope") -> Path:
+    """Write ``properties`` (``(name, (N,) array)``, in order) as a binary little-endian PLY ``vertex``
+    element; each keeps its dtype (one of :data:`PLY_NAMES`). Atomic."""
+    path = Path(path)
+    n = len(properties[0][1])
+    fields = []
+    for name, arr in properties:
+        arr = np.asarray(arr)
+        key = arr.dtype.str.lstrip("<>|=")
+        if arr.shape != (n,) or key not in PLY_NAMES:
+            raise ValueError(f"expected {name} of shape ({n},) and a PLY type, got {arr.dtype} {arr.shape}")
+        fields.append((name, "<" + key if arr.dtype.itemsize > 1 else key))
+    records = np.empty(n, dtype=np.dtype(fields))
+    for name, arr in properties:
+        records[name] = arr
+    header = ["ply", "format binary_little_endian 1.0", f"comment {comment}", f"element vertex {n}"] + \
+        [f"property {PLY_NAMES[t.lstrip('<')]} {name}" for name, t in fields] + ["end_header"]
+    with atomic_open(path, "wb") as f:
+        f.write(("\n".join(header) + "\n").encode("ascii"))
+        f.write(records.tobytes())
+    return path

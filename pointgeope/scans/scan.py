@@ -1,0 +1,90 @@
+"""A user's scan as read from a file, its error type, and the checks every reader applies.
+
+A :class:`Scan` keeps the points in the file's order (the outputs of ``pointgeope predict`` follow it
+point for point) and the coordinates in the file's unit and precision (float64): the network sees them
+shifted (and scaled with ``--scale``), but every written file repeats them as they came.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pointgeope.errors import UserError
+
+
+class ScanError(UserError, ValueError):
+    """An input scan that cannot be read or predicted; the message names the file and says what to do."""
+
+
+@dataclass
+class Scan:
+    """One point cloud to predict.
+
+    Attributes:
+        name: the stem of its outputs, ``"office"`` for ``office.ply``, ``"Area_1/office_1"`` for a room
+            of a prepared ``Area_1.h5``.
+        source: where it came from, for messages (``path`` or ``path:room``).
+        coord: ``float64 (N, 3)`` in the file's unit and order.
+        color: ``uint8 (N, 3)``, or ``None`` when the file has no colour.
+        label: ``uint8 (N,)`` ground truth where the input carries one (prepared rooms, raw S3DIS), else ``None``.
+        meta: format details a writer may reuse (``las_scales``, ``las_offsets`` of a LAS input).
+    """
+
+    name: str
+    source: str
+    coord: np.ndarray
+    color: np.ndarray | None = None
+    label: np.ndarray | None = None
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.coord.shape[0])
+
+
+def checked_scan(scan: Scan) -> Scan:
+    """``scan`` after checking shapes, that it has points and that every coordinate is finite."""
+    n = scan.coord.shape[0] if scan.coord.ndim == 2 else -1
+    if scan.coord.ndim != 2 or scan.coord.shape[1] != 3:
+        raise ScanError(f"{scan.source}: expected coordinates of shape (N, 3), got {scan.coord.shape}")
+    if n == 0:
+        raise ScanError(f"{scan.source}: expected points, found none (empty scan)")
+    bad = ~np.isfinite(scan.coord).all(axis=1)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise ScanError(f"{scan.source}: {int(bad.sum()):,} point(s) have NaN or infinite coordinates "
+                        f"(the first is point {first}: {scan.coord[first].tolist()}); remove them from the file")
+    for key, shape in (("color", (n, 3)), ("label", (n,))):
+        value = getattr(scan, key)
+        if value is not None and (value.shape != shape or value.dtype != np.uint8):
+            raise ScanError(f"{scan.source}: expected {key} uint8 of shape {shape}, got {value.dtype} {value.shape}")
+    return scan
+
+
+def color_to_uint8(values: np.ndarray, source: str, unit_float: bool | None = None) -> np.ndarray:
+    """Colours ``(N, 3)`` of any common range as ``uint8``.
+
+    - 0..255 (8 bit): as they are (rounded);
+    - above 255, up to 65535 (16 bit, LAS and some PLY): ``round(c / 257)`` (65535 -> 255, exact inverse
+      of the ``c * 257`` that 8-bit writers use);
+    - floats 0..1 (``unit_float=True``, or ``None`` and some value is not a whole number): ``round(255 c)``.
+
+    Raises ScanError for negative, non-finite or larger values.
+    """
+    values = np.asarray(values)
+    if values.size == 0:
+        return np.zeros(values.shape, dtype=np.uint8)
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+        raise ScanError(f"{source}: colour values are NaN or infinite; expected 0..255, 0..65535 or 0..1")
+    lo, hi = float(values.min()), float(values.max())
+    if lo < 0 or hi > 65535:
+        raise ScanError(f"{source}: colour values from {lo:g} to {hi:g}; expected 0..255, 0..65535 or 0..1")
+    if unit_float is None:
+        unit_float = values.dtype.kind == "f" and hi <= 1.0 and bool((values != np.round(values)).any())
+    if unit_float:
+        if hi > 1.0:
+            raise ScanError(f"{source}: float colour values up to {hi:g}; expected 0..1")
+        return np.rint(values * 255.0).astype(np.uint8)
+    if hi > 255:
+        return np.rint(values / 257.0).astype(np.uint8)
+    return np.rint(values).astype(np.uint8)

@@ -1,0 +1,159 @@
+"""Which scans the inputs of ``pointgeope predict`` name, and reading each one.
+
+An input is, by what it is:
+
+=================================  ====================================================================
+``*.ply``                          PLY, ascii or binary (``ply.py``)
+``*.las`` ``*.laz``                LAS / LAZ through laspy (``las.py``)
+``*.txt .xyz .pts .csv``           ``x y z [r g b ...]`` text (``text.py``)
+``*.npy``                          ``(N, 3)`` or ``(N, 6)`` numbers, ``x y z [r g b]``
+``Area_N.h5`` (prepared)           every room of it, named ``Area_N/<room>`` (with its ground truth)
+a raw S3DIS room folder            ``<room>/Annotations/*.txt`` parsed as ``pointgeope prepare`` does, in
+                                   the same point order (with its ground truth), named ``<room>``
+any other folder                   its files of the kinds above (named by their stem) and its raw room
+                                   sub-folders (named ``<folder>/<room>``, e.g. ``Area_1/office_1``)
+=================================  ====================================================================
+
+:func:`find_scans` only lists (cheap); :func:`read_scan` reads one scan at a time, so a call over many
+large files holds one of them in memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pointgeope.scans.las import EXTENSIONS as LAS_EXTENSIONS
+from pointgeope.scans.scan import Scan, ScanError, checked_scan, color_to_uint8
+from pointgeope.scans.text import EXTENSIONS as TEXT_EXTENSIONS
+
+KINDS = {".ply": "ply", ".npy": "npy", ".h5": "h5", **{e: "las" for e in LAS_EXTENSIONS},
+         **{e: "text" for e in TEXT_EXTENSIONS}}
+
+
+@dataclass(frozen=True)
+class ScanRef:
+    """One scan to read: ``kind`` of :data:`KINDS` (or ``"raw"``), the room of an ``h5`` file, the
+    name of its outputs."""
+
+    path: Path
+    kind: str
+    name: str
+    room: str | None = None
+
+    @property
+    def source(self) -> str:
+        return f"{self.path}:{self.room}" if self.room else str(self.path)
+
+
+def _is_raw_room(folder: Path) -> bool:
+    return (folder / "Annotations").is_dir()
+
+
+def _refs_of_file(path: Path) -> list[ScanRef]:
+    kind = KINDS.get(path.suffix.lower())
+    if kind is None:
+        raise ScanError(f"{path}: unknown extension {path.suffix!r}; expected one of "
+                        f"{', '.join(sorted(KINDS))}, a raw S3DIS room folder or a folder of such files")
+    if kind != "h5":
+        return [ScanRef(path, kind, path.stem)]
+    from pointgeope.h5 import list_rooms
+
+    try:
+        rooms = list_rooms(path)
+    except (OSError, ValueError, KeyError) as err:
+        raise ScanError(f"{path}: expected a prepared area file (pointgeope prepare): {err}") from None
+    return [ScanRef(path, "h5", f"{path.stem}/{room}", room) for room in rooms]
+
+
+def _refs_of_folder(folder: Path, errors: list[str]) -> list[ScanRef]:
+    if _is_raw_room(folder):
+        return [ScanRef(folder, "raw", folder.name)]
+    entries = sorted(folder.iterdir())
+    refs = [ScanRef(p, "raw", f"{folder.name}/{p.name}") for p in entries if p.is_dir() and _is_raw_room(p)]
+    files = [p for p in entries if p.is_file() and p.suffix.lower() in KINDS]
+    for path in files:
+        try:
+            refs += _refs_of_file(path)
+        except ScanError as err:
+            errors.append(str(err))
+    if not refs and not files:
+        raise ScanError(f"{folder}: a folder without scans (expected files {', '.join(sorted(KINDS))} "
+                        "or raw S3DIS rooms with Annotations/)")
+    return refs
+
+
+def find_scans(inputs: list[str | Path]) -> tuple[list[ScanRef], list[str]]:
+    """``(scans, errors)``: every scan the inputs name, in order, and one message per input that names
+    none (missing, unknown extension, unreadable area file, folder without scans)."""
+    refs: list[ScanRef] = []
+    errors: list[str] = []
+    for item in map(Path, inputs):
+        try:
+            if item.is_dir():
+                refs += _refs_of_folder(item, errors)
+            elif item.is_file():
+                refs += _refs_of_file(item)
+            else:
+                raise ScanError(f"{item}: expected a scan file or folder, found nothing")
+        except ScanError as err:
+            errors.append(str(err))
+    return refs, errors
+
+
+def _read_npy(path: Path, name: str) -> Scan:
+    try:
+        values = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise ScanError(f"{path}: not a readable .npy array ({err})") from None
+    if values.ndim != 2 or values.shape[1] not in (3, 6) or values.dtype.kind not in "iuf":
+        raise ScanError(f"{path}: expected a numeric array of shape (N, 3) or (N, 6) (x y z [r g b]), "
+                        f"got {values.dtype} {values.shape}")
+    color = color_to_uint8(values[:, 3:6], str(path)) if values.shape[1] == 6 else None
+    return Scan(name, str(path), values[:, :3].astype(np.float64), color)
+
+
+def _read_h5_room(ref: ScanRef) -> Scan:
+    from pointgeope.h5 import read_room
+
+    data = read_room(ref.path, ref.room, fields=("coord", "color", "label"))
+    return Scan(ref.name, ref.source, data["coord"].astype(np.float64), data["color"].astype(np.uint8),
+                data["label"].astype(np.uint8))
+
+
+def _read_raw_room(ref: ScanRef) -> Scan:
+    """The annotation files of a raw room, parsed and ordered as ``pointgeope prepare`` does."""
+    from data_prep.room import load_room
+    from data_prep.source import Entry, FolderSource, Room, object_key
+
+    files = sorted((p for p in (ref.path / "Annotations").iterdir()
+                    if p.is_file() and p.suffix.lower() == ".txt" and not p.name.startswith(".")),
+                   key=lambda p: object_key(p.name))
+    if not files:
+        raise ScanError(f"{ref.path}: expected Annotations/<class>_<k>.txt files (x y z r g b), found none")
+    entries = tuple(Entry(f"Annotations/{p.name}", p.stat().st_size) for p in files)
+    room = load_room(FolderSource(ref.path), Room(ref.path.parent.name, ref.name, ".", entries, str(ref.path)))
+    a = room.arrays
+    return Scan(ref.name, ref.source, a["coord"].astype(np.float64), a["color"], a["label"],
+                meta={"notes": room.messages})
+
+
+def read_scan(ref: ScanRef) -> Scan:
+    """Read and check one scan (:func:`~pointgeope.scans.scan.checked_scan`); every failure is a ScanError."""
+    from pointgeope.scans.las import read_las
+    from pointgeope.scans.ply import read_ply
+    from pointgeope.scans.text import read_text
+
+    try:
+        if ref.kind == "raw":
+            scan = _read_raw_room(ref)
+        elif ref.kind == "h5":
+            scan = _read_h5_room(ref)
+        elif ref.kind == "npy":
+            scan = _read_npy(ref.path, ref.name)
+        else:
+            scan = {"ply": read_ply, "las": read_las, "text": read_text}[ref.kind](ref.path, ref.name)
+    except OSError as err:
+        raise ScanError(f"{ref.source}: cannot read it ({err.strerror or err})") from None
+    return checked_scan(scan)

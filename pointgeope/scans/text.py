@@ -1,0 +1,88 @@
+"""Point clouds as text: one point per line, ``x y z [r g b ...]`` (S3DIS style), spaces, tabs or commas.
+
+Reading (``read_text``, for ``.txt .xyz .pts .csv``):
+
+- the separator is a comma in ``.csv`` files and in any file whose first data line has one, else white space;
+- leading lines that are not all numbers (a CSV header ``x,y,z,r,g,b``) are skipped, and so is the point
+  count on the first line of a ``.pts`` file; ``#`` starts a comment;
+- columns: ``x y z`` then, with 6 or more columns, ``r g b`` in columns 4-6 (0..255, 0..65535 or 0..1,
+  see ``scan.color_to_uint8``); 3 to 5 columns have no colour. Leica ``.pts`` files with 7 columns are
+  ``x y z intensity r g b``: their colour is columns 5-7.
+
+Writing (``write_text``): ``x y z r g b label`` per line, coordinates with 6 decimals (``%.6f``).
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from pointgeope.atomic import atomic_open
+from pointgeope.scans.scan import Scan, ScanError, color_to_uint8
+
+EXTENSIONS = (".txt", ".xyz", ".pts", ".csv")
+_CHUNK = 1 << 20  # lines written per np.savetxt call
+
+
+def _is_numeric(tokens: list[str]) -> bool:
+    try:
+        [float(t) for t in tokens]
+    except ValueError:
+        return False
+    return bool(tokens)
+
+
+def _layout(path: Path) -> tuple[str | None, int]:
+    """``(delimiter, number of lines before the first data line)`` from the first lines of the file."""
+    first: list[tuple[int, str]] = []  # (line index, text) of the first non-blank, non-comment lines
+    with open(path, "r", encoding="utf-8", errors="replace") as f:
+        for index, line in enumerate(f):
+            if line.strip() and not line.lstrip().startswith("#"):
+                first.append((index, line))
+            if len(first) == 3:
+                break
+    comma = path.suffix.lower() == ".csv" or any("," in line for _, line in first[:2])
+
+    def tokens(line: str) -> list[str]:
+        return [t.strip() for t in line.split(",")] if comma else line.split()
+
+    k = 0
+    while k < len(first) and not _is_numeric(tokens(first[k][1])):
+        k += 1  # a header of names
+    if path.suffix.lower() == ".pts" and k < len(first) - 1 and len(tokens(first[k][1])) == 1:
+        k += 1  # the point count of a Leica .pts file
+    return ("," if comma else None), (first[k][0] if k < len(first) else 0)
+
+
+def read_text(path: str | Path, name: str | None = None) -> Scan:
+    """A :class:`Scan` of a text point cloud, in line order (see the module docstring)."""
+    path = Path(path)
+    delimiter, skip = _layout(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "input contained no data": checked below
+            rows = np.loadtxt(path, dtype=np.float64, delimiter=delimiter, comments="#", skiprows=skip, ndmin=2)
+    except ValueError as err:
+        reason = str(err).split(";")[0]  # numpy's advice after ';' (usecols) does not apply here
+        raise ScanError(f"{path}: expected lines of numbers 'x y z [r g b ...]' ({reason}, counting data "
+                        f"rows after {skip} header line(s))") from None
+    if rows.shape[0] == 0:
+        raise ScanError(f"{path}: expected points, found none (empty file)")
+    if rows.shape[1] < 3:
+        raise ScanError(f"{path}: expected at least 3 columns (x y z), got {rows.shape[1]}")
+    coord = np.ascontiguousarray(rows[:, :3])
+    first = 4 if path.suffix.lower() == ".pts" and rows.shape[1] == 7 else 3
+    color = color_to_uint8(rows[:, first:first + 3], str(path)) if rows.shape[1] >= 6 else None
+    return Scan(name or path.stem, str(path), coord, color)
+
+
+def write_text(path: str | Path, coord: np.ndarray, color: np.ndarray, label: np.ndarray) -> Path:
+    """``x y z r g b label`` lines (``%.6f`` coordinates, integer colour and label), atomically."""
+    n = coord.shape[0]
+    with atomic_open(path, "w") as f:
+        for start in range(0, n, _CHUNK):
+            stop = min(start + _CHUNK, n)
+            block = np.concatenate([coord[start:stop], color[start:stop], label[start:stop, None]], axis=1)
+            np.savetxt(f, block, fmt="%.6f %.6f %.6f %d %d %d %d")
+    return Path(path)

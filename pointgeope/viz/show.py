@@ -1,0 +1,91 @@
+"""What ``pointgeope viz`` does (its options: ``pointgeope/commands/viz.py``): list the rooms of an area
+file with their scores, or show one room coloured by RGB, ground truth, prediction or error, in a window,
+a screenshot or a PLY file.
+"""
+from __future__ import annotations
+
+from pointgeope.viz.colors import MODES
+
+
+def list_rooms(area: str, pred_path: str | None = None) -> int:
+    """``pointgeope viz AREA --list``: the rooms of ``area`` with their point counts, and with
+    ``pred_path`` their mIoU (worst first)."""
+    import numpy as np
+
+    from pointgeope.h5 import list_rooms as room_counts, predicted_rooms, read_labels, read_predictions
+    from pointgeope.viz.legend import room_scores, room_table
+
+    counts = room_counts(area)
+    miou = None
+    if pred_path:
+        predicted = predicted_rooms(pred_path)
+        miou = {}
+        for room in counts:
+            if room not in predicted:
+                continue
+            label = read_labels(area, room)
+            pred = np.asarray(read_predictions(pred_path, room))
+            if pred.shape != label.shape:
+                raise ValueError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, "
+                                 f"expected {label.shape} to match {area}")
+            miou[room] = room_scores(label, pred)["miou"]
+        missing = len(counts) - len(miou)
+        if missing:
+            print(f"note: {missing} room(s) have no predictions in {pred_path}")
+    print("\n".join(room_table(counts, miou)))
+    return 0
+
+
+def show_room(args) -> int:
+    """``pointgeope viz AREA --room ROOM``: one room in a window, or its screenshot or PLY; ``args`` holds
+    the options of ``pointgeope/commands/viz.py``."""
+    from pointgeope.h5 import list_rooms as room_counts
+    from pointgeope.viz.camera import fit_camera
+    from pointgeope.viz.colors import colorize
+    from pointgeope.viz.legend import key_help_lines, legend_lines, use_ansi
+    from pointgeope.viz.scene import load_room, prepare_view
+    from pointgeope.viz.select import parse_class_names
+
+    rooms = list(room_counts(args.area))
+    if args.room is None and len(rooms) != 1:
+        raise ValueError(f"expected --room ROOM or --list; rooms in {args.area}: {', '.join(rooms)}")
+    mode = args.mode or "gt"
+    if args.voxel is not None and not args.voxel > 0:
+        raise ValueError(f"expected --voxel > 0 metres, got {args.voxel}")
+    hidden = parse_class_names(args.hide)
+    room = load_room(args.area, args.room or rooms[0], args.pred)
+    if mode in ("pred", "error") and room.pred is None:
+        raise ValueError(f"--mode {mode} needs --pred RUN/area_N/predictions/Area_N.h5 (or a file of "
+                         "pointgeope predict --format h5)")
+    ansi = use_ansi()
+    print("\n".join(legend_lines(room.label, room.pred, ansi=ansi,
+                                 title=f"{args.area} / {room.name}: {len(room):,} points")))
+    view = prepare_view(room, hidden, args.voxel, args.max_points)
+    for note in view.notes:
+        print(f"note: {note}")
+    if len(view) == 0:
+        raise ValueError("no point left to draw (all hidden?)")
+    if not view.color.any():
+        print("note: this room has no colour (every point is 0 0 0): rgb mode draws it black")
+    camera = fit_camera(view.coord, args.width, args.height, args.elevation, args.azimuth)
+    if args.ply:
+        from pointgeope.viz.ply import write_ply
+
+        write_ply(args.ply, view.coord, colorize(mode, view.color, view.label, view.pred), view.label, view.pred)
+        print(f"wrote {args.ply}: {len(view):,} points coloured by {mode}")
+    if args.screenshot:
+        from pointgeope.viz.render import render_image, save_image
+
+        image = render_image(view.coord, colorize(mode, view.color, view.label, view.pred), camera,
+                             args.point_size)
+        save_image(image, args.screenshot)
+        print(f"wrote {args.screenshot}: {args.width}x{args.height}, coloured by {mode}")
+    if args.ply or args.screenshot:
+        return 0
+    from pointgeope.viz.render import show
+
+    modes = [m for m in MODES if view.pred is not None or m in ("rgb", "gt")]
+    colors = {m: colorize(m, view.color, view.label, view.pred) for m in modes}
+    print("\n".join(key_help_lines(view.pred is not None, ansi)))
+    show(view.coord, colors, mode, camera, args.point_size, title=f"pointgeope: {room.name}")
+    return 0

@@ -1,0 +1,74 @@
+"""pointgeope/data/check.py: every defect of a prepared area file is refused with the file and room named."""
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from pointgeope.checksum import file_checksum
+from pointgeope.data.check import check_area, check_areas
+from pointgeope.h5 import SchemaError, write_area
+
+
+def _room(n=5, shift=0.0):
+    rng = np.random.default_rng(n)
+    return {"coord": rng.random((n, 3)) * 4 + shift, "color": rng.integers(0, 256, (n, 3)),
+            "label": np.arange(n) % 13, "instance": np.zeros(n)}
+
+
+def _area(path, rooms, max_extent=1000.0):
+    write_area(path, path.stem, [(name, arrays, {"num_points": len(arrays["label"])}) for name, arrays in rooms.items()],
+               max_extent)
+    return path
+
+
+def test_a_good_file_passes_with_its_rooms(tmp_path):
+    path = _area(tmp_path / "Area_1.h5", {"office_1": _room(5), "office_2": _room(7)})
+    assert check_area(path) == {"office_1": 5, "office_2": 7}
+    assert check_area(path, file_checksum(path)) == {"office_1": 5, "office_2": 7}
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r["coord"].__setitem__((1, 2), np.inf), r"room 'bad': 1 point\(s\) with a non-finite coordinate"),
+    (lambda r: r["coord"].__setitem__((0, 0), 5000.0 + r["coord"][:, 0].min()), "room 'bad': spans 5000 m, more than the 1000 m it was prepared with"),
+    (lambda r: r["label"].__setitem__(0, 13), "room 'bad': label 13 found, expected labels below 13"),
+    (lambda r: [r.__setitem__(k, r[k][:0]) for k in list(r)], "room 'bad': holds no point"),
+    (lambda r: r.__setitem__("color", r["color"][:3]), r"room 'bad': expected color uint8 of shape \(5, 3\), got uint8 \(3, 3\)"),
+])
+def test_a_malformed_room_is_named(tmp_path, edit, message):
+    bad = _room(5)
+    edit(bad)
+    path = _area(tmp_path / "Area_3.h5", {"good": _room(4), "bad": bad})
+    with pytest.raises(SchemaError, match=f"^{tmp_path / 'Area_3.h5'}: {message}; run `pointgeope prepare` again$"):
+        check_area(path)
+
+
+def test_truncated_damaged_or_missing_files_are_named(tmp_path):
+    path = _area(tmp_path / "Area_2.h5", {"office_1": _room(500)})
+    good = path.read_bytes()
+    path.write_bytes(good[: len(good) // 2])
+    with pytest.raises(SchemaError, match=f"^{path}: not a readable HDF5 file .*truncated or corrupt"):
+        check_area(path)
+    path.write_bytes(good)
+    checksum = file_checksum(path)
+    damaged = bytearray(good)
+    damaged[-100] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(SchemaError, match=f"^{path}: does not match its checksum in manifest.json"):
+        check_area(path, checksum)
+    with pytest.raises(SchemaError, match=f"expected a prepared area file, found nothing at {tmp_path / 'Area_9.h5'}"):
+        check_area(tmp_path / "Area_9.h5")
+
+
+def test_check_areas_uses_the_manifest_checksums(tmp_path):
+    a1 = _area(tmp_path / "Area_1.h5", {"r": _room(5)})
+    _area(tmp_path / "Area_2.h5", {"r": _room(6)})
+    assert check_areas(tmp_path, ["Area_1", "Area_2"]) == {"Area_1": {"r": 5}, "Area_2": {"r": 6}}  # no manifest
+    (tmp_path / "manifest.json").write_text(json.dumps({"checksums": {"Area_1": file_checksum(a1),
+                                                                      "Area_2": "sha256:0"}}))
+    with pytest.raises(SchemaError, match="Area_2.h5: does not match its checksum"):
+        check_areas(tmp_path, ["Area_1", "Area_2"])
+    with h5py.File(a1, "r") as f:  # the prepared limit is stored with the file
+        assert f.attrs["max_extent"] == 1000.0

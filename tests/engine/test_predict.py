@@ -1,0 +1,223 @@
+"""Tests of pointgeope/engine/predict.py and `pointgeope predict`: labels equal to evaluate's for the same
+room and seed, input order kept through every input format, bad inputs reported while the others are
+predicted, the colour and unit checks, probabilities, geometry-only models and a 2M-point scan."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pointgeope.cli import main as cli
+from pointgeope.h5 import list_rooms, read_predictions, read_room
+from pointgeope.engine.checkpoint import prediction_metadata
+from pointgeope.engine.config import config_to_dict, load_config
+from pointgeope.constants import PALETTE
+from pointgeope.engine.predict import (Predictor, PredictError, load_predictor, predict_scan,
+                                       vote_probabilities)
+from pointgeope.scans.scan import Scan
+from pointgeope.scans.sources import ScanRef, read_scan
+from tests.engine.conftest import train_fold
+from tests.engine.test_evaluate import ColourClassifier, expected_class
+
+
+def colour_predictor(voxel_max=300, batch_points=2000) -> Predictor:
+    """A Predictor whose "network" labels each point by its own red channel (test_evaluate's
+    ColourClassifier): a label that lands on another point than its own shows as a wrong class."""
+    cfg = load_config(None, ["data.grid_size=0.1", f"data.voxel_max={voxel_max}",
+                             f"eval.batch_points={batch_points}", "train.amp=none"])
+    info = prediction_metadata(config_to_dict(cfg))
+    return Predictor(ColourClassifier(), cfg, info, torch.device("cpu"), "colour.pt")
+
+
+# --- agreement with evaluate ---------------------------------------------------------------------------------
+
+def test_labels_equal_evaluate_for_prepared_and_raw_rooms(tiny_run, two_folds, tiny_root, tmp_path):
+    evaluated = tiny_run / "predictions" / "Area_1.h5"
+    raw = tiny_root.parent / "raw" / "Area_1"
+    rooms = list(list_rooms(two_folds / "Area_1.h5"))
+    assert cli(["predict", str(tiny_run), str(two_folds / "Area_1.h5"), *map(str, (raw / r for r in rooms)),
+                "--out", str(tmp_path)]) == 0
+    for room in rooms:
+        expected = read_predictions(evaluated, room)
+        np.testing.assert_array_equal(np.load(tmp_path / "Area_1" / f"{room}_pred.npy"), expected)
+        np.testing.assert_array_equal(np.load(tmp_path / f"{room}_pred.npy"), expected)  # raw room folder
+        assert len(np.unique(expected)) >= 1 and expected.shape == (list_rooms(two_folds / "Area_1.h5")[room],)
+
+
+# --- input order through every format ------------------------------------------------------------------------
+
+def write_scan(path, coord, color):
+    """``coord``/``color`` written by another library than pointgeope: Open3D, laspy or numpy."""
+    if path.suffix == ".ply":
+        import open3d as o3d
+
+        pcd = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(coord))
+        pcd.colors = o3d.utility.Vector3dVector(color / 255.0)
+        o3d.io.write_point_cloud(str(path), pcd)
+    elif path.suffix == ".las":
+        laspy = pytest.importorskip("laspy")
+        las = laspy.LasData(laspy.LasHeader(point_format=2, version="1.2"))
+        las.header.scales, las.header.offsets = np.full(3, 0.001), np.zeros(3)
+        las.x, las.y, las.z = coord.T
+        las.red, las.green, las.blue = (color.astype(np.uint16) * 257).T
+        las.write(path)
+    elif path.suffix == ".npy":
+        np.save(path, np.c_[coord, color])
+    else:
+        np.savetxt(path, np.c_[coord, color], fmt="%.3f,%.3f,%.3f,%d,%d,%d" if path.suffix == ".csv"
+                   else "%.3f %.3f %.3f %d %d %d")
+
+
+@pytest.mark.parametrize("suffix", [".ply", ".las", ".txt", ".csv", ".npy"])
+def test_every_input_format_keeps_the_input_order(tmp_path, suffix):
+    rng = np.random.default_rng(7)
+    n = 2500
+    coord = np.round(rng.random((n, 3)) * [4.0, 3.0, 2.5], 3)
+    coord[: n // 50] = coord[0]  # a clump of 50: 50 fragments, points far from their file position
+    color = rng.integers(0, 256, (n, 3)).astype(np.uint8)
+    write_scan(tmp_path / f"scan{suffix}", coord, color)
+    scan = read_scan(ScanRef(tmp_path / f"scan{suffix}", suffix.strip(".").replace("txt", "text")
+                             .replace("csv", "text"), "scan"))
+    pred, scores, votes = predict_scan(colour_predictor(), scan)
+    assert (votes >= 1).all() and (votes > 1).any()   # crops overlap: several predictions were voted
+    np.testing.assert_array_equal(pred, expected_class(color))
+
+
+# --- probabilities -------------------------------------------------------------------------------------------
+
+def test_vote_probabilities_of_summed_softmax_and_of_summed_logits():
+    rng = np.random.default_rng(0)
+    votes = rng.integers(1, 4, 50)
+    logits = [rng.normal(size=(50, 13)) * 3 for _ in range(3)]
+    summed = sum(z * (votes > k)[:, None] for k, z in enumerate(logits))   # point i voted votes[i] times
+    mean_logit = summed / votes[:, None]
+    expected = torch.softmax(torch.from_numpy(mean_logit), 1).numpy()
+    probs = vote_probabilities(summed.astype(np.float32), votes, "logits", chunk=7)
+    assert probs.dtype == np.float16 and probs.shape == (50, 13)
+    np.testing.assert_allclose(probs, expected, atol=1e-3)
+    softmaxes = [torch.softmax(torch.from_numpy(z), 1).numpy() for z in logits]
+    summed_p = sum(p * (votes > k)[:, None] for k, p in enumerate(softmaxes))
+    np.testing.assert_allclose(vote_probabilities(summed_p, votes, "softmax", chunk=16),
+                               summed_p / votes[:, None], atol=1e-3)   # the mean probability
+    np.testing.assert_array_equal(vote_probabilities(summed, votes, "logits").argmax(1), summed.argmax(1))
+
+
+def test_probabilities_output_matches_the_labels(tiny_run, two_folds, tmp_path):
+    area = two_folds / "Area_1.h5"
+    assert cli(["predict", str(tiny_run / "last.pt"), str(area), "--out", str(tmp_path), "--probabilities",
+                "--format", "npy"]) == 0
+    for room in list_rooms(area):
+        p = np.load(tmp_path / "Area_1" / f"{room}_probs.npy")
+        assert p.dtype == np.float16 and p.shape[1] == 13
+        np.testing.assert_allclose(p.astype(np.float32).sum(1), 1.0, atol=1e-2)
+        pred = np.load(tmp_path / "Area_1" / f"{room}_pred.npy")
+        np.testing.assert_array_equal(p[np.arange(len(pred)), pred], p.max(1))
+
+
+# --- bad inputs, colour, units, checkpoints ---------------------------------------------------------------
+
+def test_bad_inputs_fail_alone_and_the_exit_code_says_so(tiny_run, two_folds, tmp_path, capsys):
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    good = tmp_path / "office_1.npy"
+    np.save(good, np.c_[room["coord"], room["color"]])
+    nan = room["coord"].astype(np.float64)
+    nan[10, 2] = np.nan
+    np.save(tmp_path / "nan.npy", np.c_[nan, room["color"]])
+    (tmp_path / "empty.txt").write_text("")
+    write_scan(tmp_path / "full.ply", room["coord"].astype(np.float64), room["color"])
+    (tmp_path / "cut.ply").write_bytes((tmp_path / "full.ply").read_bytes()[:-500])
+    (tmp_path / "scan.e57").write_text("?")
+    np.save(tmp_path / "grey.npy", room["coord"])   # no colour for a colour model
+    inputs = ["nan.npy", "empty.txt", "cut.ply", "scan.e57", "office_1.npy", "grey.npy"]
+    code = cli(["predict", str(tiny_run), *(str(tmp_path / i) for i in inputs), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["office_1_pred.npy", "office_1_pred.ply"]
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "office_1_pred.npy"),
+                                  read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1"))
+    assert len(err) == 5 and all(line.startswith("pointgeope predict: error: ") for line in err)
+    for name, words in (("nan.npy", "NaN or infinite coordinates (the first is point 10"),
+                        ("empty.txt", "empty file"), ("cut.ply", "truncated PLY"),
+                        ("scan.e57", "unknown extension '.e57'"),
+                        ("grey.npy", "has no colour, but")):
+        assert any(f"{tmp_path / name}: " in line and words in line for line in err), name
+    assert any("data.color=false" in line for line in err)
+
+
+def test_spacing_warning_for_millimetres_and_scale(tiny_run, two_folds, tmp_path, capsys):
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    np.save(tmp_path / "office_1.npy", np.c_[room["coord"].astype(np.float64) * 1000, room["color"]])
+    assert cli(["predict", str(tiny_run), str(tmp_path / "office_1.npy"), "--out", str(tmp_path / "a")]) == 0
+    assert "pass --scale (0.001 for millimetres" in capsys.readouterr().err
+    assert cli(["predict", str(tiny_run), str(tmp_path / "office_1.npy"), "--out", str(tmp_path / "b"),
+                "--scale", "0.001"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    np.testing.assert_array_equal(np.load(tmp_path / "b" / "office_1_pred.npy"),  # mm scaled back: same labels
+                                  read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1"))
+
+
+def test_foreign_checkpoints_are_one_line_errors(tiny_run, tmp_path, capsys):
+    np.save(tmp_path / "s.npy", np.zeros((5, 6)))
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, tmp_path / "other.pt")
+    (tmp_path / "text.pt").write_text("not torch")
+    for model, words in (("other.pt", "expected a pointgeope-checkpoint file"),
+                         ("text.pt", "not a readable checkpoint"), ("none.pt", "found nothing")):
+        assert cli(["predict", str(tmp_path / model), str(tmp_path / "s.npy"), "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0] and str(tmp_path / model) in err[0]
+    if torch.cuda.is_available():
+        assert load_predictor(tiny_run, device="cuda").device.type == "cuda"
+    else:
+        with pytest.raises(PredictError, match="--device cuda but CUDA is not available here"):
+            load_predictor(tiny_run, device="cuda")
+
+
+def test_the_h5_output_opens_in_the_viewer(tiny_run, two_folds, tmp_path):
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    np.save(tmp_path / "office_1.npy", np.c_[room["coord"], room["color"]])
+    assert cli(["predict", str(tiny_run), str(tmp_path / "office_1.npy"), "--out", str(tmp_path / "o"),
+                "--format", "h5"]) == 0
+    assert cli(["viz", str(tmp_path / "o" / "office_1_pred.h5"), "--mode", "pred", "--max-points", "0",
+                "--ply", str(tmp_path / "v.ply")]) == 0
+    import open3d as o3d
+
+    drawn = o3d.t.io.read_point_cloud(str(tmp_path / "v.ply"))
+    pred = read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1")
+    np.testing.assert_array_equal(drawn.point.colors.numpy(), np.asarray(PALETTE, np.uint8)[pred])
+    np.testing.assert_allclose(drawn.point.positions.numpy(), room["coord"] - np.floor(room["coord"].min(0)),
+                               atol=1e-5)
+
+
+# --- geometry-only models, large scans ------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_geometry_only_model_trains_and_predicts_a_scan_without_colour(two_folds, tmp_path):
+    assert train_fold(two_folds, tmp_path / "run", "data.color=false", "model.in_channels=3", "train.epochs=1") == 0
+    run = tmp_path / "run" / "area_1"
+    predictor = load_predictor(run)
+    assert predictor.info["features"] == ["xyz"] and not predictor.uses_color
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    np.save(tmp_path / "office_1.npy", room["coord"])                 # (N, 3): no colour
+    assert cli(["predict", str(run), str(tmp_path / "office_1.npy"), "--out", str(tmp_path / "o")]) == 0
+    pred = np.load(tmp_path / "o" / "office_1_pred.npy")
+    np.testing.assert_array_equal(pred, read_predictions(run / "predictions" / "Area_1.h5", "office_1"))
+    # the colour of a coloured scan is not used by this model: same labels with random colours
+    scan = Scan("office_1", "c", room["coord"].astype(np.float64),
+                np.random.default_rng(0).integers(0, 256, (len(pred), 3)).astype(np.uint8))
+    np.testing.assert_array_equal(predict_scan(predictor, scan)[0], pred)
+
+
+@pytest.mark.slow
+def test_a_2m_point_scan_is_predicted_in_bounded_pieces():
+    """Every one of 2M points gets its own label while no forward pass sees more than
+    max(voxel_max, batch_points) points; the stand-in network (ColourClassifier) keeps this test fast and
+    exact. The peak memory of the real network against the scan size is measured in bench/bench_predict.py."""
+    rng = np.random.default_rng(0)
+    n = 2_000_000
+    coord = rng.random((n, 3)) * [30.0, 10.0, 0.0]   # a 30 x 10 m floor: 30k voxels of 0.1 m, ~67 points each
+    color = rng.integers(0, 256, (n, 3)).astype(np.uint8)
+    predictor = colour_predictor(voxel_max=20_000, batch_points=40_000)
+    pred, scores, votes = predict_scan(predictor, Scan("big", "big.npy", coord, color))
+    assert pred.shape == (n,) and (votes >= 1).all() and (votes > 1).any()   # fragments of 30k: cropped
+    assert 0 < max(predictor.model.calls) <= 40_000
+    np.testing.assert_array_equal(pred, expected_class(color))

@@ -1,0 +1,96 @@
+"""One writer per fold folder (real train.py processes), complete folds with another config, --force,
+leftover temporary files and the number of torch threads of a resume."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from pointgeope.engine.checkpoint import load_checkpoint
+from pointgeope.engine.config import load_config
+from tests.engine.conftest import DEMO_CONFIG, REPO, TINY
+from tests.engine.test_train import train
+
+
+def _train_py(root, run, *extra, **popen):
+    return subprocess.Popen([sys.executable, "train.py", "--config", str(DEMO_CONFIG), "--test-area", "1",
+                             "--data-root", str(root), "--run-dir", str(run), *TINY, *extra], cwd=REPO,
+                            text=True, **popen)
+
+
+@pytest.mark.slow
+def test_two_train_processes_on_one_fold_then_a_kill(two_folds, tmp_path, capsys):
+    """A second train.py on the same RUN/area_K is refused while the first runs; after the first is
+    killed (-9), the next run takes the stale lock over and removes the temporary files left behind."""
+    long = ["train.epochs=1000"]
+    procs = [_train_py(two_folds, tmp_path, *long, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for _ in range(2)]  # started together: one takes the lock, the other is refused
+    try:
+        deadline = time.monotonic() + 300
+        while all(p.poll() is None for p in procs):
+            assert time.monotonic() < deadline, "neither train.py ended"
+            time.sleep(0.05)
+        loser, first = procs if procs[0].poll() is not None else procs[::-1]
+        err = loser.communicate()[1]
+        assert loser.returncode == 2, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            f"train.py: error: {tmp_path / 'area_1'} is being written by pid {first.pid} on {socket.gethostname()}")
+        assert first.poll() is None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+    leftover = tmp_path / "area_1" / ".last.pt.k1ll3d9x.tmp.pt"  # what a kill inside save_checkpoint leaves
+    leftover.write_bytes(b"half a checkpoint")
+    capsys.readouterr()
+    assert train(two_folds, tmp_path, *long, "train.epochs_per_run=1") == 0
+    captured = capsys.readouterr()
+    assert (f"taking over the lock of pid {first.pid} on {socket.gethostname()}, which has ended"
+            in captured.err)
+    assert f"removed {leftover}, left by an interrupted run" in captured.out
+    assert not leftover.exists() and not (tmp_path / "area_1" / ".lock").exists()
+    assert load_checkpoint(tmp_path / "area_1" / "last.pt")["epoch"] >= 1
+
+
+@pytest.mark.slow
+def test_complete_fold_with_another_config_is_refused_and_force_retrains(two_folds, tmp_path, capsys):
+    assert train(two_folds, tmp_path, "train.epochs=1") == 0
+    fold = tmp_path / "area_1"
+    stamp = (fold / "metrics.json").stat().st_mtime_ns
+    capsys.readouterr()
+    assert train(two_folds, tmp_path, "train.epochs=1", "optim.lr=0.02", "model.share_planes=4") == 2
+    assert capsys.readouterr().err.strip() == (
+        f"train.py: error: {fold} is complete with another config (model.share_planes: run 8, now 4; optim.lr: "
+        "run 0.01, now 0.02); --force retrains it, or use another --run-dir")
+    assert train(two_folds, tmp_path, "train.epochs=1", "eval.tta.flips=true") == 0  # eval.* is free: skipped
+    assert f"fold 1: {fold / 'metrics.json'} is complete, skipped" in capsys.readouterr().out
+    assert (fold / "metrics.json").stat().st_mtime_ns == stamp
+    assert train(two_folds, tmp_path, "train.epochs=1", "optim.lr=0.02", "--force") == 0
+    assert load_config(fold / "config.yaml").optim.lr == 0.02
+    assert load_checkpoint(fold / "last.pt")["config"]["optim"]["lr"] == 0.02
+    assert json.loads((fold / "metrics.json").read_text())["complete"] is True
+    log = (fold / "log.txt").read_text()
+    assert log.count("fold 1 done") == 2 and "resumed from" not in log  # retrained from scratch
+
+
+@pytest.mark.slow
+def test_resume_with_another_number_of_threads_warns(two_folds, tmp_path):
+    threads = torch.get_num_threads()
+    try:
+        assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1", "train.threads=1") == 0
+        assert load_checkpoint(tmp_path / "area_1" / "last.pt")["threads"] == 1
+        assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1", "train.threads=2") == 0
+    finally:
+        torch.set_num_threads(threads)
+    log = (tmp_path / "area_1" / "log.txt").read_text()
+    assert (f"warning: {tmp_path / 'area_1' / 'last.pt'} was written with 1 torch CPU thread(s), this run has 2: "
+            "the results will differ from an uninterrupted run (set train.threads=1 to match)") in log

@@ -1,0 +1,62 @@
+"""pointgeope/engine/state.py: what a fold's checkpoint saves comes back on resume, and nothing is left out."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+from pointgeope.engine.distributed import DistEnv
+from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
+
+ENV = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+
+
+def learner(seed: int) -> Learner:
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+    return Learner(model, opt, sched, torch.amp.GradScaler("cuda", enabled=False))
+
+
+def draws() -> tuple:
+    return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+
+def test_save_then_resume_restores_the_loop_the_learner_and_the_rng(tmp_path):
+    a = learner(0)
+    for _ in range(3):  # some optimiser steps, so that Adam's moments and the schedule are not at their start
+        a.step(a.model(torch.ones(4, 3)).square().sum(), grad_clip=1.0)
+    saved = LoopState(epoch=2, batch=5, step=17, best_miou=0.25)
+    ckpts = FoldCheckpoints(tmp_path, a, ENV, {"train": {"seed": 0}}, {"grid_size": 0.04})
+    ckpts.save("last.pt", saved)
+    expected = draws()  # the random stream right after the save
+
+    b = learner(1)  # other weights, a fresh optimiser and schedule
+    lines = []
+    state = FoldCheckpoints(tmp_path, b, ENV, {"train": {"seed": 0}}, {}).resume(lines.append)
+    assert state == saved and state is not saved
+    assert draws() == expected
+    assert lines == [f"resumed from {tmp_path / 'last.pt'}: epoch 2, batch 5, step 17"]
+    for p, q in zip(a.model.parameters(), b.model.parameters()):
+        assert torch.equal(p, q)
+    assert b.lr() == a.lr() and b.scheduler.last_epoch == a.scheduler.last_epoch == 3
+    # the next step from the restored learner is the next step of the saved one
+    for each in (a, b):
+        each.step(each.model(torch.ones(4, 3)).square().sum(), grad_clip=1.0)
+    for p, q in zip(a.model.parameters(), b.model.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_no_last_checkpoint_is_a_fresh_start(tmp_path):
+    assert FoldCheckpoints(tmp_path, learner(0), ENV, {}, {}).resume(print) == LoopState(0, 0, 0, -1.0)
+
+
+def test_the_checkpoint_holds_the_state_under_its_field_names(tmp_path):
+    FoldCheckpoints(tmp_path, learner(0), ENV, {"k": 1}, {"grid_size": 0.04}).save("best.pt", LoopState(1, 0, 9, 0.5))
+    ckpt = torch.load(tmp_path / "best.pt", weights_only=True)
+    assert {k: ckpt[k] for k in ("epoch", "batch", "step", "best_miou")} == {"epoch": 1, "batch": 0, "step": 9,
+                                                                            "best_miou": 0.5}
+    assert ckpt["config"] == {"k": 1} and ckpt["predict"] == {"grid_size": 0.04} and ckpt["scaler"] is None
+    assert ckpt["threads"] == torch.get_num_threads() and len(ckpt["rng"]) == 1

@@ -1,0 +1,56 @@
+"""Tests of pointgeope/engine/tensorboard.py: the validation point clouds of a trained fold, read back from
+its TensorBoard events, are room points coloured by the predictions evaluate wrote."""
+from __future__ import annotations
+
+import numpy as np
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.util import tensor_util
+
+from pointgeope.constants import PALETTE
+from pointgeope.h5 import list_rooms, read_predictions, read_room
+from pointgeope.engine.tensorboard import RoomClouds
+
+
+def test_validation_clouds_show_the_predictions(tiny_run, two_folds):
+    events = EventAccumulator(str(tiny_run / "tb"), size_guidance={"tensors": 0})
+    events.Reload()
+    rooms = sorted(list_rooms(two_folds / "Area_1.h5"))[:2]
+    tags = [t for t in events.Tags()["tensors"] if t.startswith("clouds/")]
+    assert sorted(tags) == sorted(f"clouds/Area_1/{r}/{k}_{p}" for r in rooms for k in ("gt", "pred")
+                                  for p in ("VERTEX", "COLOR"))
+    for room in rooms:
+        data = read_room(two_folds / "Area_1.h5", room, fields=("coord", "label"))
+        # one epoch: the validation ran with last.pt's weights and evaluate's seed, so its predictions are
+        # the ones in predictions/Area_1.h5
+        pred = read_predictions(tiny_run / "predictions" / "Area_1.h5", room)
+        for kind, labels in (("gt", data["label"]), ("pred", pred)):
+            (vertex,) = events.Tensors(f"clouds/Area_1/{room}/{kind}_VERTEX")
+            (color,) = events.Tensors(f"clouds/Area_1/{room}/{kind}_COLOR")
+            v = tensor_util.make_ndarray(vertex.tensor_proto)[0]
+            c = tensor_util.make_ndarray(color.tensor_proto)[0]
+            assert v.shape == c.shape == (len(labels), 3)  # rooms under max_points: every point
+            # each vertex is a room point (shifted to minimum 0) and has the colour of that point's class
+            shifted = data["coord"] - data["coord"].min(0)
+            np.testing.assert_allclose(v, shifted, atol=1e-6)
+            np.testing.assert_array_equal(c, np.asarray(PALETTE, np.uint8)[labels])
+
+
+class FakeWriter:
+    def __init__(self):
+        self.meshes = []
+
+    def add_mesh(self, tag, vertices, colors, global_step):
+        self.meshes.append((tag, vertices.shape, colors.shape, global_step))
+
+
+def test_clouds_are_capped_and_the_ground_truth_logged_once(two_folds):
+    writer = FakeWriter()
+    clouds = RoomClouds(writer, two_folds, num_rooms=1, max_points=1000)
+    rooms = list_rooms(two_folds / "Area_2.h5")
+    preds = {"Area_2": {r: np.zeros(n, np.uint8) for r, n in rooms.items()}}
+    clouds.log(preds, step=3)
+    clouds.log(preds, step=6)
+    first = sorted(rooms)[0]
+    assert writer.meshes == [(f"clouds/Area_2/{first}/gt", (1, 1000, 3), (1, 1000, 3), 3),
+                             (f"clouds/Area_2/{first}/pred", (1, 1000, 3), (1, 1000, 3), 3),
+                             (f"clouds/Area_2/{first}/pred", (1, 1000, 3), (1, 1000, 3), 6)]

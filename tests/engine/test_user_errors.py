@@ -1,0 +1,135 @@
+"""Every expected mistake of a user ends in one line naming the file or key and what to do, exit code 2.
+
+Each case runs the real command line (``pointgeope <command> ...``) and checks the exact line on stderr;
+``--debug`` shows the traceback instead. The cases: a mistyped config key, missing or truncated data, a
+fold without training rooms, an unusable checkpoint or predictions folder, damaged report inputs.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from pointgeope.cli import main as cli
+from pointgeope.engine import build
+from pointgeope.engine.checkpoint import save_checkpoint
+from pointgeope.engine.config import ConfigError, config_to_dict, load_config, save_config
+from tests.engine.conftest import DEMO_CONFIG, TINY
+
+
+def one_line(capsys, code: int, argv: list[str]) -> str:
+    """Run ``pointgeope argv``; check the exit code and that stderr is one line without a traceback."""
+    assert cli(argv) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+def train_args(root, run, *extra, fold="1"):
+    return ["train", "--config", str(DEMO_CONFIG), "--test-area", fold, "--data-root", str(root),
+            "--run-dir", str(run), *TINY, *extra]
+
+
+def test_mistyped_config_key_suggests_the_closest(tmp_path, capsys, two_folds):
+    line = one_line(capsys, 2, train_args(two_folds, tmp_path, "optim.learning_rate=0.1"))
+    assert line == ("pointgeope train: error: override 'optim.learning_rate=0.1': unknown key "
+                    "'optim.learning_rate'; did you mean 'optim.lr'?")
+    config = tmp_path / "mine.yaml"
+    config.write_text("base: " + str(DEMO_CONFIG) + "\noptim:\n  learning_rate: 0.1\n")
+    line = one_line(capsys, 2, ["train", "--config", str(config), "--cv"])
+    assert line == f"pointgeope train: error: {config}: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?"
+    assert not (tmp_path / "area_1").exists()
+
+
+def test_missing_data_root_and_area_file(tmp_path, capsys, two_folds):
+    line = one_line(capsys, 2, train_args(tmp_path / "nowhere", tmp_path / "run"))
+    assert line == (f"pointgeope train: error: data root {tmp_path / 'nowhere'}: expected a folder of prepared "
+                    "Area_N.h5 and folds.json, found nothing; set --data-root or data.root")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "Area_1.h5").symlink_to(two_folds / "Area_1.h5")
+    (root / "folds.json").write_text(json.dumps({"version": 1, "folds": {"1": {"test": ["Area_1"],
+                                                                             "train": ["Area_9"]}}}))
+    line = one_line(capsys, 2, train_args(root, tmp_path / "run"))
+    assert line == (f"pointgeope train: error: expected a prepared area file, found nothing at {root / 'Area_9.h5'}; "
+                    "run `pointgeope prepare` or check data.root and folds.json")
+    line = one_line(capsys, 2, train_args(root, tmp_path / "run", fold="7"))
+    assert line == f"pointgeope train: error: --test-area 7: {root / 'folds.json'} has folds [1] (areas " \
+                   "Area_1, Area_2, Area_3, Area_4, Area_5, Area_6)"
+
+
+def test_fold_without_training_rooms(tmp_path, capsys, two_folds):
+    (tmp_path / "Area_1.h5").symlink_to(two_folds / "Area_1.h5")
+    (tmp_path / "folds.json").write_text(json.dumps({"version": 1, "folds": {"1": {"test": ["Area_1"], "train": []}}}))
+    line = one_line(capsys, 2, train_args(tmp_path, tmp_path / "run"))
+    assert line == (f"pointgeope train: error: fold 1: {tmp_path / 'folds.json'} lists no training area (it tests "
+                    "on Area_1); prepare more than one area, or edit folds.json")
+
+
+def test_truncated_area_file_is_named_before_the_first_epoch(tmp_path, capsys, two_folds):
+    root = tmp_path / "root"
+    shutil.copytree(two_folds, root)  # copies the files the links point to
+    data = (root / "Area_3.h5").read_bytes()
+    (root / "Area_3.h5").write_bytes(data[: len(data) // 2])
+    line = one_line(capsys, 2, train_args(root, tmp_path / "run"))
+    assert line.startswith(f"pointgeope train: error: {root / 'Area_3.h5'}: not a readable HDF5 file (")
+    assert line.endswith("; it is truncated or corrupt: run `pointgeope prepare` again")
+    assert not (tmp_path / "run" / "area_1" / "last.pt").exists()
+    assert not (tmp_path / "run" / "area_1" / ".lock").exists()
+
+
+def _fold_folder(tmp_path, root):
+    """A fold folder as train leaves it after one epoch: config.yaml and last.pt of a tiny model."""
+    run = tmp_path / "run" / "area_1"
+    cfg = load_config(DEMO_CONFIG, TINY + [f"data.root={root}", f"train.run_dir={run.parent}"])
+    save_config(cfg, run / "config.yaml")
+    torch.manual_seed(0)
+    save_checkpoint(run / "last.pt", {"config": config_to_dict(cfg),
+                                      "model": build.model(cfg).state_dict(), "epoch": 1})
+    return run
+
+
+def test_evaluate_refuses_a_checkpoint_and_an_unwritable_predictions_folder(tmp_path, capsys, two_folds):
+    run = _fold_folder(tmp_path, two_folds)
+    (run / "predictions").write_text("a file where the folder goes")
+    line = one_line(capsys, 2, ["evaluate", str(run)])
+    assert line == (f"pointgeope evaluate: error: predictions folder {run / 'predictions'}: expected a folder, "
+                    "found a file; give a folder name")
+    (run / "predictions").unlink()
+    (run / "last.pt").write_bytes(b"PK\x03\x04 truncated")
+    line = one_line(capsys, 2, ["evaluate", str(run)])
+    assert line.startswith(f"pointgeope evaluate: error: {run / 'last.pt'}: not a readable checkpoint (")
+    line = one_line(capsys, 2, ["evaluate", str(run.parent)])
+    assert line == f"pointgeope evaluate: error: expected a fold folder named area_K (RUN/area_K), got {run.parent}"
+    assert not (run / ".lock").exists()
+
+
+def test_report_of_a_damaged_metrics_file_or_to_a_file(tmp_path, capsys):
+    (tmp_path / "run" / "area_1").mkdir(parents=True)
+    (tmp_path / "run" / "area_1" / "metrics.json").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    line = one_line(capsys, 2, ["report", str(tmp_path / "run")])
+    assert line == (f"pointgeope report: error: {tmp_path / 'run/area_1/metrics.json'}: not a text file (damaged?); "
+                    "evaluate the fold again (pointgeope evaluate RUN/area_K)")
+    (tmp_path / "run" / "area_1" / "metrics.json").write_text('{"complete": true,')
+    line = one_line(capsys, 2, ["report", str(tmp_path / "run")])
+    assert line == (f"pointgeope report: error: {tmp_path / 'run/area_1/metrics.json'}:1: not valid JSON (Expecting "
+                    "property name enclosed in double quotes); evaluate the fold again (pointgeope evaluate RUN/area_K)")
+
+
+def test_report_out_that_is_a_file(tmp_path, capsys):
+    from tests.test_report import make_runs  # complete runs of made-up confusion matrices
+
+    run, _ = make_runs(tmp_path)
+    (tmp_path / "out").write_text("a file")
+    line = one_line(capsys, 2, ["report", str(run), "--out", str(tmp_path / "out")])
+    assert line == (f"pointgeope report: error: --out {tmp_path / 'out'}: expected a folder for the report, found a "
+                    "file; give a folder name (it is created)")
+
+
+def test_debug_shows_the_traceback(tmp_path, two_folds):
+    with pytest.raises(ConfigError, match="did you mean 'optim.lr'"):
+        cli(["--debug", *train_args(two_folds, tmp_path, "optim.learning_rate=0.1")])
+    with pytest.raises(ConfigError):
+        cli([*train_args(two_folds, tmp_path, "optim.learning_rate=0.1"), "--debug"])

@@ -1,0 +1,68 @@
+"""Tests of pointgeope/scans/las.py against laspy (the independent library): files laspy writes read back
+in file order (coordinates, 16-bit colour), and the writer's LAS/class field reads back with laspy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pointgeope.scans.las import read_las, write_las
+from pointgeope.scans.scan import Scan, ScanError
+
+laspy = pytest.importorskip("laspy", reason="laspy is not installed (pip install 'pointgeope[las]')")
+
+
+def las_file(path, n=400, seed=0, point_format=2, offset=(650_000.0, 4_800_000.0, 100.0)):
+    rng = np.random.default_rng(seed)
+    header = laspy.LasHeader(point_format=point_format, version="1.2")
+    header.scales = np.array([0.001, 0.001, 0.001])
+    header.offsets = np.array(offset)
+    las = laspy.LasData(header)
+    coord = np.asarray(offset) + np.round(rng.random((n, 3)) * [30, 20, 5], 3)
+    las.x, las.y, las.z = coord[:, 0], coord[:, 1], coord[:, 2]
+    color = rng.integers(0, 256, (n, 3)).astype(np.uint8)
+    if point_format in (2, 3):
+        las.red, las.green, las.blue = (color.astype(np.uint16) * 257).T
+    las.write(path)
+    return coord, color
+
+
+@pytest.mark.parametrize("suffix", [".las", ".laz"])
+def test_laspy_files_read_back(tmp_path, suffix):
+    if suffix == ".laz" and not laspy.LazBackend.detect_available():
+        pytest.skip("no LAZ backend (pip install lazrs)")
+    coord, color = las_file(tmp_path / f"a{suffix}")
+    scan = read_las(tmp_path / f"a{suffix}")
+    np.testing.assert_allclose(scan.coord, coord, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(scan.color, color)
+    assert scan.meta["las_scales"] == [0.001] * 3 and scan.meta["las_offsets"][0] == 650_000.0
+
+
+def test_point_format_without_colour(tmp_path):
+    coord, _ = las_file(tmp_path / "g.las", point_format=0)
+    scan = read_las(tmp_path / "g.las")
+    assert scan.color is None
+    np.testing.assert_allclose(scan.coord, coord, rtol=0, atol=1e-6)
+
+
+def test_written_las_reads_back_with_laspy(tmp_path):
+    coord, color = las_file(tmp_path / "in.las", seed=1)
+    scan = read_las(tmp_path / "in.las")
+    label = (np.arange(len(coord)) % 13).astype(np.uint8)
+    write_las(tmp_path / "out.las", scan, scan.color, label, ["c%d" % i for i in range(13)])
+    las = laspy.read(tmp_path / "out.las")
+    np.testing.assert_allclose(np.stack([las.x, las.y, las.z], 1), coord, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(las.classification), label)
+    np.testing.assert_array_equal(np.stack([las.red, las.green, las.blue], 1), color.astype(np.uint16) * 257)
+    vlr = next(v for v in las.header.vlrs if v.user_id == "pointgeope")
+    assert vlr.record_data.decode().split(",")[12] == "c12"
+    fresh = Scan("f", "f.npy", coord - 650_000.0)  # no LAS origin: millimetres from the floor of the minimum
+    write_las(tmp_path / "f.las", fresh, color, label, ["x"] * 13)
+    back = laspy.read(tmp_path / "f.las")
+    assert list(back.header.scales) == [0.001] * 3
+    np.testing.assert_allclose(np.stack([back.x, back.y, back.z], 1), fresh.coord, rtol=0, atol=5e-4)
+
+
+def test_not_a_las_file(tmp_path):
+    (tmp_path / "bad.las").write_bytes(b"LASF but not really")
+    with pytest.raises(ScanError, match=rf"^{tmp_path / 'bad.las'}: not a readable LAS/LAZ file"):
+        read_las(tmp_path / "bad.las")

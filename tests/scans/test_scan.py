@@ -1,0 +1,54 @@
+"""Tests of pointgeope/scans/scan.py: colour ranges and the checks every reader applies."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pointgeope.scans.scan import Scan, ScanError, checked_scan, color_to_uint8
+
+
+def test_colour_ranges():
+    c8 = np.array([[0, 128, 255]], dtype=np.uint8)
+    np.testing.assert_array_equal(color_to_uint8(c8, "a"), c8)
+    np.testing.assert_array_equal(color_to_uint8(c8.astype(np.uint16) * 257, "a"), c8)   # 16 bit
+    np.testing.assert_array_equal(color_to_uint8(np.array([[0.0, 0.5, 1.0]]), "a"), [[0, 128, 255]])  # 0..1
+    np.testing.assert_array_equal(color_to_uint8(np.array([[0.0, 1.0, 1.0]]), "a"), [[0, 1, 1]])  # whole: 0..255
+    np.testing.assert_array_equal(color_to_uint8(np.array([[0.0, 1.0, 1.0]]), "a", unit_float=True),
+                                  [[0, 255, 255]])
+    with pytest.raises(ScanError, match=r"^a: colour values from -1 to 3"):
+        color_to_uint8(np.array([[-1.0, 2.0, 3.0]]), "a")
+    with pytest.raises(ScanError, match="NaN"):
+        color_to_uint8(np.array([[np.nan, 2.0, 3.0]]), "a")
+
+
+def test_checked_scan_names_the_file_and_the_first_bad_point():
+    coord = np.zeros((5, 3))
+    coord[3, 2] = np.inf
+    coord[4, 0] = np.nan
+    with pytest.raises(ScanError, match=r"^s.ply: 2 point\(s\) have NaN or infinite coordinates \(the first is point 3"):
+        checked_scan(Scan("s", "s.ply", coord))
+    with pytest.raises(ScanError, match=r"^e.txt: expected points, found none"):
+        checked_scan(Scan("e", "e.txt", np.zeros((0, 3))))
+    with pytest.raises(ScanError, match=r"expected coordinates of shape \(N, 3\), got \(4, 2\)"):
+        checked_scan(Scan("w", "w.npy", np.zeros((4, 2))))
+    with pytest.raises(ScanError, match=r"expected color uint8 of shape \(2, 3\)"):
+        checked_scan(Scan("c", "c.npy", np.zeros((2, 3)), color=np.zeros((2, 3))))
+    ok = Scan("o", "o.npy", np.zeros((2, 3)), color=np.zeros((2, 3), np.uint8))
+    assert checked_scan(ok) is ok and len(ok) == 2
+
+
+def test_scans_do_not_import_the_model_or_the_engine():
+    """The scan readers and writers sit at the data end: they never import pointgeope.model or .engine."""
+    import ast
+    from pathlib import Path
+
+    import pointgeope.scans
+
+    files = sorted(Path(pointgeope.scans.__file__).parent.glob("*.py"))
+    assert len(files) >= 7
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not name.startswith(("pointgeope.model", "pointgeope.engine", "torch")), f"{path}: imports {name}"

@@ -1,0 +1,80 @@
+"""Tests of pointgeope/scans/sources.py: what the inputs name, and reading npy, raw rooms and prepared rooms."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pointgeope.scans.scan import ScanError
+from pointgeope.scans.sources import ScanRef, find_scans, read_scan
+from tests.viz.conftest import write_area
+
+
+def raw_room(folder, parts):
+    """A raw S3DIS room: ``parts`` = {file stem: (n, 6) values}, written as Annotations/<stem>.txt."""
+    (folder / "Annotations").mkdir(parents=True)
+    for stem, values in parts.items():
+        np.savetxt(folder / "Annotations" / f"{stem}.txt", values, fmt="%.3f %.3f %.3f %d %d %d")
+    return folder
+
+
+def test_inputs_expand_by_kind(tmp_path):
+    d = tmp_path / "scans"
+    d.mkdir()
+    np.save(d / "b.npy", np.zeros((3, 3)))
+    (d / "a.ply").write_text("ply\n")
+    (d / "notes.md").write_text("not a scan")                      # skipped inside a folder
+    raw_room(d / "office_9", {"wall_1": np.zeros((2, 6))})
+    write_area(tmp_path / "Area_7.h5", "Area_7", {r: {"coord": np.zeros((2, 3)), "label": np.zeros(2)}
+                                                  for r in ("office_2", "hall_1")})
+    (tmp_path / "x.foo").write_text("1 2 3")
+    refs, errors = find_scans([d, tmp_path / "Area_7.h5", tmp_path / "missing.las", tmp_path / "x.foo"])
+    assert [(r.kind, r.name) for r in refs] == [("raw", "scans/office_9"), ("ply", "a"), ("npy", "b"),
+                                                ("h5", "Area_7/hall_1"), ("h5", "Area_7/office_2")]
+    assert refs[3].source == f"{tmp_path / 'Area_7.h5'}:hall_1"
+    assert errors == [f"{tmp_path / 'missing.las'}: expected a scan file or folder, found nothing",
+                      f"{tmp_path / 'x.foo'}: unknown extension '.foo'; expected one of .csv, .h5, .las, .laz, "
+                      ".npy, .ply, .pts, .txt, .xyz, a raw S3DIS room folder or a folder of such files"]
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad.h5").write_bytes(b"not hdf5")
+    refs, errors = find_scans([tmp_path / "empty", tmp_path / "bad.h5"])
+    assert refs == [] and errors[0].startswith(f"{tmp_path / 'empty'}: a folder without scans")
+    assert errors[1].startswith(f"{tmp_path / 'bad.h5'}: expected a prepared area file")
+
+
+def test_npy_shapes(tmp_path):
+    rng = np.random.default_rng(0)
+    values = np.c_[rng.random((50, 3)), rng.integers(0, 256, (50, 3))]
+    np.save(tmp_path / "c.npy", values)
+    scan = read_scan(ScanRef(tmp_path / "c.npy", "npy", "c"))
+    np.testing.assert_array_equal(scan.coord, values[:, :3])
+    np.testing.assert_array_equal(scan.color, values[:, 3:])
+    np.save(tmp_path / "f.npy", values[:, :3].astype(np.float32))
+    assert read_scan(ScanRef(tmp_path / "f.npy", "npy", "f")).color is None
+    np.save(tmp_path / "w.npy", values[:, :4])
+    with pytest.raises(ScanError, match=r"shape \(N, 3\) or \(N, 6\) .*got float64 \(50, 4\)"):
+        read_scan(ScanRef(tmp_path / "w.npy", "npy", "w"))
+    (tmp_path / "t.npy").write_text("nope")
+    with pytest.raises(ScanError, match="not a readable .npy array"):
+        read_scan(ScanRef(tmp_path / "t.npy", "npy", "t"))
+
+
+def test_raw_room_is_read_in_prepare_order_with_labels(tmp_path):
+    rng = np.random.default_rng(1)
+    parts = {stem: np.c_[np.round(rng.random((n, 3)) * 4, 3), rng.integers(0, 256, (n, 3))]
+             for stem, n in (("wall_1", 5), ("chair_10", 3), ("chair_2", 4), ("stairs_1", 2))}
+    room = raw_room(tmp_path / "Area_3" / "office_4", parts)
+    scan = read_scan(ScanRef(room, "raw", "office_4"))
+    order = ["chair_2", "chair_10", "stairs_1", "wall_1"]  # by class, then number (chair_2 before chair_10)
+    np.testing.assert_allclose(scan.coord, np.concatenate([parts[s][:, :3] for s in order]), atol=1e-6)
+    np.testing.assert_array_equal(scan.color, np.concatenate([parts[s][:, 3:] for s in order]))
+    np.testing.assert_array_equal(scan.label, [8] * 7 + [12] * 2 + [2] * 5)  # stairs -> clutter
+
+
+def test_prepared_room(tmp_path):
+    coord = np.arange(12, dtype=np.float32).reshape(4, 3)
+    write_area(tmp_path / "Area_2.h5", "Area_2", {"wc_1": {"coord": coord, "label": np.array([0, 1, 2, 3]),
+                                                           "color": np.full((4, 3), 7)}})
+    scan = read_scan(ScanRef(tmp_path / "Area_2.h5", "h5", "Area_2/wc_1", "wc_1"))
+    assert scan.coord.dtype == np.float64 and scan.source == f"{tmp_path / 'Area_2.h5'}:wc_1"
+    np.testing.assert_array_equal(scan.coord, coord)
+    np.testing.assert_array_equal(scan.label, [0, 1, 2, 3])

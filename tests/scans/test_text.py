@@ -1,0 +1,81 @@
+"""Tests of pointgeope/scans/text.py: text clouds written with numpy in every accepted layout read back in
+line order; ragged files are refused with the line; the writer's files read back with numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pointgeope.scans.scan import ScanError
+from pointgeope.scans.text import read_text, write_text
+
+
+def points(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    return np.round(rng.random((n, 3)) * 20 - 5, 4), rng.integers(0, 256, (n, 3))
+
+
+def test_s3dis_style_whitespace_with_colour(tmp_path):
+    coord, color = points()
+    np.savetxt(tmp_path / "room.txt", np.c_[coord, color], fmt="%.4f %.4f %.4f %d %d %d")
+    scan = read_text(tmp_path / "room.txt")
+    np.testing.assert_allclose(scan.coord, coord, atol=1e-9)
+    np.testing.assert_array_equal(scan.color, color)
+
+
+def test_csv_with_header_and_extra_columns(tmp_path):
+    coord, color = points(seed=1)
+    intensity = np.arange(len(coord))
+    np.savetxt(tmp_path / "c.csv", np.c_[coord, color, intensity], fmt="%.4f,%.4f,%.4f,%d,%d,%d,%d",
+               header="x,y,z,r,g,b,intensity", comments="")
+    scan = read_text(tmp_path / "c.csv")
+    np.testing.assert_allclose(scan.coord, coord, atol=1e-9)
+    np.testing.assert_array_equal(scan.color, color)
+
+
+def test_xyz_without_colour_tabs_and_comments(tmp_path):
+    coord, _ = points(seed=2)
+    np.savetxt(tmp_path / "p.xyz", coord, fmt="%.4f", delimiter="\t", header="scanned 2024", comments="# ")
+    scan = read_text(tmp_path / "p.xyz")
+    assert scan.color is None and scan.name == "p"
+    np.testing.assert_allclose(scan.coord, coord, atol=1e-9)
+
+
+def test_leica_pts_count_line_and_intensity_column(tmp_path):
+    coord, color = points(seed=3)
+    body = np.c_[coord, np.full(len(coord), -1200), color]
+    np.savetxt(tmp_path / "l.pts", body, fmt="%.4f %.4f %.4f %d %d %d %d", header=str(len(coord)), comments="")
+    scan = read_text(tmp_path / "l.pts")
+    np.testing.assert_allclose(scan.coord, coord, atol=1e-9)
+    np.testing.assert_array_equal(scan.color, color)
+
+
+def test_unit_float_and_16_bit_colours(tmp_path):
+    coord, color = points(seed=4)
+    np.savetxt(tmp_path / "f.txt", np.c_[coord, color / 255.0], fmt="%.6f")
+    np.testing.assert_array_equal(read_text(tmp_path / "f.txt").color, color)
+    np.savetxt(tmp_path / "s.txt", np.c_[coord, color * 257], fmt="%.4f %.4f %.4f %d %d %d")
+    np.testing.assert_array_equal(read_text(tmp_path / "s.txt").color, color)
+
+
+def test_bad_text_is_refused_with_the_file(tmp_path):
+    (tmp_path / "ragged.txt").write_text("1 2 3 4 5 6\n1 2 3 4 5 6\n1 2 3\n")
+    with pytest.raises(ScanError, match=rf"^{tmp_path / 'ragged.txt'}: expected lines of numbers .*at row 3, counting data rows after 0"):
+        read_text(tmp_path / "ragged.txt")
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ScanError, match="empty file"):
+        read_text(tmp_path / "empty.txt")
+    (tmp_path / "two.txt").write_text("1 2\n3 4\n")
+    with pytest.raises(ScanError, match="at least 3 columns"):
+        read_text(tmp_path / "two.txt")
+
+
+def test_written_text_reads_back_with_numpy(tmp_path):
+    coord, color = points(seed=5)
+    coord = coord + [600_000.0, 5_000_000.0, 0.0]
+    label = np.arange(len(coord)) % 13
+    write_text(tmp_path / "o.txt", coord, color.astype(np.uint8), label.astype(np.uint8))
+    back = np.loadtxt(tmp_path / "o.txt")
+    assert back.shape == (len(coord), 7)
+    np.testing.assert_allclose(back[:, :3], coord, rtol=0, atol=5e-7)
+    np.testing.assert_array_equal(back[:, 3:6], color)
+    np.testing.assert_array_equal(back[:, 6], label)

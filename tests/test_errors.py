@@ -1,0 +1,36 @@
+"""pointgeope/errors.py: a user error is one line and exit code 2; a bug keeps its traceback."""
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from pointgeope.errors import UserError, run_command
+
+
+def _raise(err):
+    def func():
+        raise err
+    return func
+
+
+def test_user_error_is_one_line_and_exit_code_2(capsys):
+    assert run_command("pointgeope x", _raise(UserError("a.yaml: unknown key 'k'\nsecond line"))) == 2
+    assert capsys.readouterr().err == "pointgeope x: error: a.yaml: unknown key 'k' second line\n"
+
+
+def test_environment_errors_are_the_users_and_bugs_are_not(capsys):
+    full = OSError(errno.ENOSPC, "No space left on device", "/data/out/Area_1.h5")
+    assert run_command("pointgeope prepare", _raise(full)) == 2
+    assert capsys.readouterr().err == ("pointgeope prepare: error: No space left on device: /data/out/Area_1.h5; "
+                                       "check the folder's permissions and free space\n")
+    with pytest.raises(FileNotFoundError):  # not an environment errno: a bug, traceback kept
+        run_command("pointgeope x", _raise(FileNotFoundError(errno.ENOENT, "gone", "f")))
+    with pytest.raises(KeyError):
+        run_command("pointgeope x", _raise(KeyError("bug")))
+
+
+def test_debug_keeps_the_traceback():
+    with pytest.raises(UserError, match="bad"):
+        run_command("pointgeope x", _raise(UserError("bad")), debug=True)
+    assert run_command("pointgeope x", lambda: None) == 0

@@ -1,0 +1,96 @@
+"""pointgeope/h5.py: the HDF5 layout of prepared areas, work files, fold and scan predictions, and its checks."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from pointgeope import h5
+from pointgeope.constants import CLASS_NAMES
+from pointgeope.data.rooms import RoomRef, RoomStore
+
+
+def _arrays(n=2):
+    return {"coord": np.arange(3 * n, dtype=np.float64).reshape(n, 3), "color": np.arange(3 * n).reshape(n, 3) % 256,
+            "label": np.arange(n) % 13, "instance": np.arange(n)}
+
+
+def test_area_file_round_trips_in_the_schema_dtypes(tmp_path):
+    arrays = {"coord": np.arange(6, dtype=np.float64).reshape(2, 3), "color": np.array([[1, 2, 3], [4, 5, 6]]),
+              "label": np.array([0, 12]), "instance": np.array([0, 1])}
+    h5.write_area(tmp_path / "Area_4.h5", "Area_4", [("office_1", arrays, {"num_points": 2, "objects": ["a", "b"]})])
+    assert h5.list_rooms(tmp_path / "Area_4.h5") == {"office_1": 2}
+    room = h5.read_room(tmp_path / "Area_4.h5", "office_1")
+    for key, dtype in {"coord": np.float32, "color": np.uint8, "label": np.uint8, "instance": np.int32}.items():
+        assert room[key].dtype == dtype
+        np.testing.assert_array_equal(room[key], arrays[key])
+    with h5.open_area(tmp_path / "Area_4.h5") as f:
+        assert f.attrs["area"] == "Area_4" and list(f.attrs["class_names"]) == list(CLASS_NAMES)
+        assert list(f["office_1"].attrs["objects"]) == ["a", "b"]
+    arrays_back, attrs = h5.read_room_record(tmp_path / "Area_4.h5", "office_1")
+    assert attrs == {"num_points": 2, "objects": ["a", "b"]} and list(arrays_back) == list(h5.ROOM_FIELDS)
+
+
+def test_same_rooms_give_the_same_bytes(tmp_path):
+    for name in ("a.h5", "b.h5"):
+        h5.write_area(tmp_path / name, "Area_1", [("r1", _arrays(3), {"num_points": 3}), ("r2", _arrays(4), {})])
+    assert (tmp_path / "a.h5").read_bytes() == (tmp_path / "b.h5").read_bytes()
+
+
+def test_work_file_attrs_and_other_versions(tmp_path):
+    h5.write_room_file(tmp_path / "r.h5", "office_1", _arrays(), {"signature": "abc", "class_counts": [1, 1]})
+    assert h5.read_rooms_attrs(tmp_path / "r.h5") == {"office_1": {"signature": "abc", "class_counts": [1, 1]}}
+    with h5py.File(tmp_path / "r.h5", "r+") as f:
+        f.attrs["schema_version"] = h5.SCHEMA_VERSION + 1
+    assert h5.read_rooms_attrs(tmp_path / "r.h5") is None  # rebuilt by prepare
+    assert h5.read_rooms_attrs(tmp_path / "missing.h5") is None
+    expected = f"expected schema_version {h5.SCHEMA_VERSION}, got {h5.SCHEMA_VERSION + 1}"
+    with pytest.raises(h5.SchemaError, match=expected):
+        h5.read_room(tmp_path / "r.h5", "office_1")
+
+
+def test_a_missing_room_is_the_same_error_for_every_reader(tmp_path):
+    path = tmp_path / "Area_2.h5"
+    h5.write_area(path, "Area_2", [("office_1", _arrays(), {})])
+    message = f"{path}: no room 'office_9'; rooms are ['office_1']"
+    with pytest.raises(KeyError) as one:
+        h5.read_room(path, "office_9")
+    with pytest.raises(KeyError) as other:
+        RoomStore().read(RoomRef(path, "Area_2", "office_9", 2))
+    assert one.value.args[0] == other.value.args[0] == message
+
+
+def test_fold_predictions_file(tmp_path):
+    path = h5.predictions_path(tmp_path / "area_5", "Area_5")
+    assert path == tmp_path / "area_5" / "predictions" / "Area_5.h5"
+    rooms = {"office_1": np.array([0, 12, 3], dtype=np.uint8), "hallway_2": np.zeros(5, dtype=np.uint8)}
+    h5.write_predictions(path, "Area_5", rooms, {"checkpoint": "last.pt"})
+    with h5py.File(path, "r") as f:
+        assert f.attrs["kind"] == "predictions" and f.attrs["area"] == "Area_5"
+        assert sorted(f) == ["hallway_2", "office_1"]
+        assert f["office_1/pred"].dtype == np.uint8 and f["office_1/pred"].shape == (3,)
+    np.testing.assert_array_equal(h5.read_predictions(path, "office_1"), rooms["office_1"])
+    assert h5.predicted_rooms(path) == {"hallway_2", "office_1"}
+    assert not h5.has_predictions(path, "garage")
+    assert [p.name for p in path.parent.iterdir()] == ["Area_5.h5"]
+
+
+def test_scan_predictions_read_as_an_area_file(tmp_path):
+    arrays = {"coord": np.zeros((3, 3), np.float32), "color": np.zeros((3, 3), np.uint8),
+              "label": np.full(3, 255, np.uint8), "instance": np.zeros(3, np.int32)}
+    path = tmp_path / "scan_pred.h5"
+    h5.write_scan_predictions(path, "dir/scan", "scan", arrays, np.array([1, 2, 3]), list(CLASS_NAMES), "scan.ply",
+                              {"num_points": 3})
+    assert h5.list_rooms(path) == {"scan": 3} and h5.has_predictions(path, "scan")
+    np.testing.assert_array_equal(h5.read_predictions(path, "scan"), [1, 2, 3])
+    with h5.open_area(path) as f:
+        assert f.attrs["kind"] == "scan-predictions" and f.attrs["area"] == "dir/scan"
+
+
+def test_reading_hdf5_does_not_pull_in_torch():
+    code = "import sys, pointgeope.h5; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,90 @@
+"""pointgeope/lock.py: one writer per folder, across real processes; a dead owner's lock is taken over."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from pointgeope.lock import LOCK_NAME, LockError, folder_lock
+
+HOLDER = """
+import sys, time
+from pointgeope.lock import folder_lock
+with folder_lock(sys.argv[1], "holder"):
+    print("locked", flush=True)
+    time.sleep(120)
+"""
+
+
+def _holder(folder):
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_second_process_is_refused_and_a_killed_owner_is_taken_over(tmp_path, capsys):
+    proc = _holder(tmp_path)
+    try:
+        owner = json.loads((tmp_path / LOCK_NAME).read_text())
+        assert owner["pid"] == proc.pid and owner["host"] == socket.gethostname() and owner["command"] == "holder"
+        with pytest.raises(LockError, match=rf"^{tmp_path} is being written by pid {proc.pid} on "
+                                            rf"{socket.gethostname()} \(since .*\), `holder`; wait for it to end "
+                                            rf"or stop it \(its lock: {tmp_path / LOCK_NAME}\)$"):
+            with folder_lock(tmp_path, "mine"):
+                pass
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)  # no clean-up: the lock file stays, naming a dead pid
+        proc.wait()
+    assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == proc.pid
+    with folder_lock(tmp_path, "mine") as path:
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert (f"warning: {tmp_path / LOCK_NAME}: taking over the lock of pid {proc.pid} on {socket.gethostname()}, "
+            "which has ended") in capsys.readouterr().err
+    assert not (tmp_path / LOCK_NAME).exists()  # released: deleted
+
+
+def test_the_same_process_cannot_take_it_twice_and_release_frees_it(tmp_path):
+    with folder_lock(tmp_path / "new"):  # creates the folder
+        with pytest.raises(LockError, match="is being written by pid"):
+            with folder_lock(tmp_path / "new"):
+                pass
+    with folder_lock(tmp_path / "new"):
+        pass
+
+
+def test_a_lock_left_by_another_host_is_refused_with_what_to_do(tmp_path):
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere", "since": "yesterday"}))
+    with pytest.raises(LockError, match=rf"locked by pid 1 on elsewhere \(since yesterday\), which cannot be checked "
+                                        rf"from .*; if that process has ended, delete {tmp_path / LOCK_NAME}$"):
+        with folder_lock(tmp_path):
+            pass
+    assert (tmp_path / LOCK_NAME).exists()  # not ours to delete
+
+
+def test_many_processes_one_winner(tmp_path):
+    """Six processes race for the lock; exactly one holds it at a time (each appends in/out marks)."""
+    script = """
+import sys, time
+from pointgeope.lock import folder_lock, LockError
+log = sys.argv[2]
+deadline = time.time() + 60
+while True:
+    try:
+        with folder_lock(sys.argv[1]):
+            with open(log, "a") as f: f.write("in\\n")
+            time.sleep(0.05)
+            with open(log, "a") as f: f.write("out\\n")
+        break
+    except LockError:
+        assert time.time() < deadline
+        time.sleep(0.01)
+"""
+    log = tmp_path / "log.txt"
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "out"), str(log)]) for _ in range(6)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * 6
+    assert log.read_text().split() == ["in", "out"] * 6
