@@ -31,7 +31,7 @@ def relative_blocks(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
     work = geometry_dtype(x.dtype)
     rows, d, half = x.reshape(-1, channels), disp.reshape(-1, 3).to(work), phase_scale.to(work) / 3
     out = torch.empty_like(rows)
-    for part in query_steps(rows.shape[0], 1, channels):          # rows in cache-sized steps
+    for part in query_steps(rows.shape[0], 1, channels, x.device):   # rows in cache-sized steps
         _unplane(_turn_planes(_planes(rows[part], n, work), d[part], half), out[part])
     if 3 * n < channels:
         out[:, 3 * n:] = rows[:, 3 * n:]
@@ -92,8 +92,9 @@ class _RotateRelative(torch.autograd.Function):
 class _RelativeFrame(torch.autograd.Function):
     """``R(t(d_ij)) x[idx[i, j]] - m_i`` for linear GeoPE, with gradients for ``x`` and ``m``.
 
-    Forward, a step of whole queries at a time (``query_steps``): gather the block planes of ``x`` (``index_select`` on
-    ``(3, N_s, n)``), turn them (``_turn_planes``), write them into the interleaved output, subtract.
+    Forward, a step of whole queries at a time (``query_steps``): gather the block planes of ``x``
+    (``index_select`` on ``(3, N_s, n)``), turn them (``_turn_planes``), write them into the interleaved
+    output, subtract.
     Backward: turn the gradient's planes by ``-d`` (``R^T``), interleave, ``index_add_`` into ``x``'s rows.
     Saves ``idx`` and ``disp (N, k, 3)``."""
 
@@ -107,7 +108,7 @@ class _RelativeFrame(torch.autograd.Function):
         src, d, half = _planes(x, n, work), disp.reshape(-1, 3).to(work), phase_scale.to(work) / 3
         dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
         out = x.new_empty(queries * k, channels, dtype=dtype)
-        for step in query_steps(queries, k, channels):
+        for step in query_steps(queries, k, channels, x.device):
             part = slice(step.start * k, step.stop * k)                             # the step's pairs
             _unplane(_turn_planes(src.index_select(1, flat[part]), d[part], half), out[part])
             if 3 * n < channels:
@@ -124,7 +125,7 @@ class _RelativeFrame(torch.autograd.Function):
             n, flat, channels, work = phase_scale.shape[0], idx.reshape(-1), grad.shape[-1], phase_scale.dtype
             rows, d, half = grad.reshape(-1, channels), disp.reshape(-1, 3), phase_scale / 3
             grad_x = rows.new_zeros(ctx.rows, channels, dtype=work)
-            for part in query_steps(rows.shape[0], 1, channels):   # R^T g per pair, summed at its row of x
+            for part in query_steps(rows.shape[0], 1, channels, grad.device):   # R^T g per pair, at its row of x
                 turned = torch.empty(part.stop - part.start, channels, dtype=work, device=grad.device)
                 _unplane(_turn_planes(_planes(rows[part], n, work), -d[part], half), turned)
                 turned[:, 3 * n:] = rows[part, 3 * n:]

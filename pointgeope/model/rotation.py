@@ -34,14 +34,18 @@ from pointgeope.model.ops import gather
 __all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shift_tables", "apply_shifted", "apply_blocks",
            "rotate_blocks", "query_frame", "constant", "query_steps"]
 
-# Pair elements per step of the fused Functions: ~4 MB of float32 per intermediate, so that the several
-# passes of a rotation over a step's pairs run in the CPU's cache instead of memory (relation of 32k x 8 x 32
-# and 8k x 16 x 64 pairs, one thread: 39 -> 21 and 35 -> 14 ms).
+# Pair elements per step of the fused Functions on the CPU: ~4 MB of float32 per intermediate, so that the
+# several passes of a rotation over a step's pairs run in the CPU's cache instead of memory (relation of
+# 32k x 8 x 32 and 8k x 16 x 64 pairs, one thread: 39 -> 21 and 35 -> 14 ms). A GPU takes everything at once
+# (its kernel launches, not its memory, are what small steps would cost).
 _STEP_ELEMENTS = 1 << 20
 
 
-def query_steps(queries: int, k: int, channels: int) -> list[slice]:
-    """Consecutive ranges of queries whose ``k`` pairs of ``channels`` hold about ``_STEP_ELEMENTS`` values."""
+def query_steps(queries: int, k: int, channels: int, device: torch.device) -> list[slice]:
+    """Consecutive ranges of queries whose ``k`` pairs of ``channels`` hold about ``_STEP_ELEMENTS`` values
+    (one range on other devices than the CPU)."""
+    if device.type != "cpu":
+        return [slice(0, queries)]
     step = max(1, _STEP_ELEMENTS // max(1, k * channels))
     return [slice(a, min(a + step, queries)) for a in range(0, queries, step)]
 
@@ -193,7 +197,7 @@ class _QueryFrame(torch.autograd.Function):
         dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
         out = x.new_empty(queries, k, channels, dtype=dtype)
         work = out if dtype == tables.dtype else None                               # else: round each step
-        for part in query_steps(queries, k, channels):
+        for part in query_steps(queries, k, channels, x.device):
             pairs = points.index_select(0, idx[part].reshape(-1)).view(-1, k, channels)
             query = None if minus is None else minus[part].unsqueeze(1)
             step = apply_shifted(pairs, tables[:, part].unsqueeze(-2), query, transpose=True,
@@ -210,7 +214,7 @@ class _QueryFrame(torch.autograd.Function):
             (queries, k), channels = idx.shape, grad.shape[-1]
             tables = rotation_tables(pos, phase_scale, channels)
             points = grad.new_zeros(pos.shape[0], channels, dtype=tables.dtype)
-            for part in query_steps(queries, k, channels):                           # R_i g, summed at j
+            for part in query_steps(queries, k, channels, grad.device):              # R_i g, summed at j
                 turned = apply_shifted(grad[part], tables[:, part].unsqueeze(-2))
                 points.index_add_(0, idx[part].reshape(-1), turned.view(-1, channels))
             grad_x = apply_shifted(points, tables, transpose=True).to(ctx.x_dtype)     # R_j^T
