@@ -33,3 +33,16 @@ def s3dis_real() -> Path:
 
 def cuda_devices() -> list[str]:
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def module_imports(package) -> dict[Path, list[str]]:
+    """The module names that each ``.py`` file under ``package`` (a module object) imports, read with
+    ``ast`` (nothing is imported): for tests of the import direction."""
+    import ast
+
+    found = {}
+    for path in sorted(Path(package.__file__).parent.rglob("*.py")):
+        found[path] = [name for node in ast.walk(ast.parse(path.read_text()))
+                       for name in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                                    else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])]
+    return found

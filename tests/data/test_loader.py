@@ -81,15 +81,10 @@ def test_batch_transform_runs_on_every_collated_batch_in_the_workers(prepared):
 
 def test_data_code_does_not_import_the_model():
     """Data flows one way: no module of pointgeope/data imports pointgeope.model (the engine joins them)."""
-    import ast
-    from pathlib import Path
-
     import pointgeope.data
+    from tests.conftest import module_imports
 
-    files = sorted(Path(pointgeope.data.__file__).parent.rglob("*.py"))
-    assert len(files) >= 8
-    for path in files:
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            assert not any(name.startswith("pointgeope.model") for name in names), f"{path}: imports {names}"
+    imports = module_imports(pointgeope.data)
+    assert len(imports) >= 8
+    for path, name in ((path, name) for path, names in imports.items() for name in names):
+        assert not name.startswith("pointgeope.model"), f"{path}: imports {name}"

@@ -39,16 +39,10 @@ def test_checked_scan_names_the_file_and_the_first_bad_point():
 
 def test_scans_do_not_import_the_model_or_the_engine():
     """The scan readers and writers sit at the data end: they never import pointgeope.model or .engine."""
-    import ast
-    from pathlib import Path
-
     import pointgeope.scans
+    from tests.conftest import module_imports
 
-    files = sorted(Path(pointgeope.scans.__file__).parent.glob("*.py"))
-    assert len(files) >= 7
-    for path in files:
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            for name in names:
-                assert not name.startswith(("pointgeope.model", "pointgeope.engine", "torch")), f"{path}: imports {name}"
+    imports = module_imports(pointgeope.scans)
+    assert len(imports) >= 7
+    for path, name in ((path, name) for path, names in imports.items() for name in names):
+        assert not name.startswith(("pointgeope.model", "pointgeope.engine", "torch")), f"{path}: imports {name}"
