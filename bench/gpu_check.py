@@ -11,12 +11,16 @@ runs), the JSON rewritten after every step:
                configs/demo.yaml --test-area 5 train.epochs=1`` on the device: seconds and the log's pts/s
                (train.py ends with the fold's full-resolution evaluation)
     evaluate   (``--evaluate``, after ``--train``) ``pointgeope evaluate`` of that run: seconds per room
+    predict    (``--predict``, after ``--train``) ``pointgeope predict`` of that run on its test area's
+               ``Area_5.h5`` (every room), on the device: seconds per room
+    ddp        (``--ddp``, after ``--train``) one epoch of the same fold with ``torchrun --nproc_per_node 2``
+               (NCCL) where two GPUs are visible; recorded as skipped, with the reason, on one GPU
 
 ``--device cpu`` hides every GPU from the steps (``CUDA_VISIBLE_DEVICES=``): the test suite runs the
 script that way, small. Results: ``--out`` (default ``bench/results/gpu.json``), logs beside it in
 ``gpu_logs/``; copies of both go to ``$OUT`` when that variable is set.
 
-Usage: bench/gpu_check.sh [--train] [--evaluate] [--device cpu] [--points 80000] [--budget 450]
+Usage: bench/gpu_check.sh [--train] [--evaluate] [--predict] [--ddp] [--device cpu] [--points 80000] [--budget 450]
 """
 from __future__ import annotations
 
@@ -180,6 +184,34 @@ def step_evaluate(check: Check, py: str) -> None:
     check.write()
 
 
+def step_predict(check: Check, py: str) -> None:
+    run, area = check.args.work / "runs" / "area_5", check.args.work / "s3dis" / "Area_5.h5"
+    if not (run / "last.pt").exists():
+        check.result["steps"]["predict"] = {"ok": False, "rc": None, "error": f"no {run / 'last.pt'} (run --train)"}
+        check.write()
+        return
+    device = "cpu" if check.args.device == "cpu" else "cuda"
+    out = check.args.work / "predict"
+    step = check.run("predict", [py, "-m", "pointgeope", "predict", str(run), str(area), "--out", str(out),
+                                 "--device", device, "--format", "npy"], check.args.evaluate_limit)
+    rooms = len(list(out.rglob("*_pred.npy"))) if out.exists() else 0
+    step.update(rooms=rooms, seconds_per_room=round(step["seconds"] / rooms, 3) if rooms else None)
+    check.write()
+
+
+def step_ddp(check: Check, py: str) -> None:
+    gpus = check.result.get("machine", {}).get("gpu_count", 0)
+    if check.args.device == "cpu" or gpus < 2:
+        check.result["steps"]["ddp"] = {"ok": True, "skipped": f"needs two GPUs, {gpus} visible"}
+        check.write()
+        return
+    root, runs = check.args.work / "s3dis", check.args.work / "runs_ddp"
+    cmd = [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "train.py", "--config",
+           "configs/demo.yaml", "--test-area", "5", "--data-root", str(root), "--run-dir", str(runs),
+           "train.epochs=1", "train.device=cuda", "train.progress=false", *check.args.train_overrides]
+    check.run("ddp", cmd, check.args.train_limit)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -190,6 +222,8 @@ def main() -> int:
     parser.add_argument("--no-bench", action="store_true")
     parser.add_argument("--train", action="store_true", help="synth tiny + prepare + train.py one epoch")
     parser.add_argument("--evaluate", action="store_true", help="pointgeope evaluate the --train run")
+    parser.add_argument("--predict", action="store_true", help="pointgeope predict with the --train run")
+    parser.add_argument("--ddp", action="store_true", help="the --train fold with 2 processes (NCCL), 2 GPUs")
     parser.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "pointgeope_gpu_check")
     parser.add_argument("--train-overrides", nargs="*", default=[], metavar="section.key=value",
                         help="more config overrides of the --train run (the test suite shortens it)")
@@ -215,6 +249,8 @@ def main() -> int:
     steps += [] if args.no_bench else [("bench", step_bench)]
     steps += [("train", step_train)] if args.train else []
     steps += [("evaluate", step_evaluate)] if args.evaluate else []
+    steps += [("predict", step_predict)] if args.predict else []
+    steps += [("ddp", step_ddp)] if args.ddp else []
     for name, fn in steps:
         if check.left() < 15:
             check.result["steps"][name] = {"ok": False, "rc": None, "error": "skipped: out of --budget"}

@@ -25,12 +25,13 @@ def _run(tmp_path: Path, *args: str, timeout: int = 420) -> tuple[subprocess.Com
 @pytest.mark.slow
 def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
     proc, result = _run(tmp_path, "--points", "1500", "--reps", "1", "--warmup", "0", "--threads", "1", "--train",
-                        "--evaluate", "--tests", "test_cuda_without_torch_cluster",
+                        "--evaluate", "--predict", "--ddp", "--tests", "test_cuda_without_torch_cluster",
                         "--train-overrides", "data.loop=1", "data.voxel_max=3000")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert result["failed_steps"] == []
     steps = result["steps"]
-    assert list(steps) == ["info", "pointgeope_info", "tests", "bench", "synth", "prepare", "train", "evaluate"]
+    assert list(steps) == ["info", "pointgeope_info", "tests", "bench", "synth", "prepare", "train", "evaluate",
+                           "predict", "ddp"]
     assert result["machine"]["cuda_available"] is False and result["machine"]["torch"]
     assert steps["tests"]["summary"].startswith("1 passed")
     bench = steps["bench"]["result"]
@@ -41,6 +42,8 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
     assert bench["point_ops"]["loader_cpu_s"] > 0 and bench["point_ops"]["fps_torch_points"] == 1500
     assert len(steps["train"]["points_per_s"]) == 1 and steps["train"]["points_per_s"][0] > 0
     assert steps["evaluate"]["rooms"] == 2 and steps["evaluate"]["eval_seconds_per_room"] > 0
+    assert steps["predict"]["ok"] and steps["predict"]["rooms"] == 2
+    assert steps["ddp"]["skipped"].startswith("needs two GPUs")
     copied = json.loads((tmp_path / "out" / "gpu.json").read_text())      # $OUT gets the final JSON and logs
     assert copied["steps"].keys() == steps.keys() and (tmp_path / "out" / "gpu_logs" / "train.log").is_file()
 

@@ -49,8 +49,7 @@ def test_labels_equal_evaluate_for_prepared_and_raw_rooms(tiny_run, two_folds, t
 def write_scan(path, coord, color):
     """``coord``/``color`` written by another library than pointgeope: Open3D, laspy or numpy."""
     if path.suffix == ".ply":
-        import open3d as o3d
-
+        o3d = pytest.importorskip("open3d")
         pcd = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(coord))
         pcd.colors = o3d.utility.Vector3dVector(color / 255.0)
         o3d.io.write_point_cloud(str(path), pcd)
@@ -179,8 +178,7 @@ def test_the_h5_output_opens_in_the_viewer(tiny_run, two_folds, tmp_path):
                 "--format", "h5"]) == 0
     assert cli(["viz", str(tmp_path / "o" / "office_1_pred.h5"), "--mode", "pred", "--max-points", "0",
                 "--ply", str(tmp_path / "v.ply")]) == 0
-    import open3d as o3d
-
+    o3d = pytest.importorskip("open3d")
     drawn = o3d.t.io.read_point_cloud(str(tmp_path / "v.ply"))
     pred = read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1")
     np.testing.assert_array_equal(drawn.point.colors.numpy(), np.asarray(PALETTE, np.uint8)[pred])
