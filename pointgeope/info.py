@@ -45,5 +45,8 @@ def print_info() -> None:
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     print("ops backends: " + "; ".join(backends.summary(d) for d in devices))
+    from pointgeope.model import compiled
+
+    print(f"GeoPE pair kernels: {compiled.status()}")
     print("point hierarchy (FPS, kNN, 3-NN): training batches get it from the data loader (cpu backends); "
           "evaluation and model(coord, feat, offset) build it in the model (backends of its device)")

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from pointgeope.geope import rotate
 from pointgeope.model.ops import gather
+from pointgeope.model import compiled
 from pointgeope.model.rotation import constant, geometry_dtype, query_steps
 
 __all__ = ["relative_blocks", "rotate_relative", "relative_frame"]
@@ -107,6 +108,9 @@ class _RelativeFrame(torch.autograd.Function):
         work, flat = geometry_dtype(x.dtype), idx.reshape(-1)
         src, d, half = _planes(x, n, work), disp.reshape(-1, 3).to(work), phase_scale.to(work) / 3
         dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
+        if x.device.type == "cuda":                                                 # one fused pass
+            return compiled.on_device("relative_pairs", compiled.relative_pairs, x, idx, disp.to(work), half,
+                                      minus).to(dtype)
         out = x.new_empty(queries * k, channels, dtype=dtype)
         for step in query_steps(queries, k, channels, x.device):
             part = slice(step.start * k, step.stop * k)                             # the step's pairs
@@ -120,20 +124,28 @@ class _RelativeFrame(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         idx, disp, phase_scale = ctx.saved_tensors
-        grad_x = grad_minus = None
+        grad_x = None
         if ctx.needs_input_grad[0]:
             n, flat, channels, work = phase_scale.shape[0], idx.reshape(-1), grad.shape[-1], phase_scale.dtype
             rows, d, half = grad.reshape(-1, channels), disp.reshape(-1, 3), phase_scale / 3
             grad_x = rows.new_zeros(ctx.rows, channels, dtype=work)
+            if grad.device.type == "cuda":                                      # one fused pass, R^T g = R(-d) g
+                turned = compiled.on_device("rodrigues_rows", compiled.rodrigues_rows, rows, -d.to(work), half)
+                return grad_x.index_add_(0, flat, turned).to(ctx.x_dtype), None, None, None, _minus_grad(ctx, grad)
             for part in query_steps(rows.shape[0], 1, channels, grad.device):   # R^T g per pair, at its row of x
                 turned = torch.empty(part.stop - part.start, channels, dtype=work, device=grad.device)
                 _unplane(_turn_planes(_planes(rows[part], n, work), -d[part], half), turned)
                 turned[:, 3 * n:] = rows[part, 3 * n:]
                 grad_x.index_add_(0, flat[part], turned)
             grad_x = grad_x.to(ctx.x_dtype)
-        if ctx.minus_dtype is not None and ctx.needs_input_grad[4]:
-            grad_minus = grad.sum(1).neg_().to(ctx.minus_dtype)
-        return grad_x, None, None, None, grad_minus
+        return grad_x, None, None, None, _minus_grad(ctx, grad)
+
+
+def _minus_grad(ctx, grad: Tensor) -> Tensor | None:
+    """``-sum_j g_ij``, the gradient of the subtracted query rows (when they need one)."""
+    if ctx.minus_dtype is None or not ctx.needs_input_grad[4]:
+        return None
+    return grad.sum(1).neg_().to(ctx.minus_dtype)
 
 
 def relative_frame(x: Tensor, idx: Tensor, disp: Tensor, phase_scale: Tensor, minus: Tensor | None = None) -> Tensor:

@@ -1,0 +1,113 @@
+"""The pair kernels of the fused GeoPE relations as single expressions, compiled for CUDA by ``torch.compile``.
+
+On a GPU the eager kernels (``rotation.apply_shifted``, ``linear_rotation._turn_planes``) launch one kernel
+per multiply-add, each a pass over the ``(N, k, C)`` pairs in memory. Written as one expression of the
+gathered rows, Inductor (Triton) fuses gather, rotation and subtraction into one pass. The math is the
+eager kernels' (tests compare them):
+
+- standard GeoPE, per pair ``(i, j)`` and channel ``c`` (``T_o`` the query's shift tables of ``R_i``,
+  ``rotation.shift_tables``)::
+
+      out[i, j, c] = sum_{o=-2..2} T_{-o}[i, c + o] * p[idx[i, j], c + o] - m[i, c]     (R_i^T p_j - m_i)
+
+  and its adjoint ``sum_o T_o[i, c] g[i, j, c + o]`` (``R_i g``) for the backward pass;
+- linear GeoPE, Rodrigues per pair and block with ``u = d / |d|``, ``phi_b = half_b |d|``::
+
+      R v = cos(phi) v + sin(phi) (u x v) + (1 - cos(phi)) (u . v) u
+
+Compilation is attempted once per process, on the first CUDA call, with dynamic shapes (the point counts
+change every batch); if it fails (no Triton, an unsupported build) the eager kernels run instead and
+``pointgeope info`` says so. ``POINTGEOPE_COMPILE=0`` turns it off. The CPU always runs the eager kernels:
+there, Inductor's code measured slower than the cache-blocked eager kernels and takes a minute to compile.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["shifted_sum", "frame_pairs", "turn_pairs", "rodrigues_rows", "relative_pairs", "on_device", "status"]
+
+
+def shifted_sum(x: Tensor, tables: Tensor, transpose: bool) -> Tensor:
+    """``sum_o T_o[c] x[c + o]`` (``R x``), or with ``transpose`` ``sum_o T_{-o}[c + o] x[c + o]`` (``R^T x``),
+    for ``x (..., C)`` and ``tables (5, ..., C)`` broadcasting against it; channels outside ``0..C-1`` read 0."""
+    channels = x.shape[-1]
+    if transpose:
+        terms = [F.pad(tables[2 - o] * x, (2, 2))[..., 2 + o: 2 + o + channels] for o in range(-2, 3)]
+    else:
+        padded = F.pad(x, (2, 2))
+        terms = [tables[2 + o] * padded[..., 2 + o: 2 + o + channels] for o in range(-2, 3)]
+    return terms[0] + terms[1] + terms[2] + terms[3] + terms[4]
+
+
+def frame_pairs(points: Tensor, idx: Tensor, tables: Tensor, minus: Tensor | None) -> Tensor:
+    """``R_i^T points[idx[i, j]] - minus_i``: ``points (N_s, C)`` already turned by ``R_j``, ``idx (N, k)``,
+    ``tables (5, N, C)`` of the queries, ``minus (N, C)`` or ``None`` -> ``(N, k, C)`` in the tables' dtype."""
+    out = shifted_sum(points[idx].to(tables.dtype), tables.unsqueeze(-2), transpose=True)
+    return out if minus is None else out - minus.unsqueeze(1)
+
+
+def turn_pairs(grad: Tensor, tables: Tensor) -> Tensor:
+    """``R_i g_ij`` for ``grad (N, k, C)`` and the queries' ``tables (5, N, C)``, in the tables' dtype."""
+    return shifted_sum(grad.to(tables.dtype), tables.unsqueeze(-2), transpose=False)
+
+
+def rodrigues_rows(rows: Tensor, disp: Tensor, half: Tensor) -> Tensor:
+    """``R(half_b d) v_b`` of every block of ``rows (M, C)`` (pass-through channels kept) with per-row
+    displacements ``disp (M, 3)`` and ``half (n,)`` (``phase_scale / 3``), in ``disp``'s dtype."""
+    blocks = half.shape[0]
+    v = rows[:, : 3 * blocks].to(disp.dtype).unflatten(-1, (blocks, 3))          # (M, n, 3)
+    radius = disp.norm(dim=-1, keepdim=True)                                      # (M, 1)
+    u = (disp / radius.clamp_min(torch.finfo(disp.dtype).tiny)).unsqueeze(1)      # (M, 1, 3)
+    phi = (radius * half).unsqueeze(-1)                                           # (M, n, 1)
+    cos, sin = phi.cos(), phi.sin()
+    ux, uy, uz = u[..., 0:1], u[..., 1:2], u[..., 2:3]
+    vx, vy, vz = v[..., 0:1], v[..., 1:2], v[..., 2:3]
+    cross = torch.cat([uy * vz - uz * vy, uz * vx - ux * vz, ux * vy - uy * vx], dim=-1)
+    turned = cos * v + sin * cross + (1 - cos) * (ux * vx + uy * vy + uz * vz) * u
+    return torch.cat([turned.flatten(1), rows[:, 3 * blocks:].to(disp.dtype)], dim=1)
+
+
+def relative_pairs(x: Tensor, idx: Tensor, disp: Tensor, half: Tensor, minus: Tensor | None) -> Tensor:
+    """Linear GeoPE's relation ``R(half d_ij) x[idx[i, j]] - minus_i``: ``x (N_s, C)``, ``idx (N, k)``,
+    ``disp (N, k, 3)`` in the geometry's dtype -> ``(N, k, C)`` in that dtype."""
+    queries, k = idx.shape
+    out = rodrigues_rows(x[idx.reshape(-1)], disp.reshape(-1, 3), half).view(queries, k, -1)
+    return out if minus is None else out - minus.unsqueeze(1)
+
+
+_compiled: dict[str, Callable] = {}
+_failed: list[str] = []
+
+
+def _enabled() -> bool:
+    return os.environ.get("POINTGEOPE_COMPILE", "1") != "0" and not _failed and hasattr(torch, "compile")
+
+
+def on_device(name: str, fn: Callable, *args):
+    """``fn(*args)`` compiled for the device of ``args[0]`` when it is CUDA (see the module docstring),
+    else eager; a compilation that fails switches every kernel back to eager, with one warning."""
+    if args[0].device.type != "cuda" or not _enabled():
+        return fn(*args)
+    if name not in _compiled:
+        _compiled[name] = torch.compile(fn, dynamic=True)
+    try:
+        return _compiled[name](*args)
+    except Exception as err:  # noqa: BLE001  (Triton missing, an unsupported build: any compiler error)
+        _failed.append(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+        warnings.warn(f"torch.compile of the GeoPE pair kernels failed ({_failed[-1]}); running them eagerly")
+        return fn(*args)
+
+
+def status() -> str:
+    """One line for ``pointgeope info``."""
+    if os.environ.get("POINTGEOPE_COMPILE", "1") == "0":
+        return "eager (POINTGEOPE_COMPILE=0)"
+    if _failed:
+        return f"eager (torch.compile failed: {_failed[0]})"
+    return "torch.compile on CUDA (Triton), eager on the CPU"

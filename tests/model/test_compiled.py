@@ -1,0 +1,73 @@
+"""The single-expression pair kernels of pointgeope/model/compiled.py against the eager fused kernels
+(on every device, eagerly), and compiled on CUDA against float64 on the CPU (values and gradients)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pointgeope.geope import frequencies
+from pointgeope.model import compiled
+from pointgeope.model.linear_rotation import relative_blocks, relative_frame
+from pointgeope.model.rotation import apply_shifted, query_frame, rotation_tables
+from tests.conftest import cuda_devices
+
+
+def _setup(n=300, k=6, channels=20, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, channels, generator=g, dtype=dtype)
+    pos = torch.rand(n, 3, generator=g, dtype=dtype) * 4
+    idx = torch.randint(0, n, (n, k), generator=g)
+    minus = torch.randn(n, channels, generator=g, dtype=dtype)
+    return x, pos, idx, minus, frequencies(channels).to(dtype) * 25.0
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_shifted_sum_is_apply_shifted(transpose):
+    x, pos, idx, _, scale = _setup()
+    tables = rotation_tables(pos, scale, x.shape[-1])
+    pairs = x[idx]
+    torch.testing.assert_close(compiled.shifted_sum(pairs, tables.unsqueeze(-2), transpose),
+                               apply_shifted(pairs, tables.unsqueeze(-2), transpose=transpose))
+
+
+def test_frame_and_turn_pairs_are_the_eager_relation_and_its_adjoint():
+    x, pos, idx, minus, scale = _setup()
+    tables = rotation_tables(pos, scale, x.shape[-1])
+    points = apply_shifted(x, tables)
+    torch.testing.assert_close(compiled.frame_pairs(points, idx, tables, minus), query_frame(x, idx, pos, scale, minus))
+    g = torch.randn(*idx.shape, x.shape[-1], dtype=x.dtype)
+    # <R_i^T p, g> = <p, R_i g> for every pair
+    lhs = (compiled.frame_pairs(points, idx, tables, None) * g).sum()
+    rhs = (points[idx] * compiled.turn_pairs(g, tables)).sum()
+    torch.testing.assert_close(lhs, rhs)
+
+
+def test_relative_pairs_are_linear_geope():
+    x, pos, idx, minus, scale = _setup()
+    disp = pos[idx] - pos[:, None]
+    expected = relative_frame(x, idx, disp, scale, minus)
+    torch.testing.assert_close(compiled.relative_pairs(x, idx, disp, scale / 3, minus), expected)
+    rows = x[idx].reshape(-1, x.shape[-1])
+    torch.testing.assert_close(compiled.rodrigues_rows(rows, disp.reshape(-1, 3), scale / 3),
+                               relative_blocks(rows, disp.reshape(-1, 3), scale))
+
+
+@pytest.mark.parametrize("device", [d for d in cuda_devices() if d == "cuda"])
+def test_cuda_fused_relations_match_float64(device):
+    """On CUDA the relations run the compiled kernels: values and gradients against float64 on the CPU."""
+    x, pos, idx, minus, scale = _setup(n=2000, k=16, channels=64, seed=3)
+    disp = pos[idx] - pos[:, None]
+    for fn, args in ((query_frame, (idx, pos, scale, minus)), (relative_frame, (idx, disp, scale, minus))):
+        xs = x.clone().requires_grad_()
+        ms = minus.clone().requires_grad_()
+        exact = fn(xs, args[0], args[1], args[2], ms)
+        g = torch.randn_like(exact)
+        exact.backward(g)
+        xd = x.float().to(device).requires_grad_()
+        md = minus.float().to(device).requires_grad_()
+        out = fn(xd, args[0].to(device), args[1].float().to(device), args[2].float().to(device), md)
+        out.backward(g.float().to(device))
+        torch.testing.assert_close(out.double().cpu(), exact.detach(), atol=2e-4, rtol=1e-4)
+        torch.testing.assert_close(xd.grad.double().cpu(), xs.grad, atol=2e-3, rtol=1e-4)
+        torch.testing.assert_close(md.grad.double().cpu(), ms.grad, atol=2e-3, rtol=1e-4)
+    assert "failed" not in compiled.status(), compiled.status()
