@@ -21,7 +21,7 @@ If a size does not fit in memory it halves ``--points`` and retries. Writes JSON
 preset, so a run cut short keeps what it measured.
 
 Usage: python bench/bench_train_step.py --out result.json [--device cuda] [--points 80000] [--clouds 2]
-       [--amp bf16] [--presets rpe geope lingeope] [--reps 3] [--warmup 2] [--budget 240]
+       [--amp bf16] [--presets rpe geope lingeope] [--reps 3] [--warmup 2] [--budget 240] [--profile]
 """
 from __future__ import annotations
 
@@ -113,6 +113,20 @@ def point_ops(inputs: dict, spec, device: torch.device, reps: int) -> dict:
     return out
 
 
+def profile(case: Case, device: torch.device, top: int = 12) -> list[dict]:
+    """The ``top`` kernels (CUDA) or operators (CPU) of one given-hierarchy step by self time, in ms."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch_profile(activities=activities) as prof:
+        case.step(given=True)
+        _sync(device)
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0.0), reverse=True)[:top]
+    return [{"name": e.key[:90], "ms": round(getattr(e, key, 0.0) / 1e3, 3), "calls": e.count} for e in events]
+
+
 def run(args, out: dict, write) -> None:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -160,6 +174,8 @@ def run(args, out: dict, write) -> None:
         if row.get("in_model_s") and row.get("given_s"):
             row["point_ops_share_in_model"] = max(0.0, row["in_model_s"] - row["given_s"]) / row["in_model_s"]
     out["point_ops"] = point_ops(inputs, spec, device, reps=2)
+    if args.profile:
+        out["profile"] = {pe: profile(case, device) for pe, case in cases.items()}
     write()
 
 
@@ -174,6 +190,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--budget", type=float, default=240.0, help="seconds after which no new rep starts")
+    parser.add_argument("--profile", action="store_true", help="also the top kernels of one step per preset")
     args = parser.parse_args()
     if args.presets[0] != "rpe":
         args.presets = ["rpe"] + [p for p in args.presets if p != "rpe"]

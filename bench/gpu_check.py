@@ -6,7 +6,7 @@ runs), the JSON rewritten after every step:
     info       GPU name, Python, torch, CUDA, Triton versions; ``pointgeope info``
     tests      ``pytest -k cuda`` (the ``[cuda]`` variants of the device tests, and tests named for CUDA)
     bench      ``bench_train_step.py``: 2 x 80k points (halved until it fits), bf16 autocast, rpe / geope /
-               lingeope: step time, peak memory, the point ops' share
+               lingeope: step time, peak memory, the point ops' share, the top kernels of one step
     train      (``--train``) ``pointgeope synth --size tiny`` + ``prepare``, then ``train.py --config
                configs/demo.yaml --test-area 5 train.epochs=1`` on the device: seconds and the log's pts/s
                (train.py ends with the fold's full-resolution evaluation)
@@ -136,7 +136,7 @@ def step_bench(check: Check, py: str) -> None:
     data.unlink(missing_ok=True)
     cmd = [py, "bench/bench_train_step.py", "--out", str(data), "--device", "cpu" if a.device == "cpu" else "cuda",
            "--points", str(a.points), "--clouds", str(a.clouds), "--amp", a.amp, "--reps", str(a.reps),
-           "--warmup", str(a.warmup), "--budget", str(max(30, min(a.bench_limit, check.left()) - 60))]
+           "--warmup", str(a.warmup), "--budget", str(max(30, min(a.bench_limit, check.left()) - 60)), "--profile"]
     step = check.run("bench", cmd, a.bench_limit)
     if data.exists():                     # whatever was measured, also after a failure or a timeout
         step["result"] = json.loads(data.read_text())

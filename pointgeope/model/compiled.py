@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["shifted_sum", "frame_pairs", "turn_pairs", "rodrigues_rows", "relative_pairs", "on_device", "status"]
+__all__ = ["shifted_sum", "frame_pairs", "turn_pairs", "rodrigues_rows", "relative_pairs", "active", "on_device",
+           "status"]
 
 
 def shifted_sum(x: Tensor, tables: Tensor, transpose: bool) -> Tensor:
@@ -89,11 +90,15 @@ def _enabled() -> bool:
     return os.environ.get("POINTGEOPE_COMPILE", "1") != "0" and not _failed and hasattr(torch, "compile")
 
 
+def active(device: torch.device) -> bool:
+    """Whether the compiled kernels serve this device (CUDA, compilation not failed nor turned off); where
+    they do not, callers keep their eager kernels (a single expression run eagerly costs more memory)."""
+    return device.type == "cuda" and _enabled()
+
+
 def on_device(name: str, fn: Callable, *args):
-    """``fn(*args)`` compiled for the device of ``args[0]`` when it is CUDA (see the module docstring),
-    else eager; a compilation that fails switches every kernel back to eager, with one warning."""
-    if args[0].device.type != "cuda" or not _enabled():
-        return fn(*args)
+    """``fn(*args)`` compiled (see the module docstring); if the compilation fails, ``fn(*args)`` eagerly
+    this once, one warning, and ``active`` is False from then on."""
     if name not in _compiled:
         _compiled[name] = torch.compile(fn, dynamic=True)
     try:

@@ -108,7 +108,7 @@ class _RelativeFrame(torch.autograd.Function):
         work, flat = geometry_dtype(x.dtype), idx.reshape(-1)
         src, d, half = _planes(x, n, work), disp.reshape(-1, 3).to(work), phase_scale.to(work) / 3
         dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
-        if x.device.type == "cuda":                                                 # one fused pass
+        if compiled.active(x.device):                                               # one fused pass
             return compiled.on_device("relative_pairs", compiled.relative_pairs, x, idx, disp.to(work), half,
                                       minus).to(dtype)
         out = x.new_empty(queries * k, channels, dtype=dtype)
@@ -129,7 +129,7 @@ class _RelativeFrame(torch.autograd.Function):
             n, flat, channels, work = phase_scale.shape[0], idx.reshape(-1), grad.shape[-1], phase_scale.dtype
             rows, d, half = grad.reshape(-1, channels), disp.reshape(-1, 3), phase_scale / 3
             grad_x = rows.new_zeros(ctx.rows, channels, dtype=work)
-            if grad.device.type == "cuda":                                      # one fused pass, R^T g = R(-d) g
+            if compiled.active(grad.device):                                    # one fused pass, R^T g = R(-d) g
                 turned = compiled.on_device("rodrigues_rows", compiled.rodrigues_rows, rows, -d.to(work), half)
                 return grad_x.index_add_(0, flat, turned).to(ctx.x_dtype), None, None, None, _minus_grad(ctx, grad)
             for part in query_steps(rows.shape[0], 1, channels, grad.device):   # R^T g per pair, at its row of x

@@ -196,7 +196,7 @@ class _QueryFrame(torch.autograd.Function):
         (queries, k), channels = idx.shape, x.shape[-1]
         points = apply_shifted(x, tables)                                           # R(t_j) x_j, (N, C)
         dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
-        if x.device.type == "cuda":                                                 # one fused pass
+        if compiled.active(x.device):                                               # one fused pass
             return compiled.on_device("frame_pairs", compiled.frame_pairs, points, idx, tables, minus).to(dtype)
         out = x.new_empty(queries, k, channels, dtype=dtype)
         work = out if dtype == tables.dtype else None                               # else: round each step
@@ -219,7 +219,7 @@ class _QueryFrame(torch.autograd.Function):
             points = grad.new_zeros(pos.shape[0], channels, dtype=tables.dtype)
             for part in query_steps(queries, k, channels, grad.device):              # R_i g, summed at j
                 turned = (compiled.on_device("turn_pairs", compiled.turn_pairs, grad, tables)
-                          if grad.device.type == "cuda" else apply_shifted(grad[part], tables[:, part].unsqueeze(-2)))
+                          if compiled.active(grad.device) else apply_shifted(grad[part], tables[:, part].unsqueeze(-2)))
                 points.index_add_(0, idx[part].reshape(-1), turned.reshape(-1, channels))
             grad_x = apply_shifted(points, tables, transpose=True).to(ctx.x_dtype)     # R_j^T
         if ctx.minus_dtype is not None and ctx.needs_input_grad[4]:
