@@ -121,7 +121,7 @@ def step_info(check: Check, py: str) -> None:
 
 
 def step_tests(check: Check, py: str) -> None:
-    step = check.run("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", check.args.tests, "tests"],
+    step = check.run("tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-k", check.args.tests, "tests"],
                      check.args.tests_limit)
     summary = re.findall(r"(\d+ (?:passed|failed|error|skipped|deselected)\S*(?:, \d+ \w+)*) in [\d.]+s", step["tail"])
     step["summary"] = summary[-1] if summary else None
