@@ -105,7 +105,7 @@ class PointTransformerLayer(nn.Module):
     """
 
     def __init__(self, channels: int, share_planes: int = 8, neighbours: int = 16,
-                 pe: str | PositionalEncoding = "geope", grid_size: float = 0.04, geope_base: float = 100.0,
+                 pe: str | PositionalEncoding = "rpe", grid_size: float = 0.04, geope_base: float = 100.0,
                  geope_learnable: bool = False):
         super().__init__()
         if channels % share_planes:
