@@ -128,7 +128,7 @@ class PointTransformerLayer(nn.Module):
                                        learnable=geope_learnable) if rotates and channels >= 3 else None)
         self.register_load_state_dict_pre_hook(_renamed_frequencies)
 
-    def _scales(self, like: Tensor) -> Tensor:
+    def _block_scales(self, like: Tensor) -> Tensor:
         """The block scales ``k_b``, ``(n,)``, in the geometry's dtype for features like ``like``."""
         return self.block_scale(geometry_dtype(like.dtype), like.device)
 
@@ -137,8 +137,8 @@ class PointTransformerLayer(nn.Module):
         """Neighbour features ``x[idx]`` in the query's frame (minus the query's ``minus`` row), ``(N, k, C)``:
         gather, rotate (and subtract) in one pass."""
         if linear:
-            return relative_frame(x, idx, disp, self._scales(x), minus)
-        return query_frame(x, idx, coord.to(geometry_dtype(x.dtype)), self._scales(x), minus, tables)
+            return relative_frame(x, idx, disp, self._block_scales(x), minus)
+        return query_frame(x, idx, coord.to(geometry_dtype(x.dtype)), self._block_scales(x), minus, tables)
 
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
         if feat.dim() != 2 or feat.shape[1] != self.channels:
@@ -154,7 +154,7 @@ class PointTransformerLayer(nn.Module):
         linear = self.pe.rotation == "lingeope"
         tables = None        # standard GeoPE's per-point rotations, shared by the key and value terms
         if self.block_scale is not None and not linear and not self.block_scale.learnable:
-            tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._scales(feat), c)  # (5, N, C)
+            tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._block_scales(feat), c)  # (5, N, C)
 
         if self.pe.rotation == "none":
             relation = gather(key, idx) - q.unsqueeze(1)                         # (N, k, C)
