@@ -50,15 +50,15 @@ def _case(method: str, n: int, k: int, c: int, reps: int, device: str, queue) ->
     pe = GeoPE(c, axes=3, pos_scale=25.0).to(dev)
     mlp = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3), nn.ReLU(inplace=True), nn.Linear(3, c)).to(dev)
 
-    phase_scale = frequencies(c).float().to(dev) * 25.0
+    block_scale = frequencies(c).float().to(dev) * 25.0 / 3
 
     def step():
         pos_i, pos_j = pos.unsqueeze(1), pos[idx]
         if method == "attn-geope":
-            mats = block_rotations(pos, phase_scale)
-            out = rotate_blocks(rotate_blocks(x, mats, pos, phase_scale)[idx], mats, pos, phase_scale, inverse=True)
+            mats = block_rotations(pos, block_scale)
+            out = rotate_blocks(rotate_blocks(x, mats, pos, block_scale)[idx], mats, pos, block_scale, inverse=True)
         elif method == "attn-lingeope":
-            out = rotate_relative(x[idx], pos_j - pos_i, phase_scale)
+            out = rotate_relative(x[idx], pos_j - pos_i, block_scale)
         elif method == "rpe":
             rel = (pos_j - pos_i).view(-1, 3)
             out = mlp(rel).view(n, k, c)

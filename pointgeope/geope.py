@@ -1,7 +1,8 @@
 """GeoPE: geometric positional embedding by quaternion rotation of 3-vectors.
 
-Paper: "GeoPE: A Unified Geometric Positional Embedding for Structured Tensors" (Yao and Yang).
-Conventions fixed by ``shared/reference/GEOPE_SPEC.md``; every formula below follows it.
+Paper: "GeoPE: A Unified Geometric Positional Embedding for Structured Tensors" (Yao and Yang),
+https://arxiv.org/abs/2512.04963. The conventions the paper leaves open are fixed in ``docs/GEOPE_SPEC.md``
+(in this repository); every formula below follows it.
 
 **One rotation.** A position with ``A`` axes has phases ``t = (t_1, ..., t_A)`` placed on quaternion
 units (A = 3: ``(i, j, k)``, A = 2: ``(j, k)``, A = 1: ``j``), i.e. on the 3-vector
@@ -24,8 +25,14 @@ are evaluated by their Taylor series, so values and gradients stay finite at ``t
     # channels: [ v0x v0y v0z | v1x v1y v1z | ... | v(n-1)z | pass-through ]
     w_b = base ** (-2 b / (3 n))          t_{a,b} = pos_scale * p_a * w_b
 
-Since the phases of every block are the same vector ``tau(p)`` scaled by ``k_b = pos_scale * w_b / A``,
-block ``b`` rotates by ``w = k_b tau(p)``: the cross and dot products with ``tau(p)`` are shared.
+**Block scale.** The phases of every block are the same vector ``tau(p)`` scaled, so block ``b`` rotates
+by the rotation vector ``k_b tau(p)``, ``k_b`` the *block scale*:
+
+    k_b = pos_scale * w_b / A          (angle phi_b = k_b |tau(p)|; A = 3 for point clouds)
+
+the one convention of the code: every kernel (here, ``pointgeope/model/rotation.py``, ``linear_rotation.py``,
+``compiled.py``) takes ``block_scale`` ``(n,)`` holding ``k_b`` (``BlockScale``) and turns block ``b`` by the
+angle ``k_b |p|`` (or ``k_b |p_j - p_i|``); the cross and dot products with ``tau(p)`` are shared by the blocks.
 
 **Relative use.** Standard GeoPE applies ``R(t(p))``; in attention the key is taken into the query's
 frame, ``R(t(p_i))^T R(t(p_j)) x_j``. Linear GeoPE uses ``R(t(p_j) - t(p_i)) x_j``, which only depends on
@@ -36,7 +43,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["phase_vector", "rotation_matrix", "rotate", "frequencies", "GeoPE"]
+__all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "frequencies", "BlockScale", "GeoPE"]
 
 # Below this phi^2 the Taylor series are used; the first dropped term is below 1e-15 there.
 _SMALL_PHI_SQ = 1e-4
@@ -91,16 +98,16 @@ def rotate(v: Tensor, phases: Tensor) -> Tensor:
     if v.shape[-1] != 3:
         raise ValueError(f"expected vectors of shape (..., 3), got {tuple(v.shape)}")
     w = phase_vector(phases) / phases.shape[-1]
-    return _rodrigues(v, w, torch.ones((), dtype=w.dtype, device=w.device))
+    return rodrigues(v, w, torch.ones((), dtype=w.dtype, device=w.device))
 
 
-def _rodrigues(v: Tensor, axis: Tensor, scale: Tensor) -> Tensor:
-    """``R v`` for rotation vectors ``w = scale * axis``.
+def rodrigues(v: Tensor, axis: Tensor, block_scale: Tensor) -> Tensor:
+    """``R v_b`` of every block ``b`` for the rotation vector ``k_b * axis`` (angle ``k_b |axis|``).
 
     Args:
-        v: ``(..., n, 3)`` vectors (or ``(..., 3)`` with ``scale`` a scalar).
+        v: ``(..., n, 3)`` vectors (or ``(..., 3)`` with ``block_scale`` a scalar).
         axis: ``(..., 3)`` rotation vector shared by the blocks (``tau(p)``).
-        scale: ``(n,)`` per-block scale ``k_b`` (or a scalar).
+        block_scale: ``(n,)`` block scales ``k_b`` (or a scalar).
 
     When only ``v`` needs a gradient (positions are data, frequencies fixed), a custom autograd function
     keeps nothing of size ``v`` for the backward pass, whose gradient is the inverse rotation
@@ -108,39 +115,40 @@ def _rodrigues(v: Tensor, axis: Tensor, scale: Tensor) -> Tensor:
     """
     out_dtype = v.dtype
     dtype = _compute_dtype(torch.promote_types(v.dtype, axis.dtype))
-    v, axis, scale = v.to(dtype), axis.to(dtype), scale.to(dtype)
-    if scale.dim() == 1:  # blocks: axis (..., 3) -> (..., 1, 3), scale (n,) -> (n, 1)
+    v, axis, block_scale = v.to(dtype), axis.to(dtype), block_scale.to(dtype)
+    if block_scale.dim() == 1:  # blocks: axis (..., 3) -> (..., 1, 3), block_scale (n,) -> (n, 1)
         axis = axis.unsqueeze(-2)
-        scale = scale.unsqueeze(-1)
-    if torch.is_grad_enabled() and (axis.requires_grad or scale.requires_grad):
-        out = _rodrigues_formula(v, axis, scale)
+        block_scale = block_scale.unsqueeze(-1)
+    if torch.is_grad_enabled() and (axis.requires_grad or block_scale.requires_grad):
+        out = _rodrigues_formula(v, axis, block_scale)
     else:
-        out = _RotateVectors.apply(v, axis, scale)
+        out = _RotateVectors.apply(v, axis, block_scale)
     return out.to(out_dtype)
 
 
-def _rodrigues_formula(v: Tensor, axis: Tensor, scale: Tensor) -> Tensor:
-    """``cos v + s k (a x v) + c k^2 (a . v) a`` (``k`` = scale, ``a`` = axis), differentiable in all inputs."""
-    cos, sinc, versc = _coefficients((axis * axis).sum(-1, keepdim=True) * scale * scale)
+def _rodrigues_formula(v: Tensor, axis: Tensor, block_scale: Tensor) -> Tensor:
+    """``cos v + s k (a x v) + c k^2 (a . v) a`` (``k = block_scale``, ``a = axis``), differentiable in all
+    inputs."""
+    cos, sinc, versc = _coefficients((axis * axis).sum(-1, keepdim=True) * block_scale * block_scale)
     cross = torch.linalg.cross(axis, v, dim=-1)  # broadcasts over the leading dims
     dot = (axis * v).sum(-1, keepdim=True)
-    return cos * v + (sinc * scale) * cross + (versc * scale * scale * dot) * axis
+    return cos * v + (sinc * block_scale) * cross + (versc * block_scale * block_scale * dot) * axis
 
 
 @torch.no_grad()
-def rotate_blocks_inplace(v: Tensor, axis: Tensor, scale: Tensor, out: Tensor | None = None) -> Tensor:
+def _rodrigues_no_grad(v: Tensor, axis: Tensor, block_scale: Tensor, out: Tensor | None = None) -> Tensor:
     """The same rotation written per component for speed (no autograd): with ``u = a / |a|`` and
     ``phi = |a| k``, ``R v = cos(phi) v + sin(phi) (u x v) + (1 - cos(phi)) (u . v) u``. At ``a = 0``,
     ``u = 0`` and ``R = I`` exactly, so no series is needed when the axis needs no gradient.
 
-    Shapes: ``v (..., n, 3)``, ``axis (..., 1, 3)``, ``scale (n, 1)`` (or ``v, axis (..., 3)`` and a
-    scalar ``scale``); only ``(..., n)`` temporaries exist besides the output, which may be given as
+    Shapes: ``v (..., n, 3)``, ``axis (..., 1, 3)``, ``block_scale (n, 1)`` (or ``v, axis (..., 3)`` and a
+    scalar ``block_scale``); only ``(..., n)`` temporaries exist besides the output, which may be given as
     ``out`` (e.g. a strided view of a larger buffer). Angles are computed in ``axis``'s dtype (keep it
     float32 or wider: phases reach hundreds of radians), products in ``v``'s.
     """
     radius = axis.norm(dim=-1, keepdim=True)
     u = (axis / radius.clamp_min(torch.finfo(axis.dtype).tiny)).to(v.dtype)
-    phi = (radius * scale).squeeze(-1)                                    # (..., n)
+    phi = (radius * block_scale).squeeze(-1)                              # (..., n)
     cos, sin = phi.cos().to(v.dtype), phi.sin().to(v.dtype)
     ux, uy, uz = u.unbind(-1)                                             # (..., 1) each
     vx, vy, vz = v.unbind(-1)                                             # (..., n) strided views
@@ -158,18 +166,18 @@ def rotate_blocks_inplace(v: Tensor, axis: Tensor, scale: Tensor, out: Tensor | 
 
 
 class _RotateVectors(torch.autograd.Function):
-    """Rotation of ``v`` with a gradient for ``v`` only; saves the (small) axis and scale."""
+    """Rotation of ``v`` with a gradient for ``v`` only; saves the (small) axis and block_scale."""
 
     @staticmethod
-    def forward(ctx, v: Tensor, axis: Tensor, scale: Tensor) -> Tensor:
-        ctx.save_for_backward(axis, scale)
+    def forward(ctx, v: Tensor, axis: Tensor, block_scale: Tensor) -> Tensor:
+        ctx.save_for_backward(axis, block_scale)
         ctx.v_shape = v.shape
-        return rotate_blocks_inplace(v, axis, scale)
+        return _rodrigues_no_grad(v, axis, block_scale)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        axis, scale = ctx.saved_tensors
-        grad_v = rotate_blocks_inplace(grad, -axis, scale) if ctx.needs_input_grad[0] else None
+        axis, block_scale = ctx.saved_tensors
+        grad_v = _rodrigues_no_grad(grad, -axis, block_scale) if ctx.needs_input_grad[0] else None
         if grad_v is not None and grad_v.shape != ctx.v_shape:
             grad_v = grad_v.sum_to_size(ctx.v_shape)
         return grad_v, None, None
@@ -183,6 +191,36 @@ def frequencies(channels: int, base: float = 100.0) -> Tensor:
     return base ** (-2.0 * torch.arange(n, dtype=torch.float64) / (3 * n))
 
 
+class BlockScale(nn.Module):
+    """GeoPE's block scales ``k_b = pos_scale * w_b / A``, ``(n,)`` for ``n = channels // 3`` blocks, with the
+    frequencies ``w_b`` fixed (recomputed in the caller's dtype at each call: ``n`` numbers, so a float64 run
+    is float64 throughout) or a trainable parameter ``freq`` (initialised to the same values).
+
+    Args:
+        channels: feature width ``C``.
+        base: frequency base (the paper's lambda). pos_scale: phase per unit of position at block 0
+        (``1 / grid_size`` gives voxel units). axes: ``A``. learnable: train the frequencies.
+    """
+
+    def __init__(self, channels: int, base: float = 100.0, pos_scale: float = 25.0, axes: int = 3,
+                 learnable: bool = False):
+        super().__init__()
+        self.channels, self.base, self.pos_scale, self.axes = channels, base, pos_scale, axes
+        self.freq = nn.Parameter(frequencies(channels, base).float()) if learnable else None
+
+    @property
+    def learnable(self) -> bool:
+        return self.freq is not None
+
+    def forward(self, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """``k_b`` in ``dtype`` on ``device`` (a function of ``freq`` when learnable)."""
+        freq = self.freq if self.freq is not None else frequencies(self.channels, self.base)
+        return freq.to(device, dtype) * self.pos_scale / self.axes
+
+    def extra_repr(self) -> str:
+        return f"base={self.base}, pos_scale={self.pos_scale}, axes={self.axes}, learnable={self.learnable}"
+
+
 class GeoPE(nn.Module):
     """Rotate features by the GeoPE rotations of their positions.
 
@@ -191,7 +229,7 @@ class GeoPE(nn.Module):
         axes: number of position axes ``A`` (3 for point clouds).
         base: frequency base (the paper's lambda).
         pos_scale: phase per unit of position at block 0; ``1 / grid_size`` gives voxel units.
-        learnable: make the block frequencies a trainable parameter (initialised as above).
+        learnable: make the block frequencies a trainable parameter (``block_scale.freq``).
 
     Shapes:
         ``x (..., C)``, ``pos (..., A)`` broadcastable to ``x``'s leading dims -> ``(..., C)``.
@@ -204,18 +242,7 @@ class GeoPE(nn.Module):
             raise ValueError(f"expected axes in (1, 2, 3), got {axes}")
         self.channels, self.axes, self.base, self.pos_scale = channels, axes, base, pos_scale
         self.blocks = channels // 3
-        # Fixed frequencies are recomputed in the input's dtype at each call (n numbers), so that a
-        # float64 run is float64 throughout; learnable ones live in a parameter like any weight.
-        self.freq = nn.Parameter(frequencies(channels, base).float()) if learnable else None
-
-    def _scale(self, x: Tensor, pos: Tensor) -> Tensor:
-        """Per-block scale ``k_b = pos_scale * w_b / A``, shape ``(n,)``."""
-        if self.freq is not None:
-            freq = self.freq
-        else:
-            dtype = _compute_dtype(torch.promote_types(x.dtype, pos.dtype))
-            freq = frequencies(self.channels, self.base).to(pos.device, dtype)
-        return freq * (self.pos_scale / self.axes)
+        self.block_scale = BlockScale(channels, base, pos_scale, axes, learnable)
 
     def forward(self, x: Tensor, pos: Tensor, inverse: bool = False) -> Tensor:
         """``R(t(pos)) x`` per block, or ``R(t(pos))^T x`` with ``inverse=True``."""
@@ -226,8 +253,8 @@ class GeoPE(nn.Module):
         axis = phase_vector(pos)
         if inverse:
             axis = -axis
-        rot = _rodrigues(x[..., : 3 * self.blocks].unflatten(-1, (self.blocks, 3)), axis, self._scale(x, pos))
-        rot = rot.flatten(-2)
+        scale = self.block_scale(_compute_dtype(torch.promote_types(x.dtype, pos.dtype)), pos.device)
+        rot = rodrigues(x[..., : 3 * self.blocks].unflatten(-1, (self.blocks, 3)), axis, scale).flatten(-2)
         if self.blocks * 3 == self.channels:
             return rot
         rest = x[..., 3 * self.blocks:]
@@ -245,4 +272,4 @@ class GeoPE(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"channels={self.channels}, axes={self.axes}, base={self.base}, pos_scale={self.pos_scale}, "
-                f"learnable={self.freq is not None}")
+                f"learnable={self.block_scale.learnable}")

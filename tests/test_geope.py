@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pointgeope.geope import GeoPE, frequencies, phase_vector, rotate, rotation_matrix
+from pointgeope.geope import BlockScale, GeoPE, frequencies, phase_vector, rotate, rotation_matrix
 from tests.conftest import cuda_devices
 
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
@@ -210,7 +210,7 @@ def test_gradients_finite_and_correct_at_zero(axes):
     x = torch.randn(3, 9, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x, p: pe(x, p), (x, pos))
     pe(x, pos).sum().backward()
-    assert torch.isfinite(pe.freq.grad).all() and torch.isfinite(pos.grad).all()
+    assert torch.isfinite(pe.block_scale.freq.grad).all() and torch.isfinite(pos.grad).all()
 
 
 def test_series_matches_closed_form_below_the_switch():
@@ -269,3 +269,19 @@ def test_fast_path_gradient_for_features_only():
         pos_req = pos_.clone().requires_grad_()  # forces the plain-autograd formula
         (slow,) = torch.autograd.grad(pe(x, pos_req), x, g)
         torch.testing.assert_close(fast, slow, atol=1e-12, rtol=0)
+
+
+def test_block_scale_is_pos_scale_times_frequency_over_axes():
+    """``k_b = pos_scale * w_b / A``, and block ``b`` of GeoPE turns by the angle ``k_b |p|`` about ``p``."""
+    for axes, learnable in ((3, False), (2, True)):
+        scale = BlockScale(12, base=50.0, pos_scale=10.0, axes=axes, learnable=learnable)
+        expected = torch.tensor([50.0 ** (-2 * b / 12) * 10.0 / axes for b in range(4)], dtype=torch.float64)
+        torch.testing.assert_close(scale(torch.float64, torch.device("cpu")), expected, atol=1e-6 if learnable else 1e-15,
+                                   rtol=0)
+        assert (scale.freq is not None) == learnable == scale.learnable
+    pe = GeoPE(6, axes=3, pos_scale=10.0)
+    pos = torch.tensor([[0.0, 0.0, 0.3]], dtype=torch.float64)             # about z
+    x = torch.tensor([[1.0, 0.0, 0.0, 1.0, 0.0, 0.0]], dtype=torch.float64)
+    k = pe.block_scale(torch.float64, torch.device("cpu"))
+    angles = torch.atan2(pe(x, pos)[0, [1, 4]], pe(x, pos)[0, [0, 3]])
+    torch.testing.assert_close(angles, k * 0.3, atol=1e-12, rtol=0)

@@ -24,21 +24,18 @@ from pointgeope.engine.distributed import DistEnv
 
 
 def model(cfg: Config) -> torch.nn.Module:
+    """``PointTransformerSeg(cfg.model)`` at the data's voxel size, once ``model.in_channels`` is checked
+    against the features that ``data.color`` and ``data.height`` give."""
     from pointgeope.model import PointTransformerSeg
 
-    m = cfg.model
-    in_channels = m.in_channels
+    in_channels = cfg.model.in_channels
     features = ToData(height=cfg.data.height, color=cfg.data.color)
     if features.in_channels != in_channels:
         layout = " | ".join(["rgb"] * cfg.data.color + ["xyz"] + ["h"] * cfg.data.height)
         raise ConfigError(f"model.in_channels={in_channels} but data.color={cfg.data.color}, "
                          f"data.height={cfg.data.height} give {features.in_channels} feature channels "
                          f"([{layout}]); set model.in_channels={features.in_channels}")
-    return PointTransformerSeg(in_channels=in_channels, num_classes=m.num_classes, pe=m.pe,
-                               blocks=tuple(m.blocks), planes=tuple(m.planes), strides=tuple(m.strides),
-                               neighbours=tuple(m.neighbours), decoder_blocks=tuple(m.decoder_blocks),
-                               share_planes=m.share_planes, grid_size=cfg.data.grid_size,
-                               geope_base=m.geope_base, geope_learnable=m.geope_learnable)
+    return PointTransformerSeg(cfg.model, grid_size=cfg.data.grid_size)
 
 
 # --- data --------------------------------------------------------------------------------------------------

@@ -30,8 +30,9 @@ from typing import Any, Literal, Optional
 import yaml
 
 from pointgeope.atomic import write_text_atomic
-from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
+from pointgeope.constants import IGNORE_LABEL
 from pointgeope.errors import UserError
+from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
 
 
 class ConfigError(UserError, ValueError):
@@ -51,23 +52,6 @@ class DataConfig:
     height: bool = False                    # append the normalised height to the features (7 channels)
     color: bool = True                      # rgb features; false: geometry only, [xyz] (3 channels)
     cache: bool = False                     # each loader worker keeps the rooms it read in memory
-
-
-@dataclass
-class ModelConfig:
-    """``PointTransformerSeg`` arguments; the defaults are the published S3DIS network (PTv1 Seg50)."""
-
-    pe: Literal["rpe", "geope", "lingeope", "geope+rpe", "lingeope+rpe", "none"] = "rpe"
-    in_channels: int = 6                    # [rgb | xyz]; +1 with data.height, -3 with data.color=false
-    num_classes: int = NUM_CLASSES
-    planes: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])  # width per stage
-    blocks: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 2])          # encoder blocks per stage
-    strides: list[int] = field(default_factory=lambda: [1, 4, 4, 4, 4])         # FPS stride per stage
-    neighbours: list[int] = field(default_factory=lambda: [8, 16, 16, 16, 16])  # k per stage
-    decoder_blocks: list[int] = field(default_factory=lambda: [1, 1, 1, 1, 1])
-    share_planes: int = 8                   # channel groups per attention weight
-    geope_base: float = 100.0
-    geope_learnable: bool = False
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """Point Transformer with GeoPE vector attention: point ops, attention layer, segmentation network.
 
-Imports only torch and ``pointgeope.geope`` (never the data code).
+Imports only torch, ``pointgeope.geope`` and ``pointgeope.constants`` (never the data code).
 """
 from pointgeope.model.attention import PRESETS, PointTransformerLayer, PositionalEncoding
+from pointgeope.model.config import ModelConfig
 from pointgeope.model.network import OpsBackends, PointTransformerBlock, PointTransformerSeg
 from pointgeope.model.ops import HierarchySpec, PointHierarchy
 
-__all__ = ["PointTransformerSeg", "PointTransformerLayer", "PointTransformerBlock", "PositionalEncoding",
+__all__ = ["ModelConfig", "PointTransformerSeg", "PointTransformerLayer", "PointTransformerBlock", "PositionalEncoding",
            "PRESETS", "OpsBackends", "HierarchySpec", "PointHierarchy"]

@@ -1,7 +1,7 @@
 """Point Transformer vector attention with a choice of positional encodings (RPE, GeoPE, linear GeoPE).
 
 Point Transformer (Zhao et al., ICCV 2021, https://arxiv.org/abs/2012.09164), attention of point ``i``
-over its ``k`` nearest neighbours ``j`` (``GEOPE_SPEC.md`` section 4)::
+over its ``k`` nearest neighbours ``j`` (``docs/GEOPE_SPEC.md`` section 4)::
 
     relation  r_ij = key_ij - q_i (+ delta_ij)
     weights   w_ij = softmax_j( gamma(r_ij) )          gamma = BN-ReLU-Linear(C, C/s)-BN-ReLU-Linear(C/s, C/s)
@@ -14,7 +14,8 @@ with ``key_ij`` one of ``k_j`` (``none``/``rpe``), ``R(t_i)^T R(t_j) k_j`` (``ge
 
     # value channels: [ group 0: c = 0 .. C/s-1 | group 1 | ... | group s-1 ],  channel c uses w[c mod C/s]
 
-Phases come from the coordinates in voxel units: ``t_b(p) = (1 / grid_size) * w_b * p``.
+Phases come from the coordinates in voxel units: ``t_b(p) = (1 / grid_size) * w_b * p``, so block ``b``
+turns by the angle ``k_b |p|`` with the block scale ``k_b = w_b / (3 grid_size)`` (``pointgeope.geope.BlockScale``).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from pointgeope.geope import GeoPE, frequencies
+from pointgeope.geope import BlockScale
 from pointgeope.model.ops import gather
 from pointgeope.model.linear_rotation import relative_frame
 from pointgeope.model.rotation import geometry_dtype, query_frame, rotation_tables
@@ -105,7 +106,7 @@ class PointTransformerLayer(nn.Module):
     """
 
     def __init__(self, channels: int, share_planes: int = 8, neighbours: int = 16,
-                 pe: str | PositionalEncoding = "geope", grid_size: float = 0.04, geope_base: float = 100.0,
+                 pe: str | PositionalEncoding = "rpe", grid_size: float = 0.04, geope_base: float = 100.0,
                  geope_learnable: bool = False):
         super().__init__()
         if channels % share_planes:
@@ -123,21 +124,21 @@ class PointTransformerLayer(nn.Module):
         self.linear_w = nn.Sequential(_PairwiseBN(channels), nn.ReLU(inplace=True), nn.Linear(channels, groups),
                                       _PairwiseBN(groups), nn.ReLU(inplace=True), nn.Linear(groups, groups))
         rotates = self.pe.rotation != "none" or self.pe.value == "geope"
-        self.geope = (GeoPE(channels, axes=3, base=geope_base, pos_scale=1.0 / grid_size, learnable=geope_learnable)
-                      if rotates and channels >= 3 else None)
+        self.block_scale = (BlockScale(channels, base=geope_base, pos_scale=1.0 / grid_size, axes=3,
+                                       learnable=geope_learnable) if rotates and channels >= 3 else None)
+        self.register_load_state_dict_pre_hook(_renamed_frequencies)
 
-    def _phase_scale(self, like: Tensor) -> Tensor:
-        """``pos_scale * w_b`` per block, ``(n,)`` (a parameter's function when frequencies are learnt)."""
-        freq = self.geope.freq if self.geope.freq is not None else frequencies(self.channels, self.geope.base)
-        return freq.to(like.device, geometry_dtype(like.dtype)) * self.geope.pos_scale
+    def _block_scales(self, like: Tensor) -> Tensor:
+        """The block scales ``k_b``, ``(n,)``, in the geometry's dtype for features like ``like``."""
+        return self.block_scale(geometry_dtype(like.dtype), like.device)
 
     def _rotated(self, x: Tensor, coord: Tensor, idx: Tensor, disp: Tensor, linear: bool,
                  tables: Tensor | None, minus: Tensor | None = None) -> Tensor:
         """Neighbour features ``x[idx]`` in the query's frame (minus the query's ``minus`` row), ``(N, k, C)``:
         gather, rotate (and subtract) in one pass."""
         if linear:
-            return relative_frame(x, idx, disp, self._phase_scale(x), minus)
-        return query_frame(x, idx, coord.to(geometry_dtype(x.dtype)), self._phase_scale(x), minus, tables)
+            return relative_frame(x, idx, disp, self._block_scales(x), minus)
+        return query_frame(x, idx, coord.to(geometry_dtype(x.dtype)), self._block_scales(x), minus, tables)
 
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
         if feat.dim() != 2 or feat.shape[1] != self.channels:
@@ -152,8 +153,8 @@ class PointTransformerLayer(nn.Module):
         delta = self.linear_p(disp.to(feat.dtype)) if self.linear_p is not None else None   # (N, k, C)
         linear = self.pe.rotation == "lingeope"
         tables = None        # standard GeoPE's per-point rotations, shared by the key and value terms
-        if self.geope is not None and not linear and self.geope.freq is None:
-            tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._phase_scale(feat), c)  # (5, N, C)
+        if self.block_scale is not None and not linear and not self.block_scale.learnable:
+            tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._block_scales(feat), c)  # (5, N, C)
 
         if self.pe.rotation == "none":
             relation = gather(key, idx) - q.unsqueeze(1)                         # (N, k, C)
@@ -176,3 +177,10 @@ class PointTransformerLayer(nn.Module):
     def extra_repr(self) -> str:
         return (f"channels={self.channels}, share_planes={self.share_planes}, neighbours={self.neighbours}, "
                 f"pe={self.pe}")
+
+
+def _renamed_frequencies(module, state_dict, prefix, *args) -> None:
+    """Checkpoints written before the block scale had its name hold learnable frequencies at ``geope.freq``."""
+    old = prefix + "geope.freq"
+    if old in state_dict:
+        state_dict[prefix + "block_scale.freq"] = state_dict.pop(old)

@@ -11,7 +11,8 @@ eager kernels' (tests compare them):
       out[i, j, c] = sum_{o=-2..2} T_{-o}[i, c + o] * p[idx[i, j], c + o] - m[i, c]     (R_i^T p_j - m_i)
 
   and its adjoint ``sum_o T_o[i, c] g[i, j, c + o]`` (``R_i g``) for the backward pass;
-- linear GeoPE, Rodrigues per pair and block with ``u = d / |d|``, ``phi_b = half_b |d|``::
+- linear GeoPE, Rodrigues per pair and block with ``u = d / |d|``, ``phi_b = k_b |d|`` (``k_b`` the block
+  scale, ``block_scale``)::
 
       R v = cos(phi) v + sin(phi) (u x v) + (1 - cos(phi)) (u . v) u
 
@@ -58,14 +59,14 @@ def turn_pairs(grad: Tensor, tables: Tensor) -> Tensor:
     return shifted_sum(grad.to(tables.dtype), tables.unsqueeze(-2), transpose=False)
 
 
-def rodrigues_rows(rows: Tensor, disp: Tensor, half: Tensor) -> Tensor:
-    """``R(half_b d) v_b`` of every block of ``rows (M, C)`` (pass-through channels kept) with per-row
-    displacements ``disp (M, 3)`` and ``half (n,)`` (``phase_scale / 3``), in ``disp``'s dtype."""
-    blocks = half.shape[0]
+def rodrigues_rows(rows: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
+    """``R(k_b d) v_b`` of every block ``b`` of ``rows (M, C)`` (pass-through channels kept) with per-row
+    displacements ``disp (M, 3)`` and the block scales ``block_scale (n,)`` holding ``k_b``, in ``disp``'s dtype."""
+    blocks = block_scale.shape[0]
     v = rows[:, : 3 * blocks].to(disp.dtype).unflatten(-1, (blocks, 3))          # (M, n, 3)
     radius = disp.norm(dim=-1, keepdim=True)                                      # (M, 1)
     u = (disp / radius.clamp_min(torch.finfo(disp.dtype).tiny)).unsqueeze(1)      # (M, 1, 3)
-    phi = (radius * half).unsqueeze(-1)                                           # (M, n, 1)
+    phi = (radius * block_scale).unsqueeze(-1)                                    # (M, n, 1)
     cos, sin = phi.cos(), phi.sin()
     ux, uy, uz = u[..., 0:1], u[..., 1:2], u[..., 2:3]
     vx, vy, vz = v[..., 0:1], v[..., 1:2], v[..., 2:3]
@@ -74,11 +75,11 @@ def rodrigues_rows(rows: Tensor, disp: Tensor, half: Tensor) -> Tensor:
     return torch.cat([turned.flatten(1), rows[:, 3 * blocks:].to(disp.dtype)], dim=1)
 
 
-def relative_pairs(x: Tensor, idx: Tensor, disp: Tensor, half: Tensor, minus: Tensor | None) -> Tensor:
-    """Linear GeoPE's relation ``R(half d_ij) x[idx[i, j]] - minus_i``: ``x (N_s, C)``, ``idx (N, k)``,
+def relative_pairs(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, minus: Tensor | None) -> Tensor:
+    """Linear GeoPE's relation ``R(k_b d_ij) x[idx[i, j]] - minus_i`` per block: ``x (N_s, C)``, ``idx (N, k)``,
     ``disp (N, k, 3)`` in the geometry's dtype -> ``(N, k, C)`` in that dtype."""
     queries, k = idx.shape
-    out = rodrigues_rows(x[idx.reshape(-1)], disp.reshape(-1, 3), half).view(queries, k, -1)
+    out = rodrigues_rows(x[idx.reshape(-1)], disp.reshape(-1, 3), block_scale).view(queries, k, -1)
     return out if minus is None else out - minus.unsqueeze(1)
 
 

@@ -1,9 +1,10 @@
 """Linear GeoPE for vector attention: ``R(t(p_j) - t(p_i)) x_j = R(t(d_ij)) x_j`` of gathered neighbours.
 
 The rotation of pair ``(i, j)`` depends on the displacement ``d_ij = p_j - p_i`` alone (phases are linear in
-the position): block ``b`` turns by ``phi_b = phase_scale_b |d| / 3`` about ``u = d / |d|`` (Rodrigues,
-``GEOPE_SPEC.md``). Every pair has its own axis and angles, so nothing is shared per point as in standard
-GeoPE (``rotation.py``); the arithmetic runs on contiguous planes of block components::
+the position): block ``b`` turns by ``phi_b = k_b |d|`` about ``u = d / |d|``, ``k_b`` the block scale
+(``block_scale``; Rodrigues, ``pointgeope.geope``, ``docs/GEOPE_SPEC.md``). Every pair has its own axis and
+angles, so nothing is shared per point as in standard GeoPE (``rotation.py``); the arithmetic runs on
+contiguous planes of block components::
 
     # rows (M, C):  [ v0x v0y v0z | v1x v1y v1z | ... | pass-through ]
     # planes (3, M, n): plane d = [ v0d v1d ... v(n-1)d ] of every row
@@ -17,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pointgeope.geope import rotate
+from pointgeope.geope import rodrigues
 from pointgeope.model.ops import gather
 from pointgeope.model import compiled
 from pointgeope.model.rotation import constant, geometry_dtype, query_steps
@@ -25,15 +26,15 @@ from pointgeope.model.rotation import constant, geometry_dtype, query_steps
 __all__ = ["relative_blocks", "rotate_relative", "relative_frame"]
 
 
-def relative_blocks(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
+def relative_blocks(x: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
     """``R(t_b(disp)) v_b`` for ``x (..., C)`` and per-row displacements ``disp (..., 3)`` (e.g. ``(N, k, C)``
     pairs with ``(N, k, 3)``), in float32 at least and rounded once to ``x``'s dtype (``_turn_planes``)."""
-    n, channels = phase_scale.shape[0], x.shape[-1]
+    n, channels = block_scale.shape[0], x.shape[-1]
     work = geometry_dtype(x.dtype)
-    rows, d, half = x.reshape(-1, channels), disp.reshape(-1, 3).to(work), phase_scale.to(work) / 3
+    rows, d, scale = x.reshape(-1, channels), disp.reshape(-1, 3).to(work), block_scale.to(work)
     out = torch.empty_like(rows)
     for part in query_steps(rows.shape[0], 1, channels, x.device):   # rows in cache-sized steps
-        _unplane(_turn_planes(_planes(rows[part], n, work), d[part], half), out[part])
+        _unplane(_turn_planes(_planes(rows[part], n, work), d[part], scale), out[part])
     if 3 * n < channels:
         out[:, 3 * n:] = rows[:, 3 * n:]
     return out.view(x.shape)
@@ -52,10 +53,10 @@ def _unplane(planes: Tensor, out: Tensor) -> None:
         out[:, d: 3 * n: 3].copy_(planes[d])
 
 
-def _turn_planes(v: Tensor, disp: Tensor, half_scale: Tensor) -> Tensor:
-    """``R(w) v`` for every block of every row: ``v (3, M, n)`` planes, ``disp (M, 3)``, ``w = half_scale_b
-    disp`` (``half_scale = phase_scale / 3``). Rodrigues with the row's axis ``u = d / |d|`` and the block's
-    angle ``phi_b = half_scale_b |d|``::
+def _turn_planes(v: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
+    """``R(k_b d) v`` for every block ``b`` of every row: ``v (3, M, n)`` planes, ``disp (M, 3)``, ``block_scale
+    (n,)`` holding ``k_b``. Rodrigues with the row's axis ``u = d / |d|`` and the block's angle
+    ``phi_b = k_b |d|``::
 
         R v = cos(phi) v + sin(phi) (u x v) + (1 - cos(phi)) (u . v) u
 
@@ -65,7 +66,7 @@ def _turn_planes(v: Tensor, disp: Tensor, half_scale: Tensor) -> Tensor:
     radius = disp.norm(dim=1, keepdim=True)                                          # (M, 1)
     u = (disp / radius.clamp_min(torch.finfo(disp.dtype).tiny)).unbind(1)          # 3 x (M,)
     u = [c.unsqueeze(1) for c in u]                                                  # 3 x (M, 1)
-    phi = radius * half_scale                                                        # (M, n)
+    phi = radius * block_scale                                                       # (M, n)
     cos, sin = phi.cos(), phi.sin()
     along = torch.mul(v[0], u[0]).addcmul_(v[1], u[1]).addcmul_(v[2], u[2]).mul_(1 - cos)
     out = torch.empty_like(v)
@@ -80,14 +81,14 @@ class _RotateRelative(torch.autograd.Function):
     """``relative_blocks`` with a gradient for ``x`` only; saves the displacements ``(N, k, 3)``."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
-        ctx.save_for_backward(disp, phase_scale)
-        return relative_blocks(x, disp, phase_scale)
+    def forward(ctx, x: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
+        ctx.save_for_backward(disp, block_scale)
+        return relative_blocks(x, disp, block_scale)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        disp, phase_scale = ctx.saved_tensors
-        return relative_blocks(grad.contiguous(), -disp, phase_scale), None, None   # R(-w) g = R^T g
+        disp, block_scale = ctx.saved_tensors
+        return relative_blocks(grad.contiguous(), -disp, block_scale), None, None   # R(-w) g = R^T g
 
 
 class _RelativeFrame(torch.autograd.Function):
@@ -100,21 +101,21 @@ class _RelativeFrame(torch.autograd.Function):
     Saves ``idx`` and ``disp (N, k, 3)``."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, idx: Tensor, disp: Tensor, phase_scale: Tensor, minus: Tensor | None) -> Tensor:
-        ctx.save_for_backward(idx, disp, phase_scale)
+    def forward(ctx, x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, minus: Tensor | None) -> Tensor:
+        ctx.save_for_backward(idx, disp, block_scale)
         ctx.rows, ctx.x_dtype = x.shape[0], x.dtype
         ctx.minus_dtype = None if minus is None else minus.dtype
-        (queries, k), channels, n = idx.shape, x.shape[1], phase_scale.shape[0]
+        (queries, k), channels, n = idx.shape, x.shape[1], block_scale.shape[0]
         work, flat = geometry_dtype(x.dtype), idx.reshape(-1)
-        src, d, half = _planes(x, n, work), disp.reshape(-1, 3).to(work), phase_scale.to(work) / 3
+        src, d, scale = _planes(x, n, work), disp.reshape(-1, 3).to(work), block_scale.to(work)
         dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
         if compiled.active(x.device):                                               # one fused pass
-            return compiled.on_device("relative_pairs", compiled.relative_pairs, x, idx, disp.to(work), half,
+            return compiled.on_device("relative_pairs", compiled.relative_pairs, x, idx, disp.to(work), scale,
                                       minus).to(dtype)
         out = x.new_empty(queries * k, channels, dtype=dtype)
         for step in query_steps(queries, k, channels, x.device):
             part = slice(step.start * k, step.stop * k)                             # the step's pairs
-            _unplane(_turn_planes(src.index_select(1, flat[part]), d[part], half), out[part])
+            _unplane(_turn_planes(src.index_select(1, flat[part]), d[part], scale), out[part])
             if 3 * n < channels:
                 out[part, 3 * n:] = x[:, 3 * n:].index_select(0, flat[part])
             if minus is not None:
@@ -123,18 +124,18 @@ class _RelativeFrame(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        idx, disp, phase_scale = ctx.saved_tensors
+        idx, disp, block_scale = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
-            n, flat, channels, work = phase_scale.shape[0], idx.reshape(-1), grad.shape[-1], phase_scale.dtype
-            rows, d, half = grad.reshape(-1, channels), disp.reshape(-1, 3), phase_scale / 3
+            n, flat, channels, work = block_scale.shape[0], idx.reshape(-1), grad.shape[-1], block_scale.dtype
+            rows, d = grad.reshape(-1, channels), disp.reshape(-1, 3)
             grad_x = rows.new_zeros(ctx.rows, channels, dtype=work)
             if compiled.active(grad.device):                                    # one fused pass, R^T g = R(-d) g
-                turned = compiled.on_device("rodrigues_rows", compiled.rodrigues_rows, rows, -d.to(work), half)
+                turned = compiled.on_device("rodrigues_rows", compiled.rodrigues_rows, rows, -d.to(work), block_scale)
                 return grad_x.index_add_(0, flat, turned).to(ctx.x_dtype), None, None, None, _minus_grad(ctx, grad)
             for part in query_steps(rows.shape[0], 1, channels, grad.device):   # R^T g per pair, at its row of x
                 turned = torch.empty(part.stop - part.start, channels, dtype=work, device=grad.device)
-                _unplane(_turn_planes(_planes(rows[part], n, work), -d[part], half), turned)
+                _unplane(_turn_planes(_planes(rows[part], n, work), -d[part], block_scale), turned)
                 turned[:, 3 * n:] = rows[part, 3 * n:]
                 grad_x.index_add_(0, flat[part], turned)
             grad_x = grad_x.to(ctx.x_dtype)
@@ -148,23 +149,22 @@ def _minus_grad(ctx, grad: Tensor) -> Tensor | None:
     return grad.sum(1).neg_().to(ctx.minus_dtype)
 
 
-def relative_frame(x: Tensor, idx: Tensor, disp: Tensor, phase_scale: Tensor, minus: Tensor | None = None) -> Tensor:
+def relative_frame(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, minus: Tensor | None = None) -> Tensor:
     """Linear GeoPE's relation: ``out[i, j] = R(t(d_ij)) x[idx[i, j]] - minus[i]``, ``(N, k, C)``, with
     ``d_ij = p_j - p_i`` (``disp (N, k, 3)``), ``x (N_s, C)``, ``minus (N, C)`` or ``None``. Memory-lean
     (``_RelativeFrame``) unless ``disp`` or the frequencies need a gradient, where plain autograd composes
     gather, ``rotate_relative`` and subtraction."""
-    if constant(disp, phase_scale):
-        return _RelativeFrame.apply(x, idx, disp, phase_scale, minus)
-    out = rotate_relative(gather(x, idx), disp, phase_scale)
+    if constant(disp, block_scale):
+        return _RelativeFrame.apply(x, idx, disp, block_scale, minus)
+    out = rotate_relative(gather(x, idx), disp, block_scale)
     return out if minus is None else out - minus.unsqueeze(1)
 
 
-def rotate_relative(x: Tensor, disp: Tensor, phase_scale: Tensor) -> Tensor:
-    """Differentiable ``relative_blocks``; memory-lean unless ``disp`` or ``phase_scale`` need a gradient."""
-    if constant(disp, phase_scale):
-        return _RotateRelative.apply(x, disp, phase_scale)
-    n = phase_scale.shape[0]
-    w = disp.unsqueeze(-2) * phase_scale[:, None]                        # (N, k, n, 3) phases
+def rotate_relative(x: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
+    """Differentiable ``relative_blocks``; memory-lean unless ``disp`` or ``block_scale`` need a gradient."""
+    if constant(disp, block_scale):
+        return _RotateRelative.apply(x, disp, block_scale)
+    n = block_scale.shape[0]
     v = x[..., : 3 * n].unflatten(-1, (n, 3)).to(geometry_dtype(x.dtype))
-    rot = rotate(v, w).flatten(-2)                                       # pointgeope.geope's autograd formula
+    rot = rodrigues(v, disp, block_scale).flatten(-2)                    # pointgeope.geope's autograd formula
     return torch.cat([rot.to(x.dtype), x[..., 3 * n:]], dim=-1)

@@ -1,7 +1,7 @@
 """Point Transformer segmentation network (PTv1, Zhao et al. 2021), with a choice of positional encoding.
 
 The published S3DIS model ("PointTransformerSeg50"): a U-Net over point sets of 5 encoder and 5 decoder
-stages. Defaults reproduce it (about 7.8M parameters for 6 input channels and 13 classes)::
+stages. ``ModelConfig``'s defaults reproduce it (about 7.8M parameters for 6 input channels and 13 classes)::
 
     stage        points   width   k    encoder                        decoder
     1            N        32      8    Linear-BN-ReLU + 1 block       up(64 -> 32)   + 1 block
@@ -20,10 +20,13 @@ data loader computed in its CPU workers (``model(coord, feat, offset, hierarchy=
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import Tensor, nn
 
 from pointgeope.model.attention import PointTransformerLayer, PositionalEncoding
+from pointgeope.model.config import ModelConfig
 from pointgeope.model.ops import (HierarchySpec, OpsBackends, PointHierarchy, check_offset, counts, gather,
                                   interpolate_from)
 
@@ -110,17 +113,11 @@ class PointTransformerSeg(nn.Module):
     """Point Transformer for semantic segmentation.
 
     Args:
-        in_channels: input feature width (``[rgb | xyz]`` = 6 by default; ``coord`` is not appended).
-        num_classes: output classes.
-        pe: positional encoding, a preset name (``rpe``, ``geope``, ``lingeope``, ``geope+rpe``,
-            ``lingeope+rpe``, ``none``) or a ``PositionalEncoding``.
-        blocks: attention blocks per encoder stage (see the module docstring).
-        planes, strides, neighbours: width, FPS stride and ``k`` per stage.
-        decoder_blocks: attention blocks after each transition-up, finest stage first.
-        share_planes: channel groups per attention weight.
-        grid_size: voxel size (m); GeoPE phases use ``1 / grid_size``.
-        geope_base, geope_learnable: GeoPE frequency base, learnable frequencies.
+        config: the hyperparameters (``ModelConfig``; default: the published network with ``pe="rpe"``).
+            ``pe`` may also be a ``PositionalEncoding``.
+        grid_size: voxel size (m) of the data; GeoPE phases use ``pos_scale = 1 / grid_size``.
         backends: point ops backends (default: measured per device).
+        **overrides: fields of ``config`` to replace, e.g. ``PointTransformerSeg(pe="geope", planes=(16, 32))``.
 
     Shapes:
         ``coord (N, 3)``, ``feat (N, in_channels)``, ``offset (B,)`` cumulative counts -> ``(N, num_classes)``;
@@ -129,29 +126,31 @@ class PointTransformerSeg(nn.Module):
         data loader), or ``None`` to build it here.
     """
 
-    def __init__(self, in_channels: int = 6, num_classes: int = 13, pe: str | PositionalEncoding = "geope",
-                 blocks: tuple[int, ...] = (1, 2, 3, 5, 2), planes: tuple[int, ...] = (32, 64, 128, 256, 512),
-                 strides: tuple[int, ...] = (1, 4, 4, 4, 4), neighbours: tuple[int, ...] = (8, 16, 16, 16, 16),
-                 decoder_blocks: tuple[int, ...] = (1, 1, 1, 1, 1), share_planes: int = 8, grid_size: float = 0.04,
-                 geope_base: float = 100.0, geope_learnable: bool = False, backends: OpsBackends = OpsBackends()):
+    def __init__(self, config: ModelConfig | None = None, *, grid_size: float = 0.04,
+                 backends: OpsBackends = OpsBackends(), **overrides):
         super().__init__()
-        stages = len(planes)
+        cfg = dataclasses.replace(config or ModelConfig(), **overrides)
+        planes, strides, neighbours = tuple(cfg.planes), tuple(cfg.strides), tuple(cfg.neighbours)
+        blocks, decoder_blocks, stages = tuple(cfg.blocks), tuple(cfg.decoder_blocks), len(cfg.planes)
         for name, value in (("blocks", blocks), ("strides", strides), ("neighbours", neighbours),
                             ("decoder_blocks", decoder_blocks)):
             if len(value) != stages:
-                raise ValueError(f"expected {name} with one entry per stage ({stages}, from planes), got {tuple(value)}")
+                raise ValueError(f"expected {name} with one entry per stage ({stages}, from planes), got {value}")
         if strides[0] != 1:
             raise ValueError(f"expected strides[0] == 1 (the first stage keeps every point), got {strides[0]}")
-        self.in_channels, self.num_classes = in_channels, num_classes
-        self.pe = PositionalEncoding.preset(pe)
-        self.strides, self.neighbours, self.backends = tuple(strides), tuple(neighbours), backends
-        self.hierarchy_spec = HierarchySpec(self.strides, self.neighbours, backends)
-        layer_args = dict(pe=self.pe, grid_size=grid_size, geope_base=geope_base, geope_learnable=geope_learnable)
+        self.config = dataclasses.replace(cfg, planes=list(planes), blocks=list(blocks), strides=list(strides),
+                                          neighbours=list(neighbours), decoder_blocks=list(decoder_blocks))
+        self.in_channels, self.num_classes = cfg.in_channels, cfg.num_classes
+        self.pe = PositionalEncoding.preset(cfg.pe)
+        self.strides, self.neighbours, self.backends = strides, neighbours, backends
+        self.hierarchy_spec = HierarchySpec(strides, neighbours, backends)
+        layer_args = dict(pe=self.pe, grid_size=grid_size, geope_base=cfg.geope_base,
+                          geope_learnable=cfg.geope_learnable)
 
         def stage_blocks(count: int, width: int, k: int) -> nn.ModuleList:
-            return nn.ModuleList(PointTransformerBlock(width, share_planes, k, **layer_args) for _ in range(count))
+            return nn.ModuleList(PointTransformerBlock(width, cfg.share_planes, k, **layer_args) for _ in range(count))
 
-        widths = (in_channels,) + tuple(planes)
+        widths = (cfg.in_channels,) + planes
         self.down = nn.ModuleList(TransitionDown(widths[s], planes[s], strides[s], neighbours[s])
                                   for s in range(stages))
         self.encoder = nn.ModuleList(stage_blocks(blocks[s], planes[s], neighbours[s]) for s in range(stages))
@@ -160,7 +159,7 @@ class PointTransformerSeg(nn.Module):
                                 for s in range(stages))
         self.decoder = nn.ModuleList(stage_blocks(decoder_blocks[s], planes[s], neighbours[s]) for s in range(stages))
         self.head = nn.Sequential(nn.Linear(planes[0], planes[0]), nn.BatchNorm1d(planes[0]), nn.ReLU(inplace=True),
-                                  nn.Linear(planes[0], num_classes))
+                                  nn.Linear(planes[0], cfg.num_classes))
 
     def forward(self, coord, feat: Tensor | None = None, offset: Tensor | None = None,
                 hierarchy: PointHierarchy | None = None) -> Tensor:

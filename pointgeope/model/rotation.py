@@ -1,8 +1,9 @@
 """Memory-lean GeoPE rotations of gathered neighbour features, for vector attention.
 
-The math is ``pointgeope.geope``'s (``GEOPE_SPEC.md``): channels are cut into ``n = C // 3`` blocks
+The math is ``pointgeope.geope``'s (``docs/GEOPE_SPEC.md``): channels are cut into ``n = C // 3`` blocks
 (the last ``C mod 3`` channels pass through) and block ``b`` of a point at ``p`` is rotated by
-``R(t_b(p))`` with phases ``t_b(p) = pos_scale * w_b * p`` (``A = 3`` axes, angle ``|t_b| / 3``)::
+``R(t_b(p))`` with phases ``t_b(p) = pos_scale * w_b * p`` (``A = 3`` axes): the angle ``phi_b = k_b |p|`` about
+``u = p / |p|``, with the block scale ``k_b = pos_scale * w_b / 3`` (``block_scale``, ``pointgeope.geope``)::
 
     # channels: [ v0x v0y v0z | v1x v1y v1z | ... | v(n-1)z | pass-through ]
 
@@ -56,11 +57,11 @@ def geometry_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def block_rotations(pos: Tensor, phase_scale: Tensor) -> Tensor:
-    """Matrices ``R(t_b(p))`` of every point and block: ``pos (N, 3)``, ``phase_scale (n,)`` holding
-    ``pos_scale * w_b`` -> ``(N, n, 3, 3)``. ``R^T`` (the inverse) is ``.transpose(-1, -2)``.
+def block_rotations(pos: Tensor, block_scale: Tensor) -> Tensor:
+    """Matrices ``R(t_b(p))`` of every point and block: ``pos (N, 3)``, ``block_scale (n,)`` holding
+    ``k_b = pos_scale * w_b / 3`` -> ``(N, n, 3, 3)``. ``R^T`` (the inverse) is ``.transpose(-1, -2)``.
 
-    All blocks of a point share the axis ``u = p / |p|``; only the angle ``phi_b = phase_scale_b |p| / 3``
+    All blocks of a point share the axis ``u = p / |p|``; only the angle ``phi_b = k_b |p|``
     changes, so ``R_b = cos(phi_b) I + sin(phi_b) [u]_x + (1 - cos(phi_b)) u u^T`` costs two
     trigonometric calls per block and three broadcast products (the same matrix as
     ``pointgeope.geope.rotation_matrix``; at ``p = 0``, ``u = 0`` and ``R = I`` exactly).
@@ -71,7 +72,7 @@ def block_rotations(pos: Tensor, phase_scale: Tensor) -> Tensor:
     zero = torch.zeros_like(ux)
     cross = torch.stack([zero, -uz, uy, uz, zero, -ux, -uy, ux, zero], dim=-1).view(-1, 1, 3, 3)
     outer = (u.unsqueeze(-1) * u.unsqueeze(-2)).unsqueeze(1)                  # (N, 1, 3, 3)
-    phi = (radius * phase_scale / 3)[..., None, None]                          # (N, n, 1, 1)
+    phi = (radius * block_scale)[..., None, None]                              # (N, n, 1, 1)
     cos, sin = phi.cos(), phi.sin()
     eye = torch.eye(3, dtype=pos.dtype, device=pos.device)
     return torch.addcmul(outer, cos, eye - outer).addcmul_(sin, cross)
@@ -121,16 +122,16 @@ def apply_shifted(x: Tensor, tables: Tensor, minus: Tensor | None = None, transp
     return out
 
 
-def rotation_tables(pos: Tensor, phase_scale: Tensor, channels: int) -> Tensor:
-    """``shift_tables(block_rotations(pos, phase_scale), channels)``, ``(5, N, C)``, built entry by entry from
+def rotation_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
+    """``shift_tables(block_rotations(pos, block_scale), channels)``, ``(5, N, C)``, built entry by entry from
     the point's axis ``u`` and the blocks' angles (no ``(N, n, 3, 3)`` matrices): ``R[d, e] = cos delta_de +
     sin [u]_x[d, e] + (1 - cos) u_d u_e``. For positions and frequencies without gradient."""
     radius = pos.norm(dim=-1, keepdim=True)                                    # (N, 1)
     u = pos / radius.clamp_min(torch.finfo(pos.dtype).tiny)                    # (N, 3), 0 at the origin
-    phi = radius * phase_scale / 3                                             # (N, n)
+    phi = radius * block_scale                                                 # (N, n)
     cos, sin = phi.cos(), phi.sin()
     versine = 1 - cos
-    n = phase_scale.shape[0]
+    n = block_scale.shape[0]
     tables = pos.new_zeros(5, pos.shape[0], channels)
     blocks = tables[..., : 3 * n].unflatten(-1, (n, 3))                        # (5, N, n, 3)
     ux, uy, uz = u.unsqueeze(-1).unbind(1)                                     # (N, 1) each
@@ -159,15 +160,16 @@ class _RotateBlocks(torch.autograd.Function):
     rotations in backward (``rotation_tables``: ``N n`` rotations, cheap next to the ``N k C`` pairs)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, mats: Tensor, pos: Tensor, phase_scale: Tensor, inverse: bool, per_pair: bool) -> Tensor:
-        ctx.save_for_backward(pos, phase_scale)
+    def forward(ctx, x: Tensor, mats: Tensor, pos: Tensor, block_scale: Tensor, inverse: bool,
+                per_pair: bool) -> Tensor:
+        ctx.save_for_backward(pos, block_scale)
         ctx.inverse, ctx.per_pair, ctx.x_shape = inverse, per_pair, x.shape
         return apply_blocks(x, _orient(mats, inverse, per_pair))
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        pos, phase_scale = ctx.saved_tensors
-        tables = rotation_tables(pos, phase_scale, grad.shape[-1])
+        pos, block_scale = ctx.saved_tensors
+        tables = rotation_tables(pos, block_scale, grad.shape[-1])
         tables = tables.unsqueeze(-2) if ctx.per_pair else tables
         grad_x = apply_shifted(grad, tables, transpose=not ctx.inverse).to(grad.dtype)      # R^T g (or R g)
         return grad_x.sum_to_size(ctx.x_shape), None, None, None, None, None
@@ -189,9 +191,9 @@ class _QueryFrame(torch.autograd.Function):
     and ``-sum_j g`` for ``m``; the tables are rebuilt from the positions."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, idx: Tensor, pos: Tensor, phase_scale: Tensor, minus: Tensor | None,
+    def forward(ctx, x: Tensor, idx: Tensor, pos: Tensor, block_scale: Tensor, minus: Tensor | None,
                 tables: Tensor) -> Tensor:
-        ctx.save_for_backward(idx, pos, phase_scale)
+        ctx.save_for_backward(idx, pos, block_scale)
         ctx.x_dtype, ctx.minus_dtype = x.dtype, None if minus is None else minus.dtype
         (queries, k), channels = idx.shape, x.shape[-1]
         points = apply_shifted(x, tables)                                           # R(t_j) x_j, (N, C)
@@ -211,11 +213,11 @@ class _QueryFrame(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        idx, pos, phase_scale = ctx.saved_tensors
+        idx, pos, block_scale = ctx.saved_tensors
         grad_x = grad_minus = None
         if ctx.needs_input_grad[0]:
             (queries, k), channels = idx.shape, grad.shape[-1]
-            tables = rotation_tables(pos, phase_scale, channels)
+            tables = rotation_tables(pos, block_scale, channels)
             points = grad.new_zeros(pos.shape[0], channels, dtype=tables.dtype)
             for part in query_steps(queries, k, channels, grad.device):              # R_i g, summed at j
                 turned = (compiled.on_device("turn_pairs", compiled.turn_pairs, grad, tables)
@@ -232,16 +234,16 @@ def constant(*tensors: Tensor) -> bool:
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
-def rotate_blocks(x: Tensor, mats: Tensor, pos: Tensor, phase_scale: Tensor, inverse: bool = False) -> Tensor:
+def rotate_blocks(x: Tensor, mats: Tensor, pos: Tensor, block_scale: Tensor, inverse: bool = False) -> Tensor:
     """Differentiable rotation of every block of ``x`` by its point's ``R(t(pos))`` (``R^T`` if ``inverse``).
 
-    ``x (N, C)`` with ``mats = block_rotations(pos, phase_scale)`` of the same points, or ``x (N, k, C)``
+    ``x (N, C)`` with ``mats = block_rotations(pos, block_scale)`` of the same points, or ``x (N, k, C)``
     (neighbours) rotated with the matrices of their query ``i``. Memory-lean unless the phases need a
     gradient (learnable frequencies), where plain autograd differentiates through ``mats``.
     """
     per_pair = x.dim() == 3
-    if constant(mats, pos, phase_scale):
-        return _RotateBlocks.apply(x, mats, pos, phase_scale, inverse, per_pair)
+    if constant(mats, pos, block_scale):
+        return _RotateBlocks.apply(x, mats, pos, block_scale, inverse, per_pair)
     mats = _orient(mats, inverse, per_pair).to(geometry_dtype(x.dtype))
     n = mats.shape[-3]
     v = x[..., : 3 * n].unflatten(-1, (n, 3))
@@ -250,20 +252,20 @@ def rotate_blocks(x: Tensor, mats: Tensor, pos: Tensor, phase_scale: Tensor, inv
     return torch.cat([rot.to(x.dtype), x[..., 3 * n:].expand(*rot.shape[:-1], -1)], dim=-1)
 
 
-def query_frame(x: Tensor, idx: Tensor, pos: Tensor, phase_scale: Tensor, minus: Tensor | None = None,
+def query_frame(x: Tensor, idx: Tensor, pos: Tensor, block_scale: Tensor, minus: Tensor | None = None,
                 tables: Tensor | None = None) -> Tensor:
     """Standard GeoPE between every point ``i`` and its neighbours ``j = idx[i, :]`` of the same points,
     minus the query's ``minus`` row: ``out[i, j] = R(t_i)^T R(t_j) x_j - minus_i``, ``(N, k, C)``.
 
-    ``x (N, C)``, ``idx (N, k)``, ``pos (N, 3)`` in the geometry's dtype, ``phase_scale (n,)``, ``minus
+    ``x (N, C)``, ``idx (N, k)``, ``pos (N, 3)`` in the geometry's dtype, ``block_scale (n,)``, ``minus
     (N, C)`` or ``None`` (with ``minus = q`` this is the attention's relation); ``tables``: the points'
     ``rotation_tables``, if already built. Memory-lean (``_QueryFrame``) unless the rotations need a
     gradient (learnable frequencies), where plain autograd composes rotation, gather and subtraction.
     """
-    if constant(pos, phase_scale):
+    if constant(pos, block_scale):
         if tables is None:
-            tables = rotation_tables(pos, phase_scale, x.shape[-1])
-        return _QueryFrame.apply(x, idx, pos, phase_scale, minus, tables)
-    mats = block_rotations(pos, phase_scale)
-    out = rotate_blocks(gather(rotate_blocks(x, mats, pos, phase_scale), idx), mats, pos, phase_scale, inverse=True)
+            tables = rotation_tables(pos, block_scale, x.shape[-1])
+        return _QueryFrame.apply(x, idx, pos, block_scale, minus, tables)
+    mats = block_rotations(pos, block_scale)
+    out = rotate_blocks(gather(rotate_blocks(x, mats, pos, block_scale), idx), mats, pos, block_scale, inverse=True)
     return out if minus is None else out - minus.unsqueeze(1)

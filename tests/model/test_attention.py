@@ -73,7 +73,7 @@ def _reference(layer: PointTransformerLayer, coord, feat, idx):
 
     c, s, pe = layer.channels, layer.share_planes, layer.pe
     nb = c // 3
-    phase = frequencies(c).double() * layer.geope.pos_scale if layer.geope is not None else None
+    phase = frequencies(c).double() * layer.block_scale.pos_scale if layer.block_scale is not None else None
     q, key, val = lin(feat, "linear_q"), lin(feat, "linear_k"), lin(feat, "linear_v")
     out = torch.zeros_like(feat)
     for i in range(feat.shape[0]):
@@ -82,7 +82,7 @@ def _reference(layer: PointTransformerLayer, coord, feat, idx):
             d = coord[j] - coord[i]
             delta = lin(F.relu(bn(lin(d, "linear_p.0"), "linear_p.1")), "linear_p.3") if layer.linear_p is not None else 0
             rots = None
-            if layer.geope is not None:
+            if layer.block_scale is not None:
                 if pe.rotation == "lingeope":
                     rots = [rotation_matrix(d * phase[b]) for b in range(nb)]
                 else:
@@ -133,7 +133,16 @@ def test_learnable_frequencies_are_trained():
     for pe in ("geope", "lingeope"):
         layer = PointTransformerLayer(16, 4, 8, pe=pe, geope_learnable=True).train()
         layer(coord, feat, idx).square().mean().backward()
-        assert layer.geope.freq.grad is not None and layer.geope.freq.grad.abs().sum() > 0
+        assert layer.block_scale.freq.grad is not None and layer.block_scale.freq.grad.abs().sum() > 0
+
+
+def test_learnable_frequencies_of_older_checkpoints_load():
+    """Before the block scale was named, the layer's learnable frequencies were saved as ``geope.freq``."""
+    layer = PointTransformerLayer(16, 4, 8, pe="geope", geope_learnable=True)
+    state = {("geope.freq" if k == "block_scale.freq" else k): v + 1 for k, v in layer.state_dict().items()}
+    fresh = PointTransformerLayer(16, 4, 8, pe="geope", geope_learnable=True)
+    fresh.load_state_dict(state)  # strict: every key used, none missing
+    assert torch.equal(fresh.block_scale.freq, state["geope.freq"])
 
 
 def _saved_bytes(layer, coord, feat, idx) -> int:

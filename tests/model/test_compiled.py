@@ -18,7 +18,7 @@ def _setup(n=300, k=6, channels=20, seed=0, dtype=torch.float64):
     pos = torch.rand(n, 3, generator=g, dtype=dtype) * 4
     idx = torch.randint(0, n, (n, k), generator=g)
     minus = torch.randn(n, channels, generator=g, dtype=dtype)
-    return x, pos, idx, minus, frequencies(channels).to(dtype) * 25.0
+    return x, pos, idx, minus, frequencies(channels).to(dtype) * 25.0 / 3
 
 
 @pytest.mark.parametrize("transpose", [False, True])
@@ -46,9 +46,9 @@ def test_relative_pairs_are_linear_geope():
     x, pos, idx, minus, scale = _setup()
     disp = pos[idx] - pos[:, None]
     expected = relative_frame(x, idx, disp, scale, minus)
-    torch.testing.assert_close(compiled.relative_pairs(x, idx, disp, scale / 3, minus), expected)
+    torch.testing.assert_close(compiled.relative_pairs(x, idx, disp, scale, minus), expected)
     rows = x[idx].reshape(-1, x.shape[-1])
-    torch.testing.assert_close(compiled.rodrigues_rows(rows, disp.reshape(-1, 3), scale / 3),
+    torch.testing.assert_close(compiled.rodrigues_rows(rows, disp.reshape(-1, 3), scale),
                                relative_blocks(rows, disp.reshape(-1, 3), scale))
 
 

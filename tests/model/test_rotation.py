@@ -16,7 +16,7 @@ def _setup(channels, n=40, k=6, seed=0):
     x = torch.randn(n, channels, generator=g, dtype=torch.float64)
     pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * 3
     idx = torch.randint(0, n, (n, k), generator=g)
-    return x, pos, idx, frequencies(channels) * 25.0
+    return x, pos, idx, frequencies(channels) * 25.0 / 3
 
 
 @pytest.mark.parametrize("channels", [30, 32, 33])
@@ -78,7 +78,7 @@ def test_half_precision_vectors_are_turned_by_float32_angles():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(50, 4, 33, generator=g, dtype=torch.float64)
     disp = (torch.rand(50, 4, 3, generator=g, dtype=torch.float64) - 0.5) * 6        # up to 3 m
-    scale = frequencies(33) * 25.0
+    scale = frequencies(33) * 25.0 / 3
     exact = relative_blocks(x, disp, scale)
     half = relative_blocks(x.bfloat16(), disp.float(), scale.float())
     assert half.dtype == torch.bfloat16
@@ -100,7 +100,7 @@ def test_half_precision_rotation_adds_one_rounding(device):
     x = torch.randn(n, c, generator=g, dtype=torch.float64)
     pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * 8                      # up to 8 m: ~200 rad
     idx = torch.randint(0, n, (n, k), generator=g)
-    scale = frequencies(c) * 25.0
+    scale = frequencies(c) * 25.0 / 3
     x16 = x.to(device, torch.bfloat16)
     rounding = _relative_error(x16, x.to(device))
     pos32, scale32 = pos.to(device, torch.float32), scale.to(device, torch.float32)
