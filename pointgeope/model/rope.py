@@ -13,11 +13,11 @@ axis ``a``) is channels ``(2p, 2p + 1)``, ``P = 3 m`` pairs; the last ``C mod 6`
 **Rotation.** Pair ``p`` of a point at ``pos`` turns by ``theta_p(pos) = f_p . pos`` (``freq (P, 3)``, radians
 per unit of position): ``(v, v') -> (v cos theta - v' sin theta, v sin theta + v' cos theta)``.
 
-- axial (``rope3d``): ``f_{3j+a} = k_j e_a``, ``k_j = pos_scale * w_{2j} / A`` (``A = 3``) with ``w_b`` GeoPE's
-  frequencies of the same width (``w_b = base ** (-2 b / (3 n))``, ``n = C // 3``): channels ``6j .. 6j+2``
-  have the frequency they have in GeoPE (block ``2j``), and a displacement along one axis turns the pair of
-  that axis by exactly the angle by which GeoPE turns the block about that axis (``k_b |d|``). The only
-  difference to GeoPE is the coupling of the axes.
+- axial (``rope3d``): ``f_{3j+a} = k_{2j} e_a`` with ``k_b = pos_scale * w_b / A`` GeoPE's block scales of
+  the same width (``pointgeope.geope.BlockScale``: ``w_b = base ** (-2 b / (3 n))``, ``n = C // 3``, ``A = 3``):
+  channels ``6j .. 6j+2`` have the frequency they have in GeoPE (block ``2j``), and a displacement along
+  one axis turns the pair of that axis by exactly the angle by which GeoPE turns the block about that axis
+  (``k_b |d|``). The only difference to GeoPE is the coupling of the axes.
 - mixed (``rope-mixed``): ``f_p`` learnable, initialised as the axial ones.
 
 **Relative use.** The rotations of one pair commute, so the query's frame is translation invariant::
@@ -34,7 +34,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pointgeope.geope import frequencies
 from pointgeope.model.ops import gather
 from pointgeope.model.rotation import constant, geometry_dtype, query_steps
 
@@ -43,13 +42,15 @@ __all__ = ["axial_frequencies", "pair_angles", "rotate_pairs", "pair_frame"]
 AXES = 3
 
 
-def axial_frequencies(channels: int, base: float = 100.0, pos_scale: float = 25.0) -> Tensor:
-    """The frequency vectors of axial 3D RoPE, ``(P, 3)`` float64: ``f_{3j+a} = (pos_scale * w_{2j} / 3) e_a``."""
+def axial_frequencies(block_scale: Tensor, channels: int) -> Tensor:
+    """The frequency vectors of axial 3D RoPE from GeoPE's block scales ``block_scale (n,)`` of the same
+    width, ``(P, 3)``: ``f_{3j+a} = k_{2j} e_a`` (differentiable in ``block_scale``)."""
     blocks = channels // (2 * AXES)
-    if blocks == 0:
-        raise ValueError(f"expected at least {2 * AXES} channels for one axial RoPE block, got {channels}")
-    scale = frequencies(channels, base)[0: 2 * blocks: 2] * (pos_scale / AXES)          # (m,)
-    return (scale[:, None, None] * torch.eye(AXES, dtype=torch.float64)).reshape(AXES * blocks, AXES)
+    if blocks == 0 or block_scale.shape[0] < 2 * blocks:
+        raise ValueError(f"expected at least {2 * AXES} channels and their {channels // 3} block scales, got "
+                         f"{channels} channels and {block_scale.shape[0]} scales")
+    eye = torch.eye(AXES, dtype=block_scale.dtype, device=block_scale.device)
+    return (block_scale[0: 2 * blocks: 2, None, None] * eye).reshape(AXES * blocks, AXES)
 
 
 def pair_angles(pos: Tensor, freq: Tensor) -> Tensor:

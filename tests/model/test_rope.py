@@ -7,10 +7,14 @@ import math
 import pytest
 import torch
 
-from pointgeope.geope import GeoPE
+from pointgeope.geope import BlockScale, GeoPE
 from pointgeope.model import rotation
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.rope import axial_frequencies, pair_frame, rotate_pairs
+
+
+def axial(channels: int, base: float = 100.0, pos_scale: float = 25.0) -> torch.Tensor:
+    return axial_frequencies(BlockScale(channels, base, pos_scale)(torch.float64, torch.device("cpu")), channels)
 
 
 def _setup(channels, n=30, k=5, seed=0, mixed=False):
@@ -18,7 +22,7 @@ def _setup(channels, n=30, k=5, seed=0, mixed=False):
     x = torch.randn(n, channels, generator=g, dtype=torch.float64)
     pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * 3
     idx = torch.randint(0, n, (n, k), generator=g)
-    freq = axial_frequencies(channels)
+    freq = axial(channels)
     if mixed:                                   # RoPE-Mixed after some training: every pair mixes the axes
         freq = freq + torch.randn(freq.shape, generator=g, dtype=torch.float64)
     return x, pos, idx, freq
@@ -34,7 +38,7 @@ def _turn_by_definition(x, theta):
 
 
 def test_axial_frequencies_are_geope_frequencies_of_the_same_channels_on_one_axis_each():
-    freq = axial_frequencies(64, base=100.0, pos_scale=25.0)
+    freq = axial(64, base=100.0, pos_scale=25.0)
     n = 64 // 3                                                            # GeoPE blocks of the width
     assert freq.shape == (30, 3)                                           # m = 10 blocks of 3 pairs
     for j in range(10):
@@ -43,9 +47,12 @@ def test_axial_frequencies_are_geope_frequencies_of_the_same_channels_on_one_axi
             expected = torch.zeros(3, dtype=torch.float64)
             expected[a] = k_j
             torch.testing.assert_close(freq[3 * j + a], expected, atol=1e-12, rtol=1e-12)
-    assert axial_frequencies(17).shape == (6, 3)                            # 12 channels turn, 5 pass
+    assert axial(17).shape == (6, 3)                                        # 12 channels turn, 5 pass
     with pytest.raises(ValueError, match="at least 6 channels"):
-        axial_frequencies(5)
+        axial_frequencies(torch.ones(1), 5)
+    scale = torch.ones(5, requires_grad=True)                               # learnable block scales
+    axial_frequencies(scale, 16).sum().backward()
+    assert scale.grad.tolist() == [3.0, 0.0, 3.0, 0.0, 0.0]                 # blocks 0 and 2, one per axis
 
 
 @pytest.mark.parametrize("channels,mixed", [(12, False), (16, True), (35, True)])
@@ -114,7 +121,7 @@ def test_single_axis_turn_equals_geope_and_axes_do_not_couple():
     the same channels about that axis; for a general displacement rope3d is the product of the three
     single-axis turns (they commute), GeoPE is not (its axes couple)."""
     channels, d = 36, 0.37
-    freq = axial_frequencies(channels)
+    freq = axial(channels)
     geope = GeoPE(channels, pos_scale=25.0).double()
     for a in range(3):
         disp = torch.zeros(1, 1, 3, dtype=torch.float64)
@@ -158,7 +165,7 @@ def test_half_precision_features_are_turned_by_float32_angles():
 
 def test_absolute_features_are_sinusoids_of_the_pair_angles():
     channels = 16                                                            # 2 blocks: 12 waves, 4 zeros
-    freq = axial_frequencies(channels, pos_scale=25.0)
+    freq = axial(channels)
     pos = torch.tensor([[0.0, 0.0, 0.0], [0.12, -0.5, 2.0]], dtype=torch.float64)
     e = absolute_features(pos, freq, channels)
     assert e.shape == (2, 16) and e.dtype == torch.float64
