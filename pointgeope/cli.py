@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pointgeope import __version__
-from pointgeope.commands import evaluate, info, predict, prepare, report, synth, train, viz
+from pointgeope.commands import ablate, evaluate, info, predict, prepare, report, synth, train, viz
 from pointgeope.errors import add_debug_argument, run_command
 
 # In the order of the pipeline; each command is named after its module.
-COMMANDS = (info, synth, prepare, train, evaluate, predict, report, viz)
+COMMANDS = (info, synth, prepare, train, evaluate, predict, report, ablate, viz)
 
 
 def build_parser() -> argparse.ArgumentParser:

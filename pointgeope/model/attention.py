@@ -1,4 +1,4 @@
-"""Point Transformer vector attention with a choice of positional encodings (RPE, GeoPE, linear GeoPE).
+"""Point Transformer vector attention with a choice of positional encodings (RPE, GeoPE and its baselines).
 
 Point Transformer (Zhao et al., ICCV 2021, https://arxiv.org/abs/2012.09164), attention of point ``i``
 over its ``k`` nearest neighbours ``j`` (``docs/GEOPE_SPEC.md`` section 4)::
@@ -8,17 +8,22 @@ over its ``k`` nearest neighbours ``j`` (``docs/GEOPE_SPEC.md`` section 4)::
     output    y_i  = sum_j  w_ij (.) value_ij          w_ij has C/s channels, shared by s channel groups
     delta_ij  = theta(p_j - p_i)                       theta = Linear(3, 3)-BN-ReLU-Linear(3, C)  ("RPE")
 
-with ``key_ij`` one of ``k_j`` (``none``/``rpe``), ``R(t_i)^T R(t_j) k_j`` (``geope``) or ``R(t_j - t_i) k_j``
-(``lingeope``), and ``value_ij`` one of ``v_j + delta_ij`` (``rpe``), the relation's rotation applied to
-``v_j`` (``geope``) or ``v_j`` (``none``). The channel groups of the weights, ``s = share_planes``::
+with ``key_ij`` one of ``k_j`` (``none``/``rpe``), ``R(t_i)^T R(t_j) k_j`` (``geope``), ``R(t_j - t_i) k_j``
+(``lingeope``), or the same with the 2D rotations of channel pairs of axial 3D RoPE (``rope3d``) or RoPE-Mixed
+(``rope-mixed``, ``rope.py``), where both forms are equal; with ``absolute`` (``ape``) the sinusoids ``e(p)``
+of the positions are added to queries and keys first (``ape.py``), so the relation gains ``e(p_j) - e(p_i)``.
+``value_ij`` is one of ``v_j + delta_ij`` (``rpe``), the relation's rotation applied to ``v_j`` (``geope``)
+or ``v_j`` (``none``). The channel groups of the weights, ``s = share_planes``::
 
     # value channels: [ group 0: c = 0 .. C/s-1 | group 1 | ... | group s-1 ],  channel c uses w[c mod C/s]
 
 Phases come from the coordinates in voxel units: ``t_b(p) = (1 / grid_size) * w_b * p``, so block ``b``
-turns by the angle ``k_b |p|`` with the block scale ``k_b = w_b / (3 grid_size)`` (``pointgeope.geope.BlockScale``).
+turns by the angle ``k_b |p|`` with the block scale ``k_b = w_b / (3 grid_size)`` (``pointgeope.geope.BlockScale``);
+the baselines use the same scales (the pair of axis ``a`` in RoPE block ``j`` turns by ``k_{2j} p_a``).
 """
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,31 +31,37 @@ import torch
 from torch import Tensor, nn
 
 from pointgeope.geope import BlockScale
+from pointgeope.model.ape import absolute_features
 from pointgeope.model.ops import gather
 from pointgeope.model.linear_rotation import relative_frame
+from pointgeope.model.rope import axial_frequencies, pair_frame
 from pointgeope.model.rotation import geometry_dtype, query_frame, rotation_tables
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS"]
 
-Rotation = Literal["none", "geope", "lingeope"]
+Rotation = Literal["none", "geope", "lingeope", "rope3d", "rope-mixed"]
 ValueTerm = Literal["rpe", "geope", "none"]
+ROTATIONS = typing.get_args(Rotation)
+PAIR_ROTATIONS = ("rope3d", "rope-mixed")      # 2D rotations of channel pairs (rope.py)
 
 
 @dataclass(frozen=True)
 class PositionalEncoding:
-    """How positions enter the attention: the relation's rotation, its ``delta`` term and the value term.
+    """How positions enter the attention: the relation's rotation, its ``delta`` term, the value term and
+    absolute position features added to queries and keys.
 
     ``value="geope"`` applies the relation's kind of rotation to the values (linear when the relation is
-    ``lingeope``, standard otherwise).
+    ``lingeope``, RoPE's with ``rope3d``/``rope-mixed``, standard GeoPE otherwise).
     """
 
     rotation: Rotation = "none"
     relation_delta: bool = True
     value: ValueTerm = "rpe"
+    absolute: bool = False
 
     def __post_init__(self):
-        if self.rotation not in ("none", "geope", "lingeope"):
-            raise ValueError(f"expected rotation in ('none', 'geope', 'lingeope'), got {self.rotation!r}")
+        if self.rotation not in ROTATIONS:
+            raise ValueError(f"expected rotation in {ROTATIONS}, got {self.rotation!r}")
         if self.value not in ("rpe", "geope", "none"):
             raise ValueError(f"expected value in ('rpe', 'geope', 'none'), got {self.value!r}")
 
@@ -60,7 +71,7 @@ class PositionalEncoding:
 
     @staticmethod
     def preset(name: "str | PositionalEncoding") -> "PositionalEncoding":
-        """The named preset (``rpe``, ``geope``, ``lingeope``, ``geope+rpe``, ``lingeope+rpe``, ``none``)."""
+        """The named preset (a key of ``PRESETS``)."""
         if isinstance(name, PositionalEncoding):
             return name
         if name not in PRESETS:
@@ -75,7 +86,27 @@ PRESETS: dict[str, PositionalEncoding] = {
     "geope+rpe": PositionalEncoding("geope", True, "rpe"),
     "lingeope+rpe": PositionalEncoding("lingeope", True, "rpe"),
     "none": PositionalEncoding("none", False, "none"),
+    # baselines of GeoPE on the same network: RoPE with uncoupled axes, learnt mixed frequencies, sinusoids
+    "rope3d": PositionalEncoding("rope3d", False, "rpe"),
+    "rope3d+rpe": PositionalEncoding("rope3d", True, "rpe"),
+    "rope-mixed": PositionalEncoding("rope-mixed", False, "rpe"),
+    "ape": PositionalEncoding("none", False, "rpe", absolute=True),
 }
+
+
+def _position_scales(pe: PositionalEncoding, channels: int, base: float, pos_scale: float,
+                     learnable: bool) -> tuple[BlockScale | None, nn.Parameter | None]:
+    """GeoPE's block scales where a rotation or the sinusoids need them, and RoPE-Mixed's learnable pair
+    frequencies ``(P, 3)`` (initialised as axial RoPE; ``learnable`` then concerns nothing else)."""
+    pairs = pe.rotation in PAIR_ROTATIONS or pe.absolute
+    if pairs and channels < 6:
+        raise ValueError(f"expected at least 6 channels (one block of three channel pairs) for {pe}, got {channels}")
+    if channels < 3 or not (pairs or pe.rotation != "none" or pe.value == "geope"):
+        return None, None
+    mixed = pe.rotation == "rope-mixed"
+    scale = BlockScale(channels, base=base, pos_scale=pos_scale, axes=3, learnable=learnable and not mixed)
+    freq = nn.Parameter(axial_frequencies(scale(torch.float32, torch.device("cpu")), channels)) if mixed else None
+    return scale, freq
 
 
 def _bn_relu(channels: int) -> list[nn.Module]:
@@ -98,7 +129,8 @@ class PointTransformerLayer(nn.Module):
         neighbours: ``k``.
         pe: a ``PositionalEncoding`` or a preset name.
         grid_size: voxel size in metres; phases use ``pos_scale = 1 / grid_size``.
-        geope_base: GeoPE frequency base. geope_learnable: learn the block frequencies.
+        geope_base: GeoPE frequency base. geope_learnable: learn the block frequencies (RoPE-Mixed always
+            learns its own ``pair_freq (P, 3)``, initialised as axial RoPE).
 
     Shapes:
         ``coord (N, 3)``, ``feat (N, C)``, ``idx (N, k)`` neighbour rows (including the point itself)
@@ -123,21 +155,28 @@ class PointTransformerLayer(nn.Module):
                          if self.pe.needs_delta else None)
         self.linear_w = nn.Sequential(_PairwiseBN(channels), nn.ReLU(inplace=True), nn.Linear(channels, groups),
                                       _PairwiseBN(groups), nn.ReLU(inplace=True), nn.Linear(groups, groups))
-        rotates = self.pe.rotation != "none" or self.pe.value == "geope"
-        self.block_scale = (BlockScale(channels, base=geope_base, pos_scale=1.0 / grid_size, axes=3,
-                                       learnable=geope_learnable) if rotates and channels >= 3 else None)
+        self.block_scale, self.pair_freq = _position_scales(self.pe, channels, geope_base, 1.0 / grid_size,
+                                                            geope_learnable)
         self.register_load_state_dict_pre_hook(_renamed_frequencies)
 
     def _block_scales(self, like: Tensor) -> Tensor:
         """The block scales ``k_b``, ``(n,)``, in the geometry's dtype for features like ``like``."""
         return self.block_scale(geometry_dtype(like.dtype), like.device)
 
-    def _rotated(self, x: Tensor, coord: Tensor, idx: Tensor, disp: Tensor, linear: bool,
-                 tables: Tensor | None, minus: Tensor | None = None) -> Tensor:
+    def _pair_frequencies(self, like: Tensor) -> Tensor:
+        """The channel pairs' frequency vectors ``(P, 3)``: RoPE-Mixed's parameter, else the axial ones."""
+        if self.pair_freq is not None:
+            return self.pair_freq
+        return axial_frequencies(self._block_scales(like), self.channels)
+
+    def _rotated(self, x: Tensor, coord: Tensor, idx: Tensor, disp: Tensor, tables: Tensor | None,
+                 minus: Tensor | None = None) -> Tensor:
         """Neighbour features ``x[idx]`` in the query's frame (minus the query's ``minus`` row), ``(N, k, C)``:
         gather, rotate (and subtract) in one pass."""
-        if linear:
+        if self.pe.rotation == "lingeope":
             return relative_frame(x, idx, disp, self._block_scales(x), minus)
+        if self.pe.rotation in PAIR_ROTATIONS:
+            return pair_frame(x, idx, disp, self._pair_frequencies(x), minus)
         return query_frame(x, idx, coord.to(geometry_dtype(x.dtype)), self._block_scales(x), minus, tables)
 
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
@@ -149,17 +188,20 @@ class PointTransformerLayer(nn.Module):
             raise ValueError(f"expected idx of shape ({feat.shape[0]}, k), got {tuple(idx.shape)}")
         n, k, c = feat.shape[0], idx.shape[1], self.channels
         q, key, value = self.linear_q(feat), self.linear_k(feat), self.linear_v(feat)
+        if self.pe.absolute:                                                     # APE: q_i + e(p_i), k_j + e(p_j)
+            e = absolute_features(coord, self._pair_frequencies(feat), c, q.dtype)
+            q, key = q + e, key + e
         disp = coord[idx] - coord.unsqueeze(1)                                   # (N, k, 3): p_j - p_i
         delta = self.linear_p(disp.to(feat.dtype)) if self.linear_p is not None else None   # (N, k, C)
-        linear = self.pe.rotation == "lingeope"
         tables = None        # standard GeoPE's per-point rotations, shared by the key and value terms
-        if self.block_scale is not None and not linear and not self.block_scale.learnable:
+        standard = self.pe.rotation == "geope" or (self.pe.rotation == "none" and self.pe.value == "geope")
+        if standard and self.block_scale is not None and not self.block_scale.learnable:
             tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._block_scales(feat), c)  # (5, N, C)
 
         if self.pe.rotation == "none":
             relation = gather(key, idx) - q.unsqueeze(1)                         # (N, k, C)
         else:
-            relation = self._rotated(key, coord, idx, disp, linear, tables, minus=q)
+            relation = self._rotated(key, coord, idx, disp, tables, minus=q)
         if self.pe.relation_delta:
             relation = relation + delta
         weight = torch.softmax(self.linear_w(relation), dim=1)                  # (N, k, C/s)
@@ -167,7 +209,7 @@ class PointTransformerLayer(nn.Module):
         if self.pe.value == "rpe":
             value = gather(value, idx) + delta
         elif self.pe.value == "geope":
-            value = self._rotated(value, coord, idx, disp, linear, tables)
+            value = self._rotated(value, coord, idx, disp, tables)
         else:
             value = gather(value, idx)
         # y[i, g*(C/s) + h] = sum_j value[i, j, g*(C/s) + h] * weight[i, j, h]

@@ -120,9 +120,10 @@ def test_every_shipped_config_loads(path):
 
 def test_s3dis_configs_differ_only_in_pe_and_run_dir():
     cfgs = {p.stem: load_config(p) for p in (REPO / "configs" / "s3dis").glob("pt_*.yaml")}
-    assert set(cfgs) == {"pt_rpe", "pt_geope", "pt_lingeope", "pt_geope_rpe", "pt_lingeope_rpe", "pt_none"}
+    assert set(cfgs) == {"pt_rpe", "pt_geope", "pt_lingeope", "pt_geope_rpe", "pt_lingeope_rpe", "pt_none",
+                         "pt_rope3d", "pt_rope3d_rpe", "pt_rope_mixed", "pt_ape"}
     for name, cfg in cfgs.items():
-        assert cfg.model.pe == name[3:].replace("_rpe", "+rpe") and cfg.train.run_dir == f"runs/{name}"
+        assert cfg.model.pe == name[3:].replace("_rpe", "+rpe").replace("_", "-") and cfg.train.run_dir == f"runs/{name}"
         plain = config_to_dict(cfg)
         plain["model"].pop("pe"), plain["train"].pop("run_dir")
         reference = config_to_dict(Config())

@@ -1,5 +1,8 @@
-"""Tests of pointgeope/model/attention.py: presets, a slow float64 reference, translation behaviour, memory."""
+"""Tests of pointgeope/model/attention.py: presets, a slow float64 reference, gradcheck, translation behaviour,
+memory, mixed precision; every preset, GeoPE's baselines (rope3d, rope-mixed, ape) included."""
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -10,7 +13,8 @@ from pointgeope.model.attention import PRESETS, PointTransformerLayer, Positiona
 from pointgeope.model.ops import knn
 from tests.conftest import cuda_devices
 
-PRESET_NAMES = ["rpe", "geope", "lingeope", "geope+rpe", "lingeope+rpe", "none"]
+PRESET_NAMES = ["rpe", "geope", "lingeope", "geope+rpe", "lingeope+rpe", "none", "rope3d", "rope3d+rpe", "rope-mixed",
+                "ape"]
 
 
 def _cloud(n=60, channels=16, k=8, seed=0, dtype=torch.float32):
@@ -32,6 +36,8 @@ def _layer(pe, channels=16, k=8, seed=0, **kw):
             m.running_var.uniform_(0.5, 2.0)
             m.weight.data.uniform_(0.5, 1.5)
             m.bias.data.uniform_(-0.2, 0.2)
+    if layer.pair_freq is not None:                  # RoPE-Mixed after some training: the axes mix
+        layer.pair_freq.data += torch.randn_like(layer.pair_freq)
     return layer.eval()
 
 
@@ -44,6 +50,9 @@ def test_presets_and_unknown_name():
     with pytest.raises(ValueError, match="rotation"):
         PositionalEncoding("quaternion")
     assert PointTransformerLayer(16, 4, 8, pe="none").linear_p is None
+    assert PositionalEncoding.preset("ape") == PositionalEncoding("none", False, "rpe", absolute=True)
+    with pytest.raises(ValueError, match="at least 6 channels"):
+        PointTransformerLayer(4, 4, 8, pe="rope3d")
 
 
 @pytest.mark.parametrize("pe", PRESET_NAMES + [PositionalEncoding("geope", False, "geope"),
@@ -59,9 +68,38 @@ def test_every_encoding_gives_shapes_and_a_finite_backward(pe):
     assert all(torch.isfinite(p.grad).all() for p in layer.parameters() if p.grad is not None)
 
 
+def _axial(channels, pos_scale):
+    """Axial RoPE's frequency vectors from the definition: pair 3j + a turns by pos_scale w_{2j} p_a / 3."""
+    w = frequencies(channels).double()
+    freq = torch.zeros(3 * (channels // 6), 3, dtype=torch.float64)
+    for j in range(channels // 6):
+        for a in range(3):
+            freq[3 * j + a, a] = pos_scale * w[2 * j] / 3
+    return freq
+
+
+def _rot2(t):
+    return torch.tensor([[math.cos(t), -math.sin(t)], [math.sin(t), math.cos(t)]], dtype=torch.float64)
+
+
+def _frames(layer, pi, pj, freq):
+    """(channels, matrix) of every rotated block or pair, taking x_j into the frame of the query at pi:
+    GeoPE ``R(t_i)^T R(t_j)`` or ``R(t_j - t_i)``, RoPE ``R(theta(p_i))^T R(theta(p_j))`` per pair."""
+    c, pe = layer.channels, layer.pe
+    if pe.rotation in ("rope3d", "rope-mixed"):
+        return [(slice(2 * q, 2 * q + 2), _rot2(-(f @ pi).item()) @ _rot2((f @ pj).item())) for q, f in enumerate(freq)]
+    phase = frequencies(c).double() * layer.block_scale.pos_scale
+    if pe.rotation == "lingeope":
+        mats = [rotation_matrix((pj - pi) * phase[b]) for b in range(c // 3)]
+    else:
+        mats = [rotation_matrix(pi * phase[b]).T @ rotation_matrix(pj * phase[b]) for b in range(c // 3)]
+    return [(slice(3 * b, 3 * b + 3), m) for b, m in enumerate(mats)]
+
+
 def _reference(layer: PointTransformerLayer, coord, feat, idx):
-    """Point Transformer attention written out pair by pair in float64, with explicit per-pair
-    rotation matrices ``R(t_i)^T R(t_j)`` or ``R(t_j - t_i)`` from ``pointgeope.geope.rotation_matrix``."""
+    """Point Transformer attention written out pair by pair in float64, with explicit per-pair rotation
+    matrices (``_frames``: ``pointgeope.geope.rotation_matrix`` for GeoPE, 2x2 matrices for RoPE) and, for
+    APE, the sinusoids ``(cos, sin)(f_p . p)`` added to queries and keys."""
     p = {name: t.detach().double() for name, t in layer.state_dict().items()}
     coord, feat = coord.double(), feat.double()
 
@@ -72,26 +110,26 @@ def _reference(layer: PointTransformerLayer, coord, feat, idx):
         return x @ p[name + ".weight"].T + p[name + ".bias"]
 
     c, s, pe = layer.channels, layer.share_planes, layer.pe
-    nb = c // 3
-    phase = frequencies(c).double() * layer.block_scale.pos_scale if layer.block_scale is not None else None
+    freq = p.get("pair_freq", _axial(c, layer.block_scale.pos_scale) if layer.block_scale is not None else None)
     q, key, val = lin(feat, "linear_q"), lin(feat, "linear_k"), lin(feat, "linear_v")
+    if pe.absolute:
+        for i in range(feat.shape[0]):
+            for pair, f in enumerate(freq):
+                angle = (f @ coord[i]).item()
+                q[i, 2 * pair: 2 * pair + 2] += torch.tensor([math.cos(angle), math.sin(angle)], dtype=torch.float64)
+                key[i, 2 * pair: 2 * pair + 2] += torch.tensor([math.cos(angle), math.sin(angle)], dtype=torch.float64)
     out = torch.zeros_like(feat)
     for i in range(feat.shape[0]):
         rel_rows, val_rows = [], []
         for j in idx[i].tolist():
             d = coord[j] - coord[i]
             delta = lin(F.relu(bn(lin(d, "linear_p.0"), "linear_p.1")), "linear_p.3") if layer.linear_p is not None else 0
-            rots = None
-            if layer.block_scale is not None:
-                if pe.rotation == "lingeope":
-                    rots = [rotation_matrix(d * phase[b]) for b in range(nb)]
-                else:
-                    rots = [rotation_matrix(coord[i] * phase[b]).T @ rotation_matrix(coord[j] * phase[b]) for b in range(nb)]
+            frames = _frames(layer, coord[i], coord[j], freq) if pe.rotation != "none" or pe.value == "geope" else []
 
             def turn(x):
                 y = x.clone()
-                for b in range(nb):
-                    y[3 * b:3 * b + 3] = rots[b] @ x[3 * b:3 * b + 3]
+                for channels, mat in frames:
+                    y[channels] = mat @ x[channels]
                 return y
 
             k_j = turn(key[j]) if pe.rotation != "none" else key[j]
@@ -107,7 +145,8 @@ def _reference(layer: PointTransformerLayer, coord, feat, idx):
 
 
 @pytest.mark.parametrize("pe", PRESET_NAMES + [PositionalEncoding("geope", True, "geope"),
-                                              PositionalEncoding("lingeope", False, "geope")])
+                                              PositionalEncoding("lingeope", False, "geope"),
+                                              PositionalEncoding("rope-mixed", False, "geope")])
 def test_float32_layer_matches_float64_reference(pe):
     coord, feat, idx = _cloud(n=16, channels=16, k=6, seed=1)
     layer = _layer(pe, k=6, grid_size=0.1)
@@ -115,25 +154,53 @@ def test_float32_layer_matches_float64_reference(pe):
     torch.testing.assert_close(layer(coord, feat, idx).double(), expected, atol=2e-5, rtol=1e-4)
 
 
-def test_translation_invariance_of_linear_geope_and_rpe_but_not_standard_geope():
+@pytest.mark.parametrize("pe", PRESET_NAMES + [PositionalEncoding("rope3d", False, "geope")])
+def test_layer_gradcheck(pe):
+    """Gradients of the features (and of RoPE-Mixed's frequencies) against finite differences, float64."""
+    coord, feat, idx = _cloud(n=10, channels=12, k=4, seed=6, dtype=torch.float64)
+    layer = _layer(pe, channels=12, k=4).double()
+    inputs = (feat.requires_grad_(),) + ((layer.pair_freq,) if layer.pair_freq is not None else ())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)         # hundreds of tiny passes: threads only wait on each other (20x on 2 busy cores)
+    try:
+        assert torch.autograd.gradcheck(lambda x, *_: layer(coord, x, idx), inputs)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_translation_invariance_of_linear_geope_rope_and_rpe_but_not_standard_geope_nor_ape():
     coord, feat, idx = _cloud(seed=2)
     shift = torch.tensor([1.37, -0.52, 2.11])
-    for pe in ("rpe", "lingeope", "lingeope+rpe", "none"):
+    for pe in ("rpe", "lingeope", "lingeope+rpe", "none", "rope3d", "rope3d+rpe", "rope-mixed"):
         layer = _layer(pe)
         torch.testing.assert_close(layer(coord + shift, feat, idx), layer(coord, feat, idx), atol=2e-5, rtol=1e-5)
     # Standard GeoPE takes keys into the query's frame R(t_i)^T R(t_j): for 3D axes these rotations do
-    # not commute, so R(t_i)^T R(t_j) != R(t_j - t_i) and a global shift changes the relation.
-    layer = _layer("geope")
-    moved, still = layer(coord + shift, feat, idx), layer(coord, feat, idx)
-    assert (moved - still).abs().max() > 1e-2
+    # not commute, so R(t_i)^T R(t_j) != R(t_j - t_i) and a global shift changes the relation. RoPE's 2D
+    # rotations of one pair commute (invariant above, mixed frequencies too); APE adds e(p_j) - e(p_i).
+    for pe in ("geope", "ape"):
+        layer = _layer(pe)
+        moved, still = layer(coord + shift, feat, idx), layer(coord, feat, idx)
+        assert (moved - still).abs().max() > 1e-2, pe
 
 
 def test_learnable_frequencies_are_trained():
     coord, feat, idx = _cloud(seed=3)
-    for pe in ("geope", "lingeope"):
+    for pe in ("geope", "lingeope", "rope3d", "ape"):
         layer = PointTransformerLayer(16, 4, 8, pe=pe, geope_learnable=True).train()
         layer(coord, feat, idx).square().mean().backward()
         assert layer.block_scale.freq.grad is not None and layer.block_scale.freq.grad.abs().sum() > 0
+    # RoPE-Mixed learns its own per-pair frequency vectors, initialised as axial RoPE (equal to rope3d)
+    mixed, axial = _layer("rope-mixed", seed=3), _layer("rope3d", seed=3)
+    assert mixed.pair_freq.shape == (6, 3) and mixed.block_scale.freq is None
+    torch.manual_seed(3)
+    fresh = PointTransformerLayer(16, 4, 8, pe="rope-mixed")
+    torch.manual_seed(3)
+    same = PointTransformerLayer(16, 4, 8, pe="rope3d")
+    for name, value in same.state_dict().items():
+        assert torch.equal(fresh.state_dict()[name], value), name
+    torch.testing.assert_close(fresh.eval()(coord, feat, idx), same.eval()(coord, feat, idx), atol=1e-6, rtol=0)
+    mixed.train()(coord, feat, idx).square().mean().backward()
+    assert mixed.pair_freq.grad.abs().sum() > 0 and axial is not None
 
 
 def test_learnable_frequencies_of_older_checkpoints_load():
@@ -155,12 +222,14 @@ def _saved_bytes(layer, coord, feat, idx) -> int:
     return sum(saved.values())
 
 
-def test_geope_saves_no_more_for_backward_than_rpe():
+def test_rotations_save_no_more_for_backward_than_rpe():
     coord, feat, idx = _cloud(n=400, channels=32, k=16, seed=4)
     sizes = {pe: _saved_bytes(PointTransformerLayer(32, 8, 16, pe=pe).train(), coord, feat.clone(), idx)
-             for pe in ("rpe", "geope", "lingeope")}
-    assert sizes["geope"] <= 1.01 * sizes["rpe"], sizes
-    assert sizes["lingeope"] <= 1.01 * sizes["rpe"], sizes
+             for pe in ("rpe", "geope", "lingeope", "rope3d", "rope-mixed", "ape")}
+    for pe in ("geope", "lingeope", "rope3d", "ape"):
+        assert sizes[pe] <= 1.01 * sizes["rpe"], sizes
+    # RoPE-Mixed's frequency gradient needs the keys (N, C): 1/k of a pair tensor, nothing of pair size
+    assert sizes["rope-mixed"] <= 1.01 * sizes["rpe"] + 400 * 32 * 4, sizes
 
 
 @pytest.mark.parametrize("device", cuda_devices())
@@ -171,7 +240,7 @@ def test_mixed_precision_geope_layer_is_as_accurate_as_rpe(device):
     coord, feat, idx = _cloud(n=2000, channels=64, k=16, seed=5, dtype=torch.float64)
     coord = coord * 4                                  # phases up to ~ 8 m / 0.04 m = 200 rad
     errors = {}
-    for pe in ("rpe", "geope", "lingeope"):
+    for pe in ("rpe", "geope", "lingeope", "rope3d", "rope-mixed"):
         layer = _layer(pe, channels=64, k=16).double()
         with torch.no_grad():
             exact = layer(coord, feat, idx)
@@ -181,4 +250,4 @@ def test_mixed_precision_geope_layer_is_as_accurate_as_rpe(device):
         errors[pe] = ((half.double().cpu() - exact).norm() / exact.norm()).item()
     assert errors["rpe"] < 0.01, errors                # autocast did run in bfloat16 (float32 gives ~1e-7)
     assert errors["rpe"] > 1e-4, errors
-    assert errors["geope"] < 1.1 * errors["rpe"] and errors["lingeope"] < 1.1 * errors["rpe"], errors
+    assert all(errors[pe] < 1.1 * errors["rpe"] for pe in ("geope", "lingeope", "rope3d", "rope-mixed")), errors

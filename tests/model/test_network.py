@@ -11,7 +11,8 @@ from torch_geometric.data import Batch, Data
 from pointgeope.constants import CLASS_INDEX
 from pointgeope.model import OpsBackends, PointTransformerSeg
 
-PRESET_NAMES = ["rpe", "geope", "lingeope", "geope+rpe", "lingeope+rpe", "none"]
+PRESET_NAMES = ["rpe", "geope", "lingeope", "geope+rpe", "lingeope+rpe", "none", "rope3d", "rope3d+rpe", "rope-mixed",
+                "ape"]
 TINY = dict(blocks=(1, 1, 1), planes=(16, 24, 32), strides=(1, 4, 4), neighbours=(8, 8, 8), decoder_blocks=(1, 1, 1),
             share_planes=8)
 
@@ -106,10 +107,17 @@ def _published_parameter_count(in_channels=6, num_classes=13) -> int:
 def test_parameter_count_of_the_published_model():
     published = _published_parameter_count()
     assert 7.7e6 < published < 7.9e6                   # "7.8M"
-    for pe in ("rpe", "geope", "lingeope"):
+    for pe in ("rpe", "geope", "lingeope", "rope3d", "rope-mixed", "ape"):
         count = sum(p.numel() for p in PointTransformerSeg(pe=pe).parameters())
         assert abs(count - published) <= 0.01 * published, (pe, count, published)
     assert sum(p.numel() for p in PointTransformerSeg(pe="rpe").parameters()) == published
+    count = {pe: sum(p.numel() for p in PointTransformerSeg(pe=pe).parameters()) for pe in ("geope", "rope3d", "ape")}
+    assert count["rope3d"] == count["geope"] == count["ape"]       # the baselines add no parameter to GeoPE's
+    # RoPE-Mixed learns a (3 m, 3) frequency matrix per layer, m = C // 6: C = 32, 64, 128, 256, 512 with
+    # 2, 3, 4, 6, 3 layers (encoder blocks + one decoder block per stage)
+    layers = {32: 2, 64: 3, 128: 4, 256: 6, 512: 3}
+    mixed = sum(p.numel() for p in PointTransformerSeg(pe="rope-mixed").parameters())
+    assert mixed - count["rope3d"] == sum(n * 9 * (c // 6) for c, n in layers.items())
 
 
 def _read_room(room):

@@ -1,0 +1,161 @@
+"""Axial 3D RoPE and RoPE-Mixed for vector attention: 2D rotations of channel pairs, angles linear in position.
+
+Axial 3D RoPE (RoFormer's rotation, Su et al. 2021, applied per axis as in LitePT's PointROPE) turns separate
+channel pairs by the phases of x, y and z; RoPE-Mixed (Heo et al. 2024, "Rotary Position Embedding for Vision
+Transformer") gives every pair a learnable frequency vector, so that one pair turns by a mix of the axes.
+Both are baselines of GeoPE (``pointgeope.geope``), whose one quaternion rotation couples the three axes.
+
+**Channels.** ``m = C // 6`` blocks of three pairs, one pair per axis; pair ``p = 3 j + a`` (block ``j``,
+axis ``a``) is channels ``(2p, 2p + 1)``, ``P = 3 m`` pairs; the last ``C mod 6`` channels pass through::
+
+    # channels: [ x0 x0' y0 y0' z0 z0' | x1 x1' y1 y1' z1 z1' | ... | z(m-1) z(m-1)' | pass-through ]
+
+**Rotation.** Pair ``p`` of a point at ``pos`` turns by ``theta_p(pos) = f_p . pos`` (``freq (P, 3)``, radians
+per unit of position): ``(v, v') -> (v cos theta - v' sin theta, v sin theta + v' cos theta)``.
+
+- axial (``rope3d``): ``f_{3j+a} = k_{2j} e_a`` with ``k_b = pos_scale * w_b / A`` GeoPE's block scales of
+  the same width (``pointgeope.geope.BlockScale``: ``w_b = base ** (-2 b / (3 n))``, ``n = C // 3``, ``A = 3``):
+  channels ``6j .. 6j+2`` have the frequency they have in GeoPE (block ``2j``), and a displacement along
+  one axis turns the pair of that axis by exactly the angle by which GeoPE turns the block about that axis
+  (``k_b |d|``). The only difference to GeoPE is the coupling of the axes.
+- mixed (``rope-mixed``): ``f_p`` learnable, initialised as the axial ones.
+
+**Relative use.** The rotations of one pair commute, so the query's frame is translation invariant::
+
+    R(theta(p_i))^T R(theta(p_j)) = R(theta(p_j) - theta(p_i)) = R(theta(d_ij)),     d_ij = p_j - p_i
+
+and ``pair_frame`` turns the gathered neighbours by the angles of the displacements (as linear GeoPE does in
+``linear_rotation.py``), in one autograd Function that saves the indices and displacements only (and the
+features ``(N, C)`` when the frequencies learn): the gradient of a rotation is the inverse rotation. Angles
+and products in float32 at least, rounded once.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from pointgeope.model.ops import gather
+from pointgeope.model.rotation import constant, geometry_dtype, query_steps
+
+__all__ = ["axial_frequencies", "pair_angles", "rotate_pairs", "pair_frame"]
+
+AXES = 3
+
+
+def axial_frequencies(block_scale: Tensor, channels: int) -> Tensor:
+    """The frequency vectors of axial 3D RoPE from GeoPE's block scales ``block_scale (n,)`` of the same
+    width, ``(P, 3)``: ``f_{3j+a} = k_{2j} e_a`` (differentiable in ``block_scale``)."""
+    blocks = channels // (2 * AXES)
+    if blocks == 0 or block_scale.shape[0] < 2 * blocks:
+        raise ValueError(f"expected at least {2 * AXES} channels and their {channels // 3} block scales, got "
+                         f"{channels} channels and {block_scale.shape[0]} scales")
+    eye = torch.eye(AXES, dtype=block_scale.dtype, device=block_scale.device)
+    return (block_scale[0: 2 * blocks: 2, None, None] * eye).reshape(AXES * blocks, AXES)
+
+
+def pair_angles(pos: Tensor, freq: Tensor) -> Tensor:
+    """``theta_p(pos) = f_p . pos`` for ``pos (..., 3)`` and ``freq (P, 3)`` -> ``(..., P)``."""
+    return pos @ freq.transpose(0, 1)
+
+
+def rotate_pairs(x: Tensor, pos: Tensor, freq: Tensor) -> Tensor:
+    """``R(theta(pos)) x`` for ``x (..., C)`` and ``pos (..., 3)`` (broadcast), differentiable in all three
+    (plain autograd), computed in float32 at least and rounded once to ``x``'s dtype."""
+    pairs, work = freq.shape[0], geometry_dtype(x.dtype)
+    theta = pair_angles(pos.to(work), freq.to(work))                                  # (..., P)
+    cos, sin = theta.cos(), theta.sin()
+    v = x[..., : 2 * pairs].unflatten(-1, (pairs, 2)).to(work)
+    even, odd = v[..., 0], v[..., 1]
+    turned = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2).to(x.dtype)
+    rest = x[..., 2 * pairs:]
+    return torch.cat([turned, rest.expand(*turned.shape[:-1], rest.shape[-1])], dim=-1)
+
+
+def _planes(rows: Tensor, pairs: int, dtype: torch.dtype) -> Tensor:
+    """The pairs of ``rows (M, C)`` as two contiguous planes ``(2, M, P)``: first and second channel of each."""
+    return rows[:, : 2 * pairs].reshape(-1, pairs, 2).permute(2, 0, 1).to(dtype).contiguous()
+
+
+def _unplane(planes: Tensor, out: Tensor) -> None:
+    """Write planes ``(2, M, P)`` back into the pair channels of ``out (M, C)`` (rounded to its dtype)."""
+    pairs = planes.shape[-1]
+    out[:, 0: 2 * pairs: 2].copy_(planes[0])
+    out[:, 1: 2 * pairs: 2].copy_(planes[1])
+
+
+def _turn(v: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """``(v cos - v' sin, v sin + v' cos)`` of planes ``v (2, M, P)`` with ``cos, sin (M, P)``; ``-sin``
+    turns back. Four multiply-adds over whole contiguous planes."""
+    out = torch.empty_like(v)
+    torch.mul(v[0], cos, out=out[0]).addcmul_(v[1], sin, value=-1)
+    torch.mul(v[0], sin, out=out[1]).addcmul_(v[1], cos)
+    return out
+
+
+class _PairFrame(torch.autograd.Function):
+    """``R(theta(d_ij)) x[idx[i, j]] - m_i`` with gradients for ``x``, the frequencies and ``m``.
+
+    Forward, a step of whole queries at a time (``query_steps``, cache-sized on the CPU): gather the pair
+    planes of ``x``, turn them by the angles of the step's displacements, write them interleaved, subtract.
+    Backward: turn the gradient back (``R^T = R(-theta)``) and ``index_add_`` it into ``x``'s rows; for the
+    frequencies, ``dL/dtheta = g' r - g r'`` of the recomputed rotated pair ``r`` and ``dL/df_p = sum_ij
+    dL/dtheta_p d_ij`` (one ``(P, M) @ (M, 3)`` product per step). Saves ``idx``, ``disp (N, k, 3)`` and,
+    only when the frequencies need a gradient, ``x (N_s, C)``."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, idx: Tensor, disp: Tensor, freq: Tensor, minus: Tensor | None) -> Tensor:
+        ctx.save_for_backward(idx, disp, freq, x if ctx.needs_input_grad[3] else None)
+        ctx.rows, ctx.x_dtype = x.shape[0], x.dtype
+        ctx.minus_dtype = None if minus is None else minus.dtype
+        (queries, k), channels, pairs = idx.shape, x.shape[1], freq.shape[0]
+        work, flat = geometry_dtype(x.dtype), idx.reshape(-1)
+        src, d, f = _planes(x, pairs, work), disp.reshape(-1, 3).to(work), freq.to(work)
+        dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
+        out = x.new_empty(queries * k, channels, dtype=dtype)
+        for step in query_steps(queries, k, channels, x.device):
+            part = slice(step.start * k, step.stop * k)                             # the step's pairs
+            theta = pair_angles(d[part], f)
+            _unplane(_turn(src.index_select(1, flat[part]), theta.cos(), theta.sin()), out[part])
+            if 2 * pairs < channels:
+                out[part, 2 * pairs:] = x[:, 2 * pairs:].index_select(0, flat[part])
+            if minus is not None:
+                out[part].view(-1, k, channels).sub_(minus[step].unsqueeze(1))
+        return out.view(queries, k, channels)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        idx, disp, freq, x = ctx.saved_tensors
+        pairs, flat, channels = freq.shape[0], idx.reshape(-1), grad.shape[-1]
+        work = geometry_dtype(ctx.x_dtype)
+        rows, d, f = grad.reshape(-1, channels), disp.reshape(-1, 3).to(work), freq.to(work)
+        grad_x = rows.new_zeros(ctx.rows, channels, dtype=work) if ctx.needs_input_grad[0] else None
+        grad_f = torch.zeros_like(f) if ctx.needs_input_grad[3] else None
+        src = _planes(x, pairs, work) if grad_f is not None else None
+        for part in query_steps(rows.shape[0], 1, channels, grad.device):
+            theta = pair_angles(d[part], f)
+            cos, sin = theta.cos(), theta.sin()
+            g = _planes(rows[part], pairs, work)
+            if grad_x is not None:                                                  # R^T g, at the row of x
+                turned = torch.empty(part.stop - part.start, channels, dtype=work, device=grad.device)
+                _unplane(_turn(g, cos, -sin), turned)
+                turned[:, 2 * pairs:] = rows[part, 2 * pairs:]
+                grad_x.index_add_(0, flat[part], turned)
+            if grad_f is not None:
+                r = _turn(src.index_select(1, flat[part]), cos, sin)
+                grad_f.addmm_(torch.mul(g[1], r[0]).addcmul_(g[0], r[1], value=-1).transpose(0, 1), d[part])
+        grad_minus = None
+        if ctx.minus_dtype is not None and ctx.needs_input_grad[4]:
+            grad_minus = grad.sum(1).neg_().to(ctx.minus_dtype)
+        return (None if grad_x is None else grad_x.to(ctx.x_dtype), None, None,
+                None if grad_f is None else grad_f.to(freq.dtype), grad_minus)
+
+
+def pair_frame(x: Tensor, idx: Tensor, disp: Tensor, freq: Tensor, minus: Tensor | None = None) -> Tensor:
+    """The relation of axial RoPE / RoPE-Mixed: ``out[i, j] = R(theta(d_ij)) x[idx[i, j]] - minus[i]``,
+    ``(N, k, C)``, with ``x (N_s, C)``, ``idx (N, k)``, ``disp (N, k, 3)`` (``p_j - p_i``), ``freq (P, 3)``,
+    ``minus (N, C)`` or ``None``. Memory-lean (``_PairFrame``) unless the displacements need a gradient,
+    where plain autograd composes gather, ``rotate_pairs`` and subtraction."""
+    if constant(disp):
+        return _PairFrame.apply(x, idx, disp, freq, minus)
+    out = rotate_pairs(gather(x, idx), disp, freq)
+    return out if minus is None else out - minus.unsqueeze(1)

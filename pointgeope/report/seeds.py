@@ -1,0 +1,147 @@
+"""Variants trained with several seeds (an ablation): each variant's mean and spread over its seeds.
+
+Every run (one variant, one seed) is a :class:`~pointgeope.report.runs.RunSummary` scored by its pooled
+confusion over the folds it covers (one fold in a short ablation). Per variant and score (OA, mAcc, mIoU)::
+
+    mean = (1/S) sum_s x_s        std = sqrt( sum_s (x_s - mean)^2 / (S - 1) )        range = [min_s x_s, max_s x_s]
+
+and against the first variant (the baseline) the difference of the means, marked *within the spread* when
+the two ranges overlap (some seed of one variant scores as well as some seed of the other): such a
+difference is not shown to be real by these seeds. Written as ``ablation.md`` (tables), ``ablation.json``
+(fractions, every seed's scores) and ``ablation.csv`` (one row per variant and score).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pointgeope.constants import CLASS_NAMES
+from pointgeope.report.runs import RunSummary
+from pointgeope.report.tables import HEAD, MEANS
+
+__all__ = ["Variant", "spread", "ablation_markdown", "ablation_json", "ablation_csv", "write_ablation"]
+
+
+@dataclass
+class Variant:
+    """One variant (e.g. a positional encoding) and its complete runs, ``runs[i]`` trained with ``seeds[i]``;
+    ``missing``: the seeds without a complete run, with the reason."""
+    name: str
+    seeds: list[int]
+    runs: list[RunSummary]
+    missing: list[tuple[int, str]] = field(default_factory=list)
+
+    def values(self, key: str) -> np.ndarray:
+        """``pooled[key]`` of every seed's run, ``(S,)``."""
+        return np.array([run.pooled[key] for run in self.runs], dtype=np.float64)
+
+    def class_iou(self) -> np.ndarray:
+        """Per-class IoU of every seed, ``(S, classes)`` (NaN: class absent in that run)."""
+        return np.array([run.pooled["iou"] for run in self.runs], dtype=np.float64)
+
+
+def spread(values: np.ndarray) -> dict:
+    """``mean``, sample ``std`` (NaN for one value), ``min``, ``max`` and ``n`` of ``values (S,)``."""
+    n = int(values.size)
+    return {"n": n, "mean": float(values.mean()) if n else math.nan,
+            "std": float(values.std(ddof=1)) if n > 1 else math.nan,
+            "min": float(values.min()) if n else math.nan, "max": float(values.max()) if n else math.nan}
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["min"] <= b["max"] and b["min"] <= a["max"]
+
+
+def _pct(value: float, digits: int, signed: bool = False) -> str:
+    if math.isnan(value):
+        return "—"
+    return f"{100 * value:+.{digits}f}" if signed else f"{100 * value:.{digits}f}"
+
+
+def _cell(s: dict, digits: int) -> str:
+    """``"74.1 ± 0.5 (73.6–74.6)"``."""
+    std = "" if math.isnan(s["std"]) else f" ± {_pct(s['std'], digits)}"
+    return f"{_pct(s['mean'], digits)}{std} ({_pct(s['min'], digits)}–{_pct(s['max'], digits)})"
+
+
+def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
+    """Scores (mean ± std (min–max) over seeds), differences of the means to the first variant, each
+    seed's scores, per-class IoU means, and notes on missing seeds or unlike folds."""
+    head = [HEAD[k] for k in MEANS]
+    lines = ["| variant | seeds | " + " | ".join(head) + " |", "|:--|:-:|" + "--:|" * len(MEANS)]
+    for v in variants:
+        lines.append(f"| {v.name} | {len(v.runs)} | " + " | ".join(_cell(spread(v.values(k)), digits) for k in MEANS) + " |")
+    base = variants[0]
+    lines += ["", f"Difference of the means to {base.name}, percentage points (`~`: within the spread, the "
+              "min–max ranges overlap):", "", "| variant | " + " | ".join(head) + " |", "|:--|" + "--:|" * len(MEANS)]
+    for v in variants[1:]:
+        cells = []
+        for k in MEANS:
+            a, b = spread(v.values(k)), spread(base.values(k))
+            cells.append(_pct(a["mean"] - b["mean"], digits, signed=True) + (" ~" if _overlap(a, b) else ""))
+        lines.append(f"| {v.name} | " + " | ".join(cells) + " |")
+    seeds = sorted({s for v in variants for s in v.seeds} | {s for v in variants for s, _ in v.missing})
+    lines += ["", "Each seed (" + " / ".join(head) + "):", "", "| variant | " + " | ".join(
+        f"seed {s}" for s in seeds) + " |", "|:--|" + "--:|" * len(seeds)]
+    for v in variants:
+        by_seed = dict(zip(v.seeds, v.runs))
+        lines.append(f"| {v.name} | " + " | ".join(
+            " / ".join(_pct(by_seed[s].pooled[k], digits) for k in MEANS) if s in by_seed else "missing"
+            for s in seeds) + " |")
+    lines += ["", "Per-class IoU, mean over seeds:", "", "| variant | " + " | ".join(CLASS_NAMES) + " |",
+              "|:--|" + "--:|" * len(CLASS_NAMES)]
+    for v in variants:
+        with np.errstate(all="ignore"):
+            iou = np.nanmean(v.class_iou(), axis=0) if v.runs else np.full(len(CLASS_NAMES), math.nan)
+        lines.append(f"| {v.name} | " + " | ".join(_pct(x, digits) for x in iou) + " |")
+    notes = [f"- {v.name}: seed {s} missing ({why})" for v in variants for s, why in v.missing]
+    areas = {tuple(run.areas) for v in variants for run in v.runs}
+    if len(areas) > 1:
+        notes.append("- the runs cover different folds: their scores compare unlike test sets.")
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def ablation_json(variants: list[Variant]) -> dict:
+    """Fractions (NaN -> null): per variant the seeds, each seed's pooled scores, mean/std/min/max."""
+    def clean(x):
+        return None if isinstance(x, float) and math.isnan(x) else x
+
+    out = []
+    for v in variants:
+        out.append({"name": v.name, "seeds": list(v.seeds),
+                    "missing": [{"seed": s, "reason": why} for s, why in v.missing],
+                    "folds": sorted({a for run in v.runs for a in run.areas}),
+                    "runs": [{"seed": seed, "path": str(run.path), **{k: clean(run.pooled[k]) for k in MEANS}}
+                             for seed, run in zip(v.seeds, v.runs)],
+                    **{k: {n: clean(x) for n, x in spread(v.values(k)).items()} for k in MEANS}})
+    return {"variants": out}
+
+
+def ablation_csv(variants: list[Variant]) -> str:
+    """One row per variant and score: ``variant, score, seeds, mean_pct, std_pct, min_pct, max_pct``."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["variant", "score", "seeds", "mean_pct", "std_pct", "min_pct", "max_pct"])
+    for v in variants:
+        for k in MEANS:
+            s = spread(v.values(k))
+            w.writerow([v.name, k, s["n"]] + ["" if math.isnan(s[x]) else f"{100 * s[x]:.4f}"
+                                               for x in ("mean", "std", "min", "max")])
+    return buf.getvalue()
+
+
+def write_ablation(variants: list[Variant], out: Path, header: str = "", digits: int = 1) -> list[Path]:
+    """Write ``ablation.md`` (``header`` first), ``ablation.json`` and ``ablation.csv`` into ``out``."""
+    import json
+
+    from pointgeope.atomic import write_text_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    return [write_text_atomic(out / "ablation.md", header + ablation_markdown(variants, digits)),
+            write_text_atomic(out / "ablation.json", json.dumps(ablation_json(variants), indent=1) + "\n"),
+            write_text_atomic(out / "ablation.csv", ablation_csv(variants))]

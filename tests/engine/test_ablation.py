@@ -1,0 +1,79 @@
+"""Tests of pointgeope/engine/ablation.py (``pointgeope ablate``): the input checked before any training,
+then presets x seeds of tiny trainings in two processes, resumed, with a failed trial reported."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pointgeope.cli import main as cli
+from pointgeope.engine.ablation import plan
+from tests.engine.conftest import DEMO_CONFIG, TINY
+
+
+def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1"), jobs="1"):
+    return ["ablate", "--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(root), "--run-dir",
+            str(run), "--presets", ",".join(presets), "--seeds", ",".join(seeds), "--jobs", jobs, *TINY, *overrides]
+
+
+@pytest.mark.parametrize("presets, seeds, jobs, extra, message", [
+    (("rpe", "rpe"), ("0",), "1", (), "--presets: expected distinct values, got rpe rpe"),
+    (("rpe",), ("1", "1"), "1", (), "--seeds: expected distinct values, got 1 1"),
+    (("rpe",), ("0",), "1", ("train.seed=3",), "override 'train.seed=3': the ablation sets train.seed for each trial"),
+    (("rpe", "rope4d"), ("0",), "1", (), "override 'model.pe=rope4d': model.pe: expected one of"),
+    (("rpe",), ("0",), "0", (), "--jobs: expected at least 1, got 0"),
+])
+def test_bad_input_is_one_line_before_any_training(two_folds, tmp_path, capsys, presets, seeds, jobs, extra, message):
+    assert cli(ablate_args(two_folds, tmp_path / "abl", *extra, presets=presets, seeds=seeds, jobs=jobs)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pointgeope ablate: error: ") and message in err[0], err
+    assert not (tmp_path / "abl").exists()
+
+
+def test_a_fold_outside_folds_json_is_named(two_folds, tmp_path):
+    with pytest.raises(Exception, match=r"--test-area 5: .*folds.json has folds \[1, 2\]"):
+        plan(DEMO_CONFIG, ["rpe"], [0], 5, tmp_path, [f"data.root={two_folds}"], 1)
+
+
+def test_plan_orders_trials_and_shares_the_threads(two_folds, tmp_path):
+    trials, common = plan(DEMO_CONFIG, ["none", "rpe"], [3, 1], 1, tmp_path, [f"data.root={two_folds}"], 2)
+    assert [(t.preset, t.seed, t.folder) for t in trials] == [
+        ("none", 3, tmp_path / "none" / "seed_3"), ("none", 1, tmp_path / "none" / "seed_1"),
+        ("rpe", 3, tmp_path / "rpe" / "seed_3"), ("rpe", 1, tmp_path / "rpe" / "seed_1")]
+    assert common == [f"data.root={two_folds}", f"train.threads={max(1, (os.cpu_count() or 1) // 2)}"]
+    assert trials[0].overrides(common)[-3:] == ["model.pe=none", "train.seed=3", f"train.run_dir={tmp_path / 'none' / 'seed_3'}"]
+    _, common = plan(DEMO_CONFIG, ["rpe"], [0], 1, tmp_path, [f"data.root={two_folds}", "train.threads=1"], 2)
+    assert common == [f"data.root={two_folds}", "train.threads=1"]           # the user's choice is kept
+
+
+@pytest.mark.slow
+def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, capsys):
+    run = tmp_path / "abl"
+    assert cli(ablate_args(two_folds, run, "train.epochs=1", jobs="2")) == 0
+    report = json.loads((run / "report" / "ablation.json").read_text())
+    assert [v["name"] for v in report["variants"]] == ["rpe", "none"]
+    for variant in report["variants"]:
+        assert variant["seeds"] == [0, 1] and variant["missing"] == [] and variant["folds"] == ["Area_1"]
+        for seed, entry in zip((0, 1), variant["runs"]):
+            metrics = json.loads((run / variant["name"] / f"seed_{seed}" / "area_1" / "metrics.json").read_text())
+            assert metrics["pe"] == variant["name"] and entry["miou"] == pytest.approx(metrics["miou"])
+            config = (run / variant["name"] / f"seed_{seed}" / "area_1" / "config.yaml").read_text()
+            assert f"seed: {seed}\n" in config
+        assert variant["miou"]["mean"] == pytest.approx(sum(r["miou"] for r in variant["runs"]) / 2)
+    md = (run / "report" / "ablation.md").read_text()
+    assert md.startswith("# Ablation: rpe, none x seeds 0, 1, fold 1\n\nCommand: `pointgeope ablate --config ")
+    capsys.readouterr()
+    # again, with a seed whose fold folder cannot be made: seed 0 is skipped, seed 7 fails and is named
+    for preset in ("rpe", "none"):
+        (run / preset / "seed_7").mkdir(parents=True)
+        (run / preset / "seed_7" / "area_1").write_text("not a folder")
+    assert cli(ablate_args(two_folds, run, "train.epochs=1", seeds=("0", "7"), jobs="2")) == 1
+    out, err = capsys.readouterr()
+    assert "rpe seed 0: done" in out and "rpe seed 7: FAILED (exit code" in out
+    assert "2 trial(s) failed: rpe seed 7, none seed 7" in err
+    assert "is complete, skipped" in (run / "rpe" / "seed_0" / "train.log").read_text()
+    md = (run / "report" / "ablation.md").read_text()
+    assert "- rpe: seed 7 missing (" in md and "- none: seed 7 missing (" in md
+    assert json.loads((run / "report" / "ablation.json").read_text())["variants"][0]["seeds"] == [0]
