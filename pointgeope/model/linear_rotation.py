@@ -21,7 +21,7 @@ from torch import Tensor
 from pointgeope.geope import rodrigues
 from pointgeope.model.ops import gather
 from pointgeope.model import compiled
-from pointgeope.model.rotation import constant, geometry_dtype, query_steps
+from pointgeope.model.rotation import constant, geometry_dtype, query_steps, turned_neighbours
 
 __all__ = ["relative_blocks", "rotate_relative", "relative_frame"]
 
@@ -105,22 +105,16 @@ class _RelativeFrame(torch.autograd.Function):
         ctx.save_for_backward(idx, disp, block_scale)
         ctx.rows, ctx.x_dtype = x.shape[0], x.dtype
         ctx.minus_dtype = None if minus is None else minus.dtype
-        (queries, k), channels, n = idx.shape, x.shape[1], block_scale.shape[0]
-        work, flat = geometry_dtype(x.dtype), idx.reshape(-1)
+        n, work, flat = block_scale.shape[0], geometry_dtype(x.dtype), idx.reshape(-1)
         src, d, scale = _planes(x, n, work), disp.reshape(-1, 3).to(work), block_scale.to(work)
-        dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
         if compiled.active(x.device):                                               # one fused pass
+            dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
             return compiled.on_device("relative_pairs", compiled.relative_pairs, x, idx, disp.to(work), scale,
                                       minus).to(dtype)
-        out = x.new_empty(queries * k, channels, dtype=dtype)
-        for step in query_steps(queries, k, channels, x.device):
-            part = slice(step.start * k, step.stop * k)                             # the step's pairs
-            _unplane(_turn_planes(src.index_select(1, flat[part]), d[part], scale), out[part])
-            if 3 * n < channels:
-                out[part, 3 * n:] = x[:, 3 * n:].index_select(0, flat[part])
-            if minus is not None:
-                out[part].view(-1, k, channels).sub_(minus[step].unsqueeze(1))
-        return out.view(queries, k, channels)
+
+        def turn_into(part: slice, rows: Tensor) -> None:
+            _unplane(_turn_planes(src.index_select(1, flat[part]), d[part], scale), rows)
+        return turned_neighbours(x, idx, minus, 3 * n, turn_into)
 
     @staticmethod
     def backward(ctx, grad: Tensor):

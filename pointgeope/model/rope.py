@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.ops import gather
-from pointgeope.model.rotation import constant, geometry_dtype, query_steps
+from pointgeope.model.rotation import constant, geometry_dtype, query_steps, turned_neighbours
 
 __all__ = ["axial_frequencies", "pair_angles", "rotate_pairs", "pair_frame"]
 
@@ -107,20 +107,13 @@ class _PairFrame(torch.autograd.Function):
         ctx.save_for_backward(idx, disp, freq, x if ctx.needs_input_grad[3] else None)
         ctx.rows, ctx.x_dtype = x.shape[0], x.dtype
         ctx.minus_dtype = None if minus is None else minus.dtype
-        (queries, k), channels, pairs = idx.shape, x.shape[1], freq.shape[0]
-        work, flat = geometry_dtype(x.dtype), idx.reshape(-1)
+        work, flat, pairs = geometry_dtype(x.dtype), idx.reshape(-1), freq.shape[0]
         src, d, f = _planes(x, pairs, work), disp.reshape(-1, 3).to(work), freq.to(work)
-        dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
-        out = x.new_empty(queries * k, channels, dtype=dtype)
-        for step in query_steps(queries, k, channels, x.device):
-            part = slice(step.start * k, step.stop * k)                             # the step's pairs
+
+        def turn_into(part: slice, rows: Tensor) -> None:
             theta = pair_angles(d[part], f)
-            _unplane(_turn(src.index_select(1, flat[part]), theta.cos(), theta.sin()), out[part])
-            if 2 * pairs < channels:
-                out[part, 2 * pairs:] = x[:, 2 * pairs:].index_select(0, flat[part])
-            if minus is not None:
-                out[part].view(-1, k, channels).sub_(minus[step].unsqueeze(1))
-        return out.view(queries, k, channels)
+            _unplane(_turn(src.index_select(1, flat[part]), theta.cos(), theta.sin()), rows)
+        return turned_neighbours(x, idx, minus, 2 * pairs, turn_into)
 
     @staticmethod
     def backward(ctx, grad: Tensor):

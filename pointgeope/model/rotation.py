@@ -27,6 +27,8 @@ features' dtype, so half-precision features (autocast) lose nothing to the rotat
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -34,7 +36,7 @@ from pointgeope.model import compiled
 from pointgeope.model.ops import gather
 
 __all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shift_tables", "apply_shifted", "apply_blocks",
-           "rotate_blocks", "query_frame", "constant", "query_steps"]
+           "rotate_blocks", "query_frame", "constant", "query_steps", "turned_neighbours"]
 
 # Pair elements per step of the fused Functions on the CPU: ~4 MB of float32 per intermediate, so that the
 # several passes of a rotation over a step's pairs run in the CPU's cache instead of memory (relation of
@@ -50,6 +52,28 @@ def query_steps(queries: int, k: int, channels: int, device: torch.device) -> li
         return [slice(0, queries)]
     step = max(1, _STEP_ELEMENTS // max(1, k * channels))
     return [slice(a, min(a + step, queries)) for a in range(0, queries, step)]
+
+
+def turned_neighbours(x: Tensor, idx: Tensor, minus: Tensor | None, width: int,
+                      turn_into: Callable[[slice, Tensor], None]) -> Tensor:
+    """The relation's loop of the pair kernels (linear GeoPE, RoPE): ``out[i, j] = turn(x[idx[i, j]]) -
+    minus[i]``, ``(N, k, C)`` from ``x (N_s, C)``, ``idx (N, k)``, ``minus (N, C)`` or ``None``.
+
+    Per step of whole queries (``query_steps``), ``turn_into(part, rows)`` writes the turned first ``width``
+    channels of the flat pairs ``part`` (``idx.reshape(-1)[part]``) into ``rows (len(part), C)``; the channels
+    past ``width`` are gathered unchanged and the query's ``minus`` row is subtracted, in the result's dtype
+    (``x``'s promoted with ``minus``'s)."""
+    (queries, k), channels, flat = idx.shape, x.shape[1], idx.reshape(-1)
+    dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
+    out = x.new_empty(queries * k, channels, dtype=dtype)
+    for step in query_steps(queries, k, channels, x.device):
+        part = slice(step.start * k, step.stop * k)                                 # the step's pairs
+        turn_into(part, out[part])
+        if width < channels:
+            out[part, width:] = x[:, width:].index_select(0, flat[part])
+        if minus is not None:
+            out[part].view(-1, k, channels).sub_(minus[step].unsqueeze(1))
+    return out.view(queries, k, channels)
 
 
 def geometry_dtype(dtype: torch.dtype) -> torch.dtype:
