@@ -176,7 +176,7 @@ class PointTransformerLayer(nn.Module):
         if self.pe.rotation == "lingeope":
             return relative_frame(x, idx, disp, self._block_scales(x), minus)
         if self.pe.rotation in PAIR_ROTATIONS:
-            return pair_frame(x, idx, disp, self._pair_frequencies(x), minus)
+            return pair_frame(x, idx, disp, self._pair_frequencies(x), minus, pos=coord)
         return query_frame(x, idx, coord.to(geometry_dtype(x.dtype)), self._block_scales(x), minus, tables)
 
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:

@@ -54,8 +54,10 @@ def axial_frequencies(block_scale: Tensor, channels: int) -> Tensor:
 
 
 def pair_angles(pos: Tensor, freq: Tensor) -> Tensor:
-    """``theta_p(pos) = f_p . pos`` for ``pos (..., 3)`` and ``freq (P, 3)`` -> ``(..., P)``."""
-    return pos @ freq.transpose(0, 1)
+    """``theta_p(pos) = f_p . pos`` for ``pos (..., 3)`` and ``freq (P, 3)`` -> ``(..., P)``, in their dtype
+    also under autocast (which would round a matmul's angles of hundreds of radians to bfloat16)."""
+    with torch.autocast(pos.device.type, enabled=False):
+        return pos @ freq.transpose(0, 1)
 
 
 def rotate_pairs(x: Tensor, pos: Tensor, freq: Tensor) -> Tensor:
@@ -143,12 +145,75 @@ class _PairFrame(torch.autograd.Function):
                 None if grad_f is None else grad_f.to(freq.dtype), grad_minus)
 
 
-def pair_frame(x: Tensor, idx: Tensor, disp: Tensor, freq: Tensor, minus: Tensor | None = None) -> Tensor:
+class _PointPairFrame(torch.autograd.Function):
+    """``R(theta(p_i))^T R(theta(p_j)) x[idx[i, j]] - m_i`` for constant positions and frequencies, with
+    gradients for ``x`` and ``m``: the same relation as ``_PairFrame`` (the rotations commute), with the
+    sines and cosines taken once per point ``(N, P)`` instead of once per pair ``(N k, P)``, as standard
+    GeoPE does in ``rotation.py``.
+
+    Forward: turn every row of ``x`` by its own angles, then per step of whole queries gather and turn back
+    by the query's angles (broadcast over its ``k`` pairs). Backward: ``dL/dx_j = R_j^T sum_i R_i g_ij``,
+    turned per pair by the query's angles, ``index_add_``-ed at ``j`` and turned back once per row. Saves
+    ``idx``, ``pos (N, 3)`` and ``freq``. Angles of absolute positions reach ``|p| |f|`` (hundreds of radians
+    in a room), so float32 rounds them to about ``1e-5`` rad, as it rounds GeoPE's."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, idx: Tensor, pos: Tensor, freq: Tensor, minus: Tensor | None) -> Tensor:
+        ctx.save_for_backward(idx, pos, freq)
+        ctx.rows = x.shape[0]
+        ctx.x_dtype, ctx.minus_dtype = x.dtype, None if minus is None else minus.dtype
+        work, flat, (k, pairs) = geometry_dtype(x.dtype), idx.reshape(-1), (idx.shape[1], freq.shape[0])
+        theta = pair_angles(pos.to(work), freq.to(work))                               # (N, P)
+        cos, sin = theta.cos(), theta.sin()
+        src = _turn(_planes(x, pairs, work), cos, sin)                                 # R_j x_j, (2, N, P)
+
+        def turn_into(part: slice, rows: Tensor) -> None:
+            queries = slice(part.start // k, part.stop // k)
+            got = src.index_select(1, flat[part]).unflatten(1, (-1, k))               # (2, S, k, P)
+            back = _turn(got, cos[queries, None], -sin[queries, None]).flatten(1, 2)
+            _unplane(back, rows)
+        return turned_neighbours(x, idx, minus, 2 * pairs, turn_into)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        idx, pos, freq = ctx.saved_tensors
+        pairs, flat, (queries, k), channels = freq.shape[0], idx.reshape(-1), idx.shape, grad.shape[-1]
+        work = geometry_dtype(ctx.x_dtype)
+        theta = pair_angles(pos.to(work), freq.to(work))
+        cos, sin = theta.cos(), theta.sin()
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            rows = grad.reshape(-1, channels)
+            grad_x = rows.new_zeros(ctx.rows, channels, dtype=work)
+            for step in query_steps(queries, k, channels, grad.device):                # R_i g, at the row of x
+                part = slice(step.start * k, step.stop * k)
+                g = _planes(rows[part], pairs, work).unflatten(1, (-1, k))
+                turned = torch.empty(part.stop - part.start, channels, dtype=work, device=grad.device)
+                _unplane(_turn(g, cos[step, None], sin[step, None]).flatten(1, 2), turned)
+                turned[:, 2 * pairs:] = rows[part, 2 * pairs:]
+                grad_x.index_add_(0, flat[part], turned)
+            _unplane(_turn(_planes(grad_x, pairs, work), cos, -sin), grad_x)           # R_j^T, once per row
+            grad_x = grad_x.to(ctx.x_dtype)
+        grad_minus = None
+        if ctx.minus_dtype is not None and ctx.needs_input_grad[4]:
+            grad_minus = grad.sum(1).neg_().to(ctx.minus_dtype)
+        return grad_x, None, None, None, grad_minus
+
+
+def pair_frame(x: Tensor, idx: Tensor, disp: Tensor, freq: Tensor, minus: Tensor | None = None,
+               pos: Tensor | None = None) -> Tensor:
     """The relation of axial RoPE / RoPE-Mixed: ``out[i, j] = R(theta(d_ij)) x[idx[i, j]] - minus[i]``,
     ``(N, k, C)``, with ``x (N_s, C)``, ``idx (N, k)``, ``disp (N, k, 3)`` (``p_j - p_i``), ``freq (P, 3)``,
-    ``minus (N, C)`` or ``None``. Memory-lean (``_PairFrame``) unless the displacements need a gradient,
-    where plain autograd composes gather, ``rotate_pairs`` and subtraction."""
-    if constant(disp):
-        return _PairFrame.apply(x, idx, disp, freq, minus)
-    out = rotate_pairs(gather(x, idx), disp, freq)
-    return out if minus is None else out - minus.unsqueeze(1)
+    ``minus (N, C)`` or ``None``; ``pos (N, 3)``, the positions of the rows of ``x`` when the queries are
+    those rows (``N_s = N``, as in self-attention).
+
+    Memory-lean in every case but one: with ``pos`` and constant frequencies (axial RoPE) the angles are
+    taken per point (``_PointPairFrame``), else per pair (``_PairFrame``, which also gives the frequencies'
+    gradient); where the displacements need a gradient, plain autograd composes gather, ``rotate_pairs`` and
+    subtraction."""
+    if not constant(disp):
+        out = rotate_pairs(gather(x, idx), disp, freq)
+        return out if minus is None else out - minus.unsqueeze(1)
+    if pos is not None and constant(pos, freq) and pos.shape[0] == x.shape[0] == idx.shape[0]:
+        return _PointPairFrame.apply(x, idx, pos, freq, minus)
+    return _PairFrame.apply(x, idx, disp, freq, minus)

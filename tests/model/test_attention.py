@@ -240,7 +240,7 @@ def test_mixed_precision_geope_layer_is_as_accurate_as_rpe(device):
     coord, feat, idx = _cloud(n=2000, channels=64, k=16, seed=5, dtype=torch.float64)
     coord = coord * 4                                  # phases up to ~ 8 m / 0.04 m = 200 rad
     errors = {}
-    for pe in ("rpe", "geope", "lingeope", "rope3d", "rope-mixed"):
+    for pe in ("rpe", "geope", "lingeope", "rope3d", "rope-mixed", "ape"):
         layer = _layer(pe, channels=64, k=16).double()
         with torch.no_grad():
             exact = layer(coord, feat, idx)
@@ -250,4 +250,4 @@ def test_mixed_precision_geope_layer_is_as_accurate_as_rpe(device):
         errors[pe] = ((half.double().cpu() - exact).norm() / exact.norm()).item()
     assert errors["rpe"] < 0.01, errors                # autocast did run in bfloat16 (float32 gives ~1e-7)
     assert errors["rpe"] > 1e-4, errors
-    assert all(errors[pe] < 1.1 * errors["rpe"] for pe in ("geope", "lingeope", "rope3d", "rope-mixed")), errors
+    assert all(errors[pe] < 1.1 * errors["rpe"] for pe in ("geope", "lingeope", "rope3d", "rope-mixed", "ape")), errors

@@ -10,7 +10,7 @@ import torch
 from pointgeope.geope import BlockScale, GeoPE
 from pointgeope.model import rotation
 from pointgeope.model.ape import absolute_features
-from pointgeope.model.rope import axial_frequencies, pair_frame, rotate_pairs
+from pointgeope.model.rope import axial_frequencies, pair_angles, pair_frame, rotate_pairs
 
 
 def axial(channels: int, base: float = 100.0, pos_scale: float = 25.0) -> torch.Tensor:
@@ -55,13 +55,15 @@ def test_axial_frequencies_are_geope_frequencies_of_the_same_channels_on_one_axi
     assert scale.grad.tolist() == [3.0, 0.0, 3.0, 0.0, 0.0]                 # blocks 0 and 2, one per axis
 
 
+@pytest.mark.parametrize("points", [False, True])
 @pytest.mark.parametrize("channels,mixed", [(12, False), (16, True), (35, True)])
-def test_pair_frame_is_the_query_frame_of_absolute_rotations(channels, mixed):
+def test_pair_frame_is_the_query_frame_of_absolute_rotations(channels, mixed, points):
     """``R(theta(p_i))^T R(theta(p_j)) x_j - m_i`` built pair by pair from absolute phases equals the fused
-    kernel, which turns by the displacement's angles: translation invariance made explicit."""
+    kernels: the one that turns by the displacement's angles (translation invariance made explicit) and,
+    given the positions, the one that turns every point by its own angles and back by the query's."""
     x, pos, idx, freq = _setup(channels, n=8, k=3, mixed=mixed)
     minus = torch.randn(8, channels, dtype=torch.float64)
-    out = pair_frame(x, idx, pos[idx] - pos[:, None], freq, minus)
+    out = pair_frame(x, idx, pos[idx] - pos[:, None], freq, minus, pos=pos if points else None)
     for i in range(8):
         for slot, j in enumerate(idx[i].tolist()):
             back = _turn_by_definition(_turn_by_definition(x[j], freq @ pos[j]), -(freq @ pos[i]))
@@ -70,28 +72,55 @@ def test_pair_frame_is_the_query_frame_of_absolute_rotations(channels, mixed):
     torch.testing.assert_close(out[..., rest:], x[idx][..., rest:] - minus[:, None, rest:], atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("points", [False, True])
 @pytest.mark.parametrize("channels", [12, 32, 35])
-def test_fused_steps_match_the_autograd_formula(channels, monkeypatch):
+def test_fused_steps_match_the_autograd_formula(channels, points, monkeypatch):
     monkeypatch.setattr(rotation, "_STEP_ELEMENTS", 500)                  # several query steps
     x, pos, idx, freq = _setup(channels, n=50, k=6, mixed=True)
-    disp = pos[idx] - pos[:, None]
+    disp, given = pos[idx] - pos[:, None], pos if points else None
     minus = torch.randn(50, channels, dtype=torch.float64)
-    fused = pair_frame(x, idx, disp, freq, minus)
+    fused = pair_frame(x, idx, disp, freq, minus, pos=given)
     torch.testing.assert_close(fused, rotate_pairs(x[idx], disp, freq) - minus[:, None], atol=1e-12, rtol=0)
-    torch.testing.assert_close(pair_frame(x, idx, disp, freq), rotate_pairs(x[idx], disp, freq), atol=1e-12, rtol=0)
+    torch.testing.assert_close(pair_frame(x, idx, disp, freq, pos=given), rotate_pairs(x[idx], disp, freq),
+                               atol=1e-12, rtol=0)
 
 
-@pytest.mark.parametrize("mixed", [False, True])
-def test_gradients_of_features_frequencies_and_query(mixed, monkeypatch):
+def test_float32_per_point_angles_stay_within_geope_rounding():
+    """Per-point angles of positions tens of metres from the origin (hundreds of radians) are rounded by
+    float32 to a few units in the last place of ``theta``, as GeoPE's: the relation stays within a bound of
+    eight such roundings (the position, both angles, the sines and cosines) times the largest feature."""
+    x, pos, idx, freq = _setup(48, n=40, k=8)
+    pos = pos * 10 + 20                                                    # 20-50 m from the origin
+    exact = pair_frame(x, idx, pos[idx] - pos[:, None], freq, pos=pos)
+    single = pair_frame(x.float(), idx, (pos[idx] - pos[:, None]).float(), freq.float(), pos=pos.float())
+    theta = (freq.abs().sum(1).max() * pos.abs().max()).item()
+    assert theta > 300                                                     # the angles are that large
+    bound = 8 * (torch.finfo(torch.float32).eps / 2) * theta * x.abs().max().item()
+    assert (single.double() - exact).abs().max() < bound < 1e-3
+
+
+def test_autocast_rounds_no_angle_to_bfloat16():
+    """Under bfloat16 autocast (``train.amp=bf16``) a matmul would return the angles in bfloat16, off by up
+    to a quarter radian at 60 rad; the angles and APE's sinusoids stay what float32 gives."""
+    pos, freq = torch.rand(100, 3) * 20, axial(48).float()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside, waves = pair_angles(pos, freq), absolute_features(pos, freq, 48)
+    assert inside.dtype == torch.float32
+    torch.testing.assert_close(inside, pos @ freq.T, atol=0, rtol=0)
+    torch.testing.assert_close(waves, absolute_features(pos, freq, 48), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("mixed,points", [(False, False), (True, False), (False, True)])
+def test_gradients_of_features_frequencies_and_query(mixed, points, monkeypatch):
     monkeypatch.setattr(rotation, "_STEP_ELEMENTS", 64)
     x, pos, idx, freq = _setup(14, n=10, k=4, mixed=mixed)
-    disp = pos[idx] - pos[:, None]
+    disp, given = pos[idx] - pos[:, None], pos if points else None
     minus = torch.randn(10, 14, dtype=torch.float64, requires_grad=True)
     x.requires_grad_()
     freq.requires_grad_(mixed)
 
     def relation(a, m, *learnt):                   # learnt: the frequencies, when RoPE-Mixed learns them
-        return pair_frame(a, idx, disp, learnt[0] if learnt else freq, m)
+        return pair_frame(a, idx, disp, learnt[0] if learnt else freq, m, pos=given)
 
     inputs = (x, minus, freq) if mixed else (x, minus)
     assert torch.autograd.gradcheck(relation, inputs)
@@ -109,10 +138,10 @@ def test_backward_saves_nothing_of_pair_size():
     x, pos, idx, freq = _setup(c, n=n, k=k)
     disp = pos[idx] - pos[:, None]
     x.requires_grad_()
-    for learnable, limit in ((False, n * k * 3), (True, n * c)):          # x itself when frequencies learn
-        saved = []
+    for learnable, given, limit in ((False, None, n * k * 3), (True, None, n * c), (False, pos, n * k)):
+        saved = []                                                          # x itself when frequencies learn
         with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
-            pair_frame(x, idx, disp, freq.clone().requires_grad_(learnable))
+            pair_frame(x, idx, disp, freq.clone().requires_grad_(learnable), pos=given)
         assert max(saved) <= limit, saved
 
 
