@@ -24,10 +24,13 @@ per unit of position): ``(v, v') -> (v cos theta - v' sin theta, v sin theta + v
 
     R(theta(p_i))^T R(theta(p_j)) = R(theta(p_j) - theta(p_i)) = R(theta(d_ij)),     d_ij = p_j - p_i
 
-and ``pair_frame`` turns the gathered neighbours by the angles of the displacements (as linear GeoPE does in
-``linear_rotation.py``), in one autograd Function that saves the indices and displacements only (and the
-features ``(N, C)`` when the frequencies learn): the gradient of a rotation is the inverse rotation. Angles
-and products in float32 at least, rounded once.
+and ``pair_frame`` computes either side. With constant frequencies (axial RoPE) it turns every point once by
+its own angles and the gathered neighbours back by the query's (``_PointPairFrame``: sines and cosines per
+point, as standard GeoPE in ``rotation.py``); when the frequencies learn (RoPE-Mixed) it turns the gathered
+neighbours by the angles of the displacements (``_PairFrame``, as linear GeoPE in ``linear_rotation.py``),
+which also gives the frequencies' gradient. Both are autograd Functions that save indices and positions or
+displacements only (and the features ``(N, C)`` when the frequencies learn): the gradient of a rotation is
+the inverse rotation. Angles and products in float32 at least (never autocast's bfloat16), rounded once.
 """
 from __future__ import annotations
 
