@@ -105,12 +105,13 @@ class _RelativeFrame(torch.autograd.Function):
         ctx.save_for_backward(idx, disp, block_scale)
         ctx.rows, ctx.x_dtype = x.shape[0], x.dtype
         ctx.minus_dtype = None if minus is None else minus.dtype
-        n, work, flat = block_scale.shape[0], geometry_dtype(x.dtype), idx.reshape(-1)
-        src, d, scale = _planes(x, n, work), disp.reshape(-1, 3).to(work), block_scale.to(work)
+        n, work = block_scale.shape[0], geometry_dtype(x.dtype)
+        scale = block_scale.to(work)
         if compiled.active(x.device):                                               # one fused pass
             dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
             return compiled.on_device("relative_pairs", compiled.relative_pairs, x, idx, disp.to(work), scale,
                                       minus).to(dtype)
+        src, d, flat = _planes(x, n, work), disp.reshape(-1, 3).to(work), idx.reshape(-1)   # eager: by steps
 
         def turn_into(part: slice, rows: Tensor) -> None:
             _unplane(_turn_planes(src.index_select(1, flat[part]), d[part], scale), rows)

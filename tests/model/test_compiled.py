@@ -52,6 +52,26 @@ def test_relative_pairs_are_linear_geope():
                                relative_blocks(rows, disp.reshape(-1, 3), scale))
 
 
+def test_kernels_take_the_fused_branch_where_it_is_active(monkeypatch):
+    """The branch that CUDA takes, run here with the single expressions eagerly: the layer's relations
+    (values and feature gradients) equal the eager kernels' on the same inputs, bf16 features included."""
+    x, pos, idx, minus, scale = _setup(channels=21)
+    disp, x = pos[idx] - pos[:, None], x.requires_grad_()
+    weight = torch.randn(*idx.shape, x.shape[-1], dtype=x.dtype)
+    eager = relative_frame(x, idx, disp, scale, minus)
+    eager_grad = torch.autograd.grad((eager * weight).sum(), x)[0]
+    half_inputs = (x.detach().bfloat16(), idx, disp.float(), scale.float(), minus.bfloat16())
+    eager_half = relative_frame(*half_inputs)
+    monkeypatch.setattr(compiled, "active", lambda device: True)
+    monkeypatch.setattr(compiled, "on_device", lambda name, fn, *args: fn(*args))
+    fused = relative_frame(x, idx, disp, scale, minus)
+    torch.testing.assert_close(fused, eager, atol=1e-12, rtol=0)
+    torch.testing.assert_close(torch.autograd.grad((fused * weight).sum(), x)[0], eager_grad, atol=1e-12, rtol=0)
+    half = relative_frame(*half_inputs)
+    assert half.dtype == eager_half.dtype == torch.bfloat16
+    torch.testing.assert_close(half.float(), eager_half.float(), atol=0.02, rtol=0.01)   # one bf16 rounding
+
+
 @pytest.mark.parametrize("device", [d for d in cuda_devices() if d == "cuda"])
 def test_cuda_fused_relations_match_float64(device):
     """On CUDA the relations run the compiled kernels: values and gradients against float64 on the CPU."""
