@@ -22,7 +22,7 @@ import numpy as np
 
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.report.runs import RunSummary
-from pointgeope.report.tables import HEAD, MEANS
+from pointgeope.report.tables import HEAD, MEANS, json_safe, pct
 
 __all__ = ["Variant", "spread", "ablation_markdown", "ablation_json", "ablation_csv", "write_ablation"]
 
@@ -57,16 +57,10 @@ def _overlap(a: dict, b: dict) -> bool:
     return a["min"] <= b["max"] and b["min"] <= a["max"]
 
 
-def _pct(value: float, digits: int, signed: bool = False) -> str:
-    if math.isnan(value):
-        return "—"
-    return f"{100 * value:+.{digits}f}" if signed else f"{100 * value:.{digits}f}"
-
-
 def _cell(s: dict, digits: int) -> str:
     """``"74.1 ± 0.5 (73.6–74.6)"``."""
-    std = "" if math.isnan(s["std"]) else f" ± {_pct(s['std'], digits)}"
-    return f"{_pct(s['mean'], digits)}{std} ({_pct(s['min'], digits)}–{_pct(s['max'], digits)})"
+    std = "" if math.isnan(s["std"]) else f" ± {pct(s['std'], digits)}"
+    return f"{pct(s['mean'], digits)}{std} ({pct(s['min'], digits)}–{pct(s['max'], digits)})"
 
 
 def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
@@ -83,7 +77,7 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
         cells = []
         for k in MEANS:
             a, b = spread(v.values(k)), spread(base.values(k))
-            cells.append(_pct(a["mean"] - b["mean"], digits, signed=True) + (" ~" if _overlap(a, b) else ""))
+            cells.append(pct(a["mean"] - b["mean"], digits, signed=True) + (" ~" if _overlap(a, b) else ""))
         lines.append(f"| {v.name} | " + " | ".join(cells) + " |")
     seeds = sorted({s for v in variants for s in v.seeds} | {s for v in variants for s, _ in v.missing})
     lines += ["", "Each seed (" + " / ".join(head) + "):", "", "| variant | " + " | ".join(
@@ -91,14 +85,14 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
     for v in variants:
         by_seed = dict(zip(v.seeds, v.runs))
         lines.append(f"| {v.name} | " + " | ".join(
-            " / ".join(_pct(by_seed[s].pooled[k], digits) for k in MEANS) if s in by_seed else "missing"
+            " / ".join(pct(by_seed[s].pooled[k], digits) for k in MEANS) if s in by_seed else "missing"
             for s in seeds) + " |")
     lines += ["", "Per-class IoU, mean over seeds:", "", "| variant | " + " | ".join(CLASS_NAMES) + " |",
               "|:--|" + "--:|" * len(CLASS_NAMES)]
     for v in variants:
         with np.errstate(all="ignore"):
             iou = np.nanmean(v.class_iou(), axis=0) if v.runs else np.full(len(CLASS_NAMES), math.nan)
-        lines.append(f"| {v.name} | " + " | ".join(_pct(x, digits) for x in iou) + " |")
+        lines.append(f"| {v.name} | " + " | ".join(pct(x, digits) for x in iou) + " |")
     notes = [f"- {v.name}: seed {s} missing ({why})" for v in variants for s, why in v.missing]
     areas = {tuple(run.areas) for v in variants for run in v.runs}
     if len(areas) > 1:
@@ -108,18 +102,15 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
 
 def ablation_json(variants: list[Variant]) -> dict:
     """Fractions (NaN -> null): per variant the seeds, each seed's pooled scores, mean/std/min/max."""
-    def clean(x):
-        return None if isinstance(x, float) and math.isnan(x) else x
-
     out = []
     for v in variants:
         out.append({"name": v.name, "seeds": list(v.seeds),
                     "missing": [{"seed": s, "reason": why} for s, why in v.missing],
                     "folds": sorted({a for run in v.runs for a in run.areas}),
-                    "runs": [{"seed": seed, "path": str(run.path), **{k: clean(run.pooled[k]) for k in MEANS}}
+                    "runs": [{"seed": seed, "path": str(run.path), **{k: run.pooled[k] for k in MEANS}}
                              for seed, run in zip(v.seeds, v.runs)],
-                    **{k: {n: clean(x) for n, x in spread(v.values(k)).items()} for k in MEANS}})
-    return {"variants": out}
+                    **{k: spread(v.values(k)) for k in MEANS}})
+    return json_safe({"variants": out})
 
 
 def ablation_csv(variants: list[Variant]) -> str:

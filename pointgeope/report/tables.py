@@ -25,7 +25,8 @@ KINDS = (
 )
 
 
-def _pct(value: float, digits: int, signed: bool = False) -> str:
+def pct(value: float, digits: int, signed: bool = False) -> str:
+    """A fraction as a percentage with ``digits`` decimals (``signed``: with its sign), ``—`` for NaN/None."""
     if value is None or math.isnan(value):
         return "—"
     return f"{100 * value:+.{digits}f}" if signed else f"{100 * value:.{digits}f}"
@@ -40,7 +41,7 @@ def _row(cells) -> str:
 
 
 def _score_cells(s: dict, digits: int, signed: bool = False) -> list[str]:
-    return [_pct(s[k], digits, signed) for k in MEANS] + [_pct(v, digits, signed) for v in s["iou"]]
+    return [pct(s[k], digits, signed) for k in MEANS] + [pct(v, digits, signed) for v in s["iou"]]
 
 
 def difference(later: dict, first: dict) -> dict:
@@ -161,14 +162,14 @@ def csv_text(runs: list[RunSummary]) -> str:
 
 # --- JSON --------------------------------------------------------------------------------------------------
 
-def _clean(value):
+def json_safe(value):
     """NaN -> None (JSON has no NaN), numpy scalars -> Python numbers, recursively."""
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, np.ndarray):
-        return _clean(value.tolist())
+        return json_safe(value.tolist())
     if isinstance(value, (float, np.floating)):
         return None if math.isnan(value) else float(value)
     if isinstance(value, np.integer):
@@ -197,4 +198,4 @@ def json_report(runs: list[RunSummary]) -> dict:
             "run": run.name, "baseline": runs[0].name,
             **{key: difference(getattr(run, attr), getattr(runs[0], attr)) for key, attr, _ in KINDS},
         })
-    return _clean(out)
+    return json_safe(out)
