@@ -51,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from pointgeope.engine.ablation import ablate
+    from pointgeope.report.seeds import write_trials
 
     overrides = config_overrides(args.overrides, {"data.root": args.data_root})
     words = (["pointgeope", "ablate", "--config", str(args.config), "--test-area", str(args.test_area),
@@ -58,5 +59,7 @@ def main(args: argparse.Namespace) -> int:
               str(args.run_dir)]
              + (["--data-root", args.data_root] if args.data_root else []) + ["--jobs", str(args.jobs)] + args.overrides)
     command = " ".join(shlex.quote(w) for w in words)                  # for the report's header
-    return ablate(args.config, args.presets, args.seeds, args.test_area, args.run_dir, overrides, args.jobs,
-                  args.digits, command)
+    def report(trials, header):
+        return write_trials(trials, args.run_dir / "report", header, args.digits)
+    return ablate(args.config, args.presets, args.seeds, args.test_area, args.run_dir, overrides, report,
+                  args.jobs, command)

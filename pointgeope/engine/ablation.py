@@ -2,7 +2,7 @@
 
 Every trial is ``pointgeope train --config CONFIG --test-area K`` with ``model.pe=<preset>``,
 ``train.seed=<seed>`` and its own run folder, in a child process (``jobs`` at a time), on the same prepared
-data; the report (:mod:`pointgeope.report.seeds`) gives each preset's mean and spread over the seeds::
+data; the report (:func:`pointgeope.report.seeds.write_trials`, which the command hands in) gives each preset's mean and spread over the seeds::
 
     RUN/<preset>/seed_<s>/area_K/      the trial's fold folder (checkpoints, metrics.json, log.txt)
     RUN/<preset>/seed_<s>/train.log    the trial's output (appended by every attempt)
@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,11 +100,15 @@ def _last_line(path: Path) -> str:
     return lines[-1].strip() if lines else ""
 
 
+Report = Callable[[list[tuple[str, int, Path]], str], object]
+
+
 def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, run_dir: Path,
-           overrides: list[str], jobs: int = 1, digits: int = 1, command: str = "") -> int:
-    """``pointgeope ablate``: run the trials (``jobs`` at a time), write ``RUN/report`` (its header names
-    ``command``); 0 when every trial completed, 1 when some failed (the report covers the others and names
-    them)."""
+           overrides: list[str], report: Report, jobs: int = 1, command: str = "") -> int:
+    """``pointgeope ablate``: run the trials (``jobs`` at a time), then, still holding the run's lock,
+    ``report([(preset, seed, folder) of every trial], header)`` (the header names ``command``; the report
+    layer writes ``RUN/report``); 0 when every trial completed, 1 when some failed (the report covers the
+    others and names them)."""
     trials, common = plan(config, presets, seeds, test_area, run_dir, overrides, jobs)
     run_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(run_dir, command or " ".join(sys.argv)):
@@ -119,32 +124,10 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
                   + f"Config `{config}` with `{' '.join(common) or 'no overrides'}`; this invocation took "
                   f"{minutes:.1f} min (wall, {jobs} trial(s) at a time; trials already complete are skipped). "
                   "Scores pooled over the fold's test area; mean ± sample std (min–max) over the seeds, %.\n\n")
-        report(trials, run_dir / "report", header, digits)
+        report([(t.preset, t.seed, t.folder) for t in trials], header)
     failed = [t.name for t, code in zip(trials, codes) if code != 0]
     if failed:
         print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; see their train.log, rerun the same "
               "command to retry them", file=sys.stderr)
         return 1
     return 0
-
-
-def report(trials: list[Trial], out: Path, header: str = "", digits: int = 1) -> list[Path]:
-    """Group the trials' runs by preset (complete ones; the others as missing) and write the report."""
-    from pointgeope.report.runs import ReportError, load_run
-    from pointgeope.report.seeds import Variant, ablation_markdown, write_ablation
-
-    variants: dict[str, Variant] = {}
-    for trial in trials:
-        v = variants.setdefault(trial.preset, Variant(trial.preset, [], []))
-        try:
-            v.runs.append(load_run(trial.folder, f"{trial.preset}/seed_{trial.seed}"))
-            v.seeds.append(trial.seed)
-        except ReportError as err:
-            v.missing.append((trial.seed, str(err).split(";")[0]))
-    chosen = list(variants.values())
-    if not any(v.runs for v in chosen):
-        raise UserError(f"{out.parent}: no trial completed; nothing to report (see the trials' train.log)")
-    written = write_ablation(chosen, out, header, digits)
-    print(ablation_markdown(chosen, digits))
-    print("wrote:\n" + "\n".join(f"  {p}" for p in written))
-    return written

@@ -21,10 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.constants import CLASS_NAMES
-from pointgeope.report.runs import RunSummary
+from pointgeope.errors import UserError
+from pointgeope.report.runs import ReportError, RunSummary, load_run
 from pointgeope.report.tables import HEAD, MEANS, json_safe, pct
 
-__all__ = ["Variant", "spread", "ablation_markdown", "ablation_json", "ablation_csv", "write_ablation"]
+__all__ = ["Variant", "spread", "ablation_markdown", "ablation_json", "ablation_csv", "write_ablation", "write_trials"]
 
 
 @dataclass
@@ -136,3 +137,23 @@ def write_ablation(variants: list[Variant], out: Path, header: str = "", digits:
     return [write_text_atomic(out / "ablation.md", header + ablation_markdown(variants, digits)),
             write_text_atomic(out / "ablation.json", json.dumps(ablation_json(variants), indent=1) + "\n"),
             write_text_atomic(out / "ablation.csv", ablation_csv(variants))]
+
+
+def write_trials(trials: list[tuple[str, int, Path]], out: Path, header: str = "", digits: int = 1) -> list[Path]:
+    """Group the runs of ``(variant, seed, run folder)`` by variant (complete ones; the others as missing,
+    with the reason) and write the report into ``out``; prints the markdown and the files written."""
+    variants: dict[str, Variant] = {}
+    for name, seed, folder in trials:
+        v = variants.setdefault(name, Variant(name, [], []))
+        try:
+            v.runs.append(load_run(folder, f"{name}/seed_{seed}"))
+            v.seeds.append(seed)
+        except ReportError as err:
+            v.missing.append((seed, str(err).split(";")[0]))
+    chosen = list(variants.values())
+    if not any(v.runs for v in chosen):
+        raise UserError(f"{out.parent}: no trial completed; nothing to report (see the trials' train.log)")
+    written = write_ablation(chosen, out, header, digits)
+    print(ablation_markdown(chosen, digits))
+    print("wrote:\n" + "\n".join(f"  {p}" for p in written))
+    return written

@@ -77,3 +77,17 @@ def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, cap
     md = (run / "report" / "ablation.md").read_text()
     assert "- rpe: seed 7 missing (" in md and "- none: seed 7 missing (" in md
     assert json.loads((run / "report" / "ablation.json").read_text())["variants"][0]["seeds"] == [0]
+
+
+def test_engine_code_does_not_import_later_layers():
+    """Data flows one way (... -> engine -> report -> viz): no module of pointgeope/engine imports the
+    report, the viewer or the commands, not even inside a function (the ablation's command hands the
+    report writer in)."""
+    import pointgeope.engine
+    from tests.conftest import module_imports
+
+    imports = module_imports(pointgeope.engine)
+    assert len(imports) >= 10
+    for path, name in ((path, name) for path, names in imports.items() for name in names):
+        assert not name.startswith(("pointgeope.report", "pointgeope.viz", "pointgeope.commands")), \
+            f"{path}: imports {name}"
