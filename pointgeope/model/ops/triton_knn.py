@@ -1,0 +1,168 @@
+"""Exact k nearest neighbours on the GPU in Triton: Morton-sorted blocks with bounding boxes, pruned search.
+
+The result (``knn`` backend ``"triton"``) is defined exactly, whatever the data:
+
+- the distance of query ``q`` to support point ``s`` is the float32 value
+  ``d2 = ((q_x - s_x)^2 + (q_y - s_y)^2) + (q_z - s_z)^2``, each operation rounded on its own (no fused
+  multiply-add), the same expression as the torch backend's final step;
+- the neighbours of ``q`` are the ``k`` points of its own support cloud that come first in the total
+  order of ``(d2, global support row)``: **ties in distance go to the smaller row**; each row of the
+  output is sorted ascending by that pair;
+- a support cloud of ``n < k`` points gives its ``n`` sorted neighbours repeated cyclically (column ``c``
+  holds neighbour ``c mod n``), as every ``knn`` backend does.
+
+So the result is unique, independent of the order of processing and the same run to run; without ties it
+is the neighbour set of the CPU backends. Coordinates are converted to float32 first.
+
+Layout (torch, on the device): the points of each cloud are sorted by the Morton code of their position
+in the support cloud's bounding cube (16 bits per axis) and cut into blocks of consecutive points, padded
+per cloud::
+
+    # support planes (3, NBS * BLOCK_S): [ cloud 0: block 0 | block 1 | ... (last one padded) | cloud 1: ... ]
+    # support rows   (NBS * BLOCK_S,):   global support row of each slot, -1 for padding
+    # boxes          (NBS, 6):           min x, y, z and max x, y, z of each support block
+
+One program per query block (``BLOCK_Q`` consecutive sorted queries of one cloud) keeps a ``(BLOCK_Q, KP)``
+top-k in registers and visits the support blocks of its cloud outward from the block nearest in Morton
+order (``start, start + 1, start - 1, start + 2, ...``). A block is skipped unless some query's squared
+distance to its box is ``<=`` that query's current k-th distance; the box distance is computed with the
+same rounded operations, which are monotone, so it never exceeds the distance of a point inside: the
+skip loses no neighbour and no tie.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from pointgeope.model.ops.morton import morton_keys, tile_sorted
+
+__all__ = ["knn_triton", "BLOCK_Q", "BLOCK_S"]
+
+BLOCK_Q = 64  # queries per program
+BLOCK_S = 64  # support points per block
+_SENTINEL = tl.constexpr(1 << 62)          # empty top-k slot j holds row _SENTINEL + j
+_NONE = tl.constexpr((1 << 62) + (1 << 40))  # no candidate: larger than every row and sentinel
+
+
+@triton.jit
+def _block_order(t, start, lo, hi):
+    """The ``t``-th block visited: ``start``, then alternately right and left, then the longer side."""
+    left = start - lo
+    right = hi - 1 - start
+    m = tl.minimum(left, right)
+    r = (t + 1) // 2
+    alternate = tl.where(t % 2 == 1, start + r, start - r)
+    beyond = tl.where(right > left, start + (t - m), start - (t - m))
+    return tl.where(t <= 2 * m, alternate, beyond)
+
+
+@triton.jit
+def _box_dist2(qx, qy, qz, box_ptr, b):
+    """Squared distance of each query to the box of support block ``b`` (0 inside), rounded like ``d2``."""
+    base = box_ptr + b * 6
+    gx = tl.maximum(tl.maximum(tl.load(base) - qx, qx - tl.load(base + 3)), 0.0)
+    gy = tl.maximum(tl.maximum(tl.load(base + 1) - qy, qy - tl.load(base + 4)), 0.0)
+    gz = tl.maximum(tl.maximum(tl.load(base + 2) - qz, qz - tl.load(base + 5)), 0.0)
+    return (gx * gx + gy * gy) + gz * gz
+
+
+@triton.jit
+def _merge(best_d, best_i, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, b, BS: tl.constexpr):
+    """Insert the points of support block ``b`` that beat a row's worst entry, best first, one per row
+    and pass, replacing that worst entry, until no row has a better candidate left."""
+    rs = b * BS + tl.arange(0, BS)
+    dx = qx[:, None] - tl.load(s_ptr + rs)[None, :]
+    dy = qy[:, None] - tl.load(s_ptr + plane + rs)[None, :]
+    dz = qz[:, None] - tl.load(s_ptr + 2 * plane + rs)[None, :]
+    d = (dx * dx + dy * dy) + dz * dz                                    # (BQ, BS)
+    raw = tl.load(s_row_ptr + rs)
+    ok = q_ok[:, None] & (raw >= 0)[None, :]
+    ci = tl.where(ok, raw[None, :], _NONE)
+    d = tl.where(ok, d, float("inf"))
+    go = 1
+    while go > 0:
+        wd = tl.max(best_d, 1)
+        wi = tl.max(tl.where(best_d == wd[:, None], best_i, -1), 1)        # the worst (d2, row) of each row
+        better = (d < wd[:, None]) | ((d == wd[:, None]) & (ci < wi[:, None]))
+        d = tl.where(better, d, float("inf"))
+        ci = tl.where(better, ci, _NONE)
+        cd = tl.min(d, 1)
+        cid = tl.min(tl.where(d == cd[:, None], ci, _NONE), 1)              # the best candidate of each row
+        has = cid < _NONE
+        slot = (best_d == wd[:, None]) & (best_i == wi[:, None]) & has[:, None]
+        best_d = tl.where(slot, cd[:, None], best_d)
+        best_i = tl.where(slot, cid[:, None], best_i)
+        taken = ci == cid[:, None]
+        d = tl.where(taken, float("inf"), d)
+        ci = tl.where(taken, _NONE, ci)
+        go = tl.max(has.to(tl.int32), 0)
+    return best_d, best_i
+
+
+@triton.jit
+def _knn_kernel(q_ptr, q_row_ptr, q_plane, s_ptr, s_row_ptr, s_plane, box_ptr, qb_ptr, idx_ptr, d2_ptr,
+                K: tl.constexpr, KP: tl.constexpr, BQ: tl.constexpr, BS: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    rq = pid * BQ + tl.arange(0, BQ)
+    q_row = tl.load(q_row_ptr + rq)                                       # global query row, -1: padding
+    q_ok = q_row >= 0
+    qx = tl.load(q_ptr + rq)
+    qy = tl.load(q_ptr + q_plane + rq)
+    qz = tl.load(q_ptr + 2 * q_plane + rq)
+    lo = tl.load(qb_ptr + pid * 3)                                        # the cloud's support blocks [lo, hi)
+    hi = tl.load(qb_ptr + pid * 3 + 1)
+    start = tl.load(qb_ptr + pid * 3 + 2)
+    best_d = tl.full((BQ, KP), float("inf"), tl.float32)
+    best_i = tl.full((BQ, KP), _SENTINEL, tl.int64) + tl.arange(0, KP)[None, :]
+    for t in range(0, hi - lo):
+        b = _block_order(t, start, lo, hi)
+        near = (_box_dist2(qx, qy, qz, box_ptr, b) <= tl.max(best_d, 1)) & q_ok
+        if tl.max(near.to(tl.int32), 0) > 0:
+            best_d, best_i = _merge(best_d, best_i, qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, b, BS)
+    for c in tl.static_range(K):                                          # emit sorted by (d2, row)
+        md = tl.min(best_d, 1)
+        mi = tl.min(tl.where(best_d == md[:, None], best_i, _NONE), 1)
+        tl.store(idx_ptr + q_row * K + c, mi, mask=q_ok)
+        tl.store(d2_ptr + q_row * K + c, md, mask=q_ok)
+        done = best_i == mi[:, None]
+        best_d = tl.where(done, float("inf"), best_d)
+        best_i = tl.where(done, _NONE, best_i)
+
+
+def _query_blocks(q_tiles, s_tiles, s_sorted_keys: Tensor, q_keys: Tensor) -> Tensor:
+    """``(NQB, 3)`` int64 per query block: its cloud's support blocks ``[lo, hi)`` and the block to start
+    from, the one holding the support point at the Morton position of the block's middle query."""
+    device = q_keys.device
+    cloud = torch.repeat_interleave(torch.arange(len(q_tiles.blocks), device=device), q_tiles.blocks_t)
+    first = torch.arange(cloud.numel(), device=device) - q_tiles.block_start_t[cloud]   # block within cloud
+    middle = (first * BLOCK_Q + BLOCK_Q // 2).clamp(max=q_tiles.sizes_t[cloud] - 1) + q_tiles.start_t[cloud]
+    pos = torch.searchsorted(s_sorted_keys, q_keys[q_tiles.order[middle]])
+    s_first = s_tiles.start_t[cloud]
+    pos = torch.minimum(torch.maximum(pos, s_first), s_first + s_tiles.sizes_t[cloud] - 1)
+    lo = s_tiles.block_start_t[cloud]
+    return torch.stack([lo, lo + s_tiles.blocks_t[cloud], lo + (pos - s_first) // BLOCK_S], 1).contiguous()
+
+
+def knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]) -> tuple[Tensor, Tensor]:
+    """``idx (M, k)`` int64 and ``dist2 (M, k)`` float32 (see the module docstring); offsets as lists."""
+    q32 = query.detach().to(torch.float32).contiguous()
+    s32 = support.detach().to(torch.float32).contiguous()
+    s_keys, q_keys = morton_keys(s32, s_off, q32, q_off)
+    s_tiles = tile_sorted(s32, s_keys, s_off, BLOCK_S)
+    q_tiles = tile_sorted(q32, q_keys, q_off, BLOCK_Q)
+    valid = (s_tiles.rows >= 0)[None, :]
+    lo = torch.where(valid, s_tiles.planes, math.inf).view(3, -1, BLOCK_S).amin(2)
+    hi = torch.where(valid, s_tiles.planes, -math.inf).view(3, -1, BLOCK_S).amax(2)
+    boxes = torch.cat([lo, hi]).T.contiguous()                            # (NBS, 6)
+    qb = _query_blocks(q_tiles, s_tiles, s_keys[s_tiles.order], q_keys)
+    idx = torch.empty(query.shape[0], k, dtype=torch.long, device=query.device)
+    dist2 = torch.empty(query.shape[0], k, dtype=torch.float32, device=query.device)
+    kp = max(2, triton.next_power_of_2(k))
+    _knn_kernel[(qb.shape[0],)](q_tiles.planes, q_tiles.rows, q_tiles.planes.shape[1], s_tiles.planes,
+                                s_tiles.rows, s_tiles.planes.shape[1], boxes, qb, idx, dist2,
+                                K=k, KP=kp, BQ=BLOCK_Q, BS=BLOCK_S, num_warps=4, enable_fp_fusion=False)
+    return idx, dist2
