@@ -1,0 +1,77 @@
+"""Exact farthest point sampling on the GPU in Triton: each cloud's whole loop in one program.
+
+The result (``fps`` backend ``"triton"``) is the sequence of the ``torch`` backend, bit for bit on float32
+coordinates: from ``c_0 = 0`` (the cloud's first point), with ``dist_j`` the float32 squared distance of
+point ``j`` to its nearest chosen sample,
+
+    dist_j <- min(dist_j, ((x_j - x_c)^2 + (y_j - y_c)^2) + (z_j - z_c)^2)     (no fused multiply-add)
+    c_{s+1} = the smallest j with dist_j = max_l dist_l
+
+(``torch.argmax`` returns the first maximal index, so duplicates and exact ties resolve the same way).
+Coordinates are converted to float32 first (the torch backend computes float64 input in float64).
+
+One program per cloud, all clouds of a batch in parallel, one launch for the whole sampling. A step
+streams the cloud in chunks of ``BLOCK`` points: it updates ``dist`` (kept in a global buffer, each slot
+read and written by the same thread) and a per-lane running maximum with its first index, then reduces
+the lanes once: the max, then the smallest index holding it.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+__all__ = ["fps_triton"]
+
+_NONE = tl.constexpr(1 << 62)  # larger than every index
+
+
+@triton.jit
+def _fps_kernel(p_ptr, plane, dist_ptr, start_ptr, size_ptr, kept_ptr, out_start_ptr, out_ptr,
+                BLOCK: tl.constexpr):
+    cloud = tl.program_id(0)
+    start = tl.load(start_ptr + cloud)                     # int64: first row of the cloud
+    n = tl.load(size_ptr + cloud)
+    m = tl.load(kept_ptr + cloud)
+    out = out_ptr + tl.load(out_start_ptr + cloud)
+    lane = tl.arange(0, BLOCK)
+    last = start
+    tl.store(out, last)
+    for s in range(1, m):
+        cx = tl.load(p_ptr + last)
+        cy = tl.load(p_ptr + plane + last)
+        cz = tl.load(p_ptr + 2 * plane + last)
+        run_d = tl.full((BLOCK,), -1.0, tl.float32)        # below every distance: padding never wins
+        run_j = tl.zeros((BLOCK,), tl.int64)
+        for c0 in range(0, n, BLOCK):
+            j = c0 + lane
+            ok = j < n
+            r = start + j
+            dx = tl.load(p_ptr + r, mask=ok, other=0.0) - cx
+            dy = tl.load(p_ptr + plane + r, mask=ok, other=0.0) - cy
+            dz = tl.load(p_ptr + 2 * plane + r, mask=ok, other=0.0) - cz
+            d = tl.minimum(tl.load(dist_ptr + r, mask=ok, other=-1.0), (dx * dx + dy * dy) + dz * dz)
+            tl.store(dist_ptr + r, d, mask=ok)
+            up = ok & (d > run_d)                          # strict: an earlier chunk keeps its tie
+            run_d = tl.where(up, d, run_d)
+            run_j = tl.where(up, j, run_j)
+        best = tl.max(run_d, 0)
+        last = start + tl.min(tl.where(run_d == best, run_j, _NONE), 0)
+        tl.store(out + s, last)
+
+
+def fps_triton(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
+    """``(sum(kept),)`` int64 global rows: the first ``kept[b]`` FPS samples of every cloud, cloud by cloud."""
+    device = points.device
+    planes = points.detach().to(torch.float32).T.contiguous()            # (3, N): x | y | z
+    sizes_t = torch.tensor(sizes, dtype=torch.long, device=device)
+    kept_t = torch.tensor(kept, dtype=torch.long, device=device)
+    starts = torch.cumsum(sizes_t, 0) - sizes_t
+    out_starts = torch.cumsum(kept_t, 0) - kept_t
+    dist = torch.full((points.shape[0],), torch.inf, dtype=torch.float32, device=device)
+    out = torch.empty(sum(kept), dtype=torch.long, device=device)
+    block = min(4096, max(128, triton.next_power_of_2(max(sizes))))
+    _fps_kernel[(len(sizes),)](planes, planes.shape[1], dist, starts, sizes_t, kept_t, out_starts, out,
+                               BLOCK=block, num_warps=16 if block >= 4096 else 4, enable_fp_fusion=False)
+    return out
