@@ -5,6 +5,9 @@ The result (``knn`` backend ``"triton"``) is defined exactly, whatever the data:
 - the distance of query ``q`` to support point ``s`` is the float32 value
   ``d2 = ((q_x - s_x)^2 + (q_y - s_y)^2) + (q_z - s_z)^2``, each operation rounded on its own (no fused
   multiply-add), the same expression as the torch backend's final step;
+- the search compares keys ``bits(d2) << 32 | (row - first row of the cloud)`` (int64): the float32 bits
+  of a non-negative number order like the number, so a key orders like the pair ``(d2, row)``; a cloud
+  may hold up to 2^31 points;
 - the neighbours of ``q`` are the ``k`` points of its own support cloud that come first in the total
   order of ``(d2, global support row)``: **ties in distance go to the smaller row**; each row of the
   output is sorted ascending by that pair;
@@ -44,8 +47,8 @@ __all__ = ["knn_triton", "BLOCK_Q", "BLOCK_S"]
 
 BLOCK_Q = 64  # queries per program
 BLOCK_S = 64  # support points per block
-_SENTINEL = tl.constexpr(1 << 62)          # empty top-k slot j holds row _SENTINEL + j
-_NONE = tl.constexpr((1 << 62) + (1 << 40))  # no candidate: larger than every row and sentinel
+_NONE = tl.constexpr(0x7FFFFFFFFFFFFFFF)   # no candidate: above every key
+_EMPTY = tl.constexpr(0x7F80000080000000)  # key of an empty top-k slot: (inf, local row 2^31), + slot number
 
 
 @triton.jit
@@ -71,36 +74,30 @@ def _box_dist2(qx, qy, qz, box_ptr, b):
 
 
 @triton.jit
-def _merge(best_d, best_i, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, b, BS: tl.constexpr):
-    """Insert the points of support block ``b`` that beat a row's worst entry, best first, one per row
-    and pass, replacing that worst entry, until no row has a better candidate left."""
+def _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, s_first, b, BS: tl.constexpr):
+    """Insert the points of support block ``b`` that beat a row's worst key, best first, one per row and
+    pass, in place of that worst key, until no row has a better candidate left.
+
+    A key is ``bits(d2) << 32 | (row - s_first)``: the float32 bits of a non-negative distance order like
+    the distance, so comparing keys compares ``(d2, row)``."""
     rs = b * BS + tl.arange(0, BS)
     dx = qx[:, None] - tl.load(s_ptr + rs)[None, :]
     dy = qy[:, None] - tl.load(s_ptr + plane + rs)[None, :]
     dz = qz[:, None] - tl.load(s_ptr + 2 * plane + rs)[None, :]
     d = (dx * dx + dy * dy) + dz * dz                                    # (BQ, BS)
-    raw = tl.load(s_row_ptr + rs)
-    ok = q_ok[:, None] & (raw >= 0)[None, :]
-    ci = tl.where(ok, raw[None, :], _NONE)
-    d = tl.where(ok, d, float("inf"))
+    row = tl.load(s_row_ptr + rs)
+    key = (d.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (row - s_first)[None, :]
+    key = tl.where(q_ok[:, None] & (row >= 0)[None, :], key, _NONE)
     go = 1
     while go > 0:
-        wd = tl.max(best_d, 1)
-        wi = tl.max(tl.where(best_d == wd[:, None], best_i, -1), 1)        # the worst (d2, row) of each row
-        better = (d < wd[:, None]) | ((d == wd[:, None]) & (ci < wi[:, None]))
-        d = tl.where(better, d, float("inf"))
-        ci = tl.where(better, ci, _NONE)
-        cd = tl.min(d, 1)
-        cid = tl.min(tl.where(d == cd[:, None], ci, _NONE), 1)              # the best candidate of each row
-        has = cid < _NONE
-        slot = (best_d == wd[:, None]) & (best_i == wi[:, None]) & has[:, None]
-        best_d = tl.where(slot, cd[:, None], best_d)
-        best_i = tl.where(slot, cid[:, None], best_i)
-        taken = ci == cid[:, None]
-        d = tl.where(taken, float("inf"), d)
-        ci = tl.where(taken, _NONE, ci)
+        worst = tl.max(best, 1)
+        key = tl.where(key < worst[:, None], key, _NONE)
+        first = tl.min(key, 1)
+        has = first < _NONE
+        best = tl.where((best == worst[:, None]) & has[:, None], first[:, None], best)
+        key = tl.where(key == first[:, None], _NONE, key)
         go = tl.max(has.to(tl.int32), 0)
-    return best_d, best_i
+    return best
 
 
 @triton.jit
@@ -113,29 +110,28 @@ def _knn_kernel(q_ptr, q_row_ptr, q_plane, s_ptr, s_row_ptr, s_plane, box_ptr, q
     qx = tl.load(q_ptr + rq)
     qy = tl.load(q_ptr + q_plane + rq)
     qz = tl.load(q_ptr + 2 * q_plane + rq)
-    lo = tl.load(qb_ptr + pid * 3)                                        # the cloud's support blocks [lo, hi)
-    hi = tl.load(qb_ptr + pid * 3 + 1)
-    start = tl.load(qb_ptr + pid * 3 + 2)
-    best_d = tl.full((BQ, KP), float("inf"), tl.float32)
-    best_i = tl.full((BQ, KP), _SENTINEL, tl.int64) + tl.arange(0, KP)[None, :]
+    lo = tl.load(qb_ptr + pid * 4)                                        # the cloud's support blocks [lo, hi)
+    hi = tl.load(qb_ptr + pid * 4 + 1)
+    start = tl.load(qb_ptr + pid * 4 + 2)
+    s_first = tl.load(qb_ptr + pid * 4 + 3)                               # the cloud's first support row
+    best = tl.zeros((BQ, KP), tl.int64) + _EMPTY + tl.arange(0, KP)[None, :]
     for t in range(0, hi - lo):
         b = _block_order(t, start, lo, hi)
-        near = (_box_dist2(qx, qy, qz, box_ptr, b) <= tl.max(best_d, 1)) & q_ok
+        worst_d = (tl.max(best, 1) >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+        near = (_box_dist2(qx, qy, qz, box_ptr, b) <= worst_d) & q_ok
         if tl.max(near.to(tl.int32), 0) > 0:
-            best_d, best_i = _merge(best_d, best_i, qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, b, BS)
+            best = _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, s_first, b, BS)
     for c in tl.static_range(K):                                          # emit sorted by (d2, row)
-        md = tl.min(best_d, 1)
-        mi = tl.min(tl.where(best_d == md[:, None], best_i, _NONE), 1)
-        tl.store(idx_ptr + q_row * K + c, mi, mask=q_ok)
-        tl.store(d2_ptr + q_row * K + c, md, mask=q_ok)
-        done = best_i == mi[:, None]
-        best_d = tl.where(done, float("inf"), best_d)
-        best_i = tl.where(done, _NONE, best_i)
+        first = tl.min(best, 1)
+        tl.store(idx_ptr + q_row * K + c, (first & 0xFFFFFFFF) + s_first, mask=q_ok)
+        tl.store(d2_ptr + q_row * K + c, (first >> 32).to(tl.int32).to(tl.float32, bitcast=True), mask=q_ok)
+        best = tl.where(best == first[:, None], _NONE, best)
 
 
 def _query_blocks(q_tiles, s_tiles, s_sorted_keys: Tensor, q_keys: Tensor) -> Tensor:
-    """``(NQB, 3)`` int64 per query block: its cloud's support blocks ``[lo, hi)`` and the block to start
-    from, the one holding the support point at the Morton position of the block's middle query."""
+    """``(NQB, 4)`` int64 per query block: its cloud's support blocks ``[lo, hi)``, the block to start
+    from (the one holding the support point at the Morton position of the block's middle query) and the
+    cloud's first support row."""
     device = q_keys.device
     cloud = torch.repeat_interleave(torch.arange(len(q_tiles.blocks), device=device), q_tiles.blocks_t)
     first = torch.arange(cloud.numel(), device=device) - q_tiles.block_start_t[cloud]   # block within cloud
@@ -144,7 +140,8 @@ def _query_blocks(q_tiles, s_tiles, s_sorted_keys: Tensor, q_keys: Tensor) -> Te
     s_first = s_tiles.start_t[cloud]
     pos = torch.minimum(torch.maximum(pos, s_first), s_first + s_tiles.sizes_t[cloud] - 1)
     lo = s_tiles.block_start_t[cloud]
-    return torch.stack([lo, lo + s_tiles.blocks_t[cloud], lo + (pos - s_first) // BLOCK_S], 1).contiguous()
+    start = lo + (pos - s_first) // BLOCK_S
+    return torch.stack([lo, lo + s_tiles.blocks_t[cloud], start, s_first], 1).contiguous()
 
 
 def knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]) -> tuple[Tensor, Tensor]:
