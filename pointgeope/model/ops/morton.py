@@ -14,7 +14,7 @@ from torch import Tensor
 
 from pointgeope.model.ops.offsets import counts
 
-__all__ = ["morton_keys", "tile_sorted", "Tiles", "BITS"]
+__all__ = ["morton_keys", "tile_sorted", "block_boxes", "Tiles", "BITS"]
 
 BITS = 16  # bits per axis: 48 bits of code, the cloud's number above them
 _SPREAD = ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F), (4, 0x10C30C30C30C30C3),
@@ -86,3 +86,11 @@ def tile_sorted(points: Tensor, keys: Tensor, off: list[int], block: int) -> Til
     rows = torch.full((sum(blocks) * block,), -1, dtype=torch.long, device=device)
     rows[slot] = order
     return Tiles(order, planes, rows, blocks, blocks_t, block_start_t, sizes_t, start_t)
+
+
+def block_boxes(tiles: Tiles, block: int) -> Tensor:
+    """``(NB, 6)`` bounding box of every block, ``min x, y, z, max x, y, z`` (padding left out)."""
+    valid = (tiles.rows >= 0)[None, :]
+    lo = torch.where(valid, tiles.planes, torch.inf).view(3, -1, block).amin(2)
+    hi = torch.where(valid, tiles.planes, -torch.inf).view(3, -1, block).amax(2)
+    return torch.cat([lo, hi]).T.contiguous()

@@ -34,14 +34,12 @@ skip loses no neighbour and no tie.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from pointgeope.model.ops.morton import morton_keys, tile_sorted
+from pointgeope.model.ops.morton import block_boxes, morton_keys, tile_sorted
 
 __all__ = ["knn_triton", "BLOCK_Q", "BLOCK_S"]
 
@@ -49,28 +47,6 @@ BLOCK_Q = 64  # queries per program
 BLOCK_S = 64  # support points per block
 _NONE = tl.constexpr(0x7FFFFFFFFFFFFFFF)   # no candidate: above every key
 _EMPTY = tl.constexpr(0x7F80000080000000)  # key of an empty top-k slot: (inf, local row 2^31), + slot number
-
-
-@triton.jit
-def _block_order(t, start, lo, hi):
-    """The ``t``-th block visited: ``start``, then alternately right and left, then the longer side."""
-    left = start - lo
-    right = hi - 1 - start
-    m = tl.minimum(left, right)
-    r = (t + 1) // 2
-    alternate = tl.where(t % 2 == 1, start + r, start - r)
-    beyond = tl.where(right > left, start + (t - m), start - (t - m))
-    return tl.where(t <= 2 * m, alternate, beyond)
-
-
-@triton.jit
-def _box_dist2(qx, qy, qz, box_ptr, b):
-    """Squared distance of each query to the box of support block ``b`` (0 inside), rounded like ``d2``."""
-    base = box_ptr + b * 6
-    gx = tl.maximum(tl.maximum(tl.load(base) - qx, qx - tl.load(base + 3)), 0.0)
-    gy = tl.maximum(tl.maximum(tl.load(base + 1) - qy, qy - tl.load(base + 4)), 0.0)
-    gz = tl.maximum(tl.maximum(tl.load(base + 2) - qz, qz - tl.load(base + 5)), 0.0)
-    return (gx * gx + gy * gy) + gz * gz
 
 
 @triton.jit
@@ -115,10 +91,19 @@ def _knn_kernel(q_ptr, q_row_ptr, q_plane, s_ptr, s_row_ptr, s_plane, box_ptr, q
     start = tl.load(qb_ptr + pid * 4 + 2)
     s_first = tl.load(qb_ptr + pid * 4 + 3)                               # the cloud's first support row
     best = tl.zeros((BQ, KP), tl.int64) + _EMPTY + tl.arange(0, KP)[None, :]
+    m = tl.minimum(start - lo, hi - 1 - start)                            # blocks on the shorter side
     for t in range(0, hi - lo):
-        b = _block_order(t, start, lo, hi)
+        # visit start, start + 1, start - 1, start + 2, ... then the rest of the longer side
+        r = (t + 1) // 2
+        b = tl.where(t % 2 == 1, start + r, start - r)
+        b = tl.where(t <= 2 * m, b, tl.where(hi - 1 - start > start - lo, start + (t - m), start - (t - m)))
+        # squared distance of each query to the block's box (0 inside), rounded like d2: never above it
+        box = box_ptr + b * 6
+        gx = tl.maximum(tl.maximum(tl.load(box) - qx, qx - tl.load(box + 3)), 0.0)
+        gy = tl.maximum(tl.maximum(tl.load(box + 1) - qy, qy - tl.load(box + 4)), 0.0)
+        gz = tl.maximum(tl.maximum(tl.load(box + 2) - qz, qz - tl.load(box + 5)), 0.0)
         worst_d = (tl.max(best, 1) >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-        near = (_box_dist2(qx, qy, qz, box_ptr, b) <= worst_d) & q_ok
+        near = (((gx * gx + gy * gy) + gz * gz) <= worst_d) & q_ok
         if tl.max(near.to(tl.int32), 0) > 0:
             best = _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, s_first, b, BS)
     for c in tl.static_range(K):                                          # emit sorted by (d2, row)
@@ -151,10 +136,7 @@ def knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: 
     s_keys, q_keys = morton_keys(s32, s_off, q32, q_off)
     s_tiles = tile_sorted(s32, s_keys, s_off, BLOCK_S)
     q_tiles = tile_sorted(q32, q_keys, q_off, BLOCK_Q)
-    valid = (s_tiles.rows >= 0)[None, :]
-    lo = torch.where(valid, s_tiles.planes, math.inf).view(3, -1, BLOCK_S).amin(2)
-    hi = torch.where(valid, s_tiles.planes, -math.inf).view(3, -1, BLOCK_S).amax(2)
-    boxes = torch.cat([lo, hi]).T.contiguous()                            # (NBS, 6)
+    boxes = block_boxes(s_tiles, BLOCK_S)                                 # (NBS, 6)
     qb = _query_blocks(q_tiles, s_tiles, s_keys[s_tiles.order], q_keys)
     idx = torch.empty(query.shape[0], k, dtype=torch.long, device=query.device)
     dist2 = torch.empty(query.shape[0], k, dtype=torch.float32, device=query.device)
