@@ -16,9 +16,16 @@ share of stage-0 neighbourhoods (independent of FPS) whose sets equal those of t
 and ``same_samples`` whether the FPS samples of every stage are equal. A backend that cannot run is
 recorded with its error and the run goes on. Results go to ``--out`` (JSON, rewritten after every case).
 
+On a CUDA device two more tables (``--ops``, ``--fps-variants``; both on by default there):
+
+    ops           the Triton ops of the first stages alone: FPS 80k -> 20k, kNN k = 8 of stage 0, the
+                  transition down (k = 16) and the 3-NN up, seconds each
+    fps_variants  the first FPS stage with the ``stream`` kernel and the ``pruned`` one per (BLOCK_P,
+                  num_warps), each checked equal to the default's samples: which to make the default
+
 Usage: python bench/bench_hierarchy.py --out bench/results/hierarchy.json [--device cuda] [--clouds 2 16]
-       [--points 80000] [--backends cpu default triton] [--reps 5] [--warmup 1] [--threads N]
-Other scripts call ``time_hierarchy(backends, clouds, points, device)``.
+       [--points 80000] [--backends cpu default triton] [--reps 5] [--warmup 1] [--threads N] [--no-extra]
+Other scripts call ``time_hierarchy(backends, clouds, points, device)`` (and ``time_ops``, ``time_fps_variants``).
 """
 from __future__ import annotations
 
@@ -33,7 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_model import synthetic_room  # noqa: E402
 
-from pointgeope.model.ops import HierarchySpec, OpsBackends  # noqa: E402
+from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts  # noqa: E402
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
 LABELS = {"cpu": OpsBackends(), "default": OpsBackends(), "triton": OpsBackends("triton", "triton"),
@@ -93,6 +100,55 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
     return out
 
 
+def _best_of(fn, device: torch.device, reps: int) -> float:
+    fn()                                                   # warm-up: compiles the kernels on first use
+    times = []
+    for _ in range(reps):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def time_ops(clouds: int, points: int, device: str | torch.device, reps: int = 5) -> dict[str, float]:
+    """Seconds of the Triton ops of the first stages alone (FPS stride 4, kNN k = 8, down k = 16, 3-NN up)."""
+    device = torch.device(device)
+    coord, offset = (t.to(device) for t in batch(clouds, points))
+    sample, sub_off = fps(coord, offset, 4, backend="triton")
+    sub = coord[sample]
+    return {"fps_stride4": _best_of(lambda: fps(coord, offset, 4, backend="triton"), device, reps),
+            "knn_stage0_k8": _best_of(lambda: knn(coord, coord, 8, offset, offset, backend="triton"), device, reps),
+            "knn_down_k16": _best_of(lambda: knn(sub, coord, 16, sub_off, offset, backend="triton"), device, reps),
+            "knn_up_k3": _best_of(lambda: knn(coord, sub, 3, offset, sub_off, backend="triton"), device, reps)}
+
+
+def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps: int = 3,
+                      blocks: tuple[int, ...] = (64, 128), warps: tuple[int, ...] = (4, 8, 16)) -> dict[str, dict]:
+    """Seconds of FPS 80k -> 20k per kernel variant, and whether its samples equal the default kernel's."""
+    from pointgeope.model.ops import triton_fps
+
+    device = torch.device(device)
+    coord = batch(clouds, points)[0].to(device)
+    sizes = [points] * clouds
+    kept = sample_counts(sizes, 4)
+    ref = triton_fps.fps_triton(coord, sizes, kept)
+    saved = triton_fps.BLOCK_P, triton_fps.PRUNED_WARPS
+    out = {"stream": {"seconds": _best_of(lambda: triton_fps.fps_triton(coord, sizes, kept, "stream"), device, reps)}}
+    out["stream"]["equal"] = torch.equal(triton_fps.fps_triton(coord, sizes, kept, "stream"), ref)
+    try:
+        for block in blocks:
+            for w in warps:
+                triton_fps.BLOCK_P, triton_fps.PRUNED_WARPS = block, w
+                seconds = _best_of(lambda: triton_fps.fps_triton(coord, sizes, kept), device, reps)
+                out[f"pruned_b{block}_w{w}"] = {"seconds": seconds,
+                                                "equal": torch.equal(triton_fps.fps_triton(coord, sizes, kept), ref)}
+    finally:
+        triton_fps.BLOCK_P, triton_fps.PRUNED_WARPS = saved
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -103,6 +159,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--no-extra", action="store_true", help="skip the ops and fps_variants tables on CUDA")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -115,10 +172,20 @@ def main() -> None:
     for clouds in args.clouds:
         result["cases"][f"{clouds}x{args.points}"] = time_hierarchy(args.backends, clouds, args.points, args.device,
                                                                     args.reps, args.warmup)
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, indent=2))
-        tmp.replace(args.out)
+        _write(result, args.out)
         print(json.dumps({f"{clouds}x{args.points}": result["cases"][f"{clouds}x{args.points}"]}), flush=True)
+    if torch.device(args.device).type == "cuda" and not args.no_extra:
+        result["ops"] = {f"{c}x{args.points}": time_ops(c, args.points, args.device) for c in args.clouds}
+        _write(result, args.out)
+        result["fps_variants"] = time_fps_variants(min(args.clouds), args.points, args.device)
+        _write(result, args.out)
+        print(json.dumps({k: result[k] for k in ("ops", "fps_variants")}), flush=True)
+
+
+def _write(result: dict, out: Path) -> None:
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(out)
 
 
 if __name__ == "__main__":

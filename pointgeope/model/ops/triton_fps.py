@@ -38,8 +38,9 @@ from pointgeope.model.ops.morton import block_boxes, morton_keys, tile_sorted
 
 __all__ = ["fps_triton", "BLOCK_P", "GROUP"]
 
-BLOCK_P = 64  # points per block of the pruned kernel
-GROUP = 8     # blocks updated together
+BLOCK_P = 64       # points per block of the pruned kernel
+GROUP = 8          # blocks updated together
+PRUNED_WARPS = 8   # warps of a pruned program (untuned: bench/bench_hierarchy.py time_fps_variants)
 
 _NONE = tl.constexpr(1 << 62)  # larger than every index
 
@@ -167,7 +168,7 @@ def _fps_pruned(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int
     scratch = torch.zeros(len(sizes) * nbp, dtype=torch.long, device=device)
     _fps_pruned_kernel[(len(sizes),)](tiles.planes, tiles.planes.shape[1], tiles.rows, block_boxes(tiles, BLOCK_P),
                                       dist, bmax, barg, scratch, planes, planes.shape[1], meta, out, NBP=nbp,
-                                      BP=BLOCK_P, G=GROUP, num_warps=8, num_stages=1, enable_fp_fusion=False)
+                                      BP=BLOCK_P, G=GROUP, num_warps=PRUNED_WARPS, num_stages=1, enable_fp_fusion=False)
 
 
 def fps_triton(points: Tensor, sizes: list[int], kept: list[int], method: str = "pruned") -> Tensor:

@@ -91,6 +91,7 @@ def _knn_kernel(q_ptr, q_row_ptr, q_plane, s_ptr, s_row_ptr, s_plane, box_ptr, q
     start = tl.load(qb_ptr + pid * 4 + 2)
     s_first = tl.load(qb_ptr + pid * 4 + 3)                               # the cloud's first support row
     best = tl.zeros((BQ, KP), tl.int64) + _EMPTY + tl.arange(0, KP)[None, :]
+    worst_d = tl.full((BQ,), float("inf"), tl.float32)
     m = tl.minimum(start - lo, hi - 1 - start)                            # blocks on the shorter side
     for t in range(0, hi - lo):
         # visit start, start + 1, start - 1, start + 2, ... then the rest of the longer side
@@ -102,10 +103,10 @@ def _knn_kernel(q_ptr, q_row_ptr, q_plane, s_ptr, s_row_ptr, s_plane, box_ptr, q
         gx = tl.maximum(tl.maximum(tl.load(box) - qx, qx - tl.load(box + 3)), 0.0)
         gy = tl.maximum(tl.maximum(tl.load(box + 1) - qy, qy - tl.load(box + 4)), 0.0)
         gz = tl.maximum(tl.maximum(tl.load(box + 2) - qz, qz - tl.load(box + 5)), 0.0)
-        worst_d = (tl.max(best, 1) >> 32).to(tl.int32).to(tl.float32, bitcast=True)
         near = (((gx * gx + gy * gy) + gz * gz) <= worst_d) & q_ok
         if tl.max(near.to(tl.int32), 0) > 0:
             best = _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, s_first, b, BS)
+            worst_d = (tl.max(best, 1) >> 32).to(tl.int32).to(tl.float32, bitcast=True)   # k-th distance
     for c in tl.static_range(K):                                          # emit sorted by (d2, row)
         first = tl.min(best, 1)
         tl.store(idx_ptr + q_row * K + c, (first & 0xFFFFFFFF) + s_first, mask=q_ok)
