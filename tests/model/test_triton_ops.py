@@ -154,3 +154,31 @@ def test_cuda_defaults_to_the_triton_kernels_and_info_names_them():
     assert backends.knn_backend(cuda) == backends.fps_backend(cuda) == "triton"
     assert backends.summary(cuda) == "cuda: knn=triton, fps=triton, interpolation=3-NN via knn=triton"
     assert backends.knn_backend(torch.device("cpu")) != "triton" and backends.fps_backend(torch.device("cpu")) != "triton"
+
+
+def _exact_rows(query: torch.Tensor, support: torch.Tensor, k: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The definition for some query rows of one cloud, in eager torch (one rounding per operation): the
+    k smallest keys ``bits(d2) << 32 | row``, sorted."""
+    diff = query[rows, None, :] - support[None, :, :]
+    d2 = (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
+    key = (d2.view(torch.int32).long() << 32) | torch.arange(support.shape[0], device=d2.device)
+    key = key.sort(1).values[:, :k]
+    return key & 0xFFFFFFFF, (key >> 32).int().view(torch.float32)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="full-size clouds need the compiled kernels (the interpreter is too slow)")
+def test_compiled_kernels_at_full_size_equal_the_definition():
+    """One synthetic 40k-point cloud, as the network's first stages see it: FPS equal to the torch backend,
+    kNN (k = 8 and 16, and 3-NN up) equal to the definition on 1,500 sampled query rows."""
+    rng = np.random.default_rng(6)
+    coord, offset = _packed([np.round(_random(40_000, rng) / 0.04) * 0.04 + rng.random((40_000, 3)) * 1e-3])
+    sample, sub_off = fps(coord, offset, 4, backend="triton")
+    assert torch.equal(sample, fps(coord, offset, 4, backend="torch")[0])
+    sub = coord[sample]
+    rows = torch.from_numpy(rng.choice(40_000, 1_500, replace=False)).to(DEVICE)
+    for query, support, k, q_off, s_off in [(coord, coord, 8, offset, offset), (sub, coord, 16, sub_off, offset),
+                                            (coord, sub, 3, offset, sub_off)]:
+        idx, dist2 = knn(query, support, k, q_off, s_off, backend="triton")
+        rows_q = rows[rows < query.shape[0]]
+        want_idx, want_d = _exact_rows(query, support, k, rows_q)
+        assert torch.equal(idx[rows_q], want_idx) and torch.equal(dist2[rows_q], want_d)
