@@ -160,7 +160,7 @@ def test_gather_matches_indexing_in_value_and_gradient():
 
 
 @pytest.mark.skipif(backends.available("cluster"), reason="torch-cluster installed: it is the CUDA default")
-def test_cuda_without_triton_and_torch_cluster_samples_on_the_host_and_searches_on_the_device(capsys, monkeypatch):
+def test_cuda_without_torch_cluster_or_triton_samples_on_the_host_and_searches_on_the_device(capsys, monkeypatch):
     """No Python loop of FPS steps on a GPU: without Triton (the default where it imports, see
     test_triton_ops.py) fpsample on the host; kNN stays on the device (pure torch)."""
     from pointgeope.info import print_info

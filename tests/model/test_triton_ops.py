@@ -167,7 +167,7 @@ def _exact_rows(query: torch.Tensor, support: torch.Tensor, k: int, rows: torch.
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="full-size clouds need the compiled kernels (the interpreter is too slow)")
-def test_compiled_kernels_at_full_size_equal_the_definition():
+def test_cuda_compiled_kernels_at_full_size_equal_the_definition():
     """One synthetic 40k-point cloud, as the network's first stages see it: FPS equal to the torch backend,
     kNN (k = 8 and 16, and 3-NN up) equal to the definition on 1,500 sampled query rows."""
     rng = np.random.default_rng(6)
