@@ -41,10 +41,11 @@ from torch import Tensor
 
 from pointgeope.model.ops.morton import block_boxes, morton_keys, tile_sorted
 
-__all__ = ["knn_triton", "BLOCK_Q", "BLOCK_S"]
+__all__ = ["knn_triton", "BLOCK_Q", "BLOCK_S", "KNN_WARPS"]
 
-BLOCK_Q = 64  # queries per program
-BLOCK_S = 64  # support points per block
+BLOCK_Q = 64    # queries per program
+BLOCK_S = 64    # support points per block
+KNN_WARPS = 8   # warps per program: 4 spill registers at these blocks on sm_90 (bench/triton_compile_check.py)
 _NONE = tl.constexpr(0x7FFFFFFFFFFFFFFF)   # no candidate: above every key
 _EMPTY = tl.constexpr(0x7F80000080000000)  # key of an empty top-k slot: (inf, local row 2^31), + slot number
 
@@ -144,5 +145,5 @@ def knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: 
     kp = max(2, triton.next_power_of_2(k))
     _knn_kernel[(qb.shape[0],)](q_tiles.planes, q_tiles.rows, q_tiles.planes.shape[1], s_tiles.planes,
                                 s_tiles.rows, s_tiles.planes.shape[1], boxes, qb, idx, dist2,
-                                K=k, KP=kp, BQ=BLOCK_Q, BS=BLOCK_S, num_warps=4, enable_fp_fusion=False)
+                                K=k, KP=kp, BQ=BLOCK_Q, BS=BLOCK_S, num_warps=KNN_WARPS, enable_fp_fusion=False)
     return idx, dist2
