@@ -22,10 +22,11 @@ On a CUDA device two more tables (``--ops``, ``--fps-variants``; both on by defa
                   transition down (k = 16) and the 3-NN up, seconds each
     fps_variants  the first FPS stage with the ``stream`` kernel and the ``pruned`` one per (BLOCK_P,
                   num_warps), each checked equal to the default's samples: which to make the default
+    knn_variants  the stage-0 kNN (k = 16) per (BLOCK_Q, BLOCK_S, num_warps), each checked equal
 
 Usage: python bench/bench_hierarchy.py --out bench/results/hierarchy.json [--device cuda] [--clouds 2 16]
        [--points 80000] [--backends cpu default triton] [--reps 5] [--warmup 1] [--threads N] [--no-extra]
-Other scripts call ``time_hierarchy(backends, clouds, points, device)`` (and ``time_ops``, ``time_fps_variants``).
+Other scripts call ``time_hierarchy(backends, clouds, points, device)`` (and ``time_ops``, ``time_*_variants``).
 """
 from __future__ import annotations
 
@@ -149,6 +150,27 @@ def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps
     return out
 
 
+def time_knn_variants(clouds: int, points: int, device: str | torch.device, reps: int = 3,
+                      settings: tuple[tuple[int, int, int], ...] = ((64, 64, 8), (64, 64, 4), (32, 32, 4), (64, 32, 4)),
+                      k: int = 16) -> dict[str, dict]:
+    """Seconds of the stage-0 kNN (k = 16) per (BLOCK_Q, BLOCK_S, warps), each checked equal to the default's."""
+    from pointgeope.model.ops import triton_knn
+
+    device = torch.device(device)
+    coord, offset = (t.to(device) for t in batch(clouds, points))
+    ref = knn(coord, coord, k, offset, offset, backend="triton")[0]
+    saved = triton_knn.BLOCK_Q, triton_knn.BLOCK_S, triton_knn.KNN_WARPS
+    out = {}
+    try:
+        for bq, bs, w in settings:
+            triton_knn.BLOCK_Q, triton_knn.BLOCK_S, triton_knn.KNN_WARPS = bq, bs, w
+            run = lambda: knn(coord, coord, k, offset, offset, backend="triton")[0]  # noqa: E731
+            out[f"q{bq}_s{bs}_w{w}"] = {"seconds": _best_of(run, device, reps), "equal": torch.equal(run(), ref)}
+    finally:
+        triton_knn.BLOCK_Q, triton_knn.BLOCK_S, triton_knn.KNN_WARPS = saved
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -179,7 +201,9 @@ def main() -> None:
         _write(result, args.out)
         result["fps_variants"] = time_fps_variants(min(args.clouds), args.points, args.device)
         _write(result, args.out)
-        print(json.dumps({k: result[k] for k in ("ops", "fps_variants")}), flush=True)
+        result["knn_variants"] = time_knn_variants(min(args.clouds), args.points, args.device)
+        _write(result, args.out)
+        print(json.dumps({k: result[k] for k in ("ops", "fps_variants", "knn_variants")}), flush=True)
 
 
 def _write(result: dict, out: Path) -> None:

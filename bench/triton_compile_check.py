@@ -32,7 +32,8 @@ PRUNED_SIG = dict(p_ptr="*fp32", plane="i64", row_ptr="*i64", box_ptr="*fp32", d
 def cases() -> list[tuple[str, object, dict, dict, dict]]:
     """(name, kernel, signature, constexprs, options) as the ops launch them."""
     knn = [(f"knn_k{k}", triton_knn._knn_kernel, KNN_SIG,
-            dict(K=k, KP=max(2, triton.next_power_of_2(k)), BQ=triton_knn.BLOCK_Q, BS=triton_knn.BLOCK_S),
+            dict(K=k, KP=max(2, triton.next_power_of_2(k)), BQ=triton_knn.BLOCK_Q, BS=triton_knn.BLOCK_S,
+                 W=triton_knn.WINDOW, CH=triton_knn.CHUNK),
             dict(num_warps=triton_knn.KNN_WARPS)) for k in (3, 8, 16)]
     nbp = triton.next_power_of_2(-(-80_000 // triton_fps.BLOCK_P))
     return knn + [("fps_stream", triton_fps._fps_kernel, STREAM_SIG, dict(BLOCK=4096), dict(num_warps=16, num_stages=1)),
@@ -43,6 +44,9 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
 
 def compile_one(kernel, signature: dict, constexprs: dict, options: dict, arch: int) -> dict:
     names = list(inspect.signature(kernel.fn).parameters)
+    missing = [n for n in names if n not in signature and n not in constexprs]
+    if missing:
+        return {"ok": False, "error": f"no value for the parameters {missing}: update cases()"}
     src = ASTSource(fn=kernel, signature={n: signature.get(n, "constexpr") for n in names},
                     constexprs={(names.index(k),): v for k, v in constexprs.items()})
     try:

@@ -26,11 +26,12 @@ per cloud::
     # boxes          (NBS, 6):           min x, y, z and max x, y, z of each support block
 
 One program per query block (``BLOCK_Q`` consecutive sorted queries of one cloud) keeps a ``(BLOCK_Q, KP)``
-top-k in registers and visits the support blocks of its cloud outward from the block nearest in Morton
-order (``start, start + 1, start - 1, start + 2, ...``). A block is skipped unless some query's squared
-distance to its box is ``<=`` that query's current k-th distance; the box distance is computed with the
-same rounded operations, which are monotone, so it never exceeds the distance of a point inside: the
-skip loses no neighbour and no tie.
+top-k of keys in registers. It first merges the ``WINDOW`` support blocks nearest in Morton order to the
+block's middle query (``start, start + 1, start - 1, start + 2, ...``: a range of blocks), which makes the
+k-th distances nearly final, then scans the boxes of the cloud's other blocks ``CHUNK`` at a time and
+merges a block only if some query's squared distance to its box is ``<=`` that query's current k-th
+distance. The box distance is computed with the same rounded operations, which are monotone, so it never
+exceeds the distance of a point inside: a skipped block holds no neighbour and no tie.
 """
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ __all__ = ["knn_triton", "BLOCK_Q", "BLOCK_S", "KNN_WARPS"]
 BLOCK_Q = 64    # queries per program
 BLOCK_S = 64    # support points per block
 KNN_WARPS = 8   # warps per program: 4 spill registers at these blocks on sm_90 (bench/triton_compile_check.py)
+WINDOW = 8      # support blocks merged first, nearest in Morton order, whatever their boxes
+CHUNK = 32      # boxes tested together in the scan of the rest
 _NONE = tl.constexpr(0x7FFFFFFFFFFFFFFF)   # no candidate: above every key
 _EMPTY = tl.constexpr(0x7F80000080000000)  # key of an empty top-k slot: (inf, local row 2^31), + slot number
 
@@ -78,8 +81,42 @@ def _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, s_first, b, BS: tl.c
 
 
 @triton.jit
+def _worst_d2(best):
+    """The k-th (largest kept) distance of each row, from its key."""
+    return (tl.max(best, 1) >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _scan(best, worst_d, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, s_first, box_ptr, lo, hi, w_lo, w_hi,
+          BS: tl.constexpr, CH: tl.constexpr):
+    """Blocks ``[lo, hi)`` outside the window ``[w_lo, w_hi)``, ``CH`` boxes at a time: merge each block
+    some query's box distance does not exceed that query's k-th distance, nearest-index first."""
+    for c0 in range(lo, hi, CH):
+        b = c0 + tl.arange(0, CH)
+        live = (b < hi) & ((b < w_lo) | (b >= w_hi))
+        box = box_ptr + b * 6
+        gx = tl.maximum(tl.maximum(tl.load(box, mask=live, other=0.0)[None, :] - qx[:, None],
+                                   qx[:, None] - tl.load(box + 3, mask=live, other=0.0)[None, :]), 0.0)
+        gy = tl.maximum(tl.maximum(tl.load(box + 1, mask=live, other=0.0)[None, :] - qy[:, None],
+                                   qy[:, None] - tl.load(box + 4, mask=live, other=0.0)[None, :]), 0.0)
+        gz = tl.maximum(tl.maximum(tl.load(box + 2, mask=live, other=0.0)[None, :] - qz[:, None],
+                                   qz[:, None] - tl.load(box + 5, mask=live, other=0.0)[None, :]), 0.0)
+        box_d = (gx * gx + gy * gy) + gz * gz                             # (BQ, CH), rounded like d2
+        ok = live[None, :] & q_ok[:, None]
+        need = tl.max((ok & (box_d <= worst_d[:, None])).to(tl.int32), 0) > 0
+        while tl.max(need.to(tl.int32), 0) > 0:
+            nb = tl.min(tl.where(need, b, hi), 0)
+            best = _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, s_first, nb, BS)
+            worst_d = _worst_d2(best)
+            ok = ok & (b != nb)[None, :]
+            need = tl.max((ok & (box_d <= worst_d[:, None])).to(tl.int32), 0) > 0
+    return best, worst_d
+
+
+@triton.jit
 def _knn_kernel(q_ptr, q_row_ptr, q_plane, s_ptr, s_row_ptr, s_plane, box_ptr, qb_ptr, idx_ptr, d2_ptr,
-                K: tl.constexpr, KP: tl.constexpr, BQ: tl.constexpr, BS: tl.constexpr):
+                K: tl.constexpr, KP: tl.constexpr, BQ: tl.constexpr, BS: tl.constexpr, W: tl.constexpr,
+                CH: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
     rq = pid * BQ + tl.arange(0, BQ)
     q_row = tl.load(q_row_ptr + rq)                                       # global query row, -1: padding
@@ -92,22 +129,17 @@ def _knn_kernel(q_ptr, q_row_ptr, q_plane, s_ptr, s_row_ptr, s_plane, box_ptr, q
     start = tl.load(qb_ptr + pid * 4 + 2)
     s_first = tl.load(qb_ptr + pid * 4 + 3)                               # the cloud's first support row
     best = tl.zeros((BQ, KP), tl.int64) + _EMPTY + tl.arange(0, KP)[None, :]
-    worst_d = tl.full((BQ,), float("inf"), tl.float32)
+    # the window: the W blocks nearest in Morton order, start, start + 1, start - 1, start + 2, ... (a range)
     m = tl.minimum(start - lo, hi - 1 - start)                            # blocks on the shorter side
-    for t in range(0, hi - lo):
-        # visit start, start + 1, start - 1, start + 2, ... then the rest of the longer side
+    n = tl.where(hi - lo < W, hi - lo, W)                                 # blocks in the window
+    for t in range(0, n):
         r = (t + 1) // 2
         b = tl.where(t % 2 == 1, start + r, start - r)
         b = tl.where(t <= 2 * m, b, tl.where(hi - 1 - start > start - lo, start + (t - m), start - (t - m)))
-        # squared distance of each query to the block's box (0 inside), rounded like d2: never above it
-        box = box_ptr + b * 6
-        gx = tl.maximum(tl.maximum(tl.load(box) - qx, qx - tl.load(box + 3)), 0.0)
-        gy = tl.maximum(tl.maximum(tl.load(box + 1) - qy, qy - tl.load(box + 4)), 0.0)
-        gz = tl.maximum(tl.maximum(tl.load(box + 2) - qz, qz - tl.load(box + 5)), 0.0)
-        near = (((gx * gx + gy * gy) + gz * gz) <= worst_d) & q_ok
-        if tl.max(near.to(tl.int32), 0) > 0:
-            best = _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, s_first, b, BS)
-            worst_d = (tl.max(best, 1) >> 32).to(tl.int32).to(tl.float32, bitcast=True)   # k-th distance
+        best = _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, s_first, b, BS)
+    w_lo = tl.where(n - 1 <= 2 * m, start - (n - 1) // 2, tl.where(hi - 1 - start > start - lo, lo, hi - n))
+    best, _ = _scan(best, _worst_d2(best), qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, s_first, box_ptr, lo, hi,
+                    w_lo, w_lo + n, BS, CH)
     for c in tl.static_range(K):                                          # emit sorted by (d2, row)
         first = tl.min(best, 1)
         tl.store(idx_ptr + q_row * K + c, (first & 0xFFFFFFFF) + s_first, mask=q_ok)
@@ -145,5 +177,6 @@ def knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: 
     kp = max(2, triton.next_power_of_2(k))
     _knn_kernel[(qb.shape[0],)](q_tiles.planes, q_tiles.rows, q_tiles.planes.shape[1], s_tiles.planes,
                                 s_tiles.rows, s_tiles.planes.shape[1], boxes, qb, idx, dist2,
-                                K=k, KP=kp, BQ=BLOCK_Q, BS=BLOCK_S, num_warps=KNN_WARPS, enable_fp_fusion=False)
+                                K=k, KP=kp, BQ=BLOCK_Q, BS=BLOCK_S, W=WINDOW, CH=CHUNK, num_warps=KNN_WARPS,
+                                enable_fp_fusion=False)
     return idx, dist2
