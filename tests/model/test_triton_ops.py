@@ -149,10 +149,14 @@ def test_triton_on_cpu_tensors_without_the_interpreter_is_refused(monkeypatch):
         fps(points, off, 2, backend="triton")
 
 
-def test_cuda_defaults_to_the_triton_kernels_and_info_names_them():
+def test_cuda_defaults_to_the_triton_kernels_and_info_names_them(capsys):
+    from pointgeope.info import print_info
+
     cuda = torch.device("cuda")                        # a device name only: nothing runs on it
     assert backends.knn_backend(cuda) == backends.fps_backend(cuda) == "triton"
     assert backends.summary(cuda) == "cuda: knn=triton, fps=triton, interpolation=3-NN via knn=triton"
+    print_info()
+    assert "; cuda: knn=triton, fps=triton, interpolation=3-NN via knn=triton" in capsys.readouterr().out
     assert backends.knn_backend(torch.device("cpu")) != "triton" and backends.fps_backend(torch.device("cpu")) != "triton"
 
 
