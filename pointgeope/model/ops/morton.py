@@ -36,6 +36,9 @@ def _cloud_ids(off: list[int], device: torch.device) -> Tensor:
 def morton_keys(support: Tensor, s_off: list[int], query: Tensor, q_off: list[int]) -> tuple[Tensor, Tensor]:
     """``cloud << 48 | morton`` (int64) of every support and query point, both quantised in the bounding
     cube of their support cloud (queries outside it are clamped to its faces)."""
+    if len(s_off) >= 1 << (63 - 3 * BITS):
+        raise ValueError(f"expected fewer than {1 << (63 - 3 * BITS)} clouds in a batch (the key's top bits), "
+                         f"got {len(s_off)}: split the batch")
     s_cloud, q_cloud = _cloud_ids(s_off, support.device), _cloud_ids(q_off, query.device)
     index = s_cloud[:, None].expand(-1, 3)
     lo = torch.full((len(s_off), 3), torch.inf, device=support.device).scatter_reduce_(0, index, support, "amin")
