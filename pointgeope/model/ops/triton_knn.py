@@ -169,7 +169,8 @@ def knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: 
     s32 = support.detach().to(torch.float32).contiguous()
     s_keys, q_keys = morton_keys(s32, s_off, q32, q_off)
     s_tiles = tile_sorted(s32, s_keys, s_off, BLOCK_S)
-    q_tiles = tile_sorted(q32, q_keys, q_off, BLOCK_Q)
+    same = q_keys is s_keys and BLOCK_Q == BLOCK_S                        # self-kNN: one layout for both
+    q_tiles = s_tiles if same else tile_sorted(q32, q_keys, q_off, BLOCK_Q)
     boxes = block_boxes(s_tiles, BLOCK_S)                                 # (NBS, 6)
     qb = _query_blocks(q_tiles, s_tiles, s_keys[s_tiles.order], q_keys)
     idx = torch.empty(query.shape[0], k, dtype=torch.long, device=query.device)
