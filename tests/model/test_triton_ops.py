@@ -80,7 +80,7 @@ def test_knn_breaks_exact_ties_and_duplicates_by_the_smaller_row():
 
 def test_knn_is_deterministic_and_agrees_with_the_cpu_backends_without_ties():
     rng = np.random.default_rng(2)
-    points, off = _packed([_random(260, rng), _random(100, rng)])
+    points, off = _packed([_random(200, rng), _random(80, rng)])
     a = knn(points, points, 16, off, off, backend="triton")
     b = knn(points, points, 16, off, off, backend="triton")
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
@@ -105,11 +105,11 @@ def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_cloud
 
     rng = np.random.default_rng(3)
     same = np.full((9, 3), -2.0)                       # all duplicates: every step ties at distance 0
-    clouds = [_random(280, rng), _grid(160, rng), np.array([[0.5, 0.5, 0.5]]), _random(2, rng), _random(3, rng), same]
+    clouds = [_random(200, rng), _grid(120, rng), np.array([[0.5, 0.5, 0.5]]), _random(2, rng), _random(3, rng), same]
     points, off = _packed(clouds)
     idx, new_off = fps(points, off, 4, backend="triton")
     idx = idx.cpu()
-    assert new_off.tolist() == np.cumsum([70, 40, 1, 1, 1, 2]).tolist()
+    assert new_off.tolist() == np.cumsum([50, 30, 1, 1, 1, 2]).tolist()
     start, lo = 0, 0
     for cloud, hi in zip(clouds, new_off.tolist()):
         assert (idx[lo:hi] - start).tolist() == _reference_fps(cloud.astype(np.float32), hi - lo)
@@ -117,7 +117,7 @@ def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_cloud
     assert idx[-2:].tolist() == [start - 9, start - 9]  # ties at 0 go to the smallest index: the first point
     assert torch.equal(idx, fps(points, off, 4, backend="torch")[0].cpu())
     assert torch.equal(idx, fps(points, off, 4, backend="triton")[0].cpu())   # deterministic
-    sizes, kept = [len(c) for c in clouds], [70, 40, 1, 1, 1, 2]
+    sizes, kept = [len(c) for c in clouds], [50, 30, 1, 1, 1, 2]
     assert torch.equal(idx, fps_triton(points, sizes, kept, method="stream").cpu())
 
 
@@ -125,7 +125,7 @@ def test_the_hierarchy_with_triton_backends_equals_the_one_with_cpu_backends():
     """PTv1's stage layout at a small size: same FPS samples as the torch FPS, the same neighbour sets
     as pykdtree (or the torch kNN) in every stage, transition and 3-NN, the same 3-NN distances."""
     rng = np.random.default_rng(4)
-    coord, offset = _packed([_random(320, rng), _random(100, rng)])
+    coord, offset = _packed([_random(256, rng), _random(80, rng)])
     cpu_knn = "pykdtree" if backends.available("pykdtree") else "torch"
     strides, neighbours = (1, 4, 4), (8, 16, 16)
     got = HierarchySpec(strides, neighbours, OpsBackends(knn="triton", fps="triton"))(coord, offset)
