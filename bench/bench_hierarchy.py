@@ -142,9 +142,9 @@ def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps
         for block in blocks:
             for w in warps:
                 triton_fps.BLOCK_P, triton_fps.PRUNED_WARPS = block, w
-                seconds = _best_of(lambda: triton_fps.fps_triton(coord, sizes, kept), device, reps)
+                seconds = _best_of(lambda: triton_fps.fps_triton(coord, sizes, kept, "pruned"), device, reps)
                 out[f"pruned_b{block}_w{w}"] = {"seconds": seconds,
-                                                "equal": torch.equal(triton_fps.fps_triton(coord, sizes, kept), ref)}
+                                                "equal": torch.equal(triton_fps.fps_triton(coord, sizes, kept, "pruned"), ref)}
     finally:
         triton_fps.BLOCK_P, triton_fps.PRUNED_WARPS = saved
     return out

@@ -41,6 +41,7 @@ __all__ = ["fps_triton", "BLOCK_P", "GROUP"]
 BLOCK_P = 64       # points per block of the pruned kernel
 GROUP = 8          # blocks updated together
 PRUNED_WARPS = 8   # warps of a pruned program (untuned: bench/bench_hierarchy.py time_fps_variants)
+MAX_PRUNED_BLOCKS = 4096  # larger clouds (262k points at 64 per block) take the stream kernel
 
 _NONE = tl.constexpr(1 << 62)  # larger than every index
 
@@ -171,11 +172,14 @@ def _fps_pruned(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int
                                       BP=BLOCK_P, G=GROUP, num_warps=PRUNED_WARPS, num_stages=1, enable_fp_fusion=False)
 
 
-def fps_triton(points: Tensor, sizes: list[int], kept: list[int], method: str = "pruned") -> Tensor:
+def fps_triton(points: Tensor, sizes: list[int], kept: list[int], method: str | None = None) -> Tensor:
     """``(sum(kept),)`` int64 global rows: the first ``kept[b]`` FPS samples of every cloud, cloud by cloud,
-    with the ``"pruned"`` or the ``"stream"`` kernel (the same result)."""
+    with the ``"pruned"`` or the ``"stream"`` kernel (the same result). ``None``: pruned, unless a cloud
+    has more than ``MAX_PRUNED_BLOCKS`` blocks (its block maxima would no longer fit in registers)."""
+    if method is None:
+        method = "pruned" if max(sizes) <= MAX_PRUNED_BLOCKS * BLOCK_P else "stream"
     if method not in ("pruned", "stream"):
-        raise ValueError(f"expected method 'pruned' or 'stream', got {method!r}")
+        raise ValueError(f"expected method 'pruned', 'stream' or None, got {method!r}")
     points = points.detach().to(torch.float32).contiguous()
     planes = points.T.contiguous()                                        # (3, N): x | y | z
     out = torch.empty(sum(kept), dtype=torch.long, device=points.device)
