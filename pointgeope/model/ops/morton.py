@@ -1,4 +1,5 @@
-"""Spatial order of packed clouds for the block-based GPU kernels: Morton codes and padded blocks.
+"""Spatial order of packed clouds for the block-based GPU kernels: Morton codes and padded blocks (and the
+device context the kernels launch in).
 
 The Morton (Z-order) code interleaves the bits of the quantised coordinates, ``code = ... z1 y1 x1 z0 y0 x0``,
 so points close in the code are mostly close in space. Sorting each cloud by its code and cutting it into
@@ -7,6 +8,7 @@ only affects speed: the kernels' results do not depend on it.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -15,7 +17,7 @@ from torch import Tensor
 
 from pointgeope.model.ops.offsets import counts
 
-__all__ = ["morton_keys", "tile_sorted", "block_boxes", "Tiles", "BITS"]
+__all__ = ["morton_keys", "tile_sorted", "block_boxes", "launch_device", "Tiles", "BITS"]
 
 BITS = 16  # bits per axis: 48 bits of code, the cloud's number above them
 _SPREAD = ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F), (4, 0x10C30C30C30C30C3),
@@ -110,3 +112,9 @@ def block_boxes(tiles: Tiles, block: int) -> Tensor:
     lo = torch.where(valid, tiles.planes, torch.inf).view(3, -1, block).amin(2)
     hi = torch.where(valid, tiles.planes, -torch.inf).view(3, -1, block).amax(2)
     return torch.cat([lo, hi]).T.contiguous()
+
+
+def launch_device(device: torch.device):
+    """Context to launch a Triton kernel on ``device``: Triton launches on the current CUDA device, which
+    need not be the tensors' (``cuda:1`` while the current one is ``cuda:0``)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from pointgeope.model.ops.morton import block_boxes, morton_keys, tile_sorted
+from pointgeope.model.ops.morton import block_boxes, launch_device, morton_keys, tile_sorted
 
 __all__ = ["fps_triton", "BLOCK_P", "GROUP"]
 
@@ -183,8 +183,9 @@ def fps_triton(points: Tensor, sizes: list[int], kept: list[int], method: str | 
     points = points.detach().to(torch.float32).contiguous()
     planes = points.T.contiguous()                                        # (3, N): x | y | z
     out = torch.empty(sum(kept), dtype=torch.long, device=points.device)
-    if method == "stream":
-        _fps_stream(planes, sizes, kept, out)
-    else:
-        _fps_pruned(points, planes, sizes, kept, out)
+    with launch_device(points.device):
+        if method == "stream":
+            _fps_stream(planes, sizes, kept, out)
+        else:
+            _fps_pruned(points, planes, sizes, kept, out)
     return out

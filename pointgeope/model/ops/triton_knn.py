@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from pointgeope.model.ops.morton import block_boxes, morton_keys, tile_sorted
+from pointgeope.model.ops.morton import block_boxes, launch_device, morton_keys, tile_sorted
 
 __all__ = ["knn_triton", "BLOCK_Q", "BLOCK_S", "KNN_WARPS"]
 
@@ -176,8 +176,9 @@ def knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: 
     idx = torch.empty(query.shape[0], k, dtype=torch.long, device=query.device)
     dist2 = torch.empty(query.shape[0], k, dtype=torch.float32, device=query.device)
     kp = max(2, triton.next_power_of_2(k))
-    _knn_kernel[(qb.shape[0],)](q_tiles.planes, q_tiles.rows, q_tiles.planes.shape[1], s_tiles.planes,
-                                s_tiles.rows, s_tiles.planes.shape[1], boxes, qb, idx, dist2,
-                                K=k, KP=kp, BQ=BLOCK_Q, BS=BLOCK_S, W=WINDOW, CH=CHUNK, num_warps=KNN_WARPS,
-                                enable_fp_fusion=False)
+    with launch_device(query.device):
+        _knn_kernel[(qb.shape[0],)](q_tiles.planes, q_tiles.rows, q_tiles.planes.shape[1], s_tiles.planes,
+                                    s_tiles.rows, s_tiles.planes.shape[1], boxes, qb, idx, dist2,
+                                    K=k, KP=kp, BQ=BLOCK_Q, BS=BLOCK_S, W=WINDOW, CH=CHUNK, num_warps=KNN_WARPS,
+                                    enable_fp_fusion=False)
     return idx, dist2
