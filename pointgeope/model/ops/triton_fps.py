@@ -16,8 +16,9 @@ One program per cloud, all clouds of a batch in parallel, one launch for the who
   buffer, each slot read and written by the same thread) and a per-lane running maximum with its first
   index, then reduces the lanes once: the max, then the smallest index holding it. Reads every point
   at every step.
-- ``pruned`` (the default): the cloud is sorted in Morton order and cut into blocks of ``BLOCK_P`` points
-  with bounding boxes (``morton``); each block keeps its largest ``dist`` and the smallest row holding it.
+- ``pruned`` (the default up to ``MAX_PRUNED_BLOCKS`` blocks a cloud): the cloud is sorted in Morton order
+  and cut into blocks of ``BLOCK_P`` points with bounding boxes (``morton``); each block keeps its largest
+  ``dist`` and the smallest row holding it.
   A step updates only the blocks whose box is nearer to the new sample than their largest ``dist``
   (``box_dist2 < block max``; elsewhere ``min(dist, d)`` cannot change, as ``d >= box_dist2`` with the
   same monotone rounding), ``GROUP`` blocks at a time, and takes the new sample from the blocks'
