@@ -60,8 +60,8 @@ def _assert_exact_knn(query, support, k, q_off, s_off):
 def test_knn_equals_the_exact_reference_on_ragged_batches_down_and_up():
     """Unequal clouds (1, 2, 3 points among them, so k > n), query != support in both directions."""
     rng = np.random.default_rng(0)
-    fine = [_random(n, rng) for n in (400, 1, 3, 150, 2)]
-    coarse = [_random(n, rng) for n in (100, 1, 2, 37, 1)]
+    fine = [_random(n, rng) for n in (300, 1, 3, 100, 2)]
+    coarse = [_random(n, rng) for n in (75, 1, 2, 25, 1)]
     f, f_off = _packed(fine)
     c, c_off = _packed(coarse)
     _assert_exact_knn(c, f, 16, c_off, f_off)          # transition down: coarse queries, fine support
@@ -86,6 +86,20 @@ def test_knn_is_deterministic_and_agrees_with_the_cpu_backends_without_ties():
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     for name in [n for n in ("pykdtree", "scipy", "torch") if backends.available(n)]:
         assert torch.equal(knn(points.cpu(), points.cpu(), 16, off.cpu(), off.cpu(), backend=name)[0], a[0].cpu()), name
+
+
+def test_knn_is_exact_with_small_blocks_where_the_box_scan_does_the_work(monkeypatch):
+    """Blocks of 8 points and a window of one block, so that the clouds span many blocks and the box scan
+    (chunks, skips, merges after the window) does the work: the result is still the definition's."""
+    from pointgeope.model.ops import triton_knn
+
+    for name, value in dict(BLOCK_Q=16, BLOCK_S=8, WINDOW=1, CHUNK=4).items():
+        monkeypatch.setattr(triton_knn, name, value)
+    rng = np.random.default_rng(7)
+    fine, f_off = _packed([_random(64, rng), _grid(40, rng), _random(2, rng)])
+    coarse, c_off = _packed([_random(16, rng), _grid(10, rng), _random(1, rng)])
+    _assert_exact_knn(fine, fine, 8, f_off, f_off)
+    _assert_exact_knn(coarse, fine, 16, c_off, f_off)
 
 
 def _reference_fps(cloud: np.ndarray, m: int) -> list[int]:
@@ -119,6 +133,19 @@ def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_cloud
     assert torch.equal(idx, fps(points, off, 4, backend="triton")[0].cpu())   # deterministic
     sizes, kept = [len(c) for c in clouds], [50, 30, 1, 1, 1, 2]
     assert torch.equal(idx, fps_triton(points, sizes, kept, method="stream").cpu())
+
+
+def test_pruned_fps_is_exact_with_many_small_blocks_in_several_groups(monkeypatch):
+    from pointgeope.model.ops import triton_fps
+
+    monkeypatch.setattr(triton_fps, "BLOCK_P", 8)
+    monkeypatch.setattr(triton_fps, "GROUP", 2)
+    rng = np.random.default_rng(8)
+    clouds = [_random(120, rng), _grid(80, rng)]
+    points, _ = _packed(clouds)
+    idx = triton_fps.fps_triton(points, [120, 80], [30, 20], method="pruned").cpu()
+    assert (idx[:30]).tolist() == _reference_fps(clouds[0].astype(np.float32), 30)
+    assert (idx[30:] - 120).tolist() == _reference_fps(clouds[1].astype(np.float32), 20)
 
 
 def test_the_hierarchy_with_triton_backends_equals_the_one_with_cpu_backends():
