@@ -135,17 +135,20 @@ def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_cloud
     assert torch.equal(idx, fps_triton(points, sizes, kept, method="stream").cpu())
 
 
-def test_pruned_fps_is_exact_with_many_small_blocks_in_several_groups(monkeypatch):
+def test_both_fps_kernels_are_exact_with_many_small_blocks_and_chunks(monkeypatch):
+    """Pruned: blocks of 8 points updated 2 at a time (several groups a step); stream: chunks of 32 points
+    (ties between chunks of the integer grid go to the earlier chunk)."""
     from pointgeope.model.ops import triton_fps
 
     monkeypatch.setattr(triton_fps, "BLOCK_P", 8)
     monkeypatch.setattr(triton_fps, "GROUP", 2)
+    monkeypatch.setattr(triton_fps, "STREAM_BLOCK", 32)
     rng = np.random.default_rng(8)
     clouds = [_random(120, rng), _grid(80, rng)]
     points, _ = _packed(clouds)
-    idx = triton_fps.fps_triton(points, [120, 80], [30, 20], method="pruned").cpu()
-    assert (idx[:30]).tolist() == _reference_fps(clouds[0].astype(np.float32), 30)
-    assert (idx[30:] - 120).tolist() == _reference_fps(clouds[1].astype(np.float32), 20)
+    want = _reference_fps(clouds[0].astype(np.float32), 30) + [120 + j for j in _reference_fps(clouds[1].astype(np.float32), 20)]
+    for method in ("pruned", "stream"):
+        assert triton_fps.fps_triton(points, [120, 80], [30, 20], method=method).cpu().tolist() == want, method
 
 
 def test_the_hierarchy_with_triton_backends_equals_the_one_with_cpu_backends():

@@ -43,6 +43,7 @@ BLOCK_P = 64       # points per block of the pruned kernel
 GROUP = 8          # blocks updated together
 PRUNED_WARPS = 8   # warps of a pruned program (untuned: bench/bench_hierarchy.py time_fps_variants)
 MAX_PRUNED_BLOCKS = 4096  # larger clouds (262k points at 64 per block) take the stream kernel
+STREAM_BLOCK = 4096       # points per chunk of the stream kernel, at most
 
 _NONE = tl.constexpr(1 << 62)  # larger than every index
 
@@ -149,7 +150,7 @@ def _fps_stream(planes: Tensor, sizes: list[int], kept: list[int], out: Tensor) 
     starts = torch.cumsum(sizes_t, 0) - sizes_t
     out_starts = torch.cumsum(kept_t, 0) - kept_t
     dist = torch.full((planes.shape[1],), torch.inf, dtype=torch.float32, device=device)
-    block = min(4096, max(128, triton.next_power_of_2(max(sizes))))
+    block = min(STREAM_BLOCK, triton.next_power_of_2(max(128, max(sizes))))
     _fps_kernel[(len(sizes),)](planes, planes.shape[1], dist, starts, sizes_t, kept_t, out_starts, out,
                                BLOCK=block, num_warps=16 if block >= 4096 else 4, num_stages=1,
                                enable_fp_fusion=False)
