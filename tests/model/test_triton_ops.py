@@ -100,6 +100,12 @@ def test_knn_is_exact_with_small_blocks_where_the_box_scan_does_the_work(monkeyp
     coarse, c_off = _packed([_random(16, rng), _grid(10, rng), _random(1, rng)])
     _assert_exact_knn(fine, fine, 8, f_off, f_off)
     _assert_exact_knn(coarse, fine, 16, c_off, f_off)
+    # a tie on a box's boundary: x = 8 has rows 7 and 9 at distance 1; its window is the block 8..15,
+    # and the block 0..7, whose box is exactly at the k-th distance, must still be visited
+    line, off = _packed([np.column_stack([np.arange(32.0), np.zeros(32), np.zeros(32)])])
+    query = torch.tensor([[8.0, 0.0, 0.0]], device=DEVICE)
+    idx, _ = _assert_exact_knn(query, line, 2, torch.tensor([1], device=DEVICE), off)
+    assert idx.tolist() == [[8, 7]]
 
 
 def _reference_fps(cloud: np.ndarray, m: int) -> list[int]:
