@@ -7,7 +7,7 @@ import importlib.util
 import platform
 
 PACKAGES = ("torch", "torch-geometric", "numpy", "scipy", "h5py", "tensorboard", "fpsample", "pykdtree",
-            "open3d", "laspy", "torch-scatter", "torch-cluster")
+            "open3d", "laspy", "torch-scatter", "torch-cluster", "triton")
 
 
 def package_versions() -> dict[str, str | None]:
@@ -43,8 +43,8 @@ def print_info() -> None:
 
     from pointgeope.model.ops import backends
 
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    print("ops backends: " + "; ".join(backends.summary(d) for d in devices))
+    cuda = backends.summary("cuda") + ("" if torch.cuda.is_available() else " (no CUDA device here)")
+    print("ops backends: " + backends.summary("cpu") + "; " + cuda)
     from pointgeope.model import compiled
 
     print(f"GeoPE pair kernels: {compiled.status()}")

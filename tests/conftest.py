@@ -14,6 +14,14 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 
+# The Triton kernels (pointgeope/model/ops/triton_*.py) run on CPU tensors in Triton's interpreter where no
+# CUDA device exists (tests/model/test_triton_ops.py). Triton reads TRITON_INTERPRET when it is imported
+# (torch_geometric imports it), so it is set here, before any test module imports anything. It changes
+# nothing else: without CUDA no Triton kernel can run compiled. On a CUDA machine the same tests run the
+# compiled kernels on the GPU.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 # One thread per pytest-xdist worker: two workers on two cores, no oversubscription.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)

@@ -160,10 +160,13 @@ def test_gather_matches_indexing_in_value_and_gradient():
 
 
 @pytest.mark.skipif(backends.available("cluster"), reason="torch-cluster installed: it is the CUDA default")
-def test_cuda_without_torch_cluster_samples_on_the_host_and_searches_on_the_device(capsys):
-    """No Python loop of FPS steps on a GPU: fpsample on the host; kNN stays on the device (pure torch)."""
+def test_cuda_without_torch_cluster_or_triton_samples_on_the_host_and_searches_on_the_device(capsys, monkeypatch):
+    """No Python loop of FPS steps on a GPU: without Triton (the default where it imports, see
+    test_triton_ops.py) fpsample on the host; kNN stays on the device (pure torch)."""
     from pointgeope.info import print_info
 
+    installed = backends.available
+    monkeypatch.setattr(backends, "available", lambda name: name != "triton" and installed(name))
     cuda = torch.device("cuda")               # a device name only: nothing runs on it
     assert backends.knn_backend(cuda) == "torch"
     assert backends.fps_backend(cuda) == ("fpsample" if backends.available("fpsample") else "torch")

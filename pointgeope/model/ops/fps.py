@@ -8,8 +8,10 @@ the point whose squared distance to its nearest already chosen sample is largest
 
 Backends and their start point (all deterministic, none uses a random seed):
 
-- ``torch`` (iterative, any device, all clouds advanced together) and ``cluster`` (torch-cluster with
-  ``random_start=False``): ``c_0`` is the **first point of the cloud**.
+- ``torch`` (iterative, any device, all clouds advanced together), ``triton`` (``triton_fps``: one kernel
+  launch, the CUDA default; the same sequence as ``torch`` bit for bit on float32 points, argmax ties to
+  the smallest index) and ``cluster`` (torch-cluster with ``random_start=False``): ``c_0`` is the **first
+  point of the cloud**.
 - ``fpsample`` (CPU, bucket FPS "QuickFPS", exact FPS, 100x faster than torch-cluster at 80k points):
   fpsample 1.0.2 does not honour ``start_idx``; it starts from a point picked through its KD-tree
   order (a fixed function of the cloud's array, not of its geometry alone), and from there its result
@@ -48,7 +50,7 @@ def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None)
         points: ``(N, 3)`` packed points.
         offset: ``(B,)`` cumulative counts.
         stride: keep ``n_b // stride`` points per cloud (``stride >= 1``).
-        backend: ``"fpsample"``, ``"torch"``, ``"cluster"`` or ``None`` for the device's default.
+        backend: ``"fpsample"``, ``"torch"``, ``"cluster"``, ``"triton"`` or ``None`` for the device's default.
 
     Returns:
         ``idx (M,)`` int64 global rows in sampling order per cloud, ``new_offset (B,)`` int64, both on the
@@ -66,6 +68,10 @@ def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None)
         idx = _fps_torch(points, sizes, kept)
     elif backend == "cluster":
         idx = _fps_cluster(points, sizes, kept, stride)
+    elif backend == "triton":
+        from pointgeope.model.ops.triton_fps import fps_triton
+
+        idx = fps_triton(points, sizes, kept)
     else:
         idx = _fps_fpsample(points, sizes, kept)
     return idx, offset_from_counts(kept, points.device)

@@ -1,8 +1,10 @@
 """k nearest neighbours within each cloud of a packed batch.
 
 For every query point ``i`` of cloud ``b`` the ``k`` points ``j`` of the support cloud ``b`` with the
-smallest squared distance ``|q_i - s_j|^2``, sorted by distance (ties in any order). Indices are global
-rows of the packed support tensor.
+smallest squared distance ``|q_i - s_j|^2``, sorted by distance. Indices are global rows of the packed
+support tensor. Ties: the CPU and torch backends break them in any order; the ``triton`` backend
+(``triton_knn``, the CUDA default) defines them, ties in float32 distance go to the smaller row, so its
+result is unique.
 
 **Small clouds.** When a support cloud holds ``n < k`` points, its ``n`` neighbours (sorted) are
 repeated cyclically to fill the ``k`` columns: column ``c`` holds neighbour ``c mod n``. Every row then
@@ -33,8 +35,8 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         support: ``(N, 3)`` support points (the same tensor as ``query`` for self-neighbourhoods).
         k: neighbours per query, ``k >= 1``.
         query_offset, support_offset: ``(B,)`` cumulative counts of both packed batches.
-        backend: ``"pykdtree"``, ``"scipy"``, ``"torch"``, ``"cluster"`` or ``None`` for the default of
-            the device (see ``backends``).
+        backend: ``"pykdtree"``, ``"scipy"``, ``"torch"``, ``"cluster"``, ``"triton"`` or ``None`` for the
+            default of the device (see ``backends``).
 
     Returns:
         ``idx (M, k)`` int64 global support rows and ``dist2 (M, k)`` squared distances (query dtype),
@@ -51,6 +53,8 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
     backend = resolve(backend, KNN_BACKENDS, query.device, "knn")
     if backend == "cluster":
         return _knn_cluster(query, support, k, q_off, s_off)
+    if backend == "triton":
+        return _knn_triton(query, support, k, q_off, s_off)
     fn = {"pykdtree": _cloud_pykdtree, "scipy": _cloud_scipy, "torch": _cloud_torch}[backend]
     idx_parts, dist_parts = [], []
     q_start = s_start = 0
@@ -113,6 +117,20 @@ def _cloud_torch(query: Tensor, support: Tensor, k: int) -> tuple[Tensor, Tensor
         idx_parts.append(idx.gather(1, order))
         dist_parts.append(exact)
     return torch.cat(idx_parts), torch.cat(dist_parts)
+
+
+def _knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]) -> tuple[Tensor, Tensor]:
+    """The Triton kernel over the whole batch, then the cyclic fill of rows whose cloud has ``n < k`` points."""
+    from pointgeope.model.ops import triton_knn
+
+    idx, dist2 = triton_knn.knn_triton(query, support, k, q_off, s_off)
+    sizes = counts(s_off)
+    if min(sizes) < k:
+        n = torch.repeat_interleave(torch.tensor(sizes, device=query.device),
+                                    torch.tensor(counts(q_off), device=query.device))
+        cols = torch.arange(k, device=query.device)[None, :] % n[:, None]
+        idx, dist2 = idx.gather(1, cols), dist2.gather(1, cols)
+    return idx, dist2.to(query.dtype)
 
 
 def _knn_cluster(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]) -> tuple[Tensor, Tensor]:

@@ -1,0 +1,216 @@
+"""Benchmark: the network's point hierarchy (FPS, kNN, 3-NN of every stage) per ops backend, side by side.
+
+PTv1's S3DIS layout (strides 1, 4, 4, 4, 4; k = 8, 16, 16, 16, 16) on ``--clouds`` synthetic rooms of
+``--points`` points each, one point per 4 cm voxel (``bench_model.synthetic_room``), packed in one batch
+on ``--device``. Backends (labels):
+
+    cpu       fpsample + pykdtree on the host: what a data loader worker pays (coordinates copied to the host)
+    default   the device's default backends (on CUDA: the Triton kernels where Triton imports)
+    triton    the Triton kernels (CUDA tensors; on the CPU only under TRITON_INTERPRET=1, far too slow to time)
+    cluster   torch-cluster, where installed
+    torch     pure torch (kNN by chunked brute force, FPS one Python step per sample: slow)
+
+A backend's time is the minimum over ``--reps`` of the wall time of one hierarchy between device
+synchronisations, after ``--warmup`` calls (the first Triton call compiles its kernels). ``agree`` is the
+share of stage-0 neighbourhoods (independent of FPS) whose sets equal those of the first backend timed,
+and ``same_samples`` whether the FPS samples of every stage are equal. A backend that cannot run is
+recorded with its error and the run goes on. Results go to ``--out`` (JSON, rewritten after every case).
+
+On a CUDA device two more tables (``--ops``, ``--fps-variants``; both on by default there):
+
+    ops           the Triton ops of the first stages alone: FPS 80k -> 20k, kNN k = 8 of stage 0, the
+                  transition down (k = 16) and the 3-NN up, seconds each
+    fps_variants  the first FPS stage with the ``stream`` kernel and the ``pruned`` one per (BLOCK_P,
+                  num_warps), each checked equal to the default's samples: which to make the default
+    knn_variants  the stage-0 kNN (k = 16) per (BLOCK_Q, BLOCK_S, num_warps), each checked equal
+
+Usage: python bench/bench_hierarchy.py --out bench/results/hierarchy.json [--device cuda] [--clouds 2 16]
+       [--points 80000] [--backends cpu default triton] [--reps 5] [--warmup 1] [--threads N] [--no-extra]
+Other scripts call ``time_hierarchy(backends, clouds, points, device)`` (and ``time_ops``, ``time_*_variants``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_model import synthetic_room  # noqa: E402
+
+from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts  # noqa: E402
+
+STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
+LABELS = {"cpu": OpsBackends(), "default": OpsBackends(), "triton": OpsBackends("triton", "triton"),
+          "cluster": OpsBackends("cluster", "cluster"), "torch": OpsBackends("torch", "torch")}
+
+
+def batch(clouds: int, points: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``clouds`` synthetic rooms of ``points`` points, packed: ``coord (clouds * points, 3)``, ``offset``."""
+    coord = torch.cat([synthetic_room(points, seed=c) for c in range(clouds)])
+    return coord, torch.arange(1, clouds + 1) * points
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _run(label: str, coord: torch.Tensor, offset: torch.Tensor, device: torch.device):
+    """One hierarchy with ``label``'s backends; ``cpu`` copies the coordinates to the host first."""
+    spec = HierarchySpec(STRIDES, NEIGHBOURS, LABELS[label])
+    if label == "cpu":
+        return spec(coord.to("cpu"), offset.to("cpu"))
+    return spec(coord, offset)
+
+
+def _agreement(h, ref) -> dict:
+    same = (h.neighbours[0].sort(1).values.cpu() == ref.neighbours[0].sort(1).values.cpu()).all(1)
+    samples = all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(h.samples[1:], ref.samples[1:]))
+    return {"agree": round(same.float().mean().item(), 6), "same_samples": samples}
+
+
+def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | torch.device, reps: int = 5,
+                   warmup: int = 1) -> dict[str, dict]:
+    """Seconds of one hierarchy (minimum over ``reps``) per backend label of ``LABELS``, with the agreement
+    of each with the first label that ran; ``{"error": ...}`` for a backend that cannot run."""
+    device = torch.device(device)
+    coord, offset = batch(clouds, points)
+    coord, offset = coord.to(device), offset.to(device)
+    out, ref = {}, None
+    for label in backends:
+        try:
+            for _ in range(warmup):
+                _run(label, coord, offset, device)
+            times = []
+            for _ in range(reps):
+                _sync(device)
+                start = time.perf_counter()
+                h = _run(label, coord, offset, device)
+                _sync(device)
+                times.append(time.perf_counter() - start)
+        except (ValueError, RuntimeError, ImportError) as err:
+            out[label] = {"error": f"{type(err).__name__}: {err}".splitlines()[0]}
+            continue
+        out[label] = {"seconds": min(times), "all_seconds": times}
+        ref = h if ref is None else ref
+        out[label].update(_agreement(h, ref))
+    return out
+
+
+def _best_of(fn, device: torch.device, reps: int) -> float:
+    fn()                                                   # warm-up: compiles the kernels on first use
+    times = []
+    for _ in range(reps):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def time_ops(clouds: int, points: int, device: str | torch.device, reps: int = 5) -> dict[str, float]:
+    """Seconds of the Triton ops of the first stages alone (FPS stride 4, kNN k = 8, down k = 16, 3-NN up)."""
+    device = torch.device(device)
+    coord, offset = (t.to(device) for t in batch(clouds, points))
+    sample, sub_off = fps(coord, offset, 4, backend="triton")
+    sub = coord[sample]
+    return {"fps_stride4": _best_of(lambda: fps(coord, offset, 4, backend="triton"), device, reps),
+            "knn_stage0_k8": _best_of(lambda: knn(coord, coord, 8, offset, offset, backend="triton"), device, reps),
+            "knn_down_k16": _best_of(lambda: knn(sub, coord, 16, sub_off, offset, backend="triton"), device, reps),
+            "knn_up_k3": _best_of(lambda: knn(coord, sub, 3, offset, sub_off, backend="triton"), device, reps)}
+
+
+def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps: int = 3,
+                      blocks: tuple[int, ...] = (64, 128), warps: tuple[int, ...] = (4, 8, 16)) -> dict[str, dict]:
+    """Seconds of FPS 80k -> 20k per kernel variant, and whether its samples equal the default kernel's."""
+    from pointgeope.model.ops import triton_fps
+
+    device = torch.device(device)
+    coord = batch(clouds, points)[0].to(device)
+    sizes = [points] * clouds
+    kept = sample_counts(sizes, 4)
+    ref = triton_fps.fps_triton(coord, sizes, kept)
+    saved = triton_fps.BLOCK_P, triton_fps.PRUNED_WARPS
+    out = {"stream": {"seconds": _best_of(lambda: triton_fps.fps_triton(coord, sizes, kept, "stream"), device, reps)}}
+    out["stream"]["equal"] = torch.equal(triton_fps.fps_triton(coord, sizes, kept, "stream"), ref)
+    try:
+        for block in blocks:
+            for w in warps:
+                triton_fps.BLOCK_P, triton_fps.PRUNED_WARPS = block, w
+                seconds = _best_of(lambda: triton_fps.fps_triton(coord, sizes, kept, "pruned"), device, reps)
+                out[f"pruned_b{block}_w{w}"] = {"seconds": seconds,
+                                                "equal": torch.equal(triton_fps.fps_triton(coord, sizes, kept, "pruned"), ref)}
+    finally:
+        triton_fps.BLOCK_P, triton_fps.PRUNED_WARPS = saved
+    return out
+
+
+def time_knn_variants(clouds: int, points: int, device: str | torch.device, reps: int = 3,
+                      settings: tuple[tuple[int, int, int], ...] = ((64, 64, 8), (64, 64, 4), (32, 32, 4), (64, 32, 4)),
+                      k: int = 16) -> dict[str, dict]:
+    """Seconds of the stage-0 kNN (k = 16) per (BLOCK_Q, BLOCK_S, warps), each checked equal to the default's."""
+    from pointgeope.model.ops import triton_knn
+
+    device = torch.device(device)
+    coord, offset = (t.to(device) for t in batch(clouds, points))
+    ref = knn(coord, coord, k, offset, offset, backend="triton")[0]
+    saved = triton_knn.BLOCK_Q, triton_knn.BLOCK_S, triton_knn.KNN_WARPS
+    out = {}
+    try:
+        for bq, bs, w in settings:
+            triton_knn.BLOCK_Q, triton_knn.BLOCK_S, triton_knn.KNN_WARPS = bq, bs, w
+            run = lambda: knn(coord, coord, k, offset, offset, backend="triton")[0]  # noqa: E731
+            out[f"q{bq}_s{bs}_w{w}"] = {"seconds": _best_of(run, device, reps), "equal": torch.equal(run(), ref)}
+    finally:
+        triton_knn.BLOCK_Q, triton_knn.BLOCK_S, triton_knn.KNN_WARPS = saved
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--clouds", type=int, nargs="+", default=[2, 16])
+    parser.add_argument("--points", type=int, default=80_000)
+    parser.add_argument("--backends", nargs="+", default=["cpu", "default", "triton"], choices=sorted(LABELS))
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--no-extra", action="store_true", help="skip the ops and fps_variants tables on CUDA")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from pointgeope.info import device_summary
+
+    result = {"device": args.device, "device_summary": device_summary(), "torch": torch.__version__,
+              "cpu_threads": torch.get_num_threads(), "points": args.points, "strides": STRIDES,
+              "neighbours": NEIGHBOURS, "cases": {}}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for clouds in args.clouds:
+        result["cases"][f"{clouds}x{args.points}"] = time_hierarchy(args.backends, clouds, args.points, args.device,
+                                                                    args.reps, args.warmup)
+        _write(result, args.out)
+        print(json.dumps({f"{clouds}x{args.points}": result["cases"][f"{clouds}x{args.points}"]}), flush=True)
+    if torch.device(args.device).type == "cuda" and not args.no_extra:
+        result["ops"] = {f"{c}x{args.points}": time_ops(c, args.points, args.device) for c in args.clouds}
+        _write(result, args.out)
+        result["fps_variants"] = time_fps_variants(min(args.clouds), args.points, args.device)
+        _write(result, args.out)
+        result["knn_variants"] = time_knn_variants(min(args.clouds), args.points, args.device)
+        _write(result, args.out)
+        print(json.dumps({k: result[k] for k in ("ops", "fps_variants", "knn_variants")}), flush=True)
+
+
+def _write(result: dict, out: Path) -> None:
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(out)
+
+
+if __name__ == "__main__":
+    main()

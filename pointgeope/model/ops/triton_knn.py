@@ -1,0 +1,184 @@
+"""Exact k nearest neighbours on the GPU in Triton: Morton-sorted blocks with bounding boxes, pruned search.
+
+The result (``knn`` backend ``"triton"``) is defined exactly, whatever the data:
+
+- the distance of query ``q`` to support point ``s`` is the float32 value
+  ``d2 = ((q_x - s_x)^2 + (q_y - s_y)^2) + (q_z - s_z)^2``, each operation rounded on its own (no fused
+  multiply-add), the same expression as the torch backend's final step;
+- the search compares keys ``bits(d2) << 32 | (row - first row of the cloud)`` (int64): the float32 bits
+  of a non-negative number order like the number, so a key orders like the pair ``(d2, row)``; a cloud
+  may hold up to 2^31 points;
+- the neighbours of ``q`` are the ``k`` points of its own support cloud that come first in the total
+  order of ``(d2, global support row)``: **ties in distance go to the smaller row**; each row of the
+  output is sorted ascending by that pair;
+- a support cloud of ``n < k`` points gives its ``n`` sorted neighbours repeated cyclically (column ``c``
+  holds neighbour ``c mod n``), as every ``knn`` backend does.
+
+So the result is unique, independent of the order of processing and the same run to run; without ties it
+is the neighbour set of the CPU backends. Coordinates are converted to float32 first.
+
+Layout (torch, on the device): the points of each cloud are sorted by the Morton code of their position
+in the support cloud's bounding cube (16 bits per axis) and cut into blocks of consecutive points, padded
+per cloud::
+
+    # support planes (3, NBS * BLOCK_S): [ cloud 0: block 0 | block 1 | ... (last one padded) | cloud 1: ... ]
+    # support rows   (NBS * BLOCK_S,):   global support row of each slot, -1 for padding
+    # boxes          (NBS, 6):           min x, y, z and max x, y, z of each support block
+
+One program per query block (``BLOCK_Q`` consecutive sorted queries of one cloud) keeps a ``(BLOCK_Q, KP)``
+top-k of keys in registers. It first merges the ``WINDOW`` support blocks nearest in Morton order to the
+block's middle query (``start, start + 1, start - 1, start + 2, ...``: a range of blocks), which makes the
+k-th distances nearly final, then scans the boxes of the cloud's other blocks ``CHUNK`` at a time and
+merges a block only if some query's squared distance to its box is ``<=`` that query's current k-th
+distance. The box distance is computed with the same rounded operations, which are monotone, so it never
+exceeds the distance of a point inside: a skipped block holds no neighbour and no tie.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from pointgeope.model.ops.morton import block_boxes, launch_device, morton_keys, tile_sorted
+
+__all__ = ["knn_triton", "BLOCK_Q", "BLOCK_S", "KNN_WARPS"]
+
+BLOCK_Q = 64    # queries per program
+BLOCK_S = 64    # support points per block
+KNN_WARPS = 8   # warps per program: 4 spill registers at these blocks on sm_90 (bench/triton_compile_check.py)
+WINDOW = 8      # support blocks merged first, nearest in Morton order, whatever their boxes
+CHUNK = 32      # boxes tested together in the scan of the rest
+_NONE = tl.constexpr(0x7FFFFFFFFFFFFFFF)   # no candidate: above every key
+_EMPTY = tl.constexpr(0x7F80000080000000)  # key of an empty top-k slot: (inf, local row 2^31), + slot number
+
+
+@triton.jit
+def _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, s_first, b, BS: tl.constexpr):
+    """Insert the points of support block ``b`` that beat a row's worst key, best first, one per row and
+    pass, in place of that worst key, until no row has a better candidate left.
+
+    A key is ``bits(d2) << 32 | (row - s_first)``: the float32 bits of a non-negative distance order like
+    the distance, so comparing keys compares ``(d2, row)``."""
+    rs = b * BS + tl.arange(0, BS)
+    dx = qx[:, None] - tl.load(s_ptr + rs)[None, :]
+    dy = qy[:, None] - tl.load(s_ptr + plane + rs)[None, :]
+    dz = qz[:, None] - tl.load(s_ptr + 2 * plane + rs)[None, :]
+    d = (dx * dx + dy * dy) + dz * dz                                    # (BQ, BS)
+    row = tl.load(s_row_ptr + rs)
+    key = (d.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (row - s_first)[None, :]
+    key = tl.where(q_ok[:, None] & (row >= 0)[None, :], key, _NONE)
+    go = 1
+    while go > 0:
+        worst = tl.max(best, 1)
+        key = tl.where(key < worst[:, None], key, _NONE)
+        first = tl.min(key, 1)
+        has = first < _NONE
+        best = tl.where((best == worst[:, None]) & has[:, None], first[:, None], best)
+        key = tl.where(key == first[:, None], _NONE, key)
+        go = tl.max(has.to(tl.int32), 0)
+    return best
+
+
+@triton.jit
+def _worst_d2(best):
+    """The k-th (largest kept) distance of each row, from its key."""
+    return (tl.max(best, 1) >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _scan(best, worst_d, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, s_first, box_ptr, lo, hi, w_lo, w_hi,
+          BS: tl.constexpr, CH: tl.constexpr):
+    """Blocks ``[lo, hi)`` outside the window ``[w_lo, w_hi)``, ``CH`` boxes at a time: merge each block
+    some query's box distance does not exceed that query's k-th distance, nearest-index first."""
+    for c0 in range(lo, hi, CH):
+        b = c0 + tl.arange(0, CH)
+        live = (b < hi) & ((b < w_lo) | (b >= w_hi))
+        box = box_ptr + b * 6
+        gx = tl.maximum(tl.maximum(tl.load(box, mask=live, other=0.0)[None, :] - qx[:, None],
+                                   qx[:, None] - tl.load(box + 3, mask=live, other=0.0)[None, :]), 0.0)
+        gy = tl.maximum(tl.maximum(tl.load(box + 1, mask=live, other=0.0)[None, :] - qy[:, None],
+                                   qy[:, None] - tl.load(box + 4, mask=live, other=0.0)[None, :]), 0.0)
+        gz = tl.maximum(tl.maximum(tl.load(box + 2, mask=live, other=0.0)[None, :] - qz[:, None],
+                                   qz[:, None] - tl.load(box + 5, mask=live, other=0.0)[None, :]), 0.0)
+        box_d = (gx * gx + gy * gy) + gz * gz                             # (BQ, CH), rounded like d2
+        ok = live[None, :] & q_ok[:, None]
+        need = tl.max((ok & (box_d <= worst_d[:, None])).to(tl.int32), 0) > 0
+        while tl.max(need.to(tl.int32), 0) > 0:
+            nb = tl.min(tl.where(need, b, hi), 0)
+            best = _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, s_first, nb, BS)
+            worst_d = _worst_d2(best)
+            ok = ok & (b != nb)[None, :]
+            need = tl.max((ok & (box_d <= worst_d[:, None])).to(tl.int32), 0) > 0
+    return best, worst_d
+
+
+@triton.jit
+def _knn_kernel(q_ptr, q_row_ptr, q_plane, s_ptr, s_row_ptr, s_plane, box_ptr, qb_ptr, idx_ptr, d2_ptr,
+                K: tl.constexpr, KP: tl.constexpr, BQ: tl.constexpr, BS: tl.constexpr, W: tl.constexpr,
+                CH: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    rq = pid * BQ + tl.arange(0, BQ)
+    q_row = tl.load(q_row_ptr + rq)                                       # global query row, -1: padding
+    q_ok = q_row >= 0
+    qx = tl.load(q_ptr + rq)
+    qy = tl.load(q_ptr + q_plane + rq)
+    qz = tl.load(q_ptr + 2 * q_plane + rq)
+    lo = tl.load(qb_ptr + pid * 4)                                        # the cloud's support blocks [lo, hi)
+    hi = tl.load(qb_ptr + pid * 4 + 1)
+    start = tl.load(qb_ptr + pid * 4 + 2)
+    s_first = tl.load(qb_ptr + pid * 4 + 3)                               # the cloud's first support row
+    best = tl.zeros((BQ, KP), tl.int64) + _EMPTY + tl.arange(0, KP)[None, :]
+    # the window: the W blocks nearest in Morton order, start, start + 1, start - 1, start + 2, ... (a range)
+    m = tl.minimum(start - lo, hi - 1 - start)                            # blocks on the shorter side
+    n = tl.where(hi - lo < W, hi - lo, W)                                 # blocks in the window
+    for t in range(0, n):
+        r = (t + 1) // 2
+        b = tl.where(t % 2 == 1, start + r, start - r)
+        b = tl.where(t <= 2 * m, b, tl.where(hi - 1 - start > start - lo, start + (t - m), start - (t - m)))
+        best = _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, s_first, b, BS)
+    w_lo = tl.where(n - 1 <= 2 * m, start - (n - 1) // 2, tl.where(hi - 1 - start > start - lo, lo, hi - n))
+    best, _ = _scan(best, _worst_d2(best), qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, s_first, box_ptr, lo, hi,
+                    w_lo, w_lo + n, BS, CH)
+    for c in tl.static_range(K):                                          # emit sorted by (d2, row)
+        first = tl.min(best, 1)
+        tl.store(idx_ptr + q_row * K + c, (first & 0xFFFFFFFF) + s_first, mask=q_ok)
+        tl.store(d2_ptr + q_row * K + c, (first >> 32).to(tl.int32).to(tl.float32, bitcast=True), mask=q_ok)
+        best = tl.where(best == first[:, None], _NONE, best)
+
+
+def _query_blocks(q_tiles, s_tiles, s_sorted_keys: Tensor, q_keys: Tensor) -> Tensor:
+    """``(NQB, 4)`` int64 per query block: its cloud's support blocks ``[lo, hi)``, the block to start
+    from (the one holding the support point at the Morton position of the block's middle query) and the
+    cloud's first support row."""
+    device = q_keys.device
+    cloud = torch.repeat_interleave(torch.arange(len(q_tiles.blocks), device=device), q_tiles.blocks_t)
+    first = torch.arange(cloud.numel(), device=device) - q_tiles.block_start_t[cloud]   # block within cloud
+    middle = (first * BLOCK_Q + BLOCK_Q // 2).clamp(max=q_tiles.sizes_t[cloud] - 1) + q_tiles.start_t[cloud]
+    pos = torch.searchsorted(s_sorted_keys, q_keys[q_tiles.order[middle]])
+    s_first = s_tiles.start_t[cloud]
+    pos = torch.minimum(torch.maximum(pos, s_first), s_first + s_tiles.sizes_t[cloud] - 1)
+    lo = s_tiles.block_start_t[cloud]
+    start = lo + (pos - s_first) // BLOCK_S
+    return torch.stack([lo, lo + s_tiles.blocks_t[cloud], start, s_first], 1).contiguous()
+
+
+def knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]) -> tuple[Tensor, Tensor]:
+    """``idx (M, k)`` int64 and ``dist2 (M, k)`` float32 (see the module docstring); offsets as lists."""
+    q32 = query.detach().to(torch.float32).contiguous()
+    s32 = support.detach().to(torch.float32).contiguous()
+    s_keys, q_keys = morton_keys(s32, s_off, q32, q_off)
+    s_tiles = tile_sorted(s32, s_keys, s_off, BLOCK_S)
+    same = q_keys is s_keys and BLOCK_Q == BLOCK_S                        # self-kNN: one layout for both
+    q_tiles = s_tiles if same else tile_sorted(q32, q_keys, q_off, BLOCK_Q)
+    boxes = block_boxes(s_tiles, BLOCK_S)                                 # (NBS, 6)
+    qb = _query_blocks(q_tiles, s_tiles, s_keys[s_tiles.order], q_keys)
+    idx = torch.empty(query.shape[0], k, dtype=torch.long, device=query.device)
+    dist2 = torch.empty(query.shape[0], k, dtype=torch.float32, device=query.device)
+    kp = max(2, triton.next_power_of_2(k))
+    with launch_device(query.device):
+        _knn_kernel[(qb.shape[0],)](q_tiles.planes, q_tiles.rows, q_tiles.planes.shape[1], s_tiles.planes,
+                                    s_tiles.rows, s_tiles.planes.shape[1], boxes, qb, idx, dist2,
+                                    K=k, KP=kp, BQ=BLOCK_Q, BS=BLOCK_S, W=WINDOW, CH=CHUNK, num_warps=KNN_WARPS,
+                                    enable_fp_fusion=False)
+    return idx, dist2

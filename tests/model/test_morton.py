@@ -1,0 +1,40 @@
+"""Tests of pointgeope/model/ops/morton.py: Morton keys from their bit definition, the padded block layout."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pointgeope.model.ops.morton import BITS, block_boxes, morton_keys, tile_sorted
+
+
+def _interleave(cx: int, cy: int, cz: int) -> int:
+    return sum(((c >> bit) & 1) << (3 * bit + axis) for bit in range(BITS) for axis, c in enumerate((cx, cy, cz)))
+
+
+def test_morton_keys_interleave_the_cell_bits_below_the_cloud_number():
+    top = (1 << BITS) - 1
+    support = torch.tensor([[0.0, 0.0, 0.0], [2.0, 1.0, 1.0], [5.0, 5.0, 5.0], [6.0, 5.0, 5.0]])  # cubes of side 2, 1
+    query = torch.tensor([[1.5 * 2 / top, 0.0, 0.0], [0.0, 0.7, 2.0], [3.0, -1.0, 1.0], [5.5, 5.25, 5.0]])
+    s_keys, q_keys = morton_keys(support, [2, 4], query, [3, 4])
+    cells = [(1, 0, 0), (0, int(0.7 / 2 * top), top), (top, 0, int(1.0 / 2 * top)),                # clamped to the cube
+             (int(0.5 * top), int(0.25 * top), 0)]
+    assert q_keys.tolist() == [_interleave(*c) for c in cells[:3]] + [(1 << 3 * BITS) | _interleave(*cells[3])]
+    assert s_keys.tolist() == [0, _interleave(top, top // 2, top // 2), 1 << 3 * BITS,
+                               (1 << 3 * BITS) | _interleave(top, 0, 0)]
+
+
+def test_tiles_are_each_cloud_sorted_by_key_in_padded_blocks_with_their_boxes():
+    points = torch.arange(24, dtype=torch.float32).view(8, 3)
+    keys = torch.tensor([5, 3, 4, 30, 10, 20, 11, 12])              # clouds of 3 and 5 points
+    tiles = tile_sorted(points, keys, [3, 8], block=4)
+    assert tiles.blocks == [1, 2] and tiles.rows.tolist() == [1, 2, 0, -1, 4, 6, 7, 5, 3, -1, -1, -1]
+    assert torch.equal(tiles.planes[:, :3].T, points[[1, 2, 0]]) and torch.equal(tiles.planes[:, 4:9].T, points[[4, 6, 7, 5, 3]])
+    boxes = block_boxes(tiles, 4)
+    assert boxes.tolist() == [[0, 1, 2, 6, 7, 8], [12, 13, 14, 21, 22, 23], [9, 10, 11, 9, 10, 11]]
+
+
+def test_too_many_clouds_for_the_key_is_refused():
+    points = torch.zeros(1 << 15, 3)
+    off = list(range(1, (1 << 15) + 1))
+    with pytest.raises(ValueError, match="fewer than 32768 clouds"):
+        morton_keys(points, off, points, off)

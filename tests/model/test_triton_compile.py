@@ -1,0 +1,27 @@
+"""Test of bench/triton_compile_check.py: the Triton kernels of pointgeope/model/ops pass the real compiler
+for sm_90 (no GPU needed), without a fused multiply-add, which the interpreter-run tests cannot check."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton.backends.nvidia", reason="this Triton has no NVIDIA backend")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_kernels_compile_for_sm90_with_one_rounding_per_operation():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "triton_compile_check.py"), "--quick"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    kernels = json.loads(proc.stdout)["kernels"]
+    assert sorted(kernels) == ["fps_pruned_sm90", "fps_stream_sm90", "knn_k16_sm90"]
+    assert all(k["ok"] and k["fma_f32"] == 0 for k in kernels.values())

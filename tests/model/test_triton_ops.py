@@ -1,0 +1,224 @@
+"""Tests of pointgeope/model/ops/triton_knn.py and triton_fps.py against independent exact references
+(numpy brute force sorted by ``(dist2, row)``, a numpy FPS), the CPU backends and the torch FPS.
+
+Without CUDA the kernels run on CPU tensors in Triton's interpreter (``tests/conftest.py`` sets
+``TRITON_INTERPRET=1`` before Triton is imported); with CUDA they run compiled on the GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from pointgeope.model.ops import HierarchySpec, OpsBackends, backends, fps, knn  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu" and not backends.interpreted():
+    pytest.skip("no CUDA and TRITON_INTERPRET is not set: the Triton kernels cannot run", allow_module_level=True)
+
+
+def _packed(clouds: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    points = torch.from_numpy(np.concatenate(clouds).astype(np.float32)).to(DEVICE)
+    return points, torch.tensor([len(c) for c in clouds], device=DEVICE).cumsum(0)
+
+
+def _random(n: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.random((n, 3)) * np.array([4.0, 3.0, 2.5])
+
+
+def _grid(n: int, rng: np.random.Generator) -> np.ndarray:
+    """Integer points in a 6^3 grid, with repeats: exact ties and duplicates everywhere."""
+    return rng.integers(0, 6, size=(n, 3)).astype(np.float64)
+
+
+def _reference_knn(query: torch.Tensor, support: torch.Tensor, k: int, q_off, s_off):
+    """Brute force from the definition: float32 ``((dx^2 + dy^2) + dz^2)``, rows ordered by (dist2, global
+    row) with numpy's lexsort, clouds of n < k points repeated cyclically."""
+    q, s = query.cpu().numpy(), support.cpu().numpy()
+    idx_rows, d_rows, q0, s0 = [], [], 0, 0
+    for q1, s1 in zip(q_off.tolist(), s_off.tolist()):
+        diff = q[q0:q1, None, :] - s[None, s0:s1, :]
+        d2 = (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
+        rows = np.broadcast_to(np.arange(s0, s1), d2.shape)
+        order = np.lexsort((rows, d2), axis=1)[:, np.arange(k) % (s1 - s0)]
+        idx_rows.append(np.take_along_axis(rows, order, 1))
+        d_rows.append(np.take_along_axis(d2, order, 1))
+        q0, s0 = q1, s1
+    return np.concatenate(idx_rows), np.concatenate(d_rows)
+
+
+def _assert_exact_knn(query, support, k, q_off, s_off):
+    idx, dist2 = knn(query, support, k, q_off, s_off, backend="triton")
+    want_idx, want_d = _reference_knn(query, support, k, q_off, s_off)
+    assert idx.dtype == torch.long and dist2.dtype == query.dtype and idx.shape == (query.shape[0], k)
+    np.testing.assert_array_equal(idx.cpu().numpy(), want_idx)
+    np.testing.assert_array_equal(dist2.cpu().numpy(), want_d)
+    return idx, dist2
+
+
+def test_knn_equals_the_exact_reference_on_ragged_batches_down_and_up():
+    """Unequal clouds (1, 2, 3 points among them, so k > n), query != support in both directions."""
+    rng = np.random.default_rng(0)
+    fine = [_random(n, rng) for n in (300, 1, 3, 100, 2)]
+    coarse = [_random(n, rng) for n in (75, 1, 2, 25, 1)]
+    f, f_off = _packed(fine)
+    c, c_off = _packed(coarse)
+    _assert_exact_knn(c, f, 16, c_off, f_off)          # transition down: coarse queries, fine support
+    _assert_exact_knn(f, c, 3, f_off, c_off)           # 3-NN up: fine queries, coarse support
+
+
+def test_knn_breaks_exact_ties_and_duplicates_by_the_smaller_row():
+    rng = np.random.default_rng(1)
+    same = np.full((40, 3), 1.25)                      # one point 40 times: every distance ties
+    far = np.concatenate([_random(100, rng), _random(100, rng) + 1000.0])   # two clusters far apart
+    points, off = _packed([_grid(300, rng), same, far, _grid(3, rng)])
+    idx, dist2 = _assert_exact_knn(points, points, 8, off, off)
+    assert torch.equal(idx[300:340].cpu(), torch.arange(300, 308).expand(40, 8))  # the 8 smallest rows, in order
+    assert torch.all(dist2[:, 0] == 0)
+
+
+def test_knn_is_deterministic_and_agrees_with_the_cpu_backends_without_ties():
+    rng = np.random.default_rng(2)
+    points, off = _packed([_random(200, rng), _random(80, rng)])
+    a = knn(points, points, 16, off, off, backend="triton")
+    b = knn(points, points, 16, off, off, backend="triton")
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    for name in [n for n in ("pykdtree", "scipy", "torch") if backends.available(n)]:
+        assert torch.equal(knn(points.cpu(), points.cpu(), 16, off.cpu(), off.cpu(), backend=name)[0], a[0].cpu()), name
+
+
+def test_knn_is_exact_with_small_blocks_where_the_box_scan_does_the_work(monkeypatch):
+    """Blocks of 8 points and a window of one block, so that the clouds span many blocks and the box scan
+    (chunks, skips, merges after the window) does the work: the result is still the definition's."""
+    from pointgeope.model.ops import triton_knn
+
+    for name, value in dict(BLOCK_Q=16, BLOCK_S=8, WINDOW=1, CHUNK=4).items():
+        monkeypatch.setattr(triton_knn, name, value)
+    rng = np.random.default_rng(7)
+    fine, f_off = _packed([_random(64, rng), _grid(40, rng), _random(2, rng)])
+    coarse, c_off = _packed([_random(16, rng), _grid(10, rng), _random(1, rng)])
+    _assert_exact_knn(fine, fine, 8, f_off, f_off)
+    _assert_exact_knn(coarse, fine, 16, c_off, f_off)
+    # a tie on a box's boundary: x = 8 has rows 7 and 9 at distance 1; its window is the block 8..15,
+    # and the block 0..7, whose box is exactly at the k-th distance, must still be visited
+    line, off = _packed([np.column_stack([np.arange(32.0), np.zeros(32), np.zeros(32)])])
+    query = torch.tensor([[8.0, 0.0, 0.0]], device=DEVICE)
+    idx, _ = _assert_exact_knn(query, line, 2, torch.tensor([1], device=DEVICE), off)
+    assert idx.tolist() == [[8, 7]]
+
+
+def _reference_fps(cloud: np.ndarray, m: int) -> list[int]:
+    """FPS from the first point in float32 numpy, ``np.argmax`` (first maximum) for ties."""
+    dist = np.full(len(cloud), np.inf, dtype=np.float32)
+    chosen = [0]
+    for _ in range(1, m):
+        diff = cloud - cloud[chosen[-1]]
+        dist = np.minimum(dist, (diff[:, 0] * diff[:, 0] + diff[:, 1] * diff[:, 1]) + diff[:, 2] * diff[:, 2])
+        chosen.append(int(np.argmax(dist)))
+    return chosen
+
+
+def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_clouds():
+    """Both kernels (the default ``pruned`` one through ``fps``, and ``stream``), from the definition."""
+    from pointgeope.model.ops.triton_fps import fps_triton
+
+    rng = np.random.default_rng(3)
+    same = np.full((9, 3), -2.0)                       # all duplicates: every step ties at distance 0
+    clouds = [_random(200, rng), _grid(120, rng), np.array([[0.5, 0.5, 0.5]]), _random(2, rng), _random(3, rng), same]
+    points, off = _packed(clouds)
+    idx, new_off = fps(points, off, 4, backend="triton")
+    idx = idx.cpu()
+    assert new_off.tolist() == np.cumsum([50, 30, 1, 1, 1, 2]).tolist()
+    start, lo = 0, 0
+    for cloud, hi in zip(clouds, new_off.tolist()):
+        assert (idx[lo:hi] - start).tolist() == _reference_fps(cloud.astype(np.float32), hi - lo)
+        start, lo = start + len(cloud), hi
+    assert idx[-2:].tolist() == [start - 9, start - 9]  # ties at 0 go to the smallest index: the first point
+    assert torch.equal(idx, fps(points, off, 4, backend="torch")[0].cpu())
+    assert torch.equal(idx, fps(points, off, 4, backend="triton")[0].cpu())   # deterministic
+    sizes, kept = [len(c) for c in clouds], [50, 30, 1, 1, 1, 2]
+    assert torch.equal(idx, fps_triton(points, sizes, kept, method="stream").cpu())
+
+
+def test_both_fps_kernels_are_exact_with_many_small_blocks_and_chunks(monkeypatch):
+    """Pruned: blocks of 8 points updated 2 at a time (several groups a step); stream: chunks of 32 points
+    (ties between chunks of the integer grid go to the earlier chunk)."""
+    from pointgeope.model.ops import triton_fps
+
+    monkeypatch.setattr(triton_fps, "BLOCK_P", 8)
+    monkeypatch.setattr(triton_fps, "GROUP", 2)
+    monkeypatch.setattr(triton_fps, "STREAM_BLOCK", 32)
+    rng = np.random.default_rng(8)
+    clouds = [_random(120, rng), _grid(80, rng)]
+    points, _ = _packed(clouds)
+    want = _reference_fps(clouds[0].astype(np.float32), 30) + [120 + j for j in _reference_fps(clouds[1].astype(np.float32), 20)]
+    for method in ("pruned", "stream"):
+        assert triton_fps.fps_triton(points, [120, 80], [30, 20], method=method).cpu().tolist() == want, method
+
+
+def test_the_hierarchy_with_triton_backends_equals_the_one_with_cpu_backends():
+    """PTv1's stage layout at a small size: same FPS samples as the torch FPS, the same neighbour sets
+    as pykdtree (or the torch kNN) in every stage, transition and 3-NN, the same 3-NN distances."""
+    rng = np.random.default_rng(4)
+    coord, offset = _packed([_random(256, rng), _random(80, rng)])
+    cpu_knn = "pykdtree" if backends.available("pykdtree") else "torch"
+    strides, neighbours = (1, 4, 4), (8, 16, 16)
+    got = HierarchySpec(strides, neighbours, OpsBackends(knn="triton", fps="triton"))(coord, offset)
+    want = HierarchySpec(strides, neighbours, OpsBackends(knn=cpu_knn, fps="torch"))(coord.cpu(), offset.cpu())
+    got = got.to("cpu")
+    for g, w in zip(got.samples + got.offsets, want.samples + want.offsets):
+        assert (g is None and w is None) or torch.equal(g, w)
+    for g, w in zip(got.down[1:] + got.neighbours + got.up, want.down[1:] + want.neighbours + want.up):
+        assert torch.equal(g.sort(1).values, w.sort(1).values)
+    for g, w in zip(got.up_dist2, want.up_dist2):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-7)
+
+
+def test_triton_on_cpu_tensors_without_the_interpreter_is_refused(monkeypatch):
+    points, off = _packed([_random(10, np.random.default_rng(5))])
+    points, off = points.cpu(), off.cpu()
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match="runs on CUDA tensors .*TRITON_INTERPRET=1"):
+        knn(points, points, 3, off, off, backend="triton")
+    with pytest.raises(ValueError, match="fps backend 'triton' runs on CUDA tensors"):
+        fps(points, off, 2, backend="triton")
+
+
+def test_cuda_defaults_to_the_triton_kernels_and_info_names_them(capsys):
+    from pointgeope.info import print_info
+
+    cuda = torch.device("cuda")                        # a device name only: nothing runs on it
+    assert backends.knn_backend(cuda) == backends.fps_backend(cuda) == "triton"
+    assert backends.summary(cuda) == "cuda: knn=triton, fps=triton, interpolation=3-NN via knn=triton"
+    print_info()
+    assert "; cuda: knn=triton, fps=triton, interpolation=3-NN via knn=triton" in capsys.readouterr().out
+    assert backends.knn_backend(torch.device("cpu")) != "triton" and backends.fps_backend(torch.device("cpu")) != "triton"
+
+
+def _exact_rows(query: torch.Tensor, support: torch.Tensor, k: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The definition for some query rows of one cloud, in eager torch (one rounding per operation): the
+    k smallest keys ``bits(d2) << 32 | row``, sorted."""
+    diff = query[rows, None, :] - support[None, :, :]
+    d2 = (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
+    key = (d2.view(torch.int32).long() << 32) | torch.arange(support.shape[0], device=d2.device)
+    key = key.sort(1).values[:, :k]
+    return key & 0xFFFFFFFF, (key >> 32).int().view(torch.float32)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="full-size clouds need the compiled kernels (the interpreter is too slow)")
+def test_cuda_compiled_kernels_at_full_size_equal_the_definition():
+    """One synthetic 40k-point cloud, as the network's first stages see it: FPS equal to the torch backend,
+    kNN (k = 8 and 16, and 3-NN up) equal to the definition on 1,500 sampled query rows."""
+    rng = np.random.default_rng(6)
+    coord, offset = _packed([np.round(_random(40_000, rng) / 0.04) * 0.04 + rng.random((40_000, 3)) * 1e-3])
+    sample, sub_off = fps(coord, offset, 4, backend="triton")
+    assert torch.equal(sample, fps(coord, offset, 4, backend="torch")[0])
+    sub = coord[sample]
+    rows = torch.from_numpy(rng.choice(40_000, 1_500, replace=False)).to(DEVICE)
+    for query, support, k, q_off, s_off in [(coord, coord, 8, offset, offset), (sub, coord, 16, sub_off, offset),
+                                            (coord, sub, 3, offset, sub_off)]:
+        idx, dist2 = knn(query, support, k, q_off, s_off, backend="triton")
+        rows_q = rows[rows < query.shape[0]]
+        want_idx, want_d = _exact_rows(query, support, k, rows_q)
+        assert torch.equal(idx[rows_q], want_idx) and torch.equal(dist2[rows_q], want_d)
