@@ -34,11 +34,12 @@ import sys
 import time
 import zlib
 from pathlib import Path
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
 import torch
-from torch_geometric.data import Batch, Data
+from torch_geometric.data import Data
 
 from pointgeope.atomic import writable_folder
 from pointgeope.constants import CLASS_NAMES
@@ -48,11 +49,16 @@ from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragm
 from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed
 from pointgeope.engine.config import Config, TTAConfig
+from pointgeope.engine.prefetch import Prefetch
 from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
 from pointgeope.lock import folder_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
+from pointgeope.model.ops.hierarchy import PointHierarchy
+
+CPU_BATCH_POINTS = 400_000      # eval.batch_points: null on the CPU
+CUDA_BATCH_POINTS = 1_600_000    # eval.batch_points: null on an accelerator (halved while it does not fit)
 
 
 # --- test-time views -----------------------------------------------------------------------------------
@@ -91,42 +97,157 @@ class RoomVotes(NamedTuple):
     filled: int
 
 
-class _Batcher:
-    """Stacks pieces into forwards of at most ``batch_points`` points and adds their scores to the room."""
+class _PieceBatch(NamedTuple):
+    """Pieces stacked for one forward: the room ``index`` of each piece, ``pos (M, 3)``, ``x (M, in)``,
+    ``offset (B,)`` cumulative sizes, and their ``hierarchy`` when it was built beside the forward."""
+
+    index: list[np.ndarray]
+    pos: torch.Tensor
+    x: torch.Tensor
+    offset: torch.Tensor
+    hierarchy: PointHierarchy | None
+
+
+def _stack(pieces: list[tuple[np.ndarray, Data]], spec, pin: bool) -> _PieceBatch:
+    """One batch of ``pieces`` (its hierarchy by ``spec`` unless None; pinned for the copy with ``pin``)."""
+    pos = torch.cat([data.pos for _, data in pieces])
+    x = torch.cat([data.x for _, data in pieces])
+    offset = torch.from_numpy(np.cumsum([index.shape[0] for index, _ in pieces]))
+    hierarchy = spec(pos, offset) if spec is not None else None
+    if pin:
+        pos, x = pos.pin_memory(), x.pin_memory()
+    return _PieceBatch([index for index, _ in pieces], pos, x, offset, hierarchy)
+
+
+def _split(batch: _PieceBatch, limit: int) -> list[_PieceBatch]:
+    """``batch`` as consecutive batches of at most ``limit`` points (at least one piece each; a split
+    batch drops its hierarchy, which the model then builds)."""
+    sizes = [index.shape[0] for index in batch.index]
+    if sum(sizes) <= limit:
+        return [batch]
+    out, first, rows = [], 0, 0
+    for k in range(1, len(sizes) + 1):
+        if k == len(sizes) or sum(sizes[first:k + 1]) > limit:
+            end = rows + sum(sizes[first:k])
+            offset = torch.from_numpy(np.cumsum(sizes[first:k]))
+            out.append(_PieceBatch(batch.index[first:k], batch.pos[rows:end], batch.x[rows:end], offset, None))
+            first, rows = k, end
+    return out
+
+
+class _Layout:
+    """What the producer of a room's batches tells the caller: fragments per view, the first view's voxels."""
+
+    def __init__(self):
+        self.counts: list[int] = []
+        self.first = None   # VoxelGroups of the first view
+
+
+def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, batch_points: int, spec,
+                  pin: bool, layout: _Layout, show_progress: bool) -> Iterator[_PieceBatch]:
+    """The pieces of every view of the room (module docstring), stacked in their order into batches of at
+    most ``batch_points`` points (a piece over it alone); fills ``layout``."""
+    to_data = ToData(height=cfg.data.height, color=cfg.data.color)
+    pending: list[tuple[np.ndarray, Data]] = []
+    points = 0
+    for v, (scale, flip, angle) in enumerate(tta_views(cfg.eval.tta)):
+        rng = np.random.default_rng([seed, v])
+        room = room_sample(view_coord(np.asarray(coord, dtype=np.float32), scale, flip, angle), color,
+                           height=cfg.data.height)
+        fragments = voxel_fragments(room["coord"], cfg.data.grid_size, rng)
+        if layout.first is None:
+            layout.first = fragments.groups
+        layout.counts.append(len(fragments))
+        used = len(fragments) if cfg.eval.max_fragments is None else min(len(fragments), cfg.eval.max_fragments)
+        pieces = room_pieces(room, fragments, cfg.data.voxel_max, rng, max_fragments=used)
+        for index, piece in progress(pieces, show_progress, desc=f"view {v + 1} fragments"):
+            if pending and points + index.shape[0] > batch_points:
+                yield _stack(pending, spec, pin)
+                pending, points = [], 0
+            pending.append((index, to_data(piece)))
+            points += index.shape[0]
+    if pending:
+        yield _stack(pending, spec, pin)
+
+
+class _Votes:
+    """Runs the forward of each batch and adds its scores to the room's sums.
+
+    On CUDA the scores come back to the host asynchronously and are added once the next batch's forward
+    is queued, so the GPU does not wait for the host's additions. A batch that does not fit in GPU memory
+    is split in halves, and later batches are cut to the size that fitted (the same predictions: pieces
+    are independent of each other in a batch)."""
 
     def __init__(self, model, scores: np.ndarray, votes: np.ndarray, cfg: Config, device: torch.device):
         self.model, self.scores, self.votes, self.device, self.cfg = model, scores, votes, device, cfg
-        self.batch_points, self.softmax = cfg.eval.batch_points, cfg.eval.vote == "softmax"
-        self.pending: list[tuple[np.ndarray, Data]] = []   # (room indices, sample) waiting for a forward
-        self.points = 0
+        self.softmax, self.limit = cfg.eval.vote == "softmax", None
+        self.waiting = None   # (piece indices, host scores, CUDA event) not yet added
 
-    def add(self, index: np.ndarray, sample: Data) -> None:
-        if self.pending and self.points + index.shape[0] > self.batch_points:
-            self.flush()
-        self.pending.append((index, sample))
-        self.points += index.shape[0]
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        batch = Batch.from_data_list([sample for _, sample in self.pending]).to(self.device)
+    def _forward(self, batch: _PieceBatch) -> torch.Tensor:
+        copy = self.device.type == "cuda"
+        pos, x, offset = (t.to(self.device, non_blocking=copy) for t in (batch.pos, batch.x, batch.offset))
+        given = {} if batch.hierarchy is None else {"hierarchy": batch.hierarchy.to(self.device)}
         with build.autocast(self.cfg, self.device):
-            logits = self.model(batch.pos, batch.x, batch.ptr[1:]).float()
-        p = (torch.softmax(logits, dim=1) if self.softmax else logits).cpu().numpy()
-        start = 0
-        for index, _ in self.pending:
+            logits = self.model(pos, x, offset, **given).float()
+        return torch.softmax(logits, dim=1) if self.softmax else logits
+
+    def add(self, batch: _PieceBatch) -> None:
+        for part in _split(batch, self.limit) if self.limit else [batch]:
+            try:
+                p = self._forward(part)
+            except torch.cuda.OutOfMemoryError:
+                if len(part.index) == 1:
+                    raise
+                torch.cuda.empty_cache()
+                self.limit = int(part.offset[-1]) // 2
+                self.add(part)
+                continue
+            host = p.to("cpu", non_blocking=True)
+            event = None
+            if self.device.type == "cuda":
+                event = torch.cuda.Event()
+                event.record()
+            self.finish()
+            self.waiting = (part.index, host, event)
+
+    def finish(self) -> None:
+        """Add the scores of the last batch run."""
+        if self.waiting is None:
+            return
+        indices, host, event = self.waiting
+        self.waiting = None
+        if event is not None:
+            event.synchronize()
+        p, start = host.numpy(), 0
+        for index in indices:
             # A piece holds each index once (one point per voxel), so += is an exact scatter.
             self.scores[index] += p[start:start + index.shape[0]]
             self.votes[index] += 1
             start += index.shape[0]
-        self.pending.clear()
-        self.points = 0
+
+
+def batch_points(cfg: Config, device: torch.device) -> int:
+    """``eval.batch_points``, or when it is None the device's default: :data:`CPU_BATCH_POINTS` on the
+    CPU, :data:`CUDA_BATCH_POINTS` on an accelerator (halved while a batch does not fit, ``_Votes``)."""
+    if cfg.eval.batch_points is not None:
+        return cfg.eval.batch_points
+    return CPU_BATCH_POINTS if device.type == "cpu" else CUDA_BATCH_POINTS
+
+
+def beside_hierarchy(model, device: torch.device):
+    """The hierarchy builder of ``model`` that the producer thread runs beside the forward (on the CPU,
+    where the CPU libraries build it in any case: ``bench/bench_evaluate.py --published`` measured this
+    faster than in the model), or None: the model builds it on the device (the kernels of the device)."""
+    return getattr(model, "hierarchy_spec", None) if device.type == "cpu" else None
 
 
 @torch.inference_mode()
 def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg: Config,
               device: torch.device, seed: int = 0, show_progress: bool = False) -> RoomVotes:
     """Summed scores and prediction counts of one room (see the module docstring).
+
+    A background thread (:class:`~pointgeope.engine.prefetch.Prefetch`) cuts the room into pieces and
+    stacks them into batches while the previous batch runs, so the device never waits for them.
 
     Args:
         model: the segmentation network (in eval mode), ``model(coord, feat, offset) -> (M, C)`` logits.
@@ -138,23 +259,15 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
     n = coord.shape[0]
     scores = np.zeros((n, cfg.model.num_classes), dtype=np.float32)
     votes = np.zeros(n, dtype=np.int32)
-    batcher = _Batcher(model, scores, votes, cfg, device)
-    to_data = ToData(height=cfg.data.height, color=cfg.data.color)
-    counts, first = [], None
-    for v, (scale, flip, angle) in enumerate(tta_views(cfg.eval.tta)):
-        rng = np.random.default_rng([seed, v])
-        room = room_sample(view_coord(np.asarray(coord, dtype=np.float32), scale, flip, angle), color,
-                           height=cfg.data.height)
-        fragments = voxel_fragments(room["coord"], cfg.data.grid_size, rng)
-        first = first or fragments
-        counts.append(len(fragments))
-        used = len(fragments) if cfg.eval.max_fragments is None else min(len(fragments), cfg.eval.max_fragments)
-        pieces = room_pieces(room, fragments, cfg.data.voxel_max, rng, max_fragments=used)
-        for index, piece in progress(pieces, show_progress, desc=f"view {v + 1} fragments"):
-            batcher.add(index, to_data(piece))
-    batcher.flush()
-    filled = fill_from_voxels(first.groups, scores, votes)
-    return RoomVotes(scores, votes, counts, filled)
+    sink, layout = _Votes(model, scores, votes, cfg, device), _Layout()
+    batches = _room_batches(coord, color, cfg, seed, batch_points(cfg, device), beside_hierarchy(model, device),
+                            device.type == "cuda", layout, show_progress)
+    with Prefetch(batches, depth=2, name="vote_room batches") as ready:
+        for batch in ready:
+            sink.add(batch)
+    sink.finish()
+    filled = fill_from_voxels(layout.first, scores, votes)
+    return RoomVotes(scores, votes, layout.counts, filled)
 
 
 def room_seed(seed: int, room: str) -> int:
