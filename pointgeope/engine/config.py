@@ -52,6 +52,9 @@ class DataConfig:
     height: bool = False                    # append the normalised height to the features (7 channels)
     color: bool = True                      # rgb features; false: geometry only, [xyz] (3 channels)
     cache: bool = False                     # each loader worker keeps the rooms it read in memory
+    hierarchy: Literal["auto", "device", "loader"] = "auto"  # where a training batch's point hierarchy is
+    #                                         built: in the loader's CPU workers or by the model on the device;
+    #                                         auto: device on CUDA with the Triton kernels, else loader
 
 
 @dataclass
