@@ -227,8 +227,10 @@ def published_case(args) -> dict:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cfg = load_config(REPO / args.config, args.set)
-    if args.hierarchy == "in-model":               # the new path only: the model builds it, not the thread
-        evaluate.beside_hierarchy = lambda model, device: None
+    if args.variant != "auto":                      # the new path only: force one way (see --variants)
+        evaluate.pipelined = lambda device: args.variant != "inline"
+        beside = args.variant == "thread"
+        evaluate.beside_hierarchy = lambda model, device: model.hierarchy_spec if beside and device.type == "cpu" else None
     model = build.model(cfg).to(device).eval()
     coord, color = synth_room(args.size)
     rows = []
@@ -247,7 +249,7 @@ def published_case(args) -> dict:
            "predictions": int(result.votes.sum()), "seconds_per_room": round(seconds, 3), "seconds_all": rows,
            "points_per_s": round(n / seconds), "predictions_per_s": round(int(result.votes.sum()) / seconds),
            "batch_points": cfg.eval.batch_points, "device": str(device), "threads": torch.get_num_threads(),
-           "hierarchy": args.hierarchy, "config": args.config, "set": args.set}
+           "variant": args.variant, "config": args.config, "set": args.set}
     if device.type == "cuda":
         out.update(peak_gpu_mib=round(torch.cuda.max_memory_allocated() / 2**20),
                    gpu=torch.cuda.get_device_name(0))
@@ -261,20 +263,20 @@ def compare(args) -> dict:
     import subprocess
     import sys
 
-    cases = [(path, threads, hierarchy) for threads in args.thread_counts for path in args.compare
-             for hierarchy in (args.hierarchies if path == args.compare[-1] else ["auto"])]
+    cases = [(path, threads, variant) for threads in args.thread_counts for path in args.compare
+             for variant in (args.variants if path == args.compare[-1] else ["auto"])]
     runs: dict[tuple, list[dict]] = {case: [] for case in cases}
     for r in range(args.rounds):
-        for path, threads, hierarchy in cases:
+        for path, threads, variant in cases:
             cmd = [sys.executable, __file__, "--case", "--size", args.size, "--config", args.config, "--device",
-                   args.device, "--threads", str(threads), "--reps", "1", "--hierarchy", hierarchy, "--set", *args.set]
+                   args.device, "--threads", str(threads), "--reps", "1", "--variant", variant, "--set", *args.set]
             env = dict(os.environ, PYTHONPATH=str(path), OMP_NUM_THREADS=str(threads))
             text = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
             row = json.loads(text.strip().splitlines()[-1])
-            runs[(path, threads, hierarchy)].append(row)
-            print(f"round {r + 1}: {path} threads {threads} {hierarchy}: {row['seconds_per_room']} s", flush=True)
+            runs[(path, threads, variant)].append(row)
+            print(f"round {r + 1}: {path} threads {threads} {variant}: {row['seconds_per_room']} s", flush=True)
     rows = []
-    for (path, threads, hierarchy), got in runs.items():
+    for (path, threads, variant), got in runs.items():
         best = min(got, key=lambda row: row["seconds_per_room"])
         base = min(runs[(args.compare[0], threads, "auto")], key=lambda row: row["seconds_per_room"])
         rows.append({**best, "checkout": str(path), "seconds_rounds": [g["seconds_per_room"] for g in got],
@@ -293,9 +295,11 @@ def published_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="cuda" if _cuda() else "cpu")
     g.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     g.add_argument("--thread-counts", type=int, nargs="+", default=[2, 1], help="--compare: threads of each case")
-    g.add_argument("--hierarchies", nargs="+", default=["auto"], choices=("auto", "in-model"),
-                   help="--compare, last checkout: where the CPU hierarchy is built (auto: beside the forward)")
-    g.add_argument("--hierarchy", default="auto", choices=("auto", "in-model"))
+    variants = ("auto", "thread", "thread-in-model", "inline")
+    g.add_argument("--variants", nargs="+", default=["auto"], choices=variants,
+                   help="--compare, last checkout: auto (the code's choice), thread (pieces and CPU hierarchy in the "
+                        "background thread), thread-in-model (pieces there, hierarchy in the model), inline (no thread)")
+    g.add_argument("--variant", default="auto", choices=variants)
     g.add_argument("--reps", type=int, default=1)
     g.add_argument("--rounds", type=int, default=3, help="--compare: interleaved rounds")
     g.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "bench_evaluate_published.json")

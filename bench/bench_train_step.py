@@ -26,6 +26,7 @@ Usage: python bench/bench_train_step.py --out result.json [--device cuda] [--poi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -113,6 +114,49 @@ def point_ops(inputs: dict, spec, device: torch.device, reps: int) -> dict:
     return out
 
 
+HOST_SKIPPED = {"torch": "pure-torch kNN/FPS on the CPU take about a minute / 6 s per 80k cloud (backends.py)",
+                "cluster": "torch-cluster FPS on the CPU takes about 11 s per 80k cloud (backends.py)"}
+
+
+def backend_pairs(device: torch.device) -> list[tuple[str, str]]:
+    """``(fps, knn)`` backends to time on ``device``: each available FPS backend with the device's default
+    kNN and each available kNN backend with its default FPS (the defaults first); on the host without
+    the ones of :data:`HOST_SKIPPED`."""
+    fps0, knn0 = backends.fps_backend(device), backends.knn_backend(device)
+
+    def usable(name: str) -> bool:
+        return backends.available(name) and (device.type != "cpu" or name not in HOST_SKIPPED)
+
+    pairs = [(fps0, knn0)] + [(f, knn0) for f in backends.FPS_BACKENDS if usable(f)]
+    pairs += [(fps0, k) for k in backends.KNN_BACKENDS if usable(k)]
+    return list(dict.fromkeys(pairs))
+
+
+def hierarchy_backends(args, device: torch.device) -> dict:
+    """The hierarchy alone, per backend pair and per batch of ``--hierarchy-clouds`` x ``--points``: on the
+    host (CPU tensors, what a loader worker pays) and, with a GPU, on it (what the model pays in the
+    step); minimum of ``--reps`` wall times after one warm-up call."""
+    spec = PointTransformerSeg().hierarchy_spec
+    places = [torch.device("cpu")] + ([device] if device.type != "cpu" else [])
+    out = {"host_skipped": HOST_SKIPPED, "rows": []}
+    for clouds in args.hierarchy_clouds:
+        coord = torch.cat([synthetic_room(args.points, seed=10 + b) for b in range(clouds)])
+        offset = torch.arange(1, clouds + 1) * args.points
+        for place in places:
+            c, o = coord.to(place), offset.to(place)
+            for fps_name, knn_name in backend_pairs(place):
+                run = dataclasses.replace(spec, backends=backends.OpsBackends(knn=knn_name, fps=fps_name))
+                run(c, o)
+                seconds = min(timed(lambda: run(c, o), place)[0] for _ in range(args.reps))
+                row = {"device": place.type, "clouds": clouds, "points_per_cloud": args.points,
+                       "fps": fps_name, "knn": knn_name, "seconds": round(seconds, 4),
+                       "default": (fps_name, knn_name) == (backends.fps_backend(place), backends.knn_backend(place))}
+                out["rows"].append(row)
+                print(f"hierarchy {clouds} x {args.points} on {place.type}: fps={fps_name} knn={knn_name} "
+                      f"{seconds:.3f} s", flush=True)
+    return out
+
+
 def profile(case: Case, device: torch.device, top: int = 12) -> list[dict]:
     """The ``top`` kernels (CUDA) or operators (CPU) of one given-hierarchy step by self time, in ms."""
     from torch.profiler import ProfilerActivity
@@ -191,6 +235,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--budget", type=float, default=240.0, help="seconds after which no new rep starts")
     parser.add_argument("--profile", action="store_true", help="also the top kernels of one step per preset")
+    parser.add_argument("--hierarchy-clouds", type=int, nargs="*", default=[2, 16],
+                        help="batch sizes (clouds of --points) of the hierarchy-per-backend part (none: skip it)")
     args = parser.parse_args()
     if args.presets[0] != "rpe":
         args.presets = ["rpe"] + [p for p in args.presets if p != "rpe"]
@@ -204,6 +250,9 @@ def main() -> int:
         os.replace(tmp, args.out)
 
     run(args, out, write)
+    if args.hierarchy_clouds:
+        out["hierarchy"] = hierarchy_backends(args, torch.device(args.device))
+        write()
     print(json.dumps(out, indent=1), flush=True)
     return 0
 

@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -234,11 +235,24 @@ def batch_points(cfg: Config, device: torch.device) -> int:
     return CPU_BATCH_POINTS if device.type == "cpu" else CUDA_BATCH_POINTS
 
 
+def pipelined(device: torch.device) -> bool:
+    """Whether a background thread makes the pieces while the forward runs: always beside an accelerator;
+    on the CPU only when torch leaves a core free (its OpenMP threads wait for each other at every
+    parallel region, so a thread that takes one of their cores stalls the forward: measured in
+    ``bench/results/bench_evaluate_cpu_*.json``); otherwise pieces and forwards take turns, as before."""
+    if device.type != "cpu":
+        return True
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return torch.get_num_threads() < cores
+
+
 def beside_hierarchy(model, device: torch.device):
-    """The hierarchy builder of ``model`` that the producer thread runs beside the forward (on the CPU,
-    where the CPU libraries build it in any case: ``bench/bench_evaluate.py --published`` measured this
-    faster than in the model), or None: the model builds it on the device (the kernels of the device)."""
-    return getattr(model, "hierarchy_spec", None) if device.type == "cpu" else None
+    """The hierarchy builder that the background thread runs beside the forward, or None (the model
+    builds it): on the CPU, where the CPU libraries build it in any case, the thread does when there is
+    one (:func:`pipelined`); beside an accelerator the model builds it with the device's kernels."""
+    if device.type != "cpu" or not pipelined(device):
+        return None
+    return getattr(model, "hierarchy_spec", None)
 
 
 @torch.inference_mode()
@@ -247,7 +261,8 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
     """Summed scores and prediction counts of one room (see the module docstring).
 
     A background thread (:class:`~pointgeope.engine.prefetch.Prefetch`) cuts the room into pieces and
-    stacks them into batches while the previous batch runs, so the device never waits for them.
+    stacks them into batches while the previous batch runs, so the device never waits for them
+    (on the CPU when a core is free, :func:`pipelined`).
 
     Args:
         model: the segmentation network (in eval mode), ``model(coord, feat, offset) -> (M, C)`` logits.
@@ -262,7 +277,8 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
     sink, layout = _Votes(model, scores, votes, cfg, device), _Layout()
     batches = _room_batches(coord, color, cfg, seed, batch_points(cfg, device), beside_hierarchy(model, device),
                             device.type == "cuda", layout, show_progress)
-    with Prefetch(batches, depth=2, name="vote_room batches") as ready:
+    ahead = Prefetch(batches, depth=2, name="vote_room batches") if pipelined(device) else contextlib.nullcontext(batches)
+    with ahead as ready:
         for batch in ready:
             sink.add(batch)
     sink.finish()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -195,11 +196,23 @@ def sequential_votes(model, coord, color, cfg, seed):
     return scores, votes
 
 
-def test_pipelined_votes_equal_a_sequential_reference_with_a_real_network():
-    """A small Point Transformer (random weights, eval mode): the batched, prefetched path (hierarchy
-    built beside the forward on the CPU) gives the reference's votes and labels exactly, scores to float
-    tolerance; with crops, two views and capped fragments (so filling runs too)."""
-    from pointgeope.engine import build
+@pytest.mark.parametrize("thread", [True, False], ids=["background-thread", "inline"])
+def test_pipelined_votes_equal_a_sequential_reference_with_a_real_network(monkeypatch, thread):
+    """A small Point Transformer (random weights, eval mode): the batched path, its pieces and their
+    hierarchy made in the background thread (or inline, as on a CPU whose cores torch uses), gives the
+    reference's votes and labels exactly, scores to float tolerance; with crops, two views and capped
+    fragments (so filling runs too)."""
+    from pointgeope.engine import build, evaluate
+
+    monkeypatch.setattr(evaluate, "pipelined", lambda device: thread)
+    made_in = set()
+    spec_of = evaluate.beside_hierarchy
+
+    def beside(model, device):                   # records which thread builds the hierarchy
+        spec = spec_of(model, device)
+        return None if spec is None else (lambda c, o: made_in.add(threading.current_thread().name) or spec(c, o))
+
+    monkeypatch.setattr(evaluate, "beside_hierarchy", beside)
 
     coord, color = room(n=2400, seed=11)
     cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=250", "eval.batch_points=900",
@@ -211,6 +224,7 @@ def test_pipelined_votes_equal_a_sequential_reference_with_a_real_network():
     result = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=3)
     scores, votes = sequential_votes(model, coord, color, cfg, seed=3)
     assert result.filled > 0 and votes.max() > 2
+    assert made_in == ({"vote_room batches"} if thread else set())
     np.testing.assert_array_equal(result.votes, votes)
     np.testing.assert_allclose(result.scores, scores, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(result.scores.argmax(1), scores.argmax(1))
