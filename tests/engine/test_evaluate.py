@@ -228,3 +228,35 @@ def test_pipelined_votes_equal_a_sequential_reference_with_a_real_network(monkey
     np.testing.assert_array_equal(result.votes, votes)
     np.testing.assert_allclose(result.scores, scores, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(result.scores.argmax(1), scores.argmax(1))
+
+
+class SmallMemoryClassifier(ColourClassifier):
+    """ColourClassifier on a device that holds at most ``capacity`` points per forward: more raise the
+    out-of-memory error of CUDA."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+
+    def forward(self, coord, feat, offset):
+        if coord.shape[0] > self.capacity:
+            raise torch.cuda.OutOfMemoryError(f"{coord.shape[0]} points do not fit")
+        return super().forward(coord, feat, offset)
+
+
+def test_a_batch_that_does_not_fit_is_halved_with_the_same_votes():
+    coord, color = room(n=2500, seed=2)
+    cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=300", "eval.batch_points=2000"])
+    roomy = vote_room(ColourClassifier(), coord, color, cfg, torch.device("cpu"), seed=5)
+    small = SmallMemoryClassifier(capacity=700)
+    tight = vote_room(small, coord, color, cfg, torch.device("cpu"), seed=5)
+    np.testing.assert_array_equal(tight.votes, roomy.votes)
+    np.testing.assert_allclose(tight.scores, roomy.scores, atol=1e-6)
+    assert max(small.calls) <= 700 and sum(small.calls) == int(roomy.votes.sum())   # every point predicted once per piece
+
+
+def test_a_piece_alone_that_does_not_fit_is_an_error():
+    coord, color = room(n=800, seed=2)
+    cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=300", "eval.batch_points=2000"])
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        vote_room(SmallMemoryClassifier(capacity=100), coord, color, cfg, torch.device("cpu"), seed=5)
