@@ -18,7 +18,9 @@ summed scores of its voxel (:func:`pointgeope.data.fragments.fill_from_voxels`).
 
 The network never sees more than ``max(voxel_max, batch_points)`` points at once and fragments are made
 one at a time, so peak memory is set by the fragment size plus the ``N x C`` score buffer, not by the
-room (``bench/bench_evaluate.py``).
+room (``bench/bench_evaluate.py``). The pieces of the next batch are cut and stacked by a background
+thread while a batch runs (:func:`pipelined`), their point hierarchy built by the model on the device
+(on the CPU: by that thread); :mod:`pointgeope.engine.vote_batches` runs the batches.
 
 Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (layout in :mod:`pointgeope.h5`),
 then ``RUN/area_K/metrics.json`` with ``"complete": true``.
@@ -51,15 +53,13 @@ from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.prefetch import Prefetch
+from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, stack
 from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
 from pointgeope.lock import folder_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
-from pointgeope.model.ops.hierarchy import PointHierarchy
 
-CPU_BATCH_POINTS = 400_000      # eval.batch_points: null on the CPU
-CUDA_BATCH_POINTS = 1_600_000    # eval.batch_points: null on an accelerator (halved while it does not fit)
 
 
 # --- test-time views -----------------------------------------------------------------------------------
@@ -98,44 +98,6 @@ class RoomVotes(NamedTuple):
     filled: int
 
 
-class _PieceBatch(NamedTuple):
-    """Pieces stacked for one forward: the room ``index`` of each piece, ``pos (M, 3)``, ``x (M, in)``,
-    ``offset (B,)`` cumulative sizes, and their ``hierarchy`` when it was built beside the forward."""
-
-    index: list[np.ndarray]
-    pos: torch.Tensor
-    x: torch.Tensor
-    offset: torch.Tensor
-    hierarchy: PointHierarchy | None
-
-
-def _stack(pieces: list[tuple[np.ndarray, Data]], spec, pin: bool) -> _PieceBatch:
-    """One batch of ``pieces`` (its hierarchy by ``spec`` unless None; pinned for the copy with ``pin``)."""
-    pos = torch.cat([data.pos for _, data in pieces])
-    x = torch.cat([data.x for _, data in pieces])
-    offset = torch.from_numpy(np.cumsum([index.shape[0] for index, _ in pieces]))
-    hierarchy = spec(pos, offset) if spec is not None else None
-    if pin:
-        pos, x = pos.pin_memory(), x.pin_memory()
-    return _PieceBatch([index for index, _ in pieces], pos, x, offset, hierarchy)
-
-
-def _split(batch: _PieceBatch, limit: int) -> list[_PieceBatch]:
-    """``batch`` as consecutive batches of at most ``limit`` points (at least one piece each; a split
-    batch drops its hierarchy, which the model then builds)."""
-    sizes = [index.shape[0] for index in batch.index]
-    if sum(sizes) <= limit:
-        return [batch]
-    out, first, rows = [], 0, 0
-    for k in range(1, len(sizes) + 1):
-        if k == len(sizes) or sum(sizes[first:k + 1]) > limit:
-            end = rows + sum(sizes[first:k])
-            offset = torch.from_numpy(np.cumsum(sizes[first:k]))
-            out.append(_PieceBatch(batch.index[first:k], batch.pos[rows:end], batch.x[rows:end], offset, None))
-            first, rows = k, end
-    return out
-
-
 class _Layout:
     """What the producer of a room's batches tells the caller: fragments per view, the first view's voxels."""
 
@@ -144,10 +106,11 @@ class _Layout:
         self.first = None   # VoxelGroups of the first view
 
 
-def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, batch_points: int, spec,
-                  pin: bool, layout: _Layout, show_progress: bool) -> Iterator[_PieceBatch]:
+def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, limit: int, spec,
+                  pin: bool, layout: _Layout, show_progress: bool) -> Iterator[PieceBatch]:
     """The pieces of every view of the room (module docstring), stacked in their order into batches of at
-    most ``batch_points`` points (a piece over it alone); fills ``layout``."""
+    most ``limit`` points (a piece over it alone), with their hierarchy by ``spec`` unless None; fills
+    ``layout``."""
     to_data = ToData(height=cfg.data.height, color=cfg.data.color)
     pending: list[tuple[np.ndarray, Data]] = []
     points = 0
@@ -162,77 +125,13 @@ def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, 
         used = len(fragments) if cfg.eval.max_fragments is None else min(len(fragments), cfg.eval.max_fragments)
         pieces = room_pieces(room, fragments, cfg.data.voxel_max, rng, max_fragments=used)
         for index, piece in progress(pieces, show_progress, desc=f"view {v + 1} fragments"):
-            if pending and points + index.shape[0] > batch_points:
-                yield _stack(pending, spec, pin)
+            if pending and points + index.shape[0] > limit:
+                yield stack(pending, spec, pin)
                 pending, points = [], 0
             pending.append((index, to_data(piece)))
             points += index.shape[0]
     if pending:
-        yield _stack(pending, spec, pin)
-
-
-class _Votes:
-    """Runs the forward of each batch and adds its scores to the room's sums.
-
-    On CUDA the scores come back to the host asynchronously and are added once the next batch's forward
-    is queued, so the GPU does not wait for the host's additions. A batch that does not fit in GPU memory
-    is split in halves, and later batches are cut to the size that fitted (the same predictions: pieces
-    are independent of each other in a batch)."""
-
-    def __init__(self, model, scores: np.ndarray, votes: np.ndarray, cfg: Config, device: torch.device):
-        self.model, self.scores, self.votes, self.device, self.cfg = model, scores, votes, device, cfg
-        self.softmax, self.limit = cfg.eval.vote == "softmax", None
-        self.waiting = None   # (piece indices, host scores, CUDA event) not yet added
-
-    def _forward(self, batch: _PieceBatch) -> torch.Tensor:
-        copy = self.device.type == "cuda"
-        pos, x, offset = (t.to(self.device, non_blocking=copy) for t in (batch.pos, batch.x, batch.offset))
-        given = {} if batch.hierarchy is None else {"hierarchy": batch.hierarchy.to(self.device)}
-        with build.autocast(self.cfg, self.device):
-            logits = self.model(pos, x, offset, **given).float()
-        return torch.softmax(logits, dim=1) if self.softmax else logits
-
-    def add(self, batch: _PieceBatch) -> None:
-        for part in _split(batch, self.limit) if self.limit else [batch]:
-            try:
-                p = self._forward(part)
-            except torch.cuda.OutOfMemoryError:
-                if len(part.index) == 1:
-                    raise
-                torch.cuda.empty_cache()
-                self.limit = int(part.offset[-1]) // 2
-                self.add(part)
-                continue
-            host = p.to("cpu", non_blocking=True)
-            event = None
-            if self.device.type == "cuda":
-                event = torch.cuda.Event()
-                event.record()
-            self.finish()
-            self.waiting = (part.index, host, event)
-
-    def finish(self) -> None:
-        """Add the scores of the last batch run."""
-        if self.waiting is None:
-            return
-        indices, host, event = self.waiting
-        self.waiting = None
-        if event is not None:
-            event.synchronize()
-        p, start = host.numpy(), 0
-        for index in indices:
-            # A piece holds each index once (one point per voxel), so += is an exact scatter.
-            self.scores[index] += p[start:start + index.shape[0]]
-            self.votes[index] += 1
-            start += index.shape[0]
-
-
-def batch_points(cfg: Config, device: torch.device) -> int:
-    """``eval.batch_points``, or when it is None the device's default: :data:`CPU_BATCH_POINTS` on the
-    CPU, :data:`CUDA_BATCH_POINTS` on an accelerator (halved while a batch does not fit, ``_Votes``)."""
-    if cfg.eval.batch_points is not None:
-        return cfg.eval.batch_points
-    return CPU_BATCH_POINTS if device.type == "cpu" else CUDA_BATCH_POINTS
+        yield stack(pending, spec, pin)
 
 
 def pipelined(device: torch.device) -> bool:
@@ -274,7 +173,7 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
     n = coord.shape[0]
     scores = np.zeros((n, cfg.model.num_classes), dtype=np.float32)
     votes = np.zeros(n, dtype=np.int32)
-    sink, layout = _Votes(model, scores, votes, cfg, device), _Layout()
+    sink, layout = VoteSink(model, scores, votes, cfg, device), _Layout()
     batches = _room_batches(coord, color, cfg, seed, batch_points(cfg, device), beside_hierarchy(model, device),
                             device.type == "cuda", layout, show_progress)
     ahead = Prefetch(batches, depth=2, name="vote_room batches") if pipelined(device) else contextlib.nullcontext(batches)
