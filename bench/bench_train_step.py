@@ -17,11 +17,18 @@ state exist by then; on the CPU: none, see ``bench_model.py``). Point ops, timed
     share_in_model   (in-model - given) / in-model step time: the share of point ops in the in-model step
     fps_torch_s      the pure-torch FPS of one cloud (one Python step per sample) on the device, for reference
 
+The hierarchy alone per backend (``--hierarchy-clouds``, default 2 and 16 clouds of ``--points``): every
+available FPS backend with the device's default kNN and every kNN backend with its default FPS, on the
+host (CPU tensors) and on ``--device``; rows ``{device, clouds, fps, knn, seconds, default}``. What a
+loader worker pays per sample (``--loader-samples N``, ``--loader-only`` for that part alone): block
+building and the sample's hierarchy, one ``synth --size bench`` room in memory.
+
 If a size does not fit in memory it halves ``--points`` and retries. Writes JSON to ``--out`` after every
 preset, so a run cut short keeps what it measured.
 
 Usage: python bench/bench_train_step.py --out result.json [--device cuda] [--points 80000] [--clouds 2]
        [--amp bf16] [--presets rpe geope lingeope] [--reps 3] [--warmup 2] [--budget 240] [--profile]
+       [--hierarchy-clouds 2 16] [--loader-samples N [--loader-only]]
 """
 from __future__ import annotations
 
@@ -116,6 +123,7 @@ def point_ops(inputs: dict, spec, device: torch.device, reps: int) -> dict:
 
 HOST_SKIPPED = {"torch": "pure-torch kNN/FPS on the CPU take about a minute / 6 s per 80k cloud (backends.py)",
                 "cluster": "torch-cluster FPS on the CPU takes about 11 s per 80k cloud (backends.py)"}
+FPS_SKIPPED = {"torch": "the pure-torch FPS, one Python step per sample, is point_ops.fps_torch_s (one cloud)"}
 
 
 SLOW_S = 3.0   # a backend pair whose first call takes longer is timed once (that call)
@@ -124,24 +132,24 @@ SLOW_S = 3.0   # a backend pair whose first call takes longer is timed once (tha
 def backend_pairs(device: torch.device) -> list[tuple[str, str]]:
     """``(fps, knn)`` backends to time on ``device``: each available FPS backend with the device's default
     kNN and each available kNN backend with its default FPS (the defaults first); on the host without
-    the ones of :data:`HOST_SKIPPED`."""
+    the ones of :data:`HOST_SKIPPED`; never the FPS of :data:`FPS_SKIPPED` (unless the default)."""
     fps0, knn0 = backends.fps_backend(device), backends.knn_backend(device)
 
     def usable(name: str) -> bool:
         return backends.available(name) and (device.type != "cpu" or name not in HOST_SKIPPED)
 
-    pairs = [(fps0, knn0)] + [(f, knn0) for f in backends.FPS_BACKENDS if usable(f)]
+    pairs = [(fps0, knn0)] + [(f, knn0) for f in backends.FPS_BACKENDS if usable(f) and f not in FPS_SKIPPED]
     pairs += [(fps0, k) for k in backends.KNN_BACKENDS if usable(k)]
     return list(dict.fromkeys(pairs))
 
 
-def hierarchy_backends(args, device: torch.device) -> dict:
+def hierarchy_backends(args, device: torch.device, out: dict, write) -> dict:
     """The hierarchy alone, per backend pair and per batch of ``--hierarchy-clouds`` x ``--points``: on the
     host (CPU tensors, what a loader worker pays) and, with a GPU, on it (what the model pays in the
     step); minimum of ``--reps`` wall times after one warm-up call."""
     spec = PointTransformerSeg().hierarchy_spec
     places = [torch.device("cpu")] + ([device] if device.type != "cpu" else [])
-    out = {"host_skipped": HOST_SKIPPED, "rows": []}
+    out.update(host_skipped=HOST_SKIPPED, fps_skipped=FPS_SKIPPED, rows=[])
     for clouds in args.hierarchy_clouds:
         coord = torch.cat([synthetic_room(args.points, seed=10 + b) for b in range(clouds)])
         offset = torch.arange(1, clouds + 1) * args.points
@@ -156,6 +164,7 @@ def hierarchy_backends(args, device: torch.device) -> dict:
                        "fps": fps_name, "knn": knn_name, "seconds": round(seconds, 4), "reps": max(reps, 1),
                        "default": (fps_name, knn_name) == (backends.fps_backend(place), backends.knn_backend(place))}
                 out["rows"].append(row)
+                write()                                       # a run cut short keeps the rows measured
                 print(f"hierarchy {clouds} x {args.points} on {place.type}: fps={fps_name} knn={knn_name} "
                       f"{seconds:.3f} s", flush=True)
     return out
@@ -298,8 +307,8 @@ def main() -> int:
         return 0
     run(args, out, write)
     if args.hierarchy_clouds:
-        out["hierarchy"] = hierarchy_backends(args, torch.device(args.device))
-        write()
+        out["hierarchy"] = {}
+        hierarchy_backends(args, torch.device(args.device), out["hierarchy"], write)
     print(json.dumps(out, indent=1), flush=True)
     return 0
 
