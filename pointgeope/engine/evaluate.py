@@ -137,8 +137,10 @@ def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, 
 def pipelined(device: torch.device) -> bool:
     """Whether a background thread makes the pieces while the forward runs: always beside an accelerator;
     on the CPU only when torch leaves a core free (its OpenMP threads wait for each other at every
-    parallel region, so a thread that takes one of their cores stalls the forward: measured in
-    ``bench/results/bench_evaluate_cpu_*.json``); otherwise pieces and forwards take turns, as before."""
+    parallel region, so a thread that takes one of their cores can stall the forward); otherwise pieces
+    and forwards take turns, as before. ``bench/results/bench_evaluate_cpu_*.json``: at 1 thread on 2
+    cores the thread ran the bench room's test in 0.67x the time; at 2 threads the variants were within
+    the noise of a shared machine."""
     if device.type != "cpu":
         return True
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
