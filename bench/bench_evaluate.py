@@ -194,6 +194,126 @@ def memory_part(args) -> list[dict]:
     return rows
 
 
+# --- the published test of one room (--published) ----------------------------------------------------------
+
+def synth_room(size: str = "bench", area: int = 5, index: int = 0):
+    """``coord`` float32 (metres) and ``color`` uint8 of the room that ``pointgeope synth --size SIZE``
+    writes as room ``index`` of ``Area_<area>`` (the same seed and sampling, made in memory)."""
+    import numpy as np
+
+    from data_prep.synth.config import PRESETS
+    from data_prep.synth.dataset import area_layouts, plan_defects, plan_rooms, sample_room
+
+    cfg = PRESETS[size]
+    specs = plan_rooms(cfg.areas, cfg.rooms_per_area)
+    stairs = plan_defects(specs, cfg.seed)[1] if cfg.defects else None
+    mine = [s for s in specs if s.area == area - 1]
+    layout = area_layouts(mine, cfg.seed, stairs)[index]
+    points = sample_room(mine[index], layout, cfg.density, cfg.noise, cfg.min_points, cfg.seed)
+    return (points.xyz_mm / 1000.0).astype(np.float32), points.rgb
+
+
+def published_case(args) -> dict:
+    """``vote_room`` of one synthetic room with ``--config`` and ``--set`` overrides on ``--device``
+    (imports whichever pointgeope PYTHONPATH names: ``--compare`` runs the same case on another checkout)."""
+    import torch
+
+    import pointgeope.engine.evaluate as evaluate
+    from pointgeope.engine import build
+    from pointgeope.engine.config import load_config
+
+    torch.manual_seed(0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    cfg = load_config(REPO / args.config, args.set)
+    if args.variant != "auto":                      # the new path only: force one way (see --variants)
+        evaluate.pipelined = lambda device: args.variant != "inline"
+        beside = args.variant == "thread"
+        evaluate.beside_hierarchy = lambda model, device: model.hierarchy_spec if beside and device.type == "cpu" else None
+    model = build.model(cfg).to(device).eval()
+    forwarded = []                                  # points of every forward: the point predictions made
+    model.register_forward_pre_hook(lambda module, inputs: forwarded.append(int(inputs[0].shape[0])))
+    coord, color = synth_room(args.size)
+    rows = []
+    for rep in range(args.reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        forwarded.clear()
+        t0 = time.perf_counter()
+        result = evaluate.vote_room(model, coord, color, cfg, device, seed=0)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        rows.append(time.perf_counter() - t0)
+    n, used = coord.shape[0], min(result.fragments[0], cfg.eval.max_fragments or result.fragments[0])
+    seconds = min(rows)
+    out = {"size": args.size, "points": int(n), "fragments": result.fragments[0], "fragments_run": used,
+           "predictions": sum(forwarded), "forwards": len(forwarded), "seconds_per_room": round(seconds, 3),
+           "seconds_all": rows, "points_per_s": round(n / seconds), "predictions_per_s": round(sum(forwarded) / seconds),
+           "batch_points": cfg.eval.batch_points, "device": str(device), "threads": torch.get_num_threads(),
+           "variant": args.variant, "config": args.config, "set": args.set}
+    if device.type == "cuda":
+        out.update(peak_gpu_mib=round(torch.cuda.max_memory_allocated() / 2**20),
+                   gpu=torch.cuda.get_device_name(0))
+    return out
+
+
+def compare(args) -> dict:
+    """``published_case`` for each checkout of ``--compare`` (PYTHONPATH) and each thread count, in fresh
+    processes, interleaved ``--rounds`` times; the minimum per case and the ratio to the first checkout."""
+    import os
+    import subprocess
+    import sys
+
+    cases = [(path, threads, variant) for threads in args.thread_counts for path in args.compare
+             for variant in (args.variants if path == args.compare[-1] else ["auto"])]
+    runs: dict[tuple, list[dict]] = {case: [] for case in cases}
+    for r in range(args.rounds):
+        for path, threads, variant in cases:
+            cmd = [sys.executable, __file__, "--case", "--size", args.size, "--config", args.config, "--device",
+                   args.device, "--threads", str(threads), "--reps", "1", "--variant", variant, "--set", *args.set]
+            env = dict(os.environ, PYTHONPATH=str(path), OMP_NUM_THREADS=str(threads))
+            text = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+            row = json.loads(text.strip().splitlines()[-1])
+            runs[(path, threads, variant)].append(row)
+            print(f"round {r + 1}: {path} threads {threads} {variant}: {row['seconds_per_room']} s", flush=True)
+    rows = []
+    for (path, threads, variant), got in runs.items():
+        best = min(got, key=lambda row: row["seconds_per_room"])
+        base = min(runs[(args.compare[0], threads, "auto")], key=lambda row: row["seconds_per_room"])
+        rows.append({**best, "checkout": str(path), "seconds_rounds": [g["seconds_per_room"] for g in got],
+                     "ratio_to_first": round(best["seconds_per_room"] / base["seconds_per_room"], 3)})
+    return {"rows": rows, "rounds": args.rounds}
+
+
+def published_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("the published test of one room (--published, --compare)")
+    g.add_argument("--published", action="store_true", help="time vote_room of one synth room, write --out")
+    g.add_argument("--case", action="store_true", help="(internal) one published case, its JSON on stdout")
+    g.add_argument("--compare", type=Path, nargs="+", help="checkouts (PYTHONPATH) to time interleaved, baseline first")
+    g.add_argument("--size", choices=("tiny", "demo", "bench"), default="bench", help="the synth --size of the room")
+    g.add_argument("--config", default="configs/s3dis/pt_geope.yaml")
+    g.add_argument("--set", nargs="*", default=[], metavar="section.key=value", help="config overrides (last option)")
+    g.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    g.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    g.add_argument("--thread-counts", type=int, nargs="+", default=[2, 1], help="--compare: threads of each case")
+    variants = ("auto", "thread", "thread-in-model", "inline")
+    g.add_argument("--variants", nargs="+", default=["auto"], choices=variants,
+                   help="--compare, last checkout: auto (the code's choice), thread (pieces and CPU hierarchy in the "
+                        "background thread), thread-in-model (pieces there, hierarchy in the model), inline (no thread)")
+    g.add_argument("--variant", default="auto", choices=variants)
+    g.add_argument("--reps", type=int, default=1)
+    g.add_argument("--rounds", type=int, default=3, help="--compare: interleaved rounds")
+    g.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "bench_evaluate_published.json")
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fragments", action="store_true", help="the fragments part (default: both parts)")
@@ -204,7 +324,21 @@ def main() -> None:
     parser.add_argument("--baseline-sizes", type=float, nargs="+", default=[0.1, 0.25, 0.5])
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--quick", action="store_true", help="sizes 0.1 0.2, baseline 0.1 (a smoke test)")
+    published_args(parser)
     args = parser.parse_args()
+    if args.case:
+        print(json.dumps(published_case(args)), flush=True)
+        return
+    if args.published or args.compare:
+        import os
+
+        out = compare(args) if args.compare else published_case(args)
+        out.update(benchmark="bench_evaluate --published", machine=platform.platform(), load_average=os.getloadavg(),
+                   time="wall seconds of vote_room of the whole room (every view, the fragments of eval.max_fragments)")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        print(json.dumps(out, indent=1))
+        return
     both = not (args.fragments or args.memory)
     if args.quick:
         args.sizes, args.baseline_sizes = [0.1, 0.2], [0.1]

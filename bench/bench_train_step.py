@@ -17,15 +17,23 @@ state exist by then; on the CPU: none, see ``bench_model.py``). Point ops, timed
     share_in_model   (in-model - given) / in-model step time: the share of point ops in the in-model step
     fps_torch_s      the pure-torch FPS of one cloud (one Python step per sample) on the device, for reference
 
+The hierarchy alone per backend (``--hierarchy-clouds``, default 2 and 16 clouds of ``--points``): every
+available FPS backend with the device's default kNN and every kNN backend with its default FPS, on the
+host (CPU tensors) and on ``--device``; rows ``{device, clouds, fps, knn, seconds, default}``. What a
+loader worker pays per sample (``--loader-samples N``, ``--loader-only`` for that part alone): block
+building and the sample's hierarchy, one ``synth --size bench`` room in memory.
+
 If a size does not fit in memory it halves ``--points`` and retries. Writes JSON to ``--out`` after every
 preset, so a run cut short keeps what it measured.
 
 Usage: python bench/bench_train_step.py --out result.json [--device cuda] [--points 80000] [--clouds 2]
        [--amp bf16] [--presets rpe geope lingeope] [--reps 3] [--warmup 2] [--budget 240] [--profile]
+       [--hierarchy-clouds 2 16] [--loader-samples N [--loader-only]]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -113,6 +121,89 @@ def point_ops(inputs: dict, spec, device: torch.device, reps: int) -> dict:
     return out
 
 
+HOST_SKIPPED = {"torch": "pure-torch kNN/FPS on the CPU take about a minute / 6 s per 80k cloud (backends.py)",
+                "cluster": "torch-cluster FPS on the CPU takes about 11 s per 80k cloud (backends.py)"}
+FPS_SKIPPED = {"torch": "the pure-torch FPS, one Python step per sample, is point_ops.fps_torch_s (one cloud)"}
+
+
+SLOW_S = 3.0   # a backend pair whose first call takes longer is timed once (that call)
+
+
+def backend_pairs(device: torch.device) -> list[tuple[str, str]]:
+    """``(fps, knn)`` backends to time on ``device``: each available FPS backend with the device's default
+    kNN and each available kNN backend with its default FPS (the defaults first); on the host without
+    the ones of :data:`HOST_SKIPPED`; never the FPS of :data:`FPS_SKIPPED` (unless the default)."""
+    fps0, knn0 = backends.fps_backend(device), backends.knn_backend(device)
+
+    def usable(name: str) -> bool:
+        return backends.available(name) and (device.type != "cpu" or name not in HOST_SKIPPED)
+
+    pairs = [(fps0, knn0)] + [(f, knn0) for f in backends.FPS_BACKENDS if usable(f) and f not in FPS_SKIPPED]
+    pairs += [(fps0, k) for k in backends.KNN_BACKENDS if usable(k)]
+    return list(dict.fromkeys(pairs))
+
+
+def hierarchy_backends(args, device: torch.device, out: dict, write) -> dict:
+    """The hierarchy alone, per backend pair and per batch of ``--hierarchy-clouds`` x ``--points``: on the
+    host (CPU tensors, what a loader worker pays) and, with a GPU, on it (what the model pays in the
+    step); minimum of ``--reps`` wall times after one warm-up call."""
+    spec = PointTransformerSeg().hierarchy_spec
+    places = [torch.device("cpu")] + ([device] if device.type != "cpu" else [])
+    out.update(host_skipped=HOST_SKIPPED, fps_skipped=FPS_SKIPPED, rows=[])
+    for clouds in args.hierarchy_clouds:
+        coord = torch.cat([synthetic_room(args.points, seed=10 + b) for b in range(clouds)])
+        offset = torch.arange(1, clouds + 1) * args.points
+        for place in places:
+            c, o = coord.to(place), offset.to(place)
+            for fps_name, knn_name in backend_pairs(place):
+                run = dataclasses.replace(spec, backends=backends.OpsBackends(knn=knn_name, fps=fps_name))
+                first = timed(lambda: run(c, o), place)[0]       # warm-up; a slow pair is not repeated
+                reps = args.reps if first < SLOW_S else 0
+                seconds = min([timed(lambda: run(c, o), place)[0] for _ in range(reps)] or [first])
+                row = {"device": place.type, "clouds": clouds, "points_per_cloud": args.points,
+                       "fps": fps_name, "knn": knn_name, "seconds": round(seconds, 4), "reps": max(reps, 1),
+                       "default": (fps_name, knn_name) == (backends.fps_backend(place), backends.knn_backend(place))}
+                out["rows"].append(row)
+                write()                                       # a run cut short keeps the rows measured
+                print(f"hierarchy {clouds} x {args.points} on {place.type}: fps={fps_name} knn={knn_name} "
+                      f"{seconds:.3f} s", flush=True)
+    return out
+
+
+def loader_sample_costs(args) -> dict:
+    """What a loader worker pays per training sample, on this host's CPU, one thread: building the block
+    from a room already in memory (``S3DISTrain.__getitem__`` without the read: the ptv1 augmentations,
+    grid sampling, the ``voxel_max`` crop, ``ToData``) and, with ``data.hierarchy: loader``, the sample's
+    hierarchy (fpsample, pykdtree). The room: ``synth --size bench`` Area_5 room 1 (about 0.85M points)."""
+    import numpy as np
+    from bench_evaluate import synth_room
+
+    from pointgeope.data.dataset import room_sample, sample_rng
+    from pointgeope.data.transforms import ToData, s3dis_train_transform, shift_to_origin, take_points
+    from pointgeope.data.voxelize import random_crop, voxel_sample
+
+    coord, color = synth_room("bench")
+    label = np.zeros(coord.shape[0], np.uint8)
+    transform, to_data, spec = s3dis_train_transform("ptv1"), ToData(), PointTransformerSeg().hierarchy_spec
+    blocks, hierarchies, sizes = [], [], []
+    for index in range(args.loader_samples):
+        start = time.perf_counter()
+        rng = sample_rng(0, 0, index)
+        sample = transform(room_sample(coord, color, label), rng)
+        keep = voxel_sample(sample["coord"], 0.04, rng)
+        keep = keep[random_crop(np.take(sample["coord"], keep, axis=0), 80_000, rng)]
+        data = to_data(shift_to_origin(take_points(sample, keep[rng.permutation(keep.shape[0])])))
+        blocks.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        spec(data.pos, torch.tensor([data.pos.shape[0]]))
+        hierarchies.append(time.perf_counter() - start)
+        sizes.append(int(data.pos.shape[0]))
+    return {"room_points": int(coord.shape[0]), "sample_points": sizes, "threads": torch.get_num_threads(),
+            "block_s": [round(t, 4) for t in blocks], "hierarchy_s": [round(t, 4) for t in hierarchies],
+            "block_median_s": round(float(np.median(blocks)), 4),
+            "hierarchy_median_s": round(float(np.median(hierarchies)), 4)}
+
+
 def profile(case: Case, device: torch.device, top: int = 12) -> list[dict]:
     """The ``top`` kernels (CUDA) or operators (CPU) of one given-hierarchy step by self time, in ms."""
     from torch.profiler import ProfilerActivity
@@ -191,6 +282,11 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--budget", type=float, default=240.0, help="seconds after which no new rep starts")
     parser.add_argument("--profile", action="store_true", help="also the top kernels of one step per preset")
+    parser.add_argument("--loader-samples", type=int, default=0,
+                        help="also time what a loader worker pays per sample (block, hierarchy) on N samples")
+    parser.add_argument("--loader-only", action="store_true", help="only the --loader-samples part (no step)")
+    parser.add_argument("--hierarchy-clouds", type=int, nargs="*", default=[2, 16],
+                        help="batch sizes (clouds of --points) of the hierarchy-per-backend part (none: skip it)")
     args = parser.parse_args()
     if args.presets[0] != "rpe":
         args.presets = ["rpe"] + [p for p in args.presets if p != "rpe"]
@@ -203,7 +299,16 @@ def main() -> int:
         tmp.write_text(json.dumps(out, indent=1))
         os.replace(tmp, args.out)
 
+    if args.loader_samples:
+        out["loader_per_sample"] = loader_sample_costs(args)
+        write()
+    if args.loader_only:
+        print(json.dumps(out["loader_per_sample"], indent=1))
+        return 0
     run(args, out, write)
+    if args.hierarchy_clouds:
+        out["hierarchy"] = {}
+        hierarchy_backends(args, torch.device(args.device), out["hierarchy"], write)
     print(json.dumps(out, indent=1), flush=True)
     return 0
 

@@ -6,7 +6,12 @@ runs), the JSON rewritten after every step:
     info       GPU name, Python, torch, CUDA, Triton versions; ``pointgeope info``
     tests      ``pytest -k cuda`` (the ``[cuda]`` variants of the device tests, and tests named for CUDA)
     bench      ``bench_train_step.py``: 2 x 80k points (halved until it fits), bf16 autocast, rpe / geope /
-               lingeope: step time, peak memory, the point ops' share, the top kernels of one step
+               lingeope: step time with the loader's hierarchy and in the model, peak memory, the point
+               ops' share, the top kernels of one step; the hierarchy alone per backend pair at 2 and
+               16 x 80k, on the host and on the device
+    published  ``bench_evaluate.py --published``: the published test (every fragment) of one
+               ``synth --size bench`` room with ``configs/s3dis/pt_geope.yaml``: seconds per room, points
+               and point predictions per second, peak GPU memory
     train      (``--train``) ``pointgeope synth --size tiny`` + ``prepare``, then ``train.py --config
                configs/demo.yaml --test-area 5 train.epochs=1`` on the device: seconds and the log's pts/s
                (train.py ends with the fold's full-resolution evaluation)
@@ -21,6 +26,7 @@ script that way, small. Results: ``--out`` (default ``bench/results/gpu.json``),
 ``gpu_logs/``; copies of both go to ``$OUT`` when that variable is set.
 
 Usage: bench/gpu_check.sh [--train] [--evaluate] [--predict] [--ddp] [--device cpu] [--points 80000] [--budget 450]
+       [--no-tests] [--no-bench] [--no-published]
 """
 from __future__ import annotations
 
@@ -136,9 +142,24 @@ def step_bench(check: Check, py: str) -> None:
     data.unlink(missing_ok=True)
     cmd = [py, "bench/bench_train_step.py", "--out", str(data), "--device", "cpu" if a.device == "cpu" else "cuda",
            "--points", str(a.points), "--clouds", str(a.clouds), "--amp", a.amp, "--reps", str(a.reps),
-           "--warmup", str(a.warmup), "--budget", str(max(30, min(a.bench_limit, check.left()) - 60)), "--profile"]
+           "--warmup", str(a.warmup), "--budget", str(max(30, min(a.bench_limit, check.left()) - 60)), "--profile",
+           "--hierarchy-clouds", *map(str, a.hierarchy_clouds)]
     step = check.run("bench", cmd, a.bench_limit)
     if data.exists():                     # whatever was measured, also after a failure or a timeout
+        step["result"] = json.loads(data.read_text())
+    check.write()
+
+
+def step_published(check: Check, py: str) -> None:
+    """``bench_evaluate.py --published``: the published test (every fragment) of one synth room."""
+    a = check.args
+    data = check.out.parent / "gpu_logs" / "bench_evaluate_published.json"
+    data.unlink(missing_ok=True)
+    cmd = [py, "bench/bench_evaluate.py", "--published", "--out", str(data), "--device",
+           "cpu" if a.device == "cpu" else "cuda", "--size", a.eval_size, "--config", a.eval_config,
+           "--reps", str(a.eval_reps), "--set", *a.eval_overrides]
+    step = check.run("published", cmd, a.published_limit)
+    if data.exists():
         step["result"] = json.loads(data.read_text())
     check.write()
 
@@ -220,6 +241,15 @@ def main() -> int:
     parser.add_argument("--tests", default="cuda", help="pytest -k expression of the tests step")
     parser.add_argument("--no-tests", action="store_true")
     parser.add_argument("--no-bench", action="store_true")
+    parser.add_argument("--hierarchy-clouds", type=int, nargs="*", default=[2, 16],
+                        help="bench: batch sizes of the hierarchy-per-backend timings (none: skip them)")
+    parser.add_argument("--no-published", action="store_true", help="skip the published test of one room")
+    parser.add_argument("--eval-size", default="bench", help="synth --size of the published-test room")
+    parser.add_argument("--eval-config", default="configs/s3dis/pt_geope.yaml")
+    parser.add_argument("--eval-reps", type=int, default=2, help="published test: repetitions (the minimum counts)")
+    parser.add_argument("--eval-overrides", nargs="*", default=[], metavar="section.key=value",
+                        help="config overrides of the published test (the test suite shrinks it)")
+    parser.add_argument("--published-limit", type=float, default=180.0)
     parser.add_argument("--train", action="store_true", help="synth tiny + prepare + train.py one epoch")
     parser.add_argument("--evaluate", action="store_true", help="pointgeope evaluate the --train run")
     parser.add_argument("--predict", action="store_true", help="pointgeope predict with the --train run")
@@ -247,6 +277,7 @@ def main() -> int:
     steps = [("info", step_info)]
     steps += [] if args.no_tests else [("tests", step_tests)]
     steps += [] if args.no_bench else [("bench", step_bench)]
+    steps += [] if args.no_published else [("published", step_published)]
     steps += [("train", step_train)] if args.train else []
     steps += [("evaluate", step_evaluate)] if args.evaluate else []
     steps += [("predict", step_predict)] if args.predict else []

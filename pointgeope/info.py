@@ -48,5 +48,10 @@ def print_info() -> None:
     from pointgeope.model import compiled
 
     print(f"GeoPE pair kernels: {compiled.status()}")
-    print("point hierarchy (FPS, kNN, 3-NN): training batches get it from the data loader (cpu backends); "
+    from pointgeope.engine.build import hierarchy_place
+    from pointgeope.engine.config import Config
+
+    places = "; ".join(f"on {d} {'in the data loader (cpu backends)' if place == 'loader' else 'in the model'} ({why})"
+                       for d in devices for place, why in [hierarchy_place(Config(), torch.device(d))])
+    print(f"point hierarchy (FPS, kNN, 3-NN): training (data.hierarchy: auto) builds it {places}; "
           "evaluation and model(coord, feat, offset) build it in the model (backends of its device)")

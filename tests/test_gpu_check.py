@@ -26,12 +26,14 @@ def _run(tmp_path: Path, *args: str, timeout: int = 420) -> tuple[subprocess.Com
 def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
     proc, result = _run(tmp_path, "--points", "1500", "--reps", "1", "--warmup", "0", "--threads", "1", "--train",
                         "--evaluate", "--predict", "--ddp", "--tests", "test_cuda_without_torch_cluster",
+                        "--hierarchy-clouds", "2", "--eval-size", "tiny", "--eval-config", "configs/demo.yaml",
+                        "--eval-reps", "1", "--eval-overrides", "eval.max_fragments=1",
                         "--train-overrides", "data.loop=1", "data.voxel_max=3000")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert result["failed_steps"] == []
     steps = result["steps"]
-    assert list(steps) == ["info", "pointgeope_info", "tests", "bench", "synth", "prepare", "train", "evaluate",
-                           "predict", "ddp"]
+    assert list(steps) == ["info", "pointgeope_info", "tests", "bench", "published", "synth", "prepare", "train",
+                           "evaluate", "predict", "ddp"]
     assert result["machine"]["cuda_available"] is False and result["machine"]["torch"]
     assert steps["tests"]["summary"].startswith("1 passed")
     bench = steps["bench"]["result"]
@@ -40,6 +42,11 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
     assert all(row["given_s"] > 0 and row["in_model_s"] > 0 for row in bench["presets"].values())
     assert bench["presets"]["rpe"]["given_ratio"] == 1.0
     assert bench["point_ops"]["loader_cpu_s"] > 0 and bench["point_ops"]["fps_torch_points"] == 1500
+    pairs = {(row["fps"], row["knn"]) for row in bench["hierarchy"]["rows"]}    # the hierarchy per backend pair
+    assert ("fpsample", "pykdtree") in pairs and all(row["seconds"] > 0 for row in bench["hierarchy"]["rows"])
+    published = steps["published"]["result"]                                  # one tiny room, its first fragment
+    assert published["size"] == "tiny" and published["fragments_run"] == 1 and published["seconds_per_room"] > 0
+    assert 0 < published["predictions"] < published["points"] and "peak_gpu_mib" not in published  # one per voxel
     assert len(steps["train"]["points_per_s"]) == 1 and steps["train"]["points_per_s"][0] > 0
     assert steps["evaluate"]["rooms"] == 2 and steps["evaluate"]["eval_seconds_per_room"] > 0
     assert steps["predict"]["ok"] and steps["predict"]["rooms"] == 2
@@ -50,7 +57,7 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
 
 def test_a_failing_step_is_recorded_and_the_others_still_run(tmp_path):
     """--evaluate without a trained run fails; the steps before it still ran, the JSON says which failed."""
-    proc, result = _run(tmp_path, "--no-tests", "--no-bench", "--evaluate", timeout=120)
+    proc, result = _run(tmp_path, "--no-tests", "--no-bench", "--no-published", "--evaluate", timeout=120)
     assert proc.returncode == 1
     assert result["failed_steps"] == ["evaluate"]
     assert result["steps"]["info"]["ok"] and "no " in result["steps"]["evaluate"]["error"]

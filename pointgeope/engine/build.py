@@ -21,6 +21,7 @@ from pointgeope.data.loader import make_loader
 from pointgeope.data.transforms import ToData, s3dis_train_transform
 from pointgeope.engine.config import Config, ConfigError
 from pointgeope.engine.distributed import DistEnv
+from pointgeope.model.ops import backends
 
 
 def model(cfg: Config) -> torch.nn.Module:
@@ -93,12 +94,32 @@ class AttachHierarchy:
         return batch
 
 
+DEVICE_KERNELS = ("triton",)   # point-op backends fast enough on the device to build the hierarchy per step
+
+
+def hierarchy_place(cfg: Config, device: torch.device) -> tuple[str, str]:
+    """Where the training batches get their point hierarchy, ``"loader"`` or ``"device"``, and why.
+
+    ``data.hierarchy: loader`` builds it in the loader's CPU workers (``AttachHierarchy``), ``device`` in
+    the model on the training device (the device's default backends). ``auto`` is ``device`` when the
+    device's default FPS and kNN backends are both kernels of :data:`DEVICE_KERNELS` (found at run time
+    in ``pointgeope.model.ops.backends``: the Triton kernels on CUDA), else ``loader`` (the CPU, or a GPU
+    whose FPS would go through the host)."""
+    if cfg.data.hierarchy != "auto":
+        return cfg.data.hierarchy, "data.hierarchy"
+    fps, knn = backends.fps_backend(device), backends.knn_backend(device)
+    if device.type != "cpu" and fps in DEVICE_KERNELS and knn in DEVICE_KERNELS:
+        return "device", f"auto: the {device.type} kernels fps={fps}, knn={knn}"
+    return "loader", f"auto: the {device.type} defaults fps={fps}, knn={knn} are not device kernels"
+
+
 def train_loader(cfg: Config, dataset: S3DISTrain, sampler: ResumableSampler, env: DistEnv, net: torch.nn.Module):
-    """Batches for ``net`` (a ``PointTransformerSeg``), each carrying its point hierarchy (``AttachHierarchy``)."""
+    """Batches for ``net`` (a ``PointTransformerSeg``), each carrying its point hierarchy (``AttachHierarchy``)
+    where :func:`hierarchy_place` says ``"loader"``; otherwise without one, the model builds it."""
+    in_loader = hierarchy_place(cfg, env.device)[0] == "loader"
     return make_loader(dataset, per_rank_batch(cfg, env), sampler=sampler, num_workers=cfg.data.num_workers,
                        seed=cfg.train.seed, drop_last=True, pin_memory=env.device.type == "cuda",
-                       batch_transform=AttachHierarchy(net.hierarchy_spec))
-
+                       batch_transform=AttachHierarchy(net.hierarchy_spec) if in_loader else None)
 
 
 # --- optimisation ------------------------------------------------------------------------------------------

@@ -52,6 +52,9 @@ class DataConfig:
     height: bool = False                    # append the normalised height to the features (7 channels)
     color: bool = True                      # rgb features; false: geometry only, [xyz] (3 channels)
     cache: bool = False                     # each loader worker keeps the rooms it read in memory
+    hierarchy: Literal["auto", "device", "loader"] = "auto"  # where a training batch's point hierarchy is
+    #                                         built: in the loader's CPU workers or by the model on the device;
+    #                                         auto: device on CUDA with the Triton kernels, else loader
 
 
 @dataclass
@@ -92,7 +95,8 @@ class TTAConfig:
 class EvalConfig:
     checkpoint: Literal["last", "best"] = "last"
     tta: TTAConfig = field(default_factory=TTAConfig)
-    batch_points: int = 400000              # fragments are stacked into one forward up to this many points
+    batch_points: Optional[int] = None      # fragments are stacked into one forward up to this many points
+    #                                         (None: 400,000 on the CPU, 1,600,000 on CUDA, halved while it does not fit)
     vote: Literal["logits", "softmax"] = "logits"  # what each point sums over its predictions (authors: logits)
     max_fragments: Optional[int] = None     # predict at most this many voxel fragments per room (None: all)
 

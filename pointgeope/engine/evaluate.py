@@ -18,7 +18,9 @@ summed scores of its voxel (:func:`pointgeope.data.fragments.fill_from_voxels`).
 
 The network never sees more than ``max(voxel_max, batch_points)`` points at once and fragments are made
 one at a time, so peak memory is set by the fragment size plus the ``N x C`` score buffer, not by the
-room (``bench/bench_evaluate.py``).
+room (``bench/bench_evaluate.py``). The pieces of the next batch are cut and stacked by a background
+thread while a batch runs (:func:`pipelined`), their point hierarchy built by the model on the device
+(on the CPU: by that thread); :mod:`pointgeope.engine.vote_batches` runs the batches.
 
 Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (layout in :mod:`pointgeope.h5`),
 then ``RUN/area_K/metrics.json`` with ``"complete": true``.
@@ -29,16 +31,18 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import re
 import sys
 import time
 import zlib
 from pathlib import Path
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
 import torch
-from torch_geometric.data import Batch, Data
+from torch_geometric.data import Data
 
 from pointgeope.atomic import writable_folder
 from pointgeope.constants import CLASS_NAMES
@@ -48,11 +52,14 @@ from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragm
 from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed
 from pointgeope.engine.config import Config, TTAConfig
+from pointgeope.engine.prefetch import Prefetch
+from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, stack
 from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
 from pointgeope.lock import folder_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
+
 
 
 # --- test-time views -----------------------------------------------------------------------------------
@@ -91,42 +98,72 @@ class RoomVotes(NamedTuple):
     filled: int
 
 
-class _Batcher:
-    """Stacks pieces into forwards of at most ``batch_points`` points and adds their scores to the room."""
+class _Layout:
+    """What the producer of a room's batches tells the caller: fragments per view, the first view's voxels."""
 
-    def __init__(self, model, scores: np.ndarray, votes: np.ndarray, cfg: Config, device: torch.device):
-        self.model, self.scores, self.votes, self.device, self.cfg = model, scores, votes, device, cfg
-        self.batch_points, self.softmax = cfg.eval.batch_points, cfg.eval.vote == "softmax"
-        self.pending: list[tuple[np.ndarray, Data]] = []   # (room indices, sample) waiting for a forward
-        self.points = 0
+    def __init__(self):
+        self.counts: list[int] = []
+        self.first = None   # VoxelGroups of the first view
 
-    def add(self, index: np.ndarray, sample: Data) -> None:
-        if self.pending and self.points + index.shape[0] > self.batch_points:
-            self.flush()
-        self.pending.append((index, sample))
-        self.points += index.shape[0]
 
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        batch = Batch.from_data_list([sample for _, sample in self.pending]).to(self.device)
-        with build.autocast(self.cfg, self.device):
-            logits = self.model(batch.pos, batch.x, batch.ptr[1:]).float()
-        p = (torch.softmax(logits, dim=1) if self.softmax else logits).cpu().numpy()
-        start = 0
-        for index, _ in self.pending:
-            # A piece holds each index once (one point per voxel), so += is an exact scatter.
-            self.scores[index] += p[start:start + index.shape[0]]
-            self.votes[index] += 1
-            start += index.shape[0]
-        self.pending.clear()
-        self.points = 0
+def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, limit: int, spec,
+                  pin: bool, layout: _Layout, show_progress: bool) -> Iterator[PieceBatch]:
+    """The pieces of every view of the room (module docstring), stacked in their order into batches of at
+    most ``limit`` points (a piece over it alone), with their hierarchy by ``spec`` unless None; fills
+    ``layout``."""
+    to_data = ToData(height=cfg.data.height, color=cfg.data.color)
+    pending: list[tuple[np.ndarray, Data]] = []
+    points = 0
+    for v, (scale, flip, angle) in enumerate(tta_views(cfg.eval.tta)):
+        rng = np.random.default_rng([seed, v])
+        room = room_sample(view_coord(np.asarray(coord, dtype=np.float32), scale, flip, angle), color,
+                           height=cfg.data.height)
+        fragments = voxel_fragments(room["coord"], cfg.data.grid_size, rng)
+        if layout.first is None:
+            layout.first = fragments.groups
+        layout.counts.append(len(fragments))
+        used = len(fragments) if cfg.eval.max_fragments is None else min(len(fragments), cfg.eval.max_fragments)
+        pieces = room_pieces(room, fragments, cfg.data.voxel_max, rng, max_fragments=used)
+        for index, piece in progress(pieces, show_progress, desc=f"view {v + 1} fragments"):
+            if pending and points + index.shape[0] > limit:
+                yield stack(pending, spec, pin)
+                pending, points = [], 0
+            pending.append((index, to_data(piece)))
+            points += index.shape[0]
+    if pending:
+        yield stack(pending, spec, pin)
+
+
+def pipelined(device: torch.device) -> bool:
+    """Whether a background thread makes the pieces while the forward runs: always beside an accelerator;
+    on the CPU only when torch leaves a core free (its OpenMP threads wait for each other at every
+    parallel region, so a thread that takes one of their cores can stall the forward); otherwise pieces
+    and forwards take turns, as before. ``bench/results/bench_evaluate_cpu_*.json``: at 1 thread on 2
+    cores the thread ran the bench room's test in 0.67x the time; at 2 threads the variants were within
+    the noise of a shared machine."""
+    if device.type != "cpu":
+        return True
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return torch.get_num_threads() < cores
+
+
+def beside_hierarchy(model, device: torch.device):
+    """The hierarchy builder that the background thread runs beside the forward, or None (the model
+    builds it): on the CPU, where the CPU libraries build it in any case, the thread does when there is
+    one (:func:`pipelined`); beside an accelerator the model builds it with the device's kernels."""
+    if device.type != "cpu" or not pipelined(device):
+        return None
+    return getattr(model, "hierarchy_spec", None)
 
 
 @torch.inference_mode()
 def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg: Config,
               device: torch.device, seed: int = 0, show_progress: bool = False) -> RoomVotes:
     """Summed scores and prediction counts of one room (see the module docstring).
+
+    A background thread (:class:`~pointgeope.engine.prefetch.Prefetch`) cuts the room into pieces and
+    stacks them into batches while the previous batch runs, so the device never waits for them
+    (on the CPU when a core is free, :func:`pipelined`).
 
     Args:
         model: the segmentation network (in eval mode), ``model(coord, feat, offset) -> (M, C)`` logits.
@@ -138,23 +175,16 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
     n = coord.shape[0]
     scores = np.zeros((n, cfg.model.num_classes), dtype=np.float32)
     votes = np.zeros(n, dtype=np.int32)
-    batcher = _Batcher(model, scores, votes, cfg, device)
-    to_data = ToData(height=cfg.data.height, color=cfg.data.color)
-    counts, first = [], None
-    for v, (scale, flip, angle) in enumerate(tta_views(cfg.eval.tta)):
-        rng = np.random.default_rng([seed, v])
-        room = room_sample(view_coord(np.asarray(coord, dtype=np.float32), scale, flip, angle), color,
-                           height=cfg.data.height)
-        fragments = voxel_fragments(room["coord"], cfg.data.grid_size, rng)
-        first = first or fragments
-        counts.append(len(fragments))
-        used = len(fragments) if cfg.eval.max_fragments is None else min(len(fragments), cfg.eval.max_fragments)
-        pieces = room_pieces(room, fragments, cfg.data.voxel_max, rng, max_fragments=used)
-        for index, piece in progress(pieces, show_progress, desc=f"view {v + 1} fragments"):
-            batcher.add(index, to_data(piece))
-    batcher.flush()
-    filled = fill_from_voxels(first.groups, scores, votes)
-    return RoomVotes(scores, votes, counts, filled)
+    sink, layout = VoteSink(model, scores, votes, cfg, device), _Layout()
+    batches = _room_batches(coord, color, cfg, seed, batch_points(cfg, device), beside_hierarchy(model, device),
+                            device.type == "cuda", layout, show_progress)
+    ahead = Prefetch(batches, depth=2, name="vote_room batches") if pipelined(device) else contextlib.nullcontext(batches)
+    with ahead as ready:
+        for batch in ready:
+            sink.add(batch)
+    sink.finish()
+    filled = fill_from_voxels(layout.first, scores, votes)
+    return RoomVotes(scores, votes, layout.counts, filled)
 
 
 def room_seed(seed: int, room: str) -> int:

@@ -81,6 +81,9 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     learner = Learner(model, optimizer, scheduler, build.grad_scaler(cfg, device))
     log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, pe={cfg.model.pe}; "
         f"{len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
+    place, why = build.hierarchy_place(cfg, device)
+    log(f"point hierarchy: built {'in the loader workers' if place == 'loader' else 'by the model on ' + str(device)}"
+        f" (data.hierarchy={place}; {why})")
 
     # Every checkpoint carries what `pointgeope predict` needs (the spacing checks a scan's units).
     resolved = config_to_dict(cfg)
@@ -132,7 +135,8 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, net:
     for batch in bar:
         batch = batch.to(device)
         with build.autocast(cfg, device):
-            logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=batch.hierarchy)
+            # the loader's hierarchy, or None: the model builds it on the device (build.hierarchy_place)
+            logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None))
         loss = F.cross_entropy(logits.float(), batch.y, ignore_index=cfg.train.ignore_index)
         loss_value = loss.item()  # the step's one host sync
         if distributed.any_rank(not math.isfinite(loss_value), device):  # every rank stops together

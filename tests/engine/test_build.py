@@ -91,3 +91,46 @@ def test_training_batches_carry_the_models_hierarchy_from_the_workers(tiny_root)
     with torch.no_grad():
         torch.testing.assert_close(net(batch.pos, batch.x, batch.ptr[1:], hierarchy=batch.hierarchy),
                                    net(batch.pos, batch.x, batch.ptr[1:]), atol=0, rtol=0)
+
+
+# --- where the training hierarchy is built (data.hierarchy) --------------------------------------------------
+
+@pytest.mark.parametrize("fps, knn, device, expected", [
+    ("triton", "triton", "cuda", "device"),       # the Triton kernels on CUDA: the model builds it
+    ("fpsample", "torch", "cuda", "loader"),      # FPS through the host: the loader's workers
+    ("triton", "torch", "cuda", "loader"),        # brute-force kNN in torch: still the loader
+    ("fpsample", "pykdtree", "cpu", "loader"),    # the CPU: today's behaviour
+])
+def test_auto_hierarchy_follows_the_device_kernels(monkeypatch, fps, knn, device, expected):
+    monkeypatch.setattr(build.backends, "fps_backend", lambda d: fps)
+    monkeypatch.setattr(build.backends, "knn_backend", lambda d: knn)
+    place, why = build.hierarchy_place(load_config(None), torch.device(device))
+    assert place == expected and why.startswith("auto") and f"fps={fps}" in why
+    for explicit in ("device", "loader"):         # an explicit choice wins on every device
+        assert build.hierarchy_place(load_config(None, [f"data.hierarchy={explicit}"]), torch.device(device)) \
+            == (explicit, "data.hierarchy")
+
+
+def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root):
+    """With data.hierarchy=device the loader skips the hierarchy; the model builds the same one, so the
+    loss and gradients of a step equal those of the loader's hierarchy."""
+    from tests.engine.conftest import TINY
+
+    batches = {}
+    for place in ("loader", "device"):
+        cfg = load_config(None, TINY + [f"data.root={tiny_root}", f"data.hierarchy={place}"])
+        torch.manual_seed(0)
+        net = build.model(cfg)
+        dataset = build.train_dataset(cfg, ["Area_2"])
+        sampler = ResumableSampler(dataset, env(), seed=0)
+        sampler.set_epoch(0)
+        batch = next(iter(build.train_loader(cfg, dataset, sampler, env(), net)))
+        loss = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None)).square().mean()
+        loss.backward()
+        batches[place] = (batch, loss.detach(), [p.grad.clone() for p in net.parameters()])
+    assert getattr(batches["device"][0], "hierarchy", None) is None
+    assert batches["loader"][0].hierarchy is not None
+    assert torch.equal(batches["loader"][0].pos, batches["device"][0].pos)
+    torch.testing.assert_close(batches["loader"][1], batches["device"][1], atol=0, rtol=0)
+    for a, b in zip(batches["loader"][2], batches["device"][2]):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)

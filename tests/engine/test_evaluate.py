@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -163,3 +164,99 @@ def test_validation_skips_the_configured_ignore_index(two_folds):
         oa[ignored] = s["oa"]
         assert s["oa"] == pytest.approx(float((pred[keep] == label[keep]).mean()), abs=1e-12)
     assert (label == 2).sum() > 0 and oa[2] != oa[255]
+
+
+# --- the pipelined path against a straightforward sequential one ----------------------------------------------
+
+def sequential_votes(model, coord, color, cfg, seed):
+    """The definition of the module docstring, one piece at a time and nothing ahead: for each view,
+    its fragments and crops in order, each piece alone through the network, its logits added to its points."""
+    from pointgeope.data.dataset import room_sample
+    from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
+    from pointgeope.data.transforms import ToData
+
+    scores = np.zeros((coord.shape[0], C), np.float64)
+    votes = np.zeros(coord.shape[0], np.int64)
+    first = None
+    for v, (scale, flip, angle) in enumerate(tta_views(cfg.eval.tta)):
+        rng = np.random.default_rng([seed, v])
+        sample = room_sample(view_coord(coord, scale, flip, angle), color, height=False)
+        fragments = voxel_fragments(sample["coord"], cfg.data.grid_size, rng)
+        first = first or fragments
+        for index, piece in room_pieces(sample, fragments, cfg.data.voxel_max, rng, cfg.eval.max_fragments):
+            data = ToData()(piece)
+            with torch.inference_mode():
+                logits = model(data.pos, data.x, torch.tensor([index.shape[0]]))
+            for row, point in enumerate(index):
+                scores[point] += logits[row].double().numpy()
+                votes[point] += 1
+    scores = scores.astype(np.float32)
+    votes = votes.astype(np.int32)
+    fill_from_voxels(first.groups, scores, votes)
+    return scores, votes
+
+
+@pytest.mark.parametrize("thread", [True, False], ids=["background-thread", "inline"])
+def test_pipelined_votes_equal_a_sequential_reference_with_a_real_network(monkeypatch, thread):
+    """A small Point Transformer (random weights, eval mode): the batched path, its pieces and their
+    hierarchy made in the background thread (or inline, as on a CPU whose cores torch uses), gives the
+    reference's votes and labels exactly, scores to float tolerance; with crops, two views and capped
+    fragments (so filling runs too)."""
+    from pointgeope.engine import build, evaluate
+
+    monkeypatch.setattr(evaluate, "pipelined", lambda device: thread)
+    made_in = set()
+    spec_of = evaluate.beside_hierarchy
+
+    def beside(model, device):                   # records which thread builds the hierarchy
+        spec = spec_of(model, device)
+        return None if spec is None else (lambda c, o: made_in.add(threading.current_thread().name) or spec(c, o))
+
+    monkeypatch.setattr(evaluate, "beside_hierarchy", beside)
+
+    coord, color = room(n=2400, seed=11)
+    cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=250", "eval.batch_points=900",
+                             "eval.max_fragments=3", "eval.tta.rotations=2", "train.amp=none",
+                             "model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]",
+                             "model.neighbours=[8, 8]", "model.decoder_blocks=[1, 1]"])
+    torch.manual_seed(0)
+    model = build.model(cfg).eval()
+    result = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=3)
+    scores, votes = sequential_votes(model, coord, color, cfg, seed=3)
+    assert result.filled > 0 and votes.max() > 2
+    assert made_in == ({"vote_room batches"} if thread else set())
+    np.testing.assert_array_equal(result.votes, votes)
+    np.testing.assert_allclose(result.scores, scores, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(result.scores.argmax(1), scores.argmax(1))
+
+
+class SmallMemoryClassifier(ColourClassifier):
+    """ColourClassifier on a device that holds at most ``capacity`` points per forward: more raise the
+    out-of-memory error of CUDA."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+
+    def forward(self, coord, feat, offset):
+        if coord.shape[0] > self.capacity:
+            raise torch.cuda.OutOfMemoryError(f"{coord.shape[0]} points do not fit")
+        return super().forward(coord, feat, offset)
+
+
+def test_a_batch_that_does_not_fit_is_halved_with_the_same_votes():
+    coord, color = room(n=2500, seed=2)
+    cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=300", "eval.batch_points=2000"])
+    roomy = vote_room(ColourClassifier(), coord, color, cfg, torch.device("cpu"), seed=5)
+    small = SmallMemoryClassifier(capacity=700)
+    tight = vote_room(small, coord, color, cfg, torch.device("cpu"), seed=5)
+    np.testing.assert_array_equal(tight.votes, roomy.votes)
+    np.testing.assert_allclose(tight.scores, roomy.scores, atol=1e-6)
+    assert max(small.calls) <= 700 and sum(small.calls) == int(roomy.votes.sum())   # every point predicted once per piece
+
+
+def test_a_piece_alone_that_does_not_fit_is_an_error():
+    coord, color = room(n=800, seed=2)
+    cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=300", "eval.batch_points=2000"])
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        vote_room(SmallMemoryClassifier(capacity=100), coord, color, cfg, torch.device("cpu"), seed=5)

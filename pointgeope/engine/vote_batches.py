@@ -1,0 +1,126 @@
+"""The batches of a room's test-time pieces and the forward that adds their scores to the room's votes.
+
+:func:`stack` puts pieces (``(room index (n_i,), Data(pos, x))``) one after another into one forward's
+input, :class:`VoteSink` runs it and adds each piece's scores to its points::
+
+    pos = [pos_1; pos_2; ...]   (M, 3)      offset = cumsum(n_i)   (B,)      M = sum n_i <= batch_points
+    scores[index_i] += s(model(pos, x, offset))[rows of piece i]      votes[index_i] += 1
+
+(:mod:`pointgeope.engine.evaluate` says what ``s`` is and where the pieces come from.)
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from pointgeope.engine import build
+from pointgeope.engine.config import Config
+from pointgeope.model.ops.hierarchy import PointHierarchy
+
+CPU_BATCH_POINTS = 400_000      # eval.batch_points: null on the CPU
+CUDA_BATCH_POINTS = 1_600_000    # eval.batch_points: null on an accelerator (halved while it does not fit)
+
+
+class PieceBatch(NamedTuple):
+    """Pieces stacked for one forward: the room ``index`` of each piece, ``pos (M, 3)``, ``x (M, in)``,
+    ``offset (B,)`` cumulative sizes, and their ``hierarchy`` when it was built beside the forward."""
+
+    index: list[np.ndarray]
+    pos: torch.Tensor
+    x: torch.Tensor
+    offset: torch.Tensor
+    hierarchy: PointHierarchy | None
+
+
+def stack(pieces: list[tuple[np.ndarray, Data]], spec, pin: bool) -> PieceBatch:
+    """One batch of ``pieces`` (its hierarchy by ``spec`` unless None; pinned for the copy with ``pin``)."""
+    pos = torch.cat([data.pos for _, data in pieces])
+    x = torch.cat([data.x for _, data in pieces])
+    offset = torch.from_numpy(np.cumsum([index.shape[0] for index, _ in pieces]))
+    hierarchy = spec(pos, offset) if spec is not None else None
+    if pin:
+        pos, x = pos.pin_memory(), x.pin_memory()
+    return PieceBatch([index for index, _ in pieces], pos, x, offset, hierarchy)
+
+
+def split(batch: PieceBatch, limit: int) -> list[PieceBatch]:
+    """``batch`` as consecutive batches of at most ``limit`` points (at least one piece each; a split
+    batch drops its hierarchy, which the model then builds)."""
+    sizes = [index.shape[0] for index in batch.index]
+    if sum(sizes) <= limit:
+        return [batch]
+    out, first, rows = [], 0, 0
+    for k in range(1, len(sizes) + 1):
+        if k == len(sizes) or sum(sizes[first:k + 1]) > limit:
+            end = rows + sum(sizes[first:k])
+            offset = torch.from_numpy(np.cumsum(sizes[first:k]))
+            out.append(PieceBatch(batch.index[first:k], batch.pos[rows:end], batch.x[rows:end], offset, None))
+            first, rows = k, end
+    return out
+
+
+class VoteSink:
+    """Runs the forward of each batch and adds its scores to the room's sums.
+
+    On CUDA the scores come back to the host asynchronously and are added once the next batch's forward
+    is queued, so the GPU does not wait for the host's additions. A batch that does not fit in GPU memory
+    is split in halves, and later batches are cut to the size that fitted (the same predictions: pieces
+    are independent of each other in a batch)."""
+
+    def __init__(self, model, scores: np.ndarray, votes: np.ndarray, cfg: Config, device: torch.device):
+        self.model, self.scores, self.votes, self.device, self.cfg = model, scores, votes, device, cfg
+        self.softmax, self.limit = cfg.eval.vote == "softmax", None
+        self.waiting = None   # (piece indices, host scores, CUDA event) not yet added
+
+    def _forward(self, batch: PieceBatch) -> torch.Tensor:
+        copy = self.device.type == "cuda"
+        pos, x, offset = (t.to(self.device, non_blocking=copy) for t in (batch.pos, batch.x, batch.offset))
+        given = {} if batch.hierarchy is None else {"hierarchy": batch.hierarchy.to(self.device)}
+        with build.autocast(self.cfg, self.device):
+            logits = self.model(pos, x, offset, **given).float()
+        return torch.softmax(logits, dim=1) if self.softmax else logits
+
+    def add(self, batch: PieceBatch) -> None:
+        for part in split(batch, self.limit) if self.limit else [batch]:
+            try:
+                p = self._forward(part)
+            except torch.cuda.OutOfMemoryError:
+                if len(part.index) == 1:
+                    raise
+                torch.cuda.empty_cache()
+                self.limit = int(part.offset[-1]) // 2
+                self.add(part)
+                continue
+            host = p.to("cpu", non_blocking=True)
+            event = None
+            if self.device.type == "cuda":
+                event = torch.cuda.Event()
+                event.record()
+            self.finish()
+            self.waiting = (part.index, host, event)
+
+    def finish(self) -> None:
+        """Add the scores of the last batch run."""
+        if self.waiting is None:
+            return
+        indices, host, event = self.waiting
+        self.waiting = None
+        if event is not None:
+            event.synchronize()
+        p, start = host.numpy(), 0
+        for index in indices:
+            # A piece holds each index once (one point per voxel), so += is an exact scatter.
+            self.scores[index] += p[start:start + index.shape[0]]
+            self.votes[index] += 1
+            start += index.shape[0]
+
+
+def batch_points(cfg: Config, device: torch.device) -> int:
+    """``eval.batch_points``, or when it is None the device's default: :data:`CPU_BATCH_POINTS` on the
+    CPU, :data:`CUDA_BATCH_POINTS` on an accelerator (halved while a batch does not fit, :class:`VoteSink`)."""
+    if cfg.eval.batch_points is not None:
+        return cfg.eval.batch_points
+    return CPU_BATCH_POINTS if device.type == "cpu" else CUDA_BATCH_POINTS
