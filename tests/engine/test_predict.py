@@ -155,6 +155,46 @@ def test_spacing_warning_for_millimetres_and_scale(tiny_run, two_folds, tmp_path
                                   read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1"))
 
 
+def test_stray_points_are_left_out_and_take_their_nearest_points_label(tiny_run, two_folds, tmp_path, capsys):
+    """Points 10 km away, 5 km above a room point and at 1e30 m, inserted among a room's points: the others
+    keep exactly the labels evaluate gave the room (the network saw the same input), each stray point takes
+    the label and probabilities of its nearest room point (found here by brute force; any room point for
+    the one at 1e30, to which all are equally near in float64), and one warning line counts them."""
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    coord, color = room["coord"].astype(np.float64), room["color"]
+    stray = np.array([[1e4, 1e4, 1e4], coord[500] + [0.0, 0.0, 5000.0], [1e30, 0.0, 1.0]])
+    at = [100, 2000, 2000]
+    scan = np.insert(np.c_[coord, color], at, np.c_[stray, [[255, 0, 0], [0, 255, 0], [0, 0, 255]]], axis=0)
+    np.save(tmp_path / "office_1.npy", scan)
+    assert cli(["predict", str(tiny_run), str(tmp_path / "office_1.npy"), "--out", str(tmp_path / "o"),
+                "--probabilities", "--format", "npy"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    pred = np.load(tmp_path / "o" / "office_1_pred.npy")
+    evaluated = read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1")
+    placed = np.array(at) + np.arange(len(at))  # the rows of the stray points in the scan
+    np.testing.assert_array_equal(np.delete(pred, placed), evaluated)
+    nearest = [np.argmin(((coord - p) ** 2).sum(1)) for p in stray[:2]]
+    np.testing.assert_array_equal(pred[placed[:2]], evaluated[nearest])
+    probs = np.load(tmp_path / "o" / "office_1_probs.npy")
+    kept = np.delete(probs, placed, axis=0)
+    np.testing.assert_array_equal(probs[placed[:2]], kept[nearest])
+    assert (kept == probs[placed[2]]).all(1).any() and pred[placed[2]] == probs[placed[2]].argmax()
+    assert len(err) == 1 and err[0].startswith("warning: ") and "3 of 3,875" in err[0]
+    assert "--max-extent 1000 m" in err[0]
+    assert "the first is point 100: 10000 10000 10000" in err[0]
+
+
+def test_absurd_scales_and_extents_are_one_line_errors(tiny_run, two_folds, tmp_path, capsys):
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    np.save(tmp_path / "office_1.npy", np.c_[room["coord"].astype(np.float64) + 1, room["color"]])
+    for extra, words in ((["--scale", "1e300"], "no valid point: every point is beyond float32"),
+                         (["--scale", "inf"], "expected a finite --scale > 0"),
+                         (["--max-extent", "0"], "expected a finite --max-extent > 0")):
+        code = cli(["predict", str(tiny_run), str(tmp_path / "office_1.npy"), "--out", str(tmp_path / "o"), *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and words in err[0], (extra, err)
+
+
 def test_foreign_checkpoints_are_one_line_errors(tiny_run, tmp_path, capsys):
     np.save(tmp_path / "s.npy", np.zeros((5, 6)))
     torch.save({"state_dict": {"w": torch.zeros(2)}}, tmp_path / "other.pt")
