@@ -143,6 +143,27 @@ def test_bad_inputs_fail_alone_and_the_exit_code_says_so(tiny_run, two_folds, tm
     assert any("data.color=false" in line for line in err)
 
 
+def test_a_bad_file_in_a_folder_stops_nothing(tiny_run, two_folds, tmp_path, capsys):
+    """A 0-byte .npy (np.load raises EOFError) and a truncated one before and after a good scan in one
+    folder: one line each, the good scan predicted, exit 2 and the count in the last line."""
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    (folder / "a_empty.npy").write_bytes(b"")
+    np.save(folder / "b_good.npy", np.c_[room["coord"], room["color"]])
+    (folder / "c_cut.npy").write_bytes((folder / "b_good.npy").read_bytes()[:1000])
+    code = cli(["predict", str(tiny_run), str(folder), "--out", str(tmp_path / "o")])
+    out, err = capsys.readouterr()
+    assert code == 2
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "b_good_pred.npy"),
+                                  read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1"))
+    err = err.splitlines()
+    assert len(err) == 2 and all(line.startswith("pointgeope predict: error: ") for line in err)
+    assert f"{folder / 'a_empty.npy'}: not a readable .npy array (empty file)" in err[0]
+    assert f"{folder / 'c_cut.npy'}: not a readable .npy array" in err[1]
+    assert out.splitlines()[-1] == f"predicted 1 of 3 input(s) into {tmp_path / 'o'}; 2 failed (see the errors above)"
+
+
 def test_spacing_warning_for_millimetres_and_scale(tiny_run, two_folds, tmp_path, capsys):
     room = read_room(two_folds / "Area_1.h5", "office_1")
     np.save(tmp_path / "office_1.npy", np.c_[room["coord"].astype(np.float64) * 1000, room["color"]])
