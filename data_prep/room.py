@@ -162,10 +162,29 @@ def _room_attrs(room: Room, limits: PointLimits, arrays: dict, counts: dict, emp
 
 def _columns(parts: list[_Part]) -> np.ndarray:
     """The rows of every part, ``(N, 6)`` float64 in column-major order (each column contiguous: the
-    joined parse gives columns, and the per-column reductions below are fast on them)."""
+    joined parse gives columns, and the per-column reductions below are fast on them); without a copy
+    when the parts are consecutive rows of one array (a room parsed in one batch, nothing dropped)."""
     if not parts:
         return np.empty((0, 6))
-    return np.concatenate([p.values.T for p in parts], axis=1).T
+    blocks = [p.values.T for p in parts]
+    whole = _one_block(blocks)
+    return (whole if whole is not None else np.concatenate(blocks, axis=1)).T
+
+
+def _one_block(blocks: list[np.ndarray]) -> np.ndarray | None:
+    """``base[:, start:stop]`` when ``blocks`` are the consecutive column ranges ``start..stop`` of one
+    C-ordered ``(6, M)`` float64 array ``base``; else ``None``."""
+    base = blocks[0].base
+    if not isinstance(base, np.ndarray) or base.ndim != 2 or base.dtype != np.float64 or not base.flags.c_contiguous:
+        return None
+    at = base.__array_interface__["data"][0]
+    start = stop = (blocks[0].__array_interface__["data"][0] - at) // base.itemsize
+    for block in blocks:
+        if (block.base is not base or block.strides != base.strides
+                or block.__array_interface__["data"][0] != at + stop * base.itemsize):
+            return None
+        stop += block.shape[1]
+    return base[:, start:stop]
 
 
 def _drop_beyond_float32(source: Source, parts: list[_Part], counts: dict) -> np.ndarray:
