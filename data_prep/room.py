@@ -131,8 +131,8 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
     rgb = np.rint(values[:, 3:])
     inside = not len(rgb) or (rgb.min() >= 0 and rgb.max() <= 255)  # the usual case: nothing to clip
     arrays = {
-        "coord": values[:, :3].astype(np.float32),
-        "color": (rgb if inside else np.clip(rgb, 0, 255)).astype(np.uint8),
+        "coord": values[:, :3].astype(np.float32, order="C"),  # C order whatever the layout of values
+        "color": (rgb if inside else np.clip(rgb, 0, 255)).astype(np.uint8, order="C"),
         "label": np.repeat(np.array([p.label for p in parts], dtype=np.uint8), sizes),
         "instance": np.repeat(np.array([p.instance for p in parts], dtype=np.int32), sizes),
     }
