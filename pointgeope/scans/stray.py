@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pointgeope.outliers import beyond_float32, far_from_median
+from pointgeope.outliers import FLOAT32_INF, beyond_float32, column_bounds, far_from_median
 
 _FAR = 1e150  # query offsets are clipped to this, so that squared distances stay finite in float64
 
@@ -23,8 +23,14 @@ _FAR = 1e150  # query offsets are clipped to this, so that squared distances sta
 def stray_points(coord: np.ndarray, scale: float, max_extent: float) -> np.ndarray:
     """``bool (N,)``: the points of ``coord (N, 3)`` (float64, file units, finite) that are not valid once
     multiplied by ``scale`` (metres), by the rule of :mod:`pointgeope.outliers`."""
+    coord = np.asarray(coord, dtype=np.float64)
+    if not len(coord):
+        return np.zeros(0, dtype=bool)
     with np.errstate(over="ignore", invalid="ignore"):
-        metres = np.asarray(coord, dtype=np.float64) * scale
+        lo, hi = (bound * scale for bound in column_bounds(coord))  # the bounds in metres, exactly (scale > 0)
+        if (np.abs(np.r_[lo, hi]) < FLOAT32_INF).all() and (hi - lo <= max_extent).all():
+            return np.zeros(len(coord), dtype=bool)  # the usual scan: no temporary copy of it
+        metres = coord * scale
     stray = beyond_float32(metres)
     finite = np.flatnonzero(~stray)
     if len(finite):

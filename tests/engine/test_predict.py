@@ -205,6 +205,17 @@ def test_stray_points_are_left_out_and_take_their_nearest_points_label(tiny_run,
     assert "the first is point 100: 10000 10000 10000" in err[0]
 
 
+def test_a_fortran_order_scan_gets_the_labels_of_the_same_points_in_c_order(tiny_run, two_folds, tmp_path):
+    """numpy.save keeps a Fortran-order array so; its points gave other labels (the network's input kept
+    the layout, and a later step read it as C order)."""
+    room = read_room(two_folds / "Area_1.h5", "hallway_1")
+    np.save(tmp_path / "hallway_1.npy", np.asfortranarray(np.c_[room["coord"].astype(np.float64), room["color"]]))
+    assert not np.load(tmp_path / "hallway_1.npy").flags.c_contiguous
+    assert cli(["predict", str(tiny_run), str(tmp_path / "hallway_1.npy"), "--out", str(tmp_path / "o")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "hallway_1_pred.npy"),
+                                  read_predictions(tiny_run / "predictions" / "Area_1.h5", "hallway_1"))
+
+
 def test_absurd_scales_and_extents_are_one_line_errors(tiny_run, two_folds, tmp_path, capsys):
     room = read_room(two_folds / "Area_1.h5", "office_1")
     np.save(tmp_path / "office_1.npy", np.c_[room["coord"].astype(np.float64) + 1, room["color"]])
