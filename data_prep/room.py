@@ -5,7 +5,8 @@ Instance ids follow the order of ``room.files`` (class, then object number: ``ch
 ``pointgeope.constants`` (S3DIS has ``stairs``) is labelled clutter and counted in ``remapped``.
 Colours are rounded and clipped to ``0..255`` (some files hold floats).
 
-What is written is validated, each drop reported with its file and line:
+What is written is validated, each drop reported with its file and line (the point rule is
+``pointgeope/outliers.py``'s, which ``pointgeope predict`` applies to users' scans too):
 
 - a file that is empty or binary (a NUL byte, or mostly non-text bytes) is skipped;
 - a line whose coordinate is beyond float32 (``1e39``) is dropped;
