@@ -165,7 +165,7 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
                         f"{max_extent:g} m from the others after --scale {scale:g}; check --scale (metres per unit)")
     points = scan.coord[~stray] if stray.any() else scan.coord
     lo = points.min(axis=0)
-    coord = np.ascontiguousarray((points - lo) * scale, dtype=np.float32)  # a Fortran-order input changed labels
+    coord = ((points - lo) * scale).astype(np.float32)
     kept = scan if not stray.any() else dataclasses.replace(
         scan, coord=points, color=None if scan.color is None else scan.color[~stray])
     check_scan(predictor, kept, coord, scale, warn)
