@@ -6,7 +6,8 @@ A point is kept when
 1. its coordinates are finite once stored as float32 (``1e39`` would become ``inf``): :func:`beyond_float32`;
 2. it is at most ``max_extent`` metres from the median of the points kept by 1, on every axis
    (``|x_i - median(x)|_inf <= max_extent``): :func:`far_from_median`. ``max_extent`` is ``--max-extent``
-   (:data:`pointgeope.constants.MAX_ROOM_EXTENT`, 1 km, by default).
+   (prepare: :data:`pointgeope.constants.MAX_ROOM_EXTENT`, 1 km; predict:
+   :data:`pointgeope.constants.PREDICT_MAX_EXTENT`, 50 m, S3DIS-sized rooms).
 
 Pure numpy on ``(N, 3)`` float64 coordinates in metres; what to do with the points left out (drop and
 report, refuse the room, label them by their nearest kept point) is the caller's.

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pointgeope.constants import MAX_ROOM_EXTENT
+from pointgeope.constants import PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT
 from pointgeope.data.spacing import median_spacing
 from pointgeope.engine import build
 from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info, load_checkpoint,
@@ -33,7 +33,7 @@ from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from
 from pointgeope.engine.evaluate import room_seed, vote_room
 from pointgeope.errors import UserError
 from pointgeope.scans.scan import Scan, ScanError
-from pointgeope.scans.stray import describe_stray, nearest_kept, stray_points
+from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
 
 SPACING_FACTOR = 10.0
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)  # --tta when the run's config has no test-time views
@@ -154,15 +154,16 @@ def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float
 
 
 def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress: bool = False,
-                 warn=print, max_extent: float = MAX_ROOM_EXTENT) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 warn=print, max_extent: float = PREDICT_MAX_EXTENT) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(pred uint8 (N,), scores (N, C), votes (N,))`` of one scan (see the module docstring); with
     ``progress`` a bar with ETA over each view's fragments (on a terminal). Stray points (beyond
     ``max_extent`` of the median, :mod:`pointgeope.scans.stray`) are left out of the network's input and
-    take the prediction of their nearest kept point, with one warning."""
+    take the prediction of their nearest kept point, with one warning; a scan with no valid point or more
+    than :data:`~pointgeope.scans.stray.STRAY_SHARE` of them stray is refused (ScanError)."""
     stray = stray_points(scan.coord, scale, max_extent)
-    if stray.all():
-        raise ScanError(f"{scan.source}: no valid point: every point is beyond float32 or farther than --max-extent "
-                        f"{max_extent:g} m from the others after --scale {scale:g}; check --scale (metres per unit)")
+    refused = refusal(scan.source, scan.coord, stray, scale, max_extent)
+    if refused:
+        raise ScanError(refused)
     points = scan.coord[~stray] if stray.any() else scan.coord
     lo = points.min(axis=0)
     coord = ((points - lo) * scale).astype(np.float32)
@@ -252,8 +253,8 @@ def predict_scans(args) -> int:
 
     if not 0 < args.scale < float("inf") or (args.batch_points is not None and args.batch_points < 1):
         raise UserError(f"expected a finite --scale > 0 and --batch-points >= 1, got {args.scale} and {args.batch_points}")
-    if not 0 < args.max_extent < float("inf"):
-        raise UserError(f"expected a finite --max-extent > 0 (metres), got {args.max_extent}")
+    if not 0 < args.max_extent <= PREDICT_EXTENT_LIMIT:
+        raise UserError(f"expected --max-extent in (0, {PREDICT_EXTENT_LIMIT:g}] metres, got {args.max_extent:g}")
     refs, errors = find_scans(args.inputs)
     refs = _unique_names(refs, errors)
     for message in errors:
