@@ -8,9 +8,11 @@ rooms are the real rooms of ``../shared/data/s3dis_real`` when present (the full
 those of ``tests/fixtures/s3dis``, copied into several rooms and areas of a temporary tree (files are
 read once beforehand so that every method finds them in the page cache). A second table times the
 whole-file parsers on the same text: why ``data_prep.parse`` reads well-formed files with pandas.
-The machine is shared: the load average before and after is saved with the numbers.
+A third table is the rate per worker: prepare's room reader (``load_room``: read, parse, validate; what
+prepare's summary reports as "MB/s per worker") beside bare ``pandas.read_csv`` of the same files in the
+same process. The machine is shared: the load average before and after is saved with the numbers.
 
-Usage: python bench/bench_prepare.py [--copies 6] [--reps 2]
+Usage: python bench/bench_prepare.py [--copies 6] [--reps 2] [--out bench/results/bench_prepare.json]
 """
 from __future__ import annotations
 
@@ -136,6 +138,47 @@ def parser_table(files: list[Path], reps: int) -> list[dict]:
     return rows
 
 
+def worker_rates(raw: Path, reps: int) -> list[dict]:
+    """Per worker, in this one process: prepare's room reader (``data_prep.room.load_room``: read, parse,
+    validate; the "MB/s per worker" of prepare's summary) against bare ``pandas.read_csv`` (C engine) of
+    each file of the same rooms, read from the same page cache. Best of ``reps``, interleaved; wall and
+    CPU seconds (the CPU time is what a shared machine's load changes least)."""
+    import pandas as pd
+
+    from data_prep.room import load_room
+    from data_prep.source import FolderSource
+
+    source = FolderSource(raw)
+    rooms = source.rooms()
+    files = [raw / entry.path for room in rooms for entry in room.files]
+    size = sum(f.stat().st_size for f in files)
+
+    def bare():
+        for f in files:
+            pd.read_csv(io.BytesIO(f.read_bytes()), sep=" ", header=None, dtype=np.float64, na_filter=False,
+                        engine="c").to_numpy()
+
+    def ours():
+        for room in rooms:
+            load_room(source, room)
+
+    runs = {"pandas.read_csv per file (C engine), bare": bare, "prepare's room reader (load_room)": ours}
+    wall = {name: float("inf") for name in runs}
+    cpu = dict(wall)
+    for fn in runs.values():
+        fn()  # warm-up: imports, page cache
+    for _ in range(reps):
+        for name, fn in runs.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            wall[name] = min(wall[name], time.perf_counter() - t0)
+            cpu[name] = min(cpu[name], time.process_time() - c0)
+    base = next(iter(runs))
+    return [{"reader": n, "seconds": wall[n], "cpu_seconds": cpu[n], "mb_per_s": size / 1e6 / wall[n],
+             "mb_per_cpu_s": size / 1e6 / cpu[n], "of_pandas_wall": wall[base] / wall[n],
+             "of_pandas_cpu": cpu[base] / cpu[n]} for n in runs]
+
+
 def _version(module: str) -> str | None:
     try:
         return __import__(module).__version__
@@ -147,6 +190,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=6, help="copies of the 352k-point room")
     parser.add_argument("--reps", type=int, default=2, help="repetitions per method (best is kept)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the results (JSON)")
     args = parser.parse_args()
     real = real_rooms()
     load_before = os.getloadavg()[0]
@@ -162,6 +206,7 @@ def main() -> None:
         }
         ours(raw, Path(tmp) / "warm-up", 1)  # imports h5py and tqdm once, outside the timings
         times, cpu = best_times(runs, args.reps, Path(tmp) / "out")
+        workers = worker_rates(raw, args.reps)
     base = next(iter(times.values()))
     base_cpu = next(iter(cpu.values()))
     rows = [{"method": n, "seconds": t, "mb_per_s": size / 1e6 / t, "speedup": base / t, "cpu_seconds": cpu[n],
@@ -176,11 +221,16 @@ def main() -> None:
     for r in rows:
         print(f"{r['method']:<58}{r['seconds']:>9.2f}{r['mb_per_s']:>8.1f}{r['speedup']:>8.2f}x"
               f"{r['cpu_seconds']:>8.2f}{r['cpu_ratio']:>9.2f}x")
+    print(f"\n{'per worker, same rooms, one process':<58}{'seconds':>9}{'MB/s':>8}{'CPU s':>8}{'MB/CPU s':>9}"
+          f"{'of pandas (wall, CPU)':>23}")
+    for r in workers:
+        print(f"{r['reader']:<58}{r['seconds']:>9.2f}{r['mb_per_s']:>8.1f}{r['cpu_seconds']:>8.2f}"
+              f"{r['mb_per_cpu_s']:>9.1f}{r['of_pandas_wall']:>14.0%}{r['of_pandas_cpu']:>8.0%}")
     print(f"\n{'parser (whole file, office_resampled text)':<58}{'seconds':>9}{'MB/s':>8}")
     for r in parsers:
         print(f"{r['parser']:<58}{r['seconds']:>9.3f}{r['mb_per_s']:>8.1f}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
         "benchmark": "prepare", "rooms": rooms, "rooms_from": str(real.relative_to(REPO.parent)
                                                                   if real.is_relative_to(REPO.parent) else real),
         "text_bytes": size, "reps": args.reps,
@@ -188,8 +238,8 @@ def main() -> None:
                     "load_average_1min_after": load_after,
                     "python": platform.python_version(), "numpy": np.__version__, "pandas": _version("pandas"),
                     "pyarrow": _version("pyarrow"), "platform": platform.platform()},
-        "end_to_end": rows, "parsers": parsers}, indent=1) + "\n")
-    print(f"\nwrote {RESULTS}")
+        "end_to_end": rows, "per_worker": workers, "parsers": parsers}, indent=1) + "\n")
+    print(f"\nwrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Instance ids follow the order of ``room.files`` (class, then object number: ``ch
 ``pointgeope.constants`` (S3DIS has ``stairs``) is labelled clutter and counted in ``remapped``.
 Colours are rounded and clipped to ``0..255`` (some files hold floats).
 
-What is written is validated, each drop reported with its file and line:
+What is written is validated, each drop reported with its file and line (the point rule is
+``pointgeope/outliers.py``'s, which ``pointgeope predict`` applies to users' scans too):
 
 - a file that is empty or binary (a NUL byte, or mostly non-text bytes) is skipped;
 - a line whose coordinate is beyond float32 (``1e39``) is dropped;
@@ -24,12 +25,14 @@ from pathlib import PurePosixPath
 import numpy as np
 
 from data_prep.limits import PointLimits
-from data_prep.parse import parse_points
+from data_prep.parse import is_plain, parse_many, parse_points
 from data_prep.source import Room, Source, object_class
 from pointgeope.constants import CLASS_INDEX, CLUTTER, NUM_CLASSES
+from pointgeope.outliers import FLOAT32_INF, beyond_float32, column_bounds, column_extent, far_from_median
 
 MAX_STORED_ISSUES = 1000  # messages kept in a room's attributes (the counts are always exact)
 MAX_PRINTED_PER_FILE = 10  # messages printed per file; the rest are counted in one more line
+BATCH_BYTES = 16 << 20  # text parsed per call of parse_many (S3DIS files are ~200 kB, a few are 100+ MB)
 _TEXT = bytes(range(32, 127)) + b"\t\n\r\x0b\x0c"
 
 
@@ -55,6 +58,7 @@ class _Part:
     label: int
     values: np.ndarray  # (n, 6) float64
     rows: np.ndarray  # (n,) row index of each kept value in the file's parsed rows (for line numbers)
+    notes: list[str] = field(default_factory=list)  # the messages of its file
 
 
 def is_binary(data: bytes) -> bool:
@@ -75,46 +79,72 @@ def _line_numbers(source: Source, part: _Part, rows: np.ndarray) -> np.ndarray:
     return parse_points(data).line_numbers(data, part.rows[rows])
 
 
+def _parsed_files(source: Source, room: Room):
+    """Yield ``(instance, entry, data, parsed)`` for each file of ``room`` in order, ``parsed`` ``None``
+    for an empty or binary file; the text files are parsed by :func:`~data_prep.parse.parse_many` in
+    batches of about :data:`BATCH_BYTES` of text (one room's text is never all in memory)."""
+    batch: list = []
+    for instance, entry in enumerate(room.files):
+        data = source.read(entry.path)
+        plain = is_plain(data)  # numbers only: neither binary nor (unless blank) to be skipped
+        batch.append((instance, entry, data, _blank(data) or not plain and is_binary(data), plain))
+        if sum(len(b[2]) for b in batch) >= BATCH_BYTES or instance == len(room.files) - 1:
+            kept = [b for b in batch if not b[3]]
+            parsed = iter(parse_many([b[2] for b in kept], [b[4] for b in kept]))
+            for instance_, entry_, data_, skip, _ in batch:
+                yield instance_, entry_, data_, None if skip else next(parsed)
+            batch = []
+
+
+def _blank(data: bytes) -> bool:
+    return not data or data.isspace()
+
+
 def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -> RoomData:
     """Read, parse and validate every annotation file of ``room`` (see the module docstring)."""
     start = time.perf_counter()
     parts: list[_Part] = []
-    messages: list[str] = []
+    notes: list[tuple[str, list[str]]] = []  # (file, its messages), in file order
     counts = {"repaired": 0, "dropped": 0, "num_bytes": 0}
     empty, binary = [], []
-    remapped: dict[str, int] = {}
-    for instance, entry in enumerate(room.files):
-        data = source.read(entry.path)
+    for instance, entry, data, parsed in _parsed_files(source, room):
         counts["num_bytes"] += len(data)
-        if not data.strip() or is_binary(data):
-            (empty if not data.strip() else binary).append(entry.path)
-            messages.append(f"{entry.path}: skipped: " + ("empty file" if not data.strip()
-                                                          else "not a text file (binary)"))
+        if parsed is None:
+            (empty if _blank(data) else binary).append(entry.path)
+            notes.append((entry.path, [f"{entry.path}: skipped: "
+                                       + ("empty file" if _blank(data) else "not a text file (binary)")]))
             continue
-        parsed = parse_points(data)
         counts["repaired"] += parsed.count("repaired")
         counts["dropped"] += parsed.count("dropped")
-        file_messages = [f"{entry.path}:{i.line}: {i.kind}: {i.message}" for i in parsed.issues]
-        rows, values = _within_float32(entry.path, data, parsed, file_messages)
-        counts["dropped"] += len(parsed.values) - len(rows)
-        messages.extend(_capped(entry.path, file_messages))
-        name = object_class(entry.path)
-        if name not in CLASS_INDEX:
-            remapped[name] = remapped.get(name, 0) + len(rows)
-        parts.append(_Part(entry.path, instance, CLASS_INDEX.get(name, CLUTTER), values, rows))
-    refused = _drop_outliers(source, parts, limits, messages, counts)
-    values = np.concatenate([p.values for p in parts]) if parts else np.empty((0, 6))
+        notes.append((entry.path, [f"{entry.path}:{i.line}: {i.kind}: {i.message}" for i in parsed.issues]))
+        label = CLASS_INDEX.get(object_class(entry.path), CLUTTER)
+        parts.append(_Part(entry.path, instance, label, parsed.values, np.arange(len(parsed.values)), notes[-1][1]))
+    values = _drop_beyond_float32(source, parts, counts)
+    messages = [m for path, file_notes in notes for m in _capped(path, file_notes)]
+    remapped: dict[str, int] = {}
+    for part in parts:
+        if object_class(part.path) not in CLASS_INDEX:
+            remapped[object_class(part.path)] = remapped.get(object_class(part.path), 0) + len(part.values)
+    refused, values, extent = _drop_outliers(source, parts, limits, messages, counts, values)
     if refused is None:
-        refused = _room_extent_problem(values, limits)
+        refused = _room_extent_problem(values, limits, extent)
     sizes = [len(p.values) for p in parts]
     rgb = np.rint(values[:, 3:])
+    inside = not len(rgb) or (rgb.min() >= 0 and rgb.max() <= 255)  # the usual case: nothing to clip
     arrays = {
-        "coord": values[:, :3].astype(np.float32),
-        "color": np.clip(rgb, 0, 255).astype(np.uint8),
+        "coord": values[:, :3].astype(np.float32, order="C"),  # C order whatever the layout of values
+        "color": (rgb if inside else np.clip(rgb, 0, 255)).astype(np.uint8, order="C"),
         "label": np.repeat(np.array([p.label for p in parts], dtype=np.uint8), sizes),
         "instance": np.repeat(np.array([p.instance for p in parts], dtype=np.int32), sizes),
     }
-    attrs = {
+    counts["clipped"] = 0 if inside else int(np.count_nonzero((rgb < 0) | (rgb > 255)))
+    attrs = _room_attrs(room, limits, arrays, counts, empty, binary, remapped, messages)
+    return RoomData(arrays, attrs, messages, counts["num_bytes"], time.perf_counter() - start, refused)
+
+
+def _room_attrs(room: Room, limits: PointLimits, arrays: dict, counts: dict, empty: list, binary: list,
+                remapped: dict, messages: list[str]) -> dict:
+    return {
         "num_points": int(arrays["label"].shape[0]),
         "source": f"{room.location}/{room.path}",
         "signature": room.signature(limits),
@@ -126,69 +156,95 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
         "empty_files": empty,
         "binary_files": binary,
         "remapped_to_clutter": json.dumps(dict(sorted(remapped.items()))),
-        "clipped_colors": int(np.count_nonzero((rgb < 0) | (rgb > 255))),
+        "clipped_colors": counts["clipped"],
         "issues": messages[:MAX_STORED_ISSUES],
     }
-    return RoomData(arrays, attrs, messages, counts["num_bytes"], time.perf_counter() - start, refused)
 
 
-def _extent(blocks: list[np.ndarray]) -> np.ndarray:
-    """``max - min`` of the coordinates (columns 0..2) of all rows of ``blocks``, per axis; zeros when
-    empty. Column by column: numpy's axis-0 reduction of an (N, 6) array is several times slower."""
-    blocks = [b for b in blocks if len(b)]
-    if not blocks:
-        return np.zeros(3)
-    return np.array([max(b[:, j].max() for b in blocks) - min(b[:, j].min() for b in blocks) for j in range(3)])
+def _columns(parts: list[_Part]) -> np.ndarray:
+    """The rows of every part, ``(N, 6)`` float64 in column-major order (each column contiguous: the
+    joined parse gives columns, and the per-column reductions below are fast on them); without a copy
+    when the parts are consecutive rows of one array (a room parsed in one batch, nothing dropped)."""
+    if not parts:
+        return np.empty((0, 6))
+    blocks = [p.values.T for p in parts]
+    whole = _one_block(blocks)
+    return (whole if whole is not None else np.concatenate(blocks, axis=1)).T
 
 
-def _within_float32(path: str, data: bytes, parsed, messages: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The rows (indices, values) whose coordinates are finite in float32 (``1e39`` would be stored as
-    ``inf``); the others are reported by line in ``messages``."""
-    with np.errstate(over="ignore"):
-        finite = np.isfinite(parsed.values[:, :3].astype(np.float32))
-    if finite.all():  # the usual case, without a per-row reduction
-        return np.arange(len(parsed.values)), parsed.values
-    keep = finite.all(axis=1)
-    bad = np.flatnonzero(~keep)
-    for row, line in zip(bad, parsed.line_numbers(data, bad)):
-        messages.append(f"{path}:{line}: dropped: coordinate beyond float32: "
-                        f"{' '.join(f'{v:g}' for v in parsed.values[row, :3])}")
-    return np.flatnonzero(keep), parsed.values[keep]
+def _one_block(blocks: list[np.ndarray]) -> np.ndarray | None:
+    """``base[:, start:stop]`` when ``blocks`` are the consecutive column ranges ``start..stop`` of one
+    C-ordered ``(6, M)`` float64 array ``base``; else ``None``."""
+    base = blocks[0].base
+    if not isinstance(base, np.ndarray) or base.ndim != 2 or base.dtype != np.float64 or not base.flags.c_contiguous:
+        return None
+    at = base.__array_interface__["data"][0]
+    start = stop = (blocks[0].__array_interface__["data"][0] - at) // base.itemsize
+    for block in blocks:
+        if (block.base is not base or block.strides != base.strides
+                or block.__array_interface__["data"][0] != at + stop * base.itemsize):
+            return None
+        stop += block.shape[1]
+    return base[:, start:stop]
+
+
+def _drop_beyond_float32(source: Source, parts: list[_Part], counts: dict) -> np.ndarray:
+    """Drop the rows whose coordinates are not finite in float32 (``1e39`` would be stored as ``inf``),
+    each reported by line in its file's notes; returns the rows of every part (:func:`_columns`). The
+    usual case costs the min/max of each column."""
+    values = _columns(parts)
+    if not len(values) or (np.abs(np.concatenate(column_bounds(values))) < FLOAT32_INF).all():
+        return values
+    for part in parts:
+        rows = np.flatnonzero(beyond_float32(part.values))
+        if not len(rows):
+            continue
+        part.notes.extend(f"{part.path}:{line}: dropped: coordinate beyond float32: "
+                          f"{' '.join(f'{v:g}' for v in part.values[row, :3])}"
+                          for row, line in zip(rows, _line_numbers(source, part, rows)))
+        counts["dropped"] += len(rows)
+        keep = np.ones(len(part.values), dtype=bool)
+        keep[rows] = False
+        part.values, part.rows = part.values[keep], part.rows[keep]
+    return _columns(parts)
 
 
 def _drop_outliers(source: Source, parts: list[_Part], limits: PointLimits, messages: list[str],
-                   counts: dict) -> str | None:
-    """Points farther than ``max_extent`` from the room's median (per axis): dropped from ``parts``
-    and reported, or the reason to refuse the room (``outliers="refuse"``)."""
-    if (_extent([p.values for p in parts]) <= limits.max_extent).all():
-        return None  # no point can be farther than the room's extent from its median
-    centre = np.median(np.concatenate([p.values[:, :3] for p in parts]), axis=0)
+                   counts: dict, values: np.ndarray) -> tuple[str | None, np.ndarray, np.ndarray]:
+    """Points farther than ``max_extent`` from the room's median (per axis, ``pointgeope.outliers``):
+    dropped from ``parts`` and reported, or the reason to refuse the room (``outliers="refuse"``).
+    Returns that reason (or ``None``), the rows of ``values`` kept and their extent."""
+    extent = column_extent(values)
+    far, centre = far_from_median(values, limits.max_extent, extent)
+    if not far.any():
+        return None, values, extent
     first = None
-    for part in parts:
-        far = np.flatnonzero((np.abs(part.values[:, :3] - centre) > limits.max_extent).any(axis=1))
-        if not len(far):
+    ends = np.cumsum([len(p.values) for p in parts])
+    for part, end in zip(parts, ends):
+        rows = np.flatnonzero(far[end - len(part.values):end])
+        if not len(rows):
             continue
-        lines = _line_numbers(source, part, far)
+        lines = _line_numbers(source, part, rows)
         first = first or f"{part.path}:{lines[0]}"
         action = "refused" if limits.outliers == "refuse" else "dropped"
         messages.extend(_capped(part.path, [
             f"{part.path}:{line}: {action}: point ({' '.join(f'{v:g}' for v in part.values[row, :3])}) is "
             f"{np.abs(part.values[row, :3] - centre).max():g} m from the room's median, more than "
-            f"--max-extent {limits.max_extent:g} m" for row, line in zip(far, lines)]))
-        counts["dropped"] += len(far)
+            f"--max-extent {limits.max_extent:g} m" for row, line in zip(rows, lines)]))
+        counts["dropped"] += len(rows)
         keep = np.ones(len(part.values), dtype=bool)
-        keep[far] = False
+        keep[rows] = False
         part.values, part.rows = part.values[keep], part.rows[keep]
-    if first is not None and limits.outliers == "refuse":
+    values = _columns(parts)
+    if limits.outliers == "refuse":
         return (f"points farther than --max-extent {limits.max_extent:g} m from the room's median (first at "
-                f"{first}); drop them with --outliers drop or raise --max-extent")
-    return None
+                f"{first}); drop them with --outliers drop or raise --max-extent"), values, column_extent(values)
+    return None, values, column_extent(values)
 
 
-def _room_extent_problem(values: np.ndarray, limits: PointLimits) -> str | None:
+def _room_extent_problem(values: np.ndarray, limits: PointLimits, extent: np.ndarray) -> str | None:
     if not len(values):
         return "no valid point (every file empty, binary or with every line dropped)"
-    extent = _extent([values])
     axis = int(np.argmax(extent))
     if extent[axis] > limits.max_extent:
         return (f"spans {extent[axis]:g} m along {'xyz'[axis]}, more than --max-extent {limits.max_extent:g} m; "

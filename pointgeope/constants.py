@@ -38,3 +38,14 @@ PALETTE: tuple[tuple[int, int, int], ...] = (
 # median and refuses rooms larger than this (--max-extent); readers refuse rooms beyond the limit the
 # area file was prepared with. S3DIS rooms are at most ~50 m; 1 km keeps voxel keys far from overflow.
 MAX_ROOM_EXTENT = 1000.0
+
+# Default --max-extent of predict, metres from the scan's median on an axis. The network only saw
+# S3DIS-like rooms (at most ~50 m, above; the two real rooms of /work/shared/data/s3dis_real span at most
+# 6.4 m and lie within 3.3 m of their median), and a room that spans at most M on each axis lies within M
+# of its median: 50 m keeps every such room (and one 100 m long about its median). A point beyond it is no
+# part of a room the network can segment, and kept, it changes the other points' labels (the voxel grid's
+# origin, the crops, the network's sampling). --max-extent raises it; prepare keeps its own 1 km limit.
+PREDICT_MAX_EXTENT = 50.0
+# The largest --max-extent predict accepts: the network's float32 squared distances overflow near 1e19 m
+# (a point kept at 1e30 m ended in an IndexError); 1000 km is far inside what it handles (tried to 1e15 m).
+PREDICT_EXTENT_LIMIT = 1e6

@@ -23,11 +23,13 @@ Scan predictions ``DIR/<name>_pred.h5`` (``pointgeope predict --format h5``): on
 layout plus its ``pred`` array, root attr ``kind = "scan-predictions"``
 (:func:`write_scan_predictions`), so that the viewer reads it as an area file.
 
-Every reader of a prepared file goes through :func:`open_area` (the version check); a file this version
-cannot read is a :class:`SchemaError` that names it and says to run ``pointgeope prepare`` again.
+Every reader of a prepared file goes through :func:`open_area` (the version check, and the identity
+check: a file named ``Area_N.h5`` must hold area ``Area_N``); a file this version cannot read is a
+:class:`SchemaError` that names it and says to run ``pointgeope prepare`` again.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -48,6 +50,7 @@ ROOM_ARRAYS: dict[str, tuple[type, int | None]] = {
 ROOM_FIELDS = tuple(ROOM_ARRAYS)
 PRED = "pred"  # the predictions dataset of a room
 _STR = h5py.string_dtype()
+_AREA_FILE = re.compile(r"Area_\d+\.h5")  # the names area_path gives; open_area checks their identity
 
 
 class SchemaError(UserError, ValueError):
@@ -82,7 +85,23 @@ def open_area(path: str | Path) -> h5py.File:
         f.close()
         raise SchemaError(f"{path}: expected schema_version {SCHEMA_VERSION}, got {version}; "
                           "re-run `pointgeope prepare` with this version of pointgeope")
+    problem = _identity_problem(path, f)
+    if problem:
+        f.close()
+        raise SchemaError(problem)
     return f
+
+
+def _identity_problem(path: Path, f: h5py.File) -> str | None:
+    """A file named like an area (``Area_N.h5``) must hold that area (root attr ``area``): a copy of
+    ``Area_3.h5`` saved as ``Area_1.h5`` would otherwise train or test as Area_1."""
+    if not _AREA_FILE.fullmatch(path.name):
+        return None
+    area = _plain(f.attrs.get("area"))
+    if area == path.stem:
+        return None
+    return (f"{path}: holds {area!r} (its 'area' attribute), expected {path.stem!r} by its name: a copied or "
+            f"renamed area file; put {path.stem}'s own file back or run `pointgeope prepare` again")
 
 
 def area_max_extent(f: h5py.File) -> float:

@@ -10,11 +10,16 @@ Inputs: .ply (ascii/binary), .las/.laz (laspy), .txt/.xyz/.pts/.csv (x y z [r g 
 scan: DIR/<name>_pred.npy (uint8 label per point) and DIR/<name>_pred.ply (points coloured by class, a
 `label` property); with --format also .las (classification), .txt (x y z r g b label) and .h5 (for
 `pointgeope viz`); with --probabilities DIR/<name>_probs.npy (float16 (N, 13)). An input that fails is
-reported and the others are still predicted; the exit code is 2 when any failed.
+reported in one line and the others are still predicted; the exit code is 2 when any failed. Stray points
+(not finite in float32, or farther than --max-extent, default 50 m, from the scan's median, after --scale)
+are left out of the network's input and labelled as their nearest kept point, counted in one warning per
+scan that says which --max-extent would keep them.
 """
 from __future__ import annotations
 
 import argparse
+
+from pointgeope.constants import PREDICT_MAX_EXTENT
 
 FORMATS = ("npy", "ply", "las", "txt", "h5")  # pointgeope.scans.outputs.FORMATS (kept light to import)
 HELP = "segment your own scans (ply, las, txt, npy, ...) with a trained model"
@@ -44,6 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="points per forward pass (default: the run's eval.batch_points)")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply coordinates by this to get metres (0.001 for mm, 0.3048 for feet)")
+    parser.add_argument("--max-extent", type=float, default=PREDICT_MAX_EXTENT, metavar="M",
+                        help="points farther than M metres from the scan's median (on an axis), or not finite "
+                             "in float32, are left out of the network's input and labelled as their nearest "
+                             f"kept point, with a warning (default {PREDICT_MAX_EXTENT:g}: S3DIS-sized rooms; raise it "
+                             "to keep larger scans whole)")
 
 
 def main(args: argparse.Namespace) -> int:

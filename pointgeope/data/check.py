@@ -4,6 +4,7 @@ For each ``Area_N.h5`` (train and test areas alike), before the first epoch:
 
 - its checksum equals the one ``prepare`` wrote in ``manifest.json`` (when the manifest lists it): a file
   changed or damaged after prepare is refused by name;
+- its root attribute ``area`` equals its name (``Area_1.h5`` holds ``Area_1``; :func:`pointgeope.h5.open_area`);
 - it opens as HDF5 with this schema version, and holds at least one room;
 - each room has ``coord`` float32 ``(N, 3)``, ``color`` uint8 ``(N, 3)``, ``label`` uint8 ``(N,)``,
   ``instance`` int32 ``(N,)`` with ``N >= 1``, every coordinate finite, an extent within the limit the
@@ -88,3 +89,11 @@ def check_areas(root: str | Path, areas: list[str] | tuple[str, ...],
     """:func:`check_area` for each ``root/<area>.h5``, against the checksums of ``root/manifest.json``."""
     checksums = manifest_checksums(root)
     return {area: check_area(area_path(root, area), checksums.get(area), num_classes) for area in areas}
+
+
+def area_checksums(root: str | Path, areas: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Area -> checksum of ``root/<area>.h5``: the one in ``root/manifest.json`` where it lists the area
+    (:func:`check_areas` verifies it against the file), else computed from the file (a root prepared
+    without a manifest, or an area copied in by hand). What a checkpoint records of the data it trained on."""
+    listed = manifest_checksums(root)
+    return {area: listed.get(area) or file_checksum(area_path(root, area)) for area in areas}

@@ -63,7 +63,8 @@ def grid_coord(coord: np.ndarray, grid_size: float) -> np.ndarray:
         raise ValueError(f"expected grid_size > 0, got {grid_size}")
     if coord.shape[0] == 0:
         raise ValueError("expected at least one point, got an empty coord array")
-    ct = np.ascontiguousarray(coord.T)              # (3, N), a copy we may write into
+    ct = np.array(coord.T, order="C")               # (3, N), a copy we may write into (also of a Fortran-order
+                                                    # coord, whose .T ascontiguousarray would return as is)
     ct -= column_min(coord)[:, None]
     ct /= ct.dtype.type(grid_size)
     np.floor(ct, out=ct)

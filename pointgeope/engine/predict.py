@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pointgeope.constants import PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT
 from pointgeope.data.spacing import median_spacing
 from pointgeope.engine import build
 from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info, load_checkpoint,
@@ -32,6 +33,7 @@ from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from
 from pointgeope.engine.evaluate import room_seed, vote_room
 from pointgeope.errors import UserError
 from pointgeope.scans.scan import Scan, ScanError
+from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
 
 SPACING_FACTOR = 10.0
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)  # --tta when the run's config has no test-time views
@@ -152,19 +154,35 @@ def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float
 
 
 def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress: bool = False,
-                 warn=print) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 warn=print, max_extent: float = PREDICT_MAX_EXTENT) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(pred uint8 (N,), scores (N, C), votes (N,))`` of one scan (see the module docstring); with
-    ``progress`` a bar with ETA over each view's fragments (on a terminal)."""
-    lo = scan.coord.min(axis=0)
-    coord = ((scan.coord - lo) * scale).astype(np.float32)
-    check_scan(predictor, scan, coord, scale, warn)
-    color = scan.color if scan.color is not None else np.zeros((len(scan), 3), np.uint8)  # unused by [xyz] models
+    ``progress`` a bar with ETA over each view's fragments (on a terminal). Stray points (beyond
+    ``max_extent`` of the median, :mod:`pointgeope.scans.stray`) are left out of the network's input and
+    take the prediction of their nearest kept point, with one warning; a scan with no valid point or more
+    than :data:`~pointgeope.scans.stray.STRAY_SHARE` of them stray is refused (ScanError)."""
+    stray = stray_points(scan.coord, scale, max_extent)
+    refused = refusal(scan.source, scan.coord, stray, scale, max_extent)
+    if refused:
+        raise ScanError(refused)
+    points = scan.coord[~stray] if stray.any() else scan.coord
+    lo = points.min(axis=0)
+    coord = ((points - lo) * scale).astype(np.float32)
+    kept = scan if not stray.any() else dataclasses.replace(
+        scan, coord=points, color=None if scan.color is None else scan.color[~stray])
+    check_scan(predictor, kept, coord, scale, warn)
+    color = kept.color if kept.color is not None else np.zeros((len(kept), 3), np.uint8)  # unused by [xyz] models
     room = scan.name.rsplit("/", 1)[-1]
     result = vote_room(predictor.model, coord, color, predictor.cfg, predictor.device,
                        seed=room_seed(predictor.cfg.train.seed, room), show_progress=progress)
     if (result.votes < 1).any():
         raise RuntimeError(f"{scan.source}: {(result.votes < 1).sum()} points got no prediction")
-    return result.scores.argmax(1).astype(np.uint8), result.scores, result.votes
+    scores, votes = result.scores, result.votes
+    if stray.any():
+        warn(describe_stray(scan.source, scan.coord, stray, scale, max_extent))
+        source = np.cumsum(~stray) - 1  # point i -> its row among the kept points
+        source[stray] = nearest_kept(scan.coord, stray)
+        scores, votes = scores[source], votes[source]
+    return scores.argmax(1).astype(np.uint8), scores, votes
 
 
 # --- `pointgeope predict MODEL INPUT [INPUT ...] --out DIR` ------------------------------------------------
@@ -204,7 +222,8 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str]) -> i
             for note in scan.meta.get("notes", [])[:20]:
                 print(f"note: {note}")
             pred, scores, votes = predict_scan(predictor, scan, args.scale, progress=True,
-                                               warn=lambda m: print(m, file=sys.stderr, flush=True))
+                                               warn=lambda m: print(m, file=sys.stderr, flush=True),
+                                               max_extent=args.max_extent)
             probs = vote_probabilities(scores, votes, predictor.cfg.eval.vote) if args.probabilities else None
             del scores
             try:
@@ -232,8 +251,10 @@ def predict_scans(args) -> int:
     from pointgeope.lock import folder_lock
     from pointgeope.scans.sources import find_scans
 
-    if not args.scale > 0 or (args.batch_points is not None and args.batch_points < 1):
-        raise UserError(f"expected --scale > 0 and --batch-points >= 1, got {args.scale} and {args.batch_points}")
+    if not 0 < args.scale < float("inf") or (args.batch_points is not None and args.batch_points < 1):
+        raise UserError(f"expected a finite --scale > 0 and --batch-points >= 1, got {args.scale} and {args.batch_points}")
+    if not 0 < args.max_extent <= PREDICT_EXTENT_LIMIT:
+        raise UserError(f"expected --max-extent in (0, {PREDICT_EXTENT_LIMIT:g}] metres, got {args.max_extent:g}")
     refs, errors = find_scans(args.inputs)
     refs = _unique_names(refs, errors)
     for message in errors:

@@ -23,6 +23,7 @@ import torch
 from pointgeope.engine import distributed
 from pointgeope.engine.checkpoint import load_checkpoint, load_model_state, rng_state, save_checkpoint, set_rng_state
 from pointgeope.engine.runio import Log
+from pointgeope.errors import UserError
 
 
 @dataclass
@@ -69,8 +70,10 @@ class FoldCheckpoints:
     leaves ``nan_step_<step>.pt`` with the batch and the model (:meth:`stop_on_nan`).
     """
 
-    def __init__(self, run: Path, learner: Learner, env: distributed.DistEnv, config: dict, predict: dict):
+    def __init__(self, run: Path, learner: Learner, env: distributed.DistEnv, config: dict, predict: dict,
+                 data: dict[str, str] | None = None):
         self.run, self.learner, self.env, self.config, self.predict = run, learner, env, config, predict
+        self.data = data  # area -> checksum of the fold's area files (pointgeope.data.check.area_checksums)
 
     def resume(self, log: Log) -> LoopState:
         """The state saved in ``last.pt``, with the learner and this rank's RNG restored from it; a fresh
@@ -79,6 +82,7 @@ class FoldCheckpoints:
         if not path.is_file():
             return LoopState()
         ckpt = load_checkpoint(path, self.config)
+        self._check_data(path, ckpt.get("data"), log)
         learner = self.learner
         load_model_state(learner.model, ckpt["model"], path)
         learner.optimizer.load_state_dict(ckpt["optimizer"])
@@ -96,6 +100,24 @@ class FoldCheckpoints:
                 f"train.threads={threads} to match)")
         return state
 
+    def _check_data(self, path: Path, saved: dict | None, log: Log) -> None:
+        """Refuse to resume on other area files than the checkpoint trained on, naming them."""
+        if self.data is None:
+            return
+        if saved is None:
+            log(f"warning: {path} does not record the data it trained on (written by an older pointgeope); "
+                "resuming without checking it")
+            return
+        differing = sorted(set(saved) | set(self.data), key=lambda a: (a not in self.data, a))
+        differing = [a for a in differing if saved.get(a) != self.data.get(a)]
+        if differing:
+            def short(checksum: str | None) -> str:
+                return checksum[:19] + "..." if checksum else "nothing"
+
+            shown = "; ".join(f"{a}.h5 trained on {short(saved.get(a))}, now {short(self.data.get(a))}" for a in differing)
+            raise UserError(f"{path} was trained on other data than {self.config['data']['root']} holds now "
+                            f"({shown}); --force retrains the fold from scratch, or restore the data it trained on")
+
     def save(self, name: str, state: LoopState) -> None:
         """Write ``RUN/area_K/<name>`` on rank 0 with every rank's RNG state (collective: every rank
         calls it, so that each one resumes its own random stream)."""
@@ -110,7 +132,7 @@ class FoldCheckpoints:
                 "optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict(),
                 "scaler": learner.scaler.state_dict() if learner.scaler.is_enabled() else None,
                 "rng": states, **dataclasses.asdict(state), "threads": torch.get_num_threads(),
-                "predict": self.predict})
+                "predict": self.predict, "data": self.data})
         distributed.barrier()
 
     def stop_on_nan(self, state: LoopState, loss: torch.Tensor, batch, fold: int) -> None:

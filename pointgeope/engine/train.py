@@ -15,7 +15,9 @@ matches the config (free keys aside), refused when it does not; ``--force`` trai
 Restarting the same command resumes from ``last.pt`` exactly: the loop's position (:class:`LoopState`),
 the model, optimiser, schedule and scaler, and every rank's RNG states are restored, the data order and the
 augmentations are functions of ``(seed, epoch, index)``, so the resumed run takes the steps the
-uninterrupted one would have (:mod:`pointgeope.engine.state` saves and restores all of it).
+uninterrupted one would have (:mod:`pointgeope.engine.state` saves and restores all of it). Every
+checkpoint records the checksums of the fold's area files (``manifest.json``'s, else computed from the
+files); a resume on other data is refused with the differing files named, and ``--force`` retrains.
 
 Reading order: :func:`train_fold` is the loop, top to bottom (set-up, resume, epochs, evaluation); each
 epoch is :func:`train_epoch` (the optimiser steps) then :func:`end_epoch` (scores, validation,
@@ -36,7 +38,7 @@ import torch.nn.functional as F
 
 from pointgeope.atomic import remove_leftovers
 from pointgeope.constants import AREAS, CLASS_NAMES
-from pointgeope.data.check import check_areas
+from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.folds import Fold, load_folds
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed
@@ -88,7 +90,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     # Every checkpoint carries what `pointgeope predict` needs (the spacing checks a scan's units).
     resolved = config_to_dict(cfg)
     predict = prediction_metadata(resolved, rooms_spacing(cfg.data.root, train_areas))
-    checkpoints = FoldCheckpoints(run, learner, env, resolved, predict)
+    checkpoints = FoldCheckpoints(run, learner, env, resolved, predict,
+                                  area_checksums(cfg.data.root, train_areas + test_areas))
     state = checkpoints.resume(log)
     if env.is_main:  # after the resume: a refused checkpoint leaves the folder's config as it was
         save_config(cfg, run / "config.yaml")

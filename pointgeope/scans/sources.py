@@ -105,6 +105,8 @@ def find_scans(inputs: list[str | Path]) -> tuple[list[ScanRef], list[str]]:
 def _read_npy(path: Path, name: str) -> Scan:
     try:
         values = np.load(path, allow_pickle=False)
+    except EOFError:  # a 0-byte file
+        raise ScanError(f"{path}: not a readable .npy array (empty file); expected an array saved by numpy.save") from None
     except (OSError, ValueError) as err:
         raise ScanError(f"{path}: not a readable .npy array ({err})") from None
     if values.ndim != 2 or values.shape[1] not in (3, 6) or values.dtype.kind not in "iuf":

@@ -79,6 +79,16 @@ def test_keys_are_the_raveled_grid_and_fnv_fallback_groups_the_same():
     assert groups.num_voxels == len(np.unique(far_key)) == len(far)
 
 
+def test_grid_coord_of_a_fortran_order_cloud_leaves_it_unchanged():
+    """Its (3, N) transpose is C-contiguous, so an in-place shift of 'a copy' changed the caller's points
+    (predict gave a Fortran-order .npy scan other labels than the same points in C order)."""
+    coord = cloud(300, 8).astype(np.float64)
+    fortran = np.asfortranarray(coord)
+    expected = np.floor((coord - coord.min(0)) / 0.1).astype(np.int64).T
+    np.testing.assert_array_equal(grid_coord(fortran, 0.1), expected)
+    np.testing.assert_array_equal(fortran, coord)
+
+
 def test_grid_coord_rejects_bad_input():
     with pytest.raises(ValueError, match=r"expected coord of shape \(N, 3\), got \(4, 2\)"):
         grid_coord(np.zeros((4, 2), np.float32), 0.1)

@@ -6,7 +6,7 @@ import io
 import numpy as np
 import pytest
 
-from data_prep.parse import _parse_fast, _parse_lines, parse_points
+from data_prep.parse import _parse_fast, _parse_lines, parse_many, parse_points
 
 
 def _loadtxt(data: bytes) -> np.ndarray:
@@ -124,3 +124,44 @@ def test_line_numbers_of_rows_on_both_paths():
 def test_float_colours_parse():
     parsed = parse_points(b"1.5 2.5 3.5 12.6 254.5 -0.4\n")
     np.testing.assert_array_equal(parsed.values, [[1.5, 2.5, 3.5, 12.6, 254.5, -0.4]])
+
+
+# Texts parse_many must give exactly as parse_points does: plain ones (joined), and each reason to parse a
+# text alone (blank line, CRLF, tabs, runs of blanks, a short, long, non-finite or stray-byte line, no text).
+_MANY = [b"1 2 3 4 5 6\n7.25 -8e-3 9 10 11 12\n", b"0.1 0.2 0.3 255 0 1", b"3 3 3 3 3 3\n",
+         b"1 2 3 4 5 6\n\n7 8 9 10 11 12\n", b"1 2 3 4 5 6\r\n", b"1\t2 3 4 5 6\n", b"1  2 3 4 5 6\n",
+         b"1 2 3 4 5\n", b"1 2 3 4 5 6 7\n", b"1e400 2 3 4 5 6\n", b"-7.3\x1093 1 2 3 4 5\n", b"", b"\n",
+         b"1 2 3 4 5 6\n 7 8 9 1 2 3\n", b"-0 +1 .5 5. 1E2 6\n", b"1 2 3 4 5 6\n \n7 8 9 1 2 3\n",
+         b"1 2 3 4 5 6 \n", b"1 2 3 4 5 6\n1 2 3 4 5\n", b"1 2 3 4 5 6\n1 2 3 4 5 6 7\n", b"1 2 3 4 5 6\n1 2 3 4 5 \n"]
+
+
+@pytest.mark.parametrize("order", range(4))
+def test_parse_many_equals_parse_points_on_each_text(order):
+    rng = np.random.default_rng(order)
+    plain = [b"\n".join(b" ".join(line.split()) for line in _random_text(rng, 300).split(b"\n") if line.strip())
+             for _ in range(3)]
+    texts = [bytes(t) for t in rng.permutation(np.array(_MANY + plain, dtype=object))]
+    for many, text in zip(parse_many(texts), texts):
+        one = parse_points(text)
+        assert _same_bits(np.ascontiguousarray(many.values), one.values), text[:40]
+        assert (many.issues, many.path) == (one.issues, one.path)
+        if text.strip():
+            np.testing.assert_array_equal(many.line_numbers(text, np.arange(len(many.values))),
+                                          one.line_numbers(text, np.arange(len(one.values))))
+
+
+def test_parse_many_reads_plain_texts_in_one_pandas_call(monkeypatch):
+    """Why it exists: pandas' fixed cost per call is as large as parsing a 200 kB file; a plain text
+    among others that must be parsed alone is still joined with the other plain ones."""
+    import pandas as pd
+
+    calls = []
+    real = pd.read_csv
+    monkeypatch.setattr(pd, "read_csv", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = np.random.default_rng(5)
+    plain = [b"\n".join(b" ".join(line.split()) for line in _random_text(rng, 50).split(b"\n") if line.strip())
+             for _ in range(20)]
+    assert all(p.path == "fast" for p in parse_many(plain)) and len(calls) == 1
+    calls.clear()
+    parse_many(plain[:10] + [b"1\t2 3 4 5 6\n"] + plain[10:])
+    assert len(calls) == 3  # the joined plain texts, then the tabbed one alone: ' ' fails, runs of blanks work

@@ -1,4 +1,5 @@
-"""Tests of pointgeope/engine/train.py on tiny data: run folder, exact resume, --cv skipping, NaN stop."""
+"""Tests of pointgeope/engine/train.py on tiny data: run folder, exact resume, --cv skipping, NaN stop, the
+identity of area files and the data a resume runs on."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.h5 import list_rooms, read_predictions, read_room
+from pointgeope.checksum import file_checksum
+from pointgeope.h5 import SchemaError, list_rooms, read_predictions, read_room, read_room_record, write_area
 from pointgeope.engine import state as state_mod
 from pointgeope.engine import train as train_mod
 from pointgeope.commands import train as train_command
@@ -172,3 +174,46 @@ def weights_like(root, run):
 
     cfg = load_config(DEMO_CONFIG, TINY + [f"data.root={root}"])
     return build.model(cfg).state_dict()
+
+
+def _copy_root(two_folds, root):
+    """A root of its own (files, not links) with two_folds' areas and folds.json, without manifest.json."""
+    root.mkdir()
+    for path in two_folds.iterdir():
+        (root / path.name).write_bytes(path.read_bytes())
+    return root
+
+
+def test_an_area_file_copied_over_another_is_refused(two_folds, tmp_path, capsys):
+    """Area_1.h5 replaced by a copy of Area_3.h5, no manifest to catch it: its own 'area' attribute does."""
+    root = _copy_root(two_folds, tmp_path / "root")
+    (root / "Area_1.h5").write_bytes((root / "Area_3.h5").read_bytes())
+    assert train(root, tmp_path / "run") == 2
+    err = capsys.readouterr().err
+    assert f"{root / 'Area_1.h5'}: holds 'Area_3' (its 'area' attribute), expected 'Area_1' by its name" in err
+    with pytest.raises(SchemaError, match="expected 'Area_1' by its name"):
+        list_rooms(root / "Area_1.h5")  # evaluate, predict and the viewer read area files through it too
+
+
+@pytest.mark.slow
+def test_resume_on_other_data_is_refused_with_the_files_named(two_folds, tmp_path, capsys):
+    """The checkpoint records the checksums of the fold's files (computed: this root has no manifest);
+    Area_2 re-prepared with one room fewer (and a manifest, as prepare writes) stops the resume by name;
+    --force retrains."""
+    root = _copy_root(two_folds, tmp_path / "root")
+    assert train(root, tmp_path / "run", "train.epochs=2", "train.epochs_per_run=1") == 0
+    last = tmp_path / "run" / "area_1" / "last.pt"
+    before = {a: file_checksum(root / f"{a}.h5") for a in ("Area_1", "Area_2", "Area_3")}
+    assert load_checkpoint(last)["data"] == before
+    rooms = list(list_rooms(root / "Area_2.h5"))[:-1]
+    write_area(root / "Area_2.h5", "Area_2", [(r, *read_room_record(two_folds / "Area_2.h5", r)) for r in rooms])
+    checksums = {a: file_checksum(root / f"{a}.h5") for a in before}
+    (root / "manifest.json").write_text(json.dumps({"checksums": checksums}))
+    assert train(root, tmp_path / "run", "train.epochs=2") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{last} was trained on other data than {root} holds now" in err[0]
+    assert f"Area_2.h5 trained on {before['Area_2'][:19]}..., now {checksums['Area_2'][:19]}..." in err[0]
+    assert "Area_1.h5" not in err[0] and "Area_3.h5" not in err[0] and "--force retrains" in err[0]
+    assert load_checkpoint(last)["epoch"] == 1  # left as it was
+    assert train(root, tmp_path / "run", "train.epochs=1", "--force") == 0
+    assert load_checkpoint(last)["data"] == checksums
