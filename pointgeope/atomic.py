@@ -33,14 +33,14 @@ class DiskFullError(UserError):
     """A write refused by the disk (no space, quota, file size limit): names the file being written."""
 
     @classmethod
-    def check(cls, err: OSError, path: Path) -> None:
-        """Raise one naming ``path`` if ``err`` is a full disk's; return otherwise."""
-        if err.errno in _FULL_DISK:
-            raise cls(f"{path}: cannot write it: {_FULL_DISK[err.errno]}; nothing of it was kept; free "
-                      "space (or raise the limit) and run the same command again") from None
-
-# The temporary files of atomic_path: ".<name>.<8 random characters>.tmp<suffix>".
-_LEFTOVER = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp(\.[^/]*)?")
+    def check(cls, err: BaseException, path: Path) -> None:
+        """Raise one naming ``path`` if ``err``, or an error it arose from (a writer such as ``torch.save``
+        may hide the OSError behind its own), is a full disk's; return otherwise."""
+        while err is not None:
+            if isinstance(err, OSError) and err.errno in _FULL_DISK:
+                raise cls(f"{path}: cannot write it: {_FULL_DISK[err.errno]}; nothing of it was kept; free "
+                          "space (or raise the limit) and run the same command again") from None
+            err = err.__cause__ or err.__context__
 
 
 def _umask() -> int:
@@ -67,7 +67,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
-    except OSError as err:
+    except Exception as err:
         DiskFullError.check(err, path)
         raise
     finally:
