@@ -21,7 +21,9 @@ one at a time, so peak memory is set by the fragment size plus the ``N x C`` sco
 room (``bench/bench_evaluate.py``).
 
 Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (layout in :mod:`pointgeope.h5`),
-then ``RUN/area_K/metrics.json`` with ``"complete": true``.
+then ``RUN/area_K/metrics.json``, with ``"complete": true`` once the fold has trained all its
+``train.epochs`` (``"trained_epochs"`` of ``"epochs"``: an interrupted fold can be evaluated, it stays
+unfinished).
 """
 from __future__ import annotations
 
@@ -163,6 +165,22 @@ def room_seed(seed: int, room: str) -> int:
 
 # --- one fold --------------------------------------------------------------------------------------------
 
+def trained_epochs(run: Path, ckpt: dict, cfg: Config) -> int:
+    """The epochs the fold has trained: ``last.pt``'s (``ckpt`` itself when it is ``last.pt``, which a
+    ``best.pt`` of an earlier epoch is not). The fold is finished when this reaches ``train.epochs``."""
+    from pointgeope.engine.checkpoint import load_checkpoint
+
+    if cfg.eval.checkpoint != "last" and (Path(run) / "last.pt").is_file():
+        ckpt = load_checkpoint(Path(run) / "last.pt")
+    return int(ckpt["epoch"])
+
+
+def unfinished_warning(run: Path, trained: int, epochs: int) -> str:
+    return (f"warning: {run} is unfinished: trained {trained} of {epochs} epochs; metrics.json says so "
+            "(\"complete\": false), the same training command continues the fold, and report leaves it out "
+            "of the pooled scores")
+
+
 def fold_is_complete(run: Path) -> bool:
     path = Path(run) / "metrics.json"
     if not path.is_file():
@@ -241,6 +259,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
         writable_folder(run / "predictions", "predictions folder")  # before the long part
     model = build.model(cfg).to(env.device)
     load_model_state(model, ckpt["model"], ckpt_path)
+    trained = trained_epochs(run, ckpt, cfg)
     t0 = time.perf_counter()
     mine = predict_areas(model, cfg, areas, env, progress_desc=f"evaluate {', '.join(areas)}")
     if env.distributed:
@@ -275,9 +294,12 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
             "tta_views": len(tta_views(cfg.eval.tta)), "vote": cfg.eval.vote,
             "max_fragments": cfg.eval.max_fragments, "fragments": dict(sorted(fragments.items())),
             "eval_seconds": round(seconds, 2),
-            "pe": cfg.model.pe, "complete": True,
+            "pe": cfg.model.pe, "trained_epochs": trained, "epochs": cfg.train.epochs,
+            "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
         }
         write_json_atomic(run / "metrics.json", metrics)
+        if not metrics["complete"]:
+            log(unfinished_warning(run, trained, cfg.train.epochs))
         log(f"evaluated {', '.join(areas)}: {num_points:,} points in {seconds:.1f}s -> "
             f"{run / 'predictions'}, {run / 'metrics.json'}")
     if env.distributed:
@@ -307,5 +329,6 @@ def evaluate_run(run: Path, overrides: list[str]) -> int:
     finally:
         distributed.cleanup()
     if env.is_main:
-        print(f"{m['area']}: oa {m['oa']:.4f}  macc {m['macc']:.4f}  miou {m['miou']:.4f}")
+        unfinished = "" if m["complete"] else f"  (unfinished: trained {m['trained_epochs']} of {m['epochs']} epochs)"
+        print(f"{m['area']}: oa {m['oa']:.4f}  macc {m['macc']:.4f}  miou {m['miou']:.4f}{unfinished}")
     return 0
