@@ -106,12 +106,21 @@ def load_checkpoint(path: str | Path, config: dict | None = None) -> dict:
     if ckpt.get("version") != VERSION:
         raise CheckpointError(f"{path}: expected checkpoint version {VERSION}, got {ckpt.get('version')}")
     if config is not None:
-        diff = config_differences(ckpt.get("config", {}), config)
+        diff = config_differences(checkpoint_config(ckpt, path), config)
         if diff:
             shown = "; ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, a, b in diff[:8])
             raise CheckpointError(f"{path}: written with another config ({shown}); use the same config "
                                   "and overrides to resume, or another --run-dir")
     return ckpt
+
+
+def checkpoint_config(ckpt: dict, path: str | Path) -> dict:
+    """The config (plain dict) a checkpoint was written with; a CheckpointError if it holds none."""
+    config = ckpt.get("config")
+    if not isinstance(config, dict) or "data" not in config or "model" not in config:
+        raise CheckpointError(f"{path}: expected a model checkpoint with a config (last.pt or best.pt of a run), "
+                              "got one without")
+    return config
 
 
 def config_differences(saved: dict, current: dict, prefix: str = "") -> list[tuple[str, object, object]]:
@@ -163,13 +172,11 @@ def prediction_metadata(config: dict, spacing: float | None = None) -> dict:
 
 def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
     """The checkpoint's ``"predict"`` entry, or (checkpoints written before it) the same derived from its
-    config without ``spacing``. Raises CheckpointError when neither is usable."""
+    config without ``spacing``. Raises CheckpointError without a config (prediction needs it) or with an
+    incomplete entry."""
+    config = checkpoint_config(ckpt, path)  # the prediction rebuilds the network from it
     info = ckpt.get("predict")
     if info is None:
-        config = ckpt.get("config")
-        if not isinstance(config, dict) or "data" not in config or "model" not in config:
-            raise CheckpointError(f"{path}: expected a model checkpoint with a config (last.pt or best.pt "
-                                  "of a run), got one without")
         info = prediction_metadata(config)
     missing = {"class_names", "palette", "grid_size", "features", "in_channels"} - set(info)
     if missing:
