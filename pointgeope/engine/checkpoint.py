@@ -123,6 +123,31 @@ def checkpoint_config(ckpt: dict, path: str | Path) -> dict:
     return config
 
 
+def fold_progress(path: str | Path, ckpt: dict) -> tuple[int, int]:
+    """``(epochs trained, train.epochs)`` of the fold that wrote the checkpoint ``ckpt`` read from ``path``:
+    the epochs of the ``last.pt`` beside it (a ``best.pt`` is from an earlier epoch), else its own. The
+    fold is finished when the first reaches the second."""
+    path = Path(path)
+    last = path.parent / "last.pt"
+    if path.name != "last.pt" and last.is_file():
+        ckpt = load_checkpoint(last)
+    trained = int(ckpt.get("epoch", 0))
+    return trained, int(checkpoint_config(ckpt, path).get("train", {}).get("epochs", trained))
+
+
+def unfinished_warning(path: str | Path, ckpt: dict) -> str | None:
+    """A warning line when the checkpoint's fold has not trained all its epochs (interrupted, or being
+    trained now: its folder is locked), else ``None``."""
+    from pointgeope.lock import LOCK_NAME
+
+    trained, epochs = fold_progress(path, ckpt)
+    if trained >= epochs:
+        return None
+    now = " (its folder is locked: it may be training now)" if (Path(path).parent / LOCK_NAME).is_file() else ""
+    return (f"warning: {path}: its fold has trained {trained} of {epochs} epochs{now}; these are the "
+            "predictions of an unfinished model")
+
+
 def config_differences(saved: dict, current: dict, prefix: str = "") -> list[tuple[str, object, object]]:
     """``(key, saved value, current value)`` for every non-free key whose values differ."""
     out = []

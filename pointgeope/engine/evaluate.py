@@ -165,17 +165,7 @@ def room_seed(seed: int, room: str) -> int:
 
 # --- one fold --------------------------------------------------------------------------------------------
 
-def trained_epochs(run: Path, ckpt: dict, cfg: Config) -> int:
-    """The epochs the fold has trained: ``last.pt``'s (``ckpt`` itself when it is ``last.pt``, which a
-    ``best.pt`` of an earlier epoch is not). The fold is finished when this reaches ``train.epochs``."""
-    from pointgeope.engine.checkpoint import load_checkpoint
-
-    if cfg.eval.checkpoint != "last" and (Path(run) / "last.pt").is_file():
-        ckpt = load_checkpoint(Path(run) / "last.pt")
-    return int(ckpt["epoch"])
-
-
-def unfinished_warning(run: Path, trained: int, epochs: int) -> str:
+def unfinished_metrics_warning(run: Path, trained: int, epochs: int) -> str:
     return (f"warning: {run} is unfinished: trained {trained} of {epochs} epochs; metrics.json says so "
             "(\"complete\": false), the same training command continues the fold, and report leaves it out "
             "of the pooled scores")
@@ -243,7 +233,7 @@ def _json_number(x: float):
 
 def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -> dict:
     """Predict every point of the fold's test area(s), write predictions and ``metrics.json``."""
-    from pointgeope.engine.checkpoint import load_checkpoint, load_model_state
+    from pointgeope.engine.checkpoint import fold_progress, load_checkpoint, load_model_state
     from pointgeope.engine.config import config_to_dict
 
     run = Path(run)
@@ -259,7 +249,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
         writable_folder(run / "predictions", "predictions folder")  # before the long part
     model = build.model(cfg).to(env.device)
     load_model_state(model, ckpt["model"], ckpt_path)
-    trained = trained_epochs(run, ckpt, cfg)
+    trained = fold_progress(ckpt_path, ckpt)[0]
     t0 = time.perf_counter()
     mine = predict_areas(model, cfg, areas, env, progress_desc=f"evaluate {', '.join(areas)}")
     if env.distributed:
@@ -299,7 +289,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
         }
         write_json_atomic(run / "metrics.json", metrics)
         if not metrics["complete"]:
-            log(unfinished_warning(run, trained, cfg.train.epochs))
+            log(unfinished_metrics_warning(run, trained, cfg.train.epochs))
         log(f"evaluated {', '.join(areas)}: {num_points:,} points in {seconds:.1f}s -> "
             f"{run / 'predictions'}, {run / 'metrics.json'}")
     if env.distributed:

@@ -100,7 +100,8 @@ def test_resume_with_another_number_of_threads_warns(two_folds, tmp_path):
 @pytest.mark.slow
 def test_an_unfinished_fold_evaluated_stays_unfinished_and_is_flagged_by_report(two_folds, tmp_path, capsys):
     """Evaluating a fold whose training was interrupted after epoch 1 of 2 labels metrics.json as unfinished
-    (it said "complete": true, so that the training was then skipped and report pooled the fold)."""
+    (it said "complete": true, so that the training was then skipped and report pooled the fold); predict
+    from it warns."""
     from pointgeope.cli import main as cli
 
     assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1") == 0  # stops after epoch 1
@@ -121,9 +122,24 @@ def test_an_unfinished_fold_evaluated_stays_unfinished_and_is_flagged_by_report(
     assert "| Area_1 | missing (unfinished: trained 1 of 2 epochs) |" in table
     assert "pooled over 1 of 6 folds: Area_2" in table
 
+    # predict from the unfinished fold warns (it said nothing), the more so while the fold is locked
+    scan = tmp_path / "scan.npy"
+    np.save(scan, np.random.default_rng(0).random((500, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
+    capsys.readouterr()
+    assert cli(["predict", str(fold), str(scan), "--out", str(tmp_path / "pred")]) == 0
+    warning = f"warning: {fold / 'last.pt'}: its fold has trained 1 of 2 epochs"
+    assert capsys.readouterr().err.splitlines() == [f"{warning}; these are the predictions of an unfinished model"]
+    (fold / ".lock").write_text("{}")  # as while a training holds it
+    assert cli(["predict", str(fold), str(scan), "--out", str(tmp_path / "pred")]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"{warning} (its folder is locked: it may be training now); these are the predictions of an unfinished model"]
+    (fold / ".lock").unlink()
+
     capsys.readouterr()
     assert train(two_folds, tmp_path, "train.epochs=2") == 0  # continues the fold, does not skip it
     out = capsys.readouterr().out
     assert "is complete, skipped" not in out and "resumed from" in out
     metrics = json.loads((fold / "metrics.json").read_text())
     assert (metrics["complete"], metrics["trained_epochs"]) == (True, 2)
+    assert cli(["predict", str(fold), str(scan), "--out", str(tmp_path / "pred")]) == 0
+    assert "warning" not in capsys.readouterr().err  # a finished fold
