@@ -43,6 +43,10 @@ class DiskFullError(UserError):
             err = err.__cause__ or err.__context__
 
 
+# The temporary files of atomic_path: ".<name>.<8 random characters>.tmp<suffix>".
+_LEFTOVER = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp(\.[^/]*)?")
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
