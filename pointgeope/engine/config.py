@@ -12,7 +12,8 @@ grid 0.04 m, at most 80k points per sample). A file may start from another one::
 and command-line overrides ``section.key=value`` (the value is parsed as a YAML scalar or list,
 ``optim.lr=0.1``, ``model.planes=[16,32]``) are applied last. Every layer is checked on its own against the
 dataclasses, so an unknown key or a value of the wrong type is an error naming the file (or the override)
-and the key, with the closest known key as a suggestion::
+and the key, with the closest known key as a suggestion, and every number is checked against its allowed
+range (:mod:`pointgeope.engine.config_values`, e.g. ``train.epochs: expected an integer >= 1, got 0``)::
 
     ConfigError: configs/s3dis/pt_geope.yaml: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +32,7 @@ import yaml
 
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
+from pointgeope.engine.config_values import agreement_problem, range_problem
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
 
@@ -105,87 +106,6 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-
-
-# --- the allowed values of every numeric key ----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Range:
-    """The finite values ``x`` with ``low <= x <= high`` (``low < x`` when ``open_low``; ``None``: no bound)."""
-
-    low: float | None = None
-    high: float | None = None
-    open_low: bool = False
-
-    def __contains__(self, x: float) -> bool:
-        if not math.isfinite(x):
-            return False
-        above = self.low is None or (x > self.low if self.open_low else x >= self.low)
-        return above and (self.high is None or x <= self.high)
-
-    def __str__(self) -> str:
-        """``"in [0, 1]"``, ``"> 0"``, ``">= 1"``, or ``""`` (finite, no bound)."""
-        def num(x: float) -> str:
-            return str(int(x)) if float(x).is_integer() else f"{x:g}"
-
-        if self.low is not None and self.high is not None and not self.open_low:
-            return f"in [{num(self.low)}, {num(self.high)}]"
-        low = "" if self.low is None else f"{'>' if self.open_low else '>='} {num(self.low)}"
-        high = "" if self.high is None else f"<= {num(self.high)}"
-        return " and ".join(filter(None, (low, high)))
-
-
-POSITIVE, AT_LEAST_0, AT_LEAST_1 = Range(0, open_low=True), Range(0), Range(1)
-
-# Every int or float key of Config (alone, optional or in a list: each entry) and its allowed values, in
-# one place; each layer (file, override, checkpoint) is checked against it as it is read, and a test
-# checks that no numeric key is missing. Values outside end in one line naming the key and the range.
-RANGES: dict[str, Range] = {
-    "data.grid_size": POSITIVE, "data.voxel_max": AT_LEAST_1, "data.loop": AT_LEAST_1,
-    "data.batch_size": AT_LEAST_1, "data.num_workers": AT_LEAST_0,
-    "model.in_channels": AT_LEAST_1, "model.num_classes": Range(1, 255), "model.planes": AT_LEAST_1,
-    "model.blocks": AT_LEAST_0, "model.strides": AT_LEAST_1, "model.neighbours": AT_LEAST_1,
-    "model.decoder_blocks": AT_LEAST_0, "model.share_planes": AT_LEAST_1, "model.geope_base": POSITIVE,
-    "optim.lr": POSITIVE, "optim.momentum": Range(0, 1), "optim.weight_decay": AT_LEAST_0,
-    "optim.milestones": Range(0, 1), "optim.gamma": POSITIVE, "optim.grad_clip": POSITIVE,
-    "train.epochs": AT_LEAST_1, "train.seed": Range(0, 2**32 - 1), "train.threads": AT_LEAST_1,
-    "train.val_every": AT_LEAST_0, "train.checkpoint_every": AT_LEAST_0, "train.epochs_per_run": AT_LEAST_0,
-    "train.ignore_index": Range(-(2**31), 255),
-    "eval.tta.scales": POSITIVE, "eval.tta.rotations": AT_LEAST_1, "eval.batch_points": AT_LEAST_1,
-    "eval.max_fragments": AT_LEAST_1,
-}
-
-
-def _check_range(value: Any, name: str, where: str) -> None:
-    """``value`` (a number, a list of them, or anything else: not checked) within ``RANGES[name]``."""
-    values = value if isinstance(value, list) else [value]
-    allowed = RANGES.get(name, Range())  # a numeric key without an entry must at least be finite
-    for i, x in enumerate(values):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or x in allowed:
-            continue
-        kind = "an integer" if isinstance(x, int) else "a finite number"
-        at = f"{where}[{i}]" if isinstance(value, list) else where
-        raise ConfigError(f"{at}: expected {' '.join(filter(None, (kind, str(allowed))))}, got {x!r}")
-
-
-def _check_stages(cfg: Config, where: str) -> None:
-    """The keys that must agree with each other: one entry per network stage in each model list, the
-    first stage unstrided, each width divisible by ``model.share_planes``, at least one TTA scale."""
-    m = cfg.model
-    for key in ("blocks", "strides", "neighbours", "decoder_blocks"):
-        value = getattr(m, key)
-        if len(value) != len(m.planes):
-            raise ConfigError(f"{where}: model.{key}: expected one entry per stage, {len(m.planes)} as in "
-                              f"model.planes {m.planes}, got {len(value)}: {value}")
-    if m.strides and m.strides[0] != 1:
-        raise ConfigError(f"{where}: model.strides[0]: expected 1 (the first stage keeps every point), got "
-                          f"{m.strides[0]}")
-    for i, width in enumerate(m.planes):
-        if width % m.share_planes:
-            raise ConfigError(f"{where}: model.planes[{i}]: expected a multiple of model.share_planes "
-                              f"({m.share_planes}), got {width}")
-    if not cfg.eval.tta.scales:
-        raise ConfigError(f"{where}: eval.tta.scales: expected at least one scale, got []")
 
 
 # --- checking a (partial) mapping against the dataclasses ----------------------------------------------
@@ -302,7 +222,9 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "") -> dict:
             out[key] = _check_mapping(value, tp, where, prefix=f"{name}.")
         else:
             out[key] = _coerce(value, tp, f"{where}: {name}")
-            _check_range(out[key], name, f"{where}: {name}")
+            problem = range_problem(out[key], name)
+            if problem:
+                raise ConfigError(f"{where}: {problem}")
     return out
 
 
@@ -314,6 +236,14 @@ def _merge(base: dict, top: dict) -> dict:
         else:
             out[key] = value
     return out
+
+
+def _checked(cfg: Config, where: str) -> Config:
+    """``cfg`` once the keys that must agree with each other do (each key alone was checked as read)."""
+    problem = agreement_problem(cfg)
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
+    return cfg
 
 
 def _build(cls, raw: dict):
@@ -369,9 +299,8 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
     merged = _read_layers(Path(path)) if path is not None else {}
     for text in overrides:
         merged = _merge(merged, _check_mapping(parse_override(text), Config, f"override {text!r}"))
-    cfg = _build(Config, merged)
-    _check_stages(cfg, f"{path if path is not None else 'the defaults'}{' with the overrides' if overrides else ''}")
-    return cfg
+    return _checked(_build(Config, merged),
+                    f"{path if path is not None else 'the defaults'}{' with the overrides' if overrides else ''}")
 
 
 def config_to_dict(cfg: Config) -> dict:
@@ -379,9 +308,7 @@ def config_to_dict(cfg: Config) -> dict:
 
 
 def config_from_dict(raw: dict, where: str = "config") -> Config:
-    cfg = _build(Config, _check_mapping(raw, Config, where))
-    _check_stages(cfg, where)
-    return cfg
+    return _checked(_build(Config, _check_mapping(raw, Config, where)), where)
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

@@ -1,4 +1,5 @@
-"""Tests of pointgeope/engine/config.py: checked YAML layers, overrides, round trip, every shipped config."""
+"""Tests of pointgeope/engine/config.py and config_values.py: checked YAML layers, overrides, round trip,
+every shipped config, the allowed values."""
 from __future__ import annotations
 
 import math
@@ -6,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pointgeope.engine.config import (RANGES, Config, ConfigError, Range, config_from_dict, config_to_dict,
+from pointgeope.engine.config import (Config, ConfigError, config_from_dict, config_to_dict,
                                       load_config, parse_override, save_config)
+from pointgeope.engine.config_values import RANGES, Range
 
 REPO = Path(__file__).resolve().parents[2]
 
