@@ -288,8 +288,6 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
             "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
         }
         write_json_atomic(run / "metrics.json", metrics)
-        if not metrics["complete"]:
-            log(unfinished_metrics_warning(run, trained, cfg.train.epochs))
         log(f"evaluated {', '.join(areas)}: {num_points:,} points in {seconds:.1f}s -> "
             f"{run / 'predictions'}, {run / 'metrics.json'}")
     if env.distributed:
@@ -320,5 +318,7 @@ def evaluate_run(run: Path, overrides: list[str]) -> int:
         distributed.cleanup()
     if env.is_main:
         unfinished = "" if m["complete"] else f"  (unfinished: trained {m['trained_epochs']} of {m['epochs']} epochs)"
+        if unfinished:  # (a training evaluates its fold once finished only)
+            print(unfinished_metrics_warning(run, m["trained_epochs"], m["epochs"]))
         print(f"{m['area']}: oa {m['oa']:.4f}  macc {m['macc']:.4f}  miou {m['miou']:.4f}{unfinished}")
     return 0
