@@ -114,10 +114,11 @@ def load_checkpoint(path: str | Path, config: dict | None = None) -> dict:
     return ckpt
 
 
-def checkpoint_config(ckpt: dict, path: str | Path) -> dict:
-    """The config (plain dict) a checkpoint was written with; a CheckpointError if it holds none."""
+def checkpoint_config(ckpt: dict, path: str | Path, sections: tuple[str, ...] = ()) -> dict:
+    """The config (plain dict) a checkpoint was written with; a CheckpointError if it holds none (or
+    lacks one of ``sections``)."""
     config = ckpt.get("config")
-    if not isinstance(config, dict) or "data" not in config or "model" not in config:
+    if not isinstance(config, dict) or any(section not in config for section in sections):
         raise CheckpointError(f"{path}: expected a model checkpoint with a config (last.pt or best.pt of a run), "
                               "got one without")
     return config
@@ -199,7 +200,7 @@ def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
     """The checkpoint's ``"predict"`` entry, or (checkpoints written before it) the same derived from its
     config without ``spacing``. Raises CheckpointError without a config (prediction needs it) or with an
     incomplete entry."""
-    config = checkpoint_config(ckpt, path)  # the prediction rebuilds the network from it
+    config = checkpoint_config(ckpt, path, ("data", "model"))  # the prediction rebuilds the network from it
     info = ckpt.get("predict")
     if info is None:
         info = prediction_metadata(config)
