@@ -79,7 +79,10 @@ def prepare(cfg: PrepareConfig) -> dict:
         remove_leftovers(out)  # the temporary files of a killed run; its work files stay and are reused
         old_manifest = {} if cfg.force else _read_manifest(out)
         stock = _take_stock(cfg, source, rooms, out, old_manifest)  # 2: what is up to date
-        stats, t_parse = _parse_all(cfg, stock)  # 2: the rest, into work files
+        try:
+            stats, t_parse = _parse_all(cfg, stock)  # 2: the rest, into work files
+        finally:  # a worker stopped mid-write (another failed, or it was killed) leaves its temporary file
+            remove_leftovers(out)
         # The manifest lists rooms in RAW's order, whatever order the workers finished in.
         stock.ready = {a: {r.name: stock.ready[a][r.name] for r in rooms if r.area == a and r.name in stock.ready[a]}
                        for a in stock.areas}

@@ -279,3 +279,4 @@ def test_a_dead_worker_ends_the_run_with_a_message_not_a_hang(tmp_path):
                          "crashed) while parsing rooms; the rooms parsed before it are kept: run the same command "
                          "again, or with --jobs 1 to see which room it was")
     assert not list(out.glob("Area_*.h5"))
+    assert not [p for p in out.rglob("*") if ".tmp" in p.name]  # nor a temporary file of a stopped worker
