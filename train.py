@@ -6,7 +6,7 @@ The same as ``pointgeope train`` (``pointgeope/commands/train.py``); the loop it
 import argparse
 import sys
 
-from pointgeope.commands import train as train_command
+from pointgeope.commands import parse_args, train as train_command
 from pointgeope.errors import add_debug_argument, run_command
 
 if __name__ == "__main__":
@@ -14,5 +14,5 @@ if __name__ == "__main__":
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     train_command.add_arguments(parser)
     add_debug_argument(parser)
-    args = parser.parse_args()
+    args = parse_args(parser)
     sys.exit(run_command("train.py", train_command.main, args, debug=args.debug))

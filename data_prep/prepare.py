@@ -5,6 +5,7 @@ and written through ``pointgeope/h5.py``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -78,7 +79,10 @@ def prepare(cfg: PrepareConfig) -> dict:
         remove_leftovers(out)  # the temporary files of a killed run; its work files stay and are reused
         old_manifest = {} if cfg.force else _read_manifest(out)
         stock = _take_stock(cfg, source, rooms, out, old_manifest)  # 2: what is up to date
-        stats, t_parse = _parse_all(cfg, stock)  # 2: the rest, into work files
+        try:
+            stats, t_parse = _parse_all(cfg, stock)  # 2: the rest, into work files
+        finally:  # a worker stopped mid-write (another failed, or it was killed) leaves its temporary file
+            remove_leftovers(out)
         # The manifest lists rooms in RAW's order, whatever order the workers finished in.
         stock.ready = {a: {r.name: stock.ready[a][r.name] for r in rooms if r.area == a and r.name in stock.ready[a]}
                        for a in stock.areas}
@@ -173,22 +177,12 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
     """Parse the rooms of ``stock.todo`` (biggest first, so that the workers finish together) into their
     work files; fill ``stock.ready``, ``held`` and ``refused``; return the per-area statistics and the
     seconds."""
-    import multiprocessing
-
     from tqdm import tqdm
 
     todo = sorted(stock.todo, key=lambda task: -task[1].num_bytes)
     stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0} for a in stock.areas}
     t_parse = time.perf_counter()
-    results = map(_parse_room, todo)
-    pool = None
-    if cfg.jobs > 1 and len(todo) > 1:
-        import pandas  # noqa: F401  (imported once before the workers fork, not once in each: ~0.3 s)
-
-        pool = multiprocessing.get_context().Pool(min(cfg.jobs, len(todo)))
-    try:
-        if pool is not None:
-            results = pool.imap_unordered(_parse_room, todo)
+    with _parsed_rooms(todo, cfg.jobs) as results:
         bar = tqdm(results, total=len(todo), desc="parsing rooms", unit="room", disable=not cfg.progress or None)
         for area, name, room_attrs, messages, num_bytes, seconds, reason in bar:
             for message in messages:
@@ -200,10 +194,35 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
                 stock.refused[area][name] = {"reason": reason, "signature": room_attrs["signature"]}
             s = stats[area]
             s["parsed"], s["bytes"], s["seconds"] = s["parsed"] + 1, s["bytes"] + num_bytes, s["seconds"] + seconds
-    finally:
-        if pool is not None:
-            pool.terminate()
     return stats, time.perf_counter() - t_parse
+
+
+@contextlib.contextmanager
+def _parsed_rooms(todo: list, jobs: int):
+    """The results of :func:`_parse_room` over ``todo``, in the order they finish: in this process, or
+    in ``jobs`` worker processes. A worker that dies (killed, out of memory, a crash) ends the run with
+    a :class:`UserError` at once (``ProcessPoolExecutor`` notices the death, where ``multiprocessing.Pool``
+    would wait forever for its task); the rooms finished before it keep their work files."""
+    if jobs <= 1 or len(todo) <= 1:
+        yield map(_parse_room, todo)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    import pandas  # noqa: F401  (imported once before the workers fork, not once in each: ~0.3 s)
+
+    pool = ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context())
+    try:
+        yield (future.result() for future in as_completed([pool.submit(_parse_room, task) for task in todo]))
+    except BrokenProcessPool:
+        raise UserError("a prepare worker process died (killed, out of memory, or crashed) while parsing "
+                        "rooms; the rooms parsed before it are kept: run the same command again, or with "
+                        "--jobs 1 to see which room it was") from None
+    finally:
+        for process in list(getattr(pool, "_processes", {}).values()):  # stop the others now (no public API)
+            process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _assemble(out: Path, stock: Stock, areas: list[str], old_manifest: dict, limits: PointLimits) -> tuple[set, dict]:

@@ -107,8 +107,12 @@ class Source:
         rooms: dict[tuple[str, str], list[Entry]] = {}
         has_annotations: set[tuple[str, str]] = set()
         ignored: list[str] = []
+        hidden: list[str] = []  # hidden room folders (".office_1"), named if no room is left
         for entry in self.entries():
             if _is_junk(entry.path):
+                parts = entry.path.strip("/").split("/")
+                if entry.is_dir and len(parts) >= 2 and _AREA.fullmatch(parts[-2]) and parts[-1].startswith("."):
+                    hidden.append(entry.path)
                 continue
             check_name(self.location, entry.path)
             parts = entry.path.strip("/").split("/")
@@ -139,6 +143,10 @@ class Source:
         if bare:
             raise SourceError(f"{self.location}: expected Annotations/<class>_<k>.txt files (lines 'x y z r g b') "
                               f"in every room; {len(bare)} room(s) without: {', '.join(bare)}")
+        if not rooms:
+            skipped = f"; hidden folders are skipped: {', '.join(sorted(hidden))} (rename them)" if hidden else ""
+            raise SourceError(f"{self.location}: expected room folders in {', '.join(sorted(areas.values()))}, "
+                              f"found none{skipped}")
         out = []
         for (area, name), files in rooms.items():
             files.sort(key=lambda e: object_key(e.path.rsplit("/", 1)[-1]))
@@ -187,9 +195,16 @@ class ZipSource(Source):
         self.location = str(self.path)
         self.limits = limits
         self._zip: zipfile.ZipFile | None = None
+        self._infos: dict[str, zipfile.ZipInfo] | None = None  # by the names of member_name
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_zip": None}  # a worker process opens its own handle
+        return {**self.__dict__, "_zip": None, "_infos": None}  # a worker process opens its own handle
+
+    def _info(self, path: str) -> zipfile.ZipInfo:
+        """The member of an entry's path (its name decoded as :func:`member_name` does)."""
+        if self._infos is None:
+            self._infos = {member_name(self.location, i): i for i in self.zip.infolist()}
+        return self._infos[path] if path in self._infos else self.zip.getinfo(path)
 
     @property
     def zip(self) -> zipfile.ZipFile:
@@ -209,11 +224,12 @@ class ZipSource(Source):
                 raise SourceError(f"{self.location}: member {info.filename!r} is in the archive twice; expected "
                                   "each file once (re-create the zip)")
             seen.add(info.filename)
-        return [Entry(i.filename.rstrip("/"), i.file_size, i.CRC, i.is_dir()) for i in infos]
+        self._infos = {member_name(self.location, i): i for i in infos}
+        return [Entry(name.rstrip("/"), i.file_size, i.CRC, i.is_dir()) for name, i in self._infos.items()]
 
     def check(self, entry: Entry) -> None:
         """Refuse a member beyond :class:`ZipLimits` before reading it."""
-        info = self.zip.getinfo(entry.path)
+        info = self._info(entry.path)
         if info.file_size > self.limits.max_member_bytes:
             raise SourceError(f"{self.location}: member {entry.path!r} unpacks to {info.file_size:,} bytes, more "
                               f"than --zip-max-member {self.limits.max_member_bytes:,}; raise the limit if it is real")
@@ -223,7 +239,7 @@ class ZipSource(Source):
                               f"--zip-max-ratio {self.limits.max_ratio:g} (a zip bomb?); raise the limit if it is real")
 
     def read(self, path: str) -> bytes:
-        info = self.zip.getinfo(path)
+        info = self._info(path)
         try:
             with self.zip.open(info) as f:
                 data = f.read(self.limits.max_member_bytes + 1)
@@ -244,6 +260,22 @@ def check_name(location: str, path: str) -> None:
         shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         raise SourceError(f"{location}: the name {shown!r} is not valid UTF-8; rename it (room and file names "
                           "become HDF5 group names)") from None
+
+
+def member_name(location: str, info: zipfile.ZipInfo) -> str:
+    """The name of a zip member as its bytes say: UTF-8 when flagged so (bit 11), or when its bytes decode
+    as UTF-8 (zip tools that do not set the flag). Other unflagged bytes may be cp437, cp850 or latin-1,
+    which nothing tells apart (``zipfile`` reads them as cp437: latin-1 ``office\xe91`` became
+    ``officeΘ1``), so they are refused, as a folder's non-UTF-8 name is, rather than guessed."""
+    if info.flag_bits & 0x800 or info.filename.isascii():
+        return info.filename
+    raw = info.filename.encode("cp437")  # zipfile decoded the unflagged bytes as cp437: undo it
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        shown = raw.decode("utf-8", "backslashreplace")
+        raise SourceError(f"{location}: the member name {shown!r} is not valid UTF-8 (a zip without the UTF-8 "
+                          "flag: cp437, cp850 or latin-1?); rename it, or unpack the zip and give the folder") from None
 
 
 def check_member(location: str, name: str) -> None:

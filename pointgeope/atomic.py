@@ -8,6 +8,7 @@ renamed over the target on success, and deleted on any error.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import tempfile
@@ -17,7 +18,30 @@ from typing import IO
 
 from pointgeope.errors import UserError
 
-__all__ = ["atomic_path", "atomic_open", "write_text_atomic", "remove_leftovers", "writable_folder"]
+__all__ = ["atomic_path", "atomic_open", "write_text_atomic", "remove_leftovers", "writable_folder",
+           "DiskFullError"]
+
+# The errors of a write that the disk refused: the one line each gives (see DiskFullError).
+_FULL_DISK = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EFBIG: "file too large for the file size limit (`ulimit -f`) or the file system",
+}
+
+
+class DiskFullError(UserError):
+    """A write refused by the disk (no space, quota, file size limit): names the file being written."""
+
+    @classmethod
+    def check(cls, err: BaseException, path: Path) -> None:
+        """Raise one naming ``path`` if ``err``, or an error it arose from (a writer such as ``torch.save``
+        may hide the OSError behind its own), is a full disk's; return otherwise."""
+        while err is not None:
+            if isinstance(err, OSError) and err.errno in _FULL_DISK:
+                raise cls(f"{path}: cannot write it: {_FULL_DISK[err.errno]}; nothing of it was kept; free "
+                          "space (or raise the limit) and run the same command again") from None
+            err = err.__cause__ or err.__context__
+
 
 # The temporary files of atomic_path: ".<name>.<8 random characters>.tmp<suffix>".
 _LEFTOVER = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp(\.[^/]*)?")
@@ -32,20 +56,27 @@ def _umask() -> int:
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` for any writer (h5py, PIL, numpy...); on success it is
-    synced and moved onto ``path``, on failure deleted. Parent folders are created."""
+    synced and moved onto ``path``, on failure deleted. Parent folders are created. A write the disk
+    refuses (no space, quota, ``ulimit -f``: ENOSPC, EDQUOT, EFBIG) ends as a :class:`DiskFullError`
+    naming ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
-    os.close(fd)
-    tmp = Path(name)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+        os.close(fd)
+        tmp = Path(name)
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
+    except Exception as err:
+        DiskFullError.check(err, path)
+        raise
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

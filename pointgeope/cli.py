@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pointgeope import __version__
-from pointgeope.commands import ablate, evaluate, info, predict, prepare, report, synth, train, viz
+from pointgeope.commands import ablate, evaluate, info, parse_args, predict, prepare, report, synth, train, viz
 from pointgeope.errors import add_debug_argument, run_command
 
 # In the order of the pipeline; each command is named after its module.
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     if args.command is None:
         parser.print_help()
         return 0

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import errno
+import signal
 import sys
 from collections.abc import Callable
 
 EXIT_USER_ERROR = 2
 
 # Operating-system errors that are the environment's, not a bug: a full disk, a read-only folder.
-_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EPERM}
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EPERM}
 
 
 class UserError(Exception):
@@ -44,7 +45,13 @@ def add_debug_argument(parser: argparse.ArgumentParser, default=False) -> None:
 
 
 def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False) -> int:
-    """``func(*args)`` with user errors printed as ``<prog>: error: <message>`` and exit code 2."""
+    """``func(*args)`` with user errors printed as ``<prog>: error: <message>`` and exit code 2.
+
+    A write beyond the file size limit (``ulimit -f``) then fails with EFBIG, reported as a full disk,
+    instead of killing the process with SIGXFSZ (CPython ignores it at start-up already; an embedding
+    interpreter may not). Worker processes forked from here inherit this."""
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         return int(func(*args) or 0)
     except (UserError, OSError) as err:

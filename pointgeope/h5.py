@@ -29,8 +29,10 @@ check: a file named ``Area_N.h5`` must hold area ``Area_N``); a file this versio
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import h5py
@@ -208,6 +210,73 @@ def _new_group(parent: h5py.Group, name: str) -> h5py.Group:
     return h5py.Group(h5py.h5g.create(parent.id, name.encode(), gcpl=gcpl))
 
 
+class _KeepFirstError:
+    """The file object HDF5 writes through (h5py's ``fileobj`` driver): the first write the disk refuses
+    (a full disk, ``ulimit -f``) is kept, and every later write is dropped as if it had succeeded.
+
+    HDF5 left with a failed write in its C library goes on failing at every flush, then crashes the
+    process when it exits (a segmentation fault, seen with the ``sec2`` driver). Through this object the
+    library always sees success and closes cleanly; :func:`_create` then raises the kept error, and the
+    temporary file (garbage after the failure) is deleted by ``atomic_path``."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def _guard(self, call, *args, dropped=None):
+        if self.error is None:
+            try:
+                return call(*args)
+            except OSError as err:
+                self.error = err
+        return dropped
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+
+        def write_all():  # an unbuffered file may write part of it (a short write at the limit)
+            done = 0
+            while done < view.nbytes:
+                written = self.f.write(view[done:])
+                if not written:  # never for a regular file; no endless loop if it happens
+                    raise OSError(errno.EIO, "the file accepted no byte", self.f.name)
+                done += written
+
+        self._guard(write_all)
+        return view.nbytes
+
+    def truncate(self, size=None):
+        return self._guard(self.f.truncate, size, dropped=size)
+
+    def flush(self) -> None:
+        self._guard(self.f.flush)
+
+    def read(self, size=-1) -> bytes:
+        return self.f.read(size)
+
+    def readinto(self, buffer) -> int:
+        return self.f.readinto(buffer)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._guard(self.f.seek, offset, whence, dropped=offset)
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+
+@contextlib.contextmanager
+def _create(path: Path) -> Iterator[h5py.File]:
+    """A new HDF5 file at ``path``, written atomically; a write the disk refuses ends, once HDF5 has
+    closed cleanly, as a :class:`~pointgeope.atomic.DiskFullError` naming ``path`` (never a crash)."""
+    with atomic_path(path) as tmp, open(tmp, "wb+", buffering=0) as raw:  # no buffer to flush at a seek
+        sink = _KeepFirstError(raw)
+        try:
+            with h5py.File(sink, "w") as f:
+                yield f
+        finally:
+            if sink.error is not None:  # the disk's error, not what HDF5 made of the dropped writes
+                raise sink.error
+
+
 def write_room(parent: h5py.Group, name: str, arrays: dict[str, np.ndarray], attrs: dict) -> None:
     """Group ``name`` with the four room arrays (cast to the schema dtypes) and its attributes."""
     group = _new_group(parent, name)
@@ -219,7 +288,7 @@ def write_room(parent: h5py.Group, name: str, arrays: dict[str, np.ndarray], att
 
 def write_room_file(path: Path, room: str, arrays: dict[str, np.ndarray], attrs: dict) -> None:
     """A work file holding one room, written atomically."""
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with _create(path) as f:
         f.attrs["schema_version"] = SCHEMA_VERSION
         write_room(f, room, arrays, attrs)
 
@@ -228,7 +297,7 @@ def write_area(path: Path, area: str, rooms: Iterable[tuple[str, dict[str, np.nd
                max_extent: float = MAX_ROOM_EXTENT) -> None:
     """``Area_N.h5`` from ``(room, arrays, attrs)`` in the given order, written atomically; ``max_extent``
     is the room size limit the rooms were validated with (readers check against it)."""
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with _create(path) as f:
         f.attrs["schema_version"] = SCHEMA_VERSION
         f.attrs["area"] = area
         f.attrs["class_names"] = _attr(list(CLASS_NAMES))
@@ -239,7 +308,7 @@ def write_area(path: Path, area: str, rooms: Iterable[tuple[str, dict[str, np.nd
 
 def write_predictions(path: Path, area: str, rooms: dict[str, np.ndarray], attrs: dict) -> None:
     """Fold predictions: group per room (sorted) with ``pred`` uint8 (N,), written atomically."""
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with _create(path) as f:
         f.attrs["kind"] = "predictions"
         f.attrs["area"] = area
         for key, value in attrs.items():
@@ -254,7 +323,7 @@ def write_scan_predictions(path: Path, area: str, room: str, arrays: dict[str, n
     """A scan's predictions as a one-room area file, written atomically: root attrs ``schema_version``,
     ``area``, ``class_names``, ``kind = "scan-predictions"``, ``source``; group ``room`` with
     ``group_attrs``, the four room arrays (already in the schema dtypes) and ``pred`` uint8 ``(N,)``."""
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with _create(path) as f:
         f.attrs.update({"schema_version": SCHEMA_VERSION, "area": area, "class_names": class_names,
                         "kind": "scan-predictions", "source": source})
         g = f.create_group(room)

@@ -78,3 +78,27 @@ def test_leftovers_of_a_killed_writer_are_removed(tmp_path):
     assert sorted(p.name.split(".")[1] for p in removed) == ["Area_1", "last", "metrics"]
     assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == sorted(keep)
     assert all(p.read_text() == "keep" for p in keep)
+
+
+def test_a_write_the_disk_refuses_names_the_target_even_behind_another_error(tmp_path):
+    """ENOSPC, EDQUOT and EFBIG (ulimit -f) end as one DiskFullError naming the file; a writer that hides
+    the OSError behind its own error (torch.save raises a RuntimeError) is seen through."""
+    import errno
+
+    from pointgeope.atomic import DiskFullError
+
+    path = write_text_atomic(tmp_path / "last.pt", "old")
+    causes = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded",
+              errno.EFBIG: "file too large for the file size limit (`ulimit -f`) or the file system"}
+    for code, cause in causes.items():
+        with pytest.raises(DiskFullError) as err, atomic_open(path, "wb") as f:
+            f.write(b"half")
+            try:
+                raise OSError(code, os.strerror(code))
+            except OSError:
+                raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos")  # as torch.save
+        assert str(err.value) == (f"{path}: cannot write it: {cause}; nothing of it was kept; free space (or "
+                                  "raise the limit) and run the same command again")
+        assert path.read_text() == "old" and list(tmp_path.iterdir()) == [path]
+    with pytest.raises(PermissionError), atomic_path(path):  # not a full disk: unchanged
+        raise PermissionError(errno.EACCES, "Permission denied")

@@ -37,3 +37,26 @@ def test_the_command_line_imports_neither_torch_nor_h5py():
     code = "import sys, pointgeope.cli; print(sorted(m for m in ('torch', 'h5py', 'open3d') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_overrides_on_both_sides_of_the_options_are_all_kept_in_order(capsys):
+    """``optim.lr=0.1 --run-dir R train.epochs=3`` ended in "unrecognized arguments: train.epochs=3"."""
+    import pytest
+
+    from pointgeope.commands import parse_args
+
+    argv = ["train", "--config", "c.yaml", "optim.lr=0.1", "--run-dir", "R", "train.epochs=3", "--test-area", "1",
+            "optim.lr=0.2"]
+    args = parse_args(build_parser(), argv)
+    assert (args.overrides, args.run_dir, args.test_area) == (["optim.lr=0.1", "train.epochs=3", "optim.lr=0.2"],
+                                                              "R", 1)
+    with pytest.raises(SystemExit):  # what is not an override is still refused
+        parse_args(build_parser(), ["train", "--config", "c.yaml", "--test-area", "1", "a=1", "--bogus", "b=2"])
+    assert capsys.readouterr().err.strip().endswith("error: unrecognized arguments: --bogus")
+    # train.py has its own parser: the same
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "train.py", "--config", "configs/demo.yaml", "optim.lr=0.1", "--run-dir",
+                           "R", "train.epochs=0", "--test-area", "1"], cwd=repo, capture_output=True, text=True,
+                          timeout=120)
+    assert (proc.returncode, proc.stderr.strip()) == (
+        2, "train.py: error: override 'train.epochs=0': train.epochs: expected an integer >= 1, got 0")

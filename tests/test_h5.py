@@ -94,3 +94,45 @@ def test_reading_hdf5_does_not_pull_in_torch():
     code = "import sys, pointgeope.h5; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+class _DiskFullAfter:
+    """A file whose disk is full once ``room`` bytes are written: then every write fails with ENOSPC, as a
+    real full disk's does (a partial write first, then the error)."""
+
+    def __init__(self, f, room: int):
+        self.f, self.room = f, room
+
+    def write(self, data) -> int:
+        import errno
+
+        n = min(memoryview(data).nbytes, self.room - self.f.tell())
+        if n <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.f.write(memoryview(data).cast("B")[:n])
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+@pytest.mark.parametrize("room", [0, 100, 5000, 30000])
+def test_a_full_disk_is_one_error_naming_the_file_and_keeps_the_old_one(tmp_path, monkeypatch, room):
+    """HDF5 itself never sees the failure (it crashed the process at exit after one): the first refused
+    write is kept, HDF5 closes cleanly, the error names the target and the previous file is intact."""
+    from pointgeope.atomic import DiskFullError
+
+    path = tmp_path / "Area_1.h5"
+    rng = np.random.default_rng(0)
+    preds = {f"room_{k}": rng.integers(0, 13, 20000).astype(np.uint8) for k in range(3)}
+    h5.write_predictions(path, "Area_1", preds, {"epoch": 1})
+    before = path.read_bytes()
+    keep_first = h5._KeepFirstError.__init__
+    monkeypatch.setattr(h5._KeepFirstError, "__init__", lambda self, f: keep_first(self, _DiskFullAfter(f, room)))
+    with pytest.raises(DiskFullError) as err:
+        h5.write_predictions(path, "Area_1", preds, {"epoch": 2})
+    assert str(err.value) == (f"{path}: cannot write it: no space left on the device; nothing of it was kept; "
+                              "free space (or raise the limit) and run the same command again")
+    assert path.read_bytes() == before and sorted(tmp_path.iterdir()) == [path]
+    monkeypatch.undo()
+    h5.write_predictions(path, "Area_1", preds, {"epoch": 2})  # once there is room again
+    assert h5.read_predictions(path, "room_1").tolist() == preds["room_1"].tolist()

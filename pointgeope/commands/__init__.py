@@ -22,3 +22,16 @@ def config_overrides(overrides: list[str], options: dict[str, str | None]) -> li
     """The ``section.key=value`` overrides of the command line, then one for each option given (an option
     such as ``--data-root`` is a shorthand for its config key, and wins over the same key given as text)."""
     return list(overrides) + [f"{key}={value}" for key, value in options.items() if value]
+
+
+def parse_args(parser, argv: list[str] | None = None):
+    """``parser.parse_args(argv)``, except that the ``section.key=value`` overrides of a command may come on
+    both sides of its options: argparse takes a positional list in one run, so ``a=1 --run-dir R b=2``
+    left ``b=2`` "unrecognized". Anything else unknown is still an error."""
+    args, extra = parser.parse_known_args(argv)
+    stray = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if extra:
+        args.overrides = list(args.overrides or []) + extra
+    return args

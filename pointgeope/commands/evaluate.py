@@ -3,7 +3,9 @@
     pointgeope evaluate runs/pt_geope/area_5                          # with eval.* of its config.yaml
     pointgeope evaluate runs/pt_geope/area_5 --checkpoint best eval.tta.rotations=4 eval.tta.flips=true
 
-Writes ``RUN/area_K/predictions/Area_K.h5`` and ``RUN/area_K/metrics.json`` (``"complete": true``).
+Writes ``RUN/area_K/predictions/Area_K.h5`` and ``RUN/area_K/metrics.json`` (``"complete": true``; a fold
+whose training was interrupted can be evaluated too: its metrics say ``"complete": false`` with the epochs
+trained, the training command continues it, and ``report`` leaves it out of the pooled scores).
 """
 from __future__ import annotations
 

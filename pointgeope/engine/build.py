@@ -50,8 +50,8 @@ def train_dataset(cfg: Config, areas: list[str]) -> S3DISTrain:
 
 def per_rank_batch(cfg: Config, env: DistEnv) -> int:
     if cfg.data.batch_size % env.world_size:
-        raise ValueError(f"data.batch_size={cfg.data.batch_size} is not a multiple of the "
-                         f"{env.world_size} DDP processes")
+        raise ConfigError(f"data.batch_size={cfg.data.batch_size} is not a multiple of the "
+                          f"{env.world_size} DDP processes")
     return cfg.data.batch_size // env.world_size
 
 

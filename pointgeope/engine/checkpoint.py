@@ -106,12 +106,47 @@ def load_checkpoint(path: str | Path, config: dict | None = None) -> dict:
     if ckpt.get("version") != VERSION:
         raise CheckpointError(f"{path}: expected checkpoint version {VERSION}, got {ckpt.get('version')}")
     if config is not None:
-        diff = config_differences(ckpt.get("config", {}), config)
+        diff = config_differences(checkpoint_config(ckpt, path), config)
         if diff:
             shown = "; ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, a, b in diff[:8])
             raise CheckpointError(f"{path}: written with another config ({shown}); use the same config "
                                   "and overrides to resume, or another --run-dir")
     return ckpt
+
+
+def checkpoint_config(ckpt: dict, path: str | Path, sections: tuple[str, ...] = ()) -> dict:
+    """The config (plain dict) a checkpoint was written with; a CheckpointError if it holds none (or
+    lacks one of ``sections``)."""
+    config = ckpt.get("config")
+    if not isinstance(config, dict) or any(section not in config for section in sections):
+        raise CheckpointError(f"{path}: expected a model checkpoint with a config (last.pt or best.pt of a run), "
+                              "got one without")
+    return config
+
+
+def fold_progress(path: str | Path, ckpt: dict) -> tuple[int, int]:
+    """``(epochs trained, train.epochs)`` of the fold that wrote the checkpoint ``ckpt`` read from ``path``:
+    the epochs of the ``last.pt`` beside it (a ``best.pt`` is from an earlier epoch), else its own. The
+    fold is finished when the first reaches the second."""
+    path = Path(path)
+    last = path.parent / "last.pt"
+    if path.name != "last.pt" and last.is_file():
+        ckpt = load_checkpoint(last)
+    trained = int(ckpt.get("epoch", 0))
+    return trained, int(checkpoint_config(ckpt, path).get("train", {}).get("epochs", trained))
+
+
+def unfinished_warning(path: str | Path, ckpt: dict) -> str | None:
+    """A warning line when the checkpoint's fold has not trained all its epochs (interrupted, or being
+    trained now: its folder is locked), else ``None``."""
+    from pointgeope.lock import LOCK_NAME
+
+    trained, epochs = fold_progress(path, ckpt)
+    if trained >= epochs:
+        return None
+    now = " (its folder is locked: it may be training now)" if (Path(path).parent / LOCK_NAME).is_file() else ""
+    return (f"warning: {path}: its fold has trained {trained} of {epochs} epochs{now}; these are the "
+            "predictions of an unfinished model")
 
 
 def config_differences(saved: dict, current: dict, prefix: str = "") -> list[tuple[str, object, object]]:
@@ -163,13 +198,11 @@ def prediction_metadata(config: dict, spacing: float | None = None) -> dict:
 
 def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
     """The checkpoint's ``"predict"`` entry, or (checkpoints written before it) the same derived from its
-    config without ``spacing``. Raises CheckpointError when neither is usable."""
+    config without ``spacing``. Raises CheckpointError without a config (prediction needs it) or with an
+    incomplete entry."""
+    config = checkpoint_config(ckpt, path, ("data", "model"))  # the prediction rebuilds the network from it
     info = ckpt.get("predict")
     if info is None:
-        config = ckpt.get("config")
-        if not isinstance(config, dict) or "data" not in config or "model" not in config:
-            raise CheckpointError(f"{path}: expected a model checkpoint with a config (last.pt or best.pt "
-                                  "of a run), got one without")
         info = prediction_metadata(config)
     missing = {"class_names", "palette", "grid_size", "features", "in_channels"} - set(info)
     if missing:

@@ -12,7 +12,8 @@ grid 0.04 m, at most 80k points per sample). A file may start from another one::
 and command-line overrides ``section.key=value`` (the value is parsed as a YAML scalar or list,
 ``optim.lr=0.1``, ``model.planes=[16,32]``) are applied last. Every layer is checked on its own against the
 dataclasses, so an unknown key or a value of the wrong type is an error naming the file (or the override)
-and the key, with the closest known key as a suggestion::
+and the key, with the closest known key as a suggestion, and every number is checked against its allowed
+range (:mod:`pointgeope.engine.config_values`, e.g. ``train.epochs: expected an integer >= 1, got 0``)::
 
     ConfigError: configs/s3dis/pt_geope.yaml: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?
 
@@ -31,6 +32,7 @@ import yaml
 
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
+from pointgeope.engine.config_values import agreement_problem, range_problem
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
 
@@ -224,6 +226,9 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "") -> dict:
             out[key] = _check_mapping(value, tp, where, prefix=f"{name}.")
         else:
             out[key] = _coerce(value, tp, f"{where}: {name}")
+            problem = range_problem(out[key], name)
+            if problem:
+                raise ConfigError(f"{where}: {problem}")
     return out
 
 
@@ -235,6 +240,14 @@ def _merge(base: dict, top: dict) -> dict:
         else:
             out[key] = value
     return out
+
+
+def _checked(cfg: Config, where: str) -> Config:
+    """``cfg`` once the keys that must agree with each other do (each key alone was checked as read)."""
+    problem = agreement_problem(cfg)
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
+    return cfg
 
 
 def _build(cls, raw: dict):
@@ -290,7 +303,8 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
     merged = _read_layers(Path(path)) if path is not None else {}
     for text in overrides:
         merged = _merge(merged, _check_mapping(parse_override(text), Config, f"override {text!r}"))
-    return _build(Config, merged)
+    return _checked(_build(Config, merged),
+                    f"{path if path is not None else 'the defaults'}{' with the overrides' if overrides else ''}")
 
 
 def config_to_dict(cfg: Config) -> dict:
@@ -298,7 +312,7 @@ def config_to_dict(cfg: Config) -> dict:
 
 
 def config_from_dict(raw: dict, where: str = "config") -> Config:
-    return _build(Config, _check_mapping(raw, Config, where))
+    return _checked(_build(Config, _check_mapping(raw, Config, where)), where)
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

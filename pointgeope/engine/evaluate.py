@@ -23,7 +23,9 @@ thread while a batch runs (:func:`pipelined`), their point hierarchy built by th
 (on the CPU: by that thread); :mod:`pointgeope.engine.vote_batches` runs the batches.
 
 Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (layout in :mod:`pointgeope.h5`),
-then ``RUN/area_K/metrics.json`` with ``"complete": true``.
+then ``RUN/area_K/metrics.json``, with ``"complete": true`` once the fold has trained all its
+``train.epochs`` (``"trained_epochs"`` of ``"epochs"``: an interrupted fold can be evaluated, it stays
+unfinished).
 """
 from __future__ import annotations
 
@@ -193,6 +195,12 @@ def room_seed(seed: int, room: str) -> int:
 
 # --- one fold --------------------------------------------------------------------------------------------
 
+def unfinished_metrics_warning(run: Path, trained: int, epochs: int) -> str:
+    return (f"warning: {run} is unfinished: trained {trained} of {epochs} epochs; metrics.json says so "
+            "(\"complete\": false), the same training command continues the fold, and report leaves it out "
+            "of the pooled scores")
+
+
 def fold_is_complete(run: Path) -> bool:
     path = Path(run) / "metrics.json"
     if not path.is_file():
@@ -255,7 +263,7 @@ def _json_number(x: float):
 
 def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -> dict:
     """Predict every point of the fold's test area(s), write predictions and ``metrics.json``."""
-    from pointgeope.engine.checkpoint import load_checkpoint, load_model_state
+    from pointgeope.engine.checkpoint import fold_progress, load_checkpoint, load_model_state
     from pointgeope.engine.config import config_to_dict
 
     run = Path(run)
@@ -271,6 +279,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
         writable_folder(run / "predictions", "predictions folder")  # before the long part
     model = build.model(cfg).to(env.device)
     load_model_state(model, ckpt["model"], ckpt_path)
+    trained = fold_progress(ckpt_path, ckpt)[0]
     t0 = time.perf_counter()
     mine = predict_areas(model, cfg, areas, env, progress_desc=f"evaluate {', '.join(areas)}")
     if env.distributed:
@@ -305,7 +314,8 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
             "tta_views": len(tta_views(cfg.eval.tta)), "vote": cfg.eval.vote,
             "max_fragments": cfg.eval.max_fragments, "fragments": dict(sorted(fragments.items())),
             "eval_seconds": round(seconds, 2),
-            "pe": cfg.model.pe, "complete": True,
+            "pe": cfg.model.pe, "trained_epochs": trained, "epochs": cfg.train.epochs,
+            "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
         }
         write_json_atomic(run / "metrics.json", metrics)
         log(f"evaluated {', '.join(areas)}: {num_points:,} points in {seconds:.1f}s -> "
@@ -337,5 +347,8 @@ def evaluate_run(run: Path, overrides: list[str]) -> int:
     finally:
         distributed.cleanup()
     if env.is_main:
-        print(f"{m['area']}: oa {m['oa']:.4f}  macc {m['macc']:.4f}  miou {m['miou']:.4f}")
+        unfinished = "" if m["complete"] else f"  (unfinished: trained {m['trained_epochs']} of {m['epochs']} epochs)"
+        if unfinished:  # (a training evaluates its fold once finished only)
+            print(unfinished_metrics_warning(run, m["trained_epochs"], m["epochs"]))
+        print(f"{m['area']}: oa {m['oa']:.4f}  macc {m['macc']:.4f}  miou {m['miou']:.4f}{unfinished}")
     return 0

@@ -28,7 +28,7 @@ from pointgeope.constants import PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT
 from pointgeope.data.spacing import median_spacing
 from pointgeope.engine import build
 from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info, load_checkpoint,
-                                          load_model_state)
+                                          load_model_state, unfinished_warning)
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict
 from pointgeope.engine.evaluate import room_seed, vote_room
 from pointgeope.errors import UserError
@@ -98,6 +98,9 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     path = checkpoint_path(model, checkpoint)
     ckpt = load_checkpoint(path)
     info = checkpoint_prediction_info(ckpt, path)
+    warning = unfinished_warning(path, ckpt)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     try:
         cfg = config_from_dict(ckpt["config"], where="its config")
     except ConfigError as err:

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from pointgeope.atomic import remove_leftovers
+from pointgeope.atomic import remove_leftovers, writable_folder
 from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.folds import Fold, load_folds
@@ -285,6 +285,8 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
         wanted = [test_area]
     else:
         wanted = list(folds)
+    if env.is_main:  # before any work: a file, or a folder that cannot be written, is one line
+        writable_folder(cfg.train.run_dir, "run folder (--run-dir, train.run_dir)")
     results = []
     for fold in wanted:
         run = Path(cfg.train.run_dir) / f"area_{fold}"

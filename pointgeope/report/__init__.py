@@ -42,6 +42,7 @@ def make_report(runs: list[Path], out: Path | None = None, names: list[str] | No
                 digits: int = 1) -> list[Path]:
     """``pointgeope report``: read the runs, write every output into ``out`` (default: :func:`default_out`),
     print the summary tables; returns the paths written. ``names``: one display name per run."""
+    from pointgeope.atomic import writable_folder
     from pointgeope.report import tables
     from pointgeope.report.runs import ReportError, load_runs
 
@@ -52,6 +53,7 @@ def make_report(runs: list[Path], out: Path | None = None, names: list[str] | No
     if out.exists() and not out.is_dir():
         raise ReportError(f"--out {out}: expected a folder for the report, found a file; "
                           "give a folder name (it is created)")
+    writable_folder(out, "report folder (--out)")  # before anything is written into it
     written = write_report(summaries, out, digits)
     print(tables.summary_markdown(summaries, digits))
     print("wrote:")

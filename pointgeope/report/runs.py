@@ -118,8 +118,9 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     if data.get("area", area) != area or int(data.get("fold", fold)) != fold:
         raise ReportError(f"{path}: expected the results of {area} (fold {fold}), "
                           f"got area={data.get('area')!r} fold={data.get('fold')!r}")
-    if data.get("complete") is not True:
-        return None, "incomplete"
+    if data.get("complete") is not True:  # an evaluation of an interrupted training: flagged, never pooled
+        trained, epochs = data.get("trained_epochs"), data.get("epochs")
+        return None, f"unfinished: trained {trained} of {epochs} epochs" if epochs else "incomplete"
     names = data.get("class_names")
     if names is not None and tuple(names) != CLASS_NAMES:
         raise ReportError(f"{path}: expected class_names {list(CLASS_NAMES)}, got {names}")

@@ -190,6 +190,25 @@ def render_image(coord: np.ndarray, colors: np.ndarray, camera: Camera, point_si
     return np.clip(np.rint(buffer * 255.0), 0, 255).astype(np.uint8)
 
 
+def check_image_path(path) -> None:
+    """Refuse, before any rendering, a ``--screenshot`` that is a folder or whose suffix names no image
+    format (the format is taken from it): a ValueError saying what to give."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    path = Path(path)
+    Image.init()
+    known = sorted({ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.SAVE})
+    if path.is_dir() or str(path).endswith(("/", os.sep)):
+        raise ValueError(f"--screenshot {path}: expected an image file name such as {path / 'view.png'}, "
+                         "got a folder")
+    if path.suffix.lower() not in known:
+        raise ValueError(f"--screenshot {path}: expected an image file name ending in .png (or "
+                         f"{', '.join(e for e in known if e in ('.jpg', '.bmp', '.tif', '.webp'))}), "
+                         f"got {path.suffix or 'no suffix'!r}")
+
+
 def save_image(image: np.ndarray, path) -> None:
     """Write ``uint8 (H, W, 3)`` to ``path`` (format from the suffix, e.g. PNG), atomically."""
 

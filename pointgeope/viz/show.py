@@ -46,6 +46,10 @@ def show_room(args) -> int:
     from pointgeope.viz.scene import load_room, prepare_view
     from pointgeope.viz.select import parse_class_names
 
+    if args.screenshot:
+        from pointgeope.viz.render import check_image_path
+
+        check_image_path(args.screenshot)  # before the work, not at the end of it
     rooms = list(room_counts(args.area))
     if args.room is None and len(rooms) != 1:
         raise ValueError(f"expected --room ROOM or --list; rooms in {args.area}: {', '.join(rooms)}")

@@ -245,3 +245,38 @@ def test_the_prepare_pipeline_and_the_synthetic_data_do_not_import_each_other():
                         f"{path}: imports {name}"
                 else:
                     assert not name.startswith("data_prep.synth"), f"{path}: imports {name}"
+
+
+KILL_ONE_WORKER = """
+import os, signal, sys
+import data_prep.room
+from pointgeope.cli import main
+
+load_room = data_prep.room.load_room
+
+def dying_load_room(source, room, limits):
+    if room.name == "office_1":  # the worker parsing it dies as if killed by the OOM killer
+        os.kill(os.getpid(), signal.SIGKILL)
+    return load_room(source, room, limits)
+
+data_prep.room.load_room = dying_load_room  # the workers are forked: they see it
+sys.exit(main(["prepare", sys.argv[1], sys.argv[2], "--jobs", "2"]))
+"""
+
+
+def test_a_dead_worker_ends_the_run_with_a_message_not_a_hang(tmp_path):
+    """multiprocessing.Pool replaced a killed worker and waited forever for its room; now the run ends."""
+    raw = write_tree(tmp_path / "raw", DEFECT_FILES)
+    for room in ("office_1", "office_2"):  # two more rooms: --jobs 2 starts a pool of two workers
+        (raw / "Area_1" / room).mkdir()
+        (raw / "Area_1" / room / "Annotations").symlink_to(raw / "Area_1/room_a/Annotations")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-c", KILL_ONE_WORKER, str(raw), str(out)], capture_output=True,
+                          text=True, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and not any("Traceback" in line for line in lines), lines
+    assert lines[-1] == ("pointgeope prepare: error: a prepare worker process died (killed, out of memory, or "
+                         "crashed) while parsing rooms; the rooms parsed before it are kept: run the same command "
+                         "again, or with --jobs 1 to see which room it was")
+    assert not list(out.glob("Area_*.h5"))
+    assert not [p for p in out.rglob("*") if ".tmp" in p.name]  # nor a temporary file of a stopped worker

@@ -117,3 +117,38 @@ def test_signature_follows_size_and_stamp(tmp_path):
     assert open_source(tmp_path).rooms()[0].signature() == before
     (tmp_path / "Area_1/r/Annotations/wall_1.txt").write_bytes(b"1 2 3 4 5 7\n1 1 1 1 1 1\n")
     assert open_source(tmp_path).rooms()[0].signature() != before
+
+
+def test_a_raw_folder_whose_only_room_is_hidden_says_so(tmp_path):
+    """It said "no room holds a valid point ... (see the warnings above)" with no warning printed."""
+    write_tree(tmp_path, {"Area_1/.office_1/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    with pytest.raises(SourceError) as err:
+        open_source(tmp_path).rooms()
+    assert str(err.value) == (f"{tmp_path}: expected room folders in Area_1, found none; hidden folders are "
+                              "skipped: Area_1/.office_1 (rename them)")
+
+
+def _zip_with_raw_name(path: Path, placeholder: str, raw: bytes) -> Path:
+    """A zip whose member name holds the bytes ``raw`` (in place of the ASCII ``placeholder``) without the
+    UTF-8 flag, as zip tools writing latin-1 or unflagged UTF-8 names do."""
+    _zip(path, {f"Area_1/{placeholder}/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                "Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    data = path.read_bytes()
+    assert data.count(placeholder.encode()) == 2  # the local header and the central directory
+    path.write_bytes(data.replace(placeholder.encode(), raw))
+    return path
+
+
+def test_zip_member_names_that_are_not_utf8_are_refused(tmp_path):
+    """A latin-1 name (office\\xe91) was read as cp437 and stored as 'officeΘ1'; the README says refused."""
+    path = _zip_with_raw_name(tmp_path / "latin1.zip", "officeX1", b"office\xe91")
+    with pytest.raises(SourceError) as err:
+        open_source(path).rooms()
+    assert str(err.value) == (f"{path}: the member name 'Area_1/office\\\\xe91/Annotations/wall_1.txt' is not "
+                              "valid UTF-8 (a zip without the UTF-8 flag: cp437, cp850 or latin-1?); rename it, "
+                              "or unpack the zip and give the folder")
+    # UTF-8 bytes without the flag are UTF-8: read as such, and the member is found by that name
+    path = _zip_with_raw_name(tmp_path / "utf8.zip", "officeXX", "officeé".encode())
+    source = open_source(path)
+    assert [r.name for r in source.rooms()] == ["office\u00e9", "r"]
+    assert source.read("Area_1/office\u00e9/Annotations/wall_1.txt") == b"1 2 3 4 5 6\n"

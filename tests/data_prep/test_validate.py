@@ -170,12 +170,20 @@ def test_names_that_are_not_utf8_are_refused_by_name_and_utf8_names_work(tmp_pat
     assert _prepare(raw, tmp_path / "out") == 2
     assert _one_error(capsys) == (f"pointgeope prepare: error: {raw.resolve()}: the name 'Area_1/b\\\\xfcro_2' is not "
                                   "valid UTF-8; rename it (room and file names become HDF5 group names)")
-    # a zip from an old tool: a byte name without the UTF-8 flag is read as cp437 (0x81 is "ü"), and works
+    # a zip from an old tool: a byte name without the UTF-8 flag could be cp437 ("ü"), cp850 ("ü") or latin-1
+    # ("\x81"): nothing tells them apart, so it is refused by name rather than guessed (issue 21)
     _zip(tmp_path / "cp437.zip", [("Area_1/bXro_3/Annotations/wall_1.txt", GOOD)])
     zipped = (tmp_path / "cp437.zip").read_bytes()
     (tmp_path / "cp437.zip").write_bytes(zipped.replace(b"bXro_3", b"b\x81ro_3"))  # both headers
-    assert _prepare(tmp_path / "cp437.zip", tmp_path / "zipped") == 0
-    assert h5.list_rooms(tmp_path / "zipped/Area_1.h5") == {"büro_3": 3}
+    assert _prepare(tmp_path / "cp437.zip", tmp_path / "zipped") == 2
+    assert _one_error(capsys) == (f"pointgeope prepare: error: {(tmp_path / 'cp437.zip').resolve()}: the member name "
+                                  "'Area_1/b\\\\x81ro_3/Annotations/wall_1.txt' is not valid UTF-8 (a zip without the "
+                                  "UTF-8 flag: cp437, cp850 or latin-1?); rename it, or unpack the zip and give the "
+                                  "folder")
+    # UTF-8 bytes without the flag (zip tools that do not set it) are UTF-8
+    (tmp_path / "utf8.zip").write_bytes(zipped.replace(b"bXro_3", "büo_3".encode()))
+    assert _prepare(tmp_path / "utf8.zip", tmp_path / "zipped") == 0
+    assert h5.list_rooms(tmp_path / "zipped/Area_1.h5") == {"büo_3": 3}
 
 
 def test_dangling_annotation_link_is_an_error_naming_it(tmp_path, capsys):

@@ -1,12 +1,15 @@
-"""Tests of pointgeope/engine/config.py: checked YAML layers, overrides, round trip, every shipped config."""
+"""Tests of pointgeope/engine/config.py and config_values.py: checked YAML layers, overrides, round trip,
+every shipped config, the allowed values."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
-from pointgeope.engine.config import (Config, ConfigError, config_from_dict, config_to_dict, load_config,
-                                      parse_override, save_config)
+from pointgeope.engine.config import (Config, ConfigError, config_from_dict, config_to_dict,
+                                      load_config, parse_override, save_config)
+from pointgeope.engine.config_values import RANGES, Range
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -83,9 +86,9 @@ def test_base_cycle_is_an_error(tmp_path):
 
 def test_overrides_parse_yaml_values_and_apply_last(tmp_path):
     path = write(tmp_path / "c.yaml", "optim:\n  lr: 0.3\n")
-    cfg = load_config(path, ["optim.lr=0.01", "model.planes=[8, 16]", "eval.tta.flips=true",
+    cfg = load_config(path, ["optim.lr=0.01", "model.planes=[8, 16, 24, 32, 40]", "eval.tta.flips=true",
                              "data.voxel_max=null", "train.run_dir=runs/x"])
-    assert cfg.optim.lr == 0.01 and cfg.model.planes == [8, 16] and cfg.eval.tta.flips is True
+    assert cfg.optim.lr == 0.01 and cfg.model.planes == [8, 16, 24, 32, 40] and cfg.eval.tta.flips is True
     assert cfg.data.voxel_max is None and cfg.train.run_dir == "runs/x"
     assert parse_override("eval.tta.scales=[0.9,1.1]") == {"eval": {"tta": {"scales": [0.9, 1.1]}}}
 
@@ -148,3 +151,46 @@ def test_did_you_mean_picks_the_key_meant(typed, meant):
 def test_no_close_key_lists_the_section():
     with pytest.raises(ConfigError, match=r"unknown key 'optim.zzz'; known keys: optim.name, optim.lr, "):
         load_config(None, ["optim.zzz=1"])
+
+
+def _numeric_keys(cls, prefix: str = "") -> list[str]:
+    """Every key of the dataclass ``cls`` whose type is int or float, alone, optional or in a list."""
+    import dataclasses
+    import typing
+
+    keys = []
+    for name, tp in typing.get_type_hints(cls).items():
+        if dataclasses.is_dataclass(tp):
+            keys += _numeric_keys(tp, f"{prefix}{name}.")
+            continue
+        args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, list) else (tp,)
+        inner = [a for arg in args for a in (typing.get_args(arg) if typing.get_origin(arg) is list else (arg,))]
+        if any(a in (int, float) for a in inner):
+            keys.append(prefix + name)
+    return keys
+
+
+def test_every_numeric_key_has_its_range_and_the_defaults_are_inside():
+    keys = _numeric_keys(Config)
+    assert {"train.epochs", "optim.lr", "model.planes", "eval.tta.scales", "eval.max_fragments"} <= set(keys)
+    assert sorted(set(keys) - set(RANGES)) == [], "give each new numeric key its range in RANGES"
+    assert sorted(set(RANGES) - set(keys)) == []
+    config_from_dict(config_to_dict(Config()))  # the published recipe passes its own checks
+
+
+def test_range_bounds_and_their_text():
+    positive, unit = Range(0, open_low=True), Range(0, 1)
+    assert 1e-12 in positive and 0 not in positive and -1 not in positive
+    assert all(x not in positive for x in (math.nan, math.inf))
+    assert 0 in unit and 1 in unit and 1.0000001 not in unit and -0.0 in unit
+    assert (str(positive), str(unit), str(Range(1)), str(Range(high=2.5)), str(Range())) == \
+        ("> 0", "in [0, 1]", ">= 1", "<= 2.5", "")
+    with pytest.raises(ConfigError, match=r"^override 'eval.tta.scales=\[1, -2\]': eval.tta.scales\[1\]: "
+                                          r"expected a finite number > 0, got -2.0$"):
+        load_config(None, ["eval.tta.scales=[1, -2]"])
+    with pytest.raises(ConfigError, match=r"^the defaults with the overrides: model.planes\[2\]: expected a "
+                                          r"multiple of model.share_planes \(8\), got 132$"):
+        load_config(None, ["model.planes=[32, 64, 132, 256, 512]"])
+    with pytest.raises(ConfigError, match=r"^the defaults with the overrides: eval.tta.scales: expected at "
+                                          r"least one scale, got \[\]$"):
+        load_config(None, ["eval.tta.scales=[]"])

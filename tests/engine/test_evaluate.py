@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.engine.config import load_config
+from pointgeope.engine.config import TTAConfig, load_config
 from pointgeope.engine.evaluate import tta_views, view_coord, vote_room
 
 C = 13
@@ -141,7 +141,9 @@ def test_view_coord_is_a_similarity_about_the_centre():
     d = coord - centre
     np.testing.assert_allclose(v - centre, np.stack([-2 * d[:, 1], -2 * d[:, 0], 2 * d[:, 2]], 1), atol=1e-5)
     with pytest.raises(ValueError, match="rotations >= 1"):
-        tta_views(load_config(None, ["eval.tta.rotations=0"]).eval.tta)
+        tta_views(TTAConfig(rotations=0))
+    with pytest.raises(ValueError, match=r"eval.tta.rotations: expected an integer >= 1, got 0$"):
+        load_config(None, ["eval.tta.rotations=0"])  # the config is refused when read, before any view
 
 
 def test_validation_skips_the_configured_ignore_index(two_folds):

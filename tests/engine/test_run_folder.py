@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -94,3 +95,51 @@ def test_resume_with_another_number_of_threads_warns(two_folds, tmp_path):
     log = (tmp_path / "area_1" / "log.txt").read_text()
     assert (f"warning: {tmp_path / 'area_1' / 'last.pt'} was written with 1 torch CPU thread(s), this run has 2: "
             "the results will differ from an uninterrupted run (set train.threads=1 to match)") in log
+
+
+@pytest.mark.slow
+def test_an_unfinished_fold_evaluated_stays_unfinished_and_is_flagged_by_report(two_folds, tmp_path, capsys):
+    """Evaluating a fold whose training was interrupted after epoch 1 of 2 labels metrics.json as unfinished
+    (it said "complete": true, so that the training was then skipped and report pooled the fold); predict
+    from it warns."""
+    from pointgeope.cli import main as cli
+
+    assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1") == 0  # stops after epoch 1
+    fold = tmp_path / "area_1"
+    capsys.readouterr()
+    assert cli(["evaluate", str(fold)]) == 0
+    assert (f"warning: {fold} is unfinished: trained 1 of 2 epochs; metrics.json says so (\"complete\": false)"
+            in capsys.readouterr().out)
+    metrics = json.loads((fold / "metrics.json").read_text())
+    assert (metrics["complete"], metrics["epoch"], metrics["trained_epochs"], metrics["epochs"]) == (False, 1, 1, 2)
+
+    # report: the unfinished fold is named and left out of the pooled scores (here beside a complete fold 2)
+    done = {"area": "Area_2", "fold": 2, "complete": True, "confusion": (np.eye(13, dtype=int) * 5).tolist()}
+    (tmp_path / "area_2").mkdir()
+    (tmp_path / "area_2/metrics.json").write_text(json.dumps(done))
+    assert cli(["report", str(tmp_path), "--out", str(tmp_path / "report")]) == 0
+    table = (tmp_path / "report/report.md").read_text()
+    assert "| Area_1 | missing (unfinished: trained 1 of 2 epochs) |" in table
+    assert "pooled over 1 of 6 folds: Area_2" in table
+
+    # predict from the unfinished fold warns (it said nothing), the more so while the fold is locked
+    scan = tmp_path / "scan.npy"
+    np.save(scan, np.random.default_rng(0).random((500, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
+    capsys.readouterr()
+    assert cli(["predict", str(fold), str(scan), "--out", str(tmp_path / "pred")]) == 0
+    warning = f"warning: {fold / 'last.pt'}: its fold has trained 1 of 2 epochs"
+    assert capsys.readouterr().err.splitlines() == [f"{warning}; these are the predictions of an unfinished model"]
+    (fold / ".lock").write_text("{}")  # as while a training holds it
+    assert cli(["predict", str(fold), str(scan), "--out", str(tmp_path / "pred")]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"{warning} (its folder is locked: it may be training now); these are the predictions of an unfinished model"]
+    (fold / ".lock").unlink()
+
+    capsys.readouterr()
+    assert train(two_folds, tmp_path, "train.epochs=2") == 0  # continues the fold, does not skip it
+    out = capsys.readouterr().out
+    assert "is complete, skipped" not in out and "resumed from" in out
+    metrics = json.loads((fold / "metrics.json").read_text())
+    assert (metrics["complete"], metrics["trained_epochs"]) == (True, 2)
+    assert cli(["predict", str(fold), str(scan), "--out", str(tmp_path / "pred")]) == 0
+    assert "warning" not in capsys.readouterr().err  # a finished fold

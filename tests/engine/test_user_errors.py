@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -133,3 +134,60 @@ def test_debug_shows_the_traceback(tmp_path, two_folds):
         cli(["--debug", *train_args(two_folds, tmp_path, "optim.learning_rate=0.1")])
     with pytest.raises(ConfigError):
         cli([*train_args(two_folds, tmp_path, "optim.learning_rate=0.1"), "--debug"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.epochs=0", "train.epochs: expected an integer >= 1, got 0"),
+    ("train.epochs=-1", "train.epochs: expected an integer >= 1, got -1"),  # was "expected a checkpoint..."
+    ("data.loop=0", "data.loop: expected an integer >= 1, got 0"),
+    ("data.batch_size=0", "data.batch_size: expected an integer >= 1, got 0"),
+    ("data.grid_size=-0.1", "data.grid_size: expected a finite number > 0, got -0.1"),
+    ("optim.lr=nan", "optim.lr: expected a finite number > 0, got nan"),
+    ("model.planes=[8, 0]", "model.planes[1]: expected an integer >= 1, got 0"),
+])
+def test_a_value_out_of_its_range_is_one_line_naming_key_value_and_range(tmp_path, capsys, two_folds,
+                                                                         override, message):
+    line = one_line(capsys, 2, train_args(two_folds, tmp_path, override))
+    assert line == f"pointgeope train: error: override {override!r}: {message}"
+    assert not (tmp_path / "area_1").exists()
+
+
+def test_a_value_from_a_file_and_model_lists_of_other_lengths(tmp_path, capsys, two_folds):
+    config = tmp_path / "mine.yaml"
+    config.write_text(f"base: {DEMO_CONFIG}\ntrain:\n  epochs: 0\n")
+    line = one_line(capsys, 2, ["train", "--config", str(config), "--cv"])
+    assert line == f"pointgeope train: error: {config}: train.epochs: expected an integer >= 1, got 0"
+    line = one_line(capsys, 2, train_args(two_folds, tmp_path, "model.planes=[16, 32, 64]"))  # TINY: 2 stages
+    assert line == (f"pointgeope train: error: {DEMO_CONFIG} with the overrides: model.blocks: expected one "
+                    "entry per stage, 3 as in model.planes [16, 32, 64], got 2: [1, 1]")
+
+
+def test_a_run_dir_or_report_out_that_cannot_be_a_folder(tmp_path, capsys, two_folds, tiny_run):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    line = one_line(capsys, 2, train_args(two_folds, a_file))
+    assert line == (f"pointgeope train: error: run folder (--run-dir, train.run_dir) {a_file}: expected a "
+                    "folder, found a file; give a folder name")
+    line = one_line(capsys, 2, train_args(two_folds, a_file / "run"))  # root writes anywhere: not chmod
+    assert line == (f"pointgeope train: error: run folder (--run-dir, train.run_dir) {a_file / 'run'}: cannot "
+                    "write into it (Not a directory); give a folder you can write")
+    line = one_line(capsys, 2, ["report", str(tiny_run.parent), "--out", str(a_file / "report")])
+    assert line == (f"pointgeope report: error: report folder (--out) {a_file / 'report'}: cannot write into "
+                    "it (Not a directory); give a folder you can write")
+
+
+def test_a_checkpoint_without_its_config(tmp_path, capsys, tiny_run):
+    ckpt = torch.load(tiny_run / "last.pt", weights_only=True)
+    del ckpt["config"]
+    path = tmp_path / "no_config.pt"
+    torch.save(ckpt, path)
+    scan = tmp_path / "scan.npy"
+    np.save(scan, np.random.default_rng(0).random((100, 3), dtype=np.float32))
+    line = one_line(capsys, 2, ["predict", str(path), str(scan), "--out", str(tmp_path / "pred")])
+    message = f"{path}: expected a model checkpoint with a config (last.pt or best.pt of a run), got one without"
+    assert line == f"pointgeope predict: error: {message}"
+    run = tmp_path / "run/area_1"  # evaluate (and a resume) of a fold whose last.pt has no config
+    shutil.copytree(tiny_run, run)
+    shutil.copy(path, run / "last.pt")
+    line = one_line(capsys, 2, ["evaluate", str(run)])
+    assert line == f"pointgeope evaluate: error: {message.replace(str(path), str(run / 'last.pt'))}"

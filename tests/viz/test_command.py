@@ -116,3 +116,16 @@ def test_window_without_display_says_what_to_do(synthetic_area, capsys, monkeypa
     captured = capsys.readouterr()
     assert "keys:" in captured.out  # the key help is printed before the window opens
     assert "needs a display (DISPLAY is not set); use --screenshot PNG" in captured.err
+
+
+def test_screenshot_to_a_folder_or_an_unknown_suffix_is_refused_before_rendering(synthetic_area, tmp_path, capsys):
+    """It rendered, then failed with "unknown file extension: .tmp" (the suffix of the temporary file)."""
+    area, _ = synthetic_area
+    assert main(["viz", str(area), "--room", "tiny_2", "--screenshot", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (f"pointgeope viz: error: --screenshot {tmp_path}: expected an image "
+                                               f"file name such as {tmp_path / 'view.png'}, got a folder")
+    assert main(["viz", str(area), "--room", "tiny_2", "--screenshot", str(tmp_path / "view.xyz")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"pointgeope viz: error: --screenshot {tmp_path / 'view.xyz'}: expected an image file name ending in .png "
+        "(or .bmp, .jpg, .tif, .webp), got '.xyz'")
+    assert list(tmp_path.iterdir()) == []
