@@ -1,0 +1,194 @@
+"""The fused (Triton) path of Point Transformer's vector attention: relation and aggregation in one pass each.
+
+``attention.PointTransformerLayer`` runs, per query ``i`` and neighbour ``j`` (``C`` channels, ``s`` groups of
+``G = C / s``)::
+
+    relation   r_ij = k[idx_ij] - q_i (+ delta_ij)                          (N, k, C), rotation "none"
+    aggregate  y[i, g G + h] = sum_j softmax_j(w_ij)[h] value_ij[g G + h]   value_ij = v[idx_ij] (+ delta_ij)
+
+Today's torch path does each as a chain of gathers, subtractions, a softmax, an einsum, each a pass over
+``(N, k, C)`` pairs in memory (and on the GPU a kernel launch); here each is one Triton kernel
+(``triton_attention.py``) forward and one backward, both recomputing the gathered values and the softmax
+from ``v``, ``idx``, ``delta`` and the logits ``w (N, k, G)`` instead of saving ``(N, k, C)`` pairs. The
+gradients of ``k`` and ``v`` are summed into their rows with float32 atomic adds (the order of the sums is
+not deterministic, as with torch's ``index_add_`` on CUDA). Inputs may be float32, bfloat16 or float16
+(accumulated in float32) or float64 (in float64, for ``gradcheck``).
+
+Which path runs (``kernel_path``): ``POINTGEOPE_KERNELS=triton`` or ``torch`` forces one on any device
+(``triton`` on CPU tensors needs ``TRITON_INTERPRET=1``, Triton's interpreter); unset, Triton runs on CUDA
+where it imports, torch everywhere else (the CPU's torch kernels are cache-blocked and measured faster).
+GeoPE's rotated relations and the ``geope`` value term stay on their kernels (``rotation.py``,
+``linear_rotation.py``, ``rope.py``, compiled on CUDA by ``compiled.py``); their aggregation is fused.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from functools import lru_cache
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+__all__ = ["kernel_path", "status", "kernels", "relation", "aggregate"]
+
+PATHS = ("triton", "torch")
+
+
+@lru_cache(maxsize=None)
+def _triton_found() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def _forced() -> str | None:
+    value = os.environ.get("POINTGEOPE_KERNELS", "").strip().lower()
+    if value and value not in PATHS:
+        raise ValueError(f"POINTGEOPE_KERNELS: expected one of {PATHS} (or unset), got {value!r}")
+    return value or None
+
+
+def kernel_path(device: torch.device) -> str:
+    """``"triton"`` or ``"torch"``, the attention kernels for tensors on ``device`` (module docstring)."""
+    forced = _forced()
+    if forced == "triton" and not _triton_found():
+        raise ValueError("POINTGEOPE_KERNELS=triton: Triton is not installed (pip install triton), "
+                         "or unset POINTGEOPE_KERNELS")
+    if forced is not None:
+        return forced
+    return "triton" if device.type == "cuda" and _triton_found() else "torch"
+
+
+def status() -> str:
+    """One line for ``pointgeope info``."""
+    forced = _forced()
+    if forced is not None:
+        return f"{forced} on every device (POINTGEOPE_KERNELS={forced})"
+    if not _triton_found():
+        return "torch (Triton not installed)"
+    return "Triton on CUDA (fused relation and aggregation), torch on the CPU"
+
+
+def kernels() -> ModuleType:
+    """``triton_attention``, its kernels decorated in the mode ``TRITON_INTERPRET`` asks for now."""
+    module = importlib.import_module("pointgeope.model.triton_attention")
+    if module.INTERPRET != (os.environ.get("TRITON_INTERPRET", "0") == "1"):
+        module = importlib.reload(module)
+    return module
+
+
+def _blocks(k: int, width: int, budget: int = 4096) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_K, BLOCK_width): powers of two holding ``k`` and ``width``, about ``budget`` per tile."""
+    block_k, block_w = _pow2(k), _pow2(width)
+    return max(1, min(64, budget // (block_k * block_w))), block_k, block_w
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _launch(kernel, grid, *args, device: torch.device, **meta) -> None:
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            kernel[grid](*args, **meta)
+    else:
+        kernel[grid](*args, **meta)
+
+
+def _acc_dtype(*tensors: Tensor | None) -> torch.dtype:
+    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+class _Aggregate(torch.autograd.Function):
+    """``y = sum_j softmax_j(w) (v[idx] + delta)`` per channel group; saves ``w``, ``v``, ``idx``, ``delta``."""
+
+    @staticmethod
+    def forward(ctx, w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None, share_planes: int) -> Tensor:
+        w, v, idx = w.contiguous(), v.contiguous(), idx.contiguous()
+        delta = None if delta is None else delta.contiguous()
+        ctx.save_for_backward(w, v, idx, delta)
+        ctx.share_planes = share_planes
+        (n, k), c = idx.shape, v.shape[1]
+        dtype = v.dtype if delta is None else torch.promote_types(v.dtype, delta.dtype)
+        y = torch.empty(n, c, dtype=dtype, device=v.device)
+        bm, bk, bg = _blocks(k, c // share_planes)
+        f64 = _acc_dtype(w, v, delta) == torch.float64
+        _launch(kernels().aggregate_forward, (_cdiv(n, bm),), w, v, idx, v if delta is None else delta, y,
+                n, k, c, c // share_planes, S=share_planes, HAS_DELTA=delta is not None, F64=f64,
+                BLOCK_M=bm, BLOCK_K=bk, BLOCK_G=bg, device=v.device)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy: Tensor):
+        w, v, idx, delta = ctx.saved_tensors
+        (n, k), c, s = idx.shape, v.shape[1], ctx.share_planes
+        acc = _acc_dtype(w, v, delta)
+        gw = torch.empty_like(w)
+        grad_v, grad_delta = ctx.needs_input_grad[1], delta is not None and ctx.needs_input_grad[3]
+        gv = torch.zeros(v.shape, dtype=acc, device=v.device) if grad_v else gw
+        gdelta = torch.empty_like(delta) if grad_delta else gw
+        bm, bk, bg = _blocks(k, c // s)
+        _launch(kernels().aggregate_backward, (_cdiv(n, bm),), w, v, idx, v if delta is None else delta,
+                gy.contiguous(), gw, gv, gdelta, n, k, c, c // s, S=s, HAS_DELTA=delta is not None,
+                GRAD_V=grad_v, GRAD_DELTA=grad_delta, F64=acc == torch.float64, BLOCK_M=bm, BLOCK_K=bk,
+                BLOCK_G=bg, device=v.device)
+        return gw, gv.to(v.dtype) if grad_v else None, None, gdelta if grad_delta else None, None
+
+
+class _Relation(torch.autograd.Function):
+    """``r = key[idx] - q (+ delta)``; saves ``idx`` only (the gradient of ``delta`` is the incoming one)."""
+
+    @staticmethod
+    def forward(ctx, key: Tensor, idx: Tensor, q: Tensor, delta: Tensor | None) -> Tensor:
+        key, idx, q = key.contiguous(), idx.contiguous(), q.contiguous()
+        delta = None if delta is None else delta.contiguous()
+        ctx.save_for_backward(idx)
+        ctx.rows, ctx.dtypes = key.shape[0], (key.dtype, q.dtype, None if delta is None else delta.dtype)
+        (n, k), c = idx.shape, key.shape[1]
+        dtype = torch.promote_types(key.dtype, q.dtype)
+        dtype = dtype if delta is None else torch.promote_types(dtype, delta.dtype)
+        out = torch.empty(n, k, c, dtype=dtype, device=key.device)
+        bm, bk, bc = _blocks(k, min(c, 64))
+        _launch(kernels().relation_forward, (_cdiv(n, bm), _cdiv(c, bc)), key, idx, q,
+                key if delta is None else delta, out, n, k, c, HAS_DELTA=delta is not None,
+                F64=_acc_dtype(key, q, delta) == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_C=bc,
+                device=key.device)
+        return out
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        (idx,) = ctx.saved_tensors
+        key_dtype, q_dtype, delta_dtype = ctx.dtypes
+        (n, k), c = idx.shape, g.shape[-1]
+        g = g.contiguous()
+        acc = torch.float64 if g.dtype == torch.float64 else torch.float32
+        grad_key, grad_q = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
+        gkey = torch.zeros(ctx.rows, c, dtype=acc, device=g.device) if grad_key else g
+        gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
+        bm, bk, bc = _blocks(k, min(c, 64))
+        if grad_key or grad_q:
+            _launch(kernels().relation_backward, (_cdiv(n, bm), _cdiv(c, bc)), g, idx, gkey, gq,
+                    n, k, c, GRAD_KEY=grad_key, GRAD_Q=grad_q, F64=acc == torch.float64, BLOCK_M=bm,
+                    BLOCK_K=bk, BLOCK_C=bc, device=g.device)
+        gdelta = g.to(delta_dtype) if delta_dtype is not None and ctx.needs_input_grad[3] else None
+        return gkey.to(key_dtype) if grad_key else None, None, gq if grad_q else None, gdelta
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def relation(key: Tensor, idx: Tensor, q: Tensor, delta: Tensor | None = None) -> Tensor:
+    """``key[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``, from ``key (N_s, C)``, ``idx (N, k)``,
+    ``q (N, C)``, ``delta (N, k, C)`` or ``None``: one Triton kernel forward, one backward."""
+    return _Relation.apply(key, idx, q, delta)
+
+
+def aggregate(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None, share_planes: int) -> Tensor:
+    """``y[i, g G + h] = sum_j softmax_j(w[i, :, h])[j] (v[idx[i, j], g G + h] (+ delta[i, j, g G + h]))``,
+    ``(N, C)``, from the logits ``w (N, k, G)``, ``v (N_s, C)``, ``idx (N, k)``, ``delta (N, k, C)`` or
+    ``None``, ``G = C / share_planes``: softmax and grouped weighted sum in one Triton kernel each way."""
+    if v.shape[1] != w.shape[2] * share_planes:
+        raise ValueError(f"expected v of {w.shape[2] * share_planes} channels (w's {w.shape[2]} x share_planes "
+                         f"{share_planes}), got {v.shape[1]}")
+    return _Aggregate.apply(w, v, idx, delta, share_planes)

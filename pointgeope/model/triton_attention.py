@@ -1,0 +1,140 @@
+"""Triton kernels of Point Transformer's vector attention (``fused_attention.py`` launches them).
+
+For query ``i``, its ``k`` neighbours ``j`` (rows ``idx[i, j]`` of the points), ``C`` channels in ``s`` groups
+of ``G = C / s`` (channel ``c = g G + h`` uses weight ``h``)::
+
+    relation   r[i, j, c] = key[idx[i, j], c] - q[i, c] (+ delta[i, j, c])
+    aggregate  y[i, g G + h] = sum_j p[i, j, h] (v[idx[i, j], g G + h] (+ delta[i, j, g G + h]))
+               p[i, j, h] = softmax_j(w[i, j, h])
+
+and their adjoints (``dp = sum_g gy val``, ``dw = p (dp - sum_j p dp)``; the value's gradient ``p gy`` is
+added into the rows ``idx[i, j]`` with atomics). A program takes ``BLOCK_M`` queries with all their
+neighbours, as a ``(BLOCK_M, BLOCK_K, BLOCK_G)`` (or ``BLOCK_C``) tile; nothing of size ``(N, k, C)`` is
+read or written but the inputs and outputs themselves. Loads are converted to the accumulation type
+(float32, or float64 for float64 inputs) and stores round once to the output's type. Offsets are int64:
+``N k C`` passes 2^31 at 80k points, k = 16, C = 2048.
+
+The kernels are decorated when this module is imported, in the mode ``TRITON_INTERPRET`` asks for then
+(``INTERPRET``); ``fused_attention.kernels`` reloads the module when the mode changed since. Only
+long-standing ``tl`` APIs (Triton 3.6 and newer): load/store/atomic_add/where/max/sum/exp/arange.
+"""
+import os
+
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@triton.jit
+def _acc(x, F64: tl.constexpr):
+    if F64:
+        out = x.to(tl.float64)
+    else:
+        out = x.to(tl.float32)
+    return out
+
+
+@triton.jit
+def _softmax(w_ptr, pair, h3, mask, G, F64: tl.constexpr):
+    """``softmax`` over the neighbour axis (1) of the logits tile; 0 at masked neighbours."""
+    logits = _acc(tl.load(w_ptr + pair * G + h3, mask=mask, other=0.0), F64)
+    logits = tl.where(mask, logits, -1.0e30)
+    top = tl.max(logits, axis=1)
+    e = tl.where(mask, tl.exp(logits - top[:, None, :]), 0.0)
+    total = tl.sum(e, axis=1)
+    total = tl.where(total > 0, total, 1.0)
+    return e / total[:, None, :]
+
+
+@triton.jit
+def aggregate_forward(w_ptr, v_ptr, idx_ptr, delta_ptr, y_ptr, N, K, C, G, S: tl.constexpr,
+                      HAS_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
+    m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    m3 = m[:, None, None]
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    h = tl.arange(0, BLOCK_G)
+    h3 = h[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    mask = pairs_in & (h3 < G)
+    pair = m3 * K + j3
+    p = _softmax(w_ptr, pair, h3, mask, G, F64)
+    rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+    out_mask = (m[:, None] < N) & (h[None, :] < G)
+    for g in range(S):
+        col = g * G + h3
+        val = _acc(tl.load(v_ptr + rows * C + col, mask=mask, other=0.0), F64)
+        if HAS_DELTA:
+            val += _acc(tl.load(delta_ptr + pair * C + col, mask=mask, other=0.0), F64)
+        y = tl.sum(p * val, axis=1)
+        tl.store(y_ptr + m[:, None] * C + g * G + h[None, :], y.to(y_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def aggregate_backward(w_ptr, v_ptr, idx_ptr, delta_ptr, gy_ptr, gw_ptr, gv_ptr, gdelta_ptr, N, K, C, G,
+                       S: tl.constexpr, HAS_DELTA: tl.constexpr, GRAD_V: tl.constexpr,
+                       GRAD_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
+    m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    m3 = m[:, None, None]
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    h3 = tl.arange(0, BLOCK_G)[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    mask = pairs_in & (h3 < G)
+    pair = m3 * K + j3
+    p = _softmax(w_ptr, pair, h3, mask, G, F64)
+    rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+    dp = p * 0.0
+    for g in range(S):
+        col = g * G + h3
+        gy = _acc(tl.load(gy_ptr + m3 * C + col, mask=(m3 < N) & (h3 < G), other=0.0), F64)
+        val = _acc(tl.load(v_ptr + rows * C + col, mask=mask, other=0.0), F64)
+        if HAS_DELTA:
+            val += _acc(tl.load(delta_ptr + pair * C + col, mask=mask, other=0.0), F64)
+        dp += gy * val
+        gval = p * gy
+        if GRAD_DELTA:
+            tl.store(gdelta_ptr + pair * C + col, gval.to(gdelta_ptr.dtype.element_ty), mask=mask)
+        if GRAD_V:
+            tl.atomic_add(gv_ptr + rows * C + col, gval.to(gv_ptr.dtype.element_ty), mask=mask)
+    gw = p * (dp - tl.sum(p * dp, axis=1)[:, None, :])
+    tl.store(gw_ptr + pair * G + h3, gw.to(gw_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def relation_forward(key_ptr, idx_ptr, q_ptr, delta_ptr, out_ptr, N, K, C, HAS_DELTA: tl.constexpr,
+                     F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr):
+    m3 = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None, None]
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    c3 = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C))[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    mask = pairs_in & (c3 < C)
+    pair = m3 * K + j3
+    rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+    r = _acc(tl.load(key_ptr + rows * C + c3, mask=mask, other=0.0), F64)
+    r -= _acc(tl.load(q_ptr + m3 * C + c3, mask=(m3 < N) & (c3 < C), other=0.0), F64)
+    if HAS_DELTA:
+        r += _acc(tl.load(delta_ptr + pair * C + c3, mask=mask, other=0.0), F64)
+    tl.store(out_ptr + pair * C + c3, r.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def relation_backward(g_ptr, idx_ptr, gkey_ptr, gq_ptr, N, K, C, GRAD_KEY: tl.constexpr, GRAD_Q: tl.constexpr,
+                      F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr):
+    m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    m3 = m[:, None, None]
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c3 = c[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    mask = pairs_in & (c3 < C)
+    pair = m3 * K + j3
+    g = _acc(tl.load(g_ptr + pair * C + c3, mask=mask, other=0.0), F64)
+    if GRAD_Q:
+        gq = -tl.sum(g, axis=1)
+        tl.store(gq_ptr + m[:, None] * C + c[None, :], gq.to(gq_ptr.dtype.element_ty),
+                 mask=(m[:, None] < N) & (c[None, :] < C))
+    if GRAD_KEY:
+        rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+        tl.atomic_add(gkey_ptr + rows * C + c3, g.to(gkey_ptr.dtype.element_ty), mask=mask)
