@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from pointgeope.geope import BlockScale
+from pointgeope.model import fused_attention
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.ops import gather
 from pointgeope.model.linear_rotation import relative_frame
@@ -198,13 +199,20 @@ class PointTransformerLayer(nn.Module):
         if standard and self.block_scale is not None and not self.block_scale.learnable:
             tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._block_scales(feat), c)  # (5, N, C)
 
-        if self.pe.rotation == "none":
+        fused = fused_attention.kernel_path(feat.device) == "triton"            # fused_attention.py
+        if self.pe.rotation == "none" and fused:
+            relation = fused_attention.relation(key, idx, q, delta if self.pe.relation_delta else None)
+        elif self.pe.rotation == "none":
             relation = gather(key, idx) - q.unsqueeze(1)                         # (N, k, C)
         else:
             relation = self._rotated(key, coord, idx, disp, tables, minus=q)
-        if self.pe.relation_delta:
+        if self.pe.relation_delta and not (fused and self.pe.rotation == "none"):
             relation = relation + delta
-        weight = torch.softmax(self.linear_w(relation), dim=1)                  # (N, k, C/s)
+        logits = self.linear_w(relation)                                         # (N, k, C/s)
+        if fused and self.pe.value != "geope":
+            return fused_attention.aggregate(logits, value, idx, delta if self.pe.value == "rpe" else None,
+                                             self.share_planes)
+        weight = torch.softmax(logits, dim=1)                                    # (N, k, C/s)
 
         if self.pe.value == "rpe":
             value = gather(value, idx) + delta

@@ -16,7 +16,10 @@ read or written but the inputs and outputs themselves. Loads are converted to th
 
 The kernels are decorated when this module is imported, in the mode ``TRITON_INTERPRET`` asks for then
 (``INTERPRET``); ``fused_attention.kernels`` reloads the module when the mode changed since. Only
-long-standing ``tl`` APIs (Triton 3.6 and newer): load/store/atomic_add/where/max/sum/exp/arange.
+long-standing ``tl`` APIs (Triton 3.6 and newer): load/store/atomic_add/where/reduce/maximum/exp/arange/full.
+``tl.reduce`` with this module's combine functions, not ``tl.sum``/``tl.max``: those are decorated when Triton is
+imported, so in a process that imported Triton before setting ``TRITON_INTERPRET`` they would not run
+in the interpreter.
 """
 import os
 
@@ -27,24 +30,17 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 @triton.jit
-def _acc(x, F64: tl.constexpr):
-    if F64:
-        out = x.to(tl.float64)
-    else:
-        out = x.to(tl.float32)
-    return out
+def _add(a, b):
+    return a + b
 
 
 @triton.jit
-def _softmax(w_ptr, pair, h3, mask, G, F64: tl.constexpr):
-    """``softmax`` over the neighbour axis (1) of the logits tile; 0 at masked neighbours."""
-    logits = _acc(tl.load(w_ptr + pair * G + h3, mask=mask, other=0.0), F64)
-    logits = tl.where(mask, logits, -1.0e30)
-    top = tl.max(logits, axis=1)
-    e = tl.where(mask, tl.exp(logits - top[:, None, :]), 0.0)
-    total = tl.sum(e, axis=1)
-    total = tl.where(total > 0, total, 1.0)
-    return e / total[:, None, :]
+def _maximum(a, b):
+    return tl.maximum(a, b)
+
+
+if INTERPRET:   # the interpreter reduces with numpy when it recognises Triton's own combine functions
+    _add, _maximum = tl.standard._sum_combine, tl.standard._elementwise_max
 
 
 @triton.jit
@@ -52,6 +48,7 @@ def aggregate_forward(w_ptr, v_ptr, idx_ptr, delta_ptr, y_ptr, N, K, C, G, S: tl
                       HAS_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
                       BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
     m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
     m3 = m[:, None, None]
     j3 = tl.arange(0, BLOCK_K)[None, :, None]
     h = tl.arange(0, BLOCK_G)
@@ -59,15 +56,19 @@ def aggregate_forward(w_ptr, v_ptr, idx_ptr, delta_ptr, y_ptr, N, K, C, G, S: tl
     pairs_in = (m3 < N) & (j3 < K)
     mask = pairs_in & (h3 < G)
     pair = m3 * K + j3
-    p = _softmax(w_ptr, pair, h3, mask, G, F64)
+    logits = tl.load(w_ptr + pair * G + h3, mask=mask, other=0.0)
+    logits = tl.where(mask, logits * one, -1.0e30)
+    e = tl.where(mask, tl.exp(logits - tl.reduce(logits, 1, _maximum)[:, None, :]), 0.0)     # softmax over neighbours
+    total = tl.reduce(e, 1, _add)
+    p = e / tl.where(total > 0, total, 1.0)[:, None, :]
     rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
     out_mask = (m[:, None] < N) & (h[None, :] < G)
     for g in range(S):
         col = g * G + h3
-        val = _acc(tl.load(v_ptr + rows * C + col, mask=mask, other=0.0), F64)
+        val = tl.load(v_ptr + rows * C + col, mask=mask, other=0.0) * one
         if HAS_DELTA:
-            val += _acc(tl.load(delta_ptr + pair * C + col, mask=mask, other=0.0), F64)
-        y = tl.sum(p * val, axis=1)
+            val += tl.load(delta_ptr + pair * C + col, mask=mask, other=0.0) * one
+        y = tl.reduce(p * val, 1, _add)
         tl.store(y_ptr + m[:, None] * C + g * G + h[None, :], y.to(y_ptr.dtype.element_ty), mask=out_mask)
 
 
@@ -77,28 +78,33 @@ def aggregate_backward(w_ptr, v_ptr, idx_ptr, delta_ptr, gy_ptr, gw_ptr, gv_ptr,
                        GRAD_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
     m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
     m3 = m[:, None, None]
     j3 = tl.arange(0, BLOCK_K)[None, :, None]
     h3 = tl.arange(0, BLOCK_G)[None, None, :]
     pairs_in = (m3 < N) & (j3 < K)
     mask = pairs_in & (h3 < G)
     pair = m3 * K + j3
-    p = _softmax(w_ptr, pair, h3, mask, G, F64)
+    logits = tl.load(w_ptr + pair * G + h3, mask=mask, other=0.0)
+    logits = tl.where(mask, logits * one, -1.0e30)
+    e = tl.where(mask, tl.exp(logits - tl.reduce(logits, 1, _maximum)[:, None, :]), 0.0)     # softmax over neighbours
+    total = tl.reduce(e, 1, _add)
+    p = e / tl.where(total > 0, total, 1.0)[:, None, :]
     rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
     dp = p * 0.0
     for g in range(S):
         col = g * G + h3
-        gy = _acc(tl.load(gy_ptr + m3 * C + col, mask=(m3 < N) & (h3 < G), other=0.0), F64)
-        val = _acc(tl.load(v_ptr + rows * C + col, mask=mask, other=0.0), F64)
+        gy = tl.load(gy_ptr + m3 * C + col, mask=(m3 < N) & (h3 < G), other=0.0) * one
+        val = tl.load(v_ptr + rows * C + col, mask=mask, other=0.0) * one
         if HAS_DELTA:
-            val += _acc(tl.load(delta_ptr + pair * C + col, mask=mask, other=0.0), F64)
+            val += tl.load(delta_ptr + pair * C + col, mask=mask, other=0.0) * one
         dp += gy * val
         gval = p * gy
         if GRAD_DELTA:
             tl.store(gdelta_ptr + pair * C + col, gval.to(gdelta_ptr.dtype.element_ty), mask=mask)
         if GRAD_V:
             tl.atomic_add(gv_ptr + rows * C + col, gval.to(gv_ptr.dtype.element_ty), mask=mask)
-    gw = p * (dp - tl.sum(p * dp, axis=1)[:, None, :])
+    gw = p * (dp - tl.reduce(p * dp, 1, _add)[:, None, :])
     tl.store(gw_ptr + pair * G + h3, gw.to(gw_ptr.dtype.element_ty), mask=mask)
 
 
@@ -106,16 +112,17 @@ def aggregate_backward(w_ptr, v_ptr, idx_ptr, delta_ptr, gy_ptr, gw_ptr, gv_ptr,
 def relation_forward(key_ptr, idx_ptr, q_ptr, delta_ptr, out_ptr, N, K, C, HAS_DELTA: tl.constexpr,
                      F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr):
     m3 = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None, None]
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
     j3 = tl.arange(0, BLOCK_K)[None, :, None]
     c3 = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C))[None, None, :]
     pairs_in = (m3 < N) & (j3 < K)
     mask = pairs_in & (c3 < C)
     pair = m3 * K + j3
     rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
-    r = _acc(tl.load(key_ptr + rows * C + c3, mask=mask, other=0.0), F64)
-    r -= _acc(tl.load(q_ptr + m3 * C + c3, mask=(m3 < N) & (c3 < C), other=0.0), F64)
+    r = tl.load(key_ptr + rows * C + c3, mask=mask, other=0.0) * one
+    r -= tl.load(q_ptr + m3 * C + c3, mask=(m3 < N) & (c3 < C), other=0.0) * one
     if HAS_DELTA:
-        r += _acc(tl.load(delta_ptr + pair * C + c3, mask=mask, other=0.0), F64)
+        r += tl.load(delta_ptr + pair * C + c3, mask=mask, other=0.0) * one
     tl.store(out_ptr + pair * C + c3, r.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -123,6 +130,7 @@ def relation_forward(key_ptr, idx_ptr, q_ptr, delta_ptr, out_ptr, N, K, C, HAS_D
 def relation_backward(g_ptr, idx_ptr, gkey_ptr, gq_ptr, N, K, C, GRAD_KEY: tl.constexpr, GRAD_Q: tl.constexpr,
                       F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr):
     m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
     m3 = m[:, None, None]
     j3 = tl.arange(0, BLOCK_K)[None, :, None]
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -130,9 +138,9 @@ def relation_backward(g_ptr, idx_ptr, gkey_ptr, gq_ptr, N, K, C, GRAD_KEY: tl.co
     pairs_in = (m3 < N) & (j3 < K)
     mask = pairs_in & (c3 < C)
     pair = m3 * K + j3
-    g = _acc(tl.load(g_ptr + pair * C + c3, mask=mask, other=0.0), F64)
+    g = tl.load(g_ptr + pair * C + c3, mask=mask, other=0.0) * one
     if GRAD_Q:
-        gq = -tl.sum(g, axis=1)
+        gq = -tl.reduce(g, 1, _add)
         tl.store(gq_ptr + m[:, None] * C + c[None, :], gq.to(gq_ptr.dtype.element_ty),
                  mask=(m[:, None] < N) & (c[None, :] < C))
     if GRAD_KEY:
