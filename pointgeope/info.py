@@ -48,5 +48,8 @@ def print_info() -> None:
     from pointgeope.model import compiled
 
     print(f"GeoPE pair kernels: {compiled.status()}")
+    from pointgeope.model import fused_attention
+
+    print(f"attention kernels: {fused_attention.status()}")
     print("point hierarchy (FPS, kNN, 3-NN): training batches get it from the data loader (cpu backends); "
           "evaluation and model(coord, feat, offset) build it in the model (backends of its device)")

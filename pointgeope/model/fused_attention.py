@@ -61,7 +61,10 @@ def kernel_path(device: torch.device) -> str:
 
 def status() -> str:
     """One line for ``pointgeope info``."""
-    forced = _forced()
+    try:
+        forced = _forced()
+    except ValueError as err:
+        return f"invalid: {err}"
     if forced is not None:
         return f"{forced} on every device (POINTGEOPE_KERNELS={forced})"
     if not _triton_found():

@@ -7,12 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pointgeope.model import fused_attention
-from pointgeope.model.attention import PositionalEncoding
-from pointgeope.model.ops import knn
-from tests.model.test_attention import PRESET_NAMES, _layer, _reference
+pytest.importorskip("triton")          # imported here, before TRITON_INTERPRET is set: Triton's own library
+                                       # stays compiled for the CUDA tests and torch.compile in this process
+from pointgeope.model import fused_attention  # noqa: E402
+from pointgeope.model.attention import PositionalEncoding  # noqa: E402
+from pointgeope.model.ops import knn  # noqa: E402
+from tests.model.test_attention import PRESET_NAMES, _layer, _reference  # noqa: E402
 
-pytest.importorskip("triton")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 @pytest.fixture(autouse=True)
@@ -179,3 +181,57 @@ def test_kernels_are_redecorated_when_the_interpreter_mode_changes(monkeypatch):
     assert not fused_attention.kernels().INTERPRET
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert fused_attention.kernels().INTERPRET
+
+
+@cuda
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_compiled_kernels_on_cuda_match_the_float64_definition(dtype, tol, monkeypatch):
+    """The kernels compiled for the GPU (no interpreter), values and gradients, repeated neighbours."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    _check_kernels_on(torch.device("cuda"), dtype, tol)
+
+
+def _check_kernels_on(device, dtype, tol):
+    """Both kernels on ``device`` in ``dtype`` against float64 autograd of the definition on the same
+    (rounded) inputs, with linear losses (gradients independent of the outputs' rounding)."""
+    w, v, idx, d = _aggregate_inputs(torch.float64, k=16, channels=64, s=8, sizes=(300, 5, 40))
+    q = torch.randn_like(v)
+    got = [t.to(device, dtype).requires_grad_() for t in (w, v, d, q)]
+    ref = [t.detach().double().cpu().requires_grad_() for t in got]
+    gy, gr = torch.randn(idx.shape[0], 64, dtype=torch.float64), torch.randn(*idx.shape, 64, dtype=torch.float64)
+    y = ((ref[1][idx] + ref[2]).unflatten(-1, (8, 8)) * torch.softmax(ref[0], 1).unsqueeze(2)).sum(1).flatten(1)
+    r = ref[1][idx] - ref[3].unsqueeze(1) + ref[2]
+    ((y * gy).sum() + (r * gr).sum()).backward()
+    y = fused_attention.aggregate(got[0], got[1], idx.to(device), got[2], 8)
+    r = fused_attention.relation(got[1], idx.to(device), got[3], got[2])
+    ((y.double() * gy.to(device)).sum() + (r.double() * gr.to(device)).sum()).backward()
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a.grad.double().cpu(), b.grad, rtol=tol, atol=tol * b.grad.abs().max().item())
+
+
+@cuda
+@pytest.mark.parametrize("pe", ["rpe", "geope", "lingeope", "none", "ape"])
+@pytest.mark.parametrize("amp", [None, torch.bfloat16])
+def test_layer_on_cuda_triton_equals_torch_kernels(pe, amp, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    coord, idx = _packed(sizes=(200, 3, 50), k=16)
+    feat = torch.randn(coord.shape[0], 32, generator=torch.Generator().manual_seed(4))
+    torch.manual_seed(0)
+    layer = fused_attention_layer(pe).cuda().train()
+    runs = []
+    for path in ("triton", "torch"):
+        monkeypatch.setenv("POINTGEOPE_KERNELS", path)
+        layer.zero_grad(set_to_none=True)
+        x = feat.cuda().requires_grad_()
+        with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
+            out = layer(coord.cuda(), x, idx.cuda())
+        out.float().square().sum().backward()
+        runs.append((out.float(), x.grad))
+    tol = 1e-4 if amp is None else 3e-2
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol * b.abs().max().item())
+
+
+def fused_attention_layer(pe):
+    from pointgeope.model.attention import PointTransformerLayer
+    return PointTransformerLayer(32, share_planes=8, neighbours=16, pe=pe)
