@@ -180,6 +180,17 @@ class PointTransformerLayer(nn.Module):
             return pair_frame(x, idx, disp, self._pair_frequencies(x), minus, pos=coord)
         return query_frame(x, idx, coord.to(geometry_dtype(x.dtype)), self._block_scales(x), minus, tables)
 
+    def _fused_relation(self, key: Tensor, q: Tensor, idx: Tensor, delta: Tensor | None,
+                        tables: Tensor | None) -> Tensor | None:
+        """The relation (``+ delta`` where the preset has it) on the Triton kernels, where they have it: no
+        rotation, or standard GeoPE with constant rotations (``tables``); ``None`` otherwise."""
+        delta = delta if self.pe.relation_delta else None
+        if self.pe.rotation == "none":
+            return fused_attention.relation(key, idx, q, delta)
+        if self.pe.rotation == "geope" and tables is not None and key.shape[0] == idx.shape[0]:
+            return fused_attention.frame_relation(key, idx, tables, q, delta)
+        return None
+
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
         if feat.dim() != 2 or feat.shape[1] != self.channels:
             raise ValueError(f"expected feat of shape (N, {self.channels}), got {tuple(feat.shape)}")
@@ -200,14 +211,14 @@ class PointTransformerLayer(nn.Module):
             tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._block_scales(feat), c)  # (5, N, C)
 
         fused = fused_attention.kernel_path(feat.device) == "triton"            # fused_attention.py
-        if self.pe.rotation == "none" and fused:
-            relation = fused_attention.relation(key, idx, q, delta if self.pe.relation_delta else None)
-        elif self.pe.rotation == "none":
-            relation = gather(key, idx) - q.unsqueeze(1)                         # (N, k, C)
-        else:
-            relation = self._rotated(key, coord, idx, disp, tables, minus=q)
-        if self.pe.relation_delta and not (fused and self.pe.rotation == "none"):
-            relation = relation + delta
+        relation = self._fused_relation(key, q, idx, delta, tables) if fused else None   # delta included
+        if relation is None:
+            if self.pe.rotation == "none":
+                relation = gather(key, idx) - q.unsqueeze(1)                     # (N, k, C)
+            else:
+                relation = self._rotated(key, coord, idx, disp, tables, minus=q)
+            if self.pe.relation_delta:
+                relation = relation + delta
         logits = self.linear_w(relation)                                         # (N, k, C/s)
         if fused and self.pe.value != "geope":
             return fused_attention.aggregate(logits, value, idx, delta if self.pe.value == "rpe" else None,

@@ -4,6 +4,7 @@
 ``G = C / s``)::
 
     relation   r_ij = k[idx_ij] - q_i (+ delta_ij)                          (N, k, C), rotation "none"
+               r_ij = R_i^T R_j k[idx_ij] - q_i (+ delta_ij)                standard GeoPE
     aggregate  y[i, g G + h] = sum_j softmax_j(w_ij)[h] value_ij[g G + h]   value_ij = v[idx_ij] (+ delta_ij)
 
 Today's torch path does each as a chain of gathers, subtractions, a softmax, an einsum, each a pass over
@@ -17,8 +18,13 @@ not deterministic, as with torch's ``index_add_`` on CUDA). Inputs may be float3
 Which path runs (``kernel_path``): ``POINTGEOPE_KERNELS=triton`` or ``torch`` forces one on any device
 (``triton`` on CPU tensors needs ``TRITON_INTERPRET=1``, Triton's interpreter); unset, Triton runs on CUDA
 where it imports, torch everywhere else (the CPU's torch kernels are cache-blocked and measured faster).
-GeoPE's rotated relations and the ``geope`` value term stay on their kernels (``rotation.py``,
-``linear_rotation.py``, ``rope.py``, compiled on CUDA by ``compiled.py``); their aggregation is fused.
+
+What is fused, per preset: ``rpe``, ``none``, ``ape`` (rotation ``none``): relation and aggregation; ``geope``,
+``geope+rpe`` (standard GeoPE with fixed frequencies): relation (``frame_relation``: the points turned once by
+``rotation.apply_shifted``, then gather, turn back by the query's tables, subtract and add in one kernel) and
+aggregation; ``lingeope``, ``rope3d``, ``rope-mixed`` and learnable GeoPE frequencies: the aggregation only,
+their relations stay on today's kernels (``linear_rotation.py``, ``rope.py``; compiled on CUDA by
+``compiled.py``), as does a ``geope`` value term (then nothing is fused after the weight MLP).
 """
 from __future__ import annotations
 
@@ -31,7 +37,9 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-__all__ = ["kernel_path", "status", "kernels", "relation", "aggregate"]
+from pointgeope.model.rotation import apply_shifted
+
+__all__ = ["kernel_path", "status", "kernels", "relation", "frame_relation", "aggregate"]
 
 PATHS = ("triton", "torch")
 
@@ -175,6 +183,58 @@ class _Relation(torch.autograd.Function):
                     BLOCK_K=bk, BLOCK_C=bc, device=g.device)
         gdelta = g.to(delta_dtype) if delta_dtype is not None and ctx.needs_input_grad[3] else None
         return gkey.to(key_dtype) if grad_key else None, None, gq if grad_q else None, gdelta
+
+
+class _FrameRelation(torch.autograd.Function):
+    """Standard GeoPE's relation ``R_i^T R_j x[idx] - q (+ delta)`` for constant rotations (``tables``, the
+    points' ``rotation.rotation_tables (5, N, C)``): the points are turned once in torch (``R_j x_j``, ``N`` rows),
+    the pairs turned back, the query subtracted, ``delta`` added in one kernel. Backward: ``R_i g`` summed into
+    the points' rows (atomics), ``R_j^T`` once per row in torch, ``-sum_j g`` for ``q``. Saves ``idx`` and the
+    tables (``5 N C`` values, no ``(N, k, C)`` pairs)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Tensor | None) -> Tensor:
+        idx, tables, q = idx.contiguous(), tables.contiguous(), q.contiguous()
+        delta = None if delta is None else delta.contiguous()
+        ctx.save_for_backward(idx, tables)
+        ctx.dtypes = (x.dtype, q.dtype, None if delta is None else delta.dtype)
+        points = apply_shifted(x, tables).contiguous()                          # R_j x_j in the tables' dtype
+        (n, k), c = idx.shape, x.shape[1]
+        dtype = torch.promote_types(x.dtype, q.dtype)
+        out = torch.empty(n, k, c, dtype=dtype if delta is None else torch.promote_types(dtype, delta.dtype),
+                          device=x.device)
+        bm, bk, bc = _blocks(k, min(c, 64))
+        _launch(kernels().frame_forward, (_cdiv(n, bm), _cdiv(c, bc)), points, idx, tables, q,
+                q if delta is None else delta, out, n, k, c, HAS_DELTA=delta is not None,
+                F64=tables.dtype == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_C=bc, device=x.device)
+        return out
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        idx, tables = ctx.saved_tensors
+        x_dtype, q_dtype, delta_dtype = ctx.dtypes
+        (n, k), c, g = idx.shape, g.shape[-1], g.contiguous()
+        grad_x, grad_q = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
+        gpoints = torch.zeros(tables.shape[1], c, dtype=tables.dtype, device=g.device) if grad_x else g
+        gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
+        bm, bk, bc = _blocks(k, min(c, 64))
+        if grad_x or grad_q:
+            _launch(kernels().frame_backward, (_cdiv(n, bm), _cdiv(c, bc)), g, idx, tables, gpoints, gq, n, k, c,
+                    GRAD_POINTS=grad_x, GRAD_Q=grad_q, F64=tables.dtype == torch.float64, BLOCK_M=bm,
+                    BLOCK_K=bk, BLOCK_C=bc, device=g.device)
+        gx = apply_shifted(gpoints, tables, transpose=True).to(x_dtype) if grad_x else None   # R_j^T per row
+        gdelta = g.to(delta_dtype) if delta_dtype is not None and ctx.needs_input_grad[4] else None
+        return gx, None, None, gq if grad_q else None, gdelta
+
+
+def frame_relation(x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Tensor | None = None) -> Tensor:
+    """Standard GeoPE's relation ``R(t_i)^T R(t_j) x[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``, from
+    ``x (N, C)``, ``idx (N, k)``, the points' ``rotation_tables (5, N, C)`` (constant: fixed frequencies),
+    ``q (N, C)``, ``delta (N, k, C)`` or ``None``; the same relation as ``rotation.query_frame``."""
+    if tables.shape[1] != x.shape[0] or idx.shape[0] != x.shape[0]:
+        raise ValueError(f"expected self-attention: tables (5, {x.shape[0]}, C) and idx ({x.shape[0]}, k), got "
+                         f"{tuple(tables.shape)} and {tuple(idx.shape)}")
+    return _FrameRelation.apply(x, idx, tables, q, delta)
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -4,6 +4,7 @@ For query ``i``, its ``k`` neighbours ``j`` (rows ``idx[i, j]`` of the points), 
 of ``G = C / s`` (channel ``c = g G + h`` uses weight ``h``)::
 
     relation   r[i, j, c] = key[idx[i, j], c] - q[i, c] (+ delta[i, j, c])
+    frame      r[i, j, c] = sum_o T_{-o}[i, c + o] P[idx[i, j], c + o] - q[i, c] (+ delta)   standard GeoPE
     aggregate  y[i, g G + h] = sum_j p[i, j, h] (v[idx[i, j], g G + h] (+ delta[i, j, g G + h]))
                p[i, j, h] = softmax_j(w[i, j, h])
 
@@ -16,10 +17,10 @@ read or written but the inputs and outputs themselves. Loads are converted to th
 
 The kernels are decorated when this module is imported, in the mode ``TRITON_INTERPRET`` asks for then
 (``INTERPRET``); ``fused_attention.kernels`` reloads the module when the mode changed since. Only
-long-standing ``tl`` APIs (Triton 3.6 and newer): load/store/atomic_add/where/reduce/maximum/exp/arange/full.
-``tl.reduce`` with this module's combine functions, not ``tl.sum``/``tl.max``: those are decorated when Triton is
-imported, so in a process that imported Triton before setting ``TRITON_INTERPRET`` they would not run
-in the interpreter.
+long-standing ``tl`` APIs (Triton 3.6 and newer): load, store, atomic_add, where, reduce, maximum, exp,
+arange, full, static_range. Reductions use ``tl.reduce`` with this module's combine functions and zeros
+``tl.full``, not ``tl.sum``, ``tl.max`` or ``tl.zeros``: those are decorated when Triton is imported, so in a
+process that imported Triton before setting ``TRITON_INTERPRET`` they would not run in the interpreter.
 """
 import os
 
@@ -146,3 +147,57 @@ def relation_backward(g_ptr, idx_ptr, gkey_ptr, gq_ptr, N, K, C, GRAD_KEY: tl.co
     if GRAD_KEY:
         rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
         tl.atomic_add(gkey_ptr + rows * C + c3, g.to(gkey_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def frame_forward(points_ptr, idx_ptr, tables_ptr, q_ptr, delta_ptr, out_ptr, N, K, C, HAS_DELTA: tl.constexpr,
+                  F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Standard GeoPE's relation ``sum_o T_{-o}[i, c + o] P[idx[i, j], c + o] - q[i, c] (+ delta)``: ``P`` the
+    points turned by their own rotations ``R_j x_j``, ``T (5, N, C)`` the queries' shift tables (``R_i^T``)."""
+    m3 = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None, None]
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    c3 = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C))[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    pair = m3 * K + j3
+    rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+    r = tl.load(q_ptr + m3 * C + c3, mask=(m3 < N) & (c3 < C), other=0.0) * -one
+    for shift in tl.static_range(5):                     # o = shift - 2 reads channel c + o with T_{-o}
+        col = c3 + (shift - 2)
+        inside = (col >= 0) & (col < C)
+        t = tl.load(tables_ptr + (4 - shift) * N * C + m3 * C + col, mask=(m3 < N) & inside, other=0.0) * one
+        r += t * tl.load(points_ptr + rows * C + col, mask=pairs_in & inside, other=0.0)
+    mask = pairs_in & (c3 < C)
+    if HAS_DELTA:
+        r += tl.load(delta_ptr + pair * C + c3, mask=mask, other=0.0) * one
+    tl.store(out_ptr + pair * C + c3, r.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def frame_backward(g_ptr, idx_ptr, tables_ptr, gpoints_ptr, gq_ptr, N, K, C, GRAD_POINTS: tl.constexpr,
+                   GRAD_Q: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                   BLOCK_C: tl.constexpr):
+    """``gP[idx[i, j], c] += sum_o T_o[i, c] g[i, j, c + o]`` (``R_i g``, atomics) and ``gq[i] = -sum_j g[i, j]``."""
+    m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+    m3 = m[:, None, None]
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c3 = c[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    mask = pairs_in & (c3 < C)
+    pair = m3 * K + j3
+    if GRAD_Q:
+        g = tl.load(g_ptr + pair * C + c3, mask=mask, other=0.0) * one
+        gq = -tl.reduce(g, 1, _add)
+        tl.store(gq_ptr + m[:, None] * C + c[None, :], gq.to(gq_ptr.dtype.element_ty),
+                 mask=(m[:, None] < N) & (c[None, :] < C))
+    if GRAD_POINTS:
+        turned = tl.full([BLOCK_M, BLOCK_K, BLOCK_C], 0.0, tl.float64 if F64 else tl.float32)
+        for shift in tl.static_range(5):                 # o = shift - 2
+            col = c3 + (shift - 2)
+            inside = (col >= 0) & (col < C)
+            t = tl.load(tables_ptr + shift * N * C + m3 * C + c3, mask=(m3 < N) & (c3 < C), other=0.0) * one
+            turned += t * tl.load(g_ptr + pair * C + col, mask=pairs_in & inside, other=0.0)
+        rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+        tl.atomic_add(gpoints_ptr + rows * C + c3, turned.to(gpoints_ptr.dtype.element_ty), mask=mask)
