@@ -160,12 +160,13 @@ def frame_forward(points_ptr, idx_ptr, tables_ptr, q_ptr, delta_ptr, out_ptr, N,
     c3 = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C))[None, None, :]
     pairs_in = (m3 < N) & (j3 < K)
     pair = m3 * K + j3
+    plane = (m3 * 0 + N) * C                             # N C, the tables' plane, in int64
     rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
     r = tl.load(q_ptr + m3 * C + c3, mask=(m3 < N) & (c3 < C), other=0.0) * -one
     for shift in tl.static_range(5):                     # o = shift - 2 reads channel c + o with T_{-o}
         col = c3 + (shift - 2)
         inside = (col >= 0) & (col < C)
-        t = tl.load(tables_ptr + (4 - shift) * N * C + m3 * C + col, mask=(m3 < N) & inside, other=0.0) * one
+        t = tl.load(tables_ptr + (m3 * C + col + (4 - shift) * plane), mask=(m3 < N) & inside, other=0.0) * one
         r += t * tl.load(points_ptr + rows * C + col, mask=pairs_in & inside, other=0.0)
     mask = pairs_in & (c3 < C)
     if HAS_DELTA:
@@ -193,11 +194,12 @@ def frame_backward(g_ptr, idx_ptr, tables_ptr, gpoints_ptr, gq_ptr, N, K, C, GRA
         tl.store(gq_ptr + m[:, None] * C + c[None, :], gq.to(gq_ptr.dtype.element_ty),
                  mask=(m[:, None] < N) & (c[None, :] < C))
     if GRAD_POINTS:
+        plane = (m3 * 0 + N) * C                         # N C, the tables' plane, in int64
         turned = tl.full([BLOCK_M, BLOCK_K, BLOCK_C], 0.0, tl.float64 if F64 else tl.float32)
         for shift in tl.static_range(5):                 # o = shift - 2
             col = c3 + (shift - 2)
             inside = (col >= 0) & (col < C)
-            t = tl.load(tables_ptr + shift * N * C + m3 * C + c3, mask=(m3 < N) & (c3 < C), other=0.0) * one
+            t = tl.load(tables_ptr + (m3 * C + c3 + shift * plane), mask=(m3 < N) & (c3 < C), other=0.0) * one
             turned += t * tl.load(g_ptr + pair * C + col, mask=pairs_in & inside, other=0.0)
         rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
         tl.atomic_add(gpoints_ptr + rows * C + c3, turned.to(gpoints_ptr.dtype.element_ty), mask=mask)
