@@ -36,7 +36,7 @@ from pointgeope.model.ape import absolute_features
 from pointgeope.model.ops import gather
 from pointgeope.model.linear_rotation import relative_frame
 from pointgeope.model.rope import axial_frequencies, pair_frame
-from pointgeope.model.rotation import geometry_dtype, query_frame, rotation_tables
+from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS"]
 
@@ -180,15 +180,18 @@ class PointTransformerLayer(nn.Module):
             return pair_frame(x, idx, disp, self._pair_frequencies(x), minus, pos=coord)
         return query_frame(x, idx, coord.to(geometry_dtype(x.dtype)), self._block_scales(x), minus, tables)
 
-    def _fused_relation(self, key: Tensor, q: Tensor, idx: Tensor, delta: Tensor | None,
+    def _fused_relation(self, key: Tensor, q: Tensor, idx: Tensor, disp: Tensor, delta: Tensor | None,
                         tables: Tensor | None) -> Tensor | None:
         """The relation (``+ delta`` where the preset has it) on the Triton kernels, where they have it: no
-        rotation, or standard GeoPE with constant rotations (``tables``); ``None`` otherwise."""
+        rotation, standard GeoPE with constant rotations (``tables``), linear GeoPE with fixed frequencies;
+        ``None`` otherwise (RoPE's pairs, learnable GeoPE frequencies)."""
         delta = delta if self.pe.relation_delta else None
         if self.pe.rotation == "none":
             return fused_attention.relation(key, idx, q, delta)
         if self.pe.rotation == "geope" and tables is not None and key.shape[0] == idx.shape[0]:
             return fused_attention.frame_relation(key, idx, tables, q, delta)
+        if self.pe.rotation == "lingeope" and not self.block_scale.learnable and constant(disp):
+            return fused_attention.linear_relation(key, idx, disp, self._block_scales(key), q, delta)
         return None
 
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
@@ -211,7 +214,7 @@ class PointTransformerLayer(nn.Module):
             tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._block_scales(feat), c)  # (5, N, C)
 
         fused = fused_attention.kernel_path(feat.device) == "triton"            # fused_attention.py
-        relation = self._fused_relation(key, q, idx, delta, tables) if fused else None   # delta included
+        relation = self._fused_relation(key, q, idx, disp, delta, tables) if fused else None   # delta included
         if relation is None:
             if self.pe.rotation == "none":
                 relation = gather(key, idx) - q.unsqueeze(1)                     # (N, k, C)

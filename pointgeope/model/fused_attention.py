@@ -5,6 +5,7 @@
 
     relation   r_ij = k[idx_ij] - q_i (+ delta_ij)                          (N, k, C), rotation "none"
                r_ij = R_i^T R_j k[idx_ij] - q_i (+ delta_ij)                standard GeoPE
+               r_ij = R(k_b d_ij) k[idx_ij] - q_i (+ delta_ij)              linear GeoPE, per block b
     aggregate  y[i, g G + h] = sum_j softmax_j(w_ij)[h] value_ij[g G + h]   value_ij = v[idx_ij] (+ delta_ij)
 
 Today's torch path does each as a chain of gathers, subtractions, a softmax, an einsum, each a pass over
@@ -17,14 +18,17 @@ not deterministic, as with torch's ``index_add_`` on CUDA). Inputs may be float3
 
 Which path runs (``kernel_path``): ``POINTGEOPE_KERNELS=triton`` or ``torch`` forces one on any device
 (``triton`` on CPU tensors needs ``TRITON_INTERPRET=1``, Triton's interpreter); unset, Triton runs on CUDA
-where it imports, torch everywhere else (the CPU's torch kernels are cache-blocked and measured faster).
+where it imports, torch everywhere else (the CPU's torch kernels are cache-blocked and measured faster) and
+wherever ``torch.use_deterministic_algorithms(True)`` asks for reproducible sums.
 
 What is fused, per preset: ``rpe``, ``none``, ``ape`` (rotation ``none``): relation and aggregation; ``geope``,
 ``geope+rpe`` (standard GeoPE with fixed frequencies): relation (``frame_relation``: the points turned once by
 ``rotation.apply_shifted``, then gather, turn back by the query's tables, subtract and add in one kernel) and
-aggregation; ``lingeope``, ``rope3d``, ``rope-mixed`` and learnable GeoPE frequencies: the aggregation only,
-their relations stay on today's kernels (``linear_rotation.py``, ``rope.py``; compiled on CUDA by
-``compiled.py``), as does a ``geope`` value term (then nothing is fused after the weight MLP).
+aggregation; ``lingeope``, ``lingeope+rpe`` with fixed frequencies: relation (``linear_relation``: Rodrigues
+per pair and block) and aggregation; ``rope3d``, ``rope-mixed`` and learnable GeoPE frequencies: the
+aggregation only, their relations stay on today's kernels (``rope.py``, ``rotation.py``,
+``linear_rotation.py``; compiled on CUDA by ``compiled.py``), as does a ``geope`` value term (then nothing is
+fused after the weight MLP).
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ from torch import Tensor
 
 from pointgeope.model.rotation import apply_shifted
 
-__all__ = ["kernel_path", "status", "kernels", "relation", "frame_relation", "aggregate"]
+__all__ = ["kernel_path", "status", "kernels", "relation", "frame_relation", "linear_relation", "aggregate"]
 
 PATHS = ("triton", "torch")
 
@@ -64,7 +68,8 @@ def kernel_path(device: torch.device) -> str:
                          "or unset POINTGEOPE_KERNELS")
     if forced is not None:
         return forced
-    return "triton" if device.type == "cuda" and _triton_found() else "torch"
+    deterministic = torch.are_deterministic_algorithms_enabled()            # atomics: sums in any order
+    return "triton" if device.type == "cuda" and _triton_found() and not deterministic else "torch"
 
 
 def status() -> str:
@@ -235,6 +240,55 @@ def frame_relation(x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Ten
         raise ValueError(f"expected self-attention: tables (5, {x.shape[0]}, C) and idx ({x.shape[0]}, k), got "
                          f"{tuple(tables.shape)} and {tuple(idx.shape)}")
     return _FrameRelation.apply(x, idx, tables, q, delta)
+
+
+class _LinearRelation(torch.autograd.Function):
+    """Linear GeoPE's relation ``R(k_b d_ij) x[idx_ij] - q_i (+ delta_ij)`` for constant displacements and block
+    scales: Rodrigues per pair and block in one kernel each way (``R^T g`` summed into ``x``'s rows by
+    atomics); saves ``idx``, ``disp (N, k, 3)`` and the scales, as ``linear_rotation._RelativeFrame``."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, q: Tensor,
+                delta: Tensor | None) -> Tensor:
+        x, idx, q = x.contiguous(), idx.contiguous(), q.contiguous()
+        work = torch.float64 if x.dtype == torch.float64 else torch.float32
+        disp, block_scale = disp.to(work).contiguous(), block_scale.to(work).contiguous()
+        delta = None if delta is None else delta.contiguous()
+        ctx.save_for_backward(idx, disp, block_scale)
+        ctx.rows, ctx.dtypes = x.shape[0], (x.dtype, q.dtype, None if delta is None else delta.dtype)
+        (n, k), c, blocks = idx.shape, x.shape[1], block_scale.shape[0]
+        dtype = torch.promote_types(x.dtype, q.dtype)
+        out = torch.empty(n, k, c, dtype=dtype if delta is None else torch.promote_types(dtype, delta.dtype),
+                          device=x.device)
+        bm, bk, bb = _blocks(k, min(blocks, 32), budget=2048)
+        _launch(kernels().linear_forward, (_cdiv(n, bm), _cdiv(blocks, bb)), x, idx, disp, block_scale, q,
+                q if delta is None else delta, out, n, k, c, blocks, HAS_DELTA=delta is not None,
+                F64=work == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_B=bb, device=x.device)
+        return out
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        idx, disp, block_scale = ctx.saved_tensors
+        x_dtype, q_dtype, delta_dtype = ctx.dtypes
+        (n, k), c, blocks, g = idx.shape, g.shape[-1], block_scale.shape[0], g.contiguous()
+        grad_x, grad_q = ctx.needs_input_grad[0], ctx.needs_input_grad[4]
+        gx = torch.zeros(ctx.rows, c, dtype=disp.dtype, device=g.device) if grad_x else g
+        gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
+        bm, bk, bb = _blocks(k, min(blocks, 32), budget=2048)
+        if grad_x or grad_q:
+            _launch(kernels().linear_backward, (_cdiv(n, bm), _cdiv(blocks, bb)), g, idx, disp, block_scale, gx, gq,
+                    n, k, c, blocks, GRAD_X=grad_x, GRAD_Q=grad_q, F64=disp.dtype == torch.float64, BLOCK_M=bm,
+                    BLOCK_K=bk, BLOCK_B=bb, device=g.device)
+        gdelta = g.to(delta_dtype) if delta_dtype is not None and ctx.needs_input_grad[5] else None
+        return gx.to(x_dtype) if grad_x else None, None, None, None, gq if grad_q else None, gdelta
+
+
+def linear_relation(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, q: Tensor,
+                    delta: Tensor | None = None) -> Tensor:
+    """Linear GeoPE's relation ``R(k_b d_ij) x[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``: ``x (N_s, C)``,
+    ``idx (N, k)``, ``disp (N, k, 3)`` (``p_j - p_i``), ``block_scale (n,)`` (``k_b``), constant; the same
+    relation as ``linear_rotation.relative_frame``, angles and products in float32 (float64 for float64 x)."""
+    return _LinearRelation.apply(x, idx, disp, block_scale, q, delta)
 
 
 def _cdiv(a: int, b: int) -> int:

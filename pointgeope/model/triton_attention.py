@@ -5,6 +5,7 @@ of ``G = C / s`` (channel ``c = g G + h`` uses weight ``h``)::
 
     relation   r[i, j, c] = key[idx[i, j], c] - q[i, c] (+ delta[i, j, c])
     frame      r[i, j, c] = sum_o T_{-o}[i, c + o] P[idx[i, j], c + o] - q[i, c] (+ delta)   standard GeoPE
+    linear     r[i, j, 3b + d] = (R(k_b d_ij) x[idx[i, j]]_b)_d - q[i, 3b + d] (+ delta)  linear GeoPE
     aggregate  y[i, g G + h] = sum_j p[i, j, h] (v[idx[i, j], g G + h] (+ delta[i, j, g G + h]))
                p[i, j, h] = softmax_j(w[i, j, h])
 
@@ -203,3 +204,107 @@ def frame_backward(g_ptr, idx_ptr, tables_ptr, gpoints_ptr, gq_ptr, N, K, C, GRA
             turned += t * tl.load(g_ptr + pair * C + col, mask=pairs_in & inside, other=0.0)
         rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
         tl.atomic_add(gpoints_ptr + rows * C + c3, turned.to(gpoints_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _linear_store(r, m3, pair, col, mask, q_ptr, delta_ptr, out_ptr, C, HAS_DELTA: tl.constexpr, one):
+    """``out[pair, col] = r - q[m, col] (+ delta[pair, col])`` for one component tile of linear GeoPE."""
+    r -= tl.load(q_ptr + m3 * C + col, mask=mask, other=0.0) * one
+    if HAS_DELTA:
+        r += tl.load(delta_ptr + pair * C + col, mask=mask, other=0.0) * one
+    tl.store(out_ptr + pair * C + col, r.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def linear_forward(x_ptr, idx_ptr, disp_ptr, scale_ptr, q_ptr, delta_ptr, out_ptr, N, K, C, NB,
+                   HAS_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                   BLOCK_B: tl.constexpr):
+    """Linear GeoPE's relation ``R(k_b d_ij) x[idx[i, j]]_b - q_i (+ delta)`` per block ``b`` (Rodrigues), and
+    ``x - q (+ delta)`` on the pass-through channels ``3 NB .. C - 1`` (by the programs of block tile 0)."""
+    m3 = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None, None]
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    b3 = (tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B))[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    pair = m3 * K + j3
+    rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+    dx = tl.load(disp_ptr + pair * 3, mask=pairs_in, other=0.0) * one
+    dy = tl.load(disp_ptr + pair * 3 + 1, mask=pairs_in, other=0.0) * one
+    dz = tl.load(disp_ptr + pair * 3 + 2, mask=pairs_in, other=0.0) * one
+    radius = tl.sqrt(dx * dx + dy * dy + dz * dz)
+    inv = tl.where(radius > 0, 1.0 / tl.where(radius > 0, radius, 1.0), 0.0)          # u = 0 at d = 0
+    ux, uy, uz = dx * inv, dy * inv, dz * inv
+    phi = radius * (tl.load(scale_ptr + b3, mask=b3 < NB, other=0.0) * one)
+    cos, sin = tl.cos(phi), tl.sin(phi)
+    mask = pairs_in & (b3 < NB)
+    vx = tl.load(x_ptr + rows * C + 3 * b3, mask=mask, other=0.0) * one
+    vy = tl.load(x_ptr + rows * C + 3 * b3 + 1, mask=mask, other=0.0) * one
+    vz = tl.load(x_ptr + rows * C + 3 * b3 + 2, mask=mask, other=0.0) * one
+    along = (1.0 - cos) * (ux * vx + uy * vy + uz * vz)
+    r = cos * vx + sin * (uy * vz - uz * vy) + along * ux
+    _linear_store(r, m3, pair, 3 * b3, mask, q_ptr, delta_ptr, out_ptr, C, HAS_DELTA, one)
+    r = cos * vy + sin * (uz * vx - ux * vz) + along * uy
+    _linear_store(r, m3, pair, 3 * b3 + 1, mask, q_ptr, delta_ptr, out_ptr, C, HAS_DELTA, one)
+    r = cos * vz + sin * (ux * vy - uy * vx) + along * uz
+    _linear_store(r, m3, pair, 3 * b3 + 2, mask, q_ptr, delta_ptr, out_ptr, C, HAS_DELTA, one)
+    p3 = 3 * NB + tl.arange(0, 4)[None, None, :]                                     # pass-through channels
+    limit = C * (1 - tl.minimum(tl.program_id(1), 1))                               # C in block tile 0, else 0
+    rest = pairs_in & (p3 < limit)
+    r = tl.load(x_ptr + rows * C + p3, mask=rest, other=0.0) * one
+    r -= tl.load(q_ptr + m3 * C + p3, mask=rest, other=0.0) * one
+    if HAS_DELTA:
+        r += tl.load(delta_ptr + pair * C + p3, mask=rest, other=0.0) * one
+    tl.store(out_ptr + pair * C + p3, r.to(out_ptr.dtype.element_ty), mask=rest)
+
+
+@triton.jit
+def linear_backward(g_ptr, idx_ptr, disp_ptr, scale_ptr, gx_ptr, gq_ptr, N, K, C, NB, GRAD_X: tl.constexpr,
+                    GRAD_Q: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                    BLOCK_B: tl.constexpr):
+    """``gx[idx[i, j]] += R(k_b d_ij)^T g_ij`` (Rodrigues with ``-sin``; atomics) and ``gq_i = -sum_j g_ij``,
+    on the blocks and (programs of block tile 0) the pass-through channels."""
+    m3 = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None, None]
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    b3 = (tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B))[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    pair = m3 * K + j3
+    rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+    mask = pairs_in & (b3 < NB)
+    gx_ = tl.load(g_ptr + pair * C + 3 * b3, mask=mask, other=0.0) * one
+    gy_ = tl.load(g_ptr + pair * C + 3 * b3 + 1, mask=mask, other=0.0) * one
+    gz_ = tl.load(g_ptr + pair * C + 3 * b3 + 2, mask=mask, other=0.0) * one
+    p3 = 3 * NB + tl.arange(0, 4)[None, None, :]                                     # pass-through channels
+    limit = C * (1 - tl.minimum(tl.program_id(1), 1))                               # C in block tile 0, else 0
+    rest = pairs_in & (p3 < limit)
+    gp = tl.load(g_ptr + pair * C + p3, mask=rest, other=0.0) * one
+    if GRAD_Q:
+        q_mask = (m3 < N) & (b3 < NB)
+        _store_rows(gq_ptr, m3, C, 3 * b3, -tl.reduce(gx_, 1, _add)[:, None, :], q_mask)
+        _store_rows(gq_ptr, m3, C, 3 * b3 + 1, -tl.reduce(gy_, 1, _add)[:, None, :], q_mask)
+        _store_rows(gq_ptr, m3, C, 3 * b3 + 2, -tl.reduce(gz_, 1, _add)[:, None, :], q_mask)
+        _store_rows(gq_ptr, m3, C, p3, -tl.reduce(gp, 1, _add)[:, None, :], (m3 < N) & (p3 < limit))
+    if GRAD_X:
+        dx = tl.load(disp_ptr + pair * 3, mask=pairs_in, other=0.0) * one
+        dy = tl.load(disp_ptr + pair * 3 + 1, mask=pairs_in, other=0.0) * one
+        dz = tl.load(disp_ptr + pair * 3 + 2, mask=pairs_in, other=0.0) * one
+        radius = tl.sqrt(dx * dx + dy * dy + dz * dz)
+        inv = tl.where(radius > 0, 1.0 / tl.where(radius > 0, radius, 1.0), 0.0)
+        ux, uy, uz = dx * inv, dy * inv, dz * inv
+        phi = radius * (tl.load(scale_ptr + b3, mask=b3 < NB, other=0.0) * one)
+        cos, sin = tl.cos(phi), -tl.sin(phi)                                         # R^T = R(-phi)
+        along = (1.0 - cos) * (ux * gx_ + uy * gy_ + uz * gz_)
+        base = gx_ptr + rows * C
+        tl.atomic_add(base + 3 * b3, (cos * gx_ + sin * (uy * gz_ - uz * gy_) + along * ux).to(gx_ptr.dtype.element_ty),
+                      mask=mask)
+        tl.atomic_add(base + 3 * b3 + 1, (cos * gy_ + sin * (uz * gx_ - ux * gz_) + along * uy).to(
+            gx_ptr.dtype.element_ty), mask=mask)
+        tl.atomic_add(base + 3 * b3 + 2, (cos * gz_ + sin * (ux * gy_ - uy * gx_) + along * uz).to(
+            gx_ptr.dtype.element_ty), mask=mask)
+        tl.atomic_add(base + p3, gp.to(gx_ptr.dtype.element_ty), mask=rest)
+
+
+@triton.jit
+def _store_rows(ptr, m3, C, col, value, mask):
+    """``ptr[m, col] = value`` for per-query tiles ``(BM, 1, width)``."""
+    tl.store(ptr + m3 * C + col, value.to(ptr.dtype.element_ty), mask=mask)

@@ -155,6 +155,35 @@ def test_frame_relation_passes_gradcheck_in_float64():
                                                                      q.requires_grad_()], fast_mode=True)
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("channels", [7, 8])
+def test_linear_relation_is_todays_relative_frame_plus_delta(dtype, tol, channels):
+    """Against ``linear_rotation.relative_frame`` (values and gradients); 7 and 8 channels: one and two
+    pass-through channels after the blocks; the zero displacement of every point to itself included."""
+    from pointgeope.model.linear_rotation import relative_frame
+
+    coord, idx, _, x, q, d, scale = _frame_inputs(dtype, channels=channels)
+    disp = coord[idx] - coord.unsqueeze(1)
+    got = [t.clone().requires_grad_() for t in (x, q, d)]
+    ref = [t.double().requires_grad_() for t in (x, q, d)]
+    out = fused_attention.linear_relation(got[0], idx, disp.float(), scale.float(), got[1], got[2])
+    want = relative_frame(ref[0], idx, disp, scale, ref[1]) + ref[2]
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
+    gr = torch.randn(want.shape, dtype=torch.float64)
+    out.backward(gr.to(dtype))
+    want.backward(gr.to(dtype).double())
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a.grad.double(), b.grad, rtol=tol, atol=tol * b.grad.abs().max().item())
+
+
+def test_linear_relation_passes_gradcheck_in_float64():
+    coord, idx, _, x, q, _, scale = _frame_inputs(torch.float64, channels=5, k=3, sizes=(2, 1))
+    disp = coord[idx] - coord.unsqueeze(1)
+    assert torch.autograd.gradcheck(lambda a, b: fused_attention.linear_relation(a, idx, disp, scale, b),
+                                    [x.requires_grad_(), q.requires_grad_()], fast_mode=True)
+
+
 def _layer_inputs(channels=16, k=8):
     coord, idx = _packed(sizes=(5, 2, 9), k=k)
     feat = torch.randn(coord.shape[0], channels, generator=torch.Generator().manual_seed(3))
@@ -209,6 +238,9 @@ def test_kernel_path_follows_the_environment(monkeypatch):
     assert fused_attention.kernel_path(cpu) == "torch" and "POINTGEOPE_KERNELS=torch" in fused_attention.status()
     monkeypatch.delenv("POINTGEOPE_KERNELS")
     assert fused_attention.kernel_path(cpu) == "torch"        # the CPU keeps its torch kernels by default
+    assert fused_attention.kernel_path(torch.device("cuda")) == "triton"
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    assert fused_attention.kernel_path(torch.device("cuda")) == "torch"  # atomics' sums are not reproducible
     monkeypatch.setenv("POINTGEOPE_KERNELS", "cuda")
     with pytest.raises(ValueError, match="POINTGEOPE_KERNELS: expected one of .*'triton'.*got 'cuda'"):
         fused_attention.kernel_path(cpu)
@@ -252,6 +284,13 @@ def _check_kernels_on(device, dtype, tol):
     coord, idx, tables, x, q, d, scale = _frame_inputs(dtype, channels=64, k=16, sizes=(300, 5, 40))
     want = query_frame(x.double(), idx, coord, scale, q.double()) + d.double()    # today's kernel, float64
     out = fused_attention.frame_relation(x.to(device), idx.to(device), tables.to(device), q.to(device), d.to(device))
+    torch.testing.assert_close(out.double().cpu(), want, rtol=tol, atol=tol * want.abs().max().item())
+    from pointgeope.model.linear_rotation import relative_frame
+
+    disp = coord[idx] - coord.unsqueeze(1)
+    want = relative_frame(x.double(), idx, disp, scale, q.double()) + d.double()
+    out = fused_attention.linear_relation(x.to(device), idx.to(device), disp.float().to(device),
+                                          scale.float().to(device), q.to(device), d.to(device))
     torch.testing.assert_close(out.double().cpu(), want, rtol=tol, atol=tol * want.abs().max().item())
 
 
