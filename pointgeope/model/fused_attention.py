@@ -33,7 +33,6 @@ fused after the weight MLP).
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 from functools import lru_cache
 from types import ModuleType
@@ -50,7 +49,12 @@ PATHS = ("triton", "torch")
 
 @lru_cache(maxsize=None)
 def _triton_found() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    """Whether Triton imports (a broken install counts as none: the torch kernels run)."""
+    try:
+        import triton  # noqa: F401
+    except Exception:  # noqa: BLE001  (ImportError, or a build that fails to load its driver)
+        return False
+    return True
 
 
 def _forced() -> str | None:
@@ -64,7 +68,7 @@ def kernel_path(device: torch.device) -> str:
     """``"triton"`` or ``"torch"``, the attention kernels for tensors on ``device`` (module docstring)."""
     forced = _forced()
     if forced == "triton" and not _triton_found():
-        raise ValueError("POINTGEOPE_KERNELS=triton: Triton is not installed (pip install triton), "
+        raise ValueError("POINTGEOPE_KERNELS=triton: Triton does not import (pip install triton), "
                          "or unset POINTGEOPE_KERNELS")
     if forced is not None:
         return forced
@@ -81,7 +85,7 @@ def status() -> str:
     if forced is not None:
         return f"{forced} on every device (POINTGEOPE_KERNELS={forced})"
     if not _triton_found():
-        return "torch (Triton not installed)"
+        return "torch (Triton does not import)"
     return "Triton on CUDA (fused relation and aggregation), torch on the CPU"
 
 
