@@ -26,9 +26,13 @@ building and the sample's hierarchy, one ``synth --size bench`` room in memory.
 If a size does not fit in memory it halves ``--points`` and retries. Writes JSON to ``--out`` after every
 preset, so a run cut short keeps what it measured.
 
+``--kernels torch triton`` compares the attention kernels instead (``run_kernels``, ``fused_attention.py``):
+every preset x kernels x ``--amps`` (float32 ``none`` and ``bf16``) case, given hierarchy, interleaved.
+
 Usage: python bench/bench_train_step.py --out result.json [--device cuda] [--points 80000] [--clouds 2]
        [--amp bf16] [--presets rpe geope lingeope] [--reps 3] [--warmup 2] [--budget 240] [--profile]
        [--hierarchy-clouds 2 16] [--loader-samples N [--loader-only]]
+       [--kernels torch triton [--amps none bf16]]
 """
 from __future__ import annotations
 
@@ -270,6 +274,57 @@ def run(args, out: dict, write) -> None:
     write()
 
 
+class KernelCase(Case):
+    """A ``Case`` whose steps run on the attention kernels ``kernels`` (``POINTGEOPE_KERNELS``)."""
+
+    def __init__(self, preset: str, inputs: dict, amp: torch.dtype | None, device: torch.device, kernels: str):
+        super().__init__(preset, inputs, amp, device)
+        self.kernels = kernels
+
+    def step(self, given: bool = True) -> None:
+        before = os.environ.get("POINTGEOPE_KERNELS")
+        os.environ["POINTGEOPE_KERNELS"] = self.kernels
+        try:
+            super().step(given)
+        finally:
+            os.environ.pop("POINTGEOPE_KERNELS") if before is None else os.environ.update(POINTGEOPE_KERNELS=before)
+
+
+def run_kernels(args, out: dict, write) -> None:
+    """``--kernels``: the given-hierarchy step of every preset x attention kernels (``--kernels``) x precision
+    (``--amps``), interleaved; time, peak memory, ratios to rpe on the same kernels and precision, to the
+    torch kernels of the same case and to float32 of the same preset and kernels; ``--profile``: top kernels."""
+    device = torch.device(args.device)
+    inputs = make_inputs(args.points, args.clouds, device, PointTransformerSeg().hierarchy_spec)
+    cases = {f"{pe}/{kern}/{amp}": KernelCase(pe, inputs, AMP[amp], device, kern)
+             for pe in args.presets for kern in args.kernels for amp in args.amps}
+    for case in cases.values():
+        for _ in range(args.warmup):
+            case.step()
+    out.update({"points_per_cloud": args.points, "clouds": args.clouds, "cases": {}})
+    deadline = time.perf_counter() + args.budget
+    for rep in range(args.reps):
+        for name, case in cases.items():
+            if rep and time.perf_counter() > deadline:
+                continue
+            seconds, peak = timed(case.step, device)
+            row = out["cases"].setdefault(name, {"step_s": seconds, "peak_mib": peak, "reps": 0})
+            row.update(step_s=min(row["step_s"], seconds), peak_mib=max(row["peak_mib"], peak), reps=row["reps"] + 1)
+        write()
+    for name, row in out["cases"].items():
+        pe, kern, amp = name.split("/")
+        for label, other in (("vs_rpe", f"rpe/{kern}/{amp}"), ("vs_torch", f"{pe}/torch/{amp}"),
+                             ("vs_float32", f"{pe}/{kern}/none")):
+            if other in out["cases"] and other != name:
+                row[f"{label}_time"] = row["step_s"] / out["cases"][other]["step_s"]
+                if out["cases"][other]["peak_mib"]:
+                    row[f"{label}_peak"] = row["peak_mib"] / out["cases"][other]["peak_mib"]
+        print(f"{name:<28} {row['step_s'] * 1e3:8.1f} ms  {row['peak_mib']:8.0f} MiB", flush=True)
+    if args.profile:
+        out["profile"] = {name: profile(case, device) for name, case in cases.items()}
+    write()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -287,6 +342,9 @@ def main() -> int:
     parser.add_argument("--loader-only", action="store_true", help="only the --loader-samples part (no step)")
     parser.add_argument("--hierarchy-clouds", type=int, nargs="*", default=[2, 16],
                         help="batch sizes (clouds of --points) of the hierarchy-per-backend part (none: skip it)")
+    parser.add_argument("--kernels", nargs="+", choices=("torch", "triton"),
+                        help="compare attention kernels instead (run_kernels), at every precision of --amps")
+    parser.add_argument("--amps", nargs="+", choices=sorted(AMP), default=["none", "bf16"])
     args = parser.parse_args()
     if args.presets[0] != "rpe":
         args.presets = ["rpe"] + [p for p in args.presets if p != "rpe"]
@@ -305,8 +363,8 @@ def main() -> int:
     if args.loader_only:
         print(json.dumps(out["loader_per_sample"], indent=1))
         return 0
-    run(args, out, write)
-    if args.hierarchy_clouds:
+    (run_kernels if args.kernels else run)(args, out, write)
+    if args.hierarchy_clouds and not args.kernels:
         out["hierarchy"] = {}
         hierarchy_backends(args, torch.device(args.device), out["hierarchy"], write)
     print(json.dumps(out, indent=1), flush=True)

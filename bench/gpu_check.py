@@ -12,6 +12,10 @@ runs), the JSON rewritten after every step:
     published  ``bench_evaluate.py --published``: the published test (every fragment) of one
                ``synth --size bench`` room with ``configs/s3dis/pt_geope.yaml``: seconds per room, points
                and point predictions per second, peak GPU memory
+               lingeope: step time, peak memory, the point ops' share, the top kernels of one step
+    kernels    ``bench_train_step.py --kernels torch triton``: the same step per preset on today's and the
+               fused (Triton) attention kernels, float32 and bf16, top kernels of each (``--no-kernels``;
+               with ``--device cpu`` only by ``--kernels``, and torch's kernels only)
     train      (``--train``) ``pointgeope synth --size tiny`` + ``prepare``, then ``train.py --config
                configs/demo.yaml --test-area 5 train.epochs=1`` on the device: seconds and the log's pts/s
                (train.py ends with the fold's full-resolution evaluation)
@@ -164,6 +168,22 @@ def step_published(check: Check, py: str) -> None:
     check.write()
 
 
+def step_kernels(check: Check, py: str) -> None:
+    """``bench_train_step.py --kernels torch triton``: every preset's step on today's and the fused attention
+    kernels, float32 and bf16, with the top kernels of each (issue 20)."""
+    a = check.args
+    data = check.out.parent / "gpu_logs" / "bench_kernels.json"
+    data.unlink(missing_ok=True)
+    cmd = [py, "bench/bench_train_step.py", "--out", str(data), "--device", "cpu" if a.device == "cpu" else "cuda",
+           "--points", str(a.points), "--clouds", str(a.clouds), "--reps", str(a.reps), "--warmup", str(a.warmup),
+           "--kernels", "torch", *([] if a.device == "cpu" else ["triton"]), "--amps", "none", "bf16", "--presets", *a.kernel_presets,
+           "--budget", str(max(30, min(a.kernels_limit, check.left()) - 90)), "--profile"]
+    step = check.run("kernels", cmd, a.kernels_limit)
+    if data.exists():
+        step["result"] = json.loads(data.read_text())
+    check.write()
+
+
 def step_train(check: Check, py: str) -> None:
     a = check.args
     work = a.work
@@ -267,6 +287,10 @@ def main() -> int:
     parser.add_argument("--bench-limit", type=float, default=240.0)
     parser.add_argument("--train-limit", type=float, default=240.0)
     parser.add_argument("--evaluate-limit", type=float, default=120.0)
+    parser.add_argument("--kernels", action=argparse.BooleanOptionalAction, default=None,
+                        help="the attention kernels' comparison (default: on with --device cuda; the CPU runs torch's)")
+    parser.add_argument("--kernels-limit", type=float, default=300.0)
+    parser.add_argument("--kernel-presets", nargs="+", default=["rpe", "geope", "lingeope"])
     args = parser.parse_args()
     args.train = args.train or os.environ.get("GPU_CHECK_TRAIN") == "1"
     args.evaluate = args.evaluate or os.environ.get("GPU_CHECK_EVALUATE") == "1"
@@ -276,6 +300,8 @@ def main() -> int:
     check.result["options"] = {k: str(v) for k, v in vars(args).items()}
     steps = [("info", step_info)]
     steps += [] if args.no_tests else [("tests", step_tests)]
+    kernels = args.device == "cuda" if args.kernels is None else args.kernels
+    steps += [("kernels", step_kernels)] if kernels else []
     steps += [] if args.no_bench else [("bench", step_bench)]
     steps += [] if args.no_published else [("published", step_published)]
     steps += [("train", step_train)] if args.train else []

@@ -48,9 +48,13 @@ def print_info() -> None:
     from pointgeope.model import compiled
 
     print(f"GeoPE pair kernels: {compiled.status()}")
+    from pointgeope.model import fused_attention
+
+    print(f"attention kernels: {fused_attention.status()}")
     from pointgeope.engine.build import hierarchy_place
     from pointgeope.engine.config import Config
 
+    devices = ("cpu", "cuda")       # cuda's choice is the one a CUDA machine with these packages makes
     places = "; ".join(f"on {d} {'in the data loader (cpu backends)' if place == 'loader' else 'in the model'} ({why})"
                        for d in devices for place, why in [hierarchy_place(Config(), torch.device(d))])
     print(f"point hierarchy (FPS, kNN, 3-NN): training (data.hierarchy: auto) builds it {places}; "

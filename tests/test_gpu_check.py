@@ -62,3 +62,16 @@ def test_a_failing_step_is_recorded_and_the_others_still_run(tmp_path):
     assert result["failed_steps"] == ["evaluate"]
     assert result["steps"]["info"]["ok"] and "no " in result["steps"]["evaluate"]["error"]
     assert (tmp_path / "out" / "gpu.json").is_file()
+
+
+@pytest.mark.slow
+def test_the_kernels_step_compares_every_case_on_the_cpu(tmp_path):
+    """``--kernels`` on the CPU: the torch kernels of rpe and geope in float32 and bf16, with ratios."""
+    proc, result = _run(tmp_path, "--no-tests", "--no-bench", "--kernels", "--kernel-presets", "rpe", "geope",
+                        "--points", "400", "--reps", "1", "--warmup", "0", "--threads", "1", timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    cases = result["steps"]["kernels"]["result"]["cases"]
+    assert sorted(cases) == ["geope/torch/bf16", "geope/torch/none", "rpe/torch/bf16", "rpe/torch/none"]
+    assert all(row["step_s"] > 0 for row in cases.values())
+    assert cases["geope/torch/none"]["vs_rpe_time"] == cases["geope/torch/none"]["step_s"] / cases["rpe/torch/none"]["step_s"]
+    assert "vs_float32_time" in cases["rpe/torch/bf16"] and set(result["steps"]["kernels"]["result"]["profile"]) == set(cases)

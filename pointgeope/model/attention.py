@@ -31,11 +31,12 @@ import torch
 from torch import Tensor, nn
 
 from pointgeope.geope import BlockScale
+from pointgeope.model import fused_attention
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.ops import gather
 from pointgeope.model.linear_rotation import relative_frame
 from pointgeope.model.rope import axial_frequencies, pair_frame
-from pointgeope.model.rotation import geometry_dtype, query_frame, rotation_tables
+from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS"]
 
@@ -179,6 +180,20 @@ class PointTransformerLayer(nn.Module):
             return pair_frame(x, idx, disp, self._pair_frequencies(x), minus, pos=coord)
         return query_frame(x, idx, coord.to(geometry_dtype(x.dtype)), self._block_scales(x), minus, tables)
 
+    def _fused_relation(self, key: Tensor, q: Tensor, idx: Tensor, disp: Tensor, delta: Tensor | None,
+                        tables: Tensor | None) -> Tensor | None:
+        """The relation (``+ delta`` where the preset has it) on the Triton kernels, where they have it: no
+        rotation, standard GeoPE with constant rotations (``tables``), linear GeoPE with fixed frequencies;
+        ``None`` otherwise (RoPE's pairs, learnable GeoPE frequencies)."""
+        delta = delta if self.pe.relation_delta else None
+        if self.pe.rotation == "none":
+            return fused_attention.relation(key, idx, q, delta)
+        if self.pe.rotation == "geope" and tables is not None and key.shape[0] == idx.shape[0]:
+            return fused_attention.frame_relation(key, idx, tables, q, delta)
+        if self.pe.rotation == "lingeope" and not self.block_scale.learnable and constant(disp):
+            return fused_attention.linear_relation(key, idx, disp, self._block_scales(key), q, delta)
+        return None
+
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
         if feat.dim() != 2 or feat.shape[1] != self.channels:
             raise ValueError(f"expected feat of shape (N, {self.channels}), got {tuple(feat.shape)}")
@@ -198,13 +213,20 @@ class PointTransformerLayer(nn.Module):
         if standard and self.block_scale is not None and not self.block_scale.learnable:
             tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._block_scales(feat), c)  # (5, N, C)
 
-        if self.pe.rotation == "none":
-            relation = gather(key, idx) - q.unsqueeze(1)                         # (N, k, C)
-        else:
-            relation = self._rotated(key, coord, idx, disp, tables, minus=q)
-        if self.pe.relation_delta:
-            relation = relation + delta
-        weight = torch.softmax(self.linear_w(relation), dim=1)                  # (N, k, C/s)
+        fused = fused_attention.kernel_path(feat.device) == "triton"            # fused_attention.py
+        relation = self._fused_relation(key, q, idx, disp, delta, tables) if fused else None   # delta included
+        if relation is None:
+            if self.pe.rotation == "none":
+                relation = gather(key, idx) - q.unsqueeze(1)                     # (N, k, C)
+            else:
+                relation = self._rotated(key, coord, idx, disp, tables, minus=q)
+            if self.pe.relation_delta:
+                relation = relation + delta
+        logits = self.linear_w(relation)                                         # (N, k, C/s)
+        if fused and self.pe.value != "geope":
+            return fused_attention.aggregate(logits, value, idx, delta if self.pe.value == "rpe" else None,
+                                             self.share_planes)
+        weight = torch.softmax(logits, dim=1)                                    # (N, k, C/s)
 
         if self.pe.value == "rpe":
             value = gather(value, idx) + delta

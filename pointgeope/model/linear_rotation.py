@@ -110,7 +110,7 @@ class _RelativeFrame(torch.autograd.Function):
         if compiled.active(x.device):                                               # one fused pass
             dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
             return compiled.on_device("relative_pairs", compiled.relative_pairs, x, idx, disp.to(work), scale,
-                                      minus).to(dtype)
+                                      minus, dtype)
         src, d, flat = _planes(x, n, work), disp.reshape(-1, 3).to(work), idx.reshape(-1)   # eager: by steps
 
         def turn_into(part: slice, rows: Tensor) -> None:

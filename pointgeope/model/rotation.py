@@ -223,7 +223,7 @@ class _QueryFrame(torch.autograd.Function):
         points = apply_shifted(x, tables)                                           # R(t_j) x_j, (N, C)
         dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
         if compiled.active(x.device):                                               # one fused pass
-            return compiled.on_device("frame_pairs", compiled.frame_pairs, points, idx, tables, minus).to(dtype)
+            return compiled.on_device("frame_pairs", compiled.frame_pairs, points, idx, tables, minus, dtype)
         out = x.new_empty(queries, k, channels, dtype=dtype)
         work = out if dtype == tables.dtype else None                               # else: round each step
         for part in query_steps(queries, k, channels, x.device):

@@ -91,3 +91,18 @@ def test_cuda_fused_relations_match_float64(device):
         torch.testing.assert_close(xd.grad.double().cpu(), xs.grad, atol=2e-3, rtol=1e-4)
         torch.testing.assert_close(md.grad.double().cpu(), ms.grad, atol=2e-3, rtol=1e-4)
     assert "failed" not in compiled.status(), compiled.status()
+
+
+def test_pairs_are_rounded_to_the_asked_dtype_inside_the_expression():
+    """bf16 relations leave the fused pass in bf16 (no float32 pairs and a cast after): the values are
+    the float32 expression's, rounded once."""
+    x, pos, idx, minus, scale = _setup(channels=20, dtype=torch.float32)
+    tables = rotation_tables(pos, scale, x.shape[-1])
+    points = apply_shifted(x, tables)
+    frame = compiled.frame_pairs(points, idx, tables, minus, torch.bfloat16)
+    assert frame.dtype == torch.bfloat16
+    assert torch.equal(frame, compiled.frame_pairs(points, idx, tables, minus).bfloat16())
+    disp = pos[idx] - pos[:, None]
+    linear = compiled.relative_pairs(x.bfloat16(), idx, disp, scale, minus.bfloat16(), torch.bfloat16)
+    assert linear.dtype == torch.bfloat16
+    assert torch.equal(linear, compiled.relative_pairs(x.bfloat16(), idx, disp, scale, minus.bfloat16()).bfloat16())

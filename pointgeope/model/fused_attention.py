@@ -1,0 +1,315 @@
+"""The fused (Triton) path of Point Transformer's vector attention: relation and aggregation in one pass each.
+
+``attention.PointTransformerLayer`` runs, per query ``i`` and neighbour ``j`` (``C`` channels, ``s`` groups of
+``G = C / s``)::
+
+    relation   r_ij = k[idx_ij] - q_i (+ delta_ij)                          (N, k, C), rotation "none"
+               r_ij = R_i^T R_j k[idx_ij] - q_i (+ delta_ij)                standard GeoPE
+               r_ij = R(k_b d_ij) k[idx_ij] - q_i (+ delta_ij)              linear GeoPE, per block b
+    aggregate  y[i, g G + h] = sum_j softmax_j(w_ij)[h] value_ij[g G + h]   value_ij = v[idx_ij] (+ delta_ij)
+
+Today's torch path does each as a chain of gathers, subtractions, a softmax, an einsum, each a pass over
+``(N, k, C)`` pairs in memory (and on the GPU a kernel launch); here each is one Triton kernel
+(``triton_attention.py``) forward and one backward, both recomputing the gathered values and the softmax
+from ``v``, ``idx``, ``delta`` and the logits ``w (N, k, G)`` instead of saving ``(N, k, C)`` pairs. The
+gradients of ``k`` and ``v`` are summed into their rows with float32 atomic adds (the order of the sums is
+not deterministic, as with torch's ``index_add_`` on CUDA). Inputs may be float32, bfloat16 or float16
+(accumulated in float32) or float64 (in float64, for ``gradcheck``).
+
+Which path runs (``kernel_path``): ``POINTGEOPE_KERNELS=triton`` or ``torch`` forces one on any device
+(``triton`` on CPU tensors needs ``TRITON_INTERPRET=1``, Triton's interpreter); unset, Triton runs on CUDA
+where it imports, torch everywhere else (the CPU's torch kernels are cache-blocked and measured faster) and
+wherever ``torch.use_deterministic_algorithms(True)`` asks for reproducible sums.
+
+What is fused, per preset: ``rpe``, ``none``, ``ape`` (rotation ``none``): relation and aggregation; ``geope``,
+``geope+rpe`` (standard GeoPE with fixed frequencies): relation (``frame_relation``: the points turned once by
+``rotation.apply_shifted``, then gather, turn back by the query's tables, subtract and add in one kernel) and
+aggregation; ``lingeope``, ``lingeope+rpe`` with fixed frequencies: relation (``linear_relation``: Rodrigues
+per pair and block) and aggregation; ``rope3d``, ``rope-mixed`` and learnable GeoPE frequencies: the
+aggregation only, their relations stay on today's kernels (``rope.py``, ``rotation.py``,
+``linear_rotation.py``; compiled on CUDA by ``compiled.py``), as does a ``geope`` value term (then nothing is
+fused after the weight MLP).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from functools import lru_cache
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+from pointgeope.model.rotation import apply_shifted
+
+__all__ = ["kernel_path", "status", "kernels", "relation", "frame_relation", "linear_relation", "aggregate"]
+
+PATHS = ("triton", "torch")
+
+
+@lru_cache(maxsize=None)
+def _triton_found() -> bool:
+    """Whether Triton imports (a broken install counts as none: the torch kernels run)."""
+    try:
+        import triton  # noqa: F401
+    except Exception:  # noqa: BLE001  (ImportError, or a build that fails to load its driver)
+        return False
+    return True
+
+
+def _forced() -> str | None:
+    value = os.environ.get("POINTGEOPE_KERNELS", "").strip().lower()
+    if value and value not in PATHS:
+        raise ValueError(f"POINTGEOPE_KERNELS: expected one of {PATHS} (or unset), got {value!r}")
+    return value or None
+
+
+def kernel_path(device: torch.device) -> str:
+    """``"triton"`` or ``"torch"``, the attention kernels for tensors on ``device`` (module docstring)."""
+    forced = _forced()
+    if forced == "triton" and not _triton_found():
+        raise ValueError("POINTGEOPE_KERNELS=triton: Triton does not import (pip install triton), "
+                         "or unset POINTGEOPE_KERNELS")
+    if forced is not None:
+        return forced
+    deterministic = torch.are_deterministic_algorithms_enabled()            # atomics: sums in any order
+    return "triton" if device.type == "cuda" and _triton_found() and not deterministic else "torch"
+
+
+def status() -> str:
+    """One line for ``pointgeope info``."""
+    try:
+        forced = _forced()
+    except ValueError as err:
+        return f"invalid: {err}"
+    if forced is not None:
+        return f"{forced} on every device (POINTGEOPE_KERNELS={forced})"
+    if not _triton_found():
+        return "torch (Triton does not import)"
+    return "Triton on CUDA (fused relation and aggregation), torch on the CPU"
+
+
+def kernels() -> ModuleType:
+    """``triton_attention``, its kernels decorated in the mode ``TRITON_INTERPRET`` asks for now."""
+    module = importlib.import_module("pointgeope.model.triton_attention")
+    if module.INTERPRET != (os.environ.get("TRITON_INTERPRET", "0") == "1"):
+        module = importlib.reload(module)
+    return module
+
+
+def _blocks(k: int, width: int, budget: int = 4096) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_K, BLOCK_width): powers of two holding ``k`` and ``width``, about ``budget`` per tile."""
+    block_k, block_w = _pow2(k), _pow2(width)
+    return max(1, min(64, budget // (block_k * block_w))), block_k, block_w
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _launch(kernel, grid, *args, device: torch.device, **meta) -> None:
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            kernel[grid](*args, **meta)
+    else:
+        kernel[grid](*args, **meta)
+
+
+def _acc_dtype(*tensors: Tensor | None) -> torch.dtype:
+    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+class _Aggregate(torch.autograd.Function):
+    """``y = sum_j softmax_j(w) (v[idx] + delta)`` per channel group; saves ``w``, ``v``, ``idx``, ``delta``."""
+
+    @staticmethod
+    def forward(ctx, w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None, share_planes: int) -> Tensor:
+        w, v, idx = w.contiguous(), v.contiguous(), idx.contiguous()
+        delta = None if delta is None else delta.contiguous()
+        ctx.save_for_backward(w, v, idx, delta)
+        ctx.share_planes = share_planes
+        (n, k), c = idx.shape, v.shape[1]
+        dtype = v.dtype if delta is None else torch.promote_types(v.dtype, delta.dtype)
+        y = torch.empty(n, c, dtype=dtype, device=v.device)
+        bm, bk, bg = _blocks(k, c // share_planes)
+        f64 = _acc_dtype(w, v, delta) == torch.float64
+        _launch(kernels().aggregate_forward, (_cdiv(n, bm),), w, v, idx, v if delta is None else delta, y,
+                n, k, c, c // share_planes, S=share_planes, HAS_DELTA=delta is not None, F64=f64,
+                BLOCK_M=bm, BLOCK_K=bk, BLOCK_G=bg, device=v.device)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy: Tensor):
+        w, v, idx, delta = ctx.saved_tensors
+        (n, k), c, s = idx.shape, v.shape[1], ctx.share_planes
+        acc = _acc_dtype(w, v, delta)
+        gw = torch.empty_like(w)
+        grad_v, grad_delta = ctx.needs_input_grad[1], delta is not None and ctx.needs_input_grad[3]
+        gv = torch.zeros(v.shape, dtype=acc, device=v.device) if grad_v else gw
+        gdelta = torch.empty_like(delta) if grad_delta else gw
+        bm, bk, bg = _blocks(k, c // s)
+        _launch(kernels().aggregate_backward, (_cdiv(n, bm),), w, v, idx, v if delta is None else delta,
+                gy.contiguous(), gw, gv, gdelta, n, k, c, c // s, S=s, HAS_DELTA=delta is not None,
+                GRAD_V=grad_v, GRAD_DELTA=grad_delta, F64=acc == torch.float64, BLOCK_M=bm, BLOCK_K=bk,
+                BLOCK_G=bg, device=v.device)
+        return gw, gv.to(v.dtype) if grad_v else None, None, gdelta if grad_delta else None, None
+
+
+class _Relation(torch.autograd.Function):
+    """``r = key[idx] - q (+ delta)``; saves ``idx`` only (the gradient of ``delta`` is the incoming one)."""
+
+    @staticmethod
+    def forward(ctx, key: Tensor, idx: Tensor, q: Tensor, delta: Tensor | None) -> Tensor:
+        key, idx, q = key.contiguous(), idx.contiguous(), q.contiguous()
+        delta = None if delta is None else delta.contiguous()
+        ctx.save_for_backward(idx)
+        ctx.rows, ctx.dtypes = key.shape[0], (key.dtype, q.dtype, None if delta is None else delta.dtype)
+        (n, k), c = idx.shape, key.shape[1]
+        dtype = torch.promote_types(key.dtype, q.dtype)
+        dtype = dtype if delta is None else torch.promote_types(dtype, delta.dtype)
+        out = torch.empty(n, k, c, dtype=dtype, device=key.device)
+        bm, bk, bc = _blocks(k, min(c, 64))
+        _launch(kernels().relation_forward, (_cdiv(n, bm), _cdiv(c, bc)), key, idx, q,
+                key if delta is None else delta, out, n, k, c, HAS_DELTA=delta is not None,
+                F64=_acc_dtype(key, q, delta) == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_C=bc,
+                device=key.device)
+        return out
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        (idx,) = ctx.saved_tensors
+        key_dtype, q_dtype, delta_dtype = ctx.dtypes
+        (n, k), c = idx.shape, g.shape[-1]
+        g = g.contiguous()
+        acc = torch.float64 if g.dtype == torch.float64 else torch.float32
+        grad_key, grad_q = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
+        gkey = torch.zeros(ctx.rows, c, dtype=acc, device=g.device) if grad_key else g
+        gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
+        bm, bk, bc = _blocks(k, min(c, 64))
+        if grad_key or grad_q:
+            _launch(kernels().relation_backward, (_cdiv(n, bm), _cdiv(c, bc)), g, idx, gkey, gq,
+                    n, k, c, GRAD_KEY=grad_key, GRAD_Q=grad_q, F64=acc == torch.float64, BLOCK_M=bm,
+                    BLOCK_K=bk, BLOCK_C=bc, device=g.device)
+        gdelta = g.to(delta_dtype) if delta_dtype is not None and ctx.needs_input_grad[3] else None
+        return gkey.to(key_dtype) if grad_key else None, None, gq if grad_q else None, gdelta
+
+
+class _FrameRelation(torch.autograd.Function):
+    """Standard GeoPE's relation ``R_i^T R_j x[idx] - q (+ delta)`` for constant rotations (``tables``, the
+    points' ``rotation.rotation_tables (5, N, C)``): the points are turned once in torch (``R_j x_j``, ``N`` rows),
+    the pairs turned back, the query subtracted, ``delta`` added in one kernel. Backward: ``R_i g`` summed into
+    the points' rows (atomics), ``R_j^T`` once per row in torch, ``-sum_j g`` for ``q``. Saves ``idx`` and the
+    tables (``5 N C`` values, no ``(N, k, C)`` pairs)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Tensor | None) -> Tensor:
+        idx, tables, q = idx.contiguous(), tables.contiguous(), q.contiguous()
+        delta = None if delta is None else delta.contiguous()
+        ctx.save_for_backward(idx, tables)
+        ctx.dtypes = (x.dtype, q.dtype, None if delta is None else delta.dtype)
+        points = apply_shifted(x, tables).contiguous()                          # R_j x_j in the tables' dtype
+        (n, k), c = idx.shape, x.shape[1]
+        dtype = torch.promote_types(x.dtype, q.dtype)
+        out = torch.empty(n, k, c, dtype=dtype if delta is None else torch.promote_types(dtype, delta.dtype),
+                          device=x.device)
+        bm, bk, bc = _blocks(k, min(c, 64))
+        _launch(kernels().frame_forward, (_cdiv(n, bm), _cdiv(c, bc)), points, idx, tables, q,
+                q if delta is None else delta, out, n, k, c, HAS_DELTA=delta is not None,
+                F64=tables.dtype == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_C=bc, device=x.device)
+        return out
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        idx, tables = ctx.saved_tensors
+        x_dtype, q_dtype, delta_dtype = ctx.dtypes
+        (n, k), c, g = idx.shape, g.shape[-1], g.contiguous()
+        grad_x, grad_q = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
+        gpoints = torch.zeros(tables.shape[1], c, dtype=tables.dtype, device=g.device) if grad_x else g
+        gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
+        bm, bk, bc = _blocks(k, min(c, 64))
+        if grad_x or grad_q:
+            _launch(kernels().frame_backward, (_cdiv(n, bm), _cdiv(c, bc)), g, idx, tables, gpoints, gq, n, k, c,
+                    GRAD_POINTS=grad_x, GRAD_Q=grad_q, F64=tables.dtype == torch.float64, BLOCK_M=bm,
+                    BLOCK_K=bk, BLOCK_C=bc, device=g.device)
+        gx = apply_shifted(gpoints, tables, transpose=True).to(x_dtype) if grad_x else None   # R_j^T per row
+        gdelta = g.to(delta_dtype) if delta_dtype is not None and ctx.needs_input_grad[4] else None
+        return gx, None, None, gq if grad_q else None, gdelta
+
+
+def frame_relation(x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Tensor | None = None) -> Tensor:
+    """Standard GeoPE's relation ``R(t_i)^T R(t_j) x[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``, from
+    ``x (N, C)``, ``idx (N, k)``, the points' ``rotation_tables (5, N, C)`` (constant: fixed frequencies),
+    ``q (N, C)``, ``delta (N, k, C)`` or ``None``; the same relation as ``rotation.query_frame``."""
+    if tables.shape[1] != x.shape[0] or idx.shape[0] != x.shape[0]:
+        raise ValueError(f"expected self-attention: tables (5, {x.shape[0]}, C) and idx ({x.shape[0]}, k), got "
+                         f"{tuple(tables.shape)} and {tuple(idx.shape)}")
+    return _FrameRelation.apply(x, idx, tables, q, delta)
+
+
+class _LinearRelation(torch.autograd.Function):
+    """Linear GeoPE's relation ``R(k_b d_ij) x[idx_ij] - q_i (+ delta_ij)`` for constant displacements and block
+    scales: Rodrigues per pair and block in one kernel each way (``R^T g`` summed into ``x``'s rows by
+    atomics); saves ``idx``, ``disp (N, k, 3)`` and the scales, as ``linear_rotation._RelativeFrame``."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, q: Tensor,
+                delta: Tensor | None) -> Tensor:
+        x, idx, q = x.contiguous(), idx.contiguous(), q.contiguous()
+        work = torch.float64 if x.dtype == torch.float64 else torch.float32
+        disp, block_scale = disp.to(work).contiguous(), block_scale.to(work).contiguous()
+        delta = None if delta is None else delta.contiguous()
+        ctx.save_for_backward(idx, disp, block_scale)
+        ctx.rows, ctx.dtypes = x.shape[0], (x.dtype, q.dtype, None if delta is None else delta.dtype)
+        (n, k), c, blocks = idx.shape, x.shape[1], block_scale.shape[0]
+        dtype = torch.promote_types(x.dtype, q.dtype)
+        out = torch.empty(n, k, c, dtype=dtype if delta is None else torch.promote_types(dtype, delta.dtype),
+                          device=x.device)
+        bm, bk, bb = _blocks(k, min(blocks, 32), budget=2048)
+        _launch(kernels().linear_forward, (_cdiv(n, bm), _cdiv(blocks, bb)), x, idx, disp, block_scale, q,
+                q if delta is None else delta, out, n, k, c, blocks, HAS_DELTA=delta is not None,
+                F64=work == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_B=bb, device=x.device)
+        return out
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        idx, disp, block_scale = ctx.saved_tensors
+        x_dtype, q_dtype, delta_dtype = ctx.dtypes
+        (n, k), c, blocks, g = idx.shape, g.shape[-1], block_scale.shape[0], g.contiguous()
+        grad_x, grad_q = ctx.needs_input_grad[0], ctx.needs_input_grad[4]
+        gx = torch.zeros(ctx.rows, c, dtype=disp.dtype, device=g.device) if grad_x else g
+        gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
+        bm, bk, bb = _blocks(k, min(blocks, 32), budget=2048)
+        if grad_x or grad_q:
+            _launch(kernels().linear_backward, (_cdiv(n, bm), _cdiv(blocks, bb)), g, idx, disp, block_scale, gx, gq,
+                    n, k, c, blocks, GRAD_X=grad_x, GRAD_Q=grad_q, F64=disp.dtype == torch.float64, BLOCK_M=bm,
+                    BLOCK_K=bk, BLOCK_B=bb, device=g.device)
+        gdelta = g.to(delta_dtype) if delta_dtype is not None and ctx.needs_input_grad[5] else None
+        return gx.to(x_dtype) if grad_x else None, None, None, None, gq if grad_q else None, gdelta
+
+
+def linear_relation(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, q: Tensor,
+                    delta: Tensor | None = None) -> Tensor:
+    """Linear GeoPE's relation ``R(k_b d_ij) x[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``: ``x (N_s, C)``,
+    ``idx (N, k)``, ``disp (N, k, 3)`` (``p_j - p_i``), ``block_scale (n,)`` (``k_b``), constant; the same
+    relation as ``linear_rotation.relative_frame``, angles and products in float32 (float64 for float64 x)."""
+    return _LinearRelation.apply(x, idx, disp, block_scale, q, delta)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def relation(key: Tensor, idx: Tensor, q: Tensor, delta: Tensor | None = None) -> Tensor:
+    """``key[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``, from ``key (N_s, C)``, ``idx (N, k)``,
+    ``q (N, C)``, ``delta (N, k, C)`` or ``None``: one Triton kernel forward, one backward."""
+    return _Relation.apply(key, idx, q, delta)
+
+
+def aggregate(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None, share_planes: int) -> Tensor:
+    """``y[i, g G + h] = sum_j softmax_j(w[i, :, h])[j] (v[idx[i, j], g G + h] (+ delta[i, j, g G + h]))``,
+    ``(N, C)``, from the logits ``w (N, k, G)``, ``v (N_s, C)``, ``idx (N, k)``, ``delta (N, k, C)`` or
+    ``None``, ``G = C / share_planes``: softmax and grouped weighted sum in one Triton kernel each way."""
+    if v.shape[1] != w.shape[2] * share_planes:
+        raise ValueError(f"expected v of {w.shape[2] * share_planes} channels (w's {w.shape[2]} x share_planes "
+                         f"{share_planes}), got {v.shape[1]}")
+    return _Aggregate.apply(w, v, idx, delta, share_planes)

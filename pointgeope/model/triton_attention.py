@@ -1,0 +1,310 @@
+"""Triton kernels of Point Transformer's vector attention (``fused_attention.py`` launches them).
+
+For query ``i``, its ``k`` neighbours ``j`` (rows ``idx[i, j]`` of the points), ``C`` channels in ``s`` groups
+of ``G = C / s`` (channel ``c = g G + h`` uses weight ``h``)::
+
+    relation   r[i, j, c] = key[idx[i, j], c] - q[i, c] (+ delta[i, j, c])
+    frame      r[i, j, c] = sum_o T_{-o}[i, c + o] P[idx[i, j], c + o] - q[i, c] (+ delta)   standard GeoPE
+    linear     r[i, j, 3b + d] = (R(k_b d_ij) x[idx[i, j]]_b)_d - q[i, 3b + d] (+ delta)  linear GeoPE
+    aggregate  y[i, g G + h] = sum_j p[i, j, h] (v[idx[i, j], g G + h] (+ delta[i, j, g G + h]))
+               p[i, j, h] = softmax_j(w[i, j, h])
+
+and their adjoints (``dp = sum_g gy val``, ``dw = p (dp - sum_j p dp)``; the value's gradient ``p gy`` is
+added into the rows ``idx[i, j]`` with atomics). A program takes ``BLOCK_M`` queries with all their
+neighbours, as a ``(BLOCK_M, BLOCK_K, BLOCK_G)`` (or ``BLOCK_C``) tile; nothing of size ``(N, k, C)`` is
+read or written but the inputs and outputs themselves. Loads are converted to the accumulation type
+(float32, or float64 for float64 inputs) and stores round once to the output's type. Offsets are int64:
+``N k C`` passes 2^31 at 80k points, k = 16, C = 2048.
+
+The kernels are decorated when this module is imported, in the mode ``TRITON_INTERPRET`` asks for then
+(``INTERPRET``); ``fused_attention.kernels`` reloads the module when the mode changed since. Only
+long-standing ``tl`` APIs (Triton 3.6 and newer): load, store, atomic_add, where, reduce, maximum, exp,
+arange, full, static_range. Reductions use ``tl.reduce`` with this module's combine functions and zeros
+``tl.full``, not ``tl.sum``, ``tl.max`` or ``tl.zeros``: those are decorated when Triton is imported, so in a
+process that imported Triton before setting ``TRITON_INTERPRET`` they would not run in the interpreter.
+"""
+import os
+
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@triton.jit
+def _add(a, b):
+    return a + b
+
+
+@triton.jit
+def _maximum(a, b):
+    return tl.maximum(a, b)
+
+
+if INTERPRET:   # the interpreter reduces with numpy when it recognises Triton's own combine functions
+    _add, _maximum = tl.standard._sum_combine, tl.standard._elementwise_max
+
+
+@triton.jit
+def aggregate_forward(w_ptr, v_ptr, idx_ptr, delta_ptr, y_ptr, N, K, C, G, S: tl.constexpr,
+                      HAS_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
+    m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+    m3 = m[:, None, None]
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    h = tl.arange(0, BLOCK_G)
+    h3 = h[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    mask = pairs_in & (h3 < G)
+    pair = m3 * K + j3
+    logits = tl.load(w_ptr + pair * G + h3, mask=mask, other=0.0)
+    logits = tl.where(mask, logits * one, -1.0e30)
+    e = tl.where(mask, tl.exp(logits - tl.reduce(logits, 1, _maximum)[:, None, :]), 0.0)     # softmax over neighbours
+    total = tl.reduce(e, 1, _add)
+    p = e / tl.where(total > 0, total, 1.0)[:, None, :]
+    rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+    out_mask = (m[:, None] < N) & (h[None, :] < G)
+    for g in range(S):
+        col = g * G + h3
+        val = tl.load(v_ptr + rows * C + col, mask=mask, other=0.0) * one
+        if HAS_DELTA:
+            val += tl.load(delta_ptr + pair * C + col, mask=mask, other=0.0) * one
+        y = tl.reduce(p * val, 1, _add)
+        tl.store(y_ptr + m[:, None] * C + g * G + h[None, :], y.to(y_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def aggregate_backward(w_ptr, v_ptr, idx_ptr, delta_ptr, gy_ptr, gw_ptr, gv_ptr, gdelta_ptr, N, K, C, G,
+                       S: tl.constexpr, HAS_DELTA: tl.constexpr, GRAD_V: tl.constexpr,
+                       GRAD_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
+    m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+    m3 = m[:, None, None]
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    h3 = tl.arange(0, BLOCK_G)[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    mask = pairs_in & (h3 < G)
+    pair = m3 * K + j3
+    logits = tl.load(w_ptr + pair * G + h3, mask=mask, other=0.0)
+    logits = tl.where(mask, logits * one, -1.0e30)
+    e = tl.where(mask, tl.exp(logits - tl.reduce(logits, 1, _maximum)[:, None, :]), 0.0)     # softmax over neighbours
+    total = tl.reduce(e, 1, _add)
+    p = e / tl.where(total > 0, total, 1.0)[:, None, :]
+    rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+    dp = p * 0.0
+    for g in range(S):
+        col = g * G + h3
+        gy = tl.load(gy_ptr + m3 * C + col, mask=(m3 < N) & (h3 < G), other=0.0) * one
+        val = tl.load(v_ptr + rows * C + col, mask=mask, other=0.0) * one
+        if HAS_DELTA:
+            val += tl.load(delta_ptr + pair * C + col, mask=mask, other=0.0) * one
+        dp += gy * val
+        gval = p * gy
+        if GRAD_DELTA:
+            tl.store(gdelta_ptr + pair * C + col, gval.to(gdelta_ptr.dtype.element_ty), mask=mask)
+        if GRAD_V:
+            tl.atomic_add(gv_ptr + rows * C + col, gval.to(gv_ptr.dtype.element_ty), mask=mask)
+    gw = p * (dp - tl.reduce(p * dp, 1, _add)[:, None, :])
+    tl.store(gw_ptr + pair * G + h3, gw.to(gw_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def relation_forward(key_ptr, idx_ptr, q_ptr, delta_ptr, out_ptr, N, K, C, HAS_DELTA: tl.constexpr,
+                     F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr):
+    m3 = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None, None]
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    c3 = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C))[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    mask = pairs_in & (c3 < C)
+    pair = m3 * K + j3
+    rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+    r = tl.load(key_ptr + rows * C + c3, mask=mask, other=0.0) * one
+    r -= tl.load(q_ptr + m3 * C + c3, mask=(m3 < N) & (c3 < C), other=0.0) * one
+    if HAS_DELTA:
+        r += tl.load(delta_ptr + pair * C + c3, mask=mask, other=0.0) * one
+    tl.store(out_ptr + pair * C + c3, r.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def relation_backward(g_ptr, idx_ptr, gkey_ptr, gq_ptr, N, K, C, GRAD_KEY: tl.constexpr, GRAD_Q: tl.constexpr,
+                      F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr):
+    m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+    m3 = m[:, None, None]
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c3 = c[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    mask = pairs_in & (c3 < C)
+    pair = m3 * K + j3
+    g = tl.load(g_ptr + pair * C + c3, mask=mask, other=0.0) * one
+    if GRAD_Q:
+        gq = -tl.reduce(g, 1, _add)
+        tl.store(gq_ptr + m[:, None] * C + c[None, :], gq.to(gq_ptr.dtype.element_ty),
+                 mask=(m[:, None] < N) & (c[None, :] < C))
+    if GRAD_KEY:
+        rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+        tl.atomic_add(gkey_ptr + rows * C + c3, g.to(gkey_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def frame_forward(points_ptr, idx_ptr, tables_ptr, q_ptr, delta_ptr, out_ptr, N, K, C, HAS_DELTA: tl.constexpr,
+                  F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Standard GeoPE's relation ``sum_o T_{-o}[i, c + o] P[idx[i, j], c + o] - q[i, c] (+ delta)``: ``P`` the
+    points turned by their own rotations ``R_j x_j``, ``T (5, N, C)`` the queries' shift tables (``R_i^T``)."""
+    m3 = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None, None]
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    c3 = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C))[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    pair = m3 * K + j3
+    plane = (m3 * 0 + N) * C                             # N C, the tables' plane, in int64
+    rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+    r = tl.load(q_ptr + m3 * C + c3, mask=(m3 < N) & (c3 < C), other=0.0) * -one
+    for shift in tl.static_range(5):                     # o = shift - 2 reads channel c + o with T_{-o}
+        col = c3 + (shift - 2)
+        inside = (col >= 0) & (col < C)
+        t = tl.load(tables_ptr + (m3 * C + col + (4 - shift) * plane), mask=(m3 < N) & inside, other=0.0) * one
+        r += t * tl.load(points_ptr + rows * C + col, mask=pairs_in & inside, other=0.0)
+    mask = pairs_in & (c3 < C)
+    if HAS_DELTA:
+        r += tl.load(delta_ptr + pair * C + c3, mask=mask, other=0.0) * one
+    tl.store(out_ptr + pair * C + c3, r.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def frame_backward(g_ptr, idx_ptr, tables_ptr, gpoints_ptr, gq_ptr, N, K, C, GRAD_POINTS: tl.constexpr,
+                   GRAD_Q: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                   BLOCK_C: tl.constexpr):
+    """``gP[idx[i, j], c] += sum_o T_o[i, c] g[i, j, c + o]`` (``R_i g``, atomics) and ``gq[i] = -sum_j g[i, j]``."""
+    m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+    m3 = m[:, None, None]
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c3 = c[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    mask = pairs_in & (c3 < C)
+    pair = m3 * K + j3
+    if GRAD_Q:
+        g = tl.load(g_ptr + pair * C + c3, mask=mask, other=0.0) * one
+        gq = -tl.reduce(g, 1, _add)
+        tl.store(gq_ptr + m[:, None] * C + c[None, :], gq.to(gq_ptr.dtype.element_ty),
+                 mask=(m[:, None] < N) & (c[None, :] < C))
+    if GRAD_POINTS:
+        plane = (m3 * 0 + N) * C                         # N C, the tables' plane, in int64
+        turned = tl.full([BLOCK_M, BLOCK_K, BLOCK_C], 0.0, tl.float64 if F64 else tl.float32)
+        for shift in tl.static_range(5):                 # o = shift - 2
+            col = c3 + (shift - 2)
+            inside = (col >= 0) & (col < C)
+            t = tl.load(tables_ptr + (m3 * C + c3 + shift * plane), mask=(m3 < N) & (c3 < C), other=0.0) * one
+            turned += t * tl.load(g_ptr + pair * C + col, mask=pairs_in & inside, other=0.0)
+        rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+        tl.atomic_add(gpoints_ptr + rows * C + c3, turned.to(gpoints_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _linear_store(r, m3, pair, col, mask, q_ptr, delta_ptr, out_ptr, C, HAS_DELTA: tl.constexpr, one):
+    """``out[pair, col] = r - q[m, col] (+ delta[pair, col])`` for one component tile of linear GeoPE."""
+    r -= tl.load(q_ptr + m3 * C + col, mask=mask, other=0.0) * one
+    if HAS_DELTA:
+        r += tl.load(delta_ptr + pair * C + col, mask=mask, other=0.0) * one
+    tl.store(out_ptr + pair * C + col, r.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def linear_forward(x_ptr, idx_ptr, disp_ptr, scale_ptr, q_ptr, delta_ptr, out_ptr, N, K, C, NB,
+                   HAS_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                   BLOCK_B: tl.constexpr):
+    """Linear GeoPE's relation ``R(k_b d_ij) x[idx[i, j]]_b - q_i (+ delta)`` per block ``b`` (Rodrigues), and
+    ``x - q (+ delta)`` on the pass-through channels ``3 NB .. C - 1`` (by the programs of block tile 0)."""
+    m3 = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None, None]
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    b3 = (tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B))[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    pair = m3 * K + j3
+    rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+    dx = tl.load(disp_ptr + pair * 3, mask=pairs_in, other=0.0) * one
+    dy = tl.load(disp_ptr + pair * 3 + 1, mask=pairs_in, other=0.0) * one
+    dz = tl.load(disp_ptr + pair * 3 + 2, mask=pairs_in, other=0.0) * one
+    radius = tl.sqrt(dx * dx + dy * dy + dz * dz)
+    inv = tl.where(radius > 0, 1.0 / tl.where(radius > 0, radius, 1.0), 0.0)          # u = 0 at d = 0
+    ux, uy, uz = dx * inv, dy * inv, dz * inv
+    phi = radius * (tl.load(scale_ptr + b3, mask=b3 < NB, other=0.0) * one)
+    cos, sin = tl.cos(phi), tl.sin(phi)
+    mask = pairs_in & (b3 < NB)
+    vx = tl.load(x_ptr + rows * C + 3 * b3, mask=mask, other=0.0) * one
+    vy = tl.load(x_ptr + rows * C + 3 * b3 + 1, mask=mask, other=0.0) * one
+    vz = tl.load(x_ptr + rows * C + 3 * b3 + 2, mask=mask, other=0.0) * one
+    along = (1.0 - cos) * (ux * vx + uy * vy + uz * vz)
+    r = cos * vx + sin * (uy * vz - uz * vy) + along * ux
+    _linear_store(r, m3, pair, 3 * b3, mask, q_ptr, delta_ptr, out_ptr, C, HAS_DELTA, one)
+    r = cos * vy + sin * (uz * vx - ux * vz) + along * uy
+    _linear_store(r, m3, pair, 3 * b3 + 1, mask, q_ptr, delta_ptr, out_ptr, C, HAS_DELTA, one)
+    r = cos * vz + sin * (ux * vy - uy * vx) + along * uz
+    _linear_store(r, m3, pair, 3 * b3 + 2, mask, q_ptr, delta_ptr, out_ptr, C, HAS_DELTA, one)
+    p3 = 3 * NB + tl.arange(0, 4)[None, None, :]                                     # pass-through channels
+    limit = C * (1 - tl.minimum(tl.program_id(1), 1))                               # C in block tile 0, else 0
+    rest = pairs_in & (p3 < limit)
+    r = tl.load(x_ptr + rows * C + p3, mask=rest, other=0.0) * one
+    r -= tl.load(q_ptr + m3 * C + p3, mask=rest, other=0.0) * one
+    if HAS_DELTA:
+        r += tl.load(delta_ptr + pair * C + p3, mask=rest, other=0.0) * one
+    tl.store(out_ptr + pair * C + p3, r.to(out_ptr.dtype.element_ty), mask=rest)
+
+
+@triton.jit
+def linear_backward(g_ptr, idx_ptr, disp_ptr, scale_ptr, gx_ptr, gq_ptr, N, K, C, NB, GRAD_X: tl.constexpr,
+                    GRAD_Q: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                    BLOCK_B: tl.constexpr):
+    """``gx[idx[i, j]] += R(k_b d_ij)^T g_ij`` (Rodrigues with ``-sin``; atomics) and ``gq_i = -sum_j g_ij``,
+    on the blocks and (programs of block tile 0) the pass-through channels."""
+    m3 = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None, None]
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    b3 = (tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B))[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    pair = m3 * K + j3
+    rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+    mask = pairs_in & (b3 < NB)
+    gx_ = tl.load(g_ptr + pair * C + 3 * b3, mask=mask, other=0.0) * one
+    gy_ = tl.load(g_ptr + pair * C + 3 * b3 + 1, mask=mask, other=0.0) * one
+    gz_ = tl.load(g_ptr + pair * C + 3 * b3 + 2, mask=mask, other=0.0) * one
+    p3 = 3 * NB + tl.arange(0, 4)[None, None, :]                                     # pass-through channels
+    limit = C * (1 - tl.minimum(tl.program_id(1), 1))                               # C in block tile 0, else 0
+    rest = pairs_in & (p3 < limit)
+    gp = tl.load(g_ptr + pair * C + p3, mask=rest, other=0.0) * one
+    if GRAD_Q:
+        q_mask = (m3 < N) & (b3 < NB)
+        _store_rows(gq_ptr, m3, C, 3 * b3, -tl.reduce(gx_, 1, _add)[:, None, :], q_mask)
+        _store_rows(gq_ptr, m3, C, 3 * b3 + 1, -tl.reduce(gy_, 1, _add)[:, None, :], q_mask)
+        _store_rows(gq_ptr, m3, C, 3 * b3 + 2, -tl.reduce(gz_, 1, _add)[:, None, :], q_mask)
+        _store_rows(gq_ptr, m3, C, p3, -tl.reduce(gp, 1, _add)[:, None, :], (m3 < N) & (p3 < limit))
+    if GRAD_X:
+        dx = tl.load(disp_ptr + pair * 3, mask=pairs_in, other=0.0) * one
+        dy = tl.load(disp_ptr + pair * 3 + 1, mask=pairs_in, other=0.0) * one
+        dz = tl.load(disp_ptr + pair * 3 + 2, mask=pairs_in, other=0.0) * one
+        radius = tl.sqrt(dx * dx + dy * dy + dz * dz)
+        inv = tl.where(radius > 0, 1.0 / tl.where(radius > 0, radius, 1.0), 0.0)
+        ux, uy, uz = dx * inv, dy * inv, dz * inv
+        phi = radius * (tl.load(scale_ptr + b3, mask=b3 < NB, other=0.0) * one)
+        cos, sin = tl.cos(phi), -tl.sin(phi)                                         # R^T = R(-phi)
+        along = (1.0 - cos) * (ux * gx_ + uy * gy_ + uz * gz_)
+        base = gx_ptr + rows * C
+        tl.atomic_add(base + 3 * b3, (cos * gx_ + sin * (uy * gz_ - uz * gy_) + along * ux).to(gx_ptr.dtype.element_ty),
+                      mask=mask)
+        tl.atomic_add(base + 3 * b3 + 1, (cos * gy_ + sin * (uz * gx_ - ux * gz_) + along * uy).to(
+            gx_ptr.dtype.element_ty), mask=mask)
+        tl.atomic_add(base + 3 * b3 + 2, (cos * gz_ + sin * (ux * gy_ - uy * gx_) + along * uz).to(
+            gx_ptr.dtype.element_ty), mask=mask)
+        tl.atomic_add(base + p3, gp.to(gx_ptr.dtype.element_ty), mask=rest)
+
+
+@triton.jit
+def _store_rows(ptr, m3, C, col, value, mask):
+    """``ptr[m, col] = value`` for per-query tiles ``(BM, 1, width)``."""
+    tl.store(ptr + m3 * C + col, value.to(ptr.dtype.element_ty), mask=mask)

@@ -1,0 +1,322 @@
+"""Tests of pointgeope/model/fused_attention.py (and its kernels, triton_attention.py) on CPU tensors under
+Triton's interpreter: the kernels against float64 per-pair sums written from the definition, ``gradcheck``,
+and the attention layer of every preset on the Triton path against the torch path and the float64 layer
+reference of test_attention.py, on packed batches of tiny clouds whose kNN repeats neighbours."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")          # imported here, before TRITON_INTERPRET is set: Triton's own library
+                                       # stays compiled for the CUDA tests and torch.compile in this process
+from pointgeope.model import fused_attention  # noqa: E402
+from pointgeope.model.attention import PositionalEncoding  # noqa: E402
+from pointgeope.model.ops import knn  # noqa: E402
+from tests.model.test_attention import PRESET_NAMES, _layer, _reference  # noqa: E402
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(autouse=True)
+def interpreted():
+    """Triton's interpreter and the Triton path for this module's tests only (restored after each)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", "1")
+        patch.setenv("POINTGEOPE_KERNELS", "triton")
+        yield
+
+
+def _packed(sizes=(3, 1, 6, 2), k=4, seed=0, dtype=torch.float32):
+    """Clouds of ``sizes`` points packed in one batch, and their kNN (clouds under ``k`` points repeat
+    their neighbours cyclically)."""
+    g = torch.Generator().manual_seed(seed)
+    n = sum(sizes)
+    coord = (torch.rand(n, 3, generator=g, dtype=torch.float64) * 2).to(dtype)
+    offset = torch.tensor(sizes).cumsum(0)
+    idx, _ = knn(coord, coord, k, offset, offset)
+    return coord, idx
+
+
+def _pairs_reference(w, v, idx, delta, s):
+    """``y[i, g G + h] = sum_j p_j value_j`` with ``p = softmax_j w[i, :, h]``, pair by pair in float64."""
+    n, k, groups = w.shape
+    y = torch.zeros(n, v.shape[1], dtype=torch.float64)
+    for i in range(n):
+        for h in range(groups):
+            logits = [w[i, j, h].double() for j in range(k)]
+            top = max(logits)
+            e = [torch.exp(x - top) for x in logits]
+            for g in range(s):
+                c = g * groups + h
+                for j in range(k):
+                    value = v[idx[i, j], c].double() + (0 if delta is None else delta[i, j, c].double())
+                    y[i, c] += e[j] / sum(e) * value
+    return y
+
+
+def _aggregate_inputs(dtype, k=4, channels=8, s=2, seed=1, delta=True, sizes=(3, 1, 6, 2)):
+    _, idx = _packed(sizes, k=k)
+    g = torch.Generator().manual_seed(seed)
+    n = idx.shape[0]
+    w = torch.randn(n, k, channels // s, generator=g, dtype=torch.float64).to(dtype)
+    v = torch.randn(n, channels, generator=g, dtype=torch.float64).to(dtype)
+    d = torch.randn(n, k, channels, generator=g, dtype=torch.float64).to(dtype) if delta else None
+    return w, v, idx, d
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("with_delta", [True, False])
+def test_aggregate_matches_the_pair_sums_of_the_definition(dtype, tol, with_delta):
+    w, v, idx, d = _aggregate_inputs(dtype, delta=with_delta)
+    assert (idx[:, 0] == idx[:, 1]).any()                       # repeated neighbours are in the batch
+    y = fused_attention.aggregate(w, v, idx, d, 2)
+    assert y.dtype == dtype
+    torch.testing.assert_close(y.double(), _pairs_reference(w, v, idx, d, 2), rtol=tol, atol=tol)
+
+
+def test_aggregate_gradients_are_the_float64_autograd_of_the_definition():
+    w, v, idx, d = (t.requires_grad_() if t.dtype != torch.int64 else t for t in _aggregate_inputs(torch.float32))
+    gy = torch.randn(idx.shape[0], 8)
+    fused_attention.aggregate(w, v, idx, d, 2).backward(gy)
+    ref = [t.detach().double().requires_grad_() for t in (w, v, d)]
+    p = torch.softmax(ref[0], dim=1)                            # (N, k, G)
+    y = ((ref[1][idx] + ref[2]).unflatten(-1, (2, 4)) * p.unsqueeze(2)).sum(1).flatten(1)
+    y.backward(gy.double())
+    for got, want in zip((w, v, d), ref):
+        torch.testing.assert_close(got.grad.double(), want.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("with_delta", [True, False])
+def test_aggregate_and_relation_pass_gradcheck_in_float64(with_delta):
+    w, v, idx, d = _aggregate_inputs(torch.float64, k=3, channels=4, s=2, delta=with_delta, sizes=(2, 1))
+    inputs = [w.requires_grad_(), v.requires_grad_(), idx] + ([d.requires_grad_()] if with_delta else [None])
+    assert torch.autograd.gradcheck(lambda *t: fused_attention.aggregate(*t, 2), inputs, fast_mode=True)
+    q = torch.randn_like(v).requires_grad_()
+    assert torch.autograd.gradcheck(fused_attention.relation, [v, idx, q, inputs[3]], fast_mode=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_relation_is_the_gathered_key_minus_the_query_plus_delta(dtype):
+    _, idx = _packed(k=5)
+    g = torch.Generator().manual_seed(2)
+    n, k, c = *idx.shape, 70                                   # 70 channels: two channel blocks, one partial
+    key, q = (torch.randn(n, c, generator=g).to(dtype).requires_grad_() for _ in range(2))
+    d = torch.randn(n, k, c, generator=g).to(dtype).requires_grad_()
+    out = fused_attention.relation(key, idx, q, d)
+    want = torch.stack([torch.stack([key[idx[i, j]].double() - q[i].double() + d[i, j].double()
+                                     for j in range(k)]) for i in range(n)])
+    tol = 1e-6 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
+    gr = torch.randn(n, k, c, generator=g).to(dtype)
+    out.backward(gr)
+    grad_key = torch.zeros(n, c, dtype=torch.float64).index_add_(0, idx.reshape(-1), gr.double().reshape(-1, c))
+    torch.testing.assert_close(key.grad.double(), grad_key, rtol=tol, atol=tol)
+    torch.testing.assert_close(q.grad.double(), -gr.double().sum(1), rtol=tol, atol=tol)
+    assert torch.equal(d.grad, gr)
+
+
+def _frame_inputs(dtype, channels=8, k=4, sizes=(3, 1, 6, 2)):
+    """Points, neighbours, GeoPE's rotation tables of the points (float32 at least), queries and deltas."""
+    from pointgeope.geope import frequencies
+    from pointgeope.model.rotation import geometry_dtype, rotation_tables
+
+    coord, idx = _packed(sizes, k=k, dtype=torch.float64)
+    g = torch.Generator().manual_seed(5)
+    x, q = (torch.randn(idx.shape[0], channels, generator=g, dtype=torch.float64).to(dtype) for _ in range(2))
+    d = torch.randn(*idx.shape, channels, generator=g, dtype=torch.float64).to(dtype)
+    scale = frequencies(channels).double() * 25.0 / 3                         # 4 cm voxels
+    tables = rotation_tables(coord.to(geometry_dtype(dtype)), scale.to(geometry_dtype(dtype)), channels)
+    return coord, idx, tables, x, q, d, scale
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_frame_relation_is_todays_query_frame_plus_delta(dtype, tol):
+    """Against ``rotation.query_frame`` (values and gradients, 8 channels: two blocks and two pass-through)."""
+    from pointgeope.model.rotation import query_frame
+
+    coord, idx, tables, x, q, d, scale = _frame_inputs(dtype)
+    got = [t.clone().requires_grad_() for t in (x, q, d)]
+    ref = [t.double().requires_grad_() for t in (x, q, d)]
+    out = fused_attention.frame_relation(got[0], idx, tables, got[1], got[2])
+    want = query_frame(ref[0], idx, coord, scale, ref[1]) + ref[2]
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
+    gr = torch.randn(want.shape, dtype=torch.float64)
+    out.backward(gr.to(dtype))
+    want.backward(gr.to(dtype).double())
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a.grad.double(), b.grad, rtol=tol, atol=tol * b.grad.abs().max().item())
+
+
+def test_frame_relation_passes_gradcheck_in_float64():
+    """One block and two pass-through channels; delta's gradient is the incoming one (checked above)."""
+    _, idx, tables, x, q, _, _ = _frame_inputs(torch.float64, channels=5, k=3, sizes=(2, 1))
+    assert torch.autograd.gradcheck(fused_attention.frame_relation, [x.requires_grad_(), idx, tables,
+                                                                     q.requires_grad_()], fast_mode=True)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("channels", [7, 8])
+def test_linear_relation_is_todays_relative_frame_plus_delta(dtype, tol, channels):
+    """Against ``linear_rotation.relative_frame`` (values and gradients); 7 and 8 channels: one and two
+    pass-through channels after the blocks; the zero displacement of every point to itself included."""
+    from pointgeope.model.linear_rotation import relative_frame
+
+    coord, idx, _, x, q, d, scale = _frame_inputs(dtype, channels=channels)
+    disp = coord[idx] - coord.unsqueeze(1)
+    got = [t.clone().requires_grad_() for t in (x, q, d)]
+    ref = [t.double().requires_grad_() for t in (x, q, d)]
+    out = fused_attention.linear_relation(got[0], idx, disp.float(), scale.float(), got[1], got[2])
+    want = relative_frame(ref[0], idx, disp, scale, ref[1]) + ref[2]
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
+    gr = torch.randn(want.shape, dtype=torch.float64)
+    out.backward(gr.to(dtype))
+    want.backward(gr.to(dtype).double())
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a.grad.double(), b.grad, rtol=tol, atol=tol * b.grad.abs().max().item())
+
+
+def test_linear_relation_passes_gradcheck_in_float64():
+    coord, idx, _, x, q, _, scale = _frame_inputs(torch.float64, channels=5, k=3, sizes=(2, 1))
+    disp = coord[idx] - coord.unsqueeze(1)
+    assert torch.autograd.gradcheck(lambda a, b: fused_attention.linear_relation(a, idx, disp, scale, b),
+                                    [x.requires_grad_(), q.requires_grad_()], fast_mode=True)
+
+
+def _layer_inputs(channels=16, k=8):
+    coord, idx = _packed(sizes=(5, 2, 9), k=k)
+    feat = torch.randn(coord.shape[0], channels, generator=torch.Generator().manual_seed(3))
+    return coord, feat, idx
+
+
+def _run(layer, coord, feat, idx, path, monkeypatch, autocast=None):
+    """Output, input gradient and parameter gradients of ``layer`` on the ``path`` kernels."""
+    monkeypatch.setenv("POINTGEOPE_KERNELS", path)
+    layer.zero_grad(set_to_none=True)
+    x = feat.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=autocast or torch.float32, enabled=autocast is not None):
+        out = layer(coord, x, idx)
+    out.float().square().sum().backward()
+    return out.detach(), x.grad, {n: p.grad for n, p in layer.named_parameters() if p.grad is not None}
+
+
+ENCODINGS = PRESET_NAMES + [PositionalEncoding("geope", True, "geope")]
+
+
+@pytest.mark.parametrize("pe", ENCODINGS)
+def test_layer_on_the_triton_path_equals_the_torch_path_and_the_float64_reference(pe, monkeypatch):
+    coord, feat, idx = _layer_inputs()
+    layer = _layer(pe)
+    fused, torch_path = (_run(layer, coord, feat, idx, p, monkeypatch) for p in ("triton", "torch"))
+    torch.testing.assert_close(fused[0], torch_path[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused[0].double(), _reference(layer, coord, feat, idx), rtol=1e-4, atol=1e-4)
+    layer.train()                                              # batch statistics, gradients of every parameter
+    fused, torch_path = (_run(layer, coord, feat, idx, p, monkeypatch) for p in ("triton", "torch"))
+    torch.testing.assert_close(fused[1], torch_path[1], rtol=1e-4, atol=1e-5)
+    assert fused[2].keys() == torch_path[2].keys()
+    for name, grad in fused[2].items():
+        torch.testing.assert_close(grad, torch_path[2][name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("pe", ["rpe", "geope"])
+def test_layer_under_bf16_autocast_follows_the_float32_layer(pe, monkeypatch):
+    coord, feat, idx = _layer_inputs()
+    layer = _layer(pe).train()
+    fused = _run(layer, coord, feat, idx, "triton", monkeypatch, autocast=torch.bfloat16)
+    full = _run(layer, coord, feat, idx, "torch", monkeypatch)
+    assert fused[0].dtype == torch.bfloat16
+    scale = full[0].abs().max()
+    torch.testing.assert_close(fused[0].float(), full[0], rtol=0, atol=0.03 * scale)
+    torch.testing.assert_close(fused[1], full[1], rtol=0, atol=0.05 * full[1].abs().max())
+
+
+def test_kernel_path_follows_the_environment(monkeypatch):
+    cpu = torch.device("cpu")
+    assert fused_attention.kernel_path(cpu) == "triton"
+    monkeypatch.setenv("POINTGEOPE_KERNELS", "torch")
+    assert fused_attention.kernel_path(cpu) == "torch" and "POINTGEOPE_KERNELS=torch" in fused_attention.status()
+    monkeypatch.delenv("POINTGEOPE_KERNELS")
+    assert fused_attention.kernel_path(cpu) == "torch"        # the CPU keeps its torch kernels by default
+    assert fused_attention.kernel_path(torch.device("cuda")) == "triton"
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    assert fused_attention.kernel_path(torch.device("cuda")) == "torch"  # atomics' sums are not reproducible
+    monkeypatch.setenv("POINTGEOPE_KERNELS", "cuda")
+    with pytest.raises(ValueError, match="POINTGEOPE_KERNELS: expected one of .*'triton'.*got 'cuda'"):
+        fused_attention.kernel_path(cpu)
+
+
+def test_kernels_are_redecorated_when_the_interpreter_mode_changes(monkeypatch):
+    module = fused_attention.kernels()
+    assert module.INTERPRET
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert not fused_attention.kernels().INTERPRET
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert fused_attention.kernels().INTERPRET
+
+
+@cuda
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_compiled_kernels_on_cuda_match_the_float64_definition(dtype, tol, monkeypatch):
+    """The kernels compiled for the GPU (no interpreter), values and gradients, repeated neighbours."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    _check_kernels_on(torch.device("cuda"), dtype, tol)
+
+
+def _check_kernels_on(device, dtype, tol):
+    """Both kernels on ``device`` in ``dtype`` against float64 autograd of the definition on the same
+    (rounded) inputs, with linear losses (gradients independent of the outputs' rounding)."""
+    w, v, idx, d = _aggregate_inputs(torch.float64, k=16, channels=64, s=8, sizes=(300, 5, 40))
+    q = torch.randn_like(v)
+    got = [t.to(device, dtype).requires_grad_() for t in (w, v, d, q)]
+    ref = [t.detach().double().cpu().requires_grad_() for t in got]
+    gy, gr = torch.randn(idx.shape[0], 64, dtype=torch.float64), torch.randn(*idx.shape, 64, dtype=torch.float64)
+    y = ((ref[1][idx] + ref[2]).unflatten(-1, (8, 8)) * torch.softmax(ref[0], 1).unsqueeze(2)).sum(1).flatten(1)
+    r = ref[1][idx] - ref[3].unsqueeze(1) + ref[2]
+    ((y * gy).sum() + (r * gr).sum()).backward()
+    y = fused_attention.aggregate(got[0], got[1], idx.to(device), got[2], 8)
+    r = fused_attention.relation(got[1], idx.to(device), got[3], got[2])
+    ((y.double() * gy.to(device)).sum() + (r.double() * gr.to(device)).sum()).backward()
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a.grad.double().cpu(), b.grad, rtol=tol, atol=tol * b.grad.abs().max().item())
+    from pointgeope.model.rotation import query_frame
+
+    coord, idx, tables, x, q, d, scale = _frame_inputs(dtype, channels=64, k=16, sizes=(300, 5, 40))
+    want = query_frame(x.double(), idx, coord, scale, q.double()) + d.double()    # today's kernel, float64
+    out = fused_attention.frame_relation(x.to(device), idx.to(device), tables.to(device), q.to(device), d.to(device))
+    torch.testing.assert_close(out.double().cpu(), want, rtol=tol, atol=tol * want.abs().max().item())
+    from pointgeope.model.linear_rotation import relative_frame
+
+    disp = coord[idx] - coord.unsqueeze(1)
+    want = relative_frame(x.double(), idx, disp, scale, q.double()) + d.double()
+    out = fused_attention.linear_relation(x.to(device), idx.to(device), disp.float().to(device),
+                                          scale.float().to(device), q.to(device), d.to(device))
+    torch.testing.assert_close(out.double().cpu(), want, rtol=tol, atol=tol * want.abs().max().item())
+
+
+@cuda
+@pytest.mark.parametrize("pe", ["rpe", "geope", "lingeope", "none", "ape"])
+@pytest.mark.parametrize("amp", [None, torch.bfloat16])
+def test_layer_on_cuda_triton_equals_torch_kernels(pe, amp, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    coord, idx = _packed(sizes=(200, 3, 50), k=16)
+    feat = torch.randn(coord.shape[0], 32, generator=torch.Generator().manual_seed(4))
+    torch.manual_seed(0)
+    layer = fused_attention_layer(pe).cuda().train()
+    runs = []
+    for path in ("triton", "torch"):
+        monkeypatch.setenv("POINTGEOPE_KERNELS", path)
+        layer.zero_grad(set_to_none=True)
+        x = feat.cuda().requires_grad_()
+        with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
+            out = layer(coord.cuda(), x, idx.cuda())
+        out.float().square().sum().backward()
+        runs.append((out.float(), x.grad))
+    tol = 1e-4 if amp is None else 3e-2
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol * b.abs().max().item())
+
+
+def fused_attention_layer(pe):
+    from pointgeope.model.attention import PointTransformerLayer
+    return PointTransformerLayer(32, share_planes=8, neighbours=16, pe=pe)
