@@ -42,8 +42,9 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
     assert all(row["given_s"] > 0 and row["in_model_s"] > 0 for row in bench["presets"].values())
     assert bench["presets"]["rpe"]["given_ratio"] == 1.0
     assert bench["point_ops"]["loader_cpu_s"] > 0 and bench["point_ops"]["fps_torch_points"] == 1500
-    pairs = {(row["fps"], row["knn"]) for row in bench["hierarchy"]["rows"]}    # the hierarchy per backend pair
-    assert ("fpsample", "pykdtree") in pairs and all(row["seconds"] > 0 for row in bench["hierarchy"]["rows"])
+    per_backend = bench["hierarchy"]["2x1500"]                             # the hierarchy per backend, side by side
+    assert sorted(per_backend) == ["cpu", "default"] and all(row["seconds"] > 0 for row in per_backend.values())
+    assert per_backend["default"]["agree"] == 1.0 and per_backend["default"]["same_samples"]
     published = steps["published"]["result"]                                  # one tiny room, its first fragment
     assert published["size"] == "tiny" and published["fragments_run"] == 1 and published["seconds_per_room"] > 0
     assert 0 < published["predictions"] < published["points"] and "peak_gpu_mib" not in published  # one per voxel
@@ -67,7 +68,7 @@ def test_a_failing_step_is_recorded_and_the_others_still_run(tmp_path):
 @pytest.mark.slow
 def test_the_kernels_step_compares_every_case_on_the_cpu(tmp_path):
     """``--kernels`` on the CPU: the torch kernels of rpe and geope in float32 and bf16, with ratios."""
-    proc, result = _run(tmp_path, "--no-tests", "--no-bench", "--kernels", "--kernel-presets", "rpe", "geope",
+    proc, result = _run(tmp_path, "--no-tests", "--no-bench", "--no-published", "--kernels", "--kernel-presets", "rpe", "geope",
                         "--points", "400", "--reps", "1", "--warmup", "0", "--threads", "1", timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     cases = result["steps"]["kernels"]["result"]["cases"]
