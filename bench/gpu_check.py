@@ -13,6 +13,9 @@ runs), the JSON rewritten after every step:
                ``synth --size bench`` room with ``configs/s3dis/pt_geope.yaml``: seconds per room, points
                and point predictions per second, peak GPU memory
                lingeope: step time, peak memory, the point ops' share, the top kernels of one step
+    hierarchy  (CUDA) ``bench_hierarchy.py``: the Triton FPS/kNN/3-NN ops of the first stages alone at 2 and
+               16 x 80k, and the kernels' settings (block sizes, warps, pruned vs stream FPS), each checked
+               equal to the default's
     kernels    ``bench_train_step.py --kernels torch triton``: the same step per preset on today's and the
                fused (Triton) attention kernels, float32 and bf16, top kernels of each (``--no-kernels``;
                with ``--device cpu`` only by ``--kernels``, and torch's kernels only)
@@ -154,6 +157,20 @@ def step_bench(check: Check, py: str) -> None:
     check.write()
 
 
+def step_hierarchy(check: Check, py: str) -> None:
+    """``bench_hierarchy.py`` on CUDA: the Triton ops of the first stages alone and the FPS/kNN kernel
+    settings, each checked equal to the default's (which settings to make the default; issue 19)."""
+    a = check.args
+    data = check.out.parent / "gpu_logs" / "bench_hierarchy.json"
+    data.unlink(missing_ok=True)
+    cmd = [py, "bench/bench_hierarchy.py", "--out", str(data), "--device", "cuda", "--clouds", "2", "16",
+           "--points", str(a.points), "--backends", "triton", "--reps", "3"]
+    step = check.run("hierarchy", cmd, a.hierarchy_limit)
+    if data.exists():
+        step["result"] = json.loads(data.read_text())
+    check.write()
+
+
 def step_published(check: Check, py: str) -> None:
     """``bench_evaluate.py --published``: the published test (every fragment) of one synth room."""
     a = check.args
@@ -263,6 +280,8 @@ def main() -> int:
     parser.add_argument("--no-bench", action="store_true")
     parser.add_argument("--hierarchy-clouds", type=int, nargs="*", default=[2, 16],
                         help="bench: batch sizes of the hierarchy-per-backend timings (none: skip them)")
+    parser.add_argument("--no-hierarchy", action="store_true", help="skip the Triton point ops' settings (CUDA)")
+    parser.add_argument("--hierarchy-limit", type=float, default=120.0)
     parser.add_argument("--no-published", action="store_true", help="skip the published test of one room")
     parser.add_argument("--eval-size", default="bench", help="synth --size of the published-test room")
     parser.add_argument("--eval-config", default="configs/s3dis/pt_geope.yaml")
@@ -300,6 +319,7 @@ def main() -> int:
     check.result["options"] = {k: str(v) for k, v in vars(args).items()}
     steps = [("info", step_info)]
     steps += [] if args.no_tests else [("tests", step_tests)]
+    steps += [] if args.no_hierarchy or args.device == "cpu" else [("hierarchy", step_hierarchy)]
     kernels = args.device == "cuda" if args.kernels is None else args.kernels
     steps += [("kernels", step_kernels)] if kernels else []
     steps += [] if args.no_bench else [("bench", step_bench)]
