@@ -64,6 +64,10 @@ class OptimConfig:
     milestones: list[float] = field(default_factory=lambda: [0.6, 0.8])  # fractions of train.epochs
     gamma: float = 0.1                      # multistep factor
     grad_clip: Optional[float] = None       # max gradient norm (None: no clipping)
+    # parameters without weight decay: pe_frequencies = learnt positional frequencies (RoPE-Mixed's, GeoPE's
+    # with model.geope_learnable), as RoPE-Mixed's authors exclude its freqs (rope-vit no_weight_decay);
+    # []: decay on every parameter, as PTv1's authors do (they have no such parameters)
+    no_weight_decay: list[Literal["pe_frequencies"]] = field(default_factory=lambda: ["pe_frequencies"])
 
 
 @dataclass
