@@ -99,6 +99,9 @@ class EvalConfig:
     batch_points: int = 400000              # fragments are stacked into one forward up to this many points
     vote: Literal["logits", "softmax"] = "logits"  # what each point sums over its predictions (authors: logits)
     max_fragments: Optional[int] = None     # predict at most this many voxel fragments per room (None: all)
+    # mAcc / mIoU over: all 13 classes, an absent class counting 0 (the PTv1 authors' tool/test.py), or the
+    # classes present (pointgeope.metrics); the same on the pooled 6-fold matrix and on areas with every class
+    class_mean: Literal["all", "present"] = "all"
 
 
 @dataclass
