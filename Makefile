@@ -2,7 +2,7 @@
 #   make demo   synthetic S3DIS -> prepare -> 6-fold training -> report, on the CPU
 #   make test   the test suite (display tests under xvfb-run)
 #   make bench  the benchmarks in bench/, results in bench/results/
-#   make ablation  rpe, geope, lingeope, rope3d, rope-mixed, none x 3 seeds on the demo's fold 1 (~15 min)
+#   make ablation  rpe, geope, lingeope, rope3d, rope-mixed, pointrope, none x 3 seeds on the demo's fold 1 (~15 min)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -36,7 +36,7 @@ ablation: setup
 	$(VENV)/bin/pointgeope synth $(DEMO_DIR)/raw --size demo
 	$(VENV)/bin/pointgeope prepare $(DEMO_DIR)/raw $(DEMO_DIR)/s3dis --jobs 2
 	$(VENV)/bin/pointgeope ablate --config configs/demo.yaml --data-root $(DEMO_DIR)/s3dis --test-area 1 \
-		--presets rpe,geope,lingeope,rope3d,rope-mixed,none --seeds 0,1,2 --jobs 2 --run-dir $(DEMO_DIR)/runs/ablation
+		--presets rpe,geope,lingeope,rope3d,rope-mixed,pointrope,none --seeds 0,1,2 --jobs 2 --run-dir $(DEMO_DIR)/runs/ablation
 
 test: setup
 	@if command -v xvfb-run >/dev/null; then xvfb-run -a -s "-screen 0 1280x1024x24" $(PY) -m pytest $(PYTEST_ARGS); \

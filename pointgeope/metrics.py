@@ -11,21 +11,27 @@ columns = prediction (``M[g, p]`` = number of points of class ``g`` predicted as
     oa    = sum_c TP_c / sum_c GT_c        overall accuracy
     acc_c = TP_c / GT_c                    per-class accuracy (recall);   NaN where GT_c == 0
     iou_c = TP_c / union_c                 per-class IoU;                 NaN where union_c == 0
-    macc  = mean of acc_c over the classes with GT_c > 0
-    miou  = mean of iou_c over the classes with union_c > 0
 
-Absent classes (the choice made here, and how the field does it):
+and the class means, two rules (``class_mean``, a run's ``eval.class_mean``)::
 
-* a class with no ground truth and no prediction has IoU and accuracy NaN and is left out of both means;
+    present:  macc = mean of acc_c over the classes with GT_c > 0
+              miou = mean of iou_c over the classes with union_c > 0
+    all:      macc = (1/C) sum_c TP_c / (GT_c + 1e-10)          (the PTv1 authors' rule: an absent
+              miou = (1/C) sum_c TP_c / (union_c + 1e-10)         class counts 0 in both means)
+
+Per class, either way:
+
+* a class with no ground truth and no prediction has IoU and accuracy NaN (``present`` leaves it out of
+  both means, ``all`` counts it 0);
 * a class with no ground truth but false positives has IoU 0 (it counts in mIoU: the predictions were
-  wrong) and accuracy NaN (recall is undefined; it is left out of mAcc).
+  wrong) and accuracy NaN (recall is undefined; ``present`` leaves it out of mAcc, ``all`` counts 0).
 
-Point Transformer v1 (``util/common.py``) and the final area result of Pointcept's ``SemSegTester`` use
-``TP / (union + 1e-10)`` and ``TP / (GT + 1e-10)`` averaged over *all* classes, so an absent class counts
-as 0 in mIoU and mAcc; Pointcept masks classes with ``union == 0`` only in its per-scene log lines. On a
-full S3DIS area or on the pooled 6-fold matrix every class has ground truth and all conventions agree; they
-differ only on small subsets (a room, a smoke test), where counting an absent class as 0 would understate
-the score.
+``all`` is Point Transformer v1's (``tool/test.py`` with ``util/common_util.py``'s
+``intersectionAndUnion``) and the final area result of Pointcept's ``SemSegTester``; Pointcept masks
+classes with ``union == 0`` only in its per-scene log lines. On a full S3DIS area that holds every class
+and on the pooled 6-fold matrix the rules agree (to the ``1e-10``); they differ where a class is absent
+(a room, a smoke test, an area without one of the classes), where ``all`` lowers the mean by the absent
+classes' share and ``present`` scores the classes that are there.
 
 6-fold cross-validation: the standard number pools the six test areas' confusion matrices and scores the
 sum (Pointcept ``tools/test_s3dis_6fold.py``); the mean of the per-fold scores is a different number, also
@@ -40,6 +46,11 @@ import numpy as np
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
 
 SCORE_KEYS = ("oa", "macc", "miou")
+CLASS_MEANS = ("present", "all")
+CLASS_MEAN_TEXT = {
+    "present": "mAcc and mIoU average the classes present (ground truth, or for IoU a prediction)",
+    "all": "mAcc and mIoU average all classes with +1e-10, an absent class counting 0 (the PTv1 authors' rule)",
+}
 
 
 def _check_labels(values: np.ndarray, num_classes: int, what: str) -> None:
@@ -95,14 +106,17 @@ def _as_confusion(confusion) -> np.ndarray:
     return m.astype(np.float64)
 
 
-def scores(confusion) -> dict:
-    """OA, mAcc, mIoU and per-class IoU / accuracy of a confusion matrix (see the module docstring).
+def scores(confusion, class_mean: str = "present") -> dict:
+    """OA, mAcc, mIoU and per-class IoU / accuracy of a confusion matrix (see the module docstring);
+    ``class_mean``: ``"present"`` or ``"all"``, the rule of mAcc and mIoU.
 
     Returns:
         ``{"oa": float, "macc": float, "miou": float, "iou": list[float] (C), "acc": list[float] (C)}``;
         values are fractions in [0, 1]; NaN where undefined (``oa`` is NaN for an empty matrix, a mean is
         NaN when no class qualifies).
     """
+    if class_mean not in CLASS_MEANS:
+        raise ValueError(f"expected class_mean in {CLASS_MEANS}, got {class_mean!r}")
     m = _as_confusion(confusion)
     tp = np.diag(m)
     gt = m.sum(axis=1)
@@ -112,10 +126,11 @@ def scores(confusion) -> dict:
         iou = np.where(union > 0, tp / union, np.nan)
         acc = np.where(gt > 0, tp / gt, np.nan)
     total = gt.sum()
+    every = class_mean == "all" and m.shape[0] > 0
     return {
         "oa": float(tp.sum() / total) if total > 0 else float("nan"),
-        "macc": _nanmean(acc),
-        "miou": _nanmean(iou),
+        "macc": float(np.mean(tp / (gt + 1e-10))) if every else _nanmean(acc),
+        "miou": float(np.mean(tp / (union + 1e-10))) if every else _nanmean(iou),
         "iou": [float(v) for v in iou],
         "acc": [float(v) for v in acc],
     }
@@ -142,19 +157,19 @@ def pool(confusions: Sequence) -> np.ndarray:
     return np.sum(np.stack(mats).astype(np.int64), axis=0)
 
 
-def pooled_scores(confusions: Sequence) -> dict:
+def pooled_scores(confusions: Sequence, class_mean: str = "present") -> dict:
     """Scores of the pooled (summed) confusion matrix: the standard 6-fold S3DIS number."""
-    return scores(pool(confusions))
+    return scores(pool(confusions), class_mean)
 
 
-def mean_of_fold_scores(confusions: Sequence) -> dict:
+def mean_of_fold_scores(confusions: Sequence, class_mean: str = "present") -> dict:
     """Mean over folds of each fold's scores (``oa``, ``macc``, ``miou``, and per class ``iou`` / ``acc``).
 
     Each fold is scored on its own (:func:`scores`) and the folds' values are averaged, skipping NaN (a
     class absent from a fold does not count for that fold). Unlike :func:`pooled_scores`, every fold
-    weighs the same whatever its number of points.
+    weighs the same whatever its number of points. ``class_mean``: the rule of each fold's mAcc and mIoU.
     """
-    per_fold = [scores(c) for c in confusions]
+    per_fold = [scores(c, class_mean) for c in confusions]
     if not per_fold:
         raise ValueError("expected at least one confusion matrix, got none")
     out = {key: _nanmean(np.array([s[key] for s in per_fold])) for key in SCORE_KEYS}
@@ -262,6 +277,6 @@ class ConfusionMeter:
             return np.zeros((c, c), dtype=np.int64)
         return self._counts.detach().cpu().numpy().astype(np.int64).reshape(c, c)
 
-    def scores(self) -> dict:
-        """:func:`scores` of the accumulated matrix."""
-        return scores(self.confusion)
+    def scores(self, class_mean: str = "present") -> dict:
+        """:func:`scores` of the accumulated matrix (``class_mean``: the rule of the class means)."""
+        return scores(self.confusion, class_mean)

@@ -206,3 +206,39 @@ def test_meter_all_reduce_sums_over_ranks(tmp_path):
                        start_method="fork")
     for rank in range(2):
         np.testing.assert_array_equal(np.load(tmp_path / f"rank{rank}.npy"), HAND)
+
+
+def test_all_classes_rule_is_the_authors_mean_with_absent_classes_as_zero():
+    """PTv1's tool/test.py: ``mean(TP / (union + 1e-10))`` and ``mean(TP / (GT + 1e-10))`` over all C.
+    Class 3 absent (no ground truth, no prediction): 0 in both means; class 4 with one false positive and
+    no ground truth: IoU 0, accuracy 0."""
+    m = np.zeros((5, 5), dtype=np.int64)
+    m[:3, :3] = HAND
+    m[0, 4] = 1                                   # gt 0: TP 3, GT 5, PRED 4 -> union 6
+    s = scores(m, "all")                          # exact up to the +1e-10 in the denominators
+    assert math.isclose(s["miou"], float((F(1, 2) + F(2, 5) + F(2, 3) + 0 + 0) / 5), rel_tol=0, abs_tol=1e-10)
+    assert math.isclose(s["macc"], float((F(3, 5) + F(2, 3) + F(2, 3) + 0 + 0) / 5), rel_tol=0, abs_tol=1e-10)
+    assert _close(s["oa"], F(7, 11))
+    present = scores(m, "present")               # the per-class values do not depend on the rule
+    assert s["iou"][:3] == present["iou"][:3] and math.isnan(s["iou"][3]) and s["iou"][4] == 0.0
+    assert _close(present["miou"], (F(1, 2) + F(2, 5) + F(2, 3) + 0) / 4)
+    assert _close(present["macc"], (F(3, 5) + F(2, 3) + F(2, 3)) / 3)
+    with pytest.raises(ValueError, match="class_mean"):
+        scores(m, "some")
+
+
+def test_the_rules_agree_where_every_class_has_ground_truth():
+    """The pooled 6-fold matrix (every class present): both rules give the same means (to the 1e-10)."""
+    g = np.random.default_rng(0)
+    folds = [g.integers(0, 50, size=(13, 13)) + np.diag(g.integers(1, 500, size=13)) for _ in range(6)]
+    for rule_a, rule_b in ((pooled_scores(folds, "all"), pooled_scores(folds, "present")),
+                           (mean_of_fold_scores(folds, "all"), mean_of_fold_scores(folds, "present"))):
+        for key in ("oa", "macc", "miou"):
+            assert math.isclose(rule_a[key], rule_b[key], rel_tol=0, abs_tol=1e-10)
+    gap = [fold.copy() for fold in folds]
+    gap[0][9, :] = 0
+    gap[0][:, 9] = 0                              # no sofa in one area: its own scores differ by the rule
+    assert scores(gap[0], "all")["miou"] < scores(gap[0], "present")["miou"] - 1e-3
+    meter = ConfusionMeter(3)
+    meter.update(torch.tensor([0, 1, 0]), torch.tensor([0, 1, 0]))
+    assert math.isclose(meter.scores("all")["miou"], 2 / 3, abs_tol=1e-10) and meter.scores()["miou"] == 1.0

@@ -49,11 +49,13 @@ def half() -> np.ndarray:
     return m
 
 
-def write_fold(run: Path, k: int, confusion: np.ndarray, complete: bool = True) -> None:
+def write_fold(run: Path, k: int, confusion: np.ndarray, complete: bool = True, class_mean: str | None = None) -> None:
     d = run / f"area_{k}"
     d.mkdir(parents=True, exist_ok=True)
     s = {"area": f"Area_{k}", "fold": k, "class_names": list(CLASS_NAMES), "confusion": confusion.tolist(),
          "oa": -1.0, "num_points": int(confusion.sum()), "complete": complete}  # stored oa is not trusted
+    if class_mean is not None:
+        s["class_mean"] = class_mean
     (d / "metrics.json").write_text(json.dumps(s))
 
 
@@ -247,3 +249,28 @@ def test_single_run_report_has_no_difference_rows(tmp_path):
     md = written[0].read_text()
     assert " - " not in md.split("## Per fold")[0].split("Runs:")[1]
     assert json.loads(written[1].read_text())["differences"] == []
+
+
+def test_class_means_follow_the_rule_the_folds_were_evaluated_with(tmp_path):
+    """Sofa absent from Area_1: by the authors' rule (``all``) mIoU is 12/13 and the report says so; a
+    file without the key was scored over the classes present; --class-mean rescores; mixed rules are an
+    error that names the run and the way out."""
+    m = perfect()
+    m[9, 9] = 0
+    write_fold(tmp_path / "authors", 1, m, class_mean="all")
+    write_fold(tmp_path / "older", 1, m)
+    authors, older = load_runs([tmp_path / "authors", tmp_path / "older"])
+    assert (authors.class_mean, older.class_mean) == ("all", "present")
+    assert math.isclose(authors.pooled["miou"], 12 / 13) and math.isclose(authors.folds[0].scores["macc"], 12 / 13)
+    assert older.pooled["miou"] == 1.0
+    md = summary_markdown([authors, older])
+    assert "`eval.class_mean: all`" in md and "`eval.class_mean: present`" in md and "different rules" in md
+    assert "`eval.class_mean: all`" in summary_markdown([authors])
+    (rescored,) = load_runs([tmp_path / "older"], class_mean="all")
+    assert math.isclose(rescored.pooled["miou"], 12 / 13) and math.isclose(rescored.mean_of_folds["miou"], 12 / 13)
+    write_fold(tmp_path / "older", 2, perfect(), class_mean="all")
+    with pytest.raises(ReportError, match=r"older: its folds were evaluated with different.*--class-mean"):
+        load_run(tmp_path / "older")
+    assert load_run(tmp_path / "older", class_mean="present").class_mean == "present"
+    from pointgeope.report.tables import json_report
+    assert json_report([authors])["runs"][0]["class_mean"] == "all"

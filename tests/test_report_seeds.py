@@ -94,3 +94,14 @@ def test_the_fixture_confusions_have_the_stated_accuracy(m):
     confusion = wrong(m)
     assert confusion.sum() == 130 and (confusion >= 0).all()
     assert math.isclose(np.trace(confusion) / 130, (130 - m) / 130)
+
+
+def test_the_ablation_says_which_rule_its_class_means_use():
+    """One rule: said once below the tables; runs of both rules: each named in the notes, flagged."""
+    authors = RunSummary("a", Path("a"), [FoldResult("Area_1", 1, wrong(13), Path("a") / "area_1", "all")],
+                         class_mean="all")
+    older = RunSummary("b", Path("b"), [FoldResult("Area_1", 1, wrong(13), Path("b") / "area_1")])
+    alike = ablation_markdown([Variant("A", [0], [authors])])
+    assert "Class means (`eval.class_mean: all`): mAcc and mIoU average all classes" in alike
+    mixed = ablation_markdown([Variant("A", [0], [authors]), Variant("B", [0], [older])])
+    assert "- b: `eval.class_mean: present`" in mixed and "different rules" in mixed

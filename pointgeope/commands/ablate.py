@@ -2,7 +2,7 @@
 encoding's mean and spread over the seeds.
 
     pointgeope ablate --config configs/demo.yaml --data-root demo/s3dis --test-area 1 \\
-        --presets rpe,geope,lingeope,rope3d,rope-mixed,none --seeds 0,1,2 --jobs 2 --run-dir runs/ablation
+        --presets rpe,geope,lingeope,rope3d,rope-mixed,pointrope,none --seeds 0,1,2 --jobs 2 --run-dir runs/ablation
 
 Each trial is ``pointgeope train`` with ``model.pe=<preset> train.seed=<seed>`` in
 ``RUN/<preset>/seed_<seed>/`` (its output in ``train.log`` there); ``--jobs`` trials run at a time (each with

@@ -33,10 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--names", nargs="+", default=None, metavar="NAME",
                         help="one display name per run (default: the folder names)")
     parser.add_argument("--digits", type=int, default=1, help="decimals of the %% in the markdown (default 1)")
+    parser.add_argument("--class-mean", choices=("all", "present"), default=None,
+                        help="mAcc / mIoU over all classes, an absent one counting 0 (the PTv1 authors' rule), "
+                             "or over the classes present (default: the rule each run was evaluated with, "
+                             "its eval.class_mean)")
 
 
 def main(args: argparse.Namespace) -> int:
     from pointgeope.report import make_report
 
-    make_report(args.runs, args.out, args.names, args.digits)
+    make_report(args.runs, args.out, args.names, args.digits, args.class_mean)
     return 0

@@ -124,11 +124,24 @@ def train_loader(cfg: Config, dataset: S3DISTrain, sampler: ResumableSampler, en
 
 # --- optimisation ------------------------------------------------------------------------------------------
 
+def parameter_groups(cfg: Config, net: torch.nn.Module) -> list[dict]:
+    """The optimiser's parameter groups: every parameter with ``optim.weight_decay``, except those that
+    ``optim.no_weight_decay`` names (``pe_frequencies``: ``net.frequency_parameters()``), in a second group with
+    weight decay 0. No empty group, so a network without learnt frequencies has the one group it always had
+    (and its checkpoints resume)."""
+    exempt = net.frequency_parameters() if "pe_frequencies" in cfg.optim.no_weight_decay else []
+    ids = {id(p) for p in exempt}
+    groups = [{"params": [p for p in net.parameters() if id(p) not in ids], "weight_decay": cfg.optim.weight_decay}]
+    if exempt:
+        groups.append({"params": exempt, "weight_decay": 0.0})
+    return groups
+
+
 def optimizer(cfg: Config, net: torch.nn.Module) -> torch.optim.Optimizer:
-    o = cfg.optim
+    o, groups = cfg.optim, parameter_groups(cfg, net)
     if o.name == "sgd":
-        return torch.optim.SGD(net.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
-    return torch.optim.AdamW(net.parameters(), lr=o.lr, weight_decay=o.weight_decay)
+        return torch.optim.SGD(groups, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    return torch.optim.AdamW(groups, lr=o.lr, weight_decay=o.weight_decay)
 
 
 def lr_factor(cfg: Config, steps_per_epoch: int, step: int) -> float:

@@ -69,6 +69,10 @@ class OptimConfig:
     milestones: list[float] = field(default_factory=lambda: [0.6, 0.8])  # fractions of train.epochs
     gamma: float = 0.1                      # multistep factor
     grad_clip: Optional[float] = None       # max gradient norm (None: no clipping)
+    # parameters without weight decay: pe_frequencies = learnt positional frequencies (RoPE-Mixed's, GeoPE's
+    # with model.geope_learnable), as RoPE-Mixed's authors exclude its freqs (rope-vit no_weight_decay);
+    # []: decay on every parameter, as PTv1's authors do (they have no such parameters)
+    no_weight_decay: list[Literal["pe_frequencies"]] = field(default_factory=lambda: ["pe_frequencies"])
 
 
 @dataclass
@@ -101,6 +105,9 @@ class EvalConfig:
     #                                         (None: 400,000 on the CPU, 1,600,000 on CUDA, halved while it does not fit)
     vote: Literal["logits", "softmax"] = "logits"  # what each point sums over its predictions (authors: logits)
     max_fragments: Optional[int] = None     # predict at most this many voxel fragments per room (None: all)
+    # mAcc / mIoU over: all 13 classes, an absent class counting 0 (the PTv1 authors' tool/test.py), or the
+    # classes present (pointgeope.metrics); the same on the pooled 6-fold matrix and on areas with every class
+    class_mean: Literal["all", "present"] = "all"
 
 
 @dataclass

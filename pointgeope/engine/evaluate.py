@@ -254,7 +254,7 @@ def validate(cfg: Config, model: torch.nn.Module, root: Path, areas: list[str],
             meter.update(torch.from_numpy(pred.astype(np.int64)), torch.from_numpy(label.astype(np.int64)))
     meter.all_reduce()
     model.train()
-    return meter.scores(), preds
+    return meter.scores(cfg.eval.class_mean), preds
 
 
 def _json_number(x: float):
@@ -304,12 +304,13 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
                 num_points += int(pred.shape[0])
             write_predictions(predictions_path(run, area), area, rooms,
                               {"checkpoint": ckpt_path.name, "epoch": int(ckpt["epoch"])})
-        s = scores(confusion)
+        s = scores(confusion, cfg.eval.class_mean)
         metrics = {
             "area": areas[0] if len(areas) == 1 else areas, "fold": fold, "test_areas": areas,
             "class_names": list(CLASS_NAMES[:cfg.model.num_classes]), "confusion": confusion.tolist(),
             "oa": _json_number(s["oa"]), "macc": _json_number(s["macc"]), "miou": _json_number(s["miou"]),
             "iou": [_json_number(v) for v in s["iou"]], "acc": [_json_number(v) for v in s["acc"]],
+            "class_mean": cfg.eval.class_mean,
             "num_points": num_points, "checkpoint": ckpt_path.name, "epoch": int(ckpt["epoch"]),
             "tta_views": len(tta_views(cfg.eval.tta)), "vote": cfg.eval.vote,
             "max_fragments": cfg.eval.max_fragments, "fragments": dict(sorted(fragments.items())),

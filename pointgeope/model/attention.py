@@ -9,8 +9,9 @@ over its ``k`` nearest neighbours ``j`` (``docs/GEOPE_SPEC.md`` section 4)::
     delta_ij  = theta(p_j - p_i)                       theta = Linear(3, 3)-BN-ReLU-Linear(3, C)  ("RPE")
 
 with ``key_ij`` one of ``k_j`` (``none``/``rpe``), ``R(t_i)^T R(t_j) k_j`` (``geope``), ``R(t_j - t_i) k_j``
-(``lingeope``), or the same with the 2D rotations of channel pairs of axial 3D RoPE (``rope3d``) or RoPE-Mixed
-(``rope-mixed``, ``rope.py``), where both forms are equal; with ``absolute`` (``ape``) the sinusoids ``e(p)``
+(``lingeope``), or the same with the 2D rotations of channel pairs (``rope.py``, where both forms are equal) of
+axial 3D RoPE at GeoPE's frequencies (``rope3d``), LitePT's PointROPE (``pointrope``) or RoPE-Mixed
+(``rope-mixed``); with ``absolute`` (``ape``) the sinusoids ``e(p)``
 of the positions are added to queries and keys first (``ape.py``), so the relation gains ``e(p_j) - e(p_i)``.
 ``value_ij`` is one of ``v_j + delta_ij`` (``rpe``), the relation's rotation applied to ``v_j`` (``geope``)
 or ``v_j`` (``none``). The channel groups of the weights, ``s = share_planes``::
@@ -19,7 +20,11 @@ or ``v_j`` (``none``). The channel groups of the weights, ``s = share_planes``::
 
 Phases come from the coordinates in voxel units: ``t_b(p) = (1 / grid_size) * w_b * p``, so block ``b``
 turns by the angle ``k_b |p|`` with the block scale ``k_b = w_b / (3 grid_size)`` (``pointgeope.geope.BlockScale``);
-the baselines use the same scales (the pair of axis ``a`` in RoPE block ``j`` turns by ``k_{2j} p_a``).
+``rope3d`` uses the same scales (the pair of axis ``a`` in RoPE block ``j`` turns by ``k_{2j} p_a``), so that
+it differs from ``geope`` in the coupling of the axes only. ``pointrope`` uses PointROPE's own frequencies,
+``100^(-q/Q)`` radians per grid unit on the integer grid coordinates ``floor(p / u_s)`` of its stage's unit
+``u_s`` (``grid_unit``, set per stage by the network); RoPE-Mixed learns its own from its authors'
+random initialisation (or ``rope3d``'s, ``mixed_init="axial"``).
 """
 from __future__ import annotations
 
@@ -35,15 +40,17 @@ from pointgeope.model import fused_attention
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.ops import gather
 from pointgeope.model.linear_rotation import relative_frame
-from pointgeope.model.rope import axial_frequencies, pair_frame
+from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_frequencies, pair_frame,
+                                   pointrope_frequencies)
 from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS"]
 
-Rotation = Literal["none", "geope", "lingeope", "rope3d", "rope-mixed"]
+Rotation = Literal["none", "geope", "lingeope", "rope3d", "rope-mixed", "pointrope"]
 ValueTerm = Literal["rpe", "geope", "none"]
 ROTATIONS = typing.get_args(Rotation)
-PAIR_ROTATIONS = ("rope3d", "rope-mixed")      # 2D rotations of channel pairs (rope.py)
+PAIR_ROTATIONS = ("rope3d", "rope-mixed", "pointrope")      # 2D rotations of channel pairs (rope.py)
+MixedInit = Literal["random", "axial"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,7 @@ class PositionalEncoding:
     absolute position features added to queries and keys.
 
     ``value="geope"`` applies the relation's kind of rotation to the values (linear when the relation is
-    ``lingeope``, RoPE's with ``rope3d``/``rope-mixed``, standard GeoPE otherwise).
+    ``lingeope``, RoPE's with ``rope3d``/``rope-mixed``/``pointrope``, standard GeoPE otherwise).
     """
 
     rotation: Rotation = "none"
@@ -87,27 +94,38 @@ PRESETS: dict[str, PositionalEncoding] = {
     "geope+rpe": PositionalEncoding("geope", True, "rpe"),
     "lingeope+rpe": PositionalEncoding("lingeope", True, "rpe"),
     "none": PositionalEncoding("none", False, "none"),
-    # baselines of GeoPE on the same network: RoPE with uncoupled axes, learnt mixed frequencies, sinusoids
+    # baselines of GeoPE on the same network: axial RoPE at GeoPE's frequencies (isolates the coupling of
+    # the axes), LitePT's PointROPE (its own frequencies and grids), RoPE-Mixed (learnt mixed frequencies),
+    # sinusoids
     "rope3d": PositionalEncoding("rope3d", False, "rpe"),
     "rope3d+rpe": PositionalEncoding("rope3d", True, "rpe"),
     "rope-mixed": PositionalEncoding("rope-mixed", False, "rpe"),
+    "pointrope": PositionalEncoding("pointrope", False, "rpe"),
     "ape": PositionalEncoding("none", False, "rpe", absolute=True),
 }
 
 
-def _position_scales(pe: PositionalEncoding, channels: int, base: float, pos_scale: float,
-                     learnable: bool) -> tuple[BlockScale | None, nn.Parameter | None]:
+def _position_scales(pe: PositionalEncoding, channels: int, base: float, pos_scale: float, learnable: bool,
+                     mixed_init: MixedInit) -> tuple[BlockScale | None, nn.Parameter | None]:
     """GeoPE's block scales where a rotation or the sinusoids need them, and RoPE-Mixed's learnable pair
-    frequencies ``(P, 3)`` (initialised as axial RoPE; ``learnable`` then concerns nothing else)."""
+    frequencies ``(P, 3)`` (``mixed_init``: its authors' random directions, or axial RoPE's; ``learnable``
+    then concerns nothing else). PointROPE needs neither (its frequencies are constants, ``rope.py``)."""
     pairs = pe.rotation in PAIR_ROTATIONS or pe.absolute
     if pairs and channels < 6:
         raise ValueError(f"expected at least 6 channels (one block of three channel pairs) for {pe}, got {channels}")
-    if channels < 3 or not (pairs or pe.rotation != "none" or pe.value == "geope"):
+    if mixed_init not in typing.get_args(MixedInit):
+        raise ValueError(f"expected mixed_init in {typing.get_args(MixedInit)}, got {mixed_init!r}")
+    if pe.rotation == "pointrope" and pe.absolute:
+        raise ValueError(f"expected no absolute sinusoids with pointrope (its frequencies are per grid unit), got {pe}")
+    if channels < 3 or pe.rotation == "pointrope" or not (pairs or pe.rotation != "none" or pe.value == "geope"):
         return None, None
     mixed = pe.rotation == "rope-mixed"
     scale = BlockScale(channels, base=base, pos_scale=pos_scale, axes=3, learnable=learnable and not mixed)
-    freq = nn.Parameter(axial_frequencies(scale(torch.float32, torch.device("cpu")), channels)) if mixed else None
-    return scale, freq
+    if not mixed:
+        return scale, None
+    if mixed_init == "random":
+        return scale, nn.Parameter(mixed_frequencies(channels, pos_scale))
+    return scale, nn.Parameter(axial_frequencies(scale(torch.float32, torch.device("cpu")), channels))
 
 
 def _bn_relu(channels: int) -> list[nn.Module]:
@@ -131,7 +149,10 @@ class PointTransformerLayer(nn.Module):
         pe: a ``PositionalEncoding`` or a preset name.
         grid_size: voxel size in metres; phases use ``pos_scale = 1 / grid_size``.
         geope_base: GeoPE frequency base. geope_learnable: learn the block frequencies (RoPE-Mixed always
-            learns its own ``pair_freq (P, 3)``, initialised as axial RoPE).
+            learns its own ``pair_freq (P, 3)``).
+        grid_unit: PointROPE's grid unit at this stage, metres (``None``: ``grid_size``).
+        mixed_init: RoPE-Mixed's initial frequencies, its authors' ``"random"`` directions at base 10 or
+            ``"axial"``, those of ``rope3d``.
 
     Shapes:
         ``coord (N, 3)``, ``feat (N, C)``, ``idx (N, k)`` neighbour rows (including the point itself)
@@ -140,12 +161,13 @@ class PointTransformerLayer(nn.Module):
 
     def __init__(self, channels: int, share_planes: int = 8, neighbours: int = 16,
                  pe: str | PositionalEncoding = "rpe", grid_size: float = 0.04, geope_base: float = 100.0,
-                 geope_learnable: bool = False):
+                 geope_learnable: bool = False, grid_unit: float | None = None, mixed_init: MixedInit = "random"):
         super().__init__()
         if channels % share_planes:
             raise ValueError(f"expected channels divisible by share_planes={share_planes}, got {channels}")
-        if grid_size <= 0:
-            raise ValueError(f"expected grid_size > 0, got {grid_size}")
+        if grid_size <= 0 or (grid_unit is not None and grid_unit <= 0):
+            raise ValueError(f"expected grid_size > 0 and grid_unit > 0, got {grid_size} and {grid_unit}")
+        self.grid_unit = grid_size if grid_unit is None else grid_unit
         self.channels, self.share_planes, self.neighbours = channels, share_planes, neighbours
         self.pe = PositionalEncoding.preset(pe)
         self.linear_q = nn.Linear(channels, channels)
@@ -157,17 +179,26 @@ class PointTransformerLayer(nn.Module):
         self.linear_w = nn.Sequential(_PairwiseBN(channels), nn.ReLU(inplace=True), nn.Linear(channels, groups),
                                       _PairwiseBN(groups), nn.ReLU(inplace=True), nn.Linear(groups, groups))
         self.block_scale, self.pair_freq = _position_scales(self.pe, channels, geope_base, 1.0 / grid_size,
-                                                            geope_learnable)
+                                                            geope_learnable, mixed_init)
         self.register_load_state_dict_pre_hook(_renamed_frequencies)
+
+    def frequency_parameters(self) -> list[nn.Parameter]:
+        """The learnt positional frequencies: RoPE-Mixed's ``pair_freq`` and, with ``geope_learnable``, GeoPE's
+        ``block_scale.freq`` (the optimiser's no-decay group, ``optim.no_weight_decay: [pe_frequencies]``)."""
+        scale = None if self.block_scale is None else self.block_scale.freq
+        return [p for p in (self.pair_freq, scale) if p is not None]
 
     def _block_scales(self, like: Tensor) -> Tensor:
         """The block scales ``k_b``, ``(n,)``, in the geometry's dtype for features like ``like``."""
         return self.block_scale(geometry_dtype(like.dtype), like.device)
 
     def _pair_frequencies(self, like: Tensor) -> Tensor:
-        """The channel pairs' frequency vectors ``(P, 3)``: RoPE-Mixed's parameter, else the axial ones."""
+        """The channel pairs' frequency vectors ``(P, 3)``: RoPE-Mixed's parameter, PointROPE's constants (per
+        grid unit), else the axial ones of GeoPE's scales (per unit of position)."""
         if self.pair_freq is not None:
             return self.pair_freq
+        if self.pe.rotation == "pointrope":
+            return pointrope_frequencies(self.channels, dtype=geometry_dtype(like.dtype), device=like.device)
         return axial_frequencies(self._block_scales(like), self.channels)
 
     def _rotated(self, x: Tensor, coord: Tensor, idx: Tensor, disp: Tensor, tables: Tensor | None,
@@ -176,6 +207,9 @@ class PointTransformerLayer(nn.Module):
         gather, rotate (and subtract) in one pass."""
         if self.pe.rotation == "lingeope":
             return relative_frame(x, idx, disp, self._block_scales(x), minus)
+        if self.pe.rotation == "pointrope":                                      # integer grid coordinates
+            grid = grid_coordinates(coord, self.grid_unit, geometry_dtype(x.dtype))
+            return pair_frame(x, idx, grid[idx] - grid.unsqueeze(1), self._pair_frequencies(x), minus, pos=grid)
         if self.pe.rotation in PAIR_ROTATIONS:
             return pair_frame(x, idx, disp, self._pair_frequencies(x), minus, pos=coord)
         return query_frame(x, idx, coord.to(geometry_dtype(x.dtype)), self._block_scales(x), minus, tables)

@@ -34,3 +34,5 @@ class ModelConfig:
     share_planes: int = 8                   # channel groups per attention weight
     geope_base: float = 100.0               # GeoPE frequency base (the paper's lambda)
     geope_learnable: bool = False           # learn GeoPE's block frequencies
+    rope_mixed_init: Literal["random", "axial"] = "random"  # RoPE-Mixed's initial frequencies: its authors'
+    #                                         random directions at base 10, or rope3d's axial ones

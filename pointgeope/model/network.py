@@ -21,6 +21,7 @@ data loader computed in its CPU workers (``model(coord, feat, offset, hierarchy=
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 from torch import Tensor, nn
@@ -30,7 +31,23 @@ from pointgeope.model.config import ModelConfig
 from pointgeope.model.ops import (HierarchySpec, OpsBackends, PointHierarchy, check_offset, counts, gather,
                                   interpolate_from)
 
-__all__ = ["OpsBackends", "PointTransformerBlock", "TransitionDown", "TransitionUp", "PointTransformerSeg"]
+__all__ = ["OpsBackends", "PointTransformerBlock", "TransitionDown", "TransitionUp", "PointTransformerSeg",
+           "stage_grid_units"]
+
+
+def stage_grid_units(grid_size: float, strides: tuple[int, ...]) -> list[float]:
+    """PointROPE's grid unit of every stage, metres: ``u_s = grid_size * sqrt(strides[0] * ... * strides[s])``.
+
+    LitePT pools a voxel grid by 2 per axis between stages (its unit doubles) and recomputes the integer
+    grid coordinates at each stage; on the surfaces that make up a room that keeps about one point in four.
+    PTv1's stages come from FPS instead, keeping one point in ``stride``: on a surface the spacing of the
+    samples grows by ``sqrt(stride)``, so the unit that keeps about one sample per cell grows as much. With
+    the published strides ``(1, 4, 4, 4, 4)`` this is LitePT's doubling: 4, 8, 16, 32, 64 cm from 4 cm."""
+    units, kept = [], 1
+    for stride in strides:
+        kept *= stride
+        units.append(grid_size * math.sqrt(kept))
+    return units
 
 
 class PointTransformerBlock(nn.Module):
@@ -145,21 +162,28 @@ class PointTransformerSeg(nn.Module):
         self.strides, self.neighbours, self.backends = strides, neighbours, backends
         self.hierarchy_spec = HierarchySpec(strides, neighbours, backends)
         layer_args = dict(pe=self.pe, grid_size=grid_size, geope_base=cfg.geope_base,
-                          geope_learnable=cfg.geope_learnable)
+                          geope_learnable=cfg.geope_learnable, mixed_init=cfg.rope_mixed_init)
+        units = stage_grid_units(grid_size, strides)
 
-        def stage_blocks(count: int, width: int, k: int) -> nn.ModuleList:
-            return nn.ModuleList(PointTransformerBlock(width, cfg.share_planes, k, **layer_args) for _ in range(count))
+        def stage_blocks(count: int, width: int, k: int, s: int) -> nn.ModuleList:
+            return nn.ModuleList(PointTransformerBlock(width, cfg.share_planes, k, grid_unit=units[s], **layer_args)
+                                 for _ in range(count))
 
         widths = (cfg.in_channels,) + planes
         self.down = nn.ModuleList(TransitionDown(widths[s], planes[s], strides[s], neighbours[s])
                                   for s in range(stages))
-        self.encoder = nn.ModuleList(stage_blocks(blocks[s], planes[s], neighbours[s]) for s in range(stages))
+        self.encoder = nn.ModuleList(stage_blocks(blocks[s], planes[s], neighbours[s], s) for s in range(stages))
         self.up = nn.ModuleList(TransitionUp(planes[s + 1] if s + 1 < stages else planes[s],
                                              planes[s] if s + 1 < stages else None)
                                 for s in range(stages))
-        self.decoder = nn.ModuleList(stage_blocks(decoder_blocks[s], planes[s], neighbours[s]) for s in range(stages))
+        self.decoder = nn.ModuleList(stage_blocks(decoder_blocks[s], planes[s], neighbours[s], s)
+                                     for s in range(stages))
         self.head = nn.Sequential(nn.Linear(planes[0], planes[0]), nn.BatchNorm1d(planes[0]), nn.ReLU(inplace=True),
                                   nn.Linear(planes[0], cfg.num_classes))
+
+    def frequency_parameters(self) -> list[nn.Parameter]:
+        """The learnt positional frequencies of every attention layer (``PointTransformerLayer``'s)."""
+        return [p for m in self.modules() if isinstance(m, PointTransformerLayer) for p in m.frequency_parameters()]
 
     def forward(self, coord, feat: Tensor | None = None, offset: Tensor | None = None,
                 hierarchy: PointHierarchy | None = None) -> Tensor:

@@ -13,12 +13,21 @@ axis ``a``) is channels ``(2p, 2p + 1)``, ``P = 3 m`` pairs; the last ``C mod 6`
 **Rotation.** Pair ``p`` of a point at ``pos`` turns by ``theta_p(pos) = f_p . pos`` (``freq (P, 3)``, radians
 per unit of position): ``(v, v') -> (v cos theta - v' sin theta, v sin theta + v' cos theta)``.
 
-- axial (``rope3d``): ``f_{3j+a} = k_{2j} e_a`` with ``k_b = pos_scale * w_b / A`` GeoPE's block scales of
-  the same width (``pointgeope.geope.BlockScale``: ``w_b = base ** (-2 b / (3 n))``, ``n = C // 3``, ``A = 3``):
-  channels ``6j .. 6j+2`` have the frequency they have in GeoPE (block ``2j``), and a displacement along
-  one axis turns the pair of that axis by exactly the angle by which GeoPE turns the block about that axis
+- axial at GeoPE's frequencies (``rope3d``; LitePT's PointROPE's form, not its frequencies):
+  ``f_{3j+a} = k_{2j} e_a`` with ``k_b = pos_scale * w_b / A`` GeoPE's block scales of the same width
+  (``pointgeope.geope.BlockScale``: ``w_b = base ** (-2 b / (3 n))``, ``n = C // 3``, ``A = 3``): channels
+  ``6j .. 6j+2`` have the frequency they have in GeoPE (block ``2j``), and a displacement along one axis
+  turns the pair of that axis by exactly the angle by which GeoPE turns the block about that axis
   (``k_b |d|``). The only difference to GeoPE is the coupling of the axes.
-- mixed (``rope-mixed``): ``f_p`` learnable, initialised as the axial ones.
+- PointROPE (``pointrope``, LitePT, Yue et al. 2025, ``libs/pointrope``): axial with its own frequencies,
+  ``f_{3q+a} = POINTROPE_BASE ** (-q / Q) e_a`` radians per grid unit, ``Q = C // 6`` pairs per axis
+  (``pointrope_frequencies``), on the integer grid coordinates ``g = floor(p / u)`` of the stage's grid
+  unit ``u`` (``grid_coordinates``). LitePT pairs channel ``d`` with ``d + Q`` inside each axis' slice of a
+  head; the pairing here, like every fixed permutation of channels between two learnt linear maps, is the
+  same model. LitePT's heads are 18 channels wide (3 pairs per axis); PTv1's vector attention has no heads,
+  so the width of the layer is one head (``Q = C // 6``, the same range of frequencies, sampled densely).
+- mixed (``rope-mixed``): ``f_p`` learnable, initialised as RoPE-Mixed does (``mixed_frequencies``,
+  random directions at base 10) or as the axial ones of ``rope3d`` (``model.rope_mixed_init``).
 
 **Relative use.** The rotations of one pair commute, so the query's frame is translation invariant::
 
@@ -40,9 +49,12 @@ from torch import Tensor
 from pointgeope.model.ops import gather
 from pointgeope.model.rotation import constant, geometry_dtype, query_steps, turned_neighbours
 
-__all__ = ["axial_frequencies", "pair_angles", "rotate_pairs", "pair_frame"]
+__all__ = ["axial_frequencies", "pointrope_frequencies", "mixed_frequencies", "grid_coordinates", "pair_angles",
+           "rotate_pairs", "pair_frame", "POINTROPE_BASE", "MIXED_BASE"]
 
 AXES = 3
+POINTROPE_BASE = 100.0     # LitePT's ``rope_freq`` (every stage of its models)
+MIXED_BASE = 10.0          # RoPE-Mixed's ``rope_theta`` (naver-ai/rope-vit, ``rope_mixed_*`` models)
 
 
 def axial_frequencies(block_scale: Tensor, channels: int) -> Tensor:
@@ -54,6 +66,51 @@ def axial_frequencies(block_scale: Tensor, channels: int) -> Tensor:
                          f"{channels} channels and {block_scale.shape[0]} scales")
     eye = torch.eye(AXES, dtype=block_scale.dtype, device=block_scale.device)
     return (block_scale[0: 2 * blocks: 2, None, None] * eye).reshape(AXES * blocks, AXES)
+
+
+def _per_axis(channels: int) -> int:
+    """``Q = C // 6``, the channel pairs per axis, checked to be at least one."""
+    if channels < 2 * AXES:
+        raise ValueError(f"expected at least {2 * AXES} channels (one pair per axis), got {channels}")
+    return channels // (2 * AXES)
+
+
+def pointrope_frequencies(channels: int, base: float = POINTROPE_BASE, dtype: torch.dtype = torch.float64,
+                          device: torch.device | None = None) -> Tensor:
+    """LitePT's PointROPE frequencies, radians per grid unit, ``(P, 3)``: ``f_{3q+a} = base ** (-q / Q) e_a``
+    for ``q < Q = C // 6`` (its ``1 / base ** (d / D)`` for pair ``d`` of ``D`` per axis)."""
+    per_axis = _per_axis(channels)
+    scale = base ** (-torch.arange(per_axis, dtype=torch.float64) / per_axis)
+    eye = torch.eye(AXES, dtype=torch.float64)
+    return (scale[:, None, None] * eye).reshape(AXES * per_axis, AXES).to(device=device, dtype=dtype)
+
+
+def mixed_frequencies(channels: int, pos_scale: float, base: float = MIXED_BASE,
+                      generator: torch.Generator | None = None) -> Tensor:
+    """RoPE-Mixed's initial frequencies in 3D, ``(P, 3)`` float32: ``f_{3q+a} = pos_scale base ** (-q / Q) R e_a``
+    with ``R`` a uniformly random rotation (Haar, from the QR of a Gaussian matrix, det +1).
+
+    The original (``init_random_2d_freqs``) draws per layer and head one random angle ``alpha`` and gives the
+    head's pairs the magnitudes ``base ** (-q / Q)`` along the unit direction ``alpha`` and along
+    ``alpha + pi / 2``: a random rotation of the axial layout. Its 3D form rotates the three axes by one
+    random rotation per layer (PTv1's layer is one head). ``pos_scale`` turns radians per grid cell (the
+    original's patch) into radians per unit of position."""
+    per_axis = _per_axis(channels)
+    gauss = torch.randn(AXES, AXES, generator=generator, dtype=torch.float64)
+    rot, upper = torch.linalg.qr(gauss)
+    rot = rot * torch.sign(torch.diagonal(upper))                   # the Haar measure: Q of a unique QR
+    if torch.linalg.det(rot) < 0:
+        rot = -rot                                                   # a rotation (3 is odd: -R has det +1)
+    scale = pos_scale * base ** (-torch.arange(per_axis, dtype=torch.float64) / per_axis)
+    return (scale[:, None, None] * rot.T[None]).reshape(AXES * per_axis, AXES).float()
+
+
+def grid_coordinates(coord: Tensor, unit: float, dtype: torch.dtype) -> Tensor:
+    """PointROPE's positions: the integer grid coordinates ``floor(p / unit)`` of ``coord (N, 3)``, as
+    ``dtype`` (exact below ``2 ** 24`` cells in float32). LitePT subtracts each cloud's minimum; the relative
+    rotations see ``g_j - g_i`` only, where that shift cancels."""
+    with torch.no_grad():
+        return torch.floor(coord.to(torch.float64) / unit).to(dtype)
 
 
 def pair_angles(pos: Tensor, freq: Tensor) -> Tensor:

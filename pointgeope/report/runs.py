@@ -10,9 +10,13 @@ A run folder holds one sub-folder per fold, each with the fold's ``metrics.json`
 The confusion matrix is the source of truth: every score here is recomputed from it with
 :mod:`pointgeope.metrics`, the stored ``oa`` / ``miou`` / ... are not read. A fold counts only when its
 file exists and says ``"complete": true``; the others are listed with the reason, never dropped silently.
+The class means follow the rule the folds were evaluated with (``"class_mean"`` in ``metrics.json``, the
+run's ``eval.class_mean``; ``"present"`` in files written before the key existed, the rule they used), or
+the one the report is asked for (``pointgeope report --class-mean``).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +25,7 @@ import numpy as np
 
 from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.errors import UserError
-from pointgeope.metrics import mean_of_fold_scores, pool, scores
+from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
 
 METRICS_FILE = "metrics.json"
 
@@ -37,10 +41,11 @@ class FoldResult:
     fold: int  # K
     confusion: np.ndarray  # int64 (C, C), rows = ground truth, columns = prediction
     path: Path
+    class_mean: str = "present"  # the rule of mAcc / mIoU (pointgeope.metrics.CLASS_MEANS)
 
     @property
     def scores(self) -> dict:
-        return scores(self.confusion)
+        return scores(self.confusion, self.class_mean)
 
     @property
     def num_points(self) -> int:
@@ -52,12 +57,14 @@ class RunSummary:
     """The folds of one run and its two 6-fold numbers.
 
     ``pooled``: scores of the summed confusion matrices of the complete folds (the standard 6-fold number,
-    Pointcept ``tools/test_s3dis_6fold.py``). ``mean_of_folds``: the mean of the folds' own scores.
+    Pointcept ``tools/test_s3dis_6fold.py``). ``mean_of_folds``: the mean of the folds' own scores. Both
+    average the classes by ``class_mean``'s rule.
     """
     name: str
     path: Path
     folds: list[FoldResult]
     missing: list[tuple[str, str]] = field(default_factory=list)  # (area, reason)
+    class_mean: str = "present"
 
     @property
     def confusion(self) -> np.ndarray:
@@ -65,11 +72,11 @@ class RunSummary:
 
     @property
     def pooled(self) -> dict:
-        return scores(self.confusion)
+        return scores(self.confusion, self.class_mean)
 
     @property
     def mean_of_folds(self) -> dict:
-        return mean_of_fold_scores([f.confusion for f in self.folds])
+        return mean_of_fold_scores([f.confusion for f in self.folds], self.class_mean)
 
     @property
     def areas(self) -> list[str]:
@@ -131,11 +138,28 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     if confusion.shape != (c, c) or not np.issubdtype(confusion.dtype, np.integer) or (confusion < 0).any():
         raise ReportError(f"{path}: expected 'confusion' as {c} x {c} non-negative integer counts, "
                           f"got shape {confusion.shape} dtype {confusion.dtype}")
-    return FoldResult(area, fold, confusion.astype(np.int64), path), ""
+    rule = data.get("class_mean", "present")
+    if rule not in CLASS_MEANS:
+        raise ReportError(f"{path}: expected 'class_mean' in {CLASS_MEANS}, got {rule!r}")
+    return FoldResult(area, fold, confusion.astype(np.int64), path, rule), ""
 
 
-def load_run(run: str | Path, name: str | None = None) -> RunSummary:
-    """Read ``RUN/area_K/metrics.json`` for K = 1..6.
+def _class_mean(run: Path, folds: list[FoldResult], asked: str | None) -> str:
+    """The rule of the run's class means: ``asked`` (its folds rescored by it), else the folds' own one."""
+    if asked is not None:
+        if asked not in CLASS_MEANS:
+            raise ReportError(f"expected --class-mean in {CLASS_MEANS}, got {asked!r}")
+        return asked
+    rules = sorted({f.class_mean for f in folds})
+    if len(rules) > 1:
+        raise ReportError(f"{run}: its folds were evaluated with different eval.class_mean rules ({', '.join(rules)}); "
+                          "pass --class-mean all or --class-mean present to score them alike")
+    return rules[0] if rules else "present"
+
+
+def load_run(run: str | Path, name: str | None = None, class_mean: str | None = None) -> RunSummary:
+    """Read ``RUN/area_K/metrics.json`` for K = 1..6; ``class_mean``: the rule of the class means (``None``:
+    the one the folds were evaluated with).
 
     Raises:
         ReportError: ``run`` is not a folder, a metrics file is malformed, or no fold is complete.
@@ -156,14 +180,17 @@ def load_run(run: str | Path, name: str | None = None) -> RunSummary:
             missing.append((area, reason))
         else:
             folds.append(result)
-    summary = RunSummary(name or run.resolve().name, run, folds, missing)
+    rule = _class_mean(run, folds, class_mean)
+    folds = [dataclasses.replace(f, class_mean=rule) for f in folds]
+    summary = RunSummary(name or run.resolve().name, run, folds, missing, rule)
     if not folds:
         raise ReportError(f"{run}: no complete fold to report ({summary.missing_text()}); expected "
                           f"{run}/area_K/{METRICS_FILE} with \"complete\": true for K in 1..{len(AREAS)}")
     return summary
 
 
-def load_runs(runs: list[str | Path], names: list[str] | None = None) -> list[RunSummary]:
+def load_runs(runs: list[str | Path], names: list[str] | None = None,
+              class_mean: str | None = None) -> list[RunSummary]:
     """Load several runs; names default to the folder names, made unique with their parent folder."""
     if names is not None and len(names) != len(runs):
         raise ReportError(f"expected one name per run ({len(runs)}), got {len(names)} names: {names}")
@@ -173,4 +200,4 @@ def load_runs(runs: list[str | Path], names: list[str] | None = None) -> list[Ru
             names = [f"{Path(r).resolve().parent.name}/{Path(r).resolve().name}" for r in runs]
     if len(set(names)) < len(names):
         raise ReportError(f"expected distinct run names, got {names}; pass --names")
-    return [load_run(r, n) for r, n in zip(runs, names)]
+    return [load_run(r, n, class_mean) for r, n in zip(runs, names)]

@@ -23,7 +23,7 @@ import numpy as np
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.errors import UserError
 from pointgeope.report.runs import ReportError, RunSummary, load_run
-from pointgeope.report.tables import HEAD, MEANS, json_safe, pct
+from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, json_safe, pct
 
 __all__ = ["Variant", "spread", "ablation_markdown", "ablation_json", "ablation_csv", "write_ablation", "write_trials"]
 
@@ -94,7 +94,10 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
         with np.errstate(all="ignore"):
             iou = np.nanmean(v.class_iou(), axis=0) if v.runs else np.full(len(CLASS_NAMES), math.nan)
         lines.append(f"| {v.name} | " + " | ".join(pct(x, digits) for x in iou) + " |")
+    rules = class_mean_lines([run for v in variants for run in v.runs])
+    lines += [""] + rules if len(rules) == 1 else []
     notes = [f"- {v.name}: seed {s} missing ({why})" for v in variants for s, why in v.missing]
+    notes += rules if len(rules) > 1 else []
     areas = {tuple(run.areas) for v in variants for run in v.runs}
     if len(areas) > 1:
         notes.append("- the runs cover different folds: their scores compare unlike test sets.")

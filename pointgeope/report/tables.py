@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.metrics import CLASS_MEAN_TEXT
 from pointgeope.report.runs import RunSummary
 
 JSON_VERSION = 1
@@ -52,6 +53,19 @@ def difference(later: dict, first: dict) -> dict:
     return out
 
 
+def class_mean_lines(runs: list[RunSummary]) -> list[str]:
+    """The rule of the class means, said once when the runs share it, per run (and flagged) when not."""
+    rules = {run.class_mean for run in runs}
+    if not rules:
+        return []
+    if len(rules) == 1:
+        rule = rules.pop()
+        return [f"Class means (`eval.class_mean: {rule}`): {CLASS_MEAN_TEXT[rule]}."]
+    return [f"- {run.name}: `eval.class_mean: {run.class_mean}`, {CLASS_MEAN_TEXT[run.class_mean]}" for run in runs] \
+        + ["- the runs average their classes by different rules: their mAcc and mIoU differences mix them "
+           "(pass --class-mean)."]
+
+
 def diff_name(run: RunSummary, first: RunSummary) -> str:
     return f"{run.name} - {first.name}"
 
@@ -74,7 +88,9 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
             d = difference(getattr(run, attr), first)
             lines.append(_row([diff_name(run, runs[0]), ""] + _score_cells(d, digits, signed=True)))
         lines.append("")
-    notes = []
+    rules = class_mean_lines(runs)
+    lines += rules[:1] + [""] if len(rules) == 1 else []
+    notes = [] if len(rules) == 1 else rules
     for run in runs:
         if run.missing:
             notes.append(f"- {run.name}: {run.missing_text()}; pooled over {run.pooled_over_text()}.")
@@ -112,8 +128,8 @@ def full_markdown(runs: list[RunSummary], digits: int = 1) -> str:
         "*Pooled*: scores of the summed confusion matrices of the test areas, the standard 6-fold number "
         "(Pointcept `tools/test_s3dis_6fold.py`). *Mean of folds*: the mean of each test area's own scores "
         "(every area weighs the same). Per-class columns are IoU. A class with neither ground truth nor "
-        "prediction is `—` and left out of the means. Differences are later runs minus the first, in "
-        "percentage points, from the unrounded scores.",
+        "prediction is `—`; the rule of the class means is said below the tables. Differences are later "
+        "runs minus the first, in percentage points, from the unrounded scores.",
         "",
         "Runs: " + ", ".join(f"{r.name} (`{r.path}`)" for r in runs),
         "",
@@ -187,6 +203,7 @@ def json_report(runs: list[RunSummary]) -> dict:
             "folds": run.areas,
             "folds_missing": [{"area": a, "reason": r} for a, r in run.missing],
             "num_points": run.num_points,
+            "class_mean": run.class_mean,
             "pooled": run.pooled,
             "mean_of_folds": run.mean_of_folds,
             "pooled_confusion": run.confusion,

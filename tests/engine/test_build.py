@@ -1,4 +1,4 @@
-"""Tests of pointgeope/engine/build.py: the learning-rate schedule and the resumable sampler."""
+"""Tests of pointgeope/engine/build.py: the parameter groups, the learning-rate schedule and the resumable sampler."""
 from __future__ import annotations
 
 import math
@@ -134,3 +134,38 @@ def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root):
     torch.testing.assert_close(batches["loader"][1], batches["device"][1], atol=0, rtol=0)
     for a, b in zip(batches["loader"][2], batches["device"][2]):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+@pytest.mark.parametrize("pe,learnable", [("rope-mixed", False), ("geope", True)])
+def test_positional_frequencies_get_no_weight_decay(name, pe, learnable):
+    """With zero gradients a step is weight decay alone: every weight shrinks by ``lr * wd`` (SGD's
+    ``grad + wd p``, AdamW's decoupled ``p (1 - lr wd)``) but the learnt frequencies do not; with
+    ``optim.no_weight_decay=[]`` they shrink as well."""
+    overrides = [f"optim.name={name}", "optim.lr=0.5", "optim.weight_decay=0.1", "optim.momentum=0.0",
+                 f"model.pe={pe}", f"model.geope_learnable={str(learnable).lower()}",
+                 "model.planes=[16,32]", "model.blocks=[1,1]", "model.strides=[1,4]", "model.neighbours=[8,8]",
+                 "model.decoder_blocks=[1,1]"]
+    for no_weight_decay, kept in (("[pe_frequencies]", True), ("[]", False)):
+        cfg = load_config(None, overrides + [f"optim.no_weight_decay={no_weight_decay}"])
+        net = build.model(cfg)
+        freqs = net.frequency_parameters()
+        assert len(freqs) == 4                                              # one per attention layer
+        before = [p.detach().clone() for p in net.parameters()]
+        opt = build.optimizer(cfg, net)
+        for p in net.parameters():
+            p.grad = torch.zeros_like(p)
+        opt.step()
+        ids = {id(p) for p in freqs}
+        for p, old in zip(net.parameters(), before):
+            decayed = old * (1 - 0.5 * 0.1)
+            torch.testing.assert_close(p.detach(), old if id(p) in ids and kept else decayed, atol=1e-7, rtol=1e-6)
+        assert len(opt.param_groups) == (2 if kept else 1)
+
+
+def test_a_network_without_learnt_frequencies_keeps_one_parameter_group():
+    cfg = load_config(None, ["model.pe=pointrope", "model.planes=[16]", "model.blocks=[1]", "model.strides=[1]",
+                             "model.neighbours=[8]", "model.decoder_blocks=[1]"])
+    net = build.model(cfg)
+    groups = build.optimizer(cfg, net).param_groups
+    assert len(groups) == 1 and len(groups[0]["params"]) == len(list(net.parameters()))

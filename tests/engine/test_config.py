@@ -25,6 +25,8 @@ def test_defaults_are_the_published_s3dis_recipe():
     assert (cfg.optim.scheduler, cfg.optim.milestones, cfg.optim.gamma) == ("multistep", [0.6, 0.8], 0.1)
     assert (cfg.train.epochs, cfg.data.loop, cfg.data.batch_size) == (100, 30, 16)
     assert (cfg.data.grid_size, cfg.data.voxel_max, cfg.train.ignore_index) == (0.04, 80000, 255)
+    # RoPE-Mixed's authors: no weight decay on its frequencies, random mixed directions at the start
+    assert (cfg.optim.no_weight_decay, cfg.model.rope_mixed_init) == (["pe_frequencies"], "random")
 
 
 def test_unknown_key_names_file_key_and_closest(tmp_path):
@@ -124,7 +126,7 @@ def test_every_shipped_config_loads(path):
 def test_s3dis_configs_differ_only_in_pe_and_run_dir():
     cfgs = {p.stem: load_config(p) for p in (REPO / "configs" / "s3dis").glob("pt_*.yaml")}
     assert set(cfgs) == {"pt_rpe", "pt_geope", "pt_lingeope", "pt_geope_rpe", "pt_lingeope_rpe", "pt_none",
-                         "pt_rope3d", "pt_rope3d_rpe", "pt_rope_mixed", "pt_ape"}
+                         "pt_rope3d", "pt_rope3d_rpe", "pt_rope_mixed", "pt_pointrope", "pt_ape"}
     for name, cfg in cfgs.items():
         assert cfg.model.pe == name[3:].replace("_rpe", "+rpe").replace("_", "-") and cfg.train.run_dir == f"runs/{name}"
         plain = config_to_dict(cfg)

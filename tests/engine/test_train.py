@@ -18,7 +18,7 @@ from pointgeope.commands import train as train_command
 from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.config import load_config
 from pointgeope.errors import run_command
-from pointgeope.metrics import confusion_matrix
+from pointgeope.metrics import confusion_matrix, scores
 from tests.engine.conftest import DEMO_CONFIG, TINY
 
 
@@ -65,6 +65,8 @@ def test_fold_writes_a_complete_run_folder(two_folds, tmp_path):
         assert pred.dtype == np.uint8 and pred.shape == (n,)
         confusion += confusion_matrix(pred, read_room(two_folds / "Area_1.h5", room, ("label",))["label"])
     assert metrics["confusion"] == confusion.tolist()
+    # the authors' class means by default (eval.class_mean: all), recorded beside the scores
+    assert metrics["class_mean"] == "all" and metrics["miou"] == pytest.approx(scores(confusion, "all")["miou"])
     assert sorted(p.name for p in fold.iterdir()) == ["best.pt", "config.yaml", "last.pt", "log.txt",
                                                       "metrics.json", "predictions", "tb"]
 

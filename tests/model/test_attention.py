@@ -1,5 +1,5 @@
 """Tests of pointgeope/model/attention.py: presets, a slow float64 reference, gradcheck, translation behaviour,
-memory, mixed precision; every preset, GeoPE's baselines (rope3d, rope-mixed, ape) included."""
+memory, mixed precision; every preset, GeoPE's baselines (rope3d, pointrope, rope-mixed, ape) included."""
 from __future__ import annotations
 
 import math
@@ -14,7 +14,7 @@ from pointgeope.model.ops import knn
 from tests.conftest import cuda_devices
 
 PRESET_NAMES = ["rpe", "geope", "lingeope", "geope+rpe", "lingeope+rpe", "none", "rope3d", "rope3d+rpe", "rope-mixed",
-                "ape"]
+                "pointrope", "ape"]
 
 
 def _cloud(n=60, channels=16, k=8, seed=0, dtype=torch.float32):
@@ -78,6 +78,16 @@ def _axial(channels, pos_scale):
     return freq
 
 
+def _pointrope(channels):
+    """PointROPE's frequency vectors from LitePT's definition: pair 3q + a turns by 100^(-q/Q) g_a, Q = C // 6."""
+    per_axis = channels // 6
+    freq = torch.zeros(3 * per_axis, 3, dtype=torch.float64)
+    for q in range(per_axis):
+        for a in range(3):
+            freq[3 * q + a, a] = 1.0 / 100.0 ** (q / per_axis)
+    return freq
+
+
 def _rot2(t):
     return torch.tensor([[math.cos(t), -math.sin(t)], [math.sin(t), math.cos(t)]], dtype=torch.float64)
 
@@ -86,7 +96,9 @@ def _frames(layer, pi, pj, freq):
     """(channels, matrix) of every rotated block or pair, taking x_j into the frame of the query at pi:
     GeoPE ``R(t_i)^T R(t_j)`` or ``R(t_j - t_i)``, RoPE ``R(theta(p_i))^T R(theta(p_j))`` per pair."""
     c, pe = layer.channels, layer.pe
-    if pe.rotation in ("rope3d", "rope-mixed"):
+    if pe.rotation == "pointrope":                                 # integer cells of the layer's grid unit
+        pi, pj = torch.floor(pi / layer.grid_unit), torch.floor(pj / layer.grid_unit)
+    if pe.rotation in ("rope3d", "rope-mixed", "pointrope"):
         return [(slice(2 * q, 2 * q + 2), _rot2(-(f @ pi).item()) @ _rot2((f @ pj).item())) for q, f in enumerate(freq)]
     phase = frequencies(c).double() * layer.block_scale.pos_scale
     if pe.rotation == "lingeope":
@@ -111,6 +123,7 @@ def _reference(layer: PointTransformerLayer, coord, feat, idx):
 
     c, s, pe = layer.channels, layer.share_planes, layer.pe
     freq = p.get("pair_freq", _axial(c, layer.block_scale.pos_scale) if layer.block_scale is not None else None)
+    freq = _pointrope(c) if pe.rotation == "pointrope" else freq
     q, key, val = lin(feat, "linear_q"), lin(feat, "linear_k"), lin(feat, "linear_v")
     if pe.absolute:
         for i in range(feat.shape[0]):
@@ -146,15 +159,17 @@ def _reference(layer: PointTransformerLayer, coord, feat, idx):
 
 @pytest.mark.parametrize("pe", PRESET_NAMES + [PositionalEncoding("geope", True, "geope"),
                                               PositionalEncoding("lingeope", False, "geope"),
-                                              PositionalEncoding("rope-mixed", False, "geope")])
+                                              PositionalEncoding("rope-mixed", False, "geope"),
+                                              PositionalEncoding("pointrope", True, "geope")])
 def test_float32_layer_matches_float64_reference(pe):
     coord, feat, idx = _cloud(n=16, channels=16, k=6, seed=1)
-    layer = _layer(pe, k=6, grid_size=0.1)
+    layer = _layer(pe, k=6, grid_size=0.1, grid_unit=0.3)          # PointROPE: 0-6 cells of 30 cm
     expected = _reference(layer, coord, feat, idx)
     torch.testing.assert_close(layer(coord, feat, idx).double(), expected, atol=2e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("pe", PRESET_NAMES + [PositionalEncoding("rope3d", False, "geope")])
+@pytest.mark.parametrize("pe", PRESET_NAMES + [PositionalEncoding("rope3d", False, "geope"),
+                                              PositionalEncoding("pointrope", False, "geope")])
 def test_layer_gradcheck(pe):
     """Gradients of the features (and of RoPE-Mixed's frequencies) against finite differences, float64."""
     coord, feat, idx = _cloud(n=10, channels=12, k=4, seed=6, dtype=torch.float64)
@@ -172,7 +187,7 @@ def test_translation_invariance_of_linear_geope_rope_and_rpe_but_not_standard_ge
     coord, feat, idx = _cloud(seed=2)
     shift = torch.tensor([1.37, -0.52, 2.11])
     for pe in ("rpe", "lingeope", "lingeope+rpe", "none", "rope3d", "rope3d+rpe", "rope-mixed"):
-        layer = _layer(pe)
+        layer = _layer(pe)      # pointrope: invariant to shifts by whole cells (test below)
         torch.testing.assert_close(layer(coord + shift, feat, idx), layer(coord, feat, idx), atol=2e-5, rtol=1e-5)
     # Standard GeoPE takes keys into the query's frame R(t_i)^T R(t_j): for 3D axes these rotations do
     # not commute, so R(t_i)^T R(t_j) != R(t_j - t_i) and a global shift changes the relation. RoPE's 2D
@@ -183,17 +198,33 @@ def test_translation_invariance_of_linear_geope_rope_and_rpe_but_not_standard_ge
         assert (moved - still).abs().max() > 1e-2, pe
 
 
+def test_pointrope_is_invariant_to_shifts_by_whole_cells_only():
+    """PointROPE turns by the differences of integer cells: a shift by whole cells of the layer's grid
+    unit leaves them (and the layer) as they were; any other shift moves points across cell boundaries."""
+    coord, feat, idx = _cloud(seed=2)
+    layer = _layer("pointrope", grid_unit=0.25)
+    cells = torch.tensor([3.0, -2.0, 7.0]) * 0.25
+    torch.testing.assert_close(layer(coord + cells, feat, idx), layer(coord, feat, idx), atol=2e-5, rtol=1e-5)
+    assert (layer(coord + 0.1, feat, idx) - layer(coord, feat, idx)).abs().max() > 1e-2
+    coarse = _layer("pointrope", grid_unit=0.5)                   # same weights, another stage's unit
+    assert (coarse(coord, feat, idx) - layer(coord, feat, idx)).abs().max() > 1e-2
+    assert layer.block_scale is None and layer.pair_freq is None and layer.frequency_parameters() == []
+    with pytest.raises(ValueError, match="absolute sinusoids with pointrope"):
+        PointTransformerLayer(16, 4, 8, pe=PositionalEncoding("pointrope", False, "rpe", absolute=True))
+
+
 def test_learnable_frequencies_are_trained():
     coord, feat, idx = _cloud(seed=3)
     for pe in ("geope", "lingeope", "rope3d", "ape"):
         layer = PointTransformerLayer(16, 4, 8, pe=pe, geope_learnable=True).train()
         layer(coord, feat, idx).square().mean().backward()
         assert layer.block_scale.freq.grad is not None and layer.block_scale.freq.grad.abs().sum() > 0
-    # RoPE-Mixed learns its own per-pair frequency vectors, initialised as axial RoPE (equal to rope3d)
+    # RoPE-Mixed learns its own per-pair frequency vectors; mixed_init="axial" starts them as rope3d's
     mixed, axial = _layer("rope-mixed", seed=3), _layer("rope3d", seed=3)
     assert mixed.pair_freq.shape == (6, 3) and mixed.block_scale.freq is None
+    assert mixed.frequency_parameters() == [mixed.pair_freq] and axial.frequency_parameters() == []
     torch.manual_seed(3)
-    fresh = PointTransformerLayer(16, 4, 8, pe="rope-mixed")
+    fresh = PointTransformerLayer(16, 4, 8, pe="rope-mixed", mixed_init="axial")
     torch.manual_seed(3)
     same = PointTransformerLayer(16, 4, 8, pe="rope3d")
     for name, value in same.state_dict().items():
@@ -201,6 +232,22 @@ def test_learnable_frequencies_are_trained():
     torch.testing.assert_close(fresh.eval()(coord, feat, idx), same.eval()(coord, feat, idx), atol=1e-6, rtol=0)
     mixed.train()(coord, feat, idx).square().mean().backward()
     assert mixed.pair_freq.grad.abs().sum() > 0 and axial is not None
+
+
+def test_rope_mixed_starts_from_its_authors_random_directions_by_default():
+    """By default every layer draws its own random rotation of the axial layout, magnitudes 10^(-q/Q) rad
+    per voxel (the original's per patch): pair norms as defined, directions not along the axes."""
+    torch.manual_seed(4)
+    first, second = (PointTransformerLayer(18, 3, 8, pe="rope-mixed", grid_size=0.05) for _ in range(2))
+    norms = first.pair_freq.detach().double().norm(dim=1)
+    expected = torch.tensor([20.0 * 10.0 ** (-q / 3) for q in range(3) for _ in range(3)], dtype=torch.float64)
+    torch.testing.assert_close(norms, expected, atol=1e-5, rtol=1e-6)
+    assert (first.pair_freq.abs() > 1e-3).sum() > 3                          # mixed: several axes per pair
+    assert (first.pair_freq - second.pair_freq).abs().max() > 1e-2            # one draw per layer
+    geo = PointTransformerLayer(16, 4, 8, pe="geope", geope_learnable=True)
+    assert geo.frequency_parameters() == [geo.block_scale.freq]
+    with pytest.raises(ValueError, match="mixed_init"):
+        PointTransformerLayer(16, 4, 8, pe="rope-mixed", mixed_init="diagonal")
 
 
 def test_learnable_frequencies_of_older_checkpoints_load():
@@ -225,8 +272,8 @@ def _saved_bytes(layer, coord, feat, idx) -> int:
 def test_rotations_save_no_more_for_backward_than_rpe():
     coord, feat, idx = _cloud(n=400, channels=32, k=16, seed=4)
     sizes = {pe: _saved_bytes(PointTransformerLayer(32, 8, 16, pe=pe).train(), coord, feat.clone(), idx)
-             for pe in ("rpe", "geope", "lingeope", "rope3d", "rope-mixed", "ape")}
-    for pe in ("geope", "lingeope", "rope3d", "ape"):
+             for pe in ("rpe", "geope", "lingeope", "rope3d", "pointrope", "rope-mixed", "ape")}
+    for pe in ("geope", "lingeope", "rope3d", "pointrope", "ape"):
         assert sizes[pe] <= 1.01 * sizes["rpe"], sizes
     # RoPE-Mixed's frequency gradient needs the keys (N, C): 1/k of a pair tensor, nothing of pair size
     assert sizes["rope-mixed"] <= 1.01 * sizes["rpe"] + 400 * 32 * 4, sizes
@@ -240,7 +287,7 @@ def test_mixed_precision_geope_layer_is_as_accurate_as_rpe(device):
     coord, feat, idx = _cloud(n=2000, channels=64, k=16, seed=5, dtype=torch.float64)
     coord = coord * 4                                  # phases up to ~ 8 m / 0.04 m = 200 rad
     errors = {}
-    for pe in ("rpe", "geope", "lingeope", "rope3d", "rope-mixed", "ape"):
+    for pe in ("rpe", "geope", "lingeope", "rope3d", "pointrope", "rope-mixed", "ape"):
         layer = _layer(pe, channels=64, k=16).double()
         with torch.no_grad():
             exact = layer(coord, feat, idx)
@@ -250,4 +297,5 @@ def test_mixed_precision_geope_layer_is_as_accurate_as_rpe(device):
         errors[pe] = ((half.double().cpu() - exact).norm() / exact.norm()).item()
     assert errors["rpe"] < 0.01, errors                # autocast did run in bfloat16 (float32 gives ~1e-7)
     assert errors["rpe"] > 1e-4, errors
-    assert all(errors[pe] < 1.1 * errors["rpe"] for pe in ("geope", "lingeope", "rope3d", "rope-mixed", "ape")), errors
+    rotations = ("geope", "lingeope", "rope3d", "pointrope", "rope-mixed", "ape")
+    assert all(errors[pe] < 1.1 * errors["rpe"] for pe in rotations), errors

@@ -10,7 +10,9 @@ import torch
 from pointgeope.geope import BlockScale, GeoPE
 from pointgeope.model import rotation
 from pointgeope.model.ape import absolute_features
-from pointgeope.model.rope import axial_frequencies, pair_angles, pair_frame, rotate_pairs
+from pointgeope.model.network import stage_grid_units
+from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_frequencies, pair_angles, pair_frame,
+                                   pointrope_frequencies, rotate_pairs)
 
 
 def axial(channels: int, base: float = 100.0, pos_scale: float = 25.0) -> torch.Tensor:
@@ -209,3 +211,55 @@ def test_absolute_features_are_sinusoids_of_the_pair_angles():
     assert absolute_features(pos.float(), freq, channels, torch.bfloat16).dtype == torch.bfloat16
     with pytest.raises(ValueError, match="at most 2 frequency pairs"):
         absolute_features(pos, freq, 5)
+
+
+def test_pointrope_frequencies_are_litepts():
+    """LitePT's kernel turns pair ``d`` of ``D`` per axis by ``p / base ** (d / D)`` radians at the integer
+    grid coordinate ``p``: here pair ``3d + a`` turns about axis ``a`` only, by ``100 ** (-d / D)``."""
+    freq = pointrope_frequencies(40)                                        # D = 40 // 6 = 6, 36 channels turn
+    assert freq.shape == (18, 3) and freq.dtype == torch.float64
+    for d in range(6):
+        for a in range(3):
+            expected = [0.0, 0.0, 0.0]
+            expected[a] = 1.0 / 100.0 ** (d / 6)
+            assert freq[3 * d + a].tolist() == pytest.approx(expected, rel=1e-15, abs=0)
+    assert freq[0, 0] == 1.0 and freq[-1, 2] == pytest.approx(100 ** (-5 / 6))   # 1 .. 100^(-(D-1)/D) rad/cell
+    assert pointrope_frequencies(12, base=10.0)[3].tolist() == pytest.approx([10 ** -0.5, 0, 0])
+    with pytest.raises(ValueError, match="at least 6 channels"):
+        pointrope_frequencies(5)
+
+
+def test_grid_coordinates_are_integer_cells():
+    coord = torch.tensor([[0.05, -0.01, 0.2], [0.0, 0.0399, -0.04]])
+    grid = grid_coordinates(coord, 0.04, torch.float32)
+    assert grid.tolist() == [[1.0, -1.0, 5.0], [0.0, 0.0, -1.0]] and grid.dtype == torch.float32
+    # a shift by whole cells shifts the cells; LitePT's per-cloud minimum cancels in g_j - g_i
+    shifted = grid_coordinates(coord + torch.tensor([0.5, 1.0, -0.25]), 0.25, torch.float64)
+    torch.testing.assert_close(shifted - grid_coordinates(coord, 0.25, torch.float64),
+                               torch.tensor([[2.0, 4.0, -1.0]] * 2, dtype=torch.float64), atol=0, rtol=0)
+
+
+def test_stage_grid_units_grow_as_the_spacing_of_fps_samples_on_a_surface():
+    assert stage_grid_units(0.04, (1, 4, 4, 4, 4)) == pytest.approx([0.04, 0.08, 0.16, 0.32, 0.64])
+    assert stage_grid_units(0.1, (1, 9, 4)) == pytest.approx([0.1, 0.3, 0.6])
+
+
+def test_mixed_frequencies_are_a_random_rotation_of_the_axial_layout_at_base_10():
+    """RoPE-Mixed's init: the pairs of one magnitude ``pos_scale 10^(-q/Q)`` point along three orthonormal
+    directions (a rotation, det +1), the same for every magnitude; another draw gives another rotation."""
+    freq = mixed_frequencies(36, pos_scale=12.5, generator=torch.Generator().manual_seed(0)).double()
+    assert freq.shape == (18, 3)
+    frames = freq.reshape(6, 3, 3)                                          # (q, axis a, direction)
+    for q in range(6):
+        magnitude = 12.5 * 10.0 ** (-q / 6)
+        rot = frames[q] / magnitude
+        torch.testing.assert_close(rot @ rot.T, torch.eye(3, dtype=torch.float64), atol=1e-6, rtol=0)
+        assert torch.linalg.det(rot).item() == pytest.approx(1.0, abs=1e-6)
+        torch.testing.assert_close(rot, frames[0] / 12.5, atol=1e-6, rtol=0)
+    assert (frames[0] / 12.5 - torch.eye(3, dtype=torch.float64)).abs().max() > 1e-2   # not the axial layout
+    other = mixed_frequencies(36, pos_scale=12.5, generator=torch.Generator().manual_seed(1))
+    assert (other.double() - freq).abs().max() > 1e-2
+    # Haar: over many draws a fixed axis is sent anywhere on the sphere, its mean direction near zero
+    g = torch.Generator().manual_seed(2)
+    firsts = torch.stack([mixed_frequencies(6, 1.0, generator=g)[0] for _ in range(2000)]).double()
+    assert firsts.mean(0).abs().max() < 0.05 and (firsts.square().mean(0) - 1 / 3).abs().max() < 0.03
