@@ -33,7 +33,13 @@ script that way, small. Results: ``--out`` (default ``bench/results/gpu.json``),
 ``gpu_logs/``; copies of both go to ``$OUT`` when that variable is set.
 
 Usage: bench/gpu_check.sh [--train] [--evaluate] [--predict] [--ddp] [--device cpu] [--points 80000] [--budget 450]
-       [--no-tests] [--no-bench] [--no-published]
+       [--no-tests] [--no-hierarchy] [--no-kernels] [--no-bench] [--no-published]
+
+The check of issues 19 and 20 in one device call under its 10-minute limit (``bash bench/gpu_wheels.sh`` here
+first, then carry ``.whl``; the run tool's timeout 590 s):
+
+    PYTHON=python3 bash bench/gpu_check.sh --budget 540 --tests-limit 100 --hierarchy-limit 80 \
+        --kernels-limit 130 --bench-limit 120 --published-limit 90
 """
 from __future__ import annotations
 
