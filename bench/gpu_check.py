@@ -130,6 +130,22 @@ class Check:
         return self.result["steps"][name]
 
 
+def result_path(check: Check, name: str) -> Path:
+    """Where a benchmark step's script writes its JSON (``gpu_logs/name``), emptied first."""
+    data = check.out.parent / "gpu_logs" / name
+    data.unlink(missing_ok=True)
+    return data
+
+
+def run_with_result(check: Check, name: str, cmd: list[str], limit: float, data: Path) -> None:
+    """Run a benchmark step whose script writes JSON to ``data``; whatever it measured goes into the step,
+    also after a failure or a timeout (the scripts rewrite their JSON after every case)."""
+    step = check.run(name, cmd, limit)
+    if data.exists():
+        step["result"] = json.loads(data.read_text())
+    check.write()
+
+
 def step_info(check: Check, py: str) -> None:
     step = check.run("info", [py, "-c", ENV_PROBE], 120, label=f"{py} -c <versions of Python, torch, CUDA, Triton>")
     line = next((ln for ln in step["tail"].splitlines() if ln.startswith("ENV ")), None)
@@ -151,60 +167,44 @@ def step_tests(check: Check, py: str) -> None:
 
 def step_bench(check: Check, py: str) -> None:
     a = check.args
-    data = check.out.parent / "gpu_logs" / "bench_train_step.json"
-    data.unlink(missing_ok=True)
+    data = result_path(check, "bench_train_step.json")
     cmd = [py, "bench/bench_train_step.py", "--out", str(data), "--device", "cpu" if a.device == "cpu" else "cuda",
            "--points", str(a.points), "--clouds", str(a.clouds), "--amp", a.amp, "--reps", str(a.reps),
            "--warmup", str(a.warmup), "--budget", str(max(30, min(a.bench_limit, check.left()) - 60)), "--profile",
            "--hierarchy-clouds", *map(str, a.hierarchy_clouds)]
-    step = check.run("bench", cmd, a.bench_limit)
-    if data.exists():                     # whatever was measured, also after a failure or a timeout
-        step["result"] = json.loads(data.read_text())
-    check.write()
+    run_with_result(check, "bench", cmd, a.bench_limit, data)
 
 
 def step_hierarchy(check: Check, py: str) -> None:
     """``bench_hierarchy.py`` on CUDA: the Triton ops of the first stages alone and the FPS/kNN kernel
     settings, each checked equal to the default's (which settings to make the default; issue 19)."""
     a = check.args
-    data = check.out.parent / "gpu_logs" / "bench_hierarchy.json"
-    data.unlink(missing_ok=True)
+    data = result_path(check, "bench_hierarchy.json")
     cmd = [py, "bench/bench_hierarchy.py", "--out", str(data), "--device", "cuda", "--clouds", "2", "16",
            "--points", str(a.points), "--backends", "triton", "--reps", "3"]
-    step = check.run("hierarchy", cmd, a.hierarchy_limit)
-    if data.exists():
-        step["result"] = json.loads(data.read_text())
-    check.write()
+    run_with_result(check, "hierarchy", cmd, a.hierarchy_limit, data)
 
 
 def step_published(check: Check, py: str) -> None:
     """``bench_evaluate.py --published``: the published test (every fragment) of one synth room."""
     a = check.args
-    data = check.out.parent / "gpu_logs" / "bench_evaluate_published.json"
-    data.unlink(missing_ok=True)
+    data = result_path(check, "bench_evaluate_published.json")
     cmd = [py, "bench/bench_evaluate.py", "--published", "--out", str(data), "--device",
            "cpu" if a.device == "cpu" else "cuda", "--size", a.eval_size, "--config", a.eval_config,
            "--reps", str(a.eval_reps), "--set", *a.eval_overrides]
-    step = check.run("published", cmd, a.published_limit)
-    if data.exists():
-        step["result"] = json.loads(data.read_text())
-    check.write()
+    run_with_result(check, "published", cmd, a.published_limit, data)
 
 
 def step_kernels(check: Check, py: str) -> None:
     """``bench_train_step.py --kernels torch triton``: every preset's step on today's and the fused attention
     kernels, float32 and bf16, with the top kernels of each (issue 20)."""
     a = check.args
-    data = check.out.parent / "gpu_logs" / "bench_kernels.json"
-    data.unlink(missing_ok=True)
+    data = result_path(check, "bench_kernels.json")
     cmd = [py, "bench/bench_train_step.py", "--out", str(data), "--device", "cpu" if a.device == "cpu" else "cuda",
            "--points", str(a.points), "--clouds", str(a.clouds), "--reps", str(a.reps), "--warmup", str(a.warmup),
            "--kernels", "torch", *([] if a.device == "cpu" else ["triton"]), "--amps", "none", "bf16", "--presets", *a.kernel_presets,
            "--budget", str(max(30, min(a.kernels_limit, check.left()) - 90)), "--profile"]
-    step = check.run("kernels", cmd, a.kernels_limit)
-    if data.exists():
-        step["result"] = json.loads(data.read_text())
-    check.write()
+    run_with_result(check, "kernels", cmd, a.kernels_limit, data)
 
 
 def step_train(check: Check, py: str) -> None:

@@ -46,24 +46,36 @@ if INTERPRET:   # the interpreter reduces with numpy when it recognises Triton's
 
 
 @triton.jit
-def aggregate_forward(w_ptr, v_ptr, idx_ptr, delta_ptr, y_ptr, N, K, C, G, S: tl.constexpr,
-                      HAS_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
-    m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+def _neighbour_softmax(w_ptr, idx_ptr, m, N, K, G, F64: tl.constexpr, BLOCK_K: tl.constexpr,
+                       BLOCK_G: tl.constexpr):
+    """The attention weights of points ``m`` (BLOCK_M,): ``p[m, j, h] = softmax_j w[m, j, h]`` in the
+    accumulation type, shape (BLOCK_M, BLOCK_K, BLOCK_G), 0 outside the ``N x K x G`` pairs; with the
+    neighbour rows ``idx[m, j]`` (BLOCK_M, BLOCK_K, 1) int64, the pair numbers ``m K + j``, the mask of
+    valid (pair, h) and ``one``, the accumulation type's 1 (``load * one`` converts)."""
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)
     m3 = m[:, None, None]
     j3 = tl.arange(0, BLOCK_K)[None, :, None]
-    h = tl.arange(0, BLOCK_G)
-    h3 = h[None, None, :]
+    h3 = tl.arange(0, BLOCK_G)[None, None, :]
     pairs_in = (m3 < N) & (j3 < K)
     mask = pairs_in & (h3 < G)
     pair = m3 * K + j3
     logits = tl.load(w_ptr + pair * G + h3, mask=mask, other=0.0)
     logits = tl.where(mask, logits * one, -1.0e30)
-    e = tl.where(mask, tl.exp(logits - tl.reduce(logits, 1, _maximum)[:, None, :]), 0.0)     # softmax over neighbours
+    e = tl.where(mask, tl.exp(logits - tl.reduce(logits, 1, _maximum)[:, None, :]), 0.0)
     total = tl.reduce(e, 1, _add)
     p = e / tl.where(total > 0, total, 1.0)[:, None, :]
     rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+    return p, rows, pair, mask, one
+
+
+@triton.jit
+def aggregate_forward(w_ptr, v_ptr, idx_ptr, delta_ptr, y_ptr, N, K, C, G, S: tl.constexpr,
+                      HAS_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
+    m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    h = tl.arange(0, BLOCK_G)
+    p, rows, pair, mask, one = _neighbour_softmax(w_ptr, idx_ptr, m, N, K, G, F64, BLOCK_K, BLOCK_G)
+    h3 = h[None, None, :]
     out_mask = (m[:, None] < N) & (h[None, :] < G)
     for g in range(S):
         col = g * G + h3
@@ -80,19 +92,9 @@ def aggregate_backward(w_ptr, v_ptr, idx_ptr, delta_ptr, gy_ptr, gw_ptr, gv_ptr,
                        GRAD_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
     m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
+    p, rows, pair, mask, one = _neighbour_softmax(w_ptr, idx_ptr, m, N, K, G, F64, BLOCK_K, BLOCK_G)
     m3 = m[:, None, None]
-    j3 = tl.arange(0, BLOCK_K)[None, :, None]
     h3 = tl.arange(0, BLOCK_G)[None, None, :]
-    pairs_in = (m3 < N) & (j3 < K)
-    mask = pairs_in & (h3 < G)
-    pair = m3 * K + j3
-    logits = tl.load(w_ptr + pair * G + h3, mask=mask, other=0.0)
-    logits = tl.where(mask, logits * one, -1.0e30)
-    e = tl.where(mask, tl.exp(logits - tl.reduce(logits, 1, _maximum)[:, None, :]), 0.0)     # softmax over neighbours
-    total = tl.reduce(e, 1, _add)
-    p = e / tl.where(total > 0, total, 1.0)[:, None, :]
-    rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
     dp = p * 0.0
     for g in range(S):
         col = g * G + h3
@@ -111,15 +113,26 @@ def aggregate_backward(w_ptr, v_ptr, idx_ptr, delta_ptr, gy_ptr, gw_ptr, gv_ptr,
 
 
 @triton.jit
+def _pair_tile(N, K, C, F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+               BLOCK_C: tl.constexpr):
+    """This program's tile of (point, neighbour, channel) triples: points ``m`` (BLOCK_M,) int64 of
+    program 0's axis, channels ``c`` (BLOCK_C,) of axis 1, their 3D forms ``m3 (BLOCK_M, 1, 1)`` and
+    ``c3 (1, 1, BLOCK_C)``, the masks of valid pairs ``(m, j)`` and triples, the pair numbers ``m K + j``
+    and ``one``, the accumulation type's 1 (``load * one`` converts)."""
+    m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)
+    m3 = m[:, None, None]
+    j3 = tl.arange(0, BLOCK_K)[None, :, None]
+    c3 = c[None, None, :]
+    pairs_in = (m3 < N) & (j3 < K)
+    return m, c, m3, c3, pairs_in, pairs_in & (c3 < C), m3 * K + j3, one
+
+
+@triton.jit
 def relation_forward(key_ptr, idx_ptr, q_ptr, delta_ptr, out_ptr, N, K, C, HAS_DELTA: tl.constexpr,
                      F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr):
-    m3 = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None, None]
-    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
-    j3 = tl.arange(0, BLOCK_K)[None, :, None]
-    c3 = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C))[None, None, :]
-    pairs_in = (m3 < N) & (j3 < K)
-    mask = pairs_in & (c3 < C)
-    pair = m3 * K + j3
+    m, c, m3, c3, pairs_in, mask, pair, one = _pair_tile(N, K, C, F64, BLOCK_M, BLOCK_K, BLOCK_C)
     rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
     r = tl.load(key_ptr + rows * C + c3, mask=mask, other=0.0) * one
     r -= tl.load(q_ptr + m3 * C + c3, mask=(m3 < N) & (c3 < C), other=0.0) * one
@@ -131,15 +144,7 @@ def relation_forward(key_ptr, idx_ptr, q_ptr, delta_ptr, out_ptr, N, K, C, HAS_D
 @triton.jit
 def relation_backward(g_ptr, idx_ptr, gkey_ptr, gq_ptr, N, K, C, GRAD_KEY: tl.constexpr, GRAD_Q: tl.constexpr,
                       F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr):
-    m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
-    m3 = m[:, None, None]
-    j3 = tl.arange(0, BLOCK_K)[None, :, None]
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    c3 = c[None, None, :]
-    pairs_in = (m3 < N) & (j3 < K)
-    mask = pairs_in & (c3 < C)
-    pair = m3 * K + j3
+    m, c, m3, c3, pairs_in, mask, pair, one = _pair_tile(N, K, C, F64, BLOCK_M, BLOCK_K, BLOCK_C)
     g = tl.load(g_ptr + pair * C + c3, mask=mask, other=0.0) * one
     if GRAD_Q:
         gq = -tl.reduce(g, 1, _add)
@@ -155,12 +160,7 @@ def frame_forward(points_ptr, idx_ptr, tables_ptr, q_ptr, delta_ptr, out_ptr, N,
                   F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr):
     """Standard GeoPE's relation ``sum_o T_{-o}[i, c + o] P[idx[i, j], c + o] - q[i, c] (+ delta)``: ``P`` the
     points turned by their own rotations ``R_j x_j``, ``T (5, N, C)`` the queries' shift tables (``R_i^T``)."""
-    m3 = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None, None]
-    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
-    j3 = tl.arange(0, BLOCK_K)[None, :, None]
-    c3 = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C))[None, None, :]
-    pairs_in = (m3 < N) & (j3 < K)
-    pair = m3 * K + j3
+    m, c, m3, c3, pairs_in, mask, pair, one = _pair_tile(N, K, C, F64, BLOCK_M, BLOCK_K, BLOCK_C)
     plane = (m3 * 0 + N) * C                             # N C, the tables' plane, in int64
     rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
     r = tl.load(q_ptr + m3 * C + c3, mask=(m3 < N) & (c3 < C), other=0.0) * -one
@@ -169,7 +169,6 @@ def frame_forward(points_ptr, idx_ptr, tables_ptr, q_ptr, delta_ptr, out_ptr, N,
         inside = (col >= 0) & (col < C)
         t = tl.load(tables_ptr + (m3 * C + col + (4 - shift) * plane), mask=(m3 < N) & inside, other=0.0) * one
         r += t * tl.load(points_ptr + rows * C + col, mask=pairs_in & inside, other=0.0)
-    mask = pairs_in & (c3 < C)
     if HAS_DELTA:
         r += tl.load(delta_ptr + pair * C + c3, mask=mask, other=0.0) * one
     tl.store(out_ptr + pair * C + c3, r.to(out_ptr.dtype.element_ty), mask=mask)
@@ -180,15 +179,7 @@ def frame_backward(g_ptr, idx_ptr, tables_ptr, gpoints_ptr, gq_ptr, N, K, C, GRA
                    GRAD_Q: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
                    BLOCK_C: tl.constexpr):
     """``gP[idx[i, j], c] += sum_o T_o[i, c] g[i, j, c + o]`` (``R_i g``, atomics) and ``gq[i] = -sum_j g[i, j]``."""
-    m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
-    m3 = m[:, None, None]
-    j3 = tl.arange(0, BLOCK_K)[None, :, None]
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    c3 = c[None, None, :]
-    pairs_in = (m3 < N) & (j3 < K)
-    mask = pairs_in & (c3 < C)
-    pair = m3 * K + j3
+    m, c, m3, c3, pairs_in, mask, pair, one = _pair_tile(N, K, C, F64, BLOCK_M, BLOCK_K, BLOCK_C)
     if GRAD_Q:
         g = tl.load(g_ptr + pair * C + c3, mask=mask, other=0.0) * one
         gq = -tl.reduce(g, 1, _add)
@@ -221,12 +212,7 @@ def linear_forward(x_ptr, idx_ptr, disp_ptr, scale_ptr, q_ptr, delta_ptr, out_pt
                    BLOCK_B: tl.constexpr):
     """Linear GeoPE's relation ``R(k_b d_ij) x[idx[i, j]]_b - q_i (+ delta)`` per block ``b`` (Rodrigues), and
     ``x - q (+ delta)`` on the pass-through channels ``3 NB .. C - 1`` (by the programs of block tile 0)."""
-    m3 = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None, None]
-    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
-    j3 = tl.arange(0, BLOCK_K)[None, :, None]
-    b3 = (tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B))[None, None, :]
-    pairs_in = (m3 < N) & (j3 < K)
-    pair = m3 * K + j3
+    m, b, m3, b3, pairs_in, _, pair, one = _pair_tile(N, K, NB, F64, BLOCK_M, BLOCK_K, BLOCK_B)  # blocks b
     rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
     dx = tl.load(disp_ptr + pair * 3, mask=pairs_in, other=0.0) * one
     dy = tl.load(disp_ptr + pair * 3 + 1, mask=pairs_in, other=0.0) * one
@@ -263,12 +249,7 @@ def linear_backward(g_ptr, idx_ptr, disp_ptr, scale_ptr, gx_ptr, gq_ptr, N, K, C
                     BLOCK_B: tl.constexpr):
     """``gx[idx[i, j]] += R(k_b d_ij)^T g_ij`` (Rodrigues with ``-sin``; atomics) and ``gq_i = -sum_j g_ij``,
     on the blocks and (programs of block tile 0) the pass-through channels."""
-    m3 = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None, None]
-    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)     # loads * one: accumulation type
-    j3 = tl.arange(0, BLOCK_K)[None, :, None]
-    b3 = (tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B))[None, None, :]
-    pairs_in = (m3 < N) & (j3 < K)
-    pair = m3 * K + j3
+    m, b, m3, b3, pairs_in, _, pair, one = _pair_tile(N, K, NB, F64, BLOCK_M, BLOCK_K, BLOCK_B)  # blocks b
     rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
     mask = pairs_in & (b3 < NB)
     gx_ = tl.load(g_ptr + pair * C + 3 * b3, mask=mask, other=0.0) * one

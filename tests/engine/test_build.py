@@ -71,18 +71,23 @@ def test_model_input_channels_follow_the_features():
         build.model(load_config(None, small + ["data.color=false", "data.height=true"]))
 
 
-def test_training_batches_carry_the_models_hierarchy_from_the_workers(tiny_root):
-    """The loader's workers build each batch's point hierarchy (CPU libraries) for the model: the same
-    indices the model computes itself, so the training step is unchanged."""
-    from tests.engine.conftest import TINY
-
-    cfg = load_config(None, TINY + [f"data.root={tiny_root}", "data.num_workers=2"])
+def _first_batch(overrides: list[str]):
+    """A seeded model of the config with ``overrides`` and the first training batch of Area_2 for it."""
+    cfg = load_config(None, overrides)
     torch.manual_seed(0)
     net = build.model(cfg)
     dataset = build.train_dataset(cfg, ["Area_2"])
     sampler = ResumableSampler(dataset, env(), seed=0)
     sampler.set_epoch(0)
-    batch = next(iter(build.train_loader(cfg, dataset, sampler, env(), net)))
+    return net, next(iter(build.train_loader(cfg, dataset, sampler, env(), net)))
+
+
+def test_training_batches_carry_the_models_hierarchy_from_the_workers(tiny_root):
+    """The loader's workers build each batch's point hierarchy (CPU libraries) for the model: the same
+    indices the model computes itself, so the training step is unchanged."""
+    from tests.engine.conftest import TINY
+
+    net, batch = _first_batch(TINY + [f"data.root={tiny_root}", "data.num_workers=2"])
     expected = net.hierarchy_spec(batch.pos, batch.ptr[1:])
     for field in ("offsets", "samples", "neighbours", "down", "up", "up_dist2"):
         for got, want in zip(getattr(batch.hierarchy, field), getattr(expected, field)):
@@ -118,13 +123,7 @@ def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root):
 
     batches = {}
     for place in ("loader", "device"):
-        cfg = load_config(None, TINY + [f"data.root={tiny_root}", f"data.hierarchy={place}"])
-        torch.manual_seed(0)
-        net = build.model(cfg)
-        dataset = build.train_dataset(cfg, ["Area_2"])
-        sampler = ResumableSampler(dataset, env(), seed=0)
-        sampler.set_epoch(0)
-        batch = next(iter(build.train_loader(cfg, dataset, sampler, env(), net)))
+        net, batch = _first_batch(TINY + [f"data.root={tiny_root}", f"data.hierarchy={place}"])
         loss = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None)).square().mean()
         loss.backward()
         batches[place] = (batch, loss.detach(), [p.grad.clone() for p in net.parameters()])

@@ -115,6 +115,18 @@ def test_relation_is_the_gathered_key_minus_the_query_plus_delta(dtype):
     assert torch.equal(d.grad, gr)
 
 
+def _assert_values_and_grads(out, want, got, ref, dtype, tol):
+    """``out`` (in ``dtype``) equals the float64 ``want``, and the gradients of the inputs ``got`` those of
+    their float64 copies ``ref`` for the same random output gradient (rounded to ``dtype``)."""
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
+    gr = torch.randn(want.shape, dtype=torch.float64)
+    out.backward(gr.to(dtype))
+    want.backward(gr.to(dtype).double())
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a.grad.double(), b.grad, rtol=tol, atol=tol * b.grad.abs().max().item())
+
+
 def _frame_inputs(dtype, channels=8, k=4, sizes=(3, 1, 6, 2)):
     """Points, neighbours, GeoPE's rotation tables of the points (float32 at least), queries and deltas."""
     from pointgeope.geope import frequencies
@@ -139,13 +151,7 @@ def test_frame_relation_is_todays_query_frame_plus_delta(dtype, tol):
     ref = [t.double().requires_grad_() for t in (x, q, d)]
     out = fused_attention.frame_relation(got[0], idx, tables, got[1], got[2])
     want = query_frame(ref[0], idx, coord, scale, ref[1]) + ref[2]
-    assert out.dtype == dtype
-    torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
-    gr = torch.randn(want.shape, dtype=torch.float64)
-    out.backward(gr.to(dtype))
-    want.backward(gr.to(dtype).double())
-    for a, b in zip(got, ref):
-        torch.testing.assert_close(a.grad.double(), b.grad, rtol=tol, atol=tol * b.grad.abs().max().item())
+    _assert_values_and_grads(out, want, got, ref, dtype, tol)
 
 
 def test_frame_relation_passes_gradcheck_in_float64():
@@ -168,13 +174,7 @@ def test_linear_relation_is_todays_relative_frame_plus_delta(dtype, tol, channel
     ref = [t.double().requires_grad_() for t in (x, q, d)]
     out = fused_attention.linear_relation(got[0], idx, disp.float(), scale.float(), got[1], got[2])
     want = relative_frame(ref[0], idx, disp, scale, ref[1]) + ref[2]
-    assert out.dtype == dtype
-    torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
-    gr = torch.randn(want.shape, dtype=torch.float64)
-    out.backward(gr.to(dtype))
-    want.backward(gr.to(dtype).double())
-    for a, b in zip(got, ref):
-        torch.testing.assert_close(a.grad.double(), b.grad, rtol=tol, atol=tol * b.grad.abs().max().item())
+    _assert_values_and_grads(out, want, got, ref, dtype, tol)
 
 
 def test_linear_relation_passes_gradcheck_in_float64():
