@@ -113,7 +113,7 @@ def compile_one(kernel, signature: dict, constexprs: dict, options: dict, arch: 
     names = list(inspect.signature(kernel.fn).parameters)
     missing = [n for n in names if n not in signature and n not in constexprs]
     if missing:
-        return {"ok": False, "error": f"no value for the parameters {missing}: update ops_cases() or attention_signatures()"}
+        return {"ok": False, "error": f"no value for {missing}: update ops_cases() or attention_signatures()"}
     src = ASTSource(fn=kernel, signature={n: "constexpr" if n in constexprs else signature[n] for n in names},
                     constexprs={(names.index(k),): v for k, v in constexprs.items()})
     try:
