@@ -1,23 +1,36 @@
-"""Compile the Triton kernels of ``pointgeope/model/ops`` for NVIDIA GPUs without a GPU, with the real
-compiler (the interpreter that runs the CPU tests accepts more than the compiler does).
+"""Compile the Triton kernels of ``pointgeope/model/ops`` and of the fused attention
+(``pointgeope/model/triton_attention.py``) for NVIDIA GPUs without a GPU, with the real compiler (the
+interpreter that runs the CPU tests accepts more than the compiler does).
 
-For each kernel at the settings the ops launch it with (kNN for k = 3, 8, 16; both FPS kernels at 80k
-points per cloud) and each target (sm_80, sm_90): compiled or the error, and whether the PTX holds a
-fused multiply-add on float32 (it must not: the results are defined with one rounding per operation).
-Prints one JSON object; exit code 1 if any kernel failed or fused. ``TRITON_INTERPRET`` must be unset.
+For each kernel at the settings its caller launches it with and each target (sm_80, sm_90): compiled or the
+error, the float32 fused multiply-adds in the PTX and the shared memory. Ops: kNN for k = 3, 8, 16; both FPS
+kernels at 80k points per cloud; their PTX must hold no fused multiply-add (the results are defined with one
+rounding per operation, ``enable_fp_fusion=False``). Attention: the eight kernels as ``fused_attention``
+launches them (its ``_blocks`` tiles, Triton's default ``num_warps``) for the S3DIS recipe's widths 32..512,
+``share_planes`` 8 and k = 8, 16 on float32 and bfloat16 tensors, and at k = 16, width 64 also on float64
+(it runs on CUDA too: ``kernel_path`` takes Triton there for any dtype) and without ``delta``; atomics and
+GeoPE's geometry in float32 (float64). They launch with Triton's default ``enable_fp_fusion`` and promise no
+rounding per operation, so fused multiply-adds are counted, not refused.
+Prints one JSON object; exit code 1 if any kernel failed or an ops kernel fused. ``TRITON_INTERPRET`` must
+be unset.
 
-Usage: python bench/triton_compile_check.py [--quick]   (--quick: sm_90 only, kNN for k = 16 only)
+Usage: python bench/triton_compile_check.py [--quick]
+  (--quick: sm_90 only, kNN for k = 16 only, attention at k = 16, width 64, bfloat16, with delta)
 """
 from __future__ import annotations
 
 import inspect
 import json
+import multiprocessing
+import os
 import sys
 
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from pointgeope.model import triton_attention as att
+from pointgeope.model.fused_attention import _blocks
 from pointgeope.model.ops import triton_fps, triton_knn
 
 KNN_SIG = dict(q_ptr="*fp32", q_row_ptr="*i64", q_plane="i64", s_ptr="*fp32", s_row_ptr="*i64", s_plane="i64",
@@ -29,7 +42,11 @@ PRUNED_SIG = dict(p_ptr="*fp32", plane="i64", row_ptr="*i64", box_ptr="*fp32", d
                   out_ptr="*i64")
 
 
-def cases() -> list[tuple[str, object, dict, dict, dict]]:
+FUSED = dict(enable_fp_fusion=True)    # fused_attention launches with Triton's default (on, Triton 3.6)
+WIDTHS, NEIGHBOURS, SHARE = (32, 64, 128, 256, 512), (8, 16), 8     # the S3DIS recipe (configs/s3dis)
+
+
+def ops_cases() -> list[tuple[str, object, dict, dict, dict]]:
     """(name, kernel, signature, constexprs, options) as the ops launch them."""
     knn = [(f"knn_k{k}", triton_knn._knn_kernel, KNN_SIG,
             dict(K=k, KP=max(2, triton.next_power_of_2(k)), BQ=triton_knn.BLOCK_Q, BS=triton_knn.BLOCK_S,
@@ -42,20 +59,77 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                    dict(num_warps=triton_fps.PRUNED_WARPS, num_stages=1))]
 
 
+def attention_signatures(t: str, acc: str) -> dict:
+    """Each attention kernel's pointer and integer types, as ``fused_attention`` passes them for inputs of
+    type ``t``: gradients summed by atomics and GeoPE's geometry (tables, displacements) in ``acc``."""
+    ints = dict(N="i32", K="i32", C="i32")
+    p = {n: f"*{t}" for n in ("w_ptr", "v_ptr", "delta_ptr", "y_ptr", "gy_ptr", "gw_ptr", "gdelta_ptr", "key_ptr",
+                                 "q_ptr", "out_ptr", "g_ptr", "gq_ptr", "x_ptr")}
+    p.update(idx_ptr="*i64", **{n: f"*{acc}" for n in ("gv_ptr", "gkey_ptr", "points_ptr", "tables_ptr",
+                                                       "gpoints_ptr", "disp_ptr", "scale_ptr", "gx_ptr")})
+    return dict(p, **ints, G="i32", NB="i32")
+
+
+def attention_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
+    """The eight attention kernels at ``fused_attention``'s tiles for each recipe width and k (distinct
+    tiles only), float32 and bfloat16 with ``delta``; at k = 16, width 64 also float64 and without ``delta``
+    (quick: k = 16, width 64, bfloat16, with ``delta``)."""
+    out = {}
+    for k in (16,) if quick else NEIGHBOURS:
+        for c in (64,) if quick else WIDTHS:
+            extra = not quick and (k, c) == (16, 64)
+            dtypes = ((("bf16", "fp32"),) if quick else
+                      (("fp32", "fp32"), ("bf16", "fp32")) + extra * (("fp64", "fp64"),))
+            for t, acc in dtypes:
+                for delta in (True, False) if extra else (True,):
+                    out.update(_attention_at(k, c, t, acc, delta))
+    return [(name, *case) for name, case in out.items()]
+
+
+def _attention_at(k: int, c: int, t: str, acc: str, delta: bool) -> dict:
+    """{name: (kernel, signature, constexprs, options)} of the eight kernels (forwards only without ``delta``,
+    but aggregate's backward) at k neighbours, width c, tensors of type t, as ``fused_attention`` launches them."""
+    bm, bk, bg = _blocks(k, c // SHARE)
+    rm, rk, rc = _blocks(k, min(c, 64))
+    lm, lk, lb = _blocks(k, min(c // 3, 32), budget=2048)
+    tiles = dict(aggregate=dict(S=SHARE, BLOCK_M=bm, BLOCK_K=bk, BLOCK_G=bg),
+                 relation=dict(BLOCK_M=rm, BLOCK_K=rk, BLOCK_C=rc), frame=dict(BLOCK_M=rm, BLOCK_K=rk, BLOCK_C=rc),
+                 linear=dict(BLOCK_M=lm, BLOCK_K=lk, BLOCK_B=lb))
+    grads = dict(aggregate=dict(GRAD_V=True, GRAD_DELTA=delta, HAS_DELTA=delta),
+                 relation=dict(GRAD_KEY=True, GRAD_Q=True), frame=dict(GRAD_POINTS=True, GRAD_Q=True),
+                 linear=dict(GRAD_X=True, GRAD_Q=True))
+    sig, f64, out = attention_signatures(t, acc), t == "fp64", {}
+    for op, tile in tiles.items():
+        tag = f"{t}{'' if delta else '_nodelta'}_tile{'_'.join(str(v) for v in tile.values())}"
+        forward = dict(tile, HAS_DELTA=delta, F64=f64)
+        out[f"att_{op}_forward_{tag}"] = (getattr(att, f"{op}_forward"), sig, forward, FUSED)
+        if delta or op == "aggregate":
+            backward = dict(tile, F64=f64, **grads[op])
+            out[f"att_{op}_backward_{tag}"] = (getattr(att, f"{op}_backward"), sig, backward, FUSED)
+    return out
+
+
 def compile_one(kernel, signature: dict, constexprs: dict, options: dict, arch: int) -> dict:
     names = list(inspect.signature(kernel.fn).parameters)
     missing = [n for n in names if n not in signature and n not in constexprs]
     if missing:
-        return {"ok": False, "error": f"no value for the parameters {missing}: update cases()"}
-    src = ASTSource(fn=kernel, signature={n: signature.get(n, "constexpr") for n in names},
+        return {"ok": False, "error": f"no value for {missing}: update ops_cases() or attention_signatures()"}
+    src = ASTSource(fn=kernel, signature={n: "constexpr" if n in constexprs else signature[n] for n in names},
                     constexprs={(names.index(k),): v for k, v in constexprs.items()})
     try:
-        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(options, enable_fp_fusion=False))
+        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     except Exception as err:  # noqa: BLE001 - any compiler failure is the finding
         return {"ok": False, "error": f"{type(err).__name__}: {err}"[:2000]}
     ptx = compiled.asm["ptx"]
     return {"ok": True, "fma_f32": ptx.count("fma.rn.f32") + ptx.count("fma.rn.ftz.f32"),
             "shared_bytes": compiled.metadata.shared}
+
+
+JOBS: list[tuple[str, tuple]] = []     # (name, compile_one's arguments), read by the forked workers
+
+
+def _compile_job(i: int) -> dict:
+    return compile_one(*JOBS[i][1])
 
 
 def main() -> int:
@@ -64,13 +138,14 @@ def main() -> int:
         return 2
     quick = "--quick" in sys.argv[1:]
     result = {"triton": triton.__version__, "kernels": {}}
-    for name, kernel, signature, constexprs, options in cases():
-        if quick and name in ("knn_k3", "knn_k8"):
-            continue
-        for arch in (90,) if quick else (80, 90):
-            result["kernels"][f"{name}_sm{arch}"] = compile_one(kernel, signature, constexprs, options, arch)
+    ops = [(n, k, s, c, dict(o, enable_fp_fusion=False)) for n, k, s, c, o in ops_cases()]
+    JOBS[:] = [(f"{name}_sm{arch}", (kernel, signature, constexprs, options, arch))
+               for name, kernel, signature, constexprs, options in ops + attention_cases(quick)
+               if not (quick and name in ("knn_k3", "knn_k8")) for arch in ((90,) if quick else (80, 90))]
+    with multiprocessing.get_context("fork").Pool(min(2, os.cpu_count() or 1)) as pool:   # compiles: CPU-bound
+        result["kernels"] = dict(zip((name for name, _ in JOBS), pool.map(_compile_job, range(len(JOBS)))))
     print(json.dumps(result, indent=2))
-    bad = [k for k, v in result["kernels"].items() if not v["ok"] or v["fma_f32"]]
+    bad = [k for k, v in result["kernels"].items() if not v["ok"] or (v["fma_f32"] and not k.startswith("att_"))]
     return 1 if bad else 0
 
 
