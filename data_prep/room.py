@@ -84,16 +84,18 @@ def _parsed_files(source: Source, room: Room):
     for an empty or binary file; the text files are parsed by :func:`~data_prep.parse.parse_many` in
     batches of about :data:`BATCH_BYTES` of text (one room's text is never all in memory)."""
     batch: list = []
+    batch_bytes = 0
     for instance, entry in enumerate(room.files):
         data = source.read(entry.path)
         plain = is_plain(data)  # numbers only: neither binary nor (unless blank) to be skipped
         batch.append((instance, entry, data, _blank(data) or not plain and is_binary(data), plain))
-        if sum(len(b[2]) for b in batch) >= BATCH_BYTES or instance == len(room.files) - 1:
+        batch_bytes += len(data)
+        if batch_bytes >= BATCH_BYTES or instance == len(room.files) - 1:
             kept = [b for b in batch if not b[3]]
             parsed = iter(parse_many([b[2] for b in kept], [b[4] for b in kept]))
             for instance_, entry_, data_, skip, _ in batch:
                 yield instance_, entry_, data_, None if skip else next(parsed)
-            batch = []
+            batch, batch_bytes = [], 0
 
 
 def _blank(data: bytes) -> bool:
@@ -123,8 +125,9 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
     messages = [m for path, file_notes in notes for m in _capped(path, file_notes)]
     remapped: dict[str, int] = {}
     for part in parts:
-        if object_class(part.path) not in CLASS_INDEX:
-            remapped[object_class(part.path)] = remapped.get(object_class(part.path), 0) + len(part.values)
+        name = object_class(part.path)
+        if name not in CLASS_INDEX:
+            remapped[name] = remapped.get(name, 0) + len(part.values)
     refused, values, extent = _drop_outliers(source, parts, limits, messages, counts, values)
     if refused is None:
         refused = _room_extent_problem(values, limits, extent)
