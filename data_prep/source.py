@@ -222,10 +222,11 @@ class ZipSource(Source):
         seen: set[str] = set()
         for info in infos:
             check_member(self.location, info.filename)
-            if info.filename in seen:
-                raise SourceError(f"{self.location}: member {info.filename!r} is in the archive twice; expected "
+            name = member_name(self.location, info)  # two raw names may decode to one (UTF-8 flag on one only)
+            if name in seen:
+                raise SourceError(f"{self.location}: member {name!r} is in the archive twice; expected "
                                   "each file once (re-create the zip)")
-            seen.add(info.filename)
+            seen.add(name)
         self._index(infos)
         return [Entry(name.rstrip("/"), i.file_size, i.CRC, i.is_dir()) for name, i in self._infos.items()]
 
