@@ -84,16 +84,18 @@ def _parsed_files(source: Source, room: Room):
     for an empty or binary file; the text files are parsed by :func:`~data_prep.parse.parse_many` in
     batches of about :data:`BATCH_BYTES` of text (one room's text is never all in memory)."""
     batch: list = []
+    batch_bytes = 0
     for instance, entry in enumerate(room.files):
         data = source.read(entry.path)
         plain = is_plain(data)  # numbers only: neither binary nor (unless blank) to be skipped
         batch.append((instance, entry, data, _blank(data) or not plain and is_binary(data), plain))
-        if sum(len(b[2]) for b in batch) >= BATCH_BYTES or instance == len(room.files) - 1:
+        batch_bytes += len(data)
+        if batch_bytes >= BATCH_BYTES or instance == len(room.files) - 1:
             kept = [b for b in batch if not b[3]]
             parsed = iter(parse_many([b[2] for b in kept], [b[4] for b in kept]))
             for instance_, entry_, data_, skip, _ in batch:
                 yield instance_, entry_, data_, None if skip else next(parsed)
-            batch = []
+            batch, batch_bytes = [], 0
 
 
 def _blank(data: bytes) -> bool:
@@ -119,13 +121,14 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
         notes.append((entry.path, [f"{entry.path}:{i.line}: {i.kind}: {i.message}" for i in parsed.issues]))
         label = CLASS_INDEX.get(object_class(entry.path), CLUTTER)
         parts.append(_Part(entry.path, instance, label, parsed.values, np.arange(len(parsed.values)), notes[-1][1]))
-    values = _drop_beyond_float32(source, parts, counts)
+    values, extent = _drop_beyond_float32(source, parts, counts)
     messages = [m for path, file_notes in notes for m in _capped(path, file_notes)]
     remapped: dict[str, int] = {}
     for part in parts:
-        if object_class(part.path) not in CLASS_INDEX:
-            remapped[object_class(part.path)] = remapped.get(object_class(part.path), 0) + len(part.values)
-    refused, values, extent = _drop_outliers(source, parts, limits, messages, counts, values)
+        name = object_class(part.path)
+        if name not in CLASS_INDEX:
+            remapped[name] = remapped.get(name, 0) + len(part.values)
+    refused, values, extent = _drop_outliers(source, parts, limits, messages, counts, values, extent)
     if refused is None:
         refused = _room_extent_problem(values, limits, extent)
     sizes = [len(p.values) for p in parts]
@@ -188,13 +191,16 @@ def _one_block(blocks: list[np.ndarray]) -> np.ndarray | None:
     return base[:, start:stop]
 
 
-def _drop_beyond_float32(source: Source, parts: list[_Part], counts: dict) -> np.ndarray:
+def _drop_beyond_float32(source: Source, parts: list[_Part], counts: dict) -> tuple[np.ndarray, np.ndarray]:
     """Drop the rows whose coordinates are not finite in float32 (``1e39`` would be stored as ``inf``),
-    each reported by line in its file's notes; returns the rows of every part (:func:`_columns`). The
-    usual case costs the min/max of each column."""
+    each reported by line in its file's notes; returns the rows of every part (:func:`_columns`) and
+    their extent ``(3,)``. The usual case costs the min/max of each column, which give the extent too."""
     values = _columns(parts)
-    if not len(values) or (np.abs(np.concatenate(column_bounds(values))) < FLOAT32_INF).all():
-        return values
+    if not len(values):
+        return values, np.zeros(3)
+    lo, hi = column_bounds(values)
+    if (np.abs(np.concatenate([lo, hi])) < FLOAT32_INF).all():
+        return values, hi - lo
     for part in parts:
         rows = np.flatnonzero(beyond_float32(part.values))
         if not len(rows):
@@ -206,15 +212,16 @@ def _drop_beyond_float32(source: Source, parts: list[_Part], counts: dict) -> np
         keep = np.ones(len(part.values), dtype=bool)
         keep[rows] = False
         part.values, part.rows = part.values[keep], part.rows[keep]
-    return _columns(parts)
+    values = _columns(parts)
+    return values, column_extent(values)
 
 
 def _drop_outliers(source: Source, parts: list[_Part], limits: PointLimits, messages: list[str],
-                   counts: dict, values: np.ndarray) -> tuple[str | None, np.ndarray, np.ndarray]:
+                   counts: dict, values: np.ndarray, extent: np.ndarray) -> tuple[str | None, np.ndarray, np.ndarray]:
     """Points farther than ``max_extent`` from the room's median (per axis, ``pointgeope.outliers``):
     dropped from ``parts`` and reported, or the reason to refuse the room (``outliers="refuse"``).
-    Returns that reason (or ``None``), the rows of ``values`` kept and their extent."""
-    extent = column_extent(values)
+    ``extent``: that of ``values``. Returns that reason (or ``None``), the rows of ``values`` kept and
+    their extent."""
     far, centre = far_from_median(values, limits.max_extent, extent)
     if not far.any():
         return None, values, extent

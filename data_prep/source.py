@@ -109,13 +109,12 @@ class Source:
         ignored: list[str] = []
         hidden: list[str] = []  # hidden room folders (".office_1"), named if no room is left
         for entry in self.entries():
+            parts = entry.path.strip("/").split("/")
             if _is_junk(entry.path):
-                parts = entry.path.strip("/").split("/")
                 if entry.is_dir and len(parts) >= 2 and _AREA.fullmatch(parts[-2]) and parts[-1].startswith("."):
                     hidden.append(entry.path)
                 continue
             check_name(self.location, entry.path)
-            parts = entry.path.strip("/").split("/")
             at = next((i for i, part in enumerate(parts) if _AREA.fullmatch(part)), None)
             if at is None:
                 continue
@@ -203,8 +202,11 @@ class ZipSource(Source):
     def _info(self, path: str) -> zipfile.ZipInfo:
         """The member of an entry's path (its name decoded as :func:`member_name` does)."""
         if self._infos is None:
-            self._infos = {member_name(self.location, i): i for i in self.zip.infolist()}
+            self._index(self.zip.infolist())
         return self._infos[path] if path in self._infos else self.zip.getinfo(path)
+
+    def _index(self, infos: list[zipfile.ZipInfo]) -> None:
+        self._infos = {member_name(self.location, i): i for i in infos}
 
     @property
     def zip(self) -> zipfile.ZipFile:
@@ -220,11 +222,12 @@ class ZipSource(Source):
         seen: set[str] = set()
         for info in infos:
             check_member(self.location, info.filename)
-            if info.filename in seen:
-                raise SourceError(f"{self.location}: member {info.filename!r} is in the archive twice; expected "
+            name = member_name(self.location, info)  # two raw names may decode to one (UTF-8 flag on one only)
+            if name in seen:
+                raise SourceError(f"{self.location}: member {name!r} is in the archive twice; expected "
                                   "each file once (re-create the zip)")
-            seen.add(info.filename)
-        self._infos = {member_name(self.location, i): i for i in infos}
+            seen.add(name)
+        self._index(infos)
         return [Entry(name.rstrip("/"), i.file_size, i.CRC, i.is_dir()) for name, i in self._infos.items()]
 
     def check(self, entry: Entry) -> None:

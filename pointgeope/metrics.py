@@ -46,11 +46,11 @@ import numpy as np
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
 
 SCORE_KEYS = ("oa", "macc", "miou")
-CLASS_MEANS = ("present", "all")
-CLASS_MEAN_TEXT = {
+CLASS_MEAN_TEXT = {  # the rules of mAcc / mIoU (``class_mean``), each with the line reports print
     "present": "mAcc and mIoU average the classes present (ground truth, or for IoU a prediction)",
     "all": "mAcc and mIoU average all classes with +1e-10, an absent class counting 0 (the PTv1 authors' rule)",
 }
+CLASS_MEANS = tuple(CLASS_MEAN_TEXT)
 
 
 def _check_labels(values: np.ndarray, num_classes: int, what: str) -> None:

@@ -198,8 +198,7 @@ def check_image_path(path) -> None:
     from PIL import Image
 
     path = Path(path)
-    Image.init()
-    known = sorted({ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.SAVE})
+    known = sorted({ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.SAVE})  # loads plugins
     if path.is_dir() or str(path).endswith(("/", os.sep)):
         raise ValueError(f"--screenshot {path}: expected an image file name such as {path / 'view.png'}, "
                          "got a folder")

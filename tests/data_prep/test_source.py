@@ -139,6 +139,22 @@ def _zip_with_raw_name(path: Path, placeholder: str, raw: bytes) -> Path:
     return path
 
 
+def test_zip_members_whose_names_decode_alike_are_refused(tmp_path):
+    """A UTF-8-flagged 'officeé' and an unflagged member with the same UTF-8 bytes are one name once
+    decoded: refused as a member twice (the index by decoded name kept only one of them, silently)."""
+    path = tmp_path / "twice.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("Area_1/office\u00e9/Annotations/wall_1.txt", b"1 2 3 4 5 6\n")  # flagged UTF-8
+        z.writestr("Area_1/officeXX/Annotations/wall_1.txt", b"7 8 9 1 2 3\n")
+    path.write_bytes(path.read_bytes().replace(b"officeXX", "office\u00e9".encode()))
+    with zipfile.ZipFile(path) as z:
+        assert [i.flag_bits & 0x800 for i in z.infolist()] == [0x800, 0]  # two raw names, one flagged
+    with pytest.raises(SourceError) as err:
+        open_source(path).rooms()
+    assert str(err.value) == (f"{path}: member 'Area_1/office\u00e9/Annotations/wall_1.txt' is in the archive "
+                              "twice; expected each file once (re-create the zip)")
+
+
 def test_zip_member_names_that_are_not_utf8_are_refused(tmp_path):
     """A latin-1 name (office\\xe91) was read as cp437 and stored as 'officeΘ1'; the README says refused."""
     path = _zip_with_raw_name(tmp_path / "latin1.zip", "officeX1", b"office\xe91")
