@@ -38,8 +38,8 @@ import re
 import sys
 import time
 import zlib
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -61,7 +61,6 @@ from pointgeope.errors import UserError
 from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
 from pointgeope.lock import folder_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
-
 
 
 # --- test-time views -----------------------------------------------------------------------------------

@@ -167,10 +167,11 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
     refused = refusal(scan.source, scan.coord, stray, scale, max_extent)
     if refused:
         raise ScanError(refused)
-    points = scan.coord[~stray] if stray.any() else scan.coord
+    any_stray = bool(stray.any())
+    points = scan.coord[~stray] if any_stray else scan.coord
     lo = points.min(axis=0)
     coord = ((points - lo) * scale).astype(np.float32)
-    kept = scan if not stray.any() else dataclasses.replace(
+    kept = scan if not any_stray else dataclasses.replace(
         scan, coord=points, color=None if scan.color is None else scan.color[~stray])
     check_scan(predictor, kept, coord, scale, warn)
     color = kept.color if kept.color is not None else np.zeros((len(kept), 3), np.uint8)  # unused by [xyz] models
@@ -180,7 +181,7 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
     if (result.votes < 1).any():
         raise RuntimeError(f"{scan.source}: {(result.votes < 1).sum()} points got no prediction")
     scores, votes = result.scores, result.votes
-    if stray.any():
+    if any_stray:
         warn(describe_stray(scan.source, scan.coord, stray, scale, max_extent))
         source = np.cumsum(~stray) - 1  # point i -> its row among the kept points
         source[stray] = nearest_kept(scan.coord, stray)

@@ -52,13 +52,19 @@ def split(batch: PieceBatch, limit: int) -> list[PieceBatch]:
     sizes = [index.shape[0] for index in batch.index]
     if sum(sizes) <= limit:
         return [batch]
-    out, first, rows = [], 0, 0
-    for k in range(1, len(sizes) + 1):
-        if k == len(sizes) or sum(sizes[first:k + 1]) > limit:
-            end = rows + sum(sizes[first:k])
-            offset = torch.from_numpy(np.cumsum(sizes[first:k]))
-            out.append(PieceBatch(batch.index[first:k], batch.pos[rows:end], batch.x[rows:end], offset, None))
-            first, rows = k, end
+    bounds, first, points = [], 0, 0   # (first piece, end piece) of each part, greedily as stack's caller
+    for k, size in enumerate(sizes):
+        if k > first and points + size > limit:
+            bounds.append((first, k))
+            first, points = k, 0
+        points += size
+    bounds.append((first, len(sizes)))
+    out, rows = [], 0
+    for first, end in bounds:
+        offset = torch.from_numpy(np.cumsum(sizes[first:end]))
+        stop = rows + int(offset[-1])
+        out.append(PieceBatch(batch.index[first:end], batch.pos[rows:stop], batch.x[rows:stop], offset, None))
+        rows = stop
     return out
 
 
