@@ -8,7 +8,6 @@ renamed over the target on success, and deleted on any error.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import tempfile
@@ -16,18 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from pointgeope.errors import UserError
+from pointgeope.errors import FULL_DISK, UserError
 
 __all__ = ["atomic_path", "atomic_open", "write_text_atomic", "remove_leftovers", "writable_folder",
            "DiskFullError"]
-
-# The errors of a write that the disk refused: the one line each gives (see DiskFullError).
-_FULL_DISK = {
-    errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "the disk quota is exceeded",
-    errno.EFBIG: "file too large for the file size limit (`ulimit -f`) or the file system",
-}
-
 
 class DiskFullError(UserError):
     """A write refused by the disk (no space, quota, file size limit): names the file being written."""
@@ -37,8 +28,8 @@ class DiskFullError(UserError):
         """Raise one naming ``path`` if ``err``, or an error it arose from (a writer such as ``torch.save``
         may hide the OSError behind its own), is a full disk's; return otherwise."""
         while err is not None:
-            if isinstance(err, OSError) and err.errno in _FULL_DISK:
-                raise cls(f"{path}: cannot write it: {_FULL_DISK[err.errno]}; nothing of it was kept; free "
+            if isinstance(err, OSError) and err.errno in FULL_DISK:
+                raise cls(f"{path}: cannot write it: {FULL_DISK[err.errno]}; nothing of it was kept; free "
                           "space (or raise the limit) and run the same command again") from None
             err = err.__cause__ or err.__context__
 

@@ -21,8 +21,14 @@ from collections.abc import Callable
 
 EXIT_USER_ERROR = 2
 
+# The errors of a write that the disk refused, with the words for each (atomic.DiskFullError names the file).
+FULL_DISK = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EFBIG: "file too large for the file size limit (`ulimit -f`) or the file system",
+}
 # Operating-system errors that are the environment's, not a bug: a full disk, a read-only folder.
-_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EPERM}
+_ENVIRONMENT_ERRNOS = set(FULL_DISK) | {errno.EROFS, errno.EACCES, errno.EPERM}
 
 
 class UserError(Exception):
