@@ -115,6 +115,15 @@ def _launch(kernel, grid, *args, device: torch.device, **meta) -> None:
         kernel[grid](*args, **meta)
 
 
+def _out_dtype(*tensors: Tensor | None) -> torch.dtype:
+    """The promoted dtype of the given tensors (``None`` skipped), the output's."""
+    dtypes = [t.dtype for t in tensors if t is not None]
+    out = dtypes[0]
+    for dtype in dtypes[1:]:
+        out = torch.promote_types(out, dtype)
+    return out
+
+
 def _acc_dtype(*tensors: Tensor | None) -> torch.dtype:
     return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
 
@@ -129,8 +138,7 @@ class _Aggregate(torch.autograd.Function):
         ctx.save_for_backward(w, v, idx, delta)
         ctx.share_planes = share_planes
         (n, k), c = idx.shape, v.shape[1]
-        dtype = v.dtype if delta is None else torch.promote_types(v.dtype, delta.dtype)
-        y = torch.empty(n, c, dtype=dtype, device=v.device)
+        y = torch.empty(n, c, dtype=_out_dtype(v, delta), device=v.device)
         bm, bk, bg = _blocks(k, c // share_planes)
         f64 = _acc_dtype(w, v, delta) == torch.float64
         _launch(kernels().aggregate_forward, (_cdiv(n, bm),), w, v, idx, v if delta is None else delta, y,
@@ -165,9 +173,7 @@ class _Relation(torch.autograd.Function):
         ctx.save_for_backward(idx)
         ctx.rows, ctx.dtypes = key.shape[0], (key.dtype, q.dtype, None if delta is None else delta.dtype)
         (n, k), c = idx.shape, key.shape[1]
-        dtype = torch.promote_types(key.dtype, q.dtype)
-        dtype = dtype if delta is None else torch.promote_types(dtype, delta.dtype)
-        out = torch.empty(n, k, c, dtype=dtype, device=key.device)
+        out = torch.empty(n, k, c, dtype=_out_dtype(key, q, delta), device=key.device)
         bm, bk, bc = _blocks(k, min(c, 64))
         _launch(kernels().relation_forward, (_cdiv(n, bm), _cdiv(c, bc)), key, idx, q,
                 key if delta is None else delta, out, n, k, c, HAS_DELTA=delta is not None,
@@ -209,9 +215,7 @@ class _FrameRelation(torch.autograd.Function):
         ctx.dtypes = (x.dtype, q.dtype, None if delta is None else delta.dtype)
         points = apply_shifted(x, tables).contiguous()                          # R_j x_j in the tables' dtype
         (n, k), c = idx.shape, x.shape[1]
-        dtype = torch.promote_types(x.dtype, q.dtype)
-        out = torch.empty(n, k, c, dtype=dtype if delta is None else torch.promote_types(dtype, delta.dtype),
-                          device=x.device)
+        out = torch.empty(n, k, c, dtype=_out_dtype(x, q, delta), device=x.device)
         bm, bk, bc = _blocks(k, min(c, 64))
         _launch(kernels().frame_forward, (_cdiv(n, bm), _cdiv(c, bc)), points, idx, tables, q,
                 q if delta is None else delta, out, n, k, c, HAS_DELTA=delta is not None,
@@ -261,9 +265,7 @@ class _LinearRelation(torch.autograd.Function):
         ctx.save_for_backward(idx, disp, block_scale)
         ctx.rows, ctx.dtypes = x.shape[0], (x.dtype, q.dtype, None if delta is None else delta.dtype)
         (n, k), c, blocks = idx.shape, x.shape[1], block_scale.shape[0]
-        dtype = torch.promote_types(x.dtype, q.dtype)
-        out = torch.empty(n, k, c, dtype=dtype if delta is None else torch.promote_types(dtype, delta.dtype),
-                          device=x.device)
+        out = torch.empty(n, k, c, dtype=_out_dtype(x, q, delta), device=x.device)
         bm, bk, bb = _blocks(k, min(blocks, 32), budget=2048)
         _launch(kernels().linear_forward, (_cdiv(n, bm), _cdiv(blocks, bb)), x, idx, disp, block_scale, q,
                 q if delta is None else delta, out, n, k, c, blocks, HAS_DELTA=delta is not None,

@@ -65,7 +65,13 @@ def axial_frequencies(block_scale: Tensor, channels: int) -> Tensor:
         raise ValueError(f"expected at least {2 * AXES} channels and their {channels // 3} block scales, got "
                          f"{channels} channels and {block_scale.shape[0]} scales")
     eye = torch.eye(AXES, dtype=block_scale.dtype, device=block_scale.device)
-    return (block_scale[0: 2 * blocks: 2, None, None] * eye).reshape(AXES * blocks, AXES)
+    return _pairs_along(block_scale[0: 2 * blocks: 2], eye)
+
+
+def _pairs_along(scale: Tensor, directions: Tensor) -> Tensor:
+    """The pair frequencies ``f_{3q+a} = scale_q directions_a``, ``(3 Q, 3)``, from ``scale (Q,)`` and the
+    rows ``directions (3, 3)`` (the axes for axial RoPE, a rotation's rows for RoPE-Mixed)."""
+    return (scale[:, None, None] * directions).reshape(AXES * scale.shape[0], AXES)
 
 
 def _per_axis(channels: int) -> int:
@@ -81,8 +87,7 @@ def pointrope_frequencies(channels: int, base: float = POINTROPE_BASE, dtype: to
     for ``q < Q = C // 6`` (its ``1 / base ** (d / D)`` for pair ``d`` of ``D`` per axis)."""
     per_axis = _per_axis(channels)
     scale = base ** (-torch.arange(per_axis, dtype=torch.float64) / per_axis)
-    eye = torch.eye(AXES, dtype=torch.float64)
-    return (scale[:, None, None] * eye).reshape(AXES * per_axis, AXES).to(device=device, dtype=dtype)
+    return _pairs_along(scale, torch.eye(AXES, dtype=torch.float64)).to(device=device, dtype=dtype)
 
 
 def mixed_frequencies(channels: int, pos_scale: float, base: float = MIXED_BASE,
@@ -102,7 +107,7 @@ def mixed_frequencies(channels: int, pos_scale: float, base: float = MIXED_BASE,
     if torch.linalg.det(rot) < 0:
         rot = -rot                                                   # a rotation (3 is odd: -R has det +1)
     scale = pos_scale * base ** (-torch.arange(per_axis, dtype=torch.float64) / per_axis)
-    return (scale[:, None, None] * rot.T[None]).reshape(AXES * per_axis, AXES).float()
+    return _pairs_along(scale, rot.T).float()
 
 
 def grid_coordinates(coord: Tensor, unit: float, dtype: torch.dtype) -> Tensor:

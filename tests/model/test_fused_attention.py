@@ -208,7 +208,10 @@ ENCODINGS = PRESET_NAMES + [PositionalEncoding("geope", True, "geope")]
 def test_layer_on_the_triton_path_equals_the_torch_path_and_the_float64_reference(pe, monkeypatch):
     coord, feat, idx = _layer_inputs()
     layer = _layer(pe)
+    calls, aggregate = [], fused_attention.aggregate          # the Triton path really runs the fused kernels
+    monkeypatch.setattr(fused_attention, "aggregate", lambda *a: calls.append(1) or aggregate(*a))
     fused, torch_path = (_run(layer, coord, feat, idx, p, monkeypatch) for p in ("triton", "torch"))
+    assert len(calls) == (layer.pe.value != "geope")         # once, on the Triton path only
     torch.testing.assert_close(fused[0], torch_path[0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(fused[0].double(), _reference(layer, coord, feat, idx), rtol=1e-4, atol=1e-4)
     layer.train()                                              # batch statistics, gradients of every parameter
