@@ -59,4 +59,4 @@ bench: setup
 
 # --strict: a broken link, a missing page or an API object that does not resolve fails the build
 docs: $(DOCS_STAMP)
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
