@@ -15,7 +15,7 @@ from triton.runtime.errors import OutOfResources  # noqa: E402
 from pointgeope.errors import UserError  # noqa: E402
 from pointgeope.model import fused_attention, kernels  # noqa: E402
 from pointgeope.model.kernels import KernelFallbackWarning  # noqa: E402
-from pointgeope.model.ops import backends, fps, knn, triton_fps, triton_knn  # noqa: E402
+from pointgeope.model.ops import backends, fps, knn, triton_fps, triton_fps_rounds, triton_knn  # noqa: E402
 from tests.model.test_attention import _layer  # noqa: E402
 
 
@@ -70,8 +70,9 @@ def test_a_knn_kernel_that_fails_to_compile_falls_back_once_with_the_same_neighb
 
 def test_an_fps_kernel_that_fails_to_launch_falls_back_to_the_next_default(monkeypatch):
     coord, off = _cloud()
-    monkeypatch.setattr(triton_fps, "_fps_pruned_kernel", Failing(LAUNCH_ERROR))
-    monkeypatch.setattr(triton_fps, "_fps_kernel", Failing(LAUNCH_ERROR))
+    for module, kernel in ((triton_fps, "_fps_pruned_kernel"), (triton_fps, "_fps_kernel"),
+                           (triton_fps_rounds, "_fps_rounds_kernel")):
+        monkeypatch.setattr(module, kernel, Failing(LAUNCH_ERROR))
     with pytest.warns(KernelFallbackWarning, match="Triton kernel fps failed .*RuntimeError.*kernel image is invalid"):
         idx, new_off = fps(coord, off, 4)
     want_idx, want_off = fps(coord, off, 4, backend=backends.fps_backend(coord.device))

@@ -91,7 +91,8 @@ def _scan(best, worst_d, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, s_first, box
           BS: tl.constexpr, CH: tl.constexpr):
     """Blocks ``[lo, hi)`` outside the window ``[w_lo, w_hi)``, ``CH`` boxes at a time: merge each block
     some query's box distance does not exceed that query's k-th distance, nearest-index first."""
-    for c0 in range(lo, hi, CH):
+    c0 = lo
+    while c0 < hi:                                     # while: bounds loaded from memory (Triton 3.6's interpreter)
         b = c0 + tl.arange(0, CH)
         live = (b < hi) & ((b < w_lo) | (b >= w_hi))
         box = box_ptr + b * 6
@@ -110,6 +111,7 @@ def _scan(best, worst_d, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, s_first, box
             worst_d = _worst_d2(best)
             ok = ok & (b != nb)[None, :]
             need = tl.max((ok & (box_d <= worst_d[:, None])).to(tl.int32), 0) > 0
+        c0 += CH
     return best, worst_d
 
 
@@ -132,11 +134,13 @@ def _knn_kernel(q_ptr, q_row_ptr, q_plane, s_ptr, s_row_ptr, s_plane, box_ptr, q
     # the window: the W blocks nearest in Morton order, start, start + 1, start - 1, start + 2, ... (a range)
     m = tl.minimum(start - lo, hi - 1 - start)                            # blocks on the shorter side
     n = tl.where(hi - lo < W, hi - lo, W)                                 # blocks in the window
-    for t in range(0, n):
+    t = n * 0
+    while t < n:
         r = (t + 1) // 2
         b = tl.where(t % 2 == 1, start + r, start - r)
         b = tl.where(t <= 2 * m, b, tl.where(hi - 1 - start > start - lo, start + (t - m), start - (t - m)))
         best = _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, s_first, b, BS)
+        t += 1
     w_lo = tl.where(n - 1 <= 2 * m, start - (n - 1) // 2, tl.where(hi - 1 - start > start - lo, lo, hi - n))
     best, _ = _scan(best, _worst_d2(best), qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, s_first, box_ptr, lo, hi,
                     w_lo, w_lo + n, BS, CH)
