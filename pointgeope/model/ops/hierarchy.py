@@ -18,15 +18,18 @@ in each stage, exactly as PyG shifts ``edge_index`` when it batches graphs.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, fields
 from itertools import accumulate
 
 import torch
 from torch import Tensor
 
+from pointgeope.model.ops import backends
 from pointgeope.model.ops.backends import OpsBackends
 from pointgeope.model.ops.fps import fps, sample_counts
 from pointgeope.model.ops.knn import knn
+from pointgeope.model.ops.morton import shared_layouts
 from pointgeope.model.ops.offsets import check_offset, counts
 
 __all__ = ["PointHierarchy", "HierarchySpec", "UP_NEIGHBOURS"]
@@ -85,10 +88,17 @@ class HierarchySpec:
 
     def __call__(self, coord: Tensor, offset: Tensor | list[int]) -> PointHierarchy:
         """The hierarchy of ``coord (N, 3)`` in clouds ``offset (B,)`` (a host list or tensor spares the
-        device-to-host copies of device offsets)."""
-        knn_backend, fps_backend = self.backends.knn, self.backends.fps
+        device-to-host copies of device offsets). With a Triton backend every stage's cloud is sorted and
+        tiled once for its FPS and kNN (``morton.shared_layouts``)."""
         coord = coord.detach()
         off = check_offset(offset, coord.shape[0])
+        uses_triton = "triton" in (self.backends.fps or backends.fps_backend(coord.device),
+                                   self.backends.knn or backends.knn_backend(coord.device))
+        with shared_layouts(coord, off) if uses_triton else contextlib.nullcontext():
+            return self._build(coord, off)
+
+    def _build(self, coord: Tensor, off: list[int]) -> PointHierarchy:
+        knn_backend, fps_backend = self.backends.knn, self.backends.fps
         offsets, samples, down, neighbours, coords = [], [], [], [], []
         c = coord
         for stride, k in zip(self.strides, self.neighbours):

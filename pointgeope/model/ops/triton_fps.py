@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from pointgeope.model.ops.morton import block_boxes, launch_device, morton_keys, tile_sorted
+from pointgeope.model.ops.morton import launch_device, layout
 from pointgeope.model.ops.triton_fps_rounds import fps_rounds
 
 __all__ = ["fps_triton", "BLOCK_P", "GROUP", "METHODS", "METHOD"]
@@ -175,7 +175,7 @@ def _fps_stream(planes: Tensor, sizes: list[int], kept: list[int], out: Tensor) 
 def _fps_pruned(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int], out: Tensor) -> None:
     device = planes.device
     off = torch.tensor(sizes).cumsum(0).tolist()
-    tiles = tile_sorted(points, morton_keys(points, off, points, off)[0], off, BLOCK_P)
+    tiles, boxes = layout(points, off, BLOCK_P)
     nbp = max(2, triton.next_power_of_2(max(tiles.blocks)))
     kept_t = torch.tensor(kept, dtype=torch.long, device=device)
     meta = torch.stack([tiles.start_t, kept_t, torch.cumsum(kept_t, 0) - kept_t, tiles.block_start_t,
@@ -185,7 +185,7 @@ def _fps_pruned(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int
     barg = torch.zeros(nb, dtype=torch.long, device=device)
     dist = torch.full((tiles.rows.numel(),), torch.inf, dtype=torch.float32, device=device)
     scratch = torch.zeros(len(sizes) * nbp, dtype=torch.long, device=device)
-    _fps_pruned_kernel[(len(sizes),)](tiles.planes, tiles.planes.shape[1], tiles.rows, block_boxes(tiles, BLOCK_P),
+    _fps_pruned_kernel[(len(sizes),)](tiles.planes, tiles.planes.shape[1], tiles.rows, boxes,
                                       dist, bmax, barg, scratch, planes, planes.shape[1], meta, out, NBP=nbp,
                                       BP=BLOCK_P, G=GROUP, num_warps=PRUNED_WARPS, num_stages=1, enable_fp_fusion=False)
 

@@ -32,7 +32,7 @@ import triton.language as tl
 from torch import Tensor
 
 from pointgeope.model import kernels
-from pointgeope.model.ops.morton import block_boxes, morton_keys, tile_sorted
+from pointgeope.model.ops.morton import layout
 
 __all__ = ["fps_rounds", "BP", "GC", "PCAP"]
 
@@ -215,7 +215,7 @@ def fps_rounds(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int]
     chunk's blocks and a round's samples at most (default :data:`GC`, :data:`PCAP`)."""
     device, gc, pcap = planes.device, gc or GC, pcap or PCAP
     off = torch.tensor(sizes).cumsum(0).tolist()
-    tiles = tile_sorted(points, morton_keys(points, off, points, off)[0], off, BP)
+    tiles, boxes = layout(points, off, BP)
     nbp = max(2, triton.next_power_of_2(max(tiles.blocks)))
     kept_t = torch.tensor(kept, dtype=torch.long, device=device)
     meta = torch.stack([tiles.start_t, kept_t, torch.cumsum(kept_t, 0) - kept_t, tiles.block_start_t,
@@ -224,7 +224,7 @@ def fps_rounds(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int]
     bkey = torch.empty(sum(tiles.blocks), dtype=torch.long, device=device)
     ids = torch.zeros(len(sizes) * nbp, dtype=torch.long, device=device)
     picks = torch.zeros(len(sizes) * 3 * pcap, dtype=torch.float32, device=device)
-    _fps_rounds_kernel[(len(sizes),)](tiles.planes, tiles.planes.shape[1], tiles.rows, block_boxes(tiles, BP), dist,
+    _fps_rounds_kernel[(len(sizes),)](tiles.planes, tiles.planes.shape[1], tiles.rows, boxes, dist,
                                       bkey, ids, picks, planes, planes.shape[1], meta, out, NBP=nbp, BP=BP, GC=gc,
                                       PCAP=pcap, G=G, PG=PG, L=LEVELS, TUPLE=not kernels.interpreted() if TUPLE is None else TUPLE, num_warps=WARPS, num_stages=1,
                                       enable_fp_fusion=False)
