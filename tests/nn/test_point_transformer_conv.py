@@ -233,3 +233,30 @@ def test_reset_parameters_restores_the_initial_frequencies():
     conv.reset_parameters()
     torch.testing.assert_close(conv.block_scale.freq.detach(), initial, atol=0, rtol=0)
     assert repr(conv) == "GeoPEPointTransformerConv(4, 12, pe='geope')"
+
+
+def test_info_names_the_tested_pyg_versions_and_flags_another(capsys, monkeypatch):
+    from pointgeope import info
+    from pointgeope.nn import TESTED_PYG_VERSIONS
+
+    def pyg_line() -> str:
+        info.print_info()
+        return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("PyG layer"))
+    tested = ", ".join(TESTED_PYG_VERSIONS)
+    installed = info.package_versions()
+    monkeypatch.setattr(info, "package_versions", lambda: {**installed, "torch-geometric": TESTED_PYG_VERSIONS[0]})
+    assert pyg_line() == f"PyG layer (pointgeope.nn.GeoPEPointTransformerConv): tested with torch-geometric {tested}"
+    monkeypatch.setattr(info, "package_versions", lambda: {**installed, "torch-geometric": "2.4.0"})
+    assert pyg_line().endswith(f"torch-geometric {tested} (installed: 2.4.0, not among them)")
+
+
+def test_nn_does_not_import_the_data_or_engine_code():
+    """Data flows one way: pointgeope.nn builds on pointgeope.geope and pointgeope.model only."""
+    import pointgeope.nn
+    from tests.conftest import module_imports
+
+    imports = module_imports(pointgeope.nn)
+    assert len(imports) >= 4
+    for path, name in ((path, name) for path, names in imports.items() for name in names):
+        assert not name.startswith(("pointgeope.data", "pointgeope.engine", "pointgeope.scans", "pointgeope.report",
+                                    "pointgeope.viz", "data_prep")), f"{path}: imports {name}"
