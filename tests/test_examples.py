@@ -4,6 +4,9 @@ from __future__ import annotations
 import importlib.util
 import math
 
+import pytest
+import torch
+
 from tests.conftest import REPO
 
 
@@ -14,7 +17,16 @@ def load(name: str):
     return module
 
 
-def test_pyg_point_transformer_trains_with_rpe_and_geope(capsys):
+@pytest.fixture
+def one_thread():
+    """The examples' small batches gain nothing from more threads (which spin on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_pyg_point_transformer_trains_with_rpe_and_geope(capsys, one_thread):
     losses = load("pyg_point_transformer").main(steps=6)
     assert set(losses) == {"rpe", "geope"}
     for pe, run in losses.items():

@@ -80,17 +80,8 @@ def reference_output(conv, pe, x, pos, edges) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("pe", ALL, ids=str)
-def test_every_preset_equals_its_definition_edge_by_edge(pe):
-    torch.manual_seed(0)
-    conv, (x, pos, edge_index) = make_conv(pe), graph()
-    expected = reference_output(conv, PositionalEncoding.preset(pe), x, pos, with_self_loops(edge_index, 9))
-    with torch.no_grad():
-        torch.testing.assert_close(conv(x, pos, edge_index), expected, atol=1e-10, rtol=0)
-
-
-@pytest.mark.parametrize("pe,axes", [("geope", 2), ("lingeope+rpe", 1)])
-def test_geope_on_fewer_axes_equals_its_definition(pe, axes):
+@pytest.mark.parametrize("pe,axes", [(pe, 3) for pe in ALL] + [("geope", 2), ("lingeope+rpe", 1)], ids=str)
+def test_every_preset_equals_its_definition_edge_by_edge(pe, axes):
     torch.manual_seed(0)
     conv, (x, pos, edge_index) = make_conv(pe, axes=axes), graph(axes=axes)
     expected = reference_output(conv, PositionalEncoding.preset(pe), x, pos, with_self_loops(edge_index, 9))
