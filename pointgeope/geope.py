@@ -225,8 +225,10 @@ class BlockScale(nn.Module):
 
     Args:
         channels: feature width ``C``.
-        base: frequency base (the paper's lambda). pos_scale: phase per unit of position at block 0
-        (``1 / grid_size`` gives voxel units). axes: ``A``. learnable: train the frequencies.
+        base: frequency base (the paper's lambda).
+        pos_scale: phase per unit of position at block 0 (``1 / grid_size`` gives voxel units).
+        axes: ``A``.
+        learnable: train the frequencies.
     """
 
     def __init__(self, channels: int, base: float = 100.0, pos_scale: float = 25.0, axes: int = 3,

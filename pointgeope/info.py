@@ -54,9 +54,9 @@ def print_info() -> None:
     from pointgeope.model import compiled
 
     print(f"GeoPE pair kernels: {compiled.status()}")
-    from pointgeope.model import fused_attention
+    from pointgeope.model import kernels
 
-    print(f"attention kernels: {fused_attention.status()}")
+    print(f"Triton kernels (point ops, attention): {kernels.status()}")
     from pointgeope.engine.build import hierarchy_place
     from pointgeope.engine.config import Config
 

@@ -227,15 +227,18 @@ class PointTransformerLayer(nn.Module):
 
     def _fused_relation(self, key: Tensor, q: Tensor, idx: Tensor, disp: Tensor, delta: Tensor | None,
                         tables: Tensor | None) -> Tensor | None:
-        """The relation (``+ delta`` where the preset has it) on the Triton kernels, where they have it: no
-        rotation, standard GeoPE with constant rotations (``tables``), linear GeoPE with fixed frequencies;
-        ``None`` otherwise (RoPE's pairs, learnable GeoPE frequencies)."""
-        delta = delta if self.pe.relation_delta else None
-        if self.pe.rotation == "none":
+        """The relation (``+ delta`` where the preset has it) on the Triton kernels, where they run
+        (``fused_attention.enabled``) and have it: no rotation, standard GeoPE with constant rotations
+        (``tables``), linear GeoPE with fixed frequencies; ``None`` otherwise (RoPE's pairs, learnable GeoPE
+        frequencies, the torch path)."""
+        delta, device = delta if self.pe.relation_delta else None, key.device
+        if self.pe.rotation == "none" and fused_attention.enabled("relation", device):
             return fused_attention.relation(key, idx, q, delta)
-        if self.pe.rotation == "geope" and tables is not None and key.shape[0] == idx.shape[0]:
+        if self.pe.rotation == "geope" and tables is not None and key.shape[0] == idx.shape[0] \
+                and fused_attention.enabled("frame_relation", device):
             return fused_attention.frame_relation(key, idx, tables, q, delta)
-        if self.pe.rotation == "lingeope" and not self.block_scale.learnable and constant(disp):
+        if self.pe.rotation == "lingeope" and not self.block_scale.learnable and constant(disp) \
+                and fused_attention.enabled("linear_relation", device):
             return fused_attention.linear_relation(key, idx, disp, self._block_scales(key), q, delta)
         return None
 
@@ -258,8 +261,7 @@ class PointTransformerLayer(nn.Module):
         if standard and self.block_scale is not None and not self.block_scale.learnable:
             tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._block_scales(feat), c)  # (5, N, C)
 
-        fused = fused_attention.kernel_path(feat.device) == "triton"            # fused_attention.py
-        relation = self._fused_relation(key, q, idx, disp, delta, tables) if fused else None   # delta included
+        relation = self._fused_relation(key, q, idx, disp, delta, tables)      # Triton (fused_attention.py), delta in
         if relation is None:
             if self.pe.rotation == "none":
                 relation = gather(key, idx) - q.unsqueeze(1)                     # (N, k, C)
@@ -268,7 +270,7 @@ class PointTransformerLayer(nn.Module):
             if self.pe.relation_delta:
                 relation = relation + delta
         logits = self.linear_w(relation)                                         # (N, k, C/s)
-        if fused and self.pe.value != "geope":
+        if self.pe.value != "geope" and fused_attention.enabled("aggregate", feat.device):
             return fused_attention.aggregate(logits, value, idx, delta if self.pe.value == "rpe" else None,
                                              self.share_planes)
         weight = torch.softmax(logits, dim=1)                                    # (N, k, C/s)

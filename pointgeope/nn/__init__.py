@@ -8,7 +8,7 @@
 Imports ``pointgeope.geope`` and ``pointgeope.model`` only (never the data or engine code).
 """
 from pointgeope.nn.functional import geope_attention, geope_qk
-from pointgeope.nn.knn_graph import knn_graph
+from pointgeope.nn.knn import knn_graph
 from pointgeope.nn.point_transformer_conv import GeoPEPointTransformerConv
 
 # The torch-geometric versions the layer's tests passed with (``pointgeope info`` prints them).

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pointgeope.model import kernels
 from pointgeope.model.ops.backends import FPS_BACKENDS, resolve
 from pointgeope.model.ops.offsets import check_offset, counts, offset_from_counts
 
@@ -63,18 +64,25 @@ def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None)
     off = check_offset(offset, points.shape[0])
     sizes = counts(off)
     kept = sample_counts(sizes, stride)
+    if backend is None and resolve(None, FPS_BACKENDS, points.device, "fps") == "triton":
+        return kernels.run("fps", points.device, lambda: _fps_triton(points, sizes, kept, off),
+                           lambda: fps(points, off, stride))
     backend = resolve(backend, FPS_BACKENDS, points.device, "fps")
     if backend == "torch":
         idx = _fps_torch(points, sizes, kept)
     elif backend == "cluster":
         idx = _fps_cluster(points, sizes, kept, stride)
     elif backend == "triton":
-        from pointgeope.model.ops.triton_fps import fps_triton
-
-        idx = fps_triton(points, sizes, kept)
+        return _fps_triton(points, sizes, kept, off)
     else:
         idx = _fps_fpsample(points, sizes, kept)
     return idx, offset_from_counts(kept, points.device)
+
+
+def _fps_triton(points: Tensor, sizes: list[int], kept: list[int], off: list[int]) -> tuple[Tensor, Tensor]:
+    from pointgeope.model.ops.triton_fps import fps_triton
+
+    return fps_triton(points, sizes, kept), offset_from_counts(kept, points.device)
 
 
 def _fps_fpsample(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:

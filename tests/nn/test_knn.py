@@ -1,4 +1,4 @@
-"""Tests of pointgeope/nn/knn_graph.py against a brute-force neighbour list and PyG's batching."""
+"""Tests of pointgeope/nn/knn.py against a brute-force neighbour list and PyG's batching."""
 from __future__ import annotations
 
 import pytest
