@@ -39,6 +39,12 @@ def print_info() -> None:
     for name, version in package_versions().items():
         print(f"  {name:<16} {version or 'not installed'}")
     print(f"device: {device_summary()}")
+    from pointgeope.nn import TESTED_PYG_VERSIONS
+
+    installed = package_versions()["torch-geometric"]
+    untested = "" if installed in TESTED_PYG_VERSIONS else f" (installed: {installed}, not among them)"
+    print(f"PyG layer (pointgeope.nn.GeoPEPointTransformerConv): tested with torch-geometric "
+          f"{', '.join(TESTED_PYG_VERSIONS)}{untested}")
     import torch
 
     from pointgeope.model.ops import backends
