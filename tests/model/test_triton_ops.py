@@ -89,12 +89,14 @@ def test_knn_is_deterministic_and_agrees_with_the_cpu_backends_without_ties():
         assert torch.equal(knn(points.cpu(), points.cpu(), 16, off.cpu(), off.cpu(), backend=name)[0], a[0].cpu()), name
 
 
-def test_knn_is_exact_with_small_blocks_where_the_box_scan_does_the_work(monkeypatch):
-    """Blocks of 8 points and a window of one block, so that the clouds span many blocks and the box scan
-    (chunks, skips, merges after the window) does the work: the result is still the definition's."""
+@pytest.mark.parametrize("super_blocks", [1, 3])
+def test_knn_is_exact_with_small_blocks_where_the_box_scan_does_the_work(monkeypatch, super_blocks):
+    """Blocks of 8 points in super-blocks of 1 or 3 and a window of one block, so that the clouds span many
+    blocks and the two-level box scan (chunks, skips, merges after the window) does the work: the result is
+    still the definition's."""
     from pointgeope.model.ops import triton_knn
 
-    for name, value in dict(BLOCK_Q=16, BLOCK_S=8, WINDOW=1, CHUNK=4).items():
+    for name, value in dict(BLOCK_Q=16, BLOCK_S=8, WINDOW=1, CHUNK=4, SUPER=super_blocks).items():
         monkeypatch.setattr(triton_knn, name, value)
     rng = np.random.default_rng(7)
     fine, f_off = _packed([_random(64, rng), _grid(40, rng), _random(2, rng)])
@@ -102,7 +104,8 @@ def test_knn_is_exact_with_small_blocks_where_the_box_scan_does_the_work(monkeyp
     _assert_exact_knn(fine, fine, 8, f_off, f_off)
     _assert_exact_knn(coarse, fine, 16, c_off, f_off)
     # a tie on a box's boundary: x = 8 has rows 7 and 9 at distance 1; its window is the block 8..15,
-    # and the block 0..7, whose box is exactly at the k-th distance, must still be visited
+    # and the block 0..7, whose box (and with super-blocks of 1, its super-box) is exactly at the k-th
+    # distance, must still be visited
     line, off = _packed([np.column_stack([np.arange(32.0), np.zeros(32), np.zeros(32)])])
     query = torch.tensor([[8.0, 0.0, 0.0]], device=DEVICE)
     idx, _ = _assert_exact_knn(query, line, 2, torch.tensor([1], device=DEVICE), off)
