@@ -71,15 +71,22 @@ def test_model_input_channels_follow_the_features():
         build.model(load_config(None, small + ["data.color=false", "data.height=true"]))
 
 
-def _first_batch(overrides: list[str]):
-    """A seeded model of the config with ``overrides`` and the first training batch of Area_2 for it."""
+def _loader(overrides: list[str]):
+    """A seeded model of the config with ``overrides`` and its training loader of Area_2 (epoch 0)."""
     cfg = load_config(None, overrides)
     torch.manual_seed(0)
     net = build.model(cfg)
     dataset = build.train_dataset(cfg, ["Area_2"])
     sampler = ResumableSampler(dataset, env(), seed=0)
     sampler.set_epoch(0)
-    return net, next(iter(build.train_loader(cfg, dataset, sampler, env(), net)))
+    place, _ = build.hierarchy_place(cfg, torch.device("cpu"))
+    return net, build.train_loader(cfg, dataset, sampler, env(), net, place)
+
+
+def _first_batch(overrides: list[str]):
+    """A seeded model of the config with ``overrides`` and the first training batch of Area_2 for it."""
+    net, loader = _loader(overrides)
+    return net, next(iter(loader))
 
 
 def test_training_batches_carry_the_models_hierarchy_from_the_workers(tiny_root):
@@ -114,6 +121,29 @@ def test_auto_hierarchy_follows_the_device_kernels(monkeypatch, fps, knn, device
     for explicit in ("device", "loader"):         # an explicit choice wins on every device
         assert build.hierarchy_place(load_config(None, [f"data.hierarchy={explicit}"]), torch.device(device)) \
             == (explicit, "data.hierarchy")
+
+
+def test_the_hierarchy_beside_the_step_hands_over_the_same_batches_hierarchies_and_losses(tiny_root):
+    """HierarchyAhead (a thread builds batch i + 1's hierarchy while batch i trains; on CUDA on a second
+    stream) yields the loader's batches in their order, each with the hierarchy the model would build, so
+    every step's loss equals the in-model one's."""
+    from pointgeope.engine.ahead import HierarchyAhead
+    from tests.engine.conftest import TINY
+
+    net, loader = _loader(TINY + [f"data.root={tiny_root}", "data.hierarchy=device", "data.loop=2"])
+    plain = list(loader)
+    ahead = HierarchyAhead(loader, net.hierarchy_spec, torch.device("cpu"))
+    assert len(ahead) == len(loader) >= 2
+    net.eval()
+    with torch.no_grad():
+        for got, want in zip(ahead, plain, strict=True):
+            assert torch.equal(got.pos, want.pos) and torch.equal(got.y, want.y)
+            expected = net.hierarchy_spec(want.pos, want.ptr[1:])
+            for field in ("samples", "neighbours", "down", "up"):
+                for a, b in zip(getattr(got.hierarchy, field), getattr(expected, field)):
+                    assert (a is None and b is None) or torch.equal(a, b), field
+            torch.testing.assert_close(net(got.pos, got.x, got.ptr[1:], hierarchy=got.hierarchy),
+                                       net(want.pos, want.x, want.ptr[1:]), atol=0, rtol=0)
 
 
 def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root):
@@ -168,3 +198,25 @@ def test_a_network_without_learnt_frequencies_keeps_one_parameter_group():
     net = build.model(cfg)
     groups = build.optimizer(cfg, net).param_groups
     assert len(groups) == 1 and len(groups[0]["params"]) == len(list(net.parameters()))
+
+
+def test_auto_takes_the_loader_when_the_device_kernels_fall_back(monkeypatch):
+    """The check at training start: a hierarchy of two small clouds through the default (Triton) backends;
+    a kernel that fails there falls back, and training builds its hierarchy in the loader instead."""
+    pytest.importorskip("triton")
+    from pointgeope.model import kernels
+    from pointgeope.model.kernels import KernelFallbackWarning
+    from pointgeope.model.ops import triton_knn
+    from tests.model.test_kernels import COMPILE_ERROR, Failing
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
+    kernels.reset()
+    spec = build.model(load_config(None, ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]",
+                                          "model.neighbours=[8, 8]", "model.decoder_blocks=[1, 1]"])).hierarchy_spec
+    cpu = torch.device("cpu")
+    assert build.device_kernels_run(spec, cpu, points=160)
+    monkeypatch.setattr(triton_knn, "_knn_kernel", Failing(COMPILE_ERROR))
+    with pytest.warns(KernelFallbackWarning, match="knn"):
+        assert not build.device_kernels_run(spec, cpu, points=160)
+    kernels.reset()
