@@ -51,6 +51,7 @@ from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
 from pointgeope.metrics import ConfusionMeter
+from pointgeope.model.ops.fps import FPS_RULE
 
 
 class StopRun(Exception):
@@ -86,6 +87,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     place, why = build.hierarchy_place(cfg, device)
     log(f"point hierarchy: built {'in the loader workers' if place == 'loader' else 'by the model on ' + str(device)}"
         f" (data.hierarchy={place}; {why})")
+    log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
 
     # Every checkpoint carries what `pointgeope predict` needs (the spacing checks a scan's units).
     resolved = config_to_dict(cfg)
