@@ -133,20 +133,21 @@ class _Recorder:
 def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root, monkeypatch):
     """``data.hierarchy=loader`` builds the hierarchy in the loader with the CPU backends (numba FPS,
     pykdtree); ``device`` hands over the blocks alone and the model builds it with the device's kernels: on
-    CUDA the Triton ones, run here in Triton's interpreter (the device defaults patched to them, a spy proves
-    the FPS kernel ran). The same FPS samples at every stage and the same neighbour sets, so the loss and
-    gradients of a step agree up to the order of the sums over neighbours listed in another order."""
+    CUDA the Triton ones, run here in Triton's interpreter (``POINTGEOPE_KERNELS=triton``, which makes them
+    the CPU's defaults; a spy proves the FPS kernel ran). The same FPS samples at every stage and the same
+    neighbour sets, so the loss and gradients of a step agree up to float rounding (the attention runs on
+    the Triton kernels too, and neighbours listed in another order are summed in another order)."""
     pytest.importorskip("triton")
+    from pointgeope.model import kernels
     from pointgeope.model.ops import triton_fps
     from tests.engine.conftest import TINY
 
-    if not torch.cuda.is_available() and not build.backends.interpreted():
+    if not torch.cuda.is_available() and not kernels.interpreted():
         pytest.skip("no CUDA and TRITON_INTERPRET is not set: the Triton kernels cannot run")
     runs = {}
     for place in ("loader", "device"):
         if place == "device":
-            monkeypatch.setattr(build.backends, "fps_backend", lambda device: "triton")
-            monkeypatch.setattr(build.backends, "knn_backend", lambda device: "triton")
+            monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
             launches = []
             monkeypatch.setattr(triton_fps, "fps_triton", lambda *a, fn=triton_fps.fps_triton: launches.append(1) or fn(*a))
         net, batch = _first_batch(TINY + [f"data.root={tiny_root}", f"data.hierarchy={place}", "data.voxel_max=250"])

@@ -304,19 +304,20 @@ def test_layer_under_bf16_autocast_is_as_accurate_as_rpe_on_the_torch_kernels(mo
         assert fused[0] <= 1.5 * base[0] and fused[1] <= 2 * base[1], (pe, fused, base)
 
 
-def test_kernel_path_follows_the_environment(monkeypatch):
-    cpu = torch.device("cpu")
-    assert fused_attention.kernel_path(cpu) == "triton"
+def test_the_kernel_choice_follows_the_environment(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert all(fused_attention.enabled(op, cpu) for op in fused_attention.OPS)   # triton + TRITON_INTERPRET=1
     monkeypatch.setenv("POINTGEOPE_KERNELS", "torch")
-    assert fused_attention.kernel_path(cpu) == "torch" and "POINTGEOPE_KERNELS=torch" in fused_attention.status()
+    assert not fused_attention.enabled("aggregate", cpu) and not fused_attention.enabled("aggregate", cuda)
+    assert "POINTGEOPE_KERNELS=torch" in fused_attention.status()
     monkeypatch.delenv("POINTGEOPE_KERNELS")
-    assert fused_attention.kernel_path(cpu) == "torch"        # the CPU keeps its torch kernels by default
-    assert fused_attention.kernel_path(torch.device("cuda")) == "triton"
+    assert not fused_attention.enabled("aggregate", cpu)        # the CPU keeps its torch kernels by default
+    assert fused_attention.enabled("aggregate", cuda)
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
-    assert fused_attention.kernel_path(torch.device("cuda")) == "torch"  # atomics' sums are not reproducible
+    assert not fused_attention.enabled("aggregate", cuda)       # atomics' sums are not reproducible
     monkeypatch.setenv("POINTGEOPE_KERNELS", "cuda")
-    with pytest.raises(ValueError, match="POINTGEOPE_KERNELS: expected one of .*'triton'.*got 'cuda'"):
-        fused_attention.kernel_path(cpu)
+    with pytest.raises(ValueError, match="POINTGEOPE_KERNELS: expected one of triton, torch .*got 'cuda'"):
+        fused_attention.enabled("aggregate", cpu)
 
 
 def test_kernels_are_redecorated_when_the_interpreter_mode_changes(monkeypatch):

@@ -33,6 +33,7 @@ import math
 import torch
 from torch import Tensor
 
+from pointgeope.model import kernels
 from pointgeope.model.ops.backends import FPS_BACKENDS, resolve
 from pointgeope.model.ops.offsets import check_offset, counts, offset_from_counts
 
@@ -67,19 +68,26 @@ def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None)
     off = check_offset(offset, points.shape[0])
     sizes = counts(off)
     kept = sample_counts(sizes, stride)
+    if backend is None and resolve(None, FPS_BACKENDS, points.device, "fps") == "triton":
+        return kernels.run("fps", points.device, lambda: _fps_triton(points, sizes, kept, off),
+                           lambda: fps(points, off, stride))
     backend = resolve(backend, FPS_BACKENDS, points.device, "fps")
     if backend == "torch":
         idx = _fps_torch(points, sizes, kept)
     elif backend == "triton":
-        from pointgeope.model.ops.triton_fps import fps_triton
-
-        idx = fps_triton(points, sizes, kept)
+        return _fps_triton(points, sizes, kept, off)
     else:
         from pointgeope.model.ops.bucket_fps import bucket_fps
 
         pts = points.detach().to("cpu", torch.float32).numpy()
         idx = torch.from_numpy(bucket_fps(pts, sizes, kept)).to(points.device)
     return idx, offset_from_counts(kept, points.device)
+
+
+def _fps_triton(points: Tensor, sizes: list[int], kept: list[int], off: list[int]) -> tuple[Tensor, Tensor]:
+    from pointgeope.model.ops.triton_fps import fps_triton
+
+    return fps_triton(points, sizes, kept), offset_from_counts(kept, points.device)
 
 
 def _fps_torch(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:

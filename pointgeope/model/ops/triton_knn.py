@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from pointgeope.model.ops.morton import block_boxes, launch_device, morton_keys, tile_sorted
+from pointgeope.model.ops.morton import launch_device, layout
 
 __all__ = ["knn_triton", "BLOCK_Q", "BLOCK_S", "KNN_WARPS"]
 
@@ -91,7 +91,8 @@ def _scan(best, worst_d, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, s_first, box
           BS: tl.constexpr, CH: tl.constexpr):
     """Blocks ``[lo, hi)`` outside the window ``[w_lo, w_hi)``, ``CH`` boxes at a time: merge each block
     some query's box distance does not exceed that query's k-th distance, nearest-index first."""
-    for c0 in range(lo, hi, CH):
+    c0 = lo
+    while c0 < hi:                                     # while: bounds loaded from memory (Triton 3.6's interpreter)
         b = c0 + tl.arange(0, CH)
         live = (b < hi) & ((b < w_lo) | (b >= w_hi))
         box = box_ptr + b * 6
@@ -110,6 +111,7 @@ def _scan(best, worst_d, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, s_first, box
             worst_d = _worst_d2(best)
             ok = ok & (b != nb)[None, :]
             need = tl.max((ok & (box_d <= worst_d[:, None])).to(tl.int32), 0) > 0
+        c0 += CH
     return best, worst_d
 
 
@@ -132,11 +134,13 @@ def _knn_kernel(q_ptr, q_row_ptr, q_plane, s_ptr, s_row_ptr, s_plane, box_ptr, q
     # the window: the W blocks nearest in Morton order, start, start + 1, start - 1, start + 2, ... (a range)
     m = tl.minimum(start - lo, hi - 1 - start)                            # blocks on the shorter side
     n = tl.where(hi - lo < W, hi - lo, W)                                 # blocks in the window
-    for t in range(0, n):
+    t = n * 0
+    while t < n:
         r = (t + 1) // 2
         b = tl.where(t % 2 == 1, start + r, start - r)
         b = tl.where(t <= 2 * m, b, tl.where(hi - 1 - start > start - lo, start + (t - m), start - (t - m)))
         best = _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, s_first, b, BS)
+        t += 1
     w_lo = tl.where(n - 1 <= 2 * m, start - (n - 1) // 2, tl.where(hi - 1 - start > start - lo, lo, hi - n))
     best, _ = _scan(best, _worst_d2(best), qx, qy, qz, q_ok, s_ptr, s_row_ptr, s_plane, s_first, box_ptr, lo, hi,
                     w_lo, w_lo + n, BS, CH)
@@ -147,15 +151,15 @@ def _knn_kernel(q_ptr, q_row_ptr, q_plane, s_ptr, s_row_ptr, s_plane, box_ptr, q
         best = tl.where(best == first[:, None], _NONE, best)
 
 
-def _query_blocks(q_tiles, s_tiles, s_sorted_keys: Tensor, q_keys: Tensor) -> Tensor:
+def _query_blocks(q_tiles, s_tiles) -> Tensor:
     """``(NQB, 4)`` int64 per query block: its cloud's support blocks ``[lo, hi)``, the block to start
     from (the one holding the support point at the Morton position of the block's middle query) and the
     cloud's first support row."""
-    device = q_keys.device
+    device = q_tiles.keys.device
     cloud = torch.repeat_interleave(torch.arange(len(q_tiles.blocks), device=device), q_tiles.blocks_t)
     first = torch.arange(cloud.numel(), device=device) - q_tiles.block_start_t[cloud]   # block within cloud
     middle = (first * BLOCK_Q + BLOCK_Q // 2).clamp(max=q_tiles.sizes_t[cloud] - 1) + q_tiles.start_t[cloud]
-    pos = torch.searchsorted(s_sorted_keys, q_keys[q_tiles.order[middle]])
+    pos = torch.searchsorted(s_tiles.keys, q_tiles.keys[middle])
     s_first = s_tiles.start_t[cloud]
     pos = torch.minimum(torch.maximum(pos, s_first), s_first + s_tiles.sizes_t[cloud] - 1)
     lo = s_tiles.block_start_t[cloud]
@@ -164,15 +168,15 @@ def _query_blocks(q_tiles, s_tiles, s_sorted_keys: Tensor, q_keys: Tensor) -> Te
 
 
 def knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]) -> tuple[Tensor, Tensor]:
-    """``idx (M, k)`` int64 and ``dist2 (M, k)`` float32 (see the module docstring); offsets as lists."""
+    """``idx (M, k)`` int64 and ``dist2 (M, k)`` float32 (see the module docstring); offsets as lists. The
+    support and query layouts come from ``morton.layout`` (once per cloud inside ``shared_layouts``); a
+    self-kNN (the same points and clouds) uses one layout for both."""
     q32 = query.detach().to(torch.float32).contiguous()
     s32 = support.detach().to(torch.float32).contiguous()
-    s_keys, q_keys = morton_keys(s32, s_off, q32, q_off)
-    s_tiles = tile_sorted(s32, s_keys, s_off, BLOCK_S)
-    same = q_keys is s_keys and BLOCK_Q == BLOCK_S                        # self-kNN: one layout for both
-    q_tiles = s_tiles if same else tile_sorted(q32, q_keys, q_off, BLOCK_Q)
-    boxes = block_boxes(s_tiles, BLOCK_S)                                 # (NBS, 6)
-    qb = _query_blocks(q_tiles, s_tiles, s_keys[s_tiles.order], q_keys)
+    s_tiles, boxes = layout(s32, s_off, BLOCK_S)                          # boxes (NBS, 6)
+    same = q32.data_ptr() == s32.data_ptr() and q32.shape == s32.shape and q_off == s_off and BLOCK_Q == BLOCK_S
+    q_tiles = s_tiles if same else layout(q32, q_off, BLOCK_Q, frame_of=(s32, s_off))[0]
+    qb = _query_blocks(q_tiles, s_tiles)
     idx = torch.empty(query.shape[0], k, dtype=torch.long, device=query.device)
     dist2 = torch.empty(query.shape[0], k, dtype=torch.float32, device=query.device)
     kp = max(2, triton.next_power_of_2(k))
