@@ -16,13 +16,13 @@ Presets and modes are interleaved, after ``--warmup`` steps each; a step's time 
 ``torch.cuda.max_memory_allocated()`` above the level before the step (weights, gradients and optimiser
 state exist by then; on the CPU: none, see ``bench_model.py``). Point ops, timed alone:
 
-    loader_cpu_s     the hierarchy on the host's CPU (fpsample, pykdtree), what a loader worker pays per batch
+    loader_cpu_s     the hierarchy on the host's CPU (numba FPS, pykdtree), what a loader worker pays per batch
     device_s         the hierarchy with the device's default backends, what ``model(coord, feat, offset)`` pays
     share_in_model   (in-model - given) / in-model step time: the share of point ops in the in-model step
     fps_torch_s      the pure-torch FPS of one cloud (one Python step per sample) on the device, for reference
 
 The hierarchy alone per backend (``--hierarchy-clouds``, default 2 and 16 clouds of ``--points``), side by
-side through ``bench_hierarchy.time_hierarchy``: ``cpu`` (the host's fpsample + pykdtree), the device's
+side through ``bench_hierarchy.time_hierarchy``: ``cpu`` (the host's numba FPS + pykdtree), the device's
 default, and on a GPU the Triton kernels (and torch-cluster where installed), each with its agreement with
 the first. What a
 loader worker pays per sample (``--loader-samples N``, ``--loader-only`` for that part alone): block
@@ -156,7 +156,7 @@ def point_ops(inputs: dict, spec, device: torch.device, reps: int) -> dict:
 
 def hierarchy_backends(args, device: torch.device, out: dict, write) -> dict:
     """The hierarchy alone per backend and per batch of ``--hierarchy-clouds`` x ``--points``, side by side:
-    ``cpu`` (fpsample + pykdtree on the host, what a loader worker pays), the device's default and, on a
+    ``cpu`` (numba FPS + pykdtree on the host, what a loader worker pays), the device's default and, on a
     GPU, the Triton kernels and torch-cluster where installed (``bench_hierarchy.time_hierarchy``, the one
     owner of that measurement; pure torch is left out: about a minute per 80k cloud on a CPU)."""
     from bench_hierarchy import time_hierarchy
@@ -174,7 +174,7 @@ def loader_sample_costs(args) -> dict:
     """What a loader worker pays per training sample, on this host's CPU, one thread: building the block
     from a room already in memory (``S3DISTrain.__getitem__`` without the read: the ptv1 augmentations,
     grid sampling, the ``voxel_max`` crop, ``ToData``) and, with ``data.hierarchy: loader``, the sample's
-    hierarchy (fpsample, pykdtree). The room: ``synth --size bench`` Area_5 room 1 (about 0.85M points)."""
+    hierarchy (numba FPS, pykdtree). The room: ``synth --size bench`` Area_5 room 1 (about 0.85M points)."""
     import numpy as np
     from bench_evaluate import synth_room
 

@@ -6,7 +6,7 @@ import importlib.metadata
 import importlib.util
 import platform
 
-PACKAGES = ("torch", "torch-geometric", "numpy", "scipy", "h5py", "tensorboard", "fpsample", "pykdtree",
+PACKAGES = ("torch", "torch-geometric", "numpy", "scipy", "h5py", "tensorboard", "numba", "pykdtree",
             "open3d", "laspy", "torch-scatter", "torch-cluster", "triton")
 
 

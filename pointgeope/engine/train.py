@@ -51,6 +51,7 @@ from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
 from pointgeope.metrics import ConfusionMeter
+from pointgeope.model.ops.fps import FPS_RULE
 
 
 class StopRun(Exception):
@@ -87,6 +88,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     where = ("in the loader workers" if place == "loader" else f"beside the step on {device} (a second stream)"
              if device.type == "cuda" else f"by the model on {device}")
     log(f"point hierarchy: built {where} (data.hierarchy={place}; {why})")
+    log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
 
     # Every checkpoint carries what `pointgeope predict` needs (the spacing checks a scan's units).
     resolved = config_to_dict(cfg)

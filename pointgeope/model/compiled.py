@@ -53,7 +53,7 @@ def frame_pairs(points: Tensor, idx: Tensor, tables: Tensor, minus: Tensor | Non
                 dtype: torch.dtype | None = None) -> Tensor:
     """``R_i^T points[idx[i, j]] - minus_i``: ``points (N_s, C)`` already turned by ``R_j``, ``idx (N, k)``,
     ``tables (5, N, C)`` of the queries, ``minus (N, C)`` or ``None`` -> ``(N, k, C)`` in the tables' dtype,
-    or rounded to ``dtype`` inside the fused pass (bf16 pairs: no float32 copy of the pairs and cast after)."""
+    or that rounded once to ``dtype`` (bf16 pairs: the relation within one bf16 rounding, tested)."""
     out = shifted_sum(points[idx].to(tables.dtype), tables.unsqueeze(-2), transpose=True)
     out = out if minus is None else out - minus.unsqueeze(1)
     return out if dtype is None else out.to(dtype)
@@ -83,8 +83,8 @@ def rodrigues_rows(rows: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
 def relative_pairs(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, minus: Tensor | None,
                    dtype: torch.dtype | None = None) -> Tensor:
     """Linear GeoPE's relation ``R(k_b d_ij) x[idx[i, j]] - minus_i`` per block: ``x (N_s, C)``, ``idx (N, k)``,
-    ``disp (N, k, 3)`` in the geometry's dtype -> ``(N, k, C)`` in that dtype, or rounded to ``dtype`` inside
-    the fused pass."""
+    ``disp (N, k, 3)`` in the geometry's dtype -> ``(N, k, C)`` in that dtype, or that rounded once to
+    ``dtype``."""
     queries, k = idx.shape
     out = rodrigues_rows(x[idx.reshape(-1)], disp.reshape(-1, 3), block_scale).view(queries, k, -1)
     out = out if minus is None else out - minus.unsqueeze(1)

@@ -109,9 +109,9 @@ def test_training_batches_carry_the_models_hierarchy_from_the_workers(tiny_root)
 
 @pytest.mark.parametrize("fps, knn, device, expected", [
     ("triton", "triton", "cuda", "device"),       # the Triton kernels on CUDA: the model builds it
-    ("fpsample", "torch", "cuda", "loader"),      # FPS through the host: the loader's workers
+    ("numba", "torch", "cuda", "loader"),         # FPS through the host: the loader's workers
     ("triton", "torch", "cuda", "loader"),        # brute-force kNN in torch: still the loader
-    ("fpsample", "pykdtree", "cpu", "loader"),    # the CPU: today's behaviour
+    ("numba", "pykdtree", "cpu", "loader"),       # the CPU: today's behaviour
 ])
 def test_auto_hierarchy_follows_the_device_kernels(monkeypatch, fps, knn, device, expected):
     monkeypatch.setattr(build.backends, "fps_backend", lambda d: fps)
@@ -146,23 +146,57 @@ def test_the_hierarchy_beside_the_step_hands_over_the_same_batches_hierarchies_a
                                        net(want.pos, want.x, want.ptr[1:]), atol=0, rtol=0)
 
 
-def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root):
-    """With data.hierarchy=device the loader skips the hierarchy; the model builds the same one, so the
-    loss and gradients of a step equal those of the loader's hierarchy."""
+class _Recorder:
+    """A ``HierarchySpec`` that keeps every hierarchy it builds."""
+
+    def __init__(self, spec):
+        self.spec, self.built = spec, []
+
+    def __call__(self, coord, offset):
+        self.built.append(self.spec(coord, offset))
+        return self.built[-1]
+
+    def check(self, *args):
+        return self.spec.check(*args)
+
+
+def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root, monkeypatch):
+    """``data.hierarchy=loader`` builds the hierarchy in the loader with the CPU backends (numba FPS,
+    pykdtree); ``device`` hands over the blocks alone and the model builds it with the device's kernels: on
+    CUDA the Triton ones, run here in Triton's interpreter (``POINTGEOPE_KERNELS=triton``, which makes them
+    the CPU's defaults; a spy proves the FPS kernel ran). The same FPS samples at every stage and the same
+    neighbour sets, so the loss and gradients of a step agree up to float rounding (the attention runs on
+    the Triton kernels too, and neighbours listed in another order are summed in another order)."""
+    pytest.importorskip("triton")
+    from pointgeope.model import kernels
+    from pointgeope.model.ops import triton_fps
     from tests.engine.conftest import TINY
 
-    batches = {}
+    if not torch.cuda.is_available() and not kernels.interpreted():
+        pytest.skip("no CUDA and TRITON_INTERPRET is not set: the Triton kernels cannot run")
+    runs = {}
     for place in ("loader", "device"):
-        net, batch = _first_batch(TINY + [f"data.root={tiny_root}", f"data.hierarchy={place}"])
+        if place == "device":
+            monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
+            launches = []
+            monkeypatch.setattr(triton_fps, "fps_triton", lambda *a, fn=triton_fps.fps_triton: launches.append(1) or fn(*a))
+        net, batch = _first_batch(TINY + [f"data.root={tiny_root}", f"data.hierarchy={place}", "data.voxel_max=250"])
+        net.hierarchy_spec = built = _Recorder(net.hierarchy_spec)     # what the model builds itself
         loss = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None)).square().mean()
         loss.backward()
-        batches[place] = (batch, loss.detach(), [p.grad.clone() for p in net.parameters()])
-    assert getattr(batches["device"][0], "hierarchy", None) is None
-    assert batches["loader"][0].hierarchy is not None
-    assert torch.equal(batches["loader"][0].pos, batches["device"][0].pos)
-    torch.testing.assert_close(batches["loader"][1], batches["device"][1], atol=0, rtol=0)
-    for a, b in zip(batches["loader"][2], batches["device"][2]):
-        torch.testing.assert_close(a, b, atol=0, rtol=0)
+        runs[place] = (batch, built, loss.detach(), [p.grad.clone() for p in net.parameters()])
+    (loader, from_loader, loss_l, grads_l), (device, from_device, loss_d, grads_d) = runs["loader"], runs["device"]
+    assert getattr(device, "hierarchy", None) is None and loader.hierarchy is not None
+    assert from_loader.built == [] and len(from_device.built) == 1 and launches   # once, where configured
+    assert torch.equal(loader.pos, device.pos)
+    want, got = loader.hierarchy, from_device.built[0]
+    for g, w in zip(got.samples + got.offsets, want.samples + want.offsets):
+        assert (g is None and w is None) or torch.equal(g, w)
+    for g, w in zip(got.neighbours + got.down[1:] + got.up, want.neighbours + want.down[1:] + want.up):
+        assert torch.equal(g.sort(1).values, w.sort(1).values)
+    torch.testing.assert_close(loss_d, loss_l, rtol=1e-5, atol=0)
+    for a, b in zip(grads_d, grads_l):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["sgd", "adamw"])

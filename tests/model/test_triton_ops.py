@@ -140,6 +140,7 @@ def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_cloud
         start, lo = start + len(cloud), hi
     assert idx[-2:].tolist() == [start - 9, start - 9]  # ties at 0 go to the smallest index: the first point
     assert torch.equal(idx, fps(points, off, 4, backend="torch")[0].cpu())
+    assert torch.equal(idx, fps(points.cpu(), off.cpu(), 4, backend="numba")[0])   # the loader's FPS
     assert torch.equal(idx, fps(points, off, 4, backend="triton")[0].cpu())   # deterministic
     sizes, kept = [len(c) for c in clouds], [50, 30, 1, 1, 1, 2]
     assert torch.equal(idx, fps_triton(points, sizes, kept, method="stream").cpu())
@@ -166,20 +167,36 @@ def test_every_fps_kernel_is_exact_with_many_small_blocks_chunks_and_rounds(monk
         assert triton_fps.fps_triton(points, [120, 80], [30, 20], method=method).cpu().tolist() == want, method
 
 
-def test_the_hierarchy_with_triton_backends_equals_the_one_with_cpu_backends():
-    """PTv1's stage layout at a small size: same FPS samples as the torch FPS, the same neighbour sets
-    as pykdtree (or the torch kNN) in every stage, transition and 3-NN, the same 3-NN distances."""
+def _neighbour_dist2(coords: list[torch.Tensor], query_stage: int, support_stage: int, idx: torch.Tensor) -> torch.Tensor:
+    """Sorted float64 squared distances from each query row to its neighbours: unique even where ties at the
+    k-th distance let two backends pick different neighbours."""
+    diff = coords[query_stage][:, None, :].double() - coords[support_stage][idx].double()
+    return (diff * diff).sum(-1).sort(1).values
+
+
+def test_the_loaders_hierarchy_equals_the_triton_one():
+    """What ``data.hierarchy: loader`` builds (the CPU defaults: the numba FPS, pykdtree) against what
+    ``device`` builds on CUDA (the Triton kernels, here in the interpreter), on the same clouds: random,
+    integer grids with repeats, duplicates, 1-3 points. FPS samples and offsets equal at every stage; the
+    neighbourhoods equal as sets on the random clouds, and everywhere as distances (on the grids a tie at
+    the k-th distance may be broken either way by pykdtree)."""
     rng = np.random.default_rng(4)
-    coord, offset = _packed([_random(256, rng), _random(80, rng)])
-    cpu_knn = "pykdtree" if backends.available("pykdtree") else "torch"
+    clouds = [_random(160, rng), _grid(120, rng), np.full((9, 3), 0.5), _random(3, rng), _grid(2, rng), _random(1, rng)]
+    coord, offset = _packed(clouds)
     strides, neighbours = (1, 4, 4), (8, 16, 16)
-    got = HierarchySpec(strides, neighbours, OpsBackends(knn="triton", fps="triton"))(coord, offset)
-    want = HierarchySpec(strides, neighbours, OpsBackends(knn=cpu_knn, fps="torch"))(coord.cpu(), offset.cpu())
-    got = got.to("cpu")
+    got = HierarchySpec(strides, neighbours, OpsBackends(knn="triton", fps="triton"))(coord, offset).to("cpu")
+    want = HierarchySpec(strides, neighbours)(coord.cpu(), offset.cpu())       # the loader's AttachHierarchy
     for g, w in zip(got.samples + got.offsets, want.samples + want.offsets):
         assert (g is None and w is None) or torch.equal(g, w)
-    for g, w in zip(got.down[1:] + got.neighbours + got.up, want.down[1:] + want.neighbours + want.up):
-        assert torch.equal(g.sort(1).values, w.sort(1).values)
+    coords = want.coords(coord.cpu())
+    for s in range(3):
+        pairs = [(got.neighbours[s], want.neighbours[s], s, s)] + ([(got.up[s], want.up[s], s, s + 1)] if s < 2 else [])
+        pairs += [(got.down[s], want.down[s], s, s - 1)] if s else []
+        for g, w, q, sup in pairs:
+            torch.testing.assert_close(_neighbour_dist2(coords, q, sup, g), _neighbour_dist2(coords, q, sup, w),
+                                       rtol=0, atol=0)
+            rows = slice(0, int(want.offsets[q][0]))                    # the random cloud: no ties
+            assert torch.equal(g[rows].sort(1).values, w[rows].sort(1).values)
     for g, w in zip(got.up_dist2, want.up_dist2):
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-7)
 

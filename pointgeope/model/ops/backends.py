@@ -5,15 +5,16 @@ Measured on the shared 2-core CPU at 80k points (torch-cluster figures from an e
 
 - kNN, k = 16: ``pykdtree`` 0.14-0.39 s, ``scipy`` cKDTree 0.20-0.82 s (``workers=-1`` does not help on
   2 cores), torch-cluster 0.36 s, pure torch (chunked brute force, quadratic) about 60 s.
-- FPS, 80k -> 20k: ``fpsample`` bucket FPS 0.10-0.18 s, torch-cluster 10.9 s, pure torch (iterative,
-  one small step per sample) about 6 s.
+- FPS, 80k -> 20k: ``numba`` (``bucket_fps``, a bucket tree) 0.06-0.10 s, as fast as ``fpsample``'s bucket
+  FPS, which starts elsewhere (``bench/bench_fps.py``); torch-cluster 10.9 s, pure torch (iterative, one
+  small step per sample) about 6 s. Every FPS backend gives the same sequence (``fps.FPS_RULE``).
 
-So CPU tensors go to ``pykdtree`` / ``fpsample`` (falling back to ``scipy`` / pure torch when missing).
+So CPU tensors go to ``pykdtree`` / ``numba`` (falling back to ``scipy`` / pure torch when missing).
 CUDA tensors go to the ``triton`` kernels (``triton_knn``, ``triton_fps``: exact, no build step; Triton ships
 with CUDA builds of torch) where :mod:`pointgeope.model.kernels` says Triton runs (``POINTGEOPE_KERNELS``; a
-kernel that failed on this device is off, and its op takes the next backend), else to torch-cluster when it
-is installed, else kNN runs on the device (pure torch, one matrix product per chunk of queries) and FPS
-goes to ``fpsample`` on the host: the pure-torch FPS is a Python loop of one small step per sample
+kernel that failed on this device is off, and its op takes the next backend), else kNN to torch-cluster when
+it is installed, else to pure torch on the device (one matrix product per chunk of queries), and FPS
+goes to ``numba`` on the host: the pure-torch FPS is a Python loop of one small step per sample
 (26,600 steps of ~7 kernel launches for the stages of one 80k-point crop), which would set a GPU's step
 time, while copying the points to the host and back costs milliseconds. ``bench/gpu_check.py`` and
 ``bench/bench_hierarchy.py`` time them on a GPU. ``POINTGEOPE_KERNELS=triton`` makes Triton the default on CPU
@@ -34,10 +35,10 @@ __all__ = ["KNN_BACKENDS", "FPS_BACKENDS", "OpsBackends", "available", "knn_back
            "summary"]
 
 KNN_BACKENDS = ("pykdtree", "scipy", "torch", "cluster", "triton")
-FPS_BACKENDS = ("fpsample", "torch", "cluster", "triton")
-_MODULES = {"pykdtree": "pykdtree", "scipy": "scipy", "fpsample": "fpsample", "cluster": "torch_cluster",
+FPS_BACKENDS = ("numba", "torch", "triton")
+_MODULES = {"pykdtree": "pykdtree", "scipy": "scipy", "numba": "numba", "cluster": "torch_cluster",
             "torch": "torch", "triton": "triton"}
-_CPU_ONLY = {"pykdtree", "scipy", "fpsample"}
+_CPU_ONLY = {"pykdtree", "scipy", "numba"}
 
 
 @dataclass(frozen=True)
@@ -70,12 +71,10 @@ def knn_backend(device: torch.device) -> str:
 
 
 def fps_backend(device: torch.device) -> str:
-    """The FPS backend used by default for tensors on ``device`` (``fpsample`` runs on the host)."""
+    """The FPS backend used by default for tensors on ``device`` (``numba`` runs on the host)."""
     if kernels.use_triton("fps", device):
         return "triton"
-    if device.type != "cpu" and available("cluster"):
-        return "cluster"
-    return "fpsample" if available("fpsample") else "torch"
+    return "numba" if available("numba") else "torch"
 
 
 def resolve(backend: str | None, choices: tuple[str, ...], device: torch.device, kind: str) -> str:

@@ -2,7 +2,7 @@
 
 Everything the network's point ops produce (FPS samples, kNN neighbourhoods, 3-NN interpolation) depends
 only on the input coordinates, so it can be computed before the network runs: in the data loader's CPU
-workers with the fast CPU libraries (``fpsample``, ``pykdtree``) while the GPU trains, or by the model
+workers with the fast CPU backends (``numba``'s bucket FPS, ``pykdtree``) while the GPU trains, or by the model
 itself. For stages ``s = 0 .. S-1`` with ``strides[s]`` and ``neighbours[s] = k_s``::
 
     coord_0      = coord                                        (strides[0] == 1 keeps every point)
@@ -79,7 +79,7 @@ class HierarchySpec:
     """What a network needs: its ``strides`` and ``neighbours`` per stage and the ops ``backends``.
 
     Calling it builds the hierarchy of ``coord (N, 3)``, ``offset (B,)`` on their device (the backends'
-    defaults of that device: on the CPU ``fpsample`` and ``pykdtree``). Picklable, so a data loader's
+    defaults of that device: on the CPU ``numba`` and ``pykdtree``). Picklable, so a data loader's
     workers can hold one."""
 
     strides: tuple[int, ...]
