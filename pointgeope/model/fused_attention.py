@@ -33,6 +33,7 @@ fused after the weight MLP).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from collections.abc import Callable
@@ -68,8 +69,16 @@ def kernels() -> ModuleType:
     return module
 
 
-def _blocks(k: int, width: int, budget: int = 4096) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_K, BLOCK_width): powers of two holding ``k`` and ``width``, about ``budget`` per tile."""
+WARPS = 8    # every attention kernel (at Triton's default 4, aggregate's backward and the GeoPE relations spill)
+
+
+def tiles(op: str, k: int, width: int, backward: bool = False, f64: bool = False) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_K, BLOCK_width) of ``op``'s kernels: powers of two holding ``k`` and ``width``, about
+    a budget of elements a tile: 4096 (linear GeoPE 2048), halved for aggregate's backward and for float64,
+    so that no kernel spills registers at :data:`WARPS` (``bench/triton_compile_check.py`` checks every recipe
+    width and k on sm_80 and sm_90, Triton 3.6 and current)."""
+    budget = (2048 if op == "linear_relation" else 4096) // (2 if backward and op == "aggregate" else 1)
+    budget //= 2 if f64 else 1
     block_k, block_w = _pow2(k), _pow2(width)
     return max(1, min(64, budget // (block_k * block_w))), block_k, block_w
 
@@ -79,11 +88,8 @@ def _pow2(n: int) -> int:
 
 
 def _launch(kernel, grid, *args, device: torch.device, **meta) -> None:
-    if device.type == "cuda":
-        with torch.cuda.device(device):
-            kernel[grid](*args, **meta)
-    else:
-        kernel[grid](*args, **meta)
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        kernel[grid](*args, num_warps=WARPS, **meta)
 
 
 def _out_dtype(*tensors: Tensor | None) -> torch.dtype:
@@ -154,8 +160,8 @@ class _Aggregate(torch.autograd.Function):
         ctx.share_planes = share_planes
         (n, k), c = idx.shape, v.shape[1]
         y = torch.empty(n, c, dtype=_out_dtype(v, delta), device=v.device)
-        bm, bk, bg = _blocks(k, c // share_planes)
         f64 = _acc_dtype(w, v, delta) == torch.float64
+        bm, bk, bg = tiles("aggregate", k, c // share_planes, f64=f64)
         _launch(kernels().aggregate_forward, (_cdiv(n, bm),), w, v, idx, v if delta is None else delta, y,
                 n, k, c, c // share_planes, S=share_planes, HAS_DELTA=delta is not None, F64=f64,
                 BLOCK_M=bm, BLOCK_K=bk, BLOCK_G=bg, device=v.device)
@@ -181,7 +187,7 @@ def _aggregate_backward(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None,
     gw = torch.empty_like(w)
     gv = torch.zeros(v.shape, dtype=acc, device=v.device) if grad_v else gw
     gdelta = torch.empty_like(delta) if grad_delta else gw
-    bm, bk, bg = _blocks(k, c // s)
+    bm, bk, bg = tiles("aggregate", k, c // s, backward=True, f64=acc == torch.float64)
     _launch(kernels().aggregate_backward, (_cdiv(n, bm),), w, v, idx, v if delta is None else delta,
             gy.contiguous(), gw, gv, gdelta, n, k, c, c // s, S=s, HAS_DELTA=delta is not None,
             GRAD_V=grad_v, GRAD_DELTA=grad_delta, F64=acc == torch.float64, BLOCK_M=bm, BLOCK_K=bk,
@@ -200,7 +206,7 @@ class _Relation(torch.autograd.Function):
         ctx.rows, ctx.dtypes = key.shape[0], (key.dtype, q.dtype, None if delta is None else delta.dtype)
         (n, k), c = idx.shape, key.shape[1]
         out = torch.empty(n, k, c, dtype=_out_dtype(key, q, delta), device=key.device)
-        bm, bk, bc = _blocks(k, min(c, 64))
+        bm, bk, bc = tiles("relation", k, min(c, 64), f64=_acc_dtype(key, q, delta) == torch.float64)
         _launch(kernels().relation_forward, (_cdiv(n, bm), _cdiv(c, bc)), key, idx, q,
                 key if delta is None else delta, out, n, k, c, HAS_DELTA=delta is not None,
                 F64=_acc_dtype(key, q, delta) == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_C=bc,
@@ -228,7 +234,7 @@ def _relation_backward(ctx, idx: Tensor, g: Tensor, needs: list[bool]) -> tuple:
     grad_key, grad_q, grad_delta = needs
     gkey = torch.zeros(ctx.rows, c, dtype=acc, device=g.device) if grad_key else g
     gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
-    bm, bk, bc = _blocks(k, min(c, 64))
+    bm, bk, bc = tiles("relation", k, min(c, 64), backward=True, f64=acc == torch.float64)
     if grad_key or grad_q:
         _launch(kernels().relation_backward, (_cdiv(n, bm), _cdiv(c, bc)), g, idx, gkey, gq,
                 n, k, c, GRAD_KEY=grad_key, GRAD_Q=grad_q, F64=acc == torch.float64, BLOCK_M=bm,
@@ -253,7 +259,7 @@ class _FrameRelation(torch.autograd.Function):
         points = apply_shifted(x, tables).contiguous()                          # R_j x_j in the tables' dtype
         (n, k), c = idx.shape, x.shape[1]
         out = torch.empty(n, k, c, dtype=_out_dtype(x, q, delta), device=x.device)
-        bm, bk, bc = _blocks(k, min(c, 64))
+        bm, bk, bc = tiles("frame_relation", k, min(c, 64), f64=tables.dtype == torch.float64)
         _launch(kernels().frame_forward, (_cdiv(n, bm), _cdiv(c, bc)), points, idx, tables, q,
                 q if delta is None else delta, out, n, k, c, HAS_DELTA=delta is not None,
                 F64=tables.dtype == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_C=bc, device=x.device)
@@ -279,7 +285,7 @@ def _frame_backward(ctx, idx: Tensor, tables: Tensor, g: Tensor, needs: list[boo
     grad_x, grad_q, grad_delta = needs
     gpoints = torch.zeros(tables.shape[1], c, dtype=tables.dtype, device=g.device) if grad_x else g
     gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
-    bm, bk, bc = _blocks(k, min(c, 64))
+    bm, bk, bc = tiles("frame_relation", k, min(c, 64), backward=True, f64=tables.dtype == torch.float64)
     if grad_x or grad_q:
         _launch(kernels().frame_backward, (_cdiv(n, bm), _cdiv(c, bc)), g, idx, tables, gpoints, gq, n, k, c,
                 GRAD_POINTS=grad_x, GRAD_Q=grad_q, F64=tables.dtype == torch.float64, BLOCK_M=bm,
@@ -315,7 +321,7 @@ class _LinearRelation(torch.autograd.Function):
         ctx.rows, ctx.dtypes = x.shape[0], (x.dtype, q.dtype, None if delta is None else delta.dtype)
         (n, k), c, blocks = idx.shape, x.shape[1], block_scale.shape[0]
         out = torch.empty(n, k, c, dtype=_out_dtype(x, q, delta), device=x.device)
-        bm, bk, bb = _blocks(k, min(blocks, 32), budget=2048)
+        bm, bk, bb = tiles("linear_relation", k, min(blocks, 32), f64=work == torch.float64)
         _launch(kernels().linear_forward, (_cdiv(n, bm), _cdiv(blocks, bb)), x, idx, disp, block_scale, q,
                 q if delta is None else delta, out, n, k, c, blocks, HAS_DELTA=delta is not None,
                 F64=work == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_B=bb, device=x.device)
@@ -342,7 +348,7 @@ def _linear_backward(ctx, idx: Tensor, disp: Tensor, block_scale: Tensor, g: Ten
     grad_x, grad_q, grad_delta = needs
     gx = torch.zeros(ctx.rows, c, dtype=disp.dtype, device=g.device) if grad_x else g
     gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
-    bm, bk, bb = _blocks(k, min(blocks, 32), budget=2048)
+    bm, bk, bb = tiles("linear_relation", k, min(blocks, 32), backward=True, f64=disp.dtype == torch.float64)
     if grad_x or grad_q:
         _launch(kernels().linear_backward, (_cdiv(n, bm), _cdiv(blocks, bb)), g, idx, disp, block_scale, gx, gq,
                 n, k, c, blocks, GRAD_X=grad_x, GRAD_Q=grad_q, F64=disp.dtype == torch.float64, BLOCK_M=bm,

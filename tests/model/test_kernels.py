@@ -36,20 +36,26 @@ COMPILE_ERROR = OutOfResources(262_144, 232_448, "shared memory")        # what 
 LAUNCH_ERROR = RuntimeError("Triton Error [CUDA]: device kernel image is invalid")
 
 
+# The point ops' kernels run where the tests' Triton can run them: compiled on CUDA, in the interpreter on CPU
+# tensors otherwise (tests/conftest.py sets TRITON_INTERPRET before Triton is imported).
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 @pytest.fixture(autouse=True)
 def triton_path(monkeypatch):
-    """The Triton kernels on CPU tensors (interpreter) by default; no failure remembered between tests."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    """The Triton kernels by default (on CPU tensors: the interpreter); no failure remembered between tests."""
+    if DEVICE.type == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
     kernels.reset()
     yield
     kernels.reset()
 
 
-def _cloud(n=300, clouds=2, seed=0):
+def _cloud(n=300, clouds=2, seed=0, device=DEVICE):
     g = torch.Generator().manual_seed(seed)
     coord = torch.rand(n * clouds, 3, generator=g) * 3
-    return coord, torch.arange(1, clouds + 1) * n
+    return coord.to(device), (torch.arange(1, clouds + 1) * n).to(device)
 
 
 def test_a_knn_kernel_that_fails_to_compile_falls_back_once_with_the_same_neighbours(monkeypatch):
@@ -58,10 +64,11 @@ def test_a_knn_kernel_that_fails_to_compile_falls_back_once_with_the_same_neighb
     monkeypatch.setattr(triton_knn, "_knn_kernel", failing)
     with pytest.warns(KernelFallbackWarning, match=r"Triton kernel knn failed .*OutOfResources.*POINTGEOPE_KERNELS=torch"):
         idx, dist2 = knn(coord, coord, 8, off, off)
-    want_idx, want_d2 = knn(coord, coord, 8, off, off, backend="pykdtree")
+    want_idx, want_d2 = knn(coord.cpu(), coord.cpu(), 8, off.cpu(), off.cpu(), backend="pykdtree")
+    want_idx, want_d2 = want_idx.to(DEVICE), want_d2.to(DEVICE)
     torch.testing.assert_close(dist2, want_d2)
     assert torch.equal(idx, want_idx)                    # random points: no ties, one answer
-    assert "knn" in kernels.failures() and backends.knn_backend(coord.device) == "pykdtree"
+    assert "knn" in kernels.failures() and backends.knn_backend(coord.device) != "triton"
     with warnings.catch_warnings():
         warnings.simplefilter("error")                   # the second call: no warning, no new launch
         assert torch.equal(knn(coord, coord, 8, off, off)[0], want_idx)
@@ -75,7 +82,7 @@ def test_an_fps_kernel_that_fails_to_launch_falls_back_to_the_next_default(monke
         monkeypatch.setattr(module, kernel, Failing(LAUNCH_ERROR))
     with pytest.warns(KernelFallbackWarning, match="Triton kernel fps failed .*RuntimeError.*kernel image is invalid"):
         idx, new_off = fps(coord, off, 4)
-    want_idx, want_off = fps(coord, off, 4, backend=backends.fps_backend(coord.device))
+    want_idx, want_off = fps(coord, off, 4, backend="torch")     # every backend: the same samples (FPS_RULE)
     assert backends.fps_backend(coord.device) != "triton"
     assert torch.equal(idx, want_idx) and torch.equal(new_off, want_off)
 
@@ -97,11 +104,13 @@ def test_out_of_memory_is_not_a_kernel_failure(monkeypatch):
 
 
 def _layer_step(pe: str, path: str, monkeypatch):
-    """Output and gradients of one layer of preset ``pe`` on the ``path`` kernels."""
+    """Output and gradients of one layer of preset ``pe`` on the ``path`` kernels (CPU tensors: the attention
+    kernels reload in the interpreter's mode, ``fused_attention.kernels``, also where CUDA exists)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("POINTGEOPE_KERNELS", path)
     torch.manual_seed(0)
     layer = _layer(pe).train()
-    coord, off = _cloud(n=12, clouds=2, seed=1)
+    coord, off = _cloud(n=12, clouds=2, seed=1, device=torch.device("cpu"))   # the attention: CPU, interpreted
     idx, _ = knn(coord, coord, 4, off, off, backend="pykdtree")
     feat = torch.randn(coord.shape[0], layer.channels, generator=torch.Generator().manual_seed(2), requires_grad=True)
     out = layer(coord, feat, idx)
@@ -152,13 +161,13 @@ def test_torch_turns_every_kernel_off_and_unset_keeps_triton_to_cuda(monkeypatch
 def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback(monkeypatch):
     from pointgeope.model.kernel_check import check_kernels, format_table, passed
 
-    rows = check_kernels(torch.device("cpu"), points=120, pairs=24, reps=1)
+    rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)
     assert [r.kernel.split()[0] for r in rows] == ["fps", "knn", "knn", "knn", "relation", "frame_relation",
                                                    "linear_relation", "aggregate"]
     assert passed(rows) and all(r.path == "triton" for r in rows), format_table(rows)
     assert rows[0].max_diff == 0 and max(r.max_diff for r in rows[4:]) < 1e-4
     monkeypatch.setattr(fused_attention.kernels(), "aggregate_backward", Failing(LAUNCH_ERROR))
     with pytest.warns(KernelFallbackWarning):
-        rows = check_kernels(torch.device("cpu"), points=120, pairs=24, reps=1)
+        rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)
     assert rows[-1].path.startswith("torch (fell back: RuntimeError: Triton Error [CUDA]") and not passed(rows)
     assert "aggregate fwd+bwd        torch (fell back" in format_table(rows)

@@ -84,8 +84,10 @@ def _chunk(bkey, live, L: tl.constexpr, GC: tl.constexpr):
     md = (top >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     bmax = (bkey >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     u = tl.where(md > 0, 1.0 - bmax / tl.where(md > 0, md, 1.0), 0.0)
-    level = tl.where(u > 0, tl.floor(-2.0 * tl.log2(tl.maximum(u, 1e-30))), L - 1.0)
-    level = tl.minimum(tl.maximum(level, 0.0), L - 1.0).to(tl.int32)
+    # floor(-2 log2 u) from u's bits (u = 2^e (1 + f)): -2e - 1, less one more where 1 + f >= sqrt(2)
+    bits = u.to(tl.int32, bitcast=True)
+    level = -2 * (((bits >> 23) & 0xFF) - 127) - 1 - ((bits & 0x7FFFFF) >= 0x3504F3).to(tl.int32)
+    level = tl.where(u > 0, tl.minimum(tl.maximum(level, 0), L - 1), L - 1)
     hist = tl.histogram(level, L, mask=live)
     above = tl.sum(hist, 0) - tl.cumsum(hist, 0) + hist                  # blocks at level >= i
     first = tl.sum((above > GC).to(tl.int32), 0)      # the lowest level that fits (L: none, as level < L)
