@@ -20,8 +20,9 @@ On a CUDA device two more tables (``--ops``, ``--fps-variants``; both on by defa
 
     ops           the Triton ops of the first stages alone: FPS 80k -> 20k, kNN k = 8 of stage 0, the
                   transition down (k = 16) and the 3-NN up, seconds each
-    fps_variants  the first FPS stage with the ``stream`` kernel and the ``pruned`` one per (BLOCK_P,
-                  num_warps), each checked equal to the default's samples: which to make the default
+    fps_variants  the first FPS stage with the ``rounds`` kernel per (chunk blocks, samples a round), the
+                  ``pruned`` and the ``stream`` ones, each checked equal to the default's samples: which to make
+                  the default
     knn_variants  the stage-0 kNN (k = 16) per (BLOCK_Q, BLOCK_S, num_warps), each checked equal
 
 Usage: python bench/bench_hierarchy.py --out bench/results/hierarchy.json [--device cuda] [--clouds 2 16]
@@ -125,33 +126,40 @@ def time_ops(clouds: int, points: int, device: str | torch.device, reps: int = 5
             "knn_up_k3": _best_of(lambda: knn(coord, sub, 3, offset, sub_off, backend="triton"), device, reps)}
 
 
+ROUNDS = ((16, 16), (32, 16), (32, 32), (32, 64))   # (chunk blocks GC, samples a round PCAP) of the sweep
+
+
 def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps: int = 3,
-                      blocks: tuple[int, ...] = (64, 128), warps: tuple[int, ...] = (4, 8, 16)) -> dict[str, dict]:
-    """Seconds of FPS 80k -> 20k per kernel variant, and whether its samples equal the default kernel's."""
-    from pointgeope.model.ops import triton_fps
+                      rounds: tuple[tuple[int, int], ...] = ROUNDS) -> dict[str, dict]:
+    """Seconds of FPS 80k -> 20k per kernel and setting (``rounds`` per (GC, PCAP), the former default
+    ``pruned`` and ``stream``), and whether its samples equal the default's: which to make the default."""
+    from pointgeope.model.ops import triton_fps, triton_fps_rounds
 
     device = torch.device(device)
     coord = batch(clouds, points)[0].to(device)
     sizes = [points] * clouds
     kept = sample_counts(sizes, 4)
     ref = triton_fps.fps_triton(coord, sizes, kept)
-    saved = triton_fps.BLOCK_P, triton_fps.PRUNED_WARPS
-    out = {"stream": {"seconds": _best_of(lambda: triton_fps.fps_triton(coord, sizes, kept, "stream"), device, reps)}}
-    out["stream"]["equal"] = torch.equal(triton_fps.fps_triton(coord, sizes, kept, "stream"), ref)
-    try:
-        for block in blocks:
-            for w in warps:
-                triton_fps.BLOCK_P, triton_fps.PRUNED_WARPS = block, w
-                seconds = _best_of(lambda: triton_fps.fps_triton(coord, sizes, kept, "pruned"), device, reps)
-                out[f"pruned_b{block}_w{w}"] = {"seconds": seconds,
-                                                "equal": torch.equal(triton_fps.fps_triton(coord, sizes, kept, "pruned"), ref)}
-    finally:
-        triton_fps.BLOCK_P, triton_fps.PRUNED_WARPS = saved
+
+    def row(method: str, **settings) -> dict:
+        saved = {k: getattr(triton_fps_rounds, k) for k in settings}
+        try:
+            for k, v in settings.items():
+                setattr(triton_fps_rounds, k, v)
+            run = lambda: triton_fps.fps_triton(coord, sizes, kept, method)  # noqa: E731
+            return {"seconds": _best_of(run, device, reps), "equal": torch.equal(run(), ref)}
+        finally:
+            for k, v in saved.items():
+                setattr(triton_fps_rounds, k, v)
+
+    out = {f"rounds_gc{gc}_p{pcap}": row("rounds", GC=gc, PCAP=pcap) for gc, pcap in rounds}
+    out["pruned_b64_w8"] = row("pruned")
+    out["stream"] = row("stream")
     return out
 
 
 def time_knn_variants(clouds: int, points: int, device: str | torch.device, reps: int = 3,
-                      settings: tuple[tuple[int, int, int], ...] = ((64, 64, 8), (64, 64, 4), (32, 32, 4), (64, 32, 4)),
+                      settings: tuple[tuple[int, int, int], ...] = ((64, 64, 8), (32, 64, 4), (32, 32, 4)),
                       k: int = 16) -> dict[str, dict]:
     """Seconds of the stage-0 kNN (k = 16) per (BLOCK_Q, BLOCK_S, warps), each checked equal to the default's."""
     from pointgeope.model.ops import triton_knn
@@ -182,6 +190,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--no-extra", action="store_true", help="skip the ops and fps_variants tables on CUDA")
+    parser.add_argument("--cpu-clouds", type=int, nargs="*", default=None,
+                        help="run the cpu backend at these batch sizes only (default: at all of --clouds)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -192,7 +202,8 @@ def main() -> None:
               "neighbours": NEIGHBOURS, "cases": {}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for clouds in args.clouds:
-        result["cases"][f"{clouds}x{args.points}"] = time_hierarchy(args.backends, clouds, args.points, args.device,
+        labels = [b for b in args.backends if b != "cpu" or args.cpu_clouds is None or clouds in args.cpu_clouds]
+        result["cases"][f"{clouds}x{args.points}"] = time_hierarchy(labels, clouds, args.points, args.device,
                                                                     args.reps, args.warmup)
         _write(result, args.out)
         print(json.dumps({f"{clouds}x{args.points}": result["cases"][f"{clouds}x{args.points}"]}), flush=True)

@@ -240,6 +240,11 @@ def run(args, out: dict, write) -> None:
                 raise
             print(f"out of memory at {args.clouds} x {points} points: halving", flush=True)
             points //= 2
+    if args.warm_only:                                  # compile every kernel of the modes, time nothing
+        for case in cases.values():
+            case.step(given=False)
+            case.beside(1) if args.beside_steps else None
+        return
     out.update({"points_per_cloud": points, "clouds": args.clouds, "amp": args.amp, "presets": {}})
     modes = ("given",) if args.no_in_model else ("given", "in_model")
     times = {pe: {m: [] for m in modes + ("beside",)} for pe in args.presets}
@@ -269,7 +274,8 @@ def run(args, out: dict, write) -> None:
             row["point_ops_share_in_model"] = max(0.0, row["in_model_s"] - row["given_s"]) / row["in_model_s"]
         if row.get("beside_s") and row.get("given_s"):
             row["beside_over_given"] = row["beside_s"] / row["given_s"]
-    out["point_ops"] = point_ops(inputs, spec, device, reps=2)
+    if not args.no_point_ops:
+        out["point_ops"] = point_ops(inputs, spec, device, reps=2)
     if args.profile:
         out["profile"] = {pe: profile(case, device) for pe, case in cases.items()}
     write()
@@ -349,6 +355,9 @@ def main() -> int:
     parser.add_argument("--beside-steps", type=int, default=4,
                         help="steps of the 'beside' mode a rep (0: skip it; the hierarchy on a second stream)")
     parser.add_argument("--no-in-model", action="store_true", help="skip the in-model (in line) mode")
+    parser.add_argument("--no-point-ops", action="store_true", help="skip the point ops timed alone")
+    parser.add_argument("--warm-only", action="store_true",
+                        help="only compile the kernels of every mode (one step each; Triton's cache keeps them)")
     args = parser.parse_args()
     if args.presets[0] != "rpe":
         args.presets = ["rpe"] + [p for p in args.presets if p != "rpe"]

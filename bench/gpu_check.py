@@ -1,24 +1,30 @@
-"""The GPU check: in a few minutes on one GPU, the suite's CUDA tests and the full network's training step.
+"""The GPU check: in one device call, the CUDA tests, every kernel against its torch path, the point hierarchy
+and the training step on its three paths, the published test of one room.
 
 Steps, each a subprocess with its own time limit (a failure or a timeout is recorded and the next step
-runs), the JSON rewritten after every step:
+runs), the JSON rewritten after every step, and with ``$OUT`` set copied there as ``gpu.json`` and
+``gpu_logs.tgz`` (so a call cut short still returns what it measured):
 
     info       GPU name, Python, torch, CUDA, Triton versions; ``pointgeope info``
-    tests      ``pytest -k cuda`` (the ``[cuda]`` variants of the device tests, and tests named for CUDA)
-    bench      ``bench_train_step.py``: 2 x 80k points (halved until it fits), bf16 autocast, rpe / geope /
-               lingeope: step time with the loader's hierarchy and in the model, peak memory, the point
-               ops' share, the top kernels of one step; the hierarchy alone per backend pair at 2 and
-               16 x 80k, on the host and on the device
+    warm       (CUDA) the kernels of the timed steps compiled first, by processes side by side (Triton's
+               cache on disk keeps them): the timed steps then measure steps, not compilers
+    hierarchy  (CUDA) ``bench_hierarchy.py``: the whole hierarchy at 2 and 16 x 80k (Triton, and at 2 the host's
+               numba + pykdtree beside it: the same samples and neighbours?), the Triton ops of the first
+               stages alone, the FPS kernels and settings (rounds per chunk and round size, pruned, stream)
+               and the kNN settings, each checked equal to the default's
+    bench      ``bench_train_step.py``: 2 x 80k points, ``--amp`` (float32 by default, as published), rpe /
+               geope / lingeope: the step with the hierarchy given, built in line by the model, and built
+               beside the step on a second stream (training's path), peak memory, the top kernels of one step
+    bench_bf16 (CUDA) the same under bf16 autocast (given and beside)
+    bench16    (CUDA) the published recipe's batch, 16 x 80k float32, rpe and geope (given and beside); with
+               the recipe's steps (``--fold-steps``) and the published test, the time of one fold
     published  ``bench_evaluate.py --published``: the published test (every fragment) of one
                ``synth --size bench`` room with ``configs/s3dis/pt_geope.yaml``: seconds per room, points
                and point predictions per second, peak GPU memory
-               lingeope: step time, peak memory, the point ops' share, the top kernels of one step
-    hierarchy  (CUDA) ``bench_hierarchy.py``: the Triton FPS/kNN/3-NN ops of the first stages alone at 2 and
-               16 x 80k, and the kernels' settings (block sizes, warps, pruned vs stream FPS), each checked
-               equal to the default's
-    kernels    ``bench_train_step.py --kernels torch triton``: the same step per preset on today's and the
-               fused (Triton) attention kernels, float32 and bf16, top kernels of each (``--no-kernels``;
-               with ``--device cpu`` only by ``--kernels``, and torch's kernels only)
+    tests      ``pytest`` of ``--tests-paths`` (``-k --tests``), with ``-n --tests-workers`` processes
+    check      ``pointgeope info --check``: every Triton kernel once at the recipe's sizes against its torch path
+    kernels    (``--kernels``) ``bench_train_step.py --kernels torch triton``: the same step per preset on the
+               torch and the fused (Triton) attention kernels, float32 and bf16
     train      (``--train``) ``pointgeope synth --size tiny`` + ``prepare``, then ``train.py --config
                configs/demo.yaml --test-area 5 train.epochs=1`` on the device: seconds and the log's pts/s
                (train.py ends with the fold's full-resolution evaluation)
@@ -30,16 +36,13 @@ runs), the JSON rewritten after every step:
 
 ``--device cpu`` hides every GPU from the steps (``CUDA_VISIBLE_DEVICES=``): the test suite runs the
 script that way, small. Results: ``--out`` (default ``bench/results/gpu.json``), logs beside it in
-``gpu_logs/``; copies of both go to ``$OUT`` when that variable is set.
+``gpu_logs/``.
 
-Usage: bench/gpu_check.sh [--train] [--evaluate] [--predict] [--ddp] [--device cpu] [--points 80000] [--budget 450]
-       [--no-tests] [--no-hierarchy] [--no-kernels] [--no-bench] [--no-published]
+Usage: bench/gpu_check.sh [--train] [--evaluate] [--predict] [--ddp] [--kernels] [--device cpu]
+       [--points 80000] [--budget 470] [--no-tests] [--no-hierarchy] [--no-bench] [--no-published] [--no-check]
 
-The check of issues 19 and 20 in one device call under its 10-minute limit (``bash bench/gpu_wheels.sh`` here
-first, then carry ``.whl``; the run tool's timeout 590 s):
-
-    PYTHON=python3 bash bench/gpu_check.sh --budget 540 --tests-limit 100 --hierarchy-limit 80 \
-        --kernels-limit 130 --bench-limit 120 --published-limit 90
+The check in one device call under its 10-minute limit (``bash bench/gpu_wheels.sh`` here first, then carry
+``.whl``; the run tool's timeout 510 s): ``PYTHON=python3 bash bench/gpu_check.sh --budget 480``
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -102,10 +106,11 @@ class Check:
         tmp.write_text(json.dumps(self.result, indent=1))
         os.replace(tmp, self.out)
         target = os.environ.get("OUT")
-        if target:
+        if target:                    # two files: the device tool returns at most 8 files from $OUT
             Path(target).mkdir(parents=True, exist_ok=True)
             shutil.copy2(self.out, Path(target) / self.out.name)
-            shutil.copytree(self.logs, Path(target) / self.logs.name, dirs_exist_ok=True)
+            with tarfile.open(Path(target) / f"{self.logs.name}.tgz", "w:gz") as tar:
+                tar.add(self.logs, arcname=self.logs.name)
 
     def run(self, name: str, cmd: list[str], limit: float, label: str | None = None) -> dict:
         """Run ``cmd`` with at most ``limit`` seconds (less if the budget is short); record and return it."""
@@ -156,8 +161,10 @@ def step_info(check: Check, py: str) -> None:
 
 
 def step_tests(check: Check, py: str) -> None:
-    step = check.run("tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-k", check.args.tests, "tests"],
-                     check.args.tests_limit)
+    a = check.args
+    workers = ["-n", str(a.tests_workers)] if a.tests_workers > 1 else ["-p", "no:xdist"]
+    step = check.run("tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *workers,
+                               *(["-k", a.tests] if a.tests else []), *a.tests_paths], a.tests_limit)
     summary = re.findall(r"(\d+ (?:passed|failed|error|skipped|deselected)\S*(?:, \d+ \w+)*) in [\d.]+s", step["tail"])
     step["summary"] = summary[-1] if summary else None
     if step["rc"] == 5:                   # pytest: no test selected (e.g. no CUDA device)
@@ -165,14 +172,87 @@ def step_tests(check: Check, py: str) -> None:
     check.write()
 
 
+def _bench_cmd(check: Check, py: str, data: Path, limit: float, clouds: int, amp: str, presets: list[str],
+               in_model: bool = True) -> list[str]:
+    a = check.args
+    return [py, "bench/bench_train_step.py", "--out", str(data), "--device", "cpu" if a.device == "cpu" else "cuda",
+            "--points", str(a.points), "--clouds", str(clouds), "--amp", amp, "--reps", str(a.reps),
+            "--warmup", str(a.warmup), "--budget", str(max(20, min(limit, check.left()) - 30)),
+            "--beside-steps", str(a.beside_steps), "--presets", *presets, "--hierarchy-clouds",
+            *map(str, a.hierarchy_clouds), *([] if in_model else ["--no-in-model"]),
+            *(["--profile"] if a.profile else []), *(["--no-point-ops"] if a.device == "cuda" else [])]
+
+
 def step_bench(check: Check, py: str) -> None:
+    """The step at 2 x ``--points`` with ``--amp``: hierarchy given, in line, beside (``bench_train_step``)."""
     a = check.args
     data = result_path(check, "bench_train_step.json")
-    cmd = [py, "bench/bench_train_step.py", "--out", str(data), "--device", "cpu" if a.device == "cpu" else "cuda",
-           "--points", str(a.points), "--clouds", str(a.clouds), "--amp", a.amp, "--reps", str(a.reps),
-           "--warmup", str(a.warmup), "--budget", str(max(30, min(a.bench_limit, check.left()) - 60)), "--profile",
-           "--hierarchy-clouds", *map(str, a.hierarchy_clouds)]
-    run_with_result(check, "bench", cmd, a.bench_limit, data)
+    run_with_result(check, "bench", _bench_cmd(check, py, data, a.bench_limit, a.clouds, a.amp, a.presets), a.bench_limit,
+                    data)
+
+
+def step_bench_bf16(check: Check, py: str) -> None:
+    a = check.args
+    data = result_path(check, "bench_train_step_bf16.json")
+    cmd = _bench_cmd(check, py, data, a.bench_bf16_limit, a.clouds, "bf16", a.presets, in_model=False)
+    run_with_result(check, "bench_bf16", cmd, a.bench_bf16_limit, data)
+
+
+def step_bench16(check: Check, py: str) -> None:
+    """The published recipe's batch (16 clouds, float32), given and beside, and the fold-time estimate."""
+    a = check.args
+    data = result_path(check, "bench_train_step_16.json")
+    cmd = _bench_cmd(check, py, data, a.bench16_limit, 16, "none", ["rpe", "geope"], in_model=False)
+    run_with_result(check, "bench16", cmd, a.bench16_limit, data)
+
+
+def fold_estimate(check: Check) -> None:
+    """One fold of the published recipe: ``--fold-steps`` steps of bench16's beside step (training's path),
+    plus the published test of the test area (``--fold-rooms`` rooms at the bench room's seconds)."""
+    steps = check.result["steps"]
+    presets = steps.get("bench16", {}).get("result", {}).get("presets", {})
+    room_s = steps.get("published", {}).get("result", {}).get("seconds_per_room")
+    est = {}
+    for pe, row in presets.items():
+        step_s = row.get("beside_s") or row.get("given_s")
+        if step_s:
+            test_s = room_s * check.args.fold_rooms if room_s else None
+            est[pe] = {"step_s": step_s, "steps": check.args.fold_steps, "train_h": step_s * check.args.fold_steps / 3600,
+                       "test_h": test_s / 3600 if test_s else None,
+                       "fold_h": (step_s * check.args.fold_steps + (test_s or 0)) / 3600,
+                       "points_per_cloud": steps["bench16"]["result"].get("points_per_cloud")}
+    check.result["fold_estimate"] = est
+    check.write()
+
+
+def step_warm(check: Check, py: str) -> None:
+    """The kernels of the timed steps compiled first, ``--warm-jobs`` processes side by side (one per preset
+    and precision, and the hierarchy's settings), so that the timed steps measure no compiler."""
+    a = check.args
+    jobs = [[py, "bench/bench_train_step.py", "--out", os.devnull, "--device", "cuda", "--points", str(a.points),
+             "--clouds", "2", "--amp", amp, "--presets", pe, "--warmup", "1", "--warm-only", "--beside-steps", "1",
+             "--hierarchy-clouds"] for pe in a.presets for amp in ("none", "bf16")]
+    jobs.append([py, "bench/bench_hierarchy.py", "--out", os.devnull, "--device", "cuda", "--clouds", "2",
+                 "--points", str(a.points), "--backends", "triton", "cpu", "--reps", "1"])
+    start, limit = time.perf_counter(), max(10.0, min(a.warm_limit, check.left()))
+    log = check.logs / "warm.log"
+    with open(log, "w") as f:
+        procs = [subprocess.Popen(cmd, cwd=REPO, env=check.env, stdout=f, stderr=subprocess.STDOUT) for cmd in jobs]
+        codes = []
+        for proc in procs:
+            try:
+                codes.append(proc.wait(timeout=max(1.0, limit - (time.perf_counter() - start))))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes.append("timeout")
+    check.result["steps"]["warm"] = {"ok": all(c == 0 for c in codes), "rc": codes, "jobs": len(jobs),
+                                     "seconds": round(time.perf_counter() - start, 2), "log": log.name,
+                                     "tail": log.read_text(errors="replace")[-1500:]}
+    check.write()
+
+
+def step_check(check: Check, py: str) -> None:
+    check.run("check", [py, "-m", "pointgeope", "info", "--check"], check.args.check_limit)
 
 
 def step_hierarchy(check: Check, py: str) -> None:
@@ -181,7 +261,7 @@ def step_hierarchy(check: Check, py: str) -> None:
     a = check.args
     data = result_path(check, "bench_hierarchy.json")
     cmd = [py, "bench/bench_hierarchy.py", "--out", str(data), "--device", "cuda", "--clouds", "2", "16",
-           "--points", str(a.points), "--backends", "triton", "--reps", "3"]
+           "--points", str(a.points), "--backends", "triton", "cpu", "--cpu-clouds", "2", "--reps", "2"]
     run_with_result(check, "hierarchy", cmd, a.hierarchy_limit, data)
 
 
@@ -276,65 +356,77 @@ def step_ddp(check: Check, py: str) -> None:
     check.run("ddp", cmd, check.args.train_limit)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--budget", type=float, default=450.0, help="seconds for all steps together")
-    parser.add_argument("--tests", default="cuda", help="pytest -k expression of the tests step")
-    parser.add_argument("--no-tests", action="store_true")
-    parser.add_argument("--no-bench", action="store_true")
-    parser.add_argument("--hierarchy-clouds", type=int, nargs="*", default=[2, 16],
-                        help="bench: batch sizes of the hierarchy-per-backend timings (none: skip them)")
-    parser.add_argument("--no-hierarchy", action="store_true", help="skip the Triton point ops' settings (CUDA)")
-    parser.add_argument("--hierarchy-limit", type=float, default=120.0)
-    parser.add_argument("--no-published", action="store_true", help="skip the published test of one room")
-    parser.add_argument("--eval-size", default="bench", help="synth --size of the published-test room")
-    parser.add_argument("--eval-config", default="configs/s3dis/pt_geope.yaml")
-    parser.add_argument("--eval-reps", type=int, default=2, help="published test: repetitions (the minimum counts)")
-    parser.add_argument("--eval-overrides", nargs="*", default=[], metavar="section.key=value",
-                        help="config overrides of the published test (the test suite shrinks it)")
-    parser.add_argument("--published-limit", type=float, default=180.0)
-    parser.add_argument("--train", action="store_true", help="synth tiny + prepare + train.py one epoch")
-    parser.add_argument("--evaluate", action="store_true", help="pointgeope evaluate the --train run")
-    parser.add_argument("--predict", action="store_true", help="pointgeope predict with the --train run")
-    parser.add_argument("--ddp", action="store_true", help="the --train fold with 2 processes (NCCL), 2 GPUs")
-    parser.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "pointgeope_gpu_check")
-    parser.add_argument("--train-overrides", nargs="*", default=[], metavar="section.key=value",
-                        help="more config overrides of the --train run (the test suite shortens it)")
-    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every step (default: unset)")
-    parser.add_argument("--points", type=int, default=80_000)
-    parser.add_argument("--clouds", type=int, default=2)
-    parser.add_argument("--amp", default="bf16")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--tests-limit", type=float, default=180.0)
-    parser.add_argument("--bench-limit", type=float, default=240.0)
-    parser.add_argument("--train-limit", type=float, default=240.0)
-    parser.add_argument("--evaluate-limit", type=float, default=120.0)
-    parser.add_argument("--kernels", action=argparse.BooleanOptionalAction, default=None,
-                        help="the attention kernels' comparison (default: on with --device cuda; the CPU runs torch's)")
-    parser.add_argument("--kernels-limit", type=float, default=300.0)
-    parser.add_argument("--kernel-presets", nargs="+", default=["rpe", "geope", "lingeope"])
-    args = parser.parse_args()
+    add = parser.add_argument
+    add("--device", choices=("cuda", "cpu"), default="cuda")
+    add("--out", type=Path, default=RESULTS)
+    add("--budget", type=float, default=480.0, help="seconds for all steps together")
+    add("--tests", default="", help="pytest -k expression of the tests step (default: every test of --tests-paths)")
+    add("--tests-paths", nargs="+", default=["tests/model", "tests/engine/test_build.py", "tests/test_geope.py",
+                                             "tests/test_metrics.py"])
+    add("--tests-workers", type=int, default=8, help="pytest-xdist processes of the tests step (1: none)")
+    for name in ("tests", "bench", "hierarchy", "published", "check"):
+        add(f"--no-{name}", action="store_true")
+    add("--hierarchy-clouds", type=int, nargs="*", default=[],
+        help="bench: batch sizes of bench_train_step's hierarchy-per-backend timings (default none)")
+    add("--eval-size", default="bench", help="synth --size of the published-test room")
+    add("--eval-config", default="configs/s3dis/pt_geope.yaml")
+    add("--eval-reps", type=int, default=1, help="published test: repetitions (the minimum counts)")
+    add("--eval-overrides", nargs="*", default=[], metavar="section.key=value",
+        help="config overrides of the published test (the test suite shrinks it)")
+    for name in ("train", "evaluate", "predict", "ddp"):
+        add(f"--{name}", action="store_true")
+    add("--kernels", action="store_true", help="the attention kernels' comparison, torch and Triton, float32 and bf16")
+    add("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "pointgeope_gpu_check")
+    add("--train-overrides", nargs="*", default=[], metavar="section.key=value",
+        help="more config overrides of the --train run (the test suite shortens it)")
+    add("--threads", type=int, help="OMP_NUM_THREADS of every step (default: unset)")
+    add("--points", type=int, default=80_000)
+    add("--clouds", type=int, default=2)
+    add("--amp", default="none", help="bench's precision (none: float32, as published)")
+    add("--presets", nargs="+", default=["rpe", "geope", "lingeope"])
+    add("--reps", type=int, default=2)
+    add("--warmup", type=int, default=1)
+    add("--beside-steps", type=int, default=3)
+    add("--profile", action=argparse.BooleanOptionalAction, default=True)
+    add("--fold-steps", type=int, default=38_000, help="steps of one fold of the published recipe")
+    add("--fold-rooms", type=int, default=68, help="rooms of the largest test area (Area 5)")
+    limits = dict(warm=110, hierarchy=60, bench=70, bench_bf16=40, bench16=50, published=50, tests=100, check=50,
+                  train=240, evaluate=120, kernels=300)
+    for name, limit in limits.items():
+        add(f"--{name.replace('_', '-')}-limit", type=float, default=float(limit))
+    add("--kernel-presets", nargs="+", default=["rpe", "geope", "lingeope"])
+    return parser.parse_args()
+
+
+def plan(args: argparse.Namespace) -> list:
+    """The steps to run, in order (the module docstring)."""
+    cuda = args.device == "cuda"
+    steps = [("info", step_info)]
+    steps += [("warm", step_warm)] if cuda and not args.no_bench else []
+    steps += [("hierarchy", step_hierarchy)] if cuda and not args.no_hierarchy else []
+    if not args.no_bench:
+        steps += [("bench", step_bench)] + ([("bench_bf16", step_bench_bf16), ("bench16", step_bench16)] if cuda else [])
+    steps += [] if args.no_published else [("published", step_published)]
+    steps += [("fold_estimate", lambda check, py: fold_estimate(check))] if cuda and not args.no_bench else []
+    steps += [] if args.no_tests else [("tests", step_tests)]
+    steps += [("check", step_check)] if cuda and not args.no_check else []
+    steps += [("kernels", step_kernels)] if args.kernels else []
+    steps += [(name, fn) for name, fn in (("train", step_train), ("evaluate", step_evaluate),
+                                          ("predict", step_predict), ("ddp", step_ddp)) if getattr(args, name)]
+    return steps
+
+
+def main() -> int:
+    args = parse_args()
     args.train = args.train or os.environ.get("GPU_CHECK_TRAIN") == "1"
     args.evaluate = args.evaluate or os.environ.get("GPU_CHECK_EVALUATE") == "1"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     py = os.environ.get("PYTHON", sys.executable)
     check = Check(args)
     check.result["options"] = {k: str(v) for k, v in vars(args).items()}
-    steps = [("info", step_info)]
-    steps += [] if args.no_tests else [("tests", step_tests)]
-    steps += [] if args.no_hierarchy or args.device == "cpu" else [("hierarchy", step_hierarchy)]
-    kernels = args.device == "cuda" if args.kernels is None else args.kernels
-    steps += [("kernels", step_kernels)] if kernels else []
-    steps += [] if args.no_bench else [("bench", step_bench)]
-    steps += [] if args.no_published else [("published", step_published)]
-    steps += [("train", step_train)] if args.train else []
-    steps += [("evaluate", step_evaluate)] if args.evaluate else []
-    steps += [("predict", step_predict)] if args.predict else []
-    steps += [("ddp", step_ddp)] if args.ddp else []
-    for name, fn in steps:
+    for name, fn in plan(args):
         if check.left() < 15:
             check.result["steps"][name] = {"ok": False, "rc": None, "error": "skipped: out of --budget"}
             continue
@@ -343,7 +435,7 @@ def main() -> int:
         except Exception as err:          # a bug of this script: recorded, and the next step still runs
             check.result["steps"].setdefault(name, {}).update(ok=False, error=f"{type(err).__name__}: {err}")
         check.write()
-    failed = [n for n, s in check.result["steps"].items() if not s.get("ok")]
+    failed = [n for n, s in check.result["steps"].items() if not s.get("ok", True)]
     check.result["failed_steps"] = failed
     check.write()
     print(f"[gpu_check] wrote {args.out} in {check.result['seconds_total']} s; failed steps: {failed or 'none'}")

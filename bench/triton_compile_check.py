@@ -6,7 +6,7 @@ For each kernel at the settings its caller launches it with and each target (sm_
 error, the float32 fused multiply-adds in the PTX and the shared memory. Ops: kNN for k = 3, 8, 16; both FPS
 kernels at 80k points per cloud; their PTX must hold no fused multiply-add (the results are defined with one
 rounding per operation, ``enable_fp_fusion=False``). Attention: the eight kernels as ``fused_attention``
-launches them (its ``_blocks`` tiles, Triton's default ``num_warps``) for the S3DIS recipe's widths 32..512,
+launches them (its ``tiles`` and ``WARPS``) for the S3DIS recipe's widths 32..512,
 ``share_planes`` 8 and k = 8, 16 on float32 and bfloat16 tensors, and at k = 16, width 64 also on float64
 (it runs on CUDA too: ``kernel_path`` takes Triton there for any dtype) and without ``delta``; atomics and
 GeoPE's geometry in float32 (float64). They launch with Triton's default ``enable_fp_fusion`` and promise no
@@ -33,7 +33,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from pointgeope.model import triton_attention as att
-from pointgeope.model.fused_attention import _blocks
+from pointgeope.model import fused_attention
 from pointgeope.model.ops import triton_fps, triton_fps_rounds, triton_knn
 
 KNN_SIG = dict(q_ptr="*fp32", q_row_ptr="*i64", q_plane="i64", s_ptr="*fp32", s_row_ptr="*i64", s_plane="i64",
@@ -97,24 +97,27 @@ def attention_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
 
 def _attention_at(k: int, c: int, t: str, acc: str, delta: bool) -> dict:
     """{name: (kernel, signature, constexprs, options)} of the eight kernels (forwards only without ``delta``,
-    but aggregate's backward) at k neighbours, width c, tensors of type t, as ``fused_attention`` launches them."""
-    bm, bk, bg = _blocks(k, c // SHARE)
-    rm, rk, rc = _blocks(k, min(c, 64))
-    lm, lk, lb = _blocks(k, min(c // 3, 32), budget=2048)
-    tiles = dict(aggregate=dict(S=SHARE, BLOCK_M=bm, BLOCK_K=bk, BLOCK_G=bg),
-                 relation=dict(BLOCK_M=rm, BLOCK_K=rk, BLOCK_C=rc), frame=dict(BLOCK_M=rm, BLOCK_K=rk, BLOCK_C=rc),
-                 linear=dict(BLOCK_M=lm, BLOCK_K=lk, BLOCK_B=lb))
+    but aggregate's backward) at k neighbours, width c, tensors of type t, as ``fused_attention`` launches them
+    (its ``tiles`` and ``WARPS``)."""
+    f64 = t == "fp64"
+    names = dict(aggregate=("BLOCK_G", c // SHARE), relation=("BLOCK_C", min(c, 64)), frame=("BLOCK_C", min(c, 64)),
+                 linear=("BLOCK_B", min(c // 3, 32)))
+    op_of = dict(aggregate="aggregate", relation="relation", frame="frame_relation", linear="linear_relation")
     grads = dict(aggregate=dict(GRAD_V=True, GRAD_DELTA=delta, HAS_DELTA=delta),
                  relation=dict(GRAD_KEY=True, GRAD_Q=True), frame=dict(GRAD_POINTS=True, GRAD_Q=True),
                  linear=dict(GRAD_X=True, GRAD_Q=True))
-    sig, f64, out = attention_signatures(t, acc), t == "fp64", {}
-    for op, tile in tiles.items():
-        tag = f"{t}{'' if delta else '_nodelta'}_tile{'_'.join(str(v) for v in tile.values())}"
-        forward = dict(tile, HAS_DELTA=delta, F64=f64)
-        out[f"att_{op}_forward_{tag}"] = (getattr(att, f"{op}_forward"), sig, forward, FUSED)
-        if delta or op == "aggregate":
-            backward = dict(tile, F64=f64, **grads[op])
-            out[f"att_{op}_backward_{tag}"] = (getattr(att, f"{op}_backward"), sig, backward, FUSED)
+    sig, out = attention_signatures(t, acc), {}
+    options = dict(FUSED, num_warps=fused_attention.WARPS)
+    for op, (block, width) in names.items():
+        for backward in (False, True):
+            if backward and not (delta or op == "aggregate"):
+                continue
+            bm, bk, bw = fused_attention.tiles(op_of[op], k, width, backward=backward, f64=f64)
+            tile = dict(BLOCK_M=bm, BLOCK_K=bk, **{block: bw}, **(dict(S=SHARE) if op == "aggregate" else {}))
+            tag = f"{t}{'' if delta else '_nodelta'}_tile{bm}_{bk}_{bw}"
+            meta = dict(tile, F64=f64, **(grads[op] if backward else dict(HAS_DELTA=delta)))
+            kernel = getattr(att, f"{op}_{'backward' if backward else 'forward'}")
+            out[f"att_{op}_{'backward' if backward else 'forward'}_{tag}"] = (kernel, sig, meta, options)
     return out
 
 
@@ -131,10 +134,31 @@ def compile_one(kernel, signature: dict, constexprs: dict, options: dict, arch: 
         return {"ok": False, "error": f"{type(err).__name__}: {err}"[:2000]}
     ptx = compiled.asm["ptx"]
     return {"ok": True, "fma_f32": ptx.count("fma.rn.f32") + ptx.count("fma.rn.ftz.f32"),
-            "shared_bytes": compiled.metadata.shared, **resources(compiled.asm["cubin"])}
+            "shared_bytes": compiled.metadata.shared, **resources(compiled.asm["cubin"]), **spills(ptx, arch)}
 
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+def _ptxas(arch: int) -> str:
+    """The ptxas Triton itself assembles for ``arch`` with (3.9 takes its newer one for sm_90)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    return get_ptxas(arch).path
+
+
+def spills(ptx: str, arch: int) -> dict:
+    """Bytes of spill stores a thread, as ``ptxas -v`` (Triton's own) reports them for the kernel's PTX. The
+    stack of ``resources`` also counts local arrays that are no spill: libdevice's ``sin``/``cos`` keep one
+    (28-48 bytes) for the range reduction of huge arguments, so a kernel with them has a stack and no spill."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        out = subprocess.run([_ptxas(arch), "-v", f"--gpu-name=sm_{arch}{'a' if arch == 90 else ''}", path, "-o",
+                              os.path.join(tmp, "k.o")], capture_output=True, text=True).stderr
+    found = re.search(r"(\d+) bytes spill stores", out)
+    return {"spill_store_bytes": int(found.group(1))} if found else {"ptxas": out[-300:]}
 
 
 def resources(cubin: bytes) -> dict:
@@ -169,7 +193,7 @@ def main() -> int:
         result["kernels"] = dict(zip((name for name, _ in JOBS), pool.map(_compile_job, range(len(JOBS)))))
     print(json.dumps(result, indent=2))
     bad = [k for k, v in result["kernels"].items()
-           if not v["ok"] or (v["fma_f32"] and not k.startswith("att_")) or v.get("stack_bytes", 0) > 0]
+           if not v["ok"] or (v["fma_f32"] and not k.startswith("att_")) or v.get("spill_store_bytes", 1) > 0]
     print(f"{len(result['kernels'])} compiled; failed, fused or spilling: {bad or 'none'}", file=sys.stderr)
     return 1 if bad else 0
 

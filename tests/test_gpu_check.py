@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -26,20 +27,21 @@ def _run(tmp_path: Path, *args: str, timeout: int = 420) -> tuple[subprocess.Com
 def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
     proc, result = _run(tmp_path, "--points", "1500", "--reps", "1", "--warmup", "0", "--threads", "1", "--train",
                         "--evaluate", "--predict", "--ddp", "--tests", "test_cuda_without_torch_cluster",
+                        "--tests-paths", "tests/model/test_ops.py", "--tests-workers", "1", "--beside-steps", "1",
                         "--hierarchy-clouds", "2", "--eval-size", "tiny", "--eval-config", "configs/demo.yaml",
                         "--eval-reps", "1", "--eval-overrides", "eval.max_fragments=1",
                         "--train-overrides", "data.loop=1", "data.voxel_max=3000")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert result["failed_steps"] == []
     steps = result["steps"]
-    assert list(steps) == ["info", "pointgeope_info", "tests", "bench", "published", "synth", "prepare", "train",
+    assert list(steps) == ["info", "pointgeope_info", "bench", "published", "tests", "synth", "prepare", "train",
                            "evaluate", "predict", "ddp"]
     assert result["machine"]["cuda_available"] is False and result["machine"]["torch"]
     assert steps["tests"]["summary"].startswith("1 passed")
     bench = steps["bench"]["result"]
     assert bench["device"] == "cpu" and bench["points_per_cloud"] == 1500 and bench["clouds"] == 2
     assert sorted(bench["presets"]) == ["geope", "lingeope", "rpe"]
-    assert all(row["given_s"] > 0 and row["in_model_s"] > 0 for row in bench["presets"].values())
+    assert all(row["given_s"] > 0 and row["in_model_s"] > 0 and row["beside_s"] > 0 for row in bench["presets"].values())
     assert bench["presets"]["rpe"]["given_ratio"] == 1.0
     assert bench["point_ops"]["loader_cpu_s"] > 0 and bench["point_ops"]["fps_torch_points"] == 1500
     per_backend = bench["hierarchy"]["2x1500"]                             # the hierarchy per backend, side by side
@@ -53,7 +55,9 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
     assert steps["predict"]["ok"] and steps["predict"]["rooms"] == 2
     assert steps["ddp"]["skipped"].startswith("needs two GPUs")
     copied = json.loads((tmp_path / "out" / "gpu.json").read_text())      # $OUT gets the final JSON and logs
-    assert copied["steps"].keys() == steps.keys() and (tmp_path / "out" / "gpu_logs" / "train.log").is_file()
+    assert copied["steps"].keys() == steps.keys()
+    with tarfile.open(tmp_path / "out" / "gpu_logs.tgz") as tar:                # the logs in one file
+        assert "gpu_logs/train.log" in tar.getnames()
 
 
 def test_a_failing_step_is_recorded_and_the_others_still_run(tmp_path):

@@ -47,9 +47,9 @@ from pointgeope.model.ops.morton import launch_device, layout
 
 __all__ = ["knn_triton", "BLOCK_Q", "BLOCK_S", "KNN_WARPS", "SUPER"]
 
-BLOCK_Q = 64    # queries per program
+BLOCK_Q = 32    # queries per program (64: registers spill under Triton 3.6, bench/triton_compile_check.py)
 BLOCK_S = 64    # support points per block
-KNN_WARPS = 8   # warps per program: 4 spill registers at these blocks on sm_90 (bench/triton_compile_check.py)
+KNN_WARPS = 8   # warps per program (4 spill at these blocks on sm_90)
 WINDOW = 8      # support blocks merged first, nearest in Morton order, whatever their boxes
 CHUNK = 32      # boxes tested together in the scan of the rest
 SUPER = 32      # blocks of a super-block (its blocks are one CHUNK)
