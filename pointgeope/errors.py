@@ -10,6 +10,9 @@ every command (``pointgeope <command>`` and ``train.py``) and prints::
 
 with exit code 2. Anything else is a bug and keeps its traceback. ``--debug`` shows the traceback of a
 user error too. A new command raises ``UserError(message)`` (or a subclass) and needs nothing else.
+Ctrl-C (``KeyboardInterrupt``) ends a command as command-line tools end: ``<prog>: interrupted`` and exit
+code 130 (128 + SIGINT), once the ``finally`` blocks and context managers on the way out have released
+its locks and deleted its temporary files.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import sys
 from collections.abc import Callable
 
 EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
 
 # The errors of a write that the disk refused, with the words for each (atomic.DiskFullError names the file).
 FULL_DISK = {
@@ -51,7 +55,8 @@ def add_debug_argument(parser: argparse.ArgumentParser, default=False) -> None:
 
 
 def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False) -> int:
-    """``func(*args)`` with user errors printed as ``<prog>: error: <message>`` and exit code 2.
+    """``func(*args)`` with user errors printed as ``<prog>: error: <message>`` and exit code 2, Ctrl-C as
+    ``<prog>: interrupted`` and exit code 130 (``debug``: both with their traceback).
 
     A write beyond the file size limit (``ulimit -f``) then fails with EFBIG, reported as a full disk,
     instead of killing the process with SIGXFSZ (CPython ignores it at start-up already; an embedding
@@ -66,3 +71,8 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
             raise
         print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED

@@ -143,3 +143,22 @@ def test_an_unfinished_fold_evaluated_stays_unfinished_and_is_flagged_by_report(
     assert (metrics["complete"], metrics["trained_epochs"]) == (True, 2)
     assert cli(["predict", str(fold), str(scan), "--out", str(tmp_path / "pred")]) == 0
     assert "warning" not in capsys.readouterr().err  # a finished fold
+
+
+def test_ctrl_c_stops_training_with_one_line_and_exit_code_130(two_folds, tmp_path):
+    """SIGINT to a training (Ctrl-C): one line, exit code 130, the fold's lock released; it printed a
+    KeyboardInterrupt traceback."""
+    proc = _train_py(two_folds, tmp_path, "train.epochs=1000", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "area_1" / "last.pt").exists():  # inside the loop: the lock is held
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (proc.returncode, err) == (130, "train.py: interrupted\n")
+    assert not (tmp_path / "area_1" / ".lock").exists()
