@@ -27,6 +27,7 @@ import torch
 from pointgeope.constants import PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT
 from pointgeope.data.spacing import median_spacing
 from pointgeope.engine import build
+from pointgeope.engine.distributed import choose_device
 from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info, load_checkpoint,
                                           load_model_state, unfinished_warning)
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict
@@ -82,14 +83,6 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
     return model / f"{which}.pt"
 
 
-def choose_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise PredictError(f"--device {name} but CUDA is not available here; use --device cpu (or auto)")
-    return torch.device(name)
-
-
 def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | None = None,
                    tta: bool = False, batch_points: int | None = None) -> Predictor:
     """The network of ``model`` (a run folder or a ``.pt``) on ``device``, its config adjusted for
@@ -112,7 +105,7 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
         views = DEFAULT_TTA
     ev = dataclasses.replace(cfg.eval, tta=views, batch_points=batch_points or cfg.eval.batch_points)
     cfg = dataclasses.replace(cfg, eval=ev)
-    dev = choose_device(device)
+    dev = choose_device(device, option="--device")
     net = build.model(cfg).to(dev)
     load_model_state(net, ckpt["model"], path)
     net.eval()
@@ -265,8 +258,8 @@ def predict_scans(args) -> int:
         _fail(message)
     if not refs:
         return 2
-    writable_folder(args.out, "--out folder")
     predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points)
+    writable_folder(args.out, "--out folder")
     print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
           f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
     with folder_lock(args.out):

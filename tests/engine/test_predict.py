@@ -10,9 +10,10 @@ import torch
 from pointgeope.cli import main as cli
 from pointgeope.h5 import list_rooms, read_predictions, read_room
 from pointgeope.engine.checkpoint import prediction_metadata
+from pointgeope.engine.distributed import DeviceError
 from pointgeope.engine.config import config_to_dict, load_config
 from pointgeope.constants import PALETTE
-from pointgeope.engine.predict import (Predictor, PredictError, load_predictor, predict_scan,
+from pointgeope.engine.predict import (Predictor, load_predictor, predict_scan,
                                        vote_probabilities)
 from pointgeope.scans.scan import Scan
 from pointgeope.scans.sources import ScanRef, read_scan
@@ -274,7 +275,7 @@ def test_foreign_checkpoints_are_one_line_errors(tiny_run, tmp_path, capsys):
     if torch.cuda.is_available():
         assert load_predictor(tiny_run, device="cuda").device.type == "cuda"
     else:
-        with pytest.raises(PredictError, match="--device cuda but CUDA is not available here"):
+        with pytest.raises(DeviceError, match="--device cuda but CUDA is not available here"):
             load_predictor(tiny_run, device="cuda")
 
 
