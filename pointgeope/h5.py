@@ -41,6 +41,7 @@ import numpy as np
 from pointgeope.atomic import atomic_path
 from pointgeope.constants import CLASS_NAMES, MAX_ROOM_EXTENT
 from pointgeope.errors import UserError
+from pointgeope.paths import inside
 
 # Version of the prepared layout above: data_prep writes it, every reader checks it.
 SCHEMA_VERSION = 1
@@ -65,8 +66,10 @@ def area_path(root: str | Path, area: str) -> Path:
 
 
 def predictions_path(run: str | Path, area: str) -> Path:
-    """``RUN/area_K/predictions/<area>.h5``, given the fold folder ``run``."""
-    return Path(run) / "predictions" / f"{area}.h5"
+    """``RUN/area_K/predictions/<area>.h5``, given the fold folder ``run`` (checked to lie in its
+    predictions folder, :func:`pointgeope.paths.inside`)."""
+    folder = Path(run) / "predictions"
+    return inside(folder, folder / f"{area}.h5", f"area {area!r} of folds.json", "the predictions folder")
 
 
 # --- reading ---------------------------------------------------------------------------------------------

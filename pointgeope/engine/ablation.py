@@ -30,6 +30,7 @@ from pointgeope.data.folds import load_folds
 from pointgeope.engine.config import load_config
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
+from pointgeope.paths import inside
 
 __all__ = ["Trial", "plan", "ablate"]
 
@@ -75,7 +76,8 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     folds = load_folds(cfg.data.root)
     if test_area not in folds:
         raise UserError(f"--test-area {test_area}: {Path(cfg.data.root) / 'folds.json'} has folds {sorted(folds)}")
-    trials = [Trial(p, s, run_dir / p / f"seed_{s}") for p in presets for s in seeds]
+    trials = [Trial(p, s, inside(run_dir, run_dir / p / f"seed_{s}", f"--presets {p}", "--run-dir"))
+              for p in presets for s in seeds]
     for trial in trials:
         load_config(config, trial.overrides(common))                    # e.g. an unknown preset, named
     return trials, common

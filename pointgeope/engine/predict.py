@@ -188,11 +188,21 @@ def _fail(message: str) -> None:
     print(f"pointgeope predict: error: {message}", file=sys.stderr, flush=True)
 
 
-def _unique_names(refs: list, errors: list[str]) -> list:
-    """The scans whose outputs no earlier scan writes; the others become errors."""
+def _checked_names(refs: list, args, errors: list[str]) -> list:
+    """The scans whose outputs lie inside ``args.out`` (:func:`~pointgeope.scans.outputs.output_path`) and
+    that no earlier scan writes; the others become errors."""
+    from pointgeope.paths import OutsideError
+    from pointgeope.scans.outputs import output_path
+
     first: dict[str, str] = {}
     keep = []
     for ref in refs:
+        try:
+            for fmt in args.format + ("probs",) * args.probabilities:
+                output_path(args.out, ref.name, fmt, ref.source)
+        except OutsideError as err:
+            errors.append(str(err))
+            continue
         if ref.name in first:
             errors.append(f"{ref.source}: its outputs would overwrite those of {first[ref.name]} (same name "
                           f"{ref.name!r}); predict it into another --out folder")
@@ -253,7 +263,7 @@ def predict_scans(args) -> int:
     if not 0 < args.max_extent <= PREDICT_EXTENT_LIMIT:
         raise UserError(f"expected --max-extent in (0, {PREDICT_EXTENT_LIMIT:g}] metres, got {args.max_extent:g}")
     refs, errors = find_scans(args.inputs)
-    refs = _unique_names(refs, errors)
+    refs = _checked_names(refs, args, errors)
     for message in errors:
         _fail(message)
     if not refs:

@@ -21,8 +21,9 @@ def default_out(runs: list[Path], names: list[str]) -> Path:
 
 def write_report(summaries, out: Path, digits: int = 1) -> list[Path]:
     """Write every output of the report into ``out``; returns the paths written, in order."""
-    from pointgeope.report import plots, tables
     from pointgeope.atomic import write_text_atomic as write_text
+    from pointgeope.paths import inside
+    from pointgeope.report import plots, tables
 
     out.mkdir(parents=True, exist_ok=True)
     written = [
@@ -34,7 +35,8 @@ def write_report(summaries, out: Path, digits: int = 1) -> list[Path]:
     slugs = [_slug(s.name) for s in summaries]
     for i, s in enumerate(summaries):
         slug = slugs[i] if slugs.count(slugs[i]) == 1 else f"{slugs[i]}_{i + 1}"
-        written.append(plots.confusion_heatmap(s, out / f"confusion_{slug}.png"))
+        path = inside(out, out / f"confusion_{slug}.png", f"run name {s.name!r}", "--out")
+        written.append(plots.confusion_heatmap(s, path))
     return written
 
 

@@ -30,15 +30,18 @@ import numpy as np
 from pointgeope.atomic import atomic_path
 from pointgeope.constants import IGNORE_LABEL
 from pointgeope.h5 import write_scan_predictions
+from pointgeope.paths import inside
 from pointgeope.scans.scan import Scan
 
 FORMATS = ("npy", "ply", "las", "txt", "h5")
 DEFAULT_FORMATS = ("npy", "ply")
 
 
-def output_path(out: str | Path, name: str, fmt: str) -> Path:
-    """``DIR/<name>_pred.<fmt>`` (``DIR/<name>_probs.npy`` for ``fmt="probs"``)."""
-    return Path(out) / (f"{name}_probs.npy" if fmt == "probs" else f"{name}_pred.{fmt}")
+def output_path(out: str | Path, name: str, fmt: str, source: str | None = None) -> Path:
+    """``DIR/<name>_pred.<fmt>`` (``DIR/<name>_probs.npy`` for ``fmt="probs"``), checked to lie inside
+    ``DIR`` (:func:`pointgeope.paths.inside`: an OutsideError naming ``source``, the input, otherwise)."""
+    path = Path(out) / (f"{name}_probs.npy" if fmt == "probs" else f"{name}_pred.{fmt}")
+    return inside(out, path, source or name, "--out")
 
 
 def _coord_properties(coord: np.ndarray) -> list[tuple[str, np.ndarray]]:
@@ -76,7 +79,7 @@ def write_outputs(out: str | Path, scan: Scan, pred: np.ndarray, formats: tuple[
     own = scan.color if scan.color is not None else colors
     written = []
     for fmt in formats:
-        path = output_path(out, scan.name, fmt)
+        path = output_path(out, scan.name, fmt, scan.source)
         if fmt == "npy":
             with atomic_path(path) as tmp:
                 np.save(tmp, pred)
@@ -94,7 +97,7 @@ def write_outputs(out: str | Path, scan: Scan, pred: np.ndarray, formats: tuple[
             raise ValueError(f"expected output formats from {', '.join(FORMATS)}, got {fmt!r}")
         written.append(path)
     if probs is not None:
-        path = output_path(out, scan.name, "probs")
+        path = output_path(out, scan.name, "probs", scan.source)
         with atomic_path(path) as tmp:
             np.save(tmp, probs.astype(np.float16))
         written.append(path)

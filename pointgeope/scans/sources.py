@@ -14,11 +14,16 @@ any other folder                   its files of the kinds above (named by their 
                                    sub-folders (named ``<folder>/<room>``, e.g. ``Area_1/office_1``)
 =================================  ====================================================================
 
+Names come from the input's absolute path (``os.path.abspath``: ``.`` is the current folder's name, ``..``
+its parent's), never from the path as typed; a name that would still put an output outside ``--out``
+(a file named ``...h5``) is refused by ``outputs.output_path``.
+
 :func:`find_scans` only lists (cheap); :func:`read_scan` reads one scan at a time, so a call over many
 large files holds one of them in memory.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,27 +56,34 @@ def _is_raw_room(folder: Path) -> bool:
     return (folder / "Annotations").is_dir()
 
 
+def _absolute(path: Path) -> Path:
+    """``path`` made absolute with ``.`` and ``..`` taken (symbolic links kept): where its name comes from."""
+    return Path(os.path.abspath(path))
+
+
 def _refs_of_file(path: Path) -> list[ScanRef]:
     kind = KINDS.get(path.suffix.lower())
     if kind is None:
         raise ScanError(f"{path}: unknown extension {path.suffix!r}; expected one of "
                         f"{', '.join(sorted(KINDS))}, a raw S3DIS room folder or a folder of such files")
+    stem = _absolute(path).stem
     if kind != "h5":
-        return [ScanRef(path, kind, path.stem)]
+        return [ScanRef(path, kind, stem)]
     from pointgeope.h5 import list_rooms
 
     try:
         rooms = list_rooms(path)
     except (OSError, ValueError, KeyError) as err:
         raise ScanError(f"{path}: expected a prepared area file (pointgeope prepare): {err}") from None
-    return [ScanRef(path, "h5", f"{path.stem}/{room}", room) for room in rooms]
+    return [ScanRef(path, "h5", f"{stem}/{room}", room) for room in rooms]
 
 
 def _refs_of_folder(folder: Path, errors: list[str]) -> list[ScanRef]:
+    name = _absolute(folder).name  # "" for the root folder "/"
     if _is_raw_room(folder):
-        return [ScanRef(folder, "raw", folder.name)]
+        return [ScanRef(folder, "raw", name)]
     entries = sorted(folder.iterdir())
-    refs = [ScanRef(p, "raw", f"{folder.name}/{p.name}") for p in entries if p.is_dir() and _is_raw_room(p)]
+    refs = [ScanRef(p, "raw", f"{name}/{p.name}".lstrip("/")) for p in entries if p.is_dir() and _is_raw_room(p)]
     files = [p for p in entries if p.is_file() and p.suffix.lower() in KINDS]
     for path in files:
         try:

@@ -327,3 +327,35 @@ def test_a_2m_point_scan_is_predicted_in_bounded_pieces():
     assert pred.shape == (n,) and (votes >= 1).all() and (votes > 1).any()   # fragments of 30k: cropped
     assert 0 < max(predictor.model.calls) <= 40_000
     np.testing.assert_array_equal(pred, expected_class(color))
+
+
+# --- where the outputs go ------------------------------------------------------------------------------------
+
+def test_a_scans_name_comes_from_its_absolute_path(tiny_root, tmp_path, monkeypatch):
+    """``.`` named the rooms of the current folder "/office_1" (``Path('.').name == ''``), whose outputs
+    went to the file system's root; ``..`` named them "../office_1"."""
+    from pointgeope.scans.sources import find_scans
+
+    raw = tiny_root.parent / "raw" / "Area_1"
+    monkeypatch.chdir(raw)
+    assert [ref.name for ref in find_scans(["."])[0]] == ["Area_1/hallway_1", "Area_1/office_1"]
+    monkeypatch.chdir(raw / "office_1" / "Annotations")
+    assert [ref.name for ref in find_scans([".."])[0]] == ["office_1"]
+    assert [ref.name for ref in find_scans(["../.."])[0]] == ["Area_1/hallway_1", "Area_1/office_1"]
+
+
+def test_every_output_lies_inside_out(tiny_run, tiny_root, two_folds, tmp_path, monkeypatch, capsys):
+    """A folder given as ``..`` holding a raw room and an area file named ``...h5`` (stem ``..``): the room
+    went to --out/.., the area's rooms beside --out; now the room goes inside and each room of the oddly
+    named file is one line naming it."""
+    work = tmp_path / "scans" / "here"
+    work.mkdir(parents=True)
+    (tmp_path / "scans" / "...h5").symlink_to(two_folds / "Area_1.h5")
+    (tmp_path / "scans" / "room").mkdir()
+    (tmp_path / "scans" / "room" / "Annotations").symlink_to(tiny_root.parent / "raw/Area_1/office_1/Annotations")
+    monkeypatch.chdir(work)
+    assert cli(["predict", str(tiny_run), "..", "--out", "out", "--format", "npy"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all("...h5:" in line and "outside --out out" in line for line in err), err
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*_pred.npy")) == [
+        "scans/here/out/scans/room_pred.npy"]
