@@ -1,6 +1,8 @@
-"""Check the prepared area files of a fold before training or evaluating: every file opened, every room read.
+"""Check a prepared area file before any command uses it: every file opened, every room read.
 
-For each ``Area_N.h5`` (train and test areas alike), before the first epoch:
+:func:`check_area_file` is the one check of every command that reads area files: ``train`` (every area of
+the fold, before the first epoch), ``evaluate`` (the test areas), ``predict`` (an ``Area_N.h5`` input) and
+``viz``. For each file:
 
 - its checksum equals the one ``prepare`` wrote in ``manifest.json`` (when the manifest lists it): a file
   changed or damaged after prepare is refused by name;
@@ -84,11 +86,17 @@ def check_area(path: str | Path, checksum: str | None = None, num_classes: int =
     return rooms
 
 
+def check_area_file(path: str | Path, num_classes: int = NUM_CLASSES) -> dict[str, int]:
+    """:func:`check_area` of ``path``, against its checksum in the ``manifest.json`` beside it (when that
+    lists it): the check of every command that reads an area file."""
+    path = Path(path)
+    return check_area(path, manifest_checksums(path.parent).get(path.stem), num_classes)
+
+
 def check_areas(root: str | Path, areas: list[str] | tuple[str, ...],
                 num_classes: int = NUM_CLASSES) -> dict[str, dict[str, int]]:
-    """:func:`check_area` for each ``root/<area>.h5``, against the checksums of ``root/manifest.json``."""
-    checksums = manifest_checksums(root)
-    return {area: check_area(area_path(root, area), checksums.get(area), num_classes) for area in areas}
+    """:func:`check_area_file` of each ``root/<area>.h5``: room -> points by area."""
+    return {area: check_area_file(area_path(root, area), num_classes) for area in areas}
 
 
 def area_checksums(root: str | Path, areas: list[str] | tuple[str, ...]) -> dict[str, str]:

@@ -48,8 +48,9 @@ from torch_geometric.data import Data
 
 from pointgeope.atomic import writable_folder
 from pointgeope.constants import CLASS_NAMES
-from pointgeope.data.folds import load_folds
+from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.dataset import room_sample
+from pointgeope.data.folds import load_folds
 from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
 from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed
@@ -261,8 +262,10 @@ def _json_number(x: float):
 
 
 def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -> dict:
-    """Predict every point of the fold's test area(s), write predictions and ``metrics.json``."""
-    from pointgeope.engine.checkpoint import fold_progress, load_checkpoint, load_model_state
+    """Predict every point of the fold's test area(s), write predictions and ``metrics.json``. The test
+    area files are checked first, as training checks its areas (:func:`pointgeope.data.check.check_areas`),
+    and refused when they differ from those the checkpoint trained on (its recorded checksums)."""
+    from pointgeope.engine.checkpoint import check_data, fold_progress, load_checkpoint, load_model_state
     from pointgeope.engine.config import config_to_dict
 
     run = Path(run)
@@ -274,8 +277,11 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
     areas = list(folds[fold].test)
     ckpt_path = run / f"{cfg.eval.checkpoint}.pt"
     ckpt = load_checkpoint(ckpt_path, config_to_dict(cfg))
-    if env.is_main:
+    if env.is_main:  # the test areas as training checks its areas, and against what the checkpoint saw
+        check_areas(root, areas, cfg.model.num_classes)
+        check_data(ckpt_path, ckpt.get("data"), area_checksums(root, areas), root, log)
         writable_folder(run / "predictions", "predictions folder")  # before the long part
+    distributed.barrier()
     model = build.model(cfg).to(env.device)
     load_model_state(model, ckpt["model"], ckpt_path)
     trained = fold_progress(ckpt_path, ckpt)[0]

@@ -7,7 +7,8 @@ An input is, by what it is:
 ``*.las`` ``*.laz``                LAS / LAZ through laspy (``las.py``)
 ``*.txt .xyz .pts .csv``           ``x y z [r g b ...]`` text (``text.py``)
 ``*.npy``                          ``(N, 3)`` or ``(N, 6)`` numbers, ``x y z [r g b]``
-``Area_N.h5`` (prepared)           every room of it, named ``Area_N/<room>`` (with its ground truth)
+``Area_N.h5`` (prepared)           every room of it, named ``Area_N/<room>`` (with its ground truth),
+                                   once checked as training checks it (``pointgeope.data.check``)
 a raw S3DIS room folder            ``<room>/Annotations/*.txt`` parsed as ``pointgeope prepare`` does, in
                                    the same point order (with its ground truth), named ``<room>``
 any other folder                   its files of the kinds above (named by their stem) and its raw room
@@ -69,10 +70,13 @@ def _refs_of_file(path: Path) -> list[ScanRef]:
     stem = _absolute(path).stem
     if kind != "h5":
         return [ScanRef(path, kind, stem)]
-    from pointgeope.h5 import list_rooms
+    from pointgeope.data.check import check_area_file
+    from pointgeope.h5 import SchemaError
 
     try:
-        rooms = list_rooms(path)
+        rooms = check_area_file(path)  # as training checks its areas: schema, checksum, every room
+    except SchemaError as err:
+        raise ScanError(str(err)) from None
     except (OSError, ValueError, KeyError) as err:
         raise ScanError(f"{path}: expected a prepared area file (pointgeope prepare): {err}") from None
     return [ScanRef(path, "h5", f"{stem}/{room}", room) for room in rooms]

@@ -8,14 +8,15 @@ from pointgeope.viz.colors import MODES
 
 
 def list_rooms(area: str, pred_path: str | None = None) -> int:
-    """``pointgeope viz AREA --list``: the rooms of ``area`` with their point counts, and with
-    ``pred_path`` their mIoU (worst first)."""
+    """``pointgeope viz AREA --list``: the rooms of ``area`` (checked as training checks it) with their point
+    counts, and with ``pred_path`` their mIoU (worst first)."""
     import numpy as np
 
-    from pointgeope.h5 import list_rooms as room_counts, predicted_rooms, read_labels, read_predictions
+    from pointgeope.data.check import check_area_file
+    from pointgeope.h5 import predicted_rooms, read_labels, read_predictions
     from pointgeope.viz.legend import room_scores, room_table
 
-    counts = room_counts(area)
+    counts = check_area_file(area)
     miou = None
     if pred_path:
         predicted = predicted_rooms(pred_path)
@@ -38,8 +39,8 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
 
 def show_room(args) -> int:
     """``pointgeope viz AREA --room ROOM``: one room in a window, or its screenshot or PLY; ``args`` holds
-    the options of ``pointgeope/commands/viz.py``."""
-    from pointgeope.h5 import list_rooms as room_counts
+    the options of ``pointgeope/commands/viz.py``; the area file is checked as training checks it."""
+    from pointgeope.data.check import check_area_file
     from pointgeope.viz.camera import fit_camera
     from pointgeope.viz.colors import colorize
     from pointgeope.viz.legend import key_help_lines, legend_lines, use_ansi
@@ -50,7 +51,7 @@ def show_room(args) -> int:
         from pointgeope.viz.render import check_image_path
 
         check_image_path(args.screenshot)  # before the work, not at the end of it
-    rooms = list(room_counts(args.area))
+    rooms = list(check_area_file(args.area))
     if args.room is None and len(rooms) != 1:
         raise ValueError(f"expected --room ROOM or --list; rooms in {args.area}: {', '.join(rooms)}")
     mode = args.mode or "gt"

@@ -359,3 +359,28 @@ def test_every_output_lies_inside_out(tiny_run, tiny_root, two_folds, tmp_path, 
     assert len(err) == 2 and all("...h5:" in line and "outside --out out" in line for line in err), err
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*_pred.npy")) == [
         "scans/here/out/scans/room_pred.npy"]
+
+
+def test_a_prepared_area_input_is_checked_as_training_checks_it(tiny_run, tiny_root, tmp_path, capsys):
+    """A prepared Area_1.h5 whose labels were changed after prepare (its manifest.json says so) was
+    predicted as if nothing were wrong; now it is refused in one line, the other input still predicted,
+    and the viewer refuses it the same way."""
+    import h5py
+
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("Area_1.h5", "manifest.json"):
+        (root / name).write_bytes((tiny_root / name).read_bytes())
+    with h5py.File(root / "Area_1.h5", "r+") as f:
+        f["office_1/label"][0] = (f["office_1/label"][0] + 1) % 13
+    room = read_room(tiny_root / "Area_1.h5", "office_1")
+    np.save(tmp_path / "office_1.npy", np.c_[room["coord"], room["color"]])
+    assert cli(["predict", str(tiny_run), str(root / "Area_1.h5"), str(tmp_path / "office_1.npy"),
+                "--out", str(tmp_path / "o"), "--format", "npy"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    message = (f"{root / 'Area_1.h5'}: does not match its checksum in manifest.json (changed or damaged after "
+               "prepare); run `pointgeope prepare` again")
+    assert err == [f"pointgeope predict: error: {message}"]
+    assert sorted(p.name for p in (tmp_path / "o").rglob("*.npy")) == ["office_1_pred.npy"]
+    assert cli(["viz", str(root / "Area_1.h5"), "--list"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"pointgeope viz: error: {message}"]
