@@ -42,8 +42,9 @@ from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.folds import Fold, load_folds
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed
-from pointgeope.engine.checkpoint import config_differences, prediction_metadata
-from pointgeope.engine.config import Config, ConfigError, config_to_dict, load_config, save_config
+from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, fold_progress, load_checkpoint,
+                                          prediction_metadata)
+from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
 from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
@@ -248,18 +249,25 @@ def fold_folder(run: Path, env: distributed.DistEnv):
 
 def complete_metrics(run: Path, cfg: Config) -> dict | None:
     """The metrics of a complete fold trained with ``cfg`` (free keys aside), ``None`` if the fold is not
-    complete; a :class:`UserError` naming the differing keys if it was trained with another config."""
+    complete; a :class:`UserError` naming the differing keys if it was trained with another config.
+
+    What was trained is read from the fold's ``last.pt`` (its config and epochs), never from ``config.yaml``,
+    which a user may edit: a fold whose ``metrics.json`` says complete but whose ``last.pt`` trained fewer
+    epochs than ``cfg`` asks is continued, and one without ``last.pt`` is refused."""
     if not fold_is_complete(run):
         return None
-    try:
-        saved = config_to_dict(load_config(run / "config.yaml"))
-    except ConfigError as err:
-        raise UserError(f"{run} is complete but its config cannot be read ({err}); --force retrains it") from None
-    diff = config_differences(saved, config_to_dict(cfg))
+    last = run / "last.pt"
+    if not last.is_file():
+        raise UserError(f"{run}: metrics.json says complete, but {last}, the record of what was trained, is "
+                        "missing; --force retrains the fold, or use another --run-dir")
+    ckpt = load_checkpoint(last)
+    diff = config_differences(checkpoint_config(ckpt, last), config_to_dict(cfg))
     if diff:
         shown = "; ".join(f"{k}: run {a!r}, now {b!r}" for k, a, b in diff[:8])
         raise UserError(f"{run} is complete with another config ({shown}); --force retrains it, or use "
                         "another --run-dir")
+    if fold_progress(last, ckpt)[0] < cfg.train.epochs:
+        return None
     return json.loads((run / "metrics.json").read_text())
 
 

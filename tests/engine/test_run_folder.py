@@ -162,3 +162,26 @@ def test_ctrl_c_stops_training_with_one_line_and_exit_code_130(two_folds, tmp_pa
             proc.wait()
     assert (proc.returncode, err) == (130, "train.py: interrupted\n")
     assert not (tmp_path / "area_1" / ".lock").exists()
+
+
+def test_a_hand_edited_config_yaml_does_not_make_a_fold_complete(two_folds, tiny_run, tmp_path, capsys):
+    """train.epochs 1 -> 2 written into the fold's config.yaml, then the command run with train.epochs=2:
+    "metrics.json is complete, skipped" after 1 epoch. Completeness is judged against what was trained
+    (last.pt's config), not the editable file."""
+    import shutil
+
+    fold = tmp_path / "area_1"
+    shutil.copytree(tiny_run, fold)
+    text = (fold / "config.yaml").read_text()
+    assert "  epochs: 1\n" in text
+    (fold / "config.yaml").write_text(text.replace("  epochs: 1\n", "  epochs: 2\n"))
+    assert train(two_folds, tmp_path, "train.epochs=2", "train.val_every=1") == 2
+    assert capsys.readouterr().err.strip() == (
+        f"train.py: error: {fold} is complete with another config (train.epochs: run 1, now 2); --force retrains "
+        "it, or use another --run-dir")
+    assert load_checkpoint(fold / "last.pt")["epoch"] == 1
+    (fold / "last.pt").unlink()   # what was trained is unknown: not taken as complete either
+    assert train(two_folds, tmp_path, "train.epochs=2", "train.val_every=1") == 2
+    assert capsys.readouterr().err.strip() == (
+        f"train.py: error: {fold}: metrics.json says complete, but {fold / 'last.pt'}, the record of what was "
+        "trained, is missing; --force retrains the fold, or use another --run-dir")
