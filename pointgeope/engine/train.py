@@ -58,8 +58,29 @@ class StopRun(Exception):
     """This invocation stops early on purpose (``train.epochs_per_run``); the same command continues it."""
 
 
-def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv) -> dict:
-    """Train (or resume) fold ``fold`` and evaluate it; returns the fold's metrics (every rank)."""
+class EpochBudget:
+    """The epochs this invocation may still train: ``train.epochs_per_run`` over all its folds (``None``:
+    no limit), so that a job sized for N epochs trains N whatever the folds. A fold whose last epoch is
+    trained is evaluated in the same invocation (an evaluation is not an epoch)."""
+
+    def __init__(self, epochs: int | None):
+        self.epochs, self.used = epochs, 0
+
+    @property
+    def spent(self) -> bool:
+        return self.epochs is not None and self.used >= self.epochs
+
+    def stop(self, log, where: str) -> None:
+        """Say that this invocation stops (``where``: what the same command continues), then stop it."""
+        log(f"stopping {where[0]}: {self.used} epoch(s) trained in this run (train.epochs_per_run={self.epochs}); "
+            f"the same command continues {where[1]}")
+        raise StopRun(where)
+
+
+def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv,
+               budget: EpochBudget | None = None) -> dict:
+    """Train (or resume) fold ``fold`` and evaluate it; returns the fold's metrics (every rank). Stops the
+    invocation (:class:`StopRun`) once ``budget`` is spent."""
     run, device = Path(cfg.train.run_dir) / f"area_{fold}", env.device
     test_areas, train_areas = list(folds[fold].test), list(folds[fold].train)
     log = Log(run / "log.txt" if env.is_main else None)
@@ -105,17 +126,15 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         writer = SummaryWriter(str(run / "tb"), purge_step=state.step)  # drops what a killed run logged later
         clouds = RoomClouds(writer, cfg.data.root, seed=cfg.train.seed)
 
-    epochs_this_run = 0
+    budget = budget or EpochBudget(cfg.train.epochs_per_run)
     while state.epoch < cfg.train.epochs:
-        if cfg.train.epochs_per_run is not None and epochs_this_run >= cfg.train.epochs_per_run:
-            log(f"stopping after {epochs_this_run} epoch(s) in this run (train.epochs_per_run); "
-                "the same command continues from last.pt")
-            raise StopRun(fold)
+        if budget.spent:
+            budget.stop(log, (f"in fold {fold} after epoch {state.epoch}", f"from {run / 'last.pt'}"))
         dataset.set_epoch(state.epoch)  # the augmentations of sample i are a function of (seed, epoch, i)
         sampler.set_epoch(state.epoch, skip_batches=state.batch, batch_size=build.per_rank_batch(cfg, env))
         meter = train_epoch(cfg, fold, state, learner, net, loader, steps_per_epoch, env, checkpoints, writer)
         end_epoch(cfg, state, learner, meter, test_areas, env, checkpoints, log, writer, clouds)
-        epochs_this_run += 1
+        budget.used += 1
 
     # The test area(s) at full resolution: every point predicted by voting over its fragments.
     metrics = evaluate_fold(run, cfg, env, log=log)
@@ -295,7 +314,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
         wanted = list(folds)
     if env.is_main:  # before any work: a file, or a folder that cannot be written, is one line
         writable_folder(cfg.train.run_dir, "run folder (--run-dir, train.run_dir)")
-    results = []
+    results, budget = [], EpochBudget(cfg.train.epochs_per_run)
     for fold in wanted:
         run = Path(cfg.train.run_dir) / f"area_{fold}"
         with fold_folder(run, env):
@@ -305,10 +324,12 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
                     print(f"fold {fold}: {run / 'metrics.json'} is complete, skipped", flush=True)
                 results.append(metrics)
                 continue
+            if budget.spent:  # before the fold's set-up: nothing of it is done
+                budget.stop(lambda line: env.is_main and print(line, flush=True), (f"before fold {fold}", "with it"))
             if force and env.is_main:
                 clear_fold(run)
             distributed.barrier()
-            results.append(train_fold(cfg, fold, folds, env))
+            results.append(train_fold(cfg, fold, folds, env, budget))
     return results
 
 
