@@ -6,7 +6,8 @@
     pointgeope viz pred/scan_pred.h5 --mode pred                            # with --format h5
 
 Inputs: .ply (ascii/binary), .las/.laz (laspy), .txt/.xyz/.pts/.csv (x y z [r g b ...]), .npy ((N, 3) or
-(N, 6)), a raw S3DIS room folder, a prepared Area_N.h5 (every room), or a folder of those. Outputs per
+(N, 6)), a raw S3DIS room folder, a prepared Area_N.h5 (every room), or a folder of those (in the --out
+folder itself, the files named as outputs, *_pred.* and *_probs.npy, are not inputs). Outputs per
 scan: DIR/<name>_pred.npy (uint8 label per point) and DIR/<name>_pred.ply (points coloured by class, a
 `label` property); with --format also .las (classification), .txt (x y z r g b label) and .h5 (for
 `pointgeope viz`); with --probabilities DIR/<name>_probs.npy (float16 (N, 13)). An input that fails is

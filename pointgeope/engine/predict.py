@@ -262,7 +262,12 @@ def predict_scans(args) -> int:
         raise UserError(f"expected a finite --scale > 0 and --batch-points >= 1, got {args.scale} and {args.batch_points}")
     if not 0 < args.max_extent <= PREDICT_EXTENT_LIMIT:
         raise UserError(f"expected --max-extent in (0, {PREDICT_EXTENT_LIMIT:g}] metres, got {args.max_extent:g}")
-    refs, errors = find_scans(args.inputs)
+    skipped: list[Path] = []
+    refs, errors = find_scans(args.inputs, args.out, skipped)
+    if skipped:
+        print(f"note: {args.out}: {len(skipped)} file(s) named as this command's outputs "
+              f"({', '.join(p.name for p in skipped[:5])}{', ...' if len(skipped) > 5 else ''}) are not inputs "
+              "in --out", flush=True)
     refs = _checked_names(refs, args, errors)
     for message in errors:
         _fail(message)

@@ -23,6 +23,7 @@ none), ``label`` uint8 (ground truth, 255 where unknown), ``instance`` int32 (0)
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,14 @@ from pointgeope.scans.scan import Scan
 
 FORMATS = ("npy", "ply", "las", "txt", "h5")
 DEFAULT_FORMATS = ("npy", "ply")
+# The file names of the table above: never taken as inputs in the --out folder (a rerun into the folder of
+# its inputs would otherwise predict its own outputs).
+_OUTPUT_NAME = re.compile(rf".+_(pred\.({'|'.join(FORMATS)})|probs\.npy)")
+
+
+def is_output_name(name: str) -> bool:
+    """Whether a file name is one that :func:`output_path` gives (``x_pred.ply``, ``x_probs.npy``)."""
+    return _OUTPUT_NAME.fullmatch(name) is not None
 
 
 def output_path(out: str | Path, name: str, fmt: str, source: str | None = None) -> Path:

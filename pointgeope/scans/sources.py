@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.scans.las import EXTENSIONS as LAS_EXTENSIONS
+from pointgeope.scans.outputs import is_output_name
 from pointgeope.scans.scan import Scan, ScanError, checked_scan, color_to_uint8
 from pointgeope.scans.text import EXTENSIONS as TEXT_EXTENSIONS
 
@@ -82,12 +83,20 @@ def _refs_of_file(path: Path) -> list[ScanRef]:
     return [ScanRef(path, "h5", f"{stem}/{room}", room) for room in rooms]
 
 
-def _refs_of_folder(folder: Path, errors: list[str]) -> list[ScanRef]:
+def _outputs_here(folder: Path, out: Path | None) -> bool:
+    """Whether ``folder`` is the ``--out`` folder, whose files named as outputs are not inputs."""
+    return out is not None and out.is_dir() and folder.is_dir() and folder.samefile(out)
+
+
+def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: list[Path]) -> list[ScanRef]:
     name = _absolute(folder).name  # "" for the root folder "/"
     if _is_raw_room(folder):
         return [ScanRef(folder, "raw", name)]
     entries = sorted(folder.iterdir())
     refs = [ScanRef(p, "raw", f"{name}/{p.name}".lstrip("/")) for p in entries if p.is_dir() and _is_raw_room(p)]
+    if _outputs_here(folder, out):
+        skipped += [p for p in entries if is_output_name(p.name)]
+        entries = [p for p in entries if not is_output_name(p.name)]
     files = [p for p in entries if p.is_file() and p.suffix.lower() in KINDS]
     for path in files:
         try:
@@ -100,15 +109,20 @@ def _refs_of_folder(folder: Path, errors: list[str]) -> list[ScanRef]:
     return refs
 
 
-def find_scans(inputs: list[str | Path]) -> tuple[list[ScanRef], list[str]]:
+def find_scans(inputs: list[str | Path], out: str | Path | None = None,
+               skipped: list[Path] | None = None) -> tuple[list[ScanRef], list[str]]:
     """``(scans, errors)``: every scan the inputs name, in order, and one message per input that names
-    none (missing, unknown extension, unreadable area file, folder without scans)."""
+    none (missing, unknown extension, unreadable area file, folder without scans). Files of the ``out``
+    folder named as ``predict``'s outputs (``outputs.is_output_name``) are left out and added to
+    ``skipped``: a rerun into the folder of its inputs predicts the same scans."""
     refs: list[ScanRef] = []
     errors: list[str] = []
+    out = None if out is None else Path(out)
+    skipped = [] if skipped is None else skipped
     for item in map(Path, inputs):
         try:
             if item.is_dir():
-                refs += _refs_of_folder(item, errors)
+                refs += _refs_of_folder(item, errors, out, skipped)
             elif item.is_file():
                 refs += _refs_of_file(item)
             else:

@@ -384,3 +384,21 @@ def test_a_prepared_area_input_is_checked_as_training_checks_it(tiny_run, tiny_r
     assert sorted(p.name for p in (tmp_path / "o").rglob("*.npy")) == ["office_1_pred.npy"]
     assert cli(["viz", str(root / "Area_1.h5"), "--list"]) == 2
     assert capsys.readouterr().err.splitlines() == [f"pointgeope viz: error: {message}"]
+
+
+def test_a_rerun_into_the_input_folder_does_not_take_its_outputs_as_inputs(tiny_run, tmp_path, capsys):
+    """``predict RUN clouds --out clouds`` twice: the second run predicted its own a_pred.h5, failed on
+    a_pred.npy and a_probs.npy and refused a_pred.ply as a collision, exit 2, at every rerun."""
+    clouds = tmp_path / "clouds"
+    clouds.mkdir()
+    np.save(clouds / "a.npy", np.random.default_rng(1).random((400, 6)) * [3, 3, 2, 255, 255, 255])
+    argv = ["predict", str(tiny_run), str(clouds), "--out", str(clouds), "--format", "npy,ply,h5", "--probabilities"]
+    assert cli(argv) == 0
+    first = {p.name: p.read_bytes() for p in clouds.iterdir() if p.name != "a_pred.h5"}
+    capsys.readouterr()
+    assert cli(argv) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and {p.name: p.read_bytes() for p in clouds.iterdir() if p.name != "a_pred.h5"} == first
+    assert sorted(first) == ["a.npy", "a_pred.npy", "a_pred.ply", "a_probs.npy"]
+    assert (f"note: {clouds}: 4 file(s) named as this command's outputs (a_pred.h5, a_pred.npy, a_pred.ply, "
+            "a_probs.npy) are not inputs in --out") in out
