@@ -217,19 +217,24 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str]) -> i
     fails adds its message to ``errors`` and the next one goes on. Returns how many were written."""
     import time
 
-    from pointgeope.scans.outputs import write_outputs
+    from pointgeope.scans.outputs import check_formats, write_outputs
     from pointgeope.scans.sources import read_scan
 
     names = list(predictor.info["class_names"])
     done = 0
+
+    def warn(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
     for ref in refs:
         t0 = time.perf_counter()
         try:
             scan = read_scan(ref)
             for note in scan.meta.get("notes", [])[:20]:
                 print(f"note: {note}")
+            check_formats(scan, args.format, warn)
             pred, scores, votes = predict_scan(predictor, scan, args.scale, progress=True,
-                                               warn=lambda m: print(m, file=sys.stderr, flush=True),
+                                               warn=warn,
                                                max_extent=args.max_extent)
             probs = vote_probabilities(scores, votes, predictor.cfg.eval.vote) if args.probabilities else None
             del scores

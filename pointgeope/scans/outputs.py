@@ -32,7 +32,7 @@ from pointgeope.atomic import atomic_path
 from pointgeope.constants import IGNORE_LABEL
 from pointgeope.h5 import write_scan_predictions
 from pointgeope.paths import inside
-from pointgeope.scans.scan import Scan
+from pointgeope.scans.scan import Scan, ScanError
 
 FORMATS = ("npy", "ply", "las", "txt", "h5")
 DEFAULT_FORMATS = ("npy", "ply")
@@ -60,11 +60,39 @@ def _coord_properties(coord: np.ndarray) -> list[tuple[str, np.ndarray]]:
     return [(axis, np.ascontiguousarray(keep[:, j])) for j, axis in enumerate("xyz")]
 
 
+def _h5_coord(scan: Scan) -> tuple[np.ndarray, np.ndarray]:
+    """``(origin (3,), coord float32 (N, 3))`` of the h5 file; a ScanError when float32 cannot hold a point."""
+    origin = np.floor(scan.coord.min(axis=0))
+    with np.errstate(over="ignore"):
+        coord = (scan.coord - origin).astype(np.float32)
+    beyond = ~np.isfinite(coord).all(axis=1)
+    if beyond.any():
+        first = int(np.flatnonzero(beyond)[0])
+        raise ScanError(f"{scan.source}: --format h5 cannot hold its points: it stores coordinates as float32 "
+                        f"from the scan's minimum, and point {first} ({' '.join(f'{v:g}' for v in scan.coord[first])}) "
+                        "is beyond it; predict it without h5 (--format npy,ply), or remove the point(s) that far")
+    return origin, coord
+
+
+def check_formats(scan: Scan, formats: tuple[str, ...], warn=print) -> None:
+    """Before a scan is predicted: a ScanError if a format of ``formats`` cannot hold its coordinates
+    (``las``: :func:`~pointgeope.scans.las.las_scaling`, ``h5``: float32), and ``warn`` where LAS holds
+    them in coarser steps than asked."""
+    if "las" in formats:
+        from pointgeope.scans.las import las_scaling
+
+        warning = las_scaling(scan)[2]
+        if warning:
+            warn(warning)
+    if "h5" in formats:
+        _h5_coord(scan)
+
+
 def write_h5(path: Path, scan: Scan, pred: np.ndarray, class_names: list[str]) -> None:
     """The h5 file of the module docstring."""
-    origin = np.floor(scan.coord.min(axis=0))
+    origin, coord = _h5_coord(scan)
     n = len(scan)
-    arrays = {"coord": (scan.coord - origin).astype(np.float32),
+    arrays = {"coord": coord,
               "color": scan.color if scan.color is not None else np.zeros((n, 3), np.uint8),
               "label": scan.label if scan.label is not None else np.full(n, IGNORE_LABEL, np.uint8),
               "instance": np.zeros(n, np.int32)}

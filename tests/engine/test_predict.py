@@ -402,3 +402,29 @@ def test_a_rerun_into_the_input_folder_does_not_take_its_outputs_as_inputs(tiny_
     assert sorted(first) == ["a.npy", "a_pred.npy", "a_pred.ply", "a_probs.npy"]
     assert (f"note: {clouds}: 4 file(s) named as this command's outputs (a_pred.h5, a_pred.npy, a_pred.ply, "
             "a_probs.npy) are not inputs in --out") in out
+
+
+def test_las_output_of_a_scan_with_a_stray_point(tiny_run, tmp_path, capsys):
+    """--format las of a scan with a point 10,000 km away (left out of the prediction, as designed) ended in
+    laspy's OverflowError, exit 1, and the inputs after it were never predicted. Now its LAS file holds
+    every point in 1 cm steps (said in one warning); a point at 1e30 m that no LAS step holds refuses that
+    scan in one line before any work, and the next input is predicted."""
+    laspy = pytest.importorskip("laspy")
+    rng = np.random.default_rng(3)
+    room = np.c_[rng.random((400, 3)) * [4, 3, 2.5], rng.integers(0, 256, (400, 3))]
+    for name, far in (("a_far", 1e7), ("b_space", 1e30), ("c_room", None)):
+        np.save(tmp_path / f"{name}.npy", room if far is None else np.insert(room, 7, [far, 0, 1, 9, 9, 9], axis=0))
+    assert cli(["predict", str(tiny_run), *(str(tmp_path / f"{n}.npy") for n in ("a_far", "b_space", "c_room")),
+                "--out", str(tmp_path / "o"), "--format", "npy,las"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in err] == ["warning", "warning", "pointgeope predict"]
+    assert f"{tmp_path / 'a_far.npy'}: its LAS file stores x in steps of 0.01 m, not 0.001 m" in err[0]
+    assert err[2] == (f"pointgeope predict: error: {tmp_path / 'b_space.npy'}: --format las cannot hold its points: "
+                      "LAS stores coordinates as 32-bit integers, x spans 1e+30 (at most 4.29497e+07 in steps of "
+                      "0.01 m); predict it without las (--format npy), or remove the point(s) that far")
+    las = laspy.read(tmp_path / "o" / "a_far_pred.las")
+    coord = np.load(tmp_path / "a_far.npy")[:, :3]
+    np.testing.assert_allclose(np.c_[las.x, las.y, las.z], coord, atol=0.005 + 1e-9)
+    np.testing.assert_array_equal(np.asarray(las.classification), np.load(tmp_path / "o" / "a_far_pred.npy"))
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["a_far_pred.las", "a_far_pred.npy",
+                                                                 "c_room_pred.las", "c_room_pred.npy"]
