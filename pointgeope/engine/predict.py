@@ -134,14 +134,15 @@ def vote_probabilities(scores: np.ndarray, votes: np.ndarray, vote: str, chunk: 
 
 
 def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float = 1.0, warn=print) -> None:
-    """Refuse a scan without colour for a colour model; warn when its spacing is far from training's."""
+    """Refuse a scan without colour for a colour model; warn when its spacing is far from training's (a scan
+    of fewer than 2 distinct points has none to compare)."""
     if predictor.uses_color and scan.color is None:
         raise ScanError(f"{scan.source}: has no colour, but {predictor.path} was trained with colour features "
                         f"([{' | '.join(predictor.info['features'])}]); train a geometry-only model "
                         "(data.color=false model.in_channels=3, features [xyz]) and predict with that")
     reference = predictor.info.get("spacing")
-    if reference:
-        spacing = median_spacing(coord)
+    spacing = median_spacing(coord) if reference else float("nan")  # nan: fewer than 2 distinct points
+    if np.isfinite(spacing):
         ratio = spacing / reference
         if not (1 / SPACING_FACTOR <= ratio <= SPACING_FACTOR):
             warn(f"warning: {scan.source}: median point spacing {spacing:.3g} (after --scale {scale:g}) is "

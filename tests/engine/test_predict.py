@@ -428,3 +428,10 @@ def test_las_output_of_a_scan_with_a_stray_point(tiny_run, tmp_path, capsys):
     np.testing.assert_array_equal(np.asarray(las.classification), np.load(tmp_path / "o" / "a_far_pred.npy"))
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["a_far_pred.las", "a_far_pred.npy",
                                                                  "c_room_pred.las", "c_room_pred.npy"]
+
+
+def test_a_scan_of_one_point_is_predicted_without_a_spacing_warning(tiny_run, tmp_path, capsys):
+    """A 1-point scan warned "median point spacing nan ... is nan times the training rooms'"."""
+    np.save(tmp_path / "one.npy", np.array([[1.0, 2.0, 0.5, 200, 10, 10]]))
+    assert cli(["predict", str(tiny_run), str(tmp_path / "one.npy"), "--out", str(tmp_path / "o")]) == 0
+    assert capsys.readouterr().err == "" and np.load(tmp_path / "o" / "one_pred.npy").shape == (1,)
