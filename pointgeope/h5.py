@@ -52,6 +52,7 @@ ROOM_ARRAYS: dict[str, tuple[type, int | None]] = {
 }
 ROOM_FIELDS = tuple(ROOM_ARRAYS)
 PRED = "pred"  # the predictions dataset of a room
+SCAN_PREDICTIONS = "scan-predictions"  # root attr kind of a scan's predictions (label 255: unknown)
 _STR = h5py.string_dtype()
 _AREA_FILE = re.compile(r"Area_\d+\.h5")  # the names area_path gives; open_area checks their identity
 
@@ -109,9 +110,15 @@ def _identity_problem(path: Path, f: h5py.File) -> str | None:
             f"renamed area file; put {path.stem}'s own file back or run `pointgeope prepare` again")
 
 
+def is_scan_predictions(f: h5py.File) -> bool:
+    """Whether an open file is a scan's predictions (``pointgeope predict --format h5``), not a prepared area."""
+    return _plain(f.attrs.get("kind")) == SCAN_PREDICTIONS
+
+
 def area_max_extent(f: h5py.File) -> float:
-    """The room size limit (metres) an open area file was prepared with."""
-    return float(f.attrs.get("max_extent", MAX_ROOM_EXTENT))
+    """The room size limit (metres) an open area file was prepared with (a scan's predictions: none, its
+    points are the user's as they came)."""
+    return float("inf") if is_scan_predictions(f) else float(f.attrs.get("max_extent", MAX_ROOM_EXTENT))
 
 
 def room_group(f: h5py.File, room: str) -> h5py.Group:
@@ -328,7 +335,7 @@ def write_scan_predictions(path: Path, area: str, room: str, arrays: dict[str, n
     ``group_attrs``, the four room arrays (already in the schema dtypes) and ``pred`` uint8 ``(N,)``."""
     with _create(path) as f:
         f.attrs.update({"schema_version": SCHEMA_VERSION, "area": area, "class_names": class_names,
-                        "kind": "scan-predictions", "source": source})
+                        "kind": SCAN_PREDICTIONS, "source": source})
         g = f.create_group(room)
         g.attrs.update(group_attrs)
         for key, value in {**{k: arrays[k] for k in ROOM_FIELDS}, PRED: pred.astype(np.uint8)}.items():
