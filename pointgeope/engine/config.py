@@ -307,21 +307,27 @@ def parse_override(text: str) -> dict:
     return tree
 
 
+def _overridden(merged: dict, overrides: typing.Sequence[str], where: str) -> Config:
+    """The config of the checked mapping ``merged`` (read from ``where``) with ``section.key=value``
+    ``overrides`` applied last, each checked as it is read, then the whole."""
+    for text in overrides:
+        merged = _merge(merged, _check_mapping(parse_override(text), Config, f"override {text!r}"))
+    return _checked(_build(Config, merged), f"{where}{' with the overrides' if overrides else ''}")
+
+
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
     """The :class:`Config` of a YAML file (``None``: the defaults) with ``section.key=value`` overrides."""
     merged = _read_layers(Path(path)) if path is not None else {}
-    for text in overrides:
-        merged = _merge(merged, _check_mapping(parse_override(text), Config, f"override {text!r}"))
-    return _checked(_build(Config, merged),
-                    f"{path if path is not None else 'the defaults'}{' with the overrides' if overrides else ''}")
+    return _overridden(merged, overrides, str(path) if path is not None else "the defaults")
 
 
 def config_to_dict(cfg: Config) -> dict:
     return dataclasses.asdict(cfg)
 
 
-def config_from_dict(raw: dict, where: str = "config") -> Config:
-    return _checked(_build(Config, _check_mapping(raw, Config, where)), where)
+def config_from_dict(raw: dict, where: str = "config", overrides: typing.Sequence[str] = ()) -> Config:
+    """The :class:`Config` of a plain mapping (a checkpoint's), with ``section.key=value`` overrides."""
+    return _overridden(_check_mapping(raw, Config, where), overrides, where)
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pointgeope.constants import PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT
+from pointgeope.constants import PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT, PREDICT_MAX_FRAGMENTS
 from pointgeope.data.spacing import median_spacing
 from pointgeope.engine import build
 from pointgeope.engine.distributed import choose_device
-from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info, load_checkpoint,
-                                          load_model_state, unfinished_warning)
-from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict
+from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info, config_differences,
+                                          load_checkpoint, load_model_state, unfinished_warning)
+from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, config_to_dict
 from pointgeope.engine.evaluate import room_seed, vote_room
 from pointgeope.errors import UserError
 from pointgeope.scans.scan import Scan, ScanError
@@ -46,13 +46,16 @@ class PredictError(UserError, ValueError):
 
 @dataclass
 class Predictor:
-    """A trained model ready to predict: network (eval mode), its config and ``"predict"`` metadata."""
+    """A trained model ready to predict: network (eval mode), its config and ``"predict"`` metadata;
+    ``default_cap``: the fragment cap when it is predict's default (:data:`PREDICT_MAX_FRAGMENTS`), which a
+    scan it cuts is warned about, else ``None``."""
 
     model: torch.nn.Module
     cfg: Config
     info: dict
     device: torch.device
     path: Path
+    default_cap: int | None = None
 
     @property
     def palette(self) -> np.ndarray:
@@ -83,33 +86,54 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
     return model / f"{which}.pt"
 
 
+def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | None,
+                       max_fragments: int | None | bool, overrides: list[str]) -> tuple[Config, int | None]:
+    """The checkpoint's config with ``overrides`` (of eval.* and the free keys only: not of what the
+    network was trained with), adjusted for prediction (see :func:`load_predictor`); and the fragment cap
+    when it is predict's default."""
+    try:
+        trained = config_from_dict(ckpt["config"], where="its config")
+    except ConfigError as err:
+        raise CheckpointError(f"{path}: written by another version of pointgeope ({err})") from None
+    cfg = config_from_dict(ckpt["config"], where=f"{path}'s config", overrides=overrides)
+    for key, was, _ in config_differences(config_to_dict(trained), config_to_dict(cfg))[:1]:
+        given = next((t for t in overrides if key.startswith(t.partition("=")[0].strip())), key)
+        raise PredictError(f"override {given!r}: predict takes overrides of eval.* and of how it runs "
+                           "(train.threads, ...), not of what the network was trained with: "
+                           f"{key} is {was!r} in the checkpoint")
+    views = cfg.eval.tta
+    if not tta and not any(t.startswith("eval.tta") for t in overrides):
+        views = TTAConfig()
+    elif tta and views == TTAConfig():
+        views = DEFAULT_TTA
+    cap = cfg.eval.max_fragments if max_fragments is False else max_fragments
+    default_cap = PREDICT_MAX_FRAGMENTS if cap is None and max_fragments is False else None
+    ev = dataclasses.replace(cfg.eval, tta=views, batch_points=batch_points or cfg.eval.batch_points,
+                             max_fragments=default_cap or cap)
+    return dataclasses.replace(cfg, eval=ev), default_cap
+
+
 def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | None = None,
-                   tta: bool = False, batch_points: int | None = None) -> Predictor:
+                   tta: bool = False, batch_points: int | None = None, max_fragments: int | None | bool = False,
+                   overrides: list[str] = ()) -> Predictor:
     """The network of ``model`` (a run folder or a ``.pt``) on ``device``, its config adjusted for
-    prediction: without ``tta`` one view; with it the run's ``eval.tta``, or :data:`DEFAULT_TTA` if
-    that is a single view. Raises PredictError or CheckpointError."""
+    prediction: without ``tta`` one view (unless ``overrides`` set ``eval.tta``); with it the run's
+    ``eval.tta``, or :data:`DEFAULT_TTA` if that is a single view; at most ``max_fragments`` fragments
+    (``None``: all; ``False``, not given: the run's ``eval.max_fragments``, or
+    :data:`~pointgeope.constants.PREDICT_MAX_FRAGMENTS` where that is null). Raises PredictError or
+    CheckpointError."""
     path = checkpoint_path(model, checkpoint)
     ckpt = load_checkpoint(path)
     info = checkpoint_prediction_info(ckpt, path)
     warning = unfinished_warning(path, ckpt)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    try:
-        cfg = config_from_dict(ckpt["config"], where="its config")
-    except ConfigError as err:
-        raise CheckpointError(f"{path}: written by another version of pointgeope ({err})") from None
-    views = cfg.eval.tta
-    if not tta:
-        views = TTAConfig()
-    elif views == TTAConfig():
-        views = DEFAULT_TTA
-    ev = dataclasses.replace(cfg.eval, tta=views, batch_points=batch_points or cfg.eval.batch_points)
-    cfg = dataclasses.replace(cfg, eval=ev)
+    cfg, default_cap = _prediction_config(ckpt, path, tta, batch_points, max_fragments, list(overrides))
     dev = choose_device(device, option="--device")
     net = build.model(cfg).to(dev)
     load_model_state(net, ckpt["model"], path)
     net.eval()
-    return Predictor(net, cfg, info, dev, path)
+    return Predictor(net, cfg, info, dev, path, default_cap)
 
 
 def vote_probabilities(scores: np.ndarray, votes: np.ndarray, vote: str, chunk: int = 1 << 20) -> np.ndarray:
@@ -174,6 +198,11 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
                        seed=room_seed(predictor.cfg.train.seed, room), show_progress=progress)
     if (result.votes < 1).any():
         raise RuntimeError(f"{scan.source}: {(result.votes < 1).sum()} points got no prediction")
+    cap, fragments = predictor.default_cap, max(result.fragments)
+    if cap is not None and fragments > cap:
+        warn(f"warning: {scan.source}: its densest {predictor.cfg.data.grid_size:g} m voxel holds {fragments:,} "
+             f"points: predicted the first {cap} of its {fragments:,} fragments (predict's default cap; a point "
+             "they miss takes its voxel's votes); --max-fragments N or all to choose")
     scores, votes = result.scores, result.votes
     if any_stray:
         warn(describe_stray(scan.source, scan.coord, stray, scale, max_extent))
@@ -279,7 +308,10 @@ def predict_scans(args) -> int:
         _fail(message)
     if not refs:
         return 2
-    predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points)
+    predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points,
+                               args.max_fragments, args.overrides)
+    if predictor.cfg.train.threads is not None:
+        torch.set_num_threads(predictor.cfg.train.threads)
     writable_folder(args.out, "--out folder")
     print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
           f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)

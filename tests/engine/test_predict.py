@@ -18,6 +18,7 @@ from pointgeope.engine.predict import (Predictor, load_predictor, predict_scan,
 from pointgeope.scans.scan import Scan
 from pointgeope.scans.sources import ScanRef, read_scan
 from tests.engine.conftest import train_fold
+from tests.engine.test_user_errors import one_line
 from tests.engine.test_evaluate import ColourClassifier, expected_class
 
 
@@ -435,3 +436,30 @@ def test_a_scan_of_one_point_is_predicted_without_a_spacing_warning(tiny_run, tm
     np.save(tmp_path / "one.npy", np.array([[1.0, 2.0, 0.5, 200, 10, 10]]))
     assert cli(["predict", str(tiny_run), str(tmp_path / "one.npy"), "--out", str(tmp_path / "o")]) == 0
     assert capsys.readouterr().err == "" and np.load(tmp_path / "o" / "one_pred.npy").shape == (1,)
+
+
+def test_fragments_are_capped_by_default_and_by_option_or_override(tiny_run, tmp_path, capsys):
+    """A scan of 100 points and 1,501 copies of one point: 1,501 fragments, one pass over the scan each
+    (3,000 copies took 77 s, the full S3DIS configs having eval.max_fragments: null). predict now takes
+    --max-fragments and evaluate's overrides, and without either caps a config's null at 100, in one
+    warning; an override of a key the network was trained with is refused."""
+    rng = np.random.default_rng(5)
+    scan = np.c_[rng.random((100, 3)) * [3, 3, 2], rng.integers(0, 256, (100, 3))]
+    np.save(tmp_path / "dense.npy", np.r_[scan, np.repeat([[3.55, 3.55, 2.05, 9, 9, 9]], 1501, axis=0)])
+    base = ["predict", str(tiny_run), str(tmp_path / "dense.npy"), "--out", str(tmp_path / "o"), "--format", "npy"]
+    assert cli(base + ["eval.max_fragments=null"]) == 0      # the s3dis configs' value: predict's default cap
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"warning: {tmp_path / 'dense.npy'}: its densest 0.1 m voxel holds 1,501 points: predicted the "
+                   "first 100 of its 1,501 fragments (predict's default cap; a point they miss takes its voxel's "
+                   "votes); --max-fragments N or all to choose"]
+    assert cli(base + ["eval.max_fragments=null", "--max-fragments", "3"]) == 0
+    assert capsys.readouterr().err == ""                       # the user's choice: no warning
+    assert cli(base + ["eval.max_fragments=3"]) == 0           # an override of evaluate: the run's cap
+    assert capsys.readouterr().err == ""
+    line = one_line(capsys, 2, base + ["model.planes=[16, 32]"])
+    assert line == ("pointgeope predict: error: override 'model.planes=[16, 32]': predict takes overrides of eval.* "
+                    "and of how it runs (train.threads, ...), not of what the network was trained with: "
+                    "model.planes is [8, 16] in the checkpoint")
+    with pytest.raises(SystemExit):                            # argparse: N >= 1 or all
+        cli(base + ["--max-fragments", "0"])
+    assert "--max-fragments: expected a number of fragments >= 1 or all, got '0'" in capsys.readouterr().err
