@@ -296,7 +296,7 @@ def predict_scans(args) -> int:
     if not 0 < args.scale < float("inf") or (args.batch_points is not None and args.batch_points < 1):
         raise UserError(f"expected a finite --scale > 0 and --batch-points >= 1, got {args.scale} and {args.batch_points}")
     if not 0 < args.max_extent <= PREDICT_EXTENT_LIMIT:
-        raise UserError(f"expected --max-extent in (0, {PREDICT_EXTENT_LIMIT:g}] metres, got {args.max_extent:g}")
+        raise UserError(f"expected --max-extent in (0, {PREDICT_EXTENT_LIMIT:g}] metres, got {args.max_extent:.15g}")
     skipped: list[Path] = []
     refs, errors = find_scans(args.inputs, args.out, skipped)
     if skipped:

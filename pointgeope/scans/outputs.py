@@ -55,7 +55,8 @@ def output_path(out: str | Path, name: str, fmt: str, source: str | None = None)
 
 def _coord_properties(coord: np.ndarray) -> list[tuple[str, np.ndarray]]:
     """``x y z`` as float32 where that keeps every value exactly, else float64."""
-    single = coord.astype(np.float32)
+    with np.errstate(over="ignore"):  # a value beyond float32 (a stray point): not kept, so float64
+        single = coord.astype(np.float32)
     keep = single if np.array_equal(single, coord) else coord
     return [(axis, np.ascontiguousarray(keep[:, j])) for j, axis in enumerate("xyz")]
 

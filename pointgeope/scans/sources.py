@@ -25,6 +25,7 @@ large files holds one of them in memory.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +89,18 @@ def _outputs_here(folder: Path, out: Path | None) -> bool:
     return out is not None and out.is_dir() and folder.is_dir() and folder.samefile(out)
 
 
+def _not_a_file(path: Path) -> str:
+    """What ``path``, which names no regular file or folder, is instead, for messages."""
+    if path.is_symlink() and not path.exists():
+        return f"a symbolic link to nothing ({os.readlink(path)})"
+    if not path.exists():
+        return "nothing"
+    mode = path.stat().st_mode
+    kinds = {stat.S_ISFIFO: "a FIFO (named pipe)", stat.S_ISSOCK: "a socket", stat.S_ISCHR: "a character device",
+             stat.S_ISBLK: "a block device"}
+    return next((text for test, text in kinds.items() if test(mode)), "not a regular file")
+
+
 def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: list[Path]) -> list[ScanRef]:
     name = _absolute(folder).name  # "" for the root folder "/"
     if _is_raw_room(folder):
@@ -97,8 +110,11 @@ def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: 
     if _outputs_here(folder, out):
         skipped += [p for p in entries if is_output_name(p.name)]
         entries = [p for p in entries if not is_output_name(p.name)]
-    files = [p for p in entries if p.is_file() and p.suffix.lower() in KINDS]
+    files = [p for p in entries if p.suffix.lower() in KINDS and not p.is_dir()]
     for path in files:
+        if not path.is_file():  # a dangling link, a FIFO (reading it would wait forever), a device
+            errors.append(f"{path}: expected a scan file, found {_not_a_file(path)}")
+            continue
         try:
             refs += _refs_of_file(path)
         except ScanError as err:
@@ -125,8 +141,10 @@ def find_scans(inputs: list[str | Path], out: str | Path | None = None,
                 refs += _refs_of_folder(item, errors, out, skipped)
             elif item.is_file():
                 refs += _refs_of_file(item)
-            else:
+            elif not item.exists() and not item.is_symlink():
                 raise ScanError(f"{item}: expected a scan file or folder, found nothing")
+            else:
+                raise ScanError(f"{item}: expected a scan file, found {_not_a_file(item)}")
         except ScanError as err:
             errors.append(str(err))
     return refs, errors
