@@ -183,24 +183,41 @@ def read_rooms_attrs(path: str | Path) -> dict[str, dict] | None:
         return None
 
 
-def read_predictions(path: str | Path, room: str) -> np.ndarray:
-    """Predicted labels ``(N,)`` of one room from a predictions file (fold or scan)."""
+_PREDICTIONS = "RUN/area_N/predictions/Area_N.h5 or a file of pointgeope predict --format h5"
+
+
+def _open_predictions(path: str | Path) -> h5py.File:
+    """A predictions file (fold or scan) opened read-only; a SchemaError naming it if it is none."""
     path = Path(path)
-    with h5py.File(path, "r") as f:
+    if not path.is_file():
+        raise SchemaError(f"expected a predictions file ({_PREDICTIONS}), found nothing at {path}")
+    try:
+        return h5py.File(path, "r")
+    except OSError as err:
+        raise SchemaError(f"{path}: not a readable HDF5 file ({err}); expected {_PREDICTIONS}") from None
+
+
+def read_predictions(path: str | Path, room: str) -> np.ndarray:
+    """Predicted labels ``(N,)`` of one room from a predictions file (fold or scan); a SchemaError naming
+    the file when it holds no predictions of ``room``."""
+    with _open_predictions(path) as f:
         if room not in f:
-            raise KeyError(f"{path}: no predictions for room {room!r}; rooms are {sorted(f)}")
+            raise SchemaError(f"{path}: no predictions for room {room!r}; rooms are {sorted(f)}")
+        if not isinstance(f[room], h5py.Group) or PRED not in f[room]:
+            raise SchemaError(f"{path}: room {room!r} holds no predictions (no 'pred' array); expected "
+                              f"{_PREDICTIONS}")
         return f[room][PRED][()]
 
 
 def predicted_rooms(path: str | Path) -> set[str]:
-    """The rooms a predictions file holds."""
-    with h5py.File(path, "r") as f:
-        return set(f)
+    """The rooms a predictions file holds predictions of."""
+    with _open_predictions(path) as f:
+        return {room for room in f if isinstance(f[room], h5py.Group) and PRED in f[room]}
 
 
 def has_predictions(path: str | Path, room: str) -> bool:
     """Whether ``room`` of the file carries its own ``pred`` array (a scan-predictions file)."""
-    with h5py.File(path, "r") as f:
+    with _open_predictions(path) as f:
         return room in f and PRED in f[room]
 
 
