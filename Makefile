@@ -2,6 +2,7 @@
 #   make demo   synthetic S3DIS -> prepare -> 6-fold training -> report, on the CPU
 #   make test   the test suite (display tests under xvfb-run)
 #   make bench  the benchmarks in bench/, results in bench/results/
+#   make docs   the documentation site in site/ (MkDocs; open site/index.html or run: .venv/bin/mkdocs serve)
 #   make ablation  rpe, geope, lingeope, rope3d, rope-mixed, pointrope, none x 3 seeds on the demo's fold 1 (~15 min)
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,10 +10,11 @@ PY := $(VENV)/bin/python
 # The CPU wheel of torch. On a CUDA machine: make TORCH_SPEC="torch" (or the wheel of your CUDA version).
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 PYTEST_ARGS ?=
 DEMO_DIR ?= demo
 
-.PHONY: setup sysdeps demo test bench ablation clean-demo
+.PHONY: setup sysdeps demo test bench ablation docs clean-demo
 
 setup: $(STAMP) sysdeps
 
@@ -22,6 +24,10 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "$(TORCH_SPEC)"
 	$(PY) -m pip install -e ".[test]"
 	touch $(STAMP)
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -e ".[docs]"
+	touch $(DOCS_STAMP)
 
 sysdeps:
 	@bash .ci/sysdeps.sh
@@ -50,3 +56,7 @@ bench: setup
 	$(PY) bench/bench_model.py
 	$(PY) bench/bench_evaluate.py
 	$(PY) bench/bench_predict.py
+
+# --strict: a broken link, a missing page or an API object that does not resolve fails the build
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict

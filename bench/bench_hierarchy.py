@@ -4,10 +4,10 @@ PTv1's S3DIS layout (strides 1, 4, 4, 4, 4; k = 8, 16, 16, 16, 16) on ``--clouds
 ``--points`` points each, one point per 4 cm voxel (``bench_model.synthetic_room``), packed in one batch
 on ``--device``. Backends (labels):
 
-    cpu       fpsample + pykdtree on the host: what a data loader worker pays (coordinates copied to the host)
+    cpu       numba FPS + pykdtree on the host: what a data loader worker pays (coordinates copied to the host)
     default   the device's default backends (on CUDA: the Triton kernels where Triton imports)
     triton    the Triton kernels (CUDA tensors; on the CPU only under TRITON_INTERPRET=1, far too slow to time)
-    cluster   torch-cluster, where installed
+    cluster   torch-cluster's kNN, where installed (with the device's default FPS: its FPS is not a backend)
     torch     pure torch (kNN by chunked brute force, FPS one Python step per sample: slow)
 
 A backend's time is the minimum over ``--reps`` of the wall time of one hierarchy between device
@@ -45,7 +45,7 @@ from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_co
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
 LABELS = {"cpu": OpsBackends(), "default": OpsBackends(), "triton": OpsBackends("triton", "triton"),
-          "cluster": OpsBackends("cluster", "cluster"), "torch": OpsBackends("torch", "torch")}
+          "cluster": OpsBackends(knn="cluster"), "torch": OpsBackends("torch", "torch")}
 
 
 def batch(clouds: int, points: int) -> tuple[torch.Tensor, torch.Tensor]:

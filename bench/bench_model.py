@@ -5,7 +5,7 @@ per 4 cm voxel, like a training crop), measured in one run so that every ratio c
 
     ops      kNN (k = 16) at 80k points: pykdtree, scipy cKDTree, pure torch (its 80k x 80k brute force is
              timed on 16k of the queries and scaled by 5: linear in the queries); FPS 80k -> 20k:
-             fpsample (bucket FPS), pure torch (iterative).
+             numba (bucket FPS, ``bucket_fps``), pure torch (iterative).
     layer    one attention layer (C = 64, k = 16, share_planes 8: the width of the second stage at full
              resolution) at 16k, 32k, 80k points: a training step (forward + backward, train mode) and
              inference (eval, no grad), every preset.
@@ -141,7 +141,7 @@ def bench_ops(device: torch.device, n: int = 80_000) -> dict:
             continue
         out["knn_k16_s"][backend] = min(measure(lambda: knn(coord, coord, 16, off, off, backend=backend), device)[0]
                                         for _ in range(2))
-    for backend in ("fpsample", "torch"):
+    for backend in ("numba", "torch"):
         out["fps_stride4_s"][backend] = measure(lambda: fps(coord, off, 4, backend=backend), device)[0]
     return out
 

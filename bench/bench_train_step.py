@@ -5,20 +5,24 @@ For ``--clouds`` synthetic rooms of ``--points`` points each (``bench_model.synt
 ``PointTransformerSeg50`` (forward under ``--amp`` autocast, float32 loss, backward, optimiser step):
 
     given     with the point hierarchy computed beforehand, as the data loader's workers hand it over
-    in-model  model(coord, feat, offset): the model builds the hierarchy itself (device default backends)
+    in-model  model(coord, feat, offset): the model builds the hierarchy itself, in line (device default
+              backends)
+    beside    training's path on CUDA (``engine.ahead.HierarchyAhead``): each batch's copy and hierarchy made
+              on a second stream while the previous step runs; steady-state seconds a step over
+              ``--beside-steps`` steps (the consumer's stream synchronised after each, as ``loss.item()`` does)
 
 Presets and modes are interleaved, after ``--warmup`` steps each; a step's time is the minimum over
 ``--reps`` (wall time between ``torch.cuda.synchronize()`` calls), its memory the peak
 ``torch.cuda.max_memory_allocated()`` above the level before the step (weights, gradients and optimiser
 state exist by then; on the CPU: none, see ``bench_model.py``). Point ops, timed alone:
 
-    loader_cpu_s     the hierarchy on the host's CPU (fpsample, pykdtree), what a loader worker pays per batch
+    loader_cpu_s     the hierarchy on the host's CPU (numba FPS, pykdtree), what a loader worker pays per batch
     device_s         the hierarchy with the device's default backends, what ``model(coord, feat, offset)`` pays
     share_in_model   (in-model - given) / in-model step time: the share of point ops in the in-model step
     fps_torch_s      the pure-torch FPS of one cloud (one Python step per sample) on the device, for reference
 
 The hierarchy alone per backend (``--hierarchy-clouds``, default 2 and 16 clouds of ``--points``), side by
-side through ``bench_hierarchy.time_hierarchy``: ``cpu`` (the host's fpsample + pykdtree), the device's
+side through ``bench_hierarchy.time_hierarchy``: ``cpu`` (the host's numba FPS + pykdtree), the device's
 default, and on a GPU the Triton kernels (and torch-cluster where installed), each with its agreement with
 the first. What a
 loader worker pays per sample (``--loader-samples N``, ``--loader-only`` for that part alone): block
@@ -86,12 +90,31 @@ class Case:
 
     def step(self, given: bool) -> None:
         x = self.inputs
+        self._train(x["coord"], x["feat"], x["offset"], x["label"], x["hierarchy"] if given else None)
+
+    def _train(self, coord, feat, offset, label, hierarchy) -> None:
         with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
-            logits = self.model(x["coord"], x["feat"], x["offset"], hierarchy=x["hierarchy"] if given else None)
-        loss = F.cross_entropy(logits.float(), x["label"])
+            logits = self.model(coord, feat, offset, hierarchy=hierarchy)
+        loss = F.cross_entropy(logits.float(), label)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
+
+    def beside(self, steps: int) -> float:
+        """Steady-state seconds a step with each batch's hierarchy made beside the previous step
+        (``HierarchyAhead`` over ``steps + 1`` copies of the CPU batch; the first step is not counted)."""
+        from pointgeope.engine.ahead import HierarchyAhead
+
+        batches = [self.inputs["cpu_batch"]] * (steps + 1)
+        times, start = [], None
+        for batch in HierarchyAhead(batches, self.model.hierarchy_spec, self.device):
+            self._train(batch.pos, batch.x, batch.ptr[1:], batch.y, batch.hierarchy)
+            torch.cuda.current_stream(self.device).synchronize() if self.device.type == "cuda" else None
+            now = time.perf_counter()
+            if start is not None:
+                times.append(now - start)
+            start = now
+        return sum(times) / len(times)
 
 
 def make_inputs(points: int, clouds: int, device: torch.device, spec) -> dict:
@@ -103,9 +126,15 @@ def make_inputs(points: int, clouds: int, device: torch.device, spec) -> dict:
     start = time.perf_counter()
     hierarchy = spec(coord_cpu, offset_cpu)                     # what a loader worker computes
     loader_cpu_s = time.perf_counter() - start
+    from torch_geometric.data import Batch, Data
+
+    bounds = [0] + offset_cpu.tolist()
+    cpu_batch = Batch.from_data_list([Data(pos=coord_cpu[a:b], x=feat[a:b], y=label[a:b])
+                                      for a, b in zip(bounds[:-1], bounds[1:])])
+    cpu_batch = cpu_batch.pin_memory() if device.type == "cuda" else cpu_batch
     return {"coord": coord_cpu.to(device), "feat": feat.to(device), "offset": offset_cpu.to(device),
             "label": label.to(device), "hierarchy": hierarchy.to(device), "coord_cpu": coord_cpu,
-            "offset_cpu": offset_cpu, "loader_cpu_s": loader_cpu_s}
+            "offset_cpu": offset_cpu, "loader_cpu_s": loader_cpu_s, "cpu_batch": cpu_batch}
 
 
 def point_ops(inputs: dict, spec, device: torch.device, reps: int) -> dict:
@@ -127,7 +156,7 @@ def point_ops(inputs: dict, spec, device: torch.device, reps: int) -> dict:
 
 def hierarchy_backends(args, device: torch.device, out: dict, write) -> dict:
     """The hierarchy alone per backend and per batch of ``--hierarchy-clouds`` x ``--points``, side by side:
-    ``cpu`` (fpsample + pykdtree on the host, what a loader worker pays), the device's default and, on a
+    ``cpu`` (numba FPS + pykdtree on the host, what a loader worker pays), the device's default and, on a
     GPU, the Triton kernels and torch-cluster where installed (``bench_hierarchy.time_hierarchy``, the one
     owner of that measurement; pure torch is left out: about a minute per 80k cloud on a CPU)."""
     from bench_hierarchy import time_hierarchy
@@ -145,7 +174,7 @@ def loader_sample_costs(args) -> dict:
     """What a loader worker pays per training sample, on this host's CPU, one thread: building the block
     from a room already in memory (``S3DISTrain.__getitem__`` without the read: the ptv1 augmentations,
     grid sampling, the ``voxel_max`` crop, ``ToData``) and, with ``data.hierarchy: loader``, the sample's
-    hierarchy (fpsample, pykdtree). The room: ``synth --size bench`` Area_5 room 1 (about 0.85M points)."""
+    hierarchy (numba FPS, pykdtree). The room: ``synth --size bench`` Area_5 room 1 (about 0.85M points)."""
     import numpy as np
     from bench_evaluate import synth_room
 
@@ -212,16 +241,19 @@ def run(args, out: dict, write) -> None:
             print(f"out of memory at {args.clouds} x {points} points: halving", flush=True)
             points //= 2
     out.update({"points_per_cloud": points, "clouds": args.clouds, "amp": args.amp, "presets": {}})
-    times = {pe: {"given": [], "in_model": []} for pe in args.presets}
-    peaks = {pe: {"given": 0.0, "in_model": 0.0} for pe in args.presets}
+    modes = ("given",) if args.no_in_model else ("given", "in_model")
+    times = {pe: {m: [] for m in modes + ("beside",)} for pe in args.presets}
+    peaks = {pe: {m: 0.0 for m in modes} for pe in args.presets}
     for rep in range(args.reps):
         for pe, case in cases.items():
-            for mode in ("given", "in_model"):
+            for mode in modes:
                 if rep and time.perf_counter() > deadline:   # out of budget: keep what is measured
                     continue
                 seconds, peak = timed(lambda: case.step(given=mode == "given"), device)
                 times[pe][mode].append(seconds)
                 peaks[pe][mode] = max(peaks[pe][mode], peak)
+            if args.beside_steps and not (rep and time.perf_counter() > deadline):
+                times[pe]["beside"].append(case.beside(args.beside_steps))
             row = {f"{m}_s": min(v) for m, v in times[pe].items() if v}
             row.update({f"{m}_peak_mib": peaks[pe][m] for m in peaks[pe]}, reps=len(times[pe]["given"]))
             out["presets"][pe] = row
@@ -230,11 +262,13 @@ def run(args, out: dict, write) -> None:
             f"{pe} {r.get('given_s', float('nan')):.3f} s" for pe, r in out["presets"].items()), flush=True)
     base = out["presets"][args.presets[0]]
     for pe, row in out["presets"].items():
-        for key in ("given_s", "in_model_s", "given_peak_mib", "in_model_peak_mib"):
+        for key in ("given_s", "in_model_s", "beside_s", "given_peak_mib", "in_model_peak_mib"):
             if row.get(key) and base.get(key):
                 row[key.replace("_s", "").replace("_mib", "") + "_ratio"] = row[key] / base[key]
         if row.get("in_model_s") and row.get("given_s"):
             row["point_ops_share_in_model"] = max(0.0, row["in_model_s"] - row["given_s"]) / row["in_model_s"]
+        if row.get("beside_s") and row.get("given_s"):
+            row["beside_over_given"] = row["beside_s"] / row["given_s"]
     out["point_ops"] = point_ops(inputs, spec, device, reps=2)
     if args.profile:
         out["profile"] = {pe: profile(case, device) for pe, case in cases.items()}
@@ -312,6 +346,9 @@ def main() -> int:
     parser.add_argument("--kernels", nargs="+", choices=("torch", "triton"),
                         help="compare attention kernels instead (run_kernels), at every precision of --amps")
     parser.add_argument("--amps", nargs="+", choices=sorted(AMP), default=["none", "bf16"])
+    parser.add_argument("--beside-steps", type=int, default=4,
+                        help="steps of the 'beside' mode a rep (0: skip it; the hierarchy on a second stream)")
+    parser.add_argument("--no-in-model", action="store_true", help="skip the in-model (in line) mode")
     args = parser.parse_args()
     if args.presets[0] != "rpe":
         args.presets = ["rpe"] + [p for p in args.presets if p != "rpe"]

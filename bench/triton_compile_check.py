@@ -23,7 +23,10 @@ import inspect
 import json
 import multiprocessing
 import os
+import re
+import subprocess
 import sys
+import tempfile
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -31,10 +34,12 @@ from triton.compiler import ASTSource
 
 from pointgeope.model import triton_attention as att
 from pointgeope.model.fused_attention import _blocks
-from pointgeope.model.ops import triton_fps, triton_knn
+from pointgeope.model.ops import triton_fps, triton_fps_rounds, triton_knn
 
 KNN_SIG = dict(q_ptr="*fp32", q_row_ptr="*i64", q_plane="i64", s_ptr="*fp32", s_row_ptr="*i64", s_plane="i64",
-               box_ptr="*fp32", qb_ptr="*i64", idx_ptr="*i64", d2_ptr="*fp32")
+               box_ptr="*fp32", sbox_ptr="*fp32", qb_ptr="*i64", idx_ptr="*i64", d2_ptr="*fp32")
+ROUNDS_SIG = dict(p_ptr="*fp32", plane="i64", row_ptr="*i64", box_ptr="*fp32", dist_ptr="*fp32", bkey_ptr="*i64",
+                  ids_ptr="*i64", picks_ptr="*fp32", pts_ptr="*fp32", pts_plane="i64", meta_ptr="*i64", out_ptr="*i64")
 STREAM_SIG = dict(p_ptr="*fp32", plane="i64", dist_ptr="*fp32", start_ptr="*i64", size_ptr="*i64", kept_ptr="*i64",
                   out_start_ptr="*i64", out_ptr="*i64")
 PRUNED_SIG = dict(p_ptr="*fp32", plane="i64", row_ptr="*i64", box_ptr="*fp32", dist_ptr="*fp32", bmax_ptr="*fp32",
@@ -50,13 +55,17 @@ def ops_cases() -> list[tuple[str, object, dict, dict, dict]]:
     """(name, kernel, signature, constexprs, options) as the ops launch them."""
     knn = [(f"knn_k{k}", triton_knn._knn_kernel, KNN_SIG,
             dict(K=k, KP=max(2, triton.next_power_of_2(k)), BQ=triton_knn.BLOCK_Q, BS=triton_knn.BLOCK_S,
-                 W=triton_knn.WINDOW, CH=triton_knn.CHUNK),
+                 W=triton_knn.WINDOW, CH=triton_knn.CHUNK, SB=triton_knn.SUPER),
             dict(num_warps=triton_knn.KNN_WARPS)) for k in (3, 8, 16)]
     nbp = triton.next_power_of_2(-(-80_000 // triton_fps.BLOCK_P))
-    return knn + [("fps_stream", triton_fps._fps_kernel, STREAM_SIG, dict(BLOCK=4096), dict(num_warps=16, num_stages=1)),
-                  ("fps_pruned", triton_fps._fps_pruned_kernel, PRUNED_SIG,
-                   dict(NBP=nbp, BP=triton_fps.BLOCK_P, G=triton_fps.GROUP),
-                   dict(num_warps=triton_fps.PRUNED_WARPS, num_stages=1))]
+    r = triton_fps_rounds
+    rounds = [(f"fps_rounds_nbp{n}", r._fps_rounds_kernel, ROUNDS_SIG,
+               dict(NBP=n, BP=r.BP, GC=r.GC, PCAP=r.PCAP, G=r.G, PG=r.PG, L=r.LEVELS, TUPLE=True),
+               dict(num_warps=r.WARPS, num_stages=1)) for n in (2048, 512, 128, 2)]   # 131k .. 65 points a cloud
+    return knn + rounds + [("fps_stream", triton_fps._fps_kernel, STREAM_SIG, dict(BLOCK=4096), dict(num_warps=16, num_stages=1)),
+                           ("fps_pruned", triton_fps._fps_pruned_kernel, PRUNED_SIG,
+                            dict(NBP=nbp, BP=triton_fps.BLOCK_P, G=triton_fps.GROUP),
+                            dict(num_warps=triton_fps.PRUNED_WARPS, num_stages=1))]
 
 
 def attention_signatures(t: str, acc: str) -> dict:
@@ -122,7 +131,21 @@ def compile_one(kernel, signature: dict, constexprs: dict, options: dict, arch: 
         return {"ok": False, "error": f"{type(err).__name__}: {err}"[:2000]}
     ptx = compiled.asm["ptx"]
     return {"ok": True, "fma_f32": ptx.count("fma.rn.f32") + ptx.count("fma.rn.ftz.f32"),
-            "shared_bytes": compiled.metadata.shared}
+            "shared_bytes": compiled.metadata.shared, **resources(compiled.asm["cubin"])}
+
+
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+def resources(cubin: bytes) -> dict:
+    """Registers and stack (spilled registers' local memory) a thread, from the cubin, by the ``cuobjdump``
+    that ships with Triton (``--dump-resource-usage``)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([CUOBJDUMP, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+)", out)
+    return {"registers": int(found.group(1)), "stack_bytes": int(found.group(2))} if found else {"resources": out[-300:]}
 
 
 JOBS: list[tuple[str, tuple]] = []     # (name, compile_one's arguments), read by the forked workers
@@ -145,7 +168,9 @@ def main() -> int:
     with multiprocessing.get_context("fork").Pool(min(2, os.cpu_count() or 1)) as pool:   # compiles: CPU-bound
         result["kernels"] = dict(zip((name for name, _ in JOBS), pool.map(_compile_job, range(len(JOBS)))))
     print(json.dumps(result, indent=2))
-    bad = [k for k, v in result["kernels"].items() if not v["ok"] or (v["fma_f32"] and not k.startswith("att_"))]
+    bad = [k for k, v in result["kernels"].items()
+           if not v["ok"] or (v["fma_f32"] and not k.startswith("att_")) or v.get("stack_bytes", 0) > 0]
+    print(f"{len(result['kernels'])} compiled; failed, fused or spilling: {bad or 'none'}", file=sys.stderr)
     return 1 if bad else 0
 
 

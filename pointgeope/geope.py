@@ -43,7 +43,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "frequencies", "BlockScale", "GeoPE"]
+__all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "apply_geope", "relative_geope", "frequencies",
+           "BlockScale", "GeoPE"]
 
 # Below this phi^2 the Taylor series are used; the first dropped term is below 1e-15 there.
 _SMALL_PHI_SQ = 1e-4
@@ -183,6 +184,32 @@ class _RotateVectors(torch.autograd.Function):
         return grad_v, None, None
 
 
+def apply_geope(x: Tensor, pos: Tensor, block_scale: Tensor, inverse: bool = False) -> Tensor:
+    """``R(t(pos)) x`` for every block of ``x (..., C)`` (``R(t(pos))^T x`` with ``inverse``); the last
+    ``C mod 3`` channels pass through. ``pos (..., A)`` broadcasts against ``x``'s leading dims, ``block_scale
+    (n,)`` holds ``k_b = pos_scale * w_b / A`` for ``n = C // 3`` blocks (``BlockScale``)::
+
+        # channels: [ v0x v0y v0z | v1x v1y v1z | ... | pass-through ]   block b turns by k_b tau(pos)
+    """
+    blocks = block_scale.shape[0]
+    if x.shape[-1] // 3 != blocks:
+        raise ValueError(f"expected x of shape (..., C) with C // 3 == {blocks} blocks, got {tuple(x.shape)}")
+    axis = -phase_vector(pos) if inverse else phase_vector(pos)
+    rot = rodrigues(x[..., : 3 * blocks].unflatten(-1, (blocks, 3)), axis, block_scale).flatten(-2)
+    if 3 * blocks == x.shape[-1]:
+        return rot
+    rest = x[..., 3 * blocks:]
+    return torch.cat([rot, rest.expand(*rot.shape[:-1], rest.shape[-1])], dim=-1)
+
+
+def relative_geope(x_j: Tensor, pos_i: Tensor, pos_j: Tensor, block_scale: Tensor, linear: bool = False) -> Tensor:
+    """Keys ``x_j`` taken into the frame of queries at ``pos_i``: ``R(t_i)^T R(t_j) x_j`` (standard GeoPE) or
+    ``R(t_j - t_i) x_j`` (``linear``), per block (``apply_geope``); shapes broadcast."""
+    if linear:
+        return apply_geope(x_j, pos_j - pos_i, block_scale)
+    return apply_geope(apply_geope(x_j, pos_j, block_scale), pos_i, block_scale, inverse=True)
+
+
 def frequencies(channels: int, base: float = 100.0) -> Tensor:
     """Block frequencies ``w_b = base ** (-2 b / (3 n))``, ``b = 0 .. n-1``, ``n = channels // 3``."""
     n = channels // 3
@@ -198,8 +225,10 @@ class BlockScale(nn.Module):
 
     Args:
         channels: feature width ``C``.
-        base: frequency base (the paper's lambda). pos_scale: phase per unit of position at block 0
-        (``1 / grid_size`` gives voxel units). axes: ``A``. learnable: train the frequencies.
+        base: frequency base (the paper's lambda).
+        pos_scale: phase per unit of position at block 0 (``1 / grid_size`` gives voxel units).
+        axes: ``A``.
+        learnable: train the frequencies.
     """
 
     def __init__(self, channels: int, base: float = 100.0, pos_scale: float = 25.0, axes: int = 3,
@@ -246,19 +275,7 @@ class GeoPE(nn.Module):
 
     def forward(self, x: Tensor, pos: Tensor, inverse: bool = False) -> Tensor:
         """``R(t(pos)) x`` per block, or ``R(t(pos))^T x`` with ``inverse=True``."""
-        if x.shape[-1] != self.channels:
-            raise ValueError(f"expected x of shape (..., {self.channels}), got {tuple(x.shape)}")
-        if pos.shape[-1] != self.axes:
-            raise ValueError(f"expected pos of shape (..., {self.axes}), got {tuple(pos.shape)}")
-        axis = phase_vector(pos)
-        if inverse:
-            axis = -axis
-        scale = self.block_scale(_compute_dtype(torch.promote_types(x.dtype, pos.dtype)), pos.device)
-        rot = rodrigues(x[..., : 3 * self.blocks].unflatten(-1, (self.blocks, 3)), axis, scale).flatten(-2)
-        if self.blocks * 3 == self.channels:
-            return rot
-        rest = x[..., 3 * self.blocks:]
-        return torch.cat([rot, rest.expand(*rot.shape[:-1], rest.shape[-1])], dim=-1)
+        return apply_geope(x, pos, self._block_scales(x, pos), inverse)
 
     def relative(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, linear: bool = False) -> Tensor:
         """Take keys ``x_j`` into the frame of queries at ``pos_i``.
@@ -266,9 +283,16 @@ class GeoPE(nn.Module):
         Standard: ``R(t_i)^T R(t_j) x_j``; linear: ``R(t_j - t_i) x_j``.
         Shapes broadcast, e.g. ``x_j (N, k, C)``, ``pos_i (N, 1, A)``, ``pos_j (N, k, A)``.
         """
-        if linear:
-            return self(x_j, pos_j - pos_i)
-        return self(self(x_j, pos_j), pos_i, inverse=True)
+        return relative_geope(x_j, pos_i, pos_j, self._block_scales(x_j, pos_j, pos_i), linear)
+
+    def _block_scales(self, x: Tensor, pos: Tensor, *more_pos: Tensor) -> Tensor:
+        """``k_b`` in the dtype the rotation runs in, after checking the shapes of ``x`` and the positions."""
+        if x.shape[-1] != self.channels:
+            raise ValueError(f"expected x of shape (..., {self.channels}), got {tuple(x.shape)}")
+        for p in (pos, *more_pos):
+            if p.shape[-1] != self.axes:
+                raise ValueError(f"expected pos of shape (..., {self.axes}), got {tuple(p.shape)}")
+        return self.block_scale(_compute_dtype(torch.promote_types(x.dtype, pos.dtype)), pos.device)
 
     def extra_repr(self) -> str:
         return (f"channels={self.channels}, axes={self.axes}, base={self.base}, pos_scale={self.pos_scale}, "

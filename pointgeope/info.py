@@ -6,7 +6,7 @@ import importlib.metadata
 import importlib.util
 import platform
 
-PACKAGES = ("torch", "torch-geometric", "numpy", "scipy", "h5py", "tensorboard", "fpsample", "pykdtree",
+PACKAGES = ("torch", "torch-geometric", "numpy", "scipy", "h5py", "tensorboard", "numba", "pykdtree",
             "open3d", "laspy", "torch-scatter", "torch-cluster", "triton")
 
 
@@ -39,6 +39,12 @@ def print_info() -> None:
     for name, version in package_versions().items():
         print(f"  {name:<16} {version or 'not installed'}")
     print(f"device: {device_summary()}")
+    from pointgeope.nn import TESTED_PYG_VERSIONS
+
+    installed = package_versions()["torch-geometric"]
+    untested = "" if installed in TESTED_PYG_VERSIONS else f" (installed: {installed}, not among them)"
+    print(f"PyG layer (pointgeope.nn.GeoPEPointTransformerConv): tested with torch-geometric "
+          f"{', '.join(TESTED_PYG_VERSIONS)}{untested}")
     import torch
 
     from pointgeope.model.ops import backends
@@ -48,9 +54,9 @@ def print_info() -> None:
     from pointgeope.model import compiled
 
     print(f"GeoPE pair kernels: {compiled.status()}")
-    from pointgeope.model import fused_attention
+    from pointgeope.model import kernels
 
-    print(f"attention kernels: {fused_attention.status()}")
+    print(f"Triton kernels (point ops, attention): {kernels.status()}")
     from pointgeope.engine.build import hierarchy_place
     from pointgeope.engine.config import Config
 

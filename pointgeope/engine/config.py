@@ -62,11 +62,11 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    name: Literal["sgd", "adamw"] = "sgd"
-    lr: float = 0.5
+    name: Literal["sgd", "adamw"] = "sgd"   # the optimiser: SGD with momentum (the authors'), or AdamW
+    lr: float = 0.5                         # the learning rate at the start (before the schedule's factors)
     momentum: float = 0.9                   # SGD only
-    weight_decay: float = 1e-4
-    scheduler: Literal["multistep", "cosine"] = "multistep"
+    weight_decay: float = 1e-4              # L2 penalty (SGD) or decoupled decay (AdamW), see no_weight_decay
+    scheduler: Literal["multistep", "cosine"] = "multistep"  # lr x gamma at each milestone, or cosine to 0
     milestones: list[float] = field(default_factory=lambda: [0.6, 0.8])  # fractions of train.epochs
     gamma: float = 0.1                      # multistep factor
     grad_clip: Optional[float] = None       # max gradient norm (None: no clipping)
@@ -78,12 +78,12 @@ class OptimConfig:
 
 @dataclass
 class TrainConfig:
-    epochs: int = 100
-    seed: int = 0
+    epochs: int = 100                       # passes over the training rooms (each data.loop times)
+    seed: int = 0                           # seeds the weights and every sample's randomness (seed, epoch, index)
     device: str = "auto"                    # auto (CUDA if present, else CPU) | cpu | cuda | cuda:1 ... (checked)
     threads: Optional[int] = None           # torch CPU threads per process (None: torch's default)
     amp: Literal["bf16", "fp16", "none"] = "none"  # mixed precision on CUDA (ignored on CPU); none: float32
-    run_dir: str = "runs/default"
+    run_dir: str = "runs/default"           # where the folds are written: RUN/area_K/ (train.py --run-dir)
     val_every: int = 0                      # validate on the test area every n epochs (0: never); best.pt
     checkpoint_every: int = 0               # also save last.pt every n steps inside an epoch (0: epoch ends)
     epochs_per_run: Optional[int] = None    # stop cleanly after n >= 1 epochs in this invocation, over all its
@@ -101,7 +101,7 @@ class TTAConfig:
 
 @dataclass
 class EvalConfig:
-    checkpoint: Literal["last", "best"] = "last"
+    checkpoint: Literal["last", "best"] = "last"  # the checkpoint evaluated: last.pt, or best.pt (train.val_every)
     tta: TTAConfig = field(default_factory=TTAConfig)
     batch_points: Optional[int] = None      # fragments are stacked into one forward up to this many points
     #                                         (None: 400,000 on the CPU, 1,600,000 on CUDA, halved while it does not fit)
@@ -127,14 +127,14 @@ def _hints(cls) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _type_name(tp) -> str:
+def type_name(tp) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return " | ".join(repr(a) for a in typing.get_args(tp))
     if origin is typing.Union:
-        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+        return " | ".join(type_name(a) for a in typing.get_args(tp))
     if origin is list:
-        return f"list[{_type_name(typing.get_args(tp)[0])}]"
+        return f"list[{type_name(typing.get_args(tp)[0])}]"
     return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
@@ -147,7 +147,7 @@ def _coerce(value: Any, tp, where: str) -> Any:
                 return _coerce(value, option, where)
             except ConfigError:
                 pass
-        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+        raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r}")
     if origin is Literal:
         choices = typing.get_args(tp)
         if value in choices:
@@ -157,7 +157,7 @@ def _coerce(value: Any, tp, where: str) -> Any:
         raise ConfigError(f"{where}: expected one of {', '.join(map(repr, choices))}, got {value!r}{hint}")
     if origin is list:
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+            raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r}")
         (item,) = typing.get_args(tp)
         return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
     if tp is type(None):
@@ -183,7 +183,7 @@ def _coerce(value: Any, tp, where: str) -> Any:
     elif dataclasses.is_dataclass(tp):
         if isinstance(value, dict):
             return _check_mapping(value, tp, where)
-    raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+    raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r} ({type(value).__name__})")
 
 
 def _initials(name: str) -> str:

@@ -62,6 +62,7 @@ from pointgeope.errors import UserError
 from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
 from pointgeope.lock import folder_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
+from pointgeope.model.ops.fps import FPS_RULE
 
 
 # --- test-time views -----------------------------------------------------------------------------------
@@ -320,7 +321,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
             "tta_views": len(tta_views(cfg.eval.tta)), "vote": cfg.eval.vote,
             "max_fragments": cfg.eval.max_fragments, "fragments": dict(sorted(fragments.items())),
             "eval_seconds": round(seconds, 2),
-            "pe": cfg.model.pe, "trained_epochs": trained, "epochs": cfg.train.epochs,
+            "pe": cfg.model.pe, "fps_rule": FPS_RULE, "trained_epochs": trained, "epochs": cfg.train.epochs,
             "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
         }
         write_json_atomic(run / "metrics.json", metrics)

@@ -52,6 +52,7 @@ from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
 from pointgeope.metrics import ConfusionMeter
+from pointgeope.model.ops.fps import FPS_RULE
 
 
 class StopRun(Exception):
@@ -95,7 +96,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     model = build.model(cfg).to(device)
     dataset = build.train_dataset(cfg, train_areas)
     sampler = build.ResumableSampler(dataset, env, seed=cfg.train.seed)
-    loader = build.train_loader(cfg, dataset, sampler, env, model)
+    place, why = build.hierarchy_place(cfg, device, model.hierarchy_spec)
+    loader = build.train_loader(cfg, dataset, sampler, env, model, place)
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
         raise UserError(f"fold {fold}: {len(dataset)} training samples give no batch of "
@@ -105,9 +107,10 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     learner = Learner(model, optimizer, scheduler, build.grad_scaler(cfg, device))
     log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, pe={cfg.model.pe}; "
         f"{len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
-    place, why = build.hierarchy_place(cfg, device)
-    log(f"point hierarchy: built {'in the loader workers' if place == 'loader' else 'by the model on ' + str(device)}"
-        f" (data.hierarchy={place}; {why})")
+    where = ("in the loader workers" if place == "loader" else f"beside the step on {device} (a second stream)"
+             if device.type == "cuda" else f"by the model on {device}")
+    log(f"point hierarchy: built {where} (data.hierarchy={place}; {why})")
+    log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
 
     # Every checkpoint carries what `pointgeope predict` needs (the spacing checks a scan's units).
     resolved = config_to_dict(cfg)

@@ -44,7 +44,7 @@ from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_fr
                                    pointrope_frequencies)
 from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
 
-__all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS"]
+__all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS", "position_scales", "pair_frequencies"]
 
 Rotation = Literal["none", "geope", "lingeope", "rope3d", "rope-mixed", "pointrope"]
 ValueTerm = Literal["rpe", "geope", "none"]
@@ -105,12 +105,15 @@ PRESETS: dict[str, PositionalEncoding] = {
 }
 
 
-def _position_scales(pe: PositionalEncoding, channels: int, base: float, pos_scale: float, learnable: bool,
-                     mixed_init: MixedInit) -> tuple[BlockScale | None, nn.Parameter | None]:
+def position_scales(pe: PositionalEncoding, channels: int, base: float, pos_scale: float, learnable: bool,
+                    mixed_init: MixedInit, axes: int = 3) -> tuple[BlockScale | None, nn.Parameter | None]:
     """GeoPE's block scales where a rotation or the sinusoids need them, and RoPE-Mixed's learnable pair
     frequencies ``(P, 3)`` (``mixed_init``: its authors' random directions, or axial RoPE's; ``learnable``
-    then concerns nothing else). PointROPE needs neither (its frequencies are constants, ``rope.py``)."""
+    then concerns nothing else). PointROPE needs neither (its frequencies are constants, ``rope.py``).
+    ``axes``: of the positions; the channel pairs of RoPE and the sinusoids are for 3 only."""
     pairs = pe.rotation in PAIR_ROTATIONS or pe.absolute
+    if (pairs or pe.rotation == "pointrope") and axes != 3:
+        raise ValueError(f"expected 3 position axes for {pe} (one channel pair per axis), got {axes}")
     if pairs and channels < 6:
         raise ValueError(f"expected at least 6 channels (one block of three channel pairs) for {pe}, got {channels}")
     if mixed_init not in typing.get_args(MixedInit):
@@ -120,12 +123,24 @@ def _position_scales(pe: PositionalEncoding, channels: int, base: float, pos_sca
     if channels < 3 or pe.rotation == "pointrope" or not (pairs or pe.rotation != "none" or pe.value == "geope"):
         return None, None
     mixed = pe.rotation == "rope-mixed"
-    scale = BlockScale(channels, base=base, pos_scale=pos_scale, axes=3, learnable=learnable and not mixed)
+    scale = BlockScale(channels, base=base, pos_scale=pos_scale, axes=axes, learnable=learnable and not mixed)
     if not mixed:
         return scale, None
     if mixed_init == "random":
         return scale, nn.Parameter(mixed_frequencies(channels, pos_scale))
     return scale, nn.Parameter(axial_frequencies(scale(torch.float32, torch.device("cpu")), channels))
+
+
+def pair_frequencies(pe: PositionalEncoding, channels: int, block_scale: BlockScale | None,
+                     pair_freq: Tensor | None, like: Tensor) -> Tensor:
+    """The channel pairs' frequency vectors ``(P, 3)`` (of ``position_scales``' results): RoPE-Mixed's
+    parameter, PointROPE's constants (per grid unit), else the axial ones of GeoPE's scales (per unit of
+    position), for features like ``like``."""
+    if pair_freq is not None:
+        return pair_freq
+    if pe.rotation == "pointrope":
+        return pointrope_frequencies(channels, dtype=geometry_dtype(like.dtype), device=like.device)
+    return axial_frequencies(block_scale(geometry_dtype(like.dtype), like.device), channels)
 
 
 def _bn_relu(channels: int) -> list[nn.Module]:
@@ -178,8 +193,8 @@ class PointTransformerLayer(nn.Module):
                          if self.pe.needs_delta else None)
         self.linear_w = nn.Sequential(_PairwiseBN(channels), nn.ReLU(inplace=True), nn.Linear(channels, groups),
                                       _PairwiseBN(groups), nn.ReLU(inplace=True), nn.Linear(groups, groups))
-        self.block_scale, self.pair_freq = _position_scales(self.pe, channels, geope_base, 1.0 / grid_size,
-                                                            geope_learnable, mixed_init)
+        self.block_scale, self.pair_freq = position_scales(self.pe, channels, geope_base, 1.0 / grid_size,
+                                                           geope_learnable, mixed_init)
         self.register_load_state_dict_pre_hook(_renamed_frequencies)
 
     def frequency_parameters(self) -> list[nn.Parameter]:
@@ -195,11 +210,7 @@ class PointTransformerLayer(nn.Module):
     def _pair_frequencies(self, like: Tensor) -> Tensor:
         """The channel pairs' frequency vectors ``(P, 3)``: RoPE-Mixed's parameter, PointROPE's constants (per
         grid unit), else the axial ones of GeoPE's scales (per unit of position)."""
-        if self.pair_freq is not None:
-            return self.pair_freq
-        if self.pe.rotation == "pointrope":
-            return pointrope_frequencies(self.channels, dtype=geometry_dtype(like.dtype), device=like.device)
-        return axial_frequencies(self._block_scales(like), self.channels)
+        return pair_frequencies(self.pe, self.channels, self.block_scale, self.pair_freq, like)
 
     def _rotated(self, x: Tensor, coord: Tensor, idx: Tensor, disp: Tensor, tables: Tensor | None,
                  minus: Tensor | None = None) -> Tensor:
@@ -216,15 +227,18 @@ class PointTransformerLayer(nn.Module):
 
     def _fused_relation(self, key: Tensor, q: Tensor, idx: Tensor, disp: Tensor, delta: Tensor | None,
                         tables: Tensor | None) -> Tensor | None:
-        """The relation (``+ delta`` where the preset has it) on the Triton kernels, where they have it: no
-        rotation, standard GeoPE with constant rotations (``tables``), linear GeoPE with fixed frequencies;
-        ``None`` otherwise (RoPE's pairs, learnable GeoPE frequencies)."""
-        delta = delta if self.pe.relation_delta else None
-        if self.pe.rotation == "none":
+        """The relation (``+ delta`` where the preset has it) on the Triton kernels, where they run
+        (``fused_attention.enabled``) and have it: no rotation, standard GeoPE with constant rotations
+        (``tables``), linear GeoPE with fixed frequencies; ``None`` otherwise (RoPE's pairs, learnable GeoPE
+        frequencies, the torch path)."""
+        delta, device = delta if self.pe.relation_delta else None, key.device
+        if self.pe.rotation == "none" and fused_attention.enabled("relation", device):
             return fused_attention.relation(key, idx, q, delta)
-        if self.pe.rotation == "geope" and tables is not None and key.shape[0] == idx.shape[0]:
+        if self.pe.rotation == "geope" and tables is not None and key.shape[0] == idx.shape[0] \
+                and fused_attention.enabled("frame_relation", device):
             return fused_attention.frame_relation(key, idx, tables, q, delta)
-        if self.pe.rotation == "lingeope" and not self.block_scale.learnable and constant(disp):
+        if self.pe.rotation == "lingeope" and not self.block_scale.learnable and constant(disp) \
+                and fused_attention.enabled("linear_relation", device):
             return fused_attention.linear_relation(key, idx, disp, self._block_scales(key), q, delta)
         return None
 
@@ -247,8 +261,7 @@ class PointTransformerLayer(nn.Module):
         if standard and self.block_scale is not None and not self.block_scale.learnable:
             tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._block_scales(feat), c)  # (5, N, C)
 
-        fused = fused_attention.kernel_path(feat.device) == "triton"            # fused_attention.py
-        relation = self._fused_relation(key, q, idx, disp, delta, tables) if fused else None   # delta included
+        relation = self._fused_relation(key, q, idx, disp, delta, tables)      # Triton (fused_attention.py), delta in
         if relation is None:
             if self.pe.rotation == "none":
                 relation = gather(key, idx) - q.unsqueeze(1)                     # (N, k, C)
@@ -257,7 +270,7 @@ class PointTransformerLayer(nn.Module):
             if self.pe.relation_delta:
                 relation = relation + delta
         logits = self.linear_w(relation)                                         # (N, k, C/s)
-        if fused and self.pe.value != "geope":
+        if self.pe.value != "geope" and fused_attention.enabled("aggregate", feat.device):
             return fused_attention.aggregate(logits, value, idx, delta if self.pe.value == "rpe" else None,
                                              self.share_planes)
         weight = torch.softmax(logits, dim=1)                                    # (N, k, C/s)

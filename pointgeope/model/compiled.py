@@ -17,19 +17,21 @@ eager kernels' (tests compare them):
       R v = cos(phi) v + sin(phi) (u x v) + (1 - cos(phi)) (u . v) u
 
 Compilation is attempted once per process, on the first CUDA call, with dynamic shapes (the point counts
-change every batch); if it fails (no Triton, an unsupported build) the eager kernels run instead and
-``pointgeope info`` says so. ``POINTGEOPE_COMPILE=0`` turns it off. The CPU always runs the eager kernels:
+change every batch); if it fails (no Triton, an unsupported build) the eager kernels run instead, with one
+warning, and ``pointgeope info`` says so (:mod:`pointgeope.model.kernels`, kernel ``geope_pairs``).
+``POINTGEOPE_COMPILE=0`` turns it off, as ``POINTGEOPE_KERNELS=torch`` does with every Triton kernel. The CPU always runs the eager kernels:
 there, Inductor's code measured slower than the cache-blocked eager kernels and takes a minute to compile.
 """
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from pointgeope.model import kernels
 
 __all__ = ["shifted_sum", "frame_pairs", "turn_pairs", "rodrigues_rows", "relative_pairs", "active", "on_device",
            "status"]
@@ -51,7 +53,7 @@ def frame_pairs(points: Tensor, idx: Tensor, tables: Tensor, minus: Tensor | Non
                 dtype: torch.dtype | None = None) -> Tensor:
     """``R_i^T points[idx[i, j]] - minus_i``: ``points (N_s, C)`` already turned by ``R_j``, ``idx (N, k)``,
     ``tables (5, N, C)`` of the queries, ``minus (N, C)`` or ``None`` -> ``(N, k, C)`` in the tables' dtype,
-    or rounded to ``dtype`` inside the fused pass (bf16 pairs: no float32 copy of the pairs and cast after)."""
+    or that rounded once to ``dtype`` (bf16 pairs: the relation within one bf16 rounding, tested)."""
     out = shifted_sum(points[idx].to(tables.dtype), tables.unsqueeze(-2), transpose=True)
     out = out if minus is None else out - minus.unsqueeze(1)
     return out if dtype is None else out.to(dtype)
@@ -81,8 +83,8 @@ def rodrigues_rows(rows: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
 def relative_pairs(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, minus: Tensor | None,
                    dtype: torch.dtype | None = None) -> Tensor:
     """Linear GeoPE's relation ``R(k_b d_ij) x[idx[i, j]] - minus_i`` per block: ``x (N_s, C)``, ``idx (N, k)``,
-    ``disp (N, k, 3)`` in the geometry's dtype -> ``(N, k, C)`` in that dtype, or rounded to ``dtype`` inside
-    the fused pass."""
+    ``disp (N, k, 3)`` in the geometry's dtype -> ``(N, k, C)`` in that dtype, or that rounded once to
+    ``dtype``."""
     queries, k = idx.shape
     out = rodrigues_rows(x[idx.reshape(-1)], disp.reshape(-1, 3), block_scale).view(queries, k, -1)
     out = out if minus is None else out - minus.unsqueeze(1)
@@ -90,36 +92,43 @@ def relative_pairs(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, mi
 
 
 _compiled: dict[str, Callable] = {}
-_failed: list[str] = []
+KERNEL = "geope_pairs"     # the name of these kernels in pointgeope.model.kernels (fallback, switch)
 
 
 def _enabled() -> bool:
-    return os.environ.get("POINTGEOPE_COMPILE", "1") != "0" and not _failed and hasattr(torch, "compile")
+    return os.environ.get("POINTGEOPE_COMPILE", "1") != "0" and hasattr(torch, "compile")
 
 
 def active(device: torch.device) -> bool:
-    """Whether the compiled kernels serve this device (CUDA, compilation not failed nor turned off); where
-    they do not, callers keep their eager kernels (a single expression run eagerly costs more memory)."""
-    return device.type == "cuda" and _enabled()
+    """Whether the compiled kernels serve this device (CUDA, where ``kernels`` lets Triton run: not turned off
+    by ``POINTGEOPE_KERNELS=torch`` or ``POINTGEOPE_COMPILE=0``, not failed); where they do not, callers keep
+    their eager kernels (a single expression run eagerly costs more memory)."""
+    return device.type == "cuda" and _enabled() and kernels.use_triton(KERNEL, device)
 
 
 def on_device(name: str, fn: Callable, *args):
-    """``fn(*args)`` compiled (see the module docstring); if the compilation fails, ``fn(*args)`` eagerly
-    this once, one warning, and ``active`` is False from then on."""
+    """``fn(*args)`` compiled (see the module docstring); if the compilation fails, ``fn(*args)`` eagerly,
+    one warning (``kernels.run``), and ``active`` is False from then on."""
     if name not in _compiled:
         _compiled[name] = torch.compile(fn, dynamic=True)
-    try:
-        return _compiled[name](*args)
-    except Exception as err:  # noqa: BLE001  (Triton missing, an unsupported build: any compiler error)
-        _failed.append(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
-        warnings.warn(f"torch.compile of the GeoPE pair kernels failed ({_failed[-1]}); running them eagerly")
-        return fn(*args)
+    return kernels.run(KERNEL, args[0].device, lambda: _compiled[name](*args), lambda: fn(*args))
 
 
 def status() -> str:
     """One line for ``pointgeope info``."""
     if os.environ.get("POINTGEOPE_COMPILE", "1") == "0":
         return "eager (POINTGEOPE_COMPILE=0)"
-    if _failed:
-        return f"eager (torch.compile failed: {_failed[0]})"
+    failed = kernels.failures().get(KERNEL)
+    if failed:
+        return f"eager (torch.compile failed: {failed})"
+    if _valid_choice() and kernels.requested() == "torch":
+        return "eager (POINTGEOPE_KERNELS=torch)"
     return "torch.compile on CUDA (Triton), eager on the CPU"
+
+
+def _valid_choice() -> bool:
+    try:
+        kernels.requested()
+    except kernels.KernelChoiceError:
+        return False
+    return True

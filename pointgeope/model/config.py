@@ -25,7 +25,7 @@ class ModelConfig:
 
     pe: PresetName = "rpe"                  # positional encoding preset (attention.PRESETS)
     in_channels: int = 6                    # [rgb | xyz]; +1 with data.height, -3 with data.color=false
-    num_classes: int = NUM_CLASSES
+    num_classes: int = NUM_CLASSES          # output classes (the 13 of S3DIS)
     planes: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])  # width per stage
     blocks: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 2])          # encoder blocks per stage
     strides: list[int] = field(default_factory=lambda: [1, 4, 4, 4, 4])         # FPS stride per stage

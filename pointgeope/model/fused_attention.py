@@ -16,10 +16,11 @@ gradients of ``k`` and ``v`` are summed into their rows with float32 atomic adds
 not deterministic, as with torch's ``index_add_`` on CUDA). Inputs may be float32, bfloat16 or float16
 (accumulated in float32) or float64 (in float64, for ``gradcheck``).
 
-Which path runs (``kernel_path``): ``POINTGEOPE_KERNELS=triton`` or ``torch`` forces one on any device
-(``triton`` on CPU tensors needs ``TRITON_INTERPRET=1``, Triton's interpreter); unset, Triton runs on CUDA
-where it imports, torch everywhere else (the CPU's torch kernels are cache-blocked and measured faster) and
-wherever ``torch.use_deterministic_algorithms(True)`` asks for reproducible sums.
+Which path runs is :mod:`pointgeope.model.kernels`' decision (``POINTGEOPE_KERNELS``; unset: Triton on CUDA, torch
+on the CPU, whose torch kernels are cache-blocked and measured faster; torch wherever
+``torch.use_deterministic_algorithms(True)`` asks for reproducible sums): the layer asks :func:`enabled` per op.
+A kernel that fails to compile or launch hands its op to the torch reference of the same formula (``_ref_*``,
+autograd through torch ops), forward or backward, and the op stays on torch for the rest of the process.
 
 What is fused, per preset: ``rpe``, ``none``, ``ape`` (rotation ``none``): relation and aggregation; ``geope``,
 ``geope+rpe`` (standard GeoPE with fixed frequencies): relation (``frame_relation``: the points turned once by
@@ -34,59 +35,29 @@ from __future__ import annotations
 
 import importlib
 import os
-from functools import lru_cache
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
 from torch import Tensor
 
+from pointgeope.model import compiled
+from pointgeope.model import kernels as kernels_choice
 from pointgeope.model.rotation import apply_shifted
 
-__all__ = ["kernel_path", "status", "kernels", "relation", "frame_relation", "linear_relation", "aggregate"]
+__all__ = ["OPS", "enabled", "status", "kernels", "relation", "frame_relation", "linear_relation", "aggregate"]
 
-PATHS = ("triton", "torch")
-
-
-@lru_cache(maxsize=None)
-def _triton_found() -> bool:
-    """Whether Triton imports (a broken install counts as none: the torch kernels run)."""
-    try:
-        import triton  # noqa: F401
-    except Exception:  # noqa: BLE001  (ImportError, or a build that fails to load its driver)
-        return False
-    return True
+OPS = ("relation", "frame_relation", "linear_relation", "aggregate")
 
 
-def _forced() -> str | None:
-    value = os.environ.get("POINTGEOPE_KERNELS", "").strip().lower()
-    if value and value not in PATHS:
-        raise ValueError(f"POINTGEOPE_KERNELS: expected one of {PATHS} (or unset), got {value!r}")
-    return value or None
-
-
-def kernel_path(device: torch.device) -> str:
-    """``"triton"`` or ``"torch"``, the attention kernels for tensors on ``device`` (module docstring)."""
-    forced = _forced()
-    if forced == "triton" and not _triton_found():
-        raise ValueError("POINTGEOPE_KERNELS=triton: Triton does not import (pip install triton), "
-                         "or unset POINTGEOPE_KERNELS")
-    if forced is not None:
-        return forced
-    deterministic = torch.are_deterministic_algorithms_enabled()            # atomics: sums in any order
-    return "triton" if device.type == "cuda" and _triton_found() and not deterministic else "torch"
+def enabled(op: str, device: torch.device) -> bool:
+    """Whether the fused ``op`` (one of :data:`OPS`) runs in Triton for tensors on ``device``."""
+    return kernels_choice.use_triton(op, device, atomics=True)
 
 
 def status() -> str:
     """One line for ``pointgeope info``."""
-    try:
-        forced = _forced()
-    except ValueError as err:
-        return f"invalid: {err}"
-    if forced is not None:
-        return f"{forced} on every device (POINTGEOPE_KERNELS={forced})"
-    if not _triton_found():
-        return "torch (Triton does not import)"
-    return "Triton on CUDA (fused relation and aggregation), torch on the CPU"
+    return kernels_choice.status()
 
 
 def kernels() -> ModuleType:
@@ -128,6 +99,50 @@ def _acc_dtype(*tensors: Tensor | None) -> torch.dtype:
     return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
+# --- the torch references: the same formulas with torch ops, for a kernel that fails -------------------------
+
+def _ref_aggregate(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None, share_planes: int) -> Tensor:
+    (n, k), acc = idx.shape, _acc_dtype(w, v, delta)
+    value = (v[idx] if delta is None else v[idx] + delta).to(acc)
+    weight = torch.softmax(w.to(acc), dim=1)
+    out = torch.einsum("nkgh,nkh->ngh", value.view(n, k, share_planes, -1), weight)
+    return out.reshape(n, -1).to(_out_dtype(v, delta))
+
+
+def _ref_relation(key: Tensor, idx: Tensor, q: Tensor, delta: Tensor | None) -> Tensor:
+    out = key[idx] - q.unsqueeze(1)
+    return (out if delta is None else out + delta).to(_out_dtype(key, q, delta))
+
+
+def _ref_frame(x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Tensor | None) -> Tensor:
+    out = compiled.frame_pairs(apply_shifted(x, tables), idx, tables, q)
+    return (out if delta is None else out + delta).to(_out_dtype(x, q, delta))
+
+
+def _ref_linear(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, q: Tensor, delta: Tensor | None) -> Tensor:
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    out = compiled.relative_pairs(x, idx, disp.to(work), block_scale.to(work), q)
+    return (out if delta is None else out + delta).to(_out_dtype(x, q, delta))
+
+
+def _guarded_backward(op: str, device: torch.device, kernel: Callable[[], tuple], ref: Callable[..., Tensor],
+                      inputs: list[Tensor | None], needs: list[bool], grad: Tensor) -> tuple:
+    """The Triton backward ``kernel()``; if it fails to compile or launch, ``op`` leaves Triton (one warning)
+    and the gradients of ``ref(*inputs)`` for the inputs flagged in ``needs`` come from autograd instead."""
+    if kernels_choice.use_triton(op, device, atomics=True):
+        try:
+            return kernel()
+        except Exception as err:  # noqa: BLE001 - as kernels.run: any compiler, resource or driver error
+            if isinstance(err, torch.OutOfMemoryError):
+                raise
+            kernels_choice.fail(op, err)
+    with torch.enable_grad():
+        leaves = [x.detach().requires_grad_(n) if x is not None and n else x for x, n in zip(inputs, needs)]
+        wanted = [x for x, n in zip(leaves, needs) if x is not None and n]
+        grads = iter(torch.autograd.grad(ref(*leaves), wanted, grad) if wanted else ())
+    return tuple(next(grads) if x is not None and n else None for x, n in zip(leaves, needs))
+
+
 class _Aggregate(torch.autograd.Function):
     """``y = sum_j softmax_j(w) (v[idx] + delta)`` per channel group; saves ``w``, ``v``, ``idx``, ``delta``."""
 
@@ -149,18 +164,29 @@ class _Aggregate(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gy: Tensor):
         w, v, idx, delta = ctx.saved_tensors
-        (n, k), c, s = idx.shape, v.shape[1], ctx.share_planes
-        acc = _acc_dtype(w, v, delta)
-        gw = torch.empty_like(w)
-        grad_v, grad_delta = ctx.needs_input_grad[1], delta is not None and ctx.needs_input_grad[3]
-        gv = torch.zeros(v.shape, dtype=acc, device=v.device) if grad_v else gw
-        gdelta = torch.empty_like(delta) if grad_delta else gw
-        bm, bk, bg = _blocks(k, c // s)
-        _launch(kernels().aggregate_backward, (_cdiv(n, bm),), w, v, idx, v if delta is None else delta,
-                gy.contiguous(), gw, gv, gdelta, n, k, c, c // s, S=s, HAS_DELTA=delta is not None,
-                GRAD_V=grad_v, GRAD_DELTA=grad_delta, F64=acc == torch.float64, BLOCK_M=bm, BLOCK_K=bk,
-                BLOCK_G=bg, device=v.device)
-        return gw, gv.to(v.dtype) if grad_v else None, None, gdelta if grad_delta else None, None
+        s = ctx.share_planes
+        needs = [True, ctx.needs_input_grad[1], delta is not None and ctx.needs_input_grad[3]]
+        gw, gv, gdelta = _guarded_backward("aggregate", v.device, lambda: _aggregate_backward(w, v, idx, delta, gy, s,
+                                                                                               needs),
+                                           lambda a, b, d: _ref_aggregate(a, b, idx, d, s), [w, v, delta], needs, gy)
+        return gw, gv, None, gdelta, None
+
+
+def _aggregate_backward(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None, gy: Tensor, s: int,
+                        needs: list[bool]) -> tuple:
+    """``(gw, gv, gdelta)`` of ``aggregate`` by its Triton kernel (``None`` where ``needs`` says no)."""
+    (n, k), c = idx.shape, v.shape[1]
+    acc = _acc_dtype(w, v, delta)
+    _, grad_v, grad_delta = needs
+    gw = torch.empty_like(w)
+    gv = torch.zeros(v.shape, dtype=acc, device=v.device) if grad_v else gw
+    gdelta = torch.empty_like(delta) if grad_delta else gw
+    bm, bk, bg = _blocks(k, c // s)
+    _launch(kernels().aggregate_backward, (_cdiv(n, bm),), w, v, idx, v if delta is None else delta,
+            gy.contiguous(), gw, gv, gdelta, n, k, c, c // s, S=s, HAS_DELTA=delta is not None,
+            GRAD_V=grad_v, GRAD_DELTA=grad_delta, F64=acc == torch.float64, BLOCK_M=bm, BLOCK_K=bk,
+            BLOCK_G=bg, device=v.device)
+    return gw, gv.to(v.dtype) if grad_v else None, gdelta if grad_delta else None
 
 
 class _Relation(torch.autograd.Function):
@@ -184,20 +210,31 @@ class _Relation(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: Tensor):
         (idx,) = ctx.saved_tensors
+        (n, k), c, g = idx.shape, g.shape[-1], g.contiguous()
         key_dtype, q_dtype, delta_dtype = ctx.dtypes
-        (n, k), c = idx.shape, g.shape[-1]
-        g = g.contiguous()
-        acc = torch.float64 if g.dtype == torch.float64 else torch.float32
-        grad_key, grad_q = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
-        gkey = torch.zeros(ctx.rows, c, dtype=acc, device=g.device) if grad_key else g
-        gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
-        bm, bk, bc = _blocks(k, min(c, 64))
-        if grad_key or grad_q:
-            _launch(kernels().relation_backward, (_cdiv(n, bm), _cdiv(c, bc)), g, idx, gkey, gq,
-                    n, k, c, GRAD_KEY=grad_key, GRAD_Q=grad_q, F64=acc == torch.float64, BLOCK_M=bm,
-                    BLOCK_K=bk, BLOCK_C=bc, device=g.device)
-        gdelta = g.to(delta_dtype) if delta_dtype is not None and ctx.needs_input_grad[3] else None
-        return gkey.to(key_dtype) if grad_key else None, None, gq if grad_q else None, gdelta
+        needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[2], delta_dtype is not None and ctx.needs_input_grad[3]]
+        like = [g.new_zeros(ctx.rows, c, dtype=key_dtype), g.new_zeros(n, c, dtype=q_dtype),   # linear: values unused
+                None if delta_dtype is None else g.new_zeros(n, k, c, dtype=delta_dtype)]
+        gkey, gq, gdelta = _guarded_backward("relation", g.device, lambda: _relation_backward(ctx, idx, g, needs),
+                                             lambda a, b, d: _ref_relation(a, idx, b, d), like, needs, g)
+        return gkey, None, gq, gdelta
+
+
+def _relation_backward(ctx, idx: Tensor, g: Tensor, needs: list[bool]) -> tuple:
+    """``(gkey, gq, gdelta)`` of ``relation`` by its Triton kernel (``None`` where ``needs`` says no)."""
+    key_dtype, q_dtype, delta_dtype = ctx.dtypes
+    (n, k), c = idx.shape, g.shape[-1]
+    acc = torch.float64 if g.dtype == torch.float64 else torch.float32
+    grad_key, grad_q, grad_delta = needs
+    gkey = torch.zeros(ctx.rows, c, dtype=acc, device=g.device) if grad_key else g
+    gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
+    bm, bk, bc = _blocks(k, min(c, 64))
+    if grad_key or grad_q:
+        _launch(kernels().relation_backward, (_cdiv(n, bm), _cdiv(c, bc)), g, idx, gkey, gq,
+                n, k, c, GRAD_KEY=grad_key, GRAD_Q=grad_q, F64=acc == torch.float64, BLOCK_M=bm,
+                BLOCK_K=bk, BLOCK_C=bc, device=g.device)
+    return (gkey.to(key_dtype) if grad_key else None, gq if grad_q else None,
+            g.to(delta_dtype) if grad_delta else None)
 
 
 class _FrameRelation(torch.autograd.Function):
@@ -225,19 +262,30 @@ class _FrameRelation(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: Tensor):
         idx, tables = ctx.saved_tensors
-        x_dtype, q_dtype, delta_dtype = ctx.dtypes
         (n, k), c, g = idx.shape, g.shape[-1], g.contiguous()
-        grad_x, grad_q = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
-        gpoints = torch.zeros(tables.shape[1], c, dtype=tables.dtype, device=g.device) if grad_x else g
-        gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
-        bm, bk, bc = _blocks(k, min(c, 64))
-        if grad_x or grad_q:
-            _launch(kernels().frame_backward, (_cdiv(n, bm), _cdiv(c, bc)), g, idx, tables, gpoints, gq, n, k, c,
-                    GRAD_POINTS=grad_x, GRAD_Q=grad_q, F64=tables.dtype == torch.float64, BLOCK_M=bm,
-                    BLOCK_K=bk, BLOCK_C=bc, device=g.device)
-        gx = apply_shifted(gpoints, tables, transpose=True).to(x_dtype) if grad_x else None   # R_j^T per row
-        gdelta = g.to(delta_dtype) if delta_dtype is not None and ctx.needs_input_grad[4] else None
-        return gx, None, None, gq if grad_q else None, gdelta
+        x_dtype, q_dtype, delta_dtype = ctx.dtypes
+        needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[3], delta_dtype is not None and ctx.needs_input_grad[4]]
+        like = [g.new_zeros(tables.shape[1], c, dtype=x_dtype), g.new_zeros(n, c, dtype=q_dtype),  # linear in them
+                None if delta_dtype is None else g.new_zeros(n, k, c, dtype=delta_dtype)]
+        gx, gq, gdelta = _guarded_backward("frame_relation", g.device, lambda: _frame_backward(ctx, idx, tables, g, needs),
+                                           lambda a, b, d: _ref_frame(a, idx, tables, b, d), like, needs, g)
+        return gx, None, None, gq, gdelta
+
+
+def _frame_backward(ctx, idx: Tensor, tables: Tensor, g: Tensor, needs: list[bool]) -> tuple:
+    """``(gx, gq, gdelta)`` of ``frame_relation`` by its Triton kernel (``None`` where ``needs`` says no)."""
+    x_dtype, q_dtype, delta_dtype = ctx.dtypes
+    (n, k), c = idx.shape, g.shape[-1]
+    grad_x, grad_q, grad_delta = needs
+    gpoints = torch.zeros(tables.shape[1], c, dtype=tables.dtype, device=g.device) if grad_x else g
+    gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
+    bm, bk, bc = _blocks(k, min(c, 64))
+    if grad_x or grad_q:
+        _launch(kernels().frame_backward, (_cdiv(n, bm), _cdiv(c, bc)), g, idx, tables, gpoints, gq, n, k, c,
+                GRAD_POINTS=grad_x, GRAD_Q=grad_q, F64=tables.dtype == torch.float64, BLOCK_M=bm,
+                BLOCK_K=bk, BLOCK_C=bc, device=g.device)
+    gx = apply_shifted(gpoints, tables, transpose=True).to(x_dtype) if grad_x else None   # R_j^T per row
+    return gx, gq if grad_q else None, g.to(delta_dtype) if grad_delta else None
 
 
 def frame_relation(x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Tensor | None = None) -> Tensor:
@@ -247,7 +295,8 @@ def frame_relation(x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Ten
     if tables.shape[1] != x.shape[0] or idx.shape[0] != x.shape[0]:
         raise ValueError(f"expected self-attention: tables (5, {x.shape[0]}, C) and idx ({x.shape[0]}, k), got "
                          f"{tuple(tables.shape)} and {tuple(idx.shape)}")
-    return _FrameRelation.apply(x, idx, tables, q, delta)
+    return kernels_choice.run("frame_relation", x.device, lambda: _FrameRelation.apply(x, idx, tables, q, delta),
+                              lambda: _ref_frame(x, idx, tables, q, delta), atomics=True)
 
 
 class _LinearRelation(torch.autograd.Function):
@@ -275,18 +324,30 @@ class _LinearRelation(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: Tensor):
         idx, disp, block_scale = ctx.saved_tensors
+        (n, k), c, g = idx.shape, g.shape[-1], g.contiguous()
         x_dtype, q_dtype, delta_dtype = ctx.dtypes
-        (n, k), c, blocks, g = idx.shape, g.shape[-1], block_scale.shape[0], g.contiguous()
-        grad_x, grad_q = ctx.needs_input_grad[0], ctx.needs_input_grad[4]
-        gx = torch.zeros(ctx.rows, c, dtype=disp.dtype, device=g.device) if grad_x else g
-        gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
-        bm, bk, bb = _blocks(k, min(blocks, 32), budget=2048)
-        if grad_x or grad_q:
-            _launch(kernels().linear_backward, (_cdiv(n, bm), _cdiv(blocks, bb)), g, idx, disp, block_scale, gx, gq,
-                    n, k, c, blocks, GRAD_X=grad_x, GRAD_Q=grad_q, F64=disp.dtype == torch.float64, BLOCK_M=bm,
-                    BLOCK_K=bk, BLOCK_B=bb, device=g.device)
-        gdelta = g.to(delta_dtype) if delta_dtype is not None and ctx.needs_input_grad[5] else None
-        return gx.to(x_dtype) if grad_x else None, None, None, None, gq if grad_q else None, gdelta
+        needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[4], delta_dtype is not None and ctx.needs_input_grad[5]]
+        like = [g.new_zeros(ctx.rows, c, dtype=x_dtype), g.new_zeros(n, c, dtype=q_dtype),       # linear in them
+                None if delta_dtype is None else g.new_zeros(n, k, c, dtype=delta_dtype)]
+        gx, gq, gdelta = _guarded_backward("linear_relation", g.device,
+                                           lambda: _linear_backward(ctx, idx, disp, block_scale, g, needs),
+                                           lambda a, b, d: _ref_linear(a, idx, disp, block_scale, b, d), like, needs, g)
+        return gx, None, None, None, gq, gdelta
+
+
+def _linear_backward(ctx, idx: Tensor, disp: Tensor, block_scale: Tensor, g: Tensor, needs: list[bool]) -> tuple:
+    """``(gx, gq, gdelta)`` of ``linear_relation`` by its Triton kernel (``None`` where ``needs`` says no)."""
+    x_dtype, q_dtype, delta_dtype = ctx.dtypes
+    (n, k), c, blocks = idx.shape, g.shape[-1], block_scale.shape[0]
+    grad_x, grad_q, grad_delta = needs
+    gx = torch.zeros(ctx.rows, c, dtype=disp.dtype, device=g.device) if grad_x else g
+    gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
+    bm, bk, bb = _blocks(k, min(blocks, 32), budget=2048)
+    if grad_x or grad_q:
+        _launch(kernels().linear_backward, (_cdiv(n, bm), _cdiv(blocks, bb)), g, idx, disp, block_scale, gx, gq,
+                n, k, c, blocks, GRAD_X=grad_x, GRAD_Q=grad_q, F64=disp.dtype == torch.float64, BLOCK_M=bm,
+                BLOCK_K=bk, BLOCK_B=bb, device=g.device)
+    return gx.to(x_dtype) if grad_x else None, gq if grad_q else None, g.to(delta_dtype) if grad_delta else None
 
 
 def linear_relation(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, q: Tensor,
@@ -294,7 +355,9 @@ def linear_relation(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, q
     """Linear GeoPE's relation ``R(k_b d_ij) x[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``: ``x (N_s, C)``,
     ``idx (N, k)``, ``disp (N, k, 3)`` (``p_j - p_i``), ``block_scale (n,)`` (``k_b``), constant; the same
     relation as ``linear_rotation.relative_frame``, angles and products in float32 (float64 for float64 x)."""
-    return _LinearRelation.apply(x, idx, disp, block_scale, q, delta)
+    return kernels_choice.run("linear_relation", x.device,
+                              lambda: _LinearRelation.apply(x, idx, disp, block_scale, q, delta),
+                              lambda: _ref_linear(x, idx, disp, block_scale, q, delta), atomics=True)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -304,7 +367,8 @@ def _cdiv(a: int, b: int) -> int:
 def relation(key: Tensor, idx: Tensor, q: Tensor, delta: Tensor | None = None) -> Tensor:
     """``key[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``, from ``key (N_s, C)``, ``idx (N, k)``,
     ``q (N, C)``, ``delta (N, k, C)`` or ``None``: one Triton kernel forward, one backward."""
-    return _Relation.apply(key, idx, q, delta)
+    return kernels_choice.run("relation", key.device, lambda: _Relation.apply(key, idx, q, delta),
+                              lambda: _ref_relation(key, idx, q, delta), atomics=True)
 
 
 def aggregate(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None, share_planes: int) -> Tensor:
@@ -314,4 +378,5 @@ def aggregate(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None, share_pla
     if v.shape[1] != w.shape[2] * share_planes:
         raise ValueError(f"expected v of {w.shape[2] * share_planes} channels (w's {w.shape[2]} x share_planes "
                          f"{share_planes}), got {v.shape[1]}")
-    return _Aggregate.apply(w, v, idx, delta, share_planes)
+    return kernels_choice.run("aggregate", v.device, lambda: _Aggregate.apply(w, v, idx, delta, share_planes),
+                              lambda: _ref_aggregate(w, v, idx, delta, share_planes), atomics=True)

@@ -71,15 +71,22 @@ def test_model_input_channels_follow_the_features():
         build.model(load_config(None, small + ["data.color=false", "data.height=true"]))
 
 
-def _first_batch(overrides: list[str]):
-    """A seeded model of the config with ``overrides`` and the first training batch of Area_2 for it."""
+def _loader(overrides: list[str]):
+    """A seeded model of the config with ``overrides`` and its training loader of Area_2 (epoch 0)."""
     cfg = load_config(None, overrides)
     torch.manual_seed(0)
     net = build.model(cfg)
     dataset = build.train_dataset(cfg, ["Area_2"])
     sampler = ResumableSampler(dataset, env(), seed=0)
     sampler.set_epoch(0)
-    return net, next(iter(build.train_loader(cfg, dataset, sampler, env(), net)))
+    place, _ = build.hierarchy_place(cfg, torch.device("cpu"))
+    return net, build.train_loader(cfg, dataset, sampler, env(), net, place)
+
+
+def _first_batch(overrides: list[str]):
+    """A seeded model of the config with ``overrides`` and the first training batch of Area_2 for it."""
+    net, loader = _loader(overrides)
+    return net, next(iter(loader))
 
 
 def test_training_batches_carry_the_models_hierarchy_from_the_workers(tiny_root):
@@ -102,9 +109,9 @@ def test_training_batches_carry_the_models_hierarchy_from_the_workers(tiny_root)
 
 @pytest.mark.parametrize("fps, knn, device, expected", [
     ("triton", "triton", "cuda", "device"),       # the Triton kernels on CUDA: the model builds it
-    ("fpsample", "torch", "cuda", "loader"),      # FPS through the host: the loader's workers
+    ("numba", "torch", "cuda", "loader"),         # FPS through the host: the loader's workers
     ("triton", "torch", "cuda", "loader"),        # brute-force kNN in torch: still the loader
-    ("fpsample", "pykdtree", "cpu", "loader"),    # the CPU: today's behaviour
+    ("numba", "pykdtree", "cpu", "loader"),       # the CPU: today's behaviour
 ])
 def test_auto_hierarchy_follows_the_device_kernels(monkeypatch, fps, knn, device, expected):
     monkeypatch.setattr(build.backends, "fps_backend", lambda d: fps)
@@ -116,23 +123,80 @@ def test_auto_hierarchy_follows_the_device_kernels(monkeypatch, fps, knn, device
             == (explicit, "data.hierarchy")
 
 
-def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root):
-    """With data.hierarchy=device the loader skips the hierarchy; the model builds the same one, so the
-    loss and gradients of a step equal those of the loader's hierarchy."""
+def test_the_hierarchy_beside_the_step_hands_over_the_same_batches_hierarchies_and_losses(tiny_root):
+    """HierarchyAhead (a thread builds batch i + 1's hierarchy while batch i trains; on CUDA on a second
+    stream) yields the loader's batches in their order, each with the hierarchy the model would build, so
+    every step's loss equals the in-model one's."""
+    from pointgeope.engine.ahead import HierarchyAhead
     from tests.engine.conftest import TINY
 
-    batches = {}
+    net, loader = _loader(TINY + [f"data.root={tiny_root}", "data.hierarchy=device", "data.loop=2"])
+    plain = list(loader)
+    ahead = HierarchyAhead(loader, net.hierarchy_spec, torch.device("cpu"))
+    assert len(ahead) == len(loader) >= 2
+    net.eval()
+    with torch.no_grad():
+        for got, want in zip(ahead, plain, strict=True):
+            assert torch.equal(got.pos, want.pos) and torch.equal(got.y, want.y)
+            expected = net.hierarchy_spec(want.pos, want.ptr[1:])
+            for field in ("samples", "neighbours", "down", "up"):
+                for a, b in zip(getattr(got.hierarchy, field), getattr(expected, field)):
+                    assert (a is None and b is None) or torch.equal(a, b), field
+            torch.testing.assert_close(net(got.pos, got.x, got.ptr[1:], hierarchy=got.hierarchy),
+                                       net(want.pos, want.x, want.ptr[1:]), atol=0, rtol=0)
+
+
+class _Recorder:
+    """A ``HierarchySpec`` that keeps every hierarchy it builds."""
+
+    def __init__(self, spec):
+        self.spec, self.built = spec, []
+
+    def __call__(self, coord, offset):
+        self.built.append(self.spec(coord, offset))
+        return self.built[-1]
+
+    def check(self, *args):
+        return self.spec.check(*args)
+
+
+def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root, monkeypatch):
+    """``data.hierarchy=loader`` builds the hierarchy in the loader with the CPU backends (numba FPS,
+    pykdtree); ``device`` hands over the blocks alone and the model builds it with the device's kernels: on
+    CUDA the Triton ones, run here in Triton's interpreter (``POINTGEOPE_KERNELS=triton``, which makes them
+    the CPU's defaults; a spy proves the FPS kernel ran). The same FPS samples at every stage and the same
+    neighbour sets, so the loss and gradients of a step agree up to float rounding (the attention runs on
+    the Triton kernels too, and neighbours listed in another order are summed in another order)."""
+    pytest.importorskip("triton")
+    from pointgeope.model import kernels
+    from pointgeope.model.ops import triton_fps
+    from tests.engine.conftest import TINY
+
+    if not torch.cuda.is_available() and not kernels.interpreted():
+        pytest.skip("no CUDA and TRITON_INTERPRET is not set: the Triton kernels cannot run")
+    runs = {}
     for place in ("loader", "device"):
-        net, batch = _first_batch(TINY + [f"data.root={tiny_root}", f"data.hierarchy={place}"])
+        if place == "device":
+            monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
+            launches = []
+            monkeypatch.setattr(triton_fps, "fps_triton", lambda *a, fn=triton_fps.fps_triton: launches.append(1) or fn(*a))
+        net, batch = _first_batch(TINY + [f"data.root={tiny_root}", f"data.hierarchy={place}", "data.voxel_max=250"])
+        net.hierarchy_spec = built = _Recorder(net.hierarchy_spec)     # what the model builds itself
         loss = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None)).square().mean()
         loss.backward()
-        batches[place] = (batch, loss.detach(), [p.grad.clone() for p in net.parameters()])
-    assert getattr(batches["device"][0], "hierarchy", None) is None
-    assert batches["loader"][0].hierarchy is not None
-    assert torch.equal(batches["loader"][0].pos, batches["device"][0].pos)
-    torch.testing.assert_close(batches["loader"][1], batches["device"][1], atol=0, rtol=0)
-    for a, b in zip(batches["loader"][2], batches["device"][2]):
-        torch.testing.assert_close(a, b, atol=0, rtol=0)
+        runs[place] = (batch, built, loss.detach(), [p.grad.clone() for p in net.parameters()])
+    (loader, from_loader, loss_l, grads_l), (device, from_device, loss_d, grads_d) = runs["loader"], runs["device"]
+    assert getattr(device, "hierarchy", None) is None and loader.hierarchy is not None
+    assert from_loader.built == [] and len(from_device.built) == 1 and launches   # once, where configured
+    assert torch.equal(loader.pos, device.pos)
+    want, got = loader.hierarchy, from_device.built[0]
+    for g, w in zip(got.samples + got.offsets, want.samples + want.offsets):
+        assert (g is None and w is None) or torch.equal(g, w)
+    for g, w in zip(got.neighbours + got.down[1:] + got.up, want.neighbours + want.down[1:] + want.up):
+        assert torch.equal(g.sort(1).values, w.sort(1).values)
+    torch.testing.assert_close(loss_d, loss_l, rtol=1e-5, atol=0)
+    for a, b in zip(grads_d, grads_l):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["sgd", "adamw"])
@@ -168,3 +232,25 @@ def test_a_network_without_learnt_frequencies_keeps_one_parameter_group():
     net = build.model(cfg)
     groups = build.optimizer(cfg, net).param_groups
     assert len(groups) == 1 and len(groups[0]["params"]) == len(list(net.parameters()))
+
+
+def test_auto_takes_the_loader_when_the_device_kernels_fall_back(monkeypatch):
+    """The check at training start: a hierarchy of two small clouds through the default (Triton) backends;
+    a kernel that fails there falls back, and training builds its hierarchy in the loader instead."""
+    pytest.importorskip("triton")
+    from pointgeope.model import kernels
+    from pointgeope.model.kernels import KernelFallbackWarning
+    from pointgeope.model.ops import triton_knn
+    from tests.model.test_kernels import COMPILE_ERROR, Failing
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
+    kernels.reset()
+    spec = build.model(load_config(None, ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]",
+                                          "model.neighbours=[8, 8]", "model.decoder_blocks=[1, 1]"])).hierarchy_spec
+    cpu = torch.device("cpu")
+    assert build.device_kernels_run(spec, cpu, points=160)
+    monkeypatch.setattr(triton_knn, "_knn_kernel", Failing(COMPILE_ERROR))
+    with pytest.warns(KernelFallbackWarning, match="knn"):
+        assert not build.device_kernels_run(spec, cpu, points=160)
+    kernels.reset()

@@ -232,29 +232,49 @@ def test_pipelined_votes_equal_a_sequential_reference_with_a_real_network(monkey
     np.testing.assert_array_equal(result.scores.argmax(1), scores.argmax(1))
 
 
-class SmallMemoryClassifier(ColourClassifier):
-    """ColourClassifier on a device that holds at most ``capacity`` points per forward: more raise the
-    out-of-memory error of CUDA."""
+class SmallMemoryClassifier(torch.nn.Module):
+    """Logits of ColourClassifier plus each cloud's mean red, found through ``offset`` (a batch split with
+    wrong offsets changes the scores), on a device that holds at most ``capacity`` points per forward: more
+    raise the out-of-memory error of CUDA. Records every attempt as ``(points, fitted)``."""
 
     def __init__(self, capacity: int):
         super().__init__()
-        self.capacity = capacity
+        self.capacity, self.attempts = capacity, []
 
     def forward(self, coord, feat, offset):
-        if coord.shape[0] > self.capacity:
-            raise torch.cuda.OutOfMemoryError(f"{coord.shape[0]} points do not fit")
-        return super().forward(coord, feat, offset)
+        n = int(coord.shape[0])
+        self.attempts.append((n, n <= self.capacity))
+        if n > self.capacity:
+            raise torch.cuda.OutOfMemoryError(f"{n} points do not fit")
+        if int(offset[-1]) != n:
+            raise ValueError(f"offset[-1] = {int(offset[-1])} for {n} points")
+        sizes = torch.diff(offset, prepend=offset.new_zeros(1))
+        cloud = torch.repeat_interleave(torch.arange(len(sizes)), sizes)
+        mean_red = torch.zeros(len(sizes)).index_add_(0, cloud, feat[:, 0]) / sizes
+        cls = (torch.round(feat[:, 0] * 255).long() // 20) % C
+        return torch.nn.functional.one_hot(cls, C).float() * 5.0 + mean_red[cloud, None]
 
 
 def test_a_batch_that_does_not_fit_is_halved_with_the_same_votes():
+    """A batch over the capacity raises; it is then run in halves (each attempt after a refusal at most
+    half of the refused one), later batches start at the size that fitted, and the votes and scores equal
+    those of a device with room for every batch."""
     coord, color = room(n=2500, seed=2)
     cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=300", "eval.batch_points=2000"])
-    roomy = vote_room(ColourClassifier(), coord, color, cfg, torch.device("cpu"), seed=5)
+    roomy = SmallMemoryClassifier(capacity=10**9)
+    roomy_votes = vote_room(roomy, coord, color, cfg, torch.device("cpu"), seed=5)
     small = SmallMemoryClassifier(capacity=700)
     tight = vote_room(small, coord, color, cfg, torch.device("cpu"), seed=5)
-    np.testing.assert_array_equal(tight.votes, roomy.votes)
-    np.testing.assert_allclose(tight.scores, roomy.scores, atol=1e-6)
-    assert max(small.calls) <= 700 and sum(small.calls) == int(roomy.votes.sum())   # every point predicted once per piece
+    np.testing.assert_array_equal(tight.votes, roomy_votes.votes)
+    np.testing.assert_allclose(tight.scores, roomy_votes.scores, atol=1e-5)
+    refused = [t for t, (_, fitted) in enumerate(small.attempts) if not fitted]
+    first = small.attempts[refused[0]][0] if refused else 0
+    assert first > 1400 and max(n for n, _ in roomy.attempts) == first      # the first full batch: refused
+    for t in refused:                                                       # then halved, as often as needed
+        assert small.attempts[t + 1][0] <= small.attempts[t][0] // 2
+    assert all(n <= first // 2 for n, _ in small.attempts[refused[0] + 1:])  # later batches keep the cut
+    assert len(refused) < len(small.attempts) // 3                         # not a refusal per batch
+    assert sum(n for n, fitted in small.attempts if fitted) == int(roomy_votes.votes.sum())
 
 
 def test_a_piece_alone_that_does_not_fit_is_an_error():

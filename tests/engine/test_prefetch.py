@@ -28,6 +28,30 @@ def test_items_arrive_in_order_and_the_producer_runs_at_most_depth_ahead():
     assert got == list(range(20))
 
 
+def test_the_producer_runs_ahead_in_its_own_thread_while_the_consumer_is_blocked():
+    """The consumer takes item 0, then blocks: meanwhile the producer makes items 1..depth (queued) and
+    depth + 1 (held while it waits), in another thread, and no more. A synchronous wrapper would make
+    nothing while the consumer waits."""
+    depth, made, threads = 3, [], set()
+    ahead = threading.Event()
+
+    def source():
+        for i in range(10):
+            threads.add(threading.current_thread().name)
+            made.append(i)
+            if len(made) == depth + 2:
+                ahead.set()
+            yield i
+
+    with Prefetch(source(), depth=depth, name="ahead") as items:
+        iterator = iter(items)
+        assert next(iterator) == 0
+        assert ahead.wait(timeout=10), f"the producer made only {made} while the consumer was blocked"
+        time.sleep(0.2)                                       # bounded: the producer waits on the full queue
+        assert made == list(range(depth + 2)) and threads == {"ahead"}
+        assert list(iterator) == list(range(1, 10))
+
+
 def test_an_error_of_the_producer_is_raised_in_the_consumer_after_the_items_before_it():
     def source():
         yield 1

@@ -19,6 +19,7 @@ from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.config import load_config
 from pointgeope.errors import run_command
 from pointgeope.metrics import confusion_matrix, scores
+from pointgeope.model.ops.fps import FPS_RULE
 from tests.engine.conftest import DEMO_CONFIG, TINY
 
 
@@ -48,6 +49,7 @@ def test_fold_writes_a_complete_run_folder(two_folds, tmp_path):
     log = (fold / "log.txt").read_text()
     assert log.count(" epoch 1/2 ") == 1 and log.count(" epoch 2/2 ") == 1
     assert "point hierarchy: built in the loader workers (data.hierarchy=loader; auto: the cpu defaults" in log
+    assert f"farthest point sampling: {FPS_RULE} (" in log and "first point" in FPS_RULE
     # best.pt is the epoch with the highest validation mIoU (validated at full resolution each epoch)
     val = [float(line.split("val oa")[1].split("miou ")[1].split()[0]) for line in log.splitlines() if "val oa" in line]
     assert len(val) == 2 and val[best["epoch"] - 1] == max(val)
@@ -55,6 +57,7 @@ def test_fold_writes_a_complete_run_folder(two_folds, tmp_path):
     assert list((fold / "tb").glob("events.out.tfevents.*"))
     metrics = json.loads((fold / "metrics.json").read_text())
     assert metrics["complete"] is True and metrics["area"] == "Area_1" and metrics["fold"] == 1
+    assert metrics["fps_rule"] == FPS_RULE            # which hierarchy the fold was trained and tested with
     rooms = list_rooms(two_folds / "Area_1.h5")
     assert metrics["num_points"] == sum(rooms.values())
     with h5py.File(fold / "predictions" / "Area_1.h5", "r") as f:

@@ -54,7 +54,7 @@ def test_every_stage_holds_the_brute_force_neighbourhoods_of_exact_fps_samples(k
 
 
 def test_a_batch_hierarchy_is_the_per_cloud_hierarchies_with_shifted_rows():
-    """What the data loader relies on: with the default backends (fpsample, pykdtree) the hierarchy of a
+    """What the data loader relies on: with the default backends (numba FPS, pykdtree) the hierarchy of a
     packed batch equals each cloud's own hierarchy, rows shifted by the cloud's start in every stage."""
     coord, offset = _clouds([1500, 1100, 300], seed=12)
     whole = SPEC(coord, offset)

@@ -38,8 +38,8 @@ def test_every_preset_gives_logits_and_a_finite_backward(pe):
 
 def test_outputs_follow_a_permutation_within_each_cloud():
     """With first-point FPS (the pure-torch backend) the network is equivariant to any permutation that
-    keeps each cloud's first point first: FPS, kNN and interpolation only see geometry. (The CPU default,
-    fpsample's bucket FPS, starts from a point that depends on the array order, so it is not.)"""
+    keeps each cloud's first point first: FPS, kNN and interpolation only see geometry (every FPS backend
+    starts from the first point, ``fps.FPS_RULE``)."""
     torch.manual_seed(0)
     model = PointTransformerSeg(pe="geope", backends=OpsBackends(knn="pykdtree", fps="torch"), **TINY).eval()
     coord, feat, offset = _batch(seed=1)

@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 import torch
 
+from pointgeope.model import kernels
 from pointgeope.model.ops import backends, fps, gather, interpolate, knn
 from pointgeope.model.ops.interpolate import EPS
 from tests.conftest import cuda_devices
 
 KNN = [b for b in ("pykdtree", "scipy", "torch") if backends.available(b)]
-FPS = [b for b in ("fpsample", "torch") if backends.available(b)]
+FPS = [b for b in ("numba", "torch") if backends.available(b)]
 
 
 def _clouds(sizes, seed=0, dtype=torch.float32):
@@ -99,18 +100,6 @@ def test_fps_torch_is_exact_fps_from_the_first_point():
         assert (idx[lo:lo + m] - start).tolist() == expected
 
 
-@pytest.mark.skipif(not backends.available("fpsample"), reason="fpsample not installed")
-def test_fps_fpsample_is_exact_fps_from_its_start():
-    pts, off = _clouds([5000, 300], seed=5)
-    idx, new_off = fps(pts, off, 4, backend="fpsample")
-    assert new_off.tolist() == [1250, 1325]
-    big = idx[:1250].numpy()
-    # fpsample 1.0.2 picks its own start point; from that point on the sequence is the exact FPS.
-    assert big.tolist() == _numpy_fps(pts[:5000].double().numpy(), 1250, int(big[0]))
-    small = idx[1250:].numpy() - 5000          # below the bucket threshold: exact FPS from point 0
-    assert small.tolist() == _numpy_fps(pts[5000:].double().numpy(), 75, 0)
-
-
 @pytest.mark.parametrize("backend", FPS)
 def test_fps_is_deterministic_and_keeps_tiny_clouds(backend):
     pts, off = _clouds([1500, 3, 1], seed=6)
@@ -159,19 +148,18 @@ def test_gather_matches_indexing_in_value_and_gradient():
     assert torch.autograd.gradcheck(lambda a: gather(a, idx[:5, :3]), (x,))
 
 
-@pytest.mark.skipif(backends.available("cluster"), reason="torch-cluster installed: it is the CUDA default")
+@pytest.mark.skipif(backends.available("cluster"), reason="torch-cluster installed: it is the CUDA kNN default")
 def test_cuda_without_torch_cluster_or_triton_samples_on_the_host_and_searches_on_the_device(capsys, monkeypatch):
     """No Python loop of FPS steps on a GPU: without Triton (the default where it imports, see
-    test_triton_ops.py) fpsample on the host; kNN stays on the device (pure torch)."""
+    test_triton_ops.py) the numba FPS on the host; kNN stays on the device (pure torch)."""
     from pointgeope.info import print_info
 
-    installed = backends.available
-    monkeypatch.setattr(backends, "available", lambda name: name != "triton" and installed(name))
+    monkeypatch.setattr(kernels, "triton_imports", lambda: False)
     cuda = torch.device("cuda")               # a device name only: nothing runs on it
     assert backends.knn_backend(cuda) == "torch"
-    assert backends.fps_backend(cuda) == ("fpsample" if backends.available("fpsample") else "torch")
-    if backends.available("fpsample"):
-        assert "fps=fpsample (on the host)" in backends.summary(cuda)
+    assert backends.fps_backend(cuda) == ("numba" if backends.available("numba") else "torch")
+    if backends.available("numba"):
+        assert "fps=numba (on the host)" in backends.summary(cuda)
     print_info()
     out = capsys.readouterr().out
     assert f"ops backends: {backends.summary('cpu')}" in out and "point hierarchy" in out and "data loader" in out

@@ -11,10 +11,11 @@ import torch
 
 pytest.importorskip("triton")
 
+from pointgeope.model import kernels  # noqa: E402
 from pointgeope.model.ops import HierarchySpec, OpsBackends, backends, fps, knn  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-if DEVICE == "cpu" and not backends.interpreted():
+if DEVICE == "cpu" and not kernels.interpreted():
     pytest.skip("no CUDA and TRITON_INTERPRET is not set: the Triton kernels cannot run", allow_module_level=True)
 
 
@@ -88,12 +89,14 @@ def test_knn_is_deterministic_and_agrees_with_the_cpu_backends_without_ties():
         assert torch.equal(knn(points.cpu(), points.cpu(), 16, off.cpu(), off.cpu(), backend=name)[0], a[0].cpu()), name
 
 
-def test_knn_is_exact_with_small_blocks_where_the_box_scan_does_the_work(monkeypatch):
-    """Blocks of 8 points and a window of one block, so that the clouds span many blocks and the box scan
-    (chunks, skips, merges after the window) does the work: the result is still the definition's."""
+@pytest.mark.parametrize("super_blocks", [1, 3])
+def test_knn_is_exact_with_small_blocks_where_the_box_scan_does_the_work(monkeypatch, super_blocks):
+    """Blocks of 8 points in super-blocks of 1 or 3 and a window of one block, so that the clouds span many
+    blocks and the two-level box scan (chunks, skips, merges after the window) does the work: the result is
+    still the definition's."""
     from pointgeope.model.ops import triton_knn
 
-    for name, value in dict(BLOCK_Q=16, BLOCK_S=8, WINDOW=1, CHUNK=4).items():
+    for name, value in dict(BLOCK_Q=16, BLOCK_S=8, WINDOW=1, CHUNK=4, SUPER=super_blocks).items():
         monkeypatch.setattr(triton_knn, name, value)
     rng = np.random.default_rng(7)
     fine, f_off = _packed([_random(64, rng), _grid(40, rng), _random(2, rng)])
@@ -101,7 +104,8 @@ def test_knn_is_exact_with_small_blocks_where_the_box_scan_does_the_work(monkeyp
     _assert_exact_knn(fine, fine, 8, f_off, f_off)
     _assert_exact_knn(coarse, fine, 16, c_off, f_off)
     # a tie on a box's boundary: x = 8 has rows 7 and 9 at distance 1; its window is the block 8..15,
-    # and the block 0..7, whose box is exactly at the k-th distance, must still be visited
+    # and the block 0..7, whose box (and with super-blocks of 1, its super-box) is exactly at the k-th
+    # distance, must still be visited
     line, off = _packed([np.column_stack([np.arange(32.0), np.zeros(32), np.zeros(32)])])
     query = torch.tensor([[8.0, 0.0, 0.0]], device=DEVICE)
     idx, _ = _assert_exact_knn(query, line, 2, torch.tensor([1], device=DEVICE), off)
@@ -120,7 +124,7 @@ def _reference_fps(cloud: np.ndarray, m: int) -> list[int]:
 
 
 def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_clouds():
-    """Both kernels (the default ``pruned`` one through ``fps``, and ``stream``), from the definition."""
+    """The kernels (the default ``rounds`` one through ``fps``, and ``stream``), from the definition."""
     from pointgeope.model.ops.triton_fps import fps_triton
 
     rng = np.random.default_rng(3)
@@ -136,41 +140,63 @@ def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_cloud
         start, lo = start + len(cloud), hi
     assert idx[-2:].tolist() == [start - 9, start - 9]  # ties at 0 go to the smallest index: the first point
     assert torch.equal(idx, fps(points, off, 4, backend="torch")[0].cpu())
+    assert torch.equal(idx, fps(points.cpu(), off.cpu(), 4, backend="numba")[0])   # the loader's FPS
     assert torch.equal(idx, fps(points, off, 4, backend="triton")[0].cpu())   # deterministic
     sizes, kept = [len(c) for c in clouds], [50, 30, 1, 1, 1, 2]
     assert torch.equal(idx, fps_triton(points, sizes, kept, method="stream").cpu())
 
 
-def test_both_fps_kernels_are_exact_with_many_small_blocks_and_chunks(monkeypatch):
+@pytest.mark.parametrize("tuple_argmax", [False, True])
+def test_every_fps_kernel_is_exact_with_many_small_blocks_chunks_and_rounds(monkeypatch, tuple_argmax):
     """Pruned: blocks of 8 points updated 2 at a time (several groups a step); stream: chunks of 32 points
-    (ties between chunks of the integer grid go to the earlier chunk)."""
-    from pointgeope.model.ops import triton_fps
+    (ties between chunks of the integer grid go to the earlier chunk); rounds: chunks of 2 blocks of 8,
+    at most 4 samples a round, the updates 2 blocks and 2 samples at a time, with the argmax as the
+    interpreter's two-step reduction and as the compiled kernel's tuple reduction."""
+    from pointgeope.model.ops import triton_fps, triton_fps_rounds
 
     monkeypatch.setattr(triton_fps, "BLOCK_P", 8)
     monkeypatch.setattr(triton_fps, "GROUP", 2)
     monkeypatch.setattr(triton_fps, "STREAM_BLOCK", 32)
+    for name, value in dict(BP=8, GC=2, PCAP=4, G=2, PG=2, TUPLE=tuple_argmax).items():
+        monkeypatch.setattr(triton_fps_rounds, name, value)
     rng = np.random.default_rng(8)
     clouds = [_random(120, rng), _grid(80, rng)]
     points, _ = _packed(clouds)
     want = _reference_fps(clouds[0].astype(np.float32), 30) + [120 + j for j in _reference_fps(clouds[1].astype(np.float32), 20)]
-    for method in ("pruned", "stream"):
+    for method in ("rounds",) + (() if tuple_argmax else ("pruned", "stream")):
         assert triton_fps.fps_triton(points, [120, 80], [30, 20], method=method).cpu().tolist() == want, method
 
 
-def test_the_hierarchy_with_triton_backends_equals_the_one_with_cpu_backends():
-    """PTv1's stage layout at a small size: same FPS samples as the torch FPS, the same neighbour sets
-    as pykdtree (or the torch kNN) in every stage, transition and 3-NN, the same 3-NN distances."""
+def _neighbour_dist2(coords: list[torch.Tensor], query_stage: int, support_stage: int, idx: torch.Tensor) -> torch.Tensor:
+    """Sorted float64 squared distances from each query row to its neighbours: unique even where ties at the
+    k-th distance let two backends pick different neighbours."""
+    diff = coords[query_stage][:, None, :].double() - coords[support_stage][idx].double()
+    return (diff * diff).sum(-1).sort(1).values
+
+
+def test_the_loaders_hierarchy_equals_the_triton_one():
+    """What ``data.hierarchy: loader`` builds (the CPU defaults: the numba FPS, pykdtree) against what
+    ``device`` builds on CUDA (the Triton kernels, here in the interpreter), on the same clouds: random,
+    integer grids with repeats, duplicates, 1-3 points. FPS samples and offsets equal at every stage; the
+    neighbourhoods equal as sets on the random clouds, and everywhere as distances (on the grids a tie at
+    the k-th distance may be broken either way by pykdtree)."""
     rng = np.random.default_rng(4)
-    coord, offset = _packed([_random(256, rng), _random(80, rng)])
-    cpu_knn = "pykdtree" if backends.available("pykdtree") else "torch"
+    clouds = [_random(160, rng), _grid(120, rng), np.full((9, 3), 0.5), _random(3, rng), _grid(2, rng), _random(1, rng)]
+    coord, offset = _packed(clouds)
     strides, neighbours = (1, 4, 4), (8, 16, 16)
-    got = HierarchySpec(strides, neighbours, OpsBackends(knn="triton", fps="triton"))(coord, offset)
-    want = HierarchySpec(strides, neighbours, OpsBackends(knn=cpu_knn, fps="torch"))(coord.cpu(), offset.cpu())
-    got = got.to("cpu")
+    got = HierarchySpec(strides, neighbours, OpsBackends(knn="triton", fps="triton"))(coord, offset).to("cpu")
+    want = HierarchySpec(strides, neighbours)(coord.cpu(), offset.cpu())       # the loader's AttachHierarchy
     for g, w in zip(got.samples + got.offsets, want.samples + want.offsets):
         assert (g is None and w is None) or torch.equal(g, w)
-    for g, w in zip(got.down[1:] + got.neighbours + got.up, want.down[1:] + want.neighbours + want.up):
-        assert torch.equal(g.sort(1).values, w.sort(1).values)
+    coords = want.coords(coord.cpu())
+    for s in range(3):
+        pairs = [(got.neighbours[s], want.neighbours[s], s, s)] + ([(got.up[s], want.up[s], s, s + 1)] if s < 2 else [])
+        pairs += [(got.down[s], want.down[s], s, s - 1)] if s else []
+        for g, w, q, sup in pairs:
+            torch.testing.assert_close(_neighbour_dist2(coords, q, sup, g), _neighbour_dist2(coords, q, sup, w),
+                                       rtol=0, atol=0)
+            rows = slice(0, int(want.offsets[q][0]))                    # the random cloud: no ties
+            assert torch.equal(g[rows].sort(1).values, w[rows].sort(1).values)
     for g, w in zip(got.up_dist2, want.up_dist2):
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-7)
 

@@ -5,38 +5,40 @@ Measured on the shared 2-core CPU at 80k points (torch-cluster figures from an e
 
 - kNN, k = 16: ``pykdtree`` 0.14-0.39 s, ``scipy`` cKDTree 0.20-0.82 s (``workers=-1`` does not help on
   2 cores), torch-cluster 0.36 s, pure torch (chunked brute force, quadratic) about 60 s.
-- FPS, 80k -> 20k: ``fpsample`` bucket FPS 0.10-0.18 s, torch-cluster 10.9 s, pure torch (iterative,
-  one small step per sample) about 6 s.
+- FPS, 80k -> 20k: ``numba`` (``bucket_fps``, a bucket tree) 0.06-0.10 s, as fast as ``fpsample``'s bucket
+  FPS, which starts elsewhere (``bench/bench_fps.py``); torch-cluster 10.9 s, pure torch (iterative, one
+  small step per sample) about 6 s. Every FPS backend gives the same sequence (``fps.FPS_RULE``).
 
-So CPU tensors go to ``pykdtree`` / ``fpsample`` (falling back to ``scipy`` / pure torch when missing).
-CUDA tensors go to the ``triton`` kernels (``triton_knn``, ``triton_fps``: exact, one launch per op, no
-build step; Triton ships with CUDA builds of torch) when ``triton`` imports, else to torch-cluster when it
-is installed, else kNN runs on the device (pure torch, one matrix product per chunk of queries) and FPS
-goes to ``fpsample`` on the host: the pure-torch FPS is a Python loop of one small step per sample
+So CPU tensors go to ``pykdtree`` / ``numba`` (falling back to ``scipy`` / pure torch when missing).
+CUDA tensors go to the ``triton`` kernels (``triton_knn``, ``triton_fps``: exact, no build step; Triton ships
+with CUDA builds of torch) where :mod:`pointgeope.model.kernels` says Triton runs (``POINTGEOPE_KERNELS``; a
+kernel that failed on this device is off, and its op takes the next backend), else kNN to torch-cluster when
+it is installed, else to pure torch on the device (one matrix product per chunk of queries), and FPS
+goes to ``numba`` on the host: the pure-torch FPS is a Python loop of one small step per sample
 (26,600 steps of ~7 kernel launches for the stages of one 80k-point crop), which would set a GPU's step
 time, while copying the points to the host and back costs milliseconds. ``bench/gpu_check.py`` and
-``bench/bench_hierarchy.py`` time them on a GPU. An explicit ``backend="triton"`` also runs on CPU
-tensors under ``TRITON_INTERPRET=1`` (Triton's interpreter, how the tests check the kernels). Training needs neither in the model: the data
-loader computes the whole hierarchy in its CPU workers (``hierarchy.HierarchySpec``). Every op also
-accepts an explicit ``backend``.
+``bench/bench_hierarchy.py`` time them on a GPU. ``POINTGEOPE_KERNELS=triton`` makes Triton the default on CPU
+tensors too under ``TRITON_INTERPRET=1`` (Triton's interpreter, how the tests check the kernels). Every op
+also accepts an explicit ``backend`` (an explicit ``"triton"`` that fails raises: no fallback).
 """
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 
-__all__ = ["KNN_BACKENDS", "FPS_BACKENDS", "OpsBackends", "available", "interpreted", "knn_backend", "fps_backend",
-           "resolve", "summary"]
+from pointgeope.model import kernels
+
+__all__ = ["KNN_BACKENDS", "FPS_BACKENDS", "OpsBackends", "available", "knn_backend", "fps_backend", "resolve",
+           "summary"]
 
 KNN_BACKENDS = ("pykdtree", "scipy", "torch", "cluster", "triton")
-FPS_BACKENDS = ("fpsample", "torch", "cluster", "triton")
-_MODULES = {"pykdtree": "pykdtree", "scipy": "scipy", "fpsample": "fpsample", "cluster": "torch_cluster",
+FPS_BACKENDS = ("numba", "torch", "triton")
+_MODULES = {"pykdtree": "pykdtree", "scipy": "scipy", "numba": "numba", "cluster": "torch_cluster",
             "torch": "torch", "triton": "triton"}
-_CPU_ONLY = {"pykdtree", "scipy", "fpsample"}
+_CPU_ONLY = {"pykdtree", "scipy", "numba"}
 
 
 @dataclass(frozen=True)
@@ -52,38 +54,27 @@ def available(backend: str) -> bool:
     """Whether the package behind ``backend`` is installed (found without importing it; ``triton``: it
     imports, as a broken install would only fail at the first kernel)."""
     if backend == "triton":
-        try:
-            import triton.language  # noqa: F401
-        except Exception:  # noqa: BLE001 - any failure to import means: not usable
-            return False
-        return True
+        return kernels.triton_imports()
     return importlib.util.find_spec(_MODULES[backend]) is not None
-
-
-def interpreted() -> bool:
-    """Whether Triton kernels run in its CPU interpreter (``TRITON_INTERPRET=1``, read at each call)."""
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
 def knn_backend(device: torch.device) -> str:
     """The kNN backend used by default for tensors on ``device``."""
+    if kernels.use_triton("knn", device):
+        return "triton"
     if device.type == "cpu":
         for name in ("pykdtree", "scipy"):
             if available(name):
                 return name
         return "torch"
-    if device.type == "cuda" and available("triton"):
-        return "triton"
     return "cluster" if available("cluster") else "torch"
 
 
 def fps_backend(device: torch.device) -> str:
-    """The FPS backend used by default for tensors on ``device`` (``fpsample`` runs on the host)."""
-    if device.type == "cuda" and available("triton"):
+    """The FPS backend used by default for tensors on ``device`` (``numba`` runs on the host)."""
+    if kernels.use_triton("fps", device):
         return "triton"
-    if device.type != "cpu" and available("cluster"):
-        return "cluster"
-    return "fpsample" if available("fpsample") else "torch"
+    return "numba" if available("numba") else "torch"
 
 
 def resolve(backend: str | None, choices: tuple[str, ...], device: torch.device, kind: str) -> str:
@@ -94,7 +85,7 @@ def resolve(backend: str | None, choices: tuple[str, ...], device: torch.device,
         raise ValueError(f"expected a {kind} backend in {choices} (or None for the default), got {backend!r}")
     if not available(backend):
         raise ValueError(f"{kind} backend {backend!r} needs the package {_MODULES[backend]!r}, which is not installed")
-    if backend == "triton" and device.type != "cuda" and not (device.type == "cpu" and interpreted()):
+    if backend == "triton" and device.type != "cuda" and not (device.type == "cpu" and kernels.interpreted()):
         raise ValueError(f"{kind} backend 'triton' runs on CUDA tensors (or on CPU tensors under TRITON_INTERPRET=1, "
                          f"for tests), got {device.type} tensors: move them to CUDA or pass backend=None")
     return backend

@@ -1,41 +1,46 @@
 """Farthest point sampling (FPS) per cloud of a packed batch, Point Transformer's transition-down.
 
 Cloud ``b`` of ``n_b`` points keeps ``m_b = max(1, n_b // stride)`` points (PTv1 keeps ``n_b // stride``;
-the ``max`` keeps tiny clouds from vanishing). Exact FPS: from a start point ``c_0``, sample ``s + 1`` is
-the point whose squared distance to its nearest already chosen sample is largest,
+the ``max`` keeps tiny clouds from vanishing). Exact FPS from the cloud's first point, as the PTv1
+authors' pointops: ``c_0 = 0`` and sample ``s + 1`` is the point farthest from the samples so far,
 
-    c_{s+1} = argmax_j  min_{r <= s} |p_j - p_{c_r}|^2 .
+    dist_j   = min_{r <= s} |p_j - p_{c_r}|^2 ,        c_{s+1} = argmax_j dist_j .
 
-Backends and their start point (all deterministic, none uses a random seed):
+**The rule of every backend** (``FPS_RULE``; with it the sequence is unique, exact ties included):
+coordinates rounded to float32; ``dist_j`` starts at ``+inf`` and after each sample ``c`` becomes
+``min(dist_j, ((x_j - x_c)^2 + (y_j - y_c)^2) + (z_j - z_c)^2)`` in float32, one rounding per operation
+(no fused multiply-add); the next sample is the **smallest** ``j`` holding the largest ``dist_j``. A chosen
+point keeps ``dist = 0``, so a cloud whose points all coincide with samples (duplicates) repeats row 0.
 
-- ``torch`` (iterative, any device, all clouds advanced together), ``triton`` (``triton_fps``: one kernel
-  launch, the CUDA default; the same sequence as ``torch`` bit for bit on float32 points, argmax ties to
-  the smallest index) and ``cluster`` (torch-cluster with ``random_start=False``): ``c_0`` is the **first
-  point of the cloud**.
-- ``fpsample`` (CPU, bucket FPS "QuickFPS", exact FPS, 100x faster than torch-cluster at 80k points):
-  fpsample 1.0.2 does not honour ``start_idx``; it starts from a point picked through its KD-tree
-  order (a fixed function of the cloud's array, not of its geometry alone), and from there its result
-  is the exact FPS (checked in ``tests/model/test_ops.py``). Clouds under ``_BUCKET_MIN`` points, where
-  the bucket tree does not pay (and fpsample refuses fewer points than buckets), use an exact numpy FPS
-  from the first point.
+Backends, all deterministic and bit for bit the same sequence (the tests check each against a numpy
+definition and the others, on integer grids, duplicates and clouds of 1-3 points):
 
-Only the first-point backends make the network equivariant to permutations that keep each cloud's first
-point in place; the bucket FPS is the fast default on CPU all the same.
+- ``torch``: the definition, iterative, any device, all clouds advanced together (``torch.argmax``
+  returns the first maximal index).
+- ``triton`` (``triton_fps``): one kernel launch, the CUDA default.
+- ``numba`` (``bucket_fps``): a bucket tree that updates only the distances that can change, the CPU
+  default and so what the data loader's workers run; at 80k -> 20k points about as fast as ``fpsample``'s
+  bucket FPS (``bench/bench_fps.py``), which cannot be used: fpsample 1.0.2 starts from a point of its
+  own KD-tree order whatever ``start_idx`` says, and breaks ties in that order.
+
+(torch-cluster's FPS is not a backend: its CUDA kernel sums ``dd += tmp * tmp``, which nvcc fuses into
+multiply-adds, and its argmax over threads does not keep the smallest index.)
 """
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 from torch import Tensor
 
+from pointgeope.model import kernels
 from pointgeope.model.ops.backends import FPS_BACKENDS, resolve
 from pointgeope.model.ops.offsets import check_offset, counts, offset_from_counts
 
-__all__ = ["fps", "sample_counts"]
+__all__ = ["fps", "sample_counts", "FPS_RULE"]
 
-_BUCKET_MIN = 1024  # smaller clouds: exact numpy FPS (at most ~1024 x 256 distance updates)
+FPS_RULE = ("exact FPS from each cloud's first point; float32 ((dx^2 + dy^2) + dz^2) without fused multiply-add; "
+            "ties to the smallest index")
 
 
 def sample_counts(sizes: list[int], stride: int) -> list[int]:
@@ -44,13 +49,13 @@ def sample_counts(sizes: list[int], stride: int) -> list[int]:
 
 
 def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None) -> tuple[Tensor, Tensor]:
-    """Farthest point sampling of every cloud.
+    """Farthest point sampling of every cloud, by the rule of the module docstring.
 
     Args:
         points: ``(N, 3)`` packed points.
         offset: ``(B,)`` cumulative counts.
         stride: keep ``n_b // stride`` points per cloud (``stride >= 1``).
-        backend: ``"fpsample"``, ``"torch"``, ``"cluster"``, ``"triton"`` or ``None`` for the device's default.
+        backend: ``"numba"``, ``"torch"``, ``"triton"`` or ``None`` for the device's default.
 
     Returns:
         ``idx (M,)`` int64 global rows in sampling order per cloud, ``new_offset (B,)`` int64, both on the
@@ -63,51 +68,30 @@ def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None)
     off = check_offset(offset, points.shape[0])
     sizes = counts(off)
     kept = sample_counts(sizes, stride)
+    if backend is None and resolve(None, FPS_BACKENDS, points.device, "fps") == "triton":
+        return kernels.run("fps", points.device, lambda: _fps_triton(points, sizes, kept, off),
+                           lambda: fps(points, off, stride))
     backend = resolve(backend, FPS_BACKENDS, points.device, "fps")
     if backend == "torch":
         idx = _fps_torch(points, sizes, kept)
-    elif backend == "cluster":
-        idx = _fps_cluster(points, sizes, kept, stride)
     elif backend == "triton":
-        from pointgeope.model.ops.triton_fps import fps_triton
-
-        idx = fps_triton(points, sizes, kept)
+        return _fps_triton(points, sizes, kept, off)
     else:
-        idx = _fps_fpsample(points, sizes, kept)
+        from pointgeope.model.ops.bucket_fps import bucket_fps
+
+        pts = points.detach().to("cpu", torch.float32).numpy()
+        idx = torch.from_numpy(bucket_fps(pts, sizes, kept)).to(points.device)
     return idx, offset_from_counts(kept, points.device)
 
 
-def _fps_fpsample(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
-    import fpsample
+def _fps_triton(points: Tensor, sizes: list[int], kept: list[int], off: list[int]) -> tuple[Tensor, Tensor]:
+    from pointgeope.model.ops.triton_fps import fps_triton
 
-    pts = points.detach().to("cpu", torch.float32).numpy()
-    parts, start = [], 0
-    for n, m in zip(sizes, kept):
-        cloud = pts[start:start + n]
-        if n < _BUCKET_MIN:
-            sel = _numpy_fps(cloud, m)
-        else:
-            # Tree height: the library's advice (3 small .. 9 large), about log2(n) - 7.
-            h = int(min(9, max(3, math.log2(n) - 7)))
-            sel = fpsample.bucket_fps_kdline_sampling(cloud, m, h=h, start_idx=0)
-        parts.append(torch.from_numpy(np.asarray(sel, dtype=np.int64)) + start)
-        start += n
-    return torch.cat(parts).to(points.device)
-
-
-def _numpy_fps(cloud: np.ndarray, m: int) -> np.ndarray:
-    """Exact FPS from the first point, ``O(n m)``: the reference for small clouds."""
-    dist = np.full(len(cloud), np.inf)
-    sel = np.zeros(m, dtype=np.int64)
-    for s in range(1, m):
-        d = ((cloud - cloud[sel[s - 1]]) ** 2).sum(1)
-        np.minimum(dist, d, out=dist)
-        sel[s] = int(np.argmax(dist))
-    return sel
+    return fps_triton(points, sizes, kept), offset_from_counts(kept, points.device)
 
 
 def _fps_torch(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
-    """All clouds at once, padded to the largest one; one coordinate per contiguous plane::
+    """All clouds at once, padded to the largest one, in float32; one coordinate per contiguous plane::
 
         # xyz (3, B, n_max): plane a, row b = [ cloud b's coordinate a | padding ]
         # dist (B, n_max):   squared distance to the nearest chosen point; padding -1 (never chosen)
@@ -119,7 +103,7 @@ def _fps_torch(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
     cols = torch.arange(n_max, device=device)
     valid = cols[None, :] < sizes_t[:, None]                                    # (B, n_max)
     rows = (starts[:, None] + cols[None, :]).clamp(max=points.shape[0] - 1)     # global rows, clamped pad
-    xyz = points.detach()[rows].permute(2, 0, 1).contiguous()                   # (3, B, n_max)
+    xyz = points.detach().float()[rows].permute(2, 0, 1).contiguous()           # (3, B, n_max)
     dist = torch.where(valid, torch.full_like(xyz[0], math.inf), torch.full_like(xyz[0], -1.0))
     chosen = torch.zeros(m_max, b, dtype=torch.long, device=device)             # first pick: column 0
     d, tmp = torch.empty_like(dist), torch.empty_like(dist)
@@ -132,18 +116,3 @@ def _fps_torch(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
         torch.argmax(dist, dim=1, out=chosen[s])
     keep = torch.arange(m_max, device=device)[:, None] < torch.tensor(kept, device=device)[None, :]
     return (chosen + starts[None, :]).T[keep.T]
-
-
-def _fps_cluster(points: Tensor, sizes: list[int], kept: list[int], stride: int) -> Tensor:
-    """torch-cluster's FPS with ``ratio = 1 / stride`` (it keeps ``ceil(n / stride)``), then the first
-    ``kept[b]`` samples of each cloud: a prefix of an FPS order is the FPS of that size."""
-    import torch_cluster
-
-    device = points.device
-    sizes_t = torch.tensor(sizes, device=device)
-    batch = torch.repeat_interleave(torch.arange(len(sizes), device=device), sizes_t)
-    idx = torch_cluster.fps(points.detach(), batch, ratio=1.0 / stride, random_start=False)
-    cloud = batch[idx]
-    first = torch.searchsorted(cloud, torch.arange(len(sizes), device=device))  # start of each cloud's run
-    rank = torch.arange(idx.numel(), device=device) - first[cloud]
-    return idx[rank < torch.tensor(kept, device=device)[cloud]]

@@ -2,7 +2,7 @@
 
 Everything the network's point ops produce (FPS samples, kNN neighbourhoods, 3-NN interpolation) depends
 only on the input coordinates, so it can be computed before the network runs: in the data loader's CPU
-workers with the fast CPU libraries (``fpsample``, ``pykdtree``) while the GPU trains, or by the model
+workers with the fast CPU backends (``numba``'s bucket FPS, ``pykdtree``) while the GPU trains, or by the model
 itself. For stages ``s = 0 .. S-1`` with ``strides[s]`` and ``neighbours[s] = k_s``::
 
     coord_0      = coord                                        (strides[0] == 1 keeps every point)
@@ -18,13 +18,19 @@ in each stage, exactly as PyG shifts ``edge_index`` when it batches graphs.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, fields
+from itertools import accumulate
 
+import torch
 from torch import Tensor
 
+from pointgeope.model.ops import backends
 from pointgeope.model.ops.backends import OpsBackends
-from pointgeope.model.ops.fps import fps
+from pointgeope.model.ops.fps import fps, sample_counts
 from pointgeope.model.ops.knn import knn
+from pointgeope.model.ops.morton import shared_layouts
+from pointgeope.model.ops.offsets import check_offset, counts
 
 __all__ = ["PointHierarchy", "HierarchySpec", "UP_NEIGHBOURS"]
 
@@ -73,21 +79,32 @@ class HierarchySpec:
     """What a network needs: its ``strides`` and ``neighbours`` per stage and the ops ``backends``.
 
     Calling it builds the hierarchy of ``coord (N, 3)``, ``offset (B,)`` on their device (the backends'
-    defaults of that device: on the CPU ``fpsample`` and ``pykdtree``). Picklable, so a data loader's
+    defaults of that device: on the CPU ``numba`` and ``pykdtree``). Picklable, so a data loader's
     workers can hold one."""
 
     strides: tuple[int, ...]
     neighbours: tuple[int, ...]
     backends: OpsBackends = OpsBackends()
 
-    def __call__(self, coord: Tensor, offset: Tensor) -> PointHierarchy:
-        knn_backend, fps_backend = self.backends.knn, self.backends.fps
+    def __call__(self, coord: Tensor, offset: Tensor | list[int]) -> PointHierarchy:
+        """The hierarchy of ``coord (N, 3)`` in clouds ``offset (B,)`` (a host list or tensor spares the
+        device-to-host copies of device offsets). With a Triton backend every stage's cloud is sorted and
+        tiled once for its FPS and kNN (``morton.shared_layouts``)."""
         coord = coord.detach()
+        off = check_offset(offset, coord.shape[0])
+        uses_triton = "triton" in (self.backends.fps or backends.fps_backend(coord.device),
+                                   self.backends.knn or backends.knn_backend(coord.device))
+        with shared_layouts(coord, off) if uses_triton else contextlib.nullcontext():
+            return self._build(coord, off)
+
+    def _build(self, coord: Tensor, off: list[int]) -> PointHierarchy:
+        knn_backend, fps_backend = self.backends.knn, self.backends.fps
         offsets, samples, down, neighbours, coords = [], [], [], [], []
-        c, off = coord, offset.long()
+        c = coord
         for stride, k in zip(self.strides, self.neighbours):
             if stride > 1:
-                sample, new_off = fps(c, off, stride, backend=fps_backend)
+                sample, _ = fps(c, off, stride, backend=fps_backend)
+                new_off = list(accumulate(sample_counts(counts(off), stride)))
                 new_c = c[sample]
                 group, _ = knn(new_c, c, k, new_off, off, backend=knn_backend)
                 samples.append(sample)
@@ -101,7 +118,8 @@ class HierarchySpec:
             coords.append(c)
         up = [knn(coords[s], coords[s + 1], UP_NEIGHBOURS, offsets[s], offsets[s + 1], backend=knn_backend)
               for s in range(len(coords) - 1)]
-        return PointHierarchy(tuple(offsets), tuple(samples), tuple(down), tuple(neighbours),
+        device_offsets = tuple(torch.tensor(o, dtype=torch.long).to(coord.device) for o in offsets)
+        return PointHierarchy(device_offsets, tuple(samples), tuple(down), tuple(neighbours),
                               tuple(idx for idx, _ in up), tuple(dist2 for _, dist2 in up))
 
     def check(self, hierarchy: PointHierarchy, num_points: int, clouds: int) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pointgeope.model import kernels
 from pointgeope.model.ops.backends import KNN_BACKENDS, resolve
 from pointgeope.model.ops.offsets import check_offset, counts
 
@@ -36,7 +37,8 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         k: neighbours per query, ``k >= 1``.
         query_offset, support_offset: ``(B,)`` cumulative counts of both packed batches.
         backend: ``"pykdtree"``, ``"scipy"``, ``"torch"``, ``"cluster"``, ``"triton"`` or ``None`` for the
-            default of the device (see ``backends``).
+            default of the device (see ``backends``; a default Triton kernel that fails hands over to the
+            next default, :mod:`pointgeope.model.kernels`).
 
     Returns:
         ``idx (M, k)`` int64 global support rows and ``dist2 (M, k)`` squared distances (query dtype),
@@ -50,6 +52,9 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
     s_off = check_offset(support_offset, support.shape[0], "support_offset")
     if len(q_off) != len(s_off):
         raise ValueError(f"expected as many query clouds as support clouds, got {len(q_off)} and {len(s_off)}")
+    if backend is None and resolve(None, KNN_BACKENDS, query.device, "knn") == "triton":
+        return kernels.run("knn", query.device, lambda: _knn_triton(query, support, k, q_off, s_off),
+                           lambda: knn(query, support, k, q_off, s_off))
     backend = resolve(backend, KNN_BACKENDS, query.device, "knn")
     if backend == "cluster":
         return _knn_cluster(query, support, k, q_off, s_off)

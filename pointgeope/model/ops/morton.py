@@ -9,6 +9,7 @@ only affects speed: the kernels' results do not depend on it.
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -17,7 +18,8 @@ from torch import Tensor
 
 from pointgeope.model.ops.offsets import counts
 
-__all__ = ["morton_keys", "tile_sorted", "block_boxes", "launch_device", "Tiles", "BITS"]
+__all__ = ["morton_keys", "tile_sorted", "block_boxes", "launch_device", "Tiles", "BITS", "cloud_frame", "keys_in",
+           "layout", "shared_layouts"]
 
 BITS = 16  # bits per axis: 48 bits of code, the cloud's number above them
 _SPREAD = ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F), (4, 0x10C30C30C30C30C3),
@@ -44,28 +46,35 @@ def _cloud_ids(off: list[int], device: torch.device) -> Tensor:
     return torch.repeat_interleave(torch.arange(len(off), device=device), sizes)
 
 
+def cloud_frame(points: Tensor, off: list[int]) -> tuple[Tensor, Tensor]:
+    """The bounding cube of every cloud: ``lo (B, 3)`` and ``scale (B,)`` cells per unit length."""
+    if len(off) >= 1 << (63 - 3 * BITS):
+        raise ValueError(f"expected fewer than {1 << (63 - 3 * BITS)} clouds in a batch (the key's top bits), "
+                         f"got {len(off)}: split the batch")
+    index = _cloud_ids(off, points.device)[:, None].expand(-1, 3)
+    lo = torch.full((len(off), 3), torch.inf, device=points.device).scatter_reduce_(0, index, points, "amin")
+    hi = torch.full((len(off), 3), -torch.inf, device=points.device).scatter_reduce_(0, index, points, "amax")
+    return lo, ((1 << BITS) - 1) / (hi - lo).amax(1).clamp_min(1e-12)
+
+
+def keys_in(points: Tensor, off: list[int], frame: tuple[Tensor, Tensor]) -> Tensor:
+    """``cloud << 48 | morton`` (int64) of every point, quantised in its cloud's cube of ``frame`` (points
+    outside it are clamped to its faces)."""
+    lo, scale = frame
+    cloud = _cloud_ids(off, points.device)
+    cell = ((points - lo[cloud]) * scale[cloud, None]).clamp(0, (1 << BITS) - 1).long()
+    code = _spread_table(points.device).gather(0, cell)                     # (N, 3) spread bits per axis
+    return (cloud << (3 * BITS)) | code[:, 0] | code[:, 1] | code[:, 2]
+
+
 def morton_keys(support: Tensor, s_off: list[int], query: Tensor, q_off: list[int]) -> tuple[Tensor, Tensor]:
     """``cloud << 48 | morton`` (int64) of every support and query point, both quantised in the bounding
     cube of their support cloud (queries outside it are clamped to its faces)."""
-    if len(s_off) >= 1 << (63 - 3 * BITS):
-        raise ValueError(f"expected fewer than {1 << (63 - 3 * BITS)} clouds in a batch (the key's top bits), "
-                         f"got {len(s_off)}: split the batch")
-    s_cloud, q_cloud = _cloud_ids(s_off, support.device), _cloud_ids(q_off, query.device)
-    index = s_cloud[:, None].expand(-1, 3)
-    lo = torch.full((len(s_off), 3), torch.inf, device=support.device).scatter_reduce_(0, index, support, "amin")
-    hi = torch.full((len(s_off), 3), -torch.inf, device=support.device).scatter_reduce_(0, index, support, "amax")
-    scale = ((1 << BITS) - 1) / (hi - lo).amax(1).clamp_min(1e-12)      # (B,) cells per unit length
-    table = _spread_table(support.device)
-
-    def keys(points: Tensor, cloud: Tensor) -> Tensor:
-        cell = ((points - lo[cloud]) * scale[cloud, None]).clamp(0, (1 << BITS) - 1).long()
-        code = table.gather(0, cell)                                      # (N, 3) spread bits per axis
-        return (cloud << (3 * BITS)) | code[:, 0] | code[:, 1] | code[:, 2]
-
-    s_keys = keys(support, s_cloud)
+    frame = cloud_frame(support, s_off)
+    s_keys = keys_in(support, s_off, frame)
     if query is support and q_off == s_off:                             # self-neighbourhoods: the same keys
         return s_keys, s_keys
-    return s_keys, keys(query, q_cloud)
+    return s_keys, keys_in(query, q_off, frame)
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,7 @@ class Tiles:
     block_start_t: Tensor   # (B,) first block of each cloud
     sizes_t: Tensor         # (B,) points per cloud
     start_t: Tensor         # (B,) first sorted position (= first row) of each cloud
+    keys: Tensor | None = None   # (N,) the keys in sorted order
 
 
 def tile_sorted(points: Tensor, keys: Tensor, off: list[int], block: int) -> Tiles:
@@ -103,7 +113,7 @@ def tile_sorted(points: Tensor, keys: Tensor, off: list[int], block: int) -> Til
     planes[:, slot] = points[order].T
     rows = torch.full((sum(blocks) * block,), -1, dtype=torch.long, device=device)
     rows[slot] = order
-    return Tiles(order, planes, rows, blocks, blocks_t, block_start_t, sizes_t, start_t)
+    return Tiles(order, planes, rows, blocks, blocks_t, block_start_t, sizes_t, start_t, keys[order])
 
 
 def block_boxes(tiles: Tiles, block: int) -> Tensor:
@@ -118,3 +128,38 @@ def launch_device(device: torch.device):
     """Context to launch a Triton kernel on ``device``: Triton launches on the current CUDA device, which
     need not be the tensors' (``cuda:1`` while the current one is ``cuda:0``)."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+# --- one layout per cloud for the ops of a hierarchy ---------------------------------------------------------
+
+_shared = threading.local()      # the layouts of the hierarchy being built in this thread (shared_layouts)
+
+
+@contextlib.contextmanager
+def shared_layouts(points: Tensor, off: list[int]):
+    """Within the block, :func:`layout` quantises every cloud in the cubes of ``points`` (the hierarchy's
+    input, which holds every stage's points) and sorts and tiles each cloud tensor once: a stage's FPS, its
+    kNN as support and as queries share one layout. Per thread (a loader worker, the side stream's thread)."""
+    previous = getattr(_shared, "state", None)
+    _shared.state = (cloud_frame(points.detach().to(torch.float32), off), {})
+    try:
+        yield
+    finally:
+        _shared.state = previous
+
+
+def layout(points: Tensor, off: list[int], block: int, frame_of: tuple[Tensor, list[int]] | None = None
+           ) -> tuple[Tiles, Tensor]:
+    """``points (N, 3)`` float32 in Morton order, tiled by ``block``, and the boxes of its blocks
+    (``block_boxes``): quantised in the cubes of ``frame_of`` (default: the points' own clouds), or in a
+    :func:`shared_layouts` block in its frame, computed once per tensor there."""
+    state = getattr(_shared, "state", None)
+    key = (points.data_ptr(), points.shape[0], tuple(off), block)
+    if state is not None and key in state[1]:
+        return state[1][key][1]
+    frame = state[0] if state is not None else cloud_frame(*(frame_of or (points, off)))
+    tiles = tile_sorted(points, keys_in(points, off, frame), off, block)
+    out = (tiles, block_boxes(tiles, block))
+    if state is not None:       # holding the tensor keeps its memory, so no other tensor takes its address
+        state[1][key] = (points, out)
+    return out

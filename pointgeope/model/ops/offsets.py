@@ -14,12 +14,15 @@ from torch import Tensor
 __all__ = ["check_offset", "counts", "offset_from_counts"]
 
 
-def check_offset(offset: Tensor, num_points: int, name: str = "offset") -> list[int]:
-    """Validate ``offset`` (B,) against ``num_points`` rows and return it as a Python list.
+def check_offset(offset: Tensor | list[int], num_points: int, name: str = "offset") -> list[int]:
+    """Validate ``offset`` (B,) against ``num_points`` rows and return it as a Python list (a list is checked
+    as it is: offsets kept on the host spare a device-to-host copy, which waits for the device).
 
     Raises ``ValueError`` unless the offsets are integers, strictly increasing, positive and end at
     ``num_points`` (every cloud must hold at least one point).
     """
+    if isinstance(offset, (list, tuple)):
+        offset = torch.tensor(offset, dtype=torch.long) if offset else torch.zeros(0, dtype=torch.long)
     if offset.dim() != 1 or offset.numel() == 0:
         raise ValueError(f"expected {name} of shape (B,) with B >= 1, got {tuple(offset.shape)}")
     if offset.is_floating_point() or offset.is_complex():

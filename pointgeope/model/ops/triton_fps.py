@@ -27,6 +27,11 @@ One program per cloud, all clouds of a batch in parallel, one launch for the who
   through global memory, with ``tl.debug_barrier()`` between writes and reads by other threads of the
   program (the interpreter runs a program's threads as one, so only a GPU run exercises the barriers;
   ``num_stages=1`` keeps Triton from prefetching loads across them).
+- ``rounds`` (the default, ``triton_fps_rounds``): exact picks several at a time from a chunk of the blocks
+  with the largest distances, in registers; the fewest dependent steps.
+
+Loops bounded by values loaded from memory are ``while`` loops: Triton 3.6's interpreter (with numpy >= 2.4)
+cannot take such a bound in ``range``.
 """
 from __future__ import annotations
 
@@ -35,15 +40,18 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from pointgeope.model.ops.morton import block_boxes, launch_device, morton_keys, tile_sorted
+from pointgeope.model.ops.morton import launch_device, layout
+from pointgeope.model.ops.triton_fps_rounds import fps_rounds
 
-__all__ = ["fps_triton", "BLOCK_P", "GROUP"]
+__all__ = ["fps_triton", "BLOCK_P", "GROUP", "METHODS", "METHOD"]
 
 BLOCK_P = 64       # points per block of the pruned kernel
 GROUP = 8          # blocks updated together
 PRUNED_WARPS = 8   # warps of a pruned program (untuned: bench/bench_hierarchy.py time_fps_variants)
 MAX_PRUNED_BLOCKS = 4096  # larger clouds (262k points at 64 per block) take the stream kernel
 STREAM_BLOCK = 4096       # points per chunk of the stream kernel, at most
+METHODS = ("rounds", "pruned", "stream")
+METHOD = "rounds"         # the default up to MAX_PRUNED_BLOCKS blocks a cloud
 
 _NONE = tl.constexpr(1 << 62)  # larger than every index
 
@@ -59,13 +67,15 @@ def _fps_kernel(p_ptr, plane, dist_ptr, start_ptr, size_ptr, kept_ptr, out_start
     lane = tl.arange(0, BLOCK)
     last = start
     tl.store(out, last)
-    for s in range(1, m):
+    s = m * 0 + 1                                          # while loops: bounds loaded from memory (module doc)
+    while s < m:
         cx = tl.load(p_ptr + last)
         cy = tl.load(p_ptr + plane + last)
         cz = tl.load(p_ptr + 2 * plane + last)
         run_d = tl.full((BLOCK,), -1.0, tl.float32)        # below every distance: padding never wins
         run_j = tl.zeros((BLOCK,), tl.int64)
-        for c0 in range(0, n, BLOCK):
+        c0 = n * 0
+        while c0 < n:
             j = c0 + lane
             ok = j < n
             r = start + j
@@ -77,9 +87,11 @@ def _fps_kernel(p_ptr, plane, dist_ptr, start_ptr, size_ptr, kept_ptr, out_start
             up = ok & (d > run_d)                          # strict: an earlier chunk keeps its tie
             run_d = tl.where(up, d, run_d)
             run_j = tl.where(up, j, run_j)
+            c0 += BLOCK
         best = tl.max(run_d, 0)
         last = start + tl.min(tl.where(run_d == best, run_j, _NONE), 0)
         tl.store(out + s, last)
+        s += 1
 
 
 @triton.jit
@@ -87,7 +99,8 @@ def _update_blocks(count, scratch, p_ptr, plane, row_ptr, dist_ptr, bmax_ptr, ba
                    BP: tl.constexpr, G: tl.constexpr):
     """``min(dist, d)`` over the ``count`` blocks listed in ``scratch``, ``G`` at a time, and their new
     maxima with the smallest row holding each."""
-    for g0 in range(0, count, G):
+    g0 = count * 0
+    while g0 < count:
         g = g0 + tl.arange(0, G)
         ids = tl.load(scratch + g, mask=g < count, other=0)
         slot = ids[:, None] * BP + tl.arange(0, BP)[None, :]            # (G, BP) tiled positions
@@ -102,6 +115,7 @@ def _update_blocks(count, scratch, p_ptr, plane, row_ptr, dist_ptr, bmax_ptr, ba
         top = tl.max(d, 1)
         tl.store(bmax_ptr + ids, top, mask=g < count)
         tl.store(barg_ptr + ids, tl.min(tl.where(d == top[:, None], row, _NONE), 1), mask=g < count)
+        g0 += G
 
 
 @triton.jit
@@ -124,7 +138,8 @@ def _fps_pruned_kernel(p_ptr, plane, row_ptr, box_ptr, dist_ptr, bmax_ptr, barg_
     last = tl.load(meta)
     tl.store(out, last)
     bmax = tl.load(bmax_ptr + blk, mask=live, other=-1.0)       # +inf at first: every block is visited
-    for s in range(1, m):
+    s = m * 0 + 1
+    while s < m:
         cx = tl.load(pts_ptr + last)
         cy = tl.load(pts_ptr + pts_plane + last)
         cz = tl.load(pts_ptr + 2 * pts_plane + last)
@@ -141,6 +156,7 @@ def _fps_pruned_kernel(p_ptr, plane, row_ptr, box_ptr, dist_ptr, bmax_ptr, barg_
         barg = tl.load(barg_ptr + blk, mask=live, other=_NONE)
         last = tl.min(tl.where(bmax == tl.max(bmax, 0), barg, _NONE), 0)
         tl.store(out + s, last)
+        s += 1
 
 
 def _fps_stream(planes: Tensor, sizes: list[int], kept: list[int], out: Tensor) -> None:
@@ -159,7 +175,7 @@ def _fps_stream(planes: Tensor, sizes: list[int], kept: list[int], out: Tensor) 
 def _fps_pruned(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int], out: Tensor) -> None:
     device = planes.device
     off = torch.tensor(sizes).cumsum(0).tolist()
-    tiles = tile_sorted(points, morton_keys(points, off, points, off)[0], off, BLOCK_P)
+    tiles, boxes = layout(points, off, BLOCK_P)
     nbp = max(2, triton.next_power_of_2(max(tiles.blocks)))
     kept_t = torch.tensor(kept, dtype=torch.long, device=device)
     meta = torch.stack([tiles.start_t, kept_t, torch.cumsum(kept_t, 0) - kept_t, tiles.block_start_t,
@@ -169,25 +185,28 @@ def _fps_pruned(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int
     barg = torch.zeros(nb, dtype=torch.long, device=device)
     dist = torch.full((tiles.rows.numel(),), torch.inf, dtype=torch.float32, device=device)
     scratch = torch.zeros(len(sizes) * nbp, dtype=torch.long, device=device)
-    _fps_pruned_kernel[(len(sizes),)](tiles.planes, tiles.planes.shape[1], tiles.rows, block_boxes(tiles, BLOCK_P),
+    _fps_pruned_kernel[(len(sizes),)](tiles.planes, tiles.planes.shape[1], tiles.rows, boxes,
                                       dist, bmax, barg, scratch, planes, planes.shape[1], meta, out, NBP=nbp,
                                       BP=BLOCK_P, G=GROUP, num_warps=PRUNED_WARPS, num_stages=1, enable_fp_fusion=False)
 
 
 def fps_triton(points: Tensor, sizes: list[int], kept: list[int], method: str | None = None) -> Tensor:
     """``(sum(kept),)`` int64 global rows: the first ``kept[b]`` FPS samples of every cloud, cloud by cloud,
-    with the ``"pruned"`` or the ``"stream"`` kernel (the same result). ``None``: pruned, unless a cloud
-    has more than ``MAX_PRUNED_BLOCKS`` blocks (its block maxima would no longer fit in registers)."""
+    with the ``"rounds"`` (``triton_fps_rounds``), ``"pruned"`` or ``"stream"`` kernel (the same result).
+    ``None``: :data:`METHOD`, unless a cloud has more than ``MAX_PRUNED_BLOCKS`` blocks (its block maxima
+    would no longer fit in registers): then ``stream``."""
     if method is None:
-        method = "pruned" if max(sizes) <= MAX_PRUNED_BLOCKS * BLOCK_P else "stream"
-    if method not in ("pruned", "stream"):
-        raise ValueError(f"expected method 'pruned', 'stream' or None, got {method!r}")
+        method = METHOD if max(sizes) <= MAX_PRUNED_BLOCKS * BLOCK_P else "stream"
+    if method not in METHODS:
+        raise ValueError(f"expected method in {METHODS} or None, got {method!r}")
     points = points.detach().to(torch.float32).contiguous()
     planes = points.T.contiguous()                                        # (3, N): x | y | z
     out = torch.empty(sum(kept), dtype=torch.long, device=points.device)
     with launch_device(points.device):
         if method == "stream":
             _fps_stream(planes, sizes, kept, out)
-        else:
+        elif method == "pruned":
             _fps_pruned(points, planes, sizes, kept, out)
+        else:
+            fps_rounds(points, planes, sizes, kept, out)
     return out

@@ -1,0 +1,170 @@
+"""``GeoPEPointTransformerConv``: PyG's Point Transformer layer with GeoPE (or a baseline) as its
+positional encoding."""
+from __future__ import annotations
+
+from typing import Callable
+
+from torch import Tensor
+from torch_geometric.nn import PointTransformerConv
+from torch_geometric.nn.dense.linear import Linear
+from torch_geometric.typing import OptTensor
+from torch_geometric.utils import softmax
+
+from pointgeope.geope import relative_geope
+from pointgeope.model.ape import absolute_features
+from pointgeope.model.attention import PRESETS, MixedInit, PositionalEncoding, pair_frequencies, position_scales
+from pointgeope.model.rope import grid_coordinates, rotate_pairs
+from pointgeope.model.rotation import geometry_dtype
+
+__all__ = ["GeoPEPointTransformerConv"]
+
+
+class GeoPEPointTransformerConv(PointTransformerConv):
+    r"""The Point Transformer layer from the `"Point Transformer" <https://arxiv.org/abs/2012.09164>`_
+    paper with the positional encoding of `"GeoPE: A Unified Geometric Positional Embedding for Structured
+    Tensors" <https://arxiv.org/abs/2512.04963>`_ or one of its baselines, as a drop-in
+    :class:`torch_geometric.nn.PointTransformerConv`:
+
+    .. math::
+        \mathbf{x}^{\prime}_i = \sum_{j \in \mathcal{N}(i) \cup \{ i \}} \alpha_{i,j} \, \mathbf{v}_{i,j},
+        \qquad \alpha_{i,j} = \textrm{softmax} \left( \gamma_\mathbf{\Theta}(\mathbf{r}_{i,j}) \right),
+        \qquad \delta_{i,j} = h_\mathbf{\Theta}(\mathbf{p}_i - \mathbf{p}_j).
+
+    With ``pe="rpe"`` this *is* PyG's layer (same parameters, same outputs):
+    :math:`\mathbf{r}_{i,j} = \mathbf{W}_1 \mathbf{x}_i - \mathbf{W}_2 \mathbf{x}_j + \delta_{i,j}` and
+    :math:`\mathbf{v}_{i,j} = \mathbf{W}_3 \mathbf{x}_j + \delta_{i,j}`. The other presets are those of
+    ``pointgeope.model`` (``docs/GEOPE_SPEC.md`` section 4) in PyG's sign convention; the key is taken into
+    the frame of the query, per block of three channels (GeoPE) or per channel pair (RoPE):
+
+    * ``"geope"``: :math:`\mathbf{r}_{i,j} = \mathbf{W}_1 \mathbf{x}_i - \mathbf{R}(t_i)^{\top}
+      \mathbf{R}(t_j) \mathbf{W}_2 \mathbf{x}_j`, with :math:`\mathbf{R}(t)` GeoPE's quaternion rotation of
+      the phases :math:`t_b = s \, \omega_b \, \mathbf{p}`, :math:`\omega_b = \lambda^{-2b/(3n)}`
+      (:math:`s` = ``pos_scale``, :math:`\lambda` = ``base``; :obj:`pointgeope.geope`)
+    * ``"lingeope"``: :math:`\mathbf{W}_1 \mathbf{x}_i - \mathbf{R}(t_j - t_i) \mathbf{W}_2 \mathbf{x}_j`
+      (translation invariant)
+    * ``"rope3d"``: :math:`\mathbf{W}_1 \mathbf{x}_i - \mathbf{R}_{2D}(\theta(\mathbf{p}_j - \mathbf{p}_i))
+      \mathbf{W}_2 \mathbf{x}_j`, channel pair :math:`p` turned by :math:`\theta_p(\mathbf{d}) =
+      \mathbf{f}_p \cdot \mathbf{d}`, one axis per pair at GeoPE's frequencies
+    * ``"pointrope"``: the same on the integer cells :math:`\lfloor \mathbf{p} / u \rfloor` of
+      ``grid_unit`` :math:`u`, with PointROPE's frequencies (LitePT); ``"rope-mixed"``: learnt
+      :math:`\mathbf{f}_p` (RoPE-Mixed)
+    * ``"ape"``: :math:`(\mathbf{W}_1 \mathbf{x}_i + \mathbf{e}(\mathbf{p}_i)) - (\mathbf{W}_2 \mathbf{x}_j
+      + \mathbf{e}(\mathbf{p}_j))`, sinusoids :math:`\mathbf{e}` at rope3d's frequencies
+    * ``"geope+rpe"``, ``"lingeope+rpe"``, ``"rope3d+rpe"``: the rotation and :math:`+ \delta_{i,j}`
+    * ``"none"``: :math:`\mathbf{W}_1 \mathbf{x}_i - \mathbf{W}_2 \mathbf{x}_j`, and
+      :math:`\mathbf{v}_{i,j} = \mathbf{W}_3 \mathbf{x}_j` (no :math:`h_\mathbf{\Theta}`)
+
+    Every preset but ``"none"`` keeps :math:`\mathbf{v}_{i,j} = \mathbf{W}_3 \mathbf{x}_j + \delta_{i,j}`;
+    a :class:`pointgeope.model.PositionalEncoding` with ``value="geope"`` turns :math:`\mathbf{W}_3
+    \mathbf{x}_j` as the key instead. Channels past the last full block (pair) pass through unrotated.
+
+    Args:
+        in_channels (int or tuple): Size of each input sample, or :obj:`-1` to derive it from the first
+            input(s); a tuple gives the sizes of source and target.
+        out_channels (int): Size of each output sample, the width that is rotated.
+        pos_nn (torch.nn.Module, optional): :math:`h_\mathbf{\Theta}`, mapping :obj:`pos_i - pos_j`
+            :obj:`[-1, axes]` to :obj:`[-1, out_channels]` (default: a linear map). Not allowed with ``"none"``.
+        attn_nn (torch.nn.Module, optional): :math:`\gamma_\mathbf{\Theta}` (default: :obj:`None`).
+        add_self_loops (bool, optional): Replace the graph's self-loops by one per node. (default: :obj:`True`)
+        pe (str or PositionalEncoding, optional): A key of :obj:`pointgeope.model.PRESETS`. (default: ``"rpe"``)
+        pos_scale (float, optional): Phase per unit of position at block 0, :math:`s`: :obj:`1 / voxel_size`
+            puts positions in voxel units (default: :obj:`25.0`, metres at 4 cm voxels).
+        base (float, optional): Frequency base :math:`\lambda`. (default: :obj:`100.0`)
+        axes (int, optional): Position axes :math:`A` (1, 2 or 3; RoPE presets and ``"ape"``: 3).
+            (default: :obj:`3`)
+        learnable (bool, optional): Learn GeoPE's block frequencies. (default: :obj:`False`)
+        grid_unit (float, optional): PointROPE's cell size, needed by ``"pointrope"``. (default: :obj:`None`)
+        mixed_init (str, optional): RoPE-Mixed's initial frequencies, ``"random"`` or ``"axial"``.
+        **kwargs (optional): Additional arguments of :class:`torch_geometric.nn.conv.MessagePassing`.
+
+    Shapes:
+        - **input:** node features :math:`(|\mathcal{V}|, F_{in})` or :math:`((|\mathcal{V_s}|, F_{s}),
+          (|\mathcal{V_t}|, F_{t}))` if bipartite, positions :math:`(|\mathcal{V}|, A)` or
+          :math:`((|\mathcal{V_s}|, A), (|\mathcal{V_t}|, A))` if bipartite, edge indices :math:`(2, |\mathcal{E}|)`
+        - **output:** node features :math:`(|\mathcal{V}|, F_{out})` or :math:`(|\mathcal{V}_t|, F_{out})`
+          if bipartite
+    """
+
+    def __init__(self, in_channels: int | tuple[int, int], out_channels: int, pos_nn: Callable | None = None,
+                 attn_nn: Callable | None = None, add_self_loops: bool = True, pe: str | PositionalEncoding = "rpe",
+                 pos_scale: float = 25.0, base: float = 100.0, axes: int = 3, learnable: bool = False,
+                 grid_unit: float | None = None, mixed_init: MixedInit = "random", **kwargs):
+        encoding = PositionalEncoding.preset(pe)
+        _check_options(encoding, out_channels, pos_nn, axes, grid_unit)
+        if pos_nn is None and encoding.needs_delta and axes != 3:
+            pos_nn = Linear(axes, out_channels)
+        super().__init__(in_channels, out_channels, pos_nn, attn_nn, add_self_loops, **kwargs)
+        if not encoding.needs_delta:
+            self.pos_nn = None                                       # "none": no delta_ij, no h_Theta
+        self.pe = encoding
+        self.pe_name = next((name for name, preset in PRESETS.items() if preset == encoding), repr(encoding))
+        self.pos_scale, self.base, self.axes, self.learnable = pos_scale, base, axes, learnable
+        self.grid_unit, self.mixed_init = grid_unit, mixed_init
+        self.block_scale, self.pair_freq = position_scales(encoding, out_channels, base, pos_scale, learnable,
+                                                           mixed_init, axes)
+
+    def reset_parameters(self):
+        super().reset_parameters()
+        if getattr(self, "pe", None) is None:                        # PyG's __init__ calls this before ours
+            return
+        scale, pair_freq = position_scales(self.pe, self.out_channels, self.base, self.pos_scale, self.learnable,
+                                           self.mixed_init, self.axes)
+        if self.pair_freq is not None:                               # RoPE-Mixed's draw (or rope3d's values)
+            self.pair_freq.data.copy_(pair_freq.data)
+        if self.block_scale is not None and self.block_scale.freq is not None:
+            self.block_scale.freq.data.copy_(scale.freq.data)
+
+    def message(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, alpha_i: Tensor, alpha_j: Tensor,
+                index: Tensor, ptr: OptTensor, size_i: int | None) -> Tensor:
+        uses_pos = self.pe.rotation != "none" or self.pe.absolute or self.pe.value == "geope"
+        if uses_pos and pos_j.shape[-1] != self.axes:                # (rpe leaves positions to pos_nn, as PyG)
+            raise ValueError(f"expected positions of shape (N, {self.axes}), got (N, {pos_j.shape[-1]})")
+        delta = None if self.pos_nn is None else self.pos_nn(pos_i - pos_j)
+        query, key = alpha_i, self._in_query_frame(alpha_j, pos_i, pos_j, self.pe.rotation)
+        if self.pe.absolute:                                         # W_1 x_i + e(p_i), W_2 x_j + e(p_j)
+            freq = pair_frequencies(self.pe, self.out_channels, self.block_scale, self.pair_freq, alpha_i)
+            query = query + absolute_features(pos_i, freq, self.out_channels, query.dtype)
+            key = key + absolute_features(pos_j, freq, self.out_channels, key.dtype)
+        alpha = query - key
+        if self.pe.relation_delta:
+            alpha = alpha + delta
+        if self.attn_nn is not None:
+            alpha = self.attn_nn(alpha)
+        alpha = softmax(alpha, index, ptr, size_i)
+        if self.pe.value == "rpe":
+            return alpha * (x_j + delta)
+        if self.pe.value == "geope":                                 # the relation's kind of rotation
+            rotation = "geope" if self.pe.rotation == "none" else self.pe.rotation
+            return alpha * self._in_query_frame(x_j, pos_i, pos_j, rotation)
+        return alpha * x_j
+
+    def _in_query_frame(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, rotation: str) -> Tensor:
+        """The edges' source features ``x_j (E, C)`` turned into the frame of their targets (``rotation``)."""
+        if rotation == "none":
+            return x_j
+        if rotation in ("geope", "lingeope"):
+            scale = self.block_scale(geometry_dtype(x_j.dtype), x_j.device)
+            return relative_geope(x_j, pos_i, pos_j, scale, linear=rotation == "lingeope")
+        if rotation == "pointrope":                                  # integer cells of the grid unit
+            work = geometry_dtype(x_j.dtype)
+            disp = grid_coordinates(pos_j, self.grid_unit, work) - grid_coordinates(pos_i, self.grid_unit, work)
+        else:
+            disp = pos_j - pos_i
+        freq = pair_frequencies(self.pe, self.out_channels, self.block_scale, self.pair_freq, x_j)
+        return rotate_pairs(x_j, disp, freq)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, pe={self.pe_name!r})"
+
+
+def _check_options(pe: PositionalEncoding, out_channels: int, pos_nn: Callable | None, axes: int,
+                   grid_unit: float | None) -> None:
+    """Refuse the combinations that the layer could only ignore or fail on later."""
+    if axes not in (1, 2, 3):
+        raise ValueError(f"expected axes in (1, 2, 3), got {axes}")
+    if pos_nn is not None and not pe.needs_delta:
+        raise ValueError(f"expected no pos_nn with {pe}, which has no delta_ij term, got {pos_nn}")
+    if pe.rotation == "pointrope" and not (grid_unit is not None and grid_unit > 0):
+        raise ValueError(f"expected a grid_unit > 0 (PointROPE's cell size) with pe='pointrope', got {grid_unit}")
+    if (pe.rotation != "none" or pe.value == "geope") and out_channels < 3:
+        raise ValueError(f"expected out_channels >= 3 (one rotated block) for {pe}, got {out_channels}")

@@ -1,0 +1,164 @@
+"""Tests of pointgeope/model/kernels.py: the one switch (``POINTGEOPE_KERNELS``) for every Triton kernel, and
+the fallback of a kernel that fails to compile or launch to its torch path, with one warning and the same
+results. Failures are injected into the kernels' launches under Triton's interpreter (CPU tensors)."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from triton.runtime.errors import OutOfResources  # noqa: E402
+
+from pointgeope.errors import UserError  # noqa: E402
+from pointgeope.model import fused_attention, kernels  # noqa: E402
+from pointgeope.model.kernels import KernelFallbackWarning  # noqa: E402
+from pointgeope.model.ops import backends, fps, knn, triton_fps, triton_fps_rounds, triton_knn  # noqa: E402
+from tests.model.test_attention import _layer  # noqa: E402
+
+
+class Failing:
+    """Stands in for a ``triton.jit`` kernel: launching it (``kernel[grid](...)``) raises ``error``."""
+
+    def __init__(self, error: Exception):
+        self.error, self.launches = error, 0
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches += 1
+            raise self.error
+        return launch
+
+
+COMPILE_ERROR = OutOfResources(262_144, 232_448, "shared memory")        # what a too-large tile raises
+LAUNCH_ERROR = RuntimeError("Triton Error [CUDA]: device kernel image is invalid")
+
+
+@pytest.fixture(autouse=True)
+def triton_path(monkeypatch):
+    """The Triton kernels on CPU tensors (interpreter) by default; no failure remembered between tests."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
+    kernels.reset()
+    yield
+    kernels.reset()
+
+
+def _cloud(n=300, clouds=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    coord = torch.rand(n * clouds, 3, generator=g) * 3
+    return coord, torch.arange(1, clouds + 1) * n
+
+
+def test_a_knn_kernel_that_fails_to_compile_falls_back_once_with_the_same_neighbours(monkeypatch):
+    coord, off = _cloud()
+    failing = Failing(COMPILE_ERROR)
+    monkeypatch.setattr(triton_knn, "_knn_kernel", failing)
+    with pytest.warns(KernelFallbackWarning, match=r"Triton kernel knn failed .*OutOfResources.*POINTGEOPE_KERNELS=torch"):
+        idx, dist2 = knn(coord, coord, 8, off, off)
+    want_idx, want_d2 = knn(coord, coord, 8, off, off, backend="pykdtree")
+    torch.testing.assert_close(dist2, want_d2)
+    assert torch.equal(idx, want_idx)                    # random points: no ties, one answer
+    assert "knn" in kernels.failures() and backends.knn_backend(coord.device) == "pykdtree"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                   # the second call: no warning, no new launch
+        assert torch.equal(knn(coord, coord, 8, off, off)[0], want_idx)
+    assert failing.launches == 1
+
+
+def test_an_fps_kernel_that_fails_to_launch_falls_back_to_the_next_default(monkeypatch):
+    coord, off = _cloud()
+    for module, kernel in ((triton_fps, "_fps_pruned_kernel"), (triton_fps, "_fps_kernel"),
+                           (triton_fps_rounds, "_fps_rounds_kernel")):
+        monkeypatch.setattr(module, kernel, Failing(LAUNCH_ERROR))
+    with pytest.warns(KernelFallbackWarning, match="Triton kernel fps failed .*RuntimeError.*kernel image is invalid"):
+        idx, new_off = fps(coord, off, 4)
+    want_idx, want_off = fps(coord, off, 4, backend=backends.fps_backend(coord.device))
+    assert backends.fps_backend(coord.device) != "triton"
+    assert torch.equal(idx, want_idx) and torch.equal(new_off, want_off)
+
+
+def test_an_explicit_triton_backend_raises_instead(monkeypatch):
+    coord, off = _cloud()
+    monkeypatch.setattr(triton_knn, "_knn_kernel", Failing(COMPILE_ERROR))
+    with pytest.raises(OutOfResources):
+        knn(coord, coord, 8, off, off, backend="triton")
+    assert kernels.failures() == {}
+
+
+def test_out_of_memory_is_not_a_kernel_failure(monkeypatch):
+    coord, off = _cloud()
+    monkeypatch.setattr(triton_knn, "_knn_kernel", Failing(torch.OutOfMemoryError("CUDA out of memory")))
+    with pytest.raises(torch.OutOfMemoryError):
+        knn(coord, coord, 8, off, off)
+    assert kernels.failures() == {}
+
+
+def _layer_step(pe: str, path: str, monkeypatch):
+    """Output and gradients of one layer of preset ``pe`` on the ``path`` kernels."""
+    monkeypatch.setenv("POINTGEOPE_KERNELS", path)
+    torch.manual_seed(0)
+    layer = _layer(pe).train()
+    coord, off = _cloud(n=12, clouds=2, seed=1)
+    idx, _ = knn(coord, coord, 4, off, off, backend="pykdtree")
+    feat = torch.randn(coord.shape[0], layer.channels, generator=torch.Generator().manual_seed(2), requires_grad=True)
+    out = layer(coord, feat, idx)
+    out.square().sum().backward()
+    return out.detach(), feat.grad, [p.grad for p in layer.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("pe, kernel", [("rpe", "aggregate_forward"), ("rpe", "aggregate_backward"),
+                                        ("rpe", "relation_backward"), ("geope", "frame_forward"),
+                                        ("geope", "frame_backward"), ("lingeope", "linear_backward")])
+def test_an_attention_kernel_that_fails_hands_its_op_to_torch_with_the_same_gradients(pe, kernel, monkeypatch):
+    want = _layer_step(pe, "torch", monkeypatch)
+    monkeypatch.setattr(fused_attention.kernels(), kernel, Failing(COMPILE_ERROR))
+    op = {"aggregate": "aggregate", "relation": "relation", "frame": "frame_relation", "linear": "linear_relation"}
+    with pytest.warns(KernelFallbackWarning, match=f"Triton kernel {op[kernel.split('_')[0]]} failed"):
+        got = _layer_step(pe, "triton", monkeypatch)
+    assert list(kernels.failures()) == [op[kernel.split("_")[0]]]
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-6)
+    for a, b in zip(got[2], want[2], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=3e-5)   # a sum that cancels: absolute
+
+
+def test_the_switch_rejects_other_values_in_one_line(monkeypatch):
+    monkeypatch.setenv("POINTGEOPE_KERNELS", "cuda")
+    with pytest.raises(UserError, match="^POINTGEOPE_KERNELS: expected one of triton, torch .*got 'cuda'$"):
+        kernels.use_triton("knn", torch.device("cuda"))
+    monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(UserError, match="needs TRITON_INTERPRET=1"):
+        kernels.check_runnable(torch.device("cpu"))
+    kernels.check_runnable(torch.device("cuda"))         # fine where Triton imports
+
+
+def test_torch_turns_every_kernel_off_and_unset_keeps_triton_to_cuda(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setenv("POINTGEOPE_KERNELS", "torch")
+    assert not any(kernels.use_triton(k, d) for k in ("knn", "fps", "aggregate", "geope_pairs") for d in (cpu, cuda))
+    monkeypatch.delenv("POINTGEOPE_KERNELS")
+    assert kernels.use_triton("knn", cuda) and not kernels.use_triton("knn", cpu)
+    assert backends.knn_backend(cpu) in ("pykdtree", "scipy", "torch")
+    with pytest.warns(KernelFallbackWarning):
+        kernels.fail("knn", COMPILE_ERROR)
+    assert not kernels.use_triton("knn", cuda) and kernels.use_triton("fps", cuda)
+    assert "knn fell back to torch (OutOfResources" in kernels.status()
+
+
+def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback(monkeypatch):
+    from pointgeope.model.kernel_check import check_kernels, format_table, passed
+
+    rows = check_kernels(torch.device("cpu"), points=120, pairs=24, reps=1)
+    assert [r.kernel.split()[0] for r in rows] == ["fps", "knn", "knn", "knn", "relation", "frame_relation",
+                                                   "linear_relation", "aggregate"]
+    assert passed(rows) and all(r.path == "triton" for r in rows), format_table(rows)
+    assert rows[0].max_diff == 0 and max(r.max_diff for r in rows[4:]) < 1e-4
+    monkeypatch.setattr(fused_attention.kernels(), "aggregate_backward", Failing(LAUNCH_ERROR))
+    with pytest.warns(KernelFallbackWarning):
+        rows = check_kernels(torch.device("cpu"), points=120, pairs=24, reps=1)
+    assert rows[-1].path.startswith("torch (fell back: RuntimeError: Triton Error [CUDA]") and not passed(rows)
+    assert "aggregate fwd+bwd        torch (fell back" in format_table(rows)

@@ -1,0 +1,91 @@
+"""Tests of pointgeope/nn/functional.py: attention scores see positions only through GeoPE's relation
+``R(t_i)^T R(t_j)`` (docs/GEOPE_SPEC.md), checked against quaternion sandwiches and the spec's vectors."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pointgeope.geope import BlockScale, frequencies
+from pointgeope.nn import geope_attention, geope_qk
+from tests.nn import reference as ref
+
+
+def reference_scores(q, k, pos_q, pos_k, base, pos_scale):
+    """``q_i . R(t_i)^T R(t_j) k_j`` for every pair, the rotation from quaternions, pair by pair."""
+    return torch.tensor([[float(q[i] @ ref.geope_turn(k[j], pos_q[i], pos_k[j], base, pos_scale, linear=False))
+                          for j in range(k.shape[0])] for i in range(q.shape[0])], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("axes", [1, 2, 3])
+def test_scores_are_the_relative_rotation_between_query_and_key(axes):
+    gen = torch.Generator().manual_seed(axes)
+    q, k = (torch.randn(n, 8, generator=gen, dtype=torch.float64) for n in (5, 6))   # 2 blocks + 2 pass-through
+    pos_q, pos_k = (torch.rand(n, axes, generator=gen, dtype=torch.float64) * 2 for n in (5, 6))
+    q_rot, k_rot = geope_qk(q, k, pos_q, pos_k, base=10.0, pos_scale=3.0)
+    torch.testing.assert_close(q_rot @ k_rot.T, reference_scores(q, k, pos_q, pos_k, 10.0, 3.0), atol=1e-10, rtol=0)
+
+
+def test_scores_match_the_spec_vectors(geope_vectors_path):
+    """One block at pos_scale 1: block 0's phases are the positions, so the spec's matrices give the scores."""
+    cases = [c for c in json.loads(geope_vectors_path.read_text())["matrix"] if c["axes"] == 3]
+    assert len(cases) >= 10
+    gen = torch.Generator().manual_seed(0)
+    for a, b in zip(cases[:-1], cases[1:]):
+        q, k = torch.randn(2, 3, generator=gen, dtype=torch.float64)
+        m_a, m_b = torch.tensor(a["matrix"], dtype=torch.float64), torch.tensor(b["matrix"], dtype=torch.float64)
+        q_rot, k_rot = geope_qk(q[None], k[None], torch.tensor([a["phases"]], dtype=torch.float64),
+                                torch.tensor([b["phases"]], dtype=torch.float64), pos_scale=1.0)
+        torch.testing.assert_close(q_rot[0] @ k_rot[0], q @ m_a.T @ m_b @ k, atol=1e-10, rtol=0)
+
+
+def test_positions_enter_only_through_the_relation():
+    """Points on one line through the origin turn about the same axis, so ``R(t_i)^T R(t_j)`` depends on their
+    difference only: sliding both along the line keeps every score; a shift off the line changes them (standard
+    GeoPE is not translation invariant), and equal positions give the plain dot product."""
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(4, 9, generator=gen, dtype=torch.float64), torch.randn(4, 9, generator=gen, dtype=torch.float64)
+    axis = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) / math.sqrt(5.25)
+    s_q, s_k = torch.rand(4, 1, generator=gen, dtype=torch.float64), torch.rand(4, 1, generator=gen, dtype=torch.float64)
+
+    def scores(pos_q, pos_k):
+        q_rot, k_rot = geope_qk(q, k, pos_q, pos_k, pos_scale=2.0)
+        return q_rot @ k_rot.T
+    on_line = scores(s_q * axis, s_k * axis)
+    torch.testing.assert_close(scores((s_q + 0.7) * axis, (s_k + 0.7) * axis), on_line, atol=1e-12, rtol=0)
+    shift = torch.tensor([0.0, 0.3, 0.7], dtype=torch.float64)
+    assert (scores(s_q * axis + shift, s_k * axis + shift) - on_line).abs().max() > 1e-2
+    same = torch.rand(4, 3, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(torch.diagonal(scores(same, same)), (q * k).sum(1), atol=1e-12, rtol=0)
+
+
+def test_attention_with_heads_and_a_window_mask_is_softmax_of_the_relative_scores():
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 6, generator=gen, dtype=torch.float64) for _ in range(3))   # (B, H, L, C)
+    pos = torch.rand(2, 5, 3, generator=gen, dtype=torch.float64)
+    window = (torch.arange(5)[:, None] - torch.arange(5)).abs() <= 1                           # neighbours in a row
+    got = geope_attention(q, k, v, pos[:, None], attn_mask=window)
+    for b in range(2):
+        for h in range(2):
+            scores = reference_scores(q[b, h], k[b, h], pos[b], pos[b], 100.0, 25.0) / math.sqrt(6)
+            weight = torch.softmax(scores.masked_fill(~window, -math.inf), dim=-1)
+            torch.testing.assert_close(got[b, h], weight @ v[b, h], atol=1e-10, rtol=0)
+
+
+def test_block_scale_argument_and_gradients():
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(4, 6, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    pos = torch.rand(4, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    scales = BlockScale(6, base=100.0, pos_scale=5.0)
+    torch.testing.assert_close(geope_qk(q, k, pos, block_scale=scales(torch.float64, pos.device)),
+                               geope_qk(q, k, pos, pos_scale=5.0), atol=1e-14, rtol=0)
+    freq = frequencies(6).requires_grad_()                       # learnt frequencies: k_b = pos_scale w_b / 3
+
+    def attention(q, k, pos, freq):
+        return geope_attention(q, k, k, pos, block_scale=freq * 5.0 / 3)
+    assert torch.autograd.gradcheck(attention, (q, k, pos, freq), fast_mode=False)
+    with pytest.raises(ValueError, match="same width"):
+        geope_qk(q, k[:, :5], pos)

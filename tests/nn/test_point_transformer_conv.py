@@ -1,0 +1,253 @@
+"""Tests of pointgeope/nn/point_transformer_conv.py: ``pe="rpe"`` against PyG's layer, every preset against
+an edge-by-edge computation from its definition and, where the formulations meet, against the network's
+``PointTransformerLayer``; PyG batches; float64 gradcheck."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch_geometric.data import Data
+from torch_geometric.loader import DataLoader
+from torch_geometric.nn import PointTransformerConv
+
+from pointgeope.model import PRESETS, PointTransformerLayer, PositionalEncoding
+from pointgeope.model.ops import knn
+from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
+from tests.nn import reference as ref
+
+GRID_UNIT = 0.3          # PointROPE's cell in the tests: a few cells across the [0, 1) cube
+ALL = [*PRESETS, PositionalEncoding("geope", False, "geope"), PositionalEncoding("none", False, "geope")]
+
+
+def mlp(inp: int, out: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(inp, 8), nn.Tanh(), nn.Linear(8, out))
+
+
+def make_conv(pe, in_channels=4, channels=12, **kwargs) -> GeoPEPointTransformerConv:
+    encoding = PositionalEncoding.preset(pe)
+    pos_nn = mlp(kwargs.get("axes", 3), channels) if encoding.needs_delta else None
+    return GeoPEPointTransformerConv(in_channels, channels, pos_nn=pos_nn, attn_nn=mlp(channels, channels), pe=pe,
+                                     pos_scale=4.0, grid_unit=GRID_UNIT, **kwargs).double()
+
+
+def graph(n=9, k=4, in_channels=4, axes=3, seed=0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    pos = torch.rand(n, 3, generator=gen, dtype=torch.float64)
+    x = torch.randn(n, in_channels, generator=gen, dtype=torch.float64)
+    return x, pos[:, :axes].contiguous(), knn_graph(pos, k)
+
+
+def with_self_loops(edge_index: torch.Tensor, num_nodes: int) -> list[tuple[int, int]]:
+    """``N(i) u {i}``: the graph's edges ``(j, i)`` without self-loops, then one loop per node."""
+    edges = [(j, i) for j, i in edge_index.T.tolist() if j != i]
+    return edges + [(i, i) for i in range(num_nodes)]
+
+
+def turn(conv, v, pos_i, pos_j, rotation):
+    """A source feature in its target's frame, by the definition of ``rotation``."""
+    if rotation in ("geope", "lingeope"):
+        return ref.geope_turn(v, pos_i, pos_j, conv.base, conv.pos_scale, linear=rotation == "lingeope")
+    if rotation == "pointrope":
+        cell = torch.floor(pos_j / GRID_UNIT) - torch.floor(pos_i / GRID_UNIT)
+        return ref.pair_turn(v, cell, ref.pointrope_freq(v.shape[0]))
+    freq = conv.pair_freq.detach() if rotation == "rope-mixed" else ref.axial_freq(v.shape[0], conv.base, conv.pos_scale)
+    return v if rotation == "none" else ref.pair_turn(v, pos_j - pos_i, freq)
+
+
+def edge_terms(conv, pe, x, pos, j, i):
+    """The relation ``r_ij`` and the value ``v_ij`` of one edge, from the class docstring's equations."""
+    channels = conv.out_channels
+    query, key = conv.lin_dst.weight @ x[i], turn(conv, conv.lin_src.weight @ x[j], pos[i], pos[j], pe.rotation)
+    if pe.absolute:
+        freq = ref.axial_freq(channels, conv.base, conv.pos_scale)
+        query, key = query + ref.sinusoids(pos[i], freq, channels), key + ref.sinusoids(pos[j], freq, channels)
+    delta = conv.pos_nn(pos[i] - pos[j]) if pe.needs_delta else None
+    relation = query - key + (delta if pe.relation_delta else 0)
+    value = conv.lin.weight @ x[j]
+    if pe.value == "rpe":
+        value = value + delta
+    elif pe.value == "geope":
+        value = turn(conv, value, pos[i], pos[j], "geope" if pe.rotation == "none" else pe.rotation)
+    return conv.attn_nn(relation), value
+
+
+def reference_output(conv, pe, x, pos, edges) -> torch.Tensor:
+    """``x'_i = sum_j softmax_j(gamma(r_ij)) v_ij`` over the list ``edges`` of ``(j, i)``, node by node."""
+    out = torch.zeros(x.shape[0], conv.out_channels, dtype=torch.float64)
+    for i in range(x.shape[0]):
+        logits, values = zip(*(edge_terms(conv, pe, x, pos, j, i) for j, t in edges if t == i))
+        out[i] = (torch.softmax(torch.stack(logits), dim=0) * torch.stack(values)).sum(0)
+    return out
+
+
+@pytest.mark.parametrize("pe,axes", [(pe, 3) for pe in ALL] + [("geope", 2), ("lingeope+rpe", 1)], ids=str)
+def test_every_preset_equals_its_definition_edge_by_edge(pe, axes):
+    torch.manual_seed(0)
+    conv, (x, pos, edge_index) = make_conv(pe, axes=axes), graph(axes=axes)
+    expected = reference_output(conv, PositionalEncoding.preset(pe), x, pos, with_self_loops(edge_index, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(conv(x, pos, edge_index), expected, atol=1e-10, rtol=0)
+
+
+def gradients(module, out, inputs):
+    weight = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)
+    params = dict(module.named_parameters())
+    grads = torch.autograd.grad((out * weight).sum(), [*inputs, *params.values()])
+    return dict(zip([f"input{n}" for n in range(len(inputs))] + list(params), grads))
+
+
+@pytest.mark.parametrize("bipartite", [False, True])
+@pytest.mark.parametrize("self_loops", [True, False])
+def test_rpe_is_pygs_layer_in_values_and_gradients(bipartite, self_loops):
+    torch.manual_seed(0)
+    in_channels = (4, 5) if bipartite else 4
+    pyg = PointTransformerConv(in_channels, 12, mlp(3, 12), mlp(12, 12), add_self_loops=self_loops).double()
+    ours = GeoPEPointTransformerConv(in_channels, 12, mlp(3, 12), mlp(12, 12), add_self_loops=self_loops,
+                                     pe="rpe").double()
+    ours.load_state_dict(pyg.state_dict())                                     # strict: the same parameters
+    x, pos, edge_index = graph(n=9, in_channels=4)
+    edge_index = torch.cat([edge_index, torch.tensor([[0, 3], [0, 3]])], 1)  # two self-loops among the edges
+    if bipartite:                                                              # 9 sources -> 5 targets
+        x_t = torch.randn(5, 5, dtype=torch.float64)
+        x, pos, edge_index = (x, x_t), (pos, pos[:5] + 0.1), edge_index[:, edge_index[1] < 5]
+    leaves = [t.requires_grad_() for t in (x if bipartite else (x,)) + (pos if bipartite else (pos,))]
+    expected, got = pyg(x, pos, edge_index), ours(x, pos, edge_index)
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)
+    want, have = gradients(pyg, expected, leaves), gradients(ours, got, leaves)
+    assert want.keys() == have.keys()
+    for name in want:
+        torch.testing.assert_close(have[name], want[name], atol=0, rtol=0, msg=name)
+
+
+def test_rpe_default_parameters_are_pygs():
+    torch.manual_seed(3)
+    pyg = PointTransformerConv(4, 8)
+    torch.manual_seed(3)
+    ours = GeoPEPointTransformerConv(4, 8)
+    assert list(ours.state_dict()) == list(pyg.state_dict())
+    for name, value in pyg.state_dict().items():
+        assert torch.equal(ours.state_dict()[name], value), name
+
+
+class _Negate(nn.Module):
+    def forward(self, x):
+        return -x
+
+
+MEETING = ["geope", "lingeope", "rope3d", "rope-mixed", "pointrope", "ape", "none",
+           PositionalEncoding("geope", False, "geope")]
+
+
+@pytest.mark.parametrize("pe", MEETING, ids=str)
+def test_presets_without_relation_delta_are_the_networks_layer(pe):
+    """Where the relation has no delta_ij the two formulations meet: PyG's ``W_1 x_i - key`` is minus the
+    network's ``key - q_i``, so with ``gamma = linear_w(-.)``, ``h = linear_p(-.)`` (PyG feeds ``p_i - p_j``),
+    the network's weights and kNN neighbourhoods, one channel group and no biases, the outputs are equal."""
+    torch.manual_seed(0)
+    channels, k, (x, pos, _) = 12, 4, graph(n=10, in_channels=12)
+    layer = PointTransformerLayer(channels, share_planes=1, neighbours=k, pe=pe, grid_size=0.25,
+                                  grid_unit=GRID_UNIT).double()
+    pos_nn = None if layer.linear_p is None else nn.Sequential(_Negate(), layer.linear_p)
+    conv = GeoPEPointTransformerConv(channels, channels, pos_nn, nn.Sequential(_Negate(), layer.linear_w), pe=pe,
+                                     pos_scale=4.0, grid_unit=GRID_UNIT).double()   # pos_scale = 1 / grid_size
+    with torch.no_grad():
+        for lin, ours in ((layer.linear_q, conv.lin_dst), (layer.linear_k, conv.lin_src), (layer.linear_v, conv.lin)):
+            lin.bias.zero_()
+            ours.weight.copy_(lin.weight)
+        if layer.pair_freq is not None:
+            conv.pair_freq.copy_(layer.pair_freq)
+        for bn in (m for m in layer.modules() if isinstance(m, nn.BatchNorm1d)):   # not the identity
+            bn.running_mean.uniform_(-0.3, 0.3), bn.running_var.uniform_(0.5, 2.0)
+    layer.eval(), conv.eval()
+    offset = torch.tensor([10])
+    idx, _ = knn(pos, pos, k, offset, offset)                                       # includes the point itself
+    edge_index = torch.stack([idx.reshape(-1), torch.arange(10).repeat_interleave(k)])
+    x_net, x_conv = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected, got = layer(pos, x_net, idx), conv(x_conv, pos, edge_index)
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
+    (expected * expected).sum().backward(), (got * got).sum().backward()
+    torch.testing.assert_close(x_conv.grad, x_net.grad, atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("pe", ALL, ids=str)
+def test_a_dataloader_batch_is_its_graphs_side_by_side(pe):
+    torch.manual_seed(0)
+    conv = make_conv(pe)
+    graphs = [Data(x=x, pos=pos, edge_index=e) for x, pos, e in (graph(n, seed=n) for n in (5, 9, 7))]
+    batch = next(iter(DataLoader(graphs, batch_size=3)))
+    with torch.no_grad():
+        expected = torch.cat([conv(g.x, g.pos, g.edge_index) for g in graphs])
+        torch.testing.assert_close(conv(batch.x, batch.pos, batch.edge_index), expected, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("pe", ALL, ids=str)
+def test_gradcheck_of_features_and_positions(pe):
+    torch.manual_seed(0)
+    conv, (x, pos, edge_index) = make_conv(pe, in_channels=2, channels=6), graph(n=5, k=2, in_channels=2)
+    x.requires_grad_(), pos.requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, pos: conv(x, pos, edge_index), (x, pos), fast_mode=False)
+    assert torch.autograd.gradcheck(lambda x: conv(x, pos.detach(), edge_index), (x,), fast_mode=False)
+
+
+@pytest.mark.parametrize("pe,name", [("geope", "block_scale.freq"), ("lingeope", "block_scale.freq"),
+                                     ("rope3d", "block_scale.freq"), ("rope-mixed", "pair_freq")])
+def test_gradcheck_of_learnt_frequencies(pe, name):
+    torch.manual_seed(0)
+    conv, (x, pos, edge_index) = make_conv(pe, in_channels=2, channels=6, learnable=True), graph(n=5, k=2, in_channels=2)
+    freq = dict(conv.named_parameters())[name].detach().clone().requires_grad_()
+
+    def forward(freq):
+        return torch.func.functional_call(conv, {name: freq}, (x, pos, edge_index))
+    assert torch.autograd.gradcheck(forward, (freq,), fast_mode=False)
+
+
+def test_options_that_could_only_be_ignored_are_refused():
+    with pytest.raises(ValueError, match="grid_unit"):
+        GeoPEPointTransformerConv(4, 12, pe="pointrope")
+    with pytest.raises(ValueError, match="no pos_nn"):
+        GeoPEPointTransformerConv(4, 12, pos_nn=mlp(3, 12), pe="none")
+    with pytest.raises(ValueError, match="3 position axes"):
+        GeoPEPointTransformerConv(4, 12, pe="rope3d", axes=2)
+    with pytest.raises(ValueError, match="unknown positional encoding"):
+        GeoPEPointTransformerConv(4, 12, pe="geope3")
+    conv = GeoPEPointTransformerConv(4, 12, pe="geope")
+    x, pos, edge_index = graph(axes=2)
+    with pytest.raises(ValueError, match=r"expected positions of shape \(N, 3\)"):
+        conv(x.float(), pos.float(), edge_index)
+
+
+def test_reset_parameters_restores_the_initial_frequencies():
+    conv = GeoPEPointTransformerConv(4, 12, pe="geope", learnable=True)
+    initial = conv.block_scale.freq.detach().clone()
+    with torch.no_grad():
+        conv.block_scale.freq.mul_(3.0)
+    conv.reset_parameters()
+    torch.testing.assert_close(conv.block_scale.freq.detach(), initial, atol=0, rtol=0)
+    assert repr(conv) == "GeoPEPointTransformerConv(4, 12, pe='geope')"
+
+
+def test_info_names_the_tested_pyg_versions_and_flags_another(capsys, monkeypatch):
+    from pointgeope import info
+    from pointgeope.nn import TESTED_PYG_VERSIONS
+
+    def pyg_line() -> str:
+        info.print_info()
+        return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("PyG layer"))
+    tested = ", ".join(TESTED_PYG_VERSIONS)
+    installed = info.package_versions()
+    monkeypatch.setattr(info, "package_versions", lambda: {**installed, "torch-geometric": TESTED_PYG_VERSIONS[0]})
+    assert pyg_line() == f"PyG layer (pointgeope.nn.GeoPEPointTransformerConv): tested with torch-geometric {tested}"
+    monkeypatch.setattr(info, "package_versions", lambda: {**installed, "torch-geometric": "2.4.0"})
+    assert pyg_line().endswith(f"torch-geometric {tested} (installed: 2.4.0, not among them)")
+
+
+def test_nn_does_not_import_the_data_or_engine_code():
+    """Data flows one way: pointgeope.nn builds on pointgeope.geope and pointgeope.model only."""
+    import pointgeope.nn
+    from tests.conftest import module_imports
+
+    imports = module_imports(pointgeope.nn)
+    assert len(imports) >= 4
+    for path, name in ((path, name) for path, names in imports.items() for name in names):
+        assert not name.startswith(("pointgeope.data", "pointgeope.engine", "pointgeope.scans", "pointgeope.report",
+                                    "pointgeope.viz", "data_prep")), f"{path}: imports {name}"

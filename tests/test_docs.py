@@ -1,0 +1,92 @@
+"""The user documentation stays true: the runnable commands of docs/ run, the README is short and its links
+resolve, and no page tells the history of the project's tracker instead of results.
+
+A fenced block is runnable when the line just before it is ``<!-- runnable -->``; the pages of
+``RUNNABLE_PAGES`` are run in that order in one folder, as a reader following the guide would (own-scans
+predicts with the model that getting-started trained).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+MARKER = "<!-- runnable -->"
+RUNNABLE_PAGES = ("getting-started.md", "own-scans.md")
+README_MAX_LINES = 150
+TWO_COMMANDS = """\
+make demo   # set up (venv, packages, system libs) and run the 6-fold demo on synthetic S3DIS, ~8 min on 2 CPU cores
+make test   # set up and run the test suite (display tests under xvfb-run)
+"""
+# Tracker numbers, branches and merge history: the history of the work, not what a user can rely on.
+HISTORY = re.compile(r"\bissues? ?#?\d+|(?<![\w(/])#\d+\b|\b(?:this|main|feature|the new) branch\b|\bmerged?\b|"
+                     r"\brebased?\b", re.IGNORECASE)
+
+
+def runnable_blocks(text: str) -> list[str]:
+    """The bodies of the fenced blocks that directly follow a ``<!-- runnable -->`` line."""
+    return [m.group(1) for m in re.finditer(rf"^{re.escape(MARKER)}\n```[a-z]*\n(.*?)^```$", text, re.M | re.S)]
+
+
+def test_runnable_blocks_are_found_and_only_those():
+    text = f"{MARKER}\n```bash\necho one\n```\n\n```bash\necho not marked\n```\n{MARKER}\n```bash\na \\\n  b\n```\n"
+    assert runnable_blocks(text) == ["echo one\n", "a \\\n  b\n"]
+
+
+@pytest.mark.slow
+def test_the_runnable_commands_of_the_guide_run(tmp_path):
+    for name in ("train.py", "configs"):  # the pages run in the repository's root
+        (tmp_path / name).symlink_to(REPO / name)
+    bin_dir = str(Path(sys.executable).parent)  # pointgeope and python of this environment, this checkout's code
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "PYTHONPATH": str(REPO),
+           "MPLBACKEND": "Agg"}
+    env.pop("DISPLAY", None)
+    for page in RUNNABLE_PAGES:
+        blocks = runnable_blocks((DOCS / page).read_text())
+        assert blocks, f"docs/{page}: no block marked {MARKER}"
+        for block in blocks:
+            proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, f"docs/{page}:\n{block}\nexit {proc.returncode}\n{proc.stderr[-3000:]}"
+    # what the pages say these commands leave behind
+    assert (tmp_path / "tiny/runs/geope/area_1/metrics.json").is_file()
+    assert (tmp_path / "tiny/runs/geope/report/report.md").is_file()
+    assert {p.name for p in (tmp_path / "pred").iterdir()} == {"my_scan_pred.npy", "my_scan_pred.ply",
+                                                               "my_scan_pred.h5"}
+
+
+def _slug(heading: str) -> str:
+    """The anchor of a heading, as Python-Markdown's toc (and GitHub, for these headings) makes it."""
+    text = re.sub(r"[^\w\s-]", "", heading).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def test_the_readme_is_short_starts_with_the_two_commands_and_its_links_resolve():
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= README_MAX_LINES
+    first_block = re.search(r"^```bash\n(.*?)^```$", text, re.M | re.S).group(1)
+    assert first_block == TWO_COMMANDS
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert len(links) >= 15
+    for link in links:
+        path, _, anchor = link.partition("#")
+        target = REPO / path
+        assert target.exists(), f"README links to {link}: no such file"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", target.read_text(), re.M)
+            assert anchor in {_slug(h) for h in headings}, f"README links to {link}: no such heading"
+
+
+def test_user_docs_state_results_not_tracker_history():
+    assert [m.group(0) for m in HISTORY.finditer("before issue 22, rerun on this branch, the merged main, #29")] \
+        == ["issue 22", "this branch", "merged", "#29"]
+    pages = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
+    assert len(pages) > 15
+    found = [f"{p.relative_to(REPO)}: {m.group(0)!r}" for p in pages for m in HISTORY.finditer(p.read_text())]
+    assert found == []
