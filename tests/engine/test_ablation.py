@@ -94,6 +94,7 @@ def test_engine_code_does_not_import_later_layers():
             f"{path}: imports {name}"
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path):
     """SIGTERM to ablate (a job scheduler's stop) ended ablate alone: its running trial went on training.
     Now the trial is stopped as Ctrl-C stops it (its lock released, last.pt kept for the rerun), no further

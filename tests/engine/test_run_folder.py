@@ -145,6 +145,7 @@ def test_an_unfinished_fold_evaluated_stays_unfinished_and_is_flagged_by_report(
     assert "warning" not in capsys.readouterr().err  # a finished fold
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_training_with_one_line_and_exit_code_130(two_folds, tmp_path):
     """SIGINT to a training (Ctrl-C): one line, exit code 130, the fold's lock released; it printed a
     KeyboardInterrupt traceback."""
