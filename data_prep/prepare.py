@@ -53,7 +53,10 @@ class Stock:
 
 def _work_file(out: Path, area: str, room: str) -> Path:
     """Where a parsed room waits until its area is assembled: ``OUT/.work/Area_N/<room>.h5``."""
-    return out / ".work" / area / f"{room}.h5"
+    from pointgeope.paths import inside
+
+    folder = out / ".work" / area
+    return inside(folder, folder / f"{room}.h5", f"room {area}/{room}", "the work folder")
 
 
 def prepare(cfg: PrepareConfig) -> dict:

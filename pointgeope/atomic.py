@@ -18,7 +18,7 @@ from typing import IO
 from pointgeope.errors import FULL_DISK, UserError
 
 __all__ = ["atomic_path", "atomic_open", "write_text_atomic", "remove_leftovers", "writable_folder",
-           "DiskFullError"]
+           "DiskFullError", "UnwritableError"]
 
 class DiskFullError(UserError):
     """A write refused by the disk (no space, quota, file size limit): names the file being written."""
@@ -44,19 +44,36 @@ def _umask() -> int:
     return mask
 
 
+class UnwritableError(UserError):
+    """A target whose folder cannot take a file (missing rights, a read-only file system, a file where a
+    folder should be): names the target, not the temporary file beside it."""
+
+
+def _temporary(path: Path) -> Path:
+    """A new empty temporary file beside ``path`` (its folder created); an UnwritableError naming ``path``."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    except OSError as err:
+        if err.errno in FULL_DISK:
+            raise
+        where = f": {err.filename}" if err.filename and not _LEFTOVER.fullmatch(Path(err.filename).name) else ""
+        raise UnwritableError(f"{path}: cannot be written ({err.strerror or err}{where}); give a path in a "
+                              "folder you can write") from None
+    os.close(fd)
+    return Path(name)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` for any writer (h5py, PIL, numpy...); on success it is
     synced and moved onto ``path``, on failure deleted. Parent folders are created. A write the disk
     refuses (no space, quota, ``ulimit -f``: ENOSPC, EDQUOT, EFBIG) ends as a :class:`DiskFullError`
-    naming ``path``."""
+    naming ``path``, a folder that cannot take the file as an :class:`UnwritableError` naming ``path``."""
     path = Path(path)
     tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
-        os.close(fd)
-        tmp = Path(name)
+        tmp = _temporary(path)
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())

@@ -46,6 +46,13 @@ MAX_ROOM_EXTENT = 1000.0
 # part of a room the network can segment, and kept, it changes the other points' labels (the voxel grid's
 # origin, the crops, the network's sampling). --max-extent raises it; prepare keeps its own 1 km limit.
 PREDICT_MAX_EXTENT = 50.0
+# Default --max-fragments of predict where the run's eval.max_fragments is null (every fragment, as the
+# s3dis configs evaluate). A scan has as many fragments as points in its densest voxel, and each costs a
+# pass over the whole scan: repeated points (a clump of 3,000 copies of one point took 77 s on a 3,000-point
+# scan; the resampled office of the samples has 5,406 at 4 cm) would run for hours. At most 100 fragments
+# keep every point of a voxel of up to 100 points predicted at least once, as evaluate does; the points of
+# denser voxels that they miss take their voxel's summed votes (data/fragments.py: fill_from_voxels).
+PREDICT_MAX_FRAGMENTS = 100
 # The largest --max-extent predict accepts: the network's float32 squared distances overflow near 1e19 m
 # (a point kept at 1e30 m ended in an IndexError); 1000 km is far inside what it handles (tried to 1e15 m).
 PREDICT_EXTENT_LIMIT = 1e6

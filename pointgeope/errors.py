@@ -10,16 +10,22 @@ every command (``pointgeope <command>`` and ``train.py``) and prints::
 
 with exit code 2. Anything else is a bug and keeps its traceback. ``--debug`` shows the traceback of a
 user error too. A new command raises ``UserError(message)`` (or a subclass) and needs nothing else.
+Ctrl-C (``KeyboardInterrupt``) ends a command as command-line tools end: ``<prog>: interrupted`` and exit
+code 130 (128 + SIGINT), once the ``finally`` blocks and context managers on the way out have released
+its locks and deleted its temporary files. Inside :func:`stop_on_sigterm` (a command that runs other
+processes: ``ablate``), SIGTERM ends it the same way: ``<prog>: terminated``, exit code 143.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
 
 # The errors of a write that the disk refused, with the words for each (atomic.DiskFullError names the file).
 FULL_DISK = {
@@ -33,6 +39,25 @@ _ENVIRONMENT_ERRNOS = set(FULL_DISK) | {errno.EROFS, errno.EACCES, errno.EPERM}
 
 class UserError(Exception):
     """Bad input from the user: printed as one line (no traceback), exit code 2."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM inside :func:`stop_on_sigterm`: the clean stop of Ctrl-C, reported as ``terminated``."""
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """Within the block (main thread only), SIGTERM raises :class:`Terminated`, so that a process stopped
+    by a job scheduler or ``kill`` runs its ``finally`` blocks (stops its children, releases its locks)
+    instead of dying at once; the previous handler comes back after the block."""
+    def stop(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def user_message(err: BaseException) -> str | None:
@@ -51,7 +76,9 @@ def add_debug_argument(parser: argparse.ArgumentParser, default=False) -> None:
 
 
 def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False) -> int:
-    """``func(*args)`` with user errors printed as ``<prog>: error: <message>`` and exit code 2.
+    """``func(*args)`` with user errors printed as ``<prog>: error: <message>`` and exit code 2, Ctrl-C as
+    ``<prog>: interrupted`` and exit code 130, a :class:`Terminated` as ``<prog>: terminated`` and 143
+    (``debug``: each with its traceback).
 
     A write beyond the file size limit (``ulimit -f``) then fails with EFBIG, reported as a full disk,
     instead of killing the process with SIGXFSZ (CPython ignores it at start-up already; an embedding
@@ -66,3 +93,9 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
             raise
         print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
+    except KeyboardInterrupt as err:
+        if debug:
+            raise
+        terminated = isinstance(err, Terminated)
+        print(f"{prog}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
+        return 128 + signal.SIGTERM if terminated else EXIT_INTERRUPTED

@@ -41,6 +41,7 @@ import numpy as np
 from pointgeope.atomic import atomic_path
 from pointgeope.constants import CLASS_NAMES, MAX_ROOM_EXTENT
 from pointgeope.errors import UserError
+from pointgeope.paths import inside
 
 # Version of the prepared layout above: data_prep writes it, every reader checks it.
 SCHEMA_VERSION = 1
@@ -51,6 +52,7 @@ ROOM_ARRAYS: dict[str, tuple[type, int | None]] = {
 }
 ROOM_FIELDS = tuple(ROOM_ARRAYS)
 PRED = "pred"  # the predictions dataset of a room
+SCAN_PREDICTIONS = "scan-predictions"  # root attr kind of a scan's predictions (label 255: unknown)
 _STR = h5py.string_dtype()
 _AREA_FILE = re.compile(r"Area_\d+\.h5")  # the names area_path gives; open_area checks their identity
 
@@ -65,8 +67,10 @@ def area_path(root: str | Path, area: str) -> Path:
 
 
 def predictions_path(run: str | Path, area: str) -> Path:
-    """``RUN/area_K/predictions/<area>.h5``, given the fold folder ``run``."""
-    return Path(run) / "predictions" / f"{area}.h5"
+    """``RUN/area_K/predictions/<area>.h5``, given the fold folder ``run`` (checked to lie in its
+    predictions folder, :func:`pointgeope.paths.inside`)."""
+    folder = Path(run) / "predictions"
+    return inside(folder, folder / f"{area}.h5", f"area {area!r} of folds.json", "the predictions folder")
 
 
 # --- reading ---------------------------------------------------------------------------------------------
@@ -106,9 +110,15 @@ def _identity_problem(path: Path, f: h5py.File) -> str | None:
             f"renamed area file; put {path.stem}'s own file back or run `pointgeope prepare` again")
 
 
+def is_scan_predictions(f: h5py.File) -> bool:
+    """Whether an open file is a scan's predictions (``pointgeope predict --format h5``), not a prepared area."""
+    return _plain(f.attrs.get("kind")) == SCAN_PREDICTIONS
+
+
 def area_max_extent(f: h5py.File) -> float:
-    """The room size limit (metres) an open area file was prepared with."""
-    return float(f.attrs.get("max_extent", MAX_ROOM_EXTENT))
+    """The room size limit (metres) an open area file was prepared with (a scan's predictions: none, its
+    points are the user's as they came)."""
+    return float("inf") if is_scan_predictions(f) else float(f.attrs.get("max_extent", MAX_ROOM_EXTENT))
 
 
 def room_group(f: h5py.File, room: str) -> h5py.Group:
@@ -173,24 +183,41 @@ def read_rooms_attrs(path: str | Path) -> dict[str, dict] | None:
         return None
 
 
-def read_predictions(path: str | Path, room: str) -> np.ndarray:
-    """Predicted labels ``(N,)`` of one room from a predictions file (fold or scan)."""
+_PREDICTIONS = "RUN/area_N/predictions/Area_N.h5 or a file of pointgeope predict --format h5"
+
+
+def _open_predictions(path: str | Path) -> h5py.File:
+    """A predictions file (fold or scan) opened read-only; a SchemaError naming it if it is none."""
     path = Path(path)
-    with h5py.File(path, "r") as f:
+    if not path.is_file():
+        raise SchemaError(f"expected a predictions file ({_PREDICTIONS}), found nothing at {path}")
+    try:
+        return h5py.File(path, "r")
+    except OSError as err:
+        raise SchemaError(f"{path}: not a readable HDF5 file ({err}); expected {_PREDICTIONS}") from None
+
+
+def read_predictions(path: str | Path, room: str) -> np.ndarray:
+    """Predicted labels ``(N,)`` of one room from a predictions file (fold or scan); a SchemaError naming
+    the file when it holds no predictions of ``room``."""
+    with _open_predictions(path) as f:
         if room not in f:
-            raise KeyError(f"{path}: no predictions for room {room!r}; rooms are {sorted(f)}")
+            raise SchemaError(f"{path}: no predictions for room {room!r}; rooms are {sorted(f)}")
+        if not isinstance(f[room], h5py.Group) or PRED not in f[room]:
+            raise SchemaError(f"{path}: room {room!r} holds no predictions (no 'pred' array); expected "
+                              f"{_PREDICTIONS}")
         return f[room][PRED][()]
 
 
 def predicted_rooms(path: str | Path) -> set[str]:
-    """The rooms a predictions file holds."""
-    with h5py.File(path, "r") as f:
-        return set(f)
+    """The rooms a predictions file holds predictions of."""
+    with _open_predictions(path) as f:
+        return {room for room in f if isinstance(f[room], h5py.Group) and PRED in f[room]}
 
 
 def has_predictions(path: str | Path, room: str) -> bool:
     """Whether ``room`` of the file carries its own ``pred`` array (a scan-predictions file)."""
-    with h5py.File(path, "r") as f:
+    with _open_predictions(path) as f:
         return room in f and PRED in f[room]
 
 
@@ -325,7 +352,7 @@ def write_scan_predictions(path: Path, area: str, room: str, arrays: dict[str, n
     ``group_attrs``, the four room arrays (already in the schema dtypes) and ``pred`` uint8 ``(N,)``."""
     with _create(path) as f:
         f.attrs.update({"schema_version": SCHEMA_VERSION, "area": area, "class_names": class_names,
-                        "kind": "scan-predictions", "source": source})
+                        "kind": SCAN_PREDICTIONS, "source": source})
         g = f.create_group(room)
         g.attrs.update(group_attrs)
         for key, value in {**{k: arrays[k] for k in ROOM_FIELDS}, PRED: pred.astype(np.uint8)}.items():

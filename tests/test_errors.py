@@ -34,3 +34,16 @@ def test_debug_keeps_the_traceback():
     with pytest.raises(UserError, match="bad"):
         run_command("pointgeope x", _raise(UserError("bad")), debug=True)
     assert run_command("pointgeope x", lambda: None) == 0
+
+
+def test_ctrl_c_is_one_line_and_exit_code_130(capsys):
+    """A KeyboardInterrupt ended every command in a 16-60-frame traceback; command-line tools print one
+    line and exit with 128 + SIGINT."""
+    try:
+        code = run_command("pointgeope train", _raise(KeyboardInterrupt()))
+    except KeyboardInterrupt:
+        pytest.fail("the KeyboardInterrupt escaped run_command")
+    assert code == 130
+    assert capsys.readouterr().err == "pointgeope train: interrupted\n"
+    with pytest.raises(KeyboardInterrupt):
+        run_command("pointgeope x", _raise(KeyboardInterrupt()), debug=True)

@@ -274,3 +274,33 @@ def test_class_means_follow_the_rule_the_folds_were_evaluated_with(tmp_path):
     assert load_run(tmp_path / "older", class_mean="present").class_mean == "present"
     from pointgeope.report.tables import json_report
     assert json_report([authors])["runs"][0]["class_mean"] == "all"
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"complete": "true"}, r"expected 'complete' true or false, got \"true\""),     # was read as unfinished
+    ({"complete": 1}, r"expected 'complete' true or false, got 1"),
+    ({"confusion": [[True] + [0] * (C - 1)] + [[0] * C] * (C - 1)},                  # counted as 1
+     r"expected 'confusion' as 13 x 13 non-negative integer counts, got true at \[0\]\[0\]"),
+    ({"confusion": [[0.5] + [0] * (C - 1)] + [[0] * C] * (C - 1)}, r"expected 'confusion' .* got 0.5 at \[0\]\[0\]"),
+    ({"confusion": [[0] * C] * C},                                                    # pooled as a complete fold
+     r"'confusion' counts no point; evaluate the fold again"),
+])
+def test_a_metrics_file_that_is_not_what_evaluate_writes_is_named(tmp_path, edit, message):
+    run = tmp_path / "run"
+    write_fold(run, 1, perfect())
+    write_fold(run, 2, perfect())
+    path = run / "area_1" / "metrics.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
+    with pytest.raises(ReportError, match=rf"^{path}: {message}"):
+        load_run(run)
+
+
+def test_out_into_a_fold_folder_is_refused(tmp_path, capsys):
+    """report --out RUN/area_1 wrote report.md, PNGs... into the folder train and evaluate own."""
+    rpe, _ = make_runs(tmp_path)
+    for out in (rpe / "area_1", rpe / "area_1" / "sub"):
+        assert cli.main(["report", str(rpe), "--out", str(out)]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"pointgeope report: error: --out {out}: inside the fold folder {rpe / 'area_1'}, which train and "
+            "evaluate write; give a folder outside the runs' fold folders (default: RUN/report)")
+    assert not (rpe / "area_1" / "report.md").exists() and not (rpe / "area_1" / "sub").exists()

@@ -17,6 +17,18 @@ parser from the list of these modules; ``train.py`` at the repository root reuse
 """
 from __future__ import annotations
 
+import os
+import re
+
+_OVERRIDE = re.compile(r"[A-Za-z_]+(\.[A-Za-z_]+)+=.*")
+
+
+def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
+    """``(others, overrides)`` of a positional list that may mix inputs with ``section.key=value``
+    overrides (``predict``): an item shaped as an override that names no existing file is one."""
+    overrides = [item for item in items if _OVERRIDE.fullmatch(item) and not os.path.lexists(item)]
+    return [item for item in items if item not in overrides], overrides
+
 
 def config_overrides(overrides: list[str], options: dict[str, str | None]) -> list[str]:
     """The ``section.key=value`` overrides of the command line, then one for each option given (an option

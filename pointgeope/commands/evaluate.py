@@ -5,7 +5,10 @@
 
 Writes ``RUN/area_K/predictions/Area_K.h5`` and ``RUN/area_K/metrics.json`` (``"complete": true``; a fold
 whose training was interrupted can be evaluated too: its metrics say ``"complete": false`` with the epochs
-trained, the training command continues it, and ``report`` leaves it out of the pooled scores).
+trained, the training command continues it, and ``report`` leaves it out of the pooled scores). The test
+area files are checked first, as training checks them (checksum, identity, every room's points), and must
+be the files the checkpoint trained on: other data (another ``--data-root``, a root prepared again) is
+refused with the files named.
 """
 from __future__ import annotations
 

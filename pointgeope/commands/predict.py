@@ -3,23 +3,30 @@
     pointgeope predict runs/pt_geope/area_5 scan.ply --out pred/            # pred/scan_pred.npy, .ply
     pointgeope predict model.pt scans/ room.las --out pred/ --format ply,las,h5 --probabilities
     pointgeope predict runs/demo/area_1 cloud_mm.txt --out pred/ --scale 0.001 --tta
+    pointgeope predict runs/pt_geope/area_5 dense.ply --out pred/ --max-fragments 20 eval.tta.rotations=4
     pointgeope viz pred/scan_pred.h5 --mode pred                            # with --format h5
 
 Inputs: .ply (ascii/binary), .las/.laz (laspy), .txt/.xyz/.pts/.csv (x y z [r g b ...]), .npy ((N, 3) or
-(N, 6)), a raw S3DIS room folder, a prepared Area_N.h5 (every room), or a folder of those. Outputs per
+(N, 6)), a raw S3DIS room folder, a prepared Area_N.h5 (every room), or a folder of those (in the --out
+folder itself, the files named as outputs, *_pred.* and *_probs.npy, are not inputs). Outputs per
 scan: DIR/<name>_pred.npy (uint8 label per point) and DIR/<name>_pred.ply (points coloured by class, a
 `label` property); with --format also .las (classification), .txt (x y z r g b label) and .h5 (for
 `pointgeope viz`); with --probabilities DIR/<name>_probs.npy (float16 (N, 13)). An input that fails is
 reported in one line and the others are still predicted; the exit code is 2 when any failed. Stray points
 (not finite in float32, or farther than --max-extent, default 50 m, from the scan's median, after --scale)
 are left out of the network's input and labelled as their nearest kept point, counted in one warning per
-scan that says which --max-extent would keep them.
+scan that says which --max-extent would keep them. A scan is voted on over at most --max-fragments voxel
+fragments (one pass over the scan each; their number is the point count of the densest voxel, which
+repeated points make large): the run's eval.max_fragments, or when that is null (every fragment, as the
+s3dis configs evaluate) 100, with a warning when that cuts a scan. Overrides of eval.* (and of how the
+prediction runs, train.threads) may follow the inputs, as `evaluate` takes them.
 """
 from __future__ import annotations
 
 import argparse
 
-from pointgeope.constants import PREDICT_MAX_EXTENT
+from pointgeope.commands import split_overrides
+from pointgeope.constants import PREDICT_MAX_EXTENT, PREDICT_MAX_FRAGMENTS
 
 FORMATS = ("npy", "ply", "las", "txt", "h5")  # pointgeope.scans.outputs.FORMATS (kept light to import)
 HELP = "segment your own scans (ply, las, txt, npy, ...) with a trained model"
@@ -33,9 +40,23 @@ def _formats(text: str) -> tuple[str, ...]:
     return names
 
 
+def _fragments(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of fragments >= 1 or all, got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help="a fold folder RUN/area_K (its last.pt, or eval.checkpoint) or a CHECKPOINT.pt")
-    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="scan files or folders (see above)")
+    parser.add_argument("inputs", nargs="+", metavar="INPUT",
+                        help="scan files or folders (see above), then any section.key=value overrides")
+    parser.set_defaults(overrides=[])  # section.key=value after the options (commands.parse_args)
     parser.add_argument("--out", required=True, metavar="DIR", help="folder for the outputs")
     parser.add_argument("--format", type=_formats, default=("npy", "ply"), metavar="LIST",
                         help=f"outputs, comma-separated from {','.join(FORMATS)} (default npy,ply)")
@@ -45,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tta", action="store_true",
                         help="test-time views: the run's eval.tta, or 4 z-rotations x flip if it has none")
     parser.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda or cuda:N")
+    parser.add_argument("--max-fragments", type=_fragments, default=False, metavar="N|all",
+                        help="vote over at most N voxel fragments of a scan (default: the run's eval.max_fragments, "
+                             f"or {PREDICT_MAX_FRAGMENTS} where that is null)")
     parser.add_argument("--batch-points", type=int, default=None, metavar="N",
                         help="points per forward pass (default: the run's eval.batch_points)")
     parser.add_argument("--scale", type=float, default=1.0,
@@ -59,4 +83,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from pointgeope.engine.predict import predict_scans
 
+    args.inputs, overrides = split_overrides(args.inputs)
+    args.overrides = overrides + list(args.overrides)
     return predict_scans(args)

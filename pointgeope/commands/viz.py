@@ -14,7 +14,6 @@ with each class's IoU in this room when predictions are given, is printed to the
 from __future__ import annotations
 
 import argparse
-import sys
 
 from pointgeope.viz.colors import MODES
 from pointgeope.viz.scene import DEFAULT_MAX_POINTS
@@ -39,8 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"draw at most N points, a random sample (default {DEFAULT_MAX_POINTS:,}; 0: no cap)")
     parser.add_argument("--screenshot", metavar="PNG", help="render to this image without a window and exit")
     parser.add_argument("--ply", metavar="PLY", help="write the drawn points, coloured by --mode, as binary PLY")
-    parser.add_argument("--width", type=int, default=1280, help="image / window width in pixels (default 1280)")
-    parser.add_argument("--height", type=int, default=960, help="image / window height in pixels (default 960)")
+    parser.add_argument("--width", type=int, default=1280,
+                        help="image / window width in pixels, 8 to 16384 (default 1280)")
+    parser.add_argument("--height", type=int, default=960,
+                        help="image / window height in pixels, 8 to 16384 (default 960)")
     parser.add_argument("--point-size", type=float, default=2.0, help="point size in pixels (default 2)")
     parser.add_argument("--elevation", type=float, default=45.0,
                         help="camera angle above the floor in degrees (default 45; 90 = from the top)")
@@ -49,17 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pointgeope.h5 import SchemaError
+    from pointgeope.viz.show import check_options, list_rooms, show_room
 
-    if args.width < 8 or args.height < 8:
-        print(f"pointgeope viz: error: expected --width and --height >= 8, got {args.width}x{args.height}",
-              file=sys.stderr)
-        return 2
-    from pointgeope.viz.show import list_rooms, show_room
-
-    try:
-        return list_rooms(args.area, args.pred) if args.list else show_room(args)
-    except (ValueError, KeyError, FileNotFoundError, ImportError, RuntimeError, SchemaError, OSError) as err:
-        message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"pointgeope viz: error: {message}", file=sys.stderr)
-        return 2
+    check_options(args)  # mistakes of the input are UserErrors: one line, exit code 2 (pointgeope.errors)
+    return list_rooms(args.area, args.pred) if args.list else show_room(args)

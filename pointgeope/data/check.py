@@ -1,6 +1,8 @@
-"""Check the prepared area files of a fold before training or evaluating: every file opened, every room read.
+"""Check a prepared area file before any command uses it: every file opened, every room read.
 
-For each ``Area_N.h5`` (train and test areas alike), before the first epoch:
+:func:`check_area_file` is the one check of every command that reads area files: ``train`` (every area of
+the fold, before the first epoch), ``evaluate`` (the test areas), ``predict`` (an ``Area_N.h5`` input) and
+``viz``. For each file:
 
 - its checksum equals the one ``prepare`` wrote in ``manifest.json`` (when the manifest lists it): a file
   changed or damaged after prepare is refused by name;
@@ -8,7 +10,9 @@ For each ``Area_N.h5`` (train and test areas alike), before the first epoch:
 - it opens as HDF5 with this schema version, and holds at least one room;
 - each room has ``coord`` float32 ``(N, 3)``, ``color`` uint8 ``(N, 3)``, ``label`` uint8 ``(N,)``,
   ``instance`` int32 ``(N,)`` with ``N >= 1``, every coordinate finite, an extent within the limit the
-  file was prepared with (root attr ``max_extent``), and labels below ``num_classes``.
+  file was prepared with (root attr ``max_extent``), and labels below ``num_classes``. A scan's predictions
+  file (``predict --format h5``, opened by ``viz``) has no extent limit and 255 where its ground truth is
+  unknown.
 
 Any failure is a :class:`~pointgeope.h5.SchemaError` naming the file and the room.
 """
@@ -20,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.checksum import file_checksum
-from pointgeope.constants import NUM_CLASSES
-from pointgeope.h5 import ROOM_ARRAYS, SchemaError, area_max_extent, area_path, open_area
+from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
+from pointgeope.h5 import ROOM_ARRAYS, SchemaError, area_max_extent, area_path, is_scan_predictions, open_area
 
 _AGAIN = "run `pointgeope prepare` again"
 
@@ -36,8 +40,9 @@ def manifest_checksums(root: str | Path) -> dict[str, str]:
     return checksums if isinstance(checksums, dict) else {}
 
 
-def check_room(where: str, group, max_extent: float, num_classes: int) -> int:
-    """Check one room group (see the module docstring); returns its number of points."""
+def check_room(where: str, group, max_extent: float, num_classes: int, unlabelled: bool = False) -> int:
+    """Check one room group (see the module docstring); returns its number of points. ``unlabelled``: the
+    ignore label 255 is allowed too (a scan's predictions file, whose ground truth is unknown)."""
     missing = [key for key in ROOM_ARRAYS if key not in group]
     if missing:
         raise SchemaError(f"{where}: expected datasets {list(ROOM_ARRAYS)}, missing {missing}; {_AGAIN}")
@@ -58,7 +63,8 @@ def check_room(where: str, group, max_extent: float, num_classes: int) -> int:
     if extent.max() > max_extent:
         raise SchemaError(f"{where}: spans {extent.max():g} m, more than the {max_extent:g} m it was prepared "
                           f"with; {_AGAIN}")
-    top = int(group["label"][()].max())
+    label = group["label"][()]
+    top = int(label[label != IGNORE_LABEL].max(initial=0) if unlabelled else label.max())
     if top >= num_classes:
         raise SchemaError(f"{where}: label {top} found, expected labels below {num_classes}; {_AGAIN}")
     return n
@@ -72,8 +78,8 @@ def check_area(path: str | Path, checksum: str | None = None, num_classes: int =
                           f"prepare); {_AGAIN}")
     with open_area(path) as f:
         try:
-            max_extent = area_max_extent(f)
-            rooms = {name: check_room(f"{path}: room {name!r}", f[name], max_extent, num_classes) for name in f}
+            max_extent, scan = area_max_extent(f), is_scan_predictions(f)
+            rooms = {name: check_room(f"{path}: room {name!r}", f[name], max_extent, num_classes, scan) for name in f}
         except SchemaError:
             raise
         except (OSError, KeyError, ValueError, TypeError, AttributeError) as err:
@@ -84,11 +90,17 @@ def check_area(path: str | Path, checksum: str | None = None, num_classes: int =
     return rooms
 
 
+def check_area_file(path: str | Path, num_classes: int = NUM_CLASSES) -> dict[str, int]:
+    """:func:`check_area` of ``path``, against its checksum in the ``manifest.json`` beside it (when that
+    lists it): the check of every command that reads an area file."""
+    path = Path(path)
+    return check_area(path, manifest_checksums(path.parent).get(path.stem), num_classes)
+
+
 def check_areas(root: str | Path, areas: list[str] | tuple[str, ...],
                 num_classes: int = NUM_CLASSES) -> dict[str, dict[str, int]]:
-    """:func:`check_area` for each ``root/<area>.h5``, against the checksums of ``root/manifest.json``."""
-    checksums = manifest_checksums(root)
-    return {area: check_area(area_path(root, area), checksums.get(area), num_classes) for area in areas}
+    """:func:`check_area_file` of each ``root/<area>.h5``: room -> points by area."""
+    return {area: check_area_file(area_path(root, area), num_classes) for area in areas}
 
 
 def area_checksums(root: str | Path, areas: list[str] | tuple[str, ...]) -> dict[str, str]:

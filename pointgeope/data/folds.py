@@ -3,7 +3,9 @@
     {"version": 1,
      "folds": {"1": {"test": ["Area_1"], "train": ["Area_2", "Area_3", ...]}, ...}}
 
-Fold ``k`` tests on ``Area_k`` and trains on the other areas present in ``OUT``.
+Fold ``k`` tests on ``Area_k`` and trains on the other areas present in ``OUT``. An area is the name of
+its file in ``OUT`` (``OUT/<area>.h5``), never a path: ``../Area_1`` is refused, as it would be read
+outside ``OUT`` and its predictions written outside ``RUN/area_K/predictions``.
 """
 from __future__ import annotations
 
@@ -32,6 +34,9 @@ class Fold:
 def _area_list(value: object, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
         raise FoldsError(f"{where}: expected a list of area names, got {value!r}")
+    for area in value:
+        if area in ("", ".", "..") or "/" in area or "\\" in area:
+            raise FoldsError(f"{where}: expected area names of files in the data folder (Area_N), got {area!r}")
     return tuple(value)
 
 

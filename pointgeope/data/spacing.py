@@ -1,6 +1,7 @@
 """The typical distance between neighbouring points of a scan: a check that a scan is in metres.
 
-``median_spacing`` is the median distance from a point to its nearest other point. Above
+``median_spacing`` is the median distance from a point to its nearest other point, over the distinct
+points (a scan whose points are repeated, or resampled with repeats, has the spacing of its surface, not 0). Above
 ``max_points`` points it is measured on a slab of the cloud, the ``max_points`` points whose x is nearest
 the median x (``np.argpartition``, O(N)): inside the slab the density is the full cloud's, so the value
 does not depend on the size of the scan (a random subset would be sparser), and a 20M-point scan costs
@@ -19,18 +20,18 @@ from pointgeope.data.rooms import RoomStore, list_area_rooms
 
 
 def median_spacing(coord: np.ndarray, max_points: int = 200_000) -> float:
-    """Median nearest-neighbour distance of ``coord (N, 3)`` (see the module docstring); ``nan`` for
-    fewer than 2 points."""
+    """Median nearest-neighbour distance of the distinct points of ``coord (N, 3)`` (see the module
+    docstring); ``nan`` for fewer than 2 distinct points."""
     from pykdtree.kdtree import KDTree
 
     n = coord.shape[0]
-    if n < 2:
-        return float("nan")
     if n > max_points:
         x = np.asarray(coord[:, 0])
         lo = (n - max_points) // 2
         coord = np.take(coord, np.argpartition(x, (lo, lo + max_points - 1))[lo:lo + max_points], axis=0)
-    points = np.asarray(coord, dtype=np.float64)
+    points = np.unique(np.asarray(coord, dtype=np.float64), axis=0)
+    if points.shape[0] < 2:
+        return float("nan")
     points = points - points.min(axis=0)  # small values keep the KD-tree's distances precise
     dist, _ = KDTree(points).query(points, k=2)
     return float(np.median(dist[:, 1]))

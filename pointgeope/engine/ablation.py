@@ -11,15 +11,19 @@ data; the report (:func:`pointgeope.report.seeds.write_trials`, which the comman
 Everything is checked before the first trial starts (each trial's config, the fold, the data folder), so a
 mistake costs seconds. A rerun of the same command skips complete trials and resumes interrupted ones from
 their ``last.pt`` (``pointgeope train`` does both); a failed trial is named with its log and left out of
-the report, which says so. One ablation at a time per RUN (``RUN/.lock``). With ``jobs`` > 1 and no
+the report, which says so. Ctrl-C or SIGTERM stops the running trials as Ctrl-C stops a training (each
+keeps its ``last.pt``; the rerun resumes it) and starts no other. One ablation at a time per RUN
+(``RUN/.lock``). With ``jobs`` > 1 and no
 ``train.threads`` given, each trial gets ``cpu_count // jobs`` threads (two OpenMP threads per process on
 a machine whose cores are all taken stall badly).
 """
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +32,9 @@ from pathlib import Path
 
 from pointgeope.data.folds import load_folds
 from pointgeope.engine.config import load_config
-from pointgeope.errors import UserError
+from pointgeope.errors import UserError, stop_on_sigterm
 from pointgeope.lock import folder_lock
+from pointgeope.paths import inside
 
 __all__ = ["Trial", "plan", "ablate"]
 
@@ -75,21 +80,62 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     folds = load_folds(cfg.data.root)
     if test_area not in folds:
         raise UserError(f"--test-area {test_area}: {Path(cfg.data.root) / 'folds.json'} has folds {sorted(folds)}")
-    trials = [Trial(p, s, run_dir / p / f"seed_{s}") for p in presets for s in seeds]
+    trials = [Trial(p, s, inside(run_dir, run_dir / p / f"seed_{s}", f"--presets {p}", "--run-dir"))
+              for p in presets for s in seeds]
     for trial in trials:
         load_config(config, trial.overrides(common))                    # e.g. an unknown preset, named
     return trials, common
 
 
-def _run(trial: Trial, argv: list[str]) -> int:
+STOP_TIMEOUT_S = 60  # a trial stopped with SIGINT that has not ended by then is killed
+
+
+class _Running:
+    """The trials' processes while they run, each in its own session (so that a Ctrl-C at the terminal
+    reaches ablate alone, which stops them once), and their stop."""
+
+    def __init__(self):
+        self.lock, self.procs, self.stopped = threading.Lock(), set(), False
+
+    def run(self, argv: list[str], log) -> int | None:
+        """The exit code of ``argv`` run to its end, or ``None`` when the trials were stopped before."""
+        with self.lock:
+            if self.stopped:
+                return None
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            self.procs.add(proc)
+        code = proc.wait()
+        with self.lock:
+            self.procs.discard(proc)
+        return code
+
+    def stop(self) -> None:
+        """Start no other trial; stop each running one as Ctrl-C stops a training (SIGINT: its lock released,
+        its last.pt kept), killing one that has not ended after :data:`STOP_TIMEOUT_S`."""
+        with self.lock:
+            self.stopped, procs = True, list(self.procs)
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _run(trial: Trial, argv: list[str], running: _Running) -> int | None:
     """Run one trial's ``pointgeope train`` (``argv``), its output appended to ``folder/train.log``; prints
-    how it ended, returns its exit code."""
+    how it ended, returns its exit code (``None``: not started, the trials were stopped)."""
     trial.folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(trial.folder / "train.log", "a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(argv)}\n")
         log.flush()
-        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        code = running.run(argv, log)
+    if code is None:
+        return None
     state = "done" if code == 0 else f"FAILED (exit code {code}): {_last_line(trial.folder / 'train.log')}"
     print(f"{trial.name}: {state} in {time.perf_counter() - start:.0f} s ({trial.folder / 'train.log'})", flush=True)
     return code
@@ -98,6 +144,21 @@ def _run(trial: Trial, argv: list[str]) -> int:
 def _last_line(path: Path) -> str:
     lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
     return lines[-1].strip() if lines else ""
+
+
+def _run_all(trials: list[Trial], argvs: list[list[str]], jobs: int) -> list[int]:
+    """Each trial's exit code, ``jobs`` at a time; Ctrl-C or SIGTERM stops the running ones and starts no
+    other (:class:`_Running`), then goes on up (one line, exit code 130 or 143: ``run_command``)."""
+    running = _Running()
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
+        with stop_on_sigterm():
+            return list(pool.map(lambda job: _run(*job, running), zip(trials, argvs)))
+    except BaseException:
+        running.stop()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 Report = Callable[[list[tuple[str, int, Path]], str], object]
@@ -116,8 +177,7 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
               f"{jobs} at a time, in {run_dir}", flush=True)
         start = time.perf_counter()
         train = [sys.executable, "-m", "pointgeope", "train", "--config", str(config), "--test-area", str(test_area)]
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            codes = list(pool.map(lambda t: _run(t, train + t.overrides(common)), trials))
+        codes = _run_all(trials, [train + t.overrides(common) for t in trials], jobs)
         minutes = (time.perf_counter() - start) / 60
         header = (f"# Ablation: {', '.join(presets)} x seeds {', '.join(map(str, seeds))}, fold {test_area}\n\n"
                   + (f"Command: `{command}`\n\n" if command else "")

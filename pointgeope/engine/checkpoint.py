@@ -164,6 +164,32 @@ def config_differences(saved: dict, current: dict, prefix: str = "") -> list[tup
     return out
 
 
+def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None], root: str | Path, log) -> None:
+    """Refuse to use the checkpoint at ``path`` on other area files than it trained on, naming them.
+
+    Args:
+        saved: area -> checksum the checkpoint recorded (its ``"data"``; ``None`` in checkpoints written
+            before it: a warning through ``log``, nothing checked).
+        now: area -> checksum of the files the run reads now (``pointgeope.data.check.area_checksums``)
+            for the areas it reads: every area of the fold to resume (``None``: one the checkpoint trained
+            on that the fold no longer has), the test areas to evaluate.
+        root: the data folder the files are in, for the message.
+    """
+    if saved is None:
+        log(f"warning: {path} does not record the data it trained on (written by an older pointgeope); "
+            "using it without checking that")
+        return
+    differing = [a for a in sorted(now) if saved.get(a) != now[a]]
+    if differing:
+        def short(checksum: str | None) -> str:
+            return checksum[:19] + "..." if checksum else "nothing"
+
+        shown = "; ".join(f"{a}.h5 trained on {short(saved.get(a))}, now {short(now[a])}" for a in differing)
+        raise CheckpointError(f"{path} was trained on other data than {root} holds now ({shown}); restore the "
+                              "data it trained on (or set data.root to it); pointgeope train with --force "
+                              "retrains the fold from scratch")
+
+
 def load_model_state(model: torch.nn.Module, state: dict, path: str | Path) -> None:
     """``model.load_state_dict(state)`` with a shape or key mismatch reported against ``path``."""
     try:

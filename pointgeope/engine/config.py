@@ -13,7 +13,8 @@ and command-line overrides ``section.key=value`` (the value is parsed as a YAML 
 ``optim.lr=0.1``, ``model.planes=[16,32]``) are applied last. Every layer is checked on its own against the
 dataclasses, so an unknown key or a value of the wrong type is an error naming the file (or the override)
 and the key, with the closest known key as a suggestion, and every number is checked against its allowed
-range (:mod:`pointgeope.engine.config_values`, e.g. ``train.epochs: expected an integer >= 1, got 0``)::
+range, and the device and test-time scales their values (:mod:`pointgeope.engine.config_values`, e.g.
+``train.epochs: expected an integer >= 1, got 0``)::
 
     ConfigError: configs/s3dis/pt_geope.yaml: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?
 
@@ -32,7 +33,7 @@ import yaml
 
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
-from pointgeope.engine.config_values import agreement_problem, range_problem
+from pointgeope.engine.config_values import agreement_problem, value_problem
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
 
@@ -79,13 +80,14 @@ class OptimConfig:
 class TrainConfig:
     epochs: int = 100                       # passes over the training rooms (each data.loop times)
     seed: int = 0                           # seeds the weights and every sample's randomness (seed, epoch, index)
-    device: str = "auto"                    # auto (CUDA if present, else CPU) | cpu | cuda | cuda:1 ...
+    device: str = "auto"                    # auto (CUDA if present, else CPU) | cpu | cuda | cuda:1 ... (checked)
     threads: Optional[int] = None           # torch CPU threads per process (None: torch's default)
     amp: Literal["bf16", "fp16", "none"] = "none"  # mixed precision on CUDA (ignored on CPU); none: float32
     run_dir: str = "runs/default"           # where the folds are written: RUN/area_K/ (train.py --run-dir)
     val_every: int = 0                      # validate on the test area every n epochs (0: never); best.pt
     checkpoint_every: int = 0               # also save last.pt every n steps inside an epoch (0: epoch ends)
-    epochs_per_run: Optional[int] = None    # stop cleanly after n epochs in this invocation (job time limits)
+    epochs_per_run: Optional[int] = None    # stop cleanly after n >= 1 epochs in this invocation, over all its
+    #                                         folds (job time limits); the same command continues
     progress: bool = True                   # tqdm bars (rank 0, only on a TTY)
     ignore_index: int = IGNORE_LABEL        # the label skipped by the loss and by every metric (train, eval)
 
@@ -233,7 +235,7 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "") -> dict:
             out[key] = _check_mapping(value, tp, where, prefix=f"{name}.")
         else:
             out[key] = _coerce(value, tp, f"{where}: {name}")
-            problem = range_problem(out[key], name)
+            problem = value_problem(out[key], name)
             if problem:
                 raise ConfigError(f"{where}: {problem}")
     return out
@@ -251,7 +253,7 @@ def _merge(base: dict, top: dict) -> dict:
 
 def _checked(cfg: Config, where: str) -> Config:
     """``cfg`` once the keys that must agree with each other do (each key alone was checked as read)."""
-    problem = agreement_problem(cfg)
+    problem = agreement_problem(cfg.model)
     if problem:
         raise ConfigError(f"{where}: {problem}")
     return cfg
@@ -305,21 +307,27 @@ def parse_override(text: str) -> dict:
     return tree
 
 
+def _overridden(merged: dict, overrides: typing.Sequence[str], where: str) -> Config:
+    """The config of the checked mapping ``merged`` (read from ``where``) with ``section.key=value``
+    ``overrides`` applied last, each checked as it is read, then the whole."""
+    for text in overrides:
+        merged = _merge(merged, _check_mapping(parse_override(text), Config, f"override {text!r}"))
+    return _checked(_build(Config, merged), f"{where}{' with the overrides' if overrides else ''}")
+
+
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
     """The :class:`Config` of a YAML file (``None``: the defaults) with ``section.key=value`` overrides."""
     merged = _read_layers(Path(path)) if path is not None else {}
-    for text in overrides:
-        merged = _merge(merged, _check_mapping(parse_override(text), Config, f"override {text!r}"))
-    return _checked(_build(Config, merged),
-                    f"{path if path is not None else 'the defaults'}{' with the overrides' if overrides else ''}")
+    return _overridden(merged, overrides, str(path) if path is not None else "the defaults")
 
 
 def config_to_dict(cfg: Config) -> dict:
     return dataclasses.asdict(cfg)
 
 
-def config_from_dict(raw: dict, where: str = "config") -> Config:
-    return _checked(_build(Config, _check_mapping(raw, Config, where)), where)
+def config_from_dict(raw: dict, where: str = "config", overrides: typing.Sequence[str] = ()) -> Config:
+    """The :class:`Config` of a plain mapping (a checkpoint's), with ``section.key=value`` overrides."""
+    return _overridden(_check_mapping(raw, Config, where), overrides, where)
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

@@ -1,23 +1,27 @@
 """The allowed values of the run configuration (:mod:`pointgeope.engine.config`): the range of every
-numeric key, in one table, and the keys that must agree with each other.
+numeric key, in one table, the values of the few text and list keys that a type does not fix, and the
+model keys that must agree with each other.
 
-:mod:`pointgeope.engine.config` checks each layer (file, override, checkpoint) against :data:`RANGES` as it
-reads it, so that the error names the file or the override, then the merged config with
+:mod:`pointgeope.engine.config` checks each layer (file, override, checkpoint) with :func:`value_problem`
+as it reads it, so that the error names the file or the override, then the merged model section with
 :func:`agreement_problem`. Both return the problem as text (``None`` when there is none)::
 
     override 'train.epochs=0': train.epochs: expected an integer >= 1, got 0
+    override 'train.device=xyz': train.device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got 'xyz'
     configs/x.yaml with the overrides: model.blocks: expected one entry per stage, 2 as in model.planes ...
 
-A new numeric key of the config needs its entry here (a test checks that none is missing).
+A new numeric key of the config needs its entry here (a test checks that none is missing). This module
+reads values only: it imports nothing of the config (which imports it).
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pointgeope.engine.config import Config
+    from pointgeope.model.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -60,11 +64,32 @@ RANGES: dict[str, Range] = {
     "optim.lr": POSITIVE, "optim.momentum": Range(0, 1), "optim.weight_decay": AT_LEAST_0,
     "optim.milestones": Range(0, 1), "optim.gamma": POSITIVE, "optim.grad_clip": POSITIVE,
     "train.epochs": AT_LEAST_1, "train.seed": Range(0, 2**32 - 1), "train.threads": AT_LEAST_1,
-    "train.val_every": AT_LEAST_0, "train.checkpoint_every": AT_LEAST_0, "train.epochs_per_run": AT_LEAST_0,
+    "train.val_every": AT_LEAST_0, "train.checkpoint_every": AT_LEAST_0, "train.epochs_per_run": AT_LEAST_1,
     "train.ignore_index": Range(-(2**31), 255),
     "eval.tta.scales": POSITIVE, "eval.tta.rotations": AT_LEAST_1, "eval.batch_points": AT_LEAST_1,
     "eval.max_fragments": AT_LEAST_1,
 }
+
+
+# The devices a run (train.device) or a prediction (predict --device) can name: what the engine supports.
+DEVICES = "auto, cpu, cuda or cuda:N (cuda:N: GPU N)"
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def device_problem(value: str, name: str = "train.device") -> str | None:
+    """What is wrong with the device name ``value`` of option or key ``name``, or ``None``: one of
+    :data:`DEVICES` (whether CUDA is there is known when the run starts: ``distributed.choose_device``)."""
+    return None if _DEVICE.fullmatch(value) else f"{name}: expected {DEVICES}, got {value!r}"
+
+
+def value_problem(value: Any, name: str) -> str | None:
+    """What is wrong with ``value`` of key ``name`` alone (its type already checked), or ``None``: a number
+    outside its range, a device the engine does not know, no test-time scale."""
+    if name == "train.device":
+        return device_problem(value, name)
+    if name == "eval.tta.scales" and not value:
+        return "eval.tta.scales: expected at least one scale, got []"
+    return range_problem(value, name)
 
 
 def range_problem(value: Any, name: str) -> str | None:
@@ -81,10 +106,9 @@ def range_problem(value: Any, name: str) -> str | None:
     return None
 
 
-def agreement_problem(cfg: Config) -> str | None:
-    """What is wrong between keys that must agree, or ``None``: one entry per network stage in each model
-    list, the first stage unstrided, each width divisible by ``model.share_planes``, a TTA scale."""
-    m = cfg.model
+def agreement_problem(m: ModelConfig) -> str | None:
+    """What is wrong between the model keys that must agree, or ``None``: one entry per network stage in
+    each model list, the first stage unstrided, each width divisible by ``model.share_planes``."""
     for key in ("blocks", "strides", "neighbours", "decoder_blocks"):
         value = getattr(m, key)
         if len(value) != len(m.planes):
@@ -95,6 +119,4 @@ def agreement_problem(cfg: Config) -> str | None:
     for i, width in enumerate(m.planes):
         if width % m.share_planes:
             return f"model.planes[{i}]: expected a multiple of model.share_planes ({m.share_planes}), got {width}"
-    if not cfg.eval.tta.scales:
-        return "eval.tta.scales: expected at least one scale, got []"
     return None

@@ -12,6 +12,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from pointgeope.engine.config_values import device_problem
+from pointgeope.errors import UserError
+
+
+class DeviceError(UserError, RuntimeError):
+    """A device name the engine does not know, or one this machine does not have."""
+
 
 @dataclass(frozen=True)
 class DistEnv:
@@ -29,16 +36,27 @@ class DistEnv:
         return self.world_size > 1
 
 
-def choose_device(preference: str, local_rank: int = 0) -> torch.device:
-    """``auto``: ``cuda:<local_rank>`` when CUDA is available, else the CPU; anything else as given."""
+def choose_device(preference: str, local_rank: int = 0, option: str = "train.device") -> torch.device:
+    """The device of ``preference`` (``train.device``, or the command-line ``option`` that names one):
+    ``auto`` is ``cuda:<local_rank>`` when CUDA is available, else the CPU; ``cuda`` is
+    ``cuda:<local_rank>``. A :class:`DeviceError` for a name outside
+    :data:`~pointgeope.engine.config_values.DEVICES` or a GPU this machine does not have."""
+    problem = device_problem(preference, option)
+    if problem:
+        raise DeviceError(problem)
     if preference == "auto":
         return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     device = torch.device(preference)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"train.device={preference!r} but CUDA is not available here; use auto or cpu")
-        if device.index is None:
-            device = torch.device("cuda", local_rank)
+    if device.type != "cuda":
+        return device
+    named, other = ((f"{option} {preference}", f"{option} cpu (or auto)") if option.startswith("--")
+                    else (f"{option}={preference!r}", "auto or cpu"))
+    if not torch.cuda.is_available():
+        raise DeviceError(f"{named} but CUDA is not available here; use {other}")
+    device = device if device.index is not None else torch.device("cuda", local_rank)
+    count = torch.cuda.device_count()
+    if device.index >= count:
+        raise DeviceError(f"{named}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
     return device
 
 

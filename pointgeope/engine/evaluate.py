@@ -48,14 +48,15 @@ from torch_geometric.data import Data
 
 from pointgeope.atomic import writable_folder
 from pointgeope.constants import CLASS_NAMES
-from pointgeope.data.folds import load_folds
+from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.dataset import room_sample
+from pointgeope.data.folds import load_folds
 from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
 from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.prefetch import Prefetch
-from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, stack
+from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, stack
 from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
@@ -108,14 +109,11 @@ class _Layout:
         self.first = None   # VoxelGroups of the first view
 
 
-def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, limit: int, spec,
-                  pin: bool, layout: _Layout, show_progress: bool) -> Iterator[PieceBatch]:
-    """The pieces of every view of the room (module docstring), stacked in their order into batches of at
-    most ``limit`` points (a piece over it alone), with their hierarchy by ``spec`` unless None; fills
+def _room_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, layout: _Layout,
+                 show_progress: bool) -> Iterator[tuple[np.ndarray, Data]]:
+    """``(room index, Data)`` of every piece of every view of the room, in order (module docstring); fills
     ``layout``."""
     to_data = ToData(height=cfg.data.height, color=cfg.data.color)
-    pending: list[tuple[np.ndarray, Data]] = []
-    points = 0
     for v, (scale, flip, angle) in enumerate(tta_views(cfg.eval.tta)):
         rng = np.random.default_rng([seed, v])
         room = room_sample(view_coord(np.asarray(coord, dtype=np.float32), scale, flip, angle), color,
@@ -127,13 +125,16 @@ def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, 
         used = len(fragments) if cfg.eval.max_fragments is None else min(len(fragments), cfg.eval.max_fragments)
         pieces = room_pieces(room, fragments, cfg.data.voxel_max, rng, max_fragments=used)
         for index, piece in progress(pieces, show_progress, desc=f"view {v + 1} fragments"):
-            if pending and points + index.shape[0] > limit:
-                yield stack(pending, spec, pin)
-                pending, points = [], 0
-            pending.append((index, to_data(piece)))
-            points += index.shape[0]
-    if pending:
-        yield stack(pending, spec, pin)
+            yield index, to_data(piece)
+
+
+def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, limit: int, spec,
+                  pin: bool, layout: _Layout, show_progress: bool) -> Iterator[PieceBatch]:
+    """The room's pieces (:func:`_room_pieces`) packed in their order into batches of at most ``limit``
+    points (:func:`~pointgeope.engine.vote_batches.packed`), with their hierarchy by ``spec`` unless None."""
+    pieces = _room_pieces(coord, color, cfg, seed, layout, show_progress)
+    for group in packed(pieces, lambda piece: piece[0].shape[0], limit):
+        yield stack(group, spec, pin)
 
 
 def pipelined(device: torch.device) -> bool:
@@ -262,8 +263,10 @@ def _json_number(x: float):
 
 
 def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -> dict:
-    """Predict every point of the fold's test area(s), write predictions and ``metrics.json``."""
-    from pointgeope.engine.checkpoint import fold_progress, load_checkpoint, load_model_state
+    """Predict every point of the fold's test area(s), write predictions and ``metrics.json``. The test
+    area files are checked first, as training checks its areas (:func:`pointgeope.data.check.check_areas`),
+    and refused when they differ from those the checkpoint trained on (its recorded checksums)."""
+    from pointgeope.engine.checkpoint import check_data, fold_progress, load_checkpoint, load_model_state
     from pointgeope.engine.config import config_to_dict
 
     run = Path(run)
@@ -275,8 +278,11 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
     areas = list(folds[fold].test)
     ckpt_path = run / f"{cfg.eval.checkpoint}.pt"
     ckpt = load_checkpoint(ckpt_path, config_to_dict(cfg))
-    if env.is_main:
+    if env.is_main:  # the test areas as training checks its areas, and against what the checkpoint saw
+        check_areas(root, areas, cfg.model.num_classes)
+        check_data(ckpt_path, ckpt.get("data"), area_checksums(root, areas), root, log)
         writable_folder(run / "predictions", "predictions folder")  # before the long part
+    distributed.barrier()
     model = build.model(cfg).to(env.device)
     load_model_state(model, ckpt["model"], ckpt_path)
     trained = fold_progress(ckpt_path, ckpt)[0]

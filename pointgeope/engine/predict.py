@@ -24,12 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pointgeope.constants import PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT
+from pointgeope.constants import PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT, PREDICT_MAX_FRAGMENTS
 from pointgeope.data.spacing import median_spacing
 from pointgeope.engine import build
-from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info, load_checkpoint,
-                                          load_model_state, unfinished_warning)
-from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict
+from pointgeope.engine.distributed import choose_device
+from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info, config_differences,
+                                          load_checkpoint, load_model_state, unfinished_warning)
+from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, config_to_dict
 from pointgeope.engine.evaluate import room_seed, vote_room
 from pointgeope.errors import UserError
 from pointgeope.scans.scan import Scan, ScanError
@@ -45,13 +46,16 @@ class PredictError(UserError, ValueError):
 
 @dataclass
 class Predictor:
-    """A trained model ready to predict: network (eval mode), its config and ``"predict"`` metadata."""
+    """A trained model ready to predict: network (eval mode), its config and ``"predict"`` metadata;
+    ``default_cap``: the fragment cap when it is predict's default (:data:`PREDICT_MAX_FRAGMENTS`), which a
+    scan it cuts is warned about, else ``None``."""
 
     model: torch.nn.Module
     cfg: Config
     info: dict
     device: torch.device
     path: Path
+    default_cap: int | None = None
 
     @property
     def palette(self) -> np.ndarray:
@@ -82,41 +86,54 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
     return model / f"{which}.pt"
 
 
-def choose_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise PredictError(f"--device {name} but CUDA is not available here; use --device cpu (or auto)")
-    return torch.device(name)
+def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | None,
+                       max_fragments: int | None | bool, overrides: list[str]) -> tuple[Config, int | None]:
+    """The checkpoint's config with ``overrides`` (of eval.* and the free keys only: not of what the
+    network was trained with), adjusted for prediction (see :func:`load_predictor`); and the fragment cap
+    when it is predict's default."""
+    try:
+        trained = config_from_dict(ckpt["config"], where="its config")
+    except ConfigError as err:
+        raise CheckpointError(f"{path}: written by another version of pointgeope ({err})") from None
+    cfg = config_from_dict(ckpt["config"], where=f"{path}'s config", overrides=overrides)
+    for key, was, _ in config_differences(config_to_dict(trained), config_to_dict(cfg))[:1]:
+        given = next((t for t in overrides if key.startswith(t.partition("=")[0].strip())), key)
+        raise PredictError(f"override {given!r}: predict takes overrides of eval.* and of how it runs "
+                           "(train.threads, ...), not of what the network was trained with: "
+                           f"{key} is {was!r} in the checkpoint")
+    views = cfg.eval.tta
+    if not tta and not any(t.startswith("eval.tta") for t in overrides):
+        views = TTAConfig()
+    elif tta and views == TTAConfig():
+        views = DEFAULT_TTA
+    cap = cfg.eval.max_fragments if max_fragments is False else max_fragments
+    default_cap = PREDICT_MAX_FRAGMENTS if cap is None and max_fragments is False else None
+    ev = dataclasses.replace(cfg.eval, tta=views, batch_points=batch_points or cfg.eval.batch_points,
+                             max_fragments=default_cap or cap)
+    return dataclasses.replace(cfg, eval=ev), default_cap
 
 
 def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | None = None,
-                   tta: bool = False, batch_points: int | None = None) -> Predictor:
+                   tta: bool = False, batch_points: int | None = None, max_fragments: int | None | bool = False,
+                   overrides: list[str] = ()) -> Predictor:
     """The network of ``model`` (a run folder or a ``.pt``) on ``device``, its config adjusted for
-    prediction: without ``tta`` one view; with it the run's ``eval.tta``, or :data:`DEFAULT_TTA` if
-    that is a single view. Raises PredictError or CheckpointError."""
+    prediction: without ``tta`` one view (unless ``overrides`` set ``eval.tta``); with it the run's
+    ``eval.tta``, or :data:`DEFAULT_TTA` if that is a single view; at most ``max_fragments`` fragments
+    (``None``: all; ``False``, not given: the run's ``eval.max_fragments``, or
+    :data:`~pointgeope.constants.PREDICT_MAX_FRAGMENTS` where that is null). Raises PredictError or
+    CheckpointError."""
     path = checkpoint_path(model, checkpoint)
     ckpt = load_checkpoint(path)
     info = checkpoint_prediction_info(ckpt, path)
     warning = unfinished_warning(path, ckpt)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    try:
-        cfg = config_from_dict(ckpt["config"], where="its config")
-    except ConfigError as err:
-        raise CheckpointError(f"{path}: written by another version of pointgeope ({err})") from None
-    views = cfg.eval.tta
-    if not tta:
-        views = TTAConfig()
-    elif views == TTAConfig():
-        views = DEFAULT_TTA
-    ev = dataclasses.replace(cfg.eval, tta=views, batch_points=batch_points or cfg.eval.batch_points)
-    cfg = dataclasses.replace(cfg, eval=ev)
-    dev = choose_device(device)
+    cfg, default_cap = _prediction_config(ckpt, path, tta, batch_points, max_fragments, list(overrides))
+    dev = choose_device(device, option="--device")
     net = build.model(cfg).to(dev)
     load_model_state(net, ckpt["model"], path)
     net.eval()
-    return Predictor(net, cfg, info, dev, path)
+    return Predictor(net, cfg, info, dev, path, default_cap)
 
 
 def vote_probabilities(scores: np.ndarray, votes: np.ndarray, vote: str, chunk: int = 1 << 20) -> np.ndarray:
@@ -141,14 +158,15 @@ def vote_probabilities(scores: np.ndarray, votes: np.ndarray, vote: str, chunk: 
 
 
 def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float = 1.0, warn=print) -> None:
-    """Refuse a scan without colour for a colour model; warn when its spacing is far from training's."""
+    """Refuse a scan without colour for a colour model; warn when its spacing is far from training's (a scan
+    of fewer than 2 distinct points has none to compare)."""
     if predictor.uses_color and scan.color is None:
         raise ScanError(f"{scan.source}: has no colour, but {predictor.path} was trained with colour features "
                         f"([{' | '.join(predictor.info['features'])}]); train a geometry-only model "
                         "(data.color=false model.in_channels=3, features [xyz]) and predict with that")
     reference = predictor.info.get("spacing")
-    if reference:
-        spacing = median_spacing(coord)
+    spacing = median_spacing(coord) if reference else float("nan")  # nan: fewer than 2 distinct points
+    if np.isfinite(spacing):
         ratio = spacing / reference
         if not (1 / SPACING_FACTOR <= ratio <= SPACING_FACTOR):
             warn(f"warning: {scan.source}: median point spacing {spacing:.3g} (after --scale {scale:g}) is "
@@ -180,6 +198,11 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
                        seed=room_seed(predictor.cfg.train.seed, room), show_progress=progress)
     if (result.votes < 1).any():
         raise RuntimeError(f"{scan.source}: {(result.votes < 1).sum()} points got no prediction")
+    cap, fragments = predictor.default_cap, max(result.fragments)
+    if cap is not None and fragments > cap:
+        warn(f"warning: {scan.source}: its densest {predictor.cfg.data.grid_size:g} m voxel holds {fragments:,} "
+             f"points: predicted the first {cap} of its {fragments:,} fragments (predict's default cap; a point "
+             "they miss takes its voxel's votes); --max-fragments N or all to choose")
     scores, votes = result.scores, result.votes
     if any_stray:
         warn(describe_stray(scan.source, scan.coord, stray, scale, max_extent))
@@ -195,11 +218,21 @@ def _fail(message: str) -> None:
     print(f"pointgeope predict: error: {message}", file=sys.stderr, flush=True)
 
 
-def _unique_names(refs: list, errors: list[str]) -> list:
-    """The scans whose outputs no earlier scan writes; the others become errors."""
+def _checked_names(refs: list, args, errors: list[str]) -> list:
+    """The scans whose outputs lie inside ``args.out`` (:func:`~pointgeope.scans.outputs.output_path`) and
+    that no earlier scan writes; the others become errors."""
+    from pointgeope.paths import OutsideError
+    from pointgeope.scans.outputs import output_path
+
     first: dict[str, str] = {}
     keep = []
     for ref in refs:
+        try:
+            for fmt in args.format + ("probs",) * args.probabilities:
+                output_path(args.out, ref.name, fmt, ref.source)
+        except OutsideError as err:
+            errors.append(str(err))
+            continue
         if ref.name in first:
             errors.append(f"{ref.source}: its outputs would overwrite those of {first[ref.name]} (same name "
                           f"{ref.name!r}); predict it into another --out folder")
@@ -214,19 +247,24 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str]) -> i
     fails adds its message to ``errors`` and the next one goes on. Returns how many were written."""
     import time
 
-    from pointgeope.scans.outputs import write_outputs
+    from pointgeope.scans.outputs import check_formats, write_outputs
     from pointgeope.scans.sources import read_scan
 
     names = list(predictor.info["class_names"])
     done = 0
+
+    def warn(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
     for ref in refs:
         t0 = time.perf_counter()
         try:
             scan = read_scan(ref)
             for note in scan.meta.get("notes", [])[:20]:
                 print(f"note: {note}")
+            check_formats(scan, args.format, warn)
             pred, scores, votes = predict_scan(predictor, scan, args.scale, progress=True,
-                                               warn=lambda m: print(m, file=sys.stderr, flush=True),
+                                               warn=warn,
                                                max_extent=args.max_extent)
             probs = vote_probabilities(scores, votes, predictor.cfg.eval.vote) if args.probabilities else None
             del scores
@@ -258,15 +296,23 @@ def predict_scans(args) -> int:
     if not 0 < args.scale < float("inf") or (args.batch_points is not None and args.batch_points < 1):
         raise UserError(f"expected a finite --scale > 0 and --batch-points >= 1, got {args.scale} and {args.batch_points}")
     if not 0 < args.max_extent <= PREDICT_EXTENT_LIMIT:
-        raise UserError(f"expected --max-extent in (0, {PREDICT_EXTENT_LIMIT:g}] metres, got {args.max_extent:g}")
-    refs, errors = find_scans(args.inputs)
-    refs = _unique_names(refs, errors)
+        raise UserError(f"expected --max-extent in (0, {PREDICT_EXTENT_LIMIT:g}] metres, got {args.max_extent:.15g}")
+    skipped: list[Path] = []
+    refs, errors = find_scans(args.inputs, args.out, skipped)
+    if skipped:
+        print(f"note: {args.out}: {len(skipped)} file(s) named as this command's outputs "
+              f"({', '.join(p.name for p in skipped[:5])}{', ...' if len(skipped) > 5 else ''}) are not inputs "
+              "in --out", flush=True)
+    refs = _checked_names(refs, args, errors)
     for message in errors:
         _fail(message)
     if not refs:
         return 2
+    predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points,
+                               args.max_fragments, args.overrides)
+    if predictor.cfg.train.threads is not None:
+        torch.set_num_threads(predictor.cfg.train.threads)
     writable_folder(args.out, "--out folder")
-    predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points)
     print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
           f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
     with folder_lock(args.out):

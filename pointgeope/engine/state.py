@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from pointgeope.engine import distributed
-from pointgeope.engine.checkpoint import load_checkpoint, load_model_state, rng_state, save_checkpoint, set_rng_state
+from pointgeope.engine.checkpoint import (check_data, load_checkpoint, load_model_state, rng_state, save_checkpoint,
+                                          set_rng_state)
 from pointgeope.engine.runio import Log
-from pointgeope.errors import UserError
 
 
 @dataclass
@@ -101,22 +101,12 @@ class FoldCheckpoints:
         return state
 
     def _check_data(self, path: Path, saved: dict | None, log: Log) -> None:
-        """Refuse to resume on other area files than the checkpoint trained on, naming them."""
-        if self.data is None:
-            return
-        if saved is None:
-            log(f"warning: {path} does not record the data it trained on (written by an older pointgeope); "
-                "resuming without checking it")
-            return
-        differing = sorted(set(saved) | set(self.data), key=lambda a: (a not in self.data, a))
-        differing = [a for a in differing if saved.get(a) != self.data.get(a)]
-        if differing:
-            def short(checksum: str | None) -> str:
-                return checksum[:19] + "..." if checksum else "nothing"
-
-            shown = "; ".join(f"{a}.h5 trained on {short(saved.get(a))}, now {short(self.data.get(a))}" for a in differing)
-            raise UserError(f"{path} was trained on other data than {self.config['data']['root']} holds now "
-                            f"({shown}); --force retrains the fold from scratch, or restore the data it trained on")
+        """Refuse to resume on other area files than the checkpoint trained on (the fold's areas now, and
+        any it trained on that the fold no longer has), naming them."""
+        if self.data is not None:
+            areas = set(self.data) | set(saved or {})
+            now = {a: self.data.get(a) for a in areas}
+            check_data(path, saved, now, self.config["data"]["root"], log)
 
     def save(self, name: str, state: LoopState) -> None:
         """Write ``RUN/area_K/<name>`` on rank 0 with every rank's RNG state (collective: every rank

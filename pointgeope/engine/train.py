@@ -42,8 +42,9 @@ from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.folds import Fold, load_folds
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed
-from pointgeope.engine.checkpoint import config_differences, prediction_metadata
-from pointgeope.engine.config import Config, ConfigError, config_to_dict, load_config, save_config
+from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, fold_progress, load_checkpoint,
+                                          prediction_metadata)
+from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
 from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
@@ -58,8 +59,29 @@ class StopRun(Exception):
     """This invocation stops early on purpose (``train.epochs_per_run``); the same command continues it."""
 
 
-def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv) -> dict:
-    """Train (or resume) fold ``fold`` and evaluate it; returns the fold's metrics (every rank)."""
+class EpochBudget:
+    """The epochs this invocation may still train: ``train.epochs_per_run`` over all its folds (``None``:
+    no limit), so that a job sized for N epochs trains N whatever the folds. A fold whose last epoch is
+    trained is evaluated in the same invocation (an evaluation is not an epoch)."""
+
+    def __init__(self, epochs: int | None):
+        self.epochs, self.used = epochs, 0
+
+    @property
+    def spent(self) -> bool:
+        return self.epochs is not None and self.used >= self.epochs
+
+    def stop(self, log, where: str) -> None:
+        """Say that this invocation stops (``where``: what the same command continues), then stop it."""
+        log(f"stopping {where[0]}: {self.used} epoch(s) trained in this run (train.epochs_per_run={self.epochs}); "
+            f"the same command continues {where[1]}")
+        raise StopRun(where)
+
+
+def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv,
+               budget: EpochBudget | None = None) -> dict:
+    """Train (or resume) fold ``fold`` and evaluate it; returns the fold's metrics (every rank). Stops the
+    invocation (:class:`StopRun`) once ``budget`` is spent."""
     run, device = Path(cfg.train.run_dir) / f"area_{fold}", env.device
     test_areas, train_areas = list(folds[fold].test), list(folds[fold].train)
     log = Log(run / "log.txt" if env.is_main else None)
@@ -107,17 +129,15 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         writer = SummaryWriter(str(run / "tb"), purge_step=state.step)  # drops what a killed run logged later
         clouds = RoomClouds(writer, cfg.data.root, seed=cfg.train.seed)
 
-    epochs_this_run = 0
+    budget = budget or EpochBudget(cfg.train.epochs_per_run)
     while state.epoch < cfg.train.epochs:
-        if cfg.train.epochs_per_run is not None and epochs_this_run >= cfg.train.epochs_per_run:
-            log(f"stopping after {epochs_this_run} epoch(s) in this run (train.epochs_per_run); "
-                "the same command continues from last.pt")
-            raise StopRun(fold)
+        if budget.spent:
+            budget.stop(log, (f"in fold {fold} after epoch {state.epoch}", f"from {run / 'last.pt'}"))
         dataset.set_epoch(state.epoch)  # the augmentations of sample i are a function of (seed, epoch, i)
         sampler.set_epoch(state.epoch, skip_batches=state.batch, batch_size=build.per_rank_batch(cfg, env))
         meter = train_epoch(cfg, fold, state, learner, net, loader, steps_per_epoch, env, checkpoints, writer)
         end_epoch(cfg, state, learner, meter, test_areas, env, checkpoints, log, writer, clouds)
-        epochs_this_run += 1
+        budget.used += 1
 
     # The test area(s) at full resolution: every point predicted by voting over its fragments.
     metrics = evaluate_fold(run, cfg, env, log=log)
@@ -251,18 +271,25 @@ def fold_folder(run: Path, env: distributed.DistEnv):
 
 def complete_metrics(run: Path, cfg: Config) -> dict | None:
     """The metrics of a complete fold trained with ``cfg`` (free keys aside), ``None`` if the fold is not
-    complete; a :class:`UserError` naming the differing keys if it was trained with another config."""
+    complete; a :class:`UserError` naming the differing keys if it was trained with another config.
+
+    What was trained is read from the fold's ``last.pt`` (its config and epochs), never from ``config.yaml``,
+    which a user may edit: a fold whose ``metrics.json`` says complete but whose ``last.pt`` trained fewer
+    epochs than ``cfg`` asks is continued, and one without ``last.pt`` is refused."""
     if not fold_is_complete(run):
         return None
-    try:
-        saved = config_to_dict(load_config(run / "config.yaml"))
-    except ConfigError as err:
-        raise UserError(f"{run} is complete but its config cannot be read ({err}); --force retrains it") from None
-    diff = config_differences(saved, config_to_dict(cfg))
+    last = run / "last.pt"
+    if not last.is_file():
+        raise UserError(f"{run}: metrics.json says complete, but {last}, the record of what was trained, is "
+                        "missing; --force retrains the fold, or use another --run-dir")
+    ckpt = load_checkpoint(last)
+    diff = config_differences(checkpoint_config(ckpt, last), config_to_dict(cfg))
     if diff:
         shown = "; ".join(f"{k}: run {a!r}, now {b!r}" for k, a, b in diff[:8])
         raise UserError(f"{run} is complete with another config ({shown}); --force retrains it, or use "
                         "another --run-dir")
+    if fold_progress(last, ckpt)[0] < cfg.train.epochs:
+        return None
     return json.loads((run / "metrics.json").read_text())
 
 
@@ -290,7 +317,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
         wanted = list(folds)
     if env.is_main:  # before any work: a file, or a folder that cannot be written, is one line
         writable_folder(cfg.train.run_dir, "run folder (--run-dir, train.run_dir)")
-    results = []
+    results, budget = [], EpochBudget(cfg.train.epochs_per_run)
     for fold in wanted:
         run = Path(cfg.train.run_dir) / f"area_{fold}"
         with fold_folder(run, env):
@@ -300,10 +327,12 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
                     print(f"fold {fold}: {run / 'metrics.json'} is complete, skipped", flush=True)
                 results.append(metrics)
                 continue
+            if budget.spent:  # before the fold's set-up: nothing of it is done
+                budget.stop(lambda line: env.is_main and print(line, flush=True), (f"before fold {fold}", "with it"))
             if force and env.is_main:
                 clear_fold(run)
             distributed.barrier()
-            results.append(train_fold(cfg, fold, folds, env))
+            results.append(train_fold(cfg, fold, folds, env, budget))
     return results
 
 

@@ -1,6 +1,7 @@
 """The batches of a room's test-time pieces and the forward that adds their scores to the room's votes.
 
-:func:`stack` puts pieces (``(room index (n_i,), Data(pos, x))``) one after another into one forward's
+:func:`packed` is the one rule that groups pieces into batches (in their order, at most ``limit`` points
+each, a larger piece alone), for the batches first made and for those split again. :func:`stack` puts pieces (``(room index (n_i,), Data(pos, x))``) one after another into one forward's
 input, :class:`VoteSink` runs it and adds each piece's scores to its points::
 
     pos = [pos_1; pos_2; ...]   (M, 3)      offset = cumsum(n_i)   (B,)      M = sum n_i <= batch_points
@@ -10,7 +11,8 @@ input, :class:`VoteSink` runs it and adds each piece's scores to its points::
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -22,6 +24,26 @@ from pointgeope.model.ops.hierarchy import PointHierarchy
 
 CPU_BATCH_POINTS = 400_000      # eval.batch_points: null on the CPU
 CUDA_BATCH_POINTS = 1_600_000    # eval.batch_points: null on an accelerator (halved while it does not fit)
+
+
+T = TypeVar("T")
+
+
+def packed(items: Iterable[T], size: Callable[[T], int], limit: int) -> Iterator[list[T]]:
+    """Consecutive groups of ``items``, greedily in their order: an item joins the current group while the
+    group's total ``size`` stays within ``limit``, else starts the next one (an item over ``limit`` is a
+    group alone; no group is empty). Lazy: one group is held at a time."""
+    group: list[T] = []
+    total = 0
+    for item in items:
+        n = size(item)
+        if group and total + n > limit:
+            yield group
+            group, total = [], 0
+        group.append(item)
+        total += n
+    if group:
+        yield group
 
 
 class PieceBatch(NamedTuple):
@@ -52,15 +74,9 @@ def split(batch: PieceBatch, limit: int) -> list[PieceBatch]:
     sizes = [index.shape[0] for index in batch.index]
     if sum(sizes) <= limit:
         return [batch]
-    bounds, first, points = [], 0, 0   # (first piece, end piece) of each part, greedily as stack's caller
-    for k, size in enumerate(sizes):
-        if k > first and points + size > limit:
-            bounds.append((first, k))
-            first, points = k, 0
-        points += size
-    bounds.append((first, len(sizes)))
     out, rows = [], 0
-    for first, end in bounds:
+    for part in packed(range(len(sizes)), sizes.__getitem__, limit):   # piece numbers of each part
+        first, end = part[0], part[-1] + 1
         offset = torch.from_numpy(np.cumsum(sizes[first:end]))
         stop = rows + int(offset[-1])
         out.append(PieceBatch(batch.index[first:end], batch.pos[rows:stop], batch.x[rows:stop], offset, None))

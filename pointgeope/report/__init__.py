@@ -19,10 +19,26 @@ def default_out(runs: list[Path], names: list[str]) -> Path:
     return runs[0].resolve().parent / ("report_" + "_vs_".join(_slug(n) for n in names))
 
 
+def check_out(out: Path, runs: list[Path]) -> None:
+    """Refuse an ``--out`` that is, or lies inside, a fold folder ``RUN/area_K`` of a run: train and
+    evaluate write there (one writer per output folder)."""
+    from pointgeope.constants import AREAS
+    from pointgeope.report.runs import ReportError, fold_dir
+
+    target = Path(out).resolve()
+    for run in runs:
+        for k in range(1, len(AREAS) + 1):
+            fold = fold_dir(run, k)
+            if target == fold.resolve() or fold.resolve() in target.parents:
+                raise ReportError(f"--out {out}: inside the fold folder {fold}, which train and evaluate write; "
+                                  "give a folder outside the runs' fold folders (default: RUN/report)")
+
+
 def write_report(summaries, out: Path, digits: int = 1) -> list[Path]:
     """Write every output of the report into ``out``; returns the paths written, in order."""
-    from pointgeope.report import plots, tables
     from pointgeope.atomic import write_text_atomic as write_text
+    from pointgeope.paths import inside
+    from pointgeope.report import plots, tables
 
     out.mkdir(parents=True, exist_ok=True)
     written = [
@@ -34,7 +50,8 @@ def write_report(summaries, out: Path, digits: int = 1) -> list[Path]:
     slugs = [_slug(s.name) for s in summaries]
     for i, s in enumerate(summaries):
         slug = slugs[i] if slugs.count(slugs[i]) == 1 else f"{slugs[i]}_{i + 1}"
-        written.append(plots.confusion_heatmap(s, out / f"confusion_{slug}.png"))
+        path = inside(out, out / f"confusion_{slug}.png", f"run name {s.name!r}", "--out")
+        written.append(plots.confusion_heatmap(s, path))
     return written
 
 
@@ -54,6 +71,7 @@ def make_report(runs: list[Path], out: Path | None = None, names: list[str] | No
     if out.exists() and not out.is_dir():
         raise ReportError(f"--out {out}: expected a folder for the report, found a file; "
                           "give a folder name (it is created)")
+    check_out(out, runs)
     writable_folder(out, "report folder (--out)")  # before anything is written into it
     written = write_report(summaries, out, digits)
     print(tables.summary_markdown(summaries, digits))

@@ -118,6 +118,24 @@ def _load_json(path: Path) -> dict:
     return data
 
 
+def _confusion(value, path: Path) -> np.ndarray:
+    """The ``(C, C)`` counts of a metrics file's ``confusion``, checked entry by entry as JSON gives them (a
+    ``true`` would count as 1 in numpy); a ReportError naming the first bad entry, or a matrix of no point."""
+    c = len(CLASS_NAMES)
+    expected = f"expected 'confusion' as {c} x {c} non-negative integer counts"
+    if not (isinstance(value, list) and len(value) == c and all(isinstance(r, list) and len(r) == c for r in value)):
+        raise ReportError(f"{path}: {expected}, got shape {np.asarray(value, dtype=object).shape}")
+    for i, row in enumerate(value):
+        for j, x in enumerate(row):
+            if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2**62:
+                raise ReportError(f"{path}: {expected}, got {json.dumps(x)} at [{i}][{j}]")
+    confusion = np.asarray(value, dtype=np.int64)
+    if not confusion.any():
+        raise ReportError(f"{path}: 'confusion' counts no point; evaluate the fold again (pointgeope evaluate "
+                          "RUN/area_K)")
+    return confusion
+
+
 def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     """Read one ``metrics.json``; ``(None, reason)`` for an incomplete fold, a :class:`ReportError` for a bad file."""
     data = _load_json(path)
@@ -125,6 +143,9 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     if data.get("area", area) != area or int(data.get("fold", fold)) != fold:
         raise ReportError(f"{path}: expected the results of {area} (fold {fold}), "
                           f"got area={data.get('area')!r} fold={data.get('fold')!r}")
+    if not isinstance(data.get("complete", False), bool):  # "true" (a string) read as unfinished
+        raise ReportError(f"{path}: expected 'complete' true or false, got {json.dumps(data['complete'])}; "
+                          "evaluate the fold again (pointgeope evaluate RUN/area_K)")
     if data.get("complete") is not True:  # an evaluation of an interrupted training: flagged, never pooled
         trained, epochs = data.get("trained_epochs"), data.get("epochs")
         return None, f"unfinished: trained {trained} of {epochs} epochs" if epochs else "incomplete"
@@ -133,15 +154,11 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
         raise ReportError(f"{path}: expected class_names {list(CLASS_NAMES)}, got {names}")
     if "confusion" not in data:
         raise ReportError(f"{path}: expected a 'confusion' matrix, the file has keys {sorted(data)}")
-    confusion = np.asarray(data["confusion"])
-    c = len(CLASS_NAMES)
-    if confusion.shape != (c, c) or not np.issubdtype(confusion.dtype, np.integer) or (confusion < 0).any():
-        raise ReportError(f"{path}: expected 'confusion' as {c} x {c} non-negative integer counts, "
-                          f"got shape {confusion.shape} dtype {confusion.dtype}")
+    confusion = _confusion(data["confusion"], path)
     rule = data.get("class_mean", "present")
     if rule not in CLASS_MEANS:
         raise ReportError(f"{path}: expected 'class_mean' in {CLASS_MEANS}, got {rule!r}")
-    return FoldResult(area, fold, confusion.astype(np.int64), path, rule), ""
+    return FoldResult(area, fold, confusion, path, rule), ""
 
 
 def _class_mean(run: Path, folds: list[FoldResult], asked: str | None) -> str:

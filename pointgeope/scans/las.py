@@ -7,8 +7,12 @@ exceeds 255 (writers that store 8-bit values as they are), see ``scan.color_to_u
 
 Writing (``write_las``): LAS 1.2 point format 3 (GPS time and RGB, colour ``c * 257``), the predicted
 class in the ``classification`` field (0..12 in ``constants.CLASS_NAMES`` order, not the ASPRS codes;
-the class names are in a VLR ``pointgeope/classes``). Scales and offsets are the input LAS file's, else
-0.001 and the minimum (millimetres).
+the class names are in a VLR ``pointgeope/classes``). LAS stores a coordinate as the 32-bit integer
+``round((x - offset) / scale)``; :func:`las_scaling` takes the input LAS file's scales and offsets, else
+0.001 (millimetres) and the floor of the minimum, when every point fits them. When not (a stray point far
+from the others), the offset becomes the middle of the points and the step grows by powers of ten up to
+:data:`COARSEST_STEP` (1 cm: a span of 42,950 km, any point on Earth), said in one warning; a scan that
+even that cannot hold is refused before it is predicted.
 """
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ from pointgeope.atomic import atomic_path
 from pointgeope.scans.scan import Scan, ScanError, color_to_uint8
 
 EXTENSIONS = (".las", ".laz")
+INT32_MAX = 2**31 - 1
+COARSEST_STEP = 0.01  # metres: the coarsest scale chosen to fit the points (finer ones of the input kept)
 
 
 def _laspy(path: Path):
@@ -48,15 +54,46 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
     return Scan(name or path.stem, str(path), coord, color, meta=meta)
 
 
+def _fit(lo: np.ndarray, hi: np.ndarray, scales: np.ndarray, offsets: np.ndarray) -> bool:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool((np.abs(np.r_[(lo - offsets) / scales, (hi - offsets) / scales]) <= INT32_MAX - 1).all())
+
+
+def las_scaling(scan: Scan) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """``(scales (3,), offsets (3,), warning or None)`` of the LAS file of ``scan`` (see the module
+    docstring); a ScanError when no scale up to :data:`COARSEST_STEP` holds its points."""
+    lo, hi = scan.coord.min(axis=0), scan.coord.max(axis=0)
+    base = np.asarray(scan.meta.get("las_scales", [0.001] * 3), dtype=np.float64)
+    offsets = np.asarray(scan.meta.get("las_offsets", np.floor(lo)), dtype=np.float64)
+    if _fit(lo, hi, base, offsets):
+        return base, offsets, None
+    with np.errstate(over="ignore", invalid="ignore"):
+        offsets = np.floor(lo / 2 + hi / 2)
+        reach = np.maximum(hi - offsets, offsets - lo)
+        powers = np.maximum(np.ceil(np.log10(reach / (INT32_MAX - 1) / base)), 0)
+        scales = np.where(np.isfinite(powers), base * 10.0 ** np.minimum(powers, 400), np.inf)
+    limit = np.maximum(base, COARSEST_STEP)
+    for j, axis in enumerate("xyz"):
+        if not scales[j] <= limit[j] or not _fit(lo[j:j + 1], hi[j:j + 1], scales[j:j + 1], offsets[j:j + 1]):
+            raise ScanError(f"{scan.source}: --format las cannot hold its points: LAS stores coordinates as 32-bit "
+                            f"integers, {axis} spans {hi[j] - lo[j]:g} (at most {2**32 * limit[j]:g} in steps of "
+                            f"{limit[j]:g} m); predict it without las (--format npy), or remove the point(s) that far")
+    changed = [f"{axis} in steps of {scales[j]:g} m, not {base[j]:g} m" for j, axis in enumerate("xyz")
+               if scales[j] != base[j]]
+    warning = None if not changed else (
+        f"warning: {scan.source}: its LAS file stores {', '.join(changed)}: LAS coordinates are 32-bit integers, "
+        f"and its points span {', '.join(f'{hi[j] - lo[j]:g}' for j in range(3))} in x, y, z (stray points?)")
+    return scales, offsets, warning
+
+
 def write_las(path: str | Path, scan: Scan, color: np.ndarray, label: np.ndarray,
               class_names: list[str]) -> Path:
     """``scan``'s points with ``color uint8 (N, 3)`` and ``classification = label`` (see the module
-    docstring), atomically."""
+    docstring; the scales and offsets of :func:`las_scaling`), atomically."""
     path = Path(path)
     laspy = _laspy(path)
     header = laspy.LasHeader(point_format=3, version="1.2")
-    header.scales = np.asarray(scan.meta.get("las_scales", [0.001] * 3), dtype=np.float64)
-    header.offsets = np.asarray(scan.meta.get("las_offsets", np.floor(scan.coord.min(axis=0))), dtype=np.float64)
+    header.scales, header.offsets, _ = las_scaling(scan)
     header.vlrs.append(laspy.VLR(user_id="pointgeope", record_id=1, description="classes",
                                  record_data=",".join(class_names).encode("ascii")))
     las = laspy.LasData(header)

@@ -23,6 +23,7 @@ none), ``label`` uint8 (ground truth, 255 where unknown), ``instance`` int32 (0)
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -30,29 +31,69 @@ import numpy as np
 from pointgeope.atomic import atomic_path
 from pointgeope.constants import IGNORE_LABEL
 from pointgeope.h5 import write_scan_predictions
-from pointgeope.scans.scan import Scan
+from pointgeope.paths import inside
+from pointgeope.scans.scan import Scan, ScanError
 
 FORMATS = ("npy", "ply", "las", "txt", "h5")
 DEFAULT_FORMATS = ("npy", "ply")
+# The file names of the table above: never taken as inputs in the --out folder (a rerun into the folder of
+# its inputs would otherwise predict its own outputs).
+_OUTPUT_NAME = re.compile(rf".+_(pred\.({'|'.join(FORMATS)})|probs\.npy)")
 
 
-def output_path(out: str | Path, name: str, fmt: str) -> Path:
-    """``DIR/<name>_pred.<fmt>`` (``DIR/<name>_probs.npy`` for ``fmt="probs"``)."""
-    return Path(out) / (f"{name}_probs.npy" if fmt == "probs" else f"{name}_pred.{fmt}")
+def is_output_name(name: str) -> bool:
+    """Whether a file name is one that :func:`output_path` gives (``x_pred.ply``, ``x_probs.npy``)."""
+    return _OUTPUT_NAME.fullmatch(name) is not None
+
+
+def output_path(out: str | Path, name: str, fmt: str, source: str | None = None) -> Path:
+    """``DIR/<name>_pred.<fmt>`` (``DIR/<name>_probs.npy`` for ``fmt="probs"``), checked to lie inside
+    ``DIR`` (:func:`pointgeope.paths.inside`: an OutsideError naming ``source``, the input, otherwise)."""
+    path = Path(out) / (f"{name}_probs.npy" if fmt == "probs" else f"{name}_pred.{fmt}")
+    return inside(out, path, source or name, "--out")
 
 
 def _coord_properties(coord: np.ndarray) -> list[tuple[str, np.ndarray]]:
     """``x y z`` as float32 where that keeps every value exactly, else float64."""
-    single = coord.astype(np.float32)
+    with np.errstate(over="ignore"):  # a value beyond float32 (a stray point): not kept, so float64
+        single = coord.astype(np.float32)
     keep = single if np.array_equal(single, coord) else coord
     return [(axis, np.ascontiguousarray(keep[:, j])) for j, axis in enumerate("xyz")]
 
 
+def _h5_coord(scan: Scan) -> tuple[np.ndarray, np.ndarray]:
+    """``(origin (3,), coord float32 (N, 3))`` of the h5 file; a ScanError when float32 cannot hold a point."""
+    origin = np.floor(scan.coord.min(axis=0))
+    with np.errstate(over="ignore"):
+        coord = (scan.coord - origin).astype(np.float32)
+    beyond = ~np.isfinite(coord).all(axis=1)
+    if beyond.any():
+        first = int(np.flatnonzero(beyond)[0])
+        raise ScanError(f"{scan.source}: --format h5 cannot hold its points: it stores coordinates as float32 "
+                        f"from the scan's minimum, and point {first} ({' '.join(f'{v:g}' for v in scan.coord[first])}) "
+                        "is beyond it; predict it without h5 (--format npy,ply), or remove the point(s) that far")
+    return origin, coord
+
+
+def check_formats(scan: Scan, formats: tuple[str, ...], warn=print) -> None:
+    """Before a scan is predicted: a ScanError if a format of ``formats`` cannot hold its coordinates
+    (``las``: :func:`~pointgeope.scans.las.las_scaling`, ``h5``: float32), and ``warn`` where LAS holds
+    them in coarser steps than asked."""
+    if "las" in formats:
+        from pointgeope.scans.las import las_scaling
+
+        warning = las_scaling(scan)[2]
+        if warning:
+            warn(warning)
+    if "h5" in formats:
+        _h5_coord(scan)
+
+
 def write_h5(path: Path, scan: Scan, pred: np.ndarray, class_names: list[str]) -> None:
     """The h5 file of the module docstring."""
-    origin = np.floor(scan.coord.min(axis=0))
+    origin, coord = _h5_coord(scan)
     n = len(scan)
-    arrays = {"coord": (scan.coord - origin).astype(np.float32),
+    arrays = {"coord": coord,
               "color": scan.color if scan.color is not None else np.zeros((n, 3), np.uint8),
               "label": scan.label if scan.label is not None else np.full(n, IGNORE_LABEL, np.uint8),
               "instance": np.zeros(n, np.int32)}
@@ -76,7 +117,7 @@ def write_outputs(out: str | Path, scan: Scan, pred: np.ndarray, formats: tuple[
     own = scan.color if scan.color is not None else colors
     written = []
     for fmt in formats:
-        path = output_path(out, scan.name, fmt)
+        path = output_path(out, scan.name, fmt, scan.source)
         if fmt == "npy":
             with atomic_path(path) as tmp:
                 np.save(tmp, pred)
@@ -94,7 +135,7 @@ def write_outputs(out: str | Path, scan: Scan, pred: np.ndarray, formats: tuple[
             raise ValueError(f"expected output formats from {', '.join(FORMATS)}, got {fmt!r}")
         written.append(path)
     if probs is not None:
-        path = output_path(out, scan.name, "probs")
+        path = output_path(out, scan.name, "probs", scan.source)
         with atomic_path(path) as tmp:
             np.save(tmp, probs.astype(np.float16))
         written.append(path)

@@ -7,24 +7,32 @@ An input is, by what it is:
 ``*.las`` ``*.laz``                LAS / LAZ through laspy (``las.py``)
 ``*.txt .xyz .pts .csv``           ``x y z [r g b ...]`` text (``text.py``)
 ``*.npy``                          ``(N, 3)`` or ``(N, 6)`` numbers, ``x y z [r g b]``
-``Area_N.h5`` (prepared)           every room of it, named ``Area_N/<room>`` (with its ground truth)
+``Area_N.h5`` (prepared)           every room of it, named ``Area_N/<room>`` (with its ground truth),
+                                   once checked as training checks it (``pointgeope.data.check``)
 a raw S3DIS room folder            ``<room>/Annotations/*.txt`` parsed as ``pointgeope prepare`` does, in
                                    the same point order (with its ground truth), named ``<room>``
 any other folder                   its files of the kinds above (named by their stem) and its raw room
                                    sub-folders (named ``<folder>/<room>``, e.g. ``Area_1/office_1``)
 =================================  ====================================================================
 
+Names come from the input's absolute path (``os.path.abspath``: ``.`` is the current folder's name, ``..``
+its parent's), never from the path as typed; a name that would still put an output outside ``--out``
+(a file named ``...h5``) is refused by ``outputs.output_path``.
+
 :func:`find_scans` only lists (cheap); :func:`read_scan` reads one scan at a time, so a call over many
 large files holds one of them in memory.
 """
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from pointgeope.scans.las import EXTENSIONS as LAS_EXTENSIONS
+from pointgeope.scans.outputs import is_output_name
 from pointgeope.scans.scan import Scan, ScanError, checked_scan, color_to_uint8
 from pointgeope.scans.text import EXTENSIONS as TEXT_EXTENSIONS
 
@@ -51,29 +59,62 @@ def _is_raw_room(folder: Path) -> bool:
     return (folder / "Annotations").is_dir()
 
 
+def _absolute(path: Path) -> Path:
+    """``path`` made absolute with ``.`` and ``..`` taken (symbolic links kept): where its name comes from."""
+    return Path(os.path.abspath(path))
+
+
 def _refs_of_file(path: Path) -> list[ScanRef]:
     kind = KINDS.get(path.suffix.lower())
     if kind is None:
         raise ScanError(f"{path}: unknown extension {path.suffix!r}; expected one of "
                         f"{', '.join(sorted(KINDS))}, a raw S3DIS room folder or a folder of such files")
+    stem = _absolute(path).stem
     if kind != "h5":
-        return [ScanRef(path, kind, path.stem)]
-    from pointgeope.h5 import list_rooms
+        return [ScanRef(path, kind, stem)]
+    from pointgeope.data.check import check_area_file
+    from pointgeope.h5 import SchemaError
 
     try:
-        rooms = list_rooms(path)
+        rooms = check_area_file(path)  # as training checks its areas: schema, checksum, every room
+    except SchemaError as err:
+        raise ScanError(str(err)) from None
     except (OSError, ValueError, KeyError) as err:
         raise ScanError(f"{path}: expected a prepared area file (pointgeope prepare): {err}") from None
-    return [ScanRef(path, "h5", f"{path.stem}/{room}", room) for room in rooms]
+    return [ScanRef(path, "h5", f"{stem}/{room}", room) for room in rooms]
 
 
-def _refs_of_folder(folder: Path, errors: list[str]) -> list[ScanRef]:
+def _outputs_here(folder: Path, out: Path | None) -> bool:
+    """Whether ``folder`` is the ``--out`` folder, whose files named as outputs are not inputs."""
+    return out is not None and out.is_dir() and folder.is_dir() and folder.samefile(out)
+
+
+def _not_a_file(path: Path) -> str:
+    """What ``path``, which names no regular file or folder, is instead, for messages."""
+    if path.is_symlink() and not path.exists():
+        return f"a symbolic link to nothing ({os.readlink(path)})"
+    if not path.exists():
+        return "nothing"
+    mode = path.stat().st_mode
+    kinds = {stat.S_ISFIFO: "a FIFO (named pipe)", stat.S_ISSOCK: "a socket", stat.S_ISCHR: "a character device",
+             stat.S_ISBLK: "a block device"}
+    return next((text for test, text in kinds.items() if test(mode)), "not a regular file")
+
+
+def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: list[Path]) -> list[ScanRef]:
+    name = _absolute(folder).name  # "" for the root folder "/"
     if _is_raw_room(folder):
-        return [ScanRef(folder, "raw", folder.name)]
+        return [ScanRef(folder, "raw", name)]
     entries = sorted(folder.iterdir())
-    refs = [ScanRef(p, "raw", f"{folder.name}/{p.name}") for p in entries if p.is_dir() and _is_raw_room(p)]
-    files = [p for p in entries if p.is_file() and p.suffix.lower() in KINDS]
+    refs = [ScanRef(p, "raw", f"{name}/{p.name}".lstrip("/")) for p in entries if p.is_dir() and _is_raw_room(p)]
+    if _outputs_here(folder, out):
+        skipped += [p for p in entries if is_output_name(p.name)]
+        entries = [p for p in entries if not is_output_name(p.name)]
+    files = [p for p in entries if p.suffix.lower() in KINDS and not p.is_dir()]
     for path in files:
+        if not path.is_file():  # a dangling link, a FIFO (reading it would wait forever), a device
+            errors.append(f"{path}: expected a scan file, found {_not_a_file(path)}")
+            continue
         try:
             refs += _refs_of_file(path)
         except ScanError as err:
@@ -84,19 +125,26 @@ def _refs_of_folder(folder: Path, errors: list[str]) -> list[ScanRef]:
     return refs
 
 
-def find_scans(inputs: list[str | Path]) -> tuple[list[ScanRef], list[str]]:
+def find_scans(inputs: list[str | Path], out: str | Path | None = None,
+               skipped: list[Path] | None = None) -> tuple[list[ScanRef], list[str]]:
     """``(scans, errors)``: every scan the inputs name, in order, and one message per input that names
-    none (missing, unknown extension, unreadable area file, folder without scans)."""
+    none (missing, unknown extension, unreadable area file, folder without scans). Files of the ``out``
+    folder named as ``predict``'s outputs (``outputs.is_output_name``) are left out and added to
+    ``skipped``: a rerun into the folder of its inputs predicts the same scans."""
     refs: list[ScanRef] = []
     errors: list[str] = []
+    out = None if out is None else Path(out)
+    skipped = [] if skipped is None else skipped
     for item in map(Path, inputs):
         try:
             if item.is_dir():
-                refs += _refs_of_folder(item, errors)
+                refs += _refs_of_folder(item, errors, out, skipped)
             elif item.is_file():
                 refs += _refs_of_file(item)
-            else:
+            elif not item.exists() and not item.is_symlink():
                 raise ScanError(f"{item}: expected a scan file or folder, found nothing")
+            else:
+                raise ScanError(f"{item}: expected a scan file, found {_not_a_file(item)}")
         except ScanError as err:
             errors.append(str(err))
     return refs, errors

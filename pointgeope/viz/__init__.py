@@ -11,4 +11,13 @@ The pure parts are plain numpy and are tested without Open3D:
 
 Only :mod:`~pointgeope.viz.render` imports Open3D, and only inside its functions;
 :mod:`~pointgeope.viz.show` is what ``pointgeope viz`` does (its options: ``pointgeope/commands/viz.py``).
+A mistake of the user's input is a :class:`VizError` (or ``render``'s ``DisplayError`` and
+``Open3DMissing``): one line and exit code 2 through :func:`pointgeope.errors.run_command`, as every
+command reports them.
 """
+from pointgeope.errors import UserError
+
+
+class VizError(UserError, ValueError):
+    """An input of the viewer that cannot be shown: an option out of its range, a room the file does not
+    hold, predictions that do not fit the room."""

@@ -28,6 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The image sides (pixels) the renderer can make: OpenGL's viewport and renderbuffer limit of Mesa's
+# llvmpipe (the headless software renderer) and of common GPU drivers is 16384 (GL_MAX_VIEWPORT_DIMS),
+# and X windows end at 32767 (a 100000-pixel window was an X BadValue, 20000 a segmentation fault).
+MIN_IMAGE_SIDE, MAX_IMAGE_SIDE = 8, 16384
+
 
 @dataclass(frozen=True)
 class Camera:
@@ -111,8 +116,9 @@ def fit_camera(coord: np.ndarray, width: int, height: int, elevation: float = 45
     coord = np.asarray(coord, dtype=np.float64)
     if coord.ndim != 2 or coord.shape[1] != 3 or coord.shape[0] == 0:
         raise ValueError(f"expected a non-empty coord of shape (N, 3), got {coord.shape}")
-    if width < 8 or height < 8:
-        raise ValueError(f"expected an image of at least 8x8 pixels, got {width}x{height}")
+    if not (MIN_IMAGE_SIDE <= width <= MAX_IMAGE_SIDE and MIN_IMAGE_SIDE <= height <= MAX_IMAGE_SIDE):
+        raise ValueError(f"expected an image of at least 8x8 pixels and at most {MAX_IMAGE_SIDE} a side, got "
+                         f"{width}x{height}")
     if not 5.0 <= fov <= 90.0:
         raise ValueError(f"expected a field of view in [5, 90] degrees (Open3D's range), got {fov}")
     if not -90.0 <= elevation <= 90.0:

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from pointgeope.errors import UserError
+from pointgeope.viz import VizError
 from pointgeope.viz.camera import Camera
 
 INSTALL_HINT = ("install it with `pip install open3d` (on Debian/Ubuntu it also needs the system library "
@@ -35,12 +37,20 @@ XVFB_START_TIMEOUT_S = 20
 MODE_KEYS = {ord("1"): "rgb", ord("2"): "gt", ord("3"): "pred", ord("4"): "error"}
 
 
+class Open3DMissing(UserError, ImportError):
+    """Open3D, which the viewer's window and screenshots need, is not installed (or cannot load)."""
+
+
+class DisplayError(UserError, RuntimeError):
+    """No display, virtual X server or OpenGL context to draw in: the environment's, said with what to do."""
+
+
 def require_open3d():
     """``import open3d``, or an ``ImportError`` that says how to install it."""
     try:
         import open3d
     except (ImportError, OSError) as err:  # OSError: the wheel is there but libusb-1.0 is missing
-        raise ImportError(f"pointgeope viz needs Open3D, which could not be imported ({err}); "
+        raise Open3DMissing(f"pointgeope viz needs Open3D, which could not be imported ({err}); "
                           f"{INSTALL_HINT}") from err
     return open3d
 
@@ -71,7 +81,7 @@ def _start_xvfb(width: int, height: int) -> str:
     if not number.isdigit():
         proc.kill()
         proc.wait()
-        raise RuntimeError(f"Xvfb did not start within {XVFB_START_TIMEOUT_S} s (exit code {proc.poll()}); "
+        raise DisplayError(f"Xvfb did not start within {XVFB_START_TIMEOUT_S} s (exit code {proc.poll()}); "
                            f"{DISPLAY_HINT}")
     _XVFB.update(proc=proc, display=f":{number}", size=size)
     return _XVFB["display"]
@@ -173,7 +183,7 @@ def render_image(coord: np.ndarray, colors: np.ndarray, camera: Camera, point_si
         vis = o3d.visualization.Visualizer()
         if not vis.create_window(window_name="pointgeope", width=camera.width, height=camera.height,
                                  visible=False):
-            raise RuntimeError(f"Open3D could not open an OpenGL context (DISPLAY={os.environ.get('DISPLAY')!r}); "
+            raise DisplayError(f"Open3D could not open an OpenGL context (DISPLAY={os.environ.get('DISPLAY')!r}); "
                                f"{DISPLAY_HINT}")
         try:
             vis.add_geometry(_point_cloud(o3d, coord, colors))
@@ -185,7 +195,7 @@ def render_image(coord: np.ndarray, colors: np.ndarray, camera: Camera, point_si
         finally:
             vis.destroy_window()
     if buffer.shape != (camera.height, camera.width, 3):
-        raise RuntimeError(f"Open3D returned an image of shape {buffer.shape}, expected "
+        raise DisplayError(f"Open3D returned an image of shape {buffer.shape}, expected "
                            f"({camera.height}, {camera.width}, 3); is the screen smaller than the window?")
     return np.clip(np.rint(buffer * 255.0), 0, 255).astype(np.uint8)
 
@@ -200,10 +210,10 @@ def check_image_path(path) -> None:
     path = Path(path)
     known = sorted({ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.SAVE})  # loads plugins
     if path.is_dir() or str(path).endswith(("/", os.sep)):
-        raise ValueError(f"--screenshot {path}: expected an image file name such as {path / 'view.png'}, "
+        raise VizError(f"--screenshot {path}: expected an image file name such as {path / 'view.png'}, "
                          "got a folder")
     if path.suffix.lower() not in known:
-        raise ValueError(f"--screenshot {path}: expected an image file name ending in .png (or "
+        raise VizError(f"--screenshot {path}: expected an image file name ending in .png (or "
                          f"{', '.join(e for e in known if e in ('.jpg', '.bmp', '.tif', '.webp'))}), "
                          f"got {path.suffix or 'no suffix'!r}")
 
@@ -241,12 +251,12 @@ def show(coord: np.ndarray, colors_by_mode: dict[str, np.ndarray], mode: str, ca
     """Open a window on the points, coloured by ``mode``; keys 1..4 switch modes. Blocks until closed."""
     o3d = require_open3d()
     if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        raise RuntimeError("the viewer window needs a display (DISPLAY is not set); use --screenshot PNG "
+        raise DisplayError("the viewer window needs a display (DISPLAY is not set); use --screenshot PNG "
                            "to render without one, or run on a desktop / over `ssh -X`")
     with _environ(**_runtime_dir()):
         vis = o3d.visualization.VisualizerWithKeyCallback()
         if not vis.create_window(window_name=title, width=camera.width, height=camera.height):
-            raise RuntimeError(f"Open3D could not open a window on DISPLAY={os.environ.get('DISPLAY')!r}")
+            raise DisplayError(f"Open3D could not open a window on DISPLAY={os.environ.get('DISPLAY')!r}")
         try:
             pcd = _point_cloud(o3d, coord, colors_by_mode[mode])
             vis.add_geometry(pcd)

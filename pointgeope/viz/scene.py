@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.constants import NUM_CLASSES
+from pointgeope.viz import VizError
 from pointgeope.viz.select import cap_indices, keep_mask, voxel_representatives
 
 # Drawn by default at most (a seeded random sample above). Measured here: 2M points took 8 s per frame
@@ -66,10 +67,10 @@ def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = N
         pred = np.asarray(read_predictions(pred_path, room))
         n = data["label"].shape[0]
         if pred.shape != (n,):
-            raise ValueError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, expected "
+            raise VizError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, expected "
                              f"({n},) to match {area_path}; are they from the same prepared data?")
         if pred.size and (pred.min() < 0 or pred.max() >= NUM_CLASSES):
-            raise ValueError(f"{pred_path}: room {room!r} has predicted labels outside 0..{NUM_CLASSES - 1} "
+            raise VizError(f"{pred_path}: room {room!r} has predicted labels outside 0..{NUM_CLASSES - 1} "
                              f"(min {pred.min()}, max {pred.max()})")
         pred = pred.astype(np.uint8, copy=False)
     return RoomView(room, np.asarray(data["coord"], dtype=np.float32), np.asarray(data["color"], dtype=np.uint8),

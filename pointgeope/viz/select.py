@@ -9,6 +9,7 @@ import numpy as np
 
 from pointgeope.constants import CLASS_INDEX, CLASS_NAMES
 from pointgeope.data.voxelize import grid_coord, voxel_groups
+from pointgeope.viz import VizError
 
 
 def parse_class_names(text: str | None) -> tuple[int, ...]:
@@ -18,7 +19,7 @@ def parse_class_names(text: str | None) -> tuple[int, ...]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in CLASS_INDEX]
     if unknown:
-        raise ValueError(f"unknown class name(s) {', '.join(map(repr, unknown))}; "
+        raise VizError(f"unknown class name(s) {', '.join(map(repr, unknown))}; "
                          f"expected comma-separated names from: {', '.join(CLASS_NAMES)}")
     return tuple(sorted({CLASS_INDEX[name] for name in names}))
 

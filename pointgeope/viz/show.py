@@ -4,18 +4,43 @@ a screenshot or a PLY file.
 """
 from __future__ import annotations
 
+import math
+
+from pointgeope.viz import VizError
 from pointgeope.viz.colors import MODES
 
 
+def check_options(args) -> None:
+    """Refuse, before any file is read, a value of ``pointgeope viz``'s options out of its range
+    (:class:`VizError`, one line): image size within what the renderer makes, a positive point size and
+    voxel, a point cap >= 0, a camera angle of finite degrees."""
+    from pointgeope.viz.camera import MAX_IMAGE_SIDE, MIN_IMAGE_SIDE
+
+    problems = [
+        (not (MIN_IMAGE_SIDE <= args.width <= MAX_IMAGE_SIDE and MIN_IMAGE_SIDE <= args.height <= MAX_IMAGE_SIDE),
+         f"expected --width and --height in [{MIN_IMAGE_SIDE}, {MAX_IMAGE_SIDE}] pixels (the largest image the "
+         f"renderer makes), got {args.width}x{args.height}"),
+        (not 0 < args.point_size < math.inf, f"expected --point-size > 0 pixels, got {args.point_size:g}"),
+        (args.max_points < 0, f"expected --max-points >= 0 (0: no cap), got {args.max_points}"),
+        (args.voxel is not None and not 0 < args.voxel < math.inf, f"expected --voxel > 0 metres, got {args.voxel}"),
+        (not -90 <= args.elevation <= 90, f"expected --elevation in [-90, 90] degrees, got {args.elevation:g}"),
+        (not math.isfinite(args.azimuth), f"expected a finite --azimuth in degrees, got {args.azimuth:g}"),
+    ]
+    for bad, message in problems:
+        if bad:
+            raise VizError(message)
+
+
 def list_rooms(area: str, pred_path: str | None = None) -> int:
-    """``pointgeope viz AREA --list``: the rooms of ``area`` with their point counts, and with
-    ``pred_path`` their mIoU (worst first)."""
+    """``pointgeope viz AREA --list``: the rooms of ``area`` (checked as training checks it) with their point
+    counts, and with ``pred_path`` their mIoU (worst first)."""
     import numpy as np
 
-    from pointgeope.h5 import list_rooms as room_counts, predicted_rooms, read_labels, read_predictions
+    from pointgeope.data.check import check_area_file
+    from pointgeope.h5 import predicted_rooms, read_labels, read_predictions
     from pointgeope.viz.legend import room_scores, room_table
 
-    counts = room_counts(area)
+    counts = check_area_file(area)
     miou = None
     if pred_path:
         predicted = predicted_rooms(pred_path)
@@ -26,7 +51,7 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
             label = read_labels(area, room)
             pred = np.asarray(read_predictions(pred_path, room))
             if pred.shape != label.shape:
-                raise ValueError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, "
+                raise VizError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, "
                                  f"expected {label.shape} to match {area}")
             miou[room] = room_scores(label, pred)["miou"]
         missing = len(counts) - len(miou)
@@ -38,8 +63,8 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
 
 def show_room(args) -> int:
     """``pointgeope viz AREA --room ROOM``: one room in a window, or its screenshot or PLY; ``args`` holds
-    the options of ``pointgeope/commands/viz.py``."""
-    from pointgeope.h5 import list_rooms as room_counts
+    the options of ``pointgeope/commands/viz.py``; the area file is checked as training checks it."""
+    from pointgeope.data.check import check_area_file
     from pointgeope.viz.camera import fit_camera
     from pointgeope.viz.colors import colorize
     from pointgeope.viz.legend import key_help_lines, legend_lines, use_ansi
@@ -50,16 +75,16 @@ def show_room(args) -> int:
         from pointgeope.viz.render import check_image_path
 
         check_image_path(args.screenshot)  # before the work, not at the end of it
-    rooms = list(room_counts(args.area))
+    rooms = list(check_area_file(args.area))
     if args.room is None and len(rooms) != 1:
-        raise ValueError(f"expected --room ROOM or --list; rooms in {args.area}: {', '.join(rooms)}")
+        raise VizError(f"expected --room ROOM or --list; rooms in {args.area}: {', '.join(rooms)}")
+    if args.room is not None and args.room not in rooms:
+        raise VizError(f"--room {args.room!r}: no such room in {args.area}; its rooms: {', '.join(rooms)}")
     mode = args.mode or "gt"
-    if args.voxel is not None and not args.voxel > 0:
-        raise ValueError(f"expected --voxel > 0 metres, got {args.voxel}")
     hidden = parse_class_names(args.hide)
-    room = load_room(args.area, args.room or rooms[0], args.pred)
+    room = load_room(args.area, args.room if args.room is not None else rooms[0], args.pred)
     if mode in ("pred", "error") and room.pred is None:
-        raise ValueError(f"--mode {mode} needs --pred RUN/area_N/predictions/Area_N.h5 (or a file of "
+        raise VizError(f"--mode {mode} needs --pred RUN/area_N/predictions/Area_N.h5 (or a file of "
                          "pointgeope predict --format h5)")
     ansi = use_ansi()
     print("\n".join(legend_lines(room.label, room.pred, ansi=ansi,
@@ -68,7 +93,7 @@ def show_room(args) -> int:
     for note in view.notes:
         print(f"note: {note}")
     if len(view) == 0:
-        raise ValueError("no point left to draw (all hidden?)")
+        raise VizError("no point left to draw (all hidden?)")
     if not view.color.any():
         print("note: this room has no colour (every point is 0 0 0): rgb mode draws it black")
     camera = fit_camera(view.coord, args.width, args.height, args.elevation, args.azimuth)

@@ -22,6 +22,11 @@ def test_folds_of_the_prepared_fixture(prepared):
     ({"version": 1, "folds": {"1": {"train": ["Area_2"]}}}, r"expected keys \['test', 'train'\], got \['train'\]"),
     ({"version": 1, "folds": {"1": {"train": "Area_2", "test": ["Area_1"]}}}, "'train': expected a list"),
     ({"version": 1, "folds": {"1": {"train": ["Area_1"], "test": ["Area_1"]}}}, "in both train and test"),
+    # read as ROOT/../Area_1.h5, and evaluate wrote its predictions to RUN/area_1/Area_1.h5 (outside predictions/)
+    ({"version": 1, "folds": {"1": {"train": ["Area_2"], "test": ["../Area_1"]}}},
+     r"'test': expected area names of files in the data folder \(Area_N\), got '../Area_1'"),
+    ({"version": 1, "folds": {"1": {"train": ["/data/Area_2"], "test": ["Area_1"]}}}, "got '/data/Area_2'"),
+    ({"version": 1, "folds": {"1": {"train": [".."], "test": ["Area_1"]}}}, "got '..'"),
 ])
 def test_malformed_folds_name_the_file_and_the_problem(tmp_path, doc, message):
     (tmp_path / "folds.json").write_text(json.dumps(doc))

@@ -38,3 +38,14 @@ def test_rooms_spacing_of_prepared_areas(tmp_path):
         "c": {"coord": grid * 0.05, "label": np.zeros(len(grid))}})
     assert rooms_spacing(tmp_path, ["Area_1"]) == pytest.approx(0.04, rel=1e-6)   # median of 0.02, 0.04, 0.05
     assert rooms_spacing(tmp_path, ["Area_1"], num_rooms=1) == pytest.approx(0.02, rel=1e-6)
+
+
+def test_repeated_points_do_not_shrink_the_spacing():
+    """A scan with each point of a grid repeated 3 times had a median spacing of 0 (the nearest other point
+    of a copy is its twin): predict warned "spacing 0 ... is 0 times the training rooms'". The spacing is
+    that of the distinct points; fewer than 2 of them have none (nan)."""
+    h = 0.02
+    i, j = np.meshgrid(np.arange(50), np.arange(40), indexing="ij")
+    coord = np.stack([i.ravel() * h, j.ravel() * h, np.zeros(i.size)], 1)
+    assert median_spacing(np.repeat(coord, 3, axis=0)) == pytest.approx(h, rel=1e-9)
+    assert np.isnan(median_spacing(np.repeat(coord[:1], 5, axis=0)))

@@ -2,6 +2,7 @@
 then presets x seeds of tiny trainings in two processes, resumed, with a failed trial reported."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -91,3 +92,38 @@ def test_engine_code_does_not_import_later_layers():
     for path, name in ((path, name) for path, names in imports.items() for name in names):
         assert not name.startswith(("pointgeope.report", "pointgeope.viz", "pointgeope.commands")), \
             f"{path}: imports {name}"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path):
+    """SIGTERM to ablate (a job scheduler's stop) ended ablate alone: its running trial went on training.
+    Now the trial is stopped as Ctrl-C stops it (its lock released, last.pt kept for the rerun), no further
+    trial starts, and ablate ends with one line and exit code 143 (128 + SIGTERM)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "abl"
+    argv = [sys.executable, "-m", "pointgeope", *ablate_args(two_folds, run, "train.epochs=1000", seeds=("0",))]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lock, pid = run / "rpe" / "seed_0" / "area_1" / ".lock", None
+    try:
+        deadline = time.monotonic() + 120
+        while not (lock.parent / "last.pt").exists():  # the first trial is inside its epochs
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        pid = json.loads(lock.read_text())["pid"]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert (proc.returncode, err) == (143, "pointgeope ablate: terminated\n")
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)                                       # the trial has ended too
+        assert not lock.exists() and not (run / "none").exists()  # released; the next trial never started
+        assert (run / "rpe" / "seed_0" / "train.log").read_text().rstrip().endswith("interrupted")
+    finally:
+        for p in (proc.pid, pid):
+            if p is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
+        proc.wait()

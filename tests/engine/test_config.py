@@ -193,6 +193,27 @@ def test_range_bounds_and_their_text():
     with pytest.raises(ConfigError, match=r"^the defaults with the overrides: model.planes\[2\]: expected a "
                                           r"multiple of model.share_planes \(8\), got 132$"):
         load_config(None, ["model.planes=[32, 64, 132, 256, 512]"])
-    with pytest.raises(ConfigError, match=r"^the defaults with the overrides: eval.tta.scales: expected at "
+    with pytest.raises(ConfigError, match=r"^override 'eval.tta.scales=\[\]': eval.tta.scales: expected at "
                                           r"least one scale, got \[\]$"):
         load_config(None, ["eval.tta.scales=[]"])
+
+
+def test_config_values_does_not_import_config():
+    """The value table and the config imported each other (the table needed ``Config`` for the agreement
+    check, ``Config`` needs the table): the table now reads the model section alone, one direction."""
+    import pointgeope.engine
+    from tests.conftest import module_imports
+
+    imports = module_imports(pointgeope.engine)[Path(pointgeope.engine.__file__).parent / "config_values.py"]
+    assert not [name for name in imports if name.startswith("pointgeope.engine")]
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:1"])
+def test_train_device_takes_auto_cpu_and_cuda(device):
+    assert load_config(None, [f"train.device={device}"]).train.device == device
+
+
+@pytest.mark.parametrize("device", ["xyz", "mps", "meta", "cuda:-1", "CPU"])
+def test_any_other_train_device_is_refused_when_the_config_is_read(device):
+    with pytest.raises(ConfigError, match=rf"train.device: expected auto, cpu, cuda or cuda:N .*got '{device}'"):
+        load_config(None, [f"train.device={device}"])

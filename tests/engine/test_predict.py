@@ -10,13 +10,15 @@ import torch
 from pointgeope.cli import main as cli
 from pointgeope.h5 import list_rooms, read_predictions, read_room
 from pointgeope.engine.checkpoint import prediction_metadata
+from pointgeope.engine.distributed import DeviceError
 from pointgeope.engine.config import config_to_dict, load_config
 from pointgeope.constants import PALETTE
-from pointgeope.engine.predict import (Predictor, PredictError, load_predictor, predict_scan,
+from pointgeope.engine.predict import (Predictor, load_predictor, predict_scan,
                                        vote_probabilities)
 from pointgeope.scans.scan import Scan
 from pointgeope.scans.sources import ScanRef, read_scan
 from tests.engine.conftest import train_fold
+from tests.engine.test_user_errors import one_line
 from tests.engine.test_evaluate import ColourClassifier, expected_class
 
 
@@ -256,7 +258,8 @@ def test_absurd_scales_and_extents_are_one_line_errors(tiny_run, two_folds, tmp_
     for extra, words in ((["--scale", "1e300"], "no valid point: every point is beyond float32"),
                          (["--scale", "inf"], "expected a finite --scale > 0"),
                          (["--max-extent", "0"], "expected --max-extent in (0, 1e+06] metres, got 0"),
-                         (["--max-extent", "1e31"], "expected --max-extent in (0, 1e+06] metres, got 1e+31")):
+                         (["--max-extent", "1e31"], "expected --max-extent in (0, 1e+06] metres, got 1e+31"),
+                         (["--max-extent", "1000001"], "expected --max-extent in (0, 1e+06] metres, got 1000001")):
         code = cli(["predict", str(tiny_run), str(tmp_path / "office_1.npy"), "--out", str(tmp_path / "o"), *extra])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and words in err[0], (extra, err)
@@ -274,7 +277,7 @@ def test_foreign_checkpoints_are_one_line_errors(tiny_run, tmp_path, capsys):
     if torch.cuda.is_available():
         assert load_predictor(tiny_run, device="cuda").device.type == "cuda"
     else:
-        with pytest.raises(PredictError, match="--device cuda but CUDA is not available here"):
+        with pytest.raises(DeviceError, match="--device cuda but CUDA is not available here"):
             load_predictor(tiny_run, device="cuda")
 
 
@@ -326,3 +329,171 @@ def test_a_2m_point_scan_is_predicted_in_bounded_pieces():
     assert pred.shape == (n,) and (votes >= 1).all() and (votes > 1).any()   # fragments of 30k: cropped
     assert 0 < max(predictor.model.calls) <= 40_000
     np.testing.assert_array_equal(pred, expected_class(color))
+
+
+# --- where the outputs go ------------------------------------------------------------------------------------
+
+def test_a_scans_name_comes_from_its_absolute_path(tiny_root, tmp_path, monkeypatch):
+    """``.`` named the rooms of the current folder "/office_1" (``Path('.').name == ''``), whose outputs
+    went to the file system's root; ``..`` named them "../office_1"."""
+    from pointgeope.scans.sources import find_scans
+
+    raw = tiny_root.parent / "raw" / "Area_1"
+    monkeypatch.chdir(raw)
+    assert [ref.name for ref in find_scans(["."])[0]] == ["Area_1/hallway_1", "Area_1/office_1"]
+    monkeypatch.chdir(raw / "office_1" / "Annotations")
+    assert [ref.name for ref in find_scans([".."])[0]] == ["office_1"]
+    assert [ref.name for ref in find_scans(["../.."])[0]] == ["Area_1/hallway_1", "Area_1/office_1"]
+
+
+def test_every_output_lies_inside_out(tiny_run, tiny_root, two_folds, tmp_path, monkeypatch, capsys):
+    """A folder given as ``..`` holding a raw room and an area file named ``...h5`` (stem ``..``): the room
+    went to --out/.., the area's rooms beside --out; now the room goes inside and each room of the oddly
+    named file is one line naming it."""
+    work = tmp_path / "scans" / "here"
+    work.mkdir(parents=True)
+    (tmp_path / "scans" / "...h5").symlink_to(two_folds / "Area_1.h5")
+    (tmp_path / "scans" / "room").mkdir()
+    (tmp_path / "scans" / "room" / "Annotations").symlink_to(tiny_root.parent / "raw/Area_1/office_1/Annotations")
+    monkeypatch.chdir(work)
+    assert cli(["predict", str(tiny_run), "..", "--out", "out", "--format", "npy"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all("...h5:" in line and "outside --out out" in line for line in err), err
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*_pred.npy")) == [
+        "scans/here/out/scans/room_pred.npy"]
+
+
+def test_a_prepared_area_input_is_checked_as_training_checks_it(tiny_run, tiny_root, tmp_path, capsys):
+    """A prepared Area_1.h5 whose labels were changed after prepare (its manifest.json says so) was
+    predicted as if nothing were wrong; now it is refused in one line, the other input still predicted,
+    and the viewer refuses it the same way."""
+    import h5py
+
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("Area_1.h5", "manifest.json"):
+        (root / name).write_bytes((tiny_root / name).read_bytes())
+    with h5py.File(root / "Area_1.h5", "r+") as f:
+        f["office_1/label"][0] = (f["office_1/label"][0] + 1) % 13
+    room = read_room(tiny_root / "Area_1.h5", "office_1")
+    np.save(tmp_path / "office_1.npy", np.c_[room["coord"], room["color"]])
+    assert cli(["predict", str(tiny_run), str(root / "Area_1.h5"), str(tmp_path / "office_1.npy"),
+                "--out", str(tmp_path / "o"), "--format", "npy"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    message = (f"{root / 'Area_1.h5'}: does not match its checksum in manifest.json (changed or damaged after "
+               "prepare); run `pointgeope prepare` again")
+    assert err == [f"pointgeope predict: error: {message}"]
+    assert sorted(p.name for p in (tmp_path / "o").rglob("*.npy")) == ["office_1_pred.npy"]
+    assert cli(["viz", str(root / "Area_1.h5"), "--list"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"pointgeope viz: error: {message}"]
+
+
+def test_a_rerun_into_the_input_folder_does_not_take_its_outputs_as_inputs(tiny_run, tmp_path, capsys):
+    """``predict RUN clouds --out clouds`` twice: the second run predicted its own a_pred.h5, failed on
+    a_pred.npy and a_probs.npy and refused a_pred.ply as a collision, exit 2, at every rerun."""
+    clouds = tmp_path / "clouds"
+    clouds.mkdir()
+    np.save(clouds / "a.npy", np.random.default_rng(1).random((400, 6)) * [3, 3, 2, 255, 255, 255])
+    argv = ["predict", str(tiny_run), str(clouds), "--out", str(clouds), "--format", "npy,ply,h5", "--probabilities"]
+    assert cli(argv) == 0
+    first = {p.name: p.read_bytes() for p in clouds.iterdir() if p.name != "a_pred.h5"}
+    capsys.readouterr()
+    assert cli(argv) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and {p.name: p.read_bytes() for p in clouds.iterdir() if p.name != "a_pred.h5"} == first
+    assert sorted(first) == ["a.npy", "a_pred.npy", "a_pred.ply", "a_probs.npy"]
+    assert (f"note: {clouds}: 4 file(s) named as this command's outputs (a_pred.h5, a_pred.npy, a_pred.ply, "
+            "a_probs.npy) are not inputs in --out") in out
+
+
+def test_las_output_of_a_scan_with_a_stray_point(tiny_run, tmp_path, capsys):
+    """--format las of a scan with a point 10,000 km away (left out of the prediction, as designed) ended in
+    laspy's OverflowError, exit 1, and the inputs after it were never predicted. Now its LAS file holds
+    every point in 1 cm steps (said in one warning); a point at 1e30 m that no LAS step holds refuses that
+    scan in one line before any work, and the next input is predicted."""
+    laspy = pytest.importorskip("laspy")
+    rng = np.random.default_rng(3)
+    room = np.c_[rng.random((400, 3)) * [4, 3, 2.5], rng.integers(0, 256, (400, 3))]
+    for name, far in (("a_far", 1e7), ("b_space", 1e30), ("c_room", None)):
+        np.save(tmp_path / f"{name}.npy", room if far is None else np.insert(room, 7, [far, 0, 1, 9, 9, 9], axis=0))
+    assert cli(["predict", str(tiny_run), *(str(tmp_path / f"{n}.npy") for n in ("a_far", "b_space", "c_room")),
+                "--out", str(tmp_path / "o"), "--format", "npy,las"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in err] == ["warning", "warning", "pointgeope predict"]
+    assert f"{tmp_path / 'a_far.npy'}: its LAS file stores x in steps of 0.01 m, not 0.001 m" in err[0]
+    assert err[2] == (f"pointgeope predict: error: {tmp_path / 'b_space.npy'}: --format las cannot hold its points: "
+                      "LAS stores coordinates as 32-bit integers, x spans 1e+30 (at most 4.29497e+07 in steps of "
+                      "0.01 m); predict it without las (--format npy), or remove the point(s) that far")
+    las = laspy.read(tmp_path / "o" / "a_far_pred.las")
+    coord = np.load(tmp_path / "a_far.npy")[:, :3]
+    np.testing.assert_allclose(np.c_[las.x, las.y, las.z], coord, atol=0.005 + 1e-9)
+    np.testing.assert_array_equal(np.asarray(las.classification), np.load(tmp_path / "o" / "a_far_pred.npy"))
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["a_far_pred.las", "a_far_pred.npy",
+                                                                 "c_room_pred.las", "c_room_pred.npy"]
+
+
+def test_a_scan_of_one_point_is_predicted_without_a_spacing_warning(tiny_run, tmp_path, capsys):
+    """A 1-point scan warned "median point spacing nan ... is nan times the training rooms'"."""
+    np.save(tmp_path / "one.npy", np.array([[1.0, 2.0, 0.5, 200, 10, 10]]))
+    assert cli(["predict", str(tiny_run), str(tmp_path / "one.npy"), "--out", str(tmp_path / "o")]) == 0
+    assert capsys.readouterr().err == "" and np.load(tmp_path / "o" / "one_pred.npy").shape == (1,)
+
+
+def test_fragments_are_capped_by_default_and_by_option_or_override(tiny_run, tmp_path, capsys):
+    """A scan of 100 points and 1,501 copies of one point: 1,501 fragments, one pass over the scan each
+    (3,000 copies took 77 s, the full S3DIS configs having eval.max_fragments: null). predict now takes
+    --max-fragments and evaluate's overrides, and without either caps a config's null at 100, in one
+    warning; an override of a key the network was trained with is refused."""
+    rng = np.random.default_rng(5)
+    scan = np.c_[rng.random((100, 3)) * [3, 3, 2], rng.integers(0, 256, (100, 3))]
+    np.save(tmp_path / "dense.npy", np.r_[scan, np.repeat([[3.55, 3.55, 2.05, 9, 9, 9]], 1501, axis=0)])
+    base = ["predict", str(tiny_run), str(tmp_path / "dense.npy"), "--out", str(tmp_path / "o"), "--format", "npy"]
+    assert cli(base + ["eval.max_fragments=null"]) == 0      # the s3dis configs' value: predict's default cap
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"warning: {tmp_path / 'dense.npy'}: its densest 0.1 m voxel holds 1,501 points: predicted the "
+                   "first 100 of its 1,501 fragments (predict's default cap; a point they miss takes its voxel's "
+                   "votes); --max-fragments N or all to choose"]
+    assert cli(base + ["eval.max_fragments=null", "--max-fragments", "3"]) == 0
+    assert capsys.readouterr().err == ""                       # the user's choice: no warning
+    assert cli(base + ["eval.max_fragments=3"]) == 0           # an override of evaluate: the run's cap
+    assert capsys.readouterr().err == ""
+    line = one_line(capsys, 2, base + ["model.planes=[16, 32]"])
+    assert line == ("pointgeope predict: error: override 'model.planes=[16, 32]': predict takes overrides of eval.* "
+                    "and of how it runs (train.threads, ...), not of what the network was trained with: "
+                    "model.planes is [8, 16] in the checkpoint")
+    with pytest.raises(SystemExit):                            # argparse: N >= 1 or all
+        cli(base + ["--max-fragments", "0"])
+    assert "--max-fragments: expected a number of fragments >= 1 or all, got '0'" in capsys.readouterr().err
+
+
+def test_a_point_beyond_float32_gives_no_numpy_warning(tiny_run, tmp_path, capsys):
+    """A point at 1e39 (left out of the prediction) leaked numpy's "overflow encountered in cast"."""
+    import warnings
+
+    scan = np.c_[np.random.default_rng(2).random((300, 3)) * 3, np.full((300, 3), 100)]
+    np.save(tmp_path / "s.npy", np.insert(scan, 3, [1e39, 0, 0, 1, 1, 1], axis=0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cli(["predict", str(tiny_run), str(tmp_path / "s.npy"), "--out", str(tmp_path / "o"),
+                    "--format", "npy,ply,txt"]) == 0
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
+    assert len(capsys.readouterr().err.splitlines()) == 1  # the stray point's warning
+
+
+def test_a_dangling_link_or_a_fifo_among_the_inputs_is_named(tiny_run, tmp_path, capsys):
+    """A dangling symbolic link or a FIFO in a folder of scans was skipped without a word (and a FIFO given
+    as an input was "found nothing"; reading it would wait forever)."""
+    import os
+
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    np.save(folder / "good.npy", np.random.default_rng(0).random((200, 6)) * [3, 3, 2, 255, 255, 255])
+    (folder / "gone.ply").symlink_to(tmp_path / "nowhere.ply")
+    os.mkfifo(folder / "pipe.txt")
+    assert cli(["predict", str(tiny_run), str(folder), str(folder / "pipe.txt"), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"pointgeope predict: error: {folder / 'gone.ply'}: expected a scan file, found a symbolic link to "
+        f"nothing ({tmp_path / 'nowhere.ply'})",
+        f"pointgeope predict: error: {folder / 'pipe.txt'}: expected a scan file, found a FIFO (named pipe)",
+        f"pointgeope predict: error: {folder / 'pipe.txt'}: expected a scan file, found a FIFO (named pipe)"]
+    assert (tmp_path / "o" / "good_pred.npy").is_file()

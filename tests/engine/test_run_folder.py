@@ -143,3 +143,46 @@ def test_an_unfinished_fold_evaluated_stays_unfinished_and_is_flagged_by_report(
     assert (metrics["complete"], metrics["trained_epochs"]) == (True, 2)
     assert cli(["predict", str(fold), str(scan), "--out", str(tmp_path / "pred")]) == 0
     assert "warning" not in capsys.readouterr().err  # a finished fold
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_training_with_one_line_and_exit_code_130(two_folds, tmp_path):
+    """SIGINT to a training (Ctrl-C): one line, exit code 130, the fold's lock released; it printed a
+    KeyboardInterrupt traceback."""
+    proc = _train_py(two_folds, tmp_path, "train.epochs=1000", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "area_1" / "last.pt").exists():  # inside the loop: the lock is held
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (proc.returncode, err) == (130, "train.py: interrupted\n")
+    assert not (tmp_path / "area_1" / ".lock").exists()
+
+
+def test_a_hand_edited_config_yaml_does_not_make_a_fold_complete(two_folds, tiny_run, tmp_path, capsys):
+    """train.epochs 1 -> 2 written into the fold's config.yaml, then the command run with train.epochs=2:
+    "metrics.json is complete, skipped" after 1 epoch. Completeness is judged against what was trained
+    (last.pt's config), not the editable file."""
+    import shutil
+
+    fold = tmp_path / "area_1"
+    shutil.copytree(tiny_run, fold)
+    text = (fold / "config.yaml").read_text()
+    assert "  epochs: 1\n" in text
+    (fold / "config.yaml").write_text(text.replace("  epochs: 1\n", "  epochs: 2\n"))
+    assert train(two_folds, tmp_path, "train.epochs=2", "train.val_every=1") == 2
+    assert capsys.readouterr().err.strip() == (
+        f"train.py: error: {fold} is complete with another config (train.epochs: run 1, now 2); --force retrains "
+        "it, or use another --run-dir")
+    assert load_checkpoint(fold / "last.pt")["epoch"] == 1
+    (fold / "last.pt").unlink()   # what was trained is unknown: not taken as complete either
+    assert train(two_folds, tmp_path, "train.epochs=2", "train.val_every=1") == 2
+    assert capsys.readouterr().err.strip() == (
+        f"train.py: error: {fold}: metrics.json says complete, but {fold / 'last.pt'}, the record of what was "
+        "trained, is missing; --force retrains the fold, or use another --run-dir")

@@ -91,8 +91,7 @@ def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkey
                 raise KeyboardInterrupt("injected kill")
 
     monkeypatch.setattr(state_mod, "save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        train(two_folds, tmp_path / "killed", *extra)
+    assert train(two_folds, tmp_path / "killed", *extra) == 130  # stopped as Ctrl-C stops it: one line, 130
     killed_at = saves[-1]
     assert killed_at == [(0, 2), (1, 0), (1, 2)][fail_at_save - 1]
     assert not (tmp_path / "killed" / "area_1" / "metrics.json").exists()
@@ -145,8 +144,6 @@ def test_corrupt_checkpoint_stops_with_its_name(two_folds, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_checkpoint_of_another_config_or_model_is_refused(two_folds, tmp_path, capsys):
-    assert train(two_folds, tmp_path, "train.epochs=1", "train.epochs_per_run=0") == 0
-    assert not (tmp_path / "area_1" / "last.pt").exists()  # stopped before any epoch
     assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1") == 0
     assert load_checkpoint(tmp_path / "area_1" / "last.pt")["epoch"] == 1
     assert train(two_folds, tmp_path, "train.epochs=2", "optim.lr=0.02") == 2
@@ -222,3 +219,17 @@ def test_resume_on_other_data_is_refused_with_the_files_named(two_folds, tmp_pat
     assert load_checkpoint(last)["epoch"] == 1  # left as it was
     assert train(root, tmp_path / "run", "train.epochs=1", "--force") == 0
     assert load_checkpoint(last)["data"] == checksums
+
+
+def test_epochs_per_run_counts_the_epochs_of_the_whole_invocation(two_folds, tmp_path, capsys):
+    """Under --cv, train.epochs_per_run counted per fold: a job sized for N epochs trained N of every fold
+    and overran its time limit. One epoch per run: fold 1's epoch (and its evaluation), then a stop."""
+    assert train(two_folds, tmp_path, "train.epochs=1", "train.epochs_per_run=1", fold="cv") == 0
+    out = capsys.readouterr().out
+    assert json.loads((tmp_path / "area_1" / "metrics.json").read_text())["complete"] is True
+    assert not (tmp_path / "area_2" / "last.pt").exists()
+    assert ("stopping before fold 2: 1 epoch(s) trained in this run (train.epochs_per_run=1); the same command "
+            "continues with it") in out
+    assert train(two_folds, tmp_path, "train.epochs=1", "train.epochs_per_run=1", fold="cv") == 0
+    assert json.loads((tmp_path / "area_2" / "metrics.json").read_text())["complete"] is True
+    assert "fold 1: " in capsys.readouterr().out   # skipped as complete

@@ -144,6 +144,8 @@ def test_debug_shows_the_traceback(tmp_path, two_folds):
     ("data.grid_size=-0.1", "data.grid_size: expected a finite number > 0, got -0.1"),
     ("optim.lr=nan", "optim.lr: expected a finite number > 0, got nan"),
     ("model.planes=[8, 0]", "model.planes[1]: expected an integer >= 1, got 0"),
+    ("train.epochs_per_run=0", "train.epochs_per_run: expected an integer >= 1, got 0"),  # trained nothing, exit 0
+    ("train.device=xyz", "train.device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got 'xyz'"),
 ])
 def test_a_value_out_of_its_range_is_one_line_naming_key_value_and_range(tmp_path, capsys, two_folds,
                                                                          override, message):
@@ -191,3 +193,67 @@ def test_a_checkpoint_without_its_config(tmp_path, capsys, tiny_run):
     shutil.copy(path, run / "last.pt")
     line = one_line(capsys, 2, ["evaluate", str(run)])
     assert line == f"pointgeope evaluate: error: {message.replace(str(path), str(run / 'last.pt'))}"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_device_this_machine_lacks_is_one_line(tmp_path, capsys, two_folds, tiny_run):
+    """train.device=cuda without CUDA had the right words in a traceback; predict --device xyz, mps or meta
+    ended in torch's traceback (or ran on the meta device into one)."""
+    line = one_line(capsys, 2, train_args(two_folds, tmp_path, "train.device=cuda"))
+    assert line == "pointgeope train: error: train.device='cuda' but CUDA is not available here; use auto or cpu"
+    assert not (tmp_path / "area_1").exists()
+    scan = tmp_path / "scan.npy"
+    np.save(scan, np.random.default_rng(0).random((100, 6)) * [2, 2, 2, 255, 255, 255])
+    for device in ("xyz", "mps", "meta", "cuda:0"):
+        line = one_line(capsys, 2, ["predict", str(tiny_run), str(scan), "--out", str(tmp_path / "o"),
+                                    "--device", device])
+        assert line == ("pointgeope predict: error: " + (
+            f"--device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got {device!r}" if device != "cuda:0"
+            else "--device cuda:0 but CUDA is not available here; use --device cpu (or auto)"))
+    assert not (tmp_path / "o").exists()
+
+
+def _copy_root(root, to):
+    """A copy of a prepared root (its files, not the links to them), to change without touching it."""
+    to.mkdir(parents=True)
+    for path in root.iterdir():
+        (to / path.name).write_bytes(path.read_bytes())
+    return to
+
+
+def _edit_room(path, room, **arrays):
+    """Replace arrays of one room of an area file in place (as a hand edit would)."""
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        for key, value in arrays.items():
+            del f[room][key]
+            f[room].create_dataset(key, data=value)
+
+
+def test_evaluate_checks_the_data_it_reads_as_training_does(tmp_path, capsys, two_folds, tiny_run):
+    """evaluate scored what data.root held: labels changed in a copy gave other metrics marked complete
+    (exit 0), a NaN coordinate ended in IndexError: index 4294967295, a room of 0 points in a ValueError."""
+    from pointgeope.h5 import read_room
+
+    run = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, run)
+    metrics = (run / "metrics.json").read_bytes()
+    root = _copy_root(two_folds, tmp_path / "root")
+    label = read_room(root / "Area_1.h5", "office_1")["label"]
+    _edit_room(root / "Area_1.h5", "office_1", label=(label + 1) % 13)
+    line = one_line(capsys, 2, ["evaluate", str(run), "--data-root", str(root)])
+    assert line.startswith(f"pointgeope evaluate: error: {run / 'last.pt'} was trained on other data than {root} "
+                           "holds now (Area_1.h5 trained on sha256:")
+    coord = read_room(root / "Area_1.h5", "office_1")["coord"]
+    coord[5, 1] = np.nan
+    _edit_room(root / "Area_1.h5", "office_1", coord=coord)
+    line = one_line(capsys, 2, ["evaluate", str(run), "--data-root", str(root)])
+    assert line == (f"pointgeope evaluate: error: {root / 'Area_1.h5'}: room 'office_1': 1 point(s) with a "
+                    "non-finite coordinate; run `pointgeope prepare` again")
+    _edit_room(root / "Area_1.h5", "office_1", coord=np.zeros((0, 3), np.float32), color=np.zeros((0, 3), np.uint8),
+               label=np.zeros(0, np.uint8), instance=np.zeros(0, np.int32))
+    line = one_line(capsys, 2, ["evaluate", str(run), "--data-root", str(root)])
+    assert line == (f"pointgeope evaluate: error: {root / 'Area_1.h5'}: room 'office_1': holds no point; run "
+                    "`pointgeope prepare` again")
+    assert (run / "metrics.json").read_bytes() == metrics and not (run / ".lock").exists()

@@ -38,7 +38,7 @@ def test_inputs_expand_by_kind(tmp_path):
     (tmp_path / "bad.h5").write_bytes(b"not hdf5")
     refs, errors = find_scans([tmp_path / "empty", tmp_path / "bad.h5"])
     assert refs == [] and errors[0].startswith(f"{tmp_path / 'empty'}: a folder without scans")
-    assert errors[1].startswith(f"{tmp_path / 'bad.h5'}: expected a prepared area file")
+    assert errors[1].startswith(f"{tmp_path / 'bad.h5'}: not a readable HDF5 file (")  # as training says it
 
 
 def test_npy_shapes(tmp_path):

@@ -50,7 +50,7 @@ def test_unknown_hidden_class_lists_the_valid_ones(synthetic_area, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--room", "nope"], "no room 'nope'"),
+    (["--room", "nope"], "--room 'nope': no such room in"),
     ([], "expected --room ROOM or --list; rooms in"),
     (["--room", "grid_1", "--mode", "error"], "--mode error needs --pred"),
     (["--room", "grid_1", "--voxel", "-1"], "expected --voxel > 0"),
@@ -129,3 +129,37 @@ def test_screenshot_to_a_folder_or_an_unknown_suffix_is_refused_before_rendering
         f"pointgeope viz: error: --screenshot {tmp_path / 'view.xyz'}: expected an image file name ending in .png "
         "(or .bmp, .jpg, .tif, .webp), got '.xyz'")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--room", ""], "--room '': no such room in {area}; its rooms: grid_1, tiny_2"),   # drew the first room
+    (["--point-size", "nan"], "expected --point-size > 0 pixels, got nan"),
+    (["--point-size", "0"], "expected --point-size > 0 pixels, got 0"),
+    (["--max-points", "-5"], "expected --max-points >= 0 (0: no cap), got -5"),
+    (["--voxel", "inf"], "expected --voxel > 0 metres, got inf"),
+    (["--azimuth", "nan"], "expected a finite --azimuth in degrees, got nan"),
+    (["--elevation", "91"], "expected --elevation in [-90, 90] degrees, got 91"),
+    (["--width", "20000", "--height", "20000"],                                          # a segmentation fault
+     "expected --width and --height in [8, 16384] pixels (the largest image the renderer makes), got 20000x20000"),
+])
+def test_every_option_is_checked_before_anything_is_drawn(synthetic_area, tmp_path, capsys, argv, message):
+    area, _ = synthetic_area
+    argv = argv if argv[0] == "--room" else ["--room", "grid_1", *argv]
+    assert main(["viz", str(area), *argv, "--ply", str(tmp_path / "v.ply")]) == 2
+    assert capsys.readouterr().err == f"pointgeope viz: error: {message.format(area=area)}\n"
+    assert not (tmp_path / "v.ply").exists()
+
+
+def test_pred_without_predictions_and_an_unwritable_target_name_the_file(synthetic_area, tmp_path, capsys):
+    """--pred on a file without predictions said "object 'pred' doesn't exist" (which file?); a PLY into a
+    place that cannot be written named its temporary file, not the target."""
+    area, _ = synthetic_area
+    assert main(["viz", str(area), "--room", "grid_1", "--pred", str(area), "--ply", str(tmp_path / "v.ply")]) == 2
+    assert capsys.readouterr().err == (
+        f"pointgeope viz: error: {area}: room 'grid_1' holds no predictions (no 'pred' array); expected "
+        "RUN/area_N/predictions/Area_N.h5 or a file of pointgeope predict --format h5\n")
+    (tmp_path / "a_file").write_text("not a folder")
+    target = tmp_path / "a_file" / "v.ply"
+    assert main(["viz", str(area), "--room", "grid_1", "--ply", str(target)]) == 2
+    assert capsys.readouterr().err == (f"pointgeope viz: error: {target}: cannot be written (File exists: "
+                                       f"{tmp_path / 'a_file'}); give a path in a folder you can write\n")
