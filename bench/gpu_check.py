@@ -229,11 +229,13 @@ def step_warm(check: Check, py: str) -> None:
     """The kernels of the timed steps compiled first, ``--warm-jobs`` processes side by side (one per preset
     and precision, and the hierarchy's settings), so that the timed steps measure no compiler."""
     a = check.args
-    jobs = [[py, "bench/bench_train_step.py", "--out", os.devnull, "--device", "cuda", "--points", str(a.points),
-             "--clouds", "2", "--amp", amp, "--presets", pe, "--warmup", "1", "--warm-only", "--beside-steps", "1",
-             "--hierarchy-clouds"] for pe in a.presets for amp in ("none", "bf16")]
-    jobs.append([py, "bench/bench_hierarchy.py", "--out", os.devnull, "--device", "cuda", "--clouds", "2",
-                 "--points", str(a.points), "--backends", "triton", "cpu", "--reps", "1"])
+    scratch = check.logs / "warm"                        # the jobs' JSON, thrown away (never os.devnull:
+    scratch.mkdir(exist_ok=True)                          # the scripts replace their output file)
+    jobs = [[py, "bench/bench_train_step.py", "--out", str(scratch / f"{pe}_{amp}.json"), "--device", "cuda",
+             "--points", str(a.points), "--clouds", "2", "--amp", amp, "--presets", pe, "--warmup", "1",
+             "--warm-only", "--beside-steps", "1", "--hierarchy-clouds"] for pe in a.presets for amp in ("none", "bf16")]
+    jobs.append([py, "bench/bench_hierarchy.py", "--out", str(scratch / "hierarchy.json"), "--device", "cuda",
+                 "--clouds", "2", "--points", str(a.points), "--backends", "triton", "cpu", "--reps", "1"])
     start, limit = time.perf_counter(), max(10.0, min(a.warm_limit, check.left()))
     log = check.logs / "warm.log"
     with open(log, "w") as f:
@@ -363,8 +365,8 @@ def parse_args() -> argparse.Namespace:
     add("--out", type=Path, default=RESULTS)
     add("--budget", type=float, default=480.0, help="seconds for all steps together")
     add("--tests", default="", help="pytest -k expression of the tests step (default: every test of --tests-paths)")
-    add("--tests-paths", nargs="+", default=["tests/model", "tests/engine/test_build.py", "tests/test_geope.py",
-                                             "tests/test_metrics.py"])
+    add("--tests-paths", nargs="+", default=["tests/model", "tests/engine/test_build.py", "tests/engine/test_evaluate.py",
+                                             "tests/test_geope.py", "tests/test_metrics.py"])
     add("--tests-workers", type=int, default=8, help="pytest-xdist processes of the tests step (1: none)")
     for name in ("tests", "bench", "hierarchy", "published", "check"):
         add(f"--no-{name}", action="store_true")

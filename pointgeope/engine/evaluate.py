@@ -129,12 +129,14 @@ def _room_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, l
 
 
 def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, limit: int, spec,
-                  pin: bool, layout: _Layout, show_progress: bool) -> Iterator[PieceBatch]:
+                  device: torch.device, layout: _Layout, show_progress: bool) -> Iterator[PieceBatch]:
     """The room's pieces (:func:`_room_pieces`) packed in their order into batches of at most ``limit``
-    points (:func:`~pointgeope.engine.vote_batches.packed`), with their hierarchy by ``spec`` unless None."""
+    points (:func:`~pointgeope.engine.vote_batches.packed`), with their hierarchy by ``spec`` unless None
+    (on CUDA made on the device, beside the forward of the batch before: ``vote_batches.stack``)."""
+    pin = device.type == "cuda"
     pieces = _room_pieces(coord, color, cfg, seed, layout, show_progress)
     for group in packed(pieces, lambda piece: piece[0].shape[0], limit):
-        yield stack(group, spec, pin)
+        yield stack(group, spec, pin, device)
 
 
 def pipelined(device: torch.device) -> bool:
@@ -152,9 +154,9 @@ def pipelined(device: torch.device) -> bool:
 
 def beside_hierarchy(model, device: torch.device):
     """The hierarchy builder that the background thread runs beside the forward, or None (the model
-    builds it): on the CPU, where the CPU libraries build it in any case, the thread does when there is
-    one (:func:`pipelined`); beside an accelerator the model builds it with the device's kernels."""
-    if device.type != "cpu" or not pipelined(device):
+    builds it in line): on CUDA the device's kernels on a side stream; on the CPU, where the CPU libraries
+    build it in any case, the thread when there is one (:func:`pipelined`)."""
+    if device.type == "cpu" and not pipelined(device):
         return None
     return getattr(model, "hierarchy_spec", None)
 
@@ -180,7 +182,7 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
     votes = np.zeros(n, dtype=np.int32)
     sink, layout = VoteSink(model, scores, votes, cfg, device), _Layout()
     batches = _room_batches(coord, color, cfg, seed, batch_points(cfg, device), beside_hierarchy(model, device),
-                            device.type == "cuda", layout, show_progress)
+                            device, layout, show_progress)
     ahead = Prefetch(batches, depth=2, name="vote_room batches") if pipelined(device) else contextlib.nullcontext(batches)
     with ahead as ready:
         for batch in ready:

@@ -19,6 +19,7 @@ import torch
 from torch_geometric.data import Data
 
 from pointgeope.engine import build
+from pointgeope.engine.ahead import beside, hand_over
 from pointgeope.engine.config import Config
 from pointgeope.model.ops.hierarchy import PointHierarchy
 
@@ -48,24 +49,31 @@ def packed(items: Iterable[T], size: Callable[[T], int], limit: int) -> Iterator
 
 class PieceBatch(NamedTuple):
     """Pieces stacked for one forward: the room ``index`` of each piece, ``pos (M, 3)``, ``x (M, in)``,
-    ``offset (B,)`` cumulative sizes, and their ``hierarchy`` when it was built beside the forward."""
+    ``offset (B,)`` cumulative sizes (host), and their ``hierarchy`` when it was built beside the forward;
+    on CUDA ``pos``, ``x`` and the hierarchy may already be on the device, made on a side stream until
+    ``event`` (``engine.ahead.beside``)."""
 
     index: list[np.ndarray]
     pos: torch.Tensor
     x: torch.Tensor
     offset: torch.Tensor
     hierarchy: PointHierarchy | None
+    event: torch.cuda.Event | None = None
 
 
-def stack(pieces: list[tuple[np.ndarray, Data]], spec, pin: bool) -> PieceBatch:
-    """One batch of ``pieces`` (its hierarchy by ``spec`` unless None; pinned for the copy with ``pin``)."""
+def stack(pieces: list[tuple[np.ndarray, Data]], spec, pin: bool, device: torch.device | None = None) -> PieceBatch:
+    """One batch of ``pieces``, pinned for the copy with ``pin``; with ``spec`` its hierarchy: on the host,
+    or with a CUDA ``device`` copied there and built on this thread's side stream (``ahead.beside``)."""
     pos = torch.cat([data.pos for _, data in pieces])
     x = torch.cat([data.x for _, data in pieces])
     offset = torch.from_numpy(np.cumsum([index.shape[0] for index, _ in pieces]))
-    hierarchy = spec(pos, offset) if spec is not None else None
+    index = [index for index, _ in pieces]
     if pin:
         pos, x = pos.pin_memory(), x.pin_memory()
-    return PieceBatch([index for index, _ in pieces], pos, x, offset, hierarchy)
+    if spec is not None and device is not None and device.type == "cuda":
+        (pos, x), hierarchy, event = beside([pos, x], offset.tolist(), spec, device)
+        return PieceBatch(index, pos, x, offset, hierarchy, event)
+    return PieceBatch(index, pos, x, offset, spec(pos, offset) if spec is not None else None)
 
 
 def split(batch: PieceBatch, limit: int) -> list[PieceBatch]:
@@ -106,6 +114,9 @@ class VoteSink:
         return torch.softmax(logits, dim=1) if self.softmax else logits
 
     def add(self, batch: PieceBatch) -> None:
+        if batch.event is not None:                   # made on a side stream: this stream waits for it
+            hand_over(batch.event, [batch.pos, batch.x], batch.hierarchy, self.device)
+            batch = batch._replace(event=None)
         for part in split(batch, self.limit) if self.limit else [batch]:
             try:
                 p = self._forward(part)

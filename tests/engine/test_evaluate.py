@@ -232,6 +232,30 @@ def test_pipelined_votes_equal_a_sequential_reference_with_a_real_network(monkey
     np.testing.assert_array_equal(result.scores.argmax(1), scores.argmax(1))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_votes_with_the_hierarchy_beside_equal_the_in_line_ones(monkeypatch):
+    """On CUDA the thread that cuts the pieces copies each batch to the device and builds its hierarchy on a
+    side stream (engine.ahead.beside) while the batch before runs: the votes equal those of the model
+    building each hierarchy in line, and the side stream really made them."""
+    from pointgeope.engine import ahead, build, evaluate, vote_batches
+
+    coord, color = room(n=2400, seed=11)
+    cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=250", "eval.batch_points=900",
+                             "eval.max_fragments=3", "train.amp=none", "model.planes=[8, 16]", "model.blocks=[1, 1]",
+                             "model.strides=[1, 4]", "model.neighbours=[8, 8]", "model.decoder_blocks=[1, 1]"])
+    torch.manual_seed(0)
+    cuda = torch.device("cuda")
+    model = build.model(cfg).eval().to(cuda)
+    calls, made = [], ahead.beside
+    monkeypatch.setattr(vote_batches, "beside", lambda *a: calls.append(1) or made(*a))
+    side = vote_room(model, coord, color, cfg, cuda, seed=3)
+    assert len(calls) > 1
+    monkeypatch.setattr(evaluate, "beside_hierarchy", lambda model, device: None)
+    in_line = vote_room(model, coord, color, cfg, cuda, seed=3)
+    np.testing.assert_array_equal(side.votes, in_line.votes)
+    np.testing.assert_allclose(side.scores, in_line.scores, rtol=1e-5, atol=1e-5)
+
+
 class SmallMemoryClassifier(torch.nn.Module):
     """Logits of ColourClassifier plus each cloud's mean red, found through ``offset`` (a batch split with
     wrong offsets changes the scores), on a device that holds at most ``capacity`` points per forward: more
