@@ -234,8 +234,9 @@ def step_warm(check: Check, py: str) -> None:
     jobs = [[py, "bench/bench_train_step.py", "--out", str(scratch / f"{pe}_{amp}.json"), "--device", "cuda",
              "--points", str(a.points), "--clouds", "2", "--amp", amp, "--presets", pe, "--warmup", "1",
              "--warm-only", "--beside-steps", "1", "--hierarchy-clouds"] for pe in a.presets for amp in ("none", "bf16")]
-    jobs.append([py, "bench/bench_hierarchy.py", "--out", str(scratch / "hierarchy.json"), "--device", "cuda",
-                 "--clouds", "2", "--points", str(a.points), "--backends", "triton", "cpu", "--reps", "1"])
+    if not a.no_hierarchy:
+        jobs.append([py, "bench/bench_hierarchy.py", "--out", str(scratch / "hierarchy.json"), "--device", "cuda",
+                     "--clouds", "2", "--points", str(a.points), "--backends", "triton", "cpu", "--reps", "1"])
     start, limit = time.perf_counter(), max(10.0, min(a.warm_limit, check.left()))
     log = check.logs / "warm.log"
     with open(log, "w") as f:
@@ -408,9 +409,9 @@ def plan(args: argparse.Namespace) -> list:
     steps = [("info", step_info)]
     steps += [("warm", step_warm)] if cuda and not args.no_bench else []
     steps += [("hierarchy", step_hierarchy)] if cuda and not args.no_hierarchy else []
-    if not args.no_bench:
-        steps += [("bench", step_bench)] + ([("bench_bf16", step_bench_bf16), ("bench16", step_bench16)] if cuda else [])
+    steps += [] if args.no_bench else [("bench", step_bench)] + ([("bench_bf16", step_bench_bf16)] if cuda else [])
     steps += [] if args.no_published else [("published", step_published)]
+    steps += [("bench16", step_bench16)] if cuda and not args.no_bench else []
     steps += [("fold_estimate", lambda check, py: fold_estimate(check))] if cuda and not args.no_bench else []
     steps += [] if args.no_tests else [("tests", step_tests)]
     steps += [("check", step_check)] if cuda and not args.no_check else []

@@ -46,6 +46,8 @@ def side_stream(device: torch.device) -> torch.cuda.Stream:
     streams = getattr(_local, "streams", None)
     if streams is None:
         streams = _local.streams = {}
+    if device.index is None:                               # "cuda": the current device of the thread that asked
+        device = torch.device("cuda", torch.cuda.current_device())
     if device not in streams:
         torch.cuda.set_device(device)                      # this thread's current device
         streams[device] = torch.cuda.Stream(device)
@@ -83,6 +85,8 @@ class HierarchyAhead:
     (module docstring); ``len`` is the loader's."""
 
     def __init__(self, loader: Iterable, spec: HierarchySpec, device: torch.device, depth: int = 1):
+        if device.type == "cuda" and device.index is None:  # the thread's current device is not this one's
+            device = torch.device("cuda", torch.cuda.current_device())
         self.loader, self.spec, self.device, self.depth = loader, spec, device, depth
         self.cuda = device.type == "cuda"
 

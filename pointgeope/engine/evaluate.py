@@ -134,6 +134,8 @@ def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, 
     points (:func:`~pointgeope.engine.vote_batches.packed`), with their hierarchy by ``spec`` unless None
     (on CUDA made on the device, beside the forward of the batch before: ``vote_batches.stack``)."""
     pin = device.type == "cuda"
+    if pin and device.index is None:                        # the producer thread's current device may differ
+        device = torch.device("cuda", torch.cuda.current_device())
     pieces = _room_pieces(coord, color, cfg, seed, layout, show_progress)
     for group in packed(pieces, lambda piece: piece[0].shape[0], limit):
         yield stack(group, spec, pin, device)

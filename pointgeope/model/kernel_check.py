@@ -85,7 +85,8 @@ def _grads(fn: Callable[..., Tensor], inputs: list[Tensor]) -> list[Tensor]:
     """The output of ``fn(*inputs)`` and the gradients of a fixed random projection of it."""
     leaves = [x.detach().requires_grad_(x.is_floating_point()) for x in inputs]
     out = fn(*leaves)
-    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
+    weight = torch.randn(out.shape, generator=torch.Generator(out.device).manual_seed(1), device=out.device,
+                         dtype=out.dtype)
     grads = torch.autograd.grad((out * weight).sum(), [x for x in leaves if x.requires_grad])
     return [out.detach(), *grads]
 

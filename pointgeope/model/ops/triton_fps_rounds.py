@@ -37,8 +37,8 @@ from pointgeope.model.ops.morton import layout
 __all__ = ["fps_rounds", "BP", "GC", "PCAP"]
 
 BP = 64       # points per block
-GC = 32       # blocks of a chunk at most (GC * BP points in registers)
-PCAP = 32     # samples of a round at most
+GC = 16       # blocks of a chunk at most (GC * BP points in registers)
+PCAP = 16     # samples of a round at most (H100, Triton 3.6, 2 x 80k: 16/16 50 ms, 32/32 63 ms, 32/64 63 ms)
 G = 8         # blocks updated together after a round
 PG = 1         # samples applied together in that update (more: registers spill, bench/triton_compile_check.py)
 LEVELS = 32   # the threshold ladder: 1 - 2^(-i/2), i < LEVELS

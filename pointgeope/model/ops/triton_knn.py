@@ -47,9 +47,9 @@ from pointgeope.model.ops.morton import launch_device, layout
 
 __all__ = ["knn_triton", "BLOCK_Q", "BLOCK_S", "KNN_WARPS", "SUPER"]
 
-BLOCK_Q = 32    # queries per program (64: registers spill under Triton 3.6, bench/triton_compile_check.py)
-BLOCK_S = 64    # support points per block
-KNN_WARPS = 8   # warps per program (4 spill at these blocks on sm_90)
+BLOCK_Q = 32    # queries per program (H100, stage 0 of 2 x 80k, k = 16: 32/32/4 warps 5.0 ms, 64/64/8 8.6 ms,
+BLOCK_S = 32    # support points per block                        32/64/4 8.9 ms; 64/64/8 spills under Triton 3.6)
+KNN_WARPS = 4   # warps per program
 WINDOW = 8      # support blocks merged first, nearest in Morton order, whatever their boxes
 CHUNK = 32      # boxes tested together in the scan of the rest
 SUPER = 32      # blocks of a super-block (its blocks are one CHUNK)
