@@ -14,7 +14,7 @@ DOCS_STAMP := $(VENV)/.installed-docs
 PYTEST_ARGS ?=
 DEMO_DIR ?= demo
 
-.PHONY: setup sysdeps demo test bench ablation docs clean-demo
+.PHONY: setup sysdeps demo test test-triton-old bench ablation docs clean-demo
 
 setup: $(STAMP) sysdeps
 
@@ -47,6 +47,14 @@ ablation: setup
 test: setup
 	@if command -v xvfb-run >/dev/null; then xvfb-run -a -s "-screen 0 1280x1024x24" $(PY) -m pytest $(PYTEST_ARGS); \
 	else echo "xvfb-run not found: display tests will be skipped"; $(PY) -m pytest $(PYTEST_ARGS); fi
+
+# The kernel tests again under Triton 3.6's interpreter (the GPU machines' Triton; the venv has the newest),
+# from a side folder that shadows the venv's Triton for this run only.
+TRITON_OLD ?= 3.6.0
+test-triton-old: setup
+	test -d .triton-$(TRITON_OLD) || $(PY) -m pip install -q --no-deps --target .triton-$(TRITON_OLD) triton==$(TRITON_OLD)
+	PYTHONPATH=.triton-$(TRITON_OLD) $(PY) -m pytest -q -p no:cacheprovider tests/model/test_triton_ops.py \
+		tests/model/test_kernels.py tests/model/test_fused_attention.py tests/model/test_bucket_fps.py
 
 bench: setup
 	$(PY) bench/bench_geope.py

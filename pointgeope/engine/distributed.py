@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from pointgeope.engine.config_values import device_problem
 from pointgeope.errors import UserError
+from pointgeope.model import kernels
 
 
 class DeviceError(UserError, RuntimeError):
@@ -40,7 +41,14 @@ def choose_device(preference: str, local_rank: int = 0, option: str = "train.dev
     """The device of ``preference`` (``train.device``, or the command-line ``option`` that names one):
     ``auto`` is ``cuda:<local_rank>`` when CUDA is available, else the CPU; ``cuda`` is
     ``cuda:<local_rank>``. A :class:`DeviceError` for a name outside
-    :data:`~pointgeope.engine.config_values.DEVICES` or a GPU this machine does not have."""
+    :data:`~pointgeope.engine.config_values.DEVICES` or a GPU this machine does not have; a
+    ``KernelChoiceError`` for a ``POINTGEOPE_KERNELS`` that names no path, or Triton where it cannot run."""
+    device = _device(preference, local_rank, option)
+    kernels.check_runnable(device)            # POINTGEOPE_KERNELS: a path, and one that runs here
+    return device
+
+
+def _device(preference: str, local_rank: int, option: str) -> torch.device:
     problem = device_problem(preference, option)
     if problem:
         raise DeviceError(problem)

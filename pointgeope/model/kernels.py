@@ -89,7 +89,7 @@ def use_triton(kernel: str, device: torch.device, atomics: bool = False) -> bool
 def check_runnable(device: torch.device) -> None:
     """Raise :class:`KernelChoiceError` if ``POINTGEOPE_KERNELS=triton`` cannot run on ``device``: Triton
     does not import, or CPU tensors without ``TRITON_INTERPRET=1``. The commands call it once at start."""
-    if requested() != "triton":
+    if requested() != "triton":               # (validates the value too)
         return
     if not triton_imports():
         raise KernelChoiceError("POINTGEOPE_KERNELS=triton: Triton does not import here (pip install triton); "

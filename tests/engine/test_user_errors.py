@@ -257,3 +257,22 @@ def test_evaluate_checks_the_data_it_reads_as_training_does(tmp_path, capsys, tw
     assert line == (f"pointgeope evaluate: error: {root / 'Area_1.h5'}: room 'office_1': holds no point; run "
                     "`pointgeope prepare` again")
     assert (run / "metrics.json").read_bytes() == metrics and not (run / ".lock").exists()
+
+
+def test_a_kernel_choice_that_is_not_a_path_is_one_line(tmp_path, capsys, two_folds, tiny_run, monkeypatch):
+    """POINTGEOPE_KERNELS=bad (or cuda) in train, evaluate and predict: one line naming the variable and its
+    values, exit code 2, nothing written (it was a traceback from inside the forward)."""
+    scan = tmp_path / "scan.npy"
+    np.save(scan, np.random.default_rng(0).random((100, 6)) * [2, 2, 2, 255, 255, 255])
+    want = "error: POINTGEOPE_KERNELS: expected one of triton, torch (or unset for the device's default), got {!r}"
+    for value in ("bad", "cuda"):
+        monkeypatch.setenv("POINTGEOPE_KERNELS", value)
+        line = one_line(capsys, 2, train_args(two_folds, tmp_path, "train.epochs=1"))
+        assert line == "pointgeope train: " + want.format(value)
+        line = one_line(capsys, 2, ["predict", str(tiny_run), str(scan), "--out", str(tmp_path / "o")])
+        assert line == "pointgeope predict: " + want.format(value)
+    assert not (tmp_path / "area_1").exists() and not (tmp_path / "o").exists()
+    monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")           # Triton on the CPU: only in its interpreter
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    line = one_line(capsys, 2, ["predict", str(tiny_run), str(scan), "--out", str(tmp_path / "o"), "--device", "cpu"])
+    assert line.startswith("pointgeope predict: error: POINTGEOPE_KERNELS=triton on the CPU needs TRITON_INTERPRET=1")

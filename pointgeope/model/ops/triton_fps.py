@@ -40,8 +40,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from pointgeope.model.ops.morton import launch_device, layout
-from pointgeope.model.ops.triton_fps_rounds import fps_rounds
+from pointgeope.model.ops.morton import launch_device
+from pointgeope.model.ops.triton_fps_rounds import cloud_blocks, fps_rounds
 
 __all__ = ["fps_triton", "BLOCK_P", "GROUP", "METHODS", "METHOD"]
 
@@ -174,12 +174,7 @@ def _fps_stream(planes: Tensor, sizes: list[int], kept: list[int], out: Tensor) 
 
 def _fps_pruned(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int], out: Tensor) -> None:
     device = planes.device
-    off = torch.tensor(sizes).cumsum(0).tolist()
-    tiles, boxes = layout(points, off, BLOCK_P)
-    nbp = max(2, triton.next_power_of_2(max(tiles.blocks)))
-    kept_t = torch.tensor(kept, dtype=torch.long, device=device)
-    meta = torch.stack([tiles.start_t, kept_t, torch.cumsum(kept_t, 0) - kept_t, tiles.block_start_t,
-                        tiles.blocks_t], 1).contiguous()
+    tiles, boxes, nbp, meta = cloud_blocks(points, sizes, kept, BLOCK_P)
     nb = sum(tiles.blocks)
     bmax = torch.full((nb,), torch.inf, dtype=torch.float32, device=device)
     barg = torch.zeros(nb, dtype=torch.long, device=device)

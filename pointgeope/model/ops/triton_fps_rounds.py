@@ -34,7 +34,7 @@ from torch import Tensor
 from pointgeope.model import kernels
 from pointgeope.model.ops.morton import layout
 
-__all__ = ["fps_rounds", "BP", "GC", "PCAP"]
+__all__ = ["fps_rounds", "cloud_blocks", "BP", "GC", "PCAP"]
 
 BP = 64       # points per block
 GC = 16       # blocks of a chunk at most (GC * BP points in registers)
@@ -210,23 +210,31 @@ def _fps_rounds_kernel(p_ptr, plane, row_ptr, box_ptr, dist_ptr, bkey_ptr, ids_p
                        picks, pk, ids, p_ptr, plane, row_ptr, dist_ptr, bkey_ptr, first, BP, G, PG, PCAP)
 
 
+def cloud_blocks(points: Tensor, sizes: list[int], kept: list[int], block: int):
+    """What a block kernel of FPS reads: the clouds' ``Tiles`` and block boxes (``morton.layout``), the
+    lanes ``NBP`` (a power of two holding the most blocks of a cloud) and ``meta (B, 5)`` int64 per cloud:
+    first row, samples kept, first output row, first block, blocks."""
+    off = torch.tensor(sizes).cumsum(0).tolist()
+    tiles, boxes = layout(points, off, block)
+    kept_t = torch.tensor(kept, dtype=torch.long, device=points.device)
+    meta = torch.stack([tiles.start_t, kept_t, torch.cumsum(kept_t, 0) - kept_t, tiles.block_start_t,
+                        tiles.blocks_t], 1).contiguous()
+    return tiles, boxes, max(2, triton.next_power_of_2(max(tiles.blocks))), meta
+
+
 def fps_rounds(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int], out: Tensor,
                gc: int | None = None, pcap: int | None = None) -> None:
     """Write the first ``kept[b]`` samples of every cloud into ``out`` (the module docstring's method):
     ``points (N, 3)`` float32, ``planes`` its ``(3, N)`` transpose, on one device; ``gc``, ``pcap``: the
     chunk's blocks and a round's samples at most (default :data:`GC`, :data:`PCAP`)."""
     device, gc, pcap = planes.device, gc or GC, pcap or PCAP
-    off = torch.tensor(sizes).cumsum(0).tolist()
-    tiles, boxes = layout(points, off, BP)
-    nbp = max(2, triton.next_power_of_2(max(tiles.blocks)))
-    kept_t = torch.tensor(kept, dtype=torch.long, device=device)
-    meta = torch.stack([tiles.start_t, kept_t, torch.cumsum(kept_t, 0) - kept_t, tiles.block_start_t,
-                        tiles.blocks_t], 1).contiguous()
+    tiles, boxes, nbp, meta = cloud_blocks(points, sizes, kept, BP)
     dist = torch.full((tiles.rows.numel(),), torch.inf, dtype=torch.float32, device=device)
     bkey = torch.empty(sum(tiles.blocks), dtype=torch.long, device=device)
     ids = torch.zeros(len(sizes) * nbp, dtype=torch.long, device=device)
     picks = torch.zeros(len(sizes) * 3 * pcap, dtype=torch.float32, device=device)
-    _fps_rounds_kernel[(len(sizes),)](tiles.planes, tiles.planes.shape[1], tiles.rows, boxes, dist,
-                                      bkey, ids, picks, planes, planes.shape[1], meta, out, NBP=nbp, BP=BP, GC=gc,
-                                      PCAP=pcap, G=G, PG=PG, L=LEVELS, TUPLE=not kernels.interpreted() if TUPLE is None else TUPLE, num_warps=WARPS, num_stages=1,
+    tuple_argmax = not kernels.interpreted() if TUPLE is None else TUPLE
+    _fps_rounds_kernel[(len(sizes),)](tiles.planes, tiles.planes.shape[1], tiles.rows, boxes, dist, bkey, ids, picks,
+                                      planes, planes.shape[1], meta, out, NBP=nbp, BP=BP, GC=gc, PCAP=pcap, G=G,
+                                      PG=PG, L=LEVELS, TUPLE=tuple_argmax, num_warps=WARPS, num_stages=1,
                                       enable_fp_fusion=False)
