@@ -61,7 +61,7 @@ def ops_cases() -> list[tuple[str, object, dict, dict, dict]]:
     r = triton_fps_rounds
     rounds = [(f"fps_rounds_nbp{n}", r._fps_rounds_kernel, ROUNDS_SIG,
                dict(NBP=n, BP=r.BP, GC=r.GC, PCAP=r.PCAP, G=r.G, PG=r.PG, L=r.LEVELS, TUPLE=True),
-               dict(num_warps=r.WARPS, num_stages=1)) for n in (2048, 512, 128, 2)]   # 131k .. 65 points a cloud
+               dict(num_warps=r.WARPS, num_stages=1, **r.MAXNREG)) for n in (2048, 512, 128, 2)]   # 131k .. 65 points
     return knn + rounds + [("fps_stream", triton_fps._fps_kernel, STREAM_SIG, dict(BLOCK=4096), dict(num_warps=16, num_stages=1)),
                            ("fps_pruned", triton_fps._fps_pruned_kernel, PRUNED_SIG,
                             dict(NBP=nbp, BP=triton_fps.BLOCK_P, G=triton_fps.GROUP),

@@ -74,10 +74,12 @@ WARPS = 8    # every attention kernel (at Triton's default 4, aggregate's backwa
 
 def tiles(op: str, k: int, width: int, backward: bool = False, f64: bool = False) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_K, BLOCK_width) of ``op``'s kernels: powers of two holding ``k`` and ``width``, about
-    a budget of elements a tile: 4096 (linear GeoPE 2048), halved for aggregate's backward and for float64,
+    a budget of elements a tile: 4096 (linear GeoPE 2048), a quarter for aggregate's backward, half for linear
+    GeoPE's backward and for float64,
     so that no kernel spills registers at :data:`WARPS` (``bench/triton_compile_check.py`` checks every recipe
     width and k on sm_80 and sm_90, Triton 3.6 and current)."""
-    budget = (2048 if op == "linear_relation" else 4096) // (4 if backward and op == "aggregate" else 1)
+    budget = (2048 if op == "linear_relation" else 4096) // (4 if backward and op == "aggregate" else
+                                                              2 if backward and op == "linear_relation" else 1)
     budget //= 2 if f64 else 1
     block_k, block_w = _pow2(k), _pow2(width)
     return max(1, min(64, budget // (block_k * block_w))), block_k, block_w

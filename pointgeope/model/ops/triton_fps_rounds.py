@@ -43,6 +43,9 @@ G = 8         # blocks updated together after a round
 PG = 1         # samples applied together in that update (more: registers spill, bench/triton_compile_check.py)
 LEVELS = 32   # the threshold ladder: 1 - 2^(-i/2), i < LEVELS
 WARPS = 8
+# All 255 registers a thread may hold at 8 warps: left to itself ptxas caps some sizes at 128 and spills (Triton
+# 3.6, 128 blocks: 28-36 bytes); one program a cloud, so the occupancy it would buy is of no use here.
+MAXNREG = {"maxnreg": 255}
 TUPLE = None  # the argmax as one tuple reduction (None: when compiled, not under the interpreter; _argmax)
 
 _NONE = tl.constexpr(-(1 << 62))          # below every key: padding, or no block outside the chunk
@@ -237,4 +240,4 @@ def fps_rounds(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int]
     _fps_rounds_kernel[(len(sizes),)](tiles.planes, tiles.planes.shape[1], tiles.rows, boxes, dist, bkey, ids, picks,
                                       planes, planes.shape[1], meta, out, NBP=nbp, BP=BP, GC=gc, PCAP=pcap, G=G,
                                       PG=PG, L=LEVELS, TUPLE=tuple_argmax, num_warps=WARPS, num_stages=1,
-                                      enable_fp_fusion=False)
+                                      enable_fp_fusion=False, **MAXNREG)
