@@ -40,7 +40,7 @@ PALETTE: tuple[tuple[int, int, int], ...] = (
 MAX_ROOM_EXTENT = 1000.0
 
 # Default --max-extent of predict, metres from the scan's median on an axis. The network only saw
-# S3DIS-like rooms (at most ~50 m, above; the two real rooms of /work/shared/data/s3dis_real span at most
+# S3DIS-like rooms (at most ~50 m, above; the two real rooms of tests/fixtures/s3dis span at most
 # 6.4 m and lie within 3.3 m of their median), and a room that spans at most M on each axis lies within M
 # of its median: 50 m keeps every such room (and one 100 m long about its median). A point beyond it is no
 # part of a room the network can segment, and kept, it changes the other points' labels (the voxel grid's
