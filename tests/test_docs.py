@@ -21,7 +21,7 @@ MARKER = "<!-- runnable -->"
 RUNNABLE_PAGES = ("getting-started.md", "own-scans.md")
 README_MAX_LINES = 150
 TWO_COMMANDS = """\
-make demo   # set up (venv, packages, system libs) and run the 6-fold demo on synthetic S3DIS, ~8 min on 2 CPU cores
+make demo   # set up (venv, packages, system libs) and run the 6-fold demo on synthetic S3DIS, ~10 min on 2 CPU cores
 make test   # set up and run the test suite (display tests under xvfb-run)
 """
 # Tracker numbers, branches and merge history: the history of the work, not what a user can rely on.
