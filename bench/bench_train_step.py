@@ -54,7 +54,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_model import synthetic_room  # noqa: E402
 
-from pointgeope.model import PointTransformerSeg  # noqa: E402
+from pointgeope.model import PointTransformerSeg, kernels  # noqa: E402
 from pointgeope.model.ops import backends, fps  # noqa: E402
 
 AMP = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
@@ -289,12 +289,8 @@ class KernelCase(Case):
         self.kernels = kernels
 
     def step(self, given: bool = True) -> None:
-        before = os.environ.get("POINTGEOPE_KERNELS")
-        os.environ["POINTGEOPE_KERNELS"] = self.kernels
-        try:
+        with kernels.chosen(self.kernels):
             super().step(given)
-        finally:
-            os.environ.pop("POINTGEOPE_KERNELS") if before is None else os.environ.update(POINTGEOPE_KERNELS=before)
 
 
 def run_kernels(args, out: dict, write) -> None:

@@ -24,6 +24,7 @@ there, Inductor's code measured slower than the cache-blocked eager kernels and 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 
@@ -121,14 +122,7 @@ def status() -> str:
     failed = kernels.failures().get(KERNEL)
     if failed:
         return f"eager (torch.compile failed: {failed})"
-    if _valid_choice() and kernels.requested() == "torch":
-        return "eager (POINTGEOPE_KERNELS=torch)"
+    with contextlib.suppress(kernels.KernelChoiceError):     # an invalid value: kernels.status says so
+        if kernels.requested() == "torch":
+            return "eager (POINTGEOPE_KERNELS=torch)"
     return "torch.compile on CUDA (Triton), eager on the CPU"
-
-
-def _valid_choice() -> bool:
-    try:
-        kernels.requested()
-    except kernels.KernelChoiceError:
-        return False
-    return True

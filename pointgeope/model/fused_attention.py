@@ -135,15 +135,12 @@ def _ref_linear(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, q: Te
 
 def _guarded_backward(op: str, device: torch.device, kernel: Callable[[], tuple], ref: Callable[..., Tensor],
                       inputs: list[Tensor | None], needs: list[bool], grad: Tensor) -> tuple:
-    """The Triton backward ``kernel()``; if it fails to compile or launch, ``op`` leaves Triton (one warning)
-    and the gradients of ``ref(*inputs)`` for the inputs flagged in ``needs`` come from autograd instead."""
-    if kernels_choice.use_triton(op, device, atomics=True):
-        try:
-            return kernel()
-        except Exception as err:  # noqa: BLE001 - as kernels.run: any compiler, resource or driver error
-            if isinstance(err, torch.OutOfMemoryError):
-                raise
-            kernels_choice.fail(op, err)
+    """The Triton backward ``kernel()`` (``kernels.run``); where ``op`` no longer runs in Triton, or if it fails
+    now, the gradients of ``ref(*inputs)`` for the inputs flagged in ``needs``, by autograd."""
+    return kernels_choice.run(op, device, kernel, lambda: _torch_grads(ref, inputs, needs, grad), atomics=True)
+
+
+def _torch_grads(ref: Callable[..., Tensor], inputs: list[Tensor | None], needs: list[bool], grad: Tensor) -> tuple:
     with torch.enable_grad():
         leaves = [x.detach().requires_grad_(n) if x is not None and n else x for x, n in zip(inputs, needs)]
         wanted = [x for x, n in zip(leaves, needs) if x is not None and n]

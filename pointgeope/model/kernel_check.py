@@ -123,17 +123,11 @@ def check_kernels(device: torch.device, points: int | None = None, pairs: int | 
     """One row per kernel (module docstring): FPS and kNN on a crop of ``points``, the attention on ``pairs``
     queries (default: the recipe's sizes on CUDA, small ones elsewhere), the Triton kernels asked for
     (``POINTGEOPE_KERNELS=triton`` for the duration)."""
-    import os
-
     small = device.type != "cuda"
     points, pairs = points or (600 if small else 80_000), pairs or (200 if small else 20_000)
-    before = os.environ.get("POINTGEOPE_KERNELS")
-    os.environ["POINTGEOPE_KERNELS"] = "triton"
-    try:
+    with kernels.chosen("triton"):
         kernels.check_runnable(device)
         return _point_rows(device, points, reps) + _attention_rows(device, pairs, reps)
-    finally:
-        os.environ.pop("POINTGEOPE_KERNELS") if before is None else os.environ.update(POINTGEOPE_KERNELS=before)
 
 
 def passed(rows: list[CheckRow]) -> bool:

@@ -21,9 +21,10 @@ of a kernel: they propagate (``evaluate`` halves its batch on them). ``pointgeop
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import TypeVar
 
@@ -32,7 +33,7 @@ import torch
 from pointgeope.errors import UserError
 
 __all__ = ["PATHS", "KernelChoiceError", "KernelFallbackWarning", "requested", "interpreted", "triton_imports",
-           "use_triton", "check_runnable", "run", "fail", "failures", "status"]
+           "use_triton", "check_runnable", "run", "fail", "failures", "status", "chosen"]
 
 PATHS = ("triton", "torch")
 T = TypeVar("T")
@@ -55,6 +56,22 @@ def requested() -> str | None:
         raise KernelChoiceError(f"POINTGEOPE_KERNELS: expected one of {', '.join(PATHS)} (or unset for the "
                                 f"device's default), got {value!r}")
     return value or None
+
+
+@contextlib.contextmanager
+def chosen(path: str) -> Iterator[None]:
+    """``POINTGEOPE_KERNELS=path`` inside the block, its former value (or none) after it (benchmarks, checks)."""
+    if path not in PATHS:
+        raise KernelChoiceError(f"expected a kernel path in {PATHS}, got {path!r}")
+    before = os.environ.get("POINTGEOPE_KERNELS")
+    os.environ["POINTGEOPE_KERNELS"] = path
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("POINTGEOPE_KERNELS", None)
+        else:
+            os.environ["POINTGEOPE_KERNELS"] = before
 
 
 def interpreted() -> bool:
