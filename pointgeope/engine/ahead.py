@@ -21,9 +21,9 @@ tests check that it hands over the same batches and hierarchies in the same orde
 """
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -31,43 +31,45 @@ from torch import Tensor
 from pointgeope.engine.prefetch import Prefetch
 from pointgeope.model.ops.hierarchy import HierarchySpec, PointHierarchy
 
-__all__ = ["HierarchyAhead", "record_on", "side_stream", "beside", "hand_over"]
+__all__ = ["HierarchyAhead", "indexed", "side_stream", "beside", "hand_over"]
 
+T = TypeVar("T")
 _local = threading.local()
 
 
-def record_on(hierarchy: PointHierarchy, stream: torch.cuda.Stream) -> None:
-    """Mark every tensor of ``hierarchy`` as used by ``stream`` (``Tensor.record_stream``)."""
-    hierarchy.apply(lambda t: t.record_stream(stream) or t)
+def indexed(device: torch.device) -> torch.device:
+    """``device`` with its index (a bare ``cuda``: this thread's current device). Call it in the consumer's
+    thread: a background thread's current device is its own (``cuda:0`` unless it sets one)."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def side_stream(device: torch.device) -> torch.cuda.Stream:
-    """This thread's second CUDA stream on ``device`` (one per thread and device, made on first use)."""
+    """This thread's second CUDA stream on ``device`` (an :func:`indexed` one), made on first use."""
+    if device.index is None:
+        raise ValueError(f"expected a CUDA device with its index (ahead.indexed), got {device}")
     streams = getattr(_local, "streams", None)
     if streams is None:
         streams = _local.streams = {}
-    if device.index is None:                               # "cuda": the current device of the thread that asked
-        device = torch.device("cuda", torch.cuda.current_device())
     if device not in streams:
         torch.cuda.set_device(device)                      # this thread's current device
         streams[device] = torch.cuda.Stream(device)
     return streams[device]
 
 
-def beside(tensors: list[Tensor], offsets: list[int], spec: HierarchySpec, device: torch.device
-           ) -> tuple[list[Tensor], PointHierarchy, torch.cuda.Event]:
-    """``tensors`` (host, pinned; the first the coordinates) copied to CUDA ``device`` and the hierarchy of
-    the clouds ``offsets`` built from them, on this thread's side stream; the event that marks the end."""
+def beside(make: Callable[[], T], device: torch.device) -> tuple[T, torch.cuda.Event]:
+    """``make()`` (copies to ``device`` and the hierarchy built from them) run on this thread's side stream,
+    and the event that marks its end."""
     stream = side_stream(device)
     with torch.cuda.stream(stream):
-        moved = [t.to(device, non_blocking=True) for t in tensors]
-        hierarchy = spec(moved[0], offsets)
+        made = make()
         event = torch.cuda.Event()
         event.record(stream)
-    return moved, hierarchy, event
+    return made, event
 
 
-def hand_over(event: torch.cuda.Event, tensors: list[Tensor], hierarchy: PointHierarchy | None,
+def hand_over(event: torch.cuda.Event, tensors: Iterable[Tensor], hierarchy: PointHierarchy | None,
               device: torch.device) -> None:
     """The consumer's side of :func:`beside`: its stream waits for ``event`` (on the device), and the
     tensors are marked as used by it, so their memory is not reused before its work on them is done."""
@@ -76,7 +78,7 @@ def hand_over(event: torch.cuda.Event, tensors: list[Tensor], hierarchy: PointHi
     for t in tensors:
         t.record_stream(main)
     if hierarchy is not None:
-        record_on(hierarchy, main)
+        hierarchy.apply(lambda t: t.record_stream(main) or t)
 
 
 class HierarchyAhead:
@@ -85,31 +87,27 @@ class HierarchyAhead:
     (module docstring); ``len`` is the loader's."""
 
     def __init__(self, loader: Iterable, spec: HierarchySpec, device: torch.device, depth: int = 1):
-        if device.type == "cuda" and device.index is None:  # the thread's current device is not this one's
-            device = torch.device("cuda", torch.cuda.current_device())
-        self.loader, self.spec, self.device, self.depth = loader, spec, device, depth
-        self.cuda = device.type == "cuda"
+        self.loader, self.spec, self.device, self.depth = loader, spec, indexed(device), depth
 
     def __len__(self) -> int:
         return len(self.loader)
 
+    def _made(self, batch, offsets: list[int]):
+        batch = batch.to(self.device, non_blocking=self.device.type == "cuda")
+        batch.hierarchy = self.spec(batch.pos, offsets)
+        return batch
+
     def _produce(self) -> Iterator[tuple[object, torch.cuda.Event | None]]:
-        stream = side_stream(self.device) if self.cuda else None
         for batch in self.loader:
             offsets = batch.ptr[1:].tolist()               # on the host: no wait for the device
-            with torch.cuda.stream(stream) if self.cuda else contextlib.nullcontext():
-                batch = batch.to(self.device, non_blocking=self.cuda)
-                batch.hierarchy = self.spec(batch.pos, offsets)
-                event = torch.cuda.Event() if self.cuda else None
-                if event is not None:
-                    event.record(stream)
-            yield batch, event
+            if self.device.type == "cuda":
+                yield beside(lambda: self._made(batch, offsets), self.device)
+            else:
+                yield self._made(batch, offsets), None
 
     def __iter__(self) -> Iterator[object]:
         with Prefetch(self._produce(), depth=self.depth, name="hierarchy beside the step") as ready:
             for batch, event in ready:
                 if event is not None:
-                    hand_over(event, [], batch.hierarchy, self.device)
-                    main = torch.cuda.current_stream(self.device)
-                    batch.apply(lambda t: t.record_stream(main) or t)
+                    hand_over(event, [v for _, v in batch if torch.is_tensor(v)], batch.hierarchy, self.device)
                 yield batch

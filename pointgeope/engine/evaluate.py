@@ -54,6 +54,7 @@ from pointgeope.data.folds import load_folds
 from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
 from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed
+from pointgeope.engine.ahead import indexed
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.prefetch import Prefetch
 from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, stack
@@ -134,8 +135,6 @@ def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, 
     points (:func:`~pointgeope.engine.vote_batches.packed`), with their hierarchy by ``spec`` unless None
     (on CUDA made on the device, beside the forward of the batch before: ``vote_batches.stack``)."""
     pin = device.type == "cuda"
-    if pin and device.index is None:                        # the producer thread's current device may differ
-        device = torch.device("cuda", torch.cuda.current_device())
     pieces = _room_pieces(coord, color, cfg, seed, layout, show_progress)
     for group in packed(pieces, lambda piece: piece[0].shape[0], limit):
         yield stack(group, spec, pin, device)
@@ -179,6 +178,7 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
         seed: seeds the within-voxel shuffles and the crop seeds (the result is a function of it).
         show_progress: a bar over the fragments (on a terminal).
     """
+    device = indexed(device)       # the producer thread runs on this device, not on its own current one
     n = coord.shape[0]
     scores = np.zeros((n, cfg.model.num_classes), dtype=np.float32)
     votes = np.zeros(n, dtype=np.int32)

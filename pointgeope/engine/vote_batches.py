@@ -71,7 +71,11 @@ def stack(pieces: list[tuple[np.ndarray, Data]], spec, pin: bool, device: torch.
     if pin:
         pos, x = pos.pin_memory(), x.pin_memory()
     if spec is not None and device is not None and device.type == "cuda":
-        (pos, x), hierarchy, event = beside([pos, x], offset.tolist(), spec, device)
+        def made():
+            on_device = pos.to(device, non_blocking=True), x.to(device, non_blocking=True)
+            return (*on_device, spec(on_device[0], offset.tolist()))
+
+        (pos, x, hierarchy), event = beside(made, device)
         return PieceBatch(index, pos, x, offset, hierarchy, event)
     return PieceBatch(index, pos, x, offset, spec(pos, offset) if spec is not None else None)
 
