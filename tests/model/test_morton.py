@@ -4,18 +4,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pointgeope.model.ops.morton import BITS, block_boxes, morton_keys, tile_sorted
+from pointgeope.model.ops.morton import BITS, block_boxes, cloud_frame, keys_in, tile_sorted
 
 
 def _interleave(cx: int, cy: int, cz: int) -> int:
     return sum(((c >> bit) & 1) << (3 * bit + axis) for bit in range(BITS) for axis, c in enumerate((cx, cy, cz)))
 
 
-def test_morton_keys_interleave_the_cell_bits_below_the_cloud_number():
+def test_keys_interleave_the_cell_bits_below_the_cloud_number():
     top = (1 << BITS) - 1
     support = torch.tensor([[0.0, 0.0, 0.0], [2.0, 1.0, 1.0], [5.0, 5.0, 5.0], [6.0, 5.0, 5.0]])  # cubes of side 2, 1
     query = torch.tensor([[1.5 * 2 / top, 0.0, 0.0], [0.0, 0.7, 2.0], [3.0, -1.0, 1.0], [5.5, 5.25, 5.0]])
-    s_keys, q_keys = morton_keys(support, [2, 4], query, [3, 4])
+    frame = cloud_frame(support, [2, 4])                              # both in the support clouds' cubes
+    s_keys, q_keys = keys_in(support, [2, 4], frame), keys_in(query, [3, 4], frame)
     cells = [(1, 0, 0), (0, int(0.7 / 2 * top), top), (top, 0, int(1.0 / 2 * top)),                # clamped to the cube
              (int(0.5 * top), int(0.25 * top), 0)]
     assert q_keys.tolist() == [_interleave(*c) for c in cells[:3]] + [(1 << 3 * BITS) | _interleave(*cells[3])]
@@ -37,4 +38,4 @@ def test_too_many_clouds_for_the_key_is_refused():
     points = torch.zeros(1 << 15, 3)
     off = list(range(1, (1 << 15) + 1))
     with pytest.raises(ValueError, match="fewer than 32768 clouds"):
-        morton_keys(points, off, points, off)
+        cloud_frame(points, off)

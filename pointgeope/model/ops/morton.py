@@ -18,7 +18,7 @@ from torch import Tensor
 
 from pointgeope.model.ops.offsets import counts
 
-__all__ = ["morton_keys", "tile_sorted", "block_boxes", "launch_device", "Tiles", "BITS", "cloud_frame", "keys_in",
+__all__ = ["tile_sorted", "block_boxes", "launch_device", "Tiles", "BITS", "cloud_frame", "keys_in",
            "layout", "shared_layouts"]
 
 BITS = 16  # bits per axis: 48 bits of code, the cloud's number above them
@@ -65,16 +65,6 @@ def keys_in(points: Tensor, off: list[int], frame: tuple[Tensor, Tensor]) -> Ten
     cell = ((points - lo[cloud]) * scale[cloud, None]).clamp(0, (1 << BITS) - 1).long()
     code = _spread_table(points.device).gather(0, cell)                     # (N, 3) spread bits per axis
     return (cloud << (3 * BITS)) | code[:, 0] | code[:, 1] | code[:, 2]
-
-
-def morton_keys(support: Tensor, s_off: list[int], query: Tensor, q_off: list[int]) -> tuple[Tensor, Tensor]:
-    """``cloud << 48 | morton`` (int64) of every support and query point, both quantised in the bounding
-    cube of their support cloud (queries outside it are clamped to its faces)."""
-    frame = cloud_frame(support, s_off)
-    s_keys = keys_in(support, s_off, frame)
-    if query is support and q_off == s_off:                             # self-neighbourhoods: the same keys
-        return s_keys, s_keys
-    return s_keys, keys_in(query, q_off, frame)
 
 
 @dataclass(frozen=True)

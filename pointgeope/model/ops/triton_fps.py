@@ -16,7 +16,8 @@ One program per cloud, all clouds of a batch in parallel, one launch for the who
   buffer, each slot read and written by the same thread) and a per-lane running maximum with its first
   index, then reduces the lanes once: the max, then the smallest index holding it. Reads every point
   at every step.
-- ``pruned`` (the default up to ``MAX_PRUNED_BLOCKS`` blocks a cloud): the cloud is sorted in Morton order
+- ``pruned`` (the former default; H100: as fast as ``rounds`` at 32 chunk blocks, ``bench_hierarchy.py``): the
+  cloud is sorted in Morton order
   and cut into blocks of ``BLOCK_P`` points with bounding boxes (``morton``); each block keeps its largest
   ``dist`` and the smallest row holding it.
   A step updates only the blocks whose box is nearer to the new sample than their largest ``dist``
@@ -48,10 +49,11 @@ __all__ = ["fps_triton", "BLOCK_P", "GROUP", "METHODS", "METHOD"]
 BLOCK_P = 64       # points per block of the pruned kernel
 GROUP = 8          # blocks updated together
 PRUNED_WARPS = 8   # warps of a pruned program (untuned: bench/bench_hierarchy.py time_fps_variants)
-MAX_PRUNED_BLOCKS = 4096  # larger clouds (262k points at 64 per block) take the stream kernel
 STREAM_BLOCK = 4096       # points per chunk of the stream kernel, at most
 METHODS = ("rounds", "pruned", "stream")
-METHOD = "rounds"         # the default up to MAX_PRUNED_BLOCKS blocks a cloud
+METHOD = "rounds"         # the default up to MAX_BLOCKS blocks a cloud
+MAX_BLOCKS = 2048         # larger clouds (131k points at 64 a block) take the stream kernel: the block kernels
+                          # hold a lane per block in registers and are checked without spills up to 2048
 
 _NONE = tl.constexpr(1 << 62)  # larger than every index
 
@@ -188,10 +190,10 @@ def _fps_pruned(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int
 def fps_triton(points: Tensor, sizes: list[int], kept: list[int], method: str | None = None) -> Tensor:
     """``(sum(kept),)`` int64 global rows: the first ``kept[b]`` FPS samples of every cloud, cloud by cloud,
     with the ``"rounds"`` (``triton_fps_rounds``), ``"pruned"`` or ``"stream"`` kernel (the same result).
-    ``None``: :data:`METHOD`, unless a cloud has more than ``MAX_PRUNED_BLOCKS`` blocks (its block maxima
-    would no longer fit in registers): then ``stream``."""
+    ``None``: :data:`METHOD`, unless a cloud has more than :data:`MAX_BLOCKS` blocks (its block maxima would
+    no longer fit in registers): then ``stream``."""
     if method is None:
-        method = METHOD if max(sizes) <= MAX_PRUNED_BLOCKS * BLOCK_P else "stream"
+        method = METHOD if max(sizes) <= MAX_BLOCKS * BLOCK_P else "stream"
     if method not in METHODS:
         raise ValueError(f"expected method in {METHODS} or None, got {method!r}")
     points = points.detach().to(torch.float32).contiguous()
