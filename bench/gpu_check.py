@@ -49,16 +49,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
-import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from gpu_check_demo import step_ddp, step_evaluate, step_predict, step_train  # noqa: E402
+from gpu_runner import REPO, Check, result_path, run_with_result  # noqa: E402
+
 RESULTS = REPO / "bench" / "results" / "gpu.json"
 
 ENV_PROBE = """
@@ -75,80 +74,6 @@ except Exception as err:
     info["triton"] = f"not importable: {err}"
 print("ENV " + json.dumps(info))
 """
-
-
-class Check:
-    """Runs the steps and keeps the JSON up to date (here and under ``$OUT``)."""
-
-    def __init__(self, args: argparse.Namespace):
-        self.args, self.out = args, args.out
-        self.logs = self.out.parent / "gpu_logs"
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.start = time.perf_counter()
-        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-        self.env = dict(os.environ, PYTHONPATH=path)
-        if args.device == "cpu":
-            self.env["CUDA_VISIBLE_DEVICES"] = ""
-        if args.threads:
-            self.env["OMP_NUM_THREADS"] = str(args.threads)
-        self.result = {"device": args.device, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                       "host": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                "load_average_start": os.getloadavg()},
-                       "steps": {}}
-
-    def left(self) -> float:
-        return self.args.budget - (time.perf_counter() - self.start)
-
-    def write(self) -> None:
-        self.result["seconds_total"] = round(time.perf_counter() - self.start, 1)
-        self.result["host"]["load_average_now"] = os.getloadavg()
-        tmp = self.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.result, indent=1))
-        os.replace(tmp, self.out)
-        target = os.environ.get("OUT")
-        if target:                    # two files: the device tool returns at most 8 files from $OUT
-            Path(target).mkdir(parents=True, exist_ok=True)
-            shutil.copy2(self.out, Path(target) / self.out.name)
-            with tarfile.open(Path(target) / f"{self.logs.name}.tgz", "w:gz") as tar:
-                tar.add(self.logs, arcname=self.logs.name)
-
-    def run(self, name: str, cmd: list[str], limit: float, label: str | None = None) -> dict:
-        """Run ``cmd`` with at most ``limit`` seconds (less if the budget is short); record and return it."""
-        limit = max(10.0, min(limit, self.left()))
-        log = self.logs / f"{name}.log"
-        label = label or " ".join(cmd)
-        print(f"[gpu_check] {name}: {label} (limit {limit:.0f} s)", flush=True)
-        start = time.perf_counter()
-        with open(log, "w") as f:
-            try:
-                rc = subprocess.run(cmd, cwd=REPO, env=self.env, stdout=f, stderr=subprocess.STDOUT,
-                                    timeout=limit).returncode
-            except subprocess.TimeoutExpired:
-                rc = "timeout"
-        seconds = round(time.perf_counter() - start, 2)
-        text = log.read_text(errors="replace")
-        step = {"ok": rc == 0, "rc": rc, "seconds": seconds, "command": label, "log": str(log.name),
-                "tail": text[-1500:]}
-        print(f"[gpu_check] {name}: rc={rc} in {seconds} s", flush=True)
-        self.result["steps"].setdefault(name, {}).update(step)
-        self.write()
-        return self.result["steps"][name]
-
-
-def result_path(check: Check, name: str) -> Path:
-    """Where a benchmark step's script writes its JSON (``gpu_logs/name``), emptied first."""
-    data = check.out.parent / "gpu_logs" / name
-    data.unlink(missing_ok=True)
-    return data
-
-
-def run_with_result(check: Check, name: str, cmd: list[str], limit: float, data: Path) -> None:
-    """Run a benchmark step whose script writes JSON to ``data``; whatever it measured goes into the step,
-    also after a failure or a timeout (the scripts rewrite their JSON after every case)."""
-    step = check.run(name, cmd, limit)
-    if data.exists():
-        step["result"] = json.loads(data.read_text())
-    check.write()
 
 
 def step_info(check: Check, py: str) -> None:
@@ -288,75 +213,6 @@ def step_kernels(check: Check, py: str) -> None:
            "--kernels", "torch", *([] if a.device == "cpu" else ["triton"]), "--amps", "none", "bf16", "--presets", *a.kernel_presets,
            "--budget", str(max(30, min(a.kernels_limit, check.left()) - 90)), "--profile"]
     run_with_result(check, "kernels", cmd, a.kernels_limit, data)
-
-
-def step_train(check: Check, py: str) -> None:
-    a = check.args
-    work = a.work
-    raw, root, runs = work / "raw", work / "s3dis", work / "runs"
-    shutil.rmtree(work, ignore_errors=True)
-    device = "cpu" if a.device == "cpu" else "cuda"
-    check.run("synth", [py, "-m", "pointgeope", "synth", str(raw), "--size", "tiny"], 120)
-    check.run("prepare", [py, "-m", "pointgeope", "prepare", str(raw), str(root)], 120)
-    step = check.run("train", [py, "train.py", "--config", "configs/demo.yaml", "--test-area", "5",
-                               "--data-root", str(root), "--run-dir", str(runs), "train.epochs=1",
-                               f"train.device={device}", "train.progress=false", *a.train_overrides], a.train_limit)
-    log = runs / "area_5" / "log.txt"
-    if log.exists():
-        text = log.read_text()
-        step["points_per_s"] = [float(v.replace(",", "")) for v in re.findall(r"([\d,]+) pts/s", text)]
-        step["log_txt"] = text[-2000:]
-    check.write()
-
-
-def step_evaluate(check: Check, py: str) -> None:
-    run = check.args.work / "runs" / "area_5"
-    if not (run / "last.pt").exists():
-        check.result["steps"]["evaluate"] = {"ok": False, "rc": None, "error": f"no {run / 'last.pt'} (run --train)"}
-        check.write()
-        return
-    device = "cpu" if check.args.device == "cpu" else "cuda"
-    step = check.run("evaluate", [py, "-m", "pointgeope", "evaluate", str(run), f"train.device={device}"],
-                     check.args.evaluate_limit)
-    metrics, predictions = run / "metrics.json", run / "predictions" / "Area_5.h5"
-    if step["ok"] and metrics.exists() and predictions.exists():
-        import h5py
-
-        m = json.loads(metrics.read_text())
-        with h5py.File(predictions, "r") as f:
-            rooms = len(f.keys())
-        step.update(rooms=rooms, points=m.get("num_points"), eval_seconds=m.get("eval_seconds"), miou=m.get("miou"))
-        step["eval_seconds_per_room"] = round(m["eval_seconds"] / rooms, 3) if rooms else None
-        step["command_seconds_per_room"] = round(step["seconds"] / rooms, 3) if rooms else None
-    check.write()
-
-
-def step_predict(check: Check, py: str) -> None:
-    run, area = check.args.work / "runs" / "area_5", check.args.work / "s3dis" / "Area_5.h5"
-    if not (run / "last.pt").exists():
-        check.result["steps"]["predict"] = {"ok": False, "rc": None, "error": f"no {run / 'last.pt'} (run --train)"}
-        check.write()
-        return
-    device = "cpu" if check.args.device == "cpu" else "cuda"
-    out = check.args.work / "predict"
-    step = check.run("predict", [py, "-m", "pointgeope", "predict", str(run), str(area), "--out", str(out),
-                                 "--device", device, "--format", "npy"], check.args.evaluate_limit)
-    rooms = len(list(out.rglob("*_pred.npy"))) if out.exists() else 0
-    step.update(rooms=rooms, seconds_per_room=round(step["seconds"] / rooms, 3) if rooms else None)
-    check.write()
-
-
-def step_ddp(check: Check, py: str) -> None:
-    gpus = check.result.get("machine", {}).get("gpu_count", 0)
-    if check.args.device == "cpu" or gpus < 2:
-        check.result["steps"]["ddp"] = {"ok": True, "skipped": f"needs two GPUs, {gpus} visible"}
-        check.write()
-        return
-    root, runs = check.args.work / "s3dis", check.args.work / "runs_ddp"
-    cmd = [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "train.py", "--config",
-           "configs/demo.yaml", "--test-area", "5", "--data-root", str(root), "--run-dir", str(runs),
-           "train.epochs=1", "train.device=cuda", "train.progress=false", *check.args.train_overrides]
-    check.run("ddp", cmd, check.args.train_limit)
 
 
 def parse_args() -> argparse.Namespace:
