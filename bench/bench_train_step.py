@@ -109,7 +109,8 @@ class Case:
         times, start = [], None
         for batch in HierarchyAhead(batches, self.model.hierarchy_spec, self.device):
             self._train(batch.pos, batch.x, batch.ptr[1:], batch.y, batch.hierarchy)
-            torch.cuda.current_stream(self.device).synchronize() if self.device.type == "cuda" else None
+            if self.device.type == "cuda":
+                torch.cuda.current_stream(self.device).synchronize()
             now = time.perf_counter()
             if start is not None:
                 times.append(now - start)

@@ -84,7 +84,7 @@ class Tiles:
     block_start_t: Tensor   # (B,) first block of each cloud
     sizes_t: Tensor         # (B,) points per cloud
     start_t: Tensor         # (B,) first sorted position (= first row) of each cloud
-    keys: Tensor | None = None   # (N,) the keys in sorted order
+    keys: Tensor            # (N,) the keys in sorted order
 
 
 def tile_sorted(points: Tensor, keys: Tensor, off: list[int], block: int) -> Tiles:
