@@ -8,7 +8,7 @@ kernels at 80k points per cloud; their PTX must hold no fused multiply-add (the 
 rounding per operation, ``enable_fp_fusion=False``). Attention: the eight kernels as ``fused_attention``
 launches them (its ``tiles`` and ``WARPS``) for the S3DIS recipe's widths 32..512,
 ``share_planes`` 8 and k = 8, 16 on float32 and bfloat16 tensors, and at k = 16, width 64 also on float64
-(it runs on CUDA too: ``kernel_path`` takes Triton there for any dtype) and without ``delta``; atomics and
+(it runs on CUDA too: ``kernels.use_triton`` takes Triton there for any dtype) and without ``delta``; atomics and
 GeoPE's geometry in float32 (float64). They launch with Triton's default ``enable_fp_fusion`` and promise no
 rounding per operation, so fused multiply-adds are counted, not refused.
 Prints one JSON object; exit code 1 if any kernel failed or an ops kernel fused. ``TRITON_INTERPRET`` must

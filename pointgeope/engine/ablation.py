@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pointgeope.data.folds import load_folds
-from pointgeope.engine.config import load_config
+from pointgeope.engine.config import load_config, override_key
 from pointgeope.errors import UserError, stop_on_sigterm
 from pointgeope.lock import folder_lock
 from pointgeope.paths import inside
@@ -67,7 +67,7 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     if jobs < 1:
         raise UserError(f"--jobs: expected at least 1, got {jobs}")
     for text in overrides:
-        key = text.partition("=")[0].strip()
+        key = override_key(text)
         if key in OWN_KEYS:
             raise UserError(f"override {text!r}: the ablation sets {key} for each trial (--presets, --seeds, "
                             "--run-dir); leave it out")

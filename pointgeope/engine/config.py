@@ -289,6 +289,11 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     return _merge(_read_layers(path.parent / base, seen + (path,)), layer)
 
 
+def override_key(text: str) -> str:
+    """``'optim.lr=0.1'`` -> ``'optim.lr'``."""
+    return text.partition("=")[0].strip()
+
+
 def parse_override(text: str) -> dict:
     """``'optim.lr=0.1'`` -> ``{'optim': {'lr': 0.1}}`` (the value parsed as YAML)."""
     key, sep, value = text.partition("=")

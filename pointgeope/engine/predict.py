@@ -27,10 +27,10 @@ import torch
 from pointgeope.constants import PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT, PREDICT_MAX_FRAGMENTS
 from pointgeope.data.spacing import median_spacing
 from pointgeope.engine import build
-from pointgeope.engine.distributed import choose_device
-from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info, config_differences,
+from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info,
                                           load_checkpoint, load_model_state, unfinished_warning)
-from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, config_to_dict
+from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, override_key
+from pointgeope.engine.distributed import choose_device
 from pointgeope.engine.evaluate import room_seed, vote_room
 from pointgeope.errors import UserError
 from pointgeope.scans.scan import Scan, ScanError
@@ -38,10 +38,11 @@ from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_
 
 SPACING_FACTOR = 10.0
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)  # --tta when the run's config has no test-time views
+PREDICT_KEYS = frozenset({"train.threads"})      # besides eval.*: the overrides that change how predict runs
 
 
 class PredictError(UserError, ValueError):
-    """A model argument that cannot be used (missing checkpoint, foreign file, unavailable device)."""
+    """A model argument that cannot be used (missing checkpoint, an override predict does not take)."""
 
 
 @dataclass
@@ -91,16 +92,17 @@ def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | No
     """The checkpoint's config with ``overrides`` (of eval.* and the free keys only: not of what the
     network was trained with), adjusted for prediction (see :func:`load_predictor`); and the fragment cap
     when it is predict's default."""
+    for text in overrides:
+        key = override_key(text)
+        if not key.startswith("eval.") and key not in PREDICT_KEYS:
+            raise PredictError(f"override {text!r}: predict takes overrides of eval.* and of "
+                               f"{', '.join(sorted(PREDICT_KEYS))}, not of what the network was trained with "
+                               "(nor of the keys that set where and how training runs: --device chooses the device)")
     try:
-        trained = config_from_dict(ckpt["config"], where="its config")
+        config_from_dict(ckpt["config"], where="its config")
     except ConfigError as err:
         raise CheckpointError(f"{path}: written by another version of pointgeope ({err})") from None
     cfg = config_from_dict(ckpt["config"], where=f"{path}'s config", overrides=overrides)
-    for key, was, _ in config_differences(config_to_dict(trained), config_to_dict(cfg))[:1]:
-        given = next((t for t in overrides if key.startswith(t.partition("=")[0].strip())), key)
-        raise PredictError(f"override {given!r}: predict takes overrides of eval.* and of how it runs "
-                           "(train.threads, ...), not of what the network was trained with: "
-                           f"{key} is {was!r} in the checkpoint")
     views = cfg.eval.tta
     if not tta and not any(t.startswith("eval.tta") for t in overrides):
         views = TTAConfig()

@@ -443,7 +443,7 @@ def test_fragments_are_capped_by_default_and_by_option_or_override(tiny_run, tmp
     """A scan of 100 points and 1,501 copies of one point: 1,501 fragments, one pass over the scan each
     (3,000 copies took 77 s, the full S3DIS configs having eval.max_fragments: null). predict now takes
     --max-fragments and evaluate's overrides, and without either caps a config's null at 100, in one
-    warning; an override of a key the network was trained with is refused."""
+    warning; an override of a key the network was trained with, or of one predict has no use for, is refused."""
     rng = np.random.default_rng(5)
     scan = np.c_[rng.random((100, 3)) * [3, 3, 2], rng.integers(0, 256, (100, 3))]
     np.save(tmp_path / "dense.npy", np.r_[scan, np.repeat([[3.55, 3.55, 2.05, 9, 9, 9]], 1501, axis=0)])
@@ -457,10 +457,11 @@ def test_fragments_are_capped_by_default_and_by_option_or_override(tiny_run, tmp
     assert capsys.readouterr().err == ""                       # the user's choice: no warning
     assert cli(base + ["eval.max_fragments=3"]) == 0           # an override of evaluate: the run's cap
     assert capsys.readouterr().err == ""
-    line = one_line(capsys, 2, base + ["model.planes=[16, 32]"])
-    assert line == ("pointgeope predict: error: override 'model.planes=[16, 32]': predict takes overrides of eval.* "
-                    "and of how it runs (train.threads, ...), not of what the network was trained with: "
-                    "model.planes is [8, 16] in the checkpoint")
+    for refused in ("model.planes=[16, 32]", "train.device=cuda", "data.root=elsewhere"):   # trained, or no effect
+        line = one_line(capsys, 2, base + [refused])
+        assert line == (f"pointgeope predict: error: override {refused!r}: predict takes overrides of eval.* and "
+                        "of train.threads, not of what the network was trained with (nor of the keys that set "
+                        "where and how training runs: --device chooses the device)")
     with pytest.raises(SystemExit):                            # argparse: N >= 1 or all
         cli(base + ["--max-fragments", "0"])
     assert "--max-fragments: expected a number of fragments >= 1 or all, got '0'" in capsys.readouterr().err

@@ -10,26 +10,13 @@ import torch
 
 from pointgeope.model.ops import fps
 from pointgeope.model.ops.bucket_fps import bucket_fps
+from tests.model.fps_reference import reference_fps
 
 BACKENDS = ("numba", "torch")
 
 
-def _definition(cloud: np.ndarray, m: int) -> list[int]:
-    """The first ``m`` samples by the rule: float32 coordinates, ``dist`` from +inf, float32
-    ``((dx*dx + dy*dy) + dz*dz)`` one numpy operation (one rounding) at a time, the smallest index of the max."""
-    c = cloud.astype(np.float32)
-    dist = np.full(len(c), np.inf, dtype=np.float32)
-    chosen = [0]
-    for _ in range(1, m):
-        diff = c - c[chosen[-1]]
-        dist = np.minimum(dist, (diff[:, 0] * diff[:, 0] + diff[:, 1] * diff[:, 1]) + diff[:, 2] * diff[:, 2])
-        chosen.append(int(np.flatnonzero(dist == dist.max())[0]))
-    return chosen
-
-
 def _clouds(rng: np.random.Generator) -> list[np.ndarray]:
-    """Random (1,500 points: over the size where bucket trees such as fpsample's take over from an exact
-    loop), integer grid with repeats, all duplicates, an evenly spaced line, and 1, 2 and 3 points."""
+    """Random (1,500 points: many leaves of the bucket tree), integer grid with repeats, all duplicates, an evenly spaced line, and 1, 2 and 3 points."""
     line = np.column_stack([np.arange(40.0), np.zeros(40), np.zeros(40)])
     return [rng.random((1500, 3)) * [4.0, 3.0, 2.5], rng.integers(0, 5, size=(250, 3)).astype(np.float64),
             np.full((7, 3), -1.5), line, rng.random((1, 3)), rng.random((2, 3)), rng.integers(0, 2, size=(3, 3)) * 1.0]
@@ -39,7 +26,7 @@ def _expected(clouds: list[np.ndarray], kept: list[int]) -> list[int]:
     """The per-cloud definitions, rows shifted by each cloud's start in the packed batch."""
     out, start = [], 0
     for cloud, m in zip(clouds, kept):
-        out += [start + j for j in _definition(cloud, m)]
+        out += [start + j for j in reference_fps(cloud, m)]
         start += len(cloud)
     return out
 
@@ -68,7 +55,7 @@ def test_exact_ties_resolve_to_the_smallest_index():
 
 
 @pytest.mark.parametrize("leaf", [1, 2, 3, 32])
-def test_the_bucket_tree_at_any_leaf_size_is_the_definition(leaf):
+def test_the_bucket_tree_at_any_leaf_size_is_thereference_fps(leaf):
     """Leaves of 1-3 points give a deep tree over tiny clouds: the pruning and the merge of the maxima
     (ties across leaves and subtrees) run at every level."""
     clouds = _clouds(np.random.default_rng(1))
@@ -99,7 +86,7 @@ def test_float64_input_is_rounded_to_float32_and_no_multiply_add_is_fused(backen
     rng = np.random.default_rng(2)
     u = rng.normal(size=(400, 3))
     cloud = np.concatenate([np.zeros((1, 3)), 1000.0 * u / np.linalg.norm(u, axis=1, keepdims=True)])
-    want = _definition(cloud, 80)
+    want = reference_fps(cloud, 80)
     assert _fused(cloud, 80) != want
     dist, f64 = np.full(len(cloud), np.inf), [0]
     for _ in range(1, 80):

@@ -8,7 +8,8 @@ from torch_geometric.data import Batch, Data
 
 from pointgeope.model import OpsBackends, PointTransformerSeg
 from pointgeope.model.ops import HierarchySpec, PointHierarchy, backends
-from tests.model.test_ops import _brute_knn, _clouds, _numpy_fps
+from tests.model.fps_reference import reference_fps
+from tests.model.test_ops import _brute_knn, _clouds
 
 SPEC = HierarchySpec(strides=(1, 4, 4), neighbours=(8, 6, 5))
 TINY = dict(blocks=(1, 1, 1), planes=(16, 24, 32), strides=(1, 4, 4), neighbours=(8, 6, 5), decoder_blocks=(1, 1, 1),
@@ -35,7 +36,7 @@ def test_every_stage_holds_the_brute_force_neighbourhoods_of_exact_fps_samples(k
         start = 0
         for b, end in enumerate(off.tolist()):                  # FPS of each cloud, from its first point
             lo, hi = (h.offsets[s][b - 1].item() if b else 0), h.offsets[s][b].item()
-            expected = _numpy_fps(fine[start:end].double().numpy(), hi - lo, 0)
+            expected = reference_fps(fine[start:end].numpy(), hi - lo)
             assert (h.samples[s][lo:hi] - start).tolist() == expected
             start = end
         torch.testing.assert_close(coords[s], fine[h.samples[s]])

@@ -9,6 +9,7 @@ from pointgeope.model import kernels
 from pointgeope.model.ops import backends, fps, gather, interpolate, knn
 from pointgeope.model.ops.interpolate import EPS
 from tests.conftest import cuda_devices
+from tests.model.fps_reference import reference_fps
 
 KNN = [b for b in ("pykdtree", "scipy", "torch") if backends.available(b)]
 FPS = [b for b in ("numba", "torch") if backends.available(b)]
@@ -80,15 +81,6 @@ def test_knn_rejects_bad_input():
         knn(pts, pts, 3, torch.tensor([6, 6, 10]), torch.tensor([6, 6, 10]))
 
 
-def _numpy_fps(cloud: np.ndarray, m: int, start: int) -> list[int]:
-    dist = np.full(len(cloud), np.inf)
-    sel = [start]
-    for _ in range(1, m):
-        dist = np.minimum(dist, ((cloud - cloud[sel[-1]]) ** 2).sum(1))
-        sel.append(int(np.argmax(dist)))
-    return sel
-
-
 def test_fps_torch_is_exact_fps_from_the_first_point():
     pts, off = _clouds([2000, 37, 900], seed=4)
     idx, new_off = fps(pts, off, 4, backend="torch")
@@ -96,7 +88,7 @@ def test_fps_torch_is_exact_fps_from_the_first_point():
     starts = [0, 2000, 2037]
     for b, (start, n, m) in enumerate(zip(starts, [2000, 37, 900], [500, 9, 225])):
         lo = new_off[b - 1].item() if b else 0
-        expected = _numpy_fps(pts[start:start + n].double().numpy(), m, 0)
+        expected = reference_fps(pts[start:start + n].numpy(), m)
         assert (idx[lo:lo + m] - start).tolist() == expected
 
 

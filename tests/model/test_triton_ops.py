@@ -13,6 +13,7 @@ pytest.importorskip("triton")
 
 from pointgeope.model import kernels  # noqa: E402
 from pointgeope.model.ops import HierarchySpec, OpsBackends, backends, fps, knn  # noqa: E402
+from tests.model.fps_reference import reference_fps  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu" and not kernels.interpreted():
@@ -112,17 +113,6 @@ def test_knn_is_exact_with_small_blocks_where_the_box_scan_does_the_work(monkeyp
     assert idx.tolist() == [[8, 7]]
 
 
-def _reference_fps(cloud: np.ndarray, m: int) -> list[int]:
-    """FPS from the first point in float32 numpy, ``np.argmax`` (first maximum) for ties."""
-    dist = np.full(len(cloud), np.inf, dtype=np.float32)
-    chosen = [0]
-    for _ in range(1, m):
-        diff = cloud - cloud[chosen[-1]]
-        dist = np.minimum(dist, (diff[:, 0] * diff[:, 0] + diff[:, 1] * diff[:, 1]) + diff[:, 2] * diff[:, 2])
-        chosen.append(int(np.argmax(dist)))
-    return chosen
-
-
 def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_clouds():
     """The kernels (the default ``rounds`` one through ``fps``, and ``stream``), from the definition."""
     from pointgeope.model.ops.triton_fps import fps_triton
@@ -136,7 +126,7 @@ def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_cloud
     assert new_off.tolist() == np.cumsum([50, 30, 1, 1, 1, 2]).tolist()
     start, lo = 0, 0
     for cloud, hi in zip(clouds, new_off.tolist()):
-        assert (idx[lo:hi] - start).tolist() == _reference_fps(cloud.astype(np.float32), hi - lo)
+        assert (idx[lo:hi] - start).tolist() == reference_fps(cloud.astype(np.float32), hi - lo)
         start, lo = start + len(cloud), hi
     assert idx[-2:].tolist() == [start - 9, start - 9]  # ties at 0 go to the smallest index: the first point
     assert torch.equal(idx, fps(points, off, 4, backend="torch")[0].cpu())
@@ -162,7 +152,7 @@ def test_every_fps_kernel_is_exact_with_many_small_blocks_chunks_and_rounds(monk
     rng = np.random.default_rng(8)
     clouds = [_random(120, rng), _grid(80, rng)]
     points, _ = _packed(clouds)
-    want = _reference_fps(clouds[0].astype(np.float32), 30) + [120 + j for j in _reference_fps(clouds[1].astype(np.float32), 20)]
+    want = reference_fps(clouds[0].astype(np.float32), 30) + [120 + j for j in reference_fps(clouds[1].astype(np.float32), 20)]
     for method in ("rounds",) + (() if tuple_argmax else ("pruned", "stream")):
         assert triton_fps.fps_triton(points, [120, 80], [30, 20], method=method).cpu().tolist() == want, method
 
