@@ -13,8 +13,9 @@ HELP = "print versions, the device and the active ops backends (--check: test ev
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", action="store_true",
                         help="run every Triton kernel once on the device against its torch path (a table)")
-    parser.add_argument("--device", default=None,
-                        help="device of --check (default: cuda when there is one; cpu needs TRITON_INTERPRET=1)")
+    parser.add_argument("--device", default="auto",
+                        help="device of --check: auto (cuda when there is one), cpu (needs TRITON_INTERPRET=1), cuda, "
+                             "cuda:N")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -23,18 +24,15 @@ def main(args: argparse.Namespace) -> int:
     print_info()
     if not args.check:
         return 0
-    import torch
-
+    from pointgeope.engine.distributed import choose_device
     from pointgeope.errors import UserError
+    from pointgeope.model import kernels
     from pointgeope.model.kernel_check import check_kernels, format_table, passed
 
-    name = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as err:
-        raise UserError(f"--device: expected a torch device such as cuda or cpu, got {name!r} ({err})") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is visible here; run --check on a GPU machine")
+    device = choose_device(args.device, option="--device")
+    if device.type == "cpu" and not kernels.interpreted():
+        raise UserError("--check: the Triton kernels run on CUDA, and there is no CUDA device here (or --device "
+                        "cpu); on the CPU only in Triton's interpreter, for tests: TRITON_INTERPRET=1")
     rows = check_kernels(device)
     print(format_table(rows))
     return 0 if passed(rows) else 1

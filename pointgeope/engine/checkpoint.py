@@ -108,9 +108,8 @@ def load_checkpoint(path: str | Path, config: dict | None = None) -> dict:
     if config is not None:
         diff = config_differences(checkpoint_config(ckpt, path), config)
         if diff:
-            shown = "; ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, a, b in diff[:8])
-            raise CheckpointError(f"{path}: written with another config ({shown}); use the same config "
-                                  "and overrides to resume, or another --run-dir")
+            raise CheckpointError(f"{path}: written with another config ({describe_differences(diff, 'checkpoint')});"
+                                  " use the same config and overrides to resume, or another --run-dir")
     return ckpt
 
 
@@ -147,6 +146,11 @@ def unfinished_warning(path: str | Path, ckpt: dict) -> str | None:
     now = " (its folder is locked: it may be training now)" if (Path(path).parent / LOCK_NAME).is_file() else ""
     return (f"warning: {path}: its fold has trained {trained} of {epochs} epochs{now}; these are the "
             "predictions of an unfinished model")
+
+
+def describe_differences(diff: list[tuple[str, object, object]], label: str) -> str:
+    """``"key: <label> a, now b; ..."`` of the first 8 of :func:`config_differences`, for messages."""
+    return "; ".join(f"{k}: {label} {a!r}, now {b!r}" for k, a, b in diff[:8])
 
 
 def config_differences(saved: dict, current: dict, prefix: str = "") -> list[tuple[str, object, object]]:

@@ -68,6 +68,12 @@ def _device(preference: str, local_rank: int, option: str) -> torch.device:
     return device
 
 
+def apply_threads(cfg) -> None:
+    """``torch.set_num_threads(train.threads)`` where the config sets it (every command that runs the model)."""
+    if cfg.train.threads is not None:
+        torch.set_num_threads(cfg.train.threads)
+
+
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     if value is None:

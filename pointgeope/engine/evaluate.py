@@ -266,10 +266,11 @@ def _json_number(x: float):
     return None if math.isnan(x) else x
 
 
-def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -> dict:
+def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, checked: bool = False) -> dict:
     """Predict every point of the fold's test area(s), write predictions and ``metrics.json``. The test
-    area files are checked first, as training checks its areas (:func:`pointgeope.data.check.check_areas`),
-    and refused when they differ from those the checkpoint trained on (its recorded checksums)."""
+    area files are checked first, as training checks its areas (:func:`pointgeope.data.check.check_areas`;
+    not when ``checked``: the training run that calls it checked them at its start), and refused when they
+    differ from those the checkpoint trained on (its recorded checksums)."""
     from pointgeope.engine.checkpoint import check_data, fold_progress, load_checkpoint, load_model_state
     from pointgeope.engine.config import config_to_dict
 
@@ -283,7 +284,8 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print) -
     ckpt_path = run / f"{cfg.eval.checkpoint}.pt"
     ckpt = load_checkpoint(ckpt_path, config_to_dict(cfg))
     if env.is_main:  # the test areas as training checks its areas, and against what the checkpoint saw
-        check_areas(root, areas, cfg.model.num_classes)
+        if not checked:
+            check_areas(root, areas, cfg.model.num_classes)
         check_data(ckpt_path, ckpt.get("data"), area_checksums(root, areas), root, log)
         writable_folder(run / "predictions", "predictions folder")  # before the long part
     distributed.barrier()
@@ -347,8 +349,7 @@ def evaluate_run(run: Path, overrides: list[str]) -> int:
 
     fold_of_run(run)
     cfg = load_config(run / "config.yaml", overrides)
-    if cfg.train.threads is not None:
-        torch.set_num_threads(cfg.train.threads)
+    distributed.apply_threads(cfg)
     env = distributed.setup(cfg.train.device)
     try:
         with contextlib.ExitStack() as stack:

@@ -30,7 +30,7 @@ from pointgeope.engine import build
 from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info,
                                           load_checkpoint, load_model_state, unfinished_warning)
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, override_key
-from pointgeope.engine.distributed import choose_device
+from pointgeope.engine.distributed import apply_threads, choose_device
 from pointgeope.engine.evaluate import room_seed, vote_room
 from pointgeope.errors import UserError
 from pointgeope.scans.scan import Scan, ScanError
@@ -312,8 +312,7 @@ def predict_scans(args) -> int:
         return 2
     predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points,
                                args.max_fragments, args.overrides)
-    if predictor.cfg.train.threads is not None:
-        torch.set_num_threads(predictor.cfg.train.threads)
+    apply_threads(predictor.cfg)
     writable_folder(args.out, "--out folder")
     print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
           f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)

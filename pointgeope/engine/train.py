@@ -42,8 +42,8 @@ from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.folds import Fold, load_folds
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed
-from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, fold_progress, load_checkpoint,
-                                          prediction_metadata)
+from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, describe_differences, fold_progress,
+                                          load_checkpoint, prediction_metadata)
 from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
 from pointgeope.engine.runio import Log, progress
@@ -71,7 +71,11 @@ class EpochBudget:
     def spent(self) -> bool:
         return self.epochs is not None and self.used >= self.epochs
 
-    def stop(self, log, where: str) -> None:
+    def spend(self) -> None:
+        """One epoch trained."""
+        self.used += 1
+
+    def stop(self, log, where: tuple[str, str]) -> None:
         """Say that this invocation stops (``where``: what the same command continues), then stop it."""
         log(f"stopping {where[0]}: {self.used} epoch(s) trained in this run (train.epochs_per_run={self.epochs}); "
             f"the same command continues {where[1]}")
@@ -79,7 +83,7 @@ class EpochBudget:
 
 
 def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv,
-               budget: EpochBudget | None = None) -> dict:
+               budget: EpochBudget) -> dict:
     """Train (or resume) fold ``fold`` and evaluate it; returns the fold's metrics (every rank). Stops the
     invocation (:class:`StopRun`) once ``budget`` is spent."""
     run, device = Path(cfg.train.run_dir) / f"area_{fold}", env.device
@@ -107,10 +111,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     learner = Learner(model, optimizer, scheduler, build.grad_scaler(cfg, device))
     log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, pe={cfg.model.pe}; "
         f"{len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
-    where = ("in the loader workers" if place == "loader" else f"beside the step on {device} (a second stream)"
-             if device.type == "cuda" else f"by the model on {device}")
-    log(f"point hierarchy: built {where} (data.hierarchy={place}; {why})")
-    log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
+    log_hierarchy(log, place, why, device)
 
     # Every checkpoint carries what `pointgeope predict` needs (the spacing checks a scan's units).
     resolved = config_to_dict(cfg)
@@ -122,14 +123,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         save_config(cfg, run / "config.yaml")
     net = model if not env.distributed else torch.nn.parallel.DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None)
-    writer = clouds = None
-    if env.is_main:
-        from torch.utils.tensorboard import SummaryWriter
+    writer, clouds = tensorboard(run, cfg, state.step) if env.is_main else (None, None)
 
-        writer = SummaryWriter(str(run / "tb"), purge_step=state.step)  # drops what a killed run logged later
-        clouds = RoomClouds(writer, cfg.data.root, seed=cfg.train.seed)
-
-    budget = budget or EpochBudget(cfg.train.epochs_per_run)
     while state.epoch < cfg.train.epochs:
         if budget.spent:
             budget.stop(log, (f"in fold {fold} after epoch {state.epoch}", f"from {run / 'last.pt'}"))
@@ -137,15 +132,32 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         sampler.set_epoch(state.epoch, skip_batches=state.batch, batch_size=build.per_rank_batch(cfg, env))
         meter = train_epoch(cfg, fold, state, learner, net, loader, steps_per_epoch, env, checkpoints, writer)
         end_epoch(cfg, state, learner, meter, test_areas, env, checkpoints, log, writer, clouds)
-        budget.used += 1
+        budget.spend()
 
     # The test area(s) at full resolution: every point predicted by voting over its fragments.
-    metrics = evaluate_fold(run, cfg, env, log=log)
+    metrics = evaluate_fold(run, cfg, env, log=log, checked=True)    # check_fold checked the areas
     if writer is not None:
         log_scores(writer, "test", metrics, state.step)
         writer.close()
     log(f"fold {fold} done: oa {metrics['oa']:.4f}  macc {metrics['macc']:.4f}  miou {metrics['miou']:.4f}")
     return metrics
+
+
+def log_hierarchy(log, place: str, why: str, device: torch.device) -> None:
+    """Where the training batches' point hierarchy is built, and the FPS rule of every place."""
+    where = ("in the loader workers" if place == "loader" else f"beside the step on {device} (a second stream)"
+             if device.type == "cuda" else f"by the model on {device}")
+    log(f"point hierarchy: built {where} (data.hierarchy={place}; {why})")
+    log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
+
+
+def tensorboard(run: Path, cfg: Config, step: int):
+    """The fold's TensorBoard writer (from ``step``: it drops what a killed run logged later) and its
+    validation clouds."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(run / "tb"), purge_step=step)
+    return writer, RoomClouds(writer, cfg.data.root, seed=cfg.train.seed)
 
 
 def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, net: torch.nn.Module, loader,
@@ -285,9 +297,8 @@ def complete_metrics(run: Path, cfg: Config) -> dict | None:
     ckpt = load_checkpoint(last)
     diff = config_differences(checkpoint_config(ckpt, last), config_to_dict(cfg))
     if diff:
-        shown = "; ".join(f"{k}: run {a!r}, now {b!r}" for k, a, b in diff[:8])
-        raise UserError(f"{run} is complete with another config ({shown}); --force retrains it, or use "
-                        "another --run-dir")
+        raise UserError(f"{run} is complete with another config ({describe_differences(diff, 'run')}); --force "
+                        "retrains it, or use another --run-dir")
     if fold_progress(last, ckpt)[0] < cfg.train.epochs:
         return None
     return json.loads((run / "metrics.json").read_text())
@@ -328,7 +339,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
                 results.append(metrics)
                 continue
             if budget.spent:  # before the fold's set-up: nothing of it is done
-                budget.stop(lambda line: env.is_main and print(line, flush=True), (f"before fold {fold}", "with it"))
+                budget.stop(_main_print(env), (f"before fold {fold}", "with it"))
             if force and env.is_main:
                 clear_fold(run)
             distributed.barrier()
@@ -336,10 +347,17 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
     return results
 
 
+def _main_print(env: distributed.DistEnv):
+    """``print`` on the main process, nothing elsewhere."""
+    def say(line: str) -> None:
+        if env.is_main:
+            print(line, flush=True)
+    return say
+
+
 def train(cfg: Config, test_area: int | None, force: bool = False) -> int:
     """``pointgeope train``: fold ``test_area`` (every fold when ``None``) of ``cfg``; the exit code."""
-    if cfg.train.threads is not None:
-        torch.set_num_threads(cfg.train.threads)
+    distributed.apply_threads(cfg)
     env = distributed.setup(cfg.train.device)
     try:
         results = run_folds(cfg, test_area, env, force=force)

@@ -61,18 +61,20 @@ def _coord_properties(coord: np.ndarray) -> list[tuple[str, np.ndarray]]:
     return [(axis, np.ascontiguousarray(keep[:, j])) for j, axis in enumerate("xyz")]
 
 
-def _h5_coord(scan: Scan) -> tuple[np.ndarray, np.ndarray]:
-    """``(origin (3,), coord float32 (N, 3))`` of the h5 file; a ScanError when float32 cannot hold a point."""
+def _h5_origin(scan: Scan) -> np.ndarray:
+    """The h5 file's origin (3,): the floor of the scan's minimum; a ScanError when float32 cannot hold a point
+    from it (checked on the extent alone: no copy of the points)."""
     origin = np.floor(scan.coord.min(axis=0))
+    if (scan.coord.max(axis=0) - origin <= np.finfo(np.float32).max).all():
+        return origin
     with np.errstate(over="ignore"):
-        coord = (scan.coord - origin).astype(np.float32)
-    beyond = ~np.isfinite(coord).all(axis=1)
+        beyond = ~np.isfinite((scan.coord - origin).astype(np.float32)).all(axis=1)
     if beyond.any():
         first = int(np.flatnonzero(beyond)[0])
         raise ScanError(f"{scan.source}: --format h5 cannot hold its points: it stores coordinates as float32 "
                         f"from the scan's minimum, and point {first} ({' '.join(f'{v:g}' for v in scan.coord[first])}) "
                         "is beyond it; predict it without h5 (--format npy,ply), or remove the point(s) that far")
-    return origin, coord
+    return origin
 
 
 def check_formats(scan: Scan, formats: tuple[str, ...], warn=print) -> None:
@@ -86,12 +88,13 @@ def check_formats(scan: Scan, formats: tuple[str, ...], warn=print) -> None:
         if warning:
             warn(warning)
     if "h5" in formats:
-        _h5_coord(scan)
+        _h5_origin(scan)
 
 
 def write_h5(path: Path, scan: Scan, pred: np.ndarray, class_names: list[str]) -> None:
     """The h5 file of the module docstring."""
-    origin, coord = _h5_coord(scan)
+    origin = _h5_origin(scan)
+    coord = (scan.coord - origin).astype(np.float32)
     n = len(scan)
     arrays = {"coord": coord,
               "color": scan.color if scan.color is not None else np.zeros((n, 3), np.uint8),

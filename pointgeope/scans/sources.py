@@ -19,8 +19,9 @@ Names come from the input's absolute path (``os.path.abspath``: ``.`` is the cur
 its parent's), never from the path as typed; a name that would still put an output outside ``--out``
 (a file named ``...h5``) is refused by ``outputs.output_path``.
 
-:func:`find_scans` only lists (cheap); :func:`read_scan` reads one scan at a time, so a call over many
-large files holds one of them in memory.
+:func:`find_scans` lists the scans, and checks a prepared area file (``.h5``) whole as training checks its
+areas (checksum, every room) before anything is predicted; :func:`read_scan` reads one scan at a time, so a
+call over many large files holds one of them in memory.
 """
 from __future__ import annotations
 

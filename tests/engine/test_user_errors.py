@@ -195,21 +195,27 @@ def test_a_checkpoint_without_its_config(tmp_path, capsys, tiny_run):
     assert line == f"pointgeope evaluate: error: {message.replace(str(path), str(run / 'last.pt'))}"
 
 
+def test_a_device_that_is_no_device_is_one_line(tmp_path, capsys, tiny_run):
+    """predict --device xyz, mps or meta ended in torch's traceback (or ran on the meta device into one)."""
+    scan = tmp_path / "scan.npy"
+    np.save(scan, np.random.default_rng(0).random((100, 6)) * [2, 2, 2, 255, 255, 255])
+    for device in ("xyz", "mps", "meta"):
+        line = one_line(capsys, 2, ["predict", str(tiny_run), str(scan), "--out", str(tmp_path / "o"),
+                                    "--device", device])
+        assert line == f"pointgeope predict: error: --device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got {device!r}"
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_a_device_this_machine_lacks_is_one_line(tmp_path, capsys, two_folds, tiny_run):
-    """train.device=cuda without CUDA had the right words in a traceback; predict --device xyz, mps or meta
-    ended in torch's traceback (or ran on the meta device into one)."""
+    """train.device=cuda without CUDA had the right words in a traceback, and so did predict --device cuda:0."""
     line = one_line(capsys, 2, train_args(two_folds, tmp_path, "train.device=cuda"))
     assert line == "pointgeope train: error: train.device='cuda' but CUDA is not available here; use auto or cpu"
     assert not (tmp_path / "area_1").exists()
     scan = tmp_path / "scan.npy"
     np.save(scan, np.random.default_rng(0).random((100, 6)) * [2, 2, 2, 255, 255, 255])
-    for device in ("xyz", "mps", "meta", "cuda:0"):
-        line = one_line(capsys, 2, ["predict", str(tiny_run), str(scan), "--out", str(tmp_path / "o"),
-                                    "--device", device])
-        assert line == ("pointgeope predict: error: " + (
-            f"--device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got {device!r}" if device != "cuda:0"
-            else "--device cuda:0 but CUDA is not available here; use --device cpu (or auto)"))
+    line = one_line(capsys, 2, ["predict", str(tiny_run), str(scan), "--out", str(tmp_path / "o"), "--device", "cuda:0"])
+    assert line == "pointgeope predict: error: --device cuda:0 but CUDA is not available here; use --device cpu (or auto)"
     assert not (tmp_path / "o").exists()
 
 
@@ -276,3 +282,13 @@ def test_a_kernel_choice_that_is_not_a_path_is_one_line(tmp_path, capsys, two_fo
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     line = one_line(capsys, 2, ["predict", str(tiny_run), str(scan), "--out", str(tmp_path / "o"), "--device", "cpu"])
     assert line.startswith("pointgeope predict: error: POINTGEOPE_KERNELS=triton on the CPU needs TRITON_INTERPRET=1")
+
+
+def test_the_kernel_check_needs_a_device_that_runs_triton(capsys, monkeypatch):
+    """``pointgeope info --check``: a device that is not one, or the CPU outside Triton's interpreter, is one
+    line (the check forces the Triton kernels itself: the message is not about POINTGEOPE_KERNELS)."""
+    line = one_line(capsys, 2, ["info", "--check", "--device", "mps"])
+    assert line == "pointgeope info: error: --device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got 'mps'"
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    line = one_line(capsys, 2, ["info", "--check", "--device", "cpu"])
+    assert line.startswith("pointgeope info: error: --check: the Triton kernels run on CUDA")
