@@ -111,10 +111,10 @@ def _cell(text: str) -> str:
 
 def markdown_tables() -> str:
     """One markdown table per section of the config (``data``, ``model``, ...), with a heading each."""
-    out = []
+    out, rows = [], config_keys()
     for section in (f.name for f in dataclasses.fields(Config)):
         out += [f"### `{section}`", "", "| key | type | default | allowed | description |", "|---|---|---|---|---|"]
-        out += [f"| `{r.key}` | {_cell(r.type)} | `{_cell(r.default)}` | {r.values} | {_cell(r.description)} |"
-                for r in config_keys() if r.key.startswith(f"{section}.")]
+        out += [f"| `{r.key}` | {_cell(r.type)} | `{_cell(r.default)}` | {_cell(r.values)} | {_cell(r.description)} |"
+                for r in rows if r.key.startswith(f"{section}.")]
         out.append("")
     return "\n".join(out)

@@ -77,6 +77,24 @@ class PositionalEncoding:
     def needs_delta(self) -> bool:
         return self.relation_delta or self.value == "rpe"
 
+    @property
+    def value_rotation(self) -> str | None:
+        """The rotation of the values (``value="geope"``): the relation's kind, standard GeoPE where the
+        relation has none; ``None`` for the other value terms."""
+        if self.value != "geope":
+            return None
+        return "geope" if self.rotation == "none" else self.rotation
+
+    @property
+    def rotates(self) -> bool:
+        """Whether keys or values are turned by positions (a block of three channels at least)."""
+        return self.rotation != "none" or self.value == "geope"
+
+    @property
+    def uses_positions(self) -> bool:
+        """Whether positions enter other than through ``delta``'s MLP (a rotation or the sinusoids)."""
+        return self.rotates or self.absolute
+
     @staticmethod
     def preset(name: "str | PositionalEncoding") -> "PositionalEncoding":
         """The named preset (a key of ``PRESETS``)."""
@@ -112,7 +130,7 @@ def position_scales(pe: PositionalEncoding, channels: int, base: float, pos_scal
     then concerns nothing else). PointROPE needs neither (its frequencies are constants, ``rope.py``).
     ``axes``: of the positions; the channel pairs of RoPE and the sinusoids are for 3 only."""
     pairs = pe.rotation in PAIR_ROTATIONS or pe.absolute
-    if (pairs or pe.rotation == "pointrope") and axes != 3:
+    if pairs and axes != 3:
         raise ValueError(f"expected 3 position axes for {pe} (one channel pair per axis), got {axes}")
     if pairs and channels < 6:
         raise ValueError(f"expected at least 6 channels (one block of three channel pairs) for {pe}, got {channels}")
@@ -120,7 +138,7 @@ def position_scales(pe: PositionalEncoding, channels: int, base: float, pos_scal
         raise ValueError(f"expected mixed_init in {typing.get_args(MixedInit)}, got {mixed_init!r}")
     if pe.rotation == "pointrope" and pe.absolute:
         raise ValueError(f"expected no absolute sinusoids with pointrope (its frequencies are per grid unit), got {pe}")
-    if channels < 3 or pe.rotation == "pointrope" or not (pairs or pe.rotation != "none" or pe.value == "geope"):
+    if channels < 3 or pe.rotation == "pointrope" or not (pairs or pe.rotates):
         return None, None
     mixed = pe.rotation == "rope-mixed"
     scale = BlockScale(channels, base=base, pos_scale=pos_scale, axes=axes, learnable=learnable and not mixed)
@@ -257,7 +275,7 @@ class PointTransformerLayer(nn.Module):
         disp = coord[idx] - coord.unsqueeze(1)                                   # (N, k, 3): p_j - p_i
         delta = self.linear_p(disp.to(feat.dtype)) if self.linear_p is not None else None   # (N, k, C)
         tables = None        # standard GeoPE's per-point rotations, shared by the key and value terms
-        standard = self.pe.rotation == "geope" or (self.pe.rotation == "none" and self.pe.value == "geope")
+        standard = "geope" in (self.pe.rotation, self.pe.value_rotation)
         if standard and self.block_scale is not None and not self.block_scale.learnable:
             tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._block_scales(feat), c)  # (5, N, C)
 

@@ -116,8 +116,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
 
     def message(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, alpha_i: Tensor, alpha_j: Tensor,
                 index: Tensor, ptr: OptTensor, size_i: int | None) -> Tensor:
-        uses_pos = self.pe.rotation != "none" or self.pe.absolute or self.pe.value == "geope"
-        if uses_pos and pos_j.shape[-1] != self.axes:                # (rpe leaves positions to pos_nn, as PyG)
+        if self.pe.uses_positions and pos_j.shape[-1] != self.axes:                # (rpe leaves positions to pos_nn, as PyG)
             raise ValueError(f"expected positions of shape (N, {self.axes}), got (N, {pos_j.shape[-1]})")
         delta = None if self.pos_nn is None else self.pos_nn(pos_i - pos_j)
         query, key = alpha_i, self._in_query_frame(alpha_j, pos_i, pos_j, self.pe.rotation)
@@ -134,8 +133,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         if self.pe.value == "rpe":
             return alpha * (x_j + delta)
         if self.pe.value == "geope":                                 # the relation's kind of rotation
-            rotation = "geope" if self.pe.rotation == "none" else self.pe.rotation
-            return alpha * self._in_query_frame(x_j, pos_i, pos_j, rotation)
+            return alpha * self._in_query_frame(x_j, pos_i, pos_j, self.pe.value_rotation)
         return alpha * x_j
 
     def _in_query_frame(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, rotation: str) -> Tensor:
@@ -166,5 +164,5 @@ def _check_options(pe: PositionalEncoding, out_channels: int, pos_nn: Callable |
         raise ValueError(f"expected no pos_nn with {pe}, which has no delta_ij term, got {pos_nn}")
     if pe.rotation == "pointrope" and not (grid_unit is not None and grid_unit > 0):
         raise ValueError(f"expected a grid_unit > 0 (PointROPE's cell size) with pe='pointrope', got {grid_unit}")
-    if (pe.rotation != "none" or pe.value == "geope") and out_channels < 3:
+    if pe.rotates and out_channels < 3:
         raise ValueError(f"expected out_channels >= 3 (one rotated block) for {pe}, got {out_channels}")
