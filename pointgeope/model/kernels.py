@@ -33,7 +33,7 @@ import torch
 from pointgeope.errors import UserError
 
 __all__ = ["PATHS", "KernelChoiceError", "KernelFallbackWarning", "requested", "interpreted", "triton_imports",
-           "use_triton", "check_runnable", "run", "fail", "failures", "status", "chosen"]
+           "use_triton", "runs_on", "check_runnable", "run", "fail", "failures", "status", "chosen"]
 
 PATHS = ("triton", "torch")
 T = TypeVar("T")
@@ -98,9 +98,12 @@ def use_triton(kernel: str, device: torch.device, atomics: bool = False) -> bool
         return False
     if atomics and torch.are_deterministic_algorithms_enabled():
         return False
-    if device.type == "cuda":
-        return True
-    return choice == "triton" and device.type == "cpu" and interpreted()
+    return device.type == "cuda" or (choice == "triton" and runs_on(device))
+
+
+def runs_on(device: torch.device) -> bool:
+    """Whether a Triton kernel can take tensors on ``device`` at all: CUDA, or the CPU in the interpreter."""
+    return device.type == "cuda" or (device.type == "cpu" and interpreted())
 
 
 def check_runnable(device: torch.device) -> None:

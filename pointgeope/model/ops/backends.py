@@ -86,7 +86,7 @@ def resolve(backend: str | None, choices: tuple[str, ...], device: torch.device,
         raise ValueError(f"expected a {kind} backend in {choices} (or None for the default), got {backend!r}")
     if not available(backend):
         raise ValueError(f"{kind} backend {backend!r} needs the package {_MODULES[backend]!r}, which is not installed")
-    if backend == "triton" and device.type != "cuda" and not (device.type == "cpu" and kernels.interpreted()):
+    if backend == "triton" and not kernels.runs_on(device):
         raise ValueError(f"{kind} backend 'triton' runs on CUDA tensors (or on CPU tensors under TRITON_INTERPRET=1, "
                          f"for tests), got {device.type} tensors: move them to CUDA or pass backend=None")
     return backend

@@ -68,14 +68,12 @@ def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None)
     off = check_offset(offset, points.shape[0])
     sizes = counts(off)
     kept = sample_counts(sizes, stride)
-    if backend is None and resolve(None, FPS_BACKENDS, points.device, "fps") == "triton":
-        return kernels.run("fps", points.device, lambda: _fps_triton(points, sizes, kept, off),
-                           lambda: fps(points, off, stride))
-    backend = resolve(backend, FPS_BACKENDS, points.device, "fps")
-    if backend == "torch":
+    chosen = resolve(backend, FPS_BACKENDS, points.device, "fps")
+    if chosen == "triton":             # the default falls back to the next default if the kernel fails
+        triton = lambda: _fps_triton(points, sizes, kept, off)  # noqa: E731
+        return triton() if backend else kernels.run("fps", points.device, triton, lambda: fps(points, off, stride))
+    if chosen == "torch":
         idx = _fps_torch(points, sizes, kept)
-    elif backend == "triton":
-        return _fps_triton(points, sizes, kept, off)
     else:
         from pointgeope.model.ops.bucket_fps import bucket_fps
 

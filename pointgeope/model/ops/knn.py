@@ -52,15 +52,14 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
     s_off = check_offset(support_offset, support.shape[0], "support_offset")
     if len(q_off) != len(s_off):
         raise ValueError(f"expected as many query clouds as support clouds, got {len(q_off)} and {len(s_off)}")
-    if backend is None and resolve(None, KNN_BACKENDS, query.device, "knn") == "triton":
-        return kernels.run("knn", query.device, lambda: _knn_triton(query, support, k, q_off, s_off),
-                           lambda: knn(query, support, k, q_off, s_off))
-    backend = resolve(backend, KNN_BACKENDS, query.device, "knn")
-    if backend == "cluster":
+    chosen = resolve(backend, KNN_BACKENDS, query.device, "knn")
+    if chosen == "triton":             # the default falls back to the next default if the kernel fails
+        triton = lambda: _knn_triton(query, support, k, q_off, s_off)  # noqa: E731
+        again = lambda: knn(query, support, k, q_off, s_off)  # noqa: E731
+        return triton() if backend else kernels.run("knn", query.device, triton, again)
+    if chosen == "cluster":
         return _knn_cluster(query, support, k, q_off, s_off)
-    if backend == "triton":
-        return _knn_triton(query, support, k, q_off, s_off)
-    fn = {"pykdtree": _cloud_pykdtree, "scipy": _cloud_scipy, "torch": _cloud_torch}[backend]
+    fn = {"pykdtree": _cloud_pykdtree, "scipy": _cloud_scipy, "torch": _cloud_torch}[chosen]
     idx_parts, dist_parts = [], []
     q_start = s_start = 0
     for q_end, s_end in zip(q_off, s_off):
