@@ -64,3 +64,13 @@ def tiny_run(two_folds, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("tiny_run")
     assert train_fold(two_folds, run, "train.epochs=1", "train.val_every=1") == 0
     return run / "area_1"
+
+
+def one_line(capsys, code: int, argv: list[str]) -> str:
+    """Run ``pointgeope argv``; check the exit code and that stderr is one line without a traceback."""
+    from pointgeope.cli import main as cli
+
+    assert cli(argv) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]

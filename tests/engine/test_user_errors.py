@@ -17,15 +17,7 @@ from pointgeope.cli import main as cli
 from pointgeope.engine import build
 from pointgeope.engine.checkpoint import save_checkpoint
 from pointgeope.engine.config import ConfigError, config_to_dict, load_config, save_config
-from tests.engine.conftest import DEMO_CONFIG, TINY
-
-
-def one_line(capsys, code: int, argv: list[str]) -> str:
-    """Run ``pointgeope argv``; check the exit code and that stderr is one line without a traceback."""
-    assert cli(argv) == code
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "Traceback" not in err[0], err
-    return err[0]
+from tests.engine.conftest import DEMO_CONFIG, TINY, one_line
 
 
 def train_args(root, run, *extra, fold="1"):

@@ -1,0 +1,194 @@
+"""Tests of `pointgeope predict` on what it reads and writes: bad inputs reported while the others are
+predicted, dangling links and FIFOs named, area files checked as training checks them, output names and
+folders (inside --out, reruns into the input folder), the h5 and LAS outputs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pointgeope.cli import main as cli
+from pointgeope.constants import PALETTE
+from pointgeope.h5 import read_predictions, read_room
+from tests.engine.predict_helpers import write_scan
+
+
+def test_bad_inputs_fail_alone_and_the_exit_code_says_so(tiny_run, two_folds, tmp_path, capsys):
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    good = tmp_path / "office_1.npy"
+    np.save(good, np.c_[room["coord"], room["color"]])
+    nan = room["coord"].astype(np.float64)
+    nan[10, 2] = np.nan
+    np.save(tmp_path / "nan.npy", np.c_[nan, room["color"]])
+    (tmp_path / "empty.txt").write_text("")
+    write_scan(tmp_path / "full.ply", room["coord"].astype(np.float64), room["color"])
+    (tmp_path / "cut.ply").write_bytes((tmp_path / "full.ply").read_bytes()[:-500])
+    (tmp_path / "scan.e57").write_text("?")
+    np.save(tmp_path / "grey.npy", room["coord"])   # no colour for a colour model
+    inputs = ["nan.npy", "empty.txt", "cut.ply", "scan.e57", "office_1.npy", "grey.npy"]
+    code = cli(["predict", str(tiny_run), *(str(tmp_path / i) for i in inputs), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["office_1_pred.npy", "office_1_pred.ply"]
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "office_1_pred.npy"),
+                                  read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1"))
+    assert len(err) == 5 and all(line.startswith("pointgeope predict: error: ") for line in err)
+    for name, words in (("nan.npy", "NaN or infinite coordinates (the first is point 10"),
+                        ("empty.txt", "empty file"), ("cut.ply", "truncated PLY"),
+                        ("scan.e57", "unknown extension '.e57'"),
+                        ("grey.npy", "has no colour, but")):
+        assert any(f"{tmp_path / name}: " in line and words in line for line in err), name
+    assert any("data.color=false" in line for line in err)
+
+
+def test_a_bad_file_in_a_folder_stops_nothing(tiny_run, two_folds, tmp_path, capsys):
+    """A 0-byte .npy (np.load raises EOFError) and a truncated one before and after a good scan in one
+    folder: one line each, the good scan predicted, exit 2 and the count in the last line."""
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    (folder / "a_empty.npy").write_bytes(b"")
+    np.save(folder / "b_good.npy", np.c_[room["coord"], room["color"]])
+    (folder / "c_cut.npy").write_bytes((folder / "b_good.npy").read_bytes()[:1000])
+    code = cli(["predict", str(tiny_run), str(folder), "--out", str(tmp_path / "o")])
+    out, err = capsys.readouterr()
+    assert code == 2
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "b_good_pred.npy"),
+                                  read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1"))
+    err = err.splitlines()
+    assert len(err) == 2 and all(line.startswith("pointgeope predict: error: ") for line in err)
+    assert f"{folder / 'a_empty.npy'}: not a readable .npy array (empty file)" in err[0]
+    assert f"{folder / 'c_cut.npy'}: not a readable .npy array" in err[1]
+    assert out.splitlines()[-1] == f"predicted 1 of 3 input(s) into {tmp_path / 'o'}; 2 failed (see the errors above)"
+
+
+def test_a_dangling_link_or_a_fifo_among_the_inputs_is_named(tiny_run, tmp_path, capsys):
+    """A dangling symbolic link or a FIFO in a folder of scans was skipped without a word (and a FIFO given
+    as an input was "found nothing"; reading it would wait forever)."""
+    import os
+
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    np.save(folder / "good.npy", np.random.default_rng(0).random((200, 6)) * [3, 3, 2, 255, 255, 255])
+    (folder / "gone.ply").symlink_to(tmp_path / "nowhere.ply")
+    os.mkfifo(folder / "pipe.txt")
+    assert cli(["predict", str(tiny_run), str(folder), str(folder / "pipe.txt"), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"pointgeope predict: error: {folder / 'gone.ply'}: expected a scan file, found a symbolic link to "
+        f"nothing ({tmp_path / 'nowhere.ply'})",
+        f"pointgeope predict: error: {folder / 'pipe.txt'}: expected a scan file, found a FIFO (named pipe)",
+        f"pointgeope predict: error: {folder / 'pipe.txt'}: expected a scan file, found a FIFO (named pipe)"]
+    assert (tmp_path / "o" / "good_pred.npy").is_file()
+
+
+def test_a_prepared_area_input_is_checked_as_training_checks_it(tiny_run, tiny_root, tmp_path, capsys):
+    """A prepared Area_1.h5 whose labels were changed after prepare (its manifest.json says so) was
+    predicted as if nothing were wrong; now it is refused in one line, the other input still predicted,
+    and the viewer refuses it the same way."""
+    import h5py
+
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("Area_1.h5", "manifest.json"):
+        (root / name).write_bytes((tiny_root / name).read_bytes())
+    with h5py.File(root / "Area_1.h5", "r+") as f:
+        f["office_1/label"][0] = (f["office_1/label"][0] + 1) % 13
+    room = read_room(tiny_root / "Area_1.h5", "office_1")
+    np.save(tmp_path / "office_1.npy", np.c_[room["coord"], room["color"]])
+    assert cli(["predict", str(tiny_run), str(root / "Area_1.h5"), str(tmp_path / "office_1.npy"),
+                "--out", str(tmp_path / "o"), "--format", "npy"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    message = (f"{root / 'Area_1.h5'}: does not match its checksum in manifest.json (changed or damaged after "
+               "prepare); run `pointgeope prepare` again")
+    assert err == [f"pointgeope predict: error: {message}"]
+    assert sorted(p.name for p in (tmp_path / "o").rglob("*.npy")) == ["office_1_pred.npy"]
+    assert cli(["viz", str(root / "Area_1.h5"), "--list"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"pointgeope viz: error: {message}"]
+
+
+def test_a_scans_name_comes_from_its_absolute_path(tiny_root, tmp_path, monkeypatch):
+    """``.`` named the rooms of the current folder "/office_1" (``Path('.').name == ''``), whose outputs
+    went to the file system's root; ``..`` named them "../office_1"."""
+    from pointgeope.scans.sources import find_scans
+
+    raw = tiny_root.parent / "raw" / "Area_1"
+    monkeypatch.chdir(raw)
+    assert [ref.name for ref in find_scans(["."])[0]] == ["Area_1/hallway_1", "Area_1/office_1"]
+    monkeypatch.chdir(raw / "office_1" / "Annotations")
+    assert [ref.name for ref in find_scans([".."])[0]] == ["office_1"]
+    assert [ref.name for ref in find_scans(["../.."])[0]] == ["Area_1/hallway_1", "Area_1/office_1"]
+
+
+def test_every_output_lies_inside_out(tiny_run, tiny_root, two_folds, tmp_path, monkeypatch, capsys):
+    """A folder given as ``..`` holding a raw room and an area file named ``...h5`` (stem ``..``): the room
+    went to --out/.., the area's rooms beside --out; now the room goes inside and each room of the oddly
+    named file is one line naming it."""
+    work = tmp_path / "scans" / "here"
+    work.mkdir(parents=True)
+    (tmp_path / "scans" / "...h5").symlink_to(two_folds / "Area_1.h5")
+    (tmp_path / "scans" / "room").mkdir()
+    (tmp_path / "scans" / "room" / "Annotations").symlink_to(tiny_root.parent / "raw/Area_1/office_1/Annotations")
+    monkeypatch.chdir(work)
+    assert cli(["predict", str(tiny_run), "..", "--out", "out", "--format", "npy"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all("...h5:" in line and "outside --out out" in line for line in err), err
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*_pred.npy")) == [
+        "scans/here/out/scans/room_pred.npy"]
+
+
+def test_a_rerun_into_the_input_folder_does_not_take_its_outputs_as_inputs(tiny_run, tmp_path, capsys):
+    """``predict RUN clouds --out clouds`` twice: the second run predicted its own a_pred.h5, failed on
+    a_pred.npy and a_probs.npy and refused a_pred.ply as a collision, exit 2, at every rerun."""
+    clouds = tmp_path / "clouds"
+    clouds.mkdir()
+    np.save(clouds / "a.npy", np.random.default_rng(1).random((400, 6)) * [3, 3, 2, 255, 255, 255])
+    argv = ["predict", str(tiny_run), str(clouds), "--out", str(clouds), "--format", "npy,ply,h5", "--probabilities"]
+    assert cli(argv) == 0
+    first = {p.name: p.read_bytes() for p in clouds.iterdir() if p.name != "a_pred.h5"}
+    capsys.readouterr()
+    assert cli(argv) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and {p.name: p.read_bytes() for p in clouds.iterdir() if p.name != "a_pred.h5"} == first
+    assert sorted(first) == ["a.npy", "a_pred.npy", "a_pred.ply", "a_probs.npy"]
+    assert (f"note: {clouds}: 4 file(s) named as this command's outputs (a_pred.h5, a_pred.npy, a_pred.ply, "
+            "a_probs.npy) are not inputs in --out") in out
+
+
+def test_the_h5_output_opens_in_the_viewer(tiny_run, two_folds, tmp_path):
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    np.save(tmp_path / "office_1.npy", np.c_[room["coord"], room["color"]])
+    assert cli(["predict", str(tiny_run), str(tmp_path / "office_1.npy"), "--out", str(tmp_path / "o"),
+                "--format", "h5"]) == 0
+    assert cli(["viz", str(tmp_path / "o" / "office_1_pred.h5"), "--mode", "pred", "--max-points", "0",
+                "--ply", str(tmp_path / "v.ply")]) == 0
+    o3d = pytest.importorskip("open3d")
+    drawn = o3d.t.io.read_point_cloud(str(tmp_path / "v.ply"))
+    pred = read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1")
+    np.testing.assert_array_equal(drawn.point.colors.numpy(), np.asarray(PALETTE, np.uint8)[pred])
+    np.testing.assert_allclose(drawn.point.positions.numpy(), room["coord"] - np.floor(room["coord"].min(0)),
+                               atol=1e-5)
+
+
+def test_las_output_of_a_scan_with_a_stray_point(tiny_run, tmp_path, capsys):
+    """--format las of a scan with a point 10,000 km away (left out of the prediction, as designed) ended in
+    laspy's OverflowError, exit 1, and the inputs after it were never predicted. Now its LAS file holds
+    every point in 1 cm steps (said in one warning); a point at 1e30 m that no LAS step holds refuses that
+    scan in one line before any work, and the next input is predicted."""
+    laspy = pytest.importorskip("laspy")
+    rng = np.random.default_rng(3)
+    room = np.c_[rng.random((400, 3)) * [4, 3, 2.5], rng.integers(0, 256, (400, 3))]
+    for name, far in (("a_far", 1e7), ("b_space", 1e30), ("c_room", None)):
+        np.save(tmp_path / f"{name}.npy", room if far is None else np.insert(room, 7, [far, 0, 1, 9, 9, 9], axis=0))
+    assert cli(["predict", str(tiny_run), *(str(tmp_path / f"{n}.npy") for n in ("a_far", "b_space", "c_room")),
+                "--out", str(tmp_path / "o"), "--format", "npy,las"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in err] == ["warning", "warning", "pointgeope predict"]
+    assert f"{tmp_path / 'a_far.npy'}: its LAS file stores x in steps of 0.01 m, not 0.001 m" in err[0]
+    assert err[2] == (f"pointgeope predict: error: {tmp_path / 'b_space.npy'}: --format las cannot hold its points: "
+                      "LAS stores coordinates as 32-bit integers, x spans 1e+30 (at most 4.29497e+07 in steps of "
+                      "0.01 m); predict it without las (--format npy), or remove the point(s) that far")
+    las = laspy.read(tmp_path / "o" / "a_far_pred.las")
+    coord = np.load(tmp_path / "a_far.npy")[:, :3]
+    np.testing.assert_allclose(np.c_[las.x, las.y, las.z], coord, atol=0.005 + 1e-9)
+    np.testing.assert_array_equal(np.asarray(las.classification), np.load(tmp_path / "o" / "a_far_pred.npy"))
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["a_far_pred.las", "a_far_pred.npy",
+                                                                 "c_room_pred.las", "c_room_pred.npy"]
