@@ -107,8 +107,9 @@ def main(steps: int = 40) -> dict[str, list[float]]:
     results = {}
     for pe in ("rpe", "geope"):
         results[pe] = train(blocks, pe, steps)
-        shown = ", ".join(f"{results[pe][i]:.3f}" for i in sorted({0, steps // 4, steps // 2, steps - 1}))
-        print(f"pe={pe:<6} loss at steps 1, {steps // 4 + 1}, {steps // 2 + 1}, {steps}: {shown}")
+        at = sorted({0, steps // 4, steps // 2, steps - 1})
+        shown = ", ".join(f"{results[pe][i]:.3f}" for i in at)
+        print(f"pe={pe:<6} loss at steps {', '.join(str(i + 1) for i in at)}: {shown}")
     return results
 
 
