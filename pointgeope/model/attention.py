@@ -165,13 +165,6 @@ def _bn_relu(channels: int) -> list[nn.Module]:
     return [nn.BatchNorm1d(channels), nn.ReLU(inplace=True)]
 
 
-class _PairwiseBN(nn.BatchNorm1d):
-    """BatchNorm over every (point, neighbour) pair: ``(N, k, C)`` statistics over ``N * k``."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return super().forward(x.reshape(-1, x.shape[-1])).view(x.shape)
-
-
 class PointTransformerLayer(nn.Module):
     """Vector self-attention over the ``k`` nearest neighbours of every point.
 
@@ -207,10 +200,13 @@ class PointTransformerLayer(nn.Module):
         self.linear_k = nn.Linear(channels, channels)
         self.linear_v = nn.Linear(channels, channels)
         groups = channels // share_planes
-        self.linear_p = (nn.Sequential(nn.Linear(3, 3), _PairwiseBN(3), nn.ReLU(inplace=True), nn.Linear(3, channels))
+        # theta and gamma take the (N * k, .) rows of every (point, neighbour) pair: BatchNorm's statistics over
+        # N * k, and the in-place ReLUs write a tensor of their own (on a view of it, autograd would copy the
+        # whole pair tensor three times in the backward pass: CopySlices)
+        self.linear_p = (nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3), nn.ReLU(inplace=True), nn.Linear(3, channels))
                          if self.pe.needs_delta else None)
-        self.linear_w = nn.Sequential(_PairwiseBN(channels), nn.ReLU(inplace=True), nn.Linear(channels, groups),
-                                      _PairwiseBN(groups), nn.ReLU(inplace=True), nn.Linear(groups, groups))
+        self.linear_w = nn.Sequential(nn.BatchNorm1d(channels), nn.ReLU(inplace=True), nn.Linear(channels, groups),
+                                      nn.BatchNorm1d(groups), nn.ReLU(inplace=True), nn.Linear(groups, groups))
         self.block_scale, self.pair_freq = position_scales(self.pe, channels, geope_base, 1.0 / grid_size,
                                                            geope_learnable, mixed_init)
         self.register_load_state_dict_pre_hook(_renamed_frequencies)
@@ -273,7 +269,7 @@ class PointTransformerLayer(nn.Module):
             e = absolute_features(coord, self._pair_frequencies(feat), c, q.dtype)
             q, key = q + e, key + e
         disp = coord[idx] - coord.unsqueeze(1)                                   # (N, k, 3): p_j - p_i
-        delta = self.linear_p(disp.to(feat.dtype)) if self.linear_p is not None else None   # (N, k, C)
+        delta = None if self.linear_p is None else self.linear_p(disp.to(feat.dtype).view(-1, 3)).view(n, k, c)
         tables = None        # standard GeoPE's per-point rotations, shared by the key and value terms
         standard = "geope" in (self.pe.rotation, self.pe.value_rotation)
         if standard and self.block_scale is not None and not self.block_scale.learnable:
@@ -287,7 +283,7 @@ class PointTransformerLayer(nn.Module):
                 relation = self._rotated(key, coord, idx, disp, tables, minus=q)
             if self.pe.relation_delta:
                 relation = relation + delta
-        logits = self.linear_w(relation)                                         # (N, k, C/s)
+        logits = self.linear_w(relation.reshape(n * k, c)).view(n, k, -1)        # (N, k, C/s)
         if self.pe.value != "geope" and fused_attention.enabled("aggregate", feat.device):
             return fused_attention.aggregate(logits, value, idx, delta if self.pe.value == "rpe" else None,
                                              self.share_planes)

@@ -89,9 +89,9 @@ class TransitionDown(nn.Module):
         if self.stride == 1:
             return self.relu(self.bn(self.linear(feat)))
         grouped = torch.cat([coord[idx] - new_coord.unsqueeze(1), gather(feat, idx)], dim=-1)    # (M, k, 3 + C)
-        x = self.linear(grouped)                                                          # (M, k, C_out)
-        x = self.relu(self.bn(x.view(-1, x.shape[-1])).view(x.shape))
-        return x.max(dim=1).values
+        m, k, _ = grouped.shape
+        x = self.relu(self.bn(self.linear(grouped.view(m * k, -1))))      # the ReLU in place on BN's own output
+        return x.view(m, k, -1).max(dim=1).values                          # (M, C_out)
 
 
 class TransitionUp(nn.Module):

@@ -36,6 +36,31 @@ def test_every_preset_gives_logits_and_a_finite_backward(pe):
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
 
 
+def _graph_nodes(root) -> set[str]:
+    """The names of every node of the autograd graph behind ``root``'s ``grad_fn``."""
+    seen, stack, names = set(), [root.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return names
+
+
+@pytest.mark.parametrize("pe", ["rpe", "geope", "lingeope"])
+def test_the_backward_copies_no_pair_tensor_through_a_view(pe):
+    """An in-place op on a view (a ReLU on the ``(N, k, C)`` view of BatchNorm's rows) makes autograd record
+    ``CopySlices``, whose backward clones and copies the whole base tensor: three extra passes over the
+    largest tensors of the step. The published step has none."""
+    model = PointTransformerSeg(pe=pe, **TINY).train()
+    coord, feat, offset = _batch()
+    names = _graph_nodes(model(coord, feat, offset).sum())
+    assert "AddmmBackward0" in names                      # the walk reaches the layers
+    assert not names & {"CopySlices", "AsStridedBackward0"}
+
+
 def test_outputs_follow_a_permutation_within_each_cloud():
     """With first-point FPS (the pure-torch backend) the network is equivariant to any permutation that
     keeps each cloud's first point first: FPS, kNN and interpolation only see geometry (every FPS backend
