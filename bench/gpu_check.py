@@ -6,6 +6,9 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
 ``gpu_logs.tgz`` (so a call cut short still returns what it measured):
 
     info       GPU name, Python, torch, CUDA, Triton versions; ``pointgeope info``
+    tests      ``pytest`` of ``--tests-paths`` (``-k --tests``), with ``-n --tests-workers`` processes; first, with
+               the check: whether the figures can be trusted
+    check      ``pointgeope info --check``: every Triton kernel once at the recipe's sizes against its torch path
     warm       (CUDA) the kernels of the timed steps compiled first, by processes side by side (Triton's
                cache on disk keeps them): the timed steps then measure steps, not compilers
     hierarchy  (CUDA) ``bench_hierarchy.py``: the whole hierarchy at 2 and 16 x 80k (Triton, and at 2 the host's
@@ -21,8 +24,6 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
     published  ``bench_evaluate.py --published``: the published test (every fragment) of one
                ``synth --size bench`` room with ``configs/s3dis/pt_geope.yaml``: seconds per room, points
                and point predictions per second, peak GPU memory
-    tests      ``pytest`` of ``--tests-paths`` (``-k --tests``), with ``-n --tests-workers`` processes
-    check      ``pointgeope info --check``: every Triton kernel once at the recipe's sizes against its torch path
     kernels    (``--kernels``) ``bench_train_step.py --kernels torch triton``: the same step per preset on the
                torch and the fused (Triton) attention kernels, float32 and bf16
     train      (``--train``) ``pointgeope synth --size tiny`` + ``prepare``, then ``train.py --config
@@ -251,7 +252,7 @@ def parse_args() -> argparse.Namespace:
     add("--profile", action=argparse.BooleanOptionalAction, default=True)
     add("--fold-steps", type=int, default=38_000, help="steps of one fold of the published recipe")
     add("--fold-rooms", type=int, default=68, help="rooms of the largest test area (Area 5)")
-    limits = dict(warm=100, hierarchy=55, bench=60, bench_bf16=35, bench16=45, published=45, tests=90, check=40,
+    limits = dict(warm=100, hierarchy=55, bench=60, bench_bf16=45, bench16=45, published=45, tests=90, check=40,
                   train=240, evaluate=120, kernels=300)
     for name, limit in limits.items():
         add(f"--{name.replace('_', '-')}-limit", type=float, default=float(limit))
@@ -263,14 +264,16 @@ def plan(args: argparse.Namespace) -> list:
     """The steps to run, in order (the module docstring)."""
     cuda = args.device == "cuda"
     steps = [("info", step_info)]
+    # the tests and the kernel check first: they decide whether the figures can be trusted, and a call cut
+    # short by its budget must have them
+    steps += [] if args.no_tests else [("tests", step_tests)]
+    steps += [("check", step_check)] if cuda and not args.no_check else []
     steps += [("warm", step_warm)] if cuda and not args.no_bench else []
     steps += [("hierarchy", step_hierarchy)] if cuda and not args.no_hierarchy else []
     steps += [] if args.no_bench else [("bench", step_bench)] + ([("bench_bf16", step_bench_bf16)] if cuda else [])
     steps += [] if args.no_published else [("published", step_published)]
     steps += [("bench16", step_bench16)] if cuda and not args.no_bench else []
     steps += [("fold_estimate", lambda check, py: fold_estimate(check))] if cuda and not args.no_bench else []
-    steps += [] if args.no_tests else [("tests", step_tests)]
-    steps += [("check", step_check)] if cuda and not args.no_check else []
     steps += [("kernels", step_kernels)] if args.kernels else []
     steps += [(name, fn) for name, fn in (("train", step_train), ("evaluate", step_evaluate),
                                           ("predict", step_predict), ("ddp", step_ddp)) if getattr(args, name)]
