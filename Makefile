@@ -62,6 +62,7 @@ bench: setup
 	$(PY) bench/bench_synth_write.py
 	$(PY) bench/bench_voxelize.py
 	$(PY) bench/bench_model.py
+	$(PY) bench/bench_step_copies.py --out bench/results/bench_step_copies.json --label current
 	$(PY) bench/bench_evaluate.py
 	$(PY) bench/bench_predict.py
 
