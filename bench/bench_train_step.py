@@ -205,18 +205,41 @@ def loader_sample_costs(args) -> dict:
             "hierarchy_median_s": round(float(np.median(hierarchies)), 4)}
 
 
-def profile(case: Case, device: torch.device, top: int = 12) -> list[dict]:
-    """The ``top`` kernels (CUDA) or operators (CPU) of one given-hierarchy step by self time, in ms."""
+def busy_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of ``(start, end)`` intervals: the time some kernel ran, overlaps counted once."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def profile(case: Case, device: torch.device, top: int = 12) -> dict:
+    """One given-hierarchy step under the profiler: its ``top`` kernels (CUDA) or operators (CPU) by self
+    time, in ms; on CUDA also the kernels launched and the share of the step's wall time in which the GPU ran
+    one (``busy_share``: well below 1, the step waits on the host launching its kernels; the profiler's own
+    cost lengthens the host's part, so compare ``busy_ms`` with the unprofiled step too)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with torch_profile(activities=activities) as prof:
+        _sync(device)
+        start = time.perf_counter()
         case.step(given=True)
         _sync(device)
+        wall = time.perf_counter() - start
     key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0.0), reverse=True)[:top]
-    return [{"name": e.key[:90], "ms": round(getattr(e, key, 0.0) / 1e3, 3), "calls": e.count} for e in events]
+    out = {"top": [{"name": e.key[:90], "ms": round(getattr(e, key, 0.0) / 1e3, 3), "calls": e.count}
+                   for e in events], "wall_ms": round(wall * 1e3, 3)}
+    if device.type == "cuda":
+        kernels = [(e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA]
+        busy = busy_seconds(kernels) / 1e6                                  # the profiler's times are in us
+        out.update(kernels=len(kernels), busy_ms=round(busy * 1e3, 3), busy_share=round(busy / wall, 3))
+    return out
 
 
 def run(args, out: dict, write) -> None:

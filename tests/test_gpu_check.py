@@ -80,3 +80,17 @@ def test_the_kernels_step_compares_every_case_on_the_cpu(tmp_path):
     assert all(row["step_s"] > 0 for row in cases.values())
     assert cases["geope/torch/none"]["vs_rpe_time"] == cases["geope/torch/none"]["step_s"] / cases["rpe/torch/none"]["step_s"]
     assert "vs_float32_time" in cases["rpe/torch/bf16"] and set(result["steps"]["kernels"]["result"]["profile"]) == set(cases)
+
+
+def test_busy_seconds_counts_overlapping_kernels_once():
+    """The GPU's busy time of a profiled step: the union of the kernels' intervals, checked against a count
+    of the covered points of a fine grid."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from bench_train_step import busy_seconds
+
+    rng = __import__("random").Random(3)
+    for _ in range(20):
+        intervals = [(a, a + rng.randint(0, 30)) for a in (rng.randint(0, 200) for _ in range(rng.randint(0, 12)))]
+        covered = sum(any(a <= t + 0.5 < b for a, b in intervals) for t in range(260))
+        assert busy_seconds(intervals) == covered
+    assert busy_seconds([(0.0, 2.5), (1.0, 2.0), (2.5, 4.0)]) == 4.0
