@@ -31,7 +31,7 @@ from pointgeope.model.ops import morton
 
 __all__ = ["bucket_fps", "LEAF"]
 
-LEAF = 32           # points per leaf (bench/bench_fps.py at 80k points: 16 and 64 within 20 %, 128 1.5x slower)
+LEAF = 32           # points per leaf (bench/bench_fps.py at 80k points: 16 and 64 within 4 %, 128 1.17x slower)
 _BITS = 10          # bits per axis of the Morton code: it orders the points, nothing else (3 radix passes)
 
 # morton.py's plain functions, compiled. Numba's cache does not see a change of morton.py (numba issue #1833):
