@@ -1,10 +1,11 @@
 """Tests of pointgeope/model/ops/morton.py: Morton keys from their bit definition, the padded block layout."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from pointgeope.model.ops.morton import BITS, block_boxes, cloud_frame, keys_in, tile_sorted
+from pointgeope.model.ops.morton import BITS, block_boxes, cell, cloud_frame, code, cube_scale, keys_in, tile_sorted
 
 
 def _interleave(cx: int, cy: int, cz: int) -> int:
@@ -39,3 +40,16 @@ def test_too_many_clouds_for_the_key_is_refused():
     off = list(range(1, (1 << 15) + 1))
     with pytest.raises(ValueError, match="fewer than 32768 clouds"):
         cloud_frame(points, off)
+
+
+def test_keys_are_the_plain_functions_on_every_point():
+    """``keys_in`` on tensors is ``code`` of ``cell`` in the cube of ``cube_scale`` (the plain functions
+    bucket_fps.py compiles with numba), in float32, points outside the cube included."""
+    rng = np.random.default_rng(0)
+    support = torch.from_numpy((rng.random((200, 3)) * [4.0, 3.0, 2.0]).astype(np.float32))
+    query = support + torch.from_numpy(rng.normal(0, 0.5, (200, 3)).astype(np.float32))     # some outside
+    frame = cloud_frame(support, [200])
+    lo, scale = frame[0][0].numpy(), frame[1][0].numpy()                                   # float32
+    assert cube_scale((support.max(0).values - support.min(0).values).max().numpy(), BITS) == scale
+    assert keys_in(query, [200], frame).tolist() == \
+        [code(*(cell(p[a], lo[a], scale, BITS) for a in range(3))) for p in query.numpy()]

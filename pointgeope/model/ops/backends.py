@@ -5,8 +5,8 @@ Measured on the shared 2-core CPU at 80k points (torch-cluster figures from an e
 
 - kNN, k = 16: ``pykdtree`` 0.14-0.39 s, ``scipy`` cKDTree 0.20-0.82 s (``workers=-1`` does not help on
   2 cores), torch-cluster 0.36 s, pure torch (chunked brute force, quadratic) about 60 s.
-- FPS, 80k -> 20k: ``numba`` (``bucket_fps``, a bucket tree) 0.06-0.08 s at one thread, 0.10-0.16 s at two
-  on the shared machine, 0.73-0.94x ``fpsample``'s bucket FPS, which starts elsewhere
+- FPS, 80k -> 20k: ``numba`` (``bucket_fps``, a bucket tree) 0.05-0.08 s at one thread and at two on the
+  shared machine, 0.73-0.95x ``fpsample``'s bucket FPS, which starts elsewhere
   (``bench/results/bench_fps.json``); pure torch (iterative, one small step per sample) about 6 s. Every FPS
   backend gives the same sequence (``fps.FPS_RULE``).
 

@@ -1,5 +1,6 @@
 """Spatial order of packed clouds for the block-based GPU kernels: Morton codes and padded blocks (and the
-device context the kernels launch in).
+device context the kernels launch in). The one definition of the code: the CPU FPS (``bucket_fps.py``)
+compiles its plain functions (``code``, ``cell``, ``cube_scale``) with numba.
 
 The Morton (Z-order) code interleaves the bits of the quantised coordinates, ``code = ... z1 y1 x1 z0 y0 x0``,
 so points close in the code are mostly close in space. Sorting each cloud by its code and cutting it into
@@ -19,26 +20,50 @@ from torch import Tensor
 from pointgeope.model.ops.offsets import counts
 
 __all__ = ["tile_sorted", "block_boxes", "launch_device", "Tiles", "BITS", "cloud_frame", "keys_in",
-           "layout", "shared_layouts"]
+           "layout", "shared_layouts", "code", "cell", "cube_scale"]
 
 BITS = 16  # bits per axis: 48 bits of code, the cloud's number above them
-_SPREAD = ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F), (4, 0x10C30C30C30C30C3),
-           (2, 0x1249249249249249))
+# (shift, mask) of each step that moves bits b of a cell number < 2^16 to bits 3 b (17 to 21 bits would need a
+# first step (32, 0x1F00000000FFFF): 0.14 ms more per 80k points in bucket_fps, for bits no one uses)
+_SPREAD = ((16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F), (4, 0x10C30C30C30C30C3), (2, 0x1249249249249249))
 
 
-def _spread(v: Tensor) -> Tensor:
-    """Bits ``b`` of ``v`` (int64, < 2^21) moved to bits ``3 b``."""
-    for shift, mask in _SPREAD:
-        v = (v | (v << shift)) & mask
-    return v
+# --- the code of one point, in plain arithmetic --------------------------------------------------------------
+# Operators, min, max and int only, so that numba compiles these for the CPU FPS (bucket_fps.py, at fewer bits
+# for its radix sort); keys_in computes the same on whole tensors (test_morton.py checks that they agree).
 
+def code(cx, cy, cz):
+    """The Morton code ``... z1 y1 x1 z0 y0 x0`` of the cell ``(cx, cy, cz)``, each ``< 2^16``: ints, int64
+    tensors (``_spread_table``) or int64 scalars inside numba. Each bit ``b`` of axis ``a`` goes to bit
+    ``3 b + a``."""
+    out = 0
+    for axis, v in enumerate((cx, cy, cz)):
+        for shift, mask in _SPREAD:                 # bits b of v moved to bits 3 b
+            v = (v | (v << shift)) & mask
+        out |= v << axis
+    return out
+
+
+def cube_scale(extent, bits):
+    """Cells per unit length, ``(2^bits - 1) / extent``, of a cube of side ``extent`` (at least 1e-12: a
+    cloud of one point) cut into ``2^bits`` cells a side: its far faces fall in the last cell."""
+    return ((1 << bits) - 1) / max(extent, 1e-12)
+
+
+def cell(x, lo, scale, bits):
+    """The cell of coordinate ``x`` along an axis of the cube from ``lo`` of ``scale`` cells per unit:
+    ``trunc((x - lo) * scale)`` clamped to ``0 .. 2^bits - 1`` (a point outside falls in a face's cell)."""
+    return int(min(max((x - lo) * scale, 0.0), (1 << bits) - 1))
+
+
+# --- the keys of packed clouds (torch) -----------------------------------------------------------------------
 
 @lru_cache(maxsize=None)
 def _spread_table(device: torch.device) -> Tensor:
-    """``(2^BITS, 3)`` int64: the spread bits of every cell number, shifted for axis x, y, z (one gather per
-    point instead of 15 tensor ops per axis)."""
-    spread = _spread(torch.arange(1 << BITS, device=device))
-    return torch.stack([spread, spread << 1, spread << 2], 1)
+    """``(2^BITS, 3)`` int64: the code of every cell number on axis x, y, z alone (one gather per point
+    instead of 15 tensor ops per axis)."""
+    v = torch.arange(1 << BITS, device=device)
+    return torch.stack([code(v, 0, 0), code(0, v, 0), code(0, 0, v)], 1)
 
 
 def _cloud_ids(off: list[int], device: torch.device) -> Tensor:
@@ -47,7 +72,8 @@ def _cloud_ids(off: list[int], device: torch.device) -> Tensor:
 
 
 def cloud_frame(points: Tensor, off: list[int]) -> tuple[Tensor, Tensor]:
-    """The bounding cube of every cloud: ``lo (B, 3)`` and ``scale (B,)`` cells per unit length."""
+    """The bounding cube of every cloud: ``lo (B, 3)`` and ``scale (B,)`` cells per unit length (``cube_scale``
+    of its side at ``BITS``)."""
     if len(off) >= 1 << (63 - 3 * BITS):
         raise ValueError(f"expected fewer than {1 << (63 - 3 * BITS)} clouds in a batch (the key's top bits), "
                          f"got {len(off)}: split the batch")
@@ -58,13 +84,13 @@ def cloud_frame(points: Tensor, off: list[int]) -> tuple[Tensor, Tensor]:
 
 
 def keys_in(points: Tensor, off: list[int], frame: tuple[Tensor, Tensor]) -> Tensor:
-    """``cloud << 48 | morton`` (int64) of every point, quantised in its cloud's cube of ``frame`` (points
-    outside it are clamped to its faces)."""
+    """``cloud << 48 | code`` (int64) of every point, ``code`` of its ``cell`` on each axis of its cloud's cube
+    of ``frame`` at ``BITS`` (points outside it are clamped to its faces)."""
     lo, scale = frame
     cloud = _cloud_ids(off, points.device)
-    cell = ((points - lo[cloud]) * scale[cloud, None]).clamp(0, (1 << BITS) - 1).long()
-    code = _spread_table(points.device).gather(0, cell)                     # (N, 3) spread bits per axis
-    return (cloud << (3 * BITS)) | code[:, 0] | code[:, 1] | code[:, 2]
+    cells = ((points - lo[cloud]) * scale[cloud, None]).clamp(0, (1 << BITS) - 1).long()
+    parts = _spread_table(points.device).gather(0, cells)                   # (N, 3) code of each axis alone
+    return (cloud << (3 * BITS)) | parts[:, 0] | parts[:, 1] | parts[:, 2]
 
 
 @dataclass(frozen=True)
