@@ -299,6 +299,10 @@ def predict_scans(args) -> int:
         raise UserError(f"expected a finite --scale > 0 and --batch-points >= 1, got {args.scale} and {args.batch_points}")
     if not 0 < args.max_extent <= PREDICT_EXTENT_LIMIT:
         raise UserError(f"expected --max-extent in (0, {PREDICT_EXTENT_LIMIT:g}] metres, got {args.max_extent:.15g}")
+    # the model first: a wrong model argument is told before any input file is read (and hashed)
+    predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points,
+                               args.max_fragments, args.overrides)
+    apply_threads(predictor.cfg)
     skipped: list[Path] = []
     refs, errors = find_scans(args.inputs, args.out, skipped)
     if skipped:
@@ -310,9 +314,6 @@ def predict_scans(args) -> int:
         _fail(message)
     if not refs:
         return 2
-    predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points,
-                               args.max_fragments, args.overrides)
-    apply_threads(predictor.cfg)
     writable_folder(args.out, "--out folder")
     print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
           f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)

@@ -105,6 +105,21 @@ def test_a_prepared_area_input_is_checked_as_training_checks_it(tiny_run, tiny_r
     assert capsys.readouterr().err.splitlines() == [f"pointgeope viz: error: {message}"]
 
 
+def test_a_wrong_model_argument_is_told_before_any_area_file_is_read(tiny_root, tmp_path, monkeypatch, capsys):
+    """A model path with a typo was reported only after every prepared area input had been read and hashed
+    (minutes for the six areas of S3DIS); the model is loaded first now."""
+    import pointgeope.data.check as check
+
+    def must_not_read(path):
+        raise AssertionError(f"{path} was read before the model argument was checked")
+
+    monkeypatch.setattr(check, "check_area_file", must_not_read)
+    missing = tmp_path / "run" / "last.pt"
+    assert cli(["predict", str(missing), str(tiny_root / "Area_1.h5"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("pointgeope predict: error: ") and str(missing) in err[0], err
+
+
 def test_a_scans_name_comes_from_its_absolute_path(tiny_root, tmp_path, monkeypatch):
     """``.`` named the rooms of the current folder "/office_1" (``Path('.').name == ''``), whose outputs
     went to the file system's root; ``..`` named them "../office_1"."""
