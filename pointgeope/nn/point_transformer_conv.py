@@ -7,10 +7,10 @@ from typing import Callable
 from torch import Tensor
 from torch_geometric.nn import PointTransformerConv
 from torch_geometric.nn.dense.linear import Linear
-from torch_geometric.typing import OptTensor
-from torch_geometric.utils import softmax
+from torch_geometric.typing import Adj, OptTensor, PairTensor, SparseTensor, torch_sparse
+from torch_geometric.utils import add_self_loops, remove_self_loops, softmax
 
-from pointgeope.geope import relative_geope
+from pointgeope.geope import apply_geope, relative_geope
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention import PRESETS, MixedInit, PositionalEncoding, pair_frequencies, position_scales
 from pointgeope.model.rope import grid_coordinates, rotate_pairs
@@ -114,10 +114,23 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         if self.block_scale is not None and self.block_scale.freq is not None:
             self.block_scale.freq.data.copy_(scale.freq.data)
 
+    def forward(self, x: Tensor | PairTensor, pos: Tensor | PairTensor, edge_index: Adj) -> Tensor:
+        """PyG's ``forward``, except that standard GeoPE turns the sources' keys ``W_2 x_j (N_s, C)`` (and values
+        ``W_3 x_j`` with ``value="geope"``) by ``R(t_j)`` here, once per source node, so that ``R(t_i)^T R(t_j)
+        W_2 x_j`` costs ``N_s`` rotations and one per edge (``R(t_i)^T``, in ``message``) instead of two per
+        edge. The other rotations depend on both ends of an edge and stay in ``message``."""
+        x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
+        pos = (pos, pos) if isinstance(pos, Tensor) else pos
+        self._check_positions(pos)
+        key = self._in_source_frame(self.lin_src(x_src), pos[0], self.pe.rotation)
+        value = self._in_source_frame(self.lin(x_src), pos[0], self.pe.value_rotation)
+        if self.add_self_loops:
+            edge_index = _one_self_loop_per_node(edge_index, min(pos[0].size(0), pos[1].size(0)))
+        # propagate_type: (x: PairTensor, pos: PairTensor, alpha: PairTensor)
+        return self.propagate(edge_index, x=(value, x_dst), pos=pos, alpha=(key, self.lin_dst(x_dst)))
+
     def message(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, alpha_i: Tensor, alpha_j: Tensor,
                 index: Tensor, ptr: OptTensor, size_i: int | None) -> Tensor:
-        if self.pe.uses_positions and pos_j.shape[-1] != self.axes:                # (rpe leaves positions to pos_nn, as PyG)
-            raise ValueError(f"expected positions of shape (N, {self.axes}), got (N, {pos_j.shape[-1]})")
         delta = None if self.pos_nn is None else self.pos_nn(pos_i - pos_j)
         query, key = alpha_i, self._in_query_frame(alpha_j, pos_i, pos_j, self.pe.rotation)
         if self.pe.absolute:                                         # W_1 x_i + e(p_i), W_2 x_j + e(p_j)
@@ -136,13 +149,29 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             return alpha * self._in_query_frame(x_j, pos_i, pos_j, self.pe.value_rotation)
         return alpha * x_j
 
+    def _check_positions(self, pos: PairTensor) -> None:
+        """Positions of ``axes`` columns where they enter other than through ``pos_nn`` (rpe: PyG's rule)."""
+        for p in pos if self.pe.uses_positions else ():
+            if p.shape[-1] != self.axes:
+                raise ValueError(f"expected positions of shape (N, {self.axes}), got (N, {p.shape[-1]})")
+
+    def _in_source_frame(self, x: Tensor, pos: Tensor, rotation: str | None) -> Tensor:
+        """``R(t_j) x_j`` of every source node, ``x (N_s, C)``, ``pos (N_s, A)``, for standard GeoPE (the half
+        of ``R(t_i)^T R(t_j)`` that depends on the source only); ``x`` itself for the other rotations."""
+        if rotation != "geope":
+            return x
+        return apply_geope(x, pos, self.block_scale(geometry_dtype(x.dtype), x.device))
+
     def _in_query_frame(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, rotation: str) -> Tensor:
-        """The edges' source features ``x_j (E, C)`` turned into the frame of their targets (``rotation``)."""
+        """The edges' source features ``x_j (E, C)`` turned into the frame of their targets (``rotation``).
+        Standard GeoPE's ``x_j`` arrive as ``R(t_j) x_j`` (``_in_source_frame``): only ``R(t_i)^T`` is left."""
         if rotation == "none":
             return x_j
         if rotation in ("geope", "lingeope"):
             scale = self.block_scale(geometry_dtype(x_j.dtype), x_j.device)
-            return relative_geope(x_j, pos_i, pos_j, scale, linear=rotation == "lingeope")
+            if rotation == "lingeope":                               # R(t_j - t_i) x_j
+                return relative_geope(x_j, pos_i, pos_j, scale, linear=True)
+            return apply_geope(x_j, pos_i, scale, inverse=True)
         if rotation == "pointrope":                                  # integer cells of the grid unit
             work = geometry_dtype(x_j.dtype)
             disp = grid_coordinates(pos_j, self.grid_unit, work) - grid_coordinates(pos_i, self.grid_unit, work)
@@ -153,6 +182,17 @@ class GeoPEPointTransformerConv(PointTransformerConv):
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, pe={self.pe_name!r})"
+
+
+def _one_self_loop_per_node(edge_index: Adj, num_nodes: int) -> Adj:
+    """PyG's self-loops: the graph's own removed, then one per node ``i < num_nodes`` (``set_diag`` for a
+    ``SparseTensor``)."""
+    if isinstance(edge_index, Tensor):
+        edge_index, _ = remove_self_loops(edge_index)
+        edge_index, _ = add_self_loops(edge_index, num_nodes=num_nodes)
+    elif isinstance(edge_index, SparseTensor):
+        edge_index = torch_sparse.set_diag(edge_index)
+    return edge_index
 
 
 def _check_options(pe: PositionalEncoding, out_channels: int, pos_nn: Callable | None, axes: int,

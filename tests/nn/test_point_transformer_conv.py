@@ -9,7 +9,9 @@ from torch import nn
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 from torch_geometric.nn import PointTransformerConv
+from torch_geometric.utils import softmax
 
+from pointgeope.geope import apply_geope
 from pointgeope.model import PRESETS, PointTransformerLayer, PositionalEncoding
 from pointgeope.model.ops import knn
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
@@ -127,6 +129,59 @@ def test_rpe_default_parameters_are_pygs():
     assert list(ours.state_dict()) == list(pyg.state_dict())
     for name, value in pyg.state_dict().items():
         assert torch.equal(ours.state_dict()[name], value), name
+
+
+GEOPE_TURNS = ["geope", "geope+rpe", PositionalEncoding("geope", False, "geope"), PositionalEncoding("none", False, "geope")]
+
+
+def per_edge_geope(conv, pe, x, pos, edges) -> torch.Tensor:
+    """The layer's output with ``R(t_i)^T R(t_j)`` applied edge by edge (``apply_geope`` twice on every gathered
+    key and value), vectorised over the list ``edges`` of ``(j, i)``; ``x``, ``pos``: (source, target) pairs."""
+    (x_s, x_t), (p_s, p_t) = x, pos
+    src, dst = torch.tensor(edges).T
+    scale = conv.block_scale(torch.float64, p_s.device)
+
+    def turn(v):
+        return apply_geope(apply_geope(v, p_s[src], scale), p_t[dst], scale, inverse=True)
+    key = conv.lin_src(x_s)[src]
+    key = turn(key) if pe.rotation == "geope" else key
+    delta = conv.pos_nn(p_t[dst] - p_s[src]) if pe.needs_delta else 0
+    relation = conv.lin_dst(x_t)[dst] - key + (delta if pe.relation_delta else 0)
+    alpha = softmax(conv.attn_nn(relation), dst, num_nodes=x_t.shape[0])
+    value = conv.lin(x_s)[src]
+    value = turn(value) if pe.value == "geope" else value + delta
+    return torch.zeros(x_t.shape[0], conv.out_channels, dtype=value.dtype).index_add(0, dst, alpha * value)
+
+
+@pytest.mark.parametrize("bipartite", [False, True])
+@pytest.mark.parametrize("pe", GEOPE_TURNS, ids=str)
+def test_standard_geope_turned_once_a_node_is_the_per_edge_rotation(pe, bipartite):
+    """``forward`` turns the sources by ``R(t_j)`` once a node and ``message`` by ``R(t_i)^T`` per edge: the
+    outputs and the gradients (features, positions, weights, learnt frequencies) are those of both rotations
+    per edge, with bipartite (source, target) inputs too."""
+    torch.manual_seed(0)
+    conv = make_conv(pe, in_channels=(4, 5) if bipartite else 4, learnable=True)
+    x, pos, edge_index = graph(n=9, in_channels=4)
+    edge_index = torch.cat([edge_index, torch.tensor([[0, 3], [0, 3]])], 1)  # replaced by one loop a node
+    if bipartite:                                                              # 9 sources -> 5 targets
+        x_t = torch.randn(5, 5, dtype=torch.float64)
+        x, pos, edge_index = (x, x_t), (pos, pos[:5] + 0.1), edge_index[:, edge_index[1] < 5]
+    leaves = [t.requires_grad_() for t in (x if bipartite else (x,)) + (pos if bipartite else (pos,))]
+    pairs = (x, pos) if bipartite else ((x, x), (pos, pos))
+    edges = with_self_loops(edge_index, min(pairs[1][0].shape[0], pairs[1][1].shape[0]))
+    expected, got = per_edge_geope(conv, PositionalEncoding.preset(pe), *pairs, edges), conv(x, pos, edge_index)
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
+    want, have = gradients(conv, expected, leaves), gradients(conv, got, leaves)
+    assert "block_scale.freq" in want
+    for name in want:
+        torch.testing.assert_close(have[name], want[name], atol=1e-12, rtol=1e-10, msg=name)
+
+
+def test_bipartite_target_positions_of_other_axes_are_refused():
+    conv = make_conv("geope")
+    x, pos, edge_index = graph()
+    with pytest.raises(ValueError, match=r"expected positions of shape \(N, 3\), got \(N, 2\)"):
+        conv((x, x), (pos, pos[:, :2]), edge_index)
 
 
 class _Negate(nn.Module):

@@ -1,0 +1,138 @@
+"""Benchmark: ``pointgeope.nn.GeoPEPointTransformerConv`` per positional encoding vs PyG's
+``PointTransformerConv``, forward + backward on one kNN graph, on the CPU.
+
+One step is ``conv(x, pos, edge_index)`` and the backward of ``(out * w).sum()`` into ``x`` and the
+parameters, on ``N`` points uniform in a 4 x 4 x 3 m box with their ``k`` nearest neighbours as edges (PyG's
+layer adds one self-loop a node), ``C -> C`` channels in float32, the layers' default ``pos_nn``
+(``Linear(3, C)``) and no ``attn_nn``, ``pos_scale = 25`` (4 cm voxels). Defaults: N = 20000, k = 16, C = 64.
+
+The cases take turns (round ``r`` times every case once, after one warm-up step each), so a load that comes
+and goes on shared cores falls on all of them; a case's figure is its minimum over the rounds, and its
+ratio is to PyG's layer of the same thread count in the same run.
+
+``--compare FILE`` adds, for every encoding, the layer of another version of
+``pointgeope/nn/point_transformer_conv.py`` (case ``"<pe> @FILE-stem"``) to the same rounds, e.g. the code
+before a change: ``git show main:pointgeope/nn/point_transformer_conv.py > /tmp/before.py``.
+
+Usage: python bench/bench_pyg_layer.py [--threads 1 2] [--reps 5] [--n 20000] [--k 16] [--channels 64]
+       [--pe geope lingeope ...] [--compare /tmp/before.py] [--out bench/results/bench_pyg_layer.json]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch_geometric.nn import PointTransformerConv
+
+from pointgeope.model.attention import PRESETS, PositionalEncoding
+from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "bench_pyg_layer.json"
+VALUE_GEOPE = "geope, value geope"            # the key and the value turned by standard GeoPE
+ENCODINGS = {**PRESETS, VALUE_GEOPE: PositionalEncoding("geope", False, "geope")}
+GRID_UNIT = 0.04                              # pointrope's cell: the voxel of pos_scale = 25
+
+
+def load_layer_class(path: Path) -> type:
+    """``GeoPEPointTransformerConv`` of another version of its file (its imports from this tree)."""
+    spec = importlib.util.spec_from_file_location(f"compared_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module                                    # PyG's inspector looks its globals up
+    spec.loader.exec_module(module)
+    return module.GeoPEPointTransformerConv
+
+
+def make_layer(case: str, channels: int, compared: dict[str, type]) -> torch.nn.Module:
+    """PyG's layer (``case == "pyg"``) or ours with the encoding ``case`` (``"<pe> @<name>"``: the layer class
+    ``compared[name]``), seeded alike."""
+    torch.manual_seed(0)
+    if case == "pyg":
+        return PointTransformerConv(channels, channels)
+    pe, _, name = case.partition(" @")
+    layer = compared[name] if name else GeoPEPointTransformerConv
+    return layer(channels, channels, pe=ENCODINGS[pe], pos_scale=25.0, grid_unit=GRID_UNIT)
+
+
+def make_step(layer: torch.nn.Module, x: torch.Tensor, pos: torch.Tensor, edge_index: torch.Tensor):
+    """One forward + backward of ``layer``; returns its wall time in seconds."""
+    weight = torch.randn(x.shape[0], layer.out_channels, generator=torch.Generator().manual_seed(1))
+
+    def step() -> float:
+        x.grad = None
+        layer.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        out = layer(x, pos, edge_index)
+        (out * weight).sum().backward()
+        return time.perf_counter() - start
+    return step
+
+
+def run(cases: list[str], compared: dict[str, type], threads: int, reps: int, n: int, k: int,
+        channels: int) -> list[dict]:
+    """The minimum step time of every case over ``reps`` interleaved rounds, on ``threads`` threads."""
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(0)
+    pos = torch.rand(n, 3, generator=gen) * torch.tensor([4.0, 4.0, 3.0])
+    x = torch.randn(n, channels, generator=gen).requires_grad_()
+    edge_index = knn_graph(pos, k)
+    steps = {case: make_step(make_layer(case, channels, compared), x, pos, edge_index) for case in cases}
+    for step in steps.values():                                        # warm-up
+        step()
+    times = {case: [] for case in cases}
+    for _ in range(reps):
+        for case, step in steps.items():
+            times[case].append(step())
+    base = min(times["pyg"])
+    return [{"threads": threads, "case": case, "time_s": min(t), "times_s": t, "ratio_to_pyg": min(t) / base,
+             "N": n, "k": k, "edges": int(edge_index.shape[1]) + n, "channels": channels} for case, t in times.items()]
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument("--k", type=int, default=16)
+    parser.add_argument("--channels", type=int, default=64)
+    parser.add_argument("--pe", nargs="+", choices=list(ENCODINGS), default=list(ENCODINGS))
+    parser.add_argument("--compare", type=Path, nargs="*", default=[],
+                        help="other versions of pointgeope/nn/point_transformer_conv.py to time alongside")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    compared = {path.stem: load_layer_class(path) for path in args.compare}
+    cases = ["pyg"] + [f"{pe}{suffix}" for pe in args.pe for suffix in ["", *(f" @{name}" for name in compared)]]
+
+    rows = []
+    print(f"{'threads':>7} {'case':>28} {'ms':>9} {'x pyg':>6}")
+    for threads in args.threads:
+        for row in run(cases, compared, threads, args.reps, args.n, args.k, args.channels):
+            rows.append(row)
+            print(f"{threads:>7} {row['case']:>28} {1e3 * row['time_s']:9.1f} {row['ratio_to_pyg']:6.2f}")
+    payload = {"benchmark": "pyg_point_transformer_conv_fwd_bwd", "commit": git_commit(),
+               "compared": {name: str(path) for name, path in zip(compared, args.compare)},
+               "torch": torch.__version__, "machine": platform.platform(), "processor": platform.processor(),
+               "reps": args.reps, "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=2))
+    tmp.replace(args.out)
+    print(f"saved {args.out}")
+
+
+if __name__ == "__main__":
+    main()
