@@ -34,8 +34,8 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert result["failed_steps"] == []
     steps = result["steps"]
-    assert list(steps) == ["info", "pointgeope_info", "bench", "published", "tests", "synth", "prepare", "train",
-                           "evaluate", "predict", "ddp"]
+    assert list(steps) == ["info", "pointgeope_info", "tests", "bench", "published", "synth", "prepare", "train",
+                           "evaluate", "predict", "ddp"]                  # the tests first: they decide the rest
     assert result["machine"]["cuda_available"] is False and result["machine"]["torch"]
     assert steps["tests"]["summary"].startswith("1 passed")
     bench = steps["bench"]["result"]
