@@ -20,13 +20,14 @@ Usage: python bench/bench_geope.py [--reps 5] [--device cpu|cuda] [--sizes small
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import platform
 import resource
 import statistics
 import time
 from pathlib import Path
+
+from bench_io import save_json
 
 SIZES = [(80_000, 8, 32), (20_000, 16, 64), (5_000, 16, 128), (1_250, 16, 256), (312, 16, 512)]
 METHODS = ("rpe", "geope", "geope-1x", "lingeope", "attn-geope", "attn-lingeope")
@@ -124,12 +125,8 @@ def main() -> None:
             rows.append(row)
             print(f"{str(size):>18} {method:>13} {1e3 * r['time_s']:9.1f} {row['time_ratio']:6.2f} "
                   f"{r['peak_bytes'] / 2**20:8.1f} {row['memory_ratio']:6.2f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"benchmark": "geope_relative_vs_rpe_mlp", "device": args.device, "reps": args.reps,
-               "machine": platform.platform(), "processor": platform.processor(), "rows": rows}
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=2))
-    tmp.replace(args.out)
+    save_json(args.out, {"benchmark": "geope_relative_vs_rpe_mlp", "device": args.device, "reps": args.reps,
+                         "machine": platform.platform(), "processor": platform.processor(), "rows": rows})
     print(f"saved {args.out}")
 
 

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +31,8 @@ from torch_geometric.nn import PointTransformerConv
 
 from pointgeope.model.attention import PRESETS, PositionalEncoding
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
+
+from bench_io import git_commit, save_json
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "bench_pyg_layer.json"
@@ -95,13 +95,6 @@ def run(cases: list[str], compared: dict[str, type], threads: int, reps: int, n:
              "N": n, "k": k, "edges": int(edge_index.shape[1]) + n, "channels": channels} for case, t in times.items()]
 
 
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return ""
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -127,10 +120,7 @@ def main() -> None:
                "compared": {name: str(path) for name, path in zip(compared, args.compare)},
                "torch": torch.__version__, "machine": platform.platform(), "processor": platform.processor(),
                "reps": args.reps, "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=2))
-    tmp.replace(args.out)
+    save_json(args.out, payload)
     print(f"saved {args.out}")
 
 

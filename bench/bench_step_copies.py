@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_model import synthetic_room  # noqa: E402
+from bench_io import git_commit, save_json  # noqa: E402
 
 from pointgeope.model import PointTransformerSeg  # noqa: E402
 
@@ -99,13 +99,11 @@ def main() -> int:
     parser.add_argument("--label", default="current")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    run = {"commit": commit, "torch": torch.__version__, "points": args.points, "clouds": args.clouds,
+    run = {"commit": git_commit(short=True), "torch": torch.__version__, "points": args.points, "clouds": args.clouds,
            "presets": {pe: step_copies(pe, args.points, args.clouds) for pe in args.presets}}
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     results[args.label] = run
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    save_json(args.out, results, indent=1)
     for pe, row in run["presets"].items():
         print(f"{args.label} {pe}: {row['copy_mb']:.1f} MB copied a step, {row['view_copy_mb']:.1f} MB of them "
               "through views written in place")

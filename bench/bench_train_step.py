@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -52,17 +51,14 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_io import save_json  # noqa: E402
 from bench_model import synthetic_room  # noqa: E402
+from step_profile import profile, sync as _sync  # noqa: E402
 
 from pointgeope.model import PointTransformerSeg, kernels  # noqa: E402
 from pointgeope.model.ops import backends, fps  # noqa: E402
 
 AMP = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def timed(fn, device: torch.device) -> tuple[float, float]:
@@ -205,43 +201,6 @@ def loader_sample_costs(args) -> dict:
             "hierarchy_median_s": round(float(np.median(hierarchies)), 4)}
 
 
-def busy_seconds(intervals: list[tuple[float, float]]) -> float:
-    """Length of the union of ``(start, end)`` intervals: the time some kernel ran, overlaps counted once."""
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted(intervals):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total
-
-
-def profile(case: Case, device: torch.device, top: int = 12) -> dict:
-    """One given-hierarchy step under the profiler: its ``top`` kernels (CUDA) or operators (CPU) by self
-    time, in ms; on CUDA also the kernels launched and the share of the step's wall time in which the GPU ran
-    one (``busy_share``: well below 1, the step waits on the host launching its kernels; the profiler's own
-    cost lengthens the host's part, so compare ``busy_ms`` with the unprofiled step too)."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with torch_profile(activities=activities) as prof:
-        _sync(device)
-        start = time.perf_counter()
-        case.step(given=True)
-        _sync(device)
-        wall = time.perf_counter() - start
-    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0.0), reverse=True)[:top]
-    out = {"top": [{"name": e.key[:90], "ms": round(getattr(e, key, 0.0) / 1e3, 3), "calls": e.count}
-                   for e in events], "wall_ms": round(wall * 1e3, 3)}
-    if device.type == "cuda":
-        kernels = [(e.time_range.start, e.time_range.end) for e in prof.events()
-                   if e.device_type == torch.autograd.DeviceType.CUDA]
-        busy = busy_seconds(kernels) / 1e6                                  # the profiler's times are in us
-        out.update(kernels=len(kernels), busy_ms=round(busy * 1e3, 3), busy_share=round(busy / wall, 3))
-    return out
-
-
 def run(args, out: dict, write) -> None:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -301,7 +260,7 @@ def run(args, out: dict, write) -> None:
     if not args.no_point_ops:
         out["point_ops"] = point_ops(inputs, spec, device, reps=2)
     if args.profile:
-        out["profile"] = {pe: profile(case, device) for pe, case in cases.items()}
+        out["profile"] = {pe: profile(lambda: case.step(given=True), device) for pe, case in cases.items()}
     write()
 
 
@@ -348,7 +307,7 @@ def run_kernels(args, out: dict, write) -> None:
                     row[f"{label}_peak"] = row["peak_mib"] / out["cases"][other]["peak_mib"]
         print(f"{name:<28} {row['step_s'] * 1e3:8.1f} ms  {row['peak_mib']:8.0f} MiB", flush=True)
     if args.profile:
-        out["profile"] = {name: profile(case, device) for name, case in cases.items()}
+        out["profile"] = {name: profile(lambda: case.step(given=True), device) for name, case in cases.items()}
     write()
 
 
@@ -386,9 +345,7 @@ def main() -> int:
            "memory": "peak max_memory_allocated above the level before the step (CUDA only), MiB"}
 
     def write() -> None:
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(out, indent=1))
-        os.replace(tmp, args.out)
+        save_json(args.out, out, indent=1)
 
     if args.loader_samples:
         out["loader_per_sample"] = loader_sample_costs(args)

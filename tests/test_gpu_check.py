@@ -86,7 +86,7 @@ def test_busy_seconds_counts_overlapping_kernels_once():
     """The GPU's busy time of a profiled step: the union of the kernels' intervals, checked against a count
     of the covered points of a fine grid."""
     sys.path.insert(0, str(REPO / "bench"))
-    from bench_train_step import busy_seconds
+    from step_profile import busy_seconds
 
     rng = __import__("random").Random(3)
     for _ in range(20):
