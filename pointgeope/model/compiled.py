@@ -34,35 +34,8 @@ from torch import Tensor
 
 from pointgeope.model import kernels
 
-__all__ = ["rotation_tables", "shifted_sum", "frame_pairs", "turn_pairs", "rodrigues_rows", "relative_pairs", "active", "on_device",
+__all__ = ["shifted_sum", "frame_pairs", "turn_pairs", "rodrigues_rows", "relative_pairs", "active", "on_device",
            "status"]
-
-
-def rotation_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
-    """``rotation.rotation_tables`` as one expression, ``(5, N, C)`` in ``pos``'s dtype: table ``o + 2`` holds
-    ``T_o[3b + d] = R_b[d, d + o]`` (0 where ``d + o`` leaves the block; 1 in ``T_0`` and 0 elsewhere on the
-    pass-through channels), with ``u = p / |p|``, ``phi_b = k_b |p|`` and::
-
-        R_b[d, e] = cos(phi_b) delta_de + sin(phi_b) [u]_x[d, e] + (1 - cos(phi_b)) u_d u_e
-
-    Eagerly it launches some forty kernels; compiled, one pass writes the tables."""
-    radius = pos.norm(dim=-1, keepdim=True)                                     # (N, 1)
-    u = pos / radius.clamp_min(torch.finfo(pos.dtype).tiny)                     # (N, 3), 0 at the origin
-    phi = radius * block_scale                                                  # (N, n)
-    cos, sin = phi.cos(), phi.sin()
-    ux, uy, uz = u[:, 0:1], u[:, 1:2], u[:, 2:3]
-    cross = {(0, 1): -uz, (0, 2): uy, (1, 0): uz, (1, 2): -ux, (2, 0): -uy, (2, 1): ux}    # [u]_x
-
-    def entry(d: int, e: int) -> Tensor:                                        # R[d, e] of every block, (N, n)
-        if not 0 <= e < 3:
-            return torch.zeros_like(phi)
-        along = (1 - cos) * (u[:, d:d + 1] * u[:, e:e + 1])
-        return along + cos if d == e else along + sin * cross[d, e]
-
-    rest = channels - 3 * block_scale.shape[0]
-    tables = [F.pad(torch.stack([entry(d, d + o) for d in range(3)], dim=-1).flatten(1), (0, rest),
-                    value=1.0 if o == 0 else 0.0) for o in range(-2, 3)]
-    return torch.stack(tables)
 
 
 def shifted_sum(x: Tensor, tables: Tensor, transpose: bool) -> Tensor:

@@ -24,7 +24,7 @@ autograd through torch ops), forward or backward, and the op stays on torch for 
 
 What is fused, per preset: ``rpe``, ``none``, ``ape`` (rotation ``none``): relation and aggregation; ``geope``,
 ``geope+rpe`` (standard GeoPE with fixed frequencies): relation (``frame_relation``: the points turned once by
-``rotation.turn_rows``, then gather, turn back by the query's tables, subtract and add in one kernel) and
+``rotation.apply_shifted``, then gather, turn back by the query's tables, subtract and add in one kernel) and
 aggregation; ``lingeope``, ``lingeope+rpe`` with fixed frequencies: relation (``linear_relation``: Rodrigues
 per pair and block) and aggregation; ``rope3d``, ``rope-mixed`` and learnable GeoPE frequencies: the
 aggregation only, their relations stay on today's kernels (``rope.py``, ``rotation.py``,
@@ -44,7 +44,7 @@ from torch import Tensor
 
 from pointgeope.model import compiled
 from pointgeope.model import kernels as kernels_choice
-from pointgeope.model.rotation import apply_shifted, turn_rows
+from pointgeope.model.rotation import apply_shifted
 
 __all__ = ["OPS", "enabled", "status", "kernels", "relation", "frame_relation", "linear_relation", "aggregate"]
 
@@ -255,7 +255,7 @@ class _FrameRelation(torch.autograd.Function):
         delta = None if delta is None else delta.contiguous()
         ctx.save_for_backward(idx, tables)
         ctx.dtypes = (x.dtype, q.dtype, None if delta is None else delta.dtype)
-        points = turn_rows(x, tables).contiguous()                              # R_j x_j in the tables' dtype
+        points = apply_shifted(x, tables).contiguous()                          # R_j x_j in the tables' dtype
         (n, k), c = idx.shape, x.shape[1]
         out = torch.empty(n, k, c, dtype=_out_dtype(x, q, delta), device=x.device)
         bm, bk, bc = tiles("frame_relation", k, min(c, 64), f64=tables.dtype == torch.float64)
@@ -289,7 +289,7 @@ def _frame_backward(ctx, idx: Tensor, tables: Tensor, g: Tensor, needs: list[boo
         _launch(kernels().frame_backward, (_cdiv(n, bm), _cdiv(c, bc)), g, idx, tables, gpoints, gq, n, k, c,
                 GRAD_POINTS=grad_x, GRAD_Q=grad_q, F64=tables.dtype == torch.float64, BLOCK_M=bm,
                 BLOCK_K=bk, BLOCK_C=bc, device=g.device)
-    gx = turn_rows(gpoints, tables, transpose=True).to(x_dtype) if grad_x else None       # R_j^T per row
+    gx = apply_shifted(gpoints, tables, transpose=True).to(x_dtype) if grad_x else None   # R_j^T per row
     return gx, gq if grad_q else None, g.to(delta_dtype) if grad_delta else None
 
 

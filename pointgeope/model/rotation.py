@@ -35,8 +35,7 @@ from torch import Tensor
 from pointgeope.model import compiled
 from pointgeope.model.ops import gather
 
-__all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shift_tables", "apply_shifted", "turn_rows",
-           "apply_blocks",
+__all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shift_tables", "apply_shifted", "apply_blocks",
            "rotate_blocks", "query_frame", "constant", "query_steps", "turned_neighbours"]
 
 # Pair elements per step of the fused Functions on the CPU: ~4 MB of float32 per intermediate, so that the
@@ -150,10 +149,7 @@ def apply_shifted(x: Tensor, tables: Tensor, minus: Tensor | None = None, transp
 def rotation_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
     """``shift_tables(block_rotations(pos, block_scale), channels)``, ``(5, N, C)``, built entry by entry from
     the point's axis ``u`` and the blocks' angles (no ``(N, n, 3, 3)`` matrices): ``R[d, e] = cos delta_de +
-    sin [u]_x[d, e] + (1 - cos) u_d u_e``. For positions and frequencies without gradient. On CUDA one
-    compiled pass (``compiled.rotation_tables``) instead of some forty kernels."""
-    if compiled.active(pos.device):
-        return compiled.on_device("rotation_tables", compiled.rotation_tables, pos, block_scale, channels)
+    sin [u]_x[d, e] + (1 - cos) u_d u_e``. For positions and frequencies without gradient."""
     radius = pos.norm(dim=-1, keepdim=True)                                    # (N, 1)
     u = pos / radius.clamp_min(torch.finfo(pos.dtype).tiny)                    # (N, 3), 0 at the origin
     phi = radius * block_scale                                                 # (N, n)
@@ -173,15 +169,6 @@ def rotation_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
                 torch.mul(versine, uu, out=entry).addcmul_(sin, cross[d, e])
     tables[2, :, 3 * n:] = 1
     return tables
-
-
-def turn_rows(x: Tensor, tables: Tensor, transpose: bool = False) -> Tensor:
-    """``R x`` (``R^T x`` with ``transpose``) of every row of ``x (N, C)`` by its own ``tables (5, N, C)``, in
-    the tables' dtype: one fused pass on CUDA (``compiled.shifted_sum``), ``apply_shifted``'s five
-    multiply-adds over strided rows elsewhere."""
-    if compiled.active(x.device):
-        return compiled.on_device("shifted_sum", compiled.shifted_sum, x, tables, transpose)
-    return apply_shifted(x, tables, transpose=transpose)
 
 
 def apply_blocks(x: Tensor, mats: Tensor) -> Tensor:
@@ -233,7 +220,7 @@ class _QueryFrame(torch.autograd.Function):
         ctx.save_for_backward(idx, pos, block_scale)
         ctx.x_dtype, ctx.minus_dtype = x.dtype, None if minus is None else minus.dtype
         (queries, k), channels = idx.shape, x.shape[-1]
-        points = turn_rows(x, tables)                                               # R(t_j) x_j, (N, C)
+        points = apply_shifted(x, tables)                                           # R(t_j) x_j, (N, C)
         dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
         if compiled.active(x.device):                                               # one fused pass
             return compiled.on_device("frame_pairs", compiled.frame_pairs, points, idx, tables, minus, dtype)
@@ -260,7 +247,7 @@ class _QueryFrame(torch.autograd.Function):
                 turned = (compiled.on_device("turn_pairs", compiled.turn_pairs, grad, tables)
                           if compiled.active(grad.device) else apply_shifted(grad[part], tables[:, part].unsqueeze(-2)))
                 points.index_add_(0, idx[part].reshape(-1), turned.reshape(-1, channels))
-            grad_x = turn_rows(points, tables, transpose=True).to(ctx.x_dtype)         # R_j^T
+            grad_x = apply_shifted(points, tables, transpose=True).to(ctx.x_dtype)     # R_j^T
         if ctx.minus_dtype is not None and ctx.needs_input_grad[4]:
             grad_minus = grad.sum(1).neg_().to(ctx.minus_dtype)
         return grad_x, None, None, None, grad_minus, None

@@ -30,16 +30,6 @@ def test_shifted_sum_is_apply_shifted(transpose):
                                apply_shifted(pairs, tables.unsqueeze(-2), transpose=transpose))
 
 
-@pytest.mark.parametrize("channels", [20, 21, 64])
-def test_rotation_tables_expression_is_the_eager_tables(channels):
-    """Every table entry, pass-through channels (``C mod 3``) and a point at the origin (no axis) included."""
-    _, pos, _, _, scale = _setup(channels=channels)
-    pos[7] = 0
-    tables = compiled.rotation_tables(pos, scale, channels)
-    assert tables.shape == (5, pos.shape[0], channels) and tables.dtype == pos.dtype
-    torch.testing.assert_close(tables, rotation_tables(pos, scale, channels), atol=1e-15, rtol=0)
-
-
 def test_frame_and_turn_pairs_are_the_eager_relation_and_its_adjoint():
     x, pos, idx, minus, scale = _setup()
     tables = rotation_tables(pos, scale, x.shape[-1])
@@ -78,29 +68,6 @@ def test_kernels_take_the_fused_branch_where_it_is_active(monkeypatch):
     torch.testing.assert_close(fused, eager, atol=1e-12, rtol=0)
     torch.testing.assert_close(torch.autograd.grad((fused * weight).sum(), x)[0], eager_grad, atol=1e-12, rtol=0)
     half = relative_frame(*half_inputs)
-    assert half.dtype == eager_half.dtype == torch.bfloat16
-    torch.testing.assert_close(half.float(), eager_half.float(), atol=0.02, rtol=0.01)   # one bf16 rounding
-
-
-def test_standard_geope_takes_the_compiled_tables_and_rows_where_active(monkeypatch):
-    """The branch CUDA takes for standard GeoPE (tables, points turned, pairs, the backward's turns), run
-    here eagerly: values and feature gradients equal the eager kernels', and bf16 features give float32
-    geometry rounded once, as there."""
-    x, pos, idx, minus, scale = _setup(channels=21)
-    x = x.requires_grad_()
-    weight = torch.randn(*idx.shape, x.shape[-1], dtype=x.dtype)
-    eager = query_frame(x, idx, pos, scale, minus)
-    eager_grad = torch.autograd.grad((eager * weight).sum(), x)[0]
-    half_inputs = (x.detach().bfloat16(), idx, pos.float(), scale.float(), minus.bfloat16())
-    eager_half = query_frame(*half_inputs)
-    calls = []
-    monkeypatch.setattr(compiled, "active", lambda device: True)
-    monkeypatch.setattr(compiled, "on_device", lambda name, fn, *args: calls.append(name) or fn(*args))
-    fused = query_frame(x, idx, pos, scale, minus)
-    torch.testing.assert_close(fused, eager, atol=1e-12, rtol=0)
-    torch.testing.assert_close(torch.autograd.grad((fused * weight).sum(), x)[0], eager_grad, atol=1e-12, rtol=0)
-    assert {"rotation_tables", "shifted_sum", "frame_pairs", "turn_pairs"} <= set(calls)
-    half = query_frame(*half_inputs)
     assert half.dtype == eager_half.dtype == torch.bfloat16
     torch.testing.assert_close(half.float(), eager_half.float(), atol=0.02, rtol=0.01)   # one bf16 rounding
 
