@@ -34,6 +34,7 @@ from scipy import ndimage
 from scipy.interpolate import RegularGridInterpolator
 from torch_geometric.data import Data
 
+from pointgeope.data.hsv import shift_hue_saturation
 from pointgeope.data.voxelize import column_min
 
 Sample = dict[str, np.ndarray]
@@ -267,8 +268,9 @@ class ChromaticJitter(Transform):
 class HueSaturationTranslation(Transform):
     """Shift every point's hue by one ``dh ~ U(-hue_max, hue_max)`` (mod 1) and scale its saturation by
     one ``r ~ U(1 - saturation_max, 1 + saturation_max)`` (clipped to [0, 1]), value unchanged, in the HSV
-    model (``v = max(r, g, b)``, ``s = (max - min) / max``, hue in turns); applied to every sample. The
-    result is floored to whole colour levels, as the authors' conversion back to ``uint8`` does."""
+    model (``v = max(r, g, b)``, ``s = (max - min) / max``, hue in turns; ``hsv.shift_hue_saturation``);
+    applied to every sample. The result is floored to whole colour levels, as the authors' conversion back to
+    ``uint8`` does."""
 
     _repr_fields = ("hue_max", "saturation_max")
 
@@ -279,30 +281,8 @@ class HueSaturationTranslation(Transform):
     def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
         dh = (rng.random() - 0.5) * 2 * self.hue_max
         ratio = 1 + (rng.random() - 0.5) * 2 * self.saturation_max
-        h, s, v = _rgb_to_hsv(sample["color"].astype(np.float64))
-        rgb = _hsv_to_rgb(np.mod(h + dh, 1.0), np.clip(s * ratio, 0.0, 1.0), v)
+        rgb = shift_hue_saturation(sample["color"], dh, ratio)
         return _replace(sample, color=np.floor(rgb).astype(np.float32))
-
-
-def _rgb_to_hsv(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(N, 3)`` colours -> hue in [0, 1), saturation in [0, 1], value (same scale as ``rgb``)."""
-    r, g, b = rgb[:, 0], rgb[:, 1], rgb[:, 2]
-    v = np.maximum(np.maximum(r, g), b)
-    chroma = v - np.minimum(np.minimum(r, g), b)
-    safe = np.where(chroma > 0, chroma, 1.0)
-    s = np.where(chroma > 0, chroma / np.where(v > 0, v, 1.0), 0.0)
-    h = np.where(r == v, (g - b) / safe, np.where(g == v, 2.0 + (b - r) / safe, 4.0 + (r - g) / safe))
-    return np.mod(np.where(chroma > 0, h, 0.0) / 6.0, 1.0), s, v
-
-
-def _hsv_to_rgb(h: np.ndarray, s: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Inverse of ``_rgb_to_hsv``: the hue circle in six sectors of 1/6 turn."""
-    sector = np.floor(h * 6.0)
-    f = h * 6.0 - sector
-    p, q, t = v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))
-    # rgb per sector 0..5: (v,t,p) (q,v,p) (p,v,t) (p,q,v) (t,p,v) (v,p,q)
-    table = np.stack([np.stack(c, 1) for c in ((v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q))])
-    return table[sector.astype(np.int64) % 6, np.arange(h.shape[0])]
 
 
 class AddNormalizedHeight(Transform):

@@ -1,0 +1,66 @@
+"""A loader worker's cost per training sample, this checkout against another (``--before``), interleaved.
+
+Each round runs ``bench_train_step.py --loader-only`` (one thread: the block of an 80k-point sample from a
+0.85M-point room, and its hierarchy) under each checkout in turn, as 1 process and as ``--procs`` processes
+side by side (every core busy, as the loader's workers keep them). Medians per sample over the rounds.
+
+    python bench/bench_loader_compare.py --before /tmp/old_checkout --out bench/results/bench_loader_hsv.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from bench_io import ROOT, git_commit, save_json
+
+
+def one_run(tree: Path, procs: int, samples: int) -> list[dict]:
+    """``procs`` processes of ``bench_train_step --loader-only`` under ``tree``, at once; their results."""
+    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [Path(tmp) / f"{i}.json" for i in range(procs)]
+        jobs = [subprocess.Popen([sys.executable, str(tree / "bench" / "bench_train_step.py"), "--out", str(out),
+                                  "--device", "cpu", "--loader-samples", str(samples), "--loader-only"],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for out in outs]
+        if any(job.wait() for job in jobs):
+            raise RuntimeError(f"bench_train_step --loader-only failed under {tree}")
+        return [json.loads(out.read_text())["loader_per_sample"] for out in outs]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", type=Path, required=True, help="the other checkout (e.g. a git worktree)")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=6, help="samples per process; the first (warm-up) is dropped")
+    parser.add_argument("--procs", type=int, default=os.cpu_count())
+    args = parser.parse_args()
+    trees = {"before": args.before.resolve(), "after": ROOT}
+    times = {(name, procs): {"block": [], "hierarchy": []} for name in trees for procs in sorted({1, args.procs})}
+    for _ in range(args.rounds):
+        for (name, procs), acc in times.items():
+            for run in one_run(trees[name], procs, args.samples):
+                acc["block"] += run["block_s"][1:]
+                acc["hierarchy"] += run["hierarchy_s"][1:]
+    out = {"commit": git_commit(), "before": str(trees["before"]), "cpu_count": os.cpu_count(),
+           "load_average_end": list(os.getloadavg()), "rounds": args.rounds, "samples_per_process": args.samples - 1,
+           "time": "seconds per 80k-point sample, one thread per process, median over rounds and processes",
+           "cases": {}}
+    for (name, procs), acc in times.items():
+        out["cases"][f"{name}_{procs}proc"] = {k: round(float(np.median(v)), 4) for k, v in acc.items()}
+    for procs in sorted({1, args.procs}):
+        before, after = out["cases"][f"before_{procs}proc"], out["cases"][f"after_{procs}proc"]
+        out["cases"][f"after_over_before_{procs}proc"] = {k: round(after[k] / before[k], 3) for k in after}
+    save_json(args.out, out)
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
