@@ -48,7 +48,9 @@ def main() -> int:
             for run in one_run(trees[name], procs, args.samples):
                 acc["block"] += run["block_s"][1:]
                 acc["hierarchy"] += run["hierarchy_s"][1:]
-    out = {"commit": git_commit(), "before": str(trees["before"]), "cpu_count": os.cpu_count(),
+    before_commit = subprocess.run(["git", "-C", str(trees["before"]), "rev-parse", "HEAD"], capture_output=True,
+                                   text=True).stdout.strip()
+    out = {"commit": git_commit(), "before": str(trees["before"]), "before_commit": before_commit, "cpu_count": os.cpu_count(),
            "load_average_end": list(os.getloadavg()), "rounds": args.rounds, "samples_per_process": args.samples - 1,
            "time": "seconds per 80k-point sample, one thread per process, median over rounds and processes",
            "cases": {}}

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pointgeope.data.radix import sort_nonnegative
+
 # FNV-1a, 64 bit: offset basis and prime.
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -137,7 +139,7 @@ def voxel_groups(coord: np.ndarray, grid_size: float, rank: np.ndarray | None = 
     if exact and int(key.max()) < 2 ** (63 - bits):
         packed = key << bits                        # [ key | rank ]
         packed |= rank
-        packed.sort()
+        sort_nonnegative(packed)
         sorted_key = packed >> bits
         order = packed & ((1 << bits) - 1)           # sorted ranks
         if not identity:
