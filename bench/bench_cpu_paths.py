@@ -23,6 +23,7 @@ from pointgeope.model.attention import PointTransformerLayer
 from pointgeope.model.ops import knn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_io import save_json  # noqa: E402
 from bench_model import synthetic_room  # noqa: E402
 
 
@@ -69,7 +70,7 @@ def main() -> int:
            "points": int(coord.shape[0]), "time": "process CPU seconds, minimum over reps", "presets": {}}
     for preset in args.presets:
         out["presets"][preset] = measure(preset, coord, idx, args.reps)
-    args.out.write_text(json.dumps(out, indent=1))
+    save_json(args.out, out, indent=1)
     print(json.dumps(out))
     return 0
 

@@ -32,6 +32,8 @@ import resource
 import time
 from pathlib import Path
 
+from bench_io import save_json
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "bench_evaluate.json"
 DENSITY = 8000.0  # points per m^2 of surface
@@ -336,7 +338,7 @@ def main() -> None:
         out.update(benchmark="bench_evaluate --published", machine=platform.platform(), load_average=os.getloadavg(),
                    time="wall seconds of vote_room of the whole room (every view, the fragments of eval.max_fragments)")
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        save_json(args.out, out, indent=1)
         print(json.dumps(out, indent=1))
         return
     both = not (args.fragments or args.memory)
@@ -356,7 +358,7 @@ def main() -> None:
                 "settings": "configs/demo.yaml network, grid 0.04, voxel_max 80000, batch_points 80000, 1 view; "
                             "memory rows: the first 2 fragments"})
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
+    save_json(RESULTS, out, indent=1)
     print(f"wrote {RESULTS}")
 
 

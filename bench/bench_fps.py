@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench_io import save_json
+
 ROOT = Path(__file__).resolve().parents[1]
 N, M = 80_000, 20_000
 
@@ -141,7 +143,7 @@ def main() -> None:
                 for name, row in table.items()), flush=True)
     result = {"points": N, "samples": M, "rounds": args.rounds, "load_average": os.getloadavg(), "runs": runs}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    save_json(Path(args.out), result, indent=1)
     print(f"wrote {args.out}")
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_io import save_json  # noqa: E402
 from bench_model import synthetic_room  # noqa: E402
 
 from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts  # noqa: E402
@@ -218,9 +219,7 @@ def main() -> None:
 
 
 def _write(result: dict, out: Path) -> None:
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(out)
+    save_json(out, result)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ if __name__ == "__main__" and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None a
 
 import numpy as np
 import torch
+from bench_io import save_json
 
 from pointgeope.model import PRESETS, PointTransformerLayer, PointTransformerSeg
 from pointgeope.model.ops import fps, knn
@@ -269,9 +270,7 @@ def main() -> int:
         results["runs"][device.type] = run
     results["machine"]["load_average_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=1))
-    os.replace(tmp, args.out)
+    save_json(args.out, results, indent=1)
     print(f"wrote {args.out}")
     return 0
 

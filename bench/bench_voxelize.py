@@ -17,7 +17,6 @@ Usage: python bench/bench_voxelize.py [--reps 5] [--sizes 250000 1000000 4000000
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_io import save_json
 
 from pointgeope.data.fragments import voxel_fragments
 from pointgeope.data.voxelize import random_crop, voxel_sample
@@ -112,9 +112,7 @@ def main() -> int:
         "rows": rows,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, RESULTS)
+    save_json(RESULTS, result)
     print(f"wrote {RESULTS}")
     return 0
 

@@ -13,6 +13,8 @@ import tarfile
 import time
 from pathlib import Path
 
+from bench_io import save_json
+
 REPO = Path(__file__).resolve().parents[1]
 
 class Check:
@@ -40,9 +42,7 @@ class Check:
     def write(self) -> None:
         self.result["seconds_total"] = round(time.perf_counter() - self.start, 1)
         self.result["host"]["load_average_now"] = os.getloadavg()
-        tmp = self.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.result, indent=1))
-        os.replace(tmp, self.out)
+        save_json(self.out, self.result, indent=1)
         target = os.environ.get("OUT")
         if target:                    # two files: the device tool returns at most 8 files from $OUT
             Path(target).mkdir(parents=True, exist_ok=True)
