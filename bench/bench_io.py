@@ -10,11 +10,11 @@ from pointgeope.atomic import write_text_atomic
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def git_commit(short: bool = False) -> str:
-    """The commit checked out in the repository ("" outside a git checkout)."""
+def git_commit(short: bool = False, tree: Path = ROOT) -> str:
+    """The commit checked out in ``tree`` (this repository by default; "" outside a git checkout)."""
     try:
         cmd = ["git", "rev-parse", *(["--short"] if short else []), "HEAD"]
-        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(cmd, cwd=tree, capture_output=True, text=True).stdout.strip()
     except OSError:
         return ""
 

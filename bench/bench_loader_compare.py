@@ -28,7 +28,7 @@ def one_run(tree: Path, procs: int, samples: int) -> list[dict]:
         jobs = [subprocess.Popen([sys.executable, str(tree / "bench" / "bench_train_step.py"), "--out", str(out),
                                   "--device", "cpu", "--loader-samples", str(samples), "--loader-only"],
                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for out in outs]
-        if any(job.wait() for job in jobs):
+        if any([job.wait() for job in jobs]):                # every process waited for, failed or not
             raise RuntimeError(f"bench_train_step --loader-only failed under {tree}")
         return [json.loads(out.read_text())["loader_per_sample"] for out in outs]
 
@@ -48,9 +48,7 @@ def main() -> int:
             for run in one_run(trees[name], procs, args.samples):
                 acc["block"] += run["block_s"][1:]
                 acc["hierarchy"] += run["hierarchy_s"][1:]
-    before_commit = subprocess.run(["git", "-C", str(trees["before"]), "rev-parse", "HEAD"], capture_output=True,
-                                   text=True).stdout.strip()
-    out = {"commit": git_commit(), "before": str(trees["before"]), "before_commit": before_commit, "cpu_count": os.cpu_count(),
+    out = {"commit": git_commit(), "before": str(trees["before"]), "before_commit": git_commit(tree=trees["before"]), "cpu_count": os.cpu_count(),
            "load_average_end": list(os.getloadavg()), "rounds": args.rounds, "samples_per_process": args.samples - 1,
            "time": "seconds per 80k-point sample, one thread per process, median over rounds and processes",
            "cases": {}}

@@ -2,8 +2,8 @@
 
 Grid sampling sorts one packed key per point of the room (``voxelize.voxel_groups``: ``[ voxel | rank ]``,
 about 45 bits) for every training sample. ``ndarray.sort`` took 46 ms of a 0.14 s block for a 0.85M-point
-room on one core; four counting passes of 11 bits take about 12 ms. Sorted values are values, so the
-result is ``np.sort``'s exactly.
+room on one core; four counting passes of 11 bits take 11-16 ms on as many random 44-bit keys (the grid
+sampling of that room: 58 -> 27 ms). Sorted values are values, so the result is ``np.sort``'s exactly.
 """
 from __future__ import annotations
 
