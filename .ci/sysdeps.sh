@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # System libraries that the Python packages need: libusb for Open3D, Xvfb for headless rendering.
 # Installs what is missing with apt-get (as root, or through sudo); otherwise says what to install.
+# --browser: also Chromium, for the check of the built documentation site (CI: tests/test_docs_site.py).
 set -euo pipefail
 missing=()
+if [ "${1:-}" = --browser ]; then
+    command -v chromium >/dev/null || command -v chromium-browser >/dev/null || missing+=(chromium)
+fi
 ldconfig -p 2>/dev/null | grep -q 'libusb-1.0.so' || missing+=(libusb-1.0-0)
 command -v xvfb-run >/dev/null || missing+=(xvfb xauth)
 ldconfig -p 2>/dev/null | grep -q 'libGL.so.1' || missing+=(libgl1)

@@ -64,8 +64,10 @@ def _blocks(text: str) -> str:
             continue
         pad = " " * _indent(line)
         body, i = _take_block(lines, i + 1, _indent(line))
-        body = [b for b in body if not re.match(r"^:\w+:", b)] if directive else body  # :label: and co.
-        if directive:
+        if directive:  # its options (:label: and co.) go
+            body = [b for b in body if not re.match(r"^:\w+:", b)]
+            while body and not body[0]:
+                body.pop(0)
             first = [directive.group(2)] if directive.group(2).strip() else []
             out += [pad + "$$", *(pad + b for b in first + body), pad + "$$", ""]
             continue
