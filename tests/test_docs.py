@@ -90,3 +90,18 @@ def test_user_docs_state_results_not_tracker_history():
     assert len(pages) > 15
     found = [f"{p.relative_to(REPO)}: {m.group(0)!r}" for p in pages for m in HISTORY.finditer(p.read_text())]
     assert found == []
+
+
+def test_the_own_network_example_runs_and_is_what_its_page_shows(tmp_path):
+    """docs/own-network.md shows examples/own_network.py (pymdownx.snippets), which runs as a reader copies it."""
+    page = (DOCS / "own-network.md").read_text()
+    assert '```python\n--8<-- "examples/own_network.py:usage"\n```' in page
+    script = (REPO / "examples/own_network.py").read_text()
+    usage = script.split("# --8<-- [start:usage]\n")[1].split("# --8<-- [end:usage]")[0]
+    assert usage.startswith("import torch\n")  # the shown part runs alone: imports, inputs and all
+    (tmp_path / "snippet.py").write_text(usage)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["layer: (1600, 64)", "attention: (2, 4, 128, 48)"]
