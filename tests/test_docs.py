@@ -75,6 +75,8 @@ def test_the_readme_is_short_starts_with_the_two_commands_and_its_links_resolve(
     links = re.findall(r"\]\(([^)\s]+)\)", text)
     assert len(links) >= 15
     for link in links:
+        if link.startswith(("https://", "http://")):  # the paper, the data's page
+            continue
         path, _, anchor = link.partition("#")
         target = REPO / path
         assert target.exists(), f"README links to {link}: no such file"
@@ -105,3 +107,25 @@ def test_the_own_network_example_runs_and_is_what_its_page_shows(tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == ["layer: (1600, 64)", "attention: (2, 4, 128, 48)"]
+
+
+def _bibtex(text: str) -> str:
+    return re.search(r"^## Citing\n.*?^```bibtex\n(.*?)^```$", text, re.M | re.S).group(1)
+
+
+def test_the_citation_is_the_same_everywhere():
+    """README and the home page give the same BibTeX; CITATION.cff names the same papers."""
+    import yaml
+
+    readme, home = _bibtex((REPO / "README.md").read_text()), _bibtex((DOCS / "index.md").read_text())
+    assert readme == home
+    keys = re.findall(r"^@(\w+)\{(\w+),$", readme, re.M)
+    assert keys == [("misc", "yao2025geope"), ("inproceedings", "zhao2021point"), ("inproceedings", "wu2024ptv3"),
+                    ("inproceedings", "armeni2016s3dis"), ("misc", "pointgeope")]
+    assert readme.count("{") == readme.count("}")
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["version"] == "0.1.0"
+    flat = " ".join(re.sub(r"[{}]", "", readme).split()).lower()
+    for ref in cff["references"]:
+        assert ref["title"].lower() in flat
+    assert "arXiv:2512.04963" in str(cff["references"][0]["identifiers"]) and "eprint = {2512.04963}" in readme
