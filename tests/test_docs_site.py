@@ -31,6 +31,15 @@ KNOWN = {"GeoPE": "pointgeope.geope.GeoPE", "pointgeope.geope.GeoPE": "pointgeop
 # reST that must not reach a page: a role (raw, or rendered by Markdown as ':func:' before a code span), the
 # math directive, a reST link
 RAW_REST = re.compile(r":(?:math|obj|class|func|meth|attr|mod|data|exc):(?=[`~\w])|\.\. math::|`[^`\n]*<https?://[^>]+>`_")
+# the page's horizontal overflow, its tables wider than their box, those of them that scroll, code cut off
+WIDTHS = """(() => {
+  const tables = [...document.querySelectorAll('.md-typeset__table')].filter(t => t.scrollWidth > t.clientWidth);
+  const scrolls = el => /auto|scroll/.test(getComputedStyle(el).overflowX);
+  const cut = [...document.querySelectorAll('.md-typeset pre > code')]
+    .filter(c => c.scrollWidth > c.clientWidth && !scrolls(c));
+  return [document.documentElement.scrollWidth - document.documentElement.clientWidth, tables.length,
+          tables.filter(t => scrolls(t) || scrolls(t.parentElement)).length, cut.length];
+})()"""
 API_PAGES = ("api/geope.html", "api/model.html", "api/nn.html", "api/metrics.html", "api/data.html")
 
 
@@ -137,5 +146,9 @@ def test_the_site_from_disk_shows_no_rest_typesets_formulas_and_searches(tmp_pat
             assert (typeset, errors) == (formulas, 0), page
             if page == "api/nn.html":  # the layer's docstring: its equation, presets, shapes and :obj: links
                 assert formulas >= 20 and links >= 2
+        # at 1,280 px the page never scrolls sideways: the demo's 17-column table scrolls in its own box
+        chromium.open((site / "getting-started.html").as_uri())
+        overflow, wide, scrolling, cut = chromium.evaluate(WIDTHS)
+        assert (overflow, cut) == (0, 0) and wide >= 1 and scrolling == wide
         chromium.open((site / "index.html").as_uri())
         assert chromium.search("grid_size") >= 1
