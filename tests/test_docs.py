@@ -7,6 +7,8 @@ predicts with the model that getting-started trained).
 """
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -129,3 +131,39 @@ def test_the_citation_is_the_same_everywhere():
     for ref in cff["references"]:
         assert ref["title"].lower() in flat
     assert "arXiv:2512.04963" in str(cff["references"][0]["identifiers"]) and "eprint = {2512.04963}" in readme
+
+
+def _demo_table():
+    spec = importlib.util.spec_from_file_location("demo_table", REPO / "bench" / "demo_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_demo_block_is_regenerated_from_a_run_with_the_folds_spread(tmp_path):
+    """bench/demo_table.py: the pooled and mean-of-folds rows, the lowest and highest fold, the fold times."""
+    demo_table = _demo_table()
+    names = ["ceiling", "floor"]
+    score = lambda oa, macc, miou, iou: {"oa": oa, "macc": macc, "miou": miou, "iou": iou}  # noqa: E731
+    per_fold = [{"area": f"Area_{k}", "fold": k, **score(0.8, 0.5, miou, [0.9, 0.1])}
+                for k, miou in ((1, 0.512), (2, 0.466), (3, 0.5049))]
+    run = {"folds_missing": [], "pooled": score(0.864, 0.576, 0.5111, [0.931, 0.0]),
+           "mean_of_folds": score(0.861, 0.572, 0.503, [0.93, 0.007]), "per_fold": per_fold}
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "report.json").write_text(json.dumps({"class_names": names, "runs": [run]}))
+    for k, (start, end) in {1: ("10:00:00", "10:01:26"), 2: ("10:01:30", "10:03:19"), 3: ("10:03:20", "10:05:00")}.items():
+        (tmp_path / f"area_{k}").mkdir()
+        (tmp_path / f"area_{k}" / "log.txt").write_text(f"2026-11-27 {start} fold {k}\n2026-11-27 {end} evaluated\n")
+    text = demo_table.block(tmp_path, 286.0, "abc1234", 2, "2026-11-27")
+    assert "2-core CPU machine (2026-11-27, pointgeope at commit `abc1234`; 4 min 46 s in all, folds of " \
+           "1 min 26 s to 1 min 49 s each)" in text
+    assert "| pooled | 86.4 | 57.6 | 51.1 | 93.1 | 0.0 |" in text
+    assert "| mean of folds | 86.1 | 57.2 | 50.3 | 93.0 | 0.7 |" in text
+    assert "| 6-fold | OA | mAcc | mIoU | ceiling | floor |\n|:--|--:|--:|--:|--:|--:|" in text
+    assert "spans 46.6 % (fold 2) to 51.2 % (fold 1)" in text
+    page = "intro\n<!-- demo-table:start -->\nold\n<!-- demo-table:end -->\nafter\n"
+    assert demo_table.replace_block(page, "new", Path("p")) == \
+        "intro\n<!-- demo-table:start -->\n\nnew\n\n<!-- demo-table:end -->\nafter\n"
+    for doc in demo_table.PAGES:  # the pages the script writes hold one block each
+        text = doc.read_text()
+        assert text.count(demo_table.START) == 1 and text.count(demo_table.END) == 1

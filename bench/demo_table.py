@@ -1,0 +1,107 @@
+"""The README's and getting-started's demo figures, regenerated from a `make demo` run as measured.
+
+    /usr/bin/time -f %e -o demo_seconds.txt make demo          # the whole demo, timed by the shell
+    python bench/demo_table.py demo/runs/geope --seconds "$(cat demo_seconds.txt)" --write
+
+Reads the run's report (``RUN/report/report.json``, written by ``pointgeope report RUN``) and each fold's
+``log.txt`` (its first and last time stamps: the fold's training and evaluation), and writes the block between
+``<!-- demo-table:start -->`` and ``<!-- demo-table:end -->`` in README.md and docs/getting-started.md (without
+``--write``: prints it). The block states the commit, the date, the machine's cores, the total time when
+``--seconds`` gives it, the range of the folds' times, the pooled and mean-of-folds table, and the spread of the
+folds' mIoU (lowest and highest fold), so that no single machine's figure stands for all.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_io import git_commit  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = (REPO / "README.md", REPO / "docs" / "getting-started.md")
+START, END = "<!-- demo-table:start -->", "<!-- demo-table:end -->"
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ", re.M)
+
+
+def fold_seconds(log: Path) -> float | None:
+    """Seconds from the first to the last time-stamped line of a fold's ``log.txt`` (None without two)."""
+    stamps = STAMP.findall(log.read_text()) if log.is_file() else []
+    if len(stamps) < 2:
+        return None
+    first, last = (datetime.datetime.strptime(s, "%Y-%m-%d %H:%M:%S") for s in (stamps[0], stamps[-1]))
+    return (last - first).total_seconds()
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {round(seconds % 60):02d} s" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def table(run: dict, class_names: list[str]) -> list[str]:
+    head = ["6-fold", "OA", "mAcc", "mIoU", *class_names]
+    rows = [f"| {' | '.join(head)} |", "|:--" + "|--:" * (len(head) - 1) + "|"]
+    for label, key in (("pooled", "pooled"), ("mean of folds", "mean_of_folds")):
+        s = run[key]
+        rows.append(f"| {label} | " + " | ".join(pct(v) for v in (s["oa"], s["macc"], s["miou"], *s["iou"])) + " |")
+    return rows
+
+
+def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: str) -> str:
+    """The Markdown between the markers, from the run's report and fold logs."""
+    report = json.loads((run_dir / "report" / "report.json").read_text())
+    run = report["runs"][0]
+    folds = sorted(run["per_fold"], key=lambda f: f["miou"])
+    if run["folds_missing"]:
+        raise SystemExit(f"{run_dir}: folds missing from the report ({run['folds_missing']}); finish the demo first")
+    times = [t for t in (fold_seconds(run_dir / f"area_{f['fold']}" / "log.txt") for f in folds) if t is not None]
+    total = f"{minutes(seconds)} in all, " if seconds else ""
+    spread = f"folds of {minutes(min(times))} to {minutes(max(times))} each" if times else "fold times not logged"
+    lo, hi = folds[0], folds[-1]
+    return "\n".join([
+        f"`make demo` on a {cores}-core CPU machine ({date}, pointgeope at commit `{commit}`; {total}{spread}),",
+        "a 310k-parameter Point Transformer with `geope` on the synthetic rooms of `pointgeope synth`:",
+        "",
+        *table(run, report["class_names"]),
+        "",
+        f"The folds' mIoU spans {pct(lo['miou'])} % (fold {lo['fold']}) to {pct(hi['miou'])} % (fold {hi['fold']});"
+        " chance is 7.7 %. Times and scores vary with the machine and its load, and the scores with",
+        "the seeds' draws across commits: `bench/demo_table.py` regenerates this block from a `make demo` run.",
+    ])
+
+
+def replace_block(text: str, new: str, where: Path) -> str:
+    if text.count(START) != 1 or text.count(END) != 1:
+        raise SystemExit(f"{where}: expected one {START} ... {END} block")
+    head, rest = text.split(START)
+    return f"{head}{START}\n\n{new}\n\n{END}{rest.split(END, 1)[1]}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="the demo's run folder (demo/runs/geope)")
+    parser.add_argument("--seconds", type=float, help="the whole `make demo`, as timed by the shell")
+    parser.add_argument("--cores", type=int, default=os.cpu_count(), help="the machine's cores (default: this one's)")
+    parser.add_argument("--write", action="store_true", help="replace the block in README.md and getting-started")
+    args = parser.parse_args()
+    today = datetime.date.today().isoformat()
+    new = block(args.run, args.seconds, git_commit(short=True) or "unknown", args.cores, today)
+    if not args.write:
+        print(new)
+        return 0
+    for page in PAGES:
+        page.write_text(replace_block(page.read_text(), new, page))
+        print(f"wrote {page.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
