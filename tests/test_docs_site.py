@@ -76,7 +76,7 @@ def test_rest_links_become_markdown_links():
 
 def test_literal_blocks_become_fenced_code():
     assert convert("Example::\n\n    M = confusion(y, p)\n\n        indented\n\nAfter.") == \
-        "Example:\n\n```text\nM = confusion(y, p)\n\n    indented\n```\n\nAfter."
+        "Example:\n\n```python\nM = confusion(y, p)\n\n    indented\n```\n\nAfter."
     assert convert("the last channels pass through::\n\n    [a b c] [d]\n") == \
         "the last channels pass through:\n\n```text\n[a b c] [d]\n```\n"
     assert convert("Expanded ::\n\n    x\n") == "Expanded\n\n```text\nx\n```\n"

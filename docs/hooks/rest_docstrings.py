@@ -11,7 +11,7 @@ every section and item is rewritten by :func:`rest_to_markdown`:
   docstring's scope by Griffe), else inline code;
 - ```text <url>`_`` -> ``[text](url)``;
 - a paragraph ending in ``::`` (``Example::``, ``... pass through::``) and its indented block -> the paragraph
-  ending in ``:`` and a fenced code block.
+  ending in ``:`` and a fenced code block (highlighted as Python after ``Example::``, plain text otherwise).
 
 Bare URLs become links through pymdownx.magiclink (mkdocs.yml).
 """
@@ -28,6 +28,7 @@ _LINK = re.compile(r"`([^`<]*?)\s*<([^<>`\s]+)>`__?")
 _NAME = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
 _MATH_DIRECTIVE = re.compile(r"^(\s*)\.\. math::\s*(.*)$")
 _INDENT = re.compile(r"^(\s*)")
+_EXAMPLE_HEADS = {"example", "examples", "for example", "usage"}  # their literal block is Python code
 
 Resolver = Callable[[str], "str | None"]
 
@@ -76,7 +77,8 @@ def _blocks(text: str) -> str:
             out.append(head + ("" if line.rstrip()[-3:-2].isspace() else ":"))
             out.append("")
         if body:
-            out += [pad + "```text", *(pad + b if b else "" for b in body), pad + "```", ""]
+            lang = "python" if head.strip().lower() in _EXAMPLE_HEADS else "text"
+            out += [pad + "```" + lang, *(pad + b if b else "" for b in body), pad + "```", ""]
     return "\n".join(out)
 
 
