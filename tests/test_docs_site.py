@@ -146,6 +146,8 @@ def test_the_site_from_disk_shows_no_rest_typesets_formulas_and_searches(tmp_pat
             assert (typeset, errors) == (formulas, 0), page
             if page == "api/nn.html":  # the layer's docstring: its equation, presets, shapes and :obj: links
                 assert formulas >= 20 and links >= 2
+            if page == "api/geope.html":  # the module docstring's bare URL of the paper is a link
+                assert chromium.evaluate("document.querySelectorAll('a[href=\"https://arxiv.org/abs/2512.04963\"]').length")
         # at 1,280 px the page never scrolls sideways: the demo's 17-column table scrolls in its own box
         chromium.open((site / "getting-started.html").as_uri())
         overflow, wide, scrolling, cut = chromium.evaluate(WIDTHS)
