@@ -96,11 +96,19 @@ def test_user_docs_state_results_not_tracker_history():
     assert found == []
 
 
-def test_the_own_network_example_runs_and_is_what_its_page_shows(tmp_path):
-    """docs/own-network.md shows examples/own_network.py (pymdownx.snippets), which runs as a reader copies it."""
-    page = (DOCS / "own-network.md").read_text()
-    assert '```python\n--8<-- "examples/own_network.py:usage"\n```' in page
-    script = (REPO / "examples/own_network.py").read_text()
+# page, example file, what the example prints
+INCLUDED_EXAMPLES = [
+    ("own-network.md", "own_network.py", ["layer: (1600, 64)", "attention: (2, 4, 128, 48)"]),
+    ("GEOPE_SPEC.md", "geope_operator.py", ["rotated: (1000, 64) relative: (1000, 16, 64)",
+                                            "linear GeoPE translation invariant: True"]),
+]
+
+
+@pytest.mark.parametrize("page, example, printed", INCLUDED_EXAMPLES)
+def test_the_pages_examples_run_as_shown(tmp_path, page, example, printed):
+    """A page's Python example is a file of examples/ (pymdownx.snippets), which runs as a reader copies it."""
+    assert f'```python\n--8<-- "examples/{example}:usage"\n```' in (DOCS / page).read_text()
+    script = (REPO / "examples" / example).read_text()
     usage = script.split("# --8<-- [start:usage]\n")[1].split("# --8<-- [end:usage]")[0]
     assert usage.startswith("import torch\n")  # the shown part runs alone: imports, inputs and all
     (tmp_path / "snippet.py").write_text(usage)
@@ -108,7 +116,7 @@ def test_the_own_network_example_runs_and_is_what_its_page_shows(tmp_path):
     proc = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines() == ["layer: (1600, 64)", "attention: (2, 4, 128, 48)"]
+    assert proc.stdout.splitlines() == printed
 
 
 def _bibtex(text: str) -> str:
