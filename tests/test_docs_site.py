@@ -54,6 +54,15 @@ def test_math_roles_and_directives_become_arithmatex():
         "The layer:\n\n$$\nx = \\sum_j a_j\n+ b\n$$\n\nWith"
 
 
+def test_code_blocks_and_admonitions_become_markdown():
+    assert convert("Run:\n\n.. code-block:: python\n   :linenos:\n\n   x = 1\n   y = 2\n\nAfter") == \
+        "Run:\n\n```python\nx = 1\ny = 2\n```\n\nAfter"
+    assert convert(".. note:: Keep it.\n   On two lines.\n\nText") == "!!! note\n\n    Keep it.\n    On two lines.\n\nText"
+    assert convert("  .. seealso::\n\n     :func:`GeoPE`\n") == \
+        '  !!! info "See also"\n\n      <autoref identifier="pointgeope.geope.GeoPE" optional><code>GeoPE</code></autoref>\n'
+    assert convert(".. unknown:: x\n\n   body") == ".. unknown:: x\n\n   body"  # left as written
+
+
 def test_cross_references_link_what_resolves_and_show_the_rest_as_code():
     assert convert(":class:`~pointgeope.geope.GeoPE`") == \
         '<autoref identifier="pointgeope.geope.GeoPE" optional><code>GeoPE</code></autoref>'

@@ -2,10 +2,13 @@
 mkdocstrings renders, when the site is built (the docstrings themselves stay as written).
 
 mkdocs.yml loads it in mkdocstrings' Python handler (``extensions: [docs/hooks/rest_docstrings.py:ReSTDocstrings]``).
-Once the package is loaded, each object's docstring is parsed (Google style, as configured) and the text of
-every section and item is rewritten by :func:`rest_to_markdown`:
+Once the package is loaded, every docstring becomes a :class:`ReSTDocstring`: when a page first renders it, it
+is parsed (Google style, as configured) and the text of every section and item is rewritten by
+:func:`rest_to_markdown`:
 
 - ``:math:`x``` -> ``$x$`` and a ``.. math::`` block -> ``$$ ... $$`` (pymdownx.arithmatex, KaTeX in the page);
+- ``.. code-block:: python`` -> fenced code; ``.. note::``, ``.. warning::``, ``.. seealso::`` and the other
+  admonitions -> Material's admonitions;
 - ``:class:``, ``:func:``, ``:meth:``, ``:attr:``, ``:mod:``, ``:data:``, ``:obj:``, ``:exc:`` -> a link to the
   object when the site documents it (an optional mkdocs-autorefs reference; names are resolved in the
   docstring's scope by Griffe), else inline code;
@@ -26,7 +29,12 @@ _XREF = re.compile(rf":(?:py:)?(?:{XREF_ROLES}):`([^`]+)`")
 _MATH = re.compile(r":math:`([^`]+)`")
 _LINK = re.compile(r"`([^`<]*?)\s*<([^<>`\s]+)>`__?")
 _NAME = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*")
-_MATH_DIRECTIVE = re.compile(r"^(\s*)\.\. math::\s*(.*)$")
+_DIRECTIVE = re.compile(r"^(\s*)\.\. ([\w-]+)::\s*(.*)$")
+# reST admonitions as Material's: directive -> (kind, title or None)
+_ADMONITIONS = {"note": ("note", None), "warning": ("warning", None), "tip": ("tip", None), "hint": ("tip", None),
+                "important": ("warning", "Important"), "attention": ("warning", "Attention"),
+                "caution": ("warning", "Caution"), "danger": ("danger", None), "error": ("danger", "Error"),
+                "seealso": ("info", "See also")}
 _INDENT = re.compile(r"^(\s*)")
 _EXAMPLE_HEADS = {"example", "examples", "for example", "usage"}  # their literal block is Python code
 
@@ -52,26 +60,44 @@ def _take_block(lines: list[str], start: int, parent_indent: int) -> tuple[list[
     return [line[depth:] if line.strip() else "" for line in block], end
 
 
+def _directive(name: str, argument: str, body: list[str], pad: str) -> list[str] | None:
+    """The Markdown lines of a reST directive (``None``: a directive left as written)."""
+    while body and re.match(r"^:[\w-]+:(\s|$)", body[0]):  # its options (:label:, :linenos: ...) go
+        body.pop(0)
+    while body and not body[0]:
+        body.pop(0)
+    if name == "math":
+        return [pad + "$$", *(pad + b for b in ([argument] if argument else []) + body), pad + "$$", ""]
+    if name in ("code-block", "code", "sourcecode"):
+        return [pad + "```" + (argument or "text"), *(pad + b if b else "" for b in body), pad + "```", ""]
+    if name in _ADMONITIONS:
+        kind, title = _ADMONITIONS[name]
+        head = f'{pad}!!! {kind}' + (f' "{title}"' if title else "")
+        text = [argument] if argument else []
+        return [head, "", *(pad + "    " + b if b else "" for b in text + body), ""]
+    return None
+
+
 def _blocks(text: str) -> str:
-    """``.. math::`` directives and ``::`` literal blocks as arithmatex blocks and fenced code."""
+    """Directives (math, code, admonitions) and ``::`` literal blocks as arithmatex blocks, fenced code and
+    Material admonitions."""
     lines, out, i = text.split("\n"), [], 0
     while i < len(lines):
         line = lines[i]
-        directive = _MATH_DIRECTIVE.match(line)
+        directive = _DIRECTIVE.match(line)
         literal = line.rstrip().endswith("::") and not line.lstrip().startswith("..")
         if not (directive or literal):
             out.append(line)
             i += 1
             continue
         pad = " " * _indent(line)
-        body, i = _take_block(lines, i + 1, _indent(line))
-        if directive:  # its options (:label: and co.) go
-            body = [b for b in body if not re.match(r"^:\w+:", b)]
-            while body and not body[0]:
-                body.pop(0)
-            first = [directive.group(2)] if directive.group(2).strip() else []
-            out += [pad + "$$", *(pad + b for b in first + body), pad + "$$", ""]
+        body, end = _take_block(lines, i + 1, _indent(line))
+        if directive:
+            markdown = _directive(directive.group(2), directive.group(3).strip(), body, pad)
+            out += [line] if markdown is None else markdown
+            i = i + 1 if markdown is None else end
             continue
+        i = end
         head = line.rstrip()[:-2].rstrip()
         if head.strip():
             out.append(head + ("" if line.rstrip()[-3:-2].isspace() else ":"))
