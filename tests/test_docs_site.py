@@ -28,9 +28,9 @@ _spec.loader.exec_module(rest)
 
 KNOWN = {"GeoPE": "pointgeope.geope.GeoPE", "pointgeope.geope.GeoPE": "pointgeope.geope.GeoPE",
          "pointgeope.geope": "pointgeope.geope"}
-# reST that must not reach a page: a role (raw, or rendered by Markdown as ':func:' before a code span), the
-# math directive, a reST link
-RAW_REST = re.compile(r":(?:math|obj|class|func|meth|attr|mod|data|exc):(?=[`~\w])|\.\. math::|`[^`\n]*<https?://[^>]+>`_")
+# reST that must not reach a page: a role (raw, or rendered by Markdown as ':func:' before a code span), a
+# directive (.. math::, .. note:: ...), a reST link
+RAW_REST = re.compile(r"(?<![\w:/]):(?:py:)?[a-z]+:(?=[`~\w])|\.\. [\w-]+::|`[^`\n]*<https?://[^>]+>`__?")
 # the page's horizontal overflow, its tables wider than their box, those of them that scroll, code cut off
 WIDTHS = """(() => {
   const tables = [...document.querySelectorAll('.md-typeset__table')].filter(t => t.scrollWidth > t.clientWidth);
@@ -45,6 +45,15 @@ API_PAGES = ("api/geope.html", "api/model.html", "api/nn.html", "api/metrics.htm
 
 def convert(text: str) -> str:
     return rest.rest_to_markdown(text, KNOWN.get)
+
+
+def test_the_raw_rest_detector_finds_each_form_and_nothing_else():
+    raw = ["a :math:`x` b", "see :func:~pointgeope.geope.GeoPE", ":py:class:`A`", ".. math::", ".. note:: x",
+           'the `"Point Transformer" <https://arxiv.org/abs/2012.09164>`_ paper']
+    assert [bool(RAW_REST.search(text)) for text in raw] == [True] * len(raw)
+    clean = ["https://arxiv.org/abs/2512.04963", "w_b, b = 0 .. n-1", "at 10:01:26", "key: value", "std::vector",
+             "`code` and [link](https://x.org)"]
+    assert [bool(RAW_REST.search(text)) for text in clean] == [False] * len(clean)
 
 
 def test_math_roles_and_directives_become_arithmatex():
