@@ -90,7 +90,7 @@ def test_the_readme_is_short_starts_with_the_two_commands_and_its_links_resolve(
 def test_user_docs_state_results_not_tracker_history():
     assert [m.group(0) for m in HISTORY.finditer("before issue 22, rerun on this branch, the merged main, #29")] \
         == ["issue 22", "this branch", "merged", "#29"]
-    pages = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
+    pages = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted(DOCS.rglob("*.md"))]
     assert len(pages) > 15
     found = [f"{p.relative_to(REPO)}: {m.group(0)!r}" for p in pages for m in HISTORY.finditer(p.read_text())]
     assert found == []
