@@ -159,7 +159,8 @@ def test_the_demo_block_is_regenerated_from_a_run_with_the_folds_spread(tmp_path
            "mean_of_folds": score(0.861, 0.572, 0.503, [0.93, 0.007]), "per_fold": per_fold}
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "report.json").write_text(json.dumps({"class_names": names, "runs": [run]}))
-    for k, (start, end) in {1: ("10:00:00", "10:01:26"), 2: ("10:01:30", "10:03:19"), 3: ("10:03:20", "10:05:00")}.items():
+    stamps = {1: ("10:00:00", "10:01:26"), 2: ("10:01:30", "10:03:19"), 3: ("10:03:20", "10:05:00")}
+    for k, (start, end) in stamps.items():
         (tmp_path / f"area_{k}").mkdir()
         (tmp_path / f"area_{k}" / "log.txt").write_text(f"2026-11-27 {start} fold {k}\n2026-11-27 {end} evaluated\n")
     text = demo_table.block(tmp_path, 286.0, "abc1234", 2, "2026-11-27")

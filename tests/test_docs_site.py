@@ -66,9 +66,11 @@ def test_math_roles_and_directives_become_arithmatex():
 def test_code_blocks_and_admonitions_become_markdown():
     assert convert("Run:\n\n.. code-block:: python\n   :linenos:\n\n   x = 1\n   y = 2\n\nAfter") == \
         "Run:\n\n```python\nx = 1\ny = 2\n```\n\nAfter"
-    assert convert(".. note:: Keep it.\n   On two lines.\n\nText") == "!!! note\n\n    Keep it.\n    On two lines.\n\nText"
+    assert convert(".. note:: Keep it.\n   On two lines.\n\nText") == \
+        "!!! note\n\n    Keep it.\n    On two lines.\n\nText"
     assert convert("  .. seealso::\n\n     :func:`GeoPE`\n") == \
-        '  !!! info "See also"\n\n      <autoref identifier="pointgeope.geope.GeoPE" optional><code>GeoPE</code></autoref>\n'
+        '  !!! info "See also"\n\n      <autoref identifier="pointgeope.geope.GeoPE" optional>' \
+        '<code>GeoPE</code></autoref>\n'
     assert convert(".. unknown:: x\n\n   body") == ".. unknown:: x\n\n   body"  # left as written
 
 
@@ -99,8 +101,9 @@ def test_literal_blocks_become_fenced_code():
         "the last channels pass through:\n\n```text\n[a b c] [d]\n```\n"
     assert convert("Expanded ::\n\n    x\n") == "Expanded\n\n```text\nx\n```\n"
     assert convert("Text.\n\n::\n\n    x\nNext") == "Text.\n\n```text\nx\n```\n\nNext"
-    # a paragraph of an indented item keeps its indentation
-    assert convert("  - layout::\n\n      a\n      b\n  - next") == "  - layout:\n\n  ```text\n  a\n  b\n  ```\n\n  - next"
+    # a list item's block goes under the item's text
+    assert convert("  - layout::\n\n      a\n      b\n  - next") == \
+        "  - layout:\n\n    ```text\n    a\n    b\n    ```\n\n  - next"
 
 
 def test_plain_markdown_is_left_as_it_is():
@@ -110,8 +113,9 @@ def test_plain_markdown_is_left_as_it_is():
 
 def test_the_extension_rewrites_the_parsed_docstrings_of_the_package():
     griffe = pytest.importorskip("griffe")
-    loader = griffe.GriffeLoader(extensions=griffe.load_extensions(f"{REPO}/docs/hooks/rest_docstrings.py:ReSTDocstrings"),
-                                 docstring_parser=griffe.Parser.google, search_paths=[str(REPO)])
+    extension = griffe.load_extensions(f"{REPO}/docs/hooks/rest_docstrings.py:ReSTDocstrings")
+    loader = griffe.GriffeLoader(extensions=extension, docstring_parser=griffe.Parser.google,
+                                 search_paths=[str(REPO)])
     loader.load("pointgeope")
     loader.resolve_aliases(implicit=False, external=False)
     conv = loader.modules_collection["pointgeope.nn.point_transformer_conv.GeoPEPointTransformerConv"]
@@ -158,14 +162,16 @@ def test_the_site_from_disk_shows_no_rest_typesets_formulas_and_searches(tmp_pat
         for page in API_PAGES:
             chromium.open((site / page).as_uri())
             formulas, typeset, errors, links = chromium.evaluate(
-                "[document.querySelectorAll('.arithmatex').length, document.querySelectorAll('.arithmatex .katex').length,"
+                "[document.querySelectorAll('.arithmatex').length,"
+                " document.querySelectorAll('.arithmatex .katex').length,"
                 " document.querySelectorAll('.katex-error').length,"
                 " document.querySelectorAll('.md-content a.autorefs-internal').length]")
             assert (typeset, errors) == (formulas, 0), page
             if page == "api/nn.html":  # the layer's docstring: its equation, presets, shapes and :obj: links
                 assert formulas >= 20 and links >= 2
             if page == "api/geope.html":  # the module docstring's bare URL of the paper is a link
-                assert chromium.evaluate("document.querySelectorAll('a[href=\"https://arxiv.org/abs/2512.04963\"]').length")
+                paper = "a[href='https://arxiv.org/abs/2512.04963']"
+                assert chromium.evaluate(f'document.querySelectorAll("{paper}").length')
         # at 1,280 px the page never scrolls sideways: the demo's 17-column table scrolls in its own box
         chromium.open((site / "getting-started.html").as_uri())
         overflow, wide, scrolling, cut = chromium.evaluate(WIDTHS)

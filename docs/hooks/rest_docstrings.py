@@ -36,6 +36,7 @@ _ADMONITIONS = {"note": ("note", None), "warning": ("warning", None), "tip": ("t
                 "caution": ("warning", "Caution"), "danger": ("danger", None), "error": ("danger", "Error"),
                 "seealso": ("info", "See also")}
 _INDENT = re.compile(r"^(\s*)")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+\.)\s+")
 _EXAMPLE_HEADS = {"example", "examples", "for example", "usage"}  # their literal block is Python code
 
 Resolver = Callable[[str], "str | None"]
@@ -98,6 +99,8 @@ def _blocks(text: str) -> str:
             i = i + 1 if markdown is None else end
             continue
         i = end
+        item = _LIST_ITEM.match(line)  # a list item's block goes under the item's text
+        pad = " " * item.end() if item else pad
         head = line.rstrip()[:-2].rstrip()
         if head.strip():
             out.append(head + ("" if line.rstrip()[-3:-2].isspace() else ":"))
