@@ -31,7 +31,7 @@ by the rotation vector ``k_b tau(p)``, ``k_b`` the *block scale*:
     k_b = pos_scale * w_b / A          (angle phi_b = k_b |tau(p)|; A = 3 for point clouds)
 
 the one convention of the code: every kernel (here, ``pointgeope/model/rotation.py``, ``linear_rotation.py``,
-``compiled.py``) takes ``block_scale`` ``(n,)`` holding ``k_b`` (``BlockScale``) and turns block ``b`` by the
+``geope_pairs.py``) takes ``block_scale`` ``(n,)`` holding ``k_b`` (``BlockScale``) and turns block ``b`` by the
 angle ``k_b |p|`` (or ``k_b |p_j - p_i|``); the cross and dot products with ``tau(p)`` are shared by the blocks.
 
 **Relative use.** Standard GeoPE applies ``R(t(p))``; in attention the key is taken into the query's

@@ -51,9 +51,9 @@ def print_info() -> None:
 
     cuda = backends.summary("cuda") + ("" if torch.cuda.is_available() else " (no CUDA device here)")
     print("ops backends: " + backends.summary("cpu") + "; " + cuda)
-    from pointgeope.model import compiled
+    from pointgeope.model import geope_pairs
 
-    print(f"GeoPE pair kernels: {compiled.status()}")
+    print(f"GeoPE pair kernels: {geope_pairs.status()}")
     from pointgeope.model import kernels
 
     print(f"Triton kernels (point ops, attention): {kernels.status()}")

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from pointgeope.geope import rodrigues
 from pointgeope.model.ops import gather
-from pointgeope.model import compiled
+from pointgeope.model import geope_pairs
 from pointgeope.model.rotation import constant, geometry_dtype, query_steps, turned_neighbours
 
 __all__ = ["relative_blocks", "rotate_relative", "relative_frame"]
@@ -107,9 +107,9 @@ class _RelativeFrame(torch.autograd.Function):
         ctx.minus_dtype = None if minus is None else minus.dtype
         n, work = block_scale.shape[0], geometry_dtype(x.dtype)
         scale = block_scale.to(work)
-        if compiled.active(x.device):                                               # one fused pass
+        if geope_pairs.active(x.device):                                               # one fused pass
             dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
-            return compiled.on_device("relative_pairs", compiled.relative_pairs, x, idx, disp.to(work), scale,
+            return geope_pairs.on_device(geope_pairs.relative_pairs, x, idx, disp.to(work), scale,
                                       minus, dtype)
         src, d, flat = _planes(x, n, work), disp.reshape(-1, 3).to(work), idx.reshape(-1)   # eager: by steps
 
@@ -125,8 +125,8 @@ class _RelativeFrame(torch.autograd.Function):
             n, flat, channels, work = block_scale.shape[0], idx.reshape(-1), grad.shape[-1], block_scale.dtype
             rows, d = grad.reshape(-1, channels), disp.reshape(-1, 3)
             grad_x = rows.new_zeros(ctx.rows, channels, dtype=work)
-            if compiled.active(grad.device):                                    # one fused pass, R^T g = R(-d) g
-                turned = compiled.on_device("rodrigues_rows", compiled.rodrigues_rows, rows, -d.to(work), block_scale)
+            if geope_pairs.active(grad.device):                                    # one fused pass, R^T g = R(-d) g
+                turned = geope_pairs.on_device(geope_pairs.rodrigues_rows, rows, -d.to(work), block_scale)
                 return grad_x.index_add_(0, flat, turned).to(ctx.x_dtype), None, None, None, _minus_grad(ctx, grad)
             for part in query_steps(rows.shape[0], 1, channels, grad.device):   # R^T g per pair, at its row of x
                 turned = torch.empty(part.stop - part.start, channels, dtype=work, device=grad.device)

@@ -168,11 +168,11 @@ def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root, monke
     neighbour sets, so the loss and gradients of a step agree up to float rounding (the attention runs on
     the Triton kernels too, and neighbours listed in another order are summed in another order)."""
     pytest.importorskip("triton")
-    from pointgeope.model import kernels
+    from pointgeope.model import kernel_choice, kernels
     from pointgeope.model.ops import triton_fps
     from tests.engine.conftest import TINY
 
-    if not kernels.interpreted():
+    if not kernel_choice.current().interpret:
         pytest.skip("TRITON_INTERPRET is not set (a CUDA machine): the Triton kernels cannot run on CPU tensors")
     runs = {}
     for place in ("loader", "device"):

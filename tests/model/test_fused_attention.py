@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("triton")          # imported here, before TRITON_INTERPRET is set: Triton's own library
                                        # stays compiled for the CUDA tests and torch.compile in this process
-from pointgeope.model import fused_attention  # noqa: E402
+from pointgeope.model import fused_attention, kernels  # noqa: E402
 from pointgeope.model.attention import PositionalEncoding  # noqa: E402
 from pointgeope.model.ops import knn  # noqa: E402
 from tests.model.test_attention import PRESET_NAMES, _layer, _reference  # noqa: E402
@@ -240,7 +240,7 @@ class _LaunchSpy:
 def launches(monkeypatch) -> list[str]:
     """Names of the attention kernels launched during the test, in order (every kernel of the module the
     fused path takes them from, as decorated now: the interpreter's)."""
-    module, names = fused_attention.kernels(), []
+    module, names = fused_attention.triton_kernels(), []
     for kernel in KERNELS:
         for way in ("forward", "backward"):
             name = f"{kernel}_{way}"
@@ -281,8 +281,8 @@ def _bf16_errors(pe: str, path: str, monkeypatch) -> tuple[float, float]:
     feat = torch.randn(coord.shape[0], 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     g = torch.randn(coord.shape[0], 16, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     layer, runs = _layer(pe).eval().double(), []
-    for dtype, kernels in ((torch.float64, "torch"), (torch.float32, path)):
-        monkeypatch.setenv("POINTGEOPE_KERNELS", kernels)
+    for dtype, choice in ((torch.float64, "torch"), (torch.float32, path)):
+        monkeypatch.setenv("POINTGEOPE_KERNELS", choice)
         x = feat.to(dtype, copy=True).requires_grad_()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.float32):
             out = layer.to(dtype)(coord.to(dtype), x, idx)
@@ -306,10 +306,10 @@ def test_layer_under_bf16_autocast_is_as_accurate_as_rpe_on_the_torch_kernels(mo
 
 def test_the_kernel_choice_follows_the_environment(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert all(fused_attention.enabled(op, cpu) for op in fused_attention.OPS)   # triton + TRITON_INTERPRET=1
+    assert all(fused_attention.enabled(op, cpu) for op in fused_attention.KERNELS)   # triton + TRITON_INTERPRET=1
     monkeypatch.setenv("POINTGEOPE_KERNELS", "torch")
     assert not fused_attention.enabled("aggregate", cpu) and not fused_attention.enabled("aggregate", cuda)
-    assert "POINTGEOPE_KERNELS=torch" in fused_attention.status()
+    assert "POINTGEOPE_KERNELS=torch" in kernels.status()
     monkeypatch.delenv("POINTGEOPE_KERNELS")
     assert not fused_attention.enabled("aggregate", cpu)        # the CPU keeps its torch kernels by default
     assert fused_attention.enabled("aggregate", cuda)
@@ -321,12 +321,12 @@ def test_the_kernel_choice_follows_the_environment(monkeypatch):
 
 
 def test_kernels_are_redecorated_when_the_interpreter_mode_changes(monkeypatch):
-    module = fused_attention.kernels()
+    module = fused_attention.triton_kernels()
     assert module.INTERPRET
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert not fused_attention.kernels().INTERPRET
+    assert not fused_attention.triton_kernels().INTERPRET
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert fused_attention.kernels().INTERPRET
+    assert fused_attention.triton_kernels().INTERPRET
 
 
 @cuda

@@ -11,12 +11,12 @@ import torch
 
 pytest.importorskip("triton")
 
-from pointgeope.model import kernels  # noqa: E402
+from pointgeope.model import kernel_choice  # noqa: E402
 from pointgeope.model.ops import HierarchySpec, OpsBackends, backends, fps, knn  # noqa: E402
 from tests.model.fps_reference import reference_fps  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-if DEVICE == "cpu" and not kernels.interpreted():
+if DEVICE == "cpu" and not kernel_choice.current().interpret:
     pytest.skip("no CUDA and TRITON_INTERPRET is not set: the Triton kernels cannot run", allow_module_level=True)
 
 

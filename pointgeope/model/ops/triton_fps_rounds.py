@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from pointgeope.model import kernels
+from pointgeope.model.kernel_choice import current
 from pointgeope.model.ops.morton import layout
 
 __all__ = ["fps_rounds", "cloud_blocks", "BP", "GC", "PCAP"]
@@ -236,7 +236,7 @@ def fps_rounds(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int]
     bkey = torch.empty(sum(tiles.blocks), dtype=torch.long, device=device)
     ids = torch.zeros(len(sizes) * nbp, dtype=torch.long, device=device)
     picks = torch.zeros(len(sizes) * 3 * pcap, dtype=torch.float32, device=device)
-    tuple_argmax = not kernels.interpreted() if TUPLE is None else TUPLE
+    tuple_argmax = not current().interpret if TUPLE is None else TUPLE
     _fps_rounds_kernel[(len(sizes),)](tiles.planes, tiles.planes.shape[1], tiles.rows, boxes, dist, bkey, ids, picks,
                                       planes, planes.shape[1], meta, out, NBP=nbp, BP=BP, GC=gc, PCAP=pcap, G=G,
                                       PG=PG, L=LEVELS, TUPLE=tuple_argmax, num_warps=WARPS, num_stages=1,
