@@ -20,8 +20,8 @@ On a CUDA device two more tables (``--ops``, ``--fps-variants``; both on by defa
 
     ops           the Triton ops of the first stages alone: FPS 80k -> 20k, kNN k = 8 of stage 0, the
                   transition down (k = 16) and the 3-NN up, seconds each
-    fps_variants  the first FPS stage with the ``rounds`` kernel per (chunk blocks, samples a round), the
-                  ``pruned`` and the ``stream`` ones, each checked equal to the default's samples: which to make
+    fps_variants  the first FPS stage with the ``rounds`` kernel per (chunk blocks, samples a round) and
+                  the ``stream`` one, each checked equal to the default's samples: which to make
                   the default
     knn_variants  the stage-0 kNN (k = 16) per (BLOCK_Q, BLOCK_S, num_warps), each checked equal
 
@@ -132,8 +132,8 @@ ROUNDS = ((16, 16), (32, 16), (32, 32), (32, 64))   # (chunk blocks GC, samples 
 
 def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps: int = 3,
                       rounds: tuple[tuple[int, int], ...] = ROUNDS) -> dict[str, dict]:
-    """Seconds of FPS 80k -> 20k per kernel and setting (``rounds`` per (GC, PCAP), the former default
-    ``pruned`` and ``stream``), and whether its samples equal the default's: which to make the default."""
+    """Seconds of FPS 80k -> 20k per kernel and setting (``rounds`` per (GC, PCAP), and ``stream``), and
+    whether its samples equal the default's: which to make the default."""
     from pointgeope.model.ops import triton_fps, triton_fps_rounds
 
     device = torch.device(device)
@@ -154,7 +154,6 @@ def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps
                 setattr(triton_fps_rounds, k, v)
 
     out = {f"rounds_gc{gc}_p{pcap}": row("rounds", GC=gc, PCAP=pcap) for gc, pcap in rounds}
-    out["pruned_b64_w8"] = row("pruned")
     out["stream"] = row("stream")
     return out
 

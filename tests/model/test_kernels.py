@@ -77,8 +77,7 @@ def test_a_knn_kernel_that_fails_to_compile_falls_back_once_with_the_same_neighb
 
 def test_an_fps_kernel_that_fails_to_launch_falls_back_to_the_next_default(monkeypatch):
     coord, off = _cloud()
-    for module, kernel in ((triton_fps, "_fps_pruned_kernel"), (triton_fps, "_fps_kernel"),
-                           (triton_fps_rounds, "_fps_rounds_kernel")):
+    for module, kernel in ((triton_fps, "_fps_kernel"), (triton_fps_rounds, "_fps_rounds_kernel")):
         monkeypatch.setattr(module, kernel, Failing(LAUNCH_ERROR))
     with pytest.warns(KernelFallbackWarning, match="Triton kernel fps failed .*RuntimeError.*kernel image is invalid"):
         idx, new_off = fps(coord, off, 4)

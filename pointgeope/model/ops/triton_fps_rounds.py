@@ -33,6 +33,7 @@ from torch import Tensor
 
 from pointgeope.model.kernel_choice import current
 from pointgeope.model.ops.morton import layout
+from pointgeope.model.ops.triton_geometry import box_squared_distance, distance_key, key_distance, squared_distance
 
 __all__ = ["fps_rounds", "cloud_blocks", "BP", "GC", "PCAP"]
 
@@ -56,7 +57,7 @@ _INF_KEY = tl.constexpr(0x7F800000 << 32)   # the key of an infinite distance
 @triton.jit
 def _key(d, lrow):
     """``bits(d) << 32 | (2^31 - 1 - lrow)``: larger distance first, then the smaller row."""
-    return (d.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (_LOW - lrow)
+    return distance_key(d, _LOW - lrow)
 
 
 @triton.jit
@@ -84,8 +85,8 @@ def _argmax(key, x, y, z, TUPLE: tl.constexpr):
 def _chunk(bkey, live, L: tl.constexpr, GC: tl.constexpr):
     """The chunk's blocks (lanes) by the threshold ladder, empty if the top level alone exceeds ``GC``."""
     top = tl.max(bkey, 0)
-    md = (top >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-    bmax = (bkey >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    md = key_distance(top)
+    bmax = key_distance(bkey)
     u = tl.where(md > 0, 1.0 - bmax / tl.where(md > 0, md, 1.0), 0.0)
     # floor(-2 log2 u) from u's bits (u = 2^e (1 + f)): -2e - 1, less one more where 1 + f >= sqrt(2)
     bits = u.to(tl.int32, bitcast=True)
@@ -102,7 +103,7 @@ def _update(bkey, skip, live, blk, lx, ly, lz, hx, hy, hz, picks, pk, ids, p_ptr
             bkey_ptr, first, BP: tl.constexpr, G: tl.constexpr, PG: tl.constexpr, PCAP: tl.constexpr):
     """Fold the round's ``picks`` samples (``pk``: x | y | z) into every block but ``skip`` that they can
     reach; returns the block keys, reloaded."""
-    bmax = (bkey >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    bmax = key_distance(bkey)
     visit = live & (lx < lx)
     p0 = picks * 0
     while p0 < picks:
@@ -110,10 +111,8 @@ def _update(bkey, skip, live, blk, lx, ly, lz, hx, hy, hz, picks, pk, ids, p_ptr
         px = tl.load(pk + q, mask=q < picks, other=float("inf"))[None, :]
         py = tl.load(pk + PCAP + q, mask=q < picks, other=float("inf"))[None, :]
         pz = tl.load(pk + 2 * PCAP + q, mask=q < picks, other=float("inf"))[None, :]
-        gx = tl.maximum(tl.maximum(lx[:, None] - px, px - hx[:, None]), 0.0)
-        gy = tl.maximum(tl.maximum(ly[:, None] - py, py - hy[:, None]), 0.0)
-        gz = tl.maximum(tl.maximum(lz[:, None] - pz, pz - hz[:, None]), 0.0)
-        near = ((gx * gx + gy * gy) + gz * gz) < bmax[:, None]
+        near = box_squared_distance(lx[:, None], ly[:, None], lz[:, None], hx[:, None], hy[:, None], hz[:, None],
+                                    px, py, pz) < bmax[:, None]
         visit = visit | (tl.max(near.to(tl.int32), 1) > 0)
         p0 += PG
     visit = visit & live & ~skip
@@ -136,7 +135,7 @@ def _update(bkey, skip, live, blk, lx, ly, lz, hx, hy, hz, picks, pk, ids, p_ptr
             dx = x[:, None] - tl.load(pk + q, mask=q < picks, other=float("inf"))[None, :]
             dy = y[:, None] - tl.load(pk + PCAP + q, mask=q < picks, other=float("inf"))[None, :]
             dz = z[:, None] - tl.load(pk + 2 * PCAP + q, mask=q < picks, other=float("inf"))[None, :]
-            d = tl.minimum(d, tl.min((dx * dx + dy * dy) + dz * dz, 1))
+            d = tl.minimum(d, tl.min(squared_distance(dx, dy, dz), 1))
             p0 += PG
         tl.store(dist_ptr + slot, d, mask=ok)
         gkey = tl.max(tl.reshape(tl.where(ok, _key(d, row - first), _NONE), (G, BP)), 1)
@@ -201,7 +200,7 @@ def _fps_rounds_kernel(p_ptr, plane, row_ptr, box_ptr, dist_ptr, bkey_ptr, ids_p
             s += 1
             picks += 1
             dx, dy, dz = x - bx, y - by, z - bz
-            d = tl.minimum(d, (dx * dx + dy * dy) + dz * dz)
+            d = tl.minimum(d, squared_distance(dx, dy, dz))
             best, bx, by, bz = _argmax(tl.where(ok, _key(d, row - first), _NONE), x, y, z, TUPLE)
             go = (best > tkey) & (s < m) & (picks < PCAP) & (count > 0)
         tl.store(dist_ptr + slot, d, mask=ok)
@@ -225,12 +224,11 @@ def cloud_blocks(points: Tensor, sizes: list[int], kept: list[int], block: int):
     return tiles, boxes, max(2, triton.next_power_of_2(max(tiles.blocks))), meta
 
 
-def fps_rounds(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int], out: Tensor,
-               gc: int | None = None, pcap: int | None = None) -> None:
+def fps_rounds(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int], out: Tensor) -> None:
     """Write the first ``kept[b]`` samples of every cloud into ``out`` (the module docstring's method):
-    ``points (N, 3)`` float32, ``planes`` its ``(3, N)`` transpose, on one device; ``gc``, ``pcap``: the
-    chunk's blocks and a round's samples at most (default :data:`GC`, :data:`PCAP`)."""
-    device, gc, pcap = planes.device, gc or GC, pcap or PCAP
+    ``points (N, 3)`` float32, ``planes`` its ``(3, N)`` transpose, on one device; the chunk's blocks and a
+    round's samples at most :data:`GC`, :data:`PCAP`."""
+    device, gc, pcap = planes.device, GC, PCAP
     tiles, boxes, nbp, meta = cloud_blocks(points, sizes, kept, BP)
     dist = torch.full((tiles.rows.numel(),), torch.inf, dtype=torch.float32, device=device)
     bkey = torch.empty(sum(tiles.blocks), dtype=torch.long, device=device)
