@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -43,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_io import save_json  # noqa: E402
 from bench_model import synthetic_room  # noqa: E402
 
+from pointgeope.model.kernel_check import timed  # noqa: E402
 from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts  # noqa: E402
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
@@ -54,11 +54,6 @@ def batch(clouds: int, points: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``clouds`` synthetic rooms of ``points`` points, packed: ``coord (clouds * points, 3)``, ``offset``."""
     coord = torch.cat([synthetic_room(points, seed=c) for c in range(clouds)])
     return coord, torch.arange(1, clouds + 1) * points
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _run(label: str, coord: torch.Tensor, offset: torch.Tensor, device: torch.device):
@@ -85,15 +80,7 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
     out, ref = {}, None
     for label in backends:
         try:
-            for _ in range(warmup):
-                _run(label, coord, offset, device)
-            times = []
-            for _ in range(reps):
-                _sync(device)
-                start = time.perf_counter()
-                h = _run(label, coord, offset, device)
-                _sync(device)
-                times.append(time.perf_counter() - start)
+            h, times = timed(lambda: _run(label, coord, offset, device), device, reps, warmup)
         except (ValueError, RuntimeError, ImportError) as err:
             out[label] = {"error": f"{type(err).__name__}: {err}".splitlines()[0]}
             continue
@@ -104,15 +91,8 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
 
 
 def _best_of(fn, device: torch.device, reps: int) -> float:
-    fn()                                                   # warm-up: compiles the kernels on first use
-    times = []
-    for _ in range(reps):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return min(times)
+    """The fastest of ``reps`` runs after one that compiles the kernels (the package's timer)."""
+    return min(timed(fn, device, reps)[1])
 
 
 def time_ops(clouds: int, points: int, device: str | torch.device, reps: int = 5) -> dict[str, float]:

@@ -28,7 +28,7 @@ from pointgeope.model.kernel_choice import forced
 from pointgeope.model.kernels import CheckCase
 from pointgeope.model.rotation import rotation_tables
 
-__all__ = ["CheckRow", "check_kernels", "format_table", "passed", "fps_cases", "knn_cases", "attention_cases"]
+__all__ = ["CheckRow", "check_kernels", "format_table", "passed", "timed", "fps_cases", "knn_cases", "attention_cases"]
 
 # What counts as agreeing with the torch path: FPS and kNN are defined exactly (the torch kNN may pick other
 # rows among ties and near-ties within its float rounding); the attention sums in float32 with atomics.
@@ -45,19 +45,32 @@ class CheckRow:
     tolerance: float = 0.0
 
 
-def _timed(fn: Callable[[], object], device: torch.device, reps: int) -> tuple[object, float]:
-    """``fn()``'s result and its median time in ms over ``reps`` runs after a first one (which compiles)."""
-    out = fn()
+def timed(fn: Callable[[], object], device: torch.device, reps: int, warmup: int = 1) -> tuple[object, list[float]]:
+    """``fn()``'s last result and its wall seconds in each of ``reps`` runs after ``warmup`` untimed ones
+    (which compile), the device's queue waited for before and after each run: the package's one timer
+    (``info --check`` and the ``bench/`` scripts)."""
+    out = None
+    for _ in range(warmup):
+        out = fn()
     times = []
     for _ in range(reps):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        _sync(device)
         start = time.perf_counter()
         out = fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return out, statistics.median(times)
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return out, times
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn: Callable[[], object], device: torch.device, reps: int) -> tuple[object, float]:
+    """``fn()``'s result and its median time in ms over ``reps`` runs after a first one (which compiles)."""
+    out, times = timed(fn, device, reps)
+    return out, statistics.median(times) * 1e3
 
 
 def _path(name: str) -> str:
