@@ -282,8 +282,6 @@ def plan(args: argparse.Namespace) -> list:
 
 def main() -> int:
     args = parse_args()
-    args.train = args.train or os.environ.get("GPU_CHECK_TRAIN") == "1"
-    args.evaluate = args.evaluate or os.environ.get("GPU_CHECK_EVALUATE") == "1"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     py = os.environ.get("PYTHON", sys.executable)
     check = Check(args)
