@@ -102,13 +102,15 @@ def test_out_of_memory_is_not_a_kernel_failure(monkeypatch):
     assert kernels.failures() == {}
 
 
-def _layer_step(pe: str, path: str, monkeypatch):
+def _layer_step(pe: str, path: str, monkeypatch, train: bool):
     """Output and gradients of one layer of preset ``pe`` on the ``path`` kernels (CPU tensors: the attention
-    kernels reload in the interpreter's mode, ``fused_attention.kernels``, also where CUDA exists)."""
+    kernels reload in the interpreter's mode, ``fused_attention.triton_kernels``, also where CUDA exists), in
+    eval mode (the relation goes through BatchNorm's fixed affine map: a per-channel scale or shift error of
+    a fallback shows) or train mode (batch statistics, which would cancel such an error)."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("POINTGEOPE_KERNELS", path)
     torch.manual_seed(0)
-    layer = _layer(pe).train()
+    layer = _layer(pe).train(train)
     coord, off = _cloud(n=12, clouds=2, seed=1, device=torch.device("cpu"))   # the attention: CPU, interpreted
     idx, _ = knn(coord, coord, 4, off, off, backend="pykdtree")
     feat = torch.randn(coord.shape[0], layer.channels, generator=torch.Generator().manual_seed(2), requires_grad=True)
@@ -117,15 +119,19 @@ def _layer_step(pe: str, path: str, monkeypatch):
     return out.detach(), feat.grad, [p.grad for p in layer.parameters() if p.grad is not None]
 
 
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
 @pytest.mark.parametrize("pe, kernel", [("rpe", "aggregate_forward"), ("rpe", "aggregate_backward"),
-                                        ("rpe", "relation_backward"), ("geope", "frame_forward"),
-                                        ("geope", "frame_backward"), ("lingeope", "linear_backward")])
-def test_an_attention_kernel_that_fails_hands_its_op_to_torch_with_the_same_gradients(pe, kernel, monkeypatch):
-    want = _layer_step(pe, "torch", monkeypatch)
+                                        ("rpe", "relation_forward"), ("rpe", "relation_backward"),
+                                        ("geope", "frame_forward"), ("geope", "frame_backward"),
+                                        ("lingeope", "linear_forward"), ("lingeope", "linear_backward")])
+def test_an_attention_kernel_that_fails_hands_its_op_to_torch_with_the_same_gradients(pe, kernel, train,
+                                                                                      monkeypatch):
+    kernels.reset()
+    want = _layer_step(pe, "torch", monkeypatch, train)
     monkeypatch.setattr(fused_attention.triton_kernels(), kernel, Failing(COMPILE_ERROR))
     op = {"aggregate": "aggregate", "relation": "relation", "frame": "frame_relation", "linear": "linear_relation"}
     with pytest.warns(KernelFallbackWarning, match=f"Triton kernel {op[kernel.split('_')[0]]} failed"):
-        got = _layer_step(pe, "triton", monkeypatch)
+        got = _layer_step(pe, "triton", monkeypatch, train)
     assert list(kernels.failures()) == [op[kernel.split("_")[0]]]
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-6)
