@@ -339,6 +339,8 @@ def test_kernels_are_redecorated_when_the_interpreter_mode_changes(monkeypatch):
     assert module.INTERPRET
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert not fused_attention.triton_kernels().INTERPRET
+    monkeypatch.setenv("TRITON_INTERPRET", "true")   # the words of every switch (TRITON_INTERPRET=true once
+    assert fused_attention.triton_kernels().INTERPRET  # left these kernels compiled while the ops interpreted)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert fused_attention.triton_kernels().INTERPRET
 
