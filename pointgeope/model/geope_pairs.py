@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from pointgeope.geope import unit_axis
 from pointgeope.model import kernels
 from pointgeope.model.kernel_choice import current
 
@@ -70,8 +71,8 @@ def rodrigues_rows(rows: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
     displacements ``disp (M, 3)`` and the block scales ``block_scale (n,)`` holding ``k_b``, in ``disp``'s dtype."""
     blocks = block_scale.shape[0]
     v = rows[:, : 3 * blocks].to(disp.dtype).unflatten(-1, (blocks, 3))          # (M, n, 3)
-    radius = disp.norm(dim=-1, keepdim=True)                                      # (M, 1)
-    u = (disp / radius.clamp_min(torch.finfo(disp.dtype).tiny)).unsqueeze(1)      # (M, 1, 3)
+    u, radius = unit_axis(disp)                                                   # (M, 3), (M, 1)
+    u = u.unsqueeze(1)                                                            # (M, 1, 3)
     phi = (radius * block_scale).unsqueeze(-1)                                    # (M, n, 1)
     cos, sin = phi.cos(), phi.sin()
     ux, uy, uz = u[..., 0:1], u[..., 1:2], u[..., 2:3]
