@@ -107,12 +107,12 @@ def time_ops(clouds: int, points: int, device: str | torch.device, reps: int = 5
             "knn_up_k3": _best_of(lambda: knn(coord, sub, 3, offset, sub_off, backend="triton"), device, reps)}
 
 
-ROUNDS = ((16, 16), (32, 16), (32, 32), (32, 64))   # (chunk blocks GC, samples a round PCAP) of the sweep
+ROUNDS = ((16, 16), (32, 16), (32, 32), (32, 64))   # (CHUNK_BLOCKS, ROUND_SAMPLES) of the sweep
 
 
 def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps: int = 3,
                       rounds: tuple[tuple[int, int], ...] = ROUNDS) -> dict[str, dict]:
-    """Seconds of FPS 80k -> 20k per kernel and setting (``rounds`` per (GC, PCAP), and ``stream``), and
+    """Seconds of FPS 80k -> 20k per kernel and setting (``rounds`` per (CHUNK_BLOCKS, ROUND_SAMPLES), and ``stream``), and
     whether its samples equal the default's: which to make the default."""
     from pointgeope.model.ops import triton_fps, triton_fps_rounds
 
@@ -133,7 +133,7 @@ def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps
             for k, v in saved.items():
                 setattr(triton_fps_rounds, k, v)
 
-    out = {f"rounds_gc{gc}_p{pcap}": row("rounds", GC=gc, PCAP=pcap) for gc, pcap in rounds}
+    out = {f"rounds_gc{gc}_p{pcap}": row("rounds", CHUNK_BLOCKS=gc, ROUND_SAMPLES=pcap) for gc, pcap in rounds}
     out["stream"] = row("stream")
     return out
 

@@ -56,7 +56,8 @@ def ops_cases() -> list[tuple[str, object, dict, dict, dict]]:
             dict(num_warps=triton_knn.KNN_WARPS)) for k in (3, 8, 16)]
     r = triton_fps_rounds
     rounds = [(f"fps_rounds_nbp{n}", r._fps_rounds_kernel, ROUNDS_SIG,
-               dict(NBP=n, BP=r.BP, GC=r.GC, PCAP=r.PCAP, G=r.G, PG=r.PG, L=r.LEVELS, TUPLE=True),
+               dict(BLOCK_LANES=n, BLOCK_POINTS=r.BLOCK_POINTS, CHUNK_BLOCKS=r.CHUNK_BLOCKS, ROUND_SAMPLES=r.ROUND_SAMPLES,
+                    UPDATE_BLOCKS=r.UPDATE_BLOCKS, UPDATE_SAMPLES=r.UPDATE_SAMPLES, LEVELS=r.LEVELS, TUPLE=True),
                dict(num_warps=r.WARPS, num_stages=1, **r.MAXNREG)) for n in (2048, 512, 128, 2)]   # 131k .. 65 points
     return knn + rounds + [("fps_stream", triton_fps._fps_kernel, STREAM_SIG, dict(BLOCK=4096), dict(num_warps=16, num_stages=1))]
 

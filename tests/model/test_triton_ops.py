@@ -145,7 +145,8 @@ def test_every_fps_kernel_is_exact_with_many_small_blocks_chunks_and_rounds(monk
     from pointgeope.model.ops import triton_fps, triton_fps_rounds
 
     monkeypatch.setattr(triton_fps, "STREAM_BLOCK", 32)
-    for name, value in dict(BP=8, GC=2, PCAP=4, G=2, PG=2, TUPLE=tuple_argmax).items():
+    for name, value in dict(BLOCK_POINTS=8, CHUNK_BLOCKS=2, ROUND_SAMPLES=4, UPDATE_BLOCKS=2, UPDATE_SAMPLES=2,
+                            TUPLE=tuple_argmax).items():
         monkeypatch.setattr(triton_fps_rounds, name, value)
     rng = np.random.default_rng(8)
     clouds = [_random(120, rng), _grid(80, rng)]

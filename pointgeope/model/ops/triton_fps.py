@@ -32,7 +32,7 @@ import triton.language as tl
 from torch import Tensor
 
 from pointgeope.model.ops.morton import launch_device
-from pointgeope.model.ops.triton_fps_rounds import BP, fps_rounds
+from pointgeope.model.ops.triton_fps_rounds import BLOCK_POINTS, fps_rounds
 from pointgeope.model.ops.triton_geometry import squared_distance
 
 __all__ = ["fps_triton", "METHODS", "METHOD"]
@@ -103,7 +103,7 @@ def fps_triton(points: Tensor, sizes: list[int], kept: list[int], method: str | 
     ``None``: :data:`METHOD`, unless a cloud has more than :data:`MAX_BLOCKS` blocks (its block maxima would
     no longer fit in registers): then ``stream``."""
     if method is None:
-        method = METHOD if max(sizes) <= MAX_BLOCKS * BP else "stream"
+        method = METHOD if max(sizes) <= MAX_BLOCKS * BLOCK_POINTS else "stream"
     if method not in METHODS:
         raise ValueError(f"expected method in {METHODS} or None, got {method!r}")
     points = points.detach().to(torch.float32).contiguous()
