@@ -49,7 +49,6 @@ WARPS = 8
 # All 255 registers a thread may hold at 8 warps: left to itself ptxas caps some sizes at 128 and spills (Triton
 # 3.6, 128 blocks: 28-36 bytes); one program a cloud, so the occupancy it would buy is of no use here.
 MAXNREG = {"maxnreg": 255}
-TUPLE = None  # the argmax as one tuple reduction (None: when compiled, not under the interpreter; _argmax)
 
 _NONE = tl.constexpr(-(1 << 62))          # below every key: padding, or no block outside the chunk
 _LOW = tl.constexpr(0x7FFFFFFF)
@@ -239,7 +238,7 @@ def fps_rounds(points: Tensor, planes: Tensor, sizes: list[int], kept: list[int]
     bkey = torch.empty(sum(tiles.blocks), dtype=torch.long, device=device)
     ids = torch.zeros(len(sizes) * lanes, dtype=torch.long, device=device)
     picks = torch.zeros(len(sizes) * 3 * ROUND_SAMPLES, dtype=torch.float32, device=device)
-    tuple_argmax = not current().interpret if TUPLE is None else TUPLE
+    tuple_argmax = not current().interpret          # the argmax as one tuple reduction when compiled (_argmax)
     _fps_rounds_kernel[(len(sizes),)](tiles.planes, tiles.planes.shape[1], tiles.rows, boxes, dist, bkey, ids, picks,
                                       planes, planes.shape[1], meta, out, BLOCK_LANES=lanes, BLOCK_POINTS=BLOCK_POINTS,
                                       CHUNK_BLOCKS=CHUNK_BLOCKS, ROUND_SAMPLES=ROUND_SAMPLES,
