@@ -220,8 +220,7 @@ def published_case(args) -> dict:
     (imports whichever pointgeope PYTHONPATH names: ``--compare`` runs the same case on another checkout)."""
     import torch
 
-    import pointgeope.engine.evaluate as evaluate
-    from pointgeope.engine import build
+    from pointgeope.engine import build, evaluate, placement
     from pointgeope.engine.config import load_config
 
     torch.manual_seed(0)
@@ -230,9 +229,9 @@ def published_case(args) -> dict:
     device = torch.device(args.device)
     cfg = load_config(REPO / args.config, args.set)
     if args.variant != "auto":                      # the new path only: force one way (see --variants)
-        evaluate.pipelined = lambda device: args.variant != "inline"
-        beside = args.variant == "thread"
-        evaluate.beside_hierarchy = lambda model, device: model.hierarchy_spec if beside and device.type == "cpu" else None
+        placement.pipelined = lambda device: args.variant != "inline"
+        where = "loader" if args.variant == "thread" and device.type == "cpu" else "model"   # thread, or model
+        placement.hierarchy_place = lambda cfg, dev, *a, **k: placement.HierarchyPlace(where, args.variant, dev)
     model = build.model(cfg).to(device).eval()
     forwarded = []                                  # points of every forward: the point predictions made
     model.register_forward_pre_hook(lambda module, inputs: forwarded.append(int(inputs[0].shape[0])))

@@ -20,8 +20,8 @@ On a CUDA device two more tables (``--ops``, ``--fps-variants``; both on by defa
 
     ops           the Triton ops of the first stages alone: FPS 80k -> 20k, kNN k = 8 of stage 0, the
                   transition down (k = 16) and the 3-NN up, seconds each
-    fps_variants  the first FPS stage with the ``rounds`` kernel per (chunk blocks, samples a round), the
-                  ``pruned`` and the ``stream`` ones, each checked equal to the default's samples: which to make
+    fps_variants  the first FPS stage with the ``rounds`` kernel per (chunk blocks, samples a round) and
+                  the ``stream`` one, each checked equal to the default's samples: which to make
                   the default
     knn_variants  the stage-0 kNN (k = 16) per (BLOCK_Q, BLOCK_S, num_warps), each checked equal
 
@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -43,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_io import save_json  # noqa: E402
 from bench_model import synthetic_room  # noqa: E402
 
+from pointgeope.model.kernel_check import timed  # noqa: E402
 from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts  # noqa: E402
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
@@ -54,11 +54,6 @@ def batch(clouds: int, points: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``clouds`` synthetic rooms of ``points`` points, packed: ``coord (clouds * points, 3)``, ``offset``."""
     coord = torch.cat([synthetic_room(points, seed=c) for c in range(clouds)])
     return coord, torch.arange(1, clouds + 1) * points
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _run(label: str, coord: torch.Tensor, offset: torch.Tensor, device: torch.device):
@@ -85,15 +80,7 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
     out, ref = {}, None
     for label in backends:
         try:
-            for _ in range(warmup):
-                _run(label, coord, offset, device)
-            times = []
-            for _ in range(reps):
-                _sync(device)
-                start = time.perf_counter()
-                h = _run(label, coord, offset, device)
-                _sync(device)
-                times.append(time.perf_counter() - start)
+            h, times = timed(lambda: _run(label, coord, offset, device), device, reps, warmup)
         except (ValueError, RuntimeError, ImportError) as err:
             out[label] = {"error": f"{type(err).__name__}: {err}".splitlines()[0]}
             continue
@@ -104,15 +91,8 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
 
 
 def _best_of(fn, device: torch.device, reps: int) -> float:
-    fn()                                                   # warm-up: compiles the kernels on first use
-    times = []
-    for _ in range(reps):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return min(times)
+    """The fastest of ``reps`` runs after one that compiles the kernels (the package's timer)."""
+    return min(timed(fn, device, reps)[1])
 
 
 def time_ops(clouds: int, points: int, device: str | torch.device, reps: int = 5) -> dict[str, float]:
@@ -127,13 +107,13 @@ def time_ops(clouds: int, points: int, device: str | torch.device, reps: int = 5
             "knn_up_k3": _best_of(lambda: knn(coord, sub, 3, offset, sub_off, backend="triton"), device, reps)}
 
 
-ROUNDS = ((16, 16), (32, 16), (32, 32), (32, 64))   # (chunk blocks GC, samples a round PCAP) of the sweep
+ROUNDS = ((16, 16), (32, 16), (32, 32), (32, 64))   # (CHUNK_BLOCKS, ROUND_SAMPLES) of the sweep
 
 
 def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps: int = 3,
                       rounds: tuple[tuple[int, int], ...] = ROUNDS) -> dict[str, dict]:
-    """Seconds of FPS 80k -> 20k per kernel and setting (``rounds`` per (GC, PCAP), the former default
-    ``pruned`` and ``stream``), and whether its samples equal the default's: which to make the default."""
+    """Seconds of FPS 80k -> 20k per kernel and setting (``rounds`` per (CHUNK_BLOCKS, ROUND_SAMPLES), and ``stream``), and
+    whether its samples equal the default's: which to make the default."""
     from pointgeope.model.ops import triton_fps, triton_fps_rounds
 
     device = torch.device(device)
@@ -153,8 +133,7 @@ def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps
             for k, v in saved.items():
                 setattr(triton_fps_rounds, k, v)
 
-    out = {f"rounds_gc{gc}_p{pcap}": row("rounds", GC=gc, PCAP=pcap) for gc, pcap in rounds}
-    out["pruned_b64_w8"] = row("pruned")
+    out = {f"rounds_gc{gc}_p{pcap}": row("rounds", CHUNK_BLOCKS=gc, ROUND_SAMPLES=pcap) for gc, pcap in rounds}
     out["stream"] = row("stream")
     return out
 

@@ -55,7 +55,7 @@ from bench_io import save_json  # noqa: E402
 from bench_model import synthetic_room  # noqa: E402
 from step_profile import profile, sync as _sync  # noqa: E402
 
-from pointgeope.model import PointTransformerSeg, kernels  # noqa: E402
+from pointgeope.model import PointTransformerSeg, kernel_choice  # noqa: E402
 from pointgeope.model.ops import backends, fps  # noqa: E402
 
 AMP = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
@@ -272,7 +272,7 @@ class KernelCase(Case):
         self.kernels = kernels
 
     def step(self, given: bool = True) -> None:
-        with kernels.chosen(self.kernels):
+        with kernel_choice.forced(self.kernels):
             super().step(given)
 
 

@@ -13,7 +13,7 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
                cache on disk keeps them): the timed steps then measure steps, not compilers
     hierarchy  (CUDA) ``bench_hierarchy.py``: the whole hierarchy at 2 and 16 x 80k (Triton, and at 2 the host's
                numba + pykdtree beside it: the same samples and neighbours?), the Triton ops of the first
-               stages alone, the FPS kernels and settings (rounds per chunk and round size, pruned, stream)
+               stages alone, the FPS kernels and settings (rounds per chunk and round size, stream)
                and the kNN settings, each checked equal to the default's
     bench      ``bench_train_step.py``: 2 x 80k points, ``--amp`` (float32 by default, as published), rpe /
                geope / lingeope: the step with the hierarchy given, built in line by the model, and built
@@ -282,8 +282,6 @@ def plan(args: argparse.Namespace) -> list:
 
 def main() -> int:
     args = parse_args()
-    args.train = args.train or os.environ.get("GPU_CHECK_TRAIN") == "1"
-    args.evaluate = args.evaluate or os.environ.get("GPU_CHECK_EVALUATE") == "1"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     py = os.environ.get("PYTHON", sys.executable)
     check = Check(args)

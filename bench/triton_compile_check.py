@@ -42,9 +42,6 @@ ROUNDS_SIG = dict(p_ptr="*fp32", plane="i64", row_ptr="*i64", box_ptr="*fp32", d
                   ids_ptr="*i64", picks_ptr="*fp32", pts_ptr="*fp32", pts_plane="i64", meta_ptr="*i64", out_ptr="*i64")
 STREAM_SIG = dict(p_ptr="*fp32", plane="i64", dist_ptr="*fp32", start_ptr="*i64", size_ptr="*i64", kept_ptr="*i64",
                   out_start_ptr="*i64", out_ptr="*i64")
-PRUNED_SIG = dict(p_ptr="*fp32", plane="i64", row_ptr="*i64", box_ptr="*fp32", dist_ptr="*fp32", bmax_ptr="*fp32",
-                  barg_ptr="*i64", scratch_ptr="*i64", pts_ptr="*fp32", pts_plane="i64", meta_ptr="*i64",
-                  out_ptr="*i64")
 
 
 FUSED = dict(enable_fp_fusion=True)    # fused_attention launches with Triton's default (on, Triton 3.6)
@@ -57,15 +54,12 @@ def ops_cases() -> list[tuple[str, object, dict, dict, dict]]:
             dict(K=k, KP=max(2, triton.next_power_of_2(k)), BQ=triton_knn.BLOCK_Q, BS=triton_knn.BLOCK_S,
                  W=triton_knn.WINDOW, CH=triton_knn.CHUNK, SB=triton_knn.SUPER),
             dict(num_warps=triton_knn.KNN_WARPS)) for k in (3, 8, 16)]
-    nbp = triton.next_power_of_2(-(-80_000 // triton_fps.BLOCK_P))
     r = triton_fps_rounds
     rounds = [(f"fps_rounds_nbp{n}", r._fps_rounds_kernel, ROUNDS_SIG,
-               dict(NBP=n, BP=r.BP, GC=r.GC, PCAP=r.PCAP, G=r.G, PG=r.PG, L=r.LEVELS, TUPLE=True),
+               dict(BLOCK_LANES=n, BLOCK_POINTS=r.BLOCK_POINTS, CHUNK_BLOCKS=r.CHUNK_BLOCKS, ROUND_SAMPLES=r.ROUND_SAMPLES,
+                    UPDATE_BLOCKS=r.UPDATE_BLOCKS, UPDATE_SAMPLES=r.UPDATE_SAMPLES, LEVELS=r.LEVELS, TUPLE=True),
                dict(num_warps=r.WARPS, num_stages=1, **r.MAXNREG)) for n in (2048, 512, 128, 2)]   # 131k .. 65 points
-    return knn + rounds + [("fps_stream", triton_fps._fps_kernel, STREAM_SIG, dict(BLOCK=4096), dict(num_warps=16, num_stages=1)),
-                           ("fps_pruned", triton_fps._fps_pruned_kernel, PRUNED_SIG,
-                            dict(NBP=nbp, BP=triton_fps.BLOCK_P, G=triton_fps.GROUP),
-                            dict(num_warps=triton_fps.PRUNED_WARPS, num_stages=1))]
+    return knn + rounds + [("fps_stream", triton_fps._fps_kernel, STREAM_SIG, dict(BLOCK=4096), dict(num_warps=16, num_stages=1))]
 
 
 def attention_signatures(t: str, acc: str) -> dict:

@@ -31,7 +31,7 @@ by the rotation vector ``k_b tau(p)``, ``k_b`` the *block scale*:
     k_b = pos_scale * w_b / A          (angle phi_b = k_b |tau(p)|; A = 3 for point clouds)
 
 the one convention of the code: every kernel (here, ``pointgeope/model/rotation.py``, ``linear_rotation.py``,
-``compiled.py``) takes ``block_scale`` ``(n,)`` holding ``k_b`` (``BlockScale``) and turns block ``b`` by the
+``geope_pairs.py``) takes ``block_scale`` ``(n,)`` holding ``k_b`` (``BlockScale``) and turns block ``b`` by the
 angle ``k_b |p|`` (or ``k_b |p_j - p_i|``); the cross and dot products with ``tau(p)`` are shared by the blocks.
 
 **Relative use.** Standard GeoPE applies ``R(t(p))``; in attention the key is taken into the query's
@@ -43,7 +43,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "apply_geope", "relative_geope", "frequencies",
+__all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "unit_axis", "apply_geope", "relative_geope", "frequencies",
            "BlockScale", "GeoPE"]
 
 # Below this phi^2 the Taylor series are used; the first dropped term is below 1e-15 there.
@@ -136,6 +136,15 @@ def _rodrigues_formula(v: Tensor, axis: Tensor, block_scale: Tensor) -> Tensor:
     return cos * v + (sinc * block_scale) * cross + (versc * block_scale * block_scale * dot) * axis
 
 
+def unit_axis(axis: Tensor) -> tuple[Tensor, Tensor]:
+    """``(u, |a|)``: the rotation axis ``u = a / |a|`` of ``axis (..., 3)`` and its norm ``(..., 1)``; at
+    ``a = 0``, ``u = 0`` exactly, so that Rodrigues' ``R v = cos(phi) v + sin(phi) (u x v) + (1 - cos(phi))
+    (u . v) u`` is the identity there with no series (the rule of every per-component Rodrigues kernel:
+    here, ``linear_rotation._turn_planes``, ``geope_pairs.rodrigues_rows``)."""
+    radius = axis.norm(dim=-1, keepdim=True)
+    return axis / radius.clamp_min(torch.finfo(axis.dtype).tiny), radius
+
+
 @torch.no_grad()
 def _rodrigues_no_grad(v: Tensor, axis: Tensor, block_scale: Tensor, out: Tensor | None = None) -> Tensor:
     """The same rotation written per component for speed (no autograd): with ``u = a / |a|`` and
@@ -147,8 +156,8 @@ def _rodrigues_no_grad(v: Tensor, axis: Tensor, block_scale: Tensor, out: Tensor
     ``out`` (e.g. a strided view of a larger buffer). Angles are computed in ``axis``'s dtype (keep it
     float32 or wider: phases reach hundreds of radians), products in ``v``'s.
     """
-    radius = axis.norm(dim=-1, keepdim=True)
-    u = (axis / radius.clamp_min(torch.finfo(axis.dtype).tiny)).to(v.dtype)
+    u, radius = unit_axis(axis)
+    u = u.to(v.dtype)
     phi = (radius * block_scale).squeeze(-1)                              # (..., n)
     cos, sin = phi.cos().to(v.dtype), phi.sin().to(v.dtype)
     ux, uy, uz = u.unbind(-1)                                             # (..., 1) each

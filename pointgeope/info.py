@@ -51,17 +51,16 @@ def print_info() -> None:
 
     cuda = backends.summary("cuda") + ("" if torch.cuda.is_available() else " (no CUDA device here)")
     print("ops backends: " + backends.summary("cpu") + "; " + cuda)
-    from pointgeope.model import compiled
+    from pointgeope.model import geope_pairs
 
-    print(f"GeoPE pair kernels: {compiled.status()}")
+    print(f"GeoPE pair kernels: {geope_pairs.status()}")
     from pointgeope.model import kernels
 
     print(f"Triton kernels (point ops, attention): {kernels.status()}")
-    from pointgeope.engine.build import hierarchy_place
     from pointgeope.engine.config import Config
+    from pointgeope.engine.placement import hierarchy_place
 
-    devices = ("cpu", "cuda")       # cuda's choice is the one a CUDA machine with these packages makes
-    places = "; ".join(f"on {d} {'in the data loader (cpu backends)' if place == 'loader' else 'in the model'} ({why})"
-                       for d in devices for place, why in [hierarchy_place(Config(), torch.device(d))])
-    print(f"point hierarchy (FPS, kNN, 3-NN): training (data.hierarchy: auto) builds it {places}; "
-          "evaluation and model(coord, feat, offset) build it in the model (backends of its device)")
+    # data.hierarchy: auto on each device (cuda's: the choice a CUDA machine with these packages makes)
+    for stage, evaluation in (("training", False), ("evaluate, predict", True)):
+        for d in ("cpu", "cuda"):
+            print(f"{stage} on {d}: {hierarchy_place(Config(), torch.device(d), evaluation=evaluation).line()}")

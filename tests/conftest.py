@@ -27,6 +27,17 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+@pytest.fixture
+def kernel_failures_forgotten():
+    """No Triton kernel failure recorded when the test starts, nor after it ends, whether it passed or not
+    (a test that makes a kernel fail and stops partway would otherwise hand the torch path to later tests)."""
+    from pointgeope.model import kernels
+
+    kernels.reset()
+    yield kernels
+    kernels.reset()
+
+
 @pytest.fixture(scope="session")
 def geope_vectors_path() -> Path:
     return FIXTURES / "geope_vectors.json"

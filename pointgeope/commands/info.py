@@ -30,7 +30,7 @@ def main(args: argparse.Namespace) -> int:
     from pointgeope.model.kernel_check import check_kernels, format_table, passed
 
     device = choose_device(args.device, option="--device")
-    if device.type == "cpu" and not kernels.interpreted():
+    if not kernels.runs_on(device):
         raise UserError("--check: the Triton kernels run on CUDA, and there is no CUDA device here (or --device "
                         "cpu); on the CPU only in Triton's interpreter, for tests: TRITON_INTERPRET=1")
     rows = check_kernels(device)

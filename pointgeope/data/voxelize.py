@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pointgeope.data.radix import sort_nonnegative
+from pointgeope.radix import sort_nonnegative
 
 # FNV-1a, 64 bit: offset basis and prime.
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)

@@ -21,7 +21,7 @@ from pointgeope.data.loader import make_loader
 from pointgeope.data.transforms import ToData, s3dis_train_transform
 from pointgeope.engine.config import Config, ConfigError
 from pointgeope.engine.distributed import DistEnv
-from pointgeope.model.ops import backends
+from pointgeope.engine.placement import HierarchyPlace
 
 
 def model(cfg: Config) -> torch.nn.Module:
@@ -94,49 +94,17 @@ class AttachHierarchy:
         return batch
 
 
-DEVICE_KERNELS = ("triton",)   # point-op backends fast enough on the device to build the hierarchy per step
-
-
-def hierarchy_place(cfg: Config, device: torch.device, spec=None) -> tuple[str, str]:
-    """Where the training batches get their point hierarchy, ``"loader"`` or ``"device"``, and why.
-
-    ``data.hierarchy: loader`` builds it in the loader's CPU workers (``AttachHierarchy``), ``device`` on the
-    training device: beside the step on CUDA (:class:`~pointgeope.engine.ahead.HierarchyAhead`), in the model
-    elsewhere. ``auto`` is ``device`` when the device's default FPS and kNN backends are both kernels of
-    :data:`DEVICE_KERNELS` (the Triton kernels on CUDA) and, given the model's ``spec``, they ran there: a
-    hierarchy of two small clouds is built once on the device (a kernel that fails falls back,
-    ``pointgeope.model.kernels``, and training then takes the loader rather than a slow in-model path);
-    else ``loader`` (the CPU, or a GPU whose FPS would go through the host)."""
-    if cfg.data.hierarchy != "auto":
-        return cfg.data.hierarchy, "data.hierarchy"
-    fps, knn = backends.fps_backend(device), backends.knn_backend(device)
-    if device.type == "cpu" or fps not in DEVICE_KERNELS or knn not in DEVICE_KERNELS:
-        return "loader", f"auto: the {device.type} defaults fps={fps}, knn={knn} are not device kernels"
-    if spec is not None and not device_kernels_run(spec, device):
-        return "loader", (f"auto: the {device.type} point kernels failed here and fell back "
-                          f"(fps={backends.fps_backend(device)}, knn={backends.knn_backend(device)})")
-    return "device", f"auto: the {device.type} kernels fps={fps}, knn={knn}"
-
-
-def device_kernels_run(spec, device: torch.device, points: int = 4096) -> bool:
-    """Build the hierarchy of two small random clouds (``points`` in all) with ``spec`` on ``device``;
-    whether the default FPS and kNN backends there are still device kernels afterwards (none fell back)."""
-    g = torch.Generator().manual_seed(0)
-    coord = (torch.rand(points, 3, generator=g) * 4).to(device)
-    spec(coord, [points // 2, points])
-    return backends.fps_backend(device) in DEVICE_KERNELS and backends.knn_backend(device) in DEVICE_KERNELS
-
-
 def train_loader(cfg: Config, dataset: S3DISTrain, sampler: ResumableSampler, env: DistEnv, net: torch.nn.Module,
-                 place: str):
-    """Batches for ``net`` (a ``PointTransformerSeg``), each carrying its point hierarchy: built in the
-    loader's workers (``AttachHierarchy``) where ``place`` (:func:`hierarchy_place`) is ``"loader"``, beside
-    the step on CUDA (``HierarchyAhead``: device batches, one ahead), else none (the model builds it)."""
-    in_loader = place == "loader"
+                 place: HierarchyPlace):
+    """Batches for ``net`` (a ``PointTransformerSeg``), each carrying its point hierarchy where ``place``
+    (:func:`~pointgeope.engine.placement.hierarchy_place`) says: built in the loader's workers
+    (``AttachHierarchy``), beside the step on CUDA (``HierarchyAhead``: device batches, one ahead), else
+    none (the model builds it)."""
+    in_loader = place.where == "loader"
     loader = make_loader(dataset, per_rank_batch(cfg, env), sampler=sampler, num_workers=cfg.data.num_workers,
                          seed=cfg.train.seed, drop_last=True, pin_memory=env.device.type == "cuda",
                          batch_transform=AttachHierarchy(net.hierarchy_spec) if in_loader else None)
-    if place == "device" and env.device.type == "cuda":
+    if place.where == "beside":
         from pointgeope.engine.ahead import HierarchyAhead
 
         return HierarchyAhead(loader, net.hierarchy_spec, env.device)

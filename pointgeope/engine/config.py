@@ -55,9 +55,10 @@ class DataConfig:
     height: bool = False                    # append the normalised height to the features (7 channels)
     color: bool = True                      # rgb features; false: geometry only, [xyz] (3 channels)
     cache: bool = False                     # each loader worker keeps the rooms it read in memory
-    hierarchy: Literal["auto", "device", "loader"] = "auto"  # where a training batch's point hierarchy is
-    #                                         built: in the loader's CPU workers or by the model on the device;
-    #                                         auto: device on CUDA with the Triton kernels, else loader
+    hierarchy: Literal["auto", "beside", "loader", "device"] = "auto"  # where a batch's point hierarchy is built
+    #                                         (train, evaluate, predict): on the host where batches are made, or
+    #                                         beside the step on CUDA (elsewhere by the model); device: beside's
+    #                                         former name; auto: engine/placement.py
 
 
 @dataclass

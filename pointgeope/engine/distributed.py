@@ -42,9 +42,10 @@ def choose_device(preference: str, local_rank: int = 0, option: str = "train.dev
     ``auto`` is ``cuda:<local_rank>`` when CUDA is available, else the CPU; ``cuda`` is
     ``cuda:<local_rank>``. A :class:`DeviceError` for a name outside
     :data:`~pointgeope.engine.config_values.DEVICES` or a GPU this machine does not have; a
-    ``KernelChoiceError`` for a ``POINTGEOPE_KERNELS`` that names no path, or Triton where it cannot run."""
+    ``KernelChoiceError`` for a kernel switch with a value it does not take (``kernel_choice``), or Triton
+    where it cannot run."""
     device = _device(preference, local_rank, option)
-    kernels.check_runnable(device)            # POINTGEOPE_KERNELS: a path, and one that runs here
+    kernels.check_runnable(device)            # the kernel switches: valid, and a path that runs here
     return device
 
 

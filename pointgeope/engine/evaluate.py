@@ -19,8 +19,9 @@ summed scores of its voxel (:func:`pointgeope.data.fragments.fill_from_voxels`).
 The network never sees more than ``max(voxel_max, batch_points)`` points at once and fragments are made
 one at a time, so peak memory is set by the fragment size plus the ``N x C`` score buffer, not by the
 room (``bench/bench_evaluate.py``). The pieces of the next batch are cut and stacked by a background
-thread while a batch runs (:func:`pipelined`), their point hierarchy built by the model on the device
-(on the CPU: by that thread); :mod:`pointgeope.engine.vote_batches` runs the batches.
+thread while a batch runs (:func:`~pointgeope.engine.placement.pipelined`), their point hierarchy built where
+:func:`~pointgeope.engine.placement.hierarchy_place` says (``data.hierarchy``; by default beside the forward on
+CUDA, by that thread on the CPU); :mod:`pointgeope.engine.vote_batches` runs the batches.
 
 Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (layout in :mod:`pointgeope.h5`),
 then ``RUN/area_K/metrics.json``, with ``"complete": true`` once the fold has trained all its
@@ -33,7 +34,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import re
 import sys
 import time
@@ -53,8 +53,8 @@ from pointgeope.data.dataset import room_sample
 from pointgeope.data.folds import load_folds
 from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
 from pointgeope.data.transforms import ToData
-from pointgeope.engine import build, distributed
-from pointgeope.engine.ahead import indexed
+from pointgeope.engine import build, distributed, placement
+from pointgeope.engine.ahead import with_index
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.prefetch import Prefetch
 from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, stack
@@ -130,36 +130,15 @@ def _room_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, l
 
 
 def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, limit: int, spec,
-                  device: torch.device, layout: _Layout, show_progress: bool) -> Iterator[PieceBatch]:
+                  device: torch.device, beside: bool, layout: _Layout, show_progress: bool) -> Iterator[PieceBatch]:
     """The room's pieces (:func:`_room_pieces`) packed in their order into batches of at most ``limit``
-    points (:func:`~pointgeope.engine.vote_batches.packed`), with their hierarchy by ``spec`` unless None
-    (on CUDA made on the device, beside the forward of the batch before: ``vote_batches.stack``)."""
+    points (:func:`~pointgeope.engine.vote_batches.packed`), with their hierarchy by ``spec`` unless None:
+    on the host, or with ``beside`` on the CUDA device beside the forward of the batch before
+    (``vote_batches.stack``)."""
     pin = device.type == "cuda"
     pieces = _room_pieces(coord, color, cfg, seed, layout, show_progress)
     for group in packed(pieces, lambda piece: piece[0].shape[0], limit):
-        yield stack(group, spec, pin, device)
-
-
-def pipelined(device: torch.device) -> bool:
-    """Whether a background thread makes the pieces while the forward runs: always beside an accelerator;
-    on the CPU only when torch leaves a core free (its OpenMP threads wait for each other at every
-    parallel region, so a thread that takes one of their cores can stall the forward); otherwise pieces
-    and forwards take turns, as before. ``bench/results/bench_evaluate_cpu_*.json``: at 1 thread on 2
-    cores the thread ran the bench room's test in 0.67x the time; at 2 threads the variants were within
-    the noise of a shared machine."""
-    if device.type != "cpu":
-        return True
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return torch.get_num_threads() < cores
-
-
-def beside_hierarchy(model, device: torch.device):
-    """The hierarchy builder that the background thread runs beside the forward, or None (the model
-    builds it in line): on CUDA the device's kernels on a side stream; on the CPU, where the CPU libraries
-    build it in any case, the thread when there is one (:func:`pipelined`)."""
-    if device.type == "cpu" and not pipelined(device):
-        return None
-    return getattr(model, "hierarchy_spec", None)
+        yield stack(group, spec, pin, device if beside else None)
 
 
 @torch.inference_mode()
@@ -169,7 +148,8 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
 
     A background thread (:class:`~pointgeope.engine.prefetch.Prefetch`) cuts the room into pieces and
     stacks them into batches while the previous batch runs, so the device never waits for them
-    (on the CPU when a core is free, :func:`pipelined`).
+    (on the CPU when a core is free, :func:`~pointgeope.engine.placement.pipelined`); their hierarchy is
+    built where :func:`~pointgeope.engine.placement.hierarchy_place` says.
 
     Args:
         model: the segmentation network (in eval mode), ``model(coord, feat, offset) -> (M, C)`` logits.
@@ -178,14 +158,17 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
         seed: seeds the within-voxel shuffles and the crop seeds (the result is a function of it).
         show_progress: a bar over the fragments (on a terminal).
     """
-    device = indexed(device)       # the producer thread runs on this device, not on its own current one
+    device = with_index(device)    # the producer thread runs on this device, not on its own current one
     n = coord.shape[0]
     scores = np.zeros((n, cfg.model.num_classes), dtype=np.float32)
     votes = np.zeros(n, dtype=np.int32)
     sink, layout = VoteSink(model, scores, votes, cfg, device), _Layout()
-    batches = _room_batches(coord, color, cfg, seed, batch_points(cfg, device), beside_hierarchy(model, device),
-                            device, layout, show_progress)
-    ahead = Prefetch(batches, depth=2, name="vote_room batches") if pipelined(device) else contextlib.nullcontext(batches)
+    place = placement.hierarchy_place(cfg, device, evaluation=True)
+    spec = None if place.where == "model" else getattr(model, "hierarchy_spec", None)
+    batches = _room_batches(coord, color, cfg, seed, batch_points(cfg, device), spec, device, place.where == "beside",
+                            layout, show_progress)
+    thread = placement.pipelined(device)
+    ahead = Prefetch(batches, depth=2, name="vote_room batches") if thread else contextlib.nullcontext(batches)
     with ahead as ready:
         for batch in ready:
             sink.add(batch)
@@ -292,6 +275,8 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     model = build.model(cfg).to(env.device)
     load_model_state(model, ckpt["model"], ckpt_path)
     trained = fold_progress(ckpt_path, ckpt)[0]
+    if env.is_main:
+        log(placement.hierarchy_place(cfg, env.device, evaluation=True).line())
     t0 = time.perf_counter()
     mine = predict_areas(model, cfg, areas, env, progress_desc=f"evaluate {', '.join(areas)}")
     if env.distributed:

@@ -32,6 +32,7 @@ from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, override_key
 from pointgeope.engine.distributed import apply_threads, choose_device
 from pointgeope.engine.evaluate import room_seed, vote_room
+from pointgeope.engine.placement import hierarchy_place
 from pointgeope.errors import UserError
 from pointgeope.scans.scan import Scan, ScanError
 from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
@@ -317,6 +318,7 @@ def predict_scans(args) -> int:
     writable_folder(args.out, "--out folder")
     print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
           f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
+    print(hierarchy_place(predictor.cfg, predictor.device, evaluation=True).line(), flush=True)
     with folder_lock(args.out):
         done = _predict_all(predictor, refs, args, errors)
     print(f"predicted {done} of {done + len(errors)} input(s) into {args.out}"

@@ -9,12 +9,15 @@ memory stays bounded)::
 
 An exception of the producer is raised again in the consumer, with its traceback, where the next item
 would have come; leaving the ``with`` block (normally, on an error of the consumer or on
-``KeyboardInterrupt``) stops the producer after the item it is making and joins the thread. The
+``KeyboardInterrupt``) stops the producer after the item it is making and joins the thread. The producer
+runs in a copy of the context that made the ``Prefetch`` (``contextvars``): a kernel choice forced there
+(``kernel_choice.forced``) holds in the thread too. The
 producer holds the GIL only in Python code: numpy, torch and the KD-tree/FPS libraries run beside
 the consumer's torch ops.
 """
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 from collections.abc import Iterable, Iterator
@@ -34,7 +37,8 @@ class Prefetch(Generic[T]):
             raise ValueError(f"expected a prefetch depth >= 1, got {depth}")
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._produce, args=(source,), name=name, daemon=True)
+        context = contextvars.copy_context()     # the producer sees the creator's context (its kernel choice)
+        self._thread = threading.Thread(target=context.run, args=(self._produce, source), name=name, daemon=True)
         self._thread.start()
 
     def _put(self, message: tuple) -> bool:

@@ -46,6 +46,7 @@ from pointgeope.engine.checkpoint import (checkpoint_config, config_differences,
                                           load_checkpoint, prediction_metadata)
 from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
+from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
@@ -100,7 +101,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     model = build.model(cfg).to(device)
     dataset = build.train_dataset(cfg, train_areas)
     sampler = build.ResumableSampler(dataset, env, seed=cfg.train.seed)
-    place, why = build.hierarchy_place(cfg, device, model.hierarchy_spec)
+    place = hierarchy_place(cfg, device, model.hierarchy_spec)
     loader = build.train_loader(cfg, dataset, sampler, env, model, place)
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
@@ -111,7 +112,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     learner = Learner(model, optimizer, scheduler, build.grad_scaler(cfg, device))
     log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, pe={cfg.model.pe}; "
         f"{len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
-    log_hierarchy(log, place, why, device)
+    log(place.line())
+    log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
 
     # Every checkpoint carries what `pointgeope predict` needs (the spacing checks a scan's units).
     resolved = config_to_dict(cfg)
@@ -143,14 +145,6 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     return metrics
 
 
-def log_hierarchy(log, place: str, why: str, device: torch.device) -> None:
-    """Where the training batches' point hierarchy is built, and the FPS rule of every place."""
-    where = ("in the loader workers" if place == "loader" else f"beside the step on {device} (a second stream)"
-             if device.type == "cuda" else f"by the model on {device}")
-    log(f"point hierarchy: built {where} (data.hierarchy={place}; {why})")
-    log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
-
-
 def tensorboard(run: Path, cfg: Config, step: int):
     """The fold's TensorBoard writer (from ``step``: it drops what a killed run logged later) and its
     validation clouds."""
@@ -173,7 +167,7 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, net:
     for batch in bar:
         batch = batch.to(device)
         with build.autocast(cfg, device):
-            # the loader's hierarchy, or None: the model builds it on the device (build.hierarchy_place)
+            # the loader's hierarchy, or None: the model builds it on the device (placement.hierarchy_place)
             logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None))
         loss = F.cross_entropy(logits.float(), batch.y, ignore_index=cfg.train.ignore_index)
         loss_value = loss.item()  # the step's one host sync

@@ -19,7 +19,7 @@ import torch
 from torch_geometric.data import Data
 
 from pointgeope.engine import build
-from pointgeope.engine.ahead import beside, hand_over
+from pointgeope.engine.ahead import copy_and_build, wait_for_side_stream
 from pointgeope.engine.config import Config
 from pointgeope.model.ops.hierarchy import PointHierarchy
 
@@ -51,7 +51,7 @@ class PieceBatch(NamedTuple):
     """Pieces stacked for one forward: the room ``index`` of each piece, ``pos (M, 3)``, ``x (M, in)``,
     ``offset (B,)`` cumulative sizes (host), and their ``hierarchy`` when it was built beside the forward;
     on CUDA ``pos``, ``x`` and the hierarchy may already be on the device, made on a side stream until
-    ``event`` (``engine.ahead.beside``)."""
+    ``event`` (``engine.ahead.copy_and_build``)."""
 
     index: list[np.ndarray]
     pos: torch.Tensor
@@ -63,7 +63,7 @@ class PieceBatch(NamedTuple):
 
 def stack(pieces: list[tuple[np.ndarray, Data]], spec, pin: bool, device: torch.device | None = None) -> PieceBatch:
     """One batch of ``pieces``, pinned for the copy with ``pin``; with ``spec`` its hierarchy: on the host,
-    or with a CUDA ``device`` copied there and built on this thread's side stream (``ahead.beside``)."""
+    or with a CUDA ``device`` copied there and built on this thread's side stream (``ahead.copy_and_build``)."""
     pos = torch.cat([data.pos for _, data in pieces])
     x = torch.cat([data.x for _, data in pieces])
     offset = torch.from_numpy(np.cumsum([index.shape[0] for index, _ in pieces]))
@@ -71,11 +71,9 @@ def stack(pieces: list[tuple[np.ndarray, Data]], spec, pin: bool, device: torch.
     if pin:
         pos, x = pos.pin_memory(), x.pin_memory()
     if spec is not None and device is not None and device.type == "cuda":
-        def made():
-            on_device = pos.to(device, non_blocking=True), x.to(device, non_blocking=True)
-            return (*on_device, spec(on_device[0], offset.tolist()))
-
-        (pos, x, hierarchy), event = beside(made, device)
+        (pos, x), hierarchy, event = copy_and_build(lambda: (pos.to(device, non_blocking=True),
+                                                             x.to(device, non_blocking=True)),
+                                                    lambda copied: copied[0], spec, offset.tolist(), device)
         return PieceBatch(index, pos, x, offset, hierarchy, event)
     return PieceBatch(index, pos, x, offset, spec(pos, offset) if spec is not None else None)
 
@@ -119,7 +117,7 @@ class VoteSink:
 
     def add(self, batch: PieceBatch) -> None:
         if batch.event is not None:                   # made on a side stream: this stream waits for it
-            hand_over(batch.event, [batch.pos, batch.x], batch.hierarchy, self.device)
+            wait_for_side_stream(batch.event, [batch.pos, batch.x], batch.hierarchy, self.device)
             batch = batch._replace(event=None)
         for part in split(batch, self.limit) if self.limit else [batch]:
             try:

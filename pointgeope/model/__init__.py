@@ -1,6 +1,7 @@
 """Point Transformer with GeoPE vector attention: point ops, attention layer, segmentation network.
 
-Imports only torch, ``pointgeope.geope`` and ``pointgeope.constants`` (never the data code).
+Imports only torch, Triton (where it imports) and the package's shared top-level modules (``geope``,
+``constants``, ``errors``, ``radix``), never the data code.
 """
 from pointgeope.model.attention import PRESETS, PointTransformerLayer, PositionalEncoding
 from pointgeope.model.config import ModelConfig

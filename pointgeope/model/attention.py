@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from pointgeope.geope import BlockScale
 from pointgeope.model import fused_attention
 from pointgeope.model.ape import absolute_features
+from pointgeope.model.attention_reference import grouped_sum
 from pointgeope.model.ops import gather
 from pointgeope.model.linear_rotation import relative_frame
 from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_frequencies, pair_frame,
@@ -295,9 +296,7 @@ class PointTransformerLayer(nn.Module):
             value = self._rotated(value, coord, idx, disp, tables)
         else:
             value = gather(value, idx)
-        # y[i, g*(C/s) + h] = sum_j value[i, j, g*(C/s) + h] * weight[i, j, h]
-        out = torch.einsum("nkgh,nkh->ngh", value.view(n, k, self.share_planes, c // self.share_planes), weight)
-        return out.reshape(n, c)
+        return grouped_sum(value, weight, self.share_planes)                   # (N, C)
 
     def extra_repr(self) -> str:
         return (f"channels={self.channels}, share_planes={self.share_planes}, neighbours={self.neighbours}, "

@@ -19,7 +19,7 @@ not deterministic, as with torch's ``index_add_`` on CUDA). Inputs may be float3
 Which path runs is :mod:`pointgeope.model.kernels`' decision (``POINTGEOPE_KERNELS``; unset: Triton on CUDA, torch
 on the CPU, whose torch kernels are cache-blocked and measured faster; torch wherever
 ``torch.use_deterministic_algorithms(True)`` asks for reproducible sums): the layer asks :func:`enabled` per op.
-A kernel that fails to compile or launch hands its op to the torch reference of the same formula (``_ref_*``,
+A kernel that fails to compile or launch hands its op to the torch reference of the same formula (``attention_reference.ref_*``,
 autograd through torch ops), forward or backward, and the op stays on torch for the rest of the process.
 
 What is fused, per preset: ``rpe``, ``none``, ``ape`` (rotation ``none``): relation and aggregation; ``geope``,
@@ -28,43 +28,37 @@ What is fused, per preset: ``rpe``, ``none``, ``ape`` (rotation ``none``): relat
 aggregation; ``lingeope``, ``lingeope+rpe`` with fixed frequencies: relation (``linear_relation``: Rodrigues
 per pair and block) and aggregation; ``rope3d``, ``rope-mixed`` and learnable GeoPE frequencies: the
 aggregation only, their relations stay on today's kernels (``rope.py``, ``rotation.py``,
-``linear_rotation.py``; compiled on CUDA by ``compiled.py``), as does a ``geope`` value term (then nothing is
+``linear_rotation.py``; compiled on CUDA by ``geope_pairs.py``), as does a ``geope`` value term (then nothing is
 fused after the weight MLP).
 """
 from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 from collections.abc import Callable
 from types import ModuleType
 
 import torch
 from torch import Tensor
 
-from pointgeope.model import compiled
-from pointgeope.model import kernels as kernels_choice
+from pointgeope.model import kernels
+from pointgeope.model.attention_reference import (acc_dtype, out_dtype, ref_aggregate, ref_frame, ref_linear,
+                                                  ref_relation, torch_grads)
+from pointgeope.model.kernel_choice import current
 from pointgeope.model.rotation import apply_shifted
 
-__all__ = ["OPS", "enabled", "status", "kernels", "relation", "frame_relation", "linear_relation", "aggregate"]
-
-OPS = ("relation", "frame_relation", "linear_relation", "aggregate")
+__all__ = ["enabled", "triton_kernels", "relation", "frame_relation", "linear_relation", "aggregate", "KERNELS"]
 
 
 def enabled(op: str, device: torch.device) -> bool:
-    """Whether the fused ``op`` (one of :data:`OPS`) runs in Triton for tensors on ``device``."""
-    return kernels_choice.use_triton(op, device, atomics=True)
+    """Whether the fused ``op`` (a name of :data:`KERNELS`) runs in Triton for tensors on ``device``."""
+    return KERNELS[op].enabled(device)
 
 
-def status() -> str:
-    """One line for ``pointgeope info``."""
-    return kernels_choice.status()
-
-
-def kernels() -> ModuleType:
+def triton_kernels() -> ModuleType:
     """``triton_attention``, its kernels decorated in the mode ``TRITON_INTERPRET`` asks for now."""
     module = importlib.import_module("pointgeope.model.triton_attention")
-    if module.INTERPRET != (os.environ.get("TRITON_INTERPRET", "0") == "1"):
+    if module.INTERPRET != current().interpret:
         module = importlib.reload(module)
     return module
 
@@ -81,71 +75,26 @@ def tiles(op: str, k: int, width: int, backward: bool = False, f64: bool = False
     budget = (2048 if op == "linear_relation" else 4096) // (4 if backward and op == "aggregate" else
                                                               2 if backward and op == "linear_relation" else 1)
     budget //= 2 if f64 else 1
-    block_k, block_w = _pow2(k), _pow2(width)
+    import triton
+
+    block_k, block_w = triton.next_power_of_2(k), triton.next_power_of_2(width)
     return max(1, min(64, budget // (block_k * block_w))), block_k, block_w
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
+def _launch(kernel, grid: list[tuple[int, int]], *args, device: torch.device, **meta) -> None:
+    """``kernel`` on the grid of ``ceil(size / block)`` programs per ``(size, block)`` of ``grid``."""
+    import triton
 
-
-def _launch(kernel, grid, *args, device: torch.device, **meta) -> None:
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-        kernel[grid](*args, num_warps=WARPS, **meta)
-
-
-def _out_dtype(*tensors: Tensor | None) -> torch.dtype:
-    """The promoted dtype of the given tensors (``None`` skipped), the output's."""
-    dtypes = [t.dtype for t in tensors if t is not None]
-    out = dtypes[0]
-    for dtype in dtypes[1:]:
-        out = torch.promote_types(out, dtype)
-    return out
-
-
-def _acc_dtype(*tensors: Tensor | None) -> torch.dtype:
-    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
-
-
-# --- the torch references: the same formulas with torch ops, for a kernel that fails -------------------------
-
-def _ref_aggregate(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None, share_planes: int) -> Tensor:
-    (n, k), acc = idx.shape, _acc_dtype(w, v, delta)
-    value = (v[idx] if delta is None else v[idx] + delta).to(acc)
-    weight = torch.softmax(w.to(acc), dim=1)
-    out = torch.einsum("nkgh,nkh->ngh", value.view(n, k, share_planes, -1), weight)
-    return out.reshape(n, -1).to(_out_dtype(v, delta))
-
-
-def _ref_relation(key: Tensor, idx: Tensor, q: Tensor, delta: Tensor | None) -> Tensor:
-    out = key[idx] - q.unsqueeze(1)
-    return (out if delta is None else out + delta).to(_out_dtype(key, q, delta))
-
-
-def _ref_frame(x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Tensor | None) -> Tensor:
-    out = compiled.frame_pairs(apply_shifted(x, tables), idx, tables, q)
-    return (out if delta is None else out + delta).to(_out_dtype(x, q, delta))
-
-
-def _ref_linear(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, q: Tensor, delta: Tensor | None) -> Tensor:
-    work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    out = compiled.relative_pairs(x, idx, disp.to(work), block_scale.to(work), q)
-    return (out if delta is None else out + delta).to(_out_dtype(x, q, delta))
+        kernel[tuple(triton.cdiv(size, block) for size, block in grid)](*args, num_warps=WARPS, **meta)
 
 
 def _guarded_backward(op: str, device: torch.device, kernel: Callable[[], tuple], ref: Callable[..., Tensor],
                       inputs: list[Tensor | None], needs: list[bool], grad: Tensor) -> tuple:
-    """The Triton backward ``kernel()`` (``kernels.run``); where ``op`` no longer runs in Triton, or if it fails
-    now, the gradients of ``ref(*inputs)`` for the inputs flagged in ``needs``, by autograd."""
-    return kernels_choice.run(op, device, kernel, lambda: _torch_grads(ref, inputs, needs, grad), atomics=True)
-
-
-def _torch_grads(ref: Callable[..., Tensor], inputs: list[Tensor | None], needs: list[bool], grad: Tensor) -> tuple:
-    with torch.enable_grad():
-        leaves = [x.detach().requires_grad_(n) if x is not None and n else x for x, n in zip(inputs, needs)]
-        wanted = [x for x, n in zip(leaves, needs) if x is not None and n]
-        grads = iter(torch.autograd.grad(ref(*leaves), wanted, grad) if wanted else ())
-    return tuple(next(grads) if x is not None and n else None for x, n in zip(leaves, needs))
+    """The Triton backward ``kernel()`` under ``op``'s entry in :mod:`pointgeope.model.kernels`; where ``op``
+    no longer runs in Triton, or if it fails now, the gradients of ``ref(*inputs)`` for the inputs flagged
+    in ``needs``, by autograd."""
+    return KERNELS[op].dispatch(device, kernel, lambda: torch_grads(ref, inputs, needs, grad))
 
 
 class _Aggregate(torch.autograd.Function):
@@ -158,10 +107,10 @@ class _Aggregate(torch.autograd.Function):
         ctx.save_for_backward(w, v, idx, delta)
         ctx.share_planes = share_planes
         (n, k), c = idx.shape, v.shape[1]
-        y = torch.empty(n, c, dtype=_out_dtype(v, delta), device=v.device)
-        f64 = _acc_dtype(w, v, delta) == torch.float64
+        y = torch.empty(n, c, dtype=out_dtype(v, delta), device=v.device)
+        f64 = acc_dtype(w, v, delta) == torch.float64
         bm, bk, bg = tiles("aggregate", k, c // share_planes, f64=f64)
-        _launch(kernels().aggregate_forward, (_cdiv(n, bm),), w, v, idx, v if delta is None else delta, y,
+        _launch(triton_kernels().aggregate_forward, [(n, bm)], w, v, idx, v if delta is None else delta, y,
                 n, k, c, c // share_planes, S=share_planes, HAS_DELTA=delta is not None, F64=f64,
                 BLOCK_M=bm, BLOCK_K=bk, BLOCK_G=bg, device=v.device)
         return y
@@ -173,7 +122,7 @@ class _Aggregate(torch.autograd.Function):
         needs = [True, ctx.needs_input_grad[1], delta is not None and ctx.needs_input_grad[3]]
         gw, gv, gdelta = _guarded_backward("aggregate", v.device, lambda: _aggregate_backward(w, v, idx, delta, gy, s,
                                                                                                needs),
-                                           lambda a, b, d: _ref_aggregate(a, b, idx, d, s), [w, v, delta], needs, gy)
+                                           lambda a, b, d: ref_aggregate(a, b, idx, d, s), [w, v, delta], needs, gy)
         return gw, gv, None, gdelta, None
 
 
@@ -181,13 +130,13 @@ def _aggregate_backward(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None,
                         needs: list[bool]) -> tuple:
     """``(gw, gv, gdelta)`` of ``aggregate`` by its Triton kernel (``None`` where ``needs`` says no)."""
     (n, k), c = idx.shape, v.shape[1]
-    acc = _acc_dtype(w, v, delta)
+    acc = acc_dtype(w, v, delta)
     _, grad_v, grad_delta = needs
     gw = torch.empty_like(w)
     gv = torch.zeros(v.shape, dtype=acc, device=v.device) if grad_v else gw
     gdelta = torch.empty_like(delta) if grad_delta else gw
     bm, bk, bg = tiles("aggregate", k, c // s, backward=True, f64=acc == torch.float64)
-    _launch(kernels().aggregate_backward, (_cdiv(n, bm),), w, v, idx, v if delta is None else delta,
+    _launch(triton_kernels().aggregate_backward, [(n, bm)], w, v, idx, v if delta is None else delta,
             gy.contiguous(), gw, gv, gdelta, n, k, c, c // s, S=s, HAS_DELTA=delta is not None,
             GRAD_V=grad_v, GRAD_DELTA=grad_delta, F64=acc == torch.float64, BLOCK_M=bm, BLOCK_K=bk,
             BLOCK_G=bg, device=v.device)
@@ -204,11 +153,11 @@ class _Relation(torch.autograd.Function):
         ctx.save_for_backward(idx)
         ctx.rows, ctx.dtypes = key.shape[0], (key.dtype, q.dtype, None if delta is None else delta.dtype)
         (n, k), c = idx.shape, key.shape[1]
-        out = torch.empty(n, k, c, dtype=_out_dtype(key, q, delta), device=key.device)
-        bm, bk, bc = tiles("relation", k, min(c, 64), f64=_acc_dtype(key, q, delta) == torch.float64)
-        _launch(kernels().relation_forward, (_cdiv(n, bm), _cdiv(c, bc)), key, idx, q,
+        out = torch.empty(n, k, c, dtype=out_dtype(key, q, delta), device=key.device)
+        bm, bk, bc = tiles("relation", k, min(c, 64), f64=acc_dtype(key, q, delta) == torch.float64)
+        _launch(triton_kernels().relation_forward, [(n, bm), (c, bc)], key, idx, q,
                 key if delta is None else delta, out, n, k, c, HAS_DELTA=delta is not None,
-                F64=_acc_dtype(key, q, delta) == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_C=bc,
+                F64=acc_dtype(key, q, delta) == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_C=bc,
                 device=key.device)
         return out
 
@@ -221,7 +170,7 @@ class _Relation(torch.autograd.Function):
         like = [g.new_zeros(ctx.rows, c, dtype=key_dtype), g.new_zeros(n, c, dtype=q_dtype),   # linear: values unused
                 None if delta_dtype is None else g.new_zeros(n, k, c, dtype=delta_dtype)]
         gkey, gq, gdelta = _guarded_backward("relation", g.device, lambda: _relation_backward(ctx, idx, g, needs),
-                                             lambda a, b, d: _ref_relation(a, idx, b, d), like, needs, g)
+                                             lambda a, b, d: ref_relation(a, idx, b, d), like, needs, g)
         return gkey, None, gq, gdelta
 
 
@@ -235,7 +184,7 @@ def _relation_backward(ctx, idx: Tensor, g: Tensor, needs: list[bool]) -> tuple:
     gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
     bm, bk, bc = tiles("relation", k, min(c, 64), backward=True, f64=acc == torch.float64)
     if grad_key or grad_q:
-        _launch(kernels().relation_backward, (_cdiv(n, bm), _cdiv(c, bc)), g, idx, gkey, gq,
+        _launch(triton_kernels().relation_backward, [(n, bm), (c, bc)], g, idx, gkey, gq,
                 n, k, c, GRAD_KEY=grad_key, GRAD_Q=grad_q, F64=acc == torch.float64, BLOCK_M=bm,
                 BLOCK_K=bk, BLOCK_C=bc, device=g.device)
     return (gkey.to(key_dtype) if grad_key else None, gq if grad_q else None,
@@ -257,9 +206,9 @@ class _FrameRelation(torch.autograd.Function):
         ctx.dtypes = (x.dtype, q.dtype, None if delta is None else delta.dtype)
         points = apply_shifted(x, tables).contiguous()                          # R_j x_j in the tables' dtype
         (n, k), c = idx.shape, x.shape[1]
-        out = torch.empty(n, k, c, dtype=_out_dtype(x, q, delta), device=x.device)
+        out = torch.empty(n, k, c, dtype=out_dtype(x, q, delta), device=x.device)
         bm, bk, bc = tiles("frame_relation", k, min(c, 64), f64=tables.dtype == torch.float64)
-        _launch(kernels().frame_forward, (_cdiv(n, bm), _cdiv(c, bc)), points, idx, tables, q,
+        _launch(triton_kernels().frame_forward, [(n, bm), (c, bc)], points, idx, tables, q,
                 q if delta is None else delta, out, n, k, c, HAS_DELTA=delta is not None,
                 F64=tables.dtype == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_C=bc, device=x.device)
         return out
@@ -273,7 +222,7 @@ class _FrameRelation(torch.autograd.Function):
         like = [g.new_zeros(tables.shape[1], c, dtype=x_dtype), g.new_zeros(n, c, dtype=q_dtype),  # linear in them
                 None if delta_dtype is None else g.new_zeros(n, k, c, dtype=delta_dtype)]
         gx, gq, gdelta = _guarded_backward("frame_relation", g.device, lambda: _frame_backward(ctx, idx, tables, g, needs),
-                                           lambda a, b, d: _ref_frame(a, idx, tables, b, d), like, needs, g)
+                                           lambda a, b, d: ref_frame(a, idx, tables, b, d), like, needs, g)
         return gx, None, None, gq, gdelta
 
 
@@ -286,7 +235,7 @@ def _frame_backward(ctx, idx: Tensor, tables: Tensor, g: Tensor, needs: list[boo
     gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
     bm, bk, bc = tiles("frame_relation", k, min(c, 64), backward=True, f64=tables.dtype == torch.float64)
     if grad_x or grad_q:
-        _launch(kernels().frame_backward, (_cdiv(n, bm), _cdiv(c, bc)), g, idx, tables, gpoints, gq, n, k, c,
+        _launch(triton_kernels().frame_backward, [(n, bm), (c, bc)], g, idx, tables, gpoints, gq, n, k, c,
                 GRAD_POINTS=grad_x, GRAD_Q=grad_q, F64=tables.dtype == torch.float64, BLOCK_M=bm,
                 BLOCK_K=bk, BLOCK_C=bc, device=g.device)
     gx = apply_shifted(gpoints, tables, transpose=True).to(x_dtype) if grad_x else None   # R_j^T per row
@@ -300,8 +249,7 @@ def frame_relation(x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Ten
     if tables.shape[1] != x.shape[0] or idx.shape[0] != x.shape[0]:
         raise ValueError(f"expected self-attention: tables (5, {x.shape[0]}, C) and idx ({x.shape[0]}, k), got "
                          f"{tuple(tables.shape)} and {tuple(idx.shape)}")
-    return kernels_choice.run("frame_relation", x.device, lambda: _FrameRelation.apply(x, idx, tables, q, delta),
-                              lambda: _ref_frame(x, idx, tables, q, delta), atomics=True)
+    return KERNELS["frame_relation"](x.device, x, idx, tables, q, delta)
 
 
 class _LinearRelation(torch.autograd.Function):
@@ -319,9 +267,9 @@ class _LinearRelation(torch.autograd.Function):
         ctx.save_for_backward(idx, disp, block_scale)
         ctx.rows, ctx.dtypes = x.shape[0], (x.dtype, q.dtype, None if delta is None else delta.dtype)
         (n, k), c, blocks = idx.shape, x.shape[1], block_scale.shape[0]
-        out = torch.empty(n, k, c, dtype=_out_dtype(x, q, delta), device=x.device)
+        out = torch.empty(n, k, c, dtype=out_dtype(x, q, delta), device=x.device)
         bm, bk, bb = tiles("linear_relation", k, min(blocks, 32), f64=work == torch.float64)
-        _launch(kernels().linear_forward, (_cdiv(n, bm), _cdiv(blocks, bb)), x, idx, disp, block_scale, q,
+        _launch(triton_kernels().linear_forward, [(n, bm), (blocks, bb)], x, idx, disp, block_scale, q,
                 q if delta is None else delta, out, n, k, c, blocks, HAS_DELTA=delta is not None,
                 F64=work == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_B=bb, device=x.device)
         return out
@@ -336,7 +284,7 @@ class _LinearRelation(torch.autograd.Function):
                 None if delta_dtype is None else g.new_zeros(n, k, c, dtype=delta_dtype)]
         gx, gq, gdelta = _guarded_backward("linear_relation", g.device,
                                            lambda: _linear_backward(ctx, idx, disp, block_scale, g, needs),
-                                           lambda a, b, d: _ref_linear(a, idx, disp, block_scale, b, d), like, needs, g)
+                                           lambda a, b, d: ref_linear(a, idx, disp, block_scale, b, d), like, needs, g)
         return gx, None, None, None, gq, gdelta
 
 
@@ -349,7 +297,7 @@ def _linear_backward(ctx, idx: Tensor, disp: Tensor, block_scale: Tensor, g: Ten
     gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
     bm, bk, bb = tiles("linear_relation", k, min(blocks, 32), backward=True, f64=disp.dtype == torch.float64)
     if grad_x or grad_q:
-        _launch(kernels().linear_backward, (_cdiv(n, bm), _cdiv(blocks, bb)), g, idx, disp, block_scale, gx, gq,
+        _launch(triton_kernels().linear_backward, [(n, bm), (blocks, bb)], g, idx, disp, block_scale, gx, gq,
                 n, k, c, blocks, GRAD_X=grad_x, GRAD_Q=grad_q, F64=disp.dtype == torch.float64, BLOCK_M=bm,
                 BLOCK_K=bk, BLOCK_B=bb, device=g.device)
     return gx.to(x_dtype) if grad_x else None, gq if grad_q else None, g.to(delta_dtype) if grad_delta else None
@@ -360,20 +308,13 @@ def linear_relation(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, q
     """Linear GeoPE's relation ``R(k_b d_ij) x[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``: ``x (N_s, C)``,
     ``idx (N, k)``, ``disp (N, k, 3)`` (``p_j - p_i``), ``block_scale (n,)`` (``k_b``), constant; the same
     relation as ``linear_rotation.relative_frame``, angles and products in float32 (float64 for float64 x)."""
-    return kernels_choice.run("linear_relation", x.device,
-                              lambda: _LinearRelation.apply(x, idx, disp, block_scale, q, delta),
-                              lambda: _ref_linear(x, idx, disp, block_scale, q, delta), atomics=True)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+    return KERNELS["linear_relation"](x.device, x, idx, disp, block_scale, q, delta)
 
 
 def relation(key: Tensor, idx: Tensor, q: Tensor, delta: Tensor | None = None) -> Tensor:
     """``key[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``, from ``key (N_s, C)``, ``idx (N, k)``,
     ``q (N, C)``, ``delta (N, k, C)`` or ``None``: one Triton kernel forward, one backward."""
-    return kernels_choice.run("relation", key.device, lambda: _Relation.apply(key, idx, q, delta),
-                              lambda: _ref_relation(key, idx, q, delta), atomics=True)
+    return KERNELS["relation"](key.device, key, idx, q, delta)
 
 
 def aggregate(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None, share_planes: int) -> Tensor:
@@ -383,5 +324,20 @@ def aggregate(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None, share_pla
     if v.shape[1] != w.shape[2] * share_planes:
         raise ValueError(f"expected v of {w.shape[2] * share_planes} channels (w's {w.shape[2]} x share_planes "
                          f"{share_planes}), got {v.shape[1]}")
-    return kernels_choice.run("aggregate", v.device, lambda: _Aggregate.apply(w, v, idx, delta, share_planes),
-                              lambda: _ref_aggregate(w, v, idx, delta, share_planes), atomics=True)
+    return KERNELS["aggregate"](v.device, w, v, idx, delta, share_planes)
+
+
+def _check(name: str):
+    """``info --check``'s cases of the attention kernel ``name`` (:mod:`pointgeope.model.kernel_check`)."""
+    def cases(device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
+        from pointgeope.model.kernel_check import attention_cases
+
+        return attention_cases(name, device, pairs)
+    return cases
+
+
+# The fused ops in the kernel registry: Triton forward (whose backward dispatches under the same name) and the
+# torch reference of the same formula; all sum gradients with atomics.
+KERNELS = {name: kernels.register(name, fn, ref, atomics=True, check=_check(name)) for name, fn, ref in (
+    ("relation", _Relation.apply, ref_relation), ("frame_relation", _FrameRelation.apply, ref_frame),
+    ("linear_relation", _LinearRelation.apply, ref_linear), ("aggregate", _Aggregate.apply, ref_aggregate))}

@@ -9,7 +9,8 @@ difference and the kernel's time (median of 3 runs after one that compiles)::
     knn self k=16            triton    0          2.3       (largest |d2| difference; rows that differ)
     aggregate fwd+bwd        triton    2.4e-07    1.9       (outputs and gradients, float32)
 
-Sizes are the S3DIS recipe's on CUDA (an 80,000-point crop, 20,000 points at stride 4, width 64, k = 16,
+The rows are the cases every registered kernel gives (:class:`pointgeope.model.kernels.Kernel`, ``check``),
+kernels by name. Sizes are the S3DIS recipe's on CUDA (an 80,000-point crop, 20,000 points at stride 4, width 64, k = 16,
 share_planes 8) and small under Triton's CPU interpreter (``POINTGEOPE_KERNELS=triton TRITON_INTERPRET=1``).
 """
 from __future__ import annotations
@@ -22,11 +23,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pointgeope.model import fused_attention, kernels
-from pointgeope.model.ops import fps, knn
+from pointgeope.model import kernels
+from pointgeope.model.kernel_choice import forced
+from pointgeope.model.kernels import CheckCase
 from pointgeope.model.rotation import rotation_tables
 
-__all__ = ["CheckRow", "check_kernels", "format_table", "passed"]
+__all__ = ["CheckRow", "check_kernels", "format_table", "passed", "timed", "fps_cases", "knn_cases", "attention_cases"]
 
 # What counts as agreeing with the torch path: FPS and kNN are defined exactly (the torch kNN may pick other
 # rows among ties and near-ties within its float rounding); the attention sums in float32 with atomics.
@@ -40,21 +42,35 @@ class CheckRow:
     max_diff: float
     ms: float
     note: str = ""
+    tolerance: float = 0.0
+
+
+def timed(fn: Callable[[], object], device: torch.device, reps: int, warmup: int = 1) -> tuple[object, list[float]]:
+    """``fn()``'s last result and its wall seconds in each of ``reps`` runs after ``warmup`` untimed ones
+    (which compile), the device's queue waited for before and after each run: the package's one timer
+    (``info --check`` and the ``bench/`` scripts)."""
+    out = None
+    for _ in range(warmup):
+        out = fn()
+    times = []
+    for _ in range(reps):
+        _sync(device)
+        start = time.perf_counter()
+        out = fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return out, times
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _timed(fn: Callable[[], object], device: torch.device, reps: int) -> tuple[object, float]:
     """``fn()``'s result and its median time in ms over ``reps`` runs after a first one (which compiles)."""
-    out = fn()
-    times = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        out = fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return out, statistics.median(times)
+    out, times = timed(fn, device, reps)
+    return out, statistics.median(times) * 1e3
 
 
 def _path(name: str) -> str:
@@ -62,23 +78,36 @@ def _path(name: str) -> str:
     return "triton" if failed is None else f"torch (fell back: {failed})"
 
 
-def _point_rows(device: torch.device, n: int, reps: int) -> list[CheckRow]:
-    """FPS at stride 4 and the kNN of the first transition (self k = 16, down k = 16, up k = 3)."""
+def _crop(device: torch.device, n: int) -> tuple[Tensor, Tensor]:
     g = torch.Generator().manual_seed(0)
     coord = (torch.rand(n, 3, generator=g) * torch.tensor([10.0, 8.0, 3.0])).to(device)
-    off = torch.tensor([n], device=device)
-    (idx, new_off), ms = _timed(lambda: fps(coord, off, 4), device, reps)
-    want, _ = fps(coord, off, 4, backend="torch")
-    rows = [CheckRow(f"fps {n} -> {n // 4}", _path("fps"), float((idx != want).sum()), ms, "differing samples")]
+    return coord, torch.tensor([n], device=device)
+
+
+def fps_cases(device: torch.device, n: int) -> list[CheckCase]:
+    """FPS of an ``n``-point crop at stride 4 (the number of differing samples)."""
+    from pointgeope.model.ops import fps
+
+    coord, off = _crop(device, n)
+    return [CheckCase(f"{n} -> {n // 4}", lambda: fps(coord, off, 4)[0], lambda: fps(coord, off, 4, backend="torch")[0],
+                      lambda got, want: (float((got != want).sum()), "differing samples"), TOLERANCE["fps"])]
+
+
+def knn_cases(device: torch.device, n: int) -> list[CheckCase]:
+    """The kNN of the first transition of an ``n``-point crop: self k = 16, down k = 16, up k = 3."""
+    from pointgeope.model.ops import fps, knn
+
+    coord, off = _crop(device, n)
+    want, new_off = fps(coord, off, 4, backend="torch")
     coarse = coord[want]
-    for label, q, q_off, s, s_off, k in (("self k=16", coarse, new_off, coarse, new_off, 16),
-                                         ("down k=16", coarse, new_off, coord, off, 16),
-                                         ("up k=3", coord, off, coarse, new_off, 3)):
-        (got_i, got_d), ms = _timed(lambda: knn(q, s, k, q_off, s_off), device, reps)
-        ref_i, ref_d = knn(q, s, k, q_off, s_off, backend="torch")
-        rows.append(CheckRow(f"knn {label}", _path("knn"), float((got_d - ref_d).abs().max()), ms,
-                             f"{int((got_i != ref_i).any(1).sum())} rows with other indices (ties)"))
-    return rows
+
+    def compare(got, ref):
+        return (float((got[1] - ref[1]).abs().max()), f"{int((got[0] != ref[0]).any(1).sum())} rows with other "
+                "indices (ties)")
+    return [CheckCase(label, lambda a=args: knn(*a), lambda a=args: knn(*a, backend="torch"), compare, TOLERANCE["knn"])
+            for label, args in (("self k=16", (coarse, coarse, 16, new_off, new_off)),
+                                ("down k=16", (coarse, coord, 16, new_off, off)),
+                                ("up k=3", (coord, coarse, 3, off, new_off)))]
 
 
 def _grads(fn: Callable[..., Tensor], inputs: list[Tensor]) -> list[Tensor]:
@@ -91,8 +120,12 @@ def _grads(fn: Callable[..., Tensor], inputs: list[Tensor]) -> list[Tensor]:
     return [out.detach(), *grads]
 
 
-def _attention_rows(device: torch.device, n: int, reps: int, k: int = 16, c: int = 64, s: int = 8) -> list[CheckRow]:
-    """The four fused ops forward and backward, float32, against their torch references."""
+def attention_cases(name: str, device: torch.device, n: int, k: int = 16, c: int = 64,
+                    s: int = 8) -> list[CheckCase]:
+    """The fused op ``name`` forward and backward, float32, against its torch reference, on ``n`` queries."""
+    from pointgeope.model import fused_attention
+    from pointgeope.model.ops import knn
+
     g = torch.Generator().manual_seed(2)
     coord = torch.rand(n, 3, generator=g).to(device) * 4
     idx, _ = knn(coord, coord, k, torch.tensor([n]), torch.tensor([n]))
@@ -100,41 +133,40 @@ def _attention_rows(device: torch.device, n: int, reps: int, k: int = 16, c: int
     delta, w = torch.randn(n, k, c, generator=g).to(device), torch.randn(n, k, c // s, generator=g).to(device)
     scale = torch.tensor([1.0, 2.0, 4.0] * 7, device=device)[: c // 3]
     tables, disp = rotation_tables(coord, scale, c), coord[idx] - coord.unsqueeze(1)
-    fa = fused_attention
-    cases = {"relation": (lambda a, b, d: fa.relation(a, idx, b, d), lambda a, b, d: fa._ref_relation(a, idx, b, d),
-                          [x, q, delta]),
-             "frame_relation": (lambda a, b, d: fa.frame_relation(a, idx, tables, b, d),
-                                lambda a, b, d: fa._ref_frame(a, idx, tables, b, d), [x, q, delta]),
-             "linear_relation": (lambda a, b, d: fa.linear_relation(a, idx, disp, scale, b, d),
-                                 lambda a, b, d: fa._ref_linear(a, idx, disp, scale, b, d), [x, q, delta]),
-             "aggregate": (lambda a, b, d: fa.aggregate(a, b, idx, d, s), lambda a, b, d: fa._ref_aggregate(a, b, idx, d, s),
-                           [w, v, delta])}
-    rows = []
-    for name, (fused, ref, inputs) in cases.items():
-        got, ms = _timed(lambda: _grads(fused, inputs), device, reps)
-        want = _grads(ref, inputs)
-        diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, want))
-        rows.append(CheckRow(f"{name} fwd+bwd", _path(name), diff, ms, f"n={n} k={k} width={c}"))
-    return rows
+    kernel = fused_attention.KERNELS[name]
+    args, inputs = {"relation": (lambda a, b, d: (a, idx, b, d), [x, q, delta]),
+                    "frame_relation": (lambda a, b, d: (a, idx, tables, b, d), [x, q, delta]),
+                    "linear_relation": (lambda a, b, d: (a, idx, disp, scale, b, d), [x, q, delta]),
+                    "aggregate": (lambda a, b, d: (a, b, idx, d, s), [w, v, delta])}[name]
+
+    def compare(got, want):
+        return max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, want)), f"n={n} k={k} width={c}"
+    return [CheckCase("fwd+bwd", lambda: _grads(lambda *a: kernel(device, *args(*a)), inputs),
+                      lambda: _grads(lambda *a: kernel.torch(*args(*a)), inputs), compare, TOLERANCE["attention"])]
 
 
 def check_kernels(device: torch.device, points: int | None = None, pairs: int | None = None,
                   reps: int = 3) -> list[CheckRow]:
-    """One row per kernel (module docstring): FPS and kNN on a crop of ``points``, the attention on ``pairs``
-    queries (default: the recipe's sizes on CUDA, small ones elsewhere), the Triton kernels asked for
-    (``POINTGEOPE_KERNELS=triton`` for the duration)."""
+    """One row per case of every registered kernel (module docstring): FPS and kNN on a crop of ``points``,
+    the attention on ``pairs`` queries (default: the recipe's sizes on CUDA, small ones elsewhere), the
+    Triton kernels asked for (``POINTGEOPE_KERNELS=triton`` for the duration, in this context)."""
     small = device.type != "cuda"
     points, pairs = points or (600 if small else 80_000), pairs or (200 if small else 20_000)
-    with kernels.chosen("triton"):
+    rows = []
+    with forced("triton"):      # (importing pointgeope.model registered every kernel: its ops, attention)
         kernels.check_runnable(device)
-        return _point_rows(device, points, reps) + _attention_rows(device, pairs, reps)
+        for kernel in kernels.registered():
+            for case in kernel.check(device, points, pairs) if kernel.check else ():
+                got, ms = _timed(case.run, device, reps)
+                diff, note = case.compare(got, case.reference())
+                rows.append(CheckRow(f"{kernel.name} {case.label}", _path(kernel.name), diff, ms, note,
+                                     case.tolerance))
+    return rows
 
 
 def passed(rows: list[CheckRow]) -> bool:
-    """Every kernel ran in Triton and agrees with its torch path within :data:`TOLERANCE`."""
-    def tolerance(kernel: str) -> float:
-        return TOLERANCE.get(kernel.split()[0], TOLERANCE["attention"])
-    return all(r.path == "triton" and r.max_diff <= tolerance(r.kernel) for r in rows)
+    """Every kernel ran in Triton and agrees with its torch path within its tolerance."""
+    return all(r.path == "triton" and r.max_diff <= r.tolerance for r in rows)
 
 
 def format_table(rows: list[CheckRow]) -> str:

@@ -1,82 +1,79 @@
-"""Which kernels run, Triton's or torch's, and what happens when a Triton kernel fails: the one place that
-decides it for the point ops (FPS, kNN), the fused attention and the compiled GeoPE pair kernels.
+"""The Triton kernels of the package, each registered once, and what happens when one fails: the one place that
+runs a kernel for the point ops (FPS, kNN), the fused attention and the compiled GeoPE pair kernels.
 
-``POINTGEOPE_KERNELS`` (read at every call, so a test or a benchmark can switch it):
+**Registering.** A kernel is a :class:`Kernel`: its name, its Triton function, its torch function (the same
+arguments, the same result), whether it sums with atomics, and its ``pointgeope info --check`` cases;
+:func:`register` adds it. Calling it (``KERNEL(device, *args)``) runs the Triton function where
+:func:`use_triton` says so, else the torch one; so a new kernel gets the switch, the fallback, the tests'
+spies (a test replaces ``KERNEL.triton``) and the check (:mod:`pointgeope.model.kernel_check` runs every
+registered case) by being registered.
 
-    unset    the device's default: Triton on CUDA where it imports, torch (and the CPU libraries) elsewhere
-    triton   Triton wherever it can run: CUDA tensors, and CPU tensors under ``TRITON_INTERPRET=1`` (Triton's
-             interpreter, how the tests run the kernels)
-    torch    no Triton kernel anywhere (``torch.compile``'s generated Triton included)
-
-Kernels that sum with atomics (the fused attention's backward) leave Triton whenever
-``torch.use_deterministic_algorithms(True)`` asks for reproducible sums.
+**Which path.** :mod:`pointgeope.model.kernel_choice` reads the switches (``POINTGEOPE_KERNELS``,
+``TRITON_INTERPRET``): ``torch``: torch everywhere; ``triton``: Triton wherever it can run (:func:`runs_on`:
+CUDA tensors, CPU tensors under the interpreter); unset: Triton on CUDA only. Kernels that sum with atomics
+(the fused attention's backward) leave Triton whenever ``torch.use_deterministic_algorithms(True)`` asks for
+reproducible sums.
 
 **Never a broken default.** A Triton kernel that fails to compile or launch on this device (a compiler
 error, too few registers or too little shared memory, a driver or ptxas mismatch) is replaced by its torch
-path for the rest of the process, with one warning (:class:`KernelFallbackWarning`) naming the kernel, the
-error and the switch. Every new specialisation compiles, so any call can be the one that fails: each runs
-through :func:`run`, which costs a ``try`` block when nothing fails. Out-of-memory errors are not failures
-of a kernel: they propagate (``evaluate`` halves its batch on them). ``pointgeope info --check``
-(:mod:`pointgeope.model.kernel_check`) runs every kernel once against its torch path.
+function for the rest of the process, with one warning (:class:`KernelFallbackWarning`) naming the kernel,
+the error and the switch; the record of failed kernels (:data:`FAILURES`) is shared by every thread, behind
+a lock. Every new specialisation compiles, so any call can be the one that fails: each costs a ``try`` block
+when nothing fails. Out-of-memory errors and the package's own argument checks are not failures of a kernel:
+they propagate (``evaluate`` halves its batch on them). A kernel asked for explicitly
+(:meth:`Kernel.explicit`, ``backend="triton"`` of the point ops) does not fall back: it is asked for to be
+measured or compared, and its error says so.
 """
 from __future__ import annotations
 
-import contextlib
-import os
+import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import TypeVar
+from typing import Any
 
 import torch
 
-from pointgeope.errors import UserError
+from pointgeope.model.kernel_choice import PATHS, KernelChoiceError, current
 
-__all__ = ["PATHS", "KernelChoiceError", "KernelFallbackWarning", "requested", "interpreted", "triton_imports",
-           "use_triton", "runs_on", "check_runnable", "run", "fail", "failures", "status", "chosen"]
-
-PATHS = ("triton", "torch")
-T = TypeVar("T")
-
-_failed: dict[str, str] = {}      # kernel -> "ErrorType: first line", for the rest of the process
-
-
-class KernelChoiceError(UserError, ValueError):
-    """``POINTGEOPE_KERNELS`` holds a value that is not a path, or asks for Triton where it cannot run."""
+__all__ = ["PATHS", "KernelChoiceError", "KernelFallbackWarning", "Kernel", "CheckCase", "register", "registered",
+           "triton_imports", "use_triton", "runs_on", "check_runnable", "failures", "reset", "status", "FAILURES"]
 
 
 class KernelFallbackWarning(RuntimeWarning):
     """A Triton kernel failed on this device; its torch path runs from now on."""
 
 
-def requested() -> str | None:
-    """``"triton"``, ``"torch"`` or ``None`` (unset: the device's default), from ``POINTGEOPE_KERNELS``."""
-    value = os.environ.get("POINTGEOPE_KERNELS", "").strip().lower()
-    if value and value not in PATHS:
-        raise KernelChoiceError(f"POINTGEOPE_KERNELS: expected one of {', '.join(PATHS)} (or unset for the "
-                                f"device's default), got {value!r}")
-    return value or None
+class _Failures:
+    """The kernels turned off in this process, ``name -> "ErrorType: first line"``; any thread may add one."""
+
+    def __init__(self):
+        self._lock, self._failed = threading.Lock(), {}
+
+    def add(self, kernel: str, err: BaseException) -> str | None:
+        """Record ``err`` for ``kernel``; its text if it is the kernel's first failure, else None."""
+        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+        with self._lock:
+            if kernel in self._failed:
+                return None
+            self._failed[kernel] = text = f"{type(err).__name__}: {first}"
+        return text
+
+    def __contains__(self, kernel: str) -> bool:
+        with self._lock:
+            return kernel in self._failed
+
+    def snapshot(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._failed)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._failed.clear()
 
 
-@contextlib.contextmanager
-def chosen(path: str) -> Iterator[None]:
-    """``POINTGEOPE_KERNELS=path`` inside the block, its former value (or none) after it (benchmarks, checks)."""
-    if path not in PATHS:
-        raise KernelChoiceError(f"expected a kernel path in {PATHS}, got {path!r}")
-    before = os.environ.get("POINTGEOPE_KERNELS")
-    os.environ["POINTGEOPE_KERNELS"] = path
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("POINTGEOPE_KERNELS", None)
-        else:
-            os.environ["POINTGEOPE_KERNELS"] = before
-
-
-def interpreted() -> bool:
-    """Whether Triton kernels run in its CPU interpreter (``TRITON_INTERPRET=1``, read at each call)."""
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+FAILURES = _Failures()
 
 
 @lru_cache(maxsize=None)
@@ -89,37 +86,39 @@ def triton_imports() -> bool:
     return True
 
 
+def runs_on(device: torch.device) -> bool:
+    """Whether a Triton kernel can take tensors on ``device`` at all: CUDA, or the CPU in the interpreter."""
+    return device.type == "cuda" or (device.type == "cpu" and current().interpret)
+
+
 def use_triton(kernel: str, device: torch.device, atomics: bool = False) -> bool:
     """Whether ``kernel`` runs in Triton for tensors on ``device`` (module docstring): not after it failed,
-    never with ``POINTGEOPE_KERNELS=torch``, with ``triton`` on CUDA and on the CPU under the interpreter,
-    unset on CUDA only; ``atomics`` kernels not under deterministic algorithms."""
-    choice = requested()
-    if choice == "torch" or kernel in _failed or not triton_imports():
+    never with ``POINTGEOPE_KERNELS=torch``, with ``triton`` wherever :func:`runs_on`, unset on CUDA only;
+    ``atomics`` kernels not under deterministic algorithms."""
+    path = current().path
+    if path == "torch" or kernel in FAILURES or not triton_imports():
         return False
     if atomics and torch.are_deterministic_algorithms_enabled():
         return False
-    return device.type == "cuda" or (choice == "triton" and runs_on(device))
-
-
-def runs_on(device: torch.device) -> bool:
-    """Whether a Triton kernel can take tensors on ``device`` at all: CUDA, or the CPU in the interpreter."""
-    return device.type == "cuda" or (device.type == "cpu" and interpreted())
+    return device.type == "cuda" or (path == "triton" and runs_on(device))
 
 
 def check_runnable(device: torch.device) -> None:
-    """Raise :class:`KernelChoiceError` if ``POINTGEOPE_KERNELS=triton`` cannot run on ``device``: Triton
-    does not import, or CPU tensors without ``TRITON_INTERPRET=1``. The commands call it once at start."""
-    if requested() != "triton":               # (validates the value too)
+    """Raise :class:`KernelChoiceError` for a switch with a value it does not accept, or where
+    ``POINTGEOPE_KERNELS=triton`` cannot run on ``device``: Triton does not import, or CPU tensors without
+    the interpreter. The commands call it once at start."""
+    choice = current()                        # (validates every switch)
+    if choice.path != "triton":
         return
     if not triton_imports():
         raise KernelChoiceError("POINTGEOPE_KERNELS=triton: Triton does not import here (pip install triton); "
                                 "unset POINTGEOPE_KERNELS to use the torch kernels")
-    if device.type == "cpu" and not interpreted():
+    if device.type == "cpu" and not choice.interpret:
         raise KernelChoiceError("POINTGEOPE_KERNELS=triton on the CPU needs TRITON_INTERPRET=1 (Triton's interpreter, "
                                 "for tests: very slow); unset POINTGEOPE_KERNELS to use the CPU's kernels")
     if device.type not in ("cpu", "cuda"):
-        raise KernelChoiceError(f"POINTGEOPE_KERNELS=triton: Triton runs on CUDA devices, got {device.type}; unset "
-                                "POINTGEOPE_KERNELS")
+        raise KernelChoiceError(f"POINTGEOPE_KERNELS=triton: Triton runs on CUDA devices, got {device.type}; "
+                                "unset POINTGEOPE_KERNELS")
 
 
 def _is_kernel_failure(err: Exception) -> bool:
@@ -130,51 +129,107 @@ def _is_kernel_failure(err: Exception) -> bool:
     return not (isinstance(err, ValueError) and type(err).__module__.startswith("pointgeope"))
 
 
-def run(kernel: str, device: torch.device, triton_fn: Callable[[], T], torch_fn: Callable[[], T],
-        atomics: bool = False) -> T:
-    """``triton_fn()`` where :func:`use_triton` says so, else ``torch_fn()``; if ``triton_fn`` fails to compile
-    or launch, ``kernel`` is off for the rest of the process (one warning) and ``torch_fn()`` answers."""
-    if not use_triton(kernel, device, atomics):
+@dataclass(frozen=True)
+class CheckCase:
+    """One row of ``pointgeope info --check``: ``run()`` through the kernel (timed), ``reference()`` on its
+    torch path, ``compare(got, want) -> (max_diff, note)``; the kernel passes where max_diff <= tolerance."""
+
+    label: str
+    run: Callable[[], Any]
+    reference: Callable[[], Any]
+    compare: Callable[[Any, Any], tuple[float, str]]
+    tolerance: float
+
+
+@dataclass
+class Kernel:
+    """A Triton kernel and its torch path (module docstring). ``check(device, points, pairs)`` gives its
+    :class:`CheckCase` list at sizes ``points`` (point ops) and ``pairs`` (queries of the attention)."""
+
+    name: str
+    triton: Callable[..., Any]
+    torch: Callable[..., Any]
+    atomics: bool = False
+    check: Callable[[torch.device, int, int], list[CheckCase]] | None = None
+
+    def enabled(self, device: torch.device) -> bool:
+        """Whether a call for tensors on ``device`` runs the Triton function."""
+        return use_triton(self.name, device, self.atomics)
+
+    def __call__(self, device: torch.device, *args, **kwargs):
+        """``triton(*args)`` where :meth:`enabled`, else ``torch(*args)``, by :meth:`dispatch`."""
+        return self.dispatch(device, lambda: self.triton(*args, **kwargs), lambda: self.torch(*args, **kwargs))
+
+    def dispatch(self, device: torch.device, triton_fn: Callable[[], Any], torch_fn: Callable[[], Any]):
+        """``triton_fn()`` where :meth:`enabled`, else ``torch_fn()``; if ``triton_fn`` fails to compile or
+        launch, the kernel is off for the rest of the process (one warning) and ``torch_fn()`` answers (a
+        backward pass dispatches its own pair of functions under the kernel's name)."""
+        if not self.enabled(device):
+            return torch_fn()
+        try:
+            return triton_fn()
+        except Exception as err:  # noqa: BLE001 - any compiler, resource or driver error of the kernel
+            if not _is_kernel_failure(err):
+                raise
+            fail(self.name, err)
         return torch_fn()
-    try:
-        return triton_fn()
-    except Exception as err:  # noqa: BLE001 - any compiler, resource or driver error of the kernel
-        if not _is_kernel_failure(err):
+
+    def explicit(self, *args, **kwargs):
+        """``triton(*args)`` with no fallback (an explicit ``backend="triton"``); its error says why."""
+        try:
+            return self.triton(*args, **kwargs)
+        except Exception as err:
+            if _is_kernel_failure(err):
+                err.add_note(f"pointgeope: the Triton kernel {self.name} was asked for explicitly "
+                             "(backend='triton'), so it does not fall back to torch; backend=None falls back")
             raise
-        fail(kernel, err)
-    return torch_fn()
+
+
+_REGISTRY: dict[str, Kernel] = {}
+
+
+def register(name: str, triton: Callable[..., Any], torch: Callable[..., Any], atomics: bool = False,
+             check: Callable[[torch.device, int, int], list[CheckCase]] | None = None) -> Kernel:
+    """Add a kernel (module docstring) and return it; a module imported again replaces its kernels."""
+    _REGISTRY[name] = kernel = Kernel(name, triton, torch, atomics, check)
+    return kernel
+
+
+def registered() -> list[Kernel]:
+    """Every registered kernel, by name."""
+    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
 
 
 def fail(kernel: str, err: BaseException) -> None:
-    """Turn ``kernel`` off for the rest of the process, with one warning."""
-    first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
-    _failed[kernel] = f"{type(err).__name__}: {first}"
-    warnings.warn(f"Triton kernel {kernel} failed on this device ({_failed[kernel]}); its torch path runs from now "
-                  "on. POINTGEOPE_KERNELS=torch chooses the torch paths from the start; `pointgeope info --check` "
-                  "tests every kernel", KernelFallbackWarning, stacklevel=3)
+    """Turn ``kernel`` off for the rest of the process, with one warning (the first time)."""
+    text = FAILURES.add(kernel, err)
+    if text is not None:
+        warnings.warn(f"Triton kernel {kernel} failed on this device ({text}); its torch path runs from now on. "
+                      "POINTGEOPE_KERNELS=torch chooses the torch paths from the start; `pointgeope info --check` "
+                      "tests every kernel", KernelFallbackWarning, stacklevel=3)
 
 
 def failures() -> dict[str, str]:
     """The kernels turned off in this process, with their errors."""
-    return dict(_failed)
+    return FAILURES.snapshot()
 
 
 def reset() -> None:
     """Forget the failures (tests)."""
-    _failed.clear()
+    FAILURES.clear()
 
 
 def status() -> str:
     """One line for ``pointgeope info``."""
     try:
-        choice = requested()
+        path = current().path
     except KernelChoiceError as err:
         return f"invalid: {err}"
-    if choice == "torch":
+    if path == "torch":
         return "torch on every device (POINTGEOPE_KERNELS=torch)"
     if not triton_imports():
         return "torch (Triton does not import)"
-    where = ("Triton on CUDA, and on the CPU under TRITON_INTERPRET=1 (POINTGEOPE_KERNELS=triton)" if choice
+    where = ("Triton on CUDA, and on the CPU under TRITON_INTERPRET=1 (POINTGEOPE_KERNELS=triton)" if path
              else "Triton on CUDA, torch on the CPU")
-    failed = "; ".join(f"{k} fell back to torch ({e})" for k, e in _failed.items())
+    failed = "; ".join(f"{k} fell back to torch ({e})" for k, e in failures().items())
     return where + (f"; {failed}" if failed else "")

@@ -18,9 +18,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pointgeope.geope import rodrigues
+from pointgeope.geope import rodrigues, unit_axis
 from pointgeope.model.ops import gather
-from pointgeope.model import compiled
+from pointgeope.model import geope_pairs
 from pointgeope.model.rotation import constant, geometry_dtype, query_steps, turned_neighbours
 
 __all__ = ["relative_blocks", "rotate_relative", "relative_frame"]
@@ -63,9 +63,8 @@ def _turn_planes(v: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
     Every operand is a contiguous ``(M, n)`` plane or a row's scalar, so each of the ~20 elementwise
     operations is one loop over whole rows (per-component views of interleaved channels, with their short
     strided rows, were 2x slower). At ``d = 0``, ``u = 0`` and ``R = I`` exactly."""
-    radius = disp.norm(dim=1, keepdim=True)                                          # (M, 1)
-    u = (disp / radius.clamp_min(torch.finfo(disp.dtype).tiny)).unbind(1)          # 3 x (M,)
-    u = [c.unsqueeze(1) for c in u]                                                  # 3 x (M, 1)
+    axis, radius = unit_axis(disp)                                                   # (M, 3), (M, 1)
+    u = [c.unsqueeze(1) for c in axis.unbind(1)]                                     # 3 x (M, 1)
     phi = radius * block_scale                                                       # (M, n)
     cos, sin = phi.cos(), phi.sin()
     along = torch.mul(v[0], u[0]).addcmul_(v[1], u[1]).addcmul_(v[2], u[2]).mul_(1 - cos)
@@ -107,9 +106,9 @@ class _RelativeFrame(torch.autograd.Function):
         ctx.minus_dtype = None if minus is None else minus.dtype
         n, work = block_scale.shape[0], geometry_dtype(x.dtype)
         scale = block_scale.to(work)
-        if compiled.active(x.device):                                               # one fused pass
+        if geope_pairs.active(x.device):                                               # one fused pass
             dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
-            return compiled.on_device("relative_pairs", compiled.relative_pairs, x, idx, disp.to(work), scale,
+            return geope_pairs.on_device(geope_pairs.relative_pairs, x, idx, disp.to(work), scale,
                                       minus, dtype)
         src, d, flat = _planes(x, n, work), disp.reshape(-1, 3).to(work), idx.reshape(-1)   # eager: by steps
 
@@ -125,8 +124,8 @@ class _RelativeFrame(torch.autograd.Function):
             n, flat, channels, work = block_scale.shape[0], idx.reshape(-1), grad.shape[-1], block_scale.dtype
             rows, d = grad.reshape(-1, channels), disp.reshape(-1, 3)
             grad_x = rows.new_zeros(ctx.rows, channels, dtype=work)
-            if compiled.active(grad.device):                                    # one fused pass, R^T g = R(-d) g
-                turned = compiled.on_device("rodrigues_rows", compiled.rodrigues_rows, rows, -d.to(work), block_scale)
+            if geope_pairs.active(grad.device):                                    # one fused pass, R^T g = R(-d) g
+                turned = geope_pairs.on_device(geope_pairs.rodrigues_rows, rows, -d.to(work), block_scale)
                 return grad_x.index_add_(0, flat, turned).to(ctx.x_dtype), None, None, None, _minus_grad(ctx, grad)
             for part in query_steps(rows.shape[0], 1, channels, grad.device):   # R^T g per pair, at its row of x
                 turned = torch.empty(part.stop - part.start, channels, dtype=work, device=grad.device)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from pointgeope.model import compiled
+from pointgeope.model import geope_pairs
 from pointgeope.model.ops import gather
 
 __all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shift_tables", "apply_shifted", "apply_blocks",
@@ -222,8 +222,8 @@ class _QueryFrame(torch.autograd.Function):
         (queries, k), channels = idx.shape, x.shape[-1]
         points = apply_shifted(x, tables)                                           # R(t_j) x_j, (N, C)
         dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
-        if compiled.active(x.device):                                               # one fused pass
-            return compiled.on_device("frame_pairs", compiled.frame_pairs, points, idx, tables, minus, dtype)
+        if geope_pairs.active(x.device):                                               # one fused pass
+            return geope_pairs.on_device(geope_pairs.frame_pairs, points, idx, tables, minus, dtype)
         out = x.new_empty(queries, k, channels, dtype=dtype)
         work = out if dtype == tables.dtype else None                               # else: round each step
         for part in query_steps(queries, k, channels, x.device):
@@ -244,8 +244,8 @@ class _QueryFrame(torch.autograd.Function):
             tables = rotation_tables(pos, block_scale, channels)
             points = grad.new_zeros(pos.shape[0], channels, dtype=tables.dtype)
             for part in query_steps(queries, k, channels, grad.device):              # R_i g, summed at j
-                turned = (compiled.on_device("turn_pairs", compiled.turn_pairs, grad, tables)
-                          if compiled.active(grad.device) else apply_shifted(grad[part], tables[:, part].unsqueeze(-2)))
+                turned = (geope_pairs.on_device(geope_pairs.turn_pairs, grad, tables)
+                          if geope_pairs.active(grad.device) else apply_shifted(grad[part], tables[:, part].unsqueeze(-2)))
                 points.index_add_(0, idx[part].reshape(-1), turned.reshape(-1, channels))
             grad_x = apply_shifted(points, tables, transpose=True).to(ctx.x_dtype)     # R_j^T
         if ctx.minus_dtype is not None and ctx.needs_input_grad[4]:

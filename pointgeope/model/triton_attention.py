@@ -23,12 +23,12 @@ arange, full, static_range. Reductions use ``tl.reduce`` with this module's comb
 ``tl.full``, not ``tl.sum``, ``tl.max`` or ``tl.zeros``: those are decorated when Triton is imported, so in a
 process that imported Triton before setting ``TRITON_INTERPRET`` they would not run in the interpreter.
 """
-import os
-
 import triton
 import triton.language as tl
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+from pointgeope.model.kernel_choice import current
+
+INTERPRET = current().interpret     # the project's reading of TRITON_INTERPRET (Triton reads it itself too)
 
 
 @triton.jit

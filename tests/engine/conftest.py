@@ -74,3 +74,12 @@ def one_line(capsys, code: int, argv: list[str]) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0], err
     return err[0]
+
+
+def last_line_only(err: str, line: str) -> None:
+    """A command's stderr that ends with ``line``, its one message, and holds no traceback: lines before it
+    are tolerated (a warning a busy runner's libraries print, e.g. of a fork in a threaded process), a
+    traceback or a second message is not."""
+    lines = err.splitlines()
+    assert lines and lines[-1] == line, err[-2000:]
+    assert "Traceback" not in err and sum(line in other for other in lines) == 1, err[-2000:]

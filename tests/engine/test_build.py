@@ -6,10 +6,11 @@ import math
 import pytest
 import torch
 
-from pointgeope.engine import build
+from pointgeope.engine import build, placement
 from pointgeope.engine.build import ResumableSampler, lr_factor, scheduler
 from pointgeope.engine.config import load_config
 from pointgeope.engine.distributed import DistEnv
+from pointgeope.engine.placement import hierarchy_place
 
 
 def env(rank=0, world=1):
@@ -79,7 +80,7 @@ def _loader(overrides: list[str]):
     dataset = build.train_dataset(cfg, ["Area_2"])
     sampler = ResumableSampler(dataset, env(), seed=0)
     sampler.set_epoch(0)
-    place, _ = build.hierarchy_place(cfg, torch.device("cpu"))
+    place = hierarchy_place(cfg, torch.device("cpu"))
     return net, build.train_loader(cfg, dataset, sampler, env(), net, place)
 
 
@@ -108,19 +109,35 @@ def test_training_batches_carry_the_models_hierarchy_from_the_workers(tiny_root)
 # --- where the training hierarchy is built (data.hierarchy) --------------------------------------------------
 
 @pytest.mark.parametrize("fps, knn, device, expected", [
-    ("triton", "triton", "cuda", "device"),       # the Triton kernels on CUDA: the model builds it
+    ("triton", "triton", "cuda", "beside"),       # the Triton kernels on CUDA: beside the step
     ("numba", "torch", "cuda", "loader"),         # FPS through the host: the loader's workers
     ("triton", "torch", "cuda", "loader"),        # brute-force kNN in torch: still the loader
     ("numba", "pykdtree", "cpu", "loader"),       # the CPU: today's behaviour
 ])
 def test_auto_hierarchy_follows_the_device_kernels(monkeypatch, fps, knn, device, expected):
-    monkeypatch.setattr(build.backends, "fps_backend", lambda d: fps)
-    monkeypatch.setattr(build.backends, "knn_backend", lambda d: knn)
-    place, why = build.hierarchy_place(load_config(None), torch.device(device))
-    assert place == expected and why.startswith("auto") and f"fps={fps}" in why
-    for explicit in ("device", "loader"):         # an explicit choice wins on every device
-        assert build.hierarchy_place(load_config(None, [f"data.hierarchy={explicit}"]), torch.device(device)) \
-            == (explicit, "data.hierarchy")
+    monkeypatch.setattr(placement.backends, "fps_backend", lambda d: fps)
+    monkeypatch.setattr(placement.backends, "knn_backend", lambda d: knn)
+    place = hierarchy_place(load_config(None), torch.device(device))
+    assert place.where == expected and place.why.startswith("data.hierarchy=auto") and f"fps={fps}" in place.why
+    beside = "beside" if device == "cuda" else "model"
+    for explicit, where in (("beside", beside), ("device", beside), ("loader", "loader")):   # wins on every device
+        got = hierarchy_place(load_config(None, [f"data.hierarchy={explicit}"]), torch.device(device))
+        assert got.where == where and got.why.startswith(f"data.hierarchy={explicit}")
+    former = hierarchy_place(load_config(None, ["data.hierarchy=device"]), torch.device(device)).line()
+    assert former.endswith("(data.hierarchy=device; 'device' is the former name of 'beside', which it still means)")
+
+
+@pytest.mark.parametrize("device, threads_free, expected", [("cuda", True, "beside"), ("cpu", True, "loader"),
+                                                            ("cpu", False, "model")])
+def test_evaluation_reads_the_same_setting_and_logs_the_same_way(monkeypatch, device, threads_free, expected):
+    """Evaluation and predict decide by the same function: auto keeps their own default (beside the forward on
+    CUDA, the thread that cuts the pieces when a core is free); an explicit data.hierarchy holds for them too."""
+    monkeypatch.setattr(placement, "pipelined", lambda d: threads_free or d.type != "cpu")
+    place = hierarchy_place(load_config(None), torch.device(device), evaluation=True)
+    assert place.where == expected and place.line().startswith("point hierarchy: built ")
+    loader = hierarchy_place(load_config(None, ["data.hierarchy=loader"]), torch.device(device), evaluation=True)
+    assert loader.where == "loader"
+    assert loader.line() == hierarchy_place(load_config(None, ["data.hierarchy=loader"]), torch.device(device)).line()
 
 
 def test_the_hierarchy_beside_the_step_hands_over_the_same_batches_hierarchies_and_losses(tiny_root):
@@ -168,11 +185,11 @@ def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root, monke
     neighbour sets, so the loss and gradients of a step agree up to float rounding (the attention runs on
     the Triton kernels too, and neighbours listed in another order are summed in another order)."""
     pytest.importorskip("triton")
-    from pointgeope.model import kernels
+    from pointgeope.model import kernel_choice
     from pointgeope.model.ops import triton_fps
     from tests.engine.conftest import TINY
 
-    if not kernels.interpreted():
+    if not kernel_choice.current().interpret:
         pytest.skip("TRITON_INTERPRET is not set (a CUDA machine): the Triton kernels cannot run on CPU tensors")
     runs = {}
     for place in ("loader", "device"):
@@ -234,11 +251,11 @@ def test_a_network_without_learnt_frequencies_keeps_one_parameter_group():
     assert len(groups) == 1 and len(groups[0]["params"]) == len(list(net.parameters()))
 
 
-def test_auto_takes_the_loader_when_the_device_kernels_fall_back(monkeypatch):
+def test_auto_takes_the_loader_when_the_device_kernels_fall_back(monkeypatch, kernel_failures_forgotten):
     """The check at training start: a hierarchy of two small clouds through the default (Triton) backends;
-    a kernel that fails there falls back, and training builds its hierarchy in the loader instead."""
+    a kernel that fails there falls back, and training builds its hierarchy in the loader instead. (The
+    fixture forgets the failure even if an assertion stops the test partway.)"""
     pytest.importorskip("triton")
-    from pointgeope.model import kernels
     from pointgeope.model.kernels import KernelFallbackWarning
     from pointgeope.model.ops import triton_knn
     from tests.model.test_kernels import COMPILE_ERROR, Failing
@@ -247,11 +264,10 @@ def test_auto_takes_the_loader_when_the_device_kernels_fall_back(monkeypatch):
     if device.type == "cpu":
         monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
-    kernels.reset()
     spec = build.model(load_config(None, ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]",
                                           "model.neighbours=[8, 8]", "model.decoder_blocks=[1, 1]"])).hierarchy_spec
-    assert build.device_kernels_run(spec, device, points=160)
+    assert placement.device_kernels_run(spec, device, points=160)
     monkeypatch.setattr(triton_knn, "_knn_kernel", Failing(COMPILE_ERROR))
     with pytest.warns(KernelFallbackWarning, match="knn"):
-        assert not build.device_kernels_run(spec, device, points=160)
-    kernels.reset()
+        assert not placement.device_kernels_run(spec, device, points=160)
+    assert "knn" in kernel_failures_forgotten.failures()

@@ -204,17 +204,10 @@ def test_pipelined_votes_equal_a_sequential_reference_with_a_real_network(monkey
     hierarchy made in the background thread (or inline, as on a CPU whose cores torch uses), gives the
     reference's votes and labels exactly, scores to float tolerance; with crops, two views and capped
     fragments (so filling runs too)."""
-    from pointgeope.engine import build, evaluate
+    from pointgeope.engine import build, placement
 
-    monkeypatch.setattr(evaluate, "pipelined", lambda device: thread)
+    monkeypatch.setattr(placement, "pipelined", lambda device: thread)
     made_in = set()
-    spec_of = evaluate.beside_hierarchy
-
-    def beside(model, device):                   # records which thread builds the hierarchy
-        spec = spec_of(model, device)
-        return None if spec is None else (lambda c, o: made_in.add(threading.current_thread().name) or spec(c, o))
-
-    monkeypatch.setattr(evaluate, "beside_hierarchy", beside)
 
     coord, color = room(n=2400, seed=11)
     cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=250", "eval.batch_points=900",
@@ -223,10 +216,22 @@ def test_pipelined_votes_equal_a_sequential_reference_with_a_real_network(monkey
                              "model.neighbours=[8, 8]", "model.decoder_blocks=[1, 1]"])
     torch.manual_seed(0)
     model = build.model(cfg).eval()
+    spec = model.hierarchy_spec
+
+    class Recording:                             # records which thread builds the hierarchy
+        def __call__(self, coord, offset):
+            made_in.add(threading.current_thread().name)
+            return spec(coord, offset)
+
+        def check(self, *args):
+            return spec.check(*args)
+
+    model.hierarchy_spec = Recording()
     result = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=3)
+    model.hierarchy_spec = spec
     scores, votes = sequential_votes(model, coord, color, cfg, seed=3)
     assert result.filled > 0 and votes.max() > 2
-    assert made_in == ({"vote_room batches"} if thread else set())
+    assert made_in == ({"vote_room batches"} if thread else {"MainThread"})   # the thread, or the forward
     np.testing.assert_array_equal(result.votes, votes)
     np.testing.assert_allclose(result.scores, scores, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(result.scores.argmax(1), scores.argmax(1))
@@ -235,9 +240,9 @@ def test_pipelined_votes_equal_a_sequential_reference_with_a_real_network(monkey
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_votes_with_the_hierarchy_beside_equal_the_in_line_ones(monkeypatch):
     """On CUDA the thread that cuts the pieces copies each batch to the device and builds its hierarchy on a
-    side stream (engine.ahead.beside) while the batch before runs: the votes equal those of the model
+    side stream (engine.ahead.copy_and_build) while the batch before runs: the votes equal those of the model
     building each hierarchy in line, and the side stream really made them."""
-    from pointgeope.engine import ahead, build, evaluate, vote_batches
+    from pointgeope.engine import ahead, build, placement, vote_batches
 
     coord, color = room(n=2400, seed=11)
     cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=250", "eval.batch_points=900",
@@ -246,11 +251,11 @@ def test_cuda_votes_with_the_hierarchy_beside_equal_the_in_line_ones(monkeypatch
     torch.manual_seed(0)
     cuda = torch.device("cuda")
     model = build.model(cfg).eval().to(cuda)
-    calls, made = [], ahead.beside
-    monkeypatch.setattr(vote_batches, "beside", lambda *a: calls.append(1) or made(*a))
+    calls, made = [], ahead.copy_and_build
+    monkeypatch.setattr(vote_batches, "copy_and_build", lambda *a: calls.append(1) or made(*a))
     side = vote_room(model, coord, color, cfg, cuda, seed=3)
     assert len(calls) > 1
-    monkeypatch.setattr(evaluate, "beside_hierarchy", lambda model, device: None)
+    monkeypatch.setattr(placement, "hierarchy_place", lambda *a, **k: placement.HierarchyPlace("model", "test", cuda))
     in_line = vote_room(model, coord, color, cfg, cuda, seed=3)
     np.testing.assert_array_equal(side.votes, in_line.votes)
     np.testing.assert_allclose(side.scores, in_line.scores, rtol=1e-5, atol=1e-5)

@@ -48,7 +48,9 @@ def test_fold_writes_a_complete_run_folder(two_folds, tmp_path):
     assert (last["epoch"], last["batch"]) == (2, 0)
     log = (fold / "log.txt").read_text()
     assert log.count(" epoch 1/2 ") == 1 and log.count(" epoch 2/2 ") == 1
-    assert "point hierarchy: built in the loader workers (data.hierarchy=loader; auto: the cpu defaults" in log
+    assert ("point hierarchy: built on the host, where the batches are made (CPU libraries) (data.hierarchy=auto: "
+            "the cpu defaults") in log
+    assert log.count("point hierarchy: built ") == 2             # training's place, then the test area's
     assert f"farthest point sampling: {FPS_RULE} (" in log
     # best.pt is the epoch with the highest validation mIoU (validated at full resolution each epoch)
     val = [float(line.split("val oa")[1].split("miou ")[1].split()[0]) for line in log.splitlines() if "val oa" in line]

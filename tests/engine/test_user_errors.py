@@ -274,6 +274,12 @@ def test_a_kernel_choice_that_is_not_a_path_is_one_line(tmp_path, capsys, two_fo
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     line = one_line(capsys, 2, ["predict", str(tiny_run), str(scan), "--out", str(tmp_path / "o"), "--device", "cpu"])
     assert line.startswith("pointgeope predict: error: POINTGEOPE_KERNELS=triton on the CPU needs TRITON_INTERPRET=1")
+    monkeypatch.delenv("POINTGEOPE_KERNELS")
+    monkeypatch.setenv("POINTGEOPE_COMPILE", "garbage")           # a switch: one line too (it meant "compile")
+    line = one_line(capsys, 2, ["predict", str(tiny_run), str(scan), "--out", str(tmp_path / "o")])
+    assert line == ("pointgeope predict: error: POINTGEOPE_COMPILE: expected one of 1, true, on, yes (on) or 0, "
+                    "false, off, no (off), or unset, got 'garbage'")
+    assert not (tmp_path / "o").exists()
 
 
 def test_the_kernel_check_needs_a_device_that_runs_triton(capsys, monkeypatch):

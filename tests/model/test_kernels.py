@@ -77,8 +77,7 @@ def test_a_knn_kernel_that_fails_to_compile_falls_back_once_with_the_same_neighb
 
 def test_an_fps_kernel_that_fails_to_launch_falls_back_to_the_next_default(monkeypatch):
     coord, off = _cloud()
-    for module, kernel in ((triton_fps, "_fps_pruned_kernel"), (triton_fps, "_fps_kernel"),
-                           (triton_fps_rounds, "_fps_rounds_kernel")):
+    for module, kernel in ((triton_fps, "_fps_kernel"), (triton_fps_rounds, "_fps_rounds_kernel")):
         monkeypatch.setattr(module, kernel, Failing(LAUNCH_ERROR))
     with pytest.warns(KernelFallbackWarning, match="Triton kernel fps failed .*RuntimeError.*kernel image is invalid"):
         idx, new_off = fps(coord, off, 4)
@@ -103,13 +102,15 @@ def test_out_of_memory_is_not_a_kernel_failure(monkeypatch):
     assert kernels.failures() == {}
 
 
-def _layer_step(pe: str, path: str, monkeypatch):
+def _layer_step(pe: str, path: str, monkeypatch, train: bool):
     """Output and gradients of one layer of preset ``pe`` on the ``path`` kernels (CPU tensors: the attention
-    kernels reload in the interpreter's mode, ``fused_attention.kernels``, also where CUDA exists)."""
+    kernels reload in the interpreter's mode, ``fused_attention.triton_kernels``, also where CUDA exists), in
+    eval mode (the relation goes through BatchNorm's fixed affine map: a per-channel scale or shift error of
+    a fallback shows) or train mode (batch statistics, which would cancel such an error)."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("POINTGEOPE_KERNELS", path)
     torch.manual_seed(0)
-    layer = _layer(pe).train()
+    layer = _layer(pe).train(train)
     coord, off = _cloud(n=12, clouds=2, seed=1, device=torch.device("cpu"))   # the attention: CPU, interpreted
     idx, _ = knn(coord, coord, 4, off, off, backend="pykdtree")
     feat = torch.randn(coord.shape[0], layer.channels, generator=torch.Generator().manual_seed(2), requires_grad=True)
@@ -118,15 +119,19 @@ def _layer_step(pe: str, path: str, monkeypatch):
     return out.detach(), feat.grad, [p.grad for p in layer.parameters() if p.grad is not None]
 
 
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
 @pytest.mark.parametrize("pe, kernel", [("rpe", "aggregate_forward"), ("rpe", "aggregate_backward"),
-                                        ("rpe", "relation_backward"), ("geope", "frame_forward"),
-                                        ("geope", "frame_backward"), ("lingeope", "linear_backward")])
-def test_an_attention_kernel_that_fails_hands_its_op_to_torch_with_the_same_gradients(pe, kernel, monkeypatch):
-    want = _layer_step(pe, "torch", monkeypatch)
-    monkeypatch.setattr(fused_attention.kernels(), kernel, Failing(COMPILE_ERROR))
+                                        ("rpe", "relation_forward"), ("rpe", "relation_backward"),
+                                        ("geope", "frame_forward"), ("geope", "frame_backward"),
+                                        ("lingeope", "linear_forward"), ("lingeope", "linear_backward")])
+def test_an_attention_kernel_that_fails_hands_its_op_to_torch_with_the_same_gradients(pe, kernel, train,
+                                                                                      monkeypatch):
+    kernels.reset()
+    want = _layer_step(pe, "torch", monkeypatch, train)
+    monkeypatch.setattr(fused_attention.triton_kernels(), kernel, Failing(COMPILE_ERROR))
     op = {"aggregate": "aggregate", "relation": "relation", "frame": "frame_relation", "linear": "linear_relation"}
     with pytest.warns(KernelFallbackWarning, match=f"Triton kernel {op[kernel.split('_')[0]]} failed"):
-        got = _layer_step(pe, "triton", monkeypatch)
+        got = _layer_step(pe, "triton", monkeypatch, train)
     assert list(kernels.failures()) == [op[kernel.split("_")[0]]]
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-6)
@@ -162,12 +167,54 @@ def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback
     from pointgeope.model.kernel_check import check_kernels, format_table, passed
 
     rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)
-    assert [r.kernel.split()[0] for r in rows] == ["fps", "knn", "knn", "knn", "relation", "frame_relation",
-                                                   "linear_relation", "aggregate"]
+    assert [r.kernel.split()[0] for r in rows] == ["aggregate", "fps", "frame_relation", "knn", "knn", "knn",
+                                                   "linear_relation", "relation"]     # the registry's, by name
     assert passed(rows) and all(r.path == "triton" for r in rows), format_table(rows)
-    assert rows[0].max_diff == 0 and max(r.max_diff for r in rows[4:]) < 1e-4
-    monkeypatch.setattr(fused_attention.kernels(), "aggregate_backward", Failing(LAUNCH_ERROR))
+    by_name = {r.kernel.split()[0]: r for r in rows}
+    assert by_name["fps"].max_diff == 0
+    assert max(by_name[k].max_diff for k in ("aggregate", "relation", "frame_relation", "linear_relation")) < 1e-4
+    monkeypatch.setattr(fused_attention.triton_kernels(), "aggregate_backward", Failing(LAUNCH_ERROR))
     with pytest.warns(KernelFallbackWarning):
         rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)
-    assert rows[-1].path.startswith("torch (fell back: RuntimeError: Triton Error [CUDA]") and not passed(rows)
+    assert rows[0].path.startswith("torch (fell back: RuntimeError: Triton Error [CUDA]") and not passed(rows)
     assert "aggregate fwd+bwd        torch (fell back" in format_table(rows)
+
+
+def test_a_registered_kernel_gets_the_switch_the_fallback_and_the_check(monkeypatch):
+    """A new kernel, registered once, with no other code: Triton where the switch says, its torch function
+    with one warning when its Triton function fails, and a row of ``info --check``."""
+    from pointgeope.model.kernel_check import check_kernels
+
+    calls, failing = [], []
+
+    def triton_fn(x):
+        calls.append("triton")
+        if failing:
+            raise LAUNCH_ERROR
+        return x + 1
+
+    case = kernels.CheckCase("plus one", lambda: new(DEVICE, torch.ones(2, device=DEVICE)),
+                             lambda: torch.ones(2, device=DEVICE) + 1,
+                             lambda got, want: (float((got - want).abs().max()), ""), 0.0)
+    monkeypatch.setattr(kernels, "_REGISTRY", dict(kernels._REGISTRY))       # registered for this test only
+    new = kernels.register("zz_plus_one", triton_fn, lambda x: x + 1.0, check=lambda device, points, pairs: [case])
+    x = torch.zeros(3)
+    assert torch.equal(new(x.device, x), torch.ones(3)) and calls == ["triton"]
+    failing.append(True)
+    with pytest.warns(KernelFallbackWarning, match="Triton kernel zz_plus_one failed"):
+        assert torch.equal(new(x.device, x), torch.ones(3))
+    assert not new.enabled(x.device) and new(x.device, x).dtype == torch.float32 and len(calls) == 2
+    kernels.reset()
+    failing.clear()
+    rows = check_kernels(DEVICE, points=60, pairs=12, reps=1)
+    assert rows[-1].kernel == "zz_plus_one plus one" and rows[-1].path == "triton" and rows[-1].max_diff == 0
+    monkeypatch.setenv("POINTGEOPE_KERNELS", "torch")
+    assert not new.enabled(torch.device("cuda"))
+
+
+def test_an_explicit_triton_backend_says_why_it_does_not_fall_back(monkeypatch):
+    coord, off = _cloud()
+    monkeypatch.setattr(triton_knn, "_knn_kernel", Failing(COMPILE_ERROR))
+    with pytest.raises(OutOfResources) as raised:
+        knn(coord, coord, 8, off, off, backend="triton")
+    assert any("asked for explicitly (backend='triton'), so it does not fall back" in n for n in raised.value.__notes__)

@@ -27,7 +27,7 @@ def test_the_kernels_compile_for_sm90_the_ops_with_one_rounding_per_operation_an
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     kernels = json.loads(proc.stdout)["kernels"]
-    ops = ["fps_pruned_sm90", "fps_stream_sm90", "knn_k16_sm90"] + [f"fps_rounds_nbp{n}_sm90" for n in (2048, 512, 128, 2)]
+    ops = ["fps_stream_sm90", "knn_k16_sm90"] + [f"fps_rounds_nbp{n}_sm90" for n in (2048, 512, 128, 2)]
     assert sorted(k for k in kernels if not k.startswith("att_")) == sorted(ops)
     assert {k.split("_tile")[0] for k in kernels if k.startswith("att_")} == KINDS   # k = 16, width 64, share_planes 8
     assert all(k["ok"] and k["spill_store_bytes"] == 0 for k in kernels.values())

@@ -5,18 +5,20 @@ Without CUDA the kernels run on CPU tensors in Triton's interpreter (``tests/con
 ``TRITON_INTERPRET=1`` before Triton is imported); with CUDA they run compiled on the GPU."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("triton")
 
-from pointgeope.model import kernels  # noqa: E402
+from pointgeope.model import kernel_choice  # noqa: E402
 from pointgeope.model.ops import HierarchySpec, OpsBackends, backends, fps, knn  # noqa: E402
 from tests.model.fps_reference import reference_fps  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-if DEVICE == "cpu" and not kernels.interpreted():
+if DEVICE == "cpu" and not kernel_choice.current().interpret:
     pytest.skip("no CUDA and TRITON_INTERPRET is not set: the Triton kernels cannot run", allow_module_level=True)
 
 
@@ -138,22 +140,24 @@ def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_cloud
 
 @pytest.mark.parametrize("tuple_argmax", [False, True])
 def test_every_fps_kernel_is_exact_with_many_small_blocks_chunks_and_rounds(monkeypatch, tuple_argmax):
-    """Pruned: blocks of 8 points updated 2 at a time (several groups a step); stream: chunks of 32 points
+    """Stream: chunks of 32 points
     (ties between chunks of the integer grid go to the earlier chunk); rounds: chunks of 2 blocks of 8,
     at most 4 samples a round, the updates 2 blocks and 2 samples at a time, with the argmax as the
     interpreter's two-step reduction and as the compiled kernel's tuple reduction."""
     from pointgeope.model.ops import triton_fps, triton_fps_rounds
 
-    monkeypatch.setattr(triton_fps, "BLOCK_P", 8)
-    monkeypatch.setattr(triton_fps, "GROUP", 2)
     monkeypatch.setattr(triton_fps, "STREAM_BLOCK", 32)
-    for name, value in dict(BP=8, GC=2, PCAP=4, G=2, PG=2, TUPLE=tuple_argmax).items():
+    for name, value in dict(BLOCK_POINTS=8, CHUNK_BLOCKS=2, ROUND_SAMPLES=4, UPDATE_BLOCKS=2,
+                            UPDATE_SAMPLES=2).items():
         monkeypatch.setattr(triton_fps_rounds, name, value)
+    # the kernel's argmax follows the interpreter switch (the tuple reduction when compiled): both ways here
+    seen = kernel_choice.current()
+    monkeypatch.setattr(triton_fps_rounds, "current", lambda: dataclasses.replace(seen, interpret=not tuple_argmax))
     rng = np.random.default_rng(8)
     clouds = [_random(120, rng), _grid(80, rng)]
     points, _ = _packed(clouds)
     want = reference_fps(clouds[0].astype(np.float32), 30) + [120 + j for j in reference_fps(clouds[1].astype(np.float32), 20)]
-    for method in ("rounds",) + (() if tuple_argmax else ("pruned", "stream")):
+    for method in ("rounds",) + (() if tuple_argmax else ("stream",)):
         assert triton_fps.fps_triton(points, [120, 80], [30, 20], method=method).cpu().tolist() == want, method
 
 

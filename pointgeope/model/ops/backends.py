@@ -20,7 +20,8 @@ goes to ``numba`` on the host: the pure-torch FPS is a Python loop of one small 
 time, while copying the points to the host and back costs milliseconds. ``bench/gpu_check.py`` and
 ``bench/bench_hierarchy.py`` time them on a GPU. ``POINTGEOPE_KERNELS=triton`` makes Triton the default on CPU
 tensors too under ``TRITON_INTERPRET=1`` (Triton's interpreter, how the tests check the kernels). Every op
-also accepts an explicit ``backend`` (an explicit ``"triton"`` that fails raises: no fallback).
+also accepts an explicit ``backend`` (an explicit ``"triton"`` that fails raises, saying why: it is asked
+for to be measured or compared, :meth:`pointgeope.model.kernels.Kernel.explicit`).
 """
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def resolve(backend: str | None, choices: tuple[str, ...], device: torch.device,
         raise ValueError(f"expected a {kind} backend in {choices} (or None for the default), got {backend!r}")
     if not available(backend):
         raise ValueError(f"{kind} backend {backend!r} needs the package {_MODULES[backend]!r}, which is not installed")
-    if backend == "triton" and not kernels.runs_on(device):
+    if backend == "triton" and not kernels.runs_on(device):        # the one interpreter rule
         raise ValueError(f"{kind} backend 'triton' runs on CUDA tensors (or on CPU tensors under TRITON_INTERPRET=1, "
                          f"for tests), got {device.type} tensors: move them to CUDA or pass backend=None")
     return backend

@@ -28,11 +28,12 @@ import numba
 import numpy as np
 
 from pointgeope.model.ops import morton
+from pointgeope.radix import radix_sort
 
 __all__ = ["bucket_fps", "LEAF"]
 
 LEAF = 32           # points per leaf (bench/bench_fps.py at 80k points: 16 and 64 within 4 %, 128 1.17x slower)
-_BITS = 10          # bits per axis of the Morton code: it orders the points, nothing else (3 radix passes)
+_BITS = 10          # bits per axis of the Morton code: it orders the points, nothing else
 
 # morton.py's plain functions, compiled. Numba's cache does not see a change of morton.py (numba issue #1833):
 # after one, the cached _morton_order may keep the old code until bucket_fps.py changes; that changes the
@@ -43,9 +44,8 @@ _code, _cell, _cube_scale = (numba.njit(cache=True)(f) for f in (morton.code, mo
 @numba.njit(cache=True)
 def _morton_order(points, start, n):
     """Rows ``0 .. n-1`` of the cloud ``points[start:start + n]`` sorted by their Morton code in the cloud's
-    bounding cube at ``_BITS`` bits per axis (a radix sort of the ``3 * _BITS``-bit codes, ``_BITS`` bits a
-    pass)."""
-    cells = 1 << _BITS
+    bounding cube at ``_BITS`` bits per axis, ties in row order (the package's radix sort, ``pointgeope.radix``,
+    of ``code << b | row``)."""
     lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
     for i in range(start, start + n):
         for a in range(3):
@@ -55,18 +55,13 @@ def _morton_order(points, start, n):
     for i in range(n):
         x, y, z = points[start + i, 0], points[start + i, 1], points[start + i, 2]  # (a row view: +0.1 ms at 80k)
         keys[i] = _code(_cell(x, lo[0], scale, _BITS), _cell(y, lo[1], scale, _BITS), _cell(z, lo[2], scale, _BITS))
-    order, other = np.arange(n), np.empty(n, np.int64)
-    for shift in range(0, 3 * _BITS, _BITS):
-        count = np.zeros(cells + 1, np.int64)
-        for i in range(n):
-            count[((keys[order[i]] >> shift) & (cells - 1)) + 1] += 1
-        count = np.cumsum(count)
-        for i in range(n):
-            digit = (keys[order[i]] >> shift) & (cells - 1)
-            other[count[digit]] = order[i]
-            count[digit] += 1
-        order, other = other, order
-    return order
+    rows = 1                                            # key << rows | row: sorted, the rows in key order
+    while (1 << rows) < n:
+        rows += 1
+    for i in range(n):
+        keys[i] = (keys[i] << rows) | i
+    radix_sort(keys, 3 * _BITS + rows)
+    return keys & ((1 << rows) - 1)
 
 
 @numba.njit(cache=True)

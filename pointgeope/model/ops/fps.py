@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from pointgeope.model import kernels
-from pointgeope.model.ops.backends import FPS_BACKENDS, resolve
+from pointgeope.model.ops.backends import FPS_BACKENDS, available, resolve
 from pointgeope.model.ops.offsets import check_offset, counts, offset_from_counts
 
 __all__ = ["fps", "sample_counts", "FPS_RULE"]
@@ -70,22 +70,36 @@ def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None)
     kept = sample_counts(sizes, stride)
     chosen = resolve(backend, FPS_BACKENDS, points.device, "fps")
     if chosen == "triton":             # the default falls back to the next default if the kernel fails
-        triton = lambda: _fps_triton(points, sizes, kept, off)  # noqa: E731
-        return triton() if backend else kernels.run("fps", points.device, triton, lambda: fps(points, off, stride))
-    if chosen == "torch":
+        idx = KERNEL.explicit(points, sizes, kept) if backend else KERNEL(points.device, points, sizes, kept)
+    elif chosen == "torch":
         idx = _fps_torch(points, sizes, kept)
     else:
-        from pointgeope.model.ops.bucket_fps import bucket_fps
-
-        pts = points.detach().to("cpu", torch.float32).numpy()
-        idx = torch.from_numpy(bucket_fps(pts, sizes, kept)).to(points.device)
+        idx = _fps_numba(points, sizes, kept)
     return idx, offset_from_counts(kept, points.device)
 
 
-def _fps_triton(points: Tensor, sizes: list[int], kept: list[int], off: list[int]) -> tuple[Tensor, Tensor]:
+def _fps_triton(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
     from pointgeope.model.ops.triton_fps import fps_triton
 
-    return fps_triton(points, sizes, kept), offset_from_counts(kept, points.device)
+    return fps_triton(points, sizes, kept)
+
+
+def _fps_numba(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
+    from pointgeope.model.ops.bucket_fps import bucket_fps
+
+    pts = points.detach().to("cpu", torch.float32).numpy()
+    return torch.from_numpy(bucket_fps(pts, sizes, kept)).to(points.device)
+
+
+def _next_default(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
+    """The samples by the backend that follows Triton by default (``numba`` on the host, else ``torch``)."""
+    return _fps_numba(points, sizes, kept) if available("numba") else _fps_torch(points, sizes, kept)
+
+
+def _check(device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
+    from pointgeope.model.kernel_check import fps_cases
+
+    return fps_cases(device, points)
 
 
 def _fps_torch(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
@@ -114,3 +128,6 @@ def _fps_torch(points: Tensor, sizes: list[int], kept: list[int]) -> Tensor:
         torch.argmax(dist, dim=1, out=chosen[s])
     keep = torch.arange(m_max, device=device)[:, None] < torch.tensor(kept, device=device)[None, :]
     return (chosen + starts[None, :]).T[keep.T]
+
+
+KERNEL = kernels.register("fps", _fps_triton, _next_default, check=_check)

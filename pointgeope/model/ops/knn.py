@@ -54,9 +54,8 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         raise ValueError(f"expected as many query clouds as support clouds, got {len(q_off)} and {len(s_off)}")
     chosen = resolve(backend, KNN_BACKENDS, query.device, "knn")
     if chosen == "triton":             # the default falls back to the next default if the kernel fails
-        triton = lambda: _knn_triton(query, support, k, q_off, s_off)  # noqa: E731
-        again = lambda: knn(query, support, k, q_off, s_off)  # noqa: E731
-        return triton() if backend else kernels.run("knn", query.device, triton, again)
+        args = (query, support, k, q_off, s_off)
+        return KERNEL.explicit(*args) if backend else KERNEL(query.device, *args)
     if chosen == "cluster":
         return _knn_cluster(query, support, k, q_off, s_off)
     fn = {"pykdtree": _cloud_pykdtree, "scipy": _cloud_scipy, "torch": _cloud_torch}[chosen]
@@ -67,18 +66,18 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         idx, dist2 = fn(query[q_start:q_end], support[s_start:s_end], k_eff)
         idx = torch.as_tensor(idx).to(query.device, torch.long) + s_start
         dist2 = torch.as_tensor(dist2).to(query.device, query.dtype)
-        idx_parts.append(_fill(idx, k))
-        dist_parts.append(_fill(dist2, k))
+        idx_parts.append(_fill(idx, k, k_eff))
+        dist_parts.append(_fill(dist2, k, k_eff))
         q_start, s_start = q_end, s_end
     return torch.cat(idx_parts), torch.cat(dist_parts)
 
 
-def _fill(x: Tensor, k: int) -> Tensor:
-    """Repeat the ``n < k`` sorted columns cyclically up to ``k`` columns (column c <- c mod n)."""
-    n = x.shape[1]
-    if n == k:
-        return x
-    return x[:, torch.arange(k, device=x.device) % n]
+def _fill(x: Tensor, k: int, n: int | Tensor) -> Tensor:
+    """The small-cloud rule (module docstring): column ``c`` of the ``(M, k)`` result holds column ``c mod n``
+    of ``x (M, >= n)``, its ``n`` sorted neighbours; ``n`` one count, or ``(M,)`` counts, one a row."""
+    if isinstance(n, int):
+        return x if x.shape[1] == k == n else x[:, torch.arange(k, device=x.device) % n]
+    return x.gather(1, torch.arange(k, device=x.device)[None, :] % n[:, None])
 
 
 def _numpy(x: Tensor) -> np.ndarray:
@@ -132,8 +131,7 @@ def _knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off:
     if min(sizes) < k:
         n = torch.repeat_interleave(torch.tensor(sizes, device=query.device),
                                     torch.tensor(counts(q_off), device=query.device))
-        cols = torch.arange(k, device=query.device)[None, :] % n[:, None]
-        idx, dist2 = idx.gather(1, cols), dist2.gather(1, cols)
+        idx, dist2 = _fill(idx, k, n), _fill(dist2, k, n)
     return idx, dist2.to(query.dtype)
 
 
@@ -145,9 +143,10 @@ def _knn_cluster(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off
         idx_parts, dist_parts = [], []
         q_start = s_start = 0
         for q_end, s_end in zip(q_off, s_off):
-            idx, dist2 = _cloud_torch(query[q_start:q_end], support[s_start:s_end], min(k, s_end - s_start))
-            idx_parts.append(_fill(idx + s_start, k))
-            dist_parts.append(_fill(dist2, k))
+            k_eff = min(k, s_end - s_start)
+            idx, dist2 = _cloud_torch(query[q_start:q_end], support[s_start:s_end], k_eff)
+            idx_parts.append(_fill(idx + s_start, k, k_eff))
+            dist_parts.append(_fill(dist2, k, k_eff))
             q_start, s_start = q_end, s_end
         return torch.cat(idx_parts), torch.cat(dist_parts)
     device = query.device
@@ -163,3 +162,17 @@ def _knn_cluster(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off
     dist2 = (diff * diff).sum(-1)
     dist2, perm = torch.sort(dist2, dim=1)
     return idx.gather(1, perm), dist2
+
+
+def _next_default(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]) -> tuple[Tensor, Tensor]:
+    """The neighbours by the backend that follows Triton by default (once ``knn`` is off or failed)."""
+    return knn(query, support, k, q_off, s_off)
+
+
+def _check(device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
+    from pointgeope.model.kernel_check import knn_cases
+
+    return knn_cases(device, points)
+
+
+KERNEL = kernels.register("knn", _knn_triton, _next_default, check=_check)

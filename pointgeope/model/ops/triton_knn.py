@@ -44,6 +44,7 @@ import triton.language as tl
 from torch import Tensor
 
 from pointgeope.model.ops.morton import launch_device, layout
+from pointgeope.model.ops.triton_geometry import box_squared_distance, distance_key, key_distance, squared_distance
 
 __all__ = ["knn_triton", "BLOCK_Q", "BLOCK_S", "KNN_WARPS", "SUPER"]
 
@@ -68,9 +69,9 @@ def _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, s_first, b, BS: tl.c
     dx = qx[:, None] - tl.load(s_ptr + rs)[None, :]
     dy = qy[:, None] - tl.load(s_ptr + plane + rs)[None, :]
     dz = qz[:, None] - tl.load(s_ptr + 2 * plane + rs)[None, :]
-    d = (dx * dx + dy * dy) + dz * dz                                    # (BQ, BS)
+    d = squared_distance(dx, dy, dz)                                     # (BQ, BS)
     row = tl.load(s_row_ptr + rs)
-    key = (d.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (row - s_first)[None, :]
+    key = distance_key(d, (row - s_first)[None, :])
     key = tl.where(q_ok[:, None] & (row >= 0)[None, :], key, _NONE)
     go = 1
     while go > 0:
@@ -87,7 +88,7 @@ def _merge(best, qx, qy, qz, q_ok, s_ptr, s_row_ptr, plane, s_first, b, BS: tl.c
 @triton.jit
 def _worst_d2(best):
     """The k-th (largest kept) distance of each row, from its key."""
-    return (tl.max(best, 1) >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    return key_distance(tl.max(best, 1))
 
 
 @triton.jit
@@ -117,13 +118,11 @@ def _box_d2(box_ptr, b, live, qx, qy, qz):
     """``(BQ, CH)`` squared distances of the queries to boxes ``b``, rounded like ``d2`` (never above the
     distance to a point inside)."""
     box = box_ptr + b * 6
-    gx = tl.maximum(tl.maximum(tl.load(box, mask=live, other=0.0)[None, :] - qx[:, None],
-                               qx[:, None] - tl.load(box + 3, mask=live, other=0.0)[None, :]), 0.0)
-    gy = tl.maximum(tl.maximum(tl.load(box + 1, mask=live, other=0.0)[None, :] - qy[:, None],
-                               qy[:, None] - tl.load(box + 4, mask=live, other=0.0)[None, :]), 0.0)
-    gz = tl.maximum(tl.maximum(tl.load(box + 2, mask=live, other=0.0)[None, :] - qz[:, None],
-                               qz[:, None] - tl.load(box + 5, mask=live, other=0.0)[None, :]), 0.0)
-    return (gx * gx + gy * gy) + gz * gz
+    lx, ly, lz = (tl.load(box, mask=live, other=0.0)[None, :], tl.load(box + 1, mask=live, other=0.0)[None, :],
+                  tl.load(box + 2, mask=live, other=0.0)[None, :])
+    hx, hy, hz = (tl.load(box + 3, mask=live, other=0.0)[None, :], tl.load(box + 4, mask=live, other=0.0)[None, :],
+                  tl.load(box + 5, mask=live, other=0.0)[None, :])
+    return box_squared_distance(lx, ly, lz, hx, hy, hz, qx[:, None], qy[:, None], qz[:, None])
 
 
 @triton.jit
@@ -182,7 +181,7 @@ def _knn_kernel(q_ptr, q_row_ptr, q_plane, s_ptr, s_row_ptr, s_plane, box_ptr, s
     for c in tl.static_range(K):                                          # emit sorted by (d2, row)
         first = tl.min(best, 1)
         tl.store(idx_ptr + q_row * K + c, (first & 0xFFFFFFFF) + s_first, mask=q_ok)
-        tl.store(d2_ptr + q_row * K + c, (first >> 32).to(tl.int32).to(tl.float32, bitcast=True), mask=q_ok)
+        tl.store(d2_ptr + q_row * K + c, key_distance(first), mask=q_ok)
         best = tl.where(best == first[:, None], _NONE, best)
 
 
@@ -195,7 +194,7 @@ def _super_boxes(tiles, boxes: Tensor) -> tuple[Tensor, Tensor]:
     cloud = torch.repeat_interleave(torch.arange(len(tiles.blocks), device=device), tiles.blocks_t)
     block = torch.arange(boxes.shape[0], device=device) - tiles.block_start_t[cloud]
     index = (super_start[cloud] + block // SUPER)[:, None].expand(-1, 3)
-    nsb = sum(-(-b // SUPER) for b in tiles.blocks)
+    nsb = sum(triton.cdiv(b, SUPER) for b in tiles.blocks)
     lo = torch.full((nsb, 3), torch.inf, device=device).scatter_reduce_(0, index, boxes[:, :3], "amin")
     hi = torch.full((nsb, 3), -torch.inf, device=device).scatter_reduce_(0, index, boxes[:, 3:], "amax")
     return torch.cat([lo, hi], 1).contiguous(), super_start

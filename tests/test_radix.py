@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pointgeope.data.radix import sort_nonnegative
+from pointgeope.radix import sort_nonnegative
 
 
 @pytest.mark.parametrize("n, top", [(0, 1), (1, 5), (2, 1), (1000, 2), (5000, 2 ** 11), (5000, 2 ** 22),

@@ -1,6 +1,9 @@
-"""An in-place LSD radix sort of non-negative int64 keys, compiled with numba.
+"""An in-place LSD radix sort of non-negative int64 keys, compiled with numba: the one the package uses.
 
-Grid sampling sorts one packed key per point of the room (``voxelize.voxel_groups``: ``[ voxel | rank ]``,
+Two users, on either side of the data/model line (so the module sits at the package's top, as ``geope``):
+grid sampling (``data.voxelize``) and the Morton order of the CPU's bucket FPS (``model.ops.bucket_fps``, whose
+compiled code calls :func:`radix_sort` with ``key << b | row``: sorted values then give the rows in key order,
+ties in row order, as a stable argsort would). Grid sampling sorts one packed key per point of the room (``voxelize.voxel_groups``: ``[ voxel | rank ]``,
 about 45 bits) for every training sample. ``ndarray.sort`` took 46 ms of a 0.14 s block for a 0.85M-point
 room on one core; four counting passes of 11 bits take 11-16 ms on as many random 44-bit keys (the grid
 sampling of that room: 58 -> 27 ms). Sorted values are values, so the result is ``np.sort``'s exactly.
@@ -10,13 +13,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["sort_nonnegative"]
+__all__ = ["sort_nonnegative", "radix_sort"]
 
 _RADIX = 11         # bits a pass: a 2048-entry histogram stays in the L1 cache
 
 
 @numba.njit(cache=True)
-def _sort(a, bits):
+def radix_sort(a, bits):
+    """Sort the int64 array ``a`` of non-negative keys below ``2^bits`` in place (numba, callable from
+    compiled code)."""
     n = a.shape[0]
     mask = (1 << _RADIX) - 1
     src, dst = a, np.empty_like(a)
@@ -46,5 +51,5 @@ def sort_nonnegative(a: np.ndarray) -> np.ndarray:
         top = int(a.max())
         if int(a.min()) < 0:
             raise ValueError("expected non-negative keys, got a negative one")
-        _sort(a, max(1, top.bit_length()))
+        radix_sort(a, max(1, top.bit_length()))
     return a

@@ -19,20 +19,21 @@ eager kernels' (tests compare them):
 Compilation is attempted once per process, on the first CUDA call, with dynamic shapes (the point counts
 change every batch); if it fails (no Triton, an unsupported build) the eager kernels run instead, with one
 warning, and ``pointgeope info`` says so (:mod:`pointgeope.model.kernels`, kernel ``geope_pairs``).
-``POINTGEOPE_COMPILE=0`` turns it off, as ``POINTGEOPE_KERNELS=torch`` does with every Triton kernel. The CPU always runs the eager kernels:
+``POINTGEOPE_COMPILE=0`` (or ``off``, :mod:`pointgeope.model.kernel_choice`) turns it off, as
+``POINTGEOPE_KERNELS=torch`` does with every Triton kernel. The CPU always runs the eager kernels:
 there, Inductor's code measured slower than the cache-blocked eager kernels and takes a minute to compile.
 """
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from pointgeope.geope import unit_axis
 from pointgeope.model import kernels
+from pointgeope.model.kernel_choice import current
 
 __all__ = ["shifted_sum", "frame_pairs", "turn_pairs", "rodrigues_rows", "relative_pairs", "active", "on_device",
            "status"]
@@ -70,8 +71,8 @@ def rodrigues_rows(rows: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
     displacements ``disp (M, 3)`` and the block scales ``block_scale (n,)`` holding ``k_b``, in ``disp``'s dtype."""
     blocks = block_scale.shape[0]
     v = rows[:, : 3 * blocks].to(disp.dtype).unflatten(-1, (blocks, 3))          # (M, n, 3)
-    radius = disp.norm(dim=-1, keepdim=True)                                      # (M, 1)
-    u = (disp / radius.clamp_min(torch.finfo(disp.dtype).tiny)).unsqueeze(1)      # (M, 1, 3)
+    u, radius = unit_axis(disp)                                                   # (M, 3), (M, 1)
+    u = u.unsqueeze(1)                                                            # (M, 1, 3)
     phi = (radius * block_scale).unsqueeze(-1)                                    # (M, n, 1)
     cos, sin = phi.cos(), phi.sin()
     ux, uy, uz = u[..., 0:1], u[..., 1:2], u[..., 2:3]
@@ -93,36 +94,43 @@ def relative_pairs(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, mi
 
 
 _compiled: dict[str, Callable] = {}
-KERNEL = "geope_pairs"     # the name of these kernels in pointgeope.model.kernels (fallback, switch)
 
 
-def _enabled() -> bool:
-    return os.environ.get("POINTGEOPE_COMPILE", "1") != "0" and hasattr(torch, "compile")
+def _compiled_call(fn: Callable, *args):
+    """``fn(*args)`` through its ``torch.compile`` (made on the first call of ``fn``)."""
+    if fn.__name__ not in _compiled:
+        _compiled[fn.__name__] = torch.compile(fn, dynamic=True)
+    return _compiled[fn.__name__](*args)
+
+
+# The kernels' entry in pointgeope.model.kernels (switch, fallback): compiled, or the same expression eagerly.
+KERNEL = kernels.register("geope_pairs", triton=_compiled_call, torch=lambda fn, *args: fn(*args))
 
 
 def active(device: torch.device) -> bool:
     """Whether the compiled kernels serve this device (CUDA, where ``kernels`` lets Triton run: not turned off
     by ``POINTGEOPE_KERNELS=torch`` or ``POINTGEOPE_COMPILE=0``, not failed); where they do not, callers keep
     their eager kernels (a single expression run eagerly costs more memory)."""
-    return device.type == "cuda" and _enabled() and kernels.use_triton(KERNEL, device)
+    return (device.type == "cuda" and current().compile and hasattr(torch, "compile") and KERNEL.enabled(device))
 
 
-def on_device(name: str, fn: Callable, *args):
+def on_device(fn: Callable, *args):
     """``fn(*args)`` compiled (see the module docstring); if the compilation fails, ``fn(*args)`` eagerly,
-    one warning (``kernels.run``), and ``active`` is False from then on."""
-    if name not in _compiled:
-        _compiled[name] = torch.compile(fn, dynamic=True)
-    return kernels.run(KERNEL, args[0].device, lambda: _compiled[name](*args), lambda: fn(*args))
+    one warning (``kernels.Kernel``), and ``active`` is False from then on."""
+    return KERNEL(args[0].device, fn, *args)
 
 
 def status() -> str:
     """One line for ``pointgeope info``."""
-    if os.environ.get("POINTGEOPE_COMPILE", "1") == "0":
-        return "eager (POINTGEOPE_COMPILE=0)"
-    failed = kernels.failures().get(KERNEL)
+    try:
+        choice = current()
+    except kernels.KernelChoiceError:          # an invalid value: kernels.status says so
+        return "eager (invalid switch)"
+    if not choice.compile:
+        return "eager (POINTGEOPE_COMPILE off)"
+    failed = kernels.failures().get(KERNEL.name)
     if failed:
         return f"eager (torch.compile failed: {failed})"
-    with contextlib.suppress(kernels.KernelChoiceError):     # an invalid value: kernels.status says so
-        if kernels.requested() == "torch":
-            return "eager (POINTGEOPE_KERNELS=torch)"
+    if choice.path == "torch":
+        return "eager (POINTGEOPE_KERNELS=torch)"
     return "torch.compile on CUDA (Triton), eager on the CPU"

@@ -1,4 +1,4 @@
-"""The single-expression pair kernels of pointgeope/model/compiled.py against the eager fused kernels
+"""The single-expression pair kernels of pointgeope/model/geope_pairs.py against the eager fused kernels
 (on every device, eagerly), and compiled on CUDA against float64 on the CPU (values and gradients)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pointgeope.geope import frequencies
-from pointgeope.model import compiled
+from pointgeope.model import geope_pairs
 from pointgeope.model.linear_rotation import relative_blocks, relative_frame
 from pointgeope.model.rotation import apply_shifted, query_frame, rotation_tables
 from tests.conftest import cuda_devices
@@ -26,7 +26,7 @@ def test_shifted_sum_is_apply_shifted(transpose):
     x, pos, idx, _, scale = _setup()
     tables = rotation_tables(pos, scale, x.shape[-1])
     pairs = x[idx]
-    torch.testing.assert_close(compiled.shifted_sum(pairs, tables.unsqueeze(-2), transpose),
+    torch.testing.assert_close(geope_pairs.shifted_sum(pairs, tables.unsqueeze(-2), transpose),
                                apply_shifted(pairs, tables.unsqueeze(-2), transpose=transpose))
 
 
@@ -34,11 +34,11 @@ def test_frame_and_turn_pairs_are_the_eager_relation_and_its_adjoint():
     x, pos, idx, minus, scale = _setup()
     tables = rotation_tables(pos, scale, x.shape[-1])
     points = apply_shifted(x, tables)
-    torch.testing.assert_close(compiled.frame_pairs(points, idx, tables, minus), query_frame(x, idx, pos, scale, minus))
+    torch.testing.assert_close(geope_pairs.frame_pairs(points, idx, tables, minus), query_frame(x, idx, pos, scale, minus))
     g = torch.randn(*idx.shape, x.shape[-1], dtype=x.dtype)
     # <R_i^T p, g> = <p, R_i g> for every pair
-    lhs = (compiled.frame_pairs(points, idx, tables, None) * g).sum()
-    rhs = (points[idx] * compiled.turn_pairs(g, tables)).sum()
+    lhs = (geope_pairs.frame_pairs(points, idx, tables, None) * g).sum()
+    rhs = (points[idx] * geope_pairs.turn_pairs(g, tables)).sum()
     torch.testing.assert_close(lhs, rhs)
 
 
@@ -46,9 +46,9 @@ def test_relative_pairs_are_linear_geope():
     x, pos, idx, minus, scale = _setup()
     disp = pos[idx] - pos[:, None]
     expected = relative_frame(x, idx, disp, scale, minus)
-    torch.testing.assert_close(compiled.relative_pairs(x, idx, disp, scale, minus), expected)
+    torch.testing.assert_close(geope_pairs.relative_pairs(x, idx, disp, scale, minus), expected)
     rows = x[idx].reshape(-1, x.shape[-1])
-    torch.testing.assert_close(compiled.rodrigues_rows(rows, disp.reshape(-1, 3), scale),
+    torch.testing.assert_close(geope_pairs.rodrigues_rows(rows, disp.reshape(-1, 3), scale),
                                relative_blocks(rows, disp.reshape(-1, 3), scale))
 
 
@@ -62,8 +62,8 @@ def test_kernels_take_the_fused_branch_where_it_is_active(monkeypatch):
     eager_grad = torch.autograd.grad((eager * weight).sum(), x)[0]
     half_inputs = (x.detach().bfloat16(), idx, disp.float(), scale.float(), minus.bfloat16())
     eager_half = relative_frame(*half_inputs)
-    monkeypatch.setattr(compiled, "active", lambda device: True)
-    monkeypatch.setattr(compiled, "on_device", lambda name, fn, *args: fn(*args))
+    monkeypatch.setattr(geope_pairs, "active", lambda device: True)
+    monkeypatch.setattr(geope_pairs, "on_device", lambda fn, *args: fn(*args))
     fused = relative_frame(x, idx, disp, scale, minus)
     torch.testing.assert_close(fused, eager, atol=1e-12, rtol=0)
     torch.testing.assert_close(torch.autograd.grad((fused * weight).sum(), x)[0], eager_grad, atol=1e-12, rtol=0)
@@ -90,7 +90,7 @@ def test_cuda_fused_relations_match_float64(device):
         torch.testing.assert_close(out.double().cpu(), exact.detach(), atol=2e-4, rtol=1e-4)
         torch.testing.assert_close(xd.grad.double().cpu(), xs.grad, atol=2e-3, rtol=1e-4)
         torch.testing.assert_close(md.grad.double().cpu(), ms.grad, atol=2e-3, rtol=1e-4)
-    assert "failed" not in compiled.status(), compiled.status()
+    assert "failed" not in geope_pairs.status(), geope_pairs.status()
 
 
 def _one_rounding(pairs, exact) -> float:
@@ -107,13 +107,13 @@ def test_bf16_pairs_are_the_float32_relation_rounded_once():
     x, pos, idx, minus, scale = _setup(channels=20, dtype=torch.float32)
     tables = rotation_tables(pos, scale, x.shape[-1])
     points = apply_shifted(x, tables)
-    frame = compiled.frame_pairs(points, idx, tables, minus, torch.bfloat16)
+    frame = geope_pairs.frame_pairs(points, idx, tables, minus, torch.bfloat16)
     exact = query_frame(x.double(), idx, pos.double(), scale.double(), minus.double())
     assert frame.dtype == torch.bfloat16 and _one_rounding(frame, exact) <= 1
-    assert _one_rounding(compiled.frame_pairs(points.bfloat16(), idx, tables.bfloat16(), minus.bfloat16()), exact) > 10
+    assert _one_rounding(geope_pairs.frame_pairs(points.bfloat16(), idx, tables.bfloat16(), minus.bfloat16()), exact) > 10
     disp = pos[idx] - pos[:, None]
     xb, mb = x.bfloat16(), minus.bfloat16()                   # autocast's features, float32 geometry
-    linear = compiled.relative_pairs(xb, idx, disp, scale, mb, torch.bfloat16)
+    linear = geope_pairs.relative_pairs(xb, idx, disp, scale, mb, torch.bfloat16)
     exact = relative_frame(xb.double(), idx, disp.double(), scale.double(), mb.double())
     assert linear.dtype == torch.bfloat16 and _one_rounding(linear, exact) <= 1
-    assert _one_rounding(compiled.relative_pairs(xb, idx, disp.bfloat16(), scale.bfloat16(), mb), exact) > 10
+    assert _one_rounding(geope_pairs.relative_pairs(xb, idx, disp.bfloat16(), scale.bfloat16(), mb), exact) > 10
