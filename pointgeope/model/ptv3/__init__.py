@@ -16,7 +16,25 @@ from pointgeope.model.ptv3.serialization import ORDERS, encode
 from pointgeope.model.ptv3.sparse_conv import NeighbourTable, SubMConv3d, build_neighbours, subm_conv3d
 from pointgeope.model.ptv3.structure import PointBatch
 
-__all__ = ["PointTransformerV3", "PTv3Segmentor", "PointBatch", "SerializedAttention", "RPE", "PatchEncoding",
-           "Block", "MLP", "DropPath", "Embedding", "SerializedPooling", "SerializedUnpooling", "ORDERS",
-           "encode", "PatchPartition", "partition", "SubMConv3d", "NeighbourTable", "build_neighbours",
-           "subm_conv3d"]
+__all__ = [
+           "MLP",
+           "ORDERS",
+           "RPE",
+           "Block",
+           "DropPath",
+           "Embedding",
+           "NeighbourTable",
+           "PTv3Segmentor",
+           "PatchEncoding",
+           "PatchPartition",
+           "PointBatch",
+           "PointTransformerV3",
+           "SerializedAttention",
+           "SerializedPooling",
+           "SerializedUnpooling",
+           "SubMConv3d",
+           "build_neighbours",
+           "encode",
+           "partition",
+           "subm_conv3d",
+]

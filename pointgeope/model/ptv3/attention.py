@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from pointgeope.model.ptv3.patches import PatchPartition, partition
 from pointgeope.model.ptv3.structure import PointBatch
 
-__all__ = ["RPE", "SerializedAttention", "PatchEncoding"]
+__all__ = ["RPE", "PatchEncoding", "SerializedAttention"]
 
 PatchEncoding = Callable[[Tensor, Tensor, Tensor, Tensor], "tuple[Tensor, Tensor]"]
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
 from torch import Tensor, nn
 
 from pointgeope.model.ptv3.attention import PatchEncoding, SerializedAttention
 from pointgeope.model.ptv3.sparse_conv import SubMConv3d, build_neighbours
 from pointgeope.model.ptv3.structure import PointBatch
 
-__all__ = ["DropPath", "MLP", "Block", "neighbours"]
+__all__ = ["MLP", "Block", "DropPath", "neighbours"]
 
 
 class DropPath(nn.Module):

@@ -6,8 +6,8 @@ cloud of ``n`` points so:
 
 - ``n > K``: ``ceil(n / K)`` patches of exactly ``K``. If ``r = n mod K > 0`` the last patch is short by
   ``K - r``; its tail slots repeat the points one patch earlier (slot ``t`` in ``[n, ceil(n/K) K)`` holds point
-  ``t - K``), so the last patch is the cloud's last ``r`` points preceded by the ``K - r`` points before them,
-  and those repeated points count twice as keys of that patch (their second outputs are dropped).
+  ``t - K``), so the last patch holds the cloud's last ``K`` points: its ``K - r`` first ones are also in the
+  patch before, attend as keys in both, and keep the output of that earlier patch.
 - ``n <= K``: one sequence of the ``n`` points (flash's variable length).
 
 Here every patch has ``K`` slots so that ``scaled_dot_product_attention`` sees one (P, H, K, D) batch: a cloud

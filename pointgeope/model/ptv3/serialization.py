@@ -25,7 +25,7 @@ from torch import Tensor
 
 from pointgeope.model.ops.morton import code as morton_code
 
-__all__ = ["ORDERS", "MAX_DEPTH", "encode", "z_order", "hilbert", "serialization_depth", "check_depth"]
+__all__ = ["MAX_DEPTH", "ORDERS", "check_depth", "encode", "hilbert", "serialization_depth", "z_order"]
 
 ORDERS = ("z", "z-trans", "hilbert", "hilbert-trans")
 MAX_DEPTH = 16  # bits per axis, as Pointcept (and OCNN): 48 bits of curve, the batch index above them

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-__all__ = ["NeighbourTable", "build_neighbours", "subm_conv3d", "SubMConv3d"]
+__all__ = ["NeighbourTable", "SubMConv3d", "build_neighbours", "subm_conv3d"]
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from pointgeope.model.ptv3.serialization import encode, serialization_depth
 
-__all__ = ["PointBatch", "offsets_to_batch", "check_inputs"]
+__all__ = ["PointBatch", "check_inputs", "offsets_to_batch"]
 
 
 def offsets_to_batch(offset: Tensor) -> Tensor:
