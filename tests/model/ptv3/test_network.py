@@ -113,3 +113,26 @@ def test_constructor_checks():
         PointTransformerV3(**dict(SMALL, pdnorm_bn=True))
     with pytest.raises(ValueError, match="backbone_out_channels"):
         PTv3Segmentor(13, 64, PointTransformerV3(**SMALL))
+
+
+def test_neighbour_tables_and_partitions_are_built_once_per_stage(model, monkeypatch):
+    """Pointcept's indice_key: one 3^3 table per stage shared by the encoder's and decoder's blocks, one 5^3
+    for the stem; one patch partition per stage."""
+    import pointgeope.model.ptv3.attention as attention
+    import pointgeope.model.ptv3.block as block
+
+    calls = {"subm": [], "patches": 0}
+    real_build, real_partition = block.build_neighbours, attention.partition
+
+    def build(grid, batch, k):
+        calls["subm"].append(k)
+        return real_build(grid, batch, k)
+
+    def part(counts, k):
+        calls["patches"] += 1
+        return real_partition(counts, k)
+
+    monkeypatch.setattr(block, "build_neighbours", build)
+    monkeypatch.setattr(attention, "partition", part)
+    run(model, **cloud())
+    assert sorted(calls["subm"]) == [3, 3, 3, 5] and calls["patches"] == 3
