@@ -10,14 +10,18 @@ Measured, interleaved (A B A B ...: the 2-core machine is shared), minimum wall 
 
 - ours, forward (eval, no grad), 1 and 2 threads, with Pointcept's two partitions: ``flash`` (K = 1024 fixed,
   the S3DIS config's ``enable_flash=True``) and ``fallback`` (``enable_flash=False``: K = min(1024, points));
+- the 3^3 submanifold convolution alone at 32 and 64 channels (1 thread): ours with its neighbour table
+  built and cached, against spconv's ``SubMConv3d`` with its indices built (with ``--pointcept``);
 - ours, forward + backward (train mode: DropPath 0.3, the loss a sum of the features), 1 and 2 threads;
 - Pointcept's forward (``enable_flash=False``, its only CPU path; spconv 2.3.8's CPU build, 1 thread) when
   ``--pointcept PATH`` names a checkout (see tests/fixtures/pointcept_ptv3.py for what it needs), with the
   max difference of its features from ours (``fallback``, same weights and seed).
 
-Target: our CPU forward <= 1.0x Pointcept's (1 thread). Results: bench/results/bench_ptv3.json.
+OpenMP threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless set): spinning threads stall 10x on the
+shared, oversubscribed 2 cores. Target: our CPU forward <= 1.0x Pointcept's (1 thread). Results: bench/results/bench_ptv3.json.
 
 Usage: python bench/bench_ptv3.py [--pointcept /path/to/Pointcept] [--reps 3] [--room 1.5 1.5 1.2]
+       [--conv-only] [--out bench/results/bench_ptv3.json]
 """
 from __future__ import annotations
 
@@ -28,7 +32,10 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+# OpenMP threads that spin while they wait stall 10x when the shared 2 cores are oversubscribed (measured:
+# 2 threads 8-10x slower than 1 at a load average of 6); passive waiting must be set before torch starts
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "fixtures")]
@@ -94,6 +101,42 @@ def pointcept_forward(model, data: dict, ptv3):
     return run
 
 
+def conv_cases(data: dict, channels: int) -> dict:
+    """The 3^3 submanifold convolution of the room's voxels at ``channels`` (1 thread): ours with its
+    neighbour table built (as once per stage) and cached (as in every other block), spconv's with its
+    indices built (a fresh SparseConvTensor each call)."""
+    import spconv.pytorch as spconv
+
+    from pointgeope.model.ptv3.sparse_conv import SubMConv3d, build_neighbours
+
+    grid, n = data["grid_coord"].long(), len(data["grid_coord"])
+    batch = torch.zeros(n, dtype=torch.long)
+    feat = torch.randn(n, channels)
+    theirs = spconv.SubMConv3d(channels, channels, 3, bias=True).train()
+    ours = SubMConv3d(channels, channels, 3)
+    ours.load_state_dict(theirs.state_dict())
+    table = build_neighbours(grid, batch, 3)
+    indices = torch.cat([batch[:, None], grid], 1).int()
+    shape = (grid.max(0).values + 96).tolist()
+
+    def spconv_run():
+        with torch.no_grad():
+            return theirs(spconv.SparseConvTensor(feat, indices, shape, 1)).features
+
+    def ours_cached():
+        with torch.no_grad():
+            return ours(feat, table)
+
+    def ours_built():
+        with torch.no_grad():
+            return ours(feat, build_neighbours(grid, batch, 3))
+
+    diff = float((spconv_run() - ours_cached()).abs().max())
+    assert diff < 1e-4, f"our convolution differs from spconv's by {diff}"
+    return {f"conv{channels}_spconv_1t": (spconv_run, 1), f"conv{channels}_ours_table_built_1t": (ours_built, 1),
+            f"conv{channels}_ours_table_cached_1t": (ours_cached, 1)}
+
+
 def build(args, data: dict) -> tuple[dict, dict, float | None]:
     """The cases to time ({name: (fn, threads)}), their descriptions, and the Pointcept-vs-ours difference."""
     torch.manual_seed(0)
@@ -108,13 +151,16 @@ def build(args, data: dict) -> tuple[dict, dict, float | None]:
         flash.load_state_dict(state, strict=True)
         fallback.load_state_dict(state, strict=True)
         torch.set_num_threads(1)
-        ref = pointcept_forward(theirs, data, pointcept_ptv3)()
-        got = ours_forward(fallback, data)()
-        diff = float((ref - got).abs().max() / ref.abs().max())
-        cases["pointcept_forward_1t"] = (pointcept_forward(theirs, data, pointcept_ptv3), 1)
+        if not args.conv_only:
+            ref = pointcept_forward(theirs, data, pointcept_ptv3)()
+            got = ours_forward(fallback, data)()
+            diff = float((ref - got).abs().max() / ref.abs().max())
+            cases["pointcept_forward_1t"] = (pointcept_forward(theirs, data, pointcept_ptv3), 1)
+        for channels in (32, 64):
+            cases.update(conv_cases(data, channels))
     else:
         fallback.load_state_dict(flash.state_dict())
-    for t in (1, 2):
+    for t in () if args.conv_only else (1, 2):
         cases[f"ours_flash_forward_{t}t"] = (ours_forward(flash, data), t)
         cases[f"ours_fallback_forward_{t}t"] = (ours_forward(fallback, data), t)
         cases[f"ours_flash_forward_backward_{t}t"] = (ours_backward(flash, data), t)
@@ -125,9 +171,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pointcept", type=Path, help="path of a Pointcept checkout (optional)")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--conv-only", action="store_true",
+                        help="only the sparse convolutions against spconv's (needs --pointcept's spconv)")
     parser.add_argument("--room", type=float, nargs=3, default=(1.5, 1.5, 1.2))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "bench_ptv3.json")
     args = parser.parse_args()
+    commit = git_commit()                                   # the code this run imports, taken at its start
     data = room(tuple(args.room))
     cases, diff = build(args, data)
     for fn, threads in cases.values():                      # warm up: allocator, caches
@@ -145,9 +194,9 @@ def main() -> None:
             ratios[f"{name}_over_pointcept"] = best[name] / best["pointcept_forward_1t"]
         print("ratios:", {k: round(v, 3) for k, v in ratios.items()}, "rel. max diff", diff)
     save_json(args.out, {
-        "commit": git_commit(), "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+        "commit": commit, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
         "torch": torch.__version__, "points": len(data["coord"]), "room_m": list(args.room), "grid_m": GRID,
-        "reps": args.reps, "load_avg": os.getloadavg(), "best_s": best, "all_s": times, "ratios": ratios,
+        "reps": args.reps, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_avg": os.getloadavg(), "best_s": best, "all_s": times, "ratios": ratios,
         "pointcept_vs_ours_fallback_rel_max_diff": diff, "target": "ours forward <= 1.0x Pointcept's (1 thread)"})
     print(f"wrote {args.out}")
 

@@ -13,7 +13,8 @@ How it runs: each voxel gets a key ``((b * D_x + x) * D_y + y) * D_z + z`` (coor
 ``p + d`` never wraps into another row); the keys are sorted once, and for each of the ``k^3 - 1`` non-centre
 offsets ``torch.searchsorted`` finds which voxels have that neighbour. That neighbour table (pairs of output
 and input rows per offset) depends only on the voxels: it is built once per stage and cached on the
-``PointBatch``. The convolution is then ``feat @ W_centre`` plus, per offset, a gather, a matrix product
+``PointBatch``; the offsets after the centre are the mirrors of those before (``p + d = q`` iff
+``q - d = p``), so only half are searched. The convolution is then ``feat @ W_centre`` plus, per offset, a gather, a matrix product
 and an ``index_add_`` into the output rows. Runs on any device; autograd differentiates it.
 """
 from __future__ import annotations
@@ -63,19 +64,18 @@ def build_neighbours(grid_coord: Tensor, batch: Tensor, kernel_size: int) -> Nei
         raise ValueError(f"grid_coord has {dup} points in a voxel already taken in the same cloud: a sparse "
                          f"convolution needs one point per voxel (grid-sample the cloud first)")
     rows = torch.arange(key.numel(), device=key.device)
-    pairs = []
-    span = range(-r, r + 1)
-    index = 0
-    for ox in span:
-        for oy in span:
-            for oz in span:
-                if ox or oy or oz:
-                    target = key + (ox * dy + oy) * dz + oz
-                    pos = torch.searchsorted(sorted_key, target).clamp_(max=key.numel() - 1)
-                    found = sorted_key[pos] == target
-                    pairs.append((index, rows[found], perm[pos[found]]))
-                index += 1
-    return NeighbourTable(kernel_size, (kernel_size ** 3) // 2, tuple(pairs))
+    centre = kernel_size ** 3 // 2
+    offsets = [(ox, oy, oz) for ox in range(-r, r + 1) for oy in range(-r, r + 1) for oz in range(-r, r + 1)]
+    half = {}
+    for index, (ox, oy, oz) in enumerate(offsets[:centre]):        # offsets before the centre: searched
+        target = key + (ox * dy + oy) * dz + oz
+        pos = torch.searchsorted(sorted_key, target).clamp_(max=key.numel() - 1)
+        found = sorted_key[pos] == target
+        half[index] = (rows[found], perm[pos[found]])
+    # offset -d is offset d's mirror (flat index k^3 - 1 - index): p + d = q  <=>  q - d = p
+    pairs = [(i, *half[i]) for i in range(centre)]
+    pairs += [(len(offsets) - 1 - i, half[i][1], half[i][0]) for i in reversed(range(centre))]
+    return NeighbourTable(kernel_size, centre, tuple(pairs))
 
 
 def subm_conv3d(feat: Tensor, table: NeighbourTable, weight: Tensor, bias: Tensor | None = None) -> Tensor:
