@@ -106,7 +106,8 @@ class SerializedAttention(nn.Module):
         dtype = q.dtype
         if self.upcast:
             q, key, v = q.float(), key.float(), v.float()
-            mask = mask.float() if mask is not None and mask.dtype != torch.bool else mask
+        if mask is not None and mask.dtype != torch.bool:
+            mask = mask.to(q.dtype)                                        # the RPE bias in q's precision
         out = F.scaled_dot_product_attention(q, key, v, attn_mask=mask, scale=self.scale,
                                              dropout_p=self.attn_drop if self.training else 0.0)
         out = out.to(dtype).transpose(1, 2).reshape(-1, c)[inverse]

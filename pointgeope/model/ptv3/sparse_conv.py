@@ -83,12 +83,12 @@ def subm_conv3d(feat: Tensor, table: NeighbourTable, weight: Tensor, bias: Tenso
     (C_out, k, k, k, C_in) (spconv's layout) and ``bias`` (C_out,) over the neighbours ``table``."""
     c_out, c_in = weight.shape[0], weight.shape[-1]
     w = weight.reshape(c_out, -1, c_in)                       # (C_out, k^3, C_in)
-    out = feat @ w[:, table.centre].t()
+    out = feat @ w[:, table.centre].t()                       # (under autocast: in its precision)
     if bias is not None:
-        out = out + bias
+        out = out + bias.to(out.dtype)
     for index, out_rows, in_rows in table.pairs:
-        if out_rows.numel():
-            out = out.index_add(0, out_rows, feat[in_rows] @ w[:, index].t())
+        if out_rows.numel():                                  # in place: no copy of out per offset
+            out.index_add_(0, out_rows, feat[in_rows] @ w[:, index].t())
     return out
 
 

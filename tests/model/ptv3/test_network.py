@@ -136,3 +136,17 @@ def test_neighbour_tables_and_partitions_are_built_once_per_stage(model, monkeyp
     monkeypatch.setattr(attention, "partition", part)
     run(model, **cloud())
     assert sorted(calls["subm"]) == [3, 3, 3, 5] and calls["patches"] == 3
+
+
+@pytest.mark.parametrize("upcast", [False, True])
+def test_bfloat16_autocast_with_rpe(upcast):
+    """Under autocast the attention runs in bfloat16 (or float32 with the upcasts), RPE bias included, and
+    stays close to float32."""
+    torch.manual_seed(0)
+    net = PointTransformerV3(**dict(SMALL, enable_rpe=True, upcast_attention=upcast, upcast_softmax=upcast)).eval()
+    data = cloud()
+    full = run(net, **data)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        half = run(net, **data)
+    assert half.dtype == torch.bfloat16 or half.dtype == torch.float32
+    assert float((half.float() - full).abs().max()) < 0.1 * float(full.abs().max())
