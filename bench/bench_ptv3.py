@@ -6,7 +6,8 @@ Network: ``configs/s3dis/semseg-pt-v3m1-0-base.py``'s backbone (5 stages, 32..51
 4 orders), weights drawn by Pointcept's constructor when a checkout is given (then loaded into ours), else
 ours.
 
-Measured, interleaved (A B A B ...: the 2-core machine is shared), minimum wall time over ``--reps``:
+Measured, interleaved (A B A B ...: the 2-core machine is shared), minimum over ``--reps`` of the wall time
+and of the process CPU time (on 1 thread the CPU time is the steadier measure on a loaded machine):
 
 - ours, forward (eval, no grad), 1 and 2 threads, with Pointcept's two partitions: ``flash`` (K = 1024 fixed,
   the S3DIS config's ``enable_flash=True``) and ``fallback`` (``enable_flash=False``: K = min(1024, points));
@@ -68,11 +69,12 @@ def room(size: tuple[float, float, float], seed: int = 0) -> dict:
     return {"coord": coord, "grid_coord": grid.int(), "feat": feat, "offset": torch.tensor([len(grid)])}
 
 
-def timed(fn, threads: int) -> float:
+def timed(fn, threads: int) -> tuple[float, float]:
+    """Wall time and process CPU time of ``fn()`` on ``threads`` threads."""
     torch.set_num_threads(threads)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def ours_forward(model: PointTransformerV3, data: dict):
@@ -182,21 +184,26 @@ def main() -> None:
     for fn, threads in cases.values():                      # warm up: allocator, caches
         timed(fn, threads)
     times: dict[str, list[float]] = {name: [] for name in cases}
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.reps):
         for name, (fn, threads) in cases.items():
-            times[name].append(timed(fn, threads))
+            wall, used = timed(fn, threads)
+            times[name].append(wall)
+            cpu[name].append(used)
     best = {name: min(v) for name, v in times.items()}
+    best_cpu = {name: min(v) for name, v in cpu.items()}
     for name, value in best.items():
-        print(f"{name:36s} {value:8.3f} s")
+        print(f"{name:36s} {value:8.3f} s wall {best_cpu[name]:8.3f} s CPU")
     ratios = {}
     if "pointcept_forward_1t" in best:
         for name in ("ours_flash_forward_1t", "ours_fallback_forward_1t"):
-            ratios[f"{name}_over_pointcept"] = best[name] / best["pointcept_forward_1t"]
+            ratios[f"{name}_over_pointcept_wall"] = best[name] / best["pointcept_forward_1t"]
+            ratios[f"{name}_over_pointcept_cpu"] = best_cpu[name] / best_cpu["pointcept_forward_1t"]
         print("ratios:", {k: round(v, 3) for k, v in ratios.items()}, "rel. max diff", diff)
     save_json(args.out, {
         "commit": commit, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
         "torch": torch.__version__, "points": len(data["coord"]), "room_m": list(args.room), "grid_m": GRID,
-        "reps": args.reps, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_avg": os.getloadavg(), "best_s": best, "all_s": times, "ratios": ratios,
+        "reps": args.reps, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_avg": os.getloadavg(), "best_s": best, "best_cpu_s": best_cpu, "all_s": times, "all_cpu_s": cpu, "ratios": ratios,
         "pointcept_vs_ours_fallback_rel_max_diff": diff, "target": "ours forward <= 1.0x Pointcept's (1 thread)"})
     print(f"wrote {args.out}")
 
