@@ -29,12 +29,13 @@ def _state(fixture, name):
     return {**first, **fixture["variants"][name]["state_dict"]}
 
 
-@pytest.mark.parametrize("name", ["flash", "fallback"])
+@pytest.mark.parametrize("name", ["flash", "fallback", "train"])
 def test_features_equal_pointcepts(fixture, name):
+    """``train``: batch norms on batch statistics and DropPath's draws between the order shuffles."""
     variant = fixture["variants"][name]
     model = PointTransformerV3(**variant["kwargs"])
     model.load_state_dict(_state(fixture, name), strict=True)
-    model.eval()
+    model.train(name == "train")
     torch.manual_seed(variant["seed"])
     with torch.no_grad():
         out = model(**fixture["inputs"])
