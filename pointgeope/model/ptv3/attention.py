@@ -26,7 +26,7 @@ from pointgeope.model.ptv3.structure import PointBatch
 
 __all__ = ["RPE", "PatchEncoding", "SerializedAttention"]
 
-PatchEncoding = Callable[[Tensor, Tensor, Tensor, Tensor], "tuple[Tensor, Tensor]"]
+PatchEncoding = Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
 class RPE(nn.Module):
