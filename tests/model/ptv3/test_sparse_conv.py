@@ -54,7 +54,7 @@ def test_gradients_equal_dense_conv3d():
     ours = feat.grad.clone(), conv.weight.grad.clone(), conv.bias.grad.clone()
     feat.grad = conv.weight.grad = conv.bias.grad = None
     (dense_reference(feat, grid, batch, conv.weight, conv.bias) * upstream).sum().backward()
-    for a, b in zip(ours, (feat.grad, conv.weight.grad, conv.bias.grad)):
+    for a, b in zip(ours, (feat.grad, conv.weight.grad, conv.bias.grad), strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
