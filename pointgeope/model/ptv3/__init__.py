@@ -11,7 +11,7 @@ from pointgeope.model.ptv3.embedding import Embedding
 from pointgeope.model.ptv3.network import PointTransformerV3
 from pointgeope.model.ptv3.patches import PatchPartition, partition
 from pointgeope.model.ptv3.pooling import SerializedPooling, SerializedUnpooling
-from pointgeope.model.ptv3.segmentor import PTv3Segmentor
+from pointgeope.model.ptv3.segmentor import PTv3Segmentor, pointcept_state_dict
 from pointgeope.model.ptv3.serialization import ORDERS, encode
 from pointgeope.model.ptv3.sparse_conv import NeighbourTable, SubMConv3d, build_neighbours, subm_conv3d
 from pointgeope.model.ptv3.structure import PointBatch
@@ -25,6 +25,7 @@ __all__ = [
            "Embedding",
            "NeighbourTable",
            "PTv3Segmentor",
+    "pointcept_state_dict",
            "PatchEncoding",
            "PatchPartition",
            "PointBatch",

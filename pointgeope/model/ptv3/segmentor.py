@@ -10,7 +10,17 @@ from torch import Tensor, nn
 
 from pointgeope.model.ptv3.network import PointTransformerV3
 
-__all__ = ["PTv3Segmentor"]
+__all__ = ["PTv3Segmentor", "pointcept_state_dict"]
+
+
+def pointcept_state_dict(checkpoint: dict) -> dict:
+    """The ``state_dict`` of a Pointcept checkpoint (the file's dict, or its ``"state_dict"`` entry) with the
+    ``module.`` prefix of DDP removed: ``PTv3Segmentor.load_state_dict(pointcept_state_dict(torch.load(f)))``.
+    """
+    state = checkpoint.get("state_dict", checkpoint)
+    if not isinstance(state, dict) or not state:
+        raise ValueError("expected a Pointcept checkpoint: a dict with a non-empty 'state_dict' (or a state_dict)")
+    return {(k[len("module."):] if k.startswith("module.") else k): v for k, v in state.items()}
 
 
 class PTv3Segmentor(nn.Module):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pointgeope.model.ptv3 import ORDERS, PointTransformerV3, encode
+from pointgeope.model.ptv3 import ORDERS, PointTransformerV3, PTv3Segmentor, encode, pointcept_state_dict
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "ptv3_pointcept.pt"
 
@@ -85,3 +85,22 @@ def test_codes_equal_pointcepts_bitwise(fixture, depth):
     codes = fixture["codes"][depth]
     for order in ORDERS:
         assert torch.equal(encode(codes["grid_coord"], codes["batch"], depth, order), codes[order]), order
+
+
+def test_a_pointcept_segmentor_checkpoint_loads(fixture):
+    """A checkpoint as Pointcept's trainer saves it (DDP's ``module.`` prefix, ``backbone.`` and ``seg_head.``)
+    loads strictly into PTv3Segmentor and gives the head applied to Pointcept's features."""
+    variant = fixture["variants"]["flash"]
+    head = torch.nn.Linear(8, 13)
+    state = {f"module.backbone.{k}": v for k, v in _state(fixture, "flash").items()}
+    state.update({f"module.seg_head.{k}": v for k, v in head.state_dict().items()})
+    net = PTv3Segmentor(13, 8, PointTransformerV3(**variant["kwargs"]))
+    net.load_state_dict(pointcept_state_dict({"epoch": 3, "state_dict": state}), strict=True)
+    net.eval()
+    torch.manual_seed(variant["seed"])
+    with torch.no_grad():
+        logits = net(**fixture["inputs"])
+        ref = head(variant["out"])
+    assert (logits - ref).abs().max() <= 1e-5 * ref.abs().max()
+    with pytest.raises(ValueError, match="state_dict"):
+        pointcept_state_dict({"state_dict": {}})
