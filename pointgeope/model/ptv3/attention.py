@@ -1,0 +1,125 @@
+"""Serialized patch attention of PTv3, on torch's ``scaled_dot_product_attention``.
+
+For one serialization order, the points are read along the curve, cut into patches of K
+(:mod:`pointgeope.model.ptv3.patches`), and each patch attends within itself with H heads of width D = C / H::
+
+    q, k, v = split(feat W_qkv + b_qkv)                          (P, H, K, D) each
+    q, k    = pe(q, k, coord_patches, grid_patches)             optional rotary hook (identity by default)
+    A       = softmax(s q k^T + RPE + mask)                      (P, H, K, K), s = qk_scale or D^-1/2
+    out     = (A v) W_proj + b_proj,   back in the input order
+
+``RPE`` (Pointcept's ``enable_rpe``) is a learnt bias per head indexed by the clamped grid offset of the two
+points along each axis, summed over x, y, z. ``mask`` removes the empty slots of a cloud shorter than a
+patch. The hook ``pe(q, k, coord_patches, grid_patches) -> (q, k)`` gets the patches' coordinates (P, K, 3)
+float (metres) and their stage's grid coordinates (P, K, 3) int64; it must keep the shapes.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pointgeope.model.ptv3.patches import PatchPartition, partition
+from pointgeope.model.ptv3.structure import PointBatch
+
+__all__ = ["RPE", "PatchEncoding", "SerializedAttention"]
+
+PatchEncoding = Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+class RPE(nn.Module):
+    """Pointcept's relative position bias: ``bias[h, i, j] = sum_a T[a R + clamp(g_i - g_j, -b, b)_a + b, h]``
+    with the bound ``b = int(2 (4 patch_size)^(1/3))``, ``R = 2 b + 1`` and the table ``T`` (3 R, H)."""
+
+    def __init__(self, patch_size: int, num_heads: int) -> None:
+        super().__init__()
+        self.pos_bnd = int((4 * patch_size) ** (1 / 3) * 2)
+        self.rpe_num = 2 * self.pos_bnd + 1
+        self.rpe_table = nn.Parameter(torch.zeros(3 * self.rpe_num, num_heads))
+        nn.init.trunc_normal_(self.rpe_table, std=0.02)
+
+    def forward(self, grid_patches: Tensor) -> Tensor:
+        """Bias (P, H, K, K) of the grid coordinates of the patches (P, K, 3)."""
+        rel = grid_patches.unsqueeze(2) - grid_patches.unsqueeze(1)             # (P, K, K, 3): g_i - g_j
+        axis = torch.arange(3, device=rel.device) * self.rpe_num
+        idx = rel.clamp(-self.pos_bnd, self.pos_bnd) + self.pos_bnd + axis
+        bias = self.rpe_table[idx].sum(dim=3)                                   # (P, K, K, H)
+        return bias.permute(0, 3, 1, 2)
+
+
+class SerializedAttention(nn.Module):
+    """Multi-head attention within serialized patches (module docstring).
+
+    Args (Pointcept's ``SerializedAttention``):
+        channels, num_heads: C and H (C divisible by H).
+        patch_size: K. ``enable_flash=True``: K fixed, Pointcept's flash partition. False: Pointcept's
+            fallback, ``K = min(patch_size, smallest cloud)``.
+        qkv_bias, qk_scale, attn_drop, proj_drop: as in Pointcept.
+        order_index: which serialization order (row of ``serialized_order``) this layer uses.
+        enable_rpe: add the :class:`RPE` bias (allowed with either partition: SDPA takes a bias).
+        upcast_attention, upcast_softmax: attend in float32 when the features are half precision.
+        pe: optional hook rotating q, k (module docstring); None = identity.
+    Shapes:
+        forward(point) -> (N, C), the attention output of ``point.feat`` (N, C), rows in input order.
+    """
+
+    def __init__(self, channels: int, num_heads: int, patch_size: int, qkv_bias: bool = True,
+                 qk_scale: float | None = None, attn_drop: float = 0.0, proj_drop: float = 0.0,
+                 order_index: int = 0, enable_rpe: bool = False, enable_flash: bool = True,
+                 upcast_attention: bool = True, upcast_softmax: bool = True,
+                 pe: PatchEncoding | None = None) -> None:
+        super().__init__()
+        if channels % num_heads:
+            raise ValueError(f"expected channels divisible by num_heads, got {channels} and {num_heads}")
+        self.channels, self.num_heads, self.patch_size = channels, num_heads, patch_size
+        self.scale = qk_scale or (channels // num_heads) ** -0.5
+        self.order_index, self.enable_flash = order_index, enable_flash
+        self.upcast = upcast_attention or upcast_softmax
+        self.attn_drop = attn_drop
+        self.qkv = nn.Linear(channels, channels * 3, bias=qkv_bias)
+        self.proj = nn.Linear(channels, channels)
+        self.proj_drop = nn.Dropout(proj_drop)
+        self.rpe = RPE(patch_size, num_heads) if enable_rpe else None
+        self.pe = pe
+
+    def patches(self, point: PointBatch) -> PatchPartition:
+        """The stage's partition for this layer's K, built once and cached on ``point``."""
+        counts = point.counts()
+        k = self.patch_size if self.enable_flash else min(int(counts.min()), self.patch_size)
+        key = ("patches", k)
+        if key not in point.cache:
+            point.cache[key] = partition(counts, k)
+        return point.cache[key]
+
+    def forward(self, point: PointBatch) -> Tensor:
+        part = self.patches(point)
+        h, c, k = self.num_heads, self.channels, part.patch_size
+        order = point.serialized_order[self.order_index][part.source]            # (P K,) point of each slot
+        inverse = part.slot[point.serialized_inverse[self.order_index]]          # (N,) slot of each point
+        qkv = self.qkv(point.feat)[order]
+        q, key, v = qkv.view(-1, k, 3, h, c // h).permute(2, 0, 3, 1, 4).unbind(0)   # (P, H, K, D)
+        if self.pe is not None:
+            q, key = self.pe(q, key, point.coord[order].view(-1, k, 3), point.grid_coord[order].view(-1, k, 3))
+        mask = self._mask(part, point.grid_coord[order].view(-1, k, 3))
+        dtype = q.dtype
+        if self.upcast:
+            q, key, v = q.float(), key.float(), v.float()
+        if mask is not None and mask.dtype != torch.bool:
+            mask = mask.to(q.dtype)                                        # the RPE bias in q's precision
+        out = F.scaled_dot_product_attention(q, key, v, attn_mask=mask, scale=self.scale,
+                                             dropout_p=self.attn_drop if self.training else 0.0)
+        out = out.to(dtype).transpose(1, 2).reshape(-1, c)[inverse]
+        return self.proj_drop(self.proj(out))
+
+    def _mask(self, part: PatchPartition, grid_patches: Tensor) -> Tensor | None:
+        """The SDPA mask: None, the keys' validity (P, 1, 1, K) bool, or the RPE bias (P, H, K, K) with
+        ``-inf`` at invalid keys."""
+        valid = None if part.valid is None else part.valid[:, None, None, :]
+        if self.rpe is None:
+            return valid
+        bias = self.rpe(grid_patches)
+        if valid is not None:
+            bias = bias.masked_fill(~valid, float("-inf"))
+        return bias

@@ -1,0 +1,134 @@
+"""Submanifold sparse 3D convolution in plain torch, with spconv's ``SubMConv3d`` weights.
+
+A submanifold convolution (Graham et al., CVPR 2018) computes outputs only at the active voxels and reads
+only active voxels: for the voxel ``p`` of a cloud, with kernel size ``k`` (odd) and radius ``r = k // 2``,
+
+    out[p] = bias + sum_{d in [-r, r]^3, p + d active} W[d + r] @ feat[p + d]
+
+a cross-correlation, as ``torch.nn.functional.conv3d`` of the dense grid (zeros elsewhere), read at the
+active voxels. The weight is stored as spconv 2.x stores it, ``(C_out, k, k, k, C_in)`` indexed
+``[o, dx + r, dy + r, dz + r, i]``, so that Pointcept's checkpoints load as they are.
+
+How it runs: each voxel gets a key ``((b * D_x + x) * D_y + y) * D_z + z`` (coordinates shifted by ``r`` so
+``p + d`` never wraps into another row); the keys are sorted once, and for each of the ``k^3 - 1`` non-centre
+offsets ``torch.searchsorted`` finds which voxels have that neighbour. That neighbour table (pairs of output
+and input rows per offset) depends only on the voxels: it is built once per stage and cached on the
+``PointBatch``; the offsets after the centre are the mirrors of those before (``p + d = q`` iff
+``q - d = p``), so only half are searched. The convolution is then ``feat @ W_centre`` plus, per offset, a gather, a matrix product
+and an ``index_add_`` into the output rows. Runs on any device; autograd differentiates it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["NeighbourTable", "SubMConv3d", "build_neighbours", "subm_conv3d"]
+
+
+@dataclass(frozen=True)
+class NeighbourTable:
+    """The active neighbours of every voxel for one kernel size.
+
+    ``pairs[j] = (offset_index, out_rows, in_rows)``: for kernel offset ``offset_index`` (the flat index
+    ``(dx + r) k^2 + (dy + r) k + dz + r``), voxel ``out_rows[m]`` has the active neighbour ``in_rows[m]``.
+    The centre offset (every voxel is its own neighbour) is ``centre`` and has no pairs entry."""
+
+    kernel_size: int
+    centre: int
+    pairs: tuple[tuple[int, Tensor, Tensor], ...]
+
+
+def _voxel_keys(grid_coord: Tensor, batch: Tensor, radius: int) -> tuple[Tensor, tuple[int, int, int]]:
+    """Keys (N,) int64 of the voxels shifted by ``radius`` and the extents ``(D_x, D_y, D_z)``."""
+    g = grid_coord.long() + radius
+    dims = [int(v) + radius + 1 for v in g.max(dim=0).values.tolist()]
+    if (int(batch.max()) + 1) * math.prod(dims) >= 1 << 62:
+        raise ValueError(f"grid_coord spans {dims} cells: too many for int64 voxel keys")
+    key = ((batch.long() * dims[0] + g[:, 0]) * dims[1] + g[:, 1]) * dims[2] + g[:, 2]
+    return key, (dims[0], dims[1], dims[2])
+
+
+def build_neighbours(grid_coord: Tensor, batch: Tensor, kernel_size: int) -> NeighbourTable:
+    """The :class:`NeighbourTable` of voxels ``grid_coord`` (N, 3) of clouds ``batch`` (N,). Two points of
+    one cloud in the same voxel raise a ``ValueError`` (grid-sample the cloud first)."""
+    if kernel_size < 1 or kernel_size % 2 == 0:
+        raise ValueError(f"expected an odd kernel_size, got {kernel_size}")
+    r = kernel_size // 2
+    key, (_, dy, dz) = _voxel_keys(grid_coord, batch, r)
+    sorted_key, perm = torch.sort(key)
+    if sorted_key.numel() > 1 and bool((sorted_key[1:] == sorted_key[:-1]).any()):
+        dup = int((sorted_key[1:] == sorted_key[:-1]).sum())
+        raise ValueError(f"grid_coord has {dup} points in a voxel already taken in the same cloud: a sparse "
+                         f"convolution needs one point per voxel (grid-sample the cloud first)")
+    rows = torch.arange(key.numel(), device=key.device)
+    centre = kernel_size ** 3 // 2
+    offsets = [(ox, oy, oz) for ox in range(-r, r + 1) for oy in range(-r, r + 1) for oz in range(-r, r + 1)]
+    half = {}
+    for index, (ox, oy, oz) in enumerate(offsets[:centre]):        # offsets before the centre: searched
+        target = key + (ox * dy + oy) * dz + oz
+        pos = torch.searchsorted(sorted_key, target).clamp_(max=key.numel() - 1)
+        found = sorted_key[pos] == target
+        half[index] = (rows[found], perm[pos[found]])
+    # offset -d is offset d's mirror (flat index k^3 - 1 - index): p + d = q  <=>  q - d = p
+    pairs = [(i, *half[i]) for i in range(centre)]
+    pairs += [(len(offsets) - 1 - i, half[i][1], half[i][0]) for i in reversed(range(centre))]
+    return NeighbourTable(kernel_size, centre, tuple(pairs))
+
+
+def subm_conv3d(feat: Tensor, table: NeighbourTable, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``out`` (N, C_out) of the submanifold convolution of ``feat`` (N, C_in) with ``weight``
+    (C_out, k, k, k, C_in) (spconv's layout) and ``bias`` (C_out,) over the neighbours ``table``."""
+    c_out, c_in = weight.shape[0], weight.shape[-1]
+    w = weight.reshape(c_out, -1, c_in)                       # (C_out, k^3, C_in)
+    out = feat @ w[:, table.centre].t()                       # (under autocast: in its precision)
+    if bias is not None:
+        out = out + bias.to(out.dtype)
+    for index, out_rows, in_rows in table.pairs:
+        if out_rows.numel():                                  # in place: no copy of out per offset
+            out.index_add_(0, out_rows, feat[in_rows] @ w[:, index].t())
+    return out
+
+
+class SubMConv3d(nn.Module):
+    """Submanifold 3D convolution; parameters ``weight`` (C_out, k, k, k, C_in) and ``bias`` (C_out,) as
+    spconv's ``SubMConv3d`` (same names and layout), initialised as spconv initialises them.
+
+    Args:
+        in_channels, out_channels: C_in, C_out.
+        kernel_size: odd k (PTv3: 3 in the blocks' xCPE, 5 in the embedding).
+        bias: add a learnt bias.
+    Shapes:
+        forward(feat (N, C_in), table) -> (N, C_out); the table from :func:`build_neighbours`.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, bias: bool = True) -> None:
+        super().__init__()
+        if kernel_size < 1 or kernel_size % 2 == 0:
+            raise ValueError(f"expected an odd kernel_size, got {kernel_size}")
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
+        k = kernel_size
+        self.weight = nn.Parameter(torch.empty(out_channels, k, k, k, in_channels))
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Kaiming-uniform weights and uniform bias with fan-in ``C_in k^3``, as torch's (and spconv's) conv."""
+        fan_in = self.in_channels * self.kernel_size ** 3
+        bound = 1.0 / math.sqrt(fan_in)
+        nn.init.uniform_(self.weight, -bound, bound)   # = kaiming_uniform_(a=sqrt(5)) at this fan-in
+        if self.bias is not None:
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, feat: Tensor, table: NeighbourTable) -> Tensor:
+        if feat.shape[-1] != self.in_channels:
+            raise ValueError(f"expected feat with {self.in_channels} channels, got {tuple(feat.shape)}")
+        if table.kernel_size != self.kernel_size:
+            raise ValueError(f"neighbour table of kernel {table.kernel_size} for a kernel of {self.kernel_size}")
+        return subm_conv3d(feat, table, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"bias={self.bias is not None}")

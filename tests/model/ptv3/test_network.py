@@ -1,0 +1,152 @@
+"""PointTransformerV3 as a whole: bad input, input order, training mode, the constructor's checks.
+
+(Equality with Pointcept's network is in test_pointcept_equivalence.py.)
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pointgeope.model.ptv3 import PointTransformerV3, PTv3Segmentor
+
+SMALL = dict(in_channels=4, order=("z", "z-trans", "hilbert", "hilbert-trans"), stride=(2, 2),
+             enc_depths=(2, 1, 1), enc_channels=(8, 16, 16), enc_num_head=(2, 2, 2), enc_patch_size=(16, 16, 16),
+             dec_depths=(1, 1), dec_channels=(8, 16), dec_num_head=(2, 2), dec_patch_size=(16, 16), mlp_ratio=2)
+
+
+def cloud(counts=(70, 30), seed=0, side=10):
+    gen = torch.Generator().manual_seed(seed)
+    grids = [torch.randperm(side ** 3, generator=gen)[:n] for n in counts]
+    grid = torch.stack([(g := torch.cat(grids)) // side ** 2, g // side % side, g % side], 1)
+    coord = grid.float() * 0.05
+    return dict(coord=coord, grid_coord=grid, feat=torch.randn(len(grid), 4, generator=gen),
+                offset=torch.cumsum(torch.tensor(counts), 0))
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return PointTransformerV3(**SMALL).eval()
+
+
+def run(model, seed=5, **inputs):
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        return model(**inputs)
+
+
+def test_output_follows_the_input_order(model):
+    """Permuting the points within and across clouds' rows permutes the output rows (same seed)."""
+    data = cloud()
+    out = run(model, **data)
+    perm = torch.cat([torch.randperm(70), 70 + torch.randperm(30)])
+    moved = dict(data, coord=data["coord"][perm], grid_coord=data["grid_coord"][perm], feat=data["feat"][perm])
+    torch.testing.assert_close(run(model, **moved), out[perm], atol=1e-5, rtol=1e-5)
+
+
+def test_one_point_and_clouds_shorter_than_a_patch(model):
+    one = cloud(counts=(1,))
+    assert run(model, **one).shape == (1, 8)
+    assert torch.isfinite(run(model, **one)).all()
+    few = cloud(counts=(3, 1, 9))
+    out = run(model, **few)
+    assert out.shape == (13, 8) and torch.isfinite(out).all()
+    # the clouds in the other order (same grid, so the same serialization depth): their outputs move along,
+    # so no cloud's features depend on its neighbours in the batch or on its place
+    swap = torch.cat([torch.arange(4, 13), torch.tensor([3]), torch.arange(3)])
+    moved = {k: few[k][swap] for k in ("coord", "grid_coord", "feat")}
+    torch.testing.assert_close(run(model, **moved, offset=torch.tensor([9, 10, 13])), out[swap],
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_bad_input_names_the_argument(model):
+    data = cloud()
+    dup = data["grid_coord"].clone()
+    dup[1] = dup[0]
+    with pytest.raises(ValueError, match="grid_coord has 1 points in a voxel"):
+        run(model, **dict(data, grid_coord=dup))
+    far = data["grid_coord"].clone()
+    far[0, 2] = 2 ** 16
+    with pytest.raises(ValueError, match="grid_coord reaches 65536"):
+        run(model, **dict(data, grid_coord=far))
+    with pytest.raises(ValueError, match="grid_coord >= 0"):
+        run(model, **dict(data, grid_coord=data["grid_coord"] - 1))
+    with pytest.raises(ValueError, match="offset"):
+        run(model, **dict(data, offset=torch.tensor([70, 99])))
+    with pytest.raises(ValueError, match="offset"):
+        run(model, **dict(data, offset=torch.tensor([70, 70, 100])))
+    with pytest.raises(ValueError, match="feat"):
+        run(model, **dict(data, feat=data["feat"][:5]))
+    with pytest.raises(ValueError, match="in_channels"):
+        run(model, **dict(data, feat=torch.randn(100, 6)))
+    with pytest.raises(ValueError, match="coord"):
+        run(model, **dict(data, coord=data["coord"][:, :2]))
+
+
+def test_training_step_reaches_every_parameter():
+    torch.manual_seed(0)
+    net = PTv3Segmentor(5, 8, PointTransformerV3(**dict(SMALL, drop_path=0.3, enable_rpe=True))).train()
+    logits = net(**cloud())
+    torch.nn.functional.cross_entropy(logits, torch.randint(0, 5, (100,))).backward()
+    for name, p in net.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    assert any(float(p.grad.abs().max()) > 0 for n, p in net.named_parameters() if "rpe" in n)
+
+
+def test_enc_mode_returns_the_coarsest_stage():
+    torch.manual_seed(0)
+    net = PointTransformerV3(**dict(SMALL, enc_mode=True)).eval()
+    data = cloud()
+    points = net.forward_points(**data)
+    assert points.feat.shape[1] == 16 and len(points.feat) < 100
+    assert net.out_channels == 16
+
+
+def test_constructor_checks():
+    with pytest.raises(ValueError, match="enc_channels"):
+        PointTransformerV3(**dict(SMALL, enc_channels=(8, 16)))
+    with pytest.raises(ValueError, match="dec_num_head"):
+        PointTransformerV3(**dict(SMALL, dec_num_head=(2,)))
+    with pytest.raises(ValueError, match="order"):
+        PointTransformerV3(**dict(SMALL, order=("z", "morton")))
+    with pytest.raises(ValueError, match="pdnorm"):
+        PointTransformerV3(**dict(SMALL, pdnorm_bn=True))
+    with pytest.raises(ValueError, match="backbone_out_channels"):
+        PTv3Segmentor(13, 64, PointTransformerV3(**SMALL))
+
+
+def test_neighbour_tables_and_partitions_are_built_once_per_stage(model, monkeypatch):
+    """Pointcept's indice_key: one 3^3 table per stage shared by the encoder's and decoder's blocks, one 5^3
+    for the stem; one patch partition per stage."""
+    import pointgeope.model.ptv3.attention as attention
+    import pointgeope.model.ptv3.block as block
+
+    calls = {"subm": [], "patches": 0}
+    real_build, real_partition = block.build_neighbours, attention.partition
+
+    def build(grid, batch, k):
+        calls["subm"].append(k)
+        return real_build(grid, batch, k)
+
+    def part(counts, k):
+        calls["patches"] += 1
+        return real_partition(counts, k)
+
+    monkeypatch.setattr(block, "build_neighbours", build)
+    monkeypatch.setattr(attention, "partition", part)
+    run(model, **cloud())
+    assert sorted(calls["subm"]) == [3, 3, 3, 5] and calls["patches"] == 3
+
+
+@pytest.mark.parametrize("upcast", [False, True])
+def test_bfloat16_autocast_with_rpe(upcast):
+    """Under autocast the attention runs in bfloat16 (or float32 with the upcasts), RPE bias included, and
+    stays close to float32."""
+    torch.manual_seed(0)
+    net = PointTransformerV3(**dict(SMALL, enable_rpe=True, upcast_attention=upcast, upcast_softmax=upcast)).eval()
+    data = cloud()
+    full = run(net, **data)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        half = run(net, **data)
+    assert half.dtype == torch.bfloat16 or half.dtype == torch.float32
+    assert float((half.float() - full).abs().max()) < 0.1 * float(full.abs().max())

@@ -1,0 +1,106 @@
+"""PointTransformerV3 against Pointcept's own PT-v3m1: same weights, inputs and torch seed, same features.
+
+The fixture ``tests/fixtures/ptv3_pointcept.pt`` was made by ``tests/fixtures/make_ptv3_fixture.py``, which ran
+Pointcept's code (commit in ``meta``) with spconv 2.3.8 on the CPU; this test needs neither. Two variants
+of a reduced-width network with all four orders, two poolings and unpoolings, and clouds shorter and longer
+than a patch: the flash path's partition, and the non-flash fallback with RPE and upcasts. Target: max
+difference <= 1e-5 of the largest output, in float32.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from pointgeope.model.ptv3 import ORDERS, PointTransformerV3, PTv3Segmentor, encode, pointcept_state_dict
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "ptv3_pointcept.pt"
+
+
+@pytest.fixture(scope="module")
+def fixture():
+    return torch.load(FIXTURE, weights_only=True)
+
+
+def _state(fixture, name):
+    """The variant's state_dict: its own tensors over those of the first variant (which it shares)."""
+    first = next(iter(fixture["variants"].values()))["state_dict"]
+    return {**first, **fixture["variants"][name]["state_dict"]}
+
+
+@pytest.mark.parametrize("name", ["flash", "fallback", "train"])
+def test_features_equal_pointcepts(fixture, name):
+    """``train``: batch norms on batch statistics and DropPath's draws between the order shuffles."""
+    variant = fixture["variants"][name]
+    model = PointTransformerV3(**variant["kwargs"])
+    model.load_state_dict(_state(fixture, name), strict=True)
+    model.train(name == "train")
+    torch.manual_seed(variant["seed"])
+    with torch.no_grad():
+        out = model(**fixture["inputs"])
+    ref = variant["out"]
+    assert out.shape == ref.shape
+    assert (out - ref).abs().max() <= 1e-5 * ref.abs().max()
+
+
+def test_other_seed_shuffles_other_orders(fixture):
+    """The seed matters (the orders are shuffled by torch.randperm, in eval too): the check above would
+    catch a network that ignored the shuffle."""
+    variant = fixture["variants"]["flash"]
+    model = PointTransformerV3(**variant["kwargs"])
+    model.load_state_dict(_state(fixture, "flash"), strict=True)
+    model.eval()
+    diffs = []
+    for seed in range(3):
+        torch.manual_seed(variant["seed"] + 1 + seed)
+        with torch.no_grad():
+            diffs.append(float((model(**fixture["inputs"]) - variant["out"]).abs().max()))
+    assert max(diffs) > 1e-3
+
+
+def test_pooling_shuffle_switch(fixture):
+    """``pooling_shuffle_orders=False`` draws no randperm at poolings: the same seed then gives the same
+    output as a run where the generator is reseeded before each pooling."""
+    variant = fixture["variants"]["flash"]
+    model = PointTransformerV3(**dict(variant["kwargs"], pooling_shuffle_orders=False)).eval()
+    model.load_state_dict(_state(fixture, "flash"), strict=True)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        a = model(**fixture["inputs"])
+    def reseed(*_):
+        torch.manual_seed(1234)
+
+    for module in model.modules():
+        if type(module).__name__ == "SerializedPooling":
+            module.register_forward_pre_hook(reseed)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        b = model(**fixture["inputs"])
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("depth", [3, 9, 16])
+def test_codes_equal_pointcepts_bitwise(fixture, depth):
+    codes = fixture["codes"][depth]
+    for order in ORDERS:
+        assert torch.equal(encode(codes["grid_coord"], codes["batch"], depth, order), codes[order]), order
+
+
+def test_a_pointcept_segmentor_checkpoint_loads(fixture):
+    """A checkpoint as Pointcept's trainer saves it (DDP's ``module.`` prefix, ``backbone.`` and ``seg_head.``)
+    loads strictly into PTv3Segmentor and gives the head applied to Pointcept's features."""
+    variant = fixture["variants"]["flash"]
+    head = torch.nn.Linear(8, 13)
+    state = {f"module.backbone.{k}": v for k, v in _state(fixture, "flash").items()}
+    state.update({f"module.seg_head.{k}": v for k, v in head.state_dict().items()})
+    net = PTv3Segmentor(13, 8, PointTransformerV3(**variant["kwargs"]))
+    net.load_state_dict(pointcept_state_dict({"epoch": 3, "state_dict": state}), strict=True)
+    net.eval()
+    torch.manual_seed(variant["seed"])
+    with torch.no_grad():
+        logits = net(**fixture["inputs"])
+        ref = head(variant["out"])
+    assert (logits - ref).abs().max() <= 1e-5 * ref.abs().max()
+    with pytest.raises(ValueError, match="state_dict"):
+        pointcept_state_dict({"state_dict": {}})

@@ -1,0 +1,89 @@
+"""The submanifold convolution against torch's dense conv3d on the same grid.
+
+Active voxels of two clouds go into a dense (B, C, D, D, D) grid, zeros elsewhere; ``conv3d`` with the weight
+moved from spconv's (C_out, k, k, k, C_in) to torch's (C_out, C_in, k, k, k) and padding k // 2, read at the
+active voxels, is the definition of a submanifold convolution. Gradients too.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pointgeope.model.ptv3.sparse_conv import SubMConv3d, build_neighbours
+
+SIDE = 9
+
+
+def sparse_clouds(seed: int, counts=(120, 60)):
+    gen = torch.Generator().manual_seed(seed)
+    grids, batch = [], []
+    for b, n in enumerate(counts):
+        cells = torch.randperm(SIDE ** 3, generator=gen)[:n]
+        grids.append(torch.stack([cells // SIDE ** 2, cells // SIDE % SIDE, cells % SIDE], 1))
+        batch.append(torch.full((n,), b))
+    return torch.cat(grids), torch.cat(batch)
+
+
+def dense_reference(feat, grid, batch, weight, bias):
+    b = int(batch.max()) + 1
+    dense = feat.new_zeros(b, SIDE, SIDE, SIDE, feat.shape[1])
+    dense = dense.index_put((batch, grid[:, 0], grid[:, 1], grid[:, 2]), feat).permute(0, 4, 1, 2, 3)
+    out = F.conv3d(dense, weight.permute(0, 4, 1, 2, 3), bias, padding=weight.shape[1] // 2)
+    return out.permute(0, 2, 3, 4, 1)[batch, grid[:, 0], grid[:, 1], grid[:, 2]]
+
+
+@pytest.mark.parametrize("kernel_size, bias", [(3, True), (5, False), (1, True)])
+def test_equals_dense_conv3d(kernel_size, bias):
+    grid, batch = sparse_clouds(kernel_size)
+    torch.manual_seed(0)
+    conv = SubMConv3d(4, 6, kernel_size, bias=bias)
+    feat = torch.randn(len(grid), 4)
+    table = build_neighbours(grid, batch, kernel_size)
+    out = conv(feat, table)
+    ref = dense_reference(feat, grid, batch, conv.weight, conv.bias)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_gradients_equal_dense_conv3d():
+    grid, batch = sparse_clouds(7)
+    conv = SubMConv3d(3, 5, 3)
+    feat = torch.randn(len(grid), 3, requires_grad=True)
+    upstream = torch.randn(len(grid), 5)
+    (conv(feat, build_neighbours(grid, batch, 3)) * upstream).sum().backward()
+    ours = feat.grad.clone(), conv.weight.grad.clone(), conv.bias.grad.clone()
+    feat.grad = conv.weight.grad = conv.bias.grad = None
+    (dense_reference(feat, grid, batch, conv.weight, conv.bias) * upstream).sum().backward()
+    for a, b in zip(ours, (feat.grad, conv.weight.grad, conv.bias.grad), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_point_order_does_not_matter_and_clouds_do_not_mix():
+    """Permuting the rows permutes the output; a cloud's output ignores the other cloud (same cells)."""
+    grid, batch = sparse_clouds(3, counts=(80, 80))
+    grid[80:] = grid[:80]                                    # the second cloud in the very same voxels
+    conv = SubMConv3d(2, 2, 3)
+    feat = torch.randn(160, 2)
+    out = conv(feat, build_neighbours(grid, batch, 3))
+    perm = torch.randperm(160)
+    out_p = conv(feat[perm], build_neighbours(grid[perm], batch[perm], 3))
+    torch.testing.assert_close(out_p, out[perm])
+    alone = conv(feat[:80], build_neighbours(grid[:80], batch[:80], 3))
+    torch.testing.assert_close(out[:80], alone)
+
+
+def test_weight_layout_is_spconvs():
+    conv = SubMConv3d(4, 7, 3, bias=True)
+    assert {k: tuple(v.shape) for k, v in conv.state_dict().items()} == {"weight": (7, 3, 3, 3, 4),
+                                                                         "bias": (7,)}
+
+
+def test_bad_input():
+    grid = torch.tensor([[0, 0, 0], [1, 2, 3], [0, 0, 0]])
+    with pytest.raises(ValueError, match="grid_coord has 1 points in a voxel"):
+        build_neighbours(grid, torch.zeros(3, dtype=torch.long), 3)
+    build_neighbours(grid, torch.tensor([0, 0, 1]), 3)      # the same voxel in two clouds is fine
+    with pytest.raises(ValueError, match="odd kernel_size"):
+        SubMConv3d(2, 2, 4)
+    with pytest.raises(ValueError, match="channels"):
+        SubMConv3d(2, 2, 3)(torch.randn(3, 5), build_neighbours(grid[:2], torch.zeros(2, dtype=torch.long), 3))
