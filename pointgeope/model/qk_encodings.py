@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from pointgeope.geope import BlockScale, apply_geope
 from pointgeope.model.coord_augment import CoordAugment, UTONIA_AUGMENT
-from pointgeope.model.qk_kernels import block_tables, half_tables, turn_tokens
+from pointgeope.model.qk_kernels import block_tables, half_tables, swap_matrix, turn_tokens
 from pointgeope.model.qk_lingeope import lingeope_attention
 from pointgeope.model.rope import POINTROPE_BASE, axial_frequencies, pair_angles, pointrope_frequencies
 from pointgeope.model.rotation import geometry_dtype
@@ -157,7 +157,7 @@ class GeoPEQK(QKEncoding):
         if torch.is_grad_enabled() and scale.requires_grad:                     # learnable: plain autograd
             return apply_geope(q, pos.unsqueeze(1), scale), apply_geope(k, pos.unsqueeze(1), scale)
         tables = block_tables(pos, scale, self.head_dim)
-        return turn_tokens(q, tables, "blocks"), turn_tokens(k, tables, "blocks")
+        return turn_tokens(q, tables), turn_tokens(k, tables)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, {self.block_scale.extra_repr()}"
@@ -181,16 +181,33 @@ class LinGeoPEQK(GeoPEQK):
 
 
 class _HalfRotary(QKEncoding):
-    """Rotary encodings of channel pairs (``qk_kernels.turn_halves``): ``angles(pos) (B, L, G, S)``."""
+    """Rotary encodings of channel pairs ``(first[p], second[p])`` (``qk_kernels.turn_halves``), turned by
+    ``angles(pos) (B, L, P)``; the layout's index and swap tensors are buffers outside the ``state_dict``."""
 
     min_head_dim = 6
+
+    def __init__(self, head_dim: int, first: list[int], second: list[int], augment: CoordAugment | None,
+                 check_finite: bool):
+        super().__init__(head_dim, augment, check_finite)
+        first_t, second_t = torch.tensor(first), torch.tensor(second)
+        self.register_buffer("first", first_t, persistent=False)
+        self.register_buffer("second", second_t, persistent=False)
+        self.register_buffer("swap", swap_matrix(first_t, second_t, head_dim), persistent=False)
 
     def angles(self, pos: Tensor) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} must define angles(pos)")
 
     def rotate(self, q: Tensor, k: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
-        tables = half_tables(self.angles(pos))
-        return turn_tokens(q, tables, "halves"), turn_tokens(k, tables, "halves")
+        tables = half_tables(self.angles(pos), self.first, self.second, self.head_dim)
+        return turn_tokens(q, tables, self.swap), turn_tokens(k, tables, self.swap)
+
+
+def _thirds(head_dim: int) -> tuple[list[int], list[int]]:
+    """LitePT's and Utonia's pairs, ``(2Qa + q, 2Qa + Q + q)`` for axis ``a`` and ``q < Q = D // 6``, in the
+    order ``(a, q)``."""
+    big_q = head_dim // 6
+    cells = [(a, q) for a in range(3) for q in range(big_q)]
+    return [2 * big_q * a + q for a, q in cells], [2 * big_q * a + big_q + q for a, q in cells]
 
 
 class AxialRoPEQK(_HalfRotary):
@@ -202,12 +219,13 @@ class AxialRoPEQK(_HalfRotary):
 
     def __init__(self, head_dim: int, base: float = 100.0, pos_scale: float = GEOPE_POS_SCALE,
                  augment: CoordAugment | None = None, check_finite: bool = True):
-        super().__init__(head_dim, augment, check_finite)
+        pairs = range(3 * (head_dim // 6))
+        super().__init__(head_dim, [2 * p for p in pairs], [2 * p + 1 for p in pairs], augment, check_finite)
         self.block_scale = BlockScale(head_dim, base=base, pos_scale=pos_scale, axes=3)
 
     def angles(self, pos: Tensor) -> Tensor:
         freq = axial_frequencies(self.block_scale(pos.dtype, pos.device), self.head_dim)      # (P, 3)
-        return pair_angles(pos, freq).unsqueeze(-1)                                            # (B, L, P, 1)
+        return pair_angles(pos, freq)                                                          # (B, L, P)
 
 
 class Point3DRoPEQK(_HalfRotary):
@@ -221,7 +239,7 @@ class Point3DRoPEQK(_HalfRotary):
 
     def __init__(self, head_dim: int, base: float = POINT3DROPE_BASE, pos_scale: float = 1.0,
                  augment: CoordAugment | None = UTONIA_AUGMENT, check_finite: bool = True):
-        super().__init__(head_dim, augment, check_finite)
+        super().__init__(head_dim, *_thirds(head_dim), augment, check_finite)
         self.base, self.pos_scale = base, pos_scale
 
     def angles(self, pos: Tensor) -> Tensor:
@@ -238,7 +256,7 @@ class PointRoPEQK(_HalfRotary):
     name, uses_grid = "pointrope", True
 
     def __init__(self, head_dim: int, base: float = POINTROPE_BASE, check_finite: bool = True):
-        super().__init__(head_dim, None, check_finite)
+        super().__init__(head_dim, *_thirds(head_dim), None, check_finite)
         self.base = base
 
     def angles(self, pos: Tensor) -> Tensor:
@@ -249,10 +267,10 @@ class PointRoPEQK(_HalfRotary):
 
 
 def _third_angles(pos: Tensor, head_dim: int, base: float) -> Tensor:
-    """``theta[.., a, q] = pos_a base^(-q/Q)``, ``(B, L, 3, Q)`` (the thirds layout's groups and pairs), from
+    """``theta[.., a Q + q] = pos_a base^(-q/Q)``, ``(B, L, 3Q)`` in the order ``(a, q)`` of ``_thirds``, from
     ``rope.py``'s ``pointrope_frequencies`` (rows ``3q + a``)."""
     freq = pointrope_frequencies(head_dim, base, dtype=pos.dtype, device=pos.device)          # (3Q, 3)
-    return pair_angles(pos, freq).unflatten(-1, (-1, 3)).transpose(-1, -2)
+    return pair_angles(pos, freq).unflatten(-1, (-1, 3)).transpose(-1, -2).flatten(-2)
 
 
 def qk_encoding(name: QKName, head_dim: int, **options) -> QKEncoding:

@@ -6,16 +6,20 @@ on its position only, the same for every head. The tables of those rotations are
 ``(B, L, 3)`` positions, broadcast over the heads as ``(.., B, 1, L, ..)``, and used for the queries, the
 keys and the backward pass (the gradient of a rotation is the inverse rotation of the incoming gradient).
 
-**Channel pairs** (RoPE's 2D rotations; ``turn_halves``). The first ``2 P`` channels of a head hold ``G``
-groups of ``S`` pairs, ``P = G S``; group ``g`` pairs channel ``2 S g + s`` with ``2 S g + S + s``::
+**Channel pairs** (RoPE's 2D rotations; ``turn_halves``). Pair ``p`` is channels ``(first[p], second[p])`` of
+a head and turns by its angle: ``(u, v) -> (u cos - v sin, v cos + u sin)``, the complex product
+``(u + i v) e^{i theta}``. The layouts in use::
 
-    # NeoX "rotate half" in thirds (G = 3, S = Q; Utonia's Point3DRoPE, LitePT's PointROPE):
+    # NeoX "rotate half" in thirds (Utonia's Point3DRoPE, LitePT's PointROPE): pair (a, q) = (2Qa + q, 2Qa + Q + q)
     # channels: [ x0 .. x(Q-1) x0' .. x(Q-1)' | y0 .. y0' .. | z0 .. z0' .. | pass-through ]
-    # interleaved pairs (G = P, S = 1; this project's axial rope3d, pointgeope/model/rope.py):
+    # interleaved (this project's axial rope3d, pointgeope/model/rope.py): pair p = (2p, 2p + 1)
     # channels: [ x0 x0' y0 y0' z0 z0' | x1 x1' ... | pass-through ]
 
-and pair ``(u, v)`` turns by its angle: ``(u cos - v sin, v cos + u sin)``, the complex product
-``(u + i v) e^{i theta}``. Tables: ``(2, B, 1, L, G, S)`` of cosines and sines (``half_tables``).
+Whatever the layout, the rotation is ``out = x * C + (x S) * Sn``: ``C``, ``Sn`` full-width tables ``(2, B, 1, L,
+D)`` holding each pair's cosine and sine at both its channels (1 and 0 at the pass-through channels,
+``half_tables``), and ``S`` the layout's fixed signed permutation (``swap_matrix``: ``(x S)[first] =
+-x[second]``, ``(x S)[second] = x[first]``), one ``(B H L, D) x (D, D)`` product. So every layout and width
+costs the same three contiguous passes (strided views of short pair groups were 2x slower at ``D = 16``).
 
 **Blocks of three** (GeoPE; ``turn_blocks``). Block ``b`` (channels ``3b .. 3b+2``) turns by the 3x3 matrix
 ``R_b`` of its token, applied as five shifted multiply-adds over whole channel rows with the coefficient
@@ -30,27 +34,38 @@ from torch import Tensor
 
 from pointgeope.model.rotation import apply_shifted, rotation_tables
 
-__all__ = ["half_tables", "turn_halves", "block_tables", "turn_blocks", "turn_tokens"]
+__all__ = ["swap_matrix", "half_tables", "turn_halves", "block_tables", "turn_blocks", "turn_tokens"]
 
 
-def half_tables(angles: Tensor) -> Tensor:
-    """``angles (B, L, G, S)`` (radians) -> ``(2, B, 1, L, G, S)``: their cosines and sines, with a head axis."""
-    return torch.stack([angles.cos(), angles.sin()]).unsqueeze(2)
+def swap_matrix(first: Tensor, second: Tensor, channels: int) -> Tensor:
+    """The signed permutation ``S (D, D)`` of a pair layout: ``(x S)[first[p]] = -x[second[p]]``,
+    ``(x S)[second[p]] = x[first[p]]``, 0 at the pass-through channels (float32)."""
+    swap = torch.zeros(channels, channels, device=first.device)
+    swap[second, first] = -1.0
+    swap[first, second] = 1.0
+    return swap
 
 
-def turn_halves(x: Tensor, tables: Tensor, inverse: bool = False) -> Tensor:
-    """Turn the channel pairs of ``x (B, H, L, D)`` by ``tables = half_tables(angles)`` (by ``-angles`` with
-    ``inverse``); the channels past ``2 G S`` pass through. Returns ``x``'s shape and dtype."""
-    groups, size = tables.shape[-2:]
-    width = 2 * groups * size
-    cos, sin = tables[0], (-tables[1] if inverse else tables[1])
-    out = torch.empty(x.shape, dtype=tables.dtype, device=x.device)
-    pairs = x[..., :width].unflatten(-1, (groups, 2, size))
-    turned = out[..., :width].unflatten(-1, (groups, 2, size))
-    u, v = pairs[..., 0, :], pairs[..., 1, :]
-    torch.mul(u, cos, out=turned[..., 0, :]).addcmul_(v, sin, value=-1)      # u cos - v sin
-    torch.mul(v, cos, out=turned[..., 1, :]).addcmul_(u, sin)                 # v cos + u sin
-    out[..., width:] = x[..., width:]
+def half_tables(angles: Tensor, first: Tensor, second: Tensor, channels: int) -> Tensor:
+    """``angles (B, L, P)`` of the pairs ``(first[p], second[p])`` -> ``(2, B, 1, L, D)``: the cosine and the sine
+    of each pair at both its channels, 1 and 0 at the pass-through channels, with a head axis."""
+    tables = torch.zeros(2, *angles.shape[:-1], channels, dtype=angles.dtype, device=angles.device)
+    tables[0] = 1.0
+    cos, sin = angles.cos(), angles.sin()
+    for channel in (first, second):
+        tables[0, ..., channel] = cos
+        tables[1, ..., channel] = sin
+    return tables.unsqueeze(2)
+
+
+def turn_halves(x: Tensor, tables: Tensor, swap: Tensor, inverse: bool = False) -> Tensor:
+    """Turn the channel pairs of ``x (B, H, L, D)`` by ``tables = half_tables(...)`` (by minus the angles with
+    ``inverse``) with the layout's ``swap = swap_matrix(...)``: ``x C + (x S) Sn``. Returns ``x``'s shape and
+    dtype (computed in the tables' dtype, also under autocast, and rounded once)."""
+    with torch.autocast(x.device.type, enabled=False):
+        swapped = x.to(tables.dtype) @ swap.to(tables.dtype)          # exact: one signed term per channel
+    out = torch.mul(x, tables[0])
+    out.addcmul_(swapped, tables[1], value=-1.0 if inverse else 1.0)
     return out.to(x.dtype)
 
 
@@ -67,29 +82,27 @@ def turn_blocks(x: Tensor, tables: Tensor, inverse: bool = False) -> Tensor:
     return apply_shifted(x, tables, transpose=inverse).to(x.dtype)
 
 
-_TURNS = {"halves": turn_halves, "blocks": turn_blocks}
-
-
 class _TurnTokens(torch.autograd.Function):
     """A per-token rotation with a gradient for ``x`` only: saves the tables (shared with the other tensor
-    of the pair and by the heads), whose inverse rotation is the backward pass."""
+    of the pair and by the heads) and, for pairs, the swap matrix; the backward pass is the inverse rotation."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, tables: Tensor, kind: str) -> Tensor:
-        ctx.save_for_backward(tables)
-        ctx.kind = kind
-        return _TURNS[kind](x, tables)
+    def forward(ctx, x: Tensor, tables: Tensor, swap: Tensor | None) -> Tensor:
+        ctx.save_for_backward(tables, swap)
+        return turn_blocks(x, tables) if swap is None else turn_halves(x, tables, swap)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        (tables,) = ctx.saved_tensors
-        return _TURNS[ctx.kind](grad, tables, inverse=True), None, None
+        tables, swap = ctx.saved_tensors
+        if swap is None:
+            return turn_blocks(grad, tables, inverse=True), None, None
+        return turn_halves(grad, tables, swap, inverse=True), None, None
 
 
-def turn_tokens(x: Tensor, tables: Tensor, kind: str) -> Tensor:
-    """``turn_halves`` (``kind="halves"``) or ``turn_blocks`` (``"blocks"``) of ``x`` with a gradient for ``x``:
-    the tables are constants (fixed frequencies, positions without gradient)."""
+def turn_tokens(x: Tensor, tables: Tensor, swap: Tensor | None = None) -> Tensor:
+    """``turn_halves`` of ``x`` (with the pair layout's ``swap``) or ``turn_blocks`` (``swap=None``), with a
+    gradient for ``x``: the tables are constants (fixed frequencies, positions without gradient)."""
     if torch.is_grad_enabled() and tables.requires_grad:
         raise ValueError("expected rotation tables without gradient (use pointgeope.geope.apply_geope for "
                          "learnable frequencies)")
-    return _TurnTokens.apply(x, tables, kind)
+    return _TurnTokens.apply(x, tables, swap)

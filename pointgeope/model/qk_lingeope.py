@@ -67,11 +67,13 @@ def lingeope_scores(q: Tensor, k: Tensor, pos: Tensor, block_scale: Tensor) -> T
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, block_scale: Tensor, scale: float,
             dropout_p: float) -> Tensor:
-    """``softmax(scale * lingeope_scores) v`` of one chunk, ``(b, H, L, D_v)`` in ``v``'s dtype."""
-    weights = torch.softmax(lingeope_scores(q, k, pos, block_scale) * scale, dim=-1)
-    if dropout_p > 0:
-        weights = F.dropout(weights, p=dropout_p)
-    return (weights @ v.to(weights.dtype)).to(v.dtype)
+    """``softmax(scale * lingeope_scores) v`` of one chunk, ``(b, H, L, D_v)`` in ``v``'s dtype; in float32 at
+    least also under autocast (whose bfloat16 products would round ``E`` and ``F``'s positions)."""
+    with torch.autocast(q.device.type, enabled=False):
+        weights = torch.softmax(lingeope_scores(q, k, pos, block_scale) * scale, dim=-1)
+        if dropout_p > 0:
+            weights = F.dropout(weights, p=dropout_p)
+        return (weights @ v.to(weights.dtype)).to(v.dtype)
 
 
 def lingeope_attention(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, block_scale: Tensor, *,

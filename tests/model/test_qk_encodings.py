@@ -211,6 +211,17 @@ def test_half_inputs_are_turned_in_float32_and_rounded_once(name, dtype, device)
     assert q_out.dtype == dtype and torch.equal(q_out, q_32.to(dtype)) and torch.equal(k_out, k_32.to(dtype))
 
 
+@pytest.mark.parametrize("name", QK_ENCODINGS)
+def test_autocast_changes_no_rotation(name):
+    q, k, v, coord, grid = _inputs(dtype=torch.float32)
+    enc = qk_encoding(name, ROTARY_HEAD_DIM).eval()
+    run = (lambda: enc.attention(q, k, v, coord, grid)) if name == "lingeope" else (lambda: enc(q, k, coord, grid))
+    plain = run()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = run()
+    torch.testing.assert_close(cast, plain, atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("name", ROTARY)
 def test_gradient_is_the_inverse_rotation(name):
     q, k, _, coord, grid = _inputs(b=1, h=2, length=4, d=16)
@@ -345,3 +356,12 @@ def test_head_width_too_small_and_unknown_names():
 def test_width_variant():
     assert rotary_channels((2, 4, 8, 16, 32)) == (36, 72, 144, 288, 576)
     assert rotary_channels((3, 6), head_dim=16) == (48, 96)
+
+
+@pytest.mark.parametrize("name", QK_ENCODINGS)
+def test_fixed_encodings_add_nothing_to_the_state_dict(name):
+    # a network holding them still loads Pointcept's PT-v3m1 state_dict with strict=True
+    assert qk_encoding(name, ROTARY_HEAD_DIM).state_dict() == {}
+    moved = qk_encoding(name, ROTARY_HEAD_DIM).double()
+    q, k, v, coord, grid = _inputs()
+    assert moved.attention(q, k, v, coord, grid).dtype == F64
