@@ -8,7 +8,7 @@ returns the pair to give ``scaled_dot_product_attention`` (``forward``), or the 
 (``attention``, which every encoding has). Per head (every head gets the same rotation):
 
 ==============  ==================================================================  ===========  ==========
-name            rotation of q and k (``docs/qk-encodings.md``)                       positions    relative
+name            rotation of q and k (``docs/positional-encodings.md``)               positions    relative
 ==============  ==================================================================  ===========  ==========
 ``none``        identity (PTv3's default: its xCPE convolution is the encoding)      --           --
 ``geope``       GeoPE ``R(t(p))`` per block of 3 channels, ``t = pos_scale w_b p``   coord (m)    no
@@ -49,8 +49,9 @@ GEOPE_POS_SCALE = 50.0          # 1 / grid_size at PTv3's S3DIS grid of 2 cm: ph
 
 
 def rotary_channels(heads: tuple[int, ...], head_dim: int = ROTARY_HEAD_DIM) -> tuple[int, ...]:
-    """The stage widths of the width variant: ``heads * head_dim`` per stage (PTv3's S3DIS heads ``(2, 4, 8,
-    16, 32)`` give ``(36, 72, 144, 288, 576)`` instead of ``(32, ..., 512)``, head width 18 instead of 16)."""
+    """The stage widths of the width variant: ``heads * head_dim`` per stage. PTv3's S3DIS encoder heads
+    ``(2, 4, 8, 16, 32)`` give ``(36, 72, 144, 288, 576)`` instead of ``(32, ..., 512)`` and its decoder heads
+    ``(4, 4, 8, 16)`` give ``(72, 72, 144, 288)`` instead of ``(64, 64, 128, 256)``: head width 18, not 16."""
     return tuple(h * head_dim for h in heads)
 
 

@@ -22,7 +22,8 @@ F64 = torch.float64
 def _inputs(b=2, h=3, length=11, d=ROTARY_HEAD_DIM, dtype=F64, device="cpu", seed=0):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(b, h, length, d, generator=g, dtype=dtype).to(device) for _ in range(3))
-    coord = (torch.rand(b, length, 3, generator=g, dtype=F64) * 4 - 1).to(device, dtype if dtype == F64 else torch.float32)
+    coord_dtype = F64 if dtype == F64 else torch.float32
+    coord = (torch.rand(b, length, 3, generator=g, dtype=F64) * 4 - 1).to(device, coord_dtype)
     grid = torch.randint(0, 200, (b, length, 3), generator=g).to(device)
     return q, k, v, coord, grid
 
