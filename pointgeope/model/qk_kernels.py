@@ -25,6 +25,8 @@ costs the same three contiguous passes (strided views of short pair groups were 
 ``R_b`` of its token, applied as five shifted multiply-adds over whole channel rows with the coefficient
 tables ``(5, B, 1, L, D)`` of ``pointgeope.model.rotation.rotation_tables``.
 
+On the CPU both run a cache-sized step of batch rows at a time (``_STEP_ELEMENTS``, as the PTv1 kernels'
+``rotation.query_steps``), so that their passes read and write the step in cache rather than memory.
 Products in float32 at least (``geometry_dtype``), rounded once to the input's dtype.
 """
 from __future__ import annotations
@@ -33,6 +35,9 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.rotation import apply_shifted, rotation_tables
+
+# Elements of x per step on the CPU (1 MB of float32 per intermediate, in a core's L2); a GPU takes all at once.
+_STEP_ELEMENTS = 1 << 18
 
 __all__ = ["swap_matrix", "half_tables", "turn_halves", "block_tables", "turn_blocks", "turn_tokens"]
 
@@ -62,11 +67,14 @@ def turn_halves(x: Tensor, tables: Tensor, swap: Tensor, inverse: bool = False) 
     """Turn the channel pairs of ``x (B, H, L, D)`` by ``tables = half_tables(...)`` (by minus the angles with
     ``inverse``) with the layout's ``swap = swap_matrix(...)``: ``x C + (x S) Sn``. Returns ``x``'s shape and
     dtype (computed in the tables' dtype, also under autocast, and rounded once)."""
-    with torch.autocast(x.device.type, enabled=False):
-        swapped = x.to(tables.dtype) @ swap.to(tables.dtype)          # exact: one signed term per channel
-    out = torch.mul(x, tables[0])
-    out.addcmul_(swapped, tables[1], value=-1.0 if inverse else 1.0)
-    return out.to(x.dtype)
+    swap = swap.to(tables.dtype)
+
+    def turn(rows: slice, out: Tensor) -> None:
+        part = x[rows]
+        with torch.autocast(x.device.type, enabled=False):
+            swapped = part.to(tables.dtype) @ swap                       # exact: one signed term per channel
+        torch.mul(part, tables[0, rows], out=out).addcmul_(swapped, tables[1, rows], value=-1.0 if inverse else 1.0)
+    return _by_steps(x, tables.dtype, turn)
 
 
 def block_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
@@ -79,7 +87,20 @@ def block_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
 def turn_blocks(x: Tensor, tables: Tensor, inverse: bool = False) -> Tensor:
     """``R_b v_b`` (``R_b^T v_b`` with ``inverse``) for every block of ``x (B, H, L, D)`` with ``tables =
     block_tables(...)``; the last ``D mod 3`` channels pass through. Returns ``x``'s shape and dtype."""
-    return apply_shifted(x, tables, transpose=inverse).to(x.dtype)
+    def turn(rows: slice, out: Tensor) -> None:
+        apply_shifted(x[rows], tables[:, rows], transpose=inverse, out=out)
+    return _by_steps(x, tables.dtype, turn)
+
+
+def _by_steps(x: Tensor, dtype: torch.dtype, turn) -> Tensor:
+    """``turn(rows, out[rows])`` over cache-sized steps of ``x``'s batch rows (one step off the CPU) into a
+    new ``out`` of ``x``'s shape in ``dtype``; returned in ``x``'s dtype."""
+    out = torch.empty(x.shape, dtype=dtype, device=x.device)
+    step = max(1, _STEP_ELEMENTS // max(1, x[:1].numel())) if x.device.type == "cpu" else max(1, x.shape[0])
+    for start in range(0, x.shape[0], step):
+        rows = slice(start, start + step)
+        turn(rows, out[rows])
+    return out.to(x.dtype)
 
 
 class _TurnTokens(torch.autograd.Function):

@@ -366,3 +366,14 @@ def test_fixed_encodings_add_nothing_to_the_state_dict(name):
     moved = qk_encoding(name, ROTARY_HEAD_DIM).double()
     q, k, v, coord, grid = _inputs()
     assert moved.attention(q, k, v, coord, grid).dtype == F64
+
+
+@pytest.mark.parametrize("name", ROTARY)
+def test_cache_sized_steps_give_the_same_rotation(name, monkeypatch):
+    from pointgeope.model import qk_kernels
+    q, k, _, coord, grid = _inputs(b=5, d=16)
+    enc = qk_encoding(name, 16).eval()
+    whole = enc(q, k, coord, grid)
+    monkeypatch.setattr(qk_kernels, "_STEP_ELEMENTS", 2 * q[:1].numel())                 # steps of 2 rows
+    for got, expected in zip(enc(q, k, coord, grid), whole):
+        assert torch.equal(got, expected)
