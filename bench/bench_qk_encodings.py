@@ -11,7 +11,10 @@ busy machine slows all of them alike) and the median of the rounds kept:
                ``none`` (plain SDPA) on the same patches. A training step adds the network around it.
 
 Usage: python bench/bench_qk_encodings.py [--rounds 5] [--threads 1 2] [--heads 4 16] [--head-dims 16 18]
-       [--points 160000] [--attn-patches 1] [--out bench/results/bench_qk_encodings.json]
+       [--points 160000] [--attn-patches 1] [--skip-attention] [--out bench/results/bench_qk_encodings.json]
+
+The committed figures (docs/positional-encodings.md) are two runs: ``--heads 4`` (1 and 2 threads) into
+``bench_qk_encodings.json`` and ``--heads 16 --threads 1 --out bench/results/bench_qk_encodings_h16.json``.
 """
 from __future__ import annotations
 
