@@ -25,7 +25,7 @@ import torch.nn.functional as F
 def jaccard_steps(fg_sorted: torch.Tensor) -> torch.Tensor:
     """``J_k - J_{k-1}`` (``k = 1..P``) for the foreground indicator ``fg_sorted`` ``(P,)`` in the order of
     decreasing error: ``J_k = 1 - (|F| - #fg in the first k) / (|F| + #bg in the first k)``."""
-    fg = fg_sorted.float()
+    fg = fg_sorted if fg_sorted.is_floating_point() else fg_sorted.float()
     total = fg.sum()
     intersection = total - fg.cumsum(0)
     union = total + (1.0 - fg).cumsum(0)
@@ -56,7 +56,7 @@ def lovasz_softmax(probs: torch.Tensor, target: torch.Tensor, ignore_index: int 
         fg = (target == c).to(probs.dtype)
         errors = (fg - probs[:, c]).abs()
         errors_sorted, perm = torch.sort(errors, descending=True)
-        losses.append(torch.dot(errors_sorted, jaccard_steps(fg[perm]).to(probs.dtype)))
+        losses.append(torch.dot(errors_sorted, jaccard_steps(fg[perm])))
     return torch.stack(losses).mean()
 
 
