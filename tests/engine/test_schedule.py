@@ -119,7 +119,7 @@ def test_the_recipe_config_has_pointcepts_numbers():
         (0.02, 204800, 0.6, 30, 12, "pointcept_ptv3", 0.8)
     assert (o.name, o.lr, o.block_lr, o.weight_decay, o.scheduler) == ("adamw", 0.006, 0.0006, 0.05, "onecycle")
     assert (o.pct_start, o.anneal_strategy, o.div_factor, o.final_div_factor) == (0.05, "cos", 10.0, 1000.0)
-    assert t.epochs * d.loop == 3000 and (t.loss, t.lovasz_weight) == ("ce_lovasz", 1.0)  # epoch 3000 = 100 x 30
+    assert t.epochs * d.loop == 3000 and (t.loss, t.lovasz_weight, t.amp) == ("ce_lovasz", 1.0, "fp16")  # 100 x 30
     assert (e.protocol, e.vote) == ("ptv3", "softmax")
 
 
