@@ -108,3 +108,18 @@ def test_test_pieces_cover_every_point_in_every_view_one_point_per_cell(prepared
         counts = np.bincount(np.unique(frags.grid, axis=1, return_inverse=True)[1].ravel())
         assert len(frags) == counts.max()                          # as many fragments as the fullest cell
         assert seen[v].sum() == len(frags) * counts.shape[0]       # each fragment: one point per cell
+
+
+def test_the_loader_yields_mixed_batches_with_grid_coord(prepared):
+    from pointgeope.data.loader import make_loader
+
+    root, _ = prepared
+    ds = S3DISTrainPTv3(root, ["Area_1", "Area_2"], grid_size=0.1, crop_rate=0.6, point_max=None, loop=6, seed=1)
+    loader = make_loader(ds, 4, seed=1, drop_last=True, batch_transform=Mix3D(0.8))
+    sizes = []
+    for batch in loader:
+        assert batch.grid_coord.shape == batch.pos.shape and int(batch.ptr[-1]) == batch.pos.shape[0]
+        sizes.append(batch.ptr.numel() - 1)
+        mixed = float(batch.mix_draw[0]) < 0.8
+        assert sizes[-1] == (2 if mixed else 4)
+    assert len(sizes) == 6
