@@ -34,14 +34,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from pointgeope.data.transforms import (ChromaticAutoContrast, ChromaticJitter, ChromaticTranslation, Compose,
-                                        RandomFlip, RandomJitter, RandomScale, Sample, Transform, _replace,
-                                        take_points)
+                                        RandomFlip, RandomJitter, RandomScale, Sample, Transform, _column_range,
+                                        _replace, take_points)
 from pointgeope.data.voxelize import _check_coord, crop_nearest, grid_groups
 
 
 def _box_centre(coord: np.ndarray) -> np.ndarray:
     """``(min + max) / 2`` per axis of an ``(N, 3)`` array, float64."""
-    return (coord.min(0).astype(np.float64) + coord.max(0)) / 2
+    lo, hi = _column_range(coord)
+    return (lo + hi) / 2
 
 
 class CenterShift(Transform):
@@ -56,7 +57,7 @@ class CenterShift(Transform):
         coord = sample["coord"]
         shift = _box_centre(coord)
         shift[2] = coord[:, 2].min() if self.apply_z else 0.0
-        return _replace(sample, coord=(coord - shift).astype(coord.dtype))
+        return _replace(sample, coord=coord - shift.astype(coord.dtype))     # in coord's precision, as Pointcept
 
 
 class RandomDropout(Transform):
@@ -107,8 +108,10 @@ class RandomRotate(Transform):
             return dict(sample)
         rot = rotation(self.axis, rng.uniform(self.angle[0], self.angle[1]) * np.pi)
         coord = sample["coord"]
-        c = _box_centre(coord) if self.center is None else np.asarray(self.center)
-        return _replace(sample, coord=((coord - c) @ rot.T + c).astype(coord.dtype))
+        c = (_box_centre(coord) if self.center is None else np.asarray(self.center)).astype(coord.dtype)
+        out = (coord - c) @ rot.T.astype(coord.dtype)
+        out += c
+        return _replace(sample, coord=out)
 
 
 class NormalizeColor(Transform):
@@ -159,8 +162,14 @@ def pointcept_grid(coord: np.ndarray, grid_size: float) -> np.ndarray:
         raise ValueError(f"expected grid_size > 0, got {grid_size}")
     if coord.shape[0] == 0:
         raise ValueError("expected at least one point, got an empty coord array")
-    grid = np.floor(coord.T.astype(np.float64) / grid_size).astype(np.int64)
-    return grid - grid.min(axis=1, keepdims=True)
+    grid = np.empty((3, coord.shape[0]), dtype=np.int64)
+    for axis in range(3):                          # column by column: contiguous rows, no (N, 3) float64 copy
+        col = coord[:, axis].astype(np.float64)
+        col /= grid_size
+        np.floor(col, out=col)
+        grid[axis] = col
+        grid[axis] -= grid[axis].min()
+    return grid
 
 
 class GridSample(Transform):
