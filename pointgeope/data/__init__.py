@@ -14,6 +14,8 @@ _EXPORTS = {
     "voxel_sample": "voxelize", "random_crop": "voxelize", "crop_nearest": "voxelize",
     "voxel_fragments": "fragments", "split_into_crops": "fragments", "room_pieces": "fragments",
     "s3dis_train_transform": "transforms",
+    "S3DISTrainPTv3": "ptv3_dataset", "ptv3_train_transform": "ptv3_transforms", "Mix3D": "mix3d",
+    "ptv3_room_pieces": "ptv3_test",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -125,7 +125,13 @@ def voxel_groups(coord: np.ndarray, grid_size: float, rank: np.ndarray | None = 
         rank: optional ``(N,)`` permutation of ``0..N-1``: the order of points inside each voxel
             (default: increasing point index).
     """
-    grid = grid_coord(coord, grid_size)
+    return grid_groups(grid_coord(coord, grid_size), rank)
+
+
+def grid_groups(grid: np.ndarray, rank: np.ndarray | None = None) -> VoxelGroups:
+    """Group points by their integer voxel coordinates ``grid`` (``(3, N)`` int64, all >= 0; e.g.
+    :func:`grid_coord`, or another grid's definition such as PTv3's ``pointgeope.data.ptv3_transforms``);
+    ``rank`` as in :func:`voxel_groups`."""
     key, exact = voxel_keys(grid)
     n = key.shape[0]
     identity = rank is None

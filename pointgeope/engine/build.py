@@ -6,7 +6,9 @@ The learning rate is a function of the optimiser step ``s`` (``LambdaLR``, stepp
     multistep:  lr(s) = lr * gamma ** #{m in milestones : e >= floor(m * E)}   (PTv1: x0.1 at 60 %, 80 %)
     cosine:     lr(s) = lr * (1 + cos(pi * s / (E * S))) / 2
 
-so the schedule's state is just the step count, which a checkpoint restores.
+so the schedule's state is just the step count, which a checkpoint restores. ``onecycle`` (PTv3) is
+torch's ``OneCycleLR`` over ``E * S`` steps, with ``optim.block_lr`` for the parameters named ``block``
+(:mod:`pointgeope.engine.schedule`); its state dict is the checkpoint's.
 """
 from __future__ import annotations
 
@@ -18,8 +20,11 @@ from torch.utils.data import DistributedSampler
 
 from pointgeope.data.dataset import S3DISTrain
 from pointgeope.data.loader import make_loader
+from pointgeope.data.mix3d import Mix3D
+from pointgeope.data.ptv3_dataset import S3DISTrainPTv3
 from pointgeope.data.transforms import ToData, s3dis_train_transform
 from pointgeope.engine.config import Config, ConfigError
+from pointgeope.engine import schedule
 from pointgeope.engine.distributed import DistEnv
 from pointgeope.engine.placement import HierarchyPlace
 
@@ -42,10 +47,25 @@ def model(cfg: Config) -> torch.nn.Module:
 # --- data --------------------------------------------------------------------------------------------------
 
 def train_dataset(cfg: Config, areas: list[str]) -> S3DISTrain:
+    """The training samples: PTv1's blocks, or with ``data.augment: pointcept_ptv3`` PTv3's
+    (``S3DISTrainPTv3``: ``data.grid_size``, ``data.crop_rate``, at most ``data.voxel_max`` points)."""
     d = cfg.data
+    if d.augment == "pointcept_ptv3":
+        if d.height:
+            raise ConfigError("data.augment=pointcept_ptv3 has no height feature; set data.height=false")
+        return S3DISTrainPTv3(d.root, areas, grid_size=d.grid_size, crop_rate=d.crop_rate, point_max=d.voxel_max,
+                              loop=d.loop, seed=cfg.train.seed, color=d.color, cache=d.cache)
+    if d.mix_prob > 0:
+        raise ConfigError(f"data.mix_prob={d.mix_prob} needs data.augment=pointcept_ptv3 (Mix3D mixes its samples)")
     return S3DISTrain(d.root, areas, grid_size=d.grid_size, voxel_max=d.voxel_max or 2**62, loop=d.loop,
                       transform=s3dis_train_transform(d.augment), seed=cfg.train.seed, height=d.height,
                       color=d.color, cache=d.cache)
+
+
+def batch_mixing(cfg: Config) -> Mix3D | None:
+    """The training loader's batch-level Mix3D (``data.mix_prob``; None when 0), to pass as its batch
+    transform (``make_loader(..., batch_transform=...)``) after any other."""
+    return Mix3D(cfg.data.mix_prob) if cfg.data.mix_prob > 0 else None
 
 
 def per_rank_batch(cfg: Config, env: DistEnv) -> int:
@@ -127,7 +147,10 @@ def parameter_groups(cfg: Config, net: torch.nn.Module) -> list[dict]:
 
 
 def optimizer(cfg: Config, net: torch.nn.Module) -> torch.optim.Optimizer:
+    """SGD or AdamW over :func:`parameter_groups`, those named ``block`` at ``optim.block_lr`` when it is set."""
     o, groups = cfg.optim, parameter_groups(cfg, net)
+    if o.block_lr is not None:
+        groups = schedule.keyword_groups(groups, net, schedule.BLOCK_KEYWORD, o.block_lr)
     if o.name == "sgd":
         return torch.optim.SGD(groups, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
     return torch.optim.AdamW(groups, lr=o.lr, weight_decay=o.weight_decay)
@@ -143,7 +166,11 @@ def lr_factor(cfg: Config, steps_per_epoch: int, step: int) -> float:
     return cfg.optim.gamma ** passed
 
 
-def scheduler(cfg: Config, opt: torch.optim.Optimizer, steps_per_epoch: int) -> torch.optim.lr_scheduler.LambdaLR:
+def scheduler(cfg: Config, opt: torch.optim.Optimizer, steps_per_epoch: int) -> torch.optim.lr_scheduler.LRScheduler:
+    o = cfg.optim
+    if o.scheduler == "onecycle":
+        return schedule.one_cycle(opt, cfg.train.epochs * steps_per_epoch, o.pct_start, o.anneal_strategy,
+                                  o.div_factor, o.final_div_factor)
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(cfg, steps_per_epoch, step))
 
 

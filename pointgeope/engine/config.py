@@ -50,11 +50,17 @@ class DataConfig:
     loop: int = 30                          # each training room is seen `loop` times per epoch
     batch_size: int = 16                    # samples per optimiser step, summed over all DDP ranks
     num_workers: int = 4                    # DataLoader worker processes per rank (0: main process)
-    augment: Literal["ptv1", "pointcept", "none"] = "ptv1"  # training augmentations: the authors' set,
-    #                                         Pointcept's PTv1 variant, or none (data/transforms.py)
+    augment: Literal["ptv1", "pointcept", "none", "pointcept_ptv3"] = "ptv1"  # training augmentations: the
+    #                                         authors' set, Pointcept's PTv1 variant, or none (data/transforms.py);
+    #                                         pointcept_ptv3: Pointcept's whole PTv3 pipeline, its grid and crops
+    #                                         included (data/ptv3_transforms.py, docs/ptv3-recipe.md)
     height: bool = False                    # append the normalised height to the features (7 channels)
     color: bool = True                      # rgb features; false: geometry only, [xyz] (3 channels)
     cache: bool = False                     # each loader worker keeps the rooms it read in memory
+    crop_rate: Optional[float] = None       # pointcept_ptv3: keep this fraction of a sample's voxels, nearest to a
+    #                                         random point (PTv3: 0.6; None: no such crop); voxel_max caps after it
+    mix_prob: float = 0.0                   # Mix3D: merge a batch's samples pairwise with this probability (PTv3:
+    #                                         0.8; needs pointcept_ptv3's samples, data/mix3d.py)
     hierarchy: Literal["auto", "beside", "loader", "device"] = "auto"  # where a batch's point hierarchy is built
     #                                         (train, evaluate, predict): on the host where batches are made, or
     #                                         beside the step on CUDA (elsewhere by the model); device: beside's
@@ -67,10 +73,16 @@ class OptimConfig:
     lr: float = 0.5                         # the learning rate at the start (before the schedule's factors)
     momentum: float = 0.9                   # SGD only
     weight_decay: float = 1e-4              # L2 penalty (SGD) or decoupled decay (AdamW), see no_weight_decay
-    scheduler: Literal["multistep", "cosine"] = "multistep"  # lr x gamma at each milestone, or cosine to 0
+    scheduler: Literal["multistep", "cosine", "onecycle"] = "multistep"  # lr x gamma at each milestone, cosine
+    #                                         to 0, or one cycle per group (PTv3, engine/schedule.py)
     milestones: list[float] = field(default_factory=lambda: [0.6, 0.8])  # fractions of train.epochs
     gamma: float = 0.1                      # multistep factor
     grad_clip: Optional[float] = None       # max gradient norm (None: no clipping)
+    block_lr: Optional[float] = None        # the lr of the parameters named *block* (PTv3: 0.0006; None: lr)
+    pct_start: float = 0.05                 # onecycle: fraction of the steps spent warming up to the peak
+    anneal_strategy: Literal["cos", "linear"] = "cos"  # onecycle: the shape of the warm-up and the decay
+    div_factor: float = 10.0                # onecycle: the start lr is the peak / div_factor
+    final_div_factor: float = 1000.0        # onecycle: the last lr is the start lr / final_div_factor
     # parameters without weight decay: pe_frequencies = learnt positional frequencies (RoPE-Mixed's, GeoPE's
     # with model.geope_learnable), as RoPE-Mixed's authors exclude its freqs (rope-vit no_weight_decay);
     # []: decay on every parameter, as PTv1's authors do (they have no such parameters)
@@ -91,6 +103,8 @@ class TrainConfig:
     #                                         folds (job time limits); the same command continues
     progress: bool = True                   # tqdm bars (rank 0, only on a TTY)
     ignore_index: int = IGNORE_LABEL        # the label skipped by the loss and by every metric (train, eval)
+    loss: Literal["ce", "ce_lovasz"] = "ce"  # cross entropy, or plus the Lovász-softmax loss (PTv3, engine/losses.py)
+    lovasz_weight: float = 1.0              # ce_lovasz: the weight of the Lovász-softmax term
 
 
 @dataclass
@@ -111,6 +125,9 @@ class EvalConfig:
     # mAcc / mIoU over: all 13 classes, an absent class counting 0 (the PTv1 authors' tool/test.py), or the
     # classes present (pointgeope.metrics); the same on the pooled 6-fold matrix and on areas with every class
     class_mean: Literal["all", "present"] = "all"
+    # the test-time pieces: ptv1 (fragments at data.grid_size cut into crops of data.voxel_max, eval.tta) or
+    # ptv3 (Pointcept's: 10 scale/flip views, grid-sample fragments on PTv3's grid, no crop; data/ptv3_test.py)
+    protocol: Literal["ptv1", "ptv3"] = "ptv1"
 
 
 @dataclass

@@ -57,15 +57,18 @@ POSITIVE, AT_LEAST_0, AT_LEAST_1 = Range(0, open_low=True), Range(0), Range(1)
 # checks that no numeric key is missing. Values outside end in one line naming the key and the range.
 RANGES: dict[str, Range] = {
     "data.grid_size": POSITIVE, "data.voxel_max": AT_LEAST_1, "data.loop": AT_LEAST_1,
-    "data.batch_size": AT_LEAST_1, "data.num_workers": AT_LEAST_0,
+    "data.batch_size": AT_LEAST_1, "data.num_workers": AT_LEAST_0, "data.crop_rate": Range(0, 1, open_low=True),
+    "data.mix_prob": Range(0, 1),
     "model.in_channels": AT_LEAST_1, "model.num_classes": Range(1, 255), "model.planes": AT_LEAST_1,
     "model.blocks": AT_LEAST_0, "model.strides": AT_LEAST_1, "model.neighbours": AT_LEAST_1,
     "model.decoder_blocks": AT_LEAST_0, "model.share_planes": AT_LEAST_1, "model.geope_base": POSITIVE,
     "optim.lr": POSITIVE, "optim.momentum": Range(0, 1), "optim.weight_decay": AT_LEAST_0,
     "optim.milestones": Range(0, 1), "optim.gamma": POSITIVE, "optim.grad_clip": POSITIVE,
+    "optim.block_lr": POSITIVE, "optim.pct_start": Range(0, 1), "optim.div_factor": POSITIVE,
+    "optim.final_div_factor": POSITIVE,
     "train.epochs": AT_LEAST_1, "train.seed": Range(0, 2**32 - 1), "train.threads": AT_LEAST_1,
     "train.val_every": AT_LEAST_0, "train.checkpoint_every": AT_LEAST_0, "train.epochs_per_run": AT_LEAST_1,
-    "train.ignore_index": Range(-(2**31), 255),
+    "train.ignore_index": Range(-(2**31), 255), "train.lovasz_weight": AT_LEAST_0,
     "eval.tta.scales": POSITIVE, "eval.tta.rotations": AT_LEAST_1, "eval.batch_points": AT_LEAST_1,
     "eval.max_fragments": AT_LEAST_1,
 }

@@ -52,6 +52,7 @@ from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.dataset import room_sample
 from pointgeope.data.folds import load_folds
 from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
+from pointgeope.data.ptv3_test import ptv3_room_pieces
 from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed, placement
 from pointgeope.engine.ahead import with_index
@@ -114,6 +115,9 @@ def _room_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, l
                  show_progress: bool) -> Iterator[tuple[np.ndarray, Data]]:
     """``(room index, Data)`` of every piece of every view of the room, in order (module docstring); fills
     ``layout``."""
+    if cfg.eval.protocol == "ptv3":
+        yield from _ptv3_pieces(coord, color, cfg, seed, layout, show_progress)
+        return
     to_data = ToData(height=cfg.data.height, color=cfg.data.color)
     for v, (scale, flip, angle) in enumerate(tta_views(cfg.eval.tta)):
         rng = np.random.default_rng([seed, v])
@@ -127,6 +131,22 @@ def _room_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, l
         pieces = room_pieces(room, fragments, cfg.data.voxel_max, rng, max_fragments=used)
         for index, piece in progress(pieces, show_progress, desc=f"view {v + 1} fragments"):
             yield index, to_data(piece)
+
+
+def _ptv3_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, layout: _Layout,
+                 show_progress: bool) -> Iterator[tuple[np.ndarray, Data]]:
+    """``eval.protocol: ptv3``: Pointcept's 10 views and grid-sample fragments (:mod:`pointgeope.data.ptv3_test`),
+    each piece a ``Data`` with ``grid_coord``; no crop, no ``eval.tta`` (its views are the protocol's)."""
+    if cfg.eval.tta != TTAConfig():
+        raise UserError(f"eval.protocol=ptv3 has its own 10 test views; expected the default eval.tta, got {cfg.eval.tta}")
+
+    def on_view(frags) -> None:
+        layout.counts.append(len(frags))
+        layout.first = frags.fragments.groups if layout.first is None else layout.first
+
+    pieces = ptv3_room_pieces(room_sample(np.asarray(coord, dtype=np.float32), color), cfg.data.grid_size, seed,
+                              cfg.data.color, max_fragments=cfg.eval.max_fragments, on_view=on_view)
+    yield from progress(pieces, show_progress, desc="ptv3 views fragments")
 
 
 def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, limit: int, spec,

@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from pointgeope.atomic import remove_leftovers, writable_folder
 from pointgeope.constants import AREAS, CLASS_NAMES
@@ -47,6 +46,7 @@ from pointgeope.engine.checkpoint import (checkpoint_config, config_differences,
 from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
 from pointgeope.engine.placement import hierarchy_place
+from pointgeope.engine.losses import segmentation_loss
 from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
@@ -169,7 +169,8 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, net:
         with build.autocast(cfg, device):
             # the loader's hierarchy, or None: the model builds it on the device (placement.hierarchy_place)
             logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None))
-        loss = F.cross_entropy(logits.float(), batch.y, ignore_index=cfg.train.ignore_index)
+        loss = segmentation_loss(logits.float(), batch.y, cfg.train.loss, cfg.train.ignore_index,
+                                 cfg.train.lovasz_weight)
         loss_value = loss.item()  # the step's one host sync
         if distributed.any_rank(not math.isfinite(loss_value), device):  # every rank stops together
             checkpoints.stop_on_nan(state, loss, batch, fold)

@@ -51,7 +51,8 @@ class PieceBatch(NamedTuple):
     """Pieces stacked for one forward: the room ``index`` of each piece, ``pos (M, 3)``, ``x (M, in)``,
     ``offset (B,)`` cumulative sizes (host), and their ``hierarchy`` when it was built beside the forward;
     on CUDA ``pos``, ``x`` and the hierarchy may already be on the device, made on a side stream until
-    ``event`` (``engine.ahead.copy_and_build``)."""
+    ``event`` (``engine.ahead.copy_and_build``). Pieces of ``eval.protocol: ptv3`` also carry ``grid_coord (M, 3)``
+    int64 (host), which the forward passes on as ``model(pos, x, offset, grid_coord=...)``."""
 
     index: list[np.ndarray]
     pos: torch.Tensor
@@ -59,6 +60,7 @@ class PieceBatch(NamedTuple):
     offset: torch.Tensor
     hierarchy: PointHierarchy | None
     event: torch.cuda.Event | None = None
+    grid_coord: torch.Tensor | None = None
 
 
 def stack(pieces: list[tuple[np.ndarray, Data]], spec, pin: bool, device: torch.device | None = None) -> PieceBatch:
@@ -70,6 +72,9 @@ def stack(pieces: list[tuple[np.ndarray, Data]], spec, pin: bool, device: torch.
     index = [index for index, _ in pieces]
     if pin:
         pos, x = pos.pin_memory(), x.pin_memory()
+    if "grid_coord" in pieces[0][1]:      # PTv3's pieces (eval.protocol: ptv3): no PTv1 hierarchy
+        grid = torch.cat([data.grid_coord for _, data in pieces])
+        return PieceBatch(index, pos, x, offset, None, None, grid.pin_memory() if pin else grid)
     if spec is not None and device is not None and device.type == "cuda":
         (pos, x), hierarchy, event = copy_and_build(lambda: (pos.to(device, non_blocking=True),
                                                              x.to(device, non_blocking=True)),
@@ -89,7 +94,9 @@ def split(batch: PieceBatch, limit: int) -> list[PieceBatch]:
         first, end = part[0], part[-1] + 1
         offset = torch.from_numpy(np.cumsum(sizes[first:end]))
         stop = rows + int(offset[-1])
-        out.append(PieceBatch(batch.index[first:end], batch.pos[rows:stop], batch.x[rows:stop], offset, None))
+        grid = None if batch.grid_coord is None else batch.grid_coord[rows:stop]
+        out.append(PieceBatch(batch.index[first:end], batch.pos[rows:stop], batch.x[rows:stop], offset, None,
+                              None, grid))
         rows = stop
     return out
 
@@ -111,6 +118,8 @@ class VoteSink:
         copy = self.device.type == "cuda"
         pos, x, offset = (t.to(self.device, non_blocking=copy) for t in (batch.pos, batch.x, batch.offset))
         given = {} if batch.hierarchy is None else {"hierarchy": batch.hierarchy.to(self.device)}
+        if batch.grid_coord is not None:
+            given["grid_coord"] = batch.grid_coord.to(self.device, non_blocking=copy)
         with build.autocast(self.cfg, self.device):
             logits = self.model(pos, x, offset, **given).float()
         return torch.softmax(logits, dim=1) if self.softmax else logits

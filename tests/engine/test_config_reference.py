@@ -50,7 +50,7 @@ def test_types_defaults_and_ranges_are_those_the_config_checks():
     assert (rows["train.epochs"].type, rows["train.epochs"].default, rows["train.epochs"].values) == ("int", "100", ">= 1")
     assert (rows["model.planes"].default, rows["model.planes"].values) == ("[32, 64, 128, 256, 512]", "each >= 1")
     assert (rows["optim.grad_clip"].type, rows["optim.grad_clip"].default) == ("float | null", "null")
-    assert rows["data.augment"].type == "'ptv1' | 'pointcept' | 'none'" and rows["data.augment"].values == ""
+    assert rows["data.augment"].type == "'ptv1' | 'pointcept' | 'none' | 'pointcept_ptv3'" and rows["data.augment"].values == ""
     assert rows["optim.momentum"].values == "in [0, 1]" and rows["data.color"].default == "true"
     assert {key for key, r in rows.items() if r.values} == set(RANGES)
     # each default as the page writes it, given back as an override, loads to the default itself

@@ -12,6 +12,7 @@ import torch
 
 from pointgeope.checksum import file_checksum
 from pointgeope.h5 import SchemaError, list_rooms, read_predictions, read_room, read_room_record, write_area
+from pointgeope.engine import losses as losses_mod
 from pointgeope.engine import state as state_mod
 from pointgeope.engine import train as train_mod
 from pointgeope.commands import train as train_command
@@ -164,7 +165,7 @@ def test_nan_loss_stops_and_saves_the_batch(two_folds, tmp_path, monkeypatch, ca
         loss = real(*args, **kwargs)
         return loss * float("nan") if len(calls) == 3 else loss
 
-    monkeypatch.setattr(train_mod.F, "cross_entropy", nan_on_third)
+    monkeypatch.setattr(losses_mod.F, "cross_entropy", nan_on_third)  # the loss (engine/losses.py)
     assert train(two_folds, tmp_path, "data.loop=2") == 1  # 4 steps an epoch
     assert "the loss is nan at epoch 1, step 2 (batch 2 of the epoch)" in capsys.readouterr().err
     dump = torch.load(tmp_path / "area_1" / "nan_step_2.pt", weights_only=True)

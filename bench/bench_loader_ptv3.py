@@ -1,0 +1,76 @@
+"""A loader worker's cost per training sample: PTv3's pipeline (``data.augment: pointcept_ptv3``) against PTv1's.
+
+One thread, from the ``synth --size bench`` Area_5 room 1 in memory (about 0.85M points), the dataset's
+``__getitem__`` without the read: PTv1 (its augmentations, grid 0.04 m, the 80k crop, ``ToData``) and PTv3
+(``ptv3_train_transform``: grid 0.02 m, the 60 % sphere crop, at most 204,800 points, ``ptv3_data``), one
+sample of each in turn (interleaved, so a busy machine slows both alike), the first of each dropped.
+PTv1's samples need their point hierarchy as well (``bench_train_step.py --loader-only`` measures it);
+PTv3's need none. Medians; their ratio is the figure to read.
+
+    python bench/bench_loader_ptv3.py --samples 8 --out bench/results/bench_loader_ptv3.json
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_evaluate import synth_room  # noqa: E402
+from bench_io import git_commit, save_json  # noqa: E402
+
+from pointgeope.data.dataset import room_sample, sample_rng  # noqa: E402
+from pointgeope.data.ptv3_dataset import ptv3_data  # noqa: E402
+from pointgeope.data.ptv3_transforms import ptv3_train_transform  # noqa: E402
+from pointgeope.data.transforms import ToData, s3dis_train_transform, shift_to_origin, take_points  # noqa: E402
+from pointgeope.data.voxelize import random_crop, voxel_sample  # noqa: E402
+
+
+def ptv1_sample(coord, color, label, index: int):
+    rng = sample_rng(0, 0, index)
+    sample = s3dis_train_transform("ptv1")(room_sample(coord, color, label), rng)
+    keep = voxel_sample(sample["coord"], 0.04, rng)
+    keep = keep[random_crop(np.take(sample["coord"], keep, axis=0), 80_000, rng)]
+    return ToData()(shift_to_origin(take_points(sample, keep[rng.permutation(keep.shape[0])])))
+
+
+def ptv3_sample(coord, color, label, index: int):
+    rng = sample_rng(0, 0, index)
+    return ptv3_data(ptv3_train_transform()(room_sample(coord, color, label), rng), mix_draw=float(rng.random()))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=8, help="samples of each pipeline; the first is dropped")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/bench_loader_ptv3.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    coord, color = synth_room("bench")
+    label = np.zeros(coord.shape[0], np.uint8)
+    times: dict[str, list[float]] = {"ptv1": [], "ptv3": []}
+    points: dict[str, list[int]] = {"ptv1": [], "ptv3": []}
+    for index in range(args.samples):
+        for name, make in (("ptv1", ptv1_sample), ("ptv3", ptv3_sample)):
+            start = time.perf_counter()
+            data = make(coord, color, label, index)
+            times[name].append(time.perf_counter() - start)
+            points[name].append(int(data.pos.shape[0]))
+    med = {name: float(np.median(t[1:])) for name, t in times.items()}
+    out = {"commit": git_commit(), "cpu_count": os.cpu_count(), "threads": 1, "room_points": int(coord.shape[0]),
+           "load_average_end": list(os.getloadavg()),
+           "time": "seconds per training sample from a room in memory, one thread, median without the first",
+           "median_s": {k: round(v, 4) for k, v in med.items()}, "ptv3_over_ptv1": round(med["ptv3"] / med["ptv1"], 3),
+           "sample_points": points, "all_s": {k: [round(x, 4) for x in t] for k, t in times.items()}}
+    save_json(args.out, out)
+    print(f"ptv1 {med['ptv1']:.3f} s, ptv3 {med['ptv3']:.3f} s per sample ({out['ptv3_over_ptv1']}x), "
+          f"room {coord.shape[0]:,} points, samples {int(np.median(points['ptv1'])):,} / {int(np.median(points['ptv3'])):,}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,210 @@
+"""The transforms of Pointcept's PTv3 S3DIS recipe that the PTv1 set lacks, and its training pipeline.
+
+Pointcept's ``configs/s3dis/semseg-pt-v3m1-0-base.py`` (Wu et al. 2024; ``pointcept/datasets/transform.py``
+defines each transform) trains on this pipeline, in this order, with these parameters
+(``ptv3_train_transform()``, ``data.augment: pointcept_ptv3``)::
+
+    CenterShift(apply_z=True)                      x, y centred on the box, floor at z = 0
+    RandomDropout(ratio=0.2, p=0.2)                drop 20 % of the points, in 20 % of the samples
+    RandomRotate(angle=(-1, 1), axis=z, center=(0, 0, 0), p=0.5)     angles in units of pi
+    RandomRotate(angle=(-1/64, 1/64), axis=x, p=0.5)                 about the box centre
+    RandomRotate(angle=(-1/64, 1/64), axis=y, p=0.5)
+    RandomScale((0.9, 1.1))  RandomFlip(p=0.5)  RandomJitter(sigma=0.005, clip=0.02)
+    ChromaticAutoContrast(p=0.2)  ChromaticTranslation(p=0.95, ratio=0.05)  ChromaticJitter(p=0.95, std=0.05)
+    GridSample(grid_size=0.02)                     one random point per voxel, with its grid_coord
+    SphereCrop(sample_rate=0.6)                    the 60 % of points nearest to a random point
+    SphereCrop(point_max=204800)
+    CenterShift(apply_z=False)  NormalizeColor()
+
+The scale, flip, jitter and colour transforms are PTv1's (:mod:`pointgeope.data.transforms`, same
+definitions). Every transform here follows that module's contract: ``t(sample, rng)`` draws from the
+sample's generator only, returns a new dict and never writes into its input's arrays.
+
+PTv3's grid (Pointcept's ``GridSample``) is anchored at the origin, not at the sample's minimum::
+
+    grid_coord(p) = floor(p / grid_size) - min_i floor(p_i / grid_size)       (float64, per axis)
+
+which after ``CenterShift`` puts voxel boundaries on the planes ``x = k * grid_size`` (PTv1's
+``voxelize.grid_coord`` is ``floor((p - min p) / grid_size)``, boundaries offset by the minimum).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from pointgeope.data.transforms import (ChromaticAutoContrast, ChromaticJitter, ChromaticTranslation, Compose,
+                                        RandomFlip, RandomJitter, RandomScale, Sample, Transform, _column_range,
+                                        _replace, take_points)
+from pointgeope.data.voxelize import _check_coord, crop_nearest, grid_groups
+
+
+def _box_centre(coord: np.ndarray) -> np.ndarray:
+    """``(min + max) / 2`` per axis of an ``(N, 3)`` array, float64."""
+    lo, hi = _column_range(coord)
+    return (lo + hi) / 2
+
+
+class CenterShift(Transform):
+    """``coord - (c_x, c_y, z_min)`` with ``c`` the box centre (``apply_z=False``: ``coord - (c_x, c_y, 0)``)."""
+
+    _repr_fields = ("apply_z",)
+
+    def __init__(self, apply_z: bool = True):
+        self.apply_z = apply_z
+
+    def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Sample:
+        coord = sample["coord"]
+        shift = _box_centre(coord)
+        shift[2] = coord[:, 2].min() if self.apply_z else 0.0
+        return _replace(sample, coord=coord - shift.astype(coord.dtype))     # in coord's precision, as Pointcept
+
+
+class RandomDropout(Transform):
+    """With probability ``p``, keep ``floor(N (1 - ratio))`` points drawn without replacement (every
+    array of the sample, in the drawn order)."""
+
+    _repr_fields = ("ratio", "p")
+
+    def __init__(self, ratio: float = 0.2, p: float = 0.5):
+        if not 0 <= ratio < 1:
+            raise ValueError(f"expected a dropout ratio in [0, 1), got {ratio}")
+        self.ratio, self.p = ratio, p
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        if rng.random() >= self.p:
+            return dict(sample)
+        n = sample["coord"].shape[0]
+        return take_points(sample, rng.choice(n, int(n * (1 - self.ratio)), replace=False))
+
+
+def rotation(axis: str, theta: float) -> np.ndarray:
+    """The ``(3, 3)`` right-handed rotation by ``theta`` radians about ``axis`` (``"x"``, ``"y"`` or ``"z"``)."""
+    c, s = np.cos(theta), np.sin(theta)
+    if axis == "x":
+        return np.array([[1, 0, 0], [0, c, -s], [0, s, c]])
+    if axis == "y":
+        return np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]])
+    if axis == "z":
+        return np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]])
+    raise ValueError(f"expected a rotation axis 'x', 'y' or 'z', got {axis!r}")
+
+
+class RandomRotate(Transform):
+    """With probability ``p``, ``p' = R_axis(theta) (p - c) + c`` with ``theta ~ U(angle[0] pi, angle[1] pi)``
+    and ``c`` = ``center``, or the box centre when ``center`` is None."""
+
+    _repr_fields = ("angle", "axis", "center", "p")
+
+    def __init__(self, angle: Sequence[float] = (-1.0, 1.0), axis: str = "z",
+                 center: Sequence[float] | None = None, p: float = 0.5):
+        rotation(axis, 0.0)   # checks the axis
+        self.angle = tuple(float(a) for a in angle)
+        self.axis, self.p = axis, p
+        self.center = None if center is None else tuple(float(c) for c in center)
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        if rng.random() >= self.p:
+            return dict(sample)
+        rot = rotation(self.axis, rng.uniform(self.angle[0], self.angle[1]) * np.pi)
+        coord = sample["coord"]
+        c = (_box_centre(coord) if self.center is None else np.asarray(self.center)).astype(coord.dtype)
+        out = (coord - c) @ rot.T.astype(coord.dtype)
+        out += c
+        return _replace(sample, coord=out)
+
+
+class NormalizeColor(Transform):
+    """``color / 255`` (colours 0..255 to 0..1)."""
+
+    def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Sample:
+        return _replace(sample, color=(sample["color"] / np.float32(255)).astype(np.float32))
+
+
+class SphereCrop(Transform):
+    """Keep the ``m`` points nearest to a centre when there are more than ``m``: ``m = point_max``, or
+    ``floor(sample_rate * N)`` when ``sample_rate`` is given; the centre is a uniformly random point
+    (``mode="random"``) or point ``N // 2`` (``mode="center"``)."""
+
+    _repr_fields = ("point_max", "sample_rate", "mode")
+
+    def __init__(self, point_max: int | None = 80_000, sample_rate: float | None = None, mode: str = "random"):
+        if mode not in ("random", "center"):
+            raise ValueError(f"expected SphereCrop mode 'random' or 'center', got {mode!r}")
+        if sample_rate is None and (point_max is None or point_max < 1):
+            raise ValueError(f"expected point_max >= 1 or a sample_rate, got point_max={point_max}")
+        if sample_rate is not None and not 0 < sample_rate <= 1:
+            raise ValueError(f"expected a sample_rate in (0, 1], got {sample_rate}")
+        self.point_max, self.sample_rate, self.mode = point_max, sample_rate, mode
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        coord = sample["coord"]
+        n = coord.shape[0]
+        m = int(self.sample_rate * n) if self.sample_rate is not None else self.point_max
+        if n <= m:
+            return dict(sample)
+        centre = coord[rng.integers(n) if self.mode == "random" else n // 2]
+        return take_points(sample, np.sort(crop_nearest(coord, max(m, 1), centre)))
+
+
+def pointcept_grid(coord: np.ndarray, grid_size: float) -> np.ndarray:
+    """PTv3's grid coordinates ``floor(p / grid_size) - min_i floor(p_i / grid_size)`` (module docstring).
+
+    Args:
+        coord: ``(N, 3)`` float points, N >= 1.
+        grid_size: voxel edge, > 0.
+
+    Returns:
+        ``(3, N)`` int64, all >= 0, each axis's minimum 0.
+    """
+    coord = _check_coord(coord)
+    if not grid_size > 0:
+        raise ValueError(f"expected grid_size > 0, got {grid_size}")
+    if coord.shape[0] == 0:
+        raise ValueError("expected at least one point, got an empty coord array")
+    grid = np.empty((3, coord.shape[0]), dtype=np.int64)
+    for axis in range(3):                          # column by column: contiguous rows, no (N, 3) float64 copy
+        col = coord[:, axis].astype(np.float64)
+        col /= grid_size
+        np.floor(col, out=col)
+        grid[axis] = col
+        grid[axis] -= grid[axis].min()
+    return grid
+
+
+class GridSample(Transform):
+    """Training-mode grid sampling on PTv3's grid: one uniformly random point of every occupied voxel
+    (rows of every array, in voxel-key order), and ``grid_coord`` ``(V, 3)`` int64 of the kept points."""
+
+    _repr_fields = ("grid_size",)
+
+    def __init__(self, grid_size: float = 0.02):
+        if not grid_size > 0:
+            raise ValueError(f"expected grid_size > 0, got {grid_size}")
+        self.grid_size = grid_size
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        grid = pointcept_grid(sample["coord"], self.grid_size)
+        groups = grid_groups(grid)
+        keep = groups.order[groups.starts + rng.integers(0, groups.counts)]
+        out = take_points(sample, keep)
+        out["grid_coord"] = np.ascontiguousarray(grid[:, keep].T)
+        return out
+
+
+def ptv3_train_transform(grid_size: float = 0.02, crop_rate: float | None = 0.6,
+                         point_max: int | None = 204_800) -> Compose:
+    """Pointcept's PTv3 S3DIS training pipeline (module docstring), from the room to the block; the
+    block's colour is 0..1 and it carries ``grid_coord``. ``crop_rate`` or ``point_max`` None leaves that
+    crop out."""
+    crops = ([SphereCrop(sample_rate=crop_rate)] if crop_rate is not None else []) + \
+            ([SphereCrop(point_max=point_max)] if point_max is not None else [])
+    return Compose([
+        CenterShift(apply_z=True), RandomDropout(ratio=0.2, p=0.2),
+        RandomRotate((-1.0, 1.0), axis="z", center=(0.0, 0.0, 0.0), p=0.5),
+        RandomRotate((-1 / 64, 1 / 64), axis="x", p=0.5), RandomRotate((-1 / 64, 1 / 64), axis="y", p=0.5),
+        RandomScale((0.9, 1.1)), RandomFlip(p=0.5), RandomJitter(sigma=0.005, clip=0.02),
+        ChromaticAutoContrast(p=0.2, blend_factor=None), ChromaticTranslation(p=0.95, ratio=0.05),
+        ChromaticJitter(p=0.95, std=0.05),
+        GridSample(grid_size), *crops, CenterShift(apply_z=False), NormalizeColor(),
+    ])

@@ -1,0 +1,76 @@
+"""``eval.protocol: ptv3``: Pointcept's 10 views of grid-sample fragments, each forward given its pieces'
+``grid_coord``, every point's softmax summed over all of them and aligned to the point it was made for."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pointgeope.engine.config import load_config
+from pointgeope.engine.evaluate import vote_room
+from pointgeope.errors import UserError
+
+C = 13
+
+
+class GridColourClassifier(torch.nn.Module):
+    """PTv3's call ``model(coord, feat, offset, grid_coord=...)``: logits from each point's own red channel
+    (``feat[:, 0]``, 0..1), so a misplaced prediction is a wrong class; records every forward's pieces."""
+
+    def __init__(self):
+        super().__init__()
+        self.pieces: list[tuple[int, int]] = []     # (points, distinct grid cells) of each piece
+
+    def forward(self, coord, feat, offset, grid_coord):
+        assert grid_coord.shape == coord.shape and grid_coord.dtype == torch.int64
+        start = 0
+        for end in offset.tolist():
+            cells = torch.unique(grid_coord[start:end], dim=0).shape[0]
+            self.pieces.append((end - start, cells))
+            start = end
+        cls = (torch.round(feat[:, 0] * 255).long() // 20) % C
+        return torch.nn.functional.one_hot(cls, C).float() * 5.0
+
+
+def room(n=2000, seed=0):
+    rng = np.random.default_rng(seed)
+    coord = (rng.random((n, 3)) * [4.0, 3.0, 2.5] + [7.0, 2.0, 0.3]).astype(np.float32)
+    coord[:60] = coord[0]                                         # a clump: many fragments
+    return coord, rng.integers(0, 256, (n, 3), dtype=np.uint8)
+
+
+def test_ptv3_protocol_votes_softmax_over_ten_views_of_fragments():
+    coord, color = room()
+    cfg = load_config(None, ["eval.protocol=ptv3", "eval.vote=softmax", "data.grid_size=0.2",
+                             "eval.batch_points=1"])                # one piece per forward
+    model = GridColourClassifier()
+    result = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=4)
+    assert len(result.fragments) == 10 and min(result.fragments) >= 60           # the clump's 60 points
+    assert len(model.pieces) == sum(result.fragments)
+    assert all(points == cells for points, cells in model.pieces)                # one point per grid cell
+    start = 0
+    for f in result.fragments:                                                    # a view's pieces: same size
+        assert len({points for points, _ in model.pieces[start:start + f]}) == 1
+        start += f
+    assert (result.votes >= 10).all() and result.filled == 0
+    assert int(result.votes.sum()) == sum(points for points, _ in model.pieces)
+    np.testing.assert_allclose(result.scores.sum(1), result.votes, rtol=1e-4)  # float32 sums
+    assert (result.scores.argmax(1) == (color[:, 0].astype(np.int64) // 20) % C).all()
+
+
+def test_ptv3_protocol_is_seeded_and_max_fragments_caps_each_view():
+    coord, color = room(n=800, seed=1)
+    base = ["eval.protocol=ptv3", "eval.vote=softmax", "data.grid_size=0.2"]
+    a = vote_room(GridColourClassifier(), coord, color, load_config(None, base), torch.device("cpu"), seed=2)
+    b = vote_room(GridColourClassifier(), coord, color, load_config(None, base), torch.device("cpu"), seed=2)
+    np.testing.assert_array_equal(a.votes, b.votes)
+    capped = vote_room(GridColourClassifier(), coord, color, load_config(None, base + ["eval.max_fragments=2"]),
+                       torch.device("cpu"), seed=2)
+    assert (capped.votes >= 1).all() and capped.votes.sum() < a.votes.sum()
+
+
+def test_ptv3_protocol_refuses_ptv1_test_views():
+    coord, color = room(n=100)
+    cfg = load_config(None, ["eval.protocol=ptv3", "eval.tta.flips=true"])
+    with pytest.raises(UserError, match="10 test views"):
+        vote_room(GridColourClassifier(), coord, color, cfg, torch.device("cpu"))
