@@ -195,7 +195,9 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
 
 
 def room_seed(seed: int, room: str) -> int:
-    return (seed * 1_000_003 + zlib.crc32(room.encode())) % 2**32
+    """The vote seed of a room: ``(seed * 1000003 + crc32(utf-8 name)) mod 2^32``; a name from a file name's
+    undecodable bytes (surrogates) counts those bytes."""
+    return (seed * 1_000_003 + zlib.crc32(room.encode("utf-8", "surrogateescape"))) % 2**32
 
 
 # --- one fold --------------------------------------------------------------------------------------------
