@@ -331,6 +331,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
             "eval_seconds": round(seconds, 2),
             "pe": cfg.model.pe, "fps_rule": FPS_RULE, "trained_epochs": trained, "epochs": cfg.train.epochs,
             "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
+            "config": dataclasses.asdict(cfg),  # what was evaluated: report compares its folds' (report/settings.py)
         }
         write_json_atomic(run / "metrics.json", metrics)
         log(f"evaluated {', '.join(areas)}: {num_points:,} points in {seconds:.1f}s -> "
