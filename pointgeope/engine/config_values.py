@@ -73,13 +73,21 @@ RANGES: dict[str, Range] = {
 
 # The devices a run (train.device) or a prediction (predict --device) can name: what the engine supports.
 DEVICES = "auto, cpu, cuda or cuda:N (cuda:N: GPU N)"
-_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+_DEVICE = re.compile(r"auto|cpu|cuda(:(0|[1-9][0-9]*))?")
+MAX_DEVICE_INDEX = 127  # torch keeps a device index in 8 bits: cuda:128 would silently be cuda:-128
 
 
 def device_problem(value: str, name: str = "train.device") -> str | None:
     """What is wrong with the device name ``value`` of option or key ``name``, or ``None``: one of
-    :data:`DEVICES` (whether CUDA is there is known when the run starts: ``distributed.choose_device``)."""
-    return None if _DEVICE.fullmatch(value) else f"{name}: expected {DEVICES}, got {value!r}"
+    :data:`DEVICES` with ``N`` in 0..:data:`MAX_DEVICE_INDEX` (whether CUDA and GPU N are there is known
+    when the run starts: ``distributed.choose_device``)."""
+    match = _DEVICE.fullmatch(value)
+    if match is None:
+        return f"{name}: expected {DEVICES}, got {value!r}"
+    if match.group(2) is not None and int(match.group(2)) > MAX_DEVICE_INDEX:
+        return (f"{name}: expected cuda:N with a GPU number N from 0 to {MAX_DEVICE_INDEX}, got {value!r}; "
+                "`nvidia-smi -L` lists this machine's GPUs")
+    return None
 
 
 def value_problem(value: Any, name: str) -> str | None:
