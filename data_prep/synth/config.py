@@ -32,10 +32,12 @@ class SynthConfig:
             raise ValueError(f"expected 1 to 6 areas (S3DIS has 6), got {self.areas}")
         if self.rooms_per_area < 1:
             raise ValueError(f"expected at least one room per area, got {self.rooms_per_area}")
-        if not self.density > 0:
-            raise ValueError(f"expected a positive density in points per m^2, got {self.density}")
+        if not 0 < self.density < float("inf"):
+            raise ValueError(f"expected --density, a finite positive number of points per m^2, got {self.density}")
         if not 0 <= self.noise < 0.1:
             raise ValueError(f"expected a noise of 0 to 0.1 m, got {self.noise}")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"expected --seed from 0 to 2^63 - 1 (numpy seeds are non-negative), got {self.seed}")
         if self.min_points < 1:
             raise ValueError(f"expected min_points >= 1, got {self.min_points}")
 
