@@ -14,7 +14,6 @@ and a ``stairs_1.txt`` annotation (put in a hallway when there is one; the prepa
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from data_prep.synth.rooms import BUILDERS, STRUCTURE, RoomLayout, solid_boxes
 from data_prep.synth.write import Defect, format_lines, remove_stale, room_files, write_room
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.memory import available_memory
 
 MANIFEST = "synth_manifest.json"
 SETTINGS = ".synth_settings.json"  # written once the settings are checked, before the first room, so that a
@@ -156,19 +156,6 @@ def largest_room_points(specs: list[RoomSpec], seed: int, stairs_room: RoomSpec 
         for layout in area_layouts(area_specs, seed, stairs_room):
             most = max(most, sum(point_count(p.patches.areas().sum(), density, min_points) for p in layout.parts))
     return most
-
-
-def available_memory() -> int:
-    """Bytes of memory available to a new allocation (``MemAvailable`` of ``/proc/meminfo``, else the
-    physical memory)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def check_memory(config, specs: list[RoomSpec], stairs_room: RoomSpec | None) -> None:

@@ -51,6 +51,7 @@ from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
+from pointgeope.memory import neighbour_problem
 from pointgeope.metrics import ConfusionMeter
 from pointgeope.model.ops.fps import FPS_RULE
 
@@ -93,6 +94,9 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         run.mkdir(parents=True, exist_ok=True)
     distributed.barrier()
     check_fold(cfg, fold, folds, env, log)
+    problem = neighbour_problem(cfg.model, cfg.data.voxel_max, build.per_rank_batch(cfg, env), device)
+    if problem:  # before any weight or batch is made: a step that could never fit
+        raise UserError(problem)
 
     # The weights are drawn from the seed first (then maybe replaced by last.pt's), so that a fold
     # starts from the same weights whatever else consumes random numbers.
