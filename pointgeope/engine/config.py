@@ -18,6 +18,7 @@ range, and the device and test-time scales their values (:mod:`pointgeope.engine
 
     ConfigError: configs/s3dis/pt_geope.yaml: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?
 
+A key given twice in one file is an error naming it and both lines (:mod:`pointgeope.engine.config_yaml`).
 The resolved config is saved in the run folder (:func:`save_config`) and reloads to an equal object.
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ import yaml
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
 from pointgeope.engine.config_values import agreement_problem, value_problem
+from pointgeope.engine.config_yaml import DuplicateKeyError, load_yaml
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
 
@@ -275,11 +277,13 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     if not path.is_file():
         raise ConfigError(f"expected a config file, found nothing at {path}")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = load_yaml(path.read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError as err:
         line = path.read_bytes()[:err.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{err.object[err.start]:02x}); a config is a UTF-8 "
                           "YAML file: save it as UTF-8") from None
+    except DuplicateKeyError as err:
+        raise ConfigError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(raw, dict):
@@ -304,7 +308,9 @@ def parse_override(text: str) -> dict:
     if not sep or not key.strip() or "." not in key:
         raise ConfigError(f"override {text!r}: expected section.key=value, e.g. optim.lr=0.1")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
+        parsed = load_yaml(value) if value.strip() else None
+    except DuplicateKeyError as err:
+        raise ConfigError(f"override {text!r}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"override {text!r}: value is not valid YAML: {err}") from None
     tree: dict = {}
