@@ -275,7 +275,9 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     if path in seen:
         raise ConfigError(f"{path}: 'base:' includes form a cycle: {' -> '.join(map(str, seen + (path,)))}")
     if not path.is_file():
-        raise ConfigError(f"expected a config file, found nothing at {path}")
+        found = "a folder" if path.is_dir() else "nothing"
+        raise ConfigError(f"expected a config file, found {found} at {path}"
+                          + ("; give a YAML file, e.g. configs/demo.yaml" if path.is_dir() else ""))
     try:
         raw = load_yaml(path.read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError as err:

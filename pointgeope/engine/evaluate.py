@@ -194,6 +194,10 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
     return RoomVotes(scores, votes, layout.counts, filled)
 
 
+EVALUATE_ADVICE = ("evaluate a fold with the config it was trained with: drop the overrides of what it was trained "
+                   "with (eval.* and train.device may change), and restore its config.yaml if it was edited")
+
+
 def room_seed(seed: int, room: str) -> int:
     """The vote seed of a room: ``(seed * 1000003 + crc32(utf-8 name)) mod 2^32``; a name from a file name's
     undecodable bytes (surrogates) counts those bytes."""
@@ -284,7 +288,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
         raise UserError(f"{run}: fold {fold} is not in {root / 'folds.json'} (folds {sorted(folds)})")
     areas = list(folds[fold].test)
     ckpt_path = run / f"{cfg.eval.checkpoint}.pt"
-    ckpt = load_checkpoint(ckpt_path, config_to_dict(cfg))
+    ckpt = load_checkpoint(ckpt_path, config_to_dict(cfg), advice=EVALUATE_ADVICE)
     if env.is_main:  # the test areas as training checks its areas, and against what the checkpoint saw
         if not checked:
             check_areas(root, areas, cfg.model.num_classes)
