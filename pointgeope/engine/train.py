@@ -116,6 +116,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, pe={cfg.model.pe}; "
         f"{len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
     log_hierarchy(log, place, why, device)
+    if cfg.train.amp != "none" and device.type != "cuda":  # build.autocast: mixed precision is CUDA's only
+        log(f"precision: float32 (train.amp={cfg.train.amp} is for CUDA, and this run is on {device.type})")
 
     # Every checkpoint carries what `pointgeope predict` needs (the spacing checks a scan's units).
     resolved = config_to_dict(cfg)
