@@ -164,7 +164,8 @@ def _run(trial: Trial, argv: list[str], running: _Running) -> int | None:
         code = running.run(argv, log)
     if code is None:
         return None
-    state = "done" if code == 0 else f"FAILED (exit code {code}): {_failure(trial.folder / 'train.log', start_of_attempt)}"
+    why = _failure(trial.folder / "train.log", start_of_attempt) if code else ""
+    state = "done" if code == 0 else f"FAILED (exit code {code}): {why}"
     print(f"{trial.name}: {state} in {time.perf_counter() - start:.0f} s ({trial.folder / 'train.log'})", flush=True)
     return code
 

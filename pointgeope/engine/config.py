@@ -84,7 +84,7 @@ class TrainConfig:
     seed: int = 0                           # seeds the weights and every sample's randomness (seed, epoch, index)
     device: str = "auto"                    # auto (CUDA if present, else CPU) | cpu | cuda | cuda:1 ... (checked)
     threads: Optional[int] = None           # torch CPU threads per process (None: torch's default)
-    amp: Literal["bf16", "fp16", "none"] = "none"  # mixed precision on CUDA (the CPU: float32, said in the log); none: float32
+    amp: Literal["bf16", "fp16", "none"] = "none"  # mixed precision on CUDA (CPU: float32, logged); none: float32
     run_dir: str = "runs/default"           # where the folds are written: RUN/area_K/ (train.py --run-dir)
     val_every: int = 0                      # validate on the test area every n epochs (0: never); best.pt
     checkpoint_every: int = 0               # also save last.pt every n steps inside an epoch (0: epoch ends)
