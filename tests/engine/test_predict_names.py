@@ -48,6 +48,17 @@ def test_any_file_name_is_predicted_and_its_ply_reads_back(tiny_run, tmp_path, c
     assert last.startswith(f"predicted 4 of 5 input(s) into {out}; 1 failed: ") and "broken.npy" in last, last
 
 
+def test_a_raw_room_named_in_non_ascii_is_predicted(tiny_run, tiny_root, tmp_path, capsys):
+    """A raw S3DIS room folder ``bürö_1`` (its name is the scan's): before, UnicodeEncodeError in the PLY."""
+    room = tmp_path / "bürö_1"
+    room.mkdir()
+    (room / "Annotations").symlink_to(tiny_root.parent / "raw" / "Area_1" / "office_1" / "Annotations")
+    assert cli(["predict", str(tiny_run), str(room), "--out", str(tmp_path / "o")]) == 0
+    scan = read_ply(tmp_path / "o" / "bürö_1_pred.ply")
+    assert len(scan.coord) == len(np.load(tmp_path / "o" / "bürö_1_pred.npy")) > 0
+    assert b"b\\xfcr\\xf6_1" in (tmp_path / "o" / "bürö_1_pred.ply").read_bytes()[:400]
+
+
 def test_the_ply_comment_escapes_what_the_header_cannot_hold(tmp_path):
     """The header is ASCII lines: a comment keeps its printable ASCII and escapes the rest as Python does
     (``ascii()``), so that the name can still be read from it."""
