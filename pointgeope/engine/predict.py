@@ -315,9 +315,9 @@ def predict_scans(args) -> int:
     skipped: list[Path] = []
     refs, errors = find_scans(args.inputs, args.out, skipped)
     if skipped:
-        print(f"note: {args.out}: {len(skipped)} file(s) named as this command's outputs "
-              f"({', '.join(p.name for p in skipped[:5])}{', ...' if len(skipped) > 5 else ''}) are not inputs "
-              "in --out", flush=True)
+        print(one_line(f"note: {args.out}: {len(skipped)} file(s) named as this command's outputs "
+                       f"({', '.join(p.name for p in skipped[:5])}{', ...' if len(skipped) > 5 else ''}) are not "
+                       "inputs in --out"), flush=True)
     refs = _checked_names(refs, args, errors)
     for message in errors:
         _fail(message)

@@ -57,6 +57,12 @@ def fold_settings(metrics: dict, folder: Path) -> dict[str, object] | None:
     return settings
 
 
+def _order(key: str) -> tuple[int, str]:
+    """Model keys first, then data, optim, train, eval (:data:`_SECTIONS`), each alphabetically."""
+    section = key.split(".")[0]
+    return (_SECTIONS.index(section) if section in _SECTIONS else len(_SECTIONS), key)
+
+
 def mixed_settings(folds: dict[str, dict | None]) -> dict[str, dict[str, object]]:
     """``{key: {area: value}}`` of the compared keys whose value differs between the folds of ``folds``
     (``{area: settings}``)."""
@@ -65,8 +71,7 @@ def mixed_settings(folds: dict[str, dict | None]) -> dict[str, dict[str, object]
         return {}
     keys = set.intersection(*(set(s) for s in known.values())) - IGNORED
     mixed = {}
-    for key in sorted(keys, key=lambda k: (_SECTIONS.index(k.split(".")[0]) if k.split(".")[0] in _SECTIONS
-                                           else len(_SECTIONS), k)):
+    for key in sorted(keys, key=_order):
         values = {area: s[key] for area, s in known.items()}
         if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
             mixed[key] = values
