@@ -30,6 +30,7 @@ from pointgeope.engine import build
 from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info,
                                           load_checkpoint, load_model_state, unfinished_warning)
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, override_key
+from pointgeope.engine.config_values import range_problem
 from pointgeope.engine.distributed import apply_threads, choose_device
 from pointgeope.engine.evaluate import room_seed, vote_room
 from pointgeope.errors import UserError, one_line
@@ -304,8 +305,11 @@ def predict_scans(args) -> int:
     from pointgeope.lock import folder_lock
     from pointgeope.scans.sources import find_scans
 
-    if not 0 < args.scale < float("inf") or (args.batch_points is not None and args.batch_points < 1):
-        raise UserError(f"expected a finite --scale > 0 and --batch-points >= 1, got {args.scale} and {args.batch_points}")
+    if not 0 < args.scale < float("inf"):
+        raise UserError(f"expected a finite --scale > 0, got {args.scale}")
+    problem = None if args.batch_points is None else range_problem(args.batch_points, "eval.batch_points")
+    if problem:  # the key's range, the same as a config's
+        raise UserError(f"--batch-points: {problem}")
     if not 0 < args.max_extent <= PREDICT_EXTENT_LIMIT:
         raise UserError(f"expected --max-extent in (0, {PREDICT_EXTENT_LIMIT:g}] metres, got {args.max_extent:.15g}")
     # the model first: a wrong model argument is told before any input file is read (and hashed)

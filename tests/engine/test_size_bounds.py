@@ -57,3 +57,19 @@ def test_a_step_that_cannot_fit_is_refused_before_it_is_made(tmp_path, capsys, t
     assert line.endswith("more than the 0.00977 GiB free on cpu; lower model.neighbours, data.voxel_max or "
                          "data.batch_size")
     assert not (tmp_path / "area_1" / "last.pt").exists()
+
+
+@pytest.mark.parametrize("value, words", [("0", "--batch-points: eval.batch_points: expected an integer >= 1, got 0"),
+                                          ("1000000000000", "expected an integer <= 2147483647, got 1000000000000")])
+def test_predict_batch_points_has_the_keys_range(value, words, tiny_run, tmp_path, capsys):
+    """Before: --batch-points 10^12 went into the run's config without the range a config gets."""
+    line = one_line(capsys, 2, ["predict", str(tiny_run), str(tmp_path / "x.npy"), "--out", str(tmp_path / "o"),
+                                "--batch-points", value])
+    assert words in line, line
+
+
+def test_synth_rooms_per_area_has_a_bound(tmp_path, capsys):
+    """Before: --rooms-per-area 100000000 planned rooms for minutes without writing one."""
+    line = one_line(capsys, 2, ["synth", str(tmp_path / "s"), "--rooms-per-area", "100000000"])
+    assert line.startswith("pointgeope synth: error: expected --rooms-per-area from 1 to 1000, got 100000000"), line
+
