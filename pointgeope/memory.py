@@ -51,8 +51,10 @@ def neighbour_bytes(model, points: int, samples: int) -> tuple[int, int]:
 def neighbour_problem(model, points: int | None, samples: int, device=None) -> str | None:
     """What is wrong with training ``model`` on ``samples`` samples of ``points`` points per step, or
     ``None``: a message when :func:`neighbour_bytes` exceeds :func:`available_memory` (nothing to check
-    without a crop, ``points=None``: the samples are the rooms)."""
-    if points is None:
+    without a crop, ``points=None``: the samples are the rooms; nor for a model config without Point
+    Transformer's stage lists)."""
+    fields = ("planes", "strides", "neighbours", "blocks", "decoder_blocks")
+    if points is None or not all(hasattr(model, f) for f in fields):  # another backbone: its own estimate
         return None
     need, stage = neighbour_bytes(model, points, samples)
     have = available_memory(device)
