@@ -8,6 +8,7 @@ renamed over the target on success, and deleted on any error.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import tempfile
@@ -121,13 +122,28 @@ def writable_folder(path: str | Path, what: str = "output folder") -> Path:
     """Create ``path`` if needed and check, by writing a temporary file into it, that it can be written;
     a :class:`~pointgeope.errors.UserError` naming it otherwise (before any long work starts)."""
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise UserError(f"{what} {path}: expected a folder, found a file; give a folder name")
+    found = _not_a_folder(path)
+    if found:
+        raise UserError(f"{what} {path}: expected a folder, found {found}; remove it or give another folder name")
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as err:
-        raise UserError(f"{what} {path}: cannot write into it ({err.strerror or err}); give a folder you "
-                        "can write") from None
+        raise UserError(f"{what} {path}: cannot write into it ({err.strerror or err}); make it writable or give "
+                        "a folder you can write") from None
     return path
+
+
+def _not_a_folder(path: Path) -> str | None:
+    """What ``path`` is when it cannot be a folder (a file, a link that loops or leads nowhere), else
+    ``None`` (a folder, or nothing yet)."""
+    if path.is_symlink():
+        try:
+            os.stat(path)
+        except OSError as err:
+            loops = err.errno == errno.ELOOP
+            return f"a symbolic link {'that loops' if loops else 'to nothing'} ({path} -> {os.readlink(path)})"
+    if path.exists() and not path.is_dir():
+        return "a file"
+    return None

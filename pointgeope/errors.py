@@ -60,10 +60,17 @@ def stop_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def one_line(text: str) -> str:
+    """``text`` printable on one line whatever it holds: a control character (the newline of a file name)
+    or a surrogate (a file name's byte that is not UTF-8, which a strict terminal cannot print) is written
+    as ``ascii()`` writes it (``\\n``, ``\\udcff``); everything else, non-ASCII included, as it is."""
+    return "".join(ascii(c)[1:-1] if c < " " or c == "\x7f" or "\ud800" <= c <= "\udfff" else c for c in text)
+
+
 def user_message(err: BaseException) -> str | None:
     """The one line to print for ``err`` if it is the user's (or the environment's), else ``None``."""
     if isinstance(err, UserError):
-        return " ".join(str(err).split("\n"))
+        return one_line(" ".join(str(err).split("\n")))
     if isinstance(err, OSError) and err.errno in _ENVIRONMENT_ERRNOS:
         where = f": {err.filename}" if err.filename else ""
         return f"{err.strerror or err}{where}; check the folder's permissions and free space"

@@ -87,6 +87,10 @@ def open_area(path: str | Path) -> h5py.File:
         raise SchemaError(f"{path}: not a readable HDF5 file ({err}); it is truncated or corrupt: run "
                           "`pointgeope prepare` again") from None
     version = f.attrs.get("schema_version")
+    if version is None and _plain(f.attrs.get("kind")) == "predictions":
+        f.close()
+        raise SchemaError(f"{path}: a fold's predictions file (labels only, written by evaluate), not a prepared "
+                          "area file or a scan: give the scan, or the prepared area (data.root/Area_N.h5)")
     if version is None or int(version) != SCHEMA_VERSION:
         f.close()
         raise SchemaError(f"{path}: expected schema_version {SCHEMA_VERSION}, got {version}; "

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from pointgeope.atomic import writable_folder
 from pointgeope.errors import UserError
 
 try:
@@ -82,16 +83,17 @@ def _open_locked(path: Path) -> int:
 
 @contextlib.contextmanager
 def folder_lock(folder: str | Path, what: str = "") -> Iterator[Path]:
-    """Hold the exclusive lock of ``folder`` (created if needed) inside the ``with`` block.
+    """Hold the exclusive lock of ``folder`` (created if needed, checked to be a folder it can write:
+    :func:`~pointgeope.atomic.writable_folder`) inside the ``with`` block.
 
     Args:
         folder: the output folder.
         what: what the holder does, shown to a refused writer (default: this process's command line).
     Raises:
         LockError: another live process holds it, or a lock of another host is left in it.
+        UserError: ``folder`` is a file, a symbolic link that loops or leads nowhere, or cannot be written.
     """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = writable_folder(folder)  # created; a file, a link that loops or an unwritable folder: one line
     path = folder / LOCK_NAME
     host = socket.gethostname()
     fd = _open_locked(path)

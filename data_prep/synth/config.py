@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+MAX_ROOMS_PER_AREA = 1000
+
+
 @dataclass(frozen=True)
 class SynthConfig:
     """What to generate.
@@ -30,14 +33,18 @@ class SynthConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.areas <= 6:
             raise ValueError(f"expected 1 to 6 areas (S3DIS has 6), got {self.areas}")
-        if self.rooms_per_area < 1:
-            raise ValueError(f"expected at least one room per area, got {self.rooms_per_area}")
-        if not self.density > 0:
-            raise ValueError(f"expected a positive density in points per m^2, got {self.density}")
+        if not 1 <= self.rooms_per_area <= MAX_ROOMS_PER_AREA:
+            raise ValueError(f"expected --rooms-per-area from 1 to {MAX_ROOMS_PER_AREA}, got {self.rooms_per_area}: "
+                             "the bound is there because the rooms are planned before any is written, and an "
+                             "S3DIS area holds 44 to 68 of them")
+        if not 0 < self.density < float("inf"):
+            raise ValueError(f"expected --density, a finite positive number of points per m^2, got {self.density}")
         if not 0 <= self.noise < 0.1:
             raise ValueError(f"expected a noise of 0 to 0.1 m, got {self.noise}")
-        if self.min_points < 1:
-            raise ValueError(f"expected min_points >= 1, got {self.min_points}")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"expected --seed from 0 to 2^63 - 1 (numpy seeds are non-negative), got {self.seed}")
+        if not 1 <= self.min_points <= 10**6:
+            raise ValueError(f"expected min_points from 1 to 10^6 (points of the smallest object), got {self.min_points}")
 
 
 # tiny: tests (~3-6k points a room, well under a second); demo: the CPU demo (~35-85k a room);

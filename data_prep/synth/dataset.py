@@ -25,10 +25,13 @@ from data_prep.synth.rooms import BUILDERS, STRUCTURE, RoomLayout, solid_boxes
 from data_prep.synth.write import Defect, format_lines, remove_stale, room_files, write_room
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.memory import available_memory
 
 MANIFEST = "synth_manifest.json"
-SETTINGS = ".synth_settings.json"  # written first, so that a resumed run can check it continues the same one
+SETTINGS = ".synth_settings.json"  # written once the settings are checked, before the first room, so that a
+#                                   resumed run can check it continues the same one
 RAW_TO_CLASS = {"stairs": "clutter"}  # annotation classes outside the 13, as the preparer maps them
+BYTES_PER_POINT = 150  # peak memory of a room being generated, per point (measured: ~110 B at 0.3M-1.3M points)
 ROOM_GAP = 0.2  # metres between neighbouring rooms of an area (the wall thickness)
 LAYOUT, POINTS, AREA, DEFECTS = 1, 2, 3, 4  # tags of the random streams (see the module docstring)
 
@@ -143,6 +146,31 @@ def room_record(points: RoomPoints) -> dict:
             "bbox": [lo.round(3).tolist(), hi.round(3).tolist()]}
 
 
+def largest_room_points(specs: list[RoomSpec], seed: int, stairs_room: RoomSpec | None, density: float,
+                        min_points: int) -> int:
+    """The most points :func:`sample_room` draws for one room of the plan: ``sum_parts max(min_points,
+    round(area * density))`` (before the points inside solid objects are dropped), from the layouts alone."""
+    most = 0
+    for area in sorted({s.area for s in specs}):
+        area_specs = [s for s in specs if s.area == area]
+        for layout in area_layouts(area_specs, seed, stairs_room):
+            most = max(most, sum(point_count(p.patches.areas().sum(), density, min_points) for p in layout.parts))
+    return most
+
+
+def check_memory(config, specs: list[RoomSpec], stairs_room: RoomSpec | None) -> None:
+    """A ValueError, before anything is drawn, when generating the largest room would need more memory than
+    is available: ``points x BYTES_PER_POINT`` (a room is drawn, formatted and written whole)."""
+    points = largest_room_points(specs, config.seed, stairs_room, config.density, config.min_points)
+    need, have = points * BYTES_PER_POINT, available_memory()
+    if need > have:
+        fits = config.density * have / need
+        raise ValueError(f"--density {config.density:g}: the largest room would hold about {points:.3g} points, "
+                         f"about {need / 2**30:.3g} GiB while it is generated ({BYTES_PER_POINT} B a point), more "
+                         f"than the {have / 2**30:.3g} GiB available; at most --density {fits:.3g} fits here "
+                         "(real S3DIS has 5,000-10,000 points per m^2)")
+
+
 def _write_json(path: Path, data: dict) -> None:
     """Write ``data`` as indented JSON to ``path`` atomically (temporary file + ``os.replace``)."""
     write_text_atomic(path, json.dumps(data, indent=1) + "\n")
@@ -155,8 +183,8 @@ def check_out(out: Path, settings: dict) -> str:
     """
     if out.exists() and not out.is_dir():
         raise ValueError(f"expected OUT to be a folder, got the file {out}")
-    if not out.exists() or not any(out.iterdir()):
-        return "new"
+    if not out.exists() or not any(p.name != SETTINGS for p in out.iterdir()):
+        return "new"  # empty, or the settings of an attempt that stopped before its first room: nothing to keep
     path = out / SETTINGS
     if not path.is_file():
         raise ValueError(f"{out} is not empty and holds no {SETTINGS}: expected an empty folder or one "
@@ -187,10 +215,11 @@ def generate(out: Path, config, log=print) -> dict:
     if state == "complete":
         log(f"{out} already holds the complete synthetic dataset with these settings; nothing to do")
         return json.loads((out / MANIFEST).read_text())
-    out.mkdir(parents=True, exist_ok=True)
-    _write_json(out / SETTINGS, settings)
     specs = plan_rooms(config.areas, config.rooms_per_area)
     defects, stairs_room = plan_defects(specs, config.seed) if config.defects else ([], None)
+    check_memory(config, specs, stairs_room)  # every setting checked before the settings are recorded
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(out / SETTINGS, settings)
     manifest = {"version": 1, "generator": "pointgeope synth", "config": settings, "areas": {},
                 "defects": []}
     for a in range(config.areas):

@@ -34,6 +34,17 @@ def _seeds(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected integers separated by commas, e.g. 0,1,2, got {text!r}") from None
 
 
+def _digits(text: str) -> int:
+    """--digits, checked before any trial trains (the report that uses it comes after all of them)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 6:
+        raise argparse.ArgumentTypeError(f"expected --digits in 0..6, got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, type=Path, help="YAML config of the training, e.g. configs/demo.yaml")
     parser.add_argument("--test-area", type=int, required=True, metavar="K", help="the fold: test on Area_K")
@@ -45,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", type=Path, default=Path("runs/ablation"), help="output folder (default runs/ablation)")
     parser.add_argument("--data-root", help="prepared HDF5 folder (overrides data.root)")
     parser.add_argument("--jobs", type=int, default=1, help="trials at a time (default 1)")
-    parser.add_argument("--digits", type=int, default=1, help="decimals of the %% in ablation.md (default 1)")
+    parser.add_argument("--digits", type=_digits, default=1, help="decimals of the %% in ablation.md (default 1)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides for every trial")
 
 

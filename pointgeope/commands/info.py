@@ -29,6 +29,9 @@ def main(args: argparse.Namespace) -> int:
     from pointgeope.model import kernels
     from pointgeope.model.kernel_check import check_kernels, format_table, passed
 
+    if not kernels.triton_imports():  # before the device: POINTGEOPE_KERNELS is not the user's to unset here
+        raise UserError("--check tests the Triton kernels, and Triton does not import here (pip install triton); "
+                        "without it every kernel runs its torch path, which needs no check")
     device = choose_device(args.device, option="--device")
     if not kernels.runs_on(device):
         raise UserError("--check: the Triton kernels run on CUDA, and there is no CUDA device here (or --device "

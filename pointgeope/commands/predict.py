@@ -12,7 +12,8 @@ folder itself, the files named as outputs, *_pred.* and *_probs.npy, are not inp
 scan: DIR/<name>_pred.npy (uint8 label per point) and DIR/<name>_pred.ply (points coloured by class, a
 `label` property); with --format also .las (classification), .txt (x y z r g b label) and .h5 (for
 `pointgeope viz`); with --probabilities DIR/<name>_probs.npy (float16 (N, 13)). An input that fails is
-reported in one line and the others are still predicted; the exit code is 2 when any failed. Stray points
+reported in one line and the others are still predicted; the last line names the inputs that failed and
+the exit code is 2 when any failed. Any file name works (non-ASCII, spaces, newlines). Stray points
 (not finite in float32, or farther than --max-extent, default 50 m, from the scan's median, after --scale)
 are left out of the network's input and labelled as their nearest kept point, counted in one warning per
 scan that says which --max-extent would keep them. A scan is voted on over at most --max-fragments voxel

@@ -12,6 +12,9 @@
 
 The pooled number sums the test areas' confusion matrices (Pointcept ``tools/test_s3dis_6fold.py``);
 missing or incomplete folds are named in the tables and the pooled number says which folds it covers.
+Folds of one run trained or evaluated with different settings (model, data or protocol keys, e.g.
+``model.pe``, ``data.root``, ``optim.lr``, ``eval.tta``) are refused, naming the keys and folds;
+``--allow-mixed`` pools them and writes the differences into report.md and report.json.
 The summary tables go to stdout, followed by the paths written.
 """
 from __future__ import annotations
@@ -37,10 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mAcc / mIoU over all classes, an absent one counting 0 (the PTv1 authors' rule), "
                              "or over the classes present (default: the rule each run was evaluated with, "
                              "its eval.class_mean)")
+    parser.add_argument("--allow-mixed", action="store_true",
+                        help="pool the folds of a run even where their model, data or protocol settings differ "
+                             "(the differences are written into report.md and report.json)")
 
 
 def main(args: argparse.Namespace) -> int:
     from pointgeope.report import make_report
 
-    make_report(args.runs, args.out, args.names, args.digits, args.class_mean)
+    make_report(args.runs, args.out, args.names, args.digits, args.class_mean, args.allow_mixed)
     return 0

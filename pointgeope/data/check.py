@@ -66,6 +66,9 @@ def check_room(where: str, group, max_extent: float, num_classes: int, unlabelle
     label = group["label"][()]
     top = int(label[label != IGNORE_LABEL].max(initial=0) if unlabelled else label.max())
     if top >= num_classes:
+        if num_classes < NUM_CLASSES:  # the config's, not the data's: the data holds the 13 S3DIS classes
+            raise SchemaError(f"{where}: label {top} found, but model.num_classes is {num_classes}: the prepared "
+                              f"data has the {NUM_CLASSES} S3DIS classes; set model.num_classes={NUM_CLASSES}")
         raise SchemaError(f"{where}: label {top} found, expected labels below {num_classes}; {_AGAIN}")
     return n
 

@@ -12,7 +12,8 @@ Everything is checked before the first trial starts (each trial's config, the fo
 mistake costs seconds. A rerun of the same command skips complete trials and resumes interrupted ones from
 their ``last.pt`` (``pointgeope train`` does both); a failed trial is named with its log and left out of
 the report, which says so. Ctrl-C or SIGTERM stops the running trials as Ctrl-C stops a training (each
-keeps its ``last.pt``; the rerun resumes it) and starts no other. One ablation at a time per RUN
+keeps its ``last.pt``; the rerun resumes it) and starts no other; so does ``kill -9`` of ablate on Linux
+(each trial dies with it, ``PR_SET_PDEATHSIG``). One ablation at a time per RUN
 (``RUN/.lock``). With ``jobs`` > 1 and no
 ``train.threads`` given, each trial gets ``cpu_count // jobs`` threads (two OpenMP threads per process on
 a machine whose cores are all taken stall badly).
@@ -90,9 +91,35 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
 STOP_TIMEOUT_S = 60  # a trial stopped with SIGINT that has not ended by then is killed
 
 
+def _die_with_parent():
+    """A ``preexec_fn`` for a trial on Linux: the kernel sends it SIGINT (a training's clean stop: its lock
+    released, its ``last.pt`` kept) when the thread of ablate that started it ends, even by ``kill -9``, so
+    that no trial is left training alone; ``None`` elsewhere. ``prctl`` is looked up here, before any fork:
+    the function that runs in the child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGINT), 0, 0, 0)
+        if os.getppid() != parent:  # ablate ended between the fork and prctl: no signal will come
+            os._exit(128 + int(signal.SIGINT))
+    return arm
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
 class _Running:
     """The trials' processes while they run, each in its own session (so that a Ctrl-C at the terminal
-    reaches ablate alone, which stops them once), and their stop."""
+    reaches ablate alone, which stops them once) and bound to ablate's life (:func:`_die_with_parent`), and
+    their stop."""
 
     def __init__(self):
         self.lock, self.procs, self.stopped = threading.Lock(), set(), False
@@ -103,7 +130,7 @@ class _Running:
             if self.stopped:
                 return None
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=_die_with_parent())
             self.procs.add(proc)
         code = proc.wait()
         with self.lock:
@@ -133,17 +160,25 @@ def _run(trial: Trial, argv: list[str], running: _Running) -> int | None:
     with open(trial.folder / "train.log", "a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(argv)}\n")
         log.flush()
+        start_of_attempt = log.tell()
         code = running.run(argv, log)
     if code is None:
         return None
-    state = "done" if code == 0 else f"FAILED (exit code {code}): {_last_line(trial.folder / 'train.log')}"
+    why = _failure(trial.folder / "train.log", start_of_attempt) if code else ""
+    state = "done" if code == 0 else f"FAILED (exit code {code}): {why}"
     print(f"{trial.name}: {state} in {time.perf_counter() - start:.0f} s ({trial.folder / 'train.log'})", flush=True)
     return code
 
 
-def _last_line(path: Path) -> str:
-    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
-    return lines[-1].strip() if lines else ""
+def _failure(path: Path, start: int) -> str:
+    """Why the attempt whose output begins at byte ``start`` of ``path`` failed: its ``pointgeope train:
+    error:`` line (another process still writing to the same log, a trial of an ablation killed before,
+    cannot pass its progress off as the failure), else its last line."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        lines = [line.strip() for line in f.read().decode("utf-8", errors="replace").splitlines() if line.strip()]
+    said = [line for line in lines if line.startswith("pointgeope train: ")]
+    return (said or lines or [""])[-1]
 
 
 def _run_all(trials: list[Trial], argvs: list[list[str]], jobs: int) -> list[int]:

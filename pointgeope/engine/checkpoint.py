@@ -79,13 +79,17 @@ def save_checkpoint(path: str | Path, payload: dict) -> None:
         torch.save({"format": FORMAT, "version": VERSION, **payload}, f)
 
 
-def load_checkpoint(path: str | Path, config: dict | None = None) -> dict:
+RESUME_ADVICE = "use the same config and overrides to resume, or another --run-dir"
+
+
+def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = RESUME_ADVICE) -> dict:
     """Load a checkpoint on the CPU with ``weights_only=True``.
 
     Args:
         path: the ``.pt`` file.
         config: the resolved config (plain dict) of the run that will use it; when given, every key
             outside :data:`FREE_KEYS` must match the checkpoint's config.
+        advice: what the error of a config that differs says to do (training's, by default).
 
     Raises:
         CheckpointError: the file is missing, unreadable, not a pointgeope checkpoint, or was written with
@@ -109,7 +113,7 @@ def load_checkpoint(path: str | Path, config: dict | None = None) -> dict:
         diff = config_differences(checkpoint_config(ckpt, path), config)
         if diff:
             raise CheckpointError(f"{path}: written with another config ({describe_differences(diff, 'checkpoint')});"
-                                  " use the same config and overrides to resume, or another --run-dir")
+                                  f" {advice}")
     return ckpt
 
 

@@ -18,6 +18,7 @@ range, and the device and test-time scales their values (:mod:`pointgeope.engine
 
     ConfigError: configs/s3dis/pt_geope.yaml: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?
 
+A key given twice in one file is an error naming it and both lines (:mod:`pointgeope.engine.config_yaml`).
 The resolved config is saved in the run folder (:func:`save_config`) and reloads to an equal object.
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ import yaml
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
 from pointgeope.engine.config_values import agreement_problem, value_problem
+from pointgeope.engine.config_yaml import DuplicateKeyError, load_yaml
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
 
@@ -95,7 +97,7 @@ class TrainConfig:
     seed: int = 0                           # seeds the weights and every sample's randomness (seed, epoch, index)
     device: str = "auto"                    # auto (CUDA if present, else CPU) | cpu | cuda | cuda:1 ... (checked)
     threads: Optional[int] = None           # torch CPU threads per process (None: torch's default)
-    amp: Literal["bf16", "fp16", "none"] = "none"  # mixed precision on CUDA (ignored on CPU); none: float32
+    amp: Literal["bf16", "fp16", "none"] = "none"  # mixed precision on CUDA (CPU: float32, logged); none: float32
     run_dir: str = "runs/default"           # where the folds are written: RUN/area_K/ (train.py --run-dir)
     val_every: int = 0                      # validate on the test area every n epochs (0: never); best.pt
     checkpoint_every: int = 0               # also save last.pt every n steps inside an epoch (0: epoch ends)
@@ -291,9 +293,17 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     if path in seen:
         raise ConfigError(f"{path}: 'base:' includes form a cycle: {' -> '.join(map(str, seen + (path,)))}")
     if not path.is_file():
-        raise ConfigError(f"expected a config file, found nothing at {path}")
+        found = "a folder" if path.is_dir() else "nothing"
+        raise ConfigError(f"expected a config file, found {found} at {path}"
+                          + ("; give a YAML file, e.g. configs/demo.yaml" if path.is_dir() else ""))
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = load_yaml(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[:err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{err.object[err.start]:02x}); a config is a UTF-8 "
+                          "YAML file: save it as UTF-8") from None
+    except DuplicateKeyError as err:
+        raise ConfigError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(raw, dict):
@@ -318,7 +328,9 @@ def parse_override(text: str) -> dict:
     if not sep or not key.strip() or "." not in key:
         raise ConfigError(f"override {text!r}: expected section.key=value, e.g. optim.lr=0.1")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
+        parsed = load_yaml(value) if value.strip() else None
+    except DuplicateKeyError as err:
+        raise ConfigError(f"override {text!r}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"override {text!r}: value is not valid YAML: {err}") from None
     tree: dict = {}

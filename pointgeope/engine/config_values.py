@@ -26,11 +26,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Range:
-    """The finite values ``x`` with ``low <= x <= high`` (``low < x`` when ``open_low``; ``None``: no bound)."""
+    """The finite values ``x`` with ``low <= x <= high`` (``low < x`` when ``open_low``; ``None``: no bound);
+    ``why``: the reason for ``high``, said to a value above it."""
 
     low: float | None = None
     high: float | None = None
     open_low: bool = False
+    why: str = ""
 
     def __contains__(self, x: float) -> bool:
         if not math.isfinite(x):
@@ -52,37 +54,70 @@ class Range:
 
 POSITIVE, AT_LEAST_0, AT_LEAST_1 = Range(0, open_low=True), Range(0), Range(1)
 
+
+def sizes(low: int, high: int, why: str) -> Range:
+    """A size key's range: an upper bound far above any sensible value, with the reason, so that a slip
+    (an extra zero, a point count typed as k) is one line and not an allocation that never ends."""
+    return Range(low, high, why=why)
+
+
 # Every int or float key of Config (alone, optional or in a list: each entry) and its allowed values, in
 # one place; each layer (file, override, checkpoint) is checked against it as it is read, and a test
 # checks that no numeric key is missing. Values outside end in one line naming the key and the range.
+# Every size key has an upper bound that says why; the memory of the neighbourhoods that the sizes imply
+# together is estimated when the run starts (pointgeope.engine.memory).
 RANGES: dict[str, Range] = {
-    "data.grid_size": POSITIVE, "data.voxel_max": AT_LEAST_1, "data.loop": AT_LEAST_1,
-    "data.batch_size": AT_LEAST_1, "data.num_workers": AT_LEAST_0, "data.crop_rate": Range(0, 1, open_low=True),
-    "data.mix_prob": Range(0, 1),
-    "model.in_channels": AT_LEAST_1, "model.num_classes": Range(1, 255), "model.planes": AT_LEAST_1,
-    "model.blocks": AT_LEAST_0, "model.strides": AT_LEAST_1, "model.neighbours": AT_LEAST_1,
-    "model.decoder_blocks": AT_LEAST_0, "model.share_planes": AT_LEAST_1, "model.geope_base": POSITIVE,
+    "data.grid_size": POSITIVE,
+    "data.voxel_max": sizes(1, 10**8, "a sample holds that many points, and the largest S3DIS room about 10^7"),
+    "data.loop": sizes(1, 10**4, "each training room is read that many times per epoch (the authors' recipe: 30)"),
+    "data.batch_size": sizes(1, 2**16, "a step holds that many samples of up to data.voxel_max points"),
+    "data.num_workers": sizes(0, 1024, "each loader process holds its own copy of the data"),
+    "data.crop_rate": Range(0, 1, open_low=True), "data.mix_prob": Range(0, 1),
+    "model.in_channels": sizes(1, 4096, "the inputs are rgb, xyz and height: 3 to 7 features"),
+    "model.num_classes": Range(1, 255, why="labels are stored as uint8 and 255 is the ignored label"),
+    "model.planes": sizes(1, 2**14, "the linear layers of a stage hold planes^2 weights"),
+    "model.blocks": sizes(0, 256, "each block is a layer of memory (the published network has 1 to 5)"),
+    "model.strides": sizes(1, 2**16, "a stage keeps its input's points divided by the stride"),
+    "model.neighbours": sizes(1, 1024, "every attention layer holds points x k x planes values (the "
+                                       "published network has k = 8 to 16)"),
+    "model.decoder_blocks": sizes(0, 256, "each block is a layer of memory"),
+    "model.share_planes": sizes(1, 2**14, "the groups divide model.planes"),
+    "model.geope_base": POSITIVE,
     "optim.lr": POSITIVE, "optim.momentum": Range(0, 1), "optim.weight_decay": AT_LEAST_0,
     "optim.milestones": Range(0, 1), "optim.gamma": POSITIVE, "optim.grad_clip": POSITIVE,
     "optim.block_lr": POSITIVE, "optim.pct_start": Range(0, 1), "optim.div_factor": POSITIVE,
     "optim.final_div_factor": POSITIVE,
-    "train.epochs": AT_LEAST_1, "train.seed": Range(0, 2**32 - 1), "train.threads": AT_LEAST_1,
-    "train.val_every": AT_LEAST_0, "train.checkpoint_every": AT_LEAST_0, "train.epochs_per_run": AT_LEAST_1,
-    "train.ignore_index": Range(-(2**31), 255), "train.lovasz_weight": AT_LEAST_0,
-    "eval.tta.scales": POSITIVE, "eval.tta.rotations": AT_LEAST_1, "eval.batch_points": AT_LEAST_1,
-    "eval.max_fragments": AT_LEAST_1,
+    "train.epochs": sizes(1, 10**6, "each epoch is a pass over the training rooms (the authors' recipe: 100)"),
+    "train.seed": Range(0, 2**32 - 1, why="numpy and torch seeds are 32-bit"),
+    "train.threads": sizes(1, 4096, "no CPU has more cores"),
+    "train.val_every": sizes(0, 10**6, "it counts epochs, as train.epochs"),
+    "train.checkpoint_every": sizes(0, 10**9, "it counts steps"),
+    "train.epochs_per_run": sizes(1, 10**6, "it counts epochs, as train.epochs"),
+    "train.ignore_index": Range(-(2**31), 255, why="labels are stored as uint8"), "train.lovasz_weight": AT_LEAST_0,
+    "eval.tta.scales": POSITIVE,
+    "eval.tta.rotations": sizes(1, 360, "each view is one more pass over every test room"),
+    "eval.batch_points": sizes(1, 2**31 - 1, "the points of one forward pass are indexed by 32-bit integers"),
+    "eval.max_fragments": sizes(1, 10**7, "each fragment is one more pass over the room"),
 }
 
 
 # The devices a run (train.device) or a prediction (predict --device) can name: what the engine supports.
 DEVICES = "auto, cpu, cuda or cuda:N (cuda:N: GPU N)"
-_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+_DEVICE = re.compile(r"auto|cpu|cuda(:(0|[1-9][0-9]*))?")
+MAX_DEVICE_INDEX = 127  # torch keeps a device index in 8 bits: cuda:128 would silently be cuda:-128
 
 
 def device_problem(value: str, name: str = "train.device") -> str | None:
     """What is wrong with the device name ``value`` of option or key ``name``, or ``None``: one of
-    :data:`DEVICES` (whether CUDA is there is known when the run starts: ``distributed.choose_device``)."""
-    return None if _DEVICE.fullmatch(value) else f"{name}: expected {DEVICES}, got {value!r}"
+    :data:`DEVICES` with ``N`` in 0..:data:`MAX_DEVICE_INDEX` (whether CUDA and GPU N are there is known
+    when the run starts: ``distributed.choose_device``)."""
+    match = _DEVICE.fullmatch(value)
+    if match is None:
+        return f"{name}: expected {DEVICES}, got {value!r}"
+    if match.group(2) is not None and int(match.group(2)) > MAX_DEVICE_INDEX:
+        return (f"{name}: expected cuda:N with a GPU number N from 0 to {MAX_DEVICE_INDEX}, got {value!r}; "
+                "`nvidia-smi -L` lists this machine's GPUs")
+    return None
 
 
 def value_problem(value: Any, name: str) -> str | None:
@@ -105,7 +140,13 @@ def range_problem(value: Any, name: str) -> str | None:
             continue
         kind = "an integer" if isinstance(x, int) else "a finite number"
         at = f"{name}[{i}]" if isinstance(value, list) else name
-        return f"{at}: expected {' '.join(filter(None, (kind, str(allowed))))}, got {x!r}"
+        bound = str(allowed)
+        if allowed.why:  # a size: the side it crossed, and why the upper bound is there
+            above = math.isfinite(x) and x > allowed.high
+            bound = str(Range(high=allowed.high)) if above else str(Range(allowed.low))
+            if above:
+                return f"{at}: expected {kind} {bound}, got {x!r}; the bound is there because {allowed.why}"
+        return f"{at}: expected {' '.join(filter(None, (kind, bound)))}, got {x!r}"
     return None
 
 

@@ -197,8 +197,14 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
     return RoomVotes(scores, votes, layout.counts, filled)
 
 
+EVALUATE_ADVICE = ("evaluate a fold with the config it was trained with: drop the overrides of what it was trained "
+                   "with (eval.* and train.device may change), and restore its config.yaml if it was edited")
+
+
 def room_seed(seed: int, room: str) -> int:
-    return (seed * 1_000_003 + zlib.crc32(room.encode())) % 2**32
+    """The vote seed of a room: ``(seed * 1000003 + crc32(utf-8 name)) mod 2^32``; a name from a file name's
+    undecodable bytes (surrogates) counts those bytes."""
+    return (seed * 1_000_003 + zlib.crc32(room.encode("utf-8", "surrogateescape"))) % 2**32
 
 
 # --- one fold --------------------------------------------------------------------------------------------
@@ -285,7 +291,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
         raise UserError(f"{run}: fold {fold} is not in {root / 'folds.json'} (folds {sorted(folds)})")
     areas = list(folds[fold].test)
     ckpt_path = run / f"{cfg.eval.checkpoint}.pt"
-    ckpt = load_checkpoint(ckpt_path, config_to_dict(cfg))
+    ckpt = load_checkpoint(ckpt_path, config_to_dict(cfg), advice=EVALUATE_ADVICE)
     if env.is_main:  # the test areas as training checks its areas, and against what the checkpoint saw
         if not checked:
             check_areas(root, areas, cfg.model.num_classes)
@@ -334,6 +340,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
             "eval_seconds": round(seconds, 2),
             "pe": cfg.model.pe, "fps_rule": FPS_RULE, "trained_epochs": trained, "epochs": cfg.train.epochs,
             "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
+            "config": dataclasses.asdict(cfg),  # what was evaluated: report compares its folds' (report/settings.py)
         }
         write_json_atomic(run / "metrics.json", metrics)
         log(f"evaluated {', '.join(areas)}: {num_points:,} points in {seconds:.1f}s -> "

@@ -30,10 +30,11 @@ from pointgeope.engine import build
 from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info,
                                           load_checkpoint, load_model_state, unfinished_warning)
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, override_key
+from pointgeope.engine.config_values import range_problem
 from pointgeope.engine.distributed import apply_threads, choose_device
 from pointgeope.engine.evaluate import room_seed, vote_room
 from pointgeope.engine.placement import hierarchy_place
-from pointgeope.errors import UserError
+from pointgeope.errors import UserError, one_line
 from pointgeope.scans.scan import Scan, ScanError
 from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
 
@@ -218,7 +219,7 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
 # --- `pointgeope predict MODEL INPUT [INPUT ...] --out DIR` ------------------------------------------------
 
 def _fail(message: str) -> None:
-    print(f"pointgeope predict: error: {message}", file=sys.stderr, flush=True)
+    print(f"pointgeope predict: error: {one_line(message)}", file=sys.stderr, flush=True)
 
 
 def _checked_names(refs: list, args, errors: list[str]) -> list:
@@ -226,6 +227,7 @@ def _checked_names(refs: list, args, errors: list[str]) -> list:
     that no earlier scan writes; the others become errors."""
     from pointgeope.paths import OutsideError
     from pointgeope.scans.outputs import output_path
+    from pointgeope.scans.sources import Failure
 
     first: dict[str, str] = {}
     keep = []
@@ -234,24 +236,26 @@ def _checked_names(refs: list, args, errors: list[str]) -> list:
             for fmt in args.format + ("probs",) * args.probabilities:
                 output_path(args.out, ref.name, fmt, ref.source)
         except OutsideError as err:
-            errors.append(str(err))
+            errors.append(Failure(ref.source, str(err)))
             continue
         if ref.name in first:
-            errors.append(f"{ref.source}: its outputs would overwrite those of {first[ref.name]} (same name "
-                          f"{ref.name!r}); predict it into another --out folder")
+            errors.append(Failure(ref.source, f"{ref.source}: its outputs would overwrite those of "
+                                  f"{first[ref.name]} (same name {ref.name!r}); predict it into another --out folder"))
         else:
             first[ref.name] = ref.source
             keep.append(ref)
     return keep
 
 
-def _predict_all(predictor: Predictor, refs: list, args, errors: list[str]) -> int:
+def _predict_all(predictor: Predictor, refs: list, args, errors: list[str], bugs: list[str]) -> int:
     """Read, predict and write each scan of ``refs`` in turn (one in memory at a time); a scan that
-    fails adds its message to ``errors`` and the next one goes on. Returns how many were written."""
+    fails adds its message to ``errors`` (and to ``bugs`` with its traceback printed, when the error is not
+    the input's) and the next one goes on. Returns how many were written."""
     import time
+    import traceback
 
     from pointgeope.scans.outputs import check_formats, write_outputs
-    from pointgeope.scans.sources import read_scan
+    from pointgeope.scans.sources import Failure, read_scan
 
     names = list(predictor.info["class_names"])
     done = 0
@@ -276,28 +280,37 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str]) -> i
             except OSError as err:
                 raise ScanError(f"{args.out}: cannot write the outputs of {ref.source} ({err})") from None
         except UserError as err:  # this scan only (ScanError, or a prepared file's SchemaError): go on
-            errors.append(str(err))
+            errors.append(Failure(ref.source, str(err)))
             _fail(str(err))
+            continue
+        except Exception:  # a bug: its traceback, and the other inputs are still predicted
+            traceback.print_exc()
+            errors.append(Failure(ref.source, f"{ref.source}: failed on a bug (traceback above)"))
+            bugs.append(ref.source)
             continue
         done += 1
         counts = np.bincount(pred, minlength=len(names))
         top = ", ".join(f"{names[c]} {counts[c] / len(pred):.1%}" for c in np.argsort(-counts)[:3] if counts[c])
-        print(f"{ref.source}: {len(scan):,} points in {time.perf_counter() - t0:.1f}s ({top}) -> "
-              f"{', '.join(p.name for p in paths)}", flush=True)
+        print(one_line(f"{ref.source}: {len(scan):,} points in {time.perf_counter() - t0:.1f}s ({top}) -> "
+                       f"{', '.join(p.name for p in paths)}"), flush=True)
     return done
 
 
 def predict_scans(args) -> int:
     """``pointgeope predict``: every scan of ``args.inputs`` into ``args.out``, locked (one writer per
     folder); ``args`` holds the options of ``pointgeope/commands/predict.py``. 0 when all were written,
-    2 when any input failed. An error of the model argument or of ``--out`` is a UserError
+    2 when any input failed (1 when one failed on a bug, whose traceback is printed); the last line names
+    the inputs that failed. An error of the model argument or of ``--out`` is a UserError
     (one line, exit 2, by ``pointgeope.errors.run_command``)."""
     from pointgeope.atomic import writable_folder
     from pointgeope.lock import folder_lock
     from pointgeope.scans.sources import find_scans
 
-    if not 0 < args.scale < float("inf") or (args.batch_points is not None and args.batch_points < 1):
-        raise UserError(f"expected a finite --scale > 0 and --batch-points >= 1, got {args.scale} and {args.batch_points}")
+    if not 0 < args.scale < float("inf"):
+        raise UserError(f"expected a finite --scale > 0, got {args.scale}")
+    problem = None if args.batch_points is None else range_problem(args.batch_points, "eval.batch_points")
+    if problem:  # the key's range, the same as a config's
+        raise UserError(f"--batch-points: {problem}")
     if not 0 < args.max_extent <= PREDICT_EXTENT_LIMIT:
         raise UserError(f"expected --max-extent in (0, {PREDICT_EXTENT_LIMIT:g}] metres, got {args.max_extent:.15g}")
     # the model first: a wrong model argument is told before any input file is read (and hashed)
@@ -307,9 +320,9 @@ def predict_scans(args) -> int:
     skipped: list[Path] = []
     refs, errors = find_scans(args.inputs, args.out, skipped)
     if skipped:
-        print(f"note: {args.out}: {len(skipped)} file(s) named as this command's outputs "
-              f"({', '.join(p.name for p in skipped[:5])}{', ...' if len(skipped) > 5 else ''}) are not inputs "
-              "in --out", flush=True)
+        print(one_line(f"note: {args.out}: {len(skipped)} file(s) named as this command's outputs "
+                       f"({', '.join(p.name for p in skipped[:5])}{', ...' if len(skipped) > 5 else ''}) are not "
+                       "inputs in --out"), flush=True)
     refs = _checked_names(refs, args, errors)
     for message in errors:
         _fail(message)
@@ -319,8 +332,10 @@ def predict_scans(args) -> int:
     print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
           f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
     print(hierarchy_place(predictor.cfg, predictor.device, evaluation=True).line(), flush=True)
+    bugs: list[str] = []
     with folder_lock(args.out):
-        done = _predict_all(predictor, refs, args, errors)
-    print(f"predicted {done} of {done + len(errors)} input(s) into {args.out}"
-          + (f"; {len(errors)} failed (see the errors above)" if errors else ""))
-    return 2 if errors else 0
+        done = _predict_all(predictor, refs, args, errors, bugs)
+    failed = ", ".join(getattr(e, "source", e) for e in errors)
+    print(one_line(f"predicted {done} of {done + len(errors)} input(s) into {args.out}"
+                   + (f"; {len(errors)} failed: {failed} (see the errors above)" if errors else "")))
+    return 1 if bugs else 2 if errors else 0

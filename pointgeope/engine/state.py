@@ -15,14 +15,15 @@ writes, ``weights_only`` loading, the config check) is :mod:`pointgeope.engine.c
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from pointgeope.engine import distributed
-from pointgeope.engine.checkpoint import (check_data, load_checkpoint, load_model_state, rng_state, save_checkpoint,
-                                          set_rng_state)
+from pointgeope.engine.checkpoint import (CheckpointError, check_data, load_checkpoint, load_model_state, rng_state,
+                                          save_checkpoint, set_rng_state)
 from pointgeope.engine.runio import Log
 
 
@@ -77,7 +78,14 @@ class FoldCheckpoints:
 
     def resume(self, log: Log) -> LoopState:
         """The state saved in ``last.pt``, with the learner and this rank's RNG restored from it; a fresh
-        state when there is none. Raises CheckpointError for a file of another config."""
+        state when there is none. Raises CheckpointError for a file of another config, or when ``last.pt``
+        or ``best.pt`` is there but not a file (a folder): training would end writing it, epochs later."""
+        for name in ("last.pt", "best.pt"):
+            where = self.run / name
+            if os.path.lexists(where) and not where.is_file():
+                kind = "a folder" if where.is_dir() else "not a file"
+                raise CheckpointError(f"{where}: expected the fold's checkpoint file, found {kind}; move it away "
+                                      "(or --force, which starts the fold again)")
         path = self.run / "last.pt"
         if not path.is_file():
             return LoopState()

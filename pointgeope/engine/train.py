@@ -52,6 +52,7 @@ from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
+from pointgeope.memory import neighbour_problem
 from pointgeope.metrics import ConfusionMeter
 from pointgeope.model.ops.fps import FPS_RULE
 
@@ -94,6 +95,9 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         run.mkdir(parents=True, exist_ok=True)
     distributed.barrier()
     check_fold(cfg, fold, folds, env, log)
+    problem = neighbour_problem(cfg.model, cfg.data.voxel_max, build.per_rank_batch(cfg, env), device)
+    if problem:  # before any weight or batch is made: a step that could never fit
+        raise UserError(problem)
 
     # The weights are drawn from the seed first (then maybe replaced by last.pt's), so that a fold
     # starts from the same weights whatever else consumes random numbers.
@@ -114,6 +118,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         f"{len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
     log(place.line())
     log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
+    if cfg.train.amp != "none" and device.type != "cuda":  # build.autocast: mixed precision is CUDA's only
+        log(f"precision: float32 (train.amp={cfg.train.amp} is for CUDA, and this run is on {device.type})")
 
     # Every checkpoint carries what `pointgeope predict` needs (the spacing checks a scan's units).
     resolved = config_to_dict(cfg)

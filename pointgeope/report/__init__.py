@@ -56,17 +56,18 @@ def write_report(summaries, out: Path, digits: int = 1) -> list[Path]:
 
 
 def make_report(runs: list[Path], out: Path | None = None, names: list[str] | None = None,
-                digits: int = 1, class_mean: str | None = None) -> list[Path]:
+                digits: int = 1, class_mean: str | None = None, allow_mixed: bool = False) -> list[Path]:
     """``pointgeope report``: read the runs, write every output into ``out`` (default: :func:`default_out`),
     print the summary tables; returns the paths written. ``names``: one display name per run;
-    ``class_mean``: the rule of the class means (``None``: the one each run was evaluated with)."""
+    ``class_mean``: the rule of the class means (``None``: the one each run was evaluated with);
+    ``allow_mixed``: pool a run's folds whose settings differ (refused otherwise), the differences written."""
     from pointgeope.atomic import writable_folder
     from pointgeope.report import tables
     from pointgeope.report.runs import ReportError, load_runs
 
     if not 0 <= digits <= 6:
         raise ReportError(f"expected --digits in 0..6, got {digits}")
-    summaries = load_runs(runs, names, class_mean)
+    summaries = load_runs(runs, names, class_mean, allow_mixed)
     out = out if out is not None else default_out(runs, [s.name for s in summaries])
     if out.exists() and not out.is_dir():
         raise ReportError(f"--out {out}: expected a folder for the report, found a file; "

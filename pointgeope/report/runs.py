@@ -26,6 +26,7 @@ import numpy as np
 from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.errors import UserError
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
+from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text
 
 METRICS_FILE = "metrics.json"
 
@@ -42,6 +43,7 @@ class FoldResult:
     confusion: np.ndarray  # int64 (C, C), rows = ground truth, columns = prediction
     path: Path
     class_mean: str = "present"  # the rule of mAcc / mIoU (pointgeope.metrics.CLASS_MEANS)
+    settings: dict | None = None  # section.key -> value it was trained and evaluated with (report/settings.py)
 
     @property
     def scores(self) -> dict:
@@ -65,6 +67,7 @@ class RunSummary:
     folds: list[FoldResult]
     missing: list[tuple[str, str]] = field(default_factory=list)  # (area, reason)
     class_mean: str = "present"
+    mixed: dict = field(default_factory=dict)  # {key: {area: value}} of the settings its folds differ in
 
     @property
     def confusion(self) -> np.ndarray:
@@ -158,7 +161,7 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     rule = data.get("class_mean", "present")
     if rule not in CLASS_MEANS:
         raise ReportError(f"{path}: expected 'class_mean' in {CLASS_MEANS}, got {rule!r}")
-    return FoldResult(area, fold, confusion, path, rule), ""
+    return FoldResult(area, fold, confusion, path, rule, fold_settings(data, path.parent)), ""
 
 
 def _class_mean(run: Path, folds: list[FoldResult], asked: str | None) -> str:
@@ -174,12 +177,15 @@ def _class_mean(run: Path, folds: list[FoldResult], asked: str | None) -> str:
     return rules[0] if rules else "present"
 
 
-def load_run(run: str | Path, name: str | None = None, class_mean: str | None = None) -> RunSummary:
+def load_run(run: str | Path, name: str | None = None, class_mean: str | None = None,
+             allow_mixed: bool = False) -> RunSummary:
     """Read ``RUN/area_K/metrics.json`` for K = 1..6; ``class_mean``: the rule of the class means (``None``:
-    the one the folds were evaluated with).
+    the one the folds were evaluated with); ``allow_mixed``: pool folds trained or evaluated with different
+    settings (:mod:`pointgeope.report.settings`), which the summary's ``mixed`` then lists.
 
     Raises:
-        ReportError: ``run`` is not a folder, a metrics file is malformed, or no fold is complete.
+        ReportError: ``run`` is not a folder, a metrics file is malformed, no fold is complete, or (without
+        ``allow_mixed``) its folds' settings differ.
     """
     run = Path(run)
     if not run.is_dir():
@@ -199,7 +205,12 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
             folds.append(result)
     rule = _class_mean(run, folds, class_mean)
     folds = [dataclasses.replace(f, class_mean=rule) for f in folds]
-    summary = RunSummary(name or run.resolve().name, run, folds, missing, rule)
+    mixed = mixed_settings({f.area: f.settings for f in folds})
+    if mixed and not allow_mixed:
+        raise ReportError(f"{run}: its folds were trained or evaluated with different settings: {mixed_text(mixed)}; "
+                          "one pooled number needs one method, data set and protocol: report them as separate "
+                          "runs, or pass --allow-mixed to pool them with the differences written in the report")
+    summary = RunSummary(name or run.resolve().name, run, folds, missing, rule, mixed)
     if not folds:
         raise ReportError(f"{run}: no complete fold to report ({summary.missing_text()}); expected "
                           f"{run}/area_K/{METRICS_FILE} with \"complete\": true for K in 1..{len(AREAS)}")
@@ -207,7 +218,7 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
 
 
 def load_runs(runs: list[str | Path], names: list[str] | None = None,
-              class_mean: str | None = None) -> list[RunSummary]:
+              class_mean: str | None = None, allow_mixed: bool = False) -> list[RunSummary]:
     """Load several runs; names default to the folder names, made unique with their parent folder."""
     if names is not None and len(names) != len(runs):
         raise ReportError(f"expected one name per run ({len(runs)}), got {len(names)} names: {names}")
@@ -217,4 +228,4 @@ def load_runs(runs: list[str | Path], names: list[str] | None = None,
             names = [f"{Path(r).resolve().parent.name}/{Path(r).resolve().name}" for r in runs]
     if len(set(names)) < len(names):
         raise ReportError(f"expected distinct run names, got {names}; pass --names")
-    return [load_run(r, n, class_mean) for r, n in zip(runs, names)]
+    return [load_run(r, n, class_mean, allow_mixed) for r, n in zip(runs, names)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.metrics import CLASS_MEAN_TEXT
 from pointgeope.report.runs import RunSummary
+from pointgeope.report.settings import value_groups
 
 JSON_VERSION = 1
 MEANS = ("oa", "macc", "miou")
@@ -66,6 +68,11 @@ def class_mean_lines(runs: list[RunSummary]) -> list[str]:
            "(pass --class-mean)."]
 
 
+def _plain(value) -> str:
+    """A setting as written in a note: a string as it is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def diff_name(run: RunSummary, first: RunSummary) -> str:
     return f"{run.name} - {first.name}"
 
@@ -94,6 +101,10 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
     for run in runs:
         if run.missing:
             notes.append(f"- {run.name}: {run.missing_text()}; pooled over {run.pooled_over_text()}.")
+        if run.mixed:
+            notes.append(f"- {run.name}: mixed settings (pooled with --allow-mixed): its folds differ in")
+            notes += [f"  - `{key}`: " + "; ".join(f"{areas} `{_plain(value)}`" for areas, value in value_groups(v))
+                      for key, v in run.mixed.items()]
     if len({tuple(r.areas) for r in runs}) > 1:
         notes.append("- the runs cover different folds: their differences compare unlike test sets.")
     if notes:
@@ -204,6 +215,7 @@ def json_report(runs: list[RunSummary]) -> dict:
             "folds_missing": [{"area": a, "reason": r} for a, r in run.missing],
             "num_points": run.num_points,
             "class_mean": run.class_mean,
+            "mixed_settings": run.mixed,  # {key: {area: value}} of settings its folds differ in (--allow-mixed)
             "pooled": run.pooled,
             "mean_of_folds": run.mean_of_folds,
             "pooled_confusion": run.confusion,

@@ -16,7 +16,8 @@ probs       ``DIR/<name>_probs.npy``          ``float16 (N, C)`` class probabili
 
 ``r g b`` of the txt and LAS files is the scan's own colour (the palette colour of the label where the scan
 has none). The h5 file: root attributes ``schema_version``, ``area`` (the name), ``class_names``,
-``kind = "scan-predictions"``; group ``<room>`` (the last part of the name) with ``coord`` float32
+``kind = "scan-predictions"``; group ``<room>`` (the last part of the name; a byte of a file name that is
+not UTF-8 is written ``\\udcff`` there) with ``coord`` float32
 ``(N, 3)`` = the scan's coordinates minus the group attribute ``origin`` (float64, the floor of their
 minimum, so that georeferenced coordinates keep their precision), ``color`` uint8 (0 where the scan has
 none), ``label`` uint8 (ground truth, 255 where unknown), ``instance`` int32 (0) and ``pred`` uint8.
@@ -91,6 +92,11 @@ def check_formats(scan: Scan, formats: tuple[str, ...], warn=print) -> None:
         _h5_origin(scan)
 
 
+def _utf8(text: str) -> str:
+    """``text`` as HDF5 can store it (UTF-8): a file name's undecodable byte (a surrogate) written ``\\udcff``."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def write_h5(path: Path, scan: Scan, pred: np.ndarray, class_names: list[str]) -> None:
     """The h5 file of the module docstring."""
     origin = _h5_origin(scan)
@@ -100,8 +106,9 @@ def write_h5(path: Path, scan: Scan, pred: np.ndarray, class_names: list[str]) -
               "color": scan.color if scan.color is not None else np.zeros((n, 3), np.uint8),
               "label": scan.label if scan.label is not None else np.full(n, IGNORE_LABEL, np.uint8),
               "instance": np.zeros(n, np.int32)}
-    write_scan_predictions(path, scan.name, scan.name.rsplit("/", 1)[-1], arrays, pred, class_names, scan.source,
-                           {"num_points": n, "origin": origin, "source": scan.source})
+    name, source = _utf8(scan.name), _utf8(scan.source)
+    write_scan_predictions(path, name, name.rsplit("/", 1)[-1], arrays, pred, class_names, source,
+                           {"num_points": n, "origin": origin, "source": source})
 
 
 def write_outputs(out: str | Path, scan: Scan, pred: np.ndarray, formats: tuple[str, ...],

@@ -15,7 +15,9 @@ ones only in binary files); faces after it are ignored. A file shorter than its 
     <3 x 15 bytes>
 
 Writing (``write_vertices``): one ``vertex`` element, binary little endian, the given properties in order,
-written atomically (``pointgeope.atomic``).
+written atomically (``pointgeope.atomic``). The header is lines of ASCII text, so its comment (which names
+the input file, whatever its name) keeps printable ASCII and escapes the rest as Python's ``ascii()`` does:
+the file ``bürö.npy`` is named ``b\\xfcr\\xf6.npy`` there (a newline ``\\n``), one line that still names it.
 """
 from __future__ import annotations
 
@@ -113,10 +115,16 @@ def read_ply(path: str | Path, name: str | None = None) -> Scan:
     return Scan(name or path.stem, str(path), coord, color)
 
 
+def header_text(text: str) -> str:
+    """``text`` as one line of printable ASCII: other characters (non-ASCII, newlines, control characters,
+    the surrogates of a file name's undecodable bytes) and the backslash escaped as ``ascii()`` does."""
+    return "".join(c if " " <= c <= "~" and c != "\\" else ascii(c)[1:-1] for c in text)
+
+
 def write_vertices(path: str | Path, properties: list[tuple[str, np.ndarray]],
                    comment: str = "written by pointgeope") -> Path:
     """Write ``properties`` (``(name, (N,) array)``, in order) as a binary little-endian PLY ``vertex``
-    element; each keeps its dtype (one of :data:`PLY_NAMES`). Atomic."""
+    element; each keeps its dtype (one of :data:`PLY_NAMES`); ``comment`` escaped by :func:`header_text`. Atomic."""
     path = Path(path)
     n = len(properties[0][1])
     fields = []
@@ -129,7 +137,7 @@ def write_vertices(path: str | Path, properties: list[tuple[str, np.ndarray]],
     records = np.empty(n, dtype=np.dtype(fields))
     for name, arr in properties:
         records[name] = arr
-    header = ["ply", "format binary_little_endian 1.0", f"comment {comment}", f"element vertex {n}"] + \
+    header = ["ply", "format binary_little_endian 1.0", f"comment {header_text(comment)}", f"element vertex {n}"] + \
         [f"property {PLY_NAMES[t.lstrip('<')]} {name}" for name, t in fields] + ["end_header"]
     with atomic_open(path, "wb") as f:
         f.write(("\n".join(header) + "\n").encode("ascii"))

@@ -41,6 +41,18 @@ KINDS = {".ply": "ply", ".npy": "npy", ".h5": "h5", **{e: "las" for e in LAS_EXT
          **{e: "text" for e in TEXT_EXTENSIONS}}
 
 
+class Failure(str):
+    """The message (a ``str``) of an input that failed, with the input it names as ``.source``: what the
+    closing summary of ``predict`` lists."""
+
+    source: str
+
+    def __new__(cls, source: str | Path, message: str) -> "Failure":
+        failure = super().__new__(cls, message)
+        failure.source = str(source)
+        return failure
+
+
 @dataclass(frozen=True)
 class ScanRef:
     """One scan to read: ``kind`` of :data:`KINDS` (or ``"raw"``), the room of an ``h5`` file, the
@@ -114,12 +126,12 @@ def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: 
     files = [p for p in entries if p.suffix.lower() in KINDS and not p.is_dir()]
     for path in files:
         if not path.is_file():  # a dangling link, a FIFO (reading it would wait forever), a device
-            errors.append(f"{path}: expected a scan file, found {_not_a_file(path)}")
+            errors.append(Failure(path, f"{path}: expected a scan file, found {_not_a_file(path)}"))
             continue
         try:
             refs += _refs_of_file(path)
         except ScanError as err:
-            errors.append(str(err))
+            errors.append(Failure(path, str(err)))
     if not refs and not files:
         raise ScanError(f"{folder}: a folder without scans (expected files {', '.join(sorted(KINDS))} "
                         "or raw S3DIS rooms with Annotations/)")
@@ -128,8 +140,8 @@ def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: 
 
 def find_scans(inputs: list[str | Path], out: str | Path | None = None,
                skipped: list[Path] | None = None) -> tuple[list[ScanRef], list[str]]:
-    """``(scans, errors)``: every scan the inputs name, in order, and one message per input that names
-    none (missing, unknown extension, unreadable area file, folder without scans). Files of the ``out``
+    """``(scans, errors)``: every scan the inputs name, in order, and one message (a :class:`Failure`) per
+    input that names none (missing, unknown extension, unreadable area file, folder without scans). Files of the ``out``
     folder named as ``predict``'s outputs (``outputs.is_output_name``) are left out and added to
     ``skipped``: a rerun into the folder of its inputs predicts the same scans."""
     refs: list[ScanRef] = []
@@ -147,7 +159,7 @@ def find_scans(inputs: list[str | Path], out: str | Path | None = None,
             else:
                 raise ScanError(f"{item}: expected a scan file, found {_not_a_file(item)}")
         except ScanError as err:
-            errors.append(str(err))
+            errors.append(Failure(item, str(err)))
     return refs, errors
 
 

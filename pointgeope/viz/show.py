@@ -61,6 +61,15 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
     return 0
 
 
+def check_extent(coord) -> None:
+    """Refuse to draw points that all lie at one place: Open3D clips a scene without extent to nothing (its
+    near and far planes come from the bounding box), and the image would be blank."""
+    if len(coord) and not (coord.max(axis=0) - coord.min(axis=0)).any():
+        at = " ".join(f"{v:g}" for v in coord[0])
+        raise VizError(f"the {len(coord):,} point(s) to draw all lie at one place ({at}): a view of a scene "
+                       "without extent is blank, nothing to frame; --ply PLY writes them")
+
+
 def show_room(args) -> int:
     """``pointgeope viz AREA --room ROOM``: one room in a window, or its screenshot or PLY; ``args`` holds
     the options of ``pointgeope/commands/viz.py``; the area file is checked as training checks it."""
@@ -96,6 +105,8 @@ def show_room(args) -> int:
         raise VizError("no point left to draw (all hidden?)")
     if not view.color.any():
         print("note: this room has no colour (every point is 0 0 0): rgb mode draws it black")
+    if not args.ply or args.screenshot:
+        check_extent(view.coord)  # a window or an image: before the renderer gives a blank one
     camera = fit_camera(view.coord, args.width, args.height, args.elevation, args.azimuth)
     if args.ply:
         from pointgeope.viz.ply import write_ply

@@ -199,7 +199,7 @@ def test_out_that_is_a_file_is_an_error(tmp_path, capsys):
     (tmp_path / "out").write_text("a file")
     assert _prepare(raw, tmp_path / "out") == 2
     assert _one_error(capsys) == (f"pointgeope prepare: error: OUT {tmp_path / 'out'}: expected a folder, found a "
-                                  "file; give a folder name")
+                                  "file; remove it or give another folder name")
 
 
 def test_rerun_rebuilds_an_area_file_that_fails_its_checksum(tmp_path, capsys):

@@ -58,7 +58,8 @@ def test_a_bad_file_in_a_folder_stops_nothing(tiny_run, two_folds, tmp_path, cap
     assert len(err) == 2 and all(line.startswith("pointgeope predict: error: ") for line in err)
     assert f"{folder / 'a_empty.npy'}: not a readable .npy array (empty file)" in err[0]
     assert f"{folder / 'c_cut.npy'}: not a readable .npy array" in err[1]
-    assert out.splitlines()[-1] == f"predicted 1 of 3 input(s) into {tmp_path / 'o'}; 2 failed (see the errors above)"
+    assert out.splitlines()[-1] == (f"predicted 1 of 3 input(s) into {tmp_path / 'o'}; 2 failed: "
+                                    f"{folder / 'a_empty.npy'}, {folder / 'c_cut.npy'} (see the errors above)")
 
 
 def test_a_dangling_link_or_a_fifo_among_the_inputs_is_named(tiny_run, tmp_path, capsys):

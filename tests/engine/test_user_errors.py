@@ -89,7 +89,7 @@ def test_evaluate_refuses_a_checkpoint_and_an_unwritable_predictions_folder(tmp_
     (run / "predictions").write_text("a file where the folder goes")
     line = one_line(capsys, 2, ["evaluate", str(run)])
     assert line == (f"pointgeope evaluate: error: predictions folder {run / 'predictions'}: expected a folder, "
-                    "found a file; give a folder name")
+                    "found a file; remove it or give another folder name")
     (run / "predictions").unlink()
     (run / "last.pt").write_bytes(b"PK\x03\x04 truncated")
     line = one_line(capsys, 2, ["evaluate", str(run)])
@@ -161,13 +161,13 @@ def test_a_run_dir_or_report_out_that_cannot_be_a_folder(tmp_path, capsys, two_f
     a_file.write_text("not a folder")
     line = one_line(capsys, 2, train_args(two_folds, a_file))
     assert line == (f"pointgeope train: error: run folder (--run-dir, train.run_dir) {a_file}: expected a "
-                    "folder, found a file; give a folder name")
+                    "folder, found a file; remove it or give another folder name")
     line = one_line(capsys, 2, train_args(two_folds, a_file / "run"))  # root writes anywhere: not chmod
     assert line == (f"pointgeope train: error: run folder (--run-dir, train.run_dir) {a_file / 'run'}: cannot "
-                    "write into it (Not a directory); give a folder you can write")
+                    "write into it (Not a directory); make it writable or give a folder you can write")
     line = one_line(capsys, 2, ["report", str(tiny_run.parent), "--out", str(a_file / "report")])
     assert line == (f"pointgeope report: error: report folder (--out) {a_file / 'report'}: cannot write into "
-                    "it (Not a directory); give a folder you can write")
+                    "it (Not a directory); make it writable or give a folder you can write")
 
 
 def test_a_checkpoint_without_its_config(tmp_path, capsys, tiny_run):

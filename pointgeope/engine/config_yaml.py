@@ -1,0 +1,60 @@
+"""Reading a config file's YAML: PyYAML's safe loader, except that a key given twice in one mapping is an
+error instead of the last one winning silently::
+
+    model:
+      pe: geope      # line 2
+      pe: rpe        # line 3 -> DuplicateKeyError: key 'model.pe' is given twice, on lines 2 and 3
+
+YAML merge keys (``<<: *base``) still let a mapping override what it merges.
+"""
+from __future__ import annotations
+
+import yaml
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A key given twice in one mapping; ``key`` (dotted), ``lines`` (1-based, first and second)."""
+
+    def __init__(self, key: str, lines: tuple[int, int]):
+        super().__init__(f"key {key!r} is given twice, on lines {lines[0]} and {lines[1]}; keep one of them")
+        self.key, self.lines = key, lines
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping with a repeated key (:class:`DuplicateKeyError`)."""
+
+    def construct_document(self, node):
+        self._paths = {}
+        self._name(node, "")
+        return super().construct_document(node)
+
+    def _name(self, node, path: str) -> None:
+        """Record the dotted path of every mapping under ``node`` (for the messages)."""
+        if isinstance(node, yaml.MappingNode):
+            self._paths[id(node)] = path
+            for key, value in node.value:
+                label = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                self._name(value, f"{path}{label}.")
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._name(item, f"{path.rstrip('.')}[{i}].")
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}  # key -> its line
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+                try:
+                    if key in seen:
+                        raise DuplicateKeyError(f"{self._paths.get(id(node), '')}{key}", (seen[key], line))
+                    seen[key] = line
+                except TypeError:  # an unhashable key: SafeLoader's own error follows
+                    continue
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str):
+    """The document of ``text``, as ``yaml.safe_load`` gives it, but a repeated key is a DuplicateKeyError."""
+    return yaml.load(text, Loader=UniqueKeyLoader)

@@ -1,0 +1,108 @@
+"""Whether the folds of one run were trained and evaluated alike: their settings compared key by key.
+
+A fold's settings are its config as ``section.key`` -> value: the one its evaluation recorded in
+``metrics.json`` (``"config"``), else the fold's ``config.yaml`` (what it was trained with) with the eval
+keys that ``metrics.json`` records (``checkpoint``, ``vote``, ``max_fragments``, ``tta_views``) in place of
+the file's. A pooled 6-fold number means one method on one data set under one protocol, so every key is
+compared but those of :data:`IGNORED` (where and how fast a run went, its seed, its folder, the class-mean
+rule that the report rescores by itself); a key missing from some folds (a config of an older version)
+and a fold with no recorded settings are not compared. What differs is ``{key: {area: value}}``::
+
+    {"model.pe": {"Area_1": "geope", "Area_2": "rpe", ...}, "data.root": {...}}
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+IGNORED = frozenset({
+    "data.num_workers", "data.cache", "data.hierarchy",                 # how fast the data came
+    "train.device", "train.threads", "train.amp", "train.progress",     # where and how fast it trained
+    "train.run_dir", "train.seed", "train.val_every", "train.checkpoint_every", "train.epochs_per_run",
+    "eval.batch_points", "eval.class_mean",                              # memory; rescored by the report
+})
+_SECTIONS = ("model", "data", "optim", "train", "eval")  # the order a message names the keys in
+_METRICS_EVAL = {"checkpoint": "eval.checkpoint", "vote": "eval.vote", "max_fragments": "eval.max_fragments",
+                 "tta_views": "eval.tta_views"}
+
+
+def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
+    """``{"model": {"pe": "geope"}}`` -> ``{"model.pe": "geope"}`` (lists are values)."""
+    out: dict[str, object] = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def fold_settings(metrics: dict, folder: Path) -> dict[str, object] | None:
+    """The settings of one fold (module docstring), or ``None`` where neither file records them."""
+    if isinstance(metrics.get("config"), dict):
+        return flatten(metrics["config"])
+    try:
+        config = yaml.safe_load((Path(folder) / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    settings = {k: v for k, v in flatten(config).items() if not k.startswith("eval.")}
+    for name, key in _METRICS_EVAL.items():
+        if name in metrics:
+            value = metrics[name]
+            settings[key] = Path(value).stem if name == "checkpoint" and isinstance(value, str) else value
+    return settings
+
+
+def _order(key: str) -> tuple[int, str]:
+    """Model keys first, then data, optim, train, eval (:data:`_SECTIONS`), each alphabetically."""
+    section = key.split(".")[0]
+    return (_SECTIONS.index(section) if section in _SECTIONS else len(_SECTIONS), key)
+
+
+def mixed_settings(folds: dict[str, dict | None]) -> dict[str, dict[str, object]]:
+    """``{key: {area: value}}`` of the compared keys whose value differs between the folds of ``folds``
+    (``{area: settings}``)."""
+    known = {area: s for area, s in folds.items() if s is not None}
+    if len(known) < 2:
+        return {}
+    keys = set.intersection(*(set(s) for s in known.values())) - IGNORED
+    mixed = {}
+    for key in sorted(keys, key=_order):
+        values = {area: s[key] for area, s in known.items()}
+        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+            mixed[key] = values
+    return mixed
+
+
+def _areas_text(areas: list[str]) -> str:
+    """``Area_1, Area_3..Area_6``: consecutive areas as a range."""
+    numbers = sorted(int(a.rsplit("_", 1)[1]) for a in areas)
+    groups: list[list[int]] = []
+    for n in numbers:
+        if groups and n == groups[-1][-1] + 1:
+            groups[-1].append(n)
+        else:
+            groups.append([n])
+    return ", ".join(", ".join(f"Area_{n}" for n in g) if len(g) < 3 else f"Area_{g[0]}..Area_{g[-1]}"
+                     for g in groups)
+
+
+def value_groups(values: dict[str, object]) -> list[tuple[str, object]]:
+    """``[(areas text, value)]`` of one key, the areas that share a value together, in area order."""
+    groups: dict[str, list[str]] = {}
+    for area, value in values.items():
+        groups.setdefault(json.dumps(value, sort_keys=True), []).append(area)
+    return [(_areas_text(areas), values[areas[0]]) for areas in groups.values()]
+
+
+def mixed_text(mixed: dict[str, dict[str, object]], limit: int = 6) -> str:
+    """``model.pe (Area_1, Area_3..Area_6: 'geope'; Area_2: 'rpe'), data.root (...)``: at most ``limit``
+    keys, then how many more."""
+    parts = [f"{key} (" + "; ".join(f"{areas}: {value!r}" for areas, value in value_groups(values)) + ")"
+             for key, values in list(mixed.items())[:limit]]
+    more = len(mixed) - limit
+    return ", ".join(parts) + (f" and {more} more key(s)" if more > 0 else "")

@@ -1,0 +1,39 @@
+"""A key given twice in a config is an error naming the key and both lines (issue 38, class 8): before,
+the last one won silently."""
+from __future__ import annotations
+
+import pytest
+
+from pointgeope.engine.config import ConfigError, load_config
+from pointgeope.engine.config_yaml import DuplicateKeyError, load_yaml
+from tests.engine.conftest import one_line
+
+
+def test_a_key_twice_in_a_config_file_names_the_key_and_both_lines(tmp_path, capsys):
+    config = tmp_path / "dup.yaml"
+    config.write_text("model:\n  pe: geope\n  planes: [8, 16]\n  pe: rpe\n")
+    line = one_line(capsys, 2, ["train", "--config", str(config), "--test-area", "1", "--run-dir", str(tmp_path / "r")])
+    assert line == (f"pointgeope train: error: {config}: key 'model.pe' is given twice, on lines 2 and 4; keep one "
+                    "of them")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_section_twice_and_a_key_twice_in_a_base_or_an_override(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("train:\n  epochs: 3\n# a comment\ntrain:\n  seed: 1\n")
+    top = tmp_path / "top.yaml"
+    top.write_text("base: base.yaml\n")
+    with pytest.raises(ConfigError, match=rf"^{base}: key 'train' is given twice, on lines 1 and 4; keep one of them$"):
+        load_config(top)
+    with pytest.raises(ConfigError, match=r"^override 'eval.tta=\{rotations: 2, rotations: 4\}': key 'rotations' is "
+                                          r"given twice, on lines 1 and 1; keep one of them$"):
+        load_config(None, ["eval.tta={rotations: 2, rotations: 4}"])
+
+
+def test_what_is_not_a_repeat_loads_as_safe_load_does():
+    """Equal keys in different mappings, and a merge key overridden by the mapping that merges it."""
+    text = "a: &m {x: 1, y: 2}\nb:\n  <<: *m\n  x: 3\nc: [{x: 1}, {x: 2}]\n"
+    assert load_yaml(text) == {"a": {"x": 1, "y": 2}, "b": {"x": 3, "y": 2}, "c": [{"x": 1}, {"x": 2}]}
+    with pytest.raises(DuplicateKeyError) as err:
+        load_yaml("c:\n  - {x: 1}\n  - {x: 1, y: 0, x: 2}\n")
+    assert (err.value.key, err.value.lines) == ("c[1].x", (3, 3))

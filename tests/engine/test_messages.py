@@ -1,0 +1,143 @@
+"""Messages that said the wrong thing (issue 38, class 9), each now naming the real cause and what to do;
+and ``kill -9`` of ablate, which left its trials training alone."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from pointgeope.cli import main as cli
+from pointgeope.lock import folder_lock
+from tests.engine.conftest import one_line
+from tests.engine.test_ablation import ablate_args
+from tests.engine.test_user_errors import train_args
+
+
+def test_an_unwritable_fold_folder_is_named_not_its_lock(tmp_path, capsys, two_folds):
+    """Before: "Operation not permitted: RUN/area_1/.lock; check the folder's permissions", which hid that
+    nothing (config.yaml, checkpoints) can be written there."""
+    fold = tmp_path / "area_1"
+    fold.mkdir()
+    if subprocess.run(["chattr", "+i", str(fold)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not allowed here")
+    try:
+        line = one_line(capsys, 2, train_args(two_folds, tmp_path))
+    finally:
+        subprocess.run(["chattr", "-i", str(fold)], check=True)
+    assert line == (f"pointgeope train: error: output folder {fold}: cannot write into it (Operation not permitted); "
+                    "make it writable or give a folder you can write")
+
+
+def test_num_classes_below_the_datas_says_to_set_it(tmp_path, capsys, two_folds):
+    """Before: "label 12 found, expected labels below 5; run `pointgeope prepare` again"."""
+    line = one_line(capsys, 2, train_args(two_folds, tmp_path, "model.num_classes=5"))
+    assert line.endswith("label 12 found, but model.num_classes is 5: the prepared data has the 13 S3DIS classes; "
+                         "set model.num_classes=13"), line
+
+
+def test_predict_of_a_predictions_file_says_what_it_is(tiny_run, tmp_path, capsys):
+    """Before: "expected schema_version 1, got None; re-run `pointgeope prepare`"."""
+    preds = tiny_run / "predictions" / "Area_1.h5"
+    line = one_line(capsys, 2, ["predict", str(tiny_run), str(preds), "--out", str(tmp_path / "o")])
+    assert line == (f"pointgeope predict: error: {preds}: a fold's predictions file (labels only, written by "
+                    "evaluate), not a prepared area file or a scan: give the scan, or the prepared area "
+                    "(data.root/Area_N.h5)")
+
+
+def test_info_check_without_triton_says_so(monkeypatch, capsys):
+    """Before: "POINTGEOPE_KERNELS=triton: Triton does not import here ...; unset POINTGEOPE_KERNELS", a
+    variable the user never set."""
+    monkeypatch.setattr("pointgeope.model.kernels.triton_imports", lambda: False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert cli(["info", "--check", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["pointgeope info: error: --check tests the Triton kernels, and Triton does not import here (pip "
+                   "install triton); without it every kernel runs its torch path, which needs no check"]
+
+
+def test_a_folder_as_config_is_called_a_folder(tmp_path, capsys):
+    """Before: "expected a config file, found nothing at DIR"."""
+    line = one_line(capsys, 2, ["train", "--config", str(tmp_path), "--test-area", "1", "--run-dir", str(tmp_path / "r")])
+    assert line == (f"pointgeope train: error: expected a config file, found a folder at {tmp_path}; give a YAML "
+                    "file, e.g. configs/demo.yaml")
+
+
+def test_evaluate_with_a_training_override_does_not_suggest_run_dir(tiny_run, tmp_path, capsys):
+    """Before: "...; use the same config and overrides to resume, or another --run-dir" (evaluate has none)."""
+    fold = tmp_path / "area_1"
+    shutil.copytree(tiny_run, fold)
+    line = one_line(capsys, 2, ["evaluate", str(fold), "model.pe=rpe"])
+    assert "--run-dir" not in line and line.endswith(
+        "evaluate a fold with the config it was trained with: drop the overrides of what it was trained with "
+        "(eval.* and train.device may change), and restore its config.yaml if it was edited"), line
+
+
+def test_a_rerun_beside_a_trial_still_running_names_its_lock(two_folds, tmp_path, capsys):
+    """A trial left by an ablation killed before (here: this process, holding the fold's lock and writing
+    progress into the trial's train.log): the rerun printed that progress line as the failure. Now the
+    failure is the trial's own error line, which names the lock."""
+    run = tmp_path / "abl"
+    fold = run / "rpe" / "seed_0" / "area_1"
+    stop = threading.Event()
+
+    def progress():
+        while not stop.is_set():
+            with open(run / "rpe" / "seed_0" / "train.log", "a") as log:
+                log.write("2026-01-01 00:00:00 epoch 7/1000  loss 1.0\n")
+            time.sleep(0.01)
+
+    with folder_lock(fold, "an orphaned trial"):
+        writer = threading.Thread(target=progress)
+        writer.start()
+        try:
+            code = cli(ablate_args(two_folds, run, "train.epochs=1", presets=("rpe",), seeds=("0",)))
+        finally:
+            stop.set()
+            writer.join()
+    out, err = capsys.readouterr()
+    assert code == 2 and err.endswith("no trial completed; nothing to report (see the trials' train.log)\n"), err
+    failed = next(line for line in out.splitlines() if line.startswith("rpe seed 0: FAILED"))
+    assert (f"pointgeope train: error: {fold} is being written by pid {os.getpid()}" in failed
+            and f"its lock: {fold / '.lock'}" in failed), failed
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_kill_9_of_ablate_leaves_no_trial_running(two_folds, tmp_path):
+    """Before: the trial went on training alone (its own session), and held its fold's lock."""
+    run = tmp_path / "abl"
+    argv = [sys.executable, "-m", "pointgeope", *ablate_args(two_folds, run, "train.epochs=1000", seeds=("0",))]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lock, pid = run / "rpe" / "seed_0" / "area_1" / ".lock", None
+    try:
+        deadline = time.monotonic() + 120
+        while not (lock.parent / "last.pt").exists():  # the trial is inside its epochs
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        pid = json.loads(lock.read_text())["pid"]
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # (not our child: the trial is ablate's)
+            assert time.monotonic() < deadline, "the trial still runs a minute after ablate was killed"
+            time.sleep(0.1)
+        assert (run / "rpe" / "seed_0" / "train.log").read_text().rstrip().endswith("interrupted")
+        assert not lock.exists()  # the trial stopped as Ctrl-C stops it: lock released
+    finally:
+        for p in (proc.pid, pid):
+            if p is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)

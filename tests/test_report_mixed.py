@@ -1,0 +1,75 @@
+"""`pointgeope report` of a run whose folds were trained or evaluated with different settings: refused,
+naming the keys and the folds, or pooled with ``--allow-mixed`` and the differences written in
+report.md and report.json (issue 38, class 3)."""
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from pointgeope.cli import main as cli
+from pointgeope.engine.config import config_to_dict, load_config
+from tests.test_report import perfect, write_fold
+
+
+def _fold(run, k, *overrides, config_in_metrics=False):
+    """A complete fold whose settings are the defaults with ``overrides``: in ``config.yaml`` as train
+    writes it, or in ``metrics.json`` as evaluate records it."""
+    write_fold(run, k, perfect())
+    config = config_to_dict(load_config(None, list(overrides)))
+    if config_in_metrics:
+        metrics = json.loads((run / f"area_{k}" / "metrics.json").read_text())
+        (run / f"area_{k}" / "metrics.json").write_text(json.dumps({**metrics, "config": config}))
+    else:
+        (run / f"area_{k}" / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def _mixed_run(tmp_path):
+    """The fuzz's run: fold 1 geope, fold 2 rpe, fold 3 other planes on another data root; folds 4-6
+    differ only in what does not change a result (device, workers, seed, run folder)."""
+    run = tmp_path / "run"
+    _fold(run, 1, "model.pe=geope")
+    _fold(run, 2, "model.pe=rpe", config_in_metrics=True)
+    _fold(run, 3, "model.pe=geope", "model.planes=[16, 32, 64, 128, 256]", "data.root=/elsewhere")
+    _fold(run, 4, "model.pe=geope", "train.device=cpu", "data.num_workers=0")
+    _fold(run, 5, "model.pe=geope", "train.seed=3", "train.run_dir=/x")
+    _fold(run, 6, "model.pe=geope", "eval.batch_points=1000")
+    return run
+
+
+def test_folds_with_different_settings_are_not_pooled(tmp_path, capsys):
+    """Before: exit 0 and one pooled number, with no word of the mix in report.md or report.json."""
+    run = _mixed_run(tmp_path)
+    assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    line = err[0]
+    assert line.startswith(f"pointgeope report: error: {run}: its folds were trained or evaluated with different")
+    assert "model.pe (Area_1, Area_3..Area_6: 'geope'; Area_2: 'rpe')" in line, line
+    assert "data.root (Area_1, Area_2, Area_4..Area_6: 'data/s3dis'; Area_3: '/elsewhere')" in line, line
+    assert "model.planes" in line and "--allow-mixed" in line
+    for key in ("train.device", "data.num_workers", "train.seed", "train.run_dir", "eval.batch_points"):
+        assert key not in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_allow_mixed_pools_them_and_writes_the_differences(tmp_path, capsys):
+    run = _mixed_run(tmp_path)
+    out = tmp_path / "out"
+    assert cli(["report", str(run), "--out", str(out), "--allow-mixed"]) == 0
+    md = (out / "report.md").read_text()
+    assert "mixed settings" in md and "`model.pe`: Area_1, Area_3..Area_6 `geope`; Area_2 `rpe`" in md, md
+    mixed = json.loads((out / "report.json").read_text())["runs"][0]["mixed_settings"]
+    assert mixed["model.pe"] == {"Area_1": "geope", "Area_2": "rpe", "Area_3": "geope", "Area_4": "geope",
+                                 "Area_5": "geope", "Area_6": "geope"}
+    assert mixed["data.root"]["Area_3"] == "/elsewhere" and mixed["model.planes"]["Area_3"] == [16, 32, 64, 128, 256]
+    assert sorted(mixed) == ["data.root", "model.pe", "model.planes"]
+
+
+def test_folds_alike_report_as_before(tmp_path, capsys):
+    run = tmp_path / "run"
+    for k in range(1, 7):
+        _fold(run, k, "model.pe=rpe", f"train.seed={k}", config_in_metrics=k % 2 == 0)
+    assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 0
+    assert "mixed" not in (tmp_path / "out" / "report.md").read_text()
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["runs"][0]["mixed_settings"] == {}
