@@ -16,6 +16,10 @@ and input rows per offset) depends only on the voxels: it is built once per stag
 ``PointBatch``; the offsets after the centre are the mirrors of those before (``p + d = q`` iff
 ``q - d = p``), so only half are searched. The convolution is then ``feat @ W_centre`` plus, per offset, a gather, a matrix product
 and an ``index_add_`` into the output rows. Runs on any device; autograd differentiates it.
+
+Points sharing a voxel (Mix3D overlays two scenes without re-gridding them) are accepted as spconv's hash
+table accepts them: a shared voxel is read by its neighbours through one representative point (its lowest
+row), each point reads itself at the centre (:func:`build_neighbours`; ``docs/ptv3.md``).
 """
 from __future__ import annotations
 
@@ -52,23 +56,26 @@ def _voxel_keys(grid_coord: Tensor, batch: Tensor, radius: int) -> tuple[Tensor,
 
 
 def build_neighbours(grid_coord: Tensor, batch: Tensor, kernel_size: int) -> NeighbourTable:
-    """The :class:`NeighbourTable` of voxels ``grid_coord`` (N, 3) of clouds ``batch`` (N,). Two points of
-    one cloud in the same voxel raise a ``ValueError`` (grid-sample the cloud first)."""
+    """The :class:`NeighbourTable` of voxels ``grid_coord`` (N, 3) of clouds ``batch`` (N,).
+
+    Several points of one cloud in one voxel (Mix3D's two overlaid scenes) are allowed, as spconv's hash
+    table allows them: each occupied voxel is then represented, as the neighbour of other points, by one
+    of its points (the lowest row), and every point reads itself at the centre offset; the other points
+    of its voxel it does not read (:func:`_duplicate_pairs`)."""
     if kernel_size < 1 or kernel_size % 2 == 0:
         raise ValueError(f"expected an odd kernel_size, got {kernel_size}")
     r = kernel_size // 2
     key, (_, dy, dz) = _voxel_keys(grid_coord, batch, r)
-    sorted_key, perm = torch.sort(key)
-    if sorted_key.numel() > 1 and bool((sorted_key[1:] == sorted_key[:-1]).any()):
-        dup = int((sorted_key[1:] == sorted_key[:-1]).sum())
-        raise ValueError(f"grid_coord has {dup} points in a voxel already taken in the same cloud: a sparse "
-                         f"convolution needs one point per voxel (grid-sample the cloud first)")
-    rows = torch.arange(key.numel(), device=key.device)
+    sorted_key, perm = torch.sort(key, stable=True)
     centre = kernel_size ** 3 // 2
     offsets = [(ox, oy, oz) for ox in range(-r, r + 1) for oy in range(-r, r + 1) for oz in range(-r, r + 1)]
+    steps = [(ox * dy + oy) * dz + oz for ox, oy, oz in offsets]
+    if sorted_key.numel() > 1 and bool((sorted_key[1:] == sorted_key[:-1]).any()):
+        return NeighbourTable(kernel_size, centre, _duplicate_pairs(key, sorted_key, perm, steps, centre))
+    rows = torch.arange(key.numel(), device=key.device)
     half = {}
-    for index, (ox, oy, oz) in enumerate(offsets[:centre]):        # offsets before the centre: searched
-        target = key + (ox * dy + oy) * dz + oz
+    for index, step in enumerate(steps[:centre]):                  # offsets before the centre: searched
+        target = key + step
         pos = torch.searchsorted(sorted_key, target).clamp_(max=key.numel() - 1)
         found = sorted_key[pos] == target
         half[index] = (rows[found], perm[pos[found]])
@@ -76,6 +83,33 @@ def build_neighbours(grid_coord: Tensor, batch: Tensor, kernel_size: int) -> Nei
     pairs = [(i, *half[i]) for i in range(centre)]
     pairs += [(len(offsets) - 1 - i, half[i][1], half[i][0]) for i in reversed(range(centre))]
     return NeighbourTable(kernel_size, centre, tuple(pairs))
+
+
+def _duplicate_pairs(key: Tensor, sorted_key: Tensor, perm: Tensor, steps: list[int], centre: int) -> tuple:
+    """The pairs of voxels shared by several points: for each non-centre offset ``d``, every point ``p``
+    whose voxel ``v(p) + d`` is occupied reads that voxel's representative (its lowest row; ``perm`` of the
+    stable sort ``sorted_key`` lists a voxel's rows in increasing order, so the first of each run).
+    Not mirrored: the representative relation is not symmetric."""
+    unique_key, first = _first_of_runs(sorted_key)
+    representative = perm[first]
+    rows = torch.arange(key.numel(), device=key.device)
+    pairs = []
+    for index, step in enumerate(steps):
+        if index == centre:
+            continue
+        target = key + step
+        pos = torch.searchsorted(unique_key, target).clamp_(max=unique_key.numel() - 1)
+        found = unique_key[pos] == target
+        pairs.append((index, rows[found], representative[pos[found]]))
+    return tuple(pairs)
+
+
+def _first_of_runs(sorted_key: Tensor) -> tuple[Tensor, Tensor]:
+    """The distinct values of ``sorted_key`` and the position of the first of each run of equal values."""
+    new = torch.ones_like(sorted_key, dtype=torch.bool)
+    new[1:] = sorted_key[1:] != sorted_key[:-1]
+    first = torch.nonzero(new).flatten()
+    return sorted_key[first], first
 
 
 def subm_conv3d(feat: Tensor, table: NeighbourTable, weight: Tensor, bias: Tensor | None = None) -> Tensor:

@@ -80,10 +80,46 @@ def test_weight_layout_is_spconvs():
 
 def test_bad_input():
     grid = torch.tensor([[0, 0, 0], [1, 2, 3], [0, 0, 0]])
-    with pytest.raises(ValueError, match="grid_coord has 1 points in a voxel"):
-        build_neighbours(grid, torch.zeros(3, dtype=torch.long), 3)
     build_neighbours(grid, torch.tensor([0, 0, 1]), 3)      # the same voxel in two clouds is fine
     with pytest.raises(ValueError, match="odd kernel_size"):
         SubMConv3d(2, 2, 4)
     with pytest.raises(ValueError, match="channels"):
         SubMConv3d(2, 2, 3)(torch.randn(3, 5), build_neighbours(grid[:2], torch.zeros(2, dtype=torch.long), 3))
+
+
+def _representative_reference(feat, grid, batch, weight, bias):
+    """By the definition, point by point: each point reads itself at the centre and, at every other offset
+    d, the lowest-numbered point of its cloud in voxel g + d (if any)."""
+    k = weight.shape[1]
+    r = k // 2
+    out = torch.zeros(len(feat), weight.shape[0], dtype=torch.float64)
+    for i in range(len(feat)):
+        out[i] = bias.double() + weight[:, r, r, r].double() @ feat[i].double()
+        for dx in range(-r, r + 1):
+            for dy in range(-r, r + 1):
+                for dz in range(-r, r + 1):
+                    if (dx, dy, dz) == (0, 0, 0):
+                        continue
+                    want = grid[i] + torch.tensor([dx, dy, dz])
+                    hits = [j for j in range(len(feat)) if batch[j] == batch[i] and bool((grid[j] == want).all())]
+                    if hits:
+                        out[i] += weight[:, dx + r, dy + r, dz + r].double() @ feat[min(hits)].double()
+    return out
+
+
+def test_duplicate_voxels_read_one_representative():
+    """Mix3D's overlaid scenes share voxels: each shared voxel is read through its lowest row (spconv's hash
+    keeps one entry per voxel), every point still gets its own output and reads itself at the centre."""
+    g = torch.Generator().manual_seed(3)
+    grid = torch.randint(0, 3, (40, 3), generator=g)             # 27 cells for 40 points: many duplicates
+    batch = torch.tensor([0] * 25 + [1] * 15)
+    feat = torch.randn(40, 4, generator=g)
+    conv = SubMConv3d(4, 5, 3)
+    table = build_neighbours(grid, batch, 3)
+    got = conv(feat, table)
+    want = _representative_reference(feat, grid, batch, conv.weight.detach(), conv.bias.detach())
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+    # two points in one voxel with different features get different outputs (each reads itself)
+    same = [(i, j) for i in range(25) for j in range(i + 1, 25) if bool((grid[i] == grid[j]).all())]
+    i, j = same[0]
+    assert not torch.allclose(got[i], got[j])
