@@ -30,9 +30,11 @@ from pointgeope.engine.placement import HierarchyPlace
 
 
 def model(cfg: Config) -> torch.nn.Module:
-    """``PointTransformerSeg(cfg.model)`` at the data's voxel size, once ``model.in_channels`` is checked
-    against the features that ``data.color`` and ``data.height`` give."""
+    """``PointTransformerSeg(cfg.model)`` (``model.backbone: ptv1``) or ``PTv3Seg(cfg.model)`` (``ptv3``) at the
+    data's voxel size, once ``model.in_channels`` is checked against the features that ``data.color`` and
+    ``data.height`` give."""
     from pointgeope.model import PointTransformerSeg
+    from pointgeope.model.ptv3.seg import PTv3Seg
 
     in_channels = cfg.model.in_channels
     features = ToData(height=cfg.data.height, color=cfg.data.color)
@@ -41,6 +43,12 @@ def model(cfg: Config) -> torch.nn.Module:
         raise ConfigError(f"model.in_channels={in_channels} but data.color={cfg.data.color}, "
                          f"data.height={cfg.data.height} give {features.in_channels} feature channels "
                          f"([{layout}]); set model.in_channels={features.in_channels}")
+    if cfg.model.backbone == "ptv3":
+        if cfg.data.augment != "pointcept_ptv3" or cfg.eval.protocol != "ptv3":
+            raise ConfigError(f"model.backbone=ptv3 takes samples with grid coordinates: expected "
+                              f"data.augment=pointcept_ptv3 and eval.protocol=ptv3, got {cfg.data.augment} and "
+                              f"{cfg.eval.protocol} (configs/s3dis/_ptv3_recipe.yaml sets both)")
+        return PTv3Seg(cfg.model, grid_size=cfg.data.grid_size)
     return PointTransformerSeg(cfg.model, grid_size=cfg.data.grid_size)
 
 
@@ -100,16 +108,19 @@ class ResumableSampler(DistributedSampler):
 
 
 class AttachHierarchy:
-    """Batch transform of the training loader: ``batch.hierarchy = spec(batch.pos, batch.ptr[1:])``.
+    """Batch transform of the training loader: ``batch.hierarchy = spec(batch.pos, batch.ptr[1:])``, after
+    ``mix`` (Mix3D, ``data.mix_prob``) when given.
 
     Runs where the batch is collated (a CPU worker, or the main process with ``data.num_workers: 0``), so
     the point ops (FPS, kNN, 3-NN) use the CPU libraries and never wait on, or for, the accelerator; the
     model then takes the hierarchy instead of computing it (``PointTransformerSeg.forward``)."""
 
-    def __init__(self, spec):
-        self.spec = spec
+    def __init__(self, spec, mix: Mix3D | None = None):
+        self.spec, self.mix = spec, mix
 
     def __call__(self, batch):
+        if self.mix is not None:          # Mix3D first: the hierarchy is the mixed clouds'
+            batch = self.mix(batch)
         batch.hierarchy = self.spec(batch.pos, batch.ptr[1:])
         return batch
 
@@ -119,11 +130,12 @@ def train_loader(cfg: Config, dataset: S3DISTrain, sampler: ResumableSampler, en
     """Batches for ``net`` (a ``PointTransformerSeg``), each carrying its point hierarchy where ``place``
     (:func:`~pointgeope.engine.placement.hierarchy_place`) says: built in the loader's workers
     (``AttachHierarchy``), beside the step on CUDA (``HierarchyAhead``: device batches, one ahead), else
-    none (the model builds it)."""
+    none (the model builds it, or PTv3 needs none); Mix3D (``data.mix_prob``) mixes the batches first."""
     in_loader = place.where == "loader"
+    transform = AttachHierarchy(net.hierarchy_spec, batch_mixing(cfg)) if in_loader else batch_mixing(cfg)
     loader = make_loader(dataset, per_rank_batch(cfg, env), sampler=sampler, num_workers=cfg.data.num_workers,
                          seed=cfg.train.seed, drop_last=True, pin_memory=env.device.type == "cuda",
-                         batch_transform=AttachHierarchy(net.hierarchy_spec) if in_loader else None)
+                         batch_transform=transform)
     if place.where == "beside":
         from pointgeope.engine.ahead import HierarchyAhead
 

@@ -110,7 +110,13 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
     if ckpt.get("version") != VERSION:
         raise CheckpointError(f"{path}: expected checkpoint version {VERSION}, got {ckpt.get('version')}")
     if config is not None:
-        diff = config_differences(checkpoint_config(ckpt, path), config)
+        saved = checkpoint_config(ckpt, path)
+        was, now = backbone_of(saved), backbone_of(config)
+        if was != now:
+            raise CheckpointError(f"{path}: a {was.upper()} checkpoint (model.backbone={was}), but the config asks "
+                                  f"for model.backbone={now}; use a {now.upper()} run's checkpoint, or that "
+                                  "run's own config")
+        diff = config_differences(saved, config)
         if diff:
             raise CheckpointError(f"{path}: written with another config ({describe_differences(diff, 'checkpoint')});"
                                   f" {advice}")
@@ -157,16 +163,28 @@ def describe_differences(diff: list[tuple[str, object, object]], label: str) -> 
     return "; ".join(f"{k}: {label} {a!r}, now {b!r}" for k, a, b in diff[:8])
 
 
-def config_differences(saved: dict, current: dict, prefix: str = "") -> list[tuple[str, object, object]]:
-    """``(key, saved value, current value)`` for every non-free key whose values differ."""
+def backbone_of(config: dict) -> str:
+    """The ``model.backbone`` of a config (plain dict); ``ptv1`` for checkpoints written before the key."""
+    return (config.get("model") or {}).get("backbone", "ptv1")
+
+
+def config_differences(saved: dict, current: dict, prefix: str = "",
+                       defaults: dict | None = None) -> list[tuple[str, object, object]]:
+    """``(key, saved value, current value)`` for every non-free key whose values differ; a key that the
+    saved config lacks (written before the key existed) counts as its default (``Config()``'s)."""
+    if defaults is None:
+        from pointgeope.engine.config import Config, config_to_dict
+
+        defaults = config_to_dict(Config())
     out = []
     for key in sorted(set(saved) | set(current)):
         name = f"{prefix}{key}"
         if name in FREE_KEYS or name.startswith(FREE_SECTIONS):
             continue
-        a, b = saved.get(key), current.get(key)
+        default = defaults.get(key) if isinstance(defaults, dict) else None
+        a, b = saved.get(key, default), current.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
-            out += config_differences(a, b, f"{name}.")
+            out += config_differences(a, b, f"{name}.", default)
         elif a != b:
             out.append((name, a, b))
     return out

@@ -83,6 +83,17 @@ RANGES: dict[str, Range] = {
     "model.decoder_blocks": sizes(0, 256, "each block is a layer of memory"),
     "model.share_planes": sizes(1, 2**14, "the groups divide model.planes"),
     "model.geope_base": POSITIVE,
+    "model.ptv3.stride": sizes(1, 2**16, "a stage keeps its input's voxels divided by about the stride"),
+    "model.ptv3.enc_depths": sizes(0, 256, "each block is a layer of memory (the published network has 2 to 6)"),
+    "model.ptv3.enc_channels": sizes(1, 2**14, "the linear layers of a stage hold channels^2 weights"),
+    "model.ptv3.enc_num_head": sizes(1, 1024, "the heads divide the stage's channels"),
+    "model.ptv3.enc_patch_size": sizes(1, 2**16, "each patch's attention holds patch_size^2 scores per head"),
+    "model.ptv3.dec_depths": sizes(0, 256, "each block is a layer of memory"),
+    "model.ptv3.dec_channels": sizes(1, 2**14, "the linear layers of a stage hold channels^2 weights"),
+    "model.ptv3.dec_num_head": sizes(1, 1024, "the heads divide the stage's channels"),
+    "model.ptv3.dec_patch_size": sizes(1, 2**16, "each patch's attention holds patch_size^2 scores per head"),
+    "model.ptv3.mlp_ratio": POSITIVE, "model.ptv3.attn_drop": Range(0, 1), "model.ptv3.proj_drop": Range(0, 1),
+    "model.ptv3.drop_path": Range(0, 1),
     "optim.lr": POSITIVE, "optim.momentum": Range(0, 1), "optim.weight_decay": AT_LEAST_0,
     "optim.milestones": Range(0, 1), "optim.gamma": POSITIVE, "optim.grad_clip": POSITIVE,
     "optim.block_lr": POSITIVE, "optim.pct_start": Range(0, 1), "optim.div_factor": POSITIVE,
@@ -151,8 +162,12 @@ def range_problem(value: Any, name: str) -> str | None:
 
 
 def agreement_problem(m: ModelConfig) -> str | None:
-    """What is wrong between the model keys that must agree, or ``None``: one entry per network stage in
-    each model list, the first stage unstrided, each width divisible by ``model.share_planes``."""
+    """What is wrong between the model keys that must agree, or ``None``: the backbone's own keys and
+    encoding (:func:`backbone_problem`); PTv1: one entry per network stage in each model list, the first
+    stage unstrided, each width divisible by ``model.share_planes``; PTv3: :func:`ptv3_problem`."""
+    problem = backbone_problem(m)
+    if problem or m.backbone == "ptv3":
+        return problem or ptv3_problem(m)
     for key in ("blocks", "strides", "neighbours", "decoder_blocks"):
         value = getattr(m, key)
         if len(value) != len(m.planes):
@@ -163,4 +178,56 @@ def agreement_problem(m: ModelConfig) -> str | None:
     for i, width in enumerate(m.planes):
         if width % m.share_planes:
             return f"model.planes[{i}]: expected a multiple of model.share_planes ({m.share_planes}), got {width}"
+    return None
+
+
+def backbone_problem(m: ModelConfig) -> str | None:
+    """A key of the other backbone set away from its default, or an encoding the backbone does not have:
+    PTv1 takes ``attention.PRESETS``, PTv3 ``qk_encodings.QK_ENCODINGS``; ``None`` when all agree."""
+    from pointgeope.model.attention import PRESETS
+    from pointgeope.model.config import PTV1_KEYS, ModelConfig, PTv3Config
+    from pointgeope.model.qk_encodings import QK_ENCODINGS
+
+    if m.backbone == "ptv1":
+        changed = [f"model.ptv3.{k}" for k, v in vars(m.ptv3).items() if v != getattr(PTv3Config(), k)]
+        if changed:
+            return (f"{', '.join(changed)}: PTv3 keys, but model.backbone=ptv1; set model.backbone: ptv3, "
+                    "or remove them")
+        if m.pe not in PRESETS:
+            return (f"model.pe: {m.pe!r} is a PTv3 encoding (model.backbone: ptv3); PTv1 takes one of "
+                    f"{', '.join(PRESETS)}")
+        return None
+    default = ModelConfig()
+    changed = [f"model.{k}" for k in PTV1_KEYS if getattr(m, k) != getattr(default, k)]
+    if changed:
+        return (f"{', '.join(changed)}: PTv1 keys, but model.backbone=ptv3 (its widths and depths are "
+                "model.ptv3.enc_channels, model.ptv3.enc_depths, ...); remove them")
+    if m.pe not in QK_ENCODINGS:
+        rpe = "; PTv3's own relative position bias is model.ptv3.enable_rpe: true" if "rpe" in m.pe else ""
+        return (f"model.pe: {m.pe!r} is a PTv1 preset, but model.backbone=ptv3; expected one of "
+                f"{', '.join(QK_ENCODINGS)}{rpe}")
+    return None
+
+
+def ptv3_problem(m: ModelConfig) -> str | None:
+    """PTv3's lists of one entry per stage (``enc_*``) or per stage but the last (``stride``, ``dec_*``),
+    widths divisible by their heads, heads wide enough for ``model.pe``; ``None`` when all agree."""
+    from pointgeope.model.qk_encodings import qk_encoding
+
+    p, stages = m.ptv3, len(m.ptv3.enc_depths)
+    lists = {k: stages for k in ("enc_channels", "enc_num_head", "enc_patch_size")}
+    lists.update({k: stages - 1 for k in ("stride", "dec_depths", "dec_channels", "dec_num_head", "dec_patch_size")})
+    for key, want in lists.items():
+        if len(getattr(p, key)) != want:
+            return (f"model.ptv3.{key}: expected {want} entries for the {stages} stages of model.ptv3.enc_depths "
+                    f"{p.enc_depths}, got {len(getattr(p, key))}: {getattr(p, key)}")
+    for side in ("enc", "dec"):
+        for i, (width, heads) in enumerate(zip(getattr(p, f"{side}_channels"), getattr(p, f"{side}_num_head"))):
+            if width % heads:
+                return (f"model.ptv3.{side}_channels[{i}]: expected a multiple of model.ptv3.{side}_num_head[{i}] "
+                        f"({heads}), got {width}")
+            try:
+                qk_encoding(m.pe, width // heads)
+            except ValueError as err:
+                return f"model.ptv3.{side}_channels[{i}] / {side}_num_head[{i}] with model.pe={m.pe}: {err}"
     return None

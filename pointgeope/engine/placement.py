@@ -9,6 +9,7 @@ place      where
 ``beside`` on the CUDA device, on a second stream one batch ahead, while the step runs
            (:mod:`pointgeope.engine.ahead`)
 ``model``  in the forward, on its device (``PointTransformerSeg.forward``: no hierarchy given)
+``none``   nowhere: ``model.backbone: ptv3`` serializes and pools inside its forward, with no PTv1 hierarchy
 =========  ===============================================================================================
 
 ``data.hierarchy`` asks for one: ``loader``, ``beside`` (on a device without CUDA: ``model``; ``device``,
@@ -40,7 +41,7 @@ FORMER = {"device": "beside"}  # data.hierarchy values renamed, still accepted
 
 @dataclass(frozen=True)
 class HierarchyPlace:
-    """``where`` (``"loader"``, ``"beside"``, ``"model"``, module docstring) the hierarchy of the batches on
+    """``where`` (``"loader"``, ``"beside"``, ``"model"``, ``"none"``, module docstring) the hierarchy of the batches on
     ``device`` is built, ``why`` (``data.hierarchy``, or the reason of ``auto``)."""
 
     where: str
@@ -51,7 +52,9 @@ class HierarchyPlace:
         """The log line of the place, the same for the three commands."""
         where = {"loader": "on the host, where the batches are made (CPU libraries)",
                  "beside": f"beside the step on {self.device} (a second stream)",
-                 "model": f"by the model on {self.device}"}[self.where]
+                 "model": f"by the model on {self.device}"}.get(self.where)
+        if where is None:
+            return f"point hierarchy: none ({self.why})"
         return f"point hierarchy: built {where} ({self.why})"
 
 
@@ -59,6 +62,9 @@ def hierarchy_place(cfg: Config, device: torch.device, spec=None, evaluation: bo
     """Where the hierarchy of the batches on ``device`` is built (module docstring): for training, or with
     ``evaluation`` for evaluate and predict; ``spec``: the model's, to try the device's kernels (training)."""
     asked = cfg.data.hierarchy
+    if cfg.model.backbone == "ptv3":
+        return HierarchyPlace("none", "model.backbone=ptv3 builds its serialization, pooling and sparse "
+                                      "convolution's neighbours in the forward", device)
     if asked != "auto":
         wanted = FORMER.get(asked, asked)
         where = "model" if wanted == "beside" and device.type != "cuda" else wanted

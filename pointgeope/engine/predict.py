@@ -106,6 +106,11 @@ def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | No
         raise CheckpointError(f"{path}: written by another version of pointgeope ({err})") from None
     cfg = config_from_dict(ckpt["config"], where=f"{path}'s config", overrides=overrides)
     views = cfg.eval.tta
+    if cfg.eval.protocol == "ptv3":      # its own 10 views are the test (with or without --tta): no eval.tta
+        if any(t.startswith("eval.tta") for t in overrides):
+            raise PredictError(f"{path}: a run of eval.protocol=ptv3, whose test has its own 10 views; leave out "
+                               "the eval.tta overrides")
+        tta = False
     if not tta and not any(t.startswith("eval.tta") for t in overrides):
         views = TTAConfig()
     elif tta and views == TTAConfig():

@@ -95,7 +95,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         run.mkdir(parents=True, exist_ok=True)
     distributed.barrier()
     check_fold(cfg, fold, folds, env, log)
-    problem = neighbour_problem(cfg.model, cfg.data.voxel_max, build.per_rank_batch(cfg, env), device)
+    problem = (neighbour_problem(cfg.model, cfg.data.voxel_max, build.per_rank_batch(cfg, env), device)
+               if cfg.model.backbone == "ptv1" else None)   # PTv1's kNN neighbourhoods; PTv3 has none
     if problem:  # before any weight or batch is made: a step that could never fit
         raise UserError(problem)
 
@@ -114,10 +115,12 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     optimizer = build.optimizer(cfg, model)
     scheduler = build.scheduler(cfg, optimizer, steps_per_epoch)
     learner = Learner(model, optimizer, scheduler, build.grad_scaler(cfg, device))
-    log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, pe={cfg.model.pe}; "
+    log(f"model: {cfg.model.backbone}, {sum(p.numel() for p in model.parameters()):,} parameters, "
+        f"pe={cfg.model.pe}; "
         f"{len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
     log(place.line())
-    log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
+    if place.where != "none":   # PTv3 samples no points
+        log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
     if cfg.train.amp != "none" and device.type != "cuda":  # build.autocast: mixed precision is CUDA's only
         log(f"precision: float32 (train.amp={cfg.train.amp} is for CUDA, and this run is on {device.type})")
 
@@ -174,7 +177,9 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, net:
         batch = batch.to(device)
         with build.autocast(cfg, device):
             # the loader's hierarchy, or None: the model builds it on the device (placement.hierarchy_place)
-            logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None))
+            # PTv3's samples carry their voxels (grid_coord); PTv1's do not
+            grid = {"grid_coord": batch.grid_coord} if "grid_coord" in batch else {}
+            logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None), **grid)
         loss = segmentation_loss(logits.float(), batch.y, cfg.train.loss, cfg.train.ignore_index,
                                  cfg.train.lovasz_weight)
         loss_value = loss.item()  # the step's one host sync

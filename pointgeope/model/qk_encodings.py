@@ -84,10 +84,10 @@ class QKEncoding(nn.Module):
         return self.rotate(q, k, self.positions(q, k, coord, grid))
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, coord: Tensor | None, grid: Tensor | None = None, *,
-                  scale: float | None = None, dropout_p: float = 0.0) -> Tensor:
+                  scale: float | None = None, dropout_p: float = 0.0, attn_mask: Tensor | None = None) -> Tensor:
         """``scaled_dot_product_attention(*self(q, k, coord, grid), v)``: ``v (B, H, L, D_v)`` -> ``(B, H, L, D_v)``."""
         q, k = self(q, k, coord, grid)
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
 
     def rotate(self, q: Tensor, k: Tensor, pos: Tensor | None) -> tuple[Tensor, Tensor]:
         return q, k
@@ -175,10 +175,10 @@ class LinGeoPEQK(GeoPEQK):
                         "alone gives: call .attention(q, k, v, coord, grid)")
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, coord: Tensor | None, grid: Tensor | None = None, *,
-                  scale: float | None = None, dropout_p: float = 0.0) -> Tensor:
+                  scale: float | None = None, dropout_p: float = 0.0, attn_mask: Tensor | None = None) -> Tensor:
         pos = self.positions(q, k, coord, grid)
         return lingeope_attention(q, k, v, pos, self.block_scale(pos.dtype, pos.device), scale=scale,
-                                  dropout_p=dropout_p)
+                                  dropout_p=dropout_p, attn_mask=attn_mask)
 
 
 class _HalfRotary(QKEncoding):

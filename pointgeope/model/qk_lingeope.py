@@ -66,21 +66,26 @@ def lingeope_scores(q: Tensor, k: Tensor, pos: Tensor, block_scale: Tensor) -> T
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, block_scale: Tensor, scale: float,
-            dropout_p: float) -> Tensor:
-    """``softmax(scale * lingeope_scores) v`` of one chunk, ``(b, H, L, D_v)`` in ``v``'s dtype; in float32 at
-    least also under autocast (whose bfloat16 products would round ``E`` and ``F``'s positions)."""
+            dropout_p: float, attn_mask: Tensor | None = None) -> Tensor:
+    """``softmax(scale * lingeope_scores + mask) v`` of one chunk, ``(b, H, L, D_v)`` in ``v``'s dtype; in
+    float32 at least also under autocast (whose bfloat16 products would round ``E`` and ``F``'s positions)."""
     with torch.autocast(q.device.type, enabled=False):
-        weights = torch.softmax(lingeope_scores(q, k, pos, block_scale) * scale, dim=-1)
+        scores = lingeope_scores(q, k, pos, block_scale) * scale
+        if attn_mask is not None:
+            scores = (scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
+                      else scores + attn_mask.to(scores.dtype))
+        weights = torch.softmax(scores, dim=-1)
         if dropout_p > 0:
             weights = F.dropout(weights, p=dropout_p)
         return (weights @ v.to(weights.dtype)).to(v.dtype)
 
 
 def lingeope_attention(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, block_scale: Tensor, *,
-                       scale: float | None = None, dropout_p: float = 0.0) -> Tensor:
+                       scale: float | None = None, dropout_p: float = 0.0, attn_mask: Tensor | None = None) -> Tensor:
     """Dot-product attention with linear GeoPE scores: ``softmax_j(scale * s_ij) v_j`` for ``q, k (B, H, L, D)``,
     ``v (B, H, L, D_v)``, ``pos (B, L, 3)``, ``block_scale (n,)``; ``scale`` defaults to ``1 / sqrt(D)`` as in
-    ``scaled_dot_product_attention``, ``dropout_p`` drops attention weights. Returns ``(B, H, L, D_v)``."""
+    ``scaled_dot_product_attention``, ``dropout_p`` drops attention weights, ``attn_mask`` as SDPA's (bool: True
+    where a key is attended; float: added to the scores), broadcast to ``(B, H, L, L)``. Returns ``(B, H, L, D_v)``."""
     batch, heads, length, channels = q.shape
     scale = channels ** -0.5 if scale is None else scale
     rows = max(1, _CHUNK_ELEMENTS // max(1, heads * length * length))
@@ -88,6 +93,7 @@ def lingeope_attention(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, block_scale
     outs = []
     for start in range(0, batch, rows):
         part = slice(start, start + rows)
-        args = (q[part], k[part], v[part], pos[part], block_scale, scale, dropout_p)
+        mask = attn_mask if attn_mask is None or attn_mask.shape[0] == 1 else attn_mask[part]
+        args = (q[part], k[part], v[part], pos[part], block_scale, scale, dropout_p, mask)
         outs.append(checkpoint(_attend, *args, use_reentrant=False) if grad else _attend(*args))
     return torch.cat(outs)

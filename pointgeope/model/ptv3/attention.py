@@ -11,7 +11,9 @@ For one serialization order, the points are read along the curve, cut into patch
 ``RPE`` (Pointcept's ``enable_rpe``) is a learnt bias per head indexed by the clamped grid offset of the two
 points along each axis, summed over x, y, z. ``mask`` removes the empty slots of a cloud shorter than a
 patch. The hook ``pe(q, k, coord_patches, grid_patches) -> (q, k)`` gets the patches' coordinates (P, K, 3)
-float (metres) and their stage's grid coordinates (P, K, 3) int64; it must keep the shapes.
+float (metres) and their stage's grid coordinates (P, K, 3) int64; it must keep the shapes. A hook whose
+``per_token`` is False (lingeope: no rotation of q and k alone gives its scores) is called instead as
+``pe.attention(q, k, v, coord_patches, grid_patches, scale=, dropout_p=, attn_mask=)`` for the whole attention.
 """
 from __future__ import annotations
 
@@ -100,16 +102,21 @@ class SerializedAttention(nn.Module):
         inverse = part.slot[point.serialized_inverse[self.order_index]]          # (N,) slot of each point
         qkv = self.qkv(point.feat)[order]
         q, key, v = qkv.view(-1, k, 3, h, c // h).permute(2, 0, 3, 1, 4).unbind(0)   # (P, H, K, D)
-        if self.pe is not None:
-            q, key = self.pe(q, key, point.coord[order].view(-1, k, 3), point.grid_coord[order].view(-1, k, 3))
-        mask = self._mask(part, point.grid_coord[order].view(-1, k, 3))
+        coord, grid = point.coord[order].view(-1, k, 3), point.grid_coord[order].view(-1, k, 3)
+        pair_pe = self.pe is not None and not getattr(self.pe, "per_token", True)
+        if self.pe is not None and not pair_pe:
+            q, key = self.pe(q, key, coord, grid)
+        mask = self._mask(part, grid)
         dtype = q.dtype
         if self.upcast:
             q, key, v = q.float(), key.float(), v.float()
         if mask is not None and mask.dtype != torch.bool:
             mask = mask.to(q.dtype)                                        # the RPE bias in q's precision
-        out = F.scaled_dot_product_attention(q, key, v, attn_mask=mask, scale=self.scale,
-                                             dropout_p=self.attn_drop if self.training else 0.0)
+        drop = self.attn_drop if self.training else 0.0
+        if pair_pe:   # an encoding of pairs (lingeope): its own attention, with the same mask
+            out = self.pe.attention(q, key, v, coord, grid, scale=self.scale, dropout_p=drop, attn_mask=mask)
+        else:
+            out = F.scaled_dot_product_attention(q, key, v, attn_mask=mask, scale=self.scale, dropout_p=drop)
         out = out.to(dtype).transpose(1, 2).reshape(-1, c)[inverse]
         return self.proj_drop(self.proj(out))
 

@@ -1,0 +1,109 @@
+"""PTv3 as the engine runs it: ``PTv3Seg(model_config, grid_size)``, with PTv1's calling convention.
+
+The engine (train, evaluate, predict, DDP) calls every network as ``net(pos, x, offset, grid_coord=...,
+hierarchy=...)`` and asks it for ``frequency_parameters()`` and ``hierarchy_spec``. ``PTv3Seg`` is Pointcept's
+segmentor (:class:`~pointgeope.model.ptv3.segmentor.PTv3Segmentor`: parameter names ``backbone.*`` and
+``seg_head.*``, so the block parameters' ``block`` keyword and Pointcept checkpoints match) built from the
+``model:`` section (``backbone: ptv3``, :class:`~pointgeope.model.config.PTv3Config`), with:
+
+- ``pe`` (``model.pe``) an encoding of :mod:`pointgeope.model.qk_encodings` per head width
+  (:class:`StageEncodings`), or none; its positions: ``coord`` in metres with ``pos_scale = 1 / grid_size``
+  (phases in voxel units) and base ``model.geope_base`` for ``geope``, ``lingeope`` and ``rope3d``, the
+  authors' own scales for ``point3drope`` (metres, base 10, Utonia's jitter in training) and ``pointrope``
+  (the stage's grid, base 100);
+- no point hierarchy (``hierarchy_spec = None``; a ``hierarchy`` given is ignored): serialization, pooling
+  and the sparse convolution's neighbour tables are built inside the forward;
+- in eval mode no shuffled orders (a deliberate difference from Pointcept, whose test draws
+  ``torch.randperm`` at every pooling: here the test of a run and its ``predict`` give the same labels).
+"""
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from pointgeope.model.config import ModelConfig
+from pointgeope.model.ptv3.network import PointTransformerV3
+from pointgeope.model.ptv3.pooling import SerializedPooling
+from pointgeope.model.ptv3.segmentor import PTv3Segmentor
+from pointgeope.model.qk_encodings import QKEncoding, qk_encoding
+
+__all__ = ["PTv3Seg", "StageEncodings", "encoding_options"]
+
+
+def encoding_options(cfg: ModelConfig, grid_size: float) -> dict:
+    """The keyword arguments of ``qk_encoding(cfg.pe, D, **options)`` (module docstring)."""
+    if cfg.pe in ("geope", "lingeope"):
+        return dict(base=cfg.geope_base, pos_scale=1.0 / grid_size, learnable=cfg.geope_learnable)
+    if cfg.pe == "rope3d":
+        return dict(base=cfg.geope_base, pos_scale=1.0 / grid_size)
+    return {}
+
+
+class StageEncodings(nn.Module):
+    """The ``pe`` hook of every attention layer: one encoding per head width ``D`` (the stages may differ),
+    chosen by ``q.shape[-1]``. ``per_token`` is the encodings' (lingeope: False, the attention then calls
+    :meth:`attention`)."""
+
+    def __init__(self, name: str, head_dims: set[int], **options) -> None:
+        super().__init__()
+        self.name = name
+        self.by_width = nn.ModuleDict({str(d): qk_encoding(name, d, **options) for d in sorted(head_dims)})
+        self.per_token = all(e.per_token for e in self.by_width.values())
+
+    def _for(self, q: Tensor) -> QKEncoding:
+        return self.by_width[str(q.shape[-1])]
+
+    def forward(self, q: Tensor, k: Tensor, coord: Tensor, grid: Tensor) -> tuple[Tensor, Tensor]:
+        return self._for(q)(q, k, coord, grid)
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, coord: Tensor, grid: Tensor, **kwargs) -> Tensor:
+        return self._for(q).attention(q, k, v, coord, grid, **kwargs)
+
+
+class PTv3Seg(PTv3Segmentor):
+    """Pointcept's PT-v3m1 segmentor from ``cfg`` (``cfg.backbone == "ptv3"``) at voxel size ``grid_size`` (m).
+
+    Shapes: forward(pos (N, 3) metres, x (N, in_channels), offset (B,) the end of each cloud, grid_coord
+    (N, 3) int >= 0) -> logits (N, num_classes), in input order."""
+
+    hierarchy_spec = None       # PTv3 builds no PTv1 point hierarchy (engine.placement says so)
+
+    def __init__(self, cfg: ModelConfig, grid_size: float) -> None:
+        p = cfg.ptv3
+        heads = zip(p.enc_channels + p.dec_channels, p.enc_num_head + p.dec_num_head)
+        pe = None
+        if cfg.pe != "none":
+            pe = StageEncodings(cfg.pe, {c // h for c, h in heads}, **encoding_options(cfg, grid_size))
+        backbone = PointTransformerV3(
+            in_channels=cfg.in_channels, order=tuple(p.order), stride=tuple(p.stride),
+            enc_depths=tuple(p.enc_depths), enc_channels=tuple(p.enc_channels), enc_num_head=tuple(p.enc_num_head),
+            enc_patch_size=tuple(p.enc_patch_size), dec_depths=tuple(p.dec_depths),
+            dec_channels=tuple(p.dec_channels), dec_num_head=tuple(p.dec_num_head),
+            dec_patch_size=tuple(p.dec_patch_size), mlp_ratio=p.mlp_ratio, qkv_bias=p.qkv_bias,
+            attn_drop=p.attn_drop, proj_drop=p.proj_drop, drop_path=p.drop_path, shuffle_orders=p.shuffle_orders,
+            enable_rpe=p.enable_rpe, pe=pe)
+        super().__init__(cfg.num_classes, backbone.out_channels, backbone)
+        self._encodings = (pe,)     # a tuple: not a second registration (the blocks hold it)
+        self._shuffle = p.shuffle_orders
+
+    def train(self, mode: bool = True) -> PTv3Seg:
+        """Training shuffles the serialization orders as configured (``model.ptv3.shuffle_orders``; pooling
+        always, as Pointcept's); evaluation does not (Pointcept's ``randperm`` draws there too), so that the
+        test and ``predict`` of a run give the same labels whatever the random state."""
+        super().train(mode)
+        self.backbone.shuffle_orders = self._shuffle and mode
+        for module in self.backbone.modules():
+            if isinstance(module, SerializedPooling):
+                module.shuffle_orders = mode
+        return self
+
+    def forward(self, pos: Tensor, x: Tensor, offset: Tensor, grid_coord: Tensor | None = None,
+                hierarchy=None) -> Tensor:
+        if grid_coord is None:
+            raise ValueError("PTv3 needs grid_coord (N, 3), the points' voxel indices: give samples of "
+                             "data.augment=pointcept_ptv3 and eval.protocol=ptv3")
+        return super().forward(pos, grid_coord, x, offset)
+
+    def frequency_parameters(self) -> list[nn.Parameter]:
+        """The learnt frequencies of the encoding (GeoPE's with ``model.geope_learnable``), else ``[]``."""
+        pe = self._encodings[0]
+        return [prm for prm in pe.parameters() if prm.requires_grad] if pe is not None else []

@@ -1,0 +1,152 @@
+"""PTv3 (``model.backbone: ptv3``) through the engine as PTv1 goes: train.py on the tiny data with PTv3's recipe
+(Mix3D included) and its test protocol, checkpoints that record the backbone, predict, ablate over PTv3's
+encodings, and the config keys that belong to one backbone only."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from pointgeope.cli import main as cli
+from pointgeope.commands import train as train_command
+from pointgeope.engine import build
+from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
+from pointgeope.engine.config import ConfigError, config_to_dict, load_config
+from pointgeope.h5 import list_rooms, read_predictions
+from pointgeope.model.ptv3.seg import PTv3Seg
+from tests.engine.conftest import DEMO_CONFIG, REPO, TINY
+
+PTV3_DEMO = REPO / "configs" / "demo_ptv3.yaml"
+# Two stages at head width 18, patches of 64, one epoch of two steps (two training areas of two rooms, batch 2).
+TINY3 = ["model.ptv3.stride=[2]", "model.ptv3.enc_depths=[1, 1]", "model.ptv3.enc_channels=[18, 36]",
+         "model.ptv3.enc_num_head=[1, 2]", "model.ptv3.enc_patch_size=[64, 64]", "model.ptv3.dec_depths=[1]",
+         "model.ptv3.dec_channels=[18]", "model.ptv3.dec_num_head=[1]", "model.ptv3.dec_patch_size=[64]",
+         "data.grid_size=0.1", "data.voxel_max=1500", "data.loop=1", "data.batch_size=2", "data.num_workers=0",
+         "data.cache=true", "data.mix_prob=1.0", "train.epochs=1", "train.device=cpu", "train.progress=false",
+         "eval.batch_points=20000", "eval.max_fragments=1"]
+
+
+def train3(root, run, *extra, fold="1"):
+    parser = argparse.ArgumentParser()
+    train_command.add_arguments(parser)
+    args = parser.parse_args(["--config", str(PTV3_DEMO), "--test-area", fold, "--data-root", str(root),
+                              "--run-dir", str(run), *TINY3, *extra])
+    return train_command.main(args)
+
+
+@pytest.fixture(scope="module")
+def ptv3_run(two_folds, tmp_path_factory):
+    run = tmp_path_factory.mktemp("ptv3_run")
+    assert train3(two_folds, run) == 0
+    return run / "area_1"
+
+
+def test_a_ptv3_fold_trains_with_mix3d_and_is_tested_with_its_protocol(ptv3_run, two_folds):
+    log = (ptv3_run / "log.txt").read_text()
+    assert "model: ptv3, " in log and "pe=geope" in log and "2 steps per epoch" in log
+    assert "point hierarchy: none (model.backbone=ptv3" in log and "farthest point sampling" not in log
+    last = load_checkpoint(ptv3_run / "last.pt")
+    assert (last["epoch"], last["batch"], last["step"]) == (1, 0, 2)
+    assert last["config"]["model"]["backbone"] == "ptv3" and last["config"]["eval"]["protocol"] == "ptv3"
+    assert all(k.startswith(("backbone.", "seg_head.")) for k in last["model"])       # Pointcept's names
+    # the weights moved from the seed's draw: two AdamW steps were taken
+    cfg = load_config(ptv3_run / "config.yaml")
+    torch.manual_seed(cfg.train.seed)
+    fresh = build.model(cfg).state_dict()
+    assert not torch.equal(fresh["seg_head.weight"], last["model"]["seg_head.weight"])
+    metrics = json.loads((ptv3_run / "metrics.json").read_text())
+    assert metrics["complete"] and 0.0 <= metrics["miou"] <= 1.0
+    rooms = list_rooms(two_folds / "Area_1.h5")
+    for room, n in rooms.items():
+        pred = read_predictions(ptv3_run / "predictions" / "Area_1.h5", room)
+        assert pred.shape == (n,) and int(pred.max()) < 13
+
+
+def test_a_checkpoint_of_one_backbone_refuses_the_other_in_one_line(ptv3_run, capsys):
+    with pytest.raises(CheckpointError, match=r"a PTV3 checkpoint \(model.backbone=ptv3\), but the config asks "
+                                              r"for model.backbone=ptv1"):
+        load_checkpoint(ptv3_run / "last.pt", config_to_dict(load_config(DEMO_CONFIG)))
+    assert cli(["evaluate", str(ptv3_run), "model.backbone=ptv1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model.backbone" in err[0] and "Traceback" not in err[0], err
+
+
+def test_predict_of_a_ptv3_run_equals_its_evaluation(ptv3_run, two_folds, tmp_path, capsys):
+    """predict runs the run's own protocol (its 10 views; --tta changes nothing), so its labels are the
+    evaluation's; an eval.tta override is one line."""
+    assert cli(["predict", str(ptv3_run), str(two_folds / "Area_1.h5"), "--out", str(tmp_path), "--tta",
+                "--max-fragments", "1"]) == 0
+    for room in list_rooms(two_folds / "Area_1.h5"):
+        np.testing.assert_array_equal(np.load(tmp_path / "Area_1" / f"{room}_pred.npy"),
+                                      read_predictions(ptv3_run / "predictions" / "Area_1.h5", room))
+    capsys.readouterr()
+    assert cli(["predict", str(ptv3_run), str(two_folds / "Area_1.h5"), "--out", str(tmp_path / "x"),
+                "eval.tta.rotations=4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "its own 10 views" in err[0], err
+
+
+@pytest.mark.slow
+def test_ablate_over_two_ptv3_encodings(two_folds, tmp_path):
+    run = tmp_path / "abl"
+    assert cli(["ablate", "--config", str(PTV3_DEMO), "--test-area", "1", "--data-root", str(two_folds),
+                "--run-dir", str(run), "--presets", "none,point3drope", "--seeds", "0", *TINY3]) == 0
+    report = json.loads((run / "report" / "ablation.json").read_text())
+    assert [v["name"] for v in report["variants"]] == ["none", "point3drope"]
+    for name in ("none", "point3drope"):
+        saved = load_checkpoint(run / name / "seed_0" / "area_1" / "last.pt")["config"]["model"]
+        assert (saved["backbone"], saved["pe"]) == ("ptv3", name)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model.backbone=ptv3"], "model.pe: 'rpe' is a PTv1 preset, but model.backbone=ptv3"),
+    (["model.backbone=ptv3", "model.pe=none", "model.planes=[16, 32, 64, 128, 256]"],
+     "model.planes: PTv1 keys, but model.backbone=ptv3"),
+    (["model.pe=point3drope"], "model.pe: 'point3drope' is a PTv3 encoding"),
+    (["model.ptv3.enable_rpe=true"], "model.ptv3.enable_rpe: PTv3 keys, but model.backbone=ptv1"),
+    (["model.backbone=ptv3", "model.pe=none", "model.ptv3.dec_depths=[1]"],
+     "model.ptv3.dec_depths: expected 4 entries for the 5 stages"),
+    (["model.backbone=ptv3", "model.pe=none", "model.ptv3.enc_channels=[32, 64, 128, 256, 500]"],
+     "model.ptv3.enc_channels[4]: expected a multiple of model.ptv3.enc_num_head[4] (32), got 500"),
+    (["model.backbone=ptv3", "model.pe=pointrope"], None),        # Pointcept's widths: head width 16 >= 6
+    (["model.backbone=ptv3", "model.pe=pointrope", "model.ptv3.enc_channels=[8, 64, 128, 256, 512]"],
+     "enc_channels[0] / enc_num_head[0] with model.pe=pointrope: expected head_dim >= 6"),
+    (["model.backbone=ptv3", "model.pe=none", "model.ptv3.enc_patch_size=[1024, 1024, 1024, 1024, 10000000]"],
+     "model.ptv3.enc_patch_size[4]: expected an integer <= 65536"),
+])
+def test_each_backbone_takes_its_own_keys(overrides, message):
+    if message is None:
+        assert load_config(None, overrides).model.backbone == "ptv3"
+        return
+    with pytest.raises(ConfigError, match=None) as err:
+        load_config(None, overrides)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_ptv3_needs_its_recipe_samples_and_builds_from_the_config():
+    with pytest.raises(ConfigError, match="expected data.augment=pointcept_ptv3 and eval.protocol=ptv3"):
+        build.model(load_config(None, ["model.backbone=ptv3", "model.pe=none"]))
+    cfg = load_config(PTV3_DEMO, ["model.geope_learnable=true"])
+    net = build.model(cfg)
+    assert isinstance(net, PTv3Seg) and net.hierarchy_spec is None
+    assert [p.shape for p in net.frequency_parameters()] == [torch.Size([6])]      # head width 18: 6 blocks
+    groups = build.optimizer(cfg, net).param_groups
+    # block_lr on Pointcept's "block" parameters; the learnt frequencies without weight decay
+    named = {id(p): n for n, p in net.named_parameters()}
+    assert {g["lr"] for g in groups if all("block" in named[id(p)] for p in g["params"])} == {cfg.optim.block_lr}
+    assert any(g["weight_decay"] == 0.0 and g["params"] == net.frequency_parameters() for g in groups)
+
+
+def test_config_of_an_older_checkpoint_without_backbone_is_ptv1():
+    """Checkpoints written before model.backbone and model.ptv3 existed compare as PTv1 with the defaults."""
+    from pointgeope.engine.checkpoint import config_differences
+
+    now = config_to_dict(load_config(DEMO_CONFIG))
+    old = json.loads(json.dumps(now))
+    del old["model"]["backbone"], old["model"]["ptv3"]
+    assert config_differences(old, now) == []
+    old["model"]["planes"] = [8, 16, 32, 64]
+    assert [d[0] for d in config_differences(old, now)] == ["model.planes"]
