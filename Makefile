@@ -1,5 +1,6 @@
 # Set-up and the everyday commands. Every target installs what it needs once; a second run reuses it.
 #   make demo   synthetic S3DIS -> prepare -> 6-fold training -> report, on the CPU
+#               (make demo BACKBONE=ptv3: Point Transformer V3 with GeoPE, configs/demo_ptv3.yaml)
 #   make test   the test suite (display tests under xvfb-run)
 #   make bench  the benchmarks in bench/, results in bench/results/
 #   make docs   the documentation site in site/ (MkDocs; open site/index.html or run: .venv/bin/mkdocs serve)
@@ -13,6 +14,10 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 PYTEST_ARGS ?=
 DEMO_DIR ?= demo
+# The demo's network: ptv1 (Point Transformer v1, configs/demo.yaml) or ptv3 (configs/demo_ptv3.yaml)
+BACKBONE ?= ptv1
+DEMO_CONFIG := $(if $(filter ptv3,$(BACKBONE)),configs/demo_ptv3.yaml,configs/demo.yaml)
+DEMO_RUN := $(if $(filter ptv3,$(BACKBONE)),ptv3_geope,geope)
 
 .PHONY: setup sysdeps demo test test-triton-old bench ablation docs clean-demo
 
@@ -35,8 +40,9 @@ sysdeps:
 demo: setup
 	$(VENV)/bin/pointgeope synth $(DEMO_DIR)/raw --size demo
 	$(VENV)/bin/pointgeope prepare $(DEMO_DIR)/raw $(DEMO_DIR)/s3dis --jobs 2
-	$(PY) train.py --config configs/demo.yaml --cv --data-root $(DEMO_DIR)/s3dis --run-dir $(DEMO_DIR)/runs/geope
-	$(VENV)/bin/pointgeope report $(DEMO_DIR)/runs/geope
+	@case "$(BACKBONE)" in ptv1|ptv3) ;; *) echo "BACKBONE=$(BACKBONE): expected ptv1 or ptv3" >&2; exit 2;; esac
+	$(PY) train.py --config $(DEMO_CONFIG) --cv --data-root $(DEMO_DIR)/s3dis --run-dir $(DEMO_DIR)/runs/$(DEMO_RUN)
+	$(VENV)/bin/pointgeope report $(DEMO_DIR)/runs/$(DEMO_RUN)
 
 ablation: setup
 	$(VENV)/bin/pointgeope synth $(DEMO_DIR)/raw --size demo
