@@ -60,7 +60,13 @@ def print_info() -> None:
     from pointgeope.engine.config import Config
     from pointgeope.engine.placement import hierarchy_place
 
+    print("backbones (model.backbone): ptv1, Point Transformer v1 (configs/s3dis/pt_*.yaml); ptv3, Point "
+          "Transformer V3 as Pointcept's PT-v3m1 (configs/s3dis/ptv3_*.yaml), in plain torch: no spconv, no "
+          "flash-attn, no Triton kernel")
     # data.hierarchy: auto on each device (cuda's: the choice a CUDA machine with these packages makes)
     for stage, evaluation in (("training", False), ("evaluate, predict", True)):
         for d in ("cpu", "cuda"):
-            print(f"{stage} on {d}: {hierarchy_place(Config(), torch.device(d), evaluation=evaluation).line()}")
+            print(f"ptv1 {stage} on {d}: {hierarchy_place(Config(), torch.device(d), evaluation=evaluation).line()}")
+    ptv3 = Config()
+    ptv3.model.backbone = "ptv3"
+    print(f"ptv3 on every device: {hierarchy_place(ptv3, torch.device('cpu')).line()}")
