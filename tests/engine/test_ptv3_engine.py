@@ -150,3 +150,34 @@ def test_config_of_an_older_checkpoint_without_backbone_is_ptv1():
     assert config_differences(old, now) == []
     old["model"]["planes"] = [8, 16, 32, 64]
     assert [d[0] for d in config_differences(old, now)] == ["model.planes"]
+
+
+def _ddp_rank(rank: int, world: int, port: int, root: str, run: str) -> None:
+    import os
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    from pointgeope.engine import distributed, train
+
+    cfg = load_config(PTV3_DEMO, TINY3 + [f"data.root={root}", f"train.run_dir={run}", "data.loop=2"])
+    env = distributed.setup(cfg.train.device)
+    try:
+        train.run_folds(cfg, 1, env)
+    finally:
+        distributed.cleanup()
+
+
+@pytest.mark.slow
+def test_a_two_process_ddp_run_of_ptv3(two_folds, tmp_path):
+    """DDP (gloo) has nothing PTv1-specific on its path: two ranks train PTv3 with Mix3D and test it."""
+    import torch.multiprocessing as mp
+
+    from tests.engine.test_distributed import free_port
+
+    mp.start_processes(_ddp_rank, args=(2, free_port(), str(two_folds), str(tmp_path)), nprocs=2, join=True,
+                       start_method="fork")
+    log = (tmp_path / "area_1" / "log.txt").read_text()
+    assert "2 process(es)" in log and "model: ptv3" in log and log.count("fold 1 done") == 1
+    last = load_checkpoint(tmp_path / "area_1" / "last.pt")
+    assert last["step"] == 4 and len(last["rng"]) == 2          # 8 samples, 2 per step over both ranks
