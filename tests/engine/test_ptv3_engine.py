@@ -74,6 +74,15 @@ def test_a_checkpoint_of_one_backbone_refuses_the_other_in_one_line(ptv3_run, ca
     assert len(err) == 1 and "model.backbone" in err[0] and "Traceback" not in err[0], err
 
 
+def test_evaluate_of_a_ptv3_run_repeats_its_test(ptv3_run):
+    """``pointgeope evaluate`` rebuilds PTv3 from the checkpoint and, with no shuffled orders in eval, gives
+    the confusion matrix the fold's own test gave."""
+    before = json.loads((ptv3_run / "metrics.json").read_text())
+    assert cli(["evaluate", str(ptv3_run)]) == 0
+    after = json.loads((ptv3_run / "metrics.json").read_text())
+    assert after["confusion"] == before["confusion"] and after["miou"] == before["miou"]
+
+
 def test_predict_of_a_ptv3_run_equals_its_evaluation(ptv3_run, two_folds, tmp_path, capsys):
     """predict runs the run's own protocol (its 10 views; --tta changes nothing), so its labels are the
     evaluation's; an eval.tta override is one line."""
