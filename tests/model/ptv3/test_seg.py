@@ -1,0 +1,55 @@
+"""``PTv3Seg`` (pointgeope/model/ptv3/seg.py), PTv3 as the engine builds it: an encoding per head width, and
+``lingeope`` (an encoding of pairs, through ``pe.attention``) masked as SDPA is for clouds shorter than a patch."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pointgeope.engine.config import load_config
+from pointgeope.model.ptv3.seg import PTv3Seg
+
+BASE = ["model.backbone=ptv3", "model.ptv3.stride=[2]", "model.ptv3.enc_depths=[1, 1]",
+        "model.ptv3.enc_num_head=[1, 2]", "model.ptv3.dec_depths=[1]", "model.ptv3.dec_num_head=[1]",
+        "model.ptv3.drop_path=0.0"]
+
+
+def net(pe: str, patch: int, channels=(18, 36), dec=18) -> PTv3Seg:
+    cfg = load_config(None, BASE + [f"model.pe={pe}", f"model.ptv3.enc_channels={list(channels)}",
+                                    f"model.ptv3.dec_channels=[{dec}]", f"model.ptv3.enc_patch_size=[{patch}, {patch}]",
+                                    f"model.ptv3.dec_patch_size=[{patch}]"])
+    torch.manual_seed(0)
+    return PTv3Seg(cfg.model, grid_size=0.1).eval()
+
+
+def cloud(n=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    grid = torch.randperm(8 ** 3, generator=g)[:n]
+    grid = torch.stack([grid // 64, grid // 8 % 8, grid % 8], 1)
+    pos = (grid.float() + torch.rand(n, 3, generator=g)) * 0.1
+    return pos, torch.rand(n, 6, generator=g), torch.tensor([n]), grid
+
+
+@pytest.mark.parametrize("pe", ["lingeope", "geope", "point3drope"])
+def test_a_cloud_shorter_than_its_patch_is_masked(pe):
+    """40 points in patches of 64 (24 empty slots masked) give what patches of exactly 40 give: the weights
+    do not depend on the patch size, so only a missing mask would make them differ."""
+    padded, exact = net(pe, 64), net(pe, 40)
+    exact.load_state_dict(padded.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(padded(*cloud()[:3], grid_coord=cloud()[3]),
+                                   exact(*cloud()[:3], grid_coord=cloud()[3]), atol=1e-5, rtol=1e-5)
+
+
+def test_each_head_width_gets_its_encoding():
+    """Head widths 18 (stage 0) and 12 (stage 1: 24 channels, 2 heads): one encoding each, chosen by q's width."""
+    model = net("geope", 64, channels=(18, 24))
+    pe = model.backbone.enc.enc0.block0.attn.pe
+    assert pe is model.backbone.enc.enc1.block0.attn.pe and sorted(pe.by_width) == ["12", "18"]
+    assert pe.by_width["12"].head_dim == 12 and pe.by_width["18"].head_dim == 18
+    q = torch.randn(2, 1, 5, 12)
+    coord = torch.rand(2, 5, 3)
+    rq, _ = pe(q, q, coord, coord.long())
+    torch.testing.assert_close(rq, pe.by_width["12"](q, q, coord, coord.long())[0])
+    with torch.no_grad():
+        out = model(*cloud()[:3], grid_coord=cloud()[3])
+    assert out.shape == (40, 13) and bool(torch.isfinite(out).all())
