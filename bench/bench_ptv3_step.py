@@ -9,7 +9,7 @@ the median step of the rounds is kept, with its ratio to ``none`` measured in th
 round's (a stall of two OpenMP threads on a busy machine only adds time).
 
 Usage: python bench/bench_ptv3_step.py [--rounds 5] [--threads 1 2] [--points 6000] [--lingeope]
-       [--out bench/results/bench_ptv3_step_cpu.json]
+       [--out bench/results/bench_ptv3_step_cpu_1thread.json]
 Issue 35's targets: geope <= 1.10x none; every rotary encoding within 1.10x of each other.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pointgeope.engine.config import load_config
 from pointgeope.engine import build
 
 ENCODINGS = ("none", "geope", "rope3d", "point3drope", "pointrope")
-RESULTS = Path(__file__).resolve().parent / "results" / "bench_ptv3_step_cpu.json"
+RESULTS = Path(__file__).resolve().parent / "results" / "bench_ptv3_step_cpu_1thread.json"
 NETWORK = ["model.backbone=ptv3", "data.augment=pointcept_ptv3", "eval.protocol=ptv3", "data.grid_size=0.04",
            "model.ptv3.stride=[2, 2, 2]", "model.ptv3.enc_depths=[1, 1, 2, 1]",
            "model.ptv3.enc_channels=[18, 36, 72, 144]", "model.ptv3.enc_num_head=[1, 2, 4, 8]",
