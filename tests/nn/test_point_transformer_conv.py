@@ -278,7 +278,7 @@ def test_reset_parameters_restores_the_initial_frequencies():
         conv.block_scale.freq.mul_(3.0)
     conv.reset_parameters()
     torch.testing.assert_close(conv.block_scale.freq.detach(), initial, atol=0, rtol=0)
-    assert repr(conv) == "GeoPEPointTransformerConv(4, 12, pe='geope')"
+    assert repr(conv) == "GeoPEPointTransformerConv(4, 12, pe='geope', pos_scale=25.0, base=100.0, learnable=True)"
 
 
 def test_info_names_the_tested_pyg_versions_and_flags_another(capsys, monkeypatch):
