@@ -8,7 +8,9 @@ layer adds one self-loop a node), ``C -> C`` channels in float32, the layers' de
 
 The cases take turns (round ``r`` times every case once, after one warm-up step each), so a load that comes
 and goes on shared cores falls on all of them; a case's figure is its minimum over the rounds, and its
-ratio is to PyG's layer of the same thread count in the same run.
+ratio is to PyG's layer of the same thread count in the same run. Wall time (``time_s``) and the process's
+CPU time (``cpu_s``, user + system of all its threads: on a machine shared with other jobs it counts the work,
+not the waits) are both recorded.
 
 ``--compare FILE`` adds, for every encoding, the layer of another version of
 ``pointgeope/nn/point_transformer_conv.py`` (case ``"<pe> @FILE-stem"``) to the same rounds, e.g. the code
@@ -65,13 +67,13 @@ def make_step(layer: torch.nn.Module, x: torch.Tensor, pos: torch.Tensor, edge_i
     """One forward + backward of ``layer``; returns its wall time in seconds."""
     weight = torch.randn(x.shape[0], layer.out_channels, generator=torch.Generator().manual_seed(1))
 
-    def step() -> float:
+    def step() -> tuple[float, float]:
         x.grad = None
         layer.zero_grad(set_to_none=True)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         out = layer(x, pos, edge_index)
         (out * weight).sum().backward()
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
     return step
 
 
@@ -87,11 +89,15 @@ def run(cases: list[str], compared: dict[str, type], threads: int, reps: int, n:
     for step in steps.values():                                        # warm-up
         step()
     times = {case: [] for case in cases}
+    cpu = {case: [] for case in cases}
     for _ in range(reps):
         for case, step in steps.items():
-            times[case].append(step())
-    base = min(times["pyg"])
+            wall, used = step()
+            times[case].append(wall)
+            cpu[case].append(used)
+    base, cpu_base = min(times["pyg"]), min(cpu["pyg"])
     return [{"threads": threads, "case": case, "time_s": min(t), "times_s": t, "ratio_to_pyg": min(t) / base,
+             "cpu_s": min(cpu[case]), "cpu_ratio_to_pyg": min(cpu[case]) / cpu_base,
              "N": n, "k": k, "edges": int(edge_index.shape[1]) + n, "channels": channels} for case, t in times.items()]
 
 
@@ -111,11 +117,12 @@ def main() -> None:
     cases = ["pyg"] + [f"{pe}{suffix}" for pe in args.pe for suffix in ["", *(f" @{name}" for name in compared)]]
 
     rows = []
-    print(f"{'threads':>7} {'case':>28} {'ms':>9} {'x pyg':>6}")
+    print(f"{'threads':>7} {'case':>28} {'ms':>9} {'x pyg':>6} {'cpu ms':>9} {'x pyg':>6}")
     for threads in args.threads:
         for row in run(cases, compared, threads, args.reps, args.n, args.k, args.channels):
             rows.append(row)
-            print(f"{threads:>7} {row['case']:>28} {1e3 * row['time_s']:9.1f} {row['ratio_to_pyg']:6.2f}")
+            print(f"{threads:>7} {row['case']:>28} {1e3 * row['time_s']:9.1f} {row['ratio_to_pyg']:6.2f} "
+                  f"{1e3 * row['cpu_s']:9.1f} {row['cpu_ratio_to_pyg']:6.2f}")
     payload = {"benchmark": "pyg_point_transformer_conv_fwd_bwd", "commit": git_commit(),
                "compared": {name: str(path) for name, path in zip(compared, args.compare)},
                "torch": torch.__version__, "machine": platform.platform(), "processor": platform.processor(),

@@ -16,6 +16,7 @@ from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention import PRESETS, MixedInit, PositionalEncoding, pair_frequencies, position_scales
 from pointgeope.model.rope import grid_coordinates, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
+from pointgeope.nn.target_frame import target_coefficients, to_planes, turn_into_targets
 from pointgeope.nn.checks import check_count, check_finite, check_float_tensor, check_scale
 
 __all__ = ["GeoPEPointTransformerConv"]
@@ -120,29 +121,41 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             self.block_scale.freq.data.copy_(scale.freq.data)
 
     def forward(self, x: Tensor | PairTensor, pos: Tensor | PairTensor, edge_index: Adj) -> Tensor:
-        """PyG's ``forward``, except that standard GeoPE turns the sources' keys ``W_2 x_j (N_s, C)`` (and values
-        ``W_3 x_j`` with ``value="geope"``) by ``R(t_j)`` here, once per source node, so that ``R(t_i)^T R(t_j)
-        W_2 x_j`` costs ``N_s`` rotations and one per edge (``R(t_i)^T``, in ``message``) instead of two per
-        edge. The other rotations depend on both ends of an edge and stay in ``message``."""
+        """PyG's `forward`, with whatever depends on one node done once per node: standard GeoPE turns the
+        sources' keys `W_2 x_j (N_s, C)` (and values `W_3 x_j` with `value="geope"`) by $R(t_j)$ here, the
+        coefficients of the targets' $R(t_i)^\top$ are computed once a target
+        ([`target_frame`][pointgeope.nn.target_frame]), and APE's sinusoids are added to queries and keys per
+        node. Only what depends on both ends of an edge (the multiply-adds of $R(t_i)^\top$, linear GeoPE's and
+        RoPE's relative rotations) is done per edge, in `message`."""
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         pos = (pos, pos) if isinstance(pos, Tensor) else pos
         self._check_positions(pos)
         key = self._in_source_frame(self.lin_src(x_src), pos[0], self.pe.rotation)
         value = self._in_source_frame(self.lin(x_src), pos[0], self.pe.value_rotation)
+        query = self.lin_dst(x_dst)                                  # PyG's order: the same gradient sums
+        if self.pe.absolute:                                         # W_1 x_i + e(p_i), W_2 x_j + e(p_j)
+            freq = pair_frequencies(self.pe, self.out_channels, self.block_scale, self.pair_freq, query)
+            query = query + absolute_features(pos[1], freq, self.out_channels, query.dtype)
+            key = key + absolute_features(pos[0], freq, self.out_channels, key.dtype)
+        turn, key_rest = self._target_coefficients(pos[1], key), None
+        if turn is not None:                                         # keys as planes (3, N_s, n) for message
+            blocks = self.out_channels // 3
+            key, key_rest = to_planes(key, blocks), key[:, 3 * blocks:]
         if self.add_self_loops:
             edge_index = _one_self_loop_per_node(edge_index, min(pos[0].size(0), pos[1].size(0)))
-        # propagate_type: (x: PairTensor, pos: PairTensor, alpha: PairTensor)
-        return self.propagate(edge_index, x=(value, x_dst), pos=pos, alpha=(key, self.lin_dst(x_dst)))
+        # propagate_type: (x: PairTensor, pos: PairTensor, alpha: PairTensor, key_rest: Tuple[Optional[Tensor], Optional[Tensor]], turn: Tuple[Optional[Tensor], Optional[Tensor]])
+        return self.propagate(edge_index, x=(value, x_dst), pos=pos, alpha=(key, query), key_rest=(key_rest, None),
+                              turn=(None, turn))
 
     def message(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, alpha_i: Tensor, alpha_j: Tensor,
-                index: Tensor, ptr: OptTensor, size_i: int | None) -> Tensor:
+                key_rest_j: OptTensor, turn_i: OptTensor, index: Tensor, ptr: OptTensor,
+                size_i: int | None) -> Tensor:
         delta = None if self.pos_nn is None else self.pos_nn(pos_i - pos_j)
-        query, key = alpha_i, self._in_query_frame(alpha_j, pos_i, pos_j, self.pe.rotation)
-        if self.pe.absolute:                                         # W_1 x_i + e(p_i), W_2 x_j + e(p_j)
-            freq = pair_frequencies(self.pe, self.out_channels, self.block_scale, self.pair_freq, alpha_i)
-            query = query + absolute_features(pos_i, freq, self.out_channels, query.dtype)
-            key = key + absolute_features(pos_j, freq, self.out_channels, key.dtype)
-        alpha = query - key
+        if turn_i is not None:                                       # R(t_i)^T of key planes (3, E, n)
+            key = turn_into_targets(alpha_j, key_rest_j, turn_i)
+        else:
+            key = self._in_query_frame(alpha_j, pos_i, pos_j, self.pe.rotation)
+        alpha = alpha_i - key
         if self.pe.relation_delta:
             alpha = alpha + delta
         if self.attn_nn is not None:
@@ -153,6 +166,17 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         if self.pe.value == "geope":                                 # the relation's kind of rotation
             return alpha * self._in_query_frame(x_j, pos_i, pos_j, self.pe.value_rotation)
         return alpha * x_j
+
+    def _target_coefficients(self, pos: Tensor, key: Tensor) -> OptTensor:
+        """Standard GeoPE's per-target coefficients of $R(t_i)^\top$ `(N_t, 3n + 3)` when the positions and
+        frequencies need no gradient (the fast path of `message`); `None` otherwise (the rotation is then
+        differentiated through `apply_geope` per edge)."""
+        if self.pe.rotation != "geope":
+            return None
+        scale = self.block_scale(geometry_dtype(key.dtype), key.device)
+        if torch.is_grad_enabled() and (pos.requires_grad or scale.requires_grad):
+            return None
+        return target_coefficients(pos.to(scale.dtype), scale)
 
     def _check_positions(self, pos: PairTensor) -> None:
         """Floating-point finite positions, of `axes` columns where they enter other than through `pos_nn`

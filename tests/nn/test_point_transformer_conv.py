@@ -177,6 +177,29 @@ def test_standard_geope_turned_once_a_node_is_the_per_edge_rotation(pe, bipartit
         torch.testing.assert_close(have[name], want[name], atol=1e-12, rtol=1e-10, msg=name)
 
 
+@pytest.mark.parametrize("bipartite", [False, True])
+@pytest.mark.parametrize("pe,channels", [("geope", 12), ("geope+rpe", 14)], ids=str)
+def test_target_rotation_from_per_node_coefficients_is_the_per_edge_rotation(pe, channels, bipartite):
+    """With positions and frequencies as data (no gradient), `message` turns the keys by $R(t_i)^T$ from
+    per-target coefficients on plane-major keys (`target_frame`): outputs and gradients (features, weights)
+    equal `apply_geope` twice per edge, with pass-through channels (14 = 4 blocks + 2) and bipartite inputs."""
+    torch.manual_seed(0)
+    conv = make_conv(pe, in_channels=(4, 5) if bipartite else 4, channels=channels)
+    x, pos, edge_index = graph(n=9, in_channels=4)
+    if bipartite:
+        x_t = torch.randn(5, 5, dtype=torch.float64)
+        x, pos, edge_index = (x, x_t), (pos, pos[:5] + 0.1), edge_index[:, edge_index[1] < 5]
+    leaves = [t.requires_grad_() for t in (x if bipartite else (x,))]
+    pairs = (x, pos) if bipartite else ((x, x), (pos, pos))
+    edges = with_self_loops(edge_index, min(pairs[1][0].shape[0], pairs[1][1].shape[0]))
+    expected, got = per_edge_geope(conv, PositionalEncoding.preset(pe), *pairs, edges), conv(x, pos, edge_index)
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
+    want, have = gradients(conv, expected, leaves), gradients(conv, got, leaves)
+    assert "lin_src.weight" in want
+    for name in want:
+        torch.testing.assert_close(have[name], want[name], atol=1e-12, rtol=1e-10, msg=name)
+
+
 def test_bipartite_target_positions_of_other_axes_are_refused():
     conv = make_conv("geope")
     x, pos, edge_index = graph()
