@@ -16,8 +16,11 @@ not the waits) are both recorded.
 ``pointgeope/nn/point_transformer_conv.py`` (case ``"<pe> @FILE-stem"``) to the same rounds, e.g. the code
 before a change: ``git show main:pointgeope/nn/point_transformer_conv.py > /tmp/before.py``.
 
+``--compile`` adds every case under ``torch.compile`` (``"<case> compiled"``; inductor compiles in the warm-up
+step, which is not timed).
+
 Usage: python bench/bench_pyg_layer.py [--threads 1 2] [--reps 5] [--n 20000] [--k 16] [--channels 64]
-       [--pe geope lingeope ...] [--compare /tmp/before.py] [--out bench/results/bench_pyg_layer.json]
+       [--pe geope lingeope ...] [--compare /tmp/before.py] [--compile] [--out bench/results/bench_pyg_layer.json]
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ RESULTS = ROOT / "bench" / "results" / "bench_pyg_layer.json"
 VALUE_GEOPE = "geope, value geope"            # the key and the value turned by standard GeoPE
 ENCODINGS = {**PRESETS, VALUE_GEOPE: PositionalEncoding("geope", False, "geope")}
 GRID_UNIT = 0.04                              # pointrope's cell: the voxel of pos_scale = 25
+COMPILED = " compiled"                        # case suffix: the layer under torch.compile
 
 
 def load_layer_class(path: Path) -> type:
@@ -58,6 +62,8 @@ def make_layer(case: str, channels: int, compared: dict[str, type]) -> torch.nn.
     torch.manual_seed(0)
     if case == "pyg":
         return PointTransformerConv(channels, channels)
+    if case.endswith(COMPILED):                                        # inductor, after the warm-up step
+        return torch.compile(make_layer(case[: -len(COMPILED)], channels, compared))
     pe, _, name = case.partition(" @")
     layer = compared[name] if name else GeoPEPointTransformerConv
     return layer(channels, channels, pe=ENCODINGS[pe], pos_scale=25.0, grid_unit=GRID_UNIT)
@@ -111,10 +117,13 @@ def main() -> None:
     parser.add_argument("--pe", nargs="+", choices=list(ENCODINGS), default=list(ENCODINGS))
     parser.add_argument("--compare", type=Path, nargs="*", default=[],
                         help="other versions of pointgeope/nn/point_transformer_conv.py to time alongside")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time every case (PyG's layer too) under torch.compile (inductor)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     compared = {path.stem: load_layer_class(path) for path in args.compare}
     cases = ["pyg"] + [f"{pe}{suffix}" for pe in args.pe for suffix in ["", *(f" @{name}" for name in compared)]]
+    cases += [case + COMPILED for case in cases if args.compile]
 
     rows = []
     print(f"{'threads':>7} {'case':>28} {'ms':>9} {'x pyg':>6} {'cpu ms':>9} {'x pyg':>6}")

@@ -141,8 +141,13 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         if turn is not None:                                         # keys as planes (3, N_s, n) for message
             blocks = self.out_channels // 3
             key, key_rest = to_planes(key, blocks), key[:, 3 * blocks:]
-        if self.add_self_loops:
-            edge_index = _one_self_loop_per_node(edge_index, min(pos[0].size(0), pos[1].size(0)))
+        if self.add_self_loops:                                      # PyG's: the graph's own removed, one a node
+            if isinstance(edge_index, Tensor):                       # (inline as PyG's, not a helper: a helper's
+                num_nodes = min(pos[0].size(0), pos[1].size(0))      # data-dependent nonzero is a second graph
+                edge_index, _ = remove_self_loops(edge_index)        # break under torch.compile)
+                edge_index, _ = add_self_loops(edge_index, num_nodes=num_nodes)
+            elif isinstance(edge_index, SparseTensor):
+                edge_index = torch_sparse.set_diag(edge_index)
         # propagate_type: (x: PairTensor, pos: PairTensor, alpha: PairTensor, key_rest: Tuple[Optional[Tensor], Optional[Tensor]], turn: Tuple[Optional[Tensor], Optional[Tensor]])
         return self.propagate(edge_index, x=(value, x_dst), pos=pos, alpha=(key, query), key_rest=(key_rest, None),
                               turn=(None, turn))
@@ -283,17 +288,6 @@ class _ZeroDelta(torch.nn.Module):
 
     def forward(self, diff: Tensor) -> Tensor:
         return diff.new_zeros(diff.shape[0], self.channels)
-
-
-def _one_self_loop_per_node(edge_index: Adj, num_nodes: int) -> Adj:
-    """PyG's self-loops: the graph's own removed, then one per node ``i < num_nodes`` (``set_diag`` for a
-    ``SparseTensor``)."""
-    if isinstance(edge_index, Tensor):
-        edge_index, _ = remove_self_loops(edge_index)
-        edge_index, _ = add_self_loops(edge_index, num_nodes=num_nodes)
-    elif isinstance(edge_index, SparseTensor):
-        edge_index = torch_sparse.set_diag(edge_index)
-    return edge_index
 
 
 def _check_options(pe: PositionalEncoding, in_channels, out_channels, pos_nn: Callable | None, pos_scale, base,

@@ -67,6 +67,11 @@ def _turn(planes: Tensor, coef: Tensor, sign: float) -> list[Tensor]:
 _CHUNK = 2048
 
 
+def _chunk(edges) -> int:
+    """Edges per chunk: `_CHUNK` eagerly, all of them while compiling (inductor fuses the passes itself)."""
+    return edges if torch.compiler.is_compiling() else _CHUNK
+
+
 class _TurnIntoTargets(torch.autograd.Function):
     """`R(t_i)^T k` of key planes `(3, E, n)`, followed by the pass-through channels `rest (E, r)` ->
     `(E, 3n + r)`; gradient for the keys only, in chunks of edges."""
@@ -78,8 +83,8 @@ class _TurnIntoTargets(torch.autograd.Function):
         out = planes.new_empty(edges, 3 * blocks + rest.shape[1])
         out[:, 3 * blocks:] = rest
         turned, coef = out[:, : 3 * blocks].unflatten(-1, (blocks, 3)), coef.to(planes.dtype)
-        for start in range(0, edges, _CHUNK):
-            part = slice(start, start + _CHUNK)
+        for start in range(0, edges, _chunk(edges)):
+            part = slice(start, start + _chunk(edges))
             for c, plane in enumerate(_turn(planes[:, part], coef[part], -1.0)):
                 turned[part, :, c] = plane
         return out
@@ -90,8 +95,8 @@ class _TurnIntoTargets(torch.autograd.Function):
         edges, blocks = grad.shape[0], coef.shape[1] // 3 - 1
         blocked, coef = grad[:, : 3 * blocks].unflatten(-1, (blocks, 3)), coef.to(grad.dtype)
         out = grad.new_empty(3, edges, blocks)
-        for start in range(0, edges, _CHUNK):
-            part = slice(start, start + _CHUNK)
+        for start in range(0, edges, _chunk(edges)):
+            part = slice(start, start + _chunk(edges))
             for plane, turned in zip(out[:, part], _turn(blocked[part].permute(2, 0, 1), coef[part], 1.0)):
                 plane.copy_(turned)
         return out, grad[:, 3 * blocks:], None
