@@ -137,10 +137,13 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             freq = pair_frequencies(self.pe, self.out_channels, self.block_scale, self.pair_freq, query)
             query = query + absolute_features(pos[1], freq, self.out_channels, query.dtype)
             key = key + absolute_features(pos[0], freq, self.out_channels, key.dtype)
-        turn, key_rest = self._target_coefficients(pos[1], key), None
-        if turn is not None:                                         # keys as planes (3, N_s, n) for message
+        turn, key_nodes, value_nodes = self._target_coefficients(pos[1], key), None, None
+        if turn is not None:                           # turned in message from plane-major nodes, not gathered
             blocks = self.out_channels // 3
-            key, key_rest = to_planes(key, blocks), key[:, 3 * blocks:]
+            if self.pe.rotation == "geope":
+                key, key_nodes = None, (to_planes(key, blocks), key[:, 3 * blocks:])
+            if self.pe.value_rotation == "geope":
+                value, value_nodes = None, (to_planes(value, blocks), value[:, 3 * blocks:])
         if self.add_self_loops:                                      # PyG's: the graph's own removed, one a node
             if isinstance(edge_index, Tensor):                       # (inline as PyG's, not a helper: a helper's
                 num_nodes = min(pos[0].size(0), pos[1].size(0))      # data-dependent nonzero is a second graph
@@ -148,16 +151,16 @@ class GeoPEPointTransformerConv(PointTransformerConv):
                 edge_index, _ = add_self_loops(edge_index, num_nodes=num_nodes)
             elif isinstance(edge_index, SparseTensor):
                 edge_index = torch_sparse.set_diag(edge_index)
-        # propagate_type: (x: PairTensor, pos: PairTensor, alpha: PairTensor, key_rest: Tuple[Optional[Tensor], Optional[Tensor]], turn: Tuple[Optional[Tensor], Optional[Tensor]])
-        return self.propagate(edge_index, x=(value, x_dst), pos=pos, alpha=(key, query), key_rest=(key_rest, None),
-                              turn=(None, turn))
+        # propagate_type: (x: Tuple[Optional[Tensor], Tensor], pos: PairTensor, alpha: Tuple[Optional[Tensor], Tensor], key_nodes: Optional[Tuple[Tensor, Tensor]], value_nodes: Optional[Tuple[Tensor, Tensor]], turn: Optional[Tensor])
+        return self.propagate(edge_index, x=(value, x_dst), pos=pos, alpha=(key, query), key_nodes=key_nodes,
+                              value_nodes=value_nodes, turn=turn)
 
-    def message(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, alpha_i: Tensor, alpha_j: Tensor,
-                key_rest_j: OptTensor, turn_i: OptTensor, index: Tensor, ptr: OptTensor,
-                size_i: int | None) -> Tensor:
+    def message(self, x_j: OptTensor, pos_i: Tensor, pos_j: Tensor, alpha_i: Tensor, alpha_j: OptTensor,
+                key_nodes: tuple[Tensor, Tensor] | None, value_nodes: tuple[Tensor, Tensor] | None,
+                turn: OptTensor, edge_index_j: Tensor, index: Tensor, ptr: OptTensor, size_i: int | None) -> Tensor:
         delta = None if self.pos_nn is None else self.pos_nn(pos_i - pos_j)
-        if turn_i is not None:                                       # R(t_i)^T of key planes (3, E, n)
-            key = turn_into_targets(alpha_j, key_rest_j, turn_i)
+        if key_nodes is not None:                                    # R(t_i)^T R(t_j) W_2 x_j, per-node halves
+            key = turn_into_targets(*key_nodes, turn, edge_index_j, index)
         else:
             key = self._in_query_frame(alpha_j, pos_i, pos_j, self.pe.rotation)
         alpha = alpha_i - key
@@ -168,15 +171,17 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         alpha = softmax(alpha, index, ptr, size_i)
         if self.pe.value == "rpe":
             return alpha * (x_j + delta)
+        if value_nodes is not None:                                  # standard GeoPE's values, as the keys
+            return alpha * turn_into_targets(*value_nodes, turn, edge_index_j, index)
         if self.pe.value == "geope":                                 # the relation's kind of rotation
             return alpha * self._in_query_frame(x_j, pos_i, pos_j, self.pe.value_rotation)
         return alpha * x_j
 
     def _target_coefficients(self, pos: Tensor, key: Tensor) -> OptTensor:
-        """Standard GeoPE's per-target coefficients of $R(t_i)^\top$ `(N_t, 3n + 3)` when the positions and
-        frequencies need no gradient (the fast path of `message`); `None` otherwise (the rotation is then
-        differentiated through `apply_geope` per edge)."""
-        if self.pe.rotation != "geope":
+        """Standard GeoPE's per-target coefficients of $R(t_i)^\top$ `(N_t, 3n + 3)` (for keys or values) when
+        the positions and frequencies need no gradient (the fast path of `message`); `None` otherwise (the
+        rotation is then differentiated through `apply_geope` per edge)."""
+        if "geope" not in (self.pe.rotation, self.pe.value_rotation):
             return None
         scale = self.block_scale(geometry_dtype(key.dtype), key.device)
         if torch.is_grad_enabled() and (pos.requires_grad or scale.requires_grad):

@@ -7,12 +7,12 @@ $\varphi_b = k_b |a|$ of block $b$ (`pointgeope.geope`), Rodrigues' formula for 
 $$R(t_i)^\top v = \cos\varphi_b\, v - \sin\varphi_b\, (u \times v) + (1 - \cos\varphi_b)(u \cdot v)\, u$$
 
 so [`target_coefficients`][pointgeope.nn.target_frame.target_coefficients] computes $(\cos, \sin, 1 - \cos, u)$
-once a node and an edge only gathers them and does multiply-adds. The edge's keys arrive *plane-major*, one
-contiguous plane per component (PyG's gather of a `(3, N, n)` tensor along its node dim), so every operation
-runs over contiguous memory (the `(E, n, 3)` views of the interleaved layout are strided by 3):
+once a node and an edge only gathers them and does multiply-adds. The keys are kept *plane-major*, one
+contiguous plane per component, and gathered chunk by chunk of edges, so every operation runs over contiguous,
+cache-sized memory (the `(E, n, 3)` views of the interleaved layout are strided by 3):
 
-    # key planes (3, E, n):  [ x_0 .. x_{n-1} ] [ y_0 .. y_{n-1} ] [ z_0 .. z_{n-1} ]
-    # output (E, 3n):        [ x_0 y_0 z_0 | x_1 y_1 z_1 | ... ]    (the layer's channel layout)
+    # key planes (3, N_s, n): [ x_0 .. x_{n-1} ] [ y_0 .. y_{n-1} ] [ z_0 .. z_{n-1} ]
+    # output (E, 3n + r):     [ x_0 y_0 z_0 | x_1 y_1 z_1 | ... | pass-through ]   (the layer's channel layout)
 
 Positions and frequencies get no gradient here (the layer takes this path only then); the keys' gradient
 is the forward rotation $R(t_i)\, g$ of the output's, written the same way.
@@ -73,37 +73,43 @@ def _chunk(edges) -> int:
 
 
 class _TurnIntoTargets(torch.autograd.Function):
-    """`R(t_i)^T k` of key planes `(3, E, n)`, followed by the pass-through channels `rest (E, r)` ->
-    `(E, 3n + r)`; gradient for the keys only, in chunks of edges."""
+    """`R(t_i)^T k_j` of every edge `(j -> i)`, gathered chunk by chunk from the sources' key planes
+    `(3, N_s, n)` and the targets' coefficients `(N_t, 3n + 3)`, followed by the pass-through channels
+    `rest (N_s, r)` -> `(E, 3n + r)`. The gradient of the keys is scattered back chunk by chunk, so no
+    `(E, C)` copy of the keys or of their gradient exists besides the output."""
 
     @staticmethod
-    def forward(ctx, planes: Tensor, rest: Tensor, coef: Tensor) -> Tensor:
-        ctx.save_for_backward(coef)
-        edges, blocks = planes.shape[1], planes.shape[2]
+    def forward(ctx, planes: Tensor, rest: Tensor, coef: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+        ctx.save_for_backward(coef, src, dst)
+        ctx.sources = planes.shape[1]
+        edges, blocks = src.shape[0], planes.shape[2]
         out = planes.new_empty(edges, 3 * blocks + rest.shape[1])
-        out[:, 3 * blocks:] = rest
+        out[:, 3 * blocks:] = rest.index_select(0, src)
         turned, coef = out[:, : 3 * blocks].unflatten(-1, (blocks, 3)), coef.to(planes.dtype)
         for start in range(0, edges, _chunk(edges)):
             part = slice(start, start + _chunk(edges))
-            for c, plane in enumerate(_turn(planes[:, part], coef[part], -1.0)):
+            keys, here = planes.index_select(1, src[part]), coef.index_select(0, dst[part])
+            for c, plane in enumerate(_turn(keys, here, -1.0)):
                 turned[part, :, c] = plane
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        (coef,) = ctx.saved_tensors
+        coef, src, dst = ctx.saved_tensors
         edges, blocks = grad.shape[0], coef.shape[1] // 3 - 1
         blocked, coef = grad[:, : 3 * blocks].unflatten(-1, (blocks, 3)), coef.to(grad.dtype)
-        out = grad.new_empty(3, edges, blocks)
+        grad_planes = grad.new_zeros(3, ctx.sources, blocks)
+        grad_rest = grad.new_zeros(ctx.sources, grad.shape[1] - 3 * blocks).index_add_(0, src, grad[:, 3 * blocks:])
         for start in range(0, edges, _chunk(edges)):
             part = slice(start, start + _chunk(edges))
-            for plane, turned in zip(out[:, part], _turn(blocked[part].permute(2, 0, 1), coef[part], 1.0)):
-                plane.copy_(turned)
-        return out, grad[:, 3 * blocks:], None
+            turned = _turn(blocked[part].permute(2, 0, 1), coef.index_select(0, dst[part]), 1.0)
+            grad_planes.index_add_(1, src[part], torch.stack(turned))
+        return grad_planes, grad_rest, None, None, None
 
 
-def turn_into_targets(planes: Tensor, rest: Tensor, coef: Tensor) -> Tensor:
-    """`R(t_i)^T k_j` of every edge: key planes `(3, E, n)`, the keys' pass-through channels `rest (E, r)` and
-    the edges' target coefficients `(E, 3n + 3)` (`target_coefficients` gathered by target) -> `(E, 3n + r)` in
-    the interleaved channel layout."""
-    return _TurnIntoTargets.apply(planes, rest, coef)
+def turn_into_targets(planes: Tensor, rest: Tensor, coef: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+    """$R(t_i)^\top k_j$ of every edge `src[e] = j -> dst[e] = i`: the sources' key planes `(3, N_s, n)`
+    ([`to_planes`][pointgeope.nn.target_frame.to_planes]) and pass-through channels `rest (N_s, r)`, the
+    targets' coefficients `(N_t, 3n + 3)` ([`target_coefficients`][pointgeope.nn.target_frame.target_coefficients])
+    -> `(E, 3n + r)` in the interleaved channel layout."""
+    return _TurnIntoTargets.apply(planes, rest, coef, src, dst)

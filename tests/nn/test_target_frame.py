@@ -15,13 +15,14 @@ def test_each_edge_is_turned_by_the_inverse_rotation_of_its_target(monkeypatch):
     nodes, edges, channels = 5, 11, 8                                       # 2 blocks + 2 pass-through
     pos = torch.rand(nodes, 3, generator=gen, dtype=torch.float64) * 2
     pos[3] = 0.0                                                            # the origin: R = I
-    keys = torch.randn(edges, channels, generator=gen, dtype=torch.float64)
-    dst = torch.randint(0, nodes, (edges,), generator=gen)
+    keys = torch.randn(7, channels, generator=gen, dtype=torch.float64)    # 7 sources
+    src, dst = torch.randint(0, 7, (edges,), generator=gen), torch.randint(0, nodes, (edges,), generator=gen)
     scale = BlockScale(channels, base=10.0, pos_scale=3.0)(torch.float64, pos.device)
-    coef = target_frame.target_coefficients(pos, scale)[dst]
-    got = target_frame.turn_into_targets(target_frame.to_planes(keys, 2), keys[:, 6:], coef)
+    coef = target_frame.target_coefficients(pos, scale)
+    got = target_frame.turn_into_targets(target_frame.to_planes(keys, 2), keys[:, 6:], coef, src, dst)
     for e in range(edges):                                                  # R(t_i)^T R(0) k = R(t_i)^T k
-        want = ref.geope_turn(keys[e], pos[dst[e]], torch.zeros(3, dtype=torch.float64), 10.0, 3.0, linear=False)
+        want = ref.geope_turn(keys[src[e]], pos[dst[e]], torch.zeros(3, dtype=torch.float64), 10.0, 3.0,
+                              linear=False)
         torch.testing.assert_close(got[e], want, atol=1e-12, rtol=0)
 
 
@@ -29,8 +30,8 @@ def test_gradient_of_the_keys(monkeypatch):
     monkeypatch.setattr(target_frame, "_CHUNK", 3)
     gen = torch.Generator().manual_seed(1)
     pos = torch.rand(4, 3, generator=gen, dtype=torch.float64)
-    coef = target_frame.target_coefficients(pos, torch.tensor([2.0, 0.7], dtype=torch.float64))[torch.tensor(
-        [0, 1, 1, 3, 2, 0, 3])]
-    planes = torch.randn(3, 7, 2, generator=gen, dtype=torch.float64, requires_grad=True)
-    rest = torch.randn(7, 1, generator=gen, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda p, r: target_frame.turn_into_targets(p, r, coef), (planes, rest))
+    coef = target_frame.target_coefficients(pos, torch.tensor([2.0, 0.7], dtype=torch.float64))
+    src, dst = torch.tensor([0, 4, 1, 1, 2, 0, 4]), torch.tensor([0, 1, 1, 3, 2, 0, 3])  # sources 0 and 4 twice
+    planes = torch.randn(3, 5, 2, generator=gen, dtype=torch.float64, requires_grad=True)
+    rest = torch.randn(5, 1, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda p, r: target_frame.turn_into_targets(p, r, coef, src, dst), (planes, rest))
