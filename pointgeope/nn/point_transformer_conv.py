@@ -121,7 +121,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             self.block_scale.freq.data.copy_(scale.freq.data)
 
     def forward(self, x: Tensor | PairTensor, pos: Tensor | PairTensor, edge_index: Adj) -> Tensor:
-        """PyG's `forward`, with whatever depends on one node done once per node: standard GeoPE turns the
+        r"""PyG's `forward`, with whatever depends on one node done once per node: standard GeoPE turns the
         sources' keys `W_2 x_j (N_s, C)` (and values `W_3 x_j` with `value="geope"`) by $R(t_j)$ here, the
         coefficients of the targets' $R(t_i)^\top$ are computed once a target
         ([`target_frame`][pointgeope.nn.target_frame]), and APE's sinusoids are added to queries and keys per
@@ -178,7 +178,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         return alpha * x_j
 
     def _target_coefficients(self, pos: Tensor, key: Tensor) -> OptTensor:
-        """Standard GeoPE's per-target coefficients of $R(t_i)^\top$ `(N_t, 3n + 3)` (for keys or values) when
+        r"""Standard GeoPE's per-target coefficients of $R(t_i)^\top$ `(N_t, 3n + 3)` (for keys or values) when
         the positions and frequencies need no gradient (the fast path of `message`); `None` otherwise (the
         rotation is then differentiated through `apply_geope` per edge)."""
         if "geope" not in (self.pe.rotation, self.pe.value_rotation):

@@ -108,7 +108,7 @@ class _TurnIntoTargets(torch.autograd.Function):
 
 
 def turn_into_targets(planes: Tensor, rest: Tensor, coef: Tensor, src: Tensor, dst: Tensor) -> Tensor:
-    """$R(t_i)^\top k_j$ of every edge `src[e] = j -> dst[e] = i`: the sources' key planes `(3, N_s, n)`
+    r"""$R(t_i)^\top k_j$ of every edge `src[e] = j -> dst[e] = i`: the sources' key planes `(3, N_s, n)`
     ([`to_planes`][pointgeope.nn.target_frame.to_planes]) and pass-through channels `rest (N_s, r)`, the
     targets' coefficients `(N_t, 3n + 3)` ([`target_coefficients`][pointgeope.nn.target_frame.target_coefficients])
     -> `(E, 3n + r)` in the interleaved channel layout."""
