@@ -10,7 +10,7 @@ from tests.nn import reference as ref
 
 
 def test_each_edge_is_turned_by_the_inverse_rotation_of_its_target(monkeypatch):
-    monkeypatch.setattr(target_frame, "_CHUNK", 4)                          # 11 edges: 3 chunks, the last short
+    monkeypatch.setattr(target_frame, "_chunk", lambda edges: 4)            # 11 edges: 3 chunks, the last short
     gen = torch.Generator().manual_seed(0)
     nodes, edges, channels = 5, 11, 8                                       # 2 blocks + 2 pass-through
     pos = torch.rand(nodes, 3, generator=gen, dtype=torch.float64) * 2
@@ -27,7 +27,7 @@ def test_each_edge_is_turned_by_the_inverse_rotation_of_its_target(monkeypatch):
 
 
 def test_gradient_of_the_keys(monkeypatch):
-    monkeypatch.setattr(target_frame, "_CHUNK", 3)
+    monkeypatch.setattr(target_frame, "_chunk", lambda edges: 3)
     gen = torch.Generator().manual_seed(1)
     pos = torch.rand(4, 3, generator=gen, dtype=torch.float64)
     coef = target_frame.target_coefficients(pos, torch.tensor([2.0, 0.7], dtype=torch.float64))
@@ -35,3 +35,19 @@ def test_gradient_of_the_keys(monkeypatch):
     planes = torch.randn(3, 5, 2, generator=gen, dtype=torch.float64, requires_grad=True)
     rest = torch.randn(5, 1, generator=gen, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda p, r: target_frame.turn_into_targets(p, r, coef, src, dst), (planes, rest))
+
+
+def test_one_chunk_on_more_threads_gives_the_chunked_values(monkeypatch):
+    gen = torch.Generator().manual_seed(2)
+    pos, keys = torch.rand(6, 3, generator=gen), torch.randn(6, 7, generator=gen)
+    src, dst = torch.randint(0, 6, (20,), generator=gen), torch.randint(0, 6, (20,), generator=gen)
+    coef = target_frame.target_coefficients(pos, torch.tensor([3.0, 1.0]))
+
+    def turned() -> torch.Tensor:
+        return target_frame.turn_into_targets(target_frame.to_planes(keys, 2), keys[:, 6:], coef, src, dst)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    monkeypatch.setattr(target_frame, "_CHUNK", 3)
+    chunked = turned()
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert target_frame._chunk(20) == 20
+    torch.testing.assert_close(turned(), chunked, atol=0, rtol=0)
