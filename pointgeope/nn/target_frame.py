@@ -108,7 +108,8 @@ class _TurnIntoTargets(torch.autograd.Function):
         for start in range(0, edges, _chunk(edges)):
             part = slice(start, start + _chunk(edges))
             turned = _turn(blocked[part].permute(2, 0, 1), coef.index_select(0, dst[part]), 1.0)
-            grad_planes.index_add_(1, src[part], torch.stack(turned))
+            for plane, grad_plane in zip(grad_planes, turned):
+                plane.index_add_(0, src[part], grad_plane)
         return grad_planes, grad_rest, None, None, None
 
 
