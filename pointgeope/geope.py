@@ -164,6 +164,10 @@ def _rodrigues_no_grad(v: Tensor, axis: Tensor, block_scale: Tensor, out: Tensor
     vx, vy, vz = v.unbind(-1)                                             # (..., n) strided views
     along = vx * ux
     along.addcmul_(vy, uy).addcmul_(vz, uz).mul_(1 - cos)                 # (1 - cos) (u . v)
+    if torch.compiler.is_compiling() and out is None:                    # no out= on strided views: a graph
+        return torch.stack([(v1 * u1 - v2 * u2) * sin + cos * vc + along * uc    # break each; inductor fuses
+                            for vc, uc, u1, v1, u2, v2 in ((vx, ux, uy, vz, uz, vy), (vy, uy, uz, vx, ux, vz),
+                                                           (vz, uz, ux, vy, uy, vx))], dim=-1)
     if out is None:
         out = v.new_empty(torch.broadcast_shapes(v.shape, axis.shape))
     ox, oy, oz = out.unbind(-1)
