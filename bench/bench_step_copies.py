@@ -34,7 +34,7 @@ from bench_model import synthetic_room  # noqa: E402
 from bench_io import git_commit, save_json  # noqa: E402
 from bench_train_step import sgd_learner, step_batch  # noqa: E402
 
-from pointgeope.engine.train import train_step  # noqa: E402
+from pointgeope.engine.step import train_step  # noqa: E402
 from pointgeope.model import PointTransformerSeg  # noqa: E402
 
 COPIES = ("aten::copy_", "aten::clone", "aten::contiguous")
@@ -73,7 +73,7 @@ def step_copies(preset: str, points: int, clouds: int) -> dict:
     cfg, learner = sgd_learner(model, "none", torch.device("cpu"))
     batch = step_batch(coord, feat, offset, label, hierarchy)
 
-    def step():  # the training loop's own step (engine.train.train_step)
+    def step():  # the training loop's own step (engine.step.train_step)
         train_step(cfg, learner, model, batch, torch.device("cpu"))
 
     step()

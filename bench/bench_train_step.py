@@ -2,7 +2,7 @@
 
 For ``--clouds`` synthetic rooms of ``--points`` points each (``bench_model.synthetic_room``), on
 ``--device`` (``cuda`` by default), every preset of ``--presets`` runs the training loop's own step
-(``engine.train.train_step``) of ``PointTransformerSeg50`` with SGD: the forward under ``--amp``'s autocast
+(``engine.step.train_step``) of ``PointTransformerSeg50`` with SGD: the forward under ``--amp``'s autocast
 (``train.amp``, build.autocast: CUDA only, float32 on the CPU), the float32 loss, backward (scaled for fp16),
 optimiser step:
 
@@ -60,7 +60,7 @@ from step_profile import profile, sync as _sync  # noqa: E402
 from pointgeope.engine import build  # noqa: E402
 from pointgeope.engine.config import Config, OptimConfig, TrainConfig  # noqa: E402
 from pointgeope.engine.state import Learner  # noqa: E402
-from pointgeope.engine.train import train_step  # noqa: E402
+from pointgeope.engine.step import train_step  # noqa: E402
 from pointgeope.model import PointTransformerSeg, kernel_choice  # noqa: E402
 from pointgeope.model.kernel_check import timed as one_timer  # noqa: E402
 from pointgeope.model.ops import backends, fps  # noqa: E402
@@ -81,7 +81,7 @@ def timed(fn, device: torch.device) -> tuple[float, float]:
 
 
 def sgd_learner(model: torch.nn.Module, amp: str, device: torch.device) -> tuple[Config, Learner]:
-    """The benches' training setup for ``engine.train.train_step``: ``train.amp = amp``, the cross entropy, no
+    """The benches' training setup for ``engine.step.train_step``: ``train.amp = amp``, the cross entropy, no
     clipping; SGD (lr 1e-3, momentum 0.9) at a constant learning rate and ``build.grad_scaler``."""
     cfg = Config(train=TrainConfig(amp=amp, loss="ce"), optim=OptimConfig(grad_clip=None))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
@@ -98,7 +98,7 @@ def step_batch(coord, feat, offset, label, hierarchy=None) -> SimpleNamespace:
 
 class Case:
     """One preset's model, SGD optimiser (constant learning rate) and the training loop's own step
-    (``engine.train.train_step``: ``train.amp``'s autocast and grad scaler, the float32 cross entropy, backward,
+    (``engine.step.train_step``: ``train.amp``'s autocast and grad scaler, the float32 cross entropy, backward,
     optimiser step) on fixed inputs."""
 
     def __init__(self, preset: str, inputs: dict, amp: str, device: torch.device):

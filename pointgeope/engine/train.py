@@ -31,7 +31,6 @@ import math
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -47,9 +46,9 @@ from pointgeope.engine.checkpoint import (checkpoint_config, config_differences,
 from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
 from pointgeope.engine.placement import hierarchy_place
-from pointgeope.engine.losses import segmentation_loss
 from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
+from pointgeope.engine.step import train_step
 from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
@@ -173,12 +172,8 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, net:
                    total=steps_per_epoch, desc=f"fold {fold} epoch {state.epoch + 1}/{cfg.train.epochs}")
     for batch in bar:
         batch = batch.to(device)
-
-        def stop_on_nan(loss: torch.Tensor, loss_value: float) -> None:
-            if distributed.any_rank(not math.isfinite(loss_value), device):  # every rank stops together
-                checkpoints.stop_on_nan(state, loss, batch, fold)
-
-        logits, loss_value = train_step(cfg, learner, net, batch, device, stop_on_nan)
+        logits, loss_value = train_step(cfg, learner, net, batch, device,
+                                        _stop_on_nan(checkpoints, state, batch, fold, device))
         state.step += 1
         state.batch += 1
         meter.add(logits, batch.y, loss_value)
@@ -193,24 +188,13 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, net:
     return meter
 
 
-def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, device: torch.device,
-               before_update: Callable[[torch.Tensor, float], None] | None = None) -> tuple[torch.Tensor, float]:
-    """One training step on ``batch`` (on ``device``: ``pos (N, 3)``, ``x (N, C)``, ``ptr (B+1,)``, ``y (N,)``,
-    optionally ``hierarchy``): the forward of ``net`` under ``train.amp``'s autocast (build.autocast), the
-    float32 ``train.loss``, then ``learner.step`` (backward, scaler, clip, optimiser, schedule). Returns the
-    logits ``(N, classes)`` and the loss as a float (the step's one host sync); ``before_update(loss,
-    value)`` runs between the two (train_epoch's non-finite check). The one step the training loop and the
-    ``bench/`` scripts run."""
-    with build.autocast(cfg, device):
-        # the loader's hierarchy, or None: the model builds it on the device (placement.hierarchy_place)
-        logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None))
-    loss = segmentation_loss(logits.float(), batch.y, cfg.train.loss, cfg.train.ignore_index,
-                             cfg.train.lovasz_weight)
-    loss_value = loss.item()
-    if before_update is not None:
-        before_update(loss, loss_value)
-    learner.step(loss, cfg.optim.grad_clip)
-    return logits, loss_value
+def _stop_on_nan(checkpoints: FoldCheckpoints, state: LoopState, batch, fold: int, device: torch.device):
+    """train_step's check before the update: a non-finite loss on any rank stops every rank together,
+    leaving ``nan_step_<step>.pt`` (FoldCheckpoints.stop_on_nan)."""
+    def check(loss: torch.Tensor, loss_value: float) -> None:
+        if distributed.any_rank(not math.isfinite(loss_value), device):
+            checkpoints.stop_on_nan(state, loss, batch, fold)
+    return check
 
 
 def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter, test_areas: list[str],
