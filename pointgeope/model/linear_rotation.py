@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pointgeope.geope import rodrigues, unit_axis
+from pointgeope.geope import rodrigues, rotation_terms
 from pointgeope.model.ops import gather
 from pointgeope.model import geope_pairs
 from pointgeope.model.rotation import constant, geometry_dtype, query_steps, turned_neighbours
@@ -63,11 +63,9 @@ def _turn_planes(v: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
     Every operand is a contiguous ``(M, n)`` plane or a row's scalar, so each of the ~20 elementwise
     operations is one loop over whole rows (per-component views of interleaved channels, with their short
     strided rows, were 2x slower). At ``d = 0``, ``u = 0`` and ``R = I`` exactly."""
-    axis, radius = unit_axis(disp)                                                   # (M, 3), (M, 1)
+    axis, cos, sin, versine = rotation_terms(disp, block_scale)                      # (M, 3), 3 x (M, n)
     u = [c.unsqueeze(1) for c in axis.unbind(1)]                                     # 3 x (M, 1)
-    phi = radius * block_scale                                                       # (M, n)
-    cos, sin = phi.cos(), phi.sin()
-    along = torch.mul(v[0], u[0]).addcmul_(v[1], u[1]).addcmul_(v[2], u[2]).mul_(1 - cos)
+    along = torch.mul(v[0], u[0]).addcmul_(v[1], u[1]).addcmul_(v[2], u[2]).mul_(versine)
     out = torch.empty_like(v)
     for d in range(3):
         e, f = (d + 1) % 3, (d + 2) % 3                                              # (u x v)_d = u_e v_f - u_f v_e
