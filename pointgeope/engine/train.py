@@ -118,7 +118,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         f"{len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
     log(place.line())
     log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
-    if cfg.train.amp != "none" and device.type != "cuda":  # build.autocast: mixed precision is CUDA's only
+    if cfg.train.amp != "none" and build.mixed_precision(cfg, device) is None:
         log(f"precision: float32 (train.amp={cfg.train.amp} is for CUDA, and this run is on {device.type})")
 
     # Every checkpoint carries what `pointgeope predict` needs (the spacing checks a scan's units).
