@@ -37,7 +37,8 @@ from pointgeope.model import geope_pairs
 from pointgeope.model.ops import gather
 
 __all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shift_tables", "apply_shifted", "apply_blocks",
-           "rotate_blocks", "query_frame", "constant", "query_steps", "turned_neighbours"]
+           "rotate_blocks", "query_frame", "constant", "query_steps", "turned_neighbours",
+           "channel_planes", "write_planes"]
 
 # Pair elements per step of the fused Functions on the CPU: ~4 MB of float32 per intermediate, so that the
 # several passes of a rotation over a step's pairs run in the CPU's cache instead of memory (relation of
@@ -80,6 +81,21 @@ def turned_neighbours(x: Tensor, idx: Tensor, minus: Tensor | None, width: int,
 def geometry_dtype(dtype: torch.dtype) -> torch.dtype:
     """Rotations are built in float32 at least: phases reach hundreds of radians (metres / grid size)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def channel_planes(rows: Tensor, groups: int, size: int, dtype: torch.dtype) -> Tensor:
+    """The first ``groups`` groups of ``size`` channels of ``rows (M, C)`` as ``size`` contiguous planes
+    ``(size, M, groups)`` in ``dtype``: plane ``d`` row ``m`` holds component ``d`` of every group of row ``m``
+    (RoPE's pairs, ``size`` 2; GeoPE's blocks, ``size`` 3). Elementwise kernels then loop over whole rows."""
+    return rows[:, : size * groups].reshape(-1, groups, size).permute(2, 0, 1).to(dtype).contiguous()
+
+
+def write_planes(planes: Tensor, out: Tensor) -> None:
+    """Write :func:`channel_planes`' ``(size, M, groups)`` back into the group channels of ``out (M, C)``
+    (rounded to its dtype); the other channels are left as they are."""
+    size, _, groups = planes.shape
+    for d in range(size):
+        out[:, d: size * groups: size].copy_(planes[d])
 
 
 def block_rotations(pos: Tensor, block_scale: Tensor) -> Tensor:
