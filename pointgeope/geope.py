@@ -43,16 +43,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "unit_axis", "rotation_terms", "apply_geope", "relative_geope", "frequencies",
+__all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "unit_axis", "rotation_terms", "geometry_dtype", "apply_geope", "relative_geope", "frequencies",
            "BlockScale", "GeoPE"]
 
 # Below this phi^2 the Taylor series are used; the first dropped term is below 1e-15 there.
 _SMALL_PHI_SQ = 1e-4
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Half precision inputs are rotated in float32 and cast back."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+def geometry_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Rotations are built in float32 at least (float64 stays): phases reach hundreds of radians (metres /
+    grid size), and half-precision inputs are rotated in float32 and cast back. The one owner of that rule
+    (``pointgeope.model.rotation`` re-exports it for the model's encodings)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def phase_vector(phases: Tensor) -> Tensor:
@@ -115,7 +117,7 @@ def rodrigues(v: Tensor, axis: Tensor, block_scale: Tensor) -> Tensor:
     ``R^T g = R(-w) g``. Otherwise plain autograd differentiates the formula.
     """
     out_dtype = v.dtype
-    dtype = _compute_dtype(torch.promote_types(v.dtype, axis.dtype))
+    dtype = geometry_dtype(torch.promote_types(v.dtype, axis.dtype))
     v, axis, block_scale = v.to(dtype), axis.to(dtype), block_scale.to(dtype)
     if block_scale.dim() == 1:  # blocks: axis (..., 3) -> (..., 1, 3), block_scale (n,) -> (n, 1)
         axis = axis.unsqueeze(-2)
@@ -323,7 +325,7 @@ class GeoPE(nn.Module):
         for p in (pos, *more_pos):
             if p.shape[-1] != self.axes:
                 raise ValueError(f"expected pos of shape (..., {self.axes}), got {tuple(p.shape)}")
-        return self.block_scale(_compute_dtype(torch.promote_types(x.dtype, pos.dtype)), pos.device)
+        return self.block_scale(geometry_dtype(torch.promote_types(x.dtype, pos.dtype)), pos.device)
 
     def extra_repr(self) -> str:
         return (f"channels={self.channels}, axes={self.axes}, base={self.base}, pos_scale={self.pos_scale}, "

@@ -32,7 +32,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from pointgeope.geope import rotation_terms
+from pointgeope.geope import geometry_dtype, rotation_terms
 from pointgeope.model import geope_pairs
 from pointgeope.model.ops import gather
 
@@ -76,11 +76,6 @@ def turned_neighbours(x: Tensor, idx: Tensor, minus: Tensor | None, width: int,
         if minus is not None:
             out[part].view(-1, k, channels).sub_(minus[step].unsqueeze(1))
     return out.view(queries, k, channels)
-
-
-def geometry_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Rotations are built in float32 at least: phases reach hundreds of radians (metres / grid size)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def channel_planes(rows: Tensor, groups: int, size: int, dtype: torch.dtype) -> Tensor:
