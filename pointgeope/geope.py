@@ -159,9 +159,9 @@ def rotation_terms(axis: Tensor, block_scale: Tensor,
     (``R = I`` exactly at ``a = 0``, no series). Angles are computed in ``axis``'s dtype (keep it float32 or
     wider: phases reach hundreds of radians); with ``dtype``, ``u``, ``cos`` and ``sin`` are cast to it and the
     versine computed there. The one owner of the rule for the torch paths (``_rodrigues_no_grad``,
-    ``linear_rotation._turn_planes``, ``geope_pairs.rodrigues_rows``, ``rotation.block_rotations`` and
-    ``rotation_tables``); ``triton_attention._rodrigues_terms`` is its in-kernel copy, held equal by
-    ``tests/model/test_rodrigues_terms.py``. Where the axis needs a gradient, ``_coefficients``' series in
+    ``linear_rotation._turn_planes``, ``geope_pairs.rodrigues_rows``, ``rotation.block_rotations``,
+    ``rotation_tables`` and ``nn.target_frame.target_coefficients``); ``triton_attention._rodrigues_terms`` is
+    its in-kernel copy, held equal by ``tests/model/test_rodrigues_terms.py``. Where the axis needs a gradient, ``_coefficients``' series in
     ``phi^2`` is the form (``_rodrigues_formula``, ``qk_lingeope``)."""
     u, radius = unit_axis(axis)
     phi = radius * block_scale

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pointgeope.geope import phase_vector
+from pointgeope.geope import phase_vector, rotation_terms
 
 __all__ = ["target_coefficients", "to_planes", "turn_into_targets"]
 
@@ -31,12 +31,8 @@ def target_coefficients(pos: Tensor, block_scale: Tensor) -> Tensor:
     """`(N, 3n + 3)` per node: `[cos phi_b | sin phi_b | 1 - cos phi_b | u]` of the rotation $R(t(p))$
     (`pos (N, A)`, `block_scale (n,)`; computed in their dtype, no gradient)."""
     with torch.no_grad():
-        axis = phase_vector(pos)
-        radius = axis.norm(dim=-1, keepdim=True)
-        u = axis / radius.clamp_min(torch.finfo(axis.dtype).tiny)       # u = 0 at the origin: R = I exactly
-        phi = radius * block_scale
-        cos = phi.cos()
-        return torch.cat([cos, phi.sin(), 1 - cos, u], dim=-1)
+        u, cos, sin, versine = rotation_terms(phase_vector(pos), block_scale)   # geope's one Rodrigues rule
+        return torch.cat([cos, sin, versine, u], dim=-1)
 
 
 def to_planes(x: Tensor, blocks: int) -> Tensor:
