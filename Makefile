@@ -19,7 +19,7 @@ BACKBONE ?= ptv1
 DEMO_CONFIG := $(if $(filter ptv3,$(BACKBONE)),configs/demo_ptv3.yaml,configs/demo.yaml)
 DEMO_RUN := $(if $(filter ptv3,$(BACKBONE)),ptv3_geope,geope)
 
-.PHONY: setup sysdeps demo test test-triton-old bench ablation docs clean-demo
+.PHONY: setup sysdeps demo test test-triton-old test-pyg-oldest bench ablation docs clean-demo
 
 setup: $(STAMP) sysdeps
 
@@ -60,7 +60,15 @@ TRITON_OLD ?= 3.6.0
 test-triton-old: setup
 	test -d .triton-$(TRITON_OLD) || $(PY) -m pip install -q --no-deps --target .triton-$(TRITON_OLD) triton==$(TRITON_OLD)
 	PYTHONPATH=.triton-$(TRITON_OLD) $(PY) -m pytest -q -p no:cacheprovider tests/model/test_triton_ops.py \
-		tests/model/test_kernels.py tests/model/test_fused_attention.py tests/model/test_bucket_fps.py
+		tests/model/test_kernels.py tests/model/test_fused_attention.py tests/model/test_bucket_fps.py \
+		tests/model/test_rodrigues_terms.py
+
+# pointgeope.nn under the oldest torch-geometric it supports (pyproject.toml's lower bound, TESTED_PYG_VERSIONS)
+PYG_OLDEST ?= 2.5.3
+test-pyg-oldest: setup
+	test -d .pyg-$(PYG_OLDEST) || $(PY) -m pip install -q --no-deps --target .pyg-$(PYG_OLDEST) torch_geometric==$(PYG_OLDEST)
+	PYTHONPATH=.pyg-$(PYG_OLDEST) $(PY) -m pytest -q -p no:cacheprovider tests/nn \
+		tests/test_examples.py -k "not test_pyg_point_transformer_trains"
 
 bench: setup
 	$(PY) bench/bench_geope.py

@@ -222,6 +222,7 @@ def published_case(args) -> dict:
 
     from pointgeope.engine import build, evaluate, placement
     from pointgeope.engine.config import load_config
+    from pointgeope.model.kernel_check import timed
 
     torch.manual_seed(0)
     if args.threads:
@@ -236,17 +237,15 @@ def published_case(args) -> dict:
     forwarded = []                                  # points of every forward: the point predictions made
     model.register_forward_pre_hook(lambda module, inputs: forwarded.append(int(inputs[0].shape[0])))
     coord, color = synth_room(args.size)
-    rows = []
-    for rep in range(args.reps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        forwarded.clear()
-        t0 = time.perf_counter()
-        result = evaluate.vote_room(model, coord, color, cfg, device, seed=0)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        rows.append(time.perf_counter() - t0)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+    def one_room():
+        forwarded.clear()                           # the last room's forwards are the ones counted
+        return evaluate.vote_room(model, coord, color, cfg, device, seed=0)
+
+    result, rows = timed(one_room, device, args.reps, warmup=0)   # the package's one timer
     n, used = coord.shape[0], min(result.fragments[0], cfg.eval.max_fragments or result.fragments[0])
     seconds = min(rows)
     out = {"size": args.size, "points": int(n), "fragments": result.fragments[0], "fragments_run": used,

@@ -50,6 +50,7 @@ import torch
 from bench_io import save_json
 
 from pointgeope.model import PRESETS, PointTransformerLayer, PointTransformerSeg
+from pointgeope.model.kernel_check import timed
 from pointgeope.model.ops import fps, knn
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_model.json"
@@ -102,14 +103,11 @@ class PeakRSS:
 
 def measure(fn, device: torch.device) -> tuple[float, int, float]:
     """Seconds (CPU: process CPU time; CUDA: wall), peak memory (bytes above the start) and wall seconds."""
-    if device.type == "cuda":
+    if device.type == "cuda":                      # one run through the package's timer
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        wall = time.perf_counter() - start
+        wall = timed(fn, device, reps=1, warmup=0)[1][0]
         return wall, torch.cuda.max_memory_allocated() - base, wall
     with PeakRSS() as rss:
         start, cpu = time.perf_counter(), time.process_time()

@@ -8,14 +8,19 @@ layer adds one self-loop a node), ``C -> C`` channels in float32, the layers' de
 
 The cases take turns (round ``r`` times every case once, after one warm-up step each), so a load that comes
 and goes on shared cores falls on all of them; a case's figure is its minimum over the rounds, and its
-ratio is to PyG's layer of the same thread count in the same run.
+ratio is to PyG's layer of the same thread count in the same run. Wall time (``time_s``) and the process's
+CPU time (``cpu_s``, user + system of all its threads: on a machine shared with other jobs it counts the work,
+not the waits) are both recorded.
 
 ``--compare FILE`` adds, for every encoding, the layer of another version of
 ``pointgeope/nn/point_transformer_conv.py`` (case ``"<pe> @FILE-stem"``) to the same rounds, e.g. the code
 before a change: ``git show main:pointgeope/nn/point_transformer_conv.py > /tmp/before.py``.
 
+``--compile`` adds every case under ``torch.compile`` (``"<case> compiled"``; inductor compiles in the warm-up
+step, which is not timed).
+
 Usage: python bench/bench_pyg_layer.py [--threads 1 2] [--reps 5] [--n 20000] [--k 16] [--channels 64]
-       [--pe geope lingeope ...] [--compare /tmp/before.py] [--out bench/results/bench_pyg_layer.json]
+       [--pe geope lingeope ...] [--compare /tmp/before.py] [--compile] [--out bench/results/bench_pyg_layer.json]
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ RESULTS = ROOT / "bench" / "results" / "bench_pyg_layer.json"
 VALUE_GEOPE = "geope, value geope"            # the key and the value turned by standard GeoPE
 ENCODINGS = {**PRESETS, VALUE_GEOPE: PositionalEncoding("geope", False, "geope")}
 GRID_UNIT = 0.04                              # pointrope's cell: the voxel of pos_scale = 25
+COMPILED = " compiled"                        # case suffix: the layer under torch.compile
 
 
 def load_layer_class(path: Path) -> type:
@@ -56,6 +62,8 @@ def make_layer(case: str, channels: int, compared: dict[str, type]) -> torch.nn.
     torch.manual_seed(0)
     if case == "pyg":
         return PointTransformerConv(channels, channels)
+    if case.endswith(COMPILED):                                        # inductor, after the warm-up step
+        return torch.compile(make_layer(case[: -len(COMPILED)], channels, compared))
     pe, _, name = case.partition(" @")
     layer = compared[name] if name else GeoPEPointTransformerConv
     return layer(channels, channels, pe=ENCODINGS[pe], pos_scale=25.0, grid_unit=GRID_UNIT)
@@ -65,13 +73,13 @@ def make_step(layer: torch.nn.Module, x: torch.Tensor, pos: torch.Tensor, edge_i
     """One forward + backward of ``layer``; returns its wall time in seconds."""
     weight = torch.randn(x.shape[0], layer.out_channels, generator=torch.Generator().manual_seed(1))
 
-    def step() -> float:
+    def step() -> tuple[float, float]:
         x.grad = None
         layer.zero_grad(set_to_none=True)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         out = layer(x, pos, edge_index)
         (out * weight).sum().backward()
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
     return step
 
 
@@ -87,11 +95,15 @@ def run(cases: list[str], compared: dict[str, type], threads: int, reps: int, n:
     for step in steps.values():                                        # warm-up
         step()
     times = {case: [] for case in cases}
+    cpu = {case: [] for case in cases}
     for _ in range(reps):
         for case, step in steps.items():
-            times[case].append(step())
-    base = min(times["pyg"])
+            wall, used = step()
+            times[case].append(wall)
+            cpu[case].append(used)
+    base, cpu_base = min(times["pyg"]), min(cpu["pyg"])
     return [{"threads": threads, "case": case, "time_s": min(t), "times_s": t, "ratio_to_pyg": min(t) / base,
+             "cpu_s": min(cpu[case]), "cpu_ratio_to_pyg": min(cpu[case]) / cpu_base,
              "N": n, "k": k, "edges": int(edge_index.shape[1]) + n, "channels": channels} for case, t in times.items()]
 
 
@@ -105,17 +117,21 @@ def main() -> None:
     parser.add_argument("--pe", nargs="+", choices=list(ENCODINGS), default=list(ENCODINGS))
     parser.add_argument("--compare", type=Path, nargs="*", default=[],
                         help="other versions of pointgeope/nn/point_transformer_conv.py to time alongside")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time every case (PyG's layer too) under torch.compile (inductor)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     compared = {path.stem: load_layer_class(path) for path in args.compare}
     cases = ["pyg"] + [f"{pe}{suffix}" for pe in args.pe for suffix in ["", *(f" @{name}" for name in compared)]]
+    cases += [case + COMPILED for case in cases if args.compile]
 
     rows = []
-    print(f"{'threads':>7} {'case':>28} {'ms':>9} {'x pyg':>6}")
+    print(f"{'threads':>7} {'case':>28} {'ms':>9} {'x pyg':>6} {'cpu ms':>9} {'x pyg':>6}")
     for threads in args.threads:
         for row in run(cases, compared, threads, args.reps, args.n, args.k, args.channels):
             rows.append(row)
-            print(f"{threads:>7} {row['case']:>28} {1e3 * row['time_s']:9.1f} {row['ratio_to_pyg']:6.2f}")
+            print(f"{threads:>7} {row['case']:>28} {1e3 * row['time_s']:9.1f} {row['ratio_to_pyg']:6.2f} "
+                  f"{1e3 * row['cpu_s']:9.1f} {row['cpu_ratio_to_pyg']:6.2f}")
     payload = {"benchmark": "pyg_point_transformer_conv_fwd_bwd", "commit": git_commit(),
                "compared": {name: str(path) for name, path in zip(compared, args.compare)},
                "torch": torch.__version__, "machine": platform.platform(), "processor": platform.processor(),

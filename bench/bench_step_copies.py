@@ -27,13 +27,14 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_model import synthetic_room  # noqa: E402
 from bench_io import git_commit, save_json  # noqa: E402
+from bench_train_step import sgd_learner, step_batch  # noqa: E402
 
+from pointgeope.engine.step import train_step  # noqa: E402
 from pointgeope.model import PointTransformerSeg  # noqa: E402
 
 COPIES = ("aten::copy_", "aten::clone", "aten::contiguous")
@@ -69,13 +70,11 @@ def step_copies(preset: str, points: int, clouds: int) -> dict:
     label = torch.randint(0, 13, (coord.shape[0],))
     model = PointTransformerSeg(pe=preset).train()
     hierarchy = model.hierarchy_spec(coord, offset)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    cfg, learner = sgd_learner(model, "none", torch.device("cpu"))
+    batch = step_batch(coord, feat, offset, label, hierarchy)
 
-    def step():
-        loss = F.cross_entropy(model(coord, feat, offset, hierarchy=hierarchy), label)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    def step():  # the training loop's own step (engine.step.train_step)
+        train_step(cfg, learner, model, batch, torch.device("cpu"))
 
     step()
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:

@@ -1,8 +1,10 @@
 """Benchmark: the full network's training step on one device, per positional encoding, and its point ops.
 
 For ``--clouds`` synthetic rooms of ``--points`` points each (``bench_model.synthetic_room``), on
-``--device`` (``cuda`` by default), every preset of ``--presets`` runs an SGD training step of
-``PointTransformerSeg50`` (forward under ``--amp`` autocast, float32 loss, backward, optimiser step):
+``--device`` (``cuda`` by default), every preset of ``--presets`` runs the training loop's own step
+(``engine.step.train_step``) of ``PointTransformerSeg50`` with SGD: the forward under ``--amp``'s autocast
+(``train.amp``, build.autocast: CUDA only, float32 on the CPU), the float32 loss, backward (scaled for fp16),
+optimiser step:
 
     given     with the point hierarchy computed beforehand, as the data loader's workers hand it over
     in-model  model(coord, feat, offset): the model builds the hierarchy itself, in line (device default
@@ -12,7 +14,7 @@ For ``--clouds`` synthetic rooms of ``--points`` points each (``bench_model.synt
               ``--beside-steps`` steps (the consumer's stream synchronised after each, as ``loss.item()`` does)
 
 Presets and modes are interleaved, after ``--warmup`` steps each; a step's time is the minimum over
-``--reps`` (wall time between ``torch.cuda.synchronize()`` calls), its memory the peak
+``--reps`` (wall time of ``kernel_check.timed``, the package's one timer), its memory the peak
 ``torch.cuda.max_memory_allocated()`` above the level before the step (weights, gradients and optimiser
 state exist by then; on the CPU: none, see ``bench_model.py``). Point ops, timed alone:
 
@@ -46,55 +48,74 @@ import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_io import save_json  # noqa: E402
 from bench_model import synthetic_room  # noqa: E402
 from step_profile import profile, sync as _sync  # noqa: E402
 
+from pointgeope.engine import build  # noqa: E402
+from pointgeope.engine.config import Config, OptimConfig, TrainConfig  # noqa: E402
+from pointgeope.engine.state import Learner  # noqa: E402
+from pointgeope.engine.step import train_step  # noqa: E402
 from pointgeope.model import PointTransformerSeg, kernel_choice  # noqa: E402
+from pointgeope.model.kernel_check import timed as one_timer  # noqa: E402
 from pointgeope.model.ops import backends, fps  # noqa: E402
 
-AMP = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
+AMP = ("bf16", "fp16", "none")  # train.amp's values
 
 
 def timed(fn, device: torch.device) -> tuple[float, float]:
-    """(wall seconds, peak MiB above the level before the call; 0 on the CPU)."""
-    _sync(device)
+    """(wall seconds of one run through the package's timer ``kernel_check.timed``, peak MiB above the level
+    before the call; 0 on the CPU)."""
     if device.type == "cuda":
+        _sync(device)
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    start = time.perf_counter()
-    fn()
-    _sync(device)
-    seconds = time.perf_counter() - start
+    seconds = one_timer(fn, device, reps=1, warmup=0)[1][0]
     peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if device.type == "cuda" else 0.0
     return seconds, peak
 
 
-class Case:
-    """One preset's model, optimiser and training step on fixed inputs."""
+def sgd_learner(model: torch.nn.Module, amp: str, device: torch.device) -> tuple[Config, Learner]:
+    """The benches' training setup for ``engine.step.train_step``: ``train.amp = amp``, the cross entropy, no
+    clipping; SGD (lr 1e-3, momentum 0.9) at a constant learning rate and ``build.grad_scaler``."""
+    cfg = Config(train=TrainConfig(amp=amp, loss="ce"), optim=OptimConfig(grad_clip=None))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    constant = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    return cfg, Learner(model, opt, constant, build.grad_scaler(cfg, device))
 
-    def __init__(self, preset: str, inputs: dict, amp: torch.dtype | None, device: torch.device):
+
+def step_batch(coord, feat, offset, label, hierarchy=None) -> SimpleNamespace:
+    """What ``train_step`` reads of a loader's batch: ``pos``, ``x``, ``ptr`` (0 then ``offset``), ``y``,
+    ``hierarchy`` (None: the model builds it)."""
+    ptr = torch.cat([offset.new_zeros(1), offset])
+    return SimpleNamespace(pos=coord, x=feat, ptr=ptr, y=label, hierarchy=hierarchy)
+
+
+class Case:
+    """One preset's model, SGD optimiser (constant learning rate) and the training loop's own step
+    (``engine.step.train_step``: ``train.amp``'s autocast and grad scaler, the float32 cross entropy, backward,
+    optimiser step) on fixed inputs."""
+
+    def __init__(self, preset: str, inputs: dict, amp: str, device: torch.device):
         torch.manual_seed(0)
         self.model = PointTransformerSeg(pe=preset).to(device).train()
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.9)
-        self.inputs, self.amp, self.device = inputs, amp, device
+        self.cfg, self.learner = sgd_learner(self.model, amp, device)
+        self.inputs, self.device = inputs, device
+        x = inputs
+        self.batches = {given: step_batch(x["coord"], x["feat"], x["offset"], x["label"],
+                                          x["hierarchy"] if given else None)
+                        for given in (True, False)}
 
     def step(self, given: bool) -> None:
-        x = self.inputs
-        self._train(x["coord"], x["feat"], x["offset"], x["label"], x["hierarchy"] if given else None)
+        self._train(self.batches[given])
 
-    def _train(self, coord, feat, offset, label, hierarchy) -> None:
-        with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
-            logits = self.model(coord, feat, offset, hierarchy=hierarchy)
-        loss = F.cross_entropy(logits.float(), label)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
+    def _train(self, batch) -> float:
+        return train_step(self.cfg, self.learner, self.model, batch, self.device)[1]
 
     def beside(self, steps: int) -> float:
         """Steady-state seconds a step with each batch's hierarchy made beside the previous step
@@ -103,8 +124,10 @@ class Case:
 
         batches = [self.inputs["cpu_batch"]] * (steps + 1)
         times, start = [], None
+        # a steady-state timer, not kernel_check.timed: its device-wide synchronize before each step would wait
+        # for the next batch's hierarchy on the side stream, the overlap measured here
         for batch in HierarchyAhead(batches, self.model.hierarchy_spec, self.device):
-            self._train(batch.pos, batch.x, batch.ptr[1:], batch.y, batch.hierarchy)
+            self._train(batch)
             if self.device.type == "cuda":
                 torch.cuda.current_stream(self.device).synchronize()
             now = time.perf_counter()
@@ -205,7 +228,7 @@ def run(args, out: dict, write) -> None:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda but torch.cuda.is_available() is False")
-    amp = AMP[args.amp]
+    amp = args.amp
     points, deadline = args.points, time.perf_counter() + args.budget
     spec = PointTransformerSeg().hierarchy_spec
     while True:
@@ -267,7 +290,7 @@ def run(args, out: dict, write) -> None:
 class KernelCase(Case):
     """A ``Case`` whose steps run on the attention kernels ``kernels`` (``POINTGEOPE_KERNELS``)."""
 
-    def __init__(self, preset: str, inputs: dict, amp: torch.dtype | None, device: torch.device, kernels: str):
+    def __init__(self, preset: str, inputs: dict, amp: str, device: torch.device, kernels: str):
         super().__init__(preset, inputs, amp, device)
         self.kernels = kernels
 
@@ -282,7 +305,7 @@ def run_kernels(args, out: dict, write) -> None:
     torch kernels of the same case and to float32 of the same preset and kernels; ``--profile``: top kernels."""
     device = torch.device(args.device)
     inputs = make_inputs(args.points, args.clouds, device, PointTransformerSeg().hierarchy_spec)
-    cases = {f"{pe}/{kern}/{amp}": KernelCase(pe, inputs, AMP[amp], device, kern)
+    cases = {f"{pe}/{kern}/{amp}": KernelCase(pe, inputs, amp, device, kern)
              for pe in args.presets for kern in args.kernels for amp in args.amps}
     for case in cases.values():
         for _ in range(args.warmup):

@@ -2,9 +2,9 @@
 and, on CUDA, how much of the step the GPU was running a kernel."""
 from __future__ import annotations
 
-import time
-
 import torch
+
+from pointgeope.model.kernel_check import timed
 
 
 def sync(device: torch.device) -> None:
@@ -34,11 +34,7 @@ def profile(step, device: torch.device, top: int = 12) -> dict:
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with torch_profile(activities=activities) as prof:
-        sync(device)
-        start = time.perf_counter()
-        step()
-        sync(device)
-        wall = time.perf_counter() - start
+        wall = timed(step, device, reps=1, warmup=0)[1][0]       # the package's one timer
     key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0.0), reverse=True)[:top]
     out = {"top": [{"name": e.key[:90], "ms": round(getattr(e, key, 0.0) / 1e3, 3), "calls": e.count}

@@ -15,7 +15,7 @@ torch.manual_seed(0)
 # two clouds of 1,000 and 600 points: positions in metres, 6 features a point (colour, normal, ...)
 data = Batch.from_data_list([Data(pos=4.0 * torch.rand(n, 3), x=torch.rand(n, 6)) for n in (1000, 600)])
 
-conv = GeoPEPointTransformerConv(6, 64, pe="geope", pos_scale=25.0)  # any preset; pos_scale = 1 / voxel size
+conv = GeoPEPointTransformerConv(6, 64, pe="geope", pos_scale=25.0)  # any preset; pos_scale: see below
 edge_index = knn_graph(data.pos, k=16, batch=data.batch)             # pointgeope's kNN: no torch-cluster/pyg-lib
 out = conv(data.x, data.pos, edge_index)                             # bipartite (x, pos) pairs too, as in PyG
 print("layer:", tuple(out.shape))                                    # (1600, 64)

@@ -43,16 +43,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "unit_axis", "apply_geope", "relative_geope", "frequencies",
+__all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "unit_axis", "rotation_terms", "geometry_dtype", "apply_geope", "relative_geope", "frequencies",
            "BlockScale", "GeoPE"]
 
 # Below this phi^2 the Taylor series are used; the first dropped term is below 1e-15 there.
 _SMALL_PHI_SQ = 1e-4
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Half precision inputs are rotated in float32 and cast back."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+def geometry_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Rotations are built in float32 at least (float64 stays): phases reach hundreds of radians (metres /
+    grid size), and half-precision inputs are rotated in float32 and cast back. The one owner of that rule
+    (``pointgeope.model.rotation`` re-exports it for the model's encodings)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def phase_vector(phases: Tensor) -> Tensor:
@@ -115,7 +117,7 @@ def rodrigues(v: Tensor, axis: Tensor, block_scale: Tensor) -> Tensor:
     ``R^T g = R(-w) g``. Otherwise plain autograd differentiates the formula.
     """
     out_dtype = v.dtype
-    dtype = _compute_dtype(torch.promote_types(v.dtype, axis.dtype))
+    dtype = geometry_dtype(torch.promote_types(v.dtype, axis.dtype))
     v, axis, block_scale = v.to(dtype), axis.to(dtype), block_scale.to(dtype)
     if block_scale.dim() == 1:  # blocks: axis (..., 3) -> (..., 1, 3), block_scale (n,) -> (n, 1)
         axis = axis.unsqueeze(-2)
@@ -139,10 +141,34 @@ def _rodrigues_formula(v: Tensor, axis: Tensor, block_scale: Tensor) -> Tensor:
 def unit_axis(axis: Tensor) -> tuple[Tensor, Tensor]:
     """``(u, |a|)``: the rotation axis ``u = a / |a|`` of ``axis (..., 3)`` and its norm ``(..., 1)``; at
     ``a = 0``, ``u = 0`` exactly, so that Rodrigues' ``R v = cos(phi) v + sin(phi) (u x v) + (1 - cos(phi))
-    (u . v) u`` is the identity there with no series (the rule of every per-component Rodrigues kernel:
-    here, ``linear_rotation._turn_planes``, ``geope_pairs.rodrigues_rows``)."""
+    (u . v) u`` is the identity there with no series (through :func:`rotation_terms`, the rule of every
+    per-component Rodrigues kernel)."""
     radius = axis.norm(dim=-1, keepdim=True)
     return axis / radius.clamp_min(torch.finfo(axis.dtype).tiny), radius
+
+
+def rotation_terms(axis: Tensor, block_scale: Tensor,
+                   dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Rodrigues' terms ``(u, cos(phi), sin(phi), 1 - cos(phi))`` of the rotations by the vectors ``k_b a``:
+    the axis ``u = a / |a|`` of ``axis (..., 3)`` (:func:`unit_axis`, 0 at ``a = 0``) and the angles
+    ``phi = |a| * block_scale``, the broadcast of ``|a| (..., 1)`` with ``block_scale`` (``(n,)``: ``(..., n)``),
+    so that every per-component kernel writes
+
+        R v = cos(phi) v + sin(phi) (u x v) + (1 - cos(phi)) (u . v) u
+
+    (``R = I`` exactly at ``a = 0``, no series). Angles are computed in ``axis``'s dtype (keep it float32 or
+    wider: phases reach hundreds of radians); with ``dtype``, ``u``, ``cos`` and ``sin`` are cast to it and the
+    versine computed there. The one owner of the rule for the torch paths (``_rodrigues_no_grad``,
+    ``linear_rotation._turn_planes``, ``geope_pairs.rodrigues_rows``, ``rotation.block_rotations``,
+    ``rotation_tables`` and ``nn.target_frame.target_coefficients``); ``triton_attention._rodrigues_terms`` is
+    its in-kernel copy, held equal by ``tests/model/test_rodrigues_terms.py``. Where the axis needs a gradient, ``_coefficients``' series in
+    ``phi^2`` is the form (``_rodrigues_formula``, ``qk_lingeope``)."""
+    u, radius = unit_axis(axis)
+    phi = radius * block_scale
+    cos, sin = phi.cos(), phi.sin()
+    if dtype is not None:
+        u, cos, sin = u.to(dtype), cos.to(dtype), sin.to(dtype)
+    return u, cos, sin, 1 - cos
 
 
 @torch.no_grad()
@@ -156,14 +182,16 @@ def _rodrigues_no_grad(v: Tensor, axis: Tensor, block_scale: Tensor, out: Tensor
     ``out`` (e.g. a strided view of a larger buffer). Angles are computed in ``axis``'s dtype (keep it
     float32 or wider: phases reach hundreds of radians), products in ``v``'s.
     """
-    u, radius = unit_axis(axis)
-    u = u.to(v.dtype)
-    phi = (radius * block_scale).squeeze(-1)                              # (..., n)
-    cos, sin = phi.cos().to(v.dtype), phi.sin().to(v.dtype)
+    u, cos, sin, versine = rotation_terms(axis, block_scale, v.dtype)
+    cos, sin, versine = cos.squeeze(-1), sin.squeeze(-1), versine.squeeze(-1)   # (..., n)
     ux, uy, uz = u.unbind(-1)                                             # (..., 1) each
     vx, vy, vz = v.unbind(-1)                                             # (..., n) strided views
     along = vx * ux
-    along.addcmul_(vy, uy).addcmul_(vz, uz).mul_(1 - cos)                 # (1 - cos) (u . v)
+    along.addcmul_(vy, uy).addcmul_(vz, uz).mul_(versine)                 # (1 - cos) (u . v)
+    if torch.compiler.is_compiling() and out is None:                    # no out= on strided views: a graph
+        return torch.stack([(v1 * u1 - v2 * u2) * sin + cos * vc + along * uc    # break each; inductor fuses
+                            for vc, uc, u1, v1, u2, v2 in ((vx, ux, uy, vz, uz, vy), (vy, uy, uz, vx, ux, vz),
+                                                           (vz, uz, ux, vy, uy, vx))], dim=-1)
     if out is None:
         out = v.new_empty(torch.broadcast_shapes(v.shape, axis.shape))
     ox, oy, oz = out.unbind(-1)
@@ -301,7 +329,7 @@ class GeoPE(nn.Module):
         for p in (pos, *more_pos):
             if p.shape[-1] != self.axes:
                 raise ValueError(f"expected pos of shape (..., {self.axes}), got {tuple(p.shape)}")
-        return self.block_scale(_compute_dtype(torch.promote_types(x.dtype, pos.dtype)), pos.device)
+        return self.block_scale(geometry_dtype(torch.promote_types(x.dtype, pos.dtype)), pos.device)
 
     def extra_repr(self) -> str:
         return (f"channels={self.channels}, axes={self.axes}, base={self.base}, pos_scale={self.pos_scale}, "

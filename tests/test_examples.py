@@ -35,3 +35,37 @@ def test_pyg_point_transformer_trains_with_rpe_and_geope(capsys, one_thread):
     assert losses["rpe"] != losses["geope"]                                  # the encodings differ
     out = capsys.readouterr().out
     assert "one synthetic office: " in out and "pe=geope  loss at steps 1, 2, 4, 6:" in out
+
+
+def test_pygs_classification_example_rpe_gives_pygs_losses_bitwise_and_geope_trains(capsys, one_thread):
+    """PyG's classification example with the layer swapped: `pe="rpe"` is PyG's `PointTransformerConv` step for
+    step, bit for bit (same seed, weights, batches); `geope` gives other losses and learns (one batch of 12
+    synthetic shapes, 8 steps)."""
+    example = load("pyg_point_transformer_classification")
+    losses = example.main(layers=("pyg", "rpe", "geope"), steps=8, points=64, per_class=2, dims=(16, 32), k=8,
+                          lr=1e-2, batch_size=12)
+    assert len(losses["pyg"]) == 8 and losses["rpe"] == losses["pyg"]
+    assert losses["geope"] != losses["rpe"] and all(math.isfinite(v) for v in losses["geope"])
+    assert losses["geope"][-1] < losses["geope"][0] - 0.2, losses["geope"]
+    assert "12 synthetic shapes of 64 points, 6 classes" in capsys.readouterr().out
+
+
+def test_pygs_segmentation_example_rpe_gives_pygs_losses_bitwise_and_geope_trains(one_thread):
+    """PyG's segmentation U-Net (transitions down and up, random rotations) with the layer swapped: the same."""
+    example = load("pyg_point_transformer_segmentation")
+    losses = example.main(layers=("pyg", "rpe", "geope"), steps=8, points=96, count=8, dims=(16, 32), k=8,
+                          lr=1e-2, batch_size=8)
+    assert len(losses["pyg"]) == 8 and losses["rpe"] == losses["pyg"]
+    assert losses["geope"] != losses["rpe"]
+    assert losses["geope"][-1] < losses["geope"][0] - 0.05, losses["geope"]
+
+
+def test_synthetic_shapes_are_normalised_and_labelled():
+    shapes = load("synthetic_shapes")
+    for data in shapes.classification_set(1, 50):
+        torch.testing.assert_close(data.pos.abs().max(), torch.tensor(1.0))   # T.NormalizeScale: in [-1, 1]^3
+        assert data.pos.shape == (50, 3) and data.y.shape == (1,)
+    assert [int(d.y) for d in shapes.classification_set(1, 10)] == list(range(len(shapes.CLASSES)))
+    for data in shapes.part_set(2, 80):
+        torch.testing.assert_close(data.pos.abs().max(), torch.tensor(1.0))
+        assert set(data.y.tolist()) == set(range(len(shapes.PARTS))) and torch.equal(data.x, data.pos)

@@ -186,14 +186,23 @@ def scheduler(cfg: Config, opt: torch.optim.Optimizer, steps_per_epoch: int) -> 
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(cfg, steps_per_epoch, step))
 
 
+def mixed_precision(cfg: Config, device: torch.device) -> torch.dtype | None:
+    """The forward's autocast dtype of ``train.amp`` on ``device`` (bf16 or fp16), or None for float32: mixed
+    precision is CUDA's only (with ``amp: none`` and on the CPU, float32). The one owner of that rule
+    (:func:`autocast`, :func:`grad_scaler`, training's precision line)."""
+    if device.type != "cuda" or cfg.train.amp == "none":
+        return None
+    return torch.float16 if cfg.train.amp == "fp16" else torch.bfloat16
+
+
 def autocast(cfg: Config, device: torch.device) -> torch.autocast:
-    """The mixed precision of ``train.amp`` for a forward pass: bf16 or fp16 autocast on CUDA, off on the
-    CPU and with ``amp: none`` (float32)."""
-    dtype = torch.float16 if cfg.train.amp == "fp16" else torch.bfloat16
-    return torch.autocast(device.type, dtype=dtype, enabled=device.type == "cuda" and cfg.train.amp != "none")
+    """The mixed precision of ``train.amp`` for a forward pass (:func:`mixed_precision`): bf16 or fp16 autocast
+    on CUDA, off on the CPU and with ``amp: none`` (float32)."""
+    dtype = mixed_precision(cfg, device)
+    return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
 
 
 def grad_scaler(cfg: Config, device: torch.device) -> torch.amp.GradScaler:
     """Loss scaling, needed by fp16 on CUDA only (bf16 and float32 keep the gradients' range): disabled
     otherwise, when its ``scale``, ``unscale_``, ``step`` and ``update`` are plain pass-throughs."""
-    return torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and cfg.train.amp == "fp16")
+    return torch.amp.GradScaler("cuda", enabled=mixed_precision(cfg, device) == torch.float16)

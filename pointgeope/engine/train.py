@@ -46,9 +46,9 @@ from pointgeope.engine.checkpoint import (checkpoint_config, config_differences,
 from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
 from pointgeope.engine.placement import hierarchy_place
-from pointgeope.engine.losses import segmentation_loss
 from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
+from pointgeope.engine.step import train_step
 from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
@@ -121,7 +121,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     log(place.line())
     if place.where != "none":   # PTv3 samples no points
         log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
-    if cfg.train.amp != "none" and device.type != "cuda":  # build.autocast: mixed precision is CUDA's only
+    if cfg.train.amp != "none" and build.mixed_precision(cfg, device) is None:
         log(f"precision: float32 (train.amp={cfg.train.amp} is for CUDA, and this run is on {device.type})")
 
     # Every checkpoint carries what `pointgeope predict` needs (the spacing checks a scan's units).
@@ -175,17 +175,8 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, net:
                    total=steps_per_epoch, desc=f"fold {fold} epoch {state.epoch + 1}/{cfg.train.epochs}")
     for batch in bar:
         batch = batch.to(device)
-        with build.autocast(cfg, device):
-            # the loader's hierarchy, or None: the model builds it on the device (placement.hierarchy_place)
-            # PTv3's samples carry their voxels (grid_coord); PTv1's do not
-            grid = {"grid_coord": batch.grid_coord} if "grid_coord" in batch else {}
-            logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None), **grid)
-        loss = segmentation_loss(logits.float(), batch.y, cfg.train.loss, cfg.train.ignore_index,
-                                 cfg.train.lovasz_weight)
-        loss_value = loss.item()  # the step's one host sync
-        if distributed.any_rank(not math.isfinite(loss_value), device):  # every rank stops together
-            checkpoints.stop_on_nan(state, loss, batch, fold)
-        learner.step(loss, cfg.optim.grad_clip)
+        logits, loss_value = train_step(cfg, learner, net, batch, device,
+                                        _stop_on_nan(checkpoints, state, batch, fold, device))
         state.step += 1
         state.batch += 1
         meter.add(logits, batch.y, loss_value)
@@ -198,6 +189,15 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, net:
                 and state.batch < steps_per_epoch:  # at the epoch's end, end_epoch saves it
             checkpoints.save("last.pt", state)
     return meter
+
+
+def _stop_on_nan(checkpoints: FoldCheckpoints, state: LoopState, batch, fold: int, device: torch.device):
+    """train_step's check before the update: a non-finite loss on any rank stops every rank together,
+    leaving ``nan_step_<step>.pt`` (FoldCheckpoints.stop_on_nan)."""
+    def check(loss: torch.Tensor, loss_value: float) -> None:
+        if distributed.any_rank(not math.isfinite(loss_value), device):
+            checkpoints.stop_on_nan(state, loss, batch, fold)
+    return check
 
 
 def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter, test_areas: list[str],

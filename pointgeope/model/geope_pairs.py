@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pointgeope.geope import unit_axis
+from pointgeope.geope import rotation_terms
 from pointgeope.model import kernels
 from pointgeope.model.kernel_choice import current
 
@@ -71,14 +71,13 @@ def rodrigues_rows(rows: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
     displacements ``disp (M, 3)`` and the block scales ``block_scale (n,)`` holding ``k_b``, in ``disp``'s dtype."""
     blocks = block_scale.shape[0]
     v = rows[:, : 3 * blocks].to(disp.dtype).unflatten(-1, (blocks, 3))          # (M, n, 3)
-    u, radius = unit_axis(disp)                                                   # (M, 3), (M, 1)
+    u, cos, sin, versine = rotation_terms(disp, block_scale)                      # (M, 3), 3 x (M, n)
     u = u.unsqueeze(1)                                                            # (M, 1, 3)
-    phi = (radius * block_scale).unsqueeze(-1)                                    # (M, n, 1)
-    cos, sin = phi.cos(), phi.sin()
+    cos, sin, versine = cos.unsqueeze(-1), sin.unsqueeze(-1), versine.unsqueeze(-1)  # (M, n, 1)
     ux, uy, uz = u[..., 0:1], u[..., 1:2], u[..., 2:3]
     vx, vy, vz = v[..., 0:1], v[..., 1:2], v[..., 2:3]
     cross = torch.cat([uy * vz - uz * vy, uz * vx - ux * vz, ux * vy - uy * vx], dim=-1)
-    turned = cos * v + sin * cross + (1 - cos) * (ux * vx + uy * vy + uz * vz) * u
+    turned = cos * v + sin * cross + versine * (ux * vx + uy * vy + uz * vz) * u
     return torch.cat([turned.flatten(1), rows[:, 3 * blocks:].to(disp.dtype)], dim=1)
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pointgeope.geope import rodrigues, unit_axis
+from pointgeope.geope import rodrigues, rotation_terms
 from pointgeope.model.ops import gather
 from pointgeope.model import geope_pairs
-from pointgeope.model.rotation import constant, geometry_dtype, query_steps, turned_neighbours
+from pointgeope.model.rotation import (channel_planes, constant, geometry_dtype, query_steps, turned_neighbours,
+                                       write_planes)
 
 __all__ = ["relative_blocks", "rotate_relative", "relative_frame"]
 
@@ -34,23 +35,10 @@ def relative_blocks(x: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
     rows, d, scale = x.reshape(-1, channels), disp.reshape(-1, 3).to(work), block_scale.to(work)
     out = torch.empty_like(rows)
     for part in query_steps(rows.shape[0], 1, channels, x.device):   # rows in cache-sized steps
-        _unplane(_turn_planes(_planes(rows[part], n, work), d[part], scale), out[part])
+        write_planes(_turn_planes(channel_planes(rows[part], n, 3, work), d[part], scale), out[part])
     if 3 * n < channels:
         out[:, 3 * n:] = rows[:, 3 * n:]
     return out.view(x.shape)
-
-
-def _planes(rows: Tensor, n: int, dtype: torch.dtype) -> Tensor:
-    """Block components of ``rows (M, C)`` as three contiguous planes ``(3, M, n)``: plane ``d`` row ``m`` holds
-    component ``d`` of every block of row ``m``."""
-    return rows[:, : 3 * n].reshape(-1, n, 3).permute(2, 0, 1).to(dtype).contiguous()
-
-
-def _unplane(planes: Tensor, out: Tensor) -> None:
-    """Write planes ``(3, M, n)`` back into the block channels of ``out (M, C)`` (rounded to its dtype)."""
-    n = planes.shape[-1]
-    for d in range(3):
-        out[:, d: 3 * n: 3].copy_(planes[d])
 
 
 def _turn_planes(v: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
@@ -63,11 +51,9 @@ def _turn_planes(v: Tensor, disp: Tensor, block_scale: Tensor) -> Tensor:
     Every operand is a contiguous ``(M, n)`` plane or a row's scalar, so each of the ~20 elementwise
     operations is one loop over whole rows (per-component views of interleaved channels, with their short
     strided rows, were 2x slower). At ``d = 0``, ``u = 0`` and ``R = I`` exactly."""
-    axis, radius = unit_axis(disp)                                                   # (M, 3), (M, 1)
+    axis, cos, sin, versine = rotation_terms(disp, block_scale)                      # (M, 3), 3 x (M, n)
     u = [c.unsqueeze(1) for c in axis.unbind(1)]                                     # 3 x (M, 1)
-    phi = radius * block_scale                                                       # (M, n)
-    cos, sin = phi.cos(), phi.sin()
-    along = torch.mul(v[0], u[0]).addcmul_(v[1], u[1]).addcmul_(v[2], u[2]).mul_(1 - cos)
+    along = torch.mul(v[0], u[0]).addcmul_(v[1], u[1]).addcmul_(v[2], u[2]).mul_(versine)
     out = torch.empty_like(v)
     for d in range(3):
         e, f = (d + 1) % 3, (d + 2) % 3                                              # (u x v)_d = u_e v_f - u_f v_e
@@ -110,10 +96,10 @@ class _RelativeFrame(torch.autograd.Function):
             dtype = x.dtype if minus is None else torch.promote_types(x.dtype, minus.dtype)
             return geope_pairs.on_device(geope_pairs.relative_pairs, x, idx, disp.to(work), scale,
                                       minus, dtype)
-        src, d, flat = _planes(x, n, work), disp.reshape(-1, 3).to(work), idx.reshape(-1)   # eager: by steps
+        src, d, flat = channel_planes(x, n, 3, work), disp.reshape(-1, 3).to(work), idx.reshape(-1)   # eager: by steps
 
         def turn_into(part: slice, rows: Tensor) -> None:
-            _unplane(_turn_planes(src.index_select(1, flat[part]), d[part], scale), rows)
+            write_planes(_turn_planes(src.index_select(1, flat[part]), d[part], scale), rows)
         return turned_neighbours(x, idx, minus, 3 * n, turn_into)
 
     @staticmethod
@@ -129,7 +115,7 @@ class _RelativeFrame(torch.autograd.Function):
                 return grad_x.index_add_(0, flat, turned).to(ctx.x_dtype), None, None, None, _minus_grad(ctx, grad)
             for part in query_steps(rows.shape[0], 1, channels, grad.device):   # R^T g per pair, at its row of x
                 turned = torch.empty(part.stop - part.start, channels, dtype=work, device=grad.device)
-                _unplane(_turn_planes(_planes(rows[part], n, work), -d[part], block_scale), turned)
+                write_planes(_turn_planes(channel_planes(rows[part], n, 3, work), -d[part], block_scale), turned)
                 turned[:, 3 * n:] = rows[part, 3 * n:]
                 grad_x.index_add_(0, flat[part], turned)
             grad_x = grad_x.to(ctx.x_dtype)

@@ -47,7 +47,8 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.ops import gather
-from pointgeope.model.rotation import constant, geometry_dtype, query_steps, turned_neighbours
+from pointgeope.model.rotation import (channel_planes, constant, geometry_dtype, query_steps, turned_neighbours,
+                                       write_planes)
 
 __all__ = ["axial_frequencies", "pointrope_frequencies", "mixed_frequencies", "grid_coordinates", "pair_angles",
            "rotate_pairs", "pair_frame", "POINTROPE_BASE", "MIXED_BASE"]
@@ -138,18 +139,6 @@ def rotate_pairs(x: Tensor, pos: Tensor, freq: Tensor) -> Tensor:
     return torch.cat([turned, rest.expand(*turned.shape[:-1], rest.shape[-1])], dim=-1)
 
 
-def _planes(rows: Tensor, pairs: int, dtype: torch.dtype) -> Tensor:
-    """The pairs of ``rows (M, C)`` as two contiguous planes ``(2, M, P)``: first and second channel of each."""
-    return rows[:, : 2 * pairs].reshape(-1, pairs, 2).permute(2, 0, 1).to(dtype).contiguous()
-
-
-def _unplane(planes: Tensor, out: Tensor) -> None:
-    """Write planes ``(2, M, P)`` back into the pair channels of ``out (M, C)`` (rounded to its dtype)."""
-    pairs = planes.shape[-1]
-    out[:, 0: 2 * pairs: 2].copy_(planes[0])
-    out[:, 1: 2 * pairs: 2].copy_(planes[1])
-
-
 def _turn(v: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """``(v cos - v' sin, v sin + v' cos)`` of planes ``v (2, M, P)`` with ``cos, sin (M, P)``; ``-sin``
     turns back. Four multiply-adds over whole contiguous planes."""
@@ -175,11 +164,11 @@ class _PairFrame(torch.autograd.Function):
         ctx.rows, ctx.x_dtype = x.shape[0], x.dtype
         ctx.minus_dtype = None if minus is None else minus.dtype
         work, flat, pairs = geometry_dtype(x.dtype), idx.reshape(-1), freq.shape[0]
-        src, d, f = _planes(x, pairs, work), disp.reshape(-1, 3).to(work), freq.to(work)
+        src, d, f = channel_planes(x, pairs, 2, work), disp.reshape(-1, 3).to(work), freq.to(work)
 
         def turn_into(part: slice, rows: Tensor) -> None:
             theta = pair_angles(d[part], f)
-            _unplane(_turn(src.index_select(1, flat[part]), theta.cos(), theta.sin()), rows)
+            write_planes(_turn(src.index_select(1, flat[part]), theta.cos(), theta.sin()), rows)
         return turned_neighbours(x, idx, minus, 2 * pairs, turn_into)
 
     @staticmethod
@@ -190,14 +179,14 @@ class _PairFrame(torch.autograd.Function):
         rows, d, f = grad.reshape(-1, channels), disp.reshape(-1, 3).to(work), freq.to(work)
         grad_x = rows.new_zeros(ctx.rows, channels, dtype=work) if ctx.needs_input_grad[0] else None
         grad_f = torch.zeros_like(f) if ctx.needs_input_grad[3] else None
-        src = _planes(x, pairs, work) if grad_f is not None else None
+        src = channel_planes(x, pairs, 2, work) if grad_f is not None else None
         for part in query_steps(rows.shape[0], 1, channels, grad.device):
             theta = pair_angles(d[part], f)
             cos, sin = theta.cos(), theta.sin()
-            g = _planes(rows[part], pairs, work)
+            g = channel_planes(rows[part], pairs, 2, work)
             if grad_x is not None:                                                  # R^T g, at the row of x
                 turned = torch.empty(part.stop - part.start, channels, dtype=work, device=grad.device)
-                _unplane(_turn(g, cos, -sin), turned)
+                write_planes(_turn(g, cos, -sin), turned)
                 turned[:, 2 * pairs:] = rows[part, 2 * pairs:]
                 grad_x.index_add_(0, flat[part], turned)
             if grad_f is not None:
@@ -230,13 +219,13 @@ class _PointPairFrame(torch.autograd.Function):
         work, flat, (k, pairs) = geometry_dtype(x.dtype), idx.reshape(-1), (idx.shape[1], freq.shape[0])
         theta = pair_angles(pos.to(work), freq.to(work))                               # (N, P)
         cos, sin = theta.cos(), theta.sin()
-        src = _turn(_planes(x, pairs, work), cos, sin)                                 # R_j x_j, (2, N, P)
+        src = _turn(channel_planes(x, pairs, 2, work), cos, sin)                       # R_j x_j, (2, N, P)
 
         def turn_into(part: slice, rows: Tensor) -> None:
             queries = slice(part.start // k, part.stop // k)
             got = src.index_select(1, flat[part]).unflatten(1, (-1, k))               # (2, S, k, P)
             back = _turn(got, cos[queries, None], -sin[queries, None]).flatten(1, 2)
-            _unplane(back, rows)
+            write_planes(back, rows)
         return turned_neighbours(x, idx, minus, 2 * pairs, turn_into)
 
     @staticmethod
@@ -252,12 +241,12 @@ class _PointPairFrame(torch.autograd.Function):
             grad_x = rows.new_zeros(ctx.rows, channels, dtype=work)
             for step in query_steps(queries, k, channels, grad.device):                # R_i g, at the row of x
                 part = slice(step.start * k, step.stop * k)
-                g = _planes(rows[part], pairs, work).unflatten(1, (-1, k))
+                g = channel_planes(rows[part], pairs, 2, work).unflatten(1, (-1, k))
                 turned = torch.empty(part.stop - part.start, channels, dtype=work, device=grad.device)
-                _unplane(_turn(g, cos[step, None], sin[step, None]).flatten(1, 2), turned)
+                write_planes(_turn(g, cos[step, None], sin[step, None]).flatten(1, 2), turned)
                 turned[:, 2 * pairs:] = rows[part, 2 * pairs:]
                 grad_x.index_add_(0, flat[part], turned)
-            _unplane(_turn(_planes(grad_x, pairs, work), cos, -sin), grad_x)           # R_j^T, once per row
+            write_planes(_turn(channel_planes(grad_x, pairs, 2, work), cos, -sin), grad_x)  # R_j^T, once per row
             grad_x = grad_x.to(ctx.x_dtype)
         grad_minus = None
         if ctx.minus_dtype is not None and ctx.needs_input_grad[4]:

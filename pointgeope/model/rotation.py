@@ -32,11 +32,13 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from pointgeope.geope import geometry_dtype, rotation_terms
 from pointgeope.model import geope_pairs
 from pointgeope.model.ops import gather
 
 __all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shift_tables", "apply_shifted", "apply_blocks",
-           "rotate_blocks", "query_frame", "constant", "query_steps", "turned_neighbours"]
+           "rotate_blocks", "query_frame", "constant", "query_steps", "turned_neighbours",
+           "channel_planes", "write_planes"]
 
 # Pair elements per step of the fused Functions on the CPU: ~4 MB of float32 per intermediate, so that the
 # several passes of a rotation over a step's pairs run in the CPU's cache instead of memory (relation of
@@ -76,9 +78,19 @@ def turned_neighbours(x: Tensor, idx: Tensor, minus: Tensor | None, width: int,
     return out.view(queries, k, channels)
 
 
-def geometry_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Rotations are built in float32 at least: phases reach hundreds of radians (metres / grid size)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+def channel_planes(rows: Tensor, groups: int, size: int, dtype: torch.dtype) -> Tensor:
+    """The first ``groups`` groups of ``size`` channels of ``rows (M, C)`` as ``size`` contiguous planes
+    ``(size, M, groups)`` in ``dtype``: plane ``d`` row ``m`` holds component ``d`` of every group of row ``m``
+    (RoPE's pairs, ``size`` 2; GeoPE's blocks, ``size`` 3). Elementwise kernels then loop over whole rows."""
+    return rows[:, : size * groups].reshape(-1, groups, size).permute(2, 0, 1).to(dtype).contiguous()
+
+
+def write_planes(planes: Tensor, out: Tensor) -> None:
+    """Write :func:`channel_planes`' ``(size, M, groups)`` back into the group channels of ``out (M, C)``
+    (rounded to its dtype); the other channels are left as they are."""
+    size, _, groups = planes.shape
+    for d in range(size):
+        out[:, d: size * groups: size].copy_(planes[d])
 
 
 def block_rotations(pos: Tensor, block_scale: Tensor) -> Tensor:
@@ -90,14 +102,12 @@ def block_rotations(pos: Tensor, block_scale: Tensor) -> Tensor:
     trigonometric calls per block and three broadcast products (the same matrix as
     ``pointgeope.geope.rotation_matrix``; at ``p = 0``, ``u = 0`` and ``R = I`` exactly).
     """
-    radius = pos.norm(dim=-1, keepdim=True)                                    # (N, 1)
-    u = pos / radius.clamp_min(torch.finfo(pos.dtype).tiny)                    # (N, 3), 0 at the origin
+    u, cos, sin, _ = rotation_terms(pos, block_scale)                          # (N, 3), (N, n): 0 at the origin
     ux, uy, uz = u.unbind(-1)
     zero = torch.zeros_like(ux)
     cross = torch.stack([zero, -uz, uy, uz, zero, -ux, -uy, ux, zero], dim=-1).view(-1, 1, 3, 3)
     outer = (u.unsqueeze(-1) * u.unsqueeze(-2)).unsqueeze(1)                  # (N, 1, 3, 3)
-    phi = (radius * block_scale)[..., None, None]                              # (N, n, 1, 1)
-    cos, sin = phi.cos(), phi.sin()
+    cos, sin = cos[..., None, None], sin[..., None, None]                      # (N, n, 1, 1)
     eye = torch.eye(3, dtype=pos.dtype, device=pos.device)
     return torch.addcmul(outer, cos, eye - outer).addcmul_(sin, cross)
 
@@ -150,11 +160,7 @@ def rotation_tables(pos: Tensor, block_scale: Tensor, channels: int) -> Tensor:
     """``shift_tables(block_rotations(pos, block_scale), channels)``, ``(5, N, C)``, built entry by entry from
     the point's axis ``u`` and the blocks' angles (no ``(N, n, 3, 3)`` matrices): ``R[d, e] = cos delta_de +
     sin [u]_x[d, e] + (1 - cos) u_d u_e``. For positions and frequencies without gradient."""
-    radius = pos.norm(dim=-1, keepdim=True)                                    # (N, 1)
-    u = pos / radius.clamp_min(torch.finfo(pos.dtype).tiny)                    # (N, 3), 0 at the origin
-    phi = radius * block_scale                                                 # (N, n)
-    cos, sin = phi.cos(), phi.sin()
-    versine = 1 - cos
+    u, cos, sin, versine = rotation_terms(pos, block_scale)                    # (N, 3), 3 x (N, n)
     n = block_scale.shape[0]
     tables = pos.new_zeros(5, pos.shape[0], channels)
     blocks = tables[..., : 3 * n].unflatten(-1, (n, 3))                        # (5, N, n, 3)

@@ -207,6 +207,18 @@ def _linear_store(r, m3, pair, col, mask, q_ptr, delta_ptr, out_ptr, C, HAS_DELT
 
 
 @triton.jit
+def _rodrigues_terms(dx, dy, dz, scale):
+    """Rodrigues' terms ``(u_x, u_y, u_z, cos(phi), sin(phi), 1 - cos(phi))`` of the rotation by ``scale * d``:
+    ``u = d / |d|`` (0 at ``d = 0``) and ``phi = |d| scale``. The in-kernel copy of the torch owner
+    ``pointgeope.geope.rotation_terms``, which it must equal (``tests/model/test_rodrigues_terms.py``)."""
+    radius = tl.sqrt(dx * dx + dy * dy + dz * dz)
+    inv = tl.where(radius > 0, 1.0 / tl.where(radius > 0, radius, 1.0), 0.0)          # u = 0 at d = 0
+    phi = radius * scale
+    cos = tl.cos(phi)
+    return dx * inv, dy * inv, dz * inv, cos, tl.sin(phi), 1.0 - cos
+
+
+@triton.jit
 def linear_forward(x_ptr, idx_ptr, disp_ptr, scale_ptr, q_ptr, delta_ptr, out_ptr, N, K, C, NB,
                    HAS_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
                    BLOCK_B: tl.constexpr):
@@ -217,16 +229,13 @@ def linear_forward(x_ptr, idx_ptr, disp_ptr, scale_ptr, q_ptr, delta_ptr, out_pt
     dx = tl.load(disp_ptr + pair * 3, mask=pairs_in, other=0.0) * one
     dy = tl.load(disp_ptr + pair * 3 + 1, mask=pairs_in, other=0.0) * one
     dz = tl.load(disp_ptr + pair * 3 + 2, mask=pairs_in, other=0.0) * one
-    radius = tl.sqrt(dx * dx + dy * dy + dz * dz)
-    inv = tl.where(radius > 0, 1.0 / tl.where(radius > 0, radius, 1.0), 0.0)          # u = 0 at d = 0
-    ux, uy, uz = dx * inv, dy * inv, dz * inv
-    phi = radius * (tl.load(scale_ptr + b3, mask=b3 < NB, other=0.0) * one)
-    cos, sin = tl.cos(phi), tl.sin(phi)
+    scale = tl.load(scale_ptr + b3, mask=b3 < NB, other=0.0) * one
+    ux, uy, uz, cos, sin, versine = _rodrigues_terms(dx, dy, dz, scale)
     mask = pairs_in & (b3 < NB)
     vx = tl.load(x_ptr + rows * C + 3 * b3, mask=mask, other=0.0) * one
     vy = tl.load(x_ptr + rows * C + 3 * b3 + 1, mask=mask, other=0.0) * one
     vz = tl.load(x_ptr + rows * C + 3 * b3 + 2, mask=mask, other=0.0) * one
-    along = (1.0 - cos) * (ux * vx + uy * vy + uz * vz)
+    along = versine * (ux * vx + uy * vy + uz * vz)
     r = cos * vx + sin * (uy * vz - uz * vy) + along * ux
     _linear_store(r, m3, pair, 3 * b3, mask, q_ptr, delta_ptr, out_ptr, C, HAS_DELTA, one)
     r = cos * vy + sin * (uz * vx - ux * vz) + along * uy
@@ -269,12 +278,10 @@ def linear_backward(g_ptr, idx_ptr, disp_ptr, scale_ptr, gx_ptr, gq_ptr, N, K, C
         dx = tl.load(disp_ptr + pair * 3, mask=pairs_in, other=0.0) * one
         dy = tl.load(disp_ptr + pair * 3 + 1, mask=pairs_in, other=0.0) * one
         dz = tl.load(disp_ptr + pair * 3 + 2, mask=pairs_in, other=0.0) * one
-        radius = tl.sqrt(dx * dx + dy * dy + dz * dz)
-        inv = tl.where(radius > 0, 1.0 / tl.where(radius > 0, radius, 1.0), 0.0)
-        ux, uy, uz = dx * inv, dy * inv, dz * inv
-        phi = radius * (tl.load(scale_ptr + b3, mask=b3 < NB, other=0.0) * one)
-        cos, sin = tl.cos(phi), -tl.sin(phi)                                         # R^T = R(-phi)
-        along = (1.0 - cos) * (ux * gx_ + uy * gy_ + uz * gz_)
+        ux, uy, uz, cos, sin, versine = _rodrigues_terms(dx, dy, dz,
+                                                         tl.load(scale_ptr + b3, mask=b3 < NB, other=0.0) * one)
+        sin = -sin                                                                   # R^T = R(-phi)
+        along = versine * (ux * gx_ + uy * gy_ + uz * gz_)
         base = gx_ptr + rows * C
         tl.atomic_add(base + 3 * b3, (cos * gx_ + sin * (uy * gz_ - uz * gy_) + along * ux).to(gx_ptr.dtype.element_ty),
                       mask=mask)

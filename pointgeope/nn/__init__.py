@@ -1,17 +1,39 @@
 """GeoPE for PyTorch Geometric users and for any dot-product attention.
 
-- ``GeoPEPointTransformerConv``: ``torch_geometric.nn.PointTransformerConv`` with a ``pe`` argument
-  (every single-layer preset of ``pointgeope.model``); ``pe="rpe"`` is PyG's layer.
-- ``knn_graph``: PyG's kNN graph on pointgeope's kNN (no torch-cluster or pyg-lib needed).
-- ``geope_qk`` / ``geope_attention`` (``functional``): rotate queries and keys, then any scaled dot product.
+- [`GeoPEPointTransformerConv`][pointgeope.nn.GeoPEPointTransformerConv]: `torch_geometric.nn.PointTransformerConv`
+  with a `pe` argument (every single-layer preset of `pointgeope.model`); `pe="rpe"` is PyG's layer.
+- [`knn_graph`][pointgeope.nn.knn_graph]: PyG's kNN graph on pointgeope's kNN (no torch-cluster or pyg-lib needed).
+- [`geope_qk`][pointgeope.nn.geope_qk] / [`geope_attention`][pointgeope.nn.geope_attention]: rotate queries and
+  keys, then any scaled dot product.
 
-Imports ``pointgeope.geope`` and ``pointgeope.model`` only (never the data or engine code).
+Imports `pointgeope.geope` and `pointgeope.model` only (never the data, engine, report or viewer code, nor
+their dependencies: h5py, pandas, open3d, tensorboard, matplotlib). torch-geometric is imported when the layer
+is first asked for, so `knn_graph` and the functional API run without it.
 """
+from typing import TYPE_CHECKING
+
 from pointgeope.nn.functional import geope_attention, geope_qk
 from pointgeope.nn.knn import knn_graph
-from pointgeope.nn.point_transformer_conv import GeoPEPointTransformerConv
 
-# The torch-geometric versions the layer's tests passed with (``pointgeope info`` prints them).
-TESTED_PYG_VERSIONS = ("2.8.1",)
+if TYPE_CHECKING:                                      # for type checkers and the API reference; imported lazily
+    from pointgeope.nn.point_transformer_conv import GeoPEPointTransformerConv
+
+# The torch-geometric versions the layer's tests passed with (`pointgeope info` prints them): the oldest
+# (`make test-pyg-oldest`, pyproject.toml's lower bound) and the newest.
+TESTED_PYG_VERSIONS = ("2.5.3", "2.8.1")
 
 __all__ = ["GeoPEPointTransformerConv", "knn_graph", "geope_qk", "geope_attention", "TESTED_PYG_VERSIONS"]
+
+
+def __getattr__(name: str):
+    """`GeoPEPointTransformerConv` on first use (it subclasses PyG's layer, so it needs torch-geometric)."""
+    if name != "GeoPEPointTransformerConv":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        from pointgeope.nn.point_transformer_conv import GeoPEPointTransformerConv
+    except ModuleNotFoundError as error:
+        if error.name and error.name.split(".")[0] == "torch_geometric":
+            raise ImportError("pointgeope.nn.GeoPEPointTransformerConv needs torch-geometric (pip install "
+                              "torch-geometric); knn_graph, geope_qk and geope_attention do not") from error
+        raise
+    return GeoPEPointTransformerConv

@@ -1,15 +1,22 @@
-"""GeoPE for scaled dot-product attention: rotate queries and keys by their positions, then any attention.
+r"""GeoPE for scaled dot-product attention: rotate queries and keys by their positions, then any attention.
 
-The paper's main use (`GeoPE <https://arxiv.org/abs/2512.04963>`_, as RoPE in RoFormer): every query and
-key is turned by the rotation ``R(t(p))`` of its own position, per block of three channels
-(``pointgeope.geope``, ``docs/GEOPE_SPEC.md``). ``R`` is orthonormal, so a score sees the two positions only
-through the relative rotation of the spec (standard GeoPE, section 3)::
+The paper's main use ([GeoPE](https://arxiv.org/abs/2512.04963), as RoPE in RoFormer): every query and key is
+turned by the rotation $R(t(p))$ of its own position, per block of three channels ([`apply_geope`][pointgeope.geope.apply_geope],
+`docs/GEOPE_SPEC.md`). $R$ is orthonormal, so a score sees the two positions through the rotation
+$R(t_i)^\top R(t_j)$ of the spec (standard GeoPE, section 3):
 
-    <R(t_i) q_i, R(t_j) k_j> = q_i^T  R(t_i)^T R(t_j)  k_j          t_b(p) = pos_scale * w_b * p
+$$\langle R(t_i)\, q_i,\ R(t_j)\, k_j \rangle = q_i^\top R(t_i)^\top R(t_j)\, k_j, \qquad
+t_b(p) = s\, \omega_b\, p \quad (s = \texttt{pos\_scale})$$
 
-and the norms, hence softmax's ``1 / sqrt(C)`` scale, do not change. Values are not rotated. Windowed or
-serialized point attention, masks, heads, flash kernels: whatever takes ``(q, k, v)`` takes the rotated pair.
-(Linear GeoPE's ``R(t_j - t_i)`` does not factor into one rotation per token, so it has no such form.)
+and the norms, hence softmax's $1 / \sqrt{C}$ scale, do not change. Values are not rotated. Windowed or
+serialized point attention, masks, heads, flash kernels: whatever takes `(q, k, v)` takes the rotated pair.
+
+**Translation.** 3-D rotations do not commute, so $R(t_i)^\top R(t_j)$ is not a function of $p_j - p_i$:
+standard GeoPE scores change when every position is shifted by the same vector (by up to the whole score for
+a shift of a few $1 / s$), except along one line through the origin. Centre each window or scene if that
+matters. Linear GeoPE's $R(t_j - t_i)$ and RoPE's relations are translation invariant but do not factor into
+one rotation per token, so they have no form here (use
+[`GeoPEPointTransformerConv`][pointgeope.nn.GeoPEPointTransformerConv]).
 """
 from __future__ import annotations
 
@@ -20,40 +27,88 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pointgeope.geope import BlockScale, apply_geope
+from pointgeope.nn.checks import check_finite, check_float_tensor, check_scale
 
 __all__ = ["geope_qk", "geope_attention"]
 
 
 def geope_qk(q: Tensor, k: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *, base: float = 100.0,
              pos_scale: float = 25.0, block_scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Queries and keys turned by GeoPE's rotations of their positions: ``(R(t(pos_q)) q, R(t(pos_k)) k)``.
+    """Queries and keys turned by GeoPE's rotations of their positions: `(R(t(pos_q)) q, R(t(pos_k)) k)`.
+
+    The scores `q_i . R(t_i)^T R(t_j) k_j` depend on the two positions, not on their difference only:
+    standard GeoPE is **not translation invariant** (a common shift of every position changes the scores,
+    `docs/GEOPE_SPEC.md` section 3), except along one line through the origin. Linear GeoPE and RoPE's
+    relations (`R(t_j - t_i)`, translation invariant) need both positions per pair, so they are not here:
+    use `GeoPEPointTransformerConv` or the network.
 
     Args:
-        q: ``(..., L, C)`` queries; k: ``(..., S, C)`` keys (any leading dims, e.g. ``(B, H, L, C)`` heads:
-            every head gets the same ``C // 3`` blocks and frequencies).
-        pos_q: ``(..., L, A)`` positions of the queries, broadcastable to ``q``'s leading dims (e.g.
-            ``(B, 1, L, 3)`` for heads); ``A`` in 1, 2, 3. pos_k: those of the keys (default: ``pos_q``).
-        base: frequency base (the paper's lambda). pos_scale: phase per unit of position at block 0.
-        block_scale: ``(C // 3,)`` block scales ``k_b`` to use instead of ``base`` and ``pos_scale``, e.g. a
-            learnable ``pointgeope.geope.BlockScale``'s output.
+        q: `(..., L, C)` floating-point queries; k: `(..., S, C)` keys (any leading dims, e.g. `(B, H, L,
+            C)` heads: every head gets the same `C // 3` blocks and frequencies), `C >= 3`.
+        pos_q: finite positions of the queries, `(L, A)` (shared by every leading index) or with as many dims
+            as `q` and each leading dim equal to `q`'s or 1: `(B, 1, L, A)` for `(B, H, L, C)` heads,
+            never `(B, L, A)`; `A` in 1, 2, 3. pos_k: those of the keys, the same way against `k`
+            (default: `pos_q`).
+        base: frequency base (the paper's lambda), finite and > 0. pos_scale: phase per unit of position at
+            block 0, finite and > 0.
+        block_scale: `(C // 3,)` block scales `k_b` to use instead of `base` and `pos_scale`, e.g. a
+            learnable `pointgeope.geope.BlockScale`'s output.
+
+    Raises:
+        TypeError: an integer `q`, `k` or position tensor, a `base` or `pos_scale` not a number.
+        ValueError: shapes that do not match as above, non-finite positions, `base` or `pos_scale`.
     """
     pos_k = pos_q if pos_k is None else pos_k
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"expected queries and keys of the same width, got {tuple(q.shape)} and {tuple(k.shape)}")
+    _check_features(q, k)
+    _check_positions("pos_q", pos_q, q, "q")
+    _check_positions("pos_k", pos_k, k, "k")
     if pos_q.shape[-1] != pos_k.shape[-1]:
         raise ValueError(f"expected positions with the same axes, got {tuple(pos_q.shape)} and {tuple(pos_k.shape)}")
     if block_scale is None:
+        base, pos_scale = check_scale("base", base), check_scale("pos_scale", pos_scale)
         scales = BlockScale(q.shape[-1], base=base, pos_scale=pos_scale, axes=pos_q.shape[-1])
         block_scale = scales(torch.promote_types(pos_q.dtype, torch.float32), q.device)
+    else:
+        check_float_tensor("block_scale", block_scale)
+        if block_scale.shape != (q.shape[-1] // 3,):
+            raise ValueError(f"expected block_scale of shape (C // 3,) = ({q.shape[-1] // 3},), "
+                             f"got {tuple(block_scale.shape)}")
     return apply_geope(q, pos_q, block_scale), apply_geope(k, pos_k, block_scale)
+
+
+def _check_features(q: Tensor, k: Tensor) -> None:
+    """Floating-point `q (..., L, C)` and `k (..., S, C)` of one width `C >= 3`."""
+    for name, x in (("q", q), ("k", k)):
+        check_float_tensor(name, x)
+        if x.dim() < 2:
+            raise ValueError(f"expected {name} of shape (..., L, C), got {tuple(x.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"expected queries and keys of the same width, got {tuple(q.shape)} and {tuple(k.shape)}")
+    if q.shape[-1] < 3:
+        raise ValueError(f"expected q and k of width C >= 3 (one rotated block), got {q.shape[-1]}")
+
+
+def _check_positions(name: str, pos: Tensor, x: Tensor, x_name: str) -> None:
+    """`pos` of shape `(L, A)` or `x`'s dims with leading dims equal or 1 (no silent broadcast of
+    `(B, L, A)` against `(B, H, L, C)`, which runs when `B == H` and gives other scores), finite."""
+    check_float_tensor(name, pos)
+    want = f"(L, A) or {(*['1|' + str(d) for d in x.shape[:-2]], x.shape[-2], 'A')}".replace("'", "")
+    if pos.dim() < 2 or pos.shape[-1] not in (1, 2, 3) or pos.shape[-2] != x.shape[-2]:
+        raise ValueError(f"expected {name} of shape {want} for {x_name} {tuple(x.shape)}, got {tuple(pos.shape)}")
+    lead = pos.shape[:-2]
+    if pos.dim() != 2 and (len(lead) != x.dim() - 2 or any(p not in (1, d) for p, d in zip(lead, x.shape))):
+        raise ValueError(f"expected {name} of shape {want} for {x_name} {tuple(x.shape)} (e.g. (B, 1, L, A) for "
+                         f"(B, H, L, C) heads), got {tuple(pos.shape)}")
+    check_finite(name, pos)
 
 
 def geope_attention(q: Tensor, k: Tensor, v: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *,
                     base: float = 100.0, pos_scale: float = 25.0, block_scale: Tensor | None = None,
                     attention: Callable[..., Tensor] = F.scaled_dot_product_attention, **attention_args) -> Tensor:
-    """``attention(R(t(pos_q)) q, R(t(pos_k)) k, v, **attention_args)``: dot-product attention whose scores
-    depend on positions through ``R(t_i)^T R(t_j)`` (``geope_qk``; default ``attention``: PyTorch's
-    ``scaled_dot_product_attention``, e.g. with ``attn_mask`` for windows). Shapes as ``geope_qk``, ``v
-    (..., S, C_v)`` -> ``(..., L, C_v)``."""
+    r"""`attention(R(t(pos_q)) q, R(t(pos_k)) k, v, **attention_args)`: dot-product attention whose scores
+    depend on positions through $R(t_i)^\top R(t_j)$ ([`geope_qk`][pointgeope.nn.geope_qk]; default `attention`:
+    PyTorch's `scaled_dot_product_attention`, e.g. with `attn_mask` for windows). Not translation invariant
+    (standard GeoPE: see the module's notes). Shapes and checks as `geope_qk`, `v (..., S, C_v)` ->
+    `(..., L, C_v)`."""
     q, k = geope_qk(q, k, pos_q, pos_k, base=base, pos_scale=pos_scale, block_scale=block_scale)
     return attention(q, k, v, **attention_args)

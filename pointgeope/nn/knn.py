@@ -1,8 +1,9 @@
-"""``knn_graph``: PyG's k-nearest-neighbour graph computed with pointgeope's kNN.
+"""`knn_graph`: PyG's k-nearest-neighbour graph computed with pointgeope's kNN.
 
-``torch_geometric.nn.knn_graph`` needs ``torch-cluster`` or ``pyg-lib``; this one runs on the backends of
-``pointgeope.model.ops.knn`` (pykdtree / scipy on the CPU, Triton or torch on CUDA) and returns the same
-graph: every point ``i`` receives an edge from each of its ``k`` nearest points ``j`` of the same example::
+`torch_geometric.nn.knn_graph` needs `torch-cluster` or `pyg-lib`; this one has its signature and runs on
+the backends of `pointgeope.model.ops.knn` (pykdtree / scipy on the CPU, Triton or torch on CUDA), returning
+the same graph: every point `i` receives an edge from each of its `k` nearest points `j` of the same
+example::
 
     # edge_index: [ j_00 j_01 ... j_0(k-1) | j_10 ... | ... ]   row 0: sources (neighbours)
     #             [ 0    0    ... 0        | 1    ... | ... ]   row 1: targets (centres), flow source_to_target
@@ -13,40 +14,88 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.ops import knn
+from pointgeope.nn.checks import check_count, check_finite, check_float_tensor
 
 __all__ = ["knn_graph"]
 
+_FLOWS = ("source_to_target", "target_to_source")
 
-def knn_graph(pos: Tensor, k: int, batch: Tensor | None = None, loop: bool = False,
+
+def knn_graph(x: Tensor, k: int, batch: Tensor | None = None, loop: bool = False, flow: str = "source_to_target",
+              cosine: bool = False, num_workers: int = 1, batch_size: int | None = None, *,
               backend: str | None = None) -> Tensor:
-    """The ``k``-NN graph of ``pos`` within each example, as ``torch_geometric.nn.knn_graph`` builds it.
+    """The `k`-NN graph of the points `x` within each example, as `torch_geometric.nn.knn_graph` builds it
+    (same signature; `backend` is keyword-only).
 
     Args:
-        pos: ``(N, 3)`` positions.
-        k: neighbours per point.
-        batch: ``(N,)`` sorted example index of every point (``Batch.batch``), or ``None`` for one example.
-        loop: count the point itself among its ``k`` neighbours.
-        backend: ``pointgeope.model.ops.knn``'s backend (``None``: the device's default).
+        x: `(N, 3)` finite floating-point positions (PyG's `x`; other widths are refused).
+        k: neighbours per point, an int `>= 1`; an example of fewer points gives all it has.
+        batch: `(N,)` integer example index of every point, sorted (`Batch.batch`), or `None` for one.
+        loop: count the point itself among its `k` neighbours.
+        flow: `"source_to_target"` (row 0 the neighbours) or `"target_to_source"` (row 0 the centres).
+        cosine: PyG's cosine distance; not supported (`False` only).
+        num_workers: accepted as in PyG (an int `>= 1`); the CPU backends use torch's threads.
+        batch_size: the number of examples `B` (checked against `batch` when given).
+        backend: `pointgeope.model.ops.knn`'s backend (`None`: the device's default).
 
     Returns:
-        ``edge_index (2, E)``: row 0 the neighbours ``j``, row 1 the points ``i``, sorted by ``i`` then by
-        distance. An example of ``n <= k`` points gives each point its ``n - 1`` others (``n`` with
-        ``loop``): no edge repeats.
+        `edge_index (2, E)` int64, sorted by centre `i` then by distance. An example of `n <= k` points
+        gives each point its `n - 1` others (`n` with `loop`): no edge repeats. `N = 0` gives `E = 0`.
     """
-    if pos.dim() != 2 or pos.shape[1] != 3:
-        raise ValueError(f"expected pos of shape (N, 3), got {tuple(pos.shape)}")
+    pos = _check_points(x)
+    k = check_count("k", k)
+    check_count("num_workers", num_workers)
+    if flow not in _FLOWS:
+        raise ValueError(f"expected flow in {_FLOWS}, got {flow!r}")
+    if cosine:
+        raise ValueError("cosine=True is not supported by pointgeope.nn.knn_graph (Euclidean distance only); "
+                         "normalise x to unit length for the same neighbours of nonzero vectors")
     num = pos.shape[0]
-    if batch is None:
-        batch = torch.zeros(num, dtype=torch.long, device=pos.device)
-    if batch.shape != (num,) or bool((batch[1:] < batch[:-1]).any()):
-        raise ValueError(f"expected batch of shape ({num},) sorted by example, got shape {tuple(batch.shape)}")
-    sizes = torch.unique_consecutive(batch, return_counts=True)[1]
+    if num == 0:
+        return torch.empty(2, 0, dtype=torch.long, device=pos.device)
+    sizes = _example_sizes(batch, num, batch_size, pos.device)
     offset = sizes.cumsum(0)
-    idx, _ = knn(pos, pos, k + (0 if loop else 1), offset, offset, backend)       # sorted, self at distance 0
+    width = min(k + (0 if loop else 1), int(sizes.max()))          # never more columns than the largest cloud
+    idx, _ = knn(pos, pos, width, offset, offset, backend)          # sorted, self at distance 0
     rows = torch.arange(num, device=pos.device)
     column = torch.arange(idx.shape[1], device=pos.device)
     keep = column < sizes.repeat_interleave(sizes).unsqueeze(1)    # knn repeats the n points of small examples
     if not loop:
         keep &= idx != rows.unsqueeze(1)
         keep &= keep.cumsum(1) <= k                                # the k nearest others
-    return torch.stack([idx[keep], rows.unsqueeze(1).expand_as(idx)[keep]])
+    edge_index = torch.stack([idx[keep], rows.unsqueeze(1).expand_as(idx)[keep]])
+    return edge_index if flow == "source_to_target" else edge_index.flip(0)
+
+
+def _check_points(x) -> Tensor:
+    """`x (N, 3)`: a finite floating-point tensor (NaN has no nearest neighbour: backends would return
+    anything, or an index past the end)."""
+    check_float_tensor("x", x)
+    if x.dim() != 2 or x.shape[1] != 3:
+        raise ValueError(f"expected x (positions) of shape (N, 3), got {tuple(x.shape)}")
+    check_finite("x (positions)", x)
+    return x
+
+
+def _example_sizes(batch: Tensor | None, num: int, batch_size: int | None, device: torch.device) -> Tensor:
+    """The point counts of the examples present in `batch` (sorted, integer, `(N,)`), in order."""
+    if batch is None:
+        if batch_size is not None and check_count("batch_size", batch_size) != 1:
+            raise ValueError(f"expected batch_size 1 (or a batch vector) without batch, got {batch_size}")
+        return torch.tensor([num], device=device)
+    if not isinstance(batch, Tensor) or batch.is_floating_point() or batch.is_complex() or batch.dtype == torch.bool:
+        raise TypeError(f"expected batch an integer tensor, got {getattr(batch, 'dtype', type(batch).__name__)}")
+    if batch.shape != (num,):
+        raise ValueError(f"expected batch of shape ({num},) (one example index a point), got {tuple(batch.shape)}")
+    if batch.device != device:
+        raise ValueError(f"expected batch on the device of x ({device}), got {batch.device}")
+    down = (batch[1:] < batch[:-1]).nonzero()
+    if down.numel():
+        at = int(down[0]) + 1
+        raise ValueError(f"expected batch sorted by example (non-decreasing, as Batch.batch is), got batch[{at}] = "
+                         f"{int(batch[at])} after {int(batch[at - 1])}: sort the points by example first")
+    if int(batch[0]) < 0:
+        raise ValueError(f"expected batch >= 0, got {int(batch[0])}")
+    if batch_size is not None and int(batch[-1]) >= check_count("batch_size", batch_size):
+        raise ValueError(f"expected batch < batch_size = {batch_size}, got {int(batch[-1])}")
+    return torch.unique_consecutive(batch, return_counts=True)[1]

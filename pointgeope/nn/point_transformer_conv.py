@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
 from torch import Tensor
 from torch_geometric.nn import PointTransformerConv
 from torch_geometric.nn.dense.linear import Linear
@@ -15,6 +16,8 @@ from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention import PRESETS, MixedInit, PositionalEncoding, pair_frequencies, position_scales
 from pointgeope.model.rope import grid_coordinates, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
+from pointgeope.nn.target_frame import target_coefficients, to_planes, turn_into_targets
+from pointgeope.nn.checks import check_count, check_finite, check_float_tensor, check_scale
 
 __all__ = ["GeoPEPointTransformerConv"]
 
@@ -90,12 +93,15 @@ class GeoPEPointTransformerConv(PointTransformerConv):
                  pos_scale: float = 25.0, base: float = 100.0, axes: int = 3, learnable: bool = False,
                  grid_unit: float | None = None, mixed_init: MixedInit = "random", **kwargs):
         encoding = PositionalEncoding.preset(pe)
-        _check_options(encoding, out_channels, pos_nn, axes, grid_unit)
+        out_channels, pos_scale, base, axes, grid_unit = _check_options(encoding, in_channels, out_channels, pos_nn,
+                                                                         pos_scale, base, axes, grid_unit)
         if pos_nn is None and encoding.needs_delta and axes != 3:
             pos_nn = Linear(axes, out_channels)
         super().__init__(in_channels, out_channels, pos_nn, attn_nn, add_self_loops, **kwargs)
-        if not encoding.needs_delta:
-            self.pos_nn = None                                       # "none": no delta_ij, no h_Theta
+        self._pyg_kwargs = dict(kwargs)
+        if not encoding.needs_delta:                                 # "none": no delta_ij, no h_Theta, and no
+            del self._modules["pos_nn"]                              # submodule slot: a state_dict's pos_nn.*
+            self.pos_nn = None                                       # keys are unexpected (strict load refuses)
         self.pe = encoding
         self.pe_name = next((name for name, preset in PRESETS.items() if preset == encoding), repr(encoding))
         self.pos_scale, self.base, self.axes, self.learnable = pos_scale, base, axes, learnable
@@ -115,29 +121,49 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             self.block_scale.freq.data.copy_(scale.freq.data)
 
     def forward(self, x: Tensor | PairTensor, pos: Tensor | PairTensor, edge_index: Adj) -> Tensor:
-        """PyG's ``forward``, except that standard GeoPE turns the sources' keys ``W_2 x_j (N_s, C)`` (and values
-        ``W_3 x_j`` with ``value="geope"``) by ``R(t_j)`` here, once per source node, so that ``R(t_i)^T R(t_j)
-        W_2 x_j`` costs ``N_s`` rotations and one per edge (``R(t_i)^T``, in ``message``) instead of two per
-        edge. The other rotations depend on both ends of an edge and stay in ``message``."""
+        r"""PyG's `forward`, with whatever depends on one node done once per node: standard GeoPE turns the
+        sources' keys `W_2 x_j (N_s, C)` (and values `W_3 x_j` with `value="geope"`) by $R(t_j)$ here, the
+        coefficients of the targets' $R(t_i)^\top$ are computed once a target
+        ([`target_frame`][pointgeope.nn.target_frame]), and APE's sinusoids are added to queries and keys per
+        node. Only what depends on both ends of an edge (the multiply-adds of $R(t_i)^\top$, linear GeoPE's and
+        RoPE's relative rotations) is done per edge, in `message`."""
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         pos = (pos, pos) if isinstance(pos, Tensor) else pos
         self._check_positions(pos)
         key = self._in_source_frame(self.lin_src(x_src), pos[0], self.pe.rotation)
         value = self._in_source_frame(self.lin(x_src), pos[0], self.pe.value_rotation)
-        if self.add_self_loops:
-            edge_index = _one_self_loop_per_node(edge_index, min(pos[0].size(0), pos[1].size(0)))
-        # propagate_type: (x: PairTensor, pos: PairTensor, alpha: PairTensor)
-        return self.propagate(edge_index, x=(value, x_dst), pos=pos, alpha=(key, self.lin_dst(x_dst)))
-
-    def message(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, alpha_i: Tensor, alpha_j: Tensor,
-                index: Tensor, ptr: OptTensor, size_i: int | None) -> Tensor:
-        delta = None if self.pos_nn is None else self.pos_nn(pos_i - pos_j)
-        query, key = alpha_i, self._in_query_frame(alpha_j, pos_i, pos_j, self.pe.rotation)
+        query = self.lin_dst(x_dst)                                  # PyG's order: the same gradient sums
         if self.pe.absolute:                                         # W_1 x_i + e(p_i), W_2 x_j + e(p_j)
-            freq = pair_frequencies(self.pe, self.out_channels, self.block_scale, self.pair_freq, alpha_i)
-            query = query + absolute_features(pos_i, freq, self.out_channels, query.dtype)
-            key = key + absolute_features(pos_j, freq, self.out_channels, key.dtype)
-        alpha = query - key
+            freq = pair_frequencies(self.pe, self.out_channels, self.block_scale, self.pair_freq, query)
+            query = query + absolute_features(pos[1], freq, self.out_channels, query.dtype)
+            key = key + absolute_features(pos[0], freq, self.out_channels, key.dtype)
+        turn, key_nodes, value_nodes = self._target_coefficients(pos[1], key), None, None
+        if turn is not None:                           # turned in message from plane-major nodes, not gathered
+            blocks = self.out_channels // 3
+            if self.pe.rotation == "geope":
+                key, key_nodes = None, (to_planes(key, blocks), key[:, 3 * blocks:])
+            if self.pe.value_rotation == "geope":
+                value, value_nodes = None, (to_planes(value, blocks), value[:, 3 * blocks:])
+        if self.add_self_loops:                                      # PyG's: the graph's own removed, one a node
+            if isinstance(edge_index, Tensor):                       # (inline as PyG's, not a helper: a helper's
+                num_nodes = min(pos[0].size(0), pos[1].size(0))      # data-dependent nonzero is a second graph
+                edge_index, _ = remove_self_loops(edge_index)        # break under torch.compile)
+                edge_index, _ = add_self_loops(edge_index, num_nodes=num_nodes)
+            elif isinstance(edge_index, SparseTensor):
+                edge_index = torch_sparse.set_diag(edge_index)
+        # propagate_type: (x: Tuple[Optional[Tensor], Tensor], pos: PairTensor, alpha: Tuple[Optional[Tensor], Tensor], key_nodes: Optional[Tuple[Tensor, Tensor]], value_nodes: Optional[Tuple[Tensor, Tensor]], turn: Optional[Tensor])
+        return self.propagate(edge_index, x=(value, x_dst), pos=pos, alpha=(key, query), key_nodes=key_nodes,
+                              value_nodes=value_nodes, turn=turn)
+
+    def message(self, x_j: OptTensor, pos_i: Tensor, pos_j: Tensor, alpha_i: Tensor, alpha_j: OptTensor,
+                key_nodes: tuple[Tensor, Tensor] | None, value_nodes: tuple[Tensor, Tensor] | None,
+                turn: OptTensor, edge_index_j: Tensor, index: Tensor, ptr: OptTensor, size_i: int | None) -> Tensor:
+        delta = None if self.pos_nn is None else self.pos_nn(pos_i - pos_j)
+        if key_nodes is not None:                                    # R(t_i)^T R(t_j) W_2 x_j, per-node halves
+            key = turn_into_targets(*key_nodes, turn, edge_index_j, index)
+        else:
+            key = self._in_query_frame(alpha_j, pos_i, pos_j, self.pe.rotation)
+        alpha = alpha_i - key
         if self.pe.relation_delta:
             alpha = alpha + delta
         if self.attn_nn is not None:
@@ -145,15 +171,31 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         alpha = softmax(alpha, index, ptr, size_i)
         if self.pe.value == "rpe":
             return alpha * (x_j + delta)
+        if value_nodes is not None:                                  # standard GeoPE's values, as the keys
+            return alpha * turn_into_targets(*value_nodes, turn, edge_index_j, index)
         if self.pe.value == "geope":                                 # the relation's kind of rotation
             return alpha * self._in_query_frame(x_j, pos_i, pos_j, self.pe.value_rotation)
         return alpha * x_j
 
+    def _target_coefficients(self, pos: Tensor, key: Tensor) -> OptTensor:
+        r"""Standard GeoPE's per-target coefficients of $R(t_i)^\top$ `(N_t, 3n + 3)` (for keys or values) when
+        the positions and frequencies need no gradient (the fast path of `message`); `None` otherwise (the
+        rotation is then differentiated through `apply_geope` per edge)."""
+        if "geope" not in (self.pe.rotation, self.pe.value_rotation):
+            return None
+        scale = self.block_scale(geometry_dtype(key.dtype), key.device)
+        if torch.is_grad_enabled() and (pos.requires_grad or scale.requires_grad):
+            return None
+        return target_coefficients(pos.to(scale.dtype), scale)
+
     def _check_positions(self, pos: PairTensor) -> None:
-        """Positions of ``axes`` columns where they enter other than through ``pos_nn`` (rpe: PyG's rule)."""
-        for p in pos if self.pe.uses_positions else ():
-            if p.shape[-1] != self.axes:
+        """Floating-point finite positions, of `axes` columns where they enter other than through `pos_nn`
+        (rpe: PyG's rule)."""
+        for name, p in zip(("pos[0] (sources)", "pos[1] (targets)") if pos[0] is not pos[1] else ("pos",), pos):
+            check_float_tensor(name, p)
+            if self.pe.uses_positions and p.shape[-1] != self.axes:
                 raise ValueError(f"expected positions of shape (N, {self.axes}), got (N, {p.shape[-1]})")
+            check_finite(name, p)
 
     def _in_source_frame(self, x: Tensor, pos: Tensor, rotation: str | None) -> Tensor:
         """``R(t_j) x_j`` of every source node, ``x (N_s, C)``, ``pos (N_s, A)``, for standard GeoPE (the half
@@ -180,29 +222,97 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         freq = pair_frequencies(self.pe, self.out_channels, self.block_scale, self.pair_freq, x_j)
         return rotate_pairs(x_j, disp, freq)
 
+    def settings(self) -> dict[str, float]:
+        """The settings besides the parameters that this layer's outputs depend on: `pos_scale` and `base`
+        where GeoPE's frequencies turn keys or values or make APE's sinusoids, `grid_unit` for PointROPE. They
+        are in `repr` and in the `state_dict` (as float64 scalars), and a `state_dict` of other values (or
+        without them) refuses to load; `"rpe"` and `"none"` have none, so PyG's `state_dict` loads as it is."""
+        rotations = {self.pe.rotation, self.pe.value_rotation}
+        out = {}
+        if rotations & {"geope", "lingeope", "rope3d"} or self.pe.absolute:
+            out.update(pos_scale=self.pos_scale, base=self.base)
+        if "pointrope" in rotations:
+            out["grid_unit"] = self.grid_unit
+        return out
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for name, value in self.settings().items():
+            destination[prefix + name] = torch.tensor(value, dtype=torch.float64)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        """Compare the saved settings with this layer's (a difference is an error, strict or not), then load
+        the parameters as PyG does."""
+        settings = self.settings()
+        for name in _SETTINGS:
+            key = prefix + name
+            if name not in settings:
+                if key in state_dict:                                # a setting this encoding does not use
+                    state_dict.pop(key)
+                    unexpected_keys.append(key)
+                continue
+            if key not in state_dict:
+                missing_keys.append(key)
+                continue
+            saved = float(state_dict.pop(key))
+            if saved != settings[name]:
+                error_msgs.append(f"{key}: the checkpoint was saved with {name}={saved!r}, this layer has "
+                                  f"{name}={settings[name]!r}; build it with {name}={saved!r} to load it")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+    def __prepare_scriptable__(self) -> PointTransformerConv:
+        """TorchScript: `"rpe"` is PyG's layer, `"none"` PyG's with a zero `delta_ij`; both script as
+        `PointTransformerConv` sharing this layer's modules. The other encodings turn features with autograd
+        Functions, which TorchScript cannot compile: they raise here."""
+        if self.pe_name not in ("rpe", "none"):
+            raise NotImplementedError(f"TorchScript is supported for pe='rpe' and pe='none' only (as PyG's "
+                                      f"PointTransformerConv), got pe={self.pe_name!r}: use torch.compile or eager")
+        pos_nn = _ZeroDelta(self.out_channels) if self.pos_nn is None else self.pos_nn
+        layer = PointTransformerConv(self.in_channels, self.out_channels, pos_nn, self.attn_nn, self.add_self_loops,
+                                     **self._pyg_kwargs)
+        layer.lin, layer.lin_src, layer.lin_dst = self.lin, self.lin_src, self.lin_dst
+        return layer.train(self.training)
+
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, pe={self.pe_name!r})"
+        extra = [f"{name}={value}" for name, value in self.settings().items()]
+        extra += ["learnable=True"] * self.learnable + [f"axes={self.axes}"] * (self.axes != 3)
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, {', '.join([f'pe={self.pe_name!r}', *extra])})"
 
 
-def _one_self_loop_per_node(edge_index: Adj, num_nodes: int) -> Adj:
-    """PyG's self-loops: the graph's own removed, then one per node ``i < num_nodes`` (``set_diag`` for a
-    ``SparseTensor``)."""
-    if isinstance(edge_index, Tensor):
-        edge_index, _ = remove_self_loops(edge_index)
-        edge_index, _ = add_self_loops(edge_index, num_nodes=num_nodes)
-    elif isinstance(edge_index, SparseTensor):
-        edge_index = torch_sparse.set_diag(edge_index)
-    return edge_index
+_SETTINGS = ("pos_scale", "base", "grid_unit")
 
 
-def _check_options(pe: PositionalEncoding, out_channels: int, pos_nn: Callable | None, axes: int,
-                   grid_unit: float | None) -> None:
-    """Refuse the combinations that the layer could only ignore or fail on later."""
+class _ZeroDelta(torch.nn.Module):
+    """`delta_ij = 0` of `out_channels` (`pe="none"` as PyG's layer, for TorchScript)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.channels = channels
+
+    def forward(self, diff: Tensor) -> Tensor:
+        return diff.new_zeros(diff.shape[0], self.channels)
+
+
+def _check_options(pe: PositionalEncoding, in_channels, out_channels, pos_nn: Callable | None, pos_scale, base,
+                   axes, grid_unit) -> tuple[int, float, float, int, float | None]:
+    """Refuse the arguments and combinations that the layer could only ignore, fail on later or turn into NaN
+    (`pos_scale`, `base`, `grid_unit`: finite and > 0); returns the checked numbers."""
+    for size in in_channels if isinstance(in_channels, tuple) else (in_channels,):
+        if size != -1:
+            check_count("in_channels", size)
+    out_channels = check_count("out_channels", out_channels)
+    pos_scale, base = check_scale("pos_scale", pos_scale), check_scale("base", base)
+    if grid_unit is not None:
+        grid_unit = check_scale("grid_unit", grid_unit, " (PointROPE's cell size)")
+    axes = check_count("axes", axes)
     if axes not in (1, 2, 3):
         raise ValueError(f"expected axes in (1, 2, 3), got {axes}")
     if pos_nn is not None and not pe.needs_delta:
         raise ValueError(f"expected no pos_nn with {pe}, which has no delta_ij term, got {pos_nn}")
-    if pe.rotation == "pointrope" and not (grid_unit is not None and grid_unit > 0):
-        raise ValueError(f"expected a grid_unit > 0 (PointROPE's cell size) with pe='pointrope', got {grid_unit}")
+    if pe.rotation == "pointrope" and grid_unit is None:
+        raise ValueError("expected a grid_unit > 0 (PointROPE's cell size) with pe='pointrope', got None")
     if pe.rotates and out_channels < 3:
         raise ValueError(f"expected out_channels >= 3 (one rotated block) for {pe}, got {out_channels}")
+    return out_channels, pos_scale, base, axes, grid_unit

@@ -1,5 +1,5 @@
 """``train.amp=bf16`` on the CPU trains in float32 (autocast is CUDA's only): the log says so in one line
-(issue 38, class 11); before, it was ignored without a word."""
+(issue 38, class 11); before, it was ignored without a word. The rule itself: ``build.mixed_precision``."""
 from __future__ import annotations
 
 from tests.engine.conftest import train_fold
@@ -16,3 +16,23 @@ def test_bf16_on_the_cpu_is_one_line_in_the_log(two_folds, tmp_path):
 def test_no_word_of_it_without_amp(two_folds, tmp_path):
     assert train_fold(two_folds, tmp_path, "train.epochs=1") == 0
     assert "precision" not in (tmp_path / "area_1" / "log.txt").read_text()
+
+
+def test_mixed_precision_is_cudas_only_and_autocast_and_the_scaler_follow_it():
+    import torch
+
+    from pointgeope.engine import build
+    from pointgeope.engine.config import Config, TrainConfig
+
+    want = {("cuda", "bf16"): torch.bfloat16, ("cuda", "fp16"): torch.float16}
+    for device in ("cpu", "cuda"):
+        for amp in ("bf16", "fp16", "none"):
+            cfg = Config(train=TrainConfig(amp=amp))
+            assert build.mixed_precision(cfg, torch.device(device)) == want.get((device, amp)), (device, amp)
+            if device == "cpu" or torch.cuda.is_available():   # without CUDA, torch disables CUDA's autocast itself
+                with build.autocast(cfg, torch.device(device)):
+                    on = torch.is_autocast_enabled(device)
+                    dtype = torch.get_autocast_dtype(device)
+                assert on == ((device, amp) in want) and (not on or dtype == want[device, amp]), (device, amp)
+                scaled = build.grad_scaler(cfg, torch.device(device)).is_enabled()
+                assert scaled == (want.get((device, amp)) == torch.float16), (device, amp)

@@ -89,3 +89,58 @@ def test_block_scale_argument_and_gradients():
     assert torch.autograd.gradcheck(attention, (q, k, pos, freq), fast_mode=False)
     with pytest.raises(ValueError, match="same width"):
         geope_qk(q, k[:, :5], pos)
+
+
+def test_positions_of_heads_must_keep_the_head_dim():
+    """`(B, L, 3)` against `(B, H, L, C)` broadcast silently when B == H (other scores) and cryptically when not:
+    both are refused with the expected shape; `(B, 1, L, 3)` and a shared `(L, 3)` are accepted."""
+    gen = torch.Generator().manual_seed(0)
+    pos = torch.rand(2, 5, 3, generator=gen)
+    for heads in (2, 3):
+        q = torch.randn(2, heads, 5, 6, generator=gen)
+        with pytest.raises(ValueError, match=rf"expected pos_q of shape \(L, A\) or \(1\|2, 1\|{heads}, 5, A\) for q "
+                                             rf"\(2, {heads}, 5, 6\) \(e.g. \(B, 1, L, A\) for \(B, H, L, C\) heads\), "
+                                             r"got \(2, 5, 3\)"):
+            geope_qk(q, q, pos)
+        q_rot, _ = geope_qk(q, q, pos[:, None])
+        torch.testing.assert_close(q_rot[1, 0], geope_qk(q[1, 0], q[1, 0], pos[1])[0], atol=1e-6, rtol=0)
+        shared, _ = geope_qk(q, q, pos[0])
+        torch.testing.assert_close(shared[1, 1], geope_qk(q[1, 1], q[1, 1], pos[0])[0], atol=1e-6, rtol=0)
+    q = torch.randn(2, 2, 5, 6, generator=gen)
+    with pytest.raises(ValueError, match=r"expected pos_k of shape .* got \(2, 1, 4, 3\)"):
+        geope_qk(q, q, pos[:, None], torch.rand(2, 1, 4, 3))
+    with pytest.raises(ValueError, match=r"expected pos_q of shape .* got \(2, 1, 5, 4\)"):
+        geope_attention(q, q, q, torch.rand(2, 1, 5, 4))
+
+
+@pytest.mark.parametrize("name,value,error,message", [
+    ("pos_scale", float("nan"), ValueError, "expected pos_scale a finite number > 0, got nan"),
+    ("pos_scale", 0.0, ValueError, "expected pos_scale a finite number > 0, got 0.0"),
+    ("base", 0, ValueError, "expected base a finite number > 0, got 0.0"),
+    ("base", -5.0, ValueError, "expected base a finite number > 0, got -5.0"),
+    ("base", float("inf"), ValueError, "expected base a finite number > 0, got inf"),
+    ("base", "100", TypeError, "expected base a finite number > 0, got '100'"),
+])
+def test_frequency_settings_must_be_finite_and_positive(name, value, error, message):
+    """`base=0`, `-5` or `pos_scale=nan` gave NaN scores, and `geope_attention` then finite garbage."""
+    q = torch.randn(4, 6)
+    pos = torch.rand(4, 3)
+    for call in (lambda: geope_qk(q, q, pos, **{name: value}), lambda: geope_attention(q, q, q, pos, **{name: value})):
+        with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+            call()
+
+
+def test_integer_features_non_finite_positions_and_bad_block_scales_are_refused():
+    q, pos = torch.randn(4, 6), torch.rand(4, 3)
+    with pytest.raises(TypeError, match=r"expected q a floating-point tensor, got dtype torch.int64"):
+        geope_qk(torch.ones(4, 6, dtype=torch.long), q, pos)
+    with pytest.raises(TypeError, match=r"expected pos_k a floating-point tensor, got dtype torch.int32"):
+        geope_qk(q, q, pos, pos.int())
+    bad = pos.clone()
+    bad[2, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"expected finite pos_q, got 1 NaN or infinite entries \(the first in row 2"):
+        geope_attention(q, q, q, bad)
+    with pytest.raises(ValueError, match=r"expected block_scale of shape \(C // 3,\) = \(2,\), got \(3,\)"):
+        geope_qk(q, q, pos, block_scale=torch.ones(3))
+    with pytest.raises(ValueError, match=r"expected q and k of width C >= 3 \(one rotated block\), got 2"):
+        geope_qk(q[:, :2], q[:, :2], pos)

@@ -42,9 +42,90 @@ def test_a_dataloader_batch_gets_the_graphs_of_its_examples():
     assert torch.equal(knn_graph(batch.pos, 3, batch.batch), batch.edge_index)
 
 
-def test_bad_inputs_are_refused():
+CPU_BACKENDS = [None, "pykdtree", "scipy", "torch"]
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_positions_are_refused_on_every_backend(backend, bad):
+    """A NaN has no nearest neighbour: the default backend answered index 2**32 - 1, torch anything."""
+    pos = torch.rand(6, 3, generator=torch.Generator().manual_seed(0))
+    pos[4, 1] = bad
+    with pytest.raises(ValueError, match=r"expected finite x \(positions\), got 1 NaN or infinite entries \(the "
+                                         r"first in row 4"):
+        knn_graph(pos, 2, backend=backend)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_far_but_finite_points_get_valid_indices(backend):
+    pos = torch.rand(6, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    pos[2] = 1e30
+    got = knn_graph(pos, 3, backend=backend)
+    assert got.min() >= 0 and got.max() < 6
+    for i in range(6):                                   # 3 distinct others each
+        assert len(set(got[0, got[1] == i].tolist()) - {i}) == 3
+    if backend != "torch":                               # torch's brute force: exact up to ~1e-6 of the extent
+        near = got[1] != 2                               # the far point's neighbours tie at 1e30: any 3 others
+        assert torch.equal(got[:, near], brute_force(pos, [6], 3, loop=False)[:, near])
+
+
+def test_k_is_an_int_of_at_least_one():
+    pos = torch.rand(5, 3)
+    for k in (1.5, "2", True, torch.tensor(2.0)):
+        with pytest.raises(TypeError, match=r"expected k an int >= 1, got"):
+            knn_graph(pos, k)
+    for k in (0, -1):
+        with pytest.raises(ValueError, match=rf"expected k >= 1, got {k}$"):
+            knn_graph(pos, k)
+    assert torch.equal(knn_graph(pos, torch.tensor(2)), knn_graph(pos, 2))
+
+
+def test_a_huge_k_is_clamped_to_the_cloud_before_allocating():
+    """k = 10**12 asked the backend for 10**12 columns (8 TB) before; now every point gets all its others."""
+    pos = torch.rand(7, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    batch = torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    for loop in (False, True):
+        assert torch.equal(knn_graph(pos, 10**12, batch, loop=loop), brute_force(pos, [3, 4], 6, loop))
+
+
+def test_empty_positions_give_an_empty_graph():
+    got = knn_graph(torch.zeros(0, 3), 4, torch.zeros(0, dtype=torch.long))
+    assert got.shape == (2, 0) and got.dtype == torch.long
+
+
+def test_wrong_types_and_shapes_name_the_argument():
     pos = torch.rand(4, 3)
-    with pytest.raises(ValueError, match="sorted by example"):
-        knn_graph(pos, 2, torch.tensor([0, 1, 0, 1]))
-    with pytest.raises(ValueError, match=r"expected pos of shape \(N, 3\)"):
+    with pytest.raises(TypeError, match=r"expected x a floating-point tensor, got dtype torch.int64"):
+        knn_graph(torch.ones(4, 3, dtype=torch.long), 2)
+    with pytest.raises(ValueError, match=r"expected x \(positions\) of shape \(N, 3\), got \(4, 2\)"):
         knn_graph(pos[:, :2], 2)
+    with pytest.raises(TypeError, match=r"expected batch an integer tensor, got torch.float32"):
+        knn_graph(pos, 2, torch.zeros(4))
+    with pytest.raises(ValueError, match=r"expected batch of shape \(4,\) \(one example index a point\), got \(3,\)"):
+        knn_graph(pos, 2, torch.zeros(3, dtype=torch.long))
+
+
+def test_an_unsorted_batch_is_said_to_be_unsorted():
+    with pytest.raises(ValueError, match=r"expected batch sorted by example \(non-decreasing.*got batch\[2\] = 0 "
+                                         r"after 1: sort the points by example first"):
+        knn_graph(torch.rand(4, 3), 2, torch.tensor([0, 1, 0, 1]))
+
+
+def test_pygs_signature_flow_cosine_workers_batch_size():
+    """PyG's positional order ``(x, k, batch, loop, flow, cosine, num_workers, batch_size)``; ``backend`` only by
+    keyword (a fifth positional argument is ``flow``, named in the error)."""
+    pos = torch.rand(8, 3, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    batch = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    plain = knn_graph(pos, 2, batch)
+    assert torch.equal(knn_graph(pos, 2, batch, False, "target_to_source"), plain.flip(0))
+    assert torch.equal(knn_graph(pos, 2, batch, False, "source_to_target", False, 4, 2, backend="scipy"), plain)
+    with pytest.raises(ValueError, match=r"expected flow in \('source_to_target', 'target_to_source'\), got 'torch'"):
+        knn_graph(pos, 2, batch, False, "torch")
+    with pytest.raises(ValueError, match=r"cosine=True is not supported"):
+        knn_graph(pos, 2, batch, cosine=True)
+    with pytest.raises(ValueError, match=r"expected num_workers >= 1, got 0"):
+        knn_graph(pos, 2, num_workers=0)
+    with pytest.raises(ValueError, match=r"expected batch < batch_size = 1, got 1"):
+        knn_graph(pos, 2, batch, batch_size=1)
+    with pytest.raises(TypeError, match="positional"):
+        knn_graph(pos, 2, batch, False, "source_to_target", False, 1, None, "torch")

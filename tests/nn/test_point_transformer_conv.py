@@ -177,6 +177,31 @@ def test_standard_geope_turned_once_a_node_is_the_per_edge_rotation(pe, bipartit
         torch.testing.assert_close(have[name], want[name], atol=1e-12, rtol=1e-10, msg=name)
 
 
+@pytest.mark.parametrize("bipartite", [False, True])
+@pytest.mark.parametrize("pe,channels", [("geope", 12), ("geope+rpe", 14), (GEOPE_TURNS[2], 14), (GEOPE_TURNS[3], 12)],
+                         ids=str)
+def test_target_rotation_from_per_node_coefficients_is_the_per_edge_rotation(pe, channels, bipartite):
+    """With positions and frequencies as data (no gradient), `message` turns the keys (and the values of
+    `value="geope"`) by $R(t_i)^T$ from per-target coefficients on plane-major nodes (`target_frame`): outputs
+    and gradients (features, weights) equal `apply_geope` twice per edge, with pass-through channels (14 = 4
+    blocks + 2) and bipartite inputs."""
+    torch.manual_seed(0)
+    conv = make_conv(pe, in_channels=(4, 5) if bipartite else 4, channels=channels)
+    x, pos, edge_index = graph(n=9, in_channels=4)
+    if bipartite:
+        x_t = torch.randn(5, 5, dtype=torch.float64)
+        x, pos, edge_index = (x, x_t), (pos, pos[:5] + 0.1), edge_index[:, edge_index[1] < 5]
+    leaves = [t.requires_grad_() for t in (x if bipartite else (x,))]
+    pairs = (x, pos) if bipartite else ((x, x), (pos, pos))
+    edges = with_self_loops(edge_index, min(pairs[1][0].shape[0], pairs[1][1].shape[0]))
+    expected, got = per_edge_geope(conv, PositionalEncoding.preset(pe), *pairs, edges), conv(x, pos, edge_index)
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
+    want, have = gradients(conv, expected, leaves), gradients(conv, got, leaves)
+    assert "lin_src.weight" in want
+    for name in want:
+        torch.testing.assert_close(have[name], want[name], atol=1e-12, rtol=1e-10, msg=name)
+
+
 def test_bipartite_target_positions_of_other_axes_are_refused():
     conv = make_conv("geope")
     x, pos, edge_index = graph()
@@ -278,7 +303,7 @@ def test_reset_parameters_restores_the_initial_frequencies():
         conv.block_scale.freq.mul_(3.0)
     conv.reset_parameters()
     torch.testing.assert_close(conv.block_scale.freq.detach(), initial, atol=0, rtol=0)
-    assert repr(conv) == "GeoPEPointTransformerConv(4, 12, pe='geope')"
+    assert repr(conv) == "GeoPEPointTransformerConv(4, 12, pe='geope', pos_scale=25.0, base=100.0, learnable=True)"
 
 
 def test_info_names_the_tested_pyg_versions_and_flags_another(capsys, monkeypatch):
@@ -306,3 +331,18 @@ def test_nn_does_not_import_the_data_or_engine_code():
     for path, name in ((path, name) for path, names in imports.items() for name in names):
         assert not name.startswith(("pointgeope.data", "pointgeope.engine", "pointgeope.scans", "pointgeope.report",
                                     "pointgeope.viz", "data_prep")), f"{path}: imports {name}"
+
+
+@pytest.mark.parametrize("pe", ["geope", GEOPE_TURNS[2], "lingeope", "rpe"], ids=str)
+def test_torch_sparse_adjacency_gives_the_edge_list_outputs(pe):
+    """`adj_t` as a torch.sparse CSR or COO tensor (PyG's `adj_t`, rows the targets): the fast path finds its
+    edges' sources through `edge_index_j` as for an edge list."""
+    from torch_geometric.utils import to_torch_coo_tensor, to_torch_csr_tensor
+
+    torch.manual_seed(0)
+    conv, (x, pos, edge_index) = make_conv(pe), graph(n=12)
+    with torch.no_grad():
+        expected = conv(x, pos, edge_index)
+        for to_sparse in (to_torch_csr_tensor, to_torch_coo_tensor):
+            adj_t = to_sparse(edge_index.flip(0), size=(12, 12))
+            torch.testing.assert_close(conv(x, pos, adj_t), expected, atol=1e-12, rtol=0)

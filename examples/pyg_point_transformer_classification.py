@@ -1,0 +1,172 @@
+"""PyG's Point Transformer classification example with GeoPE: the layer swapped, nothing else.
+
+PyG's `examples/point_transformer_classification.py` trains on ModelNet10 a network of Point Transformer blocks
+(`Linear-ReLU`, `PointTransformerConv` over the kNN graph, `Linear-ReLU`) and transition-down steps (farthest
+point sampling to a quarter, an MLP, a max over each sample's k nearest points), then a mean pool and an MLP
+head. This script keeps that structure with three changes:
+
+- the layer is chosen by `--layer`: `pyg` (PyG's `PointTransformerConv`) or a `pe` of
+  [`GeoPEPointTransformerConv`][pointgeope.nn.GeoPEPointTransformerConv] (`rpe` is PyG's layer: the same
+  losses, bit for bit, from the same seed);
+- torch-cluster's `knn_graph`, `knn`, `fps` and torch-scatter's `scatter_max` are pointgeope's
+  (`pointgeope.nn.knn_graph`, `pointgeope.model.ops.knn` / `fps`) and a plain max over the neighbours;
+- ModelNet10 is replaced by small synthetic shapes of the same form (`synthetic_shapes.py`: six primitives,
+  centred and scaled into $[-1, 1]^3$ by PyG's `T.NormalizeScale`, no features).
+
+**`pos_scale` on normalised shapes.** GeoPE's block 0 turns by `pos_scale / 3` radians per unit of position,
+so `pos_scale = 1 / spacing` (the distance between neighbouring points) turns neighbours by about a third of
+a radian, as `1 / voxel size` does on rooms. A shape scaled into $[-1, 1]^3$ (`T.NormalizeScale`) with `n` points on
+its surface (an area of about 4 to 8) has a spacing of about `2 / sqrt(n)`; every transition down keeps a quarter of the
+points, doubling the spacing, so each level gets its own `pos_scale` (`level_pos_scale`): one value for all
+levels would turn the deepest level's neighbours 16 times as far as the first's at five levels.
+
+    python examples/pyg_point_transformer_classification.py [--layers pyg rpe geope] [--steps 40]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.loader import DataLoader
+from torch_geometric.nn import MLP, PointTransformerConv, global_mean_pool
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))          # synthetic_shapes.py, next to this file
+from synthetic_shapes import CLASSES, classification_set
+
+from pointgeope.model import PositionalEncoding
+from pointgeope.model.ops import fps, knn
+from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
+
+
+def level_pos_scale(points: int, level: int, ratio: float = 0.25) -> float:
+    """`1 / spacing` at hierarchy `level` of `T.NormalizeScale`d shapes of `points` points: spacing about
+    `2 / sqrt(n)` with `n = points * ratio ** level` points left at that level."""
+    return math.sqrt(points * ratio ** level) / 2
+
+
+def make_conv(layer: str, in_channels: int, out_channels: int, pos_nn: nn.Module, attn_nn: nn.Module,
+              pos_scale: float) -> nn.Module:
+    """PyG's layer (`layer == "pyg"`) or GeoPE's with `pe=layer` (its `pos_nn` only where the preset has a
+    delta term)."""
+    if layer == "pyg":
+        return PointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn)
+    pos_nn = pos_nn if PositionalEncoding.preset(layer).needs_delta else None
+    return GeoPEPointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn, pe=layer,
+                                     pos_scale=pos_scale, grid_unit=1 / pos_scale)
+
+
+class TransformerBlock(nn.Module):
+    """`Linear-ReLU`, the Point Transformer layer, `Linear-ReLU` (PyG's block, without a skip)."""
+
+    def __init__(self, in_channels: int, out_channels: int, layer: str, pos_scale: float):
+        super().__init__()
+        self.lin_in, self.lin_out = nn.Linear(in_channels, in_channels), nn.Linear(out_channels, out_channels)
+        pos_nn = nn.Sequential(nn.Linear(3, 64), nn.ReLU(), nn.Linear(64, out_channels))
+        attn_nn = nn.Sequential(nn.Linear(out_channels, 64), nn.ReLU(), nn.Linear(64, out_channels))
+        self.transformer = make_conv(layer, in_channels, out_channels, pos_nn, attn_nn, pos_scale)
+
+    def forward(self, x: Tensor, pos: Tensor, edge_index: Tensor) -> Tensor:
+        return self.lin_out(self.transformer(self.lin_in(x).relu(), pos, edge_index)).relu()
+
+
+def offsets(batch: Tensor) -> Tensor:
+    """Cumulative point counts of a sorted batch vector (pointgeope's ops take offsets)."""
+    return torch.bincount(batch).cumsum(0)
+
+
+class TransitionDown(nn.Module):
+    """Farthest point sampling to `ratio` of every example, an MLP, then the max over the `k` nearest points
+    of each sample."""
+
+    def __init__(self, in_channels: int, out_channels: int, ratio: float = 0.25, k: int = 16):
+        super().__init__()
+        self.stride, self.k = round(1 / ratio), k
+        self.mlp = MLP([in_channels, out_channels], plain_last=False)
+
+    def forward(self, x: Tensor, pos: Tensor, batch: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        offset = offsets(batch)
+        sample, sub_offset = fps(pos, offset, self.stride)
+        neighbours, _ = knn(pos[sample], pos, self.k, sub_offset, offset)      # (M, k) rows of pos
+        return self.mlp(x)[neighbours].amax(dim=1), pos[sample], batch[sample]
+
+
+class Net(nn.Module):
+    """Input MLP and block, then (transition down, block) per level, mean pool, MLP head."""
+
+    def __init__(self, num_classes: int, num_features: int, dims: list[int], layer: str, points: int, k: int = 16):
+        super().__init__()
+        self.k = k
+        self.mlp_input = MLP([max(num_features, 1), dims[0]], plain_last=False)
+        self.transformer_input = TransformerBlock(dims[0], dims[0], layer, level_pos_scale(points, 0))
+        self.transition_down, self.transformers_down = nn.ModuleList(), nn.ModuleList()
+        for level in range(1, len(dims)):
+            self.transition_down.append(TransitionDown(dims[level - 1], dims[level], k=k))
+            self.transformers_down.append(TransformerBlock(dims[level], dims[level], layer,
+                                                           level_pos_scale(points, level)))
+        self.head = nn.Sequential(nn.Linear(dims[-1], 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                                  nn.Linear(64, num_classes))
+
+    def forward(self, x: Tensor | None, pos: Tensor, batch: Tensor) -> Tensor:
+        x = pos.new_ones(pos.shape[0], 1) if x is None else x                 # no features: ones, as PyG's
+        x = self.transformer_input(self.mlp_input(x), pos, knn_graph(pos, self.k, batch))
+        for down, block in zip(self.transition_down, self.transformers_down):
+            x, pos, batch = down(x, pos, batch)
+            x = block(x, pos, knn_graph(pos, self.k, batch))
+        return F.log_softmax(self.head(global_mean_pool(x, batch)), dim=-1)
+
+
+def seed_everything(seed: int) -> None:
+    """Torch's and Python's generators (PyG's random transforms draw from `random`)."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+
+
+def train(layer: str, shapes: list, steps: int, dims: list[int], points: int, k: int, seed: int = 0,
+          lr: float = 1e-3, batch_size: int = 8) -> list[float]:
+    """`steps` Adam steps (PyG uses lr 1e-3) of a fresh `Net` on batches of `batch_size` shapes; every step's loss."""
+    seed_everything(seed)                                                  # the same weights and batches
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = Net(len(CLASSES), 0, dims, layer, points, k).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    while len(losses) < steps:
+        for data in DataLoader(shapes, batch_size=batch_size, shuffle=True):
+            data = data.to(device)
+            optimizer.zero_grad()
+            loss = F.nll_loss(model(data.x, data.pos, data.batch), data.y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            if len(losses) == steps:
+                break
+    return losses
+
+
+def main(layers=("pyg", "rpe", "geope"), steps: int = 40, points: int = 256, per_class: int = 8,
+         dims=(32, 64, 128), k: int = 16, lr: float = 1e-3,
+         batch_size: int = 8) -> dict[str, list[float]]:
+    shapes = classification_set(per_class, points)
+    print(f"{len(shapes)} synthetic shapes of {points} points, {len(CLASSES)} classes")
+    results = {}
+    for layer in layers:
+        results[layer] = train(layer, shapes, steps, list(dims), points, k, lr=lr, batch_size=batch_size)
+        at = sorted({0, steps // 2, steps - 1})
+        print(f"{layer:<8} loss at steps {', '.join(str(i + 1) for i in at)}: "
+              f"{', '.join(f'{results[layer][i]:.4f}' for i in at)}")
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", nargs="+", default=["pyg", "rpe", "geope"],
+                        help="'pyg' (PyG's PointTransformerConv) or presets of GeoPEPointTransformerConv")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--points", type=int, default=256)
+    args = parser.parse_args()
+    main(args.layers, args.steps, args.points)

@@ -1,0 +1,159 @@
+"""PyG's Point Transformer segmentation example with GeoPE: the layer swapped, nothing else.
+
+PyG's `examples/point_transformer_segmentation.py` segments ShapeNet's airplanes into parts with a U-Net of
+Point Transformer blocks: the classification example's blocks and transitions down, a summit block, then
+transitions up (an MLP on the coarse features, interpolated from their 3 nearest coarse points with weights
+`1 / d^2`, added to an MLP of the skip features) each followed by a block, and an MLP head. This script keeps
+that structure, with the changes of `pyg_point_transformer_classification.py` (whose parts it imports, as
+PyG's does): the layer chosen by `--layer` (`pyg`, or a `pe`; `rpe` gives PyG's losses bit for bit), the
+interpolation written with `pointgeope.model.ops.knn` instead of torch-cluster's, and synthetic airplanes of
+four parts, normalised by `T.NormalizeScale`, with PyG's random translation and rotations while training.
+
+Each level's `pos_scale` is `1 / spacing` of its points (`level_pos_scale`, see the classification example):
+the U-Net's way up reuses the down levels' points, so a block on level `l` has the `pos_scale` of level `l`.
+
+    python examples/pyg_point_transformer_segmentation.py [--layers pyg rpe geope] [--steps 30]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import torch_geometric.transforms as T
+from torch import Tensor, nn
+from torch.utils.data import Dataset
+from torch_geometric.loader import DataLoader
+from torch_geometric.nn import MLP
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))          # the classification example's parts
+from pyg_point_transformer_classification import (
+    TransformerBlock,
+    TransitionDown,
+    level_pos_scale,
+    offsets,
+    seed_everything,
+)
+from synthetic_shapes import PARTS, part_set
+
+from pointgeope.model.ops import knn
+from pointgeope.nn import knn_graph
+
+
+def knn_interpolate(x: Tensor, pos_x: Tensor, pos_y: Tensor, batch_x: Tensor, batch_y: Tensor, k: int = 3) -> Tensor:
+    """Features `x` at `pos_x` carried to `pos_y`: the mean of the `k` nearest, weighted by `1 / d^2` (PyG's
+    `knn_interpolate`)."""
+    idx, dist2 = knn(pos_y, pos_x, k, offsets(batch_y), offsets(batch_x))
+    weight = 1.0 / dist2.clamp_min(1e-16)
+    return (x[idx] * weight.unsqueeze(-1)).sum(1) / weight.sum(1, keepdim=True)
+
+
+class TransitionUp(nn.Module):
+    """Coarse features through an MLP, interpolated to the fine points, plus an MLP of the fine (skip) ones."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.mlp_sub = MLP([in_channels, out_channels], plain_last=False)
+        self.mlp = MLP([out_channels, out_channels], plain_last=False)
+
+    def forward(self, x: Tensor, x_sub: Tensor, pos: Tensor, pos_sub: Tensor, batch: Tensor,
+                batch_sub: Tensor) -> Tensor:
+        return self.mlp(x) + knn_interpolate(self.mlp_sub(x_sub), pos_sub, pos, batch_sub, batch)
+
+
+class Net(nn.Module):
+    """The U-Net: input block, (down, block) per level, summit block, (up, block) per level, MLP head."""
+
+    def __init__(self, in_channels: int, num_classes: int, dims: list[int], layer: str, points: int, k: int = 16):
+        super().__init__()
+        self.k = k
+        scales = [level_pos_scale(points, level) for level in range(len(dims))]
+        self.mlp_input = MLP([in_channels, dims[0]], plain_last=False)
+        self.transformer_input = TransformerBlock(dims[0], dims[0], layer, scales[0])
+        self.transition_down, self.transformers_down = nn.ModuleList(), nn.ModuleList()
+        self.transition_up, self.transformers_up = nn.ModuleList(), nn.ModuleList()
+        for level in range(len(dims) - 1):
+            self.transition_down.append(TransitionDown(dims[level], dims[level + 1], k=k))
+            self.transformers_down.append(TransformerBlock(dims[level + 1], dims[level + 1], layer, scales[level + 1]))
+            self.transition_up.append(TransitionUp(dims[level + 1], dims[level]))
+            self.transformers_up.append(TransformerBlock(dims[level], dims[level], layer, scales[level]))
+        self.mlp_summit = MLP([dims[-1], dims[-1]], norm=None, plain_last=False)
+        self.transformer_summit = TransformerBlock(dims[-1], dims[-1], layer, scales[-1])
+        self.head = nn.Sequential(nn.Linear(dims[0], 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                                  nn.Linear(64, num_classes))
+
+    def forward(self, x: Tensor, pos: Tensor, batch: Tensor) -> Tensor:
+        x = self.transformer_input(self.mlp_input(x), pos, knn_graph(pos, self.k, batch))
+        levels = [(x, pos, batch)]                                          # the skips, fine to coarse
+        for down, block in zip(self.transition_down, self.transformers_down):
+            x, pos, batch = down(x, pos, batch)
+            x = block(x, pos, knn_graph(pos, self.k, batch))
+            levels.append((x, pos, batch))
+        x = self.transformer_summit(self.mlp_summit(x), pos, knn_graph(pos, self.k, batch))
+        for level in reversed(range(len(self.transition_up))):
+            (skip, pos, batch), (_, pos_sub, batch_sub) = levels[level], levels[level + 1]
+            x = self.transition_up[level](skip, x, pos, pos_sub, batch, batch_sub)
+            x = self.transformers_up[level](x, pos, knn_graph(pos, self.k, batch))
+        return F.log_softmax(self.head(x), dim=-1)
+
+
+class Augmented(Dataset):
+    """The shapes with PyG's training transform (small random translation and rotations about each axis)."""
+
+    def __init__(self, shapes: list):
+        self.shapes = shapes
+        self.transform = T.Compose([T.RandomJitter(0.01), T.RandomRotate(15, axis=0), T.RandomRotate(15, axis=1),
+                                    T.RandomRotate(15, axis=2)])
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def __getitem__(self, i: int):
+        return self.transform(self.shapes[i].clone())
+
+
+def train(layer: str, shapes: list, steps: int, dims: list[int], points: int, k: int, seed: int = 0,
+          lr: float = 1e-3, batch_size: int = 4) -> list[float]:
+    """`steps` Adam steps of a fresh `Net` on batches of `batch_size` augmented shapes; the loss of every step."""
+    seed_everything(seed)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = Net(shapes[0].num_features, len(PARTS), dims, layer, points, k).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    while len(losses) < steps:
+        for data in DataLoader(Augmented(shapes), batch_size=batch_size, shuffle=True):
+            data = data.to(device)
+            optimizer.zero_grad()
+            loss = F.nll_loss(model(data.x, data.pos, data.batch), data.y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            if len(losses) == steps:
+                break
+    return losses
+
+
+def main(layers=("pyg", "rpe", "geope"), steps: int = 30, points: int = 256, count: int = 16, dims=(32, 64, 128),
+         k: int = 16, lr: float = 1e-3,
+         batch_size: int = 4) -> dict[str, list[float]]:
+    shapes = part_set(count, points)
+    print(f"{len(shapes)} synthetic airplanes of {points} points, {len(PARTS)} parts")
+    results = {}
+    for layer in layers:
+        results[layer] = train(layer, shapes, steps, list(dims), points, k, lr=lr, batch_size=batch_size)
+        at = sorted({0, steps // 2, steps - 1})
+        print(f"{layer:<8} loss at steps {', '.join(str(i + 1) for i in at)}: "
+              f"{', '.join(f'{results[layer][i]:.4f}' for i in at)}")
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", nargs="+", default=["pyg", "rpe", "geope"],
+                        help="'pyg' (PyG's PointTransformerConv) or presets of GeoPEPointTransformerConv")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--points", type=int, default=256)
+    args = parser.parse_args()
+    main(args.layers, args.steps, args.points)

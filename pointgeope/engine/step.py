@@ -1,0 +1,40 @@
+"""One training step: what ``engine.train.train_epoch`` runs for every batch and the ``bench/`` scripts time.
+
+The forward under ``train.amp``'s autocast (:func:`pointgeope.engine.build.autocast`), the loss in float32
+(:func:`pointgeope.engine.losses.segmentation_loss`), then :meth:`pointgeope.engine.state.Learner.step`
+(backward scaled by the grad scaler, clipping, optimiser, schedule).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from pointgeope.engine import build
+from pointgeope.engine.config import Config
+from pointgeope.engine.losses import segmentation_loss
+from pointgeope.engine.state import Learner
+
+__all__ = ["train_step"]
+
+
+def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, device: torch.device,
+               before_update: Callable[[torch.Tensor, float], None] | None = None) -> tuple[torch.Tensor, float]:
+    """One training step on ``batch`` (on ``device``: ``pos (N, 3)``, ``x (N, C)``, ``ptr (B+1,)``, ``y (N,)``,
+    optionally ``hierarchy`` or PTv3's ``grid_coord (N, 3)``): the forward of ``net`` under ``train.amp``'s autocast (build.autocast), the
+    float32 ``train.loss``, then ``learner.step`` (backward, scaler, clip, optimiser, schedule). Returns the
+    logits ``(N, classes)`` and the loss as a float (the step's one host sync); ``before_update(loss,
+    value)`` runs between the two (train_epoch's non-finite check). The one step the training loop and the
+    ``bench/`` scripts run."""
+    with build.autocast(cfg, device):
+        # the loader's hierarchy, or None: the model builds it on the device (placement.hierarchy_place);
+        # PTv3's samples carry their voxels (grid_coord), PTv1's do not
+        grid = {"grid_coord": batch.grid_coord} if "grid_coord" in batch else {}
+        logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None), **grid)
+    loss = segmentation_loss(logits.float(), batch.y, cfg.train.loss, cfg.train.ignore_index,
+                             cfg.train.lovasz_weight)
+    loss_value = loss.item()
+    if before_update is not None:
+        before_update(loss, loss_value)
+    learner.step(loss, cfg.optim.grad_clip)
+    return logits, loss_value

@@ -1,0 +1,162 @@
+"""PyG's conventions for pointgeope/nn/point_transformer_conv.py: settings in `repr` and in the saved state
+(a checkpoint of other settings refuses to load, naming them), PyG's `state_dict` into `pe="rpe"`, `pe="none"`
+refusing `pos_nn` keys, TorchScript as PyG's layer (or a clear refusal), `torch.compile` without graph breaks
+of ours, and checked hyperparameters and positions."""
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from torch_geometric.nn import PointTransformerConv
+
+from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
+
+
+def graph(n=12, in_channels=4, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    pos = torch.rand(n, 3, generator=gen)
+    return torch.randn(n, in_channels, generator=gen), pos, knn_graph(pos, 4)
+
+
+def roundtrip(state: dict) -> dict:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer)
+
+
+@pytest.mark.parametrize("pe,settings", [
+    ("geope", "pos_scale=25.0, base=100.0"), ("lingeope+rpe", "pos_scale=25.0, base=100.0"),
+    ("rope3d", "pos_scale=25.0, base=100.0"), ("ape", "pos_scale=25.0, base=100.0"),
+    ("pointrope", "grid_unit=0.04"), ("rope-mixed", ""), ("rpe", ""), ("none", "")])
+def test_repr_names_the_settings_the_outputs_depend_on(pe, settings):
+    conv = GeoPEPointTransformerConv(4, 12, pe=pe, grid_unit=0.04)
+    assert repr(conv) == f"GeoPEPointTransformerConv(4, 12, pe={pe!r}{', ' * bool(settings)}{settings})"
+
+
+@pytest.mark.parametrize("pe,name,other", [("geope", "pos_scale", 10.0), ("geope", "base", 1000.0),
+                                           ("ape", "pos_scale", 10.0), ("pointrope", "grid_unit", 0.3)])
+def test_a_checkpoint_of_other_settings_refuses_to_load_naming_them(pe, name, other):
+    """It loaded silently before and gave other outputs."""
+    torch.manual_seed(0)
+    saved = GeoPEPointTransformerConv(4, 12, pe=pe, grid_unit=0.04)
+    state = roundtrip(saved.state_dict())
+    assert float(state[name]) == getattr(saved, name) and state[name].dtype == torch.float64
+    other_layer = GeoPEPointTransformerConv(4, 12, pe=pe, **{"grid_unit": 0.04, name: other})
+    with pytest.raises(RuntimeError, match=rf"{name}: the checkpoint was saved with {name}=.*this layer has "
+                                           rf"{name}={other}; build it with {name}="):
+        other_layer.load_state_dict(state)
+    with pytest.raises(RuntimeError, match=rf"{name}: the checkpoint was saved"):   # not even non-strict
+        other_layer.load_state_dict(state, strict=False)
+    same = GeoPEPointTransformerConv(4, 12, pe=pe, grid_unit=0.04)
+    same.load_state_dict(state)
+    x, pos, edge_index = graph()
+    with torch.no_grad():
+        assert torch.equal(same(x, pos, edge_index), saved(x, pos, edge_index))
+        assert not torch.allclose(other_layer(x, pos, edge_index), saved(x, pos, edge_index))
+
+
+def test_pygs_checkpoint_loads_into_rpe_and_not_into_geope():
+    torch.manual_seed(0)
+    pyg = PointTransformerConv(4, 12)
+    rpe = GeoPEPointTransformerConv(4, 12, pe="rpe")
+    rpe.load_state_dict(roundtrip(pyg.state_dict()))
+    assert list(rpe.state_dict()) == list(pyg.state_dict())
+    with pytest.raises(RuntimeError, match=r"Missing key\(s\) in state_dict: \"pos_scale\", \"base\""):
+        GeoPEPointTransformerConv(4, 12, pe="geope").load_state_dict(pyg.state_dict())
+    with pytest.raises(RuntimeError, match=r"Unexpected key\(s\) in state_dict: \"pos_scale\", \"base\""):
+        rpe.load_state_dict(GeoPEPointTransformerConv(4, 12, pe="geope").state_dict())
+
+
+def test_none_refuses_pos_nn_keys():
+    """`pe="none"` has no h_Theta: PyG's `pos_nn.*` loaded strictly and were dropped without a word before."""
+    pyg = PointTransformerConv(4, 12)
+    none = GeoPEPointTransformerConv(4, 12, pe="none")
+    with pytest.raises(RuntimeError, match=r"Unexpected key\(s\) in state_dict: \"pos_nn.weight\", \"pos_nn.bias\""):
+        none.load_state_dict(pyg.state_dict())
+    result = none.load_state_dict(pyg.state_dict(), strict=False)
+    assert result.unexpected_keys == ["pos_nn.weight", "pos_nn.bias"]
+
+
+@pytest.mark.parametrize("pe", ["rpe", "none"])
+def test_torchscript_scripts_rpe_and_none_as_pygs_layer(pe):
+    torch.manual_seed(0)
+    attn_nn = torch.nn.Sequential(torch.nn.Linear(12, 12), torch.nn.ReLU())
+    conv = GeoPEPointTransformerConv(4, 12, attn_nn=attn_nn, pe=pe)
+    scripted = torch.jit.script(conv)
+    x, pos, edge_index = graph()
+    torch.testing.assert_close(scripted(x, pos, edge_index), conv(x, pos, edge_index), atol=0, rtol=0)
+    model = torch.jit.script(torch.nn.ModuleList([conv]))                    # as a submodule too
+    torch.testing.assert_close(model[0](x, pos, edge_index), conv(x, pos, edge_index), atol=0, rtol=0)
+
+
+def test_torchscript_of_a_rotation_is_refused_with_a_clear_error():
+    with pytest.raises(NotImplementedError, match=r"TorchScript is supported for pe='rpe' and pe='none' only .* "
+                                                  r"got pe='geope': use torch.compile or eager"):
+        torch.jit.script(GeoPEPointTransformerConv(4, 12, pe="geope"))
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    ({"pos_scale": float("nan")}, ValueError, r"expected pos_scale a finite number > 0, got nan"),
+    ({"pos_scale": -1.0}, ValueError, r"expected pos_scale a finite number > 0, got -1.0"),
+    ({"base": 0}, ValueError, r"expected base a finite number > 0, got 0.0"),
+    ({"base": -5}, ValueError, r"expected base a finite number > 0, got -5.0"),
+    ({"base": None}, TypeError, r"expected base a finite number > 0, got None"),
+    ({"pe": "pointrope", "grid_unit": float("inf")}, ValueError,
+     r"expected grid_unit a finite number > 0 \(PointROPE's cell size\), got inf"),
+    ({"axes": 2.0}, TypeError, r"expected axes an int >= 1, got 2.0"),
+    ({"axes": 4}, ValueError, r"expected axes in \(1, 2, 3\), got 4"),
+])
+def test_hyperparameters_are_checked_naming_them(kwargs, error, message):
+    """`pos_scale=nan`, `base=0` or `-5` gave NaN outputs before."""
+    with pytest.raises(error, match=message):
+        GeoPEPointTransformerConv(4, 12, **{"pe": "geope", **kwargs})
+
+
+def test_channels_are_checked():
+    with pytest.raises(TypeError, match=r"expected out_channels an int >= 1, got 12.5"):
+        GeoPEPointTransformerConv(4, 12.5)
+    with pytest.raises(ValueError, match=r"expected in_channels >= 1, got 0"):
+        GeoPEPointTransformerConv(0, 12)
+    GeoPEPointTransformerConv(-1, 12)                                             # lazy, as PyG
+
+
+@pytest.mark.parametrize("pe", ["rpe", "geope", "ape"])
+def test_positions_must_be_finite_floats(pe):
+    conv = GeoPEPointTransformerConv(4, 12, pe=pe)
+    x, pos, edge_index = graph()
+    bad = pos.clone()
+    bad[5, 2] = float("inf")
+    with pytest.raises(ValueError, match=r"expected finite pos, got 1 NaN or infinite entries \(the first in row 5"):
+        conv(x, bad, edge_index)
+    with pytest.raises(ValueError, match=r"expected finite pos\[1\] \(targets\)"):
+        conv((x, x), (pos, bad), edge_index)
+    with pytest.raises(TypeError, match=r"expected pos a floating-point tensor, got dtype torch.int64"):
+        conv(x, (pos * 10).long(), edge_index)
+
+
+def _pyg_graph_breaks(x, pos, edge_index) -> int:
+    torch._dynamo.reset()
+    return torch._dynamo.explain(PointTransformerConv(4, 12))(x, pos, edge_index).graph_break_count
+
+
+@pytest.mark.parametrize("pe", ["rpe", "geope", "ape"])
+def test_torch_compile_breaks_no_more_than_pygs_layer_and_gives_the_eager_values(pe):
+    """The `torch.mul(..., out=)` on strided views of the rotation made 19 graph breaks; now the breaks are
+    PyG's own (the data-dependent `remove_self_loops`), and the traced graphs (`aot_eager`, forward and
+    backward) give the eager outputs and gradients."""
+    torch.manual_seed(0)
+    conv = GeoPEPointTransformerConv(4, 12, pe=pe)
+    x, pos, edge_index = graph(n=40)
+    pyg_breaks = _pyg_graph_breaks(x, pos, edge_index)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(conv)(x, pos, edge_index)
+    assert explained.graph_break_count == pyg_breaks == 2, [b.reason for b in explained.break_reasons]
+    torch._dynamo.reset()
+    compiled = torch.compile(conv, backend="aot_eager")
+    x_eager, x_compiled = x.clone().requires_grad_(), x.clone().requires_grad_()
+    eager, traced = conv(x_eager, pos, edge_index), compiled(x_compiled, pos, edge_index)
+    torch.testing.assert_close(traced, eager, atol=1e-6, rtol=1e-5)
+    eager.square().sum().backward(), traced.square().sum().backward()
+    torch.testing.assert_close(x_compiled.grad, x_eager.grad, atol=1e-5, rtol=1e-5)

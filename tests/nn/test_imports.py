@@ -1,0 +1,36 @@
+"""pointgeope.nn without the toolkit's other dependencies: the functional API and knn_graph import and run with
+torch-geometric and the data/viz/training packages blocked; the layer then says what to install."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+BLOCKED = ["open3d", "h5py", "pandas", "tensorboard", "matplotlib", "numba", "yaml", "tqdm", "PIL", "torch_geometric"]
+
+
+def test_functional_api_and_knn_graph_run_without_torch_geometric_or_the_toolkits_dependencies():
+    script = f"""
+import sys
+for name in {BLOCKED!r}:
+    sys.modules[name] = None                      # import name -> ImportError
+import torch
+from pointgeope.nn import geope_attention, knn_graph
+pos = torch.rand(6, 3)
+assert knn_graph(pos, 2, backend="torch").shape == (2, 12)
+q = torch.randn(1, 2, 6, 9)
+assert geope_attention(q, q, q, pos).shape == (1, 2, 6, 9)
+try:
+    from pointgeope.nn import GeoPEPointTransformerConv
+except ImportError as error:
+    print(error)
+loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("data_prep", "pointgeope")
+                and name.split(".")[1:2] in (["data"], ["engine"], ["viz"], ["report"], ["scans"]))
+print("toolkit modules:", loaded)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "pointgeope.nn.GeoPEPointTransformerConv needs torch-geometric (pip install torch-geometric); knn_graph, "
+        "geope_qk and geope_attention do not", "toolkit modules: []"]
