@@ -29,7 +29,7 @@ def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, devic
     with build.autocast(cfg, device):
         # the loader's hierarchy, or None: the model builds it on the device (placement.hierarchy_place);
         # PTv3's samples carry their voxels (grid_coord), PTv1's do not
-        grid = {"grid_coord": batch.grid_coord} if "grid_coord" in batch else {}
+        grid = {"grid_coord": batch.grid_coord} if getattr(batch, "grid_coord", None) is not None else {}
         logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None), **grid)
     loss = segmentation_loss(logits.float(), batch.y, cfg.train.loss, cfg.train.ignore_index,
                              cfg.train.lovasz_weight)

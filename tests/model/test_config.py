@@ -10,12 +10,17 @@ import torch
 from pointgeope.engine import build
 from pointgeope.engine.config import Config, ConfigError, load_config
 from pointgeope.model import PRESETS, ModelConfig, PointTransformerLayer, PointTransformerSeg
+from pointgeope.model.qk_encodings import QK_ENCODINGS
 
 TINY = dict(blocks=[1, 1], planes=[16, 24], strides=[1, 4], neighbours=[8, 8], decoder_blocks=[1, 1])
 
 
 def test_the_preset_choices_are_the_names_of_presets():
-    assert typing.get_args(typing.get_type_hints(ModelConfig)["pe"]) == tuple(PRESETS)
+    """model.pe names PTv1's presets, then the PTv3 encodings PTv1 lacks (point3drope), each once."""
+    choices = typing.get_args(typing.get_type_hints(ModelConfig)["pe"])
+    assert choices[:len(PRESETS)] == tuple(PRESETS)
+    assert set(choices[len(PRESETS):]) == set(QK_ENCODINGS) - set(PRESETS) == {"point3drope"}
+    assert len(set(choices)) == len(choices)
     assert typing.get_type_hints(Config)["model"] is ModelConfig
     for name in PRESETS:
         assert load_config(overrides=[f"model.pe={name}"]).model.pe == name
