@@ -45,6 +45,15 @@ def _owner(fd: int) -> dict | None:
     return owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else None
 
 
+def _holder(fd: int, wait: float = 1.0) -> dict | None:
+    """The owner record of a lock another process holds: a holder that has just taken the flock writes its
+    record a moment later (truncate, then write), so an empty record is read again for up to ``wait`` s."""
+    deadline = time.monotonic() + wait
+    while (owner := _owner(fd)) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return owner
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -70,7 +79,7 @@ def _open_locked(path: Path) -> int:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                owner = _owner(fd)
+                owner = _holder(fd)
                 os.close(fd)
                 raise _refuse(path, owner) from None
         try:  # a releasing owner may have deleted the file between our open and our flock

@@ -88,3 +88,29 @@ while True:
     procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "out"), str(log)]) for _ in range(6)]
     assert [p.wait(timeout=120) for p in procs] == [0] * 6
     assert log.read_text().split() == ["in", "out"] * 6
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock")
+def test_a_holder_that_has_not_written_its_record_yet_is_named_once_it_has(tmp_path):
+    """The holder takes the flock, then writes its record: a writer refused in between waits for the record
+    and names the holder's pid (it said 'another process' when it read the lock file in that moment)."""
+    import fcntl
+    import threading
+    import time
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)              # held, record still empty
+    record = {"pid": 4242, "host": socket.gethostname(), "since": "now", "command": "late writer"}
+    writer = threading.Timer(0.3, lambda: os.pwrite(fd, json.dumps(record).encode(), 0))
+    writer.start()
+    try:
+        start = time.monotonic()
+        with pytest.raises(LockError, match=r"is being written by pid 4242 on .*`late writer`"):
+            with folder_lock(folder):
+                pass
+        assert time.monotonic() - start >= 0.25
+    finally:
+        writer.join()
+        os.close(fd)
