@@ -124,7 +124,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         r"""PyG's `forward`, with whatever depends on one node done once per node: standard GeoPE turns the
         sources' keys `W_2 x_j (N_s, C)` (and values `W_3 x_j` with `value="geope"`) by $R(t_j)$ here, the
         coefficients of the targets' $R(t_i)^\top$ are computed once a target
-        ([`target_frame`][pointgeope.nn.target_frame]), and APE's sinusoids are added to queries and keys per
+        (`pointgeope/nn/target_frame.py`), and APE's sinusoids are added to queries and keys per
         node. Only what depends on both ends of an edge (the multiply-adds of $R(t_i)^\top$, linear GeoPE's and
         RoPE's relative rotations) is done per edge, in `message`."""
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
