@@ -133,10 +133,16 @@ def train(layer: str, shapes: list, steps: int, dims: list[int], points: int, k:
     seed_everything(seed)                                                  # the same weights and batches
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = Net(len(CLASSES), 0, dims, layer, points, k).to(device)
+    return fit(model, shapes, steps, lr, batch_size, device)
+
+
+def fit(model: nn.Module, dataset, steps: int, lr: float, batch_size: int, device: torch.device) -> list[float]:
+    """`steps` Adam steps of `model` (log-probabilities out, NLL loss as PyG's examples) on shuffled batches of
+    `dataset`, as many passes as it takes; the loss of every step. Both examples train through it."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     while len(losses) < steps:
-        for data in DataLoader(shapes, batch_size=batch_size, shuffle=True):
+        for data in DataLoader(dataset, batch_size=batch_size, shuffle=True):
             data = data.to(device)
             optimizer.zero_grad()
             loss = F.nll_loss(model(data.x, data.pos, data.batch), data.y)
@@ -148,18 +154,24 @@ def train(layer: str, shapes: list, steps: int, dims: list[int], points: int, k:
     return losses
 
 
+def compare(layers, train_one) -> dict[str, list[float]]:
+    """`train_one(layer)` for every layer, printing its losses at the first, middle and last step."""
+    results = {}
+    for layer in layers:
+        results[layer] = losses = train_one(layer)
+        at = sorted({0, len(losses) // 2, len(losses) - 1})
+        print(f"{layer:<8} loss at steps {', '.join(str(i + 1) for i in at)}: "
+              f"{', '.join(f'{losses[i]:.4f}' for i in at)}")
+    return results
+
+
 def main(layers=("pyg", "rpe", "geope"), steps: int = 40, points: int = 256, per_class: int = 8,
          dims=(32, 64, 128), k: int = 16, lr: float = 1e-3,
          batch_size: int = 8) -> dict[str, list[float]]:
     shapes = classification_set(per_class, points)
     print(f"{len(shapes)} synthetic shapes of {points} points, {len(CLASSES)} classes")
-    results = {}
-    for layer in layers:
-        results[layer] = train(layer, shapes, steps, list(dims), points, k, lr=lr, batch_size=batch_size)
-        at = sorted({0, steps // 2, steps - 1})
-        print(f"{layer:<8} loss at steps {', '.join(str(i + 1) for i in at)}: "
-              f"{', '.join(f'{results[layer][i]:.4f}' for i in at)}")
-    return results
+    return compare(layers, lambda layer: train(layer, shapes, steps, list(dims), points, k, lr=lr,
+                                              batch_size=batch_size))
 
 
 if __name__ == "__main__":

@@ -25,13 +25,14 @@ import torch.nn.functional as F
 import torch_geometric.transforms as T
 from torch import Tensor, nn
 from torch.utils.data import Dataset
-from torch_geometric.loader import DataLoader
 from torch_geometric.nn import MLP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))          # the classification example's parts
 from pyg_point_transformer_classification import (
     TransformerBlock,
     TransitionDown,
+    compare,
+    fit,
     level_pos_scale,
     offsets,
     seed_everything,
@@ -120,19 +121,7 @@ def train(layer: str, shapes: list, steps: int, dims: list[int], points: int, k:
     seed_everything(seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = Net(shapes[0].num_features, len(PARTS), dims, layer, points, k).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = []
-    while len(losses) < steps:
-        for data in DataLoader(Augmented(shapes), batch_size=batch_size, shuffle=True):
-            data = data.to(device)
-            optimizer.zero_grad()
-            loss = F.nll_loss(model(data.x, data.pos, data.batch), data.y)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-            if len(losses) == steps:
-                break
-    return losses
+    return fit(model, Augmented(shapes), steps, lr, batch_size, device)
 
 
 def main(layers=("pyg", "rpe", "geope"), steps: int = 30, points: int = 256, count: int = 16, dims=(32, 64, 128),
@@ -140,13 +129,8 @@ def main(layers=("pyg", "rpe", "geope"), steps: int = 30, points: int = 256, cou
          batch_size: int = 4) -> dict[str, list[float]]:
     shapes = part_set(count, points)
     print(f"{len(shapes)} synthetic airplanes of {points} points, {len(PARTS)} parts")
-    results = {}
-    for layer in layers:
-        results[layer] = train(layer, shapes, steps, list(dims), points, k, lr=lr, batch_size=batch_size)
-        at = sorted({0, steps // 2, steps - 1})
-        print(f"{layer:<8} loss at steps {', '.join(str(i + 1) for i in at)}: "
-              f"{', '.join(f'{results[layer][i]:.4f}' for i in at)}")
-    return results
+    return compare(layers, lambda layer: train(layer, shapes, steps, list(dims), points, k, lr=lr,
+                                              batch_size=batch_size))
 
 
 if __name__ == "__main__":
