@@ -16,6 +16,10 @@ not the waits) are both recorded.
 ``pointgeope/nn/point_transformer_conv.py`` (case ``"<pe> @FILE-stem"``) to the same rounds, e.g. the code
 before a change: ``git show main:pointgeope/nn/point_transformer_conv.py > /tmp/before.py``.
 
+``--torch-frame`` adds, for the encodings that turn by standard GeoPE, the layer with the torch path of the
+per-edge turn (case ``"<pe> torch-frame"``: ``target_frame.turn_into_targets(backend="torch")``) beside its
+default (numba on the CPU), in the same rounds.
+
 ``--compile`` adds every case under ``torch.compile`` (``"<case> compiled"``; inductor compiles in the warm-up
 step, which is not timed).
 
@@ -35,7 +39,7 @@ import torch
 from torch_geometric.nn import PointTransformerConv
 
 from pointgeope.model.attention import PRESETS, PositionalEncoding
-from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
+from pointgeope.nn import GeoPEPointTransformerConv, knn_graph, target_frame
 
 from bench_io import git_commit, save_json
 
@@ -45,6 +49,7 @@ VALUE_GEOPE = "geope, value geope"            # the key and the value turned by 
 ENCODINGS = {**PRESETS, VALUE_GEOPE: PositionalEncoding("geope", False, "geope")}
 GRID_UNIT = 0.04                              # pointrope's cell: the voxel of pos_scale = 25
 COMPILED = " compiled"                        # case suffix: the layer under torch.compile
+TORCH_FRAME = " torch-frame"                  # case suffix: standard GeoPE's per-edge turn on its torch path
 
 
 def load_layer_class(path: Path) -> type:
@@ -64,22 +69,31 @@ def make_layer(case: str, channels: int, compared: dict[str, type]) -> torch.nn.
         return PointTransformerConv(channels, channels)
     if case.endswith(COMPILED):                                        # inductor, after the warm-up step
         return torch.compile(make_layer(case[: -len(COMPILED)], channels, compared))
+    if case.endswith(TORCH_FRAME):
+        return make_layer(case[: -len(TORCH_FRAME)], channels, compared)
     pe, _, name = case.partition(" @")
     layer = compared[name] if name else GeoPEPointTransformerConv
     return layer(channels, channels, pe=ENCODINGS[pe], pos_scale=25.0, grid_unit=GRID_UNIT)
 
 
-def make_step(layer: torch.nn.Module, x: torch.Tensor, pos: torch.Tensor, edge_index: torch.Tensor):
-    """One forward + backward of ``layer``; returns its wall time in seconds."""
+def make_step(layer: torch.nn.Module, x: torch.Tensor, pos: torch.Tensor, edge_index: torch.Tensor,
+              frame_backend: str | None = None):
+    """One forward + backward of ``layer`` (standard GeoPE's per-edge turn on ``frame_backend``, ``None``: its
+    default); returns its wall time and CPU time in seconds."""
     weight = torch.randn(x.shape[0], layer.out_channels, generator=torch.Generator().manual_seed(1))
+    default = target_frame.frame_backend
 
     def step() -> tuple[float, float]:
         x.grad = None
         layer.zero_grad(set_to_none=True)
-        start, cpu = time.perf_counter(), time.process_time()
-        out = layer(x, pos, edge_index)
-        (out * weight).sum().backward()
-        return time.perf_counter() - start, time.process_time() - cpu
+        target_frame.frame_backend = default if frame_backend is None else (lambda keys: frame_backend)
+        try:
+            start, cpu = time.perf_counter(), time.process_time()
+            out = layer(x, pos, edge_index)
+            (out * weight).sum().backward()
+            return time.perf_counter() - start, time.process_time() - cpu
+        finally:
+            target_frame.frame_backend = default
     return step
 
 
@@ -91,7 +105,8 @@ def run(cases: list[str], compared: dict[str, type], threads: int, reps: int, n:
     pos = torch.rand(n, 3, generator=gen) * torch.tensor([4.0, 4.0, 3.0])
     x = torch.randn(n, channels, generator=gen).requires_grad_()
     edge_index = knn_graph(pos, k)
-    steps = {case: make_step(make_layer(case, channels, compared), x, pos, edge_index) for case in cases}
+    steps = {case: make_step(make_layer(case, channels, compared), x, pos, edge_index,
+                             "torch" if case.endswith(TORCH_FRAME) else None) for case in cases}
     for step in steps.values():                                        # warm-up
         step()
     times = {case: [] for case in cases}
@@ -102,8 +117,9 @@ def run(cases: list[str], compared: dict[str, type], threads: int, reps: int, n:
             times[case].append(wall)
             cpu[case].append(used)
     base, cpu_base = min(times["pyg"]), min(cpu["pyg"])
+    rpe = min(times["rpe"]) if "rpe" in times else float("nan")
     return [{"threads": threads, "case": case, "time_s": min(t), "times_s": t, "ratio_to_pyg": min(t) / base,
-             "cpu_s": min(cpu[case]), "cpu_ratio_to_pyg": min(cpu[case]) / cpu_base,
+             "ratio_to_rpe": min(t) / rpe, "cpu_s": min(cpu[case]), "cpu_ratio_to_pyg": min(cpu[case]) / cpu_base,
              "N": n, "k": k, "edges": int(edge_index.shape[1]) + n, "channels": channels} for case, t in times.items()]
 
 
@@ -117,20 +133,25 @@ def main() -> None:
     parser.add_argument("--pe", nargs="+", choices=list(ENCODINGS), default=list(ENCODINGS))
     parser.add_argument("--compare", type=Path, nargs="*", default=[],
                         help="other versions of pointgeope/nn/point_transformer_conv.py to time alongside")
+    parser.add_argument("--torch-frame", action="store_true",
+                        help="also time standard GeoPE's encodings with the torch path of their per-edge turn")
     parser.add_argument("--compile", action="store_true",
                         help="also time every case (PyG's layer too) under torch.compile (inductor)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     compared = {path.stem: load_layer_class(path) for path in args.compare}
     cases = ["pyg"] + [f"{pe}{suffix}" for pe in args.pe for suffix in ["", *(f" @{name}" for name in compared)]]
+    cases += [pe + TORCH_FRAME for pe in args.pe if args.torch_frame and "geope" in
+              (ENCODINGS[pe].rotation, ENCODINGS[pe].value_rotation)]
     cases += [case + COMPILED for case in cases if args.compile]
 
     rows = []
-    print(f"{'threads':>7} {'case':>28} {'ms':>9} {'x pyg':>6} {'cpu ms':>9} {'x pyg':>6}")
+    print(f"{'threads':>7} {'case':>28} {'ms':>9} {'x pyg':>6} {'x rpe':>6} {'cpu ms':>9} {'x pyg':>6}")
     for threads in args.threads:
         for row in run(cases, compared, threads, args.reps, args.n, args.k, args.channels):
             rows.append(row)
             print(f"{threads:>7} {row['case']:>28} {1e3 * row['time_s']:9.1f} {row['ratio_to_pyg']:6.2f} "
+                  f"{row['ratio_to_rpe']:6.2f} "
                   f"{1e3 * row['cpu_s']:9.1f} {row['cpu_ratio_to_pyg']:6.2f}")
     payload = {"benchmark": "pyg_point_transformer_conv_fwd_bwd", "commit": git_commit(),
                "compared": {name: str(path) for name, path in zip(compared, args.compare)},

@@ -16,7 +16,7 @@ from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention import PRESETS, MixedInit, PositionalEncoding, pair_frequencies, position_scales
 from pointgeope.model.rope import grid_coordinates, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
-from pointgeope.nn.target_frame import target_coefficients, to_planes, turn_into_targets
+from pointgeope.nn.target_frame import target_coefficients, turn_into_targets
 from pointgeope.nn.checks import check_count, check_finite, check_float_tensor, check_scale
 
 __all__ = ["GeoPEPointTransformerConv"]
@@ -138,12 +138,11 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             query = query + absolute_features(pos[1], freq, self.out_channels, query.dtype)
             key = key + absolute_features(pos[0], freq, self.out_channels, key.dtype)
         turn, key_nodes, value_nodes = self._target_coefficients(pos[1], key), None, None
-        if turn is not None:                           # turned in message from plane-major nodes, not gathered
-            blocks = self.out_channels // 3
+        if turn is not None:                           # gathered and turned in one pass in message
             if self.pe.rotation == "geope":
-                key, key_nodes = None, (to_planes(key, blocks), key[:, 3 * blocks:])
+                key, key_nodes = None, key
             if self.pe.value_rotation == "geope":
-                value, value_nodes = None, (to_planes(value, blocks), value[:, 3 * blocks:])
+                value, value_nodes = None, value
         if self.add_self_loops:                                      # PyG's: the graph's own removed, one a node
             if isinstance(edge_index, Tensor):                       # (inline as PyG's, not a helper: a helper's
                 num_nodes = min(pos[0].size(0), pos[1].size(0))      # data-dependent nonzero is a second graph
@@ -151,16 +150,16 @@ class GeoPEPointTransformerConv(PointTransformerConv):
                 edge_index, _ = add_self_loops(edge_index, num_nodes=num_nodes)
             elif isinstance(edge_index, SparseTensor):
                 edge_index = torch_sparse.set_diag(edge_index)
-        # propagate_type: (x: Tuple[Optional[Tensor], Tensor], pos: PairTensor, alpha: Tuple[Optional[Tensor], Tensor], key_nodes: Optional[Tuple[Tensor, Tensor]], value_nodes: Optional[Tuple[Tensor, Tensor]], turn: Optional[Tensor])
+        # propagate_type: (x: Tuple[Optional[Tensor], Tensor], pos: PairTensor, alpha: Tuple[Optional[Tensor], Tensor], key_nodes: Optional[Tensor], value_nodes: Optional[Tensor], turn: Optional[Tensor])
         return self.propagate(edge_index, x=(value, x_dst), pos=pos, alpha=(key, query), key_nodes=key_nodes,
                               value_nodes=value_nodes, turn=turn)
 
     def message(self, x_j: OptTensor, pos_i: Tensor, pos_j: Tensor, alpha_i: Tensor, alpha_j: OptTensor,
-                key_nodes: tuple[Tensor, Tensor] | None, value_nodes: tuple[Tensor, Tensor] | None,
+                key_nodes: OptTensor, value_nodes: OptTensor,
                 turn: OptTensor, edge_index_j: Tensor, index: Tensor, ptr: OptTensor, size_i: int | None) -> Tensor:
         delta = None if self.pos_nn is None else self.pos_nn(pos_i - pos_j)
         if key_nodes is not None:                                    # R(t_i)^T R(t_j) W_2 x_j, per-node halves
-            key = turn_into_targets(*key_nodes, turn, edge_index_j, index)
+            key = turn_into_targets(key_nodes, turn, edge_index_j, index)
         else:
             key = self._in_query_frame(alpha_j, pos_i, pos_j, self.pe.rotation)
         alpha = alpha_i - key
@@ -172,7 +171,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         if self.pe.value == "rpe":
             return alpha * (x_j + delta)
         if value_nodes is not None:                                  # standard GeoPE's values, as the keys
-            return alpha * turn_into_targets(*value_nodes, turn, edge_index_j, index)
+            return alpha * turn_into_targets(value_nodes, turn, edge_index_j, index)
         if self.pe.value == "geope":                                 # the relation's kind of rotation
             return alpha * self._in_query_frame(x_j, pos_i, pos_j, self.pe.value_rotation)
         return alpha * x_j

@@ -7,9 +7,11 @@ $\varphi_b = k_b |a|$ of block $b$ (`pointgeope.geope`), Rodrigues' formula for 
 $$R(t_i)^\top v = \cos\varphi_b\, v - \sin\varphi_b\, (u \times v) + (1 - \cos\varphi_b)(u \cdot v)\, u$$
 
 so [`target_coefficients`][pointgeope.nn.target_frame.target_coefficients] computes $(\cos, \sin, 1 - \cos, u)$
-once a node and an edge only gathers them and does multiply-adds. The keys are kept *plane-major*, one
-contiguous plane per component, and gathered chunk by chunk of edges, so every operation runs over contiguous,
-cache-sized memory (the `(E, n, 3)` views of the interleaved layout are strided by 3):
+once a node and an edge only gathers them and does multiply-adds. On CPU tensors that is one compiled pass over
+the edges (`pointgeope/nn/frame_numba.py`, the default where numba is installed). The torch path here (CUDA,
+other dtypes, `torch.compile`, no numba) keeps the keys *plane-major*, one contiguous plane per component,
+gathered chunk by chunk of edges, so every operation runs over contiguous, cache-sized memory (the `(E, n, 3)`
+views of the interleaved layout are strided by 3):
 
     # key planes (3, N_s, n): [ x_0 .. x_{n-1} ] [ y_0 .. y_{n-1} ] [ z_0 .. z_{n-1} ]
     # output (E, 3n + r):     [ x_0 y_0 z_0 | x_1 y_1 z_1 | ... | pass-through ]   (the layer's channel layout)
@@ -19,12 +21,15 @@ is the forward rotation $R(t_i)\, g$ of the output's, written the same way.
 """
 from __future__ import annotations
 
+import importlib.util
+from functools import lru_cache
+
 import torch
 from torch import Tensor
 
 from pointgeope.geope import phase_vector, rotation_terms
 
-__all__ = ["target_coefficients", "to_planes", "turn_into_targets"]
+__all__ = ["target_coefficients", "to_planes", "turn_into_targets", "frame_backend"]
 
 
 def target_coefficients(pos: Tensor, block_scale: Tensor) -> Tensor:
@@ -109,9 +114,32 @@ class _TurnIntoTargets(torch.autograd.Function):
         return grad_planes, grad_rest, None, None, None
 
 
-def turn_into_targets(planes: Tensor, rest: Tensor, coef: Tensor, src: Tensor, dst: Tensor) -> Tensor:
-    r"""$R(t_i)^\top k_j$ of every edge `src[e] = j -> dst[e] = i`: the sources' key planes `(3, N_s, n)`
-    ([`to_planes`][pointgeope.nn.target_frame.to_planes]) and pass-through channels `rest (N_s, r)`, the
-    targets' coefficients `(N_t, 3n + 3)` ([`target_coefficients`][pointgeope.nn.target_frame.target_coefficients])
-    -> `(E, 3n + r)` in the interleaved channel layout."""
-    return _TurnIntoTargets.apply(planes, rest, coef, src, dst)
+def turn_into_targets(keys: Tensor, coef: Tensor, src: Tensor, dst: Tensor, backend: str | None = None) -> Tensor:
+    r"""$R(t_i)^\top k_j$ of every edge `src[e] = j -> dst[e] = i`: the sources' keys `(N_s, 3n + r)` in the
+    layer's interleaved channel layout (blocks of three, then `r` pass-through channels), the targets'
+    coefficients `(N_t, 3n + 3)` ([`target_coefficients`][pointgeope.nn.target_frame.target_coefficients])
+    -> `(E, 3n + r)`, differentiable in the keys.
+
+    `backend`: `"numba"` (one compiled pass over the edges, `pointgeope/nn/frame_numba.py`), `"torch"` (chunks
+    of plane-major keys, above) or `None`: numba where it runs (CPU float32/float64 tensors, numba installed,
+    not inside `torch.compile`, whose inductor fuses the torch path's passes itself), else torch."""
+    backend = backend or frame_backend(keys)
+    if backend == "numba":
+        from pointgeope.nn.frame_numba import TurnIntoTargets
+        return TurnIntoTargets.apply(keys, coef, src, dst)
+    if backend != "torch":
+        raise ValueError(f"expected backend 'numba', 'torch' or None, got {backend!r}")
+    blocks = coef.shape[1] // 3 - 1
+    return _TurnIntoTargets.apply(to_planes(keys, blocks), keys[:, 3 * blocks:], coef, src, dst)
+
+
+def frame_backend(keys: Tensor) -> str:
+    """The default backend of [`turn_into_targets`][pointgeope.nn.target_frame.turn_into_targets] for `keys`."""
+    if torch.compiler.is_compiling() or keys.device.type != "cpu" or keys.dtype not in (torch.float32, torch.float64):
+        return "torch"
+    return "numba" if _numba_installed() else "torch"
+
+
+@lru_cache(maxsize=None)
+def _numba_installed() -> bool:
+    return importlib.util.find_spec("numba") is not None
