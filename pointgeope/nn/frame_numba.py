@@ -1,16 +1,20 @@
-r"""Standard GeoPE's $R(t_i)^\top k_j$ on every edge as one compiled pass on the CPU (numba): the kernel behind
-[`turn_into_targets`][pointgeope.nn.target_frame.turn_into_targets] for CPU tensors of float32 or float64.
+r"""The layer's rotations of keys on every edge as one compiled pass on the CPU (numba), for CPU tensors of
+float32 or float64: the kernels behind [`turn_into_targets`][pointgeope.nn.target_frame.turn_into_targets]
+(standard GeoPE) and the per-edge rotations of linear GeoPE and RoPE in `GeoPEPointTransformerConv`.
 
-Forward, per edge `e = (j -> i)` and block `b` (Rodrigues with the target's coefficients
-`[cos | sin | 1 - cos | u]`, `pointgeope/nn/target_frame.py`; `sign = -1` turns by $R^\top$, `+1` by $R$):
+**Blocks of three** (`TurnEdges`), per edge `e` with source `j` and block `b`, Rodrigues with a coefficient row
+`c = crow[e]` `[cos | sin | 1 - cos | u]` (`pointgeope/nn/target_frame.py`; a target's row for standard
+GeoPE, the edge's own for linear GeoPE); `sign = -1` turns by $R^\top$, `+1` by $R$:
 
-$$o_{e,b} = \cos\varphi_{i,b}\, k_{j,b} + \mathrm{sign}\,\sin\varphi_{i,b}\, (u_i \times k_{j,b})
-          + (1 - \cos\varphi_{i,b}) (u_i \cdot k_{j,b})\, u_i$$
+$$o_{e,b} = \cos\varphi_{c,b}\, k_{j,b} + \mathrm{sign}\,\sin\varphi_{c,b}\, (u_c \times k_{j,b})
+          + (1 - \cos\varphi_{c,b}) (u_c \cdot k_{j,b})\, u_c$$
 
-and the pass-through channels are copied. Each edge reads one row of the keys and writes one row of the output:
-one pass over `(E, C)`, where torch's operations make about twenty (`target_frame._turn`).
+**Channel pairs** (`TurnPairEdges`), RoPE's: $(a, b) \mapsto (a \cos\theta_{e,p} - b \sin\theta_{e,p},
+a \sin\theta_{e,p} + b \cos\theta_{e,p})$ with the edge's angles. The pass-through channels are copied. Each
+edge reads one row of the keys and writes one row of the output: one pass over `(E, C)`, where torch's
+operations make about twenty (`target_frame._turn`).
 
-Backward, $\partial k_j = \sum_{e: src(e) = j} R(t_{dst(e)})\, g_e$: every thread owns a range of source rows and
+Backward, $\partial k_j = \sum_{e: src(e) = j} R_e^\top g_e$: every thread owns a range of source rows and
 walks all the edges, adding those of its rows, so no two threads write one row (no atomics, no `(E, C)`
 buffer) and every row sums its edges in edge order, whatever the thread count (the result is the same on 1 or
 16 threads, bit for bit).
@@ -29,18 +33,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["TurnIntoTargets"]
+__all__ = ["TurnEdges", "TurnPairEdges"]
 
 _SERIAL_EDGES = 1 << 14                     # fewer edges: one thread (a thread's hand-off costs ~50 us)
 
 
 @numba.njit(nogil=True, cache=True)
-def _turn_rows(rows, coef, src, dst, sign, out, e0, e1):  # pragma: no cover - compiled
-    """`out[e] = R(t_dst[e])^{sign} rows[src[e]]` for edges `e0 <= e < e1`; returns the first edge whose index
-    is out of range (`-1`: none), before anything of it is read."""
+def _turn_rows(rows, coef, src, crow, sign, out, e0, e1):  # pragma: no cover - compiled
+    """`out[e] = R_{crow[e]}^{sign} rows[src[e]]` for edges `e0 <= e < e1` (`R_c`: the rotation of coefficient row
+    `c`); returns the first edge whose index is out of range (`-1`: none), before anything of it is read."""
     n = (coef.shape[1] - 3) // 3
     for e in range(e0, e1):
-        j, i = src[e], dst[e]
+        j, i = src[e], crow[e]
         if j < 0 or j >= rows.shape[0] or i < 0 or i >= coef.shape[0]:
             return e
         ux, uy, uz = coef[i, 3 * n], coef[i, 3 * n + 1], coef[i, 3 * n + 2]
@@ -57,15 +61,15 @@ def _turn_rows(rows, coef, src, dst, sign, out, e0, e1):  # pragma: no cover - c
 
 
 @numba.njit(nogil=True, cache=True)
-def _add_turned_edges(grad, coef, src, dst, sign, out, j0, j1):  # pragma: no cover - compiled
-    """`out[j] += R(t_dst[e])^{sign} grad[e]` for every edge `e` whose source `j` is in `[j0, j1)`, in edge order
+def _add_turned_edges(grad, coef, src, crow, sign, out, j0, j1):  # pragma: no cover - compiled
+    """`out[j] += R_{crow[e]}^{sign} grad[e]` for every edge `e` whose source `j` is in `[j0, j1)`, in edge order
     (indices already checked by the forward)."""
     n = (coef.shape[1] - 3) // 3
     for e in range(src.shape[0]):
         j = src[e]
         if j < j0 or j >= j1:
             continue
-        i = dst[e]
+        i = crow[e]
         ux, uy, uz = coef[i, 3 * n], coef[i, 3 * n + 1], coef[i, 3 * n + 2]
         for b in range(n):
             cos, sin, vers = coef[i, b], sign * coef[i, n + b], coef[i, 2 * n + b]
@@ -93,31 +97,107 @@ def _split(run, total: int, edges: int) -> list[int]:
     return list(_pool(parts).map(run, bounds[:-1], bounds[1:]))
 
 
-class TurnIntoTargets(torch.autograd.Function):
-    r"""$R(t_i)^\top k_j$ of every edge `(src[e] = j -> dst[e] = i)`: keys `(N_s, 3n + r)` in the layer's
-    interleaved layout, the targets' coefficients `(N_t, 3n + 3)`, int64 edges `(E,)` -> `(E, 3n + r)` in the
-    keys' dtype (float32 or float64, CPU). An edge index out of range is an `IndexError` naming the edge."""
+@numba.njit(nogil=True, cache=True)
+def _turn_pair_rows(rows, cs, src, sign, out, e0, e1):  # pragma: no cover - compiled
+    """`out[e]`: the channel pairs `(a, b)` of `rows[src[e]]` turned to `(a c - s b, a s + b c)` by the edge's
+    `c = cs[e, p]`, `s = sign * cs[e, P + p]`, the rest copied, for edges `e0 <= e < e1`; returns the first
+    edge whose source is out of range (`-1`: none)."""
+    pairs = cs.shape[1] // 2
+    for e in range(e0, e1):
+        j = src[e]
+        if j < 0 or j >= rows.shape[0]:
+            return e
+        for p in range(pairs):
+            c, s = cs[e, p], sign * cs[e, pairs + p]
+            a, b = rows[j, 2 * p], rows[j, 2 * p + 1]
+            out[e, 2 * p] = a * c - s * b
+            out[e, 2 * p + 1] = a * s + b * c
+        for r in range(2 * pairs, rows.shape[1]):
+            out[e, r] = rows[j, r]
+    return -1
+
+
+@numba.njit(nogil=True, cache=True)
+def _add_pair_turned_edges(grad, cs, src, sign, out, j0, j1):  # pragma: no cover - compiled
+    """`out[j] +=` the pairs of `grad[e]` turned as `_turn_pair_rows` does, for every edge `e` whose source `j` is
+    in `[j0, j1)`, in edge order."""
+    pairs = cs.shape[1] // 2
+    for e in range(src.shape[0]):
+        j = src[e]
+        if j < j0 or j >= j1:
+            continue
+        for p in range(pairs):
+            c, s = cs[e, p], sign * cs[e, pairs + p]
+            a, b = grad[e, 2 * p], grad[e, 2 * p + 1]
+            out[j, 2 * p] += a * c - s * b
+            out[j, 2 * p + 1] += a * s + b * c
+        for r in range(2 * pairs, grad.shape[1]):
+            out[j, r] += grad[e, r]
+
+
+def _check_edges(bad: list[int], src: Tensor, crow: Tensor | None, sources: int, rows: int) -> None:
+    """An `IndexError` naming the first edge out of range among the parts' answers (`-1`: none)."""
+    bad = [e for e in bad if e >= 0]
+    if bad:
+        e = bad[0]
+        target = "" if crow is None else f" -> {int(crow[e])}"
+        rows_text = "" if crow is None else f" and targets in [0, {rows})"
+        raise IndexError(f"edge {e} ({int(src[e])}{target}) is out of range: expected sources in [0, {sources})"
+                         f"{rows_text}")
+
+
+class TurnEdges(torch.autograd.Function):
+    r"""`out[e] = R_{crow[e]}^{sign} k_{src[e]}` for every edge: keys `(N_s, 3n + r)` in the layer's interleaved
+    layout, Rodrigues coefficients `(M, 3n + 3)` (a target's, `crow = dst`, `sign = -1`: $R(t_i)^\top$; or an
+    edge's own, `crow = arange(E)`), int64 `src, crow (E,)` -> `(E, 3n + r)` in the keys' dtype (float32 or
+    float64, CPU). Differentiable in the keys. An index out of range is an `IndexError` naming the edge."""
 
     @staticmethod
-    def forward(ctx, keys: Tensor, coef: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+    def forward(ctx, keys: Tensor, coef: Tensor, src: Tensor, crow: Tensor, sign: float) -> Tensor:
         rows, coef = keys.detach().contiguous(), coef.to(keys.dtype).contiguous()
-        src, dst = src.to(torch.int64).contiguous(), dst.to(torch.int64).contiguous()
+        src, crow = src.to(torch.int64).contiguous(), crow.to(torch.int64).contiguous()
         out = keys.new_empty(src.shape[0], keys.shape[1])
-        args = (rows.numpy(), coef.numpy(), src.numpy(), dst.numpy(), -1.0, out.numpy())
-        bad = [e for e in _split(lambda e0, e1: _turn_rows(*args, e0, e1), src.shape[0], src.shape[0]) if e >= 0]
-        if bad:
-            e = bad[0]
-            raise IndexError(f"edge {e} ({int(src[e])} -> {int(dst[e])}) is out of range: expected sources in "
-                             f"[0, {keys.shape[0]}) and targets in [0, {coef.shape[0]})")
-        ctx.save_for_backward(coef, src, dst)
+        args = (rows.numpy(), coef.numpy(), src.numpy(), crow.numpy(), sign, out.numpy())
+        edges = src.shape[0]
+        _check_edges(_split(lambda e0, e1: _turn_rows(*args, e0, e1), edges, edges), src, crow, keys.shape[0],
+                     coef.shape[0])
+        ctx.save_for_backward(coef, src, crow)
+        ctx.sources, ctx.sign = keys.shape[0], sign
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        coef, src, crow = ctx.saved_tensors
+        grad = grad.contiguous()
+        out = grad.new_zeros(ctx.sources, grad.shape[1])
+        args = (grad.numpy(), coef.numpy(), src.numpy(), crow.numpy(), -ctx.sign, out.numpy())
+        _split(lambda j0, j1: _add_turned_edges(*args, j0, j1), ctx.sources, src.shape[0])
+        return out, None, None, None, None
+
+
+class TurnPairEdges(torch.autograd.Function):
+    r"""`out[e]`: the channel pairs of `k_{src[e]}` turned by the edge's angles, $(a \cos\theta - b \sin\theta,
+    a \sin\theta + b \cos\theta)$, the rest copied: keys `(N_s, 2P + r)`, `cs = [cos | sin]` `(E, 2P)`, int64
+    `src (E,)` -> `(E, 2P + r)` (float32 or float64, CPU). Differentiable in the keys (the transpose turns by
+    $-\theta$)."""
+
+    @staticmethod
+    def forward(ctx, keys: Tensor, cs: Tensor, src: Tensor) -> Tensor:
+        rows, cs, src = keys.detach().contiguous(), cs.to(keys.dtype).contiguous(), src.to(torch.int64).contiguous()
+        out = keys.new_empty(src.shape[0], keys.shape[1])
+        args = (rows.numpy(), cs.numpy(), src.numpy(), 1.0, out.numpy())
+        edges = src.shape[0]
+        _check_edges(_split(lambda e0, e1: _turn_pair_rows(*args, e0, e1), edges, edges), src, None,
+                     keys.shape[0], 0)
+        ctx.save_for_backward(cs, src)
         ctx.sources = keys.shape[0]
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        coef, src, dst = ctx.saved_tensors
+        cs, src = ctx.saved_tensors
         grad = grad.contiguous()
         out = grad.new_zeros(ctx.sources, grad.shape[1])
-        args = (grad.numpy(), coef.numpy(), src.numpy(), dst.numpy(), 1.0, out.numpy())
-        _split(lambda j0, j1: _add_turned_edges(*args, j0, j1), ctx.sources, src.shape[0])
-        return out, None, None, None
+        args = (grad.numpy(), cs.numpy(), src.numpy(), -1.0, out.numpy())
+        _split(lambda j0, j1: _add_pair_turned_edges(*args, j0, j1), ctx.sources, src.shape[0])
+        return out, None, None

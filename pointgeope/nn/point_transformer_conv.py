@@ -14,9 +14,9 @@ from torch_geometric.utils import add_self_loops, remove_self_loops, softmax
 from pointgeope.geope import apply_geope, relative_geope
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention import PRESETS, MixedInit, PositionalEncoding, pair_frequencies, position_scales
-from pointgeope.model.rope import grid_coordinates, rotate_pairs
+from pointgeope.model.rope import grid_coordinates, pair_angles, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
-from pointgeope.nn.target_frame import target_coefficients, turn_into_targets
+from pointgeope.nn.target_frame import frame_backend, target_coefficients, turn_into_targets
 from pointgeope.nn.checks import check_count, check_finite, check_float_tensor, check_scale
 
 __all__ = ["GeoPEPointTransformerConv"]
@@ -138,10 +138,10 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             query = query + absolute_features(pos[1], freq, self.out_channels, query.dtype)
             key = key + absolute_features(pos[0], freq, self.out_channels, key.dtype)
         turn, key_nodes, value_nodes = self._target_coefficients(pos[1], key), None, None
-        if turn is not None:                           # gathered and turned in one pass in message
-            if self.pe.rotation == "geope":
+        if turn is not None or self._turned_by_numba(key, pos):     # gathered and turned in one pass in message
+            if self.pe.rotation in _NODE_TURNS:
                 key, key_nodes = None, key
-            if self.pe.value_rotation == "geope":
+            if self.pe.value_rotation in _NODE_TURNS:
                 value, value_nodes = None, value
         if self.add_self_loops:                                      # PyG's: the graph's own removed, one a node
             if isinstance(edge_index, Tensor):                       # (inline as PyG's, not a helper: a helper's
@@ -158,8 +158,8 @@ class GeoPEPointTransformerConv(PointTransformerConv):
                 key_nodes: OptTensor, value_nodes: OptTensor,
                 turn: OptTensor, edge_index_j: Tensor, index: Tensor, ptr: OptTensor, size_i: int | None) -> Tensor:
         delta = None if self.pos_nn is None else self.pos_nn(pos_i - pos_j)
-        if key_nodes is not None:                                    # R(t_i)^T R(t_j) W_2 x_j, per-node halves
-            key = turn_into_targets(key_nodes, turn, edge_index_j, index)
+        if key_nodes is not None:                                    # gathered and turned in one pass
+            key = self._turn_on_edges(key_nodes, self.pe.rotation, turn, pos_i, pos_j, edge_index_j, index)
         else:
             key = self._in_query_frame(alpha_j, pos_i, pos_j, self.pe.rotation)
         alpha = alpha_i - key
@@ -170,8 +170,9 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         alpha = softmax(alpha, index, ptr, size_i)
         if self.pe.value == "rpe":
             return alpha * (x_j + delta)
-        if value_nodes is not None:                                  # standard GeoPE's values, as the keys
-            return alpha * turn_into_targets(value_nodes, turn, edge_index_j, index)
+        if value_nodes is not None:                                  # the values, as the keys
+            return alpha * self._turn_on_edges(value_nodes, self.pe.value_rotation, turn, pos_i, pos_j, edge_index_j,
+                                               index)
         if self.pe.value == "geope":                                 # the relation's kind of rotation
             return alpha * self._in_query_frame(x_j, pos_i, pos_j, self.pe.value_rotation)
         return alpha * x_j
@@ -186,6 +187,38 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         if torch.is_grad_enabled() and (pos.requires_grad or scale.requires_grad):
             return None
         return target_coefficients(pos.to(scale.dtype), scale)
+
+    def _turned_by_numba(self, key: Tensor, pos: PairTensor) -> bool:
+        """Whether linear GeoPE's and RoPE's per-edge rotations run as one compiled pass over the edges
+        (`TurnEdges`, `TurnPairEdges` of `pointgeope/nn/frame_numba.py`): on the CPU backend of `target_frame`
+        (float32/float64, numba installed, eager), with positions and frequencies as data (no gradient)."""
+        if not {self.pe.rotation, self.pe.value_rotation} & set(_EDGE_TURNS) or frame_backend(key) != "numba":
+            return False
+        block_freq = None if self.block_scale is None else self.block_scale.freq
+        tensors = [t for t in (*pos, self.pair_freq, block_freq) if t is not None]
+        return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+    def _turn_on_edges(self, nodes: Tensor, rotation: str, turn: OptTensor, pos_i: Tensor, pos_j: Tensor,
+                       src: Tensor, dst: Tensor) -> Tensor:
+        r"""The sources' keys (or values) `nodes (N_s, C)` gathered along the edges and turned into their targets'
+        frames in one pass: standard GeoPE by the targets' $R(t_i)^\top$ (`turn`: their coefficients), linear
+        GeoPE by $R(t_j - t_i)$ and RoPE by its pair angles of `p_j - p_i`, from per-edge coefficients."""
+        if rotation == "geope":
+            return turn_into_targets(nodes, turn, src, dst)
+        from pointgeope.nn.frame_numba import TurnEdges, TurnPairEdges
+        work = geometry_dtype(nodes.dtype)
+        if rotation == "lingeope":                                   # target_coefficients: no gradient
+            coef = target_coefficients((pos_j - pos_i).to(work), self.block_scale(work, nodes.device))
+            return TurnEdges.apply(nodes, coef, src, torch.arange(src.shape[0], device=src.device), 1.0)
+        with torch.no_grad():
+            if rotation == "pointrope":
+                disp = grid_coordinates(pos_j, self.grid_unit, work) - grid_coordinates(pos_i, self.grid_unit, work)
+            else:
+                disp = (pos_j - pos_i).to(work)
+            theta = pair_angles(disp, pair_frequencies(self.pe, self.out_channels, self.block_scale,
+                                                       self.pair_freq, nodes).to(work))
+            cos_sin = torch.cat([theta.cos(), theta.sin()], dim=-1)
+        return TurnPairEdges.apply(nodes, cos_sin, src)
 
     def _check_positions(self, pos: PairTensor) -> None:
         """Floating-point finite positions, of `axes` columns where they enter other than through `pos_nn`
@@ -281,6 +314,8 @@ class GeoPEPointTransformerConv(PointTransformerConv):
 
 
 _SETTINGS = ("pos_scale", "base", "grid_unit")
+_EDGE_TURNS = ("lingeope", "rope3d", "pointrope", "rope-mixed")   # rotations of both ends: per-edge coefficients
+_NODE_TURNS = ("geope", *_EDGE_TURNS)                              # rotations `_turn_on_edges` gathers itself
 
 
 class _ZeroDelta(torch.nn.Module):

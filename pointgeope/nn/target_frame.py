@@ -125,8 +125,8 @@ def turn_into_targets(keys: Tensor, coef: Tensor, src: Tensor, dst: Tensor, back
     not inside `torch.compile`, whose inductor fuses the torch path's passes itself), else torch."""
     backend = backend or frame_backend(keys)
     if backend == "numba":
-        from pointgeope.nn.frame_numba import TurnIntoTargets
-        return TurnIntoTargets.apply(keys, coef, src, dst)
+        from pointgeope.nn.frame_numba import TurnEdges
+        return TurnEdges.apply(keys, coef, src, dst, -1.0)
     if backend != "torch":
         raise ValueError(f"expected backend 'numba', 'torch' or None, got {backend!r}")
     blocks = coef.shape[1] // 3 - 1
