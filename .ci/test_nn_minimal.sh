@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # pointgeope.nn installed as a PyG user installs it (make test-nn-minimal): a fresh virtual environment in
-# build/nn-minimal/ (git-ignored; made anew each run) with make setup's torch (TORCH_SPEC) and
+# build/nn-minimal/ (git-ignored; made anew each run, deleted when all passed: 1 GB) with make setup's torch (TORCH_SPEC) and
 # `pip install ".[nn]"`, not editable: the package as pip builds it. Then, in that environment:
 #   1. none of the toolkit's packages is installed (only torch-geometric and what it pulls);
 #   2. tests/nn pass against the installed package (a copy of the tests outside the checkout, so that
@@ -16,9 +16,14 @@ PY=$DIR/venv/bin/python
 start=$(date +%s)
 
 rm -rf "$DIR"
+# the project's files as a source distribution holds them, built from a copy: pip's in-tree build would leave
+# setuptools' build/lib (which keeps deleted modules) and an egg-info in the checkout
+mkdir -p "$DIR/src"
+cp -r pyproject.toml README.md pointgeope data_prep "$DIR/src/"
+find "$DIR/src" -name __pycache__ -prune -exec rm -rf {} +
 "$PYTHON" -m venv "$DIR/venv"
 "$PY" -m pip install -q "$TORCH_SPEC"
-"$PY" -m pip install -q ".[nn]"
+"$PY" -m pip install -q "$DIR/src[nn]"
 echo "nn-minimal: installed torch and .[nn] in $(( $(date +%s) - start )) s"
 
 # 1. The toolkit's packages (pyproject.toml's toolkit extra) are not there; tqdm comes with torch-geometric.
@@ -81,4 +86,6 @@ if [ "$rc" != 2 ] || [ "$(cat prepare.err)" != "$expected" ]; then
     echo "nn-minimal: pointgeope prepare without the toolkit: exit $rc, expected 2 and one line:"; cat prepare.err; exit 1
 fi
 echo "nn-minimal: pointgeope info runs; prepare without the toolkit: one line, exit code 2"
+cd - > /dev/null
+rm -rf "$DIR"
 echo "nn-minimal: finished in $(( $(date +%s) - start )) s"
