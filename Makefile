@@ -4,6 +4,7 @@
 #   make test   the test suite (display tests under xvfb-run)
 #   make bench  the benchmarks in bench/, results in bench/results/
 #   make docs   the documentation site in site/ (MkDocs; open site/index.html or run: .venv/bin/mkdocs serve)
+#   make test-nn-minimal  pointgeope.nn alone: pip install ".[nn]" in a fresh environment (build/nn-minimal/)
 #   make ablation  rpe, geope, lingeope, rope3d, rope-mixed, pointrope, none x 3 seeds on the demo's fold 1 (~15 min)
 PYTHON ?= python3
 VENV ?= .venv
@@ -19,7 +20,7 @@ BACKBONE ?= ptv1
 DEMO_CONFIG := $(if $(filter ptv3,$(BACKBONE)),configs/demo_ptv3.yaml,configs/demo.yaml)
 DEMO_RUN := $(if $(filter ptv3,$(BACKBONE)),ptv3_geope,geope)
 
-.PHONY: setup sysdeps demo test test-triton-old test-pyg-oldest bench ablation docs clean-demo
+.PHONY: setup sysdeps demo test test-triton-old test-pyg-oldest test-nn-minimal bench ablation docs clean-demo
 
 setup: $(STAMP) sysdeps
 
@@ -27,7 +28,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "$(TORCH_SPEC)"
-	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip install -e ".[toolkit,test]"
 	touch $(STAMP)
 
 $(DOCS_STAMP): $(STAMP)
@@ -69,6 +70,11 @@ test-pyg-oldest: setup
 	test -d .pyg-$(PYG_OLDEST) || $(PY) -m pip install -q --no-deps --target .pyg-$(PYG_OLDEST) torch_geometric==$(PYG_OLDEST)
 	PYTHONPATH=.pyg-$(PYG_OLDEST) $(PY) -m pytest -q -p no:cacheprovider tests/nn \
 		tests/test_examples.py -k "not test_pyg_point_transformer_trains"
+
+# pointgeope.nn as a PyG user installs it: torch (TORCH_SPEC) and ".[nn]" in a fresh environment, without the
+# toolkit's packages; tests/nn against the installed package (.ci/test_nn_minimal.sh). Needs no make setup.
+test-nn-minimal:
+	PYTHON=$(PYTHON) TORCH_SPEC="$(TORCH_SPEC)" bash .ci/test_nn_minimal.sh
 
 bench: setup
 	$(PY) bench/bench_geope.py

@@ -56,3 +56,8 @@ PREDICT_MAX_FRAGMENTS = 100
 # The largest --max-extent predict accepts: the network's float32 squared distances overflow near 1e19 m
 # (a point kept at 1e30 m ended in an IndexError); 1000 km is far inside what it handles (tried to 1e15 m).
 PREDICT_EXTENT_LIMIT = 1e6
+
+# The viewer draws by default at most this many points of a room (a seeded random sample above; --max-points).
+# Measured here: 2M points took 8 s per frame with software OpenGL (Mesa llvmpipe) on a busy 2-core machine;
+# a GPU draws them smoothly.
+DEFAULT_MAX_POINTS = 1_000_000

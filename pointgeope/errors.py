@@ -9,7 +9,10 @@ every command (``pointgeope <command>`` and ``train.py``) and prints::
     pointgeope train: error: configs/x.yaml: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?
 
 with exit code 2. Anything else is a bug and keeps its traceback. ``--debug`` shows the traceback of a
-user error too. A new command raises ``UserError(message)`` (or a subclass) and needs nothing else.
+user error too. A package of the toolkit that is not installed (``pip install pointgeope`` without the
+``toolkit`` extra, :mod:`pointgeope.extras`) is the environment's, not a bug: its ``ModuleNotFoundError`` ends
+as one line that names the package and ``pip install "pointgeope[toolkit]"``, exit code 2. A new command
+raises ``UserError(message)`` (or a subclass) and needs nothing else.
 Ctrl-C (``KeyboardInterrupt``) ends a command as command-line tools end: ``<prog>: interrupted`` and exit
 code 130 (128 + SIGINT), once the ``finally`` blocks and context managers on the way out have released
 its locks and deleted its temporary files. Inside :func:`stop_on_sigterm` (a command that runs other
@@ -23,6 +26,8 @@ import errno
 import signal
 import sys
 from collections.abc import Callable, Iterator
+
+from pointgeope.extras import toolkit_message
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
@@ -74,7 +79,7 @@ def user_message(err: BaseException) -> str | None:
     if isinstance(err, OSError) and err.errno in _ENVIRONMENT_ERRNOS:
         where = f": {err.filename}" if err.filename else ""
         return f"{err.strerror or err}{where}; check the folder's permissions and free space"
-    return None
+    return toolkit_message(err)
 
 
 def add_debug_argument(parser: argparse.ArgumentParser, default=False) -> None:
@@ -83,9 +88,9 @@ def add_debug_argument(parser: argparse.ArgumentParser, default=False) -> None:
 
 
 def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False) -> int:
-    """``func(*args)`` with user errors printed as ``<prog>: error: <message>`` and exit code 2, Ctrl-C as
-    ``<prog>: interrupted`` and exit code 130, a :class:`Terminated` as ``<prog>: terminated`` and 143
-    (``debug``: each with its traceback).
+    """``func(*args)`` with user errors (and a missing package of the toolkit) printed as
+    ``<prog>: error: <message>`` and exit code 2, Ctrl-C as ``<prog>: interrupted`` and exit code 130, a
+    :class:`Terminated` as ``<prog>: terminated`` and 143 (``debug``: each with its traceback).
 
     A write beyond the file size limit (``ulimit -f``) then fails with EFBIG, reported as a full disk,
     instead of killing the process with SIGXFSZ (CPython ignores it at start-up already; an embedding
@@ -94,7 +99,7 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         return int(func(*args) or 0)
-    except (UserError, OSError) as err:
+    except (UserError, OSError, ModuleNotFoundError) as err:
         message = user_message(err)
         if message is None or debug:
             raise

@@ -6,8 +6,10 @@ import importlib.metadata
 import importlib.util
 import platform
 
-PACKAGES = ("torch", "torch-geometric", "numpy", "scipy", "h5py", "tensorboard", "numba", "pykdtree",
-            "open3d", "laspy", "torch-scatter", "torch-cluster", "triton")
+from pointgeope.extras import INSTALL_TOOLKIT, TOOLKIT_MODULES, missing_toolkit, missing_toolkit_package
+
+# The base install, the toolkit's packages (torch-geometric first: the nn extra), then the optional ones.
+PACKAGES = ("torch", "numpy", *TOOLKIT_MODULES.values(), "laspy", "torch-scatter", "torch-cluster", "triton")
 
 
 def package_versions() -> dict[str, str | None]:
@@ -38,11 +40,15 @@ def print_info() -> None:
     print("packages:")
     for name, version in package_versions().items():
         print(f"  {name:<16} {version or 'not installed'}")
+    missing = missing_toolkit()
+    print("toolkit (the commands; pointgeope[toolkit]): " +
+          (f"missing {', '.join(missing)} ({INSTALL_TOOLKIT})" if missing else "installed"))
     print(f"device: {device_summary()}")
     from pointgeope.nn import TESTED_PYG_VERSIONS
 
     installed = package_versions()["torch-geometric"]
-    untested = "" if installed in TESTED_PYG_VERSIONS else f" (installed: {installed}, not among them)"
+    untested = ("" if installed in TESTED_PYG_VERSIONS else f" (installed: {installed}, not among them)" if installed
+                else ' (not installed: pip install "pointgeope[nn]")')
     print(f"PyG layer (pointgeope.nn.GeoPEPointTransformerConv): tested with torch-geometric "
           f"{', '.join(TESTED_PYG_VERSIONS)}{untested}")
     import torch
@@ -57,6 +63,18 @@ def print_info() -> None:
     from pointgeope.model import kernels
 
     print(f"Triton kernels (point ops, attention): {kernels.status()}")
+    try:
+        print_training_places()
+    except ModuleNotFoundError as err:        # pip install pointgeope[nn]: the layer without the commands
+        if missing_toolkit_package(err) is None:
+            raise
+        print(f"backbones, point hierarchies: the toolkit's ({missing_toolkit_package(err)} is not installed)")
+
+
+def print_training_places() -> None:
+    """The backbones, and where each device builds the point hierarchy (the training configs' engine)."""
+    import torch
+
     from pointgeope.engine.config import Config
     from pointgeope.engine.placement import hierarchy_place
 

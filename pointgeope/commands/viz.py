@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 
+from pointgeope.constants import DEFAULT_MAX_POINTS
 from pointgeope.viz.colors import MODES
-from pointgeope.viz.scene import DEFAULT_MAX_POINTS
 
 HELP = "look at a room and its predicted segmentation (Open3D window, screenshot, PLY)"
 

@@ -11,13 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pointgeope.constants import NUM_CLASSES
+from pointgeope.constants import DEFAULT_MAX_POINTS, NUM_CLASSES
 from pointgeope.viz import VizError
 from pointgeope.viz.select import cap_indices, keep_mask, voxel_representatives
-
-# Drawn by default at most (a seeded random sample above). Measured here: 2M points took 8 s per frame
-# with software OpenGL (Mesa llvmpipe) on a busy 2-core machine; a GPU draws them smoothly.
-DEFAULT_MAX_POINTS = 1_000_000
 
 
 @dataclass(frozen=True)
