@@ -2,7 +2,7 @@
 # pointgeope.nn installed as a PyG user installs it (make test-nn-minimal): a fresh virtual environment in
 # build/nn-minimal/ (git-ignored; made anew each run, deleted when all passed: 1 GB) with make setup's torch (TORCH_SPEC) and
 # `pip install ".[nn]"`, not editable: the package as pip builds it. Then, in that environment:
-#   1. none of the toolkit's packages is installed (only torch-geometric and what it pulls);
+#   1. none of the toolkit's packages is installed (only torch-geometric, numba and what they pull);
 #   2. tests/nn pass against the installed package (a copy of the tests outside the checkout, so that
 #      `import pointgeope` cannot reach the source tree);
 #   3. GeoPEPointTransformerConv(pe="geope") runs forward and backward;
@@ -30,7 +30,7 @@ echo "nn-minimal: installed torch and .[nn] in $(( $(date +%s) - start )) s"
 "$PY" - <<'EOF'
 import importlib.metadata as md
 
-toolkit = ["scipy", "h5py", "pandas", "tensorboard", "pyyaml", "matplotlib", "pillow", "numba", "pykdtree", "open3d"]
+toolkit = ["scipy", "h5py", "pandas", "tensorboard", "pyyaml", "matplotlib", "pillow", "pykdtree", "open3d"]
 present = []
 for name in toolkit:
     try:
@@ -60,9 +60,10 @@ import sysconfig
 import torch
 
 import pointgeope
-from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
+from pointgeope.nn import GeoPEPointTransformerConv, knn_graph, target_frame
 
 assert pointgeope.__file__.startswith(sysconfig.get_paths()["purelib"]), pointgeope.__file__
+assert target_frame.frame_backend(torch.zeros(1, 3)) == "numba"        # the nn extra's one-pass CPU kernel
 torch.manual_seed(0)
 pos, x = torch.rand(64, 3), torch.randn(64, 16, requires_grad=True)
 conv = GeoPEPointTransformerConv(16, 32, pe="geope")

@@ -5,7 +5,8 @@ Three installs (``pyproject.toml``, ``[project.optional-dependencies]``):
 - ``pip install pointgeope``: torch and numpy. Enough for :mod:`pointgeope.geope`, :mod:`pointgeope.model`
   and :mod:`pointgeope.nn`'s ``knn_graph``, ``geope_qk`` and ``geope_attention`` (the point ops take
   pykdtree / scipy / numba where installed, else pure torch: ``pointgeope/model/ops/backends.py``).
-- ``pip install "pointgeope[nn]"``: adds torch-geometric, for ``GeoPEPointTransformerConv``.
+- ``pip install "pointgeope[nn]"``: adds torch-geometric, for ``GeoPEPointTransformerConv``, and numba, its
+  per-edge rotations in one pass on the CPU (``pointgeope/nn/frame_numba.py``; without numba the torch path).
 - ``pip install "pointgeope[toolkit]"``: everything the commands (``pointgeope ...``, ``train.py``) need:
   the ``nn`` extra and the packages of :data:`TOOLKIT_MODULES`. ``pointgeope[all]`` adds LAS/LAZ (``las``).
 
@@ -31,7 +32,7 @@ TOOLKIT_MODULES = {
     "tqdm": "tqdm",
     "matplotlib": "matplotlib",
     "PIL": "pillow",
-    "numba": "numba",
+    "numba": "numba",                       # the CPU FPS; the layer's per-edge pass (the nn extra)
     "pykdtree": "pykdtree",
     "open3d": "open3d",
 }

@@ -55,7 +55,7 @@ def test_pyproject_extras_are_the_base_the_nn_layer_and_the_toolkit_of_extras_py
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     assert requirement_names(project["dependencies"]) == {"torch", "numpy"}
-    assert requirement_names(extras["nn"]) == {"torch-geometric"}
+    assert requirement_names(extras["nn"]) == {"torch-geometric", "numba"}
     assert "pointgeope[nn]" in extras["toolkit"]        # the toolkit's data pipeline batches with torch-geometric
     own = [r for r in extras["toolkit"] if not r.startswith("pointgeope[")]
     assert requirement_names(own) | requirement_names(extras["nn"]) == set(TOOLKIT_MODULES.values())

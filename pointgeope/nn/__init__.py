@@ -34,6 +34,6 @@ def __getattr__(name: str):
     except ModuleNotFoundError as error:
         if error.name and error.name.split(".")[0] == "torch_geometric":
             raise ImportError("pointgeope.nn.GeoPEPointTransformerConv needs torch-geometric (pip install "
-                              "torch-geometric); knn_graph, geope_qk and geope_attention do not") from error
+                              "\"pointgeope[nn]\"); knn_graph, geope_qk and geope_attention do not") from error
         raise
     return GeoPEPointTransformerConv

@@ -32,5 +32,5 @@ print("toolkit modules:", loaded)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "pointgeope.nn.GeoPEPointTransformerConv needs torch-geometric (pip install torch-geometric); knn_graph, "
+        "pointgeope.nn.GeoPEPointTransformerConv needs torch-geometric (pip install \"pointgeope[nn]\"); knn_graph, "
         "geope_qk and geope_attention do not", "toolkit modules: []"]
