@@ -2,14 +2,14 @@ r"""The layer's rotations of keys on every edge as one compiled pass on the CPU 
 float32 or float64: the kernels behind [`turn_into_targets`][pointgeope.nn.target_frame.turn_into_targets]
 (standard GeoPE) and the per-edge rotations of linear GeoPE and RoPE in `GeoPEPointTransformerConv`.
 
-**Blocks of three** (`TurnEdges`), per edge `e` with source `j` and block `b`, Rodrigues with a coefficient row
+**Blocks of three** (`turn_edges`), per edge `e` with source `j` and block `b`, Rodrigues with a coefficient row
 `c = crow[e]` `[cos | sin | 1 - cos | u]` (`pointgeope/nn/target_frame.py`; a target's row for standard
 GeoPE, the edge's own for linear GeoPE); `sign = -1` turns by $R^\top$, `+1` by $R$:
 
 $$o_{e,b} = \cos\varphi_{c,b}\, k_{j,b} + \mathrm{sign}\,\sin\varphi_{c,b}\, (u_c \times k_{j,b})
           + (1 - \cos\varphi_{c,b}) (u_c \cdot k_{j,b})\, u_c$$
 
-**Channel pairs** (`TurnPairEdges`), RoPE's: $(a, b) \mapsto (a \cos\theta_{e,p} - b \sin\theta_{e,p},
+**Channel pairs** (`turn_edges(..., pairs=True)`), RoPE's: $(a, b) \mapsto (a \cos\theta_{e,p} - b \sin\theta_{e,p},
 a \sin\theta_{e,p} + b \cos\theta_{e,p})$ with the edge's angles. The pass-through channels are copied. Each
 edge reads one row of the keys and writes one row of the output: one pass over `(E, C)`, where torch's
 operations make about twenty (`target_frame._turn`).
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["TurnEdges", "TurnPairEdges"]
+__all__ = ["turn_edges", "add_turned_edges"]
 
 _SERIAL_EDGES = 1 << 14                     # fewer edges: one thread (a thread's hand-off costs ~50 us)
 
@@ -98,17 +98,17 @@ def _split(run, total: int, edges: int) -> list[int]:
 
 
 @numba.njit(nogil=True, cache=True)
-def _turn_pair_rows(rows, cs, src, sign, out, e0, e1):  # pragma: no cover - compiled
-    """`out[e]`: the channel pairs `(a, b)` of `rows[src[e]]` turned to `(a c - s b, a s + b c)` by the edge's
-    `c = cs[e, p]`, `s = sign * cs[e, P + p]`, the rest copied, for edges `e0 <= e < e1`; returns the first
-    edge whose source is out of range (`-1`: none)."""
+def _turn_pair_rows(rows, cs, src, crow, sign, out, e0, e1):  # pragma: no cover - compiled
+    """`out[e]`: the channel pairs `(a, b)` of `rows[src[e]]` turned to `(a c - s b, a s + b c)` by
+    `c = cs[crow[e], p]`, `s = sign * cs[crow[e], P + p]`, the rest copied, for edges `e0 <= e < e1`; returns
+    the first edge whose index is out of range (`-1`: none)."""
     pairs = cs.shape[1] // 2
     for e in range(e0, e1):
-        j = src[e]
-        if j < 0 or j >= rows.shape[0]:
+        j, i = src[e], crow[e]
+        if j < 0 or j >= rows.shape[0] or i < 0 or i >= cs.shape[0]:
             return e
         for p in range(pairs):
-            c, s = cs[e, p], sign * cs[e, pairs + p]
+            c, s = cs[i, p], sign * cs[i, pairs + p]
             a, b = rows[j, 2 * p], rows[j, 2 * p + 1]
             out[e, 2 * p] = a * c - s * b
             out[e, 2 * p + 1] = a * s + b * c
@@ -118,16 +118,16 @@ def _turn_pair_rows(rows, cs, src, sign, out, e0, e1):  # pragma: no cover - com
 
 
 @numba.njit(nogil=True, cache=True)
-def _add_pair_turned_edges(grad, cs, src, sign, out, j0, j1):  # pragma: no cover - compiled
+def _add_pair_turned_edges(grad, cs, src, crow, sign, out, j0, j1):  # pragma: no cover - compiled
     """`out[j] +=` the pairs of `grad[e]` turned as `_turn_pair_rows` does, for every edge `e` whose source `j` is
     in `[j0, j1)`, in edge order."""
     pairs = cs.shape[1] // 2
     for e in range(src.shape[0]):
-        j = src[e]
+        j, i = src[e], crow[e]
         if j < j0 or j >= j1:
             continue
         for p in range(pairs):
-            c, s = cs[e, p], sign * cs[e, pairs + p]
+            c, s = cs[i, p], sign * cs[i, pairs + p]
             a, b = grad[e, 2 * p], grad[e, 2 * p + 1]
             out[j, 2 * p] += a * c - s * b
             out[j, 2 * p + 1] += a * s + b * c
@@ -135,69 +135,67 @@ def _add_pair_turned_edges(grad, cs, src, sign, out, j0, j1):  # pragma: no cove
             out[j, r] += grad[e, r]
 
 
-def _check_edges(bad: list[int], src: Tensor, crow: Tensor | None, sources: int, rows: int) -> None:
+def _check_edges(bad: list[int], src: Tensor, crow: Tensor, sources: int, rows: int) -> None:
     """An `IndexError` naming the first edge out of range among the parts' answers (`-1`: none)."""
     bad = [e for e in bad if e >= 0]
     if bad:
         e = bad[0]
-        target = "" if crow is None else f" -> {int(crow[e])}"
-        rows_text = "" if crow is None else f" and targets in [0, {rows})"
-        raise IndexError(f"edge {e} ({int(src[e])}{target}) is out of range: expected sources in [0, {sources})"
-                         f"{rows_text}")
+        raise IndexError(f"edge {e} ({int(src[e])} -> {int(crow[e])}) is out of range: expected sources in "
+                         f"[0, {sources}) and targets in [0, {rows})")
 
 
-class TurnEdges(torch.autograd.Function):
-    r"""`out[e] = R_{crow[e]}^{sign} k_{src[e]}` for every edge: keys `(N_s, 3n + r)` in the layer's interleaved
-    layout, Rodrigues coefficients `(M, 3n + 3)` (a target's, `crow = dst`, `sign = -1`: $R(t_i)^\top$; or an
-    edge's own, `crow = arange(E)`), int64 `src, crow (E,)` -> `(E, 3n + r)` in the keys' dtype (float32 or
-    float64, CPU). Differentiable in the keys. An index out of range is an `IndexError` naming the edge."""
-
-    @staticmethod
-    def forward(ctx, keys: Tensor, coef: Tensor, src: Tensor, crow: Tensor, sign: float) -> Tensor:
-        rows, coef = keys.detach().contiguous(), coef.to(keys.dtype).contiguous()
-        src, crow = src.to(torch.int64).contiguous(), crow.to(torch.int64).contiguous()
-        out = keys.new_empty(src.shape[0], keys.shape[1])
-        args = (rows.numpy(), coef.numpy(), src.numpy(), crow.numpy(), sign, out.numpy())
-        edges = src.shape[0]
-        _check_edges(_split(lambda e0, e1: _turn_rows(*args, e0, e1), edges, edges), src, crow, keys.shape[0],
-                     coef.shape[0])
-        ctx.save_for_backward(coef, src, crow)
-        ctx.sources, ctx.sign = keys.shape[0], sign
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        coef, src, crow = ctx.saved_tensors
-        grad = grad.contiguous()
-        out = grad.new_zeros(ctx.sources, grad.shape[1])
-        args = (grad.numpy(), coef.numpy(), src.numpy(), crow.numpy(), -ctx.sign, out.numpy())
-        _split(lambda j0, j1: _add_turned_edges(*args, j0, j1), ctx.sources, src.shape[0])
-        return out, None, None, None, None
+@torch.library.custom_op("pointgeope::turn_edges", mutates_args=())
+def turn_edges(keys: Tensor, table: Tensor, src: Tensor, crow: Tensor, sign: float, pairs: bool) -> Tensor:
+    r"""`out[e] = T_{crow[e]}^{sign} k_{src[e]}` for every edge: keys `(N_s, C)` in the layer's interleaved
+    layout; `T_c` the rotation of row `c` of `table`: Rodrigues coefficients `(M, 3n + 3)` per block of three
+    (a target's, `crow = dst`, `sign = -1`: $R(t_i)^\top$; or an edge's own, `crow = arange(E)`, `sign = 1`),
+    or with `pairs` RoPE's `[cos | sin]` `(M, 2P)` per channel pair; int64 `src, crow (E,)` -> `(E, C)` in the
+    keys' dtype (float32 or float64, CPU). Differentiable in the keys; a custom op, so `torch.compile` keeps it
+    whole. An index out of range is an `IndexError` naming the edge."""
+    rows, table = keys.contiguous(), table.to(keys.dtype).contiguous()
+    src, crow = src.to(torch.int64).contiguous(), crow.to(torch.int64).contiguous()
+    out = keys.new_empty(src.shape[0], keys.shape[1])
+    kernel = _turn_pair_rows if pairs else _turn_rows
+    args = (rows.numpy(), table.numpy(), src.numpy(), crow.numpy(), sign, out.numpy())
+    edges = src.shape[0]
+    _check_edges(_split(lambda e0, e1: kernel(*args, e0, e1), edges, edges), src, crow, keys.shape[0],
+                 table.shape[0])
+    return out
 
 
-class TurnPairEdges(torch.autograd.Function):
-    r"""`out[e]`: the channel pairs of `k_{src[e]}` turned by the edge's angles, $(a \cos\theta - b \sin\theta,
-    a \sin\theta + b \cos\theta)$, the rest copied: keys `(N_s, 2P + r)`, `cs = [cos | sin]` `(E, 2P)`, int64
-    `src (E,)` -> `(E, 2P + r)` (float32 or float64, CPU). Differentiable in the keys (the transpose turns by
-    $-\theta$)."""
+@torch.library.custom_op("pointgeope::add_turned_edges", mutates_args=())
+def add_turned_edges(grad: Tensor, table: Tensor, src: Tensor, crow: Tensor, sign: float, pairs: bool,
+                     sources: int) -> Tensor:
+    """`out[j] = sum_{e: src[e] = j} T_{crow[e]}^{sign} grad[e]` `(sources, C)`: `turn_edges`' gradient (with the
+    opposite `sign`), every row summed in edge order; indices as `turn_edges` checked them."""
+    grad, table = grad.contiguous(), table.to(grad.dtype).contiguous()
+    src, crow = src.to(torch.int64).contiguous(), crow.to(torch.int64).contiguous()
+    out = grad.new_zeros(sources, grad.shape[1])
+    kernel = _add_pair_turned_edges if pairs else _add_turned_edges
+    args = (grad.numpy(), table.numpy(), src.numpy(), crow.numpy(), sign, out.numpy())
+    _split(lambda j0, j1: kernel(*args, j0, j1), sources, src.shape[0])
+    return out
 
-    @staticmethod
-    def forward(ctx, keys: Tensor, cs: Tensor, src: Tensor) -> Tensor:
-        rows, cs, src = keys.detach().contiguous(), cs.to(keys.dtype).contiguous(), src.to(torch.int64).contiguous()
-        out = keys.new_empty(src.shape[0], keys.shape[1])
-        args = (rows.numpy(), cs.numpy(), src.numpy(), 1.0, out.numpy())
-        edges = src.shape[0]
-        _check_edges(_split(lambda e0, e1: _turn_pair_rows(*args, e0, e1), edges, edges), src, None,
-                     keys.shape[0], 0)
-        ctx.save_for_backward(cs, src)
-        ctx.sources = keys.shape[0]
-        return out
 
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        cs, src = ctx.saved_tensors
-        grad = grad.contiguous()
-        out = grad.new_zeros(ctx.sources, grad.shape[1])
-        args = (grad.numpy(), cs.numpy(), src.numpy(), -1.0, out.numpy())
-        _split(lambda j0, j1: _add_pair_turned_edges(*args, j0, j1), ctx.sources, src.shape[0])
-        return out, None, None
+@turn_edges.register_fake
+def _turn_edges_shape(keys, table, src, crow, sign, pairs):
+    return keys.new_empty(src.shape[0], keys.shape[1])
+
+
+@add_turned_edges.register_fake
+def _add_turned_edges_shape(grad, table, src, crow, sign, pairs, sources):
+    return grad.new_empty(sources, grad.shape[1])
+
+
+def _save(ctx, inputs, output) -> None:
+    keys, table, src, crow, sign, pairs = inputs
+    ctx.save_for_backward(table, src, crow)
+    ctx.sign, ctx.pairs, ctx.sources = sign, pairs, keys.shape[0]
+
+
+def _backward(ctx, grad: Tensor):
+    table, src, crow = ctx.saved_tensors
+    return add_turned_edges(grad, table, src, crow, -ctx.sign, ctx.pairs, ctx.sources), None, None, None, None, None
+
+
+turn_edges.register_autograd(_backward, setup_context=_save)

@@ -190,7 +190,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
 
     def _turned_by_numba(self, key: Tensor, pos: PairTensor) -> bool:
         """Whether linear GeoPE's and RoPE's per-edge rotations run as one compiled pass over the edges
-        (`TurnEdges`, `TurnPairEdges` of `pointgeope/nn/frame_numba.py`): on the CPU backend of `target_frame`
+        (`turn_edges` of `pointgeope/nn/frame_numba.py`): on the CPU backend of `target_frame`
         (float32/float64, numba installed, eager), with positions and frequencies as data (no gradient)."""
         if not {self.pe.rotation, self.pe.value_rotation} & set(_EDGE_TURNS) or frame_backend(key) != "numba":
             return False
@@ -205,11 +205,11 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         GeoPE by $R(t_j - t_i)$ and RoPE by its pair angles of `p_j - p_i`, from per-edge coefficients."""
         if rotation == "geope":
             return turn_into_targets(nodes, turn, src, dst)
-        from pointgeope.nn.frame_numba import TurnEdges, TurnPairEdges
+        from pointgeope.nn.frame_numba import turn_edges
         work = geometry_dtype(nodes.dtype)
         if rotation == "lingeope":                                   # target_coefficients: no gradient
             coef = target_coefficients((pos_j - pos_i).to(work), self.block_scale(work, nodes.device))
-            return TurnEdges.apply(nodes, coef, src, torch.arange(src.shape[0], device=src.device), 1.0)
+            return turn_edges(nodes, coef, src, torch.arange(src.shape[0], device=src.device), 1.0, False)
         with torch.no_grad():
             if rotation == "pointrope":
                 disp = grid_coordinates(pos_j, self.grid_unit, work) - grid_coordinates(pos_i, self.grid_unit, work)
@@ -218,7 +218,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             theta = pair_angles(disp, pair_frequencies(self.pe, self.out_channels, self.block_scale,
                                                        self.pair_freq, nodes).to(work))
             cos_sin = torch.cat([theta.cos(), theta.sin()], dim=-1)
-        return TurnPairEdges.apply(nodes, cos_sin, src)
+        return turn_edges(nodes, cos_sin, src, torch.arange(src.shape[0], device=src.device), 1.0, True)
 
     def _check_positions(self, pos: PairTensor) -> None:
         """Floating-point finite positions, of `axes` columns where they enter other than through `pos_nn`

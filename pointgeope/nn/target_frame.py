@@ -9,7 +9,7 @@ $$R(t_i)^\top v = \cos\varphi_b\, v - \sin\varphi_b\, (u \times v) + (1 - \cos\v
 so [`target_coefficients`][pointgeope.nn.target_frame.target_coefficients] computes $(\cos, \sin, 1 - \cos, u)$
 once a node and an edge only gathers them and does multiply-adds. On CPU tensors that is one compiled pass over
 the edges (`pointgeope/nn/frame_numba.py`, the default where numba is installed). The torch path here (CUDA,
-other dtypes, `torch.compile`, no numba) keeps the keys *plane-major*, one contiguous plane per component,
+other dtypes, no numba) keeps the keys *plane-major*, one contiguous plane per component,
 gathered chunk by chunk of edges, so every operation runs over contiguous, cache-sized memory (the `(E, n, 3)`
 views of the interleaved layout are strided by 3):
 
@@ -121,12 +121,12 @@ def turn_into_targets(keys: Tensor, coef: Tensor, src: Tensor, dst: Tensor, back
     -> `(E, 3n + r)`, differentiable in the keys.
 
     `backend`: `"numba"` (one compiled pass over the edges, `pointgeope/nn/frame_numba.py`), `"torch"` (chunks
-    of plane-major keys, above) or `None`: numba where it runs (CPU float32/float64 tensors, numba installed,
-    not inside `torch.compile`, whose inductor fuses the torch path's passes itself), else torch."""
+    of plane-major keys, above) or `None`: numba where it runs (CPU float32/float64 tensors, numba installed; a
+    custom op, which `torch.compile` calls as it is), else torch."""
     backend = backend or frame_backend(keys)
     if backend == "numba":
-        from pointgeope.nn.frame_numba import TurnEdges
-        return TurnEdges.apply(keys, coef, src, dst, -1.0)
+        from pointgeope.nn.frame_numba import turn_edges
+        return turn_edges(keys, coef, src, dst, -1.0, False)
     if backend != "torch":
         raise ValueError(f"expected backend 'numba', 'torch' or None, got {backend!r}")
     blocks = coef.shape[1] // 3 - 1
@@ -135,7 +135,7 @@ def turn_into_targets(keys: Tensor, coef: Tensor, src: Tensor, dst: Tensor, back
 
 def frame_backend(keys: Tensor) -> str:
     """The default backend of [`turn_into_targets`][pointgeope.nn.target_frame.turn_into_targets] for `keys`."""
-    if torch.compiler.is_compiling() or keys.device.type != "cpu" or keys.dtype not in (torch.float32, torch.float64):
+    if keys.device.type != "cpu" or keys.dtype not in (torch.float32, torch.float64):
         return "torch"
     return "numba" if _numba_installed() else "torch"
 

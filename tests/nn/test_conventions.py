@@ -141,10 +141,11 @@ def _pyg_graph_breaks(x, pos, edge_index) -> int:
     return torch._dynamo.explain(PointTransformerConv(4, 12))(x, pos, edge_index).graph_break_count
 
 
-@pytest.mark.parametrize("pe", ["rpe", "geope", "ape"])
+@pytest.mark.parametrize("pe", ["rpe", "geope", "ape", "lingeope", "rope3d"])
 def test_torch_compile_breaks_no_more_than_pygs_layer_and_gives_the_eager_values(pe):
     """The `torch.mul(..., out=)` on strided views of the rotation made 19 graph breaks; now the breaks are
-    PyG's own (the data-dependent `remove_self_loops`), and the traced graphs (`aot_eager`, forward and
+    PyG's own (the data-dependent `remove_self_loops`): the per-edge rotations' CPU kernel is a custom op
+    (`pointgeope::turn_edges`), which the graph keeps whole; and the traced graphs (`aot_eager`, forward and
     backward) give the eager outputs and gradients."""
     torch.manual_seed(0)
     conv = GeoPEPointTransformerConv(4, 12, pe=pe)

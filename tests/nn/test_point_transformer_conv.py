@@ -82,8 +82,19 @@ def reference_output(conv, pe, x, pos, edges) -> torch.Tensor:
     return out
 
 
+@pytest.fixture(params=["cpu-kernel", "torch"])
+def frame(request, monkeypatch):
+    """The per-edge rotations on the CPU kernel (numba, the default where installed) or on the torch path (what
+    CUDA tensors take)."""
+    if request.param == "torch":
+        from pointgeope.nn import point_transformer_conv, target_frame
+        monkeypatch.setattr(target_frame, "frame_backend", lambda keys: "torch")
+        monkeypatch.setattr(point_transformer_conv, "frame_backend", lambda keys: "torch")
+    return request.param
+
+
 @pytest.mark.parametrize("pe,axes", [(pe, 3) for pe in ALL] + [("geope", 2), ("lingeope+rpe", 1)], ids=str)
-def test_every_preset_equals_its_definition_edge_by_edge(pe, axes):
+def test_every_preset_equals_its_definition_edge_by_edge(pe, axes, frame):
     torch.manual_seed(0)
     conv, (x, pos, edge_index) = make_conv(pe, axes=axes), graph(axes=axes)
     expected = reference_output(conv, PositionalEncoding.preset(pe), x, pos, with_self_loops(edge_index, 9))
@@ -180,7 +191,7 @@ def test_standard_geope_turned_once_a_node_is_the_per_edge_rotation(pe, bipartit
 @pytest.mark.parametrize("bipartite", [False, True])
 @pytest.mark.parametrize("pe,channels", [("geope", 12), ("geope+rpe", 14), (GEOPE_TURNS[2], 14), (GEOPE_TURNS[3], 12)],
                          ids=str)
-def test_target_rotation_from_per_node_coefficients_is_the_per_edge_rotation(pe, channels, bipartite):
+def test_target_rotation_from_per_node_coefficients_is_the_per_edge_rotation(pe, channels, bipartite, frame):
     """With positions and frequencies as data (no gradient), `message` turns the keys (and the values of
     `value="geope"`) by $R(t_i)^T$ from per-target coefficients on plane-major nodes (`target_frame`): outputs
     and gradients (features, weights) equal `apply_geope` twice per edge, with pass-through channels (14 = 4
@@ -219,7 +230,7 @@ MEETING = ["geope", "lingeope", "rope3d", "rope-mixed", "pointrope", "ape", "non
 
 
 @pytest.mark.parametrize("pe", MEETING, ids=str)
-def test_presets_without_relation_delta_are_the_networks_layer(pe):
+def test_presets_without_relation_delta_are_the_networks_layer(pe, frame):
     """Where the relation has no delta_ij the two formulations meet: PyG's ``W_1 x_i - key`` is minus the
     network's ``key - q_i``, so with ``gamma = linear_w(-.)``, ``h = linear_p(-.)`` (PyG feeds ``p_i - p_j``),
     the network's weights and kNN neighbourhoods, one channel group and no biases, the outputs are equal."""

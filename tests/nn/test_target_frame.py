@@ -115,24 +115,26 @@ def test_numba_per_edge_rotations_and_their_gradients():
     """Linear GeoPE's per-edge coefficients (`crow = arange(E)`, `R`) and RoPE's pair angles: each edge equals
     its definition (the quaternion sandwich of tests/nn/reference.py; a 2D rotation per channel pair) and the
     gradients pass gradcheck (sources without edges, sources on several edges)."""
-    from pointgeope.nn.frame_numba import TurnEdges, TurnPairEdges
+    from pointgeope.nn.frame_numba import turn_edges
     gen = torch.Generator().manual_seed(4)
     disp = torch.randn(7, 3, generator=gen, dtype=torch.float64)
     coef = target_frame.target_coefficients(disp, BlockScale(8, base=10.0, pos_scale=3.0)(torch.float64, disp.device))
     src = torch.tensor([0, 4, 1, 1, 2, 0, 4])
     keys = torch.randn(6, 8, generator=gen, dtype=torch.float64, requires_grad=True)
-    got = TurnEdges.apply(keys, coef, src, torch.arange(7), 1.0)
+    got = turn_edges(keys, coef, src, torch.arange(7), 1.0, False)
     for e in range(7):                                                      # R(d_e) k = R(0)^T R(d_e) k
         want = ref.geope_turn(keys[src[e]].detach(), torch.zeros(3, dtype=torch.float64), disp[e], 10.0, 3.0,
                               linear=False)
         torch.testing.assert_close(got[e].detach(), want, atol=1e-12, rtol=0)
     theta = torch.rand(7, 3, generator=gen, dtype=torch.float64) * 6
-    got = TurnPairEdges.apply(keys, torch.cat([theta.cos(), theta.sin()], -1), src)
+    got = turn_edges(keys, torch.cat([theta.cos(), theta.sin()], -1), src, torch.arange(7), 1.0, True)
     for e in range(7):
         k = keys[src[e]].detach()
         a, b = k[0:6:2], k[1:6:2]
         want = torch.stack([a * theta[e].cos() - b * theta[e].sin(), a * theta[e].sin() + b * theta[e].cos()], -1)
         torch.testing.assert_close(got[e].detach(), torch.cat([want.flatten(), k[6:]]), atol=1e-12, rtol=0)
     cos_sin = torch.cat([theta.cos(), theta.sin()], -1)
-    assert torch.autograd.gradcheck(lambda k: TurnEdges.apply(k, coef, src, torch.arange(7), 1.0), (keys,))
-    assert torch.autograd.gradcheck(lambda k: TurnPairEdges.apply(k, cos_sin, src), (keys,))
+    assert torch.autograd.gradcheck(lambda k: turn_edges(k, coef, src, torch.arange(7), 1.0, False), (keys,))
+    assert torch.autograd.gradcheck(lambda k: turn_edges(k, cos_sin, src, torch.arange(7), 1.0, True), (keys,))
+    for table, pairs in ((coef, False), (cos_sin, True)):                  # the custom op's registrations
+        torch.library.opcheck(turn_edges, (keys, table, src, torch.arange(7), 1.0, pairs))
