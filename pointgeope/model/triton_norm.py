@@ -66,14 +66,16 @@ def stats_partials(x_ptr, mean_ptr, m2_ptr, R, C, ROWS, F64: tl.constexpr, BLOCK
     count = tl.full([BLOCK_C], 0.0, acc)
     mean = tl.full([BLOCK_C], 0.0, acc)
     m2 = tl.full([BLOCK_C], 0.0, acc)
-    for r0 in range(0, ROWS, BLOCK_R):
-        rows = start + r0 + tl.arange(0, BLOCK_R)
+    r0, end = start, start + ROWS
+    while r0 < end:                   # while, not range: Triton 3.6's interpreter takes no runtime range bound
+        rows = r0 + tl.arange(0, BLOCK_R)
         mask = (rows < R)[:, None] & cmask[None, :]
         x = tl.load(x_ptr + rows[:, None] * C + cols[None, :], mask=mask, other=0.0).to(acc)
         nb = tl.reduce(tl.where(mask, 1.0, 0.0).to(acc), 0, _add)
         mb = tl.reduce(x, 0, _add) / tl.maximum(nb, 1.0)
         d = tl.where(mask, x - mb[None, :], 0.0)
         count, mean, m2 = _merge(count, mean, m2, nb, mb, tl.reduce(d * d, 0, _add))
+        r0 += BLOCK_R
     t = tl.program_id(0).to(tl.int64) * C
     tl.store(mean_ptr + t + cols, mean, mask=cmask)
     tl.store(m2_ptr + t + cols, m2, mask=cmask)
@@ -91,8 +93,9 @@ def stats_finish(mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, R, C,
         count = tl.full([BLOCK_C], 0.0, acc)
         mean = tl.full([BLOCK_C], 0.0, acc)
         m2 = tl.full([BLOCK_C], 0.0, acc)
-        for t0 in range(0, T, BLOCK_T):
-            ts = (t0 + tl.arange(0, BLOCK_T)).to(tl.int64)
+        t0 = tl.program_id(0).to(tl.int64) * 0
+        while t0 < T:
+            ts = t0 + tl.arange(0, BLOCK_T)
             mask = (ts < T)[:, None] & cmask[None, :]
             nt = tl.where(mask, tl.minimum(ROWS, R - ts * ROWS)[:, None].to(acc), 0.0)
             offs = ts[:, None] * C + cols[None, :]
@@ -102,6 +105,7 @@ def stats_finish(mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, R, C,
             d = tl.where(mask, mt - mb[None, :], 0.0)
             m2b = tl.reduce(tl.load(m2_ptr + offs, mask=mask, other=0.0) + nt * d * d, 0, _add)
             count, mean, m2 = _merge(count, mean, m2, nb, mb, m2b)
+            t0 += BLOCK_T
         var = m2 / R
         unbiased = m2 / tl.maximum(R - 1, 1)
     else:
@@ -161,8 +165,9 @@ def grad_partials(x_ptr, g_ptr, stat_ptr, sg_ptr, sgx_ptr, R, C, ROWS, F64: tl.c
     start = tl.program_id(0).to(tl.int64) * ROWS
     sg = tl.full([BLOCK_C], 0.0, acc)
     sgx = tl.full([BLOCK_C], 0.0, acc)
-    for r0 in range(0, ROWS, BLOCK_R):
-        rows = start + r0 + tl.arange(0, BLOCK_R)
+    r0, end = start, start + ROWS
+    while r0 < end:
+        rows = r0 + tl.arange(0, BLOCK_R)
         mask = (rows < R)[:, None] & cmask[None, :]
         offs = rows[:, None] * C + cols[None, :]
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(acc)
@@ -170,6 +175,7 @@ def grad_partials(x_ptr, g_ptr, stat_ptr, sg_ptr, sgx_ptr, R, C, ROWS, F64: tl.c
         gm = tl.where(mask & (x * scale + shift > 0.0), g, 0.0)
         sg += tl.reduce(gm, 0, _add)
         sgx += tl.reduce(gm * ((x - mean) * invstd), 0, _add)
+        r0 += BLOCK_R
     t = tl.program_id(0).to(tl.int64) * C
     tl.store(sg_ptr + t + cols, sg, mask=cmask)
     tl.store(sgx_ptr + t + cols, sgx, mask=cmask)
@@ -183,12 +189,14 @@ def grad_finish(sg_ptr, sgx_ptr, sums_ptr, C, T, F64: tl.constexpr, BLOCK_T: tl.
     cmask = cols < C
     sg = tl.full([BLOCK_C], 0.0, acc)
     sgx = tl.full([BLOCK_C], 0.0, acc)
-    for t0 in range(0, T, BLOCK_T):
-        ts = (t0 + tl.arange(0, BLOCK_T)).to(tl.int64)
+    t0 = tl.program_id(0).to(tl.int64) * 0
+    while t0 < T:
+        ts = t0 + tl.arange(0, BLOCK_T)
         mask = (ts < T)[:, None] & cmask[None, :]
         offs = ts[:, None] * C + cols[None, :]
         sg += tl.reduce(tl.load(sg_ptr + offs, mask=mask, other=0.0), 0, _add)
         sgx += tl.reduce(tl.load(sgx_ptr + offs, mask=mask, other=0.0), 0, _add)
+        t0 += BLOCK_T
     tl.store(sums_ptr + cols, sg, mask=cmask)
     tl.store(sums_ptr + C + cols, sgx, mask=cmask)
 
