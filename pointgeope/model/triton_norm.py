@@ -93,7 +93,7 @@ def stats_finish(mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, R, C,
         count = tl.full([BLOCK_C], 0.0, acc)
         mean = tl.full([BLOCK_C], 0.0, acc)
         m2 = tl.full([BLOCK_C], 0.0, acc)
-        t0 = tl.program_id(0).to(tl.int64) * 0
+        t0 = tl.program_id(0).to(tl.int64) * 0          # an int64 zero
         while t0 < T:
             ts = t0 + tl.arange(0, BLOCK_T)
             mask = (ts < T)[:, None] & cmask[None, :]
@@ -189,7 +189,7 @@ def grad_finish(sg_ptr, sgx_ptr, sums_ptr, C, T, F64: tl.constexpr, BLOCK_T: tl.
     cmask = cols < C
     sg = tl.full([BLOCK_C], 0.0, acc)
     sgx = tl.full([BLOCK_C], 0.0, acc)
-    t0 = tl.program_id(0).to(tl.int64) * 0
+    t0 = tl.program_id(0).to(tl.int64) * 0              # an int64 zero
     while t0 < T:
         ts = t0 + tl.arange(0, BLOCK_T)
         mask = (ts < T)[:, None] & cmask[None, :]
