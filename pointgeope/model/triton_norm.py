@@ -15,7 +15,7 @@ Statistics and sums are kept in float32 (float64 for float64 inputs) whatever th
 reads half the bytes). The reductions are deterministic, without atomics: program ``t`` of
 :func:`stats_partials` (and :func:`grad_partials`) reduces its own ``ROWS`` rows to one partial row of a
 ``(T, C)`` buffer, :func:`stats_finish` (:func:`grad_finish`) reduces the ``T`` partials in a fixed order.
-The mean and variance are merged by Chan's formula (count ``n``, mean ``m``, centred sum of squares ``M2``)::
+The mean and variance are combined by Chan's formula (count ``n``, mean ``m``, centred sum of squares ``M2``)::
 
     n = n_a + n_b     d = m_b - m_a     m = m_a + d n_b / n     M2 = M2_a + M2_b + d^2 n_a n_b / n
 
@@ -58,7 +58,7 @@ def _merge(count, mean, m2, nb, mb, m2b):
 def stats_partials(x_ptr, mean_ptr, m2_ptr, R, C, ROWS, F64: tl.constexpr, BLOCK_R: tl.constexpr,
                    BLOCK_C: tl.constexpr):
     """Program (t, b): mean and M2 of rows ``[t ROWS, (t + 1) ROWS)`` of channels ``b BLOCK_C + [0, BLOCK_C)``
-    into row ``t`` of ``mean_ptr``, ``m2_ptr`` (T, C), merged block by block of ``BLOCK_R`` rows."""
+    into row ``t`` of ``mean_ptr``, ``m2_ptr`` (T, C), combined block by block of ``BLOCK_R`` rows."""
     acc = tl.float64 if F64 else tl.float32
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
