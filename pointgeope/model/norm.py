@@ -219,15 +219,25 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     return out
 
 
+def _check_rows(rows: int, width: int, margin: float = 0.05) -> tuple[Tensor, Tensor, Tensor]:
+    """Rows ``(rows, width)``, weight and bias of the check, float64, every pre-activation (batch statistics)
+    at least about ``margin`` from the ReLU's kink: of millions of values a few would otherwise sit where
+    rounding alone decides the mask, and the check would compare two roundings, not two batch norms."""
+    g = torch.Generator().manual_seed(3)
+    w, b = torch.rand(width, generator=g, dtype=torch.float64) + 0.5, torch.randn(width, generator=g, dtype=torch.float64)
+    x = torch.randn(rows, width, generator=g, dtype=torch.float64) * 2 + 0.5
+    scale = w / (x.var(0, unbiased=False) + 1e-5).sqrt()
+    pre = (x - x.mean(0)) * scale + b
+    return torch.where(pre.abs() < margin, x + torch.where(pre >= 0, 2 * margin, -2 * margin) / scale, x), w, b
+
+
 def _check(device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
     """``info --check``: the pair MLP's first norm (``pairs x 16`` rows of width 64, training mode) forward and
     backward, float32 and bfloat16, against torch's; the largest difference relative to the largest value."""
     from pointgeope.model.kernel_check import _grads
 
-    g = torch.Generator().manual_seed(3)
     rows, width = pairs * 16, 64
-    w, b = torch.rand(width, generator=g).to(device) + 0.5, torch.randn(width, generator=g).to(device)
-    x = (torch.randn(rows, width, generator=g) * 2 + 0.5).to(device)
+    x, w, b = (t.float().to(device) for t in _check_rows(rows, width))
 
     def compare(got, want):
         return max(float((a.float() - v.float()).abs().max() / v.float().abs().max()) for a, v in zip(got, want)), \
