@@ -11,7 +11,7 @@ parameters, as under autocast), at the row counts and widths of the published 16
 Each case: the time of one forward + backward (the package's timer, ``kernel_check.timed``: the device's
 queue waited for before and after), the minimum over ``--reps`` runs, both paths interleaved; the fused
 path's ratio to torch's, and the largest difference of the outputs and of the input's gradient relative to
-their largest value. ``--scale`` divides the rows (``--device cpu`` runs the fused path in Triton's
+their largest value (the gradient's may show a few values at the ReLU's kink, whose mask rounding decides). ``--scale`` divides the rows (``--device cpu`` runs the fused path in Triton's
 interpreter: a check that the script runs, not a timing).
 
 Usage: python bench/bench_norm.py --out bench/results/bench_norm.json [--device cuda] [--reps 5] [--scale 1]
