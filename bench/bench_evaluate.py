@@ -252,11 +252,30 @@ def published_case(args) -> dict:
            "predictions": sum(forwarded), "forwards": len(forwarded), "seconds_per_room": round(seconds, 3),
            "seconds_all": rows, "points_per_s": round(n / seconds), "predictions_per_s": round(sum(forwarded) / seconds),
            "batch_points": cfg.eval.batch_points, "device": str(device), "threads": torch.get_num_threads(),
-           "variant": args.variant, "config": args.config, "set": args.set}
+           "variant": args.variant, "config": args.config, "set": args.set, "amp": cfg.train.amp}
     if device.type == "cuda":
         out.update(peak_gpu_mib=round(torch.cuda.max_memory_allocated() / 2**20),
                    gpu=torch.cuda.get_device_name(0))
+    if args.agree_amp:                              # after the counts and the peak: they are the timed run's
+        out.update(votes_agreement(args, model, coord, color, cfg, device, result.scores))
     return out
+
+
+def votes_agreement(args, model, coord, color, cfg, device, scores) -> dict:
+    """The same room once more with ``train.amp = --agree-amp`` (the same network): its time (one run after
+    this process's first, so compiled) and the share of points whose voted class (argmax of the summed
+    scores) is the same as in the timed run's."""
+    import dataclasses
+
+    from pointgeope.engine import evaluate
+    from pointgeope.model.kernel_check import timed
+
+    other = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, amp=args.agree_amp))
+    result, rows = timed(lambda: evaluate.vote_room(model, coord, color, other, device, seed=0), device, 1,
+                         warmup=0)
+    same = (result.scores.argmax(1) == scores.argmax(1))
+    return {"agree_amp": args.agree_amp, "agree_seconds_per_room": round(min(rows), 3),
+            "votes_agreement": round(float(same.mean()), 6), "points_disagreeing": int((~same).sum())}
 
 
 def compare(args) -> dict:
@@ -304,6 +323,8 @@ def published_args(parser: argparse.ArgumentParser) -> None:
                         "background thread), thread-in-model (pieces there, hierarchy in the model), inline (no thread)")
     g.add_argument("--variant", default="auto", choices=variants)
     g.add_argument("--reps", type=int, default=1)
+    g.add_argument("--agree-amp", choices=("none", "bf16", "fp16"),
+                   help="--published: also the room at this train.amp, its time and the agreement of the votes")
     g.add_argument("--rounds", type=int, default=3, help="--compare: interleaved rounds")
     g.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "bench_evaluate_published.json")
 

@@ -35,11 +35,14 @@ preset, so a run cut short keeps what it measured.
 
 ``--kernels torch triton`` compares the attention kernels instead (``run_kernels``, ``fused_attention.py``):
 every preset x kernels x ``--amps`` (float32 ``none`` and ``bf16``) case, given hierarchy, interleaved.
+``default`` is the device's default path (``POINTGEOPE_KERNELS`` unset): on CUDA ``--kernels default triton``
+differs only by the opt-in kernels (batch norm with its ReLU, ``norm.py``), so it times the step with and
+without them.
 
 Usage: python bench/bench_train_step.py --out result.json [--device cuda] [--points 80000] [--clouds 2]
        [--amp bf16] [--presets rpe geope lingeope] [--reps 3] [--warmup 2] [--budget 240] [--profile]
        [--hierarchy-clouds 2 16] [--loader-samples N [--loader-only]]
-       [--kernels torch triton [--amps none bf16]]
+       [--kernels default torch triton [--amps none bf16]]
 """
 from __future__ import annotations
 
@@ -288,13 +291,15 @@ def run(args, out: dict, write) -> None:
 
 
 class KernelCase(Case):
-    """A ``Case`` whose steps run on the attention kernels ``kernels`` (``POINTGEOPE_KERNELS``)."""
+    """A ``Case`` whose steps run on the kernels ``kernels`` (``POINTGEOPE_KERNELS``; ``default``: unset)."""
 
     def __init__(self, preset: str, inputs: dict, amp: str, device: torch.device, kernels: str):
         super().__init__(preset, inputs, amp, device)
         self.kernels = kernels
 
     def step(self, given: bool = True) -> None:
+        if self.kernels == "default":
+            return super().step(given)
         with kernel_choice.forced(self.kernels):
             super().step(given)
 
@@ -323,7 +328,7 @@ def run_kernels(args, out: dict, write) -> None:
     for name, row in out["cases"].items():
         pe, kern, amp = name.split("/")
         for label, other in (("vs_rpe", f"rpe/{kern}/{amp}"), ("vs_torch", f"{pe}/torch/{amp}"),
-                             ("vs_float32", f"{pe}/{kern}/none")):
+                             ("vs_default", f"{pe}/default/{amp}"), ("vs_float32", f"{pe}/{kern}/none")):
             if other in out["cases"] and other != name:
                 row[f"{label}_time"] = row["step_s"] / out["cases"][other]["step_s"]
                 if out["cases"][other]["peak_mib"]:
@@ -351,7 +356,7 @@ def main() -> int:
     parser.add_argument("--loader-only", action="store_true", help="only the --loader-samples part (no step)")
     parser.add_argument("--hierarchy-clouds", type=int, nargs="*", default=[2, 16],
                         help="batch sizes (clouds of --points) of the hierarchy-per-backend part (none: skip it)")
-    parser.add_argument("--kernels", nargs="+", choices=("torch", "triton"),
+    parser.add_argument("--kernels", nargs="+", choices=("default", "torch", "triton"),
                         help="compare attention kernels instead (run_kernels), at every precision of --amps")
     parser.add_argument("--amps", nargs="+", choices=sorted(AMP), default=["none", "bf16"])
     parser.add_argument("--beside-steps", type=int, default=4,

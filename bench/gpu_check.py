@@ -24,6 +24,14 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
     published  ``bench_evaluate.py --published``: the published test (every fragment) of one
                ``synth --size bench`` room with ``configs/s3dis/pt_geope.yaml``: seconds per room, points
                and point predictions per second, peak GPU memory
+    published_bf16 (CUDA) the same test in bf16 (``train.amp=bf16``), then once in float32 on the same
+               network: both times and the share of points whose voted class agrees
+    norm_op    (CUDA) ``bench_norm.py``: batch norm + ReLU alone, torch's against the fused op, forward +
+               backward at the published batch's row counts and widths, bf16 and float32
+    norm       (CUDA) ``bench_train_step.py --kernels default triton``: the step at ``--norm-clouds`` x
+               ``--points`` (rpe, geope), bf16 and float32, with torch's batch norm (the default) and with
+               batch norm and its ReLU as one Triton kernel (``norm.py``, opt-in), interleaved; ``vs_default``
+               is the ratio; the top kernels of each
     kernels    (``--kernels``) ``bench_train_step.py --kernels torch triton``: the same step per preset on the
                torch and the fused (Triton) attention kernels, float32 and bf16
     train      (``--train``) ``pointgeope synth --size tiny`` + ``prepare``, then ``train.py --config
@@ -40,10 +48,11 @@ script that way, small. Results: ``--out`` (default ``bench/results/gpu.json``),
 ``gpu_logs/``.
 
 Usage: bench/gpu_check.sh [--train] [--evaluate] [--predict] [--ddp] [--kernels] [--device cpu]
-       [--points 80000] [--budget 470] [--no-tests] [--no-hierarchy] [--no-bench] [--no-published] [--no-check]
+       [--points 80000] [--budget 540] [--no-tests] [--no-hierarchy] [--no-bench] [--no-published] [--no-check]
+       [--no-norm]
 
 The check in one device call under its 10-minute limit (``bash bench/gpu_wheels.sh`` here first, then carry
-``.whl``; the run tool's timeout 500 s): ``PYTHON=python3 bash bench/gpu_check.sh``
+``.whl``; the run tool's timeout 580 s): ``PYTHON=python3 bash bench/gpu_check.sh``
 """
 from __future__ import annotations
 
@@ -204,6 +213,34 @@ def step_published(check: Check, py: str) -> None:
     run_with_result(check, "published", cmd, a.published_limit, data)
 
 
+def step_published_bf16(check: Check, py: str) -> None:
+    """The published test in bf16, and the agreement of its votes with float32 (``--agree-amp none``)."""
+    a = check.args
+    data = result_path(check, "bench_evaluate_published_bf16.json")
+    cmd = [py, "bench/bench_evaluate.py", "--published", "--out", str(data), "--device", "cuda", "--size", a.eval_size,
+           "--config", a.eval_config, "--reps", str(a.eval_reps), "--agree-amp", "none", "--set", "train.amp=bf16",
+           *a.eval_overrides]
+    run_with_result(check, "published_bf16", cmd, a.published_bf16_limit, data)
+
+
+def step_norm_op(check: Check, py: str) -> None:
+    """``bench_norm.py``: the norm alone, torch's and the fused one, interleaved."""
+    data = result_path(check, "bench_norm_op.json")
+    run_with_result(check, "norm_op", [py, "bench/bench_norm.py", "--out", str(data), "--device", "cuda"],
+                    check.args.norm_op_limit, data)
+
+
+def step_norm(check: Check, py: str) -> None:
+    """The step with and without the fused batch norm + ReLU (opt-in), bf16 and float32, interleaved."""
+    a = check.args
+    data = result_path(check, "bench_norm.json")
+    cmd = [py, "bench/bench_train_step.py", "--out", str(data), "--device", "cuda", "--points", str(a.points),
+           "--clouds", str(a.norm_clouds), "--reps", str(a.reps), "--warmup", str(a.warmup), "--kernels", "default",
+           "triton", "--amps", "bf16", "none", "--presets", "rpe", "geope",
+           "--budget", str(max(20, min(a.norm_limit, check.left()) - 40)), "--profile"]
+    run_with_result(check, "norm", cmd, a.norm_limit, data)
+
+
 def step_kernels(check: Check, py: str) -> None:
     """``bench_train_step.py --kernels torch triton``: every preset's step on today's and the fused attention
     kernels, float32 and bf16, with the top kernels of each (issue 20)."""
@@ -221,12 +258,12 @@ def parse_args() -> argparse.Namespace:
     add = parser.add_argument
     add("--device", choices=("cuda", "cpu"), default="cuda")
     add("--out", type=Path, default=RESULTS)
-    add("--budget", type=float, default=470.0, help="seconds for all steps together")
+    add("--budget", type=float, default=540.0, help="seconds for all steps together")
     add("--tests", default="", help="pytest -k expression of the tests step (default: every test of --tests-paths)")
     add("--tests-paths", nargs="+", default=["tests/model", "tests/engine/test_build.py", "tests/engine/test_evaluate.py",
                                              "tests/test_geope.py", "tests/test_metrics.py"])
     add("--tests-workers", type=int, default=8, help="pytest-xdist processes of the tests step (1: none)")
-    for name in ("tests", "bench", "hierarchy", "published", "check"):
+    for name in ("tests", "bench", "hierarchy", "published", "check", "norm"):
         add(f"--no-{name}", action="store_true")
     add("--hierarchy-clouds", type=int, nargs="*", default=[],
         help="bench: batch sizes of bench_train_step's hierarchy-per-backend timings (default none)")
@@ -244,6 +281,7 @@ def parse_args() -> argparse.Namespace:
     add("--threads", type=int, help="OMP_NUM_THREADS of every step (default: unset)")
     add("--points", type=int, default=80_000)
     add("--clouds", type=int, default=2)
+    add("--norm-clouds", type=int, default=16, help="norm: clouds of the step with and without the fused norm")
     add("--amp", default="none", help="bench's precision (none: float32, as published)")
     add("--presets", nargs="+", default=["rpe", "geope", "lingeope"])
     add("--reps", type=int, default=2)
@@ -253,7 +291,7 @@ def parse_args() -> argparse.Namespace:
     add("--fold-steps", type=int, default=38_000, help="steps of one fold of the published recipe")
     add("--fold-rooms", type=int, default=68, help="rooms of the largest test area (Area 5)")
     limits = dict(warm=100, hierarchy=55, bench=60, bench_bf16=45, bench16=45, published=45, tests=90, check=40,
-                  train=240, evaluate=120, kernels=300)
+                  train=240, evaluate=120, kernels=300, published_bf16=45, norm_op=40, norm=100)
     for name, limit in limits.items():
         add(f"--{name.replace('_', '-')}-limit", type=float, default=float(limit))
     add("--kernel-presets", nargs="+", default=["rpe", "geope", "lingeope"])
@@ -274,6 +312,8 @@ def plan(args: argparse.Namespace) -> list:
     steps += [] if args.no_published else [("published", step_published)]
     steps += [("bench16", step_bench16)] if cuda and not args.no_bench else []
     steps += [("fold_estimate", lambda check, py: fold_estimate(check))] if cuda and not args.no_bench else []
+    steps += [("published_bf16", step_published_bf16)] if cuda and not args.no_published else []
+    steps += [("norm_op", step_norm_op), ("norm", step_norm)] if cuda and not args.no_norm else []
     steps += [("kernels", step_kernels)] if args.kernels else []
     steps += [(name, fn) for name, fn in (("train", step_train), ("evaluate", step_evaluate),
                                           ("predict", step_predict), ("ddp", step_ddp)) if getattr(args, name)]

@@ -10,7 +10,10 @@ launches them (its ``tiles`` and ``WARPS``) for the S3DIS recipe's widths 32..51
 ``share_planes`` 8 and k = 8, 16 on float32 and bfloat16 tensors, and at k = 16, width 64 also on float64
 (it runs on CUDA too: ``kernels.use_triton`` takes Triton there for any dtype) and without ``delta``; atomics and
 GeoPE's geometry in float32 (float64). They launch with Triton's default ``enable_fp_fusion`` and promise no
-rounding per operation, so fused multiply-adds are counted, not refused.
+rounding per operation, so fused multiply-adds are counted, not refused. Batch norm with its ReLU: the six
+kernels of ``norm.py`` at its tiles for widths 3, 8, 16, 32, 64 (every tile of the recipe's norms, whose
+widths 4..512 share them), float32 and bfloat16 rows, training (batch statistics, running buffers updated),
+and at width 64 eval and float64 (fused multiply-adds counted too).
 Prints one JSON object; exit code 1 if any kernel failed or an ops kernel fused. ``TRITON_INTERPRET`` must
 be unset.
 
@@ -33,7 +36,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from pointgeope.model import triton_attention as att
-from pointgeope.model import fused_attention
+from pointgeope.model import fused_attention, norm
+from pointgeope.model import triton_norm
 from pointgeope.model.ops import triton_fps, triton_fps_rounds, triton_knn
 
 KNN_SIG = dict(q_ptr="*fp32", q_row_ptr="*i64", q_plane="i64", s_ptr="*fp32", s_row_ptr="*i64", s_plane="i64",
@@ -115,6 +119,36 @@ def _attention_at(k: int, c: int, t: str, acc: str, delta: bool) -> dict:
     return out
 
 
+def norm_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
+    """The six kernels of batch norm with its ReLU at ``norm.tiles`` for each width (float32 and bfloat16 rows,
+    training), and at width 64 also eval and float64 (quick: width 64, bfloat16, training)."""
+    out = []
+    for width in (64,) if quick else (3, 8, 16, 32, 64):
+        for t in ("bf16",) if quick else ("fp32", "bf16") + (("fp64",) if width == 64 else ()):
+            for batch in (True,) if quick or width != 64 or t == "fp64" else (True, False):
+                out += _norm_at(width, t, batch)
+    return out
+
+
+def _norm_at(width: int, t: str, batch: bool) -> list[tuple[str, object, dict, dict, dict]]:
+    """(name, kernel, signature, constexprs, options) of the six norm kernels as ``norm.py`` launches them."""
+    f64 = t == "fp64"
+    acc = "fp64" if f64 else "fp32"
+    block_r, block_c, block_t = norm.tiles(width, f64)
+    sig = dict({n: f"*{t}" for n in ("x_ptr", "y_ptr", "g_ptr", "dx_ptr")},
+               **{n: f"*{acc}" for n in ("mean_ptr", "m2_ptr", "stat_ptr", "sg_ptr", "sgx_ptr", "sums_ptr", "w_ptr",
+                                         "b_ptr", "rm_ptr", "rv_ptr")},
+               R="i32", C="i32", ROWS="i32", T="i32", eps="fp32", momentum="fp32")
+    rows, cols = dict(BLOCK_R=block_r, BLOCK_C=block_c), dict(BLOCK_T=block_t, BLOCK_C=block_c)
+    kernels = [("stats_partials", rows), ("stats_finish", dict(cols, BATCH=batch)),
+               ("normalize_relu", dict(rows, UPDATE=batch)), ("grad_partials", rows), ("grad_finish", cols),
+               ("grad_input", dict(rows, BATCH=batch))]
+    options = dict(FUSED, num_warps=norm.WARPS)
+    return [(f"norm_{name}_{t}_{'train' if batch else 'eval'}_tile{block_r}_{block_c}", getattr(triton_norm, name),
+             sig, dict(meta, F64=f64), options) for name, meta in kernels if batch or name in ("stats_finish",
+                                                                                                "normalize_relu", "grad_input")]
+
+
 def compile_one(kernel, signature: dict, constexprs: dict, options: dict, arch: int) -> dict:
     names = list(inspect.signature(kernel.fn).parameters)
     missing = [n for n in names if n not in signature and n not in constexprs]
@@ -181,13 +215,13 @@ def main() -> int:
     result = {"triton": triton.__version__, "kernels": {}}
     ops = [(n, k, s, c, dict(o, enable_fp_fusion=False)) for n, k, s, c, o in ops_cases()]
     JOBS[:] = [(f"{name}_sm{arch}", (kernel, signature, constexprs, options, arch))
-               for name, kernel, signature, constexprs, options in ops + attention_cases(quick)
+               for name, kernel, signature, constexprs, options in ops + attention_cases(quick) + norm_cases(quick)
                if not (quick and name in ("knn_k3", "knn_k8")) for arch in ((90,) if quick else (80, 90))]
     with multiprocessing.get_context("fork").Pool(min(2, os.cpu_count() or 1)) as pool:   # compiles: CPU-bound
         result["kernels"] = dict(zip((name for name, _ in JOBS), pool.map(_compile_job, range(len(JOBS)))))
     print(json.dumps(result, indent=2))
     bad = [k for k, v in result["kernels"].items()
-           if not v["ok"] or (v["fma_f32"] and not k.startswith("att_")) or v.get("spill_store_bytes", 1) > 0]
+           if not v["ok"] or (v["fma_f32"] and not k.startswith(("att_", "norm_"))) or v.get("spill_store_bytes", 1) > 0]
     print(f"{len(result['kernels'])} compiled; failed, fused or spilling: {bad or 'none'}", file=sys.stderr)
     return 1 if bad else 0
 

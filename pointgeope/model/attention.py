@@ -41,6 +41,7 @@ from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention_reference import grouped_sum
 from pointgeope.model.ops import gather
 from pointgeope.model.linear_rotation import relative_frame
+from pointgeope.model.norm import BatchNormReLU
 from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_frequencies, pair_frame,
                                    pointrope_frequencies)
 from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
@@ -162,10 +163,6 @@ def pair_frequencies(pe: PositionalEncoding, channels: int, block_scale: BlockSc
     return axial_frequencies(block_scale(geometry_dtype(like.dtype), like.device), channels)
 
 
-def _bn_relu(channels: int) -> list[nn.Module]:
-    return [nn.BatchNorm1d(channels), nn.ReLU(inplace=True)]
-
-
 class PointTransformerLayer(nn.Module):
     """Vector self-attention over the ``k`` nearest neighbours of every point.
 
@@ -202,12 +199,13 @@ class PointTransformerLayer(nn.Module):
         self.linear_v = nn.Linear(channels, channels)
         groups = channels // share_planes
         # theta and gamma take the (N * k, .) rows of every (point, neighbour) pair: BatchNorm's statistics over
-        # N * k, and the in-place ReLUs write a tensor of their own (on a view of it, autograd would copy the
-        # whole pair tensor three times in the backward pass: CopySlices)
-        self.linear_p = (nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3), nn.ReLU(inplace=True), nn.Linear(3, channels))
+        # N * k, and the ReLUs write a tensor of their own (on a view of it, autograd would copy the whole pair
+        # tensor three times in the backward pass: CopySlices). Each ReLU runs in its norm (norm.BatchNormReLU);
+        # an Identity holds its index, so the checkpoints' keys (linear_w.2, .3, .5; linear_p.3) stay
+        self.linear_p = (nn.Sequential(nn.Linear(3, 3), BatchNormReLU(3), nn.Identity(), nn.Linear(3, channels))
                          if self.pe.needs_delta else None)
-        self.linear_w = nn.Sequential(nn.BatchNorm1d(channels), nn.ReLU(inplace=True), nn.Linear(channels, groups),
-                                      nn.BatchNorm1d(groups), nn.ReLU(inplace=True), nn.Linear(groups, groups))
+        self.linear_w = nn.Sequential(BatchNormReLU(channels), nn.Identity(), nn.Linear(channels, groups),
+                                      BatchNormReLU(groups), nn.Identity(), nn.Linear(groups, groups))
         self.block_scale, self.pair_freq = position_scales(self.pe, channels, geope_base, 1.0 / grid_size,
                                                            geope_learnable, mixed_init)
         self.register_load_state_dict_pre_hook(_renamed_frequencies)

@@ -10,7 +10,8 @@ registered case) by being registered.
 
 **Which path.** :mod:`pointgeope.model.kernel_choice` reads the switches (``POINTGEOPE_KERNELS``,
 ``TRITON_INTERPRET``): ``torch``: torch everywhere; ``triton``: Triton wherever it can run (:func:`runs_on`:
-CUDA tensors, CPU tensors under the interpreter); unset: Triton on CUDA only. Kernels that sum with atomics
+CUDA tensors, CPU tensors under the interpreter); unset: Triton on CUDA only, but for the kernels registered
+opt-in (``cuda_default=False``: not yet measured to pay on a GPU), which run with ``triton`` only. Kernels that sum with atomics
 (the fused attention's backward) leave Triton whenever ``torch.use_deterministic_algorithms(True)`` asks for
 reproducible sums.
 
@@ -151,10 +152,11 @@ class Kernel:
     torch: Callable[..., Any]
     atomics: bool = False
     check: Callable[[torch.device, int, int], list[CheckCase]] | None = None
+    cuda_default: bool = True        # False: opt-in, Triton only with POINTGEOPE_KERNELS=triton
 
     def enabled(self, device: torch.device) -> bool:
         """Whether a call for tensors on ``device`` runs the Triton function."""
-        return use_triton(self.name, device, self.atomics)
+        return use_triton(self.name, device, self.atomics) and (self.cuda_default or current().path == "triton")
 
     def __call__(self, device: torch.device, *args, **kwargs):
         """``triton(*args)`` where :meth:`enabled`, else ``torch(*args)``, by :meth:`dispatch`."""
@@ -189,9 +191,10 @@ _REGISTRY: dict[str, Kernel] = {}
 
 
 def register(name: str, triton: Callable[..., Any], torch: Callable[..., Any], atomics: bool = False,
-             check: Callable[[torch.device, int, int], list[CheckCase]] | None = None) -> Kernel:
+             check: Callable[[torch.device, int, int], list[CheckCase]] | None = None,
+             cuda_default: bool = True) -> Kernel:
     """Add a kernel (module docstring) and return it; a module imported again replaces its kernels."""
-    _REGISTRY[name] = kernel = Kernel(name, triton, torch, atomics, check)
+    _REGISTRY[name] = kernel = Kernel(name, triton, torch, atomics, check, cuda_default)
     return kernel
 
 
@@ -229,7 +232,9 @@ def status() -> str:
         return "torch on every device (POINTGEOPE_KERNELS=torch)"
     if not triton_imports():
         return "torch (Triton does not import)"
+    opt_in = ", ".join(k.name for k in registered() if not k.cuda_default)
     where = ("Triton on CUDA, and on the CPU under TRITON_INTERPRET=1 (POINTGEOPE_KERNELS=triton)" if path
-             else "Triton on CUDA, torch on the CPU")
+             else "Triton on CUDA, torch on the CPU" + (f" (opt-in with POINTGEOPE_KERNELS=triton: {opt_in})"
+                                                       if opt_in else ""))
     failed = "; ".join(f"{k} fell back to torch ({e})" for k, e in failures().items())
     return where + (f"; {failed}" if failed else "")

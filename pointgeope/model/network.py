@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from pointgeope.model.attention import PointTransformerLayer, PositionalEncoding
 from pointgeope.model.config import ModelConfig
+from pointgeope.model.norm import BatchNormReLU
 from pointgeope.model.ops import (HierarchySpec, OpsBackends, PointHierarchy, check_offset, counts, gather,
                                   interpolate_from)
 
@@ -56,16 +57,16 @@ class PointTransformerBlock(nn.Module):
     def __init__(self, channels: int, share_planes: int, neighbours: int, **layer_args):
         super().__init__()
         self.linear1 = nn.Linear(channels, channels, bias=False)
-        self.bn1 = nn.BatchNorm1d(channels)
+        self.bn1 = BatchNormReLU(channels)               # BatchNorm1d and its ReLU in one op (norm.py)
         self.attention = PointTransformerLayer(channels, share_planes, neighbours, **layer_args)
-        self.bn2 = nn.BatchNorm1d(channels)
+        self.bn2 = BatchNormReLU(channels)
         self.linear3 = nn.Linear(channels, channels, bias=False)
         self.bn3 = nn.BatchNorm1d(channels)
         self.relu = nn.ReLU(inplace=True)
 
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
-        x = self.relu(self.bn1(self.linear1(feat)))
-        x = self.relu(self.bn2(self.attention(coord, x, idx)))
+        x = self.bn1(self.linear1(feat))
+        x = self.bn2(self.attention(coord, x, idx))
         x = self.bn3(self.linear3(x))
         return self.relu(x + feat)
 
@@ -79,18 +80,17 @@ class TransitionDown(nn.Module):
         super().__init__()
         self.stride, self.neighbours = stride, neighbours
         self.linear = nn.Linear(in_channels + (3 if stride > 1 else 0), out_channels, bias=False)
-        self.bn = nn.BatchNorm1d(out_channels)
-        self.relu = nn.ReLU(inplace=True)
+        self.bn = BatchNormReLU(out_channels)            # BatchNorm1d and its ReLU in one op (norm.py)
 
     def forward(self, feat: Tensor, coord: Tensor | None = None, new_coord: Tensor | None = None,
                 idx: Tensor | None = None) -> Tensor:
         """``feat (N, C_in)``; with stride > 1 also ``coord (N, 3)``, the samples' ``new_coord (M, 3)`` and
         their neighbours ``idx (M, k)`` (rows of ``coord``) -> ``(M, C_out)``."""
         if self.stride == 1:
-            return self.relu(self.bn(self.linear(feat)))
+            return self.bn(self.linear(feat))
         grouped = torch.cat([coord[idx] - new_coord.unsqueeze(1), gather(feat, idx)], dim=-1)    # (M, k, 3 + C)
         m, k, _ = grouped.shape
-        x = self.relu(self.bn(self.linear(grouped.view(m * k, -1))))      # the ReLU in place on BN's own output
+        x = self.bn(self.linear(grouped.view(m * k, -1)))                  # (M k, C_out) rows, not a view
         return x.view(m, k, -1).max(dim=1).values                          # (M, C_out)
 
 
@@ -104,14 +104,11 @@ class TransitionUp(nn.Module):
         super().__init__()
         self.is_head = out_channels is None
         if self.is_head:
-            self.linear1 = nn.Sequential(nn.Linear(2 * in_channels, in_channels), nn.BatchNorm1d(in_channels),
-                                         nn.ReLU(inplace=True))
+            self.linear1 = nn.Sequential(nn.Linear(2 * in_channels, in_channels), BatchNormReLU(in_channels))
             self.linear2 = nn.Sequential(nn.Linear(in_channels, in_channels), nn.ReLU(inplace=True))
         else:
-            self.linear1 = nn.Sequential(nn.Linear(out_channels, out_channels), nn.BatchNorm1d(out_channels),
-                                         nn.ReLU(inplace=True))
-            self.linear2 = nn.Sequential(nn.Linear(in_channels, out_channels), nn.BatchNorm1d(out_channels),
-                                         nn.ReLU(inplace=True))
+            self.linear1 = nn.Sequential(nn.Linear(out_channels, out_channels), BatchNormReLU(out_channels))
+            self.linear2 = nn.Sequential(nn.Linear(in_channels, out_channels), BatchNormReLU(out_channels))
 
     def forward(self, feat: Tensor, offset: Tensor, coarse: Tensor | None = None, idx: Tensor | None = None,
                 dist2: Tensor | None = None) -> Tensor:
@@ -178,8 +175,8 @@ class PointTransformerSeg(nn.Module):
                                 for s in range(stages))
         self.decoder = nn.ModuleList(stage_blocks(decoder_blocks[s], planes[s], neighbours[s], s)
                                      for s in range(stages))
-        self.head = nn.Sequential(nn.Linear(planes[0], planes[0]), nn.BatchNorm1d(planes[0]), nn.ReLU(inplace=True),
-                                  nn.Linear(planes[0], cfg.num_classes))
+        self.head = nn.Sequential(nn.Linear(planes[0], planes[0]), BatchNormReLU(planes[0]), nn.Identity(),
+                                  nn.Linear(planes[0], cfg.num_classes))      # (Identity: the ReLU's index, head.3)
 
     def frequency_parameters(self) -> list[nn.Parameter]:
         """The learnt positional frequencies of every attention layer (``PointTransformerLayer``'s)."""

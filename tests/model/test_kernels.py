@@ -167,8 +167,9 @@ def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback
     from pointgeope.model.kernel_check import check_kernels, format_table, passed
 
     rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)
-    assert [r.kernel.split()[0] for r in rows] == ["aggregate", "fps", "frame_relation", "knn", "knn", "knn",
-                                                   "linear_relation", "relation"]     # the registry's, by name
+    assert [r.kernel.split()[0] for r in rows] == ["aggregate", "batch_norm_relu", "batch_norm_relu", "fps",
+                                                   "frame_relation", "knn", "knn", "knn", "linear_relation",
+                                                   "relation"]     # the registry's, by name
     assert passed(rows) and all(r.path == "triton" for r in rows), format_table(rows)
     by_name = {r.kernel.split()[0]: r for r in rows}
     assert by_name["fps"].max_diff == 0

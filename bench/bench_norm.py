@@ -1,0 +1,87 @@
+"""Benchmark: batch norm with its ReLU alone, torch's ``BatchNorm1d`` + ``relu`` against the fused op
+(``pointgeope/model/norm.py``), forward + backward in training mode, float32 and bf16 rows (float32
+parameters, as under autocast), at the row counts and widths of the published 16 x 80k batch:
+
+    pairs s1      N k = 1.28M x 16 pair rows of stage 1, width 32 (the weight MLP's first norm)
+    pairs s1 C/s  the same rows at width 4 (its second norm, C / share_planes)
+    pairs s1 rpe  the same rows at width 3 (the position MLP's norm)
+    pairs s2      320k x 16 rows of stage 2, width 64
+    points s1     1.28M point rows, width 32 (the blocks' norms)
+
+Each case: the time of one forward + backward (the package's timer, ``kernel_check.timed``: the device's
+queue waited for before and after), the minimum over ``--reps`` runs, both paths interleaved; the fused
+path's ratio to torch's, and the largest difference of the outputs and of the input's gradient relative to
+their largest value (the gradient's may show a few values at the ReLU's kink, whose mask rounding decides). ``--scale`` divides the rows (``--device cpu`` runs the fused path in Triton's
+interpreter: a check that the script runs, not a timing).
+
+Usage: python bench/bench_norm.py --out bench/results/bench_norm.json [--device cuda] [--reps 5] [--scale 1]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from bench_io import save_json
+
+CASES = (("pairs s1", 1_280_000 * 16, 32), ("pairs s1 C/s", 1_280_000 * 16, 4), ("pairs s1 rpe", 1_280_000 * 16, 3),
+         ("pairs s2", 320_000 * 16, 64), ("points s1", 1_280_000, 32))
+
+
+def one_case(rows: int, width: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict:
+    from pointgeope.model.kernel_check import timed
+    from pointgeope.model.kernel_choice import forced
+    from pointgeope.model.norm import BatchNormReLU
+
+    module = BatchNormReLU(width).to(device)
+    x = (torch.randn(rows, width, device=device) * 2 + 0.5).to(dtype).requires_grad_()
+    grad = torch.randn(rows, width, device=device).to(dtype)
+
+    def step(path: str):
+        def run():
+            x.grad = None
+            with forced(path):
+                y = module(x)
+            y.backward(grad)
+            return y.detach(), x.grad
+        return run
+    out, seconds = {}, {"torch": [], "triton": []}
+    for _ in range(reps):
+        for path in ("torch", "triton"):
+            out[path], times = timed(step(path), device, 1)
+            seconds[path] += times
+    diff = [float((a.float() - b.float()).abs().max() / b.float().abs().max()) for a, b in zip(out["triton"], out["torch"])]
+    best = {path: min(s) for path, s in seconds.items()}
+    return {"rows": rows, "width": width, "dtype": str(dtype)[6:], "torch_ms": best["torch"] * 1e3,
+            "fused_ms": best["triton"] * 1e3, "fused_over_torch": best["triton"] / best["torch"],
+            "max_rel_diff_y": diff[0], "max_rel_diff_dx": diff[1]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--scale", type=int, default=1, help="divide every case's rows by this")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    out = {"device": str(device), "time": "one forward + backward, training mode, minimum over reps (ms)",
+           "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None, "cases": []}
+    for name, rows, width in CASES:
+        for dtype in (torch.bfloat16, torch.float32):
+            row = {"case": name, **one_case(rows // args.scale, width, dtype, device, args.reps)}
+            out["cases"].append(row)
+            print(f"{name:<14} {row['dtype']:<9} torch {row['torch_ms']:8.3f} ms  fused {row['fused_ms']:8.3f} ms  "
+                  f"x{row['fused_over_torch']:.2f}", flush=True)
+            save_json(args.out, out, indent=1)
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,256 @@
+"""Batch norm with its ReLU as one op: :class:`BatchNormReLU`, a ``BatchNorm1d`` whose output is ``relu``'d.
+
+Point Transformer's ``Linear-BN-ReLU`` runs over ``(N, C)`` point rows and, in the attention's MLPs, over the
+``(N k, C)`` pair rows (``N k`` = 20M at the recipe's 16 x 80k batch). Per channel ``c`` over the rows::
+
+    y = max(0, w_c (x - mean_c) / sqrt(var_c + eps) + b_c)        (N, C) -> (N, C), in x's dtype
+
+with the batch's mean and biased variance in training (the running buffers move by ``momentum`` towards
+the mean and the unbiased variance, as torch's) and the running ones in eval. On the Triton path
+(``triton_norm.py``) that is three launches forward and three backward, statistics and sums in float32
+(float64 for float64 inputs) whatever the input's type, reduced without atomics (deterministic); a bf16
+input is read as bf16 (torch's bf16 batch norm was slower than its float32 one on an H200, ``docs/gpu.md``).
+
+**Same module, same checkpoints.** :class:`BatchNormReLU` subclasses ``nn.BatchNorm1d``: the same
+parameters and buffers (``weight``, ``bias``, ``running_mean``, ``running_var``, ``num_batches_tracked``),
+so state dicts are unchanged; where the ReLU was a module of an ``nn.Sequential``, an ``nn.Identity`` keeps its
+index. Where the kernel does not run (the CPU, ``POINTGEOPE_KERNELS=torch``, inputs it does not take: not
+2-D, no affine parameters, other dtypes) the forward is exactly ``relu_(BatchNorm1d.forward(x))``.
+
+**Which path.** The kernel is registered (:mod:`pointgeope.model.kernels`, ``batch_norm_relu``) as opt-in on
+CUDA: it runs with ``POINTGEOPE_KERNELS=triton`` (and on CPU tensors under the interpreter), not by
+default, until a GPU run shows it pays (``docs/gpu.md``). A kernel that fails falls back to the torch path.
+
+**DDP.** The engine keeps batch norm per process (as published). For synchronised statistics use
+:func:`convert_sync_batchnorm`: torch's ``nn.SyncBatchNorm.convert_sync_batchnorm`` would turn a
+:class:`BatchNormReLU` into a plain ``SyncBatchNorm`` and lose its ReLU.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pointgeope.model import kernels
+from pointgeope.model.attention_reference import torch_grads
+from pointgeope.model.kernel_choice import current
+
+__all__ = ["BatchNormReLU", "SyncBatchNormReLU", "batch_norm_relu", "reference", "convert_sync_batchnorm",
+           "tiles", "KERNEL"]
+
+WARPS = 4
+MAX_PARTIALS = 1024        # programs along the rows of the reductions (their partials: a (T, C) buffer)
+
+
+def triton_kernels() -> ModuleType:
+    """``triton_norm``, its kernels decorated in the mode ``TRITON_INTERPRET`` asks for now."""
+    module = importlib.import_module("pointgeope.model.triton_norm")
+    if module.INTERPRET != current().interpret:
+        module = importlib.reload(module)
+    return module
+
+
+def tiles(channels: int, f64: bool = False) -> tuple[int, int, int]:
+    """(BLOCK_R, BLOCK_C, BLOCK_T): rows and channels of a tile (about 2048 elements, 1024 for float64, so
+    that no kernel spills: ``bench/triton_compile_check.py``) and partials per step of the finishing kernels."""
+    import triton
+
+    block_c = min(64, triton.next_power_of_2(channels))
+    budget = 1024 if f64 else 2048
+    return max(16, budget // block_c), block_c, max(16, budget // block_c)
+
+
+def partition(rows: int, block_r: int) -> tuple[int, int]:
+    """(ROWS, T): rows per program of the reductions (a multiple of ``block_r``) and their number ``T``,
+    at most :data:`MAX_PARTIALS`."""
+    blocks = -(-rows // block_r)
+    per = block_r * -(-blocks // MAX_PARTIALS)
+    return per, -(-rows // per)
+
+
+def _launch(kernel, grid: tuple[int, ...], *args, device: torch.device, **meta) -> None:
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        kernel[grid](*args, num_warps=WARPS, **meta)
+
+
+def reference(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+              batch_stats: bool, momentum: float, eps: float) -> Tensor:
+    """torch's ``relu(batch_norm(x))`` with ``F.batch_norm``'s arguments: the torch path and the fallback."""
+    return torch.relu_(F.batch_norm(x, running_mean, running_var, weight, bias, batch_stats, momentum, eps))
+
+
+def _statistics(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+                batch_stats: bool, eps: float, acc: torch.dtype) -> Tensor:
+    """The ``(5, C)`` statistics (``triton_norm``: mean, invstd, scale, shift, unbiased variance) of the
+    batch's rows, or of the running buffers."""
+    (r, c), f64 = x.shape, acc == torch.float64
+    block_r, block_c, block_t = tiles(c, f64)
+    rows, t = partition(r, block_r)
+    k, dev = triton_kernels(), x.device
+    stats = torch.empty(5, c, dtype=acc, device=dev)
+    partials = torch.empty(2, t, c, dtype=acc, device=dev) if batch_stats else stats[:2]
+    if batch_stats:
+        _launch(k.stats_partials, (t, -(-c // block_c)), x, partials[0], partials[1], r, c, rows, F64=f64,
+                BLOCK_R=block_r, BLOCK_C=block_c, device=dev)
+    _launch(k.stats_finish, (-(-c // block_c),), partials[0], partials[1], weight, bias,
+            stats if running_mean is None else running_mean, stats if running_var is None else running_var, stats,
+            r, c, t, rows, eps, BATCH=batch_stats, F64=f64, BLOCK_T=block_t, BLOCK_C=block_c, device=dev)
+    return stats
+
+
+class _BatchNormReLU(torch.autograd.Function):
+    """``relu(batch_norm(x))`` on the Triton kernels; saves ``x``, the parameters and the ``(5, C)``
+    statistics (no normalised copy of ``x``: the backward recomputes it)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None,
+                running_var: Tensor | None, batch_stats: bool, momentum: float, eps: float) -> Tensor:
+        x = x.contiguous()
+        (r, c), f64 = x.shape, torch.float64 in (x.dtype, weight.dtype)
+        stats = _statistics(x, weight, bias, running_mean, running_var, batch_stats, eps,
+                            torch.float64 if f64 else torch.float32)
+        update = batch_stats and running_mean is not None
+        block_r, block_c, _ = tiles(c, f64)
+        y = torch.empty_like(x)
+        _launch(triton_kernels().normalize_relu, (-(-r // block_r), -(-c // block_c)), x, stats, y,
+                running_mean if update else stats, running_var if update else stats, r, c, momentum,
+                UPDATE=update, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
+        ctx.save_for_backward(x, weight, bias, stats)
+        ctx.batch_stats, ctx.eps = batch_stats, eps
+        return y
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        x, weight, bias, stats = ctx.saved_tensors
+        needs = list(ctx.needs_input_grad[:3])
+        batch, eps = ctx.batch_stats, ctx.eps
+
+        def torch_path(a, w, b):        # batch statistics again, or the forward's running ones (rows 0 and 4)
+            return reference(a, w, b, None if batch else stats[0], None if batch else stats[4], batch, 0.0, eps)
+        grads = KERNEL.dispatch(x.device, lambda: _backward(x, g.contiguous(), stats, weight, bias, batch, needs),
+                                lambda: torch_grads(torch_path, [x, weight, bias], needs, g))
+        return (*grads, None, None, None, None, None)
+
+
+def _backward(x: Tensor, g: Tensor, stats: Tensor, weight: Tensor, bias: Tensor, batch_stats: bool,
+              needs: list[bool]) -> tuple:
+    """``(dx, dw, db)`` by the Triton kernels (``None`` where ``needs`` says no)."""
+    (r, c), f64, dev = x.shape, stats.dtype == torch.float64, x.device
+    block_r, block_c, block_t = tiles(c, f64)
+    rows, t = partition(r, block_r)
+    k = triton_kernels()
+    sums = torch.zeros(2, c, dtype=stats.dtype, device=dev)
+    if batch_stats or needs[1] or needs[2]:
+        partials = torch.empty(2, t, c, dtype=stats.dtype, device=dev)
+        _launch(k.grad_partials, (t, -(-c // block_c)), x, g, stats, partials[0], partials[1], r, c, rows, F64=f64,
+                BLOCK_R=block_r, BLOCK_C=block_c, device=dev)
+        _launch(k.grad_finish, (-(-c // block_c),), partials[0], partials[1], sums, c, t, F64=f64, BLOCK_T=block_t,
+                BLOCK_C=block_c, device=dev)
+    dx = None
+    if needs[0]:
+        dx = torch.empty_like(x)
+        _launch(k.grad_input, (-(-r // block_r), -(-c // block_c)), x, g, stats, sums, dx, r, c, BATCH=batch_stats,
+                F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=dev)
+    return (dx, sums[1].to(weight.dtype) if needs[1] else None, sums[0].to(bias.dtype) if needs[2] else None)
+
+
+def batch_norm_relu(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None = None,
+                    running_var: Tensor | None = None, batch_stats: bool = True, momentum: float = 0.1,
+                    eps: float = 1e-5) -> Tensor:
+    """``relu(F.batch_norm(x, running_mean, running_var, weight, bias, batch_stats, momentum, eps))`` for
+    ``x (R, C)``, on the path :data:`KERNEL` chooses (module docstring)."""
+    return KERNEL(x.device, x, weight, bias, running_mean, running_var, batch_stats, momentum, eps)
+
+
+def _takes(x: Tensor, weight: Tensor | None) -> bool:
+    """Whether the kernel takes ``x`` with ``weight``: 2-D, affine, float32 parameters with float32,
+    bfloat16 or float16 rows, or float64 with float64."""
+    if weight is None or x.dim() != 2 or x.shape[1] != weight.shape[0]:
+        return False
+    return x.dtype == weight.dtype or (weight.dtype == torch.float32 and x.dtype in (torch.bfloat16, torch.float16))
+
+
+class BatchNormReLU(nn.BatchNorm1d):
+    """``relu(BatchNorm1d(x))`` in one op where the kernel runs (module docstring); ``BatchNorm1d``'s
+    arguments, parameters and buffers. Shapes: ``(R, C) -> (R, C)`` (other shapes: torch's path)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch_stats = self.training or self.running_mean is None
+        if not (KERNEL.enabled(x.device) and _takes(x, self.weight) and x.shape[0] > int(batch_stats)):
+            return torch.relu_(super().forward(x))          # torch's BatchNorm1d and ReLU(inplace=True)
+        factor = 0.0 if self.momentum is None else self.momentum     # as torch's _BatchNorm.forward
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:                   # a cumulative average
+                factor = 1.0 / float(self.num_batches_tracked)
+        keep = not self.training or self.track_running_stats
+        return batch_norm_relu(x, self.weight, self.bias, self.running_mean if keep else None,
+                               self.running_var if keep else None, batch_stats, factor, self.eps)
+
+
+class SyncBatchNormReLU(nn.SyncBatchNorm):
+    """``relu(SyncBatchNorm(x))``, torch's path: what :func:`convert_sync_batchnorm` makes of a
+    :class:`BatchNormReLU` (the same parameters and buffers)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.relu_(super().forward(x))
+
+
+def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
+    """torch's ``nn.SyncBatchNorm.convert_sync_batchnorm`` that keeps the ReLU of a :class:`BatchNormReLU`
+    (a :class:`SyncBatchNormReLU` sharing its parameters and buffers); other batch norms as torch converts them."""
+    out = module
+    if isinstance(module, BatchNormReLU):
+        out = SyncBatchNormReLU(module.num_features, module.eps, module.momentum, module.affine,
+                                module.track_running_stats, process_group)
+        if module.affine:
+            out.weight, out.bias = module.weight, module.bias
+        out.running_mean, out.running_var = module.running_mean, module.running_var
+        out.num_batches_tracked = module.num_batches_tracked
+        out.train(module.training)
+    elif isinstance(module, nn.modules.batchnorm._BatchNorm):
+        return nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)
+    for name, child in module.named_children():
+        out.add_module(name, convert_sync_batchnorm(child, process_group))
+    return out
+
+
+def _check_rows(rows: int, width: int, margin: float = 0.05) -> tuple[Tensor, Tensor, Tensor]:
+    """Rows ``(rows, width)``, weight and bias of the check, float64, every pre-activation (batch statistics)
+    at least about ``margin`` from the ReLU's kink: of millions of values a few would otherwise sit where
+    rounding alone decides the mask, and the check would compare two roundings, not two batch norms."""
+    g = torch.Generator().manual_seed(3)
+    w, b = torch.rand(width, generator=g, dtype=torch.float64) + 0.5, torch.randn(width, generator=g, dtype=torch.float64)
+    x = torch.randn(rows, width, generator=g, dtype=torch.float64) * 2 + 0.5
+    scale = w / (x.var(0, unbiased=False) + 1e-5).sqrt()
+    pre = (x - x.mean(0)) * scale + b
+    return torch.where(pre.abs() < margin, x + torch.where(pre >= 0, 2 * margin, -2 * margin) / scale, x), w, b
+
+
+def _check(device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
+    """``info --check``: the pair MLP's first norm (``pairs x 16`` rows of width 64, training mode) forward and
+    backward, float32 and bfloat16, against torch's; the largest difference relative to the largest value."""
+    from pointgeope.model.kernel_check import _grads
+
+    rows, width = pairs * 16, 64
+    x, w, b = (t.float().to(device) for t in _check_rows(rows, width))
+
+    def compare(got, want):
+        return max(float((a.float() - v.float()).abs().max() / v.float().abs().max()) for a, v in zip(got, want)), \
+            f"rows={rows} width={width}, relative"
+    cases = []
+    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
+        def run(fn, xd=x.to(dtype)):
+            return _grads(lambda a, wt, bs: fn(a, wt, bs, None, None, True, 0.1, 1e-5), [xd, w, b])
+        cases.append(kernels.CheckCase(f"fwd+bwd {str(dtype)[6:]}", lambda r=run: r(lambda *a: KERNEL(device, *a)),
+                                       lambda r=run: r(KERNEL.torch), compare, tol))
+    return cases
+
+
+# Opt-in on CUDA (module docstring): torch's batch norm stays the default until a GPU run shows this pays.
+KERNEL = kernels.register("batch_norm_relu", _BatchNormReLU.apply, reference, atomics=False, check=_check,
+                          cuda_default=False)

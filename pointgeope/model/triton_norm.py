@@ -1,0 +1,225 @@
+"""Triton kernels of batch norm with its ReLU over the rows of ``x (R, C)`` (``norm.py`` launches them).
+
+Per channel ``c``, over the ``R`` rows (the points ``N``, or the pairs ``N k`` of the attention's MLPs)::
+
+    mean_c = sum_r x[r, c] / R              var_c = sum_r (x[r, c] - mean_c)^2 / R        (biased)
+    xhat   = (x - mean_c) invstd_c          invstd_c = 1 / sqrt(var_c + eps)
+    y      = max(0, x scale_c + shift_c)    scale_c = w_c invstd_c,  shift_c = b_c - mean_c scale_c
+
+and the adjoint, with ``gm = g [x scale + shift > 0]`` (the ReLU's mask)::
+
+    db_c = sum_r gm                         dw_c = sum_r gm xhat
+    dx   = scale_c (gm - db_c / R - xhat dw_c / R)     (batch statistics; with fixed ones dx = scale_c gm)
+
+Statistics and sums are kept in float32 (float64 for float64 inputs) whatever the input's type (bfloat16
+reads half the bytes). The reductions are deterministic, without atomics: program ``t`` of
+:func:`stats_partials` (and :func:`grad_partials`) reduces its own ``ROWS`` rows to one partial row of a
+``(T, C)`` buffer, :func:`stats_finish` (:func:`grad_finish`) reduces the ``T`` partials in a fixed order.
+The mean and variance are combined by Chan's formula (count ``n``, mean ``m``, centred sum of squares ``M2``)::
+
+    n = n_a + n_b     d = m_b - m_a     m = m_a + d n_b / n     M2 = M2_a + M2_b + d^2 n_a n_b / n
+
+so no ``E[x^2] - E[x]^2`` cancels. The statistics live in one ``(5, C)`` buffer: rows mean, invstd, scale,
+shift and the unbiased variance ``M2 / (R - 1)`` (for the running variance). The running buffers change in
+the last launch (:func:`normalize_relu`, its first row block), so a kernel that fails to compile or launch
+leaves them for the torch path that replaces it.
+
+As ``triton_attention.py``: decorated in the mode ``TRITON_INTERPRET`` asks for at import (``INTERPRET``;
+``norm.triton_kernels`` reloads), sums by ``tl.reduce`` with this module's combine function, zeros by
+``tl.full``; offsets int64 (``R C`` passes 2^31 at 20M pairs of 128 channels).
+"""
+import triton
+import triton.language as tl
+
+from pointgeope.model.kernel_choice import current
+
+INTERPRET = current().interpret     # the project's reading of TRITON_INTERPRET (Triton reads it itself too)
+
+
+@triton.jit
+def _add(a, b):
+    return a + b
+
+
+if INTERPRET:   # the interpreter reduces with numpy when it recognises Triton's own combine function
+    _add = tl.standard._sum_combine
+
+
+@triton.jit
+def _merge(count, mean, m2, nb, mb, m2b):
+    """Chan's merge of (count, mean, M2) with a block's (nb, mb, m2b), per channel (module docstring)."""
+    n = count + nb
+    delta = mb - mean
+    w = nb / tl.maximum(n, 1.0)
+    return n, mean + delta * w, m2 + m2b + delta * delta * count * w
+
+
+@triton.jit
+def stats_partials(x_ptr, mean_ptr, m2_ptr, R, C, ROWS, F64: tl.constexpr, BLOCK_R: tl.constexpr,
+                   BLOCK_C: tl.constexpr):
+    """Program (t, b): mean and M2 of rows ``[t ROWS, (t + 1) ROWS)`` of channels ``b BLOCK_C + [0, BLOCK_C)``
+    into row ``t`` of ``mean_ptr``, ``m2_ptr`` (T, C), combined block by block of ``BLOCK_R`` rows."""
+    acc = tl.float64 if F64 else tl.float32
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    start = tl.program_id(0).to(tl.int64) * ROWS
+    count = tl.full([BLOCK_C], 0.0, acc)
+    mean = tl.full([BLOCK_C], 0.0, acc)
+    m2 = tl.full([BLOCK_C], 0.0, acc)
+    r0, end = start, start + ROWS
+    while r0 < end:                   # while, not range: Triton 3.6's interpreter takes no runtime range bound
+        rows = r0 + tl.arange(0, BLOCK_R)
+        mask = (rows < R)[:, None] & cmask[None, :]
+        x = tl.load(x_ptr + rows[:, None] * C + cols[None, :], mask=mask, other=0.0).to(acc)
+        nb = tl.reduce(tl.where(mask, 1.0, 0.0).to(acc), 0, _add)
+        mb = tl.reduce(x, 0, _add) / tl.maximum(nb, 1.0)
+        d = tl.where(mask, x - mb[None, :], 0.0)
+        count, mean, m2 = _merge(count, mean, m2, nb, mb, tl.reduce(d * d, 0, _add))
+        r0 += BLOCK_R
+    t = tl.program_id(0).to(tl.int64) * C
+    tl.store(mean_ptr + t + cols, mean, mask=cmask)
+    tl.store(m2_ptr + t + cols, m2, mask=cmask)
+
+
+@triton.jit
+def stats_finish(mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, R, C, T, ROWS, eps,
+                 BATCH: tl.constexpr, F64: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Program b: the ``(5, C)`` statistics of channels ``b BLOCK_C + [0, BLOCK_C)``: with ``BATCH`` from the
+    ``T`` partials (partial ``t`` holds ``min(ROWS, R - t ROWS)`` rows), else from the running buffers."""
+    acc = tl.float64 if F64 else tl.float32
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    if BATCH:
+        count = tl.full([BLOCK_C], 0.0, acc)
+        mean = tl.full([BLOCK_C], 0.0, acc)
+        m2 = tl.full([BLOCK_C], 0.0, acc)
+        t0 = tl.program_id(0).to(tl.int64) * 0          # an int64 zero
+        while t0 < T:
+            ts = t0 + tl.arange(0, BLOCK_T)
+            mask = (ts < T)[:, None] & cmask[None, :]
+            nt = tl.where(mask, tl.minimum(ROWS, R - ts * ROWS)[:, None].to(acc), 0.0)
+            offs = ts[:, None] * C + cols[None, :]
+            mt = tl.load(mean_ptr + offs, mask=mask, other=0.0)
+            nb = tl.reduce(nt, 0, _add)
+            mb = tl.reduce(nt * mt, 0, _add) / tl.maximum(nb, 1.0)
+            d = tl.where(mask, mt - mb[None, :], 0.0)
+            m2b = tl.reduce(tl.load(m2_ptr + offs, mask=mask, other=0.0) + nt * d * d, 0, _add)
+            count, mean, m2 = _merge(count, mean, m2, nb, mb, m2b)
+            t0 += BLOCK_T
+        var = m2 / R
+        unbiased = m2 / tl.maximum(R - 1, 1)
+    else:
+        mean = tl.load(rm_ptr + cols, mask=cmask, other=0.0).to(acc)
+        var = tl.load(rv_ptr + cols, mask=cmask, other=1.0).to(acc)
+        unbiased = var
+    invstd = 1.0 / tl.sqrt(var + eps)
+    scale = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(acc) * invstd
+    shift = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(acc) - mean * scale
+    tl.store(stat_ptr + cols, mean, mask=cmask)
+    tl.store(stat_ptr + C + cols, invstd, mask=cmask)
+    tl.store(stat_ptr + 2 * C + cols, scale, mask=cmask)
+    tl.store(stat_ptr + 3 * C + cols, shift, mask=cmask)
+    tl.store(stat_ptr + 4 * C + cols, unbiased, mask=cmask)
+
+
+@triton.jit
+def normalize_relu(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, R, C, momentum, UPDATE: tl.constexpr,
+                   F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Program (r, b): ``y = max(0, x scale + shift)`` on its ``(BLOCK_R, BLOCK_C)`` tile, stored in ``y``'s
+    type; with ``UPDATE`` the programs of row block 0 also move the running buffers by ``momentum`` towards
+    the batch's mean and unbiased variance."""
+    acc = tl.float64 if F64 else tl.float32
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    mask = (rows < R)[:, None] & cmask[None, :]
+    scale = tl.load(stat_ptr + 2 * C + cols, mask=cmask, other=0.0)
+    shift = tl.load(stat_ptr + 3 * C + cols, mask=cmask, other=0.0)
+    offs = rows[:, None] * C + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(acc)
+    y = tl.maximum(x * scale[None, :] + shift[None, :], 0.0)
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+    if UPDATE:
+        if tl.program_id(0) == 0:
+            mean = tl.load(stat_ptr + cols, mask=cmask, other=0.0)
+            unbiased = tl.load(stat_ptr + 4 * C + cols, mask=cmask, other=0.0)
+            rm = tl.load(rm_ptr + cols, mask=cmask, other=0.0).to(acc)
+            rv = tl.load(rv_ptr + cols, mask=cmask, other=0.0).to(acc)
+            tl.store(rm_ptr + cols, ((1.0 - momentum) * rm + momentum * mean).to(rm_ptr.dtype.element_ty), mask=cmask)
+            tl.store(rv_ptr + cols, ((1.0 - momentum) * rv + momentum * unbiased).to(rv_ptr.dtype.element_ty),
+                     mask=cmask)
+
+
+@triton.jit
+def grad_partials(x_ptr, g_ptr, stat_ptr, sg_ptr, sgx_ptr, R, C, ROWS, F64: tl.constexpr, BLOCK_R: tl.constexpr,
+                  BLOCK_C: tl.constexpr):
+    """Program (t, b): ``sum gm`` and ``sum gm xhat`` of rows ``[t ROWS, (t + 1) ROWS)`` into row ``t`` of
+    ``sg_ptr``, ``sgx_ptr`` (T, C)."""
+    acc = tl.float64 if F64 else tl.float32
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    mean = tl.load(stat_ptr + cols, mask=cmask, other=0.0)[None, :]
+    invstd = tl.load(stat_ptr + C + cols, mask=cmask, other=0.0)[None, :]
+    scale = tl.load(stat_ptr + 2 * C + cols, mask=cmask, other=0.0)[None, :]
+    shift = tl.load(stat_ptr + 3 * C + cols, mask=cmask, other=0.0)[None, :]
+    start = tl.program_id(0).to(tl.int64) * ROWS
+    sg = tl.full([BLOCK_C], 0.0, acc)
+    sgx = tl.full([BLOCK_C], 0.0, acc)
+    r0, end = start, start + ROWS
+    while r0 < end:
+        rows = r0 + tl.arange(0, BLOCK_R)
+        mask = (rows < R)[:, None] & cmask[None, :]
+        offs = rows[:, None] * C + cols[None, :]
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(acc)
+        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(acc)
+        gm = tl.where(mask & (x * scale + shift > 0.0), g, 0.0)
+        sg += tl.reduce(gm, 0, _add)
+        sgx += tl.reduce(gm * ((x - mean) * invstd), 0, _add)
+        r0 += BLOCK_R
+    t = tl.program_id(0).to(tl.int64) * C
+    tl.store(sg_ptr + t + cols, sg, mask=cmask)
+    tl.store(sgx_ptr + t + cols, sgx, mask=cmask)
+
+
+@triton.jit
+def grad_finish(sg_ptr, sgx_ptr, sums_ptr, C, T, F64: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Program b: the ``T`` partials summed in order into ``sums (2, C)``: ``db`` (row 0), ``dw`` (row 1)."""
+    acc = tl.float64 if F64 else tl.float32
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    sg = tl.full([BLOCK_C], 0.0, acc)
+    sgx = tl.full([BLOCK_C], 0.0, acc)
+    t0 = tl.program_id(0).to(tl.int64) * 0              # an int64 zero
+    while t0 < T:
+        ts = t0 + tl.arange(0, BLOCK_T)
+        mask = (ts < T)[:, None] & cmask[None, :]
+        offs = ts[:, None] * C + cols[None, :]
+        sg += tl.reduce(tl.load(sg_ptr + offs, mask=mask, other=0.0), 0, _add)
+        sgx += tl.reduce(tl.load(sgx_ptr + offs, mask=mask, other=0.0), 0, _add)
+        t0 += BLOCK_T
+    tl.store(sums_ptr + cols, sg, mask=cmask)
+    tl.store(sums_ptr + C + cols, sgx, mask=cmask)
+
+
+@triton.jit
+def grad_input(x_ptr, g_ptr, stat_ptr, sums_ptr, dx_ptr, R, C, BATCH: tl.constexpr, F64: tl.constexpr,
+               BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Program (r, b): ``dx`` of its tile (module docstring), stored in ``dx``'s type."""
+    acc = tl.float64 if F64 else tl.float32
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    mask = (rows < R)[:, None] & cmask[None, :]
+    scale = tl.load(stat_ptr + 2 * C + cols, mask=cmask, other=0.0)[None, :]
+    shift = tl.load(stat_ptr + 3 * C + cols, mask=cmask, other=0.0)[None, :]
+    offs = rows[:, None] * C + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(acc)
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(acc)
+    gm = tl.where(x * scale + shift > 0.0, g, 0.0)
+    if BATCH:
+        mean = tl.load(stat_ptr + cols, mask=cmask, other=0.0)[None, :]
+        invstd = tl.load(stat_ptr + C + cols, mask=cmask, other=0.0)[None, :]
+        db = tl.load(sums_ptr + cols, mask=cmask, other=0.0)[None, :] / R
+        dw = tl.load(sums_ptr + C + cols, mask=cmask, other=0.0)[None, :] / R
+        gm = gm - db - (x - mean) * invstd * dw
+    tl.store(dx_ptr + offs, (scale * gm).to(dx_ptr.dtype.element_ty), mask=mask)
