@@ -182,8 +182,9 @@ def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root, monke
     pykdtree); ``device`` hands over the blocks alone and the model builds it with the device's kernels: on
     CUDA the Triton ones, run here in Triton's interpreter (``POINTGEOPE_KERNELS=triton``, which makes them
     the CPU's defaults; a spy proves the FPS kernel ran). The same FPS samples at every stage and the same
-    neighbour sets, so the loss and gradients of a step agree up to float rounding (the attention runs on
-    the Triton kernels too, and neighbours listed in another order are summed in another order)."""
+    neighbour sets, so the loss and gradients of a step agree up to float rounding (the attention and batch
+    norm run on the Triton kernels too, and neighbours listed in another order are summed in another order:
+    1.4e-6 at most on gradients up to ~1, where another neighbour set would differ in the first digits)."""
     pytest.importorskip("triton")
     from pointgeope.model import kernel_choice
     from pointgeope.model.ops import triton_fps
@@ -213,7 +214,7 @@ def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root, monke
         assert torch.equal(g.sort(1).values, w.sort(1).values)
     torch.testing.assert_close(loss_d, loss_l, rtol=1e-5, atol=0)
     for a, b in zip(grads_d, grads_l):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["sgd", "adamw"])
