@@ -184,7 +184,7 @@ def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root, monke
     the CPU's defaults; a spy proves the FPS kernel ran). The same FPS samples at every stage and the same
     neighbour sets, so the loss and gradients of a step agree up to float rounding (the attention and batch
     norm run on the Triton kernels too, and neighbours listed in another order are summed in another order:
-    1.4e-6 at most on gradients up to ~1, where another neighbour set would differ in the first digits)."""
+    1.4e-6 at most, measured)."""
     pytest.importorskip("triton")
     from pointgeope.model import kernel_choice
     from pointgeope.model.ops import triton_fps
