@@ -34,17 +34,16 @@ fused after the weight MLP).
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Callable
 from types import ModuleType
 
 import torch
 from torch import Tensor
 
-from pointgeope.model import kernels
+from pointgeope.model import gather_backward, kernels
 from pointgeope.model.attention_reference import (acc_dtype, out_dtype, ref_aggregate, ref_frame, ref_linear,
                                                   ref_relation, torch_grads)
-from pointgeope.model.kernel_choice import current
+from pointgeope.model.kernel_choice import kernel_module
 from pointgeope.model.rotation import apply_shifted
 
 __all__ = ["enabled", "triton_kernels", "relation", "frame_relation", "linear_relation", "aggregate", "KERNELS"]
@@ -55,12 +54,10 @@ def enabled(op: str, device: torch.device) -> bool:
     return KERNELS[op].enabled(device)
 
 
-def triton_kernels() -> ModuleType:
-    """``triton_attention``, its kernels decorated in the mode ``TRITON_INTERPRET`` asks for now."""
-    module = importlib.import_module("pointgeope.model.triton_attention")
-    if module.INTERPRET != current().interpret:
-        module = importlib.reload(module)
-    return module
+def triton_kernels(name: str = "triton_attention") -> ModuleType:
+    """The kernel module ``pointgeope.model.<name>`` (``triton_attention``, or ``triton_gather``: the backward
+    by source point), its kernels decorated in the mode ``TRITON_INTERPRET`` asks for now."""
+    return kernel_module(f"pointgeope.model.{name}")
 
 
 WARPS = 8    # every attention kernel (at Triton's default 4, aggregate's backward and the GeoPE relations spill)
@@ -180,12 +177,14 @@ def _relation_backward(ctx, idx: Tensor, g: Tensor, needs: list[bool]) -> tuple:
     (n, k), c = idx.shape, g.shape[-1]
     acc = torch.float64 if g.dtype == torch.float64 else torch.float32
     grad_key, grad_q, grad_delta = needs
-    gkey = torch.zeros(ctx.rows, c, dtype=acc, device=g.device) if grad_key else g
+    by_source = grad_key and gather_backward.sorted_backward()      # gkey summed by source row, no atomics
+    gkey = (gather_backward.relation_key_grad(g, idx, ctx.rows) if by_source else
+            torch.zeros(ctx.rows, c, dtype=acc, device=g.device) if grad_key else g)
     gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
     bm, bk, bc = tiles("relation", k, min(c, 64), backward=True, f64=acc == torch.float64)
-    if grad_key or grad_q:
+    if (grad_key and not by_source) or grad_q:
         _launch(triton_kernels().relation_backward, [(n, bm), (c, bc)], g, idx, gkey, gq,
-                n, k, c, GRAD_KEY=grad_key, GRAD_Q=grad_q, F64=acc == torch.float64, BLOCK_M=bm,
+                n, k, c, GRAD_KEY=grad_key and not by_source, GRAD_Q=grad_q, F64=acc == torch.float64, BLOCK_M=bm,
                 BLOCK_K=bk, BLOCK_C=bc, device=g.device)
     return (gkey.to(key_dtype) if grad_key else None, gq if grad_q else None,
             g.to(delta_dtype) if grad_delta else None)
@@ -231,12 +230,14 @@ def _frame_backward(ctx, idx: Tensor, tables: Tensor, g: Tensor, needs: list[boo
     x_dtype, q_dtype, delta_dtype = ctx.dtypes
     (n, k), c = idx.shape, g.shape[-1]
     grad_x, grad_q, grad_delta = needs
-    gpoints = torch.zeros(tables.shape[1], c, dtype=tables.dtype, device=g.device) if grad_x else g
+    by_source = grad_x and gather_backward.sorted_backward()        # R_i g summed by source point, no atomics
+    gpoints = (gather_backward.frame_point_grad(g, idx, tables) if by_source else
+               torch.zeros(tables.shape[1], c, dtype=tables.dtype, device=g.device) if grad_x else g)
     gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
     bm, bk, bc = tiles("frame_relation", k, min(c, 64), backward=True, f64=tables.dtype == torch.float64)
-    if grad_x or grad_q:
+    if (grad_x and not by_source) or grad_q:
         _launch(triton_kernels().frame_backward, [(n, bm), (c, bc)], g, idx, tables, gpoints, gq, n, k, c,
-                GRAD_POINTS=grad_x, GRAD_Q=grad_q, F64=tables.dtype == torch.float64, BLOCK_M=bm,
+                GRAD_POINTS=grad_x and not by_source, GRAD_Q=grad_q, F64=tables.dtype == torch.float64, BLOCK_M=bm,
                 BLOCK_K=bk, BLOCK_C=bc, device=g.device)
     gx = apply_shifted(gpoints, tables, transpose=True).to(x_dtype) if grad_x else None   # R_j^T per row
     return gx, gq if grad_q else None, g.to(delta_dtype) if grad_delta else None
@@ -337,7 +338,9 @@ def _check(name: str):
 
 
 # The fused ops in the kernel registry: Triton forward (whose backward dispatches under the same name) and the
-# torch reference of the same formula; all sum gradients with atomics.
-KERNELS = {name: kernels.register(name, fn, ref, atomics=True, check=_check(name)) for name, fn, ref in (
-    ("relation", _Relation.apply, ref_relation), ("frame_relation", _FrameRelation.apply, ref_frame),
-    ("linear_relation", _LinearRelation.apply, ref_linear), ("aggregate", _Aggregate.apply, ref_aggregate))}
+# torch reference of the same formula; their backward sums gradients with atomics, but the relation's and
+# standard GeoPE's when they sum by source point (gather_backward.SCATTER "sorted", the default).
+KERNELS = {name: kernels.register(name, fn, ref, atomics=atomics, check=_check(name)) for name, fn, ref, atomics in (
+    ("relation", _Relation.apply, ref_relation, gather_backward.atomics),
+    ("frame_relation", _FrameRelation.apply, ref_frame, gather_backward.atomics),
+    ("linear_relation", _LinearRelation.apply, ref_linear, True), ("aggregate", _Aggregate.apply, ref_aggregate, True))}

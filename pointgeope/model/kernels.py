@@ -149,12 +149,16 @@ class Kernel:
     name: str
     triton: Callable[..., Any]
     torch: Callable[..., Any]
-    atomics: bool = False
+    atomics: bool | Callable[[], bool] = False      # or asked at each call: a kernel with a choice of sums
     check: Callable[[torch.device, int, int], list[CheckCase]] | None = None
+
+    def sums_with_atomics(self) -> bool:
+        """Whether the kernel sums with atomics now (``atomics``, called if a function)."""
+        return self.atomics() if callable(self.atomics) else self.atomics
 
     def enabled(self, device: torch.device) -> bool:
         """Whether a call for tensors on ``device`` runs the Triton function."""
-        return use_triton(self.name, device, self.atomics)
+        return use_triton(self.name, device, self.sums_with_atomics())
 
     def __call__(self, device: torch.device, *args, **kwargs):
         """``triton(*args)`` where :meth:`enabled`, else ``torch(*args)``, by :meth:`dispatch`."""
@@ -188,7 +192,8 @@ class Kernel:
 _REGISTRY: dict[str, Kernel] = {}
 
 
-def register(name: str, triton: Callable[..., Any], torch: Callable[..., Any], atomics: bool = False,
+def register(name: str, triton: Callable[..., Any], torch: Callable[..., Any],
+             atomics: bool | Callable[[], bool] = False,
              check: Callable[[torch.device, int, int], list[CheckCase]] | None = None) -> Kernel:
     """Add a kernel (module docstring) and return it; a module imported again replaces its kernels."""
     _REGISTRY[name] = kernel = Kernel(name, triton, torch, atomics, check)

@@ -1,0 +1,125 @@
+"""The fused relations' backward summed by source point: the kNN lists' transpose and its Triton launches.
+
+The relations of ``fused_attention`` read row ``idx[i, j]`` of a source for query ``i``, neighbour ``j``, so
+their backward sums every pair's gradient into that row (``relation``: ``gkey[p] = sum g_ij``; standard
+GeoPE's ``frame_relation``: ``gP[p] = sum R_i g_ij``, over the pairs with ``idx[i, j] = p``). Two ways:
+
+=============  =========================================================================================
+``"sorted"``   (default) one program per tile of source rows sums its rows' pairs, read from the transpose
+               of the kNN lists (:func:`transpose`), in registers, and stores each row once
+               (``triton_gather.py``): no atomics, the same bits in every run, so these two ops keep
+               Triton under ``torch.use_deterministic_algorithms(True)``
+``"atomic"``   one program per tile of queries adds each pair into its row with float32 atomics
+               (``triton_attention.py``), in the GPU's order
+=============  =========================================================================================
+
+:data:`SCATTER` chooses (``bench/bench_relation_backward.py`` times both, and sweeps :data:`SETTINGS`, on the
+GPU). Why sorted is the default without a GPU measurement: it is tested to equal the definition and to be
+deterministic, its transpose costs one sort of ``N k`` integers per neighbourhood (cached on ``idx``), and
+its reads are the atomic kernel's plus the query's rotation tables per pair; the atomic kernel's float32
+atomics into random rows are what the GPU profile showed as the cost (``docs/gpu.md``).
+
+The transpose depends on ``idx`` only, which is fixed per level of the point hierarchy, shared by the layers
+of that level and by their relation and value terms: it is computed once and kept on the ``idx`` tensor
+itself (as long as it lives and is not changed in place).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from pointgeope.model.kernel_choice import kernel_module
+
+__all__ = ["SCATTERS", "SCATTER", "SETTINGS", "Transpose", "transpose", "sorted_backward", "atomics", "tiles",
+           "relation_key_grad", "frame_point_grad"]
+
+SCATTERS = ("sorted", "atomic")
+SCATTER = "sorted"      # how the relations' backward sums into the source rows (module docstring)
+# Tiles of the sorted kernels: pairs a chunk (0: k rounded up to a power of two, a row's mean count), the budget
+# of elements a (BLOCK_P, BLOCK_T, BLOCK_C) tile (halved for float64), warps (bench_relation_backward sweeps them).
+SETTINGS = {"block_t": 0, "budget": 4096, "warps": 8}
+_CACHE = "_pointgeope_transpose"
+
+
+@dataclass(frozen=True)
+class Transpose:
+    """The kNN lists ``idx (N, k)`` by source row: the pairs of row ``p`` are ``order[starts[p]:starts[p + 1]]``
+    (pair numbers ``i k + j``, increasing), ``order (N k,)`` and ``starts (R + 1,)`` int64."""
+
+    order: Tensor
+    starts: Tensor
+
+
+def transpose(idx: Tensor, rows: int) -> Transpose:
+    """The :class:`Transpose` of ``idx (N, k)`` (rows ``0 .. rows - 1``; others belong to no row): a stable sort
+    of ``idx``'s entries and each row's first position by binary search, both deterministic on CUDA. Cached
+    on ``idx`` (module docstring)."""
+    key = (idx._version, rows, tuple(idx.shape), idx.device)
+    cached = getattr(idx, _CACHE, None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    sources, order = torch.sort(idx.reshape(-1), stable=True)
+    starts = torch.searchsorted(sources, torch.arange(rows + 1, device=idx.device, dtype=sources.dtype))
+    result = Transpose(order, starts)
+    setattr(idx, _CACHE, (key, result))
+    return result
+
+
+def sorted_backward() -> bool:
+    """Whether the relations' backward sums by source point (:data:`SCATTER`)."""
+    if SCATTER not in SCATTERS:
+        raise ValueError(f"gather_backward.SCATTER: expected one of {SCATTERS}, got {SCATTER!r}")
+    return SCATTER == "sorted"
+
+
+def atomics() -> bool:
+    """Whether ``relation`` and ``frame_relation`` sum with atomics now (the registry's ``atomics``)."""
+    return not sorted_backward()
+
+
+def tiles(k: int, width: int, f64: bool = False) -> tuple[int, int, int]:
+    """(BLOCK_P, BLOCK_T, BLOCK_C) of the sorted kernels (:data:`SETTINGS`): powers of two, ``BLOCK_C`` holding
+    ``width``, ``BLOCK_P`` filling the budget (at most 64)."""
+    import triton
+
+    block_t = SETTINGS["block_t"] or triton.next_power_of_2(k)
+    block_c = triton.next_power_of_2(width)
+    budget = SETTINGS["budget"] // (2 if f64 else 1)
+    return max(1, min(64, budget // (block_t * block_c))), block_t, block_c
+
+
+def _launch(name: str, rows: int, c: int, k: int, f64: bool, *args, device: torch.device) -> None:
+    """Kernel ``name`` of ``triton_gather`` over tiles of ``rows`` source rows and ``c`` channels (64 at most
+    a program, as the relations' own kernels)."""
+    import triton
+
+    bp, bt, bc = tiles(k, min(c, 64), f64)
+    grid = (triton.cdiv(rows, bp), triton.cdiv(c, bc))
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        getattr(kernel_module("pointgeope.model.triton_gather"), name)[grid](
+            *args, F64=f64, BLOCK_P=bp, BLOCK_T=bt, BLOCK_C=bc, num_warps=SETTINGS["warps"])
+
+
+def relation_key_grad(g: Tensor, idx: Tensor, rows: int) -> Tensor:
+    """``gkey[p] = sum_{(i, j): idx[i, j] = p} g[i, j]``, ``(rows, C)`` in the accumulation type (float32, or
+    float64 for float64 ``g``), from ``g (N, k, C)`` contiguous."""
+    (n, k), c = idx.shape, g.shape[-1]
+    f64 = g.dtype == torch.float64
+    gkey = torch.empty(rows, c, dtype=torch.float64 if f64 else torch.float32, device=g.device)
+    t = transpose(idx, rows)
+    _launch("relation_gather", rows, c, k, f64, g, t.order, t.starts, gkey, rows, c, device=g.device)
+    return gkey
+
+
+def frame_point_grad(g: Tensor, idx: Tensor, tables: Tensor) -> Tensor:
+    """``gP[p] = sum_{(i, j): idx[i, j] = p} R_i g[i, j]`` (``R_i g = sum_o T_o[i] g[.., c + o]``), ``(N, C)`` in
+    the tables' dtype, from ``g (N, k, C)`` contiguous and the points' ``rotation_tables (5, N, C)``."""
+    (n, k), c = idx.shape, g.shape[-1]
+    gpoints = torch.empty(n, c, dtype=tables.dtype, device=g.device)
+    t = transpose(idx, n)
+    _launch("frame_gather", n, c, k, tables.dtype == torch.float64, g, t.order, t.starts, tables, gpoints, n, k,
+            c, device=g.device)
+    return gpoints
