@@ -123,12 +123,14 @@ def _layer_step(pe: str, path: str, monkeypatch, train: bool):
 @pytest.mark.parametrize("pe, kernel", [("rpe", "aggregate_forward"), ("rpe", "aggregate_backward"),
                                         ("rpe", "relation_forward"), ("rpe", "relation_backward"),
                                         ("geope", "frame_forward"), ("geope", "frame_backward"),
+                                        ("rpe", "relation_gather"), ("geope", "frame_gather"),
                                         ("lingeope", "linear_forward"), ("lingeope", "linear_backward")])
 def test_an_attention_kernel_that_fails_hands_its_op_to_torch_with_the_same_gradients(pe, kernel, train,
                                                                                       monkeypatch):
     kernels.reset()
     want = _layer_step(pe, "torch", monkeypatch, train)
-    monkeypatch.setattr(fused_attention.triton_kernels(), kernel, Failing(COMPILE_ERROR))
+    module = "triton_gather" if kernel.endswith("_gather") else "triton_attention"   # (the backward by source)
+    monkeypatch.setattr(fused_attention.triton_kernels(module), kernel, Failing(COMPILE_ERROR))
     op = {"aggregate": "aggregate", "relation": "relation", "frame": "frame_relation", "linear": "linear_relation"}
     with pytest.warns(KernelFallbackWarning, match=f"Triton kernel {op[kernel.split('_')[0]]} failed"):
         got = _layer_step(pe, "triton", monkeypatch, train)

@@ -1,0 +1,172 @@
+"""Tests of pointgeope/model/gather_backward.py (and its kernels, triton_gather.py) on CPU tensors under Triton's
+interpreter: the kNN lists' transpose and the relations' backward summed by source point, against pair-by-pair
+float64 sums written from the definition, on neighbour lists with ragged counts per source point, points that
+are nobody's neighbour and repeated indices within a row; the same bits in every run."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
+from pointgeope.model import fused_attention, gather_backward  # noqa: E402
+from pointgeope.model.attention_reference import ref_frame, ref_relation  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def interpreted():
+    """Triton's interpreter and the Triton path for this module's tests only (restored after each)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", "1")
+        patch.setenv("POINTGEOPE_KERNELS", "triton")
+        yield patch
+
+
+# The kernels' tiles: the defaults (one chunk of 8 pairs holds most rows, 8 rows a program at 64 channels), and
+# chunks of 2 pairs in tiles of 2 rows (many chunks a row, many programs: the loops and masks of the tile edges).
+SETTINGS = [{}, {"block_t": 2, "budget": 2 * 2 * 64}]
+
+
+@pytest.fixture(params=SETTINGS, ids=["default", "small_tiles"])
+def settings(request, monkeypatch):
+    monkeypatch.setattr(gather_backward, "SETTINGS", {**gather_backward.SETTINGS, **request.param})
+    return request.param
+
+
+def _lists(n=13, k=5, rows=None, seed=0):
+    """kNN-like lists ``(n, k)`` of rows below ``rows`` (default ``n``): row 0 in every list (a count above
+    ``k``), row 3 twice in list 2, rows from 9 on in no list."""
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, 9, (n, k), generator=g)
+    idx[:, 0] = 0
+    idx[2, 1:3] = 3
+    return idx
+
+
+def test_the_transpose_lists_each_rows_pairs_in_order():
+    idx = _lists()
+    rows = 15                                                   # rows 9 .. 14: nobody's neighbour
+    t = gather_backward.transpose(idx, rows)
+    assert t.starts.shape == (rows + 1,) and t.starts[0] == 0 and t.starts[-1] == idx.numel()
+    flat = idx.flatten().tolist()
+    for p in range(rows):
+        want = [pair for pair, row in enumerate(flat) if row == p]       # increasing pair numbers i k + j
+        assert t.order[t.starts[p]:t.starts[p + 1]].tolist() == want, p
+    assert t.starts[1] - t.starts[0] >= idx.shape[0] and t.starts[10] == t.starts[15]
+
+
+def test_the_transpose_is_kept_on_idx_until_idx_changes():
+    idx = _lists()
+    first = gather_backward.transpose(idx, 13)
+    assert gather_backward.transpose(idx, 13) is first
+    assert gather_backward.transpose(idx, 14) is not first                   # another number of rows
+    idx[0, 0] = 12                                                           # an in-place change
+    again = gather_backward.transpose(idx, 13)
+    assert again is not first and again.starts[13] - again.starts[12] == 1 and again.order[-1] == 0
+
+
+def _frame_definition(g, idx, tables):
+    """``gP[p, c] = sum_{(i, j): idx[i, j] = p} sum_o T_o[i, c] g[i, j, c + o]`` (o = -2 .. 2, channels inside
+    ``0 .. C - 1``), pair by pair in float64: ``T (5, N, C)`` plane ``o + 2``."""
+    n, k, c = g.shape
+    out = torch.zeros(tables.shape[1], c, dtype=torch.float64)
+    for i in range(n):
+        for j in range(k):
+            for ch in range(c):
+                for o in range(-2, 3):
+                    if 0 <= ch + o < c:
+                        out[idx[i, j], ch] += tables[o + 2, i, ch].double() * g[i, j, ch + o].double()
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_frame_point_grad_is_the_pair_sum_of_the_definition(dtype, settings):
+    """Any tables (not only rotations: the sum is the definition's for every coefficient); 70 channels, two
+    channel tiles of which one partial."""
+    idx = _lists()
+    gen = torch.Generator().manual_seed(1)
+    g = torch.randn(*idx.shape, 70, generator=gen, dtype=torch.float64).to(dtype)
+    tables = torch.randn(5, idx.shape[0], 70, generator=gen, dtype=torch.float64).to(dtype)
+    got = gather_backward.frame_point_grad(g, idx, tables)
+    assert got.dtype == dtype
+    want = _frame_definition(g, idx, tables)
+    assert (want[9:] == 0).all() and (got[9:] == 0).all()                    # nobody's neighbour: zeros
+    torch.testing.assert_close(got.double(), want, rtol=1e-12 if dtype == torch.float64 else 1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_relation_key_grad_is_the_pair_sum_of_the_definition(dtype, settings):
+    idx = _lists()
+    rows = 17                                                   # keys of more rows than queries
+    g = torch.randn(*idx.shape, 70, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(dtype)
+    want = torch.zeros(rows, 70, dtype=torch.float64)
+    for i in range(idx.shape[0]):
+        for j in range(idx.shape[1]):
+            want[idx[i, j]] += g[i, j].double()
+    got = gather_backward.relation_key_grad(g, idx, rows)
+    assert got.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)    # the accumulation's
+    torch.testing.assert_close(got.double(), want, rtol=1e-12 if dtype == torch.float64 else 1e-6, atol=1e-6)
+
+
+def _frame_inputs(dtype, idx=None, c=8):
+    """Features, lists (default :func:`_lists` of 11 points, k = 4), GeoPE's rotation tables of random points
+    (``c`` channels: blocks and pass-through), queries and an incoming gradient."""
+    from pointgeope.geope import frequencies
+    from pointgeope.model.rotation import rotation_tables
+
+    idx = _lists(n=11, k=4) if idx is None else idx
+    n, k = idx.shape
+    gen = torch.Generator().manual_seed(3)
+    coord = torch.rand(n, 3, generator=gen, dtype=torch.float64)
+    tables = rotation_tables(coord.to(dtype), (frequencies(c) * 25.0 / 3).to(dtype), c)
+    x, q = (torch.randn(n, c, generator=gen, dtype=torch.float64).to(dtype) for _ in range(2))
+    return x, idx, tables, q, torch.randn(n, k, c, generator=gen, dtype=torch.float64).to(dtype)
+
+
+@pytest.mark.parametrize("scatter", gather_backward.SCATTERS)
+def test_both_scatters_give_the_float64_reference_gradients_of_the_relations(scatter, monkeypatch):
+    """``frame_relation`` and ``relation`` through autograd on either scatter against the float64 torch
+    references' autograd (the same definition, gathered by torch's indexing)."""
+    monkeypatch.setattr(gather_backward, "SCATTER", scatter)
+    x, idx, tables, q, g = _frame_inputs(torch.float32)
+    for fused, ref in ((lambda a, b: fused_attention.frame_relation(a, idx, tables, b), lambda a, b: ref_frame(
+            a, idx, tables.double(), b, None)), (lambda a, b: fused_attention.relation(a, idx, b),
+                                                  lambda a, b: ref_relation(a, idx, b, None))):
+        got = [t.clone().requires_grad_() for t in (x, q)]
+        want = [t.double().requires_grad_() for t in (x, q)]
+        fused(*got).backward(g)
+        ref(*want).backward(g.double())
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a.grad.double(), b.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_frame_relation_on_sorted_sums_passes_gradcheck_in_float64():
+    """Full Jacobians of 3 points (point 2 nobody's neighbour, list 0 repeats point 0), one block and a
+    pass-through channel."""
+    x, idx, tables, q, _ = _frame_inputs(torch.float64, idx=torch.tensor([[0, 0], [0, 1], [1, 0]]), c=4)
+    assert torch.autograd.gradcheck(fused_attention.frame_relation, [x.requires_grad_(), idx, tables,
+                                                                     q.requires_grad_()], fast_mode=False)
+
+
+def test_sorted_sums_are_the_same_bits_in_every_run():
+    """Two backward passes, the second with the transpose computed again (a fresh ``idx``)."""
+    x, idx, tables, q, g = _frame_inputs(torch.float32)
+    runs = []
+    for lists in (idx, idx.clone()):
+        leaves = [t.clone().requires_grad_() for t in (x, q)]
+        fused_attention.frame_relation(leaves[0], lists, tables, leaves[1]).backward(g)
+        fused_attention.relation(leaves[0], lists, leaves[1]).backward(g)
+        runs.append([t.grad for t in leaves])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_sorted_relations_keep_triton_under_deterministic_algorithms(monkeypatch):
+    cuda = torch.device("cuda")
+    monkeypatch.delenv("POINTGEOPE_KERNELS")
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    assert fused_attention.enabled("frame_relation", cuda) and fused_attention.enabled("relation", cuda)
+    assert not fused_attention.enabled("aggregate", cuda)                    # its values' gradient: atomics
+    monkeypatch.setattr(gather_backward, "SCATTER", "atomic")
+    assert not fused_attention.enabled("frame_relation", cuda) and not fused_attention.enabled("relation", cuda)
+    monkeypatch.setattr(gather_backward, "SCATTER", "sorting")
+    with pytest.raises(ValueError, match=r"SCATTER: expected one of \('sorted', 'atomic'\), got 'sorting'"):
+        fused_attention.enabled("relation", cuda)
