@@ -9,8 +9,10 @@ rounding per operation, ``enable_fp_fusion=False``). Attention: the eight kernel
 launches them (its ``tiles`` and ``WARPS``) for the S3DIS recipe's widths 32..512,
 ``share_planes`` 8 and k = 8, 16 on float32 and bfloat16 tensors, and at k = 16, width 64 also on float64
 (it runs on CUDA too: ``kernels.use_triton`` takes Triton there for any dtype) and without ``delta``; atomics and
-GeoPE's geometry in float32 (float64). They launch with Triton's default ``enable_fp_fusion`` and promise no
-rounding per operation, so fused multiply-adds are counted, not refused.
+GeoPE's geometry in float32 (float64); with them the two kernels of the relations' backward by source point
+(``triton_gather``, at ``gather_backward``'s tiles), and the frame's at every setting of
+``bench_relation_backward.SWEEP`` (k = 8, width 32 and k = 16, width 64, bfloat16). They launch with Triton's
+default ``enable_fp_fusion`` and promise no rounding per operation, so fused multiply-adds are counted, not refused.
 Prints one JSON object; exit code 1 if any kernel failed or an ops kernel fused. ``TRITON_INTERPRET`` must
 be unset.
 
@@ -33,7 +35,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from pointgeope.model import triton_attention as att
-from pointgeope.model import fused_attention
+from pointgeope.model import fused_attention, gather_backward
+from pointgeope.model import triton_gather as gat
 from pointgeope.model.ops import triton_fps, triton_fps_rounds, triton_knn
 
 KNN_SIG = dict(q_ptr="*fp32", q_row_ptr="*i64", q_plane="i64", s_ptr="*fp32", s_row_ptr="*i64", s_plane="i64",
@@ -68,9 +71,10 @@ def attention_signatures(t: str, acc: str) -> dict:
     ints = dict(N="i32", K="i32", C="i32")
     p = {n: f"*{t}" for n in ("w_ptr", "v_ptr", "delta_ptr", "y_ptr", "gy_ptr", "gw_ptr", "gdelta_ptr", "key_ptr",
                                  "q_ptr", "out_ptr", "g_ptr", "gq_ptr", "x_ptr")}
-    p.update(idx_ptr="*i64", **{n: f"*{acc}" for n in ("gv_ptr", "gkey_ptr", "points_ptr", "tables_ptr",
-                                                       "gpoints_ptr", "disp_ptr", "scale_ptr", "gx_ptr")})
-    return dict(p, **ints, G="i32", NB="i32")
+    p.update(idx_ptr="*i64", order_ptr="*i64", starts_ptr="*i64",
+             **{n: f"*{acc}" for n in ("gv_ptr", "gkey_ptr", "points_ptr", "tables_ptr", "gpoints_ptr", "disp_ptr",
+                                       "scale_ptr", "gx_ptr")})
+    return dict(p, **ints, G="i32", NB="i32", R="i32")
 
 
 def attention_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
@@ -112,7 +116,39 @@ def _attention_at(k: int, c: int, t: str, acc: str, delta: bool) -> dict:
             meta = dict(tile, F64=f64, **(grads[op] if backward else dict(HAS_DELTA=delta)))
             kernel = getattr(att, f"{op}_{'backward' if backward else 'forward'}")
             out[f"att_{op}_{'backward' if backward else 'forward'}_{tag}"] = (kernel, sig, meta, options)
+    if delta:                                  # the backward by source point (gather_backward), its settings
+        out.update(_gather_at(k, min(c, 64), t, sig, f64))
     return out
+
+
+def _gather_at(k: int, width: int, t: str, sig: dict, f64: bool, settings: dict | None = None,
+               names: tuple[str, ...] = ("relation_gather", "frame_gather")) -> dict:
+    """{name: case} of ``triton_gather``'s kernels ``names`` at ``gather_backward``'s tiles for k and ``width``
+    (its ``SETTINGS``, or ``settings``: one point of ``bench_relation_backward``'s sweep)."""
+    saved = dict(gather_backward.SETTINGS)
+    try:
+        gather_backward.SETTINGS.update(settings or {})
+        bp, bt, bc = gather_backward.tiles(k, width, f64)
+        options = dict(FUSED, num_warps=gather_backward.SETTINGS["warps"])
+    finally:
+        gather_backward.SETTINGS.update(saved)
+    meta = dict(F64=f64, BLOCK_P=bp, BLOCK_T=bt, BLOCK_C=bc)
+    tag = f"{t}_tile{bp}_{bt}_{bc}_w{options['num_warps']}"
+    return {f"att_{name}_{tag}": (getattr(gat, name), sig, meta, options) for name in names}
+
+
+def gather_sweep_cases() -> list[tuple[str, object, dict, dict, dict]]:
+    """The sorted frame kernel at every setting of ``bench_relation_backward.SWEEP`` (k = 8, width 32 and
+    k = 16, width 64, bfloat16): what the GPU's sweep will launch compiles, and whether it spills."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_relation_backward import SWEEP
+
+    sig, out = attention_signatures("bf16", "fp32"), {}
+    for block_t, budget, rows, warps in SWEEP:
+        for k, width in ((8, 32), (16, 64)):
+            out.update(_gather_at(k, width, "bf16", sig, False, dict(block_t=block_t, budget=budget, rows=rows,
+                                                                       warps=warps), ("frame_gather",)))
+    return [(name, *case) for name, case in out.items()]
 
 
 def compile_one(kernel, signature: dict, constexprs: dict, options: dict, arch: int) -> dict:
@@ -182,6 +218,7 @@ def main() -> int:
     ops = [(n, k, s, c, dict(o, enable_fp_fusion=False)) for n, k, s, c, o in ops_cases()]
     JOBS[:] = [(f"{name}_sm{arch}", (kernel, signature, constexprs, options, arch))
                for name, kernel, signature, constexprs, options in ops + attention_cases(quick)
+               + ([] if quick else gather_sweep_cases())
                if not (quick and name in ("knn_k3", "knn_k8")) for arch in ((90,) if quick else (80, 90))]
     with multiprocessing.get_context("fork").Pool(min(2, os.cpu_count() or 1)) as pool:   # compiles: CPU-bound
         result["kernels"] = dict(zip((name for name, _ in JOBS), pool.map(_compile_job, range(len(JOBS)))))

@@ -39,8 +39,9 @@ __all__ = ["SCATTERS", "SCATTER", "SETTINGS", "Transpose", "transpose", "sorted_
 SCATTERS = ("sorted", "atomic")
 SCATTER = "sorted"      # how the relations' backward sums into the source rows (module docstring)
 # Tiles of the sorted kernels: pairs a chunk (0: k rounded up to a power of two, a row's mean count), the budget
-# of elements a (BLOCK_P, BLOCK_T, BLOCK_C) tile (halved for float64), warps (bench_relation_backward sweeps them).
-SETTINGS = {"block_t": 0, "budget": 4096, "warps": 8}
+# of elements a (BLOCK_P, BLOCK_T, BLOCK_C) tile (halved for float64), rows a tile at most, warps
+# (bench_relation_backward sweeps them). At 16 rows and more the frame kernel spills (triton_compile_check).
+SETTINGS = {"block_t": 0, "budget": 4096, "rows": 8, "warps": 8}
 _CACHE = "_pointgeope_transpose"
 
 
@@ -82,13 +83,13 @@ def atomics() -> bool:
 
 def tiles(k: int, width: int, f64: bool = False) -> tuple[int, int, int]:
     """(BLOCK_P, BLOCK_T, BLOCK_C) of the sorted kernels (:data:`SETTINGS`): powers of two, ``BLOCK_C`` holding
-    ``width``, ``BLOCK_P`` filling the budget (at most 64)."""
+    ``width``, ``BLOCK_P`` filling the budget (at most ``rows``)."""
     import triton
 
     block_t = SETTINGS["block_t"] or triton.next_power_of_2(k)
     block_c = triton.next_power_of_2(width)
     budget = SETTINGS["budget"] // (2 if f64 else 1)
-    return max(1, min(64, budget // (block_t * block_c))), block_t, block_c
+    return max(1, min(SETTINGS["rows"], budget // (block_t * block_c))), block_t, block_c
 
 
 def _launch(name: str, rows: int, c: int, k: int, f64: bool, *args, device: torch.device) -> None:

@@ -23,7 +23,7 @@ def interpreted():
 
 # The kernels' tiles: the defaults (one chunk of 8 pairs holds most rows, 8 rows a program at 64 channels), and
 # chunks of 2 pairs in tiles of 2 rows (many chunks a row, many programs: the loops and masks of the tile edges).
-SETTINGS = [{}, {"block_t": 2, "budget": 2 * 2 * 64}]
+SETTINGS = [{}, {"block_t": 2, "budget": 2 * 2 * 64, "rows": 8}]
 
 
 @pytest.fixture(params=SETTINGS, ids=["default", "small_tiles"])
@@ -170,3 +170,42 @@ def test_sorted_relations_keep_triton_under_deterministic_algorithms(monkeypatch
     monkeypatch.setattr(gather_backward, "SCATTER", "sorting")
     with pytest.raises(ValueError, match=r"SCATTER: expected one of \('sorted', 'atomic'\), got 'sorting'"):
         fused_attention.enabled("relation", cuda)
+
+
+def test_the_relations_of_one_neighbourhood_sort_it_once(monkeypatch):
+    """Two layers' relations on the same ``idx`` (a stage's), both backward: one transpose."""
+    sorts, sort = [], torch.sort
+    monkeypatch.setattr(torch, "sort", lambda *a, **kw: sorts.append(1) or sort(*a, **kw))
+    x, idx, tables, q, g = _frame_inputs(torch.float32)
+    x.requires_grad_()
+    out = fused_attention.frame_relation(x, idx, tables, q) + fused_attention.relation(2 * x, idx, q)
+    out.backward(g)
+    assert len(sorts) == 1
+
+
+@pytest.mark.slow
+def test_the_benchmark_times_both_scatters_and_the_sweep(tmp_path):
+    """``bench/bench_relation_backward.py`` at a tiny size under the interpreter: every row, and the two
+    scatters' gradients equal within float32 rounding."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, TRITON_INTERPRET="1", POINTGEOPE_KERNELS="triton", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(repo) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = tmp_path / "rb.json"
+    proc = subprocess.run([sys.executable, str(repo / "bench" / "bench_relation_backward.py"), "--out", str(out),
+                           "--device", "cpu", "--clouds", "1", "--points", "400", "--stages", "2", "--dtypes",
+                           "float32", "--sweep-stages", "2", "--sweep-dtype", "float32", "--reps", "1"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    (key, row), = result["stages"].items()
+    assert key == "stage2_n25_k16_c128_float32"
+    assert all(row[f"{op}_{s}"] > 0 for op in ("frame", "relation") for s in ("atomic", "sorted"))
+    assert row["frame_max_rel"] < 1e-6 and row["relation_max_rel"] < 1e-6 and row["transpose"] > 0
+    sweep = result["sweep"]["stage2_float32"]
+    assert len(sweep) == 6 and sweep["t0_b4096_r8_w8"]["tiles"] == [4, 16, 64]   # the default first

@@ -16,7 +16,8 @@ pytest.importorskip("triton.backends.nvidia", reason="this Triton has no NVIDIA 
 REPO = Path(__file__).resolve().parents[2]
 
 
-KINDS = {f"att_{op}_{way}_bf16" for op in ("aggregate", "relation", "frame", "linear") for way in ("forward", "backward")}
+KINDS = {f"att_{op}_{way}_bf16" for op in ("aggregate", "relation", "frame", "linear") for way in ("forward", "backward")} \
+    | {"att_relation_gather_bf16", "att_frame_gather_bf16"}                 # the backward by source point
 
 
 @pytest.mark.slow
