@@ -73,14 +73,13 @@ def time_stage(t: dict, device: torch.device, reps: int) -> dict:
     row, grads = {}, {}
     for op in ("frame", "relation"):
         for scatter in gather_backward.SCATTERS:
-            gather_backward.SCATTER = scatter
-            got, times = timed(_backward(op, t), device, reps)
+            with gather_backward.scatter(scatter):
+                got, times = timed(_backward(op, t), device, reps)
             row[f"{op}_{scatter}"], grads[scatter] = min(times), got
         top = max(float(a.float().abs().max()) for a in grads["atomic"])
         row[f"{op}_max_rel"] = max(float((a.float() - b.float()).abs().max()) for a, b in
                                    zip(grads["sorted"], grads["atomic"])) / max(top, 1e-30)
         row[f"{op}_sorted_over_atomic"] = row[f"{op}_sorted"] / row[f"{op}_atomic"]
-    gather_backward.SCATTER = "sorted"
     rows = t["idx"].shape[0]
     row["transpose"] = min(timed(lambda: gather_backward.transpose(t["idx"].clone(), rows), device, reps)[1])
     return row
@@ -136,8 +135,8 @@ def main() -> None:
                 print(key, result["stages"][key], flush=True)
     for s in args.sweep_stages:
         if time.perf_counter() - start < args.budget:
-            result["sweep"][f"stage{s}_{args.sweep_dtype}"] = sweep(stage_inputs(h, coords, s, DTYPES[args.sweep_dtype]),
-                                                                    device, args.reps)
+            t = stage_inputs(h, coords, s, DTYPES[args.sweep_dtype])
+            result["sweep"][f"stage{s}_{args.sweep_dtype}"] = sweep(t, device, args.reps)
             save_json(args.out, result)
     print(f"wrote {args.out}")
 

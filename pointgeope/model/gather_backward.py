@@ -26,6 +26,7 @@ itself (as long as it lives and is not changed in place).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -33,8 +34,8 @@ from torch import Tensor
 
 from pointgeope.model.kernel_choice import kernel_module
 
-__all__ = ["SCATTERS", "SCATTER", "SETTINGS", "Transpose", "transpose", "sorted_backward", "atomics", "tiles",
-           "relation_key_grad", "frame_point_grad"]
+__all__ = ["SCATTERS", "SCATTER", "SETTINGS", "Transpose", "transpose", "sorted_backward", "scatter", "atomics",
+           "tiles", "relation_key_grad", "frame_point_grad"]
 
 SCATTERS = ("sorted", "atomic")
 SCATTER = "sorted"      # how the relations' backward sums into the source rows (module docstring)
@@ -74,6 +75,20 @@ def sorted_backward() -> bool:
     if SCATTER not in SCATTERS:
         raise ValueError(f"gather_backward.SCATTER: expected one of {SCATTERS}, got {SCATTER!r}")
     return SCATTER == "sorted"
+
+
+@contextlib.contextmanager
+def scatter(way: str) -> Iterator[None]:
+    """:data:`SCATTER` set to ``way`` inside the block, then restored (``info --check``, benchmarks): a setting
+    of the process, not of a thread."""
+    global SCATTER
+    if way not in SCATTERS:
+        raise ValueError(f"expected a scatter in {SCATTERS}, got {way!r}")
+    saved, SCATTER = SCATTER, way
+    try:
+        yield
+    finally:
+        SCATTER = saved
 
 
 def atomics() -> bool:

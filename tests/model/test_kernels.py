@@ -169,8 +169,10 @@ def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback
     from pointgeope.model.kernel_check import check_kernels, format_table, passed
 
     rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)
-    assert [r.kernel.split()[0] for r in rows] == ["aggregate", "fps", "frame_relation", "knn", "knn", "knn",
-                                                   "linear_relation", "relation"]     # the registry's, by name
+    assert [r.kernel.split()[0] for r in rows] == ["aggregate", "fps", "frame_relation", "frame_relation", "knn",
+                                                   "knn", "knn", "linear_relation", "relation", "relation"]  # by name
+    assert [r.kernel for r in rows if r.kernel.startswith("relation")] == ["relation fwd+bwd",
+                                                                           "relation fwd+bwd atomic"]  # both sums
     assert passed(rows) and all(r.path == "triton" for r in rows), format_table(rows)
     by_name = {r.kernel.split()[0]: r for r in rows}
     assert by_name["fps"].max_diff == 0
@@ -179,7 +181,7 @@ def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback
     with pytest.warns(KernelFallbackWarning):
         rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)
     assert rows[0].path.startswith("torch (fell back: RuntimeError: Triton Error [CUDA]") and not passed(rows)
-    assert "aggregate fwd+bwd        torch (fell back" in format_table(rows)
+    assert "aggregate fwd+bwd             torch (fell back" in format_table(rows)
 
 
 def test_a_registered_kernel_gets_the_switch_the_fallback_and_the_check(monkeypatch):
