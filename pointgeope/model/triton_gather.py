@@ -63,10 +63,12 @@ def relation_gather(g_ptr, order_ptr, starts_ptr, gkey_ptr, R, C, F64: tl.conste
     t3 = tl.arange(0, BLOCK_T)[None, :, None]
     acc = tl.full([BLOCK_P, BLOCK_C], 0.0, tl.float64 if F64 else tl.float32)
     one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)
-    for t0 in range(0, most, BLOCK_T):
+    t0 = 0
+    while t0 < most:                  # (not range(0, most): Triton 3.6's interpreter cannot take a reduced bound)
         live = (t0 + t3) < count[:, None, None]                                     # (BLOCK_P, BLOCK_T, 1)
         pair = tl.load(order_ptr + start[:, None, None] + t0 + t3, mask=live, other=0).to(tl.int64)
         acc += tl.reduce(tl.load(g_ptr + pair * C + c3, mask=live & (c3 < C), other=0.0) * one, 1, _add)
+        t0 += BLOCK_T
     tl.store(gkey_ptr + p[:, None] * C + c[None, :], acc.to(gkey_ptr.dtype.element_ty),
              mask=(p[:, None] < R) & (c[None, :] < C))
 
@@ -83,7 +85,8 @@ def frame_gather(g_ptr, order_ptr, starts_ptr, tables_ptr, gpoints_ptr, N, K, C,
     plane = (p[:, None, None] * 0 + N) * C                                          # N C, in int64
     acc = tl.full([BLOCK_P, BLOCK_C], 0.0, tl.float64 if F64 else tl.float32)
     one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)
-    for t0 in range(0, most, BLOCK_T):
+    t0 = 0
+    while t0 < most:                                                                 # (as relation_gather's)
         live = (t0 + t3) < count[:, None, None]                                     # (BLOCK_P, BLOCK_T, 1)
         pair = tl.load(order_ptr + start[:, None, None] + t0 + t3, mask=live, other=0).to(tl.int64)
         query = pair // K
@@ -94,5 +97,6 @@ def frame_gather(g_ptr, order_ptr, starts_ptr, tables_ptr, gpoints_ptr, N, K, C,
             t = tl.load(tables_ptr + (query * C + c3 + shift * plane), mask=live & (c3 < C), other=0.0) * one
             turned += t * tl.load(g_ptr + pair * C + col, mask=live & inside, other=0.0)
         acc += tl.reduce(turned, 1, _add)
+        t0 += BLOCK_T
     tl.store(gpoints_ptr + p[:, None] * C + c[None, :], acc.to(gpoints_ptr.dtype.element_ty),
              mask=(p[:, None] < N) & (c[None, :] < C))
