@@ -1,4 +1,4 @@
-"""Benchmark: the fused relations' backward, summed with atomics or by source point (``gather_backward.SCATTER``),
+"""Benchmark: the fused attention's backward, summed with atomics or by source point (``gather_backward.SCATTER``),
 and the tiles of the sorted kernels, at the S3DIS recipe's stages.
 
 The neighbours are the real hierarchy's (``HierarchySpec`` of ``--clouds`` synthetic rooms of ``--points``
@@ -9,14 +9,15 @@ float32) it times, the fastest of ``--reps`` after one call that compiles:
 
     frame_atomic, frame_sorted        standard GeoPE's ``frame_relation`` backward (gradients of x and q)
     relation_atomic, relation_sorted  the plain ``relation`` backward (of key and q)
+    aggregate_atomic, aggregate_sorted  the aggregation's backward (of logits and values; 8 groups, no delta)
     transpose                         the kNN lists' transpose alone (a fresh ``idx``: what a stage pays once
                                       a step; every layer of the stage then finds it on ``idx``)
 
 and checks that sorted's gradient equals atomic's within float32 rounding (``max_rel``: largest difference
-over the largest gradient). Then ``sweep``: ``frame_sorted`` at stages 0 and 1, ``--sweep-dtype``, per
-(pairs a chunk, tile budget, rows a tile, warps) of :data:`SWEEP` (``gather_backward.SETTINGS``; the first is
-the default).
-The JSON (``--out``) is rewritten after every stage; ``--budget`` seconds stop it early.
+over the largest gradient). Then ``sweep``: ``frame_sorted`` and ``aggregate_sorted`` at stages 0 and 1,
+``--sweep-dtype``, per (pairs a chunk, tile budget, rows a tile, warps) of :data:`SWEEP`
+(``gather_backward.SETTINGS``; ``default`` marks each kernel's). The JSON (``--out``) is rewritten after every
+stage; ``--budget`` seconds stop it early.
 
 Usage: python bench/bench_relation_backward.py --out bench/results/relation_backward.json [--device cuda]
        [--clouds 16] [--points 80000] [--stages 0 1 2 3 4] [--dtypes float32 bfloat16] [--reps 5]
@@ -41,37 +42,45 @@ from pointgeope.model.kernel_check import timed  # noqa: E402
 from pointgeope.model.ops import HierarchySpec  # noqa: E402
 from pointgeope.model.rotation import rotation_tables  # noqa: E402
 
-STRIDES, NEIGHBOURS, WIDTHS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16), (32, 64, 128, 256, 512)
-# (block_t, budget, rows, warps) of gather_backward.SETTINGS, the default first; each compiles without spills
-# for k = 8, width 32 and k = 16, width 64 (bench/triton_compile_check.py)
-SWEEP = ((0, 4096, 8, 8), (0, 2048, 8, 8), (0, 2048, 8, 4), (8, 4096, 8, 8), (4, 4096, 8, 8), (32, 4096, 8, 8))
+STRIDES, NEIGHBOURS, WIDTHS, SHARE = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16), (32, 64, 128, 256, 512), 8
+OPS = ("frame", "relation", "aggregate")
+# (block_t, budget, rows, warps) of gather_backward.SETTINGS, each kernel's default among them (frame's first,
+# aggregate's second); bench/triton_compile_check.py records their spills
+SWEEP = ((0, 2048, 4, 8), (0, 4096, 8, 8), (0, 1024, 4, 8), (0, 2048, 8, 4), (8, 2048, 8, 8), (32, 4096, 8, 8))
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def stage_inputs(h, coords: list[torch.Tensor], s: int, dtype: torch.dtype) -> dict:
-    """Stage ``s``'s lists, GeoPE's tables (float32) and random features, queries and incoming gradient."""
+    """Stage ``s``'s lists, GeoPE's tables (float32) and random features, queries, incoming gradient and
+    attention logits."""
     idx, coord = h.neighbours[s], coords[s]
     (n, k), c = idx.shape, WIDTHS[s]
     g = torch.Generator(coord.device).manual_seed(s)
     x, q = (torch.randn(n, c, generator=g, device=coord.device).to(dtype) for _ in range(2))
     tables = rotation_tables(coord.float(), (frequencies(c) * 25.0 / 3).float().to(coord.device), c)
     grad = torch.randn(n, k, c, generator=g, device=coord.device).to(dtype)
-    return {"idx": idx, "tables": tables, "x": x, "q": q, "grad": grad}
+    logits = torch.randn(n, k, c // SHARE, generator=g, device=coord.device).to(dtype)
+    return {"idx": idx, "tables": tables, "x": x, "q": q, "grad": grad, "logits": logits}
 
 
 def _backward(op: str, t: dict):
-    """A closure that runs ``op``'s backward (its graph kept), and the gradients of one run."""
+    """A closure that runs ``op``'s backward (its graph kept) and returns its gradients: ``frame``, ``relation``
+    (of features and queries), ``aggregate`` (of logits and values, ``share_planes`` 8, no ``delta``)."""
     x, q = t["x"].clone().requires_grad_(), t["q"].clone().requires_grad_()
-    out = (fused_attention.frame_relation(x, t["idx"], t["tables"], q) if op == "frame" else
-           fused_attention.relation(x, t["idx"], q))
-    run = lambda: torch.autograd.grad(out, [x, q], t["grad"], retain_graph=True)  # noqa: E731
-    return run
+    if op == "aggregate":
+        logits = t["logits"].clone().requires_grad_()
+        out, inputs, grad = fused_attention.aggregate(logits, x, t["idx"], None, SHARE), [logits, x], t["q"]
+    else:
+        out = (fused_attention.frame_relation(x, t["idx"], t["tables"], q) if op == "frame" else
+               fused_attention.relation(x, t["idx"], q))
+        inputs, grad = [x, q], t["grad"]
+    return lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True)
 
 
 def time_stage(t: dict, device: torch.device, reps: int) -> dict:
     """Seconds of each backward per scatter (module docstring), the transpose's, and sorted vs atomic."""
     row, grads = {}, {}
-    for op in ("frame", "relation"):
+    for op in OPS:
         for scatter in gather_backward.SCATTERS:
             with gather_backward.scatter(scatter):
                 got, times = timed(_backward(op, t), device, reps)
@@ -86,18 +95,22 @@ def time_stage(t: dict, device: torch.device, reps: int) -> dict:
 
 
 def sweep(t: dict, device: torch.device, reps: int) -> dict:
-    """``frame_sorted`` per setting of :data:`SWEEP` (``block_t`` 0: k rounded up), and its tiles."""
-    saved, out = dict(gather_backward.SETTINGS), {}
+    """``frame_sorted`` and ``aggregate_sorted`` per setting of :data:`SWEEP` (``block_t`` 0: k rounded up) of
+    their kernels, with the tiles it gives."""
+    out = {}
     k, c = t["idx"].shape[1], t["x"].shape[1]
-    try:
-        for block_t, budget, rows, warps in SWEEP:
-            gather_backward.SETTINGS.update(block_t=block_t, budget=budget, rows=rows, warps=warps)
-            tiles = gather_backward.tiles(k, min(c, 64))
-            out[f"t{block_t}_b{budget}_r{rows}_w{warps}"] = {
-                "seconds": min(timed(_backward("frame", t), device, reps)[1]), "tiles": tiles}
-    finally:
-        gather_backward.SETTINGS.clear()
-        gather_backward.SETTINGS.update(saved)
+    for op in ("frame", "aggregate"):
+        kernel = f"{op}_gather"
+        saved = gather_backward.SETTINGS[kernel]
+        try:
+            for block_t, budget, rows, warps in SWEEP:
+                setting = dict(block_t=block_t, budget=budget, rows=rows, warps=warps)
+                gather_backward.SETTINGS[kernel] = setting
+                out.setdefault(op, {})[f"t{block_t}_b{budget}_r{rows}_w{warps}"] = {
+                    "seconds": min(timed(_backward(op, t), device, reps)[1]),
+                    "tiles": gather_backward.tiles(kernel, k, min(c, 64)), "default": setting == saved}
+        finally:
+            gather_backward.SETTINGS[kernel] = saved
     return out
 
 
@@ -124,7 +137,7 @@ def main() -> None:
         coords.append(coords[-1][h.samples[s]])
     result = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "commit": git_commit(short=True), "torch": torch.__version__, "clouds": args.clouds,
-              "points": args.points, "settings": dict(gather_backward.SETTINGS), "stages": {}, "sweep": {}}
+              "points": args.points, "settings": {k: dict(v) for k, v in gather_backward.SETTINGS.items()}, "stages": {}, "sweep": {}}
     for s in args.stages:
         for name in args.dtypes:
             if time.perf_counter() - start < args.budget:

@@ -12,13 +12,16 @@ Today's torch path does each as a chain of gathers, subtractions, a softmax, an 
 ``(N, k, C)`` pairs in memory (and on the GPU a kernel launch); here each is one Triton kernel
 (``triton_attention.py``) forward and one backward, both recomputing the gathered values and the softmax
 from ``v``, ``idx``, ``delta`` and the logits ``w (N, k, G)`` instead of saving ``(N, k, C)`` pairs. The
-gradients of ``k`` and ``v`` are summed into their rows with float32 atomic adds (the order of the sums is
-not deterministic, as with torch's ``index_add_`` on CUDA). Inputs may be float32, bfloat16 or float16
+gradients of ``k`` and ``v`` are summed into their rows by source point, from the kNN lists' transpose
+(``gather_backward.py``, the default: the same bits in every run), or with float32 atomic adds
+(``gather_backward.SCATTER = "atomic"``, and linear GeoPE's always: the order of the sums is not
+deterministic, as with torch's ``index_add_`` on CUDA). Inputs may be float32, bfloat16 or float16
 (accumulated in float32) or float64 (in float64, for ``gradcheck``).
 
 Which path runs is :mod:`pointgeope.model.kernels`' decision (``POINTGEOPE_KERNELS``; unset: Triton on CUDA, torch
-on the CPU, whose torch kernels are cache-blocked and measured faster; torch wherever
-``torch.use_deterministic_algorithms(True)`` asks for reproducible sums): the layer asks :func:`enabled` per op.
+on the CPU, whose torch kernels are cache-blocked and measured faster; torch for an op that sums with atomics
+where ``torch.use_deterministic_algorithms(True)`` asks for reproducible sums): the layer asks :func:`enabled`
+per op.
 A kernel that fails to compile or launch hands its op to the torch reference of the same formula (``attention_reference.ref_*``,
 autograd through torch ops), forward or backward, and the op stays on torch for the rest of the process.
 
@@ -129,14 +132,18 @@ def _aggregate_backward(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None,
     (n, k), c = idx.shape, v.shape[1]
     acc = acc_dtype(w, v, delta)
     _, grad_v, grad_delta = needs
-    gw = torch.empty_like(w)
-    gv = torch.zeros(v.shape, dtype=acc, device=v.device) if grad_v else gw
+    by_source = grad_v and gather_backward.sorted_backward()      # gv summed by source row from the weights p
+    gw, gy = torch.empty_like(w), gy.contiguous()
+    gv = torch.zeros(v.shape, dtype=acc, device=v.device) if grad_v and not by_source else gw
+    probs = torch.empty(n, k, c // s, dtype=acc, device=v.device) if by_source else gw
     gdelta = torch.empty_like(delta) if grad_delta else gw
     bm, bk, bg = tiles("aggregate", k, c // s, backward=True, f64=acc == torch.float64)
     _launch(triton_kernels().aggregate_backward, [(n, bm)], w, v, idx, v if delta is None else delta,
-            gy.contiguous(), gw, gv, gdelta, n, k, c, c // s, S=s, HAS_DELTA=delta is not None,
-            GRAD_V=grad_v, GRAD_DELTA=grad_delta, F64=acc == torch.float64, BLOCK_M=bm, BLOCK_K=bk,
-            BLOCK_G=bg, device=v.device)
+            gy, gw, gv, gdelta, probs, n, k, c, c // s, S=s, HAS_DELTA=delta is not None,
+            GRAD_V=grad_v and not by_source, GRAD_DELTA=grad_delta, STORE_P=by_source, F64=acc == torch.float64,
+            BLOCK_M=bm, BLOCK_K=bk, BLOCK_G=bg, device=v.device)
+    if by_source:
+        gv = gather_backward.aggregate_value_grad(probs, gy, idx, v.shape[0])
     return gw, gv.to(v.dtype) if grad_v else None, gdelta if grad_delta else None
 
 
@@ -338,9 +345,10 @@ def _check(name: str):
 
 
 # The fused ops in the kernel registry: Triton forward (whose backward dispatches under the same name) and the
-# torch reference of the same formula; their backward sums gradients with atomics, but the relation's and
-# standard GeoPE's when they sum by source point (gather_backward.SCATTER "sorted", the default).
+# torch reference of the same formula; their backward sums gradients into source rows with atomics, or (but
+# linear GeoPE's) by source point (gather_backward.SCATTER "sorted", the default), deterministic.
 KERNELS = {name: kernels.register(name, fn, ref, atomics=atomics, check=_check(name)) for name, fn, ref, atomics in (
     ("relation", _Relation.apply, ref_relation, gather_backward.atomics),
     ("frame_relation", _FrameRelation.apply, ref_frame, gather_backward.atomics),
-    ("linear_relation", _LinearRelation.apply, ref_linear, True), ("aggregate", _Aggregate.apply, ref_aggregate, True))}
+    ("linear_relation", _LinearRelation.apply, ref_linear, True),
+    ("aggregate", _Aggregate.apply, ref_aggregate, gather_backward.atomics))}

@@ -1,27 +1,30 @@
-"""The fused relations' backward summed by source point: the kNN lists' transpose and its Triton launches.
+"""The fused attention's backward summed by source point: the kNN lists' transpose and its Triton launches.
 
-The relations of ``fused_attention`` read row ``idx[i, j]`` of a source for query ``i``, neighbour ``j``, so
-their backward sums every pair's gradient into that row (``relation``: ``gkey[p] = sum g_ij``; standard
-GeoPE's ``frame_relation``: ``gP[p] = sum R_i g_ij``, over the pairs with ``idx[i, j] = p``). Two ways:
+The fused ops of ``fused_attention`` read row ``idx[i, j]`` of a source for query ``i``, neighbour ``j``, so
+their backward sums every pair's gradient into that row, over the pairs with ``idx[i, j] = p``: ``relation``
+``gkey[p] = sum g_ij``; standard GeoPE's ``frame_relation`` ``gP[p] = sum R_i g_ij``; ``aggregate``
+``gv[p] = sum p_ij gy_i`` (the attention weights of the pair's channel group). Two ways:
 
 =============  =========================================================================================
 ``"sorted"``   (default) one program per tile of source rows sums its rows' pairs, read from the transpose
                of the kNN lists (:func:`transpose`), in registers, and stores each row once
-               (``triton_gather.py``): no atomics, the same bits in every run, so these two ops keep
-               Triton under ``torch.use_deterministic_algorithms(True)``
+               (``triton_gather.py``; the aggregation's backward kernel stores its weights ``(N, k, G)``
+               for it): no atomics, the same bits in every run, so these three ops keep Triton under
+               ``torch.use_deterministic_algorithms(True)``
 ``"atomic"``   one program per tile of queries adds each pair into its row with float32 atomics
                (``triton_attention.py``), in the GPU's order
 =============  =========================================================================================
 
-:data:`SCATTER` chooses (``bench/bench_relation_backward.py`` times both, and sweeps :data:`SETTINGS`, on the
-GPU). Why sorted is the default without a GPU measurement: it is tested to equal the definition and to be
-deterministic, its transpose costs one sort of ``N k`` integers per neighbourhood (cached on ``idx``), and
-its reads are the atomic kernel's plus the query's rotation tables per pair; the atomic kernel's float32
-atomics into random rows are what the GPU profile showed as the cost (``docs/gpu.md``).
+Linear GeoPE's relation sums with atomics either way. :data:`SCATTER` chooses (``bench/bench_relation_backward.py``
+times both, and sweeps :data:`SETTINGS`, on the GPU). Why sorted is the default without a GPU measurement: it
+is tested to equal the definition and to be deterministic; its transpose costs one sort of ``N k`` integers
+per neighbourhood (cached on ``idx``); it reads per pair what the atomic kernels read, plus the query's
+rotation coefficients (standard GeoPE) or the pair's weights (aggregation, written once more), against
+float32 atomics into scattered rows, which the GPU profile showed as the cost (``docs/gpu.md``).
 
-The transpose depends on ``idx`` only, which is fixed per level of the point hierarchy, shared by the layers
-of that level and by their relation and value terms: it is computed once and kept on the ``idx`` tensor
-itself (as long as it lives and is not changed in place).
+The transpose depends on ``idx`` only, which is fixed per level of the point hierarchy and shared by the
+layers of that level and by their relation and aggregation: it is computed once and kept on the ``idx``
+tensor itself (as long as it lives and is not changed in place).
 """
 from __future__ import annotations
 
@@ -35,21 +38,25 @@ from torch import Tensor
 from pointgeope.model.kernel_choice import kernel_module
 
 __all__ = ["SCATTERS", "SCATTER", "SETTINGS", "Transpose", "transpose", "sorted_backward", "scatter", "atomics",
-           "tiles", "relation_key_grad", "frame_point_grad"]
+           "tiles", "relation_key_grad", "frame_point_grad", "aggregate_value_grad"]
 
 SCATTERS = ("sorted", "atomic")
 SCATTER = "sorted"      # how the relations' backward sums into the source rows (module docstring)
-# Tiles of the sorted kernels: pairs a chunk (0: k rounded up to a power of two, a row's mean count), the budget
-# of elements a (BLOCK_P, BLOCK_T, BLOCK_C) tile (halved for float64), rows a tile at most, warps
-# (bench_relation_backward sweeps them). At 16 rows and more the frame kernel spills (triton_compile_check).
-SETTINGS = {"block_t": 0, "budget": 4096, "rows": 8, "warps": 8}
+# Tiles of each sorted kernel: pairs a chunk (0: k rounded up to a power of two, a row's mean count), the budget
+# of elements a (BLOCK_P, BLOCK_T, BLOCK_C) tile (halved for float64), rows a tile at most, warps. The frame
+# kernel holds five coefficients a pair: at the others' tiles ptxas spills it (bench/triton_compile_check.py
+# checks every default without spills); bench_relation_backward sweeps them on the GPU.
+SETTINGS = {"relation_gather": {"block_t": 0, "budget": 4096, "rows": 8, "warps": 8},
+            "frame_gather": {"block_t": 0, "budget": 2048, "rows": 4, "warps": 8},
+            "aggregate_gather": {"block_t": 0, "budget": 4096, "rows": 8, "warps": 8}}
 _CACHE = "_pointgeope_transpose"
 
 
 @dataclass(frozen=True)
 class Transpose:
     """The kNN lists ``idx (N, k)`` by source row: the pairs of row ``p`` are ``order[starts[p]:starts[p + 1]]``
-    (pair numbers ``i k + j``, increasing), ``order (N k,)`` and ``starts (R + 1,)`` int64."""
+    (pair numbers ``i k + j``, increasing), ``order (N k,)`` int32 (int64 from 2^31 pairs), ``starts (R + 1,)``
+    int64."""
 
     order: Tensor
     starts: Tensor
@@ -65,7 +72,7 @@ def transpose(idx: Tensor, rows: int) -> Transpose:
         return cached[1]
     sources, order = torch.sort(idx.reshape(-1), stable=True)
     starts = torch.searchsorted(sources, torch.arange(rows + 1, device=idx.device, dtype=sources.dtype))
-    result = Transpose(order, starts)
+    result = Transpose(order.to(torch.int32) if order.numel() < 2 ** 31 else order, starts)
     setattr(idx, _CACHE, (key, result))
     return result
 
@@ -92,19 +99,21 @@ def scatter(way: str) -> Iterator[None]:
 
 
 def atomics() -> bool:
-    """Whether ``relation`` and ``frame_relation`` sum with atomics now (the registry's ``atomics``)."""
+    """Whether ``relation``, ``frame_relation`` and ``aggregate`` sum with atomics now (the registry's
+    ``atomics``)."""
     return not sorted_backward()
 
 
-def tiles(k: int, width: int, f64: bool = False) -> tuple[int, int, int]:
-    """(BLOCK_P, BLOCK_T, BLOCK_C) of the sorted kernels (:data:`SETTINGS`): powers of two, ``BLOCK_C`` holding
-    ``width``, ``BLOCK_P`` filling the budget (at most ``rows``)."""
+def tiles(kernel: str, k: int, width: int, f64: bool = False) -> tuple[int, int, int]:
+    """(BLOCK_P, BLOCK_T, BLOCK_C) of the sorted ``kernel`` (its :data:`SETTINGS`): powers of two, ``BLOCK_C``
+    holding ``width``, ``BLOCK_P`` filling the budget (at most ``rows``)."""
     import triton
 
-    block_t = SETTINGS["block_t"] or triton.next_power_of_2(k)
+    setting = SETTINGS[kernel]
+    block_t = setting["block_t"] or triton.next_power_of_2(k)
     block_c = triton.next_power_of_2(width)
-    budget = SETTINGS["budget"] // (2 if f64 else 1)
-    return max(1, min(SETTINGS["rows"], budget // (block_t * block_c))), block_t, block_c
+    budget = setting["budget"] // (2 if f64 else 1)
+    return max(1, min(setting["rows"], budget // (block_t * block_c))), block_t, block_c
 
 
 def _launch(name: str, rows: int, c: int, k: int, f64: bool, *args, device: torch.device) -> None:
@@ -112,11 +121,11 @@ def _launch(name: str, rows: int, c: int, k: int, f64: bool, *args, device: torc
     a program, as the relations' own kernels)."""
     import triton
 
-    bp, bt, bc = tiles(k, min(c, 64), f64)
+    bp, bt, bc = tiles(name, k, min(c, 64), f64)
     grid = (triton.cdiv(rows, bp), triton.cdiv(c, bc))
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
         getattr(kernel_module("pointgeope.model.triton_gather"), name)[grid](
-            *args, F64=f64, BLOCK_P=bp, BLOCK_T=bt, BLOCK_C=bc, num_warps=SETTINGS["warps"])
+            *args, F64=f64, BLOCK_P=bp, BLOCK_T=bt, BLOCK_C=bc, num_warps=SETTINGS[name]["warps"])
 
 
 def relation_key_grad(g: Tensor, idx: Tensor, rows: int) -> Tensor:
@@ -139,3 +148,14 @@ def frame_point_grad(g: Tensor, idx: Tensor, tables: Tensor) -> Tensor:
     _launch("frame_gather", n, c, k, tables.dtype == torch.float64, g, t.order, t.starts, tables, gpoints, n, k,
             c, device=g.device)
     return gpoints
+
+
+def aggregate_value_grad(probs: Tensor, gy: Tensor, idx: Tensor, rows: int) -> Tensor:
+    """The aggregation's ``gv[r, c] = sum_{(i, j): idx[i, j] = r} p[i, j, c mod G] gy[i, c]``, ``(rows, C)`` in
+    ``probs``' dtype, from the attention weights ``probs (N, k, G)`` and ``gy (N, C)``, both contiguous."""
+    (n, k), c, groups = idx.shape, gy.shape[1], probs.shape[2]
+    gv = torch.empty(rows, c, dtype=probs.dtype, device=gy.device)
+    t = transpose(idx, rows)
+    _launch("aggregate_gather", rows, c, k, probs.dtype == torch.float64, probs, gy, t.order, t.starts, gv, rows,
+            k, c, groups, device=gy.device)
+    return gv

@@ -10,8 +10,8 @@ difference and the kernel's time (median of 3 runs after one that compiles)::
     aggregate fwd+bwd             triton    2.4e-07    1.9       (outputs and gradients, float32)
 
 The rows are the cases every registered kernel gives (:class:`pointgeope.model.kernels.Kernel`, ``check``),
-kernels by name; the relations' have a second row, their backward summed the other way
-(``gather_backward.SCATTER``: by source point by default, with atomics in the second row). Sizes are the S3DIS recipe's on CUDA (an 80,000-point crop, 20,000 points at stride 4, width 64, k = 16,
+kernels by name; the relation's, standard GeoPE's and the aggregation's have a second row, their backward
+summed the other way (``gather_backward.SCATTER``: by source point by default, with atomics in the second row). Sizes are the S3DIS recipe's on CUDA (an 80,000-point crop, 20,000 points at stride 4, width 64, k = 16,
 share_planes 8) and small under Triton's CPU interpreter (``POINTGEOPE_KERNELS=triton TRITON_INTERPRET=1``).
 """
 from __future__ import annotations
@@ -149,7 +149,7 @@ def attention_cases(name: str, device: torch.device, n: int, k: int = 16, c: int
             return _grads(lambda *a: kernel(device, *args(*a)), inputs)
     reference = lambda: _grads(lambda *a: kernel.torch(*args(*a)), inputs)  # noqa: E731
     cases = [CheckCase("fwd+bwd", run, reference, compare, TOLERANCE["attention"])]
-    if name in ("relation", "frame_relation"):     # the backward's other way to sum (gather_backward.SCATTER)
+    if name != "linear_relation":                 # the backward's other way to sum (gather_backward.SCATTER)
         other = "atomic" if gather_backward.sorted_backward() else "sorted"
         cases.append(CheckCase(f"fwd+bwd {other}", lambda: run(other), reference, compare, TOLERANCE["attention"]))
     return cases

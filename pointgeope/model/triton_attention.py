@@ -87,14 +87,18 @@ def aggregate_forward(w_ptr, v_ptr, idx_ptr, delta_ptr, y_ptr, N, K, C, G, S: tl
 
 
 @triton.jit
-def aggregate_backward(w_ptr, v_ptr, idx_ptr, delta_ptr, gy_ptr, gw_ptr, gv_ptr, gdelta_ptr, N, K, C, G,
+def aggregate_backward(w_ptr, v_ptr, idx_ptr, delta_ptr, gy_ptr, gw_ptr, gv_ptr, gdelta_ptr, p_ptr, N, K, C, G,
                        S: tl.constexpr, HAS_DELTA: tl.constexpr, GRAD_V: tl.constexpr,
-                       GRAD_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
+                       GRAD_DELTA: tl.constexpr, STORE_P: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
+    """``gw``, ``gdelta = p gy``, and ``gv[idx[i, j]] += p gy`` with atomics (``GRAD_V``) or the weights ``p``
+    stored ``(N, K, G)`` for ``triton_gather.aggregate_gather`` to sum by source point (``STORE_P``)."""
     m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     p, rows, pair, mask, one = _neighbour_softmax(w_ptr, idx_ptr, m, N, K, G, F64, BLOCK_K, BLOCK_G)
     m3 = m[:, None, None]
     h3 = tl.arange(0, BLOCK_G)[None, None, :]
+    if STORE_P:
+        tl.store(p_ptr + pair * G + h3, p.to(p_ptr.dtype.element_ty), mask=mask)
     dp = p * 0.0
     for g in range(S):
         col = g * G + h3

@@ -1,16 +1,18 @@
 """Triton kernels of the fused relations' backward summed by source point, without atomics (``gather_backward.py``
 launches them).
 
-The relations read row ``idx[i, j]`` of a source (the keys, or GeoPE's turned points) for query ``i`` and
-neighbour ``j``; their backward sums each pair's gradient into that row::
+The relations and the aggregation read row ``idx[i, j]`` of a source (the keys, GeoPE's turned points, the
+values) for query ``i`` and neighbour ``j``; their backward sums each pair's gradient into that row::
 
     relation   gkey[p, c] = sum_{(i, j): idx[i, j] = p} g[i, j, c]
     frame      gP[p, c]   = sum_{(i, j): idx[i, j] = p} sum_o T_o[i, c] g[i, j, c + o]     (R_i g_ij, standard GeoPE)
+    aggregate  gv[p, c]   = sum_{(i, j): idx[i, j] = p} softmax_j(w_i)[j, c mod G] gy[i, c]     (the values)
 
 ``triton_attention``'s kernels take a tile of queries and add into the rows with atomics (the order of the sums
 is the GPU's). Here a program owns a tile of ``BLOCK_P`` source points (and ``BLOCK_C`` channels) and reads
 their pairs from the kNN lists' transpose (``gather_backward.transpose``): ``order`` the pair numbers
-``i K + j`` sorted by source row (stably: by pair number within a row), ``starts (R + 1,)`` where each row's
+``i K + j`` sorted by source row (stably: by pair number within a row; int32 below 2^31 pairs, so that the
+query ``i = pair // K`` is an int32 division, by the constant ``K``), ``starts (R + 1,)`` where each row's
 pairs begin. It walks its rows' pairs ``BLOCK_T`` at a time, as a ``(BLOCK_P, BLOCK_T, BLOCK_C)`` tile, sums
 each chunk over the pairs and adds it to a ``(BLOCK_P, BLOCK_C)`` accumulator in registers, and stores every
 row once (0 for a point that is nobody's neighbour). The order of the sums is fixed by ``order`` and the
@@ -74,7 +76,7 @@ def relation_gather(g_ptr, order_ptr, starts_ptr, gkey_ptr, R, C, F64: tl.conste
 
 
 @triton.jit
-def frame_gather(g_ptr, order_ptr, starts_ptr, tables_ptr, gpoints_ptr, N, K, C, F64: tl.constexpr,
+def frame_gather(g_ptr, order_ptr, starts_ptr, tables_ptr, gpoints_ptr, N, K: tl.constexpr, C, F64: tl.constexpr,
                  BLOCK_P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
     """``gP[p, c] = sum_{(i, j): idx[i, j] = p} sum_o T_o[i, c] g[i, j, c + o]`` (``R_i g_ij``, the pair's
     query ``i = pair // K``) for the ``N`` points: ``g (N, K, C)``, ``T (5, N, C)`` the shift tables."""
@@ -88,8 +90,9 @@ def frame_gather(g_ptr, order_ptr, starts_ptr, tables_ptr, gpoints_ptr, N, K, C,
     t0 = 0
     while t0 < most:                                                                 # (as relation_gather's)
         live = (t0 + t3) < count[:, None, None]                                     # (BLOCK_P, BLOCK_T, 1)
-        pair = tl.load(order_ptr + start[:, None, None] + t0 + t3, mask=live, other=0).to(tl.int64)
-        query = pair // K
+        pair = tl.load(order_ptr + start[:, None, None] + t0 + t3, mask=live, other=0)
+        query = (pair // K).to(tl.int64)                                             # in order's int32
+        pair = pair.to(tl.int64)
         turned = tl.full([BLOCK_P, BLOCK_T, BLOCK_C], 0.0, tl.float64 if F64 else tl.float32)
         for shift in tl.static_range(5):                                             # o = shift - 2
             col = c3 + (shift - 2)
@@ -100,3 +103,29 @@ def frame_gather(g_ptr, order_ptr, starts_ptr, tables_ptr, gpoints_ptr, N, K, C,
         t0 += BLOCK_T
     tl.store(gpoints_ptr + p[:, None] * C + c[None, :], acc.to(gpoints_ptr.dtype.element_ty),
              mask=(p[:, None] < N) & (c[None, :] < C))
+
+
+@triton.jit
+def aggregate_gather(p_ptr, gy_ptr, order_ptr, starts_ptr, gv_ptr, R, K: tl.constexpr, C, G, F64: tl.constexpr,
+                     BLOCK_P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+    """The aggregation's value gradient ``gv[r, c] = sum_{(i, j): idx[i, j] = r} p[i, j, c mod G] gy[i, c]``
+    for rows ``r < R``: the weights ``p (N, K, G)`` (``aggregate_backward``'s ``STORE_P``), ``gy (N, C)``."""
+    rows, start, count, most = _source_tile(starts_ptr, R, BLOCK_P)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c3 = c[None, None, :]
+    h3 = (c % G)[None, None, :]                                                      # the channel's weight
+    t3 = tl.arange(0, BLOCK_T)[None, :, None]
+    acc = tl.full([BLOCK_P, BLOCK_C], 0.0, tl.float64 if F64 else tl.float32)
+    one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)
+    t0 = 0
+    while t0 < most:                                                                 # (as relation_gather's)
+        live = (t0 + t3) < count[:, None, None]                                     # (BLOCK_P, BLOCK_T, 1)
+        pair = tl.load(order_ptr + start[:, None, None] + t0 + t3, mask=live, other=0)
+        query = (pair // K).to(tl.int64)                                             # in order's int32
+        pair = pair.to(tl.int64)
+        inside = live & (c3 < C)
+        weight = tl.load(p_ptr + pair * G + h3, mask=inside, other=0.0) * one
+        acc += tl.reduce(weight * tl.load(gy_ptr + query * C + c3, mask=inside, other=0.0), 1, _add)
+        t0 += BLOCK_T
+    tl.store(gv_ptr + rows[:, None] * C + c[None, :], acc.to(gv_ptr.dtype.element_ty),
+             mask=(rows[:, None] < R) & (c[None, :] < C))

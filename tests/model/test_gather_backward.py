@@ -1,5 +1,5 @@
 """Tests of pointgeope/model/gather_backward.py (and its kernels, triton_gather.py) on CPU tensors under Triton's
-interpreter: the kNN lists' transpose and the relations' backward summed by source point, against pair-by-pair
+interpreter: the kNN lists' transpose and the attention's backward summed by source point, against pair-by-pair
 float64 sums written from the definition, on neighbour lists with ragged counts per source point, points that
 are nobody's neighbour and repeated indices within a row; the same bits in every run."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
 from pointgeope.model import fused_attention, gather_backward  # noqa: E402
-from pointgeope.model.attention_reference import ref_frame, ref_relation  # noqa: E402
+from pointgeope.model.attention_reference import ref_aggregate, ref_frame, ref_relation  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -21,14 +21,15 @@ def interpreted():
         yield patch
 
 
-# The kernels' tiles: the defaults (one chunk of 8 pairs holds most rows, 8 rows a program at 64 channels), and
-# chunks of 2 pairs in tiles of 2 rows (many chunks a row, many programs: the loops and masks of the tile edges).
-SETTINGS = [{}, {"block_t": 2, "budget": 2 * 2 * 64, "rows": 8}]
+# The kernels' tiles: the defaults (one chunk of 8 pairs holds most rows, 4 or 8 rows a program at 64 channels),
+# and chunks of 2 pairs in tiles of 2 rows (many chunks a row, many programs: the loops and masks of the edges).
+SMALL = {"block_t": 2, "budget": 2 * 2 * 64, "rows": 8, "warps": 4}
 
 
-@pytest.fixture(params=SETTINGS, ids=["default", "small_tiles"])
+@pytest.fixture(params=["default", "small_tiles"])
 def settings(request, monkeypatch):
-    monkeypatch.setattr(gather_backward, "SETTINGS", {**gather_backward.SETTINGS, **request.param})
+    if request.param == "small_tiles":
+        monkeypatch.setattr(gather_backward, "SETTINGS", {name: SMALL for name in gather_backward.SETTINGS})
     return request.param
 
 
@@ -107,6 +108,25 @@ def test_relation_key_grad_is_the_pair_sum_of_the_definition(dtype, settings):
     torch.testing.assert_close(got.double(), want, rtol=1e-12 if dtype == torch.float64 else 1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_aggregate_value_grad_is_the_pair_sum_of_the_definition(dtype, settings):
+    """Any weights (the sum is the definition's for every coefficient); 80 channels in 8 groups of 10: two
+    channel tiles, one partial, and groups that straddle them."""
+    idx = _lists()
+    rows, groups = 12, 10
+    gen = torch.Generator().manual_seed(4)
+    probs = torch.rand(*idx.shape, groups, generator=gen, dtype=torch.float64).to(dtype)
+    gy = torch.randn(idx.shape[0], 80, generator=gen, dtype=torch.float64).to(dtype)
+    want = torch.zeros(rows, 80, dtype=torch.float64)
+    for i in range(idx.shape[0]):
+        for j in range(idx.shape[1]):
+            for c in range(80):
+                want[idx[i, j], c] += probs[i, j, c % groups].double() * gy[i, c].double()
+    got = gather_backward.aggregate_value_grad(probs, gy, idx, rows)
+    assert got.dtype == dtype and (got[9:] == 0).all()
+    torch.testing.assert_close(got.double(), want, rtol=1e-12 if dtype == torch.float64 else 1e-5, atol=1e-5)
+
+
 def _frame_inputs(dtype, idx=None, c=8):
     """Features, lists (default :func:`_lists` of 11 points, k = 4), GeoPE's rotation tables of random points
     (``c`` channels: blocks and pass-through), queries and an incoming gradient."""
@@ -137,14 +157,24 @@ def test_both_scatters_give_the_float64_reference_gradients_of_the_relations(sca
         ref(*want).backward(g.double())
         for a, b in zip(got, want):
             torch.testing.assert_close(a.grad.double(), b.grad, rtol=1e-5, atol=1e-5)
+    w, gy = g[..., :4], x[:, :8]                                  # logits of 4 groups, 2 channels each
+    got = [t.clone().requires_grad_() for t in (w, x)]
+    want = [t.double().requires_grad_() for t in (w, x)]
+    fused_attention.aggregate(*got, idx, None, 2).backward(gy)
+    ref_aggregate(*want, idx, None, 2).backward(gy.double())
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.grad.double(), b.grad, rtol=1e-5, atol=1e-6)
 
 
-def test_frame_relation_on_sorted_sums_passes_gradcheck_in_float64():
+def test_frame_relation_and_aggregate_on_sorted_sums_pass_gradcheck_in_float64():
     """Full Jacobians of 3 points (point 2 nobody's neighbour, list 0 repeats point 0), one block and a
-    pass-through channel."""
+    pass-through channel (the aggregation: 2 groups of 2 channels)."""
     x, idx, tables, q, _ = _frame_inputs(torch.float64, idx=torch.tensor([[0, 0], [0, 1], [1, 0]]), c=4)
     assert torch.autograd.gradcheck(fused_attention.frame_relation, [x.requires_grad_(), idx, tables,
                                                                      q.requires_grad_()], fast_mode=False)
+    w = torch.randn(3, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(6)).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: fused_attention.aggregate(a, b, idx, None, 2), [w, x],
+                                    fast_mode=False)
 
 
 def test_sorted_sums_are_the_same_bits_in_every_run():
@@ -155,32 +185,35 @@ def test_sorted_sums_are_the_same_bits_in_every_run():
         leaves = [t.clone().requires_grad_() for t in (x, q)]
         fused_attention.frame_relation(leaves[0], lists, tables, leaves[1]).backward(g)
         fused_attention.relation(leaves[0], lists, leaves[1]).backward(g)
+        fused_attention.aggregate(g[..., :4], leaves[0], lists, None, 2).backward(q)
         runs.append([t.grad for t in leaves])
     assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
-def test_sorted_relations_keep_triton_under_deterministic_algorithms(monkeypatch):
+def test_sorted_sums_keep_triton_under_deterministic_algorithms(monkeypatch):
     cuda = torch.device("cuda")
     monkeypatch.delenv("POINTGEOPE_KERNELS")
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
-    assert fused_attention.enabled("frame_relation", cuda) and fused_attention.enabled("relation", cuda)
-    assert not fused_attention.enabled("aggregate", cuda)                    # its values' gradient: atomics
+    ops = ("frame_relation", "relation", "aggregate")
+    assert all(fused_attention.enabled(op, cuda) for op in ops)
+    assert not fused_attention.enabled("linear_relation", cuda)              # its gradient: atomics
     monkeypatch.setattr(gather_backward, "SCATTER", "atomic")
-    assert not fused_attention.enabled("frame_relation", cuda) and not fused_attention.enabled("relation", cuda)
+    assert not any(fused_attention.enabled(op, cuda) for op in ops)
     monkeypatch.setattr(gather_backward, "SCATTER", "sorting")
     with pytest.raises(ValueError, match=r"SCATTER: expected one of \('sorted', 'atomic'\), got 'sorting'"):
         fused_attention.enabled("relation", cuda)
 
 
 def test_the_relations_of_one_neighbourhood_sort_it_once(monkeypatch):
-    """Two layers' relations on the same ``idx`` (a stage's), both backward: one transpose."""
+    """Two relations and an aggregation on the same ``idx`` (a stage's layers), backward: one transpose."""
     sorts, sort = [], torch.sort
     monkeypatch.setattr(torch, "sort", lambda *a, **kw: sorts.append(1) or sort(*a, **kw))
     x, idx, tables, q, g = _frame_inputs(torch.float32)
     x.requires_grad_()
     out = fused_attention.frame_relation(x, idx, tables, q) + fused_attention.relation(2 * x, idx, q)
-    out.backward(g)
-    assert len(sorts) == 1
+    out = fused_attention.aggregate(out[..., :4], x, idx, None, 2)              # the layer's aggregation
+    out.backward(q)
+    assert len(sorts) == 1 and x.grad is not None
 
 
 @pytest.mark.slow
@@ -208,4 +241,9 @@ def test_the_benchmark_times_both_scatters_and_the_sweep(tmp_path):
     assert all(row[f"{op}_{s}"] > 0 for op in ("frame", "relation") for s in ("atomic", "sorted"))
     assert row["frame_max_rel"] < 1e-6 and row["relation_max_rel"] < 1e-6 and row["transpose"] > 0
     sweep = result["sweep"]["stage2_float32"]
-    assert len(sweep) == 6 and sweep["t0_b4096_r8_w8"]["tiles"] == [4, 16, 64]   # the default first
+    assert sorted(sweep) == ["aggregate", "frame"] and all(len(rows) == 6 for rows in sweep.values())
+    assert sweep["frame"]["t0_b2048_r4_w8"] == {"seconds": sweep["frame"]["t0_b2048_r4_w8"]["seconds"],
+                                                "tiles": [2, 16, 64], "default": True}
+    assert [row["default"] for row in sweep["aggregate"].values()] == [False, True, False, False, False, False]
+    assert all(row[f"{op}_{s}"] > 0 for op in ("aggregate",) for s in ("atomic", "sorted"))
+    assert row["aggregate_max_rel"] < 1e-6

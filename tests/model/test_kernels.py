@@ -124,6 +124,7 @@ def _layer_step(pe: str, path: str, monkeypatch, train: bool):
                                         ("rpe", "relation_forward"), ("rpe", "relation_backward"),
                                         ("geope", "frame_forward"), ("geope", "frame_backward"),
                                         ("rpe", "relation_gather"), ("geope", "frame_gather"),
+                                        ("rpe", "aggregate_gather"),
                                         ("lingeope", "linear_forward"), ("lingeope", "linear_backward")])
 def test_an_attention_kernel_that_fails_hands_its_op_to_torch_with_the_same_gradients(pe, kernel, train,
                                                                                       monkeypatch):
@@ -169,8 +170,8 @@ def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback
     from pointgeope.model.kernel_check import check_kernels, format_table, passed
 
     rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)
-    assert [r.kernel.split()[0] for r in rows] == ["aggregate", "fps", "frame_relation", "frame_relation", "knn",
-                                                   "knn", "knn", "linear_relation", "relation", "relation"]  # by name
+    assert [r.kernel.split()[0] for r in rows] == ["aggregate", "aggregate", "fps", "frame_relation", "frame_relation",
+                                                   "knn", "knn", "knn", "linear_relation", "relation", "relation"]
     assert [r.kernel for r in rows if r.kernel.startswith("relation")] == ["relation fwd+bwd",
                                                                            "relation fwd+bwd atomic"]  # both sums
     assert passed(rows) and all(r.path == "triton" for r in rows), format_table(rows)
