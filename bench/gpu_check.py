@@ -24,9 +24,10 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
     published  ``bench_evaluate.py --published``: the published test (every fragment) of one
                ``synth --size bench`` room with ``configs/s3dis/pt_geope.yaml``: seconds per room, points
                and point predictions per second, peak GPU memory
-    relation_backward  (CUDA) ``bench_relation_backward.py``: the relations' backward (standard GeoPE's and the
-               plain one) summed with atomics and by source point, at every stage of the 16 x 80k batch, float32
-               and bf16, each checked equal; the sorted kernel's tiles swept at stages 0 and 1
+    relation_backward  (CUDA) ``bench_relation_backward.py``: the attention's backward (standard GeoPE's and the
+               plain relation, the aggregation) summed with atomics and by source point, at every stage of the
+               16 x 80k batch, float32 and bf16, each checked equal; the sorted kernels' tiles swept at stages
+               0 and 1
     kernels    (``--kernels``) ``bench_train_step.py --kernels torch triton``: the same step per preset on the
                torch and the fused (Triton) attention kernels, float32 and bf16
     train      (``--train``) ``pointgeope synth --size tiny`` + ``prepare``, then ``train.py --config
@@ -203,7 +204,7 @@ def step_hierarchy(check: Check, py: str) -> None:
 
 
 def step_relation_backward(check: Check, py: str) -> None:
-    """``bench_relation_backward.py`` on CUDA: atomic against sorted sums, and the sorted kernel's tiles."""
+    """``bench_relation_backward.py`` on CUDA: atomic against sorted sums, and the sorted kernels' tiles."""
     a = check.args
     data = result_path(check, "bench_relation_backward.json")
     cmd = [py, "bench/bench_relation_backward.py", "--out", str(data), "--device", "cuda", "--clouds", "16",
