@@ -43,12 +43,13 @@ __all__ = ["SCATTERS", "SCATTER", "SETTINGS", "Transpose", "transpose", "sorted_
 SCATTERS = ("sorted", "atomic")
 SCATTER = "sorted"      # how the relations' backward sums into the source rows (module docstring)
 # Tiles of each sorted kernel: pairs a chunk (0: k rounded up to a power of two, a row's mean count), the budget
-# of elements a (BLOCK_P, BLOCK_T, BLOCK_C) tile (halved for float64), rows a tile at most, warps. The frame
-# kernel holds five coefficients a pair: at the others' tiles ptxas spills it (bench/triton_compile_check.py
-# checks every default without spills); bench_relation_backward sweeps them on the GPU.
+# of elements a (BLOCK_P, BLOCK_T, BLOCK_C) tile (halved for float64), rows a tile at most, warps. Larger tiles
+# of the frame kernel (five coefficients a pair) and of the aggregation's make ptxas spill a few bytes at some
+# sizes (bench/triton_compile_check.py checks every default without spills, Triton 3.6 and 3.9);
+# bench_relation_backward sweeps them on the GPU.
 SETTINGS = {"relation_gather": {"block_t": 0, "budget": 4096, "rows": 8, "warps": 8},
             "frame_gather": {"block_t": 0, "budget": 2048, "rows": 4, "warps": 8},
-            "aggregate_gather": {"block_t": 0, "budget": 4096, "rows": 8, "warps": 8}}
+            "aggregate_gather": {"block_t": 0, "budget": 2048, "rows": 8, "warps": 8}}
 _CACHE = "_pointgeope_transpose"
 
 

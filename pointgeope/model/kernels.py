@@ -11,8 +11,9 @@ registered case) by being registered.
 **Which path.** :mod:`pointgeope.model.kernel_choice` reads the switches (``POINTGEOPE_KERNELS``,
 ``TRITON_INTERPRET``): ``torch``: torch everywhere; ``triton``: Triton wherever it can run (:func:`runs_on`:
 CUDA tensors, CPU tensors under the interpreter); unset: Triton on CUDA only. Kernels that sum with atomics
-(the fused attention's backward) leave Triton whenever ``torch.use_deterministic_algorithms(True)`` asks for
-reproducible sums.
+(linear GeoPE's fused relation; the other fused attention ops when ``gather_backward.SCATTER`` is ``atomic``:
+a kernel's ``atomics`` may be a function, asked at each call) leave Triton whenever
+``torch.use_deterministic_algorithms(True)`` asks for reproducible sums.
 
 **Never a broken default.** A Triton kernel that fails to compile or launch on this device (a compiler
 error, too few registers or too little shared memory, a driver or ptxas mismatch) is replaced by its torch
