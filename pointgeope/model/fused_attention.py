@@ -201,8 +201,8 @@ class _FrameRelation(torch.autograd.Function):
     """Standard GeoPE's relation ``R_i^T R_j x[idx] - q (+ delta)`` for constant rotations (``tables``, the
     points' ``rotation.rotation_tables (5, N, C)``): the points are turned once in torch (``R_j x_j``, ``N`` rows),
     the pairs turned back, the query subtracted, ``delta`` added in one kernel. Backward: ``R_i g`` summed into
-    the points' rows (atomics), ``R_j^T`` once per row in torch, ``-sum_j g`` for ``q``. Saves ``idx`` and the
-    tables (``5 N C`` values, no ``(N, k, C)`` pairs)."""
+    the points' rows (by source point, or atomics), ``R_j^T`` once per row in torch, ``-sum_j g`` for ``q``.
+    Saves ``idx`` and the tables (``5 N C`` values, no ``(N, k, C)`` pairs)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Tensor | None) -> Tensor:
