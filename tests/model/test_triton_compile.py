@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 KINDS = {f"att_{op}_{way}_bf16" for op in ("aggregate", "relation", "frame", "linear") for way in ("forward", "backward")} \
-    | {"att_relation_gather_bf16", "att_frame_gather_bf16", "att_aggregate_gather_bf16",  # by source point
-       "att_aggregate_backward_atomic_bf16"}                                              # or with atomics
+    | {f"att_{op}_gather_bf16_k16" for op in ("relation", "frame", "aggregate")} \
+    | {"att_aggregate_backward_atomic_bf16"}          # the backward by source point (default) or with atomics
 
 
 @pytest.mark.slow
