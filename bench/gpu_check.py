@@ -169,9 +169,10 @@ def step_warm(check: Check, py: str) -> None:
     if not a.no_hierarchy:
         jobs.append([py, "bench/bench_hierarchy.py", "--out", str(scratch / "hierarchy.json"), "--device", "cuda",
                      "--clouds", "2", "--points", str(a.points), "--backends", "triton", "cpu", "--reps", "1"])
-    if not a.no_relation_backward:              # the same kernels and tiles, at 2 clouds
-        jobs.append([py, "bench/bench_relation_backward.py", "--out", str(scratch / "relation_backward.json"),
-                     "--device", "cuda", "--clouds", "2", "--points", str(a.points), "--reps", "1"])
+    if not a.no_relation_backward:              # the same kernels and tiles, at 2 clouds, one job a dtype
+        jobs += [[py, "bench/bench_relation_backward.py", "--out", str(scratch / f"relation_backward_{dtype}.json"),
+                  "--device", "cuda", "--clouds", "2", "--points", str(a.points), "--reps", "1", "--dtypes", dtype,
+                  *sweep] for dtype, sweep in (("float32", ["--sweep-stages"]), ("bfloat16", []))]
     start, limit = time.perf_counter(), max(10.0, min(a.warm_limit, check.left()))
     log = check.logs / "warm.log"
     with open(log, "w") as f:
