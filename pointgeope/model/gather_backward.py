@@ -41,7 +41,7 @@ __all__ = ["SCATTERS", "SCATTER", "SETTINGS", "Transpose", "transpose", "sorted_
            "tiles", "relation_key_grad", "frame_point_grad", "aggregate_value_grad"]
 
 SCATTERS = ("sorted", "atomic")
-SCATTER = "sorted"      # how the relations' backward sums into the source rows (module docstring)
+SCATTER = "sorted"      # how the fused attention's backward sums into the source rows (module docstring)
 # Tiles of each sorted kernel: pairs a chunk (0: k rounded up to a power of two, a row's mean count), the budget
 # of elements a (BLOCK_P, BLOCK_T, BLOCK_C) tile (halved for float64), rows a tile at most, warps. Larger tiles
 # of the frame kernel (five coefficients a pair) and of the aggregation's make ptxas spill a few bytes at some
@@ -79,7 +79,7 @@ def transpose(idx: Tensor, rows: int) -> Transpose:
 
 
 def sorted_backward() -> bool:
-    """Whether the relations' backward sums by source point (:data:`SCATTER`)."""
+    """Whether the fused attention's backward sums by source point (:data:`SCATTER`)."""
     if SCATTER not in SCATTERS:
         raise ValueError(f"gather_backward.SCATTER: expected one of {SCATTERS}, got {SCATTER!r}")
     return SCATTER == "sorted"
@@ -132,7 +132,7 @@ def _launch(name: str, rows: int, c: int, k: int, f64: bool, *args, device: torc
 def relation_key_grad(g: Tensor, idx: Tensor, rows: int) -> Tensor:
     """``gkey[p] = sum_{(i, j): idx[i, j] = p} g[i, j]``, ``(rows, C)`` in the accumulation type (float32, or
     float64 for float64 ``g``), from ``g (N, k, C)`` contiguous."""
-    (n, k), c = idx.shape, g.shape[-1]
+    k, c = idx.shape[1], g.shape[-1]
     f64 = g.dtype == torch.float64
     gkey = torch.empty(rows, c, dtype=torch.float64 if f64 else torch.float32, device=g.device)
     t = transpose(idx, rows)
@@ -154,7 +154,7 @@ def frame_point_grad(g: Tensor, idx: Tensor, tables: Tensor) -> Tensor:
 def aggregate_value_grad(probs: Tensor, gy: Tensor, idx: Tensor, rows: int) -> Tensor:
     """The aggregation's ``gv[r, c] = sum_{(i, j): idx[i, j] = r} p[i, j, c mod G] gy[i, c]``, ``(rows, C)`` in
     ``probs``' dtype, from the attention weights ``probs (N, k, G)`` and ``gy (N, C)``, both contiguous."""
-    (n, k), c, groups = idx.shape, gy.shape[1], probs.shape[2]
+    k, c, groups = idx.shape[1], gy.shape[1], probs.shape[2]
     gv = torch.empty(rows, c, dtype=probs.dtype, device=gy.device)
     t = transpose(idx, rows)
     _launch("aggregate_gather", rows, c, k, probs.dtype == torch.float64, probs, gy, t.order, t.starts, gv, rows,
