@@ -8,6 +8,7 @@ stage and ``--dtypes`` (float32; bfloat16 as under autocast: features and gradie
 float32) it times, the fastest of ``--reps`` after one call that compiles:
 
     frame_atomic, frame_sorted        standard GeoPE's ``frame_relation`` backward (gradients of x and q)
+    frame_turn_first                  the same sorted in two passes (``gather_backward.FRAME_TURN_FIRST``)
     relation_atomic, relation_sorted  the plain ``relation`` backward (of key and q)
     aggregate_atomic, aggregate_sorted  the aggregation's backward (of logits and values; 8 groups, no delta)
     transpose                         the kNN lists' transpose alone (a fresh ``idx``: what a stage pays once
@@ -77,6 +78,12 @@ def _backward(op: str, t: dict):
     return lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True)
 
 
+def _max_rel(got, want) -> float:
+    """The largest difference of the gradients ``got`` and ``want`` over the largest of ``want``."""
+    top = max(float(b.float().abs().max()) for b in want)
+    return max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, want)) / max(top, 1e-30)
+
+
 def time_stage(t: dict, device: torch.device, reps: int) -> dict:
     """Seconds of each backward per scatter (module docstring), the transpose's, and sorted vs atomic."""
     row, grads = {}, {}
@@ -85,9 +92,15 @@ def time_stage(t: dict, device: torch.device, reps: int) -> dict:
             with gather_backward.scatter(scatter):
                 got, times = timed(_backward(op, t), device, reps)
             row[f"{op}_{scatter}"], grads[scatter] = min(times), got
-        top = max(float(a.float().abs().max()) for a in grads["atomic"])
-        row[f"{op}_max_rel"] = max(float((a.float() - b.float()).abs().max()) for a, b in
-                                   zip(grads["sorted"], grads["atomic"])) / max(top, 1e-30)
+        if op == "frame":                                # standard GeoPE's sorted sum in two passes
+            gather_backward.FRAME_TURN_FIRST = True
+            try:
+                got, times = timed(_backward(op, t), device, reps)
+            finally:
+                gather_backward.FRAME_TURN_FIRST = False
+            row["frame_turn_first"] = min(times)
+            row["frame_turn_first_max_rel"] = _max_rel(got, grads["atomic"])
+        row[f"{op}_max_rel"] = _max_rel(grads["sorted"], grads["atomic"])
         row[f"{op}_sorted_over_atomic"] = row[f"{op}_sorted"] / row[f"{op}_atomic"]
     rows = t["idx"].shape[0]
     row["transpose"] = min(timed(lambda: gather_backward.transpose(t["idx"].clone(), rows), device, reps)[1])
@@ -137,7 +150,8 @@ def main() -> None:
         coords.append(coords[-1][h.samples[s]])
     result = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "commit": git_commit(short=True), "torch": torch.__version__, "clouds": args.clouds,
-              "points": args.points, "settings": {k: dict(v) for k, v in gather_backward.SETTINGS.items()}, "stages": {}, "sweep": {}}
+              "points": args.points, "settings": {k: dict(v) for k, v in gather_backward.SETTINGS.items()},
+              "stages": {}, "sweep": {}}
     for s in args.stages:
         for name in args.dtypes:
             if time.perf_counter() - start < args.budget:

@@ -10,13 +10,13 @@ launches them (its ``tiles`` and ``WARPS``) for the S3DIS recipe's widths 32..51
 ``share_planes`` 8 and k = 8, 16 on float32 and bfloat16 tensors, and at k = 16, width 64 also on float64
 (it runs on CUDA too: ``kernels.use_triton`` takes Triton there for any dtype) and without ``delta``; atomics and
 GeoPE's geometry in float32 (float64); aggregate's backward both ways (its weights stored for the sum by source
-point, the default, or its values' gradient by atomics); with them the three kernels of the backward by
-source point (``triton_gather``, at ``gather_backward``'s tiles), and the frame's and aggregation's at every
-setting of ``bench_relation_backward.SWEEP`` (k = 8, width 32 and k = 16, width 64, bfloat16; their spills
-recorded, not refused: see ``gather_sweep_cases``). They launch with Triton's
-default ``enable_fp_fusion`` and promise no rounding per operation, so fused multiply-adds are counted, not refused.
-Prints one JSON object; exit code 1 if any kernel failed or an ops kernel fused. ``TRITON_INTERPRET`` must
-be unset.
+point, the default, or its values' gradient by atomics) and the frame's storing its turned pairs too; with them
+the three kernels of the backward by source point (``triton_gather``, at ``gather_backward``'s tiles), and the
+frame's and aggregation's at every setting of ``bench_relation_backward.SWEEP`` (k = 8, width 32 and k = 16,
+width 64, bfloat16; their spills recorded, not refused: see ``gather_sweep_cases``). They launch with Triton's
+default ``enable_fp_fusion`` and promise no rounding per operation, so fused multiply-adds are counted, not
+refused. Prints one JSON object; exit code 1 if any kernel failed or spills, or an ops kernel fused.
+``TRITON_INTERPRET`` must be unset.
 
 Usage: python bench/triton_compile_check.py [--quick]
   (--quick: sm_90 only, kNN for k = 16 only, attention at k = 16, width 64, bfloat16, with delta)
@@ -75,7 +75,7 @@ def attention_signatures(t: str, acc: str) -> dict:
                                  "q_ptr", "out_ptr", "g_ptr", "gq_ptr", "x_ptr")}
     p.update(idx_ptr="*i64", order_ptr="*i32", starts_ptr="*i64",
              **{n: f"*{acc}" for n in ("gv_ptr", "gkey_ptr", "points_ptr", "tables_ptr", "gpoints_ptr", "disp_ptr",
-                                       "scale_ptr", "gx_ptr", "p_ptr")})
+                                       "scale_ptr", "gx_ptr", "p_ptr", "turned_ptr")})
     return dict(p, **ints, G="i32", NB="i32", R="i32")
 
 
@@ -104,7 +104,8 @@ def _attention_at(k: int, c: int, t: str, acc: str, delta: bool) -> dict:
                  linear=("BLOCK_B", min(c // 3, 32)))
     op_of = dict(aggregate="aggregate", relation="relation", frame="frame_relation", linear="linear_relation")
     grads = dict(aggregate=dict(GRAD_V=False, STORE_P=True, GRAD_DELTA=delta, HAS_DELTA=delta),   # by source
-                 relation=dict(GRAD_KEY=True, GRAD_Q=True), frame=dict(GRAD_POINTS=True, GRAD_Q=True),
+                 relation=dict(GRAD_KEY=True, GRAD_Q=True),
+                 frame=dict(GRAD_POINTS=True, GRAD_Q=True, STORE_TURNED=False),
                  linear=dict(GRAD_X=True, GRAD_Q=True))
     sig, out = attention_signatures(t, acc), {}
     options = dict(FUSED, num_warps=fused_attention.WARPS)
@@ -121,6 +122,9 @@ def _attention_at(k: int, c: int, t: str, acc: str, delta: bool) -> dict:
             if backward and op == "aggregate":        # the values' gradient with atomics (SCATTER "atomic")
                 atomic = dict(meta, GRAD_V=True, STORE_P=False)
                 out[f"att_aggregate_backward_atomic_{tag}"] = (kernel, sig, atomic, options)
+            if backward and op == "frame":            # the turned pairs stored (FRAME_TURN_FIRST)
+                turned = dict(meta, GRAD_POINTS=False, STORE_TURNED=True)
+                out[f"att_frame_backward_turned_{tag}"] = (kernel, sig, turned, options)
     if delta:                                  # the backward by source point (gather_backward), its settings
         out.update(_gather_at(k, min(c, 64), t, sig, f64))
     return out

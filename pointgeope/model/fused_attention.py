@@ -238,14 +238,18 @@ def _frame_backward(ctx, idx: Tensor, tables: Tensor, g: Tensor, needs: list[boo
     (n, k), c = idx.shape, g.shape[-1]
     grad_x, grad_q, grad_delta = needs
     by_source = grad_x and gather_backward.sorted_backward()        # R_i g summed by source point, no atomics
-    gpoints = (gather_backward.frame_point_grad(g, idx, tables) if by_source else
-               torch.zeros(tables.shape[1], c, dtype=tables.dtype, device=g.device) if grad_x else g)
+    turn_first = by_source and gather_backward.FRAME_TURN_FIRST     # (N, k, C) turned pairs, then the plain sum
+    gpoints = (gather_backward.frame_point_grad(g, idx, tables) if by_source and not turn_first else
+               torch.zeros(tables.shape[1], c, dtype=tables.dtype, device=g.device) if grad_x and not by_source else g)
     gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
+    turned = torch.empty(n, k, c, dtype=tables.dtype, device=g.device) if turn_first else g
     bm, bk, bc = tiles("frame_relation", k, min(c, 64), backward=True, f64=tables.dtype == torch.float64)
-    if (grad_x and not by_source) or grad_q:
-        _launch(triton_kernels().frame_backward, [(n, bm), (c, bc)], g, idx, tables, gpoints, gq, n, k, c,
-                GRAD_POINTS=grad_x and not by_source, GRAD_Q=grad_q, F64=tables.dtype == torch.float64, BLOCK_M=bm,
-                BLOCK_K=bk, BLOCK_C=bc, device=g.device)
+    if (grad_x and not by_source) or grad_q or turn_first:
+        _launch(triton_kernels().frame_backward, [(n, bm), (c, bc)], g, idx, tables, gpoints, gq, turned, n, k, c,
+                GRAD_POINTS=grad_x and not by_source, GRAD_Q=grad_q, STORE_TURNED=turn_first,
+                F64=tables.dtype == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_C=bc, device=g.device)
+    if turn_first:
+        gpoints = gather_backward.relation_key_grad(turned, idx, n)
     gx = apply_shifted(gpoints, tables, transpose=True).to(x_dtype) if grad_x else None   # R_j^T per row
     return gx, gq if grad_q else None, g.to(delta_dtype) if grad_delta else None
 

@@ -37,11 +37,16 @@ from torch import Tensor
 
 from pointgeope.model.kernel_choice import kernel_module
 
-__all__ = ["SCATTERS", "SCATTER", "SETTINGS", "Transpose", "transpose", "sorted_backward", "scatter", "atomics",
-           "tiles", "relation_key_grad", "frame_point_grad", "aggregate_value_grad"]
+__all__ = ["SCATTERS", "SCATTER", "FRAME_TURN_FIRST", "SETTINGS", "Transpose", "transpose", "sorted_backward",
+           "scatter", "atomics", "tiles", "relation_key_grad", "frame_point_grad", "aggregate_value_grad"]
 
 SCATTERS = ("sorted", "atomic")
 SCATTER = "sorted"      # how the fused attention's backward sums into the source rows (module docstring)
+# Standard GeoPE's sorted sum in two passes: the queries' programs store the turned pairs R_i g_ij, (N, k, C) in
+# the accumulation type, and relation_gather sums them (reads and writes N k C values once more), instead of
+# frame_gather turning each pair as it sums (reads the query's five coefficients a pair). Which is faster is the
+# GPU's to say (bench_relation_backward times both); the fused one is the default: no (N, k, C) buffer.
+FRAME_TURN_FIRST = False
 # Tiles of each sorted kernel: pairs a chunk (0: k rounded up to a power of two, a row's mean count), the budget
 # of elements a (BLOCK_P, BLOCK_T, BLOCK_C) tile (halved for float64), rows a tile at most, warps. Larger tiles
 # of the frame kernel (five coefficients a pair) and of the aggregation's make ptxas spill a few bytes at some

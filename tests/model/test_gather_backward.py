@@ -142,11 +142,13 @@ def _frame_inputs(dtype, idx=None, c=8):
     return x, idx, tables, q, torch.randn(n, k, c, generator=gen, dtype=torch.float64).to(dtype)
 
 
-@pytest.mark.parametrize("scatter", gather_backward.SCATTERS)
-def test_both_scatters_give_the_float64_reference_gradients_of_the_relations(scatter, monkeypatch):
-    """``frame_relation`` and ``relation`` through autograd on either scatter against the float64 torch
-    references' autograd (the same definition, gathered by torch's indexing)."""
+@pytest.mark.parametrize("scatter,turn_first", [("sorted", False), ("sorted", True), ("atomic", False)])
+def test_every_way_gives_the_float64_reference_gradients(scatter, turn_first, monkeypatch):
+    """``frame_relation``, ``relation`` and ``aggregate`` through autograd on either scatter (standard GeoPE's
+    sorted sum in one pass or two) against the float64 torch references' autograd (the same definitions,
+    gathered by torch's indexing)."""
     monkeypatch.setattr(gather_backward, "SCATTER", scatter)
+    monkeypatch.setattr(gather_backward, "FRAME_TURN_FIRST", turn_first)
     x, idx, tables, q, g = _frame_inputs(torch.float32)
     for fused, ref in ((lambda a, b: fused_attention.frame_relation(a, idx, tables, b), lambda a, b: ref_frame(
             a, idx, tables.double(), b, None)), (lambda a, b: fused_attention.relation(a, idx, b),
@@ -177,8 +179,10 @@ def test_frame_relation_and_aggregate_on_sorted_sums_pass_gradcheck_in_float64()
                                     fast_mode=False)
 
 
-def test_sorted_sums_are_the_same_bits_in_every_run():
+@pytest.mark.parametrize("turn_first", [False, True])
+def test_sorted_sums_are_the_same_bits_in_every_run(turn_first, monkeypatch):
     """Two backward passes, the second with the transpose computed again (a fresh ``idx``)."""
+    monkeypatch.setattr(gather_backward, "FRAME_TURN_FIRST", turn_first)
     x, idx, tables, q, g = _frame_inputs(torch.float32)
     runs = []
     for lists in (idx, idx.clone()):
