@@ -33,9 +33,9 @@ def settings(request, monkeypatch):
     return request.param
 
 
-def _lists(n=13, k=5, rows=None, seed=0):
-    """kNN-like lists ``(n, k)`` of rows below ``rows`` (default ``n``): row 0 in every list (a count above
-    ``k``), row 3 twice in list 2, rows from 9 on in no list."""
+def _lists(n=13, k=5, seed=0):
+    """kNN-like lists ``(n, k)`` of rows below 9: row 0 in every list (a count above ``k``), row 3 twice in
+    list 2, rows from 9 on in no list (nobody's neighbour)."""
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, 9, (n, k), generator=g)
     idx[:, 0] = 0
