@@ -32,6 +32,10 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
                ``--points`` (rpe, geope), bf16 and float32, with torch's batch norm (the default) and with
                batch norm and its ReLU as one Triton kernel (``norm.py``, opt-in), interleaved; ``vs_default``
                is the ratio; the top kernels of each
+    relation_backward  (CUDA) ``bench_relation_backward.py``: the attention's backward (standard GeoPE's and the
+               plain relation, the aggregation) summed with atomics and by source point, at every stage of the
+               16 x 80k batch, float32 and bf16, each checked equal; the sorted kernels' tiles swept at stages
+               0 and 1
     kernels    (``--kernels``) ``bench_train_step.py --kernels torch triton``: the same step per preset on the
                torch and the fused (Triton) attention kernels, float32 and bf16
     train      (``--train``) ``pointgeope synth --size tiny`` + ``prepare``, then ``train.py --config
@@ -48,8 +52,8 @@ script that way, small. Results: ``--out`` (default ``bench/results/gpu.json``),
 ``gpu_logs/``.
 
 Usage: bench/gpu_check.sh [--train] [--evaluate] [--predict] [--ddp] [--kernels] [--device cpu]
-       [--points 80000] [--budget 540] [--no-tests] [--no-hierarchy] [--no-bench] [--no-published] [--no-check]
-       [--no-norm]
+       [--points 80000] [--budget 540] [--no-tests] [--no-hierarchy] [--no-relation-backward] [--no-bench]
+       [--no-published] [--no-check] [--no-norm]
 
 The check in one device call under its 10-minute limit (``bash bench/gpu_wheels.sh`` here first, then carry
 ``.whl``; the run tool's timeout 580 s): ``PYTHON=python3 bash bench/gpu_check.sh``
@@ -162,7 +166,8 @@ def fold_estimate(check: Check) -> None:
 
 def step_warm(check: Check, py: str) -> None:
     """The kernels of the timed steps compiled first, ``--warm-jobs`` processes side by side (one per preset
-    and precision, and the hierarchy's settings), so that the timed steps measure no compiler."""
+    and precision, the hierarchy's settings, the relations' backward and its tiles), so that the timed steps
+    measure no compiler."""
     a = check.args
     scratch = check.logs / "warm"                        # the jobs' JSON, thrown away (never os.devnull:
     scratch.mkdir(exist_ok=True)                          # the scripts replace their output file)
@@ -172,6 +177,10 @@ def step_warm(check: Check, py: str) -> None:
     if not a.no_hierarchy:
         jobs.append([py, "bench/bench_hierarchy.py", "--out", str(scratch / "hierarchy.json"), "--device", "cuda",
                      "--clouds", "2", "--points", str(a.points), "--backends", "triton", "cpu", "--reps", "1"])
+    if not a.no_relation_backward:              # the same kernels and tiles, at 2 clouds, one job a dtype
+        jobs += [[py, "bench/bench_relation_backward.py", "--out", str(scratch / f"relation_backward_{dtype}.json"),
+                  "--device", "cuda", "--clouds", "2", "--points", str(a.points), "--reps", "1", "--dtypes", dtype,
+                  *sweep] for dtype, sweep in (("float32", ["--sweep-stages"]), ("bfloat16", []))]
     start, limit = time.perf_counter(), max(10.0, min(a.warm_limit, check.left()))
     log = check.logs / "warm.log"
     with open(log, "w") as f:
@@ -201,6 +210,16 @@ def step_hierarchy(check: Check, py: str) -> None:
     cmd = [py, "bench/bench_hierarchy.py", "--out", str(data), "--device", "cuda", "--clouds", "2", "16",
            "--points", str(a.points), "--backends", "triton", "cpu", "--cpu-clouds", "2", "--reps", "2"]
     run_with_result(check, "hierarchy", cmd, a.hierarchy_limit, data)
+
+
+def step_relation_backward(check: Check, py: str) -> None:
+    """``bench_relation_backward.py`` on CUDA: atomic against sorted sums, and the sorted kernels' tiles."""
+    a = check.args
+    data = result_path(check, "bench_relation_backward.json")
+    cmd = [py, "bench/bench_relation_backward.py", "--out", str(data), "--device", "cuda", "--clouds", "16",
+           "--points", str(a.points), "--reps", "3", "--budget", str(max(10, min(a.relation_backward_limit,
+                                                                                    check.left()) - 20))]
+    run_with_result(check, "relation_backward", cmd, a.relation_backward_limit, data)
 
 
 def step_published(check: Check, py: str) -> None:
@@ -263,7 +282,7 @@ def parse_args() -> argparse.Namespace:
     add("--tests-paths", nargs="+", default=["tests/model", "tests/engine/test_build.py", "tests/engine/test_evaluate.py",
                                              "tests/test_geope.py", "tests/test_metrics.py"])
     add("--tests-workers", type=int, default=8, help="pytest-xdist processes of the tests step (1: none)")
-    for name in ("tests", "bench", "hierarchy", "published", "check", "norm"):
+    for name in ("tests", "bench", "hierarchy", "relation_backward", "published", "check", "norm"):
         add(f"--no-{name}", action="store_true")
     add("--hierarchy-clouds", type=int, nargs="*", default=[],
         help="bench: batch sizes of bench_train_step's hierarchy-per-backend timings (default none)")
@@ -290,8 +309,8 @@ def parse_args() -> argparse.Namespace:
     add("--profile", action=argparse.BooleanOptionalAction, default=True)
     add("--fold-steps", type=int, default=38_000, help="steps of one fold of the published recipe")
     add("--fold-rooms", type=int, default=68, help="rooms of the largest test area (Area 5)")
-    limits = dict(warm=100, hierarchy=55, bench=60, bench_bf16=45, bench16=45, published=45, tests=90, check=40,
-                  train=240, evaluate=120, kernels=300, published_bf16=45, norm_op=40, norm=100)
+    limits = dict(warm=100, hierarchy=55, relation_backward=90, bench=60, bench_bf16=45, bench16=45, published=45,
+                  tests=90, check=40, train=240, evaluate=120, kernels=300, published_bf16=45, norm_op=40, norm=100)
     for name, limit in limits.items():
         add(f"--{name.replace('_', '-')}-limit", type=float, default=float(limit))
     add("--kernel-presets", nargs="+", default=["rpe", "geope", "lingeope"])
@@ -314,6 +333,7 @@ def plan(args: argparse.Namespace) -> list:
     steps += [("fold_estimate", lambda check, py: fold_estimate(check))] if cuda and not args.no_bench else []
     steps += [("published_bf16", step_published_bf16)] if cuda and not args.no_published else []
     steps += [("norm_op", step_norm_op), ("norm", step_norm)] if cuda and not args.no_norm else []
+    steps += [("relation_backward", step_relation_backward)] if cuda and not args.no_relation_backward else []
     steps += [("kernels", step_kernels)] if args.kernels else []
     steps += [(name, fn) for name, fn in (("train", step_train), ("evaluate", step_evaluate),
                                           ("predict", step_predict), ("ddp", step_ddp)) if getattr(args, name)]

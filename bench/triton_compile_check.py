@@ -9,13 +9,17 @@ rounding per operation, ``enable_fp_fusion=False``). Attention: the eight kernel
 launches them (its ``tiles`` and ``WARPS``) for the S3DIS recipe's widths 32..512,
 ``share_planes`` 8 and k = 8, 16 on float32 and bfloat16 tensors, and at k = 16, width 64 also on float64
 (it runs on CUDA too: ``kernels.use_triton`` takes Triton there for any dtype) and without ``delta``; atomics and
-GeoPE's geometry in float32 (float64). They launch with Triton's default ``enable_fp_fusion`` and promise no
-rounding per operation, so fused multiply-adds are counted, not refused. Batch norm with its ReLU: the six
-kernels of ``norm.py`` at its tiles for widths 3, 8, 16, 32, 64 (every tile of the recipe's norms, whose
-widths 4..512 share them), float32 and bfloat16 rows, training (batch statistics, running buffers updated),
-and at width 64 eval and float64 (fused multiply-adds counted too).
-Prints one JSON object; exit code 1 if any kernel failed or an ops kernel fused. ``TRITON_INTERPRET`` must
-be unset.
+GeoPE's geometry in float32 (float64); aggregate's backward both ways (its weights stored for the sum by source
+point, the default, or its values' gradient by atomics) and the frame's storing its turned pairs too; with them
+the three kernels of the backward by source point (``triton_gather``, at ``gather_backward``'s tiles), and the
+frame's and aggregation's at every setting of ``bench_relation_backward.SWEEP`` (k = 8, width 32 and k = 16,
+width 64, bfloat16; their spills recorded, not refused: see ``gather_sweep_cases``). They launch with Triton's
+default ``enable_fp_fusion`` and promise no rounding per operation, so fused multiply-adds are counted, not
+refused. Batch norm with its ReLU: the six kernels of ``norm.py`` at its tiles for widths 3, 8, 16, 32, 64
+(every tile of the recipe's norms, whose widths 4..512 share them), float32 and bfloat16 rows, training (batch
+statistics, running buffers updated), and at width 64 eval and float64 (fused multiply-adds counted too).
+Prints one JSON object; exit code 1 if any kernel failed or spills, or an ops kernel fused.
+``TRITON_INTERPRET`` must be unset.
 
 Usage: python bench/triton_compile_check.py [--quick]
   (--quick: sm_90 only, kNN for k = 16 only, attention at k = 16, width 64, bfloat16, with delta)
@@ -36,7 +40,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from pointgeope.model import triton_attention as att
-from pointgeope.model import fused_attention, norm
+from pointgeope.model import fused_attention, gather_backward, norm
+from pointgeope.model import triton_gather as gat
 from pointgeope.model import triton_norm
 from pointgeope.model.ops import triton_fps, triton_fps_rounds, triton_knn
 
@@ -72,9 +77,10 @@ def attention_signatures(t: str, acc: str) -> dict:
     ints = dict(N="i32", K="i32", C="i32")
     p = {n: f"*{t}" for n in ("w_ptr", "v_ptr", "delta_ptr", "y_ptr", "gy_ptr", "gw_ptr", "gdelta_ptr", "key_ptr",
                                  "q_ptr", "out_ptr", "g_ptr", "gq_ptr", "x_ptr")}
-    p.update(idx_ptr="*i64", **{n: f"*{acc}" for n in ("gv_ptr", "gkey_ptr", "points_ptr", "tables_ptr",
-                                                       "gpoints_ptr", "disp_ptr", "scale_ptr", "gx_ptr")})
-    return dict(p, **ints, G="i32", NB="i32")
+    p.update(idx_ptr="*i64", order_ptr="*i32", starts_ptr="*i64",
+             **{n: f"*{acc}" for n in ("gv_ptr", "gkey_ptr", "points_ptr", "tables_ptr", "gpoints_ptr", "disp_ptr",
+                                       "scale_ptr", "gx_ptr", "p_ptr", "turned_ptr")})
+    return dict(p, **ints, G="i32", NB="i32", R="i32")
 
 
 def attention_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
@@ -101,8 +107,9 @@ def _attention_at(k: int, c: int, t: str, acc: str, delta: bool) -> dict:
     names = dict(aggregate=("BLOCK_G", c // SHARE), relation=("BLOCK_C", min(c, 64)), frame=("BLOCK_C", min(c, 64)),
                  linear=("BLOCK_B", min(c // 3, 32)))
     op_of = dict(aggregate="aggregate", relation="relation", frame="frame_relation", linear="linear_relation")
-    grads = dict(aggregate=dict(GRAD_V=True, GRAD_DELTA=delta, HAS_DELTA=delta),
-                 relation=dict(GRAD_KEY=True, GRAD_Q=True), frame=dict(GRAD_POINTS=True, GRAD_Q=True),
+    grads = dict(aggregate=dict(GRAD_V=False, STORE_P=True, GRAD_DELTA=delta, HAS_DELTA=delta),   # by source
+                 relation=dict(GRAD_KEY=True, GRAD_Q=True),
+                 frame=dict(GRAD_POINTS=True, GRAD_Q=True, STORE_TURNED=False),
                  linear=dict(GRAD_X=True, GRAD_Q=True))
     sig, out = attention_signatures(t, acc), {}
     options = dict(FUSED, num_warps=fused_attention.WARPS)
@@ -116,6 +123,14 @@ def _attention_at(k: int, c: int, t: str, acc: str, delta: bool) -> dict:
             meta = dict(tile, F64=f64, **(grads[op] if backward else dict(HAS_DELTA=delta)))
             kernel = getattr(att, f"{op}_{'backward' if backward else 'forward'}")
             out[f"att_{op}_{'backward' if backward else 'forward'}_{tag}"] = (kernel, sig, meta, options)
+            if backward and op == "aggregate":        # the values' gradient with atomics (SCATTER "atomic")
+                atomic = dict(meta, GRAD_V=True, STORE_P=False)
+                out[f"att_aggregate_backward_atomic_{tag}"] = (kernel, sig, atomic, options)
+            if backward and op == "frame":            # the turned pairs stored (FRAME_TURN_FIRST)
+                turned = dict(meta, GRAD_POINTS=False, STORE_TURNED=True)
+                out[f"att_frame_backward_turned_{tag}"] = (kernel, sig, turned, options)
+    if delta:                                  # the backward by source point (gather_backward), its settings
+        out.update(_gather_at(k, min(c, 64), t, sig, f64))
     return out
 
 
@@ -147,6 +162,43 @@ def _norm_at(width: int, t: str, batch: bool) -> list[tuple[str, object, dict, d
     return [(f"norm_{name}_{t}_{'train' if batch else 'eval'}_tile{block_r}_{block_c}", getattr(triton_norm, name),
              sig, dict(meta, F64=f64), options) for name, meta in kernels if batch or name in ("stats_finish",
                                                                                                 "normalize_relu", "grad_input")]
+
+
+def _gather_at(k: int, width: int, t: str, sig: dict, f64: bool, setting: dict | None = None,
+               names: tuple[str, ...] = ("relation_gather", "frame_gather", "aggregate_gather"),
+               prefix: str = "att_") -> dict:
+    """{name: case} of ``triton_gather``'s kernels ``names`` at ``gather_backward``'s tiles for k and ``width``
+    (each kernel's ``SETTINGS``, or ``setting``: one point of ``bench_relation_backward``'s sweep)."""
+    out = {}
+    for name in names:
+        saved = gather_backward.SETTINGS[name]
+        try:
+            gather_backward.SETTINGS[name] = setting or saved
+            bp, bt, bc = gather_backward.tiles(name, k, width, f64)
+        finally:
+            gather_backward.SETTINGS[name] = saved
+        warps = (setting or saved)["warps"]
+        meta = dict(F64=f64, BLOCK_P=bp, BLOCK_T=bt, BLOCK_C=bc, **({} if name == "relation_gather" else dict(K=k)))
+        out[f"{prefix}{name}_{t}_k{k}_tile{bp}_{bt}_{bc}_w{warps}"] = (getattr(gat, name), sig, meta,
+                                                                      dict(FUSED, num_warps=warps))
+    return out
+
+
+def gather_sweep_cases() -> list[tuple[str, object, dict, dict, dict]]:
+    """The sorted frame and aggregation kernels at every setting of ``bench_relation_backward.SWEEP`` (k = 8,
+    width 32 and k = 16, width 64, bfloat16), named ``sweep_...``: whether what the GPU's sweep will launch
+    compiles, and its spills (recorded; a spill of a setting that is no default fails nothing: ptxas trades a
+    few spilled bytes for occupancy at some sizes, and the sweep measures what that costs)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_relation_backward import SWEEP
+
+    sig, out = attention_signatures("bf16", "fp32"), {}
+    for block_t, budget, rows, warps in SWEEP:
+        setting = dict(block_t=block_t, budget=budget, rows=rows, warps=warps)
+        for k, width in ((8, 32), (16, 64)):
+            out.update(_gather_at(k, width, "bf16", sig, False, setting, ("frame_gather", "aggregate_gather"),
+                                  "sweep_"))
+    return [(name, *case) for name, case in out.items()]
 
 
 def compile_one(kernel, signature: dict, constexprs: dict, options: dict, arch: int) -> dict:
@@ -216,12 +268,13 @@ def main() -> int:
     ops = [(n, k, s, c, dict(o, enable_fp_fusion=False)) for n, k, s, c, o in ops_cases()]
     JOBS[:] = [(f"{name}_sm{arch}", (kernel, signature, constexprs, options, arch))
                for name, kernel, signature, constexprs, options in ops + attention_cases(quick) + norm_cases(quick)
+               + ([] if quick else gather_sweep_cases())
                if not (quick and name in ("knn_k3", "knn_k8")) for arch in ((90,) if quick else (80, 90))]
     with multiprocessing.get_context("fork").Pool(min(2, os.cpu_count() or 1)) as pool:   # compiles: CPU-bound
         result["kernels"] = dict(zip((name for name, _ in JOBS), pool.map(_compile_job, range(len(JOBS)))))
     print(json.dumps(result, indent=2))
-    bad = [k for k, v in result["kernels"].items()
-           if not v["ok"] or (v["fma_f32"] and not k.startswith(("att_", "norm_"))) or v.get("spill_store_bytes", 1) > 0]
+    bad = [k for k, v in result["kernels"].items() if not v["ok"] or (v["fma_f32"] and not k.startswith(
+        ("att_", "norm_", "sweep_"))) or (v.get("spill_store_bytes", 1) > 0 and not k.startswith("sweep_"))]
     print(f"{len(result['kernels'])} compiled; failed, fused or spilling: {bad or 'none'}", file=sys.stderr)
     return 1 if bad else 0
 

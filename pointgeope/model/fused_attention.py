@@ -12,13 +12,16 @@ Today's torch path does each as a chain of gathers, subtractions, a softmax, an 
 ``(N, k, C)`` pairs in memory (and on the GPU a kernel launch); here each is one Triton kernel
 (``triton_attention.py``) forward and one backward, both recomputing the gathered values and the softmax
 from ``v``, ``idx``, ``delta`` and the logits ``w (N, k, G)`` instead of saving ``(N, k, C)`` pairs. The
-gradients of ``k`` and ``v`` are summed into their rows with float32 atomic adds (the order of the sums is
-not deterministic, as with torch's ``index_add_`` on CUDA). Inputs may be float32, bfloat16 or float16
+gradients of ``k`` and ``v`` are summed into their rows by source point, from the kNN lists' transpose
+(``gather_backward.py``, the default: the same bits in every run), or with float32 atomic adds
+(``gather_backward.SCATTER = "atomic"``, and linear GeoPE's always: the order of the sums is not
+deterministic, as with torch's ``index_add_`` on CUDA). Inputs may be float32, bfloat16 or float16
 (accumulated in float32) or float64 (in float64, for ``gradcheck``).
 
 Which path runs is :mod:`pointgeope.model.kernels`' decision (``POINTGEOPE_KERNELS``; unset: Triton on CUDA, torch
-on the CPU, whose torch kernels are cache-blocked and measured faster; torch wherever
-``torch.use_deterministic_algorithms(True)`` asks for reproducible sums): the layer asks :func:`enabled` per op.
+on the CPU, whose torch kernels are cache-blocked and measured faster; torch for an op that sums with atomics
+where ``torch.use_deterministic_algorithms(True)`` asks for reproducible sums): the layer asks :func:`enabled`
+per op.
 A kernel that fails to compile or launch hands its op to the torch reference of the same formula (``attention_reference.ref_*``,
 autograd through torch ops), forward or backward, and the op stays on torch for the rest of the process.
 
@@ -34,17 +37,16 @@ fused after the weight MLP).
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Callable
 from types import ModuleType
 
 import torch
 from torch import Tensor
 
-from pointgeope.model import kernels
+from pointgeope.model import gather_backward, kernels
 from pointgeope.model.attention_reference import (acc_dtype, out_dtype, ref_aggregate, ref_frame, ref_linear,
                                                   ref_relation, torch_grads)
-from pointgeope.model.kernel_choice import current
+from pointgeope.model.kernel_choice import kernel_module
 from pointgeope.model.rotation import apply_shifted
 
 __all__ = ["enabled", "triton_kernels", "relation", "frame_relation", "linear_relation", "aggregate", "KERNELS"]
@@ -55,12 +57,10 @@ def enabled(op: str, device: torch.device) -> bool:
     return KERNELS[op].enabled(device)
 
 
-def triton_kernels() -> ModuleType:
-    """``triton_attention``, its kernels decorated in the mode ``TRITON_INTERPRET`` asks for now."""
-    module = importlib.import_module("pointgeope.model.triton_attention")
-    if module.INTERPRET != current().interpret:
-        module = importlib.reload(module)
-    return module
+def triton_kernels(name: str = "triton_attention") -> ModuleType:
+    """The kernel module ``pointgeope.model.<name>`` (``triton_attention``, or ``triton_gather``: the backward
+    by source point), its kernels decorated in the mode ``TRITON_INTERPRET`` asks for now."""
+    return kernel_module(f"pointgeope.model.{name}")
 
 
 WARPS = 8    # every attention kernel (at Triton's default 4, aggregate's backward and the GeoPE relations spill)
@@ -132,14 +132,18 @@ def _aggregate_backward(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None,
     (n, k), c = idx.shape, v.shape[1]
     acc = acc_dtype(w, v, delta)
     _, grad_v, grad_delta = needs
-    gw = torch.empty_like(w)
-    gv = torch.zeros(v.shape, dtype=acc, device=v.device) if grad_v else gw
+    by_source = grad_v and gather_backward.sorted_backward()      # gv summed by source row from the weights p
+    gw, gy = torch.empty_like(w), gy.contiguous()
+    gv = torch.zeros(v.shape, dtype=acc, device=v.device) if grad_v and not by_source else gw
+    probs = torch.empty(n, k, c // s, dtype=acc, device=v.device) if by_source else gw
     gdelta = torch.empty_like(delta) if grad_delta else gw
     bm, bk, bg = tiles("aggregate", k, c // s, backward=True, f64=acc == torch.float64)
     _launch(triton_kernels().aggregate_backward, [(n, bm)], w, v, idx, v if delta is None else delta,
-            gy.contiguous(), gw, gv, gdelta, n, k, c, c // s, S=s, HAS_DELTA=delta is not None,
-            GRAD_V=grad_v, GRAD_DELTA=grad_delta, F64=acc == torch.float64, BLOCK_M=bm, BLOCK_K=bk,
-            BLOCK_G=bg, device=v.device)
+            gy, gw, gv, gdelta, probs, n, k, c, c // s, S=s, HAS_DELTA=delta is not None,
+            GRAD_V=grad_v and not by_source, GRAD_DELTA=grad_delta, STORE_P=by_source, F64=acc == torch.float64,
+            BLOCK_M=bm, BLOCK_K=bk, BLOCK_G=bg, device=v.device)
+    if by_source:
+        gv = gather_backward.aggregate_value_grad(probs, gy, idx, v.shape[0])
     return gw, gv.to(v.dtype) if grad_v else None, gdelta if grad_delta else None
 
 
@@ -180,12 +184,14 @@ def _relation_backward(ctx, idx: Tensor, g: Tensor, needs: list[bool]) -> tuple:
     (n, k), c = idx.shape, g.shape[-1]
     acc = torch.float64 if g.dtype == torch.float64 else torch.float32
     grad_key, grad_q, grad_delta = needs
-    gkey = torch.zeros(ctx.rows, c, dtype=acc, device=g.device) if grad_key else g
+    by_source = grad_key and gather_backward.sorted_backward()      # gkey summed by source row, no atomics
+    gkey = (gather_backward.relation_key_grad(g, idx, ctx.rows) if by_source else
+            torch.zeros(ctx.rows, c, dtype=acc, device=g.device) if grad_key else g)
     gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
     bm, bk, bc = tiles("relation", k, min(c, 64), backward=True, f64=acc == torch.float64)
-    if grad_key or grad_q:
+    if (grad_key and not by_source) or grad_q:
         _launch(triton_kernels().relation_backward, [(n, bm), (c, bc)], g, idx, gkey, gq,
-                n, k, c, GRAD_KEY=grad_key, GRAD_Q=grad_q, F64=acc == torch.float64, BLOCK_M=bm,
+                n, k, c, GRAD_KEY=grad_key and not by_source, GRAD_Q=grad_q, F64=acc == torch.float64, BLOCK_M=bm,
                 BLOCK_K=bk, BLOCK_C=bc, device=g.device)
     return (gkey.to(key_dtype) if grad_key else None, gq if grad_q else None,
             g.to(delta_dtype) if grad_delta else None)
@@ -195,8 +201,8 @@ class _FrameRelation(torch.autograd.Function):
     """Standard GeoPE's relation ``R_i^T R_j x[idx] - q (+ delta)`` for constant rotations (``tables``, the
     points' ``rotation.rotation_tables (5, N, C)``): the points are turned once in torch (``R_j x_j``, ``N`` rows),
     the pairs turned back, the query subtracted, ``delta`` added in one kernel. Backward: ``R_i g`` summed into
-    the points' rows (atomics), ``R_j^T`` once per row in torch, ``-sum_j g`` for ``q``. Saves ``idx`` and the
-    tables (``5 N C`` values, no ``(N, k, C)`` pairs)."""
+    the points' rows (by source point, or atomics), ``R_j^T`` once per row in torch, ``-sum_j g`` for ``q``.
+    Saves ``idx`` and the tables (``5 N C`` values, no ``(N, k, C)`` pairs)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Tensor | None) -> Tensor:
@@ -231,13 +237,19 @@ def _frame_backward(ctx, idx: Tensor, tables: Tensor, g: Tensor, needs: list[boo
     x_dtype, q_dtype, delta_dtype = ctx.dtypes
     (n, k), c = idx.shape, g.shape[-1]
     grad_x, grad_q, grad_delta = needs
-    gpoints = torch.zeros(tables.shape[1], c, dtype=tables.dtype, device=g.device) if grad_x else g
+    by_source = grad_x and gather_backward.sorted_backward()        # R_i g summed by source point, no atomics
+    turn_first = by_source and gather_backward.FRAME_TURN_FIRST     # (N, k, C) turned pairs, then the plain sum
+    gpoints = (gather_backward.frame_point_grad(g, idx, tables) if by_source and not turn_first else
+               torch.zeros(tables.shape[1], c, dtype=tables.dtype, device=g.device) if grad_x and not by_source else g)
     gq = torch.empty(n, c, dtype=q_dtype, device=g.device) if grad_q else g
+    turned = torch.empty(n, k, c, dtype=tables.dtype, device=g.device) if turn_first else g
     bm, bk, bc = tiles("frame_relation", k, min(c, 64), backward=True, f64=tables.dtype == torch.float64)
-    if grad_x or grad_q:
-        _launch(triton_kernels().frame_backward, [(n, bm), (c, bc)], g, idx, tables, gpoints, gq, n, k, c,
-                GRAD_POINTS=grad_x, GRAD_Q=grad_q, F64=tables.dtype == torch.float64, BLOCK_M=bm,
-                BLOCK_K=bk, BLOCK_C=bc, device=g.device)
+    if (grad_x and not by_source) or grad_q or turn_first:
+        _launch(triton_kernels().frame_backward, [(n, bm), (c, bc)], g, idx, tables, gpoints, gq, turned, n, k, c,
+                GRAD_POINTS=grad_x and not by_source, GRAD_Q=grad_q, STORE_TURNED=turn_first,
+                F64=tables.dtype == torch.float64, BLOCK_M=bm, BLOCK_K=bk, BLOCK_C=bc, device=g.device)
+    if turn_first:
+        gpoints = gather_backward.relation_key_grad(turned, idx, n)
     gx = apply_shifted(gpoints, tables, transpose=True).to(x_dtype) if grad_x else None   # R_j^T per row
     return gx, gq if grad_q else None, g.to(delta_dtype) if grad_delta else None
 
@@ -337,7 +349,10 @@ def _check(name: str):
 
 
 # The fused ops in the kernel registry: Triton forward (whose backward dispatches under the same name) and the
-# torch reference of the same formula; all sum gradients with atomics.
-KERNELS = {name: kernels.register(name, fn, ref, atomics=True, check=_check(name)) for name, fn, ref in (
-    ("relation", _Relation.apply, ref_relation), ("frame_relation", _FrameRelation.apply, ref_frame),
-    ("linear_relation", _LinearRelation.apply, ref_linear), ("aggregate", _Aggregate.apply, ref_aggregate))}
+# torch reference of the same formula; their backward sums gradients into source rows with atomics, or (but
+# linear GeoPE's) by source point (gather_backward.SCATTER "sorted", the default), deterministic.
+KERNELS = {name: kernels.register(name, fn, ref, atomics=atomics, check=_check(name)) for name, fn, ref, atomics in (
+    ("relation", _Relation.apply, ref_relation, gather_backward.atomics),
+    ("frame_relation", _FrameRelation.apply, ref_frame, gather_backward.atomics),
+    ("linear_relation", _LinearRelation.apply, ref_linear, True),
+    ("aggregate", _Aggregate.apply, ref_aggregate, gather_backward.atomics))}

@@ -4,17 +4,19 @@ Each case runs the kernel the way the network does (through :mod:`pointgeope.mod
 fails here falls back and the table says so) and its torch path on the same inputs, and reports the largest
 difference and the kernel's time (median of 3 runs after one that compiles)::
 
-    kernel                   path      max diff   ms
-    fps 80000 -> 20000       triton    0          38.1      (differing samples)
-    knn self k=16            triton    0          2.3       (largest |d2| difference; rows that differ)
-    aggregate fwd+bwd        triton    2.4e-07    1.9       (outputs and gradients, float32)
+    kernel                        path      max diff   ms
+    fps 80000 -> 20000            triton    0          38.1      (differing samples)
+    knn self k=16                 triton    0          2.3       (largest |d2| difference; rows that differ)
+    aggregate fwd+bwd             triton    2.4e-07    1.9       (outputs and gradients, float32)
 
 The rows are the cases every registered kernel gives (:class:`pointgeope.model.kernels.Kernel`, ``check``),
-kernels by name. Sizes are the S3DIS recipe's on CUDA (an 80,000-point crop, 20,000 points at stride 4, width 64, k = 16,
+kernels by name; the relation's, standard GeoPE's and the aggregation's have a second row, their backward
+summed the other way (``gather_backward.SCATTER``: by source point by default, with atomics in the second row). Sizes are the S3DIS recipe's on CUDA (an 80,000-point crop, 20,000 points at stride 4, width 64, k = 16,
 share_planes 8) and small under Triton's CPU interpreter (``POINTGEOPE_KERNELS=triton TRITON_INTERPRET=1``).
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pointgeope.model import kernels
+from pointgeope.model import gather_backward, kernels
 from pointgeope.model.kernel_choice import forced
 from pointgeope.model.kernels import CheckCase
 from pointgeope.model.rotation import rotation_tables
@@ -141,8 +143,16 @@ def attention_cases(name: str, device: torch.device, n: int, k: int = 16, c: int
 
     def compare(got, want):
         return max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, want)), f"n={n} k={k} width={c}"
-    return [CheckCase("fwd+bwd", lambda: _grads(lambda *a: kernel(device, *args(*a)), inputs),
-                      lambda: _grads(lambda *a: kernel.torch(*args(*a)), inputs), compare, TOLERANCE["attention"])]
+
+    def run(way: str | None = None):
+        with gather_backward.scatter(way) if way else contextlib.nullcontext():
+            return _grads(lambda *a: kernel(device, *args(*a)), inputs)
+    reference = lambda: _grads(lambda *a: kernel.torch(*args(*a)), inputs)  # noqa: E731
+    cases = [CheckCase("fwd+bwd", run, reference, compare, TOLERANCE["attention"])]
+    if name != "linear_relation":                 # the backward's other way to sum (gather_backward.SCATTER)
+        other = "atomic" if gather_backward.sorted_backward() else "sorted"
+        cases.append(CheckCase(f"fwd+bwd {other}", lambda: run(other), reference, compare, TOLERANCE["attention"]))
+    return cases
 
 
 def check_kernels(device: torch.device, points: int | None = None, pairs: int | None = None,
@@ -170,7 +180,7 @@ def passed(rows: list[CheckRow]) -> bool:
 
 
 def format_table(rows: list[CheckRow]) -> str:
-    lines = [f"{'kernel':<24} {'path':<8} {'max diff':>10} {'ms':>9}  note"]
+    lines = [f"{'kernel':<29} {'path':<8} {'max diff':>10} {'ms':>9}  note"]
     for r in rows:
-        lines.append(f"{r.kernel:<24} {r.path:<8} {r.max_diff:>10.3g} {r.ms:>9.2f}  {r.note}")
+        lines.append(f"{r.kernel:<29} {r.path:<8} {r.max_diff:>10.3g} {r.ms:>9.2f}  {r.note}")
     return "\n".join(lines)

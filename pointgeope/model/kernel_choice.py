@@ -24,14 +24,17 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import importlib
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from types import ModuleType
 
 from pointgeope.errors import UserError
 
-__all__ = ["PATHS", "KernelChoice", "KernelChoiceError", "parse_switch", "from_environment", "current", "forced"]
+__all__ = ["PATHS", "KernelChoice", "KernelChoiceError", "parse_switch", "from_environment", "current", "forced",
+           "kernel_module"]
 
 PATHS = ("triton", "torch")
 ON, OFF = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
@@ -109,3 +112,12 @@ def forced(path: str) -> Iterator[KernelChoice]:
         yield choice
     finally:
         _forced.reset(token)
+
+
+def kernel_module(name: str) -> ModuleType:
+    """The module of Triton kernels ``name`` (one that records the mode it was decorated in as ``INTERPRET``),
+    reloaded if ``TRITON_INTERPRET`` asks for the other mode now: its kernels run in the mode in force."""
+    module = importlib.import_module(name)
+    if module.INTERPRET != current().interpret:
+        module = importlib.reload(module)
+    return module

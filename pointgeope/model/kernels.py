@@ -11,9 +11,10 @@ registered case) by being registered.
 **Which path.** :mod:`pointgeope.model.kernel_choice` reads the switches (``POINTGEOPE_KERNELS``,
 ``TRITON_INTERPRET``): ``torch``: torch everywhere; ``triton``: Triton wherever it can run (:func:`runs_on`:
 CUDA tensors, CPU tensors under the interpreter); unset: Triton on CUDA only, but for the kernels registered
-opt-in (``cuda_default=False``: not yet measured to pay on a GPU), which run with ``triton`` only. Kernels that sum with atomics
-(the fused attention's backward) leave Triton whenever ``torch.use_deterministic_algorithms(True)`` asks for
-reproducible sums.
+opt-in (``cuda_default=False``: not yet measured to pay on a GPU), which run with ``triton`` only. Kernels that
+sum with atomics (linear GeoPE's fused relation; the other fused attention ops when ``gather_backward.SCATTER``
+is ``atomic``: a kernel's ``atomics`` may be a function, asked at each call) leave Triton whenever
+``torch.use_deterministic_algorithms(True)`` asks for reproducible sums.
 
 **Never a broken default.** A Triton kernel that fails to compile or launch on this device (a compiler
 error, too few registers or too little shared memory, a driver or ptxas mismatch) is replaced by its torch
@@ -150,13 +151,18 @@ class Kernel:
     name: str
     triton: Callable[..., Any]
     torch: Callable[..., Any]
-    atomics: bool = False
+    atomics: bool | Callable[[], bool] = False      # or asked at each call: a kernel with a choice of sums
     check: Callable[[torch.device, int, int], list[CheckCase]] | None = None
     cuda_default: bool = True        # False: opt-in, Triton only with POINTGEOPE_KERNELS=triton
 
+    def sums_with_atomics(self) -> bool:
+        """Whether the kernel sums with atomics now (``atomics``, called if a function)."""
+        return self.atomics() if callable(self.atomics) else self.atomics
+
     def enabled(self, device: torch.device) -> bool:
         """Whether a call for tensors on ``device`` runs the Triton function."""
-        return use_triton(self.name, device, self.atomics) and (self.cuda_default or current().path == "triton")
+        opted_in = self.cuda_default or current().path == "triton"
+        return opted_in and use_triton(self.name, device, self.sums_with_atomics())
 
     def __call__(self, device: torch.device, *args, **kwargs):
         """``triton(*args)`` where :meth:`enabled`, else ``torch(*args)``, by :meth:`dispatch`."""
@@ -190,7 +196,8 @@ class Kernel:
 _REGISTRY: dict[str, Kernel] = {}
 
 
-def register(name: str, triton: Callable[..., Any], torch: Callable[..., Any], atomics: bool = False,
+def register(name: str, triton: Callable[..., Any], torch: Callable[..., Any],
+             atomics: bool | Callable[[], bool] = False,
              check: Callable[[torch.device, int, int], list[CheckCase]] | None = None,
              cuda_default: bool = True) -> Kernel:
     """Add a kernel (module docstring) and return it; a module imported again replaces its kernels."""

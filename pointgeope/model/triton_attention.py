@@ -87,14 +87,18 @@ def aggregate_forward(w_ptr, v_ptr, idx_ptr, delta_ptr, y_ptr, N, K, C, G, S: tl
 
 
 @triton.jit
-def aggregate_backward(w_ptr, v_ptr, idx_ptr, delta_ptr, gy_ptr, gw_ptr, gv_ptr, gdelta_ptr, N, K, C, G,
+def aggregate_backward(w_ptr, v_ptr, idx_ptr, delta_ptr, gy_ptr, gw_ptr, gv_ptr, gdelta_ptr, p_ptr, N, K, C, G,
                        S: tl.constexpr, HAS_DELTA: tl.constexpr, GRAD_V: tl.constexpr,
-                       GRAD_DELTA: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
+                       GRAD_DELTA: tl.constexpr, STORE_P: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
+    """``gw``, ``gdelta = p gy``, and ``gv[idx[i, j]] += p gy`` with atomics (``GRAD_V``) or the weights ``p``
+    stored ``(N, K, G)`` for ``triton_gather.aggregate_gather`` to sum by source point (``STORE_P``)."""
     m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     p, rows, pair, mask, one = _neighbour_softmax(w_ptr, idx_ptr, m, N, K, G, F64, BLOCK_K, BLOCK_G)
     m3 = m[:, None, None]
     h3 = tl.arange(0, BLOCK_G)[None, None, :]
+    if STORE_P:
+        tl.store(p_ptr + pair * G + h3, p.to(p_ptr.dtype.element_ty), mask=mask)
     dp = p * 0.0
     for g in range(S):
         col = g * G + h3
@@ -175,17 +179,18 @@ def frame_forward(points_ptr, idx_ptr, tables_ptr, q_ptr, delta_ptr, out_ptr, N,
 
 
 @triton.jit
-def frame_backward(g_ptr, idx_ptr, tables_ptr, gpoints_ptr, gq_ptr, N, K, C, GRAD_POINTS: tl.constexpr,
-                   GRAD_Q: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-                   BLOCK_C: tl.constexpr):
-    """``gP[idx[i, j], c] += sum_o T_o[i, c] g[i, j, c + o]`` (``R_i g``, atomics) and ``gq[i] = -sum_j g[i, j]``."""
+def frame_backward(g_ptr, idx_ptr, tables_ptr, gpoints_ptr, gq_ptr, turned_ptr, N, K, C, GRAD_POINTS: tl.constexpr,
+                   GRAD_Q: tl.constexpr, STORE_TURNED: tl.constexpr, F64: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr):
+    """``gP[idx[i, j], c] += sum_o T_o[i, c] g[i, j, c + o]`` (``R_i g``, atomics; or with ``STORE_TURNED`` the
+    turned pairs stored ``(N, K, C)``, for ``triton_gather.relation_gather`` to sum) and ``gq[i] = -sum_j g[i, j]``."""
     m, c, m3, c3, pairs_in, mask, pair, one = _pair_tile(N, K, C, F64, BLOCK_M, BLOCK_K, BLOCK_C)
     if GRAD_Q:
         g = tl.load(g_ptr + pair * C + c3, mask=mask, other=0.0) * one
         gq = -tl.reduce(g, 1, _add)
         tl.store(gq_ptr + m[:, None] * C + c[None, :], gq.to(gq_ptr.dtype.element_ty),
                  mask=(m[:, None] < N) & (c[None, :] < C))
-    if GRAD_POINTS:
+    if GRAD_POINTS or STORE_TURNED:
         plane = (m3 * 0 + N) * C                         # N C, the tables' plane, in int64
         turned = tl.full([BLOCK_M, BLOCK_K, BLOCK_C], 0.0, tl.float64 if F64 else tl.float32)
         for shift in tl.static_range(5):                 # o = shift - 2
@@ -193,8 +198,11 @@ def frame_backward(g_ptr, idx_ptr, tables_ptr, gpoints_ptr, gq_ptr, N, K, C, GRA
             inside = (col >= 0) & (col < C)
             t = tl.load(tables_ptr + (m3 * C + c3 + shift * plane), mask=(m3 < N) & (c3 < C), other=0.0) * one
             turned += t * tl.load(g_ptr + pair * C + col, mask=pairs_in & inside, other=0.0)
-        rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
-        tl.atomic_add(gpoints_ptr + rows * C + c3, turned.to(gpoints_ptr.dtype.element_ty), mask=mask)
+        if STORE_TURNED:
+            tl.store(turned_ptr + pair * C + c3, turned.to(turned_ptr.dtype.element_ty), mask=mask)
+        else:
+            rows = tl.load(idx_ptr + pair, mask=pairs_in, other=0).to(tl.int64)
+            tl.atomic_add(gpoints_ptr + rows * C + c3, turned.to(gpoints_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit

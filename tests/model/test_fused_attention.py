@@ -328,7 +328,7 @@ def test_the_kernel_choice_follows_the_environment(monkeypatch):
     assert not fused_attention.enabled("aggregate", cpu)        # the CPU keeps its torch kernels by default
     assert fused_attention.enabled("aggregate", cuda)
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
-    assert not fused_attention.enabled("aggregate", cuda)       # atomics' sums are not reproducible
+    assert not fused_attention.enabled("linear_relation", cuda)  # atomics' sums are not reproducible
     monkeypatch.setenv("POINTGEOPE_KERNELS", "cuda")
     with pytest.raises(ValueError, match="POINTGEOPE_KERNELS: expected one of triton, torch .*got 'cuda'"):
         fused_attention.enabled("aggregate", cpu)

@@ -123,12 +123,15 @@ def _layer_step(pe: str, path: str, monkeypatch, train: bool):
 @pytest.mark.parametrize("pe, kernel", [("rpe", "aggregate_forward"), ("rpe", "aggregate_backward"),
                                         ("rpe", "relation_forward"), ("rpe", "relation_backward"),
                                         ("geope", "frame_forward"), ("geope", "frame_backward"),
+                                        ("rpe", "relation_gather"), ("geope", "frame_gather"),
+                                        ("rpe", "aggregate_gather"),
                                         ("lingeope", "linear_forward"), ("lingeope", "linear_backward")])
 def test_an_attention_kernel_that_fails_hands_its_op_to_torch_with_the_same_gradients(pe, kernel, train,
                                                                                       monkeypatch):
     kernels.reset()
     want = _layer_step(pe, "torch", monkeypatch, train)
-    monkeypatch.setattr(fused_attention.triton_kernels(), kernel, Failing(COMPILE_ERROR))
+    module = "triton_gather" if kernel.endswith("_gather") else "triton_attention"   # (the backward by source)
+    monkeypatch.setattr(fused_attention.triton_kernels(module), kernel, Failing(COMPILE_ERROR))
     op = {"aggregate": "aggregate", "relation": "relation", "frame": "frame_relation", "linear": "linear_relation"}
     with pytest.warns(KernelFallbackWarning, match=f"Triton kernel {op[kernel.split('_')[0]]} failed"):
         got = _layer_step(pe, "triton", monkeypatch, train)
@@ -167,9 +170,11 @@ def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback
     from pointgeope.model.kernel_check import check_kernels, format_table, passed
 
     rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)
-    assert [r.kernel.split()[0] for r in rows] == ["aggregate", "batch_norm_relu", "batch_norm_relu", "fps",
-                                                   "frame_relation", "knn", "knn", "knn", "linear_relation",
-                                                   "relation"]     # the registry's, by name
+    assert [r.kernel.split()[0] for r in rows] == ["aggregate", "aggregate", "batch_norm_relu", "batch_norm_relu",
+                                                   "fps", "frame_relation", "frame_relation", "knn", "knn", "knn",
+                                                   "linear_relation", "relation", "relation"]
+    assert [r.kernel for r in rows if r.kernel.startswith("relation")] == ["relation fwd+bwd",
+                                                                           "relation fwd+bwd atomic"]  # both sums
     assert passed(rows) and all(r.path == "triton" for r in rows), format_table(rows)
     by_name = {r.kernel.split()[0]: r for r in rows}
     assert by_name["fps"].max_diff == 0
@@ -178,7 +183,7 @@ def test_the_check_runs_every_kernel_against_its_torch_path_and_names_a_fallback
     with pytest.warns(KernelFallbackWarning):
         rows = check_kernels(DEVICE, points=120, pairs=24, reps=1)
     assert rows[0].path.startswith("torch (fell back: RuntimeError: Triton Error [CUDA]") and not passed(rows)
-    assert "aggregate fwd+bwd        torch (fell back" in format_table(rows)
+    assert "aggregate fwd+bwd             torch (fell back" in format_table(rows)
 
 
 def test_a_registered_kernel_gets_the_switch_the_fallback_and_the_check(monkeypatch):
