@@ -12,10 +12,10 @@ Today's torch path does each as a chain of gathers, subtractions, a softmax, an 
 ``(N, k, C)`` pairs in memory (and on the GPU a kernel launch); here each is one Triton kernel
 (``triton_attention.py``) forward and one backward, both recomputing the gathered values and the softmax
 from ``v``, ``idx``, ``delta`` and the logits ``w (N, k, G)`` instead of saving ``(N, k, C)`` pairs. The
-gradients of ``k`` and ``v`` are summed into their rows by source point, from the kNN lists' transpose
-(``gather_backward.py``, the default: the same bits in every run), or with float32 atomic adds
-(``gather_backward.SCATTER = "atomic"``, and linear GeoPE's always: the order of the sums is not
-deterministic, as with torch's ``index_add_`` on CUDA). Inputs may be float32, bfloat16 or float16
+gradients of ``k`` and ``v`` are summed into their rows with float32 atomic adds (the default, and linear
+GeoPE's always: the order of the sums is not deterministic, as with torch's ``index_add_`` on CUDA), or by
+source point from the kNN lists' transpose (``gather_backward.py``: the same bits in every run; the default
+under ``torch.use_deterministic_algorithms(True)``, ``gather_backward.SCATTER``). Inputs may be float32, bfloat16 or float16
 (accumulated in float32) or float64 (in float64, for ``gradcheck``).
 
 Which path runs is :mod:`pointgeope.model.kernels`' decision (``POINTGEOPE_KERNELS``; unset: Triton on CUDA, torch
@@ -350,7 +350,7 @@ def _check(name: str):
 
 # The fused ops in the kernel registry: Triton forward (whose backward dispatches under the same name) and the
 # torch reference of the same formula; their backward sums gradients into source rows with atomics, or (but
-# linear GeoPE's) by source point (gather_backward.SCATTER "sorted", the default), deterministic.
+# linear GeoPE's) by source point (gather_backward.SCATTER: under deterministic algorithms by default).
 KERNELS = {name: kernels.register(name, fn, ref, atomics=atomics, check=_check(name)) for name, fn, ref, atomics in (
     ("relation", _Relation.apply, ref_relation, gather_backward.atomics),
     ("frame_relation", _FrameRelation.apply, ref_frame, gather_backward.atomics),

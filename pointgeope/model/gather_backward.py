@@ -6,7 +6,7 @@ their backward sums every pair's gradient into that row, over the pairs with ``i
 ``gv[p] = sum p_ij gy_i`` (the attention weights of the pair's channel group). Two ways:
 
 =============  =========================================================================================
-``"sorted"``   (default) one program per tile of source rows sums its rows' pairs, read from the transpose
+``"sorted"``   one program per tile of source rows sums its rows' pairs, read from the transpose
                of the kNN lists (:func:`transpose`), in registers, and stores each row once
                (``triton_gather.py``; the aggregation's backward kernel stores its weights ``(N, k, G)``
                for it): no atomics, the same bits in every run, so these three ops keep Triton under
@@ -15,12 +15,15 @@ their backward sums every pair's gradient into that row, over the pairs with ``i
                (``triton_attention.py``), in the GPU's order
 =============  =========================================================================================
 
-Linear GeoPE's relation sums with atomics either way. :data:`SCATTER` chooses (``bench/bench_relation_backward.py``
-times both, and sweeps :data:`SETTINGS`, on the GPU). Why sorted is the default without a GPU measurement: it
-is tested to equal the definition and to be deterministic; its transpose costs one sort of ``N k`` integers
-per neighbourhood (cached on ``idx``); it reads per pair what the atomic kernels read, plus the query's
-rotation coefficients (standard GeoPE) or the pair's weights (aggregation, written once more), against
+Linear GeoPE's relation sums with atomics either way. :data:`SCATTER` chooses: ``"sorted"``, ``"atomic"`` or
+``"auto"`` (the default): sorted where ``torch.use_deterministic_algorithms(True)`` asks for reproducible sums
+(where the atomic kernels would leave Triton for torch), else atomic, the kernels the GPU runs measured. The
+sorted sums are tested to equal the definition and to be deterministic, but have not run on a GPU: their
+transpose costs one sort of ``N k`` integers per neighbourhood (cached on ``idx``) and they read per pair the
+query's rotation coefficients (standard GeoPE) or the pair's weights (aggregation, written once more), against
 float32 atomics into scattered rows, which the GPU profile showed as the cost (``docs/gpu.md``).
+``bench/bench_relation_backward.py`` (a step of ``bench/gpu_check.sh``) times both and sweeps :data:`SETTINGS`;
+its figures decide whether ``"sorted"`` becomes the default.
 
 The transpose depends on ``idx`` only, which is fixed per level of the point hierarchy and shared by the
 layers of that level and by their relation and aggregation: it is computed once and kept on the ``idx``
@@ -41,7 +44,7 @@ __all__ = ["SCATTERS", "SCATTER", "FRAME_TURN_FIRST", "SETTINGS", "Transpose", "
            "scatter", "atomics", "tiles", "relation_key_grad", "frame_point_grad", "aggregate_value_grad"]
 
 SCATTERS = ("sorted", "atomic")
-SCATTER = "sorted"      # how the fused attention's backward sums into the source rows (module docstring)
+SCATTER = "auto"        # how the fused attention's backward sums into the source rows (module docstring)
 # Standard GeoPE's sorted sum in two passes: the queries' programs store the turned pairs R_i g_ij, (N, k, C) in
 # the accumulation type, and relation_gather sums them (reads and writes N k C values once more), instead of
 # frame_gather turning each pair as it sums (reads the query's five coefficients a pair). Which is faster is the
@@ -85,8 +88,10 @@ def transpose(idx: Tensor, rows: int) -> Transpose:
 
 def sorted_backward() -> bool:
     """Whether the fused attention's backward sums by source point (:data:`SCATTER`)."""
-    if SCATTER not in SCATTERS:
-        raise ValueError(f"gather_backward.SCATTER: expected one of {SCATTERS}, got {SCATTER!r}")
+    if SCATTER not in ("auto", *SCATTERS):
+        raise ValueError(f"gather_backward.SCATTER: expected one of {('auto', *SCATTERS)}, got {SCATTER!r}")
+    if SCATTER == "auto":
+        return torch.are_deterministic_algorithms_enabled()
     return SCATTER == "sorted"
 
 

@@ -14,10 +14,12 @@ from pointgeope.model.attention_reference import ref_aggregate, ref_frame, ref_r
 
 @pytest.fixture(autouse=True)
 def interpreted():
-    """Triton's interpreter and the Triton path for this module's tests only (restored after each)."""
+    """Triton's interpreter, the Triton path and the sums by source point (``SCATTER = "sorted"``; the default,
+    ``"auto"``, takes them under deterministic algorithms only) for this module's tests (restored after each)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TRITON_INTERPRET", "1")
         patch.setenv("POINTGEOPE_KERNELS", "triton")
+        patch.setattr(gather_backward, "SCATTER", "sorted")
         yield patch
 
 
@@ -195,16 +197,20 @@ def test_sorted_sums_are_the_same_bits_in_every_run(turn_first, monkeypatch):
 
 
 def test_sorted_sums_keep_triton_under_deterministic_algorithms(monkeypatch):
+    """The default ``"auto"`` sums by source point under deterministic algorithms, with atomics otherwise."""
     cuda = torch.device("cuda")
     monkeypatch.delenv("POINTGEOPE_KERNELS")
+    monkeypatch.setattr(gather_backward, "SCATTER", "auto")
+    assert not gather_backward.sorted_backward()
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    assert gather_backward.sorted_backward()
     ops = ("frame_relation", "relation", "aggregate")
     assert all(fused_attention.enabled(op, cuda) for op in ops)
     assert not fused_attention.enabled("linear_relation", cuda)              # its gradient: atomics
     monkeypatch.setattr(gather_backward, "SCATTER", "atomic")
     assert not any(fused_attention.enabled(op, cuda) for op in ops)
     monkeypatch.setattr(gather_backward, "SCATTER", "sorting")
-    with pytest.raises(ValueError, match=r"SCATTER: expected one of \('sorted', 'atomic'\), got 'sorting'"):
+    with pytest.raises(ValueError, match=r"SCATTER: expected one of \('auto', 'sorted', 'atomic'\), got 'sorting'"):
         fused_attention.enabled("relation", cuda)
 
 
