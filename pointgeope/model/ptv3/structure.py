@@ -115,7 +115,7 @@ class PointBatch:
         order = torch.argsort(code, dim=1)
         inverse = torch.empty_like(order)
         inverse.scatter_(1, order, torch.arange(code.shape[1], device=code.device).expand_as(order))
-        if shuffle:
-            perm = torch.randperm(code.shape[0]).to(code.device)
-            code, order, inverse = code[perm], order[perm], inverse[perm]
+        if shuffle:       # drawn on the host as Pointcept draws it; rows picked by host ints (no copy, no sync)
+            rows = torch.randperm(code.shape[0]).tolist()
+            code, order, inverse = (torch.stack([t[r] for r in rows]) for t in (code, order, inverse))
         self.serialized_code, self.serialized_order, self.serialized_inverse = code, order, inverse
