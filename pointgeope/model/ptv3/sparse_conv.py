@@ -15,7 +15,9 @@ offsets ``torch.searchsorted`` finds which voxels have that neighbour. That neig
 and input rows per offset) depends only on the voxels: it is built once per stage and cached on the
 ``PointBatch``; the offsets after the centre are the mirrors of those before (``p + d = q`` iff
 ``q - d = p``), so only half are searched. The convolution is then ``feat @ W_centre`` plus, per offset, a gather, a matrix product
-and an ``index_add_`` into the output rows. Runs on any device; autograd differentiates it.
+and an ``index_add_`` into the output rows. Runs on any device; autograd differentiates it. Under
+autocast the products are in half precision and their sum in float32, rounded once to the products' dtype (as
+spconv's kernels accumulate): a bfloat16 sum of the 27 offsets would round at every one.
 
 Points sharing a voxel (Mix3D overlays two scenes without re-gridding them) are accepted as spconv's hash
 table accepts them: a shared voxel is read by its neighbours through one representative point (its lowest
@@ -118,12 +120,15 @@ def subm_conv3d(feat: Tensor, table: NeighbourTable, weight: Tensor, bias: Tenso
     c_out, c_in = weight.shape[0], weight.shape[-1]
     w = weight.reshape(c_out, -1, c_in)                       # (C_out, k^3, C_in)
     out = feat @ w[:, table.centre].t()                       # (under autocast: in its precision)
+    dtype = out.dtype
+    if dtype in (torch.float16, torch.bfloat16):              # half-precision products, summed in float32
+        out = out.float()                                     # and rounded once (spconv's accumulators)
     if bias is not None:
         out = out + bias.to(out.dtype)
     for index, out_rows, in_rows in table.pairs:
         if out_rows.numel():                                  # in place: no copy of out per offset
-            out.index_add_(0, out_rows, feat[in_rows] @ w[:, index].t())
-    return out
+            out.index_add_(0, out_rows, (feat[in_rows] @ w[:, index].t()).to(out.dtype))
+    return out.to(dtype)
 
 
 class SubMConv3d(nn.Module):
