@@ -1,0 +1,187 @@
+"""The ``--recipe`` mode of ``bench/bench_ptv3_step.py`` (its docstring says what is measured): PTv3's recipe
+step per encoding and precision, on crops of a synthetic room, with time and peak memory per case."""
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from bench_evaluate import synth_room
+from bench_io import git_commit, save_json
+from bench_train_step import timed
+from pointgeope.data.dataset import room_sample, sample_rng
+from pointgeope.data.ptv3_dataset import ptv3_data
+from pointgeope.data.ptv3_transforms import ptv3_train_transform
+from pointgeope.engine import build
+from pointgeope.engine.config import load_config
+from pointgeope.engine.state import Learner
+from pointgeope.engine.step import train_step
+
+REPO = Path(__file__).resolve().parents[1]
+MIB = 2 ** 20
+
+
+def config_path(encoding: str) -> str:
+    """The recipe's config of ``encoding`` (``configs/s3dis/ptv3_<encoding>.yaml``)."""
+    return f"configs/s3dis/ptv3_{encoding}.yaml"
+
+
+def recipe_batch(size: str, clouds: int, seed: int = 0) -> SimpleNamespace:
+    """``clouds`` training crops of the ``synth --size`` room through ``ptv3_train_transform`` (each its own
+    generator), packed as ``train_step`` reads a batch: ``pos`` (N, 3), ``x`` (N, 6) ``[rgb | xyz]``,
+    ``grid_coord`` (N, 3), ``ptr`` (B + 1,), ``y`` (N,) labels drawn uniformly from the 13 classes (the room has
+    none; the Lovasz term then sees every class, as an S3DIS batch nearly does)."""
+    coord, color = synth_room(size)
+    transform = ptv3_train_transform()
+    parts = [ptv3_data(transform(room_sample(coord, color), sample_rng(seed, i))) for i in range(clouds)]
+    counts = torch.tensor([len(p.pos) for p in parts])
+    g = torch.Generator().manual_seed(seed)
+    return SimpleNamespace(pos=torch.cat([p.pos for p in parts]), x=torch.cat([p.x for p in parts]),
+                           grid_coord=torch.cat([p.grid_coord for p in parts]),
+                           ptr=torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts, 0)]),
+                           y=torch.randint(0, 13, (int(counts.sum()),), generator=g))
+
+
+def to_device(batch: SimpleNamespace, device: torch.device) -> SimpleNamespace:
+    return SimpleNamespace(**{k: v.to(device) for k, v in vars(batch).items()})
+
+
+class Network:
+    """One encoding's network and optimiser, as the recipe builds them; ``cfg(amp)`` its config at a precision."""
+
+    def __init__(self, encoding: str, overrides: list[str], device: torch.device):
+        self.encoding, self.overrides, self.device = encoding, overrides, device
+        cfg = self.cfg("none")
+        torch.manual_seed(0)
+        net = build.model(cfg).to(device).train()
+        opt = build.optimizer(cfg, net)
+        self.learner = Learner(net, opt, build.scheduler(cfg, opt, steps_per_epoch=1000),
+                               build.grad_scaler(cfg, device))
+        self.parameters = sum(p.numel() for p in net.parameters())
+
+    def cfg(self, amp: str):
+        return load_config(REPO / config_path(self.encoding), [f"train.amp={amp}", *self.overrides])
+
+    def state_mib(self) -> float:
+        """Parameters, gradients and the optimiser's state, MiB."""
+        tensors = [p for p in self.learner.model.parameters()] + \
+                  [p.grad for p in self.learner.model.parameters() if p.grad is not None] + \
+                  [t for s in self.learner.optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+        return sum(t.numel() * t.element_size() for t in tensors) / MIB
+
+
+def one_step(net: Network, amp: str, cfg, batch: SimpleNamespace) -> dict:
+    """One timed training step of ``net`` at ``amp``: seconds, peak memory, loss (an out-of-memory error is
+    returned as ``error``)."""
+    try:
+        loss = []
+        seconds, above = timed(lambda: loss.append(train_step(cfg, net.learner, net.learner.model, batch,
+                                                              net.device)[1]), net.device)
+    except torch.cuda.OutOfMemoryError as err:
+        net.learner.optimizer.zero_grad(set_to_none=True)
+        torch.cuda.empty_cache()
+        return {"error": f"out of memory: {str(err).splitlines()[0][:200]}"}
+    row = {"seconds": seconds, "loss": loss[-1]}
+    if net.device.type == "cuda":
+        row.update(peak_mib=torch.cuda.max_memory_allocated() / MIB, peak_step_mib=above)
+    return row
+
+
+def summarise(cases: dict, encodings: list[str], amps: list[str]) -> None:
+    """Per case: the median step of the timed rounds, peaks (the largest), ratios to ``none`` and to float32 at
+    the same precision or encoding (medians of the same rounds)."""
+    for row in cases.values():
+        timed_s = row["steps_s"]
+        row["step_s"] = statistics.median(timed_s) if timed_s else None
+        for key in ("peak_mib", "peak_step_mib"):
+            if row.get(f"{key}_all"):
+                row[key] = max(row[f"{key}_all"])
+    for pe in encodings:
+        for amp in amps:
+            row, none, f32 = cases[f"{pe}/{amp}"], cases.get(f"none/{amp}", {}), cases.get(f"{pe}/none", {})
+            if row["step_s"] and none.get("step_s"):
+                row["vs_none_time"] = row["step_s"] / none["step_s"]
+            if row["step_s"] and f32.get("step_s") and amp != "none":
+                row["vs_float32_time"] = row["step_s"] / f32["step_s"]
+            if row.get("peak_step_mib") and f32.get("peak_step_mib") and amp != "none":
+                row["vs_float32_memory"] = row["peak_step_mib"] / f32["peak_step_mib"]
+
+
+def one_round(cases: dict, nets: dict, cfgs: dict, batch: SimpleNamespace, warmup: bool) -> None:
+    """One step of every case still running (``cases`` keys ``encoding/amp``), recorded in its row."""
+    for key, row in cases.items():
+        if "error" in row:
+            continue
+        pe, amp = key.split("/")
+        got = one_step(nets[pe], amp, cfgs[pe, amp], batch)
+        if "error" in got:
+            row["error"] = got["error"]
+            continue
+        row["warmup_s" if warmup else "steps_s"].append(got["seconds"])
+        row["loss"] = got["loss"]
+        for name in ("peak_mib", "peak_step_mib"):
+            if name in got:
+                row.setdefault(f"{name}_all", []).append(got[name])
+        row["state_mib"] = nets[pe].state_mib()
+
+
+def run_recipe(args: argparse.Namespace, small: list[str]) -> dict:
+    """The recipe mode (module docstring of ``bench_ptv3_step.py``); writes ``args.out`` after every round."""
+    start, device = time.perf_counter(), torch.device(args.device)
+    overrides = (small if args.small else []) + list(args.set)
+    host = recipe_batch(args.size, args.clouds)
+    counts = torch.diff(host.ptr).tolist()
+    batch = to_device(host, device)
+    nets = {pe: Network(pe, overrides, device) for pe in args.encodings}
+    cfgs = {(pe, amp): nets[pe].cfg(amp) for pe in args.encodings for amp in args.amps}
+    cases = {f"{pe}/{amp}": {"encoding": pe, "amp": amp, "config": config_path(pe),
+                             "autocast": str(build.mixed_precision(cfgs[pe, amp], device) or torch.float32)[6:],
+                             "parameters": nets[pe].parameters, "warmup_s": [], "steps_s": []}
+             for pe in args.encodings for amp in args.amps}
+    out = {"benchmark": "bench_ptv3_step --recipe", "commit": git_commit(), "device": str(device),
+           "machine": platform.platform(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+           "size": args.size, "clouds": args.clouds, "points_per_cloud": counts, "points": sum(counts),
+           "small": args.small, "set": list(args.set), "rounds": 0, "warmup": args.warmup,
+           "time": "wall seconds of one train_step (the device waited for before and after), median of the "
+                   "timed rounds, cases interleaved",
+           "memory": "CUDA: max_memory_allocated with its peak reset before each step; peak_step_mib above "
+                     "the level before the step; state_mib: parameters, gradients, AdamW moments",
+           "cases": cases}
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+    last_round = 0.0
+    for r in range(args.warmup + args.rounds):
+        began = time.perf_counter()
+        if r > args.warmup and began - start + last_round > args.budget:     # the first timed round always runs
+            out["stopped"] = f"--budget {args.budget:.0f} s: no time for round {r + 1} after {began - start:.0f} s"
+            break
+        one_round(cases, nets, cfgs, batch, warmup=r < args.warmup)
+        last_round = time.perf_counter() - began
+        out["rounds"] = max(0, r + 1 - args.warmup)
+        out["seconds"] = time.perf_counter() - start
+        summarise(cases, args.encodings, args.amps)
+        save_json(args.out, out, indent=1)
+        last = {k: (v["steps_s"] or v["warmup_s"] or [float("nan")])[-1] for k, v in cases.items()}
+        print(f"round {r + 1}: " + ", ".join(f"{k} {s:.3f} s" for k, s in last.items()), flush=True)
+    save_json(args.out, out, indent=1)
+    return out
+
+
+def recipe_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("the recipe's step (--recipe)")
+    g.add_argument("--recipe", action="store_true", help="the recipe's networks and batch (see the docstring)")
+    g.add_argument("--device", default="cpu")
+    g.add_argument("--amps", nargs="+", choices=("none", "bf16", "fp16"), default=["none", "bf16"])
+    g.add_argument("--encodings", nargs="+", default=["none", "geope", "point3drope"])
+    g.add_argument("--clouds", type=int, default=3, help="crops in the batch (the recipe's 12 over 4 GPUs: 3)")
+    g.add_argument("--size", choices=("tiny", "demo", "bench"), default="bench", help="synth --size of the room")
+    g.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
+    g.add_argument("--budget", type=float, default=600.0, help="seconds after which no round starts")
+    g.add_argument("--small", action="store_true", help="the modest network of the CPU mode (tests)")
+    g.add_argument("--set", nargs="*", default=[], metavar="section.key=value", help="config overrides (last option)")
