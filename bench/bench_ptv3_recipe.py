@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import sys
 import time
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,6 +17,7 @@ import torch
 from bench_evaluate import synth_room
 from bench_io import git_commit, save_json
 from bench_train_step import timed
+from step_profile import profile
 from pointgeope.data.dataset import room_sample, sample_rng
 from pointgeope.data.ptv3_dataset import ptv3_data
 from pointgeope.data.ptv3_transforms import ptv3_train_transform
@@ -78,18 +81,39 @@ class Network:
 
 def one_step(net: Network, amp: str, cfg, batch: SimpleNamespace) -> dict:
     """One timed training step of ``net`` at ``amp``: seconds, peak memory, loss (an out-of-memory error is
-    returned as ``error``)."""
+    returned as ``error``, after the step's memory is given back)."""
+    loss = []
     try:
-        loss = []
         seconds, above = timed(lambda: loss.append(train_step(cfg, net.learner, net.learner.model, batch,
                                                               net.device)[1]), net.device)
     except torch.cuda.OutOfMemoryError as err:
-        net.learner.optimizer.zero_grad(set_to_none=True)
-        torch.cuda.empty_cache()
-        return {"error": f"out of memory: {str(err).splitlines()[0][:200]}"}
-    row = {"seconds": seconds, "loss": loss[-1]}
+        message = f"out of memory: {str(err).splitlines()[0][:200]}"
+    else:
+        row = {"seconds": seconds, "loss": loss[-1]}
+        if net.device.type == "cuda":
+            row.update(peak_mib=torch.cuda.max_memory_allocated() / MIB, peak_step_mib=above)
+        return row
+    net.learner.optimizer.zero_grad(set_to_none=True)      # the failed step's frames are gone by now
+    torch.cuda.empty_cache()
+    return {"error": message}
+
+
+def profiled(net: Network, cfg, batch: SimpleNamespace) -> dict:
+    """One more step of a case under torch's profiler (``step_profile.profile``: its top kernels, on CUDA the
+    GPU's busy share) and, on CUDA, the times the host waited for the device in one step (the warnings of
+    ``torch.cuda.set_sync_debug_mode``, counted)."""
+    def step():
+        train_step(cfg, net.learner, net.learner.model, batch, net.device)
+    row = profile(step, net.device)
     if net.device.type == "cuda":
-        row.update(peak_mib=torch.cuda.max_memory_allocated() / MIB, peak_step_mib=above)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                step()
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+        row["host_syncs"] = sum("synchroniz" in str(w.message) for w in caught)
     return row
 
 
@@ -134,6 +158,10 @@ def one_round(cases: dict, nets: dict, cfgs: dict, batch: SimpleNamespace, warmu
 def run_recipe(args: argparse.Namespace, small: list[str]) -> dict:
     """The recipe mode (module docstring of ``bench_ptv3_step.py``); writes ``args.out`` after every round."""
     start, device = time.perf_counter(), torch.device(args.device)
+    unknown = [k for k in args.profile if k.split("/")[0] not in args.encodings or k.split("/")[-1] not in args.amps]
+    if unknown:
+        print(f"--profile: expected cases encoding/amp of --encodings and --amps, got {unknown}", file=sys.stderr)
+        raise SystemExit(2)
     overrides = (small if args.small else []) + list(args.set)
     host = recipe_batch(args.size, args.clouds)
     counts = torch.diff(host.ptr).tolist()
@@ -169,6 +197,12 @@ def run_recipe(args: argparse.Namespace, small: list[str]) -> dict:
         save_json(args.out, out, indent=1)
         last = {k: (v["steps_s"] or v["warmup_s"] or [float("nan")])[-1] for k, v in cases.items()}
         print(f"round {r + 1}: " + ", ".join(f"{k} {s:.3f} s" for k, s in last.items()), flush=True)
+    for key in args.profile:                                  # after the timed rounds: they stay unprofiled
+        if "error" in cases[key] or time.perf_counter() - start > args.budget:
+            continue
+        pe, amp = key.split("/")
+        out.setdefault("profile", {})[key] = profiled(nets[pe], cfgs[pe, amp], batch)
+        save_json(args.out, out, indent=1)
     save_json(args.out, out, indent=1)
     return out
 
@@ -184,4 +218,6 @@ def recipe_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     g.add_argument("--budget", type=float, default=600.0, help="seconds after which no round starts")
     g.add_argument("--small", action="store_true", help="the modest network of the CPU mode (tests)")
+    g.add_argument("--profile", nargs="*", default=[], metavar="ENCODING/AMP",
+                   help="cases to profile one more step of after the rounds (e.g. geope/none geope/bf16)")
     g.add_argument("--set", nargs="*", default=[], metavar="section.key=value", help="config overrides (last option)")

@@ -4,7 +4,8 @@
                point3drope}.yaml`` in float32 and bf16 autocast, the six cases interleaved, on ``--ptv3-clouds``
                crops (default 3: the recipe's 12 a step over Pointcept's 4 GPUs) of the ``synth --size bench``
                room through the recipe's pipeline: median step after ``--ptv3-warmup`` rounds, peak GPU memory
-               per step (``max_memory_allocated``, reset before each), ratios to ``none`` and to float32
+               per step (``max_memory_allocated``, reset before each), ratios to ``none`` and to float32; then one
+               profiled step of ``--ptv3-profile``'s cases (top kernels, the GPU's busy share, the host's waits)
     ptv3_test  ``bench_evaluate.py --published`` with ``configs/s3dis/ptv3_geope.yaml`` (``eval.protocol: ptv3``:
                Pointcept's 10 scaled and flipped views, each cut into grid-sample fragments) of one ``synth
                --size bench`` room: the first ``eval.max_fragments`` fragments of every view timed (the minimum
@@ -33,6 +34,8 @@ def add_ptv3_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ptv3-rounds", type=int, default=3, help="timed rounds (each case one step a round)")
     g.add_argument("--ptv3-warmup", type=int, default=1, help="untimed rounds first")
     g.add_argument("--ptv3-small", action="store_true", help="the modest network (the test suite's CPU run)")
+    g.add_argument("--ptv3-profile", nargs="*", default=["geope/none", "geope/bf16"], metavar="ENCODING/AMP",
+                   help="cases profiled one more step after the rounds (top kernels, GPU busy share, host syncs)")
     g.add_argument("--ptv3-eval-config", default="configs/s3dis/ptv3_geope.yaml")
     g.add_argument("--ptv3-eval-size", default="bench", help="synth --size of the tested room")
     g.add_argument("--ptv3-eval-reps", type=int, default=2, help="repetitions of the test (the minimum counts)")
@@ -50,7 +53,7 @@ def step_ptv3(check: Check, py: str) -> None:
            "cpu" if a.device == "cpu" else "cuda", "--clouds", str(a.ptv3_clouds), "--size", a.ptv3_size,
            "--rounds", str(a.ptv3_rounds), "--warmup", str(a.ptv3_warmup),
            "--budget", str(max(10, min(a.ptv3_limit, check.left()) - 25)), "--amps", *a.ptv3_amps,
-           "--encodings", *a.ptv3_encodings, *(["--small"] if a.ptv3_small else [])]
+           "--encodings", *a.ptv3_encodings, *(["--small"] if a.ptv3_small else []), "--profile", *a.ptv3_profile]
     run_with_result(check, "ptv3", cmd, a.ptv3_limit, data)
 
 

@@ -78,6 +78,8 @@ def check_ptv3_rows(step: dict, test: dict) -> None:
     assert cases["geope/bf16"]["vs_none_time"] == cases["geope/bf16"]["step_s"] / cases["none/bf16"]["step_s"]
     assert cases["point3drope/bf16"]["vs_float32_time"] == (cases["point3drope/bf16"]["step_s"]
                                                             / cases["point3drope/none"]["step_s"])
+    assert sorted(step["profile"]) == ["geope/bf16", "geope/none"]                   # one profiled step each
+    assert step["profile"]["geope/none"]["top"] and "host_syncs" not in step["profile"]["geope/none"]  # CUDA only
     assert test["config"] == "configs/demo_ptv3.yaml" and len(test["fragments_per_view"]) == 10   # PTv3's views
     assert test["fragments_run_all_views"] == 10 and test["seconds_per_room"] > 0 and "peak_gpu_mib" not in test
     ratio = sum(test["fragments_per_view"]) / 10
