@@ -35,13 +35,14 @@ def config_path(encoding: str) -> str:
     return f"configs/s3dis/ptv3_{encoding}.yaml"
 
 
-def recipe_batch(size: str, clouds: int, seed: int = 0) -> SimpleNamespace:
+def recipe_batch(size: str, clouds: int, seed: int = 0, point_max: int = 204_800) -> SimpleNamespace:
     """``clouds`` training crops of the ``synth --size`` room through ``ptv3_train_transform`` (each its own
-    generator), packed as ``train_step`` reads a batch: ``pos`` (N, 3), ``x`` (N, 6) ``[rgb | xyz]``,
-    ``grid_coord`` (N, 3), ``ptr`` (B + 1,), ``y`` (N,) labels drawn uniformly from the 13 classes (the room has
-    none; the Lovasz term then sees every class, as an S3DIS batch nearly does)."""
+    generator; at most ``point_max`` points, the recipe's 204,800), packed as ``train_step`` reads a batch:
+    ``pos`` (N, 3), ``x`` (N, 6) ``[rgb | xyz]``, ``grid_coord`` (N, 3), ``ptr`` (B + 1,), ``y`` (N,) labels
+    drawn uniformly from the 13 classes (the room has none; the Lovasz term then sees every class, as an S3DIS
+    batch nearly does)."""
     coord, color = synth_room(size)
-    transform = ptv3_train_transform()
+    transform = ptv3_train_transform(point_max=point_max)
     parts = [ptv3_data(transform(room_sample(coord, color), sample_rng(seed, i))) for i in range(clouds)]
     counts = torch.tensor([len(p.pos) for p in parts])
     g = torch.Generator().manual_seed(seed)
@@ -96,6 +97,25 @@ def one_step(net: Network, amp: str, cfg, batch: SimpleNamespace) -> dict:
     net.learner.optimizer.zero_grad(set_to_none=True)      # the failed step's frames are gone by now
     torch.cuda.empty_cache()
     return {"error": message}
+
+
+def saved_bytes(net: Network, amp: str, batch: SimpleNamespace) -> int:
+    """Bytes of the tensors the forward of one training step keeps for its backward (autograd's saved tensors,
+    each storage once) under ``amp``'s autocast, also on the CPU (where ``train.amp`` would not cast): the
+    activation memory a GPU's step keeps, counted anywhere."""
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        seen.setdefault(storage.data_ptr(), storage.nbytes())
+        return t
+
+    model = net.learner.model
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+            torch.autocast(net.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        model(batch.pos, batch.x, batch.ptr[1:], grid_coord=batch.grid_coord)
+    return sum(seen.values())
 
 
 def profiled(net: Network, cfg, batch: SimpleNamespace) -> dict:
@@ -163,7 +183,7 @@ def run_recipe(args: argparse.Namespace, small: list[str]) -> dict:
         print(f"--profile: expected cases encoding/amp of --encodings and --amps, got {unknown}", file=sys.stderr)
         raise SystemExit(2)
     overrides = (small if args.small else []) + list(args.set)
-    host = recipe_batch(args.size, args.clouds)
+    host = recipe_batch(args.size, args.clouds, point_max=args.point_max)
     counts = torch.diff(host.ptr).tolist()
     batch = to_device(host, device)
     nets = {pe: Network(pe, overrides, device) for pe in args.encodings}
@@ -197,6 +217,11 @@ def run_recipe(args: argparse.Namespace, small: list[str]) -> dict:
         save_json(args.out, out, indent=1)
         last = {k: (v["steps_s"] or v["warmup_s"] or [float("nan")])[-1] for k, v in cases.items()}
         print(f"round {r + 1}: " + ", ".join(f"{k} {s:.3f} s" for k, s in last.items()), flush=True)
+    if args.saved_tensors:
+        for key, row in cases.items():
+            pe, amp = key.split("/")
+            row["saved_bytes_per_point"] = saved_bytes(nets[pe], amp, batch) / sum(counts)
+        save_json(args.out, out, indent=1)
     for key in args.profile:                                  # after the timed rounds: they stay unprofiled
         if "error" in cases[key] or time.perf_counter() - start > args.budget:
             continue
@@ -218,6 +243,9 @@ def recipe_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     g.add_argument("--budget", type=float, default=600.0, help="seconds after which no round starts")
     g.add_argument("--small", action="store_true", help="the modest network of the CPU mode (tests)")
+    g.add_argument("--point-max", type=int, default=204_800, help="points a crop at most (the recipe's 204,800)")
+    g.add_argument("--saved-tensors", action="store_true",
+                   help="also count the bytes a point the forward keeps for the backward (--rounds 0: only that)")
     g.add_argument("--profile", nargs="*", default=[], metavar="ENCODING/AMP",
                    help="cases to profile one more step of after the rounds (e.g. geope/none geope/bf16)")
     g.add_argument("--set", nargs="*", default=[], metavar="section.key=value", help="config overrides (last option)")

@@ -28,13 +28,17 @@ and AdamW's moments), ratios to ``none`` and to float32 from the same rounds. No
 On the CPU ``bf16`` runs in float32, as ``train.amp`` does there (the row's ``autocast`` says which ran).
 ``--profile geope/none ...``: after the rounds, one more step of those cases under torch's profiler (top
 kernels, on CUDA the GPU's busy share and the host's waits for the device, ``host_syncs``).
+``--saved-tensors``: also each case's ``saved_bytes_per_point``, the bytes its forward keeps for the backward
+(autograd's saved tensors, under the case's autocast also on the CPU): a step's activation memory on any
+device (``--rounds 0 --warmup 0``: only that; ``--point-max`` caps the crops).
 ``--small`` swaps in the modest network above (the test suite's tiny run).
 
 Usage: python bench/bench_ptv3_step.py [--rounds 5] [--threads 1 2] [--points 6000] [--lingeope]
        [--out bench/results/bench_ptv3_step_cpu_1thread.json]
        python bench/bench_ptv3_step.py --recipe --out X.json [--device cuda] [--amps none bf16]
        [--encodings none geope point3drope] [--clouds 3] [--size bench] [--rounds 3] [--warmup 1]
-       [--budget 150] [--small] [--profile geope/none ...] [--set section.key=value ...]
+       [--budget 150] [--small] [--profile geope/none ...] [--saved-tensors] [--point-max 204800]
+       [--set section.key=value ...]
 Issue 35's targets: geope <= 1.10x none; every rotary encoding within 1.10x of each other.
 """
 from __future__ import annotations
