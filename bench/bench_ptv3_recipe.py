@@ -80,15 +80,16 @@ class Network:
         return sum(t.numel() * t.element_size() for t in tensors) / MIB
 
 
-def one_step(net: Network, amp: str, cfg, batch: SimpleNamespace) -> dict:
-    """One timed training step of ``net`` at ``amp``: seconds, peak memory, loss (an out-of-memory error is
-    returned as ``error``, after the step's memory is given back)."""
+def one_step(net: Network, cfg, batch: SimpleNamespace) -> dict:
+    """One timed training step of ``net`` with ``cfg`` (its precision): seconds, peak memory, loss (an
+    out-of-memory error is returned as ``error``, after the step's memory is given back)."""
     loss = []
     try:
         seconds, above = timed(lambda: loss.append(train_step(cfg, net.learner, net.learner.model, batch,
                                                               net.device)[1]), net.device)
-    except torch.cuda.OutOfMemoryError as err:
-        message = f"out of memory: {str(err).splitlines()[0][:200]}"
+    except torch.cuda.OutOfMemoryError as err:       # with the peak it had reached, MiB
+        message = (f"out of memory at {torch.cuda.max_memory_allocated() / MIB:.0f} MiB allocated: "
+                   f"{str(err).splitlines()[0][:200]}")
     else:
         row = {"seconds": seconds, "loss": loss[-1]}
         if net.device.type == "cuda":
@@ -163,7 +164,7 @@ def one_round(cases: dict, nets: dict, cfgs: dict, batch: SimpleNamespace, warmu
         if "error" in row:
             continue
         pe, amp = key.split("/")
-        got = one_step(nets[pe], amp, cfgs[pe, amp], batch)
+        got = one_step(nets[pe], cfgs[pe, amp], batch)
         if "error" in got:
             row["error"] = got["error"]
             continue

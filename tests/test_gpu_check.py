@@ -98,8 +98,8 @@ def test_a_failing_step_is_recorded_and_the_others_still_run(tmp_path):
 @pytest.mark.slow
 def test_the_kernels_step_compares_every_case_on_the_cpu(tmp_path):
     """``--kernels`` on the CPU: the torch kernels of rpe and geope in float32 and bf16, with ratios."""
-    proc, result = _run(tmp_path, "--no-tests", "--no-bench", "--no-published", "--no-ptv3", "--kernels", "--kernel-presets",
-                        "rpe", "geope",
+    proc, result = _run(tmp_path, "--no-tests", "--no-bench", "--no-published", "--no-ptv3", "--kernels",
+                        "--kernel-presets", "rpe", "geope",
                         "--points", "400", "--reps", "1", "--warmup", "0", "--threads", "1", timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     cases = result["steps"]["kernels"]["result"]["cases"]

@@ -59,8 +59,8 @@ def test_each_head_width_gets_its_encoding():
 def test_bfloat16_autocast_trains_as_float32_does(pe):
     """The training step's forward under bf16 autocast (the CPU's; CUDA's casts the same ops): bf16 logits
     within bf16's precision of the float32 ones, every gradient finite, the whole gradient pointing the same
-    way (cosine > 0.999) and no parameter's off by more than 5 % of the whole gradient's norm. (Per parameter cosines mean
-    nothing here: the biases before a norm have a gradient of 0 up to rounding.)"""
+    way (cosine > 0.999) and no parameter's off by more than 5 % of the whole gradient's norm. (Per parameter
+    cosines mean nothing here: the biases before a norm have a gradient of 0 up to rounding.)"""
     model = net(pe, 32).train()
     pos, x, offset, grid = cloud(120, seed=3)
     labels = torch.arange(120) % 13
