@@ -85,3 +85,15 @@ def test_bfloat16_autocast_trains_as_float32_does(pe):
     total = float(flat_full.norm())
     for name, grad in half_grads.items():
         assert float((grad - full_grads[name]).norm()) <= 0.05 * total, name
+
+
+@pytest.mark.parametrize("pe", ["geope", "point3drope", "pointrope", "rope3d", "lingeope"])
+def test_the_coordinates_are_checked_once_at_the_input(pe):
+    """The encodings inside the network do not check finiteness (a synchronisation per attention layer on a
+    GPU): the network's input check does, naming ``coord``."""
+    model = net(pe, 64)
+    assert all(not enc.check_finite for enc in model.backbone.enc.enc0.block0.attn.pe.by_width.values())
+    pos, x, offset, grid = cloud()
+    pos[5, 0] = float("inf")
+    with pytest.raises(ValueError, match="expected finite coord"):
+        model(pos, x, offset, grid_coord=grid)
