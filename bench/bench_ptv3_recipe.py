@@ -30,9 +30,19 @@ REPO = Path(__file__).resolve().parents[1]
 MIB = 2 ** 20
 
 
-def config_path(encoding: str) -> str:
-    """The recipe's config of ``encoding`` (``configs/s3dis/ptv3_<encoding>.yaml``)."""
-    return f"configs/s3dis/ptv3_{encoding}.yaml"
+def case_config(encoding: str) -> tuple[str, list[str]]:
+    """The recipe's config of ``encoding`` and its overrides: ``configs/s3dis/ptv3_<encoding>.yaml`` (``none``: the
+    published network, head width 16); ``none18`` is ``none`` at the comparison's widths (head width 18, those of
+    every encoding's config: ``ptv3_geope.yaml`` with ``model.pe=none``, the ablation's preset)."""
+    if encoding == "none18":
+        return "configs/s3dis/ptv3_geope.yaml", ["model.pe=none"]
+    return f"configs/s3dis/ptv3_{encoding}.yaml", []
+
+
+def case_label(encoding: str) -> str:
+    """The config of ``encoding`` as a command line would give it: ``path [overrides]``."""
+    path, own = case_config(encoding)
+    return " ".join([path, *own])
 
 
 def recipe_batch(size: str, clouds: int, seed: int = 0, point_max: int = 204_800) -> SimpleNamespace:
@@ -70,7 +80,8 @@ class Network:
         self.parameters = sum(p.numel() for p in net.parameters())
 
     def cfg(self, amp: str):
-        return load_config(REPO / config_path(self.encoding), [f"train.amp={amp}", *self.overrides])
+        path, own = case_config(self.encoding)
+        return load_config(REPO / path, [*own, f"train.amp={amp}", *self.overrides])
 
     def state_mib(self) -> float:
         """Parameters, gradients and the optimiser's state, MiB."""
@@ -139,8 +150,9 @@ def profiled(net: Network, cfg, batch: SimpleNamespace) -> dict:
 
 
 def summarise(cases: dict, encodings: list[str], amps: list[str]) -> None:
-    """Per case: the median step of the timed rounds, peaks (the largest), ratios to ``none`` and to float32 at
-    the same precision or encoding (medians of the same rounds)."""
+    """Per case: the median step of the timed rounds, peaks (the largest), ratios (medians of the same rounds)
+    to ``none`` (the published widths), to ``none18`` (the same widths as the encodings') at the same precision,
+    and to float32 of the same encoding."""
     for row in cases.values():
         timed_s = row["steps_s"]
         row["step_s"] = statistics.median(timed_s) if timed_s else None
@@ -152,6 +164,11 @@ def summarise(cases: dict, encodings: list[str], amps: list[str]) -> None:
             row, none, f32 = cases[f"{pe}/{amp}"], cases.get(f"none/{amp}", {}), cases.get(f"{pe}/none", {})
             if row["step_s"] and none.get("step_s"):
                 row["vs_none_time"] = row["step_s"] / none["step_s"]
+            same = cases.get(f"none18/{amp}", {})
+            if row["step_s"] and same.get("step_s"):
+                row["vs_none18_time"] = row["step_s"] / same["step_s"]
+            if row.get("peak_step_mib") and same.get("peak_step_mib"):
+                row["vs_none18_memory"] = row["peak_step_mib"] / same["peak_step_mib"]
             if row["step_s"] and f32.get("step_s") and amp != "none":
                 row["vs_float32_time"] = row["step_s"] / f32["step_s"]
             if row.get("peak_step_mib") and f32.get("peak_step_mib") and amp != "none":
@@ -189,7 +206,7 @@ def run_recipe(args: argparse.Namespace, small: list[str]) -> dict:
     batch = to_device(host, device)
     nets = {pe: Network(pe, overrides, device) for pe in args.encodings}
     cfgs = {(pe, amp): nets[pe].cfg(amp) for pe in args.encodings for amp in args.amps}
-    cases = {f"{pe}/{amp}": {"encoding": pe, "amp": amp, "config": config_path(pe),
+    cases = {f"{pe}/{amp}": {"encoding": pe, "amp": amp, "config": case_label(pe),
                              "autocast": str(build.mixed_precision(cfgs[pe, amp], device) or torch.float32)[6:],
                              "parameters": nets[pe].parameters, "warmup_s": [], "steps_s": []}
              for pe in args.encodings for amp in args.amps}
@@ -238,7 +255,8 @@ def recipe_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--recipe", action="store_true", help="the recipe's networks and batch (see the docstring)")
     g.add_argument("--device", default="cpu")
     g.add_argument("--amps", nargs="+", choices=("none", "bf16", "fp16"), default=["none", "bf16"])
-    g.add_argument("--encodings", nargs="+", default=["none", "geope", "point3drope"])
+    g.add_argument("--encodings", nargs="+", default=["none", "none18", "geope", "point3drope"],
+                   help="none: the published network; none18: none at the encodings' widths (head width 18)")
     g.add_argument("--clouds", type=int, default=3, help="crops in the batch (the recipe's 12 over 4 GPUs: 3)")
     g.add_argument("--size", choices=("tiny", "demo", "bench"), default="bench", help="synth --size of the room")
     g.add_argument("--warmup", type=int, default=1, help="untimed rounds first")

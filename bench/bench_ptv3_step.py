@@ -12,12 +12,13 @@ rounds, and the fastest round's (a stall of two OpenMP threads on a busy machine
 
 **The recipe** (``--recipe``; ``bench/gpu_check.py``'s ``ptv3`` step on a GPU). The networks of
 ``configs/s3dis/ptv3_<encoding>.yaml`` (``none``: Pointcept's published widths, head width 16; the others head
-width 18), trained as the recipe trains them (``engine.step.train_step``: ``train.amp``'s autocast, the recipe's
-cross entropy + Lovasz, AdamW with the ``block`` group, one cycle), on ``--clouds`` crops of the room that
-``pointgeope synth --size SIZE`` writes, each through the recipe's training pipeline
-(``ptv3_train_transform``: its augmentations, grid 0.02 m, the 60 % sphere crop, at most 204,800 points).
-The recipe's batch is 12 such crops in all, divided over the GPUs (Pointcept trained on 4: 3 a GPU); the
-default ``--clouds 3`` is that per-GPU batch (12 on one GPU need about 4 x its memory: above 80 GB in float32).
+width 18; ``none18``: ``none`` at width 18, the fair baseline of an encoding's cost), trained as the recipe
+trains them (``engine.step.train_step``: ``train.amp``'s autocast, the recipe's cross entropy + Lovasz, AdamW
+with the ``block`` group, one cycle), on ``--clouds`` crops of the room that ``pointgeope synth --size SIZE``
+writes, each through the recipe's training pipeline (``ptv3_train_transform``: its augmentations, grid 0.02 m,
+the 60 % sphere crop, at most 204,800 points). The recipe's batch is 12 such crops in all, divided over the
+GPUs (Pointcept's README trains on 4: 3 a GPU); the default ``--clouds 3`` is that per-GPU batch (12 on one
+GPU need about 4 x its memory: about 205 GB in float32, ``--saved-tensors`` below).
 Mix3D, which joins pairs of crops into one cloud, is not applied (the same points, in half as many clouds).
 Each encoding is one network and optimiser; each (encoding, ``--amps`` precision) case is one step of a round,
 the cases interleaved, ``--warmup`` untimed rounds first. Per case: the median step (wall seconds, the device
@@ -36,7 +37,7 @@ device (``--rounds 0 --warmup 0``: only that; ``--point-max`` caps the crops).
 Usage: python bench/bench_ptv3_step.py [--rounds 5] [--threads 1 2] [--points 6000] [--lingeope]
        [--out bench/results/bench_ptv3_step_cpu_1thread.json]
        python bench/bench_ptv3_step.py --recipe --out X.json [--device cuda] [--amps none bf16]
-       [--encodings none geope point3drope] [--clouds 3] [--size bench] [--rounds 3] [--warmup 1]
+       [--encodings none none18 geope point3drope] [--clouds 3] [--size bench] [--rounds 3] [--warmup 1]
        [--budget 150] [--small] [--profile geope/none ...] [--saved-tensors] [--point-max 204800]
        [--set section.key=value ...]
 Issue 35's targets: geope <= 1.10x none; every rotary encoding within 1.10x of each other.

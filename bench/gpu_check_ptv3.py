@@ -1,11 +1,12 @@
 """The PTv3 steps of ``bench/gpu_check.py`` (on by default, ``--no-ptv3`` skips both):
 
     ptv3       ``bench_ptv3_step.py --recipe``: the recipe's training step of ``configs/s3dis/ptv3_{none, geope,
-               point3drope}.yaml`` in float32 and bf16 autocast, the six cases interleaved, on ``--ptv3-clouds``
-               crops (default 3: the recipe's 12 a step over Pointcept's 4 GPUs) of the ``synth --size bench``
-               room through the recipe's pipeline: median step after ``--ptv3-warmup`` rounds, peak GPU memory
-               per step (``max_memory_allocated``, reset before each), ratios to ``none`` and to float32; then one
-               profiled step of ``--ptv3-profile``'s cases (top kernels, the GPU's busy share, the host's waits)
+               point3drope}.yaml`` and of ``none`` at the encodings' widths (``none18``), in float32 and bf16
+               autocast, the eight cases interleaved, on ``--ptv3-clouds`` crops (default 3: the recipe's 12 a
+               step over Pointcept's 4 GPUs) of the ``synth --size bench`` room through the recipe's pipeline:
+               median step after ``--ptv3-warmup`` rounds, peak GPU memory per step (``max_memory_allocated``,
+               reset before each), ratios to ``none``, ``none18`` and float32; then one profiled step of
+               ``--ptv3-profile``'s cases (top kernels, the GPU's busy share, the host's waits)
     ptv3_test  ``bench_evaluate.py --published`` with ``configs/s3dis/ptv3_geope.yaml`` (``eval.protocol: ptv3``:
                Pointcept's 10 scaled and flipped views, each cut into grid-sample fragments) of one ``synth
                --size bench`` room: the first ``eval.max_fragments`` fragments of every view timed (the minimum
@@ -27,7 +28,8 @@ LIMITS = {"ptv3": 110.0, "ptv3_test": 60.0}   # seconds; the check's --budget ca
 def add_ptv3_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("PTv3 (the ptv3 and ptv3_test steps)")
     g.add_argument("--no-ptv3", action="store_true", help="skip the ptv3 and ptv3_test steps")
-    g.add_argument("--ptv3-encodings", nargs="+", default=["none", "geope", "point3drope"])
+    g.add_argument("--ptv3-encodings", nargs="+", default=["none", "none18", "geope", "point3drope"],
+                   help="none: the published network (head width 16); none18: none at the encodings' widths (18)")
     g.add_argument("--ptv3-amps", nargs="+", default=["none", "bf16"])
     g.add_argument("--ptv3-clouds", type=int, default=3, help="crops a step (the recipe's 12 over 4 GPUs)")
     g.add_argument("--ptv3-size", default="bench", help="synth --size of the room the crops are cut from")

@@ -65,17 +65,19 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
 
 
 def check_ptv3_rows(step: dict, test: dict) -> None:
-    """The rows of the ptv3 steps on the CPU: the six cases of three crops of the tiny room (bf16 runs in
+    """The rows of the ptv3 steps on the CPU: the eight cases of three crops of the tiny room (bf16 runs in
     float32 there, as train.amp does), ratios from the same rounds, no GPU memory; the 10-view test."""
     assert step["device"] == "cpu" and step["clouds"] == 3 and step["rounds"] == 1
     assert step["points"] == sum(step["points_per_cloud"]) and 0 < max(step["points_per_cloud"]) <= 204_800
     cases = step["cases"]
-    assert sorted(cases) == ["geope/bf16", "geope/none", "none/bf16", "none/none", "point3drope/bf16",
-                             "point3drope/none"]
+    assert sorted(cases) == ["geope/bf16", "geope/none", "none/bf16", "none/none", "none18/bf16", "none18/none",
+                             "point3drope/bf16", "point3drope/none"]
     for key, row in cases.items():
         assert row["step_s"] > 0 and len(row["steps_s"]) == 1 and row["autocast"] == "float32", key
         assert row["loss"] > 0 and row["state_mib"] > 0 and "peak_mib" not in row and "error" not in row, key
     assert cases["geope/bf16"]["vs_none_time"] == cases["geope/bf16"]["step_s"] / cases["none/bf16"]["step_s"]
+    assert cases["geope/none"]["vs_none18_time"] == cases["geope/none"]["step_s"] / cases["none18/none"]["step_s"]
+    assert cases["none18/none"]["config"] == "configs/s3dis/ptv3_geope.yaml model.pe=none"
     assert cases["point3drope/bf16"]["vs_float32_time"] == (cases["point3drope/bf16"]["step_s"]
                                                             / cases["point3drope/none"]["step_s"])
     assert sorted(step["profile"]) == ["geope/bf16", "geope/none"]                   # one profiled step each
