@@ -253,6 +253,7 @@ def published_case(args) -> dict:
            "seconds_all": rows, "points_per_s": round(n / seconds), "predictions_per_s": round(sum(forwarded) / seconds),
            "batch_points": cfg.eval.batch_points, "device": str(device), "threads": torch.get_num_threads(),
            "variant": args.variant, "config": args.config, "set": args.set, "amp": cfg.train.amp}
+    out.update(projected(result.fragments, cfg.eval.max_fragments, seconds))
     if device.type == "cuda":
         out.update(peak_gpu_mib=round(torch.cuda.max_memory_allocated() / 2**20),
                    gpu=torch.cuda.get_device_name(0))
@@ -276,6 +277,17 @@ def votes_agreement(args, model, coord, color, cfg, device, scores) -> dict:
     same = (result.scores.argmax(1) == scores.argmax(1))
     return {"agree_amp": args.agree_amp, "agree_seconds_per_room": round(min(rows), 3),
             "votes_agreement": round(float(same.mean()), 6), "points_disagreeing": int((~same).sum())}
+
+
+def projected(per_view: list[int], max_fragments: int | None, seconds: float) -> dict:
+    """The fragments of every view, those run (``eval.max_fragments`` a view) and, when fewer ran, the room's
+    time projected to all of them: every fragment holds one point of each voxel (the same size), so the time
+    is linear in the fragments run."""
+    ran = sum(min(f, max_fragments) if max_fragments else f for f in per_view)
+    row = {"fragments_per_view": list(per_view), "fragments_run_all_views": ran}
+    if ran < sum(per_view):
+        row["seconds_projected"] = round(seconds * sum(per_view) / ran, 3)
+    return row
 
 
 def compare(args) -> dict:

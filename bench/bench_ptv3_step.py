@@ -1,15 +1,45 @@
-"""Benchmark: a full PTv3 training step (forward, CE loss, backward, AdamW step) per positional encoding, CPU.
+"""Benchmark: a full PTv3 training step (forward, loss, backward, optimiser step) per positional encoding.
 
-The network is ``PTv3Seg`` (``model.backbone: ptv3``) at a modest size: four stages at head width 18 (the
-width every rotary encoding uses fully, the comparison's), enc_channels (18, 36, 72, 144), one or two blocks
-a stage, patches of 256; the batch is two clouds of ``--points`` points each, one point per 4 cm voxel of a
-6 x 6 x 3 m box. The encodings (``none``, ``geope``, ``rope3d``, ``point3drope``, ``pointrope``; ``lingeope``
-with ``--lingeope``) are interleaved round by round at each thread count (a busy machine slows all alike);
-the median step of the rounds is kept, with its ratio to ``none`` measured in the same rounds, and the fastest
-round's (a stall of two OpenMP threads on a busy machine only adds time).
+Two modes:
+
+**The encodings on the CPU** (default). The network is ``PTv3Seg`` (``model.backbone: ptv3``) at a modest size:
+four stages at head width 18 (the width every rotary encoding uses fully, the comparison's), enc_channels (18,
+36, 72, 144), one or two blocks a stage, patches of 256; the batch is two clouds of ``--points`` points each, one
+point per 4 cm voxel of a 6 x 6 x 3 m box. The encodings (``none``, ``geope``, ``rope3d``, ``point3drope``,
+``pointrope``; ``lingeope`` with ``--lingeope``) are interleaved round by round at each thread count (a busy
+machine slows all alike); the median step of the rounds is kept, with its ratio to ``none`` measured in the same
+rounds, and the fastest round's (a stall of two OpenMP threads on a busy machine only adds time).
+
+**The recipe** (``--recipe``; ``bench/gpu_check.py``'s ``ptv3`` step on a GPU). The networks of
+``configs/s3dis/ptv3_<encoding>.yaml`` (``none``: Pointcept's published widths, head width 16; the others head
+width 18; ``none18``: ``none`` at width 18, the fair baseline of an encoding's cost), trained as the recipe
+trains them (``engine.step.train_step``: ``train.amp``'s autocast, the recipe's cross entropy + Lovasz, AdamW
+with the ``block`` group, one cycle), on ``--clouds`` crops of the room that ``pointgeope synth --size SIZE``
+writes, each through the recipe's training pipeline (``ptv3_train_transform``: its augmentations, grid 0.02 m,
+the 60 % sphere crop, at most 204,800 points). The recipe's batch is 12 such crops in all, divided over the
+GPUs (Pointcept's README trains on 4: 3 a GPU); the default ``--clouds 3`` is that per-GPU batch (12 on one
+GPU need about 4 x its memory: about 205 GB in float32, ``--saved-tensors`` below).
+Mix3D, which joins pairs of crops into one cloud, is not applied (the same points, in half as many clouds).
+Each encoding is one network and optimiser; each (encoding, ``--amps`` precision) case is one step of a round,
+the cases interleaved, ``--warmup`` untimed rounds first. Per case: the median step (wall seconds, the device
+waited for), peak memory (``torch.cuda.max_memory_allocated``, reset before each step: ``peak_step_mib`` above
+the level before the step, i.e. activations and transients; ``state_mib`` the network's parameters, gradients
+and AdamW's moments), ratios to ``none`` and to float32 from the same rounds. No round starts past
+``--budget`` seconds; the JSON is rewritten after every round; a case out of memory is recorded and dropped.
+On the CPU ``bf16`` runs in float32, as ``train.amp`` does there (the row's ``autocast`` says which ran).
+``--profile geope/none ...``: after the rounds, one more step of those cases under torch's profiler (top
+kernels, on CUDA the GPU's busy share and the host's waits for the device, ``host_syncs``).
+``--saved-tensors``: also each case's ``saved_bytes_per_point``, the bytes its forward keeps for the backward
+(autograd's saved tensors, under the case's autocast also on the CPU): a step's activation memory on any
+device (``--rounds 0 --warmup 0``: only that; ``--point-max`` caps the crops).
+``--small`` swaps in the modest network above (the test suite's tiny run).
 
 Usage: python bench/bench_ptv3_step.py [--rounds 5] [--threads 1 2] [--points 6000] [--lingeope]
        [--out bench/results/bench_ptv3_step_cpu_1thread.json]
+       python bench/bench_ptv3_step.py --recipe --out X.json [--device cuda] [--amps none bf16]
+       [--encodings none none18 geope point3drope] [--clouds 3] [--size bench] [--rounds 3] [--warmup 1]
+       [--budget 150] [--small] [--profile geope/none ...] [--saved-tensors] [--point-max 204800]
+       [--set section.key=value ...]
 Issue 35's targets: geope <= 1.10x none; every rotary encoding within 1.10x of each other.
 """
 from __future__ import annotations
@@ -23,6 +53,7 @@ from pathlib import Path
 import torch
 
 from bench_io import git_commit, save_json
+from bench_ptv3_recipe import recipe_args, run_recipe
 from pointgeope.engine.config import load_config
 from pointgeope.engine import build
 
@@ -97,7 +128,11 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=6000)
     parser.add_argument("--lingeope", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    recipe_args(parser)
     args = parser.parse_args()
+    if args.recipe:
+        run_recipe(args, small=[o for o in NETWORK if o.startswith("model.ptv3.")])
+        return
     encodings = ENCODINGS + (("lingeope",) if args.lingeope else ())
     results = []
     for threads in args.threads:

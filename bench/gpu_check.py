@@ -36,6 +36,8 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
                plain relation, the aggregation) summed with atomics and by source point, at every stage of the
                16 x 80k batch, float32 and bf16, each checked equal; the sorted kernels' tiles swept at stages
                0 and 1
+    ptv3, ptv3_test  (``--no-ptv3`` skips them; ``gpu_check_ptv3.py``) PTv3's recipe step of ``none``, ``geope``,
+               ``point3drope`` in float32 and bf16 (time, peak memory), and PTv3's 10-view test of one room
     kernels    (``--kernels``) ``bench_train_step.py --kernels torch triton``: the same step per preset on the
                torch and the fused (Triton) attention kernels, float32 and bf16
     train      (``--train``) ``pointgeope synth --size tiny`` + ``prepare``, then ``train.py --config
@@ -53,7 +55,7 @@ script that way, small. Results: ``--out`` (default ``bench/results/gpu.json``),
 
 Usage: bench/gpu_check.sh [--train] [--evaluate] [--predict] [--ddp] [--kernels] [--device cpu]
        [--points 80000] [--budget 540] [--no-tests] [--no-hierarchy] [--no-relation-backward] [--no-bench]
-       [--no-published] [--no-check] [--no-norm]
+       [--no-published] [--no-check] [--no-norm] [--no-ptv3]
 
 The check in one device call under its 10-minute limit (``bash bench/gpu_wheels.sh`` here first, then carry
 ``.whl``; the run tool's timeout 580 s): ``PYTHON=python3 bash bench/gpu_check.sh``
@@ -70,6 +72,7 @@ import time
 from pathlib import Path
 
 from gpu_check_demo import step_ddp, step_evaluate, step_predict, step_train  # noqa: E402
+from gpu_check_ptv3 import add_ptv3_args, ptv3_steps  # noqa: E402
 from gpu_runner import REPO, Check, result_path, run_with_result  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "gpu.json"
@@ -314,6 +317,7 @@ def parse_args() -> argparse.Namespace:
     for name, limit in limits.items():
         add(f"--{name.replace('_', '-')}-limit", type=float, default=float(limit))
     add("--kernel-presets", nargs="+", default=["rpe", "geope", "lingeope"])
+    add_ptv3_args(parser)
     return parser.parse_args()
 
 
@@ -331,6 +335,7 @@ def plan(args: argparse.Namespace) -> list:
     steps += [] if args.no_published else [("published", step_published)]
     steps += [("bench16", step_bench16)] if cuda and not args.no_bench else []
     steps += [("fold_estimate", lambda check, py: fold_estimate(check))] if cuda and not args.no_bench else []
+    steps += ptv3_steps(args)                                 # PTv3's recipe step and test (gpu_check_ptv3.py)
     steps += [("published_bf16", step_published_bf16)] if cuda and not args.no_published else []
     steps += [("norm_op", step_norm_op), ("norm", step_norm)] if cuda and not args.no_norm else []
     steps += [("relation_backward", step_relation_backward)] if cuda and not args.no_relation_backward else []

@@ -273,15 +273,22 @@ class BlockScale(nn.Module):
         super().__init__()
         self.channels, self.base, self.pos_scale, self.axes = channels, base, pos_scale, axes
         self.freq = nn.Parameter(frequencies(channels, base).float()) if learnable else None
+        self._fixed: dict[tuple, Tensor] = {}      # fixed k_b per (device, dtype, settings): made once
 
     @property
     def learnable(self) -> bool:
         return self.freq is not None
 
     def forward(self, dtype: torch.dtype, device: torch.device) -> Tensor:
-        """``k_b`` in ``dtype`` on ``device`` (a function of ``freq`` when learnable)."""
-        freq = self.freq if self.freq is not None else frequencies(self.channels, self.base)
-        return freq.to(device, dtype) * self.pos_scale / self.axes
+        """``k_b`` in ``dtype`` on ``device`` (a function of ``freq`` when learnable). Fixed ones are made once
+        per device and dtype and kept (not in the ``state_dict``): a copy from the host at every call would
+        wait for a GPU's queue to drain."""
+        if self.freq is not None:
+            return self.freq.to(device, dtype) * self.pos_scale / self.axes
+        key = (torch.device(device), dtype, self.channels, self.base, self.pos_scale, self.axes)
+        if key not in self._fixed:
+            self._fixed[key] = frequencies(self.channels, self.base).to(device, dtype) * self.pos_scale / self.axes
+        return self._fixed[key]
 
     def extra_repr(self) -> str:
         return f"base={self.base}, pos_scale={self.pos_scale}, axes={self.axes}, learnable={self.learnable}"

@@ -30,12 +30,15 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
                         "--tests-paths", "tests/model/test_ops.py", "--tests-workers", "1", "--beside-steps", "1",
                         "--hierarchy-clouds", "2", "--eval-size", "tiny", "--eval-config", "configs/demo.yaml",
                         "--eval-reps", "1", "--eval-overrides", "eval.max_fragments=1",
+                        "--ptv3-small", "--ptv3-size", "tiny", "--ptv3-rounds", "1", "--ptv3-warmup", "0",
+                        "--ptv3-eval-size", "tiny", "--ptv3-eval-config", "configs/demo_ptv3.yaml", "--ptv3-eval-reps",
+                        "1", "--ptv3-eval-overrides", "eval.max_fragments=1",
                         "--train-overrides", "data.loop=1", "data.voxel_max=3000")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert result["failed_steps"] == []
     steps = result["steps"]
-    assert list(steps) == ["info", "pointgeope_info", "tests", "bench", "published", "synth", "prepare", "train",
-                           "evaluate", "predict", "ddp"]                  # the tests first: they decide the rest
+    assert list(steps) == ["info", "pointgeope_info", "tests", "bench", "published", "ptv3", "ptv3_test", "synth",
+                           "prepare", "train", "evaluate", "predict", "ddp"]  # the tests first: they decide the rest
     assert result["machine"]["cuda_available"] is False and result["machine"]["torch"]
     assert steps["tests"]["summary"].startswith("1 passed")
     bench = steps["bench"]["result"]
@@ -50,6 +53,7 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
     published = steps["published"]["result"]                                  # one tiny room, its first fragment
     assert published["size"] == "tiny" and published["fragments_run"] == 1 and published["seconds_per_room"] > 0
     assert 0 < published["predictions"] < published["points"] and "peak_gpu_mib" not in published  # one per voxel
+    check_ptv3_rows(steps["ptv3"]["result"], steps["ptv3_test"]["result"])
     assert len(steps["train"]["points_per_s"]) == 1 and steps["train"]["points_per_s"][0] > 0
     assert steps["evaluate"]["rooms"] == 2 and steps["evaluate"]["eval_seconds_per_room"] > 0
     assert steps["predict"]["ok"] and steps["predict"]["rooms"] == 2
@@ -60,9 +64,33 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
         assert "gpu_logs/train.log" in tar.getnames()
 
 
+def check_ptv3_rows(step: dict, test: dict) -> None:
+    """The rows of the ptv3 steps on the CPU: the eight cases of three crops of the tiny room (bf16 runs in
+    float32 there, as train.amp does), ratios from the same rounds, no GPU memory; the 10-view test."""
+    assert step["device"] == "cpu" and step["clouds"] == 3 and step["rounds"] == 1
+    assert step["points"] == sum(step["points_per_cloud"]) and 0 < max(step["points_per_cloud"]) <= 204_800
+    cases = step["cases"]
+    assert sorted(cases) == ["geope/bf16", "geope/none", "none/bf16", "none/none", "none18/bf16", "none18/none",
+                             "point3drope/bf16", "point3drope/none"]
+    for key, row in cases.items():
+        assert row["step_s"] > 0 and len(row["steps_s"]) == 1 and row["autocast"] == "float32", key
+        assert row["loss"] > 0 and row["state_mib"] > 0 and "peak_mib" not in row and "error" not in row, key
+    assert cases["geope/bf16"]["vs_none_time"] == cases["geope/bf16"]["step_s"] / cases["none/bf16"]["step_s"]
+    assert cases["geope/none"]["vs_none18_time"] == cases["geope/none"]["step_s"] / cases["none18/none"]["step_s"]
+    assert cases["none18/none"]["config"] == "configs/s3dis/ptv3_geope.yaml model.pe=none"
+    assert cases["point3drope/bf16"]["vs_float32_time"] == (cases["point3drope/bf16"]["step_s"]
+                                                            / cases["point3drope/none"]["step_s"])
+    assert sorted(step["profile"]) == ["geope/bf16", "geope/none"]                   # one profiled step each
+    assert step["profile"]["geope/none"]["top"] and "host_syncs" not in step["profile"]["geope/none"]  # CUDA only
+    assert test["config"] == "configs/demo_ptv3.yaml" and len(test["fragments_per_view"]) == 10   # PTv3's views
+    assert test["fragments_run_all_views"] == 10 and test["seconds_per_room"] > 0 and "peak_gpu_mib" not in test
+    ratio = sum(test["fragments_per_view"]) / 10
+    assert test["seconds_projected"] == pytest.approx(test["seconds_per_room"] * ratio, rel=1e-2)
+
+
 def test_a_failing_step_is_recorded_and_the_others_still_run(tmp_path):
     """--evaluate without a trained run fails; the steps before it still ran, the JSON says which failed."""
-    proc, result = _run(tmp_path, "--no-tests", "--no-bench", "--no-published", "--evaluate", timeout=120)
+    proc, result = _run(tmp_path, "--no-tests", "--no-bench", "--no-published", "--no-ptv3", "--evaluate", timeout=120)
     assert proc.returncode == 1
     assert result["failed_steps"] == ["evaluate"]
     assert result["steps"]["info"]["ok"] and "no " in result["steps"]["evaluate"]["error"]
@@ -72,7 +100,8 @@ def test_a_failing_step_is_recorded_and_the_others_still_run(tmp_path):
 @pytest.mark.slow
 def test_the_kernels_step_compares_every_case_on_the_cpu(tmp_path):
     """``--kernels`` on the CPU: the torch kernels of rpe and geope in float32 and bf16, with ratios."""
-    proc, result = _run(tmp_path, "--no-tests", "--no-bench", "--no-published", "--kernels", "--kernel-presets", "rpe", "geope",
+    proc, result = _run(tmp_path, "--no-tests", "--no-bench", "--no-published", "--no-ptv3", "--kernels",
+                        "--kernel-presets", "rpe", "geope",
                         "--points", "400", "--reps", "1", "--warmup", "0", "--threads", "1", timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     cases = result["steps"]["kernels"]["result"]["cases"]

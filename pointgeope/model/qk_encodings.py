@@ -190,6 +190,7 @@ class _HalfRotary(QKEncoding):
     def __init__(self, head_dim: int, first: list[int], second: list[int], augment: CoordAugment | None,
                  check_finite: bool):
         super().__init__(head_dim, augment, check_finite)
+        self._frequencies: dict[tuple, Tensor] = {}     # (device, dtype, base) -> _third_frequencies, made once
         first_t, second_t = torch.tensor(first), torch.tensor(second)
         self.register_buffer("first", first_t, persistent=False)
         self.register_buffer("second", second_t, persistent=False)
@@ -201,6 +202,16 @@ class _HalfRotary(QKEncoding):
     def rotate(self, q: Tensor, k: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
         tables = half_tables(self.angles(pos), self.first, self.second, self.head_dim)
         return turn_tokens(q, tables, self.swap), turn_tokens(k, tables, self.swap)
+
+    def third_angles(self, pos: Tensor, base: float) -> Tensor:
+        """``theta[.., a Q + q] = pos_a base^(-q/Q)``, ``(B, L, 3Q)`` in the order ``(a, q)`` of ``_thirds``, from
+        ``rope.py``'s ``pointrope_frequencies`` (rows ``3q + a``), made once per device and dtype (a copy from
+        the host at every call would wait for a GPU's queue to drain)."""
+        key = (pos.device, pos.dtype, base)
+        if key not in self._frequencies:
+            self._frequencies[key] = pointrope_frequencies(self.head_dim, base, dtype=pos.dtype, device=pos.device)
+        freq = self._frequencies[key]                                                          # (3Q, 3)
+        return pair_angles(pos, freq).unflatten(-1, (-1, 3)).transpose(-1, -2).flatten(-2)
 
 
 def _thirds(head_dim: int) -> tuple[list[int], list[int]]:
@@ -244,7 +255,7 @@ class Point3DRoPEQK(_HalfRotary):
         self.base, self.pos_scale = base, pos_scale
 
     def angles(self, pos: Tensor) -> Tensor:
-        return _third_angles(pos * self.pos_scale, self.head_dim, self.base)
+        return self.third_angles(pos * self.pos_scale, self.base)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, base={self.base}, pos_scale={self.pos_scale}"
@@ -261,17 +272,10 @@ class PointRoPEQK(_HalfRotary):
         self.base = base
 
     def angles(self, pos: Tensor) -> Tensor:
-        return _third_angles(pos, self.head_dim, self.base)
+        return self.third_angles(pos, self.base)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, base={self.base}"
-
-
-def _third_angles(pos: Tensor, head_dim: int, base: float) -> Tensor:
-    """``theta[.., a Q + q] = pos_a base^(-q/Q)``, ``(B, L, 3Q)`` in the order ``(a, q)`` of ``_thirds``, from
-    ``rope.py``'s ``pointrope_frequencies`` (rows ``3q + a``)."""
-    freq = pointrope_frequencies(head_dim, base, dtype=pos.dtype, device=pos.device)          # (3Q, 3)
-    return pair_angles(pos, freq).unflatten(-1, (-1, 3)).transpose(-1, -2).flatten(-2)
 
 
 def qk_encoding(name: QKName, head_dim: int, **options) -> QKEncoding:

@@ -377,3 +377,27 @@ def test_cache_sized_steps_give_the_same_rotation(name, monkeypatch):
     monkeypatch.setattr(qk_kernels, "_STEP_ELEMENTS", 2 * q[:1].numel())                 # steps of 2 rows
     for got, expected in zip(enc(q, k, coord, grid), whole):
         assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("name", ROTARY)
+def test_fixed_frequencies_are_made_once_per_device_and_dtype(name, monkeypatch):
+    """The frequencies come from the host once per device and dtype and are kept (on a GPU a copy at every call
+    would wait for its queue): a second call makes none and turns the same; float32 then gets its own, which
+    turn as a fresh encoding's do."""
+    from pointgeope import geope
+    from pointgeope.model import qk_encodings
+    made = []
+    for module, fn in ((geope, "frequencies"), (qk_encodings, "pointrope_frequencies")):
+        monkeypatch.setattr(module, fn, lambda *a, _f=getattr(module, fn), **kw: made.append(fn) or _f(*a, **kw))
+    q, k, _, coord, grid = _inputs()
+    enc = qk_encoding(name, ROTARY_HEAD_DIM).eval()
+    first = enc(q, k, coord, grid)
+    once = len(made)
+    second = enc(q, k, coord, grid)
+    assert once >= 1 and len(made) == once
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    single = enc(q.float(), k.float(), coord.float(), grid)
+    enc(q.float(), k.float(), coord.float(), grid)
+    assert len(made) == 2 * once
+    fresh = qk_encoding(name, ROTARY_HEAD_DIM).eval()(q.float(), k.float(), coord.float(), grid)
+    assert all(torch.equal(a, b) for a, b in zip(single, fresh))

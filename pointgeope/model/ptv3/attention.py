@@ -14,6 +14,13 @@ patch. The hook ``pe(q, k, coord_patches, grid_patches) -> (q, k)`` gets the pat
 float (metres) and their stage's grid coordinates (P, K, 3) int64; it must keep the shapes. A hook whose
 ``per_token`` is False (lingeope: no rotation of q and k alone gives its scores) is called instead as
 ``pe.attention(q, k, v, coord_patches, grid_patches, scale=, dropout_p=, attn_mask=)`` for the whole attention.
+
+On CUDA the heads are padded with zero channels to a multiple of :data:`SDPA_ALIGN` before SDPA
+(:func:`aligned_attention`): its memory-efficient kernel needs the head width to be a multiple of 4 (float32)
+or 8 (half precision) and cuDNN's a multiple of 8, so the comparison's head width 18 would otherwise take the
+math path, which stores the (P, H, K, K) scores of every patch (about 15 GB per float32 block at 1.8M points
+and K = 1024). Zero channels add nothing to ``q . k`` and give zero outputs, which are cut off: the result
+is the same (the scale is given explicitly, ``D^-1/2`` of the true width).
 """
 from __future__ import annotations
 
@@ -26,9 +33,27 @@ from torch import Tensor, nn
 from pointgeope.model.ptv3.patches import PatchPartition, partition
 from pointgeope.model.ptv3.structure import PointBatch
 
-__all__ = ["RPE", "PatchEncoding", "SerializedAttention"]
+__all__ = ["RPE", "PatchEncoding", "SerializedAttention", "SDPA_ALIGN", "aligned_attention", "sdpa_alignment"]
 
 PatchEncoding = Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+SDPA_ALIGN = 8   # head width multiple of CUDA's fused SDPA kernels (module docstring); the CPU's take any width
+
+
+def sdpa_alignment(device: torch.device) -> int:
+    """The head-width multiple SDPA's fused kernels need on ``device``: :data:`SDPA_ALIGN` on CUDA, 1 elsewhere."""
+    return SDPA_ALIGN if device.type == "cuda" else 1
+
+
+def aligned_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: float,
+                      dropout_p: float = 0.0, align: int = 1) -> Tensor:
+    """``scaled_dot_product_attention(q, k, v)`` (P, H, K, D) with the head width zero-padded to a multiple of
+    ``align`` for the call and cut back after: ``[q | 0] . [k | 0] = q . k`` and ``A [v | 0] = [A v | 0]``."""
+    width = q.shape[-1]
+    pad = -width % align
+    if pad:
+        q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale, dropout_p=dropout_p)
+    return out[..., :width] if pad else out
 
 
 class RPE(nn.Module):
@@ -116,7 +141,7 @@ class SerializedAttention(nn.Module):
         if pair_pe:   # an encoding of pairs (lingeope): its own attention, with the same mask
             out = self.pe.attention(q, key, v, coord, grid, scale=self.scale, dropout_p=drop, attn_mask=mask)
         else:
-            out = F.scaled_dot_product_attention(q, key, v, attn_mask=mask, scale=self.scale, dropout_p=drop)
+            out = aligned_attention(q, key, v, mask, self.scale, drop, sdpa_alignment(q.device))
         out = out.to(dtype).transpose(1, 2).reshape(-1, c)[inverse]
         return self.proj_drop(self.proj(out))
 

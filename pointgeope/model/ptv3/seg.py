@@ -30,12 +30,14 @@ __all__ = ["PTv3Seg", "StageEncodings", "encoding_options"]
 
 
 def encoding_options(cfg: ModelConfig, grid_size: float) -> dict:
-    """The keyword arguments of ``qk_encoding(cfg.pe, D, **options)`` (module docstring)."""
+    """The keyword arguments of ``qk_encoding(cfg.pe, D, **options)`` (module docstring); no finiteness check
+    in the encodings: the network checks its input coordinates once (``structure.check_inputs``)."""
     if cfg.pe in ("geope", "lingeope"):
-        return dict(base=cfg.geope_base, pos_scale=1.0 / grid_size, learnable=cfg.geope_learnable)
+        return dict(base=cfg.geope_base, pos_scale=1.0 / grid_size, learnable=cfg.geope_learnable,
+                    check_finite=False)
     if cfg.pe == "rope3d":
-        return dict(base=cfg.geope_base, pos_scale=1.0 / grid_size)
-    return {}
+        return dict(base=cfg.geope_base, pos_scale=1.0 / grid_size, check_finite=False)
+    return dict(check_finite=False)
 
 
 class StageEncodings(nn.Module):

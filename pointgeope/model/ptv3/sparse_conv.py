@@ -14,8 +14,11 @@ How it runs: each voxel gets a key ``((b * D_x + x) * D_y + y) * D_z + z`` (coor
 offsets ``torch.searchsorted`` finds which voxels have that neighbour. That neighbour table (pairs of output
 and input rows per offset) depends only on the voxels: it is built once per stage and cached on the
 ``PointBatch``; the offsets after the centre are the mirrors of those before (``p + d = q`` iff
-``q - d = p``), so only half are searched. The convolution is then ``feat @ W_centre`` plus, per offset, a gather, a matrix product
-and an ``index_add_`` into the output rows. Runs on any device; autograd differentiates it.
+``q - d = p``), so only half are searched, all in one ``searchsorted`` of ``(offsets, N)`` targets. The
+convolution is then ``feat @ W_centre`` plus, per offset, a gather, a matrix product and an ``index_add_``
+into the output rows. Runs on any device; autograd differentiates it. Under autocast the products are in half
+precision and their sum in float32, rounded once to the products' dtype (as spconv's kernels accumulate): a
+bfloat16 sum of the 27 offsets would round at every one.
 
 Points sharing a voxel (Mix3D overlays two scenes without re-gridding them) are accepted as spconv's hash
 table accepts them: a shared voxel is read by its neighbours through one representative point (its lowest
@@ -68,40 +71,45 @@ def build_neighbours(grid_coord: Tensor, batch: Tensor, kernel_size: int) -> Nei
     key, (_, dy, dz) = _voxel_keys(grid_coord, batch, r)
     sorted_key, perm = torch.sort(key, stable=True)
     centre = kernel_size ** 3 // 2
-    offsets = [(ox, oy, oz) for ox in range(-r, r + 1) for oy in range(-r, r + 1) for oz in range(-r, r + 1)]
-    steps = [(ox * dy + oy) * dz + oz for ox, oy, oz in offsets]
+    steps = _offset_steps(r, dy, dz, key.device)                    # (k^3,) key step of each offset
     if sorted_key.numel() > 1 and bool((sorted_key[1:] == sorted_key[:-1]).any()):
         return NeighbourTable(kernel_size, centre, _duplicate_pairs(key, sorted_key, perm, steps, centre))
-    rows = torch.arange(key.numel(), device=key.device)
-    half = {}
-    for index, step in enumerate(steps[:centre]):                  # offsets before the centre: searched
-        target = key + step
-        pos = torch.searchsorted(sorted_key, target).clamp_(max=key.numel() - 1)
-        found = sorted_key[pos] == target
-        half[index] = (rows[found], perm[pos[found]])
+    half = _search(key, sorted_key, steps[:centre], perm)              # offsets before the centre: searched
     # offset -d is offset d's mirror (flat index k^3 - 1 - index): p + d = q  <=>  q - d = p
     pairs = [(i, *half[i]) for i in range(centre)]
-    pairs += [(len(offsets) - 1 - i, half[i][1], half[i][0]) for i in reversed(range(centre))]
+    pairs += [(2 * centre - i, half[i][1], half[i][0]) for i in reversed(range(centre))]
     return NeighbourTable(kernel_size, centre, tuple(pairs))
 
 
-def _duplicate_pairs(key: Tensor, sorted_key: Tensor, perm: Tensor, steps: list[int], centre: int) -> tuple:
+def _offset_steps(radius: int, dy: int, dz: int, device: torch.device) -> Tensor:
+    """The key step ``(dx D_y + dy) D_z + dz`` of every offset in flat order (x slowest, z fastest), made on
+    ``device`` (no copy from the host, which would wait for a GPU's queue)."""
+    o = torch.arange(-radius, radius + 1, device=device)
+    ox, oy, oz = torch.meshgrid(o, o, o, indexing="ij")
+    return ((ox * dy + oy) * dz + oz).flatten()
+
+
+def _search(key: Tensor, sorted_key: Tensor, steps: Tensor, lookup: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """For each step ``s`` of ``steps`` (S,): the rows ``p`` (increasing) whose ``key[p] + s`` is in ``sorted_key``,
+    and ``lookup`` at its position there. All steps in one search (``(S, N)`` targets), so that a GPU waits
+    for the host twice (the counts, the nonzero), not twice a step."""
+    target = key[None, :] + steps[:, None]                                          # (S, N)
+    pos = torch.searchsorted(sorted_key, target).clamp_(max=sorted_key.numel() - 1)
+    found = sorted_key[pos] == target
+    counts = found.sum(dim=1).tolist()
+    which, rows = found.nonzero(as_tuple=True)                                      # by step, then row
+    return list(zip(rows.split(counts), lookup[pos[which, rows]].split(counts)))
+
+
+def _duplicate_pairs(key: Tensor, sorted_key: Tensor, perm: Tensor, steps: Tensor, centre: int) -> tuple:
     """The pairs of voxels shared by several points: for each non-centre offset ``d``, every point ``p``
     whose voxel ``v(p) + d`` is occupied reads that voxel's representative (its lowest row; ``perm`` of the
     stable sort ``sorted_key`` lists a voxel's rows in increasing order, so the first of each run).
     Not mirrored: the representative relation is not symmetric."""
     unique_key, first = _first_of_runs(sorted_key)
-    representative = perm[first]
-    rows = torch.arange(key.numel(), device=key.device)
-    pairs = []
-    for index, step in enumerate(steps):
-        if index == centre:
-            continue
-        target = key + step
-        pos = torch.searchsorted(unique_key, target).clamp_(max=unique_key.numel() - 1)
-        found = unique_key[pos] == target
-        pairs.append((index, rows[found], representative[pos[found]]))
-    return tuple(pairs)
+    others = [i for i in range(steps.numel()) if i != centre]
+    found = _search(key, unique_key, torch.cat([steps[:centre], steps[centre + 1:]]), perm[first])
+    return tuple((index, rows, neighbours) for index, (rows, neighbours) in zip(others, found))
 
 
 def _first_of_runs(sorted_key: Tensor) -> tuple[Tensor, Tensor]:
@@ -118,12 +126,15 @@ def subm_conv3d(feat: Tensor, table: NeighbourTable, weight: Tensor, bias: Tenso
     c_out, c_in = weight.shape[0], weight.shape[-1]
     w = weight.reshape(c_out, -1, c_in)                       # (C_out, k^3, C_in)
     out = feat @ w[:, table.centre].t()                       # (under autocast: in its precision)
+    dtype = out.dtype
+    if dtype in (torch.float16, torch.bfloat16):              # half-precision products, summed in float32
+        out = out.float()                                     # and rounded once (spconv's accumulators)
     if bias is not None:
         out = out + bias.to(out.dtype)
     for index, out_rows, in_rows in table.pairs:
         if out_rows.numel():                                  # in place: no copy of out per offset
-            out.index_add_(0, out_rows, feat[in_rows] @ w[:, index].t())
-    return out
+            out.index_add_(0, out_rows, (feat[in_rows] @ w[:, index].t()).to(out.dtype))
+    return out.to(dtype)
 
 
 class SubMConv3d(nn.Module):

@@ -41,14 +41,18 @@ def offsets_to_batch(offset: Tensor) -> Tensor:
 
 
 def check_inputs(coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor) -> None:
-    """Raise a ``ValueError`` naming the argument unless the shapes and dtypes agree: ``coord`` (N, 3) float,
-    ``grid_coord`` (N, 3) integer >= 0, ``feat`` (N, C), ``offset`` (B,) integer, strictly increasing (no
-    empty cloud), ending at N >= 1."""
+    """Raise a ``ValueError`` naming the argument unless the shapes and dtypes agree: ``coord`` (N, 3) float and
+    finite, ``grid_coord`` (N, 3) integer >= 0, ``feat`` (N, C), ``offset`` (B,) integer, strictly increasing (no
+    empty cloud), ending at N >= 1. (The one finiteness check of the coordinates: every stage's are means of
+    these, so the attention's encodings need not check again, a synchronisation each on a GPU.)"""
     n = coord.shape[0] if coord.dim() == 2 else -1
     if coord.dim() != 2 or coord.shape[1] != 3 or not coord.dtype.is_floating_point:
         raise ValueError(f"expected coord of shape (N, 3) float, got {tuple(coord.shape)} {coord.dtype}")
     if n == 0:
         raise ValueError("expected at least one point, got coord of shape (0, 3)")
+    bad = int((~torch.isfinite(coord)).sum())
+    if bad:
+        raise ValueError(f"expected finite coord, got {bad} non-finite values (NaN or inf) in {tuple(coord.shape)}")
     if tuple(grid_coord.shape) != (n, 3) or grid_coord.dtype.is_floating_point:
         raise ValueError(f"expected grid_coord of shape ({n}, 3) integer, got {tuple(grid_coord.shape)} "
                          f"{grid_coord.dtype}")
@@ -115,7 +119,7 @@ class PointBatch:
         order = torch.argsort(code, dim=1)
         inverse = torch.empty_like(order)
         inverse.scatter_(1, order, torch.arange(code.shape[1], device=code.device).expand_as(order))
-        if shuffle:
-            perm = torch.randperm(code.shape[0]).to(code.device)
-            code, order, inverse = code[perm], order[perm], inverse[perm]
+        if shuffle:       # drawn on the host as Pointcept draws it; rows picked by host ints (no copy, no sync)
+            rows = torch.randperm(code.shape[0]).tolist()
+            code, order, inverse = (torch.stack([t[r] for r in rows]) for t in (code, order, inverse))
         self.serialized_code, self.serialized_order, self.serialized_inverse = code, order, inverse

@@ -81,6 +81,10 @@ def test_bad_input_names_the_argument(model):
         run(model, **dict(data, feat=torch.randn(100, 6)))
     with pytest.raises(ValueError, match="coord"):
         run(model, **dict(data, coord=data["coord"][:, :2]))
+    nan = data["coord"].clone()
+    nan[3, 1] = float("nan")
+    with pytest.raises(ValueError, match="expected finite coord, got 1 non-finite"):
+        run(model, **dict(data, coord=nan))
 
 
 def test_training_step_reaches_every_parameter():

@@ -123,3 +123,44 @@ def test_duplicate_voxels_read_one_representative():
     same = [(i, j) for i in range(25) for j in range(i + 1, 25) if bool((grid[i] == grid[j]).all())]
     i, j = same[0]
     assert not torch.allclose(got[i], got[j])
+
+
+def test_bfloat16_autocast_sums_the_offsets_in_float32():
+    """Under bf16 autocast each offset's product is rounded to bf16 and their sum only once. Against the exact
+    convolution of the bf16-rounded inputs (dense conv3d in float64), with positive inputs and weights (no
+    cancellation: the partial sums grow), the error stays within ``2^-7 (W * f)``: the CPU's bf16 products
+    (measured: up to 2 roundings, ``2^-8``) and one rounding of the sum. A bf16 sum, rounded at each of the up
+    to 26 neighbours, reached ``2^-6``."""
+    grid, batch = sparse_clouds(7, counts=(500, 450))
+    torch.manual_seed(0)
+    conv = SubMConv3d(16, 24, 3, bias=False)
+    with torch.no_grad():
+        conv.weight.abs_()
+    feat = torch.rand(len(grid), 16, generator=torch.Generator().manual_seed(1)) + 0.5
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = conv(feat, build_neighbours(grid, batch, 3))
+    assert out.dtype == torch.bfloat16
+    exact = dense_reference(feat.bfloat16().double(), grid, batch, conv.weight.detach().bfloat16().double(), None)
+    error = (out.double() - exact).abs() / exact
+    assert float(error.max()) <= 2.0 ** -7
+
+
+def test_bfloat16_autocast_sums_the_input_gradient_in_float32():
+    """The backward under bf16 autocast: each offset's gradient rows (bf16 products) are added into the input's
+    gradient in float32. Against the exact gradient (dense conv3d in float64 of the bf16-rounded weight and
+    upstream gradient), with positive values, within ``2^-7``; summed in bf16 (the input cast to bf16 before
+    its rows are gathered) it reached ``2^-6``."""
+    grid, batch = sparse_clouds(7, counts=(500, 450))
+    torch.manual_seed(0)
+    conv = SubMConv3d(16, 24, 3, bias=False)
+    with torch.no_grad():
+        conv.weight.abs_()
+    feat = (torch.rand(len(grid), 16, generator=torch.Generator().manual_seed(1)) + 0.5).requires_grad_()
+    upstream = torch.rand(len(grid), 24, generator=torch.Generator().manual_seed(2)).bfloat16() + 0.5
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = conv(feat, build_neighbours(grid, batch, 3))
+    out.backward(upstream)
+    f64 = feat.detach().bfloat16().double().requires_grad_()
+    exact = dense_reference(f64, grid, batch, conv.weight.detach().bfloat16().double(), None)
+    (grad,) = torch.autograd.grad(exact, f64, upstream.double())
+    assert float(((feat.grad.double() - grad).abs() / grad).max()) <= 2.0 ** -7

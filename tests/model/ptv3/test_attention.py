@@ -1,0 +1,63 @@
+"""The attention of PTv3 (pointgeope/model/ptv3/attention.py): heads zero-padded to the width CUDA's fused SDPA
+kernels need give the attention of the true width, against softmax(s q k^T + mask) v written out in float64."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pointgeope.model.ptv3 import attention as attention_module
+from pointgeope.model.ptv3.attention import aligned_attention, sdpa_alignment
+from pointgeope.model.ptv3.seg import PTv3Seg
+from tests.model.ptv3.test_seg import cloud, net
+
+
+def reference(q, k, v, valid, scale):
+    """softmax over the valid keys of ``scale q . k``, times v, from the definition."""
+    scores = torch.einsum("phid,phjd->phij", q, k) * scale
+    if valid is not None:
+        scores = scores.masked_fill(~valid, float("-inf"))
+    return torch.einsum("phij,phjd->phid", scores.softmax(-1), v)
+
+
+@pytest.mark.parametrize("width,align", [(18, 8), (18, 4), (5, 8), (16, 8), (18, 1)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_padded_heads_give_the_attention_of_the_true_width(width, align, masked):
+    g = torch.Generator().manual_seed(width + align)
+    q, k, v = (torch.randn(3, 2, 10, width, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    valid = (torch.arange(10) < 7).view(1, 1, 1, 10).expand(3, 1, 1, 10) if masked else None
+    scale = width ** -0.5
+    out = aligned_attention(q, k, v, valid, scale, align=align)
+    assert out.shape == (3, 2, 10, width)
+    expected = reference(q, k, v, valid, scale)
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    grads = torch.autograd.grad((out * expected.detach().cos()).sum(), (q, k, v))
+    wanted = torch.autograd.grad((expected * expected.detach().cos()).sum(), (q, k, v))
+    for got, want in zip(grads, wanted):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_cuda_pads_to_eight_and_the_cpu_not_at_all():
+    assert sdpa_alignment(torch.device("cuda")) == 8 and sdpa_alignment(torch.device("cpu")) == 1
+
+
+@pytest.mark.parametrize("pe", ["none", "geope", "point3drope"])
+def test_the_network_with_padded_heads_is_the_network(pe, monkeypatch):
+    """PTv3 at head width 18 with the CUDA padding forced on the CPU: the same logits and gradients."""
+    model: PTv3Seg = net(pe, 16)
+    pos, x, offset, grid = cloud(60)
+
+    def run():
+        model.zero_grad()
+        out = model(pos, x, offset, grid_coord=grid)
+        out.square().sum().backward()
+        return out.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    plain, plain_grads = run()
+    asked = []
+    monkeypatch.setattr(attention_module, "sdpa_alignment", lambda device: asked.append(device) or 8)
+    padded, padded_grads = run()
+    assert len(asked) == 3                                  # every attention layer (2 encoder, 1 decoder) padded
+    torch.testing.assert_close(padded, plain, rtol=1e-5, atol=1e-5)
+    assert len(padded_grads) == len(plain_grads)
+    for got, want in zip(padded_grads, plain_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
