@@ -21,7 +21,7 @@ per-edge turn (case ``"<pe> torch-frame"``: ``target_frame.turn_into_targets(bac
 default (numba on the CPU), in the same rounds.
 
 ``--compile`` adds every case under ``torch.compile`` (``"<case> compiled"``; inductor compiles in the warm-up
-step, which is not timed).
+step, which is not timed; dynamo's recompile limit is raised so that no case falls back to eager).
 
 Usage: python bench/bench_pyg_layer.py [--threads 1 2] [--reps 5] [--n 20000] [--k 16] [--channels 64]
        [--pe geope lingeope ...] [--compare /tmp/before.py] [--compile] [--out bench/results/bench_pyg_layer.json]
@@ -144,6 +144,8 @@ def main() -> None:
     cases += [pe + TORCH_FRAME for pe in args.pe if args.torch_frame and "geope" in
               (ENCODINGS[pe].rotation, ENCODINGS[pe].value_rotation)]
     cases += [case + COMPILED for case in cases if args.compile]
+    if args.compile:             # every case is another layer of the one class: past dynamo's default 8 entries a
+        torch._dynamo.config.recompile_limit = 4 * len(cases) * len(args.threads)   # code object runs eager
 
     rows = []
     print(f"{'threads':>7} {'case':>28} {'ms':>9} {'x pyg':>6} {'x rpe':>6} {'cpu ms':>9} {'x pyg':>6}")
