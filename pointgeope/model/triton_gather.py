@@ -26,23 +26,11 @@ combine functions of ``triton_attention``'s docstring (for the same reason).
 import triton
 import triton.language as tl
 
-from pointgeope.model.kernel_choice import current
+from pointgeope.model.kernel_choice import current, kernel_module
 
 INTERPRET = current().interpret
-
-
-@triton.jit
-def _add(a, b):
-    return a + b
-
-
-@triton.jit
-def _maximum(a, b):
-    return tl.maximum(a, b)
-
-
-if INTERPRET:   # the interpreter reduces with numpy when it recognises Triton's own combine functions
-    _add, _maximum = tl.standard._sum_combine, tl.standard._elementwise_max
+# the reductions' combine functions, from their owner decorated in this same mode (reloaded if need be)
+_add, _maximum = (getattr(kernel_module("pointgeope.model.triton_attention"), f) for f in ("_add", "_maximum"))
 
 
 @triton.jit
