@@ -283,8 +283,12 @@ def test_layer_on_the_triton_path_equals_the_torch_path_and_the_float64_referenc
     assert sorted(launches) == want
     torch.testing.assert_close(fused_run[1], torch_run[1], rtol=1e-4, atol=1e-5)
     assert fused_run[2].keys() == torch_run[2].keys()
-    for name, grad in fused_run[2].items():          # a bias's gradient sums every pair, with cancellation
-        torch.testing.assert_close(grad, torch_run[2][name], rtol=1e-4, atol=5e-5, msg=name)
+    # A bias's gradient sums every pair, with cancellation; the bias of a linear map before a batch norm in
+    # training has a zero gradient, so both paths give rounding noise there (5e-5 apart on 2 threads, with
+    # batch norm's statistics on the Triton kernel): absolute, against the layer's largest gradient (~20)
+    largest = max(float(g.abs().max()) for g in torch_run[2].values())
+    for name, grad in fused_run[2].items():
+        torch.testing.assert_close(grad, torch_run[2][name], rtol=1e-4, atol=5e-6 * largest, msg=name)
 
 
 def _bf16_errors(pe: str, path: str, monkeypatch) -> tuple[float, float]:
