@@ -12,7 +12,7 @@ import argparse
 import sys
 from pointgeope import __version__
 from pointgeope.commands import ablate, evaluate, info, parse_args, predict, prepare, report, synth, train, viz
-from pointgeope.errors import add_debug_argument, run_command
+from pointgeope.errors import add_debug_argument, run_command, settle_exit
 
 # In the order of the pipeline; each command is named after its module.
 COMMANDS = (info, synth, prepare, train, evaluate, predict, report, ablate, viz)
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return run_command(f"pointgeope {args.command}", args.func, args, debug=args.debug)
+    return settle_exit(run_command(f"pointgeope {args.command}", args.func, args, debug=args.debug))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ as one line that names the package and ``pip install "pointgeope[toolkit]"``, ex
 raises ``UserError(message)`` (or a subclass) and needs nothing else.
 Ctrl-C (``KeyboardInterrupt``) ends a command as command-line tools end: ``<prog>: interrupted`` and exit
 code 130 (128 + SIGINT), once the ``finally`` blocks and context managers on the way out have released
-its locks and deleted its temporary files. Inside :func:`stop_on_sigterm` (a command that runs other
+its locks and deleted its temporary files; the entry points (:func:`settle_exit`) then ignore a second Ctrl-C
+while the interpreter shuts down. Inside :func:`stop_on_sigterm` (a command that runs other
 processes: ``ablate``), SIGTERM ends it the same way: ``<prog>: terminated``, exit code 143.
 """
 from __future__ import annotations
@@ -85,6 +86,15 @@ def user_message(err: BaseException) -> str | None:
 def add_debug_argument(parser: argparse.ArgumentParser, default=False) -> None:
     parser.add_argument("--debug", action="store_true", default=default,
                         help="show the traceback of an error of the input (normally one line, exit code 2)")
+
+
+def settle_exit(code: int) -> int:
+    """``code``, for an entry point to exit with; after Ctrl-C or SIGTERM (130, 143) a second Ctrl-C while the
+    interpreter shuts down is ignored, so that the command's one line stays its last: it would print a
+    traceback from whatever finalizer runs then (torch's included)."""
+    if code in (EXIT_INTERRUPTED, 128 + signal.SIGTERM):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code
 
 
 def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False) -> int:
