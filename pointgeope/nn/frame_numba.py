@@ -38,48 +38,58 @@ __all__ = ["turn_edges", "add_turned_edges"]
 _SERIAL_EDGES = 1 << 14                     # fewer edges: one thread (a thread's hand-off costs ~50 us)
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _turn_row(v, t, pairs, sign, out, add):  # pragma: no cover - compiled
+    """`out (=|+=) T^{sign} v` for one row `v (C,)` and one table row `t`: Rodrigues `[cos | sin | 1 - cos | u]`
+    per block of three, or with `pairs` `[cos | sin]` per channel pair; the rest copied (or added)."""
+    if pairs:
+        n = t.shape[0] // 2
+        for p in range(n):
+            c, s, a, b = t[p], sign * t[n + p], v[2 * p], v[2 * p + 1]
+            x, y = a * c - s * b, a * s + b * c
+            out[2 * p], out[2 * p + 1] = (out[2 * p] + x, out[2 * p + 1] + y) if add else (x, y)
+        done = 2 * n
+    else:
+        n = (t.shape[0] - 3) // 3
+        ux, uy, uz = t[3 * n], t[3 * n + 1], t[3 * n + 2]
+        for b in range(n):
+            cos, sin, vers = t[b], sign * t[n + b], t[2 * n + b]
+            vx, vy, vz = v[3 * b], v[3 * b + 1], v[3 * b + 2]
+            along = vers * (ux * vx + uy * vy + uz * vz)
+            x = cos * vx + sin * (uy * vz - uz * vy) + along * ux
+            y = cos * vy + sin * (uz * vx - ux * vz) + along * uy
+            z = cos * vz + sin * (ux * vy - uy * vx) + along * uz
+            if add:
+                out[3 * b] += x
+                out[3 * b + 1] += y
+                out[3 * b + 2] += z
+            else:
+                out[3 * b], out[3 * b + 1], out[3 * b + 2] = x, y, z
+        done = 3 * n
+    for r in range(done, v.shape[0]):
+        out[r] = out[r] + v[r] if add else v[r]
+
+
 @numba.njit(nogil=True, cache=True)
-def _turn_rows(rows, coef, src, crow, sign, out, e0, e1):  # pragma: no cover - compiled
-    """`out[e] = R_{crow[e]}^{sign} rows[src[e]]` for edges `e0 <= e < e1` (`R_c`: the rotation of coefficient row
-    `c`); returns the first edge whose index is out of range (`-1`: none), before anything of it is read."""
-    n = (coef.shape[1] - 3) // 3
+def _turn_rows(rows, table, src, crow, sign, pairs, out, e0, e1):  # pragma: no cover - compiled
+    """`out[e] = T_{crow[e]}^{sign} rows[src[e]]` for edges `e0 <= e < e1` (`_turn_row`); returns the first edge
+    whose index is out of range (`-1`: none), before anything of it is read."""
     for e in range(e0, e1):
         j, i = src[e], crow[e]
-        if j < 0 or j >= rows.shape[0] or i < 0 or i >= coef.shape[0]:
+        if j < 0 or j >= rows.shape[0] or i < 0 or i >= table.shape[0]:
             return e
-        ux, uy, uz = coef[i, 3 * n], coef[i, 3 * n + 1], coef[i, 3 * n + 2]
-        for b in range(n):
-            cos, sin, vers = coef[i, b], sign * coef[i, n + b], coef[i, 2 * n + b]
-            vx, vy, vz = rows[j, 3 * b], rows[j, 3 * b + 1], rows[j, 3 * b + 2]
-            along = vers * (ux * vx + uy * vy + uz * vz)
-            out[e, 3 * b] = cos * vx + sin * (uy * vz - uz * vy) + along * ux
-            out[e, 3 * b + 1] = cos * vy + sin * (uz * vx - ux * vz) + along * uy
-            out[e, 3 * b + 2] = cos * vz + sin * (ux * vy - uy * vx) + along * uz
-        for r in range(3 * n, rows.shape[1]):
-            out[e, r] = rows[j, r]
+        _turn_row(rows[j], table[i], pairs, sign, out[e], False)
     return -1
 
 
 @numba.njit(nogil=True, cache=True)
-def _add_turned_edges(grad, coef, src, crow, sign, out, j0, j1):  # pragma: no cover - compiled
-    """`out[j] += R_{crow[e]}^{sign} grad[e]` for every edge `e` whose source `j` is in `[j0, j1)`, in edge order
+def _add_turned_edges(grad, table, src, crow, sign, pairs, out, j0, j1):  # pragma: no cover - compiled
+    """`out[j] += T_{crow[e]}^{sign} grad[e]` for every edge `e` whose source `j` is in `[j0, j1)`, in edge order
     (indices already checked by the forward)."""
-    n = (coef.shape[1] - 3) // 3
     for e in range(src.shape[0]):
         j = src[e]
-        if j < j0 or j >= j1:
-            continue
-        i = crow[e]
-        ux, uy, uz = coef[i, 3 * n], coef[i, 3 * n + 1], coef[i, 3 * n + 2]
-        for b in range(n):
-            cos, sin, vers = coef[i, b], sign * coef[i, n + b], coef[i, 2 * n + b]
-            vx, vy, vz = grad[e, 3 * b], grad[e, 3 * b + 1], grad[e, 3 * b + 2]
-            along = vers * (ux * vx + uy * vy + uz * vz)
-            out[j, 3 * b] += cos * vx + sin * (uy * vz - uz * vy) + along * ux
-            out[j, 3 * b + 1] += cos * vy + sin * (uz * vx - ux * vz) + along * uy
-            out[j, 3 * b + 2] += cos * vz + sin * (ux * vy - uy * vx) + along * uz
-        for r in range(3 * n, grad.shape[1]):
-            out[j, r] += grad[e, r]
+        if j0 <= j < j1:
+            _turn_row(grad[e], table[crow[e]], pairs, sign, out[j], True)
 
 
 @lru_cache(maxsize=None)
@@ -95,44 +105,6 @@ def _split(run, total: int, edges: int) -> list[int]:
     if parts == 1:
         return [run(0, total)]
     return list(_pool(parts).map(run, bounds[:-1], bounds[1:]))
-
-
-@numba.njit(nogil=True, cache=True)
-def _turn_pair_rows(rows, cs, src, crow, sign, out, e0, e1):  # pragma: no cover - compiled
-    """`out[e]`: the channel pairs `(a, b)` of `rows[src[e]]` turned to `(a c - s b, a s + b c)` by
-    `c = cs[crow[e], p]`, `s = sign * cs[crow[e], P + p]`, the rest copied, for edges `e0 <= e < e1`; returns
-    the first edge whose index is out of range (`-1`: none)."""
-    pairs = cs.shape[1] // 2
-    for e in range(e0, e1):
-        j, i = src[e], crow[e]
-        if j < 0 or j >= rows.shape[0] or i < 0 or i >= cs.shape[0]:
-            return e
-        for p in range(pairs):
-            c, s = cs[i, p], sign * cs[i, pairs + p]
-            a, b = rows[j, 2 * p], rows[j, 2 * p + 1]
-            out[e, 2 * p] = a * c - s * b
-            out[e, 2 * p + 1] = a * s + b * c
-        for r in range(2 * pairs, rows.shape[1]):
-            out[e, r] = rows[j, r]
-    return -1
-
-
-@numba.njit(nogil=True, cache=True)
-def _add_pair_turned_edges(grad, cs, src, crow, sign, out, j0, j1):  # pragma: no cover - compiled
-    """`out[j] +=` the pairs of `grad[e]` turned as `_turn_pair_rows` does, for every edge `e` whose source `j` is
-    in `[j0, j1)`, in edge order."""
-    pairs = cs.shape[1] // 2
-    for e in range(src.shape[0]):
-        j, i = src[e], crow[e]
-        if j < j0 or j >= j1:
-            continue
-        for p in range(pairs):
-            c, s = cs[i, p], sign * cs[i, pairs + p]
-            a, b = grad[e, 2 * p], grad[e, 2 * p + 1]
-            out[j, 2 * p] += a * c - s * b
-            out[j, 2 * p + 1] += a * s + b * c
-        for r in range(2 * pairs, grad.shape[1]):
-            out[j, r] += grad[e, r]
 
 
 def _check_edges(bad: list[int], src: Tensor, crow: Tensor, sources: int, rows: int) -> None:
@@ -155,10 +127,9 @@ def turn_edges(keys: Tensor, table: Tensor, src: Tensor, crow: Tensor, sign: flo
     rows, table = keys.contiguous(), table.to(keys.dtype).contiguous()
     src, crow = src.to(torch.int64).contiguous(), crow.to(torch.int64).contiguous()
     out = keys.new_empty(src.shape[0], keys.shape[1])
-    kernel = _turn_pair_rows if pairs else _turn_rows
-    args = (rows.numpy(), table.numpy(), src.numpy(), crow.numpy(), sign, out.numpy())
+    args = (rows.numpy(), table.numpy(), src.numpy(), crow.numpy(), sign, pairs, out.numpy())
     edges = src.shape[0]
-    _check_edges(_split(lambda e0, e1: kernel(*args, e0, e1), edges, edges), src, crow, keys.shape[0],
+    _check_edges(_split(lambda e0, e1: _turn_rows(*args, e0, e1), edges, edges), src, crow, keys.shape[0],
                  table.shape[0])
     return out
 
@@ -171,9 +142,8 @@ def add_turned_edges(grad: Tensor, table: Tensor, src: Tensor, crow: Tensor, sig
     grad, table = grad.contiguous(), table.to(grad.dtype).contiguous()
     src, crow = src.to(torch.int64).contiguous(), crow.to(torch.int64).contiguous()
     out = grad.new_zeros(sources, grad.shape[1])
-    kernel = _add_pair_turned_edges if pairs else _add_turned_edges
-    args = (grad.numpy(), table.numpy(), src.numpy(), crow.numpy(), sign, out.numpy())
-    _split(lambda j0, j1: kernel(*args, j0, j1), sources, src.shape[0])
+    args = (grad.numpy(), table.numpy(), src.numpy(), crow.numpy(), sign, pairs, out.numpy())
+    _split(lambda j0, j1: _add_turned_edges(*args, j0, j1), sources, src.shape[0])
     return out
 
 
