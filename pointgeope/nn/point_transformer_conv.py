@@ -16,7 +16,8 @@ from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention import PRESETS, MixedInit, PositionalEncoding, pair_frequencies, position_scales
 from pointgeope.model.rope import grid_coordinates, pair_angles, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
-from pointgeope.nn.target_frame import frame_backend, target_coefficients, turn_into_targets
+from pointgeope.nn import target_frame
+from pointgeope.nn.target_frame import target_coefficients, turn_into_targets
 from pointgeope.nn.checks import check_count, check_finite, check_float_tensor, check_scale
 
 __all__ = ["GeoPEPointTransformerConv"]
@@ -192,7 +193,8 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         """Whether linear GeoPE's and RoPE's per-edge rotations run as one compiled pass over the edges
         (`turn_edges` of `pointgeope/nn/frame_numba.py`): on the CPU backend of `target_frame`
         (float32/float64, numba installed, eager), with positions and frequencies as data (no gradient)."""
-        if not {self.pe.rotation, self.pe.value_rotation} & set(_EDGE_TURNS) or frame_backend(key) != "numba":
+        edge_turns = {self.pe.rotation, self.pe.value_rotation} & set(_EDGE_TURNS)
+        if not edge_turns or target_frame.frame_backend(key) != "numba":
             return False
         block_freq = None if self.block_scale is None else self.block_scale.freq
         tensors = [t for t in (*pos, self.pair_freq, block_freq) if t is not None]

@@ -87,9 +87,8 @@ def frame(request, monkeypatch):
     """The per-edge rotations on the CPU kernel (numba, the default where installed) or on the torch path (what
     CUDA tensors take)."""
     if request.param == "torch":
-        from pointgeope.nn import point_transformer_conv, target_frame
+        from pointgeope.nn import target_frame                             # the one place that decides
         monkeypatch.setattr(target_frame, "frame_backend", lambda keys: "torch")
-        monkeypatch.setattr(point_transformer_conv, "frame_backend", lambda keys: "torch")
     return request.param
 
 
