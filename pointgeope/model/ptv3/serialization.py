@@ -23,12 +23,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from pointgeope.model.ops.morton import BITS
 from pointgeope.model.ops.morton import code as morton_code
 
 __all__ = ["MAX_DEPTH", "ORDERS", "check_depth", "encode", "hilbert", "serialization_depth", "z_order"]
 
 ORDERS = ("z", "z-trans", "hilbert", "hilbert-trans")
-MAX_DEPTH = 16  # bits per axis, as Pointcept (and OCNN): 48 bits of curve, the batch index above them
+MAX_DEPTH = BITS  # 16 bits per axis, as Pointcept (and OCNN): 48 bits of curve, the batch index above them
 
 
 def check_depth(grid_coord: Tensor, depth: int, num_clouds: int = 1) -> None:

@@ -143,14 +143,18 @@ def test_neighbour_tables_and_partitions_are_built_once_per_stage(model, monkeyp
 
 
 @pytest.mark.parametrize("upcast", [False, True])
-def test_bfloat16_autocast_with_rpe(upcast):
-    """Under autocast the attention runs in bfloat16 (or float32 with the upcasts), RPE bias included, and
+def test_bfloat16_autocast_with_rpe(upcast, monkeypatch):
+    """Under autocast the attention runs in bfloat16 (in float32 with the upcasts), RPE bias included, and
     stays close to float32."""
+    from pointgeope.model.ptv3 import attention
+    seen, sdpa = [], attention.aligned_attention
+    monkeypatch.setattr(attention, "aligned_attention", lambda q, *a: seen.append(q.dtype) or sdpa(q, *a))
     torch.manual_seed(0)
     net = PointTransformerV3(**dict(SMALL, enable_rpe=True, upcast_attention=upcast, upcast_softmax=upcast)).eval()
     data = cloud()
     full = run(net, **data)
+    del seen[:]
     with torch.autocast("cpu", dtype=torch.bfloat16):
         half = run(net, **data)
-    assert half.dtype == torch.bfloat16 or half.dtype == torch.float32
+    assert seen and set(seen) == {torch.float32 if upcast else torch.bfloat16}
     assert float((half.float() - full).abs().max()) < 0.1 * float(full.abs().max())
