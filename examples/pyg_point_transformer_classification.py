@@ -5,7 +5,7 @@ PyG's `examples/point_transformer_classification.py` trains on ModelNet10 a netw
 point sampling to a quarter, an MLP, a max over each sample's k nearest points), then a mean pool and an MLP
 head. This script keeps that structure with three changes:
 
-- the layer is chosen by `--layer`: `pyg` (PyG's `PointTransformerConv`) or a `pe` of
+- the layer is chosen by `--layers`: `pyg` (PyG's `PointTransformerConv`) or a `pe` of
   [`GeoPEPointTransformerConv`][pointgeope.nn.GeoPEPointTransformerConv] (`rpe` is PyG's layer: the same
   losses, bit for bit, from the same seed);
 - torch-cluster's `knn_graph`, `knn`, `fps` and torch-scatter's `scatter_max` are pointgeope's
@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric import seed_everything
 from torch_geometric.loader import DataLoader
 from torch_geometric.nn import MLP, PointTransformerConv, global_mean_pool
 
@@ -119,12 +119,6 @@ class Net(nn.Module):
             x, pos, batch = down(x, pos, batch)
             x = block(x, pos, knn_graph(pos, self.k, batch))
         return F.log_softmax(self.head(global_mean_pool(x, batch)), dim=-1)
-
-
-def seed_everything(seed: int) -> None:
-    """Torch's and Python's generators (PyG's random transforms draw from `random`)."""
-    torch.manual_seed(seed)
-    random.seed(seed)
 
 
 def train(layer: str, shapes: list, steps: int, dims: list[int], points: int, k: int, seed: int = 0,

@@ -5,7 +5,7 @@ Point Transformer blocks: the classification example's blocks and transitions do
 transitions up (an MLP on the coarse features, interpolated from their 3 nearest coarse points with weights
 `1 / d^2`, added to an MLP of the skip features) each followed by a block, and an MLP head. This script keeps
 that structure, with the changes of `pyg_point_transformer_classification.py` (whose parts it imports, as
-PyG's does): the layer chosen by `--layer` (`pyg`, or a `pe`; `rpe` gives PyG's losses bit for bit), the
+PyG's does): the layer chosen by `--layers` (`pyg`, or a `pe`; `rpe` gives PyG's losses bit for bit), the
 interpolation written with `pointgeope.model.ops.knn` instead of torch-cluster's, and synthetic airplanes of
 four parts, normalised by `T.NormalizeScale`, with PyG's random translation and rotations while training.
 
@@ -25,6 +25,7 @@ import torch.nn.functional as F
 import torch_geometric.transforms as T
 from torch import Tensor, nn
 from torch.utils.data import Dataset
+from torch_geometric import seed_everything
 from torch_geometric.nn import MLP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))          # the classification example's parts
@@ -35,7 +36,6 @@ from pyg_point_transformer_classification import (
     fit,
     level_pos_scale,
     offsets,
-    seed_everything,
 )
 from synthetic_shapes import PARTS, part_set
 

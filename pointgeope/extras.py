@@ -20,6 +20,8 @@ Nothing here imports a package: this module is read by the error path and by ``p
 """
 from __future__ import annotations
 
+import importlib.util
+
 # The import name of each package of the toolkit extra (and of the nn extra it includes) -> its distribution
 # on PyPI, as pyproject.toml lists them (tests/test_extras.py checks that the two agree).
 TOOLKIT_MODULES = {
@@ -40,11 +42,15 @@ INSTALL_TOOLKIT = 'pip install "pointgeope[toolkit]"'
 
 
 def missing_toolkit_package(err: BaseException) -> str | None:
-    """The distribution of the toolkit whose import raised ``err`` (a ``ModuleNotFoundError`` for the module
-    or one of its submodules), else ``None``: any other failed import is a bug or a broken install."""
+    """The distribution of the toolkit whose import raised ``err`` (a ``ModuleNotFoundError`` for the module,
+    or for one of its submodules when the module itself is not installed), else ``None``: any other failed
+    import (a missing submodule of an installed package) is a bug or a broken install."""
     if not isinstance(err, ModuleNotFoundError) or not err.name:
         return None
-    return TOOLKIT_MODULES.get(err.name.split(".")[0])
+    top = err.name.split(".")[0]
+    if top != err.name and importlib.util.find_spec(top) is not None:    # installed, a submodule missing:
+        return None                                                       # a bug or a broken install
+    return TOOLKIT_MODULES.get(top)
 
 
 def toolkit_message(err: BaseException) -> str | None:

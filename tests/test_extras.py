@@ -69,10 +69,15 @@ def test_each_import_name_of_the_toolkit_is_its_distributions():
         assert package in requirement_names(owners[module]), f"import {module}: from {owners[module]}"
 
 
-def test_only_a_missing_toolkit_module_is_the_environments():
+def test_only_a_missing_toolkit_module_is_the_environments(monkeypatch):
     def missing(name):
         raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
+    # a submodule of an installed package is a bug or a broken install, not a missing package
+    assert missing_toolkit_package(ModuleNotFoundError("x", name="scipy.no_such_submodule")) is None
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else
+                        find_spec(name, *a))                # matplotlib not installed: its submodule names it
     assert missing_toolkit_package(ModuleNotFoundError("x", name="matplotlib.pyplot")) == "matplotlib"
     assert missing_toolkit_package(ModuleNotFoundError("x", name="PIL")) == "pillow"
     assert missing_toolkit_package(ImportError("cannot import name 'x' from 'h5py'", name="h5py")) is None

@@ -192,7 +192,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
     def _turned_by_numba(self, key: Tensor, pos: PairTensor) -> bool:
         """Whether linear GeoPE's and RoPE's per-edge rotations run as one compiled pass over the edges
         (`turn_edges` of `pointgeope/nn/frame_numba.py`): on the CPU backend of `target_frame`
-        (float32/float64, numba installed, eager), with positions and frequencies as data (no gradient)."""
+        (float32/float64, numba installed), with positions and frequencies as data (no gradient)."""
         edge_turns = {self.pe.rotation, self.pe.value_rotation} & set(_EDGE_TURNS)
         if not edge_turns or target_frame.frame_backend(key) != "numba":
             return False

@@ -21,13 +21,11 @@ is the forward rotation $R(t_i)\, g$ of the output's, written the same way.
 """
 from __future__ import annotations
 
-import importlib.util
-from functools import lru_cache
-
 import torch
 from torch import Tensor
 
 from pointgeope.geope import phase_vector, rotation_terms
+from pointgeope.model.ops.backends import available
 
 __all__ = ["target_coefficients", "to_planes", "turn_into_targets", "frame_backend"]
 
@@ -92,8 +90,9 @@ class _TurnIntoTargets(torch.autograd.Function):
         out = planes.new_empty(edges, 3 * blocks + rest.shape[1])
         out[:, 3 * blocks:] = rest.index_select(0, src)
         turned, coef = out[:, : 3 * blocks].unflatten(-1, (blocks, 3)), coef.to(planes.dtype)
-        for start in range(0, edges, _chunk(edges)):
-            part = slice(start, start + _chunk(edges))
+        step = _chunk(edges)
+        for start in range(0, edges, step):
+            part = slice(start, start + step)
             keys, here = planes.index_select(1, src[part]), coef.index_select(0, dst[part])
             for c, plane in enumerate(_turn(keys, here, -1.0)):
                 turned[part, :, c] = plane
@@ -106,8 +105,9 @@ class _TurnIntoTargets(torch.autograd.Function):
         blocked, coef = grad[:, : 3 * blocks].unflatten(-1, (blocks, 3)), coef.to(grad.dtype)
         grad_planes = grad.new_zeros(3, ctx.sources, blocks)
         grad_rest = grad.new_zeros(ctx.sources, grad.shape[1] - 3 * blocks).index_add_(0, src, grad[:, 3 * blocks:])
-        for start in range(0, edges, _chunk(edges)):
-            part = slice(start, start + _chunk(edges))
+        step = _chunk(edges)
+        for start in range(0, edges, step):
+            part = slice(start, start + step)
             turned = _turn(blocked[part].permute(2, 0, 1), coef.index_select(0, dst[part]), 1.0)
             for plane, grad_plane in zip(grad_planes, turned):
                 plane.index_add_(0, src[part], grad_plane)
@@ -137,9 +137,4 @@ def frame_backend(keys: Tensor) -> str:
     """The default backend of [`turn_into_targets`][pointgeope.nn.target_frame.turn_into_targets] for `keys`."""
     if keys.device.type != "cpu" or keys.dtype not in (torch.float32, torch.float64):
         return "torch"
-    return "numba" if _numba_installed() else "torch"
-
-
-@lru_cache(maxsize=None)
-def _numba_installed() -> bool:
-    return importlib.util.find_spec("numba") is not None
+    return "numba" if available("numba") else "torch"

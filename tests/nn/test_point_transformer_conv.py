@@ -163,53 +163,70 @@ def per_edge_geope(conv, pe, x, pos, edges) -> torch.Tensor:
     return torch.zeros(x_t.shape[0], conv.out_channels, dtype=value.dtype).index_add(0, dst, alpha * value)
 
 
-@pytest.mark.parametrize("bipartite", [False, True])
-@pytest.mark.parametrize("pe", GEOPE_TURNS, ids=str)
-def test_standard_geope_turned_once_a_node_is_the_per_edge_rotation(pe, bipartite):
-    """``forward`` turns the sources by ``R(t_j)`` once a node and ``message`` by ``R(t_i)^T`` per edge: the
-    outputs and the gradients (features, positions, weights, learnt frequencies) are those of both rotations
-    per edge, with bipartite (source, target) inputs too."""
-    torch.manual_seed(0)
-    conv = make_conv(pe, in_channels=(4, 5) if bipartite else 4, learnable=True)
+def bipartite_graph(bipartite: bool, self_loops: bool = False):
+    """``graph(n=9)``'s features, positions and edges, or (``bipartite``) 9 sources -> 5 targets; with
+    ``self_loops`` two of the graph's own, which the layer replaces by one a node."""
     x, pos, edge_index = graph(n=9, in_channels=4)
-    edge_index = torch.cat([edge_index, torch.tensor([[0, 3], [0, 3]])], 1)  # replaced by one loop a node
-    if bipartite:                                                              # 9 sources -> 5 targets
+    if self_loops:
+        edge_index = torch.cat([edge_index, torch.tensor([[0, 3], [0, 3]])], 1)
+    if bipartite:
         x_t = torch.randn(5, 5, dtype=torch.float64)
         x, pos, edge_index = (x, x_t), (pos, pos[:5] + 0.1), edge_index[:, edge_index[1] < 5]
-    leaves = [t.requires_grad_() for t in (x if bipartite else (x,)) + (pos if bipartite else (pos,))]
-    pairs = (x, pos) if bipartite else ((x, x), (pos, pos))
+    return x, pos, edge_index
+
+
+def assert_per_edge_geope(conv, pe, x, pos, edge_index, leaves) -> dict:
+    """The layer's outputs and gradients of ``leaves`` and its parameters equal both rotations per edge
+    (``per_edge_geope``); returns the reference's gradients."""
+    pairs = (x, pos) if isinstance(x, tuple) else ((x, x), (pos, pos))
     edges = with_self_loops(edge_index, min(pairs[1][0].shape[0], pairs[1][1].shape[0]))
     expected, got = per_edge_geope(conv, PositionalEncoding.preset(pe), *pairs, edges), conv(x, pos, edge_index)
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
     want, have = gradients(conv, expected, leaves), gradients(conv, got, leaves)
-    assert "block_scale.freq" in want
     for name in want:
         torch.testing.assert_close(have[name], want[name], atol=1e-12, rtol=1e-10, msg=name)
+    return want
+
+
+@pytest.fixture
+def node_turns(monkeypatch) -> list:
+    """The calls of the per-node-coefficient turn (`turn_into_targets`) the layer makes."""
+    from pointgeope.nn import point_transformer_conv
+    calls, turn = [], point_transformer_conv.turn_into_targets
+    monkeypatch.setattr(point_transformer_conv, "turn_into_targets", lambda *a, **kw: calls.append(1) or turn(*a, **kw))
+    return calls
+
+
+@pytest.mark.parametrize("bipartite", [False, True])
+@pytest.mark.parametrize("pe", GEOPE_TURNS, ids=str)
+def test_standard_geope_turned_once_a_node_is_the_per_edge_rotation(pe, bipartite, node_turns):
+    """``forward`` turns the sources by ``R(t_j)`` once a node and ``message`` by ``R(t_i)^T`` per edge: the
+    outputs and the gradients (features, positions, weights, learnt frequencies) are those of both rotations
+    per edge, with bipartite (source, target) inputs too; positions and frequencies that need a gradient take
+    autograd's path, not the per-node coefficients."""
+    torch.manual_seed(0)
+    conv = make_conv(pe, in_channels=(4, 5) if bipartite else 4, learnable=True)
+    x, pos, edge_index = bipartite_graph(bipartite, self_loops=True)
+    leaves = [t.requires_grad_() for t in (x if bipartite else (x,)) + (pos if bipartite else (pos,))]
+    assert "block_scale.freq" in assert_per_edge_geope(conv, pe, x, pos, edge_index, leaves)
+    assert node_turns == []
 
 
 @pytest.mark.parametrize("bipartite", [False, True])
 @pytest.mark.parametrize("pe,channels", [("geope", 12), ("geope+rpe", 14), (GEOPE_TURNS[2], 14), (GEOPE_TURNS[3], 12)],
                          ids=str)
-def test_target_rotation_from_per_node_coefficients_is_the_per_edge_rotation(pe, channels, bipartite, frame):
+def test_target_rotation_from_per_node_coefficients_is_the_per_edge_rotation(pe, channels, bipartite, frame,
+                                                                             node_turns):
     """With positions and frequencies as data (no gradient), `message` turns the keys (and the values of
-    `value="geope"`) by $R(t_i)^T$ from per-target coefficients on plane-major nodes (`target_frame`): outputs
-    and gradients (features, weights) equal `apply_geope` twice per edge, with pass-through channels (14 = 4
-    blocks + 2) and bipartite inputs."""
+    `value="geope"`) by $R(t_i)^T$ from per-target coefficients (`target_frame`, which it is shown to call):
+    outputs and gradients (features, weights) equal `apply_geope` twice per edge, with pass-through channels
+    (14 = 4 blocks + 2) and bipartite inputs."""
     torch.manual_seed(0)
     conv = make_conv(pe, in_channels=(4, 5) if bipartite else 4, channels=channels)
-    x, pos, edge_index = graph(n=9, in_channels=4)
-    if bipartite:
-        x_t = torch.randn(5, 5, dtype=torch.float64)
-        x, pos, edge_index = (x, x_t), (pos, pos[:5] + 0.1), edge_index[:, edge_index[1] < 5]
+    x, pos, edge_index = bipartite_graph(bipartite)
     leaves = [t.requires_grad_() for t in (x if bipartite else (x,))]
-    pairs = (x, pos) if bipartite else ((x, x), (pos, pos))
-    edges = with_self_loops(edge_index, min(pairs[1][0].shape[0], pairs[1][1].shape[0]))
-    expected, got = per_edge_geope(conv, PositionalEncoding.preset(pe), *pairs, edges), conv(x, pos, edge_index)
-    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
-    want, have = gradients(conv, expected, leaves), gradients(conv, got, leaves)
-    assert "lin_src.weight" in want
-    for name in want:
-        torch.testing.assert_close(have[name], want[name], atol=1e-12, rtol=1e-10, msg=name)
+    assert "lin_src.weight" in assert_per_edge_geope(conv, pe, x, pos, edge_index, leaves)
+    assert node_turns                                                   # the per-node coefficients ran
 
 
 def test_bipartite_target_positions_of_other_axes_are_refused():
@@ -356,3 +373,18 @@ def test_torch_sparse_adjacency_gives_the_edge_list_outputs(pe):
         for to_sparse in (to_torch_csr_tensor, to_torch_coo_tensor):
             adj_t = to_sparse(edge_index.flip(0), size=(12, 12))
             torch.testing.assert_close(conv(x, pos, adj_t), expected, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("pe", ["lingeope", "rope3d", "pointrope"])
+def test_relative_rotations_take_the_cpu_kernel_where_positions_are_data(pe, monkeypatch):
+    """Linear GeoPE's and RoPE's per-edge rotations run as `frame_numba.turn_edges` (one pass) when positions
+    and frequencies need no gradient, and through autograd when they do (the reference tests check values)."""
+    frame_numba = pytest.importorskip("pointgeope.nn.frame_numba")
+    calls, turn = [], frame_numba.turn_edges
+    monkeypatch.setattr(frame_numba, "turn_edges", lambda *a: calls.append(1) or turn(*a))
+    conv = make_conv(pe)
+    x, pos, edge_index = graph(n=9, in_channels=4)
+    conv(x, pos, edge_index)
+    assert calls == [1]
+    conv(x, pos.clone().requires_grad_(), edge_index)
+    assert calls == [1]

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from pointgeope.geope import BlockScale
+from pointgeope.model.ops.backends import available
 from pointgeope.nn import target_frame
 from tests.nn import reference as ref
 
-BACKENDS = ["torch", pytest.param("numba", marks=pytest.mark.skipif(not target_frame._numba_installed(),
+BACKENDS = ["torch", pytest.param("numba", marks=pytest.mark.skipif(not available("numba"),
                                                                    reason="numba is not installed"))]
 
 
@@ -65,7 +66,7 @@ def test_one_chunk_on_more_threads_gives_the_chunked_values(monkeypatch):
     torch.testing.assert_close(turned(), chunked, atol=0, rtol=0)
 
 
-@pytest.mark.skipif(not target_frame._numba_installed(), reason="numba is not installed")
+@pytest.mark.skipif(not available("numba"), reason="numba is not installed")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_numba_on_several_threads_is_bitwise_its_one_thread_result(monkeypatch, dtype):
     """Every source row sums its edges in edge order on any thread count: 1, 2 and 3 threads agree bit for bit,
@@ -91,7 +92,7 @@ def test_numba_on_several_threads_is_bitwise_its_one_thread_result(monkeypatch, 
     torch.testing.assert_close(results[0][1], results[3][1], **tol)
 
 
-@pytest.mark.skipif(not target_frame._numba_installed(), reason="numba is not installed")
+@pytest.mark.skipif(not available("numba"), reason="numba is not installed")
 @pytest.mark.parametrize("src_index,dst_index,bad", [(9, 0, "3 (9 -> 0)"), (0, 4, "3 (0 -> 4)"), (-1, 1, "3 (-1 -> 1)")])
 def test_numba_refuses_an_edge_out_of_range(src_index, dst_index, bad):
     coef = target_frame.target_coefficients(torch.rand(4, 3), torch.tensor([3.0]))
@@ -103,14 +104,14 @@ def test_numba_refuses_an_edge_out_of_range(src_index, dst_index, bad):
 
 def test_default_backend_and_a_wrong_name():
     keys = torch.randn(3, 6)
-    assert target_frame.frame_backend(keys) == ("numba" if target_frame._numba_installed() else "torch")
+    assert target_frame.frame_backend(keys) == ("numba" if available("numba") else "torch")
     assert target_frame.frame_backend(keys.to(torch.bfloat16)) == "torch"
     with pytest.raises(ValueError, match="expected backend 'numba', 'torch' or None, got 'cuda'"):
         target_frame.turn_into_targets(keys, torch.zeros(3, 9), torch.zeros(1, dtype=torch.long),
                                        torch.zeros(1, dtype=torch.long), "cuda")
 
 
-@pytest.mark.skipif(not target_frame._numba_installed(), reason="numba is not installed")
+@pytest.mark.skipif(not available("numba"), reason="numba is not installed")
 def test_numba_per_edge_rotations_and_their_gradients():
     """Linear GeoPE's per-edge coefficients (`crow = arange(E)`, `R`) and RoPE's pair angles: each edge equals
     its definition (the quaternion sandwich of tests/nn/reference.py; a 2D rotation per channel pair) and the
