@@ -30,7 +30,9 @@ echo "nn-minimal: installed torch and .[nn] in $(( $(date +%s) - start )) s"
 "$PY" - <<'EOF'
 import importlib.metadata as md
 
-toolkit = ["scipy", "h5py", "pandas", "tensorboard", "pyyaml", "matplotlib", "pillow", "pykdtree", "open3d"]
+from pointgeope.extras import TOOLKIT_MODULES
+
+toolkit = sorted(set(TOOLKIT_MODULES.values()) - {"torch-geometric", "numba", "tqdm"})   # what nn brings
 present = []
 for name in toolkit:
     try:

@@ -66,7 +66,7 @@ class S3DISTrainPTv3(S3DISTrain):
         pipeline = ptv3_train_transform(grid_size, crop_rate, point_max) if transform is None else transform
         super().__init__(root, areas, grid_size=grid_size, voxel_max=point_max or 2**62, loop=loop,
                          transform=pipeline, seed=seed, height=False, color=color, cache=cache)
-        self.color, self.crop_rate = color, crop_rate
+        self.color = color
 
     @property
     def in_channels(self) -> int:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from pointgeope.extras import TOOLKIT_MODULES
 from tests.conftest import REPO
 
-BLOCKED = ["open3d", "h5py", "pandas", "tensorboard", "matplotlib", "numba", "yaml", "tqdm", "PIL", "torch_geometric"]
+BLOCKED = sorted(TOOLKIT_MODULES)      # every import of the toolkit and nn extras, torch-geometric and numba too
 
 
 def test_functional_api_and_knn_graph_run_without_torch_geometric_or_the_toolkits_dependencies():
