@@ -26,7 +26,8 @@ from torch import Tensor
 from pointgeope.model.ops.morton import BITS
 from pointgeope.model.ops.morton import code as morton_code
 
-__all__ = ["MAX_DEPTH", "ORDERS", "check_depth", "encode", "hilbert", "serialization_depth", "z_order"]
+__all__ = ["MAX_DEPTH", "ORDERS", "check_depth", "check_orders", "code_of", "encode", "hilbert", "serialization_depth",
+           "z_order"]
 
 ORDERS = ("z", "z-trans", "hilbert", "hilbert-trans")
 MAX_DEPTH = BITS  # 16 bits per axis, as Pointcept (and OCNN): 48 bits of curve, the batch index above them
@@ -107,10 +108,21 @@ def encode(grid_coord: Tensor, batch: Tensor | None, depth: int, order: str = "z
     """The serialization code (N,) int64 of one ``order`` in :data:`ORDERS`:
     ``batch << 3 depth | curve(grid_coord)``. ``grid_coord`` (N, 3) integer in ``[0, 2^depth)``, ``batch`` (N,)
     the cloud of each point (or None: no batch bits)."""
-    if order not in ORDERS:
-        raise ValueError(f"expected a serialization order in {ORDERS}, got {order!r}")
-    clouds = int(batch.max()) + 1 if batch is not None and batch.numel() else 1
-    check_depth(grid_coord, depth, clouds)
+    check_orders((order,))
+    check_depth(grid_coord, depth, int(batch.max()) + 1 if batch is not None and batch.numel() else 1)
+    return code_of(grid_coord, batch, depth, order)
+
+
+def check_orders(orders: tuple[str, ...]) -> None:
+    """Raise a ``ValueError`` for an order not in :data:`ORDERS`."""
+    for order in orders:
+        if order not in ORDERS:
+            raise ValueError(f"expected a serialization order in {ORDERS}, got {order!r}")
+
+
+def code_of(grid_coord: Tensor, batch: Tensor | None, depth: int, order: str) -> Tensor:
+    """:func:`encode` without its checks, for inputs already checked (``check_orders``, ``check_depth``:
+    each reads the GPU's values back, once a forward is enough)."""
     g = grid_coord.long()
     if order.endswith("-trans"):
         g = g[:, [1, 0, 2]]

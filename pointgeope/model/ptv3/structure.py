@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pointgeope.model.ptv3.serialization import encode, serialization_depth
+from pointgeope.model.ptv3.serialization import check_depth, check_orders, code_of, serialization_depth
 
 __all__ = ["PointBatch", "check_inputs", "offsets_to_batch"]
 
@@ -109,7 +109,9 @@ class PointBatch:
         ``max(grid_coord) + 1``. ``shuffle``: permute the K rows by ``torch.randperm(K)`` (the global
         generator, drawn as Pointcept draws it)."""
         depth = serialization_depth(self.grid_coord) if depth is None else depth
-        code = torch.stack([encode(self.grid_coord, self.batch, depth, order=o) for o in orders])
+        check_orders(orders)
+        check_depth(self.grid_coord, depth, self.num_clouds)              # once, for every order
+        code = torch.stack([code_of(self.grid_coord, self.batch, depth, o) for o in orders])
         self.serialized_depth = depth
         self.set_codes(code, shuffle)
 
