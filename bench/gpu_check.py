@@ -73,7 +73,7 @@ from pathlib import Path
 
 from gpu_check_demo import step_ddp, step_evaluate, step_predict, step_train  # noqa: E402
 from gpu_check_ptv3 import add_ptv3_args, ptv3_steps  # noqa: E402
-from gpu_runner import REPO, Check, result_path, run_with_result  # noqa: E402
+from gpu_runner import REPO, Check, published_test, result_path, run_with_result  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "gpu.json"
 
@@ -228,21 +228,15 @@ def step_relation_backward(check: Check, py: str) -> None:
 def step_published(check: Check, py: str) -> None:
     """``bench_evaluate.py --published``: the published test (every fragment) of one synth room."""
     a = check.args
-    data = result_path(check, "bench_evaluate_published.json")
-    cmd = [py, "bench/bench_evaluate.py", "--published", "--out", str(data), "--device",
-           "cpu" if a.device == "cpu" else "cuda", "--size", a.eval_size, "--config", a.eval_config,
-           "--reps", str(a.eval_reps), "--set", *a.eval_overrides]
-    run_with_result(check, "published", cmd, a.published_limit, data)
+    published_test(check, py, "published", a.eval_size, a.eval_config, a.eval_reps, a.eval_overrides,
+                   a.published_limit)
 
 
 def step_published_bf16(check: Check, py: str) -> None:
     """The published test in bf16, and the agreement of its votes with float32 (``--agree-amp none``)."""
     a = check.args
-    data = result_path(check, "bench_evaluate_published_bf16.json")
-    cmd = [py, "bench/bench_evaluate.py", "--published", "--out", str(data), "--device", "cuda", "--size", a.eval_size,
-           "--config", a.eval_config, "--reps", str(a.eval_reps), "--agree-amp", "none", "--set", "train.amp=bf16",
-           *a.eval_overrides]
-    run_with_result(check, "published_bf16", cmd, a.published_bf16_limit, data)
+    published_test(check, py, "published_bf16", a.eval_size, a.eval_config, a.eval_reps,
+                   ["train.amp=bf16", *a.eval_overrides], a.published_bf16_limit, "--agree-amp", "none")
 
 
 def step_norm_op(check: Check, py: str) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpu_runner import Check, result_path, run_with_result
+from gpu_runner import Check, published_test, result_path, run_with_result
 
 LIMITS = {"ptv3": 110.0, "ptv3_test": 60.0}   # seconds; the check's --budget caps them
 
@@ -62,11 +62,8 @@ def step_ptv3(check: Check, py: str) -> None:
 def step_ptv3_test(check: Check, py: str) -> None:
     """``bench_evaluate.py --published`` of one room with PTv3's test (module docstring)."""
     a = check.args
-    data = result_path(check, "bench_evaluate_ptv3.json")
-    cmd = [py, "bench/bench_evaluate.py", "--published", "--out", str(data), "--device",
-           "cpu" if a.device == "cpu" else "cuda", "--size", a.ptv3_eval_size, "--config", a.ptv3_eval_config,
-           "--reps", str(a.ptv3_eval_reps), "--set", *a.ptv3_eval_overrides]
-    run_with_result(check, "ptv3_test", cmd, a.ptv3_test_limit, data)
+    published_test(check, py, "ptv3_test", a.ptv3_eval_size, a.ptv3_eval_config, a.ptv3_eval_reps,
+                   a.ptv3_eval_overrides, a.ptv3_test_limit)
 
 
 def ptv3_steps(args: argparse.Namespace) -> list:

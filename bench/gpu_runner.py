@@ -87,3 +87,13 @@ def run_with_result(check: Check, name: str, cmd: list[str], limit: float, data:
     if data.exists():
         step["result"] = json.loads(data.read_text())
     check.write()
+
+
+def published_test(check: Check, py: str, name: str, size: str, config: str, reps: int, settings: list[str],
+                   limit: float, *extra: str) -> None:
+    """Step ``name``: ``bench_evaluate.py --published`` (every fragment of one ``synth --size`` room) with
+    ``config`` and its ``settings`` overrides on the check's device, saved as ``bench_evaluate_<name>.json``."""
+    data = result_path(check, f"bench_evaluate_{name}.json")
+    cmd = [py, "bench/bench_evaluate.py", "--published", "--out", str(data), "--device", check.args.device,
+           "--size", size, "--config", config, "--reps", str(reps), *extra, "--set", *settings]
+    run_with_result(check, name, cmd, limit, data)
