@@ -13,3 +13,11 @@ def interpreted_triton_path():
         patch.setenv("POINTGEOPE_KERNELS", "triton")
         yield
 
+
+@pytest.fixture
+def torch_batch_norm(monkeypatch):
+    """Batch norm + ReLU on torch's path whatever ``POINTGEOPE_KERNELS`` says: its opt-in Triton kernel
+    (``norm.KERNEL``, tested in test_norm.py) would mix a second kernel into a test that compares the
+    attention's kernels with their torch path."""
+    from pointgeope.model import norm
+    monkeypatch.setattr(norm.KERNEL, "enabled", lambda device: False)
