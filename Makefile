@@ -61,8 +61,9 @@ TRITON_OLD ?= 3.6.0
 test-triton-old: setup
 	test -d .triton-$(TRITON_OLD) || $(PY) -m pip install -q --no-deps --target .triton-$(TRITON_OLD) triton==$(TRITON_OLD)
 	PYTHONPATH=.triton-$(TRITON_OLD) $(PY) -m pytest -q -p no:cacheprovider tests/model/test_triton_ops.py \
-		tests/model/test_kernels.py tests/model/test_fused_attention.py tests/model/test_bucket_fps.py \
-		tests/model/test_rodrigues_terms.py tests/model/test_norm.py tests/model/test_gather_backward.py
+		tests/model/test_kernels.py tests/model/test_fused_attention.py tests/model/test_fused_attention_layer.py \
+		tests/model/test_bucket_fps.py tests/model/test_rodrigues_terms.py tests/model/test_norm.py \
+		tests/model/test_gather_backward.py
 
 # pointgeope.nn under the oldest torch-geometric it supports (pyproject.toml's lower bound, TESTED_PYG_VERSIONS)
 PYG_OLDEST ?= 2.5.3

@@ -1,7 +1,7 @@
-"""Tests of pointgeope/model/fused_attention.py (and its kernels, triton_attention.py) on CPU tensors under
-Triton's interpreter: the kernels against float64 per-pair sums written from the definition, ``gradcheck``,
-and the attention layer of every preset on the Triton path against the torch path and the float64 layer
-reference of test_attention.py, on packed batches of tiny clouds whose kNN repeats neighbours."""
+"""Tests of pointgeope/model/fused_attention.py's ops (and their kernels, triton_attention.py) on CPU tensors
+under Triton's interpreter: the kernels against float64 per-pair sums written from the definition and
+``gradcheck``, on packed batches of tiny clouds whose kNN repeats neighbours; the kernel choice. The layer on
+these kernels: test_fused_attention_layer.py."""
 from __future__ import annotations
 
 import pytest
@@ -10,31 +10,10 @@ import torch
 pytest.importorskip("triton")          # imported here, before TRITON_INTERPRET is set: Triton's own library
                                        # stays compiled for the CUDA tests and torch.compile in this process
 from pointgeope.model import fused_attention, kernels  # noqa: E402
-from pointgeope.model.attention import PositionalEncoding  # noqa: E402
-from pointgeope.model.ops import knn  # noqa: E402
-from tests.model.test_attention import PRESET_NAMES, _layer, _reference  # noqa: E402
+from tests.model.fused_inputs import cuda, packed  # noqa: E402
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-@pytest.fixture(autouse=True)
-def interpreted():
-    """Triton's interpreter and the Triton path for this module's tests only (restored after each)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TRITON_INTERPRET", "1")
-        patch.setenv("POINTGEOPE_KERNELS", "triton")
-        yield
-
-
-def _packed(sizes=(3, 1, 6, 2), k=4, seed=0, dtype=torch.float32):
-    """Clouds of ``sizes`` points packed in one batch, and their kNN (clouds under ``k`` points repeat
-    their neighbours cyclically)."""
-    g = torch.Generator().manual_seed(seed)
-    n = sum(sizes)
-    coord = (torch.rand(n, 3, generator=g, dtype=torch.float64) * 2).to(dtype)
-    offset = torch.tensor(sizes).cumsum(0)
-    idx, _ = knn(coord, coord, k, offset, offset, backend="torch")   # the kNN is not under test here
-    return coord, idx
+# Triton's interpreter and the Triton path for this module's tests only (tests/model/conftest.py)
+pytestmark = pytest.mark.usefixtures("interpreted_triton_path")
 
 
 def _pairs_reference(w, v, idx, delta, s):
@@ -55,7 +34,7 @@ def _pairs_reference(w, v, idx, delta, s):
 
 
 def _aggregate_inputs(dtype, k=4, channels=8, s=2, seed=1, delta=True, sizes=(3, 1, 6, 2)):
-    _, idx = _packed(sizes, k=k)
+    _, idx = packed(sizes, k=k)
     g = torch.Generator().manual_seed(seed)
     n = idx.shape[0]
     w = torch.randn(n, k, channels // s, generator=g, dtype=torch.float64).to(dtype)
@@ -114,7 +93,7 @@ def test_aggregate_and_relation_pass_gradcheck_in_float64(with_delta):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_relation_is_the_gathered_key_minus_the_query_plus_delta(dtype):
-    _, idx = _packed(k=5)
+    _, idx = packed(k=5)
     g = torch.Generator().manual_seed(2)
     n, k, c = *idx.shape, 70                                   # 70 channels: two channel blocks, one partial
     key, q = (torch.randn(n, c, generator=g).to(dtype).requires_grad_() for _ in range(2))
@@ -149,7 +128,7 @@ def _frame_inputs(dtype, channels=8, k=4, sizes=(3, 1, 6, 2)):
     from pointgeope.geope import frequencies
     from pointgeope.model.rotation import geometry_dtype, rotation_tables
 
-    coord, idx = _packed(sizes, k=k, dtype=torch.float64)
+    coord, idx = packed(sizes, k=k, dtype=torch.float64)
     g = torch.Generator().manual_seed(5)
     x, q = (torch.randn(idx.shape[0], channels, generator=g, dtype=torch.float64).to(dtype) for _ in range(2))
     d = torch.randn(*idx.shape, channels, generator=g, dtype=torch.float64).to(dtype)
@@ -200,126 +179,6 @@ def test_linear_relation_passes_gradcheck_in_float64():
     disp = coord[idx] - coord.unsqueeze(1)
     assert torch.autograd.gradcheck(lambda a, b: fused_attention.linear_relation(a, idx, disp, scale, b),
                                     [x.requires_grad_(), q.requires_grad_()], fast_mode=False)
-
-
-def _layer_inputs(channels=16, k=8):
-    coord, idx = _packed(sizes=(5, 2, 9), k=k)
-    feat = torch.randn(coord.shape[0], channels, generator=torch.Generator().manual_seed(3))
-    return coord, feat, idx
-
-
-def _run(layer, coord, feat, idx, path, monkeypatch, autocast=None):
-    """Output, input gradient and parameter gradients of ``layer`` on the ``path`` kernels."""
-    monkeypatch.setenv("POINTGEOPE_KERNELS", path)
-    layer.zero_grad(set_to_none=True)
-    x = feat.clone().requires_grad_()
-    with torch.autocast("cpu", dtype=autocast or torch.float32, enabled=autocast is not None):
-        out = layer(coord, x, idx)
-    out.float().square().sum().backward()
-    return out.detach(), x.grad, {n: p.grad for n, p in layer.named_parameters() if p.grad is not None}
-
-
-# The kernels each encoding is meant to run on the Triton path (fused_attention's docstring), by the names of
-# triton_attention's kernels (each launched as ``<name>_forward`` and ``<name>_backward``).
-FUSED = {"rpe": ("relation", "aggregate"), "none": ("relation", "aggregate"), "ape": ("relation", "aggregate"),
-         "geope": ("frame", "aggregate"), "geope+rpe": ("frame", "aggregate"),
-         "lingeope": ("linear", "aggregate"), "lingeope+rpe": ("linear", "aggregate"),
-         "rope3d": ("aggregate",), "rope3d+rpe": ("aggregate",), "rope-mixed": ("aggregate",),
-         "pointrope": ("aggregate",)}
-ENCODINGS = [(name, {}, FUSED[name]) for name in PRESET_NAMES] + [
-    (PositionalEncoding("geope", True, "geope"), {}, ("frame",)),     # a geope value term: relation only
-    ("geope", {"geope_learnable": True}, ("aggregate",)),              # learnt frequencies: torch relation
-    ("lingeope", {"geope_learnable": True}, ("aggregate",))]
-KERNELS = ("relation", "frame", "linear", "aggregate")
-
-
-class _LaunchSpy:
-    """Stands for one kernel of ``triton_attention``: ``kernel[grid](...)`` records the kernel's name, then
-    launches it."""
-
-    def __init__(self, kernel, name: str, launches: list[str]):
-        self.kernel, self.name, self.launches = kernel, name, launches
-
-    def __getitem__(self, grid):
-        launch = self.kernel[grid]
-
-        def run(*args, **meta):
-            self.launches.append(self.name)
-            return launch(*args, **meta)
-
-        return run
-
-
-@pytest.fixture
-def launches(monkeypatch) -> list[str]:
-    """Names of the attention kernels launched during the test, in order (every kernel of the module the
-    fused path takes them from, as decorated now: the interpreter's)."""
-    module, names = fused_attention.triton_kernels(), []
-    for kernel in KERNELS:
-        for way in ("forward", "backward"):
-            name = f"{kernel}_{way}"
-            monkeypatch.setattr(module, name, _LaunchSpy(getattr(module, name), name, names))
-    return names
-
-
-@pytest.mark.parametrize("pe,options,fused", ENCODINGS, ids=lambda v: str(v) if isinstance(v, str) else None)
-def test_layer_on_the_triton_path_equals_the_torch_path_and_the_float64_reference(pe, options, fused, monkeypatch,
-                                                                                 launches):
-    """Every kernel the encoding is meant to use is launched, once forward and once backward, on the Triton
-    path and on it only (a relation gone back to torch would fail here, not only be slower); the outputs
-    and gradients equal the torch path's and the float64 layer reference."""
-    coord, feat, idx = _layer_inputs()
-    layer = _layer(pe, **options)
-    want = sorted(f"{kernel}_{way}" for kernel in fused for way in ("forward", "backward"))
-    fused_run = _run(layer, coord, feat, idx, "triton", monkeypatch)
-    assert sorted(launches) == want
-    del launches[:]
-    torch_run = _run(layer, coord, feat, idx, "torch", monkeypatch)
-    assert launches == []
-    torch.testing.assert_close(fused_run[0], torch_run[0], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(fused_run[0].double(), _reference(layer, coord, feat, idx), rtol=1e-4, atol=1e-4)
-    layer.train()                                              # batch statistics, gradients of every parameter
-    fused_run, torch_run = (_run(layer, coord, feat, idx, p, monkeypatch) for p in ("triton", "torch"))
-    assert sorted(launches) == want
-    torch.testing.assert_close(fused_run[1], torch_run[1], rtol=1e-4, atol=1e-5)
-    assert fused_run[2].keys() == torch_run[2].keys()
-    # A bias's gradient sums every pair, with cancellation; the bias of a linear map before a batch norm in
-    # training has a zero gradient, so both paths give rounding noise there (5e-5 apart on 2 threads, with
-    # batch norm's statistics on the Triton kernel): absolute, against the layer's largest gradient (~20)
-    largest = max(float(g.abs().max()) for g in torch_run[2].values())
-    for name, grad in fused_run[2].items():
-        torch.testing.assert_close(grad, torch_run[2][name], rtol=1e-4, atol=5e-6 * largest, msg=name)
-
-
-def _bf16_errors(pe: str, path: str, monkeypatch) -> tuple[float, float]:
-    """Relative errors (norm of the difference / norm) of the layer's output and input gradient under
-    bfloat16 autocast on ``path``, against the float64 layer; eval mode and a fixed linear loss, so that the
-    gradient's error is the backward's own."""
-    coord, idx = _packed(sizes=(30, 10, 20), k=8)
-    feat = torch.randn(coord.shape[0], 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    g = torch.randn(coord.shape[0], 16, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
-    layer, runs = _layer(pe).eval().double(), []
-    for dtype, choice in ((torch.float64, "torch"), (torch.float32, path)):
-        monkeypatch.setenv("POINTGEOPE_KERNELS", choice)
-        x = feat.to(dtype, copy=True).requires_grad_()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.float32):
-            out = layer.to(dtype)(coord.to(dtype), x, idx)
-        (out.double() * g).sum().backward()
-        runs.append((out.detach().double(), x.grad.double()))
-    assert out.dtype == torch.bfloat16                         # autocast ran
-    (exact, exact_grad), (half, half_grad) = runs
-    return ((half - exact).norm() / exact.norm()).item(), ((half_grad - exact_grad).norm() / exact_grad.norm()).item()
-
-
-def test_layer_under_bf16_autocast_is_as_accurate_as_rpe_on_the_torch_kernels(monkeypatch):
-    """The fused path's bf16 error against the float64 layer, measured against the published RPE layer's
-    own bf16 error on the torch kernels: the output's at most 1.5 times it (measured 1.0-1.1x), the input
-    gradient's at most 2 times (measured 1.0-1.6x: fewer elements, a noisier ratio)."""
-    base = _bf16_errors("rpe", "torch", monkeypatch)
-    assert 1e-3 < base[0] < 1e-2, base                     # bf16's error (float32 gives ~1e-7)
-    for pe in ("rpe", "geope", "lingeope"):
-        fused = _bf16_errors(pe, "triton", monkeypatch)
-        assert fused[0] <= 1.5 * base[0] and fused[1] <= 2 * base[1], (pe, fused, base)
 
 
 def test_the_kernel_choice_follows_the_environment(monkeypatch):
@@ -386,31 +245,3 @@ def _check_kernels_on(device, dtype, tol):
     out = fused_attention.linear_relation(x.to(device), idx.to(device), disp.float().to(device),
                                           scale.float().to(device), q.to(device), d.to(device))
     torch.testing.assert_close(out.double().cpu(), want, rtol=tol, atol=tol * want.abs().max().item())
-
-
-@cuda
-@pytest.mark.parametrize("pe", ["rpe", "geope", "lingeope", "none", "ape"])
-@pytest.mark.parametrize("amp", [None, torch.bfloat16])
-def test_layer_on_cuda_triton_equals_torch_kernels(pe, amp, monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    coord, idx = _packed(sizes=(200, 3, 50), k=16)
-    feat = torch.randn(coord.shape[0], 32, generator=torch.Generator().manual_seed(4))
-    torch.manual_seed(0)
-    layer = fused_attention_layer(pe).cuda().train()
-    runs = []
-    for path in ("triton", "torch"):
-        monkeypatch.setenv("POINTGEOPE_KERNELS", path)
-        layer.zero_grad(set_to_none=True)
-        x = feat.cuda().requires_grad_()
-        with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
-            out = layer(coord.cuda(), x, idx.cuda())
-        out.float().square().sum().backward()
-        runs.append((out.float(), x.grad))
-    tol = 1e-4 if amp is None else 3e-2
-    for a, b in zip(*runs):
-        torch.testing.assert_close(a, b, rtol=tol, atol=tol * b.abs().max().item())
-
-
-def fused_attention_layer(pe):
-    from pointgeope.model.attention import PointTransformerLayer
-    return PointTransformerLayer(32, share_planes=8, neighbours=16, pe=pe)

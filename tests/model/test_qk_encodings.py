@@ -1,6 +1,6 @@
-"""Tests of pointgeope/model/qk_encodings.py (and qk_kernels.py, qk_lingeope.py, coord_augment.py): every
-encoding against a reference written here from its authors' definition (quaternion sandwiches, complex
-products, matrix exponentials of per-pair rotation vectors), and the properties each claims."""
+"""Tests of pointgeope/model/qk_encodings.py: every encoding against a reference written from its authors'
+definition (tests/model/qk_reference.py), and the properties each claims. The per-token kernels' own tests:
+test_qk_kernels.py; LinGeoPE's attention: test_qk_lingeope.py; Utonia's augmentation: test_coord_augment.py."""
 from __future__ import annotations
 
 import math
@@ -9,103 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pointgeope.model.coord_augment import CoordAugment, UTONIA_AUGMENT
-from pointgeope.model.qk_encodings import (QK_ENCODINGS, ROTARY_HEAD_DIM, GeoPEQK, LinGeoPEQK, Point3DRoPEQK,
-                                           qk_encoding, rotary_channels)
+from pointgeope.model.qk_encodings import (QK_ENCODINGS, ROTARY_HEAD_DIM, GeoPEQK, Point3DRoPEQK, qk_encoding,
+                                           rotary_channels)
 from pointgeope.model.rope import pointrope_frequencies, rotate_pairs
 from tests.conftest import cuda_devices
-
-ROTARY = ("geope", "rope3d", "point3drope", "pointrope")          # one rotation per token
-F64 = torch.float64
-
-
-def _inputs(b=2, h=3, length=11, d=ROTARY_HEAD_DIM, dtype=F64, device="cpu", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(b, h, length, d, generator=g, dtype=dtype).to(device) for _ in range(3))
-    coord_dtype = F64 if dtype == F64 else torch.float32
-    coord = (torch.rand(b, length, 3, generator=g, dtype=F64) * 4 - 1).to(device, coord_dtype)
-    grid = torch.randint(0, 200, (b, length, 3), generator=g).to(device)
-    return q, k, v, coord, grid
-
-
-# ---- references, from the definitions ---------------------------------------------------------------------
-
-def _quat_mul(a, b):
-    aw, ax, ay, az = a.unbind(-1)
-    bw, bx, by, bz = b.unbind(-1)
-    return torch.stack([aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
-                        aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw], -1)
-
-
-def _geope_reference(x, coord, base=100.0, pos_scale=50.0):
-    """GeoPE (docs/GEOPE_SPEC.md): block b turns by r v r*, r = exp(u), u = (1/3) sum_a (t_a / 2) e_a,
-    t = pos_scale base^(-2b/(3n)) p; the last D mod 3 channels pass through."""
-    n = x.shape[-1] // 3
-    out = x.clone()
-    for b in range(n):
-        t = pos_scale * base ** (-2 * b / (3 * n)) * coord.unsqueeze(1)                   # (B, 1, L, 3)
-        u = t / 6
-        half = u.norm(dim=-1, keepdim=True)
-        r = torch.cat([half.cos(), torch.sinc(half / math.pi) * u], -1)                 # sin|u| u/|u|
-        r_conj = r * torch.tensor([1.0, -1, -1, -1], dtype=r.dtype, device=r.device)
-        vec = torch.cat([torch.zeros_like(x[..., :1]), x[..., 3 * b: 3 * b + 3]], -1)
-        out[..., 3 * b: 3 * b + 3] = _quat_mul(_quat_mul(r, vec), r_conj)[..., 1:]
-    return out
-
-
-def _complex_turn(x, first, second, angles):
-    """Turn channel pairs (first[p], second[p]) of x by angles[..., p]: (u + iv) e^{i angle}."""
-    out = x.clone()
-    z = torch.complex(x[..., first], x[..., second]) * torch.polar(torch.ones_like(angles), angles)
-    out[..., first], out[..., second] = z.real, z.imag
-    return out
-
-
-def _rope3d_reference(x, coord, base=100.0, pos_scale=50.0):
-    """Axial RoPE at GeoPE's frequencies (docs/positional-encodings.md): pair p = 3j + a is channels (2p, 2p+1)
-    and turns by k_{2j} p_a, k_b = pos_scale base^(-2b/(3n)) / 3, n = D // 3."""
-    d = x.shape[-1]
-    n, m = d // 3, d // 6
-    pairs = [(3 * j + a, j, a) for j in range(m) for a in range(3)]
-    angles = torch.stack([pos_scale * base ** (-4 * j / (3 * n)) / 3 * coord[..., a] for _, j, a in pairs], -1)
-    return _complex_turn(x, [2 * p for p, _, _ in pairs], [2 * p + 1 for p, _, _ in pairs], angles.unsqueeze(1))
-
-
-def _thirds_reference(x, pos, base):
-    """Point3DRoPE / PointROPE: thirds of 2Q channels (Q = D // 6), channel 2Qa + q with 2Qa + Q + q, angle
-    p_a base^(-q/Q)."""
-    big_q = x.shape[-1] // 6
-    cells = [(a, q) for a in range(3) for q in range(big_q)]
-    angles = torch.stack([pos[..., a].to(x.dtype) * base ** (-q / big_q) for a, q in cells], -1)
-    return _complex_turn(x, [2 * big_q * a + q for a, q in cells], [2 * big_q * a + big_q + q for a, q in cells],
-                         angles.unsqueeze(1))
-
-
-def _lingeope_reference(q, k, v, coord, base=100.0, pos_scale=50.0):
-    """softmax(q_i^T R(k_b d_ij) k_j / sqrt(D)) v with R = matrix_exp([k_b d]_x) per pair and block."""
-    d_model = q.shape[-1]
-    n = d_model // 3
-    disp = coord.unsqueeze(1) - coord.unsqueeze(2)                                         # [i, j] = p_j - p_i
-    scores = q[..., 3 * n:] @ k[..., 3 * n:].transpose(-1, -2)
-    for b in range(n):
-        w = pos_scale * base ** (-2 * b / (3 * n)) / 3 * disp                              # (B, L, L, 3)
-        zero = torch.zeros_like(w[..., 0])
-        skew = torch.stack([zero, -w[..., 2], w[..., 1], w[..., 2], zero, -w[..., 0],
-                            -w[..., 1], w[..., 0], zero], -1).unflatten(-1, (3, 3))
-        rot = torch.linalg.matrix_exp(skew).unsqueeze(1)                                   # (B, 1, L, L, 3, 3)
-        kb = k[..., 3 * b: 3 * b + 3].unsqueeze(2).unsqueeze(-1)                           # (B, H, 1, L, 3, 1)
-        scores = scores + (q[..., 3 * b: 3 * b + 3].unsqueeze(3).unsqueeze(-2) @ (rot @ kb)).squeeze(-1).squeeze(-1)
-    return torch.softmax(scores / math.sqrt(d_model), -1) @ v
-
-
-def _reference(name, x, coord, grid):
-    if name == "geope":
-        return _geope_reference(x, coord)
-    if name == "rope3d":
-        return _rope3d_reference(x, coord)
-    if name == "point3drope":
-        return _thirds_reference(x, coord, 10.0)
-    return _thirds_reference(x, grid, 100.0)
+from tests.model.qk_reference import F64, ROTARY, inputs, reference, thirds_reference
 
 
 # ---- each encoding against its reference ------------------------------------------------------------------
@@ -114,15 +22,15 @@ def _reference(name, x, coord, grid):
 @pytest.mark.parametrize("name, head_dim", [(name, d) for name in ROTARY for d in (ROTARY_HEAD_DIM, 16, 12)]
                          + [("geope", 7), ("geope", 3)])
 def test_rotation_matches_reference(name, head_dim, device):
-    q, k, _, coord, grid = _inputs(d=head_dim, device=device)
+    q, k, _, coord, grid = inputs(d=head_dim, device=device)
     enc = qk_encoding(name, head_dim).eval().to(device)
     q_out, k_out = enc(q, k, coord, grid)
-    torch.testing.assert_close(q_out, _reference(name, q, coord, grid), atol=1e-10, rtol=0)
-    torch.testing.assert_close(k_out, _reference(name, k, coord, grid), atol=1e-10, rtol=0)
+    torch.testing.assert_close(q_out, reference(name, q, coord, grid), atol=1e-10, rtol=0)
+    torch.testing.assert_close(k_out, reference(name, k, coord, grid), atol=1e-10, rtol=0)
 
 
 def test_pass_through_channels_of_head_width_16():
-    q, k, _, coord, grid = _inputs(d=16)
+    q, k, _, coord, grid = inputs(d=16)
     for name, rotated in (("geope", 15), ("rope3d", 12), ("point3drope", 12), ("pointrope", 12)):
         q_out, _ = qk_encoding(name, 16).eval()(q, k, coord, grid)
         assert torch.equal(q_out[..., rotated:], q[..., rotated:])
@@ -142,28 +50,11 @@ def test_frequencies_are_the_authors():
     assert out[0, 0, 0, 4].item() == pytest.approx(math.sin(100 ** (-1 / 3)), abs=1e-12)
 
 
-@pytest.mark.parametrize("device", cuda_devices())
-@pytest.mark.parametrize("head_dim", [ROTARY_HEAD_DIM, 16])
-def test_lingeope_attention_matches_per_pair_matrices(head_dim, device):
-    q, k, v, coord, _ = _inputs(length=9, d=head_dim, device=device)
-    out = qk_encoding("lingeope", head_dim).eval().to(device).attention(q, k, v, coord)
-    torch.testing.assert_close(out, _lingeope_reference(q, k, v, coord), atol=1e-9, rtol=0)
-
-
-def test_lingeope_chunks_give_the_same_attention(monkeypatch):
-    from pointgeope.model import qk_lingeope
-    q, k, v, coord, _ = _inputs(b=5, length=8)
-    enc = qk_encoding("lingeope", ROTARY_HEAD_DIM)
-    whole = enc.attention(q, k, v, coord)
-    monkeypatch.setattr(qk_lingeope, "_CHUNK_ELEMENTS", 2 * 3 * 8 * 8)                  # rows of 2
-    torch.testing.assert_close(enc.attention(q, k, v, coord), whole, atol=1e-12, rtol=0)
-
-
 @pytest.mark.parametrize("name", ROTARY)
 def test_attention_is_sdpa_of_the_rotated_pair(name):
-    q, k, v, coord, grid = _inputs()
+    q, k, v, coord, grid = inputs()
     enc = qk_encoding(name, ROTARY_HEAD_DIM).eval()
-    expected = F.scaled_dot_product_attention(_reference(name, q, coord, grid), _reference(name, k, coord, grid), v)
+    expected = F.scaled_dot_product_attention(reference(name, q, coord, grid), reference(name, k, coord, grid), v)
     torch.testing.assert_close(enc.attention(q, k, v, coord, grid), expected, atol=1e-10, rtol=0)
 
 
@@ -182,7 +73,7 @@ def _scores(name, q, k, coord, grid):
 
 @pytest.mark.parametrize("name", ["lingeope", "rope3d", "point3drope", "pointrope", "geope"])
 def test_scores_depend_on_offsets_where_claimed(name):
-    q, k, _, coord, grid = _inputs(length=8)
+    q, k, _, coord, grid = inputs(length=8)
     shift = torch.tensor([3.7, -12.25, 0.9], dtype=F64)
     moved_coord, moved_grid = coord + shift, grid + torch.tensor([5, -40, 13])
     before, after = _scores(name, q, k, coord, grid), _scores(name, q, k, moved_coord, moved_grid)
@@ -194,7 +85,7 @@ def test_scores_depend_on_offsets_where_claimed(name):
 
 @pytest.mark.parametrize("name", ROTARY)
 def test_norms_are_preserved(name):
-    q, k, _, coord, grid = _inputs(d=16)
+    q, k, _, coord, grid = inputs(d=16)
     q_out, k_out = qk_encoding(name, 16).eval()(q, k, coord, grid)
     torch.testing.assert_close(q_out.norm(dim=-1), q.norm(dim=-1), atol=1e-12, rtol=0)
     torch.testing.assert_close(k_out.norm(dim=-1), k.norm(dim=-1), atol=1e-12, rtol=0)
@@ -204,7 +95,7 @@ def test_norms_are_preserved(name):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("name", ROTARY)
 def test_half_inputs_are_turned_in_float32_and_rounded_once(name, dtype, device):
-    q, k, _, coord, grid = _inputs(dtype=torch.float32, device=device)
+    q, k, _, coord, grid = inputs(dtype=torch.float32, device=device)
     q, k = q.to(dtype), k.to(dtype)
     enc = qk_encoding(name, ROTARY_HEAD_DIM).eval().to(device)
     q_out, k_out = enc(q, k, coord, grid)
@@ -214,7 +105,7 @@ def test_half_inputs_are_turned_in_float32_and_rounded_once(name, dtype, device)
 
 @pytest.mark.parametrize("name", QK_ENCODINGS)
 def test_autocast_changes_no_rotation(name):
-    q, k, v, coord, grid = _inputs(dtype=torch.float32)
+    q, k, v, coord, grid = inputs(dtype=torch.float32)
     enc = qk_encoding(name, ROTARY_HEAD_DIM).eval()
     run = (lambda: enc.attention(q, k, v, coord, grid)) if name == "lingeope" else (lambda: enc(q, k, coord, grid))
     plain = run()
@@ -223,23 +114,8 @@ def test_autocast_changes_no_rotation(name):
     torch.testing.assert_close(cast, plain, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("name", ROTARY)
-def test_gradient_is_the_inverse_rotation(name):
-    q, k, _, coord, grid = _inputs(b=1, h=2, length=4, d=16)
-    enc = qk_encoding(name, 16).eval()
-    assert torch.autograd.gradcheck(lambda a, b: enc(a, b, coord, grid),
-                                    (q.requires_grad_(), k.requires_grad_()))
-
-
-def test_lingeope_gradient_through_the_checkpointed_chunks():
-    q, k, v, coord, _ = _inputs(b=2, h=2, length=5, d=7)
-    enc = LinGeoPEQK(7)
-    assert torch.autograd.gradcheck(lambda a, b, c: enc.attention(a, b, c, coord),
-                                    (q.requires_grad_(), k.requires_grad_(), v.requires_grad_()))
-
-
 def test_learnable_geope_frequencies_get_a_gradient_and_the_same_rotation():
-    q, k, _, coord, _ = _inputs(d=16)
+    q, k, _, coord, _ = inputs(d=16)
     fixed, learnt = GeoPEQK(16), GeoPEQK(16, learnable=True).double()
     q_out, k_out = learnt(q, k, coord)
     # the parameter starts as float32 frequencies (BlockScale): equal up to their rounding
@@ -251,7 +127,7 @@ def test_learnable_geope_frequencies_get_a_gradient_and_the_same_rotation():
 # ---- where PTv3's encodings coincide with PTv1's (pointgeope/model/rope.py) ---------------------------------
 
 def test_rope3d_is_ptv1s_rotate_pairs():
-    q, k, _, coord, _ = _inputs(d=16)
+    q, k, _, coord, _ = inputs(d=16)
     enc = qk_encoding("rope3d", 16).eval()
     from pointgeope.model.rope import axial_frequencies
     freq = axial_frequencies(enc.block_scale(F64, q.device), 16)
@@ -261,7 +137,7 @@ def test_rope3d_is_ptv1s_rotate_pairs():
 def test_pointrope_is_ptv1s_pointrope_up_to_a_channel_permutation():
     # PTv1 interleaves pair 3q + a as channels (2(3q + a), 2(3q + a) + 1); LitePT's thirds hold it at
     # (6a... ): channel 2Qa + q and 2Qa + Q + q. The same rotation, channels permuted.
-    q, k, _, _, grid = _inputs(d=18)
+    q, k, _, _, grid = inputs(d=18)
     big_q = 3
     perm = [c for q_ in range(big_q) for a in range(3) for c in (2 * big_q * a + q_, 2 * big_q * a + big_q + q_)]
     thirds, _ = qk_encoding("pointrope", 18).eval()(q, k, None, grid)
@@ -272,37 +148,24 @@ def test_pointrope_is_ptv1s_pointrope_up_to_a_channel_permutation():
 # ---- Utonia's augmentation of the rope coordinates -----------------------------------------------------------
 
 def test_point3drope_augments_in_training_only_with_utonias_draws():
-    q, k, _, coord, _ = _inputs()
+    q, k, _, coord, _ = inputs()
     enc = Point3DRoPEQK(ROTARY_HEAD_DIM)
     torch.manual_seed(7)
     trained, _ = enc.train()(q, k, coord)
     torch.manual_seed(7)                              # Utonia's order: 3 jitter factors, then 1 rescale factor
     jitter = torch.empty(3, dtype=F64).uniform_(-math.log(1.1), math.log(1.1)).exp()
     rescale = torch.empty(1, dtype=F64).uniform_(-math.log(1.2), math.log(1.2)).exp()
-    torch.testing.assert_close(trained, _thirds_reference(q, coord * jitter * rescale, 10.0), atol=1e-10, rtol=0)
-    assert not torch.allclose(trained, _thirds_reference(q, coord, 10.0))
+    torch.testing.assert_close(trained, thirds_reference(q, coord * jitter * rescale, 10.0), atol=1e-10, rtol=0)
+    assert not torch.allclose(trained, thirds_reference(q, coord, 10.0))
     evaluated, _ = enc.eval()(q, k, coord)
-    torch.testing.assert_close(evaluated, _thirds_reference(q, coord, 10.0), atol=1e-10, rtol=0)
-
-
-def test_coord_augment_draws_within_bounds_and_leaves_its_input():
-    pos = torch.ones(4, 5, 3, dtype=F64)
-    kept = pos.clone()
-    out = CoordAugment(shift=0.5, jitter=1.1, rescale=1.2)(pos)
-    assert torch.equal(pos, kept)
-    factor = out[0, 0]                                # (1 + s) j r per axis, the same for every point
-    assert torch.equal(out, factor.expand_as(out))
-    assert bool(((factor > 0.5 / 1.1 / 1.2) & (factor < 1.5 * 1.1 * 1.2)).all())
-    assert torch.equal(CoordAugment()(pos), pos) and UTONIA_AUGMENT.shift is None
-    with pytest.raises(ValueError, match="finite jitter"):
-        CoordAugment(jitter=float("nan"))
+    torch.testing.assert_close(evaluated, thirds_reference(q, coord, 10.0), atol=1e-10, rtol=0)
 
 
 # ---- bad input ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", QK_ENCODINGS)
 def test_wrong_position_shapes_are_named(name):
-    q, k, v, coord, grid = _inputs(b=2, length=6)
+    q, k, v, coord, grid = inputs(b=2, length=6)
     enc = qk_encoding(name, ROTARY_HEAD_DIM)
     if name == "none":
         assert enc(q, k, None, None) == (q, k)
@@ -314,7 +177,7 @@ def test_wrong_position_shapes_are_named(name):
 
 @pytest.mark.parametrize("name", QK_ENCODINGS)
 def test_wrong_qk_shapes_and_types(name):
-    q, k, v, coord, grid = _inputs()
+    q, k, v, coord, grid = inputs()
     enc = qk_encoding(name, ROTARY_HEAD_DIM)
     with pytest.raises(ValueError, match=r"expected q of shape \(B, H, L, 18\), got \(2, 11, 18\)"):
         enc.attention(q[:, 0], k, v, coord, grid)
@@ -326,7 +189,7 @@ def test_wrong_qk_shapes_and_types(name):
 
 @pytest.mark.parametrize("name", ["geope", "lingeope", "rope3d", "point3drope", "pointrope"])
 def test_non_finite_and_missing_positions(name):
-    q, k, v, coord, grid = _inputs()
+    q, k, v, coord, grid = inputs()
     enc = qk_encoding(name, ROTARY_HEAD_DIM)
     if name == "pointrope":
         with pytest.raises(TypeError, match="expected grid a tensor"):
@@ -351,7 +214,7 @@ def test_head_width_too_small_and_unknown_names():
     with pytest.raises(ValueError, match="expected a positional encoding in"):
         qk_encoding("rpe", 16)
     with pytest.raises(TypeError, match="call .attention"):
-        qk_encoding("lingeope", 18)(*_inputs()[:2], _inputs()[3])
+        qk_encoding("lingeope", 18)(*inputs()[:2], inputs()[3])
 
 
 def test_width_variant():
@@ -364,19 +227,8 @@ def test_fixed_encodings_add_nothing_to_the_state_dict(name):
     # a network holding them still loads Pointcept's PT-v3m1 state_dict with strict=True
     assert qk_encoding(name, ROTARY_HEAD_DIM).state_dict() == {}
     moved = qk_encoding(name, ROTARY_HEAD_DIM).double()
-    q, k, v, coord, grid = _inputs()
+    q, k, v, coord, grid = inputs()
     assert moved.attention(q, k, v, coord, grid).dtype == F64
-
-
-@pytest.mark.parametrize("name", ROTARY)
-def test_cache_sized_steps_give_the_same_rotation(name, monkeypatch):
-    from pointgeope.model import qk_kernels
-    q, k, _, coord, grid = _inputs(b=5, d=16)
-    enc = qk_encoding(name, 16).eval()
-    whole = enc(q, k, coord, grid)
-    monkeypatch.setattr(qk_kernels, "_STEP_ELEMENTS", 2 * q[:1].numel())                 # steps of 2 rows
-    for got, expected in zip(enc(q, k, coord, grid), whole):
-        assert torch.equal(got, expected)
 
 
 @pytest.mark.parametrize("name", ROTARY)
@@ -389,7 +241,7 @@ def test_fixed_frequencies_are_made_once_per_device_and_dtype(name, monkeypatch)
     made = []
     for module, fn in ((geope, "frequencies"), (qk_encodings, "pointrope_frequencies")):
         monkeypatch.setattr(module, fn, lambda *a, _f=getattr(module, fn), **kw: made.append(fn) or _f(*a, **kw))
-    q, k, _, coord, grid = _inputs()
+    q, k, _, coord, grid = inputs()
     enc = qk_encoding(name, ROTARY_HEAD_DIM).eval()
     first = enc(q, k, coord, grid)
     once = len(made)

@@ -1,0 +1,23 @@
+"""Fixtures of the model's kernel tests (none autouse: a module asks for them, e.g. by ``pytestmark``)."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def interpreted_triton_path():
+    """Triton's interpreter and the Triton path (``TRITON_INTERPRET=1``, ``POINTGEOPE_KERNELS=triton``) for
+    the asking test only (restored after it)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", "1")
+        patch.setenv("POINTGEOPE_KERNELS", "triton")
+        yield
+
+
+@pytest.fixture
+def torch_batch_norm(monkeypatch):
+    """Batch norm + ReLU on torch's path whatever ``POINTGEOPE_KERNELS`` says: its opt-in Triton kernel
+    (``norm.KERNEL``, tested in test_norm.py) would mix a second kernel into a test that compares the
+    attention's kernels with their torch path."""
+    from pointgeope.model import norm
+    monkeypatch.setattr(norm.KERNEL, "enabled", lambda device: False)
