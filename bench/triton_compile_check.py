@@ -171,13 +171,8 @@ def _gather_at(k: int, width: int, t: str, sig: dict, f64: bool, setting: dict |
     (each kernel's ``SETTINGS``, or ``setting``: one point of ``bench_relation_backward``'s sweep)."""
     out = {}
     for name in names:
-        saved = gather_backward.SETTINGS[name]
-        try:
-            gather_backward.SETTINGS[name] = setting or saved
-            bp, bt, bc = gather_backward.tiles(name, k, width, f64)
-        finally:
-            gather_backward.SETTINGS[name] = saved
-        warps = (setting or saved)["warps"]
+        bp, bt, bc = gather_backward.tiles(name, k, width, f64, setting)
+        warps = (setting or gather_backward.SETTINGS[name])["warps"]
         meta = dict(F64=f64, BLOCK_P=bp, BLOCK_T=bt, BLOCK_C=bc, **({} if name == "relation_gather" else dict(K=k)))
         out[f"{prefix}{name}_{t}_k{k}_tile{bp}_{bt}_{bc}_w{warps}"] = (getattr(gat, name), sig, meta,
                                                                       dict(FUSED, num_warps=warps))

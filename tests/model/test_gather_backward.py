@@ -229,7 +229,9 @@ def test_the_relations_of_one_neighbourhood_sort_it_once(monkeypatch):
 @pytest.mark.slow
 def test_the_benchmark_times_both_scatters_and_the_sweep(tmp_path):
     """``bench/bench_relation_backward.py`` at a tiny size under the interpreter: every row, and the two
-    scatters' gradients equal within float32 rounding."""
+    scatters' gradients equal within float32 rounding. The bench refuses to time a row under another scatter
+    than its label (``SCATTER`` is ``"auto"`` here: atomic), so a sorted row or sweep point outside
+    ``gather_backward.scatter("sorted")`` fails it."""
     import json
     import os
     import subprocess
