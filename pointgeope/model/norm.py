@@ -132,7 +132,8 @@ class _BatchNormReLU(torch.autograd.Function):
         def torch_path(a, w, b):        # batch statistics again, or the forward's running ones (rows 0 and 4)
             return reference(a, w, b, None if batch else stats[0], None if batch else stats[4], batch, 0.0, eps)
         grads = KERNEL.dispatch(x.device, lambda: _backward(x, g.contiguous(), stats, weight, bias, batch, needs),
-                                lambda: torch_grads(torch_path, [x, weight, bias], needs, g))
+                                lambda: torch_grads(torch_path, [x, weight, bias], needs, g),
+                                decided=True)       # this forward ran Triton: the backward follows it
         return (*grads, None, None, None, None, None)
 
 

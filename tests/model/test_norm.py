@@ -190,6 +190,43 @@ def test_a_failing_kernel_leaves_the_running_buffers_to_the_torch_path(interpret
     torch.testing.assert_close(ours.running_var, ref.running_var, rtol=0, atol=1e-7)
 
 
+class _Launches:
+    """Stands in for a ``triton.jit`` kernel and counts its launches (then launches it)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.count = kernel, 0
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.count += 1
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+@pytest.mark.parametrize("fails_between", [False, True])
+def test_the_backward_follows_the_forwards_path_not_the_switch(interpreted, fails_between):
+    """A forward under ``forced("triton")`` and its backward outside it (where the switch, unset, says torch
+    on the CPU; autograd's backward thread may not see the block on CUDA): the Triton backward runs, unless
+    the kernel failed in between (then torch's gradients). Both give torch's gradients."""
+    interpreted.delenv("POINTGEOPE_KERNELS")
+    k = norm.triton_kernels()
+    spy = _Launches(k.grad_input)
+    interpreted.setattr(k, "grad_input", spy)
+    ours, ref = _pair(9)
+    x, g = (torch.randn(60, 9) + 0.3).requires_grad_(), torch.randn(60, 9)
+    assert not norm.KERNEL.enabled(x.device)
+    with forced("triton"):
+        y = ours(x)
+    if fails_between:
+        with pytest.warns(kernels.KernelFallbackWarning, match="batch_norm_relu"):
+            kernels.fail("batch_norm_relu", RuntimeError("injected"))
+    y.backward(g)
+    assert spy.count == (0 if fails_between else 1)
+    want = _run(ref, x, g, relu=True)
+    for got, w in zip((y.detach(), x.grad, ours.weight.grad, ours.bias.grad), want):
+        torch.testing.assert_close(got, w)
+
+
 @pytest.mark.parametrize("train", [True, False])
 def test_a_failing_backward_gives_torchs_gradients(interpreted, train):
     interpreted.setattr(norm.triton_kernels(), "grad_input", _Failing())
