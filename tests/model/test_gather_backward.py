@@ -183,8 +183,12 @@ def test_frame_relation_and_aggregate_on_sorted_sums_pass_gradcheck_in_float64()
 
 @pytest.mark.parametrize("turn_first", [False, True])
 def test_sorted_sums_are_the_same_bits_in_every_run(turn_first, monkeypatch):
-    """Two backward passes, the second with the transpose computed again (a fresh ``idx``)."""
+    """Two backward passes, the second with the transpose computed again (a fresh ``idx``), summed by source
+    point (the launches counted). On the serial interpreter the atomic kernels would repeat their bits too:
+    this checks the sorted path runs and its transpose is deterministic; the CUDA test
+    (``test_compiled_sorted_sums_on_cuda_repeat_bit_for_bit...``) checks the bits on parallel hardware."""
     monkeypatch.setattr(gather_backward, "FRAME_TURN_FIRST", turn_first)
+    spies = _spy(monkeypatch, "triton_gather", "relation_gather", "frame_gather", "aggregate_gather")
     x, idx, tables, q, g = _frame_inputs(torch.float32)
     runs = []
     for lists in (idx, idx.clone()):
@@ -194,6 +198,9 @@ def test_sorted_sums_are_the_same_bits_in_every_run(turn_first, monkeypatch):
         fused_attention.aggregate(g[..., :4], leaves[0], lists, None, 2).backward(q)
         runs.append([t.grad for t in leaves])
     assert all(torch.equal(a, b) for a, b in zip(*runs))
+    counts = {name: spy.count for name, spy in spies.items()}         # the frame's turned pairs: relation_gather
+    assert counts == {"relation_gather": 4 if turn_first else 2, "frame_gather": 0 if turn_first else 2,
+                      "aggregate_gather": 2}
 
 
 class _Launches:
