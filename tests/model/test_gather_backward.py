@@ -203,7 +203,7 @@ def test_sorted_sums_are_the_same_bits_in_every_run(turn_first, monkeypatch):
                       "aggregate_gather": 2}
 
 
-class _Launches:
+class Launches:
     """Stands in for a ``triton.jit`` kernel and counts its launches (then launches it)."""
 
     def __init__(self, kernel):
@@ -216,10 +216,10 @@ class _Launches:
         return launch
 
 
-def _spy(monkeypatch, module: str, *names: str) -> dict[str, _Launches]:
+def _spy(monkeypatch, module: str, *names: str) -> dict[str, Launches]:
     """Launch counters in place of kernels ``names`` of ``fused_attention.triton_kernels(module)``."""
     kernels_of = fused_attention.triton_kernels(module)
-    spies = {name: _Launches(getattr(kernels_of, name)) for name in names}
+    spies = {name: Launches(getattr(kernels_of, name)) for name in names}
     for name, spy in spies.items():
         monkeypatch.setattr(kernels_of, name, spy)
     return spies

@@ -16,6 +16,7 @@ pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set
 from pointgeope.model import kernels, norm  # noqa: E402
 from pointgeope.model.kernel_choice import forced  # noqa: E402
 from pointgeope.model.norm import BatchNormReLU, convert_sync_batchnorm  # noqa: E402
+from tests.model.test_gather_backward import Launches  # noqa: E402
 from tests.model.test_kernels import Failing  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -194,19 +195,6 @@ def test_a_failing_kernel_leaves_the_running_buffers_to_the_torch_path(interpret
     torch.testing.assert_close(ours.running_var, ref.running_var, rtol=0, atol=1e-7)
 
 
-class _Launches:
-    """Stands in for a ``triton.jit`` kernel and counts its launches (then launches it)."""
-
-    def __init__(self, kernel):
-        self.kernel, self.count = kernel, 0
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            self.count += 1
-            return self.kernel[grid](*args, **kwargs)
-        return launch
-
-
 @pytest.mark.parametrize("fails_between", [False, True])
 def test_the_backward_follows_the_forwards_path_not_the_switch(interpreted, fails_between):
     """A forward under ``forced("triton")`` and its backward outside it (where the switch, unset, says torch
@@ -214,7 +202,7 @@ def test_the_backward_follows_the_forwards_path_not_the_switch(interpreted, fail
     the kernel failed in between (then torch's gradients). Both give torch's gradients."""
     interpreted.delenv("POINTGEOPE_KERNELS")
     k = norm.triton_kernels()
-    spy = _Launches(k.grad_input)
+    spy = Launches(k.grad_input)
     interpreted.setattr(k, "grad_input", spy)
     ours, ref = _pair(9)
     x, g = (torch.randn(60, 9) + 0.3).requires_grad_(), torch.randn(60, 9)
