@@ -43,9 +43,9 @@ def one_case(rows: int, width: int, dtype: torch.dtype, device: torch.device, re
     def step(path: str):
         def run():
             x.grad = None
-            with forced(path):
+            with forced(path):               # the backward too: the kernel switch is asked again there
                 y = module(x)
-            y.backward(grad)
+                y.backward(grad)
             return y.detach(), x.grad
         return run
     out, seconds = {}, {"torch": [], "triton": []}

@@ -64,9 +64,10 @@ def stage_inputs(h, coords: list[torch.Tensor], s: int, dtype: torch.dtype) -> d
     return {"idx": idx, "tables": tables, "x": x, "q": q, "grad": grad, "logits": logits}
 
 
-def _backward(op: str, t: dict):
+def _backward(op: str, t: dict, way: str):
     """A closure that runs ``op``'s backward (its graph kept) and returns its gradients: ``frame``, ``relation``
-    (of features and queries), ``aggregate`` (of logits and values, ``share_planes`` 8, no ``delta``)."""
+    (of features and queries), ``aggregate`` (of logits and values, ``share_planes`` 8, no ``delta``); it
+    refuses to run unless ``gather_backward`` sums the ``way`` (``sorted`` or ``atomic``) its row is labelled."""
     x, q = t["x"].clone().requires_grad_(), t["q"].clone().requires_grad_()
     if op == "aggregate":
         logits = t["logits"].clone().requires_grad_()
@@ -75,7 +76,12 @@ def _backward(op: str, t: dict):
         out = (fused_attention.frame_relation(x, t["idx"], t["tables"], q) if op == "frame" else
                fused_attention.relation(x, t["idx"], q))
         inputs, grad = [x, q], t["grad"]
-    return lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True)
+
+    def run():
+        if gather_backward.sorted_backward() != (way == "sorted"):
+            raise RuntimeError(f"{op}: timed as {way}, but gather_backward.SCATTER is {gather_backward.SCATTER!r}")
+        return torch.autograd.grad(out, inputs, grad, retain_graph=True)
+    return run
 
 
 def _max_rel(got, want) -> float:
@@ -90,14 +96,11 @@ def time_stage(t: dict, device: torch.device, reps: int) -> dict:
     for op in OPS:
         for scatter in gather_backward.SCATTERS:
             with gather_backward.scatter(scatter):
-                got, times = timed(_backward(op, t), device, reps)
+                got, times = timed(_backward(op, t, scatter), device, reps)
             row[f"{op}_{scatter}"], grads[scatter] = min(times), got
         if op == "frame":                                # standard GeoPE's sorted sum in two passes
-            gather_backward.FRAME_TURN_FIRST = True
-            try:
-                got, times = timed(_backward(op, t), device, reps)
-            finally:
-                gather_backward.FRAME_TURN_FIRST = False
+            with gather_backward.scatter("sorted", turn_first=True):
+                got, times = timed(_backward(op, t, "sorted"), device, reps)
             row["frame_turn_first"] = min(times)
             row["frame_turn_first_max_rel"] = _max_rel(got, grads["atomic"])
         row[f"{op}_max_rel"] = _max_rel(grads["sorted"], grads["atomic"])
@@ -114,16 +117,14 @@ def sweep(t: dict, device: torch.device, reps: int) -> dict:
     k, c = t["idx"].shape[1], t["x"].shape[1]
     for op in ("frame", "aggregate"):
         kernel = f"{op}_gather"
-        saved = gather_backward.SETTINGS[kernel]
-        try:
-            for block_t, budget, rows, warps in SWEEP:
-                setting = dict(block_t=block_t, budget=budget, rows=rows, warps=warps)
-                gather_backward.SETTINGS[kernel] = setting
-                out.setdefault(op, {})[f"t{block_t}_b{budget}_r{rows}_w{warps}"] = {
-                    "seconds": min(timed(_backward(op, t), device, reps)[1]),
-                    "tiles": gather_backward.tiles(kernel, k, min(c, 64)), "default": setting == saved}
-        finally:
-            gather_backward.SETTINGS[kernel] = saved
+        default = gather_backward.SETTINGS[kernel]
+        for block_t, budget, rows, warps in SWEEP:
+            setting = dict(block_t=block_t, budget=budget, rows=rows, warps=warps)
+            with gather_backward.scatter("sorted"), gather_backward.setting(kernel, setting):
+                seconds = min(timed(_backward(op, t, "sorted"), device, reps)[1])
+            out.setdefault(op, {})[f"t{block_t}_b{budget}_r{rows}_w{warps}"] = {
+                "seconds": seconds, "tiles": gather_backward.tiles(kernel, k, min(c, 64), setting=setting),
+                "default": setting == default}
     return out
 
 

@@ -10,7 +10,8 @@ launches them (its ``tiles`` and ``WARPS``) for the S3DIS recipe's widths 32..51
 ``share_planes`` 8 and k = 8, 16 on float32 and bfloat16 tensors, and at k = 16, width 64 also on float64
 (it runs on CUDA too: ``kernels.use_triton`` takes Triton there for any dtype) and without ``delta``; atomics and
 GeoPE's geometry in float32 (float64); aggregate's backward both ways (its weights stored for the sum by source
-point, the default, or its values' gradient by atomics) and the frame's storing its turned pairs too; with them
+point, ``gather_backward.SCATTER`` "sorted", or its values' gradient by atomics, "atomic"; the default "auto"
+takes sorted under deterministic algorithms only) and the frame's storing its turned pairs too; with them
 the three kernels of the backward by source point (``triton_gather``, at ``gather_backward``'s tiles), and the
 frame's and aggregation's at every setting of ``bench_relation_backward.SWEEP`` (k = 8, width 32 and k = 16,
 width 64, bfloat16; their spills recorded, not refused: see ``gather_sweep_cases``). They launch with Triton's
@@ -107,7 +108,7 @@ def _attention_at(k: int, c: int, t: str, acc: str, delta: bool) -> dict:
     names = dict(aggregate=("BLOCK_G", c // SHARE), relation=("BLOCK_C", min(c, 64)), frame=("BLOCK_C", min(c, 64)),
                  linear=("BLOCK_B", min(c // 3, 32)))
     op_of = dict(aggregate="aggregate", relation="relation", frame="frame_relation", linear="linear_relation")
-    grads = dict(aggregate=dict(GRAD_V=False, STORE_P=True, GRAD_DELTA=delta, HAS_DELTA=delta),   # by source
+    grads = dict(aggregate=dict(GRAD_V=False, STORE_P=True, GRAD_DELTA=delta, HAS_DELTA=delta),   # SCATTER sorted
                  relation=dict(GRAD_KEY=True, GRAD_Q=True),
                  frame=dict(GRAD_POINTS=True, GRAD_Q=True, STORE_TURNED=False),
                  linear=dict(GRAD_X=True, GRAD_Q=True))
@@ -171,13 +172,8 @@ def _gather_at(k: int, width: int, t: str, sig: dict, f64: bool, setting: dict |
     (each kernel's ``SETTINGS``, or ``setting``: one point of ``bench_relation_backward``'s sweep)."""
     out = {}
     for name in names:
-        saved = gather_backward.SETTINGS[name]
-        try:
-            gather_backward.SETTINGS[name] = setting or saved
-            bp, bt, bc = gather_backward.tiles(name, k, width, f64)
-        finally:
-            gather_backward.SETTINGS[name] = saved
-        warps = (setting or saved)["warps"]
+        bp, bt, bc = gather_backward.tiles(name, k, width, f64, setting)
+        warps = (setting or gather_backward.SETTINGS[name])["warps"]
         meta = dict(F64=f64, BLOCK_P=bp, BLOCK_T=bt, BLOCK_C=bc, **({} if name == "relation_gather" else dict(K=k)))
         out[f"{prefix}{name}_{t}_k{k}_tile{bp}_{bt}_{bc}_w{warps}"] = (getattr(gat, name), sig, meta,
                                                                       dict(FUSED, num_warps=warps))

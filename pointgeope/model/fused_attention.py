@@ -91,10 +91,11 @@ def _launch(kernel, grid: list[tuple[int, int]], *args, device: torch.device, **
 
 def _guarded_backward(op: str, device: torch.device, kernel: Callable[[], tuple], ref: Callable[..., Tensor],
                       inputs: list[Tensor | None], needs: list[bool], grad: Tensor) -> tuple:
-    """The Triton backward ``kernel()`` under ``op``'s entry in :mod:`pointgeope.model.kernels`; where ``op``
-    no longer runs in Triton, or if it fails now, the gradients of ``ref(*inputs)`` for the inputs flagged
-    in ``needs``, by autograd."""
-    return KERNELS[op].dispatch(device, kernel, lambda: torch_grads(ref, inputs, needs, grad))
+    """The Triton backward ``kernel()`` under ``op``'s entry in :mod:`pointgeope.model.kernels`, following its
+    forward, which ran in Triton (these Functions are the kernels' Triton paths), not the switch; where ``op``
+    failed since, or sums with atomics under deterministic algorithms, or if it fails now, the gradients of
+    ``ref(*inputs)`` for the inputs flagged in ``needs``, by autograd."""
+    return KERNELS[op].dispatch(device, kernel, lambda: torch_grads(ref, inputs, needs, grad), decided=True)
 
 
 class _Aggregate(torch.autograd.Function):

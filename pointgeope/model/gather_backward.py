@@ -41,7 +41,7 @@ from torch import Tensor
 from pointgeope.model.kernel_choice import kernel_module
 
 __all__ = ["SCATTERS", "SCATTER", "FRAME_TURN_FIRST", "SETTINGS", "Transpose", "transpose", "sorted_backward",
-           "scatter", "atomics", "tiles", "relation_key_grad", "frame_point_grad", "aggregate_value_grad"]
+           "scatter", "setting", "atomics", "tiles", "relation_key_grad", "frame_point_grad", "aggregate_value_grad"]
 
 SCATTERS = ("sorted", "atomic")
 SCATTER = "auto"        # how the fused attention's backward sums into the source rows (module docstring)
@@ -96,17 +96,30 @@ def sorted_backward() -> bool:
 
 
 @contextlib.contextmanager
-def scatter(way: str) -> Iterator[None]:
-    """:data:`SCATTER` set to ``way`` inside the block, then restored (``info --check``, benchmarks): a setting
-    of the process, not of a thread."""
-    global SCATTER
+def scatter(way: str, turn_first: bool = False) -> Iterator[None]:
+    """:data:`SCATTER` set to ``way`` (and :data:`FRAME_TURN_FIRST` to ``turn_first``) inside the block, then
+    restored (``info --check``, benchmarks): a setting of the process, not of a thread."""
+    global SCATTER, FRAME_TURN_FIRST
     if way not in SCATTERS:
         raise ValueError(f"expected a scatter in {SCATTERS}, got {way!r}")
-    saved, SCATTER = SCATTER, way
+    saved, SCATTER = (SCATTER, FRAME_TURN_FIRST), way
+    FRAME_TURN_FIRST = turn_first
     try:
         yield
     finally:
-        SCATTER = saved
+        SCATTER, FRAME_TURN_FIRST = saved
+
+
+@contextlib.contextmanager
+def setting(kernel: str, value: dict) -> Iterator[None]:
+    """``SETTINGS[kernel]`` set to ``value`` inside the block, then restored (``bench_relation_backward``'s
+    sweep): a setting of the process, not of a thread."""
+    saved = SETTINGS[kernel]
+    SETTINGS[kernel] = value
+    try:
+        yield
+    finally:
+        SETTINGS[kernel] = saved
 
 
 def atomics() -> bool:
@@ -115,12 +128,12 @@ def atomics() -> bool:
     return not sorted_backward()
 
 
-def tiles(kernel: str, k: int, width: int, f64: bool = False) -> tuple[int, int, int]:
-    """(BLOCK_P, BLOCK_T, BLOCK_C) of the sorted ``kernel`` (its :data:`SETTINGS`): powers of two, ``BLOCK_C``
-    holding ``width``, ``BLOCK_P`` filling the budget (at most ``rows``)."""
+def tiles(kernel: str, k: int, width: int, f64: bool = False, setting: dict | None = None) -> tuple[int, int, int]:
+    """(BLOCK_P, BLOCK_T, BLOCK_C) of the sorted ``kernel`` (its :data:`SETTINGS`, or ``setting``): powers of two,
+    ``BLOCK_C`` holding ``width``, ``BLOCK_P`` filling the budget (at most ``rows``)."""
     import triton
 
-    setting = SETTINGS[kernel]
+    setting = setting or SETTINGS[kernel]
     block_t = setting["block_t"] or triton.next_power_of_2(k)
     block_c = triton.next_power_of_2(width)
     budget = setting["budget"] // (2 if f64 else 1)

@@ -75,9 +75,14 @@ def _timed(fn: Callable[[], object], device: torch.device, reps: int) -> tuple[o
     return out, statistics.median(times) * 1e3
 
 
-def _path(name: str) -> str:
-    failed = kernels.failures().get(name)
-    return "triton" if failed is None else f"torch (fell back: {failed})"
+def _path(kernel: kernels.Kernel) -> str:
+    """``torch`` with the error where the kernel fell back (its path from then on), else what ran in the case
+    just timed (``kernel.ran``): ``triton``, ``torch`` or ``triton+torch`` (say a Triton forward whose backward
+    sums with atomics under deterministic algorithms)."""
+    failed = kernels.failures().get(kernel.name)
+    if failed is not None:
+        return f"torch (fell back: {failed})"
+    return "+".join(p for p in ("triton", "torch") if p in kernel.ran) or "torch"
 
 
 def _crop(device: torch.device, n: int) -> tuple[Tensor, Tensor]:
@@ -167,9 +172,11 @@ def check_kernels(device: torch.device, points: int | None = None, pairs: int | 
         kernels.check_runnable(device)
         for kernel in kernels.registered():
             for case in kernel.check(device, points, pairs) if kernel.check else ():
+                kernel.ran.clear()
                 got, ms = _timed(case.run, device, reps)
+                path = _path(kernel)
                 diff, note = case.compare(got, case.reference())
-                rows.append(CheckRow(f"{kernel.name} {case.label}", _path(kernel.name), diff, ms, note,
+                rows.append(CheckRow(f"{kernel.name} {case.label}", path, diff, ms, note,
                                      case.tolerance))
     return rows
 

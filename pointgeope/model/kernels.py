@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -154,6 +154,7 @@ class Kernel:
     atomics: bool | Callable[[], bool] = False      # or asked at each call: a kernel with a choice of sums
     check: Callable[[torch.device, int, int], list[CheckCase]] | None = None
     cuda_default: bool = True        # False: opt-in, Triton only with POINTGEOPE_KERNELS=triton
+    ran: set[str] = field(default_factory=set, compare=False, repr=False)    # paths :meth:`dispatch` took
 
     def sums_with_atomics(self) -> bool:
         """Whether the kernel sums with atomics now (``atomics``, called if a function)."""
@@ -168,19 +169,33 @@ class Kernel:
         """``triton(*args)`` where :meth:`enabled`, else ``torch(*args)``, by :meth:`dispatch`."""
         return self.dispatch(device, lambda: self.triton(*args, **kwargs), lambda: self.torch(*args, **kwargs))
 
-    def dispatch(self, device: torch.device, triton_fn: Callable[[], Any], torch_fn: Callable[[], Any]):
+    def still_runs(self) -> bool:
+        """Whether a backward whose forward ran in Triton runs in Triton too: unless the kernel failed since,
+        or it sums with atomics now under ``torch.use_deterministic_algorithms(True)``."""
+        atomics = self.sums_with_atomics() and torch.are_deterministic_algorithms_enabled()
+        return self.name not in FAILURES and not atomics
+
+    def dispatch(self, device: torch.device, triton_fn: Callable[[], Any], torch_fn: Callable[[], Any],
+                 decided: bool | None = None):
         """``triton_fn()`` where :meth:`enabled`, else ``torch_fn()``; if ``triton_fn`` fails to compile or
-        launch, the kernel is off for the rest of the process (one warning) and ``torch_fn()`` answers (a
-        backward pass dispatches its own pair of functions under the kernel's name)."""
-        if not self.enabled(device):
+        launch, the kernel is off for the rest of the process (one warning) and ``torch_fn()`` answers.
+        A backward pass dispatches its own pair of functions under the kernel's name with ``decided``, whether
+        its forward ran in Triton: it follows the forward (:meth:`still_runs`) instead of asking the switch
+        again, which a :func:`~pointgeope.model.kernel_choice.forced` block (a context variable) may not reach
+        in autograd's backward thread. The paths taken are recorded in :attr:`ran` (``info --check``)."""
+        if not (self.enabled(device) if decided is None else decided and self.still_runs()):
+            self.ran.add("torch")
             return torch_fn()
         try:
-            return triton_fn()
+            out = triton_fn()
         except Exception as err:  # noqa: BLE001 - any compiler, resource or driver error of the kernel
             if not _is_kernel_failure(err):
                 raise
             fail(self.name, err)
-        return torch_fn()
+            self.ran.add("torch")
+            return torch_fn()
+        self.ran.add("triton")
+        return out
 
     def explicit(self, *args, **kwargs):
         """``triton(*args)`` with no fallback (an explicit ``backend="triton"``); its error says why."""

@@ -28,7 +28,6 @@ default, until a GPU run shows it pays (``docs/gpu.md``). A kernel that fails fa
 from __future__ import annotations
 
 import contextlib
-import importlib
 from types import ModuleType
 
 import torch
@@ -37,7 +36,7 @@ from torch import Tensor, nn
 
 from pointgeope.model import kernels
 from pointgeope.model.attention_reference import torch_grads
-from pointgeope.model.kernel_choice import current
+from pointgeope.model.kernel_choice import kernel_module
 
 __all__ = ["BatchNormReLU", "SyncBatchNormReLU", "batch_norm_relu", "reference", "convert_sync_batchnorm",
            "tiles", "KERNEL"]
@@ -48,10 +47,7 @@ MAX_PARTIALS = 1024        # programs along the rows of the reductions (their pa
 
 def triton_kernels() -> ModuleType:
     """``triton_norm``, its kernels decorated in the mode ``TRITON_INTERPRET`` asks for now."""
-    module = importlib.import_module("pointgeope.model.triton_norm")
-    if module.INTERPRET != current().interpret:
-        module = importlib.reload(module)
-    return module
+    return kernel_module("pointgeope.model.triton_norm")
 
 
 def tiles(channels: int, f64: bool = False) -> tuple[int, int, int]:
@@ -132,7 +128,8 @@ class _BatchNormReLU(torch.autograd.Function):
         def torch_path(a, w, b):        # batch statistics again, or the forward's running ones (rows 0 and 4)
             return reference(a, w, b, None if batch else stats[0], None if batch else stats[4], batch, 0.0, eps)
         grads = KERNEL.dispatch(x.device, lambda: _backward(x, g.contiguous(), stats, weight, bias, batch, needs),
-                                lambda: torch_grads(torch_path, [x, weight, bias], needs, g))
+                                lambda: torch_grads(torch_path, [x, weight, bias], needs, g),
+                                decided=True)       # this forward ran Triton: the backward follows it
         return (*grads, None, None, None, None, None)
 
 

@@ -20,8 +20,8 @@ tile sizes: the result is the same bit for bit in every run. Loads are converted
 (float32, or float64 for float64 inputs), stores round once to the output's type.
 
 Decorated when imported in the mode ``TRITON_INTERPRET`` asks for then (``INTERPRET``), reloaded by
-``fused_attention.triton_kernels`` when it changed; only the ``tl`` APIs of Triton 3.6 and newer, and the
-combine functions of ``triton_attention``'s docstring (for the same reason).
+``kernel_choice.kernel_module`` (``gather_backward`` launches through it) when it changed; only the ``tl``
+APIs of Triton 3.6 and newer, and the combine functions of ``triton_attention``'s docstring (same reason).
 """
 import triton
 import triton.language as tl

@@ -25,24 +25,17 @@ the last launch (:func:`normalize_relu`, its first row block), so a kernel that 
 leaves them for the torch path that replaces it.
 
 As ``triton_attention.py``: decorated in the mode ``TRITON_INTERPRET`` asks for at import (``INTERPRET``;
-``norm.triton_kernels`` reloads), sums by ``tl.reduce`` with this module's combine function, zeros by
-``tl.full``; offsets int64 (``R C`` passes 2^31 at 20M pairs of 128 channels).
+``norm.triton_kernels`` reloads), sums by ``tl.reduce`` with ``triton_attention``'s combine function ``_add``
+(taken from its owner, decorated in this same mode), zeros by ``tl.full``; offsets int64 (``R C`` passes 2^31
+at 20M pairs of 128 channels).
 """
 import triton
 import triton.language as tl
 
-from pointgeope.model.kernel_choice import current
+from pointgeope.model.kernel_choice import current, kernel_module
 
 INTERPRET = current().interpret     # the project's reading of TRITON_INTERPRET (Triton reads it itself too)
-
-
-@triton.jit
-def _add(a, b):
-    return a + b
-
-
-if INTERPRET:   # the interpreter reduces with numpy when it recognises Triton's own combine function
-    _add = tl.standard._sum_combine
+_add = kernel_module("pointgeope.model.triton_attention")._add      # the reductions' combine function
 
 
 @triton.jit

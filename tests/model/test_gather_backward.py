@@ -183,8 +183,12 @@ def test_frame_relation_and_aggregate_on_sorted_sums_pass_gradcheck_in_float64()
 
 @pytest.mark.parametrize("turn_first", [False, True])
 def test_sorted_sums_are_the_same_bits_in_every_run(turn_first, monkeypatch):
-    """Two backward passes, the second with the transpose computed again (a fresh ``idx``)."""
+    """Two backward passes, the second with the transpose computed again (a fresh ``idx``), summed by source
+    point (the launches counted). On the serial interpreter the atomic kernels would repeat their bits too:
+    this checks the sorted path runs and its transpose is deterministic; the CUDA test
+    (``test_compiled_sorted_sums_on_cuda_repeat_bit_for_bit...``) checks the bits on parallel hardware."""
     monkeypatch.setattr(gather_backward, "FRAME_TURN_FIRST", turn_first)
+    spies = _spy(monkeypatch, "triton_gather", "relation_gather", "frame_gather", "aggregate_gather")
     x, idx, tables, q, g = _frame_inputs(torch.float32)
     runs = []
     for lists in (idx, idx.clone()):
@@ -194,6 +198,65 @@ def test_sorted_sums_are_the_same_bits_in_every_run(turn_first, monkeypatch):
         fused_attention.aggregate(g[..., :4], leaves[0], lists, None, 2).backward(q)
         runs.append([t.grad for t in leaves])
     assert all(torch.equal(a, b) for a, b in zip(*runs))
+    counts = {name: spy.count for name, spy in spies.items()}         # the frame's turned pairs: relation_gather
+    assert counts == {"relation_gather": 4 if turn_first else 2, "frame_gather": 0 if turn_first else 2,
+                      "aggregate_gather": 2}
+
+
+class Launches:
+    """Stands in for a ``triton.jit`` kernel and counts its launches (then launches it)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.count = kernel, 0
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.count += 1
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+def _spy(monkeypatch, module: str, *names: str) -> dict[str, Launches]:
+    """Launch counters in place of kernels ``names`` of ``fused_attention.triton_kernels(module)``."""
+    kernels_of = fused_attention.triton_kernels(module)
+    spies = {name: Launches(getattr(kernels_of, name)) for name in names}
+    for name, spy in spies.items():
+        monkeypatch.setattr(kernels_of, name, spy)
+    return spies
+
+
+@pytest.mark.parametrize("case", ["sorted", "failed_between", "atomic_deterministic"])
+def test_the_backward_follows_the_forwards_path_not_the_switch(interpreted, case):
+    """``relation`` forward under ``forced("triton")``, its backward outside (the switch unset: torch on the
+    CPU; on CUDA autograd's backward thread may not see the block): the Triton backward (the sum by source
+    point) runs; torch's where the kernel failed in between, or where the backward would sum with atomics under
+    deterministic algorithms. Always the definition's gradients."""
+    from pointgeope.model import kernels
+    from pointgeope.model.kernel_choice import forced
+
+    interpreted.delenv("POINTGEOPE_KERNELS")
+    interpreted.setattr(gather_backward, "SCATTER", "atomic" if case == "atomic_deterministic" else "sorted")
+    spies = {**_spy(interpreted, "triton_gather", "relation_gather"),
+             **_spy(interpreted, "triton_attention", "relation_backward")}
+    x, idx, _, q, g = _frame_inputs(torch.float32)
+    key, q = x.clone().requires_grad_(), q.clone().requires_grad_()
+    assert not fused_attention.enabled("relation", key.device)
+    kernels.reset()
+    with forced("triton"):
+        out = fused_attention.relation(key, idx, q)
+    if case == "failed_between":
+        with pytest.warns(kernels.KernelFallbackWarning, match="relation"):
+            kernels.fail("relation", RuntimeError("injected"))
+    if case == "atomic_deterministic":
+        interpreted.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    out.backward(g)
+    kernels.reset()
+    launched = [spies["relation_gather"].count, spies["relation_backward"].count]
+    assert launched == ([1, 1] if case == "sorted" else [0, 0])          # gkey by source; gq by query
+    want = [torch.zeros_like(x).double().index_add_(0, idx.flatten(), g.double().flatten(0, 1)),
+            -g.double().sum(1)]
+    for got, w in zip((key.grad, q.grad), want):
+        torch.testing.assert_close(got.double(), w, rtol=1e-6, atol=1e-6)
 
 
 def test_sorted_sums_keep_triton_under_deterministic_algorithms(monkeypatch):
@@ -229,7 +292,9 @@ def test_the_relations_of_one_neighbourhood_sort_it_once(monkeypatch):
 @pytest.mark.slow
 def test_the_benchmark_times_both_scatters_and_the_sweep(tmp_path):
     """``bench/bench_relation_backward.py`` at a tiny size under the interpreter: every row, and the two
-    scatters' gradients equal within float32 rounding."""
+    scatters' gradients equal within float32 rounding. The bench refuses to time a row under another scatter
+    than its label (``SCATTER`` is ``"auto"`` here: atomic), so a sorted row or sweep point outside
+    ``gather_backward.scatter("sorted")`` fails it."""
     import json
     import os
     import subprocess

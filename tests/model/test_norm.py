@@ -16,6 +16,8 @@ pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set
 from pointgeope.model import kernels, norm  # noqa: E402
 from pointgeope.model.kernel_choice import forced  # noqa: E402
 from pointgeope.model.norm import BatchNormReLU, convert_sync_batchnorm  # noqa: E402
+from tests.model.test_gather_backward import Launches  # noqa: E402
+from tests.model.test_kernels import Failing  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BF16_RTOL = 2 ** -7                    # two roundings to bfloat16 (the output, and the reference's cast)
@@ -156,30 +158,33 @@ def test_the_torch_path_is_torchs_module_exactly(monkeypatch, path):
     assert torch.equal(ours.running_var, ref.running_var)
 
 
-def test_opt_in_on_cuda():
-    """Registered opt-in: on CUDA tensors Triton only with ``POINTGEOPE_KERNELS=triton``."""
+def test_opt_in_on_cuda(monkeypatch):
+    """Registered opt-in: on CUDA tensors Triton only with ``POINTGEOPE_KERNELS=triton``; unset, a kernel
+    registered by default (the fused ``relation``) runs in Triton there, this one does not."""
+    from pointgeope.model import fused_attention
+
     cuda = torch.device("cuda")
+    monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
+    monkeypatch.setattr(kernels, "FAILURES", type(kernels.FAILURES)())       # no failure of earlier tests
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: False)
     with forced("triton"):
         assert norm.KERNEL.enabled(cuda) == kernels.triton_imports()
     with forced("torch"):
         assert not norm.KERNEL.enabled(cuda)
-    if kernels.current().path is None:
-        assert not norm.KERNEL.enabled(cuda)
+    assert kernels.current().path is None
+    assert not norm.KERNEL.enabled(cuda)
+    assert fused_attention.KERNELS["relation"].enabled(cuda) == kernels.triton_imports()
 
 
-def _raising(*args, **kwargs):
-    raise RuntimeError("PassManager::run failed (injected)")
-
-
-class _Failing:
-    def __getitem__(self, grid):
-        return _raising
+def _failing() -> Failing:
+    """A kernel whose launch raises a compiler error."""
+    return Failing(RuntimeError("PassManager::run failed (injected)"))
 
 
 def test_a_failing_kernel_leaves_the_running_buffers_to_the_torch_path(interpreted):
     """The last forward kernel fails (after the statistics ran): one warning, torch's output, and the running
     buffers moved once, as torch's."""
-    interpreted.setattr(norm.triton_kernels(), "normalize_relu", _Failing())
+    interpreted.setattr(norm.triton_kernels(), "normalize_relu", _failing())
     ours, ref = _pair(7)
     x, g = torch.randn(40, 7) * 2, torch.randn(40, 7)
     with pytest.warns(kernels.KernelFallbackWarning, match="batch_norm_relu"):
@@ -190,9 +195,33 @@ def test_a_failing_kernel_leaves_the_running_buffers_to_the_torch_path(interpret
     torch.testing.assert_close(ours.running_var, ref.running_var, rtol=0, atol=1e-7)
 
 
+@pytest.mark.parametrize("fails_between", [False, True])
+def test_the_backward_follows_the_forwards_path_not_the_switch(interpreted, fails_between):
+    """A forward under ``forced("triton")`` and its backward outside it (where the switch, unset, says torch
+    on the CPU; autograd's backward thread may not see the block on CUDA): the Triton backward runs, unless
+    the kernel failed in between (then torch's gradients). Both give torch's gradients."""
+    interpreted.delenv("POINTGEOPE_KERNELS")
+    k = norm.triton_kernels()
+    spy = Launches(k.grad_input)
+    interpreted.setattr(k, "grad_input", spy)
+    ours, ref = _pair(9)
+    x, g = (torch.randn(60, 9) + 0.3).requires_grad_(), torch.randn(60, 9)
+    assert not norm.KERNEL.enabled(x.device)
+    with forced("triton"):
+        y = ours(x)
+    if fails_between:
+        with pytest.warns(kernels.KernelFallbackWarning, match="batch_norm_relu"):
+            kernels.fail("batch_norm_relu", RuntimeError("injected"))
+    y.backward(g)
+    assert spy.count == (0 if fails_between else 1)
+    want = _run(ref, x, g, relu=True)
+    for got, w in zip((y.detach(), x.grad, ours.weight.grad, ours.bias.grad), want):
+        torch.testing.assert_close(got, w)
+
+
 @pytest.mark.parametrize("train", [True, False])
 def test_a_failing_backward_gives_torchs_gradients(interpreted, train):
-    interpreted.setattr(norm.triton_kernels(), "grad_input", _Failing())
+    interpreted.setattr(norm.triton_kernels(), "grad_input", _failing())
     ours, ref = _pair(9)
     ours.train(train), ref.train(train)
     x, g = torch.randn(60, 9) + 0.3, torch.randn(60, 9)
