@@ -40,7 +40,7 @@ from torch import Tensor
 
 from pointgeope.model.kernel_choice import kernel_module
 
-__all__ = ["SCATTERS", "SCATTER", "FRAME_TURN_FIRST", "SETTINGS", "Transpose", "transpose", "sorted_backward",
+__all__ = ["SCATTERS", "SCATTER", "FRAME_TURN_FIRST", "SETTINGS", "Transpose", "transpose", "sorted_backward", "forget_transposes",
            "scatter", "setting", "atomics", "tiles", "relation_key_grad", "frame_point_grad", "aggregate_value_grad"]
 
 SCATTERS = ("sorted", "atomic")
@@ -84,6 +84,14 @@ def transpose(idx: Tensor, rows: int) -> Transpose:
     result = Transpose(order.to(torch.int32) if order.numel() < 2 ** 31 else order, starts)
     setattr(idx, _CACHE, (key, result))
     return result
+
+
+def forget_transposes(tensors) -> None:
+    """Drop the transposes cached on ``tensors``: before a CUDA graph records a step, so that it records their
+    sort instead of a transpose of the batch it warmed up on (``engine/graphs.py``)."""
+    for t in tensors:
+        if hasattr(t, _CACHE):
+            delattr(t, _CACHE)
 
 
 def sorted_backward() -> bool:

@@ -28,8 +28,8 @@ from torch import Tensor, nn
 
 from pointgeope.model.attention import PointTransformerLayer, PositionalEncoding
 from pointgeope.model.config import ModelConfig
-from pointgeope.model.norm import BatchNormReLU
-from pointgeope.model.ops import (HierarchySpec, OpsBackends, PointHierarchy, check_offset, counts, gather,
+from pointgeope.model.norm import BatchNorm, BatchNormReLU
+from pointgeope.model.ops import (HierarchySpec, OpsBackends, PointHierarchy, check_offset, cloud_of_rows, gather,
                                   interpolate_from)
 
 __all__ = ["OpsBackends", "PointTransformerBlock", "TransitionDown", "TransitionUp", "PointTransformerSeg",
@@ -61,7 +61,7 @@ class PointTransformerBlock(nn.Module):
         self.attention = PointTransformerLayer(channels, share_planes, neighbours, **layer_args)
         self.bn2 = BatchNormReLU(channels)
         self.linear3 = nn.Linear(channels, channels, bias=False)
-        self.bn3 = nn.BatchNorm1d(channels)
+        self.bn3 = BatchNorm(channels)                   # BatchNorm1d (norm.py: padded batches too)
         self.relu = nn.ReLU(inplace=True)
 
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
@@ -115,11 +115,10 @@ class TransitionUp(nn.Module):
         """Fine ``feat (N, C)`` and ``offset``; unless the head, the ``coarse (M, C_in)`` features with the
         fine points' 3 nearest coarse rows ``idx (N, 3)`` and squared distances ``dist2 (N, 3)``."""
         if self.is_head:
-            sizes = counts(offset.tolist())
-            parts = feat.split(sizes)
-            means = torch.stack([part.mean(0) for part in parts])                          # (B, C)
-            glob = self.linear2(means).repeat_interleave(torch.tensor(sizes, device=feat.device), dim=0)
-            return self.linear1(torch.cat([feat, glob], dim=1))
+            cloud = cloud_of_rows(offset, feat.shape[0])                                    # (N,)
+            sizes = torch.diff(offset, prepend=offset.new_zeros(1)).unsqueeze(1)           # (B, 1)
+            means = feat.new_zeros(offset.shape[0], feat.shape[1]).index_add_(0, cloud, feat) / sizes
+            return self.linear1(torch.cat([feat, self.linear2(means)[cloud]], dim=1))     # (B, C) -> (N, C)
         return self.linear1(feat) + interpolate_from(self.linear2(coarse), idx, dist2)
 
 
@@ -189,6 +188,11 @@ class PointTransformerSeg(nn.Module):
             hierarchy = self.hierarchy_spec(coord, offset)
         else:
             self.hierarchy_spec.check(hierarchy, coord.shape[0], offset.shape[0])
+        return self.body(coord, feat, hierarchy)
+
+    def body(self, coord: Tensor, feat: Tensor, hierarchy: PointHierarchy) -> Tensor:
+        """The network on checked inputs and their hierarchy, reading no value on the host (what a CUDA graph
+        records, ``engine/graphs.py``): ``coord (N, 3)``, ``feat (N, in_channels)`` -> ``(N, num_classes)``."""
         h, coords = hierarchy, hierarchy.coords(coord)
         skips = []
         for s, (down, blocks) in enumerate(zip(self.down, self.encoder)):

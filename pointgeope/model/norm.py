@@ -21,6 +21,10 @@ index. Where the kernel does not run (the CPU, ``POINTGEOPE_KERNELS=torch``, inp
 CUDA: it runs with ``POINTGEOPE_KERNELS=triton`` (and on CPU tensors under the interpreter), not by
 default, until a GPU run shows it pays (``docs/gpu.md``). A kernel that fails falls back to the torch path.
 
+**Padded batches.** :class:`BatchNorm` (torch's ``BatchNorm1d``, no ReLU) and :class:`BatchNormReLU` take their
+training statistics over a padded batch's real rows inside :func:`pointgeope.model.padding.batch_rows`, on
+torch ops (``padding.prefix_batch_norm``): what the CUDA-graph step runs (``engine/graphs.py``).
+
 **DDP.** The engine keeps batch norm per process (as published). For synchronised statistics use
 :func:`convert_sync_batchnorm`: torch's ``nn.SyncBatchNorm.convert_sync_batchnorm`` would turn a
 :class:`BatchNormReLU` into a plain ``SyncBatchNorm`` and lose its ReLU.
@@ -34,11 +38,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pointgeope.model import kernels
+from pointgeope.model import kernels, padding
 from pointgeope.model.attention_reference import torch_grads
 from pointgeope.model.kernel_choice import kernel_module
 
-__all__ = ["BatchNormReLU", "SyncBatchNormReLU", "batch_norm_relu", "reference", "convert_sync_batchnorm",
+__all__ = ["BatchNorm", "BatchNormReLU", "SyncBatchNormReLU", "batch_norm_relu", "reference", "convert_sync_batchnorm",
            "tiles", "KERNEL"]
 
 WARPS = 4
@@ -171,19 +175,49 @@ def _takes(x: Tensor, weight: Tensor | None) -> bool:
     return x.dtype == weight.dtype or (weight.dtype == torch.float32 and x.dtype in (torch.bfloat16, torch.float16))
 
 
-class BatchNormReLU(nn.BatchNorm1d):
+class BatchNorm(nn.BatchNorm1d):
+    """torch's ``BatchNorm1d`` (the same arguments, parameters, buffers and outputs) that, in training inside
+    :func:`pointgeope.model.padding.batch_rows`, takes its statistics over a padded batch's real rows only."""
+
+    relu = False
+
+    def forward(self, x: Tensor) -> Tensor:
+        valid = padding.valid_rows(x.shape[0]) if self.training else None
+        if valid is None:
+            return self._forward(x)
+        factor = self._factor()
+        y = padding.prefix_batch_norm(x, valid, self.weight, self.bias,
+                                      self.running_mean if self.track_running_stats else None,
+                                      self.running_var, factor, self.eps)
+        return torch.relu_(y) if self.relu else y
+
+    def _forward(self, x: Tensor) -> Tensor:
+        return super().forward(x)
+
+    def _factor(self) -> float | Tensor:
+        """The running buffers' step, counting this batch (as torch's ``_BatchNorm.forward``): ``momentum``, or
+        ``1 / num_batches_tracked`` (a tensor: no host read) for a cumulative average."""
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:
+                factor = 1.0 / self.num_batches_tracked
+        return factor
+
+
+class BatchNormReLU(BatchNorm):
     """``relu(BatchNorm1d(x))`` in one op where the kernel runs (module docstring); ``BatchNorm1d``'s
     arguments, parameters and buffers. Shapes: ``(R, C) -> (R, C)`` (other shapes: torch's path)."""
 
-    def forward(self, x: Tensor) -> Tensor:
+    relu = True
+
+    def _forward(self, x: Tensor) -> Tensor:
         batch_stats = self.training or self.running_mean is None
         if not (KERNEL.enabled(x.device) and _takes(x, self.weight) and x.shape[0] > int(batch_stats)):
-            return torch.relu_(super().forward(x))          # torch's BatchNorm1d and ReLU(inplace=True)
-        factor = 0.0 if self.momentum is None else self.momentum     # as torch's _BatchNorm.forward
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.add_(1)
-            if self.momentum is None:                   # a cumulative average
-                factor = 1.0 / float(self.num_batches_tracked)
+            return torch.relu_(super()._forward(x))         # torch's BatchNorm1d and ReLU(inplace=True)
+        factor = self._factor()
+        if isinstance(factor, Tensor):
+            factor = float(factor)
         keep = not self.training or self.track_running_stats
         return batch_norm_relu(x, self.weight, self.bias, self.running_mean if keep else None,
                                self.running_var if keep else None, batch_stats, factor, self.eps)

@@ -6,7 +6,8 @@ from pointgeope.model.ops.gather import gather
 from pointgeope.model.ops.hierarchy import HierarchySpec, PointHierarchy
 from pointgeope.model.ops.interpolate import interpolate, interpolate_from
 from pointgeope.model.ops.knn import knn
-from pointgeope.model.ops.offsets import check_offset, counts, offset_from_counts
+from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, counts, offset_from_counts
 
 __all__ = ["knn", "fps", "interpolate", "interpolate_from", "gather", "sample_counts", "knn_backend", "fps_backend",
-           "summary", "OpsBackends", "HierarchySpec", "PointHierarchy", "check_offset", "counts", "offset_from_counts"]
+           "summary", "OpsBackends", "HierarchySpec", "PointHierarchy", "check_offset", "cloud_of_rows", "counts",
+           "offset_from_counts"]

@@ -17,7 +17,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from pointgeope.model.ops.offsets import counts
+from pointgeope.model.ops.offsets import cloud_of_rows, counts
 
 __all__ = ["tile_sorted", "block_boxes", "launch_device", "Tiles", "BITS", "cloud_frame", "keys_in",
            "layout", "shared_layouts", "code", "cell", "cube_scale"]
@@ -67,8 +67,7 @@ def _spread_table(device: torch.device) -> Tensor:
 
 
 def _cloud_ids(off: list[int], device: torch.device) -> Tensor:
-    sizes = torch.tensor(counts(off), device=device)
-    return torch.repeat_interleave(torch.arange(len(off), device=device), sizes)
+    return cloud_of_rows(torch.tensor(off, device=device), off[-1])
 
 
 def cloud_frame(points: Tensor, off: list[int]) -> tuple[Tensor, Tensor]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["check_offset", "counts", "offset_from_counts"]
+__all__ = ["check_offset", "counts", "offset_from_counts", "cloud_of_rows"]
 
 
 def check_offset(offset: Tensor | list[int], num_points: int, name: str = "offset") -> list[int]:
@@ -47,3 +47,10 @@ def counts(offset: list[int]) -> list[int]:
 def offset_from_counts(sizes: list[int], device: torch.device | str) -> Tensor:
     """Cumulative counts as an int64 tensor on ``device``."""
     return torch.tensor(sizes, dtype=torch.long, device=device).cumsum(0)
+
+
+def cloud_of_rows(offset: Tensor, rows: int) -> Tensor:
+    """The cloud ``b`` of every row ``(rows,)`` int64, on ``offset``'s device: ``b`` repeated ``n_b`` times. The
+    row count given (``offset[-1]``) keeps the device's work from being read back to size the output."""
+    sizes = torch.diff(offset, prepend=offset.new_zeros(1))
+    return torch.repeat_interleave(torch.arange(offset.shape[0], device=offset.device), sizes, output_size=rows)

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pointgeope.model.ops.offsets import cloud_of_rows
 from pointgeope.model.ptv3.serialization import check_depth, check_orders, code_of, serialization_depth
 
 __all__ = ["PointBatch", "check_inputs", "offsets_to_batch"]
@@ -36,8 +37,7 @@ __all__ = ["PointBatch", "check_inputs", "offsets_to_batch"]
 
 def offsets_to_batch(offset: Tensor) -> Tensor:
     """The cloud index (N,) of each point of a packed batch with cloud ends ``offset`` (B,)."""
-    counts = torch.diff(offset, prepend=offset.new_zeros(1))
-    return torch.repeat_interleave(torch.arange(len(offset), device=offset.device), counts)
+    return cloud_of_rows(offset, int(offset[-1]))
 
 
 def check_inputs(coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor) -> None:
