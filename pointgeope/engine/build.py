@@ -195,11 +195,12 @@ def mixed_precision(cfg: Config, device: torch.device) -> torch.dtype | None:
     return torch.float16 if cfg.train.amp == "fp16" else torch.bfloat16
 
 
-def autocast(cfg: Config, device: torch.device) -> torch.autocast:
+def autocast(cfg: Config, device: torch.device, cache: bool = True) -> torch.autocast:
     """The mixed precision of ``train.amp`` for a forward pass (:func:`mixed_precision`): bf16 or fp16 autocast
-    on CUDA, off on the CPU and with ``amp: none`` (float32)."""
+    on CUDA, off on the CPU and with ``amp: none`` (float32). ``cache=False`` for a CUDA graph's capture, which
+    must not keep casts made outside it (``engine/graphs.py``)."""
     dtype = mixed_precision(cfg, device)
-    return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+    return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None, cache_enabled=cache)
 
 
 def grad_scaler(cfg: Config, device: torch.device) -> torch.amp.GradScaler:

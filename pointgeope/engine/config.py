@@ -107,6 +107,8 @@ class TrainConfig:
     ignore_index: int = IGNORE_LABEL        # the label skipped by the loss and by every metric (train, eval)
     loss: Literal["ce", "ce_lovasz"] = "ce"  # cross entropy, or plus the Lovász-softmax loss (PTv3, engine/losses.py)
     lovasz_weight: float = 1.0              # ce_lovasz: the weight of the Lovász-softmax term
+    cuda_graphs: bool = False               # PTv1 on one GPU: each step replays a CUDA graph of its padded batch
+    #                                         (engine/graphs.py; float32 or bf16, the hierarchy given)
 
 
 @dataclass

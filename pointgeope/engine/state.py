@@ -55,6 +55,10 @@ class Learner:
         """One optimiser step on ``loss``: backward (scaled for fp16), clip, step, schedule."""
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
+        self.update(grad_clip)
+
+    def update(self, grad_clip: float | None) -> None:
+        """The step once the gradients are in place (:meth:`step`, or a CUDA graph's replay): clip, step, schedule."""
         if grad_clip is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), grad_clip)

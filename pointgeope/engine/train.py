@@ -40,7 +40,7 @@ from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.folds import Fold, load_folds
 from pointgeope.data.spacing import rooms_spacing
-from pointgeope.engine import build, distributed
+from pointgeope.engine import build, distributed, graphs
 from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, describe_differences, fold_progress,
                                           load_checkpoint, prediction_metadata)
 from pointgeope.engine.config import Config, config_to_dict, save_config
@@ -48,7 +48,6 @@ from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
-from pointgeope.engine.step import train_step
 from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
@@ -135,13 +134,14 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     net = model if not env.distributed else torch.nn.parallel.DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None)
     writer, clouds = tensorboard(run, cfg, state.step) if env.is_main else (None, None)
+    step = graphs.training_step(cfg, learner, net, device, log)
 
     while state.epoch < cfg.train.epochs:
         if budget.spent:
             budget.stop(log, (f"in fold {fold} after epoch {state.epoch}", f"from {run / 'last.pt'}"))
         dataset.set_epoch(state.epoch)  # the augmentations of sample i are a function of (seed, epoch, i)
         sampler.set_epoch(state.epoch, skip_batches=state.batch, batch_size=build.per_rank_batch(cfg, env))
-        meter = train_epoch(cfg, fold, state, learner, net, loader, steps_per_epoch, env, checkpoints, writer)
+        meter = train_epoch(cfg, fold, state, learner, step, loader, steps_per_epoch, env, checkpoints, writer)
         end_epoch(cfg, state, learner, meter, test_areas, env, checkpoints, log, writer, clouds)
         budget.spend()
 
@@ -163,11 +163,12 @@ def tensorboard(run: Path, cfg: Config, step: int):
     return writer, RoomClouds(writer, cfg.data.root, seed=cfg.train.seed)
 
 
-def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, net: torch.nn.Module, loader,
+def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step, loader,
                 steps_per_epoch: int, env: distributed.DistEnv, checkpoints: FoldCheckpoints,
                 writer) -> EpochMeter:
     """The optimiser steps of epoch ``state.epoch`` from batch ``state.batch`` on (the sampler skips the
-    batches done before a resume); ``last.pt`` every ``train.checkpoint_every`` steps inside it."""
+    batches done before a resume); ``last.pt`` every ``train.checkpoint_every`` steps inside it. ``step(batch,
+    before_update)``: ``graphs.training_step``'s (the eager ``train_step`` or the CUDA-graph step)."""
     device = env.device
     learner.model.train()
     meter = EpochMeter(cfg, device)
@@ -175,8 +176,7 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, net:
                    total=steps_per_epoch, desc=f"fold {fold} epoch {state.epoch + 1}/{cfg.train.epochs}")
     for batch in bar:
         batch = batch.to(device)
-        logits, loss_value = train_step(cfg, learner, net, batch, device,
-                                        _stop_on_nan(checkpoints, state, batch, fold, device))
+        logits, loss_value = step(batch, _stop_on_nan(checkpoints, state, batch, fold, device))
         state.step += 1
         state.batch += 1
         meter.add(logits, batch.y, loss_value)

@@ -1,0 +1,125 @@
+"""The CUDA-graph step's bookkeeping (engine/graphs.py) on the CPU: a recorder whose replay runs the recorded
+step again stands in for the graph. Against the eager step on a twin model, batch after batch of other sizes:
+the same losses, parameters, running statistics and optimiser state."""
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from pointgeope.engine import graphs
+from pointgeope.engine.config import Config, OptimConfig, TrainConfig
+from pointgeope.engine.state import Learner
+from pointgeope.engine.step import train_step
+from pointgeope.model import PointTransformerSeg
+from pointgeope.model.kernel_choice import forced
+
+SMALL = dict(planes=(8, 16, 16), share_planes=4, blocks=(1, 1, 1), decoder_blocks=(1, 1, 1), strides=(1, 4, 4),
+             neighbours=(8, 16, 16))
+
+
+def _learner(model):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, [2], gamma=0.1)
+    return Learner(model, opt, sched, torch.amp.GradScaler("cuda", enabled=False))
+
+
+def _batch(model, sizes, seed):
+    g = torch.Generator().manual_seed(seed)
+    n = sum(sizes)
+    coord, feat = torch.rand(n, 3, generator=g, dtype=torch.float64), torch.rand(n, 6, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 13, (n,), generator=g)
+    y[::5] = 255
+    offset = torch.tensor(sizes).cumsum(0)
+    return SimpleNamespace(pos=coord, x=feat, y=y, ptr=torch.cat([offset.new_zeros(1), offset]),
+                           hierarchy=model.hierarchy_spec(coord, offset))
+
+
+class _Counting(graphs.RerunRecorder):
+    def __init__(self, fail: bool = False):
+        self.recorded, self.fail = 0, fail
+
+    def record(self, step, model, before):
+        if self.fail:
+            step()              # a capture that fails half-way, after the step ran its kernels
+            raise RuntimeError("operation not permitted when stream is capturing")
+        self.recorded += 1
+        return super().record(step, model, before)
+
+
+def _pair(pe="rpe", clip=None):
+    torch.manual_seed(0)
+    model = PointTransformerSeg(pe=pe, **SMALL).double().train()
+    twin = copy.deepcopy(model)
+    cfg = Config(train=TrainConfig(loss="ce"), optim=OptimConfig(grad_clip=clip))
+    return cfg, model, _learner(model), twin, _learner(twin)
+
+
+@pytest.mark.parametrize("pe,clip", [("rpe", None), ("geope", 1.0)])
+def test_graphed_steps_are_the_eager_steps(pe, clip):
+    """Five steps over batches of three sizes (two share a padded size): the graphed learner ends where the
+    eager one does, and one graph was recorded per padded size."""
+    cfg, model, learner, twin, twin_learner = _pair(pe, clip)
+    cpu = torch.device("cpu")
+    recorder = _Counting()
+    step = graphs.GraphedStep(cfg, learner, model, cpu, recorder,
+                              lambda b, u=None: train_step(cfg, learner, model, b, cpu, u), log=lambda line: None)
+    seen = []
+    with forced("torch"):
+        for seed, sizes in enumerate([(300, 420), (310, 400), (600, 330), (300, 420), (290, 431)]):
+            batch = _batch(model, sizes, seed)
+            logits, loss = step(batch, lambda t, v: seen.append((t.item(), v)))
+            want_logits, want = train_step(cfg, twin_learner, twin, batch, cpu)
+            assert loss == pytest.approx(want, rel=1e-10)
+            torch.testing.assert_close(logits, want_logits, rtol=1e-8, atol=1e-9)
+    assert recorder.recorded == len(step.graphs) == 2
+    assert [v for _, v in seen] == pytest.approx([t for t, _ in seen], rel=0) and len(seen) == 5
+    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10, msg=name)
+    for a, b in zip(learner.optimizer.state.values(), twin_learner.optimizer.state.values()):
+        torch.testing.assert_close(a["momentum_buffer"], b["momentum_buffer"], rtol=1e-8, atol=1e-10)
+    assert learner.lr() == twin_learner.lr()
+
+
+def test_a_failed_recording_changes_nothing_and_steps_eagerly():
+    """The capture fails after its step ran: buffers are put back, one line is logged, and this and every
+    later batch take the eager step (the same state as the twin's eager steps)."""
+    cfg, model, learner, twin, twin_learner = _pair()
+    cpu, lines = torch.device("cpu"), []
+    step = graphs.GraphedStep(cfg, learner, model, cpu, _Counting(fail=True),
+                              lambda b, u=None: train_step(cfg, learner, model, b, cpu, u), log=lines.append)
+    with forced("torch"):
+        for seed in range(2):
+            batch = _batch(model, (300, 420), seed)
+            step(batch)
+            train_step(cfg, twin_learner, twin, batch, cpu)
+    assert len(lines) == 1 and "recording failed" in lines[0] and "stream is capturing" in lines[0]
+    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10, msg=name)
+
+
+def test_more_sizes_than_graphs_step_eagerly(monkeypatch):
+    cfg, model, learner, *_ = _pair()
+    cpu, calls = torch.device("cpu"), []
+    monkeypatch.setattr(graphs, "MAX_GRAPHS", 1)
+    step = graphs.GraphedStep(cfg, learner, model, cpu, _Counting(), lambda b, u=None: calls.append(b) or (None, 0.0),
+                              log=lambda line: None)
+    with forced("torch"):
+        step(_batch(model, (300, 420), 0))
+        step(_batch(model, (900, 420), 1))          # another padded size: eager
+        step(_batch(model, (301, 420), 2))          # the recorded one
+    assert len(calls) == 1 and len(step.graphs) == 1
+
+
+def test_training_step_says_why_it_is_eager():
+    """On the CPU (and wherever graphs do not apply) ``train.cuda_graphs`` gives the eager step and one line."""
+    cfg, model, learner, *_ = _pair()
+    cfg.train.cuda_graphs, lines = True, []
+    step = graphs.training_step(cfg, learner, model, torch.device("cpu"), lines.append)
+    assert not isinstance(step, graphs.GraphedStep)
+    assert lines == ["train.cuda_graphs: eager steps (graphs are CUDA's, and this run is on cpu)"]
+    cfg.train.cuda_graphs, lines = False, []
+    graphs.training_step(cfg, learner, model, torch.device("cpu"), lines.append)
+    assert lines == []
