@@ -45,7 +45,7 @@ def _check_lengths(num_stages: int, enc: dict, dec: dict, stride: tuple, enc_mod
 
 class PointTransformerV3(nn.Module):
     """PT-v3m1 (module docstring). Constructor arguments are Pointcept's (S3DIS config values as
-    defaults where they differ from Pointcept's own); in addition ``pe`` (the attention's rotary hook, see
+    defaults where they differ from Pointcept's own); in addition ``pe`` (the attention's positional encoding, see
     :mod:`pointgeope.model.ptv3.attention`) and ``pooling_shuffle_orders``. Pointcept's PDNorm
     (``pdnorm_bn``/``pdnorm_ln``) is not implemented and raises a ``ValueError``.
 

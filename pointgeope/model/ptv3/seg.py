@@ -42,14 +42,12 @@ def encoding_options(cfg: ModelConfig, grid_size: float) -> dict:
 
 class StageEncodings(nn.Module):
     """The ``pe`` hook of every attention layer: one encoding per head width ``D`` (the stages may differ),
-    chosen by ``q.shape[-1]``. ``per_token`` is the encodings' (lingeope: False, the attention then calls
-    :meth:`attention`)."""
+    chosen by ``q.shape[-1]``; a :class:`~pointgeope.model.ptv3.attention.PatchEncoding` (``attention``)."""
 
     def __init__(self, name: str, head_dims: set[int], **options) -> None:
         super().__init__()
         self.name = name
         self.by_width = nn.ModuleDict({str(d): qk_encoding(name, d, **options) for d in sorted(head_dims)})
-        self.per_token = all(e.per_token for e in self.by_width.values())
 
     def _for(self, q: Tensor) -> QKEncoding:
         return self.by_width[str(q.shape[-1])]
