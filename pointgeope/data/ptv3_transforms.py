@@ -17,8 +17,9 @@ defines each transform) trains on this pipeline, in this order, with these param
     CenterShift(apply_z=False)  NormalizeColor()
 
 The rotation, scale, flip, jitter and colour transforms are PTv1's (:mod:`pointgeope.data.transforms`,
-same definitions; PTv1's ``RandomRotateZ`` is ``RandomRotate``'s z case). Every transform here follows that module's contract: ``t(sample, rng)`` draws from the
-sample's generator only, returns a new dict and never writes into its input's arrays.
+same definitions; PTv1's ``RandomRotateZ`` is ``RandomRotate``'s z case). Every transform here follows that
+module's contract: ``t(sample, rng)`` draws from the sample's generator only, returns a new dict and never
+writes into its input's arrays.
 
 PTv3's grid (Pointcept's ``GridSample``) is anchored at the origin, not at the sample's minimum::
 

@@ -6,7 +6,8 @@ patches, ``H`` heads, ``L`` tokens, head width ``D``) after the qkv projection, 
 coordinates ``coord (B, L, 3)`` in metres and the stage's integer grid coordinates ``grid (B, L, 3)``, and
 returns the pair to give ``scaled_dot_product_attention`` (``forward``), or the attention itself
 (``attention``, which every encoding has, and the one method PTv3's attention calls: it passes its own
-``sdpa``, which per-token encodings call and ``lingeope``, whose scores no SDPA kernel computes, does not). Per head (every head gets the same rotation):
+``sdpa``, which per-token encodings call and ``lingeope``, whose scores no SDPA kernel computes, does not).
+Per head (every head gets the same rotation):
 
 ==============  ==================================================================  ===========  ==========
 name            rotation of q and k (``docs/positional-encodings.md``)               positions    relative

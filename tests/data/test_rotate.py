@@ -37,7 +37,8 @@ def test_rotation_matrices_are_the_right_handed_rotations():
     np.testing.assert_allclose(rotation("z", math.pi / 2) @ [1, 0, 0], [0, 1, 0], atol=1e-12)
     np.testing.assert_allclose(rotation("x", math.pi / 2) @ [0, 1, 0], [0, 0, 1], atol=1e-12)
     np.testing.assert_allclose(rotation("y", math.pi / 2) @ [0, 0, 1], [1, 0, 0], atol=1e-12)
-    for bad in (lambda: rotation("w", 0.0), lambda: RandomRotate(axis="w"), lambda: rotate_about(make_coord(), "", 0, 0)):
+    for bad in (lambda: rotation("w", 0.0), lambda: RandomRotate(axis="w"),
+                lambda: rotate_about(make_coord(), "", 0, 0)):
         with pytest.raises(ValueError, match="rotation axis 'x', 'y' or 'z', got"):
             bad()
 

@@ -10,8 +10,8 @@ order's code decides for all). For the M merged voxels (in the order of their co
 
 The new orders are re-sorted from the shifted codes and, as Pointcept does (in eval too), their rows are
 shuffled by ``torch.randperm(K)`` unless ``shuffle_orders=False``; ``shuffle_in_eval=False`` keeps them in
-order (no draw) while the module is in eval mode, which it reads from its own ``training``. Unpooling adds the coarse features back to
-the points they came from::
+order (no draw) while the module is in eval mode, which it reads from its own ``training``. Unpooling adds the
+coarse features back to the points they came from::
 
     feat_parent = act(BN(feat_parent W_s + b_s)) + act(BN(feat W + b))[pooling_inverse]
 
