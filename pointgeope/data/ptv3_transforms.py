@@ -16,9 +16,10 @@ defines each transform) trains on this pipeline, in this order, with these param
     SphereCrop(point_max=204800)
     CenterShift(apply_z=False)  NormalizeColor()
 
-The scale, flip, jitter and colour transforms are PTv1's (:mod:`pointgeope.data.transforms`, same
-definitions). Every transform here follows that module's contract: ``t(sample, rng)`` draws from the
-sample's generator only, returns a new dict and never writes into its input's arrays.
+The rotation, scale, flip, jitter and colour transforms are PTv1's (:mod:`pointgeope.data.transforms`,
+same definitions; PTv1's ``RandomRotateZ`` is ``RandomRotate``'s z case). Every transform here follows that
+module's contract: ``t(sample, rng)`` draws from the sample's generator only, returns a new dict and never
+writes into its input's arrays.
 
 PTv3's grid (Pointcept's ``GridSample``) is anchored at the origin, not at the sample's minimum::
 
@@ -29,20 +30,12 @@ which after ``CenterShift`` puts voxel boundaries on the planes ``x = k * grid_s
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from pointgeope.data.transforms import (ChromaticAutoContrast, ChromaticJitter, ChromaticTranslation, Compose,
-                                        RandomFlip, RandomJitter, RandomScale, Sample, Transform, _column_range,
-                                        _replace, take_points)
+                                        RandomFlip, RandomJitter, RandomRotate, RandomScale, Sample, Transform,
+                                        _replace, box_centre, take_points)
 from pointgeope.data.voxelize import _check_coord, crop_nearest, grid_groups
-
-
-def _box_centre(coord: np.ndarray) -> np.ndarray:
-    """``(min + max) / 2`` per axis of an ``(N, 3)`` array, float64."""
-    lo, hi = _column_range(coord)
-    return (lo + hi) / 2
 
 
 class CenterShift(Transform):
@@ -55,7 +48,7 @@ class CenterShift(Transform):
 
     def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Sample:
         coord = sample["coord"]
-        shift = _box_centre(coord)
+        shift = box_centre(coord)
         shift[2] = coord[:, 2].min() if self.apply_z else 0.0
         return _replace(sample, coord=coord - shift.astype(coord.dtype))     # in coord's precision, as Pointcept
 
@@ -76,42 +69,6 @@ class RandomDropout(Transform):
             return dict(sample)
         n = sample["coord"].shape[0]
         return take_points(sample, rng.choice(n, int(n * (1 - self.ratio)), replace=False))
-
-
-def rotation(axis: str, theta: float) -> np.ndarray:
-    """The ``(3, 3)`` right-handed rotation by ``theta`` radians about ``axis`` (``"x"``, ``"y"`` or ``"z"``)."""
-    c, s = np.cos(theta), np.sin(theta)
-    if axis == "x":
-        return np.array([[1, 0, 0], [0, c, -s], [0, s, c]])
-    if axis == "y":
-        return np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]])
-    if axis == "z":
-        return np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]])
-    raise ValueError(f"expected a rotation axis 'x', 'y' or 'z', got {axis!r}")
-
-
-class RandomRotate(Transform):
-    """With probability ``p``, ``p' = R_axis(theta) (p - c) + c`` with ``theta ~ U(angle[0] pi, angle[1] pi)``
-    and ``c`` = ``center``, or the box centre when ``center`` is None."""
-
-    _repr_fields = ("angle", "axis", "center", "p")
-
-    def __init__(self, angle: Sequence[float] = (-1.0, 1.0), axis: str = "z",
-                 center: Sequence[float] | None = None, p: float = 0.5):
-        rotation(axis, 0.0)   # checks the axis
-        self.angle = tuple(float(a) for a in angle)
-        self.axis, self.p = axis, p
-        self.center = None if center is None else tuple(float(c) for c in center)
-
-    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
-        if rng.random() >= self.p:
-            return dict(sample)
-        rot = rotation(self.axis, rng.uniform(self.angle[0], self.angle[1]) * np.pi)
-        coord = sample["coord"]
-        c = (_box_centre(coord) if self.center is None else np.asarray(self.center)).astype(coord.dtype)
-        out = (coord - c) @ rot.T.astype(coord.dtype)
-        out += c
-        return _replace(sample, coord=out)
 
 
 class NormalizeColor(Transform):

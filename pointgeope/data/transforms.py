@@ -21,8 +21,8 @@ Point Transformer's own S3DIS training script (Zhao et al. 2021, POSTECH-CVLab/p
 
 ``data.augment: pointcept`` is Pointcept's PTv1 S3DIS config (``configs/s3dis/semseg-pt-v1-0-base.py``)
 instead: RandomScale, RandomFlip(p=0.5), RandomJitter(sigma=0.005, clip=0.02), the same auto-contrast and
-translation, ChromaticJitter(std=0.05) and no hue/saturation change. RandomRotateZ and
-ElasticDistortion are available but in neither set.
+translation, ChromaticJitter(std=0.05) and no hue/saturation change. RandomRotateZ (``RandomRotate``'s z case,
+which PTv3's recipe uses about each axis) and ElasticDistortion are available but in neither set.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from scipy.interpolate import RegularGridInterpolator
 from torch_geometric.data import Data
 
 from pointgeope.data.hsv import shift_hue_saturation
+from pointgeope.data.rotate import check_axis, rotate_about
 from pointgeope.data.voxelize import column_min
 
 Sample = dict[str, np.ndarray]
@@ -131,28 +132,44 @@ class RandomFlip(Transform):
         return _replace(sample, coord=coord)
 
 
-class RandomRotateZ(Transform):
-    """With probability ``p``, rotate about the vertical axis through the box centre by
-    ``theta ~ U(angle[0] * pi, angle[1] * pi)``."""
+def box_centre(coord: np.ndarray) -> np.ndarray:
+    """``(min + max) / 2`` per axis of an ``(N, 3)`` array, float64."""
+    lo, hi = _column_range(coord)
+    return (lo + hi) / 2
 
-    _repr_fields = ("angle", "p")
 
-    def __init__(self, angle: tuple[float, float] = (-1.0, 1.0), p: float = 0.5):
+class RandomRotate(Transform):
+    """With probability ``p``, ``p' = R_axis(theta) (p - c) + c`` (``rotate.rotate_about``) with
+    ``theta ~ U(angle[0] pi, angle[1] pi)`` and ``c`` = ``center``, or the box centre when ``center`` is None.
+    Draws ``rng.random()`` (the coin), then ``rng.uniform`` (the angle) if it turns, as Pointcept's
+    ``RandomRotate`` (PTv3's recipe) and Point Transformer's z rotation draw."""
+
+    _repr_fields = ("angle", "axis", "center", "p")
+
+    def __init__(self, angle: Sequence[float] = (-1.0, 1.0), axis: str = "z",
+                 center: Sequence[float] | None = None, p: float = 0.5):
+        check_axis(axis)
         self.angle = tuple(float(a) for a in angle)
-        self.p = p
+        self.axis, self.p = axis, p
+        self.center = None if center is None else tuple(float(c) for c in center)
 
     def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
         if rng.random() >= self.p:
             return dict(sample)
         theta = rng.uniform(self.angle[0], self.angle[1]) * np.pi
-        c, s = np.cos(theta), np.sin(theta)
         coord = sample["coord"]
-        center = (coord.min(0) + coord.max(0)) / 2
-        xy = coord[:, :2] - center[:2]
-        out = coord.copy()
-        out[:, 0] = c * xy[:, 0] - s * xy[:, 1] + center[0]
-        out[:, 1] = s * xy[:, 0] + c * xy[:, 1] + center[1]
-        return _replace(sample, coord=out)
+        centre = box_centre(coord) if self.center is None else self.center
+        return _replace(sample, coord=rotate_about(coord, self.axis, theta, centre))
+
+
+class RandomRotateZ(RandomRotate):
+    """``RandomRotate(angle, axis="z", p=p)``: with probability ``p``, rotate about the vertical axis through the
+    box centre by ``theta ~ U(angle[0] * pi, angle[1] * pi)``."""
+
+    _repr_fields = ("angle", "p")
+
+    def __init__(self, angle: tuple[float, float] = (-1.0, 1.0), p: float = 0.5):
+        super().__init__(angle, axis="z", center=None, p=p)
 
 
 class RandomJitter(Transform):

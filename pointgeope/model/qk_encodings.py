@@ -5,7 +5,9 @@ patches of consecutive tokens with scores ``q_i . k_j``. An encoding here takes 
 patches, ``H`` heads, ``L`` tokens, head width ``D``) after the qkv projection, the tokens' continuous
 coordinates ``coord (B, L, 3)`` in metres and the stage's integer grid coordinates ``grid (B, L, 3)``, and
 returns the pair to give ``scaled_dot_product_attention`` (``forward``), or the attention itself
-(``attention``, which every encoding has). Per head (every head gets the same rotation):
+(``attention``, which every encoding has, and the one method PTv3's attention calls: it passes its own
+``sdpa``, which per-token encodings call and ``lingeope``, whose scores no SDPA kernel computes, does not).
+Per head (every head gets the same rotation):
 
 ==============  ==================================================================  ===========  ==========
 name            rotation of q and k (``docs/positional-encodings.md``)               positions    relative
@@ -25,6 +27,7 @@ Channels past the rotated ones pass through (``D mod 3`` for GeoPE, ``D mod 6`` 
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -84,10 +87,13 @@ class QKEncoding(nn.Module):
         return self.rotate(q, k, self.positions(q, k, coord, grid))
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, coord: Tensor | None, grid: Tensor | None = None, *,
-                  scale: float | None = None, dropout_p: float = 0.0, attn_mask: Tensor | None = None) -> Tensor:
-        """``scaled_dot_product_attention(*self(q, k, coord, grid), v)``: ``v (B, H, L, D_v)`` -> ``(B, H, L, D_v)``."""
+                  scale: float | None = None, dropout_p: float = 0.0, attn_mask: Tensor | None = None,
+                  sdpa: Callable[..., Tensor] = F.scaled_dot_product_attention) -> Tensor:
+        """``sdpa(*self(q, k, coord, grid), v)``: ``v (B, H, L, D_v)`` -> ``(B, H, L, D_v)``. ``sdpa`` is the
+        caller's ``scaled_dot_product_attention`` (PTv3's: its layer's, which pads the heads on CUDA), called
+        as ``sdpa(q, k, v, attn_mask=, dropout_p=, scale=)``."""
         q, k = self(q, k, coord, grid)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+        return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
 
     def rotate(self, q: Tensor, k: Tensor, pos: Tensor | None) -> tuple[Tensor, Tensor]:
         return q, k
@@ -166,7 +172,9 @@ class GeoPEQK(QKEncoding):
 
 class LinGeoPEQK(GeoPEQK):
     """Linear GeoPE: scores ``q_i^T R(t(p_j) - t(p_i)) k_j`` (translation invariant), computed per pair in
-    ``attention`` (``qk_lingeope.lingeope_attention``): no per-token form exists, so ``forward`` refuses."""
+    ``attention`` (``qk_lingeope.lingeope_attention``): no per-token form exists, so ``forward`` refuses, and no
+    SDPA kernel computes such scores, so ``attention`` takes no ``sdpa`` call (it accepts the argument of the
+    common protocol and leaves it: zero-padded heads, ``sdpa``'s business, add nothing to these scores either)."""
 
     name, per_token, relative = "lingeope", False, True
 
@@ -175,7 +183,8 @@ class LinGeoPEQK(GeoPEQK):
                         "alone gives: call .attention(q, k, v, coord, grid)")
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, coord: Tensor | None, grid: Tensor | None = None, *,
-                  scale: float | None = None, dropout_p: float = 0.0, attn_mask: Tensor | None = None) -> Tensor:
+                  scale: float | None = None, dropout_p: float = 0.0, attn_mask: Tensor | None = None,
+                  sdpa: Callable[..., Tensor] | None = None) -> Tensor:
         pos = self.positions(q, k, coord, grid)
         return lingeope_attention(q, k, v, pos, self.block_scale(pos.dtype, pos.device), scale=scale,
                                   dropout_p=dropout_p, attn_mask=attn_mask)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pointgeope.data.ptv3_transforms import (CenterShift, GridSample, NormalizeColor, RandomDropout, RandomRotate,
-                                             SphereCrop, pointcept_grid, ptv3_train_transform, rotation)
+                                             SphereCrop, pointcept_grid, ptv3_train_transform)
 
 
 def make_sample(n: int = 400, seed: int = 0) -> dict[str, np.ndarray]:
@@ -56,19 +56,6 @@ def test_center_shift_puts_the_box_centre_at_the_origin_and_the_floor_at_zero():
     flat = CenterShift(apply_z=False)({"coord": coord})["coord"]
     np.testing.assert_array_equal(flat[:, 2], coord[:, 2])
     np.testing.assert_allclose(flat[:, :2], out[:, :2], atol=1e-12)
-
-
-def test_rotation_matrices_are_the_right_handed_rotations():
-    for axis, (a, b, c) in {"x": (0, 1, 2), "y": (2, 0, 1), "z": (0, 1, 2)}.items():
-        r = rotation(axis, math.pi / 2)
-        np.testing.assert_allclose(r @ r.T, np.eye(3), atol=1e-12)
-        assert np.linalg.det(r) == pytest.approx(1.0)
-    # a quarter turn: z takes x to y, x takes y to z, y takes z to x (right-handed)
-    np.testing.assert_allclose(rotation("z", math.pi / 2) @ [1, 0, 0], [0, 1, 0], atol=1e-12)
-    np.testing.assert_allclose(rotation("x", math.pi / 2) @ [0, 1, 0], [0, 0, 1], atol=1e-12)
-    np.testing.assert_allclose(rotation("y", math.pi / 2) @ [0, 0, 1], [1, 0, 0], atol=1e-12)
-    with pytest.raises(ValueError, match="rotation axis"):
-        RandomRotate(axis="w")
 
 
 def test_random_rotate_keeps_distances_the_axis_coordinate_and_the_centre():

@@ -4,16 +4,20 @@ For one serialization order, the points are read along the curve, cut into patch
 (:mod:`pointgeope.model.ptv3.patches`), and each patch attends within itself with H heads of width D = C / H::
 
     q, k, v = split(feat W_qkv + b_qkv)                          (P, H, K, D) each
-    q, k    = pe(q, k, coord_patches, grid_patches)             optional rotary hook (identity by default)
-    A       = softmax(s q k^T + RPE + mask)                      (P, H, K, K), s = qk_scale or D^-1/2
-    out     = (A v) W_proj + b_proj,   back in the input order
+    out     = pe.attention(q, k, v, coord_patches, grid_patches, scale=s, dropout_p=, attn_mask=RPE + mask,
+                           sdpa=self.sdpa)                       (P, H, K, D); without pe: self.sdpa(q, k, v)
+            = softmax(s q' k'^T + RPE + mask) v                  s = qk_scale or D^-1/2
+    out     = out W_proj + b_proj,   back in the input order
 
 ``RPE`` (Pointcept's ``enable_rpe``) is a learnt bias per head indexed by the clamped grid offset of the two
 points along each axis, summed over x, y, z. ``mask`` removes the empty slots of a cloud shorter than a
-patch. The hook ``pe(q, k, coord_patches, grid_patches) -> (q, k)`` gets the patches' coordinates (P, K, 3)
-float (metres) and their stage's grid coordinates (P, K, 3) int64; it must keep the shapes. A hook whose
-``per_token`` is False (lingeope: no rotation of q and k alone gives its scores) is called instead as
-``pe.attention(q, k, v, coord_patches, grid_patches, scale=, dropout_p=, attn_mask=)`` for the whole attention.
+patch. The positional encoding ``pe`` has one protocol, ``pe.attention(q, k, v, coord_patches, grid_patches, *,
+scale, dropout_p, attn_mask, sdpa)`` (:class:`PatchEncoding`), given the patches' coordinates (P, K, 3) float
+(metres), their stage's grid coordinates (P, K, 3) int64 and this layer's one SDPA entry :meth:`sdpa`: an
+encoding of tokens (``none``, ``geope``, the RoPEs) turns q and k and calls ``sdpa``, so every one of them gets
+the upcast and the CUDA head padding below; ``lingeope`` computes its scores ``q_i^T R(t_j - t_i) k_j`` per pair
+(``qk_lingeope``), which are no product ``q' . k'`` of any per-token layout, so no SDPA kernel can take them and
+it never calls ``sdpa`` (padding, zero channels in a ``q . k`` product, would have nothing to act on).
 
 On CUDA the heads are padded with zero channels to a multiple of :data:`SDPA_ALIGN` before SDPA
 (:func:`aligned_attention`): its memory-efficient kernel needs the head width to be a multiple of 4 (float32)
@@ -25,6 +29,7 @@ is the same (the scale is given explicitly, ``D^-1/2`` of the true width).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +40,17 @@ from pointgeope.model.ptv3.structure import PointBatch
 
 __all__ = ["RPE", "PatchEncoding", "SerializedAttention", "SDPA_ALIGN", "aligned_attention", "sdpa_alignment"]
 
-PatchEncoding = Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+
+class PatchEncoding(Protocol):
+    """The ``pe`` of :class:`SerializedAttention` (module docstring), e.g. ``seg.StageEncodings`` or any
+    ``qk_encodings.QKEncoding``: ``attention(q, k, v (P, H, K, D), coord (P, K, 3), grid (P, K, 3), *, scale,
+    dropout_p, attn_mask, sdpa) -> (P, H, K, D)``, where ``sdpa`` takes ``(q, k, v, attn_mask=, dropout_p=,
+    scale=)`` as ``F.scaled_dot_product_attention`` does."""
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, coord: Tensor, grid: Tensor, *, scale: float,
+                  dropout_p: float, attn_mask: Tensor | None, sdpa: Callable[..., Tensor]) -> Tensor: ...
+
+
 SDPA_ALIGN = 8   # head width multiple of CUDA's fused SDPA kernels (module docstring); the CPU's take any width
 
 
@@ -87,7 +102,7 @@ class SerializedAttention(nn.Module):
         order_index: which serialization order (row of ``serialized_order``) this layer uses.
         enable_rpe: add the :class:`RPE` bias (allowed with either partition: SDPA takes a bias).
         upcast_attention, upcast_softmax: attend in float32 when the features are half precision.
-        pe: optional hook rotating q, k (module docstring); None = identity.
+        pe: the positional encoding, a :class:`PatchEncoding` (module docstring); None = none.
     Shapes:
         forward(point) -> (N, C), the attention output of ``point.feat`` (N, C), rows in input order.
     """
@@ -128,22 +143,28 @@ class SerializedAttention(nn.Module):
         qkv = self.qkv(point.feat)[order]
         q, key, v = qkv.view(-1, k, 3, h, c // h).permute(2, 0, 3, 1, 4).unbind(0)   # (P, H, K, D)
         coord, grid = point.coord[order].view(-1, k, 3), point.grid_coord[order].view(-1, k, 3)
-        pair_pe = self.pe is not None and not getattr(self.pe, "per_token", True)
-        if self.pe is not None and not pair_pe:
-            q, key = self.pe(q, key, coord, grid)
         mask = self._mask(part, grid)
+        drop = self.attn_drop if self.training else 0.0
+        if self.pe is None:
+            out = self.sdpa(q, key, v, attn_mask=mask, dropout_p=drop, scale=self.scale)
+        else:
+            out = self.pe.attention(q, key, v, coord, grid, scale=self.scale, dropout_p=drop, attn_mask=mask,
+                                    sdpa=self.sdpa)
+        out = out.transpose(1, 2).reshape(-1, c)[inverse]
+        return self.proj_drop(self.proj(out))
+
+    def sdpa(self, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+             scale: float | None = None) -> Tensor:
+        """This layer's one call of ``scaled_dot_product_attention`` (P, H, K, D) -> (P, H, K, D) in ``q``'s
+        dtype: in float32 if ``upcast``, a float mask (the RPE bias) in the attention's precision, the heads
+        padded to :func:`sdpa_alignment` of the device (:func:`aligned_attention`)."""
         dtype = q.dtype
         if self.upcast:
-            q, key, v = q.float(), key.float(), v.float()
-        if mask is not None and mask.dtype != torch.bool:
-            mask = mask.to(q.dtype)                                        # the RPE bias in q's precision
-        drop = self.attn_drop if self.training else 0.0
-        if pair_pe:   # an encoding of pairs (lingeope): its own attention, with the same mask
-            out = self.pe.attention(q, key, v, coord, grid, scale=self.scale, dropout_p=drop, attn_mask=mask)
-        else:
-            out = aligned_attention(q, key, v, mask, self.scale, drop, sdpa_alignment(q.device))
-        out = out.to(dtype).transpose(1, 2).reshape(-1, c)[inverse]
-        return self.proj_drop(self.proj(out))
+            q, k, v = q.float(), k.float(), v.float()
+        if attn_mask is not None and attn_mask.dtype != torch.bool:
+            attn_mask = attn_mask.to(q.dtype)                              # the RPE bias in q's precision
+        scale = q.shape[-1] ** -0.5 if scale is None else scale
+        return aligned_attention(q, k, v, attn_mask, scale, dropout_p, sdpa_alignment(q.device)).to(dtype)
 
     def _mask(self, part: PatchPartition, grid_patches: Tensor) -> Tensor | None:
         """The SDPA mask: None, the keys' validity (P, 1, 1, K) bool, or the RPE bias (P, H, K, K) with

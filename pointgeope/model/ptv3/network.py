@@ -12,7 +12,8 @@ Pointcept's (``embedding.stem.conv.weight``, ``enc.enc1.down.proj.weight``, ``en
 
 The same torch seed gives the same network as Pointcept's: the orders are shuffled by the same
 ``torch.randperm`` draws (at serialization if ``shuffle_orders``, and at every pooling, in eval too, as
-Pointcept's pooling always does; ``pooling_shuffle_orders=False`` turns the latter off).
+Pointcept's pooling always does; ``pooling_shuffle_orders=False`` turns the latter off, and
+``shuffle_in_eval=False`` turns both off while the network is in eval mode, each module reading its own mode).
 """
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ def _check_lengths(num_stages: int, enc: dict, dec: dict, stride: tuple, enc_mod
 
 class PointTransformerV3(nn.Module):
     """PT-v3m1 (module docstring). Constructor arguments are Pointcept's (S3DIS config values as
-    defaults where they differ from Pointcept's own); in addition ``pe`` (the attention's rotary hook, see
-    :mod:`pointgeope.model.ptv3.attention`) and ``pooling_shuffle_orders``. Pointcept's PDNorm
+    defaults where they differ from Pointcept's own); in addition ``pe`` (the attention's positional encoding, see
+    :mod:`pointgeope.model.ptv3.attention`), ``pooling_shuffle_orders`` and ``shuffle_in_eval``. Pointcept's PDNorm
     (``pdnorm_bn``/``pdnorm_ln``) is not implemented and raises a ``ValueError``.
 
     Shapes:
@@ -66,7 +67,8 @@ class PointTransformerV3(nn.Module):
                  upcast_softmax: bool = False, enc_mode: bool = False, pdnorm_bn: bool = False,
                  pdnorm_ln: bool = False, pdnorm_decouple: bool = True, pdnorm_adaptive: bool = False,
                  pdnorm_affine: bool = True, pdnorm_conditions=("ScanNet", "S3DIS", "Structured3D"),
-                 pe: PatchEncoding | None = None, pooling_shuffle_orders: bool = True) -> None:
+                 pe: PatchEncoding | None = None, pooling_shuffle_orders: bool = True,
+                 shuffle_in_eval: bool = True) -> None:
         super().__init__()
         self.order = (order,) if isinstance(order, str) else tuple(order)
         bad = [o for o in self.order if o not in ORDERS]
@@ -76,6 +78,7 @@ class PointTransformerV3(nn.Module):
             raise ValueError("pdnorm_bn / pdnorm_ln (Point Prompt Training's PDNorm) are not implemented: "
                              "set both to False")
         self.num_stages, self.enc_mode, self.shuffle_orders = len(enc_depths), enc_mode, shuffle_orders
+        self.shuffle_in_eval = shuffle_in_eval
         _check_lengths(self.num_stages, dict(enc_channels=enc_channels, enc_num_head=enc_num_head,
                                              enc_patch_size=enc_patch_size),
                        dict(dec_depths=dec_depths, dec_channels=dec_channels, dec_num_head=dec_num_head,
@@ -87,7 +90,8 @@ class PointTransformerV3(nn.Module):
                         enable_rpe=enable_rpe, enable_flash=enable_flash, upcast_attention=upcast_attention,
                         upcast_softmax=upcast_softmax, pe=pe)
         self.embedding = Embedding(in_channels, enc_channels[0], norm_layer=bn, act_layer=nn.GELU)
-        pool = partial(SerializedPooling, norm_layer=bn, act_layer=nn.GELU, shuffle_orders=pooling_shuffle_orders)
+        pool = partial(SerializedPooling, norm_layer=bn, act_layer=nn.GELU, shuffle_orders=pooling_shuffle_orders,
+                       shuffle_in_eval=shuffle_in_eval)
         self.enc = self._encoder(block, pool, stride, enc_depths, enc_channels, enc_num_head, enc_patch_size,
                                  drop_path)
         if not enc_mode:
@@ -130,7 +134,7 @@ class PointTransformerV3(nn.Module):
         """The network on checked inputs; returns the final point structure (the input stage unless
         enc_mode)."""
         point = PointBatch.from_inputs(coord, grid_coord, feat, offset)
-        point.serialize(self.order, shuffle=self.shuffle_orders)
+        point.serialize(self.order, shuffle=self.shuffle_orders and (self.training or self.shuffle_in_eval))
         point = self.embedding(point)
         point = self.enc(point)
         if not self.enc_mode:

@@ -9,8 +9,9 @@ order's code decides for all). For the M merged voxels (in the order of their co
     feat'  = act(BN(feat'))
 
 The new orders are re-sorted from the shifted codes and, as Pointcept does (in eval too), their rows are
-shuffled by ``torch.randperm(K)`` unless ``shuffle_orders=False``. Unpooling adds the coarse features back to
-the points they came from::
+shuffled by ``torch.randperm(K)`` unless ``shuffle_orders=False``; ``shuffle_in_eval=False`` keeps them in
+order (no draw) while the module is in eval mode, which it reads from its own ``training``. Unpooling adds the
+coarse features back to the points they came from::
 
     feat_parent = act(BN(feat_parent W_s + b_s)) + act(BN(feat W + b))[pooling_inverse]
 
@@ -43,13 +44,15 @@ def segment_reduce(src: Tensor, index: Tensor, size: int, reduce: str) -> Tensor
 class SerializedPooling(nn.Module):
     """Pointcept's ``SerializedPooling`` (module docstring); submodules ``proj``, ``norm.0``, ``act.0``.
 
+    Args: ``shuffle_orders``: shuffle the pooled orders (Pointcept's); ``shuffle_in_eval``: in eval mode too
+    (Pointcept's, True), or in training mode only (False); the rest as Pointcept's.
     Shapes: forward(point with feat (N, C_in)) -> a new PointBatch of M <= N points, feat (M, C_out),
     whose ``pooling_parent`` is ``point`` and ``pooling_inverse`` (N,) the pooled point of each."""
 
     def __init__(self, in_channels: int, out_channels: int, stride: int = 2,
                  norm_layer: Callable[[int], nn.Module] | None = None,
                  act_layer: Callable[[], nn.Module] | None = None, reduce: str = "max",
-                 shuffle_orders: bool = True, traceable: bool = True) -> None:
+                 shuffle_orders: bool = True, traceable: bool = True, shuffle_in_eval: bool = True) -> None:
         super().__init__()
         if stride < 2 or stride & (stride - 1):
             raise ValueError(f"expected a stride that is a power of two >= 2, got {stride}")
@@ -57,7 +60,7 @@ class SerializedPooling(nn.Module):
             raise ValueError(f"expected reduce in {tuple(_REDUCE)}, got {reduce!r}")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.stride, self.reduce = stride, reduce
-        self.shuffle_orders, self.traceable = shuffle_orders, traceable
+        self.shuffle_orders, self.shuffle_in_eval, self.traceable = shuffle_orders, shuffle_in_eval, traceable
         self.proj = nn.Linear(in_channels, out_channels)
         self.norm = nn.Sequential(norm_layer(out_channels)) if norm_layer is not None else None
         self.act = nn.Sequential(act_layer()) if act_layer is not None else None
@@ -80,7 +83,7 @@ class SerializedPooling(nn.Module):
             grid_coord=point.grid_coord[head] >> depth, feat=feat,
             offset=torch.cumsum(torch.bincount(batch, minlength=point.num_clouds), 0), batch=batch,
             serialized_depth=point.serialized_depth - depth)
-        pooled.set_codes(code[:, head], shuffle=self.shuffle_orders)
+        pooled.set_codes(code[:, head], shuffle=self.shuffle_orders and (self.training or self.shuffle_in_eval))
         if self.traceable:
             pooled.pooling_parent, pooled.pooling_inverse = point, cluster
         if self.norm is not None:

@@ -13,8 +13,10 @@ segmentor (:class:`~pointgeope.model.ptv3.segmentor.PTv3Segmentor`: parameter na
   (the stage's grid, base 100);
 - no point hierarchy (``hierarchy_spec = None``; a ``hierarchy`` given is ignored): serialization, pooling
   and the sparse convolution's neighbour tables are built inside the forward;
-- in eval mode no shuffled orders (a deliberate difference from Pointcept, whose test draws
-  ``torch.randperm`` at every pooling: here the test of a run and its ``predict`` give the same labels).
+- in eval mode no shuffled orders (``PointTransformerV3(shuffle_in_eval=False)``, each module reading its own
+  mode; a deliberate difference from Pointcept, whose test draws ``torch.randperm`` at every pooling: here the
+  test of a run and its ``predict`` give the same labels whatever the random state). Training shuffles the
+  serialization orders as configured (``model.ptv3.shuffle_orders``) and the pooled orders always, as Pointcept.
 """
 from __future__ import annotations
 
@@ -22,7 +24,6 @@ from torch import Tensor, nn
 
 from pointgeope.model.config import ModelConfig
 from pointgeope.model.ptv3.network import PointTransformerV3
-from pointgeope.model.ptv3.pooling import SerializedPooling
 from pointgeope.model.ptv3.segmentor import PTv3Segmentor
 from pointgeope.model.qk_encodings import QKEncoding, qk_encoding
 
@@ -42,14 +43,12 @@ def encoding_options(cfg: ModelConfig, grid_size: float) -> dict:
 
 class StageEncodings(nn.Module):
     """The ``pe`` hook of every attention layer: one encoding per head width ``D`` (the stages may differ),
-    chosen by ``q.shape[-1]``. ``per_token`` is the encodings' (lingeope: False, the attention then calls
-    :meth:`attention`)."""
+    chosen by ``q.shape[-1]``; a :class:`~pointgeope.model.ptv3.attention.PatchEncoding` (``attention``)."""
 
     def __init__(self, name: str, head_dims: set[int], **options) -> None:
         super().__init__()
         self.name = name
         self.by_width = nn.ModuleDict({str(d): qk_encoding(name, d, **options) for d in sorted(head_dims)})
-        self.per_token = all(e.per_token for e in self.by_width.values())
 
     def _for(self, q: Tensor) -> QKEncoding:
         return self.by_width[str(q.shape[-1])]
@@ -82,21 +81,9 @@ class PTv3Seg(PTv3Segmentor):
             dec_channels=tuple(p.dec_channels), dec_num_head=tuple(p.dec_num_head),
             dec_patch_size=tuple(p.dec_patch_size), mlp_ratio=p.mlp_ratio, qkv_bias=p.qkv_bias,
             attn_drop=p.attn_drop, proj_drop=p.proj_drop, drop_path=p.drop_path, shuffle_orders=p.shuffle_orders,
-            enable_rpe=p.enable_rpe, pe=pe)
+            enable_rpe=p.enable_rpe, pe=pe, shuffle_in_eval=False)
         super().__init__(cfg.num_classes, backbone.out_channels, backbone)
         self._encodings = (pe,)     # a tuple: not a second registration (the blocks hold it)
-        self._shuffle = p.shuffle_orders
-
-    def train(self, mode: bool = True) -> PTv3Seg:
-        """Training shuffles the serialization orders as configured (``model.ptv3.shuffle_orders``; pooling
-        always, as Pointcept's); evaluation does not (Pointcept's ``randperm`` draws there too), so that the
-        test and ``predict`` of a run give the same labels whatever the random state."""
-        super().train(mode)
-        self.backbone.shuffle_orders = self._shuffle and mode
-        for module in self.backbone.modules():
-            if isinstance(module, SerializedPooling):
-                module.shuffle_orders = mode
-        return self
 
     def forward(self, pos: Tensor, x: Tensor, offset: Tensor, grid_coord: Tensor | None = None,
                 hierarchy=None) -> Tensor:

@@ -12,6 +12,8 @@ import torch
 from pointgeope.model.ptv3.attention import SerializedAttention
 from pointgeope.model.ptv3.patches import partition
 from pointgeope.model.ptv3.structure import PointBatch
+from pointgeope.model.qk_encodings import qk_encoding
+from tests.model.qk_reference import lingeope_reference
 
 
 @pytest.mark.parametrize("counts, k", [((37, 5, 16, 33), 8), ((1,), 4), ((4, 4), 4), ((9,), 1)])
@@ -79,16 +81,20 @@ def test_pe_hook_gets_the_patches_and_changes_the_scores():
     point = make_point((20, 5), 8, 1)
     seen = {}
 
-    def hook(q, k, coord_patches, grid_patches):
-        seen.update(q=q.shape, coord=coord_patches, grid=grid_patches)
-        return q * 2.0, k
+    class Hook:
+        """A per-token encoding in the attention's one protocol: turn q, then the layer's own SDPA."""
+
+        def attention(self, q, k, v, coord_patches, grid_patches, *, sdpa, **kwargs):
+            seen.update(q=q.shape, coord=coord_patches, grid=grid_patches, sdpa=sdpa)
+            return sdpa(q * 2.0, k, v, **kwargs)
 
     plain = SerializedAttention(8, 2, patch_size=8).eval()
-    hooked = SerializedAttention(8, 2, patch_size=8, pe=hook).eval()
+    hooked = SerializedAttention(8, 2, patch_size=8, pe=Hook()).eval()
     hooked.load_state_dict(plain.state_dict())
     with torch.no_grad():
         a, b = plain(point), hooked(point)
     assert seen["q"] == (4, 2, 8, 4)                      # 20 -> 3 patches, 5 -> 1 patch; (P, H, K, D)
+    assert seen["sdpa"] == hooked.sdpa                    # the layer's own SDPA entry (upcast, CUDA padding)
     order = point.serialized_order[0]
     first_patch = order[:8]                               # cloud 0's first 8 points along the curve
     assert torch.equal(seen["grid"][0], point.grid_coord[first_patch])
@@ -97,3 +103,28 @@ def test_pe_hook_gets_the_patches_and_changes_the_scores():
     plain.scale *= 2.0                                     # scaling q by 2 = doubling the softmax scale
     with torch.no_grad():
         torch.testing.assert_close(plain(point), b, atol=1e-5, rtol=1e-5)
+
+
+def test_lingeope_attention_equals_its_per_pair_reference():
+    """lingeope in the patch attention, its one protocol (``pe.attention``), against softmax of
+    ``q_i^T R(k_b (p_j - p_i)) k_j / sqrt(D)`` per patch with matrix exponentials (qk_reference.py): the
+    patches' coordinates, scale and mask (cloud 1 is shorter than a patch) reach the encoding."""
+    point = make_point((45, 7, 16, 29), 18, 2)
+    torch.manual_seed(0)
+    attn = SerializedAttention(18, 3, patch_size=16, order_index=1, pe=qk_encoding("lingeope", 6)).eval()
+    h, c = attn.num_heads, attn.channels
+    q, key, v = attn.qkv(point.feat).view(-1, 3, h, c // h).unbind(1)             # (N, H, D)
+    out = torch.full((len(point.feat), h, c // h), float("nan"))
+    code = point.serialized_code[attn.order_index]
+    for cloud in range(point.num_clouds):
+        members = torch.nonzero(point.batch == cloud).flatten()
+        members = members[torch.argsort(code[members])]
+        n = len(members)
+        for s in (range(0, n, 16) if n > 16 else [0]):
+            idx = members[s:s + 16] if s + 16 <= n or n <= 16 else members[n - 16:]
+            per_patch = [t[idx].transpose(0, 1)[None].double() for t in (q, key, v)]   # (1, H, L, D)
+            res = lingeope_reference(*per_patch, point.coord[idx][None].double())[0].transpose(0, 1).float()
+            fresh = torch.isnan(out[idx, 0, 0])
+            out[idx[fresh]] = res[fresh]
+    with torch.no_grad():
+        torch.testing.assert_close(attn(point), attn.proj(out.reshape(-1, c)), atol=1e-5, rtol=1e-5)

@@ -97,3 +97,30 @@ def test_the_coordinates_are_checked_once_at_the_input(pe):
     pos[5, 0] = float("inf")
     with pytest.raises(ValueError, match="expected finite coord"):
         model(pos, x, offset, grid_coord=grid)
+
+
+def test_shuffles_follow_the_mode_of_each_module():
+    """``PTv3Seg`` builds its backbone with ``shuffle_in_eval=False``: in eval mode its forward draws nothing
+    from torch's generator (the test and ``predict`` agree whatever its state); in training it draws
+    Pointcept's ``randperm(4)`` at serialization (``model.ptv3.shuffle_orders``) and at its one pooling. The
+    mode is the modules' own (``train()`` / ``eval()`` of the segmentor reach them), switched back and forth."""
+    model = net("none", 16)
+    pos, x, offset, grid = cloud(60)
+
+    def state_after_forward():
+        torch.manual_seed(5)
+        with torch.no_grad():
+            model(pos, x, offset, grid_coord=grid)
+        return torch.get_rng_state()
+
+    def state_after_draws(draws):
+        torch.manual_seed(5)
+        for _ in range(draws):
+            torch.randperm(4)
+        return torch.get_rng_state()
+
+    for mode, draws in ((False, 0), (True, 2), (False, 0), (True, 2)):
+        model.train(mode)
+        assert torch.equal(state_after_forward(), state_after_draws(draws)), (mode, draws)
+    assert not model.backbone.shuffle_in_eval
+    assert all(not m.shuffle_in_eval for m in model.modules() if type(m).__name__ == "SerializedPooling")
