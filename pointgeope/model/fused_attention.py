@@ -36,7 +36,6 @@ fused after the weight MLP).
 """
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from types import ModuleType
 
@@ -85,7 +84,7 @@ def _launch(kernel, grid: list[tuple[int, int]], *args, device: torch.device, **
     """``kernel`` on the grid of ``ceil(size / block)`` programs per ``(size, block)`` of ``grid``."""
     import triton
 
-    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+    with kernels.launch_device(device):
         kernel[tuple(triton.cdiv(size, block) for size, block in grid)](*args, num_warps=WARPS, **meta)
 
 
