@@ -13,7 +13,7 @@ from pointgeope.model import fused_attention, kernels  # noqa: E402
 from tests.model.fused_inputs import cuda, packed  # noqa: E402
 
 # Triton's interpreter and the Triton path for this module's tests only (tests/model/conftest.py)
-pytestmark = pytest.mark.usefixtures("interpreted_triton_path")
+pytestmark = pytest.mark.usefixtures("interpreted")
 
 
 def _pairs_reference(w, v, idx, delta, s):
