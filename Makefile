@@ -65,8 +65,10 @@ test-triton-old: setup
 		tests/model/test_bucket_fps.py tests/model/test_rodrigues_terms.py tests/model/test_norm.py \
 		tests/model/test_gather_backward.py
 
-# pointgeope.nn under the oldest torch-geometric it supports (pyproject.toml's lower bound, TESTED_PYG_VERSIONS)
-PYG_OLDEST ?= 2.5.3
+# pointgeope.nn under the oldest torch-geometric it supports (pyproject.toml's lower bound): the first of
+# pointgeope/nn/__init__.py's TESTED_PYG_VERSIONS, which owns the version (read as text: no torch needed)
+PYG_OLDEST ?= $(or $(shell grep -m1 '^TESTED_PYG_VERSIONS = ' pointgeope/nn/__init__.py | cut -s -d'"' -f2),\
+	$(error pointgeope/nn/__init__.py: expected a line TESTED_PYG_VERSIONS = ("<oldest>", ...), found none))
 test-pyg-oldest: setup
 	test -d .pyg-$(PYG_OLDEST) || $(PY) -m pip install -q --no-deps --target .pyg-$(PYG_OLDEST) torch_geometric==$(PYG_OLDEST)
 	PYTHONPATH=.pyg-$(PYG_OLDEST) $(PY) -m pytest -q -p no:cacheprovider tests/nn \

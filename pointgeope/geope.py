@@ -40,11 +40,13 @@ the displacement, because the phases are linear in ``p``. No per-pair 3x3 matrix
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
 __all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "unit_axis", "rotation_terms", "geometry_dtype", "apply_geope", "relative_geope", "frequencies",
-           "BlockScale", "GeoPE"]
+           "FixedTables", "BlockScale", "GeoPE"]
 
 # Below this phi^2 the Taylor series are used; the first dropped term is below 1e-15 there.
 _SMALL_PHI_SQ = 1e-4
@@ -255,10 +257,26 @@ def frequencies(channels: int, base: float = 100.0) -> Tensor:
     return base ** (-2.0 * torch.arange(n, dtype=torch.float64) / (3 * n))
 
 
+class FixedTables:
+    """Constant tables (fixed frequencies) made once per key and kept, outside any ``state_dict``: the key
+    holds the device, the dtype and every setting the table depends on. A copy from the host at every call
+    would wait for a GPU's queue to drain. The one cache of fixed frequency tables (``BlockScale``'s ``k_b``,
+    ``pointgeope.model.qk_encodings``' rotary frequencies)."""
+
+    def __init__(self):
+        self._made: dict[tuple, Tensor] = {}
+
+    def get(self, key: tuple, make: Callable[[], Tensor]) -> Tensor:
+        """The table of ``key``, made by ``make()`` the first time."""
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]
+
+
 class BlockScale(nn.Module):
     """GeoPE's block scales ``k_b = pos_scale * w_b / A``, ``(n,)`` for ``n = channels // 3`` blocks, with the
-    frequencies ``w_b`` fixed (recomputed in the caller's dtype at each call: ``n`` numbers, so a float64 run
-    is float64 throughout) or a trainable parameter ``freq`` (initialised to the same values).
+    frequencies ``w_b`` fixed (made in the caller's dtype, once per device and dtype: ``n`` numbers, so a
+    float64 run is float64 throughout) or a trainable parameter ``freq`` (initialised to the same values).
 
     Args:
         channels: feature width ``C``.
@@ -273,7 +291,7 @@ class BlockScale(nn.Module):
         super().__init__()
         self.channels, self.base, self.pos_scale, self.axes = channels, base, pos_scale, axes
         self.freq = nn.Parameter(frequencies(channels, base).float()) if learnable else None
-        self._fixed: dict[tuple, Tensor] = {}      # fixed k_b per (device, dtype, settings): made once
+        self._fixed = FixedTables()                # fixed k_b per (device, dtype, settings): made once
 
     @property
     def learnable(self) -> bool:
@@ -286,9 +304,8 @@ class BlockScale(nn.Module):
         if self.freq is not None:
             return self.freq.to(device, dtype) * self.pos_scale / self.axes
         key = (torch.device(device), dtype, self.channels, self.base, self.pos_scale, self.axes)
-        if key not in self._fixed:
-            self._fixed[key] = frequencies(self.channels, self.base).to(device, dtype) * self.pos_scale / self.axes
-        return self._fixed[key]
+        return self._fixed.get(key, lambda: frequencies(self.channels, self.base).to(device, dtype)
+                               * self.pos_scale / self.axes)
 
     def extra_repr(self) -> str:
         return f"base={self.base}, pos_scale={self.pos_scale}, axes={self.axes}, learnable={self.learnable}"

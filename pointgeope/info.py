@@ -32,6 +32,16 @@ def device_summary() -> str:
     return f"cpu ({torch.get_num_threads()} threads; no CUDA device)"
 
 
+def pyg_note(installed: str | None, tested: tuple[str, ...]) -> str:
+    """What ``info`` adds after the ``tested`` torch-geometric versions for the ``installed`` one: nothing if it
+    is one of them, the version if it is another, how to install it if there is none."""
+    if installed in tested:
+        return ""
+    if installed:
+        return f" (installed: {installed}, not among them)"
+    return ' (not installed: pip install "pointgeope[nn]")'
+
+
 def print_info() -> None:
     """Print the versions, the device and the ops backends of each device."""
     from pointgeope import __version__
@@ -47,10 +57,8 @@ def print_info() -> None:
     from pointgeope.nn import TESTED_PYG_VERSIONS
 
     installed = package_versions()["torch-geometric"]
-    untested = ("" if installed in TESTED_PYG_VERSIONS else f" (installed: {installed}, not among them)" if installed
-                else ' (not installed: pip install "pointgeope[nn]")')
     print(f"PyG layer (pointgeope.nn.GeoPEPointTransformerConv): tested with torch-geometric "
-          f"{', '.join(TESTED_PYG_VERSIONS)}{untested}")
+          f"{', '.join(TESTED_PYG_VERSIONS)}{pyg_note(installed, TESTED_PYG_VERSIONS)}")
     import torch
 
     from pointgeope.model.ops import backends

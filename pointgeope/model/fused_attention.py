@@ -36,7 +36,6 @@ fused after the weight MLP).
 """
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from types import ModuleType
 
@@ -85,17 +84,26 @@ def _launch(kernel, grid: list[tuple[int, int]], *args, device: torch.device, **
     """``kernel`` on the grid of ``ceil(size / block)`` programs per ``(size, block)`` of ``grid``."""
     import triton
 
-    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+    with kernels.launch_device(device):
         kernel[tuple(triton.cdiv(size, block) for size, block in grid)](*args, num_warps=WARPS, **meta)
 
 
 def _guarded_backward(op: str, device: torch.device, kernel: Callable[[], tuple], ref: Callable[..., Tensor],
-                      inputs: list[Tensor | None], needs: list[bool], grad: Tensor) -> tuple:
+                      inputs: Callable[[], list[Tensor | None]], needs: list[bool], grad: Tensor) -> tuple:
     """The Triton backward ``kernel()`` under ``op``'s entry in :mod:`pointgeope.model.kernels`, following its
     forward, which ran in Triton (these Functions are the kernels' Triton paths), not the switch; where ``op``
     failed since, or sums with atomics under deterministic algorithms, or if it fails now, the gradients of
-    ``ref(*inputs)`` for the inputs flagged in ``needs``, by autograd."""
-    return KERNELS[op].dispatch(device, kernel, lambda: torch_grads(ref, inputs, needs, grad), decided=True)
+    ``ref(*inputs())`` for the inputs flagged in ``needs``, by autograd (``inputs`` is called on that path only)."""
+    return KERNELS[op].dispatch(device, kernel, lambda: torch_grads(ref, inputs(), needs, grad), decided=True)
+
+
+def _zero_inputs(g: Tensor, rows: int, dtypes: tuple) -> Callable[[], list[Tensor | None]]:
+    """The torch fallback's inputs of a relation's backward, made only if it runs: zeros of the shapes and
+    ``dtypes`` of its source rows ``(rows, C)``, ``q (N, C)`` and ``delta (N, k, C)`` (or ``None``), from the
+    incoming ``g (N, k, C)``. The relations are linear in them, so their values are unused."""
+    (n, k, c), (source, q, delta) = g.shape, dtypes
+    return lambda: [g.new_zeros(rows, c, dtype=source), g.new_zeros(n, c, dtype=q),
+                    None if delta is None else g.new_zeros(n, k, c, dtype=delta)]
 
 
 class _Aggregate(torch.autograd.Function):
@@ -123,7 +131,8 @@ class _Aggregate(torch.autograd.Function):
         needs = [True, ctx.needs_input_grad[1], delta is not None and ctx.needs_input_grad[3]]
         gw, gv, gdelta = _guarded_backward("aggregate", v.device, lambda: _aggregate_backward(w, v, idx, delta, gy, s,
                                                                                                needs),
-                                           lambda a, b, d: ref_aggregate(a, b, idx, d, s), [w, v, delta], needs, gy)
+                                           lambda a, b, d: ref_aggregate(a, b, idx, d, s), lambda: [w, v, delta],
+                                           needs, gy)
         return gw, gv, None, gdelta, None
 
 
@@ -169,13 +178,11 @@ class _Relation(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: Tensor):
         (idx,) = ctx.saved_tensors
-        (n, k), c, g = idx.shape, g.shape[-1], g.contiguous()
-        key_dtype, q_dtype, delta_dtype = ctx.dtypes
+        g, delta_dtype = g.contiguous(), ctx.dtypes[2]
         needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[2], delta_dtype is not None and ctx.needs_input_grad[3]]
-        like = [g.new_zeros(ctx.rows, c, dtype=key_dtype), g.new_zeros(n, c, dtype=q_dtype),   # linear: values unused
-                None if delta_dtype is None else g.new_zeros(n, k, c, dtype=delta_dtype)]
         gkey, gq, gdelta = _guarded_backward("relation", g.device, lambda: _relation_backward(ctx, idx, g, needs),
-                                             lambda a, b, d: ref_relation(a, idx, b, d), like, needs, g)
+                                             lambda a, b, d: ref_relation(a, idx, b, d),
+                                             _zero_inputs(g, ctx.rows, ctx.dtypes), needs, g)
         return gkey, None, gq, gdelta
 
 
@@ -223,13 +230,11 @@ class _FrameRelation(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: Tensor):
         idx, tables = ctx.saved_tensors
-        (n, k), c, g = idx.shape, g.shape[-1], g.contiguous()
-        x_dtype, q_dtype, delta_dtype = ctx.dtypes
+        g, delta_dtype = g.contiguous(), ctx.dtypes[2]
         needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[3], delta_dtype is not None and ctx.needs_input_grad[4]]
-        like = [g.new_zeros(tables.shape[1], c, dtype=x_dtype), g.new_zeros(n, c, dtype=q_dtype),  # linear in them
-                None if delta_dtype is None else g.new_zeros(n, k, c, dtype=delta_dtype)]
         gx, gq, gdelta = _guarded_backward("frame_relation", g.device, lambda: _frame_backward(ctx, idx, tables, g, needs),
-                                           lambda a, b, d: ref_frame(a, idx, tables, b, d), like, needs, g)
+                                           lambda a, b, d: ref_frame(a, idx, tables, b, d),
+                                           _zero_inputs(g, tables.shape[1], ctx.dtypes), needs, g)
         return gx, None, None, gq, gdelta
 
 
@@ -290,14 +295,12 @@ class _LinearRelation(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: Tensor):
         idx, disp, block_scale = ctx.saved_tensors
-        (n, k), c, g = idx.shape, g.shape[-1], g.contiguous()
-        x_dtype, q_dtype, delta_dtype = ctx.dtypes
+        g, delta_dtype = g.contiguous(), ctx.dtypes[2]
         needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[4], delta_dtype is not None and ctx.needs_input_grad[5]]
-        like = [g.new_zeros(ctx.rows, c, dtype=x_dtype), g.new_zeros(n, c, dtype=q_dtype),       # linear in them
-                None if delta_dtype is None else g.new_zeros(n, k, c, dtype=delta_dtype)]
         gx, gq, gdelta = _guarded_backward("linear_relation", g.device,
                                            lambda: _linear_backward(ctx, idx, disp, block_scale, g, needs),
-                                           lambda a, b, d: ref_linear(a, idx, disp, block_scale, b, d), like, needs, g)
+                                           lambda a, b, d: ref_linear(a, idx, disp, block_scale, b, d),
+                                           _zero_inputs(g, ctx.rows, ctx.dtypes), needs, g)
         return gx, None, None, None, gq, gdelta
 
 

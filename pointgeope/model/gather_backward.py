@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.kernel_choice import kernel_module
+from pointgeope.model.kernels import launch_device
 
 __all__ = ["SCATTERS", "SCATTER", "FRAME_TURN_FIRST", "SETTINGS", "Transpose", "transpose", "sorted_backward", "forget_transposes",
            "scatter", "setting", "atomics", "tiles", "relation_key_grad", "frame_point_grad", "aggregate_value_grad"]
@@ -155,7 +156,7 @@ def _launch(name: str, rows: int, c: int, k: int, f64: bool, *args, device: torc
 
     bp, bt, bc = tiles(name, k, min(c, 64), f64)
     grid = (triton.cdiv(rows, bp), triton.cdiv(c, bc))
-    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+    with launch_device(device):
         getattr(kernel_module("pointgeope.model.triton_gather"), name)[grid](
             *args, F64=f64, BLOCK_P=bp, BLOCK_T=bt, BLOCK_C=bc, num_warps=SETTINGS[name]["warps"])
 

@@ -28,6 +28,7 @@ measured or compared, and its error says so.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from collections.abc import Callable
@@ -40,7 +41,8 @@ import torch
 from pointgeope.model.kernel_choice import PATHS, KernelChoiceError, current
 
 __all__ = ["PATHS", "KernelChoiceError", "KernelFallbackWarning", "Kernel", "CheckCase", "register", "registered",
-           "triton_imports", "use_triton", "runs_on", "check_runnable", "failures", "reset", "status", "FAILURES"]
+           "triton_imports", "use_triton", "runs_on", "check_runnable", "failures", "reset", "status", "FAILURES",
+           "launch_device"]
 
 
 class KernelFallbackWarning(RuntimeWarning):
@@ -86,6 +88,13 @@ def triton_imports() -> bool:
     except Exception:  # noqa: BLE001 - ImportError, or a build that fails to load its driver
         return False
     return True
+
+
+def launch_device(device: torch.device) -> contextlib.AbstractContextManager:
+    """Context to launch a Triton kernel on ``device``: Triton launches on the current CUDA device, which
+    need not be the tensors' (``cuda:1`` while the current one is ``cuda:0``). The one device guard of every
+    launch (the point ops', the fused attention's, the norm's)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def runs_on(device: torch.device) -> bool:

@@ -73,7 +73,7 @@ def partition(rows: int, block_r: int) -> tuple[int, int]:
 
 
 def _launch(kernel, grid: tuple[int, ...], *args, device: torch.device, **meta) -> None:
-    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+    with kernels.launch_device(device):
         kernel[grid](*args, num_warps=WARPS, **meta)
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pointgeope.model.rotation import apply_shifted, rotation_tables
+from pointgeope.model.rotation import apply_shifted, query_steps, rotation_tables
 
 # Elements of x per step on the CPU (1 MB of float32 per intermediate, in a core's L2); a GPU takes all at once.
 _STEP_ELEMENTS = 1 << 18
@@ -93,12 +93,11 @@ def turn_blocks(x: Tensor, tables: Tensor, inverse: bool = False) -> Tensor:
 
 
 def _by_steps(x: Tensor, dtype: torch.dtype, turn) -> Tensor:
-    """``turn(rows, out[rows])`` over cache-sized steps of ``x``'s batch rows (one step off the CPU) into a
-    new ``out`` of ``x``'s shape in ``dtype``; returned in ``x``'s dtype."""
+    """``turn(rows, out[rows])`` over cache-sized steps of ``x``'s batch rows (``rotation.query_steps`` with
+    this module's ``_STEP_ELEMENTS``; one step off the CPU) into a new ``out`` of ``x``'s shape in ``dtype``;
+    returned in ``x``'s dtype."""
     out = torch.empty(x.shape, dtype=dtype, device=x.device)
-    step = max(1, _STEP_ELEMENTS // max(1, x[:1].numel())) if x.device.type == "cpu" else max(1, x.shape[0])
-    for start in range(0, x.shape[0], step):
-        rows = slice(start, start + step)
+    for rows in query_steps(x.shape[0], 1, x[:1].numel(), x.device, elements=_STEP_ELEMENTS):
         turn(rows, out[rows])
     return out.to(x.dtype)
 

@@ -47,12 +47,14 @@ __all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shift_tables
 _STEP_ELEMENTS = 1 << 20
 
 
-def query_steps(queries: int, k: int, channels: int, device: torch.device) -> list[slice]:
-    """Consecutive ranges of queries whose ``k`` pairs of ``channels`` hold about ``_STEP_ELEMENTS`` values
-    (one range on other devices than the CPU)."""
+def query_steps(queries: int, k: int, channels: int, device: torch.device,
+                elements: int | None = None) -> list[slice]:
+    """Consecutive ranges of queries whose ``k`` pairs of ``channels`` hold about ``elements`` values (default
+    ``_STEP_ELEMENTS``; one range on other devices than the CPU). The one owner of the CPU's cache-sized steps
+    (``qk_kernels`` steps over batch rows with ``k = 1`` and its own budget)."""
     if device.type != "cpu":
         return [slice(0, queries)]
-    step = max(1, _STEP_ELEMENTS // max(1, k * channels))
+    step = max(1, (_STEP_ELEMENTS if elements is None else elements) // max(1, k * channels))
     return [slice(a, min(a + step, queries)) for a in range(0, queries, step)]
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:                                      # for type checkers and t
     from pointgeope.nn.point_transformer_conv import GeoPEPointTransformerConv
 
 # The torch-geometric versions the layer's tests passed with (`pointgeope info` prints them): the oldest
-# (`make test-pyg-oldest`, pyproject.toml's lower bound) and the newest.
+# (`make test-pyg-oldest`, pyproject.toml's lower bound; the Makefile reads it from this line) and the newest.
 TESTED_PYG_VERSIONS = ("2.5.3", "2.8.1")
 
 __all__ = ["GeoPEPointTransformerConv", "knn_graph", "geope_qk", "geope_attention", "TESTED_PYG_VERSIONS"]

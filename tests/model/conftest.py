@@ -5,13 +5,15 @@ import pytest
 
 
 @pytest.fixture
-def interpreted_triton_path():
+def interpreted(kernel_failures_forgotten):
     """Triton's interpreter and the Triton path (``TRITON_INTERPRET=1``, ``POINTGEOPE_KERNELS=triton``) for
-    the asking test only (restored after it)."""
+    the asking test only (restored after it), with no kernel failure remembered before or after it (a kernel
+    that failed in another test would hand this one the torch path). Yields the ``MonkeyPatch`` holding them,
+    for the test's own changes (undone with them)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TRITON_INTERPRET", "1")
         patch.setenv("POINTGEOPE_KERNELS", "triton")
-        yield
+        yield patch
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pointgeope.model import fused_attention, kernels  # noqa: E402
 from tests.model.fused_inputs import cuda, packed  # noqa: E402
 
 # Triton's interpreter and the Triton path for this module's tests only (tests/model/conftest.py)
-pytestmark = pytest.mark.usefixtures("interpreted_triton_path")
+pytestmark = pytest.mark.usefixtures("interpreted")
 
 
 def _pairs_reference(w, v, idx, delta, s):
@@ -179,6 +179,40 @@ def test_linear_relation_passes_gradcheck_in_float64():
     disp = coord[idx] - coord.unsqueeze(1)
     assert torch.autograd.gradcheck(lambda a, b: fused_attention.linear_relation(a, idx, disp, scale, b),
                                     [x.requires_grad_(), q.requires_grad_()], fast_mode=False)
+
+
+def _op_inputs(op):
+    """Float64 arguments of the fused ``op`` and the positions of the tensors that take gradients."""
+    if op == "aggregate":
+        w, v, idx, d = _aggregate_inputs(torch.float64)
+        return [w, v, idx, d, 2], [0, 1, 3]
+    coord, idx, tables, x, q, d, scale = _frame_inputs(torch.float64)
+    if op == "relation":
+        return [x, idx, q, d], [0, 2, 3]
+    if op == "frame_relation":
+        return [x, idx, tables, q, d], [0, 3, 4]
+    return [x, idx, coord[idx] - coord.unsqueeze(1), scale, q, d], [0, 4, 5]
+
+
+@pytest.mark.parametrize("op", ["relation", "frame_relation", "linear_relation", "aggregate"])
+def test_a_backward_whose_kernel_failed_since_its_forward_gives_the_same_gradients(interpreted, op):
+    """The forward in Triton, then the kernel turned off before the backward: the torch fallback (autograd of
+    the reference, for the relations at zeros of the inputs' shapes and dtypes: linear in them) gives the
+    Triton backward's gradients, in float64."""
+    args, leaves = _op_inputs(op)
+    grads = []
+    for fails in (False, True):
+        run = [t.clone().requires_grad_() if i in leaves else t for i, t in enumerate(args)]
+        out = getattr(fused_attention, op)(*run)
+        interpreted.setattr(fused_attention.KERNELS[op], "ran", set())         # the backward's path only
+        if fails:
+            with pytest.warns(kernels.KernelFallbackWarning, match=op):
+                kernels.fail(op, RuntimeError("injected"))
+        out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=out.dtype))
+        assert fused_attention.KERNELS[op].ran == {"torch" if fails else "triton"}
+        grads.append([run[i].grad for i in leaves])
+    for triton_grad, torch_grad in zip(*grads):
+        torch.testing.assert_close(torch_grad, triton_grad, rtol=1e-12, atol=1e-12)
 
 
 def test_the_kernel_choice_follows_the_environment(monkeypatch):

@@ -14,7 +14,7 @@ from tests.model.fused_inputs import cuda, packed  # noqa: E402
 from tests.model.test_attention import PRESET_NAMES, _layer, _reference  # noqa: E402
 
 # Triton's interpreter and the Triton path for this module's tests only (tests/model/conftest.py)
-pytestmark = pytest.mark.usefixtures("interpreted_triton_path")
+pytestmark = pytest.mark.usefixtures("interpreted")
 
 
 def _layer_inputs(channels=16, k=8):

@@ -13,14 +13,11 @@ from pointgeope.model.attention_reference import ref_aggregate, ref_frame, ref_r
 
 
 @pytest.fixture(autouse=True)
-def interpreted():
-    """Triton's interpreter, the Triton path and the sums by source point (``SCATTER = "sorted"``; the default,
-    ``"auto"``, takes them under deterministic algorithms only) for this module's tests (restored after each)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TRITON_INTERPRET", "1")
-        patch.setenv("POINTGEOPE_KERNELS", "triton")
-        patch.setattr(gather_backward, "SCATTER", "sorted")
-        yield patch
+def sorted_sums(interpreted):
+    """Every test here under Triton's interpreter and the Triton path (conftest's ``interpreted``, which undoes
+    this too) with the sums by source point (``SCATTER = "sorted"``; the default, ``"auto"``, takes them under
+    deterministic algorithms only)."""
+    interpreted.setattr(gather_backward, "SCATTER", "sorted")
 
 
 # The kernels' tiles: the defaults (one chunk of 8 pairs holds most rows, 4 or 8 rows a program at 64 channels),

@@ -23,17 +23,6 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BF16_RTOL = 2 ** -7                    # two roundings to bfloat16 (the output, and the reference's cast)
 
 
-@pytest.fixture
-def interpreted():
-    """Triton's interpreter and the Triton path (restored after each test); the failure record cleared."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TRITON_INTERPRET", "1")
-        patch.setenv("POINTGEOPE_KERNELS", "triton")
-        kernels.reset()
-        yield patch
-        kernels.reset()
-
-
 def _pair(channels: int, dtype=torch.float32, momentum=0.1, seed=0) -> tuple[BatchNormReLU, torch.nn.BatchNorm1d]:
     """The module under test and torch's ``BatchNorm1d`` with the same random parameters and buffers."""
     g = torch.Generator().manual_seed(seed)

@@ -346,6 +346,8 @@ def test_info_names_the_tested_pyg_versions_and_flags_another(capsys, monkeypatc
     assert pyg_line() == f"PyG layer (pointgeope.nn.GeoPEPointTransformerConv): tested with torch-geometric {tested}"
     monkeypatch.setattr(info, "package_versions", lambda: {**installed, "torch-geometric": "2.4.0"})
     assert pyg_line().endswith(f"torch-geometric {tested} (installed: 2.4.0, not among them)")
+    monkeypatch.setattr(info, "package_versions", lambda: {**installed, "torch-geometric": None})
+    assert pyg_line().endswith(f'torch-geometric {tested} (not installed: pip install "pointgeope[nn]")')
 
 
 def test_nn_does_not_import_the_data_or_engine_code():

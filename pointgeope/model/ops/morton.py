@@ -1,6 +1,6 @@
-"""Spatial order of packed clouds for the block-based GPU kernels: Morton codes and padded blocks (and the
-device context the kernels launch in). The one definition of the code: the CPU FPS (``bucket_fps.py``)
-compiles its plain functions (``code``, ``cell``, ``cube_scale``) with numba.
+"""Spatial order of packed clouds for the block-based GPU kernels: Morton codes and padded blocks. The one
+definition of the code: the CPU FPS (``bucket_fps.py``) compiles its plain functions (``code``, ``cell``,
+``cube_scale``) with numba.
 
 The Morton (Z-order) code interleaves the bits of the quantised coordinates, ``code = ... z1 y1 x1 z0 y0 x0``,
 so points close in the code are mostly close in space. Sorting each cloud by its code and cutting it into
@@ -19,7 +19,7 @@ from torch import Tensor
 
 from pointgeope.model.ops.offsets import cloud_of_rows, counts
 
-__all__ = ["tile_sorted", "block_boxes", "launch_device", "Tiles", "BITS", "cloud_frame", "keys_in",
+__all__ = ["tile_sorted", "block_boxes", "Tiles", "BITS", "cloud_frame", "keys_in",
            "layout", "shared_layouts", "code", "cell", "cube_scale"]
 
 BITS = 16  # bits per axis: 48 bits of code, the cloud's number above them
@@ -137,12 +137,6 @@ def block_boxes(tiles: Tiles, block: int) -> Tensor:
     lo = torch.where(valid, tiles.planes, torch.inf).view(3, -1, block).amin(2)
     hi = torch.where(valid, tiles.planes, -torch.inf).view(3, -1, block).amax(2)
     return torch.cat([lo, hi]).T.contiguous()
-
-
-def launch_device(device: torch.device):
-    """Context to launch a Triton kernel on ``device``: Triton launches on the current CUDA device, which
-    need not be the tensors' (``cuda:1`` while the current one is ``cuda:0``)."""
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 # --- one layout per cloud for the ops of a hierarchy ---------------------------------------------------------

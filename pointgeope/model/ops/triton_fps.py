@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from pointgeope.model.ops.morton import launch_device
+from pointgeope.model.kernels import launch_device
 from pointgeope.model.ops.triton_fps_rounds import BLOCK_POINTS, fps_rounds
 from pointgeope.model.ops.triton_geometry import squared_distance
 

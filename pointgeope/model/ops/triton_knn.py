@@ -43,7 +43,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from pointgeope.model.ops.morton import launch_device, layout
+from pointgeope.model.kernels import launch_device
+from pointgeope.model.ops.morton import layout
 from pointgeope.model.ops.triton_geometry import box_squared_distance, distance_key, key_distance, squared_distance
 
 __all__ = ["knn_triton", "BLOCK_Q", "BLOCK_S", "KNN_WARPS", "SUPER"]
