@@ -31,7 +31,6 @@ torch ops (``padding.prefix_batch_norm``): what the CUDA-graph step runs (``engi
 """
 from __future__ import annotations
 
-import contextlib
 from types import ModuleType
 
 import torch
