@@ -1,10 +1,13 @@
-"""A loader worker's cost per training sample, this checkout against another (``--before``), interleaved.
+"""A loader worker's cost per training sample, this checkout against another (``--before``), interleaved;
+or (``--workers-only``) this checkout's alone with ``--procs`` workers busy at once, and the seconds that many
+workers take for one batch of ``--batch`` samples with ``data.hierarchy: loader`` (the GPU check's ``loader``).
 
 Each round runs ``bench_train_step.py --loader-only`` (one thread: the block of an 80k-point sample from a
 0.85M-point room, and its hierarchy) under each checkout in turn, as 1 process and as ``--procs`` processes
 side by side (every core busy, as the loader's workers keep them). Medians per sample over the rounds.
 
     python bench/bench_loader_compare.py --before /tmp/old_checkout --out bench/results/bench_loader_hsv.json
+    python bench/bench_loader_compare.py --workers-only --procs 8 --batch 16 --out loader.json
 """
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ from bench_io import ROOT, git_commit, save_json
 
 def one_run(tree: Path, procs: int, samples: int) -> list[dict]:
     """``procs`` processes of ``bench_train_step --loader-only`` under ``tree``, at once; their results."""
-    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
+    inherited = os.environ.get("PYTHONPATH")                 # (the GPU check's wheels, after the tree)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree)] + ([inherited] if inherited else [])),
+               OMP_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as tmp:
         outs = [Path(tmp) / f"{i}.json" for i in range(procs)]
         jobs = [subprocess.Popen([sys.executable, str(tree / "bench" / "bench_train_step.py"), "--out", str(out),
@@ -33,14 +38,39 @@ def one_run(tree: Path, procs: int, samples: int) -> list[dict]:
         return [json.loads(out.read_text())["loader_per_sample"] for out in outs]
 
 
+def workers_only(args) -> dict:
+    """``--procs`` workers of this checkout at once: the medians per sample (the first of each dropped) and
+    ``batch_s``, what those workers take for a batch of ``--batch`` samples with their hierarchies."""
+    block, hierarchy = [], []
+    for run in one_run(ROOT, args.procs, args.samples):
+        block += run["block_s"][1:]
+        hierarchy += run["hierarchy_s"][1:]
+    per_sample = float(np.median(block)) + float(np.median(hierarchy))
+    return {"commit": git_commit(), "cpu_count": os.cpu_count(), "procs": args.procs, "batch": args.batch,
+            "block_median_s": round(float(np.median(block)), 4),
+            "hierarchy_median_s": round(float(np.median(hierarchy)), 4),
+            "batch_s": round(per_sample * args.batch / args.procs, 4),
+            "time": "seconds per 80k-point sample, one thread per worker, all workers busy; batch_s = "
+                    "(block + hierarchy) x batch / procs"}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", type=Path, required=True, help="the other checkout (e.g. a git worktree)")
+    parser.add_argument("--before", type=Path, help="the other checkout (e.g. a git worktree)")
+    parser.add_argument("--workers-only", action="store_true", help="this checkout alone (workers_only)")
+    parser.add_argument("--batch", type=int, default=16, help="--workers-only: samples of one batch")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--samples", type=int, default=6, help="samples per process; the first (warm-up) is dropped")
     parser.add_argument("--procs", type=int, default=os.cpu_count())
     args = parser.parse_args()
+    if args.workers_only:
+        out = workers_only(args)
+        save_json(args.out, out)
+        print(json.dumps(out, indent=1))
+        return 0
+    if args.before is None:
+        parser.error("--before is required (or --workers-only)")
     trees = {"before": args.before.resolve(), "after": ROOT}
     times = {(name, procs): {"block": [], "hierarchy": []} for name in trees for procs in sorted({1, args.procs})}
     for _ in range(args.rounds):

@@ -11,7 +11,6 @@ import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import torch
 
 from bench_evaluate import synth_room

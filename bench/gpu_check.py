@@ -32,6 +32,12 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
                ``--points`` (rpe, geope), bf16 and float32, with torch's batch norm (the default) and with
                batch norm and its ReLU as one Triton kernel (``norm.py``, opt-in), interleaved; ``vs_default``
                is the ratio; the top kernels of each
+    loader     (CUDA) ``bench_loader_compare.py --workers-only``: ``--loader-workers`` (8) loader workers at once on
+               the node's CPU, each making 80k-point blocks and their hierarchies (``data.hierarchy: loader``);
+               ``batch_s``, their time for the 16 samples of the recipe's batch, against the step's
+    graphs     (CUDA) ``bench_graphs.py``: the given-hierarchy step at ``--clouds`` x ``--points`` (rpe, geope;
+               float32, bf16) eager and as a CUDA graph of its padded batch (``train.cuda_graphs``), interleaved:
+               both times, their ratio, the recording's seconds and memory, the two losses' agreement
     relation_backward  (CUDA) ``bench_relation_backward.py``: the attention's backward (standard GeoPE's and the
                plain relation, the aggregation) summed with atomics and by source point, at every stage of the
                16 x 80k batch, float32 and bf16, each checked equal; the sorted kernels' tiles swept at stages
@@ -55,10 +61,12 @@ script that way, small. Results: ``--out`` (default ``bench/results/gpu.json``),
 
 Usage: bench/gpu_check.sh [--train] [--evaluate] [--predict] [--ddp] [--kernels] [--device cpu]
        [--points 80000] [--budget 540] [--no-tests] [--no-hierarchy] [--no-relation-backward] [--no-bench]
-       [--no-published] [--no-check] [--no-norm] [--no-ptv3]
+       [--no-published] [--no-check] [--no-norm] [--no-graphs] [--no-loader]
+       [--no-ptv3]
 
-The check in one device call under its 10-minute limit (``bash bench/gpu_wheels.sh`` here first, then carry
-``.whl``; the run tool's timeout 580 s): ``PYTHON=python3 bash bench/gpu_check.sh``
+The check in two device calls under their 10-minute limits, back to back on the warm machine
+(``bash bench/gpu_wheels.sh`` here first, then carry ``.whl``; the run tool's timeout 590 s): the commands of
+``bench/gpu_check.sh``'s header
 """
 from __future__ import annotations
 
@@ -257,6 +265,26 @@ def step_norm(check: Check, py: str) -> None:
     run_with_result(check, "norm", cmd, a.norm_limit, data)
 
 
+def step_loader(check: Check, py: str) -> None:
+    """``bench_loader_compare.py --workers-only``: ``--loader-workers`` workers making 80k-point blocks and their
+    hierarchies at once on the node's CPU: can they feed the 16-crop step with ``data.hierarchy: loader``?"""
+    a = check.args
+    data = result_path(check, "bench_loader_workers.json")
+    cmd = [py, "bench/bench_loader_compare.py", "--workers-only", "--procs", str(a.loader_workers), "--samples", "4",
+           "--batch", "16", "--out", str(data)]
+    run_with_result(check, "loader", cmd, a.loader_limit, data)
+
+
+def step_graphs(check: Check, py: str) -> None:
+    """``bench_graphs.py``: the 2 x 80k step eager and as a CUDA graph, float32 and bf16, interleaved."""
+    a = check.args
+    data = result_path(check, "bench_graphs.json")
+    cmd = [py, "bench/bench_graphs.py", "--out", str(data), "--device", "cuda", "--points", str(a.points),
+           "--clouds", str(a.clouds), "--presets", "rpe", "geope", "--amps", "none", "bf16",
+           "--budget", str(max(20, min(a.graphs_limit, check.left()) - 50))]
+    run_with_result(check, "graphs", cmd, a.graphs_limit, data)
+
+
 def step_kernels(check: Check, py: str) -> None:
     """``bench_train_step.py --kernels torch triton``: every preset's step on today's and the fused attention
     kernels, float32 and bf16, with the top kernels of each (issue 20)."""
@@ -279,7 +307,8 @@ def parse_args() -> argparse.Namespace:
     add("--tests-paths", nargs="+", default=["tests/model", "tests/engine/test_build.py", "tests/engine/test_evaluate.py",
                                              "tests/test_geope.py", "tests/test_metrics.py"])
     add("--tests-workers", type=int, default=8, help="pytest-xdist processes of the tests step (1: none)")
-    for name in ("tests", "bench", "hierarchy", "relation_backward", "published", "check", "norm"):
+    for name in ("tests", "bench", "hierarchy", "relation_backward", "published", "check", "norm", "graphs",
+                 "loader"):
         add(f"--no-{name}", action="store_true")
     add("--hierarchy-clouds", type=int, nargs="*", default=[],
         help="bench: batch sizes of bench_train_step's hierarchy-per-backend timings (default none)")
@@ -297,6 +326,7 @@ def parse_args() -> argparse.Namespace:
     add("--threads", type=int, help="OMP_NUM_THREADS of every step (default: unset)")
     add("--points", type=int, default=80_000)
     add("--clouds", type=int, default=2)
+    add("--loader-workers", type=int, default=8, help="loader: workers busy at once on the node's CPU")
     add("--norm-clouds", type=int, default=16, help="norm: clouds of the step with and without the fused norm")
     add("--amp", default="none", help="bench's precision (none: float32, as published)")
     add("--presets", nargs="+", default=["rpe", "geope", "lingeope"])
@@ -307,7 +337,8 @@ def parse_args() -> argparse.Namespace:
     add("--fold-steps", type=int, default=38_000, help="steps of one fold of the published recipe")
     add("--fold-rooms", type=int, default=68, help="rooms of the largest test area (Area 5)")
     limits = dict(warm=100, hierarchy=55, relation_backward=90, bench=60, bench_bf16=45, bench16=45, published=45,
-                  tests=90, check=40, train=240, evaluate=120, kernels=300, published_bf16=45, norm_op=40, norm=100)
+                  tests=90, check=40, train=240, evaluate=120, kernels=300, published_bf16=45, norm_op=40, norm=100,
+                  graphs=80, loader=60)
     for name, limit in limits.items():
         add(f"--{name.replace('_', '-')}-limit", type=float, default=float(limit))
     add("--kernel-presets", nargs="+", default=["rpe", "geope", "lingeope"])
@@ -332,6 +363,8 @@ def plan(args: argparse.Namespace) -> list:
     steps += ptv3_steps(args)                                 # PTv3's recipe step and test (gpu_check_ptv3.py)
     steps += [("published_bf16", step_published_bf16)] if cuda and not args.no_published else []
     steps += [("norm_op", step_norm_op), ("norm", step_norm)] if cuda and not args.no_norm else []
+    steps += [("graphs", step_graphs)] if cuda and not args.no_graphs else []
+    steps += [("loader", step_loader)] if cuda and not args.no_loader else []
     steps += [("relation_backward", step_relation_backward)] if cuda and not args.no_relation_backward else []
     steps += [("kernels", step_kernels)] if args.kernels else []
     steps += [(name, fn) for name, fn in (("train", step_train), ("evaluate", step_evaluate),

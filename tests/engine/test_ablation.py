@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from pathlib import Path
 
 import pytest
 

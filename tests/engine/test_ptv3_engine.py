@@ -17,7 +17,7 @@ from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
 from pointgeope.engine.config import ConfigError, config_to_dict, load_config
 from pointgeope.h5 import list_rooms, read_predictions
 from pointgeope.model.ptv3.seg import PTv3Seg
-from tests.engine.conftest import DEMO_CONFIG, REPO, TINY, one_line
+from tests.engine.conftest import DEMO_CONFIG, REPO, one_line
 
 PTV3_DEMO = REPO / "configs" / "demo_ptv3.yaml"
 # Two stages at head width 18, patches of 64, one epoch of two steps (two training areas of two rooms, batch 2).

@@ -14,7 +14,6 @@ from pointgeope.checksum import file_checksum
 from pointgeope.h5 import SchemaError, list_rooms, read_predictions, read_room, read_room_record, write_area
 from pointgeope.engine import losses as losses_mod
 from pointgeope.engine import state as state_mod
-from pointgeope.engine import train as train_mod
 from pointgeope.commands import train as train_command
 from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.config import load_config

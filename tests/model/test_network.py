@@ -1,7 +1,6 @@
 """Tests of pointgeope/model/network.py: shapes, permutations, inputs, parameter count, overfitting a room."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -1,7 +1,6 @@
 """Tests of pointgeope/model/ops: every backend against brute force, FPS's selection property."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 

@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from pointgeope.geope import BlockScale, frequencies
 from pointgeope.nn import geope_attention, geope_qk

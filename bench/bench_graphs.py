@@ -1,0 +1,123 @@
+"""Benchmark: the training step eager against the same step as a CUDA graph (``train.cuda_graphs``,
+``engine/graphs.py``), with the hierarchy given, per positional encoding and precision.
+
+For ``--clouds`` synthetic rooms of ``--points`` points (``bench_train_step.make_inputs``), every preset x
+``--amps`` case builds two identical models (seed 0) with SGD: one takes ``engine.step.train_step`` (eager), the
+other ``graphs.GraphedStep`` (its batch padded, recorded once, replayed). Reported per case:
+
+    agree        from the same weights, one step of each on the same batch: the relative difference of the
+                 losses and the largest difference of the real rows' logits (float32: rounding only)
+    record_s     the first graphed step: 3 warm-up passes, the capture and the first replay
+    graph_mib    memory allocated after recording above the level before it: the graph's inputs, outputs,
+                 gradients and pool
+    eager_s, graph_s, ratio   a step's wall time (``kernel_check.timed``, minimum over ``--reps``, eager and
+                 graphed interleaved) and graph / eager
+
+On the CPU (the test suite) the graph is ``RerunRecorder``'s stand-in, so only the bookkeeping is timed.
+
+Usage: python bench/bench_graphs.py --out result.json [--device cuda] [--points 80000] [--clouds 2]
+       [--presets rpe geope] [--amps none bf16] [--reps 5] [--warmup 2] [--budget 120]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_io import save_json  # noqa: E402
+from bench_train_step import Case, make_inputs, timed  # noqa: E402
+from step_profile import sync  # noqa: E402
+
+from pointgeope.engine import graphs  # noqa: E402
+from pointgeope.engine.step import train_step  # noqa: E402
+from pointgeope.model import PointTransformerSeg  # noqa: E402
+
+
+class GraphCase(Case):
+    """A :class:`Case` whose steps go through ``graphs.GraphedStep`` (the given-hierarchy batch)."""
+
+    def __init__(self, preset: str, inputs: dict, amp: str, device: torch.device):
+        super().__init__(preset, inputs, amp, device)
+        recorder = graphs.CudaRecorder(device) if device.type == "cuda" else graphs.RerunRecorder()
+        self.lines: list[str] = []
+        self.graphed = graphs.GraphedStep(self.cfg, self.learner, self.model, device, recorder,
+                                          lambda b, u=None: super(GraphCase, self)._train(b), self.lines.append)
+
+    def _train(self, batch) -> float:
+        return self.graphed(batch)[1]
+
+
+def agreement(eager: Case, graphed: GraphCase) -> dict:
+    """One step of each from the same weights on the same batch (the first, which also records the graph)."""
+    batch = eager.batches[True]
+    start = time.perf_counter()
+    logits_g, loss_g = graphed.graphed(batch)
+    sync(graphed.device)
+    record_s = time.perf_counter() - start
+    logits_e, loss_e = train_step(eager.cfg, eager.learner, eager.model, batch, eager.device)
+    return {"loss_rel_diff": abs(loss_g - loss_e) / abs(loss_e),
+            "logits_max_diff": float((logits_g.detach().float() - logits_e.detach().float()).abs().max()),
+            "record_s": record_s, "recorded": len(graphed.graphed.graphs), "log": graphed.lines}
+
+
+def run(args, out: dict, write) -> None:
+    device = torch.device(args.device)
+    inputs = make_inputs(args.points, args.clouds, device, PointTransformerSeg().hierarchy_spec)
+    out.update(points_per_cloud=args.points, clouds=args.clouds, cases={})
+    pairs = {}
+    for pe in args.presets:
+        for amp in args.amps:
+            eager, graphed = Case(pe, inputs, amp, device), GraphCase(pe, inputs, amp, device)
+            base = torch.cuda.memory_allocated() if device.type == "cuda" else 0
+            row = agreement(eager, graphed)
+            row["graph_mib"] = (torch.cuda.memory_allocated() - base) / 2**20 if device.type == "cuda" else 0.0
+            out["cases"][f"{pe}/{amp}"] = row
+            pairs[f"{pe}/{amp}"] = (eager, graphed)
+            write()
+    for eager, graphed in pairs.values():
+        for _ in range(args.warmup):
+            eager.step(True)
+            graphed.step(True)
+    deadline = time.perf_counter() + args.budget
+    for rep in range(args.reps):
+        for name, (eager, graphed) in pairs.items():
+            if rep and time.perf_counter() > deadline:
+                continue
+            row = out["cases"][name]
+            for key, case in (("eager_s", eager), ("graph_s", graphed)):
+                row[key] = min(row.get(key, float("inf")), timed(lambda c=case: c.step(True), device)[0])
+            row["ratio"] = row["graph_s"] / row["eager_s"]
+        write()
+    for name, row in out["cases"].items():
+        print(f"{name:<12} eager {row['eager_s'] * 1e3:8.1f} ms  graph {row['graph_s'] * 1e3:8.1f} ms  "
+              f"x{row['ratio']:.3f}  record {row['record_s']:.1f} s  {row['graph_mib']:.0f} MiB  "
+              f"loss diff {row['loss_rel_diff']:.1e}", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add = parser.add_argument
+    add("--out", type=Path, required=True)
+    add("--device", default="cuda")
+    add("--points", type=int, default=80_000)
+    add("--clouds", type=int, default=2)
+    add("--presets", nargs="+", default=["rpe", "geope"])
+    add("--amps", nargs="+", choices=("none", "bf16"), default=["none", "bf16"])
+    add("--reps", type=int, default=5)
+    add("--warmup", type=int, default=2)
+    add("--budget", type=float, default=120.0, help="seconds after which no new rep starts")
+    args = parser.parse_args()
+    out = {"device": args.device, "torch_threads": torch.get_num_threads(),
+           "time": "wall seconds of one training step (SGD), minimum over reps, eager and graphed interleaved"}
+    run(args, out, lambda: save_json(args.out, out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
