@@ -37,7 +37,20 @@ def test_partition_properties(counts, k):
     assert keys == sum(c if c < k else -(-c // k) * k for c in counts)  # short clouds: only their points
 
 
-def reference_attention(attn: SerializedAttention, point: PointBatch, k: int) -> torch.Tensor:
+def plain_patch(attn: SerializedAttention):
+    """Softmax attention of one patch: ``(q, k, v)`` of its points ``(L, H, D)`` (and their coordinates) ->
+    ``(L, H, D)``."""
+    def attend(q, key, v, coord):
+        scores = torch.einsum("ihd,jhd->hij", q, key) * attn.scale
+        return torch.einsum("hij,jhd->ihd", scores.softmax(-1), v)
+    return attend
+
+
+def reference_attention(attn: SerializedAttention, point: PointBatch, k: int, attend=None) -> torch.Tensor:
+    """The layer by its definition: every cloud in serialization order cut into patches of ``k`` (the last one
+    ending at the cloud's end, a cloud shorter than ``k`` one patch), ``attend`` (default: :func:`plain_patch`)
+    on each, a point's output from its first patch, then the projection."""
+    attend = attend or plain_patch(attn)
     h, c = attn.num_heads, attn.channels
     q, key, v = attn.qkv(point.feat).view(-1, 3, h, c // h).unbind(1)         # (N, H, D)
     out = torch.full((len(point.feat), h, c // h), float("nan"))
@@ -49,8 +62,7 @@ def reference_attention(attn: SerializedAttention, point: PointBatch, k: int) ->
         starts = list(range(0, n, k)) if n > k else [0]
         for s in starts:
             idx = members[s:s + k] if s + k <= n or n <= k else members[n - k:]
-            scores = torch.einsum("ihd,jhd->hij", q[idx], key[idx]) * attn.scale
-            res = torch.einsum("hij,jhd->ihd", scores.softmax(-1), v[idx])
+            res = attend(q[idx], key[idx], v[idx], point.coord[idx])
             fresh = torch.isnan(out[idx, 0, 0])
             out[idx[fresh]] = res[fresh]
     return attn.proj(out.reshape(-1, c))
@@ -112,19 +124,9 @@ def test_lingeope_attention_equals_its_per_pair_reference():
     point = make_point((45, 7, 16, 29), 18, 2)
     torch.manual_seed(0)
     attn = SerializedAttention(18, 3, patch_size=16, order_index=1, pe=qk_encoding("lingeope", 6)).eval()
-    h, c = attn.num_heads, attn.channels
-    q, key, v = attn.qkv(point.feat).view(-1, 3, h, c // h).unbind(1)             # (N, H, D)
-    out = torch.full((len(point.feat), h, c // h), float("nan"))
-    code = point.serialized_code[attn.order_index]
-    for cloud in range(point.num_clouds):
-        members = torch.nonzero(point.batch == cloud).flatten()
-        members = members[torch.argsort(code[members])]
-        n = len(members)
-        for s in (range(0, n, 16) if n > 16 else [0]):
-            idx = members[s:s + 16] if s + 16 <= n or n <= 16 else members[n - 16:]
-            per_patch = [t[idx].transpose(0, 1)[None].double() for t in (q, key, v)]   # (1, H, L, D)
-            res = lingeope_reference(*per_patch, point.coord[idx][None].double())[0].transpose(0, 1).float()
-            fresh = torch.isnan(out[idx, 0, 0])
-            out[idx[fresh]] = res[fresh]
+
+    def attend(q, key, v, coord):                                        # (L, H, D) each, coord (L, 3)
+        per_patch = [t.transpose(0, 1)[None].double() for t in (q, key, v)]   # (1, H, L, D)
+        return lingeope_reference(*per_patch, coord[None].double())[0].transpose(0, 1).float()
     with torch.no_grad():
-        torch.testing.assert_close(attn(point), attn.proj(out.reshape(-1, c)), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(attn(point), reference_attention(attn, point, 16, attend), atol=1e-5, rtol=1e-5)
