@@ -19,7 +19,7 @@ from torch import Tensor
 
 from pointgeope.model import kernels
 from pointgeope.model.ops.backends import KNN_BACKENDS, resolve
-from pointgeope.model.ops.offsets import check_offset, counts
+from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, counts
 
 __all__ = ["knn"]
 
@@ -150,10 +150,8 @@ def _knn_cluster(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off
             q_start, s_start = q_end, s_end
         return torch.cat(idx_parts), torch.cat(dist_parts)
     device = query.device
-    q_batch = torch.repeat_interleave(torch.arange(len(q_off), device=device),
-                                      torch.tensor(counts(q_off), device=device))
-    s_batch = torch.repeat_interleave(torch.arange(len(s_off), device=device),
-                                      torch.tensor(counts(s_off), device=device))
+    q_batch = cloud_of_rows(torch.tensor(q_off, device=device), q_off[-1])
+    s_batch = cloud_of_rows(torch.tensor(s_off, device=device), s_off[-1])
     # edge_index: row 0 = query rows (each exactly k times, grouped by query), row 1 = support rows.
     row, col = torch_cluster.knn(support, query, k, s_batch, q_batch)
     order = torch.argsort(row, stable=True)  # group by query, keep the per-query order

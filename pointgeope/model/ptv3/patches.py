@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from pointgeope.model.ops.offsets import cloud_of_rows
+
 __all__ = ["PatchPartition", "partition"]
 
 
@@ -62,8 +64,9 @@ def partition(counts: Tensor, patch_size: int) -> PatchPartition:
     n = counts[cloud]
     local = torch.where(t < n, t, torch.where(n > k, t - k, torch.zeros_like(t)))
     source = start[cloud] + local
-    point_cloud = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
-    slot = torch.arange(int(counts.sum()), device=counts.device) - start[point_cloud] + slot_start[point_cloud]
+    total = int(counts.sum())
+    point_cloud = cloud_of_rows(start + counts, total)
+    slot = torch.arange(total, device=counts.device) - start[point_cloud] + slot_start[point_cloud]
     valid = None
     if bool((counts < k).any()):
         valid = ((n > k) | (t < n)).view(-1, k)       # repeats of a long cloud are keys too

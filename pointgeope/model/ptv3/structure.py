@@ -35,9 +35,9 @@ from pointgeope.model.ptv3.serialization import check_depth, check_orders, code_
 __all__ = ["PointBatch", "check_inputs", "offsets_to_batch"]
 
 
-def offsets_to_batch(offset: Tensor) -> Tensor:
-    """The cloud index (N,) of each point of a packed batch with cloud ends ``offset`` (B,)."""
-    return cloud_of_rows(offset, int(offset[-1]))
+def offsets_to_batch(offset: Tensor, rows: int) -> Tensor:
+    """The cloud index (N,) of each point of a packed batch of ``rows`` points with cloud ends ``offset`` (B,)."""
+    return cloud_of_rows(offset, rows)
 
 
 def check_inputs(coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor) -> None:
@@ -92,7 +92,7 @@ class PointBatch:
         check_inputs(coord, grid_coord, feat, offset)
         offset = offset.long()
         return cls(coord=coord, grid_coord=grid_coord.long(), feat=feat, offset=offset,
-                   batch=offsets_to_batch(offset))
+                   batch=offsets_to_batch(offset, coord.shape[0]))
 
     @property
     def num_clouds(self) -> int:
