@@ -8,8 +8,9 @@ other ``graphs.GraphedStep`` (its batch padded, recorded once, replayed). Report
     agree        from the same weights, one step of each on the same batch: the relative difference of the
                  losses and the largest difference of the real rows' logits (float32: rounding only)
     record_s     the first graphed step: 3 warm-up passes, the capture and the first replay
-    graph_mib    memory allocated after recording above the level before it: the graph's inputs, outputs,
-                 gradients and pool
+    graph_mib    memory allocated after that step above the level before it (the graph's inputs, outputs and
+                 gradients; the eager twin's step beside it adds its own gradients and momentum)
+    eager_peak_mib, graph_peak_mib   a step's peak ``max_memory_allocated`` above the level before it
     eager_s, graph_s, ratio   a step's wall time (``kernel_check.timed``, minimum over ``--reps``, eager and
                  graphed interleaved) and graph / eager
 
@@ -47,7 +48,8 @@ class GraphCase(Case):
         recorder = graphs.CudaRecorder(device) if device.type == "cuda" else graphs.RerunRecorder()
         self.lines: list[str] = []
         self.graphed = graphs.GraphedStep(self.cfg, self.learner, self.model, device, recorder,
-                                          lambda b, u=None: super(GraphCase, self)._train(b), self.lines.append)
+                                          lambda b, u=None: train_step(self.cfg, self.learner, self.model, b, device, u),
+                                          self.lines.append)
 
     def _train(self, batch) -> float:
         return self.graphed(batch)[1]
@@ -90,8 +92,10 @@ def run(args, out: dict, write) -> None:
             if rep and time.perf_counter() > deadline:
                 continue
             row = out["cases"][name]
-            for key, case in (("eager_s", eager), ("graph_s", graphed)):
-                row[key] = min(row.get(key, float("inf")), timed(lambda c=case: c.step(True), device)[0])
+            for key, case in (("eager", eager), ("graph", graphed)):
+                seconds, peak = timed(lambda c=case: c.step(True), device)
+                row[f"{key}_s"] = min(row.get(f"{key}_s", float("inf")), seconds)
+                row[f"{key}_peak_mib"] = max(row.get(f"{key}_peak_mib", 0.0), peak)
             row["ratio"] = row["graph_s"] / row["eager_s"]
         write()
     for name, row in out["cases"].items():

@@ -16,8 +16,9 @@ and one graph is recorded per such size, at most :data:`MAX_GRAPHS`::
 Recording one size: three eager passes (forward + backward) on a side stream warm the kernels and the
 allocator, then the capture; the batch norms' running buffers are put back as they were, so recording changes
 no state. Graphs share one memory pool. The eager step (``engine/step.py``) stays the default and runs where
-graphs do not apply: the CPU, a hierarchy not given, PTv3, DDP, fp16 (its loss scaler skips steps on the
-host), or once recording failed (one log line says why).
+graphs do not apply: the CPU, PTv3, DDP, a hierarchy the model builds, fp16 (its loss scaler skips steps on
+the host), the Lovász loss (its sums read values), batches of a size beyond :data:`MAX_GRAPHS`, or once
+recording failed; one log line says why.
 """
 from __future__ import annotations
 
@@ -42,15 +43,15 @@ WARMUP = 3              # eager passes before a capture
 
 
 def training_step(cfg: Config, learner: Learner, net: torch.nn.Module, device: torch.device,
-                  log: Callable[[str], None]):
+                  log: Callable[[str], None], place: str = "beside"):
     """The step ``train_epoch`` runs: ``step(batch, before_update) -> (logits, loss value)``, a
     :class:`GraphedStep` with ``train.cuda_graphs`` where graphs apply (module docstring), else the eager
-    ``train_step``."""
+    ``train_step``. ``place``: where the batches' hierarchy is built (``engine.placement``)."""
     def eager(batch, before_update=None):
         return train_step(cfg, learner, net, batch, device, before_update)
     if not cfg.train.cuda_graphs:
         return eager
-    why = _not_graphable(cfg, net, device)
+    why = _not_graphable(cfg, net, device, place)
     if why:
         log(f"train.cuda_graphs: eager steps ({why})")
         return eager
@@ -58,13 +59,20 @@ def training_step(cfg: Config, learner: Learner, net: torch.nn.Module, device: t
     return GraphedStep(cfg, learner, net, device, CudaRecorder(device), eager, log)
 
 
-def _not_graphable(cfg: Config, net: torch.nn.Module, device: torch.device) -> str | None:
+def _not_graphable(cfg: Config, net: torch.nn.Module, device: torch.device, place: str) -> str | None:
+    """Why this run's steps cannot be graphs, or None."""
     if device.type != "cuda":
         return f"graphs are CUDA's, and this run is on {device.type}"
-    if not hasattr(net, "body"):
-        return "the model is not PTv1's, or it is wrapped for DDP"
+    if cfg.model.backbone != "ptv1":
+        return f"graphs take PTv1's steps, and model.backbone is {cfg.model.backbone}"
+    if isinstance(net, torch.nn.parallel.DistributedDataParallel):
+        return "DDP reduces the gradients during the backward, outside a graph"
+    if place not in ("beside", "loader"):
+        return f"graphs take the batch's hierarchy given, and the model builds it (data.hierarchy: {place})"
     if build.mixed_precision(cfg, device) == torch.float16:
         return "fp16's loss scaler decides on the host whether to step; use bf16"
+    if cfg.train.loss != "ce":
+        return f"train.loss {cfg.train.loss} reads values on the host (graphs take ce)"
     return None
 
 
@@ -91,7 +99,7 @@ class GraphedStep:
         self.cfg, self.learner, self.net, self.device = cfg, learner, net, device
         self.recorder, self.eager, self.log = recorder, eager, log
         self.graphs: dict[tuple, _Graph] = {}
-        self.failed = False
+        self.failed, self.full = False, False
         self.spec = net.hierarchy_spec
 
     def __call__(self, batch, before_update: Callable[[Tensor, float], None] | None = None):
@@ -99,9 +107,13 @@ class GraphedStep:
         if self.failed or h is None:
             return self.eager(batch, before_update)
         n, clouds = batch.pos.shape[0], h.offsets[0].shape[0]
+        self.spec.check(h, n, clouds)
         sizes = padding.padded_sizes(n, clouds, self.spec.strides, self.spec.neighbours)
         key = (clouds, sizes)
         if key not in self.graphs and len(self.graphs) >= MAX_GRAPHS:
+            if not self.full:
+                self.full = True
+                self.log(f"train.cuda_graphs: {MAX_GRAPHS} sizes recorded; batches of other sizes step eagerly")
             return self.eager(batch, before_update)
         padded = padding.pad_batch(batch.pos, batch.x, batch.y, h, sizes, self.cfg.train.ignore_index)
         values = padding.row_prefixes(padding.stage_sizes(h), sizes, self.spec.neighbours)
@@ -157,8 +169,8 @@ class GraphedStep:
 
 def _flat(padded) -> list[Tensor]:
     """The tensors of a padded ``(coord, feat, offset, label, hierarchy)``, in a fixed order."""
-    coord, feat, offset, label, h = padded
-    out = [coord, feat, offset, label]
+    coord, feat, _, label, h = padded             # the offset is the hierarchy's offsets[0]
+    out = [coord, feat, label]
     for name in ("offsets", "samples", "down", "neighbours", "up", "up_dist2"):
         out += [t for t in getattr(h, name) if t is not None]
     return out
@@ -183,7 +195,8 @@ class CudaRecorder:
         model.zero_grad(set_to_none=True)      # the capture's backward allocates the graph's own gradients
         before()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        # thread_local: the loader's pin-memory thread and the next batch's hierarchy keep using CUDA meanwhile
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             out = step()
         return graph.replay, out
 

@@ -134,7 +134,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     net = model if not env.distributed else torch.nn.parallel.DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None)
     writer, clouds = tensorboard(run, cfg, state.step) if env.is_main else (None, None)
-    step = graphs.training_step(cfg, learner, net, device, log)
+    step = graphs.training_step(cfg, learner, net, device, log, place.where)
 
     while state.epoch < cfg.train.epochs:
         if budget.spent:

@@ -132,6 +132,12 @@ def check_runnable(device: torch.device) -> None:
                                 "unset POINTGEOPE_KERNELS")
 
 
+def _capturing(device: torch.device) -> bool:
+    """Whether ``device``'s current stream is recording a CUDA graph (``engine/graphs.py``): an error then is the
+    capture's, which the graph step handles; it says nothing about the kernel."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def _is_kernel_failure(err: Exception) -> bool:
     """A failure to compile or launch, not the program's: out-of-memory errors and our own argument checks
     (``ValueError`` raised before any kernel) propagate."""
@@ -198,7 +204,7 @@ class Kernel:
         try:
             out = triton_fn()
         except Exception as err:  # noqa: BLE001 - any compiler, resource or driver error of the kernel
-            if not _is_kernel_failure(err):
+            if not _is_kernel_failure(err) or _capturing(device):    # a CUDA graph's capture: its own error
                 raise
             fail(self.name, err)
             self.ran.add("torch")

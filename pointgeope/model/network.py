@@ -94,6 +94,18 @@ class TransitionDown(nn.Module):
         return x.view(m, k, -1).max(dim=1).values                          # (M, C_out)
 
 
+def cloud_means(feat: Tensor, offset: Tensor, cloud: Tensor) -> Tensor:
+    """The mean of every cloud's rows ``(B, C)`` float32 (float64 for float64 ``feat``), of ``feat (N, C)`` with
+    cloud ends ``offset (B,)`` and row clouds ``cloud (N,)``: one float32 product with the ``(B, N)`` membership
+    (autocast off: bf16 sums of a cloud's rows would lose their small terms), the same sums in every run and
+    no value read on the host."""
+    acc = torch.float64 if feat.dtype == torch.float64 else torch.float32
+    with torch.autocast(feat.device.type, enabled=False):
+        member = (torch.arange(offset.shape[0], device=feat.device).unsqueeze(1) == cloud).to(acc)   # (B, N)
+        sizes = torch.diff(offset, prepend=offset.new_zeros(1)).unsqueeze(1).to(acc)                # (B, 1)
+        return member @ feat.to(acc) / sizes
+
+
 class TransitionUp(nn.Module):
     """Decoder fusion. ``in_channels`` from the coarse level, ``out_channels`` of the fine skip level:
     ``Linear-BN-ReLU(skip) + interpolate_3NN(Linear-BN-ReLU(coarse))``. Without ``out_channels`` (the head
@@ -116,9 +128,8 @@ class TransitionUp(nn.Module):
         fine points' 3 nearest coarse rows ``idx (N, 3)`` and squared distances ``dist2 (N, 3)``."""
         if self.is_head:
             cloud = cloud_of_rows(offset, feat.shape[0])                                    # (N,)
-            sizes = torch.diff(offset, prepend=offset.new_zeros(1)).unsqueeze(1)           # (B, 1)
-            means = feat.new_zeros(offset.shape[0], feat.shape[1]).index_add_(0, cloud, feat) / sizes
-            return self.linear1(torch.cat([feat, self.linear2(means)[cloud]], dim=1))     # (B, C) -> (N, C)
+            glob = self.linear2(cloud_means(feat, offset, cloud).to(feat.dtype))           # (B, C)
+            return self.linear1(torch.cat([feat, glob[cloud]], dim=1))                     # (N, 2C)
         return self.linear1(feat) + interpolate_from(self.linear2(coarse), idx, dist2)
 
 

@@ -23,7 +23,7 @@ default, until a GPU run shows it pays (``docs/gpu.md``). A kernel that fails fa
 
 **Padded batches.** :class:`BatchNorm` (torch's ``BatchNorm1d``, no ReLU) and :class:`BatchNormReLU` take their
 training statistics over a padded batch's real rows inside :func:`pointgeope.model.padding.batch_rows`, on
-torch ops (``padding.prefix_batch_norm``): what the CUDA-graph step runs (``engine/graphs.py``).
+torch ops (:func:`prefix_batch_norm`): what the CUDA-graph step runs (``engine/graphs.py``).
 
 **DDP.** The engine keeps batch norm per process (as published). For synchronised statistics use
 :func:`convert_sync_batchnorm`: torch's ``nn.SyncBatchNorm.convert_sync_batchnorm`` would turn a
@@ -41,7 +41,7 @@ from pointgeope.model import kernels, padding
 from pointgeope.model.attention_reference import torch_grads
 from pointgeope.model.kernel_choice import kernel_module
 
-__all__ = ["BatchNorm", "BatchNormReLU", "SyncBatchNormReLU", "batch_norm_relu", "reference", "convert_sync_batchnorm",
+__all__ = ["BatchNorm", "BatchNormReLU", "prefix_batch_norm", "SyncBatchNormReLU", "batch_norm_relu", "reference", "convert_sync_batchnorm",
            "tiles", "KERNEL"]
 
 WARPS = 4
@@ -174,24 +174,72 @@ def _takes(x: Tensor, weight: Tensor | None) -> bool:
     return x.dtype == weight.dtype or (weight.dtype == torch.float32 and x.dtype in (torch.bfloat16, torch.float16))
 
 
+class _PrefixBatchNorm(torch.autograd.Function):
+    """Training batch norm of ``x (R, C)`` with the statistics of its first ``n = valid`` rows (a padded batch's
+    real rows, :mod:`pointgeope.model.padding`), every row normalised by them::
+
+        mean = sum_{r < n} x_r / n,   var = sum_{r < n} (x_r - mean)^2 / n,   s = 1 / sqrt(var + eps)
+        y_r = w (x_r - mean) s + b                                           (all R rows)
+
+    in float32 (float64 for float64 ``x``), ``y`` in ``x``'s dtype. Saves ``x`` as it came (bf16 stays bf16) and
+    the ``(C,)`` mean and ``s``, like torch's; the backward recomputes ``xh = (x - mean) s``. With ``g = dL/dy w``,
+    ``S1 = sum_all g``, ``S2 = sum_all g xh``: ``dx_r = s (g_r - (S1 + xh_r S2) / n)`` for ``r < n`` (they move the
+    statistics), ``dx_r = s g_r`` after; ``dw = sum_all dL/dy xh``, ``db = sum_all dL/dy``. The running buffers
+    move by ``momentum`` towards the mean and the unbiased ``var n / (n - 1)``, as torch's. No value is read
+    on the host."""
+
+    @staticmethod
+    def forward(ctx, x, valid, weight, bias, running_mean, running_var, momentum, eps):
+        xf = x if x.dtype == torch.float64 else x.float()
+        real = (torch.arange(x.shape[0], device=x.device) < valid).unsqueeze(1)             # (R, 1)
+        n = valid.to(xf.dtype)
+        mean = torch.where(real, xf, 0).sum(0) / n
+        var = torch.where(real, (xf - mean).square(), 0).sum(0) / n
+        invstd = torch.rsqrt(var + eps)
+        y = (xf - mean) * invstd
+        if weight is not None:
+            y = y * weight + bias
+        if running_mean is not None:
+            running_mean.lerp_(mean.to(running_mean.dtype), momentum)
+            running_var.lerp_((var * n / (n - 1).clamp_min(1)).to(running_var.dtype), momentum)
+        ctx.save_for_backward(x, valid, mean, invstd, weight)
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, valid, mean, invstd, weight = ctx.saved_tensors
+        xh = ((x if x.dtype == torch.float64 else x.float()) - mean) * invstd
+        gy = gy.to(xh.dtype)
+        g = gy * weight if weight is not None else gy
+        real = (torch.arange(x.shape[0], device=x.device) < valid).unsqueeze(1)
+        shared = (g.sum(0) + xh * (g * xh).sum(0)) / valid.to(xh.dtype)
+        dx = (invstd * (g - torch.where(real, shared, 0))).to(x.dtype)
+        needs_w = weight is not None and ctx.needs_input_grad[2]
+        dw = (gy * xh).sum(0).to(weight.dtype) if needs_w else None
+        db = gy.sum(0).to(weight.dtype) if weight is not None and ctx.needs_input_grad[3] else None
+        return dx, None, dw, db, None, None, None, None
+
+
+def prefix_batch_norm(x: Tensor, valid: Tensor, weight: Tensor | None, bias: Tensor | None,
+                      running_mean: Tensor | None, running_var: Tensor | None, momentum: float | Tensor,
+                      eps: float) -> Tensor:
+    """Training batch norm of ``x (R, C)`` over the statistics of its first ``valid`` rows (0-dim int64 tensor on
+    ``x``'s device), by :class:`_PrefixBatchNorm`."""
+    return _PrefixBatchNorm.apply(x, valid, weight, bias, running_mean, running_var, momentum, eps)
+
+
 class BatchNorm(nn.BatchNorm1d):
     """torch's ``BatchNorm1d`` (the same arguments, parameters, buffers and outputs) that, in training inside
-    :func:`pointgeope.model.padding.batch_rows`, takes its statistics over a padded batch's real rows only."""
-
-    relu = False
+    :func:`pointgeope.model.padding.batch_rows`, takes its statistics over a padded batch's real rows only
+    (:func:`prefix_batch_norm`)."""
 
     def forward(self, x: Tensor) -> Tensor:
         valid = padding.valid_rows(x.shape[0]) if self.training else None
         if valid is None:
-            return self._forward(x)
-        factor = self._factor()
-        y = padding.prefix_batch_norm(x, valid, self.weight, self.bias,
-                                      self.running_mean if self.track_running_stats else None,
-                                      self.running_var, factor, self.eps)
-        return torch.relu_(y) if self.relu else y
-
-    def _forward(self, x: Tensor) -> Tensor:
-        return super().forward(x)
+            return super().forward(x)
+        keep = self.track_running_stats
+        return prefix_batch_norm(x, valid, self.weight, self.bias, self.running_mean if keep else None,
+                                 self.running_var if keep else None, self._factor(), self.eps)
 
     def _factor(self) -> float | Tensor:
         """The running buffers' step, counting this batch (as torch's ``_BatchNorm.forward``): ``momentum``, or
@@ -208,12 +256,11 @@ class BatchNormReLU(BatchNorm):
     """``relu(BatchNorm1d(x))`` in one op where the kernel runs (module docstring); ``BatchNorm1d``'s
     arguments, parameters and buffers. Shapes: ``(R, C) -> (R, C)`` (other shapes: torch's path)."""
 
-    relu = True
-
-    def _forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         batch_stats = self.training or self.running_mean is None
-        if not (KERNEL.enabled(x.device) and _takes(x, self.weight) and x.shape[0] > int(batch_stats)):
-            return torch.relu_(super()._forward(x))         # torch's BatchNorm1d and ReLU(inplace=True)
+        padded = self.training and padding.valid_rows(x.shape[0]) is not None
+        if padded or not (KERNEL.enabled(x.device) and _takes(x, self.weight) and x.shape[0] > int(batch_stats)):
+            return torch.relu_(super().forward(x))          # BatchNorm's (torch's, or a padded batch's) and ReLU
         factor = self._factor()
         if isinstance(factor, Tensor):
             factor = float(factor)

@@ -16,7 +16,7 @@ Every real row gathers real rows only (the real hierarchy is untouched, and the 
 real ones at every stage, so the real rows are the prefix ``[0, n_s)``), the head's mean is per cloud, and the
 loss skips the dummy labels. What remains shared by all rows is batch norm's statistics: inside
 :func:`batch_rows` every batch norm of ``norm.py`` in training takes them over the real prefix only,
-``mean_c = sum_{r < n} x_rc / n``, ``var_c = sum_{r < n} (x_rc - mean_c)^2 / n`` (:func:`prefix_batch_norm`).
+``mean_c = sum_{r < n} x_rc / n``, ``var_c = sum_{r < n} (x_rc - mean_c)^2 / n`` (``norm.prefix_batch_norm``).
 The real rows' outputs, the loss, every gradient and the running statistics are then those of the unpadded
 batch (``tests/model/test_padding.py``). The valid counts are 0-dim device tensors, so one graph serves them all.
 
@@ -34,7 +34,7 @@ from torch import Tensor
 
 from pointgeope.model.ops.hierarchy import PointHierarchy
 
-__all__ = ["stage_sizes", "padded_sizes", "pad_batch", "pad_hierarchy", "row_prefixes", "batch_rows", "valid_rows", "prefix_batch_norm"]
+__all__ = ["stage_sizes", "padded_sizes", "pad_batch", "pad_hierarchy", "row_prefixes", "batch_rows", "valid_rows"]
 
 _ROWS: ContextVar[dict[int, Tensor] | None] = ContextVar("pointgeope_batch_rows", default=None)
 
@@ -129,26 +129,3 @@ def valid_rows(rows: int) -> Tensor | None:
     if rows not in prefixes:
         raise ValueError(f"a batch norm over {rows} rows inside a padded batch of row counts {sorted(prefixes)}")
     return prefixes[rows]
-
-
-def prefix_batch_norm(x: Tensor, valid: Tensor, weight: Tensor | None, bias: Tensor | None,
-                      running_mean: Tensor | None, running_var: Tensor | None, momentum: float | Tensor,
-                      eps: float) -> Tensor:
-    """Training batch norm of ``x (R, C)`` whose statistics are those of its first ``valid`` rows (module
-    docstring), in float32 (float64 for float64 ``x``), returned in ``x``'s dtype; the running buffers move by
-    ``momentum`` towards the prefix's mean and unbiased variance ``var n / (n - 1)``, as torch's. Every row is
-    normalised (the dummy ones too, by the real statistics). No value is read on the host."""
-    xf = x if x.dtype == torch.float64 else x.float()
-    keep = (torch.arange(x.shape[0], device=x.device) < valid).unsqueeze(1).to(xf.dtype)     # (R, 1)
-    n = valid.to(xf.dtype)
-    mean = (xf * keep).sum(0) / n
-    centred = xf - mean
-    var = (centred.square() * keep).sum(0) / n
-    y = centred * torch.rsqrt(var + eps)
-    if weight is not None:
-        y = y * weight + bias
-    if running_mean is not None:
-        with torch.no_grad():
-            running_mean.lerp_(mean.to(running_mean.dtype), momentum)
-            running_var.lerp_((var * n / (n - 1).clamp_min(1)).to(running_var.dtype), momentum)
-    return y.to(x.dtype)

@@ -142,3 +142,43 @@ def test_the_bench_compares_the_two_steps(tmp_path):
                     "--warmup", "0"], check=True, capture_output=True, cwd=root)
     row = json.loads(out.read_text())["cases"]["rpe/none"]
     assert row["recorded"] == 1 and row["loss_rel_diff"] < 1e-5 and row["eager_s"] > 0 and row["graph_s"] > 0
+
+
+def test_the_capture_records_the_sorts_of_the_batch_it_records(monkeypatch):
+    """The kNN lists' transposes cached on the graph's hierarchy during the warm-up are dropped before the
+    capture (a graph would otherwise replay the warm-up batch's transpose): the tensors handed to
+    ``forget_transposes`` are the recorded graph's neighbourhoods, and it drops their cache."""
+    from pointgeope.model import gather_backward
+
+    cfg, model, learner, *_ = _pair()
+    forgotten = []
+    monkeypatch.setattr(graphs, "forget_transposes", lambda tensors: forgotten.extend(tensors))
+    step = graphs.GraphedStep(cfg, learner, model, torch.device("cpu"), _Counting(), None, log=lambda line: None)
+    with forced("torch"):
+        step(_batch(model, (300, 420), 0))
+    (graph,) = step.graphs.values()
+    ids = {id(t) for t in graph.inputs}
+    assert len(forgotten) == 3 + 2 and all(id(t) in ids for t in forgotten)   # 3 neighbourhoods, 2 downs
+    idx = torch.randint(0, 50, (40, 8))
+    gather_backward.transpose(idx, 50)
+    assert hasattr(idx, gather_backward._CACHE)
+    gather_backward.forget_transposes([idx])
+    assert not hasattr(idx, gather_backward._CACHE)
+
+
+@pytest.mark.parametrize("change,why", [
+    (dict(backbone="ptv3"), "model.backbone is ptv3"),
+    (dict(place="model"), "data.hierarchy: model"),
+    (dict(amp="fp16"), "fp16's loss scaler"),
+    (dict(loss="ce_lovasz"), "train.loss ce_lovasz"),
+])
+def test_runs_graphs_cannot_take_say_why(change, why):
+    """On CUDA (a device object: no GPU is touched), each configuration a graph cannot record is refused up
+    front with its reason; the published one is not."""
+    cfg, model, *_ = _pair()
+    cuda = torch.device("cuda")
+    assert graphs._not_graphable(cfg, model, cuda, "beside") is None
+    cfg.model.backbone = change.get("backbone", cfg.model.backbone)
+    cfg.train.amp = change.get("amp", cfg.train.amp)
+    cfg.train.loss = change.get("loss", cfg.train.loss)
+    assert why in graphs._not_graphable(cfg, model, cuda, change.get("place", "loader"))

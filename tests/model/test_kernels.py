@@ -227,3 +227,23 @@ def test_an_explicit_triton_backend_says_why_it_does_not_fall_back(monkeypatch):
     with pytest.raises(OutOfResources) as raised:
         knn(coord, coord, 8, off, off, backend="triton")
     assert any("asked for explicitly (backend='triton'), so it does not fall back" in n for n in raised.value.__notes__)
+
+
+def test_an_error_while_a_cuda_graph_records_is_the_capture_s(monkeypatch):
+    """During a CUDA graph's capture (engine/graphs.py) a launch error is raised to the graph step, which
+    steps eagerly; the kernel is not marked failed, so the eager steps keep its Triton path."""
+    def triton_fn(x):
+        raise LAUNCH_ERROR
+
+    monkeypatch.setattr(kernels, "_REGISTRY", dict(kernels._REGISTRY))
+    new = kernels.register("zz_capture", triton_fn, lambda x: x + 1.0)
+    x = torch.zeros(3)
+    monkeypatch.setattr(kernels, "_capturing", lambda device: True)
+    with pytest.raises(type(LAUNCH_ERROR)):
+        new(x.device, x)
+    assert new.enabled(x.device)
+    monkeypatch.setattr(kernels, "_capturing", lambda device: False)       # the control: outside a capture
+    with pytest.warns(KernelFallbackWarning):
+        assert torch.equal(new(x.device, x), torch.ones(3))
+    assert not new.enabled(x.device)
+    kernels.reset()

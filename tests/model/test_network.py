@@ -200,3 +200,18 @@ def test_model_does_not_import_the_data_code():
     assert len(imports) >= 8
     for path, name in ((path, name) for path, names in imports.items() for name in names):
         assert not name.startswith(("pointgeope.data", "pointgeope.scans", "data_prep")), f"{path}: imports {name}"
+
+def test_cloud_means_sum_in_float32_under_autocast():
+    """The head's per-cloud means of bf16 rows under bf16 autocast: float32 sums (bf16 sums of 5,000 rows of
+    about 1 would stall at 256 and lose every term below 1), equal to the float64 means of the same values."""
+    from pointgeope.model.network import cloud_means
+    from pointgeope.model.ops import cloud_of_rows
+
+    g = torch.Generator().manual_seed(0)
+    feat = (torch.rand(9_000, 4, generator=g) + 0.5).to(torch.bfloat16)
+    offset = torch.tensor([5_000, 5_100, 9_000])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = cloud_means(feat, offset, cloud_of_rows(offset, 9_000))
+    want = torch.stack([part.double().mean(0) for part in feat.split([5_000, 100, 3_900])])
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=0)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pointgeope.model import PointTransformerSeg, padding
+from pointgeope.model import PointTransformerSeg, norm, padding
 from pointgeope.model.kernel_choice import forced
 
 # three stages, so that every cloud keeps more than k points at every stage: with fewer, the kNN repeats
@@ -71,7 +71,7 @@ def test_prefix_batch_norm_is_torch_on_the_prefix():
     w, b = torch.rand(5, generator=g).requires_grad_(), torch.randn(5, generator=g).requires_grad_()
     rm, rv, rm2, rv2 = torch.zeros(5), torch.ones(5), torch.zeros(5), torch.ones(5)
     xa, xb = x.clone().requires_grad_(), x[:37].clone().requires_grad_()
-    got = padding.prefix_batch_norm(xa, torch.tensor(37), w, b, rm, rv, 0.1, 1e-5)
+    got = norm.prefix_batch_norm(xa, torch.tensor(37), w, b, rm, rv, 0.1, 1e-5)
     want = F.batch_norm(xb, rm2, rv2, w, b, True, 0.1, 1e-5)
     torch.testing.assert_close(got[:37], want)
     gw = torch.autograd.grad(got[:37].square().sum(), (xa, w, b))
@@ -82,6 +82,37 @@ def test_prefix_batch_norm_is_torch_on_the_prefix():
         torch.testing.assert_close(a, v)
     torch.testing.assert_close(rm, rm2)
     torch.testing.assert_close(rv, rv2)
+
+
+def test_prefix_batch_norm_gradients_of_every_row():
+    """A loss of every row, the dummy ones too (they see the real statistics): the hand-written backward
+    against autograd through the definition written here with a mask (float64)."""
+    g = torch.Generator().manual_seed(2)
+    x = (torch.randn(40, 6, generator=g, dtype=torch.float64) * 2 - 1).requires_grad_()
+    w = (torch.rand(6, generator=g, dtype=torch.float64) + 0.5).requires_grad_()
+    b = torch.randn(6, generator=g, dtype=torch.float64).requires_grad_()
+    up = torch.randn(40, 6, generator=g, dtype=torch.float64)
+    n = 29
+    mask = (torch.arange(40) < n).double().unsqueeze(1)
+    mean = (x * mask).sum(0) / n
+    var = ((x - mean) ** 2 * mask).sum(0) / n
+    want = torch.autograd.grad(((x - mean) / torch.sqrt(var + 1e-5) * w + b).mul(up).sum(), (x, w, b))
+    got = torch.autograd.grad(norm.prefix_batch_norm(x, torch.tensor(n), w, b, None, None, 0.1, 1e-5).mul(up).sum(),
+                              (x, w, b))
+    for a, v in zip(got, want):
+        torch.testing.assert_close(a, v, rtol=1e-10, atol=1e-12)
+
+
+def test_prefix_batch_norm_saves_its_input_only():
+    """bf16 rows: autograd keeps ``x`` in bf16 and ``(C,)`` vectors, not float32 ``(R, C)`` copies (what a
+    padded step's memory would otherwise double)."""
+    x = torch.randn(1000, 32, dtype=torch.bfloat16, requires_grad=True)
+    w, b = torch.ones(32, requires_grad=True), torch.zeros(32, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel() * t.element_size()) or t,
+                                                  lambda t: t):
+        norm.prefix_batch_norm(x, torch.tensor(900), w, b, None, None, 0.1, 1e-5)
+    assert sum(saved) <= x.numel() * 2 + 4 * 32 * 4 + 64
 
 
 @pytest.mark.parametrize("clouds", [1, 3, 16])
@@ -114,7 +145,7 @@ def test_padded_sizes_avoid_a_row_count_of_two_stages():
 
 
 def test_unknown_row_count_raises():
-    bn = torch.nn.Sequential(__import__("pointgeope.model.norm", fromlist=["BatchNorm"]).BatchNorm(4)).train()
+    bn = norm.BatchNorm(4).train()
     with padding.batch_rows({10: torch.tensor(5)}), pytest.raises(ValueError, match="over 12 rows"):
         bn(torch.randn(12, 4))
 
