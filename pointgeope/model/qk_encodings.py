@@ -71,8 +71,6 @@ class QKEncoding(nn.Module):
     """
 
     name: str = "none"
-    per_token = True            # one rotation per token: ``forward`` gives the pair to any attention
-    relative = True             # scores depend on p_j - p_i only (trivially for ``none``)
     uses_grid = False
     min_head_dim = 1
 
@@ -152,7 +150,7 @@ class GeoPEQK(QKEncoding):
     Args: as ``QKEncoding``, and ``base``, ``pos_scale``, ``learnable`` (the frequencies) as ``pointgeope.geope.GeoPE``.
     """
 
-    name, relative, min_head_dim = "geope", False, 3
+    name, min_head_dim = "geope", 3
 
     def __init__(self, head_dim: int, base: float = 100.0, pos_scale: float = GEOPE_POS_SCALE, learnable: bool = False,
                  augment: CoordAugment | None = None, check_finite: bool = True):
@@ -176,7 +174,7 @@ class LinGeoPEQK(GeoPEQK):
     SDPA kernel computes such scores, so ``attention`` takes no ``sdpa`` call (it accepts the argument of the
     common protocol and leaves it: zero-padded heads, ``sdpa``'s business, add nothing to these scores either)."""
 
-    name, per_token, relative = "lingeope", False, True
+    name = "lingeope"
 
     def forward(self, q, k, coord, grid=None):
         raise TypeError("lingeope turns each pair (i, j) by R(t(p_j) - t(p_i)), which no rotation of q and k "
