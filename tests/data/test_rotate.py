@@ -87,3 +87,24 @@ def test_seeded_outputs_are_the_definitions(name):
             np.testing.assert_array_equal(out, coord)
         assert rng.random() == ref.random()
     assert (turned == 40) if p == 1.0 else (8 < turned < 32)
+
+
+def test_ptv1_rotate_z_is_its_previous_arithmetic_bit_for_bit():
+    """PTv1's ``RandomRotateZ`` now runs through ``rotate_about``; its outputs are pinned to the bits of its own
+    former six lines: the box centre and ``p - c`` in float32, the turn in float64
+    (``x' = cx + cos (x - cx) - sin (y - cy)``, ``y' = cy + sin (x - cx) + cos (y - cy)``), one cast to float32."""
+    coord = make_coord(n=2000, seed=3)
+    for seed in range(10):
+        rng, ref = np.random.default_rng(seed), np.random.default_rng(seed)
+        out = RandomRotateZ(p=1.0)({"coord": coord}, rng)["coord"]
+        ref.random()                                                          # the coin
+        theta = ref.uniform(-1.0, 1.0) * np.pi
+        c, s = np.float64(np.cos(theta)), np.float64(np.sin(theta))
+        center = (coord.min(0) + coord.max(0)) / 2                            # float32
+        x = (coord[:, 0] - center[0]).astype(np.float64)
+        y = (coord[:, 1] - center[1]).astype(np.float64)
+        expected = coord.copy()
+        expected[:, 0] = (c * x - s * y + np.float64(center[0])).astype(np.float32)
+        expected[:, 1] = (s * x + c * y + np.float64(center[1])).astype(np.float32)
+        assert out.dtype == np.float32
+        np.testing.assert_array_equal(out, expected)
