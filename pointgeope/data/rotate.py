@@ -27,11 +27,13 @@ def check_axis(axis: str) -> tuple[int, int]:
 def rotate_about(coord: np.ndarray, axis: str, theta: float, centre: Sequence[float]) -> np.ndarray:
     """``R_axis(theta) (p - c) + c`` of ``coord (N, 3)`` (module docstring), a new array of its dtype: in the
     plane ``(u, v)``, ``u' = cos u - sin v``, ``v' = sin u + cos v`` of ``p - c`` (taken in coord's dtype, the
-    turn in float64) and the axis coordinate kept exactly."""
+    turn in float64, cast explicitly: NumPy 1's value-based promotion would keep a float32 array float32 against
+    the float64 scalars) and the axis coordinate kept exactly."""
     u, v = check_axis(axis)
-    c, s = np.cos(theta), np.sin(theta)
+    c, s = np.float64(np.cos(theta)), np.float64(np.sin(theta))
     centre = np.asarray(centre).astype(coord.dtype)
-    a, b = coord[:, u] - centre[u], coord[:, v] - centre[v]
+    a = (coord[:, u] - centre[u]).astype(np.float64)
+    b = (coord[:, v] - centre[v]).astype(np.float64)
     out = coord.copy()
     out[:, u] = c * a - s * b + centre[u]
     out[:, v] = s * a + c * b + centre[v]
