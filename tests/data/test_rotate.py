@@ -56,6 +56,7 @@ RECIPES = {   # name: (transform, axis, (lo, hi), centre or None for the box cen
     "ptv3 z": (ptv3_train_transform().transforms[2], "z", (-1.0, 1.0), (0.0, 0.0, 0.0), 0.5),
     "ptv3 x": (ptv3_train_transform().transforms[3], "x", (-1 / 64, 1 / 64), None, 0.5),
     "ptv3 y": (ptv3_train_transform().transforms[4], "y", (-1 / 64, 1 / 64), None, 0.5),
+    "x whole turn": (RandomRotate(axis="x", p=1.0), "x", (-1.0, 1.0), None, 1.0),
     "ptv1 z": (RandomRotateZ(p=0.5), "z", (-1.0, 1.0), None, 0.5),
     "ptv1 z quarter": (RandomRotateZ(angle=(0.25, 0.75), p=1.0), "z", (0.25, 0.75), None, 1.0),
 }
