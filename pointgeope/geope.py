@@ -261,7 +261,9 @@ class FixedTables:
     """Constant tables (fixed frequencies) made once per key and kept, outside any ``state_dict``: the key
     holds the device, the dtype and every setting the table depends on. A copy from the host at every call
     would wait for a GPU's queue to drain. The one cache of fixed frequency tables (``BlockScale``'s ``k_b``,
-    ``pointgeope.model.qk_encodings``' rotary frequencies)."""
+    PointROPE's frequencies, ``pointgeope.model.rope.pointrope_table``, for PTv1, the PyG layer and PTv3's
+    rotary encodings). Tables are made outside inference mode, so that one first made under
+    ``torch.inference_mode`` (an evaluation) can still be saved for a later training step's backward."""
 
     def __init__(self):
         self._made: dict[tuple, Tensor] = {}
@@ -269,7 +271,8 @@ class FixedTables:
     def get(self, key: tuple, make: Callable[[], Tensor]) -> Tensor:
         """The table of ``key``, made by ``make()`` the first time."""
         if key not in self._made:
-            self._made[key] = make()
+            with torch.inference_mode(False):
+                self._made[key] = make()
         return self._made[key]
 
 

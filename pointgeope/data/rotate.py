@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["check_axis", "rotate_about", "rotation"]
+__all__ = ["check_axis", "rotate_about"]
 
 _PLANES = {"x": (1, 2), "y": (2, 0), "z": (0, 1)}   # the plane (u, v) a turn about the axis takes u towards v
 
@@ -24,25 +24,16 @@ def check_axis(axis: str) -> tuple[int, int]:
     return _PLANES[axis]
 
 
-def rotation(axis: str, theta: float) -> np.ndarray:
-    """The ``(3, 3)`` right-handed rotation by ``theta`` radians about ``axis`` (``"x"``, ``"y"`` or ``"z"``): the
-    identity but ``R[u, u] = R[v, v] = cos theta``, ``R[v, u] = -R[u, v] = sin theta`` in the axis's plane
-    ``(u, v)`` = (y, z), (z, x), (x, y)."""
-    u, v = check_axis(axis)
-    r = np.eye(3)
-    r[u, u] = r[v, v] = np.cos(theta)
-    r[v, u], r[u, v] = np.sin(theta), -np.sin(theta)
-    return r
-
-
 def rotate_about(coord: np.ndarray, axis: str, theta: float, centre: Sequence[float]) -> np.ndarray:
-    """``R_axis(theta) (p - c) + c`` of ``coord (N, 3)`` (:func:`rotation`), a new array of its dtype: in the
+    """``R_axis(theta) (p - c) + c`` of ``coord (N, 3)`` (module docstring), a new array of its dtype: in the
     plane ``(u, v)``, ``u' = cos u - sin v``, ``v' = sin u + cos v`` of ``p - c`` (taken in coord's dtype, the
-    turn in float64) and the axis coordinate kept exactly."""
+    turn in float64, cast explicitly: NumPy 1's value-based promotion would keep a float32 array float32 against
+    the float64 scalars) and the axis coordinate kept exactly."""
     u, v = check_axis(axis)
-    c, s = np.cos(theta), np.sin(theta)
+    c, s = np.float64(np.cos(theta)), np.float64(np.sin(theta))
     centre = np.asarray(centre).astype(coord.dtype)
-    a, b = coord[:, u] - centre[u], coord[:, v] - centre[v]
+    a = (coord[:, u] - centre[u]).astype(np.float64)
+    b = (coord[:, v] - centre[v]).astype(np.float64)
     out = coord.copy()
     out[:, u] = c * a - s * b + centre[u]
     out[:, v] = s * a + c * b + centre[v]

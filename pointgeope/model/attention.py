@@ -43,7 +43,7 @@ from pointgeope.model.ops import gather
 from pointgeope.model.linear_rotation import relative_frame
 from pointgeope.model.norm import BatchNormReLU
 from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_frequencies, pair_frame,
-                                   pointrope_frequencies)
+                                   pointrope_table)
 from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS", "position_scales", "pair_frequencies"]
@@ -154,12 +154,12 @@ def position_scales(pe: PositionalEncoding, channels: int, base: float, pos_scal
 def pair_frequencies(pe: PositionalEncoding, channels: int, block_scale: BlockScale | None,
                      pair_freq: Tensor | None, like: Tensor) -> Tensor:
     """The channel pairs' frequency vectors ``(P, 3)`` (of ``position_scales``' results): RoPE-Mixed's
-    parameter, PointROPE's constants (per grid unit), else the axial ones of GeoPE's scales (per unit of
-    position), for features like ``like``."""
+    parameter, PointROPE's constants (per grid unit, ``rope.pointrope_table``: made once per device and
+    dtype), else the axial ones of GeoPE's scales (per unit of position), for features like ``like``."""
     if pair_freq is not None:
         return pair_freq
     if pe.rotation == "pointrope":
-        return pointrope_frequencies(channels, dtype=geometry_dtype(like.dtype), device=like.device)
+        return pointrope_table(channels, dtype=geometry_dtype(like.dtype), device=like.device)
     return axial_frequencies(block_scale(geometry_dtype(like.dtype), like.device), channels)
 
 

@@ -34,11 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pointgeope.geope import BlockScale, FixedTables, apply_geope
+from pointgeope.geope import BlockScale, apply_geope
 from pointgeope.model.coord_augment import CoordAugment, UTONIA_AUGMENT
 from pointgeope.model.qk_kernels import block_tables, half_tables, swap_matrix, turn_tokens
 from pointgeope.model.qk_lingeope import lingeope_attention
-from pointgeope.model.rope import POINTROPE_BASE, axial_frequencies, pair_angles, pointrope_frequencies
+from pointgeope.model.rope import POINTROPE_BASE, axial_frequencies, pair_angles, pointrope_table
 from pointgeope.model.rotation import geometry_dtype
 
 __all__ = ["QKName", "QK_ENCODINGS", "ROTARY_HEAD_DIM", "POINT3DROPE_BASE", "GEOPE_POS_SCALE", "rotary_channels",
@@ -71,8 +71,6 @@ class QKEncoding(nn.Module):
     """
 
     name: str = "none"
-    per_token = True            # one rotation per token: ``forward`` gives the pair to any attention
-    relative = True             # scores depend on p_j - p_i only (trivially for ``none``)
     uses_grid = False
     min_head_dim = 1
 
@@ -152,7 +150,7 @@ class GeoPEQK(QKEncoding):
     Args: as ``QKEncoding``, and ``base``, ``pos_scale``, ``learnable`` (the frequencies) as ``pointgeope.geope.GeoPE``.
     """
 
-    name, relative, min_head_dim = "geope", False, 3
+    name, min_head_dim = "geope", 3
 
     def __init__(self, head_dim: int, base: float = 100.0, pos_scale: float = GEOPE_POS_SCALE, learnable: bool = False,
                  augment: CoordAugment | None = None, check_finite: bool = True):
@@ -176,7 +174,7 @@ class LinGeoPEQK(GeoPEQK):
     SDPA kernel computes such scores, so ``attention`` takes no ``sdpa`` call (it accepts the argument of the
     common protocol and leaves it: zero-padded heads, ``sdpa``'s business, add nothing to these scores either)."""
 
-    name, per_token, relative = "lingeope", False, True
+    name = "lingeope"
 
     def forward(self, q, k, coord, grid=None):
         raise TypeError("lingeope turns each pair (i, j) by R(t(p_j) - t(p_i)), which no rotation of q and k "
@@ -199,7 +197,6 @@ class _HalfRotary(QKEncoding):
     def __init__(self, head_dim: int, first: list[int], second: list[int], augment: CoordAugment | None,
                  check_finite: bool):
         super().__init__(head_dim, augment, check_finite)
-        self._frequencies = FixedTables()               # (device, dtype, base) -> pointrope_frequencies, made once
         first_t, second_t = torch.tensor(first), torch.tensor(second)
         self.register_buffer("first", first_t, persistent=False)
         self.register_buffer("second", second_t, persistent=False)
@@ -214,10 +211,9 @@ class _HalfRotary(QKEncoding):
 
     def third_angles(self, pos: Tensor, base: float) -> Tensor:
         """``theta[.., a Q + q] = pos_a base^(-q/Q)``, ``(B, L, 3Q)`` in the order ``(a, q)`` of ``_thirds``, from
-        ``rope.py``'s ``pointrope_frequencies`` (rows ``3q + a``), made once per device and dtype (a copy from
-        the host at every call would wait for a GPU's queue to drain)."""
-        freq = self._frequencies.get((pos.device, pos.dtype, base), lambda: pointrope_frequencies(
-            self.head_dim, base, dtype=pos.dtype, device=pos.device))                          # (3Q, 3)
+        ``rope.py``'s ``pointrope_frequencies`` (rows ``3q + a``), made once per device and dtype
+        (``rope.pointrope_table``: a copy from the host at every call would wait for a GPU's queue to drain)."""
+        freq = pointrope_table(self.head_dim, base, pos.dtype, pos.device)                    # (3Q, 3)
         return pair_angles(pos, freq).unflatten(-1, (-1, 3)).transpose(-1, -2).flatten(-2)
 
 

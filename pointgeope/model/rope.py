@@ -46,11 +46,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from pointgeope.geope import FixedTables
 from pointgeope.model.ops import gather
 from pointgeope.model.rotation import (channel_planes, constant, geometry_dtype, query_steps, turned_neighbours,
                                        write_planes)
 
-__all__ = ["axial_frequencies", "pointrope_frequencies", "mixed_frequencies", "grid_coordinates", "pair_angles",
+__all__ = ["axial_frequencies", "pointrope_frequencies", "pointrope_table", "mixed_frequencies", "grid_coordinates", "pair_angles",
            "rotate_pairs", "pair_frame", "POINTROPE_BASE", "MIXED_BASE"]
 
 AXES = 3
@@ -89,6 +90,20 @@ def pointrope_frequencies(channels: int, base: float = POINTROPE_BASE, dtype: to
     per_axis = _per_axis(channels)
     scale = base ** (-torch.arange(per_axis, dtype=torch.float64) / per_axis)
     return _pairs_along(scale, torch.eye(AXES, dtype=torch.float64)).to(device=device, dtype=dtype)
+
+
+_POINTROPE_TABLES = FixedTables()    # (channels, base, dtype, device) -> pointrope_frequencies, process-wide
+
+
+def pointrope_table(channels: int, base: float = POINTROPE_BASE, dtype: torch.dtype = torch.float64,
+                    device: torch.device | None = None) -> Tensor:
+    """``pointrope_frequencies(channels, base, dtype, device)`` ``(P, 3)``, made once per ``(channels, base,
+    dtype, device)`` and kept (``pointgeope.geope.FixedTables``): a copy from the host at every layer and step
+    would wait for a GPU's queue to drain. Shared by every caller (PTv1's ``attention.pair_frequencies``, the
+    PyG layer, PTv3's ``qk_encodings``); read only."""
+    device = torch.device("cpu") if device is None else torch.device(device)
+    return _POINTROPE_TABLES.get((channels, base, dtype, device),
+                                 lambda: pointrope_frequencies(channels, base, dtype=dtype, device=device))
 
 
 def mixed_frequencies(channels: int, pos_scale: float, base: float = MIXED_BASE,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pointgeope.data.ptv3_transforms import ptv3_train_transform
-from pointgeope.data.rotate import rotate_about, rotation
+from pointgeope.data.rotate import rotate_about
 from pointgeope.data.transforms import RandomRotate, RandomRotateZ
 
 UNIT = {"x": np.array([1.0, 0, 0]), "y": np.array([0, 1.0, 0]), "z": np.array([0, 0, 1.0])}
@@ -29,16 +29,12 @@ def make_coord(n: int = 300, seed: int = 0) -> np.ndarray:
     return (rng.random((n, 3)) * [4.0, 3.0, 2.5] + [10.0, -3.0, 0.7]).astype(np.float32)
 
 
-def test_rotation_matrices_are_the_right_handed_rotations():
-    for axis in "xyz":
-        for theta in (math.pi / 2, 0.3, -2.0):
-            np.testing.assert_allclose(rotation(axis, theta), rodrigues(axis, theta), atol=1e-15)
+def test_turns_are_right_handed_and_other_axes_refused():
     # a quarter turn: z takes x to y, x takes y to z, y takes z to x (right-handed)
-    np.testing.assert_allclose(rotation("z", math.pi / 2) @ [1, 0, 0], [0, 1, 0], atol=1e-12)
-    np.testing.assert_allclose(rotation("x", math.pi / 2) @ [0, 1, 0], [0, 0, 1], atol=1e-12)
-    np.testing.assert_allclose(rotation("y", math.pi / 2) @ [0, 0, 1], [1, 0, 0], atol=1e-12)
-    for bad in (lambda: rotation("w", 0.0), lambda: RandomRotate(axis="w"),
-                lambda: rotate_about(make_coord(), "", 0, 0)):
+    for axis, p, q in (("z", [1, 0, 0], [0, 1, 0]), ("x", [0, 1, 0], [0, 0, 1]), ("y", [0, 0, 1], [1, 0, 0])):
+        np.testing.assert_allclose(rotate_about(np.array([p], dtype=np.float64), axis, math.pi / 2, (0, 0, 0)),
+                                   [q], atol=1e-12)
+    for bad in (lambda: RandomRotate(axis="w"), lambda: rotate_about(make_coord(), "", 0, 0)):
         with pytest.raises(ValueError, match="rotation axis 'x', 'y' or 'z', got"):
             bad()
 
@@ -60,6 +56,7 @@ RECIPES = {   # name: (transform, axis, (lo, hi), centre or None for the box cen
     "ptv3 z": (ptv3_train_transform().transforms[2], "z", (-1.0, 1.0), (0.0, 0.0, 0.0), 0.5),
     "ptv3 x": (ptv3_train_transform().transforms[3], "x", (-1 / 64, 1 / 64), None, 0.5),
     "ptv3 y": (ptv3_train_transform().transforms[4], "y", (-1 / 64, 1 / 64), None, 0.5),
+    "x whole turn": (RandomRotate(axis="x", p=1.0), "x", (-1.0, 1.0), None, 1.0),
     "ptv1 z": (RandomRotateZ(p=0.5), "z", (-1.0, 1.0), None, 0.5),
     "ptv1 z quarter": (RandomRotateZ(angle=(0.25, 0.75), p=1.0), "z", (0.25, 0.75), None, 1.0),
 }
@@ -91,3 +88,24 @@ def test_seeded_outputs_are_the_definitions(name):
             np.testing.assert_array_equal(out, coord)
         assert rng.random() == ref.random()
     assert (turned == 40) if p == 1.0 else (8 < turned < 32)
+
+
+def test_ptv1_rotate_z_is_its_previous_arithmetic_bit_for_bit():
+    """PTv1's ``RandomRotateZ`` now runs through ``rotate_about``; its outputs are pinned to the bits of its own
+    former six lines: the box centre and ``p - c`` in float32, the turn in float64
+    (``x' = cx + cos (x - cx) - sin (y - cy)``, ``y' = cy + sin (x - cx) + cos (y - cy)``), one cast to float32."""
+    coord = make_coord(n=2000, seed=3)
+    for seed in range(10):
+        rng, ref = np.random.default_rng(seed), np.random.default_rng(seed)
+        out = RandomRotateZ(p=1.0)({"coord": coord}, rng)["coord"]
+        ref.random()                                                          # the coin
+        theta = ref.uniform(-1.0, 1.0) * np.pi
+        c, s = np.float64(np.cos(theta)), np.float64(np.sin(theta))
+        center = (coord.min(0) + coord.max(0)) / 2                            # float32
+        x = (coord[:, 0] - center[0]).astype(np.float64)
+        y = (coord[:, 1] - center[1]).astype(np.float64)
+        expected = coord.copy()
+        expected[:, 0] = (c * x - s * y + np.float64(center[0])).astype(np.float32)
+        expected[:, 1] = (s * x + c * y + np.float64(center[1])).astype(np.float32)
+        assert out.dtype == np.float32
+        np.testing.assert_array_equal(out, expected)

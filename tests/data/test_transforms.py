@@ -68,15 +68,6 @@ def test_random_flip_negates_x_and_y_only():
     np.testing.assert_array_equal(same["coord"], sample["coord"])
 
 
-def test_random_rotate_z_preserves_z_and_xy_distances():
-    sample = make_sample(50)
-    out = RandomRotateZ(angle=(0.5, 0.5), p=1.0)(sample, np.random.default_rng(0))  # exactly +90 degrees
-    c = (sample["coord"].min(0) + sample["coord"].max(0)) / 2
-    expected_x = c[0] - (sample["coord"][:, 1] - c[1])
-    np.testing.assert_allclose(out["coord"][:, 0], expected_x, atol=1e-5)
-    np.testing.assert_array_equal(out["coord"][:, 2], sample["coord"][:, 2])
-
-
 def test_random_jitter_is_clipped_and_matches_the_seeded_noise():
     sample = make_sample(2000)
     out = RandomJitter(sigma=0.05, clip=0.05)(sample, np.random.default_rng(1))

@@ -198,6 +198,23 @@ def test_translation_invariance_of_linear_geope_rope_and_rpe_but_not_standard_ge
         assert (moved - still).abs().max() > 1e-2, pe
 
 
+def test_pointrope_layer_builds_its_frequencies_once(monkeypatch):
+    """PointROPE's constant frequencies come from one table per device and dtype (``rope.pointrope_table``):
+    the second forward builds none (before, every layer built them on the host and copied them to the device
+    at every step), and gives the same output."""
+    from pointgeope.geope import FixedTables
+    from pointgeope.model import rope
+    made = []
+    monkeypatch.setattr(rope, "_POINTROPE_TABLES", FixedTables())
+    monkeypatch.setattr(rope, "pointrope_frequencies",
+                        lambda *a, _f=rope.pointrope_frequencies, **kw: made.append(a) or _f(*a, **kw))
+    coord, feat, idx = _cloud(seed=3)
+    layer = _layer("pointrope", grid_unit=0.25).eval()
+    first = layer(coord, feat, idx)
+    assert len(made) == 1
+    assert torch.equal(layer(coord, feat, idx), first) and len(made) == 1
+
+
 def test_pointrope_is_invariant_to_shifts_by_whole_cells_only():
     """PointROPE turns by the differences of integer cells: a shift by whole cells of the layer's grid
     unit leaves them (and the layer) as they were; any other shift moves points across cell boundaries."""

@@ -237,9 +237,10 @@ def test_fixed_frequencies_are_made_once_per_device_and_dtype(name, monkeypatch)
     would wait for its queue): a second call makes none and turns the same; float32 then gets its own, which
     turn as a fresh encoding's do."""
     from pointgeope import geope
-    from pointgeope.model import qk_encodings
+    from pointgeope.model import rope
     made = []
-    for module, fn in ((geope, "frequencies"), (qk_encodings, "pointrope_frequencies")):
+    monkeypatch.setattr(rope, "_POINTROPE_TABLES", geope.FixedTables())     # shared by every module: start empty
+    for module, fn in ((geope, "frequencies"), (rope, "pointrope_frequencies")):
         monkeypatch.setattr(module, fn, lambda *a, _f=getattr(module, fn), **kw: made.append(fn) or _f(*a, **kw))
     q, k, _, coord, grid = inputs()
     enc = qk_encoding(name, ROTARY_HEAD_DIM).eval()

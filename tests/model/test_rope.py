@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from pointgeope.geope import BlockScale, GeoPE
-from pointgeope.model import rotation
+from pointgeope.geope import BlockScale, FixedTables, GeoPE
+from pointgeope.model import rope, rotation
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.network import stage_grid_units
 from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_frequencies, pair_angles, pair_frame,
-                                   pointrope_frequencies, rotate_pairs)
+                                   pointrope_frequencies, pointrope_table, rotate_pairs)
 
 
 def axial(channels: int, base: float = 100.0, pos_scale: float = 25.0) -> torch.Tensor:
@@ -227,6 +227,41 @@ def test_pointrope_frequencies_are_litepts():
     assert pointrope_frequencies(12, base=10.0)[3].tolist() == pytest.approx([10 ** -0.5, 0, 0])
     with pytest.raises(ValueError, match="at least 6 channels"):
         pointrope_frequencies(5)
+
+
+@pytest.fixture
+def pointrope_made(monkeypatch) -> list:
+    """The calls of ``pointrope_frequencies`` that ``pointrope_table`` makes, from an empty cache."""
+    made = []
+    monkeypatch.setattr(rope, "_POINTROPE_TABLES", FixedTables())
+    monkeypatch.setattr(rope, "pointrope_frequencies",
+                        lambda *a, _f=rope.pointrope_frequencies, **kw: made.append((a, kw)) or _f(*a, **kw))
+    return made
+
+
+def test_pointrope_table_is_the_formula_bit_for_bit_made_once(pointrope_made):
+    """The one cached table of PTv1, the PyG layer and PTv3: the bits of ``pointrope_frequencies`` in the dtype
+    and on the device asked (what ``attention.pair_frequencies`` built at every call before), made on the
+    first call of each ``(channels, base, dtype, device)``; later calls return the kept tensor."""
+    cpu = torch.device("cpu")
+    for channels, base, dtype in ((40, 100.0, torch.float32), (40, 100.0, torch.float64), (18, 10.0, torch.float32)):
+        table = pointrope_table(channels, base, dtype, cpu)
+        expected = pointrope_frequencies(channels, base, dtype=dtype, device=cpu)
+        assert table.dtype == dtype and torch.equal(table, expected)
+    assert len(pointrope_made) == 3                                       # one a table (the spy sees none of expected)
+    again = pointrope_table(40, 100.0, torch.float32, cpu)
+    assert len(pointrope_made) == 3 and again is pointrope_table(40, 100.0, torch.float32, "cpu")
+
+
+def test_pointrope_table_made_in_inference_mode_serves_training(pointrope_made):
+    """A table first made under ``torch.inference_mode`` (an evaluation before any training step) is an ordinary
+    tensor: a later step saves it for its backward (an inference tensor would raise there)."""
+    disp = torch.randn(5, 3, dtype=torch.float64)
+    with torch.inference_mode():
+        pointrope_table(12)
+    x = torch.randn(5, 12, dtype=torch.float64, requires_grad=True)
+    rotate_pairs(x, disp.requires_grad_(), pointrope_table(12)).sum().backward()
+    assert len(pointrope_made) == 1 and x.grad is not None and disp.grad is not None
 
 
 def test_grid_coordinates_are_integer_cells():

@@ -10,9 +10,13 @@ For one serialization order, the points are read along the curve, cut into patch
     out     = out W_proj + b_proj,   back in the input order
 
 ``RPE`` (Pointcept's ``enable_rpe``) is a learnt bias per head indexed by the clamped grid offset of the two
-points along each axis, summed over x, y, z. ``mask`` removes the empty slots of a cloud shorter than a
-patch. The positional encoding ``pe`` has one protocol, ``pe.attention(q, k, v, coord_patches, grid_patches, *,
-scale, dropout_p, attn_mask, sdpa)`` (:class:`PatchEncoding`), given the patches' coordinates (P, K, 3) float
+points along each axis, summed over x, y, z; it is float32 (the table's dtype) and reaches ``pe.attention`` as
+made: ``lingeope`` adds it to its float32 scores, as Pointcept adds its float32 RPE to ``q k^T`` (by type
+promotion, never rounded to q's precision), and :meth:`SerializedAttention.sdpa` casts it to the attention's
+dtype (float32 with the upcasts, else q's, e.g. bf16 under autocast: SDPA takes a float mask of q's dtype only).
+``mask`` removes the empty slots of a cloud shorter than a patch. The positional encoding ``pe`` has one
+protocol, ``pe.attention(q, k, v, coord_patches, grid_patches, *, scale, dropout_p, attn_mask, sdpa)``
+(:class:`PatchEncoding`), given the patches' coordinates (P, K, 3) float
 (metres), their stage's grid coordinates (P, K, 3) int64 and this layer's one SDPA entry :meth:`sdpa`: an
 encoding of tokens (``none``, ``geope``, the RoPEs) turns q and k and calls ``sdpa``, so every one of them gets
 the upcast and the CUDA head padding below; ``lingeope`` computes its scores ``q_i^T R(t_j - t_i) k_j`` per pair

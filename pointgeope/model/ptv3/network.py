@@ -13,7 +13,9 @@ Pointcept's (``embedding.stem.conv.weight``, ``enc.enc1.down.proj.weight``, ``en
 The same torch seed gives the same network as Pointcept's: the orders are shuffled by the same
 ``torch.randperm`` draws (at serialization if ``shuffle_orders``, and at every pooling, in eval too, as
 Pointcept's pooling always does; ``pooling_shuffle_orders=False`` turns the latter off, and
-``shuffle_in_eval=False`` turns both off while the network is in eval mode, each module reading its own mode).
+``shuffle_in_eval=False`` at construction turns both off while the network is in eval mode, each module reading
+its own mode; the network and every pooling keep their own copy of the flag, so setting the network's attribute
+afterwards changes the serialization only).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from torch import Tensor, nn
 from pointgeope.model.ptv3.attention import PatchEncoding
 from pointgeope.model.ptv3.block import Block
 from pointgeope.model.ptv3.embedding import Embedding
-from pointgeope.model.ptv3.pooling import SerializedPooling, SerializedUnpooling
+from pointgeope.model.ptv3.pooling import SerializedPooling, SerializedUnpooling, shuffles_now
 from pointgeope.model.ptv3.serialization import ORDERS
 from pointgeope.model.ptv3.structure import PointBatch
 
@@ -134,7 +136,7 @@ class PointTransformerV3(nn.Module):
         """The network on checked inputs; returns the final point structure (the input stage unless
         enc_mode)."""
         point = PointBatch.from_inputs(coord, grid_coord, feat, offset)
-        point.serialize(self.order, shuffle=self.shuffle_orders and (self.training or self.shuffle_in_eval))
+        point.serialize(self.order, shuffle=shuffles_now(self.shuffle_orders, self))
         point = self.embedding(point)
         point = self.enc(point)
         if not self.enc_mode:

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from pointgeope.model.ptv3.structure import PointBatch
 
-__all__ = ["SerializedPooling", "SerializedUnpooling", "segment_reduce"]
+__all__ = ["SerializedPooling", "SerializedUnpooling", "segment_reduce", "shuffles_now"]
 
 _REDUCE = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean"}
 
@@ -39,6 +39,13 @@ def segment_reduce(src: Tensor, index: Tensor, size: int, reduce: str) -> Tensor
     out = src.new_zeros((size,) + src.shape[1:])
     idx = index.view(-1, *([1] * (src.dim() - 1))).expand_as(src)
     return out.scatter_reduce(0, idx, src, _REDUCE[reduce], include_self=False)
+
+
+def shuffles_now(shuffle_orders: bool, module: nn.Module) -> bool:
+    """Whether ``module`` (the network at serialization, or a pooling) draws shuffled orders in this call:
+    ``shuffle_orders``, and the module in training mode or built with ``shuffle_in_eval`` (Pointcept's: also in
+    eval). The one statement of the rule; ``shuffle_in_eval`` is each module's own, set at construction."""
+    return shuffle_orders and (module.training or module.shuffle_in_eval)
 
 
 class SerializedPooling(nn.Module):
@@ -83,7 +90,7 @@ class SerializedPooling(nn.Module):
             grid_coord=point.grid_coord[head] >> depth, feat=feat,
             offset=torch.cumsum(torch.bincount(batch, minlength=point.num_clouds), 0), batch=batch,
             serialized_depth=point.serialized_depth - depth)
-        pooled.set_codes(code[:, head], shuffle=self.shuffle_orders and (self.training or self.shuffle_in_eval))
+        pooled.set_codes(code[:, head], shuffle=shuffles_now(self.shuffle_orders, self))
         if self.traceable:
             pooled.pooling_parent, pooled.pooling_inverse = point, cluster
         if self.norm is not None:

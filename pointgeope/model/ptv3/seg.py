@@ -53,9 +53,6 @@ class StageEncodings(nn.Module):
     def _for(self, q: Tensor) -> QKEncoding:
         return self.by_width[str(q.shape[-1])]
 
-    def forward(self, q: Tensor, k: Tensor, coord: Tensor, grid: Tensor) -> tuple[Tensor, Tensor]:
-        return self._for(q)(q, k, coord, grid)
-
     def attention(self, q: Tensor, k: Tensor, v: Tensor, coord: Tensor, grid: Tensor, **kwargs) -> Tensor:
         return self._for(q).attention(q, k, v, coord, grid, **kwargs)
 

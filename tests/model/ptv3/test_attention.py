@@ -63,3 +63,31 @@ def test_the_network_with_padded_heads_is_the_network(pe, monkeypatch):
     assert len(padded_grads) == len(plain_grads)
     for got, want in zip(padded_grads, plain_grads):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_lingeope_gets_the_rpe_bias_in_float32_under_bf16_autocast():
+    """Under bf16 autocast without upcasts (the network's defaults), the RPE bias reaches lingeope as the RPE
+    makes it, float32, not rounded to q's bf16: lingeope adds it to its float32 scores, as Pointcept adds its
+    float32 RPE to ``q k^T`` (type promotion). Only SDPA, which needs one dtype, gets it in the attention's."""
+    from pointgeope.model.ptv3.attention import SerializedAttention
+    from pointgeope.model.qk_encodings import qk_encoding
+    from tests.model.ptv3.test_patches import make_point
+    point = make_point((20, 5), 18, 3)
+    seen = {}
+    lingeope = qk_encoding("lingeope", 6)
+
+    class Recorder:
+        def attention(self, q, k, v, coord, grid, *, attn_mask, **kwargs):
+            seen.update(q=q.dtype, mask=attn_mask, grid=grid)
+            return lingeope.attention(q, k, v, coord, grid, attn_mask=attn_mask, **kwargs)
+
+    torch.manual_seed(0)
+    attn = SerializedAttention(18, 3, patch_size=8, enable_rpe=True, upcast_attention=False, upcast_softmax=False,
+                               pe=Recorder()).eval()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        attn(point)
+    with torch.no_grad():
+        bias = attn.rpe(seen["grid"])
+    assert seen["q"] == torch.bfloat16 and seen["mask"].dtype == torch.float32
+    valid = torch.isfinite(seen["mask"])                                  # cloud 1 (5 points) pads its patch
+    assert torch.equal(seen["mask"][valid], bias[valid]) and not torch.equal(bias, bias.bfloat16().float())

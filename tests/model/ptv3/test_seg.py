@@ -46,10 +46,11 @@ def test_each_head_width_gets_its_encoding():
     pe = model.backbone.enc.enc0.block0.attn.pe
     assert pe is model.backbone.enc.enc1.block0.attn.pe and sorted(pe.by_width) == ["12", "18"]
     assert pe.by_width["12"].head_dim == 12 and pe.by_width["18"].head_dim == 18
-    q = torch.randn(2, 1, 5, 12)
-    coord = torch.rand(2, 5, 3)
-    rq, _ = pe(q, q, coord, coord.long())
-    torch.testing.assert_close(rq, pe.by_width["12"](q, q, coord, coord.long())[0])
+    for width in (12, 18):
+        q, v = torch.randn(2, 1, 5, width), torch.randn(2, 1, 5, width)
+        coord = torch.rand(2, 5, 3)
+        got = pe.attention(q, q, v, coord, coord.long())
+        assert torch.equal(got, pe.by_width[str(width)].attention(q, q, v, coord, coord.long()))
     with torch.no_grad():
         out = model(*cloud()[:3], grid_coord=cloud()[3])
     assert out.shape == (40, 13) and bool(torch.isfinite(out).all())
