@@ -15,7 +15,10 @@ and one graph is recorded per such size, at most :data:`MAX_GRAPHS`::
 
 Recording one size: three eager passes (forward + backward) on a side stream warm the kernels and the
 allocator, then the capture; the batch norms' running buffers are put back as they were, so recording changes
-no state. Graphs share one memory pool. The eager step (``engine/step.py``) stays the default and runs where
+no state. Graphs share one memory pool, which keeps one step's activations for the rest of the run (the
+warm-up's cached blocks are released before the capture); eager steps of other sizes allocate beside it. That
+is why graphs are for steps that wait on launches (2 x 80k), not the 16 x 80k recipe's, which keeps the GPU
+busy 93-97 % of its time and needs 53 GiB a step in float32. The eager step (``engine/step.py``) stays the default and runs where
 graphs do not apply: the CPU, PTv3, DDP, a hierarchy the model builds, fp16 (its loss scaler skips steps on
 the host), the Lovász loss (its sums read values), batches of a size beyond :data:`MAX_GRAPHS`, or once
 recording failed; one log line says why.
@@ -193,6 +196,7 @@ class CudaRecorder:
                 step()
         torch.cuda.current_stream(self.device).wait_stream(side)
         model.zero_grad(set_to_none=True)      # the capture's backward allocates the graph's own gradients
+        torch.cuda.empty_cache()                # the warm-up's freed activations: the graph's pool takes its own
         before()
         graph = torch.cuda.CUDAGraph()
         # thread_local: the loader's pin-memory thread and the next batch's hierarchy keep using CUDA meanwhile
