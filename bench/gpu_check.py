@@ -309,7 +309,7 @@ def parse_args() -> argparse.Namespace:
     add("--tests-workers", type=int, default=8, help="pytest-xdist processes of the tests step (1: none)")
     for name in ("tests", "bench", "hierarchy", "relation_backward", "published", "check", "norm", "graphs",
                  "loader"):
-        add(f"--no-{name}", action="store_true")
+        add(f"--no-{name.replace('_', '-')}", action="store_true")
     add("--hierarchy-clouds", type=int, nargs="*", default=[],
         help="bench: batch sizes of bench_train_step's hierarchy-per-backend timings (default none)")
     add("--eval-size", default="bench", help="synth --size of the published-test room")

@@ -123,3 +123,33 @@ def test_busy_seconds_counts_overlapping_kernels_once():
         covered = sum(any(a <= t + 0.5 < b for a, b in intervals) for t in range(260))
         assert busy_seconds(intervals) == covered
     assert busy_seconds([(0.0, 2.5), (1.0, 2.0), (2.5, 4.0)]) == 4.0
+
+
+def _header_calls() -> list[list[str]]:
+    """The arguments of the two back-to-back calls that ``gpu_check.sh``'s header prescribes."""
+    lines, calls = SCRIPT.read_text().splitlines(), []
+    for i, line in enumerate(lines):
+        text = line.lstrip("# ").split("#")[0]
+        if text.startswith("bench/gpu_check.sh --no-"):
+            while text.rstrip().endswith("\\"):
+                i += 1
+                text = text.rstrip()[:-1] + " " + lines[i].lstrip("# ").split("#")[0]
+            calls.append(text.split()[1:])
+    return calls
+
+
+def test_the_two_documented_calls_run_every_step_once(monkeypatch):
+    """On a GPU (the plan only: nothing runs) the header's two calls together take every step of a plain run,
+    none twice but ``info``: a step added to the check lands in one of them."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import gpu_check
+
+    def steps(args: list[str]) -> list[str]:
+        monkeypatch.setattr(sys, "argv", ["gpu_check.py", *args])
+        return [name for name, _ in gpu_check.plan(gpu_check.parse_args())]
+
+    first, second = _header_calls()
+    a, b, every = steps(first), steps(second), steps([])
+    assert set(a) & set(b) == {"info"}
+    assert sorted(set(a) | set(b)) == sorted(set(every))
+    assert {"graphs", "loader", "norm", "relation_backward"} <= set(b) and "bench" in a
