@@ -8,8 +8,10 @@ other ``graphs.GraphedStep`` (its batch padded, recorded once, replayed). Report
     agree        from the same weights, one step of each on the same batch: the relative difference of the
                  losses and the largest difference of the real rows' logits (float32: rounding only)
     record_s     the first graphed step: 3 warm-up passes, the capture and the first replay
-    graph_mib    memory allocated after that step above the level before it (the graph's inputs, outputs and
-                 gradients; the eager twin's step beside it adds its own gradients and momentum)
+    graph_mib    memory allocated after the first graphed step above the level before it (the graph's inputs,
+                 outputs, gradients and momentum), measured before the eager twin's step
+    graph_reserved_mib   the same for the memory the allocator holds: with the graph's pool, which keeps one
+                 step's activations for the run (the cost of a graph)
     eager_peak_mib, graph_peak_mib   a step's peak ``max_memory_allocated`` above the level before it
     eager_s, graph_s, ratio   a step's wall time (``kernel_check.timed``, minimum over ``--reps``, eager and
                  graphed interleaved) and graph / eager
@@ -57,15 +59,18 @@ class GraphCase(Case):
 
 def agreement(eager: Case, graphed: GraphCase) -> dict:
     """One step of each from the same weights on the same batch (the first, which also records the graph)."""
-    batch = eager.batches[True]
+    batch, cuda = eager.batches[True], graphed.device.type == "cuda"
+    before = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved()) if cuda else (0, 0)
     start = time.perf_counter()
     logits_g, loss_g = graphed.graphed(batch)
     sync(graphed.device)
     record_s = time.perf_counter() - start
+    after = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved()) if cuda else (0, 0)
     logits_e, loss_e = train_step(eager.cfg, eager.learner, eager.model, batch, eager.device)
     return {"loss_rel_diff": abs(loss_g - loss_e) / abs(loss_e),
             "logits_max_diff": float((logits_g.detach().float() - logits_e.detach().float()).abs().max()),
-            "record_s": record_s, "recorded": len(graphed.graphed.graphs), "log": graphed.lines}
+            "record_s": record_s, "recorded": len(graphed.graphed.graphs), "log": graphed.lines,
+            "graph_mib": (after[0] - before[0]) / 2**20, "graph_reserved_mib": (after[1] - before[1]) / 2**20}
 
 
 def run(args, out: dict, write) -> None:
@@ -76,9 +81,7 @@ def run(args, out: dict, write) -> None:
     for pe in args.presets:
         for amp in args.amps:
             eager, graphed = Case(pe, inputs, amp, device), GraphCase(pe, inputs, amp, device)
-            base = torch.cuda.memory_allocated() if device.type == "cuda" else 0
             row = agreement(eager, graphed)
-            row["graph_mib"] = (torch.cuda.memory_allocated() - base) / 2**20 if device.type == "cuda" else 0.0
             out["cases"][f"{pe}/{amp}"] = row
             pairs[f"{pe}/{amp}"] = (eager, graphed)
             write()

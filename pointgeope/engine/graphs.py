@@ -109,7 +109,7 @@ class GraphedStep:
         h = getattr(batch, "hierarchy", None)
         if self.failed or h is None:
             return self.eager(batch, before_update)
-        n, clouds = batch.pos.shape[0], h.offsets[0].shape[0]
+        n, clouds = batch.pos.shape[0], batch.ptr.shape[0] - 1
         self.spec.check(h, n, clouds)
         sizes = padding.padded_sizes(n, clouds, self.spec.strides, self.spec.neighbours)
         key = (clouds, sizes)
@@ -196,12 +196,16 @@ class CudaRecorder:
                 step()
         torch.cuda.current_stream(self.device).wait_stream(side)
         model.zero_grad(set_to_none=True)      # the capture's backward allocates the graph's own gradients
-        torch.cuda.empty_cache()                # the warm-up's freed activations: the graph's pool takes its own
         before()
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: the loader's pin-memory thread and the next batch's hierarchy keep using CUDA meanwhile
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            out = step()
+        graph, current = torch.cuda.CUDAGraph(), torch.cuda.current_stream(self.device)
+        try:
+            # thread_local: the loader's pin-memory thread and the next batch's hierarchy keep using CUDA
+            # meanwhile; entering, torch.cuda.graph releases the warm-up's cached blocks (empty_cache)
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                out = step()
+        except Exception:
+            torch.cuda.set_stream(current)     # a failed capture_end leaves the capture's stream current
+            raise
         return graph.replay, out
 
 

@@ -104,13 +104,16 @@ def test_more_sizes_than_graphs_step_eagerly(monkeypatch):
     cfg, model, learner, *_ = _pair()
     cpu, calls = torch.device("cpu"), []
     monkeypatch.setattr(graphs, "MAX_GRAPHS", 1)
+    lines = []
     step = graphs.GraphedStep(cfg, learner, model, cpu, _Counting(), lambda b, u=None: calls.append(b) or (None, 0.0),
-                              log=lambda line: None)
+                              log=lines.append)
     with forced("torch"):
         step(_batch(model, (300, 420), 0))
         step(_batch(model, (900, 420), 1))          # another padded size: eager
         step(_batch(model, (301, 420), 2))          # the recorded one
-    assert len(calls) == 1 and len(step.graphs) == 1
+        step(_batch(model, (900, 800), 3))          # a third size: eager, said once
+    assert len(calls) == 2 and len(step.graphs) == 1
+    assert lines == ["train.cuda_graphs: 1 sizes recorded; batches of other sizes step eagerly"]
 
 
 def test_training_step_says_why_it_is_eager():

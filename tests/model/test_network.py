@@ -1,7 +1,6 @@
 """Tests of pointgeope/model/network.py: shapes, permutations, inputs, parameter count, overfitting a room."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
@@ -200,6 +199,7 @@ def test_model_does_not_import_the_data_code():
     assert len(imports) >= 8
     for path, name in ((path, name) for path, names in imports.items() for name in names):
         assert not name.startswith(("pointgeope.data", "pointgeope.scans", "data_prep")), f"{path}: imports {name}"
+
 
 def test_cloud_means_sum_in_float32_under_autocast():
     """The head's per-cloud means of bf16 rows under bf16 autocast: float32 sums (bf16 sums of 5,000 rows of

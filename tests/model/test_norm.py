@@ -344,3 +344,23 @@ def _off_the_kink(x, bn, batch: bool, margin: float = 0.05):
     scale = bn.weight.double() / ((x.double().var(0, unbiased=False) if batch else bn.running_var.double()) + bn.eps).sqrt()
     step = torch.where(pre >= 0, 2 * margin, -2 * margin) / scale
     return torch.where(pre.abs() < margin, x.double() + step, x.double()).float()
+
+
+def test_a_padded_batch_takes_the_prefix_statistics_on_the_kernel_path_too(interpreted):
+    """With the Triton kernel switched on, a ``BatchNormReLU`` in training inside ``padding.batch_rows`` still
+    takes the real rows' statistics (what a CUDA graph's step needs): ``relu(BatchNorm1d)`` of those rows, not
+    the kernel's whole-batch ones; outside, the same module runs the kernel (a control)."""
+    from pointgeope.model import padding
+
+    calls = []
+    interpreted.setattr(norm, "batch_norm_relu", lambda *a: calls.append(1) or norm.KERNEL(a[0].device, *a))
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(40, 6, generator=g) * 2 + 1
+    ours, theirs = BatchNormReLU(6).train(), torch.nn.BatchNorm1d(6).train()
+    with padding.batch_rows({40: torch.tensor(25)}):
+        got = ours(x)
+    torch.testing.assert_close(got[:25], torch.relu(theirs(x[:25])))
+    torch.testing.assert_close(ours.running_var, theirs.running_var)
+    assert calls == []
+    ours(x)
+    assert calls == [1]

@@ -84,6 +84,24 @@ def test_prefix_batch_norm_is_torch_on_the_prefix():
     torch.testing.assert_close(rv, rv2)
 
 
+@pytest.mark.parametrize("momentum,track", [(None, True), (0.1, False), (0.3, True)])
+def test_a_batch_norm_in_a_padded_batch_is_torchs_on_the_real_rows(momentum, track):
+    """``norm.BatchNorm`` inside ``batch_rows`` against torch's ``BatchNorm1d`` on the real rows alone, three
+    steps: outputs and running buffers (``momentum=None``: the cumulative average, its step a tensor)."""
+    ours, theirs = norm.BatchNorm(5, momentum=momentum, track_running_stats=track), \
+        torch.nn.BatchNorm1d(5, momentum=momentum, track_running_stats=track)
+    g = torch.Generator().manual_seed(4)
+    for step in range(3):
+        x = torch.randn(30, 5, generator=g) * (step + 1) + step
+        with padding.batch_rows({30: torch.tensor(21)}):
+            got = ours(x)
+        torch.testing.assert_close(got[:21], theirs(x[:21]))
+    assert torch.equal(ours.num_batches_tracked, theirs.num_batches_tracked) if track else ours.running_mean is None
+    if track:
+        torch.testing.assert_close(ours.running_mean, theirs.running_mean)
+        torch.testing.assert_close(ours.running_var, theirs.running_var)
+
+
 def test_prefix_batch_norm_gradients_of_every_row():
     """A loss of every row, the dummy ones too (they see the real statistics): the hand-written backward
     against autograd through the definition written here with a mask (float64)."""
