@@ -80,6 +80,8 @@ import time
 from pathlib import Path
 
 from gpu_check_demo import step_ddp, step_evaluate, step_predict, step_train  # noqa: E402
+from gpu_check_paths import (step_graphs, step_kernels, step_loader, step_norm, step_norm_op,  # noqa: E402
+                             step_relation_backward)
 from gpu_check_ptv3 import add_ptv3_args, ptv3_steps  # noqa: E402
 from gpu_runner import REPO, Check, published_test, result_path, run_with_result  # noqa: E402
 
@@ -223,16 +225,6 @@ def step_hierarchy(check: Check, py: str) -> None:
     run_with_result(check, "hierarchy", cmd, a.hierarchy_limit, data)
 
 
-def step_relation_backward(check: Check, py: str) -> None:
-    """``bench_relation_backward.py`` on CUDA: atomic against sorted sums, and the sorted kernels' tiles."""
-    a = check.args
-    data = result_path(check, "bench_relation_backward.json")
-    cmd = [py, "bench/bench_relation_backward.py", "--out", str(data), "--device", "cuda", "--clouds", "16",
-           "--points", str(a.points), "--reps", "3", "--budget", str(max(10, min(a.relation_backward_limit,
-                                                                                    check.left()) - 20))]
-    run_with_result(check, "relation_backward", cmd, a.relation_backward_limit, data)
-
-
 def step_published(check: Check, py: str) -> None:
     """``bench_evaluate.py --published``: the published test (every fragment) of one synth room."""
     a = check.args
@@ -245,56 +237,6 @@ def step_published_bf16(check: Check, py: str) -> None:
     a = check.args
     published_test(check, py, "published_bf16", a.eval_size, a.eval_config, a.eval_reps,
                    ["train.amp=bf16", *a.eval_overrides], a.published_bf16_limit, "--agree-amp", "none")
-
-
-def step_norm_op(check: Check, py: str) -> None:
-    """``bench_norm.py``: the norm alone, torch's and the fused one, interleaved."""
-    data = result_path(check, "bench_norm_op.json")
-    run_with_result(check, "norm_op", [py, "bench/bench_norm.py", "--out", str(data), "--device", "cuda"],
-                    check.args.norm_op_limit, data)
-
-
-def step_norm(check: Check, py: str) -> None:
-    """The step with and without the fused batch norm + ReLU (opt-in), bf16 and float32, interleaved."""
-    a = check.args
-    data = result_path(check, "bench_norm.json")
-    cmd = [py, "bench/bench_train_step.py", "--out", str(data), "--device", "cuda", "--points", str(a.points),
-           "--clouds", str(a.norm_clouds), "--reps", str(a.reps), "--warmup", str(a.warmup), "--kernels", "default",
-           "triton", "--amps", "bf16", "none", "--presets", "rpe", "geope",
-           "--budget", str(max(20, min(a.norm_limit, check.left()) - 40)), "--profile"]
-    run_with_result(check, "norm", cmd, a.norm_limit, data)
-
-
-def step_loader(check: Check, py: str) -> None:
-    """``bench_loader_compare.py --workers-only``: ``--loader-workers`` workers making 80k-point blocks and their
-    hierarchies at once on the node's CPU: can they feed the 16-crop step with ``data.hierarchy: loader``?"""
-    a = check.args
-    data = result_path(check, "bench_loader_workers.json")
-    cmd = [py, "bench/bench_loader_compare.py", "--workers-only", "--procs", str(a.loader_workers), "--samples", "4",
-           "--batch", "16", "--out", str(data)]
-    run_with_result(check, "loader", cmd, a.loader_limit, data)
-
-
-def step_graphs(check: Check, py: str) -> None:
-    """``bench_graphs.py``: the 2 x 80k step eager and as a CUDA graph, float32 and bf16, interleaved."""
-    a = check.args
-    data = result_path(check, "bench_graphs.json")
-    cmd = [py, "bench/bench_graphs.py", "--out", str(data), "--device", "cuda", "--points", str(a.points),
-           "--clouds", str(a.clouds), "--presets", "rpe", "geope", "--amps", "none", "bf16",
-           "--budget", str(max(20, min(a.graphs_limit, check.left()) - 50))]
-    run_with_result(check, "graphs", cmd, a.graphs_limit, data)
-
-
-def step_kernels(check: Check, py: str) -> None:
-    """``bench_train_step.py --kernels torch triton``: every preset's step on today's and the fused attention
-    kernels, float32 and bf16, with the top kernels of each (issue 20)."""
-    a = check.args
-    data = result_path(check, "bench_kernels.json")
-    cmd = [py, "bench/bench_train_step.py", "--out", str(data), "--device", "cpu" if a.device == "cpu" else "cuda",
-           "--points", str(a.points), "--clouds", str(a.clouds), "--reps", str(a.reps), "--warmup", str(a.warmup),
-           "--kernels", "torch", *([] if a.device == "cpu" else ["triton"]), "--amps", "none", "bf16", "--presets", *a.kernel_presets,
-           "--budget", str(max(30, min(a.kernels_limit, check.left()) - 90)), "--profile"]
-    run_with_result(check, "kernels", cmd, a.kernels_limit, data)
 
 
 def parse_args() -> argparse.Namespace:

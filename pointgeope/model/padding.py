@@ -65,11 +65,11 @@ def padded_sizes(points: int, clouds: int, strides: Sequence[int], neighbours: S
     return tuple(out)
 
 
-def _extend(rows: Tensor | None, extra: int, value, width: int | None = None) -> Tensor | None:
-    """``rows`` with ``extra`` more rows of ``value`` (``(extra,)`` or ``(extra, width)``)."""
+def _extend(rows: Tensor | None, extra: int, value) -> Tensor | None:
+    """``rows`` with ``extra`` more rows of ``value``, of ``rows``' width (None stays None)."""
     if rows is None:
         return None
-    shape = (extra,) if rows.dim() == 1 else (extra, rows.shape[1] if width is None else width)
+    shape = (extra,) + tuple(rows.shape[1:])
     return torch.cat([rows, rows.new_full(shape, value)])
 
 

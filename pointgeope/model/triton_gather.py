@@ -44,6 +44,15 @@ def _source_tile(starts_ptr, R, BLOCK_P: tl.constexpr):
 
 
 @triton.jit
+def _pair_block(order_ptr, start, count, t0, t3, K: tl.constexpr):
+    """The tile's pairs ``t0 .. t0 + BLOCK_T - 1`` of each source row: whether they exist ``live``, their pair
+    numbers ``i K + j`` and queries ``i`` (int64; divided in ``order``'s int32), all ``(BLOCK_P, BLOCK_T, 1)``."""
+    live = (t0 + t3) < count[:, None, None]
+    pair = tl.load(order_ptr + start[:, None, None] + t0 + t3, mask=live, other=0)
+    return live, pair.to(tl.int64), (pair // K).to(tl.int64)
+
+
+@triton.jit
 def relation_gather(g_ptr, order_ptr, starts_ptr, gkey_ptr, R, C, F64: tl.constexpr, BLOCK_P: tl.constexpr,
                     BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
     """``gkey[p, c] = sum_{(i, j): idx[i, j] = p} g[i, j, c]`` for rows ``p < R``: ``g (N, K, C)``."""
@@ -77,10 +86,7 @@ def frame_gather(g_ptr, order_ptr, starts_ptr, tables_ptr, gpoints_ptr, N, K: tl
     one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)
     t0 = 0
     while t0 < most:                                                                 # (as relation_gather's)
-        live = (t0 + t3) < count[:, None, None]                                     # (BLOCK_P, BLOCK_T, 1)
-        pair = tl.load(order_ptr + start[:, None, None] + t0 + t3, mask=live, other=0)
-        query = (pair // K).to(tl.int64)                                             # in order's int32
-        pair = pair.to(tl.int64)
+        live, pair, query = _pair_block(order_ptr, start, count, t0, t3, K)
         turned = tl.full([BLOCK_P, BLOCK_T, BLOCK_C], 0.0, tl.float64 if F64 else tl.float32)
         for shift in tl.static_range(5):                                             # o = shift - 2
             col = c3 + (shift - 2)
@@ -107,10 +113,7 @@ def aggregate_gather(p_ptr, gy_ptr, order_ptr, starts_ptr, gv_ptr, R, K: tl.cons
     one = tl.full([1, 1, 1], 1.0, tl.float64 if F64 else tl.float32)
     t0 = 0
     while t0 < most:                                                                 # (as relation_gather's)
-        live = (t0 + t3) < count[:, None, None]                                     # (BLOCK_P, BLOCK_T, 1)
-        pair = tl.load(order_ptr + start[:, None, None] + t0 + t3, mask=live, other=0)
-        query = (pair // K).to(tl.int64)                                             # in order's int32
-        pair = pair.to(tl.int64)
+        live, pair, query = _pair_block(order_ptr, start, count, t0, t3, K)
         inside = live & (c3 < C)
         weight = tl.load(p_ptr + pair * G + h3, mask=inside, other=0.0) * one
         acc += tl.reduce(weight * tl.load(gy_ptr + query * C + c3, mask=inside, other=0.0), 1, _add)
