@@ -276,6 +276,9 @@ class FixedTables:
         return self._made[key]
 
 
+_BLOCK_SCALES = FixedTables()   # fixed k_b, process-wide: modules of equal settings get the same tensor
+
+
 class BlockScale(nn.Module):
     """GeoPE's block scales ``k_b = pos_scale * w_b / A``, ``(n,)`` for ``n = channels // 3`` blocks, with the
     frequencies ``w_b`` fixed (made in the caller's dtype, once per device and dtype: ``n`` numbers, so a
@@ -294,7 +297,6 @@ class BlockScale(nn.Module):
         super().__init__()
         self.channels, self.base, self.pos_scale, self.axes = channels, base, pos_scale, axes
         self.freq = nn.Parameter(frequencies(channels, base).float()) if learnable else None
-        self._fixed = FixedTables()                # fixed k_b per (device, dtype, settings): made once
 
     @property
     def learnable(self) -> bool:
@@ -302,12 +304,13 @@ class BlockScale(nn.Module):
 
     def forward(self, dtype: torch.dtype, device: torch.device) -> Tensor:
         """``k_b`` in ``dtype`` on ``device`` (a function of ``freq`` when learnable). Fixed ones are made once
-        per device and dtype and kept (not in the ``state_dict``): a copy from the host at every call would
-        wait for a GPU's queue to drain."""
+        per device, dtype and settings and kept (not in the ``state_dict``): a copy from the host at every call
+        would wait for a GPU's queue to drain. Modules of equal settings share the one tensor, so the layers
+        of a stage share their rotation tables (``pointgeope.model.rotation.shared_tables``)."""
         if self.freq is not None:
             return self.freq.to(device, dtype) * self.pos_scale / self.axes
         key = (torch.device(device), dtype, self.channels, self.base, self.pos_scale, self.axes)
-        return self._fixed.get(key, lambda: frequencies(self.channels, self.base).to(device, dtype)
+        return _BLOCK_SCALES.get(key, lambda: frequencies(self.channels, self.base).to(device, dtype)
                                * self.pos_scale / self.axes)
 
     def extra_repr(self) -> str:

@@ -31,6 +31,7 @@ from pointgeope.model.config import ModelConfig
 from pointgeope.model.norm import BatchNorm, BatchNormReLU
 from pointgeope.model.ops import (HierarchySpec, OpsBackends, PointHierarchy, check_offset, cloud_of_rows, gather,
                                   interpolate_from)
+from pointgeope.model.rotation import shared_tables
 
 __all__ = ["OpsBackends", "PointTransformerBlock", "TransitionDown", "TransitionUp", "PointTransformerSeg",
            "stage_grid_units"]
@@ -204,6 +205,10 @@ class PointTransformerSeg(nn.Module):
     def body(self, coord: Tensor, feat: Tensor, hierarchy: PointHierarchy) -> Tensor:
         """The network on checked inputs and their hierarchy, reading no value on the host (what a CUDA graph
         records, ``engine/graphs.py``): ``coord (N, 3)``, ``feat (N, in_channels)`` -> ``(N, num_classes)``."""
+        with shared_tables():                       # one GeoPE rotation table per stage, not per layer
+            return self._body(coord, feat, hierarchy)
+
+    def _body(self, coord: Tensor, feat: Tensor, hierarchy: PointHierarchy) -> Tensor:
         h, coords = hierarchy, hierarchy.coords(coord)
         skips = []
         for s, (down, blocks) in enumerate(zip(self.down, self.encoder)):

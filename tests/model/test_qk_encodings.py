@@ -240,6 +240,7 @@ def test_fixed_frequencies_are_made_once_per_device_and_dtype(name, monkeypatch)
     from pointgeope.model import rope
     made = []
     monkeypatch.setattr(rope, "_POINTROPE_TABLES", geope.FixedTables())     # shared by every module: start empty
+    monkeypatch.setattr(geope, "_BLOCK_SCALES", geope.FixedTables())
     for module, fn in ((geope, "frequencies"), (rope, "pointrope_frequencies")):
         monkeypatch.setattr(module, fn, lambda *a, _f=getattr(module, fn), **kw: made.append(fn) or _f(*a, **kw))
     q, k, _, coord, grid = inputs()

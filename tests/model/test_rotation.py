@@ -7,7 +7,7 @@ import torch
 from pointgeope.geope import GeoPE, frequencies
 from pointgeope.model.linear_rotation import relative_blocks, relative_frame, rotate_relative
 from pointgeope.model.rotation import (apply_shifted, block_rotations, query_frame, rotate_blocks, rotation_tables,
-                                       shift_tables)
+                                       shared_tables, shift_tables)
 from tests.conftest import cuda_devices
 
 
@@ -195,3 +195,39 @@ def test_steps_of_queries_give_the_same_values_and_gradients(monkeypatch):
     assert len(rotation.query_steps(30, 5, 11, torch.device("cpu"))) == 15
     for got, want in zip(run(), whole):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+
+
+def test_shared_tables_build_once_per_inputs_and_again_after_a_write():
+    _, pos, _, scale = _setup(12, n=15, seed=3)
+    fresh = rotation_tables(pos, scale, 12)
+    assert rotation_tables(pos, scale, 12) is not fresh                   # outside the block: a table per call
+    with shared_tables():
+        first = rotation_tables(pos, scale, 12)
+        assert torch.equal(first, fresh)
+        assert rotation_tables(pos, scale, 12) is first
+        assert rotation_tables(pos.clone(), scale, 12) is not first         # another tensor, equal values
+        assert rotation_tables(pos, scale.clone(), 12) is not first
+        assert rotation_tables(pos, scale, 15).shape == (5, 15, 15)         # another width
+        pos[0] += 1.0                                                       # written: its version moves on
+        moved = rotation_tables(pos, scale, 12)
+        assert moved is not first and not torch.equal(moved[:, 0], first[:, 0])
+        assert torch.equal(moved[:, 1:], first[:, 1:])
+    assert rotation_tables(pos, scale, 12) is not moved                     # the memo ends with the block
+
+
+def test_shared_tables_take_inference_tensors():
+    with torch.inference_mode():
+        _, pos, _, scale = _setup(9, n=10, seed=4)
+        with shared_tables():
+            assert rotation_tables(pos, scale, 9) is rotation_tables(pos, scale, 9)
+
+
+def test_block_scales_of_equal_settings_are_one_tensor():
+    from pointgeope.geope import BlockScale
+
+    a, b, c = BlockScale(12, pos_scale=25.0), BlockScale(12, pos_scale=25.0), BlockScale(12, pos_scale=50.0)
+    dev = torch.device("cpu")
+    assert a(torch.float32, dev) is b(torch.float32, dev)
+    assert a(torch.float32, dev) is not c(torch.float32, dev)
+    assert a(torch.float64, dev) is not a(torch.float32, dev)
+    torch.testing.assert_close(c(torch.float64, dev), 2 * a(torch.float64, dev), rtol=1e-15, atol=0)
