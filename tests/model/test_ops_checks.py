@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.model.ops import HierarchySpec, OpsBackends, backends, fps, interpolate, interpolate_from, knn
+from pointgeope.model.ops import (
+    HierarchySpec,
+    OpsBackends,
+    backends,
+    fps,
+    interpolate,
+    interpolate_from,
+    knn,
+)
 from pointgeope.model.ops.checks import check_count, check_finite
 
 KNN = [b for b in ("pykdtree", "scipy", "torch", "cluster", "triton") if backends.available(b)]
@@ -169,3 +177,30 @@ def test_half_precision_interpolation_equals_the_float64_reference_where_targets
     ones = interpolate_from(torch.ones(3, 2, dtype=dtype), torch.tensor([[0, 1, 2]]),
                             torch.tensor([[0.0, 1.0, 1.0]], dtype=dtype))
     assert torch.equal(ones, torch.ones(1, 2, dtype=dtype))
+
+
+def _network():
+    from pointgeope.model.network import PointTransformerSeg
+
+    torch.manual_seed(0)
+    return PointTransformerSeg(in_channels=6, num_classes=5, planes=(8, 16), blocks=(1, 1), decoder_blocks=(1, 1),
+                               strides=(1, 4), neighbours=(4, 4), share_planes=4).eval()
+
+
+def test_a_float16_network_equals_its_float32_self_where_every_sampled_point_is_interpolated_onto_itself():
+    """PTv1's transition up carries each sampled point's feature onto the same point of the finer stage: the
+    float16 weights were ``inf / inf`` there (every row NaN but a few)."""
+    model, g = _network(), torch.Generator().manual_seed(1)
+    coord, feat, off = torch.rand(40, 3, generator=g), torch.rand(40, 6, generator=g), torch.tensor([40])
+    with torch.no_grad():
+        want = model(coord, feat, off)
+        got = model.half()(coord.half(), feat.half(), off)
+    assert got.dtype == torch.float16 and bool(got.isfinite().all())
+    torch.testing.assert_close(got.float(), want, rtol=0, atol=2e-2)
+
+
+def test_the_network_refuses_non_finite_coord_by_name_when_it_builds_its_hierarchy():
+    coord = torch.rand(40, 3)
+    coord[9, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"expected finite coord, got 1 NaN or infinite entries \(the first in row 9"):
+        _network()(coord, torch.rand(40, 6), torch.tensor([40]))
