@@ -113,6 +113,8 @@ def test_knn_refuses_a_k_that_is_not_an_int_by_name(on, backend):
         knn(pts, pts, 0, off, off, backend=backend)
     idx, _ = knn(pts, pts, np.int64(3), off, off, backend=backend)    # an integer of another type is an int
     assert idx.shape == (12, 3)
+    with pytest.raises(TypeError, match=r"expected neighbours\[0\] an int >= 1, got 4.0"):
+        HierarchySpec((1,), (4.0,), OpsBackends(knn=backend))
 
 
 @pytest.mark.parametrize("backend", FPS)
@@ -124,8 +126,16 @@ def test_fps_refuses_a_stride_that_is_not_an_int_by_name(on, backend):
             fps(pts, off, stride, backend=backend)
     with pytest.raises(ValueError, match="expected stride >= 1, got 0"):
         fps(pts, off, 0, backend=backend)
-    with pytest.raises(TypeError, match="expected stride an int >= 1, got 2.5"):
-        HierarchySpec((1, 2.5), (4, 4), OpsBackends(fps=backend))(pts, off)
+    with pytest.raises(TypeError, match=r"expected strides\[1\] an int >= 1, got 2.5"):
+        HierarchySpec((1, 2.5), (4, 4), OpsBackends(fps=backend))
+
+
+def test_a_hierarchy_spec_needs_one_stride_and_one_k_a_stage():
+    with pytest.raises(ValueError, match=r"one stride and one neighbour count a stage, got strides \(1, 4\) and "
+                                         r"neighbours \(8,\)"):
+        HierarchySpec((1, 4), (8,))
+    with pytest.raises(ValueError, match=r"expected strides\[1\] >= 1, got 0"):
+        HierarchySpec((1, 0), (8, 8))
 
 
 @pytest.mark.parametrize("backend", KNN)

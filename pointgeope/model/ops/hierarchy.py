@@ -27,7 +27,7 @@ from torch import Tensor
 
 from pointgeope.model.ops import backends
 from pointgeope.model.ops.backends import OpsBackends
-from pointgeope.model.ops.checks import check_finite
+from pointgeope.model.ops.checks import check_count, check_finite
 from pointgeope.model.ops.fps import fps, sample_counts
 from pointgeope.model.ops.knn import knn
 from pointgeope.model.ops.morton import shared_layouts
@@ -86,6 +86,15 @@ class HierarchySpec:
     strides: tuple[int, ...]
     neighbours: tuple[int, ...]
     backends: OpsBackends = OpsBackends()
+
+    def __post_init__(self) -> None:
+        """One stride and one ``k`` a stage, each an int ``>= 1`` (``TypeError`` / ``ValueError`` naming it)."""
+        if len(self.strides) != len(self.neighbours):
+            raise ValueError(f"expected one stride and one neighbour count a stage, got strides {self.strides} "
+                             f"and neighbours {self.neighbours}")
+        for name in ("strides", "neighbours"):
+            for s, value in enumerate(getattr(self, name)):
+                check_count(f"{name}[{s}]", value)
 
     def __call__(self, coord: Tensor, offset: Tensor | list[int]) -> PointHierarchy:
         """The hierarchy of ``coord (N, 3)`` in clouds ``offset (B,)`` (a host list or tensor spares the
