@@ -101,7 +101,7 @@ def test_the_default_cpu_backend_is_the_bucket_fps_and_bad_input_is_refused():
     from pointgeope.model.ops import backends
 
     assert backends.fps_backend(torch.device("cpu")) == "numba"
-    with pytest.raises(ValueError, match="expected finite coordinates"):
+    with pytest.raises(ValueError, match="expected finite points, got 1 NaN"):
         bucket_fps(np.array([[0.0, 0.0, np.nan], [1.0, 0.0, 0.0]]), [2], [2])
     with pytest.raises(ValueError, match="1 <= kept <= size"):
         bucket_fps(np.zeros((3, 3)), [3], [4])

@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from pointgeope.model import kernels
+from pointgeope.model.ops import checks
 from pointgeope.model.ops.backends import FPS_BACKENDS, available, resolve
 from pointgeope.model.ops.offsets import check_offset, counts, offset_from_counts
 
@@ -48,7 +49,8 @@ def sample_counts(sizes: list[int], stride: int) -> list[int]:
     return [max(1, n // stride) for n in sizes]
 
 
-def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None) -> tuple[Tensor, Tensor]:
+def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None, *,
+        check_finite: bool = True) -> tuple[Tensor, Tensor]:
     """Farthest point sampling of every cloud, by the rule of the module docstring.
 
     Args:
@@ -56,15 +58,22 @@ def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None)
         offset: ``(B,)`` cumulative counts.
         stride: keep ``n_b // stride`` points per cloud (``stride >= 1``).
         backend: ``"numba"``, ``"torch"``, ``"triton"`` or ``None`` for the device's default.
+        check_finite: check that ``points`` are finite (one flag read on the host; ``HierarchySpec``, which
+            checks its coordinates once, passes ``False``).
 
     Returns:
         ``idx (M,)`` int64 global rows in sampling order per cloud, ``new_offset (B,)`` int64, both on the
         points' device.
+
+    Raises:
+        ValueError / TypeError naming the argument: the shape, ``stride`` not an int ``>= 1``, non-finite
+        points, offsets (``offsets.check_offset``), a backend that cannot run.
     """
     if points.dim() != 2 or points.shape[1] != 3:
         raise ValueError(f"expected points of shape (N, 3), got {tuple(points.shape)}")
-    if stride < 1:
-        raise ValueError(f"expected stride >= 1, got {stride}")
+    stride = checks.check_count("stride", stride)
+    if check_finite:
+        checks.check_finite("points", points)
     off = check_offset(offset, points.shape[0])
     sizes = counts(off)
     kept = sample_counts(sizes, stride)

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from pointgeope.model.ops import backends
 from pointgeope.model.ops.backends import OpsBackends
+from pointgeope.model.ops.checks import check_count, check_finite
 from pointgeope.model.ops.fps import fps, sample_counts
 from pointgeope.model.ops.knn import knn
 from pointgeope.model.ops.morton import shared_layouts
@@ -86,11 +87,24 @@ class HierarchySpec:
     neighbours: tuple[int, ...]
     backends: OpsBackends = OpsBackends()
 
+    def __post_init__(self) -> None:
+        """One stride and one ``k`` a stage, each an int ``>= 1`` (``TypeError`` / ``ValueError`` naming it)."""
+        if len(self.strides) != len(self.neighbours):
+            raise ValueError(f"expected one stride and one neighbour count a stage, got strides {self.strides} "
+                             f"and neighbours {self.neighbours}")
+        for name in ("strides", "neighbours"):
+            for s, value in enumerate(getattr(self, name)):
+                check_count(f"{name}[{s}]", value)
+
     def __call__(self, coord: Tensor, offset: Tensor | list[int]) -> PointHierarchy:
         """The hierarchy of ``coord (N, 3)`` in clouds ``offset (B,)`` (a host list or tensor spares the
         device-to-host copies of device offsets). With a Triton backend every stage's cloud is sorted and
-        tiled once for its FPS and kNN (``morton.shared_layouts``)."""
+        tiled once for its FPS and kNN (``morton.shared_layouts``). ``coord`` is checked finite here, once
+        (``ValueError`` naming it): every stage's points are rows of it."""
         coord = coord.detach()
+        if coord.dim() != 2 or coord.shape[1] != 3:
+            raise ValueError(f"expected coord of shape (N, 3), got {tuple(coord.shape)}")
+        check_finite("coord", coord)
         off = check_offset(offset, coord.shape[0])
         uses_triton = "triton" in (self.backends.fps or backends.fps_backend(coord.device),
                                    self.backends.knn or backends.knn_backend(coord.device))
@@ -103,21 +117,21 @@ class HierarchySpec:
         c = coord
         for stride, k in zip(self.strides, self.neighbours):
             if stride > 1:
-                sample, _ = fps(c, off, stride, backend=fps_backend)
+                sample, _ = fps(c, off, stride, backend=fps_backend, check_finite=False)
                 new_off = list(accumulate(sample_counts(counts(off), stride)))
                 new_c = c[sample]
-                group, _ = knn(new_c, c, k, new_off, off, backend=knn_backend)
+                group, _ = knn(new_c, c, k, new_off, off, backend=knn_backend, check_finite=False)
                 samples.append(sample)
                 down.append(group)
                 c, off = new_c, new_off
             else:
                 samples.append(None)
                 down.append(None)
-            neighbours.append(knn(c, c, k, off, off, backend=knn_backend)[0])
+            neighbours.append(knn(c, c, k, off, off, backend=knn_backend, check_finite=False)[0])
             offsets.append(off)
             coords.append(c)
-        up = [knn(coords[s], coords[s + 1], UP_NEIGHBOURS, offsets[s], offsets[s + 1], backend=knn_backend)
-              for s in range(len(coords) - 1)]
+        up = [knn(coords[s], coords[s + 1], UP_NEIGHBOURS, offsets[s], offsets[s + 1], backend=knn_backend,
+                  check_finite=False) for s in range(len(coords) - 1)]
         device_offsets = tuple(torch.tensor(o, dtype=torch.long).to(coord.device) for o in offsets)
         return PointHierarchy(device_offsets, tuple(samples), tuple(down), tuple(neighbours),
                               tuple(idx for idx, _ in up), tuple(dist2 for _, dist2 in up))

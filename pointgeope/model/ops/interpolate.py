@@ -4,12 +4,17 @@ For a fine point ``i`` with nearest coarse points ``j = 1..3`` at Euclidean dist
 
     f_i = sum_j  w_ij f_j,      w_ij = (1 / (d_ij + eps)) / sum_l (1 / (d_il + eps)),   eps = 1e-8
 
-(a coarse cloud of fewer than 3 points repeats its nearest ones, see ``knn``; weights stay normalised).
+(a coarse cloud of fewer than 3 points repeats its nearest ones, see ``knn``; weights stay normalised). The
+weights are computed in the geometry dtype (``geope.geometry_dtype``: float32 at least, float64 stays) and
+cast once to the features' dtype: in float16 ``eps`` rounds to 0, and a fine point on a coarse one (every
+sampled point, in PTv1) would get ``inf / inf``.
 """
 from __future__ import annotations
 
 from torch import Tensor
 
+from pointgeope.geope import geometry_dtype
+from pointgeope.model.ops.checks import check_finite
 from pointgeope.model.ops.gather import gather
 from pointgeope.model.ops.knn import knn
 
@@ -23,17 +28,22 @@ def interpolate(source_points: Tensor, target_points: Tensor, source_feat: Tenso
     """Features ``source_feat (N_s, C)`` at ``source_points (N_s, 3)`` carried to ``target_points (N_t, 3)``.
 
     Returns ``(N_t, C)``. The neighbour indices are not differentiated; the weights depend only on
-    coordinates, so gradients flow to ``source_feat`` alone.
+    coordinates, so gradients flow to ``source_feat`` alone. Non-finite points raise ``ValueError`` naming
+    ``source_points`` or ``target_points``; the other arguments are checked as ``knn`` checks them.
     """
     if source_feat.dim() != 2 or source_feat.shape[0] != source_points.shape[0]:
         raise ValueError(f"expected source_feat of shape ({source_points.shape[0]}, C), got {tuple(source_feat.shape)}")
-    idx, dist2 = knn(target_points, source_points, k, target_offset, source_offset, backend=backend)
+    check_finite("source_points", source_points)
+    check_finite("target_points", target_points)
+    idx, dist2 = knn(target_points, source_points, k, target_offset, source_offset, backend=backend,
+                     check_finite=False)
     return interpolate_from(source_feat, idx, dist2)
 
 
 def interpolate_from(source_feat: Tensor, idx: Tensor, dist2: Tensor) -> Tensor:
     """The interpolation with given neighbours: ``idx (N_t, k)`` rows of ``source_feat (N_s, C)`` and their
     squared distances ``dist2 (N_t, k)`` (e.g. from a precomputed ``PointHierarchy``) -> ``(N_t, C)``."""
-    recip = 1.0 / (dist2.clamp_min(0).sqrt() + EPS)                          # (N_t, k)
-    weight = recip / recip.sum(1, keepdim=True)
-    return (gather(source_feat, idx) * weight.unsqueeze(-1).to(source_feat.dtype)).sum(1)
+    d2 = dist2.to(geometry_dtype(dist2.dtype))
+    recip = 1.0 / (d2.clamp_min(0).sqrt() + EPS)                             # (N_t, k)
+    weight = (recip / recip.sum(1, keepdim=True)).to(source_feat.dtype)
+    return (gather(source_feat, idx) * weight.unsqueeze(-1)).sum(1)

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from pointgeope.model import kernels
+from pointgeope.model.ops import checks
 from pointgeope.model.ops.backends import KNN_BACKENDS, resolve
 from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, counts
 
@@ -28,7 +29,7 @@ _PAIRS_PER_CHUNK = 1 << 24
 
 
 def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_offset: Tensor,
-        backend: str | None = None) -> tuple[Tensor, Tensor]:
+        backend: str | None = None, *, check_finite: bool = True) -> tuple[Tensor, Tensor]:
     """k nearest support points of every query point, within the same cloud.
 
     Args:
@@ -39,25 +40,41 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         backend: ``"pykdtree"``, ``"scipy"``, ``"torch"``, ``"cluster"``, ``"triton"`` or ``None`` for the
             default of the device (see ``backends``; a default Triton kernel that fails hands over to the
             next default, :mod:`pointgeope.model.kernels`).
+        check_finite: check that ``query`` and ``support`` are finite (one flag read on the host; a caller
+            that checked the coordinates once, as ``HierarchySpec`` and ``interpolate`` do, passes ``False``).
 
     Returns:
         ``idx (M, k)`` int64 global support rows and ``dist2 (M, k)`` squared distances (query dtype),
-        both on the query's device, sorted by distance.
+        both on the query's device, sorted by distance. Query and support of different dtypes are searched
+        in their promoted dtype (``torch.promote_types``) on every backend.
+
+    Raises:
+        ValueError / TypeError naming the argument: shapes, ``k`` not an int ``>= 1``, non-finite
+        coordinates, offsets (``offsets.check_offset``), a backend that cannot run.
     """
     if query.dim() != 2 or query.shape[1] != 3 or support.dim() != 2 or support.shape[1] != 3:
         raise ValueError(f"expected query (M, 3) and support (N, 3), got {tuple(query.shape)} and {tuple(support.shape)}")
-    if k < 1:
-        raise ValueError(f"expected k >= 1, got {k}")
+    k = checks.check_count("k", k)
+    if check_finite:
+        checks.check_finite("query", query)
+        if support is not query:
+            checks.check_finite("support", support)
     q_off = check_offset(query_offset, query.shape[0], "query_offset")
     s_off = check_offset(support_offset, support.shape[0], "support_offset")
     if len(q_off) != len(s_off):
         raise ValueError(f"expected as many query clouds as support clouds, got {len(q_off)} and {len(s_off)}")
     chosen = resolve(backend, KNN_BACKENDS, query.device, "knn")
+    out_dtype = query.dtype
+    if query.dtype != support.dtype:   # promoted here, once, for every backend (torch's addmm refuses a mix)
+        common = torch.promote_types(query.dtype, support.dtype)
+        query, support = query.to(common), support.to(common)
     if chosen == "triton":             # the default falls back to the next default if the kernel fails
         args = (query, support, k, q_off, s_off)
-        return KERNEL.explicit(*args) if backend else KERNEL(query.device, *args)
+        idx, dist2 = KERNEL.explicit(*args) if backend else KERNEL(query.device, *args)
+        return idx, dist2.to(out_dtype)
     if chosen == "cluster":
-        return _knn_cluster(query, support, k, q_off, s_off)
+        idx, dist2 = _knn_cluster(query, support, k, q_off, s_off)
+        return idx, dist2.to(out_dtype)
     fn = {"pykdtree": _cloud_pykdtree, "scipy": _cloud_scipy, "torch": _cloud_torch}[chosen]
     idx_parts, dist_parts = [], []
     q_start = s_start = 0
@@ -65,7 +82,7 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         k_eff = min(k, s_end - s_start)
         idx, dist2 = fn(query[q_start:q_end], support[s_start:s_end], k_eff)
         idx = torch.as_tensor(idx).to(query.device, torch.long) + s_start
-        dist2 = torch.as_tensor(dist2).to(query.device, query.dtype)
+        dist2 = torch.as_tensor(dist2).to(query.device, out_dtype)
         idx_parts.append(_fill(idx, k, k_eff))
         dist_parts.append(_fill(dist2, k, k_eff))
         q_start, s_start = q_end, s_end
@@ -164,7 +181,7 @@ def _knn_cluster(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off
 
 def _next_default(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]) -> tuple[Tensor, Tensor]:
     """The neighbours by the backend that follows Triton by default (once ``knn`` is off or failed)."""
-    return knn(query, support, k, q_off, s_off)
+    return knn(query, support, k, q_off, s_off, check_finite=False)
 
 
 def _check(device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:

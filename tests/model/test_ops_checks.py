@@ -1,0 +1,216 @@
+"""Tests of pointgeope/model/ops/checks.py and of the point ops' argument checks on every backend this machine
+has (``triton`` in Triton's interpreter, conftest's ``interpreted``): non-finite coordinates, counts that are
+not ints, query and support of different dtypes; and of the interpolation's weights in half precision
+against an independent float64 inverse-distance reference."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pointgeope.model.ops import (
+    HierarchySpec,
+    OpsBackends,
+    backends,
+    fps,
+    interpolate,
+    interpolate_from,
+    knn,
+)
+from pointgeope.model.ops.checks import check_count, check_finite
+
+KNN = [b for b in ("pykdtree", "scipy", "torch", "cluster", "triton") if backends.available(b)]
+FPS = [b for b in ("numba", "torch", "triton") if backends.available(b)]
+# (knn, fps) pairs of the hierarchy: the CPU defaults, the fallbacks, the CUDA default (interpreted here)
+PAIRS = [p for p in (("pykdtree", "numba"), ("scipy", "torch"), ("torch", "torch"), ("triton", "triton"))
+         if all(backends.available(b) for b in p)]
+
+
+@pytest.fixture
+def on(request):
+    """``on(backend)``: the backend, after entering Triton's interpreter for ``"triton"`` (on CPU tensors)."""
+    def enter(*names: str) -> None:
+        if "triton" in names:
+            request.getfixturevalue("interpreted")
+    return enter
+
+
+def _cloud(n: int = 12, seed: int = 0, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 3, generator=g, dtype=torch.float64).to(dtype), torch.tensor([n])
+
+
+def test_check_count_takes_ints_and_names_what_is_not_one():
+    assert check_count("k", 3) == 3 and check_count("k", np.int64(4)) == 4 and check_count("k", torch.tensor(5)) == 5
+    for value, kind in ((2.5, "float"), (2.0, "float"), ("3", "str")):
+        with pytest.raises(TypeError, match=f"expected k an int >= 1, got .* \\({kind}\\)"):
+            check_count("k", value)
+    for value in (True, torch.tensor(2.0), torch.tensor([2])):
+        with pytest.raises(TypeError, match="expected k an int >= 1"):
+            check_count("k", value)
+    with pytest.raises(ValueError, match="expected stride >= 1, got 0"):
+        check_count("stride", 0)
+
+
+def test_check_finite_counts_the_bad_entries_and_shows_the_first_bad_row():
+    x = torch.zeros(6, 3)
+    check_finite("coord", x)
+    x[4, 1], x[2, 0], x[2, 2] = float("inf"), float("nan"), -float("inf")
+    with pytest.raises(ValueError, match=r"expected finite coord, got 3 NaN or infinite entries \(the first in row 2: "
+                                         r"\[nan, 0.0, -inf\]\)"):
+        check_finite("coord", x)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("backend", KNN)
+def test_knn_refuses_non_finite_query_or_support_by_name(on, backend, bad):
+    on(backend)
+    pts, off = _cloud()
+    broken = pts.clone()
+    broken[3, 1] = bad
+    with pytest.raises(ValueError, match=r"expected finite query, got 1 NaN or infinite entries \(the first in row 3"):
+        knn(broken, broken, 4, off, off, backend=backend)
+    with pytest.raises(ValueError, match=r"expected finite support, got 1 .* in row 3"):
+        knn(pts, broken, 4, off, off, backend=backend)
+    with pytest.raises(ValueError, match=r"expected finite query, got 1 .* in row 3"):
+        knn(broken, pts, 4, off, off, backend=backend)
+
+
+@pytest.mark.parametrize("backend", FPS)
+def test_fps_refuses_non_finite_points_by_name(on, backend):
+    on(backend)
+    pts, off = _cloud()
+    pts[7, 2] = -float("inf")
+    with pytest.raises(ValueError, match=r"expected finite points, got 1 NaN or infinite entries \(the first in row 7"):
+        fps(pts, off, 2, backend=backend)
+
+
+@pytest.mark.parametrize("knn_backend, fps_backend", PAIRS)
+def test_interpolate_and_the_hierarchy_refuse_non_finite_coordinates_by_name(on, knn_backend, fps_backend):
+    on(knn_backend, fps_backend)
+    pts, off = _cloud(20)
+    coarse, coarse_off = _cloud(6, seed=1)
+    feat = torch.randn(6, 4)
+    pts[11] = float("nan")
+    with pytest.raises(ValueError, match=r"expected finite target_points, got 3 .* in row 11"):
+        interpolate(coarse, pts, feat, coarse_off, off, backend=knn_backend)
+    with pytest.raises(ValueError, match=r"expected finite source_points, got 3 .* in row 11"):
+        interpolate(pts, coarse, torch.randn(20, 4), off, coarse_off, backend=knn_backend)
+    spec = HierarchySpec((1, 2), (4, 4), OpsBackends(knn=knn_backend, fps=fps_backend))
+    with pytest.raises(ValueError, match=r"expected finite coord, got 3 .* in row 11"):
+        spec(pts, off)
+    spec(pts[:11], torch.tensor([11]))                         # the rows before it are fine
+
+
+@pytest.mark.parametrize("backend", KNN)
+def test_knn_refuses_a_k_that_is_not_an_int_by_name(on, backend):
+    on(backend)
+    pts, off = _cloud()
+    for k in (2.5, 3.0):
+        with pytest.raises(TypeError, match=f"expected k an int >= 1, got {k} \\(float\\)"):
+            knn(pts, pts, k, off, off, backend=backend)
+    with pytest.raises(ValueError, match="expected k >= 1, got 0"):
+        knn(pts, pts, 0, off, off, backend=backend)
+    idx, _ = knn(pts, pts, np.int64(3), off, off, backend=backend)    # an integer of another type is an int
+    assert idx.shape == (12, 3)
+    with pytest.raises(TypeError, match=r"expected neighbours\[0\] an int >= 1, got 4.0"):
+        HierarchySpec((1,), (4.0,), OpsBackends(knn=backend))
+
+
+@pytest.mark.parametrize("backend", FPS)
+def test_fps_refuses_a_stride_that_is_not_an_int_by_name(on, backend):
+    on(backend)
+    pts, off = _cloud()
+    for stride in (2.5, 4.0):
+        with pytest.raises(TypeError, match=f"expected stride an int >= 1, got {stride} \\(float\\)"):
+            fps(pts, off, stride, backend=backend)
+    with pytest.raises(ValueError, match="expected stride >= 1, got 0"):
+        fps(pts, off, 0, backend=backend)
+    with pytest.raises(TypeError, match=r"expected strides\[1\] an int >= 1, got 2.5"):
+        HierarchySpec((1, 2.5), (4, 4), OpsBackends(fps=backend))
+
+
+def test_a_hierarchy_spec_needs_one_stride_and_one_k_a_stage():
+    with pytest.raises(ValueError, match=r"one stride and one neighbour count a stage, got strides \(1, 4\) and "
+                                         r"neighbours \(8,\)"):
+        HierarchySpec((1, 4), (8,))
+    with pytest.raises(ValueError, match=r"expected strides\[1\] >= 1, got 0"):
+        HierarchySpec((1, 0), (8, 8))
+
+
+@pytest.mark.parametrize("backend", KNN)
+def test_knn_of_mixed_dtypes_is_the_search_in_the_promoted_dtype(on, backend):
+    """float64 query, float32 support: the float64 search of both (float32 rounds the query on Triton,
+    as it does for float64 alone); the distances come back in the query's dtype, as documented."""
+    on(backend)
+    query, q_off = _cloud(40, seed=2, dtype=torch.float64)
+    support, s_off = _cloud(30, seed=3)
+    for q, s in ((query, support), (query.float(), support.double())):
+        idx, dist2 = knn(q, s, 5, q_off, s_off, backend=backend)
+        want_idx, want_d = knn(q.double(), s.double(), 5, q_off, s_off, backend=backend)
+        assert dist2.dtype == q.dtype
+        assert torch.equal(idx, want_idx)
+        torch.testing.assert_close(dist2, want_d.to(q.dtype), rtol=0, atol=0)
+    # and the float64 search is the brute-force one of the float64 values
+    idx, dist2 = knn(query, support, 5, q_off, s_off, backend=backend)
+    brute = ((query[:, None] - support.double()[None]) ** 2).sum(-1).sort(1).values[:, :5]
+    torch.testing.assert_close(dist2, brute, rtol=1e-6 if backend == "triton" else 1e-12, atol=1e-7)
+
+
+def _reference_interpolation(src: torch.Tensor, dst: torch.Tensor, feat: torch.Tensor) -> torch.Tensor:
+    """Inverse-distance weights of the 3 nearest from the definition, in float64, one target at a time."""
+    src, dst, feat = src.double(), dst.double(), feat.double()
+    out = torch.empty(dst.shape[0], feat.shape[1], dtype=torch.float64)
+    for i in range(dst.shape[0]):
+        d = ((dst[i] - src) ** 2).sum(1).sqrt()
+        near = d.argsort()[:3]
+        w = 1.0 / (d[near] + 1e-8)
+        out[i] = (w[:, None] * feat[near]).sum(0) / w.sum()
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("backend", [b for b in KNN if b != "triton"])
+def test_half_precision_interpolation_equals_the_float64_reference_where_targets_coincide_with_sources(backend, dtype):
+    g = torch.Generator().manual_seed(4)
+    src = (torch.rand(24, 3, generator=g) * 4).to(dtype)
+    dst = torch.cat([src[::2], (torch.rand(20, 3, generator=g) * 4).to(dtype)])   # 12 targets on sources
+    feat = torch.randn(24, 5, generator=g).to(dtype)
+    out = interpolate(src, dst, feat, torch.tensor([24]), torch.tensor([32]), backend=backend)
+    assert out.dtype == dtype and bool(out.isfinite().all())
+    want = _reference_interpolation(src, dst, feat)
+    tol = 1e-2 if dtype == torch.float16 else 4e-2                   # a few of the dtype's roundings
+    torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
+    # a target on a source takes its feature: weight 1 - O(1e-8 / distance), as in float64
+    torch.testing.assert_close(out[:12], feat[::2], rtol=0, atol=0)
+    # equal features stay equal whatever the distances, with a zero among them
+    ones = interpolate_from(torch.ones(3, 2, dtype=dtype), torch.tensor([[0, 1, 2]]),
+                            torch.tensor([[0.0, 1.0, 1.0]], dtype=dtype))
+    assert torch.equal(ones, torch.ones(1, 2, dtype=dtype))
+
+
+def _network():
+    from pointgeope.model.network import PointTransformerSeg
+
+    torch.manual_seed(0)
+    return PointTransformerSeg(in_channels=6, num_classes=5, planes=(8, 16), blocks=(1, 1), decoder_blocks=(1, 1),
+                               strides=(1, 4), neighbours=(4, 4), share_planes=4).eval()
+
+
+def test_a_float16_network_equals_its_float32_self_where_every_sampled_point_is_interpolated_onto_itself():
+    """PTv1's transition up carries each sampled point's feature onto the same point of the finer stage: the
+    float16 weights were ``inf / inf`` there (every row NaN but a few)."""
+    model, g = _network(), torch.Generator().manual_seed(1)
+    coord, feat, off = torch.rand(40, 3, generator=g), torch.rand(40, 6, generator=g), torch.tensor([40])
+    with torch.no_grad():
+        want = model(coord, feat, off)
+        got = model.half()(coord.half(), feat.half(), off)
+    assert got.dtype == torch.float16 and bool(got.isfinite().all())
+    torch.testing.assert_close(got.float(), want, rtol=0, atol=2e-2)
+
+
+def test_the_network_refuses_non_finite_coord_by_name_when_it_builds_its_hierarchy():
+    coord = torch.rand(40, 3)
+    coord[9, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"expected finite coord, got 1 NaN or infinite entries \(the first in row 9"):
+        _network()(coord, torch.rand(40, 6), torch.tensor([40]))
