@@ -35,7 +35,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from pointgeope.geope import BlockScale
+from pointgeope.geope import BlockScale, check_scale
 from pointgeope.model import fused_attention
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention_reference import grouped_sum
@@ -172,7 +172,7 @@ class PointTransformerLayer(nn.Module):
         neighbours: ``k``.
         pe: a ``PositionalEncoding`` or a preset name.
         grid_size: voxel size in metres; phases use ``pos_scale = 1 / grid_size``.
-        geope_base: GeoPE frequency base. geope_learnable: learn the block frequencies (RoPE-Mixed always
+        geope_base: GeoPE frequency base (finite, > 0, as ``grid_size`` and ``grid_unit``). geope_learnable: learn the block frequencies (RoPE-Mixed always
             learns its own ``pair_freq (P, 3)``).
         grid_unit: PointROPE's grid unit at this stage, metres (``None``: ``grid_size``).
         mixed_init: RoPE-Mixed's initial frequencies, its authors' ``"random"`` directions at base 10 or
@@ -189,9 +189,8 @@ class PointTransformerLayer(nn.Module):
         super().__init__()
         if channels % share_planes:
             raise ValueError(f"expected channels divisible by share_planes={share_planes}, got {channels}")
-        if grid_size <= 0 or (grid_unit is not None and grid_unit <= 0):
-            raise ValueError(f"expected grid_size > 0 and grid_unit > 0, got {grid_size} and {grid_unit}")
-        self.grid_unit = grid_size if grid_unit is None else grid_unit
+        grid_size, geope_base = check_scale("grid_size", grid_size), check_scale("geope_base", geope_base)
+        self.grid_unit = grid_size if grid_unit is None else check_scale("grid_unit", grid_unit)
         self.channels, self.share_planes, self.neighbours = channels, share_planes, neighbours
         self.pe = PositionalEncoding.preset(pe)
         self.linear_q = nn.Linear(channels, channels)
