@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from pointgeope.model.attention import PointTransformerLayer, PositionalEncoding
 from pointgeope.model.config import ModelConfig
 from pointgeope.model.norm import BatchNorm, BatchNormReLU
+from pointgeope.model.rotation import constant
 from pointgeope.model.ops import (HierarchySpec, OpsBackends, PointHierarchy, check_offset, cloud_of_rows, gather,
                                   interpolate_from)
 
@@ -104,6 +105,18 @@ def cloud_means(feat: Tensor, offset: Tensor, cloud: Tensor) -> Tensor:
         member = (torch.arange(offset.shape[0], device=feat.device).unsqueeze(1) == cloud).to(acc)   # (B, N)
         sizes = torch.diff(offset, prepend=offset.new_zeros(1)).unsqueeze(1).to(acc)                # (B, 1)
         return member @ feat.to(acc) / sizes
+
+
+def up_distances(fine: Tensor, coarse: Tensor, idx: Tensor, dist2: Tensor) -> Tensor:
+    """The squared distances ``(N, 3)`` of the fine points ``fine (N, 3)`` to their 3 nearest coarse points
+    ``coarse[idx]``, for the transition-up's inverse-distance weights: the hierarchy's ``dist2`` (data) unless
+    the coordinates need a gradient, where they are recomputed so that the weights' share of it flows too. A
+    distance of 0 stays a constant: a sample of the point itself stays at distance 0 wherever the point moves
+    (``sqrt``'s infinite slope at 0 would otherwise turn the gradient into NaN)."""
+    if constant(fine, coarse):
+        return dist2
+    d2 = (fine.unsqueeze(1) - coarse[idx]).square().sum(-1)
+    return torch.where(d2 > 0, d2, d2.detach())
 
 
 class TransitionUp(nn.Module):
@@ -217,7 +230,8 @@ class PointTransformerSeg(nn.Module):
             if s == last:
                 feat = self.up[s](skips[s], h.offsets[s])
             else:
-                feat = self.up[s](skips[s], h.offsets[s], feat, h.up[s], h.up_dist2[s])
+                dist2 = up_distances(coords[s], coords[s + 1], h.up[s], h.up_dist2[s])
+                feat = self.up[s](skips[s], h.offsets[s], feat, h.up[s], dist2)
             for block in self.decoder[s]:
                 feat = block(coords[s], feat, h.neighbours[s])
         return self.head(feat)
