@@ -40,13 +40,14 @@ the displacement, because the phases are linear in ``p``. No per-pair 3x3 matrix
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 __all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "unit_axis", "rotation_terms", "geometry_dtype", "apply_geope", "relative_geope", "frequencies",
-           "FixedTables", "BlockScale", "GeoPE"]
+           "check_scale", "FixedTables", "BlockScale", "GeoPE"]
 
 # Below this phi^2 the Taylor series are used; the first dropped term is below 1e-15 there.
 _SMALL_PHI_SQ = 1e-4
@@ -249,12 +250,33 @@ def relative_geope(x_j: Tensor, pos_i: Tensor, pos_j: Tensor, block_scale: Tenso
     return apply_geope(apply_geope(x_j, pos_j, block_scale), pos_i, block_scale, inverse=True)
 
 
+def check_scale(name: str, value, what: str = "") -> float:
+    """``value`` as a finite float ``> 0`` (``base``, ``pos_scale``, ``grid_size``, ``grid_unit``): a base <= 0
+    gives NaN frequencies and a NaN or infinite scale NaN phases, with no message. ``TypeError`` for what is
+    not a real number (a bool, a string, a tensor of more than one value), ``ValueError`` naming the argument
+    otherwise. The one owner of the rule (GeoPE's constructors, the networks' layers, ``pointgeope.nn``)."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) or _is_real_scalar(value)):
+        raise TypeError(f"expected {name} a finite number > 0{what}, got {value!r} ({type(value).__name__})")
+    number = float(value)
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"expected {name} a finite number > 0{what}, got {number}")
+    return number
+
+
+def _is_real_scalar(value) -> bool:
+    """A NumPy or 0-dim tensor real number."""
+    if isinstance(value, Tensor):
+        return value.dim() == 0 and not value.is_complex()
+    return hasattr(value, "__float__") and not isinstance(value, (str, bytes, complex))
+
+
 def frequencies(channels: int, base: float = 100.0) -> Tensor:
-    """Block frequencies ``w_b = base ** (-2 b / (3 n))``, ``b = 0 .. n-1``, ``n = channels // 3``."""
+    """Block frequencies ``w_b = base ** (-2 b / (3 n))``, ``b = 0 .. n-1``, ``n = channels // 3``; ``base`` a
+    finite number > 0 (``check_scale``)."""
     n = channels // 3
     if n == 0:
         raise ValueError(f"expected at least 3 channels for one rotation block, got {channels}")
-    return base ** (-2.0 * torch.arange(n, dtype=torch.float64) / (3 * n))
+    return check_scale("base", base) ** (-2.0 * torch.arange(n, dtype=torch.float64) / (3 * n))
 
 
 class FixedTables:
@@ -286,8 +308,8 @@ class BlockScale(nn.Module):
 
     Args:
         channels: feature width ``C``.
-        base: frequency base (the paper's lambda).
-        pos_scale: phase per unit of position at block 0 (``1 / grid_size`` gives voxel units).
+        base: frequency base (the paper's lambda), a finite number > 0.
+        pos_scale: phase per unit of position at block 0 (``1 / grid_size`` gives voxel units), finite and > 0.
         axes: ``A``.
         learnable: train the frequencies.
     """
@@ -295,6 +317,7 @@ class BlockScale(nn.Module):
     def __init__(self, channels: int, base: float = 100.0, pos_scale: float = 25.0, axes: int = 3,
                  learnable: bool = False):
         super().__init__()
+        base, pos_scale = check_scale("base", base), check_scale("pos_scale", pos_scale)
         self.channels, self.base, self.pos_scale, self.axes = channels, base, pos_scale, axes
         self.freq = nn.Parameter(frequencies(channels, base).float()) if learnable else None
 
@@ -323,8 +346,8 @@ class GeoPE(nn.Module):
     Args:
         channels: feature width ``C``; ``C // 3`` blocks rotate, ``C mod 3`` channels pass through.
         axes: number of position axes ``A`` (3 for point clouds).
-        base: frequency base (the paper's lambda).
-        pos_scale: phase per unit of position at block 0; ``1 / grid_size`` gives voxel units.
+        base: frequency base (the paper's lambda), a finite number > 0.
+        pos_scale: phase per unit of position at block 0; ``1 / grid_size`` gives voxel units; finite and > 0.
         learnable: make the block frequencies a trainable parameter (``block_scale.freq``).
 
     Shapes:
@@ -336,9 +359,9 @@ class GeoPE(nn.Module):
         super().__init__()
         if axes not in (1, 2, 3):
             raise ValueError(f"expected axes in (1, 2, 3), got {axes}")
-        self.channels, self.axes, self.base, self.pos_scale = channels, axes, base, pos_scale
-        self.blocks = channels // 3
-        self.block_scale = BlockScale(channels, base, pos_scale, axes, learnable)
+        self.block_scale = BlockScale(channels, base, pos_scale, axes, learnable)     # checks base and pos_scale
+        self.channels, self.axes, self.blocks = channels, axes, channels // 3
+        self.base, self.pos_scale = self.block_scale.base, self.block_scale.pos_scale
 
     def forward(self, x: Tensor, pos: Tensor, inverse: bool = False) -> Tensor:
         """``R(t(pos)) x`` per block, or ``R(t(pos))^T x`` with ``inverse=True``."""

@@ -285,3 +285,20 @@ def test_block_scale_is_pos_scale_times_frequency_over_axes():
     k = pe.block_scale(torch.float64, torch.device("cpu"))
     angles = torch.atan2(pe(x, pos)[0, [1, 4]], pe(x, pos)[0, [0, 3]])
     torch.testing.assert_close(angles, k * 0.3, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("bad", [0.0, -100.0, float("nan"), float("inf")])
+def test_a_base_or_pos_scale_not_finite_and_positive_is_one_error_naming_it(bad):
+    """``(-100) ** (-2b / 3n)`` is NaN and a NaN ``pos_scale`` gives NaN phases: each constructor refuses them by
+    name (``check_scale``, shared with ``pointgeope.nn``), before any rotation turns a block into NaN."""
+    with pytest.raises(ValueError, match=rf"expected base a finite number > 0, got {bad}"):
+        frequencies(6, bad)
+    for make in (lambda **kw: BlockScale(6, **kw), lambda **kw: GeoPE(6, **kw),
+                 lambda **kw: BlockScale(6, learnable=True, **kw)):
+        with pytest.raises(ValueError, match=rf"expected base a finite number > 0, got {bad}"):
+            make(base=bad)
+        with pytest.raises(ValueError, match=rf"expected pos_scale a finite number > 0, got {bad}"):
+            make(pos_scale=bad)
+    with pytest.raises(TypeError, match="expected base a finite number > 0, got '100'"):
+        GeoPE(6, base="100")
+    assert GeoPE(6, base=torch.tensor(10.0), pos_scale=2).base == 10.0       # a 0-dim tensor or an int is a number

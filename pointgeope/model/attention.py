@@ -35,7 +35,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from pointgeope.geope import BlockScale
+from pointgeope.geope import BlockScale, check_scale
 from pointgeope.model import fused_attention
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention_reference import grouped_sum
@@ -172,8 +172,8 @@ class PointTransformerLayer(nn.Module):
         neighbours: ``k``.
         pe: a ``PositionalEncoding`` or a preset name.
         grid_size: voxel size in metres; phases use ``pos_scale = 1 / grid_size``.
-        geope_base: GeoPE frequency base. geope_learnable: learn the block frequencies (RoPE-Mixed always
-            learns its own ``pair_freq (P, 3)``).
+        geope_base: GeoPE frequency base (finite and > 0, as ``grid_size`` and ``grid_unit``).
+        geope_learnable: learn the block frequencies (RoPE-Mixed always learns its own ``pair_freq (P, 3)``).
         grid_unit: PointROPE's grid unit at this stage, metres (``None``: ``grid_size``).
         mixed_init: RoPE-Mixed's initial frequencies, its authors' ``"random"`` directions at base 10 or
             ``"axial"``, those of ``rope3d``.
@@ -189,9 +189,8 @@ class PointTransformerLayer(nn.Module):
         super().__init__()
         if channels % share_planes:
             raise ValueError(f"expected channels divisible by share_planes={share_planes}, got {channels}")
-        if grid_size <= 0 or (grid_unit is not None and grid_unit <= 0):
-            raise ValueError(f"expected grid_size > 0 and grid_unit > 0, got {grid_size} and {grid_unit}")
-        self.grid_unit = grid_size if grid_unit is None else grid_unit
+        grid_size, geope_base = check_scale("grid_size", grid_size), check_scale("geope_base", geope_base)
+        self.grid_unit = grid_size if grid_unit is None else check_scale("grid_unit", grid_unit)
         self.channels, self.share_planes, self.neighbours = channels, share_planes, neighbours
         self.pe = PositionalEncoding.preset(pe)
         self.linear_q = nn.Linear(channels, channels)
@@ -224,6 +223,17 @@ class PointTransformerLayer(nn.Module):
         """The channel pairs' frequency vectors ``(P, 3)``: RoPE-Mixed's parameter, PointROPE's constants (per
         grid unit), else the axial ones of GeoPE's scales (per unit of position)."""
         return pair_frequencies(self.pe, self.channels, self.block_scale, self.pair_freq, like)
+
+    def _standard_tables(self, coord: Tensor, feat: Tensor) -> Tensor | None:
+        """Standard GeoPE's per-point rotations ``(5, N, C)`` (``rotation_tables``), shared by the key and value
+        terms and by the fast paths (the Triton kernels, ``rotation.query_frame``'s Function), when they are
+        constants: fixed frequencies and coordinates that need no gradient. ``None`` otherwise (learnable
+        frequencies, or a gradient w.r.t. the coordinates: a saliency map, an attack on the points), where
+        ``query_frame`` differentiates the rotations with plain autograd."""
+        if "geope" not in (self.pe.rotation, self.pe.value_rotation) or self.block_scale is None:
+            return None
+        pos, scales = coord.to(geometry_dtype(feat.dtype)), self._block_scales(feat)
+        return rotation_tables(pos, scales, self.channels) if constant(pos, scales) else None
 
     def _rotated(self, x: Tensor, coord: Tensor, idx: Tensor, disp: Tensor, tables: Tensor | None,
                  minus: Tensor | None = None) -> Tensor:
@@ -269,10 +279,7 @@ class PointTransformerLayer(nn.Module):
             q, key = q + e, key + e
         disp = coord[idx] - coord.unsqueeze(1)                                   # (N, k, 3): p_j - p_i
         delta = None if self.linear_p is None else self.linear_p(disp.to(feat.dtype).view(-1, 3)).view(n, k, c)
-        tables = None        # standard GeoPE's per-point rotations, shared by the key and value terms
-        standard = "geope" in (self.pe.rotation, self.pe.value_rotation)
-        if standard and self.block_scale is not None and not self.block_scale.learnable:
-            tables = rotation_tables(coord.to(geometry_dtype(feat.dtype)), self._block_scales(feat), c)  # (5, N, C)
+        tables = self._standard_tables(coord, feat)                             # (5, N, C) or None
 
         relation = self._fused_relation(key, q, idx, disp, delta, tables)      # Triton (fused_attention.py), delta in
         if relation is None:

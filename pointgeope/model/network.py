@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from pointgeope.model.attention import PointTransformerLayer, PositionalEncoding
 from pointgeope.model.config import ModelConfig
 from pointgeope.model.norm import BatchNorm, BatchNormReLU
+from pointgeope.model.rotation import constant
 from pointgeope.model.ops import (HierarchySpec, OpsBackends, PointHierarchy, check_offset, cloud_of_rows, gather,
                                   interpolate_from)
 from pointgeope.model.rotation import shared_tables
@@ -107,6 +108,18 @@ def cloud_means(feat: Tensor, offset: Tensor, cloud: Tensor) -> Tensor:
         return member @ feat.to(acc) / sizes
 
 
+def up_distances(fine: Tensor, coarse: Tensor, idx: Tensor, dist2: Tensor) -> Tensor:
+    """The squared distances ``(N, 3)`` of the fine points ``fine (N, 3)`` to their 3 nearest coarse points
+    ``coarse[idx]``, for the transition-up's inverse-distance weights: the hierarchy's ``dist2`` (data) unless
+    the coordinates need a gradient, where they are recomputed so that the weights' share of it flows too. A
+    distance of 0 stays a constant: a sample of the point itself stays at distance 0 wherever the point moves
+    (``sqrt``'s infinite slope at 0 would otherwise turn the gradient into NaN)."""
+    if constant(fine, coarse):
+        return dist2
+    d2 = (fine.unsqueeze(1) - coarse[idx]).square().sum(-1)
+    return torch.where(d2 > 0, d2, d2.detach())
+
+
 class TransitionUp(nn.Module):
     """Decoder fusion. ``in_channels`` from the coarse level, ``out_channels`` of the fine skip level:
     ``Linear-BN-ReLU(skip) + interpolate_3NN(Linear-BN-ReLU(coarse))``. Without ``out_channels`` (the head
@@ -145,8 +158,9 @@ class PointTransformerSeg(nn.Module):
         **overrides: fields of ``config`` to replace, e.g. ``PointTransformerSeg(pe="geope", planes=(16, 32))``.
 
     Shapes:
-        ``coord (N, 3)``, ``feat (N, in_channels)``, ``offset (B,)`` cumulative counts -> ``(N, num_classes)``;
-        or a single ``torch_geometric`` ``Data``/``Batch`` with ``pos``, ``x`` (and ``ptr`` for a batch).
+        ``coord (N, 3)``, ``feat (N, in_channels)``, ``offset (B,)`` cumulative counts, a tensor or a host list
+        -> ``(N, num_classes)``; or a single ``torch_geometric`` ``Data``/``Batch`` with ``pos``, ``x`` (and for
+        a batch ``ptr``, or a sorted ``batch`` vector: PyG's convention).
         ``hierarchy``: the ``PointHierarchy`` of ``coord`` built by ``model.hierarchy_spec`` (e.g. in the
         data loader), or ``None`` to build it here.
     """
@@ -193,11 +207,11 @@ class PointTransformerSeg(nn.Module):
         """The learnt positional frequencies of every attention layer (``PointTransformerLayer``'s)."""
         return [p for m in self.modules() if isinstance(m, PointTransformerLayer) for p in m.frequency_parameters()]
 
-    def forward(self, coord, feat: Tensor | None = None, offset: Tensor | None = None,
+    def forward(self, coord, feat: Tensor | None = None, offset: Tensor | list[int] | None = None,
                 hierarchy: PointHierarchy | None = None) -> Tensor:
-        coord, feat, offset = self._inputs(coord, feat, offset)
+        coord, feat, offset, counts = self._inputs(coord, feat, offset)
         if hierarchy is None:
-            hierarchy = self.hierarchy_spec(coord, offset)
+            hierarchy = self.hierarchy_spec(coord, counts)           # host offsets: no second copy from the device
         else:
             self.hierarchy_spec.check(hierarchy, coord.shape[0], offset.shape[0])
         return self.body(coord, feat, hierarchy)
@@ -222,22 +236,18 @@ class PointTransformerSeg(nn.Module):
             if s == last:
                 feat = self.up[s](skips[s], h.offsets[s])
             else:
-                feat = self.up[s](skips[s], h.offsets[s], feat, h.up[s], h.up_dist2[s])
+                dist2 = up_distances(coords[s], coords[s + 1], h.up[s], h.up_dist2[s])
+                feat = self.up[s](skips[s], h.offsets[s], feat, h.up[s], dist2)
             for block in self.decoder[s]:
                 feat = block(coords[s], feat, h.neighbours[s])
         return self.head(feat)
 
-    def _inputs(self, coord, feat, offset) -> tuple[Tensor, Tensor, Tensor]:
-        """Check ``(coord, feat, offset)`` or unpack a ``torch_geometric`` ``Data``/``Batch``."""
+    def _inputs(self, coord, feat, offset) -> tuple[Tensor, Tensor, Tensor, list[int]]:
+        """Check ``(coord, feat, offset)`` or unpack a ``torch_geometric`` ``Data``/``Batch``; ``offset`` a
+        tensor or a host list (``check_offset``'s). Returns ``coord``, ``feat``, the offsets as an int64 tensor
+        (on ``coord``'s device where they came as a list) and as the checked host list."""
         if not isinstance(coord, Tensor):
-            data = coord
-            if feat is not None or offset is not None:
-                raise ValueError("expected either model(coord, feat, offset) or model(data), not both")
-            if getattr(data, "pos", None) is None or getattr(data, "x", None) is None:
-                raise ValueError(f"expected a torch_geometric Data/Batch with pos and x, got {type(data).__name__}")
-            coord, feat = data.pos, data.x
-            ptr = getattr(data, "ptr", None)
-            offset = ptr[1:] if ptr is not None else torch.tensor([coord.shape[0]], device=coord.device)
+            coord, feat, offset = geometric_inputs(coord, feat, offset)
         if feat is None or offset is None:
             raise ValueError("expected model(coord, feat, offset) with all three tensors")
         if coord.dim() != 2 or coord.shape[1] != 3:
@@ -246,5 +256,40 @@ class PointTransformerSeg(nn.Module):
             raise ValueError(f"expected feat of shape ({coord.shape[0]}, {self.in_channels}), got {tuple(feat.shape)}")
         if not coord.is_floating_point() or not feat.is_floating_point():
             raise ValueError(f"expected floating point coord and feat, got {coord.dtype} and {feat.dtype}")
-        check_offset(offset, coord.shape[0])
-        return coord, feat, offset.long()
+        if not isinstance(offset, Tensor):                           # a host list: checked there, then moved
+            host = host_offset(offset)
+            return coord, feat, host.to(coord.device), check_offset(host, coord.shape[0])
+        return coord, feat, offset.long(), check_offset(offset, coord.shape[0])
+
+
+def host_offset(offset) -> Tensor:
+    """A host list (or tuple, or NumPy array) of offsets as a CPU tensor of its own dtype (``check_offset``
+    refuses floats by name; a ``dtype=long`` copy would truncate 2.5 to 2)."""
+    try:
+        return torch.as_tensor(offset)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"expected offset a (B,) integer tensor or list of ints, got {offset!r}") from None
+
+
+def geometric_inputs(data, feat, offset) -> tuple[Tensor, Tensor, Tensor | list[int]]:
+    """``(pos, x, offset)`` of a ``torch_geometric`` ``Data``/``Batch``: the offsets are ``ptr[1:]``, or without
+    ``ptr`` the ends of the runs of its ``batch`` vector (PyG's convention: sorted, each example's points
+    together), or one cloud without either."""
+    if feat is not None or offset is not None:
+        raise ValueError("expected either model(coord, feat, offset) or model(data), not both")
+    if getattr(data, "pos", None) is None or getattr(data, "x", None) is None:
+        raise ValueError(f"expected a torch_geometric Data/Batch with pos and x, got {type(data).__name__}")
+    pos, ptr, batch = data.pos, getattr(data, "ptr", None), getattr(data, "batch", None)
+    if ptr is not None:
+        return pos, data.x, ptr[1:]
+    if batch is None:
+        return pos, data.x, [pos.shape[0]]
+    if not isinstance(batch, Tensor) or batch.shape != pos.shape[:1] or batch.is_floating_point():
+        got = f"{batch.dtype} {tuple(batch.shape)}" if isinstance(batch, Tensor) else type(batch).__name__
+        raise ValueError(f"expected data.batch an integer tensor of shape ({pos.shape[0]},), got {got}")
+    down = (batch[1:] < batch[:-1]).nonzero()
+    if down.numel():
+        i = int(down[0, 0]) + 1
+        raise ValueError(f"expected data.batch sorted (PyG's convention: each example's points together, in "
+                         f"order), got batch[{i}] = {int(batch[i])} after {int(batch[i - 1])}; sort the points by it")
+    return pos, data.x, torch.unique_consecutive(batch, return_counts=True)[1].cumsum(0)

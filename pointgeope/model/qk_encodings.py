@@ -39,7 +39,7 @@ from pointgeope.model.coord_augment import CoordAugment, UTONIA_AUGMENT
 from pointgeope.model.qk_kernels import block_tables, half_tables, swap_matrix, turn_tokens
 from pointgeope.model.qk_lingeope import lingeope_attention
 from pointgeope.model.rope import POINTROPE_BASE, axial_frequencies, pair_angles, pointrope_table
-from pointgeope.model.rotation import geometry_dtype
+from pointgeope.model.rotation import constant, geometry_dtype
 
 __all__ = ["QKName", "QK_ENCODINGS", "ROTARY_HEAD_DIM", "POINT3DROPE_BASE", "GEOPE_POS_SCALE", "rotary_channels",
            "QKEncoding", "GeoPEQK", "LinGeoPEQK", "AxialRoPEQK", "Point3DRoPEQK", "PointRoPEQK", "qk_encoding"]
@@ -158,8 +158,10 @@ class GeoPEQK(QKEncoding):
         self.block_scale = BlockScale(head_dim, base=base, pos_scale=pos_scale, axes=3, learnable=learnable)
 
     def rotate(self, q: Tensor, k: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
+        """The kernels' constant tables (``qk_kernels``) unless the rotation needs a gradient (learnable
+        frequencies, or coordinates that need one): then plain autograd through ``apply_geope``."""
         scale = self.block_scale(pos.dtype, pos.device)
-        if torch.is_grad_enabled() and scale.requires_grad:                     # learnable: plain autograd
+        if not constant(pos, scale):
             return apply_geope(q, pos.unsqueeze(1), scale), apply_geope(k, pos.unsqueeze(1), scale)
         tables = block_tables(pos, scale, self.head_dim)
         return turn_tokens(q, tables), turn_tokens(k, tables)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pointgeope.model.rotation import apply_shifted, query_steps, rotation_tables
+from pointgeope.model.rotation import apply_shifted, constant, query_steps, rotation_tables
 
 # Elements of x per step on the CPU (1 MB of float32 per intermediate, in a core's L2); a GPU takes all at once.
 _STEP_ELEMENTS = 1 << 18
@@ -120,9 +120,14 @@ class _TurnTokens(torch.autograd.Function):
 
 
 def turn_tokens(x: Tensor, tables: Tensor, swap: Tensor | None = None) -> Tensor:
-    """``turn_halves`` of ``x`` (with the pair layout's ``swap``) or ``turn_blocks`` (``swap=None``), with a
-    gradient for ``x``: the tables are constants (fixed frequencies, positions without gradient)."""
-    if torch.is_grad_enabled() and tables.requires_grad:
-        raise ValueError("expected rotation tables without gradient (use pointgeope.geope.apply_geope for "
-                         "learnable frequencies)")
-    return _TurnTokens.apply(x, tables, swap)
+    """``turn_halves`` of ``x`` (with the pair layout's ``swap``) or ``turn_blocks`` (``swap=None``). Constant
+    tables (fixed frequencies, positions without gradient) take the fast path, with a gradient for ``x`` only
+    (``_TurnTokens``); tables that need a gradient (positions that do: a saliency map, an attack on the points)
+    the same formulas under plain autograd, which also differentiates the tables."""
+    if constant(tables):
+        return _TurnTokens.apply(x, tables, swap)
+    work = x.to(tables.dtype)
+    with torch.autocast(x.device.type, enabled=False):                 # in the tables' dtype, rounded once
+        if swap is None:
+            return apply_shifted(work, tables).to(x.dtype)
+        return (work * tables[0] + (work @ swap.to(tables.dtype)) * tables[1]).to(x.dtype)

@@ -8,11 +8,12 @@ graph has no break of ours; run the model once eagerly to have them.
 """
 from __future__ import annotations
 
-import math
 import operator
 
 import torch
 from torch import Tensor
+
+from pointgeope.geope import check_scale          # the one owner of the rule for base and scales
 
 __all__ = ["check_count", "check_scale", "check_float_tensor", "check_finite"]
 
@@ -28,23 +29,6 @@ def check_count(name: str, value, minimum: int = 1) -> int:
     if number < minimum:
         raise ValueError(f"expected {name} >= {minimum}, got {number}")
     return number
-
-
-def check_scale(name: str, value, what: str = "") -> float:
-    """`value` as a finite float `> 0` (`pos_scale`, `base`, `grid_unit`)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not _is_real_scalar(value):
-        raise TypeError(f"expected {name} a finite number > 0{what}, got {value!r} ({type(value).__name__})")
-    number = float(value)
-    if not (math.isfinite(number) and number > 0):
-        raise ValueError(f"expected {name} a finite number > 0{what}, got {number}")
-    return number
-
-
-def _is_real_scalar(value) -> bool:
-    """A NumPy or 0-dim tensor real number."""
-    if isinstance(value, Tensor):
-        return value.dim() == 0 and not value.is_complex()
-    return hasattr(value, "__float__") and not isinstance(value, (str, bytes, complex))
 
 
 def check_float_tensor(name: str, value, *, dim: int | None = None) -> Tensor:

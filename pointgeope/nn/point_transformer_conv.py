@@ -130,7 +130,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         RoPE's relative rotations) is done per edge, in `message`."""
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         pos = (pos, pos) if isinstance(pos, Tensor) else pos
-        self._check_positions(pos)
+        self._check_positions(pos, (x_src, x_dst))
         key = self._in_source_frame(self.lin_src(x_src), pos[0], self.pe.rotation)
         value = self._in_source_frame(self.lin(x_src), pos[0], self.pe.value_rotation)
         query = self.lin_dst(x_dst)                                  # PyG's order: the same gradient sums
@@ -222,13 +222,19 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             cos_sin = torch.cat([theta.cos(), theta.sin()], dim=-1)
         return turn_edges(nodes, cos_sin, src, torch.arange(src.shape[0], device=src.device), 1.0, True)
 
-    def _check_positions(self, pos: PairTensor) -> None:
-        """Floating-point finite positions, of `axes` columns where they enter other than through `pos_nn`
-        (rpe: PyG's rule)."""
-        for name, p in zip(("pos[0] (sources)", "pos[1] (targets)") if pos[0] is not pos[1] else ("pos",), pos):
+    def _check_positions(self, pos: PairTensor, x: PairTensor) -> None:
+        """Floating-point finite positions, one a node (a row of `x`), of `axes` columns where they enter other
+        than through `pos_nn` (with `rpe` only `pos_nn` reads them: their width is PyG's rule, what it takes)."""
+        pair = pos[0] is not pos[1] or x[0] is not x[1]
+        names = (("pos[0] (sources)", "x[0]"), ("pos[1] (targets)", "x[1]")) if pair else (("pos", "x"),)
+        for (name, x_name), p, rows in zip(names, pos, x):
             check_float_tensor(name, p)
-            if self.pe.uses_positions and p.shape[-1] != self.axes:
-                raise ValueError(f"expected positions of shape (N, {self.axes}), got (N, {p.shape[-1]})")
+            if p.dim() != 2 or (self.pe.uses_positions and p.shape[-1] != self.axes):
+                width = self.axes if self.pe.uses_positions else "A"
+                raise ValueError(f"expected {name} of shape (N, {width}), got {tuple(p.shape)}")
+            if rows is not None and rows.shape[0] != p.shape[0]:
+                raise ValueError(f"expected {x_name} and {name} with one row a node, got {x_name} of "
+                                 f"{rows.shape[0]} rows and {name} of {p.shape[0]}")
             check_finite(name, p)
 
     def _in_source_frame(self, x: Tensor, pos: Tensor, rotation: str | None) -> Tensor:

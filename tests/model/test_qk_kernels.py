@@ -28,13 +28,21 @@ def test_cache_sized_steps_give_the_same_rotation(name, monkeypatch):
         assert torch.equal(got, expected)
 
 
-def test_rotation_tables_that_need_a_gradient_are_refused():
-    """The tables are constants (the backward pass turns ``x``'s gradient only): tables that need a gradient
-    (learnable frequencies) would lose it silently, so ``turn_tokens`` refuses them; without autograd it turns."""
-    q, _, _, coord, _ = inputs(d=16)
-    tables = qk_kernels.block_tables(coord, torch.full((5,), 2.0, dtype=F64), 16).requires_grad_()
-    with pytest.raises(ValueError, match="expected rotation tables without gradient .*apply_geope"):
-        qk_kernels.turn_tokens(q, tables)
-    with torch.no_grad():
-        assert torch.equal(qk_kernels.turn_tokens(q, tables), qk_kernels.turn_blocks(q, tables))
-    assert torch.equal(qk_kernels.turn_tokens(q, tables.detach()), qk_kernels.turn_blocks(q, tables.detach()))
+@pytest.mark.parametrize("name", ["geope", "rope3d", "point3drope"])
+def test_rotation_tables_that_need_a_gradient_pass_it_on(name):
+    """Constant tables take the fast Function (gradient for ``x`` only); tables that need a gradient (positions
+    that do) take plain autograd, so the gradient reaches them (it used to be refused): the same rotation, and
+    gradcheck in ``x`` and the tables."""
+    q, _, _, coord, _ = inputs(b=1, h=2, length=3, d=12)
+    enc = qk_encoding(name, 12).eval()
+    if name == "geope":
+        tables, swap = qk_kernels.block_tables(coord, enc.block_scale(F64, coord.device), 12), None
+    else:
+        tables, swap = qk_kernels.half_tables(enc.angles(coord), enc.first, enc.second, 12), enc.swap
+    fast = qk_kernels.turn_tokens(q, tables, swap)
+    assert fast.grad_fn is None or type(fast.grad_fn).__name__ == "_TurnTokensBackward"
+    needy = tables.clone().requires_grad_()
+    slow = qk_kernels.turn_tokens(q, needy, swap)
+    assert slow.grad_fn is not None and "TurnTokens" not in type(slow.grad_fn).__name__
+    torch.testing.assert_close(slow, fast, atol=1e-14, rtol=0)
+    assert torch.autograd.gradcheck(lambda x, t: qk_kernels.turn_tokens(x, t, swap), (q.requires_grad_(), needy))

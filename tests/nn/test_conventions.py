@@ -136,6 +136,33 @@ def test_positions_must_be_finite_floats(pe):
         conv(x, (pos * 10).long(), edge_index)
 
 
+@pytest.mark.parametrize("pe", ["rpe", "geope", "lingeope"])
+def test_features_and_positions_of_other_row_counts_are_one_error_naming_both(pe):
+    """30 feature rows and 40 positions (edges within the first 30): `geope` failed inside `apply_geope`, PyG's
+    `rpe` with an IndexError on a self loop; one position a node is the layer's contract for every preset."""
+    conv = GeoPEPointTransformerConv(4, 12, pe=pe)
+    x, pos, _ = graph(n=40)
+    edge_index = knn_graph(pos[:30], 4)
+    with pytest.raises(ValueError, match=r"expected x and pos with one row a node, got x of 30 rows and pos of 40"):
+        conv(x[:30], pos, edge_index)
+    with pytest.raises(ValueError, match=r"expected x\[0\] and pos\[0\] \(sources\) with one row a node, got x\[0\] "
+                                         r"of 40 rows and pos\[0\] \(sources\) of 30"):
+        conv((x, x[:30]), (pos[:30], pos[:30]), edge_index)
+    assert conv((x[:30], x[:20]), (pos[:30], pos[:20]), edge_index[:, edge_index[1] < 20]).shape == (20, 12)
+
+
+def test_rpe_positions_have_the_width_pos_nn_takes():
+    """`rpe` reads positions through `pos_nn` only (PyG's rule): 2 columns with a `pos_nn` of 2 inputs run, with the
+    default `Linear(3, C)` they are PyG's shape error, not ours; a rotation checks its `axes`."""
+    x, pos, edge_index = graph()
+    out = GeoPEPointTransformerConv(4, 12, pos_nn=torch.nn.Linear(2, 12))(x, pos[:, :2], edge_index)
+    assert out.shape == (12, 12)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        GeoPEPointTransformerConv(4, 12)(x, pos[:, :2], edge_index)
+    with pytest.raises(ValueError, match=r"expected pos of shape \(N, 3\), got \(12, 2\)"):
+        GeoPEPointTransformerConv(4, 12, pe="geope+rpe", pos_nn=torch.nn.Linear(2, 12))(x, pos[:, :2], edge_index)
+
+
 def _pyg_graph_breaks(x, pos, edge_index) -> int:
     torch._dynamo.reset()
     return torch._dynamo.explain(PointTransformerConv(4, 12))(x, pos, edge_index).graph_break_count

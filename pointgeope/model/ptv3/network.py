@@ -54,8 +54,8 @@ class PointTransformerV3(nn.Module):
 
     Shapes:
         forward(coord (N, 3) float, grid_coord (N, 3) int >= 0, feat (N, in_channels), offset (B,) the end
-        of each cloud) -> (N, dec_channels[0]) per-point features in input order (enc_mode: the coarsest
-        stage's (N_S, enc_channels[-1]), rows in its pooled order).
+        of each cloud, a tensor or a host list) -> (N, dec_channels[0]) per-point features in input order
+        (enc_mode: the coarsest stage's (N_S, enc_channels[-1]), rows in its pooled order).
     """
 
     def __init__(self, in_channels: int = 6, order=("z", "z-trans", "hilbert", "hilbert-trans"),

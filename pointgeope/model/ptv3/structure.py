@@ -87,8 +87,14 @@ class PointBatch:
     cache: dict[Any, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_inputs(cls, coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor) -> PointBatch:
-        """Checked inputs (``check_inputs``) as a structure; ``grid_coord`` becomes int64, ``offset`` int64."""
+    def from_inputs(cls, coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor | list[int]) -> PointBatch:
+        """Checked inputs (``check_inputs``) as a structure; ``grid_coord`` becomes int64, ``offset`` int64 (a
+        host list, as ``ops.check_offset`` and PTv1 take it, becomes a tensor on ``coord``'s device)."""
+        if not isinstance(offset, Tensor):
+            try:                                   # its own dtype: check_inputs refuses floats (no truncation)
+                offset = torch.as_tensor(offset, device=coord.device)
+            except (TypeError, ValueError, RuntimeError):
+                raise ValueError(f"expected offset a (B,) integer tensor or list of ints, got {offset!r}") from None
         check_inputs(coord, grid_coord, feat, offset)
         offset = offset.long()
         return cls(coord=coord, grid_coord=grid_coord.long(), feat=feat, offset=offset,

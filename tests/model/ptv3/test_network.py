@@ -158,3 +158,15 @@ def test_bfloat16_autocast_with_rpe(upcast, monkeypatch):
         half = run(net, **data)
     assert seen and set(seen) == {torch.float32 if upcast else torch.bfloat16}
     assert float((half.float() - full).abs().max()) < 0.1 * float(full.abs().max())
+
+
+def test_a_host_list_offset_is_the_tensor_offset(model):
+    """A list (as ``ops.check_offset`` and PTv1 take it) gives the tensor's output; a float list is refused, not
+    truncated; something else is one line."""
+    data = cloud()
+    expected = run(model, **data)
+    assert torch.equal(run(model, **dict(data, offset=[70, 100])), expected)
+    with pytest.raises(ValueError, match=r"expected offset of shape \(B,\) integer, got \(2,\) torch.float32"):
+        run(model, **dict(data, offset=[70.5, 100]))
+    with pytest.raises(ValueError, match="expected offset a .*integer tensor or list of ints, got"):
+        run(model, **dict(data, offset=["70", 100]))

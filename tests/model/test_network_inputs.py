@@ -1,0 +1,72 @@
+"""PointTransformerSeg's inputs (pointgeope/model/network.py ``_inputs``): a PyG ``Data`` with a ``batch`` vector
+and no ``ptr``, offsets as a host list, and the constructor's positive finite scales."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+
+from pointgeope.model.network import PointTransformerSeg
+
+TWO_STAGES = dict(pe="geope", in_channels=6, num_classes=5, planes=(8, 16), blocks=(1, 1), decoder_blocks=(1, 1),
+                  strides=(1, 4), neighbours=(4, 4), share_planes=4)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return PointTransformerSeg(**TWO_STAGES).eval()
+
+
+def _examples(sizes=(5, 12, 9), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [Data(pos=torch.rand(n, 3, generator=g), x=torch.rand(n, 6, generator=g)) for n in sizes]
+
+
+def test_a_batch_vector_without_ptr_gives_the_batchs_clouds(model):
+    """PyG's batch vector (sorted) describes the clouds as ``ptr`` does: the same logits, exactly; without it the
+    whole is one cloud, so kNN, FPS and the cloud means crossed examples (the logits differed by 0.008)."""
+    b = Batch.from_data_list(_examples())
+    with torch.no_grad():
+        expected = model(b)
+        got = model(Data(pos=b.pos, x=b.x, batch=b.batch))
+        one_cloud = model(Data(pos=b.pos, x=b.x))
+    assert torch.equal(got, expected)
+    assert not torch.allclose(one_cloud, expected, atol=1e-4)
+    with torch.no_grad():             # example indices need not start at 0 nor be consecutive: runs are examples
+        assert torch.equal(model(Data(pos=b.pos, x=b.x, batch=3 * b.batch + 2)), expected)
+
+
+def test_an_unsorted_or_misshapen_batch_vector_is_one_line(model):
+    b = Batch.from_data_list(_examples())
+    swapped = b.batch.clone()
+    swapped[[4, 5]] = swapped[[5, 4]]
+    with pytest.raises(ValueError, match=r"expected data.batch sorted .*got batch\[5\] = 0 after 1"):
+        model(Data(pos=b.pos, x=b.x, batch=swapped))
+    with pytest.raises(ValueError, match=r"expected data.batch an integer tensor of shape \(26,\), got"):
+        model(Data(pos=b.pos, x=b.x, batch=b.batch[:-1]))
+    with pytest.raises(ValueError, match="expected data.batch an integer tensor"):
+        model(Data(pos=b.pos, x=b.x, batch=b.batch.float()))
+
+
+def test_a_host_list_offset_is_the_tensor_offset(model):
+    g = torch.Generator().manual_seed(3)
+    coord, feat = torch.rand(30, 3, generator=g), torch.rand(30, 6, generator=g)
+    with torch.no_grad():
+        expected = model(coord, feat, torch.tensor([2, 10, 30]))
+        assert torch.equal(model(coord, feat, [2, 10, 30]), expected)
+        assert torch.equal(model(coord, feat, (2, 10, 30)), expected)
+    with pytest.raises(ValueError, match=r"expected integer offset .*got dtype torch.float32"):
+        model(coord, feat, [2.5, 10, 30])                        # not truncated to 2
+    with pytest.raises(ValueError, match=r"offset\[-1\] == number of points 30"):
+        model(coord, feat, [2, 10, 29])
+    with pytest.raises(ValueError, match="expected offset a .*integer tensor or list of ints, got"):
+        model(coord, feat, ["2", 30])
+
+
+@pytest.mark.parametrize("bad", [0.0, -100.0, float("nan"), float("inf")])
+def test_geope_base_and_grid_size_not_finite_and_positive_are_named(bad):
+    """A base <= 0 made every GeoPE block after the first NaN, silently; a NaN grid size NaN phases."""
+    for name in ("geope_base", "grid_size"):
+        with pytest.raises(ValueError, match=rf"expected {name} a finite number > 0, got {bad}"):
+            PointTransformerSeg(**{**TWO_STAGES, name: bad})
