@@ -58,7 +58,7 @@ from pointgeope.engine import build, distributed, placement
 from pointgeope.engine.ahead import with_index
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.prefetch import Prefetch
-from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, stack
+from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, piece_key, stack
 from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
@@ -152,12 +152,13 @@ def _ptv3_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, l
 def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, limit: int, spec,
                   device: torch.device, beside: bool, layout: _Layout, show_progress: bool) -> Iterator[PieceBatch]:
     """The room's pieces (:func:`_room_pieces`) packed in their order into batches of at most ``limit``
-    points (:func:`~pointgeope.engine.vote_batches.packed`), with their hierarchy by ``spec`` unless None:
+    points, PTv3's of one serialization depth each (:func:`~pointgeope.engine.vote_batches.packed` with
+    :func:`~pointgeope.engine.vote_batches.piece_key`), with their hierarchy by ``spec`` unless None:
     on the host, or with ``beside`` on the CUDA device beside the forward of the batch before
     (``vote_batches.stack``)."""
     pin = device.type == "cuda"
     pieces = _room_pieces(coord, color, cfg, seed, layout, show_progress)
-    for group in packed(pieces, lambda piece: piece[0].shape[0], limit):
+    for group in packed(pieces, lambda piece: piece[0].shape[0], limit, key=piece_key):
         yield stack(group, spec, pin, device if beside else None)
 
 
