@@ -24,6 +24,7 @@ from pointgeope.data.mix3d import Mix3D
 from pointgeope.data.ptv3_dataset import S3DISTrainPTv3
 from pointgeope.data.transforms import ToData, s3dis_train_transform
 from pointgeope.engine.config import Config, ConfigError
+from pointgeope.engine.config_values import pipeline_problem
 from pointgeope.engine import schedule
 from pointgeope.engine.distributed import DistEnv
 from pointgeope.engine.placement import HierarchyPlace
@@ -43,11 +44,10 @@ def model(cfg: Config) -> torch.nn.Module:
         raise ConfigError(f"model.in_channels={in_channels} but data.color={cfg.data.color}, "
                          f"data.height={cfg.data.height} give {features.in_channels} feature channels "
                          f"([{layout}]); set model.in_channels={features.in_channels}")
+    problem = pipeline_problem(cfg)       # checked at load; again for a config made in code
+    if problem:
+        raise ConfigError(problem)
     if cfg.model.backbone == "ptv3":
-        if cfg.data.augment != "pointcept_ptv3" or cfg.eval.protocol != "ptv3":
-            raise ConfigError(f"model.backbone=ptv3 takes samples with grid coordinates: expected "
-                              f"data.augment=pointcept_ptv3 and eval.protocol=ptv3, got {cfg.data.augment} and "
-                              f"{cfg.eval.protocol} (configs/s3dis/_ptv3_recipe.yaml sets both)")
         return PTv3Seg(cfg.model, grid_size=cfg.data.grid_size)
     return PointTransformerSeg(cfg.model, grid_size=cfg.data.grid_size)
 
@@ -63,8 +63,9 @@ def train_dataset(cfg: Config, areas: list[str]) -> S3DISTrain:
             raise ConfigError("data.augment=pointcept_ptv3 has no height feature; set data.height=false")
         return S3DISTrainPTv3(d.root, areas, grid_size=d.grid_size, crop_rate=d.crop_rate, point_max=d.voxel_max,
                               loop=d.loop, seed=cfg.train.seed, color=d.color, cache=d.cache)
-    if d.mix_prob > 0:
-        raise ConfigError(f"data.mix_prob={d.mix_prob} needs data.augment=pointcept_ptv3 (Mix3D mixes its samples)")
+    problem = pipeline_problem(cfg)       # data.mix_prob, data.crop_rate: checked at load; again for a config made in code
+    if problem:
+        raise ConfigError(problem)
     return S3DISTrain(d.root, areas, grid_size=d.grid_size, voxel_max=d.voxel_max or 2**62, loop=d.loop,
                       transform=s3dis_train_transform(d.augment), seed=cfg.train.seed, height=d.height,
                       color=d.color, cache=d.cache)

@@ -11,6 +11,7 @@ from pointgeope.engine.evaluate import vote_room
 from pointgeope.errors import UserError
 
 C = 13
+PTV3 = ["model.backbone=ptv3", "model.pe=none", "data.augment=pointcept_ptv3"]   # the test of PTv3 is PTv3's
 
 
 class GridColourClassifier(torch.nn.Module):
@@ -41,7 +42,7 @@ def room(n=2000, seed=0):
 
 def test_ptv3_protocol_votes_softmax_over_ten_views_of_fragments():
     coord, color = room()
-    cfg = load_config(None, ["eval.protocol=ptv3", "eval.vote=softmax", "data.grid_size=0.2",
+    cfg = load_config(None, [*PTV3, "eval.protocol=ptv3", "eval.vote=softmax", "data.grid_size=0.2",
                              "eval.batch_points=1"])                # one piece per forward
     model = GridColourClassifier()
     result = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=4)
@@ -60,7 +61,7 @@ def test_ptv3_protocol_votes_softmax_over_ten_views_of_fragments():
 
 def test_ptv3_protocol_is_seeded_and_max_fragments_caps_each_view():
     coord, color = room(n=800, seed=1)
-    base = ["eval.protocol=ptv3", "eval.vote=softmax", "data.grid_size=0.2"]
+    base = [*PTV3, "eval.protocol=ptv3", "eval.vote=softmax", "data.grid_size=0.2"]
     a = vote_room(GridColourClassifier(), coord, color, load_config(None, base), torch.device("cpu"), seed=2)
     b = vote_room(GridColourClassifier(), coord, color, load_config(None, base), torch.device("cpu"), seed=2)
     np.testing.assert_array_equal(a.votes, b.votes)
@@ -71,6 +72,6 @@ def test_ptv3_protocol_is_seeded_and_max_fragments_caps_each_view():
 
 def test_ptv3_protocol_refuses_ptv1_test_views():
     coord, color = room(n=100)
-    cfg = load_config(None, ["eval.protocol=ptv3", "eval.tta.flips=true"])
+    cfg = load_config(None, [*PTV3, "eval.protocol=ptv3", "eval.tta.flips=true"])
     with pytest.raises(UserError, match="10 test views"):
         vote_room(GridColourClassifier(), coord, color, cfg, torch.device("cpu"))
