@@ -160,10 +160,12 @@ def parameter_groups(cfg: Config, net: torch.nn.Module) -> list[dict]:
 
 
 def optimizer(cfg: Config, net: torch.nn.Module) -> torch.optim.Optimizer:
-    """SGD or AdamW over :func:`parameter_groups`, those named ``block`` at ``optim.block_lr`` when it is set."""
+    """SGD or AdamW over :func:`parameter_groups`, those named ``block`` at ``optim.block_lr`` when it is set,
+    but the learnt positional frequencies, at ``optim.lr`` whatever their name (``engine/schedule.py``)."""
     o, groups = cfg.optim, parameter_groups(cfg, net)
     if o.block_lr is not None:
-        groups = schedule.keyword_groups(groups, net, schedule.BLOCK_KEYWORD, o.block_lr)
+        groups = schedule.keyword_groups(groups, net, schedule.BLOCK_KEYWORD, o.block_lr,
+                                         keep=net.frequency_parameters())
     if o.name == "sgd":
         return torch.optim.SGD(groups, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
     return torch.optim.AdamW(groups, lr=o.lr, weight_decay=o.weight_decay)

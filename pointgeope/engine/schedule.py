@@ -23,30 +23,37 @@ the warm-up is the one step 0 at the peak, i.e. none: the anneal runs from the p
 largest ``pct_start`` below, whose warm-up ends before step 0; every other ``T`` is torch's as it was).
 
 ``optim.block_lr`` sets the rate of the ``block`` parameters (None: no such group, PTv1's groups as they
-were); ``optim.scheduler: onecycle`` the schedule with ``optim.pct_start``, ``optim.anneal_strategy``,
+were), but for learnt positional frequencies (``net.frequency_parameters()``, which Pointcept's PTv3 does not
+have): they train at ``optim.lr`` without weight decay as PTv1's do, although the encoding PTv3's attention
+layers share is registered under the first block's name (``enc.enc0.block0.attn.pe``); ``optim.scheduler: onecycle`` the schedule with ``optim.pct_start``, ``optim.anneal_strategy``,
 ``optim.div_factor`` and ``optim.final_div_factor``. Each group's peak is the ``lr`` it was given.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import torch
 
 BLOCK_KEYWORD = "block"   # Pointcept's param_dicts keyword: the parameters of PTv3's blocks
 
 
-def keyword_groups(groups: list[dict], net: torch.nn.Module, keyword: str, lr: float) -> list[dict]:
+def keyword_groups(groups: list[dict], net: torch.nn.Module, keyword: str, lr: float,
+                   keep: Iterable[torch.nn.Parameter] = ()) -> list[dict]:
     """``groups`` (optimiser parameter groups of ``net``'s parameters) with each split in two: the parameters
-    whose name in ``net.named_parameters()`` contains ``keyword`` go to a copy of their group with ``lr``;
-    no empty group. The other keys of a group (its weight decay) are kept by both halves."""
+    whose name in ``net.named_parameters()`` contains ``keyword`` go to a copy of their group with ``lr``,
+    except those of ``keep``, which stay where they are whatever their name; no empty group. The other keys
+    of a group (its weight decay) are kept by both halves."""
+    kept = {id(p) for p in keep}
     names = {id(p): name for name, p in net.named_parameters()}
     out = []
     for group in groups:
         missing = [p for p in group["params"] if id(p) not in names]
         if missing:
             raise ValueError(f"expected the parameters of the groups to be net's, found {len(missing)} others")
-        rest = [p for p in group["params"] if keyword not in names[id(p)]]
-        hits = [p for p in group["params"] if keyword in names[id(p)]]
+        moves = [keyword in names[id(p)] and id(p) not in kept for p in group["params"]]
+        hits = [p for p, move in zip(group["params"], moves) if move]
+        rest = [p for p, move in zip(group["params"], moves) if not move]
         if rest:
             out.append({**group, "params": rest})
         if hits:

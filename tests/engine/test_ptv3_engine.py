@@ -172,10 +172,17 @@ def test_ptv3_needs_its_recipe_samples_and_builds_from_the_config():
     assert isinstance(net, PTv3Seg) and net.hierarchy_spec is None
     assert [p.shape for p in net.frequency_parameters()] == [torch.Size([6])]      # head width 18: 6 blocks
     groups = build.optimizer(cfg, net).param_groups
-    # block_lr on Pointcept's "block" parameters; the learnt frequencies without weight decay
+    # block_lr on Pointcept's "block" parameters; the learnt frequencies at optim.lr without weight decay (as
+    # PTv1's), although the shared encoding is registered under the first block's name
     named = {id(p): n for n, p in net.named_parameters()}
-    assert {g["lr"] for g in groups if all("block" in named[id(p)] for p in g["params"])} == {cfg.optim.block_lr}
-    assert any(g["weight_decay"] == 0.0 and g["params"] == net.frequency_parameters() for g in groups)
+    freq = net.frequency_parameters()
+    assert all("block" in named[id(p)] for p in freq)
+    assert [(g["lr"], g["weight_decay"]) for g in groups if g["params"] == freq] == [(cfg.optim.lr, 0.0)]
+    others = [g for g in groups if g["params"] != freq]
+    assert [(g["lr"], g["weight_decay"]) for g in others] == [(cfg.optim.lr, 0.01), (cfg.optim.block_lr, 0.01)]
+    assert all("block" in named[id(p)] for p in others[1]["params"])
+    assert not any("block" in named[id(p)] for p in others[0]["params"])
+    assert sum(len(g["params"]) for g in groups) == len(list(net.parameters()))
 
 
 def test_config_of_an_older_checkpoint_without_backbone_is_ptv1():

@@ -46,6 +46,8 @@ def test_keyword_groups_put_block_parameters_in_their_own_group_at_their_lr():
     assert len(none) == 1                                              # no empty group
     with pytest.raises(ValueError, match="net's"):
         keyword_groups([{"params": [torch.nn.Parameter(torch.zeros(1))]}], net, "block", 6e-4)
+    kept = keyword_groups([{"params": list(net.parameters())}], net, "block", 6e-4, keep=[net.enc.enc0.block0.bias])
+    assert _names(net, kept[1]) == ["enc.enc0.block0.weight"] and len(kept[0]["params"]) == 7
 
 
 def test_recipe_optimizer_is_adamw_with_pointcepts_two_rates():
