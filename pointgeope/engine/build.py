@@ -198,11 +198,20 @@ def mixed_precision(cfg: Config, device: torch.device) -> torch.dtype | None:
     return torch.float16 if cfg.train.amp == "fp16" else torch.bfloat16
 
 
-def autocast(cfg: Config, device: torch.device, cache: bool = True) -> torch.autocast:
-    """The mixed precision of ``train.amp`` for a forward pass (:func:`mixed_precision`): bf16 or fp16 autocast
-    on CUDA, off on the CPU and with ``amp: none`` (float32). ``cache=False`` for a CUDA graph's capture, which
-    must not keep casts made outside it (``engine/graphs.py``)."""
-    dtype = mixed_precision(cfg, device)
+def eval_precision(cfg: Config, device: torch.device) -> torch.dtype | None:
+    """The test forward's autocast dtype, or None for float32. PTv3's test (``eval.protocol: ptv3``) is float32
+    whatever ``train.amp``, as Pointcept's ``SemSegTester`` runs it (no autocast; only flash-attn's kernel
+    attends in bfloat16 there, which pointgeope does not call); PTv1's test follows ``train.amp``
+    (:func:`mixed_precision`), as it always did."""
+    return None if cfg.eval.protocol == "ptv3" else mixed_precision(cfg, device)
+
+
+def autocast(cfg: Config, device: torch.device, cache: bool = True, evaluation: bool = False) -> torch.autocast:
+    """The mixed precision of ``train.amp`` for a forward pass (:func:`mixed_precision`; with ``evaluation``,
+    the test's, :func:`eval_precision`): bf16 or fp16 autocast on CUDA, off (float32) on the CPU, with ``amp:
+    none`` and for PTv3's test. ``cache=False`` for a CUDA graph's capture, which must not keep casts made
+    outside it (``engine/graphs.py``)."""
+    dtype = eval_precision(cfg, device) if evaluation else mixed_precision(cfg, device)
     return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None, cache_enabled=cache)
 
 
