@@ -192,12 +192,13 @@ def pipeline_problem(cfg) -> str | None:
         return (f"model.backbone=ptv3 takes samples with grid coordinates: expected data.augment=pointcept_ptv3 "
                 f"and eval.protocol=ptv3, got {d.augment} and {protocol} (configs/s3dis/_ptv3_recipe.yaml sets both)")
     if backbone != "ptv3":
-        ptv3_only = [k for k, on in (("data.augment=pointcept_ptv3", d.augment == "pointcept_ptv3"),
-                                     ("eval.protocol=ptv3", protocol == "ptv3")) if on]
+        ptv3_only = [(k, fix) for k, fix, on in (
+            ("data.augment=pointcept_ptv3", "data.augment=ptv1", d.augment == "pointcept_ptv3"),
+            ("eval.protocol=ptv3", "eval.protocol=ptv1", protocol == "ptv3")) if on]
         if ptv3_only:
-            return (f"{' and '.join(ptv3_only)}: PTv3's samples and test, but model.backbone={backbone}, whose "
-                    f"forward takes no grid coordinates; set model.backbone=ptv3 (a configs/s3dis/ptv3_*.yaml), "
-                    f"or data.augment and eval.protocol of {backbone}")
+            return (f"{' and '.join(k for k, _ in ptv3_only)}: PTv3's samples and test, but model.backbone="
+                    f"{backbone}, whose forward takes no grid coordinates; set model.backbone=ptv3 (a "
+                    f"configs/s3dis/ptv3_*.yaml), or {' and '.join(fix for _, fix in ptv3_only)}")
     if d.augment != "pointcept_ptv3":
         if d.mix_prob > 0:
             return f"data.mix_prob={d.mix_prob} needs data.augment=pointcept_ptv3 (Mix3D mixes its samples)"

@@ -4,7 +4,8 @@ For each test-time view of a room (the identity, or the augmentations of ``eval.
 sample (:func:`pointgeope.data.dataset.room_sample`) is cut into test-time pieces, the published voxel
 fragments and their crops (:mod:`pointgeope.data.fragments` explains both). Each piece is a sample
 exactly like a training block (``pos`` shifted to a minimum of 0, ``x = [rgb/255 | pos]``), pieces are
-stacked into batches of at most ``eval.batch_points`` points, and each point sums the scores of every
+stacked into batches of at most ``eval.batch_points`` points (PTv3's: of one serialization depth, so that a
+piece's scores do not depend on the batch, :mod:`pointgeope.engine.vote_batches`), and each point sums the scores of every
 prediction made for it::
 
     scores[i] = sum over views v, pieces c containing i of s(model(c))[i]      (N, C) float32
