@@ -24,6 +24,7 @@ from pointgeope.data.mix3d import Mix3D
 from pointgeope.data.ptv3_dataset import S3DISTrainPTv3
 from pointgeope.data.transforms import ToData, s3dis_train_transform
 from pointgeope.engine.config import Config, ConfigError
+from pointgeope.engine.config_values import pipeline_problem
 from pointgeope.engine import schedule
 from pointgeope.engine.distributed import DistEnv
 from pointgeope.engine.placement import HierarchyPlace
@@ -43,11 +44,10 @@ def model(cfg: Config) -> torch.nn.Module:
         raise ConfigError(f"model.in_channels={in_channels} but data.color={cfg.data.color}, "
                          f"data.height={cfg.data.height} give {features.in_channels} feature channels "
                          f"([{layout}]); set model.in_channels={features.in_channels}")
+    problem = pipeline_problem(cfg)       # checked at load; again for a config made in code
+    if problem:
+        raise ConfigError(problem)
     if cfg.model.backbone == "ptv3":
-        if cfg.data.augment != "pointcept_ptv3" or cfg.eval.protocol != "ptv3":
-            raise ConfigError(f"model.backbone=ptv3 takes samples with grid coordinates: expected "
-                              f"data.augment=pointcept_ptv3 and eval.protocol=ptv3, got {cfg.data.augment} and "
-                              f"{cfg.eval.protocol} (configs/s3dis/_ptv3_recipe.yaml sets both)")
         return PTv3Seg(cfg.model, grid_size=cfg.data.grid_size)
     return PointTransformerSeg(cfg.model, grid_size=cfg.data.grid_size)
 
@@ -63,8 +63,9 @@ def train_dataset(cfg: Config, areas: list[str]) -> S3DISTrain:
             raise ConfigError("data.augment=pointcept_ptv3 has no height feature; set data.height=false")
         return S3DISTrainPTv3(d.root, areas, grid_size=d.grid_size, crop_rate=d.crop_rate, point_max=d.voxel_max,
                               loop=d.loop, seed=cfg.train.seed, color=d.color, cache=d.cache)
-    if d.mix_prob > 0:
-        raise ConfigError(f"data.mix_prob={d.mix_prob} needs data.augment=pointcept_ptv3 (Mix3D mixes its samples)")
+    problem = pipeline_problem(cfg)       # data.mix_prob, data.crop_rate: checked at load; again for a config made in code
+    if problem:
+        raise ConfigError(problem)
     return S3DISTrain(d.root, areas, grid_size=d.grid_size, voxel_max=d.voxel_max or 2**62, loop=d.loop,
                       transform=s3dis_train_transform(d.augment), seed=cfg.train.seed, height=d.height,
                       color=d.color, cache=d.cache)
@@ -159,10 +160,12 @@ def parameter_groups(cfg: Config, net: torch.nn.Module) -> list[dict]:
 
 
 def optimizer(cfg: Config, net: torch.nn.Module) -> torch.optim.Optimizer:
-    """SGD or AdamW over :func:`parameter_groups`, those named ``block`` at ``optim.block_lr`` when it is set."""
+    """SGD or AdamW over :func:`parameter_groups`, those named ``block`` at ``optim.block_lr`` when it is set,
+    but the learnt positional frequencies, at ``optim.lr`` whatever their name (``engine/schedule.py``)."""
     o, groups = cfg.optim, parameter_groups(cfg, net)
     if o.block_lr is not None:
-        groups = schedule.keyword_groups(groups, net, schedule.BLOCK_KEYWORD, o.block_lr)
+        groups = schedule.keyword_groups(groups, net, schedule.BLOCK_KEYWORD, o.block_lr,
+                                         keep=net.frequency_parameters())
     if o.name == "sgd":
         return torch.optim.SGD(groups, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
     return torch.optim.AdamW(groups, lr=o.lr, weight_decay=o.weight_decay)
@@ -195,11 +198,20 @@ def mixed_precision(cfg: Config, device: torch.device) -> torch.dtype | None:
     return torch.float16 if cfg.train.amp == "fp16" else torch.bfloat16
 
 
-def autocast(cfg: Config, device: torch.device, cache: bool = True) -> torch.autocast:
-    """The mixed precision of ``train.amp`` for a forward pass (:func:`mixed_precision`): bf16 or fp16 autocast
-    on CUDA, off on the CPU and with ``amp: none`` (float32). ``cache=False`` for a CUDA graph's capture, which
-    must not keep casts made outside it (``engine/graphs.py``)."""
-    dtype = mixed_precision(cfg, device)
+def eval_precision(cfg: Config, device: torch.device) -> torch.dtype | None:
+    """The test forward's autocast dtype, or None for float32. PTv3's test (``eval.protocol: ptv3``) is float32
+    whatever ``train.amp``, as Pointcept's ``SemSegTester`` runs it (no autocast; only flash-attn's kernel
+    attends in bfloat16 there, which pointgeope does not call); PTv1's test follows ``train.amp``
+    (:func:`mixed_precision`), as it always did."""
+    return None if cfg.eval.protocol == "ptv3" else mixed_precision(cfg, device)
+
+
+def autocast(cfg: Config, device: torch.device, cache: bool = True, evaluation: bool = False) -> torch.autocast:
+    """The mixed precision of ``train.amp`` for a forward pass (:func:`mixed_precision`; with ``evaluation``,
+    the test's, :func:`eval_precision`): bf16 or fp16 autocast on CUDA, off (float32) on the CPU, with ``amp:
+    none`` and for PTv3's test. ``cache=False`` for a CUDA graph's capture, which must not keep casts made
+    outside it (``engine/graphs.py``)."""
+    dtype = eval_precision(cfg, device) if evaluation else mixed_precision(cfg, device)
     return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None, cache_enabled=cache)
 
 

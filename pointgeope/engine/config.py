@@ -34,7 +34,7 @@ import yaml
 
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
-from pointgeope.engine.config_values import agreement_problem, value_problem
+from pointgeope.engine.config_values import agreement_problem, pipeline_problem, value_problem
 from pointgeope.engine.config_yaml import DuplicateKeyError, load_yaml
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
@@ -275,7 +275,7 @@ def _merge(base: dict, top: dict) -> dict:
 
 def _checked(cfg: Config, where: str) -> Config:
     """``cfg`` once the keys that must agree with each other do (each key alone was checked as read)."""
-    problem = agreement_problem(cfg.model)
+    problem = agreement_problem(cfg.model) or pipeline_problem(cfg)
     if problem:
         raise ConfigError(f"{where}: {problem}")
     return cfg

@@ -1,10 +1,10 @@
 """The allowed values of the run configuration (:mod:`pointgeope.engine.config`): the range of every
-numeric key, in one table, the values of the few text and list keys that a type does not fix, and the
-model keys that must agree with each other.
+numeric key, in one table, the values of the few text and list keys that a type does not fix, the
+model keys that must agree with each other, and the samples and test that go with the backbone.
 
 :mod:`pointgeope.engine.config` checks each layer (file, override, checkpoint) with :func:`value_problem`
 as it reads it, so that the error names the file or the override, then the merged model section with
-:func:`agreement_problem`. Both return the problem as text (``None`` when there is none)::
+:func:`agreement_problem` and the whole with :func:`pipeline_problem`. They return the problem as text (``None`` when there is none)::
 
     override 'train.epochs=0': train.epochs: expected an integer >= 1, got 0
     override 'train.device=xyz': train.device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got 'xyz'
@@ -181,6 +181,33 @@ def agreement_problem(m: ModelConfig) -> str | None:
     return None
 
 
+def pipeline_problem(cfg) -> str | None:
+    """The samples and the test against the backbone (``cfg`` a ``Config``), or ``None``: the one owner of
+    the pairing. PTv3 (``model.backbone: ptv3``) takes the samples with grid coordinates of
+    ``data.augment: pointcept_ptv3`` and tests with ``eval.protocol: ptv3``; those two are PTv3's only (PTv1's
+    forward takes no ``grid_coord``); ``data.mix_prob`` (Mix3D) and ``data.crop_rate`` (the sphere crop) are
+    keys of PTv3's samples."""
+    d, protocol, backbone = cfg.data, cfg.eval.protocol, cfg.model.backbone
+    if backbone == "ptv3" and (d.augment != "pointcept_ptv3" or protocol != "ptv3"):
+        return (f"model.backbone=ptv3 takes samples with grid coordinates: expected data.augment=pointcept_ptv3 "
+                f"and eval.protocol=ptv3, got {d.augment} and {protocol} (configs/s3dis/_ptv3_recipe.yaml sets both)")
+    if backbone != "ptv3":
+        ptv3_only = [(k, fix) for k, fix, on in (
+            ("data.augment=pointcept_ptv3", "data.augment=ptv1", d.augment == "pointcept_ptv3"),
+            ("eval.protocol=ptv3", "eval.protocol=ptv1", protocol == "ptv3")) if on]
+        if ptv3_only:
+            return (f"{' and '.join(k for k, _ in ptv3_only)}: PTv3's samples and test, but model.backbone="
+                    f"{backbone}, whose forward takes no grid coordinates; set model.backbone=ptv3 (a "
+                    f"configs/s3dis/ptv3_*.yaml), or {' and '.join(fix for _, fix in ptv3_only)}")
+    if d.augment != "pointcept_ptv3":
+        if d.mix_prob > 0:
+            return f"data.mix_prob={d.mix_prob} needs data.augment=pointcept_ptv3 (Mix3D mixes its samples)"
+        if d.crop_rate is not None:
+            return (f"data.crop_rate={d.crop_rate} needs data.augment=pointcept_ptv3 (its sphere crop; "
+                    f"data.augment={d.augment} crops to data.voxel_max only): remove it")
+    return None
+
+
 def backbone_problem(m: ModelConfig) -> str | None:
     """A key of the other backbone set away from its default, or an encoding the backbone does not have:
     PTv1 takes ``attention.PRESETS``, PTv3 ``qk_encodings.QK_ENCODINGS``; ``None`` when all agree."""
@@ -211,7 +238,8 @@ def backbone_problem(m: ModelConfig) -> str | None:
 
 def ptv3_problem(m: ModelConfig) -> str | None:
     """PTv3's lists of one entry per stage (``enc_*``) or per stage but the last (``stride``, ``dec_*``),
-    widths divisible by their heads, heads wide enough for ``model.pe``; ``None`` when all agree."""
+    strides powers of two >= 2 (``ptv3.pooling.stride_problem``), widths divisible by their heads, heads wide enough for ``model.pe``; ``None`` when all agree."""
+    from pointgeope.model.ptv3.pooling import stride_problem
     from pointgeope.model.qk_encodings import qk_encoding
 
     p, stages = m.ptv3, len(m.ptv3.enc_depths)
@@ -221,6 +249,10 @@ def ptv3_problem(m: ModelConfig) -> str | None:
         if len(getattr(p, key)) != want:
             return (f"model.ptv3.{key}: expected {want} entries for the {stages} stages of model.ptv3.enc_depths "
                     f"{p.enc_depths}, got {len(getattr(p, key))}: {getattr(p, key)}")
+    for i, stride in enumerate(p.stride):
+        problem = stride_problem(stride)
+        if problem:
+            return f"model.ptv3.stride[{i}]: {problem} (its pooling merges stride^3 voxels into one)"
     for side in ("enc", "dec"):
         for i, (width, heads) in enumerate(zip(getattr(p, f"{side}_channels"), getattr(p, f"{side}_num_head"))):
             if width % heads:

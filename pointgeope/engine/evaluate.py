@@ -4,7 +4,8 @@ For each test-time view of a room (the identity, or the augmentations of ``eval.
 sample (:func:`pointgeope.data.dataset.room_sample`) is cut into test-time pieces, the published voxel
 fragments and their crops (:mod:`pointgeope.data.fragments` explains both). Each piece is a sample
 exactly like a training block (``pos`` shifted to a minimum of 0, ``x = [rgb/255 | pos]``), pieces are
-stacked into batches of at most ``eval.batch_points`` points, and each point sums the scores of every
+stacked into batches of at most ``eval.batch_points`` points (PTv3's: of one serialization depth, so that a
+piece's scores do not depend on the batch, :mod:`pointgeope.engine.vote_batches`), and each point sums the scores of every
 prediction made for it::
 
     scores[i] = sum over views v, pieces c containing i of s(model(c))[i]      (N, C) float32
@@ -58,7 +59,7 @@ from pointgeope.engine import build, distributed, placement
 from pointgeope.engine.ahead import with_index
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.prefetch import Prefetch
-from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, stack
+from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, piece_key, stack
 from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
@@ -152,12 +153,13 @@ def _ptv3_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, l
 def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, limit: int, spec,
                   device: torch.device, beside: bool, layout: _Layout, show_progress: bool) -> Iterator[PieceBatch]:
     """The room's pieces (:func:`_room_pieces`) packed in their order into batches of at most ``limit``
-    points (:func:`~pointgeope.engine.vote_batches.packed`), with their hierarchy by ``spec`` unless None:
+    points, PTv3's of one serialization depth each (:func:`~pointgeope.engine.vote_batches.packed` with
+    :func:`~pointgeope.engine.vote_batches.piece_key`), with their hierarchy by ``spec`` unless None:
     on the host, or with ``beside`` on the CUDA device beside the forward of the batch before
     (``vote_batches.stack``)."""
     pin = device.type == "cuda"
     pieces = _room_pieces(coord, color, cfg, seed, layout, show_progress)
-    for group in packed(pieces, lambda piece: piece[0].shape[0], limit):
+    for group in packed(pieces, lambda piece: piece[0].shape[0], limit, key=piece_key):
         yield stack(group, spec, pin, device if beside else None)
 
 
@@ -174,7 +176,8 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
     Args:
         model: the segmentation network (in eval mode), ``model(coord, feat, offset) -> (M, C)`` logits.
         coord: ``(N, 3)`` float32 room coordinates (metres); color: ``(N, 3)`` uint8.
-        cfg: ``data.grid_size``, ``data.voxel_max``, ``data.height``, ``eval.*`` and ``train.amp`` are used.
+        cfg: ``data.grid_size``, ``data.voxel_max``, ``data.height``, ``eval.*`` and ``train.amp`` are used
+            (``train.amp`` by PTv1's test only: PTv3's is float32, ``build.eval_precision``).
         seed: seeds the within-voxel shuffles and the crop seeds (the result is a function of it).
         show_progress: a bar over the fragments (on a terminal).
     """

@@ -1,17 +1,29 @@
 """The batches of a room's test-time pieces and the forward that adds their scores to the room's votes.
 
 :func:`packed` is the one rule that groups pieces into batches (in their order, at most ``limit`` points
-each, a larger piece alone), for the batches first made and for those split again. :func:`stack` puts pieces (``(room index (n_i,), Data(pos, x))``) one after another into one forward's
+each, a larger piece alone, and only pieces of one :func:`piece_key`), for the batches first made and for those
+split again. :func:`stack` puts pieces (``(room index (n_i,), Data(pos, x))``) one after another into one forward's
 input, :class:`VoteSink` runs it and adds each piece's scores to its points::
 
     pos = [pos_1; pos_2; ...]   (M, 3)      offset = cumsum(n_i)   (B,)      M = sum n_i <= batch_points
     scores[index_i] += s(model(pos, x, offset))[rows of piece i]      votes[index_i] += 1
 
 (:mod:`pointgeope.engine.evaluate` says what ``s`` is and where the pieces come from.)
+
+A batch gives each piece the scores it gets alone (one piece per forward, ``eval.batch_points: 1``, as
+Pointcept's ``SemSegTester`` runs its fragments) when the network keeps the clouds of a batch apart and
+nothing it computes depends on the batch as a whole. PTv1 keeps them apart. PTv3 keeps them apart (patches,
+sparse convolutions and pooling never cross a cloud's end; batch norm uses its running statistics) except for
+one batch-wide value: its serialization depth, the bits of the batch's ``max(grid_coord) + 1``, which changes
+the Hilbert orders of every cloud in it. So PTv3's pieces are packed by their own depth (:func:`piece_key`):
+a batch holds pieces of one depth only, and its depth is each piece's own, as when it runs alone. The
+scores are then those of one piece per forward up to floating-point summation order (the same on the CPU;
+``tests/engine/test_vote_depth.py``), whatever ``eval.batch_points`` and the halving of a batch that does not
+fit in GPU memory (:class:`VoteSink`, whose parts are parts of a batch of one depth).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import NamedTuple, TypeVar
 
 import numpy as np
@@ -22,6 +34,7 @@ from pointgeope.engine import build
 from pointgeope.engine.ahead import copy_and_build, wait_for_side_stream
 from pointgeope.engine.config import Config
 from pointgeope.model.ops.hierarchy import PointHierarchy
+from pointgeope.model.ptv3.serialization import serialization_depth
 
 CPU_BATCH_POINTS = 400_000      # eval.batch_points: null on the CPU
 CUDA_BATCH_POINTS = 1_600_000    # eval.batch_points: null on an accelerator (halved while it does not fit)
@@ -30,21 +43,33 @@ CUDA_BATCH_POINTS = 1_600_000    # eval.batch_points: null on an accelerator (ha
 T = TypeVar("T")
 
 
-def packed(items: Iterable[T], size: Callable[[T], int], limit: int) -> Iterator[list[T]]:
+def packed(items: Iterable[T], size: Callable[[T], int], limit: int,
+           key: Callable[[T], Hashable] | None = None) -> Iterator[list[T]]:
     """Consecutive groups of ``items``, greedily in their order: an item joins the current group while the
-    group's total ``size`` stays within ``limit``, else starts the next one (an item over ``limit`` is a
-    group alone; no group is empty). Lazy: one group is held at a time."""
+    group's total ``size`` stays within ``limit`` and, with ``key``, the item's key is the group's, else starts
+    the next one (an item over ``limit`` is a group alone; no group is empty). Lazy: one group is held at a
+    time."""
     group: list[T] = []
-    total = 0
+    total, group_key = 0, None
     for item in items:
         n = size(item)
-        if group and total + n > limit:
+        k = key(item) if key is not None else None
+        if group and (total + n > limit or k != group_key):
             yield group
             group, total = [], 0
         group.append(item)
         total += n
+        group_key = k
     if group:
         yield group
+
+
+def piece_key(piece: tuple[np.ndarray, Data]) -> int | None:
+    """What the pieces of one batch must share (:func:`packed`'s ``key``): a PTv3 piece's (one with
+    ``grid_coord``) serialization depth, ``serialization_depth(grid_coord)`` (the bits of its
+    ``max(grid_coord) + 1``), which its network takes batch-wide; None for PTv1's pieces, which any batch holds."""
+    data = piece[1]
+    return serialization_depth(data.grid_coord) if "grid_coord" in data else None
 
 
 class PieceBatch(NamedTuple):
@@ -106,8 +131,8 @@ class VoteSink:
 
     On CUDA the scores come back to the host asynchronously and are added once the next batch's forward
     is queued, so the GPU does not wait for the host's additions. A batch that does not fit in GPU memory
-    is split in halves, and later batches are cut to the size that fitted (the same predictions: pieces
-    are independent of each other in a batch)."""
+    is split in halves, and later batches are cut to the size that fitted (the same predictions: a part of
+    a batch holds pieces of one :func:`piece_key`, see the module docstring)."""
 
     def __init__(self, model, scores: np.ndarray, votes: np.ndarray, cfg: Config, device: torch.device):
         self.model, self.scores, self.votes, self.device, self.cfg = model, scores, votes, device, cfg
@@ -120,7 +145,7 @@ class VoteSink:
         given = {} if batch.hierarchy is None else {"hierarchy": batch.hierarchy.to(self.device)}
         if batch.grid_coord is not None:
             given["grid_coord"] = batch.grid_coord.to(self.device, non_blocking=copy)
-        with build.autocast(self.cfg, self.device):
+        with build.autocast(self.cfg, self.device, evaluation=True):   # PTv3's test: float32
             logits = self.model(pos, x, offset, **given).float()
         return torch.softmax(logits, dim=1) if self.softmax else logits
 

@@ -6,11 +6,14 @@ import numpy as np
 import pytest
 import torch
 
+from pointgeope.engine import build
 from pointgeope.engine.config import load_config
 from pointgeope.engine.evaluate import vote_room
 from pointgeope.errors import UserError
+from tests.engine.conftest import REPO
 
 C = 13
+PTV3 = ["model.backbone=ptv3", "model.pe=none", "data.augment=pointcept_ptv3"]   # the test of PTv3 is PTv3's
 
 
 class GridColourClassifier(torch.nn.Module):
@@ -41,7 +44,7 @@ def room(n=2000, seed=0):
 
 def test_ptv3_protocol_votes_softmax_over_ten_views_of_fragments():
     coord, color = room()
-    cfg = load_config(None, ["eval.protocol=ptv3", "eval.vote=softmax", "data.grid_size=0.2",
+    cfg = load_config(None, [*PTV3, "eval.protocol=ptv3", "eval.vote=softmax", "data.grid_size=0.2",
                              "eval.batch_points=1"])                # one piece per forward
     model = GridColourClassifier()
     result = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=4)
@@ -60,7 +63,7 @@ def test_ptv3_protocol_votes_softmax_over_ten_views_of_fragments():
 
 def test_ptv3_protocol_is_seeded_and_max_fragments_caps_each_view():
     coord, color = room(n=800, seed=1)
-    base = ["eval.protocol=ptv3", "eval.vote=softmax", "data.grid_size=0.2"]
+    base = [*PTV3, "eval.protocol=ptv3", "eval.vote=softmax", "data.grid_size=0.2"]
     a = vote_room(GridColourClassifier(), coord, color, load_config(None, base), torch.device("cpu"), seed=2)
     b = vote_room(GridColourClassifier(), coord, color, load_config(None, base), torch.device("cpu"), seed=2)
     np.testing.assert_array_equal(a.votes, b.votes)
@@ -71,6 +74,34 @@ def test_ptv3_protocol_is_seeded_and_max_fragments_caps_each_view():
 
 def test_ptv3_protocol_refuses_ptv1_test_views():
     coord, color = room(n=100)
-    cfg = load_config(None, ["eval.protocol=ptv3", "eval.tta.flips=true"])
+    cfg = load_config(None, [*PTV3, "eval.protocol=ptv3", "eval.tta.flips=true"])
     with pytest.raises(UserError, match="10 test views"):
         vote_room(GridColourClassifier(), coord, color, cfg, torch.device("cpu"))
+
+
+class PrecisionProbe(torch.nn.Module):
+    """A linear layer whose output dtype tells the precision the forward ran in."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.dtypes = torch.nn.Linear(6, C), set()
+
+    def forward(self, coord, feat, offset, grid_coord=None):
+        out = self.lin(feat)
+        self.dtypes.add(out.dtype)
+        return out
+
+
+@pytest.mark.parametrize("protocol, dtype", [("ptv3", torch.float32), ("ptv1", torch.bfloat16)])
+def test_ptv3_test_runs_in_float32_whatever_train_amp(protocol, dtype, monkeypatch):
+    # Pointcept's SemSegTester has no autocast; PTv1's test keeps train.amp's (as it did). On the CPU a
+    # bfloat16 train.amp stands in for CUDA's fp16 (the rule's only device-dependent part, build.mixed_precision).
+    recipe = load_config(REPO / "configs" / "s3dis" / "ptv3_none.yaml")
+    assert build.mixed_precision(recipe, torch.device("cuda")) == torch.float16         # the recipe's train.amp
+    assert build.eval_precision(recipe, torch.device("cuda")) is None
+    monkeypatch.setattr(build, "mixed_precision", lambda cfg, device: torch.bfloat16)
+    coord, color = room(500)
+    cfg = load_config(None, [*PTV3, "eval.protocol=ptv3"] if protocol == "ptv3" else ["train.amp=bf16"])
+    model = PrecisionProbe()
+    vote_room(model, coord, color, cfg, torch.device("cpu"), seed=0)
+    assert model.dtypes == {dtype}

@@ -29,6 +29,9 @@ TINY3 = ["model.ptv3.stride=[2]", "model.ptv3.enc_depths=[1, 1]", "model.ptv3.en
          "eval.batch_points=20000", "eval.max_fragments=1"]
 
 
+PIPELINE = ["data.augment=pointcept_ptv3", "eval.protocol=ptv3"]      # PTv3's samples and test
+
+
 def train3(root, run, *extra, fold="1"):
     parser = argparse.ArgumentParser()
     train_command.add_arguments(parser)
@@ -116,11 +119,21 @@ def test_ablate_over_two_ptv3_encodings(two_folds, tmp_path):
      "model.ptv3.dec_depths: expected 4 entries for the 5 stages"),
     (["model.backbone=ptv3", "model.pe=none", "model.ptv3.enc_channels=[32, 64, 128, 256, 500]"],
      "model.ptv3.enc_channels[4]: expected a multiple of model.ptv3.enc_num_head[4] (32), got 500"),
-    (["model.backbone=ptv3", "model.pe=pointrope"], None),        # Pointcept's widths: head width 16 >= 6
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=pointrope"], None),  # Pointcept's widths: head width 16 >= 6
     (["model.backbone=ptv3", "model.pe=pointrope", "model.ptv3.enc_channels=[8, 64, 128, 256, 512]"],
      "enc_channels[0] / enc_num_head[0] with model.pe=pointrope: expected head_dim >= 6"),
     (["model.backbone=ptv3", "model.pe=none", "model.ptv3.enc_patch_size=[1024, 1024, 1024, 1024, 10000000]"],
      "model.ptv3.enc_patch_size[4]: expected an integer <= 65536"),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", "model.ptv3.stride=[2, 3, 2, 2]"],
+     "model.ptv3.stride[1]: expected a power of two >= 2, got 3"),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", "model.ptv3.stride=[1, 2, 2, 2]"],
+     "model.ptv3.stride[0]: expected a power of two >= 2, got 1"),
+    (["model.backbone=ptv3", "model.pe=none"], "model.backbone=ptv3 takes samples with grid coordinates: expected "
+     "data.augment=pointcept_ptv3 and eval.protocol=ptv3, got ptv1 and ptv1"),
+    (["eval.protocol=ptv3"], "eval.protocol=ptv3: PTv3's samples and test, but model.backbone=ptv1"),
+    (["data.augment=pointcept_ptv3"], "data.augment=pointcept_ptv3: PTv3's samples and test, but model.backbone=ptv1"),
+    (["data.crop_rate=0.5"], "data.crop_rate=0.5 needs data.augment=pointcept_ptv3"),
+    (["data.mix_prob=0.5"], "data.mix_prob=0.5 needs data.augment=pointcept_ptv3"),
 ])
 def test_each_backbone_takes_its_own_keys(overrides, message):
     if message is None:
@@ -131,18 +144,45 @@ def test_each_backbone_takes_its_own_keys(overrides, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("config, extra, message", [
+    (DEMO_CONFIG, ["eval.protocol=ptv3"], "eval.protocol=ptv3: PTv3's samples and test, but model.backbone=ptv1"),
+    (DEMO_CONFIG, ["data.augment=pointcept_ptv3"], "data.augment=pointcept_ptv3: PTv3's samples and test"),
+    (PTV3_DEMO, ["model.ptv3.stride=[3, 2]"], "model.ptv3.stride[0]: expected a power of two >= 2, got 3"),
+])
+def test_a_config_that_pairs_the_backbones_wrongly_is_refused_before_training(config, extra, message, two_folds,
+                                                                              tmp_path, capsys):
+    # before: a PTv1 fold trained, then its test died with a TypeError (grid_coord); a stride of 3 a traceback
+    line = one_line(capsys, 2, ["train", "--config", str(config), "--test-area", "1", "--data-root", str(two_folds),
+                                "--run-dir", str(tmp_path / "run"), *extra])
+    assert message in line and not (tmp_path / "run").exists()
+
+
+def test_evaluate_refuses_ptv3_test_of_a_ptv1_run(tiny_run, capsys):
+    line = one_line(capsys, 2, ["evaluate", str(tiny_run), "eval.protocol=ptv3"])
+    assert "eval.protocol=ptv3: PTv3's samples and test, but model.backbone=ptv1" in line
+
+
 def test_ptv3_needs_its_recipe_samples_and_builds_from_the_config():
+    cfg = load_config(None)
+    cfg.model.backbone, cfg.model.pe = "ptv3", "none"       # made in code, not loaded: build refuses it too
     with pytest.raises(ConfigError, match="expected data.augment=pointcept_ptv3 and eval.protocol=ptv3"):
-        build.model(load_config(None, ["model.backbone=ptv3", "model.pe=none"]))
+        build.model(cfg)
     cfg = load_config(PTV3_DEMO, ["model.geope_learnable=true"])
     net = build.model(cfg)
     assert isinstance(net, PTv3Seg) and net.hierarchy_spec is None
     assert [p.shape for p in net.frequency_parameters()] == [torch.Size([6])]      # head width 18: 6 blocks
     groups = build.optimizer(cfg, net).param_groups
-    # block_lr on Pointcept's "block" parameters; the learnt frequencies without weight decay
+    # block_lr on Pointcept's "block" parameters; the learnt frequencies at optim.lr without weight decay (as
+    # PTv1's), although the shared encoding is registered under the first block's name
     named = {id(p): n for n, p in net.named_parameters()}
-    assert {g["lr"] for g in groups if all("block" in named[id(p)] for p in g["params"])} == {cfg.optim.block_lr}
-    assert any(g["weight_decay"] == 0.0 and g["params"] == net.frequency_parameters() for g in groups)
+    freq = net.frequency_parameters()
+    assert all("block" in named[id(p)] for p in freq)
+    assert [(g["lr"], g["weight_decay"]) for g in groups if g["params"] == freq] == [(cfg.optim.lr, 0.0)]
+    others = [g for g in groups if g["params"] != freq]
+    assert [(g["lr"], g["weight_decay"]) for g in others] == [(cfg.optim.lr, 0.01), (cfg.optim.block_lr, 0.01)]
+    assert all("block" in named[id(p)] for p in others[1]["params"])
+    assert not any("block" in named[id(p)] for p in others[0]["params"])
+    assert sum(len(g["params"]) for g in groups) == len(list(net.parameters()))
 
 
 def test_config_of_an_older_checkpoint_without_backbone_is_ptv1():

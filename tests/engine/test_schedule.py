@@ -12,6 +12,7 @@ import torch
 from pointgeope.engine import build
 from pointgeope.engine.config import ConfigError, load_config
 from pointgeope.engine.schedule import keyword_groups, one_cycle
+from tests.engine.test_ptv3_engine import train3
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "s3dis" / "_ptv3_recipe.yaml"
 
@@ -45,6 +46,8 @@ def test_keyword_groups_put_block_parameters_in_their_own_group_at_their_lr():
     assert len(none) == 1                                              # no empty group
     with pytest.raises(ValueError, match="net's"):
         keyword_groups([{"params": [torch.nn.Parameter(torch.zeros(1))]}], net, "block", 6e-4)
+    kept = keyword_groups([{"params": list(net.parameters())}], net, "block", 6e-4, keep=[net.enc.enc0.block0.bias])
+    assert _names(net, kept[1]) == ["enc.enc0.block0.weight"] and len(kept[0]["params"]) == 7
 
 
 def test_recipe_optimizer_is_adamw_with_pointcepts_two_rates():
@@ -66,7 +69,7 @@ def cycle(step: int, total: int, peak: float, pct: float = 0.05, div: float = 10
     def cos_ramp(a, b, t):
         return a + (b - a) * (1 - math.cos(math.pi * t)) / 2
 
-    if step <= top:
+    if step <= top and top > 0:         # the peak is at step top: a warm-up ending at step 0 is none
         return cos_ramp(start, peak, step / top)
     return cos_ramp(peak, end, (step - top) / (total - 1 - top))
 
@@ -88,6 +91,27 @@ def test_one_cycle_follows_its_formula_in_each_group_and_cycles_beta1():
     assert lrs[0] == pytest.approx([6e-4, 6e-5]) and lrs[19] == pytest.approx([0.006, 0.0006])
     assert lrs[-1] == pytest.approx([6e-7, 6e-8])
     assert betas[0] == pytest.approx(0.95) and betas[19] == pytest.approx(0.85) and betas[-1] == pytest.approx(0.95)
+
+
+@pytest.mark.parametrize("total", [19, 20, 21])
+def test_one_cycle_around_a_warm_up_of_one_step_follows_its_formula(total):
+    # 0.05 x 20 = 1: the warm-up would end at step 0, where torch's OneCycleLR divides by zero
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.AdamW([p], lr=0.006)
+    sched = one_cycle(opt, total)
+    lrs = []
+    for _ in range(total):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step(), sched.step()
+    assert lrs == pytest.approx([cycle(s, total, 0.006) for s in range(total)], rel=1e-12, abs=1e-15)
+    assert lrs[-1] == pytest.approx(6e-7)
+    assert lrs[0] == pytest.approx({19: 0.006, 20: 0.006, 21: 6e-4}[total], rel=1e-4)
+
+
+def test_a_ptv3_demo_of_one_epoch_whose_warm_up_is_one_step_trains(two_folds, tmp_path):
+    # the demo's train.epochs=1 (20 steps at pct_start 0.05), at the tiny data's size: 2 steps at 0.5
+    assert train3(two_folds, tmp_path, "optim.pct_start=0.5", "model.pe=none") == 0
+    assert (tmp_path / "area_1" / "metrics.json").is_file()
 
 
 def test_build_scheduler_spans_epochs_times_steps_and_resumes_from_its_state(tmp_path):

@@ -28,6 +28,15 @@ from torch import Tensor, nn
 
 from pointgeope.model.ptv3.structure import PointBatch
 
+
+def stride_problem(stride: int) -> str | None:
+    """What is wrong with a pooling ``stride``, or None: it must be ``2^d``, ``d >= 1`` (a voxel of the
+    coarser grid ``grid >> d`` is the points whose codes agree but for their last ``3 d`` bits). The one owner
+    of the rule: ``SerializedPooling`` and the config's check (``model.ptv3.stride``) ask it."""
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 2 or stride & (stride - 1):
+        return f"expected a power of two >= 2, got {stride!r}"
+    return None
+
 __all__ = ["SerializedPooling", "SerializedUnpooling", "segment_reduce", "shuffles_now"]
 
 _REDUCE = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean"}
@@ -61,8 +70,9 @@ class SerializedPooling(nn.Module):
                  act_layer: Callable[[], nn.Module] | None = None, reduce: str = "max",
                  shuffle_orders: bool = True, traceable: bool = True, shuffle_in_eval: bool = True) -> None:
         super().__init__()
-        if stride < 2 or stride & (stride - 1):
-            raise ValueError(f"expected a stride that is a power of two >= 2, got {stride}")
+        problem = stride_problem(stride)
+        if problem:
+            raise ValueError(problem)
         if reduce not in _REDUCE:
             raise ValueError(f"expected reduce in {tuple(_REDUCE)}, got {reduce!r}")
         self.in_channels, self.out_channels = in_channels, out_channels
