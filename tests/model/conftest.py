@@ -17,6 +17,18 @@ def interpreted(kernel_failures_forgotten):
 
 
 @pytest.fixture
+def interpreted_cpu(request):
+    """``interpreted``, for a test that runs Triton kernels on CPU tensors: skipped on a CUDA machine, where
+    Triton was imported compiled (``tests/conftest.py`` sets ``TRITON_INTERPRET`` only without CUDA) and
+    its kernels cannot take CPU tensors."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("Triton runs compiled on this CUDA machine: its kernels cannot take CPU tensors")
+    return request.getfixturevalue("interpreted")
+
+
+@pytest.fixture
 def torch_batch_norm(monkeypatch):
     """Batch norm + ReLU on torch's path whatever ``POINTGEOPE_KERNELS`` says: its opt-in Triton kernel
     (``norm.KERNEL``, tested in test_norm.py) would mix a second kernel into a test that compares the

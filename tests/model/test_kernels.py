@@ -207,7 +207,7 @@ def test_a_registered_kernel_gets_the_switch_the_fallback_and_the_check(monkeypa
                              lambda got, want: (float((got - want).abs().max()), ""), 0.0)
     monkeypatch.setattr(kernels, "_REGISTRY", dict(kernels._REGISTRY))       # registered for this test only
     new = kernels.register("zz_plus_one", triton_fn, lambda x: x + 1.0, check=lambda device, points, pairs: [case])
-    x = torch.zeros(3)
+    x = torch.zeros(3, device=DEVICE)        # where Triton runs here: CUDA, else the interpreter's CPU
     assert torch.equal(new(x.device, x), torch.ones(3)) and calls == ["triton"]
     failing.append(True)
     with pytest.warns(KernelFallbackWarning, match="Triton kernel zz_plus_one failed"):
@@ -237,7 +237,7 @@ def test_an_error_while_a_cuda_graph_records_is_the_capture_s(monkeypatch):
 
     monkeypatch.setattr(kernels, "_REGISTRY", dict(kernels._REGISTRY))
     new = kernels.register("zz_capture", triton_fn, lambda x: x + 1.0)
-    x = torch.zeros(3)
+    x = torch.zeros(3, device=DEVICE)        # where Triton runs here: CUDA, else the interpreter's CPU
     monkeypatch.setattr(kernels, "_capturing", lambda device: True)
     with pytest.raises(type(LAUNCH_ERROR)):
         new(x.device, x)

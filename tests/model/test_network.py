@@ -225,7 +225,7 @@ def test_the_layers_of_a_stage_share_one_rotation_table_and_nothing_changes(pe, 
     import contextlib
 
     if path == "triton":
-        request.getfixturevalue("interpreted")
+        request.getfixturevalue("interpreted_cpu")
         request.getfixturevalue("torch_batch_norm")
 
     from pointgeope.model import fused_attention, network, rotation

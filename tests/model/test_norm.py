@@ -220,7 +220,7 @@ def test_a_failing_backward_gives_torchs_gradients(interpreted, train):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_every_norm_of_the_network_runs_fused_and_equals_torchs(interpreted):
+def test_every_norm_of_the_network_runs_fused_and_equals_torchs(interpreted_cpu):
     """A small network (rpe: the blocks', transitions', head's and attention MLPs' norms, over points and over
     pairs) on the Triton path, training mode: each ``BatchNormReLU`` calls the fused op once, and the logits,
     gradients and running buffers equal those of the same path with torch's batch norm + relu in its place."""
@@ -242,7 +242,7 @@ def test_every_norm_of_the_network_runs_fused_and_equals_torchs(interpreted):
         return fused(*args)
     runs = []
     for net, fn in ((model, counted), (twin, norm.reference)):
-        interpreted.setattr(norm.KERNEL, "triton", fn)
+        interpreted_cpu.setattr(norm.KERNEL, "triton", fn)
         logits = net(coord, feat, offset)
         logits.square().mean().backward()
         runs.append((logits.detach(), {n: p.grad for n, p in net.named_parameters()},

@@ -31,7 +31,7 @@ def on(request):
     """``on(backend)``: the backend, after entering Triton's interpreter for ``"triton"`` (on CPU tensors)."""
     def enter(*names: str) -> None:
         if "triton" in names:
-            request.getfixturevalue("interpreted")
+            request.getfixturevalue("interpreted_cpu")
     return enter
 
 
