@@ -8,27 +8,12 @@ graph has no break of ours; run the model once eagerly to have them.
 """
 from __future__ import annotations
 
-import operator
-
-import torch
 from torch import Tensor
 
 from pointgeope.geope import check_scale          # the one owner of the rule for base and scales
+from pointgeope.model.ops.checks import check_count, check_finite   # the point ops' own, the one owner
 
 __all__ = ["check_count", "check_scale", "check_float_tensor", "check_finite"]
-
-
-def check_count(name: str, value, minimum: int = 1) -> int:
-    """`value` as a Python int `>= minimum` (ints, NumPy ints and integer 0-dim tensors; not bools or floats)."""
-    if isinstance(value, bool) or (isinstance(value, Tensor) and (value.dim() or value.is_floating_point())):
-        raise TypeError(f"expected {name} an int >= {minimum}, got {value!r}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise TypeError(f"expected {name} an int >= {minimum}, got {value!r} ({type(value).__name__})") from None
-    if number < minimum:
-        raise ValueError(f"expected {name} >= {minimum}, got {number}")
-    return number
 
 
 def check_float_tensor(name: str, value, *, dim: int | None = None) -> Tensor:
@@ -42,14 +27,3 @@ def check_float_tensor(name: str, value, *, dim: int | None = None) -> Tensor:
     if dim is not None and value.dim() != dim:
         raise ValueError(f"expected {name} of {dim} dims, got shape {tuple(value.shape)}")
     return value
-
-
-def check_finite(name: str, value: Tensor) -> None:
-    """Every entry of `value` finite (skipped while compiling or scripting: it reads the data)."""
-    if torch.jit.is_scripting() or torch.compiler.is_compiling():
-        return
-    bad = ~torch.isfinite(value)
-    if bool(bad.any()):
-        row = int(bad.reshape(value.shape[0], -1).any(1).nonzero()[0]) if value.dim() else 0
-        raise ValueError(f"expected finite {name}, got {int(bad.sum())} NaN or infinite entries "
-                         f"(the first in row {row}: {value[row].tolist() if value.dim() else value.item()})")

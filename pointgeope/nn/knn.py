@@ -56,7 +56,7 @@ def knn_graph(x: Tensor, k: int, batch: Tensor | None = None, loop: bool = False
     sizes = _example_sizes(batch, num, batch_size, pos.device)
     offset = sizes.cumsum(0)
     width = min(k + (0 if loop else 1), int(sizes.max()))          # never more columns than the largest cloud
-    idx, _ = knn(pos, pos, width, offset, offset, backend)          # sorted, self at distance 0
+    idx, _ = knn(pos, pos, width, offset, offset, backend, check_finite=False)   # checked above; self first
     rows = torch.arange(num, device=pos.device)
     column = torch.arange(idx.shape[1], device=pos.device)
     keep = column < sizes.repeat_interleave(sizes).unsqueeze(1)    # knn repeats the n points of small examples

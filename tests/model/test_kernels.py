@@ -208,10 +208,10 @@ def test_a_registered_kernel_gets_the_switch_the_fallback_and_the_check(monkeypa
     monkeypatch.setattr(kernels, "_REGISTRY", dict(kernels._REGISTRY))       # registered for this test only
     new = kernels.register("zz_plus_one", triton_fn, lambda x: x + 1.0, check=lambda device, points, pairs: [case])
     x = torch.zeros(3, device=DEVICE)        # where Triton runs here: CUDA, else the interpreter's CPU
-    assert torch.equal(new(x.device, x), torch.ones(3)) and calls == ["triton"]
+    assert torch.equal(new(x.device, x), torch.ones(3, device=DEVICE)) and calls == ["triton"]
     failing.append(True)
     with pytest.warns(KernelFallbackWarning, match="Triton kernel zz_plus_one failed"):
-        assert torch.equal(new(x.device, x), torch.ones(3))
+        assert torch.equal(new(x.device, x), torch.ones(3, device=DEVICE))
     assert not new.enabled(x.device) and new(x.device, x).dtype == torch.float32 and len(calls) == 2
     kernels.reset()
     failing.clear()
@@ -244,6 +244,6 @@ def test_an_error_while_a_cuda_graph_records_is_the_capture_s(monkeypatch):
     assert new.enabled(x.device)
     monkeypatch.setattr(kernels, "_capturing", lambda device: False)       # the control: outside a capture
     with pytest.warns(KernelFallbackWarning):
-        assert torch.equal(new(x.device, x), torch.ones(3))
+        assert torch.equal(new(x.device, x), torch.ones(3, device=DEVICE))
     assert not new.enabled(x.device)
     kernels.reset()
