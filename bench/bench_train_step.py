@@ -35,9 +35,9 @@ preset, so a run cut short keeps what it measured.
 
 ``--kernels torch triton`` compares the attention kernels instead (``run_kernels``, ``fused_attention.py``):
 every preset x kernels x ``--amps`` (float32 ``none`` and ``bf16``) case, given hierarchy, interleaved.
-``default`` is the device's default path (``POINTGEOPE_KERNELS`` unset): on CUDA ``--kernels default triton``
-differs only by the opt-in kernels (batch norm with its ReLU, ``norm.py``), so it times the step with and
-without them.
+``default`` is the device's default path (``POINTGEOPE_KERNELS`` unset); ``torch_norm`` is that path with torch's
+batch norm and ReLU instead of the fused op (``norm.py``, the CUDA default since GPU run 6), so
+``--kernels torch_norm default`` times the step with and without it.
 
 Usage: python bench/bench_train_step.py --out result.json [--device cuda] [--points 80000] [--clouds 2]
        [--amp bf16] [--presets rpe geope lingeope] [--reps 3] [--warmup 2] [--budget 240] [--profile]
@@ -300,8 +300,21 @@ class KernelCase(Case):
     def step(self, given: bool = True) -> None:
         if self.kernels == "default":
             return super().step(given)
+        if self.kernels == "torch_norm":
+            return self._torch_norm_step(given)
         with kernel_choice.forced(self.kernels):
             super().step(given)
+
+    def _torch_norm_step(self, given: bool) -> None:
+        """The default path with the fused batch norm + ReLU off (its backward follows its forward's path)."""
+        from pointgeope.model import norm
+
+        enabled = norm.KERNEL.enabled
+        norm.KERNEL.enabled = lambda device: False
+        try:
+            super().step(given)
+        finally:
+            norm.KERNEL.enabled = enabled
 
 
 def run_kernels(args, out: dict, write) -> None:
@@ -328,7 +341,7 @@ def run_kernels(args, out: dict, write) -> None:
     for name, row in out["cases"].items():
         pe, kern, amp = name.split("/")
         for label, other in (("vs_rpe", f"rpe/{kern}/{amp}"), ("vs_torch", f"{pe}/torch/{amp}"),
-                             ("vs_default", f"{pe}/default/{amp}"), ("vs_float32", f"{pe}/{kern}/none")):
+                             ("vs_default", f"{pe}/default/{amp}"), ("vs_torch_norm", f"{pe}/torch_norm/{amp}"), ("vs_float32", f"{pe}/{kern}/none")):
             if other in out["cases"] and other != name:
                 row[f"{label}_time"] = row["step_s"] / out["cases"][other]["step_s"]
                 if out["cases"][other]["peak_mib"]:
@@ -356,7 +369,7 @@ def main() -> int:
     parser.add_argument("--loader-only", action="store_true", help="only the --loader-samples part (no step)")
     parser.add_argument("--hierarchy-clouds", type=int, nargs="*", default=[2, 16],
                         help="batch sizes (clouds of --points) of the hierarchy-per-backend part (none: skip it)")
-    parser.add_argument("--kernels", nargs="+", choices=("default", "torch", "triton"),
+    parser.add_argument("--kernels", nargs="+", choices=("default", "torch_norm", "torch", "triton"),
                         help="compare attention kernels instead (run_kernels), at every precision of --amps")
     parser.add_argument("--amps", nargs="+", choices=sorted(AMP), default=["none", "bf16"])
     parser.add_argument("--beside-steps", type=int, default=4,

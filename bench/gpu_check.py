@@ -28,10 +28,10 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
                network: both times and the share of points whose voted class agrees
     norm_op    (CUDA) ``bench_norm.py``: batch norm + ReLU alone, torch's against the fused op, forward +
                backward at the published batch's row counts and widths, bf16 and float32
-    norm       (CUDA) ``bench_train_step.py --kernels default triton``: the step at ``--norm-clouds`` x
-               ``--points`` (rpe, geope), bf16 and float32, with torch's batch norm (the default) and with
-               batch norm and its ReLU as one Triton kernel (``norm.py``, opt-in), interleaved; ``vs_default``
-               is the ratio; the top kernels of each
+    norm       (CUDA) ``bench_train_step.py --kernels torch_norm default``: the step at ``--norm-clouds`` x
+               ``--points`` (rpe, geope), bf16 and float32, with torch's batch norm and with batch norm and
+               its ReLU as one Triton kernel (``norm.py``, the CUDA default since run 6), interleaved;
+               ``vs_torch_norm`` is the ratio; the top kernels of each
     loader     (CUDA) ``bench_loader_compare.py --workers-only``: ``--loader-workers`` (8) loader workers at once on
                the node's CPU, each making 80k-point blocks and their hierarchies (``data.hierarchy: loader``);
                ``batch_s``, their time for the 16 samples of the recipe's batch, against the step's
@@ -300,8 +300,9 @@ def plan(args: argparse.Namespace) -> list:
     steps += [] if args.no_tests else [("tests", step_tests)]
     steps += [("check", step_check)] if cuda and not args.no_check else []
     steps += [("warm", step_warm)] if cuda and bench else []
-    # the opt-in paths not yet measured anywhere (each decides a default): CUDA graphs at 2 x 80k, the recipe's
-    # step (the fold time, geope / rpe, beside / given), batch norm + ReLU in bf16, the backward by source point
+    # the paths whose measure decides a default (first measured in run 6: graphs stay opt-in, the fused batch
+    # norm became the default, the atomic backward stays): CUDA graphs at 2 x 80k, the recipe's step (the fold
+    # time, geope / rpe, beside / given), batch norm + ReLU, the backward by source point
     steps += [("graphs", step_graphs)] if cuda and not args.no_graphs else []
     steps += [("bench16", step_bench16)] if cuda and bench else []
     steps += [("norm", step_norm)] if cuda and not args.no_norm else []

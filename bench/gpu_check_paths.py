@@ -28,12 +28,13 @@ def step_norm_op(check: Check, py: str) -> None:
 
 
 def step_norm(check: Check, py: str) -> None:
-    """The step with and without the fused batch norm + ReLU (opt-in), bf16 and float32, interleaved."""
+    """The step with torch's batch norm + ReLU (``torch_norm``) and with the fused one (the CUDA default since
+    run 6), bf16 and float32, interleaved."""
     a = check.args
     data = result_path(check, "bench_norm.json")
     cmd = [py, "bench/bench_train_step.py", "--out", str(data), "--device", "cuda", "--points", str(a.points),
-           "--clouds", str(a.norm_clouds), "--reps", str(a.reps), "--warmup", str(a.warmup), "--kernels", "default",
-           "triton", "--amps", "bf16", "none", "--presets", "rpe", "geope",
+           "--clouds", str(a.norm_clouds), "--reps", str(a.reps), "--warmup", str(a.warmup), "--kernels",
+           "torch_norm", "default", "--amps", "bf16", "none", "--presets", "rpe", "geope",
            "--budget", str(max(20, min(a.norm_limit, check.left()) - 40)), "--profile"]
     run_with_result(check, "norm", cmd, a.norm_limit, data)
 
