@@ -29,10 +29,10 @@ from torch import Tensor, nn
 from pointgeope.model.attention import PointTransformerLayer, PositionalEncoding
 from pointgeope.model.config import ModelConfig
 from pointgeope.model.norm import BatchNorm, BatchNormReLU
-from pointgeope.model.rotation import constant
 from pointgeope.model.ops import (HierarchySpec, OpsBackends, PointHierarchy, check_offset, cloud_of_rows, gather,
                                   interpolate_from)
-from pointgeope.model.rotation import shared_tables
+from pointgeope.model.ops.offsets import offset_tensor
+from pointgeope.model.rotation import constant, shared_tables
 
 __all__ = ["OpsBackends", "PointTransformerBlock", "TransitionDown", "TransitionUp", "PointTransformerSeg",
            "stage_grid_units"]
@@ -257,18 +257,9 @@ class PointTransformerSeg(nn.Module):
         if not coord.is_floating_point() or not feat.is_floating_point():
             raise ValueError(f"expected floating point coord and feat, got {coord.dtype} and {feat.dtype}")
         if not isinstance(offset, Tensor):                           # a host list: checked there, then moved
-            host = host_offset(offset)
+            host = offset_tensor(offset)
             return coord, feat, host.to(coord.device), check_offset(host, coord.shape[0])
         return coord, feat, offset.long(), check_offset(offset, coord.shape[0])
-
-
-def host_offset(offset) -> Tensor:
-    """A host list (or tuple, or NumPy array) of offsets as a CPU tensor of its own dtype (``check_offset``
-    refuses floats by name; a ``dtype=long`` copy would truncate 2.5 to 2)."""
-    try:
-        return torch.as_tensor(offset)
-    except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"expected offset a (B,) integer tensor or list of ints, got {offset!r}") from None
 
 
 def geometric_inputs(data, feat, offset) -> tuple[Tensor, Tensor, Tensor | list[int]]:

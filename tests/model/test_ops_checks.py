@@ -214,3 +214,13 @@ def test_the_network_refuses_non_finite_coord_by_name_when_it_builds_its_hierarc
     coord[9, 0] = float("nan")
     with pytest.raises(ValueError, match=r"expected finite coord, got 1 NaN or infinite entries \(the first in row 9"):
         _network()(coord, torch.rand(40, 6), torch.tensor([40]))
+
+
+def test_offsets_given_as_a_float_list_are_refused_not_truncated():
+    from pointgeope.model.ops.offsets import check_offset, offset_tensor
+
+    with pytest.raises(ValueError, match="expected integer query_offset"):
+        check_offset([2.5, 10], 10, "query_offset")                 # a long copy would have read [2, 10]
+    assert check_offset((4, 10), 10) == [4, 10] and check_offset(np.array([3, 10]), 10) == [3, 10]
+    with pytest.raises(ValueError, match="expected offset a \\(B,\\) integer tensor or list of ints"):
+        offset_tensor([[1], [2, 3]])

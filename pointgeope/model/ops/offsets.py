@@ -11,18 +11,30 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["check_offset", "counts", "offset_from_counts", "cloud_of_rows"]
+__all__ = ["check_offset", "offset_tensor", "counts", "offset_from_counts", "cloud_of_rows"]
+
+
+def offset_tensor(offset, device: torch.device | None = None, name: str = "offset") -> Tensor:
+    """``offset`` given on the host (a list, tuple or NumPy array) as a tensor of its own dtype on ``device``; a
+    tensor as it is. Its own dtype, so that :func:`check_offset` refuses floats by name (a ``dtype=long`` copy
+    would truncate 2.5 to 2)."""
+    if isinstance(offset, Tensor):
+        return offset
+    try:
+        return torch.as_tensor(offset, device=device)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"expected {name} a (B,) integer tensor or list of ints, got {offset!r}") from None
 
 
 def check_offset(offset: Tensor | list[int], num_points: int, name: str = "offset") -> list[int]:
-    """Validate ``offset`` (B,) against ``num_points`` rows and return it as a Python list (a list is checked
-    as it is: offsets kept on the host spare a device-to-host copy, which waits for the device).
+    """Validate ``offset`` (B,) against ``num_points`` rows and return it as a Python list (a list, tuple or
+    NumPy array is checked as it is: offsets kept on the host spare a device-to-host copy, which waits for the
+    device).
 
     Raises ``ValueError`` unless the offsets are integers, strictly increasing, positive and end at
     ``num_points`` (every cloud must hold at least one point).
     """
-    if isinstance(offset, (list, tuple)):
-        offset = torch.tensor(offset, dtype=torch.long) if offset else torch.zeros(0, dtype=torch.long)
+    offset = offset_tensor(offset, name=name)                 # a host list, tuple or array: its own dtype
     if offset.dim() != 1 or offset.numel() == 0:
         raise ValueError(f"expected {name} of shape (B,) with B >= 1, got {tuple(offset.shape)}")
     if offset.is_floating_point() or offset.is_complex():

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pointgeope.model.ops.offsets import cloud_of_rows
+from pointgeope.model.ops.offsets import cloud_of_rows, offset_tensor
 from pointgeope.model.ptv3.serialization import check_depth, check_orders, code_of, serialization_depth
 
 __all__ = ["PointBatch", "check_inputs", "offsets_to_batch"]
@@ -90,11 +90,7 @@ class PointBatch:
     def from_inputs(cls, coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor | list[int]) -> PointBatch:
         """Checked inputs (``check_inputs``) as a structure; ``grid_coord`` becomes int64, ``offset`` int64 (a
         host list, as ``ops.check_offset`` and PTv1 take it, becomes a tensor on ``coord``'s device)."""
-        if not isinstance(offset, Tensor):
-            try:                                   # its own dtype: check_inputs refuses floats (no truncation)
-                offset = torch.as_tensor(offset, device=coord.device)
-            except (TypeError, ValueError, RuntimeError):
-                raise ValueError(f"expected offset a (B,) integer tensor or list of ints, got {offset!r}") from None
+        offset = offset_tensor(offset, coord.device)        # its own dtype: check_inputs refuses floats
         check_inputs(coord, grid_coord, feat, offset)
         offset = offset.long()
         return cls(coord=coord, grid_coord=grid_coord.long(), feat=feat, offset=offset,
