@@ -32,11 +32,15 @@ from pointgeope.errors import UserError
 FORMAT = "pointgeope-checkpoint"
 VERSION = 1
 
-# Config keys that may differ between a checkpoint and the run that resumes it: where files live, how
-# fast or verbosely it runs, and how the final evaluation is done. Any other difference is an error.
+# Config keys that may differ between a checkpoint and the run that resumes (or evaluates) it: where files
+# live, how fast, in how much memory or how verbosely it runs, and how the final evaluation is done. Any
+# other difference is an error. data.hierarchy (where the point hierarchy is built: the same samples on
+# every backend and place), data.cache (rooms held in memory or read again) and train.cuda_graphs (a step
+# replayed from a graph equals the eager step) change speed and memory only, so a fold interrupted on one
+# machine resumes on another, or with the cache off after running out of memory.
 FREE_KEYS = frozenset({
-    "data.root", "data.num_workers", "train.run_dir", "train.device", "train.threads", "train.progress",
-    "train.epochs_per_run", "train.checkpoint_every",
+    "data.root", "data.num_workers", "data.hierarchy", "data.cache", "train.run_dir", "train.device",
+    "train.threads", "train.progress", "train.epochs_per_run", "train.checkpoint_every", "train.cuda_graphs",
 })
 FREE_SECTIONS = ("eval.",)
 
