@@ -49,8 +49,9 @@ def test_missing_data_root_and_area_file(tmp_path, capsys, two_folds):
     assert line == (f"pointgeope train: error: expected a prepared area file, found nothing at {root / 'Area_9.h5'}; "
                     "run `pointgeope prepare` or check data.root and folds.json")
     line = one_line(capsys, 2, train_args(root, tmp_path / "run", fold="7"))
-    assert line == f"pointgeope train: error: --test-area 7: {root / 'folds.json'} has folds [1] (areas " \
-                   "Area_1, Area_2, Area_3, Area_4, Area_5, Area_6)"
+    # the areas of this folds.json, not S3DIS's six (it named Area_2..Area_6, which are not there)
+    assert line == (f"pointgeope train: error: --test-area 7: {root / 'folds.json'} has folds [1] (test areas "
+                    "Area_1); pick one of them, or run `pointgeope prepare` on raw data that holds Area_7")
 
 
 def test_fold_without_training_rooms(tmp_path, capsys, two_folds):
