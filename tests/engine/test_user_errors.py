@@ -62,6 +62,26 @@ def test_fold_without_training_rooms(tmp_path, capsys, two_folds):
                     "on Area_1); prepare more than one area, or edit folds.json")
 
 
+def test_a_truncated_manifest_is_named_before_training(tmp_path, capsys, tiny_root):
+    """The audit's case: a room deleted from Area_2.h5 and manifest.json cut in half trained (exit 0), the
+    broken manifest read as none, so the area file was not checked against its checksum."""
+    import h5py
+
+    root = _copy_root(tiny_root, tmp_path / "root")
+    with h5py.File(root / "Area_2.h5", "r+") as f:
+        del f["office_1"]
+    text = (root / "manifest.json").read_text()
+    (root / "manifest.json").write_text(text[: len(text) // 2])
+    line = one_line(capsys, 2, train_args(root, tmp_path / "run"))
+    assert line.startswith(f"pointgeope train: error: {root / 'manifest.json'}: not valid JSON (")
+    assert line.endswith("); run `pointgeope prepare` again")
+    assert not (tmp_path / "run" / "area_1" / "last.pt").exists()
+    line = one_line(capsys, 2, ["viz", str(root / "Area_2.h5"), "--list"])
+    assert line.startswith(f"pointgeope viz: error: {root / 'manifest.json'}: not valid JSON (")
+    (root / "manifest.json").unlink()       # no manifest at all: allowed, the room count as the file has it
+    assert cli(["viz", str(root / "Area_2.h5"), "--list"]) == 0
+
+
 def test_truncated_area_file_is_named_before_the_first_epoch(tmp_path, capsys, two_folds):
     root = tmp_path / "root"
     shutil.copytree(two_folds, root)  # copies the files the links point to
