@@ -137,6 +137,29 @@ def checkpoint_config(ckpt: dict, path: str | Path, sections: tuple[str, ...] = 
     return config
 
 
+def fold_config(run: str | Path, overrides: list[str] = (), log=print):
+    """The ``Config`` of the fold folder ``run`` with ``overrides``: its ``config.yaml``, else (the file
+    deleted) the config its ``last.pt`` (else ``best.pt``) was written with, which is what trained it,
+    said through ``log``; a :class:`UserError` saying what to do when it has neither."""
+    from pointgeope.engine.config import ConfigError, config_from_dict, load_config
+
+    run = Path(run)
+    if (run / "config.yaml").exists():
+        return load_config(run / "config.yaml", overrides)
+    found = [run / f"{which}.pt" for which in ("last", "best") if (run / f"{which}.pt").is_file()]
+    if not found:
+        raise UserError(f"{run}: expected config.yaml and last.pt, the fold's config and weights, found neither; "
+                        "train the fold first (train.py --test-area K --run-dir RUN), or give the fold folder "
+                        "that holds them")
+    saved = checkpoint_config(load_checkpoint(found[0]), found[0])
+    try:
+        config_from_dict(saved, where="its config")
+    except ConfigError as err:
+        raise CheckpointError(f"{found[0]}: written by another version of pointgeope ({err})") from None
+    log(f"{run / 'config.yaml'}: not there; using the config that {found[0].name} carries (it trained the fold)")
+    return config_from_dict(saved, where=f"{found[0]}'s config", overrides=overrides)
+
+
 def fold_progress(path: str | Path, ckpt: dict) -> tuple[int, int]:
     """``(epochs trained, train.epochs)`` of the fold that wrote the checkpoint ``ckpt`` read from ``path``:
     the epochs of the ``last.pt`` beside it (a ``best.pt`` is from an earlier epoch), else its own. The

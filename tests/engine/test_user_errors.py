@@ -311,3 +311,18 @@ def test_the_kernel_check_needs_a_device_that_runs_triton(capsys, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     line = one_line(capsys, 2, ["info", "--check", "--device", "cpu"])
     assert line.startswith("pointgeope info: error: --check: the Triton kernels run on CUDA")
+
+
+@pytest.mark.parametrize("device, message", [
+    ("gpu", "--device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got 'gpu'"),
+    ("cpu", "--device cpu: the device of --check, which was not given; add --check to test the Triton kernels "
+            "there (info alone prints the backends of every device)"),
+])
+def test_info_device_without_check_is_not_ignored(capsys, device, message):
+    """``pointgeope info --device gpu`` printed the versions and exited 0 (the option is --check's alone),
+    while with --check the same name was refused; now refused alike, before any output."""
+    assert cli(["info", "--device", device]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.strip().splitlines() == [f"pointgeope info: error: {message}"]
+    line = one_line(capsys, 2, ["info", "--check", "--device", "gpu"])
+    assert line == "pointgeope info: error: --device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got 'gpu'"
