@@ -24,9 +24,9 @@ HELP = "raw S3DIS (folder or .zip) -> OUT/Area_N.h5, manifest.json, folds.json"
 def _size_arg(text: str) -> int:
     """``"8G"``, ``"500M"``, ``"1000000"`` -> bytes."""
     units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-    text = text.strip().upper().removesuffix("B")
+    size = text.strip().upper().removesuffix("B")
     try:
-        return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
+        return int(float(size[:-1]) * units[size[-1]]) if size[-1:] in units else int(size)
     except (ValueError, OverflowError):  # "nanG"; "infG" overflows int()
         raise argparse.ArgumentTypeError(f"expected a size such as 8G or 500M, got {text!r}") from None
 
