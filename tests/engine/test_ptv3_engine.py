@@ -168,6 +168,20 @@ def test_a_config_that_pairs_the_backbones_wrongly_is_refused_before_training(co
     assert message in line and not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("grid_size", ["10", "100"])
+def test_voxels_too_coarse_for_the_stages_are_one_line(two_folds, tmp_path, capsys, grid_size):
+    """data.grid_size=10 on the tiny rooms (2 with the demo's 5 stages): a training batch pools to one voxel,
+    which batch norm cannot normalise; it was torch's ValueError traceback ("Expected more than 1 value per
+    channel")."""
+    line = one_line(capsys, 2, ["train", "--config", str(PTV3_DEMO), "--test-area", "1", "--data-root",
+                                str(two_folds), "--run-dir", str(tmp_path / "run"), *TINY3,
+                                f"data.grid_size={grid_size}"])
+    assert line.startswith("pointgeope train: error: PTv3's pooling (stride 2) merged the ")
+    assert line.endswith("voxels of a training batch into one, and its batch norm needs two or more: the voxels "
+                         "are too coarse for the network's stages; lower data.grid_size, or use fewer stages "
+                         "(model.ptv3.enc_depths and the lists with it)")
+
+
 def test_evaluate_refuses_ptv3_test_of_a_ptv1_run(tiny_run, capsys):
     line = one_line(capsys, 2, ["evaluate", str(tiny_run), "eval.protocol=ptv3"])
     assert "eval.protocol=ptv3: PTv3's samples and test, but model.backbone=ptv1" in line
