@@ -194,7 +194,10 @@ def _open_predictions(path: str | Path) -> h5py.File:
     """A predictions file (fold or scan) opened read-only; a SchemaError naming it if it is none."""
     path = Path(path)
     if not path.is_file():
-        raise SchemaError(f"expected a predictions file ({_PREDICTIONS}), found nothing at {path}")
+        fold = path.parent.parent   # a fold's predictions, deleted: its evaluation writes them (train skips it)
+        fix = (f"; `pointgeope evaluate {fold}` writes it" if path.parent.name == "predictions"
+               and re.fullmatch(r"area_\d+", fold.name) and (fold / "last.pt").is_file() else "")
+        raise SchemaError(f"expected a predictions file ({_PREDICTIONS}), found nothing at {path}{fix}")
     try:
         return h5py.File(path, "r")
     except OSError as err:

@@ -31,7 +31,7 @@ def _mixed_run(tmp_path):
     _fold(run, 1, "model.pe=geope")
     _fold(run, 2, "model.pe=rpe", config_in_metrics=True)
     _fold(run, 3, "model.pe=geope", "model.planes=[16, 32, 64, 128, 256]", "data.root=/elsewhere")
-    _fold(run, 4, "model.pe=geope", "train.device=cpu", "data.num_workers=0")
+    _fold(run, 4, "model.pe=geope", "train.device=cpu", "data.num_workers=0", "train.cuda_graphs=true")
     _fold(run, 5, "model.pe=geope", "train.seed=3", "train.run_dir=/x")
     _fold(run, 6, "model.pe=geope", "eval.batch_points=1000")
     return run
@@ -48,7 +48,8 @@ def test_folds_with_different_settings_are_not_pooled(tmp_path, capsys):
     assert "model.pe (Area_1, Area_3..Area_6: 'geope'; Area_2: 'rpe')" in line, line
     assert "data.root (Area_1, Area_2, Area_4..Area_6: 'data/s3dis'; Area_3: '/elsewhere')" in line, line
     assert "model.planes" in line and "--allow-mixed" in line
-    for key in ("train.device", "data.num_workers", "train.seed", "train.run_dir", "eval.batch_points"):
+    for key in ("train.device", "data.num_workers", "train.cuda_graphs", "train.seed", "train.run_dir",
+                "eval.batch_points"):
         assert key not in line
     assert not (tmp_path / "out").exists()
 

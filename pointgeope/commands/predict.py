@@ -20,7 +20,7 @@ scan that says which --max-extent would keep them. A scan is voted on over at mo
 fragments (one pass over the scan each; their number is the point count of the densest voxel, which
 repeated points make large): the run's eval.max_fragments, or when that is null (every fragment, as the
 s3dis configs evaluate) 100, with a warning when that cuts a scan. Overrides of eval.* (and of how the
-prediction runs, train.threads) may follow the inputs, as `evaluate` takes them.
+prediction runs, data.hierarchy and train.threads) may follow the inputs, as `evaluate` takes them.
 """
 from __future__ import annotations
 

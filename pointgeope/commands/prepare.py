@@ -10,6 +10,7 @@ same files as an uninterrupted one. One prepare at a time per OUT (``OUT/.lock``
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 
@@ -23,10 +24,10 @@ HELP = "raw S3DIS (folder or .zip) -> OUT/Area_N.h5, manifest.json, folds.json"
 def _size_arg(text: str) -> int:
     """``"8G"``, ``"500M"``, ``"1000000"`` -> bytes."""
     units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-    text = text.strip().upper().removesuffix("B")
+    size = text.strip().upper().removesuffix("B")
     try:
-        return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
-    except ValueError:
+        return int(float(size[:-1]) * units[size[-1]]) if size[-1:] in units else int(size)
+    except (ValueError, OverflowError):  # "nanG"; "infG" overflows int()
         raise argparse.ArgumentTypeError(f"expected a size such as 8G or 500M, got {text!r}") from None
 
 
@@ -54,6 +55,10 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"expected --jobs >= 1, got {args.jobs}")
     if not args.max_extent > 0:
         raise UserError(f"expected --max-extent > 0 metres, got {args.max_extent}")
+    if not args.zip_max_member > 0:     # 0 or -1 refused every member, when its zip was read
+        raise UserError(f"expected --zip-max-member > 0 bytes (a size such as 8G or 500M), got {args.zip_max_member}")
+    if not (math.isfinite(args.zip_max_ratio) and args.zip_max_ratio > 0):  # nan turned the zip-bomb guard off
+        raise UserError(f"expected --zip-max-ratio > 0 (a finite compression ratio), got {args.zip_max_ratio}")
     prepare(PrepareConfig(args.raw, args.out, args.jobs, args.force,
                           limits=PointLimits(args.max_extent, args.outliers),
                           zip_limits=ZipLimits(args.zip_max_member, args.zip_max_ratio)))

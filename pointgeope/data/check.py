@@ -5,7 +5,8 @@ the fold, before the first epoch), ``evaluate`` (the test areas), ``predict`` (a
 ``viz``. For each file:
 
 - its checksum equals the one ``prepare`` wrote in ``manifest.json`` (when the manifest lists it): a file
-  changed or damaged after prepare is refused by name;
+  changed or damaged after prepare is refused by name; so is a ``manifest.json`` that does not parse or has
+  no checksums (a root without one, its areas copied in by hand, is checked without checksums);
 - its root attribute ``area`` equals its name (``Area_1.h5`` holds ``Area_1``; :func:`pointgeope.h5.open_area`);
 - it opens as HDF5 with this schema version, and holds at least one room;
 - each room has ``coord`` float32 ``(N, 3)``, ``color`` uint8 ``(N, 3)``, ``label`` uint8 ``(N,)``,
@@ -31,13 +32,32 @@ _AGAIN = "run `pointgeope prepare` again"
 
 
 def manifest_checksums(root: str | Path) -> dict[str, str]:
-    """Area -> checksum from ``root/manifest.json`` (``{}`` without a manifest or checksums)."""
+    """Area -> checksum from ``root/manifest.json``; ``{}`` without a manifest (areas copied in by hand: each
+    file is then checked without a checksum to compare with).
+
+    Raises:
+        SchemaError: a manifest that is there but does not parse, or has no ``checksums`` object of area ->
+            checksum: a damaged manifest must not turn the check of the area files off.
+    """
+    path = Path(root) / "manifest.json"
     try:
-        manifest = json.loads((Path(root) / "manifest.json").read_text())
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
         return {}
+    except OSError as err:
+        raise SchemaError(f"{path}: cannot be read ({err.strerror or err}); {_AGAIN}") from None
+    except UnicodeDecodeError as err:
+        raise SchemaError(f"{path}: not valid JSON ({err}); {_AGAIN}") from None
+    try:
+        manifest = json.loads(text)
+    except ValueError as err:
+        raise SchemaError(f"{path}: not valid JSON ({err}); {_AGAIN}") from None
     checksums = manifest.get("checksums") if isinstance(manifest, dict) else None
-    return checksums if isinstance(checksums, dict) else {}
+    if not isinstance(checksums, dict) or not all(isinstance(v, str) for v in checksums.values()):
+        got = "none" if checksums is None else repr(checksums)[:60]
+        raise SchemaError(f"{path}: expected an object 'checksums' (area -> checksum of its file), got {got}; "
+                          f"{_AGAIN}")
+    return checksums
 
 
 def check_room(where: str, group, max_extent: float, num_classes: int, unlabelled: bool = False) -> int:

@@ -77,3 +77,17 @@ def load_folds(root: str | Path) -> dict[int, Fold]:
             raise FoldsError(f"{where}: areas {sorted(set(train) & set(test))} are in both train and test")
         folds[int(key)] = Fold(int(key), train, test)
     return dict(sorted(folds.items()))
+
+
+def fold_of(folds: dict[int, Fold], test_area: int, root: str | Path) -> Fold:
+    """Fold ``test_area`` (``--test-area``) of ``folds``, those of ``root/folds.json``.
+
+    Raises:
+        FoldsError: no such fold; the message names the folds and the areas they test on (those of the
+            file, which may be fewer than S3DIS's six) and what to do.
+    """
+    if test_area in folds:
+        return folds[test_area]
+    tests = ", ".join(area for fold in folds.values() for area in fold.test)
+    raise FoldsError(f"--test-area {test_area}: {Path(root) / 'folds.json'} has folds {sorted(folds)} (test areas "
+                     f"{tests}); pick one of them, or run `pointgeope prepare` on raw data that holds Area_{test_area}")

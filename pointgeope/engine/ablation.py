@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pointgeope.data.folds import load_folds
+from pointgeope.data.folds import fold_of, load_folds
 from pointgeope.engine.config import load_config, override_key
 from pointgeope.errors import UserError, stop_on_sigterm
 from pointgeope.lock import folder_lock
@@ -78,9 +78,7 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
         threads = max(1, (os.cpu_count() or 1) // jobs)
         common.append(f"train.threads={threads}")
         print(f"{jobs} trials at a time: train.threads={threads} each (give train.threads=N to choose)", flush=True)
-    folds = load_folds(cfg.data.root)
-    if test_area not in folds:
-        raise UserError(f"--test-area {test_area}: {Path(cfg.data.root) / 'folds.json'} has folds {sorted(folds)}")
+    fold_of(load_folds(cfg.data.root), test_area, cfg.data.root)
     trials = [Trial(p, s, inside(run_dir, run_dir / p / f"seed_{s}", f"--presets {p}", "--run-dir"))
               for p in presets for s in seeds]
     for trial in trials:

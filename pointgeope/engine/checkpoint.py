@@ -32,11 +32,15 @@ from pointgeope.errors import UserError
 FORMAT = "pointgeope-checkpoint"
 VERSION = 1
 
-# Config keys that may differ between a checkpoint and the run that resumes it: where files live, how
-# fast or verbosely it runs, and how the final evaluation is done. Any other difference is an error.
+# Config keys that may differ between a checkpoint and the run that resumes (or evaluates) it: where files
+# live, how fast, in how much memory or how verbosely it runs, and how the final evaluation is done. Any
+# other difference is an error. data.hierarchy (where the point hierarchy is built: the same samples on
+# every backend and place), data.cache (rooms held in memory or read again) and train.cuda_graphs (a step
+# replayed from a graph equals the eager step) change speed and memory only, so a fold interrupted on one
+# machine resumes on another, or with the cache off after running out of memory.
 FREE_KEYS = frozenset({
-    "data.root", "data.num_workers", "train.run_dir", "train.device", "train.threads", "train.progress",
-    "train.epochs_per_run", "train.checkpoint_every",
+    "data.root", "data.num_workers", "data.hierarchy", "data.cache", "train.run_dir", "train.device",
+    "train.threads", "train.progress", "train.epochs_per_run", "train.checkpoint_every", "train.cuda_graphs",
 })
 FREE_SECTIONS = ("eval.",)
 
@@ -131,6 +135,29 @@ def checkpoint_config(ckpt: dict, path: str | Path, sections: tuple[str, ...] = 
         raise CheckpointError(f"{path}: expected a model checkpoint with a config (last.pt or best.pt of a run), "
                               "got one without")
     return config
+
+
+def fold_config(run: str | Path, overrides: list[str] = (), log=print):
+    """The ``Config`` of the fold folder ``run`` with ``overrides``: its ``config.yaml``, else (the file
+    deleted) the config its ``last.pt`` (else ``best.pt``) was written with, which is what trained it,
+    said through ``log``; a :class:`UserError` saying what to do when it has neither."""
+    from pointgeope.engine.config import ConfigError, config_from_dict, load_config
+
+    run = Path(run)
+    if (run / "config.yaml").exists():
+        return load_config(run / "config.yaml", overrides)
+    found = [run / f"{which}.pt" for which in ("last", "best") if (run / f"{which}.pt").is_file()]
+    if not found:
+        raise UserError(f"{run}: expected config.yaml and last.pt, the fold's config and weights, found neither; "
+                        "train the fold first (train.py --test-area K --run-dir RUN), or give the fold folder "
+                        "that holds them")
+    saved = checkpoint_config(load_checkpoint(found[0]), found[0])
+    try:
+        config_from_dict(saved, where="its config")
+    except ConfigError as err:
+        raise CheckpointError(f"{found[0]}: written by another version of pointgeope ({err})") from None
+    log(f"{run / 'config.yaml'}: not there; using the config that {found[0].name} carries (it trained the fold)")
+    return config_from_dict(saved, where=f"{found[0]}'s config", overrides=overrides)
 
 
 def fold_progress(path: str | Path, ckpt: dict) -> tuple[int, int]:

@@ -201,7 +201,8 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
 
 
 EVALUATE_ADVICE = ("evaluate a fold with the config it was trained with: drop the overrides of what it was trained "
-                   "with (eval.* and train.device may change), and restore its config.yaml if it was edited")
+                   "with (eval.* and the keys of place, speed and memory, such as train.device or data.hierarchy, "
+                   "may change), and restore its config.yaml if it was edited")
 
 
 def room_seed(seed: int, room: str) -> int:
@@ -358,12 +359,13 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
 # --- `pointgeope evaluate RUN/area_K` -------------------------------------------------------------------
 
 def evaluate_run(run: Path, overrides: list[str]) -> int:
-    """``pointgeope evaluate``: evaluate the fold folder ``run`` with its ``config.yaml`` and ``overrides``
-    (one writer per fold folder, as train); prints the scores, returns the exit code."""
-    from pointgeope.engine.config import load_config
+    """``pointgeope evaluate``: evaluate the fold folder ``run`` with its ``config.yaml`` (or, deleted, its
+    checkpoint's config) and ``overrides`` (one writer per fold folder, as train); prints the scores, returns
+    the exit code."""
+    from pointgeope.engine.checkpoint import fold_config
 
     fold_of_run(run)
-    cfg = load_config(run / "config.yaml", overrides)
+    cfg = fold_config(run, overrides)
     distributed.apply_threads(cfg)
     env = distributed.setup(cfg.train.device)
     try:

@@ -40,7 +40,9 @@ from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_
 
 SPACING_FACTOR = 10.0
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)  # --tta when the run's config has no test-time views
-PREDICT_KEYS = frozenset({"train.threads"})      # besides eval.*: the overrides that change how predict runs
+# Besides eval.*: the overrides that change how predict runs, free keys of the checkpoint (checkpoint.FREE_KEYS)
+# that predict reads (where the point hierarchy is built, torch's CPU threads; --device chooses the device).
+PREDICT_KEYS = frozenset({"data.hierarchy", "train.threads"})
 
 
 class PredictError(UserError, ValueError):

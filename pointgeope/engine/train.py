@@ -36,9 +36,9 @@ from pathlib import Path
 import torch
 
 from pointgeope.atomic import remove_leftovers, writable_folder
-from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.constants import CLASS_NAMES
 from pointgeope.data.check import area_checksums, check_areas
-from pointgeope.data.folds import Fold, load_folds
+from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed, graphs
 from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, describe_differences, fold_progress,
@@ -326,10 +326,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
     """One fold, or every fold of ``folds.json`` in order (skipping those complete with this config)."""
     folds = load_folds(cfg.data.root)
     if test_area is not None:
-        if test_area not in folds:
-            raise UserError(f"--test-area {test_area}: {Path(cfg.data.root) / 'folds.json'} has folds "
-                            f"{sorted(folds)} (areas {', '.join(AREAS)})")
-        wanted = [test_area]
+        wanted = [fold_of(folds, test_area, cfg.data.root).index]
     else:
         wanted = list(folds)
     if env.is_main:  # before any work: a file, or a folder that cannot be written, is one line

@@ -20,7 +20,8 @@ import yaml
 IGNORED = frozenset({
     "data.num_workers", "data.cache", "data.hierarchy",                 # how fast the data came
     "train.device", "train.threads", "train.amp", "train.progress",     # where and how fast it trained
-    "train.run_dir", "train.seed", "train.val_every", "train.checkpoint_every", "train.epochs_per_run",
+    "train.cuda_graphs", "train.run_dir", "train.seed", "train.val_every", "train.checkpoint_every",
+    "train.epochs_per_run",
     "eval.batch_points", "eval.class_mean",                              # memory; rescored by the report
 })
 _SECTIONS = ("model", "data", "optim", "train", "eval")  # the order a message names the keys in

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pointgeope.checksum import file_checksum
-from pointgeope.data.check import check_area, check_areas
+from pointgeope.data.check import area_checksums, check_area, check_areas
 from pointgeope.h5 import SchemaError, write_area
 
 
@@ -72,3 +72,26 @@ def test_check_areas_uses_the_manifest_checksums(tmp_path):
         check_areas(tmp_path, ["Area_1", "Area_2"])
     with h5py.File(a1, "r") as f:  # the prepared limit is stored with the file
         assert f.attrs["max_extent"] == 1000.0
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('{"checksums": {"Area_1": "sha2', "not valid JSON (Unterminated string starting at: line 1 column 26 "
+                                      "(char 25))"),
+    ("", "not valid JSON (Expecting value: line 1 column 1 (char 0))"),
+    ('{"rooms": {}}', "expected an object 'checksums' (area -> checksum of its file), got none"),
+    ('{"checksums": ["sha256:0"]}', "expected an object 'checksums' (area -> checksum of its file), got "
+                                    "['sha256:0']"),
+    ("[1, 2]", "expected an object 'checksums' (area -> checksum of its file), got none"),
+])
+def test_a_damaged_manifest_is_named_and_not_taken_for_a_missing_one(tmp_path, text, problem):
+    """A truncated manifest.json was read as no manifest: no area file was checked against its checksum, so a
+    root missing a room trained without a word. Missing, it is still allowed (areas copied in by hand)."""
+    _area(tmp_path / "Area_1.h5", {"r": _room(5)})
+    assert check_areas(tmp_path, ["Area_1"]) == {"Area_1": {"r": 5}}
+    (tmp_path / "manifest.json").write_text(text)
+    message = f"{tmp_path / 'manifest.json'}: {problem}; run `pointgeope prepare` again"
+    for check in (check_areas, area_checksums):
+        with pytest.raises(SchemaError) as err:
+            check(tmp_path, ["Area_1"])
+        assert str(err.value) == message
+

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pointgeope.data.folds import Fold, FoldsError, load_folds
+from pointgeope.data.folds import Fold, FoldsError, fold_of, load_folds
 
 
 def test_folds_of_the_prepared_fixture(prepared):
@@ -38,3 +38,16 @@ def test_malformed_folds_name_the_file_and_the_problem(tmp_path, doc, message):
 def test_missing_folds_file(tmp_path):
     with pytest.raises(FoldsError, match="folds.json"):
         load_folds(tmp_path)
+
+
+def test_a_fold_that_is_not_there_names_the_test_areas_of_the_file(prepared):
+    """A root prepared from 3 areas: --test-area 5 named "areas Area_1, ..., Area_6", three that are not there."""
+    root, _ = prepared
+    folds = load_folds(root)
+    assert fold_of(folds, 2, root) is folds[2]
+    with pytest.raises(FoldsError) as err:
+        fold_of(folds, 5, root)
+    assert str(err.value) == (f"--test-area 5: {root / 'folds.json'} has folds [1, 2, 3] (test areas Area_1, "
+                              "Area_2, Area_3); pick one of them, or run `pointgeope prepare` on raw data that "
+                              "holds Area_5")
+

@@ -133,6 +133,30 @@ def test_zip_member_beyond_the_limits_is_refused_by_name(tmp_path, capsys):
     assert not (tmp_path / "out" / ".lock").exists()
 
 
+@pytest.mark.parametrize("option, value, message", [
+    ("--zip-max-ratio", "nan", "expected --zip-max-ratio > 0 (a finite compression ratio), got nan"),
+    ("--zip-max-ratio", "inf", "expected --zip-max-ratio > 0 (a finite compression ratio), got inf"),
+    ("--zip-max-ratio", "-1", "expected --zip-max-ratio > 0 (a finite compression ratio), got -1.0"),
+    ("--zip-max-ratio", "0", "expected --zip-max-ratio > 0 (a finite compression ratio), got 0.0"),
+    ("--zip-max-member", "0", "expected --zip-max-member > 0 bytes (a size such as 8G or 500M), got 0"),
+    ("--zip-max-member", "-1K", "expected --zip-max-member > 0 bytes (a size such as 8G or 500M), got -1024"),
+])
+def test_zip_limits_out_of_range_are_refused_before_any_work(tmp_path, capsys, option, value, message):
+    """--zip-max-ratio nan turned the zip-bomb guard off (every comparison with nan is false: exit 0 on a
+    zip bomb); -1 or 0 were refused only when the first member was read, as if the zip were at fault."""
+    bomb = _zip(tmp_path / "bomb.zip", [("Area_1/r/Annotations/wall_1.txt", b"0 0 0 0 0 0\n" * 200_000)])
+    assert _prepare(bomb, tmp_path / "out", f"{option}={value}") == 2
+    assert _one_error(capsys) == f"pointgeope prepare: error: {message}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_size_too_large_for_an_integer_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:        # argparse's usage error; it was OverflowError's traceback
+        _prepare(tmp_path / "raw", tmp_path / "out", "--zip-max-member", "infG")
+    assert exit_.value.code == 2
+    assert "--zip-max-member: expected a size such as 8G or 500M, got 'infG'" in capsys.readouterr().err
+
+
 def test_corrupt_zip_member_is_an_error_naming_it(tmp_path, capsys):
     data = b"".join(f"{i} {i} {i} 1 2 3\n".encode() for i in range(2000))
     path = _zip(tmp_path / "s3dis.zip", [("Area_1/r/Annotations/wall_1.txt", data)])

@@ -33,8 +33,11 @@ def test_bad_input_is_one_line_before_any_training(two_folds, tmp_path, capsys, 
 
 
 def test_a_fold_outside_folds_json_is_named(two_folds, tmp_path):
-    with pytest.raises(Exception, match=r"--test-area 5: .*folds.json has folds \[1, 2\]"):
+    """The message of train's --test-area (data.folds.fold_of): the folds' test areas, and what to do."""
+    with pytest.raises(Exception) as err:
         plan(DEMO_CONFIG, ["rpe"], [0], 5, tmp_path, [f"data.root={two_folds}"], 1)
+    assert str(err.value) == (f"--test-area 5: {two_folds / 'folds.json'} has folds [1, 2] (test areas Area_1, "
+                              "Area_2); pick one of them, or run `pointgeope prepare` on raw data that holds Area_5")
 
 
 def test_plan_orders_trials_and_shares_the_threads(two_folds, tmp_path):

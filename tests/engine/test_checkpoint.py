@@ -72,6 +72,25 @@ def test_other_config_is_an_error_listing_keys(tmp_path):
     assert config_differences(saved, now) == []
 
 
+@pytest.mark.parametrize("key, value", [("data.hierarchy", "loader"), ("data.cache", True),
+                                        ("train.cuda_graphs", True)])
+def test_keys_of_speed_and_memory_only_may_differ(tmp_path, key, value):
+    """Where the point hierarchy is built, the room cache and CUDA graphs give the same steps: a fold resumes,
+    and evaluate or predict reads it, with them changed; a key beside them is still refused."""
+    saved = config_to_dict(Config())
+    save_checkpoint(tmp_path / "last.pt", {"config": saved})
+    section, name = key.split(".")
+    assert saved[section][name] != value
+    now = config_to_dict(Config())
+    now[section][name] = value
+    assert config_differences(saved, now) == []
+    assert load_checkpoint(tmp_path / "last.pt", now)["config"] == saved
+    now["data"]["grid_size"] = 0.05                 # what the network trained on: refused
+    with pytest.raises(CheckpointError, match=r"written with another config \(data\.grid_size: checkpoint 0\.04, "
+                                              r"now 0\.05\)"):
+        load_checkpoint(tmp_path / "last.pt", now)
+
+
 def test_model_shape_mismatch_names_the_file(tmp_path):
     save_checkpoint(tmp_path / "best.pt", {"model": torch.nn.Linear(3, 4).state_dict()})
     ckpt = load_checkpoint(tmp_path / "best.pt")

@@ -77,7 +77,8 @@ def test_evaluate_with_a_training_override_does_not_suggest_run_dir(tiny_run, tm
     line = one_line(capsys, 2, ["evaluate", str(fold), "model.pe=rpe"])
     assert "--run-dir" not in line and line.endswith(
         "evaluate a fold with the config it was trained with: drop the overrides of what it was trained with "
-        "(eval.* and train.device may change), and restore its config.yaml if it was edited"), line
+        "(eval.* and the keys of place, speed and memory, such as train.device or data.hierarchy, may change), "
+        "and restore its config.yaml if it was edited"), line
 
 
 def test_a_rerun_beside_a_trial_still_running_names_its_lock(two_folds, tmp_path, capsys):
@@ -141,3 +142,26 @@ def test_kill_9_of_ablate_leaves_no_trial_running(two_folds, tmp_path):
             if p is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGKILL)
+
+
+def test_evaluate_of_a_fold_without_config_yaml_takes_its_checkpoints_config(tiny_run, tmp_path, capsys):
+    """Before: "expected a config file, found nothing at .../config.yaml" and no fix, though last.pt carries
+    the config that trained the fold (predict already used it)."""
+    fold = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, fold)
+    (fold / "config.yaml").unlink()
+    (fold / "metrics.json").unlink()
+    assert cli(["evaluate", str(fold), "--checkpoint", "best"]) == 0
+    out = capsys.readouterr().out
+    assert f"{fold / 'config.yaml'}: not there; using the config that last.pt carries (it trained the fold)" in out
+    metrics, trained = (json.loads((f / "metrics.json").read_text()) for f in (fold, tiny_run))
+    assert metrics["confusion"] == trained["confusion"] and metrics["checkpoint"].endswith("best.pt")
+    assert not (fold / "config.yaml").exists()
+    line = one_line(capsys, 2, ["evaluate", str(fold), "model.pe=rpe"])      # the overrides still checked
+    assert "written with another config (model.pe: checkpoint 'geope', now 'rpe')" in line
+    for name in ("last.pt", "best.pt"):
+        (fold / name).unlink()
+    line = one_line(capsys, 2, ["evaluate", str(fold)])
+    assert line == (f"pointgeope evaluate: error: {fold}: expected config.yaml and last.pt, the fold's config and "
+                    "weights, found neither; train the fold first (train.py --test-area K --run-dir RUN), or give "
+                    "the fold folder that holds them")

@@ -123,7 +123,7 @@ def test_fragments_are_capped_by_default_and_by_option_or_override(tiny_run, tmp
     for refused in ("model.planes=[16, 32]", "train.device=cuda", "data.root=elsewhere"):   # trained, or no effect
         line = one_line(capsys, 2, base + [refused])
         assert line == (f"pointgeope predict: error: override {refused!r}: predict takes overrides of eval.* and "
-                        "of train.threads, not of what the network was trained with (nor of the keys that set "
+                        "of data.hierarchy, train.threads, not of what the network was trained with (nor of the keys that set "
                         "where and how training runs: --device chooses the device)")
     with pytest.raises(SystemExit):                            # argparse: N >= 1 or all
         cli(base + ["--max-fragments", "0"])

@@ -134,6 +134,15 @@ def test_ablate_over_two_ptv3_encodings(two_folds, tmp_path):
     (["data.augment=pointcept_ptv3"], "data.augment=pointcept_ptv3: PTv3's samples and test, but model.backbone=ptv1"),
     (["data.crop_rate=0.5"], "data.crop_rate=0.5 needs data.augment=pointcept_ptv3"),
     (["data.mix_prob=0.5"], "data.mix_prob=0.5 needs data.augment=pointcept_ptv3"),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", "model.ptv3.order=[]"],
+     "model.ptv3.order: expected at least one of z, z-trans, hilbert, hilbert-trans, got []"),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", *(f"model.ptv3.{k}=[]" for k in (
+        "stride", "enc_depths", "enc_channels", "enc_num_head", "enc_patch_size", "dec_depths", "dec_channels",
+        "dec_num_head", "dec_patch_size"))], "model.ptv3.enc_depths: expected at least 2 stages"),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", *(f"model.ptv3.{k}=[{v}]" for k, v in (
+        ("enc_depths", 2), ("enc_channels", 32), ("enc_num_head", 2), ("enc_patch_size", 64))),
+      *(f"model.ptv3.{k}=[]" for k in ("stride", "dec_depths", "dec_channels", "dec_num_head", "dec_patch_size"))],
+     "model.ptv3.enc_depths: expected at least 2 stages"),  # one stage: no decoder stage for the head to read
 ])
 def test_each_backbone_takes_its_own_keys(overrides, message):
     if message is None:
@@ -148,13 +157,29 @@ def test_each_backbone_takes_its_own_keys(overrides, message):
     (DEMO_CONFIG, ["eval.protocol=ptv3"], "eval.protocol=ptv3: PTv3's samples and test, but model.backbone=ptv1"),
     (DEMO_CONFIG, ["data.augment=pointcept_ptv3"], "data.augment=pointcept_ptv3: PTv3's samples and test"),
     (PTV3_DEMO, ["model.ptv3.stride=[3, 2]"], "model.ptv3.stride[0]: expected a power of two >= 2, got 3"),
+    (PTV3_DEMO, ["model.ptv3.order=[]"], "model.ptv3.order: expected at least one of z, z-trans"),
 ])
 def test_a_config_that_pairs_the_backbones_wrongly_is_refused_before_training(config, extra, message, two_folds,
                                                                               tmp_path, capsys):
-    # before: a PTv1 fold trained, then its test died with a TypeError (grid_coord); a stride of 3 a traceback
+    # before: a PTv1 fold trained, then its test died with a TypeError (grid_coord); a stride of 3 or no order a
+    # traceback (after the run folder was made)
     line = one_line(capsys, 2, ["train", "--config", str(config), "--test-area", "1", "--data-root", str(two_folds),
                                 "--run-dir", str(tmp_path / "run"), *extra])
     assert message in line and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("grid_size", ["10", "100"])
+def test_voxels_too_coarse_for_the_stages_are_one_line(two_folds, tmp_path, capsys, grid_size):
+    """data.grid_size=10 on the tiny rooms (2 with the demo's 5 stages): a training batch pools to one voxel,
+    which batch norm cannot normalise; it was torch's ValueError traceback ("Expected more than 1 value per
+    channel")."""
+    line = one_line(capsys, 2, ["train", "--config", str(PTV3_DEMO), "--test-area", "1", "--data-root",
+                                str(two_folds), "--run-dir", str(tmp_path / "run"), *TINY3,
+                                f"data.grid_size={grid_size}"])
+    assert line.startswith("pointgeope train: error: PTv3's pooling (stride 2) merged the ")
+    assert line.endswith("voxels of a training batch into one, and its batch norm needs two or more: the voxels "
+                         "are too coarse for the network's stages; lower data.grid_size, or use fewer stages "
+                         "(model.ptv3.enc_depths and the lists with it)")
 
 
 def test_evaluate_refuses_ptv3_test_of_a_ptv1_run(tiny_run, capsys):

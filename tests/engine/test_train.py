@@ -152,6 +152,11 @@ def test_checkpoint_of_another_config_or_model_is_refused(two_folds, tmp_path, c
     err = capsys.readouterr().err
     assert "last.pt: written with another config (optim.lr: checkpoint 0.01, now 0.02)" in err
     assert load_config(tmp_path / "area_1" / "config.yaml").optim.lr == 0.01  # left as it was
+    # keys of speed and memory only: the fold resumes with them changed (it was refused, naming them)
+    assert train(two_folds, tmp_path, "train.epochs=2", "data.cache=false", "data.hierarchy=loader",
+                 "train.cuda_graphs=true") == 0
+    assert load_checkpoint(tmp_path / "area_1" / "last.pt")["epoch"] == 2
+    assert "written with another config" not in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -49,8 +49,9 @@ def test_missing_data_root_and_area_file(tmp_path, capsys, two_folds):
     assert line == (f"pointgeope train: error: expected a prepared area file, found nothing at {root / 'Area_9.h5'}; "
                     "run `pointgeope prepare` or check data.root and folds.json")
     line = one_line(capsys, 2, train_args(root, tmp_path / "run", fold="7"))
-    assert line == f"pointgeope train: error: --test-area 7: {root / 'folds.json'} has folds [1] (areas " \
-                   "Area_1, Area_2, Area_3, Area_4, Area_5, Area_6)"
+    # the areas of this folds.json, not S3DIS's six (it named Area_2..Area_6, which are not there)
+    assert line == (f"pointgeope train: error: --test-area 7: {root / 'folds.json'} has folds [1] (test areas "
+                    "Area_1); pick one of them, or run `pointgeope prepare` on raw data that holds Area_7")
 
 
 def test_fold_without_training_rooms(tmp_path, capsys, two_folds):
@@ -59,6 +60,26 @@ def test_fold_without_training_rooms(tmp_path, capsys, two_folds):
     line = one_line(capsys, 2, train_args(tmp_path, tmp_path / "run"))
     assert line == (f"pointgeope train: error: fold 1: {tmp_path / 'folds.json'} lists no training area (it tests "
                     "on Area_1); prepare more than one area, or edit folds.json")
+
+
+def test_a_truncated_manifest_is_named_before_training(tmp_path, capsys, tiny_root):
+    """The audit's case: a room deleted from Area_2.h5 and manifest.json cut in half trained (exit 0), the
+    broken manifest read as none, so the area file was not checked against its checksum."""
+    import h5py
+
+    root = _copy_root(tiny_root, tmp_path / "root")
+    with h5py.File(root / "Area_2.h5", "r+") as f:
+        del f["office_1"]
+    text = (root / "manifest.json").read_text()
+    (root / "manifest.json").write_text(text[: len(text) // 2])
+    line = one_line(capsys, 2, train_args(root, tmp_path / "run"))
+    assert line.startswith(f"pointgeope train: error: {root / 'manifest.json'}: not valid JSON (")
+    assert line.endswith("); run `pointgeope prepare` again")
+    assert not (tmp_path / "run" / "area_1" / "last.pt").exists()
+    line = one_line(capsys, 2, ["viz", str(root / "Area_2.h5"), "--list"])
+    assert line.startswith(f"pointgeope viz: error: {root / 'manifest.json'}: not valid JSON (")
+    (root / "manifest.json").unlink()       # no manifest at all: allowed, the room count as the file has it
+    assert cli(["viz", str(root / "Area_2.h5"), "--list"]) == 0
 
 
 def test_truncated_area_file_is_named_before_the_first_epoch(tmp_path, capsys, two_folds):
@@ -290,3 +311,18 @@ def test_the_kernel_check_needs_a_device_that_runs_triton(capsys, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     line = one_line(capsys, 2, ["info", "--check", "--device", "cpu"])
     assert line.startswith("pointgeope info: error: --check: the Triton kernels run on CUDA")
+
+
+@pytest.mark.parametrize("device, message", [
+    ("gpu", "--device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got 'gpu'"),
+    ("cpu", "--device cpu: the device of --check, which was not given; add --check to test the Triton kernels "
+            "there (info alone prints the backends of every device)"),
+])
+def test_info_device_without_check_is_not_ignored(capsys, device, message):
+    """``pointgeope info --device gpu`` printed the versions and exited 0 (the option is --check's alone),
+    while with --check the same name was refused; now refused alike, before any output."""
+    assert cli(["info", "--device", device]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.strip().splitlines() == [f"pointgeope info: error: {message}"]
+    line = one_line(capsys, 2, ["info", "--check", "--device", "gpu"])
+    assert line == "pointgeope info: error: --device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got 'gpu'"

@@ -163,3 +163,20 @@ def test_pred_without_predictions_and_an_unwritable_target_name_the_file(synthet
     assert main(["viz", str(area), "--room", "grid_1", "--ply", str(target)]) == 2
     assert capsys.readouterr().err == (f"pointgeope viz: error: {target}: cannot be written (File exists: "
                                        f"{tmp_path / 'a_file'}); give a path in a folder you can write\n")
+
+
+def test_missing_fold_predictions_say_which_command_writes_them(synthetic_area, tmp_path, capsys):
+    """Before: "found nothing at ..." with no fix; rerunning the training skips a complete fold, and
+    `pointgeope evaluate RUN/area_N` is what writes its predictions."""
+    area, _ = synthetic_area
+    fold = tmp_path / "run" / "area_1"
+    (fold / "predictions").mkdir(parents=True)
+    (fold / "last.pt").write_bytes(b"")             # a trained fold (only its name is looked at)
+    missing = fold / "predictions" / "Area_1.h5"
+    assert main(["viz", str(area), "--list", "--pred", str(missing)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "pointgeope viz: error: expected a predictions file (RUN/area_N/predictions/Area_N.h5 or a file of "
+        f"pointgeope predict --format h5), found nothing at {missing}; `pointgeope evaluate {fold}` writes it"]
+    other = tmp_path / "preds.h5"                    # no fold folder: nothing to suggest
+    assert main(["viz", str(area), "--list", "--pred", str(other)]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"found nothing at {other}")

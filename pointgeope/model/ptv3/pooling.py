@@ -17,6 +17,10 @@ coarse features back to the points they came from::
 
 and, as Pointcept's sparse tensor keeps the skip branch alone, the next block's xCPE convolves
 ``act(BN(feat_parent W_s + b_s))`` (``PointBatch.conv_feat``), not the sum.
+
+Batch norm in training needs two rows or more: a training batch that pools to one voxel (voxels too coarse
+for the stages, e.g. ``data.grid_size=2`` on small rooms) is a :class:`CoarsePoolingError` (one line for
+the user), where torch's ``BatchNorm1d`` would raise a ``ValueError`` from deep inside the forward.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from pointgeope.errors import UserError
 from pointgeope.model.ptv3.structure import PointBatch
 
 
@@ -37,7 +42,11 @@ def stride_problem(stride: int) -> str | None:
         return f"expected a power of two >= 2, got {stride!r}"
     return None
 
-__all__ = ["SerializedPooling", "SerializedUnpooling", "segment_reduce", "shuffles_now"]
+__all__ = ["CoarsePoolingError", "SerializedPooling", "SerializedUnpooling", "segment_reduce", "shuffles_now"]
+
+
+class CoarsePoolingError(UserError, ValueError):
+    """A training batch pooled to a single voxel, which batch norm cannot normalise (module docstring)."""
 
 _REDUCE = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean"}
 
@@ -91,6 +100,11 @@ class SerializedPooling(nn.Module):
         code = point.serialized_code >> (3 * depth)
         _, cluster, counts = torch.unique(code[0], sorted=True, return_inverse=True, return_counts=True)
         m = counts.numel()
+        if m == 1 and self.training and self.norm is not None:
+            raise CoarsePoolingError(
+                f"PTv3's pooling (stride {self.stride}) merged the {cluster.numel()} voxels of a training batch "
+                "into one, and its batch norm needs two or more: the voxels are too coarse for the network's "
+                "stages; lower data.grid_size, or use fewer stages (model.ptv3.enc_depths and the lists with it)")
         rows = torch.arange(cluster.numel(), device=cluster.device)
         head = torch.zeros(m, dtype=torch.long, device=cluster.device).scatter_(0, cluster, rows)  # a member
         feat = segment_reduce(self.proj(point.feat), cluster, m, self.reduce)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pointgeope.model.ptv3.pooling import SerializedPooling
+from pointgeope.model.ptv3.pooling import CoarsePoolingError, SerializedPooling
+from pointgeope.model.ptv3.structure import PointBatch
 from tests.model.ptv3.test_patches import make_point
 
 ORDERS = 4
@@ -45,3 +46,27 @@ def test_the_pooled_orders_are_shuffled_as_the_module_mode_says(shuffle_in_eval,
     rows = perms[0] if draws else list(range(ORDERS))
     assert torch.equal(code, unshuffled[rows])
     assert draws == 0 or rows != sorted(rows)                                  # seed 7 moves the rows
+
+
+def _cube(side: int) -> PointBatch:
+    """One cloud of the side^3 voxels of a cube at the origin, serialized."""
+    axis = torch.arange(side)
+    grid = torch.stack(torch.meshgrid(axis, axis, axis, indexing="ij"), -1).reshape(-1, 3)
+    point = PointBatch.from_inputs(grid.float() * 0.1, grid, torch.randn(len(grid), 4), torch.tensor([len(grid)]))
+    point.serialize(("z", "hilbert"))
+    return point
+
+
+def test_a_training_batch_pooled_to_one_voxel_is_a_user_error():
+    """The 8 voxels of a 2-cube pool to one at stride 2: batch norm cannot normalise one row in training
+    (torch's ValueError from deep inside the forward, a traceback for data.grid_size=2 on small rooms)."""
+    torch.manual_seed(0)
+    module = SerializedPooling(4, 8, norm_layer=torch.nn.BatchNorm1d).train()
+    with pytest.raises(CoarsePoolingError) as err:
+        module(_cube(2))
+    assert str(err.value).startswith("PTv3's pooling (stride 2) merged the 8 voxels of a training batch into "
+                                     "one, and its batch norm needs two or more")
+    assert "lower data.grid_size" in str(err.value)
+    assert module(_cube(3)).feat.shape == (8, 8)             # 27 voxels -> the 2^3 voxels of grid >> 1
+    with torch.no_grad():                                    # eval: the running statistics, one row is fine
+        assert module.eval()(_cube(2)).feat.shape == (1, 8)
