@@ -143,24 +143,28 @@ def norm_cases(quick: bool) -> list[tuple[str, object, dict, dict, dict]]:
         for t in ("bf16",) if quick else ("fp32", "bf16") + (("fp64",) if width == 64 else ()):
             for batch in (True,) if quick or width != 64 or t == "fp64" else (True, False):
                 out += _norm_at(width, t, batch)
+            out += [case for case in _norm_at(width, t, True, prefix=True)       # the kernels that read the count
+                    if case[1].fn.__name__ in ("stats_partials", "stats_finish", "grad_input")]
     return out
 
 
-def _norm_at(width: int, t: str, batch: bool) -> list[tuple[str, object, dict, dict, dict]]:
-    """(name, kernel, signature, constexprs, options) of the six norm kernels as ``norm.py`` launches them."""
+def _norm_at(width: int, t: str, batch: bool, prefix: bool = False) -> list[tuple[str, object, dict, dict, dict]]:
+    """(name, kernel, signature, constexprs, options) of the six norm kernels as ``norm.py`` launches them;
+    ``prefix``: a padded batch's (the statistics of the rows before ``*valid_ptr``)."""
     f64 = t == "fp64"
     acc = "fp64" if f64 else "fp32"
     block_r, block_c, block_t = norm.tiles(width, f64)
     sig = dict({n: f"*{t}" for n in ("x_ptr", "y_ptr", "g_ptr", "dx_ptr")},
                **{n: f"*{acc}" for n in ("mean_ptr", "m2_ptr", "stat_ptr", "sg_ptr", "sgx_ptr", "sums_ptr", "w_ptr",
                                          "b_ptr", "rm_ptr", "rv_ptr")},
-               R="i32", C="i32", ROWS="i32", T="i32", eps="fp32", momentum="fp32")
+               valid_ptr="*i64", R="i32", C="i32", ROWS="i32", T="i32", eps="fp32", momentum="fp32")
     rows, cols = dict(BLOCK_R=block_r, BLOCK_C=block_c), dict(BLOCK_T=block_t, BLOCK_C=block_c)
-    kernels = [("stats_partials", rows), ("stats_finish", dict(cols, BATCH=batch)),
+    kernels = [("stats_partials", dict(rows, PREFIX=prefix)), ("stats_finish", dict(cols, BATCH=batch, PREFIX=prefix)),
                ("normalize_relu", dict(rows, UPDATE=batch)), ("grad_partials", rows), ("grad_finish", cols),
-               ("grad_input", dict(rows, BATCH=batch))]
+               ("grad_input", dict(rows, BATCH=batch, PREFIX=prefix))]
     options = dict(FUSED, num_warps=norm.WARPS)
-    return [(f"norm_{name}_{t}_{'train' if batch else 'eval'}_tile{block_r}_{block_c}", getattr(triton_norm, name),
+    mode = ("prefix" if prefix else "train") if batch else "eval"
+    return [(f"norm_{name}_{t}_{mode}_tile{block_r}_{block_c}", getattr(triton_norm, name),
              sig, dict(meta, F64=f64), options) for name, meta in kernels if batch or name in ("stats_finish",
                                                                                                 "normalize_relu", "grad_input")]
 

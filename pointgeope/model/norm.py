@@ -24,8 +24,11 @@ time with torch's batch norm and ReLU, and 0.94-0.95x its peak memory, float32 a
 A kernel that fails falls back to the torch path.
 
 **Padded batches.** :class:`BatchNorm` (torch's ``BatchNorm1d``, no ReLU) and :class:`BatchNormReLU` take their
-training statistics over a padded batch's real rows inside :func:`pointgeope.model.padding.batch_rows`, on
-torch ops (:func:`prefix_batch_norm`): what the CUDA-graph step runs (``engine/graphs.py``).
+training statistics over a padded batch's real rows inside :func:`pointgeope.model.padding.batch_rows`: what
+the CUDA-graph step runs (``engine/graphs.py``). :class:`BatchNormReLU` does it on the kernels where they run
+(the real row count read on the device: the statistics' reductions stop there, and only those rows take the
+statistics' part of the gradient), else on torch ops (:func:`prefix_batch_norm`: about 11 passes over the
+rows forward and 15 backward, where the kernels make 2 and 3).
 
 **DDP.** The engine keeps batch norm per process (as published). For synchronised statistics use
 :func:`convert_sync_batchnorm`: torch's ``nn.SyncBatchNorm.convert_sync_batchnorm`` would turn a
@@ -79,15 +82,18 @@ def _launch(kernel, grid: tuple[int, ...], *args, device: torch.device, **meta) 
 
 
 def reference(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
-              batch_stats: bool, momentum: float, eps: float) -> Tensor:
-    """torch's ``relu(batch_norm(x))`` with ``F.batch_norm``'s arguments: the torch path and the fallback."""
+              batch_stats: bool, momentum: float, eps: float, valid: Tensor | None = None) -> Tensor:
+    """torch's ``relu(batch_norm(x))`` with ``F.batch_norm``'s arguments: the torch path and the fallback;
+    with ``valid`` (a padded batch's real rows) the statistics of those rows (:func:`prefix_batch_norm`)."""
+    if valid is not None:
+        return torch.relu_(prefix_batch_norm(x, valid, weight, bias, running_mean, running_var, momentum, eps))
     return torch.relu_(F.batch_norm(x, running_mean, running_var, weight, bias, batch_stats, momentum, eps))
 
 
 def _statistics(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
-                batch_stats: bool, eps: float, acc: torch.dtype) -> Tensor:
+                batch_stats: bool, eps: float, acc: torch.dtype, valid: Tensor | None = None) -> Tensor:
     """The ``(5, C)`` statistics (``triton_norm``: mean, invstd, scale, shift, unbiased variance) of the
-    batch's rows, or of the running buffers."""
+    batch's rows (the first ``valid`` of them where given), or of the running buffers."""
     (r, c), f64 = x.shape, acc == torch.float64
     block_r, block_c, block_t = tiles(c, f64)
     rows, t = partition(r, block_r)
@@ -95,12 +101,18 @@ def _statistics(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | 
     stats = torch.empty(5, c, dtype=acc, device=dev)
     partials = torch.empty(2, t, c, dtype=acc, device=dev) if batch_stats else stats[:2]
     if batch_stats:
-        _launch(k.stats_partials, (t, -(-c // block_c)), x, partials[0], partials[1], r, c, rows, F64=f64,
-                BLOCK_R=block_r, BLOCK_C=block_c, device=dev)
+        _launch(k.stats_partials, (t, -(-c // block_c)), x, partials[0], partials[1], _count(valid, stats), r, c,
+                rows, PREFIX=valid is not None, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=dev)
     _launch(k.stats_finish, (-(-c // block_c),), partials[0], partials[1], weight, bias,
             stats if running_mean is None else running_mean, stats if running_var is None else running_var, stats,
-            r, c, t, rows, eps, BATCH=batch_stats, F64=f64, BLOCK_T=block_t, BLOCK_C=block_c, device=dev)
+            _count(valid, stats), r, c, t, rows, eps, BATCH=batch_stats, PREFIX=valid is not None, F64=f64,
+            BLOCK_T=block_t, BLOCK_C=block_c, device=dev)
     return stats
+
+
+def _count(valid: Tensor | None, unused: Tensor) -> Tensor:
+    """The kernels' ``valid_ptr``: the real row count, or (no ``PREFIX``) any tensor, which they do not read."""
+    return unused if valid is None else valid
 
 
 class _BatchNormReLU(torch.autograd.Function):
@@ -109,38 +121,42 @@ class _BatchNormReLU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None,
-                running_var: Tensor | None, batch_stats: bool, momentum: float, eps: float) -> Tensor:
+                running_var: Tensor | None, batch_stats: bool, momentum: float, eps: float,
+                valid: Tensor | None = None) -> Tensor:
         x = x.contiguous()
         (r, c), f64 = x.shape, torch.float64 in (x.dtype, weight.dtype)
         stats = _statistics(x, weight, bias, running_mean, running_var, batch_stats, eps,
-                            torch.float64 if f64 else torch.float32)
+                            torch.float64 if f64 else torch.float32, valid)
         update = batch_stats and running_mean is not None
         block_r, block_c, _ = tiles(c, f64)
         y = torch.empty_like(x)
         _launch(triton_kernels().normalize_relu, (-(-r // block_r), -(-c // block_c)), x, stats, y,
                 running_mean if update else stats, running_var if update else stats, r, c, momentum,
                 UPDATE=update, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
-        ctx.save_for_backward(x, weight, bias, stats)
+        ctx.save_for_backward(x, weight, bias, stats, valid)
         ctx.batch_stats, ctx.eps = batch_stats, eps
         return y
 
     @staticmethod
     def backward(ctx, g: Tensor):
-        x, weight, bias, stats = ctx.saved_tensors
+        x, weight, bias, stats, valid = ctx.saved_tensors
         needs = list(ctx.needs_input_grad[:3])
         batch, eps = ctx.batch_stats, ctx.eps
 
         def torch_path(a, w, b):        # batch statistics again, or the forward's running ones (rows 0 and 4)
-            return reference(a, w, b, None if batch else stats[0], None if batch else stats[4], batch, 0.0, eps)
-        grads = KERNEL.dispatch(x.device, lambda: _backward(x, g.contiguous(), stats, weight, bias, batch, needs),
+            return reference(a, w, b, None if batch else stats[0], None if batch else stats[4], batch, 0.0, eps,
+                             valid)
+        grads = KERNEL.dispatch(x.device, lambda: _backward(x, g.contiguous(), stats, weight, bias, batch, needs,
+                                                            valid),
                                 lambda: torch_grads(torch_path, [x, weight, bias], needs, g),
                                 decided=True)       # this forward ran Triton: the backward follows it
-        return (*grads, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None)
 
 
 def _backward(x: Tensor, g: Tensor, stats: Tensor, weight: Tensor, bias: Tensor, batch_stats: bool,
-              needs: list[bool]) -> tuple:
-    """``(dx, dw, db)`` by the Triton kernels (``None`` where ``needs`` says no)."""
+              needs: list[bool], valid: Tensor | None = None) -> tuple:
+    """``(dx, dw, db)`` by the Triton kernels (``None`` where ``needs`` says no); ``valid``: the statistics were
+    the first ``valid`` rows' (a padded batch)."""
     (r, c), f64, dev = x.shape, stats.dtype == torch.float64, x.device
     block_r, block_c, block_t = tiles(c, f64)
     rows, t = partition(r, block_r)
@@ -155,17 +171,19 @@ def _backward(x: Tensor, g: Tensor, stats: Tensor, weight: Tensor, bias: Tensor,
     dx = None
     if needs[0]:
         dx = torch.empty_like(x)
-        _launch(k.grad_input, (-(-r // block_r), -(-c // block_c)), x, g, stats, sums, dx, r, c, BATCH=batch_stats,
-                F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=dev)
+        _launch(k.grad_input, (-(-r // block_r), -(-c // block_c)), x, g, stats, sums, dx, _count(valid, sums), r, c,
+                BATCH=batch_stats, PREFIX=valid is not None, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c,
+                device=dev)
     return (dx, sums[1].to(weight.dtype) if needs[1] else None, sums[0].to(bias.dtype) if needs[2] else None)
 
 
 def batch_norm_relu(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None = None,
                     running_var: Tensor | None = None, batch_stats: bool = True, momentum: float = 0.1,
-                    eps: float = 1e-5) -> Tensor:
+                    eps: float = 1e-5, valid: Tensor | None = None) -> Tensor:
     """``relu(F.batch_norm(x, running_mean, running_var, weight, bias, batch_stats, momentum, eps))`` for
-    ``x (R, C)``, on the path :data:`KERNEL` chooses (module docstring)."""
-    return KERNEL(x.device, x, weight, bias, running_mean, running_var, batch_stats, momentum, eps)
+    ``x (R, C)``, on the path :data:`KERNEL` chooses (module docstring); with ``valid`` (0-dim int64 on ``x``'s
+    device) the training statistics of the first ``valid`` rows (a padded batch, :func:`prefix_batch_norm`)."""
+    return KERNEL(x.device, x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid)
 
 
 def _takes(x: Tensor, weight: Tensor | None) -> bool:
@@ -260,15 +278,16 @@ class BatchNormReLU(BatchNorm):
 
     def forward(self, x: Tensor) -> Tensor:
         batch_stats = self.training or self.running_mean is None
-        padded = self.training and padding.valid_rows(x.shape[0]) is not None
-        if padded or not (KERNEL.enabled(x.device) and _takes(x, self.weight) and x.shape[0] > int(batch_stats)):
+        valid = padding.valid_rows(x.shape[0]) if self.training else None
+        cumulative = valid is not None and self.momentum is None   # its step a tensor: torch ops, no host read
+        if cumulative or not (KERNEL.enabled(x.device) and _takes(x, self.weight) and x.shape[0] > int(batch_stats)):
             return torch.relu_(super().forward(x))          # BatchNorm's (torch's, or a padded batch's) and ReLU
         factor = self._factor()
         if isinstance(factor, Tensor):
             factor = float(factor)
         keep = not self.training or self.track_running_stats
         return batch_norm_relu(x, self.weight, self.bias, self.running_mean if keep else None,
-                               self.running_var if keep else None, batch_stats, factor, self.eps)
+                               self.running_var if keep else None, batch_stats, factor, self.eps, valid)
 
 
 class SyncBatchNormReLU(nn.SyncBatchNorm):

@@ -48,11 +48,15 @@ def _merge(count, mean, m2, nb, mb, m2b):
 
 
 @triton.jit
-def stats_partials(x_ptr, mean_ptr, m2_ptr, R, C, ROWS, F64: tl.constexpr, BLOCK_R: tl.constexpr,
-                   BLOCK_C: tl.constexpr):
+def stats_partials(x_ptr, mean_ptr, m2_ptr, valid_ptr, R, C, ROWS, PREFIX: tl.constexpr, F64: tl.constexpr,
+                   BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Program (t, b): mean and M2 of rows ``[t ROWS, (t + 1) ROWS)`` of channels ``b BLOCK_C + [0, BLOCK_C)``
-    into row ``t`` of ``mean_ptr``, ``m2_ptr`` (T, C), combined block by block of ``BLOCK_R`` rows."""
+    into row ``t`` of ``mean_ptr``, ``m2_ptr`` (T, C), combined block by block of ``BLOCK_R`` rows; with
+    ``PREFIX`` only the rows before ``*valid_ptr`` count (a padded batch's real rows)."""
     acc = tl.float64 if F64 else tl.float32
+    counted = R
+    if PREFIX:
+        counted = tl.load(valid_ptr)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     start = tl.program_id(0).to(tl.int64) * ROWS
@@ -62,7 +66,7 @@ def stats_partials(x_ptr, mean_ptr, m2_ptr, R, C, ROWS, F64: tl.constexpr, BLOCK
     r0, end = start, start + ROWS
     while r0 < end:                   # while, not range: Triton 3.6's interpreter takes no runtime range bound
         rows = r0 + tl.arange(0, BLOCK_R)
-        mask = (rows < R)[:, None] & cmask[None, :]
+        mask = (rows < counted)[:, None] & cmask[None, :]
         x = tl.load(x_ptr + rows[:, None] * C + cols[None, :], mask=mask, other=0.0).to(acc)
         nb = tl.reduce(tl.where(mask, 1.0, 0.0).to(acc), 0, _add)
         mb = tl.reduce(x, 0, _add) / tl.maximum(nb, 1.0)
@@ -75,11 +79,16 @@ def stats_partials(x_ptr, mean_ptr, m2_ptr, R, C, ROWS, F64: tl.constexpr, BLOCK
 
 
 @triton.jit
-def stats_finish(mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, R, C, T, ROWS, eps,
-                 BATCH: tl.constexpr, F64: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+def stats_finish(mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, valid_ptr, R, C, T, ROWS, eps,
+                 BATCH: tl.constexpr, PREFIX: tl.constexpr, F64: tl.constexpr, BLOCK_T: tl.constexpr,
+                 BLOCK_C: tl.constexpr):
     """Program b: the ``(5, C)`` statistics of channels ``b BLOCK_C + [0, BLOCK_C)``: with ``BATCH`` from the
-    ``T`` partials (partial ``t`` holds ``min(ROWS, R - t ROWS)`` rows), else from the running buffers."""
+    ``T`` partials (partial ``t`` holds ``min(ROWS, n - t ROWS)`` rows, none below 0, of the ``n`` counted:
+    ``R``, or with ``PREFIX`` ``*valid_ptr``), else from the running buffers."""
     acc = tl.float64 if F64 else tl.float32
+    counted = R
+    if PREFIX:
+        counted = tl.load(valid_ptr)
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     if BATCH:
@@ -90,7 +99,7 @@ def stats_finish(mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, R, C,
         while t0 < T:
             ts = t0 + tl.arange(0, BLOCK_T)
             mask = (ts < T)[:, None] & cmask[None, :]
-            nt = tl.where(mask, tl.minimum(ROWS, R - ts * ROWS)[:, None].to(acc), 0.0)
+            nt = tl.where(mask, tl.maximum(tl.minimum(ROWS, counted - ts * ROWS), 0)[:, None].to(acc), 0.0)
             offs = ts[:, None] * C + cols[None, :]
             mt = tl.load(mean_ptr + offs, mask=mask, other=0.0)
             nb = tl.reduce(nt, 0, _add)
@@ -99,8 +108,8 @@ def stats_finish(mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, R, C,
             m2b = tl.reduce(tl.load(m2_ptr + offs, mask=mask, other=0.0) + nt * d * d, 0, _add)
             count, mean, m2 = _merge(count, mean, m2, nb, mb, m2b)
             t0 += BLOCK_T
-        var = m2 / R
-        unbiased = m2 / tl.maximum(R - 1, 1)
+        var = m2 / counted
+        unbiased = m2 / tl.maximum(counted - 1, 1)
     else:
         mean = tl.load(rm_ptr + cols, mask=cmask, other=0.0).to(acc)
         var = tl.load(rv_ptr + cols, mask=cmask, other=1.0).to(acc)
@@ -195,9 +204,11 @@ def grad_finish(sg_ptr, sgx_ptr, sums_ptr, C, T, F64: tl.constexpr, BLOCK_T: tl.
 
 
 @triton.jit
-def grad_input(x_ptr, g_ptr, stat_ptr, sums_ptr, dx_ptr, R, C, BATCH: tl.constexpr, F64: tl.constexpr,
-               BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Program (r, b): ``dx`` of its tile (module docstring), stored in ``dx``'s type."""
+def grad_input(x_ptr, g_ptr, stat_ptr, sums_ptr, dx_ptr, valid_ptr, R, C, BATCH: tl.constexpr,
+               PREFIX: tl.constexpr, F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Program (r, b): ``dx`` of its tile (module docstring), stored in ``dx``'s type. With ``PREFIX`` the
+    statistics are the first ``n = *valid_ptr`` rows': ``db`` and ``dw`` (sums over every row) divide by
+    ``n``, and only those rows move the statistics (the others get ``scale gm``)."""
     acc = tl.float64 if F64 else tl.float32
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -212,7 +223,10 @@ def grad_input(x_ptr, g_ptr, stat_ptr, sums_ptr, dx_ptr, R, C, BATCH: tl.constex
     if BATCH:
         mean = tl.load(stat_ptr + cols, mask=cmask, other=0.0)[None, :]
         invstd = tl.load(stat_ptr + C + cols, mask=cmask, other=0.0)[None, :]
-        db = tl.load(sums_ptr + cols, mask=cmask, other=0.0)[None, :] / R
-        dw = tl.load(sums_ptr + C + cols, mask=cmask, other=0.0)[None, :] / R
-        gm = gm - db - (x - mean) * invstd * dw
+        counted = R
+        if PREFIX:
+            counted = tl.load(valid_ptr)
+        db = tl.load(sums_ptr + cols, mask=cmask, other=0.0)[None, :] / counted
+        dw = tl.load(sums_ptr + C + cols, mask=cmask, other=0.0)[None, :] / counted
+        gm = gm - tl.where((rows < counted)[:, None], db + (x - mean) * invstd * dw, 0.0)
     tl.store(dx_ptr + offs, (scale * gm).to(dx_ptr.dtype.element_ty), mask=mask)

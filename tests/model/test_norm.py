@@ -347,20 +347,36 @@ def _off_the_kink(x, bn, batch: bool, margin: float = 0.05):
 
 
 def test_a_padded_batch_takes_the_prefix_statistics_on_the_kernel_path_too(interpreted):
-    """With the Triton kernel switched on, a ``BatchNormReLU`` in training inside ``padding.batch_rows`` still
-    takes the real rows' statistics (what a CUDA graph's step needs): ``relu(BatchNorm1d)`` of those rows, not
-    the kernel's whole-batch ones; outside, the same module runs the kernel (a control)."""
+    """With the Triton kernel switched on, a ``BatchNormReLU`` in training inside ``padding.batch_rows`` runs the
+    kernel with the real rows' statistics (what a CUDA graph's step needs): ``relu(BatchNorm1d)`` of those rows,
+    and every row's output and gradient (the dummy rows' too) those of the torch ops' prefix batch norm
+    (float64); with ``momentum=None`` (a cumulative step, a tensor) the torch ops run."""
     from pointgeope.model import padding
 
     calls = []
     interpreted.setattr(norm, "batch_norm_relu", lambda *a: calls.append(1) or norm.KERNEL(a[0].device, *a))
     g = torch.Generator().manual_seed(5)
-    x = torch.randn(40, 6, generator=g) * 2 + 1
-    ours, theirs = BatchNormReLU(6).train(), torch.nn.BatchNorm1d(6).train()
-    with padding.batch_rows({40: torch.tensor(25)}):
+    x = (torch.randn(70, 6, generator=g, dtype=torch.float64) * 2 + 1).requires_grad_()
+    up = torch.randn(70, 6, generator=g, dtype=torch.float64)
+    ours, prefix = BatchNormReLU(6).double().train(), BatchNormReLU(6).double().train()
+    theirs = torch.nn.BatchNorm1d(6).double().train()
+    with torch.no_grad():
+        for m in (ours, prefix, theirs):
+            m.weight.copy_(torch.linspace(0.5, 1.5, 6)), m.bias.copy_(torch.linspace(-0.5, 0.5, 6))
+    with padding.batch_rows({70: torch.tensor(41)}):
         got = ours(x)
-    torch.testing.assert_close(got[:25], torch.relu(theirs(x[:25])))
-    torch.testing.assert_close(ours.running_var, theirs.running_var)
-    assert calls == []
-    ours(x)
+        want = torch.relu(norm.prefix_batch_norm(x, torch.tensor(41), prefix.weight, prefix.bias, prefix.running_mean,
+                                                 prefix.running_var, 0.1, prefix.eps))
     assert calls == [1]
+    torch.testing.assert_close(got[:41], torch.relu(theirs(x[:41])), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for a, b in zip(torch.autograd.grad((got * up).sum(), (x, ours.weight, ours.bias)),
+                    torch.autograd.grad((want * up).sum(), (x, prefix.weight, prefix.bias))):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(ours.running_var, theirs.running_var, rtol=1e-12, atol=1e-12)
+    cumulative = BatchNormReLU(6, momentum=None).double().train()
+    with padding.batch_rows({70: torch.tensor(41)}):
+        cumulative(x)
+    assert calls == [1]
+    ours(x)
+    assert calls == [1, 1]
