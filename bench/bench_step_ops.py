@@ -28,12 +28,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_io import git_commit, save_json  # noqa: E402
-from bench_model import synthetic_room  # noqa: E402
-from bench_train_step import step_batch  # noqa: E402
+from bench_train_step import make_inputs, sgd_learner, step_batch  # noqa: E402
 
-from pointgeope.engine import build  # noqa: E402
-from pointgeope.engine.config import Config, OptimConfig, TrainConfig  # noqa: E402
-from pointgeope.engine.state import Learner  # noqa: E402
 from pointgeope.engine.step import train_step  # noqa: E402
 from pointgeope.model import PointTransformerSeg, network  # noqa: E402
 
@@ -59,15 +55,12 @@ class OpCounter(TorchDispatchMode):
 
 
 class Step:
-    """One preset's model (seed 0), SGD (``foreach``, CUDA's default) and the training loop's own step."""
+    """One preset's model (seed 0), the benches' SGD (``foreach``, CUDA's default) and the training loop's step."""
 
     def __init__(self, preset: str, batch, device: torch.device):
         torch.manual_seed(0)
         self.model = PointTransformerSeg(pe=preset).train()
-        self.cfg = Config(train=TrainConfig(amp="none", loss="ce"), optim=OptimConfig(grad_clip=None))
-        opt = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.9, foreach=True)
-        constant = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
-        self.learner = Learner(self.model, opt, constant, build.grad_scaler(self.cfg, device))
+        self.cfg, self.learner = sgd_learner(self.model, "none", device, foreach=True)
         self.batch, self.device = batch, device
 
     def __call__(self) -> None:
@@ -124,13 +117,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, torch.get_num_threads()])
     args = parser.parse_args()
-    coord = torch.cat([synthetic_room(args.points, seed=10 + b) for b in range(args.clouds)])
-    offset = torch.arange(1, args.clouds + 1) * args.points
-    g = torch.Generator().manual_seed(0)
-    feat = torch.cat([torch.rand(coord.shape[0], 3, generator=g), coord], dim=1)
-    label = torch.randint(0, 13, (coord.shape[0],), generator=g)
-    hierarchy = PointTransformerSeg(pe="rpe").hierarchy_spec(coord, offset)
-    batch = step_batch(coord, feat, offset, label, hierarchy)
+    x = make_inputs(args.points, args.clouds, torch.device("cpu"), PointTransformerSeg().hierarchy_spec)
+    batch = step_batch(x["coord"], x["feat"], x["offset"], x["label"], x["hierarchy"])
     out = {"commit": git_commit(short=True), "torch": torch.__version__, "points": args.points,
            "clouds": args.clouds, "presets": {}}
     for preset in args.presets:

@@ -33,7 +33,8 @@ building and the sample's hierarchy, one ``synth --size bench`` room in memory.
 If a size does not fit in memory it halves ``--points`` and retries. Writes JSON to ``--out`` after every
 preset, so a run cut short keeps what it measured.
 
-``--kernels torch triton`` compares the attention kernels instead (``run_kernels``, ``fused_attention.py``):
+``--kernels torch triton`` compares the attention kernels instead (``train_step_kernels.run_kernels``,
+``fused_attention.py``):
 every preset x kernels x ``--amps`` (float32 ``none`` and ``bf16``) case, given hierarchy, interleaved.
 ``default`` is the device's default path (``POINTGEOPE_KERNELS`` unset); ``torch_norm`` is that path with torch's
 batch norm and ReLU instead of the fused op (``norm.py``, the CUDA default since GPU run 6), so
@@ -64,7 +65,7 @@ from pointgeope.engine import build  # noqa: E402
 from pointgeope.engine.config import Config, OptimConfig, TrainConfig  # noqa: E402
 from pointgeope.engine.state import Learner  # noqa: E402
 from pointgeope.engine.step import train_step  # noqa: E402
-from pointgeope.model import PointTransformerSeg, kernel_choice  # noqa: E402
+from pointgeope.model import PointTransformerSeg  # noqa: E402
 from pointgeope.model.kernel_check import timed as one_timer  # noqa: E402
 from pointgeope.model.ops import backends, fps  # noqa: E402
 
@@ -83,11 +84,13 @@ def timed(fn, device: torch.device) -> tuple[float, float]:
     return seconds, peak
 
 
-def sgd_learner(model: torch.nn.Module, amp: str, device: torch.device) -> tuple[Config, Learner]:
+def sgd_learner(model: torch.nn.Module, amp: str, device: torch.device,
+                foreach: bool | None = None) -> tuple[Config, Learner]:
     """The benches' training setup for ``engine.step.train_step``: ``train.amp = amp``, the cross entropy, no
-    clipping; SGD (lr 1e-3, momentum 0.9) at a constant learning rate and ``build.grad_scaler``."""
+    clipping; SGD (lr 1e-3, momentum 0.9; ``foreach`` as torch's argument, its default on CUDA) at a constant
+    learning rate and ``build.grad_scaler``."""
     cfg = Config(train=TrainConfig(amp=amp, loss="ce"), optim=OptimConfig(grad_clip=None))
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, foreach=foreach)
     constant = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
     return cfg, Learner(model, opt, constant, build.grad_scaler(cfg, device))
 
@@ -290,68 +293,6 @@ def run(args, out: dict, write) -> None:
     write()
 
 
-class KernelCase(Case):
-    """A ``Case`` whose steps run on the kernels ``kernels`` (``POINTGEOPE_KERNELS``; ``default``: unset)."""
-
-    def __init__(self, preset: str, inputs: dict, amp: str, device: torch.device, kernels: str):
-        super().__init__(preset, inputs, amp, device)
-        self.kernels = kernels
-
-    def step(self, given: bool = True) -> None:
-        if self.kernels == "default":
-            return super().step(given)
-        if self.kernels == "torch_norm":
-            return self._torch_norm_step(given)
-        with kernel_choice.forced(self.kernels):
-            super().step(given)
-
-    def _torch_norm_step(self, given: bool) -> None:
-        """The default path with the fused batch norm + ReLU off (its backward follows its forward's path)."""
-        from pointgeope.model import norm
-
-        enabled = norm.KERNEL.enabled
-        norm.KERNEL.enabled = lambda device: False
-        try:
-            super().step(given)
-        finally:
-            norm.KERNEL.enabled = enabled
-
-
-def run_kernels(args, out: dict, write) -> None:
-    """``--kernels``: the given-hierarchy step of every preset x attention kernels (``--kernels``) x precision
-    (``--amps``), interleaved; time, peak memory, ratios to rpe on the same kernels and precision, to the
-    torch kernels of the same case and to float32 of the same preset and kernels; ``--profile``: top kernels."""
-    device = torch.device(args.device)
-    inputs = make_inputs(args.points, args.clouds, device, PointTransformerSeg().hierarchy_spec)
-    cases = {f"{pe}/{kern}/{amp}": KernelCase(pe, inputs, amp, device, kern)
-             for pe in args.presets for kern in args.kernels for amp in args.amps}
-    for case in cases.values():
-        for _ in range(args.warmup):
-            case.step()
-    out.update({"points_per_cloud": args.points, "clouds": args.clouds, "cases": {}})
-    deadline = time.perf_counter() + args.budget
-    for rep in range(args.reps):
-        for name, case in cases.items():
-            if rep and time.perf_counter() > deadline:
-                continue
-            seconds, peak = timed(case.step, device)
-            row = out["cases"].setdefault(name, {"step_s": seconds, "peak_mib": peak, "reps": 0})
-            row.update(step_s=min(row["step_s"], seconds), peak_mib=max(row["peak_mib"], peak), reps=row["reps"] + 1)
-        write()
-    for name, row in out["cases"].items():
-        pe, kern, amp = name.split("/")
-        for label, other in (("vs_rpe", f"rpe/{kern}/{amp}"), ("vs_torch", f"{pe}/torch/{amp}"),
-                             ("vs_default", f"{pe}/default/{amp}"), ("vs_torch_norm", f"{pe}/torch_norm/{amp}"), ("vs_float32", f"{pe}/{kern}/none")):
-            if other in out["cases"] and other != name:
-                row[f"{label}_time"] = row["step_s"] / out["cases"][other]["step_s"]
-                if out["cases"][other]["peak_mib"]:
-                    row[f"{label}_peak"] = row["peak_mib"] / out["cases"][other]["peak_mib"]
-        print(f"{name:<28} {row['step_s'] * 1e3:8.1f} ms  {row['peak_mib']:8.0f} MiB", flush=True)
-    if args.profile:
-        out["profile"] = {name: profile(lambda: case.step(given=True), device) for name, case in cases.items()}
-    write()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -394,7 +335,11 @@ def main() -> int:
     if args.loader_only:
         print(json.dumps(out["loader_per_sample"], indent=1))
         return 0
-    (run_kernels if args.kernels else run)(args, out, write)
+    if args.kernels:
+        from train_step_kernels import run_kernels      # the kernels' comparison, its own module
+        run_kernels(args, out, write)
+    else:
+        run(args, out, write)
     if args.hierarchy_clouds and not args.kernels:
         out["hierarchy"] = {}
         hierarchy_backends(args, torch.device(args.device), out["hierarchy"], write)
