@@ -63,7 +63,7 @@ def train_dataset(cfg: Config, areas: list[str]) -> S3DISTrain:
             raise ConfigError("data.augment=pointcept_ptv3 has no height feature; set data.height=false")
         return S3DISTrainPTv3(d.root, areas, grid_size=d.grid_size, crop_rate=d.crop_rate, point_max=d.voxel_max,
                               loop=d.loop, seed=cfg.train.seed, color=d.color, cache=d.cache)
-    problem = pipeline_problem(cfg)       # data.mix_prob, data.crop_rate: checked at load; again for a config made in code
+    problem = pipeline_problem(cfg)       # mix_prob, crop_rate: checked at load; again for a config made in code
     if problem:
         raise ConfigError(problem)
     return S3DISTrain(d.root, areas, grid_size=d.grid_size, voxel_max=d.voxel_max or 2**62, loop=d.loop,

@@ -4,7 +4,8 @@ model keys that must agree with each other, and the samples and test that go wit
 
 :mod:`pointgeope.engine.config` checks each layer (file, override, checkpoint) with :func:`value_problem`
 as it reads it, so that the error names the file or the override, then the merged model section with
-:func:`agreement_problem` and the whole with :func:`pipeline_problem`. They return the problem as text (``None`` when there is none)::
+:func:`agreement_problem` and the whole with :func:`pipeline_problem`. They return the problem as text
+(``None`` when there is none)::
 
     override 'train.epochs=0': train.epochs: expected an integer >= 1, got 0
     override 'train.device=xyz': train.device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got 'xyz'

@@ -25,8 +25,9 @@ largest ``pct_start`` below, whose warm-up ends before step 0; every other ``T``
 ``optim.block_lr`` sets the rate of the ``block`` parameters (None: no such group, PTv1's groups as they
 were), but for learnt positional frequencies (``net.frequency_parameters()``, which Pointcept's PTv3 does not
 have): they train at ``optim.lr`` without weight decay as PTv1's do, although the encoding PTv3's attention
-layers share is registered under the first block's name (``enc.enc0.block0.attn.pe``); ``optim.scheduler: onecycle`` the schedule with ``optim.pct_start``, ``optim.anneal_strategy``,
-``optim.div_factor`` and ``optim.final_div_factor``. Each group's peak is the ``lr`` it was given.
+layers share is registered under the first block's name (``enc.enc0.block0.attn.pe``); ``optim.scheduler:
+onecycle`` the schedule with ``optim.pct_start``, ``optim.anneal_strategy``, ``optim.div_factor`` and
+``optim.final_div_factor``. Each group's peak is the ``lr`` it was given.
 """
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ from pointgeope.engine.config import load_config
 from pointgeope.model.ptv3.seg import PTv3Seg
 
 BASE = ["model.backbone=ptv3", "data.augment=pointcept_ptv3", "eval.protocol=ptv3", "model.ptv3.stride=[2]",
-        "model.ptv3.enc_depths=[1, 1]", "model.ptv3.enc_num_head=[1, 2]", "model.ptv3.dec_depths=[1]", "model.ptv3.dec_num_head=[1]",
+        "model.ptv3.enc_depths=[1, 1]", "model.ptv3.enc_num_head=[1, 2]", "model.ptv3.dec_depths=[1]",
+        "model.ptv3.dec_num_head=[1]",
         "model.ptv3.drop_path=0.0"]
 
 
