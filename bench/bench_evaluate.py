@@ -252,7 +252,8 @@ def published_case(args) -> dict:
            "predictions": sum(forwarded), "forwards": len(forwarded), "seconds_per_room": round(seconds, 3),
            "seconds_all": rows, "points_per_s": round(n / seconds), "predictions_per_s": round(sum(forwarded) / seconds),
            "batch_points": cfg.eval.batch_points, "device": str(device), "threads": torch.get_num_threads(),
-           "variant": args.variant, "config": args.config, "set": args.set, "amp": cfg.train.amp}
+           "variant": args.variant, "config": args.config, "set": args.set, "amp": tested_precision(cfg, device),
+           "train_amp": cfg.train.amp}
     out.update(projected(result.fragments, cfg.eval.max_fragments, seconds))
     if device.type == "cuda":
         out.update(peak_gpu_mib=round(torch.cuda.max_memory_allocated() / 2**20),
@@ -260,6 +261,17 @@ def published_case(args) -> dict:
     if args.agree_amp:                              # after the counts and the peak: they are the timed run's
         out.update(votes_agreement(args, model, coord, color, cfg, device, result.scores))
     return out
+
+
+def tested_precision(cfg, device) -> str:
+    """The precision the test ran in (``build.eval_precision``): ``none`` (float32), ``bf16`` or ``fp16``. Not
+    ``train.amp``: PTv3's test is float32 whatever it says."""
+    import torch
+
+    from pointgeope.engine import build
+
+    dtype = build.eval_precision(cfg, device)
+    return {None: "none", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 
 def votes_agreement(args, model, coord, color, cfg, device, scores) -> dict:

@@ -38,6 +38,8 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
     graphs     (CUDA) ``bench_graphs.py``: the given-hierarchy step at ``--clouds`` x ``--points`` (rpe, geope;
                float32, bf16) eager and as a CUDA graph of its padded batch (``train.cuda_graphs``), interleaved:
                both times, their ratio, the recording's seconds and memory, the two losses' agreement
+    graphs16   (CUDA) the same at the recipe's batch, ``--norm-clouds`` (16) x ``--points``, in ``--graphs16-amps``
+               (bf16: float32's eager peak and the graph's pool together need an H200's memory)
     relation_backward  (CUDA) ``bench_relation_backward.py``: the attention's backward (standard GeoPE's and the
                plain relation, the aggregation) summed with atomics and by source point, at every stage of the
                16 x 80k batch, float32 and bf16, each checked equal; the sorted kernels' tiles swept at stages
@@ -61,7 +63,7 @@ script that way, small. Results: ``--out`` (default ``bench/results/gpu.json``),
 
 Usage: bench/gpu_check.sh [--train] [--evaluate] [--predict] [--ddp] [--kernels] [--device cpu]
        [--points 80000] [--budget 540] [--no-tests] [--no-hierarchy] [--no-relation-backward] [--no-bench]
-       [--no-published] [--no-check] [--no-norm] [--no-graphs] [--no-loader]
+       [--no-published] [--no-check] [--no-norm] [--no-graphs] [--no-graphs16] [--no-loader]
        [--no-ptv3]
 
 One call a device session (``bash bench/gpu_wheels.sh`` here first, then carry ``.whl``; ``--budget 480``, the
@@ -80,8 +82,8 @@ import time
 from pathlib import Path
 
 from gpu_check_demo import step_ddp, step_evaluate, step_predict, step_train  # noqa: E402
-from gpu_check_paths import (step_graphs, step_kernels, step_loader, step_norm, step_norm_op,  # noqa: E402
-                             step_relation_backward)
+from gpu_check_paths import (step_graphs, step_graphs16, step_kernels, step_loader, step_norm,  # noqa: E402
+                             step_norm_op, step_relation_backward)
 from gpu_check_ptv3 import add_ptv3_args, ptv3_steps  # noqa: E402
 from gpu_runner import REPO, Check, published_test, result_path, run_with_result  # noqa: E402
 
@@ -248,15 +250,16 @@ def parse_args() -> argparse.Namespace:
     add("--tests", default="", help="pytest -k expression of the tests step (default: every test of --tests-paths)")
     add("--tests-paths", nargs="+", default=["tests/model", "tests/engine/test_build.py", "tests/engine/test_evaluate.py",
                                              "tests/test_geope.py", "tests/test_metrics.py"])
-    add("--tests-workers", type=int, default=8, help="pytest-xdist processes of the tests step (1: none)")
+    add("--tests-workers", type=int, default=12, help="pytest-xdist processes of the tests step (1: none)")
     for name in ("tests", "bench", "hierarchy", "relation_backward", "published", "check", "norm", "graphs",
-                 "loader"):
+                 "graphs16", "loader"):
         add(f"--no-{name.replace('_', '-')}", action="store_true")
     add("--hierarchy-clouds", type=int, nargs="*", default=[],
         help="bench: batch sizes of bench_train_step's hierarchy-per-backend timings (default none)")
     add("--eval-size", default="bench", help="synth --size of the published-test room")
     add("--eval-config", default="configs/s3dis/pt_geope.yaml")
-    add("--eval-reps", type=int, default=1, help="published test: repetitions (the minimum counts)")
+    add("--eval-reps", type=int, default=2,
+        help="published test: repetitions, the minimum counts (the first room compiles and tunes the kernels)")
     add("--eval-overrides", nargs="*", default=[], metavar="section.key=value",
         help="config overrides of the published test (the test suite shrinks it)")
     for name in ("train", "evaluate", "predict", "ddp"):
@@ -269,7 +272,8 @@ def parse_args() -> argparse.Namespace:
     add("--points", type=int, default=80_000)
     add("--clouds", type=int, default=2)
     add("--loader-workers", type=int, default=8, help="loader: workers busy at once on the node's CPU")
-    add("--norm-clouds", type=int, default=16, help="norm: clouds of the step with and without the fused norm")
+    add("--norm-clouds", type=int, default=16, help="norm, graphs16: clouds of the recipe's step")
+    add("--graphs16-amps", nargs="+", choices=("none", "bf16"), default=["bf16"], help="graphs16's precisions")
     add("--amp", default="none", help="bench's precision (none: float32, as published)")
     add("--presets", nargs="+", default=["rpe", "geope", "lingeope"])
     add("--reps", type=int, default=2)
@@ -279,8 +283,8 @@ def parse_args() -> argparse.Namespace:
     add("--fold-steps", type=int, default=38_000, help="steps of one fold of the published recipe")
     add("--fold-rooms", type=int, default=68, help="rooms of the largest test area (Area 5)")
     limits = dict(warm=100, hierarchy=55, relation_backward=90, bench=60, bench_bf16=45, bench16=45, published=45,
-                  tests=90, check=40, train=240, evaluate=120, kernels=300, published_bf16=45, norm_op=40, norm=100,
-                  graphs=80, loader=60)
+                  tests=120, check=40, train=240, evaluate=120, kernels=300, published_bf16=45, norm_op=40, norm=100,
+                  graphs=80, graphs16=90, loader=60)
     for name, limit in limits.items():
         add(f"--{name.replace('_', '-')}-limit", type=float, default=float(limit))
     add("--kernel-presets", nargs="+", default=["rpe", "geope", "lingeope"])
@@ -305,6 +309,7 @@ def plan(args: argparse.Namespace) -> list:
     # time, geope / rpe, beside / given), batch norm + ReLU, the backward by source point
     steps += [("graphs", step_graphs)] if cuda and not args.no_graphs else []
     steps += [("bench16", step_bench16)] if cuda and bench else []
+    steps += [("graphs16", step_graphs16)] if cuda and not args.no_graphs16 else []
     steps += [("norm", step_norm)] if cuda and not args.no_norm else []
     steps += [("relation_backward", step_relation_backward)] if cuda and not args.no_relation_backward else []
     # then the targets measured before, again after the last kernel change, and the loader's route

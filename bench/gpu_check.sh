@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check (bench/gpu_check.py): CUDA tests, the Triton point ops' settings, the attention kernels per
 # preset, the full network's training step, the published test of one room, PTv3's recipe step and test, the
-# experimental paths' comparisons (graphs, norm, relation_backward), and optionally one demo epoch, its evaluation and
-# predict; writes bench/results/gpu.json (and copies under $OUT).
+# experimental paths' comparisons (graphs, graphs16, norm, relation_backward), and optionally one demo epoch,
+# its evaluation and predict; writes bench/results/gpu.json (and copies under $OUT).
 # All the steps take longer than one device session (15 minutes with the machine's start; their limits add up
 # to about 17 minutes), so the steps run in the order of what they decide (gpu_check.py's plan: the tests
-# and the kernel check, the compiles, then the opt-in paths not yet measured: graphs, bench16, norm,
-# relation_backward; then the targets measured before, the loader, PTv3) and a call records the steps its
+# and the kernel check, the compiles, then the opt-in paths not yet measured: graphs, bench16, graphs16,
+# norm, relation_backward; then the targets measured before, the loader, PTv3) and a call records the steps its
 # --budget leaves out as skipped. One call a session (docs/gpu.md):
 #   PYTHON=python3 bash bench/gpu_check.sh --budget 480                     # the run tool's timeout 570 s
 #   bench/gpu_check.sh --budget 480 --no-graphs --no-norm --no-relation-backward   # a later session: the rest

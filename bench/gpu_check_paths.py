@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from gpu_runner import Check, result_path, run_with_result
 
-__all__ = ["step_graphs", "step_kernels", "step_loader", "step_norm", "step_norm_op", "step_relation_backward"]
+__all__ = ["step_graphs", "step_graphs16", "step_kernels", "step_loader", "step_norm", "step_norm_op",
+           "step_relation_backward"]
 
 
 def step_relation_backward(check: Check, py: str) -> None:
@@ -57,6 +58,18 @@ def step_graphs(check: Check, py: str) -> None:
            "--clouds", str(a.clouds), "--presets", "rpe", "geope", "--amps", "none", "bf16",
            "--budget", str(max(20, min(a.graphs_limit, check.left()) - 50))]
     run_with_result(check, "graphs", cmd, a.graphs_limit, data)
+
+
+def step_graphs16(check: Check, py: str) -> None:
+    """``bench_graphs.py`` at the recipe's batch (``--norm-clouds`` x ``--points``), ``--graphs16-amps`` (bf16 by
+    default: float32 holds an eager step's peak, 51 GiB, beside the graph's pool of the same size, which only
+    an H200 has room for): does a graph still pay where the GPU is busy for most of the step?"""
+    a = check.args
+    data = result_path(check, "bench_graphs_16.json")
+    cmd = [py, "bench/bench_graphs.py", "--out", str(data), "--device", "cuda", "--points", str(a.points),
+           "--clouds", str(a.norm_clouds), "--presets", "rpe", "geope", "--amps", *a.graphs16_amps, "--reps", "2",
+           "--warmup", "1", "--budget", str(max(20, min(a.graphs16_limit, check.left()) - 60))]
+    run_with_result(check, "graphs16", cmd, a.graphs16_limit, data)
 
 
 def step_kernels(check: Check, py: str) -> None:

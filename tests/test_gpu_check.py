@@ -138,7 +138,7 @@ def _header_calls() -> list[list[str]]:
 def test_the_documented_calls_measure_first_what_decides_a_default(monkeypatch):
     """On a GPU (the plan only: nothing runs) the header's calls parse; a plain run takes every step once, the
     tests and the kernel check before any timing, and the paths no GPU has measured (each deciding a default)
-    before the targets measured earlier; the later session's call skips those four and keeps the rest."""
+    before the targets measured earlier; the later session's call skips three of them and keeps the rest."""
     sys.path.insert(0, str(REPO / "bench"))
     import gpu_check
 
@@ -149,5 +149,24 @@ def test_the_documented_calls_measure_first_what_decides_a_default(monkeypatch):
     first, later = (steps(call) for call in _header_calls())
     assert len(set(first)) == len(first) and first == steps([])
     assert first[:4] == ["info", "tests", "check", "warm"]
-    assert first[4:8] == ["graphs", "bench16", "norm", "relation_backward"]
+    assert first[4:9] == ["graphs", "bench16", "graphs16", "norm", "relation_backward"]
     assert set(first) - set(later) == {"graphs", "norm", "relation_backward"} and "bench16" in later
+
+
+@pytest.mark.parametrize("config, amp, tested", [("configs/s3dis/ptv3_geope.yaml", "fp16", "none"),
+                                                 ("configs/s3dis/ptv3_geope.yaml", "bf16", "none"),
+                                                 ("configs/s3dis/pt_geope.yaml", "bf16", "bf16"),
+                                                 ("configs/s3dis/pt_geope.yaml", "none", "none")])
+def test_the_published_tests_record_names_the_precision_the_test_ran_in(config, amp, tested):
+    """``bench_evaluate.py``'s ``amp`` is the test's precision on a CUDA device, not ``train.amp``: PTv3's test
+    runs in float32 whatever the training's precision (run 7 recorded PTv3's float32 test as fp16)."""
+    import torch
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import bench_evaluate
+
+    from pointgeope.engine.config import load_config
+
+    cfg = load_config(REPO / config, [f"train.amp={amp}"])
+    assert bench_evaluate.tested_precision(cfg, torch.device("cuda")) == tested
+    assert bench_evaluate.tested_precision(cfg, torch.device("cpu")) == "none"
