@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
@@ -51,13 +50,18 @@ class OpsBackends:
     fps: str | None = None
 
 
-@lru_cache(maxsize=None)
+# Looked up once, at import (without importing the packages): `torch.compile` reads a module's dict as a constant,
+# while under torch 2.11 it broke the graph at `importlib.util.find_spec` behind a cached function, at every layer
+_FOUND = {backend: importlib.util.find_spec(module) is not None for backend, module in _MODULES.items()
+          if backend != "triton"}
+
+
 def available(backend: str) -> bool:
-    """Whether the package behind ``backend`` is installed (found without importing it; ``triton``: it
-    imports, as a broken install would only fail at the first kernel)."""
+    """Whether the package behind ``backend`` is installed (found without importing it, when this module is
+    imported; ``triton``: it imports, as a broken install would only fail at the first kernel)."""
     if backend == "triton":
         return kernels.triton_imports()
-    return importlib.util.find_spec(_MODULES[backend]) is not None
+    return _FOUND[backend]
 
 
 def knn_backend(device: torch.device) -> str:
