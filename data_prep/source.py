@@ -27,7 +27,7 @@ from data_prep.limits import ZipLimits
 from pointgeope.errors import UserError
 
 # Bump when the parsed output of the same raw files changes: prepared rooms then no longer match.
-PARSER_VERSION = 2
+PARSER_VERSION = 3
 
 _AREA = re.compile(r"Area_(\d+)")
 _OBJECT = re.compile(r"(.+)_(\d+)")
