@@ -95,6 +95,7 @@ class Source:
 
     location: str
     ignored: tuple[str, ...] = ()  # non-.txt files in Annotations folders, set by rooms()
+    unreadable: tuple[str, ...] = ()  # folders outside the areas that could not be listed, set by entries()
 
     def entries(self) -> list[Entry]:
         raise NotImplementedError(f"{type(self).__name__} must list its entries")
@@ -173,6 +174,8 @@ class Source:
         if any(_AREA.search(name) and "\\" in name for name in names):
             return (f"{start}; its names hold '\\' separators (a zip made on Windows, unpacked by a tool that kept "
                     "them): give the .zip itself, or unpack it with `unzip`")
+        if self.unreadable:
+            return f"{start}; cannot read {', '.join(self.unreadable)}: check its permissions (ls -ld)"
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         return f"{start}; it holds {shown or 'nothing'}: point RAW at the folder (or .zip) that holds Area_1 ... Area_6"
 
@@ -185,15 +188,19 @@ class FolderSource(Source):
         self.location = str(self.root)
 
     def entries(self) -> list[Entry]:
-        """Every file and folder under the root, symbolic links followed (linked areas count too); a
-        folder that cannot be listed, or a link to a folder that holds it (a loop), is an error naming it
-        (``os.walk`` alone skips the first silently and follows the second ~40 levels deep)."""
-        out = []
-        for folder, dirs, files in os.walk(self.root, onerror=_unreadable, followlinks=True):
+        """Every file and folder under the root, symbolic links followed (linked areas count too); hidden
+        folders are listed (a hidden room is named) but not walked. A link to a folder that holds it (a
+        loop) is an error naming it, as is a folder that cannot be listed if it is RAW or in an ``Area_N``
+        folder (``os.walk`` alone follows the first ~40 levels deep and skips the second silently); one
+        elsewhere (``lost+found``) is skipped, and named if no area is found."""
+        out: list[Entry] = []
+        self.unreadable = ()
+        for folder, dirs, files in os.walk(self.root, onerror=self._unreadable, followlinks=True):
             rel = Path(folder).relative_to(self.root).as_posix()
             prefix = "" if rel == "." else rel + "/"
-            dirs[:] = [d for d in dirs if d != "__MACOSX" and self._not_a_loop(prefix + d)]
+            dirs[:] = [d for d in dirs if d != "__MACOSX"]
             out.extend(Entry(prefix + d, is_dir=True) for d in dirs)
+            dirs[:] = [d for d in dirs if not d.startswith(".") and self._not_a_loop(prefix + d)]
             for name in files:
                 try:
                     st = os.stat(os.path.join(folder, name))
@@ -202,6 +209,14 @@ class FolderSource(Source):
                                       "check that it exists and is readable") from None
                 out.append(Entry(prefix + name, st.st_size, st.st_mtime_ns))
         return out
+
+    def _unreadable(self, err: OSError) -> None:
+        """``os.walk``'s ``onerror`` (see :meth:`entries`)."""
+        parts = Path(err.filename).relative_to(self.root).parts
+        if not parts or any(_AREA.fullmatch(part) for part in parts):
+            raise SourceError(f"{err.filename}: cannot be read ({err.strerror or err}); check its permissions "
+                              "(ls -ld), or ask its owner") from None
+        self.unreadable += (f"{err.filename} ({err.strerror or err})",)
 
     def _not_a_loop(self, path: str) -> bool:
         """``True`` for a folder to walk; a symbolic link to a folder that contains it (``ln -s ..``) is an
@@ -290,12 +305,6 @@ class ZipSource(Source):
             raise SourceError(f"{self.location}: member {path!r} unpacks to more than --zip-max-member "
                               f"{self.limits.max_member_bytes:,} bytes; raise the limit if it is real")
         return data
-
-
-def _unreadable(err: OSError) -> None:
-    """``os.walk``'s ``onerror``: a folder that cannot be listed is an error naming it, not skipped."""
-    raise SourceError(f"{err.filename}: cannot be read ({err.strerror or err}); check its permissions "
-                      "(ls -ld), or ask its owner") from None
 
 
 def check_name(location: str, path: str) -> None:

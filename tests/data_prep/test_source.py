@@ -241,25 +241,48 @@ def test_links_that_are_not_loops_are_followed(tmp_path):
         ("Area_2", "hall_1", "Area_2/hall_1", ["floor_1.txt"])]
 
 
-def test_unreadable_folder_is_an_error_naming_it(tmp_path, monkeypatch):
-    """os.walk without onerror skipped a folder it could not list: the area vanished, rc 0. Root ignores
-    permissions, so the listing is made to fail as it does for another user's mode-700 folder."""
+def _unlistable(monkeypatch, *names: str) -> None:
+    """Make listing the folders named ``names`` fail as another user's mode-700 folder does (root, which
+    runs the tests here, ignores permissions)."""
     import os
 
-    write_tree(tmp_path, {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
-                          "Area_2/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
     real = os.scandir
 
     def scandir(path="."):
-        if str(path).endswith("Area_2"):
+        if str(path).endswith(names):
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)
 
     monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_unreadable_folder_is_an_error_naming_it(tmp_path, monkeypatch):
+    """os.walk without onerror skipped a folder it could not list: the area vanished, rc 0."""
+    write_tree(tmp_path, {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                          "Area_2/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    _unlistable(monkeypatch, "Area_2", "lost+found")
     with pytest.raises(SourceError) as err:
         open_source(tmp_path).rooms()
     assert str(err.value) == (f"{tmp_path / 'Area_2'}: cannot be read (Permission denied); check its "
                               "permissions (ls -ld), or ask its owner")
+    monkeypatch.undo()
+    _unlistable(monkeypatch, "Area_2/r/Annotations")  # a room's folder: it said "no Annotations folder"
+    with pytest.raises(SourceError, match=r"Area_2/r/Annotations: cannot be read \(Permission denied\)"):
+        open_source(tmp_path).rooms()
+
+
+def test_unreadable_folder_outside_the_areas_is_skipped_or_named_if_no_area_is_found(tmp_path, monkeypatch):
+    """``lost+found`` at the root of a data disk is unreadable to users: not a reason to refuse RAW."""
+    write_tree(tmp_path / "disk", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    (tmp_path / "disk/lost+found").mkdir()
+    write_tree(tmp_path / "other", {"Stanford3dDataset_v1.2/Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    _unlistable(monkeypatch, "lost+found", "Stanford3dDataset_v1.2")
+    assert [r.path for r in open_source(tmp_path / "disk").rooms()] == ["Area_1/r"]
+    with pytest.raises(SourceError) as err:
+        open_source(tmp_path / "other").rooms()
+    assert str(err.value) == (f"{tmp_path / 'other'}: expected Area_N folders (raw S3DIS v1.2 layout), found none; "
+                              f"cannot read {tmp_path / 'other/Stanford3dDataset_v1.2'} (Permission denied): check "
+                              "its permissions (ls -ld)")
 
 
 def test_area_folder_without_rooms_is_an_error_naming_it(tmp_path):
