@@ -4,13 +4,15 @@ Two paths; both give, for each token, the correctly rounded double (what C ``str
 ``float`` and ``np.loadtxt`` give), so the values never depend on which path ran:
 
 1. ``_parse_fast``: ``pandas.read_csv`` (C engine) on text made only of digits, ``. + - e E``, spaces,
-   tabs and ``\\n`` / ``\\r\\n`` line ends, first with one space as the separator (the S3DIS files), then
-   with runs of blanks. Accepted only when every non-blank line held six finite numbers. This is every
-   file of S3DIS but a few (``bench/bench_prepare.py``: about 3x the speed of ``np.loadtxt``).
-2. ``_parse_lines``: line by line, for what the fast path refuses. A token with a stray control byte or
-   non-ASCII byte inside a number (S3DIS has ``103.0\\x100000``) is repaired by dropping those bytes; a
-   line that is still not six finite numbers is dropped. Every repair and drop is an :class:`Issue`
-   with its line number.
+   tabs and ``\\n`` / ``\\r\\n`` / ``\\r`` line ends (old Mac files: turned into ``\\n`` first), first with
+   one space as the separator (the S3DIS files), then with runs of blanks. Accepted only when every
+   non-blank line held six finite numbers. This is every file of S3DIS but a few
+   (``bench/bench_prepare.py``: about 3x the speed of ``np.loadtxt``).
+2. ``_parse_lines``: line by line (lines end at ``\\n``, ``\\r\\n`` or a lone ``\\r``), for what the fast
+   path refuses. A token with a stray control byte (NUL included: the trace of a crash or a zero-filled
+   disk block) or non-ASCII byte inside a number (S3DIS has ``103.0\\x100000``) is repaired by dropping
+   those bytes; a line that is still not six finite numbers is dropped. Every repair and drop is an
+   :class:`Issue` with its line number.
 
 :func:`parse_many` parses many texts at once with the same result as ``parse_points`` on each: the plain
 ones (the S3DIS layout) joined into one ``pandas.read_csv`` call, whose fixed cost per call is otherwise as
@@ -66,7 +68,7 @@ class Parsed:
             return self.lines[rows]
         if not len(rows):
             return np.empty(0, dtype=np.int64)
-        filled = [n for n, line in enumerate(data.split(b"\n"), start=1) if line.strip()]
+        filled = [n for n, line in enumerate(data.splitlines(), start=1) if line.strip()]
         return np.asarray(filled, dtype=np.int64)[rows]
 
 
@@ -128,8 +130,10 @@ def _parse_fast(data: bytes) -> np.ndarray | None:
     """``pandas.read_csv`` on plain numeric text; ``None`` when the text is anything else."""
     if not data.strip():
         return np.empty((0, FIELDS))
-    if data.translate(None, _NUMERIC_TEXT) or b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
-        return None  # other bytes (letters: 'nan', 'True'; control bytes), or a lone \r
+    if data.translate(None, _NUMERIC_TEXT):
+        return None  # other bytes (letters: 'nan', 'True'; control bytes)
+    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):  # a lone \r ends a line too (old Mac)
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     for sep in (" ", r"\s+"):
         values = _read_csv(data, sep)
         if values is not None:
@@ -150,7 +154,7 @@ def _parse_lines(data: bytes) -> tuple[np.ndarray, list[Issue], np.ndarray]:
     rows: list[list[float]] = []
     numbers: list[int] = []
     issues: list[Issue] = []
-    for number, line in enumerate(data.split(b"\n"), start=1):
+    for number, line in enumerate(data.splitlines(), start=1):  # \n, \r\n and a lone \r
         tokens = line.split()
         if not tokens:
             continue

@@ -8,7 +8,12 @@ Colours are rounded and clipped to ``0..255`` (some files hold floats).
 What is written is validated, each drop reported with its file and line (the point rule is
 ``pointgeope/outliers.py``'s, which ``pointgeope predict`` applies to users' scans too):
 
-- a file that is empty or binary (a NUL byte, or mostly non-text bytes) is skipped;
+- a file that is empty or binary (more than 30 % of its first 64 kB outside printable ASCII and
+  whitespace) is skipped; a stray NUL or control byte in a text file is repaired or dropped on its line
+  by the parser like any other. UTF-16 text (Windows "Unicode" exports) is decoded and parsed, with a
+  warning; a file that is UTF-16 but does not decode is skipped, saying how to convert it;
+- every file that gives no point (skipped, or every line dropped) is named as a lost object
+  (``attrs["lost_objects"]``), so that the loss of a whole object is visible, not one "dropped line";
 - a line whose coordinate is beyond float32 (``1e39``) is dropped;
 - a point farther than ``limits.max_extent`` metres (default 1 km) from the room's median, on any
   axis, is dropped (``outliers="drop"``) or makes the room refused (``outliers="refuse"``);
@@ -62,9 +67,49 @@ class _Part:
 
 
 def is_binary(data: bytes) -> bool:
-    """A NUL byte, or more than 30 % of the first 64 kB outside printable ASCII and whitespace."""
+    """More than 30 % of the first 64 kB outside printable ASCII and whitespace. One NUL or control byte
+    in a text file is not binary: the parser repairs or drops its line (a whole file was lost to it)."""
     head = data[:1 << 16]
-    return b"\x00" in data or len(head.translate(None, _TEXT)) > 0.3 * len(head)
+    return len(head.translate(None, _TEXT)) > 0.3 * len(head)
+
+
+def utf16_codec(data: bytes) -> str | None:
+    """``"utf-16"`` for a file with a UTF-16 byte-order mark, ``"utf-16-le"`` / ``"utf-16-be"`` for one
+    without a mark whose first 64 kB hold a NUL at every odd / even byte and at no other (ASCII text
+    saved as Windows "Unicode"); ``None`` for anything else."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "utf-16"
+    head = data[:1 << 16]
+    if len(head) < 2:
+        return None
+    even, odd = head[0::2], head[1::2]
+    for codec, nul, text in (("utf-16-le", odd, even), ("utf-16-be", even, odd)):
+        if nul.count(0) == len(nul) and text.count(0) == 0:
+            return codec
+    return None
+
+
+def _text_of(data: bytes) -> tuple[bytes, bool, str | None, bool]:
+    """``(text, plain, note, skip)``: the bytes to parse (UTF-16 decoded to UTF-8, whose non-ASCII
+    characters, if any, are then repaired or dropped per line as stray bytes), :func:`is_plain` of them,
+    what to say about the file (``None``: nothing) and whether it is skipped (empty, binary, or UTF-16
+    that does not decode)."""
+    if is_plain(data):  # numbers only (the S3DIS files): neither binary nor, unless blank, skipped
+        return data, True, "empty file" if _blank(data) else None, _blank(data)
+    if _blank(data):
+        return data, False, "empty file", True
+    codec = utf16_codec(data)
+    if codec is not None:
+        try:
+            data = data.decode(codec).encode("utf-8")
+        except UnicodeDecodeError as err:
+            return data, False, (f"UTF-16 text that does not decode ({err.reason} at byte {err.start}); convert "
+                                 "it to ASCII or UTF-8 (iconv -f UTF-16 -t UTF-8 FILE > NEW)"), True
+        if _blank(data):
+            return data, False, "empty file", True
+    if is_binary(data):
+        return data, False, "not a text file (binary)", True
+    return data, is_plain(data), codec and "UTF-16 text (a Windows 'Unicode' export), decoded", False
 
 
 def _capped(path: str, messages: list[str]) -> list[str]:
@@ -76,25 +121,28 @@ def _capped(path: str, messages: list[str]) -> list[str]:
 def _line_numbers(source: Source, part: _Part, rows: np.ndarray) -> np.ndarray:
     """Line numbers of some kept rows of a part (re-parses the file: only for the rare report of outliers)."""
     data = source.read(part.path)
+    data = _text_of(data)[0]
     return parse_points(data).line_numbers(data, part.rows[rows])
 
 
 def _parsed_files(source: Source, room: Room):
-    """Yield ``(instance, entry, data, parsed)`` for each file of ``room`` in order, ``parsed`` ``None``
-    for an empty or binary file; the text files are parsed by :func:`~data_prep.parse.parse_many` in
-    batches of about :data:`BATCH_BYTES` of text (one room's text is never all in memory)."""
+    """Yield ``(instance, entry, data, parsed, note, num_bytes)`` for each file of ``room`` in order:
+    ``data`` the text parsed, ``parsed`` ``None`` for a file skipped, ``note`` what :func:`_text_of` says
+    of it, ``num_bytes`` the file's size. The
+    text files are parsed by :func:`~data_prep.parse.parse_many` in batches of about :data:`BATCH_BYTES`
+    of text (one room's text is never all in memory)."""
     batch: list = []
     batch_bytes = 0
     for instance, entry in enumerate(room.files):
-        data = source.read(entry.path)
-        plain = is_plain(data)  # numbers only: neither binary nor (unless blank) to be skipped
-        batch.append((instance, entry, data, _blank(data) or not plain and is_binary(data), plain))
-        batch_bytes += len(data)
+        raw = source.read(entry.path)
+        text, plain, note, skip = _text_of(raw)
+        batch.append((instance, entry, text, plain, note, skip, len(raw)))
+        batch_bytes += len(raw)
         if batch_bytes >= BATCH_BYTES or instance == len(room.files) - 1:
-            kept = [b for b in batch if not b[3]]
-            parsed = iter(parse_many([b[2] for b in kept], [b[4] for b in kept]))
-            for instance_, entry_, data_, skip, _ in batch:
-                yield instance_, entry_, data_, None if skip else next(parsed)
+            kept = [b for b in batch if not b[5]]
+            parsed = iter(parse_many([b[2] for b in kept], [b[3] for b in kept]))
+            for instance_, entry_, text_, _, note_, skip_, size in batch:
+                yield instance_, entry_, text_, None if skip_ else next(parsed), note_, size
             batch, batch_bytes = [], 0
 
 
@@ -109,16 +157,16 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
     notes: list[tuple[str, list[str]]] = []  # (file, its messages), in file order
     counts = {"repaired": 0, "dropped": 0, "num_bytes": 0}
     empty, binary = [], []
-    for instance, entry, data, parsed in _parsed_files(source, room):
-        counts["num_bytes"] += len(data)
+    for instance, entry, data, parsed, note, num_bytes in _parsed_files(source, room):
+        counts["num_bytes"] += num_bytes
         if parsed is None:
-            (empty if _blank(data) else binary).append(entry.path)
-            notes.append((entry.path, [f"{entry.path}: skipped: "
-                                       + ("empty file" if _blank(data) else "not a text file (binary)")]))
+            (empty if note == "empty file" else binary).append(entry.path)
+            notes.append((entry.path, [f"{entry.path}: skipped: {note}"]))
             continue
         counts["repaired"] += parsed.count("repaired")
         counts["dropped"] += parsed.count("dropped")
-        notes.append((entry.path, [f"{entry.path}:{i.line}: {i.kind}: {i.message}" for i in parsed.issues]))
+        notes.append((entry.path, [f"{entry.path}: repaired: {note}"] * bool(note)
+                      + [f"{entry.path}:{i.line}: {i.kind}: {i.message}" for i in parsed.issues]))
         label = CLASS_INDEX.get(object_class(entry.path), CLUTTER)
         parts.append(_Part(entry.path, instance, label, parsed.values, np.arange(len(parsed.values)), notes[-1][1]))
     values, extent = _drop_beyond_float32(source, parts, counts)
@@ -131,6 +179,7 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
     refused, values, extent = _drop_outliers(source, parts, limits, messages, counts, values, extent)
     if refused is None:
         refused = _room_extent_problem(values, limits, extent)
+    lost = _lost_objects(room, parts, empty + binary, messages)
     sizes = [len(p.values) for p in parts]
     rgb = np.rint(values[:, 3:])
     inside = not len(rgb) or (rgb.min() >= 0 and rgb.max() <= 255)  # the usual case: nothing to clip
@@ -141,12 +190,23 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
         "instance": np.repeat(np.array([p.instance for p in parts], dtype=np.int32), sizes),
     }
     counts["clipped"] = 0 if inside else int(np.count_nonzero((rgb < 0) | (rgb > 255)))
-    attrs = _room_attrs(room, limits, arrays, counts, empty, binary, remapped, messages)
+    attrs = _room_attrs(room, limits, arrays, counts, (empty, binary, lost), remapped, messages)
     return RoomData(arrays, attrs, messages, counts["num_bytes"], time.perf_counter() - start, refused)
 
 
-def _room_attrs(room: Room, limits: PointLimits, arrays: dict, counts: dict, empty: list, binary: list,
+def _lost_objects(room: Room, parts: list[_Part], skipped: list[str], messages: list[str]) -> list[str]:
+    """The files of ``room`` that give no point (skipped, or every line or point dropped), in file
+    order; one message for each file that was read but kept nothing."""
+    emptied = [p.path for p in parts if not len(p.values)]
+    messages.extend(f"{path}: no point kept: the object {PurePosixPath(path).stem} is lost" for path in emptied)
+    lost = set(skipped + emptied)
+    return [f.path for f in room.files if f.path in lost]
+
+
+def _room_attrs(room: Room, limits: PointLimits, arrays: dict, counts: dict, files: tuple[list, list, list],
                 remapped: dict, messages: list[str]) -> dict:
+    """``files``: the empty files, the binary ones and the lost objects (every file that gives no point)."""
+    empty, binary, lost = files
     return {
         "num_points": int(arrays["label"].shape[0]),
         "source": f"{room.location}/{room.path}",
@@ -158,6 +218,7 @@ def _room_attrs(room: Room, limits: PointLimits, arrays: dict, counts: dict, emp
         "dropped_lines": counts["dropped"],
         "empty_files": empty,
         "binary_files": binary,
+        "lost_objects": lost,
         "remapped_to_clutter": json.dumps(dict(sorted(remapped.items()))),
         "clipped_colors": counts["clipped"],
         "issues": messages[:MAX_STORED_ISSUES],

@@ -6,11 +6,15 @@ Accepted layouts (``Stanford3dDataset_v1.2_Aligned_Version`` or the non-aligned 
     [top/]Area_N/<room>/<room>.txt                    the whole room again: ignored
     [top/]Area_N/<file>                               e.g. alignment angles: ignored
 
-macOS junk (``__MACOSX/``, ``.DS_Store``, ``._*``) is skipped. Refused before anything is parsed, each
-naming the member or file: a zip member with an absolute path or a ``..`` component, a duplicate zip
-member, an annotation member larger than ``ZipLimits.max_member_bytes`` or compressed more than
-``ZipLimits.max_ratio`` times (zip bombs), and a file or folder name that is not valid UTF-8. A member
-that is corrupt (bad CRC, broken deflate stream) or a file that cannot be read is an error naming it.
+macOS junk (``__MACOSX/``, ``.DS_Store``, ``._*``) is skipped; a zip member's ``\\`` is a separator (zips
+made by Windows tools). Refused before anything is parsed, each naming the member, file or folder: a zip
+member with an absolute path or a ``..`` component, a duplicate zip member, an annotation member larger
+than ``ZipLimits.max_member_bytes`` or compressed more than ``ZipLimits.max_ratio`` times (zip bombs), a
+file or folder name that is not valid UTF-8, a folder that cannot be listed, a symbolic link to a folder
+that holds it (a loop), an ``Area_N`` folder without a room (it would
+vanish from the folds) and a room without annotations. A member that is corrupt (bad CRC, broken deflate
+stream) or a file that cannot be read is an error naming it. RAW without ``Area_N`` folders says what it
+holds (or that RAW is itself an area folder: give its parent).
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from data_prep.limits import ZipLimits
 from pointgeope.errors import UserError
 
 # Bump when the parsed output of the same raw files changes: prepared rooms then no longer match.
-PARSER_VERSION = 2
+PARSER_VERSION = 3
 
 _AREA = re.compile(r"Area_(\d+)")
 _OBJECT = re.compile(r"(.+)_(\d+)")
@@ -91,6 +95,7 @@ class Source:
 
     location: str
     ignored: tuple[str, ...] = ()  # non-.txt files in Annotations folders, set by rooms()
+    unreadable: tuple[str, ...] = ()  # folders outside the areas that could not be listed, set by entries()
 
     def entries(self) -> list[Entry]:
         raise NotImplementedError(f"{type(self).__name__} must list its entries")
@@ -135,17 +140,22 @@ class Source:
                     else:
                         ignored.append(entry.path)
         if not areas:
-            raise SourceError(f"{self.location}: expected Area_N folders (raw S3DIS v1.2 layout), found none")
+            raise SourceError(self._no_area_message())
         bare = [f"{areas[a]}/{r} (" + ("no <class>_<k>.txt in Annotations" if (a, r) in has_annotations
                                        else "no Annotations folder") + ")"
                 for (a, r), files in sorted(rooms.items()) if not files]
         if bare:
             raise SourceError(f"{self.location}: expected Annotations/<class>_<k>.txt files (lines 'x y z r g b') "
                               f"in every room; {len(bare)} room(s) without: {', '.join(bare)}")
-        if not rooms:
+        empty = sorted(path for area, path in areas.items() if not any(a == area for a, _ in rooms))
+        if empty:  # an extraction or copy that stopped early: the area would vanish from the folds
+            hidden = [h for h in hidden if h.rsplit("/", 1)[0] in empty]
             skipped = f"; hidden folders are skipped: {', '.join(sorted(hidden))} (rename them)" if hidden else ""
-            raise SourceError(f"{self.location}: expected room folders in {', '.join(sorted(areas.values()))}, "
-                              f"found none{skipped}")
+            them = "it" if len(empty) == 1 else "them"
+            fix = "" if len(empty) == len(areas) else (f" (an unpacking or copy that stopped early?); unpack or copy "
+                                                        f"{them} again, or remove {them} to prepare the other areas")
+            raise SourceError(f"{self.location}: expected room folders in {', '.join(empty)}, found none"
+                              f"{skipped}{fix}")
         out = []
         for (area, name), files in rooms.items():
             files.sort(key=lambda e: object_key(e.path.rsplit("/", 1)[-1]))
@@ -153,6 +163,21 @@ class Source:
         out.sort(key=lambda r: (int(r.area.split("_")[1]), r.name))
         self.ignored = tuple(ignored)
         return out
+
+    def _no_area_message(self) -> str:
+        """Why no ``Area_N`` folder was found, and what to do: RAW is itself an area folder (give its
+        parent), or its names hold backslashes (a Windows zip unpacked as is), or what RAW holds."""
+        start = f"{self.location}: expected Area_N folders (raw S3DIS v1.2 layout), found none"
+        if _AREA.fullmatch(Path(self.location).name):
+            return f"{start}: RAW is itself one; give its parent folder, {Path(self.location).parent}"
+        names = sorted({e.path.split("/")[0] for e in self.entries() if not _is_junk(e.path)})
+        if any(_AREA.search(name) and "\\" in name for name in names):
+            return (f"{start}; its names hold '\\' separators (a zip made on Windows, unpacked by a tool that kept "
+                    "them): give the .zip itself, or unpack it with `unzip`")
+        if self.unreadable:
+            return f"{start}; cannot read {', '.join(self.unreadable)}: check its permissions (ls -ld)"
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return f"{start}; it holds {shown or 'nothing'}: point RAW at the folder (or .zip) that holds Area_1 ... Area_6"
 
 
 class FolderSource(Source):
@@ -163,12 +188,19 @@ class FolderSource(Source):
         self.location = str(self.root)
 
     def entries(self) -> list[Entry]:
-        out = []
-        for folder, dirs, files in os.walk(self.root, followlinks=True):  # linked areas count too
-            dirs[:] = [d for d in dirs if d != "__MACOSX"]
+        """Every file and folder under the root, symbolic links followed (linked areas count too); hidden
+        folders are listed (a hidden room is named) but not walked. A link to a folder that holds it (a
+        loop) is an error naming it, as is a folder that cannot be listed if it is RAW or in an ``Area_N``
+        folder (``os.walk`` alone follows the first ~40 levels deep and skips the second silently); one
+        elsewhere (``lost+found``) is skipped, and named if no area is found."""
+        out: list[Entry] = []
+        self.unreadable = ()
+        for folder, dirs, files in os.walk(self.root, onerror=self._unreadable, followlinks=True):
             rel = Path(folder).relative_to(self.root).as_posix()
             prefix = "" if rel == "." else rel + "/"
+            dirs[:] = [d for d in dirs if d != "__MACOSX"]
             out.extend(Entry(prefix + d, is_dir=True) for d in dirs)
+            dirs[:] = [d for d in dirs if not d.startswith(".") and self._not_a_loop(prefix + d)]
             for name in files:
                 try:
                     st = os.stat(os.path.join(folder, name))
@@ -177,6 +209,26 @@ class FolderSource(Source):
                                       "check that it exists and is readable") from None
                 out.append(Entry(prefix + name, st.st_size, st.st_mtime_ns))
         return out
+
+    def _unreadable(self, err: OSError) -> None:
+        """``os.walk``'s ``onerror`` (see :meth:`entries`)."""
+        parts = Path(err.filename).relative_to(self.root).parts
+        if not parts or any(_AREA.fullmatch(part) for part in parts):
+            raise SourceError(f"{err.filename}: cannot be read ({err.strerror or err}); check its permissions "
+                              "(ls -ld), or ask its owner") from None
+        self.unreadable += (f"{err.filename} ({err.strerror or err})",)
+
+    def _not_a_loop(self, path: str) -> bool:
+        """``True`` for a folder to walk; a symbolic link to a folder that contains it (``ln -s ..``) is an
+        error naming it. A link elsewhere, even to a folder walked already, is walked (linked areas)."""
+        full = self.root / path
+        if not full.is_symlink():
+            return True
+        target, here = os.path.realpath(full), os.path.realpath(full.parent)
+        if here == target or here.startswith(target.rstrip(os.sep) + os.sep):
+            raise SourceError(f"{full} (a symbolic link to {os.readlink(full)}): leads back to {target}, which "
+                              "holds it: a loop; remove the link")
+        return True
 
     def read(self, path: str) -> bytes:
         try:
@@ -228,7 +280,7 @@ class ZipSource(Source):
                                   "each file once (re-create the zip)")
             seen.add(name)
         self._index(infos)
-        return [Entry(name.rstrip("/"), i.file_size, i.CRC, i.is_dir()) for name, i in self._infos.items()]
+        return [Entry(name.rstrip("/"), i.file_size, i.CRC, name.endswith("/")) for name, i in self._infos.items()]
 
     def check(self, entry: Entry) -> None:
         """Refuse a member beyond :class:`ZipLimits` before reading it."""
@@ -269,12 +321,13 @@ def member_name(location: str, info: zipfile.ZipInfo) -> str:
     """The name of a zip member as its bytes say: UTF-8 when flagged so (bit 11), or when its bytes decode
     as UTF-8 (zip tools that do not set the flag). Other unflagged bytes may be cp437, cp850 or latin-1,
     which nothing tells apart (``zipfile`` reads them as cp437: latin-1 ``office\xe91`` became
-    ``officeΘ1``), so they are refused, as a folder's non-UTF-8 name is, rather than guessed."""
+    ``officeΘ1``), so they are refused, as a folder's non-UTF-8 name is, rather than guessed. A ``\\`` is a
+    separator, as ``/`` is (zips made by Windows tools; :func:`check_member` has refused ``..`` in both)."""
     if info.flag_bits & 0x800 or info.filename.isascii():
-        return info.filename
+        return info.filename.replace("\\", "/")
     raw = info.filename.encode("cp437")  # zipfile decoded the unflagged bytes as cp437: undo it
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").replace("\\", "/")
     except UnicodeDecodeError:
         shown = raw.decode("utf-8", "backslashreplace")
         raise SourceError(f"{location}: the member name {shown!r} is not valid UTF-8 (a zip without the UTF-8 "

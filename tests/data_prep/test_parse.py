@@ -106,11 +106,42 @@ def test_bad_lines_are_dropped_with_their_line_numbers():
 
 @pytest.mark.parametrize("text", [b"1-2 0 0 0 0 0\n", b"1.2.3 0 0 0 0 0\n", b"- 0 0 0 0 0\n", b"1 2 3\n4 5 6\n",
                                   b"1 2 3 4 5 6\x10\n", b"True 1 2 3 4 5\n", b"nan 1 2 3 4 5\n",
-                                  b"1e400 1 2 3 4 5\n", b"1 2 3 4 5 6\r7 8 9 1 2 3\r", b"1 2 3 4 5 6\n1 2 3 4 5\n"])
+                                  b"1e400 1 2 3 4 5\n", b"1 2 3 4 5 6\r7 8 9 1 2\r", b"1 2 3 4 5 6\n1 2 3 4 5\n"])
 def test_fast_path_refuses_what_it_cannot_parse_exactly(text):
     assert _parse_fast(text) is None
     parsed = parse_points(text)  # the line-by-line path keeps only lines of six finite numbers
     assert parsed.path == "lines" and parsed.count("dropped") >= 1 or parsed.count("repaired") == 1
+
+
+def test_lone_cr_line_ends_are_line_ends_on_both_paths():
+    """Old Mac files end lines with a lone \\r: the line path read the whole file as one 18-value line and
+    dropped it (every point of the object lost, counted as "1 dropped line")."""
+    lines = [b"1.0 2.0 3.0 10 20 30", b"1.1 2.1 3.1 10 20 30", b"1.2 2.2 3.2 10 20 30"]
+    expected = _loadtxt(b"\n".join(lines))
+    parsed = parse_points(b"\r".join(lines) + b"\r")
+    assert parsed.path == "fast" and parsed.issues == () and _same_bits(parsed.values, expected)
+    slow = b"\r".join(lines[:2] + [b"1 2 3", b"1.2 2.2\x01 3.2 10 20 30"]) + b"\r"  # a short line, a stray byte
+    values, issues, numbers = _parse_lines(slow)
+    assert _same_bits(values, expected)
+    assert [(i.line, i.kind) for i in issues] == [(3, "dropped"), (4, "repaired")]
+    np.testing.assert_array_equal(numbers, [1, 2, 4])
+    mixed = b"1 2 3 4 5 6\r\nbad\r7 8 9 1 2 3\n\r4 5 6 7 8 9"  # \r\n, \r, \n and \r: lines 1 to 5
+    parsed = parse_points(mixed)
+    assert [(i.line, i.kind) for i in parsed.issues] == [(2, "dropped")]
+    np.testing.assert_array_equal(parsed.line_numbers(mixed, np.arange(3)), [1, 3, 5])
+    fast = b"1 2 3 4 5 6\r\r7 8 9 1 2 3\r\n4 5 6 7 8 9\n"
+    parsed = parse_points(fast)
+    assert parsed.path == "fast"
+    np.testing.assert_array_equal(parsed.line_numbers(fast, np.arange(3)), [1, 3, 4])
+
+
+def test_nul_byte_inside_a_number_is_repaired_on_its_line():
+    """A NUL is a stray control byte like \\x10, repaired or dropped on its line (test_room: it no longer
+    makes the whole file 'binary')."""
+    parsed = parse_points(b"1 2 3 4 5 6\n7.5 8\x00.25 9 10 11 12\n1\x002 3 4\n")
+    np.testing.assert_array_equal(parsed.values, [[1, 2, 3, 4, 5, 6], [7.5, 8.25, 9, 10, 11, 12]])
+    assert [(i.line, i.kind) for i in parsed.issues] == [(2, "repaired"), (3, "dropped")]
+    assert r"'8\x00.25' -> 8.25" in parsed.issues[0].message
 
 
 def test_line_numbers_of_rows_on_both_paths():

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from data_prep.room import load_room
 from data_prep.source import open_source
@@ -34,3 +36,71 @@ def test_one_room(tmp_path):
     assert data.messages == ["Area_1/r/Annotations/beam_1.txt: skipped: empty file",
                              "Area_1/r/Annotations/board_1.txt:2: dropped: expected 6 values, got 5: '4 4 4 1 1'"]
     assert data.num_bytes == sum(len(source.read(f.path)) for f in room.files)
+
+
+def _load(tmp_path, files: dict[str, bytes]):
+    source = open_source(write_tree(tmp_path, files))
+    (room,) = source.rooms()
+    return load_room(source, room)
+
+
+def test_lone_cr_file_keeps_every_point(tmp_path):
+    """An old-Mac file (lone \\r line ends) lost every point, counted as "1 dropped line"."""
+    data = _load(tmp_path, {
+        "Area_1/r/Annotations/wall_1.txt": b"1.0 2.0 3.0 10 20 30\r1.1 2.1 3.1 10 20 30\r1.2 2.2 3.2 10 20 30\r",
+        "Area_1/r/Annotations/floor_1.txt": b"1.0 2.0 3.0 10 20 30\n1.5 2.5 3.5 10 20 30\n"})
+    np.testing.assert_array_equal(data.arrays["coord"], np.float32([[1, 2, 3], [1.5, 2.5, 3.5],
+                                                                    [1, 2, 3], [1.1, 2.1, 3.1], [1.2, 2.2, 3.2]]))
+    assert (data.attrs["dropped_lines"], data.attrs["lost_objects"], data.messages) == (0, [], [])
+
+
+def test_one_nul_byte_repairs_its_line_and_keeps_the_file(s3dis_real, tmp_path):
+    """One NUL in a real annotation file made the whole file 'binary' (every point of the wall lost):
+    inside a number it is now repaired like any control byte, and the room equals the clean one."""
+    wall = "Area_2/office_resampled/Annotations/wall_1.txt"
+    clean = (s3dis_real / wall).read_bytes()
+    lines = clean.split(b"\n")
+    number = lines[500].split()[0]
+    lines[500] = lines[500][:3] + b"\x00" + lines[500][3:]  # inside the first number
+    room_dir = Path(s3dis_real / "Area_2/office_resampled/Annotations")
+    files = {f"Area_2/office_resampled/Annotations/{p.name}": p.read_bytes() for p in room_dir.glob("*.txt")}
+    expected = _load(tmp_path / "clean", files)
+    data = _load(tmp_path / "nul", {**files, wall: b"\n".join(lines)})
+    for key in ("coord", "color", "label", "instance"):
+        np.testing.assert_array_equal(data.arrays[key], expected.arrays[key])
+    assert data.attrs["binary_files"] == [] and data.attrs["repaired_lines"] == 1
+    shown = number[:3].decode() + "\\x00" + number[3:].decode()
+    assert data.messages == [f"{wall}:501: repaired: dropped stray byte(s): '{shown}' -> {number.decode()}"]
+
+
+def test_binary_file_is_still_skipped_and_named_as_a_lost_object(tmp_path):
+    data = _load(tmp_path, {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                            "Area_1/r/Annotations/chair_1.txt": bytes(range(256)) * 40,  # 61 % non-text
+                            "Area_1/r/Annotations/door_1.txt": b"1 2 3\n4 5 6\n"})  # every line dropped
+    assert data.attrs["binary_files"] == ["Area_1/r/Annotations/chair_1.txt"]
+    assert data.attrs["lost_objects"] == ["Area_1/r/Annotations/chair_1.txt", "Area_1/r/Annotations/door_1.txt"]
+    assert data.messages[0] == "Area_1/r/Annotations/chair_1.txt: skipped: not a text file (binary)"
+    assert data.messages[-1] == "Area_1/r/Annotations/door_1.txt: no point kept: the object door_1 is lost"
+    assert data.attrs["num_points"] == 1
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_utf16_text_is_decoded_and_parsed(tmp_path, codec):
+    """A Windows "Unicode" export (with or without a byte-order mark) was skipped as binary."""
+    text = "1.5 2 3 10 20 30\r\n4 5 6.25 40 50 60\r\n"
+    data = _load(tmp_path, {"Area_1/r/Annotations/wall_1.txt": text.encode(codec)})
+    np.testing.assert_array_equal(data.arrays["coord"], np.float32([[1.5, 2, 3], [4, 5, 6.25]]))
+    np.testing.assert_array_equal(data.arrays["color"], [[10, 20, 30], [40, 50, 60]])
+    assert data.messages == ["Area_1/r/Annotations/wall_1.txt: repaired: UTF-16 text (a Windows 'Unicode' "
+                             "export), decoded"]
+    assert data.attrs["binary_files"] == [] and data.attrs["lost_objects"] == []
+
+
+def test_utf16_text_that_does_not_decode_says_how_to_convert_it(tmp_path):
+    broken = "1 2 3 4 5 6\n".encode("utf-16") + b"\x00\xd8" + "7 8 9 1 2 3\n".encode("utf-16-le")  # lone surrogate
+    data = _load(tmp_path, {"Area_1/r/Annotations/wall_1.txt": broken,
+                            "Area_1/r/Annotations/floor_1.txt": b"1 2 3 4 5 6\n"})
+    assert data.attrs["binary_files"] == data.attrs["lost_objects"] == ["Area_1/r/Annotations/wall_1.txt"]
+    assert data.messages == ["Area_1/r/Annotations/wall_1.txt: skipped: UTF-16 text that does not decode "
+                             "(illegal UTF-16 surrogate at byte 26); convert it to ASCII or UTF-8 "
+                             "(iconv -f UTF-16 -t UTF-8 FILE > NEW)"]

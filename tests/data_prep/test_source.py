@@ -168,3 +168,130 @@ def test_zip_member_names_that_are_not_utf8_are_refused(tmp_path):
     source = open_source(path)
     assert [r.name for r in source.rooms()] == ["office\u00e9", "r"]
     assert source.read("Area_1/office\u00e9/Annotations/wall_1.txt") == b"1 2 3 4 5 6\n"
+
+
+def test_zip_with_backslash_separators_reads_as_the_folder(tmp_path):
+    """A zip made by Windows tools names 'Area_1\\room_a\\Annotations\\wall_1.txt': it was refused with
+    "expected Area_N folders, found none"."""
+    path = tmp_path / "win.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in DEFECT_FILES.items():
+            info = zipfile.ZipInfo(name.replace("/", "\\"))
+            info.create_system = 0  # made on Windows
+            zf.writestr(info, data)
+        zf.writestr(zipfile.ZipInfo("Area_2\\room_b\\Annotations\\"), b"")  # a folder entry
+    source = open_source(path)
+    assert _summary(source) == EXPECTED
+    assert source.read("Area_2/room_b/Annotations/table_1.txt") == b"0.5 0.5 0.75 3 3 3\n"
+
+
+def test_zip_member_with_backslash_dotdot_is_still_refused(tmp_path):
+    path = _zip(tmp_path / "bad.zip", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                                       "Area_1\\..\\..\\x.txt": b"x"})
+    with pytest.raises(SourceError, match="refusing zip member"):
+        open_source(path).rooms()
+
+
+def test_raw_given_as_one_area_folder_says_to_give_its_parent(tmp_path):
+    write_tree(tmp_path, {"Area_1/office_2/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    with pytest.raises(SourceError) as err:
+        open_source(tmp_path / "Area_1").rooms()
+    assert str(err.value) == (f"{tmp_path / 'Area_1'}: expected Area_N folders (raw S3DIS v1.2 layout), found "
+                              f"none: RAW is itself one; give its parent folder, {tmp_path}")
+
+
+def test_no_area_names_what_raw_holds(tmp_path):
+    write_tree(tmp_path, {"notes.txt": b"x", "data/a.txt": b"y", ".hidden/Area_1/r/Annotations/w_1.txt": b"z"})
+    with pytest.raises(SourceError) as err:
+        open_source(tmp_path).rooms()
+    assert str(err.value) == (f"{tmp_path}: expected Area_N folders (raw S3DIS v1.2 layout), found none; it holds "
+                              "data, notes.txt: point RAW at the folder (or .zip) that holds Area_1 ... Area_6")
+
+
+def test_folder_whose_names_hold_backslashes_says_what_to_do(tmp_path):
+    """A Windows zip unpacked by a tool that keeps '\\' in names: one file per member, no folders."""
+    write_tree(tmp_path, {"Area_1\\r\\Annotations\\wall_1.txt": b"1 2 3 4 5 6\n"})
+    with pytest.raises(SourceError, match=r"its names hold '\\' separators .*give the \.zip itself, or unpack "
+                                          r"it with `unzip`"):
+        open_source(tmp_path).rooms()
+
+
+@pytest.mark.parametrize("link, target", [("Area_1/office_2/up", ".."), ("Area_1/office_2/Annotations/top", "../../..")])
+def test_symlink_loop_is_named_once(tmp_path, link, target):
+    """`ln -s .. Area_1/office_2/up` was followed ~40 levels deep into a 2 kB path error."""
+    write_tree(tmp_path, {"Area_1/office_2/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    (tmp_path / link).symlink_to(target)
+    with pytest.raises(SourceError) as err:
+        open_source(tmp_path).rooms()
+    assert str(err.value) == (f"{tmp_path / link} (a symbolic link to {target}): leads back to "
+                              f"{(tmp_path / link).parent.joinpath(target).resolve()}, which holds it: a loop; "
+                              "remove the link")
+
+
+def test_links_that_are_not_loops_are_followed(tmp_path):
+    """A linked area, and rooms whose Annotations link to one folder (test_prepare builds big rooms so)."""
+    write_tree(tmp_path / "raw", {"Area_1/office_2/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    write_tree(tmp_path / "elsewhere", {"Area_2/hall_1/Annotations/floor_1.txt": b"1 2 3 4 5 6\n"})
+    (tmp_path / "raw/Area_2").symlink_to(tmp_path / "elsewhere/Area_2")
+    (tmp_path / "raw/Area_1/office_3").mkdir()
+    (tmp_path / "raw/Area_1/office_3/Annotations").symlink_to("../office_2/Annotations")
+    assert _summary(open_source(tmp_path / "raw")) == [
+        ("Area_1", "office_2", "Area_1/office_2", ["wall_1.txt"]),
+        ("Area_1", "office_3", "Area_1/office_3", ["wall_1.txt"]),
+        ("Area_2", "hall_1", "Area_2/hall_1", ["floor_1.txt"])]
+
+
+def _unlistable(monkeypatch, *names: str) -> None:
+    """Make listing the folders named ``names`` fail as another user's mode-700 folder does (root, which
+    runs the tests here, ignores permissions)."""
+    import os
+
+    real = os.scandir
+
+    def scandir(path="."):
+        if str(path).endswith(names):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_unreadable_folder_is_an_error_naming_it(tmp_path, monkeypatch):
+    """os.walk without onerror skipped a folder it could not list: the area vanished, rc 0."""
+    write_tree(tmp_path, {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                          "Area_2/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    _unlistable(monkeypatch, "Area_2", "lost+found")
+    with pytest.raises(SourceError) as err:
+        open_source(tmp_path).rooms()
+    assert str(err.value) == (f"{tmp_path / 'Area_2'}: cannot be read (Permission denied); check its "
+                              "permissions (ls -ld), or ask its owner")
+    monkeypatch.undo()
+    _unlistable(monkeypatch, "Area_2/r/Annotations")  # a room's folder: it said "no Annotations folder"
+    with pytest.raises(SourceError, match=r"Area_2/r/Annotations: cannot be read \(Permission denied\)"):
+        open_source(tmp_path).rooms()
+
+
+def test_unreadable_folder_outside_the_areas_is_skipped_or_named_if_no_area_is_found(tmp_path, monkeypatch):
+    """``lost+found`` at the root of a data disk is unreadable to users: not a reason to refuse RAW."""
+    write_tree(tmp_path / "disk", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    (tmp_path / "disk/lost+found").mkdir()
+    write_tree(tmp_path / "other", {"Stanford3dDataset_v1.2/Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    _unlistable(monkeypatch, "lost+found", "Stanford3dDataset_v1.2")
+    assert [r.path for r in open_source(tmp_path / "disk").rooms()] == ["Area_1/r"]
+    with pytest.raises(SourceError) as err:
+        open_source(tmp_path / "other").rooms()
+    assert str(err.value) == (f"{tmp_path / 'other'}: expected Area_N folders (raw S3DIS v1.2 layout), found none; "
+                              f"cannot read {tmp_path / 'other/Stanford3dDataset_v1.2'} (Permission denied): check "
+                              "its permissions (ls -ld)")
+
+
+def test_area_folder_without_rooms_is_an_error_naming_it(tmp_path):
+    """An Area_N folder left empty (an extraction that stopped early) vanished from folds.json, rc 0."""
+    write_tree(tmp_path, {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                          "Area_3/Area_3_alignmentAngle.txt": b"## Global alignment angle per room\n"})
+    (tmp_path / "Area_2").mkdir()
+    with pytest.raises(SourceError) as err:
+        open_source(tmp_path).rooms()
+    assert str(err.value) == (f"{tmp_path}: expected room folders in Area_2, Area_3, found none (an unpacking or "
+                              "copy that stopped early?); unpack or copy them again, or remove them to prepare the "
+                              "other areas")
