@@ -9,10 +9,14 @@ Two paths; both give, for each token, the correctly rounded double (what C ``str
    non-blank line held six finite numbers. This is every file of S3DIS but a few
    (``bench/bench_prepare.py``: about 3x the speed of ``np.loadtxt``).
 2. ``_parse_lines``: line by line (lines end at ``\\n``, ``\\r\\n`` or a lone ``\\r``), for what the fast
-   path refuses. A token with a stray control byte (NUL included: the trace of a crash or a zero-filled
-   disk block) or non-ASCII byte inside a number (S3DIS has ``103.0\\x100000``) is repaired by dropping
-   those bytes; a line that is still not six finite numbers is dropped. Every repair and drop is an
-   :class:`Issue` with its line number.
+   path refuses. A token with stray ASCII control bytes (NUL included: the trace of a crash or a
+   zero-filled disk block; S3DIS has ``103.0\\x100000`` in Area_5/hallway_6) is repaired by dropping them
+   only where they cannot have stood for a sign or a decimal point (:func:`_repair`): after a digit (or a
+   point), and, in a mantissa without a point, not between two of its digits. Anything else is dropped
+   with its line: a non-ASCII byte (a Unicode minus ``\\u2212``, a middle-dot decimal ``2\\u00b75``, an NBSP:
+   removing it would change the value, ``-1.5`` read as ``1.5``, ``2.5`` as ``25``), a control byte at
+   the start of a number or of its exponent (a lost sign), a line that is not six finite numbers. Every
+   repair and drop is an :class:`Issue` with its line number.
 
 :func:`parse_many` parses many texts at once with the same result as ``parse_points`` on each: the plain
 ones (the S3DIS layout) joined into one ``pandas.read_csv`` call, whose fixed cost per call is otherwise as
@@ -33,8 +37,8 @@ FIELDS = 6  # x y z r g b
 _NUMERIC_TEXT = b"0123456789.+-eE \t\r\n"
 _JOINABLE_TEXT = b"0123456789.+-eE \n"  # parse_many joins the texts made of these bytes only
 _NUMBER = re.compile(rb"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-# Bytes that can never be part of a number in a text file: control bytes and non-ASCII.
-_STRAY = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f-\xff]")
+# Bytes that can never be part of a number in a text file: control bytes and non-ASCII; a run of them.
+_STRAY = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f-\xff]+")
 
 
 @dataclass(frozen=True)
@@ -162,18 +166,18 @@ def _parse_lines(data: bytes) -> tuple[np.ndarray, list[Issue], np.ndarray]:
             issues.append(Issue(number, "dropped", f"expected {FIELDS} values, got {len(tokens)}: {_show(line)}"))
             continue
         row: list[float] = []
-        repaired = []
+        repaired, why = [], ""
         for token in tokens:
             value = _parse_token(token)
             if value is None:
-                fixed = _STRAY.sub(b"", token)
-                value = _parse_token(fixed) if fixed != token else None
+                fixed, why = _repair(token)
+                value = _parse_token(fixed) if fixed is not None else None
                 if value is None:
                     break
                 repaired.append(f"{_show(token)} -> {fixed.decode()}")
             row.append(value)
         if len(row) != FIELDS:
-            issues.append(Issue(number, "dropped", f"non-numeric value {_show(token)} in {_show(line)}"))
+            issues.append(Issue(number, "dropped", f"non-numeric value {_show(token)} in {_show(line)}{why}"))
             continue
         if repaired:
             issues.append(Issue(number, "repaired", "dropped stray byte(s): " + ", ".join(repaired)))
@@ -181,6 +185,30 @@ def _parse_lines(data: bytes) -> tuple[np.ndarray, list[Issue], np.ndarray]:
         numbers.append(number)
     return (np.array(rows, dtype=np.float64).reshape(-1, FIELDS), issues,
             np.array(numbers, dtype=np.int64))
+
+
+def _repair(token: bytes) -> tuple[bytes | None, str]:
+    """``(token without its stray bytes, "")`` when that is a number and every run of stray bytes was
+    safe to remove; else ``(None, why)``, ``why`` saying what was not guessed (``""``: not a number).
+
+    Safe: a run of ASCII control bytes that follows a digit or a point, and is not between two digits
+    of a mantissa without a point. So nothing is removed that may have stood for a sign (a run before
+    the first digit of the number or of its exponent), a decimal point (``1\\x0e5``: ``.`` is ``0x2e``,
+    ``0x0e`` with bit 5 lost, as ``\\x10`` is ``0`` in S3DIS's ``103.0\\x100000``) or a non-ASCII
+    character (``\\xe2\\x88\\x92`` is U+2212, a minus; ``\\xc2\\xb7`` a middle dot, a decimal mark)."""
+    fixed = _STRAY.sub(b"", token)
+    if fixed == token or _NUMBER.fullmatch(fixed) is None:
+        return None, ""
+    mantissa = re.split(rb"[eE]", fixed, maxsplit=1)[0]
+    for run in _STRAY.finditer(token):
+        before, after = _STRAY.sub(b"", token[:run.start()]), _STRAY.sub(b"", token[run.end():])
+        if max(run.group()) >= 0x80:
+            return None, ": a non-ASCII character in a number (a Unicode minus, decimal mark or space?) is not guessed"
+        if not before[-1:].isdigit() and before[-1:] != b".":
+            return None, ": a stray byte before the first digit (where a sign may have been) is not guessed"
+        if len(before) < len(mantissa) and b"." not in mantissa and after[:1].isdigit():
+            return None, ": a stray byte where a decimal point may have been is not guessed"
+    return fixed, ""
 
 
 def _show(text: bytes, limit: int = 80) -> str:

@@ -91,7 +91,7 @@ def utf16_codec(data: bytes) -> str | None:
 
 def _text_of(data: bytes) -> tuple[bytes, bool, str | None, bool]:
     """``(text, plain, note, skip)``: the bytes to parse (UTF-16 decoded to UTF-8, whose non-ASCII
-    characters, if any, are then repaired or dropped per line as stray bytes), :func:`is_plain` of them,
+    characters, if any, then drop their lines: see :mod:`data_prep.parse`), :func:`is_plain` of them,
     what to say about the file (``None``: nothing) and whether it is skipped (empty, binary, or UTF-16
     that does not decode)."""
     if is_plain(data):  # numbers only (the S3DIS files): neither binary nor, unless blank, skipped

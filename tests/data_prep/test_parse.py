@@ -196,3 +196,49 @@ def test_parse_many_reads_plain_texts_in_one_pandas_call(monkeypatch):
     calls.clear()
     parse_many(plain[:10] + [b"1\t2 3 4 5 6\n"] + plain[10:])
     assert len(calls) == 3  # the joined plain texts, then the tabbed one alone: ' ' fails, runs of blanks work
+
+
+@pytest.mark.parametrize("token, why", [
+    ("\u22121.5", "non-ASCII"),       # a Unicode minus: removing it gave +1.5 (the point mirrored)
+    ("2\u00b75", "non-ASCII"),        # a middle-dot decimal mark: removing it gave 25
+    ("2.5\u00a0", "non-ASCII"),       # an NBSP after a number
+    ("\u00a01.5", "non-ASCII"),       # an NBSP before a number: was repaired, while ...
+    ("1\x0e5", "decimal point"),      # '.' (0x2e) with bit 5 lost: removing it gave 15
+    ("\x011.5", "sign"),              # where a '-' may have been: the sign position
+    ("-\x011.5", "sign"),
+    ("1e\x015", "sign"),              # the exponent's sign position
+])
+def test_stray_bytes_that_may_carry_a_sign_or_a_point_drop_their_line(token, why):
+    """Only control bytes that cannot have been a sign or a decimal point are removed; anything else (the
+    non-ASCII bytes of a Unicode minus or decimal mark above all) would change the value: the line is
+    dropped, naming the token and why."""
+    data = f"1 2 3 4 5 6\n7 {token} 9 10 11 12\n".encode()
+    parsed = parse_points(data)
+    np.testing.assert_array_equal(parsed.values, [[1, 2, 3, 4, 5, 6]])
+    assert [(i.line, i.kind) for i in parsed.issues] == [(2, "dropped")]
+    assert why in parsed.issues[0].message and repr(token.encode())[2:-1] in parsed.issues[0].message
+
+
+def test_an_nbsp_drops_its_line_wherever_it_is():
+    """An NBSP (UTF-8 c2 a0) before a number was 'repaired' and one after it, a seventh token, dropped the
+    line: both now drop it, as does one between two numbers (removing it joined them: '1 2' became 12)."""
+    for line in ["\u00a01 2 3 4 5 6", "1 2 3 4 5 6 \u00a0", "1\u00a02 3 4 5 6 7", "1 2 3 4 5\u00a0 6"]:
+        parsed = parse_points(f"{line}\n7 8 9 10 11 12\n".encode())
+        np.testing.assert_array_equal(parsed.values, [[7, 8, 9, 10, 11, 12]], err_msg=line)
+        assert [(i.line, i.kind) for i in parsed.issues] == [(1, "dropped")], line
+
+
+@pytest.mark.parametrize("token, value", [
+    (b"103.0\x100000", 103.0),   # S3DIS Area_5/hallway_6: between digits after the point
+    (b"-7.3\x1093", -7.393),
+    (b"8\x00.25", 8.25),          # next to the point: the point is there, the byte is not it
+    (b"2.2\x01", 2.2),            # after the last digit
+    (b"6\x10", 6.0),              # after the last digit of an integer ('6.' is 6)
+    (b"1.\x015", 1.5),            # after the point
+    (b"1\x01e5", 1e5),            # before the exponent ('1.e5' is 1e5)
+    (b"1.5e-1\x7f2", 1.5e-12),    # DEL between the exponent's digits
+])
+def test_control_bytes_that_cannot_be_a_sign_or_point_are_repaired(token, value):
+    parsed = parse_points(b"0 0 " + token + b" 0 0 0\n")
+    np.testing.assert_array_equal(parsed.values, [[0, 0, value, 0, 0, 0]])
+    assert [(i.line, i.kind) for i in parsed.issues] == [(1, "repaired")]
