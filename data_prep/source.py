@@ -7,7 +7,7 @@ Accepted layouts (``Stanford3dDataset_v1.2_Aligned_Version`` or the non-aligned 
     [top/]Area_N/<file>                               e.g. alignment angles: ignored
 
 macOS junk (``__MACOSX/``, ``.DS_Store``, ``._*``) is skipped; a zip member's ``\\`` is a separator (zips
-made by Windows tools). Refused before anything is parsed, each naming the member, file or folder: a zip
+made by Windows tools) and its ``.`` components are dropped (``./Area_1/...``, as some archivers write). Refused before anything is parsed, each naming the member, file or folder: a zip
 member with an absolute path or a ``..`` component, a duplicate zip member, an annotation member larger
 than ``ZipLimits.max_member_bytes`` or compressed more than ``ZipLimits.max_ratio`` times (zip bombs), a
 file or folder name that is not valid UTF-8, a folder that cannot be listed, a symbolic link to a folder
@@ -276,12 +276,13 @@ class ZipSource(Source):
         for info in infos:
             check_member(self.location, info.filename)
             name = member_name(self.location, info)  # two raw names may decode to one (UTF-8 flag on one only)
-            if name in seen:
+            if name in seen and name:  # "" is the zip's top folder ("./"), which may come twice
                 raise SourceError(f"{self.location}: member {name!r} is in the archive twice; expected "
                                   "each file once (re-create the zip)")
             seen.add(name)
         self._index(infos)
-        return [Entry(name.rstrip("/"), i.file_size, i.CRC, name.endswith("/")) for name, i in self._infos.items()]
+        return [Entry(name.rstrip("/"), i.file_size, i.CRC, name.endswith("/")) for name, i in self._infos.items()
+                if name]  # "./": the zip's top folder itself
 
     def check(self, entry: Entry) -> None:
         """Refuse a member beyond :class:`ZipLimits` before reading it."""
@@ -322,17 +323,27 @@ def member_name(location: str, info: zipfile.ZipInfo) -> str:
     """The name of a zip member as its bytes say: UTF-8 when flagged so (bit 11), or when its bytes decode
     as UTF-8 (zip tools that do not set the flag). Other unflagged bytes may be cp437, cp850 or latin-1,
     which nothing tells apart (``zipfile`` reads them as cp437: latin-1 ``office\xe91`` became
-    ``officeΘ1``), so they are refused, as a folder's non-UTF-8 name is, rather than guessed. A ``\\`` is a
-    separator, as ``/`` is (zips made by Windows tools; :func:`check_member` has refused ``..`` in both)."""
+    ``officeΘ1``), so they are refused, as a folder's non-UTF-8 name is, rather than guessed. The path is
+    then read as a folder's would be (:func:`_posix_path`)."""
     if info.flag_bits & 0x800 or info.filename.isascii():
-        return info.filename.replace("\\", "/")
+        return _posix_path(info.filename)
     raw = info.filename.encode("cp437")  # zipfile decoded the unflagged bytes as cp437: undo it
     try:
-        return raw.decode("utf-8").replace("\\", "/")
+        return _posix_path(raw.decode("utf-8"))
     except UnicodeDecodeError:
         shown = raw.decode("utf-8", "backslashreplace")
         raise SourceError(f"{location}: the member name {shown!r} is not valid UTF-8 (a zip without the UTF-8 "
                           "flag: cp437, cp850 or latin-1?); rename it, or unpack the zip and give the folder") from None
+
+
+def _posix_path(name: str) -> str:
+    """A member's name as the path of a file in a folder: ``\\`` is a separator, as ``/`` is (zips made by
+    Windows tools), and ``.`` and empty components are dropped (``./Area_1/office_2/`` is
+    ``Area_1/office_2/``, as some archivers write it); a folder keeps its final ``/``. ``..`` stays (the
+    name was refused by :func:`check_member`)."""
+    path = name.replace("\\", "/")
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    return "/".join(parts) + ("/" if path.endswith("/") and parts else "")
 
 
 def check_member(location: str, name: str) -> None:

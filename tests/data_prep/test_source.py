@@ -295,3 +295,33 @@ def test_area_folder_without_rooms_is_an_error_naming_it(tmp_path):
     assert str(err.value) == (f"{tmp_path}: expected room folders in Area_2, Area_3, found none (an unpacking or "
                               "copy that stopped early?); unpack or copy them again, or remove them to prepare the "
                               "other areas")
+
+
+@pytest.mark.parametrize("prefix", ["./", "top/./", ".//"])
+def test_zip_members_with_dot_components_read_as_the_folder(tmp_path, prefix):
+    """Some archivers write './Area_1/office_2/...': the '.' component was taken for a hidden folder, every
+    member skipped, and the zip refused with "expected Area_N folders, found none"."""
+    path = tmp_path / "dot.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(zipfile.ZipInfo(prefix), b"")  # the top folder's own entry, as `zip -r x.zip .` writes it
+        for name, data in DEFECT_FILES.items():
+            zf.writestr(prefix + name.replace("/Annotations/", "/./Annotations/"), data)
+        zf.writestr(zipfile.ZipInfo(prefix + "Area_2/./room_b/Annotations/"), b"")  # a folder entry
+    source = open_source(path)
+    top = "top/" if prefix.startswith("top") else ""
+    assert _summary(source) == [(area, name, top + path_, files) for area, name, path_, files in EXPECTED]
+    assert source.read(top + "Area_2/room_b/Annotations/table_1.txt") == b"0.5 0.5 0.75 3 3 3\n"
+
+
+@pytest.mark.parametrize("member", ["./../x.txt", "./Area_1/./../../x.txt", ".\\..\\x.txt"])
+def test_zip_member_with_dot_then_dotdot_is_still_refused(tmp_path, member):
+    path = _zip(tmp_path / "bad.zip", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", member: b"x"})
+    with pytest.raises(SourceError, match="refusing zip member"):
+        open_source(path).rooms()
+
+
+def test_zip_member_given_with_and_without_dot_prefix_is_a_duplicate(tmp_path):
+    path = _zip(tmp_path / "dup.zip", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                                       "./Area_1/r/Annotations/wall_1.txt": b"7 8 9 1 2 3\n"})
+    with pytest.raises(SourceError, match=r"member 'Area_1/r/Annotations/wall_1.txt' is in the archive twice"):
+        open_source(path).rooms()
