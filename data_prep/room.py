@@ -3,7 +3,9 @@
 Instance ids follow the order of ``room.files`` (class, then object number: ``chair_2`` before
 ``chair_10``); ``attrs["objects"][i]`` names the file of instance ``i``. A class outside the 13 of
 ``pointgeope.constants`` (S3DIS has ``stairs``) is labelled clutter and counted in ``remapped``.
-Colours are rounded and clipped to ``0..255`` (some files hold floats).
+Colours are rounded and clipped to ``0..255`` (some files hold floats); a room whose every colour is
+within ``[0, 1]``, some fractional (a normalised export), is scaled by 255 first, with a warning
+(``attrs["color_scale"]``: 1 or 255).
 
 What is written is validated, each drop reported with its file and line (the point rule is
 ``pointgeope/outliers.py``'s, which ``pointgeope predict`` applies to users' scans too):
@@ -181,17 +183,55 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
         refused = _room_extent_problem(values, limits, extent)
     lost = _lost_objects(room, parts, empty + binary, messages)
     sizes = [len(p.values) for p in parts]
-    rgb = np.rint(values[:, 3:])
-    inside = not len(rgb) or (rgb.min() >= 0 and rgb.max() <= 255)  # the usual case: nothing to clip
+    color, counts["clipped"], counts["color_scale"] = _colours(source, room, parts, values, messages)
     arrays = {
         "coord": values[:, :3].astype(np.float32, order="C"),  # C order whatever the layout of values
-        "color": (rgb if inside else np.clip(rgb, 0, 255)).astype(np.uint8, order="C"),
+        "color": color,
         "label": np.repeat(np.array([p.label for p in parts], dtype=np.uint8), sizes),
         "instance": np.repeat(np.array([p.instance for p in parts], dtype=np.int32), sizes),
     }
-    counts["clipped"] = 0 if inside else int(np.count_nonzero((rgb < 0) | (rgb > 255)))
     attrs = _room_attrs(room, limits, arrays, counts, (empty, binary, lost), remapped, messages)
     return RoomData(arrays, attrs, messages, counts["num_bytes"], time.perf_counter() - start, refused)
+
+
+def _colours(source: Source, room: Room, parts: list[_Part], values: np.ndarray,
+             messages: list[str]) -> tuple[np.ndarray, int, int]:
+    """``(color, clipped, scale)``: the colours of ``values`` ``(N, 6)`` as uint8 ``(N, 3)``, rounded and
+    clipped to ``0..255``, with the number of values clipped and the scale applied first (1 or 255).
+
+    S3DIS stores ``0..255``. A room whose every colour is within ``[0, 1]`` with some fractional is a
+    normalised export (a 0..255 room within ``[0, 1]`` would be black): rounded as it is, it turned
+    black and white without a word. It is scaled by 255, with one message naming the room and its first
+    fractional value. A room of colours 0 and 1 only is left as it is (nothing says it is normalised)."""
+    rgb = values[:, 3:]
+    if not len(rgb):
+        return np.empty((0, 3), dtype=np.uint8), 0, 1
+    lo, hi = rgb.min(), rgb.max()
+    scale = 1
+    if lo >= 0 and hi <= 1:
+        fractional = np.flatnonzero((rgb != np.rint(rgb)).any(axis=1))
+        if len(fractional):
+            messages.append(_unit_colours_message(source, room, parts, values, fractional))
+            rgb, lo, hi, scale = rgb * 255.0, lo * 255.0, hi * 255.0, 255
+    rgb = np.rint(rgb)
+    if np.rint(lo) >= 0 and np.rint(hi) <= 255:  # the usual case: nothing to clip (rint is monotonic)
+        return rgb.astype(np.uint8, order="C"), 0, scale
+    return np.clip(rgb, 0, 255).astype(np.uint8, order="C"), int(np.count_nonzero((rgb < 0) | (rgb > 255))), scale
+
+
+def _unit_colours_message(source: Source, room: Room, parts: list[_Part], values: np.ndarray,
+                          fractional: np.ndarray) -> str:
+    """The one line about a room whose colours are within 0..1 (:func:`_colours`); ``fractional``: the
+    rows of ``values`` with a fractional colour."""
+    row = int(fractional[0])
+    ends = np.cumsum([len(p.values) for p in parts])
+    at = int(np.searchsorted(ends, row, side="right"))
+    part = parts[at]
+    line = _line_numbers(source, part, np.array([row - (ends[at] - len(part.values))]))[0]
+    shown = " ".join(f"{v:g}" for v in values[row, 3:])
+    return (f"{room.path}: colours within 0..1, expected 0..255 (S3DIS): {len(fractional):,} of {len(values):,} "
+            f"points have fractional ones (first {part.path}:{line}: {shown}); scaled by 255 (rounded as they are, "
+            "every colour would be 0 or 1); if they really are 0..255, write them as integers")
 
 
 def _lost_objects(room: Room, parts: list[_Part], skipped: list[str], messages: list[str]) -> list[str]:
@@ -221,6 +261,7 @@ def _room_attrs(room: Room, limits: PointLimits, arrays: dict, counts: dict, fil
         "lost_objects": lost,
         "remapped_to_clutter": json.dumps(dict(sorted(remapped.items()))),
         "clipped_colors": counts["clipped"],
+        "color_scale": counts["color_scale"],
         "issues": messages[:MAX_STORED_ISSUES],
     }
 

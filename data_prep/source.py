@@ -31,7 +31,8 @@ from data_prep.limits import ZipLimits
 from pointgeope.errors import UserError
 
 # Bump when the parsed output of the same raw files changes: prepared rooms then no longer match.
-# 4: stray bytes that may be a sign or a decimal mark drop their line instead of being removed.
+# 4: stray bytes that may be a sign or a decimal mark drop their line instead of being removed; a room's
+#    colours within [0, 1], some fractional, are scaled by 255.
 PARSER_VERSION = 4
 
 _AREA = re.compile(r"Area_(\d+)")

@@ -1,6 +1,7 @@
 """data_prep/room.py: labels, instance ids, colour rounding and the defect counts of one room."""
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -104,3 +105,49 @@ def test_utf16_text_that_does_not_decode_says_how_to_convert_it(tmp_path):
     assert data.messages == ["Area_1/r/Annotations/wall_1.txt: skipped: UTF-16 text that does not decode "
                              "(illegal UTF-16 surrogate at byte 26); convert it to ASCII or UTF-8 "
                              "(iconv -f UTF-16 -t UTF-8 FILE > NEW)"]
+
+
+def _office_2(s3dis_real, rgb_format=None) -> dict[str, bytes]:
+    """The annotation files of the real room Area_1/office_2, its colours rewritten by ``rgb_format``
+    (a function of the (n, 3) 0..255 colours) when given."""
+    files = {}
+    for path in sorted((s3dis_real / "Area_1/office_2/Annotations").glob("*.txt")):
+        text = path.read_bytes()
+        if rgb_format is not None:
+            rows = np.loadtxt(path, ndmin=2)
+            text = "".join(f"{x:.3f} {y:.3f} {z:.3f} {rgb}\n"
+                           for (x, y, z), rgb in zip(rows[:, :3], rgb_format(rows[:, 3:]))).encode()
+        files[f"Area_1/office_2/Annotations/{path.name}"] = text
+    return files
+
+
+def test_colours_within_0_1_are_scaled_by_255_with_one_line(s3dis_real, tmp_path):
+    """A normalised export (colours 0..1, as Open3D writes them) was rounded to 0 or 1 without a word: it is
+    scaled by 255, the room named, and gives the colours of the 0..255 room."""
+    expected = _load(tmp_path / "255", _office_2(s3dis_real))
+    unit = _load(tmp_path / "unit", _office_2(s3dis_real, lambda c: [" ".join(f"{v:.6f}" for v in row)
+                                                                    for row in c / 255]))
+    np.testing.assert_array_equal(unit.arrays["color"], expected.arrays["color"])
+    np.testing.assert_array_equal(unit.arrays["coord"], expected.arrays["coord"])
+    assert (unit.attrs["color_scale"], expected.attrs["color_scale"], unit.attrs["clipped_colors"]) == (255, 1, 0)
+    first = " ".join(f"{float(f'{v / 255:.6f}'):g}" for v in expected.arrays["color"][0])
+    fractional = np.count_nonzero(((expected.arrays["color"] % 255) != 0).any(axis=1))  # not only 0 or 255
+    assert fractional == 98  # the room has 2 points of colours 0 and 255 only
+    assert unit.messages == [
+        f"Area_1/office_2: colours within 0..1, expected 0..255 (S3DIS): 98 of 100 points have fractional ones "
+        f"(first Area_1/office_2/Annotations/beam_1.txt:1: {first}); "
+        "scaled by 255 (rounded as they are, every colour would be 0 or 1); if they really are 0..255, write "
+        "them as integers"]
+    assert expected.messages == []
+
+
+@pytest.mark.parametrize("colours", [
+    lambda c: [f"{int(v > 127)} 0 1" for v in c[:, 0]],                # 0 and 1 only: nothing says 0..1
+    lambda c: [" ".join(f"{v / 255:.6f}" for v in row) for row in c[:-1]] + ["1.5 0 0"],  # one beyond 1
+])
+def test_colours_are_not_scaled_unless_every_one_is_within_0_1_and_some_fractional(s3dis_real, tmp_path, colours):
+    files = _office_2(s3dis_real, colours)
+    data = _load(tmp_path, files)
+    rows = np.concatenate([np.loadtxt(io.BytesIO(t), ndmin=2) for _, t in sorted(files.items())])
+    np.testing.assert_array_equal(data.arrays["color"], np.rint(rows[:, 3:]))
+    assert (data.attrs["color_scale"], data.messages) == (1, [])
