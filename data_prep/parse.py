@@ -11,12 +11,13 @@ Two paths; both give, for each token, the correctly rounded double (what C ``str
 2. ``_parse_lines``: line by line (lines end at ``\\n``, ``\\r\\n`` or a lone ``\\r``), for what the fast
    path refuses. A token with stray ASCII control bytes (NUL included: the trace of a crash or a
    zero-filled disk block; S3DIS has ``103.0\\x100000`` in Area_5/hallway_6) is repaired by dropping them
-   only where they cannot have stood for a sign or a decimal point (:func:`_repair`): after a digit (or a
-   point), and, in a mantissa without a point, not between two of its digits. Anything else is dropped
-   with its line: a non-ASCII byte (a Unicode minus ``\\u2212``, a middle-dot decimal ``2\\u00b75``, an NBSP:
-   removing it would change the value, ``-1.5`` read as ``1.5``, ``2.5`` as ``25``), a control byte at
-   the start of a number or of its exponent (a lost sign), a line that is not six finite numbers. Every
-   repair and drop is an :class:`Issue` with its line number.
+   only where they cannot have stood for a sign, a decimal point or a digit of the integer part
+   (:func:`_repair`): after a digit or the point, and, between two digits, only in the fraction. Anything
+   else is dropped with its line: a non-ASCII byte (a Unicode minus ``\\u2212``, a middle-dot decimal
+   ``2\\u00b75``, an NBSP: removing it would change the value, ``-1.5`` read as ``1.5``, ``2.5`` as ``25``), a
+   control byte before a number's first digit (a lost sign) or between the digits of its integer part or
+   exponent, a line that is not six finite numbers. Every repair and drop is an :class:`Issue` with its
+   line number.
 
 :func:`parse_many` parses many texts at once with the same result as ``parse_points`` on each: the plain
 ones (the S3DIS layout) joined into one ``pandas.read_csv`` call, whose fixed cost per call is otherwise as
@@ -191,23 +192,24 @@ def _repair(token: bytes) -> tuple[bytes | None, str]:
     """``(token without its stray bytes, "")`` when that is a number and every run of stray bytes was
     safe to remove; else ``(None, why)``, ``why`` saying what was not guessed (``""``: not a number).
 
-    Safe: a run of ASCII control bytes that follows a digit or a point, and is not between two digits
-    of a mantissa without a point. So nothing is removed that may have stood for a sign (a run before
-    the first digit of the number or of its exponent), a decimal point (``1\\x0e5``: ``.`` is ``0x2e``,
-    ``0x0e`` with bit 5 lost, as ``\\x10`` is ``0`` in S3DIS's ``103.0\\x100000``) or a non-ASCII
-    character (``\\xe2\\x88\\x92`` is U+2212, a minus; ``\\xc2\\xb7`` a middle dot, a decimal mark)."""
+    Safe: a run of ASCII control bytes that follows a digit or the point and, if a digit follows it, is
+    in the fraction (after the point, before any exponent), as in S3DIS's ``103.0\\x100000``. So nothing
+    is removed that may have stood for a sign (a run before the first digit of the number or of its
+    exponent), a decimal point (``1\\x0e5``: ``.`` is ``0x2e``, ``0x0e`` with bit 5 lost, as ``\\x10`` is
+    ``0``), a digit of the integer part or exponent (``10\\x103``: 103 or 1003?) or a non-ASCII character
+    (``\\xe2\\x88\\x92`` is U+2212, a minus; ``\\xc2\\xb7`` a middle dot, a decimal mark)."""
     fixed = _STRAY.sub(b"", token)
     if fixed == token or _NUMBER.fullmatch(fixed) is None:
         return None, ""
-    mantissa = re.split(rb"[eE]", fixed, maxsplit=1)[0]
     for run in _STRAY.finditer(token):
         before, after = _STRAY.sub(b"", token[:run.start()]), _STRAY.sub(b"", token[run.end():])
         if max(run.group()) >= 0x80:
             return None, ": a non-ASCII character in a number (a Unicode minus, decimal mark or space?) is not guessed"
         if not before[-1:].isdigit() and before[-1:] != b".":
             return None, ": a stray byte before the first digit (where a sign may have been) is not guessed"
-        if len(before) < len(mantissa) and b"." not in mantissa and after[:1].isdigit():
-            return None, ": a stray byte where a decimal point may have been is not guessed"
+        if after[:1].isdigit() and (b"." not in before or b"e" in before.lower()):
+            return None, (": a stray byte between digits before the decimal point or in the exponent (where a "
+                          "point or a digit may have been) is not guessed")
     return fixed, ""
 
 

@@ -208,7 +208,7 @@ def _colours(source: Source, room: Room, parts: list[_Part], values: np.ndarray,
         return np.empty((0, 3), dtype=np.uint8), 0, 1
     lo, hi = rgb.min(), rgb.max()
     scale = 1
-    if lo >= 0 and hi <= 1:
+    if lo >= 0 and 0 < hi <= 1:  # (not all 0: rooms without colour, written as 0 0 0)
         fractional = np.flatnonzero((rgb != np.rint(rgb)).any(axis=1))
         if len(fractional):
             messages.append(_unit_colours_message(source, room, parts, values, fractional))

@@ -204,6 +204,8 @@ def test_parse_many_reads_plain_texts_in_one_pandas_call(monkeypatch):
     ("2.5\u00a0", "non-ASCII"),       # an NBSP after a number
     ("\u00a01.5", "non-ASCII"),       # an NBSP before a number: was repaired, while ...
     ("1\x0e5", "decimal point"),      # '.' (0x2e) with bit 5 lost: removing it gave 15
+    ("10\x103.5", "decimal point"),   # '0' (0x30) with bit 5 lost: 103.5 or 1003.5?
+    ("1.5e-1\x172", "decimal point"), # in the exponent: 1.5e-12 or 1.5e-172?
     ("\x011.5", "sign"),              # where a '-' may have been: the sign position
     ("-\x011.5", "sign"),
     ("1e\x015", "sign"),              # the exponent's sign position
@@ -236,9 +238,32 @@ def test_an_nbsp_drops_its_line_wherever_it_is():
     (b"6\x10", 6.0),              # after the last digit of an integer ('6.' is 6)
     (b"1.\x015", 1.5),            # after the point
     (b"1\x01e5", 1e5),            # before the exponent ('1.e5' is 1e5)
-    (b"1.5e-1\x7f2", 1.5e-12),    # DEL between the exponent's digits
+    (b"0.12\x7f5", 0.125),        # DEL in the fraction
+    (b"1.5e-1\x01", 1.5e-1),      # after the exponent's last digit
 ])
 def test_control_bytes_that_cannot_be_a_sign_or_point_are_repaired(token, value):
     parsed = parse_points(b"0 0 " + token + b" 0 0 0\n")
     np.testing.assert_array_equal(parsed.values, [[0, 0, value, 0, 0, 0]])
     assert [(i.line, i.kind) for i in parsed.issues] == [(1, "repaired")]
+
+
+def test_a_lost_sign_or_point_is_never_repaired_into_another_value():
+    """Replace a sign or the point of random numbers (every shape S3DIS and its re-exports write) by a random
+    control byte: the line is dropped, or (a final point: '5.' is 5) kept with the value unchanged."""
+    rng = np.random.default_rng(7)
+    formats = ["{:.3f}", "{:.6f}", "{:.1f}", "{:.0f}.", "{:.2e}", "{:.15g}", "{:+.4f}"]
+    controls = [c for c in range(32) if c not in b"\t\n\r\x0b\x0c"] + [0x7f]
+    checked = 0
+    for _ in range(3000):
+        value = rng.uniform(-150, 150)
+        number = formats[rng.integers(len(formats))].format(value) if rng.random() < 0.9 else (
+            "-" * (value < 0) + f".{abs(value):.0f}")  # '.5', '-.25'
+        spots = [i for i, c in enumerate(number) if c in "+-."]
+        if not spots:
+            continue
+        at = spots[rng.integers(len(spots))]
+        token = number[:at].encode() + bytes([controls[rng.integers(len(controls))]]) + number[at + 1:].encode()
+        parsed = parse_points(b"0 0 " + token + b" 0 0 0\n")
+        assert not len(parsed.values) or parsed.values[0, 2] == float(number), (number, token)
+        checked += 1
+    assert checked > 2000
