@@ -133,11 +133,11 @@ def test_colours_within_0_1_are_scaled_by_255_with_one_line(s3dis_real, tmp_path
     first = " ".join(f"{float(f'{v / 255:.6f}'):g}" for v in expected.arrays["color"][0])
     fractional = np.count_nonzero(((expected.arrays["color"] % 255) != 0).any(axis=1))  # not only 0 or 255
     assert fractional == 98  # the room has 2 points of colours 0 and 255 only
-    assert unit.messages == [
-        f"Area_1/office_2: colours within 0..1, expected 0..255 (S3DIS): 98 of 100 points have fractional ones "
-        f"(first Area_1/office_2/Annotations/beam_1.txt:1: {first}); "
+    assert unit.messages == [(
+        f"Area_1/office_2: colours within 0..1, expected 0..255 (S3DIS): {fractional} of 100 points have "
+        f"fractional ones (first Area_1/office_2/Annotations/beam_1.txt:1: {first}); "
         "scaled by 255 (rounded as they are, every colour would be 0 or 1); if they really are 0..255, write "
-        "them as integers"]
+        "them as integers")]
     assert expected.messages == []
 
 
