@@ -76,7 +76,8 @@ def prepare(cfg: PrepareConfig) -> dict:
        worker processes, each room into its own work file (written atomically);
     3. each area whose rooms changed is assembled from these, in room order, into ``Area_N.h5`` (atomic),
        without timestamps: the same rooms give the same bytes, whatever ``jobs`` was;
-       each area's checksum is recorded in ``.work/assembled.json`` before its work files go; an area whose
+       each area's checksum is recorded in ``.work/assembled.json`` before it replaces ``Area_N.h5``
+       (a kill at any point loses no parsed room and leaves no file the rerun distrusts); an area whose
        every room is refused now has its previous file moved aside to ``Area_N.h5.refused``;
     4. ``manifest.json`` (with each area file's checksum) and ``folds.json`` are rewritten; then ``.work`` goes.
     """
@@ -217,9 +218,9 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
 
 
 def _assemble(out: Path, stock: Stock, areas: list[str], limits: PointLimits) -> tuple[set, dict]:
-    """Step 3: write each area whose rooms changed, in room order, and record its checksum in
-    ``.work/assembled.json`` before its work files go; returns the changed areas and every area file's
-    checksum. An area of RAW without a room written has its previous file moved aside."""
+    """Step 3: write each area whose rooms changed, in room order, into ``.work``; record its checksum in
+    ``.work/assembled.json``, then move it onto ``Area_N.h5`` and remove its work files; returns the changed
+    areas and every area file's checksum. An area of RAW without a room written has its previous file moved aside."""
     from data_prep.writer import write_json
     from pointgeope.checksum import file_checksum
     from pointgeope.h5 import area_path, read_room_record, write_area
@@ -236,9 +237,11 @@ def _assemble(out: Path, stock: Stock, areas: list[str], limits: PointLimits) ->
                 for name in names:
                     yield name, *read_room_record(stock.held[area, name], name)
 
-            write_area(area_file, area, records(), limits.max_extent)
-            checksums[area] = assembled[area] = file_checksum(area_file)
-            write_json(out / ".work" / ASSEMBLED, assembled)  # a kill from here on loses nothing
+            staged = out / ".work" / area_file.name  # its checksum is recorded before it replaces Area_N.h5,
+            write_area(staged, area, records(), limits.max_extent)  # so that a rerun after a kill trusts it
+            checksums[area] = assembled[area] = file_checksum(staged)
+            write_json(out / ".work" / ASSEMBLED, assembled)
+            staged.replace(area_file)
         else:
             checksums[area] = stock.checksums[area]  # verified by _trusted_attrs
         shutil.rmtree(out / ".work" / area, ignore_errors=True)

@@ -342,21 +342,43 @@ def test_a_killed_parallel_prepare_takes_its_workers_and_its_lock_with_it(tmp_pa
     assert _bytes(out) == _bytes(tmp_path / "clean")
 
 
-def test_a_run_killed_before_its_manifest_resumes_without_parsing_or_warning(tmp_path, monkeypatch, capsys):
-    """Killed after assembling its areas but before manifest.json: the rerun distrusted the new area files
-    (their checksums were not recorded yet), warned that they did not match, and parsed their rooms again."""
-    import data_prep.prepare
+def _kill_at(monkeypatch, where: str) -> None:
+    """End prepare (Killed) right after it has recorded the first area's checksum, after the first area file
+    has replaced the old one, or before manifest.json."""
+    import shutil
 
+    import data_prep.prepare
+    import data_prep.writer
+
+    def killed(*args, **kwargs):
+        raise Killed
+
+    if where == "manifest":
+        monkeypatch.setattr(data_prep.prepare, "_write_manifests", killed)
+    elif where == "record":
+        write_json = data_prep.writer.write_json
+
+        def record_then_die(path, obj):
+            write_json(path, obj)
+            raise Killed
+
+        monkeypatch.setattr(data_prep.writer, "write_json", record_then_die)
+    else:
+        rmtree = shutil.rmtree
+        monkeypatch.setattr(shutil, "rmtree", lambda path, **kw: killed() if path.parent.name == ".work"
+                            else rmtree(path, **kw))
+
+
+@pytest.mark.parametrize("where", ["record", "replace", "manifest"])
+def test_a_run_killed_before_its_manifest_resumes_without_parsing_or_warning(tmp_path, monkeypatch, capsys, where):
+    """Killed after assembling an area but before manifest.json: the rerun distrusted the new area file
+    (its checksum was not recorded yet), warned that it did not match, and parsed its rooms again."""
     raw = _five_rooms(tmp_path / "raw")
     out = tmp_path / "out"
     prepare(PrepareConfig(raw, out, progress=False))
     (raw / "Area_1/office_1/Annotations/table_1.txt").write_bytes(b"7 1 2 3 4 5\n")  # Area_1 and Area_2 change
     (raw / "Area_2/room_b/Annotations/table_1.txt").write_bytes(b"0.5 0.5 0.75 3 3 3\n0.5 0.5 0.5 4 4 4\n")
-
-    def killed(*args, **kwargs):
-        raise Killed
-
-    monkeypatch.setattr(data_prep.prepare, "_write_manifests", killed)
+    _kill_at(monkeypatch, where)
     parsed = _count_parsed(monkeypatch)
     with pytest.raises(Killed):
         prepare(PrepareConfig(raw, out, progress=False))
