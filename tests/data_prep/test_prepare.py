@@ -308,7 +308,7 @@ def _gone(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(), reason="Linux /proc")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_killed_parallel_prepare_takes_its_workers_and_its_lock_with_it(tmp_path, sig, capsys):
     """The workers of a killed `prepare --jobs 2` lived on, holding OUT's lock: the rerun was refused in the
     name of the dead main process. Now they die with it, and the rerun goes on."""
