@@ -5,7 +5,6 @@ and written through ``pointgeope/h5.py``.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import sys
@@ -40,6 +39,7 @@ class Stock:
         held: (area, room) -> the file holding that room: ``Area_N.h5`` or its work file.
         refused: area -> room -> ``{"reason", "signature"}``, the rooms not written; ``manifest.json``
             keeps them, so that an unchanged refused room is not parsed again.
+        checksums: area -> checksum of the ``Area_N.h5`` on disk, when it is trusted (``previous``).
         todo: the rooms to parse now, as worker tasks ``(source, room, work file, limits)``.
     """
 
@@ -49,6 +49,12 @@ class Stock:
     held: dict[tuple[str, str], Path] = field(default_factory=dict)
     refused: dict[str, dict[str, dict]] = field(default_factory=dict)
     todo: list = field(default_factory=list)
+    checksums: dict[str, str] = field(default_factory=dict)
+
+
+# OUT/.work/assembled.json: area -> checksum of each Area_N.h5 written since manifest.json was: a run killed
+# before its manifest trusts these files on rerun, where their rooms' work files are already gone.
+ASSEMBLED = "assembled.json"
 
 
 def _work_file(out: Path, area: str, room: str) -> Path:
@@ -70,7 +76,10 @@ def prepare(cfg: PrepareConfig) -> dict:
        worker processes, each room into its own work file (written atomically);
     3. each area whose rooms changed is assembled from these, in room order, into ``Area_N.h5`` (atomic),
        without timestamps: the same rooms give the same bytes, whatever ``jobs`` was;
-    4. ``manifest.json`` (with each area file's checksum) and ``folds.json`` are rewritten; ``.work`` goes.
+       each area's checksum is recorded in ``.work/assembled.json`` before it replaces ``Area_N.h5``
+       (a kill at any point loses no parsed room and leaves no file the rerun distrusts); an area whose
+       every room is refused now has its previous file moved aside to ``Area_N.h5.refused``;
+    4. ``manifest.json`` (with each area file's checksum) and ``folds.json`` are rewritten; then ``.work`` goes.
     """
     from pointgeope.atomic import remove_leftovers, writable_folder
     from pointgeope.lock import folder_lock
@@ -78,7 +87,7 @@ def prepare(cfg: PrepareConfig) -> dict:
     t0 = time.perf_counter()
     source, rooms = _scan_raw(cfg)  # 1: every problem of RAW's layout is found before any work
     out = writable_folder(cfg.out, "OUT")
-    with folder_lock(out, f"pointgeope prepare {cfg.raw} {cfg.out}"):
+    with folder_lock(out, f"pointgeope prepare {cfg.raw} {cfg.out}", readers=True):  # not while train reads
         remove_leftovers(out)  # the temporary files of a killed run; its work files stay and are reused
         old_manifest = {} if cfg.force else _read_manifest(out)
         stock = _take_stock(cfg, source, rooms, out, old_manifest)  # 2: what is up to date
@@ -93,8 +102,9 @@ def prepare(cfg: PrepareConfig) -> dict:
         if not written:
             raise UserError(f"{source.location}: no room holds a valid point, nothing written (see the warnings "
                             "above); check the files or the limits (--max-extent, --outliers)")
-        changed, checksums = _assemble(out, stock, written, old_manifest, cfg.limits)  # 3
+        changed, checksums = _assemble(out, stock, written, cfg.limits)  # 3
         result = _write_manifests(out, source.location, stock, written, checksums)  # 4
+        shutil.rmtree(out / ".work", ignore_errors=True)  # only now: it holds the checksums of step 3
         _print_summary(out, stock.ready, stock.refused, stats, changed, t_parse, time.perf_counter() - t0, cfg.jobs)
         return result
 
@@ -114,28 +124,32 @@ def _scan_raw(cfg: PrepareConfig) -> tuple:
     return source, rooms
 
 
-def _read_manifest(out: Path) -> dict:
+def _read_manifest(out: Path, name: str = "manifest.json") -> dict:
     try:
-        old = json.loads((out / "manifest.json").read_text())
+        old = json.loads((out / name).read_text())
     except (OSError, ValueError):
         return {}
     return old if isinstance(old, dict) else {}
 
 
-def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> dict:
-    """Room -> attrs of an existing ``Area_N.h5`` whose checksum matches ``manifest.json`` (else ``{}``)."""
+def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> tuple[dict, str | None]:
+    """Room -> attrs of an existing ``Area_N.h5`` whose checksum matches ``manifest.json`` or, written by
+    a run killed before its manifest, ``.work/assembled.json``, and that checksum (else ``({}, None)``)."""
     from pointgeope.checksum import file_checksum
     from pointgeope.h5 import area_path, read_rooms_attrs
 
     path = area_path(out, area)
     if force or not path.is_file():
-        return {}
-    expected = old_manifest.get("checksums", {}).get(area)
-    if expected is None or file_checksum(path) != expected:
+        return {}, None
+    checksums = old_manifest.get("checksums")
+    expected = {(checksums if isinstance(checksums, dict) else {}).get(area),
+                _read_manifest(out / ".work", ASSEMBLED).get(area)} - {None}
+    actual = file_checksum(path)
+    if actual not in expected:
         why = "does not match its checksum in" if expected else "has no checksum in"
         print(f"warning: {path} {why} {out / 'manifest.json'}; rebuilding it", file=sys.stderr)
-        return {}
-    return read_rooms_attrs(path) or {}
+        return {}, None
+    return read_rooms_attrs(path) or {}, actual
 
 
 def _take_stock(cfg: PrepareConfig, source, rooms: list, out: Path, old_manifest: dict) -> Stock:
@@ -147,7 +161,8 @@ def _take_stock(cfg: PrepareConfig, source, rooms: list, out: Path, old_manifest
     old_refused = old_manifest.get("refused", {}) if isinstance(old_manifest.get("refused"), dict) else {}
     for area in stock.areas:
         stock.ready[area], stock.refused[area] = {}, {}
-        previous = stock.previous[area] = _trusted_attrs(out, area, old_manifest, cfg.force)
+        previous, stock.checksums[area] = _trusted_attrs(out, area, old_manifest, cfg.force)
+        stock.previous[area] = previous
         for room in (r for r in rooms if r.area == area):
             sig, work_file = room.signature(cfg.limits), _work_file(out, area, room.name)
             cached = None if cfg.force else (read_rooms_attrs(work_file) or {}).get(room.name)
@@ -182,10 +197,12 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
     seconds."""
     from tqdm import tqdm
 
+    from data_prep.pool import parallel_map
+
     todo = sorted(stock.todo, key=lambda task: -task[1].num_bytes)
     stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0} for a in stock.areas}
     t_parse = time.perf_counter()
-    with _parsed_rooms(todo, cfg.jobs) as results:
+    with parallel_map(_parse_room, todo, cfg.jobs) as results:
         bar = tqdm(results, total=len(todo), desc="parsing rooms", unit="room", disable=not cfg.progress or None)
         for area, name, room_attrs, messages, num_bytes, seconds, reason in bar:
             for message in messages:
@@ -200,41 +217,16 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
     return stats, time.perf_counter() - t_parse
 
 
-@contextlib.contextmanager
-def _parsed_rooms(todo: list, jobs: int):
-    """The results of :func:`_parse_room` over ``todo``, in the order they finish: in this process, or
-    in ``jobs`` worker processes. A worker that dies (killed, out of memory, a crash) ends the run with
-    a :class:`UserError` at once (``ProcessPoolExecutor`` notices the death, where ``multiprocessing.Pool``
-    would wait forever for its task); the rooms finished before it keep their work files."""
-    if jobs <= 1 or len(todo) <= 1:
-        yield map(_parse_room, todo)
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
-    import pandas  # noqa: F401  (imported once before the workers fork, not once in each: ~0.3 s)
-
-    pool = ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context())
-    try:
-        yield (future.result() for future in as_completed([pool.submit(_parse_room, task) for task in todo]))
-    except BrokenProcessPool:
-        raise UserError("a prepare worker process died (killed, out of memory, or crashed) while parsing "
-                        "rooms; the rooms parsed before it are kept: run the same command again, or with "
-                        "--jobs 1 to see which room it was") from None
-    finally:
-        for process in list(getattr(pool, "_processes", {}).values()):  # stop the others now (no public API)
-            process.terminate()
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _assemble(out: Path, stock: Stock, areas: list[str], old_manifest: dict, limits: PointLimits) -> tuple[set, dict]:
-    """Step 3: write each area whose rooms changed, in room order; returns the changed areas and every
-    area file's checksum."""
+def _assemble(out: Path, stock: Stock, areas: list[str], limits: PointLimits) -> tuple[set, dict]:
+    """Step 3: write each area whose rooms changed, in room order, into ``.work``; record its checksum in
+    ``.work/assembled.json``, then move it onto ``Area_N.h5`` and remove its work files; returns the changed
+    areas and every area file's checksum. An area of RAW without a room written has its previous file moved aside."""
+    from data_prep.writer import write_json
     from pointgeope.checksum import file_checksum
     from pointgeope.h5 import area_path, read_room_record, write_area
 
     changed, checksums = set(), {}
+    assembled = _read_manifest(out / ".work", ASSEMBLED)
     for area in areas:
         area_file = area_path(out, area)
         names = list(stock.ready[area])
@@ -245,16 +237,30 @@ def _assemble(out: Path, stock: Stock, areas: list[str], old_manifest: dict, lim
                 for name in names:
                     yield name, *read_room_record(stock.held[area, name], name)
 
-            write_area(area_file, area, records(), limits.max_extent)
-            checksums[area] = file_checksum(area_file)
+            staged = out / ".work" / area_file.name  # its checksum is recorded before it replaces Area_N.h5,
+            write_area(staged, area, records(), limits.max_extent)  # so that a rerun after a kill trusts it
+            checksums[area] = assembled[area] = file_checksum(staged)
+            write_json(out / ".work" / ASSEMBLED, assembled)
+            staged.replace(area_file)
         else:
-            checksums[area] = old_manifest["checksums"][area]  # verified by _trusted_attrs
+            checksums[area] = stock.checksums[area]  # verified by _trusted_attrs
         shutil.rmtree(out / ".work" / area, ignore_errors=True)
-    shutil.rmtree(out / ".work", ignore_errors=True)
     for area in stock.areas:
         if area not in areas:
-            print(f"warning: {area}: every room was refused; {area_path(out, area)} not written", file=sys.stderr)
+            _set_aside(area_path(out, area), area)
     return changed, checksums
+
+
+def _set_aside(area_file: Path, area: str) -> None:
+    """Every room of ``area`` is refused now: its previous ``Area_N.h5``, which readers would still accept,
+    is renamed (atomically) to ``Area_N.h5.refused``, which none of them opens."""
+    if not area_file.is_file():
+        print(f"warning: {area}: every room was refused; {area_file} not written", file=sys.stderr)
+        return
+    aside = area_file.with_name(area_file.name + ".refused")
+    area_file.replace(aside)
+    print(f"warning: {area}: every room is refused now; moved the previous {area_file} to {aside}, which no "
+          "reader opens (delete it, or fix the rooms and prepare again)", file=sys.stderr)
 
 
 def _write_manifests(out: Path, location: str, stock: Stock, written: list[str], checksums: dict) -> dict:
@@ -267,10 +273,10 @@ def _write_manifests(out: Path, location: str, stock: Stock, written: list[str],
     result["refused"] = {a: dict(sorted(r.items())) for a, r in stock.refused.items() if r}
     write_json(out / "manifest.json", result)
     write_json(out / "folds.json", folds(written))
-    extra = sorted(p.name for p in out.glob("Area_*.h5") if p.stem not in written)
+    extra = sorted(p.name for p in out.glob("Area_*.h5") if p.stem not in stock.areas)
     if extra:
-        print(f"warning: {out} also holds {', '.join(extra)}, not prepared now from {location}; "
-              "manifest.json and folds.json list only the areas prepared now", file=sys.stderr)
+        print(f"warning: {out} also holds {', '.join(extra)}, which {location} does not hold; manifest.json "
+              "and folds.json list only the areas prepared now", file=sys.stderr)
     return result
 
 

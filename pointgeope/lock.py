@@ -9,6 +9,16 @@ A second writer gets a :class:`LockError` naming the owner. A lock file left by 
 that has ended is taken over, with a message. One left by another host cannot be checked from here
 (``flock`` is per host on most network file systems): it is refused, and the message says which file to
 delete once that process is known to have ended. The file is deleted when the lock is released.
+
+A forked child (a pool worker, a DataLoader worker) never holds its parent's lock: ``flock`` belongs to the
+open file description, which ``fork`` shares, so a child that outlived a killed parent kept the folder locked
+in the name of a dead pid. Each forked child closes the descriptors of the locks held here (closing, never
+unlocking, which would free the parent's lock too).
+
+Readers of a folder that a writer replaces (``train`` and ``evaluate`` read a data root that ``prepare``
+writes) hold :func:`reader_lock`, a shared ``flock`` on ``FOLDER/.readers.lock``; a writer that asks for it
+(``folder_lock(..., readers=True)``) takes that file exclusively too, so it is refused while one reads, naming
+the readers, and a reader is refused while it writes.
 """
 from __future__ import annotations
 
@@ -30,6 +40,21 @@ except ImportError:  # Windows: only the pid check below
     fcntl = None
 
 LOCK_NAME = ".lock"
+READERS_NAME = ".readers.lock"  # never deleted: readers and writers flock the same inode
+
+# The lock descriptors this process holds: fd -> pid that took it (a forked child closes them at once).
+_HELD: dict[int, int] = {}
+
+
+def _close_inherited() -> None:
+    for fd in list(_HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_inherited)
 
 
 class LockError(UserError):
@@ -90,42 +115,146 @@ def _open_locked(path: Path) -> int:
         os.close(fd)
 
 
+def _claim(fd: int, folder: Path, path: Path, what: str) -> None:
+    """Write this process's record into the lock ``fd`` it holds; a record left by a live process of
+    another host (or any live one where ``flock`` is missing) is a LockError, a dead one's is taken over."""
+    host = socket.gethostname()
+    owner = _owner(fd)
+    if owner is not None and owner["pid"] != os.getpid():
+        if owner.get("host") != host or (fcntl is None and _alive(owner["pid"])):
+            raise LockError(f"{folder} is locked by pid {owner['pid']} on {owner.get('host')} (since "
+                            f"{owner.get('since')}), which cannot be checked from {host}; if that process "
+                            f"has ended, delete {path}")
+        print(f"warning: {path}: taking over the lock of pid {owner['pid']} on {host}, which has ended",
+              file=sys.stderr, flush=True)
+    mine = {"pid": os.getpid(), "host": host, "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": what or " ".join(sys.argv)}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(mine).encode(), 0)
+    os.fsync(fd)
+
+
+def _command(pid: int) -> str:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return ""
+    return " ".join(command.decode(errors="replace").split())[:100]
+
+
+def _readers(fd: int) -> str:
+    """The processes holding a shared lock on the file of ``fd``, from ``/proc/locks`` (Linux), e.g.
+    ``pid 4242 (`pointgeope train ...`)``; ``another process`` where that cannot be read."""
+    inode = str(os.fstat(fd).st_ino)
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        lines = []
+    pids = set()
+    for fields in map(str.split, lines):  # "1: FLOCK  ADVISORY  READ 4242 08:01:1234 0 EOF"
+        if fields[1:2] == ["FLOCK"] and fields[3:4] == ["READ"] and fields[5].rsplit(":", 1)[-1] == inode:
+            pids.add(int(fields[4]))
+    return ", ".join(f"pid {pid}" + (f" (`{cmd}`)" if (cmd := _command(pid)) else "") for pid in sorted(pids)) \
+        or "another process"
+
+
+def _exclude_readers(folder: Path) -> int:
+    """Take ``FOLDER/.readers.lock`` exclusively: the descriptor, or LockError naming the readers."""
+    fd = os.open(folder / READERS_NAME, os.O_RDONLY | os.O_CREAT, 0o666)
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            who = _readers(fd)
+            os.close(fd)
+            raise LockError(f"{folder} is being read by {who}; wait for it to end, or write into another "
+                            "folder") from None
+    return fd
+
+
+def _release(fds: list[int], path: Path) -> None:
+    """Delete the lock file and close ``fds``, unless this process is a forked child (which closed them)."""
+    if _HELD.pop(fds[0], None) != os.getpid():
+        return
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # while still holding the flock: a waiting writer re-checks the inode
+    for fd in fds:
+        _HELD.pop(fd, None)
+        os.close(fd)
+
+
 @contextlib.contextmanager
-def folder_lock(folder: str | Path, what: str = "") -> Iterator[Path]:
+def folder_lock(folder: str | Path, what: str = "", readers: bool = False) -> Iterator[Path]:
     """Hold the exclusive lock of ``folder`` (created if needed, checked to be a folder it can write:
     :func:`~pointgeope.atomic.writable_folder`) inside the ``with`` block.
 
     Args:
         folder: the output folder.
         what: what the holder does, shown to a refused writer (default: this process's command line).
+        readers: also exclude the readers of ``folder`` (:func:`reader_lock`): for a writer that replaces
+            files they read.
     Raises:
-        LockError: another live process holds it, or a lock of another host is left in it.
+        LockError: another live process holds it (or reads it, with ``readers``), or a lock of another host
+            is left in it.
         UserError: ``folder`` is a file, a symbolic link that loops or leads nowhere, or cannot be written.
     """
     folder = writable_folder(folder)  # created; a file, a link that loops or an unwritable folder: one line
     path = folder / LOCK_NAME
-    host = socket.gethostname()
-    fd = _open_locked(path)
+    fds = [_open_locked(path)]
     try:
-        owner = _owner(fd)
-        if owner is not None and owner["pid"] != os.getpid():
-            if owner.get("host") != host or (fcntl is None and _alive(owner["pid"])):
-                raise LockError(f"{folder} is locked by pid {owner['pid']} on {owner.get('host')} (since "
-                                f"{owner.get('since')}), which cannot be checked from {host}; if that process "
-                                f"has ended, delete {path}")
-            print(f"warning: {path}: taking over the lock of pid {owner['pid']} on {host}, which has ended",
-                  file=sys.stderr, flush=True)
-        mine = {"pid": os.getpid(), "host": host, "since": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "command": what or " ".join(sys.argv)}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(mine).encode(), 0)
-        os.fsync(fd)
+        _claim(fds[0], folder, path, what)
     except BaseException:
-        os.close(fd)
+        os.close(fds[0])
         raise
+    _HELD[fds[0]] = os.getpid()
     try:
+        if readers:
+            fds.append(_exclude_readers(folder))
+            _HELD[fds[1]] = os.getpid()
         yield path
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # while still holding the flock: a waiting writer re-checks the inode
+        _release(fds, path)
+
+
+@contextlib.contextmanager
+def reader_lock(folder: str | Path) -> Iterator[None]:
+    """Hold a shared lock on ``folder`` while reading its files (``train``, ``evaluate`` on a data root):
+    a writer with ``folder_lock(folder, readers=True)`` (``prepare``) is refused meanwhile, naming the
+    readers. Many readers share it.
+
+    A folder where this user cannot make the lock file (missing, read-only: a shared copy of the data that
+    nobody prepares into) is read without it.
+
+    Raises:
+        LockError: a writer holds ``folder`` now (named as :func:`folder_lock` names it).
+    """
+    path = Path(folder) / READERS_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+    except OSError:
+        yield
+        return
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise _refuse(Path(folder) / LOCK_NAME, _writer(Path(folder) / LOCK_NAME)) from None
+    _HELD[fd] = os.getpid()
+    try:
+        yield
+    finally:
+        if _HELD.pop(fd, None) == os.getpid():
+            os.close(fd)
+
+
+def _writer(path: Path) -> dict | None:
+    """The record of the writer holding ``path`` (a ``.lock``), ``None`` if it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return _holder(fd)
+    finally:
         os.close(fd)

@@ -114,3 +114,83 @@ def test_a_holder_that_has_not_written_its_record_yet_is_named_once_it_has(tmp_p
     finally:
         writer.join()
         os.close(fd)
+
+
+FORKING_HOLDER = """
+import os, sys, time
+from pointgeope.lock import folder_lock
+with folder_lock(sys.argv[1], "forking holder"):
+    if os.fork() == 0:  # a worker that outlives its parent
+        print(os.getpid(), flush=True)
+        time.sleep(120)
+        os._exit(0)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_does_not_keep_a_killed_parents_lock(tmp_path, capsys):
+    """flock belongs to the open file description, which fork shares: the child of a holder kept the folder
+    locked after the holder was killed, and the next writer was refused in the name of the dead pid."""
+    proc = subprocess.Popen([sys.executable, "-c", FORKING_HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        with folder_lock(tmp_path, "mine") as path:  # the child is alive, the lock is free
+            assert json.loads(path.read_text())["pid"] == os.getpid()
+        assert f"taking over the lock of pid {proc.pid}" in capsys.readouterr().err
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+READER = """
+import sys, time
+from pointgeope.lock import reader_lock
+with reader_lock(sys.argv[1]):
+    print("reading", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock")
+def test_readers_exclude_a_writer_that_replaces_their_files_and_the_reverse(tmp_path):
+    from pointgeope.lock import READERS_NAME, reader_lock
+
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert reader.stdout.readline().strip() == "reading"
+    try:
+        with pytest.raises(LockError, match=rf"^{tmp_path} is being read by pid {reader.pid} \(`\S*python\S* -c .*`\); "
+                                            r"wait for it to end, or write into another folder$"):
+            with folder_lock(tmp_path, "prepare", readers=True):
+                pass
+        assert not (tmp_path / LOCK_NAME).exists()  # the refused writer left nothing
+        with reader_lock(tmp_path):  # readers share it
+            pass
+        with folder_lock(tmp_path, "a writer of other files"):  # readers=False: not excluded
+            pass
+    finally:
+        reader.kill()
+        reader.wait()
+    holder = _holder(tmp_path)  # HOLDER takes folder_lock without readers=True: readers may go on
+    try:
+        with reader_lock(tmp_path):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with folder_lock(tmp_path, "prepare", readers=True):
+        script = "import sys\nfrom pointgeope.lock import reader_lock\nwith reader_lock(sys.argv[1]): pass"
+        refused = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True)
+        assert refused.returncode == 1
+        assert (f"LockError: {tmp_path} is being written by pid {os.getpid()} on {socket.gethostname()} (since "
+                in refused.stderr and "`prepare`; wait for it to end or stop it" in refused.stderr)
+    assert (tmp_path / READERS_NAME).exists() and not (tmp_path / LOCK_NAME).exists()
+
+
+def test_a_reader_of_a_folder_it_cannot_write_reads_without_the_lock(tmp_path):
+    from pointgeope.lock import reader_lock
+
+    with reader_lock(tmp_path / "missing"):  # nothing made
+        pass
+    assert not (tmp_path / "missing").exists()

@@ -25,6 +25,7 @@ from data_prep.synth.rooms import BUILDERS, STRUCTURE, RoomLayout, solid_boxes
 from data_prep.synth.write import Defect, format_lines, remove_stale, room_files, write_room
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.lock import LOCK_NAME, folder_lock
 from pointgeope.memory import available_memory
 
 MANIFEST = "synth_manifest.json"
@@ -183,7 +184,7 @@ def check_out(out: Path, settings: dict) -> str:
     """
     if out.exists() and not out.is_dir():
         raise ValueError(f"expected OUT to be a folder, got the file {out}")
-    if not out.exists() or not any(p.name != SETTINGS for p in out.iterdir()):
+    if not out.exists() or not any(p.name not in (SETTINGS, LOCK_NAME) for p in out.iterdir()):
         return "new"  # empty, or the settings of an attempt that stopped before its first room: nothing to keep
     path = out / SETTINGS
     if not path.is_file():
@@ -208,13 +209,23 @@ def generate(out: Path, config, log=print) -> dict:
     """Generate (or finish) the synthetic dataset described by ``config`` (a ``SynthConfig``) in ``out``.
 
     Writes every room that is not there yet, then ``out/synth_manifest.json``; returns the manifest.
-    A complete ``out`` made with the same settings is left as it is.
+    A complete ``out`` made with the same settings is left as it is. One writer at a time
+    (:func:`pointgeope.lock.folder_lock`: a second one is refused with one line), which first removes the
+    temporary room folders a killed run left.
     """
     settings = asdict(config)
-    state = check_out(out, settings)
-    if state == "complete":
-        log(f"{out} already holds the complete synthetic dataset with these settings; nothing to do")
-        return json.loads((out / MANIFEST).read_text())
+    check_out(out, settings)  # a file, another folder's data, other settings: refused before OUT is made
+    with folder_lock(out, f"pointgeope synth {out}"):
+        for stale in (p for area_dir in sorted(out.glob("Area_*")) for p in remove_stale(area_dir)):
+            log(f"removed the unfinished room {stale}")
+        if check_out(out, settings) == "complete":
+            log(f"{out} already holds the complete synthetic dataset with these settings; nothing to do")
+            return json.loads((out / MANIFEST).read_text())
+        return _write_rooms(out, config, settings, log)
+
+
+def _write_rooms(out: Path, config, settings: dict, log) -> dict:
+    """The body of :func:`generate`, under OUT's lock: every room not there yet, then the manifest."""
     specs = plan_rooms(config.areas, config.rooms_per_area)
     defects, stairs_room = plan_defects(specs, config.seed) if config.defects else ([], None)
     check_memory(config, specs, stairs_room)  # every setting checked before the settings are recorded
@@ -226,8 +237,6 @@ def generate(out: Path, config, log=print) -> dict:
         area = AREAS[a]
         area_dir = out / area
         area_dir.mkdir(exist_ok=True)
-        for stale in remove_stale(area_dir):
-            log(f"removed the unfinished room {stale}")
         area_specs = [s for s in specs if s.area == a]
         records = manifest["areas"][area] = {}
         for spec, layout in zip(area_specs, area_layouts(area_specs, config.seed, stairs_room)):

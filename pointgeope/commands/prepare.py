@@ -5,7 +5,9 @@ checksum of each area file, the rooms refused) and OUT/folds.json (fold k tests 
 summary per area. What is written is validated (see ``data_prep/room.py``): coordinates finite in
 float32 and within --max-extent of the room, no empty room. Reruns skip rooms already prepared from the
 same files, after checking each area file against its checksum; a killed run, rerun, finishes with the
-same files as an uninterrupted one. One prepare at a time per OUT (``OUT/.lock``).
+same files as an uninterrupted one (SIGTERM stops the workers too). One prepare at a time per OUT
+(``OUT/.lock``), and none while a train or evaluate reads OUT. An area whose every room is refused now has
+its previous file moved aside to OUT/Area_N.h5.refused.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ offices, conference rooms and hallways with all 13 classes placed as in real bui
 scanner-like density with a few millimetres of noise. Some defects of the real files are planted on
 purpose (--defects, on by default) and listed with their file and line in OUT/synth_manifest.json,
 beside the rooms and their per-class point counts. The same seed gives the same bytes; an interrupted
-run resumes where it stopped.
+run resumes where it stopped. One synth at a time per OUT (OUT/.lock).
 """
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, p
 from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
-from pointgeope.lock import folder_lock
+from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
 from pointgeope.model.ops.fps import FPS_RULE
 
@@ -372,6 +372,7 @@ def evaluate_run(run: Path, overrides: list[str]) -> int:
         with contextlib.ExitStack() as stack:
             if env.is_main:  # one writer per fold folder, as train
                 stack.enter_context(folder_lock(run, " ".join(sys.argv)))
+            stack.enter_context(reader_lock(cfg.data.root))  # and no prepare into the data root meanwhile
             m = evaluate_fold(run, cfg, env)
     finally:
         distributed.cleanup()

@@ -50,7 +50,7 @@ from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError
-from pointgeope.lock import folder_lock
+from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.memory import neighbour_problem
 from pointgeope.metrics import ConfusionMeter
 from pointgeope.model.ops.fps import FPS_RULE
@@ -363,7 +363,8 @@ def train(cfg: Config, test_area: int | None, force: bool = False) -> int:
     distributed.apply_threads(cfg)
     env = distributed.setup(cfg.train.device)
     try:
-        results = run_folds(cfg, test_area, env, force=force)
+        with reader_lock(cfg.data.root):  # a prepare into the data root is refused until training ends
+            results = run_folds(cfg, test_area, env, force=force)
     except StopRun:
         return 0
     except FloatingPointError as err:  # the training diverged: not the input's fault, not a bug either

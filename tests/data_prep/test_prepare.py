@@ -1,6 +1,7 @@
 """data_prep/prepare.py end to end: real rooms point for point, planted defects, zip input, reruns, kills, --jobs."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -280,3 +281,135 @@ def test_a_dead_worker_ends_the_run_with_a_message_not_a_hang(tmp_path):
                          "again, or with --jobs 1 to see which room it was")
     assert not list(out.glob("Area_*.h5"))
     assert not [p for p in out.rglob("*") if ".tmp" in p.name]  # nor a temporary file of a stopped worker
+
+
+SLOW_WORKERS = """
+import sys, time
+import data_prep.room
+from pointgeope.cli import main
+
+def slow_load_room(source, room, limits):  # the workers are busy when the main process is killed
+    time.sleep(120)
+
+data_prep.room.load_room = slow_load_room  # the workers are forked: they see it
+sys.exit(main(["prepare", sys.argv[1], sys.argv[2], "--jobs", "2"]))
+"""
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie is dead
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(), reason="Linux /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_killed_parallel_prepare_takes_its_workers_and_its_lock_with_it(tmp_path, sig, capsys):
+    """The workers of a killed `prepare --jobs 2` lived on, holding OUT's lock: the rerun was refused in the
+    name of the dead main process. Now they die with it, and the rerun goes on."""
+    raw = _five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_WORKERS, str(raw), str(out)], stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while len(workers := _children(proc.pid)) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.05)
+    time.sleep(0.5)  # the workers are in slow_load_room
+    os.kill(proc.pid, sig)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    try:
+        while not all(map(_gone, workers)):
+            assert time.monotonic() < deadline, f"workers {workers} outlived the main process"
+            time.sleep(0.05)
+    finally:  # (none is left unless the test failed)
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    if sig == signal.SIGTERM:  # a clean stop: one line, the lock file gone
+        assert proc.returncode == 143
+        assert proc.stderr.read().strip().splitlines()[-1] == "pointgeope prepare: terminated"
+        assert not (out / ".lock").exists()
+    assert cli(["prepare", str(raw), str(out), "--jobs", "2"]) == 0
+    assert ("taking over the lock" in capsys.readouterr().err) == (sig == signal.SIGKILL)
+    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
+    assert _bytes(out) == _bytes(tmp_path / "clean")
+
+
+def _kill_at(monkeypatch, where: str) -> None:
+    """End prepare (Killed) right after it has recorded the first area's checksum, after the first area file
+    has replaced the old one, or before manifest.json."""
+    import shutil
+
+    import data_prep.prepare
+    import data_prep.writer
+
+    def killed(*args, **kwargs):
+        raise Killed
+
+    if where == "manifest":
+        monkeypatch.setattr(data_prep.prepare, "_write_manifests", killed)
+    elif where == "record":
+        write_json = data_prep.writer.write_json
+
+        def record_then_die(path, obj):
+            write_json(path, obj)
+            raise Killed
+
+        monkeypatch.setattr(data_prep.writer, "write_json", record_then_die)
+    else:
+        rmtree = shutil.rmtree
+        monkeypatch.setattr(shutil, "rmtree", lambda path, **kw: killed() if path.parent.name == ".work"
+                            else rmtree(path, **kw))
+
+
+@pytest.mark.parametrize("where", ["record", "replace", "manifest"])
+def test_a_run_killed_before_its_manifest_resumes_without_parsing_or_warning(tmp_path, monkeypatch, capsys, where):
+    """Killed after assembling an area but before manifest.json: the rerun distrusted the new area file
+    (its checksum was not recorded yet), warned that it did not match, and parsed its rooms again."""
+    raw = _five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    prepare(PrepareConfig(raw, out, progress=False))
+    (raw / "Area_1/office_1/Annotations/table_1.txt").write_bytes(b"7 1 2 3 4 5\n")  # Area_1 and Area_2 change
+    (raw / "Area_2/room_b/Annotations/table_1.txt").write_bytes(b"0.5 0.5 0.75 3 3 3\n0.5 0.5 0.5 4 4 4\n")
+    _kill_at(monkeypatch, where)
+    parsed = _count_parsed(monkeypatch)
+    with pytest.raises(Killed):
+        prepare(PrepareConfig(raw, out, progress=False))
+    assert sorted(parsed) == ["Area_1/office_1", "Area_2/room_b"]
+    monkeypatch.undo()
+    capsys.readouterr()
+    parsed = _count_parsed(monkeypatch)
+    prepare(PrepareConfig(raw, out, progress=False))
+    assert parsed == [] and "warning" not in capsys.readouterr().err
+    prepare(PrepareConfig(raw, tmp_path / "fresh", progress=False))
+    assert _bytes(out) == _bytes(tmp_path / "fresh")
+    assert not (out / ".work").exists()
+
+
+def test_an_area_whose_rooms_are_all_refused_now_is_moved_aside(tmp_path, capsys):
+    """Its previous Area_N.h5 stayed, and every reader still accepted the rooms prepare had just refused."""
+    from pointgeope.data.check import check_area_file
+
+    raw = write_tree(tmp_path / "raw", DEFECT_FILES)
+    out = tmp_path / "out"
+    prepare(PrepareConfig(raw, out, progress=False))
+    for path in (raw / "Area_2/room_b/Annotations").iterdir():
+        path.write_bytes(b"")
+    capsys.readouterr()
+    prepare(PrepareConfig(raw, out, progress=False))
+    err = capsys.readouterr().err
+    aside = out / "Area_2.h5.refused"
+    assert (f"warning: Area_2: every room is refused now; moved the previous {out / 'Area_2.h5'} to {aside}, "
+            "which no reader opens (delete it, or fix the rooms and prepare again)") in err.splitlines()
+    assert "also holds" not in err
+    assert not (out / "Area_2.h5").exists() and h5.list_rooms(aside) == {"room_b": 3}
+    with pytest.raises(Exception, match="Area_2.h5"):
+        check_area_file(out / "Area_2.h5")
+    assert json.loads((out / "folds.json").read_text())["folds"] == {"1": {"test": ["Area_1"], "train": []}}

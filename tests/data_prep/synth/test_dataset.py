@@ -272,3 +272,28 @@ def test_synth_then_prepare_repairs_the_planted_defects(tiny, manifest, tmp_path
         coord = f[room]["coord"][()]
     x, y, z = (float(v) for v in control["original"].split()[:3])
     assert np.any(np.all(np.isclose(coord, np.float32([x, y, z])), axis=1))
+
+
+def test_one_writer_at_a_time_and_every_run_removes_the_leftovers(tmp_path, capsys):
+    """Two runs into one OUT ended with a traceback (a room renamed over the other's) and the temporary room
+    folder stayed for good: a complete OUT returned before looking for it."""
+    import os
+
+    from pointgeope.lock import folder_lock
+
+    out = tmp_path / "raw"
+    _tiny(out, areas=1)
+    before = _tree(out)
+    leftover = out / "Area_1" / ".office_1.tmp-99999"  # the temporary room of a writer that was killed
+    (leftover / "Annotations").mkdir(parents=True)
+    (leftover / "Annotations" / "wall_1.txt").write_text("1 2 3 4 5 6\n")
+    with folder_lock(out, "another synth"):
+        assert cli(["synth", str(out), "--size", "tiny", "--areas", "1"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"pointgeope synth: error: {out} is being written by pid "
+                                                   f"{os.getpid()} on "), err
+        assert leftover.is_dir()  # the other writer's, as far as this run knows
+    assert cli(["synth", str(out), "--size", "tiny", "--areas", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert f"removed the unfinished room {leftover}" in printed and "nothing to do" in printed
+    assert not leftover.exists() and _tree(out) == before

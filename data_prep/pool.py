@@ -1,0 +1,80 @@
+"""The worker processes of ``pointgeope prepare --jobs N``: they die with the main process.
+
+A pool worker outlived a killed ``prepare`` (``kill``, ``kill -9``, a job scheduler): it went on parsing,
+then waited forever. Now:
+
+- SIGTERM of the main process is a clean stop (:func:`pointgeope.errors.stop_on_sigterm`): the pool is
+  stopped, the temporary files deleted and OUT's lock released on the way out (exit code 143);
+- each worker asks the kernel to kill it when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere
+  a thread that watches the parent's pid), which also covers ``kill -9`` of the main process;
+- a worker holds no lock of its parent's (:mod:`pointgeope.lock` closes them in every forked child), so the
+  lock is free once the main process has ended, whatever became of the workers.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+
+from pointgeope.errors import UserError, stop_on_sigterm
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with(parent: int) -> None:
+    """End this process (SIGKILL) as soon as ``parent`` is no longer its parent."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    else:
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        threading.Thread(target=watch, daemon=True).start()
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _worker_start(parent: int) -> None:
+    """Pool initializer: the default SIGTERM (the pool stops its workers with it; the parent's handler
+    would raise in them), Ctrl-C left to the main process, and death with the parent."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with(parent)
+
+
+@contextlib.contextmanager
+def parallel_map(func, tasks: list, jobs: int):
+    """The results of ``func`` over ``tasks``, in the order they finish: in this process, or in ``jobs``
+    worker processes. A worker that dies (killed, out of memory, a crash) ends the run with a
+    :class:`UserError` at once (``ProcessPoolExecutor`` notices the death, where ``multiprocessing.Pool``
+    would wait forever for its task); what the finished tasks wrote is kept."""
+    if jobs <= 1 or len(tasks) <= 1:
+        yield map(func, tasks)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    import pandas  # noqa: F401  (imported once before the workers fork, not once in each: ~0.3 s)
+
+    with stop_on_sigterm():
+        pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=multiprocessing.get_context(),
+                                   initializer=_worker_start, initargs=(os.getpid(),))
+        try:
+            yield (future.result() for future in as_completed([pool.submit(func, task) for task in tasks]))
+        except BrokenProcessPool:
+            raise UserError("a prepare worker process died (killed, out of memory, or crashed) while parsing "
+                            "rooms; the rooms parsed before it are kept: run the same command again, or with "
+                            "--jobs 1 to see which room it was") from None
+        finally:
+            for process in list(getattr(pool, "_processes", {}).values()):  # stop the others now (no public API)
+                process.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
