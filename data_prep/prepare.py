@@ -305,11 +305,14 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
         print("  classes: " + ", ".join(f"{name} {n:,}" for name, n in zip(CLASS_NAMES, counts)))
         defects = {key: sum(int(a[key]) for a in rooms.values())
                    for key in ("repaired_lines", "dropped_lines", "clipped_colors")}
-        skipped = {key: sum(len(a.get(key, [])) for a in rooms.values()) for key in ("empty_files", "binary_files")}
+        skipped = {key: sum(len(a.get(key, [])) for a in rooms.values())
+                   for key in ("empty_files", "binary_files", "lost_objects")}
+        scaled = sum(int(a.get("color_scale", 1)) != 1 for a in rooms.values())
         moved = ", ".join(f"{name}->clutter {n:,} points" for name, n in sorted(remapped.items())) or "none"
         print(f"  repaired lines {defects['repaired_lines']}, dropped lines {defects['dropped_lines']}, "
               f"empty files {skipped['empty_files']}, binary files {skipped['binary_files']}, "
-              f"clipped colours {defects['clipped_colors']}, refused rooms {len(refused[area])}, "
+              f"lost objects {skipped['lost_objects']}, clipped colours {defects['clipped_colors']}, "
+              f"rooms with 0..1 colours scaled {scaled}, refused rooms {len(refused[area])}, "
               f"unknown classes: {moved}")
     points = sum(int(a["num_points"]) for rooms in attrs.values() for a in rooms.values())
     num_refused = sum(map(len, refused.values()))

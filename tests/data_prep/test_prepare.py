@@ -108,8 +108,9 @@ def test_planted_defects_are_repaired_dropped_and_reported(tmp_path, capsys):
                     f"{wall}:5: dropped: expected 6 values, got 7",
                     "Area_1/room_a/Annotations/door_1.txt: skipped: empty file"]:
         assert f"warning: {message}" in printed.err
-    assert ("repaired lines 1, dropped lines 3, empty files 1, binary files 0, clipped colours 2, "
-            "refused rooms 0, unknown classes: stairs->clutter 3 points") in printed.out
+    assert ("repaired lines 1, dropped lines 3, empty files 1, binary files 0, lost objects 1, "
+            "clipped colours 2, rooms with 0..1 colours scaled 0, refused rooms 0, "
+            "unknown classes: stairs->clutter 3 points") in printed.out
     assert "Area_2: 1 room (1 parsed: 43 B at " in printed.out
 
 
