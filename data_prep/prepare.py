@@ -81,6 +81,8 @@ def prepare(cfg: PrepareConfig) -> dict:
        every room is refused now has its previous file moved aside to ``Area_N.h5.refused``;
     4. ``manifest.json`` (with each area file's checksum) and ``folds.json`` are rewritten; then ``.work`` goes.
     """
+    import h5py  # noqa: F401  (a missing toolkit package is one line before OUT holds even its lock files)
+
     from pointgeope.atomic import remove_leftovers, writable_folder
     from pointgeope.lock import folder_lock
 
