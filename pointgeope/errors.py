@@ -16,8 +16,10 @@ raises ``UserError(message)`` (or a subclass) and needs nothing else.
 Ctrl-C (``KeyboardInterrupt``) ends a command as command-line tools end: ``<prog>: interrupted`` and exit
 code 130 (128 + SIGINT), once the ``finally`` blocks and context managers on the way out have released
 its locks and deleted its temporary files; the entry points (:func:`settle_exit`) then ignore a second Ctrl-C
-while the interpreter shuts down. Inside :func:`stop_on_sigterm` (a command that runs other
-processes: ``ablate``), SIGTERM ends it the same way: ``<prog>: terminated``, exit code 143.
+while the interpreter shuts down. Inside :func:`stop_on_sigterm` (``train``, ``evaluate``, ``predict`` and
+``ablate``: the commands a job scheduler stops with SIGTERM at its time limit, on preemption or ``scancel``),
+SIGTERM ends a command the same way: its locks released and temporary files deleted, ``<prog>: terminated``,
+exit code 143, so that a requeued job, on any node, finds the folder free.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import contextlib
 import errno
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 
 from pointgeope.extras import toolkit_message
@@ -53,12 +56,16 @@ class Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def stop_on_sigterm() -> Iterator[None]:
-    """Within the block (main thread only), SIGTERM raises :class:`Terminated`, so that a process stopped
-    by a job scheduler or ``kill`` runs its ``finally`` blocks (stops its children, releases its locks)
-    instead of dying at once; the previous handler comes back after the block."""
+    """Within the block, SIGTERM raises :class:`Terminated`, so that a process stopped by a job scheduler or
+    ``kill`` runs its ``finally`` blocks (stops its children, releases its locks, deletes its temporary
+    files) instead of dying at once; the previous handler comes back after the block. Python runs signal
+    handlers in the main thread only: elsewhere (a command called from a thread) the block changes nothing."""
     def stop(signum, frame):
         raise Terminated()
 
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         yield

@@ -60,3 +60,28 @@ def test_after_an_interruption_a_second_ctrl_c_is_ignored_while_exiting(code, su
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert (done.returncode == 0 and done.stdout == "alive\n") is survives, done.stderr[-2000:]
     assert ("KeyboardInterrupt" in done.stderr) is not survives
+
+
+def test_stop_on_sigterm_off_the_main_thread_changes_nothing():
+    """`train`, `evaluate` and `predict` stop on SIGTERM (stop_on_sigterm) and may be called from a thread
+    (a notebook's worker, a test runner's): signal.signal raised ValueError there, so the command failed
+    before it began. Off the main thread the block now runs without touching the handler, which stays the
+    main thread's."""
+    import signal
+    import threading
+
+    from pointgeope.errors import stop_on_sigterm
+
+    before, result = signal.getsignal(signal.SIGTERM), []
+
+    def command():
+        try:
+            with stop_on_sigterm():
+                result.append(signal.getsignal(signal.SIGTERM))
+        except ValueError as err:
+            result.append(err)
+
+    thread = threading.Thread(target=command)
+    thread.start()
+    thread.join()
+    assert result == [before] and signal.getsignal(signal.SIGTERM) == before
