@@ -63,10 +63,15 @@ class StopRun(Exception):
 class EpochBudget:
     """The epochs this invocation may still train: ``train.epochs_per_run`` over all its folds (``None``:
     no limit), so that a job sized for N epochs trains N whatever the folds. A fold whose last epoch is
-    trained is evaluated in the same invocation (an evaluation is not an epoch)."""
+    trained is evaluated in the same invocation (an evaluation is not an epoch).
 
-    def __init__(self, epochs: int | None):
-        self.epochs, self.used = epochs, 0
+    ``force``: the invocation has ``--force``, which clears its folds at every start; its stop line says that
+    the command *without* ``--force`` continues, since the same command would start the fold again (a
+    resubmission loop with ``--force`` in it would never get past its first ``epochs_per_run`` epochs).
+    ``--force`` itself keeps its one meaning, "from scratch", whatever stopped the fold before."""
+
+    def __init__(self, epochs: int | None, force: bool = False):
+        self.epochs, self.used, self.force = epochs, 0, force
 
     @property
     def spent(self) -> bool:
@@ -78,8 +83,10 @@ class EpochBudget:
 
     def stop(self, log, where: tuple[str, str]) -> None:
         """Say that this invocation stops (``where``: what the same command continues), then stop it."""
+        same = ("the same command without --force (with it, the fold starts again) continues" if self.force
+                else "the same command continues")
         log(f"stopping {where[0]}: {self.used} epoch(s) trained in this run (train.epochs_per_run={self.epochs}); "
-            f"the same command continues {where[1]}")
+            f"{same} {where[1]}")
         raise StopRun(where)
 
 
@@ -331,7 +338,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
         wanted = list(folds)
     if env.is_main:  # before any work: a file, or a folder that cannot be written, is one line
         writable_folder(cfg.train.run_dir, "run folder (--run-dir, train.run_dir)")
-    results, budget = [], EpochBudget(cfg.train.epochs_per_run)
+    results, budget = [], EpochBudget(cfg.train.epochs_per_run, force)
     for fold in wanted:
         run = Path(cfg.train.run_dir) / f"area_{fold}"
         with fold_folder(run, env):

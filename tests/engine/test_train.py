@@ -240,3 +240,16 @@ def test_epochs_per_run_counts_the_epochs_of_the_whole_invocation(two_folds, tmp
     assert train(two_folds, tmp_path, "train.epochs=1", "train.epochs_per_run=1", fold="cv") == 0
     assert json.loads((tmp_path / "area_2" / "metrics.json").read_text())["complete"] is True
     assert "fold 1: " in capsys.readouterr().out   # skipped as complete
+
+
+def test_a_stop_under_force_says_to_drop_force(two_folds, tmp_path, capsys):
+    """With --force, "the same command continues from last.pt" was false: the same command cleared the fold
+    again, so a resubmission loop never got past train.epochs_per_run epochs. The stop line now says that
+    the command without --force continues, and that one does."""
+    assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1", "--force") == 0
+    last = tmp_path / "area_1" / "last.pt"
+    assert (f"stopping in fold 1 after epoch 1: 1 epoch(s) trained in this run (train.epochs_per_run=1); the same "
+            f"command without --force (with it, the fold starts again) continues from {last}") in capsys.readouterr().out
+    assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1") == 0
+    assert f"resumed from {last}: epoch 1, batch 0" in capsys.readouterr().out
+    assert json.loads((tmp_path / "area_1" / "metrics.json").read_text())["complete"] is True
