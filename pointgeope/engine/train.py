@@ -11,6 +11,8 @@ every area file of the fold is opened and checked (``pointgeope/data/check.py``)
 fold folder at a time (``RUN/area_K/.lock``, :mod:`pointgeope.lock`); temporary files left by a killed
 run are removed when the next one takes the lock. A complete fold is skipped when its ``config.yaml``
 matches the config (free keys aside), refused when it does not; ``--force`` trains it again from scratch.
+A skipped fold is not tested again: the skip line names the ``eval.*`` values of the command that its
+``metrics.json`` was not tested with and the ``pointgeope evaluate`` command that tests it with them.
 
 Restarting the same command resumes from ``last.pt`` exactly: the loop's position (:class:`LoopState`),
 the model, optimiser, schedule and scaler, and every rank's RNG states are restored, the data order and the
@@ -42,7 +44,7 @@ from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed, graphs
 from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, describe_differences, fold_progress,
-                                          load_checkpoint, prediction_metadata)
+                                          load_checkpoint, prediction_metadata, untested_eval)
 from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
 from pointgeope.engine.placement import hierarchy_place
@@ -345,7 +347,8 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
             metrics = None if force else complete_metrics(run, cfg)
             if metrics is not None:
                 if env.is_main:
-                    print(f"fold {fold}: {run / 'metrics.json'} is complete, skipped", flush=True)
+                    print(f"fold {fold}: {run / 'metrics.json'} is complete, skipped"
+                          + untested_eval(run, metrics.get("config"), config_to_dict(cfg)), flush=True)
                 results.append(metrics)
                 continue
             if budget.spent:  # before the fold's set-up: nothing of it is done

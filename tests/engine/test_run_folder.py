@@ -253,3 +253,36 @@ def test_sigterm_while_writing_stops_evaluate_and_predict_as_ctrl_c(tiny_run, tm
     assert capsys.readouterr().err.splitlines()[-1] == f"pointgeope {command}: terminated"
     assert sorted(p.name for p in folder.rglob(".*")) == []
     assert not (fold / "metrics.json").exists()
+
+
+def test_a_skipped_fold_names_the_eval_values_it_was_not_tested_with(two_folds, tiny_run, tmp_path, capsys):
+    """`train` on a complete fold with new eval.* values said "complete, skipped" and kept the old test: the
+    skip line now names the values not applied and the `pointgeope evaluate` command that applies them; run,
+    that command's test is the one asked for, and the next `train` skips the fold without a note."""
+    import shlex
+    import shutil
+
+    from pointgeope.cli import main as cli
+
+    fold = tmp_path / "area_1"
+    shutil.copytree(tiny_run, fold)
+    before = (fold / "metrics.json").read_text()
+    assert json.loads(before)["tta_views"] == 1
+    same = ["train.epochs=1", "train.val_every=1"]   # tiny_run's command
+    capsys.readouterr()
+    assert train(two_folds, tmp_path, *same, "eval.tta.rotations=2", "eval.tta.flips=true") == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("fold 1: ")]
+    command = f"pointgeope evaluate {fold} eval.tta.flips=true eval.tta.rotations=2"
+    assert line == [f"fold 1: {fold / 'metrics.json'} is complete, skipped; its test did not use this command's "
+                    "eval.tta.flips=true (it used false), eval.tta.rotations=2 (it used 1), which train does not "
+                    f"apply to a complete fold: {command} tests it with them"]
+    assert (fold / "metrics.json").read_text() == before   # skipped: not tested again
+    assert cli(shlex.split(command)[1:]) == 0
+    assert json.loads((fold / "metrics.json").read_text())["tta_views"] == 4
+    capsys.readouterr()
+    assert train(two_folds, tmp_path, *same, "eval.tta.rotations=2", "eval.tta.flips=true") == 0
+    assert f"fold 1: {fold / 'metrics.json'} is complete, skipped\n" in capsys.readouterr().out
+    # one value more: the command also sets those the test used but config.yaml (evaluate's start) lacks
+    assert train(two_folds, tmp_path, *same, "eval.tta.rotations=2", "eval.tta.flips=true", "eval.vote=softmax") == 0
+    assert (f"its test did not use this command's eval.vote=softmax (it used logits), which train does not apply "
+            f"to a complete fold: {command} eval.vote=softmax tests it with them") in capsys.readouterr().out
