@@ -9,6 +9,7 @@ while saving leaves the previous checkpoint intact::
      "model": state_dict, "optimizer": state_dict, "scheduler": state_dict, "scaler": state_dict | None,
      "rng": [one per rank: {"python": [...], "numpy": {...}, "torch": uint8 tensor, "cuda": [...]}],
      "epoch": int, "batch": int, "step": int, "best_miou": float,   # engine.state.LoopState
+     "epoch_sums": {...},             # the epoch's running sums (engine.epoch_meter; older files: absent)
      "threads": int,                  # torch CPU threads of the run (a resume with another number warns)
      "predict": {...}}                # what `pointgeope predict` needs: see prediction_metadata
 

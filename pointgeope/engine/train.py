@@ -17,7 +17,8 @@ A skipped fold is not tested again: the skip line names the ``eval.*`` values of
 Restarting the same command resumes from ``last.pt`` exactly: the loop's position (:class:`LoopState`),
 the model, optimiser, schedule and scaler, and every rank's RNG states are restored, the data order and the
 augmentations are functions of ``(seed, epoch, index)``, so the resumed run takes the steps the
-uninterrupted one would have (:mod:`pointgeope.engine.state` saves and restores all of it). Every
+uninterrupted one would have and logs the same epoch scores (:mod:`pointgeope.engine.state` saves and
+restores all of it, the sums of an unfinished epoch's batches included). Every
 checkpoint records the checksums of the fold's area files (``manifest.json``'s, else computed from the
 files); a resume on other data is refused with the differing files named, and ``--force`` retrains.
 
@@ -32,7 +33,6 @@ import json
 import math
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -46,6 +46,7 @@ from pointgeope.engine import build, distributed, graphs
 from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, describe_differences, fold_progress,
                                           load_checkpoint, prediction_metadata, untested_eval)
 from pointgeope.engine.config import Config, config_to_dict, save_config
+from pointgeope.engine.epoch_meter import EpochMeter
 from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.runio import Log, progress
@@ -54,7 +55,6 @@ from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError, stop_on_sigterm
 from pointgeope.lock import folder_lock
 from pointgeope.memory import neighbour_problem
-from pointgeope.metrics import ConfusionMeter
 from pointgeope.model.ops.fps import FPS_RULE
 
 
@@ -176,11 +176,13 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
                 steps_per_epoch: int, env: distributed.DistEnv, checkpoints: FoldCheckpoints,
                 writer) -> EpochMeter:
     """The optimiser steps of epoch ``state.epoch`` from batch ``state.batch`` on (the sampler skips the
-    batches done before a resume); ``last.pt`` every ``train.checkpoint_every`` steps inside it. ``step(batch,
+    batches done before a resume, whose sums ``state.epoch_sums`` the meter starts from); ``last.pt``, with
+    the sums so far, every ``train.checkpoint_every`` steps inside it. ``step(batch,
     before_update)``: ``graphs.training_step``'s (the eager ``train_step`` or the CUDA-graph step)."""
     device = env.device
     learner.model.train()
-    meter = EpochMeter(cfg, device)
+    meter = EpochMeter(cfg.model.num_classes, cfg.train.ignore_index, device,  # a resume: the sums so far
+                       carried=state.epoch_sums if env.is_main else None)
     bar = progress(loader, env.is_main and cfg.train.progress, initial=state.batch,
                    total=steps_per_epoch, desc=f"fold {fold} epoch {state.epoch + 1}/{cfg.train.epochs}")
     for batch in bar:
@@ -196,6 +198,7 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
             bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{learner.lr():.2e}")
         if cfg.train.checkpoint_every and state.step % cfg.train.checkpoint_every == 0 \
                 and state.batch < steps_per_epoch:  # at the epoch's end, end_epoch saves it
+            state.epoch_sums = meter.sums()
             checkpoints.save("last.pt", state)
     return meter
 
@@ -215,7 +218,7 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
     ``best.pt`` (a better validation mIoU, or every epoch without validation) and ``last.pt``."""
     train_scores, loss, seconds, points_per_s = meter.summary()
     state.epoch += 1
-    state.batch = 0
+    state.batch, state.epoch_sums = 0, {}
     line = (f"epoch {state.epoch}/{cfg.train.epochs}  loss {loss:.4f}  "
             f"train oa {train_scores['oa']:.4f} miou {train_scores['miou']:.4f}  "
             f"lr {learner.lr():.3e}  {seconds:.1f}s  {points_per_s:,.0f} pts/s")
@@ -250,27 +253,6 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         checked = check_areas(root, train_areas + test_areas, cfg.model.num_classes)
         log(f"checked {', '.join(f'{a} ({len(r)} rooms)' for a, r in checked.items())}")
     distributed.barrier()
-
-
-class EpochMeter:
-    """Loss, points and confusion of one epoch's training batches, summed over the ranks at its end."""
-
-    def __init__(self, cfg: Config, device: torch.device):
-        self.confusion = ConfusionMeter(cfg.model.num_classes, cfg.train.ignore_index, device=device)
-        self.totals = torch.zeros(3, dtype=torch.float64, device=device)  # [loss sum, batches, points]
-        self.t0 = time.perf_counter()
-
-    def add(self, logits: torch.Tensor, target: torch.Tensor, loss: float) -> None:
-        self.confusion.update(logits.detach(), target)
-        self.totals += torch.tensor([loss, 1.0, target.shape[0]], dtype=torch.float64, device=self.totals.device)
-
-    def summary(self) -> tuple[dict, float, float, float]:
-        """``(scores, mean loss, seconds, points per second)`` of every rank's batches (collective)."""
-        seconds = time.perf_counter() - self.t0
-        distributed.all_reduce_sum(self.totals)
-        self.confusion.all_reduce()
-        loss, batches, points = self.totals.tolist()
-        return self.confusion.scores(), loss / max(batches, 1), seconds, points / max(seconds, 1e-9)
 
 
 def log_scores(writer, tag: str, s: dict, step: int) -> None:

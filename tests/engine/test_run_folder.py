@@ -242,6 +242,7 @@ def test_sigterm_while_writing_stops_evaluate_and_predict_as_ctrl_c(tiny_run, tm
     monkeypatch.setattr(module, name, write_then_sigterm)
     ignored = []   # without a handler of the command's, SIGTERM lands here (pytest itself must not die)
     previous = signal.signal(signal.SIGTERM, lambda *_: ignored.append(1))
+    ctrl_c = signal.getsignal(signal.SIGINT)   # cli's settle_exit(143) ignores a second Ctrl-C from then on
     try:
         argv = ["evaluate", str(fold)] if command == "evaluate" else ["predict", str(fold / "last.pt"), str(scan),
                                                                      "--out", str(out)]
@@ -249,6 +250,7 @@ def test_sigterm_while_writing_stops_evaluate_and_predict_as_ctrl_c(tiny_run, tm
         assert cli(argv) == 143 and not ignored
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, ctrl_c)
     assert len(seen) == 1 and ".lock" in seen[0] and any(".tmp" in name for name in seen[0]), seen
     assert capsys.readouterr().err.splitlines()[-1] == f"pointgeope {command}: terminated"
     assert sorted(p.name for p in folder.rglob(".*")) == []

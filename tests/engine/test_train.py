@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import h5py
 import numpy as np
@@ -109,6 +110,16 @@ def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkey
     ma = json.loads((tmp_path / "straight" / "area_1" / "metrics.json").read_text())
     mb = json.loads((tmp_path / "killed" / "area_1" / "metrics.json").read_text())
     assert ma["confusion"] == mb["confusion"]
+    # each epoch's logged train scores are those of all its batches (a mid-epoch resume logged those after it)
+    assert epoch_scores(tmp_path / "killed") == epoch_scores(tmp_path / "straight")
+
+
+def epoch_scores(run) -> dict[str, str]:
+    """``{"epoch 1/2": "loss 1.2345  train oa 0.5 miou 0.1", ...}`` of a fold's log.txt (its last line of each
+    epoch: a resumed run logs the epoch it finishes)."""
+    found = re.findall(r" (epoch \d+/\d+)  (loss \S+  train oa \S+ miou \S+)  ", (run / "area_1" / "log.txt").read_text())
+    assert found
+    return dict(found)
 
 
 @pytest.mark.slow
