@@ -9,8 +9,9 @@ epoch, and every ``train.checkpoint_every`` steps), ``best.pt`` (with ``train.va
 ``predictions/Area_K.h5`` and finally ``metrics.json`` with ``"complete": true``. Before the first epoch
 every area file of the fold is opened and checked (``pointgeope/data/check.py``). One process writes a
 fold folder at a time (``RUN/area_K/.lock``, :mod:`pointgeope.lock`); temporary files left by a killed
-run are removed when the next one takes the lock. A complete fold is skipped when its ``config.yaml``
-matches the config (free keys aside), refused when it does not; ``--force`` trains it again from scratch.
+run are removed when the next one takes the lock. A complete fold is skipped when its ``last.pt`` was
+trained with the config (free keys aside) on the same area files, refused when not; ``--force`` trains it
+again from scratch.
 A skipped fold is not tested again: the skip line names the ``eval.*`` values of the command that its
 ``metrics.json`` was not tested with and the ``pointgeope evaluate`` command that tests it with them.
 
@@ -43,8 +44,8 @@ from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed, graphs
-from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, describe_differences, fold_progress,
-                                          load_checkpoint, prediction_metadata, untested_eval)
+from pointgeope.engine.checkpoint import (check_data, checkpoint_config, config_differences, describe_differences,
+                                          fold_progress, load_checkpoint, prediction_metadata, untested_eval)
 from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.epoch_meter import EpochMeter
 from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
@@ -53,6 +54,7 @@ from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError, stop_on_sigterm
+from pointgeope.h5 import area_path
 from pointgeope.lock import folder_lock
 from pointgeope.memory import neighbour_problem
 from pointgeope.model.ops.fps import FPS_RULE
@@ -278,13 +280,16 @@ def fold_folder(run: Path, env: distributed.DistEnv):
         yield
 
 
-def complete_metrics(run: Path, cfg: Config) -> dict | None:
-    """The metrics of a complete fold trained with ``cfg`` (free keys aside), ``None`` if the fold is not
-    complete; a :class:`UserError` naming the differing keys if it was trained with another config.
+def complete_metrics(run: Path, cfg: Config, areas: list[str]) -> dict | None:
+    """The metrics of a complete fold trained with ``cfg`` (free keys aside) on the files of its ``areas``
+    now in ``cfg.data.root``, ``None`` if the fold is not complete; a :class:`UserError` naming the
+    differing keys if it was trained with another config, or the differing files if on other data.
 
-    What was trained is read from the fold's ``last.pt`` (its config and epochs), never from ``config.yaml``,
-    which a user may edit: a fold whose ``metrics.json`` says complete but whose ``last.pt`` trained fewer
-    epochs than ``cfg`` asks is continued, and one without ``last.pt`` is refused."""
+    What was trained is read from the fold's ``last.pt`` (its config, epochs and the checksums of its area
+    files), never from ``config.yaml``, which a user may edit: a fold whose ``metrics.json`` says complete
+    but whose ``last.pt`` trained fewer epochs than ``cfg`` asks is continued, and one without ``last.pt``
+    is refused. ``data.root`` is a free key (where the files live), so the data is compared by checksum, as
+    a resume and ``evaluate`` compare it: a root prepared again from other rooms is not the fold's data."""
     if not fold_is_complete(run):
         return None
     last = run / "last.pt"
@@ -298,6 +303,10 @@ def complete_metrics(run: Path, cfg: Config) -> dict | None:
                         "retrains it, or use another --run-dir")
     if fold_progress(last, ckpt)[0] < cfg.train.epochs:
         return None
+    saved, root = ckpt.get("data"), cfg.data.root
+    now = {area: None for area in set(saved or {}) | set(areas)}  # None: a file that is not there
+    now.update(area_checksums(root, [area for area in areas if area_path(root, area).is_file()]))
+    check_data(last, saved, now, root, print)
     return json.loads((run / "metrics.json").read_text())
 
 
@@ -326,7 +335,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
     for fold in wanted:
         run = Path(cfg.train.run_dir) / f"area_{fold}"
         with fold_folder(run, env):
-            metrics = None if force else complete_metrics(run, cfg)
+            metrics = None if force else complete_metrics(run, cfg, list(folds[fold].train + folds[fold].test))
             if metrics is not None:
                 if env.is_main:
                     print(f"fold {fold}: {run / 'metrics.json'} is complete, skipped"

@@ -264,3 +264,32 @@ def test_a_stop_under_force_says_to_drop_force(two_folds, tmp_path, capsys):
     assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1") == 0
     assert f"resumed from {last}: epoch 1, batch 0" in capsys.readouterr().out
     assert json.loads((tmp_path / "area_1" / "metrics.json").read_text())["complete"] is True
+
+
+def test_a_complete_fold_on_other_data_is_refused_not_skipped(two_folds, tmp_path, capsys):
+    """A complete fold whose area file was prepared again from other rooms (the same data.root, a new
+    manifest) was skipped as complete, its old scores kept for the report; a resume and `evaluate` refused
+    it. Now the skip compares the checksums too and refuses it by file; --force retrains."""
+    root = _copy_root(two_folds, tmp_path / "root")
+    assert train(root, tmp_path / "run", "train.epochs=1") == 0
+    fold = tmp_path / "run" / "area_1"
+    metrics = (fold / "metrics.json").read_text()
+    capsys.readouterr()
+    assert train(root, tmp_path / "run", "train.epochs=1") == 0     # the same files: skipped
+    assert f"fold 1: {fold / 'metrics.json'} is complete, skipped" in capsys.readouterr().out
+    before = file_checksum(root / "Area_3.h5")
+    rooms = list(list_rooms(root / "Area_3.h5"))[:-1]
+    write_area(root / "Area_3.h5", "Area_3", [(r, *read_room_record(two_folds / "Area_3.h5", r)) for r in rooms])
+    now = file_checksum(root / "Area_3.h5")
+    (root / "manifest.json").write_text(json.dumps({"checksums": {a: file_checksum(root / f"{a}.h5")
+                                                                  for a in ("Area_1", "Area_2", "Area_3")}}))
+    assert train(root, tmp_path / "run", "train.epochs=1") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"train.py: error: {fold / 'last.pt'} was trained on other data than {root} holds now (Area_3.h5 "
+                   f"trained on {before[:19]}..., now {now[:19]}...); restore the data it trained on (or set "
+                   "data.root to it); pointgeope train with --force retrains the fold from scratch"]
+    assert (fold / "metrics.json").read_text() == metrics
+    (root / "Area_2.h5").unlink()                                    # a file of the fold gone: not skipped either
+    assert train(root, tmp_path / "run", "train.epochs=1") == 2
+    err = capsys.readouterr().err
+    assert "Area_2.h5 trained on sha256:" in err and ", now nothing" in err
