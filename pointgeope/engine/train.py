@@ -166,11 +166,12 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
 
 
 def tensorboard(run: Path, cfg: Config, step: int):
-    """The fold's TensorBoard writer (from ``step``: it drops what a killed run logged later) and its
-    validation clouds."""
+    """The fold's TensorBoard writer and its validation clouds. ``step``: the step of the checkpoint resumed
+    from, whose events (the step's loss, the epoch's scores) were written before it and are kept; what a
+    killed run logged after it is dropped (``purge_step = step + 1``: events at steps >= it)."""
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(str(run / "tb"), purge_step=step)
+    writer = SummaryWriter(str(run / "tb"), purge_step=step + 1)
     return writer, RoomClouds(writer, cfg.data.root, seed=cfg.train.seed)
 
 
