@@ -61,6 +61,8 @@ def test_fold_writes_a_complete_run_folder(two_folds, tmp_path):
     metrics = json.loads((fold / "metrics.json").read_text())
     assert metrics["complete"] is True and metrics["area"] == "Area_1" and metrics["fold"] == 1
     assert metrics["fps_rule"] == FPS_RULE            # which hierarchy the fold was trained and tested with
+    # and on which files (report compares them): the checksums of the fold's area files
+    assert metrics["data"] == {a: file_checksum(two_folds / f"{a}.h5") for a in ("Area_1", "Area_2", "Area_3")}
     rooms = list_rooms(two_folds / "Area_1.h5")
     assert metrics["num_points"] == sum(rooms.values())
     with h5py.File(fold / "predictions" / "Area_1.h5", "r") as f:
