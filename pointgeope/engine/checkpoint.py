@@ -212,6 +212,8 @@ def untested_eval(run: str | Path, tested: dict | None, current: dict) -> str:
     RUN/area_K eval.tta.rotations=4``), which a rerun of the training command must not replace. The
     command sets every value that differs from the test's or from the fold's config (where ``evaluate``
     starts)."""
+    from pointgeope.engine.config import config_to_dict
+
     if not isinstance(tested, dict):
         return ""
     was, now = eval_values(tested), eval_values(current)
@@ -219,8 +221,6 @@ def untested_eval(run: str | Path, tested: dict | None, current: dict) -> str:
     if not differ:
         return ""
     try:
-        from pointgeope.engine.config import config_to_dict
-
         start = eval_values(config_to_dict(fold_config(run, log=lambda line: None)))
     except UserError:
         start = {}
