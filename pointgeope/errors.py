@@ -16,22 +16,29 @@ raises ``UserError(message)`` (or a subclass) and needs nothing else.
 Ctrl-C (``KeyboardInterrupt``) ends a command as command-line tools end: ``<prog>: interrupted`` and exit
 code 130 (128 + SIGINT), once the ``finally`` blocks and context managers on the way out have released
 its locks and deleted its temporary files; the entry points (:func:`settle_exit`) then ignore a second Ctrl-C
-while the interpreter shuts down. Inside :func:`stop_on_sigterm` (a command that runs other
-processes: ``ablate``), SIGTERM ends it the same way: ``<prog>: terminated``, exit code 143.
+while the interpreter shuts down. Inside :func:`stop_on_sigterm` (``train``, ``evaluate``, ``predict`` and
+``ablate``: the commands a job scheduler stops with SIGTERM at its time limit, on preemption or ``scancel``),
+SIGTERM ends a command the same way: its locks released and temporary files deleted, ``<prog>: terminated``,
+exit code 143, so that a requeued job, on any node, finds the folder free. A reader of the output that has
+gone (``pointgeope report RUN | head``) ends a command quietly, exit code 141 (128 + SIGPIPE).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import errno
+import os
+import select
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 
 from pointgeope.extras import toolkit_message
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
+EXIT_BROKEN_PIPE = 141                  # 128 + SIGPIPE: what a shell reports of a tool whose reader went
 
 # The errors of a write that the disk refused, with the words for each (atomic.DiskFullError names the file).
 FULL_DISK = {
@@ -53,12 +60,16 @@ class Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def stop_on_sigterm() -> Iterator[None]:
-    """Within the block (main thread only), SIGTERM raises :class:`Terminated`, so that a process stopped
-    by a job scheduler or ``kill`` runs its ``finally`` blocks (stops its children, releases its locks)
-    instead of dying at once; the previous handler comes back after the block."""
+    """Within the block, SIGTERM raises :class:`Terminated`, so that a process stopped by a job scheduler or
+    ``kill`` runs its ``finally`` blocks (stops its children, releases its locks, deletes its temporary
+    files) instead of dying at once; the previous handler comes back after the block. Python runs signal
+    handlers in the main thread only: elsewhere (a command called from a thread) the block changes nothing."""
     def stop(signum, frame):
         raise Terminated()
 
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         yield
@@ -97,6 +108,17 @@ def settle_exit(code: int) -> int:
     return code
 
 
+def _stdout_closed() -> bool:
+    """Whether the reader of standard output has gone (``| head`` read its lines): a pipe without reader
+    polls as an error on its write end (POSIX). ``False`` where that cannot be asked (no file descriptor)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # a captured stream, Windows (no poll)
+        return False
+
+
 def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False) -> int:
     """``func(*args)`` with user errors (and a missing package of the toolkit) printed as
     ``<prog>: error: <message>`` and exit code 2, Ctrl-C as ``<prog>: interrupted`` and exit code 130, a
@@ -104,11 +126,18 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
 
     A write beyond the file size limit (``ulimit -f``) then fails with EFBIG, reported as a full disk,
     instead of killing the process with SIGXFSZ (CPython ignores it at start-up already; an embedding
-    interpreter may not). Worker processes forked from here inherit this."""
+    interpreter may not). Worker processes forked from here inherit this. A closed standard output (``|
+    head``) ends the command quietly with 141 (128 + SIGPIPE), as a shell tool ends (:func:`_stdout_closed`);
+    any other broken pipe is a bug."""
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         return int(func(*args) or 0)
+    except BrokenPipeError:
+        if debug or not _stdout_closed():
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush would fail again
+        return EXIT_BROKEN_PIPE
     except (UserError, OSError, ModuleNotFoundError) as err:
         message = user_message(err)
         if message is None or debug:

@@ -60,3 +60,44 @@ def test_after_an_interruption_a_second_ctrl_c_is_ignored_while_exiting(code, su
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert (done.returncode == 0 and done.stdout == "alive\n") is survives, done.stderr[-2000:]
     assert ("KeyboardInterrupt" in done.stderr) is not survives
+
+
+def test_stop_on_sigterm_off_the_main_thread_changes_nothing():
+    """`train`, `evaluate` and `predict` stop on SIGTERM (stop_on_sigterm) and may be called from a thread
+    (a notebook's worker, a test runner's): signal.signal raised ValueError there, so the command failed
+    before it began. Off the main thread the block now runs without touching the handler, which stays the
+    main thread's."""
+    import signal
+    import threading
+
+    from pointgeope.errors import stop_on_sigterm
+
+    before, result = signal.getsignal(signal.SIGTERM), []
+
+    def command():
+        try:
+            with stop_on_sigterm():
+                result.append(signal.getsignal(signal.SIGTERM))
+        except ValueError as err:
+            result.append(err)
+
+    thread = threading.Thread(target=command)
+    thread.start()
+    thread.join()
+    assert result == [before] and signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_closed_stdout_ends_quietly_and_another_broken_pipe_is_a_bug():
+    """`pointgeope report RUN | head` ended in a BrokenPipeError traceback once head had its lines. A closed
+    standard output now ends the command quietly with 141 (128 + SIGPIPE), as shell tools end; a broken
+    pipe of anything else (a worker's) keeps its traceback."""
+    script = ("import sys\nfrom pointgeope.errors import run_command\n"
+              "def report():\n    for i in range(200000):\n        print('row', i)\n"
+              "sys.exit(run_command('pointgeope report', report))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"row 0\n"
+    proc.stdout.close()                           # what head does once it has its lines
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == "", err[-2000:]
+    with pytest.raises(BrokenPipeError):          # stdout is fine (captured): not the reader's going
+        run_command("pointgeope x", _raise(BrokenPipeError(errno.EPIPE, "Broken pipe")))

@@ -304,3 +304,22 @@ def test_out_into_a_fold_folder_is_refused(tmp_path, capsys):
             f"pointgeope report: error: --out {out}: inside the fold folder {rpe / 'area_1'}, which train and "
             "evaluate write; give a folder outside the runs' fold folders (default: RUN/report)")
     assert not (rpe / "area_1" / "report.md").exists() and not (rpe / "area_1" / "sub").exists()
+
+
+def test_fold_folders_beyond_the_six_are_named_not_dropped_silently(tmp_path, capsys):
+    """A complete fold of an Area_7 (prepare accepts it, train --cv trains it) was left out of the report
+    without a word. The six-fold report still pools Area_1..Area_6, and names the folds it leaves out."""
+    run = tmp_path / "seven"
+    for k in (6, 7, 10):
+        write_fold(run, k, perfect())
+    (run / "area_8").mkdir()                      # no metrics.json: not a result, not named
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "out")]) == 0
+    note = ("not reported: area_7, area_10 (the report covers S3DIS's six folds, Area_1..Area_6; report those "
+            "folds' metrics.json on their own)")
+    assert f"- seven: {note}." in capsys.readouterr().out
+    assert f"- seven: {note}." in (tmp_path / "out" / "report.md").read_text()
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["runs"][0]["folds"] == ["Area_6"] and report["runs"][0]["folds_unreported"] == ["area_7", "area_10"]
+    (run / "area_6" / "metrics.json").unlink()
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "out2")]) == 2
+    assert capsys.readouterr().err.rstrip().endswith(f"; {note}")

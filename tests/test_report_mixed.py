@@ -74,3 +74,29 @@ def test_folds_alike_report_as_before(tmp_path, capsys):
     assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 0
     assert "mixed" not in (tmp_path / "out" / "report.md").read_text()
     assert json.loads((tmp_path / "out" / "report.json").read_text())["runs"][0]["mixed_settings"] == {}
+
+
+def _with_data(run, k, checksums):
+    """Fold ``k``'s metrics.json recording the checksums of its area files, as evaluate writes them."""
+    path = run / f"area_{k}" / "metrics.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "data": checksums}))
+
+
+def test_the_same_files_under_another_data_root_pool_and_other_files_do_not(tmp_path, capsys):
+    """A fold evaluated with the same files under another path (a node's local copy, an absolute path) made
+    report refuse the run as 'a different data set'. With the files' checksums recorded, data.root is not
+    compared and the checksums are: the same files pool, a re-prepared area is named."""
+    files = {f"Area_{a}": f"sha256:{a}" * 4 for a in range(1, 7)}
+    run = tmp_path / "run"
+    for k in range(1, 7):
+        _fold(run, k, f"data.root={'/scratch/job7/s3dis' if k == 2 else 'data/s3dis'}", config_in_metrics=k % 2 == 0)
+        _with_data(run, k, files)
+    assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 0
+    _with_data(run, 2, {**files, "Area_3": "sha256:other"})
+    assert cli(["report", str(run), "--out", str(tmp_path / "out2")]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (f"data.files.Area_3 (Area_1, Area_3..Area_6: '{files['Area_3']}'; Area_2: 'sha256:other')" in line
+            and "data.root" not in line), line
+    _with_data(run, 4, None)    # a fold of an older version records no files: data.root is compared again
+    assert cli(["report", str(run), "--out", str(tmp_path / "out3")]) == 2
+    assert "data.root (Area_1, Area_3..Area_6: 'data/s3dis'; Area_2: '/scratch/job7/s3dis')" in capsys.readouterr().err

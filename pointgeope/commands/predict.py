@@ -14,9 +14,10 @@ scan: DIR/<name>_pred.npy (uint8 label per point) and DIR/<name>_pred.ply (point
 `pointgeope viz`); with --probabilities DIR/<name>_probs.npy (float16 (N, 13)). An input that fails is
 reported in one line and the others are still predicted; the last line names the inputs that failed and
 the exit code is 2 when any failed. Any file name works (non-ASCII, spaces, newlines). Stray points
-(not finite in float32, or farther than --max-extent, default 50 m, from the scan's median, after --scale)
-are left out of the network's input and labelled as their nearest kept point, counted in one warning per
-scan that says which --max-extent would keep them. A scan is voted on over at most --max-fragments voxel
+(finite coordinates too large for float32, or farther than --max-extent, default 50 m, from the scan's
+median, after --scale) are left out of the network's input and labelled as their nearest kept point,
+counted in one warning per scan that says which --max-extent would keep them; a NaN or infinite
+coordinate is an error of the scan, naming the first such point. A scan is voted on over at most --max-fragments voxel
 fragments (one pass over the scan each; their number is the point count of the densest voxel, which
 repeated points make large): the run's eval.max_fragments, or when that is null (every fragment, as the
 s3dis configs evaluate) 100, with a warning when that cuts a scan. Overrides of eval.* (and of how the

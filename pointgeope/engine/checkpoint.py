@@ -9,6 +9,7 @@ while saving leaves the previous checkpoint intact::
      "model": state_dict, "optimizer": state_dict, "scheduler": state_dict, "scaler": state_dict | None,
      "rng": [one per rank: {"python": [...], "numpy": {...}, "torch": uint8 tensor, "cuda": [...]}],
      "epoch": int, "batch": int, "step": int, "best_miou": float,   # engine.state.LoopState
+     "epoch_sums": {...},             # the epoch's running sums (engine.epoch_meter; older files: absent)
      "threads": int,                  # torch CPU threads of the run (a resume with another number warns)
      "predict": {...}}                # what `pointgeope predict` needs: see prediction_metadata
 
@@ -19,7 +20,9 @@ config) into a :class:`CheckpointError` that names the file.
 """
 from __future__ import annotations
 
+import json
 import random
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +186,54 @@ def unfinished_warning(path: str | Path, ckpt: dict) -> str | None:
     now = " (its folder is locked: it may be training now)" if (Path(path).parent / LOCK_NAME).is_file() else ""
     return (f"warning: {path}: its fold has trained {trained} of {epochs} epochs{now}; these are the "
             "predictions of an unfinished model")
+
+
+def eval_values(config: dict) -> dict[str, object]:
+    """The ``eval`` section of a plain config as dotted keys (``{"eval.tta.rotations": 1, ...}``); a key it
+    lacks (a record older than the key) at its default."""
+    from pointgeope.engine.config import Config, config_to_dict
+
+    def leaves(node: dict, prefix: str) -> dict[str, object]:
+        out = {}
+        for key, value in node.items():
+            out.update(leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+        return out
+
+    return {**leaves(config_to_dict(Config())["eval"], "eval."), **leaves(config.get("eval") or {}, "eval.")}
+
+
+def untested_eval(run: str | Path, tested: dict | None, current: dict) -> str:
+    """What a complete fold that ``train`` skips lacks: ``""`` when its ``metrics.json`` was tested with the
+    ``eval.*`` values of ``current`` (``tested``: the config it records; ``None``: none recorded), else a
+    note naming the values not applied and the ``pointgeope evaluate`` command that tests it with them.
+
+    ``eval.*`` are free keys, so the fold is complete with ``current``, but ``train`` does not test it
+    again: its ``metrics.json`` may hold a test made on purpose with other values (``pointgeope evaluate
+    RUN/area_K eval.tta.rotations=4``), which a rerun of the training command must not replace. The
+    command sets every value that differs from the test's or from the fold's config (where ``evaluate``
+    starts)."""
+    from pointgeope.engine.config import config_to_dict
+
+    if not isinstance(tested, dict):
+        return ""
+    was, now = eval_values(tested), eval_values(current)
+    differ = [key for key in now if was.get(key) != now[key]]
+    if not differ:
+        return ""
+    try:
+        start = eval_values(config_to_dict(fold_config(run, log=lambda line: None)))
+    except UserError:
+        start = {}
+    shown = ", ".join(f"{key}={_value(now[key])} (it used {_value(was.get(key))})" for key in differ)
+    command = shlex.join(["pointgeope", "evaluate", str(run),
+                          *(f"{key}={_value(now[key])}" for key in now if key in differ or start.get(key) != now[key])])
+    return (f"; its test did not use this command's {shown}, which train does not apply to a complete fold: "
+            f"{command} tests it with them")
+
+
+def _value(value) -> str:
+    """``value`` as an override writes it (YAML): ``null``, ``true``, ``4``, ``[1.0, 1.1]``, ``best``."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def describe_differences(diff: list[tuple[str, object, object]], label: str) -> str:

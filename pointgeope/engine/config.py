@@ -102,7 +102,7 @@ class TrainConfig:
     val_every: int = 0                      # validate on the test area every n epochs (0: never); best.pt
     checkpoint_every: int = 0               # also save last.pt every n steps inside an epoch (0: epoch ends)
     epochs_per_run: Optional[int] = None    # stop cleanly after n >= 1 epochs in this invocation, over all its
-    #                                         folds (job time limits); the same command continues
+    #                                         folds (job time limits); the same command (without --force) continues
     progress: bool = True                   # tqdm bars (rank 0, only on a TTY)
     ignore_index: int = IGNORE_LABEL        # the label skipped by the loss and by every metric (train, eval)
     loss: Literal["ce", "ce_lovasz"] = "ce"  # cross entropy, or plus the Lovász-softmax loss (PTv3, engine/losses.py)

@@ -61,7 +61,7 @@ from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.prefetch import Prefetch
 from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, piece_key, stack
 from pointgeope.engine.runio import progress, write_json_atomic
-from pointgeope.errors import UserError
+from pointgeope.errors import UserError, stop_on_sigterm
 from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
 from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
@@ -345,6 +345,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
             "pe": cfg.model.pe, "fps_rule": FPS_RULE, "trained_epochs": trained, "epochs": cfg.train.epochs,
             "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
             "config": dataclasses.asdict(cfg),  # what was evaluated: report compares its folds' (report/settings.py)
+            "data": ckpt.get("data"),  # area -> checksum of the files it trained and was tested on (report too)
         }
         write_json_atomic(run / "metrics.json", metrics)
         log(f"evaluated {', '.join(areas)}: {num_points:,} points in {seconds:.1f}s -> "
@@ -361,7 +362,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
 def evaluate_run(run: Path, overrides: list[str]) -> int:
     """``pointgeope evaluate``: evaluate the fold folder ``run`` with its ``config.yaml`` (or, deleted, its
     checkpoint's config) and ``overrides`` (one writer per fold folder, as train); prints the scores, returns
-    the exit code."""
+    the exit code. SIGTERM stops it as Ctrl-C does (its lock released, its temporary files deleted)."""
     from pointgeope.engine.checkpoint import fold_config
 
     fold_of_run(run)
@@ -370,6 +371,7 @@ def evaluate_run(run: Path, overrides: list[str]) -> int:
     env = distributed.setup(cfg.train.device)
     try:
         with contextlib.ExitStack() as stack:
+            stack.enter_context(stop_on_sigterm())  # a job scheduler's stop: as Ctrl-C, the lock released
             if env.is_main:  # one writer per fold folder, as train
                 stack.enter_context(folder_lock(run, " ".join(sys.argv)))
             stack.enter_context(reader_lock(cfg.data.root))  # and no prepare into the data root meanwhile

@@ -34,7 +34,7 @@ from pointgeope.engine.config_values import range_problem
 from pointgeope.engine.distributed import apply_threads, choose_device
 from pointgeope.engine.evaluate import room_seed, vote_room
 from pointgeope.engine.placement import hierarchy_place
-from pointgeope.errors import UserError, one_line
+from pointgeope.errors import UserError, one_line, stop_on_sigterm
 from pointgeope.scans.scan import Scan, ScanError
 from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
 
@@ -308,7 +308,8 @@ def predict_scans(args) -> int:
     folder); ``args`` holds the options of ``pointgeope/commands/predict.py``. 0 when all were written,
     2 when any input failed (1 when one failed on a bug, whose traceback is printed); the last line names
     the inputs that failed. An error of the model argument or of ``--out`` is a UserError
-    (one line, exit 2, by ``pointgeope.errors.run_command``)."""
+    (one line, exit 2, by ``pointgeope.errors.run_command``). SIGTERM while it predicts stops it as Ctrl-C
+    does (the lock of ``--out`` released, the file being written deleted)."""
     from pointgeope.atomic import writable_folder
     from pointgeope.lock import folder_lock
     from pointgeope.scans.sources import find_scans
@@ -340,7 +341,7 @@ def predict_scans(args) -> int:
           f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
     print(hierarchy_place(predictor.cfg, predictor.device, evaluation=True).line(), flush=True)
     bugs: list[str] = []
-    with folder_lock(args.out):
+    with stop_on_sigterm(), folder_lock(args.out):  # SIGTERM: as Ctrl-C, the lock released
         done = _predict_all(predictor, refs, args, errors, bugs)
     failed = ", ".join(getattr(e, "source", e) for e in errors)
     print(one_line(f"predicted {done} of {done + len(errors)} input(s) into {args.out}"

@@ -3,7 +3,8 @@
 Exact resume rests on three things, all saved by :meth:`FoldCheckpoints.save` and restored by
 :meth:`FoldCheckpoints.resume`, nowhere else:
 
-- the :class:`LoopState` (epoch, batch in the epoch, optimiser step, best validation mIoU);
+- the :class:`LoopState` (epoch, batch in the epoch, optimiser step, best validation mIoU, and the sums of
+  the epoch's batches so far, so that a resumed epoch's logged scores are those of all its batches);
 - the :class:`Learner` (model, optimiser, schedule, loss scaler), as state dicts;
 - every rank's RNG states (Python, NumPy, torch CPU and CUDA).
 
@@ -37,6 +38,9 @@ class LoopState:
     batch: int = 0            # batches completed inside epoch `epoch` (0 at an epoch's end)
     step: int = 0             # optimiser steps completed in total: the x axis of the logs
     best_miou: float = -1.0   # the best validation mIoU so far (-1: none yet); decides best.pt
+    # the sums of epoch `epoch`'s first `batch` batches (EpochMeter.sums: loss, points, confusion, seconds;
+    # {} at an epoch's end), so that a resumed epoch logs the scores of all its batches
+    epoch_sums: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclass
@@ -103,8 +107,11 @@ class FoldCheckpoints:
             learner.scaler.load_state_dict(ckpt["scaler"])
         rank = self.env.rank
         set_rng_state(ckpt["rng"][rank] if rank < len(ckpt["rng"]) else ckpt["rng"][0])  # fewer ranks before
-        state = LoopState(**{f.name: ckpt[f.name] for f in dataclasses.fields(LoopState)})
+        state = LoopState(**{f.name: ckpt[f.name] for f in dataclasses.fields(LoopState) if f.name in ckpt})
         log(f"resumed from {path}: epoch {state.epoch}, batch {state.batch}, step {state.step}")
+        if state.batch and "epoch_sums" not in ckpt:  # written before the checkpoint carried them
+            log(f"note: {path} holds no scores of epoch {state.epoch + 1}'s first {state.batch} batches; its "
+                f"logged train loss, oa and miou will cover the batches after them only")
         threads = ckpt.get("threads", torch.get_num_threads())
         if threads != torch.get_num_threads():  # CPU kernels sum in another order: not bit-identical
             log(f"warning: {path} was written with {threads} torch CPU thread(s), this run has "

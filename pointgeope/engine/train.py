@@ -9,13 +9,17 @@ epoch, and every ``train.checkpoint_every`` steps), ``best.pt`` (with ``train.va
 ``predictions/Area_K.h5`` and finally ``metrics.json`` with ``"complete": true``. Before the first epoch
 every area file of the fold is opened and checked (``pointgeope/data/check.py``). One process writes a
 fold folder at a time (``RUN/area_K/.lock``, :mod:`pointgeope.lock`); temporary files left by a killed
-run are removed when the next one takes the lock. A complete fold is skipped when its ``config.yaml``
-matches the config (free keys aside), refused when it does not; ``--force`` trains it again from scratch.
+run are removed when the next one takes the lock. A complete fold is skipped when its ``last.pt`` was
+trained with the config (free keys aside) on the same area files, refused when not; ``--force`` trains it
+again from scratch.
+A skipped fold is not tested again: the skip line names the ``eval.*`` values of the command that its
+``metrics.json`` was not tested with and the ``pointgeope evaluate`` command that tests it with them.
 
 Restarting the same command resumes from ``last.pt`` exactly: the loop's position (:class:`LoopState`),
 the model, optimiser, schedule and scaler, and every rank's RNG states are restored, the data order and the
 augmentations are functions of ``(seed, epoch, index)``, so the resumed run takes the steps the
-uninterrupted one would have (:mod:`pointgeope.engine.state` saves and restores all of it). Every
+uninterrupted one would have and logs the same epoch scores (:mod:`pointgeope.engine.state` saves and
+restores all of it, the sums of an unfinished epoch's batches included). Every
 checkpoint records the checksums of the fold's area files (``manifest.json``'s, else computed from the
 files); a resume on other data is refused with the differing files named, and ``--force`` retrains.
 
@@ -30,7 +34,6 @@ import json
 import math
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -41,18 +44,19 @@ from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed, graphs
-from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, describe_differences, fold_progress,
-                                          load_checkpoint, prediction_metadata)
+from pointgeope.engine.checkpoint import (check_data, checkpoint_config, config_differences, describe_differences,
+                                          fold_progress, load_checkpoint, prediction_metadata, untested_eval)
 from pointgeope.engine.config import Config, config_to_dict, save_config
+from pointgeope.engine.epoch_meter import EpochMeter
 from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
-from pointgeope.errors import UserError
+from pointgeope.errors import UserError, stop_on_sigterm
+from pointgeope.h5 import area_path
 from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.memory import neighbour_problem
-from pointgeope.metrics import ConfusionMeter
 from pointgeope.model.ops.fps import FPS_RULE
 
 
@@ -63,10 +67,15 @@ class StopRun(Exception):
 class EpochBudget:
     """The epochs this invocation may still train: ``train.epochs_per_run`` over all its folds (``None``:
     no limit), so that a job sized for N epochs trains N whatever the folds. A fold whose last epoch is
-    trained is evaluated in the same invocation (an evaluation is not an epoch)."""
+    trained is evaluated in the same invocation (an evaluation is not an epoch).
 
-    def __init__(self, epochs: int | None):
-        self.epochs, self.used = epochs, 0
+    ``force``: the invocation has ``--force``, which clears its folds at every start; its stop line says that
+    the command *without* ``--force`` continues, since the same command would start the fold again (a
+    resubmission loop with ``--force`` in it would never get past its first ``epochs_per_run`` epochs).
+    ``--force`` itself keeps its one meaning, "from scratch", whatever stopped the fold before."""
+
+    def __init__(self, epochs: int | None, force: bool = False):
+        self.epochs, self.used, self.force = epochs, 0, force
 
     @property
     def spent(self) -> bool:
@@ -78,8 +87,10 @@ class EpochBudget:
 
     def stop(self, log, where: tuple[str, str]) -> None:
         """Say that this invocation stops (``where``: what the same command continues), then stop it."""
+        same = ("the same command without --force (with it, the fold starts again) continues" if self.force
+                else "the same command continues")
         log(f"stopping {where[0]}: {self.used} epoch(s) trained in this run (train.epochs_per_run={self.epochs}); "
-            f"the same command continues {where[1]}")
+            f"{same} {where[1]}")
         raise StopRun(where)
 
 
@@ -155,11 +166,12 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
 
 
 def tensorboard(run: Path, cfg: Config, step: int):
-    """The fold's TensorBoard writer (from ``step``: it drops what a killed run logged later) and its
-    validation clouds."""
+    """The fold's TensorBoard writer and its validation clouds. ``step``: the step of the checkpoint resumed
+    from, whose events (the step's loss, the epoch's scores) were written before it and are kept; what a
+    killed run logged after it is dropped (``purge_step = step + 1``: events at steps >= it)."""
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(str(run / "tb"), purge_step=step)
+    writer = SummaryWriter(str(run / "tb"), purge_step=step + 1)
     return writer, RoomClouds(writer, cfg.data.root, seed=cfg.train.seed)
 
 
@@ -167,11 +179,13 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
                 steps_per_epoch: int, env: distributed.DistEnv, checkpoints: FoldCheckpoints,
                 writer) -> EpochMeter:
     """The optimiser steps of epoch ``state.epoch`` from batch ``state.batch`` on (the sampler skips the
-    batches done before a resume); ``last.pt`` every ``train.checkpoint_every`` steps inside it. ``step(batch,
+    batches done before a resume, whose sums ``state.epoch_sums`` the meter starts from); ``last.pt``, with
+    the sums so far, every ``train.checkpoint_every`` steps inside it. ``step(batch,
     before_update)``: ``graphs.training_step``'s (the eager ``train_step`` or the CUDA-graph step)."""
     device = env.device
     learner.model.train()
-    meter = EpochMeter(cfg, device)
+    meter = EpochMeter(cfg.model.num_classes, cfg.train.ignore_index, device,  # a resume: the sums so far
+                       carried=state.epoch_sums if env.is_main else None)
     bar = progress(loader, env.is_main and cfg.train.progress, initial=state.batch,
                    total=steps_per_epoch, desc=f"fold {fold} epoch {state.epoch + 1}/{cfg.train.epochs}")
     for batch in bar:
@@ -187,6 +201,7 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
             bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{learner.lr():.2e}")
         if cfg.train.checkpoint_every and state.step % cfg.train.checkpoint_every == 0 \
                 and state.batch < steps_per_epoch:  # at the epoch's end, end_epoch saves it
+            state.epoch_sums = meter.sums()
             checkpoints.save("last.pt", state)
     return meter
 
@@ -206,7 +221,7 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
     ``best.pt`` (a better validation mIoU, or every epoch without validation) and ``last.pt``."""
     train_scores, loss, seconds, points_per_s = meter.summary()
     state.epoch += 1
-    state.batch = 0
+    state.batch, state.epoch_sums = 0, {}
     line = (f"epoch {state.epoch}/{cfg.train.epochs}  loss {loss:.4f}  "
             f"train oa {train_scores['oa']:.4f} miou {train_scores['miou']:.4f}  "
             f"lr {learner.lr():.3e}  {seconds:.1f}s  {points_per_s:,.0f} pts/s")
@@ -243,27 +258,6 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     distributed.barrier()
 
 
-class EpochMeter:
-    """Loss, points and confusion of one epoch's training batches, summed over the ranks at its end."""
-
-    def __init__(self, cfg: Config, device: torch.device):
-        self.confusion = ConfusionMeter(cfg.model.num_classes, cfg.train.ignore_index, device=device)
-        self.totals = torch.zeros(3, dtype=torch.float64, device=device)  # [loss sum, batches, points]
-        self.t0 = time.perf_counter()
-
-    def add(self, logits: torch.Tensor, target: torch.Tensor, loss: float) -> None:
-        self.confusion.update(logits.detach(), target)
-        self.totals += torch.tensor([loss, 1.0, target.shape[0]], dtype=torch.float64, device=self.totals.device)
-
-    def summary(self) -> tuple[dict, float, float, float]:
-        """``(scores, mean loss, seconds, points per second)`` of every rank's batches (collective)."""
-        seconds = time.perf_counter() - self.t0
-        distributed.all_reduce_sum(self.totals)
-        self.confusion.all_reduce()
-        loss, batches, points = self.totals.tolist()
-        return self.confusion.scores(), loss / max(batches, 1), seconds, points / max(seconds, 1e-9)
-
-
 def log_scores(writer, tag: str, s: dict, step: int) -> None:
     """OA, mAcc, mIoU under ``tag/`` and the per-class IoU under ``tag_iou/<class>`` (NaN/None skipped)."""
     for key in ("oa", "macc", "miou"):
@@ -287,13 +281,16 @@ def fold_folder(run: Path, env: distributed.DistEnv):
         yield
 
 
-def complete_metrics(run: Path, cfg: Config) -> dict | None:
-    """The metrics of a complete fold trained with ``cfg`` (free keys aside), ``None`` if the fold is not
-    complete; a :class:`UserError` naming the differing keys if it was trained with another config.
+def complete_metrics(run: Path, cfg: Config, areas: list[str]) -> dict | None:
+    """The metrics of a complete fold trained with ``cfg`` (free keys aside) on the files of its ``areas``
+    now in ``cfg.data.root``, ``None`` if the fold is not complete; a :class:`UserError` naming the
+    differing keys if it was trained with another config, or the differing files if on other data.
 
-    What was trained is read from the fold's ``last.pt`` (its config and epochs), never from ``config.yaml``,
-    which a user may edit: a fold whose ``metrics.json`` says complete but whose ``last.pt`` trained fewer
-    epochs than ``cfg`` asks is continued, and one without ``last.pt`` is refused."""
+    What was trained is read from the fold's ``last.pt`` (its config, epochs and the checksums of its area
+    files), never from ``config.yaml``, which a user may edit: a fold whose ``metrics.json`` says complete
+    but whose ``last.pt`` trained fewer epochs than ``cfg`` asks is continued, and one without ``last.pt``
+    is refused. ``data.root`` is a free key (where the files live), so the data is compared by checksum, as
+    a resume and ``evaluate`` compare it: a root prepared again from other rooms is not the fold's data."""
     if not fold_is_complete(run):
         return None
     last = run / "last.pt"
@@ -307,6 +304,10 @@ def complete_metrics(run: Path, cfg: Config) -> dict | None:
                         "retrains it, or use another --run-dir")
     if fold_progress(last, ckpt)[0] < cfg.train.epochs:
         return None
+    saved, root = ckpt.get("data"), cfg.data.root
+    now = {area: None for area in set(saved or {}) | set(areas)}  # None: a file that is not there
+    now.update(area_checksums(root, [area for area in areas if area_path(root, area).is_file()]))
+    check_data(last, saved, now, root, print)
     return json.loads((run / "metrics.json").read_text())
 
 
@@ -331,14 +332,15 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
         wanted = list(folds)
     if env.is_main:  # before any work: a file, or a folder that cannot be written, is one line
         writable_folder(cfg.train.run_dir, "run folder (--run-dir, train.run_dir)")
-    results, budget = [], EpochBudget(cfg.train.epochs_per_run)
+    results, budget = [], EpochBudget(cfg.train.epochs_per_run, force)
     for fold in wanted:
         run = Path(cfg.train.run_dir) / f"area_{fold}"
         with fold_folder(run, env):
-            metrics = None if force else complete_metrics(run, cfg)
+            metrics = None if force else complete_metrics(run, cfg, list(folds[fold].train + folds[fold].test))
             if metrics is not None:
                 if env.is_main:
-                    print(f"fold {fold}: {run / 'metrics.json'} is complete, skipped", flush=True)
+                    print(f"fold {fold}: {run / 'metrics.json'} is complete, skipped"
+                          + untested_eval(run, metrics.get("config"), config_to_dict(cfg)), flush=True)
                 results.append(metrics)
                 continue
             if budget.spent:  # before the fold's set-up: nothing of it is done
@@ -359,19 +361,23 @@ def _main_print(env: distributed.DistEnv):
 
 
 def train(cfg: Config, test_area: int | None, force: bool = False) -> int:
-    """``pointgeope train``: fold ``test_area`` (every fold when ``None``) of ``cfg``; the exit code."""
+    """``pointgeope train``: fold ``test_area`` (every fold when ``None``) of ``cfg``; the exit code.
+    SIGTERM (a job scheduler's time limit, preemption, ``scancel``) stops it as Ctrl-C does
+    (:func:`pointgeope.errors.stop_on_sigterm`): the fold's lock is released and its temporary files deleted,
+    so that the requeued job, on whichever node, resumes from ``last.pt``."""
     distributed.apply_threads(cfg)
-    env = distributed.setup(cfg.train.device)
-    try:
-        with reader_lock(cfg.data.root):  # a prepare into the data root is refused until training ends
-            results = run_folds(cfg, test_area, env, force=force)
-    except StopRun:
-        return 0
-    except FloatingPointError as err:  # the training diverged: not the input's fault, not a bug either
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    finally:
-        distributed.cleanup()
+    with stop_on_sigterm():
+        env = distributed.setup(cfg.train.device)
+        try:
+            with reader_lock(cfg.data.root):  # a prepare into the data root is refused until training ends
+                results = run_folds(cfg, test_area, env, force=force)
+        except StopRun:
+            return 0
+        except FloatingPointError as err:  # the training diverged: not the input's fault, not a bug either
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        finally:
+            distributed.cleanup()
     if env.is_main and len(results) > 1:
         print(f"{len(results)} folds: " + "  ".join(f"{r['area']} miou {r['miou']:.4f}" for r in results))
     return 0

@@ -68,6 +68,14 @@ class RunSummary:
     missing: list[tuple[str, str]] = field(default_factory=list)  # (area, reason)
     class_mean: str = "present"
     mixed: dict = field(default_factory=dict)  # {key: {area: value}} of the settings its folds differ in
+    unreported: list[str] = field(default_factory=list)  # fold folders with metrics.json beyond area_1..6
+
+    def unreported_text(self) -> str:
+        """``"not reported: area_7 (...)"``, or ``""``: the run's folds that the six-fold report leaves out."""
+        if not self.unreported:
+            return ""
+        return (f"not reported: {', '.join(self.unreported)} (the report covers S3DIS's six folds, "
+                f"{AREAS[0]}..{AREAS[-1]}; report those folds' metrics.json on their own)")
 
     @property
     def confusion(self) -> np.ndarray:
@@ -179,7 +187,8 @@ def _class_mean(run: Path, folds: list[FoldResult], asked: str | None) -> str:
 
 def load_run(run: str | Path, name: str | None = None, class_mean: str | None = None,
              allow_mixed: bool = False) -> RunSummary:
-    """Read ``RUN/area_K/metrics.json`` for K = 1..6; ``class_mean``: the rule of the class means (``None``:
+    """Read ``RUN/area_K/metrics.json`` for K = 1..6 (other fold folders with one are named in the summary:
+    ``unreported``); ``class_mean``: the rule of the class means (``None``:
     the one the folds were evaluated with); ``allow_mixed``: pool folds trained or evaluated with different
     settings (:mod:`pointgeope.report.settings`), which the summary's ``mixed`` then lists.
 
@@ -210,10 +219,14 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
         raise ReportError(f"{run}: its folds were trained or evaluated with different settings: {mixed_text(mixed)}; "
                           "one pooled number needs one method, data set and protocol: report them as separate "
                           "runs, or pass --allow-mixed to pool them with the differences written in the report")
-    summary = RunSummary(name or run.resolve().name, run, folds, missing, rule, mixed)
+    known = {fold_dir(run, k).name for k in range(1, len(AREAS) + 1)}
+    unreported = sorted((p.name for p in run.glob("area_*") if p.name not in known and (p / METRICS_FILE).is_file()),
+                        key=lambda n: (len(n), n))
+    summary = RunSummary(name or run.resolve().name, run, folds, missing, rule, mixed, unreported)
     if not folds:
         raise ReportError(f"{run}: no complete fold to report ({summary.missing_text()}); expected "
-                          f"{run}/area_K/{METRICS_FILE} with \"complete\": true for K in 1..{len(AREAS)}")
+                          f"{run}/area_K/{METRICS_FILE} with \"complete\": true for K in 1..{len(AREAS)}"
+                          + (f"; {summary.unreported_text()}" if unreported else ""))
     return summary
 
 

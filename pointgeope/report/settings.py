@@ -8,7 +8,12 @@ compared but those of :data:`IGNORED` (where and how fast a run went, its seed, 
 rule that the report rescores by itself); a key missing from some folds (a config of an older version)
 and a fold with no recorded settings are not compared. What differs is ``{key: {area: value}}``::
 
-    {"model.pe": {"Area_1": "geope", "Area_2": "rpe", ...}, "data.root": {...}}
+    {"model.pe": {"Area_1": "geope", "Area_2": "rpe", ...}, "data.files.Area_3": {...}}
+
+The data set is compared by its files: ``metrics.json`` records the checksums of the area files the fold
+trained and was tested on (``"data"``), as ``data.files.<area>``; where every fold records them,
+``data.root`` (where the files were: a node's local copy, a path spelled from another folder) is not
+compared. Folds that do not record them (an older version) compare ``data.root``.
 """
 from __future__ import annotations
 
@@ -42,8 +47,10 @@ def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
 
 def fold_settings(metrics: dict, folder: Path) -> dict[str, object] | None:
     """The settings of one fold (module docstring), or ``None`` where neither file records them."""
+    data = metrics.get("data")
+    files = {f"data.files.{area}": checksum for area, checksum in data.items()} if isinstance(data, dict) else {}
     if isinstance(metrics.get("config"), dict):
-        return flatten(metrics["config"])
+        return {**flatten(metrics["config"]), **files}
     try:
         config = yaml.safe_load((Path(folder) / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
@@ -55,7 +62,7 @@ def fold_settings(metrics: dict, folder: Path) -> dict[str, object] | None:
         if name in metrics:
             value = metrics[name]
             settings[key] = Path(value).stem if name == "checkpoint" and isinstance(value, str) else value
-    return settings
+    return {**settings, **files}
 
 
 def _order(key: str) -> tuple[int, str]:
@@ -71,6 +78,8 @@ def mixed_settings(folds: dict[str, dict | None]) -> dict[str, dict[str, object]
     if len(known) < 2:
         return {}
     keys = set.intersection(*(set(s) for s in known.values())) - IGNORED
+    if all(any(key.startswith("data.files.") for key in s) for s in known.values()):
+        keys.discard("data.root")   # the files' checksums say whether the data is the same
     mixed = {}
     for key in sorted(keys, key=_order):
         values = {area: s[key] for area, s in known.items()}

@@ -101,6 +101,8 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
     for run in runs:
         if run.missing:
             notes.append(f"- {run.name}: {run.missing_text()}; pooled over {run.pooled_over_text()}.")
+        if run.unreported:
+            notes.append(f"- {run.name}: {run.unreported_text()}.")
         if run.mixed:
             notes.append(f"- {run.name}: mixed settings (pooled with --allow-mixed): its folds differ in")
             notes += [f"  - `{key}`: " + "; ".join(f"{areas} `{_plain(value)}`" for areas, value in value_groups(v))
@@ -213,6 +215,7 @@ def json_report(runs: list[RunSummary]) -> dict:
             "path": str(run.path),
             "folds": run.areas,
             "folds_missing": [{"area": a, "reason": r} for a, r in run.missing],
+            "folds_unreported": run.unreported,  # fold folders beyond area_1..area_6 (not in the scores)
             "num_points": run.num_points,
             "class_mean": run.class_mean,
             "mixed_settings": run.mixed,  # {key: {area: value}} of settings its folds differ in (--allow-mixed)

@@ -70,6 +70,24 @@ def check_extent(coord) -> None:
                        "without extent is blank, nothing to frame; --ply PLY writes them")
 
 
+def choose_mode(requested: str | None, room, area) -> str:
+    """The colouring: ``requested`` (``--mode``), else ``gt``, or for a room without ground truth (every
+    label ``IGNORE_LABEL``: the predictions of an unlabelled scan, ``pointgeope predict --format h5``) its
+    predictions (``rgb`` without them). A mode that needs what the room lacks is refused: ``pred`` and
+    ``error`` without predictions, ``gt`` and ``error`` without ground truth (they drew every point black)."""
+    from pointgeope.constants import NUM_CLASSES
+
+    labelled = bool((room.label < NUM_CLASSES).any())
+    mode = requested or ("gt" if labelled else "rgb" if room.pred is None else "pred")
+    if mode in ("pred", "error") and room.pred is None:
+        raise VizError(f"--mode {mode} needs --pred RUN/area_N/predictions/Area_N.h5 (or a file of "
+                       "pointgeope predict --format h5)")
+    if mode in ("gt", "error") and not labelled:
+        raise VizError(f"--mode {mode}: room {room.name!r} of {area} has no ground truth (every label is "
+                       f"unlabelled, as in the predictions of a scan); use --mode pred or rgb")
+    return mode
+
+
 def show_room(args) -> int:
     """``pointgeope viz AREA --room ROOM``: one room in a window, or its screenshot or PLY; ``args`` holds
     the options of ``pointgeope/commands/viz.py``; the area file is checked as training checks it."""
@@ -89,12 +107,9 @@ def show_room(args) -> int:
         raise VizError(f"expected --room ROOM or --list; rooms in {args.area}: {', '.join(rooms)}")
     if args.room is not None and args.room not in rooms:
         raise VizError(f"--room {args.room!r}: no such room in {args.area}; its rooms: {', '.join(rooms)}")
-    mode = args.mode or "gt"
     hidden = parse_class_names(args.hide)
     room = load_room(args.area, args.room if args.room is not None else rooms[0], args.pred)
-    if mode in ("pred", "error") and room.pred is None:
-        raise VizError(f"--mode {mode} needs --pred RUN/area_N/predictions/Area_N.h5 (or a file of "
-                         "pointgeope predict --format h5)")
+    mode = choose_mode(args.mode, room, args.area)
     ansi = use_ansi()
     print("\n".join(legend_lines(room.label, room.pred, ansi=ansi,
                                  title=f"{args.area} / {room.name}: {len(room):,} points")))

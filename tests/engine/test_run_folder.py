@@ -2,6 +2,7 @@
 leftover temporary files and the number of torch threads of a resume."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -145,25 +146,44 @@ def test_an_unfinished_fold_evaluated_stays_unfinished_and_is_flagged_by_report(
     assert "warning" not in capsys.readouterr().err  # a finished fold
 
 
-@pytest.mark.slow
-def test_ctrl_c_stops_training_with_one_line_and_exit_code_130(two_folds, tmp_path):
-    """SIGINT to a training (Ctrl-C): one line, exit code 130, the fold's lock released; it printed a
-    KeyboardInterrupt traceback."""
-    proc = _train_py(two_folds, tmp_path, "train.epochs=1000", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def _stop_training(two_folds, run, sig: int):
+    """train.py on fold 1, sent ``sig`` once it has written a checkpoint (inside the loop, the lock held);
+    returns ``(exit code, stderr)``."""
+    proc = _train_py(two_folds, run, "train.epochs=1000", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
-        while not (tmp_path / "area_1" / "last.pt").exists():  # inside the loop: the lock is held
+        while not (run / "area_1" / "last.pt").exists():  # inside the loop: the lock is held
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130
+    return proc.returncode, err
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_training_with_one_line_and_exit_code_130(two_folds, tmp_path):
+    """SIGINT to a training (Ctrl-C): one line, exit code 130, the fold's lock released; it printed a
+    KeyboardInterrupt traceback."""
+    code, err = _stop_training(two_folds, tmp_path, signal.SIGINT)
+    assert code == 130
     last_line_only(err, "train.py: interrupted")
     assert not (tmp_path / "area_1" / ".lock").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_stops_training_as_ctrl_c_does(two_folds, tmp_path):
+    """SIGTERM (SLURM's time limit, preemption, scancel) killed a training at once: no line, the fold's
+    .lock left, which a requeued task on another node is refused by. Now: one line, exit code 143, the lock
+    released and no temporary file left."""
+    code, err = _stop_training(two_folds, tmp_path, signal.SIGTERM)
+    assert code == 143
+    last_line_only(err, "train.py: terminated")
+    assert sorted(p.name for p in (tmp_path / "area_1").iterdir() if p.name.startswith(".")) == []
+    assert load_checkpoint(tmp_path / "area_1" / "last.pt")["step"] >= 1
 
 
 def test_a_hand_edited_config_yaml_does_not_make_a_fold_complete(two_folds, tiny_run, tmp_path, capsys):
@@ -187,3 +207,84 @@ def test_a_hand_edited_config_yaml_does_not_make_a_fold_complete(two_folds, tiny
     assert capsys.readouterr().err.strip() == (
         f"train.py: error: {fold}: metrics.json says complete, but {fold / 'last.pt'}, the record of what was "
         "trained, is missing; --force retrains the fold, or use another --run-dir")
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_sigterm_while_writing_stops_evaluate_and_predict_as_ctrl_c(tiny_run, tmp_path, monkeypatch, capsys, command):
+    """SIGTERM arriving while `evaluate` or `predict` writes its predictions (its temporary file open, its
+    folder locked) was not handled: the process died with both left behind. Now it ends as Ctrl-C does:
+    one line, exit code 143, the temporary file deleted and the lock released."""
+    import shutil
+
+    from pointgeope import h5
+    from pointgeope.cli import main as cli
+    from pointgeope.scans import outputs
+
+    fold = tmp_path / "area_1"
+    shutil.copytree(tiny_run, fold)
+    (fold / "metrics.json").unlink()
+    shutil.rmtree(fold / "predictions")
+    scan, out = tmp_path / "scan.npy", tmp_path / "pred"
+    np.save(scan, np.random.default_rng(0).random((500, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
+    folder = fold if command == "evaluate" else out
+    module, name = (h5, "_create") if command == "evaluate" else (outputs, "atomic_path")  # each one's writer
+    real_writer, seen = getattr(module, name), []
+
+    @contextlib.contextmanager
+    def write_then_sigterm(path):
+        with real_writer(path) as f:
+            seen.append(sorted(p.name for p in folder.rglob(".*")))  # the lock and the temporary file
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100):   # Python runs the handler between two bytecodes: here, at once
+                time.sleep(0.01)
+            yield f
+
+    monkeypatch.setattr(module, name, write_then_sigterm)
+    ignored = []   # without a handler of the command's, SIGTERM lands here (pytest itself must not die)
+    previous = signal.signal(signal.SIGTERM, lambda *_: ignored.append(1))
+    ctrl_c = signal.getsignal(signal.SIGINT)   # cli's settle_exit(143) ignores a second Ctrl-C from then on
+    try:
+        argv = ["evaluate", str(fold)] if command == "evaluate" else ["predict", str(fold / "last.pt"), str(scan),
+                                                                     "--out", str(out)]
+        capsys.readouterr()
+        assert cli(argv) == 143 and not ignored
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, ctrl_c)
+    assert len(seen) == 1 and ".lock" in seen[0] and any(".tmp" in name for name in seen[0]), seen
+    assert capsys.readouterr().err.splitlines()[-1] == f"pointgeope {command}: terminated"
+    assert sorted(p.name for p in folder.rglob(".*")) == []
+    assert not (fold / "metrics.json").exists()
+
+
+def test_a_skipped_fold_names_the_eval_values_it_was_not_tested_with(two_folds, tiny_run, tmp_path, capsys):
+    """`train` on a complete fold with new eval.* values said "complete, skipped" and kept the old test: the
+    skip line now names the values not applied and the `pointgeope evaluate` command that applies them; run,
+    that command's test is the one asked for, and the next `train` skips the fold without a note."""
+    import shlex
+    import shutil
+
+    from pointgeope.cli import main as cli
+
+    fold = tmp_path / "area_1"
+    shutil.copytree(tiny_run, fold)
+    before = (fold / "metrics.json").read_text()
+    assert json.loads(before)["tta_views"] == 1
+    same = ["train.epochs=1", "train.val_every=1"]   # tiny_run's command
+    capsys.readouterr()
+    assert train(two_folds, tmp_path, *same, "eval.tta.rotations=2", "eval.tta.flips=true") == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("fold 1: ")]
+    command = f"pointgeope evaluate {fold} eval.tta.flips=true eval.tta.rotations=2"
+    assert line == [f"fold 1: {fold / 'metrics.json'} is complete, skipped; its test did not use this command's "
+                    "eval.tta.flips=true (it used false), eval.tta.rotations=2 (it used 1), which train does not "
+                    f"apply to a complete fold: {command} tests it with them"]
+    assert (fold / "metrics.json").read_text() == before   # skipped: not tested again
+    assert cli(shlex.split(command)[1:]) == 0
+    assert json.loads((fold / "metrics.json").read_text())["tta_views"] == 4
+    capsys.readouterr()
+    assert train(two_folds, tmp_path, *same, "eval.tta.rotations=2", "eval.tta.flips=true") == 0
+    assert f"fold 1: {fold / 'metrics.json'} is complete, skipped\n" in capsys.readouterr().out
+    # one value more: the command also sets those the test used but config.yaml (evaluate's start) lacks
+    assert train(two_folds, tmp_path, *same, "eval.tta.rotations=2", "eval.tta.flips=true", "eval.vote=softmax") == 0
+    assert (f"its test did not use this command's eval.vote=softmax (it used logits), which train does not apply "
+            f"to a complete fold: {command} eval.vote=softmax tests it with them") in capsys.readouterr().out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import h5py
 import numpy as np
@@ -60,6 +61,8 @@ def test_fold_writes_a_complete_run_folder(two_folds, tmp_path):
     metrics = json.loads((fold / "metrics.json").read_text())
     assert metrics["complete"] is True and metrics["area"] == "Area_1" and metrics["fold"] == 1
     assert metrics["fps_rule"] == FPS_RULE            # which hierarchy the fold was trained and tested with
+    # and on which files (report compares them): the checksums of the fold's area files
+    assert metrics["data"] == {a: file_checksum(two_folds / f"{a}.h5") for a in ("Area_1", "Area_2", "Area_3")}
     rooms = list_rooms(two_folds / "Area_1.h5")
     assert metrics["num_points"] == sum(rooms.values())
     with h5py.File(fold / "predictions" / "Area_1.h5", "r") as f:
@@ -109,6 +112,16 @@ def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkey
     ma = json.loads((tmp_path / "straight" / "area_1" / "metrics.json").read_text())
     mb = json.loads((tmp_path / "killed" / "area_1" / "metrics.json").read_text())
     assert ma["confusion"] == mb["confusion"]
+    # each epoch's logged train scores are those of all its batches (a mid-epoch resume logged those after it)
+    assert epoch_scores(tmp_path / "killed") == epoch_scores(tmp_path / "straight")
+
+
+def epoch_scores(run) -> dict[str, str]:
+    """``{"epoch 1/2": "loss 1.2345  train oa 0.5 miou 0.1", ...}`` of a fold's log.txt (its last line of each
+    epoch: a resumed run logs the epoch it finishes)."""
+    found = re.findall(r" (epoch \d+/\d+)  (loss \S+  train oa \S+ miou \S+)  ", (run / "area_1" / "log.txt").read_text())
+    assert found
+    return dict(found)
 
 
 @pytest.mark.slow
@@ -240,3 +253,45 @@ def test_epochs_per_run_counts_the_epochs_of_the_whole_invocation(two_folds, tmp
     assert train(two_folds, tmp_path, "train.epochs=1", "train.epochs_per_run=1", fold="cv") == 0
     assert json.loads((tmp_path / "area_2" / "metrics.json").read_text())["complete"] is True
     assert "fold 1: " in capsys.readouterr().out   # skipped as complete
+
+
+def test_a_stop_under_force_says_to_drop_force(two_folds, tmp_path, capsys):
+    """With --force, "the same command continues from last.pt" was false: the same command cleared the fold
+    again, so a resubmission loop never got past train.epochs_per_run epochs. The stop line now says that
+    the command without --force continues, and that one does."""
+    assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1", "--force") == 0
+    last = tmp_path / "area_1" / "last.pt"
+    assert (f"stopping in fold 1 after epoch 1: 1 epoch(s) trained in this run (train.epochs_per_run=1); the same "
+            f"command without --force (with it, the fold starts again) continues from {last}") in capsys.readouterr().out
+    assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1") == 0
+    assert f"resumed from {last}: epoch 1, batch 0" in capsys.readouterr().out
+    assert json.loads((tmp_path / "area_1" / "metrics.json").read_text())["complete"] is True
+
+
+def test_a_complete_fold_on_other_data_is_refused_not_skipped(two_folds, tmp_path, capsys):
+    """A complete fold whose area file was prepared again from other rooms (the same data.root, a new
+    manifest) was skipped as complete, its old scores kept for the report; a resume and `evaluate` refused
+    it. Now the skip compares the checksums too and refuses it by file; --force retrains."""
+    root = _copy_root(two_folds, tmp_path / "root")
+    assert train(root, tmp_path / "run", "train.epochs=1") == 0
+    fold = tmp_path / "run" / "area_1"
+    metrics = (fold / "metrics.json").read_text()
+    capsys.readouterr()
+    assert train(root, tmp_path / "run", "train.epochs=1") == 0     # the same files: skipped
+    assert f"fold 1: {fold / 'metrics.json'} is complete, skipped" in capsys.readouterr().out
+    before = file_checksum(root / "Area_3.h5")
+    rooms = list(list_rooms(root / "Area_3.h5"))[:-1]
+    write_area(root / "Area_3.h5", "Area_3", [(r, *read_room_record(two_folds / "Area_3.h5", r)) for r in rooms])
+    now = file_checksum(root / "Area_3.h5")
+    (root / "manifest.json").write_text(json.dumps({"checksums": {a: file_checksum(root / f"{a}.h5")
+                                                                  for a in ("Area_1", "Area_2", "Area_3")}}))
+    assert train(root, tmp_path / "run", "train.epochs=1") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"train.py: error: {fold / 'last.pt'} was trained on other data than {root} holds now (Area_3.h5 "
+                   f"trained on {before[:19]}..., now {now[:19]}...); restore the data it trained on (or set "
+                   "data.root to it); pointgeope train with --force retrains the fold from scratch"]
+    assert (fold / "metrics.json").read_text() == metrics
+    (root / "Area_2.h5").unlink()                                    # a file of the fold gone: not skipped either
+    assert train(root, tmp_path / "run", "train.epochs=1") == 2
+    err = capsys.readouterr().err
+    assert "Area_2.h5 trained on sha256:" in err and ", now nothing" in err

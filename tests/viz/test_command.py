@@ -11,6 +11,7 @@ from pointgeope.cli import main
 from pointgeope.constants import CLASS_NAMES, PALETTE
 from pointgeope.viz.render import require_open3d
 from tests.viz.conftest import synthetic_room
+from tests.viz.test_ply import _read_ply
 
 
 def test_list_rooms(synthetic_area, capsys):
@@ -180,3 +181,31 @@ def test_missing_fold_predictions_say_which_command_writes_them(synthetic_area, 
     other = tmp_path / "preds.h5"                    # no fold folder: nothing to suggest
     assert main(["viz", str(area), "--list", "--pred", str(other)]) == 2
     assert capsys.readouterr().err.strip().endswith(f"found nothing at {other}")
+
+
+def test_an_unlabelled_scan_is_drawn_by_its_predictions_and_gt_is_refused(tmp_path, capsys):
+    """The predictions of an unlabelled scan (`predict --format h5`) were drawn by `gt` by default, every point
+    black, and `--mode gt` / `--mode error` too, without a word. The default is now `pred`; the two modes
+    that need ground truth are refused in one line."""
+    from pointgeope import h5
+
+    rng = np.random.default_rng(0)
+    n = 200
+    arrays = {"coord": rng.random((n, 3)).astype(np.float32) * 4, "color": rng.integers(0, 255, (n, 3), np.uint8),
+              "label": np.full(n, 255, np.uint8), "instance": np.zeros(n, np.int32)}
+    pred = rng.integers(0, len(CLASS_NAMES), n).astype(np.uint8)
+    path = tmp_path / "scan_pred.h5"
+    h5.write_scan_predictions(path, "scans/scan", "scan", arrays, pred, list(CLASS_NAMES), "scan.npy",
+                              {"num_points": n})
+    assert main(["viz", str(path), "--ply", str(tmp_path / "v.ply"), "--max-points", "0"]) == 0
+    assert f"wrote {tmp_path / 'v.ply'}: {n} points coloured by pred" in capsys.readouterr().out
+    _, rec, _ = _read_ply(tmp_path / "v.ply")            # each point in its predicted class's colour
+    np.testing.assert_array_equal(np.c_[rec["red"], rec["green"], rec["blue"]],
+                                  np.asarray(PALETTE, np.uint8)[rec["pred"]])
+    assert sorted(rec["pred"]) == sorted(pred)
+    for mode in ("gt", "error"):
+        assert main(["viz", str(path), "--mode", mode, "--ply", str(tmp_path / f"{mode}.ply")]) == 2
+        assert capsys.readouterr().err == (f"pointgeope viz: error: --mode {mode}: room 'scan' of {path} has no "
+                                           "ground truth (every label is unlabelled, as in the predictions of a "
+                                           "scan); use --mode pred or rgb\n")
+        assert not (tmp_path / f"{mode}.ply").exists()

@@ -1,0 +1,68 @@
+"""The running scores of one training epoch: loss, points, time and confusion of its batches, over the ranks.
+
+A fold's ``last.pt`` written inside an epoch (``train.checkpoint_every``) carries the sums so far
+(:meth:`EpochMeter.sums`, in :class:`pointgeope.engine.state.LoopState`'s ``epoch_sums``), and the resumed
+run's meter starts from them, so that the epoch's logged loss, OA and mIoU (``log.txt``, TensorBoard) are
+those of all its batches, as in the uninterrupted run, not of the batches after the resume::
+
+    epoch_sums = {"totals": [loss sum, batches, points],   # float64 sums over every rank
+                  "confusion": [[...] * C] * C,            # int64 counts, rows = ground truth
+                  "seconds": float}                        # training time of the epoch so far
+
+(plain lists and numbers: the checkpoint loads with ``weights_only=True``; ``{}`` at an epoch's end).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from pointgeope.engine import distributed
+from pointgeope.metrics import ConfusionMeter, scores
+
+
+class EpochMeter:
+    """Loss, points and confusion of one epoch's training batches, summed over the ranks.
+
+    Args:
+        num_classes, ignore_index: of the confusion (``ignore_index`` points are not counted).
+        device: where the sums live (the rank's device: NCCL reduces CUDA tensors).
+        carried: :meth:`sums` of this epoch's batches before a resume (``None`` or ``{}``: none). They are
+            already summed over the ranks, so one rank (the main one) must carry them, the others ``None``.
+    """
+
+    def __init__(self, num_classes: int, ignore_index: int | None, device: torch.device,
+                 carried: dict | None = None):
+        self.confusion = ConfusionMeter(num_classes, ignore_index, device=device)
+        self.totals = torch.zeros(3, dtype=torch.float64, device=device)  # [loss sum, batches, points]
+        self.carried = np.zeros((num_classes, num_classes), dtype=np.int64)
+        seconds = 0.0
+        if carried:
+            self.totals += torch.tensor(carried["totals"], dtype=torch.float64, device=device)
+            self.carried = np.asarray(carried["confusion"], dtype=np.int64).reshape(num_classes, num_classes)
+            seconds = float(carried["seconds"])
+        self.t0 = time.perf_counter() - seconds
+
+    def add(self, logits: torch.Tensor, target: torch.Tensor, loss: float) -> None:
+        self.confusion.update(logits.detach(), target)
+        self.totals += torch.tensor([loss, 1.0, target.shape[0]], dtype=torch.float64, device=self.totals.device)
+
+    def _reduced(self) -> tuple[torch.Tensor, np.ndarray]:
+        """``(totals, confusion)`` of every rank's batches and the carried sums (collective; copies: the
+        meter goes on counting)."""
+        totals = distributed.all_reduce_sum(self.totals.clone())
+        counts = torch.from_numpy(self.confusion.confusion + self.carried).to(self.totals.device)
+        return totals, distributed.all_reduce_sum(counts).cpu().numpy()
+
+    def sums(self) -> dict:
+        """The epoch's sums so far over every rank, as plain lists (collective): what ``last.pt`` carries."""
+        totals, confusion = self._reduced()
+        return {"totals": totals.tolist(), "confusion": confusion.tolist(), "seconds": time.perf_counter() - self.t0}
+
+    def summary(self) -> tuple[dict, float, float, float]:
+        """``(scores, mean loss, seconds, points per second)`` of every rank's batches (collective)."""
+        seconds = time.perf_counter() - self.t0
+        totals, confusion = self._reduced()
+        loss, batches, points = totals.tolist()
+        return scores(confusion), loss / max(batches, 1), seconds, points / max(seconds, 1e-9)

@@ -1,0 +1,116 @@
+"""pointgeope/engine/epoch_meter.py: an epoch's sums carried over a resume give the uninterrupted epoch's scores."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from pointgeope.engine.epoch_meter import EpochMeter
+from pointgeope.metrics import scores
+
+C = 4
+
+
+def batches(n: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor, float]]:
+    """``n`` batches of ``(logits (N, C), labels (N,), loss)``, labels -1 (ignored) included."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        points = 20 + 7 * i
+        out.append((torch.randn(points, C, generator=g), torch.randint(-1, C, (points,), generator=g),
+                    float(torch.rand(1, generator=g)) * 3))
+    return out
+
+
+def test_carried_sums_continue_the_epoch_exactly():
+    """An epoch resumed after batch 3 of 7 logged the scores of batches 4-7 only; with the sums of the
+    first three carried (as last.pt carries them) its summary is the uninterrupted one's, value for value."""
+    data = batches(7)
+    straight = EpochMeter(C, -1, torch.device("cpu"))
+    for b in data:
+        straight.add(*b)
+    first = EpochMeter(C, -1, torch.device("cpu"))
+    for b in data[:3]:
+        first.add(*b)
+    carried = first.sums()
+    resumed = EpochMeter(C, -1, torch.device("cpu"), carried=carried)
+    for b in data[3:]:
+        resumed.add(*b)
+    a, b = straight.summary(), resumed.summary()
+    assert a[0] == b[0] and a[1] == b[1]       # scores and mean loss: equal, not close
+    assert b[2] >= carried["seconds"]           # the time before the stop counts
+
+    # the same scores from the definition: the counts of every non-ignored point, the mean of the losses
+    assert a[0] == scores(confusion_of(data))
+    assert a[1] == pytest.approx(np.mean([loss for _, _, loss in data]), rel=1e-12)
+    assert carried["confusion"] == confusion_of(data[:3]).tolist()
+    assert carried["totals"] == [sum(x[2] for x in data[:3]), 3.0, float(sum(len(x[1]) for x in data[:3]))]
+
+
+def confusion_of(data) -> np.ndarray:
+    confusion = np.zeros((C, C), dtype=np.int64)
+    for logits, labels, _ in data:
+        keep = labels >= 0
+        np.add.at(confusion, (labels[keep].numpy(), logits.argmax(1)[keep].numpy()), 1)
+    return confusion
+
+
+def test_sums_leave_the_meter_counting_and_an_empty_carry_is_a_fresh_start():
+    data = batches(4, seed=1)
+    meter, fresh = EpochMeter(C, -1, torch.device("cpu"), carried={}), EpochMeter(C, -1, torch.device("cpu"))
+    for b in data[:2]:
+        meter.add(*b)
+        fresh.add(*b)
+    meter.sums()                                # a mid-epoch checkpoint: the meter goes on as it was
+    for b in data[2:]:
+        meter.add(*b)
+        fresh.add(*b)
+    assert meter.summary()[:2] == fresh.summary()[:2]
+    assert meter.sums()["confusion"] == confusion_of(data).tolist()
+
+
+def _ranks_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    """Rank r trains batches r, r + 2, ... of 8; a stop after each rank's first 2 batches: the sums then
+    (collective), a fresh meter per rank carrying them on rank 0 only, the remaining batches, the summary."""
+    import pickle
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        mine = batches(8, seed=3)[rank::world]
+        first = EpochMeter(C, -1, torch.device("cpu"))
+        for b in mine[:2]:
+            first.add(*b)
+        carried = first.sums()
+        resumed = EpochMeter(C, -1, torch.device("cpu"), carried=carried if rank == 0 else None)
+        for b in mine[2:]:
+            resumed.add(*b)
+        with open(f"{out_dir}/rank{rank}.pkl", "wb") as f:
+            pickle.dump((carried["confusion"], resumed.summary()[:2]), f)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork (POSIX)")
+def test_ranks_carry_the_sums_of_all_ranks_once(tmp_path):
+    """Under DDP each rank counts its own batches: the carried sums are those of every rank (summed when
+    saved), carried by rank 0 alone, so the resumed epoch's summary is the one-process summary of all 8."""
+    import pickle
+
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_ranks_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True,
+                       start_method="fork")
+    data = batches(8, seed=3)
+    single = EpochMeter(C, -1, torch.device("cpu"))
+    for b in data:
+        single.add(*b)
+    expected = single.summary()[:2]
+    for rank in range(2):
+        with open(tmp_path / f"rank{rank}.pkl", "rb") as f:
+            carried, summary = pickle.load(f)
+        assert carried == confusion_of(data[:4]).tolist()    # batches 0-3: each rank's first two
+        assert summary[0] == expected[0] and summary[1] == pytest.approx(expected[1], rel=1e-12)
