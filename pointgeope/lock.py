@@ -96,17 +96,26 @@ def _refuse(path: Path, owner: dict | None) -> LockError:
                      + f"; wait for it to end or stop it (its lock: {path})")
 
 
+def _flock_or_refuse(fd: int, mode: str, refusal) -> None:
+    """``flock(fd, fcntl.<mode> | LOCK_NB)`` (no-op without fcntl); when another process holds it, the error
+    ``refusal()`` makes (it may read ``fd`` to name the holder), raised after ``fd`` is closed."""
+    if fcntl is None:
+        return
+    try:
+        fcntl.flock(fd, getattr(fcntl, mode) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            error = refusal()
+        finally:
+            os.close(fd)
+        raise error from None
+
+
 def _open_locked(path: Path) -> int:
     """Open ``path`` and take its flock; the descriptor, or LockError when a live process holds it."""
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                owner = _holder(fd)
-                os.close(fd)
-                raise _refuse(path, owner) from None
+        _flock_or_refuse(fd, "LOCK_EX", lambda: _refuse(path, _holder(fd)))
         try:  # a releasing owner may have deleted the file between our open and our flock
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 return fd
@@ -161,14 +170,8 @@ def _readers(fd: int) -> str:
 def _exclude_readers(folder: Path) -> int:
     """Take ``FOLDER/.readers.lock`` exclusively: the descriptor, or LockError naming the readers."""
     fd = os.open(folder / READERS_NAME, os.O_RDONLY | os.O_CREAT, 0o666)
-    if fcntl is not None:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            who = _readers(fd)
-            os.close(fd)
-            raise LockError(f"{folder} is being read by {who}; wait for it to end, or write into another "
-                            "folder") from None
+    _flock_or_refuse(fd, "LOCK_EX", lambda: LockError(f"{folder} is being read by {_readers(fd)}; wait for it to "
+                                                      "end, or write into another folder"))
     return fd
 
 
@@ -234,12 +237,7 @@ def reader_lock(folder: str | Path) -> Iterator[None]:
     except OSError:
         yield
         return
-    if fcntl is not None:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise _refuse(Path(folder) / LOCK_NAME, _writer(Path(folder) / LOCK_NAME)) from None
+    _flock_or_refuse(fd, "LOCK_SH", lambda: _refuse(Path(folder) / LOCK_NAME, _writer(Path(folder) / LOCK_NAME)))
     _HELD[fd] = os.getpid()
     try:
         yield
