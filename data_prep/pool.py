@@ -3,8 +3,9 @@
 A pool worker outlived a killed ``prepare`` (``kill``, ``kill -9``, a job scheduler): it went on parsing,
 then waited forever. Now:
 
-- SIGTERM of the main process is a clean stop (:func:`pointgeope.errors.stop_on_sigterm`): the pool is
-  stopped, the temporary files deleted and OUT's lock released on the way out (exit code 143);
+- SIGTERM of the main process is a clean stop (the command line's :func:`pointgeope.errors.run_command`
+  raises it as :class:`~pointgeope.errors.Terminated`): the pool is stopped, the temporary files deleted
+  and OUT's lock released on the way out (exit code 143);
 - each worker asks the kernel to kill it when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere
   a thread that watches the parent's pid), which also covers ``kill -9`` of the main process;
 - a worker holds no lock of its parent's (:mod:`pointgeope.lock` closes them in every forked child), so the
@@ -19,7 +20,7 @@ import sys
 import threading
 import time
 
-from pointgeope.errors import UserError, stop_on_sigterm
+from pointgeope.errors import UserError
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -65,16 +66,18 @@ def parallel_map(func, tasks: list, jobs: int):
 
     import pandas  # noqa: F401  (imported once before the workers fork, not once in each: ~0.3 s)
 
-    with stop_on_sigterm():
-        pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=multiprocessing.get_context(),
-                                   initializer=_worker_start, initargs=(os.getpid(),))
-        try:
-            yield (future.result() for future in as_completed([pool.submit(func, task) for task in tasks]))
-        except BrokenProcessPool:
-            raise UserError("a prepare worker process died (killed, out of memory, or crashed) while parsing "
-                            "rooms; the rooms parsed before it are kept: run the same command again, or with "
-                            "--jobs 1 to see which room it was") from None
-        finally:
-            for process in list(getattr(pool, "_processes", {}).values()):  # stop the others now (no public API)
-                process.terminate()
-            pool.shutdown(wait=True, cancel_futures=True)
+    # fork on Linux: a worker's parent is then this process, which _die_with watches (under forkserver,
+    # Python 3.14's default there, it would be the server, and every worker would end itself)
+    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
+    pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=context,
+                               initializer=_worker_start, initargs=(os.getpid(),))
+    try:
+        yield (future.result() for future in as_completed([pool.submit(func, task) for task in tasks]))
+    except BrokenProcessPool:
+        raise UserError("a prepare worker process died (killed, out of memory, or crashed) while parsing "
+                        "rooms; the rooms parsed before it are kept: run the same command again, or with "
+                        "--jobs 1 to see which room it was") from None
+    finally:
+        for process in list(getattr(pool, "_processes", {}).values()):  # stop the others now (no public API)
+            process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -146,8 +146,7 @@ def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> tup
     checksums = old_manifest.get("checksums")
     expected = {(checksums if isinstance(checksums, dict) else {}).get(area),
                 _read_manifest(out / ".work", ASSEMBLED).get(area)} - {None}
-    actual = file_checksum(path)
-    if actual not in expected:
+    if not expected or (actual := file_checksum(path)) not in expected:  # no checksum: no file read
         why = "does not match its checksum in" if expected else "has no checksum in"
         print(f"warning: {path} {why} {out / 'manifest.json'}; rebuilding it", file=sys.stderr)
         return {}, None

@@ -31,6 +31,8 @@ from data_prep.limits import ZipLimits
 from pointgeope.errors import UserError
 
 # Bump when the parsed output of the same raw files changes: prepared rooms then no longer match.
+# 3: lone-CR line ends are line ends; one NUL byte no longer makes a text file binary (repaired on its line);
+#    UTF-16 text is decoded.
 # 4: stray bytes that may be a sign or a decimal mark drop their line instead of being removed; a room's
 #    colours within [0, 1], some fractional, are scaled by 255.
 PARSER_VERSION = 4

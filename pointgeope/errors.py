@@ -16,10 +16,11 @@ raises ``UserError(message)`` (or a subclass) and needs nothing else.
 Ctrl-C (``KeyboardInterrupt``) ends a command as command-line tools end: ``<prog>: interrupted`` and exit
 code 130 (128 + SIGINT), once the ``finally`` blocks and context managers on the way out have released
 its locks and deleted its temporary files; the entry points (:func:`settle_exit`) then ignore a second Ctrl-C
-while the interpreter shuts down. Inside :func:`stop_on_sigterm` (``train``, ``evaluate``, ``predict`` and
-``ablate``: the commands a job scheduler stops with SIGTERM at its time limit, on preemption or ``scancel``),
-SIGTERM ends a command the same way: its locks released and temporary files deleted, ``<prog>: terminated``,
-exit code 143, so that a requeued job, on any node, finds the folder free. A reader of the output that has
+while the interpreter shuts down. :func:`run_command` runs every command inside :func:`stop_on_sigterm` (a job
+scheduler stops ``train``, ``evaluate`` or ``ablate`` with SIGTERM at its time limit, on preemption or
+``scancel``; ``kill`` sends it too), so SIGTERM ends a command the same way: its locks released and
+temporary files deleted, ``<prog>: terminated``, exit code 143, so that a requeued job, on any node, finds
+the folder free. A reader of the output that has
 gone (``pointgeope report RUN | head``) ends a command quietly, exit code 141 (128 + SIGPIPE).
 """
 from __future__ import annotations
@@ -121,8 +122,9 @@ def _stdout_closed() -> bool:
 
 def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False) -> int:
     """``func(*args)`` with user errors (and a missing package of the toolkit) printed as
-    ``<prog>: error: <message>`` and exit code 2, Ctrl-C as ``<prog>: interrupted`` and exit code 130, a
-    :class:`Terminated` as ``<prog>: terminated`` and 143 (``debug``: each with its traceback).
+    ``<prog>: error: <message>`` and exit code 2, Ctrl-C as ``<prog>: interrupted`` and exit code 130, SIGTERM
+    (:func:`stop_on_sigterm`, for every command) as ``<prog>: terminated`` and 143 (``debug``: each with its
+    traceback).
 
     A write beyond the file size limit (``ulimit -f``) then fails with EFBIG, reported as a full disk,
     instead of killing the process with SIGXFSZ (CPython ignores it at start-up already; an embedding
@@ -132,11 +134,16 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        return int(func(*args) or 0)
+        with stop_on_sigterm():
+            code = int(func(*args) or 0)
+            sys.stdout.flush()  # here, not at the interpreter's exit: a closed pipe must fail while it is caught
+        return code
     except BrokenPipeError:
         if debug or not _stdout_closed():
             raise
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush would fail again
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())  # the exit's flush of what is left would fail again
+        os.close(null)
         return EXIT_BROKEN_PIPE
     except (UserError, OSError, ModuleNotFoundError) as err:
         message = user_message(err)

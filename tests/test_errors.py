@@ -101,3 +101,25 @@ def test_a_closed_stdout_ends_quietly_and_another_broken_pipe_is_a_bug():
     assert proc.wait(timeout=120) == 141 and err == "", err[-2000:]
     with pytest.raises(BrokenPipeError):          # stdout is fine (captured): not the reader's going
         run_command("pointgeope x", _raise(BrokenPipeError(errno.EPIPE, "Broken pipe")))
+
+
+def test_a_short_output_left_in_the_buffer_for_a_closed_stdout_ends_quietly_too():
+    """The common `| head`: a command whose last lines are still in stdout's buffer when it returns. They were
+    flushed at the interpreter's exit, after run_command: exit code 120 and 'Exception ignored ...
+    BrokenPipeError'. run_command now flushes while it can still catch that (buffered stdout: the
+    environment's PYTHONUNBUFFERED is left out)."""
+    import os
+
+    script = ("import sys\nfrom pointgeope.errors import run_command\n"
+              "def report():\n    print('row 0', flush=True)\n    sys.stdin.readline()\n"
+              "    for i in range(1, 100):\n        print('row', i)\n"
+              "sys.exit(run_command('pointgeope report', report))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    assert proc.stdout.readline() == b"row 0\n"
+    proc.stdout.close()                           # head has its line and has gone
+    proc.stdin.write(b"go\n")                     # only then the command prints the rest, into its buffer
+    proc.stdin.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == "", err[-2000:]

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from pointgeope.data.folds import fold_of, load_folds
 from pointgeope.engine.config import load_config, override_key
-from pointgeope.errors import UserError, stop_on_sigterm
+from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
 from pointgeope.paths import inside
 
@@ -185,8 +185,7 @@ def _run_all(trials: list[Trial], argvs: list[list[str]], jobs: int) -> list[int
     running = _Running()
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        with stop_on_sigterm():
-            return list(pool.map(lambda job: _run(*job, running), zip(trials, argvs)))
+        return list(pool.map(lambda job: _run(*job, running), zip(trials, argvs)))
     except BaseException:
         running.stop()
         raise

@@ -61,7 +61,7 @@ from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.prefetch import Prefetch
 from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, piece_key, stack
 from pointgeope.engine.runio import progress, write_json_atomic
-from pointgeope.errors import UserError, stop_on_sigterm
+from pointgeope.errors import UserError
 from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
 from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
@@ -371,7 +371,6 @@ def evaluate_run(run: Path, overrides: list[str]) -> int:
     env = distributed.setup(cfg.train.device)
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(stop_on_sigterm())  # a job scheduler's stop: as Ctrl-C, the lock released
             if env.is_main:  # one writer per fold folder, as train
                 stack.enter_context(folder_lock(run, " ".join(sys.argv)))
             stack.enter_context(reader_lock(cfg.data.root))  # and no prepare into the data root meanwhile

@@ -34,7 +34,7 @@ from pointgeope.engine.config_values import range_problem
 from pointgeope.engine.distributed import apply_threads, choose_device
 from pointgeope.engine.evaluate import room_seed, vote_room
 from pointgeope.engine.placement import hierarchy_place
-from pointgeope.errors import UserError, one_line, stop_on_sigterm
+from pointgeope.errors import UserError, one_line
 from pointgeope.scans.scan import Scan, ScanError
 from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
 
@@ -341,7 +341,7 @@ def predict_scans(args) -> int:
           f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
     print(hierarchy_place(predictor.cfg, predictor.device, evaluation=True).line(), flush=True)
     bugs: list[str] = []
-    with stop_on_sigterm(), folder_lock(args.out):  # SIGTERM: as Ctrl-C, the lock released
+    with folder_lock(args.out):  # SIGTERM (run_command): as Ctrl-C, the lock released
         done = _predict_all(predictor, refs, args, errors, bugs)
     failed = ", ".join(getattr(e, "source", e) for e in errors)
     print(one_line(f"predicted {done} of {done + len(errors)} input(s) into {args.out}"

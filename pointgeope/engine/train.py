@@ -53,7 +53,7 @@ from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
-from pointgeope.errors import UserError, stop_on_sigterm
+from pointgeope.errors import UserError
 from pointgeope.h5 import area_path
 from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.memory import neighbour_problem
@@ -362,22 +362,21 @@ def _main_print(env: distributed.DistEnv):
 
 def train(cfg: Config, test_area: int | None, force: bool = False) -> int:
     """``pointgeope train``: fold ``test_area`` (every fold when ``None``) of ``cfg``; the exit code.
-    SIGTERM (a job scheduler's time limit, preemption, ``scancel``) stops it as Ctrl-C does
-    (:func:`pointgeope.errors.stop_on_sigterm`): the fold's lock is released and its temporary files deleted,
-    so that the requeued job, on whichever node, resumes from ``last.pt``."""
+    Under the command line (:func:`pointgeope.errors.run_command`), SIGTERM (a job scheduler's time limit,
+    preemption, ``scancel``) stops it as Ctrl-C does: the fold's lock is released and its temporary files
+    deleted, so that the requeued job, on whichever node, resumes from ``last.pt``."""
     distributed.apply_threads(cfg)
-    with stop_on_sigterm():
-        env = distributed.setup(cfg.train.device)
-        try:
-            with reader_lock(cfg.data.root):  # a prepare into the data root is refused until training ends
-                results = run_folds(cfg, test_area, env, force=force)
-        except StopRun:
-            return 0
-        except FloatingPointError as err:  # the training diverged: not the input's fault, not a bug either
-            print(f"error: {err}", file=sys.stderr)
-            return 1
-        finally:
-            distributed.cleanup()
+    env = distributed.setup(cfg.train.device)
+    try:
+        with reader_lock(cfg.data.root):  # a prepare into the data root is refused until training ends
+            results = run_folds(cfg, test_area, env, force=force)
+    except StopRun:
+        return 0
+    except FloatingPointError as err:  # the training diverged: not the input's fault, not a bug either
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    finally:
+        distributed.cleanup()
     if env.is_main and len(results) > 1:
         print(f"{len(results)} folds: " + "  ".join(f"{r['area']} miou {r['miou']:.4f}" for r in results))
     return 0

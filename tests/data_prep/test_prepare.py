@@ -414,3 +414,18 @@ def test_an_area_whose_rooms_are_all_refused_now_is_moved_aside(tmp_path, capsys
     with pytest.raises(Exception, match="Area_2.h5"):
         check_area_file(out / "Area_2.h5")
     assert json.loads((out / "folds.json").read_text())["folds"] == {"1": {"test": ["Area_1"], "train": []}}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")
+def test_the_workers_run_whatever_the_default_start_method(monkeypatch):
+    """Each worker ends itself when its parent is no longer the prepare process. Under forkserver (Python
+    3.14's default start method on Linux) a worker's parent is the server, so every worker ended itself at
+    once and every parallel prepare failed with "a prepare worker process died"."""
+    import multiprocessing
+
+    from data_prep.pool import parallel_map
+
+    monkeypatch.setattr(multiprocessing, "get_context",
+                        lambda method=None, real=multiprocessing.get_context: real(method or "forkserver"))
+    with parallel_map(abs, [-1, -2, -3], 2) as results:
+        assert sorted(results) == [1, 2, 3]
