@@ -29,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true",
                         help="list the rooms with their point counts (and mIoU with --pred, worst first)")
     parser.add_argument("--mode", choices=MODES, default=None,
-                        help="colouring: rgb, gt (ground truth), pred, error (default: gt; pred for the "
-                             "predictions of an unlabelled scan)")
+                        help="colouring: rgb, gt (ground truth), pred, error (default: gt; for a room without "
+                             "ground truth, such as an unlabelled scan's, pred, or rgb without predictions)")
     parser.add_argument("--hide", default="", metavar="CLASSES",
                         help="comma-separated classes to leave out, by ground truth (e.g. ceiling,beam)")
     parser.add_argument("--voxel", type=float, default=None, metavar="METRES",
