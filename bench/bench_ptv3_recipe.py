@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import torch
 
-from bench_evaluate import synth_room
 from bench_io import git_commit, save_json
 from bench_train_step import timed
+from evaluate_published import synth_room
 from step_profile import profile
 from pointgeope.data.dataset import room_sample, sample_rng
 from pointgeope.data.ptv3_dataset import ptv3_data

@@ -163,10 +163,10 @@ def test_the_published_tests_record_names_the_precision_the_test_ran_in(config, 
     import torch
 
     sys.path.insert(0, str(REPO / "bench"))
-    import bench_evaluate
+    import evaluate_published
 
     from pointgeope.engine.config import load_config
 
     cfg = load_config(REPO / config, [f"train.amp={amp}"])
-    assert bench_evaluate.tested_precision(cfg, torch.device("cuda")) == tested
-    assert bench_evaluate.tested_precision(cfg, torch.device("cpu")) == "none"
+    assert evaluate_published.tested_precision(cfg, torch.device("cuda")) == tested
+    assert evaluate_published.tested_precision(cfg, torch.device("cpu")) == "none"

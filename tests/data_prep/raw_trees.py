@@ -55,3 +55,19 @@ DEFECT_FILES = {
     "Area_2/room_b/Annotations/floor_1.txt": b"0 0 0 1 1 1\n1 0 0 2 2 2\n",
     "Area_2/room_b/Annotations/table_1.txt": b"0.5 0.5 0.75 3 3 3\n",
 }
+
+
+OUTPUT_FILES = ("Area_1.h5", "Area_2.h5", "manifest.json", "folds.json")
+
+
+def output_bytes(out: Path) -> dict[str, bytes]:
+    """The bytes of each file ``prepare`` writes for the trees here (two areas), to compare runs."""
+    return {name: (out / name).read_bytes() for name in OUTPUT_FILES}
+
+
+def five_rooms(root: Path) -> Path:
+    """:data:`DEFECT_FILES` with three more rooms in Area_1, written under ``root``."""
+    files = dict(DEFECT_FILES)
+    for k in range(3):  # more rooms in Area_1
+        files[f"Area_1/office_{k}/Annotations/table_1.txt"] = f"{k} 1 2 3 4 5\n{k}.5 1 2 3 4 5\n".encode()
+    return write_tree(root, files)

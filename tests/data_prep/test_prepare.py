@@ -1,7 +1,6 @@
 """data_prep/prepare.py end to end: real rooms point for point, planted defects, zip input, reruns, kills, --jobs."""
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -20,18 +19,14 @@ from data_prep.prepare import PrepareConfig, prepare
 from pointgeope.cli import main as cli
 from pointgeope.constants import CLASS_INDEX, CLASS_NAMES, CLUTTER
 from pointgeope import h5
-from tests.data_prep.raw_trees import DEFECT_FILES, reference_room, write_tree
+from tests.data_prep.raw_trees import (DEFECT_FILES, OUTPUT_FILES, five_rooms, output_bytes, reference_room,
+                                      write_tree)
 
-OUTPUT_FILES = ("Area_1.h5", "Area_2.h5", "manifest.json", "folds.json")
 LOAD_ROOM = data_prep.room.load_room
 
 
 class Killed(Exception):
     """Stands for the end of a killed process."""
-
-
-def _bytes(out: Path) -> dict[str, bytes]:
-    return {name: (out / name).read_bytes() for name in OUTPUT_FILES}
 
 
 def _count_parsed(monkeypatch, fail_after: int | None = None) -> list[str]:
@@ -70,7 +65,7 @@ def test_real_rooms_match_a_loadtxt_reading_point_for_point(s3dis_real, tmp_path
 
     # --jobs 1 writes the same bytes
     assert cli(["prepare", str(s3dis_real), str(tmp_path / "one"), "--jobs", "1"]) == 0
-    assert _bytes(tmp_path / "one") == _bytes(out)
+    assert output_bytes(tmp_path / "one") == output_bytes(out)
 
 
 def test_planted_defects_are_repaired_dropped_and_reported(tmp_path, capsys):
@@ -166,25 +161,18 @@ def test_rerun_skips_and_a_changed_room_alone_is_reparsed(tmp_path, monkeypatch,
     assert parsed == ["Area_2/room_b", "Area_1/room_a", "Area_2/room_b"]
     monkeypatch.undo()
     prepare(PrepareConfig(raw, tmp_path / "fresh", progress=False))
-    assert _bytes(out) == _bytes(tmp_path / "fresh")
-
-
-def _five_rooms(root: Path) -> Path:
-    files = dict(DEFECT_FILES)
-    for k in range(3):  # more rooms in Area_1
-        files[f"Area_1/office_{k}/Annotations/table_1.txt"] = f"{k} 1 2 3 4 5\n{k}.5 1 2 3 4 5\n".encode()
-    return write_tree(root, files)
+    assert output_bytes(out) == output_bytes(tmp_path / "fresh")
 
 
 def test_jobs_do_not_change_the_bytes(tmp_path):
-    raw = _five_rooms(tmp_path / "raw")
+    raw = five_rooms(tmp_path / "raw")
     prepare(PrepareConfig(raw, tmp_path / "one", jobs=1, progress=False))
     prepare(PrepareConfig(raw, tmp_path / "three", jobs=3, progress=False))
-    assert _bytes(tmp_path / "one") == _bytes(tmp_path / "three")
+    assert output_bytes(tmp_path / "one") == output_bytes(tmp_path / "three")
 
 
 def test_interrupted_run_resumes_to_the_same_files(tmp_path, monkeypatch):
-    raw = _five_rooms(tmp_path / "raw")
+    raw = five_rooms(tmp_path / "raw")
     prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
     parsed = _count_parsed(monkeypatch, fail_after=2)
     with pytest.raises(Killed):
@@ -194,7 +182,7 @@ def test_interrupted_run_resumes_to_the_same_files(tmp_path, monkeypatch):
     parsed = _count_parsed(monkeypatch)
     prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
     assert len(parsed) == 3  # 5 rooms, 2 taken from the work files
-    assert _bytes(tmp_path / "out") == _bytes(tmp_path / "clean")
+    assert output_bytes(tmp_path / "out") == output_bytes(tmp_path / "clean")
     assert not (tmp_path / "out/.work").exists()
 
 
@@ -223,7 +211,7 @@ def test_killed_process_resumes_to_the_same_files(s3dis_real, tmp_path):
     assert not (out / "Area_1.h5").exists(), "the kill came too late to test a resume"
     prepare(PrepareConfig(raw, out, progress=False))
     prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
-    assert _bytes(out) == _bytes(tmp_path / "clean")
+    assert output_bytes(out) == output_bytes(tmp_path / "clean")
     assert not (out / ".work").exists()
 
 
@@ -247,100 +235,6 @@ def test_the_prepare_pipeline_and_the_synthetic_data_do_not_import_each_other():
                         f"{path}: imports {name}"
                 else:
                     assert not name.startswith("data_prep.synth"), f"{path}: imports {name}"
-
-
-KILL_ONE_WORKER = """
-import os, signal, sys
-import data_prep.room
-from pointgeope.cli import main
-
-load_room = data_prep.room.load_room
-
-def dying_load_room(source, room, limits):
-    if room.name == "office_1":  # the worker parsing it dies as if killed by the OOM killer
-        os.kill(os.getpid(), signal.SIGKILL)
-    return load_room(source, room, limits)
-
-data_prep.room.load_room = dying_load_room  # the workers are forked: they see it
-sys.exit(main(["prepare", sys.argv[1], sys.argv[2], "--jobs", "2"]))
-"""
-
-
-def test_a_dead_worker_ends_the_run_with_a_message_not_a_hang(tmp_path):
-    """multiprocessing.Pool replaced a killed worker and waited forever for its room; now the run ends."""
-    raw = write_tree(tmp_path / "raw", DEFECT_FILES)
-    for room in ("office_1", "office_2"):  # two more rooms: --jobs 2 starts a pool of two workers
-        (raw / "Area_1" / room).mkdir()
-        (raw / "Area_1" / room / "Annotations").symlink_to(raw / "Area_1/room_a/Annotations")
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-c", KILL_ONE_WORKER, str(raw), str(out)], capture_output=True,
-                          text=True, timeout=60)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and not any("Traceback" in line for line in lines), lines
-    assert lines[-1] == ("pointgeope prepare: error: a prepare worker process died (killed, out of memory, or "
-                         "crashed) while parsing rooms; the rooms parsed before it are kept: run the same command "
-                         "again, or with --jobs 1 to see which room it was")
-    assert not list(out.glob("Area_*.h5"))
-    assert not [p for p in out.rglob("*") if ".tmp" in p.name]  # nor a temporary file of a stopped worker
-
-
-SLOW_WORKERS = """
-import sys, time
-import data_prep.room
-from pointgeope.cli import main
-
-def slow_load_room(source, room, limits):  # the workers are busy when the main process is killed
-    time.sleep(120)
-
-data_prep.room.load_room = slow_load_room  # the workers are forked: they see it
-sys.exit(main(["prepare", sys.argv[1], sys.argv[2], "--jobs", "2"]))
-"""
-
-
-def _children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie is dead
-    except FileNotFoundError:
-        return True
-
-
-@pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(), reason="Linux /proc")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_a_killed_parallel_prepare_takes_its_workers_and_its_lock_with_it(tmp_path, sig, capsys):
-    """The workers of a killed `prepare --jobs 2` lived on, holding OUT's lock: the rerun was refused in the
-    name of the dead main process. Now they die with it, and the rerun goes on."""
-    raw = _five_rooms(tmp_path / "raw")
-    out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_WORKERS, str(raw), str(out)], stderr=subprocess.PIPE,
-                            text=True)
-    deadline = time.monotonic() + 60
-    while len(workers := _children(proc.pid)) < 2:
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-        time.sleep(0.05)
-    time.sleep(0.5)  # the workers are in slow_load_room
-    os.kill(proc.pid, sig)
-    proc.wait(timeout=30)
-    deadline = time.monotonic() + 10
-    try:
-        while not all(map(_gone, workers)):
-            assert time.monotonic() < deadline, f"workers {workers} outlived the main process"
-            time.sleep(0.05)
-    finally:  # (none is left unless the test failed)
-        for pid in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    if sig == signal.SIGTERM:  # a clean stop: one line, the lock file gone
-        assert proc.returncode == 143
-        assert proc.stderr.read().strip().splitlines()[-1] == "pointgeope prepare: terminated"
-        assert not (out / ".lock").exists()
-    assert cli(["prepare", str(raw), str(out), "--jobs", "2"]) == 0
-    assert ("taking over the lock" in capsys.readouterr().err) == (sig == signal.SIGKILL)
-    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
-    assert _bytes(out) == _bytes(tmp_path / "clean")
 
 
 def _kill_at(monkeypatch, where: str) -> None:
@@ -374,7 +268,7 @@ def _kill_at(monkeypatch, where: str) -> None:
 def test_a_run_killed_before_its_manifest_resumes_without_parsing_or_warning(tmp_path, monkeypatch, capsys, where):
     """Killed after assembling an area but before manifest.json: the rerun distrusted the new area file
     (its checksum was not recorded yet), warned that it did not match, and parsed its rooms again."""
-    raw = _five_rooms(tmp_path / "raw")
+    raw = five_rooms(tmp_path / "raw")
     out = tmp_path / "out"
     prepare(PrepareConfig(raw, out, progress=False))
     (raw / "Area_1/office_1/Annotations/table_1.txt").write_bytes(b"7 1 2 3 4 5\n")  # Area_1 and Area_2 change
@@ -390,7 +284,7 @@ def test_a_run_killed_before_its_manifest_resumes_without_parsing_or_warning(tmp
     prepare(PrepareConfig(raw, out, progress=False))
     assert parsed == [] and "warning" not in capsys.readouterr().err
     prepare(PrepareConfig(raw, tmp_path / "fresh", progress=False))
-    assert _bytes(out) == _bytes(tmp_path / "fresh")
+    assert output_bytes(out) == output_bytes(tmp_path / "fresh")
     assert not (out / ".work").exists()
 
 
@@ -414,18 +308,3 @@ def test_an_area_whose_rooms_are_all_refused_now_is_moved_aside(tmp_path, capsys
     with pytest.raises(Exception, match="Area_2.h5"):
         check_area_file(out / "Area_2.h5")
     assert json.loads((out / "folds.json").read_text())["folds"] == {"1": {"test": ["Area_1"], "train": []}}
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")
-def test_the_workers_run_whatever_the_default_start_method(monkeypatch):
-    """Each worker ends itself when its parent is no longer the prepare process. Under forkserver (Python
-    3.14's default start method on Linux) a worker's parent is the server, so every worker ended itself at
-    once and every parallel prepare failed with "a prepare worker process died"."""
-    import multiprocessing
-
-    from data_prep.pool import parallel_map
-
-    monkeypatch.setattr(multiprocessing, "get_context",
-                        lambda method=None, real=multiprocessing.get_context: real(method or "forkserver"))
-    with parallel_map(abs, [-1, -2, -3], 2) as results:
-        assert sorted(results) == [1, 2, 3]

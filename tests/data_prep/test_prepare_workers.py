@@ -1,0 +1,127 @@
+"""prepare's worker processes (``data_prep/pool.py``): a dead worker ends the run with a message, a killed
+``prepare --jobs 2`` takes its workers and its lock with it, and the workers run whatever the default start
+method."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from data_prep.prepare import PrepareConfig, prepare
+from pointgeope.cli import main as cli
+from tests.data_prep.raw_trees import DEFECT_FILES, five_rooms, output_bytes, write_tree
+
+
+KILL_ONE_WORKER = """
+import os, signal, sys
+import data_prep.room
+from pointgeope.cli import main
+
+load_room = data_prep.room.load_room
+
+def dying_load_room(source, room, limits):
+    if room.name == "office_1":  # the worker parsing it dies as if killed by the OOM killer
+        os.kill(os.getpid(), signal.SIGKILL)
+    return load_room(source, room, limits)
+
+data_prep.room.load_room = dying_load_room  # the workers are forked: they see it
+sys.exit(main(["prepare", sys.argv[1], sys.argv[2], "--jobs", "2"]))
+"""
+
+
+def test_a_dead_worker_ends_the_run_with_a_message_not_a_hang(tmp_path):
+    """multiprocessing.Pool replaced a killed worker and waited forever for its room; now the run ends."""
+    raw = write_tree(tmp_path / "raw", DEFECT_FILES)
+    for room in ("office_1", "office_2"):  # two more rooms: --jobs 2 starts a pool of two workers
+        (raw / "Area_1" / room).mkdir()
+        (raw / "Area_1" / room / "Annotations").symlink_to(raw / "Area_1/room_a/Annotations")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-c", KILL_ONE_WORKER, str(raw), str(out)], capture_output=True,
+                          text=True, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and not any("Traceback" in line for line in lines), lines
+    assert lines[-1] == ("pointgeope prepare: error: a prepare worker process died (killed, out of memory, or "
+                         "crashed) while parsing rooms; the rooms parsed before it are kept: run the same command "
+                         "again, or with --jobs 1 to see which room it was")
+    assert not list(out.glob("Area_*.h5"))
+    assert not [p for p in out.rglob("*") if ".tmp" in p.name]  # nor a temporary file of a stopped worker
+
+
+SLOW_WORKERS = """
+import sys, time
+import data_prep.room
+from pointgeope.cli import main
+
+def slow_load_room(source, room, limits):  # the workers are busy when the main process is killed
+    time.sleep(120)
+
+data_prep.room.load_room = slow_load_room  # the workers are forked: they see it
+sys.exit(main(["prepare", sys.argv[1], sys.argv[2], "--jobs", "2"]))
+"""
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie is dead
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(), reason="Linux /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_killed_parallel_prepare_takes_its_workers_and_its_lock_with_it(tmp_path, sig, capsys):
+    """The workers of a killed `prepare --jobs 2` lived on, holding OUT's lock: the rerun was refused in the
+    name of the dead main process. Now they die with it, and the rerun goes on."""
+    raw = five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_WORKERS, str(raw), str(out)], stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while len(workers := _children(proc.pid)) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.05)
+    time.sleep(0.5)  # the workers are in slow_load_room
+    os.kill(proc.pid, sig)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    try:
+        while not all(map(_gone, workers)):
+            assert time.monotonic() < deadline, f"workers {workers} outlived the main process"
+            time.sleep(0.05)
+    finally:  # (none is left unless the test failed)
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    if sig == signal.SIGTERM:  # a clean stop: one line, the lock file gone
+        assert proc.returncode == 143
+        assert proc.stderr.read().strip().splitlines()[-1] == "pointgeope prepare: terminated"
+        assert not (out / ".lock").exists()
+    assert cli(["prepare", str(raw), str(out), "--jobs", "2"]) == 0
+    assert ("taking over the lock" in capsys.readouterr().err) == (sig == signal.SIGKILL)
+    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
+    assert output_bytes(out) == output_bytes(tmp_path / "clean")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")
+def test_the_workers_run_whatever_the_default_start_method(monkeypatch):
+    """Each worker ends itself when its parent is no longer the prepare process. Under forkserver (Python
+    3.14's default start method on Linux) a worker's parent is the server, so every worker ended itself at
+    once and every parallel prepare failed with "a prepare worker process died"."""
+    import multiprocessing
+
+    from data_prep.pool import parallel_map
+
+    monkeypatch.setattr(multiprocessing, "get_context",
+                        lambda method=None, real=multiprocessing.get_context: real(method or "forkserver"))
+    with parallel_map(abs, [-1, -2, -3], 2) as results:
+        assert sorted(results) == [1, 2, 3]
