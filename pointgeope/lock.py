@@ -42,8 +42,9 @@ except ImportError:  # Windows: only the pid check below
 LOCK_NAME = ".lock"
 READERS_NAME = ".readers.lock"  # never deleted: readers and writers flock the same inode
 
-# The lock descriptors this process holds: fd -> pid that took it (a forked child closes them at once).
-_HELD: dict[int, int] = {}
+# The lock descriptors this process holds (a forked child closes them at once and empties the set, so a
+# descriptor missing here is one a forked child no longer has).
+_HELD: set[int] = set()
 
 
 def _close_inherited() -> None:
@@ -177,12 +178,12 @@ def _exclude_readers(folder: Path) -> int:
 
 def _release(fds: list[int], path: Path) -> None:
     """Delete the lock file and close ``fds``, unless this process is a forked child (which closed them)."""
-    if _HELD.pop(fds[0], None) != os.getpid():
+    if fds[0] not in _HELD:
         return
     with contextlib.suppress(FileNotFoundError):
         path.unlink()  # while still holding the flock: a waiting writer re-checks the inode
     for fd in fds:
-        _HELD.pop(fd, None)
+        _HELD.discard(fd)
         os.close(fd)
 
 
@@ -209,11 +210,11 @@ def folder_lock(folder: str | Path, what: str = "", readers: bool = False) -> It
     except BaseException:
         os.close(fds[0])
         raise
-    _HELD[fds[0]] = os.getpid()
+    _HELD.add(fds[0])
     try:
         if readers:
             fds.append(_exclude_readers(folder))
-            _HELD[fds[1]] = os.getpid()
+            _HELD.add(fds[1])
         yield path
     finally:
         _release(fds, path)
@@ -238,11 +239,12 @@ def reader_lock(folder: str | Path) -> Iterator[None]:
         yield
         return
     _flock_or_refuse(fd, "LOCK_SH", lambda: _refuse(Path(folder) / LOCK_NAME, _writer(Path(folder) / LOCK_NAME)))
-    _HELD[fd] = os.getpid()
+    _HELD.add(fd)
     try:
         yield
     finally:
-        if _HELD.pop(fd, None) == os.getpid():
+        if fd in _HELD:
+            _HELD.discard(fd)
             os.close(fd)
 
 
