@@ -117,7 +117,8 @@ class Source:
         has_annotations: set[tuple[str, str]] = set()
         ignored: list[str] = []
         hidden: list[str] = []  # hidden room folders (".office_1"), named if no room is left
-        for entry in self.entries():
+        entries = self.entries()
+        for entry in entries:
             parts = entry.path.strip("/").split("/")
             if _is_junk(entry.path):
                 if entry.is_dir and len(parts) >= 2 and _AREA.fullmatch(parts[-2]) and parts[-1].startswith("."):
@@ -144,7 +145,7 @@ class Source:
                     else:
                         ignored.append(entry.path)
         if not areas:
-            raise SourceError(self._no_area_message())
+            raise SourceError(self._no_area_message(entries))
         bare = [f"{areas[a]}/{r} (" + ("no <class>_<k>.txt in Annotations" if (a, r) in has_annotations
                                        else "no Annotations folder") + ")"
                 for (a, r), files in sorted(rooms.items()) if not files]
@@ -168,13 +169,13 @@ class Source:
         self.ignored = tuple(ignored)
         return out
 
-    def _no_area_message(self) -> str:
+    def _no_area_message(self, entries: list[Entry]) -> str:
         """Why no ``Area_N`` folder was found, and what to do: RAW is itself an area folder (give its
         parent), or its names hold backslashes (a Windows zip unpacked as is), or what RAW holds."""
         start = f"{self.location}: expected Area_N folders (raw S3DIS v1.2 layout), found none"
         if _AREA.fullmatch(Path(self.location).name):
             return f"{start}: RAW is itself one; give its parent folder, {Path(self.location).parent}"
-        names = sorted({e.path.split("/")[0] for e in self.entries() if not _is_junk(e.path)})
+        names = sorted({e.path.split("/")[0] for e in entries if not _is_junk(e.path)})
         if any(_AREA.search(name) and "\\" in name for name in names):
             return (f"{start}; its names hold '\\' separators (a zip made on Windows, unpacked by a tool that kept "
                     "them): give the .zip itself, or unpack it with `unzip`")
