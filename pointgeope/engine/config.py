@@ -132,6 +132,8 @@ class EvalConfig:
     # the test-time pieces: ptv1 (fragments at data.grid_size cut into crops of data.voxel_max, eval.tta) or
     # ptv3 (Pointcept's: 10 scale/flip views, grid-sample fragments on PTv3's grid, no crop; data/ptv3_test.py)
     protocol: Literal["ptv1", "ptv3"] = "ptv1"
+    amp: Literal["bf16", "fp16", "none"] = "none"  # the test's mixed precision on CUDA (CPU: float32); none:
+    #                                         float32, as both authors test, whatever train.amp (engine/build.py)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """``train.amp=bf16`` on the CPU trains in float32 (autocast is CUDA's only): the log says so in one line
-(issue 38, class 11); before, it was ignored without a word. The rule itself: ``build.mixed_precision``."""
+(issue 38, class 11); before, it was ignored without a word. The rules themselves: ``build.mixed_precision`` and
+``build.eval_precision`` (the test's, of ``eval.amp``)."""
 from __future__ import annotations
 
 from tests.engine.conftest import train_fold
@@ -36,3 +37,27 @@ def test_mixed_precision_is_cudas_only_and_autocast_and_the_scaler_follow_it():
                 assert on == ((device, amp) in want) and (not on or dtype == want[device, amp]), (device, amp)
                 scaled = build.grad_scaler(cfg, torch.device(device)).is_enabled()
                 assert scaled == (want.get((device, amp)) == torch.float16), (device, amp)
+
+
+def test_the_tests_precision_is_eval_amps_alone_and_cudas_only():
+    """``eval.amp`` picks the test's autocast dtype (``build.eval_precision``) on CUDA, for both protocols and
+    whatever ``train.amp``; on the CPU the test is float32. Both authors' tests are float32: the default."""
+    import torch
+
+    from pointgeope.engine import build
+    from pointgeope.engine.config import Config, EvalConfig, TrainConfig
+
+    assert EvalConfig().amp == "none"
+    want = {("cuda", "bf16"): torch.bfloat16, ("cuda", "fp16"): torch.float16}
+    for device in ("cpu", "cuda"):
+        for protocol in ("ptv1", "ptv3"):
+            for train_amp in ("bf16", "fp16", "none"):
+                for amp in ("bf16", "fp16", "none"):
+                    cfg = Config(train=TrainConfig(amp=train_amp), eval=EvalConfig(amp=amp, protocol=protocol))
+                    got = build.eval_precision(cfg, torch.device(device))
+                    assert got == want.get((device, amp)), (device, protocol, train_amp, amp)
+                    if device == "cpu" or torch.cuda.is_available():   # torch disables CUDA's autocast without it
+                        with build.autocast(cfg, torch.device(device), evaluation=True):
+                            on = torch.is_autocast_enabled(device)
+                            dtype = torch.get_autocast_dtype(device)
+                        assert on == ((device, amp) in want) and (not on or dtype == want[device, amp])
