@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from pointgeope.viz import VizError
-from pointgeope.viz.colors import MODES
+from pointgeope.viz.colors import MODES, has_ground_truth, missing_modes
 
 
 def check_options(args) -> None:
@@ -90,9 +90,7 @@ def choose_mode(requested: str | None, room, area) -> str:
     label ``IGNORE_LABEL``: the predictions of an unlabelled scan, ``pointgeope predict --format h5``) its
     predictions (``rgb`` without them). A mode that needs what the room lacks is refused: ``pred`` and
     ``error`` without predictions, ``gt`` and ``error`` without ground truth (they drew every point black)."""
-    from pointgeope.constants import NUM_CLASSES
-
-    labelled = bool((room.label < NUM_CLASSES).any())
+    labelled = has_ground_truth(room.label)
     mode = requested or ("gt" if labelled else "rgb" if room.pred is None else "pred")
     if mode in ("pred", "error") and room.pred is None:
         raise VizError(f"--mode {mode} needs --pred RUN/area_N/predictions/Area_N.h5 (or a file of "
@@ -155,8 +153,9 @@ def show_room(args) -> int:
         return 0
     from pointgeope.viz.render import show
 
-    modes = [m for m in MODES if view.pred is not None or m in ("rgb", "gt")]
-    colors = {m: colorize(m, view.color, view.label, view.pred) for m in modes}
-    print("\n".join(key_help_lines(view.pred is not None, ansi)))
-    show(view.coord, colors, mode, camera, args.point_size, title=f"pointgeope: {room.name}")
+    labelled = has_ground_truth(room.label)
+    missing = missing_modes(labelled, view.pred is not None)  # keys that draw nothing, and why
+    colors = {m: colorize(m, view.color, view.label, view.pred) for m in MODES if m not in missing}
+    print("\n".join(key_help_lines(view.pred is not None, ansi, labelled)))
+    show(view.coord, colors, mode, camera, args.point_size, title=f"pointgeope: {room.name}", missing=missing)
     return 0
