@@ -212,6 +212,15 @@ def eval_precision(cfg: Config, device: torch.device) -> torch.dtype | None:
     return autocast_dtype(cfg.eval.amp, device)
 
 
+def precision_note(cfg: Config, device: torch.device, evaluation: bool = False) -> str | None:
+    """The log line of a mixed precision asked for on a device that runs float32 (the CPU): ``train.amp``'s,
+    with ``evaluation`` ``eval.amp``'s; None where the precision asked for is the one that runs."""
+    key, amp = ("eval.amp", cfg.eval.amp) if evaluation else ("train.amp", cfg.train.amp)
+    if amp == "none" or autocast_dtype(amp, device) is not None:
+        return None
+    return f"precision: float32 ({key}={amp} is for CUDA, and this {'test' if evaluation else 'run'} is on {device.type})"
+
+
 def autocast(cfg: Config, device: torch.device, cache: bool = True, evaluation: bool = False) -> torch.autocast:
     """The mixed precision of a forward pass: ``train.amp``'s (:func:`mixed_precision`), with ``evaluation``
     ``eval.amp``'s (:func:`eval_precision`): bf16 or fp16 autocast on CUDA, off (float32) with ``none`` and on

@@ -354,6 +354,8 @@ def _predict_inputs(predictor: Predictor, args) -> int:
     print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
           f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
     print(hierarchy_place(predictor.cfg, predictor.device, evaluation=True).line(), flush=True)
+    if note := build.precision_note(predictor.cfg, predictor.device, evaluation=True):
+        print(note, flush=True)
     bugs: list[str] = []
     with folder_lock(args.out):  # SIGTERM (run_command): as Ctrl-C, the lock released
         done = _predict_all(predictor, refs, args, errors, bugs)

@@ -3,6 +3,9 @@
 ``build.eval_precision`` (the test's, of ``eval.amp``)."""
 from __future__ import annotations
 
+import shutil
+
+from pointgeope.cli import main as cli
 from tests.engine.conftest import train_fold
 
 
@@ -61,3 +64,18 @@ def test_the_tests_precision_is_eval_amps_alone_and_cudas_only():
                             on = torch.is_autocast_enabled(device)
                             dtype = torch.get_autocast_dtype(device)
                         assert on == ((device, amp) in want) and (not on or dtype == want[device, amp])
+
+
+def test_eval_amp_on_the_cpu_is_one_line_of_evaluate_and_predict(tiny_run, two_folds, tmp_path, capsys):
+    # as train.amp's: the test runs in float32 on the CPU, and says so once, rather than ignoring the key
+    fold = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, fold)
+    assert cli(["evaluate", str(fold), "eval.amp=bf16", "eval.max_fragments=1"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if "precision" in line]
+    assert said == ["precision: float32 (eval.amp=bf16 is for CUDA, and this test is on cpu)"]
+    assert cli(["predict", str(fold), str(two_folds / "Area_1.h5"), "--out", str(tmp_path / "o"),
+                "--max-fragments", "1", "eval.amp=fp16"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if "precision" in line]
+    assert said == ["precision: float32 (eval.amp=fp16 is for CUDA, and this test is on cpu)"]
+    assert cli(["evaluate", str(fold), "eval.max_fragments=1"]) == 0
+    assert "precision" not in capsys.readouterr().out
