@@ -154,8 +154,10 @@ def test_the_documented_calls_measure_first_what_decides_a_default(monkeypatch):
 
 
 @pytest.mark.parametrize("config, train_amp, eval_amp, tested", [
-    ("configs/s3dis/ptv3_geope.yaml", "fp16", "none", "none"), ("configs/s3dis/ptv3_geope.yaml", "none", "fp16", "fp16"),
-    ("configs/s3dis/pt_geope.yaml", "bf16", "none", "none"), ("configs/s3dis/pt_geope.yaml", "none", "bf16", "bf16")])
+    ("configs/s3dis/ptv3_geope.yaml", "fp16", "none", "none"),
+    ("configs/s3dis/ptv3_geope.yaml", "none", "fp16", "fp16"),
+    ("configs/s3dis/pt_geope.yaml", "bf16", "none", "none"), ("configs/s3dis/pt_geope.yaml", "none", "bf16", "bf16"),
+])
 def test_the_published_tests_record_names_the_precision_the_test_ran_in(config, train_amp, eval_amp, tested):
     """``bench_evaluate.py``'s ``amp`` is the test's precision on a CUDA device, ``eval.amp``'s, never
     ``train.amp``'s: both backbones' tests run in float32 unless ``eval.amp`` says otherwise (run 7 recorded

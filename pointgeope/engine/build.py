@@ -218,7 +218,8 @@ def precision_note(cfg: Config, device: torch.device, evaluation: bool = False) 
     key, amp = ("eval.amp", cfg.eval.amp) if evaluation else ("train.amp", cfg.train.amp)
     if amp == "none" or autocast_dtype(amp, device) is not None:
         return None
-    return f"precision: float32 ({key}={amp} is for CUDA, and this {'test' if evaluation else 'run'} is on {device.type})"
+    what = "test" if evaluation else "run"
+    return f"precision: float32 ({key}={amp} is for CUDA, and this {what} is on {device.type})"
 
 
 def autocast(cfg: Config, device: torch.device, cache: bool = True, evaluation: bool = False) -> torch.autocast:
