@@ -244,7 +244,7 @@ def published_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--variant", default="auto", choices=variants)
     g.add_argument("--reps", type=int, default=1)
     g.add_argument("--agree-amp", choices=("none", "bf16", "fp16"),
-                   help="--published: also the room at this train.amp, its time and the agreement of the votes")
+                   help="--published: also the room at this eval.amp, its time and the agreement of the votes")
     g.add_argument("--rounds", type=int, default=3, help="--compare: interleaved rounds")
     g.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "bench_evaluate_published.json")
 

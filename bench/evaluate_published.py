@@ -69,7 +69,7 @@ def published_case(args) -> dict:
            "seconds_all": rows, "points_per_s": round(n / seconds), "predictions_per_s": round(sum(forwarded) / seconds),
            "batch_points": cfg.eval.batch_points, "device": str(device), "threads": torch.get_num_threads(),
            "variant": args.variant, "config": args.config, "set": args.set, "amp": tested_precision(cfg, device),
-           "train_amp": cfg.train.amp}
+           "train_amp": cfg.train.amp, "eval_amp": cfg.eval.amp}
     out.update(projected(result.fragments, cfg.eval.max_fragments, seconds))
     if device.type == "cuda":
         out.update(peak_gpu_mib=round(torch.cuda.max_memory_allocated() / 2**20),
@@ -80,8 +80,8 @@ def published_case(args) -> dict:
 
 
 def tested_precision(cfg, device) -> str:
-    """The precision the test ran in (``build.eval_precision``): ``none`` (float32), ``bf16`` or ``fp16``. Not
-    ``train.amp``: PTv3's test is float32 whatever it says."""
+    """The precision the test ran in (``build.eval_precision``, of ``eval.amp`` on CUDA): ``none`` (float32),
+    ``bf16`` or ``fp16``; never ``train.amp``'s."""
     import torch
 
     from pointgeope.engine import build
@@ -91,7 +91,7 @@ def tested_precision(cfg, device) -> str:
 
 
 def votes_agreement(args, model, coord, color, cfg, device, scores) -> dict:
-    """The same room once more with ``train.amp = --agree-amp`` (the same network): its time (one run after
+    """The same room once more with ``eval.amp = --agree-amp`` (the same network): its time (one run after
     this process's first, so compiled) and the share of points whose voted class (argmax of the summed
     scores) is the same as in the timed run's."""
     import dataclasses
@@ -99,7 +99,7 @@ def votes_agreement(args, model, coord, color, cfg, device, scores) -> dict:
     from pointgeope.engine import evaluate
     from pointgeope.model.kernel_check import timed
 
-    other = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, amp=args.agree_amp))
+    other = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, amp=args.agree_amp))
     result, rows = timed(lambda: evaluate.vote_room(model, coord, color, other, device, seed=0), device, 1,
                          warmup=0)
     same = (result.scores.argmax(1) == scores.argmax(1))

@@ -24,7 +24,7 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
     published  ``bench_evaluate.py --published``: the published test (every fragment) of one
                ``synth --size bench`` room with ``configs/s3dis/pt_geope.yaml``: seconds per room, points
                and point predictions per second, peak GPU memory
-    published_bf16 (CUDA) the same test in bf16 (``train.amp=bf16``), then once in float32 on the same
+    published_bf16 (CUDA) the same test in bf16 (``eval.amp=bf16``), then once in float32 on the same
                network: both times and the share of points whose voted class agrees
     norm_op    (CUDA) ``bench_norm.py``: batch norm + ReLU alone, torch's against the fused op, forward +
                backward at the published batch's row counts and widths, bf16 and float32
@@ -238,7 +238,7 @@ def step_published_bf16(check: Check, py: str) -> None:
     """The published test in bf16, and the agreement of its votes with float32 (``--agree-amp none``)."""
     a = check.args
     published_test(check, py, "published_bf16", a.eval_size, a.eval_config, a.eval_reps,
-                   ["train.amp=bf16", *a.eval_overrides], a.published_bf16_limit, "--agree-amp", "none")
+                   ["eval.amp=bf16", *a.eval_overrides], a.published_bf16_limit, "--agree-amp", "none")
 
 
 def parse_args() -> argparse.Namespace:

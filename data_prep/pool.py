@@ -6,8 +6,9 @@ then waited forever. Now:
 - SIGTERM of the main process is a clean stop (the command line's :func:`pointgeope.errors.run_command`
   raises it as :class:`~pointgeope.errors.Terminated`): the pool is stopped, the temporary files deleted
   and OUT's lock released on the way out (exit code 143);
-- each worker asks the kernel to kill it when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere
-  a thread that watches the parent's pid), which also covers ``kill -9`` of the main process;
+- each worker asks the kernel to kill it when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``, SIGKILL,
+  :mod:`pointgeope.parent_death`; elsewhere a thread that watches the parent's pid), which also covers
+  ``kill -9`` of the main process;
 - a worker holds no lock of its parent's (:mod:`pointgeope.lock` closes them in every forked child), so the
   lock is free once the main process has ended, whatever became of the workers.
 """
@@ -21,34 +22,30 @@ import threading
 import time
 
 from pointgeope.errors import UserError
+from pointgeope.parent_death import death_signal_request
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
-
-def _die_with(parent: int) -> None:
-    """End this process (SIGKILL) as soon as ``parent`` is no longer its parent."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    else:
-        def watch() -> None:
-            while os.getppid() == parent:
-                time.sleep(0.5)
-            os.kill(os.getpid(), signal.SIGKILL)
-
-        threading.Thread(target=watch, daemon=True).start()
-    if os.getppid() != parent:  # the parent died before the request took effect
+def _watch(parent: int) -> None:
+    """End this process (SIGKILL) as soon as ``parent`` is no longer its parent: a thread that looks every
+    0.5 s, where the kernel cannot be asked (no ``prctl``)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGKILL)
 
+    threading.Thread(target=watch, daemon=True).start()
 
-def _worker_start(parent: int) -> None:
+
+def _worker_start(parent: int, request) -> None:
     """Pool initializer: the default SIGTERM (the pool stops its workers with it; the parent's handler
-    would raise in them), Ctrl-C left to the main process, and death with the parent."""
+    would raise in them), Ctrl-C left to the main process, and death with the parent: ``request``
+    (:func:`~pointgeope.parent_death.death_signal_request`'s, made before the fork), else :func:`_watch`."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with(parent)
+    if request is not None:
+        request()
+    else:
+        _watch(parent)
 
 
 @contextlib.contextmanager
@@ -66,11 +63,12 @@ def parallel_map(func, tasks: list, jobs: int):
 
     import pandas  # noqa: F401  (imported once before the workers fork, not once in each: ~0.3 s)
 
-    # fork on Linux: a worker's parent is then this process, which _die_with watches (under forkserver,
-    # Python 3.14's default there, it would be the server, and every worker would end itself)
+    # fork on Linux: a worker's parent is then this process, whose death it watches (under forkserver,
+    # Python 3.14's default there, it would be the server, and every worker would end itself); the request
+    # (a closure, not pickled under fork) exists on Linux only
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
-    pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=context,
-                               initializer=_worker_start, initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=context, initializer=_worker_start,
+                               initargs=(os.getpid(), death_signal_request(signal.SIGKILL)))
     try:
         yield (future.result() for future in as_completed([pool.submit(func, task) for task in tasks]))
     except BrokenProcessPool:

@@ -66,6 +66,15 @@ def area_path(root: str | Path, area: str) -> Path:
     return Path(root) / f"{area}.h5"
 
 
+def prepared_root(path: str | Path) -> Path | None:
+    """The data root of ``path`` when it is named as ``prepare`` names an area file (``Area_N.h5``): its folder,
+    which a prepare into it rewrites, so that a reader holds :func:`pointgeope.lock.reader_lock` there while
+    it reads. ``None`` for any other name (a scan's predictions, a file a user named), which no prepare
+    replaces."""
+    path = Path(path)
+    return path.parent if _AREA_FILE.fullmatch(path.name) else None
+
+
 def predictions_path(run: str | Path, area: str) -> Path:
     """``RUN/area_K/predictions/<area>.h5``, given the fold folder ``run`` (checked to lie in its
     predictions folder, :func:`pointgeope.paths.inside`)."""

@@ -153,13 +153,15 @@ def test_the_documented_calls_measure_first_what_decides_a_default(monkeypatch):
     assert set(first) - set(later) == {"graphs", "norm", "relation_backward"} and "bench16" in later
 
 
-@pytest.mark.parametrize("config, amp, tested", [("configs/s3dis/ptv3_geope.yaml", "fp16", "none"),
-                                                 ("configs/s3dis/ptv3_geope.yaml", "bf16", "none"),
-                                                 ("configs/s3dis/pt_geope.yaml", "bf16", "bf16"),
-                                                 ("configs/s3dis/pt_geope.yaml", "none", "none")])
-def test_the_published_tests_record_names_the_precision_the_test_ran_in(config, amp, tested):
-    """``bench_evaluate.py``'s ``amp`` is the test's precision on a CUDA device, not ``train.amp``: PTv3's test
-    runs in float32 whatever the training's precision (run 7 recorded PTv3's float32 test as fp16)."""
+@pytest.mark.parametrize("config, train_amp, eval_amp, tested", [
+    ("configs/s3dis/ptv3_geope.yaml", "fp16", "none", "none"),
+    ("configs/s3dis/ptv3_geope.yaml", "none", "fp16", "fp16"),
+    ("configs/s3dis/pt_geope.yaml", "bf16", "none", "none"), ("configs/s3dis/pt_geope.yaml", "none", "bf16", "bf16"),
+])
+def test_the_published_tests_record_names_the_precision_the_test_ran_in(config, train_amp, eval_amp, tested):
+    """``bench_evaluate.py``'s ``amp`` is the test's precision on a CUDA device, ``eval.amp``'s, never
+    ``train.amp``'s: both backbones' tests run in float32 unless ``eval.amp`` says otherwise (run 7 recorded
+    PTv3's float32 test as fp16)."""
     import torch
 
     sys.path.insert(0, str(REPO / "bench"))
@@ -167,6 +169,42 @@ def test_the_published_tests_record_names_the_precision_the_test_ran_in(config, 
 
     from pointgeope.engine.config import load_config
 
-    cfg = load_config(REPO / config, [f"train.amp={amp}"])
+    cfg = load_config(REPO / config, [f"train.amp={train_amp}", f"eval.amp={eval_amp}"])
     assert evaluate_published.tested_precision(cfg, torch.device("cuda")) == tested
     assert evaluate_published.tested_precision(cfg, torch.device("cpu")) == "none"
+
+
+def test_the_bf16_published_test_sets_eval_amp_and_its_agreement_run_too(monkeypatch):
+    """The ``published_bf16`` step measures a bf16 test: it must set ``eval.amp`` (``train.amp`` no longer
+    changes the test), and ``--agree-amp``'s second run of the room changes ``eval.amp`` likewise."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import evaluate_published
+    import gpu_check
+
+    from pointgeope.engine import evaluate
+    from pointgeope.engine.config import load_config
+
+    calls = []
+    monkeypatch.setattr(gpu_check, "published_test", lambda check, py, name, *rest: calls.append((name, rest)))
+    a = SimpleNamespace(eval_size="tiny", eval_config="configs/demo.yaml", eval_reps=1, eval_overrides=["x=1"],
+                        published_bf16_limit=45)
+    gpu_check.step_published_bf16(SimpleNamespace(args=a), "python")
+    (name, rest), = calls
+    assert name == "published_bf16" and rest[3] == ["eval.amp=bf16", "x=1"] and rest[-2:] == ("--agree-amp", "none")
+
+    seen = []
+
+    def vote_room(model, coord, color, cfg, device, seed):
+        seen.append((cfg.train.amp, cfg.eval.amp))
+        return SimpleNamespace(scores=np.eye(3, dtype=np.float32))
+
+    monkeypatch.setattr(evaluate, "vote_room", vote_room)
+    cfg = load_config(None, ["train.amp=fp16", "eval.amp=bf16"])
+    row = evaluate_published.votes_agreement(SimpleNamespace(agree_amp="none"), None, None, None, cfg,
+                                             torch.device("cpu"), np.eye(3, dtype=np.float32))
+    assert seen == [("fp16", "none")] and row["agree_amp"] == "none" and row["votes_agreement"] == 1.0

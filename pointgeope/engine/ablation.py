@@ -35,6 +35,7 @@ from pointgeope.data.folds import fold_of, load_folds
 from pointgeope.engine.config import load_config, override_key
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
+from pointgeope.parent_death import death_signal_request
 from pointgeope.paths import inside
 
 __all__ = ["Trial", "plan", "ablate"]
@@ -89,35 +90,11 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
 STOP_TIMEOUT_S = 60  # a trial stopped with SIGINT that has not ended by then is killed
 
 
-def _die_with_parent():
-    """A ``preexec_fn`` for a trial on Linux: the kernel sends it SIGINT (a training's clean stop: its lock
-    released, its ``last.pt`` kept) when the thread of ablate that started it ends, even by ``kill -9``, so
-    that no trial is left training alone; ``None`` elsewhere. ``prctl`` is looked up here, before any fork:
-    the function that runs in the child only calls it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGINT), 0, 0, 0)
-        if os.getppid() != parent:  # ablate ended between the fork and prctl: no signal will come
-            os._exit(128 + int(signal.SIGINT))
-    return arm
-
-
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
 class _Running:
     """The trials' processes while they run, each in its own session (so that a Ctrl-C at the terminal
-    reaches ablate alone, which stops them once) and bound to ablate's life (:func:`_die_with_parent`), and
-    their stop."""
+    reaches ablate alone, which stops them once) and bound to ablate's life (sent SIGINT, a training's clean
+    stop: its lock released, its ``last.pt`` kept, when the thread of ablate that started it ends, even by
+    ``kill -9``: :func:`~pointgeope.parent_death.death_signal_request`), and their stop."""
 
     def __init__(self):
         self.lock, self.procs, self.stopped = threading.Lock(), set(), False
@@ -128,7 +105,7 @@ class _Running:
             if self.stopped:
                 return None
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=_die_with_parent())
+                                    start_new_session=True, preexec_fn=death_signal_request(signal.SIGINT))
             self.procs.add(proc)
         code = proc.wait()
         with self.lock:

@@ -189,28 +189,44 @@ def scheduler(cfg: Config, opt: torch.optim.Optimizer, steps_per_epoch: int) -> 
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(cfg, steps_per_epoch, step))
 
 
-def mixed_precision(cfg: Config, device: torch.device) -> torch.dtype | None:
-    """The forward's autocast dtype of ``train.amp`` on ``device`` (bf16 or fp16), or None for float32: mixed
-    precision is CUDA's only (with ``amp: none`` and on the CPU, float32). The one owner of that rule
-    (:func:`autocast`, :func:`grad_scaler`, training's precision line)."""
-    if device.type != "cuda" or cfg.train.amp == "none":
+def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of an ``amp`` setting (``train.amp`` or ``eval.amp``: ``bf16``, ``fp16``, ``none``) on
+    ``device``, or None for float32: mixed precision is CUDA's only (with ``none`` and on the CPU, float32).
+    The one owner of that rule (:func:`mixed_precision`, :func:`eval_precision`)."""
+    if device.type != "cuda" or amp == "none":
         return None
-    return torch.float16 if cfg.train.amp == "fp16" else torch.bfloat16
+    return torch.float16 if amp == "fp16" else torch.bfloat16
+
+
+def mixed_precision(cfg: Config, device: torch.device) -> torch.dtype | None:
+    """The training forward's autocast dtype, ``train.amp``'s (:func:`autocast_dtype`): of :func:`autocast`,
+    :func:`grad_scaler` and training's precision line."""
+    return autocast_dtype(cfg.train.amp, device)
 
 
 def eval_precision(cfg: Config, device: torch.device) -> torch.dtype | None:
-    """The test forward's autocast dtype, or None for float32. PTv3's test (``eval.protocol: ptv3``) is float32
-    whatever ``train.amp``, as Pointcept's ``SemSegTester`` runs it (no autocast; only flash-attn's kernel
-    attends in bfloat16 there, which pointgeope does not call); PTv1's test follows ``train.amp``
-    (:func:`mixed_precision`), as it always did."""
-    return None if cfg.eval.protocol == "ptv3" else mixed_precision(cfg, device)
+    """The test forward's autocast dtype, ``eval.amp``'s (:func:`autocast_dtype`), for both backbones' test
+    (evaluate, validation, predict), whatever ``train.amp``: float32 by default, as both authors' tests run
+    (PTv1's ``tool/test.py``, Pointcept's ``SemSegTester``: no autocast; only flash-attn's kernel attends in
+    bfloat16 there, which pointgeope does not call)."""
+    return autocast_dtype(cfg.eval.amp, device)
+
+
+def precision_note(cfg: Config, device: torch.device, evaluation: bool = False) -> str | None:
+    """The log line of a mixed precision asked for on a device that runs float32 (the CPU): ``train.amp``'s,
+    with ``evaluation`` ``eval.amp``'s; None where the precision asked for is the one that runs."""
+    key, amp = ("eval.amp", cfg.eval.amp) if evaluation else ("train.amp", cfg.train.amp)
+    if amp == "none" or autocast_dtype(amp, device) is not None:
+        return None
+    what = "test" if evaluation else "run"
+    return f"precision: float32 ({key}={amp} is for CUDA, and this {what} is on {device.type})"
 
 
 def autocast(cfg: Config, device: torch.device, cache: bool = True, evaluation: bool = False) -> torch.autocast:
-    """The mixed precision of ``train.amp`` for a forward pass (:func:`mixed_precision`; with ``evaluation``,
-    the test's, :func:`eval_precision`): bf16 or fp16 autocast on CUDA, off (float32) on the CPU, with ``amp:
-    none`` and for PTv3's test. ``cache=False`` for a CUDA graph's capture, which must not keep casts made
-    outside it (``engine/graphs.py``)."""
+    """The mixed precision of a forward pass: ``train.amp``'s (:func:`mixed_precision`), with ``evaluation``
+    ``eval.amp``'s (:func:`eval_precision`): bf16 or fp16 autocast on CUDA, off (float32) with ``none`` and on
+    the CPU. ``cache=False`` for a CUDA graph's capture, which must not keep casts made outside it
+    (``engine/graphs.py``)."""
     dtype = eval_precision(cfg, device) if evaluation else mixed_precision(cfg, device)
     return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None, cache_enabled=cache)
 

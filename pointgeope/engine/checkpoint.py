@@ -192,14 +192,9 @@ def eval_values(config: dict) -> dict[str, object]:
     """The ``eval`` section of a plain config as dotted keys (``{"eval.tta.rotations": 1, ...}``); a key it
     lacks (a record older than the key) at its default."""
     from pointgeope.engine.config import Config, config_to_dict
+    from pointgeope.engine.config_yaml import flatten
 
-    def leaves(node: dict, prefix: str) -> dict[str, object]:
-        out = {}
-        for key, value in node.items():
-            out.update(leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
-        return out
-
-    return {**leaves(config_to_dict(Config())["eval"], "eval."), **leaves(config.get("eval") or {}, "eval.")}
+    return {**flatten(config_to_dict(Config())["eval"], "eval."), **flatten(config.get("eval") or {}, "eval.")}
 
 
 def untested_eval(run: str | Path, tested: dict | None, current: dict) -> str:

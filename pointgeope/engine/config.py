@@ -97,7 +97,8 @@ class TrainConfig:
     seed: int = 0                           # seeds the weights and every sample's randomness (seed, epoch, index)
     device: str = "auto"                    # auto (CUDA if present, else CPU) | cpu | cuda | cuda:1 ... (checked)
     threads: Optional[int] = None           # torch CPU threads per process (None: torch's default)
-    amp: Literal["bf16", "fp16", "none"] = "none"  # mixed precision on CUDA (CPU: float32, logged); none: float32
+    amp: Literal["bf16", "fp16", "none"] = "none"  # training's mixed precision on CUDA (CPU: float32, logged);
+    #                                         none: float32; the test's is eval.amp
     run_dir: str = "runs/default"           # where the folds are written: RUN/area_K/ (train.py --run-dir)
     val_every: int = 0                      # validate on the test area every n epochs (0: never); best.pt
     checkpoint_every: int = 0               # also save last.pt every n steps inside an epoch (0: epoch ends)
@@ -132,6 +133,8 @@ class EvalConfig:
     # the test-time pieces: ptv1 (fragments at data.grid_size cut into crops of data.voxel_max, eval.tta) or
     # ptv3 (Pointcept's: 10 scale/flip views, grid-sample fragments on PTv3's grid, no crop; data/ptv3_test.py)
     protocol: Literal["ptv1", "ptv3"] = "ptv1"
+    amp: Literal["bf16", "fp16", "none"] = "none"  # the test's mixed precision on CUDA (CPU: float32, logged);
+    #                                         none: float32, as both authors test, whatever train.amp
 
 
 @dataclass

@@ -6,6 +6,10 @@ error instead of the last one winning silently::
       pe: rpe        # line 3 -> DuplicateKeyError: key 'model.pe' is given twice, on lines 2 and 3
 
 YAML merge keys (``<<: *base``) still let a mapping override what it merges.
+
+:func:`flatten` names every value of such a plain config by its dotted key (``model.pe``), as overrides
+and messages name them: a fold's settings in the report, a test's ``eval.*`` values. Light to import (no
+torch): the report uses it.
 """
 from __future__ import annotations
 
@@ -53,6 +57,19 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 except TypeError:  # an unhashable key: SafeLoader's own error follows
                     continue
         return super().construct_mapping(node, deep=deep)
+
+
+def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
+    """``{"model": {"pe": "geope"}, "eval": {"tta": {"flips": False}}}`` -> ``{"model.pe": "geope",
+    "eval.tta.flips": False}``: every leaf of a nested mapping by its dotted key (a list is a value, an
+    empty mapping has no leaf)."""
+    out: dict[str, object] = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def load_yaml(text: str):

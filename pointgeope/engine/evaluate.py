@@ -176,8 +176,8 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
     Args:
         model: the segmentation network (in eval mode), ``model(coord, feat, offset) -> (M, C)`` logits.
         coord: ``(N, 3)`` float32 room coordinates (metres); color: ``(N, 3)`` uint8.
-        cfg: ``data.grid_size``, ``data.voxel_max``, ``data.height``, ``eval.*`` and ``train.amp`` are used
-            (``train.amp`` by PTv1's test only: PTv3's is float32, ``build.eval_precision``).
+        cfg: ``data.grid_size``, ``data.voxel_max``, ``data.height`` and ``eval.*`` are used (the precision:
+            ``eval.amp``, float32 by default, ``build.eval_precision``; never ``train.amp``).
         seed: seeds the within-voxel shuffles and the crop seeds (the result is a function of it).
         show_progress: a bar over the fragments (on a terminal).
     """
@@ -307,6 +307,8 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     trained = fold_progress(ckpt_path, ckpt)[0]
     if env.is_main:
         log(placement.hierarchy_place(cfg, env.device, evaluation=True).line())
+        if note := build.precision_note(cfg, env.device, evaluation=True):
+            log(note)
     t0 = time.perf_counter()
     mine = predict_areas(model, cfg, areas, env, progress_desc=f"evaluate {', '.join(areas)}")
     if env.distributed:

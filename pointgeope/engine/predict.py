@@ -16,6 +16,7 @@ training rooms' (a unit mistake: millimetres or feet read as metres).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 from dataclasses import dataclass
@@ -309,10 +310,11 @@ def predict_scans(args) -> int:
     2 when any input failed (1 when one failed on a bug, whose traceback is printed); the last line names
     the inputs that failed. An error of the model argument or of ``--out`` is a UserError
     (one line, exit 2, by ``pointgeope.errors.run_command``). SIGTERM while it predicts stops it as Ctrl-C
-    does (the lock of ``--out`` released, the file being written deleted)."""
-    from pointgeope.atomic import writable_folder
-    from pointgeope.lock import folder_lock
-    from pointgeope.scans.sources import find_scans
+    does (the lock of ``--out`` released, the file being written deleted). The data roots of prepared
+    area files among the inputs are read under :func:`~pointgeope.lock.reader_lock`, as ``evaluate`` reads
+    its own."""
+    from pointgeope.lock import reader_lock
+    from pointgeope.scans.sources import prepared_roots
 
     if not 0 < args.scale < float("inf"):
         raise UserError(f"expected a finite --scale > 0, got {args.scale}")
@@ -325,6 +327,18 @@ def predict_scans(args) -> int:
     predictor = load_predictor(args.model, args.device, args.checkpoint, args.tta, args.batch_points,
                                args.max_fragments, args.overrides)
     apply_threads(predictor.cfg)
+    with contextlib.ExitStack() as readers:  # no prepare into a data root read from meanwhile, nor the reverse
+        for root in prepared_roots(args.inputs):
+            readers.enter_context(reader_lock(root))
+        return _predict_inputs(predictor, args)
+
+
+def _predict_inputs(predictor: Predictor, args) -> int:
+    """The scans of ``args.inputs`` found, checked, predicted and written (:func:`predict_scans`)."""
+    from pointgeope.atomic import writable_folder
+    from pointgeope.lock import folder_lock
+    from pointgeope.scans.sources import find_scans
+
     skipped: list[Path] = []
     refs, errors = find_scans(args.inputs, args.out, skipped)
     if skipped:
@@ -340,6 +354,8 @@ def predict_scans(args) -> int:
     print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
           f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
     print(hierarchy_place(predictor.cfg, predictor.device, evaluation=True).line(), flush=True)
+    if note := build.precision_note(predictor.cfg, predictor.device, evaluation=True):
+        print(note, flush=True)
     bugs: list[str] = []
     with folder_lock(args.out):  # SIGTERM (run_command): as Ctrl-C, the lock released
         done = _predict_all(predictor, refs, args, errors, bugs)

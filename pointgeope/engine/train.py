@@ -131,8 +131,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     log(place.line())
     if place.where != "none":   # PTv3 samples no points
         log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
-    if cfg.train.amp != "none" and build.mixed_precision(cfg, device) is None:
-        log(f"precision: float32 (train.amp={cfg.train.amp} is for CUDA, and this run is on {device.type})")
+    if note := build.precision_note(cfg, device):
+        log(note)
 
     # Every checkpoint carries what `pointgeope predict` needs (the spacing checks a scan's units).
     resolved = config_to_dict(cfg)

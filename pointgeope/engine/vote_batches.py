@@ -145,7 +145,7 @@ class VoteSink:
         given = {} if batch.hierarchy is None else {"hierarchy": batch.hierarchy.to(self.device)}
         if batch.grid_coord is not None:
             given["grid_coord"] = batch.grid_coord.to(self.device, non_blocking=copy)
-        with build.autocast(self.cfg, self.device, evaluation=True):   # PTv3's test: float32
+        with build.autocast(self.cfg, self.device, evaluation=True):   # eval.amp: float32 unless set
             logits = self.model(pos, x, offset, **given).float()
         return torch.softmax(logits, dim=1) if self.softmax else logits
 

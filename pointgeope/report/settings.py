@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from pointgeope.engine.config_yaml import flatten  # (no torch: the report imports none)
+
 IGNORED = frozenset({
     "data.num_workers", "data.cache", "data.hierarchy",                 # how fast the data came
     "train.device", "train.threads", "train.amp", "train.progress",     # where and how fast it trained
@@ -32,17 +34,6 @@ IGNORED = frozenset({
 _SECTIONS = ("model", "data", "optim", "train", "eval")  # the order a message names the keys in
 _METRICS_EVAL = {"checkpoint": "eval.checkpoint", "vote": "eval.vote", "max_fragments": "eval.max_fragments",
                  "tta_views": "eval.tta_views"}
-
-
-def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
-    """``{"model": {"pe": "geope"}}`` -> ``{"model.pe": "geope"}`` (lists are values)."""
-    out: dict[str, object] = {}
-    for key, value in mapping.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def fold_settings(metrics: dict, folder: Path) -> dict[str, object] | None:

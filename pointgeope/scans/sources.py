@@ -138,6 +138,23 @@ def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: 
     return refs
 
 
+def prepared_roots(inputs: list[str | Path]) -> list[Path]:
+    """The data roots whose prepared area files the inputs name, given or in a given folder (the folders of
+    the files named as ``prepare`` names them, :func:`pointgeope.h5.prepared_root`), once each: ``predict``
+    reads them under :func:`pointgeope.lock.reader_lock`, as a prepare into one rewrites them. A folder that
+    cannot be listed adds none (:func:`find_scans` reports it)."""
+    from pointgeope.h5 import prepared_root
+
+    roots: list[Path] = []
+    for item in map(Path, inputs):
+        try:
+            files = sorted(item.iterdir()) if item.is_dir() else [item]
+        except OSError:
+            continue
+        roots += [root for root in map(prepared_root, files) if root is not None and root not in roots]
+    return roots
+
+
 def find_scans(inputs: list[str | Path], out: str | Path | None = None,
                skipped: list[Path] | None = None) -> tuple[list[ScanRef], list[str]]:
     """``(scans, errors)``: every scan the inputs name, in order, and one message (a :class:`Failure`) per

@@ -25,6 +25,26 @@ MODE_HELP = {
     "error": "errors: grey = correct, red = wrong",
 }
 
+NEEDS_PRED = "needs --pred"
+NO_GROUND_TRUTH = "this room has no ground truth"
+
+
+def has_ground_truth(label: np.ndarray) -> bool:
+    """Whether any point of ``label (N,)`` has a class (``0..12``); not so for an unlabelled scan's predictions
+    (``pointgeope predict --format h5``: every label ``IGNORE_LABEL``)."""
+    return bool((np.asarray(label) < NUM_CLASSES).any())
+
+
+def missing_modes(labelled: bool, has_pred: bool) -> dict[str, str]:
+    """The modes that cannot be drawn, each with why: ``gt`` and ``error`` without ground truth (every point
+    would be black), ``pred`` and ``error`` without predictions. The one owner of that rule (the viewer's
+    keys, their help, its colours)."""
+    missing = {} if has_pred else {"pred": NEEDS_PRED, "error": NEEDS_PRED}
+    if not labelled:
+        missing.update(gt=NO_GROUND_TRUTH, error=NO_GROUND_TRUTH)
+    return {mode: missing[mode] for mode in MODES if mode in missing}
+
+
 CORRECT_COLOR = (190, 190, 190)  # light grey: far from every palette colour but clutter's dark grey
 WRONG_COLOR = (255, 0, 0)        # pure red: the palette's red (table) is (214, 39, 40)
 IGNORE_COLOR = (0, 0, 0)

@@ -14,7 +14,8 @@ import sys
 import numpy as np
 
 from pointgeope.constants import CLASS_NAMES, NUM_CLASSES, PALETTE
-from pointgeope.viz.colors import CORRECT_COLOR, IGNORE_COLOR, MODE_HELP, MODES, WRONG_COLOR
+from pointgeope.viz.colors import (CORRECT_COLOR, IGNORE_COLOR, MODE_HELP, MODES, NO_GROUND_TRUTH, WRONG_COLOR,
+                                   missing_modes)
 
 
 def use_ansi(stream=None) -> bool:
@@ -70,14 +71,22 @@ def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool =
     return lines
 
 
-def key_help_lines(has_pred: bool, ansi: bool = False) -> list[str]:
-    """The viewer's keys: 1..4 switch the colouring (pred and error only with predictions)."""
+def key_help_lines(has_pred: bool, ansi: bool = False, labelled: bool = True) -> list[str]:
+    """The viewer's keys: 1..4 switch the colouring (:func:`~pointgeope.viz.colors.missing_modes`): pred and
+    error marked as needing predictions without them; gt and error not offered for a room without ground
+    truth (an unlabelled scan), one line saying so."""
+    missing = missing_modes(labelled, has_pred)
     lines = ["keys:"]
     for key, mode in enumerate(MODES, start=1):
-        state = "" if has_pred or mode in ("rgb", "gt") else "  (needs --pred)"
-        lines.append(f"  {key}  {mode:<6} {MODE_HELP[mode]}{state}")
-    lines.append(f"     error colours: {swatch(CORRECT_COLOR, ansi)} correct  {swatch(WRONG_COLOR, ansi)} wrong  "
-                 f"{swatch(IGNORE_COLOR, ansi)} unlabelled")
+        if missing.get(mode) != NO_GROUND_TRUTH:
+            state = f"  ({missing[mode]})" if mode in missing else ""
+            lines.append(f"  {key}  {mode:<6} {MODE_HELP[mode]}{state}")
+    if missing.get("error") != NO_GROUND_TRUTH:
+        lines.append(f"     error colours: {swatch(CORRECT_COLOR, ansi)} correct  {swatch(WRONG_COLOR, ansi)} wrong  "
+                     f"{swatch(IGNORE_COLOR, ansi)} unlabelled")
+    else:  # e.g. "(2 gt, 4 error: off, this room has no ground truth)"
+        off = [f"{key} {mode}" for key, mode in enumerate(MODES, start=1) if missing.get(mode) == NO_GROUND_TRUTH]
+        lines.append(f"     ({', '.join(off)}: off, {NO_GROUND_TRUTH})")
     lines.append("  +/-  point size    mouse: rotate (left), pan (ctrl/middle), zoom (wheel)    Q/Esc  close")
     return lines
 

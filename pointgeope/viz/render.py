@@ -26,6 +26,7 @@ import numpy as np
 from pointgeope.errors import UserError
 from pointgeope.viz import VizError
 from pointgeope.viz.camera import Camera
+from pointgeope.viz.colors import NEEDS_PRED
 
 INSTALL_HINT = ("install it with `pip install open3d` (on Debian/Ubuntu it also needs the system library "
                 "libusb: `apt-get install libusb-1.0-0`)")
@@ -229,14 +230,16 @@ def save_image(image: np.ndarray, path) -> None:
         Image.fromarray(np.ascontiguousarray(image)).save(tmp, optimize=True)
 
 
-def mode_callbacks(o3d, pcd, colors_by_mode: dict[str, np.ndarray], announce: Callable[[str], None] = print
-                   ) -> dict[int, Callable]:
-    """Key code -> callback ``fn(vis) -> bool`` that recolours ``pcd`` in that key's mode (modes missing
-    from ``colors_by_mode``, e.g. ``pred`` without predictions, announce why and change nothing)."""
+def mode_callbacks(o3d, pcd, colors_by_mode: dict[str, np.ndarray], announce: Callable[[str], None] = print,
+                   missing: dict[str, str] | None = None) -> dict[int, Callable]:
+    """Key code -> callback ``fn(vis) -> bool`` that recolours ``pcd`` in that key's mode. A mode missing
+    from ``colors_by_mode`` (:func:`~pointgeope.viz.colors.missing_modes`: ``pred`` without predictions,
+    ``gt`` and ``error`` without ground truth) changes nothing and announces why in one line, the reason
+    ``missing[mode]`` (default: it needs --pred)."""
     def make(mode: str):
         def callback(vis) -> bool:
             if mode not in colors_by_mode:
-                announce(f"mode {mode}: not available (needs --pred)")
+                announce(f"mode {mode}: not available ({(missing or {}).get(mode, NEEDS_PRED)})")
                 return False
             pcd.colors = o3d.utility.Vector3dVector(colors_by_mode[mode].astype(np.float64) / 255.0)
             vis.update_geometry(pcd)
@@ -247,8 +250,9 @@ def mode_callbacks(o3d, pcd, colors_by_mode: dict[str, np.ndarray], announce: Ca
 
 
 def show(coord: np.ndarray, colors_by_mode: dict[str, np.ndarray], mode: str, camera: Camera,
-         point_size: float = 2.0, title: str = "pointgeope") -> None:
-    """Open a window on the points, coloured by ``mode``; keys 1..4 switch modes. Blocks until closed."""
+         point_size: float = 2.0, title: str = "pointgeope", missing: dict[str, str] | None = None) -> None:
+    """Open a window on the points, coloured by ``mode``; keys 1..4 switch modes (those of ``missing``, not
+    in ``colors_by_mode``, say why in one line instead). Blocks until closed."""
     o3d = require_open3d()
     if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         raise DisplayError("the viewer window needs a display (DISPLAY is not set); use --screenshot PNG "
@@ -262,7 +266,7 @@ def show(coord: np.ndarray, colors_by_mode: dict[str, np.ndarray], mode: str, ca
             vis.add_geometry(pcd)
             _configure(vis, point_size)
             apply_camera(o3d, vis, camera)
-            for key, callback in mode_callbacks(o3d, pcd, colors_by_mode).items():
+            for key, callback in mode_callbacks(o3d, pcd, colors_by_mode, missing=missing).items():
                 vis.register_key_callback(key, callback)
             vis.run()
         finally:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from pointgeope.viz import VizError
-from pointgeope.viz.colors import MODES
+from pointgeope.viz.colors import MODES, has_ground_truth, missing_modes
 
 
 def check_options(args) -> None:
@@ -31,32 +31,47 @@ def check_options(args) -> None:
             raise VizError(message)
 
 
+def reading(area: str):
+    """A context that holds :func:`pointgeope.lock.reader_lock` on the data root of ``area`` while viz reads
+    it, where ``area`` is a prepared area file (:func:`pointgeope.h5.prepared_root`): a ``prepare`` into
+    that folder is refused meanwhile, and viz while one writes there (one line each). Nothing for another
+    file (a scan's predictions), which no prepare replaces."""
+    import contextlib
+
+    from pointgeope.h5 import prepared_root
+    from pointgeope.lock import reader_lock
+
+    root = prepared_root(area)
+    return contextlib.nullcontext() if root is None else reader_lock(root)
+
+
 def list_rooms(area: str, pred_path: str | None = None) -> int:
     """``pointgeope viz AREA --list``: the rooms of ``area`` (checked as training checks it) with their point
-    counts, and with ``pred_path`` their mIoU (worst first)."""
+    counts, and with ``pred_path`` their mIoU (worst first); the files read under :func:`reading`."""
     import numpy as np
 
     from pointgeope.data.check import check_area_file
     from pointgeope.h5 import predicted_rooms, read_labels, read_predictions
     from pointgeope.viz.legend import room_scores, room_table
 
-    counts = check_area_file(area)
-    miou = None
-    if pred_path:
-        predicted = predicted_rooms(pred_path)
-        miou = {}
-        for room in counts:
-            if room not in predicted:
-                continue
-            label = read_labels(area, room)
-            pred = np.asarray(read_predictions(pred_path, room))
-            if pred.shape != label.shape:
-                raise VizError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, "
-                                 f"expected {label.shape} to match {area}")
-            miou[room] = room_scores(label, pred)["miou"]
-        missing = len(counts) - len(miou)
-        if missing:
-            print(f"note: {missing} room(s) have no predictions in {pred_path}")
+    with reading(area):
+        counts = check_area_file(area)
+        miou = None
+        if pred_path:
+            predicted = predicted_rooms(pred_path)
+            miou = {}
+            for room in counts:
+                if room not in predicted:
+                    continue
+                label = read_labels(area, room)
+                pred = np.asarray(read_predictions(pred_path, room))
+                if pred.shape != label.shape:
+                    raise VizError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, "
+                                     f"expected {label.shape} to match {area}")
+                miou[room] = room_scores(label, pred)["miou"]
+            missing = len(counts) - len(miou)
+            if missing:
+                print(f"note: {missing} room(s) have no predictions in {pred_path}")
     print("\n".join(room_table(counts, miou)))
     return 0
 
@@ -75,9 +90,7 @@ def choose_mode(requested: str | None, room, area) -> str:
     label ``IGNORE_LABEL``: the predictions of an unlabelled scan, ``pointgeope predict --format h5``) its
     predictions (``rgb`` without them). A mode that needs what the room lacks is refused: ``pred`` and
     ``error`` without predictions, ``gt`` and ``error`` without ground truth (they drew every point black)."""
-    from pointgeope.constants import NUM_CLASSES
-
-    labelled = bool((room.label < NUM_CLASSES).any())
+    labelled = has_ground_truth(room.label)
     mode = requested or ("gt" if labelled else "rgb" if room.pred is None else "pred")
     if mode in ("pred", "error") and room.pred is None:
         raise VizError(f"--mode {mode} needs --pred RUN/area_N/predictions/Area_N.h5 (or a file of "
@@ -102,13 +115,14 @@ def show_room(args) -> int:
         from pointgeope.viz.render import check_image_path
 
         check_image_path(args.screenshot)  # before the work, not at the end of it
-    rooms = list(check_area_file(args.area))
-    if args.room is None and len(rooms) != 1:
-        raise VizError(f"expected --room ROOM or --list; rooms in {args.area}: {', '.join(rooms)}")
-    if args.room is not None and args.room not in rooms:
-        raise VizError(f"--room {args.room!r}: no such room in {args.area}; its rooms: {', '.join(rooms)}")
-    hidden = parse_class_names(args.hide)
-    room = load_room(args.area, args.room if args.room is not None else rooms[0], args.pred)
+    with reading(args.area):  # the files read; the window that follows holds no lock
+        rooms = list(check_area_file(args.area))
+        if args.room is None and len(rooms) != 1:
+            raise VizError(f"expected --room ROOM or --list; rooms in {args.area}: {', '.join(rooms)}")
+        if args.room is not None and args.room not in rooms:
+            raise VizError(f"--room {args.room!r}: no such room in {args.area}; its rooms: {', '.join(rooms)}")
+        hidden = parse_class_names(args.hide)
+        room = load_room(args.area, args.room if args.room is not None else rooms[0], args.pred)
     mode = choose_mode(args.mode, room, args.area)
     ansi = use_ansi()
     print("\n".join(legend_lines(room.label, room.pred, ansi=ansi,
@@ -139,8 +153,9 @@ def show_room(args) -> int:
         return 0
     from pointgeope.viz.render import show
 
-    modes = [m for m in MODES if view.pred is not None or m in ("rgb", "gt")]
-    colors = {m: colorize(m, view.color, view.label, view.pred) for m in modes}
-    print("\n".join(key_help_lines(view.pred is not None, ansi)))
-    show(view.coord, colors, mode, camera, args.point_size, title=f"pointgeope: {room.name}")
+    labelled = has_ground_truth(room.label)
+    missing = missing_modes(labelled, view.pred is not None)  # keys that draw nothing, and why
+    colors = {m: colorize(m, view.color, view.label, view.pred) for m in MODES if m not in missing}
+    print("\n".join(key_help_lines(view.pred is not None, ansi, labelled)))
+    show(view.coord, colors, mode, camera, args.point_size, title=f"pointgeope: {room.name}", missing=missing)
     return 0

@@ -37,3 +37,22 @@ def test_what_is_not_a_repeat_loads_as_safe_load_does():
     with pytest.raises(DuplicateKeyError) as err:
         load_yaml("c:\n  - {x: 1}\n  - {x: 1, y: 0, x: 2}\n")
     assert (err.value.key, err.value.lines) == ("c[1].x", (3, 3))
+
+
+def test_flatten_names_every_leaf_by_its_dotted_key():
+    from pointgeope.engine.config_yaml import flatten
+
+    plain = {"model": {"pe": "geope", "planes": [8, 16]}, "eval": {"tta": {"flips": False, "scales": [1.0]},
+                                                                   "vote": "logits"}, "empty": {}, "top": 1}
+    assert flatten(plain) == {"model.pe": "geope", "model.planes": [8, 16], "eval.tta.flips": False,
+                              "eval.tta.scales": [1.0], "eval.vote": "logits", "top": 1}
+    assert flatten(plain["eval"], "eval.") == {"eval.tta.flips": False, "eval.tta.scales": [1.0], "eval.vote": "logits"}
+
+
+def test_the_report_flattens_without_importing_torch():
+    # flatten's one home is light: the report, which imports no torch, uses it
+    import subprocess
+    import sys
+
+    light = "import sys, pointgeope.report.settings; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", light], capture_output=True, text=True, check=True).stdout == "False\n"

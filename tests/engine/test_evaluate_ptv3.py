@@ -92,16 +92,21 @@ class PrecisionProbe(torch.nn.Module):
         return out
 
 
-@pytest.mark.parametrize("protocol, dtype", [("ptv3", torch.float32), ("ptv1", torch.bfloat16)])
-def test_ptv3_test_runs_in_float32_whatever_train_amp(protocol, dtype, monkeypatch):
-    # Pointcept's SemSegTester has no autocast; PTv1's test keeps train.amp's (as it did). On the CPU a
-    # bfloat16 train.amp stands in for CUDA's fp16 (the rule's only device-dependent part, build.mixed_precision).
+@pytest.mark.parametrize("protocol", ["ptv1", "ptv3"])
+@pytest.mark.parametrize("eval_amp, dtype", [("none", torch.float32), ("bf16", torch.bfloat16)])
+def test_both_tests_run_in_eval_amps_precision_whatever_train_amp(protocol, eval_amp, dtype, monkeypatch):
+    # Both authors' tests are float32 (PTv1's tool/test.py, Pointcept's SemSegTester), whatever the training's
+    # precision: eval.amp alone decides, for either protocol. Mixed precision is CUDA's only; on the CPU,
+    # autocast_dtype and training's mixed_precision are made to answer as on CUDA (the CPU rule: test_amp_note.py).
     recipe = load_config(REPO / "configs" / "s3dis" / "ptv3_none.yaml")
     assert build.mixed_precision(recipe, torch.device("cuda")) == torch.float16         # the recipe's train.amp
-    assert build.eval_precision(recipe, torch.device("cuda")) is None
-    monkeypatch.setattr(build, "mixed_precision", lambda cfg, device: torch.bfloat16)
+    assert build.eval_precision(recipe, torch.device("cuda")) is None                   # its test: float32
+    cuda_rule = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    monkeypatch.setattr(build, "autocast_dtype", lambda amp, device: cuda_rule.get(amp), raising=False)
+    monkeypatch.setattr(build, "mixed_precision", lambda cfg, device: cuda_rule.get(cfg.train.amp))
     coord, color = room(500)
-    cfg = load_config(None, [*PTV3, "eval.protocol=ptv3"] if protocol == "ptv3" else ["train.amp=bf16"])
+    given = [*PTV3, "eval.protocol=ptv3"] if protocol == "ptv3" else []
+    cfg = load_config(None, [*given, "train.amp=bf16", *([] if eval_amp == "none" else [f"eval.amp={eval_amp}"])])
     model = PrecisionProbe()
     vote_room(model, coord, color, cfg, torch.device("cpu"), seed=0)
     assert model.dtypes == {dtype}

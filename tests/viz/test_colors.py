@@ -55,3 +55,18 @@ def test_colorize_bad_input():
         colorize("depth", np.zeros((3, 3), np.uint8), label)
     with pytest.raises(ValueError, match=r"expected label and pred of one shape"):
         error_colors(label, np.zeros(4, np.uint8))
+
+
+@pytest.mark.parametrize("labelled, has_pred, missing", [
+    (True, True, {}),
+    (True, False, {"pred": "needs --pred", "error": "needs --pred"}),
+    (False, True, {"gt": "this room has no ground truth", "error": "this room has no ground truth"}),
+    (False, False, {"gt": "this room has no ground truth", "pred": "needs --pred",
+                    "error": "this room has no ground truth"}),
+])
+def test_missing_modes_are_those_whose_colours_need_what_the_room_lacks(labelled, has_pred, missing):
+    from pointgeope.viz.colors import has_ground_truth, missing_modes
+
+    assert missing_modes(labelled, has_pred) == missing
+    label = np.array([IGNORE_LABEL, 3] if labelled else [IGNORE_LABEL, IGNORE_LABEL], np.uint8)
+    assert has_ground_truth(label) is labelled

@@ -183,20 +183,56 @@ def test_missing_fold_predictions_say_which_command_writes_them(synthetic_area, 
     assert capsys.readouterr().err.strip().endswith(f"found nothing at {other}")
 
 
+def _unlabelled_scan(path, n=200):
+    """A file of ``pointgeope predict --format h5``: an unlabelled scan (every label 255) and its predictions."""
+    from pointgeope import h5
+
+    rng = np.random.default_rng(0)
+    arrays = {"coord": rng.random((n, 3)).astype(np.float32) * 4, "color": rng.integers(0, 255, (n, 3), np.uint8),
+              "label": np.full(n, 255, np.uint8), "instance": np.zeros(n, np.int32)}
+    pred = rng.integers(0, len(CLASS_NAMES), n).astype(np.uint8)
+    h5.write_scan_predictions(path, "scans/scan", "scan", arrays, pred, list(CLASS_NAMES), "scan.npy",
+                              {"num_points": n})
+    return pred
+
+
+def test_the_window_of_an_unlabelled_scan_offers_no_ground_truth_key(tmp_path, capsys, monkeypatch):
+    """Keys 2 (gt) and 4 (error) of an unlabelled scan's window drew every point black: they are not in the
+    key help, and pressing one changes nothing and says why in one line. The window itself is Open3D's
+    (replaced here: no display); its key table is what it registers."""
+    from types import SimpleNamespace
+
+    from pointgeope.viz import render
+
+    pred = _unlabelled_scan(tmp_path / "scan_pred.h5")
+    shown = {}
+    monkeypatch.setattr(render, "show", lambda coord, colors, mode, camera, size, title, missing=None:
+                        shown.update(colors=colors, mode=mode, missing=missing))
+    assert main(["viz", str(tmp_path / "scan_pred.h5"), "--max-points", "0"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    keys_at = out.index("keys:")
+    assert [line.split()[:2] for line in out[keys_at + 1:keys_at + 3]] == [["1", "rgb"], ["3", "pred"]]
+    assert not any(line.split()[:1] in (["2"], ["4"]) for line in out[keys_at:])
+    assert shown["mode"] == "pred" and sorted(shown["colors"]) == ["pred", "rgb"]
+
+    said, recoloured = [], []
+    fake_o3d = SimpleNamespace(utility=SimpleNamespace(Vector3dVector=np.asarray))
+    pcd, vis = SimpleNamespace(colors=None), SimpleNamespace(update_geometry=recoloured.append)
+    keys = render.mode_callbacks(fake_o3d, pcd, shown["colors"], announce=said.append, missing=shown["missing"])
+    for key in "24":
+        assert keys[ord(key)](vis) is False and pcd.colors is None and not recoloured
+    assert said == ["mode gt: not available (this room has no ground truth)",
+                    "mode error: not available (this room has no ground truth)"]
+    assert keys[ord("3")](vis) is True and said[-1] == "mode pred" and recoloured == [pcd]
+    assert sorted(map(tuple, np.rint(pcd.colors * 255).astype(int))) == sorted(tuple(PALETTE[c]) for c in pred)
+
+
 def test_an_unlabelled_scan_is_drawn_by_its_predictions_and_gt_is_refused(tmp_path, capsys):
     """The predictions of an unlabelled scan (`predict --format h5`) were drawn by `gt` by default, every point
     black, and `--mode gt` / `--mode error` too, without a word. The default is now `pred`; the two modes
     that need ground truth are refused in one line."""
-    from pointgeope import h5
-
-    rng = np.random.default_rng(0)
-    n = 200
-    arrays = {"coord": rng.random((n, 3)).astype(np.float32) * 4, "color": rng.integers(0, 255, (n, 3), np.uint8),
-              "label": np.full(n, 255, np.uint8), "instance": np.zeros(n, np.int32)}
-    pred = rng.integers(0, len(CLASS_NAMES), n).astype(np.uint8)
-    path = tmp_path / "scan_pred.h5"
-    h5.write_scan_predictions(path, "scans/scan", "scan", arrays, pred, list(CLASS_NAMES), "scan.npy",
-                              {"num_points": n})
+    n, path = 200, tmp_path / "scan_pred.h5"
+    pred = _unlabelled_scan(path, n)
     assert main(["viz", str(path), "--ply", str(tmp_path / "v.ply"), "--max-points", "0"]) == 0
     assert f"wrote {tmp_path / 'v.ply'}: {n} points coloured by pred" in capsys.readouterr().out
     _, rec, _ = _read_ply(tmp_path / "v.ply")            # each point in its predicted class's colour

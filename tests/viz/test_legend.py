@@ -54,6 +54,19 @@ def test_key_help_lists_the_four_modes():
     assert not any("needs --pred" in line for line in key_help_lines(has_pred=True))
 
 
+def test_key_help_of_an_unlabelled_scan_offers_no_ground_truth_key():
+    # predict --format h5's file of an unlabelled scan: gt and error would draw every point black
+    lines = key_help_lines(has_pred=True, labelled=False)
+    offered = [line.split()[:2] for line in lines if line.split()[:1] in (["1"], ["2"], ["3"], ["4"])]
+    assert offered == [["1", "rgb"], ["3", "pred"]]
+    assert not any("error colours" in line for line in lines)
+    assert lines[-2].strip() == "(2 gt, 4 error: off, this room has no ground truth)"
+    rgb_only = key_help_lines(has_pred=False, labelled=False)   # nor predictions: pred needs --pred
+    offered = [line.split()[:2] for line in rgb_only if line.split()[:1] in (["1"], ["2"], ["3"], ["4"])]
+    assert offered == [["1", "rgb"], ["3", "pred"]]
+    assert sum("needs --pred" in line for line in rgb_only) == 1
+
+
 def test_room_table_sorts_worst_first():
     counts = {"a": 10, "b": 2000, "c": 5, "d": 7}
     lines = room_table(counts, {"a": 0.9, "b": 0.25, "c": float("nan")})
