@@ -70,7 +70,7 @@ class ModelConfig:
     decoder_blocks: list[int] = field(default_factory=lambda: [1, 1, 1, 1, 1])  # blocks after each transition-up
     share_planes: int = 8                   # channel groups per attention weight
     geope_base: float = 100.0               # GeoPE frequency base (the paper's lambda; also rope3d's)
-    geope_learnable: bool = False           # learn GeoPE's block frequencies
+    geope_learnable: bool = False           # learn GeoPE's block frequencies (PTv3: geope, lingeope, rope3d)
     rope_mixed_init: Literal["random", "axial"] = "random"  # RoPE-Mixed's initial frequencies: its authors'
     #                                         random directions at base 10, or rope3d's axial ones
     ptv3: PTv3Config = field(default_factory=PTv3Config)  # backbone: ptv3 only

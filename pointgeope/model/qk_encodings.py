@@ -41,13 +41,16 @@ from pointgeope.model.qk_lingeope import lingeope_attention
 from pointgeope.model.rope import POINTROPE_BASE, axial_frequencies, pair_angles, pointrope_table
 from pointgeope.model.rotation import constant, geometry_dtype
 
-__all__ = ["QKName", "QK_ENCODINGS", "ROTARY_HEAD_DIM", "POINT3DROPE_BASE", "GEOPE_POS_SCALE", "rotary_channels",
-           "QKEncoding", "GeoPEQK", "LinGeoPEQK", "AxialRoPEQK", "Point3DRoPEQK", "PointRoPEQK", "qk_encoding"]
+__all__ = ["QKName", "QK_ENCODINGS", "GEOPE_FREQUENCY_ENCODINGS", "ROTARY_HEAD_DIM", "POINT3DROPE_BASE",
+           "GEOPE_POS_SCALE", "rotary_channels", "QKEncoding", "GeoPEQK", "LinGeoPEQK", "AxialRoPEQK",
+           "Point3DRoPEQK", "PointRoPEQK", "qk_encoding"]
 
 QKName = Literal["none", "geope", "lingeope", "rope3d", "point3drope", "pointrope"]
 QK_ENCODINGS: tuple[str, ...] = typing.get_args(QKName)
 ROTARY_HEAD_DIM = 18            # Utonia's head width (54 channels / 3 heads): 6 GeoPE blocks, 3 RoPE pairs per axis
 POINT3DROPE_BASE = 10.0         # Utonia's rope_base (every config of configs/utonia)
+# The encodings at GeoPE's frequencies (model.geope_base, pos_scale = 1 / grid_size, model.geope_learnable):
+GEOPE_FREQUENCY_ENCODINGS: tuple[str, ...] = ("geope", "lingeope", "rope3d")
 GEOPE_POS_SCALE = 50.0          # 1 / grid_size at PTv3's S3DIS grid of 2 cm: phases in voxel units
 
 
@@ -230,19 +233,24 @@ def _thirds(head_dim: int) -> tuple[list[int], list[int]]:
 class AxialRoPEQK(_HalfRotary):
     """``rope3d``, this project's axial 3D RoPE (``pointgeope/model/rope.py``, as the PTv1 preset): pair
     ``p = 3j + a`` (channels ``2p, 2p+1``) turns by ``k_2j p_a``, ``k_b`` GeoPE's block scales of the same
-    ``base`` and ``pos_scale`` (``axial_frequencies``); ``m = D // 6`` blocks, ``D mod 6`` channels pass through."""
+    ``base`` and ``pos_scale`` (``axial_frequencies``); ``m = D // 6`` blocks, ``D mod 6`` channels pass through.
+    ``learnable``: GeoPE's frequencies ``w_b`` are a parameter (``BlockScale``), as for ``geope`` and PTv1's
+    ``rope3d``; the pairs read the even blocks' ``k_2j`` only, so the odd entries get a gradient of 0."""
 
     name = "rope3d"
 
-    def __init__(self, head_dim: int, base: float = 100.0, pos_scale: float = GEOPE_POS_SCALE,
+    def __init__(self, head_dim: int, base: float = 100.0, pos_scale: float = GEOPE_POS_SCALE, learnable: bool = False,
                  augment: CoordAugment | None = None, check_finite: bool = True):
         pairs = range(3 * (head_dim // 6))
         super().__init__(head_dim, [2 * p for p in pairs], [2 * p + 1 for p in pairs], augment, check_finite)
-        self.block_scale = BlockScale(head_dim, base=base, pos_scale=pos_scale, axes=3)
+        self.block_scale = BlockScale(head_dim, base=base, pos_scale=pos_scale, axes=3, learnable=learnable)
 
     def angles(self, pos: Tensor) -> Tensor:
         freq = axial_frequencies(self.block_scale(pos.dtype, pos.device), self.head_dim)      # (P, 3)
         return pair_angles(pos, freq)                                                          # (B, L, P)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, {self.block_scale.extra_repr()}"
 
 
 class Point3DRoPEQK(_HalfRotary):

@@ -14,10 +14,10 @@ BASE = ["model.backbone=ptv3", "data.augment=pointcept_ptv3", "eval.protocol=ptv
         "model.ptv3.drop_path=0.0"]
 
 
-def net(pe: str, patch: int, channels=(18, 36), dec=18) -> PTv3Seg:
+def net(pe: str, patch: int, channels=(18, 36), dec=18, extra=()) -> PTv3Seg:
     cfg = load_config(None, BASE + [f"model.pe={pe}", f"model.ptv3.enc_channels={list(channels)}",
                                     f"model.ptv3.dec_channels=[{dec}]", f"model.ptv3.enc_patch_size=[{patch}, {patch}]",
-                                    f"model.ptv3.dec_patch_size=[{patch}]"])
+                                    f"model.ptv3.dec_patch_size=[{patch}]", *extra])
     torch.manual_seed(0)
     return PTv3Seg(cfg.model, grid_size=0.1).eval()
 
@@ -126,3 +126,22 @@ def test_shuffles_follow_the_mode_of_each_module():
         assert torch.equal(state_after_forward(), state_after_draws(draws)), (mode, draws)
     assert not model.backbone.shuffle_in_eval
     assert all(not m.shuffle_in_eval for m in model.modules() if type(m).__name__ == "SerializedPooling")
+
+
+@pytest.mark.parametrize("pe", ["geope", "lingeope", "rope3d"])
+def test_geope_learnable_learns_the_frequencies_of_each_encoding_at_geopes(pe):
+    """``model.geope_learnable=true`` makes GeoPE's 6 block frequencies of head width 18 a parameter of
+    ``geope``, ``lingeope`` and ``rope3d`` alike (``rope3d`` ignored it before: a geope-vs-rope3d ablation then
+    differed in more than the coupling of the axes); one training step gives each a gradient, but ``rope3d``'s
+    odd blocks, whose scales its pairs do not read (``k_2j``), exactly 0."""
+    model = net(pe, 64, extra=["model.geope_learnable=true"]).train()
+    freqs = model.frequency_parameters()
+    assert [f.shape for f in freqs] == [torch.Size([6])]
+    pos, x, offset, grid = cloud()
+    torch.manual_seed(0)
+    model(pos, x, offset, grid_coord=grid).square().sum().backward()
+    grad = freqs[0].grad
+    if pe == "rope3d":
+        assert bool((grad[0::2] != 0).all()) and bool((grad[1::2] == 0).all())
+    else:
+        assert bool((grad != 0).all())
