@@ -118,13 +118,20 @@ def test_ablate_over_two_ptv3_encodings(two_folds, tmp_path):
     # GeoPE's frequencies with an encoding at its authors' fixed ones: refused (rope3d learnt nothing, silently)
     ([*PIPELINE, "model.backbone=ptv3", "model.pe=point3drope", "model.geope_learnable=true"],
      "model.geope_learnable=true: GeoPE's frequencies, but model.pe=point3drope turns at Utonia's fixed "
-     "frequencies (base 10), so it would change nothing; remove it, or set "
+     "frequencies (base 10; its scale: model.point3drope_scale), so it would change nothing; remove it, or set "
      "model.pe to one of geope, lingeope, rope3d"),
     ([*PIPELINE, "model.backbone=ptv3", "model.pe=pointrope", "model.geope_learnable=true", "model.geope_base=50"],
      "model.geope_base=50.0, model.geope_learnable=true: GeoPE's frequencies, but model.pe=pointrope turns at "
      "LitePT's fixed frequencies (base 100 per grid cell), so they would change nothing; remove them"),
     ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", "model.geope_learnable=true"], None),   # no positions
     ([*PIPELINE, "model.backbone=ptv3", "model.pe=rope3d", "model.geope_learnable=true"], None),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=point3drope", "model.point3drope_scale=1"], None),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=geope", "model.point3drope_scale=1"],
+     "model.point3drope_scale=1.0: only model.pe=point3drope reads it, but model.pe=geope; remove it"),
+    (["model.point3drope_scale=1"], "model.point3drope_scale=1.0: only model.pe=point3drope reads it, but "
+     "model.pe=rpe"),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=point3drope", "model.point3drope_scale=0"],
+     "model.point3drope_scale: expected a finite number > 0, got 0"),
     (["model.backbone=ptv3", "model.pe=none", "model.ptv3.dec_depths=[1]"],
      "model.ptv3.dec_depths: expected 4 entries for the 5 stages"),
     (["model.backbone=ptv3", "model.pe=none", "model.ptv3.enc_channels=[32, 64, 128, 256, 500]"],

@@ -9,9 +9,10 @@ segmentor (:class:`~pointgeope.model.ptv3.segmentor.PTv3Segmentor`: parameter na
 - ``pe`` (``model.pe``) an encoding of :mod:`pointgeope.model.qk_encodings` per head width
   (:class:`StageEncodings`), or none; its positions: ``coord`` in metres with ``pos_scale = 1 / grid_size``
   (phases in voxel units), base ``model.geope_base`` and learnt frequencies with ``model.geope_learnable``
-  for ``geope``, ``lingeope`` and ``rope3d`` (``qk_encodings.GEOPE_FREQUENCY_ENCODINGS``), the authors' own
-  scales for ``point3drope`` (metres, base 10, Utonia's jitter in training) and ``pointrope`` (the stage's
-  grid, base 100);
+  for ``geope``, ``lingeope`` and ``rope3d`` (``qk_encodings.GEOPE_FREQUENCY_ENCODINGS``); for ``point3drope``
+  ``coord`` times ``model.point3drope_scale`` (default 0.5: Utonia's S3DIS configs halve the coordinates,
+  ``RandomScale(0.5)``, so its angles per metre), base 10 and Utonia's jitter in training; for ``pointrope``
+  the stage's grid, base 100 (LitePT's);
 - no point hierarchy (``hierarchy_spec = None``; a ``hierarchy`` given is ignored): serialization, pooling
   and the sparse convolution's neighbour tables are built inside the forward;
 - in eval mode no shuffled orders (``PointTransformerV3(shuffle_in_eval=False)``, each module reading its own
@@ -37,6 +38,8 @@ def encoding_options(cfg: ModelConfig, grid_size: float) -> dict:
     if cfg.pe in GEOPE_FREQUENCY_ENCODINGS:
         return dict(base=cfg.geope_base, pos_scale=1.0 / grid_size, learnable=cfg.geope_learnable,
                     check_finite=False)
+    if cfg.pe == "point3drope":
+        return dict(pos_scale=cfg.point3drope_scale, check_finite=False)
     return dict(check_finite=False)
 
 
