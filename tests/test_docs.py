@@ -119,6 +119,27 @@ def test_the_pages_examples_run_as_shown(tmp_path, page, example, printed):
     assert proc.stdout.splitlines() == printed
 
 
+def test_own_network_states_geopes_range_of_frequencies():
+    """own-network.md's numbers for choosing pos_scale: the slowest block's frequency as a fraction of block 0's
+    (``base^(-2(n-1)/(3n))``, not RoPE's ``1 / base``) at the widths it names, and the slowest block's period
+    in voxels at 64 channels (``2 pi / (w_last / 3)`` with ``pos_scale = 1 / voxel``), from
+    ``pointgeope.geope.frequencies`` (base 100)."""
+    import math
+
+    from pointgeope.geope import frequencies
+
+    text = " ".join((DOCS / "own-network.md").read_text().split())
+    found = re.search(r"at base 100, 1/(\d+) of block 0 at (\d+) channels, 1/(\d+) at (\d+) and 1/(\d+) at (\d+)\.",
+                      text)
+    assert found, "own-network.md: the sentence with GeoPE's range of frequencies is gone"
+    numbers = [int(g) for g in found.groups()]
+    for fraction, channels in zip(numbers[0::2], numbers[1::2]):
+        w = frequencies(channels)
+        assert round(float(w[0] / w[-1])) == fraction, channels
+    period = int(re.search(r"slowest block of 64 channels turns once in about (\d+) voxels", text).group(1))
+    assert abs(2 * math.pi / (float(frequencies(64)[-1]) / 3) - period) < 5
+
+
 def _bibtex(text: str) -> str:
     return re.search(r"^## Citing\n.*?^```bibtex\n(.*?)^```$", text, re.M | re.S).group(1)
 

@@ -83,7 +83,7 @@ RANGES: dict[str, Range] = {
                                        "published network has k = 8 to 16)"),
     "model.decoder_blocks": sizes(0, 256, "each block is a layer of memory"),
     "model.share_planes": sizes(1, 2**14, "the groups divide model.planes"),
-    "model.geope_base": POSITIVE,
+    "model.geope_base": POSITIVE, "model.point3drope_scale": POSITIVE,
     "model.ptv3.stride": sizes(1, 2**16, "a stage keeps its input's voxels divided by about the stride"),
     "model.ptv3.enc_depths": sizes(0, 256, "each block is a layer of memory (the published network has 2 to 6)"),
     "model.ptv3.enc_channels": sizes(1, 2**14, "the linear layers of a stage hold channels^2 weights"),
@@ -164,9 +164,10 @@ def range_problem(value: Any, name: str) -> str | None:
 
 def agreement_problem(m: ModelConfig) -> str | None:
     """What is wrong between the model keys that must agree, or ``None``: the backbone's own keys and
-    encoding (:func:`backbone_problem`); PTv1: one entry per network stage in each model list, the first
-    stage unstrided, each width divisible by ``model.share_planes``; PTv3: :func:`ptv3_problem`."""
-    problem = backbone_problem(m)
+    encoding (:func:`backbone_problem`), the encoding's own keys (:func:`encoding_problem`); PTv1: one entry
+    per network stage in each model list, the first stage unstrided, each width divisible by
+    ``model.share_planes``; PTv3: :func:`ptv3_problem`."""
+    problem = backbone_problem(m) or encoding_problem(m)
     if problem or m.backbone == "ptv3":
         return problem or ptv3_problem(m)
     for key in ("blocks", "strides", "neighbours", "decoder_blocks"):
@@ -234,6 +235,33 @@ def backbone_problem(m: ModelConfig) -> str | None:
         rpe = "; PTv3's own relative position bias is model.ptv3.enable_rpe: true" if "rpe" in m.pe else ""
         return (f"model.pe: {m.pe!r} is a PTv1 preset, but model.backbone=ptv3; expected one of "
                 f"{', '.join(QK_ENCODINGS)}{rpe}")
+    return None
+
+
+def encoding_problem(m: ModelConfig) -> str | None:
+    """A key of one kind of encoding set away from its default with a ``model.pe`` that does not read it, or
+    ``None``: ``model.point3drope_scale`` (``point3drope`` only); under PTv3, ``model.geope_base`` and
+    ``model.geope_learnable`` (GeoPE's frequencies: ``qk_encodings.GEOPE_FREQUENCY_ENCODINGS``) with
+    ``point3drope`` or ``pointrope``, which turn at their authors' fixed frequencies. ``none`` takes them: it has
+    no positions, so an ablation with the keys on keeps its baseline."""
+    from pointgeope.model.config import ModelConfig
+    from pointgeope.model.qk_encodings import GEOPE_FREQUENCY_ENCODINGS
+
+    default = ModelConfig()
+    if m.pe != "point3drope" and m.point3drope_scale != default.point3drope_scale:
+        return (f"model.point3drope_scale={m.point3drope_scale}: only model.pe=point3drope reads it, but "
+                f"model.pe={m.pe}; remove it")
+    if m.backbone != "ptv3" or m.pe in (*GEOPE_FREQUENCY_ENCODINGS, "none"):
+        return None
+    changed = [f"model.{k}={str(v).lower() if isinstance(v, bool) else v}" for k in ("geope_base", "geope_learnable")
+               if (v := getattr(m, k)) != getattr(default, k)]
+    if changed:
+        own = {"point3drope": "Utonia's fixed frequencies (base 10; its scale: model.point3drope_scale)",
+               "pointrope": "LitePT's fixed frequencies (base 100 per grid cell)"}.get(m.pe, "its own frequencies")
+        return (f"{', '.join(changed)}: GeoPE's frequencies, but model.pe={m.pe} turns at {own}, so "
+                f"{'they' if len(changed) > 1 else 'it'} would change nothing; remove "
+                f"{'them' if len(changed) > 1 else 'it'}, or set model.pe to one of "
+                f"{', '.join(GEOPE_FREQUENCY_ENCODINGS)}")
     return None
 
 

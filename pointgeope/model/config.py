@@ -16,7 +16,7 @@ from typing import Literal
 
 from pointgeope.constants import NUM_CLASSES
 from pointgeope.model.attention import PRESETS
-from pointgeope.model.qk_encodings import QK_ENCODINGS
+from pointgeope.model.qk_encodings import POINT3DROPE_SCALE, QK_ENCODINGS
 from pointgeope.model.ptv3.serialization import ORDERS
 
 __all__ = ["ModelConfig", "PTv3Config", "PresetName", "PTV1_KEYS"]
@@ -70,7 +70,9 @@ class ModelConfig:
     decoder_blocks: list[int] = field(default_factory=lambda: [1, 1, 1, 1, 1])  # blocks after each transition-up
     share_planes: int = 8                   # channel groups per attention weight
     geope_base: float = 100.0               # GeoPE frequency base (the paper's lambda; also rope3d's)
-    geope_learnable: bool = False           # learn GeoPE's block frequencies
+    geope_learnable: bool = False           # learn GeoPE's block frequencies (PTv3: geope, lingeope, rope3d)
+    point3drope_scale: float = POINT3DROPE_SCALE  # point3drope turns pair q by scale x metres x 10^(-q/Q): 0.5
+    #                                         gives Utonia's S3DIS angles (its configs halve the coordinates)
     rope_mixed_init: Literal["random", "axial"] = "random"  # RoPE-Mixed's initial frequencies: its authors'
     #                                         random directions at base 10, or rope3d's axial ones
     ptv3: PTv3Config = field(default_factory=PTv3Config)  # backbone: ptv3 only

@@ -34,20 +34,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pointgeope.geope import BlockScale, apply_geope
+from pointgeope.geope import BlockScale, apply_geope, check_scale
 from pointgeope.model.coord_augment import CoordAugment, UTONIA_AUGMENT
 from pointgeope.model.qk_kernels import block_tables, half_tables, swap_matrix, turn_tokens
 from pointgeope.model.qk_lingeope import lingeope_attention
 from pointgeope.model.rope import POINTROPE_BASE, axial_frequencies, pair_angles, pointrope_table
 from pointgeope.model.rotation import constant, geometry_dtype
 
-__all__ = ["QKName", "QK_ENCODINGS", "ROTARY_HEAD_DIM", "POINT3DROPE_BASE", "GEOPE_POS_SCALE", "rotary_channels",
-           "QKEncoding", "GeoPEQK", "LinGeoPEQK", "AxialRoPEQK", "Point3DRoPEQK", "PointRoPEQK", "qk_encoding"]
+__all__ = ["QKName", "QK_ENCODINGS", "GEOPE_FREQUENCY_ENCODINGS", "ROTARY_HEAD_DIM", "POINT3DROPE_BASE",
+           "POINT3DROPE_SCALE", "GEOPE_POS_SCALE", "rotary_channels", "QKEncoding", "GeoPEQK", "LinGeoPEQK",
+           "AxialRoPEQK", "Point3DRoPEQK", "PointRoPEQK", "qk_encoding"]
 
 QKName = Literal["none", "geope", "lingeope", "rope3d", "point3drope", "pointrope"]
 QK_ENCODINGS: tuple[str, ...] = typing.get_args(QKName)
 ROTARY_HEAD_DIM = 18            # Utonia's head width (54 channels / 3 heads): 6 GeoPE blocks, 3 RoPE pairs per axis
 POINT3DROPE_BASE = 10.0         # Utonia's rope_base (every config of configs/utonia)
+POINT3DROPE_SCALE = 0.5         # Utonia's S3DIS configs (semseg-utonia-v1m1-3*-s3dis-*.py) start every pipeline with
+#                                 RandomScale([0.5, 0.5]): its Point3DRoPE reads half-metres, 0.5 x metres
+# The encodings at GeoPE's frequencies (model.geope_base, pos_scale = 1 / grid_size, model.geope_learnable):
+GEOPE_FREQUENCY_ENCODINGS: tuple[str, ...] = ("geope", "lingeope", "rope3d")
 GEOPE_POS_SCALE = 50.0          # 1 / grid_size at PTv3's S3DIS grid of 2 cm: phases in voxel units
 
 
@@ -230,34 +235,42 @@ def _thirds(head_dim: int) -> tuple[list[int], list[int]]:
 class AxialRoPEQK(_HalfRotary):
     """``rope3d``, this project's axial 3D RoPE (``pointgeope/model/rope.py``, as the PTv1 preset): pair
     ``p = 3j + a`` (channels ``2p, 2p+1``) turns by ``k_2j p_a``, ``k_b`` GeoPE's block scales of the same
-    ``base`` and ``pos_scale`` (``axial_frequencies``); ``m = D // 6`` blocks, ``D mod 6`` channels pass through."""
+    ``base`` and ``pos_scale`` (``axial_frequencies``); ``m = D // 6`` blocks, ``D mod 6`` channels pass through.
+    ``learnable``: GeoPE's frequencies ``w_b`` are a parameter (``BlockScale``), as for ``geope`` and PTv1's
+    ``rope3d``; the pairs read the even blocks' ``k_2j`` only, so the odd entries get a gradient of 0."""
 
     name = "rope3d"
 
-    def __init__(self, head_dim: int, base: float = 100.0, pos_scale: float = GEOPE_POS_SCALE,
+    def __init__(self, head_dim: int, base: float = 100.0, pos_scale: float = GEOPE_POS_SCALE, learnable: bool = False,
                  augment: CoordAugment | None = None, check_finite: bool = True):
         pairs = range(3 * (head_dim // 6))
         super().__init__(head_dim, [2 * p for p in pairs], [2 * p + 1 for p in pairs], augment, check_finite)
-        self.block_scale = BlockScale(head_dim, base=base, pos_scale=pos_scale, axes=3)
+        self.block_scale = BlockScale(head_dim, base=base, pos_scale=pos_scale, axes=3, learnable=learnable)
 
     def angles(self, pos: Tensor) -> Tensor:
         freq = axial_frequencies(self.block_scale(pos.dtype, pos.device), self.head_dim)      # (P, 3)
         return pair_angles(pos, freq)                                                          # (B, L, P)
 
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, {self.block_scale.extra_repr()}"
+
 
 class Point3DRoPEQK(_HalfRotary):
     """Utonia's ``Point3DRoPE`` (Pointcept 1.7, ``point_transformer_v3m3_utonia.py``): the first ``6Q`` channels
     (``Q = D // 6``) in x | y | z thirds of ``2Q``, each rotated NeoX-style (channel ``q`` with ``q + Q``) by
-    ``pos_scale p_a base^(-q/Q)``, ``p = coord`` in metres (Utonia: ``pos_scale`` 1, base 10). In training the
-    positions are first augmented as Utonia's (``augment``, default ``UTONIA_AUGMENT``: per-axis jitter x1.1,
-    rescale x1.2, one draw per call)."""
+    ``pos_scale p_a base^(-q/Q)``, ``p = coord``. Utonia's module turns by ``p_a base^(-q/Q)`` of the coordinates
+    it is given (``pos_scale`` 1, the default here, base 10); its S3DIS configs give it half-metres, so on
+    metres ``pos_scale = POINT3DROPE_SCALE`` (0.5) gives its S3DIS angles, which PTv3's config does
+    (``model.point3drope_scale``). In training the positions are first augmented as Utonia's (``augment``,
+    default ``UTONIA_AUGMENT``: per-axis jitter x1.1, rescale x1.2, one draw per call: factors, which commute
+    with ``pos_scale``)."""
 
     name = "point3drope"
 
     def __init__(self, head_dim: int, base: float = POINT3DROPE_BASE, pos_scale: float = 1.0,
                  augment: CoordAugment | None = UTONIA_AUGMENT, check_finite: bool = True):
         super().__init__(head_dim, *_thirds(head_dim), augment, check_finite)
-        self.base, self.pos_scale = base, pos_scale
+        self.base, self.pos_scale = base, check_scale("pos_scale", pos_scale)
 
     def angles(self, pos: Tensor) -> Tensor:
         return self.third_angles(pos * self.pos_scale, self.base)

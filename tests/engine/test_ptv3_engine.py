@@ -115,6 +115,23 @@ def test_ablate_over_two_ptv3_encodings(two_folds, tmp_path):
      "model.planes: PTv1 keys, but model.backbone=ptv3"),
     (["model.pe=point3drope"], "model.pe: 'point3drope' is a PTv3 encoding"),
     (["model.ptv3.enable_rpe=true"], "model.ptv3.enable_rpe: PTv3 keys, but model.backbone=ptv1"),
+    # GeoPE's frequencies with an encoding at its authors' fixed ones: refused (rope3d learnt nothing, silently)
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=point3drope", "model.geope_learnable=true"],
+     "model.geope_learnable=true: GeoPE's frequencies, but model.pe=point3drope turns at Utonia's fixed "
+     "frequencies (base 10; its scale: model.point3drope_scale), so it would change nothing; remove it, or set "
+     "model.pe to one of geope, lingeope, rope3d"),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=pointrope", "model.geope_learnable=true", "model.geope_base=50"],
+     "model.geope_base=50.0, model.geope_learnable=true: GeoPE's frequencies, but model.pe=pointrope turns at "
+     "LitePT's fixed frequencies (base 100 per grid cell), so they would change nothing; remove them"),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=none", "model.geope_learnable=true"], None),   # no positions
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=rope3d", "model.geope_learnable=true"], None),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=point3drope", "model.point3drope_scale=1"], None),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=geope", "model.point3drope_scale=1"],
+     "model.point3drope_scale=1.0: only model.pe=point3drope reads it, but model.pe=geope; remove it"),
+    (["model.point3drope_scale=1"], "model.point3drope_scale=1.0: only model.pe=point3drope reads it, but "
+     "model.pe=rpe"),
+    ([*PIPELINE, "model.backbone=ptv3", "model.pe=point3drope", "model.point3drope_scale=0"],
+     "model.point3drope_scale: expected a finite number > 0, got 0"),
     (["model.backbone=ptv3", "model.pe=none", "model.ptv3.dec_depths=[1]"],
      "model.ptv3.dec_depths: expected 4 entries for the 5 stages"),
     (["model.backbone=ptv3", "model.pe=none", "model.ptv3.enc_channels=[32, 64, 128, 256, 500]"],
@@ -158,6 +175,8 @@ def test_each_backbone_takes_its_own_keys(overrides, message):
     (DEMO_CONFIG, ["data.augment=pointcept_ptv3"], "data.augment=pointcept_ptv3: PTv3's samples and test"),
     (PTV3_DEMO, ["model.ptv3.stride=[3, 2]"], "model.ptv3.stride[0]: expected a power of two >= 2, got 3"),
     (PTV3_DEMO, ["model.ptv3.order=[]"], "model.ptv3.order: expected at least one of z, z-trans"),
+    (PTV3_DEMO, ["model.pe=pointrope", "model.geope_learnable=true"], "model.geope_learnable=true: GeoPE's "
+     "frequencies, but model.pe=pointrope turns at LitePT's fixed frequencies"),
 ])
 def test_a_config_that_pairs_the_backbones_wrongly_is_refused_before_training(config, extra, message, two_folds,
                                                                               tmp_path, capsys):

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pointgeope.model.qk_encodings import (QK_ENCODINGS, ROTARY_HEAD_DIM, GeoPEQK, Point3DRoPEQK, qk_encoding,
-                                           rotary_channels)
+from pointgeope.model.qk_encodings import (QK_ENCODINGS, ROTARY_HEAD_DIM, AxialRoPEQK, GeoPEQK, Point3DRoPEQK,
+                                           qk_encoding, rotary_channels)
 from pointgeope.model.rope import pointrope_frequencies, rotate_pairs
 from tests.conftest import cuda_devices
 from tests.model.qk_reference import F64, ROTARY, inputs, reference, thirds_reference
@@ -114,9 +114,10 @@ def test_autocast_changes_no_rotation(name):
     torch.testing.assert_close(cast, plain, atol=0, rtol=0)
 
 
-def test_learnable_geope_frequencies_get_a_gradient_and_the_same_rotation():
+@pytest.mark.parametrize("cls", [GeoPEQK, AxialRoPEQK])
+def test_learnable_geope_frequencies_get_a_gradient_and_the_same_rotation(cls):
     q, k, _, coord, _ = inputs(d=16)
-    fixed, learnt = GeoPEQK(16), GeoPEQK(16, learnable=True).double()
+    fixed, learnt = cls(16), cls(16, learnable=True).double()
     q_out, k_out = learnt(q, k, coord)
     # the parameter starts as float32 frequencies (BlockScale): equal up to their rounding
     torch.testing.assert_close(q_out, fixed(q, k, coord)[0], atol=1e-5, rtol=0)

@@ -8,9 +8,11 @@ segmentor (:class:`~pointgeope.model.ptv3.segmentor.PTv3Segmentor`: parameter na
 
 - ``pe`` (``model.pe``) an encoding of :mod:`pointgeope.model.qk_encodings` per head width
   (:class:`StageEncodings`), or none; its positions: ``coord`` in metres with ``pos_scale = 1 / grid_size``
-  (phases in voxel units) and base ``model.geope_base`` for ``geope``, ``lingeope`` and ``rope3d``, the
-  authors' own scales for ``point3drope`` (metres, base 10, Utonia's jitter in training) and ``pointrope``
-  (the stage's grid, base 100);
+  (phases in voxel units), base ``model.geope_base`` and learnt frequencies with ``model.geope_learnable``
+  for ``geope``, ``lingeope`` and ``rope3d`` (``qk_encodings.GEOPE_FREQUENCY_ENCODINGS``); for ``point3drope``
+  ``coord`` times ``model.point3drope_scale`` (default 0.5: Utonia's S3DIS configs halve the coordinates,
+  ``RandomScale(0.5)``, so its angles per metre), base 10 and Utonia's jitter in training; for ``pointrope``
+  the stage's grid, base 100 (LitePT's);
 - no point hierarchy (``hierarchy_spec = None``; a ``hierarchy`` given is ignored): serialization, pooling
   and the sparse convolution's neighbour tables are built inside the forward;
 - in eval mode no shuffled orders (``PointTransformerV3(shuffle_in_eval=False)``, each module reading its own
@@ -25,7 +27,7 @@ from torch import Tensor, nn
 from pointgeope.model.config import ModelConfig
 from pointgeope.model.ptv3.network import PointTransformerV3
 from pointgeope.model.ptv3.segmentor import PTv3Segmentor
-from pointgeope.model.qk_encodings import QKEncoding, qk_encoding
+from pointgeope.model.qk_encodings import GEOPE_FREQUENCY_ENCODINGS, QKEncoding, qk_encoding
 
 __all__ = ["PTv3Seg", "StageEncodings", "encoding_options"]
 
@@ -33,11 +35,11 @@ __all__ = ["PTv3Seg", "StageEncodings", "encoding_options"]
 def encoding_options(cfg: ModelConfig, grid_size: float) -> dict:
     """The keyword arguments of ``qk_encoding(cfg.pe, D, **options)`` (module docstring); no finiteness check
     in the encodings: the network checks its input coordinates once (``structure.check_inputs``)."""
-    if cfg.pe in ("geope", "lingeope"):
+    if cfg.pe in GEOPE_FREQUENCY_ENCODINGS:
         return dict(base=cfg.geope_base, pos_scale=1.0 / grid_size, learnable=cfg.geope_learnable,
                     check_finite=False)
-    if cfg.pe == "rope3d":
-        return dict(base=cfg.geope_base, pos_scale=1.0 / grid_size, check_finite=False)
+    if cfg.pe == "point3drope":
+        return dict(pos_scale=cfg.point3drope_scale, check_finite=False)
     return dict(check_finite=False)
 
 
@@ -90,6 +92,7 @@ class PTv3Seg(PTv3Segmentor):
         return super().forward(pos, grid_coord, x, offset)
 
     def frequency_parameters(self) -> list[nn.Parameter]:
-        """The learnt frequencies of the encoding (GeoPE's with ``model.geope_learnable``), else ``[]``."""
+        """The learnt frequencies of the encoding (GeoPE's, of ``geope``, ``lingeope`` or ``rope3d``, with
+        ``model.geope_learnable``), else ``[]``."""
         pe = self._encodings[0]
         return [prm for prm in pe.parameters() if prm.requires_grad] if pe is not None else []

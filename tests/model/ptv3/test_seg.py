@@ -2,11 +2,17 @@
 ``lingeope`` (an encoding of pairs, through ``pe.attention``) masked as SDPA is for clouds shorter than a patch."""
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 import pytest
 import torch
 
 from pointgeope.engine.config import load_config
 from pointgeope.model.ptv3.seg import PTv3Seg
+
+F64 = torch.float64
+POINT3DROPE_PRESET = Path(__file__).resolve().parents[3] / "configs" / "s3dis" / "ptv3_point3drope.yaml"
 
 BASE = ["model.backbone=ptv3", "data.augment=pointcept_ptv3", "eval.protocol=ptv3", "model.ptv3.stride=[2]",
         "model.ptv3.enc_depths=[1, 1]", "model.ptv3.enc_num_head=[1, 2]", "model.ptv3.dec_depths=[1]",
@@ -14,10 +20,10 @@ BASE = ["model.backbone=ptv3", "data.augment=pointcept_ptv3", "eval.protocol=ptv
         "model.ptv3.drop_path=0.0"]
 
 
-def net(pe: str, patch: int, channels=(18, 36), dec=18) -> PTv3Seg:
+def net(pe: str, patch: int, channels=(18, 36), dec=18, extra=()) -> PTv3Seg:
     cfg = load_config(None, BASE + [f"model.pe={pe}", f"model.ptv3.enc_channels={list(channels)}",
                                     f"model.ptv3.dec_channels=[{dec}]", f"model.ptv3.enc_patch_size=[{patch}, {patch}]",
-                                    f"model.ptv3.dec_patch_size=[{patch}]"])
+                                    f"model.ptv3.dec_patch_size=[{patch}]", *extra])
     torch.manual_seed(0)
     return PTv3Seg(cfg.model, grid_size=0.1).eval()
 
@@ -126,3 +132,62 @@ def test_shuffles_follow_the_mode_of_each_module():
         assert torch.equal(state_after_forward(), state_after_draws(draws)), (mode, draws)
     assert not model.backbone.shuffle_in_eval
     assert all(not m.shuffle_in_eval for m in model.modules() if type(m).__name__ == "SerializedPooling")
+
+
+def utonia_point3drope(x, xyz, base=10.0):
+    """Utonia's Point3DRoPE from its definition (Pointcept ``point_transformer_v3m3_utonia.py``), in its own form:
+    axis ``a`` owns the third ``u`` of ``2Q`` channels, ``inv_freq = 1 / base^(arange(0, 2Q, 2) / 2Q)``,
+    ``emb = [p_a inv_freq, p_a inv_freq]`` and ``u cos(emb) + [-u[Q:], u[:Q]] sin(emb)``, with ``p = xyz`` in
+    the units Utonia's network receives. ``x (B, H, L, D)``, ``xyz (B, L, 3)``; ``D`` a multiple of 6."""
+    two_q = x.shape[-1] // 3
+    inv_freq = 1.0 / base ** (torch.arange(0, two_q, 2, dtype=x.dtype) / two_q)
+    thirds = []
+    for a in range(3):
+        u = x[..., a * two_q: (a + 1) * two_q]
+        emb = xyz[:, None, :, a: a + 1] * inv_freq
+        emb = torch.cat([emb, emb], -1)
+        half = torch.cat([-u[..., two_q // 2:], u[..., : two_q // 2]], -1)
+        thirds.append(u * emb.cos() + half * emb.sin())
+    return torch.cat(thirds, -1)
+
+
+def test_the_point3drope_preset_turns_at_utonias_s3dis_angles():
+    """Utonia's S3DIS configs (``semseg-utonia-v1m1-3*-s3dis-*.py``) scale every room by 0.5 first
+    (``RandomScale([0.5, 0.5])``), so its Point3DRoPE reads half-metres. The preset on metres turns as Utonia's
+    definition on half the coordinates: a point 1 m along x turns x's pair 0 (channels 0 and Q = 3) by 0.5 rad
+    and pair 1 by 0.5 / 10^(1/3) rad, and random tokens at +-3 m as the definition does."""
+    cfg = load_config(POINT3DROPE_PRESET)
+    enc = PTv3Seg(cfg.model, cfg.data.grid_size).eval().backbone.enc.enc0.block0.attn.pe.by_width["18"]
+    q = torch.zeros(1, 1, 2, 18, dtype=F64)
+    q[0, 0, 0, 0] = q[0, 0, 1, 1] = 1.0                                          # x's pairs 0 and 1, first channels
+    turned, _ = enc(q, q, torch.tensor([[[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]], dtype=F64))
+    for token, pair in ((0, 0), (1, 1)):
+        angle = 0.5 * 10.0 ** (-pair / 3)
+        want = torch.zeros(18, dtype=F64)
+        want[pair], want[pair + 3] = math.cos(angle), math.sin(angle)
+        torch.testing.assert_close(turned[0, 0, token], want, atol=1e-15, rtol=0)
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 3, 7, 18, generator=g, dtype=F64) for _ in range(2))
+    metres = torch.rand(2, 7, 3, generator=g, dtype=F64) * 6 - 3
+    q_out, k_out = enc(q, k, metres)
+    torch.testing.assert_close(q_out, utonia_point3drope(q, 0.5 * metres), atol=1e-13, rtol=0)
+    torch.testing.assert_close(k_out, utonia_point3drope(k, 0.5 * metres), atol=1e-13, rtol=0)
+
+
+@pytest.mark.parametrize("pe", ["geope", "lingeope", "rope3d"])
+def test_geope_learnable_learns_the_frequencies_of_each_encoding_at_geopes(pe):
+    """``model.geope_learnable=true`` makes GeoPE's 6 block frequencies of head width 18 a parameter of
+    ``geope``, ``lingeope`` and ``rope3d`` alike (``rope3d`` ignored it before: a geope-vs-rope3d ablation then
+    differed in more than the coupling of the axes); one training step gives each a gradient, but ``rope3d``'s
+    odd blocks, whose scales its pairs do not read (``k_2j``), exactly 0."""
+    model = net(pe, 64, extra=["model.geope_learnable=true"]).train()
+    freqs = model.frequency_parameters()
+    assert [f.shape for f in freqs] == [torch.Size([6])]
+    pos, x, offset, grid = cloud()
+    torch.manual_seed(0)
+    model(pos, x, offset, grid_coord=grid).square().sum().backward()
+    grad = freqs[0].grad
+    if pe == "rope3d":
+        assert bool((grad[0::2] != 0).all()) and bool((grad[1::2] == 0).all())
+    else:
+        assert bool((grad != 0).all())
