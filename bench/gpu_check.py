@@ -274,9 +274,9 @@ def parse_args() -> argparse.Namespace:
     add("--profile", action=argparse.BooleanOptionalAction, default=True)
     add("--fold-config", type=Path, default=Path("configs/s3dis/pt_geope.yaml"),
         help="fold_estimate: the recipe whose loop, batch_size, epochs and voxel_max a fold's time follows")
-    limits = dict(warm=100, hierarchy=55, relation_backward=90, bench=60, bench_bf16=45, bench16=45, published=45,
+    limits = dict(warm=100, hierarchy=55, relation_backward=90, bench=60, bench_bf16=45, bench16=60, published=45,
                   tests=120, check=40, train=240, evaluate=120, kernels=300, published_bf16=45, norm_op=40, norm=100,
-                  graphs=80, graphs16=90, loader=60)
+                  graphs=80, graphs16=120, loader=60)
     for name, limit in limits.items():
         add(f"--{name.replace('_', '-')}-limit", type=float, default=float(limit))
     add("--kernel-presets", nargs="+", default=["rpe", "geope", "lingeope"])
