@@ -43,10 +43,10 @@ def recipe(config: Path = RECIPE) -> dict:
     """The numbers of ``config`` a fold's time depends on: ``loop``, ``batch_size``, ``epochs``, ``voxel_max``."""
     from pointgeope.engine.config import load_config
 
-    cfg = load_config(config)
-    return {"config": str(Path(config).resolve().relative_to(REPO)) if Path(config).resolve().is_relative_to(REPO)
-            else str(config), "loop": cfg.data.loop, "batch_size": cfg.data.batch_size, "epochs": cfg.train.epochs,
-            "voxel_max": cfg.data.voxel_max, "drop_last": True}
+    cfg, path = load_config(config), Path(config).resolve()
+    return {"config": str(path.relative_to(REPO) if path.is_relative_to(REPO) else path), "loop": cfg.data.loop,
+            "batch_size": cfg.data.batch_size, "epochs": cfg.train.epochs, "voxel_max": cfg.data.voxel_max,
+            "drop_last": True}
 
 
 def fold_steps(train_rooms: int, loop: int, batch_size: int, epochs: int) -> int:

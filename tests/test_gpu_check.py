@@ -44,6 +44,7 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
     assert steps["tests"]["summary"].startswith("1 passed")
     bench = steps["bench"]["result"]
     assert bench["device"] == "cpu" and bench["points_per_cloud"] == 1500 and bench["clouds"] == 2
+    assert bench["run"]["gpu"] is None and bench["run"]["commit"] == result["tree"]["commit"] and bench["run"]["torch"]
     assert sorted(bench["presets"]) == ["geope", "lingeope", "rpe"]
     assert all(row["given_s"] > 0 and row["in_model_s"] > 0 and row["beside_s"] > 0 for row in bench["presets"].values())
     assert bench["presets"]["rpe"]["given_ratio"] == 1.0
