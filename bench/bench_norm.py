@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from bench_io import save_json
+from gpu_record import run_record
 
 CASES = (("pairs s1", 1_280_000 * 16, 32), ("pairs s1 C/s", 1_280_000 * 16, 4), ("pairs s1 rpe", 1_280_000 * 16, 3),
          ("pairs s2", 320_000 * 16, 64), ("points s1", 1_280_000, 32))
@@ -83,7 +84,8 @@ def main() -> int:
     device = torch.device(args.device)
     if device.type == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
-    out = {"device": str(device), "time": "one forward + backward, training mode, minimum over reps (ms)",
+    out = {"device": str(device), "run": run_record(str(device)),
+           "time": "one forward + backward, training mode, minimum over reps (ms)",
            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None, "cases": []}
     for name, rows, width in CASES:
         for dtype in (torch.bfloat16, torch.float32):

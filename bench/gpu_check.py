@@ -20,7 +20,8 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
                beside the step on a second stream (training's path), peak memory, the top kernels of one step
     bench_bf16 (CUDA) the same under bf16 autocast (given and beside)
     bench16    (CUDA) the published recipe's batch, 16 x 80k float32, rpe and geope (given and beside); with
-               the recipe's steps (``--fold-steps``) and the published test, the time of one fold
+               the published test, every fold's time and the longest (``fold_estimate.py``: each fold's steps
+               follow from ``--fold-config``'s loop, batch and epochs and its training rooms)
     published  ``bench_evaluate.py --published``: the published test (every fragment) of one
                ``synth --size bench`` room with ``configs/s3dis/pt_geope.yaml``: seconds per room, points
                and point predictions per second, peak GPU memory
@@ -81,6 +82,7 @@ import sys
 import time
 from pathlib import Path
 
+from fold_estimate import estimate, recipe  # noqa: E402
 from gpu_check_demo import step_ddp, step_evaluate, step_predict, step_train  # noqa: E402
 from gpu_check_paths import (step_graphs, step_graphs16, step_kernels, step_loader, step_norm,  # noqa: E402
                              step_norm_op, step_relation_backward)
@@ -161,21 +163,11 @@ def step_bench16(check: Check, py: str) -> None:
 
 
 def fold_estimate(check: Check) -> None:
-    """One fold of the published recipe: ``--fold-steps`` steps of bench16's beside step (training's path),
-    plus the published test of the test area (``--fold-rooms`` rooms at the bench room's seconds)."""
-    steps = check.result["steps"]
-    presets = steps.get("bench16", {}).get("result", {}).get("presets", {})
-    room_s = steps.get("published", {}).get("result", {}).get("seconds_per_room")
-    est = {}
-    for pe, row in presets.items():
-        step_s = row.get("beside_s") or row.get("given_s")
-        if step_s:
-            test_s = room_s * check.args.fold_rooms if room_s else None
-            est[pe] = {"step_s": step_s, "steps": check.args.fold_steps, "train_h": step_s * check.args.fold_steps / 3600,
-                       "test_h": test_s / 3600 if test_s else None,
-                       "fold_h": (step_s * check.args.fold_steps + (test_s or 0)) / 3600,
-                       "points_per_cloud": steps["bench16"]["result"].get("points_per_cloud")}
-    check.result["fold_estimate"] = est
+    """Every fold's time of the published recipe (``--fold-config``) from bench16's step and the published
+    test, and the longest (``fold_estimate.py``: the formula; ``fold_h`` null with ``why`` when either is
+    missing or bench16 ran another batch than the recipe's)."""
+    spec = recipe(REPO / check.args.fold_config)
+    check.result["fold_estimate"] = estimate(check.result["steps"], spec)
     check.write()
 
 
@@ -280,11 +272,11 @@ def parse_args() -> argparse.Namespace:
     add("--warmup", type=int, default=1)
     add("--beside-steps", type=int, default=3)
     add("--profile", action=argparse.BooleanOptionalAction, default=True)
-    add("--fold-steps", type=int, default=38_000, help="steps of one fold of the published recipe")
-    add("--fold-rooms", type=int, default=68, help="rooms of the largest test area (Area 5)")
-    limits = dict(warm=100, hierarchy=55, relation_backward=90, bench=60, bench_bf16=45, bench16=45, published=45,
+    add("--fold-config", type=Path, default=Path("configs/s3dis/pt_geope.yaml"),
+        help="fold_estimate: the recipe whose loop, batch_size, epochs and voxel_max a fold's time follows")
+    limits = dict(warm=100, hierarchy=55, relation_backward=90, bench=60, bench_bf16=45, bench16=60, published=45,
                   tests=120, check=40, train=240, evaluate=120, kernels=300, published_bf16=45, norm_op=40, norm=100,
-                  graphs=80, graphs16=90, loader=60)
+                  graphs=80, graphs16=120, loader=60)
     for name, limit in limits.items():
         add(f"--{name.replace('_', '-')}-limit", type=float, default=float(limit))
     add("--kernel-presets", nargs="+", default=["rpe", "geope", "lingeope"])

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from bench_io import save_json
+from gpu_record import tree_state
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,7 +32,8 @@ class Check:
             self.env["CUDA_VISIBLE_DEVICES"] = ""
         if args.threads:
             self.env["OMP_NUM_THREADS"] = str(args.threads)
-        self.result = {"device": args.device, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        # the tree as the call found it, before any step writes (its outputs under bench/results/ do not count)
+        self.result = {"device": args.device, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "tree": tree_state(),
                        "host": {"platform": platform.platform(), "cpus": os.cpu_count(),
                                 "load_average_start": os.getloadavg()},
                        "steps": {}}

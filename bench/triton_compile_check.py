@@ -27,6 +27,7 @@ Usage: python bench/triton_compile_check.py [--quick]
 """
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import multiprocessing
@@ -259,11 +260,19 @@ def _compile_job(i: int) -> dict:
     return compile_one(*JOBS[i][1])
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options (``--help`` prints them; an unknown option exits 2 with argparse's message)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser.add_argument("--quick", action="store_true",
+                        help="sm_90 only, kNN for k = 16 only, attention at k = 16, width 64, bfloat16, with delta")
+    return parser.parse_args(argv)
+
+
 def main() -> int:
+    quick = parse_args().quick
     if triton.knobs.runtime.interpret:
         print("TRITON_INTERPRET is set: unset it to compile", file=sys.stderr)
         return 2
-    quick = "--quick" in sys.argv[1:]
     result = {"triton": triton.__version__, "kernels": {}}
     ops = [(n, k, s, c, dict(o, enable_fp_fusion=False)) for n, k, s, c, o in ops_cases()]
     JOBS[:] = [(f"{name}_sm{arch}", (kernel, signature, constexprs, options, arch))

@@ -1,6 +1,6 @@
 """Names and numbers of S3DIS that the whole project shares: one place owns them.
 
-Classes in the standard order (labels 0..12), the areas, the 13-colour palette used by every plot and
+Classes in the standard order (labels 0..12), the areas and their rooms, the 13-colour palette used by every plot and
 viewer, the ignore label and the room size limit (the HDF5 layout and its version: ``pointgeope/h5.py``).
 """
 from __future__ import annotations
@@ -14,6 +14,9 @@ CLASS_INDEX = {name: i for i, name in enumerate(CLASS_NAMES)}
 CLUTTER = CLASS_INDEX["clutter"]
 
 AREAS: tuple[str, ...] = tuple(f"Area_{k}" for k in range(1, 7))
+# Rooms of each area in S3DIS (Stanford3dDataset_v1.2_Aligned_Version, 272 in all): a fold's training and
+# test sizes follow from them (bench/fold_estimate.py). Prepare and the loaders read the rooms that are there.
+AREA_ROOMS: dict[str, int] = {"Area_1": 44, "Area_2": 40, "Area_3": 23, "Area_4": 49, "Area_5": 68, "Area_6": 48}
 
 IGNORE_LABEL = 255
 

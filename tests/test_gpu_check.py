@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -43,6 +44,7 @@ def test_every_step_runs_on_the_cpu_and_is_recorded(tmp_path):
     assert steps["tests"]["summary"].startswith("1 passed")
     bench = steps["bench"]["result"]
     assert bench["device"] == "cpu" and bench["points_per_cloud"] == 1500 and bench["clouds"] == 2
+    assert bench["run"]["gpu"] is None and bench["run"]["commit"] == result["tree"]["commit"] and bench["run"]["torch"]
     assert sorted(bench["presets"]) == ["geope", "lingeope", "rpe"]
     assert all(row["given_s"] > 0 and row["in_model_s"] > 0 and row["beside_s"] > 0 for row in bench["presets"].values())
     assert bench["presets"]["rpe"]["given_ratio"] == 1.0
@@ -94,6 +96,8 @@ def test_a_failing_step_is_recorded_and_the_others_still_run(tmp_path):
     assert proc.returncode == 1
     assert result["failed_steps"] == ["evaluate"]
     assert result["steps"]["info"]["ok"] and "no " in result["steps"]["evaluate"]["error"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert result["tree"]["commit"] == head and result["tree"]["dirty"] in ((True, False) if head else (None,))
     assert (tmp_path / "out" / "gpu.json").is_file()
 
 
@@ -208,3 +212,67 @@ def test_the_bf16_published_test_sets_eval_amp_and_its_agreement_run_too(monkeyp
     row = evaluate_published.votes_agreement(SimpleNamespace(agree_amp="none"), None, None, None, cfg,
                                              torch.device("cpu"), np.eye(3, dtype=np.float32))
     assert seen == [("fp16", "none")] and row["agree_amp"] == "none" and row["votes_agreement"] == 1.0
+
+
+def test_the_steps_budget_starts_after_the_warm_up(monkeypatch):
+    """bench16's second rep (audit F5): ``--budget`` counts from the end of the inputs and warm-up, so a slow
+    warm-up (16 x 80k on a GPU: most of bench16's limit) no longer leaves the row one sample."""
+    import time
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import bench_train_step
+
+    step = bench_train_step.Case.step
+    warm = {"left": 1}
+
+    def slow_warm_up(self, given):
+        if warm["left"]:                      # the warm-up step: longer than the whole budget
+            warm["left"] -= 1
+            time.sleep(2.5)
+        step(self, given)
+
+    monkeypatch.setattr(bench_train_step.Case, "step", slow_warm_up)
+    args = SimpleNamespace(device="cpu", amp="none", points=1500, clouds=1, presets=["rpe"], warmup=1, reps=2,
+                           budget=2.0, warm_only=False, no_in_model=True, beside_steps=0, no_point_ops=True,
+                           profile=False)
+    out = {}
+    bench_train_step.run(args, out, lambda: None)
+    assert warm["left"] == 0 and out["presets"]["rpe"]["reps"] == 2
+
+
+def _limits(monkeypatch, call: list[str]) -> dict[str, float]:
+    """The planned steps of ``gpu_check.sh`` ``call`` and each one's limit (``info``: its two probes' 120 + 60 s)."""
+    import gpu_check
+
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", *call])
+    args = gpu_check.parse_args()
+    return {name: 180.0 if name == "info" else float(getattr(args, f"{name}_limit", 0) or 0)
+            for name, _ in gpu_check.plan(args)}
+
+
+def test_a_plain_call_plans_more_than_one_session_holds(monkeypatch):
+    """gpu_check.sh's header and docs/gpu.md: the steps' limits add up to more than a device session's 15
+    minutes (the machine's start included), so the budget orders them and records the rest as skipped."""
+    sys.path.insert(0, str(REPO / "bench"))
+    plain = _limits(monkeypatch, [])
+    assert sum(plain.values()) > 15 * 60
+    for text in (SCRIPT.read_text(), (REPO / "docs" / "gpu.md").read_text()):
+        assert "limits add up to more than" in " ".join(text.replace("\n#", "\n").split())
+
+
+def test_the_next_call_fits_its_budget_at_run_6s_times(monkeypatch):
+    """docs/gpu.md's next call (an H200): the steps run 6 (an H200) measured, at the seconds it took, and the
+    others (graphs16 at two precisions) and bench16 (two reps since audit F5) at their full limits, fit its
+    --budget, so the budget cuts none of them."""
+    sys.path.insert(0, str(REPO / "bench"))
+    text = " ".join((REPO / "docs" / "gpu.md").read_text().split("**The next call.**")[1].split("\n\n")[0].split())
+    call = re.search(r"`PYTHON=python3 bash bench/gpu_check.sh ([^`]+)`", text).group(1).split()
+    limits = _limits(monkeypatch, call)
+    budget = float(call[call.index("--budget") + 1])
+    run6 = json.loads((REPO / "bench/results/gpu/h200_run6_gpu.json").read_text())["steps"]
+    took = {"info": run6["info"]["seconds"] + run6["pointgeope_info"]["seconds"]}
+    took.update({name: run6[name]["seconds"] for name in limits if name in run6 and name not in ("info", "bench16")})
+    expected = sum(took.get(name, limit) for name, limit in limits.items())
+    assert "graphs16" in limits and call[call.index("--graphs16-amps") + 1:][:2] == ["bf16", "none"]
+    assert {"bench16", "published", "fold_estimate", "norm"} <= set(limits) and expected <= budget, (expected, took)

@@ -147,6 +147,54 @@ def test_the_bench_compares_the_two_steps(tmp_path):
     assert row["recorded"] == 1 and row["loss_rel_diff"] < 1e-5 and row["eager_s"] > 0 and row["graph_s"] > 0
 
 
+def test_the_bench_frees_each_case_before_recording_the_next(monkeypatch):
+    """``bench_graphs.run`` holds one case at a time: when a preset x precision's graphed cases are built, no
+    earlier case and no earlier recorder (on CUDA: its graph's memory pool) is referenced any more; within a
+    case the rounds interleave eager, graph and padded eager steps."""
+    import sys
+    import weakref
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import bench_graphs
+
+    built, order = [], []
+
+    class Tracked(bench_graphs.GraphCase):
+        def __init__(self, preset, inputs, amp, device, rerun=False):
+            held = [key for key, case, recorder in built if key != (preset, amp) and (case() or recorder())]
+            assert not held, f"{held} still referenced when {preset}/{amp} is built"
+            super().__init__(preset, inputs, amp, device, rerun)
+            built.append(((preset, amp), weakref.ref(self), weakref.ref(self.graphed.recorder)))
+            self.label = ("padded_eager" if rerun else "graph", amp)
+
+        def step(self, given):
+            order.append(self.label)
+            super().step(given)
+
+    class Eager(bench_graphs.Case):
+        def __init__(self, preset, inputs, amp, device):
+            super().__init__(preset, inputs, amp, device)
+            self.label = ("eager", amp)
+
+        def step(self, given):
+            order.append(self.label)
+            super().step(given)
+
+    monkeypatch.setattr(bench_graphs, "GraphCase", Tracked)
+    monkeypatch.setattr(bench_graphs, "Case", Eager)
+    args = SimpleNamespace(device="cpu", points=1000, clouds=1, presets=["rpe"], amps=["none", "bf16"], reps=2,
+                           warmup=0, budget=600.0)             # bf16: float32 on the CPU, a second case all the same
+    out = {}
+    bench_graphs.run(args, out, lambda: None)
+    assert [key for key, _, _ in built] == [("rpe", "none")] * 2 + [("rpe", "bf16")] * 2
+    assert order == [(label, amp) for amp in ("none", "bf16") for _ in range(2)
+                     for label in ("eager", "graph", "padded_eager")]
+    for row in out["cases"].values():
+        assert row["reps"] == 2 and row["recorded"] == 1 and row["graph_s"] > 0 and row["padded_eager_s"] > 0
+        assert row["ratio"] == row["graph_s"] / row["eager_s"]
+
+
 def test_the_capture_records_the_sorts_of_the_batch_it_records(monkeypatch):
     """The kNN lists' transposes cached on the graph's hierarchy during the warm-up are dropped before the
     capture (a graph would otherwise replay the warm-up batch's transpose): the tensors handed to

@@ -37,3 +37,14 @@ def test_the_kernels_compile_for_sm90_the_ops_with_one_rounding_per_operation_an
     assert {k.split("_tile")[0] for k in kernels if k.startswith("att_")} == KINDS   # k = 16, width 64, share_planes 8
     assert all(k["ok"] and k["spill_store_bytes"] == 0 for k in kernels.values())
     assert all(kernels[name]["fma_f32"] == 0 for name in ops)
+
+
+@pytest.mark.parametrize("flag, rc, said", [("--help", 0, "usage: triton_compile_check.py [-h] [--quick]"),
+                                            ("--quik", 2, "unrecognized arguments: --quik")])
+def test_the_compile_check_says_its_usage_and_refuses_unknown_flags(flag, rc, said):
+    """``--help`` prints the options and a typo exits 2, before any kernel compiles (both used to start the
+    full compile of every kernel for sm_80 and sm_90)."""
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "triton_compile_check.py"), flag],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == rc and said in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert '"kernels"' not in proc.stdout
