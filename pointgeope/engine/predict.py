@@ -17,6 +17,7 @@ training rooms' (a unit mistake: millimetres or feet read as metres).
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, override_key
 from pointgeope.engine.config_values import range_problem
 from pointgeope.engine.distributed import apply_threads, choose_device
-from pointgeope.engine.evaluate import room_seed, vote_room
+from pointgeope.engine.evaluate import not_a_fold, room_seed, vote_room
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.errors import UserError, one_line
 from pointgeope.scans.scan import Scan, ScanError
@@ -73,7 +74,8 @@ class Predictor:
 
 def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
     """``CHECKPOINT.pt`` as given, or ``RUN/area_K/<which>.pt`` (``which``: ``--checkpoint``, else the
-    run's ``eval.checkpoint`` as ``evaluate`` uses it, else ``last``)."""
+    run's ``eval.checkpoint`` as ``evaluate`` uses it, else ``last``); a folder without that file and not
+    named ``area_K`` (a run folder ``RUN``) is refused with the folds it holds."""
     model = Path(model)
     if not model.is_dir():
         if which is not None:
@@ -88,6 +90,8 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
                 which = load_config(model / "config.yaml").eval.checkpoint
             except ConfigError:
                 pass  # the checkpoint carries its own config; last.pt it is
+    if not (model / f"{which}.pt").exists() and not re.fullmatch(r"area_\d+", model.name):
+        raise PredictError(not_a_fold(model))  # RUN given for RUN/area_K: its folds named
     return model / f"{which}.pt"
 
 

@@ -9,6 +9,7 @@ import pytest
 from pointgeope.cli import main as cli
 from pointgeope.constants import PALETTE
 from pointgeope.h5 import read_predictions, read_room
+from tests.engine.conftest import one_line
 from tests.engine.predict_helpers import write_scan
 
 
@@ -119,6 +120,26 @@ def test_a_wrong_model_argument_is_told_before_any_area_file_is_read(tiny_root, 
     assert cli(["predict", str(missing), str(tiny_root / "Area_1.h5"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("pointgeope predict: error: ") and str(missing) in err[0], err
+
+
+def test_a_run_folder_as_the_model_is_told_its_fold_folders(tiny_run, tmp_path, capsys):
+    """``predict RUN`` (the run, not ``RUN/area_K``) said "expected a checkpoint at RUN/last.pt, found nothing";
+    it is evaluate's message now (one owner: ``evaluate.not_a_fold``), naming the folds the run holds."""
+    np.save(tmp_path / "s.npy", np.zeros((5, 6)))
+    (tmp_path / "runs" / "area_10").mkdir(parents=True)
+    (tmp_path / "runs" / "area_2").mkdir()
+    (tmp_path / "runs" / "area_x").mkdir()
+    for run, folds in ((tiny_run.parent, "area_1"), (tmp_path / "runs", "area_2, area_10")):
+        first = run / folds.split(",")[0]
+        expected = (f"expected a fold folder named area_K (RUN/area_K), got {run}; give a fold, e.g. {first} "
+                    f"(its folds: {folds})")
+        assert one_line(capsys, 2, ["predict", str(run), str(tmp_path / "s.npy"), "--out", str(tmp_path / "o")]) \
+            == f"pointgeope predict: error: {expected}"
+        assert one_line(capsys, 2, ["evaluate", str(run)]) == f"pointgeope evaluate: error: {expected}"
+    line = one_line(capsys, 2, ["predict", str(tmp_path / "runs" / "area_2"), str(tmp_path / "s.npy"),
+                                "--out", str(tmp_path / "o")])   # a fold folder without its checkpoint
+    assert line == f"pointgeope predict: error: expected a checkpoint at {tmp_path / 'runs' / 'area_2' / 'last.pt'}, found nothing"
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_scans_name_comes_from_its_absolute_path(tiny_root, tmp_path, monkeypatch):
