@@ -40,6 +40,7 @@ from pointgeope.scans.scan import Scan, ScanError
 from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
 
 SPACING_FACTOR = 10.0
+UNREADABLE_MODEL = "MODEL {path}: expected a checkpoint (.pt) or a fold folder RUN/area_K, got {kind}"  # load_checkpoint's
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)  # --tta when the run's config has no test-time views
 # Besides eval.*: the overrides that change how predict runs, free keys of the checkpoint (checkpoint.FREE_KEYS)
 # that predict reads (where the point hierarchy is built, torch's CPU threads; --device chooses the device).
@@ -138,7 +139,7 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     :data:`~pointgeope.constants.PREDICT_MAX_FRAGMENTS` where that is null). Raises PredictError or
     CheckpointError."""
     path = checkpoint_path(model, checkpoint)
-    ckpt = load_checkpoint(path)
+    ckpt = load_checkpoint(path, unreadable=UNREADABLE_MODEL)
     info = checkpoint_prediction_info(ckpt, path)
     warning = unfinished_warning(path, ckpt)
     if warning:

@@ -91,7 +91,7 @@ def test_foreign_checkpoints_are_one_line_errors(tiny_run, tmp_path, capsys):
     torch.save({"state_dict": {"w": torch.zeros(2)}}, tmp_path / "other.pt")
     (tmp_path / "text.pt").write_text("not torch")
     for model, words in (("other.pt", "expected a pointgeope-checkpoint file"),
-                         ("text.pt", "not a readable checkpoint"), ("none.pt", "found nothing")):
+                         ("text.pt", "expected a checkpoint (.pt) or a fold folder"), ("none.pt", "found nothing")):
         assert cli(["predict", str(tmp_path / model), str(tmp_path / "s.npy"), "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0] and str(tmp_path / model) in err[0]
@@ -100,6 +100,28 @@ def test_foreign_checkpoints_are_one_line_errors(tiny_run, tmp_path, capsys):
     else:
         with pytest.raises(DeviceError, match="--device cuda but CUDA is not available here"):
             load_predictor(tiny_run, device="cuda")
+
+
+def test_a_file_that_is_no_checkpoint_as_model_is_named_by_its_kind(tiny_root, tmp_path, capsys):
+    """MODEL and INPUT swapped (an area file given as the model) got training's advice, "delete it to start
+    the fold again", and torch's to load it with weights_only=False (which runs the file's code); predict
+    names its model argument and the kind of file now."""
+    from fractions import Fraction
+
+    np.save(tmp_path / "s.npy", np.zeros((5, 6)))
+    (tmp_path / "text.pt").write_text("not torch")
+    torch.save({"x": Fraction(1, 3)}, tmp_path / "pickle.pt")   # a class weights_only loading refuses
+    for model, kind in ((tiny_root / "Area_1.h5", "an HDF5 file"), (tmp_path / "s.npy", "a NumPy .npy file"),
+                        (tmp_path / "text.pt", "a text file"),
+                        (tmp_path / "pickle.pt", "a pickle that safe loading refuses (UnpicklingError)")):
+        line = one_line(capsys, 2, ["predict", str(model), str(tmp_path / "s.npy"), "--out", str(tmp_path / "o")])
+        assert line == (f"pointgeope predict: error: MODEL {model}: expected a checkpoint (.pt) or a fold folder "
+                        f"RUN/area_K, got {kind}")
+    torch.save({"x": 1}, tmp_path / "cut.pt")
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "cut.pt").read_bytes()[:100])  # a damaged checkpoint: torch's reason
+    line = one_line(capsys, 2, ["predict", str(tmp_path / "cut.pt"), str(tmp_path / "s.npy"), "--out", str(tmp_path / "o")])
+    assert line.startswith(f"pointgeope predict: error: MODEL {tmp_path / 'cut.pt'}: expected a checkpoint (.pt) or "
+                           "a fold folder RUN/area_K, got RuntimeError: ") and "delete" not in line
 
 
 def test_fragments_are_capped_by_default_and_by_option_or_override(tiny_run, tmp_path, capsys):
