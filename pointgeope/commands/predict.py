@@ -20,7 +20,8 @@ counted in one warning per scan that says which --max-extent would keep them; a 
 coordinate is an error of the scan, naming the first such point. A scan is voted on over at most --max-fragments voxel
 fragments (one pass over the scan each; their number is the point count of the densest voxel, which
 repeated points make large): the run's eval.max_fragments, or when that is null (every fragment, as the
-s3dis configs evaluate) 100, with a warning when that cuts a scan. Overrides of eval.* (and of how the
+s3dis configs evaluate) 100; a warning names the cap, the counts and how to lift it whenever one of these
+cuts a scan (not when --max-fragments or an eval.max_fragments override chose it). Overrides of eval.* (and of how the
 prediction runs, data.hierarchy and train.threads) may follow the inputs, as `evaluate` takes them.
 """
 from __future__ import annotations
@@ -70,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda or cuda:N")
     parser.add_argument("--max-fragments", type=_fragments, default=False, metavar="N|all",
                         help="vote over at most N voxel fragments of a scan (default: the run's eval.max_fragments, "
-                             f"or {PREDICT_MAX_FRAGMENTS} where that is null)")
+                             f"or {PREDICT_MAX_FRAGMENTS} where that is null; a warning when either cuts a scan)")
     parser.add_argument("--batch-points", type=int, default=None, metavar="N",
                         help="points per forward pass (default: the run's eval.batch_points)")
     parser.add_argument("--scale", type=float, default=1.0,

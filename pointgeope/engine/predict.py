@@ -54,15 +54,16 @@ class PredictError(UserError, ValueError):
 @dataclass
 class Predictor:
     """A trained model ready to predict: network (eval mode), its config and ``"predict"`` metadata;
-    ``default_cap``: the fragment cap when it is predict's default (:data:`PREDICT_MAX_FRAGMENTS`), which a
-    scan it cuts is warned about, else ``None``."""
+    ``cap_origin``: where the fragment cap comes from when the user did not choose it (predict's default
+    :data:`PREDICT_MAX_FRAGMENTS`, or the run's ``eval.max_fragments``): a scan it cuts is warned about;
+    ``None`` for ``--max-fragments`` or an ``eval.max_fragments`` override."""
 
     model: torch.nn.Module
     cfg: Config
     info: dict
     device: torch.device
     path: Path
-    default_cap: int | None = None
+    cap_origin: str | None = None
 
     @property
     def palette(self) -> np.ndarray:
@@ -97,10 +98,10 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
 
 
 def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | None,
-                       max_fragments: int | None | bool, overrides: list[str]) -> tuple[Config, int | None]:
+                       max_fragments: int | None | bool, overrides: list[str]) -> tuple[Config, str | None]:
     """The checkpoint's config with ``overrides`` (of eval.* and the free keys only: not of what the
-    network was trained with), adjusted for prediction (see :func:`load_predictor`); and the fragment cap
-    when it is predict's default."""
+    network was trained with), adjusted for prediction (see :func:`load_predictor`); and where the fragment
+    cap comes from when the user did not choose it (:attr:`Predictor.cap_origin`)."""
     for text in overrides:
         key = override_key(text)
         if not key.startswith("eval.") and key not in PREDICT_KEYS:
@@ -122,11 +123,14 @@ def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | No
         views = TTAConfig()
     elif tta and views == TTAConfig():
         views = DEFAULT_TTA
-    cap = cfg.eval.max_fragments if max_fragments is False else max_fragments
-    default_cap = PREDICT_MAX_FRAGMENTS if cap is None and max_fragments is False else None
+    cap, origin = cfg.eval.max_fragments if max_fragments is False else max_fragments, None
+    if max_fragments is False and cap is None:
+        cap, origin = PREDICT_MAX_FRAGMENTS, "predict's default cap"
+    elif max_fragments is False and not any(override_key(t) == "eval.max_fragments" for t in overrides):
+        origin = "the run's eval.max_fragments"
     ev = dataclasses.replace(cfg.eval, tta=views, batch_points=batch_points or cfg.eval.batch_points,
-                             max_fragments=default_cap or cap)
-    return dataclasses.replace(cfg, eval=ev), default_cap
+                             max_fragments=cap)
+    return dataclasses.replace(cfg, eval=ev), origin
 
 
 def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | None = None,
@@ -144,12 +148,12 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     warning = unfinished_warning(path, ckpt)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    cfg, default_cap = _prediction_config(ckpt, path, tta, batch_points, max_fragments, list(overrides))
+    cfg, cap_origin = _prediction_config(ckpt, path, tta, batch_points, max_fragments, list(overrides))
     dev = choose_device(device, option="--device")
     net = build.model(cfg).to(dev)
     load_model_state(net, ckpt["model"], path)
     net.eval()
-    return Predictor(net, cfg, info, dev, path, default_cap)
+    return Predictor(net, cfg, info, dev, path, cap_origin)
 
 
 def vote_probabilities(scores: np.ndarray, votes: np.ndarray, vote: str, chunk: int = 1 << 20) -> np.ndarray:
@@ -214,10 +218,10 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
                        seed=room_seed(predictor.cfg.train.seed, room), show_progress=progress)
     if (result.votes < 1).any():
         raise RuntimeError(f"{scan.source}: {(result.votes < 1).sum()} points got no prediction")
-    cap, fragments = predictor.default_cap, max(result.fragments)
-    if cap is not None and fragments > cap:
+    cap, fragments = predictor.cfg.eval.max_fragments, max(result.fragments)
+    if predictor.cap_origin is not None and fragments > cap:
         warn(f"warning: {scan.source}: its densest {predictor.cfg.data.grid_size:g} m voxel holds {fragments:,} "
-             f"points: predicted the first {cap} of its {fragments:,} fragments (predict's default cap; a point "
+             f"points: predicted the first {cap} of its {fragments:,} fragments ({predictor.cap_origin}; a point "
              "they miss takes its voxel's votes); --max-fragments N or all to choose")
     scores, votes = result.scores, result.votes
     if any_stray:

@@ -152,6 +152,26 @@ def test_fragments_are_capped_by_default_and_by_option_or_override(tiny_run, tmp
     assert "--max-fragments: expected a number of fragments >= 1 or all, got '0'" in capsys.readouterr().err
 
 
+def test_the_runs_own_fragment_cap_warns_when_it_cuts_a_scan(tiny_run, tmp_path, capsys):
+    """configs/demo.yaml sets eval.max_fragments: 2, and a scan with a dense voxel was voted over 2 of its
+    fragments without a word (only predict's default cap warned); any cap the user did not choose warns now."""
+    ckpt = torch.load(tiny_run / "last.pt", weights_only=True)
+    ckpt["config"]["eval"]["max_fragments"] = 2
+    torch.save(ckpt, tmp_path / "capped.pt")
+    rng = np.random.default_rng(5)
+    scan = np.c_[rng.random((100, 3)) * [3, 3, 2], rng.integers(0, 256, (100, 3))]
+    np.save(tmp_path / "dense.npy", np.r_[scan, np.repeat([[3.55, 3.55, 2.05, 9, 9, 9]], 20, axis=0)])
+    base = ["predict", str(tmp_path / "capped.pt"), str(tmp_path / "dense.npy"), "--out", str(tmp_path / "o")]
+    assert cli(base) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: {tmp_path / 'dense.npy'}: its densest 0.1 m voxel holds 20 points: predicted the first 2 of its "
+        "20 fragments (the run's eval.max_fragments; a point they miss takes its voxel's votes); --max-fragments "
+        "N or all to choose"]
+    for chosen in (["--max-fragments", "2"], ["eval.max_fragments=2"], ["--max-fragments", "all"]):
+        assert cli(base + chosen) == 0
+        assert capsys.readouterr().err == ""                   # the user's choice: no warning
+
+
 @pytest.mark.slow
 def test_geometry_only_model_trains_and_predicts_a_scan_without_colour(two_folds, tmp_path):
     assert train_fold(two_folds, tmp_path / "run", "data.color=false", "model.in_channels=3", "train.epochs=1") == 0

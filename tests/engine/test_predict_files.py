@@ -10,7 +10,7 @@ from pointgeope.cli import main as cli
 from pointgeope.constants import PALETTE
 from pointgeope.h5 import read_predictions, read_room
 from tests.engine.conftest import one_line
-from tests.engine.predict_helpers import write_scan
+from tests.engine.predict_helpers import without_run_cap_warning, write_scan
 
 
 def test_bad_inputs_fail_alone_and_the_exit_code_says_so(tiny_run, two_folds, tmp_path, capsys):
@@ -27,7 +27,7 @@ def test_bad_inputs_fail_alone_and_the_exit_code_says_so(tiny_run, two_folds, tm
     np.save(tmp_path / "grey.npy", room["coord"])   # no colour for a colour model
     inputs = ["nan.npy", "empty.txt", "cut.ply", "scan.e57", "office_1.npy", "grey.npy"]
     code = cli(["predict", str(tiny_run), *(str(tmp_path / i) for i in inputs), "--out", str(tmp_path / "o")])
-    err = capsys.readouterr().err.splitlines()
+    err = without_run_cap_warning(capsys.readouterr().err)
     assert code == 2
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["office_1_pred.npy", "office_1_pred.ply"]
     np.testing.assert_array_equal(np.load(tmp_path / "o" / "office_1_pred.npy"),
@@ -55,7 +55,7 @@ def test_a_bad_file_in_a_folder_stops_nothing(tiny_run, two_folds, tmp_path, cap
     assert code == 2
     np.testing.assert_array_equal(np.load(tmp_path / "o" / "b_good_pred.npy"),
                                   read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1"))
-    err = err.splitlines()
+    err = without_run_cap_warning(err)
     assert len(err) == 2 and all(line.startswith("pointgeope predict: error: ") for line in err)
     assert f"{folder / 'a_empty.npy'}: not a readable .npy array (empty file)" in err[0]
     assert f"{folder / 'c_cut.npy'}: not a readable .npy array" in err[1]
@@ -74,7 +74,7 @@ def test_a_dangling_link_or_a_fifo_among_the_inputs_is_named(tiny_run, tmp_path,
     (folder / "gone.ply").symlink_to(tmp_path / "nowhere.ply")
     os.mkfifo(folder / "pipe.txt")
     assert cli(["predict", str(tiny_run), str(folder), str(folder / "pipe.txt"), "--out", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err.splitlines() == [
+    assert without_run_cap_warning(capsys.readouterr().err) == [
         f"pointgeope predict: error: {folder / 'gone.ply'}: expected a scan file, found a symbolic link to "
         f"nothing ({tmp_path / 'nowhere.ply'})",
         f"pointgeope predict: error: {folder / 'pipe.txt'}: expected a scan file, found a FIFO (named pipe)",
@@ -98,13 +98,13 @@ def test_a_prepared_area_input_is_checked_as_training_checks_it(tiny_run, tiny_r
     np.save(tmp_path / "office_1.npy", np.c_[room["coord"], room["color"]])
     assert cli(["predict", str(tiny_run), str(root / "Area_1.h5"), str(tmp_path / "office_1.npy"),
                 "--out", str(tmp_path / "o"), "--format", "npy"]) == 2
-    err = capsys.readouterr().err.splitlines()
+    err = without_run_cap_warning(capsys.readouterr().err)
     message = (f"{root / 'Area_1.h5'}: does not match its checksum in manifest.json (changed or damaged after "
                "prepare); run `pointgeope prepare` again")
     assert err == [f"pointgeope predict: error: {message}"]
     assert sorted(p.name for p in (tmp_path / "o").rglob("*.npy")) == ["office_1_pred.npy"]
     assert cli(["viz", str(root / "Area_1.h5"), "--list"]) == 2
-    assert capsys.readouterr().err.splitlines() == [f"pointgeope viz: error: {message}"]
+    assert without_run_cap_warning(capsys.readouterr().err) == [f"pointgeope viz: error: {message}"]
 
 
 def test_a_wrong_model_argument_is_told_before_any_area_file_is_read(tiny_root, tmp_path, monkeypatch, capsys):
@@ -118,7 +118,7 @@ def test_a_wrong_model_argument_is_told_before_any_area_file_is_read(tiny_root, 
     monkeypatch.setattr(check, "check_area_file", must_not_read)
     missing = tmp_path / "run" / "last.pt"
     assert cli(["predict", str(missing), str(tiny_root / "Area_1.h5"), "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err.splitlines()
+    err = without_run_cap_warning(capsys.readouterr().err)
     assert len(err) == 1 and err[0].startswith("pointgeope predict: error: ") and str(missing) in err[0], err
 
 
@@ -166,7 +166,7 @@ def test_every_output_lies_inside_out(tiny_run, tiny_root, two_folds, tmp_path, 
     (tmp_path / "scans" / "room" / "Annotations").symlink_to(tiny_root.parent / "raw/Area_1/office_1/Annotations")
     monkeypatch.chdir(work)
     assert cli(["predict", str(tiny_run), "..", "--out", "out", "--format", "npy"]) == 2
-    err = capsys.readouterr().err.splitlines()
+    err = without_run_cap_warning(capsys.readouterr().err)
     assert len(err) == 2 and all("...h5:" in line and "outside --out out" in line for line in err), err
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*_pred.npy")) == [
         "scans/here/out/scans/room_pred.npy"]
@@ -217,7 +217,7 @@ def test_las_output_of_a_scan_with_a_stray_point(tiny_run, tmp_path, capsys):
         np.save(tmp_path / f"{name}.npy", room if far is None else np.insert(room, 7, [far, 0, 1, 9, 9, 9], axis=0))
     assert cli(["predict", str(tiny_run), *(str(tmp_path / f"{n}.npy") for n in ("a_far", "b_space", "c_room")),
                 "--out", str(tmp_path / "o"), "--format", "npy,las"]) == 2
-    err = capsys.readouterr().err.splitlines()
+    err = without_run_cap_warning(capsys.readouterr().err)
     assert [line.split(":")[0] for line in err] == ["warning", "warning", "pointgeope predict"]
     assert f"{tmp_path / 'a_far.npy'}: its LAS file stores x in steps of 0.01 m, not 0.001 m" in err[0]
     assert err[2] == (f"pointgeope predict: error: {tmp_path / 'b_space.npy'}: --format las cannot hold its points: "
