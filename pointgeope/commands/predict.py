@@ -9,9 +9,11 @@
 Inputs: .ply (ascii/binary), .las/.laz (laspy), .txt/.xyz/.pts/.csv (x y z [r g b ...]), .npy ((N, 3) or
 (N, 6)), a raw S3DIS room folder, a prepared Area_N.h5 (every room), or a folder of those (in the --out
 folder itself, the files named as outputs, *_pred.* and *_probs.npy, are not inputs). Outputs per
-scan: DIR/<name>_pred.npy (uint8 label per point) and DIR/<name>_pred.ply (points coloured by class, a
-`label` property); with --format also .las (classification), .txt (x y z r g b label) and .h5 (for
-`pointgeope viz`); with --probabilities DIR/<name>_probs.npy (float16 (N, 13)). An input that fails is
+scan, the formats --format lists (default npy,ply): DIR/<name>_pred.npy (uint8 label per point),
+DIR/<name>_pred.ply (points coloured by class, a `label` property), .las (classification), .txt
+(x y z r g b label), .h5 (for `pointgeope viz`); with --probabilities DIR/<name>_probs.npy (float16
+(N, 13)). The rooms of an Area_N.h5, and the raw rooms found inside a folder, go to DIR/Area_N/<room>_pred.*
+(the folder's name). One view unless --tta, whatever the run's eval.tta (which evaluate uses). An input that fails is
 reported in one line and the others are still predicted; the last line names the inputs that failed and
 the exit code is 2 when any failed. Any file name works (non-ASCII, spaces, newlines). Stray points
 (finite coordinates too large for float32, or farther than --max-extent, default 50 m, from the scan's
@@ -62,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(overrides=[])  # section.key=value after the options (commands.parse_args)
     parser.add_argument("--out", required=True, metavar="DIR", help="folder for the outputs")
     parser.add_argument("--format", type=_formats, default=("npy", "ply"), metavar="LIST",
-                        help=f"outputs, comma-separated from {','.join(FORMATS)} (default npy,ply)")
+                        help=f"the outputs to write, comma-separated from {','.join(FORMATS)} (default npy,ply; "
+                             "--format h5 writes the .h5 only)")
     parser.add_argument("--probabilities", action="store_true",
                         help="also DIR/<name>_probs.npy: float16 (N, 13) class probabilities")
     parser.add_argument("--checkpoint", choices=("last", "best"), help="which checkpoint of a run folder")

@@ -2,8 +2,9 @@
 
 For each scan (``pointgeope.scans``): its coordinates are multiplied by ``scale`` (``--scale``, e.g. 0.001
 for millimetres), shifted in float64 so that their minimum is 0 (georeferenced coordinates keep their
-precision in float32), and voted on by :func:`pointgeope.engine.evaluate.vote_room`, exactly as
-``evaluate`` predicts a test room, with the same seed for a room of the same name
+precision in float32), and voted on by :func:`pointgeope.engine.evaluate.vote_room` as ``evaluate``
+predicts a test room (but with one view unless ``--tta``, and a fragment cap where the run has none), with
+the same seed for a room of the same name
 (:func:`~pointgeope.engine.evaluate.room_seed`): memory is bounded by the fragment size plus the
 ``N x C`` vote buffer, whatever the size of the scan. The label of point ``i`` is ``argmax_c scores[i, c]``
 and its probabilities are :func:`vote_probabilities`.
@@ -308,7 +309,7 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str], bugs
         counts = np.bincount(pred, minlength=len(names))
         top = ", ".join(f"{names[c]} {counts[c] / len(pred):.1%}" for c in np.argsort(-counts)[:3] if counts[c])
         print(one_line(f"{ref.source}: {len(scan):,} points in {time.perf_counter() - t0:.1f}s ({top}) -> "
-                       f"{', '.join(p.name for p in paths)}"), flush=True)
+                       f"{', '.join(p.name for p in paths)} in {paths[0].parent}"), flush=True)
     return done
 
 

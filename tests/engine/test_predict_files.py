@@ -8,7 +8,7 @@ import pytest
 
 from pointgeope.cli import main as cli
 from pointgeope.constants import PALETTE
-from pointgeope.h5 import read_predictions, read_room
+from pointgeope.h5 import list_rooms, read_predictions, read_room
 from tests.engine.conftest import one_line
 from tests.engine.predict_helpers import without_run_cap_warning, write_scan
 
@@ -120,6 +120,22 @@ def test_a_wrong_model_argument_is_told_before_any_area_file_is_read(tiny_root, 
     assert cli(["predict", str(missing), str(tiny_root / "Area_1.h5"), "--out", str(tmp_path / "o")]) == 2
     err = without_run_cap_warning(capsys.readouterr().err)
     assert len(err) == 1 and err[0].startswith("pointgeope predict: error: ") and str(missing) in err[0], err
+
+
+def test_each_progress_line_names_the_folder_its_outputs_went_to(tiny_run, tiny_root, tmp_path, capsys):
+    """The rooms of an Area_N.h5 go to DIR/Area_N/, but the progress line named only the files (as if in DIR);
+    it names the folder now, and --format lists exactly the formats written."""
+    room = read_room(tiny_root / "Area_2.h5", "office_1")
+    np.save(tmp_path / "scan.npy", np.c_[room["coord"], room["color"]])
+    out = tmp_path / "o"
+    assert cli(["predict", str(tiny_run), str(tiny_root / "Area_2.h5"), str(tmp_path / "scan.npy"),
+                "--out", str(out), "--format", "npy,h5"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if " -> " in line]
+    rooms = list_rooms(tiny_root / "Area_2.h5")
+    assert [line.split(" -> ")[1] for line in lines] == (
+        [f"{r}_pred.npy, {r}_pred.h5 in {out / 'Area_2'}" for r in rooms] + [f"scan_pred.npy, scan_pred.h5 in {out}"])
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*_pred.*")) == sorted(
+        [f"Area_2/{r}_pred.{f}" for r in rooms for f in ("npy", "h5")] + ["scan_pred.h5", "scan_pred.npy"])
 
 
 def test_a_run_folder_as_the_model_is_told_its_fold_folders(tiny_run, tmp_path, capsys):
