@@ -7,24 +7,25 @@
     pointgeope viz pred/scan_pred.h5 --mode pred                            # with --format h5
 
 Inputs: .ply (ascii/binary), .las/.laz (laspy), .txt/.xyz/.pts/.csv (x y z [r g b ...]), .npy ((N, 3) or
-(N, 6)), a raw S3DIS room folder, a prepared Area_N.h5 (every room), or a folder of those (in the --out
-folder itself, the files named as outputs, *_pred.* and *_probs.npy, are not inputs). Outputs per
-scan, the formats --format lists (default npy,ply): DIR/<name>_pred.npy (uint8 label per point),
-DIR/<name>_pred.ply (points coloured by class, a `label` property), .las (classification), .txt
-(x y z r g b label), .h5 (for `pointgeope viz`); with --probabilities DIR/<name>_probs.npy (float16
-(N, 13)). The rooms of an Area_N.h5, and the raw rooms found inside a folder, go to DIR/Area_N/<room>_pred.*
-(the folder's name). One view unless --tta, whatever the run's eval.tta (which evaluate uses). An input that fails is
-reported in one line and the others are still predicted; the last line names the inputs that failed and
-the exit code is 2 when any failed. Any file name works (non-ASCII, spaces, newlines). Stray points
-(finite coordinates too large for float32, or farther than --max-extent, default 50 m, from the scan's
-median, after --scale) are left out of the network's input and labelled as their nearest kept point,
-counted in one warning per scan that says which --max-extent would keep them; a NaN or infinite
-coordinate is an error of the scan, naming the first such point. A scan is voted on over at most --max-fragments voxel
-fragments (one pass over the scan each; their number is the point count of the densest voxel, which
-repeated points make large): the run's eval.max_fragments, or when that is null (every fragment, as the
-s3dis configs evaluate) 100; a warning names the cap, the counts and how to lift it whenever one of these
-cuts a scan (not when --max-fragments or an eval.max_fragments override chose it). Overrides of eval.* (and of how the
-prediction runs, data.hierarchy and train.threads) may follow the inputs, as `evaluate` takes them.
+(N, 6)), a raw S3DIS room folder, a prepared Area_N.h5 (every room), or a folder of those (a raw S3DIS
+root too: the rooms of its Area_N folders). In the --out folder itself, the files named as outputs,
+*_pred.* and *_probs.npy, are not inputs. Outputs per scan, the formats --format lists (default npy,ply):
+DIR/<name>_pred.npy (uint8 label per point), DIR/<name>_pred.ply (points coloured by class, a `label`
+property), .las (classification), .txt (x y z r g b label), .h5 (for `pointgeope viz`); with
+--probabilities DIR/<name>_probs.npy (float16 (N, 13)). The rooms of an Area_N.h5, and the raw rooms found
+inside a folder, go to DIR/Area_N/<room>_pred.* (named after the area file or the folder). One view unless
+--tta, whatever the run's eval.tta (which evaluate uses). An input that fails is reported in one line and
+the others are still predicted; the last line names the inputs that failed and the exit code is 2 when any
+failed. Any file name works (non-ASCII, spaces, newlines). Stray points (finite coordinates too large for
+float32, or farther than --max-extent, default 50 m, from the scan's median, after --scale) are left out
+of the network's input and labelled as their nearest kept point, counted in one warning per scan that says
+which --max-extent would keep them; a NaN or infinite coordinate is an error of the scan, naming the first
+such point. A scan is voted on over at most --max-fragments voxel fragments (one pass over the scan each;
+their number is the point count of the densest voxel, which repeated points make large): the run's
+eval.max_fragments, or when that is null (every fragment, as the s3dis configs evaluate) 100; a warning
+names the cap, the counts and how to lift it whenever one of these cuts a scan (not when --max-fragments
+or an eval.max_fragments override chose it). Overrides of eval.* (and of how the prediction runs,
+data.hierarchy and train.threads) may follow the inputs, as `evaluate` takes them.
 """
 from __future__ import annotations
 

@@ -138,6 +138,22 @@ def test_each_progress_line_names_the_folder_its_outputs_went_to(tiny_run, tiny_
         [f"Area_2/{r}_pred.{f}" for r in rooms for f in ("npy", "h5")] + ["scan_pred.h5", "scan_pred.npy"])
 
 
+def test_a_raw_s3dis_root_is_predicted_as_its_prepared_root(tiny_run, tiny_root, tmp_path, capsys):
+    """``predict RUN tiny/raw`` said "a folder without scans"; the rooms of its Area_N folders are predicted
+    into DIR/Area_N/, with the labels of the same rooms prepared."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "Area_1").symlink_to(tiny_root.parent / "raw" / "Area_1")
+    assert cli(["predict", str(tiny_run), str(raw), "--out", str(tmp_path / "o"), "--format", "npy"]) == 0
+    assert cli(["predict", str(tiny_run), str(tiny_root / "Area_1.h5"), "--out", str(tmp_path / "p"),
+                "--format", "npy"]) == 0
+    rooms = list_rooms(tiny_root / "Area_1.h5")
+    assert sorted(p.name for p in (tmp_path / "o" / "Area_1").iterdir()) == [f"{r}_pred.npy" for r in rooms]
+    for room in rooms:
+        np.testing.assert_array_equal(np.load(tmp_path / "o" / "Area_1" / f"{room}_pred.npy"),
+                                      np.load(tmp_path / "p" / "Area_1" / f"{room}_pred.npy"))
+
+
 def test_a_run_folder_as_the_model_is_told_its_fold_folders(tiny_run, tmp_path, capsys):
     """``predict RUN`` (the run, not ``RUN/area_K``) said "expected a checkpoint at RUN/last.pt, found nothing";
     it is evaluate's message now (one owner: ``evaluate.not_a_fold``), naming the folds the run holds."""
