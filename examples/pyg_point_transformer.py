@@ -4,17 +4,16 @@ The pattern of PyG's ``examples/point_transformer_segmentation.py`` (``Data`` ba
 ``TransformerBlock`` = Linear-ReLU, Point Transformer attention over the kNN graph, Linear-ReLU) with
 ``pointgeope.nn.GeoPEPointTransformerConv`` in place of ``PointTransformerConv`` and ``pointgeope.nn.knn_graph``
 for the neighbours (no torch-cluster or pyg-lib). It trains the same network, from the same initial weights,
-once with ``pe="rpe"`` (PyG's layer) and once with ``pe="geope"``, on one room of ``pointgeope synth``::
+once with ``pe="rpe"`` (PyG's layer) and once with ``pe="geope"``, on one room of ``pointgeope synth``
+(sampled in memory by the generator, without files or the toolkit's parser: ``pip install ".[nn]"`` runs it)::
 
     python examples/pyg_point_transformer.py [--steps 40]
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import tempfile
-from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,25 +21,26 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 from torch_geometric.nn import MLP
 
-from data_prep.room import load_room
-from data_prep.source import open_source
 from data_prep.synth.config import PRESETS
-from data_prep.synth.dataset import generate
-from pointgeope.constants import NUM_CLASSES
+from data_prep.synth.dataset import RAW_TO_CLASS, area_layouts, plan_rooms, sample_room
+from pointgeope.constants import CLASS_INDEX, NUM_CLASSES
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
 
 SPACING = 0.2       # metres between the points of a `synth --size tiny` room (25 points per m^2)
 
 
-def room_blocks(folder: Path) -> list[Data]:
-    """One synthetic office cut into 2 x 2 blocks: ``x = [rgb / 255 | xyz]``, ``pos`` in metres, ``y``."""
-    config = dataclasses.replace(PRESETS["tiny"], areas=1, rooms_per_area=1, defects=False)
-    generate(folder, config, log=lambda *args: None)
-    source = open_source(folder)
-    arrays = load_room(source, source.rooms()[0]).arrays
-    coord = torch.from_numpy(arrays["coord"]).float()
-    color = torch.from_numpy(arrays["color"]).float() / 255
-    label = torch.from_numpy(arrays["label"]).long()
+def room_blocks() -> list[Data]:
+    """One synthetic office (``Area_1/office_1`` of ``pointgeope synth --size tiny``, its points as the
+    generator samples them, before they are written as text) cut into 2 x 2 blocks: ``x = [rgb / 255 | xyz]``,
+    ``pos`` in metres, ``y`` the class of each point's annotation file."""
+    config = PRESETS["tiny"]
+    spec = plan_rooms(1, 1)[0]
+    layout = area_layouts([spec], config.seed, stairs_room=None)[0]
+    points = sample_room(spec, layout, config.density, config.noise, config.min_points, config.seed)
+    classes = [CLASS_INDEX[RAW_TO_CLASS.get(name, name)] for _, name, _ in points.files]
+    coord = torch.from_numpy(points.xyz_mm / 1000.0).float()
+    color = torch.from_numpy(points.rgb).float() / 255
+    label = torch.from_numpy(np.repeat(classes, [count for *_, count in points.files])).long()
     middle = (coord.min(0).values + coord.max(0).values) / 2
     blocks = []
     for quarter in range(4):
@@ -101,8 +101,7 @@ def train(blocks: list[Data], pe: str, steps: int, seed: int = 0) -> list[float]
 
 
 def main(steps: int = 40) -> dict[str, list[float]]:
-    with tempfile.TemporaryDirectory() as folder:
-        blocks = room_blocks(Path(folder) / "raw")
+    blocks = room_blocks()
     print(f"one synthetic office: {sum(b.num_nodes for b in blocks)} points in {len(blocks)} blocks")
     results = {}
     for pe in ("rpe", "geope"):

@@ -150,3 +150,13 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in {sorted(TOOLKIT_MODULE
     with torch.no_grad():
         expected = model(coord, feat, torch.tensor([130, 200]))
     torch.testing.assert_close(torch.load(tmp_path / "logits.pt"), expected)
+
+
+def test_the_pyg_example_for_nn_users_runs_without_the_toolkit():
+    """docs/own-network.md offers examples/pyg_point_transformer.py to ``pip install ".[nn]"`` users, but it
+    built its room with the toolkit's raw-text parser and died on ``import pandas``; it samples the room with
+    the generator in memory now. The nn extra's packages (torch-geometric with its tqdm, numba) stay."""
+    hidden = sorted(set(TOOLKIT_MODULES) - {"torch_geometric", "tqdm", "numba"}) + ["laspy"]
+    done = run_without(hidden, ["examples/pyg_point_transformer.py", "--steps", "2"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[0] == "one synthetic office: 3872 points in 4 blocks"

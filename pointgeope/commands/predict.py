@@ -7,21 +7,25 @@
     pointgeope viz pred/scan_pred.h5 --mode pred                            # with --format h5
 
 Inputs: .ply (ascii/binary), .las/.laz (laspy), .txt/.xyz/.pts/.csv (x y z [r g b ...]), .npy ((N, 3) or
-(N, 6)), a raw S3DIS room folder, a prepared Area_N.h5 (every room), or a folder of those (in the --out
-folder itself, the files named as outputs, *_pred.* and *_probs.npy, are not inputs). Outputs per
-scan: DIR/<name>_pred.npy (uint8 label per point) and DIR/<name>_pred.ply (points coloured by class, a
-`label` property); with --format also .las (classification), .txt (x y z r g b label) and .h5 (for
-`pointgeope viz`); with --probabilities DIR/<name>_probs.npy (float16 (N, 13)). An input that fails is
-reported in one line and the others are still predicted; the last line names the inputs that failed and
-the exit code is 2 when any failed. Any file name works (non-ASCII, spaces, newlines). Stray points
-(finite coordinates too large for float32, or farther than --max-extent, default 50 m, from the scan's
-median, after --scale) are left out of the network's input and labelled as their nearest kept point,
-counted in one warning per scan that says which --max-extent would keep them; a NaN or infinite
-coordinate is an error of the scan, naming the first such point. A scan is voted on over at most --max-fragments voxel
-fragments (one pass over the scan each; their number is the point count of the densest voxel, which
-repeated points make large): the run's eval.max_fragments, or when that is null (every fragment, as the
-s3dis configs evaluate) 100, with a warning when that cuts a scan. Overrides of eval.* (and of how the
-prediction runs, data.hierarchy and train.threads) may follow the inputs, as `evaluate` takes them.
+(N, 6)), a raw S3DIS room folder, a prepared Area_N.h5 (every room), or a folder of those (a raw S3DIS
+root too: the rooms of its Area_N folders). In the --out folder itself, the files named as outputs,
+*_pred.* and *_probs.npy, are not inputs. Outputs per scan, the formats --format lists (default npy,ply):
+DIR/<name>_pred.npy (uint8 label per point), DIR/<name>_pred.ply (points coloured by class, a `label`
+property), .las (classification), .txt (x y z r g b label), .h5 (for `pointgeope viz`); with
+--probabilities DIR/<name>_probs.npy (float16 (N, 13)). The rooms of an Area_N.h5, and the raw rooms found
+inside a folder, go to DIR/Area_N/<room>_pred.* (named after the area file or the folder). One view unless
+--tta, whatever the run's eval.tta (which evaluate uses). An input that fails is reported in one line and
+the others are still predicted; the last line names the inputs that failed and the exit code is 2 when any
+failed. Any file name works (non-ASCII, spaces, newlines). Stray points (finite coordinates too large for
+float32, or farther than --max-extent, default 50 m, from the scan's median, after --scale) are left out
+of the network's input and labelled as their nearest kept point, counted in one warning per scan that says
+which --max-extent would keep them; a NaN or infinite coordinate is an error of the scan, naming the first
+such point. A scan is voted on over at most --max-fragments voxel fragments (one pass over the scan each;
+their number is the point count of the densest voxel, which repeated points make large): the run's
+eval.max_fragments, or when that is null (every fragment, as the s3dis configs evaluate) 100; a warning
+names the cap, the counts and how to lift it whenever one of these cuts a scan (not when --max-fragments
+or an eval.max_fragments override chose it). Overrides of eval.* (and of how the prediction runs,
+data.hierarchy and train.threads) may follow the inputs, as `evaluate` takes them.
 """
 from __future__ import annotations
 
@@ -61,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(overrides=[])  # section.key=value after the options (commands.parse_args)
     parser.add_argument("--out", required=True, metavar="DIR", help="folder for the outputs")
     parser.add_argument("--format", type=_formats, default=("npy", "ply"), metavar="LIST",
-                        help=f"outputs, comma-separated from {','.join(FORMATS)} (default npy,ply)")
+                        help=f"the outputs to write, comma-separated from {','.join(FORMATS)} (default npy,ply; "
+                             "--format h5 writes the .h5 only)")
     parser.add_argument("--probabilities", action="store_true",
                         help="also DIR/<name>_probs.npy: float16 (N, 13) class probabilities")
     parser.add_argument("--checkpoint", choices=("last", "best"), help="which checkpoint of a run folder")
@@ -70,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda or cuda:N")
     parser.add_argument("--max-fragments", type=_fragments, default=False, metavar="N|all",
                         help="vote over at most N voxel fragments of a scan (default: the run's eval.max_fragments, "
-                             f"or {PREDICT_MAX_FRAGMENTS} where that is null)")
+                             f"or {PREDICT_MAX_FRAGMENTS} where that is null; a warning when either cuts a scan)")
     parser.add_argument("--batch-points", type=int, default=None, metavar="N",
                         help="points per forward pass (default: the run's eval.batch_points)")
     parser.add_argument("--scale", type=float, default=1.0,

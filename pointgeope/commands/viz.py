@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="colouring: rgb, gt (ground truth), pred, error (default: gt; for a room without "
                              "ground truth, such as an unlabelled scan's, pred, or rgb without predictions)")
     parser.add_argument("--hide", default="", metavar="CLASSES",
-                        help="comma-separated classes to leave out, by ground truth (e.g. ceiling,beam)")
+                        help="comma-separated classes to leave out, by ground truth (e.g. ceiling,beam); by "
+                             "prediction in a room without ground truth, such as an unlabelled scan's")
     parser.add_argument("--voxel", type=float, default=None, metavar="METRES",
                         help="draw one point per voxel of this size (e.g. 0.02)")
     parser.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS, metavar="N",

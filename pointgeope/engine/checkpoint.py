@@ -87,9 +87,31 @@ def save_checkpoint(path: str | Path, payload: dict) -> None:
 
 
 RESUME_ADVICE = "use the same config and overrides to resume, or another --run-dir"
+# the error of a file torch cannot load, {path} and {kind} (:func:`unreadable_kind`) filled in: training's
+UNREADABLE = "{path}: not a readable checkpoint ({kind}); if it is a fold's last.pt, delete it to start the fold again"
+FILE_KINDS = ((b"\x89HDF\r\n\x1a\n", "an HDF5 file"), (b"\x93NUMPY", "a NumPy .npy file"), (b"ply", "a PLY file"),
+              (b"LASF", "a LAS/LAZ file"))
 
 
-def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = RESUME_ADVICE) -> dict:
+def unreadable_kind(path: Path, err: Exception) -> str:
+    """What ``path``, which ``torch.load`` refused with ``err``, is: a kind of file known by its first bytes,
+    a text file, else torch's reason (its first line; a pickle that safe loading refuses is said so, without
+    torch's advice to load it with ``weights_only=False``, which would run the file's code)."""
+    with open(path, "rb") as f:
+        head = f.read(512)
+    kind = next((text for magic, text in FILE_KINDS if head.startswith(magic)), None)
+    if kind or not head:
+        return kind or "an empty file"
+    if all(b >= 0x20 or b in b"\t\n\r" for b in head):  # no control byte: text (a multi-byte UTF-8 character too)
+        return "a text file"
+    first = (str(err).strip().splitlines() or [""])[0][:200]  # torch's messages run over many lines
+    if "weights_only" in str(err):
+        return f"a pickle that safe loading refuses ({type(err).__name__})"
+    return f"{type(err).__name__}: {first}"
+
+
+def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = RESUME_ADVICE,
+                    unreadable: str = UNREADABLE) -> dict:
     """Load a checkpoint on the CPU with ``weights_only=True``.
 
     Args:
@@ -97,6 +119,8 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
         config: the resolved config (plain dict) of the run that will use it; when given, every key
             outside :data:`FREE_KEYS` must match the checkpoint's config.
         advice: what the error of a config that differs says to do (training's, by default).
+        unreadable: the error of a file torch cannot load, with ``{path}`` and ``{kind}`` (training's, by
+            default: delete a damaged last.pt; predict's names its model argument).
 
     Raises:
         CheckpointError: the file is missing, unreadable, not a pointgeope checkpoint, or was written with
@@ -107,10 +131,8 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
         raise CheckpointError(f"expected a checkpoint at {path}, found nothing")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated zip, foreign pickle, ...
-        first = (str(err).strip().splitlines() or [""])[0][:200]  # torch's messages run over many lines
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__}: {first}); "
-                              "if it is a fold's last.pt, delete it to start the fold again") from None
+    except Exception as err:  # truncated zip, foreign pickle, another kind of file, ...
+        raise CheckpointError(unreadable.format(path=path, kind=unreadable_kind(path, err))) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointError(f"{path}: expected a {FORMAT} file, got "
                               f"{type(ckpt).__name__} without that format tag")

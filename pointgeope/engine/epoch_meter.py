@@ -30,10 +30,13 @@ class EpochMeter:
         device: where the sums live (the rank's device: NCCL reduces CUDA tensors).
         carried: :meth:`sums` of this epoch's batches before a resume (``None`` or ``{}``: none). They are
             already summed over the ranks, so one rank (the main one) must carry them, the others ``None``.
+        class_mean: the rule of mAcc and mIoU (``eval.class_mean``: ``"all"`` or ``"present"``,
+            :func:`pointgeope.metrics.scores`), the same as the run's evaluation.
     """
 
     def __init__(self, num_classes: int, ignore_index: int | None, device: torch.device,
-                 carried: dict | None = None):
+                 carried: dict | None = None, class_mean: str = "all"):
+        self.class_mean = class_mean
         self.confusion = ConfusionMeter(num_classes, ignore_index, device=device)
         self.totals = torch.zeros(3, dtype=torch.float64, device=device)  # [loss sum, batches, points]
         self.carried = np.zeros((num_classes, num_classes), dtype=np.int64)
@@ -65,4 +68,4 @@ class EpochMeter:
         seconds = time.perf_counter() - self.t0
         totals, confusion = self._reduced()
         loss, batches, points = totals.tolist()
-        return scores(confusion), loss / max(batches, 1), seconds, points / max(seconds, 1e-9)
+        return scores(confusion, self.class_mean), loss / max(batches, 1), seconds, points / max(seconds, 1e-9)

@@ -229,11 +229,23 @@ def fold_is_complete(run: Path) -> bool:
         return False
 
 
+def not_a_fold(run: Path) -> str:
+    """The message of a model argument that is no fold folder ``RUN/area_K`` (evaluate's and predict's): a
+    run folder's is told the fold folders it holds."""
+    run = Path(run)
+    try:
+        folds = sorted((p.name for p in run.iterdir() if p.is_dir() and re.fullmatch(r"area_\d+", p.name)),
+                       key=lambda name: int(name[5:]))
+    except OSError:  # not a folder, or one that cannot be listed: no folds to name
+        folds = []
+    return (f"expected a fold folder named area_K (RUN/area_K), got {run}" + ("" if run.is_dir() else " (not a folder)")
+            + (f"; give a fold, e.g. {run / folds[0]} (its folds: {', '.join(folds)})" if folds else ""))
+
+
 def fold_of_run(run: Path) -> int:
     match = re.fullmatch(r"area_(\d+)", Path(run).name)
     if not match or not Path(run).is_dir():
-        raise UserError(f"expected a fold folder named area_K (RUN/area_K), got {run}"
-                        + ("" if Path(run).is_dir() else " (not a folder)"))
+        raise UserError(not_a_fold(run))
     return int(match.group(1))
 
 

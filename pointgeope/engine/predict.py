@@ -2,8 +2,9 @@
 
 For each scan (``pointgeope.scans``): its coordinates are multiplied by ``scale`` (``--scale``, e.g. 0.001
 for millimetres), shifted in float64 so that their minimum is 0 (georeferenced coordinates keep their
-precision in float32), and voted on by :func:`pointgeope.engine.evaluate.vote_room`, exactly as
-``evaluate`` predicts a test room, with the same seed for a room of the same name
+precision in float32), and voted on by :func:`pointgeope.engine.evaluate.vote_room` as ``evaluate``
+predicts a test room (but with one view unless ``--tta``, and a fragment cap where the run has none), with
+the same seed for a room of the same name
 (:func:`~pointgeope.engine.evaluate.room_seed`): memory is bounded by the fragment size plus the
 ``N x C`` vote buffer, whatever the size of the scan. The label of point ``i`` is ``argmax_c scores[i, c]``
 and its probabilities are :func:`vote_probabilities`.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,13 +35,14 @@ from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, override_key
 from pointgeope.engine.config_values import range_problem
 from pointgeope.engine.distributed import apply_threads, choose_device
-from pointgeope.engine.evaluate import room_seed, vote_room
+from pointgeope.engine.evaluate import not_a_fold, room_seed, vote_room
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.errors import UserError, one_line
 from pointgeope.scans.scan import Scan, ScanError
 from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
 
 SPACING_FACTOR = 10.0
+UNREADABLE_MODEL = "MODEL {path}: expected a checkpoint (.pt) or a fold folder RUN/area_K, got {kind}"  # load_checkpoint's
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)  # --tta when the run's config has no test-time views
 # Besides eval.*: the overrides that change how predict runs, free keys of the checkpoint (checkpoint.FREE_KEYS)
 # that predict reads (where the point hierarchy is built, torch's CPU threads; --device chooses the device).
@@ -53,15 +56,16 @@ class PredictError(UserError, ValueError):
 @dataclass
 class Predictor:
     """A trained model ready to predict: network (eval mode), its config and ``"predict"`` metadata;
-    ``default_cap``: the fragment cap when it is predict's default (:data:`PREDICT_MAX_FRAGMENTS`), which a
-    scan it cuts is warned about, else ``None``."""
+    ``cap_origin``: where the fragment cap comes from when the user did not choose it (predict's default
+    :data:`PREDICT_MAX_FRAGMENTS`, or the run's ``eval.max_fragments``): a scan it cuts is warned about;
+    ``None`` for ``--max-fragments`` or an ``eval.max_fragments`` override."""
 
     model: torch.nn.Module
     cfg: Config
     info: dict
     device: torch.device
     path: Path
-    default_cap: int | None = None
+    cap_origin: str | None = None
 
     @property
     def palette(self) -> np.ndarray:
@@ -74,7 +78,8 @@ class Predictor:
 
 def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
     """``CHECKPOINT.pt`` as given, or ``RUN/area_K/<which>.pt`` (``which``: ``--checkpoint``, else the
-    run's ``eval.checkpoint`` as ``evaluate`` uses it, else ``last``)."""
+    run's ``eval.checkpoint`` as ``evaluate`` uses it, else ``last``); a folder without that file and not
+    named ``area_K`` (a run folder ``RUN``) is refused with the folds it holds."""
     model = Path(model)
     if not model.is_dir():
         if which is not None:
@@ -89,14 +94,16 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
                 which = load_config(model / "config.yaml").eval.checkpoint
             except ConfigError:
                 pass  # the checkpoint carries its own config; last.pt it is
+    if not (model / f"{which}.pt").exists() and not re.fullmatch(r"area_\d+", model.name):
+        raise PredictError(not_a_fold(model))  # RUN given for RUN/area_K: its folds named
     return model / f"{which}.pt"
 
 
 def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | None,
-                       max_fragments: int | None | bool, overrides: list[str]) -> tuple[Config, int | None]:
+                       max_fragments: int | None | bool, overrides: list[str]) -> tuple[Config, str | None]:
     """The checkpoint's config with ``overrides`` (of eval.* and the free keys only: not of what the
-    network was trained with), adjusted for prediction (see :func:`load_predictor`); and the fragment cap
-    when it is predict's default."""
+    network was trained with), adjusted for prediction (see :func:`load_predictor`); and where the fragment
+    cap comes from when the user did not choose it (:attr:`Predictor.cap_origin`)."""
     for text in overrides:
         key = override_key(text)
         if not key.startswith("eval.") and key not in PREDICT_KEYS:
@@ -118,11 +125,14 @@ def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | No
         views = TTAConfig()
     elif tta and views == TTAConfig():
         views = DEFAULT_TTA
-    cap = cfg.eval.max_fragments if max_fragments is False else max_fragments
-    default_cap = PREDICT_MAX_FRAGMENTS if cap is None and max_fragments is False else None
+    cap, origin = cfg.eval.max_fragments if max_fragments is False else max_fragments, None
+    if max_fragments is False and cap is None:
+        cap, origin = PREDICT_MAX_FRAGMENTS, "predict's default cap"
+    elif max_fragments is False and not any(override_key(t) == "eval.max_fragments" for t in overrides):
+        origin = "the run's eval.max_fragments"
     ev = dataclasses.replace(cfg.eval, tta=views, batch_points=batch_points or cfg.eval.batch_points,
-                             max_fragments=default_cap or cap)
-    return dataclasses.replace(cfg, eval=ev), default_cap
+                             max_fragments=cap)
+    return dataclasses.replace(cfg, eval=ev), origin
 
 
 def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | None = None,
@@ -135,17 +145,17 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     :data:`~pointgeope.constants.PREDICT_MAX_FRAGMENTS` where that is null). Raises PredictError or
     CheckpointError."""
     path = checkpoint_path(model, checkpoint)
-    ckpt = load_checkpoint(path)
+    ckpt = load_checkpoint(path, unreadable=UNREADABLE_MODEL)
     info = checkpoint_prediction_info(ckpt, path)
     warning = unfinished_warning(path, ckpt)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    cfg, default_cap = _prediction_config(ckpt, path, tta, batch_points, max_fragments, list(overrides))
+    cfg, cap_origin = _prediction_config(ckpt, path, tta, batch_points, max_fragments, list(overrides))
     dev = choose_device(device, option="--device")
     net = build.model(cfg).to(dev)
     load_model_state(net, ckpt["model"], path)
     net.eval()
-    return Predictor(net, cfg, info, dev, path, default_cap)
+    return Predictor(net, cfg, info, dev, path, cap_origin)
 
 
 def vote_probabilities(scores: np.ndarray, votes: np.ndarray, vote: str, chunk: int = 1 << 20) -> np.ndarray:
@@ -210,10 +220,10 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
                        seed=room_seed(predictor.cfg.train.seed, room), show_progress=progress)
     if (result.votes < 1).any():
         raise RuntimeError(f"{scan.source}: {(result.votes < 1).sum()} points got no prediction")
-    cap, fragments = predictor.default_cap, max(result.fragments)
-    if cap is not None and fragments > cap:
+    cap, fragments = predictor.cfg.eval.max_fragments, max(result.fragments)
+    if predictor.cap_origin is not None and fragments > cap:
         warn(f"warning: {scan.source}: its densest {predictor.cfg.data.grid_size:g} m voxel holds {fragments:,} "
-             f"points: predicted the first {cap} of its {fragments:,} fragments (predict's default cap; a point "
+             f"points: predicted the first {cap} of its {fragments:,} fragments ({predictor.cap_origin}; a point "
              "they miss takes its voxel's votes); --max-fragments N or all to choose")
     scores, votes = result.scores, result.votes
     if any_stray:
@@ -300,7 +310,7 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str], bugs
         counts = np.bincount(pred, minlength=len(names))
         top = ", ".join(f"{names[c]} {counts[c] / len(pred):.1%}" for c in np.argsort(-counts)[:3] if counts[c])
         print(one_line(f"{ref.source}: {len(scan):,} points in {time.perf_counter() - t0:.1f}s ({top}) -> "
-                       f"{', '.join(p.name for p in paths)}"), flush=True)
+                       f"{', '.join(p.name for p in paths)} in {paths[0].parent}"), flush=True)
     return done
 
 

@@ -185,7 +185,7 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
     device = env.device
     learner.model.train()
     meter = EpochMeter(cfg.model.num_classes, cfg.train.ignore_index, device,  # a resume: the sums so far
-                       carried=state.epoch_sums if env.is_main else None)
+                       carried=state.epoch_sums if env.is_main else None, class_mean=cfg.eval.class_mean)
     bar = progress(loader, env.is_main and cfg.train.progress, initial=state.batch,
                    total=steps_per_epoch, desc=f"fold {fold} epoch {state.epoch + 1}/{cfg.train.epochs}")
     for batch in bar:

@@ -11,8 +11,10 @@ An input is, by what it is:
                                    once checked as training checks it (``pointgeope.data.check``)
 a raw S3DIS room folder            ``<room>/Annotations/*.txt`` parsed as ``pointgeope prepare`` does, in
                                    the same point order (with its ground truth), named ``<room>``
-any other folder                   its files of the kinds above (named by their stem) and its raw room
-                                   sub-folders (named ``<folder>/<room>``, e.g. ``Area_1/office_1``)
+any other folder                   its files of the kinds above (named by their stem), its raw room
+                                   sub-folders (named ``<folder>/<room>``, e.g. ``Area_1/office_1``) and
+                                   the raw rooms one level further down (a raw S3DIS root: named
+                                   ``Area_N/<room>``, as the rooms of a prepared root's ``Area_N.h5``)
 =================================  ====================================================================
 
 Names come from the input's absolute path (``os.path.abspath``: ``.`` is the current folder's name, ``..``
@@ -114,12 +116,27 @@ def _not_a_file(path: Path) -> str:
     return next((text for test, text in kinds.items() if test(mode)), "not a regular file")
 
 
+def _raw_rooms_below(entries: list[Path]) -> list[ScanRef]:
+    """The raw rooms inside the sub-folders ``entries`` that are not rooms themselves (the ``Area_N/<room>``
+    of a raw S3DIS root), named ``<sub-folder>/<room>``; an unreadable sub-folder holds none."""
+    refs = []
+    for sub in entries:
+        if sub.is_dir() and not _is_raw_room(sub):
+            try:
+                rooms = sorted(p for p in sub.iterdir() if p.is_dir() and _is_raw_room(p))
+            except OSError:
+                continue
+            refs += [ScanRef(p, "raw", f"{sub.name}/{p.name}") for p in rooms]
+    return refs
+
+
 def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: list[Path]) -> list[ScanRef]:
     name = _absolute(folder).name  # "" for the root folder "/"
     if _is_raw_room(folder):
         return [ScanRef(folder, "raw", name)]
     entries = sorted(folder.iterdir())
     refs = [ScanRef(p, "raw", f"{name}/{p.name}".lstrip("/")) for p in entries if p.is_dir() and _is_raw_room(p)]
+    refs += _raw_rooms_below(entries)
     if _outputs_here(folder, out):
         skipped += [p for p in entries if is_output_name(p.name)]
         entries = [p for p in entries if not is_output_name(p.name)]
@@ -134,7 +151,7 @@ def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: 
             errors.append(Failure(path, str(err)))
     if not refs and not files:
         raise ScanError(f"{folder}: a folder without scans (expected files {', '.join(sorted(KINDS))} "
-                        "or raw S3DIS rooms with Annotations/)")
+                        "or raw S3DIS rooms with Annotations/, in it or in its sub-folders)")
     return refs
 
 

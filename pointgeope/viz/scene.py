@@ -75,16 +75,23 @@ def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = N
 
 def prepare_view(view: RoomView, hidden: tuple[int, ...] = (), voxel: float | None = None,
                  max_points: int = DEFAULT_MAX_POINTS, seed: int = 0) -> RoomView:
-    """The points to draw: classes ``hidden`` (by ground truth) out, then one point per ``voxel`` (metres;
-    the point nearest each voxel's centre keeps its label and prediction), then at most ``max_points``
-    (a seeded uniform sample; ``0`` = no cap). Returns a new view whose ``notes`` say what was done."""
+    """The points to draw: classes ``hidden`` out (by ground truth; by prediction in a room without ground
+    truth, such as a scan's predictions, as ``choose_mode`` colours it), then one point per ``voxel``
+    (metres; the point nearest each voxel's centre keeps its label and prediction), then at most
+    ``max_points`` (a seeded uniform sample; ``0`` = no cap). Returns a new view whose ``notes`` say what
+    was done. A room with neither ground truth nor predictions has nothing to hide by: VizError."""
     from pointgeope.constants import CLASS_NAMES
 
     out = view
     if hidden:
         names = ",".join(CLASS_NAMES[c] for c in hidden)
-        keep = keep_mask(out.label, hidden)
-        out = out.take(keep, f"hidden {names}: {int((~keep).sum()):,} points")
+        by_pred = not (out.label < NUM_CLASSES).any()
+        if by_pred and out.pred is None:
+            raise VizError(f"--hide {names}: room {out.name!r} has neither ground truth nor predictions to hide "
+                           "by; give --pred, or leave out --hide")
+        keep = keep_mask(out.pred if by_pred else out.label, hidden)
+        out = out.take(keep, f"hidden {names}{' by prediction (no ground truth)' if by_pred else ''}: "
+                             f"{int((~keep).sum()):,} points")
     if voxel:
         idx = voxel_representatives(out.coord, voxel)
         out = out.take(idx, f"voxel {voxel:g} m: {len(out):,} -> {idx.shape[0]:,} points")

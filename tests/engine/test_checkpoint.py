@@ -52,6 +52,19 @@ def test_corrupt_file_is_an_error_naming_it(tmp_path):
         load_checkpoint(tmp_path / "none.pt")
 
 
+def test_a_pickle_refused_by_safe_loading_is_said_so_without_torchs_unsafe_advice(tmp_path):
+    """torch's message ended "Re-running torch.load with weights_only set to False will likely succeed" (it
+    would run the file's code); the error keeps what the file is and training's own advice only."""
+    from fractions import Fraction
+
+    path = tmp_path / "last.pt"
+    torch.save({"x": Fraction(1, 3)}, path)
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path)
+    assert str(err.value) == (f"{path}: not a readable checkpoint (a pickle that safe loading refuses (UnpicklingError)); "
+                              "if it is a fold's last.pt, delete it to start the fold again")
+
+
 def test_foreign_file_is_an_error(tmp_path):
     torch.save({"state_dict": {}}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="expected a pointgeope-checkpoint file"):

@@ -43,7 +43,7 @@ def test_carried_sums_continue_the_epoch_exactly():
     assert b[2] >= carried["seconds"]           # the time before the stop counts
 
     # the same scores from the definition: the counts of every non-ignored point, the mean of the losses
-    assert a[0] == scores(confusion_of(data))
+    assert a[0] == scores(confusion_of(data), "all")   # the meter's default rule: eval.class_mean's
     assert a[1] == pytest.approx(np.mean([loss for _, _, loss in data]), rel=1e-12)
     assert carried["confusion"] == confusion_of(data[:3]).tolist()
     assert carried["totals"] == [sum(x[2] for x in data[:3]), 3.0, float(sum(len(x[1]) for x in data[:3]))]
@@ -114,3 +114,38 @@ def test_ranks_carry_the_sums_of_all_ranks_once(tmp_path):
             carried, summary = pickle.load(f)
         assert carried == confusion_of(data[:4]).tolist()    # batches 0-3: each rank's first two
         assert summary[0] == expected[0] and summary[1] == pytest.approx(expected[1], rel=1e-12)
+
+
+def test_the_epoch_scores_follow_the_runs_class_mean_rule(two_folds, tmp_path, monkeypatch):
+    """The training log's mIoU / mAcc used ``metrics.scores``' own default rule (``present``) whatever
+    ``eval.class_mean`` said (default ``all``, the authors'); they follow the config now, as evaluation does.
+    Batches where class 3 is never labelled nor predicted: ``all`` counts it 0, ``present`` leaves it out."""
+    g = torch.Generator().manual_seed(2)
+    data = []
+    for points in (30, 41):
+        logits = torch.randn(points, C, generator=g)
+        logits[:, 3] = -1e9                                    # never predicted
+        data.append((logits, torch.randint(-1, 3, (points,), generator=g), 1.0))
+    confusion = confusion_of(data)
+    for rule in ("all", "present"):
+        meter = EpochMeter(C, -1, torch.device("cpu"), class_mean=rule)
+        for b in data:
+            meter.add(*b)
+        got, expected = meter.summary()[0], scores(confusion, rule)
+        assert [got[k] for k in ("oa", "macc", "miou")] == [expected[k] for k in ("oa", "macc", "miou")]
+        np.testing.assert_array_equal(got["iou"], expected["iou"])            # class 3: NaN in both
+    assert scores(confusion, "all")["miou"] == pytest.approx(scores(confusion, "present")["miou"] * 3 / 4, rel=1e-12)
+
+    from pointgeope.engine import train as train_module
+    from tests.engine.conftest import train_fold
+
+    rules = []
+
+    class Recording(EpochMeter):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            rules.append(self.class_mean)
+
+    monkeypatch.setattr(train_module, "EpochMeter", Recording)
+    assert train_fold(two_folds, tmp_path / "run", "train.epochs=1", "eval.class_mean=present") == 0
+    assert rules == ["present"]

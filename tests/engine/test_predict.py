@@ -91,7 +91,7 @@ def test_foreign_checkpoints_are_one_line_errors(tiny_run, tmp_path, capsys):
     torch.save({"state_dict": {"w": torch.zeros(2)}}, tmp_path / "other.pt")
     (tmp_path / "text.pt").write_text("not torch")
     for model, words in (("other.pt", "expected a pointgeope-checkpoint file"),
-                         ("text.pt", "not a readable checkpoint"), ("none.pt", "found nothing")):
+                         ("text.pt", "expected a checkpoint (.pt) or a fold folder"), ("none.pt", "found nothing")):
         assert cli(["predict", str(tmp_path / model), str(tmp_path / "s.npy"), "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0] and str(tmp_path / model) in err[0]
@@ -100,6 +100,28 @@ def test_foreign_checkpoints_are_one_line_errors(tiny_run, tmp_path, capsys):
     else:
         with pytest.raises(DeviceError, match="--device cuda but CUDA is not available here"):
             load_predictor(tiny_run, device="cuda")
+
+
+def test_a_file_that_is_no_checkpoint_as_model_is_named_by_its_kind(tiny_root, tmp_path, capsys):
+    """MODEL and INPUT swapped (an area file given as the model) got training's advice, "delete it to start
+    the fold again", and torch's to load it with weights_only=False (which runs the file's code); predict
+    names its model argument and the kind of file now."""
+    from fractions import Fraction
+
+    np.save(tmp_path / "s.npy", np.zeros((5, 6)))
+    (tmp_path / "text.pt").write_text("not torch")
+    torch.save({"x": Fraction(1, 3)}, tmp_path / "pickle.pt")   # a class weights_only loading refuses
+    for model, kind in ((tiny_root / "Area_1.h5", "an HDF5 file"), (tmp_path / "s.npy", "a NumPy .npy file"),
+                        (tmp_path / "text.pt", "a text file"),
+                        (tmp_path / "pickle.pt", "a pickle that safe loading refuses (UnpicklingError)")):
+        line = one_line(capsys, 2, ["predict", str(model), str(tmp_path / "s.npy"), "--out", str(tmp_path / "o")])
+        assert line == (f"pointgeope predict: error: MODEL {model}: expected a checkpoint (.pt) or a fold folder "
+                        f"RUN/area_K, got {kind}")
+    torch.save({"x": 1}, tmp_path / "cut.pt")
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "cut.pt").read_bytes()[:100])  # a damaged checkpoint: torch's reason
+    line = one_line(capsys, 2, ["predict", str(tmp_path / "cut.pt"), str(tmp_path / "s.npy"), "--out", str(tmp_path / "o")])
+    assert line.startswith(f"pointgeope predict: error: MODEL {tmp_path / 'cut.pt'}: expected a checkpoint (.pt) or "
+                           "a fold folder RUN/area_K, got RuntimeError: ") and "delete" not in line
 
 
 def test_fragments_are_capped_by_default_and_by_option_or_override(tiny_run, tmp_path, capsys):
@@ -128,6 +150,26 @@ def test_fragments_are_capped_by_default_and_by_option_or_override(tiny_run, tmp
     with pytest.raises(SystemExit):                            # argparse: N >= 1 or all
         cli(base + ["--max-fragments", "0"])
     assert "--max-fragments: expected a number of fragments >= 1 or all, got '0'" in capsys.readouterr().err
+
+
+def test_the_runs_own_fragment_cap_warns_when_it_cuts_a_scan(tiny_run, tmp_path, capsys):
+    """configs/demo.yaml sets eval.max_fragments: 2, and a scan with a dense voxel was voted over 2 of its
+    fragments without a word (only predict's default cap warned); any cap the user did not choose warns now."""
+    ckpt = torch.load(tiny_run / "last.pt", weights_only=True)
+    ckpt["config"]["eval"]["max_fragments"] = 2
+    torch.save(ckpt, tmp_path / "capped.pt")
+    rng = np.random.default_rng(5)
+    scan = np.c_[rng.random((100, 3)) * [3, 3, 2], rng.integers(0, 256, (100, 3))]
+    np.save(tmp_path / "dense.npy", np.r_[scan, np.repeat([[3.55, 3.55, 2.05, 9, 9, 9]], 20, axis=0)])
+    base = ["predict", str(tmp_path / "capped.pt"), str(tmp_path / "dense.npy"), "--out", str(tmp_path / "o")]
+    assert cli(base) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: {tmp_path / 'dense.npy'}: its densest 0.1 m voxel holds 20 points: predicted the first 2 of its "
+        "20 fragments (the run's eval.max_fragments; a point they miss takes its voxel's votes); --max-fragments "
+        "N or all to choose"]
+    for chosen in (["--max-fragments", "2"], ["eval.max_fragments=2"], ["--max-fragments", "all"]):
+        assert cli(base + chosen) == 0
+        assert capsys.readouterr().err == ""                   # the user's choice: no warning
 
 
 @pytest.mark.slow

@@ -8,8 +8,9 @@ import pytest
 
 from pointgeope.cli import main as cli
 from pointgeope.constants import PALETTE
-from pointgeope.h5 import read_predictions, read_room
-from tests.engine.predict_helpers import write_scan
+from pointgeope.h5 import list_rooms, read_predictions, read_room
+from tests.engine.conftest import one_line
+from tests.engine.predict_helpers import without_run_cap_warning, write_scan
 
 
 def test_bad_inputs_fail_alone_and_the_exit_code_says_so(tiny_run, two_folds, tmp_path, capsys):
@@ -26,7 +27,7 @@ def test_bad_inputs_fail_alone_and_the_exit_code_says_so(tiny_run, two_folds, tm
     np.save(tmp_path / "grey.npy", room["coord"])   # no colour for a colour model
     inputs = ["nan.npy", "empty.txt", "cut.ply", "scan.e57", "office_1.npy", "grey.npy"]
     code = cli(["predict", str(tiny_run), *(str(tmp_path / i) for i in inputs), "--out", str(tmp_path / "o")])
-    err = capsys.readouterr().err.splitlines()
+    err = without_run_cap_warning(capsys.readouterr().err)
     assert code == 2
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["office_1_pred.npy", "office_1_pred.ply"]
     np.testing.assert_array_equal(np.load(tmp_path / "o" / "office_1_pred.npy"),
@@ -54,7 +55,7 @@ def test_a_bad_file_in_a_folder_stops_nothing(tiny_run, two_folds, tmp_path, cap
     assert code == 2
     np.testing.assert_array_equal(np.load(tmp_path / "o" / "b_good_pred.npy"),
                                   read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1"))
-    err = err.splitlines()
+    err = without_run_cap_warning(err)
     assert len(err) == 2 and all(line.startswith("pointgeope predict: error: ") for line in err)
     assert f"{folder / 'a_empty.npy'}: not a readable .npy array (empty file)" in err[0]
     assert f"{folder / 'c_cut.npy'}: not a readable .npy array" in err[1]
@@ -73,7 +74,7 @@ def test_a_dangling_link_or_a_fifo_among_the_inputs_is_named(tiny_run, tmp_path,
     (folder / "gone.ply").symlink_to(tmp_path / "nowhere.ply")
     os.mkfifo(folder / "pipe.txt")
     assert cli(["predict", str(tiny_run), str(folder), str(folder / "pipe.txt"), "--out", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err.splitlines() == [
+    assert without_run_cap_warning(capsys.readouterr().err) == [
         f"pointgeope predict: error: {folder / 'gone.ply'}: expected a scan file, found a symbolic link to "
         f"nothing ({tmp_path / 'nowhere.ply'})",
         f"pointgeope predict: error: {folder / 'pipe.txt'}: expected a scan file, found a FIFO (named pipe)",
@@ -97,13 +98,13 @@ def test_a_prepared_area_input_is_checked_as_training_checks_it(tiny_run, tiny_r
     np.save(tmp_path / "office_1.npy", np.c_[room["coord"], room["color"]])
     assert cli(["predict", str(tiny_run), str(root / "Area_1.h5"), str(tmp_path / "office_1.npy"),
                 "--out", str(tmp_path / "o"), "--format", "npy"]) == 2
-    err = capsys.readouterr().err.splitlines()
+    err = without_run_cap_warning(capsys.readouterr().err)
     message = (f"{root / 'Area_1.h5'}: does not match its checksum in manifest.json (changed or damaged after "
                "prepare); run `pointgeope prepare` again")
     assert err == [f"pointgeope predict: error: {message}"]
     assert sorted(p.name for p in (tmp_path / "o").rglob("*.npy")) == ["office_1_pred.npy"]
     assert cli(["viz", str(root / "Area_1.h5"), "--list"]) == 2
-    assert capsys.readouterr().err.splitlines() == [f"pointgeope viz: error: {message}"]
+    assert without_run_cap_warning(capsys.readouterr().err) == [f"pointgeope viz: error: {message}"]
 
 
 def test_a_wrong_model_argument_is_told_before_any_area_file_is_read(tiny_root, tmp_path, monkeypatch, capsys):
@@ -117,8 +118,60 @@ def test_a_wrong_model_argument_is_told_before_any_area_file_is_read(tiny_root, 
     monkeypatch.setattr(check, "check_area_file", must_not_read)
     missing = tmp_path / "run" / "last.pt"
     assert cli(["predict", str(missing), str(tiny_root / "Area_1.h5"), "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err.splitlines()
+    err = without_run_cap_warning(capsys.readouterr().err)
     assert len(err) == 1 and err[0].startswith("pointgeope predict: error: ") and str(missing) in err[0], err
+
+
+def test_each_progress_line_names_the_folder_its_outputs_went_to(tiny_run, tiny_root, tmp_path, capsys):
+    """The rooms of an Area_N.h5 go to DIR/Area_N/, but the progress line named only the files (as if in DIR);
+    it names the folder now, and --format lists exactly the formats written."""
+    room = read_room(tiny_root / "Area_2.h5", "office_1")
+    np.save(tmp_path / "scan.npy", np.c_[room["coord"], room["color"]])
+    out = tmp_path / "o"
+    assert cli(["predict", str(tiny_run), str(tiny_root / "Area_2.h5"), str(tmp_path / "scan.npy"),
+                "--out", str(out), "--format", "npy,h5"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if " -> " in line]
+    rooms = list_rooms(tiny_root / "Area_2.h5")
+    assert [line.split(" -> ")[1] for line in lines] == (
+        [f"{r}_pred.npy, {r}_pred.h5 in {out / 'Area_2'}" for r in rooms] + [f"scan_pred.npy, scan_pred.h5 in {out}"])
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*_pred.*")) == sorted(
+        [f"Area_2/{r}_pred.{f}" for r in rooms for f in ("npy", "h5")] + ["scan_pred.h5", "scan_pred.npy"])
+
+
+def test_a_raw_s3dis_root_is_predicted_as_its_prepared_root(tiny_run, tiny_root, tmp_path, capsys):
+    """``predict RUN tiny/raw`` said "a folder without scans"; the rooms of its Area_N folders are predicted
+    into DIR/Area_N/, with the labels of the same rooms prepared."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "Area_1").symlink_to(tiny_root.parent / "raw" / "Area_1")
+    assert cli(["predict", str(tiny_run), str(raw), "--out", str(tmp_path / "o"), "--format", "npy"]) == 0
+    assert cli(["predict", str(tiny_run), str(tiny_root / "Area_1.h5"), "--out", str(tmp_path / "p"),
+                "--format", "npy"]) == 0
+    rooms = list_rooms(tiny_root / "Area_1.h5")
+    assert sorted(p.name for p in (tmp_path / "o" / "Area_1").iterdir()) == [f"{r}_pred.npy" for r in rooms]
+    for room in rooms:
+        np.testing.assert_array_equal(np.load(tmp_path / "o" / "Area_1" / f"{room}_pred.npy"),
+                                      np.load(tmp_path / "p" / "Area_1" / f"{room}_pred.npy"))
+
+
+def test_a_run_folder_as_the_model_is_told_its_fold_folders(tiny_run, tmp_path, capsys):
+    """``predict RUN`` (the run, not ``RUN/area_K``) said "expected a checkpoint at RUN/last.pt, found nothing";
+    it is evaluate's message now (one owner: ``evaluate.not_a_fold``), naming the folds the run holds."""
+    np.save(tmp_path / "s.npy", np.zeros((5, 6)))
+    (tmp_path / "runs" / "area_10").mkdir(parents=True)
+    (tmp_path / "runs" / "area_2").mkdir()
+    (tmp_path / "runs" / "area_x").mkdir()
+    for run, folds in ((tiny_run.parent, "area_1"), (tmp_path / "runs", "area_2, area_10")):
+        first = run / folds.split(",")[0]
+        expected = (f"expected a fold folder named area_K (RUN/area_K), got {run}; give a fold, e.g. {first} "
+                    f"(its folds: {folds})")
+        assert one_line(capsys, 2, ["predict", str(run), str(tmp_path / "s.npy"), "--out", str(tmp_path / "o")]) \
+            == f"pointgeope predict: error: {expected}"
+        assert one_line(capsys, 2, ["evaluate", str(run)]) == f"pointgeope evaluate: error: {expected}"
+    line = one_line(capsys, 2, ["predict", str(tmp_path / "runs" / "area_2"), str(tmp_path / "s.npy"),
+                                "--out", str(tmp_path / "o")])   # a fold folder without its checkpoint
+    assert line == f"pointgeope predict: error: expected a checkpoint at {tmp_path / 'runs' / 'area_2' / 'last.pt'}, found nothing"
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_scans_name_comes_from_its_absolute_path(tiny_root, tmp_path, monkeypatch):
@@ -145,7 +198,7 @@ def test_every_output_lies_inside_out(tiny_run, tiny_root, two_folds, tmp_path, 
     (tmp_path / "scans" / "room" / "Annotations").symlink_to(tiny_root.parent / "raw/Area_1/office_1/Annotations")
     monkeypatch.chdir(work)
     assert cli(["predict", str(tiny_run), "..", "--out", "out", "--format", "npy"]) == 2
-    err = capsys.readouterr().err.splitlines()
+    err = without_run_cap_warning(capsys.readouterr().err)
     assert len(err) == 2 and all("...h5:" in line and "outside --out out" in line for line in err), err
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*_pred.npy")) == [
         "scans/here/out/scans/room_pred.npy"]
@@ -196,7 +249,7 @@ def test_las_output_of_a_scan_with_a_stray_point(tiny_run, tmp_path, capsys):
         np.save(tmp_path / f"{name}.npy", room if far is None else np.insert(room, 7, [far, 0, 1, 9, 9, 9], axis=0))
     assert cli(["predict", str(tiny_run), *(str(tmp_path / f"{n}.npy") for n in ("a_far", "b_space", "c_room")),
                 "--out", str(tmp_path / "o"), "--format", "npy,las"]) == 2
-    err = capsys.readouterr().err.splitlines()
+    err = without_run_cap_warning(capsys.readouterr().err)
     assert [line.split(":")[0] for line in err] == ["warning", "warning", "pointgeope predict"]
     assert f"{tmp_path / 'a_far.npy'}: its LAS file stores x in steps of 0.01 m, not 0.001 m" in err[0]
     assert err[2] == (f"pointgeope predict: error: {tmp_path / 'b_space.npy'}: --format las cannot hold its points: "

@@ -116,7 +116,8 @@ def test_evaluate_refuses_a_checkpoint_and_an_unwritable_predictions_folder(tmp_
     line = one_line(capsys, 2, ["evaluate", str(run)])
     assert line.startswith(f"pointgeope evaluate: error: {run / 'last.pt'}: not a readable checkpoint (")
     line = one_line(capsys, 2, ["evaluate", str(run.parent)])
-    assert line == f"pointgeope evaluate: error: expected a fold folder named area_K (RUN/area_K), got {run.parent}"
+    assert line == (f"pointgeope evaluate: error: expected a fold folder named area_K (RUN/area_K), got {run.parent}; "
+                    f"give a fold, e.g. {run} (its folds: area_1)")
     assert not (run / ".lock").exists()
 
 

@@ -41,6 +41,22 @@ def test_inputs_expand_by_kind(tmp_path):
     assert errors[1].startswith(f"{tmp_path / 'bad.h5'}: not a readable HDF5 file (")  # as training says it
 
 
+def test_a_raw_s3dis_root_names_its_rooms_by_area_as_a_prepared_root_does(tmp_path):
+    """A raw S3DIS root (``Area_N/<room>/Annotations``) was "a folder without scans"; its rooms are found one
+    level down now and named ``Area_N/<room>`` (outputs DIR/Area_N/<room>_pred.*, as for ``Area_N.h5``)."""
+    root = tmp_path / "Stanford3dDataset"
+    for area, room in (("Area_2", "office_1"), ("Area_1", "hallway_3"), ("Area_1", "office_1")):
+        raw_room(root / area / room, {"wall_1": np.zeros((2, 6))})
+    (root / "Area_1" / "notes").mkdir()                           # a sub-folder that is no room: nothing
+    (root / "docs").mkdir()
+    refs, errors = find_scans([root])
+    assert errors == []
+    assert [(r.kind, r.name, r.path) for r in refs] == [
+        ("raw", "Area_1/hallway_3", root / "Area_1" / "hallway_3"), ("raw", "Area_1/office_1", root / "Area_1" / "office_1"),
+        ("raw", "Area_2/office_1", root / "Area_2" / "office_1")]
+    assert [r.name for r in find_scans([root / "Area_1"])[0]] == ["Area_1/hallway_3", "Area_1/office_1"]  # as before
+
+
 def test_npy_shapes(tmp_path):
     rng = np.random.default_rng(0)
     values = np.c_[rng.random((50, 3)), rng.integers(0, 256, (50, 3))]

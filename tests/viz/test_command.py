@@ -88,6 +88,31 @@ def test_ply_export_with_hidden_ceiling_and_legend(synthetic_area, tmp_path, cap
     np.testing.assert_array_equal(rec["pred"], pred[room["label"] != 0])
 
 
+def test_hide_in_a_room_without_ground_truth_hides_by_prediction(tmp_path, capsys, monkeypatch):
+    """``viz SCAN_pred.h5 --hide floor`` hid "0 points" (by ground truth, which a scan's predictions lack)
+    while --mode switched to pred; it hides by prediction there now, and says so. A room with neither
+    ground truth nor predictions (no file viz reads holds one) has nothing to hide by."""
+    from pointgeope.scans.outputs import write_h5
+    from pointgeope.scans.scan import Scan
+    from pointgeope.viz import VizError
+    from pointgeope.viz.scene import RoomView, prepare_view
+
+    monkeypatch.setitem(sys.modules, "open3d", None)
+    rng = np.random.default_rng(0)
+    coord, pred = rng.random((50, 3)) * 4, rng.integers(0, 4, 50).astype(np.uint8)
+    write_h5(tmp_path / "scan_pred.h5", Scan("scan", "scan.npy", coord, None, None), pred, list(CLASS_NAMES))
+    out = tmp_path / "kept.ply"
+    assert main(["viz", str(tmp_path / "scan_pred.h5"), "--hide", "floor,wall", "--ply", str(out)]) == 0
+    hidden = np.isin(pred, [1, 2])                                          # floor, wall
+    assert f"note: hidden floor,wall by prediction (no ground truth): {hidden.sum():,} points" in capsys.readouterr().out
+    _, rec, _ = _read_ply(out)
+    np.testing.assert_array_equal(rec["pred"], pred[~hidden])
+    bare = RoomView("bare_1", coord.astype(np.float32), np.zeros((50, 3), np.uint8), np.full(50, 255, np.uint8))
+    with pytest.raises(VizError, match=r"^--hide floor: room 'bare_1' has neither ground truth nor predictions to "
+                                       r"hide by; give --pred, or leave out --hide$"):
+        prepare_view(bare, hidden=(1,))
+
+
 def test_missing_open3d_says_how_to_install(synthetic_area, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "open3d", None)  # `import open3d` now raises ImportError
     with pytest.raises(ImportError, match="pip install open3d"):
