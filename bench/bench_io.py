@@ -51,12 +51,14 @@ def _version(package: str) -> str | None:
         return None
 
 
-def provenance(threads: int | list[int] | None, packages: tuple[str, ...] = ("numpy", "torch")) -> dict:
-    """What produced a result, for its JSON's ``provenance`` key: :func:`git_state` of this repository, the
+def provenance(threads: int | list[int] | None, packages: tuple[str, ...] = ("numpy", "torch"),
+               tree: Path = ROOT) -> dict:
+    """What produced a result, for its JSON's ``provenance`` key: :func:`git_state` of ``tree`` (this
+    repository; a script timing the package found on ``PYTHONPATH`` passes that checkout), the
     ``threads`` the run timed (one count, or the counts of a run that times several), the installed version
     of each of ``packages`` (None where absent), Python, the platform, the CPU count and the 1-minute load
     average when it was taken (take it at the run's start: the commit is then the code that was imported)."""
-    return {**git_state(), "threads": threads, "versions": {p: _version(p) for p in packages},
+    return {**git_state(tree), "threads": threads, "versions": {p: _version(p) for p in packages},
             "python": platform.python_version(), "platform": platform.platform(),
             "processor": platform.processor(), "cpu_count": os.cpu_count(), "load_average_1min": os.getloadavg()[0]}
 
