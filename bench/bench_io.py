@@ -19,7 +19,7 @@ CHANGED_LISTED = 20     # at most this many changed paths are written into a res
 def _git(tree: Path, *args: str) -> str | None:
     """``git args`` in ``tree``: its stdout, or None where git is missing or ``tree`` is no checkout."""
     try:
-        proc = subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True)
+        proc = subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True, check=False)
     except OSError:
         return None
     return proc.stdout if proc.returncode == 0 else None

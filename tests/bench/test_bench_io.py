@@ -6,9 +6,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 import bench_io
+import pytest
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import statistics
 import time
 
-import pytest
-
 import interleave
+import pytest
 
 
 class FakeClock:

@@ -2,10 +2,9 @@
 bench_relation_backward.time_stage time their sides interleaved (A, B; B, A ...) and pair the rounds."""
 from __future__ import annotations
 
+import bench_hierarchy
 import pytest
 import torch
-
-import bench_hierarchy
 
 
 def test_time_hierarchy_interleaves_backends_and_records_the_one_that_cannot_run(monkeypatch):
