@@ -4,7 +4,8 @@ Issue 20 added the Triton path to ``PointTransformerLayer``; the CPU keeps torch
 that it pays nothing for the new branch. Run it alternately against two source trees (``PYTHONPATH=<tree>``),
 interleaved, and compare: per preset, a training step (forward + backward, train mode) and inference (eval,
 no grad) of one layer (C = 64, k = 16, share_planes 8, a synthetic room of ``--points`` points, as
-``bench_model.py``'s layer), minimum over ``--reps`` of the process CPU time (``time.process_time``).
+``bench_model.py``'s layer), minimum over ``--reps`` of the process CPU time (``time.process_time``). The
+JSON's provenance names the commit and dirty flag of the tree on ``PYTHONPATH`` (the code timed).
 
 Usage: PYTHONPATH=TREE python bench/bench_cpu_paths.py --label after --threads 1 --out result.json
 """
@@ -23,7 +24,7 @@ from pointgeope.model.attention import PointTransformerLayer
 from pointgeope.model.ops import knn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import save_json  # noqa: E402
+from bench_io import provenance, save_json  # noqa: E402
 from bench_model import synthetic_room  # noqa: E402
 
 
@@ -66,7 +67,9 @@ def main() -> int:
     coord = synthetic_room(args.points, seed=1)
     offset = torch.tensor([coord.shape[0]])
     idx, _ = knn(coord, coord, 16, offset, offset)
-    out = {"label": args.label, "source": str(Path(pointgeope.__file__).parent), "threads": args.threads,
+    source = Path(pointgeope.__file__).resolve().parent
+    out = {"label": args.label, "source": str(source), "threads": args.threads,
+           "provenance": provenance(args.threads, ("numpy", "torch"), tree=source.parent),
            "points": int(coord.shape[0]), "time": "process CPU seconds, minimum over reps", "presets": {}}
     for preset in args.presets:
         out["presets"][preset] = measure(preset, coord, idx, args.reps)

@@ -20,22 +20,26 @@ model exist); ``seconds`` the wall time of the inference. Memory that grows with
 ``N x 13`` float32 score buffer (52 bytes a point) plus the room's arrays; the network's share is
 bounded by the crop size.
 
-Usage: python bench/bench_evaluate.py [--fragments] [--memory] [--real DIR] [--quick]
+Every JSON (``--out``; ``--quick`` writes a temporary file unless given one) records the run's provenance
+(commit, dirty flag, torch / numpy / numba versions, threads, load average).
+
+Usage: python bench/bench_evaluate.py [--fragments] [--memory] [--real DIR] [--quick] [--out FILE]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import multiprocessing as mp
-import platform
 import resource
 import time
 from pathlib import Path
 
-from bench_io import save_json
+import interleave
+from bench_io import git_state, out_path, provenance, save_json
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "bench_evaluate.json"
+PUBLISHED = REPO / "bench" / "results" / "bench_evaluate_published.json"
 DENSITY = 8000.0  # points per m^2 of surface
 
 
@@ -200,7 +204,10 @@ def memory_part(args) -> list[dict]:
 
 def compare(args) -> dict:
     """``published_case`` for each checkout of ``--compare`` (PYTHONPATH) and each thread count, in fresh
-    processes, interleaved ``--rounds`` times; the minimum per case and the ratio to the first checkout."""
+    processes, interleaved ``--rounds`` times (each round runs every case once, in an order rotated each
+    round); per case its minimum, the median
+    and range of its per-round ratios to the first checkout at the same threads (paired), the ratio of the
+    minima, and the commit and dirty flag of every checkout (``trees``)."""
     import os
     import subprocess
     import sys
@@ -208,8 +215,8 @@ def compare(args) -> dict:
     cases = [(path, threads, variant) for threads in args.thread_counts for path in args.compare
              for variant in (args.variants if path == args.compare[-1] else ["auto"])]
     runs: dict[tuple, list[dict]] = {case: [] for case in cases}
-    for r in range(args.rounds):
-        for path, threads, variant in cases:
+    for r in range(args.rounds):                        # every case once a round, the order rotated each round
+        for path, threads, variant in cases[r % len(cases):] + cases[:r % len(cases)]:
             cmd = [sys.executable, __file__, "--case", "--size", args.size, "--config", args.config, "--device",
                    args.device, "--threads", str(threads), "--reps", "1", "--variant", variant, "--set", *args.set]
             env = dict(os.environ, PYTHONPATH=str(path), OMP_NUM_THREADS=str(threads))
@@ -220,10 +227,16 @@ def compare(args) -> dict:
     rows = []
     for (path, threads, variant), got in runs.items():
         best = min(got, key=lambda row: row["seconds_per_room"])
-        base = min(runs[(args.compare[0], threads, "auto")], key=lambda row: row["seconds_per_room"])
-        rows.append({**best, "checkout": str(path), "seconds_rounds": [g["seconds_per_room"] for g in got],
-                     "ratio_to_first": round(best["seconds_per_room"] / base["seconds_per_room"], 3)})
-    return {"rows": rows, "rounds": args.rounds}
+        base = [row["seconds_per_room"] for row in runs[(args.compare[0], threads, "auto")]]
+        rounds = [g["seconds_per_room"] for g in got]
+        pair = interleave.paired({"base": base, "case": rounds}, "base")["case"]
+        rows.append({**best, "checkout": str(path), "seconds_rounds": rounds,
+                     "paired_ratios": pair["paired_ratios"], "paired_median": round(pair["paired_median"], 3),
+                     "paired_range": [round(x, 3) for x in pair["paired_range"]],
+                     "ratio_to_first": round(pair["ratio_of_mins"], 3)})
+    return {"rows": rows, "rounds": args.rounds, "trees": {str(path): git_state(Path(path)) for path in args.compare},
+            "ratios": "paired_median: the median over rounds of the case's seconds over the first checkout's in the "
+                      "same round (same threads), paired_range their range; ratio_to_first: the ratio of the minima"}
 
 
 def published_args(parser: argparse.ArgumentParser) -> None:
@@ -246,7 +259,9 @@ def published_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--agree-amp", choices=("none", "bf16", "fp16"),
                    help="--published: also the room at this eval.amp, its time and the agreement of the votes")
     g.add_argument("--rounds", type=int, default=3, help="--compare: interleaved rounds")
-    g.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "bench_evaluate_published.json")
+    g.add_argument("--out", type=Path, help="results JSON (default: bench/results/bench_evaluate_published.json with "
+                                            "--published / --compare, bench/results/bench_evaluate.json otherwise; "
+                                            "--quick: a temporary file)")
 
 
 def _cuda() -> bool:
@@ -274,32 +289,32 @@ def main() -> None:
     if args.published or args.compare:
         import os
 
+        path = args.out or PUBLISHED
+        run = provenance(args.thread_counts if args.compare else args.threads, ("numpy", "torch", "numba"))
         out = compare(args) if args.compare else published_case(args)
-        out.update(benchmark="bench_evaluate --published", machine=platform.platform(), load_average=os.getloadavg(),
+        out.update(benchmark="bench_evaluate --published", provenance=run, load_average=os.getloadavg(),
                    time="wall seconds of vote_room of the whole room (every view, the fragments of eval.max_fragments)")
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        save_json(args.out, out, indent=1)
+        save_json(path, out, indent=1)
         print(json.dumps(out, indent=1))
         return
     both = not (args.fragments or args.memory)
     if args.quick:
         args.sizes, args.baseline_sizes = [0.1, 0.2], [0.1]
-    out = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    path = out_path(args.out, RESULTS, args.quick)
+    run = provenance(1, ("numpy", "torch", "numba"))
+    out = json.loads(path.read_text()) if path.is_file() else {}
     if args.fragments or both:
         out["fragments"] = fragments_part(args.real, args.timed_fragments)
     if args.memory or both:
         out["rows"] = memory_part(args)
     import os
 
-    import torch
-
-    out.update({"benchmark": "bench_evaluate", "machine": platform.platform(), "torch_threads": 1,
-                "torch": torch.__version__, "density_per_m2": DENSITY, "load_average": os.getloadavg(),
+    out.update({"benchmark": "bench_evaluate", "provenance": run, "torch_threads": 1,
+                "density_per_m2": DENSITY, "load_average": os.getloadavg(),
                 "settings": "configs/demo.yaml network, grid 0.04, voxel_max 80000, batch_points 80000, 1 view; "
                             "memory rows: the first 2 fragments"})
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    save_json(RESULTS, out, indent=1)
-    print(f"wrote {RESULTS}")
+    save_json(path, out, indent=1)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_io import save_json
+from bench_io import provenance, save_json
 
 ROOT = Path(__file__).resolve().parents[1]
 N, M = 80_000, 20_000
@@ -129,6 +129,7 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args)))
         return
+    run = provenance(args.threads, ("numpy", "torch", "numba", "fpsample"))
     runs = []
     for threads in args.threads:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads),
@@ -141,7 +142,8 @@ def main() -> None:
             print(f"{threads} thread(s), {cloud}: " + ", ".join(
                 f"{name} {row['min_s']:.4f} s ({row['ratio_of_mins']:.2f}x, paired {row['median_paired_ratio']:.2f}x)"
                 for name, row in table.items()), flush=True)
-    result = {"points": N, "samples": M, "rounds": args.rounds, "load_average": os.getloadavg(), "runs": runs}
+    result = {"points": N, "samples": M, "rounds": args.rounds, "provenance": run, "load_average": os.getloadavg(),
+              "runs": runs}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     save_json(Path(args.out), result, indent=1)
     print(f"wrote {args.out}")

@@ -10,8 +10,10 @@ on ``--device``. Backends (labels):
     cluster   torch-cluster's kNN, where installed (with the device's default FPS: its FPS is not a backend)
     torch     pure torch (kNN by chunked brute force, FPS one Python step per sample: slow)
 
-A backend's time is the minimum over ``--reps`` of the wall time of one hierarchy between device
-synchronisations, after ``--warmup`` calls (the first Triton call compiles its kernels). ``agree`` is the
+The backends are interleaved (``bench/interleave.py``: ``--reps`` rounds, each running every backend once in a
+rotated order, after ``--warmup`` untimed calls each: the first Triton call compiles its kernels); a backend's
+time is the minimum over the rounds of the wall time of one hierarchy between device synchronisations, beside
+the median and range of its per-round ratios to the first backend timed (paired). ``agree`` is the
 share of stage-0 neighbourhoods (independent of FPS) whose sets equal those of the first backend timed,
 and ``same_samples`` whether the FPS samples of every stage are equal. A backend that cannot run is
 recorded with its error and the run goes on. Results go to ``--out`` (JSON, rewritten after every case).
@@ -39,6 +41,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import interleave  # noqa: E402
 from bench_io import save_json  # noqa: E402
 from bench_model import synthetic_room  # noqa: E402
 
@@ -72,22 +75,35 @@ def _agreement(h, ref) -> dict:
 
 def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | torch.device, reps: int = 5,
                    warmup: int = 1) -> dict[str, dict]:
-    """Seconds of one hierarchy (minimum over ``reps``) per backend label of ``LABELS``, with the agreement
-    of each with the first label that ran; ``{"error": ...}`` for a backend that cannot run."""
+    """Seconds of one hierarchy per backend label of ``LABELS``, the labels interleaved (``interleave.rounds``:
+    ``reps`` rounds, each running every label once in a rotated order, the device's queue waited for around
+    each): ``seconds`` the minimum, ``all_seconds`` per round, ``paired_median`` / ``paired_range`` the
+    median and range of the per-round ratios to the first label that ran, and the agreement of each with
+    it. Each label first runs ``max(warmup, 1)`` untimed times (they compile; a backend that cannot run says
+    so there and is recorded as ``{"error": ...}``, the others go on)."""
     device = torch.device(device)
     coord, offset = batch(clouds, points)
     coord, offset = coord.to(device), offset.to(device)
-    out, ref = {}, None
+    out, fns = {}, {}
     for label in backends:
+        fn = (lambda label=label: _run(label, coord, offset, device))
         try:
-            h, times = timed(lambda: _run(label, coord, offset, device), device, reps, warmup)
+            for _ in range(max(warmup, 1)):
+                fn()
         except (ValueError, RuntimeError, ImportError) as err:
             out[label] = {"error": f"{type(err).__name__}: {err}".splitlines()[0]}
             continue
-        out[label] = {"seconds": min(times), "all_seconds": times}
-        ref = h if ref is None else ref
-        out[label].update(_agreement(h, ref))
-    return out
+        fns[label] = fn
+    if not fns:
+        return out
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    last, wall, _ = interleave.rounds(fns, reps, warmup=0, sync=sync)
+    first = next(iter(fns))
+    for label, summary in interleave.paired(wall, first).items():
+        out[label] = {"seconds": summary["min_s"], "all_seconds": wall[label],
+                      "paired_median": summary["paired_median"], "paired_range": summary["paired_range"],
+                      **_agreement(last[label], last[first])}
+    return {label: out[label] for label in backends}
 
 
 def _best_of(fn, device: torch.device, reps: int) -> float:

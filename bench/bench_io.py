@@ -1,22 +1,76 @@
-"""What the benchmarks share to record a run: the commit it measured and an atomic write of its JSON."""
+"""What the benchmarks share to record a run: the commit it measured (and whether the tree differed from it),
+the versions and threads it ran with (its ``provenance``), and an atomic write of its JSON."""
 from __future__ import annotations
 
 import json
+import os
+import platform
 import subprocess
+import tempfile
+from importlib import metadata
 from pathlib import Path
 
 from pointgeope.atomic import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
+CHANGED_LISTED = 20     # at most this many changed paths are written into a result
+
+
+def _git(tree: Path, *args: str) -> str | None:
+    """``git args`` in ``tree``: its stdout, or None where git is missing or ``tree`` is no checkout."""
+    try:
+        proc = subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True, check=False)
+    except OSError:
+        return None
+    return proc.stdout if proc.returncode == 0 else None
 
 
 def git_commit(short: bool = False, tree: Path = ROOT) -> str:
-    """The commit checked out in ``tree`` (this repository by default; "" outside a git checkout)."""
+    """The commit checked out in ``tree`` (this repository by default; "" outside a git checkout). Whether the
+    tree differed from it when the run started is :func:`git_state`'s ``dirty``."""
+    out = _git(tree, "rev-parse", *(["--short"] if short else []), "HEAD")
+    return (out or "").strip()
+
+
+def git_state(tree: Path = ROOT) -> dict:
+    """``{"commit", "dirty", "changed"}`` of the checkout ``tree``: HEAD's full hash, whether a tracked file
+    differs from HEAD (staged or not; untracked files are not counted), and the first :data:`CHANGED_LISTED`
+    lines of ``git status --porcelain`` for those files (so a reader sees whether only result files
+    differed). Outside a checkout: ``{"commit": "", "dirty": None, "changed": []}``."""
+    status = _git(tree, "status", "--porcelain", "--untracked-files=no")
+    if status is None:
+        return {"commit": "", "dirty": None, "changed": []}
+    changed = [line for line in status.splitlines() if line.strip()]
+    return {"commit": git_commit(tree=tree), "dirty": bool(changed), "changed": changed[:CHANGED_LISTED]}
+
+
+def _version(package: str) -> str | None:
     try:
-        cmd = ["git", "rev-parse", *(["--short"] if short else []), "HEAD"]
-        return subprocess.run(cmd, cwd=tree, capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return ""
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def provenance(threads: int | list[int] | None, packages: tuple[str, ...] = ("numpy", "torch"),
+               tree: Path = ROOT) -> dict:
+    """What produced a result, for its JSON's ``provenance`` key: :func:`git_state` of ``tree`` (this
+    repository; a script timing the package found on ``PYTHONPATH`` passes that checkout), the
+    ``threads`` the run timed (one count, or the counts of a run that times several), the installed version
+    of each of ``packages`` (None where absent), Python, the platform, the CPU count and the 1-minute load
+    average when it was taken (take it at the run's start: the commit is then the code that was imported)."""
+    return {**git_state(tree), "threads": threads, "versions": {p: _version(p) for p in packages},
+            "python": platform.python_version(), "platform": platform.platform(),
+            "processor": platform.processor(), "cpu_count": os.cpu_count(), "load_average_1min": os.getloadavg()[0]}
+
+
+def out_path(out: Path | None, committed: Path, smoke: bool) -> Path:
+    """Where a run writes: ``out`` when given; else ``committed`` (the file the docs cite), except for a smoke
+    run (``--quick``, small sizes), which writes into a fresh temporary folder so it never replaces it."""
+    if out is not None:
+        return Path(out)
+    if smoke:
+        return Path(tempfile.mkdtemp(prefix="pointgeope-bench-")) / committed.name
+    return committed
 
 
 def save_json(path: Path, payload: dict, indent: int = 2) -> None:

@@ -47,7 +47,7 @@ if __name__ == "__main__" and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None a
 
 import numpy as np
 import torch
-from bench_io import save_json
+from bench_io import provenance, save_json
 
 from pointgeope.model import PRESETS, PointTransformerLayer, PointTransformerSeg
 from pointgeope.model.kernel_check import timed
@@ -250,6 +250,7 @@ def main() -> int:
                            "load_average_start": os.getloadavg(), "cpus": os.cpu_count(),
                            "malloc": os.environ.get("MALLOC_MMAP_THRESHOLD_", "glibc default"),
                            "clouds_per_batch": args.batch},
+               "provenance": provenance(args.threads, ("numpy", "torch", "numba")),
                "time": "CPU: process CPU time (s), minimum over reps; *_wall_s: wall time; CUDA: wall time",
                "memory": "CPU: peak RSS above the level before the call (1 ms sampling); CUDA: "
                          "max_memory_allocated above the level before the call; layer: also autograd's saved tensors",

@@ -14,14 +14,16 @@ per-point buffers (scores ``N x 13`` float32, votes, the float32 copy of the coo
 inside ``vote_room``, the output records), not through the network, whose share is bounded by the crop
 size; the fit ``added_mb = a + b * N`` gives both.
 
-Usage: python bench/bench_predict.py [--sizes 0.25 0.5 1 2] [--threads 1 2] [--quick]
+The JSON (``--out``; ``--quick`` writes a temporary file unless given one) records the run's provenance:
+commit, dirty flag, torch / numpy / numba versions, threads, load average.
+
+Usage: python bench/bench_predict.py [--sizes 0.25 0.5 1 2] [--threads 1 2] [--quick] [--out FILE]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import multiprocessing as mp
-import platform
 import resource
 import sys
 import tempfile
@@ -30,6 +32,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench_io import out_path, provenance, save_json
+
 RESULTS = REPO / "bench" / "results" / "bench_predict.json"
 SETTINGS = ["data.grid_size=0.04", "data.voxel_max=80000", "eval.batch_points=80000"]
 
@@ -112,9 +116,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--quick", action="store_true", help="sizes 0.05 0.1, one thread (a smoke test)")
+    parser.add_argument("--out", type=Path, help=f"results JSON (default bench/results/{RESULTS.name}; "
+                                                 "--quick: a temporary file)")
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.threads = [0.05, 0.1], [1]
+    out = out_path(args.out, RESULTS, args.quick)
+    run = provenance(args.threads, ("numpy", "torch", "numba"))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -144,14 +152,11 @@ def main() -> None:
         print(f"{r['points']:>10,} {r['threads']:>7} {r['baseline_peak_mb']:>11.0f} {r['predict_peak_mb']:>10.0f} "
               f"{r['added_mb']:>9.0f} {r['seconds']:>7.1f}")
     print("fit added_mb = a + b * N:", json.dumps(fits))
-    import torch
-
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "benchmark": "bench_predict", "machine": platform.platform(), "torch": torch.__version__,
+    save_json(out, {
+        "benchmark": "bench_predict", "provenance": run,
         "settings": "configs/demo.yaml network (random weights), " + ", ".join(SETTINGS) + ", 1 view, npy+ply out",
-        "fit": fits, "rows": rows}, indent=1) + "\n")
-    print(f"wrote {RESULTS}")
+        "fit": fits, "rows": rows}, indent=1)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

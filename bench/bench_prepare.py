@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import platform
 import shutil
@@ -27,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_io import provenance, save_json
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("POINTGEOPE_SHARED", REPO.parent / "shared"))
@@ -193,6 +193,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the results (JSON)")
     args = parser.parse_args()
     real = real_rooms()
+    run = provenance([1, 2], ("numpy", "pandas", "pyarrow", "h5py", "numba"))   # prepare --jobs 1 and 2
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "raw"
@@ -229,16 +230,15 @@ def main() -> None:
     print(f"\n{'parser (whole file, office_resampled text)':<58}{'seconds':>9}{'MB/s':>8}")
     for r in parsers:
         print(f"{r['parser']:<58}{r['seconds']:>9.3f}{r['mb_per_s']:>8.1f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
+    save_json(args.out, {
         "benchmark": "prepare", "rooms": rooms, "rooms_from": str(real.relative_to(REPO.parent)
                                                                   if real.is_relative_to(REPO.parent) else real),
-        "text_bytes": size, "reps": args.reps,
+        "text_bytes": size, "reps": args.reps, "provenance": run,
         "machine": {"cpus": os.cpu_count(), "load_average_1min_before": load_before,
                     "load_average_1min_after": load_after,
                     "python": platform.python_version(), "numpy": np.__version__, "pandas": _version("pandas"),
                     "pyarrow": _version("pyarrow"), "platform": platform.platform()},
-        "end_to_end": rows, "per_worker": workers, "parsers": parsers}, indent=1) + "\n")
+        "end_to_end": rows, "per_worker": workers, "parsers": parsers}, indent=1)
     print(f"\nwrote {args.out}")
 
 

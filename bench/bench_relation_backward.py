@@ -5,7 +5,9 @@ The neighbours are the real hierarchy's (``HierarchySpec`` of ``--clouds`` synth
 points on ``--device``: kNN lists of a point cloud, not random rows, so that the atomics' collisions and the
 gathers' locality are the network's); stage ``s`` has the recipe's width (32 .. 512) and k (8, 16). For each
 stage and ``--dtypes`` (float32; bfloat16 as under autocast: features and gradient in bf16, GeoPE's tables in
-float32) it times, the fastest of ``--reps`` after one call that compiles:
+float32) it times, the fastest of ``--reps`` after one call that compiles, the ways of one op interleaved
+(``bench/interleave.py``: every round runs each once, in a rotated order; sorted over atomic is the median
+of the per-round ratios, with their range):
 
     frame_atomic, frame_sorted        standard GeoPE's ``frame_relation`` backward (gradients of x and q)
     frame_turn_first                  the same sorted in two passes (``gather_backward.FRAME_TURN_FIRST``)
@@ -34,6 +36,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import interleave  # noqa: E402
 from bench_io import git_commit, save_json  # noqa: E402
 from bench_model import synthetic_room  # noqa: E402
 
@@ -90,21 +93,38 @@ def _max_rel(got, want) -> float:
     return max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, want)) / max(top, 1e-30)
 
 
+def _under(way: str, turn_first: bool, run):
+    """``run`` called inside ``gather_backward.scatter(way, turn_first)``: each side of an interleaved round
+    sets its own scatter, whatever the side before it set."""
+    def call():
+        with gather_backward.scatter(way, turn_first=turn_first):
+            return run()
+    return call
+
+
 def time_stage(t: dict, device: torch.device, reps: int) -> dict:
-    """Seconds of each backward per scatter (module docstring), the transpose's, and sorted vs atomic."""
-    row, grads = {}, {}
+    """Seconds of each backward per scatter (module docstring), the transpose's, and sorted vs atomic. Per op
+    the scatters (and, for ``frame``, the two-pass sorted sum) are interleaved (``interleave.rounds``: one
+    compiling call each, then ``reps`` rounds, each running every side once in a rotated order): each side's
+    minimum, and ``{op}_sorted_over_atomic`` the median of the per-round ratios (``..._paired_range`` their
+    range, ``..._of_mins`` the ratio of the minima)."""
+    row = {}
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     for op in OPS:
-        for scatter in gather_backward.SCATTERS:
-            with gather_backward.scatter(scatter):
-                got, times = timed(_backward(op, t, scatter), device, reps)
-            row[f"{op}_{scatter}"], grads[scatter] = min(times), got
+        fns = {way: _under(way, False, _backward(op, t, way)) for way in ("atomic", "sorted")}
         if op == "frame":                                # standard GeoPE's sorted sum in two passes
-            with gather_backward.scatter("sorted", turn_first=True):
-                got, times = timed(_backward(op, t, "sorted"), device, reps)
-            row["frame_turn_first"] = min(times)
-            row["frame_turn_first_max_rel"] = _max_rel(got, grads["atomic"])
+            fns["turn_first"] = _under("sorted", True, _backward(op, t, "sorted"))
+        grads, wall, _ = interleave.rounds(fns, reps, warmup=1, sync=sync)
+        summary = interleave.paired(wall, "atomic")
+        for way in ("atomic", "sorted"):
+            row[f"{op}_{way}"] = min(wall[way])
+        if op == "frame":
+            row["frame_turn_first"] = min(wall["turn_first"])
+            row["frame_turn_first_max_rel"] = _max_rel(grads["turn_first"], grads["atomic"])
         row[f"{op}_max_rel"] = _max_rel(grads["sorted"], grads["atomic"])
-        row[f"{op}_sorted_over_atomic"] = row[f"{op}_sorted"] / row[f"{op}_atomic"]
+        row[f"{op}_sorted_over_atomic"] = summary["sorted"]["paired_median"]
+        row[f"{op}_sorted_over_atomic_paired_range"] = summary["sorted"]["paired_range"]
+        row[f"{op}_sorted_over_atomic_of_mins"] = summary["sorted"]["ratio_of_mins"]
     rows = t["idx"].shape[0]
     row["transpose"] = min(timed(lambda: gather_backward.transpose(t["idx"].clone(), rows), device, reps)[1])
     return row

@@ -6,25 +6,27 @@ Methods, on the same random room (coordinates in millimetres, as ``pointgeope sy
     percent    one "%" format of the whole room over a tuple of Python numbers
     vectorised data_prep.synth.write.format_lines: digits computed with numpy, padding bytes dropped
 
-Each is checked to give the same bytes as the baseline; time is the median of a few runs of formatting
-into memory (wall clock, and CPU time of this process, since the machine may be shared: the load average
-is saved too). Ratios are against savetxt measured in the same run. Results go to
-bench/results/bench_synth_write.json.
+Each is checked to give the same bytes as the baseline; then the three are interleaved (``bench/interleave.py``:
+``--reps`` rounds, each formatting the room into memory once per method, in a rotated order), at 1 and 2
+threads (all three are single-threaded: the 2-thread run is the same code beside a second free core). A
+method's speed-up is savetxt's time over its time in the same round (paired): the median and range of those
+ratios, wall clock and CPU time of this process (the machine may be shared; the provenance records the
+commit, dirty flag, numpy's version and the load average). Results go to ``--out``
+(default bench/results/bench_synth_write.json; a run of fewer than 1M points writes a temporary file).
 
-Usage: python bench/bench_synth_write.py [--points 1000000] [--reps 3]
+Usage: python bench/bench_synth_write.py [--points 1000000] [--reps 3] [--threads 1 2] [--out FILE]
 """
 from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
-import platform
 import statistics
-import time
 from pathlib import Path
 
+import interleave
 import numpy as np
+from bench_io import out_path, provenance, save_json
 
 from data_prep.synth.write import format_lines
 
@@ -56,37 +58,61 @@ def vectorised(xyz_mm, rgb) -> bytes:
     return format_lines(xyz_mm, rgb)[0]
 
 
+METHODS = {"savetxt": savetxt, "percent": percent, "vectorised": vectorised}
+
+
+def run(xyz_mm, rgb, reference: bytes, reps: int) -> dict:
+    """The three ways interleaved over ``reps`` rounds (one warm-up call each, whose bytes are checked
+    against ``reference``): per clock, :func:`interleave.paired` against savetxt."""
+    fns = {name: (lambda fn=fn: fn(xyz_mm, rgb)) for name, fn in METHODS.items()}
+    for name, fn in fns.items():
+        if fn() != reference:
+            raise SystemExit(f"{name} does not give the bytes of np.savetxt")
+    _, wall, cpu = interleave.rounds(fns, reps, warmup=0)
+    return {"wall": interleave.paired(wall, "savetxt"), "cpu": interleave.paired(cpu, "savetxt")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=1_000_000)
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--out", type=Path, help=f"results JSON (default bench/results/{RESULTS.name}; "
+                                                 "fewer than 1M points: a temporary file)")
     args = parser.parse_args()
+    out = out_path(args.out, RESULTS, smoke=args.points < 1_000_000)
     xyz_mm, rgb = room(args.points)
     reference = savetxt(xyz_mm, rgb)
-    results = {}
-    for name, fn in (("savetxt", savetxt), ("percent", percent), ("vectorised", vectorised)):
-        times, cpu = [], []
-        for _ in range(args.reps):
-            start, start_cpu = time.perf_counter(), time.process_time()
-            text = fn(xyz_mm, rgb)
-            times.append(time.perf_counter() - start)
-            cpu.append(time.process_time() - start_cpu)
-        if text != reference:
-            raise SystemExit(f"{name} does not give the bytes of np.savetxt")
-        results[name] = {"seconds": statistics.median(times), "cpu_seconds": statistics.median(cpu)}
-    base = results["savetxt"]["seconds"]
-    for name, row in results.items():
-        row["speedup_vs_savetxt"] = base / row["seconds"]
-        row["cpu_speedup_vs_savetxt"] = results["savetxt"]["cpu_seconds"] / row["cpu_seconds"]
-        row["mpoints_per_s"] = args.points / row["seconds"] / 1e6
-        print(f"{name:<11} {row['seconds']:7.3f} s (cpu {row['cpu_seconds']:.3f} s)  {row['mpoints_per_s']:6.2f} "
-              f"Mpoints/s  x{row['speedup_vs_savetxt']:.1f} vs savetxt (cpu x{row['cpu_speedup_vs_savetxt']:.1f})")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"points": args.points, "reps": args.reps, "bytes": len(reference),
-                                   "machine": platform.platform(), "cpus": os.cpu_count(),
-                                   "load_average": os.getloadavg(),
-                                   "results": results}, indent=1) + "\n")
-    print(f"wrote {RESULTS}")
+    result = {"points": args.points, "reps": args.reps, "bytes": len(reference),
+              "provenance": provenance(args.threads, ("numpy",)),
+              "time": "seconds of formatting the room into memory, the three ways interleaved (rotated) over reps "
+                      "rounds; ratios are savetxt's time over the method's in the same round (paired): median, range",
+              "runs": []}
+    for threads in args.threads:
+        with interleave.threads(threads):
+            timed = run(xyz_mm, rgb, reference, args.reps)
+        rows = {}
+        for name in METHODS:
+            wall, cpu = timed["wall"][name], timed["cpu"][name]
+            rows[name] = {"seconds_min": wall["min_s"], "cpu_seconds_min": cpu["min_s"],
+                          "speedup_vs_savetxt": _inverse(wall), "cpu_speedup_vs_savetxt": _inverse(cpu),
+                          "mpoints_per_s": args.points / wall["min_s"] / 1e6}
+            sp, csp = rows[name]["speedup_vs_savetxt"], rows[name]["cpu_speedup_vs_savetxt"]
+            print(f"{threads} thread(s) {name:<11} {wall['min_s']:7.3f} s (cpu {cpu['min_s']:.3f} s) "
+                  f"{rows[name]['mpoints_per_s']:6.2f} Mpoints/s  x{sp['paired_median']:.1f} "
+                  f"[{sp['paired_range'][0]:.1f}-{sp['paired_range'][1]:.1f}] vs savetxt "
+                  f"(cpu x{csp['paired_median']:.1f})", flush=True)
+        result["runs"].append({"threads": threads, "results": rows, "paired": timed})
+    result["load_average_1min_end"] = os.getloadavg()[0]
+    save_json(out, result, indent=1)
+    print(f"wrote {out}")
+
+
+def _inverse(side: dict) -> dict:
+    """savetxt's time over the method's: the inverse of each paired ratio, their median and range."""
+    speedups = [1 / r for r in side["paired_ratios"]]
+    return {"paired_median": statistics.median(speedups), "paired_range": [min(speedups), max(speedups)],
+            "ratio_of_mins": 1 / side["ratio_of_mins"]}
 
 
 if __name__ == "__main__":

@@ -1,30 +1,32 @@
-"""Benchmark: grid sampling (0.04 m) + crop to 80,000 points of a synthetic room, one core.
+"""Benchmark: grid sampling (0.04 m) + crop to 80,000 points of a synthetic room, at 1 and 2 threads.
 
 Rooms of 0.25M, 1M and 4M points (walls, floor, ceiling and furniture boxes of a 10 x 8 x 3 m room,
-about 6 points per occupied voxel at 1M, like S3DIS). Per size it times, median over repetitions:
+about 6 points per occupied voxel at 1M, like S3DIS). Per size and thread count it times:
 
     ours       voxel_sample (sorted packed int64 keys, random point per voxel) + random_crop (argpartition)
     fragments  voxel_fragments: the test-time partition of the room into one-point-per-voxel fragments
     baseline   np.unique(grid, axis=0, return_index=True) on the integer voxel coordinates
                + the crop by a full np.argsort of the squared distances (PTv1's original crop)
 
-and prints ms per call (wall and process CPU time) and the ratio baseline / ours of CPU time, measured in
-the same run (on a shared machine the CPU time is the fairer one-core figure; the load average is saved). Results go to
-bench/results/bench_voxelize.json.
+interleaved (``bench/interleave.py``: ``--reps`` rounds, each running the three once in a rotated order,
+after one warm-up call each). It prints ms per call (process CPU time: on a shared machine the fairer
+one-core figure) and the speed-up baseline / ours as the median and range of the per-round ratios (paired);
+the JSON keeps wall time too, each side's minimum, and the run's provenance (commit, dirty flag, numpy and
+numba versions, load average). All three run on one thread whatever the setting (numpy's sort and unique,
+numba's serial radix sort): the 2-thread rows are the same code beside a second free core.
 
-Usage: python bench/bench_voxelize.py [--reps 5] [--sizes 250000 1000000 4000000]
+Usage: python bench/bench_voxelize.py [--reps 5] [--sizes 250000 1000000 4000000] [--threads 1 2]
+       [--out bench/results/bench_voxelize.json] [--quick]
 """
 from __future__ import annotations
 
 import argparse
 import os
-import platform
-import statistics
-import time
 from pathlib import Path
 
+import interleave
 import numpy as np
-from bench_io import save_json
+from bench_io import out_path, provenance, save_json
 
 from pointgeope.data.fragments import voxel_fragments
 from pointgeope.data.voxelize import random_crop, voxel_sample
@@ -65,55 +67,63 @@ def baseline(coord: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return keep
 
 
-def timed(fn, coord: np.ndarray, reps: int) -> tuple[float, float]:
-    """Median (wall ms, process CPU ms) per call; CPU time is the one-core cost when the machine is
-    shared (numpy runs these single-threaded)."""
-    rng = np.random.default_rng(0)
-    fn(coord, rng)                                      # warm-up
-    wall, cpu = [], []
-    for _ in range(reps):
-        w, c = time.perf_counter(), time.process_time()
-        fn(coord, rng)
-        cpu.append(time.process_time() - c)
-        wall.append(time.perf_counter() - w)
-    return statistics.median(wall) * 1e3, statistics.median(cpu) * 1e3
+def case(coord: np.ndarray, reps: int) -> dict:
+    """The three sides on ``coord``, interleaved over ``reps`` rounds after one warm-up call each: per clock
+    (``cpu``: process time, the one-core cost on a shared machine; ``wall``) :func:`interleave.paired`
+    against ``ours``, so ``baseline``'s ``paired_median`` is the speed-up (baseline / ours, per round)."""
+    rngs = {name: np.random.default_rng(0) for name in ("ours", "fragments", "baseline")}
+    fns = {"ours": lambda: ours(coord, rngs["ours"]),
+           "fragments": lambda: voxel_fragments(coord, GRID, rngs["fragments"]),
+           "baseline": lambda: baseline(coord, rngs["baseline"])}
+    _, wall, cpu = interleave.rounds(fns, reps)
+    return {"cpu": interleave.paired(cpu, "ours"), "wall": interleave.paired(wall, "ours")}
+
+
+def speedup(side: dict) -> dict:
+    """The baseline's paired summary against ours (baseline time / ours: the speed-up), to 2 digits."""
+    return {"paired_median": round(side["paired_median"], 2),
+            "paired_range": [round(x, 2) for x in side["paired_range"]],
+            "ratio_of_mins": round(side["ratio_of_mins"], 2)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--sizes", type=int, nargs="+", default=[250_000, 1_000_000, 4_000_000])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--quick", action="store_true", help="250k points, 1 thread, 2 rounds (a smoke test)")
+    parser.add_argument("--out", type=Path, help=f"results JSON (default {RESULTS.name} in bench/results; "
+                                                 "--quick: a temporary file)")
     args = parser.parse_args()
-
-    rows = []
-    print("ms per call, wall / CPU (one core)")
-    print(f"{'points':>9} {'voxels':>8} {'ours':>15} {'fragments':>15} {'baseline':>17} {'speed-up (CPU)':>15}")
-    for n in args.sizes:
-        coord = synthetic_room(n)
-        voxels = voxel_sample(coord, GRID, np.random.default_rng(0)).shape[0]
-        t_ours = timed(ours, coord, args.reps)
-        t_frag = timed(lambda c, r: voxel_fragments(c, GRID, r), coord, max(1, args.reps // 2))
-        t_base = timed(baseline, coord, max(1, args.reps // 3))
-        speedup = t_base[1] / t_ours[1]
-        rows.append({"points": n, "voxels": voxels,
-                     "ours_ms": {"wall": round(t_ours[0], 2), "cpu": round(t_ours[1], 2)},
-                     "fragments_ms": {"wall": round(t_frag[0], 2), "cpu": round(t_frag[1], 2)},
-                     "baseline_ms": {"wall": round(t_base[0], 2), "cpu": round(t_base[1], 2)},
-                     "speedup_cpu": round(speedup, 2)})
-        print(f"{n:>9} {voxels:>8} {t_ours[0]:>7.1f}/{t_ours[1]:<7.1f} {t_frag[0]:>7.1f}/{t_frag[1]:<7.1f} "
-              f"{t_base[0]:>8.1f}/{t_base[1]:<8.1f} {speedup:>14.1f}x")
-
-    result = {
-        "benchmark": "bench_voxelize", "grid_size": GRID, "voxel_max": VOXEL_MAX, "reps": args.reps,
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpu_count": os.cpu_count(), "numpy": np.__version__,
-                    "load_avg_1min": os.getloadavg()[0]},
-        "baseline": "np.unique(grid, axis=0, return_index=True) + full argsort crop",
-        "rows": rows,
-    }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    save_json(RESULTS, result)
-    print(f"wrote {RESULTS}")
+    if args.quick:
+        args.sizes, args.threads, args.reps = [250_000], [1], 2
+    out = out_path(args.out, RESULTS, args.quick)
+    result = {"benchmark": "bench_voxelize", "grid_size": GRID, "voxel_max": VOXEL_MAX, "reps": args.reps,
+              "provenance": provenance(args.threads, ("numpy", "numba")),
+              "baseline": "np.unique(grid, axis=0, return_index=True) + full argsort crop",
+              "time": "seconds per call; ours, fragments and baseline interleaved (rotated) over reps rounds; "
+                      "speed-up = baseline / ours per round (paired), its median and range",
+              "rows": []}
+    print("ms per call (CPU, fastest round), speed-up = baseline / ours: paired median [range] of CPU time")
+    print(f"{'threads':>7} {'points':>9} {'voxels':>8} {'ours':>8} {'fragments':>9} {'baseline':>9} {'speed-up':>22}")
+    for threads in args.threads:
+        with interleave.threads(threads):
+            for n in args.sizes:
+                coord = synthetic_room(n)
+                voxels = voxel_sample(coord, GRID, np.random.default_rng(0)).shape[0]
+                row = {"threads": threads, "points": n, "voxels": voxels, **case(coord, args.reps)}
+                cpu = row["cpu"]
+                row["speedup_cpu"] = speedup(cpu["baseline"])
+                result["rows"].append(row)
+                save_json(out, result)
+                sp = row["speedup_cpu"]
+                print(f"{threads:>7} {n:>9} {voxels:>8} {1e3 * cpu['ours']['min_s']:>8.1f} "
+                      f"{1e3 * cpu['fragments']['min_s']:>9.1f} {1e3 * cpu['baseline']['min_s']:>9.1f} "
+                      f"{sp['paired_median']:>9.1f}x [{sp['paired_range'][0]:.1f}-{sp['paired_range'][1]:.1f}]",
+                      flush=True)
+    result["load_average_1min_end"] = os.getloadavg()[0]
+    save_json(out, result)
+    print(f"wrote {out}")
     return 0
 
 

@@ -1,0 +1,76 @@
+"""The GPU benchmarks' comparisons, run on the CPU: bench_hierarchy.time_hierarchy and
+bench_relation_backward.time_stage time their sides interleaved (A, B; B, A ...) and pair the rounds."""
+from __future__ import annotations
+
+import bench_hierarchy
+import pytest
+import torch
+
+
+def test_time_hierarchy_interleaves_backends_and_records_the_one_that_cannot_run(monkeypatch):
+    calls = []
+    run = bench_hierarchy._run
+
+    def recording(label, coord, offset, device):
+        calls.append(label)
+        if label == "cluster":              # torch-cluster may be installed: make the failure certain
+            raise ImportError("torch-cluster is not installed")
+        return run(label, coord, offset, device)
+
+    monkeypatch.setattr(bench_hierarchy, "_run", recording)
+    out = bench_hierarchy.time_hierarchy(["cpu", "cluster", "default"], clouds=2, points=3000, device="cpu",
+                                         reps=4, warmup=1)
+    # one warm-up each (cluster fails there), then rounds rotated: cpu default, default cpu, ...
+    assert calls == ["cpu", "cluster", "default"] + ["cpu", "default", "default", "cpu"] * 2
+    assert list(out) == ["cpu", "cluster", "default"]
+    assert out["cluster"] == {"error": "ImportError: torch-cluster is not installed"}
+    for label in ("cpu", "default"):
+        row = out[label]
+        assert len(row["all_seconds"]) == 4 and row["seconds"] == min(row["all_seconds"])
+        assert row["agree"] == 1.0 and row["same_samples"] is True      # the same backends on the CPU
+    ratios = [d / c for d, c in zip(out["default"]["all_seconds"], out["cpu"]["all_seconds"])]
+    assert out["default"]["paired_range"] == [round(min(ratios), 4), round(max(ratios), 4)]
+    assert out["cpu"]["paired_median"] == 1.0
+
+
+@pytest.mark.slow
+def test_relation_backward_time_stage_interleaves_scatters(monkeypatch, kernel_failures_forgotten):
+    pytest.importorskip("triton")
+    import os
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the fused attention's Triton kernels need CUDA or TRITON_INTERPRET=1")
+    import bench_relation_backward as brb
+
+    from pointgeope.model import gather_backward
+    from pointgeope.model.ops import HierarchySpec
+
+    coord = brb.synthetic_room(400, seed=0)
+    offset = torch.tensor([400])
+    h = HierarchySpec(brb.STRIDES[:2], brb.NEIGHBOURS[:2])(coord, offset)
+    seen = []
+    backward = brb._backward
+
+    def recording(op, t, way):
+        run = backward(op, t, way)
+
+        def timed_call():
+            seen.append((op, way, gather_backward.SCATTER, gather_backward.FRAME_TURN_FIRST))
+            return run()
+        return timed_call
+
+    monkeypatch.setattr(brb, "_backward", recording)
+    t = brb.stage_inputs(h, [coord, coord[h.samples[1]]], 0, torch.float32)
+    row = brb.time_stage(t, torch.device("cpu"), reps=2)
+    # every call ran under its own scatter setting, whatever came before it
+    assert all(scatter == way for _, way, scatter, _ in seen)
+    assert {(op, turn) for op, _, _, turn in seen if turn} == {("frame", True)}
+    frame = [(way, turn) for op, way, _, turn in seen if op == "frame"]
+    # warm-up of each side, then 2 rounds of 3 sides rotated
+    assert frame == [("atomic", False), ("sorted", False), ("sorted", True),
+                     ("atomic", False), ("sorted", False), ("sorted", True),
+                     ("sorted", False), ("sorted", True), ("atomic", False)]
+    for op in brb.OPS:
+        assert row[f"{op}_max_rel"] < 1e-5
+        assert row[f"{op}_sorted_over_atomic_paired_range"][0] <= row[f"{op}_sorted_over_atomic"] \
+            <= row[f"{op}_sorted_over_atomic_paired_range"][1]
