@@ -32,12 +32,14 @@ def git_commit(short: bool = False, tree: Path = ROOT) -> str:
     return (out or "").strip()
 
 
-def git_state(tree: Path = ROOT) -> dict:
+def git_state(tree: Path = ROOT, exclude: tuple[str, ...] = (), untracked: bool = False) -> dict:
     """``{"commit", "dirty", "changed"}`` of the checkout ``tree``: HEAD's full hash, whether a tracked file
-    differs from HEAD (staged or not; untracked files are not counted), and the first :data:`CHANGED_LISTED`
-    lines of ``git status --porcelain`` for those files (so a reader sees whether only result files
-    differed). Outside a checkout: ``{"commit": "", "dirty": None, "changed": []}``."""
-    status = _git(tree, "status", "--porcelain", "--untracked-files=no")
+    differs from HEAD (staged or not; with ``untracked``, a new file not ignored counts too), and the first
+    :data:`CHANGED_LISTED` lines of ``git status --porcelain`` for those files (so a reader sees whether only
+    result files differed). Paths under ``exclude`` (a run's own outputs) are left out. Outside a checkout:
+    ``{"commit": "", "dirty": None, "changed": []}``."""
+    pathspec = ["--", ".", *(f":(exclude){path}" for path in exclude)] if exclude else []
+    status = _git(tree, "status", "--porcelain", f"--untracked-files={'all' if untracked else 'no'}", *pathspec)
     if status is None:
         return {"commit": "", "dirty": None, "changed": []}
     changed = [line for line in status.splitlines() if line.strip()]

@@ -3,31 +3,23 @@ which machine: the commit, whether the tree had changes beside it, the GPU, torc
 check's ``gpu.json`` (``gpu_runner.Check``) and ``bench_train_step``, ``bench_graphs``, ``bench_norm`` record it.
 
 ``dirty`` looks at the tree outside ``bench/results/`` (where the check and the benchmarks write their own
-JSON and logs while they run): ``True`` where ``git status --porcelain`` lists a change there, ``None`` outside
-a git checkout. (``bench_io.git_commit`` is HEAD alone; one owner of both is for the merge to settle.)
+JSON and logs while they run): ``True`` where ``git status --porcelain`` lists a change there, a new file
+included (the device machine gets the working tree, untracked files too), ``None`` outside a git checkout
+(``bench_io.git_state`` is the one owner of that rule; the CPU benchmarks' provenance leaves untracked files out).
 """
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from bench_io import ROOT, git_commit
+from bench_io import ROOT, git_state
 
 OUTPUTS = "bench/results"            # what the runs themselves write: not a change of the code measured
 
 
 def tree_state(tree: Path = ROOT) -> dict:
-    """``{"commit": HEAD, "dirty": bool | None, "changes": the first 20 changed paths}`` of ``tree``."""
-    commit = git_commit(tree=tree)
-    try:
-        proc = subprocess.run(["git", "status", "--porcelain", "--", ".", f":(exclude){OUTPUTS}"], cwd=tree,
-                              capture_output=True, text=True)
-    except OSError:
-        proc = None
-    if not commit or proc is None or proc.returncode != 0:
-        return {"commit": commit, "dirty": None, "changes": []}
-    changes = [line[3:] for line in proc.stdout.splitlines() if line.strip()]
-    return {"commit": commit, "dirty": bool(changes), "changes": changes[:20]}
+    """``{"commit": HEAD, "dirty": bool | None, "changed": the first porcelain lines}`` of ``tree``, its
+    changes outside :data:`OUTPUTS`, new files included (:func:`bench_io.git_state`)."""
+    return git_state(tree, exclude=(OUTPUTS,), untracked=True)
 
 
 def machine(device: str) -> dict:

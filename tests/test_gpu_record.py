@@ -27,18 +27,18 @@ def test_the_tree_state_names_the_commit_and_the_changes_outside_the_results(tmp
     _git(tmp_path, "add", "-A")
     _git(tmp_path, "commit", "-q", "-m", "one")
     head = _git(tmp_path, "rev-parse", "HEAD")
-    assert gpu_record.tree_state(tmp_path) == {"commit": head, "dirty": False, "changes": []}
+    assert gpu_record.tree_state(tmp_path) == {"commit": head, "dirty": False, "changed": []}
     (tmp_path / "bench" / "results" / "gpu.json").write_text('{"steps": {}}\n')     # a run's own outputs
     (tmp_path / "bench" / "results" / "gpu_logs").mkdir()
     (tmp_path / "bench" / "results" / "gpu_logs" / "tests.log").write_text("ran\n")
     assert gpu_record.tree_state(tmp_path)["dirty"] is False
     (tmp_path / "code.py").write_text("x = 2\n")                                       # the code measured
     (tmp_path / "new.py").write_text("y = 1\n")
-    assert gpu_record.tree_state(tmp_path) == {"commit": head, "dirty": True, "changes": ["code.py", "new.py"]}
+    assert gpu_record.tree_state(tmp_path) == {"commit": head, "dirty": True, "changed": [" M code.py", "?? new.py"]}
 
 
 def test_outside_a_checkout_the_state_is_unknown(tmp_path):
-    assert gpu_record.tree_state(tmp_path) == {"commit": "", "dirty": None, "changes": []}
+    assert gpu_record.tree_state(tmp_path) == {"commit": "", "dirty": None, "changed": []}
 
 
 def test_the_machine_names_the_versions_and_no_gpu_on_the_cpu():
