@@ -11,7 +11,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-import gpu_record  # noqa: E402
+import gpu_record
 
 
 def _git(tree: Path, *args: str) -> str:
