@@ -67,15 +67,15 @@ def threads(n: int) -> Iterator[None]:
     """The thread pools this process has loaded (torch's, numba's) set to ``n`` inside the block, then
     restored. numpy's own functions used by the benchmarks (sorting, ``unique``, formatting) run on one thread
     whatever this says; numba's pool cannot grow past the ``NUMBA_NUM_THREADS`` it started with."""
-    saved = []
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        saved.append((torch.set_num_threads, torch.get_num_threads()))
-        torch.set_num_threads(n)
+    saved = []   # numba first: starting its OpenMP pool (its first call) set torch back to 2 threads here
     numba = sys.modules.get("numba")
     if numba is not None:
         saved.append((numba.set_num_threads, numba.get_num_threads()))
         numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        saved.append((torch.set_num_threads, torch.get_num_threads()))
+        torch.set_num_threads(n)
     try:
         yield
     finally:
