@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -105,3 +106,51 @@ def test_the_ablation_says_which_rule_its_class_means_use():
     assert "Class means (`eval.class_mean: all`): mAcc and mIoU average all classes" in alike
     mixed = ablation_markdown([Variant("A", [0], [authors]), Variant("B", [0], [older])])
     assert "- b: `eval.class_mean: present`" in mixed and "different rules" in mixed
+
+
+def confusion_with(moves: dict[tuple[int, int], int], absent: tuple[int, ...]) -> np.ndarray:
+    """10 points of every class predicted right, then ``moves[(gt, pred)]`` of class gt's points predicted as
+    pred, and the ``absent`` classes' rows and columns emptied (in neither the ground truth nor a prediction)."""
+    confusion = 10 * np.eye(NUM_CLASSES, dtype=np.int64)
+    for (gt, pred), n in moves.items():
+        confusion[gt, gt] -= n
+        confusion[gt, pred] += n
+    for c in absent:
+        assert confusion[c].sum() == 10 and confusion[:, c].sum() == 10     # absent: nothing moved to or from c
+        confusion[c, c] = 0
+    return confusion
+
+
+# Two seeds of one variant (classes: 0 ceiling, 1 floor, 2 wall, 3 beam, 10 bookcase, 11 board, 12 clutter),
+# IoU_c = TP / (GT + PRED - TP) worked out by hand; the classes not named are 10/10 right, IoU 1:
+#   seed 0: 5 floor -> wall, board and clutter absent
+#           ceiling 10/10 = 1   floor 5/(10+5-5) = 1/2   wall 10/(10+15-10) = 2/3   beam 1   bookcase 1
+#   seed 1: 5 ceiling -> floor, 2 wall -> beam, 4 clutter -> bookcase, board absent
+#           ceiling 1/2   floor 10/15 = 2/3   wall 8/10 = 4/5   beam 10/12 = 5/6   bookcase 10/14 = 5/7
+#           clutter 6/10 = 3/5
+#   mean:   ceiling 3/4 -> 75.0   floor 7/12 -> 58.3   wall 11/15 -> 73.3   beam 11/12 -> 91.7
+#           bookcase 6/7 -> 85.7  board absent in both -> "—"   clutter in seed 1 only -> 60.0
+SEED_MOVES = [({(1, 2): 5}, (11, 12)), ({(0, 1): 5, (2, 3): 2, (12, 10): 4}, (11,))]
+HAND_IOU = [[1, 1 / 2, 2 / 3, 1, 1, 1, 1, 1, 1, 1, 1, math.nan, math.nan],
+            [1 / 2, 2 / 3, 4 / 5, 5 / 6, 1, 1, 1, 1, 1, 1, 5 / 7, math.nan, 3 / 5]]
+CLASS_IOU_ROW = ("| P | 75.0 | 58.3 | 73.3 | 91.7 | 100.0 | 100.0 | 100.0 | 100.0 | 100.0 | 100.0 | 85.7 | — "
+                 "| 60.0 |")
+
+
+def test_the_per_class_iou_table_is_the_mean_over_seeds_of_each_class():
+    """The "Per-class IoU, mean over seeds" row of a variant: per class, the mean of the seeds' IoU over the
+    seeds where the class occurs ("—" where it occurs in none), against the hand-worked values above."""
+    confusions = [confusion_with(moves, absent) for moves, absent in SEED_MOVES]
+    for confusion, hand in zip(confusions, HAND_IOU):           # the hand values are those of the matrices
+        tp = np.diag(confusion).astype(float)
+        union = confusion.sum(0) + confusion.sum(1) - tp
+        np.testing.assert_allclose(np.divide(tp, union, out=np.full(NUM_CLASSES, np.nan), where=union > 0),
+                                   hand, rtol=1e-12)
+    runs = [RunSummary(f"P{s}", Path(f"P{s}"), [FoldResult("Area_1", 1, c, Path(f"P{s}") / "area_1")])
+            for s, c in enumerate(confusions)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")               # board, in no seed, is "—" without a numpy warning
+        md = ablation_markdown([Variant("P", [0, 1], runs)])
+    table = md.split("Per-class IoU, mean over seeds:")[1]
+    rows = [line for line in table.splitlines() if line.startswith("| P |")]
+    assert rows == [CLASS_IOU_ROW]

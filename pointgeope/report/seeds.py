@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,7 +92,8 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
     lines += ["", "Per-class IoU, mean over seeds:", "", "| variant | " + " | ".join(CLASS_NAMES) + " |",
               "|:--|" + "--:|" * len(CLASS_NAMES)]
     for v in variants:
-        with np.errstate(all="ignore"):
+        with warnings.catch_warnings():       # a class in no seed: NaN ("—"), not numpy's "Mean of empty slice"
+            warnings.simplefilter("ignore", RuntimeWarning)
             iou = np.nanmean(v.class_iou(), axis=0) if v.runs else np.full(len(CLASS_NAMES), math.nan)
         lines.append(f"| {v.name} | " + " | ".join(pct(x, digits) for x in iou) + " |")
     rules = class_mean_lines([run for v in variants for run in v.runs])

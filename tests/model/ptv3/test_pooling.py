@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pointgeope.model.ptv3.pooling import CoarsePoolingError, SerializedPooling
+from pointgeope.model.ptv3.pooling import CoarsePoolingError, SerializedPooling, segment_reduce
 from pointgeope.model.ptv3.structure import PointBatch
 from tests.model.ptv3.test_patches import make_point
 
@@ -70,3 +70,71 @@ def test_a_training_batch_pooled_to_one_voxel_is_a_user_error():
     assert module(_cube(3)).feat.shape == (8, 8)             # 27 voxels -> the 2^3 voxels of grid >> 1
     with torch.no_grad():                                    # eval: the running statistics, one row is fine
         assert module.eval()(_cube(2)).feat.shape == (1, 8)
+
+
+@pytest.mark.parametrize("reduce, expected", [
+    ("sum", [[4.0, -6.0], [9.0, 3.0], [-5.0, 7.0]]),
+    ("mean", [[2.0, -3.0], [3.0, 1.0], [-5.0, 7.0]]),
+    ("max", [[3.0, -2.0], [4.0, 6.0], [-5.0, 7.0]]),
+    ("min", [[1.0, -4.0], [2.0, -3.0], [-5.0, 7.0]])])
+def test_segment_reduce_on_literal_segments(reduce, expected):
+    """Segments {0, 2}, {1, 4, 5}, {3} of six rows, worked out by hand: e.g. segment 1 sums (4 + 2 + 3,
+    6 + 0 - 3) = (9, 3) and averages (3, 1)."""
+    src = torch.tensor([[1.0, -2.0], [4.0, 6.0], [3.0, -4.0], [-5.0, 7.0], [2.0, 0.0], [3.0, -3.0]])
+    index = torch.tensor([0, 1, 0, 2, 1, 1])
+    assert torch.equal(segment_reduce(src, index, 3, reduce), torch.tensor(expected))
+
+
+# Two clouds on the grid, pooled at stride 2 (voxels of grid >> 1, never across clouds); each voxel's
+# expected coordinate is the mean of its points' coordinates, worked out by hand:
+#   cloud 0: (0,0,0) (1,0,0) (1,1,1) -> voxel (0,0,0): (0+.15+.12, 0+.03+.18, 0+.06+.12)/3 = (.09, .07, .06)
+#            (2,0,0) (3,1,0)         -> voxel (1,0,0): (.25+.35, .02+.12, .04+.08)/2       = (.30, .07, .06)
+#            (0,0,2)                 -> voxel (0,0,1): (.02, .04, .21)
+#   cloud 1: (0,1,0) (1,1,0)         -> voxel (0,0,0): (.05+.13, .11+.17, .01+.03)/2       = (.09, .14, .02)
+#            (2,2,2)                 -> voxel (1,1,1): (.21, .22, .23)
+POOL_GRID = [[0, 0, 0], [1, 0, 0], [1, 1, 1], [2, 0, 0], [3, 1, 0], [0, 0, 2], [0, 1, 0], [1, 1, 0], [2, 2, 2]]
+POOL_COORD = [[0.0, 0.0, 0.0], [0.15, 0.03, 0.06], [0.12, 0.18, 0.12], [0.25, 0.02, 0.04], [0.35, 0.12, 0.08],
+              [0.02, 0.04, 0.21], [0.05, 0.11, 0.01], [0.13, 0.17, 0.03], [0.21, 0.22, 0.23]]
+POOLED_MEANS = {(0, 0, 0, 0): (0.09, 0.07, 0.06), (0, 1, 0, 0): (0.30, 0.07, 0.06), (0, 0, 0, 1): (0.02, 0.04, 0.21),
+                (1, 0, 0, 0): (0.09, 0.14, 0.02), (1, 1, 1, 1): (0.21, 0.22, 0.23)}   # (cloud, voxel) -> coord'
+
+
+def pooled_by_voxel(coord: torch.Tensor, grid: torch.Tensor, batch: torch.Tensor) -> dict:
+    """``{(cloud, gx, gy, gz): (x, y, z)}`` of a pooled structure's rows."""
+    return {(b, *g): tuple(c) for b, g, c in zip(batch.tolist(), grid.tolist(), coord.tolist())}
+
+
+def test_pooled_coordinates_are_the_mean_of_each_voxel():
+    """Pointcept's pooling gives each merged voxel the mean of its points' coords (``segment_csr(...,
+    reduce="mean")``), the coordinates PTv3's encodings read at the next stage."""
+    point = PointBatch.from_inputs(torch.tensor(POOL_COORD, dtype=torch.float64), torch.tensor(POOL_GRID),
+                                   torch.randn(9, 4, dtype=torch.float64), torch.tensor([6, 9]))
+    point.serialize(("z", "hilbert"))
+    torch.manual_seed(0)
+    module = SerializedPooling(4, 8, shuffle_orders=False).double().eval()
+    with torch.no_grad():
+        pooled = module(point)
+    got = pooled_by_voxel(pooled.coord, pooled.grid_coord, pooled.batch)
+    assert sorted(got) == sorted(POOLED_MEANS)
+    for voxel, mean in POOLED_MEANS.items():
+        torch.testing.assert_close(torch.tensor(got[voxel], dtype=torch.float64),
+                                   torch.tensor(mean, dtype=torch.float64), atol=1e-15, rtol=0)
+    inverse = pooled.pooling_inverse                                  # each input point's pooled point
+    assert [(b, *g) for b, g in zip(pooled.batch[inverse].tolist(), pooled.grid_coord[inverse].tolist())] == \
+        [(b, *(g >> 1 for g in grid)) for b, grid in zip([0] * 6 + [1] * 3, POOL_GRID)]
+
+
+def test_geope_after_the_pooling_reads_the_pooled_means(monkeypatch):
+    """PTv3 with GeoPE on the two clouds above: the attention of stage 1 (after the stride-2 pooling) hands
+    its encoding the voxel means as the points' coordinates."""
+    from tests.model.ptv3.test_seg import net
+    model = net("geope", 64)
+    pe = model.backbone.enc.enc1.block0.attn.pe
+    seen, attention = [], pe.attention
+    monkeypatch.setattr(pe, "attention", lambda q, k, v, coord, grid, **kw: seen.append(coord) or
+                        attention(q, k, v, coord, grid, **kw))
+    with torch.no_grad():
+        model(torch.tensor(POOL_COORD), torch.rand(9, 6), torch.tensor([6, 9]), grid_coord=torch.tensor(POOL_GRID))
+    assert len(seen) == 3                                    # enc0, enc1 (pooled), dec0 share the encoding
+    stage1 = {tuple(round(c, 6) for c in row) for row in seen[1].reshape(-1, 3).tolist()}   # float32 to 1e-6
+    assert stage1 == set(POOLED_MEANS.values())              # every slot holds a point (padding repeats one)
