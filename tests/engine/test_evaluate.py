@@ -172,7 +172,10 @@ def test_validation_skips_the_configured_ignore_index(two_folds):
 
 def sequential_votes(model, coord, color, cfg, seed):
     """The definition of the module docstring, one piece at a time and nothing ahead: for each view,
-    its fragments and crops in order, each piece alone through the network, its logits added to its points."""
+    its fragments and crops in order, each piece alone through the network, its logits added to its points.
+    Its pieces come from the data module's own ``room_pieces``: this checks the pipelining, not the rules of
+    the pieces, which have their own references (``tests/data/test_fragments.py``: ``authors_fragments``,
+    ``published_crops``)."""
     from pointgeope.data.dataset import room_sample
     from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
     from pointgeope.data.transforms import ToData
