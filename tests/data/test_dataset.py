@@ -64,6 +64,33 @@ def test_voxelization_keeps_original_points_and_labels(prepared):
         assert len(np.unique(voxel[index])) == len(index)
 
 
+def test_block_points_are_shuffled_out_of_voxel_order(prepared):
+    """Step 5 (PTv1's ``shuffle_index``): the block's rows are a seeded random permutation, not the grid
+    sample's voxel-key order (FPS starts at row 0). Without a crop every occupied voxel gives one row; the
+    row order is uncorrelated with the voxel's raveled key (x, then y, then z), and another epoch orders
+    the same voxels differently."""
+    root, rooms = prepared
+    ds = train_set(root, transform=Compose([]), voxel_max=100_000, loop=2)
+    ref = ds.rooms[0]
+    coord = rooms[ref.area][ref.name]["coord"]
+    cell = np.floor((coord - coord.min(0)) / np.float32(0.04)).astype(np.int64)     # (N, 3) voxel of each point
+    dims = cell.max(0) + 1
+    key = (cell[:, 0] * dims[1] + cell[:, 1]) * dims[2] + cell[:, 2]
+    orders = []
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        for index in (0, len(ds.rooms)):                     # room 0, twice per epoch (loop=2)
+            row_key = key[decode_index(ds[index].x[:, :3].numpy())]
+            assert sorted(row_key.tolist()) == sorted(set(key.tolist()))      # every voxel once
+            rank = np.argsort(np.argsort(row_key))
+            assert abs(np.corrcoef(rank, np.arange(len(rank)))[0, 1]) < 0.2      # 1.0 in voxel order
+            orders.append(row_key)
+    assert len({tuple(o.tolist()) for o in orders}) == 4     # each sample its own order
+    again = train_set(root, transform=Compose([]), voxel_max=100_000, loop=2)
+    again.set_epoch(1)
+    np.testing.assert_array_equal(key[decode_index(again[len(ds.rooms)].x[:, :3].numpy())], orders[3])
+
+
 def test_crop_limits_the_block_to_voxel_max(prepared):
     root, _ = prepared
     ds = train_set(root, transform=Compose([]), voxel_max=300)

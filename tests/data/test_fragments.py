@@ -106,6 +106,61 @@ def test_crops_cover_every_point_with_nearest_neighbour_crops(voxel_max):
                        for s in crop)
 
 
+def published_crops(coord: np.ndarray, voxel_max: int, rng: np.random.Generator,
+                    uncovered_only: bool = True) -> tuple[list[list[int]], list[bool]]:
+    """The crop rule of PTv1's test (the authors' ``tool/test.py``), one point at a time in Python floats.
+
+    Every point starts with weight ``u_i * 1e-3`` (``u = rng.random(N)``, the generator's first draw).
+    Until every point is in a crop: the seed ``s`` is the point of least weight (``uncovered_only``: among
+    the points in no crop yet, the module's documented difference; else among all, as the authors do);
+    the crop is the ``voxel_max`` points of least ``d_i = |p_i - p_s|^2``; each of its points gains
+    ``(1 - d_i / max_crop d)^2``. Returns the crops (sorted indices) and, per crop, whether its seed was
+    already covered."""
+    n = len(coord)
+    points = [[float(v) for v in p] for p in coord]
+    weight = [float(u) * 1e-3 for u in rng.random(n)]
+    covered = [False] * n
+    crops, seed_was_covered = [], []
+    while not all(covered):
+        candidates = [i for i in range(n) if not covered[i]] if uncovered_only else range(n)
+        seed = min(candidates, key=lambda i: weight[i])
+        d = [sum((p[j] - points[seed][j]) ** 2 for j in range(3)) for p in points]
+        crop = sorted(range(n), key=lambda i: d[i])[:voxel_max]
+        far = max(d[i] for i in crop)
+        seed_was_covered.append(covered[seed])
+        for i in crop:
+            weight[i] += (1.0 - d[i] / far) ** 2
+            covered[i] = True
+        crops.append(sorted(crop))
+    return crops, seed_was_covered
+
+
+ROOMS = [(200, 50, 0), (300, 37, 1), (500, 120, 2), (400, 60, 3)]   # (points, voxel_max, seed)
+
+
+@pytest.mark.parametrize("n, voxel_max, seed", ROOMS)
+def test_crops_follow_the_published_rule(n, voxel_max, seed):
+    """``split_into_crops`` makes the reference's crops, in the same order, from the same generator
+    (float64 points: distinct distances, so no tie decides a crop)."""
+    coord = np.random.default_rng(100 + seed).random((n, 3)) * [3.0, 2.0, 1.0]
+    crops = split_into_crops(coord, voxel_max, np.random.default_rng(seed))
+    expected, _ = published_crops(coord, voxel_max, np.random.default_rng(seed))
+    assert len(expected) > 2
+    assert [c.tolist() for c in crops] == expected
+
+
+def test_crops_differ_from_the_authors_only_after_a_covered_seed():
+    """The module's claim about its one difference: the authors' rule (seed of least weight over all
+    points) makes the same crops as the uncovered-only rule up to its first seed that is already covered.
+    (In each of these rooms the authors' rule does pick a covered seed, after 3 to 24 equal crops.)"""
+    for n, voxel_max, seed in ROOMS + [(300, 30, 4), (600, 50, 5), (250, 20, 6)]:
+        coord = np.random.default_rng(100 + seed).random((n, 3)) * [3.0, 2.0, 1.0]
+        ours = [c.tolist() for c in split_into_crops(coord, voxel_max, np.random.default_rng(seed))]
+        authors, seed_was_covered = published_crops(coord, voxel_max, np.random.default_rng(seed), False)
+        first = seed_was_covered.index(True)
+        assert first >= 3 and ours[:first] == authors[:first]
+
+
 def test_crops_terminate_on_duplicates():
     coord = np.zeros((30, 3), np.float32)
     crops = split_into_crops(coord, 7, np.random.default_rng(0))

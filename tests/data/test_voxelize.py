@@ -1,11 +1,14 @@
 """Grid sampling and crop against brute-force Python references."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
+import pointgeope.data.voxelize as voxelize
 from pointgeope.data.voxelize import (
-    crop_nearest, grid_coord, random_crop, voxel_groups, voxel_keys, voxel_sample,
+    crop_nearest, grid_coord, grid_groups, random_crop, voxel_groups, voxel_keys, voxel_sample,
 )
 
 
@@ -130,3 +133,33 @@ def test_wide_grids_take_the_lexsort_path_with_the_same_groups():
     for s in groups.starts:
         a, b = groups.order[s], groups.order[s + 1]
         assert a % 500 == b % 500 and rank[a] < rank[b]
+
+
+@pytest.mark.parametrize("n", [1024, 1025])                     # ranks of 10 bits (0..1023), of 11 bits
+@pytest.mark.parametrize("above", [-1, 0, 1])                   # top key 2^(63-b) - 1, 2^(63-b), 2^(64-b) - 1
+@pytest.mark.parametrize("ranked", [False, True])
+def test_grid_groups_pack_exactly_the_keys_that_fit_beside_the_rank(monkeypatch, n, above, ranked):
+    """``[key | rank]`` packs into a non-negative int64 iff ``key.max() < 2^(63 - b)``, ``b`` the rank's
+    bits (``ceil(log2 n)``): the top key just under the limit is packed, the limit itself and the top of
+    the next band (where a ``64 - b`` budget would overflow the sign bit) take lexsort; the groups are a
+    Python sort of ``(key, rank)`` either way. Keys are the raveled grid: one axis only, so key = z."""
+    bits = (n - 1).bit_length()
+    top = 2 ** (63 - bits) - 1 if above == -1 else 2 ** (63 - bits) if above == 0 else 2 ** (64 - bits) - 1
+    rng = np.random.default_rng(bits + above)
+    z = rng.integers(0, top, n // 2, dtype=np.int64)
+    z = np.concatenate([z, z, np.full(n % 2, top, np.int64)])
+    z[:2] = top                                                   # the top key, twice (also at index n//2)
+    grid = np.stack([np.zeros(n, np.int64), np.zeros(n, np.int64), z])
+    key, exact = voxel_keys(grid)
+    assert exact and int(key.max()) == top
+    rank = rng.permutation(n) if ranked else None
+    packed, sort_nonnegative = [], voxelize.sort_nonnegative
+    monkeypatch.setattr(voxelize, "sort_nonnegative", lambda a: packed.append(len(a)) or sort_nonnegative(a))
+    groups = grid_groups(grid, rank)
+    assert len(packed) == (above == -1)
+    r = np.arange(n) if rank is None else rank
+    order = sorted(range(n), key=lambda i: (int(z[i]), int(r[i])))
+    runs = [len(list(g)) for _, g in itertools.groupby(order, key=lambda i: int(z[i]))]
+    np.testing.assert_array_equal(groups.order, order)
+    np.testing.assert_array_equal(groups.counts, runs)
+    np.testing.assert_array_equal(groups.starts, np.cumsum([0] + runs[:-1]))

@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 import numpy as np
-from pointgeope.constants import CLASS_INDEX, CLUTTER
+from tests.test_constants import S3DIS_LABEL_IDS
 
 
 def write_tree(root: Path, files: dict[str, bytes]) -> Path:
@@ -18,7 +18,8 @@ def write_tree(root: Path, files: dict[str, bytes]) -> Path:
 
 
 def reference_room(room_dir: Path) -> dict[str, np.ndarray]:
-    """A room read the simple way: np.loadtxt per annotation file, files sorted by (class, number)."""
+    """A room read the simple way: np.loadtxt per annotation file, files sorted by (class, number); labels
+    from the literal S3DIS ids (a class outside the 13 is clutter, 12)."""
     def key(path: Path):
         name, k = re.fullmatch(r"(.+)_(\d+)", path.stem).groups()
         return name, int(k)
@@ -29,7 +30,7 @@ def reference_room(room_dir: Path) -> dict[str, np.ndarray]:
         n = len(values)
         parts["coord"].append(values[:, :3].astype(np.float32))
         parts["color"].append(values[:, 3:].astype(np.uint8))
-        parts["label"].append(np.full(n, CLASS_INDEX.get(key(path)[0], CLUTTER), np.uint8))
+        parts["label"].append(np.full(n, S3DIS_LABEL_IDS.get(key(path)[0], 12), np.uint8))
         parts["instance"].append(np.full(n, i, np.int32))
     return {k: np.concatenate(v) for k, v in parts.items()}
 

@@ -17,7 +17,7 @@ import pytest
 import data_prep.room
 from data_prep.prepare import PrepareConfig, prepare
 from pointgeope.cli import main as cli
-from pointgeope.constants import CLASS_INDEX, CLASS_NAMES, CLUTTER
+from pointgeope.constants import CLASS_NAMES
 from pointgeope import h5
 from tests.data_prep.raw_trees import (DEFECT_FILES, OUTPUT_FILES, five_rooms, output_bytes, reference_room,
                                       write_tree)
@@ -82,8 +82,8 @@ def test_planted_defects_are_repaired_dropped_and_reported(tmp_path, capsys):
     ], dtype=np.float32))
     np.testing.assert_array_equal(room["color"], [[10, 20, 30], [40, 50, 60], [70, 80, 90], [5, 6, 7],
                                                   [13, 255, 0], [100] * 3, [101] * 3, [102] * 3, [1, 2, 3], [4, 5, 6]])
-    c, ch, w = CLASS_INDEX["ceiling"], CLASS_INDEX["chair"], CLASS_INDEX["wall"]
-    np.testing.assert_array_equal(room["label"], [c, c, c, ch, ch, CLUTTER, CLUTTER, CLUTTER, w, w])
+    # S3DIS ids written out (tests/test_constants.py): ceiling 0, chair 8, wall 2; stairs -> clutter 12
+    np.testing.assert_array_equal(room["label"], [0, 0, 0, 8, 8, 12, 12, 12, 2, 2])
     np.testing.assert_array_equal(room["instance"], [0, 0, 0, 1, 2, 4, 4, 4, 5, 5])
 
     with h5py.File(tmp_path / "out/Area_1.h5") as f:

@@ -10,7 +10,6 @@ import pytest
 
 from data_prep.room import load_room
 from data_prep.source import open_source
-from pointgeope.constants import CLASS_INDEX, CLUTTER
 from tests.data_prep.raw_trees import write_tree
 
 
@@ -26,8 +25,7 @@ def test_one_room(tmp_path):
     data = load_room(source, room)
     np.testing.assert_array_equal(data.arrays["color"], [[1, 1, 1], [9, 9, 9], [0, 0, 255], [2, 2, 0]])
     np.testing.assert_array_equal(data.arrays["coord"], [[3, 3, 3], [2, 2, 2], [0, 0, 0], [1, 1, 1]])
-    np.testing.assert_array_equal(data.arrays["label"], [CLASS_INDEX["board"], CLUTTER,
-                                                         CLASS_INDEX["wall"], CLASS_INDEX["wall"]])
+    np.testing.assert_array_equal(data.arrays["label"], [11, 12, 2, 2])   # board, clutter, wall (test_constants)
     np.testing.assert_array_equal(data.arrays["instance"], [1, 2, 3, 3])  # beam_1 (empty) keeps id 0
     assert data.attrs["objects"] == ["beam_1", "board_1", "Stairs_2", "wall_1"]
     assert data.attrs["empty_files"] == ["Area_1/r/Annotations/beam_1.txt"]

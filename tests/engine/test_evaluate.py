@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 import threading
+import zlib
 
 import numpy as np
 import pytest
 import torch
 
 from pointgeope.engine.config import TTAConfig, load_config
-from pointgeope.engine.evaluate import tta_views, view_coord, vote_room
+from pointgeope.engine.evaluate import room_seed, tta_views, view_coord, vote_room
 
 C = 13
 
@@ -133,6 +137,49 @@ def test_tta_views_multiply_the_votes():
     assert (result.scores.argmax(1) == expected_class(color)).all()
 
 
+def test_tta_views_rotate_by_two_pi_k_over_rotations():
+    """``eval.tta``: z-rotations by ``2 pi k / rotations`` (angles written out), for every scale and flip,
+    in the order scales x flips x rotations; the views turn a point about the room centre by those angles."""
+    quarter = tta_views(TTAConfig(scales=[1.0], flips=False, rotations=4))
+    assert [(s, f) for s, f, _ in quarter] == [(1.0, False)] * 4
+    np.testing.assert_allclose([a for *_, a in quarter], [0.0, 1.5707963267948966, 3.141592653589793,
+                                                          4.71238898038469], rtol=1e-15, atol=0)
+    third = tta_views(TTAConfig(scales=[0.9, 1.1], flips=True, rotations=3))
+    assert [(s, f) for s, f, _ in third] == [(0.9, False)] * 3 + [(0.9, True)] * 3 + [(1.1, False)] * 3 + [(1.1, True)] * 3
+    np.testing.assert_allclose([a for *_, a in third], [0.0, 2.0943951023931953, 4.1887902047863905] * 4,
+                               rtol=1e-15, atol=0)
+    # (2, 0, 0) of a room from (0, 0, 0) to (2, 0, 0) (centre (1, 0, 0)) turns to +y, -x, -y of the centre
+    coord = np.array([[0, 0, 0], [2, 0, 0]], np.float32)
+    turned = [view_coord(coord, s, f, a)[1] for s, f, a in quarter]
+    np.testing.assert_allclose(turned, [[2, 0, 0], [1, 1, 0], [0, 0, 0], [1, -1, 0]], atol=1e-6)
+
+
+def test_room_seed_is_the_documented_crc32_formula():
+    """``(seed * 1000003 + crc32(utf-8 name)) mod 2^32``, crc32 from ``zlib`` here (with one value written
+    out: crc32(b"a") = 0xE8B7BE43); a name with an undecodable byte of its file name counts that byte."""
+    assert room_seed(3, "a") == 3_907_355_916 == (3 * 1_000_003 + 0xE8B7BE43) % 2**32
+    assert room_seed(0, "office_1") == zlib.crc32(b"office_1")
+    assert room_seed(7, "Area_5/hallway_6") == (7 * 1_000_003 + zlib.crc32(b"Area_5/hallway_6")) % 2**32
+    assert room_seed(0, "caf\u00e9") == zlib.crc32(b"caf\xc3\xa9")               # utf-8 of e-acute
+    assert room_seed(0, os.fsdecode(b"caf\xe9")) == zlib.crc32(b"caf\xe9")         # surrogate-escaped byte
+    big = 5000                                                                     # 5000 * 1000003 > 2^32
+    assert room_seed(big, "office_1") == (big * 1_000_003 + zlib.crc32(b"office_1")) - 2**32
+    assert len({room_seed(0, f"office_{k}") for k in range(1, 40)}) == 39          # rooms get their own seeds
+
+
+def test_room_seed_is_the_same_in_another_process():
+    """Evaluate and a later ``predict`` run in different processes: the seed may not depend on the
+    process (``hash(str)`` does, through PYTHONHASHSEED)."""
+    names = ["office_1", "conferenceRoom_2", "Area_5/hallway_6"]
+    here = [room_seed(s, n) for s in (0, 11) for n in names]
+    code = ("import sys; from pointgeope.engine.evaluate import room_seed; "
+            "print([room_seed(s, n) for s in (0, 11) for n in sys.argv[1:]])")
+    hash_seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"       # not this process's
+    out = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": hash_seed}).stdout
+    assert out.strip() == str(here)
+
+
 def test_view_coord_is_a_similarity_about_the_centre():
     coord, _ = room(n=50)
     assert view_coord(coord, 1.0, False, 0.0) is coord
@@ -172,7 +219,10 @@ def test_validation_skips_the_configured_ignore_index(two_folds):
 
 def sequential_votes(model, coord, color, cfg, seed):
     """The definition of the module docstring, one piece at a time and nothing ahead: for each view,
-    its fragments and crops in order, each piece alone through the network, its logits added to its points."""
+    its fragments and crops in order, each piece alone through the network, its logits added to its points.
+    Its pieces come from the data module's own ``room_pieces``: this checks the pipelining, not the rules of
+    the pieces, which have their own references (``tests/data/test_fragments.py``: ``authors_fragments``,
+    ``published_crops``)."""
     from pointgeope.data.dataset import room_sample
     from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
     from pointgeope.data.transforms import ToData
