@@ -17,12 +17,14 @@ a point that no fragment then reaches takes the summed scores of the predicted p
 (:func:`fill_from_voxels`). The published test has no cap.
 
 Crops. A fragment holds one point per voxel of the room, often more than ``voxel_max``.
-``split_into_crops`` covers it with overlapping crops of the ``voxel_max`` points nearest to a seed, as
-PTv1's test does: every point carries a small random weight; the next seed is the uncovered point of
-least weight; after each crop the crop's points gain weight ``(1 - d^2 / max d^2)^2`` (more near the
-seed). It stops when every point is in at least one crop. (The authors take the seed of least weight
-over all points, covered or not; restricting it to uncovered points changes which crops are made only
-where a covered point has the least weight, and guarantees that each crop covers a new point.)
+``split_into_crops`` covers it with overlapping crops of the ``voxel_max`` points nearest to a seed, after
+PTv1's test: every point draws a small random weight; the next seed is the uncovered point of least weight;
+it stops when every point is in at least one crop. The authors take the seed of least weight over all
+points, covered or not, and after each crop add ``(1 - d^2 / max d^2)^2`` to its points' weights (more near
+the seed), so that a covered point is seldom the least. Restricting the seed to uncovered points makes that
+update moot (only covered points gain weight, and no covered point is a seed), so it is not done; the crops
+differ from the authors' only from the first crop where their least-weight point is a covered one, and each
+crop covers a new point (``tests/data/test_fragments.py`` checks both against the authors' rule).
 
 A piece (one crop of one fragment) is shifted to a minimum of 0 like a training block. The engine sums
 the scores of every prediction made for a point (``pointgeope.engine.evaluate``).
@@ -98,7 +100,7 @@ def split_into_crops(coord: np.ndarray, voxel_max: int, rng: np.random.Generator
     Args:
         coord: ``(N, 3)`` float points (one fragment).
         voxel_max: most points in one crop.
-        rng: generator for the initial weights (which point seeds the first crop).
+        rng: generator of the points' weights (the uncovered point of least weight seeds the next crop).
 
     Returns:
         int64 index arrays into ``coord``: ``[arange(N)]`` when ``N <= voxel_max``, else crops of exactly
@@ -116,11 +118,8 @@ def split_into_crops(coord: np.ndarray, voxel_max: int, rng: np.random.Generator
         uncovered = np.flatnonzero(~covered)
         seed = uncovered[np.argmin(weight[uncovered])]
         crop = crop_nearest(coord, voxel_max, coord[seed])
-        d2 = squared_distance(np.take(coord, crop, axis=0), coord[seed]).astype(np.float64)
         if not (crop == seed).any():  # more than voxel_max duplicates of the seed: keep the seed itself
-            far = np.argmax(d2)
-            crop[far], d2[far] = seed, 0.0
-        weight[crop] += np.square(1.0 - d2 / max(float(d2.max()), 1e-12))
+            crop[np.argmax(squared_distance(np.take(coord, crop, axis=0), coord[seed]))] = seed
         covered[crop] = True
         crops.append(np.sort(crop))
     return crops

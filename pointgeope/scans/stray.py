@@ -8,8 +8,8 @@ from the median of the others on some axis. Kept, one such point changes the oth
 
 - below the room it moves the voxel grid's origin (``floor((p - min p) / grid)``), so other voxels and
   fragments, and shifts the xyz features of its crop (each piece is shifted to a minimum of 0);
-- it seeds a crop of the ``voxel_max`` room points nearest to it, and its huge distance sets the weight
-  ``(1 - d^2 / max d^2)^2`` of all of them to ~1, which changes every later crop's seed;
+- it seeds a crop of the ``voxel_max`` room points nearest to it, which covers them, so every later crop
+  starts from another seed;
 - in its crop it joins the network's farthest-point sampling and neighbourhoods.
 
 Measured on the test model (tiny synthetic rooms): one point at (1000, 1000, 1000) changed the vote counts
