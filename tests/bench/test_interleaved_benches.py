@@ -74,3 +74,28 @@ def test_relation_backward_time_stage_interleaves_scatters(monkeypatch, kernel_f
         assert row[f"{op}_max_rel"] < 1e-5
         assert row[f"{op}_sorted_over_atomic_paired_range"][0] <= row[f"{op}_sorted_over_atomic"] \
             <= row[f"{op}_sorted_over_atomic_paired_range"][1]
+
+
+def test_bench_fps_times_its_variants_with_the_shared_timer(monkeypatch):
+    """bench_fps's worker on small clouds: every variant paired against the bare fpsample call per round
+    (``interleave.paired``'s keys), and the loader's samples still those of the torch backend."""
+    pytest.importorskip("fpsample")
+    import types
+
+    import bench_fps
+
+    monkeypatch.setattr(bench_fps, "N", 3000)
+    monkeypatch.setattr(bench_fps, "M", 500)
+    threads = torch.get_num_threads()
+    try:
+        out = bench_fps.worker(types.SimpleNamespace(threads=[1], rounds=3, leaves=[16, 32]))
+    finally:
+        torch.set_num_threads(threads)
+    for table in out["clouds"].values():
+        assert list(table) == ["bare_fpsample_h7", "loader", "old_wrapper_fpsample_h9"]
+        for row in table.values():
+            assert len(row["paired_ratios"]) == 3 and "median_paired_ratio" not in row
+            assert row["paired_range"][0] <= row["paired_median"] <= row["paired_range"][1]
+        assert table["bare_fpsample_h7"]["paired_ratios"] == [1.0, 1.0, 1.0]
+    assert out["room_extras"]["loader_equals_torch_backend"] is True
+    assert list(out["room_extras"]["seconds_per_leaf"]) == ["leaf_16", "leaf_32"]
