@@ -7,15 +7,13 @@ import sys
 import types
 from pathlib import Path
 
+import fold_estimate
 import pytest
 from torch.utils.data import BatchSampler, SequentialSampler
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
+from pointgeope.constants import AREA_ROOMS, AREAS
 
-import fold_estimate  # noqa: E402
-
-from pointgeope.constants import AREA_ROOMS, AREAS  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 RUN7 = REPO / "bench" / "results" / "gpu" / "h100_run7_gpu.json"
 
