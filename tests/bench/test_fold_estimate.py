@@ -84,6 +84,9 @@ def test_fewer_points_than_the_recipe_gives_no_fold_time_and_says_so():
     steps = {"bench16": _bench16(points=40_000), "published": {"ok": True, "result": {"seconds_per_room": 2.0}}}
     est = fold_estimate.estimate(steps, fold_estimate.recipe())["rpe"]
     assert est["fold_h"] is None and "16 x 40000 points, not the recipe's 16 x 80000" in est["why"]
+    assert all(r["hours"] is None for r in est["folds"].values())
+    assert est["folds"]["Area_3"]["test_h"] == 23 * 2.0 / 3600            # the test time measured stays
+    assert "1: -  2: -  3: -  4: -  5: -  6: -" in fold_estimate.table("run.json", {"rpe": est})   # none printed
 
 
 def test_the_given_step_stands_in_for_beside_and_the_row_says_so():
