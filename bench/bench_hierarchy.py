@@ -34,6 +34,7 @@ Other scripts call ``time_hierarchy(backends, clouds, points, device)`` (and ``t
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -45,7 +46,7 @@ import interleave  # noqa: E402
 from bench_io import save_json  # noqa: E402
 from bench_model import synthetic_room  # noqa: E402
 
-from pointgeope.model.kernel_check import timed  # noqa: E402
+from pointgeope.model.kernel_check import sync, timed  # noqa: E402
 from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts  # noqa: E402
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
@@ -96,8 +97,7 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
         fns[label] = fn
     if not fns:
         return out
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    last, wall, _ = interleave.rounds(fns, reps, warmup=0, sync=sync)
+    last, wall, _ = interleave.rounds(fns, reps, warmup=0, sync=functools.partial(sync, device))
     first = next(iter(fns))
     for label, summary in interleave.paired(wall, first).items():
         out[label] = {"seconds": summary["min_s"], "all_seconds": wall[label],

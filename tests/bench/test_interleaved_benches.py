@@ -99,3 +99,15 @@ def test_bench_fps_times_its_variants_with_the_shared_timer(monkeypatch):
         assert table["bare_fpsample_h7"]["paired_ratios"] == [1.0, 1.0, 1.0]
     assert out["room_extras"]["loader_equals_torch_backend"] is True
     assert list(out["room_extras"]["seconds_per_leaf"]) == ["leaf_16", "leaf_32"]
+
+
+def test_time_hierarchy_waits_for_the_device_with_the_package_wait(monkeypatch):
+    """The interleaved rounds wait for the device with ``kernel_check.sync`` (``timed``'s wait), before and
+    after every timed call, on the device of the run."""
+    from pointgeope.model import kernel_check
+
+    assert bench_hierarchy.sync is kernel_check.sync
+    waits = []
+    monkeypatch.setattr(bench_hierarchy, "sync", lambda device: waits.append(device))
+    bench_hierarchy.time_hierarchy(["cpu", "default"], clouds=1, points=2000, device="cpu", reps=3, warmup=1)
+    assert waits == [torch.device("cpu")] * (2 * 2 * 3)
