@@ -49,3 +49,20 @@ def test_out_path_keeps_committed_files_from_smoke_runs(tmp_path):
     assert bench_io.out_path(tmp_path / "mine.json", committed, smoke=True) == tmp_path / "mine.json"
     smoke = bench_io.out_path(None, committed, smoke=True)
     assert smoke.name == "bench_x.json" and smoke.parent != committed.parent and smoke.parent.is_dir()
+
+
+def test_provenance_is_dirty_for_the_code_not_for_the_benches_own_results(checkout, git):
+    """A CPU bench rewrites a committed result under bench/results: the next run's provenance is still clean
+    (as the GPU record's ``dirty``); a change of the code measured makes it dirty."""
+    results = checkout / "bench" / "results"
+    results.mkdir(parents=True)
+    (results / "bench_x.json").write_text("{}\n")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-q", "-m", "a result")
+    (results / "bench_x.json").write_text('{"rows": []}\n')                 # the first run's output
+    got = bench_io.provenance(1, tree=checkout)
+    assert (got["dirty"], got["changed"]) == (False, [])
+    assert bench_io.git_state(checkout)["changed"] == [" M bench/results/bench_x.json"]   # git sees it
+    (checkout / "code.py").write_text("x = 2\n")
+    got = bench_io.provenance(1, tree=checkout)
+    assert (got["dirty"], got["changed"]) == (True, [" M code.py"])
