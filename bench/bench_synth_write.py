@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import statistics
 from pathlib import Path
 
 import interleave
@@ -61,15 +60,22 @@ def vectorised(xyz_mm, rgb) -> bytes:
 METHODS = {"savetxt": savetxt, "percent": percent, "vectorised": vectorised}
 
 
-def run(xyz_mm, rgb, reference: bytes, reps: int) -> dict:
+def run(xyz_mm, rgb, reference: bytes, reps: int) -> dict[str, dict[str, list[float]]]:
     """The three ways interleaved over ``reps`` rounds (one warm-up call each, whose bytes are checked
-    against ``reference``): per clock, :func:`interleave.paired` against savetxt."""
+    against ``reference``): ``{"wall": {method: seconds per round}, "cpu": {...}}``."""
     fns = {name: (lambda fn=fn: fn(xyz_mm, rgb)) for name, fn in METHODS.items()}
     for name, fn in fns.items():
         if fn() != reference:
             raise SystemExit(f"{name} does not give the bytes of np.savetxt")
     _, wall, cpu = interleave.rounds(fns, reps, warmup=0)
-    return {"wall": interleave.paired(wall, "savetxt"), "cpu": interleave.paired(cpu, "savetxt")}
+    return {"wall": wall, "cpu": cpu}
+
+
+def speedup(times: dict[str, list[float]], name: str) -> dict:
+    """savetxt's time over ``name``'s in each round (``t_savetxt[r] / t_name[r]``, :func:`interleave.paired`
+    with ``name`` as the base, from the unrounded times): their median and range, and the ratio of the minima."""
+    side = interleave.paired(times, base=name)["savetxt"]
+    return {key: side[key] for key in ("paired_median", "paired_range", "ratio_of_mins")}
 
 
 def main() -> None:
@@ -90,29 +96,24 @@ def main() -> None:
               "runs": []}
     for threads in args.threads:
         with interleave.threads(threads):
-            timed = run(xyz_mm, rgb, reference, args.reps)
+            times = run(xyz_mm, rgb, reference, args.reps)
         rows = {}
         for name in METHODS:
-            wall, cpu = timed["wall"][name], timed["cpu"][name]
-            rows[name] = {"seconds_min": wall["min_s"], "cpu_seconds_min": cpu["min_s"],
-                          "speedup_vs_savetxt": _inverse(wall), "cpu_speedup_vs_savetxt": _inverse(cpu),
-                          "mpoints_per_s": args.points / wall["min_s"] / 1e6}
+            wall, cpu = min(times["wall"][name]), min(times["cpu"][name])
+            rows[name] = {"seconds_min": wall, "cpu_seconds_min": cpu,
+                          "speedup_vs_savetxt": speedup(times["wall"], name),
+                          "cpu_speedup_vs_savetxt": speedup(times["cpu"], name),
+                          "mpoints_per_s": args.points / wall / 1e6}
             sp, csp = rows[name]["speedup_vs_savetxt"], rows[name]["cpu_speedup_vs_savetxt"]
-            print(f"{threads} thread(s) {name:<11} {wall['min_s']:7.3f} s (cpu {cpu['min_s']:.3f} s) "
+            print(f"{threads} thread(s) {name:<11} {wall:7.3f} s (cpu {cpu:.3f} s) "
                   f"{rows[name]['mpoints_per_s']:6.2f} Mpoints/s  x{sp['paired_median']:.1f} "
                   f"[{sp['paired_range'][0]:.1f}-{sp['paired_range'][1]:.1f}] vs savetxt "
                   f"(cpu x{csp['paired_median']:.1f})", flush=True)
-        result["runs"].append({"threads": threads, "results": rows, "paired": timed})
+        result["runs"].append({"threads": threads, "results": rows,
+                               "paired": {clock: interleave.paired(t, "savetxt") for clock, t in times.items()}})
     result["load_average_1min_end"] = os.getloadavg()[0]
     save_json(out, result, indent=1)
     print(f"wrote {out}")
-
-
-def _inverse(side: dict) -> dict:
-    """savetxt's time over the method's: the inverse of each paired ratio, their median and range."""
-    speedups = [1 / r for r in side["paired_ratios"]]
-    return {"paired_median": statistics.median(speedups), "paired_range": [min(speedups), max(speedups)],
-            "ratio_of_mins": 1 / side["ratio_of_mins"]}
 
 
 if __name__ == "__main__":
