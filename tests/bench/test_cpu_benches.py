@@ -34,7 +34,20 @@ def test_voxelize_quick_run_records_the_speedup_once(monkeypatch, tmp_path, caps
     assert bench_voxelize.main() == 0
     (row,) = json.loads(out.read_text())["rows"]
     assert "speedup_cpu" not in row and row["threads"] == 1 and row["points"] == 250_000
+    assert "single-threaded" in json.loads(out.read_text())["threads_note"]
     sp = row["cpu"]["baseline"]                   # baseline / ours per round, 2 rounds
     assert sp["paired_median"] == pytest.approx(sum(sp["paired_ratios"]) / 2, abs=1e-4)
     assert sp["paired_range"] == sorted(sp["paired_ratios"]) and row["cpu"]["ours"]["paired_ratios"] == [1.0, 1.0]
     assert f"{sp['paired_median']:>9.1f}x [{sp['paired_range'][0]:.1f}-" in capsys.readouterr().out
+
+
+def test_synth_write_times_one_thread_by_default_and_says_why(monkeypatch, tmp_path):
+    """The formatters are single-threaded: a default run has one thread setting, and the JSON says why."""
+    out = tmp_path / "synth.json"
+    monkeypatch.setattr(sys, "argv", ["bench_synth_write.py", "--points", "2000", "--reps", "2", "--out", str(out)])
+    bench_synth_write.main()
+    got = json.loads(out.read_text())
+    assert [run["threads"] for run in got["runs"]] == [1] and got["provenance"]["threads"] == [1]
+    assert "single-threaded" in got["threads_note"]
+    speed = got["runs"][0]["results"]["vectorised"]["speedup_vs_savetxt"]
+    assert speed["paired_range"][0] <= speed["paired_median"] <= speed["paired_range"][1]
