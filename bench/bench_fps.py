@@ -11,8 +11,11 @@ like) and ``uniform`` (80k points uniform in a 10 x 8 x 3 m box).
 
 Each thread setting runs in its own process (``--threads 1 2``: one thread, and both cores of this
 machine; ``torch``, numba and fpsample's pools all capped by the environment), and within it the variants
-are interleaved: ``--rounds`` rounds, each timing every variant once, in an order rotated each round. The
-ratio is ``min(loader) / min(bare)`` and the median of the per-round ratios. At one thread the run also
+are interleaved (``bench/interleave.py``): ``--rounds`` rounds, each timing every variant once, in an order
+rotated each round, after one warm-up call each. Against the bare call, ``interleave.paired`` gives
+``ratio_of_mins = min(loader) / min(bare)`` and the median and range of the per-round ratios
+(``paired_median``, ``paired_range``; runs before this file used ``interleave`` wrote the median as
+``median_paired_ratio``). At one thread the run also
 times the loader's FPS per leaf size (``--leaves``) and checks its sequence against the ``torch`` backend
 (the definition) on the room.
 
@@ -23,12 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import interleave
 from bench_io import provenance, save_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,29 +66,6 @@ def variants(points) -> dict:
             "loader": lambda: fps(points, offset, 4)[0], "old_wrapper_fpsample_h9": old_wrapper}
 
 
-def interleaved(fns: dict, rounds: int) -> dict[str, list[float]]:
-    """Seconds of every function per round, the order rotated each round (after one warm-up call each)."""
-    names = list(fns)
-    for name in names:
-        fns[name]()
-    times = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            start = time.perf_counter()
-            fns[name]()
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
-def summary(times: dict[str, list[float]]) -> dict:
-    base = times["bare_fpsample_h7"]
-    out = {name: {"min_s": round(min(t), 5), "median_s": round(statistics.median(t), 5)} for name, t in times.items()}
-    for name, t in times.items():
-        out[name]["ratio_of_mins"] = round(min(t) / min(base), 3)
-        out[name]["median_paired_ratio"] = round(statistics.median(a / b for a, b in zip(t, base)), 3)
-    return out
-
-
 def leaves_and_check(points, leaves: list[int]) -> dict:
     """One-thread extras on the room: the loader's FPS per leaf size, and its sequence against ``torch``."""
     import torch
@@ -96,7 +75,7 @@ def leaves_and_check(points, leaves: list[int]) -> dict:
 
     array = points.numpy()
     fns = {f"leaf_{leaf}": (lambda leaf=leaf: bucket_fps(array, [N], [M], leaf=leaf)) for leaf in leaves}
-    per_leaf = {name: round(min(t), 5) for name, t in interleaved(fns, 5).items()}
+    per_leaf = {name: round(min(t), 5) for name, t in interleave.rounds(fns, 5)[1].items()}
     loader = fps(points, torch.tensor([N]), 4)[0]
     reference = fps(points, torch.tensor([N]), 4, backend="torch")[0]
     return {"seconds_per_leaf": per_leaf, "loader_equals_torch_backend": bool(torch.equal(loader, reference)),
@@ -112,7 +91,8 @@ def worker(args) -> dict:
     data = clouds()
     result = {"threads": threads, "clouds": {}}
     for name, points in data.items():
-        result["clouds"][name] = summary(interleaved(variants(points), args.rounds))
+        _, wall, _ = interleave.rounds(variants(points), args.rounds)
+        result["clouds"][name] = interleave.paired(wall, "bare_fpsample_h7")
     if threads == 1:
         result["room_extras"] = leaves_and_check(data["room"], args.leaves)
     return result
@@ -140,7 +120,7 @@ def main() -> None:
         runs.append(json.loads(out.strip().splitlines()[-1]))
         for cloud, table in runs[-1]["clouds"].items():
             print(f"{threads} thread(s), {cloud}: " + ", ".join(
-                f"{name} {row['min_s']:.4f} s ({row['ratio_of_mins']:.2f}x, paired {row['median_paired_ratio']:.2f}x)"
+                f"{name} {row['min_s']:.4f} s ({row['ratio_of_mins']:.2f}x, paired {row['paired_median']:.2f}x)"
                 for name, row in table.items()), flush=True)
     result = {"points": N, "samples": M, "rounds": args.rounds, "provenance": run, "load_average": os.getloadavg(),
               "runs": runs}

@@ -24,6 +24,7 @@ Usage: python bench/bench_geope.py [--reps 5] [--device cpu|cuda] [--threads 1 2
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing as mp
 import os
 import resource
@@ -102,10 +103,11 @@ def _timing(n: int, k: int, c: int, device: str, threads: int, reps: int, queue)
     (one warm-up call each), the device's queue waited for around each; paired against rpe."""
     import torch
 
+    from pointgeope.model.kernel_check import sync
+
     torch.set_num_threads(threads)
-    dev = torch.device(device)
-    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
-    _, wall, _ = interleave.rounds(_steps(n, k, c, device), reps, warmup=1, sync=sync)
+    _, wall, _ = interleave.rounds(_steps(n, k, c, device), reps, warmup=1,
+                                   sync=functools.partial(sync, torch.device(device)))
     queue.put(interleave.paired(wall, "rpe"))
 
 

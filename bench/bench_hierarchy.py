@@ -34,6 +34,7 @@ Other scripts call ``time_hierarchy(backends, clouds, points, device)`` (and ``t
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -45,7 +46,7 @@ import interleave  # noqa: E402
 from bench_io import save_json  # noqa: E402
 from bench_model import synthetic_room  # noqa: E402
 
-from pointgeope.model.kernel_check import timed  # noqa: E402
+from pointgeope.model.kernel_check import sync, timed  # noqa: E402
 from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts  # noqa: E402
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
@@ -73,14 +74,40 @@ def _agreement(h, ref) -> dict:
     return {"agree": round(same.float().mean().item(), 6), "same_samples": samples}
 
 
+FAILURES = (ValueError, RuntimeError, ImportError)     # a backend that cannot run (CUDA's OOM is a RuntimeError)
+
+
+class _SideFailed(Exception):
+    """A backend's call failed inside the timed rounds: its ``label`` and the error."""
+
+    def __init__(self, label: str, err: Exception):
+        super().__init__(label)
+        self.label, self.err = label, err
+
+
+def _failing_as(label: str, fn):
+    """``fn`` whose failure names its backend, so the rounds can go on without it."""
+    def call():
+        try:
+            return fn()
+        except FAILURES as err:
+            raise _SideFailed(label, err) from err
+    return call
+
+
+def _error(err: Exception, where: str = "") -> dict:
+    return {"error": f"{type(err).__name__}: {err}".splitlines()[0] + where}
+
+
 def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | torch.device, reps: int = 5,
                    warmup: int = 1) -> dict[str, dict]:
     """Seconds of one hierarchy per backend label of ``LABELS``, the labels interleaved (``interleave.rounds``:
     ``reps`` rounds, each running every label once in a rotated order, the device's queue waited for around
     each): ``seconds`` the minimum, ``all_seconds`` per round, ``paired_median`` / ``paired_range`` the
     median and range of the per-round ratios to the first label that ran, and the agreement of each with
-    it. Each label first runs ``max(warmup, 1)`` untimed times (they compile; a backend that cannot run says
-    so there and is recorded as ``{"error": ...}``, the others go on)."""
+    it. Each label first runs ``max(warmup, 1)`` untimed times (they compile). A backend that cannot run is
+    recorded as ``{"error": ...}`` and the others go on: failing in its warm-up, or in the timed rounds (a
+    CUDA OOM at round 2), after which the rounds start again without it."""
     device = torch.device(device)
     coord, offset = batch(clouds, points)
     coord, offset = coord.to(device), offset.to(device)
@@ -90,14 +117,19 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
         try:
             for _ in range(max(warmup, 1)):
                 fn()
-        except (ValueError, RuntimeError, ImportError) as err:
-            out[label] = {"error": f"{type(err).__name__}: {err}".splitlines()[0]}
+        except FAILURES as err:
+            out[label] = _error(err)
             continue
-        fns[label] = fn
+        fns[label] = _failing_as(label, fn)
+    while fns:
+        try:
+            last, wall, _ = interleave.rounds(fns, reps, warmup=0, sync=functools.partial(sync, device))
+            break
+        except _SideFailed as failed:
+            out[failed.label] = _error(failed.err, " (in the timed rounds)")
+            del fns[failed.label]
     if not fns:
-        return out
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    last, wall, _ = interleave.rounds(fns, reps, warmup=0, sync=sync)
+        return {label: out[label] for label in backends}
     first = next(iter(fns))
     for label, summary in interleave.paired(wall, first).items():
         out[label] = {"seconds": summary["min_s"], "all_seconds": wall[label],

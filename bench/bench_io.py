@@ -1,5 +1,9 @@
 """What the benchmarks share to record a run: the commit it measured (and whether the tree differed from it),
-the versions and threads it ran with (its ``provenance``), and an atomic write of its JSON."""
+the versions and threads it ran with (its ``provenance``), and an atomic write of its JSON.
+
+``dirty`` means one thing for every benchmark, CPU or GPU: a change of the code measured, so the runs' own
+outputs under :data:`OUTPUTS` (the committed results a CPU bench rewrites, the GPU check's JSON and logs)
+never count."""
 from __future__ import annotations
 
 import json
@@ -14,6 +18,7 @@ from pointgeope.atomic import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 CHANGED_LISTED = 20     # at most this many changed paths are written into a result
+OUTPUTS = "bench/results"            # what the runs themselves write: not a change of the code measured
 
 
 def _git(tree: Path, *args: str) -> str | None:
@@ -56,11 +61,12 @@ def _version(package: str) -> str | None:
 def provenance(threads: int | list[int] | None, packages: tuple[str, ...] = ("numpy", "torch"),
                tree: Path = ROOT) -> dict:
     """What produced a result, for its JSON's ``provenance`` key: :func:`git_state` of ``tree`` (this
-    repository; a script timing the package found on ``PYTHONPATH`` passes that checkout), the
+    repository; a script timing the package found on ``PYTHONPATH`` passes that checkout) outside
+    :data:`OUTPUTS`, tracked files only, the
     ``threads`` the run timed (one count, or the counts of a run that times several), the installed version
     of each of ``packages`` (None where absent), Python, the platform, the CPU count and the 1-minute load
     average when it was taken (take it at the run's start: the commit is then the code that was imported)."""
-    return {**git_state(tree), "threads": threads, "versions": {p: _version(p) for p in packages},
+    return {**git_state(tree, exclude=(OUTPUTS,)), "threads": threads, "versions": {p: _version(p) for p in packages},
             "python": platform.python_version(), "platform": platform.platform(),
             "processor": platform.processor(), "cpu_count": os.cpu_count(), "load_average_1min": os.getloadavg()[0]}
 

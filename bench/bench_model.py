@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import threading
 import time
@@ -246,11 +245,9 @@ def main() -> int:
         args.presets = ["rpe"] + [p for p in args.presets if p != "rpe"]
     torch.set_num_threads(args.threads)
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
-    results = {"machine": {"platform": platform.platform(), "threads": args.threads, "torch": torch.__version__,
-                           "load_average_start": os.getloadavg(), "cpus": os.cpu_count(),
-                           "malloc": os.environ.get("MALLOC_MMAP_THRESHOLD_", "glibc default"),
+    results = {"provenance": provenance(args.threads, ("numpy", "torch", "numba")),   # versions, threads, load
+               "machine": {"malloc": os.environ.get("MALLOC_MMAP_THRESHOLD_", "glibc default"),
                            "clouds_per_batch": args.batch},
-               "provenance": provenance(args.threads, ("numpy", "torch", "numba")),
                "time": "CPU: process CPU time (s), minimum over reps; *_wall_s: wall time; CUDA: wall time",
                "memory": "CPU: peak RSS above the level before the call (1 ms sampling); CUDA: "
                          "max_memory_allocated above the level before the call; layer: also autograd's saved tensors",

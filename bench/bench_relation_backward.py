@@ -29,6 +29,7 @@ Under TRITON_INTERPRET=1 POINTGEOPE_KERNELS=triton it runs on the CPU at tiny si
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
@@ -42,7 +43,7 @@ from bench_model import synthetic_room  # noqa: E402
 
 from pointgeope.geope import frequencies  # noqa: E402
 from pointgeope.model import fused_attention, gather_backward  # noqa: E402
-from pointgeope.model.kernel_check import timed  # noqa: E402
+from pointgeope.model.kernel_check import sync, timed  # noqa: E402
 from pointgeope.model.ops import HierarchySpec  # noqa: E402
 from pointgeope.model.rotation import rotation_tables  # noqa: E402
 
@@ -109,12 +110,12 @@ def time_stage(t: dict, device: torch.device, reps: int) -> dict:
     minimum, and ``{op}_sorted_over_atomic`` the median of the per-round ratios (``..._paired_range`` their
     range, ``..._of_mins`` the ratio of the minima)."""
     row = {}
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    wait = functools.partial(sync, device)
     for op in OPS:
         fns = {way: _under(way, False, _backward(op, t, way)) for way in ("atomic", "sorted")}
         if op == "frame":                                # standard GeoPE's sorted sum in two passes
             fns["turn_first"] = _under("sorted", True, _backward(op, t, "sorted"))
-        grads, wall, _ = interleave.rounds(fns, reps, warmup=1, sync=sync)
+        grads, wall, _ = interleave.rounds(fns, reps, warmup=1, sync=wait)
         summary = interleave.paired(wall, "atomic")
         for way in ("atomic", "sorted"):
             row[f"{op}_{way}"] = min(wall[way])

@@ -16,9 +16,10 @@ measured; ``step_mode`` says which); ``room_s`` is the published test of one ``s
 (Area_5, the most test rooms) to 46,600 (Area_3) steps: the estimate (``fold_h``) is the longest fold, since
 a target "one fold <= 4 h" holds only where every fold's does.
 
-``fold_h`` (and each fold's ``hours``) is null, with ``why``, when the test time is missing (the
+``fold_h`` and each fold's ``hours`` are null, with ``why``, when the test time is missing (the
 ``published`` step skipped, failed or not planned) or bench16 ran another batch than the recipe's (fewer
-points a cloud: it halves ``--points`` when out of memory): neither is one fold's time.
+points a cloud: it halves ``--points`` when out of memory): neither is one fold's time. The parts measured
+stay (``train_h`` from the step bench16 ran, ``test_h`` where the test time exists).
 
 Usage (recompute the estimate of committed results):
     python bench/fold_estimate.py bench/results/gpu/h100_run7_gpu.json [...] [--config configs/s3dis/pt_geope.yaml]
@@ -94,6 +95,8 @@ def estimate(steps: dict, spec: dict) -> dict:
         if not step_s:
             continue
         rows = folds(step_s, room_s, spec)
+        if why:                                  # not one fold's time: no fold's hours (its parts stay)
+            rows = {area: {**r, "hours": None} for area, r in rows.items()}
         longest = max(rows, key=lambda a: rows[a]["train_h"] + (rows[a]["test_h"] or 0))
         out[pe] = {"step_s": step_s, "step_mode": mode, "reps": row.get("reps"), "points_per_cloud": points,
                    "clouds": clouds, "seconds_per_test_room": room_s, "recipe": spec, "folds": rows,

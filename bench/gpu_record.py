@@ -2,18 +2,17 @@
 which machine: the commit, whether the tree had changes beside it, the GPU, torch, CUDA and Triton. The GPU
 check's ``gpu.json`` (``gpu_runner.Check``) and ``bench_train_step``, ``bench_graphs``, ``bench_norm`` record it.
 
-``dirty`` looks at the tree outside ``bench/results/`` (where the check and the benchmarks write their own
-JSON and logs while they run): ``True`` where ``git status --porcelain`` lists a change there, a new file
-included (the device machine gets the working tree, untracked files too), ``None`` outside a git checkout
-(``bench_io.git_state`` is the one owner of that rule; the CPU benchmarks' provenance leaves untracked files out).
+``dirty`` looks at the tree outside ``bench_io.OUTPUTS`` (``bench/results/``, where the check and the benchmarks
+write their own JSON and logs while they run), as the CPU benchmarks' provenance does: ``True`` where
+``git status --porcelain`` lists a change there, a new file included (the device machine gets the working
+tree, untracked files too; the CPU provenance leaves untracked files out), ``None`` outside a git checkout
+(``bench_io.git_state`` is the one owner of that rule).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench_io import ROOT, git_state
-
-OUTPUTS = "bench/results"            # what the runs themselves write: not a change of the code measured
+from bench_io import OUTPUTS, ROOT, git_state
 
 
 def tree_state(tree: Path = ROOT) -> dict:

@@ -66,15 +66,19 @@ def paired(times: Mapping[str, Sequence[float]], base: str, digits: int = 4) -> 
 def threads(n: int) -> Iterator[None]:
     """The thread pools this process has loaded (torch's, numba's) set to ``n`` inside the block, then
     restored. numpy's own functions used by the benchmarks (sorting, ``unique``, formatting) run on one thread
-    whatever this says; numba's pool cannot grow past the ``NUMBA_NUM_THREADS`` it started with."""
-    saved = []   # numba first: starting its OpenMP pool (its first call) set torch back to 2 threads here
-    numba = sys.modules.get("numba")
+    whatever this says; numba's pool cannot grow past the ``NUMBA_NUM_THREADS`` it started with.
+
+    Order: numba's first call starts its OpenMP pool, which sets OpenMP's (so torch's) thread count to
+    ``NUMBA_NUM_THREADS``. So torch's count is read before numba is touched (else the block would restore
+    numba's count to torch), and set after numba's (else torch would run the block at numba's count)."""
+    saved = []
+    torch, numba = sys.modules.get("torch"), sys.modules.get("numba")
+    torch_before = torch.get_num_threads() if torch is not None else None
     if numba is not None:
         saved.append((numba.set_num_threads, numba.get_num_threads()))
         numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    torch = sys.modules.get("torch")
     if torch is not None:
-        saved.append((torch.set_num_threads, torch.get_num_threads()))
+        saved.append((torch.set_num_threads, torch_before))
         torch.set_num_threads(n)
     try:
         yield

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from pointgeope.model.kernel_check import timed
+from pointgeope.model.kernel_check import sync, timed
 
-
-def sync(device: torch.device) -> None:
-    """Wait for ``device``'s queued work (a no-op on the CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+__all__ = ["busy_seconds", "profile", "sync"]     # sync: the device wait of kernel_check.timed, for its callers
 
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:

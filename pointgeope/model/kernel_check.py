@@ -49,22 +49,25 @@ class CheckRow:
 
 def timed(fn: Callable[[], object], device: torch.device, reps: int, warmup: int = 1) -> tuple[object, list[float]]:
     """``fn()``'s last result and its wall seconds in each of ``reps`` runs after ``warmup`` untimed ones
-    (which compile), the device's queue waited for before and after each run: the package's one timer
-    (``info --check`` and the ``bench/`` scripts)."""
+    (which compile), the device's queue waited for before and after each run: the package's timer
+    (``info --check`` and the ``bench/`` scripts that time one thing); ``bench/interleave.rounds`` times
+    the ``bench/`` comparisons, sides interleaved, with the same waits around each call."""
     out = None
     for _ in range(warmup):
         out = fn()
     times = []
     for _ in range(reps):
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         out = fn()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - start)
     return out, times
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (a no-op on the CPU): the wait around each timed run, here and in
+    ``bench/`` (``interleave.rounds(..., sync=partial(sync, device))``)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 

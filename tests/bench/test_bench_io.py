@@ -2,51 +2,28 @@
 the versions and threads recorded, and where a smoke run writes."""
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
-
 import bench_io
-import pytest
-
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
 
-def _git(tree: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tree, check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-
-@pytest.fixture
-def checkout(tmp_path):
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    _git(tree, "init", "-q")
-    (tree / "code.py").write_text("x = 1\n")
-    _git(tree, "add", "code.py")
-    _git(tree, "commit", "-q", "-m", "one")
-    return tree
-
-
-def test_git_state_clean_then_dirty_then_staged(checkout):
-    head = _git(checkout, "rev-parse", "HEAD")
+def test_git_state_clean_then_dirty_then_staged(checkout, git):
+    head = git(checkout, "rev-parse", "HEAD")
     assert bench_io.git_state(checkout) == {"commit": head, "dirty": False, "changed": []}
     (checkout / "new.txt").write_text("untracked\n")            # untracked: not counted
     assert bench_io.git_state(checkout)["dirty"] is False
     (checkout / "code.py").write_text("x = 2\n")
     state = bench_io.git_state(checkout)
     assert state["commit"] == head and state["dirty"] is True and state["changed"] == [" M code.py"]
-    _git(checkout, "add", "code.py")                             # staged, not committed: still dirty
+    git(checkout, "add", "code.py")                             # staged, not committed: still dirty
     assert bench_io.git_state(checkout)["changed"] == ["M  code.py"]
-    _git(checkout, "commit", "-q", "-m", "two")
-    assert bench_io.git_state(checkout) == {"commit": _git(checkout, "rev-parse", "HEAD"), "dirty": False,
+    git(checkout, "commit", "-q", "-m", "two")
+    assert bench_io.git_state(checkout) == {"commit": git(checkout, "rev-parse", "HEAD"), "dirty": False,
                                             "changed": []}
 
 
-def test_git_commit_unchanged_for_its_callers(checkout):
-    head = _git(checkout, "rev-parse", "HEAD")
+def test_git_commit_unchanged_for_its_callers(checkout, git):
+    head = git(checkout, "rev-parse", "HEAD")
     assert bench_io.git_commit(tree=checkout) == head
-    assert bench_io.git_commit(short=True, tree=checkout) == _git(checkout, "rev-parse", "--short", "HEAD")
+    assert bench_io.git_commit(short=True, tree=checkout) == git(checkout, "rev-parse", "--short", "HEAD")
 
 
 def test_outside_a_checkout(tmp_path):
@@ -54,7 +31,7 @@ def test_outside_a_checkout(tmp_path):
     assert bench_io.git_state(tmp_path) == {"commit": "", "dirty": None, "changed": []}
 
 
-def test_provenance_records_threads_and_versions():
+def test_provenance_records_threads_and_versions(git):
     import numpy
     import torch
 
@@ -72,3 +49,20 @@ def test_out_path_keeps_committed_files_from_smoke_runs(tmp_path):
     assert bench_io.out_path(tmp_path / "mine.json", committed, smoke=True) == tmp_path / "mine.json"
     smoke = bench_io.out_path(None, committed, smoke=True)
     assert smoke.name == "bench_x.json" and smoke.parent != committed.parent and smoke.parent.is_dir()
+
+
+def test_provenance_is_dirty_for_the_code_not_for_the_benches_own_results(checkout, git):
+    """A CPU bench rewrites a committed result under bench/results: the next run's provenance is still clean
+    (as the GPU record's ``dirty``); a change of the code measured makes it dirty."""
+    results = checkout / "bench" / "results"
+    results.mkdir(parents=True)
+    (results / "bench_x.json").write_text("{}\n")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-q", "-m", "a result")
+    (results / "bench_x.json").write_text('{"rows": []}\n')                 # the first run's output
+    got = bench_io.provenance(1, tree=checkout)
+    assert (got["dirty"], got["changed"]) == (False, [])
+    assert bench_io.git_state(checkout)["changed"] == [" M bench/results/bench_x.json"]   # git sees it
+    (checkout / "code.py").write_text("x = 2\n")
+    got = bench_io.provenance(1, tree=checkout)
+    assert (got["dirty"], got["changed"]) == (True, [" M code.py"])

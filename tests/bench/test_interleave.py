@@ -70,10 +70,42 @@ def test_paired_refuses_unequal_rounds():
         interleave.paired({"a": [1.0, 2.0], "b": [1.0]}, "a")
 
 
-def test_threads_sets_and_restores_torch():
+def test_threads_sets_and_restores_torch_and_numba():
+    numba = pytest.importorskip("numba")
     import torch
 
-    before = torch.get_num_threads()
+    numba_before = numba.get_num_threads()       # starts numba's pool (if not yet): it may set torch's count
+    before = torch.get_num_threads(), numba_before
     with interleave.threads(1):
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
+        assert (torch.get_num_threads(), numba.get_num_threads()) == (1, 1)
+    assert (torch.get_num_threads(), numba.get_num_threads()) == before
+
+
+THREADS_IN_A_FRESH_PROCESS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import numba, torch
+import interleave
+before = torch.get_num_threads()
+with interleave.threads(1):
+    inside = torch.get_num_threads(), numba.get_num_threads()
+print(before, *inside, torch.get_num_threads(), numba.get_num_threads())
+"""
+
+
+def test_threads_holds_torch_where_numbas_pool_starts_inside_the_block():
+    """numba imported, its pool not started yet (as under pytest-xdist, where another test imported it): its
+    first call inside ``threads`` starts its OpenMP pool, which sets OpenMP's count to NUMBA_NUM_THREADS (2
+    here, torch starting at 1). torch must run the block at 1 and get its 1 back after it."""
+    pytest.importorskip("numba")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", THREADS_IN_A_FRESH_PROCESS, str(Path(interleave.__file__).parent)],
+                         env=env, capture_output=True, text=True, check=True).stdout.split()
+    before, torch_inside, numba_inside, torch_after, numba_after = map(int, out)
+    assert (torch_inside, numba_inside) == (1, 1)               # 2 for torch where torch was set before numba
+    assert (torch_after, numba_after) == (before, 2) == (1, 2)  # torch got numba's 2 where read after numba

@@ -74,3 +74,75 @@ def test_relation_backward_time_stage_interleaves_scatters(monkeypatch, kernel_f
         assert row[f"{op}_max_rel"] < 1e-5
         assert row[f"{op}_sorted_over_atomic_paired_range"][0] <= row[f"{op}_sorted_over_atomic"] \
             <= row[f"{op}_sorted_over_atomic_paired_range"][1]
+
+
+def test_bench_fps_times_its_variants_with_the_shared_timer(monkeypatch):
+    """bench_fps's worker on small clouds: every variant paired against the bare fpsample call per round
+    (``interleave.paired``'s keys), and the loader's samples still those of the torch backend."""
+    pytest.importorskip("fpsample")
+    import types
+
+    import bench_fps
+
+    monkeypatch.setattr(bench_fps, "N", 3000)
+    monkeypatch.setattr(bench_fps, "M", 500)
+    threads = torch.get_num_threads()
+    try:
+        out = bench_fps.worker(types.SimpleNamespace(threads=[1], rounds=3, leaves=[16, 32]))
+    finally:
+        torch.set_num_threads(threads)
+    for table in out["clouds"].values():
+        assert list(table) == ["bare_fpsample_h7", "loader", "old_wrapper_fpsample_h9"]
+        for row in table.values():
+            assert len(row["paired_ratios"]) == 3 and "median_paired_ratio" not in row
+            assert row["paired_range"][0] <= row["paired_median"] <= row["paired_range"][1]
+        assert table["bare_fpsample_h7"]["paired_ratios"] == [1.0, 1.0, 1.0]
+    assert out["room_extras"]["loader_equals_torch_backend"] is True
+    assert list(out["room_extras"]["seconds_per_leaf"]) == ["leaf_16", "leaf_32"]
+
+
+def test_time_hierarchy_waits_for_the_device_with_the_package_wait(monkeypatch):
+    """The interleaved rounds wait for the device with ``kernel_check.sync`` (``timed``'s wait), before and
+    after every timed call, on the device of the run."""
+    from pointgeope.model import kernel_check
+
+    assert bench_hierarchy.sync is kernel_check.sync
+    waits = []
+    monkeypatch.setattr(bench_hierarchy, "sync", lambda device: waits.append(device))
+    bench_hierarchy.time_hierarchy(["cpu", "default"], clouds=1, points=2000, device="cpu", reps=3, warmup=1)
+    assert waits == [torch.device("cpu")] * (2 * 2 * 3)
+
+
+def test_a_backend_failing_in_the_timed_rounds_loses_only_its_own_row(monkeypatch):
+    """``default`` runs its warm-up and round 1, then fails (a CUDA OOM at round 2, say): its row records the
+    error, the rounds start again without it, and ``cpu`` keeps a full row."""
+    calls = []
+    run = bench_hierarchy._run
+
+    def failing(label, coord, offset, device):
+        calls.append(label)
+        if label == "default" and calls.count("default") == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+        return run(label, coord, offset, device)
+
+    monkeypatch.setattr(bench_hierarchy, "_run", failing)
+    out = bench_hierarchy.time_hierarchy(["cpu", "default"], clouds=1, points=2000, device="cpu", reps=3, warmup=1)
+    # warm-ups; round 1 (cpu, default), round 2 (default fails); then 3 rounds of cpu alone
+    assert calls == ["cpu", "default", "cpu", "default", "default"] + ["cpu"] * 3
+    assert out["default"] == {"error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+                                       " (in the timed rounds)"}
+    assert len(out["cpu"]["all_seconds"]) == 3 and out["cpu"]["paired_median"] == 1.0
+    assert out["cpu"]["agree"] == 1.0 and list(out) == ["cpu", "default"]
+
+
+def test_every_backend_failing_gives_every_error(monkeypatch):
+    def failing(label, coord, offset, device):
+        if failing.calls == 2:                  # both warm-ups pass, the first timed call fails
+            raise RuntimeError(f"{label} broke")
+        failing.calls += 1
+
+    failing.calls = 0
+    monkeypatch.setattr(bench_hierarchy, "_run", failing)
+    out = bench_hierarchy.time_hierarchy(["cpu", "torch"], clouds=1, points=500, device="cpu", reps=2)
+    assert out == {"cpu": {"error": "RuntimeError: cpu broke (in the timed rounds)"},
+                   "torch": {"error": "RuntimeError: torch broke (in the timed rounds)"}}

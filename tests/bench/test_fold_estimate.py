@@ -7,27 +7,50 @@ import sys
 import types
 from pathlib import Path
 
+import fold_estimate
 import pytest
-from torch.utils.data import BatchSampler, SequentialSampler
+import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
+from pointgeope.constants import AREA_ROOMS, AREAS
 
-import fold_estimate  # noqa: E402
-
-from pointgeope.constants import AREA_ROOMS, AREAS  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 RUN7 = REPO / "bench" / "results" / "gpu" / "h100_run7_gpu.json"
 
 
+def _training_loader(rooms: int, loop: int, batch: int, config=fold_estimate.RECIPE):
+    """The loader training builds (``engine/build.train_loader``, its own ``drop_last`` and sampler) over a
+    dataset of ``rooms`` rooms whose length is ``S3DISTrain``'s (``rooms x loop``), ``data.batch_size = batch``."""
+    from pointgeope.data.dataset import S3DISTrain
+    from pointgeope.engine import build
+    from pointgeope.engine.config import load_config
+    from pointgeope.engine.distributed import DistEnv
+    from pointgeope.engine.placement import HierarchyPlace
+
+    class Rooms:                 # S3DISTrain's length without its HDF5 files; the loader only asks len()
+        __len__ = S3DISTrain.__len__
+
+        def __init__(self):
+            self.rooms, self.loop = [f"room_{i}" for i in range(rooms)], loop
+
+    cfg = load_config(config, [f"data.loop={loop}", f"data.batch_size={batch}", "data.num_workers=0"])
+    env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    dataset = Rooms()
+    return build.train_loader(cfg, dataset, build.ResumableSampler(dataset, env, seed=0), env, None,
+                              HierarchyPlace("none", "not needed to count batches", env.device))
+
+
 def _steps(rooms: int, loop: int, batch: int, epochs: int) -> int:
-    """Steps the training loader gives: ``rooms x loop`` samples an epoch, batched with the last one dropped."""
-    return len(BatchSampler(SequentialSampler(range(rooms * loop)), batch, drop_last=True)) * epochs
+    """Optimiser steps of ``epochs`` epochs: one per batch of the training loader."""
+    return len(_training_loader(rooms, loop, batch)) * epochs
 
 
 def test_the_recipe_and_the_rooms_are_the_published_ones():
     spec = fold_estimate.recipe()
     assert (spec["loop"], spec["batch_size"], spec["epochs"], spec["voxel_max"]) == (30, 16, 100, 80_000)
+    loader = _training_loader(7, spec["loop"], spec["batch_size"])
+    assert spec["drop_last"] is loader.drop_last is True        # what the recipe records is the loader's
+    assert len(loader) == fold_estimate.fold_steps(7, spec["loop"], spec["batch_size"], 1) == 13   # 210 // 16
     assert tuple(AREA_ROOMS) == AREAS and sum(AREA_ROOMS.values()) == 272
 
 
@@ -86,6 +109,9 @@ def test_fewer_points_than_the_recipe_gives_no_fold_time_and_says_so():
     steps = {"bench16": _bench16(points=40_000), "published": {"ok": True, "result": {"seconds_per_room": 2.0}}}
     est = fold_estimate.estimate(steps, fold_estimate.recipe())["rpe"]
     assert est["fold_h"] is None and "16 x 40000 points, not the recipe's 16 x 80000" in est["why"]
+    assert all(r["hours"] is None for r in est["folds"].values())
+    assert est["folds"]["Area_3"]["test_h"] == 23 * 2.0 / 3600            # the test time measured stays
+    assert "1: -  2: -  3: -  4: -  5: -  6: -" in fold_estimate.table("run.json", {"rpe": est})   # none printed
 
 
 def test_the_given_step_stands_in_for_beside_and_the_row_says_so():

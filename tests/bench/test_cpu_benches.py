@@ -1,0 +1,53 @@
+"""The CPU benches' summaries: bench_synth_write's speed-ups are savetxt's time over each method's per round,
+from the unrounded times; bench_voxelize's speed-up is the paired summary of baseline against ours."""
+from __future__ import annotations
+
+import json
+import sys
+
+import bench_synth_write
+import bench_voxelize
+import pytest
+
+
+def test_synth_write_speedup_is_the_median_of_the_per_round_quotients():
+    # per round savetxt / vectorised: 8, 6, 8, 3 -> median 7 (even rounds: the mean of 6 and 8); inverting the
+    # 4-digit ratios vectorised / savetxt gave 6.9994, and the median of inverses is not the inverse median
+    times = {"savetxt": [8.0, 9.0, 10.0, 6.0], "percent": [9.0, 9.0, 9.0, 9.0], "vectorised": [1.0, 1.5, 1.25, 2.0]}
+    got = bench_synth_write.speedup(times, "vectorised")
+    assert got == {"paired_median": 7.0, "paired_range": [3.0, 8.0], "ratio_of_mins": 6.0}
+    assert bench_synth_write.speedup(times, "savetxt") == {"paired_median": 1.0, "paired_range": [1.0, 1.0],
+                                                          "ratio_of_mins": 1.0}
+
+
+def test_synth_write_run_gives_each_methods_seconds_per_round():
+    xyz_mm, rgb = bench_synth_write.room(500)
+    times = bench_synth_write.run(xyz_mm, rgb, bench_synth_write.savetxt(xyz_mm, rgb), reps=3)
+    for clock in ("wall", "cpu"):
+        assert list(times[clock]) == list(bench_synth_write.METHODS)
+        assert all(len(t) == 3 and min(t) >= 0 for t in times[clock].values())
+
+
+def test_voxelize_quick_run_records_the_speedup_once(monkeypatch, tmp_path, capsys):
+    out = tmp_path / "voxelize.json"
+    monkeypatch.setattr(sys, "argv", ["bench_voxelize.py", "--quick", "--out", str(out)])
+    assert bench_voxelize.main() == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert "speedup_cpu" not in row and row["threads"] == 1 and row["points"] == 250_000
+    assert "single-threaded" in json.loads(out.read_text())["threads_note"]
+    sp = row["cpu"]["baseline"]                   # baseline / ours per round, 2 rounds
+    assert sp["paired_median"] == pytest.approx(sum(sp["paired_ratios"]) / 2, abs=1e-4)
+    assert sp["paired_range"] == sorted(sp["paired_ratios"]) and row["cpu"]["ours"]["paired_ratios"] == [1.0, 1.0]
+    assert f"{sp['paired_median']:>9.1f}x [{sp['paired_range'][0]:.1f}-" in capsys.readouterr().out
+
+
+def test_synth_write_times_one_thread_by_default_and_says_why(monkeypatch, tmp_path):
+    """The formatters are single-threaded: a default run has one thread setting, and the JSON says why."""
+    out = tmp_path / "synth.json"
+    monkeypatch.setattr(sys, "argv", ["bench_synth_write.py", "--points", "2000", "--reps", "2", "--out", str(out)])
+    bench_synth_write.main()
+    got = json.loads(out.read_text())
+    assert [run["threads"] for run in got["runs"]] == [1] and got["provenance"]["threads"] == [1]
+    assert "single-threaded" in got["threads_note"]
+    speed = got["runs"][0]["results"]["vectorised"]["speedup_vs_savetxt"]
+    assert speed["paired_range"][0] <= speed["paired_median"] <= speed["paired_range"][1]
