@@ -88,10 +88,10 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
     if which is None:
         which = "last"
         if (model / "config.yaml").is_file():
-            from pointgeope.engine.config import load_config
+            from pointgeope.engine.config import load_record
 
             try:
-                which = load_config(model / "config.yaml").eval.checkpoint
+                which = load_record(model / "config.yaml").eval.checkpoint
             except ConfigError:
                 pass  # the checkpoint carries its own config; last.pt it is
     if not (model / f"{which}.pt").exists() and not re.fullmatch(r"area_\d+", model.name):
