@@ -7,7 +7,8 @@ the file's. A pooled 6-fold number means one method on one data set under one pr
 compared but those of :data:`IGNORED` (where and how fast a run went, its seed, its folder, the class-mean
 rule that the report rescores by itself). A key that an older version did not write reads as it was then
 where that is known (``engine.record_keys``: an old ``point3drope`` fold turned at scale 1.0); another key
-missing from some folds and a fold with no recorded settings are not compared. What differs is ``{key: {area: value}}``::
+missing from some folds and a fold with no recorded settings are not compared. What differs is
+``{key: {area: value}}``::
 
     {"model.pe": {"Area_1": "geope", "Area_2": "rpe", ...}, "data.files.Area_3": {...}}
 
