@@ -50,7 +50,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/results/bench_loader_ptv3.json"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    coord, color = synth_room("bench")
+    room = synth_room("bench", 5, 0)              # Area_5's first room
+    coord, color = room.coord(), room.rgb
     label = np.zeros(coord.shape[0], np.uint8)
     times: dict[str, list[float]] = {"ptv1": [], "ptv3": []}
     points: dict[str, list[int]] = {"ptv1": [], "ptv3": []}

@@ -209,7 +209,8 @@ def loader_sample_costs(args) -> dict:
     from pointgeope.data.transforms import ToData, s3dis_train_transform, shift_to_origin, take_points
     from pointgeope.data.voxelize import random_crop, voxel_sample
 
-    coord, color = synth_room("bench")
+    room = synth_room("bench", 5, 0)
+    coord, color = room.coord(), room.rgb
     label = np.zeros(coord.shape[0], np.uint8)
     transform, to_data, spec = s3dis_train_transform("ptv1"), ToData(), PointTransformerSeg().hierarchy_spec
     blocks, hierarchies, sizes = [], [], []
