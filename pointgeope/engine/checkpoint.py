@@ -97,14 +97,19 @@ FILE_KINDS = ((b"\x89HDF\r\n\x1a\n", "an HDF5 file"), (b"\x93NUMPY", "a NumPy .n
 def unreadable_kind(path: Path, err: Exception) -> str:
     """What ``path``, which ``torch.load`` refused with ``err``, is: a kind of file known by its first bytes,
     a text file, else torch's reason (its first line; a pickle that safe loading refuses is said so, without
-    torch's advice to load it with ``weights_only=False``, which would run the file's code)."""
-    with open(path, "rb") as f:
-        head = f.read(512)
-    kind = next((text for magic, text in FILE_KINDS if head.startswith(magic)), None)
-    if kind or not head:
-        return kind or "an empty file"
-    if all(b >= 0x20 or b in b"\t\n\r" for b in head):  # no control byte: text (a multi-byte UTF-8 character too)
-        return "a text file"
+    torch's advice to load it with ``weights_only=False``, which would run the file's code). A file that cannot
+    be read again (no permission, an I/O error, removed meanwhile) gets torch's reason."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        head = None
+    if head is not None:
+        kind = next((text for magic, text in FILE_KINDS if head.startswith(magic)), None)
+        if kind or not head:
+            return kind or "an empty file"
+        if all(b >= 0x20 or b in b"\t\n\r" for b in head):  # no control byte: text (a multi-byte UTF-8 char too)
+            return "a text file"
     first = (str(err).strip().splitlines() or [""])[0][:200]  # torch's messages run over many lines
     if "weights_only" in str(err):
         return f"a pickle that safe loading refuses ({type(err).__name__})"
