@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pointgeope.constants import PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT, PREDICT_MAX_FRAGMENTS
+from pointgeope.constants import FOLD_NAME, PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT, PREDICT_MAX_FRAGMENTS
 from pointgeope.data.spacing import median_spacing
 from pointgeope.engine import build
 from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info,
@@ -94,7 +93,7 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
                 which = load_record(model / "config.yaml").eval.checkpoint
             except ConfigError:
                 pass  # the checkpoint carries its own config; last.pt it is
-    if not (model / f"{which}.pt").exists() and not re.fullmatch(r"area_\d+", model.name):
+    if not (model / f"{which}.pt").exists() and not FOLD_NAME.fullmatch(model.name):
         raise PredictError(not_a_fold(model))  # RUN given for RUN/area_K: its folds named
     return model / f"{which}.pt"
 
