@@ -20,7 +20,7 @@ from PIL import Image
 from pointgeope.cli import main
 from pointgeope.constants import CLASS_INDEX, NUM_CLASSES, PALETTE
 from pointgeope.viz.camera import fit_camera, project
-from pointgeope.viz.colors import CORRECT_COLOR, WRONG_COLOR, error_colors, label_colors
+from pointgeope.viz.colors import CORRECT_COLOR, NEEDS_PRED, WRONG_COLOR, error_colors, label_colors
 from pointgeope.viz.scene import load_room, prepare_view
 
 pytestmark = pytest.mark.display
@@ -169,7 +169,7 @@ def test_mode_keys_recolour_the_window(display):
             vis.add_geometry(pcd)
             render._configure(vis, point_size=6)
             render.apply_camera(o3d, vis, camera)
-            keys = render.mode_callbacks(o3d, pcd, colors, announce=said.append)
+            keys = render.mode_callbacks(o3d, pcd, colors, announce=said.append, missing={"pred": NEEDS_PRED})
             assert sorted(keys) == [ord("1"), ord("2"), ord("3"), ord("4")]
             assert keys[ord("3")](vis) is False and said[-1] == "mode pred: not available (needs --pred)"
             assert keys[ord("4")](vis) is True and said[-1] == "mode error"
