@@ -29,7 +29,7 @@ import torch
 from pointgeope.constants import FOLD_NAME, PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT, PREDICT_MAX_FRAGMENTS
 from pointgeope.data.spacing import median_spacing
 from pointgeope.engine import build
-from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info,
+from pointgeope.engine.checkpoint import (UNREADABLE, CheckpointError, checkpoint_prediction_info,
                                           load_checkpoint, load_model_state, unfinished_warning)
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, override_key
 from pointgeope.engine.config_values import range_problem
@@ -41,7 +41,8 @@ from pointgeope.scans.scan import Scan, ScanError
 from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
 
 SPACING_FACTOR = 10.0
-UNREADABLE_MODEL = "MODEL {path}: expected a checkpoint (.pt) or a fold folder RUN/area_K, got {kind}"  # load_checkpoint's
+# load_checkpoint's error of a MODEL file torch cannot load (MODEL and INPUT swapped); a fold folder's: UNREADABLE
+UNREADABLE_MODEL = "MODEL {path}: expected a checkpoint (.pt) or a fold folder RUN/area_K, got {kind}"
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)  # --tta when the run's config has no test-time views
 # Besides eval.*: the overrides that change how predict runs, free keys of the checkpoint (checkpoint.FREE_KEYS)
 # that predict reads (where the point hierarchy is built, torch's CPU threads; --device chooses the device).
@@ -143,8 +144,8 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     (``None``: all; ``False``, not given: the run's ``eval.max_fragments``, or
     :data:`~pointgeope.constants.PREDICT_MAX_FRAGMENTS` where that is null). Raises PredictError or
     CheckpointError."""
-    path = checkpoint_path(model, checkpoint)
-    ckpt = load_checkpoint(path, unreadable=UNREADABLE_MODEL)
+    path = checkpoint_path(model, checkpoint)   # a fold's damaged checkpoint gets training's words; MODEL's a file
+    ckpt = load_checkpoint(path, unreadable=UNREADABLE if Path(model).is_dir() else UNREADABLE_MODEL)
     info = checkpoint_prediction_info(ckpt, path)
     warning = unfinished_warning(path, ckpt)
     if warning:
