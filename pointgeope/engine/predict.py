@@ -104,8 +104,8 @@ def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | No
     """The checkpoint's config with ``overrides`` (of eval.* and the free keys only: not of what the
     network was trained with), adjusted for prediction (see :func:`load_predictor`); and where the fragment
     cap comes from when the user did not choose it (:attr:`Predictor.cap_origin`)."""
-    for text in overrides:
-        key = override_key(text)
+    keys = [override_key(text) for text in overrides]     # ' eval.tta.rotations=4' -> 'eval.tta.rotations'
+    for text, key in zip(overrides, keys):
         if not key.startswith("eval.") and key not in PREDICT_KEYS:
             raise PredictError(f"override {text!r}: predict takes overrides of eval.* and of "
                                f"{', '.join(sorted(PREDICT_KEYS))}, not of what the network was trained with "
@@ -115,20 +115,20 @@ def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | No
     except ConfigError as err:
         raise CheckpointError(f"{path}: written by another version of pointgeope ({err})") from None
     cfg = config_from_dict(ckpt["config"], where=f"{path}'s config", overrides=overrides)
-    views = cfg.eval.tta
+    views, sets_views = cfg.eval.tta, any(key == "eval.tta" or key.startswith("eval.tta.") for key in keys)
     if cfg.eval.protocol == "ptv3":      # its own 10 views are the test (with or without --tta): no eval.tta
-        if any(t.startswith("eval.tta") for t in overrides):
+        if sets_views:
             raise PredictError(f"{path}: a run of eval.protocol=ptv3, whose test has its own 10 views; leave out "
                                "the eval.tta overrides")
         tta = False
-    if not tta and not any(t.startswith("eval.tta") for t in overrides):
+    if not tta and not sets_views:
         views = TTAConfig()
     elif tta and views == TTAConfig():
         views = DEFAULT_TTA
     cap, origin = cfg.eval.max_fragments if max_fragments is False else max_fragments, None
     if max_fragments is False and cap is None:
         cap, origin = PREDICT_MAX_FRAGMENTS, "predict's default cap"
-    elif max_fragments is False and not any(override_key(t) == "eval.max_fragments" for t in overrides):
+    elif max_fragments is False and "eval.max_fragments" not in keys:
         origin = "the run's eval.max_fragments"
     ev = dataclasses.replace(cfg.eval, tta=views, batch_points=batch_points or cfg.eval.batch_points,
                              max_fragments=cap)

@@ -217,3 +217,12 @@ def test_a_2m_point_scan_is_predicted_in_bounded_pieces():
     assert pred.shape == (n,) and (votes >= 1).all() and (votes > 1).any()   # fragments of 30k: cropped
     assert 0 < max(predictor.model.calls) <= 40_000
     np.testing.assert_array_equal(pred, expected_class(color))
+
+
+@pytest.mark.parametrize("override", [" eval.tta.rotations=4", "eval.tta={rotations: 4}"])
+def test_an_eval_tta_override_sets_the_views_however_it_is_spelt(tiny_run, override):
+    """Without --tta an eval.tta override sets the views (one otherwise). The key is read once, as the
+    config reads it: ' eval.tta.rotations=4' passed the check but the views rule, reading the raw text,
+    missed it and predicted one view."""
+    assert load_predictor(tiny_run).cfg.eval.tta.rotations == 1
+    assert load_predictor(tiny_run, overrides=[override]).cfg.eval.tta.rotations == 4
