@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_io import git_commit, save_json  # noqa: E402
-from evaluate_published import synth_room  # noqa: E402
+from data_prep.synth.dataset import synth_room  # noqa: E402
 
 from pointgeope.data.dataset import room_sample, sample_rng  # noqa: E402
 from pointgeope.data.ptv3_dataset import ptv3_data  # noqa: E402

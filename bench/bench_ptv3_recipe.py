@@ -15,7 +15,7 @@ import torch
 
 from bench_io import git_commit, save_json
 from bench_train_step import timed
-from evaluate_published import synth_room
+from data_prep.synth.dataset import synth_room
 from step_profile import profile
 from pointgeope.data.dataset import room_sample, sample_rng
 from pointgeope.data.ptv3_dataset import ptv3_data

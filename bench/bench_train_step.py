@@ -203,7 +203,7 @@ def loader_sample_costs(args) -> dict:
     grid sampling, the ``voxel_max`` crop, ``ToData``) and, with ``data.hierarchy: loader``, the sample's
     hierarchy (numba FPS, pykdtree). The room: ``synth --size bench`` Area_5 room 1 (about 0.85M points)."""
     import numpy as np
-    from evaluate_published import synth_room
+    from data_prep.synth.dataset import synth_room
 
     from pointgeope.data.dataset import room_sample, sample_rng
     from pointgeope.data.transforms import ToData, s3dis_train_transform, shift_to_origin, take_points
