@@ -22,7 +22,7 @@ No torch here: the report imports it.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def _section(record: dict, name: str) -> dict:

@@ -220,15 +220,15 @@ def test_any_other_train_device_is_refused_when_the_config_is_read(device):
 
 
 @pytest.mark.parametrize("overrides, refused", [
-    (["model.pe=pointrope", "model.geope_base=50"], "model.geope_base=50.0: GeoPE's frequencies, but "
-     "model.pe=pointrope turns at LitePT's fixed frequencies (base 100 per grid cell), so it would change nothing; "
-     "remove it, or set model.pe to one of geope, lingeope, geope+rpe, lingeope+rpe, rope3d, rope3d+rpe, ape"),
-    (["model.pe=pointrope", "model.geope_learnable=true"], "model.geope_learnable=true: GeoPE's frequencies, but "
-     "model.pe=pointrope"),
-    (["model.pe=rope-mixed", "model.geope_learnable=true"], "but model.pe=rope-mixed turns at RoPE-Mixed's own "
-     "learnt frequencies"),
-    (["model.pe=rope-mixed", "model.geope_base=50"], "model.geope_base=50.0: GeoPE's frequencies, but "
-     "model.pe=rope-mixed"),
+    (["model.pe=pointrope", "model.geope_base=50"],
+     ("model.geope_base=50.0: GeoPE's frequencies, but model.pe=pointrope turns at LitePT's fixed frequencies (base "
+      "100 per grid cell), so it would change nothing; remove it, or set model.pe to one of geope, lingeope, "
+      "geope+rpe, lingeope+rpe, rope3d, rope3d+rpe, ape")),
+    (["model.pe=pointrope", "model.geope_learnable=true"],
+     "model.geope_learnable=true: GeoPE's frequencies, but model.pe=pointrope"),
+    (["model.pe=rope-mixed", "model.geope_learnable=true"],
+     "but model.pe=rope-mixed turns at RoPE-Mixed's own learnt frequencies"),
+    (["model.pe=rope-mixed", "model.geope_base=50"], "model.geope_base=50.0: GeoPE's frequencies, but model.pe=rope-mixed"),
     (["model.pe=rope-mixed", "model.rope_mixed_init=axial", "model.geope_base=50"], None),   # its start
     (["model.pe=rpe", "model.geope_learnable=true", "model.geope_base=50"], None),  # the ablation's baseline
     (["model.pe=none", "model.geope_learnable=true"], None),

@@ -20,7 +20,7 @@ from PIL import Image
 from pointgeope.cli import main
 from pointgeope.constants import CLASS_INDEX, NUM_CLASSES, PALETTE
 from pointgeope.viz.camera import fit_camera, project
-from pointgeope.viz.colors import CORRECT_COLOR, NEEDS_PRED, WRONG_COLOR, error_colors, label_colors
+from pointgeope.viz.colors import CORRECT_COLOR, WRONG_COLOR, error_colors, label_colors
 from pointgeope.viz.scene import load_room, prepare_view
 
 pytestmark = pytest.mark.display
@@ -152,6 +152,7 @@ def test_real_room_by_ground_truth_matches_a_zbuffer_reference(display, real_are
 
 def test_mode_keys_recolour_the_window(display):
     from pointgeope.viz import render
+    from pointgeope.viz.colors import NEEDS_PRED
 
     o3d = render.require_open3d()
     label = np.array([1, 7], np.uint8)
