@@ -48,19 +48,18 @@ BEFORE_KEY: dict[str, Callable[[dict], object]] = {
 
 
 def as_recorded(record: dict) -> dict:
-    """``record`` (a saved config as a plain mapping of sections) with every key of :data:`BEFORE_KEY` that it
-    lacks set to the value the key had before it existed; a new mapping (``record`` is not changed). A
-    section that is not a mapping is left as it is, for the config's checks to name."""
+    """``record`` (a saved config as a plain mapping of sections) with every key of :data:`BEFORE_KEY` that its
+    sections lack set to the value the key had before it existed; a new mapping (``record`` is not changed).
+    A section that the record lacks, or that is not a mapping, is left as it is (every saved config has
+    every section; the config's checks name a broken one)."""
     if not isinstance(record, dict):
         return record
     out = dict(record)
     for key, before in BEFORE_KEY.items():
         section, name = key.split(".")
-        if section in out and not isinstance(out[section], dict):
-            continue
-        if name in (out.get(section) or {}):
+        if not isinstance(out.get(section), dict) or name in out[section]:
             continue
         value = before(record)
         if value is not None:
-            out[section] = {**(out.get(section) or {}), name: value}
+            out[section] = {**out[section], name: value}
     return out
