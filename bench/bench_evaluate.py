@@ -208,22 +208,18 @@ def compare(args) -> dict:
     round); per case its minimum, the median
     and range of its per-round ratios to the first checkout at the same threads (paired), the ratio of the
     minima, and the commit and dirty flag of every checkout (``trees``)."""
-    import os
-    import subprocess
-    import sys
+    import tempfile
+
+    import numpy as np
+    from evaluate_published import published_room
 
     cases = [(path, threads, variant) for threads in args.thread_counts for path in args.compare
              for variant in (args.variants if path == args.compare[-1] else ["auto"])]
-    runs: dict[tuple, list[dict]] = {case: [] for case in cases}
-    for r in range(args.rounds):                        # every case once a round, the order rotated each round
-        for path, threads, variant in cases[r % len(cases):] + cases[:r % len(cases)]:
-            cmd = [sys.executable, __file__, "--case", "--size", args.size, "--config", args.config, "--device",
-                   args.device, "--threads", str(threads), "--reps", "1", "--variant", variant, "--set", *args.set]
-            env = dict(os.environ, PYTHONPATH=str(path), OMP_NUM_THREADS=str(threads))
-            text = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-            row = json.loads(text.strip().splitlines()[-1])
-            runs[(path, threads, variant)].append(row)
-            print(f"round {r + 1}: {path} threads {threads} {variant}: {row['seconds_per_room']} s", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        room = Path(tmp) / "room.npz"                   # one room, this checkout's, for every checkout
+        coord, color = published_room(args)
+        np.savez(room, coord=coord, color=color)
+        runs = _rounds(args, cases, room)
     rows = []
     for (path, threads, variant), got in runs.items():
         best = min(got, key=lambda row: row["seconds_per_room"])
@@ -237,6 +233,27 @@ def compare(args) -> dict:
     return {"rows": rows, "rounds": args.rounds, "trees": {str(path): git_state(Path(path)) for path in args.compare},
             "ratios": "paired_median: the median over rounds of the case's seconds over the first checkout's in the "
                       "same round (same threads), paired_range their range; ratio_to_first: the ratio of the minima"}
+
+
+def _rounds(args, cases: list[tuple], room: Path) -> dict[tuple, list[dict]]:
+    """The rows of ``--rounds`` interleaved rounds of every case ``(checkout, threads, variant)`` of
+    :func:`compare`, each a fresh process testing the ``room`` file (``--room``)."""
+    import os
+    import subprocess
+    import sys
+
+    runs: dict[tuple, list[dict]] = {case: [] for case in cases}
+    for r in range(args.rounds):                        # every case once a round, the order rotated each round
+        for path, threads, variant in cases[r % len(cases):] + cases[:r % len(cases)]:
+            cmd = [sys.executable, __file__, "--case", "--size", args.size, "--config", args.config, "--device",
+                   args.device, "--threads", str(threads), "--reps", "1", "--variant", variant, "--room", str(room),
+                   "--set", *args.set]
+            env = dict(os.environ, PYTHONPATH=str(path), OMP_NUM_THREADS=str(threads))
+            text = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+            row = json.loads(text.strip().splitlines()[-1])
+            runs[(path, threads, variant)].append(row)
+            print(f"round {r + 1}: {path} threads {threads} {variant}: {row['seconds_per_room']} s", flush=True)
+    return runs
 
 
 def published_args(parser: argparse.ArgumentParser) -> None:
@@ -256,6 +273,7 @@ def published_args(parser: argparse.ArgumentParser) -> None:
                         "background thread), thread-in-model (pieces there, hierarchy in the model), inline (no thread)")
     g.add_argument("--variant", default="auto", choices=variants)
     g.add_argument("--reps", type=int, default=1)
+    g.add_argument("--room", type=Path, help="(internal) the room's coord and color (.npz), written by --compare")
     g.add_argument("--agree-amp", choices=("none", "bf16", "fp16"),
                    help="--published: also the room at this eval.amp, its time and the agreement of the votes")
     g.add_argument("--rounds", type=int, default=3, help="--compare: interleaved rounds")

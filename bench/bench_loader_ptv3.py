@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_io import git_commit, save_json  # noqa: E402
-from evaluate_published import synth_room  # noqa: E402
+from data_prep.synth.dataset import synth_room  # noqa: E402
 
 from pointgeope.data.dataset import room_sample, sample_rng  # noqa: E402
 from pointgeope.data.ptv3_dataset import ptv3_data  # noqa: E402
@@ -50,7 +50,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/results/bench_loader_ptv3.json"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    coord, color = synth_room("bench")
+    room = synth_room("bench", 5, 0)              # Area_5's first room
+    coord, color = room.coord(), room.rgb
     label = np.zeros(coord.shape[0], np.uint8)
     times: dict[str, list[float]] = {"ptv1": [], "ptv3": []}
     points: dict[str, list[int]] = {"ptv1": [], "ptv3": []}

@@ -15,7 +15,7 @@ import torch
 
 from bench_io import git_commit, save_json
 from bench_train_step import timed
-from evaluate_published import synth_room
+from data_prep.synth.dataset import synth_room
 from step_profile import profile
 from pointgeope.data.dataset import room_sample, sample_rng
 from pointgeope.data.ptv3_dataset import ptv3_data
@@ -50,7 +50,8 @@ def recipe_batch(size: str, clouds: int, seed: int = 0, point_max: int = 204_800
     ``pos`` (N, 3), ``x`` (N, 6) ``[rgb | xyz]``, ``grid_coord`` (N, 3), ``ptr`` (B + 1,), ``y`` (N,) labels
     drawn uniformly from the 13 classes (the room has none; the Lovasz term then sees every class, as an S3DIS
     batch nearly does)."""
-    coord, color = synth_room(size)
+    room = synth_room(size, 5, 0)                 # Area_5's first room
+    coord, color = room.coord(), room.rgb
     transform = ptv3_train_transform(point_max=point_max)
     parts = [ptv3_data(transform(room_sample(coord, color), sample_rng(seed, i))) for i in range(clouds)]
     counts = torch.tensor([len(p.pos) for p in parts])

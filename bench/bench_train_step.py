@@ -203,13 +203,14 @@ def loader_sample_costs(args) -> dict:
     grid sampling, the ``voxel_max`` crop, ``ToData``) and, with ``data.hierarchy: loader``, the sample's
     hierarchy (numba FPS, pykdtree). The room: ``synth --size bench`` Area_5 room 1 (about 0.85M points)."""
     import numpy as np
-    from evaluate_published import synth_room
+    from data_prep.synth.dataset import synth_room
 
     from pointgeope.data.dataset import room_sample, sample_rng
     from pointgeope.data.transforms import ToData, s3dis_train_transform, shift_to_origin, take_points
     from pointgeope.data.voxelize import random_crop, voxel_sample
 
-    coord, color = synth_room("bench")
+    room = synth_room("bench", 5, 0)
+    coord, color = room.coord(), room.rgb
     label = np.zeros(coord.shape[0], np.uint8)
     transform, to_data, spec = s3dis_train_transform("ptv1"), ToData(), PointTransformerSeg().hierarchy_spec
     blocks, hierarchies, sizes = [], [], []

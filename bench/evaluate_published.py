@@ -9,26 +9,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def synth_room(size: str = "bench", area: int = 5, index: int = 0):
-    """``coord`` float32 (metres) and ``color`` uint8 of the room that ``pointgeope synth --size SIZE``
-    writes as room ``index`` of ``Area_<area>`` (the same seed and sampling, made in memory)."""
+def published_room(args):
+    """``coord`` float32 (metres) and ``color`` uint8 of the room the case tests: ``--room``'s ``.npz``
+    (``--compare`` writes it once with this checkout's generator, so every checkout, an older one too, tests
+    the same points), else ``Area_5``'s first room of ``synth --size``, sampled in memory."""
     import numpy as np
 
-    from data_prep.synth.config import PRESETS
-    from data_prep.synth.dataset import (
-        area_layouts,
-        plan_defects,
-        plan_rooms,
-        sample_room,
-    )
+    if getattr(args, "room", None):
+        with np.load(args.room) as saved:
+            return saved["coord"], saved["color"]
+    from data_prep.synth.dataset import synth_room
 
-    cfg = PRESETS[size]
-    specs = plan_rooms(cfg.areas, cfg.rooms_per_area)
-    stairs = plan_defects(specs, cfg.seed)[1] if cfg.defects else None
-    mine = [s for s in specs if s.area == area - 1]
-    layout = area_layouts(mine, cfg.seed, stairs)[index]
-    points = sample_room(mine[index], layout, cfg.density, cfg.noise, cfg.min_points, cfg.seed)
-    return (points.xyz_mm / 1000.0).astype(np.float32), points.rgb
+    room = synth_room(args.size, 5, 0)
+    return room.coord(), room.rgb
 
 
 def published_case(args) -> dict:
@@ -52,7 +45,7 @@ def published_case(args) -> dict:
     model = build.model(cfg).to(device).eval()
     forwarded = []                                  # points of every forward: the point predictions made
     model.register_forward_pre_hook(lambda module, inputs: forwarded.append(int(inputs[0].shape[0])))
-    coord, color = synth_room(args.size)
+    coord, color = published_room(args)
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()

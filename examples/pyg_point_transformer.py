@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,9 +20,8 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 from torch_geometric.nn import MLP
 
-from data_prep.synth.config import PRESETS
-from data_prep.synth.dataset import RAW_TO_CLASS, area_layouts, plan_rooms, sample_room
-from pointgeope.constants import CLASS_INDEX, NUM_CLASSES
+from data_prep.synth.dataset import synth_room
+from pointgeope.constants import NUM_CLASSES
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
 
 SPACING = 0.2       # metres between the points of a `synth --size tiny` room (25 points per m^2)
@@ -33,14 +31,10 @@ def room_blocks() -> list[Data]:
     """One synthetic office (``Area_1/office_1`` of ``pointgeope synth --size tiny``, its points as the
     generator samples them, before they are written as text) cut into 2 x 2 blocks: ``x = [rgb / 255 | xyz]``,
     ``pos`` in metres, ``y`` the class of each point's annotation file."""
-    config = PRESETS["tiny"]
-    spec = plan_rooms(1, 1)[0]
-    layout = area_layouts([spec], config.seed, stairs_room=None)[0]
-    points = sample_room(spec, layout, config.density, config.noise, config.min_points, config.seed)
-    classes = [CLASS_INDEX[RAW_TO_CLASS.get(name, name)] for _, name, _ in points.files]
-    coord = torch.from_numpy(points.xyz_mm / 1000.0).float()
+    points = synth_room("tiny", 1, 0)
+    coord = torch.from_numpy(points.coord())
     color = torch.from_numpy(points.rgb).float() / 255
-    label = torch.from_numpy(np.repeat(classes, [count for *_, count in points.files])).long()
+    label = torch.from_numpy(points.labels())
     middle = (coord.min(0).values + coord.max(0).values) / 2
     blocks = []
     for quarter in range(4):

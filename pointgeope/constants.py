@@ -5,6 +5,8 @@ viewer, the ignore label and the room size limit (the HDF5 layout and its versio
 """
 from __future__ import annotations
 
+import re
+
 CLASS_NAMES: tuple[str, ...] = (
     "ceiling", "floor", "wall", "beam", "column", "window", "door",
     "table", "chair", "sofa", "bookcase", "board", "clutter",
@@ -17,6 +19,10 @@ AREAS: tuple[str, ...] = tuple(f"Area_{k}" for k in range(1, 7))
 # Rooms of each area in S3DIS (Stanford3dDataset_v1.2_Aligned_Version, 272 in all): a fold's training and
 # test sizes follow from them (bench/fold_estimate.py). Prepare and the loaders read the rooms that are there.
 AREA_ROOMS: dict[str, int] = {"Area_1": 44, "Area_2": 40, "Area_3": 23, "Area_4": 49, "Area_5": 68, "Area_6": 48}
+
+# A run's fold folder, RUN/area_K (train --test-area K writes it; evaluate, predict and the viewer know it by
+# this name): group 1 is K.
+FOLD_NAME = re.compile(r"area_(\d+)")
 
 IGNORE_LABEL = 255
 

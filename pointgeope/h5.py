@@ -39,7 +39,7 @@ import h5py
 import numpy as np
 
 from pointgeope.atomic import atomic_path
-from pointgeope.constants import CLASS_NAMES, MAX_ROOM_EXTENT
+from pointgeope.constants import CLASS_NAMES, FOLD_NAME, MAX_ROOM_EXTENT
 from pointgeope.errors import UserError
 from pointgeope.paths import inside
 
@@ -205,7 +205,7 @@ def _open_predictions(path: str | Path) -> h5py.File:
     if not path.is_file():
         fold = path.parent.parent   # a fold's predictions, deleted: its evaluation writes them (train skips it)
         fix = (f"; `pointgeope evaluate {fold}` writes it" if path.parent.name == "predictions"
-               and re.fullmatch(r"area_\d+", fold.name) and (fold / "last.pt").is_file() else "")
+               and FOLD_NAME.fullmatch(fold.name) and (fold / "last.pt").is_file() else "")
         raise SchemaError(f"expected a predictions file ({_PREDICTIONS}), found nothing at {path}{fix}")
     try:
         return h5py.File(path, "r")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from data_prep.synth.config import PRESETS
 from data_prep.synth.geometry import inside_any, point_count, sample
 from data_prep.synth.objects import object_colours
 from data_prep.synth.rooms import BUILDERS, STRUCTURE, RoomLayout, solid_boxes
@@ -59,6 +60,22 @@ class RoomPoints:
     xyz_mm: np.ndarray
     rgb: np.ndarray
     files: list[tuple[str, str, int]]
+
+    def coord(self) -> np.ndarray:
+        """float32 ``(N, 3)``: the points in metres, as the preparer reads them from the room's files."""
+        return (self.xyz_mm / 1000.0).astype(np.float32)
+
+    def labels(self) -> np.ndarray:
+        """int64 ``(N,)``: each point's class index (``CLASS_NAMES``) of its annotation file's class
+        (:func:`class_of`)."""
+        classes = [CLASS_NAMES.index(class_of(name)) for _, name, _ in self.files]
+        return np.repeat(np.asarray(classes, dtype=np.int64), [count for *_, count in self.files])
+
+
+def class_of(annotation: str) -> str:
+    """The class (of the 13) of an annotation file's class name: itself, or clutter for ``stairs``
+    (:data:`RAW_TO_CLASS`, as the preparer maps it)."""
+    return RAW_TO_CLASS.get(annotation, annotation)
 
 
 def plan_rooms(areas: int, rooms_per_area: int) -> list[RoomSpec]:
@@ -136,11 +153,25 @@ def sample_room(spec: RoomSpec, layout: RoomLayout, density: float, noise: float
     return RoomPoints(spec, np.concatenate(xyz), np.concatenate(rgb), files)
 
 
+def synth_room(size: str, area: int, index: int) -> RoomPoints:
+    """Room ``index`` (0-based) of ``Area_<area>`` as ``pointgeope synth --size SIZE`` samples it (the same plan,
+    seed, area layout, stairs room and sampling), made in memory: no files, no parser."""
+    config = PRESETS[size]
+    plan = plan_rooms(config.areas, config.rooms_per_area)
+    specs = [s for s in plan if s.area == area - 1]
+    if not specs or not 0 <= index < len(specs):
+        raise ValueError(f"expected Area_1..Area_{config.areas} and a room index 0..{config.rooms_per_area - 1} "
+                         f"of synth --size {size}, got Area_{area} room {index}")
+    stairs = plan_defects(plan, config.seed)[1] if config.defects else None
+    layout = area_layouts(specs, config.seed, stairs)[index]
+    return sample_room(specs[index], layout, config.density, config.noise, config.min_points, config.seed)
+
+
 def room_record(points: RoomPoints) -> dict:
     """The manifest entry of a room: kind, point count, 13-class counts (stairs as clutter), files, box."""
     counts = dict.fromkeys(CLASS_NAMES, 0)
     for _, name, count in points.files:
-        counts[RAW_TO_CLASS.get(name, name)] += count
+        counts[class_of(name)] += count
     lo, hi = points.xyz_mm.min(0) / 1000.0, points.xyz_mm.max(0) / 1000.0
     return {"kind": points.spec.kind, "num_points": int(len(points.xyz_mm)), "class_counts": counts,
             "files": {name: count for name, _, count in points.files},

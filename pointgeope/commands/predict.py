@@ -14,7 +14,8 @@ DIR/<name>_pred.npy (uint8 label per point), DIR/<name>_pred.ply (points coloure
 property), .las (classification), .txt (x y z r g b label), .h5 (for `pointgeope viz`); with
 --probabilities DIR/<name>_probs.npy (float16 (N, 13)). The rooms of an Area_N.h5, and the raw rooms found
 inside a folder, go to DIR/Area_N/<room>_pred.* (named after the area file or the folder). One view unless
---tta, whatever the run's eval.tta (which evaluate uses). An input that fails is reported in one line and
+--tta or an eval.tta override (eval.tta.rotations=4) sets them, whatever the run's eval.tta (which evaluate
+uses). An input that fails is reported in one line and
 the others are still predicted; the last line names the inputs that failed and the exit code is 2 when any
 failed. Any file name works (non-ASCII, spaces, newlines). Stray points (finite coordinates too large for
 float32, or farther than --max-extent, default 50 m, from the scan's median, after --scale) are left out

@@ -30,6 +30,7 @@ import torch
 
 from pointgeope.atomic import atomic_open
 from pointgeope.constants import CLASS_NAMES, PALETTE
+from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
 
 FORMAT = "pointgeope-checkpoint"
@@ -96,14 +97,19 @@ FILE_KINDS = ((b"\x89HDF\r\n\x1a\n", "an HDF5 file"), (b"\x93NUMPY", "a NumPy .n
 def unreadable_kind(path: Path, err: Exception) -> str:
     """What ``path``, which ``torch.load`` refused with ``err``, is: a kind of file known by its first bytes,
     a text file, else torch's reason (its first line; a pickle that safe loading refuses is said so, without
-    torch's advice to load it with ``weights_only=False``, which would run the file's code)."""
-    with open(path, "rb") as f:
-        head = f.read(512)
-    kind = next((text for magic, text in FILE_KINDS if head.startswith(magic)), None)
-    if kind or not head:
-        return kind or "an empty file"
-    if all(b >= 0x20 or b in b"\t\n\r" for b in head):  # no control byte: text (a multi-byte UTF-8 character too)
-        return "a text file"
+    torch's advice to load it with ``weights_only=False``, which would run the file's code). A file that cannot
+    be read again (no permission, an I/O error, removed meanwhile) gets torch's reason."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        head = None
+    if head is not None:
+        kind = next((text for magic, text in FILE_KINDS if head.startswith(magic)), None)
+        if kind or not head:
+            return kind or "an empty file"
+        if all(b >= 0x20 or b in b"\t\n\r" for b in head):  # no control byte: text (a multi-byte UTF-8 char too)
+            return "a text file"
     first = (str(err).strip().splitlines() or [""])[0][:200]  # torch's messages run over many lines
     if "weights_only" in str(err):
         return f"a pickle that safe loading refuses ({type(err).__name__})"
@@ -166,11 +172,11 @@ def fold_config(run: str | Path, overrides: list[str] = (), log=print):
     """The ``Config`` of the fold folder ``run`` with ``overrides``: its ``config.yaml``, else (the file
     deleted) the config its ``last.pt`` (else ``best.pt``) was written with, which is what trained it,
     said through ``log``; a :class:`UserError` saying what to do when it has neither."""
-    from pointgeope.engine.config import ConfigError, config_from_dict, load_config
+    from pointgeope.engine.config import ConfigError, config_from_dict, load_record
 
     run = Path(run)
     if (run / "config.yaml").exists():
-        return load_config(run / "config.yaml", overrides)
+        return load_record(run / "config.yaml", overrides)
     found = [run / f"{which}.pt" for which in ("last", "best") if (run / f"{which}.pt").is_file()]
     if not found:
         raise UserError(f"{run}: expected config.yaml and last.pt, the fold's config and weights, found neither; "
@@ -212,11 +218,12 @@ def unfinished_warning(path: str | Path, ckpt: dict) -> str | None:
 
 def eval_values(config: dict) -> dict[str, object]:
     """The ``eval`` section of a plain config as dotted keys (``{"eval.tta.rotations": 1, ...}``); a key it
-    lacks (a record older than the key) at its default."""
+    lacks (a record older than the key) as it was then (``record_keys.as_recorded``), else at its default."""
     from pointgeope.engine.config import Config, config_to_dict
     from pointgeope.engine.config_yaml import flatten
 
-    return {**flatten(config_to_dict(Config())["eval"], "eval."), **flatten(config.get("eval") or {}, "eval.")}
+    return {**flatten(config_to_dict(Config())["eval"], "eval."),
+            **flatten(as_recorded(config).get("eval") or {}, "eval.")}
 
 
 def untested_eval(run: str | Path, tested: dict | None, current: dict) -> str:
@@ -263,14 +270,16 @@ def backbone_of(config: dict) -> str:
     return (config.get("model") or {}).get("backbone", "ptv1")
 
 
-def config_differences(saved: dict, current: dict, prefix: str = "",
-                       defaults: dict | None = None) -> list[tuple[str, object, object]]:
+def config_differences(saved: dict, current: dict) -> list[tuple[str, object, object]]:
     """``(key, saved value, current value)`` for every non-free key whose values differ; a key that the
-    saved config lacks (written before the key existed) counts as its default (``Config()``'s)."""
-    if defaults is None:
-        from pointgeope.engine.config import Config, config_to_dict
+    saved config lacks (written before the key existed) counts as it was then (``record_keys.as_recorded``),
+    else as its default (``Config()``'s)."""
+    from pointgeope.engine.config import Config, config_to_dict
 
-        defaults = config_to_dict(Config())
+    return _differences(as_recorded(saved), current, "", config_to_dict(Config()))
+
+
+def _differences(saved: dict, current: dict, prefix: str, defaults) -> list[tuple[str, object, object]]:
     out = []
     for key in sorted(set(saved) | set(current)):
         name = f"{prefix}{key}"
@@ -279,7 +288,7 @@ def config_differences(saved: dict, current: dict, prefix: str = "",
         default = defaults.get(key) if isinstance(defaults, dict) else None
         a, b = saved.get(key, default), current.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
-            out += config_differences(a, b, f"{name}.", default)
+            out += _differences(a, b, f"{name}.", default)
         elif a != b:
             out.append((name, a, b))
     return out

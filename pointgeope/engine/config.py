@@ -36,6 +36,7 @@ from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem, value_problem
 from pointgeope.engine.config_yaml import DuplicateKeyError, load_yaml
+from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
 
@@ -366,8 +367,15 @@ def config_to_dict(cfg: Config) -> dict:
 
 
 def config_from_dict(raw: dict, where: str = "config", overrides: typing.Sequence[str] = ()) -> Config:
-    """The :class:`Config` of a plain mapping (a checkpoint's), with ``section.key=value`` overrides."""
-    return _overridden(_check_mapping(raw, Config, where), overrides, where)
+    """The :class:`Config` of a saved plain mapping (a checkpoint's), with ``section.key=value`` overrides; a
+    key it lacks as it was before the key existed (:func:`pointgeope.engine.record_keys.as_recorded`)."""
+    return _overridden(_check_mapping(as_recorded(raw), Config, where), overrides, where)
+
+
+def load_record(path: str | Path, overrides: typing.Sequence[str] = ()) -> Config:
+    """The :class:`Config` of a run's saved ``config.yaml`` (:func:`save_config`'s) with overrides; a key it
+    lacks as it was before the key existed (:func:`pointgeope.engine.record_keys.as_recorded`)."""
+    return _overridden(as_recorded(_read_layers(Path(path))), overrides, str(path))
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

@@ -238,31 +238,56 @@ def backbone_problem(m: ModelConfig) -> str | None:
     return None
 
 
+# The encodings without position frequencies of any kind (no rotation, no sinusoid): they take GeoPE's keys
+# and use neither, so an ablation sets them for every preset (`--presets rpe,geope model.geope_learnable=true`)
+FREQUENCY_FREE = ("none", "rpe")
+FREQUENCY_KEYS = ("geope_base", "geope_learnable")
+# what the other encodings turn at, for the message of a GeoPE key they do not read
+OWN_FREQUENCIES = {"point3drope": "Utonia's fixed frequencies (base 10; its scale: model.point3drope_scale)",
+                   "pointrope": "LitePT's fixed frequencies (base 100 per grid cell)",
+                   "rope-mixed": "RoPE-Mixed's own learnt frequencies (model.rope_mixed_init=axial starts them "
+                                 "from model.geope_base; random draws them at base 10)"}
+
+
+def frequency_keys_read(m: ModelConfig, pe: str | None = None) -> tuple[str, ...]:
+    """The keys of :data:`FREQUENCY_KEYS` that the encoding ``pe`` (default ``model.pe``) reads on ``m``'s
+    backbone: PTv3's ``qk_encodings.GEOPE_FREQUENCY_ENCODINGS`` both; PTv1's ``attention.frequency_keys``."""
+    from pointgeope.model.attention import PRESETS, frequency_keys
+    from pointgeope.model.qk_encodings import GEOPE_FREQUENCY_ENCODINGS
+
+    pe = m.pe if pe is None else pe
+    if m.backbone == "ptv3":
+        return FREQUENCY_KEYS if pe in GEOPE_FREQUENCY_ENCODINGS else ()
+    return frequency_keys(PRESETS[pe], m.rope_mixed_init)
+
+
 def encoding_problem(m: ModelConfig) -> str | None:
     """A key of one kind of encoding set away from its default with a ``model.pe`` that does not read it, or
-    ``None``: ``model.point3drope_scale`` (``point3drope`` only); under PTv3, ``model.geope_base`` and
-    ``model.geope_learnable`` (GeoPE's frequencies: ``qk_encodings.GEOPE_FREQUENCY_ENCODINGS``) with
-    ``point3drope`` or ``pointrope``, which turn at their authors' fixed frequencies. ``none`` takes them: it has
-    no positions, so an ablation with the keys on keeps its baseline."""
+    ``None``: ``model.point3drope_scale`` (``point3drope`` only); on either backbone ``model.geope_base`` and
+    ``model.geope_learnable`` (GeoPE's frequencies) with an encoding that turns at other frequencies
+    (:func:`frequency_keys_read`: ``point3drope``, ``pointrope``, ``rope-mixed``). The encodings without
+    frequencies, :data:`FREQUENCY_FREE` (``none``, PTv1's ``rpe``), take them: an ablation with the keys on
+    keeps its baseline."""
+    from pointgeope.model.attention import PRESETS
     from pointgeope.model.config import ModelConfig
-    from pointgeope.model.qk_encodings import GEOPE_FREQUENCY_ENCODINGS
+    from pointgeope.model.qk_encodings import QK_ENCODINGS
 
     default = ModelConfig()
     if m.pe != "point3drope" and m.point3drope_scale != default.point3drope_scale:
         return (f"model.point3drope_scale={m.point3drope_scale}: only model.pe=point3drope reads it, but "
                 f"model.pe={m.pe}; remove it")
-    if m.backbone != "ptv3" or m.pe in (*GEOPE_FREQUENCY_ENCODINGS, "none"):
+    if m.pe in FREQUENCY_FREE:
         return None
-    changed = [f"model.{k}={str(v).lower() if isinstance(v, bool) else v}" for k in ("geope_base", "geope_learnable")
-               if (v := getattr(m, k)) != getattr(default, k)]
-    if changed:
-        own = {"point3drope": "Utonia's fixed frequencies (base 10; its scale: model.point3drope_scale)",
-               "pointrope": "LitePT's fixed frequencies (base 100 per grid cell)"}.get(m.pe, "its own frequencies")
-        return (f"{', '.join(changed)}: GeoPE's frequencies, but model.pe={m.pe} turns at {own}, so "
-                f"{'they' if len(changed) > 1 else 'it'} would change nothing; remove "
-                f"{'them' if len(changed) > 1 else 'it'}, or set model.pe to one of "
-                f"{', '.join(GEOPE_FREQUENCY_ENCODINGS)}")
-    return None
+    read = frequency_keys_read(m)
+    keys = [k for k in FREQUENCY_KEYS if k not in read and getattr(m, k) != getattr(default, k)]
+    if not keys:
+        return None
+    changed = [f"model.{k}={str(getattr(m, k)).lower() if k == 'geope_learnable' else getattr(m, k)}" for k in keys]
+    readers = [pe for pe in (QK_ENCODINGS if m.backbone == "ptv3" else PRESETS)
+               if set(keys) <= set(frequency_keys_read(m, pe))]
+    return (f"{', '.join(changed)}: GeoPE's frequencies, but model.pe={m.pe} turns at {OWN_FREQUENCIES[m.pe]}, so "
+            f"{'they' if len(keys) > 1 else 'it'} would change nothing; remove {'them' if len(keys) > 1 else 'it'}, "
+            f"or set model.pe to one of {', '.join(readers)}")
 
 
 def ptv3_problem(m: ModelConfig) -> str | None:

@@ -31,11 +31,12 @@ class EpochMeter:
         carried: :meth:`sums` of this epoch's batches before a resume (``None`` or ``{}``: none). They are
             already summed over the ranks, so one rank (the main one) must carry them, the others ``None``.
         class_mean: the rule of mAcc and mIoU (``eval.class_mean``: ``"all"`` or ``"present"``,
-            :func:`pointgeope.metrics.scores`), the same as the run's evaluation.
+            :func:`pointgeope.metrics.scores`), the same as the run's evaluation; no default here, where it
+            would be a second copy of the config's.
     """
 
     def __init__(self, num_classes: int, ignore_index: int | None, device: torch.device,
-                 carried: dict | None = None, class_mean: str = "all"):
+                 carried: dict | None = None, *, class_mean: str):
         self.class_mean = class_mean
         self.confusion = ConfusionMeter(num_classes, ignore_index, device=device)
         self.totals = torch.zeros(3, dtype=torch.float64, device=device)  # [loss sum, batches, points]

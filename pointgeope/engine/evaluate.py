@@ -35,7 +35,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import re
 import sys
 import time
 import zlib
@@ -48,7 +47,7 @@ import torch
 from torch_geometric.data import Data
 
 from pointgeope.atomic import writable_folder
-from pointgeope.constants import CLASS_NAMES
+from pointgeope.constants import CLASS_NAMES, FOLD_NAME
 from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.dataset import room_sample
 from pointgeope.data.folds import load_folds
@@ -234,8 +233,8 @@ def not_a_fold(run: Path) -> str:
     run folder's is told the fold folders it holds."""
     run = Path(run)
     try:
-        folds = sorted((p.name for p in run.iterdir() if p.is_dir() and re.fullmatch(r"area_\d+", p.name)),
-                       key=lambda name: int(name[5:]))
+        folds = sorted((p.name for p in run.iterdir() if p.is_dir() and FOLD_NAME.fullmatch(p.name)),
+                       key=lambda name: int(FOLD_NAME.fullmatch(name)[1]))
     except OSError:  # not a folder, or one that cannot be listed: no folds to name
         folds = []
     return (f"expected a fold folder named area_K (RUN/area_K), got {run}" + ("" if run.is_dir() else " (not a folder)")
@@ -243,7 +242,7 @@ def not_a_fold(run: Path) -> str:
 
 
 def fold_of_run(run: Path) -> int:
-    match = re.fullmatch(r"area_(\d+)", Path(run).name)
+    match = FOLD_NAME.fullmatch(Path(run).name)
     if not match or not Path(run).is_dir():
         raise UserError(not_a_fold(run))
     return int(match.group(1))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pointgeope.constants import PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT, PREDICT_MAX_FRAGMENTS
+from pointgeope.constants import FOLD_NAME, PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT, PREDICT_MAX_FRAGMENTS
 from pointgeope.data.spacing import median_spacing
 from pointgeope.engine import build
-from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info,
+from pointgeope.engine.checkpoint import (UNREADABLE, CheckpointError, checkpoint_prediction_info,
                                           load_checkpoint, load_model_state, unfinished_warning)
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, override_key
 from pointgeope.engine.config_values import range_problem
@@ -42,7 +41,8 @@ from pointgeope.scans.scan import Scan, ScanError
 from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
 
 SPACING_FACTOR = 10.0
-UNREADABLE_MODEL = "MODEL {path}: expected a checkpoint (.pt) or a fold folder RUN/area_K, got {kind}"  # load_checkpoint's
+# load_checkpoint's error of a MODEL file torch cannot load (MODEL and INPUT swapped); a fold folder's: UNREADABLE
+UNREADABLE_MODEL = "MODEL {path}: expected a checkpoint (.pt) or a fold folder RUN/area_K, got {kind}"
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)  # --tta when the run's config has no test-time views
 # Besides eval.*: the overrides that change how predict runs, free keys of the checkpoint (checkpoint.FREE_KEYS)
 # that predict reads (where the point hierarchy is built, torch's CPU threads; --device chooses the device).
@@ -88,13 +88,13 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
     if which is None:
         which = "last"
         if (model / "config.yaml").is_file():
-            from pointgeope.engine.config import load_config
+            from pointgeope.engine.config import load_record
 
             try:
-                which = load_config(model / "config.yaml").eval.checkpoint
+                which = load_record(model / "config.yaml").eval.checkpoint
             except ConfigError:
                 pass  # the checkpoint carries its own config; last.pt it is
-    if not (model / f"{which}.pt").exists() and not re.fullmatch(r"area_\d+", model.name):
+    if not (model / f"{which}.pt").exists() and not FOLD_NAME.fullmatch(model.name):
         raise PredictError(not_a_fold(model))  # RUN given for RUN/area_K: its folds named
     return model / f"{which}.pt"
 
@@ -104,8 +104,8 @@ def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | No
     """The checkpoint's config with ``overrides`` (of eval.* and the free keys only: not of what the
     network was trained with), adjusted for prediction (see :func:`load_predictor`); and where the fragment
     cap comes from when the user did not choose it (:attr:`Predictor.cap_origin`)."""
-    for text in overrides:
-        key = override_key(text)
+    keys = [override_key(text) for text in overrides]     # ' eval.tta.rotations=4' -> 'eval.tta.rotations'
+    for text, key in zip(overrides, keys):
         if not key.startswith("eval.") and key not in PREDICT_KEYS:
             raise PredictError(f"override {text!r}: predict takes overrides of eval.* and of "
                                f"{', '.join(sorted(PREDICT_KEYS))}, not of what the network was trained with "
@@ -115,20 +115,20 @@ def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | No
     except ConfigError as err:
         raise CheckpointError(f"{path}: written by another version of pointgeope ({err})") from None
     cfg = config_from_dict(ckpt["config"], where=f"{path}'s config", overrides=overrides)
-    views = cfg.eval.tta
+    views, sets_views = cfg.eval.tta, any(key == "eval.tta" or key.startswith("eval.tta.") for key in keys)
     if cfg.eval.protocol == "ptv3":      # its own 10 views are the test (with or without --tta): no eval.tta
-        if any(t.startswith("eval.tta") for t in overrides):
+        if sets_views:
             raise PredictError(f"{path}: a run of eval.protocol=ptv3, whose test has its own 10 views; leave out "
                                "the eval.tta overrides")
         tta = False
-    if not tta and not any(t.startswith("eval.tta") for t in overrides):
+    if not tta and not sets_views:
         views = TTAConfig()
     elif tta and views == TTAConfig():
         views = DEFAULT_TTA
     cap, origin = cfg.eval.max_fragments if max_fragments is False else max_fragments, None
     if max_fragments is False and cap is None:
         cap, origin = PREDICT_MAX_FRAGMENTS, "predict's default cap"
-    elif max_fragments is False and not any(override_key(t) == "eval.max_fragments" for t in overrides):
+    elif max_fragments is False and "eval.max_fragments" not in keys:
         origin = "the run's eval.max_fragments"
     ev = dataclasses.replace(cfg.eval, tta=views, batch_points=batch_points or cfg.eval.batch_points,
                              max_fragments=cap)
@@ -144,8 +144,8 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     (``None``: all; ``False``, not given: the run's ``eval.max_fragments``, or
     :data:`~pointgeope.constants.PREDICT_MAX_FRAGMENTS` where that is null). Raises PredictError or
     CheckpointError."""
-    path = checkpoint_path(model, checkpoint)
-    ckpt = load_checkpoint(path, unreadable=UNREADABLE_MODEL)
+    path = checkpoint_path(model, checkpoint)   # a fold's damaged checkpoint gets training's words; MODEL's a file
+    ckpt = load_checkpoint(path, unreadable=UNREADABLE if Path(model).is_dir() else UNREADABLE_MODEL)
     info = checkpoint_prediction_info(ckpt, path)
     warning = unfinished_warning(path, ckpt)
     if warning:

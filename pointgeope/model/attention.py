@@ -46,7 +46,8 @@ from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_fr
                                    pointrope_table)
 from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
 
-__all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS", "position_scales", "pair_frequencies"]
+__all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS", "position_scales", "frequency_keys",
+           "pair_frequencies"]
 
 Rotation = Literal["none", "geope", "lingeope", "rope3d", "rope-mixed", "pointrope"]
 ValueTerm = Literal["rpe", "geope", "none"]
@@ -149,6 +150,18 @@ def position_scales(pe: PositionalEncoding, channels: int, base: float, pos_scal
     if mixed_init == "random":
         return scale, nn.Parameter(mixed_frequencies(channels, pos_scale))
     return scale, nn.Parameter(axial_frequencies(scale(torch.float32, torch.device("cpu")), channels))
+
+
+def frequency_keys(pe: PositionalEncoding, mixed_init: MixedInit) -> tuple[str, ...]:
+    """The keys of GeoPE's frequencies (``model.geope_base``, ``model.geope_learnable``) that a layer of ``pe``
+    reads (:func:`position_scales`): both where its rotations or sinusoids turn at GeoPE's block scales;
+    ``geope_base`` alone for RoPE-Mixed with ``mixed_init="axial"`` (its learnt frequencies start there; random
+    ones are drawn at base 10); neither for PointROPE (constants) or without rotations and sinusoids."""
+    if pe.rotation == "pointrope" or not (pe.rotation in PAIR_ROTATIONS or pe.absolute or pe.rotates):
+        return ()
+    if pe.rotation == "rope-mixed":
+        return ("geope_base",) if mixed_init == "axial" else ()
+    return ("geope_base", "geope_learnable")
 
 
 def pair_frequencies(pe: PositionalEncoding, channels: int, block_scale: BlockScale | None,

@@ -70,7 +70,9 @@ class ModelConfig:
     decoder_blocks: list[int] = field(default_factory=lambda: [1, 1, 1, 1, 1])  # blocks after each transition-up
     share_planes: int = 8                   # channel groups per attention weight
     geope_base: float = 100.0               # GeoPE frequency base (the paper's lambda; also rope3d's)
-    geope_learnable: bool = False           # learn GeoPE's block frequencies (PTv3: geope, lingeope, rope3d)
+    geope_learnable: bool = False           # learn GeoPE's block frequencies (geope, lingeope, rope3d; PTv1's ape)
+    #                                         geope_base and this: refused with an encoding that does not read
+    #                                         them, taken by none and rpe (config_values.encoding_problem)
     point3drope_scale: float = POINT3DROPE_SCALE  # point3drope turns pair q by scale x metres x 10^(-q/Q): 0.5
     #                                         gives Utonia's S3DIS angles (its configs halve the coordinates)
     rope_mixed_init: Literal["random", "axial"] = "random"  # RoPE-Mixed's initial frequencies: its authors'

@@ -5,8 +5,10 @@ A fold's settings are its config as ``section.key`` -> value: the one its evalua
 keys that ``metrics.json`` records (``checkpoint``, ``vote``, ``max_fragments``, ``tta_views``) in place of
 the file's. A pooled 6-fold number means one method on one data set under one protocol, so every key is
 compared but those of :data:`IGNORED` (where and how fast a run went, its seed, its folder, the class-mean
-rule that the report rescores by itself); a key missing from some folds (a config of an older version)
-and a fold with no recorded settings are not compared. What differs is ``{key: {area: value}}``::
+rule that the report rescores by itself). A key that an older version did not write reads as it was then
+where that is known (``engine.record_keys``: an old ``point3drope`` fold turned at scale 1.0); another key
+missing from some folds and a fold with no recorded settings are not compared. What differs is
+``{key: {area: value}}``::
 
     {"model.pe": {"Area_1": "geope", "Area_2": "rpe", ...}, "data.files.Area_3": {...}}
 
@@ -23,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from pointgeope.engine.config_yaml import flatten  # (no torch: the report imports none)
+from pointgeope.engine.record_keys import as_recorded
 
 IGNORED = frozenset({
     "data.num_workers", "data.cache", "data.hierarchy",                 # how fast the data came
@@ -41,14 +44,14 @@ def fold_settings(metrics: dict, folder: Path) -> dict[str, object] | None:
     data = metrics.get("data")
     files = {f"data.files.{area}": checksum for area, checksum in data.items()} if isinstance(data, dict) else {}
     if isinstance(metrics.get("config"), dict):
-        return {**flatten(metrics["config"]), **files}
+        return {**flatten(as_recorded(metrics["config"])), **files}
     try:
         config = yaml.safe_load((Path(folder) / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     if not isinstance(config, dict):
         return None
-    settings = {k: v for k, v in flatten(config).items() if not k.startswith("eval.")}
+    settings = {k: v for k, v in flatten(as_recorded(config)).items() if not k.startswith("eval.")}
     for name, key in _METRICS_EVAL.items():
         if name in metrics:
             value = metrics[name]

@@ -14,8 +14,7 @@ import sys
 import numpy as np
 
 from pointgeope.constants import CLASS_NAMES, NUM_CLASSES, PALETTE
-from pointgeope.viz.colors import (CORRECT_COLOR, IGNORE_COLOR, MODE_HELP, MODES, NO_GROUND_TRUTH, WRONG_COLOR,
-                                   missing_modes)
+from pointgeope.viz.colors import CORRECT_COLOR, IGNORE_COLOR, MODE_HELP, MODES, NO_GROUND_TRUTH, WRONG_COLOR
 
 
 def use_ansi(stream=None) -> bool:
@@ -71,11 +70,10 @@ def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool =
     return lines
 
 
-def key_help_lines(has_pred: bool, ansi: bool = False, labelled: bool = True) -> list[str]:
-    """The viewer's keys: 1..4 switch the colouring (:func:`~pointgeope.viz.colors.missing_modes`): pred and
-    error marked as needing predictions without them; gt and error not offered for a room without ground
-    truth (an unlabelled scan), one line saying so."""
-    missing = missing_modes(labelled, has_pred)
+def key_help_lines(missing: dict[str, str], ansi: bool = False) -> list[str]:
+    """The viewer's keys: 1..4 switch the colouring; ``missing``, the modes that draw nothing and why
+    (:func:`~pointgeope.viz.colors.missing_modes`): pred and error marked as needing predictions without
+    them; gt and error not offered for a room without ground truth (an unlabelled scan), one line saying so."""
     lines = ["keys:"]
     for key, mode in enumerate(MODES, start=1):
         if missing.get(mode) != NO_GROUND_TRUTH:

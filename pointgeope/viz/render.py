@@ -26,7 +26,6 @@ import numpy as np
 from pointgeope.errors import UserError
 from pointgeope.viz import VizError
 from pointgeope.viz.camera import Camera
-from pointgeope.viz.colors import NEEDS_PRED
 
 INSTALL_HINT = ("install it with `pip install open3d` (on Debian/Ubuntu it also needs the system library "
                 "libusb: `apt-get install libusb-1.0-0`)")
@@ -230,16 +229,16 @@ def save_image(image: np.ndarray, path) -> None:
         Image.fromarray(np.ascontiguousarray(image)).save(tmp, optimize=True)
 
 
-def mode_callbacks(o3d, pcd, colors_by_mode: dict[str, np.ndarray], announce: Callable[[str], None] = print,
-                   missing: dict[str, str] | None = None) -> dict[int, Callable]:
-    """Key code -> callback ``fn(vis) -> bool`` that recolours ``pcd`` in that key's mode. A mode missing
-    from ``colors_by_mode`` (:func:`~pointgeope.viz.colors.missing_modes`: ``pred`` without predictions,
-    ``gt`` and ``error`` without ground truth) changes nothing and announces why in one line, the reason
-    ``missing[mode]`` (default: it needs --pred)."""
+def mode_callbacks(o3d, pcd, colors_by_mode: dict[str, np.ndarray], *, missing: dict[str, str],
+                   announce: Callable[[str], None] = print) -> dict[int, Callable]:
+    """Key code -> callback ``fn(vis) -> bool`` that recolours ``pcd`` in that key's mode. A mode of
+    ``missing`` (:func:`~pointgeope.viz.colors.missing_modes`: ``pred`` without predictions, ``gt`` and
+    ``error`` without ground truth; those absent from ``colors_by_mode``) changes nothing and announces why
+    in one line, the reason ``missing[mode]``."""
     def make(mode: str):
         def callback(vis) -> bool:
-            if mode not in colors_by_mode:
-                announce(f"mode {mode}: not available ({(missing or {}).get(mode, NEEDS_PRED)})")
+            if mode in missing:
+                announce(f"mode {mode}: not available ({missing[mode]})")
                 return False
             pcd.colors = o3d.utility.Vector3dVector(colors_by_mode[mode].astype(np.float64) / 255.0)
             vis.update_geometry(pcd)
@@ -250,7 +249,7 @@ def mode_callbacks(o3d, pcd, colors_by_mode: dict[str, np.ndarray], announce: Ca
 
 
 def show(coord: np.ndarray, colors_by_mode: dict[str, np.ndarray], mode: str, camera: Camera,
-         point_size: float = 2.0, title: str = "pointgeope", missing: dict[str, str] | None = None) -> None:
+         point_size: float = 2.0, title: str = "pointgeope", *, missing: dict[str, str]) -> None:
     """Open a window on the points, coloured by ``mode``; keys 1..4 switch modes (those of ``missing``, not
     in ``colors_by_mode``, say why in one line instead). Blocks until closed."""
     o3d = require_open3d()

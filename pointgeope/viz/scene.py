@@ -13,6 +13,7 @@ import numpy as np
 
 from pointgeope.constants import DEFAULT_MAX_POINTS, NUM_CLASSES
 from pointgeope.viz import VizError
+from pointgeope.viz.colors import has_ground_truth
 from pointgeope.viz.select import cap_indices, keep_mask, voxel_representatives
 
 
@@ -85,7 +86,7 @@ def prepare_view(view: RoomView, hidden: tuple[int, ...] = (), voxel: float | No
     out = view
     if hidden:
         names = ",".join(CLASS_NAMES[c] for c in hidden)
-        by_pred = not (out.label < NUM_CLASSES).any()
+        by_pred = not has_ground_truth(out.label)
         if by_pred and out.pred is None:
             raise VizError(f"--hide {names}: room {out.name!r} has neither ground truth nor predictions to hide "
                            "by; give --pred, or leave out --hide")

@@ -85,12 +85,12 @@ def check_extent(coord) -> None:
                        "without extent is blank, nothing to frame; --ply PLY writes them")
 
 
-def choose_mode(requested: str | None, room, area) -> str:
-    """The colouring: ``requested`` (``--mode``), else ``gt``, or for a room without ground truth (every
-    label ``IGNORE_LABEL``: the predictions of an unlabelled scan, ``pointgeope predict --format h5``) its
-    predictions (``rgb`` without them). A mode that needs what the room lacks is refused: ``pred`` and
-    ``error`` without predictions, ``gt`` and ``error`` without ground truth (they drew every point black)."""
-    labelled = has_ground_truth(room.label)
+def choose_mode(requested: str | None, room, area, labelled: bool) -> str:
+    """The colouring: ``requested`` (``--mode``), else ``gt``, or for a room without ground truth
+    (``labelled`` false, ``colors.has_ground_truth``: every label ``IGNORE_LABEL``, the predictions of an
+    unlabelled scan, ``pointgeope predict --format h5``) its predictions (``rgb`` without them). A mode that
+    needs what the room lacks is refused: ``pred`` and ``error`` without predictions, ``gt`` and ``error``
+    without ground truth (they drew every point black)."""
     mode = requested or ("gt" if labelled else "rgb" if room.pred is None else "pred")
     if mode in ("pred", "error") and room.pred is None:
         raise VizError(f"--mode {mode} needs --pred RUN/area_N/predictions/Area_N.h5 (or a file of "
@@ -123,7 +123,8 @@ def show_room(args) -> int:
             raise VizError(f"--room {args.room!r}: no such room in {args.area}; its rooms: {', '.join(rooms)}")
         hidden = parse_class_names(args.hide)
         room = load_room(args.area, args.room if args.room is not None else rooms[0], args.pred)
-    mode = choose_mode(args.mode, room, args.area)
+    labelled = has_ground_truth(room.label)
+    mode = choose_mode(args.mode, room, args.area, labelled)
     ansi = use_ansi()
     print("\n".join(legend_lines(room.label, room.pred, ansi=ansi,
                                  title=f"{args.area} / {room.name}: {len(room):,} points")))
@@ -153,9 +154,8 @@ def show_room(args) -> int:
         return 0
     from pointgeope.viz.render import show
 
-    labelled = has_ground_truth(room.label)
     missing = missing_modes(labelled, view.pred is not None)  # keys that draw nothing, and why
     colors = {m: colorize(m, view.color, view.label, view.pred) for m in MODES if m not in missing}
-    print("\n".join(key_help_lines(view.pred is not None, ansi, labelled)))
+    print("\n".join(key_help_lines(missing, ansi)))
     show(view.coord, colors, mode, camera, args.point_size, title=f"pointgeope: {room.name}", missing=missing)
     return 0

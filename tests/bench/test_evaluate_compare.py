@@ -1,5 +1,6 @@
 """bench_evaluate.py --compare with its subprocesses faked: the cases rotate round by round, each case is
-paired with the first checkout's run of the same round and threads, and both trees' commits are recorded."""
+paired with the first checkout's run of the same round and threads, both trees' commits are recorded, and
+every case tests the one room file this checkout wrote (an older checkout, without synth_room, too)."""
 from __future__ import annotations
 
 import argparse
@@ -20,13 +21,16 @@ def test_compare_pairs_rounds_and_records_trees(tmp_path, monkeypatch):
     base, new = Path(bench_io.ROOT), tmp_path / "new"          # this checkout, and a folder outside git
     new.mkdir()
     name = {str(base): "base", str(new): "new"}
-    calls, real_run = [], subprocess.run
+    calls, rooms, real_run = [], set(), subprocess.run
 
     def fake_run(cmd, env=None, **kwargs):
         if cmd[0] == "git":                                     # bench_io.git_state: the real git
             return real_run(cmd, env=env, **kwargs)
         key = (name[env["PYTHONPATH"]], cmd[cmd.index("--threads") + 1])
         calls.append(key)
+        room = Path(cmd[cmd.index("--room") + 1])              # one room file for every checkout, still there
+        rooms.add(room)
+        assert room.is_file()
         seconds = SECONDS[key][sum(1 for c in calls if c == key) - 1]
         return types.SimpleNamespace(stdout="log line\n" + json.dumps({"seconds_per_room": seconds}) + "\n")
 
@@ -36,6 +40,7 @@ def test_compare_pairs_rounds_and_records_trees(tmp_path, monkeypatch):
     out = bench_evaluate.compare(args)
     order = [("base", "2"), ("new", "2"), ("base", "1"), ("new", "1")]
     assert calls == order + order[1:] + order[:1] + order[2:] + order[:2]
+    assert len(rooms) == 1 and not rooms.pop().exists()                # written once, removed at the end
     rows = {(name[r["checkout"]], t): r for r, t in zip(out["rows"], (2, 2, 1, 1))}
     assert rows[("new", 2)]["seconds_rounds"] == [15.0, 10.0, 30.0]
     assert rows[("new", 2)]["paired_ratios"] == [1.5, 0.5, 3.0]

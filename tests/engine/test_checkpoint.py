@@ -52,6 +52,23 @@ def test_corrupt_file_is_an_error_naming_it(tmp_path):
         load_checkpoint(tmp_path / "none.pt")
 
 
+def test_a_file_that_cannot_be_read_again_is_still_one_checkpoint_error(tmp_path, monkeypatch):
+    """torch.load fails because the file cannot be read (EACCES for a user, EIO, or the file removed meanwhile):
+    the look at its first bytes fails too, and that OSError escaped in place of the CheckpointError."""
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"config": {}})
+
+    def unreadable(f, *args, **kwargs):
+        path.unlink()                                       # gone before the second look
+        raise PermissionError(13, "Permission denied", str(f))
+
+    monkeypatch.setattr(torch, "load", unreadable)
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path)
+    assert str(err.value) == (f"{path}: not a readable checkpoint (PermissionError: [Errno 13] Permission denied: "
+                              f"'{path}'); if it is a fold's last.pt, delete it to start the fold again")
+
+
 def test_a_pickle_refused_by_safe_loading_is_said_so_without_torchs_unsafe_advice(tmp_path):
     """torch's message ended "Re-running torch.load with weights_only set to False will likely succeed" (it
     would run the file's code); the error keeps what the file is and training's own advice only."""

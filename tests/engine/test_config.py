@@ -217,3 +217,30 @@ def test_train_device_takes_auto_cpu_and_cuda(device):
 def test_any_other_train_device_is_refused_when_the_config_is_read(device):
     with pytest.raises(ConfigError, match=rf"train.device: expected auto, cpu, cuda or cuda:N .*got '{device}'"):
         load_config(None, [f"train.device={device}"])
+
+
+@pytest.mark.parametrize("overrides, refused", [
+    (["model.pe=pointrope", "model.geope_base=50"],
+     ("model.geope_base=50.0: GeoPE's frequencies, but model.pe=pointrope turns at LitePT's fixed frequencies (base "
+      "100 per grid cell), so it would change nothing; remove it, or set model.pe to one of geope, lingeope, "
+      "geope+rpe, lingeope+rpe, rope3d, rope3d+rpe, ape")),
+    (["model.pe=pointrope", "model.geope_learnable=true"],
+     "model.geope_learnable=true: GeoPE's frequencies, but model.pe=pointrope"),
+    (["model.pe=rope-mixed", "model.geope_learnable=true"],
+     "but model.pe=rope-mixed turns at RoPE-Mixed's own learnt frequencies"),
+    (["model.pe=rope-mixed", "model.geope_base=50"], "model.geope_base=50.0: GeoPE's frequencies, but model.pe=rope-mixed"),
+    (["model.pe=rope-mixed", "model.rope_mixed_init=axial", "model.geope_base=50"], None),   # its start
+    (["model.pe=rpe", "model.geope_learnable=true", "model.geope_base=50"], None),  # the ablation's baseline
+    (["model.pe=none", "model.geope_learnable=true"], None),
+    (["model.pe=ape", "model.geope_learnable=true"], None),                          # its sinusoids' frequencies
+    (["model.pe=rope3d+rpe", "model.geope_learnable=true", "model.geope_base=50"], None),
+])
+def test_ptv1_refuses_geope_keys_its_encoding_does_not_read(overrides, refused):
+    """As PTv3 does: PTv1 accepted model.geope_base / model.geope_learnable with pointrope or rope-mixed and
+    ignored them. The baselines without frequencies (rpe, none) take them, so an ablation sets them for all."""
+    if refused is None:
+        assert load_config(None, overrides).model.pe == overrides[0].split("=")[1]
+        return
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert refused in str(err.value) and "\n" not in str(err.value)

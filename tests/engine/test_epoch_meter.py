@@ -28,14 +28,14 @@ def test_carried_sums_continue_the_epoch_exactly():
     """An epoch resumed after batch 3 of 7 logged the scores of batches 4-7 only; with the sums of the
     first three carried (as last.pt carries them) its summary is the uninterrupted one's, value for value."""
     data = batches(7)
-    straight = EpochMeter(C, -1, torch.device("cpu"))
+    straight = EpochMeter(C, -1, torch.device("cpu"), class_mean="all")
     for b in data:
         straight.add(*b)
-    first = EpochMeter(C, -1, torch.device("cpu"))
+    first = EpochMeter(C, -1, torch.device("cpu"), class_mean="all")
     for b in data[:3]:
         first.add(*b)
     carried = first.sums()
-    resumed = EpochMeter(C, -1, torch.device("cpu"), carried=carried)
+    resumed = EpochMeter(C, -1, torch.device("cpu"), carried=carried, class_mean="all")
     for b in data[3:]:
         resumed.add(*b)
     a, b = straight.summary(), resumed.summary()
@@ -59,7 +59,8 @@ def confusion_of(data) -> np.ndarray:
 
 def test_sums_leave_the_meter_counting_and_an_empty_carry_is_a_fresh_start():
     data = batches(4, seed=1)
-    meter, fresh = EpochMeter(C, -1, torch.device("cpu"), carried={}), EpochMeter(C, -1, torch.device("cpu"))
+    meter = EpochMeter(C, -1, torch.device("cpu"), carried={}, class_mean="all")
+    fresh = EpochMeter(C, -1, torch.device("cpu"), class_mean="all")
     for b in data[:2]:
         meter.add(*b)
         fresh.add(*b)
@@ -81,11 +82,12 @@ def _ranks_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         mine = batches(8, seed=3)[rank::world]
-        first = EpochMeter(C, -1, torch.device("cpu"))
+        first = EpochMeter(C, -1, torch.device("cpu"), class_mean="all")
         for b in mine[:2]:
             first.add(*b)
         carried = first.sums()
-        resumed = EpochMeter(C, -1, torch.device("cpu"), carried=carried if rank == 0 else None)
+        resumed = EpochMeter(C, -1, torch.device("cpu"), carried=carried if rank == 0 else None,
+                                 class_mean="all")
         for b in mine[2:]:
             resumed.add(*b)
         with open(f"{out_dir}/rank{rank}.pkl", "wb") as f:
@@ -105,7 +107,7 @@ def test_ranks_carry_the_sums_of_all_ranks_once(tmp_path):
     mp.start_processes(_ranks_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True,
                        start_method="fork")
     data = batches(8, seed=3)
-    single = EpochMeter(C, -1, torch.device("cpu"))
+    single = EpochMeter(C, -1, torch.device("cpu"), class_mean="all")
     for b in data:
         single.add(*b)
     expected = single.summary()[:2]

@@ -124,6 +124,20 @@ def test_a_file_that_is_no_checkpoint_as_model_is_named_by_its_kind(tiny_root, t
                            "a fold folder RUN/area_K, got RuntimeError: ") and "delete" not in line
 
 
+def test_a_damaged_checkpoint_in_a_fold_folder_is_said_damaged(tiny_run, tmp_path, capsys):
+    """MODEL given right, a fold folder, whose last.pt is damaged: it was told "expected a checkpoint (.pt) or a
+    fold folder", which is what it gave; it gets training's words, the file named and what to do."""
+    import shutil
+
+    fold = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, fold)
+    (fold / "last.pt").write_bytes((fold / "last.pt").read_bytes()[:100])
+    np.save(tmp_path / "s.npy", np.zeros((5, 6)))
+    line = one_line(capsys, 2, ["predict", str(fold), str(tmp_path / "s.npy"), "--out", str(tmp_path / "o")])
+    assert line.startswith(f"pointgeope predict: error: {fold / 'last.pt'}: not a readable checkpoint (RuntimeError: ")
+    assert line.endswith("; if it is a fold's last.pt, delete it to start the fold again") and "MODEL" not in line
+
+
 def test_fragments_are_capped_by_default_and_by_option_or_override(tiny_run, tmp_path, capsys):
     """A scan of 100 points and 1,501 copies of one point: 1,501 fragments, one pass over the scan each
     (3,000 copies took 77 s, the full S3DIS configs having eval.max_fragments: null). predict now takes
@@ -203,3 +217,12 @@ def test_a_2m_point_scan_is_predicted_in_bounded_pieces():
     assert pred.shape == (n,) and (votes >= 1).all() and (votes > 1).any()   # fragments of 30k: cropped
     assert 0 < max(predictor.model.calls) <= 40_000
     np.testing.assert_array_equal(pred, expected_class(color))
+
+
+@pytest.mark.parametrize("override", [" eval.tta.rotations=4", "eval.tta={rotations: 4}"])
+def test_an_eval_tta_override_sets_the_views_however_it_is_spelt(tiny_run, override):
+    """Without --tta an eval.tta override sets the views (one otherwise). The key is read once, as the
+    config reads it: ' eval.tta.rotations=4' passed the check but the views rule, reading the raw text,
+    missed it and predicted one view."""
+    assert load_predictor(tiny_run).cfg.eval.tta.rotations == 1
+    assert load_predictor(tiny_run, overrides=[override]).cfg.eval.tta.rotations == 4

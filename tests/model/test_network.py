@@ -255,3 +255,25 @@ def test_the_layers_of_a_stage_share_one_rotation_table_and_nothing_changes(pe, 
     assert len(alone_built) == layers                                     # a table per layer without sharing
     assert len(shared_built) == len(set(alone_built)) == 3                # one per stage (3 stages, distinct N)
     assert len(fused) == (2 * layers if path == "triton" else 0)          # the kernels took the shared tables
+
+
+@pytest.mark.parametrize("mixed_init", ["random", "axial"])
+@pytest.mark.parametrize("pe", [*PRESET_NAMES, "pointrope"])
+def test_frequency_keys_names_the_keys_that_change_the_network(pe, mixed_init):
+    """``attention.frequency_keys`` (the config's rule for ``model.geope_base`` / ``model.geope_learnable``)
+    lists a key exactly when setting it changes the network: ``geope_base`` its logits, ``geope_learnable`` its
+    parameters."""
+    from pointgeope.model.attention import PRESETS, frequency_keys
+
+    coord, feat, offset = _batch()
+
+    def built(**keys):
+        torch.manual_seed(0)
+        model = PointTransformerSeg(pe=pe, rope_mixed_init=mixed_init, **TINY, **keys).eval()
+        with torch.no_grad():
+            return model(coord, feat, offset), [name for name, _ in model.named_parameters()]
+
+    (plain, names), (based, _), (_, learnt) = built(), built(geope_base=50.0), built(geope_learnable=True)
+    read = frequency_keys(PRESETS[pe], mixed_init)
+    assert ("geope_base" in read) == (not torch.equal(plain, based))
+    assert ("geope_learnable" in read) == (learnt != names)

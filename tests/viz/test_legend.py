@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from pointgeope.constants import CLASS_NAMES, PALETTE
+from pointgeope.viz.colors import missing_modes
 from pointgeope.viz.legend import key_help_lines, legend_lines, room_table, swatch, use_ansi
 
 
@@ -47,21 +48,21 @@ def test_legend_with_predictions_prints_room_iou():
 
 
 def test_key_help_lists_the_four_modes():
-    lines = key_help_lines(has_pred=False)
+    lines = key_help_lines(missing_modes(labelled=True, has_pred=False))
     for key, mode in zip("1234", ("rgb", "gt", "pred", "error")):
         assert any(line.split()[:2] == [key, mode] for line in lines)
     assert sum("needs --pred" in line for line in lines) == 2
-    assert not any("needs --pred" in line for line in key_help_lines(has_pred=True))
+    assert not any("needs --pred" in line for line in key_help_lines(missing_modes(labelled=True, has_pred=True)))
 
 
 def test_key_help_of_an_unlabelled_scan_offers_no_ground_truth_key():
     # predict --format h5's file of an unlabelled scan: gt and error would draw every point black
-    lines = key_help_lines(has_pred=True, labelled=False)
+    lines = key_help_lines(missing_modes(labelled=False, has_pred=True))
     offered = [line.split()[:2] for line in lines if line.split()[:1] in (["1"], ["2"], ["3"], ["4"])]
     assert offered == [["1", "rgb"], ["3", "pred"]]
     assert not any("error colours" in line for line in lines)
     assert lines[-2].strip() == "(2 gt, 4 error: off, this room has no ground truth)"
-    rgb_only = key_help_lines(has_pred=False, labelled=False)   # nor predictions: pred needs --pred
+    rgb_only = key_help_lines(missing_modes(labelled=False, has_pred=False))   # nor predictions: pred needs --pred
     offered = [line.split()[:2] for line in rgb_only if line.split()[:1] in (["1"], ["2"], ["3"], ["4"])]
     assert offered == [["1", "rgb"], ["3", "pred"]]
     assert sum("needs --pred" in line for line in rgb_only) == 1

@@ -152,6 +152,7 @@ def test_real_room_by_ground_truth_matches_a_zbuffer_reference(display, real_are
 
 def test_mode_keys_recolour_the_window(display):
     from pointgeope.viz import render
+    from pointgeope.viz.colors import NEEDS_PRED
 
     o3d = render.require_open3d()
     label = np.array([1, 7], np.uint8)
@@ -169,7 +170,7 @@ def test_mode_keys_recolour_the_window(display):
             vis.add_geometry(pcd)
             render._configure(vis, point_size=6)
             render.apply_camera(o3d, vis, camera)
-            keys = render.mode_callbacks(o3d, pcd, colors, announce=said.append)
+            keys = render.mode_callbacks(o3d, pcd, colors, announce=said.append, missing={"pred": NEEDS_PRED})
             assert sorted(keys) == [ord("1"), ord("2"), ord("3"), ord("4")]
             assert keys[ord("3")](vis) is False and said[-1] == "mode pred: not available (needs --pred)"
             assert keys[ord("4")](vis) is True and said[-1] == "mode error"

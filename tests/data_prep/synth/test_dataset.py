@@ -11,7 +11,7 @@ import pytest
 
 from data_prep.synth import objects as obj
 from data_prep.synth.config import PRESETS, SynthConfig
-from data_prep.synth.dataset import MANIFEST, generate
+from data_prep.synth.dataset import MANIFEST, generate, synth_room
 from pointgeope.commands.synth import config_from_args
 from pointgeope.cli import build_parser
 from pointgeope.cli import main as cli
@@ -214,6 +214,26 @@ def test_geometry_of_every_room(tiny, manifest):
                     assert to_wall.max() < 0.1 + NOISE_BOUND, where
                 if cls == "window":
                     assert z.min() > 0.8 - NOISE_BOUND and z.max() < height - 0.6 + NOISE_BOUND, where
+
+
+def test_a_room_made_in_memory_is_the_room_synth_writes(tiny, manifest):
+    """synth_room (the bench's and the PyG example's room) samples what `synth` writes, the stairs room
+    included: the same points, and each point's class that of its annotation file (stairs as clutter)."""
+    stairs = next(d["file"] for d in manifest["defects"] if d["kind"] == "stairs").split("/")[:2]
+    for area, room in (("Area_1", "office_1"), tuple(stairs)):
+        record = manifest["areas"][area][room]
+        ann = tiny / area / room / "Annotations"
+        written = np.concatenate([_points(ann / name)[:, :3] for name in record["files"]])
+        classes = np.repeat([CLASS_NAMES.index(_class(name)) for name in record["files"]],
+                            list(record["files"].values()))
+        made = synth_room("tiny", int(area[5:]), list(manifest["areas"][area]).index(room))
+        assert made.coord().dtype == np.float32 and made.labels().dtype == np.int64
+        np.testing.assert_allclose(made.coord(), written, atol=1e-4)
+        np.testing.assert_array_equal(made.labels(), classes)
+    assert "stairs_1.txt" in record["files"]             # the last room checked was the stairs room
+    with pytest.raises(ValueError, match="expected Area_1..Area_6 and a room index 0..1 of synth --size tiny, "
+                                         "got Area_7 room 0"):
+        synth_room("tiny", 7, 0)
 
 
 def test_planted_defects_are_where_the_manifest_says(tiny, manifest):

@@ -1,0 +1,65 @@
+"""What a saved config means by a key it lacks: the value the key had before it existed.
+
+A run records its resolved config: its fold folder's ``config.yaml``, its checkpoints' ``"config"`` and its
+``metrics.json``'s ``"config"``. A record written before a key existed lacks the key, and it must still read
+as what its run did. For most keys that is the key's default (the key added an option and kept what ran).
+For the keys of :data:`BEFORE_KEY` the default changed what runs, so the table gives the value the record
+meant, worked out from the record itself:
+
+- ``model.point3drope_scale``: ``1.0`` for a ``point3drope`` run, which turned at 1 per metre (the key's
+  default, 0.5, is Utonia's S3DIS angles); with any other ``model.pe`` the key means nothing, so the default;
+- ``eval.amp``: PTv1's test ran at the run's ``train.amp`` (bf16 or fp16 autocast on CUDA); PTv3's ran in
+  float32 (``none``) whatever ``train.amp`` said.
+
+Every reader of a saved config reads it through :func:`as_recorded`: a resume's comparison with the config
+that resumes it (``checkpoint.config_differences``), the config that ``evaluate`` and ``predict`` rebuild the
+network with (``config.load_record``, ``config.config_from_dict``), a skipped fold's test note
+(``checkpoint.eval_values``) and the report's comparison of folds (``report.settings``). So an old
+``point3drope`` run is evaluated at the angles it was trained at, and a resume of it with today's config is
+refused with the key named (``model.point3drope_scale: checkpoint 1.0, now 0.5``).
+
+No torch here: the report imports it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def _section(record: dict, name: str) -> dict:
+    value = record.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def _point3drope_scale(record: dict):
+    return 1.0 if _section(record, "model").get("pe") == "point3drope" else None
+
+
+def _eval_amp(record: dict):
+    if _section(record, "model").get("backbone", "ptv1") == "ptv3":
+        return "none"
+    return _section(record, "train").get("amp", "none")
+
+
+# "section.key" -> the value that key had in a record written before it existed (None: the key's default)
+BEFORE_KEY: dict[str, Callable[[dict], object]] = {
+    "model.point3drope_scale": _point3drope_scale,
+    "eval.amp": _eval_amp,
+}
+
+
+def as_recorded(record: dict) -> dict:
+    """``record`` (a saved config as a plain mapping of sections) with every key of :data:`BEFORE_KEY` that its
+    sections lack set to the value the key had before it existed; a new mapping (``record`` is not changed).
+    A section that the record lacks, or that is not a mapping, is left as it is (every saved config has
+    every section; the config's checks name a broken one)."""
+    if not isinstance(record, dict):
+        return record
+    out = dict(record)
+    for key, before in BEFORE_KEY.items():
+        section, name = key.split(".")
+        if not isinstance(out.get(section), dict) or name in out[section]:
+            continue
+        value = before(record)
+        if value is not None:
+            out[section] = {**out[section], name: value}
+    return out

@@ -1,0 +1,91 @@
+"""Tests of pointgeope/engine/record_keys.py: a saved config written before a key existed reads as its run did,
+wherever a saved config is read (resume, evaluate, predict, a skipped fold's note, the report)."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pointgeope.engine.checkpoint import (CheckpointError, config_differences, eval_values, fold_config,
+                                          load_checkpoint, save_checkpoint)
+from pointgeope.engine.config import config_to_dict, load_config
+from pointgeope.engine.record_keys import as_recorded
+from pointgeope.report.settings import fold_settings, mixed_settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def old_record(path: str, *overrides: str, lacks: str = "model.point3drope_scale") -> dict:
+    """The resolved config of ``path`` as a version before ``lacks`` existed saved it (without that key)."""
+    record = config_to_dict(load_config(REPO / path, overrides))
+    section, name = lacks.split(".")
+    del record[section][name]
+    return record
+
+
+def test_an_old_point3drope_record_turns_at_scale_one_wherever_it_is_read(tmp_path):
+    """Before model.point3drope_scale, point3drope turned at 1 per metre: a config.yaml or checkpoint
+    without the key is read at 1.0 (evaluate, predict), not at today's default 0.5."""
+    old = old_record("configs/s3dis/ptv3_point3drope.yaml")
+    assert load_config(REPO / "configs/s3dis/ptv3_point3drope.yaml").model.point3drope_scale == 0.5
+    fold = tmp_path / "area_1"
+    fold.mkdir()
+    (fold / "config.yaml").write_text(yaml.safe_dump(old))
+    assert fold_config(fold).model.point3drope_scale == 1.0                       # evaluate, config.yaml
+    (fold / "config.yaml").unlink()
+    save_checkpoint(fold / "last.pt", {"config": old})
+    assert fold_config(fold, log=lambda line: None).model.point3drope_scale == 1.0  # evaluate, last.pt only
+
+    from pointgeope.engine.predict import _prediction_config
+    cfg, _ = _prediction_config({"config": old}, fold / "last.pt", False, None, False, [])
+    assert cfg.model.point3drope_scale == 1.0                                     # predict
+
+
+def test_a_resume_of_an_old_point3drope_run_names_the_scale(tmp_path):
+    """A resume with today's config (0.5) of a checkpoint that turned at 1.0 is refused with the key."""
+    old = old_record("configs/s3dis/ptv3_point3drope.yaml")
+    now = config_to_dict(load_config(REPO / "configs/s3dis/ptv3_point3drope.yaml"))
+    assert config_differences(old, now) == [("model.point3drope_scale", 1.0, 0.5)]
+    save_checkpoint(tmp_path / "last.pt", {"config": old})
+    with pytest.raises(CheckpointError, match=r"model\.point3drope_scale: checkpoint 1\.0, now 0\.5"):
+        load_checkpoint(tmp_path / "last.pt", now)
+    now["model"]["point3drope_scale"] = 1.0
+    assert load_checkpoint(tmp_path / "last.pt", now)["config"] == old
+
+
+def test_an_old_record_of_another_encoding_takes_the_default_scale(tmp_path):
+    """With any other model.pe the scale meant nothing: no false difference, and the record is accepted
+    (the config refuses a scale away from its default with them)."""
+    old = old_record("configs/s3dis/ptv3_geope.yaml")
+    now = config_to_dict(load_config(REPO / "configs/s3dis/ptv3_geope.yaml"))
+    assert config_differences(old, now) == []
+    assert "point3drope_scale" not in as_recorded(old)["model"]
+    save_checkpoint(tmp_path / "last.pt", {"config": old})
+    assert fold_config(tmp_path, log=lambda line: None).model.point3drope_scale == 0.5
+
+
+@pytest.mark.parametrize("path, amp, tested", [("configs/s3dis/pt_geope.yaml", "bf16", "bf16"),
+                                               ("configs/s3dis/pt_geope.yaml", "none", "none"),
+                                               ("configs/s3dis/ptv3_geope.yaml", "bf16", "none")])
+def test_an_old_record_without_eval_amp_was_tested_as_its_backbone_tested(tmp_path, path, amp, tested):
+    """Before eval.amp, PTv1's test ran at the run's train.amp and PTv3's in float32: a record without the
+    key reads so in evaluate (fold_config) and in a skipped fold's note (eval_values)."""
+    old = old_record(path, f"train.amp={amp}", lacks="eval.amp")
+    assert eval_values(old)["eval.amp"] == tested
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    assert fold_config(tmp_path).eval.amp == tested
+    new = copy.deepcopy(old)
+    new["eval"]["amp"] = "none"                       # a record that has the key keeps its value
+    assert eval_values(new)["eval.amp"] == "none"
+
+
+def test_the_report_compares_an_old_point3drope_fold_at_its_scale(tmp_path):
+    """A fold saved before the key (1.0) and one trained since (0.5) did not turn alike: the report says so."""
+    new = config_to_dict(load_config(REPO / "configs/s3dis/ptv3_point3drope.yaml"))
+    folds = {"Area_1": fold_settings({"config": old_record("configs/s3dis/ptv3_point3drope.yaml")}, tmp_path),
+             "Area_2": fold_settings({"config": new}, tmp_path)}
+    assert mixed_settings(folds) == {"model.point3drope_scale": {"Area_1": 1.0, "Area_2": 0.5}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old_record("configs/s3dis/ptv3_point3drope.yaml")))
+    assert fold_settings({}, tmp_path)["model.point3drope_scale"] == 1.0
