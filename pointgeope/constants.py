@@ -24,6 +24,11 @@ AREA_ROOMS: dict[str, int] = {"Area_1": 44, "Area_2": 40, "Area_3": 23, "Area_4"
 # this name): group 1 is K.
 FOLD_NAME = re.compile(r"area_(\d+)")
 
+
+def fold_folder_name(fold: int) -> str:
+    """The name of fold ``fold``'s folder in a run, ``area_K``: what :data:`FOLD_NAME` recognises."""
+    return f"area_{fold}"
+
 IGNORE_LABEL = 255
 
 # One RGB colour per class (uint8), the palette of every plot, screenshot and PLY export.

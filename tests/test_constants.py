@@ -54,3 +54,13 @@ def test_prepared_labels_are_the_literal_ids_of_the_annotation_files(s3dis_real,
     assert len(expected) == len(room["label"]) == 100
     np.testing.assert_array_equal(np.bincount(room["label"], minlength=13), np.bincount(expected, minlength=13))
     assert len(set(expected)) == 12
+
+
+def test_a_fold_folder_is_named_area_k_and_recognised_by_its_pattern():
+    """``train`` writes ``RUN/area_K``; ``evaluate``, ``predict``, the report and the viewer find folds by
+    ``FOLD_NAME``: the name one writes is the name the others read, for folds past the six as well."""
+    from pointgeope.constants import FOLD_NAME, fold_folder_name
+
+    assert fold_folder_name(5) == "area_5"
+    for k in (1, 6, 7, 12):
+        assert FOLD_NAME.fullmatch(fold_folder_name(k)).group(1) == str(k)

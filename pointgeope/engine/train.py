@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from pointgeope.atomic import remove_leftovers, writable_folder
-from pointgeope.constants import CLASS_NAMES
+from pointgeope.constants import CLASS_NAMES, fold_folder_name
 from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.spacing import rooms_spacing
@@ -98,7 +98,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
                budget: EpochBudget) -> dict:
     """Train (or resume) fold ``fold`` and evaluate it; returns the fold's metrics (every rank). Stops the
     invocation (:class:`StopRun`) once ``budget`` is spent."""
-    run, device = Path(cfg.train.run_dir) / f"area_{fold}", env.device
+    run, device = Path(cfg.train.run_dir) / fold_folder_name(fold), env.device
     test_areas, train_areas = list(folds[fold].test), list(folds[fold].train)
     log = Log(run / "log.txt" if env.is_main else None)
     if env.is_main:
@@ -334,7 +334,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
         writable_folder(cfg.train.run_dir, "run folder (--run-dir, train.run_dir)")
     results, budget = [], EpochBudget(cfg.train.epochs_per_run, force)
     for fold in wanted:
-        run = Path(cfg.train.run_dir) / f"area_{fold}"
+        run = Path(cfg.train.run_dir) / fold_folder_name(fold)
         with fold_folder(run, env):
             metrics = None if force else complete_metrics(run, cfg, list(folds[fold].train + folds[fold].test))
             if metrics is not None:

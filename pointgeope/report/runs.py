@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.constants import AREAS, CLASS_NAMES, fold_folder_name
 from pointgeope.errors import UserError
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
 from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text
@@ -111,7 +111,7 @@ class RunSummary:
 
 
 def fold_dir(run: Path, fold: int) -> Path:
-    return Path(run) / f"area_{fold}"
+    return Path(run) / fold_folder_name(fold)
 
 
 def _load_json(path: Path) -> dict:
