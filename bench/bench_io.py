@@ -51,6 +51,12 @@ def git_state(tree: Path = ROOT, exclude: tuple[str, ...] = (), untracked: bool 
     return {"commit": git_commit(tree=tree), "dirty": bool(changed), "changed": changed[:CHANGED_LISTED]}
 
 
+def tree_dirty(tree: Path = ROOT) -> bool | None:
+    """:func:`git_state`'s ``dirty`` of ``tree`` outside :data:`OUTPUTS`: for a result that records its commit
+    beside its own keys rather than a whole :func:`provenance`."""
+    return git_state(tree, exclude=(OUTPUTS,))["dirty"]
+
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)

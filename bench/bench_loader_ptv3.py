@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import git_commit, save_json  # noqa: E402
+from bench_io import git_commit, tree_dirty, save_json  # noqa: E402
 from data_prep.synth.dataset import synth_room  # noqa: E402
 
 from pointgeope.data.dataset import room_sample, sample_rng  # noqa: E402
@@ -62,7 +62,7 @@ def main() -> int:
             times[name].append(time.perf_counter() - start)
             points[name].append(int(data.pos.shape[0]))
     med = {name: float(np.median(t[1:])) for name, t in times.items()}
-    out = {"commit": git_commit(), "cpu_count": os.cpu_count(), "threads": 1, "room_points": int(coord.shape[0]),
+    out = {"commit": git_commit(), "dirty": tree_dirty(), "cpu_count": os.cpu_count(), "threads": 1, "room_points": int(coord.shape[0]),
            "load_average_end": list(os.getloadavg()),
            "time": "seconds per training sample from a room in memory, one thread, median without the first",
            "median_s": {k: round(v, 4) for k, v in med.items()}, "ptv3_over_ptv1": round(med["ptv3"] / med["ptv1"], 3),

@@ -40,7 +40,7 @@ import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "fixtures")]
-from bench_io import git_commit, save_json  # noqa: E402
+from bench_io import git_commit, save_json, tree_dirty  # noqa: E402
 
 from pointgeope.model.ptv3 import PointTransformerV3  # noqa: E402
 
@@ -178,7 +178,7 @@ def main() -> None:
     parser.add_argument("--room", type=float, nargs=3, default=(1.5, 1.5, 1.2))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "bench_ptv3.json")
     args = parser.parse_args()
-    commit = git_commit()                                   # the code this run imports, taken at its start
+    commit, dirty = git_commit(), tree_dirty()              # the code this run imports, taken at its start
     data = room(tuple(args.room))
     cases, diff = build(args, data)
     for fn, threads in cases.values():                      # warm up: allocator, caches
@@ -201,7 +201,7 @@ def main() -> None:
             ratios[f"{name}_over_pointcept_cpu"] = best_cpu[name] / best_cpu["pointcept_forward_1t"]
         print("ratios:", {k: round(v, 3) for k, v in ratios.items()}, "rel. max diff", diff)
     save_json(args.out, {
-        "commit": commit, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+        "commit": commit, "dirty": dirty, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
         "torch": torch.__version__, "points": len(data["coord"]), "room_m": list(args.room), "grid_m": GRID,
         "reps": args.reps, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_avg": os.getloadavg(), "best_s": best, "best_cpu_s": best_cpu, "all_s": times, "all_cpu_s": cpu, "ratios": ratios,
         "pointcept_vs_ours_fallback_rel_max_diff": diff, "target": "ours forward <= 1.0x Pointcept's (1 thread)"})

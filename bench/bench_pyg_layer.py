@@ -41,7 +41,7 @@ from torch_geometric.nn import PointTransformerConv
 from pointgeope.model.attention import PRESETS, PositionalEncoding
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph, target_frame
 
-from bench_io import git_commit, save_json
+from bench_io import git_commit, tree_dirty, save_json
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "bench_pyg_layer.json"
@@ -155,7 +155,7 @@ def main() -> None:
             print(f"{threads:>7} {row['case']:>28} {1e3 * row['time_s']:9.1f} {row['ratio_to_pyg']:6.2f} "
                   f"{row['ratio_to_rpe']:6.2f} "
                   f"{1e3 * row['cpu_s']:9.1f} {row['cpu_ratio_to_pyg']:6.2f}")
-    payload = {"benchmark": "pyg_point_transformer_conv_fwd_bwd", "commit": git_commit(),
+    payload = {"benchmark": "pyg_point_transformer_conv_fwd_bwd", "commit": git_commit(), "dirty": tree_dirty(),
                "compared": {name: str(path) for name, path in zip(compared, args.compare)},
                "torch": torch.__version__, "machine": platform.platform(), "processor": platform.processor(),
                "reps": args.reps, "rows": rows}

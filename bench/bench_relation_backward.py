@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interleave  # noqa: E402
-from bench_io import git_commit, save_json  # noqa: E402
+from bench_io import git_commit, tree_dirty, save_json  # noqa: E402
 from bench_model import synthetic_room  # noqa: E402
 
 from pointgeope.geope import frequencies  # noqa: E402
@@ -171,7 +171,7 @@ def main() -> None:
     for s in range(1, len(STRIDES)):
         coords.append(coords[-1][h.samples[s]])
     result = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "commit": git_commit(short=True), "torch": torch.__version__, "clouds": args.clouds,
+              "commit": git_commit(short=True), "dirty": tree_dirty(), "torch": torch.__version__, "clouds": args.clouds,
               "points": args.points, "settings": {k: dict(v) for k, v in gather_backward.SETTINGS.items()},
               "stages": {}, "sweep": {}}
     for s in args.stages:

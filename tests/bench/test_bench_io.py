@@ -66,3 +66,21 @@ def test_provenance_is_dirty_for_the_code_not_for_the_benches_own_results(checko
     (checkout / "code.py").write_text("x = 2\n")
     got = bench_io.provenance(1, tree=checkout)
     assert (got["dirty"], got["changed"]) == (True, [" M code.py"])
+
+
+def test_tree_dirty_is_the_provenances_dirty(checkout, git):
+    """The scripts that record ``commit`` beside their own keys record ``dirty`` by the same rule as
+    :func:`bench_io.provenance`: a rewritten result under bench/results is clean, a changed code file not."""
+    results = checkout / "bench" / "results"
+    results.mkdir(parents=True)
+    (results / "bench_x.json").write_text("{}\n")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-q", "-m", "a result")
+    (results / "bench_x.json").write_text('{"rows": []}\n')
+    assert bench_io.tree_dirty(checkout) is False
+    (checkout / "code.py").write_text("x = 2\n")
+    assert bench_io.tree_dirty(checkout) is True
+
+
+def test_tree_dirty_outside_a_checkout_is_unknown(tmp_path):
+    assert bench_io.tree_dirty(tmp_path) is None
