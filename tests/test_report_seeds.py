@@ -154,3 +154,37 @@ def test_the_per_class_iou_table_is_the_mean_over_seeds_of_each_class():
     table = md.split("Per-class IoU, mean over seeds:")[1]
     rows = [line for line in table.splitlines() if line.startswith("| P |")]
     assert rows == [CLASS_IOU_ROW]
+
+
+def write_metrics(folder: Path, k: int, confusion: np.ndarray, **extra) -> None:
+    """A complete ``folder/area_k/metrics.json`` as evaluate writes it (the keys the report reads)."""
+    import json
+
+    from pointgeope.constants import CLASS_NAMES
+
+    (folder / f"area_{k}").mkdir(parents=True, exist_ok=True)
+    (folder / f"area_{k}" / "metrics.json").write_text(json.dumps(
+        {"area": f"Area_{k}", "fold": k, "class_names": list(CLASS_NAMES), "confusion": confusion.tolist(),
+         "complete": True, **extra}))
+
+
+def test_an_ablation_of_one_fold_scores_that_fold_alone(tmp_path):
+    """A trial folder holding fold 1 and fold 2 (an ablation of each into one RUN): the report of fold 2
+    scored Area_1 + Area_2 pooled under its "fold 2" header. OA by hand: fold 1 wrong(26) 0.8, fold 2
+    wrong(0) 1.0 (seed 0) and wrong(13) 0.9 (seed 1); the folds' settings differ (train.epochs), which
+    pooling both refused as "no trial completed"."""
+    import json
+
+    from pointgeope.report.seeds import write_trials
+
+    for seed, m in ((0, 0), (1, 13)):
+        write_metrics(tmp_path / f"seed_{seed}", 1, wrong(26), config={"train": {"epochs": 1}})
+        write_metrics(tmp_path / f"seed_{seed}", 2, wrong(m), config={"train": {"epochs": 2}})
+    trials = [("A", seed, tmp_path / f"seed_{seed}") for seed in (0, 1)]
+    write_trials(trials, tmp_path / "report", fold=2)
+    report = json.loads((tmp_path / "report" / "ablation.json").read_text())["variants"][0]
+    assert report["folds"] == ["Area_2"] and [r["oa"] for r in report["runs"]] == [1.0, 0.9]
+    write_trials(trials, tmp_path / "report1", fold=1)
+    report = json.loads((tmp_path / "report1" / "ablation.json").read_text())["variants"][0]
+    assert report["folds"] == ["Area_1"] and [r["oa"] for r in report["runs"]] == [0.8, 0.8]
+

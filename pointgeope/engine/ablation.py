@@ -6,7 +6,11 @@ data; the report (:func:`pointgeope.report.seeds.write_trials`, which the comman
 
     RUN/<preset>/seed_<s>/area_K/      the trial's fold folder (checkpoints, metrics.json, log.txt)
     RUN/<preset>/seed_<s>/train.log    the trial's output (appended by every attempt)
-    RUN/report/ablation.md|json|csv    mean ± std (min–max) per preset, differences, every seed
+    RUN/report/fold_K/ablation.md|json|csv    mean ± std (min–max) per preset, differences, every seed
+
+A trial folder may hold other folds (an ablation of another fold into the same RUN, a ``train --cv``): the
+report scores ``area_K`` alone, and each fold's report has its own folder, so an ablation of fold 2 leaves
+fold 1's report as it was.
 
 Everything is checked before the first trial starts (each trial's config, the fold, the data folder), so a
 mistake costs seconds. A rerun of the same command skips complete trials and resumes interrupted ones from
@@ -177,7 +181,7 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
            overrides: list[str], report: Report, jobs: int = 1, command: str = "") -> int:
     """``pointgeope ablate``: run the trials (``jobs`` at a time), then, still holding the run's lock,
     ``report([(preset, seed, folder) of every trial], header)`` (the header names ``command``; the report
-    layer writes ``RUN/report``); 0 when every trial completed, 1 when some failed (the report covers the
+    layer writes ``RUN/report/fold_K``); 0 when every trial completed, 1 when some failed (the report covers the
     others and names them)."""
     trials, common = plan(config, presets, seeds, test_area, run_dir, overrides, jobs)
     run_dir.mkdir(parents=True, exist_ok=True)

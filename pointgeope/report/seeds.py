@@ -144,20 +144,26 @@ def write_ablation(variants: list[Variant], out: Path, header: str = "", digits:
             write_text_atomic(out / "ablation.csv", ablation_csv(variants))]
 
 
-def write_trials(trials: list[tuple[str, int, Path]], out: Path, header: str = "", digits: int = 1) -> list[Path]:
+def write_trials(trials: list[tuple[str, int, Path]], out: Path, header: str = "", digits: int = 1,
+                 fold: int | None = None) -> list[Path]:
     """Group the runs of ``(variant, seed, run folder)`` by variant (complete ones; the others as missing,
-    with the reason) and write the report into ``out``; prints the markdown and the files written."""
+    with the reason) and write the report into ``out``; prints the markdown and the files written.
+
+    ``fold``: score each run folder's ``area_<fold>`` alone (an ablation of that fold; ``None``: every fold
+    it holds)."""
     variants: dict[str, Variant] = {}
     for name, seed, folder in trials:
         v = variants.setdefault(name, Variant(name, [], []))
         try:
-            v.runs.append(load_run(folder, f"{name}/seed_{seed}"))
+            v.runs.append(load_run(folder, f"{name}/seed_{seed}", fold=fold))
             v.seeds.append(seed)
         except ReportError as err:
             v.missing.append((seed, str(err).split(";")[0]))
     chosen = list(variants.values())
     if not any(v.runs for v in chosen):
-        raise UserError(f"{out.parent}: no trial completed; nothing to report (see the trials' train.log)")
+        why = "; ".join(f"{v.name} seed {s}: {reason}" for v in chosen for s, reason in v.missing[:1])
+        raise UserError(f"{out}: none of the {len(trials)} trial(s) has a result"
+                        + (f" of fold {fold}" if fold is not None else "") + f" to report ({why})")
     written = write_ablation(chosen, out, header, digits)
     print(ablation_markdown(chosen, digits))
     print("wrote:\n" + "\n".join(f"  {p}" for p in written))

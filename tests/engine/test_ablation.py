@@ -13,8 +13,8 @@ from pointgeope.engine.ablation import plan
 from tests.engine.conftest import DEMO_CONFIG, TINY, last_line_only
 
 
-def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1"), jobs="1"):
-    return ["ablate", "--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(root), "--run-dir",
+def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1"), jobs="1", area="1"):
+    return ["ablate", "--config", str(DEMO_CONFIG), "--test-area", area, "--data-root", str(root), "--run-dir",
             str(run), "--presets", ",".join(presets), "--seeds", ",".join(seeds), "--jobs", jobs, *TINY, *overrides]
 
 
@@ -55,7 +55,7 @@ def test_plan_orders_trials_and_shares_the_threads(two_folds, tmp_path):
 def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, capsys):
     run = tmp_path / "abl"
     assert cli(ablate_args(two_folds, run, "train.epochs=1", jobs="2")) == 0
-    report = json.loads((run / "report" / "ablation.json").read_text())
+    report = json.loads((run / "report" / "fold_1" / "ablation.json").read_text())
     assert [v["name"] for v in report["variants"]] == ["rpe", "none"]
     for variant in report["variants"]:
         assert variant["seeds"] == [0, 1] and variant["missing"] == [] and variant["folds"] == ["Area_1"]
@@ -65,7 +65,7 @@ def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, cap
             config = (run / variant["name"] / f"seed_{seed}" / "area_1" / "config.yaml").read_text()
             assert f"seed: {seed}\n" in config
         assert variant["miou"]["mean"] == pytest.approx(sum(r["miou"] for r in variant["runs"]) / 2)
-    md = (run / "report" / "ablation.md").read_text()
+    md = (run / "report" / "fold_1" / "ablation.md").read_text()
     assert md.startswith("# Ablation: rpe, none x seeds 0, 1, fold 1\n\nCommand: `pointgeope ablate --config ")
     capsys.readouterr()
     # again, with a seed whose fold folder cannot be made: seed 0 is skipped, seed 7 fails and is named
@@ -77,9 +77,22 @@ def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, cap
     assert "rpe seed 0: done" in out and "rpe seed 7: FAILED (exit code" in out
     assert "2 trial(s) failed: rpe seed 7, none seed 7" in err
     assert "is complete, skipped" in (run / "rpe" / "seed_0" / "train.log").read_text()
-    md = (run / "report" / "ablation.md").read_text()
+    md = (run / "report" / "fold_1" / "ablation.md").read_text()
     assert "- rpe: seed 7 missing (" in md and "- none: seed 7 missing (" in md
-    assert json.loads((run / "report" / "ablation.json").read_text())["variants"][0]["seeds"] == [0]
+    assert json.loads((run / "report" / "fold_1" / "ablation.json").read_text())["variants"][0]["seeds"] == [0]
+
+
+@pytest.mark.slow
+def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(two_folds, tmp_path, capsys):
+    """Fold 2 into the RUN of fold 1: its report scores area_2 alone and fold 1's report stays."""
+    run, one = tmp_path / "abl", ("train.epochs=1",)
+    assert cli(ablate_args(two_folds, run, *one, presets=("rpe",), seeds=("0",))) == 0
+    fold_1 = (run / "report" / "fold_1" / "ablation.md").read_text()
+    assert cli(ablate_args(two_folds, run, *one, presets=("rpe",), seeds=("0",), area="2")) == 0
+    assert (run / "report" / "fold_1" / "ablation.md").read_text() == fold_1
+    variant = json.loads((run / "report" / "fold_2" / "ablation.json").read_text())["variants"][0]
+    metrics = json.loads((run / "rpe" / "seed_0" / "area_2" / "metrics.json").read_text())
+    assert variant["folds"] == ["Area_2"] and variant["runs"][0]["miou"] == pytest.approx(metrics["miou"])
 
 
 def test_engine_code_does_not_import_later_layers():
