@@ -188,3 +188,25 @@ def test_an_ablation_of_one_fold_scores_that_fold_alone(tmp_path):
     report = json.loads((tmp_path / "report1" / "ablation.json").read_text())["variants"][0]
     assert report["folds"] == ["Area_1"] and [r["oa"] for r in report["runs"]] == [0.8, 0.8]
 
+
+def test_a_left_out_trial_is_missing_with_its_reason_and_none_left_is_said_as_it_is(tmp_path):
+    """A failed or stale trial's saved result is not scored (a rerun reported the old result under the new
+    header); with no trial left the message says why each was not reported (it said "no trial completed")."""
+    import json
+
+    from pointgeope.errors import UserError
+    from pointgeope.report.seeds import write_trials
+
+    for seed, m in ((0, 0), (1, 13)):
+        write_metrics(tmp_path / f"seed_{seed}", 1, wrong(m))
+    trials = [("A", seed, tmp_path / f"seed_{seed}") for seed in (0, 1)]
+    write_trials(trials, tmp_path / "report", fold=1, left_out={("A", 0): "failed (exit code 2), see its train.log"})
+    report = json.loads((tmp_path / "report" / "ablation.json").read_text())["variants"][0]
+    assert report["seeds"] == [1] and report["oa"]["mean"] == 0.9
+    assert report["missing"] == [{"seed": 0, "reason": "failed (exit code 2), see its train.log"}]
+    assert "- A: seed 0 missing (failed (exit code 2), see its train.log)" in (tmp_path / "report" / "ablation.md").read_text()
+    with pytest.raises(UserError) as err:
+        write_trials(trials, tmp_path / "report2", fold=1, left_out={("A", 0): "stale: x", ("A", 1): "stale: y"})
+    assert str(err.value) == f"{tmp_path / 'report2'}: none of the 2 trial(s) has a result of fold 1 to report " \
+                             "(A seed 0: stale: x)"
+    assert not (tmp_path / "report2").exists()

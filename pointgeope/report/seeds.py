@@ -145,15 +145,20 @@ def write_ablation(variants: list[Variant], out: Path, header: str = "", digits:
 
 
 def write_trials(trials: list[tuple[str, int, Path]], out: Path, header: str = "", digits: int = 1,
-                 fold: int | None = None) -> list[Path]:
+                 fold: int | None = None, left_out: dict | None = None) -> list[Path]:
     """Group the runs of ``(variant, seed, run folder)`` by variant (complete ones; the others as missing,
     with the reason) and write the report into ``out``; prints the markdown and the files written.
 
     ``fold``: score each run folder's ``area_<fold>`` alone (an ablation of that fold; ``None``: every fold
-    it holds)."""
+    it holds); ``left_out``: ``{(variant, seed): why}`` of runs not to score (a failed or stale trial),
+    listed as missing with that reason."""
+    left_out = left_out or {}
     variants: dict[str, Variant] = {}
     for name, seed, folder in trials:
         v = variants.setdefault(name, Variant(name, [], []))
+        if (name, seed) in left_out:
+            v.missing.append((seed, left_out[name, seed]))
+            continue
         try:
             v.runs.append(load_run(folder, f"{name}/seed_{seed}", fold=fold))
             v.seeds.append(seed)
