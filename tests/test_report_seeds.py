@@ -106,6 +106,13 @@ def test_the_ablation_says_which_rule_its_class_means_use():
     assert "Class means (`eval.class_mean: all`): mAcc and mIoU average all classes" in alike
     mixed = ablation_markdown([Variant("A", [0], [authors]), Variant("B", [0], [older])])
     assert "- b: `eval.class_mean: present`" in mixed and "different rules" in mixed
+    # the advice names what ablate's user can run (it said "pass --class-mean", which ablate does not accept)
+    assert mixed.rstrip().endswith("test the trials of the other rule with `all` (`pointgeope evaluate "
+                                   f"{Path('b') / 'area_1'} eval.class_mean=all`), then rerun this ablation with "
+                                   "`eval.class_mean=all`.")
+    assert "--class-mean" not in mixed
+    two_present = ablation_markdown([Variant("A", [0], [authors]), Variant("B", [0, 1], [older, older])])
+    assert f"with `present` (`pointgeope evaluate {Path('a') / 'area_1'} eval.class_mean=present`)" in two_present
 
 
 def confusion_with(moves: dict[tuple[int, int], int], absent: tuple[int, ...]) -> np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.errors import UserError
-from pointgeope.report.runs import ReportError, RunSummary, load_run
+from pointgeope.report.runs import ReportError, RunSummary, fold_dir, load_run
 from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, json_safe, pct
 
 __all__ = ["Variant", "spread", "ablation_markdown", "ablation_json", "ablation_csv", "write_ablation", "write_trials"]
@@ -96,7 +96,8 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
             warnings.simplefilter("ignore", RuntimeWarning)
             iou = np.nanmean(v.class_iou(), axis=0) if v.runs else np.full(len(CLASS_NAMES), math.nan)
         lines.append(f"| {v.name} | " + " | ".join(pct(x, digits) for x in iou) + " |")
-    rules = class_mean_lines([run for v in variants for run in v.runs])
+    runs = [run for v in variants for run in v.runs]
+    rules = class_mean_lines(runs, _mixed_rules(runs))
     lines += [""] + rules if len(rules) == 1 else []
     notes = [f"- {v.name}: seed {s} missing ({why})" for v in variants for s, why in v.missing]
     notes += rules if len(rules) > 1 else []
@@ -104,6 +105,20 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
     if len(areas) > 1:
         notes.append("- the runs cover different folds: their scores compare unlike test sets.")
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def _mixed_rules(runs: list[RunSummary]) -> str:
+    """The note on trials tested with different ``eval.class_mean`` rules: what ablate cannot rescore
+    (``pointgeope report --class-mean`` rescores a report's runs, not an ablation's), and the commands that
+    test the trials of the other rule with the more common one (``all``, the default, on a tie)."""
+    count = {rule: sum(run.class_mean == rule for run in runs) for rule in ("all", "present")}
+    target = max(count, key=lambda rule: count[rule])
+    others = [run for run in runs if run.class_mean != target]
+    commands = "; ".join(f"`pointgeope evaluate {fold_dir(run.path, run.folds[0].fold)} eval.class_mean={target}`"
+                         for run in others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    return ("- the runs average their classes by different rules, so each variant's mean ± std of mAcc and mIoU, "
+            f"and the differences, mix them: test the trials of the other rule with `{target}` ({commands}), "
+            f"then rerun this ablation with `eval.class_mean={target}`.")
 
 
 def ablation_json(variants: list[Variant]) -> dict:
