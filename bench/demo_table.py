@@ -55,6 +55,21 @@ def table(run: dict, class_names: list[str]) -> list[str]:
     return rows
 
 
+def chance_miou(counts) -> float:
+    """Expected IoU of uniform random guessing, averaged over the C classes: class c, with
+    share p_c of the points, guessed on 1/C of every class's points, scores
+
+        IoU_c = (p_c / C) / (p_c + 1/C - p_c / C)        (true positives over ground truth + predictions - TP)
+
+    (a ratio of expectations, exact as the point count grows; a class without ground truth is still guessed:
+    IoU 0). ``counts (C,)``: points per ground-truth class, the row sums of the pooled confusion. Its OA and
+    mAcc are 1/C whatever the class mix."""
+    total = sum(counts)
+    c = len(counts)
+    ious = [(n / total / c) / (n / total + 1 / c - n / total / c) for n in counts]
+    return sum(ious) / len(ious)
+
+
 def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: str) -> str:
     """The Markdown between the markers, from the run's report and fold logs."""
     report = json.loads((run_dir / "report" / "report.json").read_text())
@@ -66,6 +81,8 @@ def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: s
     total = f"{minutes(seconds)} in all, " if seconds else ""
     spread = f"folds of {minutes(min(times))} to {minutes(max(times))} each" if times else "fold times not logged"
     lo, hi = folds[0], folds[-1]
+    counts = [sum(row) for row in run["pooled_confusion"]]
+    chance = f"uniform guessing scores {pct(chance_miou(counts))} % mIoU ({pct(1 / len(counts))} % OA)"
     return "\n".join([
         f"`make demo` on a {cores}-core CPU machine ({date}, pointgeope at commit `{commit}`; {total}{spread}),",
         "a 310k-parameter Point Transformer with `geope` on the synthetic rooms of `pointgeope synth`:",
@@ -73,7 +90,7 @@ def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: s
         *table(run, report["class_names"]),
         "",
         f"The folds' mIoU spans {pct(lo['miou'])} % (fold {lo['fold']}) to {pct(hi['miou'])} % (fold {hi['fold']});"
-        " chance is 7.7 %. Times and scores vary with the machine and its load, and the scores with",
+        f" {chance}. Times and scores vary with the machine and its load, and the scores with",
         "the seeds' draws across commits: `bench/demo_table.py` regenerates this block from a `make demo` run.",
     ])
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -169,6 +171,21 @@ def _demo_table():
     return module
 
 
+def test_chance_miou_is_the_miou_of_the_expected_confusion_of_uniform_guessing():
+    """README's chance beside mIoU was 1/13 (uniform guessing's OA). Reference from the definition: uniform
+    guessing puts n_g / C of class g's points in each column; mIoU (pointgeope.metrics; class 4, never true
+    but guessed, scores 0) of that expected confusion, scaled by C to stay integer, against the script's closed form."""
+    from pointgeope.metrics import scores
+
+    demo_table = _demo_table()
+    counts = np.array([250, 310, 40, 7, 0, 61, 19, 120, 88, 3, 45, 2, 900], dtype=np.int64)
+    expected = np.repeat(counts[:, None], len(counts), axis=1)          # E[confusion] x C: row g is n_g
+    reference = scores(expected, "present")
+    assert math.isclose(demo_table.chance_miou(counts.tolist()), reference["miou"], rel_tol=1e-12)
+    assert math.isclose(reference["oa"], 1 / len(counts))
+    assert math.isclose(demo_table.chance_miou([1] * 13), 1 / 25)        # equal shares: 1 / (2C - 1)
+
+
 def test_the_demo_block_is_regenerated_from_a_run_with_the_folds_spread(tmp_path):
     """bench/demo_table.py: the pooled and mean-of-folds rows, the lowest and highest fold, the fold times."""
     demo_table = _demo_table()
@@ -177,7 +194,8 @@ def test_the_demo_block_is_regenerated_from_a_run_with_the_folds_spread(tmp_path
     per_fold = [{"area": f"Area_{k}", "fold": k, **score(0.8, 0.5, miou, [0.9, 0.1])}
                 for k, miou in ((1, 0.512), (2, 0.466), (3, 0.5049))]
     run = {"folds_missing": [], "pooled": score(0.864, 0.576, 0.5111, [0.931, 0.0]),
-           "mean_of_folds": score(0.861, 0.572, 0.503, [0.93, 0.007]), "per_fold": per_fold}
+           "mean_of_folds": score(0.861, 0.572, 0.503, [0.93, 0.007]), "per_fold": per_fold,
+           "pooled_confusion": [[28, 2], [4, 6]]}                # 30 ceiling, 10 floor points
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "report.json").write_text(json.dumps({"class_names": names, "runs": [run]}))
     stamps = {1: ("10:00:00", "10:01:26"), 2: ("10:01:30", "10:03:19"), 3: ("10:03:20", "10:05:00")}
@@ -191,6 +209,9 @@ def test_the_demo_block_is_regenerated_from_a_run_with_the_folds_spread(tmp_path
     assert "| mean of folds | 86.1 | 57.2 | 50.3 | 93.0 | 0.7 |" in text
     assert "| 6-fold | OA | mAcc | mIoU | ceiling | floor |\n|:--|--:|--:|--:|--:|--:|" in text
     assert "spans 46.6 % (fold 2) to 51.2 % (fold 1)" in text
+    # chance: shares 3/4 and 1/4, each guessed on half the points: IoU 3/8 / (3/4 + 1/2 - 3/8) = 3/7 and
+    # 1/8 / (1/4 + 1/2 - 1/8) = 1/5, mean 22/70 = 31.4 %; OA 1/2
+    assert "uniform guessing scores 31.4 % mIoU (50.0 % OA). Times" in text
     page = "intro\n<!-- demo-table:start -->\nold\n<!-- demo-table:end -->\nafter\n"
     assert demo_table.replace_block(page, "new", Path("p")) == \
         "intro\n<!-- demo-table:start -->\n\nnew\n\n<!-- demo-table:end -->\nafter\n"

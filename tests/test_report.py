@@ -323,3 +323,19 @@ def test_fold_folders_beyond_the_six_are_named_not_dropped_silently(tmp_path, ca
     (run / "area_6" / "metrics.json").unlink()
     assert cli.main(["report", str(run), "--out", str(tmp_path / "out2")]) == 2
     assert capsys.readouterr().err.rstrip().endswith(f"; {note}")
+
+
+def test_the_iou_chart_says_which_folds_each_run_pooled(tmp_path, monkeypatch):
+    """The bar chart was titled "pooled 6-fold" whatever it pooled; now each run's folds are named, as in the
+    confusion heatmap's title (geope: Area_3 without metrics.json, Area_6 unfinished). mIoU by hand: rpe
+    3 perfect + 3 half folds, per class 60 / (90 + 90 - 60) = 50 %; geope 3 perfect + 1 half, 40 / 60."""
+    from pointgeope.report import plots
+
+    titles = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: titles.append([ax.get_title() for ax in fig.axes]) or path)
+    runs = load_runs(list(make_runs(tmp_path)))
+    plots.iou_bar_chart(runs, tmp_path / "iou.png")
+    plots.confusion_heatmap(runs[1], tmp_path / "c.png")
+    assert titles[0][0] == ("Per-class IoU: rpe mIoU 50.0 (pooled over all 6 folds); geope mIoU 66.7 (pooled over "
+                            "4 of 6 folds: Area_1, Area_2, Area_4, Area_5)")
+    assert titles[1][0] == "geope: confusion, row-normalised, pooled over 4 of 6 folds: Area_1, Area_2, Area_4, Area_5"

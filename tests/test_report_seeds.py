@@ -106,6 +106,13 @@ def test_the_ablation_says_which_rule_its_class_means_use():
     assert "Class means (`eval.class_mean: all`): mAcc and mIoU average all classes" in alike
     mixed = ablation_markdown([Variant("A", [0], [authors]), Variant("B", [0], [older])])
     assert "- b: `eval.class_mean: present`" in mixed and "different rules" in mixed
+    # the advice names what ablate's user can run (it said "pass --class-mean", which ablate does not accept)
+    assert mixed.rstrip().endswith("test the trials of the other rule with `all` (`pointgeope evaluate "
+                                   f"{Path('b') / 'area_1'} eval.class_mean=all`), then rerun this ablation with "
+                                   "`eval.class_mean=all`.")
+    assert "--class-mean" not in mixed
+    two_present = ablation_markdown([Variant("A", [0], [authors]), Variant("B", [0, 1], [older, older])])
+    assert f"with `present` (`pointgeope evaluate {Path('a') / 'area_1'} eval.class_mean=present`)" in two_present
 
 
 def confusion_with(moves: dict[tuple[int, int], int], absent: tuple[int, ...]) -> np.ndarray:
@@ -154,3 +161,59 @@ def test_the_per_class_iou_table_is_the_mean_over_seeds_of_each_class():
     table = md.split("Per-class IoU, mean over seeds:")[1]
     rows = [line for line in table.splitlines() if line.startswith("| P |")]
     assert rows == [CLASS_IOU_ROW]
+
+
+def write_metrics(folder: Path, k: int, confusion: np.ndarray, **extra) -> None:
+    """A complete ``folder/area_k/metrics.json`` as evaluate writes it (the keys the report reads)."""
+    import json
+
+    from pointgeope.constants import CLASS_NAMES
+
+    (folder / f"area_{k}").mkdir(parents=True, exist_ok=True)
+    (folder / f"area_{k}" / "metrics.json").write_text(json.dumps(
+        {"area": f"Area_{k}", "fold": k, "class_names": list(CLASS_NAMES), "confusion": confusion.tolist(),
+         "complete": True, **extra}))
+
+
+def test_an_ablation_of_one_fold_scores_that_fold_alone(tmp_path):
+    """A trial folder holding fold 1 and fold 2 (an ablation of each into one RUN): the report of fold 2
+    scored Area_1 + Area_2 pooled under its "fold 2" header. OA by hand: fold 1 wrong(26) 0.8, fold 2
+    wrong(0) 1.0 (seed 0) and wrong(13) 0.9 (seed 1); the folds' settings differ (train.epochs), which
+    pooling both refused as "no trial completed"."""
+    import json
+
+    from pointgeope.report.seeds import write_trials
+
+    for seed, m in ((0, 0), (1, 13)):
+        write_metrics(tmp_path / f"seed_{seed}", 1, wrong(26), config={"train": {"epochs": 1}})
+        write_metrics(tmp_path / f"seed_{seed}", 2, wrong(m), config={"train": {"epochs": 2}})
+    trials = [("A", seed, tmp_path / f"seed_{seed}") for seed in (0, 1)]
+    write_trials(trials, tmp_path / "report", fold=2)
+    report = json.loads((tmp_path / "report" / "ablation.json").read_text())["variants"][0]
+    assert report["folds"] == ["Area_2"] and [r["oa"] for r in report["runs"]] == [1.0, 0.9]
+    write_trials(trials, tmp_path / "report1", fold=1)
+    report = json.loads((tmp_path / "report1" / "ablation.json").read_text())["variants"][0]
+    assert report["folds"] == ["Area_1"] and [r["oa"] for r in report["runs"]] == [0.8, 0.8]
+
+
+def test_a_left_out_trial_is_missing_with_its_reason_and_none_left_is_said_as_it_is(tmp_path):
+    """A failed or stale trial's saved result is not scored (a rerun reported the old result under the new
+    header); with no trial left the message says why each was not reported (it said "no trial completed")."""
+    import json
+
+    from pointgeope.errors import UserError
+    from pointgeope.report.seeds import write_trials
+
+    for seed, m in ((0, 0), (1, 13)):
+        write_metrics(tmp_path / f"seed_{seed}", 1, wrong(m))
+    trials = [("A", seed, tmp_path / f"seed_{seed}") for seed in (0, 1)]
+    write_trials(trials, tmp_path / "report", fold=1, left_out={("A", 0): "failed (exit code 2), see its train.log"})
+    report = json.loads((tmp_path / "report" / "ablation.json").read_text())["variants"][0]
+    assert report["seeds"] == [1] and report["oa"]["mean"] == 0.9
+    assert report["missing"] == [{"seed": 0, "reason": "failed (exit code 2), see its train.log"}]
+    assert "- A: seed 0 missing (failed (exit code 2), see its train.log)" in (tmp_path / "report" / "ablation.md").read_text()
+    with pytest.raises(UserError) as err:
+        write_trials(trials, tmp_path / "report2", fold=1, left_out={("A", 0): "stale: x", ("A", 1): "stale: y"})
+    assert str(err.value) == f"{tmp_path / 'report2'}: none of the 2 trial(s) has a result of fold 1 to report " \
+                             "(A seed 0: stale: x)"
+    assert not (tmp_path / "report2").exists()

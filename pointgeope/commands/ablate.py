@@ -6,11 +6,12 @@ encoding's mean and spread over the seeds.
 
 Each trial is ``pointgeope train`` with ``model.pe=<preset> train.seed=<seed>`` in
 ``RUN/<preset>/seed_<seed>/`` (its output in ``train.log`` there); ``--jobs`` trials run at a time (each with
-``cpu_count // jobs`` threads unless ``train.threads`` is given). The report goes to ``RUN/report/``:
-``ablation.md`` (mean ± std (min–max) per preset, differences to the first preset marked when they are within
-the seeds' spread, every seed, per-class IoU), ``ablation.json``, ``ablation.csv``. Rerunning the same
-command skips complete trials and resumes interrupted ones; any value of the config can be overridden as
-``section.key=value`` (``train.epochs=3``), except the three the ablation sets per trial.
+``cpu_count // jobs`` threads unless ``train.threads`` is given). The report goes to ``RUN/report/fold_K/``
+(one per fold, each scoring the trials' ``area_K`` alone): ``ablation.md`` (mean ± std (min–max) per preset,
+differences to the first preset marked when they are within the seeds' spread, every seed, per-class IoU),
+``ablation.json``, ``ablation.csv``. Rerunning the same command skips complete trials and resumes
+interrupted ones; any value of the config can be overridden as ``section.key=value`` (``train.epochs=3``),
+except the three the ablation sets per trial.
 """
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def main(args: argparse.Namespace) -> int:
               str(args.run_dir)]
              + (["--data-root", args.data_root] if args.data_root else []) + ["--jobs", str(args.jobs)] + args.overrides)
     command = " ".join(shlex.quote(w) for w in words)                  # for the report's header
-    def report(trials, header):
-        return write_trials(trials, args.run_dir / "report", header, args.digits)
+    def report(trials, header, left_out):
+        return write_trials(trials, args.run_dir / "report" / f"fold_{args.test_area}", header, args.digits,
+                            fold=args.test_area, left_out=left_out)
     return ablate(args.config, args.presets, args.seeds, args.test_area, args.run_dir, overrides, report,
                   args.jobs, command)

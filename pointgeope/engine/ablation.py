@@ -6,15 +6,21 @@ data; the report (:func:`pointgeope.report.seeds.write_trials`, which the comman
 
     RUN/<preset>/seed_<s>/area_K/      the trial's fold folder (checkpoints, metrics.json, log.txt)
     RUN/<preset>/seed_<s>/train.log    the trial's output (appended by every attempt)
-    RUN/report/ablation.md|json|csv    mean ± std (min–max) per preset, differences, every seed
+    RUN/report/fold_K/ablation.md|json|csv    mean ± std (min–max) per preset, differences, every seed
+
+A trial folder may hold other folds (an ablation of another fold into the same RUN, a ``train --cv``): the
+report scores ``area_K`` alone, and each fold's report has its own folder, so an ablation of fold 2 leaves
+fold 1's report as it was.
 
 Everything is checked before the first trial starts (each trial's config, the fold, the data folder), so a
 mistake costs seconds. A rerun of the same command skips complete trials and resumes interrupted ones from
 their ``last.pt`` (``pointgeope train`` does both); a failed trial is named with its log and left out of
-the report, which says so. Ctrl-C or SIGTERM stops the running trials as Ctrl-C stops a training (each
-keeps its ``last.pt``; the rerun resumes it) and starts no other; so does ``kill -9`` of ablate on Linux
-(each trial dies with it, ``PR_SET_PDEATHSIG``). One ablation at a time per RUN
-(``RUN/.lock``). With ``jobs`` > 1 and no
+the report, which says so, and so is a trial whose saved result is stale: complete, but trained or tested
+with other settings than this command's (a rerun with other overrides; :func:`stale`), so that the report's
+header, which states the command's settings, holds for every number under it. Ctrl-C or SIGTERM stops
+the running trials as Ctrl-C stops a training (each keeps its ``last.pt``; the rerun resumes it) and starts
+no other; so does ``kill -9`` of ablate on Linux (each trial dies with it, ``PR_SET_PDEATHSIG``). One
+ablation at a time per RUN (``RUN/.lock``). With ``jobs`` > 1 and no
 ``train.threads`` given, each trial gets ``cpu_count // jobs`` threads (two OpenMP threads per process on
 a machine whose cores are all taken stall badly).
 """
@@ -31,14 +37,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from pointgeope.constants import fold_folder_name
 from pointgeope.data.folds import fold_of, load_folds
-from pointgeope.engine.config import load_config, override_key
+from pointgeope.engine.config import config_to_dict, load_config, override_key
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
 from pointgeope.parent_death import death_signal_request
 from pointgeope.paths import inside
 
-__all__ = ["Trial", "plan", "ablate"]
+__all__ = ["Trial", "plan", "stale", "ablate"]
 
 # What the ablation sets per trial; the user's overrides may not set them too.
 OWN_KEYS = ("model.pe", "train.seed", "train.run_dir")
@@ -170,15 +177,53 @@ def _run_all(trials: list[Trial], argvs: list[list[str]], jobs: int) -> list[int
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-Report = Callable[[list[tuple[str, int, Path]], str], object]
+def stale(trial: Trial, config: Path, common: list[str], test_area: int) -> str:
+    """Why the trial's saved result of fold ``test_area`` is not one of this command's, or ``""``: the
+    config its ``metrics.json`` records against the trial's config now, by the rules a rerun of ``train``
+    applies (:func:`~pointgeope.engine.checkpoint.config_differences` for the keys that must match, as a
+    resume checks them; :func:`~pointgeope.engine.checkpoint.untested_eval` for the ``eval.*`` keys that
+    ``train`` does not apply to a complete fold). ``""`` also where the fold has no readable
+    ``metrics.json`` (the report names the trial missing) or one without a ``"config"`` (written before
+    evaluate recorded it: not compared)."""
+    import json
+
+    from pointgeope.engine.checkpoint import config_differences, describe_differences, untested_eval
+
+    folder = trial.folder / fold_folder_name(test_area)
+    try:
+        tested = json.loads((folder / "metrics.json").read_text(encoding="utf-8")).get("config")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if not isinstance(tested, dict):
+        return ""
+    current = config_to_dict(load_config(config, trial.overrides(common)))
+    diff = config_differences(tested, current)
+    if diff:
+        return f"stale: trained with other settings ({describe_differences(diff, 'it used')})"
+    note = untested_eval(folder, tested, current)
+    return f"stale{note.replace('; its test', ': its test', 1)}" if note else ""
+
+
+def _left_out(trials: list[Trial], codes: list[int], config: Path, common: list[str], test_area: int) -> dict:
+    """``{(preset, seed): why}`` of the trials the report must not score: failed ones, stale ones."""
+    out = {}
+    for trial, code in zip(trials, codes):
+        why = f"failed (exit code {code}), see its train.log" if code else stale(trial, config, common, test_area)
+        if why:
+            out[(trial.preset, trial.seed)] = why
+    return out
+
+
+Report = Callable[[list[tuple[str, int, Path]], str, dict], object]
 
 
 def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, run_dir: Path,
            overrides: list[str], report: Report, jobs: int = 1, command: str = "") -> int:
     """``pointgeope ablate``: run the trials (``jobs`` at a time), then, still holding the run's lock,
-    ``report([(preset, seed, folder) of every trial], header)`` (the header names ``command``; the report
-    layer writes ``RUN/report``); 0 when every trial completed, 1 when some failed (the report covers the
-    others and names them)."""
+    ``report([(preset, seed, folder) of every trial], header, left_out)`` (the header names ``command``;
+    ``left_out``: ``{(preset, seed): why}`` of the failed and stale trials; the report layer writes
+    ``RUN/report/fold_K``); 0 when every trial completed with this command's settings, 1 when some failed
+    or are stale (the report covers the others and names them)."""
     trials, common = plan(config, presets, seeds, test_area, run_dir, overrides, jobs)
     run_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(run_dir, command or " ".join(sys.argv)):
@@ -193,10 +238,14 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
                   + f"Config `{config}` with `{' '.join(common) or 'no overrides'}`; this invocation took "
                   f"{minutes:.1f} min (wall, {jobs} trial(s) at a time; trials already complete are skipped). "
                   "Scores pooled over the fold's test area; mean ± sample std (min–max) over the seeds, %.\n\n")
-        report([(t.preset, t.seed, t.folder) for t in trials], header)
+        left_out = _left_out(trials, codes, config, common, test_area)
+        report([(t.preset, t.seed, t.folder) for t in trials], header, left_out)
     failed = [t.name for t, code in zip(trials, codes) if code != 0]
     if failed:
         print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; see their train.log, rerun the same "
               "command to retry them", file=sys.stderr)
-        return 1
-    return 0
+    old = [t.name for t, code in zip(trials, codes) if code == 0 and (t.preset, t.seed) in left_out]
+    if old:
+        print(f"{len(old)} trial(s) not reported, their saved results are stale: {', '.join(old)}; the report's "
+              "notes name the settings and the command that tests them with this command's", file=sys.stderr)
+    return 1 if failed or old else 0

@@ -62,8 +62,7 @@ def iou_bar_chart(runs: list[RunSummary], path: Path) -> Path:
     ax.set_xticklabels(CLASS_NAMES, rotation=35, ha="right")
     ax.set_ylabel("IoU (%)")
     ax.set_ylim(0, 105)
-    ax.set_title("Per-class IoU, pooled 6-fold: " + ", ".join(
-        f"{r.name} mIoU {100 * r.pooled['miou']:.1f}" for r in runs))
+    ax.set_title(iou_title(runs), fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     if n_runs > 1:
@@ -71,6 +70,18 @@ def iou_bar_chart(runs: list[RunSummary], path: Path) -> Path:
                    for i, r in enumerate(runs)]
         ax.legend(handles=handles, loc="upper right", fontsize=8)
     return _save(fig, path)
+
+
+def pooled_label(run: RunSummary) -> str:
+    """``"pooled over 4 of 6 folds: Area_1, ..."``: what a figure of ``run`` pooled, the one text both figures'
+    titles say it with (``RunSummary.pooled_over_text``)."""
+    return f"pooled over {run.pooled_over_text()}"
+
+
+def iou_title(runs: list[RunSummary]) -> str:
+    """``"Per-class IoU: geope mIoU 50.1 (pooled over all 6 folds)"``, each run with the folds it pooled."""
+    return "Per-class IoU: " + "; ".join(f"{r.name} mIoU {100 * r.pooled['miou']:.1f} ({pooled_label(r)})"
+                                         for r in runs)
 
 
 def row_normalised(confusion: np.ndarray) -> np.ndarray:
@@ -104,5 +115,5 @@ def confusion_heatmap(run: RunSummary, path: Path) -> Path:
             label.set_bbox({"facecolor": tuple(colour), "edgecolor": "none", "pad": 1.5, "alpha": 0.8})
     ax.set_xlabel("prediction")
     ax.set_ylabel("ground truth")
-    ax.set_title(f"{run.name}: confusion, row-normalised, pooled over {run.pooled_over_text()}", fontsize=9)
+    ax.set_title(f"{run.name}: confusion, row-normalised, {pooled_label(run)}", fontsize=9)
     return _save(fig, path)

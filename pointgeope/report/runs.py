@@ -186,11 +186,12 @@ def _class_mean(run: Path, folds: list[FoldResult], asked: str | None) -> str:
 
 
 def load_run(run: str | Path, name: str | None = None, class_mean: str | None = None,
-             allow_mixed: bool = False) -> RunSummary:
+             allow_mixed: bool = False, fold: int | None = None) -> RunSummary:
     """Read ``RUN/area_K/metrics.json`` for K = 1..6 (other fold folders with one are named in the summary:
     ``unreported``); ``class_mean``: the rule of the class means (``None``:
     the one the folds were evaluated with); ``allow_mixed``: pool folds trained or evaluated with different
-    settings (:mod:`pointgeope.report.settings`), which the summary's ``mixed`` then lists.
+    settings (:mod:`pointgeope.report.settings`), which the summary's ``mixed`` then lists; ``fold``: read
+    ``RUN/area_<fold>`` alone (an ablation of one fold), whatever other folds the folder holds.
 
     Raises:
         ReportError: ``run`` is not a folder, a metrics file is malformed, no fold is complete, or (without
@@ -202,6 +203,8 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
                           f"{'a file' if run.exists() else 'nothing'}")
     folds, missing = [], []
     for k, area in enumerate(AREAS, start=1):
+        if fold is not None and k != fold:
+            continue
         path = fold_dir(run, k) / METRICS_FILE
         if not path.is_file():
             exists = path.parent.is_dir()
@@ -220,12 +223,14 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
                           "one pooled number needs one method, data set and protocol: report them as separate "
                           "runs, or pass --allow-mixed to pool them with the differences written in the report")
     known = {fold_dir(run, k).name for k in range(1, len(AREAS) + 1)}
-    unreported = sorted((p.name for p in run.glob("area_*") if p.name not in known and (p / METRICS_FILE).is_file()),
-                        key=lambda n: (len(n), n))
+    unreported = [] if fold is not None else sorted(
+        (p.name for p in run.glob("area_*") if p.name not in known and (p / METRICS_FILE).is_file()),
+        key=lambda n: (len(n), n))
     summary = RunSummary(name or run.resolve().name, run, folds, missing, rule, mixed, unreported)
     if not folds:
         raise ReportError(f"{run}: no complete fold to report ({summary.missing_text()}); expected "
-                          f"{run}/area_K/{METRICS_FILE} with \"complete\": true for K in 1..{len(AREAS)}"
+                          f"{run}/area_K/{METRICS_FILE} with \"complete\": true for K in "
+                          + (f"{fold}" if fold is not None else f"1..{len(AREAS)}")
                           + (f"; {summary.unreported_text()}" if unreported else ""))
     return summary
 

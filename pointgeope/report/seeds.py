@@ -23,7 +23,7 @@ import numpy as np
 
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.errors import UserError
-from pointgeope.report.runs import ReportError, RunSummary, load_run
+from pointgeope.report.runs import ReportError, RunSummary, fold_dir, load_run
 from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, json_safe, pct
 
 __all__ = ["Variant", "spread", "ablation_markdown", "ablation_json", "ablation_csv", "write_ablation", "write_trials"]
@@ -96,7 +96,8 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
             warnings.simplefilter("ignore", RuntimeWarning)
             iou = np.nanmean(v.class_iou(), axis=0) if v.runs else np.full(len(CLASS_NAMES), math.nan)
         lines.append(f"| {v.name} | " + " | ".join(pct(x, digits) for x in iou) + " |")
-    rules = class_mean_lines([run for v in variants for run in v.runs])
+    runs = [run for v in variants for run in v.runs]
+    rules = class_mean_lines(runs, _mixed_rules(runs))
     lines += [""] + rules if len(rules) == 1 else []
     notes = [f"- {v.name}: seed {s} missing ({why})" for v in variants for s, why in v.missing]
     notes += rules if len(rules) > 1 else []
@@ -104,6 +105,20 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
     if len(areas) > 1:
         notes.append("- the runs cover different folds: their scores compare unlike test sets.")
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def _mixed_rules(runs: list[RunSummary]) -> str:
+    """The note on trials tested with different ``eval.class_mean`` rules: what ablate cannot rescore
+    (``pointgeope report --class-mean`` rescores a report's runs, not an ablation's), and the commands that
+    test the trials of the other rule with the more common one (``all``, the default, on a tie)."""
+    count = {rule: sum(run.class_mean == rule for run in runs) for rule in ("all", "present")}
+    target = max(count, key=lambda rule: count[rule])
+    others = [run for run in runs if run.class_mean != target]
+    commands = "; ".join(f"`pointgeope evaluate {fold_dir(run.path, run.folds[0].fold)} eval.class_mean={target}`"
+                         for run in others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    return ("- the runs average their classes by different rules, so each variant's mean ± std of mAcc and mIoU, "
+            f"and the differences, mix them: test the trials of the other rule with `{target}` ({commands}), "
+            f"then rerun this ablation with `eval.class_mean={target}`.")
 
 
 def ablation_json(variants: list[Variant]) -> dict:
@@ -144,20 +159,31 @@ def write_ablation(variants: list[Variant], out: Path, header: str = "", digits:
             write_text_atomic(out / "ablation.csv", ablation_csv(variants))]
 
 
-def write_trials(trials: list[tuple[str, int, Path]], out: Path, header: str = "", digits: int = 1) -> list[Path]:
+def write_trials(trials: list[tuple[str, int, Path]], out: Path, header: str = "", digits: int = 1,
+                 fold: int | None = None, left_out: dict | None = None) -> list[Path]:
     """Group the runs of ``(variant, seed, run folder)`` by variant (complete ones; the others as missing,
-    with the reason) and write the report into ``out``; prints the markdown and the files written."""
+    with the reason) and write the report into ``out``; prints the markdown and the files written.
+
+    ``fold``: score each run folder's ``area_<fold>`` alone (an ablation of that fold; ``None``: every fold
+    it holds); ``left_out``: ``{(variant, seed): why}`` of runs not to score (a failed or stale trial),
+    listed as missing with that reason."""
+    left_out = left_out or {}
     variants: dict[str, Variant] = {}
     for name, seed, folder in trials:
         v = variants.setdefault(name, Variant(name, [], []))
+        if (name, seed) in left_out:
+            v.missing.append((seed, left_out[name, seed]))
+            continue
         try:
-            v.runs.append(load_run(folder, f"{name}/seed_{seed}"))
+            v.runs.append(load_run(folder, f"{name}/seed_{seed}", fold=fold))
             v.seeds.append(seed)
         except ReportError as err:
             v.missing.append((seed, str(err).split(";")[0]))
     chosen = list(variants.values())
     if not any(v.runs for v in chosen):
-        raise UserError(f"{out.parent}: no trial completed; nothing to report (see the trials' train.log)")
+        why = "; ".join(f"{v.name} seed {s}: {reason}" for v in chosen for s, reason in v.missing[:1])
+        raise UserError(f"{out}: none of the {len(trials)} trial(s) has a result"
+                        + (f" of fold {fold}" if fold is not None else "") + f" to report ({why})")
     written = write_ablation(chosen, out, header, digits)
     print(ablation_markdown(chosen, digits))
     print("wrote:\n" + "\n".join(f"  {p}" for p in written))

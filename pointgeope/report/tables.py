@@ -55,8 +55,13 @@ def difference(later: dict, first: dict) -> dict:
     return out
 
 
-def class_mean_lines(runs: list[RunSummary]) -> list[str]:
-    """The rule of the class means, said once when the runs share it, per run (and flagged) when not."""
+MIXED_RULES = ("- the runs average their classes by different rules: their mAcc and mIoU differences mix them "
+               "(pass --class-mean).")
+
+
+def class_mean_lines(runs: list[RunSummary], mixed: str = MIXED_RULES) -> list[str]:
+    """The rule of the class means, said once when the runs share it, per run (and flagged, with ``mixed``:
+    what to do, which the caller's command can do) when not."""
     rules = {run.class_mean for run in runs}
     if not rules:
         return []
@@ -64,8 +69,7 @@ def class_mean_lines(runs: list[RunSummary]) -> list[str]:
         rule = rules.pop()
         return [f"Class means (`eval.class_mean: {rule}`): {CLASS_MEAN_TEXT[rule]}."]
     return [f"- {run.name}: `eval.class_mean: {run.class_mean}`, {CLASS_MEAN_TEXT[run.class_mean]}" for run in runs] \
-        + ["- the runs average their classes by different rules: their mAcc and mIoU differences mix them "
-           "(pass --class-mean)."]
+        + [mixed]
 
 
 def _plain(value) -> str:

@@ -13,8 +13,8 @@ from pointgeope.engine.ablation import plan
 from tests.engine.conftest import DEMO_CONFIG, TINY, last_line_only
 
 
-def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1"), jobs="1"):
-    return ["ablate", "--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(root), "--run-dir",
+def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1"), jobs="1", area="1"):
+    return ["ablate", "--config", str(DEMO_CONFIG), "--test-area", area, "--data-root", str(root), "--run-dir",
             str(run), "--presets", ",".join(presets), "--seeds", ",".join(seeds), "--jobs", jobs, *TINY, *overrides]
 
 
@@ -55,7 +55,7 @@ def test_plan_orders_trials_and_shares_the_threads(two_folds, tmp_path):
 def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, capsys):
     run = tmp_path / "abl"
     assert cli(ablate_args(two_folds, run, "train.epochs=1", jobs="2")) == 0
-    report = json.loads((run / "report" / "ablation.json").read_text())
+    report = json.loads((run / "report" / "fold_1" / "ablation.json").read_text())
     assert [v["name"] for v in report["variants"]] == ["rpe", "none"]
     for variant in report["variants"]:
         assert variant["seeds"] == [0, 1] and variant["missing"] == [] and variant["folds"] == ["Area_1"]
@@ -65,7 +65,7 @@ def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, cap
             config = (run / variant["name"] / f"seed_{seed}" / "area_1" / "config.yaml").read_text()
             assert f"seed: {seed}\n" in config
         assert variant["miou"]["mean"] == pytest.approx(sum(r["miou"] for r in variant["runs"]) / 2)
-    md = (run / "report" / "ablation.md").read_text()
+    md = (run / "report" / "fold_1" / "ablation.md").read_text()
     assert md.startswith("# Ablation: rpe, none x seeds 0, 1, fold 1\n\nCommand: `pointgeope ablate --config ")
     capsys.readouterr()
     # again, with a seed whose fold folder cannot be made: seed 0 is skipped, seed 7 fails and is named
@@ -77,9 +77,63 @@ def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, cap
     assert "rpe seed 0: done" in out and "rpe seed 7: FAILED (exit code" in out
     assert "2 trial(s) failed: rpe seed 7, none seed 7" in err
     assert "is complete, skipped" in (run / "rpe" / "seed_0" / "train.log").read_text()
-    md = (run / "report" / "ablation.md").read_text()
+    md = (run / "report" / "fold_1" / "ablation.md").read_text()
     assert "- rpe: seed 7 missing (" in md and "- none: seed 7 missing (" in md
-    assert json.loads((run / "report" / "ablation.json").read_text())["variants"][0]["seeds"] == [0]
+    assert json.loads((run / "report" / "fold_1" / "ablation.json").read_text())["variants"][0]["seeds"] == [0]
+
+
+def test_a_trial_saved_with_other_settings_is_stale_and_says_which(two_folds, tmp_path):
+    """A rerun with other overrides reported the trials' old results under the new header. stale() compares
+    the config a trial's metrics.json records with the trial's config now, by train's own rules (the keys
+    a resume must match; the eval.* keys train does not apply to a complete fold, with the command that
+    tests the fold with them)."""
+    from pointgeope.engine.ablation import stale
+    from pointgeope.engine.config import config_to_dict, load_config
+
+    trials, common = plan(DEMO_CONFIG, ["rpe"], [0], 1, tmp_path, [f"data.root={two_folds}", *TINY], 1)
+    trial, fold = trials[0], trials[0].folder / "area_1"
+    fold.mkdir(parents=True)
+    assert stale(trial, DEMO_CONFIG, common, 1) == ""                                # nothing recorded yet
+
+    def recorded(*changes):
+        config = config_to_dict(load_config(DEMO_CONFIG, trial.overrides(common) + list(changes)))
+        (fold / "metrics.json").write_text(json.dumps({"area": "Area_1", "complete": True, "config": config}))
+        return stale(trial, DEMO_CONFIG, common, 1)
+
+    assert recorded() == ""
+    assert recorded("train.epochs=1") == "stale: trained with other settings (train.epochs: it used 1, now 2)"
+    why = recorded("eval.class_mean=present")
+    assert why.startswith("stale: its test did not use this command's eval.class_mean=all (it used present)")
+    command = why.split("complete fold: ")[1]       # every eval value: the fold has no config.yaml to start from
+    assert command.startswith(f"pointgeope evaluate {fold} eval.") and command.endswith(" tests it with them")
+    assert " eval.class_mean=all " in command
+    assert stale(trial, DEMO_CONFIG, common, 2) == ""                                # fold 2: none saved
+
+
+@pytest.mark.slow
+def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(two_folds, tmp_path, capsys):
+    """Fold 2 into the RUN of fold 1: its report scores area_2 alone (it pooled every fold the trial folders
+    held, under the header "fold 2") and fold 1's report stays (it was overwritten). A rerun with
+    another eval value: the skipped trial's old test is named stale, not scored under the new header; with
+    another train value every trial fails, and no old result is reported."""
+    run, one = tmp_path / "abl", ("train.epochs=1",)
+    assert cli(ablate_args(two_folds, run, *one, presets=("rpe",), seeds=("0",))) == 0
+    fold_1 = (run / "report" / "fold_1" / "ablation.md").read_text()
+    assert cli(ablate_args(two_folds, run, *one, presets=("rpe",), seeds=("0",), area="2")) == 0
+    assert (run / "report" / "fold_1" / "ablation.md").read_text() == fold_1
+    variant = json.loads((run / "report" / "fold_2" / "ablation.json").read_text())["variants"][0]
+    metrics = json.loads((run / "rpe" / "seed_0" / "area_2" / "metrics.json").read_text())
+    assert variant["folds"] == ["Area_2"] and variant["runs"][0]["miou"] == pytest.approx(metrics["miou"])
+    capsys.readouterr()
+    assert cli(ablate_args(two_folds, run, *one, "eval.max_fragments=1", presets=("rpe",))) == 1
+    variant = json.loads((run / "report" / "fold_1" / "ablation.json").read_text())["variants"][0]
+    assert variant["seeds"] == [1] and variant["missing"][0]["seed"] == 0
+    assert variant["missing"][0]["reason"].startswith(
+        "stale: its test did not use this command's eval.max_fragments=1 (it used 2)")
+    assert "1 trial(s) not reported, their saved results are stale: rpe seed 0" in capsys.readouterr().err
+    assert cli(ablate_args(two_folds, run, "train.epochs=2", presets=("rpe",), seeds=("0",))) == 2
+    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: {run / 'report' / 'fold_1'}: none of the "
+                   "1 trial(s) has a result of fold 1 to report (rpe seed 0: failed (exit code 2), see its train.log)")
 
 
 def test_engine_code_does_not_import_later_layers():
