@@ -277,9 +277,10 @@ def _merge(base: dict, top: dict) -> dict:
     return out
 
 
-def _checked(cfg: Config, where: str) -> Config:
-    """``cfg`` once the keys that must agree with each other do (each key alone was checked as read)."""
-    problem = agreement_problem(cfg.model) or pipeline_problem(cfg)
+def _checked(cfg: Config, where: str, presets: typing.Sequence[str] | None = None) -> Config:
+    """``cfg`` once the keys that must agree with each other do (each key alone was checked as read);
+    ``presets``: an ablation's encodings, each checked in place of ``model.pe`` for the encodings' keys."""
+    problem = agreement_problem(cfg.model, presets) or pipeline_problem(cfg)
     if problem:
         raise ConfigError(f"{where}: {problem}")
     return cfg
@@ -348,18 +349,22 @@ def parse_override(text: str) -> dict:
     return tree
 
 
-def _overridden(merged: dict, overrides: typing.Sequence[str], where: str) -> Config:
+def _overridden(merged: dict, overrides: typing.Sequence[str], where: str,
+                presets: typing.Sequence[str] | None = None) -> Config:
     """The config of the checked mapping ``merged`` (read from ``where``) with ``section.key=value``
     ``overrides`` applied last, each checked as it is read, then the whole."""
     for text in overrides:
         merged = _merge(merged, _check_mapping(parse_override(text), Config, f"override {text!r}"))
-    return _checked(_build(Config, merged), f"{where}{' with the overrides' if overrides else ''}")
+    return _checked(_build(Config, merged), f"{where}{' with the overrides' if overrides else ''}", presets)
 
 
-def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
-    """The :class:`Config` of a YAML file (``None``: the defaults) with ``section.key=value`` overrides."""
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = (),
+                presets: typing.Sequence[str] | None = None) -> Config:
+    """The :class:`Config` of a YAML file (``None``: the defaults) with ``section.key=value`` overrides;
+    ``presets``: the encodings an ablation runs in place of ``model.pe``, against each of which the
+    encodings' own keys are checked (``config_values.encoding_problem``)."""
     merged = _read_layers(Path(path)) if path is not None else {}
-    return _overridden(merged, overrides, str(path) if path is not None else "the defaults")
+    return _overridden(merged, overrides, str(path) if path is not None else "the defaults", presets)
 
 
 def config_to_dict(cfg: Config) -> dict:
