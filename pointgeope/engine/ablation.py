@@ -81,7 +81,7 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
             raise UserError(f"override {text!r}: the ablation sets {key} for each trial (--presets, --seeds, "
                             "--run-dir); leave it out")
     common = list(overrides)
-    cfg = load_config(config, common)
+    cfg = load_config(config, common, presets=presets)  # the encodings' keys against each preset, not the file's pe
     if jobs > 1 and cfg.train.threads is None:
         threads = max(1, (os.cpu_count() or 1) // jobs)
         common.append(f"train.threads={threads}")

@@ -110,14 +110,33 @@ def unreadable_kind(path: Path, err: Exception) -> str:
             return kind or "an empty file"
         if all(b >= 0x20 or b in b"\t\n\r" for b in head):  # no control byte: text (a multi-byte UTF-8 char too)
             return "a text file"
-    first = (str(err).strip().splitlines() or [""])[0][:200]  # torch's messages run over many lines
     if "weights_only" in str(err):
         return f"a pickle that safe loading refuses ({type(err).__name__})"
-    return f"{type(err).__name__}: {first}"
+    return f"{type(err).__name__}: {first_sentence(str(err))}"
+
+
+def first_sentence(text: str, limit: int = 200) -> str:
+    """The first sentence of ``text``'s first line (torch's run over many), cut at a word past ``limit``."""
+    sentence = (text.strip().splitlines() or [""])[0].split(". ", 1)[0].rstrip(".")
+    return sentence if len(sentence) <= limit else sentence[:limit].rsplit(" ", 1)[0] + "..."
+
+
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive
+
+
+def damaged(path: Path, err: Exception) -> bool:
+    """Whether ``path``, which ``torch.load`` refused with ``err``, is a checkpoint cut short or corrupted: a
+    zip archive, as ``torch.save`` writes, that torch cannot read (not one it read and refused to unpickle)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(ZIP_MAGIC))
+    except OSError:
+        return False
+    return head == ZIP_MAGIC and "weights_only" not in str(err)
 
 
 def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = RESUME_ADVICE,
-                    unreadable: str = UNREADABLE) -> dict:
+                    unreadable: str = UNREADABLE, damaged_file: str | None = None) -> dict:
     """Load a checkpoint on the CPU with ``weights_only=True``.
 
     Args:
@@ -127,6 +146,8 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
         advice: what the error of a config that differs says to do (training's, by default).
         unreadable: the error of a file torch cannot load, with ``{path}`` and ``{kind}`` (training's, by
             default: delete a damaged last.pt; predict's names its model argument).
+        damaged_file: the error, with ``{path}`` and ``{kind}``, of a checkpoint cut short or corrupted
+            (:func:`damaged`); ``None``: ``unreadable``'s.
 
     Raises:
         CheckpointError: the file is missing, unreadable, not a pointgeope checkpoint, or was written with
@@ -138,7 +159,8 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated zip, foreign pickle, another kind of file, ...
-        raise CheckpointError(unreadable.format(path=path, kind=unreadable_kind(path, err))) from None
+        template = damaged_file if damaged_file and damaged(path, err) else unreadable
+        raise CheckpointError(template.format(path=path, kind=unreadable_kind(path, err))) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointError(f"{path}: expected a {FORMAT} file, got "
                               f"{type(ckpt).__name__} without that format tag")
@@ -191,24 +213,35 @@ def fold_config(run: str | Path, overrides: list[str] = (), log=print):
     return config_from_dict(saved, where=f"{found[0]}'s config", overrides=overrides)
 
 
-def fold_progress(path: str | Path, ckpt: dict) -> tuple[int, int]:
+def fold_progress(path: str | Path, ckpt: dict, log=None) -> tuple[int, int]:
     """``(epochs trained, train.epochs)`` of the fold that wrote the checkpoint ``ckpt`` read from ``path``:
     the epochs of the ``last.pt`` beside it (a ``best.pt`` is from an earlier epoch), else its own. The
-    fold is finished when the first reaches the second."""
+    fold is finished when the first reaches the second. A ``last.pt`` beside it that cannot be read (cut
+    short) does not stop the use of an intact ``best.pt``: its own epochs then, a warning through ``log``."""
     path = Path(path)
-    last = path.parent / "last.pt"
+    last, unread = path.parent / "last.pt", None
     if path.name != "last.pt" and last.is_file():
-        ckpt = load_checkpoint(last)
+        try:
+            ckpt = load_checkpoint(last)
+        except CheckpointError as err:
+            unread = err
     trained = int(ckpt.get("epoch", 0))
-    return trained, int(checkpoint_config(ckpt, path).get("train", {}).get("epochs", trained))
+    epochs = int(checkpoint_config(ckpt, path).get("train", {}).get("epochs", trained))
+    if unread is not None and log is not None:
+        after = "the fold finished" if trained >= epochs else "how far the fold trained after it is unknown"
+        log(f"warning: {unread}; {path.name} is used (saved at epoch {trained} of {epochs}: {after})")
+    return trained, epochs
 
 
 def unfinished_warning(path: str | Path, ckpt: dict) -> str | None:
     """A warning line when the checkpoint's fold has not trained all its epochs (interrupted, or being
-    trained now: its folder is locked), else ``None``."""
+    trained now: its folder is locked), or when that is unknown (its ``last.pt`` unreadable), else ``None``."""
     from pointgeope.lock import LOCK_NAME
 
-    trained, epochs = fold_progress(path, ckpt)
+    unknown: list[str] = []
+    trained, epochs = fold_progress(path, ckpt, log=unknown.append)
+    if unknown:
+        return unknown[0]
     if trained >= epochs:
         return None
     now = " (its folder is locked: it may be training now)" if (Path(path).parent / LOCK_NAME).is_file() else ""

@@ -277,12 +277,11 @@ def _merge(base: dict, top: dict) -> dict:
     return out
 
 
-def _checked(cfg: Config, where: str) -> Config:
-    """``cfg`` once the keys that must agree with each other do (each key alone was checked as read)."""
-    problem = agreement_problem(cfg.model) or pipeline_problem(cfg)
-    if problem:
-        raise ConfigError(f"{where}: {problem}")
-    return cfg
+def _problem(cfg: Config, presets: typing.Sequence[str] | None = None) -> str | None:
+    """What is wrong between the keys that must agree with each other (each key alone was checked as read),
+    or ``None``; ``presets``: an ablation's encodings, each checked in place of ``model.pe`` for the
+    encodings' keys."""
+    return agreement_problem(cfg.model, presets) or pipeline_problem(cfg)
 
 
 def _build(cls, raw: dict):
@@ -348,18 +347,30 @@ def parse_override(text: str) -> dict:
     return tree
 
 
-def _overridden(merged: dict, overrides: typing.Sequence[str], where: str) -> Config:
+def _overridden(merged: dict, overrides: typing.Sequence[str], where: str,
+                presets: typing.Sequence[str] | None = None) -> Config:
     """The config of the checked mapping ``merged`` (read from ``where``) with ``section.key=value``
-    ``overrides`` applied last, each checked as it is read, then the whole."""
+    ``overrides`` applied last, each checked as it is read, then the whole: a problem of the whole is
+    ``where``'s alone when ``merged`` has it without the overrides (a key of the file, whatever the
+    overrides, e.g. the ``data.root`` of train's ``--data-root``), else ``where`` "with the overrides"."""
+    layered = merged
     for text in overrides:
-        merged = _merge(merged, _check_mapping(parse_override(text), Config, f"override {text!r}"))
-    return _checked(_build(Config, merged), f"{where}{' with the overrides' if overrides else ''}")
+        layered = _merge(layered, _check_mapping(parse_override(text), Config, f"override {text!r}"))
+    cfg = _build(Config, layered)
+    problem = _problem(cfg, presets)
+    if problem:
+        ours = overrides and _problem(_build(Config, merged), presets) != problem
+        raise ConfigError(f"{where}{' with the overrides' if ours else ''}: {problem}")
+    return cfg
 
 
-def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
-    """The :class:`Config` of a YAML file (``None``: the defaults) with ``section.key=value`` overrides."""
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = (),
+                presets: typing.Sequence[str] | None = None) -> Config:
+    """The :class:`Config` of a YAML file (``None``: the defaults) with ``section.key=value`` overrides;
+    ``presets``: the encodings an ablation runs in place of ``model.pe``, against each of which the
+    encodings' own keys are checked (``config_values.encoding_problem``)."""
     merged = _read_layers(Path(path)) if path is not None else {}
-    return _overridden(merged, overrides, str(path) if path is not None else "the defaults")
+    return _overridden(merged, overrides, str(path) if path is not None else "the defaults", presets)
 
 
 def config_to_dict(cfg: Config) -> dict:

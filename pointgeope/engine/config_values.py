@@ -162,12 +162,13 @@ def range_problem(value: Any, name: str) -> str | None:
     return None
 
 
-def agreement_problem(m: ModelConfig) -> str | None:
+def agreement_problem(m: ModelConfig, presets: list[str] | None = None) -> str | None:
     """What is wrong between the model keys that must agree, or ``None``: the backbone's own keys and
     encoding (:func:`backbone_problem`), the encoding's own keys (:func:`encoding_problem`); PTv1: one entry
     per network stage in each model list, the first stage unstrided, each width divisible by
-    ``model.share_planes``; PTv3: :func:`ptv3_problem`."""
-    problem = backbone_problem(m) or encoding_problem(m)
+    ``model.share_planes``; PTv3: :func:`ptv3_problem`. ``presets``: an ablation's encodings, whose own keys
+    are checked against each of them instead of ``model.pe`` (:func:`encoding_problem`)."""
+    problem = backbone_problem(m) or encoding_problem(m, presets)
     if problem or m.backbone == "ptv3":
         return problem or ptv3_problem(m)
     for key in ("blocks", "strides", "neighbours", "decoder_blocks"):
@@ -238,10 +239,13 @@ def backbone_problem(m: ModelConfig) -> str | None:
     return None
 
 
-# The encodings without position frequencies of any kind (no rotation, no sinusoid): they take GeoPE's keys
-# and use neither, so an ablation sets them for every preset (`--presets rpe,geope model.geope_learnable=true`)
+# The encodings without positions of any kind (no rotation, no sinusoid, no bias): they take the other encodings'
+# keys of their backbone and use none, so an ablation sets them for every preset (`--presets rpe,geope
+# model.geope_learnable=true`, `--presets none,point3drope model.point3drope_scale=1`): with no positions a scale
+# or a frequency is moot
 FREQUENCY_FREE = ("none", "rpe")
 FREQUENCY_KEYS = ("geope_base", "geope_learnable")
+ENCODING_KEYS = (*FREQUENCY_KEYS, "point3drope_scale")  # the keys of one kind of encoding (encoding_problem)
 # what the other encodings turn at, for the message of a GeoPE key they do not read
 OWN_FREQUENCIES = {"point3drope": "Utonia's fixed frequencies (base 10; its scale: model.point3drope_scale)",
                    "pointrope": "LitePT's fixed frequencies (base 100 per grid cell)",
@@ -261,33 +265,79 @@ def frequency_keys_read(m: ModelConfig, pe: str | None = None) -> tuple[str, ...
     return frequency_keys(PRESETS[pe], m.rope_mixed_init)
 
 
-def encoding_problem(m: ModelConfig) -> str | None:
-    """A key of one kind of encoding set away from its default with a ``model.pe`` that does not read it, or
-    ``None``: ``model.point3drope_scale`` (``point3drope`` only); on either backbone ``model.geope_base`` and
-    ``model.geope_learnable`` (GeoPE's frequencies) with an encoding that turns at other frequencies
-    (:func:`frequency_keys_read`: ``point3drope``, ``pointrope``, ``rope-mixed``). The encodings without
-    frequencies, :data:`FREQUENCY_FREE` (``none``, PTv1's ``rpe``), take them: an ablation with the keys on
-    keeps its baseline."""
+def _encodings(m: ModelConfig) -> tuple[str, ...]:
+    """The encodings of ``m``'s backbone: PTv3's ``QK_ENCODINGS``, PTv1's ``attention.PRESETS``."""
     from pointgeope.model.attention import PRESETS
-    from pointgeope.model.config import ModelConfig
     from pointgeope.model.qk_encodings import QK_ENCODINGS
 
-    default = ModelConfig()
-    if m.pe != "point3drope" and m.point3drope_scale != default.point3drope_scale:
-        return (f"model.point3drope_scale={m.point3drope_scale}: only model.pe=point3drope reads it, but "
-                f"model.pe={m.pe}; remove it")
-    if m.pe in FREQUENCY_FREE:
-        return None
-    read = frequency_keys_read(m)
-    keys = [k for k in FREQUENCY_KEYS if k not in read and getattr(m, k) != getattr(default, k)]
+    return QK_ENCODINGS if m.backbone == "ptv3" else tuple(PRESETS)
+
+
+def keys_read(m: ModelConfig, pe: str) -> tuple[str, ...]:
+    """The keys of :data:`ENCODING_KEYS` that ``pe`` reads on ``m``'s backbone (``point3drope_scale``:
+    ``point3drope`` only)."""
+    return frequency_keys_read(m, pe) + (("point3drope_scale",) if pe == "point3drope" else ())
+
+
+def unread_keys(m: ModelConfig, pe: str | None = None) -> list[str]:
+    """The keys of :data:`ENCODING_KEYS` set on ``m`` away from their defaults that ``pe`` (default
+    ``model.pe``, one of the backbone's encodings) would silently ignore: those it does not read, except, for
+    the encodings without positions (:data:`FREQUENCY_FREE`), those another encoding of the backbone reads."""
+    from pointgeope.model.config import ModelConfig
+
+    pe, default = m.pe if pe is None else pe, ModelConfig()
+    changed = [k for k in ENCODING_KEYS if getattr(m, k) != getattr(default, k)]
+    if pe in FREQUENCY_FREE:
+        return [k for k in changed if not any(k in keys_read(m, other) for other in _encodings(m))]
+    return [k for k in changed if k not in keys_read(m, pe)]
+
+
+def _setting(m: ModelConfig, keys: list[str]) -> str:
+    """``model.geope_base=50.0, model.geope_learnable=true``: ``keys`` as set on ``m``."""
+    return ", ".join(f"model.{k}={str(getattr(m, k)).lower() if k == 'geope_learnable' else getattr(m, k)}"
+                     for k in keys)
+
+
+def encoding_problem(m: ModelConfig, presets: list[str] | None = None) -> str | None:
+    """A key of one kind of encoding set away from its default with an encoding that does not read it
+    (:func:`unread_keys`), or ``None``: ``model.point3drope_scale`` (``point3drope`` only); on either backbone
+    ``model.geope_base`` and ``model.geope_learnable`` (GeoPE's frequencies) with an encoding that turns at
+    other frequencies (:func:`frequency_keys_read`: ``point3drope``, ``pointrope``, ``rope-mixed``). The
+    encodings without positions, :data:`FREQUENCY_FREE` (``none``, PTv1's ``rpe``), take every key that
+    another encoding of their backbone reads: an ablation with the keys on keeps its baseline.
+
+    ``presets``: the encodings an ablation runs in place of ``model.pe`` (``pointgeope ablate``): each is
+    checked, and the message names those of them that would ignore a key."""
+    if presets is not None:
+        return _presets_problem(m, presets)
+    keys = unread_keys(m)
     if not keys:
         return None
-    changed = [f"model.{k}={str(getattr(m, k)).lower() if k == 'geope_learnable' else getattr(m, k)}" for k in keys]
-    readers = [pe for pe in (QK_ENCODINGS if m.backbone == "ptv3" else PRESETS)
-               if set(keys) <= set(frequency_keys_read(m, pe))]
-    return (f"{', '.join(changed)}: GeoPE's frequencies, but model.pe={m.pe} turns at {OWN_FREQUENCIES[m.pe]}, so "
+    if "point3drope_scale" in keys:
+        return (f"{_setting(m, ['point3drope_scale'])}: only model.pe=point3drope reads it, but model.pe={m.pe}; "
+                "remove it")
+    readers = [pe for pe in _encodings(m) if set(keys) <= set(frequency_keys_read(m, pe))]
+    return (f"{_setting(m, keys)}: GeoPE's frequencies, but model.pe={m.pe} turns at {OWN_FREQUENCIES[m.pe]}, so "
             f"{'they' if len(keys) > 1 else 'it'} would change nothing; remove {'them' if len(keys) > 1 else 'it'}, "
             f"or set model.pe to one of {', '.join(readers)}")
+
+
+def _presets_problem(m: ModelConfig, presets: list[str]) -> str | None:
+    """:func:`encoding_problem` for an ablation's ``presets``, the first key that one of them would ignore
+    (a preset not of the backbone is left to :func:`backbone_problem`, which names it on the trial's check)."""
+    known = [p for p in presets if p in _encodings(m)]
+    for key in ENCODING_KEYS:
+        ignoring = [p for p in known if key in unread_keys(m, p)]
+        if not ignoring:
+            continue
+        readers = [p for p in known if key in keys_read(m, p)]
+        if readers:
+            return (f"{_setting(m, [key])}: read by --presets {', '.join(readers)}, but --presets "
+                    f"{', '.join(ignoring)} would ignore it; remove it, or leave {', '.join(ignoring)} out of --presets")
+        named = [p for p in _encodings(m) if key in keys_read(m, p)] or ["an encoding of the other backbone"]
+        return (f"{_setting(m, [key])}: no preset of --presets {', '.join(presets)} reads it (only "
+                f"{', '.join(named)} {'do' if len(named) > 1 else 'does'}), so it would change nothing; remove it")
+    return None
 
 
 def ptv3_problem(m: ModelConfig) -> str | None:

@@ -315,7 +315,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     distributed.barrier()
     model = build.model(cfg).to(env.device)
     load_model_state(model, ckpt["model"], ckpt_path)
-    trained = fold_progress(ckpt_path, ckpt)[0]
+    trained = fold_progress(ckpt_path, ckpt, log=log if env.is_main else None)[0]
     if env.is_main:
         log(placement.hierarchy_place(cfg, env.device, evaluation=True).line())
         if note := build.precision_note(cfg, env.device, evaluation=True):

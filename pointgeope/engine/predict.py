@@ -29,7 +29,7 @@ import torch
 from pointgeope.constants import FOLD_NAME, PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT, PREDICT_MAX_FRAGMENTS
 from pointgeope.data.spacing import median_spacing
 from pointgeope.engine import build
-from pointgeope.engine.checkpoint import (UNREADABLE, CheckpointError, checkpoint_prediction_info,
+from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info,
                                           load_checkpoint, load_model_state, unfinished_warning)
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, override_key
 from pointgeope.engine.config_values import range_problem
@@ -43,6 +43,10 @@ from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_
 SPACING_FACTOR = 10.0
 # load_checkpoint's error of a MODEL file torch cannot load (MODEL and INPUT swapped); a fold folder's: UNREADABLE
 UNREADABLE_MODEL = "MODEL {path}: expected a checkpoint (.pt) or a fold folder RUN/area_K, got {kind}"
+# ... and of a MODEL file that is a checkpoint torch cannot read (cut short, corrupted: checkpoint.damaged)
+DAMAGED_MODEL = ("MODEL {path}: a damaged checkpoint, torch cannot read it ({kind}; cut short or corrupted, e.g. by "
+                 "an interrupted copy); copy it again, or give another checkpoint of its fold (RUN/area_K/best.pt or "
+                 "last.pt)")
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)  # --tta when the run's config has no test-time views
 # Besides eval.*: the overrides that change how predict runs, free keys of the checkpoint (checkpoint.FREE_KEYS)
 # that predict reads (where the point hierarchy is built, torch's CPU threads; --device chooses the device).
@@ -145,7 +149,8 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     :data:`~pointgeope.constants.PREDICT_MAX_FRAGMENTS` where that is null). Raises PredictError or
     CheckpointError."""
     path = checkpoint_path(model, checkpoint)   # a fold's damaged checkpoint gets training's words; MODEL's a file
-    ckpt = load_checkpoint(path, unreadable=UNREADABLE if Path(model).is_dir() else UNREADABLE_MODEL)
+    ckpt = (load_checkpoint(path) if Path(model).is_dir()
+            else load_checkpoint(path, unreadable=UNREADABLE_MODEL, damaged_file=DAMAGED_MODEL))
     info = checkpoint_prediction_info(ckpt, path)
     warning = unfinished_warning(path, ckpt)
     if warning:

@@ -149,3 +149,28 @@ def test_prediction_metadata_loads_with_weights_only(tmp_path):
     assert old["features"] == ["rgb", "xyz"] and old["spacing"] is None and old["in_channels"] == 6
     with pytest.raises(CheckpointError, match="^x.pt: expected a model checkpoint with a config"):
         checkpoint_prediction_info({"model": {}}, "x.pt")
+
+
+def test_torchs_reason_is_quoted_to_its_first_sentence_never_mid_word():
+    from pointgeope.engine.checkpoint import first_sentence
+
+    assert first_sentence("PytorchStreamReader failed: no central directory. This is an internal miniz error, "
+                          "which means...\nmore") == "PytorchStreamReader failed: no central directory"
+    assert first_sentence("[Errno 22] Invalid argument") == "[Errno 22] Invalid argument"
+    assert first_sentence("word " * 60) == ("word " * 40).strip() + "..."
+
+
+def test_a_damaged_last_pt_leaves_best_pts_own_epochs_with_a_warning(tmp_path):
+    from pointgeope.engine.checkpoint import fold_progress, unfinished_warning
+
+    best, last = tmp_path / "best.pt", tmp_path / "last.pt"
+    save_checkpoint(best, {"epoch": 2, "config": {"train": {"epochs": 5}}})
+    save_checkpoint(last, {"epoch": 4, "config": {"train": {"epochs": 5}}})
+    ckpt = load_checkpoint(best)
+    assert fold_progress(best, ckpt) == (4, 5)                        # intact: last.pt's epochs
+    last.write_bytes(last.read_bytes()[:200])
+    logged = []
+    assert fold_progress(best, ckpt, log=logged.append) == (2, 5)     # cut short: best.pt's own
+    assert len(logged) == 1 and logged[0].startswith(f"warning: {last}: not a readable checkpoint (")
+    assert logged[0].endswith("; best.pt is used (saved at epoch 2 of 5: how far the fold trained after it is unknown)")
+    assert unfinished_warning(best, ckpt) == logged[0]

@@ -244,3 +244,18 @@ def test_ptv1_refuses_geope_keys_its_encoding_does_not_read(overrides, refused):
     with pytest.raises(ConfigError) as err:
         load_config(None, overrides)
     assert refused in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_key_of_the_file_is_the_files_whatever_the_overrides(tmp_path):
+    """train's --data-root and --run-dir are overrides: a key refused in the file itself was said to be the
+    file's "with the overrides"; the file alone is named now, and an override that makes the problem still is."""
+    config = tmp_path / "pr.yaml"
+    config.write_text("model:\n  pe: pointrope\n  geope_base: 50\n")
+    problem = (r"model.geope_base=50.0: GeoPE's frequencies, but model.pe=pointrope turns at LitePT's fixed "
+               r"frequencies")
+    for overrides in ([], ["data.root=s3dis", "train.run_dir=runs/pr"]):
+        with pytest.raises(ConfigError, match=rf"^{config}: {problem}"):
+            load_config(config, overrides)
+    config.write_text("model:\n  pe: pointrope\n")
+    with pytest.raises(ConfigError, match=rf"^{config} with the overrides: {problem}"):
+        load_config(config, ["data.root=s3dis", "model.geope_base=50"])

@@ -117,12 +117,20 @@ def test_a_file_that_is_no_checkpoint_as_model_is_named_by_its_kind(tiny_root, t
         line = one_line(capsys, 2, ["predict", str(model), str(tmp_path / "s.npy"), "--out", str(tmp_path / "o")])
         assert line == (f"pointgeope predict: error: MODEL {model}: expected a checkpoint (.pt) or a fold folder "
                         f"RUN/area_K, got {kind}")
-    torch.save({"x": 1}, tmp_path / "cut.pt")
-    (tmp_path / "cut.pt").write_bytes((tmp_path / "cut.pt").read_bytes()[:100])  # a damaged checkpoint: torch's reason
-    line = one_line(capsys, 2, ["predict", str(tmp_path / "cut.pt"), str(tmp_path / "s.npy"), "--out", str(tmp_path / "o")])
-    assert line.startswith(f"pointgeope predict: error: MODEL {tmp_path / 'cut.pt'}: expected a checkpoint (.pt) or "
-                           "a fold folder RUN/area_K, got RuntimeError: ") and "delete" not in line
 
+
+
+def test_a_damaged_checkpoint_as_model_is_said_damaged_with_what_to_do(tiny_run, tmp_path, capsys):
+    """A checkpoint cut short (a copy interrupted) was told it was no checkpoint, with torch's text cut off
+    mid-sentence and no fix; now one full line: damaged, torch's first sentence, what to do."""
+    np.save(tmp_path / "s.npy", np.zeros((5, 6)))
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes((tiny_run / "best.pt").read_bytes()[:100_000])
+    line = one_line(capsys, 2, ["predict", str(cut), str(tmp_path / "s.npy"), "--out", str(tmp_path / "o")])
+    assert line == (f"pointgeope predict: error: MODEL {cut}: a damaged checkpoint, torch cannot read it (RuntimeError: "
+                    "PytorchStreamReader failed reading zip archive: failed finding central directory; cut short or "
+                    "corrupted, e.g. by an interrupted copy); copy it again, or give another checkpoint of its fold "
+                    "(RUN/area_K/best.pt or last.pt)")
 
 def test_a_damaged_checkpoint_in_a_fold_folder_is_said_damaged(tiny_run, tmp_path, capsys):
     """MODEL given right, a fold folder, whose last.pt is damaged: it was told "expected a checkpoint (.pt) or a
@@ -226,3 +234,27 @@ def test_an_eval_tta_override_sets_the_views_however_it_is_spelt(tiny_run, overr
     missed it and predicted one view."""
     assert load_predictor(tiny_run).cfg.eval.tta.rotations == 1
     assert load_predictor(tiny_run, overrides=[override]).cfg.eval.tta.rotations == 4
+
+
+def test_a_damaged_last_pt_does_not_stop_an_intact_best_pt(tiny_run, tmp_path, capsys):
+    """last.pt is read beside best.pt only for how far the fold trained: cut short, it refused predict and
+    evaluate the best.pt they were asked for; now they use it, with one warning naming last.pt."""
+    import shutil
+
+    fold = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, fold)
+    (fold / "last.pt").write_bytes((tiny_run / "last.pt").read_bytes()[:5000])
+    scan = tmp_path / "scan.npy"
+    np.save(scan, np.random.default_rng(0).random((500, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
+    warning = (f"warning: {fold / 'last.pt'}: not a readable checkpoint (OSError: [Errno 22] Invalid argument); if it "
+               "is a fold's last.pt, delete it to start the fold again; best.pt is used (saved at epoch 1 of 1: the "
+               "fold finished)")
+    for model, extra in ((fold, ["--checkpoint", "best"]), (fold / "best.pt", [])):
+        capsys.readouterr()
+        assert cli(["predict", str(model), str(scan), "--out", str(tmp_path / "pred"), *extra]) == 0
+        assert capsys.readouterr().err.splitlines() == [warning]
+        assert np.load(tmp_path / "pred" / "scan_pred.npy").shape == (500,)
+    assert cli(["evaluate", str(fold), "--checkpoint", "best"]) == 0
+    assert warning in capsys.readouterr().out
+    line = one_line(capsys, 2, ["predict", str(fold), str(scan), "--out", str(tmp_path / "pred")])  # last.pt asked
+    assert line.startswith(f"pointgeope predict: error: {fold / 'last.pt'}: not a readable checkpoint (")

@@ -1,0 +1,57 @@
+"""Tests of the encodings' own keys in an ablation (pointgeope/engine/config_values.py's encoding_problem, as
+pointgeope/engine/ablation.py's plan uses it): each preset's trial is checked, not the config file's model.pe."""
+from __future__ import annotations
+
+import pytest
+
+from pointgeope.cli import main as cli
+from pointgeope.engine.ablation import plan
+from pointgeope.engine.config import ConfigError, load_config
+from tests.engine.conftest import DEMO_CONFIG, REPO
+
+PTV3_DEMO = REPO / "configs" / "demo_ptv3.yaml"            # model.pe: geope, which reads no point3drope_scale
+
+
+def presets_of(config, presets, root, tmp_path, *overrides):
+    trials, _ = plan(config, presets, [0], 1, tmp_path / "abl", [f"data.root={root}", *overrides], 1)
+    return [t.preset for t in trials]
+
+
+@pytest.mark.parametrize("presets", [["point3drope"], ["none", "point3drope"]])
+def test_a_key_every_trial_takes_runs_whatever_the_files_pe(two_folds, tmp_path, presets):
+    """point3drope reads the scale; none (no positions) takes it as it takes GeoPE's keys: the baseline."""
+    assert presets_of(PTV3_DEMO, presets, two_folds, tmp_path, "model.point3drope_scale=1") == presets
+
+
+def test_geope_keys_over_geope_presets_with_a_pointrope_file(two_folds, tmp_path):
+    config = tmp_path / "pointrope.yaml"
+    config.write_text(f"base: {DEMO_CONFIG}\nmodel:\n  pe: pointrope\n")
+    assert presets_of(config, ["geope", "lingeope", "rpe"], two_folds, tmp_path,
+                      "model.geope_base=50") == ["geope", "lingeope", "rpe"]
+
+
+@pytest.mark.parametrize("presets, message", [
+    (["geope", "point3drope"], "model.point3drope_scale=1.0: read by --presets point3drope, but --presets geope "
+                               "would ignore it; remove it, or leave geope out of --presets"),
+    (["geope", "pointrope", "none"], "model.point3drope_scale=1.0: no preset of --presets geope, pointrope, none "
+                                     "reads it (only point3drope does), so it would change nothing; remove it"),
+])
+def test_a_key_a_preset_ignores_is_refused_naming_the_presets(two_folds, tmp_path, capsys, presets, message):
+    """One line naming the presets, and no `set model.pe` (ablate refuses that override), before any trial."""
+    assert cli(["ablate", "--config", str(PTV3_DEMO), "--test-area", "1", "--data-root", str(two_folds),
+                "--run-dir", str(tmp_path / "abl"), "--presets", ",".join(presets), "--seeds", "0",
+                "model.point3drope_scale=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pointgeope ablate: error: {PTV3_DEMO} with the overrides: {message}"]
+    assert not (tmp_path / "abl").exists()
+
+
+def test_none_takes_the_keys_of_its_own_backbone_only():
+    """PTv3's none takes point3drope's scale (the ablation's baseline); no PTv1 encoding reads it, so PTv1's
+    none and rpe refuse it as before."""
+    ptv3 = ["model.backbone=ptv3", "data.augment=pointcept_ptv3", "eval.protocol=ptv3", "model.pe=none"]
+    assert load_config(None, [*ptv3, "model.point3drope_scale=1"]).model.point3drope_scale == 1.0
+    for pe in ("none", "rpe"):
+        with pytest.raises(ConfigError, match=rf"model.point3drope_scale=1.0: only model.pe=point3drope reads it, "
+                                              rf"but model.pe={pe}; remove it$"):
+            load_config(None, [f"model.pe={pe}", "model.point3drope_scale=1"])
