@@ -102,7 +102,7 @@ def test_ablate_over_two_ptv3_encodings(two_folds, tmp_path):
     run = tmp_path / "abl"
     assert cli(["ablate", "--config", str(PTV3_DEMO), "--test-area", "1", "--data-root", str(two_folds),
                 "--run-dir", str(run), "--presets", "none,point3drope", "--seeds", "0", *TINY3]) == 0
-    report = json.loads((run / "report" / "ablation.json").read_text())
+    report = json.loads((run / "report" / "fold_1" / "ablation.json").read_text())
     assert [v["name"] for v in report["variants"]] == ["none", "point3drope"]
     for name in ("none", "point3drope"):
         saved = load_checkpoint(run / name / "seed_0" / "area_1" / "last.pt")["config"]["model"]
