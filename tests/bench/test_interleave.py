@@ -74,11 +74,16 @@ def test_threads_sets_and_restores_torch_and_numba():
     numba = pytest.importorskip("numba")
     import torch
 
-    numba_before = numba.get_num_threads()       # starts numba's pool (if not yet): it may set torch's count
-    before = torch.get_num_threads(), numba_before
-    with interleave.threads(1):
-        assert (torch.get_num_threads(), numba.get_num_threads()) == (1, 1)
-    assert (torch.get_num_threads(), numba.get_num_threads()) == before
+    numba.get_num_threads()                      # starts numba's pool (if not yet): it may set torch's count
+    original = torch.get_num_threads()
+    torch.set_num_threads(2)                     # not 1: the block must change it, and put 2 back
+    try:
+        before = torch.get_num_threads(), numba.get_num_threads()
+        with interleave.threads(1):
+            assert (torch.get_num_threads(), numba.get_num_threads()) == (1, 1)
+        assert (torch.get_num_threads(), numba.get_num_threads()) == before == (2, before[1])
+    finally:
+        torch.set_num_threads(original)
 
 
 THREADS_IN_A_FRESH_PROCESS = """
