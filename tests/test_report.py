@@ -313,6 +313,8 @@ def test_fold_folders_beyond_the_six_are_named_not_dropped_silently(tmp_path, ca
     for k in (6, 7, 10):
         write_fold(run, k, perfect())
     (run / "area_8").mkdir()                      # no metrics.json: not a result, not named
+    (run / "area_old").mkdir()                    # not a fold folder's name (area_K): not named either
+    (run / "area_old" / "metrics.json").write_text("{}")
     assert cli.main(["report", str(run), "--out", str(tmp_path / "out")]) == 0
     note = ("not reported: area_7, area_10 (the report covers S3DIS's six folds, Area_1..Area_6; report those "
             "folds' metrics.json on their own)")

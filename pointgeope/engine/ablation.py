@@ -201,7 +201,7 @@ def stale(trial: Trial, config: Path, common: list[str], test_area: int) -> str:
     if diff:
         return f"stale: trained with other settings ({describe_differences(diff, 'it used')})"
     note = untested_eval(folder, tested, current)
-    return f"stale{note.replace('; its test', ': its test', 1)}" if note else ""
+    return f"stale: {note}" if note else ""
 
 
 def _left_out(trials: list[Trial], codes: list[int], config: Path, common: list[str], test_area: int) -> dict:

@@ -284,7 +284,7 @@ def untested_eval(run: str | Path, tested: dict | None, current: dict) -> str:
     shown = ", ".join(f"{key}={_value(now[key])} (it used {_value(was.get(key))})" for key in differ)
     command = shlex.join(["pointgeope", "evaluate", str(run),
                           *(f"{key}={_value(now[key])}" for key in now if key in differ or start.get(key) != now[key])])
-    return (f"; its test did not use this command's {shown}, which train does not apply to a complete fold: "
+    return (f"its test did not use this command's {shown}, which train does not apply to a complete fold: "
             f"{command} tests it with them")
 
 

@@ -339,8 +339,9 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
             metrics = None if force else complete_metrics(run, cfg, list(folds[fold].train + folds[fold].test))
             if metrics is not None:
                 if env.is_main:
-                    print(f"fold {fold}: {run / 'metrics.json'} is complete, skipped"
-                          + untested_eval(run, metrics.get("config"), config_to_dict(cfg)), flush=True)
+                    note = untested_eval(run, metrics.get("config"), config_to_dict(cfg))
+                    print(f"fold {fold}: {run / 'metrics.json'} is complete, skipped" + (f"; {note}" if note else ""),
+                          flush=True)
                 results.append(metrics)
                 continue
             if budget.spent:  # before the fold's set-up: nothing of it is done

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pointgeope.constants import AREAS, CLASS_NAMES, fold_folder_name
+from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name
 from pointgeope.errors import UserError
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
 from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text
@@ -224,7 +224,8 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
                           "runs, or pass --allow-mixed to pool them with the differences written in the report")
     known = {fold_dir(run, k).name for k in range(1, len(AREAS) + 1)}
     unreported = [] if fold is not None else sorted(
-        (p.name for p in run.glob("area_*") if p.name not in known and (p / METRICS_FILE).is_file()),
+        (p.name for p in run.glob("area_*")
+         if FOLD_NAME.fullmatch(p.name) and p.name not in known and (p / METRICS_FILE).is_file()),
         key=lambda n: (len(n), n))
     summary = RunSummary(name or run.resolve().name, run, folds, missing, rule, mixed, unreported)
     if not folds:
