@@ -111,12 +111,13 @@ def split_into_crops(coord: np.ndarray, voxel_max: int, rng: np.random.Generator
         raise ValueError(f"expected voxel_max >= 1, got {voxel_max}")
     if n <= voxel_max:
         return [np.arange(n, dtype=np.int64)]
-    weight = rng.random(n) * 1e-3
+    order = np.argsort(rng.random(n), kind="stable")  # the points by weight: the next seed is the first uncovered
     covered = np.zeros(n, dtype=bool)
-    crops = []
+    crops, next_seed = [], 0
     while not covered.all():
-        uncovered = np.flatnonzero(~covered)
-        seed = uncovered[np.argmin(weight[uncovered])]
+        while covered[order[next_seed]]:
+            next_seed += 1
+        seed = order[next_seed]
         crop = crop_nearest(coord, voxel_max, coord[seed])
         if not (crop == seed).any():  # more than voxel_max duplicates of the seed: keep the seed itself
             crop[np.argmax(squared_distance(np.take(coord, crop, axis=0), coord[seed]))] = seed
