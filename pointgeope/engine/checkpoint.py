@@ -20,7 +20,6 @@ config) into a :class:`CheckpointError` that names the file.
 """
 from __future__ import annotations
 
-import json
 import random
 import shlex
 from pathlib import Path
@@ -30,6 +29,7 @@ import torch
 
 from pointgeope.atomic import atomic_open
 from pointgeope.constants import CLASS_NAMES, PALETTE
+from pointgeope.engine.config_yaml import value_text
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
 
@@ -281,16 +281,12 @@ def untested_eval(run: str | Path, tested: dict | None, current: dict) -> str:
         start = eval_values(config_to_dict(fold_config(run, log=lambda line: None)))
     except UserError:
         start = {}
-    shown = ", ".join(f"{key}={_value(now[key])} (it used {_value(was.get(key))})" for key in differ)
+    shown = ", ".join(f"{key}={value_text(now[key])} (it used {value_text(was.get(key))})" for key in differ)
     command = shlex.join(["pointgeope", "evaluate", str(run),
-                          *(f"{key}={_value(now[key])}" for key in now if key in differ or start.get(key) != now[key])])
+                          *(f"{key}={value_text(now[key])}" for key in now
+                            if key in differ or start.get(key) != now[key])])
     return (f"its test did not use this command's {shown}, which train does not apply to a complete fold: "
             f"{command} tests it with them")
-
-
-def _value(value) -> str:
-    """``value`` as an override writes it (YAML): ``null``, ``true``, ``4``, ``[1.0, 1.1]``, ``best``."""
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def describe_differences(diff: list[tuple[str, object, object]], label: str) -> str:

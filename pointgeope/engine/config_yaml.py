@@ -7,11 +7,13 @@ error instead of the last one winning silently::
 
 YAML merge keys (``<<: *base``) still let a mapping override what it merges.
 
-:func:`flatten` names every value of such a plain config by its dotted key (``model.pe``), as overrides
-and messages name them: a fold's settings in the report, a test's ``eval.*`` values. Light to import (no
-torch): the report uses it.
+:func:`flatten` names every value of such a plain config by its dotted key (``model.pe``), and
+:func:`value_text` writes a value, as overrides and messages name them: a fold's settings in the report,
+a test's ``eval.*`` values. Light to import (no torch): the report uses it.
 """
 from __future__ import annotations
+
+import json
 
 import yaml
 
@@ -70,6 +72,12 @@ def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+def value_text(value) -> str:
+    """A config value as an override writes it (YAML): a string as it is, anything else as JSON (``null``,
+    ``true``, ``4``, ``[1.0, 1.1]``)."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def load_yaml(text: str):

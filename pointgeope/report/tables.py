@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 
 import numpy as np
 
 from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.engine.config_yaml import value_text
 from pointgeope.metrics import CLASS_MEAN_TEXT
 from pointgeope.report.runs import RunSummary
 from pointgeope.report.settings import value_groups
@@ -72,11 +72,6 @@ def class_mean_lines(runs: list[RunSummary], mixed: str = MIXED_RULES) -> list[s
         + [mixed]
 
 
-def _plain(value) -> str:
-    """A setting as written in a note: a string as it is, anything else as JSON."""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
 def diff_name(run: RunSummary, first: RunSummary) -> str:
     return f"{run.name} - {first.name}"
 
@@ -109,7 +104,7 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
             notes.append(f"- {run.name}: {run.unreported_text()}.")
         if run.mixed:
             notes.append(f"- {run.name}: mixed settings (pooled with --allow-mixed): its folds differ in")
-            notes += [f"  - `{key}`: " + "; ".join(f"{areas} `{_plain(value)}`" for areas, value in value_groups(v))
+            notes += [f"  - `{key}`: " + "; ".join(f"{areas} `{value_text(value)}`" for areas, value in value_groups(v))
                       for key, v in run.mixed.items()]
     if len({tuple(r.areas) for r in runs}) > 1:
         notes.append("- the runs cover different folds: their differences compare unlike test sets.")
