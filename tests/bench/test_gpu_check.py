@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "gpu_check.sh"
 
 
@@ -118,7 +118,6 @@ def test_the_kernels_step_compares_every_case_on_the_cpu(tmp_path):
 def test_busy_seconds_counts_overlapping_kernels_once():
     """The GPU's busy time of a profiled step: the union of the kernels' intervals, checked against a count
     of the covered points of a fine grid."""
-    sys.path.insert(0, str(REPO / "bench"))
     from step_profile import busy_seconds
 
     rng = __import__("random").Random(3)
@@ -143,7 +142,6 @@ def test_the_documented_calls_measure_first_what_decides_a_default(monkeypatch):
     """On a GPU (the plan only: nothing runs) the header's calls parse; a plain run takes every step once, the
     tests and the kernel check before any timing, and the paths no GPU has measured (each deciding a default)
     before the targets measured earlier; the later session's call skips three of them and keeps the rest."""
-    sys.path.insert(0, str(REPO / "bench"))
     import gpu_check
 
     def steps(args: list[str]) -> list[str]:
@@ -168,7 +166,6 @@ def test_the_published_tests_record_names_the_precision_the_test_ran_in(config, 
     PTv3's float32 test as fp16)."""
     import torch
 
-    sys.path.insert(0, str(REPO / "bench"))
     import evaluate_published
 
     from pointgeope.engine.config import load_config
@@ -186,7 +183,6 @@ def test_the_bf16_published_test_sets_eval_amp_and_its_agreement_run_too(monkeyp
     import numpy as np
     import torch
 
-    sys.path.insert(0, str(REPO / "bench"))
     import evaluate_published
     import gpu_check
 
@@ -220,7 +216,6 @@ def test_the_steps_budget_starts_after_the_warm_up(monkeypatch):
     import time
     from types import SimpleNamespace
 
-    sys.path.insert(0, str(REPO / "bench"))
     import bench_train_step
 
     step = bench_train_step.Case.step
@@ -254,7 +249,6 @@ def _limits(monkeypatch, call: list[str]) -> dict[str, float]:
 def test_a_plain_call_plans_more_than_one_session_holds(monkeypatch):
     """gpu_check.sh's header and docs/gpu.md: the steps' limits add up to more than a device session's 15
     minutes (the machine's start included), so the budget orders them and records the rest as skipped."""
-    sys.path.insert(0, str(REPO / "bench"))
     plain = _limits(monkeypatch, [])
     assert sum(plain.values()) > 15 * 60
     for text in (SCRIPT.read_text(), (REPO / "docs" / "gpu.md").read_text()):
@@ -265,7 +259,6 @@ def test_the_next_call_fits_its_budget_at_run_6s_times(monkeypatch):
     """docs/gpu.md's next call (an H200): the steps run 6 (an H200) measured, at the seconds it took, and the
     others (graphs16 at two precisions) and bench16 (two reps since audit F5) at their full limits, fit its
     --budget, so the budget cuts none of them."""
-    sys.path.insert(0, str(REPO / "bench"))
     text = " ".join((REPO / "docs" / "gpu.md").read_text().split("**The next call.**")[1].split("\n\n")[0].split())
     call = re.search(r"`PYTHON=python3 bash bench/gpu_check.sh ([^`]+)`", text).group(1).split()
     limits = _limits(monkeypatch, call)
