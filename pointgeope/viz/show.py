@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from pointgeope.viz import VizError
-from pointgeope.viz.colors import MODES, has_ground_truth, missing_modes
+from pointgeope.viz.colors import MODES, NEEDS_PRED, has_ground_truth, missing_modes
 
 
 def check_options(args) -> None:
@@ -86,16 +86,17 @@ def check_extent(coord) -> None:
 
 
 def choose_mode(requested: str | None, room, area, labelled: bool) -> str:
-    """The colouring: ``requested`` (``--mode``), else ``gt``, or for a room without ground truth
-    (``labelled`` false, ``colors.has_ground_truth``: every label ``IGNORE_LABEL``, the predictions of an
-    unlabelled scan, ``pointgeope predict --format h5``) its predictions (``rgb`` without them). A mode that
-    needs what the room lacks is refused: ``pred`` and ``error`` without predictions, ``gt`` and ``error``
-    without ground truth (they drew every point black)."""
-    mode = requested or ("gt" if labelled else "rgb" if room.pred is None else "pred")
-    if mode in ("pred", "error") and room.pred is None:
+    """The colouring: ``requested`` (``--mode``), else the first of ``gt``, ``pred``, ``rgb`` that the room
+    can draw (a room without ground truth, ``labelled`` false, ``colors.has_ground_truth``: every label
+    ``IGNORE_LABEL``, the predictions of an unlabelled scan, ``pointgeope predict --format h5``, shows its
+    predictions, or ``rgb`` without them). A mode that :func:`~pointgeope.viz.colors.missing_modes` (the rule's
+    one owner) says the room cannot draw is refused, with what to give for it (they drew every point black)."""
+    missing = missing_modes(labelled, room.pred is not None)
+    mode = requested or next(m for m in ("gt", "pred", "rgb") if m not in missing)
+    if missing.get(mode) == NEEDS_PRED:
         raise VizError(f"--mode {mode} needs --pred RUN/area_N/predictions/Area_N.h5 (or a file of "
                        "pointgeope predict --format h5)")
-    if mode in ("gt", "error") and not labelled:
+    if mode in missing:
         raise VizError(f"--mode {mode}: room {room.name!r} of {area} has no ground truth (every label is "
                        f"unlabelled, as in the predictions of a scan); use --mode pred or rgb")
     return mode
