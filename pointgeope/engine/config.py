@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -277,11 +278,12 @@ def _merge(base: dict, top: dict) -> dict:
     return out
 
 
-def _problem(cfg: Config, presets: typing.Sequence[str] | None = None) -> str | None:
+def config_problem(cfg: Config, encoding: Callable[[ModelConfig], str | None] | None = None) -> str | None:
     """What is wrong between the keys that must agree with each other (each key alone was checked as read),
-    or ``None``; ``presets``: an ablation's encodings, each checked in place of ``model.pe`` for the
-    encodings' keys."""
-    return agreement_problem(cfg.model, presets) or pipeline_problem(cfg)
+    or ``None``; ``encoding``: the check of the encodings' own keys (default: against ``model.pe``,
+    ``config_values.encoding_problem``; an ablation checks them against each of its presets,
+    ``config_values.presets_problem``)."""
+    return agreement_problem(cfg.model, encoding) or pipeline_problem(cfg)
 
 
 def _build(cls, raw: dict):
@@ -348,29 +350,35 @@ def parse_override(text: str) -> dict:
 
 
 def _overridden(merged: dict, overrides: typing.Sequence[str], where: str,
-                presets: typing.Sequence[str] | None = None) -> Config:
+                problem: Callable[[Config], str | None] = config_problem) -> Config:
     """The config of the checked mapping ``merged`` (read from ``where``) with ``section.key=value``
     ``overrides`` applied last, each checked as it is read, then the whole: a problem of the whole is
     ``where``'s alone when ``merged`` has it without the overrides (a key of the file, whatever the
-    overrides, e.g. the ``data.root`` of train's ``--data-root``), else ``where`` "with the overrides"."""
+    overrides, e.g. the ``data.root`` of train's ``--data-root``), else ``where`` "with the overrides";
+    ``problem``: the check of the whole (:func:`config_problem`)."""
     layered = merged
     for text in overrides:
         layered = _merge(layered, _check_mapping(parse_override(text), Config, f"override {text!r}"))
     cfg = _build(Config, layered)
-    problem = _problem(cfg, presets)
-    if problem:
-        ours = overrides and _problem(_build(Config, merged), presets) != problem
-        raise ConfigError(f"{where}{' with the overrides' if ours else ''}: {problem}")
+    said = problem(cfg)
+    if said:
+        ours = overrides and problem(_build(Config, merged)) != said
+        raise ConfigError(f"{where}{' with the overrides' if ours else ''}: {said}")
     return cfg
 
 
-def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = (),
-                presets: typing.Sequence[str] | None = None) -> Config:
-    """The :class:`Config` of a YAML file (``None``: the defaults) with ``section.key=value`` overrides;
-    ``presets``: the encodings an ablation runs in place of ``model.pe``, against each of which the
-    encodings' own keys are checked (``config_values.encoding_problem``)."""
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
+    """The :class:`Config` of a YAML file (``None``: the defaults) with ``section.key=value`` overrides."""
+    return load_checked(path, overrides, config_problem)
+
+
+def load_checked(path: str | Path | None, overrides: typing.Sequence[str],
+                 problem: Callable[[Config], str | None]) -> Config:
+    """:func:`load_config` with ``problem`` as the check of the whole in place of :func:`config_problem`
+    (each key alone is checked as read, whatever ``problem``): an ablation's, whose encodings' own keys are
+    checked against each of its presets."""
     merged = _read_layers(Path(path)) if path is not None else {}
-    return _overridden(merged, overrides, str(path) if path is not None else "the defaults", presets)
+    return _overridden(merged, overrides, str(path) if path is not None else "the defaults", problem)
 
 
 def config_to_dict(cfg: Config) -> dict:

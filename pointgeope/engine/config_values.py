@@ -162,15 +162,19 @@ def range_problem(value: Any, name: str) -> str | None:
     return None
 
 
-def agreement_problem(m: ModelConfig, presets: list[str] | None = None) -> str | None:
+def agreement_problem(m: ModelConfig, encoding=None) -> str | None:
     """What is wrong between the model keys that must agree, or ``None``: the backbone's own keys and
-    encoding (:func:`backbone_problem`), the encoding's own keys (:func:`encoding_problem`); PTv1: one entry
-    per network stage in each model list, the first stage unstrided, each width divisible by
-    ``model.share_planes``; PTv3: :func:`ptv3_problem`. ``presets``: an ablation's encodings, whose own keys
-    are checked against each of them instead of ``model.pe`` (:func:`encoding_problem`)."""
-    problem = backbone_problem(m) or encoding_problem(m, presets)
-    if problem or m.backbone == "ptv3":
-        return problem or ptv3_problem(m)
+    encoding (:func:`backbone_problem`), the encoding's own keys (``encoding(m)``, by default
+    :func:`encoding_problem`: against ``model.pe``; an ablation's checks them against each of its presets,
+    :func:`presets_problem`), then the stages (:func:`stages_problem`)."""
+    return backbone_problem(m) or (encoding or encoding_problem)(m) or stages_problem(m)
+
+
+def stages_problem(m: ModelConfig) -> str | None:
+    """PTv1: one entry per network stage in each model list, the first stage unstrided, each width divisible
+    by ``model.share_planes``; PTv3: :func:`ptv3_problem`; ``None`` when all agree."""
+    if m.backbone == "ptv3":
+        return ptv3_problem(m)
     for key in ("blocks", "strides", "neighbours", "decoder_blocks"):
         value = getattr(m, key)
         if len(value) != len(m.planes):
@@ -298,18 +302,14 @@ def _setting(m: ModelConfig, keys: list[str]) -> str:
                      for k in keys)
 
 
-def encoding_problem(m: ModelConfig, presets: list[str] | None = None) -> str | None:
+def encoding_problem(m: ModelConfig) -> str | None:
     """A key of one kind of encoding set away from its default with an encoding that does not read it
     (:func:`unread_keys`), or ``None``: ``model.point3drope_scale`` (``point3drope`` only); on either backbone
     ``model.geope_base`` and ``model.geope_learnable`` (GeoPE's frequencies) with an encoding that turns at
     other frequencies (:func:`frequency_keys_read`: ``point3drope``, ``pointrope``, ``rope-mixed``). The
     encodings without positions, :data:`FREQUENCY_FREE` (``none``, PTv1's ``rpe``), take every key that
-    another encoding of their backbone reads: an ablation with the keys on keeps its baseline.
-
-    ``presets``: the encodings an ablation runs in place of ``model.pe`` (``pointgeope ablate``): each is
-    checked, and the message names those of them that would ignore a key."""
-    if presets is not None:
-        return _presets_problem(m, presets)
+    another encoding of their backbone reads: an ablation with the keys on keeps its baseline
+    (:func:`presets_problem` checks an ablation's encodings in place of ``model.pe``)."""
     keys = unread_keys(m)
     if not keys:
         return None
@@ -322,9 +322,11 @@ def encoding_problem(m: ModelConfig, presets: list[str] | None = None) -> str | 
             f"or set model.pe to one of {', '.join(readers)}")
 
 
-def _presets_problem(m: ModelConfig, presets: list[str]) -> str | None:
-    """:func:`encoding_problem` for an ablation's ``presets``, the first key that one of them would ignore
-    (a preset not of the backbone is left to :func:`backbone_problem`, which names it on the trial's check)."""
+def presets_problem(m: ModelConfig, presets: list[str]) -> str | None:
+    """:func:`encoding_problem` for the encodings an ablation runs in place of ``model.pe`` (``pointgeope
+    ablate --presets``, which checks its config with it: ``agreement_problem(m, encoding=...)``): the first
+    key that one of them would ignore, the message naming them (a preset not of the backbone is left to
+    :func:`backbone_problem`, which names it on the trial's check)."""
     known = [p for p in presets if p in _encodings(m)]
     for key in ENCODING_KEYS:
         ignoring = [p for p in known if key in unread_keys(m, p)]

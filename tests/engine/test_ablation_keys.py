@@ -1,4 +1,4 @@
-"""Tests of the encodings' own keys in an ablation (pointgeope/engine/config_values.py's encoding_problem, as
+"""Tests of the encodings' own keys in an ablation (pointgeope/engine/config_values.py's presets_problem, as
 pointgeope/engine/ablation.py's plan uses it): each preset's trial is checked, not the config file's model.pe."""
 from __future__ import annotations
 
@@ -55,3 +55,11 @@ def test_none_takes_the_keys_of_its_own_backbone_only():
         with pytest.raises(ConfigError, match=rf"model.point3drope_scale=1.0: only model.pe=point3drope reads it, "
                                               rf"but model.pe={pe}; remove it$"):
             load_config(None, [f"model.pe={pe}", "model.point3drope_scale=1"])
+
+
+def test_load_config_has_no_ablation_parameter():
+    """The presets' check belongs to the ablation (its plan hands config.load_checked its check of the whole);
+    load_config takes a file and overrides only."""
+    import inspect
+
+    assert list(inspect.signature(load_config).parameters) == ["path", "overrides"]
