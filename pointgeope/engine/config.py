@@ -11,12 +11,16 @@ grid 0.04 m, at most 80k points per sample). A file may start from another one::
 
 and command-line overrides ``section.key=value`` (the value is parsed as a YAML scalar or list,
 ``optim.lr=0.1``, ``model.planes=[16,32]``) are applied last. Every layer is checked on its own against the
-dataclasses, so an unknown key or a value of the wrong type is an error naming the file (or the override)
-and the key, with the closest known key as a suggestion, and every number is checked against its allowed
-range, and the device and test-time scales their values (:mod:`pointgeope.engine.config_values`, e.g.
-``train.epochs: expected an integer >= 1, got 0``)::
+dataclasses, so an unknown key or a value of the wrong type is an error naming the file and the key's line
+(or the override) and the key, with the closest known key as a suggestion, and every number is checked
+against its allowed range, and the device and test-time scales their values
+(:mod:`pointgeope.engine.config_values`, e.g. ``train.epochs: expected an integer >= 1, got 0``)::
 
-    ConfigError: configs/s3dis/pt_geope.yaml: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?
+    ConfigError: configs/s3dis/pt_geope.yaml:7: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?
+
+Keys that must agree with each other are checked on the whole; a problem of the file's alone names the line
+of the first key it names that a file of the ``base:`` chain sets (``FILE:LINE``), one that the overrides
+bring names the file "with the overrides" (:mod:`pointgeope.engine.config_yaml` reads the lines).
 
 A key given twice in one file is an error naming it and both lines (:mod:`pointgeope.engine.config_yaml`).
 The resolved config is saved in the run folder (:func:`save_config`) and reloads to an equal object.
@@ -36,7 +40,7 @@ import yaml
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem, value_problem
-from pointgeope.engine.config_yaml import DuplicateKeyError, load_yaml
+from pointgeope.engine.config_yaml import DuplicateKeyError, at_line, closest_key, key_line, load_yaml, load_yaml_lines
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
@@ -213,41 +217,12 @@ def _coerce(value: Any, tp, where: str) -> Any:
     raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r} ({type(value).__name__})")
 
 
-def _initials(name: str) -> str:
-    return "".join(token[0] for token in name.split("_") if token)
-
-
-def _similarity(typed: str, known: str) -> float:
-    """How likely ``known`` is the key meant by ``typed``, in ``[0, 1]``: the best of the spelling
-    similarity (difflib ratio: ``weight_decai`` ~ ``weight_decay``), an abbreviation either way
-    (``lr`` = initials of ``learning_rate``), a prefix (``epoch`` ~ ``epochs``) and the shared
-    ``_``-separated words (``decay`` ~ ``weight_decay``)."""
-    a, b = typed.lower(), known.lower()
-    score = difflib.SequenceMatcher(None, a, b).ratio()
-    if "_" in a and _initials(a) == b or "_" in b and _initials(b) == a:
-        score = max(score, 0.9)
-    if len(a) >= 2 and len(b) >= 2 and (a.startswith(b) or b.startswith(a)):
-        score = max(score, 0.7 + 0.2 * min(len(a), len(b)) / max(len(a), len(b)))
-    words_a, words_b = set(a.split("_")), set(b.split("_"))
-    shared = words_a & words_b
-    if shared:
-        score = max(score, 0.6 + 0.3 * len(shared) / len(words_a | words_b))
-    return score
-
-
-def closest_key(typed: str, known: list[str], cutoff: float = 0.6) -> str | None:
-    """The key of ``known`` (one section's keys) most likely meant by ``typed``, or ``None``:
-    ``closest_key("learning_rate", ["name", "lr", ...]) == "lr"``."""
-    if not known:
-        return None
-    best = max(known, key=lambda k: _similarity(typed, k))
-    return best if _similarity(typed, best) >= cutoff else None
-
-
-def _check_mapping(raw: dict, cls, where: str, prefix: str = "") -> dict:
-    """Check the keys and types of a partial mapping for dataclass ``cls``; returns it coerced."""
+def _check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | None = None) -> dict:
+    """Check the keys and types of a partial mapping for dataclass ``cls``; returns it coerced. ``lines``:
+    the line of each key in the file ``where`` (``config_yaml.load_yaml_lines``), named as ``FILE:LINE``."""
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping for {prefix.rstrip('.') or 'the config'}, got {raw!r}")
+        name = prefix.rstrip(".")
+        raise ConfigError(f"{at_line(where, lines, name)}: expected a mapping for {name or 'the config'}, got {raw!r}")
     hints = _hints(cls)
     out = {}
     for key, value in raw.items():
@@ -256,15 +231,18 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "") -> dict:
             close = closest_key(str(key), list(hints))
             hint = (f"; did you mean '{prefix}{close}'?" if close
                     else f"; known keys: {', '.join(prefix + k for k in hints)}")
-            raise ConfigError(f"{where}: unknown key {name!r}{hint}")
+            raise ConfigError(f"{at_line(where, lines, name)}: unknown key {name!r}{hint}")
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
-            out[key] = _check_mapping(value, tp, where, prefix=f"{name}.")
-        else:
-            out[key] = _coerce(value, tp, f"{where}: {name}")
-            problem = value_problem(out[key], name)
-            if problem:
-                raise ConfigError(f"{where}: {problem}")
+            out[key] = _check_mapping(value, tp, where, f"{name}.", lines)
+            continue
+        try:
+            out[key] = _coerce(value, tp, name)
+        except ConfigError as err:
+            raise ConfigError(f"{at_line(where, lines, str(err))}: {err}") from None
+        problem = value_problem(out[key], name)
+        if problem:
+            raise ConfigError(f"{at_line(where, lines, problem)}: {problem}")
     return out
 
 
@@ -294,8 +272,9 @@ def _build(cls, raw: dict):
 
 # --- files and overrides ----------------------------------------------------------------------------------
 
-def _read_layers(path: Path, seen: tuple[Path, ...] = ()) -> dict:
-    """The checked, merged mapping of ``path`` and its ``base:`` chain."""
+def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None = None) -> dict:
+    """The checked, merged mapping of ``path`` and its ``base:`` chain; ``origins`` (given): filled with
+    ``(file, line)`` of each dotted key, where the chain sets it last (for the messages of the whole)."""
     path = path.resolve()
     if path in seen:
         raise ConfigError(f"{path}: 'base:' includes form a cycle: {' -> '.join(map(str, seen + (path,)))}")
@@ -304,7 +283,7 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = ()) -> dict:
         raise ConfigError(f"expected a config file, found {found} at {path}"
                           + ("; give a YAML file, e.g. configs/demo.yaml" if path.is_dir() else ""))
     try:
-        raw = load_yaml(path.read_text(encoding="utf-8")) or {}
+        raw, lines = load_yaml_lines(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
         line = path.read_bytes()[:err.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{err.object[err.start]:02x}); a config is a UTF-8 "
@@ -313,15 +292,17 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = ()) -> dict:
         raise ConfigError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    raw = raw or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a YAML mapping of sections, got {type(raw).__name__}")
     base = raw.pop("base", None)
-    layer = _check_mapping(raw, Config, str(path))
-    if base is None:
-        return layer
-    if not isinstance(base, str):
-        raise ConfigError(f"{path}: expected 'base:' to be a file name, got {base!r}")
-    return _merge(_read_layers(path.parent / base, seen + (path,)), layer)
+    layer = _check_mapping(raw, Config, str(path), lines=lines)
+    if base is not None and not isinstance(base, str):
+        raise ConfigError(f"{at_line(str(path), lines, 'base')}: expected 'base:' to be a file name, got {base!r}")
+    merged = layer if base is None else _merge(_read_layers(path.parent / base, seen + (path,), origins), layer)
+    if origins is not None:
+        origins.update({key: (path, line) for key, line in lines.items()})
+    return merged
 
 
 def override_key(text: str) -> str:
@@ -350,20 +331,24 @@ def parse_override(text: str) -> dict:
 
 
 def _overridden(merged: dict, overrides: typing.Sequence[str], where: str,
-                problem: Callable[[Config], str | None] = config_problem) -> Config:
+                problem: Callable[[Config], str | None] = config_problem, origins: dict | None = None) -> Config:
     """The config of the checked mapping ``merged`` (read from ``where``) with ``section.key=value``
     ``overrides`` applied last, each checked as it is read, then the whole: a problem of the whole is
     ``where``'s alone when ``merged`` has it without the overrides (a key of the file, whatever the
-    overrides, e.g. the ``data.root`` of train's ``--data-root``), else ``where`` "with the overrides";
-    ``problem``: the check of the whole (:func:`config_problem`)."""
+    overrides, e.g. the ``data.root`` of train's ``--data-root``), named at the line of the file that sets
+    the first key the problem names (``origins``: :func:`_read_layers`'), else ``where`` "with the
+    overrides"; ``problem``: the check of the whole (:func:`config_problem`)."""
     layered = merged
     for text in overrides:
         layered = _merge(layered, _check_mapping(parse_override(text), Config, f"override {text!r}"))
     cfg = _build(Config, layered)
     said = problem(cfg)
     if said:
-        ours = overrides and problem(_build(Config, merged)) != said
-        raise ConfigError(f"{where}{' with the overrides' if ours else ''}: {said}")
+        if overrides and problem(_build(Config, merged)) != said:
+            raise ConfigError(f"{where} with the overrides: {said}")
+        file, line = key_line(origins or {}, said) or (None, None)
+        at = where if file is None else f"{where if file == Path(where).resolve() else file}:{line}"
+        raise ConfigError(f"{at}: {said}")
     return cfg
 
 
@@ -377,8 +362,9 @@ def load_checked(path: str | Path | None, overrides: typing.Sequence[str],
     """:func:`load_config` with ``problem`` as the check of the whole in place of :func:`config_problem`
     (each key alone is checked as read, whatever ``problem``): an ablation's, whose encodings' own keys are
     checked against each of its presets."""
-    merged = _read_layers(Path(path)) if path is not None else {}
-    return _overridden(merged, overrides, str(path) if path is not None else "the defaults", problem)
+    origins: dict = {}
+    merged = _read_layers(Path(path), origins=origins) if path is not None else {}
+    return _overridden(merged, overrides, str(path) if path is not None else "the defaults", problem, origins)
 
 
 def config_to_dict(cfg: Config) -> dict:
@@ -394,7 +380,8 @@ def config_from_dict(raw: dict, where: str = "config", overrides: typing.Sequenc
 def load_record(path: str | Path, overrides: typing.Sequence[str] = ()) -> Config:
     """The :class:`Config` of a run's saved ``config.yaml`` (:func:`save_config`'s) with overrides; a key it
     lacks as it was before the key existed (:func:`pointgeope.engine.record_keys.as_recorded`)."""
-    return _overridden(as_recorded(_read_layers(Path(path))), overrides, str(path))
+    origins: dict = {}
+    return _overridden(as_recorded(_read_layers(Path(path), origins=origins)), overrides, str(path), origins=origins)
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

@@ -7,13 +7,21 @@ error instead of the last one winning silently::
 
 YAML merge keys (``<<: *base``) still let a mapping override what it merges.
 
-:func:`flatten` names every value of such a plain config by its dotted key (``model.pe``), and
-:func:`value_text` writes a value, as overrides and messages name them: a fold's settings in the report,
+:func:`load_yaml_lines` also gives the line of every key (and list entry) by its dotted name, read from
+PyYAML's node marks as the file is read, and :func:`key_line` finds the line of the key a message is about,
+so that a refused key is named where the user edits it::
+
+    configs/x.yaml:7: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?
+
+:func:`closest_key` is the key a mistyped one meant (``did you mean 'optim.lr'?``), :func:`flatten` names
+every value of such a plain config by its dotted key (``model.pe``), and :func:`value_text` writes a value, as overrides and messages name them: a fold's settings in the report,
 a test's ``eval.*`` values. Light to import (no torch): the report uses it.
 """
 from __future__ import annotations
 
+import difflib
 import json
+import re
 
 import yaml
 
@@ -30,19 +38,22 @@ class UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a mapping with a repeated key (:class:`DuplicateKeyError`)."""
 
     def construct_document(self, node):
-        self._paths = {}
+        self._paths, self.lines = {}, {}
         self._name(node, "")
         return super().construct_document(node)
 
     def _name(self, node, path: str) -> None:
-        """Record the dotted path of every mapping under ``node`` (for the messages)."""
+        """Record the dotted path of every mapping under ``node`` (for the messages), and in ``lines`` the
+        1-based line of every key and list entry by its dotted name (``model.pe``, ``model.planes[1]``)."""
         if isinstance(node, yaml.MappingNode):
             self._paths[id(node)] = path
             for key, value in node.value:
                 label = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                self.lines.setdefault(f"{path}{label}", key.start_mark.line + 1)
                 self._name(value, f"{path}{label}.")
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
+                self.lines.setdefault(f"{path.rstrip('.')}[{i}]", item.start_mark.line + 1)
                 self._name(item, f"{path.rstrip('.')}[{i}].")
 
     def construct_mapping(self, node, deep=False):
@@ -59,6 +70,37 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 except TypeError:  # an unhashable key: SafeLoader's own error follows
                     continue
         return super().construct_mapping(node, deep=deep)
+
+
+def _initials(name: str) -> str:
+    return "".join(token[0] for token in name.split("_") if token)
+
+
+def _similarity(typed: str, known: str) -> float:
+    """How likely ``known`` is the key meant by ``typed``, in ``[0, 1]``: the best of the spelling
+    similarity (difflib ratio: ``weight_decai`` ~ ``weight_decay``), an abbreviation either way
+    (``lr`` = initials of ``learning_rate``), a prefix (``epoch`` ~ ``epochs``) and the shared
+    ``_``-separated words (``decay`` ~ ``weight_decay``)."""
+    a, b = typed.lower(), known.lower()
+    score = difflib.SequenceMatcher(None, a, b).ratio()
+    if "_" in a and _initials(a) == b or "_" in b and _initials(b) == a:
+        score = max(score, 0.9)
+    if len(a) >= 2 and len(b) >= 2 and (a.startswith(b) or b.startswith(a)):
+        score = max(score, 0.7 + 0.2 * min(len(a), len(b)) / max(len(a), len(b)))
+    words_a, words_b = set(a.split("_")), set(b.split("_"))
+    shared = words_a & words_b
+    if shared:
+        score = max(score, 0.6 + 0.3 * len(shared) / len(words_a | words_b))
+    return score
+
+
+def closest_key(typed: str, known: list[str], cutoff: float = 0.6) -> str | None:
+    """The key of ``known`` (one section's keys) most likely meant by ``typed``, or ``None``:
+    ``closest_key("learning_rate", ["name", "lr", ...]) == "lr"``."""
+    if not known:
+        return None
+    best = max(known, key=lambda k: _similarity(typed, k))
+    return best if _similarity(typed, best) >= cutoff else None
 
 
 def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
@@ -82,4 +124,39 @@ def value_text(value) -> str:
 
 def load_yaml(text: str):
     """The document of ``text``, as ``yaml.safe_load`` gives it, but a repeated key is a DuplicateKeyError."""
-    return yaml.load(text, Loader=UniqueKeyLoader)
+    return load_yaml_lines(text)[0]
+
+
+def load_yaml_lines(text: str) -> tuple[object, dict[str, int]]:
+    """``(document, lines)``: the document of ``text`` (:func:`load_yaml`) and the 1-based line of each of
+    its keys and list entries by dotted name: ``"model:\n  planes:\n  - 16\n"`` -> ``{"model": 1,
+    "model.planes": 2, "model.planes[0]": 3}`` (an empty document: ``{}``)."""
+    loader = UniqueKeyLoader(text)
+    try:
+        return loader.get_single_data(), getattr(loader, "lines", {})
+    finally:
+        loader.dispose()
+
+
+# a dotted config key as messages name it, with an optional entry: model.pe, model.planes[2], eval.tta.scales
+_KEY = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)+)(\[\d+\])?")
+
+
+def key_line(lines: dict[str, int], text: str):
+    """The value of ``lines`` (:func:`load_yaml_lines`'s, or any mapping of dotted keys) for the first
+    config key named in ``text`` that it holds, an entry (``model.planes[2]``) falling back to its key;
+    ``None`` when it holds none: ``key_line({"model.pe": 3}, "model.pe=rpe: ...") == 3``."""
+    for match in _KEY.finditer(text):
+        key, entry = match.group(1), match.group(2) or ""
+        for name in (key + entry, key):
+            if name in lines:
+                return lines[name]
+    return None
+
+
+def at_line(where: str, lines: dict | None, about: str) -> str:
+    """``where`` (a file) as ``FILE:LINE`` with the line of the key that a message is about: ``about`` is the
+    key itself, else the message (:func:`key_line`); ``where`` alone when ``lines`` has neither (an
+    override, a checkpoint's config, a key the file does not set)."""
+    line = (lines.get(about) or key_line(lines, about)) if lines else None
+    return where if line is None else f"{where}:{line}"

@@ -75,7 +75,7 @@ def test_base_include_relative_to_file_and_overridden(tmp_path):
 def test_error_in_base_names_the_base_file(tmp_path):
     write(tmp_path / "_base.yaml", "train:\n  epoch: 7\n")
     path = write(tmp_path / "top.yaml", "base: _base.yaml\n")
-    with pytest.raises(ConfigError, match=r"_base\.yaml: unknown key 'train\.epoch'; did you mean 'train\.epochs'"):
+    with pytest.raises(ConfigError, match=r"_base\.yaml:2: unknown key 'train\.epoch'; did you mean 'train\.epochs'"):
         load_config(path)
 
 
@@ -248,13 +248,14 @@ def test_ptv1_refuses_geope_keys_its_encoding_does_not_read(overrides, refused):
 
 def test_a_key_of_the_file_is_the_files_whatever_the_overrides(tmp_path):
     """train's --data-root and --run-dir are overrides: a key refused in the file itself was said to be the
-    file's "with the overrides"; the file alone is named now, and an override that makes the problem still is."""
+    file's "with the overrides"; the file alone is named now (at the key's line), and an override that makes
+    the problem still is."""
     config = tmp_path / "pr.yaml"
     config.write_text("model:\n  pe: pointrope\n  geope_base: 50\n")
     problem = (r"model.geope_base=50.0: GeoPE's frequencies, but model.pe=pointrope turns at LitePT's fixed "
                r"frequencies")
     for overrides in ([], ["data.root=s3dis", "train.run_dir=runs/pr"]):
-        with pytest.raises(ConfigError, match=rf"^{config}: {problem}"):
+        with pytest.raises(ConfigError, match=rf"^{config}:3: {problem}"):
             load_config(config, overrides)
     config.write_text("model:\n  pe: pointrope\n")
     with pytest.raises(ConfigError, match=rf"^{config} with the overrides: {problem}"):

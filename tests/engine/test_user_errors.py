@@ -32,7 +32,7 @@ def test_mistyped_config_key_suggests_the_closest(tmp_path, capsys, two_folds):
     config = tmp_path / "mine.yaml"
     config.write_text("base: " + str(DEMO_CONFIG) + "\noptim:\n  learning_rate: 0.1\n")
     line = one_line(capsys, 2, ["train", "--config", str(config), "--cv"])
-    assert line == f"pointgeope train: error: {config}: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?"
+    assert line == f"pointgeope train: error: {config}:3: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?"
     assert not (tmp_path / "area_1").exists()
 
 
@@ -172,7 +172,7 @@ def test_a_value_from_a_file_and_model_lists_of_other_lengths(tmp_path, capsys, 
     config = tmp_path / "mine.yaml"
     config.write_text(f"base: {DEMO_CONFIG}\ntrain:\n  epochs: 0\n")
     line = one_line(capsys, 2, ["train", "--config", str(config), "--cv"])
-    assert line == f"pointgeope train: error: {config}: train.epochs: expected an integer >= 1, got 0"
+    assert line == f"pointgeope train: error: {config}:3: train.epochs: expected an integer >= 1, got 0"
     line = one_line(capsys, 2, train_args(two_folds, tmp_path, "model.planes=[16, 32, 64]"))  # TINY: 2 stages
     assert line == (f"pointgeope train: error: {DEMO_CONFIG} with the overrides: model.blocks: expected one "
                     "entry per stage, 3 as in model.planes [16, 32, 64], got 2: [1, 1]")
