@@ -217,3 +217,20 @@ def test_a_left_out_trial_is_missing_with_its_reason_and_none_left_is_said_as_it
     assert str(err.value) == f"{tmp_path / 'report2'}: none of the 2 trial(s) has a result of fold 1 to report " \
                              "(A seed 0: stale: x)"
     assert not (tmp_path / "report2").exists()
+
+
+def test_a_trial_scored_with_a_note_says_it_in_the_report(tmp_path):
+    """An ablation trial whose settings could not be checked (an older run's result records none) is scored,
+    and the report says so (it was scored as if checked)."""
+    import json
+
+    from pointgeope.report.seeds import write_trials
+
+    for seed, m in ((0, 0), (1, 13)):
+        write_metrics(tmp_path / f"seed_{seed}", 1, wrong(m))
+    trials = [("A", seed, tmp_path / f"seed_{seed}") for seed in (0, 1)]
+    write_trials(trials, tmp_path / "report", fold=1, notes={("A", 1): "not checked: no config recorded"})
+    report = json.loads((tmp_path / "report" / "ablation.json").read_text())["variants"][0]
+    assert report["seeds"] == [0, 1] and report["oa"]["mean"] == pytest.approx(0.95)
+    assert report["missing"] == [] and report["notes"] == [{"seed": 1, "note": "not checked: no config recorded"}]
+    assert "- A: seed 1 not checked: no config recorded" in (tmp_path / "report" / "ablation.md").read_text()

@@ -71,8 +71,8 @@ def main(args: argparse.Namespace) -> int:
               str(args.run_dir)]
              + (["--data-root", args.data_root] if args.data_root else []) + ["--jobs", str(args.jobs)] + args.overrides)
     command = " ".join(shlex.quote(w) for w in words)                  # for the report's header
-    def report(trials, header, left_out):
+    def report(trials, header, left_out, notes):
         return write_trials(trials, args.run_dir / "report" / f"fold_{args.test_area}", header, args.digits,
-                            fold=args.test_area, left_out=left_out)
+                            fold=args.test_area, left_out=left_out, notes=notes)
     return ablate(args.config, args.presets, args.seeds, args.test_area, args.run_dir, overrides, report,
                   args.jobs, command)

@@ -16,8 +16,10 @@ Everything is checked before the first trial starts (each trial's config, the fo
 mistake costs seconds. A rerun of the same command skips complete trials and resumes interrupted ones from
 their ``last.pt`` (``pointgeope train`` does both); a failed trial is named with its log and left out of
 the report, which says so, and so is a trial whose saved result is stale: complete, but trained or tested
-with other settings than this command's (a rerun with other overrides; :func:`stale`), so that the report's
-header, which states the command's settings, holds for every number under it. Ctrl-C or SIGTERM stops
+with other settings than this command's (a rerun with other overrides; :func:`stale`, against each trial's
+config as resolved before the trials ran), so that the report's header, which states the command's
+settings, holds for every number under it; a result that records no settings (an older run's) is scored
+with the note that it was not checked. Ctrl-C or SIGTERM stops
 the running trials as Ctrl-C stops a training (each keeps its ``last.pt``; the rerun resumes it) and starts
 no other; so does ``kill -9`` of ablate on Linux (each trial dies with it, ``PR_SET_PDEATHSIG``). One
 ablation at a time per RUN (``RUN/.lock``). With ``jobs`` > 1 and no
@@ -34,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pointgeope.constants import fold_folder_name
@@ -54,10 +56,12 @@ OWN_KEYS = ("model.pe", "train.seed", "train.run_dir")
 
 @dataclass(frozen=True)
 class Trial:
-    """One training of the ablation: ``preset`` with ``seed``, in ``folder`` (``RUN/<preset>/seed_<s>``)."""
+    """One training of the ablation: ``preset`` with ``seed``, in ``folder`` (``RUN/<preset>/seed_<s>``);
+    ``config``: its resolved config (plain dict), read once by :func:`plan` before any trial runs."""
     preset: str
     seed: int
     folder: Path
+    config: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -69,8 +73,8 @@ class Trial:
 
 def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run_dir: Path,
          overrides: list[str], jobs: int) -> tuple[list[Trial], list[str]]:
-    """The trials, in order (presets outer, seeds inner), and the overrides common to them; raises a
-    :class:`UserError` for anything that would make a trial fail at its start."""
+    """The trials, in order (presets outer, seeds inner), each with its resolved config, and the overrides
+    common to them; raises a :class:`UserError` for anything that would make a trial fail at its start."""
     for what, values in (("--presets", presets), ("--seeds", seeds)):
         if not values or len(set(values)) != len(values):
             raise UserError(f"{what}: expected distinct values, got {' '.join(map(str, values)) or 'none'}")
@@ -93,8 +97,9 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     fold_of(load_folds(cfg.data.root), test_area, cfg.data.root)
     trials = [Trial(p, s, inside(run_dir, run_dir / p / f"seed_{s}", f"--presets {p}", "--run-dir"))
               for p in presets for s in seeds]
-    for trial in trials:
-        load_config(config, trial.overrides(common))                    # e.g. an unknown preset, named
+    # each trial's config, checked (e.g. an unknown preset, named) and kept: what its saved result is compared
+    # with after the trials ran (stale), whatever happens to the config file meanwhile
+    trials = [replace(t, config=config_to_dict(load_config(config, t.overrides(common)))) for t in trials]
     return trials, common
 
 
@@ -181,14 +186,16 @@ def _run_all(trials: list[Trial], argvs: list[list[str]], jobs: int) -> list[int
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def stale(trial: Trial, config: Path, common: list[str], test_area: int) -> str:
-    """Why the trial's saved result of fold ``test_area`` is not one of this command's, or ``""``: the
-    config its ``metrics.json`` records against the trial's config now, by the rules a rerun of ``train``
-    applies (:func:`~pointgeope.engine.checkpoint.config_differences` for the keys that must match, as a
-    resume checks them; :func:`~pointgeope.engine.checkpoint.untested_eval` for the ``eval.*`` keys that
-    ``train`` does not apply to a complete fold). ``""`` also where the fold has no readable
-    ``metrics.json`` (the report names the trial missing) or one without a ``"config"`` (written before
-    evaluate recorded it: not compared)."""
+def stale(trial: Trial, test_area: int) -> str | None:
+    """Why the trial's saved result of fold ``test_area`` is not one of this command's, ``""`` when it is,
+    ``None`` when that cannot be told. Its settings are those its ``metrics.json`` records, else (written
+    before evaluate recorded them) those its checkpoint was written with (:func:`_checkpoint_config`: the
+    training's; its test's ``eval.*`` are then not known); compared with :attr:`Trial.config` (resolved before
+    the trials ran) by the rules a rerun of ``train`` applies
+    (:func:`~pointgeope.engine.checkpoint.config_differences` for the keys that must match, as a resume checks
+    them; :func:`~pointgeope.engine.checkpoint.untested_eval` for the ``eval.*`` keys that ``train`` does not
+    apply to a complete fold). ``""`` also where the fold has no readable ``metrics.json`` (the report names
+    the trial missing); ``None`` where neither it nor a checkpoint records a config."""
     import json
 
     from pointgeope.engine.checkpoint import config_differences, describe_differences, untested_eval
@@ -198,35 +205,56 @@ def stale(trial: Trial, config: Path, common: list[str], test_area: int) -> str:
         tested = json.loads((folder / "metrics.json").read_text(encoding="utf-8")).get("config")
     except (OSError, ValueError, AttributeError):
         return ""
-    if not isinstance(tested, dict):
-        return ""
-    current = config_to_dict(load_config(config, trial.overrides(common)))
-    diff = config_differences(tested, current)
+    trained = tested if isinstance(tested, dict) else _checkpoint_config(folder)
+    if trained is None:
+        return None
+    diff = config_differences(trained, trial.config)
     if diff:
         return f"stale: trained with other settings ({describe_differences(diff, 'it used')})"
-    note = untested_eval(folder, tested, current)
+    note = untested_eval(folder, tested, trial.config) if isinstance(tested, dict) else ""
     return f"stale: {note}" if note else ""
 
 
-def _left_out(trials: list[Trial], codes: list[int], config: Path, common: list[str], test_area: int) -> dict:
-    """``{(preset, seed): why}`` of the trials the report must not score: failed ones, stale ones."""
-    out = {}
+def _checkpoint_config(folder: Path) -> dict | None:
+    """The config (plain dict) that the fold's ``last.pt`` (else ``best.pt``) was written with, or ``None``
+    where neither is there or readable with one (``checkpoint.checkpoint_config``)."""
+    from pointgeope.engine.checkpoint import CheckpointError, checkpoint_config, load_checkpoint
+
+    for path in (folder / "last.pt", folder / "best.pt"):
+        if path.is_file():
+            try:
+                return checkpoint_config(load_checkpoint(path), path)
+            except CheckpointError:
+                continue
+    return None
+
+
+NOT_CHECKED = ("not checked: its metrics.json and checkpoints record no config (written by an older "
+               "pointgeope), so whether it used this command's settings is unknown")
+
+
+def _left_out(trials: list[Trial], codes: list[int], test_area: int) -> tuple[dict, dict]:
+    """``({(preset, seed): why}, {(preset, seed): note})``: the trials the report must not score (failed
+    ones, stale ones), and those it scores with a note (their settings could not be checked)."""
+    out, notes = {}, {}
     for trial, code in zip(trials, codes):
-        why = f"failed (exit code {code}), see its train.log" if code else stale(trial, config, common, test_area)
-        if why:
+        why = f"failed (exit code {code}), see its train.log" if code else stale(trial, test_area)
+        if why is None:
+            notes[(trial.preset, trial.seed)] = NOT_CHECKED
+        elif why:
             out[(trial.preset, trial.seed)] = why
-    return out
+    return out, notes
 
 
-Report = Callable[[list[tuple[str, int, Path]], str, dict], object]
+Report = Callable[[list[tuple[str, int, Path]], str, dict, dict], object]
 
 
 def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, run_dir: Path,
            overrides: list[str], report: Report, jobs: int = 1, command: str = "") -> int:
     """``pointgeope ablate``: run the trials (``jobs`` at a time), then, still holding the run's lock,
-    ``report([(preset, seed, folder) of every trial], header, left_out)`` (the header names ``command``;
-    ``left_out``: ``{(preset, seed): why}`` of the failed and stale trials; the report layer writes
-    ``RUN/report/fold_K``); 0 when every trial completed with this command's settings, 1 when some failed
+    ``report([(preset, seed, folder) of every trial], header, left_out, notes)`` (the header names
+    ``command``; ``left_out``: ``{(preset, seed): why}`` of the failed and stale trials; ``notes``: the same
+    of the trials scored whose settings could not be checked; the report layer writes ``RUN/report/fold_K``); 0 when every trial completed with this command's settings, 1 when some failed
     or are stale (the report covers the others and names them)."""
     trials, common = plan(config, presets, seeds, test_area, run_dir, overrides, jobs)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -242,8 +270,8 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
                   + f"Config `{config}` with `{' '.join(common) or 'no overrides'}`; this invocation took "
                   f"{minutes:.1f} min (wall, {jobs} trial(s) at a time; trials already complete are skipped). "
                   "Scores pooled over the fold's test area; mean ± sample std (min–max) over the seeds, %.\n\n")
-        left_out = _left_out(trials, codes, config, common, test_area)
-        report([(t.preset, t.seed, t.folder) for t in trials], header, left_out)
+        left_out, notes = _left_out(trials, codes, test_area)
+        report([(t.preset, t.seed, t.folder) for t in trials], header, left_out, notes)
     failed = [t.name for t, code in zip(trials, codes) if code != 0]
     if failed:
         print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; see their train.log, rerun the same "
@@ -252,4 +280,7 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
     if old:
         print(f"{len(old)} trial(s) not reported, their saved results are stale: {', '.join(old)}; the report's "
               "notes name the settings and the command that tests them with this command's", file=sys.stderr)
+    if notes:
+        print(f"{len(notes)} trial(s) reported without a check of their settings, their saved results record "
+              f"none: {', '.join(f'{p} seed {s}' for p, s in notes)}", file=sys.stderr)
     return 1 if failed or old else 0

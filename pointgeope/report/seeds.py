@@ -32,11 +32,13 @@ __all__ = ["Variant", "spread", "ablation_markdown", "ablation_json", "ablation_
 @dataclass
 class Variant:
     """One variant (e.g. a positional encoding) and its complete runs, ``runs[i]`` trained with ``seeds[i]``;
-    ``missing``: the seeds without a complete run, with the reason."""
+    ``missing``: the seeds without a complete run, with the reason; ``notes``: seeds scored with a note (a
+    run whose settings could not be checked)."""
     name: str
     seeds: list[int]
     runs: list[RunSummary]
     missing: list[tuple[int, str]] = field(default_factory=list)
+    notes: list[tuple[int, str]] = field(default_factory=list)
 
     def values(self, key: str) -> np.ndarray:
         """``pooled[key]`` of every seed's run, ``(S,)``."""
@@ -100,6 +102,7 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
     rules = class_mean_lines(runs, _mixed_rules(runs))
     lines += [""] + rules if len(rules) == 1 else []
     notes = [f"- {v.name}: seed {s} missing ({why})" for v in variants for s, why in v.missing]
+    notes += [f"- {v.name}: seed {s} {note}" for v in variants for s, note in v.notes]
     notes += rules if len(rules) > 1 else []
     areas = {tuple(run.areas) for v in variants for run in v.runs}
     if len(areas) > 1:
@@ -127,6 +130,7 @@ def ablation_json(variants: list[Variant]) -> dict:
     for v in variants:
         out.append({"name": v.name, "seeds": list(v.seeds),
                     "missing": [{"seed": s, "reason": why} for s, why in v.missing],
+                    "notes": [{"seed": s, "note": note} for s, note in v.notes],
                     "folds": sorted({a for run in v.runs for a in run.areas}),
                     "runs": [{"seed": seed, "path": str(run.path), **{k: run.pooled[k] for k in MEANS}}
                              for seed, run in zip(v.seeds, v.runs)],
@@ -160,14 +164,15 @@ def write_ablation(variants: list[Variant], out: Path, header: str = "", digits:
 
 
 def write_trials(trials: list[tuple[str, int, Path]], out: Path, header: str = "", digits: int = 1,
-                 fold: int | None = None, left_out: dict | None = None) -> list[Path]:
+                 fold: int | None = None, left_out: dict | None = None, notes: dict | None = None) -> list[Path]:
     """Group the runs of ``(variant, seed, run folder)`` by variant (complete ones; the others as missing,
     with the reason) and write the report into ``out``; prints the markdown and the files written.
 
     ``fold``: score each run folder's ``area_<fold>`` alone (an ablation of that fold; ``None``: every fold
     it holds); ``left_out``: ``{(variant, seed): why}`` of runs not to score (a failed or stale trial),
-    listed as missing with that reason."""
-    left_out = left_out or {}
+    listed as missing with that reason; ``notes``: ``{(variant, seed): note}`` of runs scored with a note (a
+    trial whose settings could not be checked)."""
+    left_out, notes = left_out or {}, notes or {}
     variants: dict[str, Variant] = {}
     for name, seed, folder in trials:
         v = variants.setdefault(name, Variant(name, [], []))
@@ -177,6 +182,8 @@ def write_trials(trials: list[tuple[str, int, Path]], out: Path, header: str = "
         try:
             v.runs.append(load_run(folder, f"{name}/seed_{seed}", fold=fold))
             v.seeds.append(seed)
+            if (name, seed) in notes:
+                v.notes.append((seed, notes[name, seed]))
         except ReportError as err:
             v.missing.append((seed, str(err).split(";")[0]))
     chosen = list(variants.values())

@@ -93,12 +93,12 @@ def test_a_trial_saved_with_other_settings_is_stale_and_says_which(two_folds, tm
     trials, common = plan(DEMO_CONFIG, ["rpe"], [0], 1, tmp_path, [f"data.root={two_folds}", *TINY], 1)
     trial, fold = trials[0], trials[0].folder / "area_1"
     fold.mkdir(parents=True)
-    assert stale(trial, DEMO_CONFIG, common, 1) == ""                                # nothing recorded yet
+    assert stale(trial, 1) == ""                                                     # nothing recorded yet
 
     def recorded(*changes):
         config = config_to_dict(load_config(DEMO_CONFIG, trial.overrides(common) + list(changes)))
         (fold / "metrics.json").write_text(json.dumps({"area": "Area_1", "complete": True, "config": config}))
-        return stale(trial, DEMO_CONFIG, common, 1)
+        return stale(trial, 1)
 
     assert recorded() == ""
     assert recorded("train.epochs=1") == "stale: trained with other settings (train.epochs: it used 1, now 2)"
@@ -107,7 +107,48 @@ def test_a_trial_saved_with_other_settings_is_stale_and_says_which(two_folds, tm
     command = why.split("complete fold: ")[1]       # every eval value: the fold has no config.yaml to start from
     assert command.startswith(f"pointgeope evaluate {fold} eval.") and command.endswith(" tests it with them")
     assert " eval.class_mean=all " in command
-    assert stale(trial, DEMO_CONFIG, common, 2) == ""                                # fold 2: none saved
+    assert stale(trial, 2) == ""                                                     # fold 2: none saved
+
+
+def test_stale_compares_with_the_configs_resolved_before_the_trials_ran(two_folds, tmp_path):
+    """stale() reloaded each trial's config from the file after the trials ran: a file edited meanwhile made
+    every fresh result stale (or an old one fresh). The plan's configs are compared, whatever the file says now."""
+    from pointgeope.engine.ablation import stale
+    from pointgeope.engine.config import config_to_dict, load_config
+
+    config = tmp_path / "abl.yaml"
+    config.write_text(f"base: {DEMO_CONFIG}\n")
+    trials, common = plan(config, ["rpe"], [0], 1, tmp_path / "abl", [f"data.root={two_folds}", *TINY], 1)
+    trial, fold = trials[0], trials[0].folder / "area_1"
+    assert trial.config == config_to_dict(load_config(config, trial.overrides(common)))
+    fold.mkdir(parents=True)
+    (fold / "metrics.json").write_text(json.dumps({"area": "Area_1", "complete": True, "config": trial.config}))
+    config.write_text(f"base: {DEMO_CONFIG}\ntrain:\n  epochs: 7\noptim:\n  lr: 0.3\n")   # edited while it ran
+    assert stale(trial, 1) == ""
+
+
+def test_a_result_without_its_config_is_checked_against_its_checkpoint_else_reported_unchecked(two_folds, tmp_path):
+    """A metrics.json written before evaluate recorded the config was never compared (silently fresh). Now
+    its checkpoint's config (last.pt, else best.pt) is compared; without one it is scored with a note."""
+    from pointgeope.engine.ablation import NOT_CHECKED, _left_out, stale
+    from pointgeope.engine.checkpoint import save_checkpoint
+    from pointgeope.engine.config import config_to_dict, load_config
+
+    trials, common = plan(DEMO_CONFIG, ["rpe"], [0], 1, tmp_path, [f"data.root={two_folds}", *TINY], 1)
+    trial, fold = trials[0], trials[0].folder / "area_1"
+    fold.mkdir(parents=True)
+    (fold / "metrics.json").write_text(json.dumps({"area": "Area_1", "complete": True}))
+    assert stale(trial, 1) is None
+    assert _left_out(trials, [0], 1) == ({}, {("rpe", 0): NOT_CHECKED})
+    assert _left_out(trials, [2], 1)[1] == {}                       # a failed trial is left out, not noted
+    older = config_to_dict(load_config(DEMO_CONFIG, trial.overrides(common) + ["train.epochs=1"]))
+    save_checkpoint(fold / "best.pt", {"config": older})
+    assert stale(trial, 1) == "stale: trained with other settings (train.epochs: it used 1, now 2)"
+    (fold / "last.pt").write_bytes(b"cut short")                    # unreadable: best.pt still tells
+    assert stale(trial, 1) == "stale: trained with other settings (train.epochs: it used 1, now 2)"
+    save_checkpoint(fold / "last.pt", {"config": trial.config})
+    assert stale(trial, 1) == ""
+    assert _left_out(trials, [0], 1) == ({}, {})
 
 
 @pytest.mark.slow
