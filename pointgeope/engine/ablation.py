@@ -86,6 +86,7 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
             raise UserError(f"override {text!r}: the ablation sets {key} for each trial (--presets, --seeds, "
                             "--run-dir); leave it out")
     common = list(overrides)
+
     def problem(cfg):   # the encodings' own keys against each preset, not the file's model.pe
         return config_problem(cfg, encoding=lambda model: presets_problem(model, presets))
 
