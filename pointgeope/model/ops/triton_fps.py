@@ -8,7 +8,7 @@ point ``j`` to its nearest chosen sample,
     c_{s+1} = the smallest j with dist_j = max_l dist_l
 
 (``torch.argmax`` returns the first maximal index, so duplicates and exact ties resolve the same way).
-Coordinates are converted to float32 first (the torch backend computes float64 input in float64).
+Coordinates are converted to float32 first, as every backend does (``fps.FPS_RULE``).
 
 One program per cloud, all clouds of a batch in parallel, one launch for the whole sampling. Two kernels:
 
