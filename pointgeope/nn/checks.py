@@ -11,9 +11,9 @@ from __future__ import annotations
 from torch import Tensor
 
 from pointgeope.geope import check_scale          # the one owner of the rule for base and scales
-from pointgeope.model.ops.checks import check_count, check_finite   # the point ops' own, the one owner
+from pointgeope.model.ops.checks import check_coordinates, check_count, check_finite   # the point ops', the owner
 
-__all__ = ["check_count", "check_scale", "check_float_tensor", "check_finite"]
+__all__ = ["check_count", "check_scale", "check_float_tensor", "check_finite", "check_coordinates"]
 
 
 def check_float_tensor(name: str, value, *, dim: int | None = None) -> Tensor:

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.ops import knn
-from pointgeope.nn.checks import check_count, check_finite, check_float_tensor
+from pointgeope.nn.checks import check_coordinates, check_count, check_float_tensor
 
 __all__ = ["knn_graph"]
 
@@ -68,12 +68,13 @@ def knn_graph(x: Tensor, k: int, batch: Tensor | None = None, loop: bool = False
 
 
 def _check_points(x) -> Tensor:
-    """`x (N, 3)`: a finite floating-point tensor (NaN has no nearest neighbour: backends would return
-    anything, or an index past the end)."""
+    """`x (N, 3)`: a finite floating-point tensor within the point ops' `COORD_LIMIT` (NaN has no nearest
+    neighbour, and float32 squared distances overflow beyond the limit: backends would return anything, or
+    an index past the end)."""
     check_float_tensor("x", x)
     if x.dim() != 2 or x.shape[1] != 3:
         raise ValueError(f"expected x (positions) of shape (N, 3), got {tuple(x.shape)}")
-    check_finite("x (positions)", x)
+    check_coordinates("x (positions)", x)
     return x
 
 

@@ -59,16 +59,22 @@ def test_non_finite_positions_are_refused_on_every_backend(backend, bad):
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_far_but_finite_points_get_valid_indices(backend):
+    """Up to the point ops' limit (2^60, about 1.15e18) every backend answers; beyond it (float32 squared
+    distances overflow) the positions are refused in one line, float64 ones too."""
     if backend and not backends.available(backend):      # pip install "pointgeope[nn]" has neither KD-tree
         pytest.skip(f"{backend} is not installed")
     pos = torch.rand(6, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     pos[2] = 1e30
+    with pytest.raises(ValueError, match=r"expected x \(positions\) within \+-2\^60 .* got 3 entries outside \(the "
+                                         r"first in row 2: \[1e\+30, 1e\+30, 1e\+30\]\); recentre or rescale"):
+        knn_graph(pos, 3, backend=backend)
+    pos[2] = 1e18
     got = knn_graph(pos, 3, backend=backend)
     assert got.min() >= 0 and got.max() < 6
     for i in range(6):                                   # 3 distinct others each
         assert len(set(got[0, got[1] == i].tolist()) - {i}) == 3
     if (backend or backends.knn_backend(pos.device)) != "torch":   # torch's: exact up to ~1e-6 of the extent
-        near = got[1] != 2                               # the far point's neighbours tie at 1e30: any 3 others
+        near = got[1] != 2                               # the far point's neighbours tie at 1e18: any 3 others
         assert torch.equal(got[:, near], brute_force(pos, [6], 3, loop=False)[:, near])
 
 

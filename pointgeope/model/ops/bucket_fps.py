@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from pointgeope.model.ops import morton
-from pointgeope.model.ops.checks import check_finite
+from pointgeope.model.ops.checks import check_coordinates
 from pointgeope.radix import radix_sort
 
 __all__ = ["bucket_fps", "LEAF"]
@@ -180,7 +180,8 @@ def bucket_fps(points: np.ndarray, sizes: list[int], kept: list[int], leaf: int 
     """The first ``kept[b]`` FPS samples of every cloud of a packed batch.
 
     Args:
-        points: ``(N, 3)`` finite packed points (converted to float32, C order).
+        points: ``(N, 3)`` packed points, finite and within ``checks.COORD_LIMIT`` (converted to float32,
+            C order).
         sizes: ``(B,)`` points per cloud (each >= 1), summing to ``N``.
         kept: ``(B,)`` samples per cloud, ``1 <= kept[b] <= sizes[b]``.
         leaf: points per leaf of the tree (speed only).
@@ -195,5 +196,5 @@ def bucket_fps(points: np.ndarray, sizes: list[int], kept: list[int], leaf: int 
                          f"got points {pts.shape}, {len(sizes_a)} sizes summing to {sizes_a.sum()}, {len(kept_a)} kept")
     if not ((kept_a >= 1) & (kept_a <= sizes_a)).all() or leaf < 1:
         raise ValueError(f"expected 1 <= kept <= size for every cloud and leaf >= 1, got kept {kept}, leaf {leaf}")
-    check_finite("points", torch.from_numpy(pts))
+    check_coordinates("points", torch.from_numpy(pts))
     return _bucket_fps_packed(pts, sizes_a, kept_a, leaf)

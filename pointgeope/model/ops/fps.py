@@ -58,8 +58,8 @@ def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None,
         offset: ``(B,)`` cumulative counts.
         stride: keep ``n_b // stride`` points per cloud (``stride >= 1``).
         backend: ``"numba"``, ``"torch"``, ``"triton"`` or ``None`` for the device's default.
-        check_finite: check that ``points`` are finite (one flag read on the host; ``HierarchySpec``, which
-            checks its coordinates once, passes ``False``).
+        check_finite: check that ``points`` are finite and within ``checks.COORD_LIMIT`` (one flag read on the
+            host; ``HierarchySpec``, which checks its coordinates once, passes ``False``).
 
     Returns:
         ``idx (M,)`` int64 global rows in sampling order per cloud, ``new_offset (B,)`` int64, both on the
@@ -67,13 +67,14 @@ def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None,
 
     Raises:
         ValueError / TypeError naming the argument: the shape, ``stride`` not an int ``>= 1``, non-finite
-        points, offsets (``offsets.check_offset``), a backend that cannot run.
+        points or points beyond ``checks.COORD_LIMIT`` (``2^60``: float32 squared distances overflow), offsets
+        (``offsets.check_offset``), a backend that cannot run.
     """
     if points.dim() != 2 or points.shape[1] != 3:
         raise ValueError(f"expected points of shape (N, 3), got {tuple(points.shape)}")
     stride = checks.check_count("stride", stride)
     if check_finite:
-        checks.check_finite("points", points)
+        checks.check_coordinates("points", points)
     off = check_offset(offset, points.shape[0])
     sizes = counts(off)
     kept = sample_counts(sizes, stride)

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from pointgeope.model.ops import backends
 from pointgeope.model.ops.backends import OpsBackends
-from pointgeope.model.ops.checks import check_count, check_finite
+from pointgeope.model.ops.checks import check_coordinates, check_count
 from pointgeope.model.ops.fps import fps, sample_counts
 from pointgeope.model.ops.knn import knn
 from pointgeope.model.ops.morton import shared_layouts
@@ -99,12 +99,12 @@ class HierarchySpec:
     def __call__(self, coord: Tensor, offset: Tensor | list[int]) -> PointHierarchy:
         """The hierarchy of ``coord (N, 3)`` in clouds ``offset (B,)`` (a host list or tensor spares the
         device-to-host copies of device offsets). With a Triton backend every stage's cloud is sorted and
-        tiled once for its FPS and kNN (``morton.shared_layouts``). ``coord`` is checked finite here, once
-        (``ValueError`` naming it): every stage's points are rows of it."""
+        tiled once for its FPS and kNN (``morton.shared_layouts``). ``coord`` is checked finite and within
+        ``checks.COORD_LIMIT`` here, once (``ValueError`` naming it): every stage's points are rows of it."""
         coord = coord.detach()
         if coord.dim() != 2 or coord.shape[1] != 3:
             raise ValueError(f"expected coord of shape (N, 3), got {tuple(coord.shape)}")
-        check_finite("coord", coord)
+        check_coordinates("coord", coord)
         off = check_offset(offset, coord.shape[0])
         uses_triton = "triton" in (self.backends.fps or backends.fps_backend(coord.device),
                                    self.backends.knn or backends.knn_backend(coord.device))

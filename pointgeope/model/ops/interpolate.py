@@ -14,7 +14,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from pointgeope.geope import geometry_dtype
-from pointgeope.model.ops.checks import check_finite
+from pointgeope.model.ops.checks import check_coordinates
 from pointgeope.model.ops.gather import gather
 from pointgeope.model.ops.knn import knn
 
@@ -28,13 +28,14 @@ def interpolate(source_points: Tensor, target_points: Tensor, source_feat: Tenso
     """Features ``source_feat (N_s, C)`` at ``source_points (N_s, 3)`` carried to ``target_points (N_t, 3)``.
 
     Returns ``(N_t, C)``. The neighbour indices are not differentiated; the weights depend only on
-    coordinates, so gradients flow to ``source_feat`` alone. Non-finite points raise ``ValueError`` naming
-    ``source_points`` or ``target_points``; the other arguments are checked as ``knn`` checks them.
+    coordinates, so gradients flow to ``source_feat`` alone. Non-finite points, or points beyond
+    ``checks.COORD_LIMIT``, raise ``ValueError`` naming ``source_points`` or ``target_points``; the other
+    arguments are checked as ``knn`` checks them.
     """
     if source_feat.dim() != 2 or source_feat.shape[0] != source_points.shape[0]:
         raise ValueError(f"expected source_feat of shape ({source_points.shape[0]}, C), got {tuple(source_feat.shape)}")
-    check_finite("source_points", source_points)
-    check_finite("target_points", target_points)
+    check_coordinates("source_points", source_points)
+    check_coordinates("target_points", target_points)
     idx, dist2 = knn(target_points, source_points, k, target_offset, source_offset, backend=backend,
                      check_finite=False)
     return interpolate_from(source_feat, idx, dist2)

@@ -40,8 +40,9 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         backend: ``"pykdtree"``, ``"scipy"``, ``"torch"``, ``"cluster"``, ``"triton"`` or ``None`` for the
             default of the device (see ``backends``; a default Triton kernel that fails hands over to the
             next default, :mod:`pointgeope.model.kernels`).
-        check_finite: check that ``query`` and ``support`` are finite (one flag read on the host; a caller
-            that checked the coordinates once, as ``HierarchySpec`` and ``interpolate`` do, passes ``False``).
+        check_finite: check that ``query`` and ``support`` are finite and within ``checks.COORD_LIMIT`` (one
+            flag read on the host each; a caller that checked the coordinates once, as ``HierarchySpec`` and
+            ``interpolate`` do, passes ``False``).
 
     Returns:
         ``idx (M, k)`` int64 global support rows and ``dist2 (M, k)`` squared distances (query dtype),
@@ -50,15 +51,16 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
 
     Raises:
         ValueError / TypeError naming the argument: shapes, ``k`` not an int ``>= 1``, non-finite
-        coordinates, offsets (``offsets.check_offset``), a backend that cannot run.
+        coordinates or coordinates beyond ``checks.COORD_LIMIT`` (``2^60``: float32 squared distances
+        overflow), offsets (``offsets.check_offset``), a backend that cannot run.
     """
     if query.dim() != 2 or query.shape[1] != 3 or support.dim() != 2 or support.shape[1] != 3:
         raise ValueError(f"expected query (M, 3) and support (N, 3), got {tuple(query.shape)} and {tuple(support.shape)}")
     k = checks.check_count("k", k)
     if check_finite:
-        checks.check_finite("query", query)
+        checks.check_coordinates("query", query)
         if support is not query:
-            checks.check_finite("support", support)
+            checks.check_coordinates("support", support)
     q_off = check_offset(query_offset, query.shape[0], "query_offset")
     s_off = check_offset(support_offset, support.shape[0], "support_offset")
     if len(q_off) != len(s_off):
