@@ -1,7 +1,7 @@
 """Tests of pointgeope/model/ops/checks.py and of the point ops' argument checks on every backend this machine
 has (``triton`` in Triton's interpreter, conftest's ``interpreted``): non-finite coordinates, coordinates
 beyond ``COORD_LIMIT`` (and right answers at it), counts that are not ints, query and support of different
-dtypes; and of the interpolation's weights in half precision
+dtypes, integer and half coordinates on the torch kNN; and of the interpolation's weights in half precision
 against an independent float64 inverse-distance reference."""
 from __future__ import annotations
 
@@ -230,6 +230,20 @@ def test_fps_at_the_limit_is_the_rule(on, backend):
     pts = _at_the_limit()
     idx, _ = fps(pts, torch.tensor([16]), 2, backend=backend)
     assert idx.tolist() == reference_fps(pts.numpy(), 8)
+
+
+def test_the_torch_knn_searches_integer_and_half_coordinates_in_float32():
+    """Integer coordinates raised torch's 'mean(): could not infer output dtype'; float16 coordinates a few
+    thousand apart overflowed the float16 squared distances (65504) and gave every row wrong neighbours."""
+    g = torch.Generator().manual_seed(6)
+    for pts in ((torch.rand(30, 3, generator=g) * 10).long(), (torch.rand(30, 3, generator=g) * 3000).half()):
+        off = torch.tensor([30])
+        idx, dist2 = knn(pts, pts, 4, off, off, backend="torch")
+        p = pts.double()
+        want = ((p[:, None] - p[None]) ** 2).sum(-1)
+        assert dist2.dtype == pts.dtype                              # the query's dtype, as documented
+        assert torch.equal(want.gather(1, idx), want.sort(1).values[:, :4])   # the 4 nearest, in order
+        torch.testing.assert_close(dist2.double(), want.gather(1, idx).to(pts.dtype).double(), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("backend", KNN)

@@ -124,7 +124,11 @@ def _cloud_scipy(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np
 def _cloud_torch(query: Tensor, support: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """Brute force in chunks of queries: candidates from ``|q|^2 + |s|^2 - 2 q.s`` (one matrix product on
     coordinates centred on the support's mean), then the exact squared differences of the ``k`` chosen,
-    re-sorted. Only near-ties within float rounding (~1e-6 of the squared extent) can pick differently."""
+    re-sorted. Only near-ties within float rounding (~1e-6 of the squared extent) can pick differently.
+    Searched in float32, float64 kept, as ``_numpy`` gives the CPU backends: integer coordinates have no
+    mean, and half-precision squared distances overflow past 65504 (coordinates a few hundred apart)."""
+    dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
+    query, support = query.to(dtype), support.to(dtype)
     center = support.mean(0)
     q_all, s_c = query - center, support - center
     s_sq = (s_c * s_c).sum(1)
