@@ -5,11 +5,11 @@ above the model and uses them from here; the model never imports ``pointgeope.nn
 
 Coordinates are checked where they enter, before any backend sees them: a NaN or an infinity has no
 nearest neighbour and no farthest point, and each backend would fail its own way (an out-of-range index,
-a sample of the NaN point, an int64 crash in the Morton code). So is a finite coordinate too large for the
-float32 squared distances every backend computes (:func:`check_coordinates`: ``|x| <= COORD_LIMIT``). The
-check reads one flag on the host (on a GPU, one synchronisation), which the ops already do for their offsets.
-Under ``torch.compile`` and TorchScript the data-dependent check is skipped, so a compiled graph has no break
-of ours.
+a sample of the NaN point, an int64 crash in the Morton code). So is a finite coordinate too large for
+float32 squared distances (:func:`check_coordinates`: ``|x| <= COORD_LIMIT``, one bound for every backend and
+dtype). The check reads one flag on the host (on a GPU, one synchronisation), which the ops already do for
+their offsets. Under ``torch.compile`` and TorchScript the data-dependent check is skipped, so a compiled
+graph has no break of ours.
 """
 from __future__ import annotations
 
@@ -75,6 +75,7 @@ def check_coordinates(name: str, value: Tensor) -> None:
 
 
 def _dtype_max(dtype: torch.dtype) -> float:
+    """The largest value of ``dtype`` (1 for bool)."""
     if dtype.is_floating_point:
         return torch.finfo(dtype).max
     return 1 if dtype == torch.bool else torch.iinfo(dtype).max
