@@ -261,3 +261,17 @@ def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted)
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-8, atol=1e-10, msg=name)
     for (name, a), b in zip(model.named_buffers(), twin.buffers()):
         torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12, msg=name)
+
+
+def test_on_the_same_conditions_as_the_relus_kernel(monkeypatch):
+    """Registered as a CUDA default, as ``batch_norm_relu``: on CUDA tensors with the switch unset and with
+    ``POINTGEOPE_KERNELS=triton``, off with ``torch``; on CPU tensors only with the switch set to ``triton``."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
+    monkeypatch.setattr(kernels, "FAILURES", type(kernels.FAILURES)())       # no failure of earlier tests
+    for path in (None, "triton", "torch"):
+        with forced(path) if path else contextlib.nullcontext():
+            for device in (cuda, cpu):
+                assert norm.PLAIN_KERNEL.enabled(device) == norm.KERNEL.enabled(device)
+            assert norm.PLAIN_KERNEL.enabled(cuda) == (path != "torch" and kernels.triton_imports())
+    assert not norm.PLAIN_KERNEL.enabled(cpu)
