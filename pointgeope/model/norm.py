@@ -157,11 +157,11 @@ class _FusedBatchNorm(torch.autograd.Function):
         x, weight, bias, stats, valid = ctx.saved_tensors
         needs = list(ctx.needs_input_grad[:3])
         batch, eps, relu = ctx.batch_stats, ctx.eps, ctx.relu
+        kernel = KERNEL if relu else PLAIN_KERNEL
 
         def torch_path(a, w, b):        # batch statistics again, or the forward's running ones (rows 0 and 4)
-            return (reference if relu else plain_reference)(a, w, b, None if batch else stats[0],
-                                                            None if batch else stats[4], batch, 0.0, eps, valid)
-        kernel = KERNEL if relu else PLAIN_KERNEL
+            return kernel.torch(a, w, b, None if batch else stats[0], None if batch else stats[4], batch, 0.0, eps,
+                                valid)
         grads = kernel.dispatch(x.device, lambda: _backward(x, g.contiguous(), stats, weight, bias, batch, needs,
                                                             valid, relu),
                                 lambda: torch_grads(torch_path, [x, weight, bias], needs, g),
