@@ -1,18 +1,21 @@
 """Benchmark: batch norm with its ReLU alone, torch's ``BatchNorm1d`` + ``relu`` against the fused op
-(``pointgeope/model/norm.py``), forward + backward in training mode, float32 and bf16 rows (float32
-parameters, as under autocast), at the row counts and widths of the published 16 x 80k batch:
+(``pointgeope/model/norm.py``), and the plain norm (no ReLU, the blocks' third), torch's ``BatchNorm1d``
+against the same kernels without the activation; forward + backward in training mode, float32 and bf16 rows
+(float32 parameters, as under autocast), at the row counts and widths of the published 16 x 80k batch:
 
     pairs s1      N k = 1.28M x 16 pair rows of stage 1, width 32 (the weight MLP's first norm)
     pairs s1 C/s  the same rows at width 4 (its second norm, C / share_planes)
     pairs s1 rpe  the same rows at width 3 (the position MLP's norm)
     pairs s2      320k x 16 rows of stage 2, width 64
     points s1     1.28M point rows, width 32 (the blocks' norms)
+    plain s1      the same point rows, no ReLU (the blocks' third norm, ``norm.BatchNorm``)
+    plain s2      320k point rows of stage 2, width 64, no ReLU
 
 Each case: the time of one forward + backward (the package's timer, ``kernel_check.timed``: the device's
 queue waited for before and after), the minimum over ``--reps`` runs, both paths interleaved; the fused
 path's ratio to torch's, and the largest difference of the outputs and of the input's gradient relative to
 their largest value, the gradient's where both paths' ReLU masks agree, with the count of values where they do
-not (:func:`agreement`). ``--scale`` divides the rows (``--device cpu`` runs the fused path in Triton's
+not (:func:`agreement`; the plain norm has no mask: every value compared, no flips). ``--scale`` divides the rows (``--device cpu`` runs the fused path in Triton's
 interpreter: a check that the script runs, not a timing).
 
 Usage: python bench/bench_norm.py --out bench/results/bench_norm.json [--device cuda] [--reps 5] [--scale 1]
@@ -29,16 +32,18 @@ import torch
 from bench_io import save_json
 from gpu_record import run_record
 
-CASES = (("pairs s1", 1_280_000 * 16, 32), ("pairs s1 C/s", 1_280_000 * 16, 4), ("pairs s1 rpe", 1_280_000 * 16, 3),
-         ("pairs s2", 320_000 * 16, 64), ("points s1", 1_280_000, 32))
+CASES = (("pairs s1", 1_280_000 * 16, 32, True), ("pairs s1 C/s", 1_280_000 * 16, 4, True),
+         ("pairs s1 rpe", 1_280_000 * 16, 3, True), ("pairs s2", 320_000 * 16, 64, True),
+         ("points s1", 1_280_000, 32, True), ("plain s1", 1_280_000, 32, False), ("plain s2", 320_000, 64, False))
 
 
-def one_case(rows: int, width: int, dtype: torch.dtype, device: torch.device, reps: int) -> dict:
+def one_case(rows: int, width: int, dtype: torch.dtype, device: torch.device, reps: int, relu: bool = True) -> dict:
+    """One case (module docstring): ``BatchNormReLU`` with ``relu``, else the plain ``BatchNorm``."""
     from pointgeope.model.kernel_check import timed
     from pointgeope.model.kernel_choice import forced
-    from pointgeope.model.norm import BatchNormReLU
+    from pointgeope.model.norm import BatchNorm, BatchNormReLU
 
-    module = BatchNormReLU(width).to(device)
+    module = (BatchNormReLU if relu else BatchNorm)(width).to(device)
     x = (torch.randn(rows, width, device=device) * 2 + 0.5).to(dtype).requires_grad_()
     grad = torch.randn(rows, width, device=device).to(dtype)
 
@@ -55,20 +60,21 @@ def one_case(rows: int, width: int, dtype: torch.dtype, device: torch.device, re
         for path in ("torch", "triton"):
             out[path], times = timed(step(path), device, 1)
             seconds[path] += times
-    diff = agreement(out["triton"], out["torch"])
+    diff = agreement(out["triton"], out["torch"], relu)
     best = {path: min(s) for path, s in seconds.items()}
-    return {"rows": rows, "width": width, "dtype": str(dtype)[6:], "torch_ms": best["torch"] * 1e3,
+    return {"rows": rows, "width": width, "dtype": str(dtype)[6:], "relu": relu, "torch_ms": best["torch"] * 1e3,
             "fused_ms": best["triton"] * 1e3, "fused_over_torch": best["triton"] / best["torch"],
             **diff}
 
 
-def agreement(fused: tuple, reference: tuple) -> dict:
+def agreement(fused: tuple, reference: tuple, relu: bool = True) -> dict:
     """The largest difference of the outputs ``y`` and of the input's gradients ``dx``, each relative to the
     reference's largest value. ``dx`` is compared where both paths' ReLU passed or both blocked: at the kink,
     ``BN(x) = 0`` to within rounding, the mask flips and that row's ``dx`` is ``g / sigma`` on one path and 0
-    on the other (in float32, a few of the 600M values); those flips are counted, not mixed into the difference."""
+    on the other (in float32, a few of the 600M values); those flips are counted, not mixed into the difference.
+    Without ``relu`` (the plain norm) every value is compared."""
     (y, dx), (y_ref, dx_ref) = [[t.float() for t in pair] for pair in (fused, reference)]
-    same = (y > 0) == (y_ref > 0)
+    same = (y > 0) == (y_ref > 0) if relu else torch.ones_like(y, dtype=torch.bool)
     return {"max_rel_diff_y": float((y - y_ref).abs().max() / y_ref.abs().max()),
             "max_rel_diff_dx": float(((dx - dx_ref).abs() * same).max() / dx_ref.abs().max()),
             "relu_mask_flips": int((~same).sum())}
@@ -87,9 +93,9 @@ def main() -> int:
     out = {"device": str(device), "run": run_record(str(device)),
            "time": "one forward + backward, training mode, minimum over reps (ms)",
            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None, "cases": []}
-    for name, rows, width in CASES:
+    for name, rows, width, relu in CASES:
         for dtype in (torch.bfloat16, torch.float32):
-            row = {"case": name, **one_case(rows // args.scale, width, dtype, device, args.reps)}
+            row = {"case": name, **one_case(rows // args.scale, width, dtype, device, args.reps, relu)}
             out["cases"].append(row)
             print(f"{name:<14} {row['dtype']:<9} torch {row['torch_ms']:8.3f} ms  fused {row['fused_ms']:8.3f} ms  "
                   f"x{row['fused_over_torch']:.2f}", flush=True)

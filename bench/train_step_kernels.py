@@ -1,8 +1,8 @@
 """``bench_train_step.py --kernels``: the training step of every preset on other kernel paths, interleaved.
 
 ``torch`` and ``triton`` force ``POINTGEOPE_KERNELS``; ``default`` leaves it unset (the device's default);
-``torch_norm`` is the default with torch's batch norm and ReLU instead of the fused op (``norm.py``, the CUDA
-default since GPU run 6). Each case's time and peak memory, and its ratios to ``rpe``, to the ``torch``,
+``torch_norm`` is the default with torch's batch norms (with the ReLU and the blocks' third, without) instead of
+the fused ops (``norm.py``; the ReLU's a CUDA default since GPU run 6). Each case's time and peak memory, and its ratios to ``rpe``, to the ``torch``,
 ``default`` and ``torch_norm`` paths and to float32 of the same preset and path.
 """
 from __future__ import annotations
@@ -35,15 +35,16 @@ class KernelCase(Case):
             super().step(given)
 
     def _torch_norm_step(self, given: bool) -> None:
-        """The default path with the fused batch norm + ReLU off (its backward follows its forward's path)."""
+        """The default path with the fused batch norms off, with the ReLU and without (their backward follows
+        their forward's path)."""
         from pointgeope.model import norm
 
-        enabled = norm.KERNEL.enabled
-        norm.KERNEL.enabled = lambda device: False
+        enabled = norm.KERNEL.enabled, norm.PLAIN_KERNEL.enabled
+        norm.KERNEL.enabled = norm.PLAIN_KERNEL.enabled = lambda device: False
         try:
             super().step(given)
         finally:
-            norm.KERNEL.enabled = enabled
+            norm.KERNEL.enabled, norm.PLAIN_KERNEL.enabled = enabled
 
 
 def run_kernels(args, out: dict, write) -> None:

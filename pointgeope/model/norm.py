@@ -1,34 +1,41 @@
-"""Batch norm with its ReLU as one op: :class:`BatchNormReLU`, a ``BatchNorm1d`` whose output is ``relu``'d.
+"""Batch norm with its ReLU as one op, :class:`BatchNormReLU` (a ``BatchNorm1d`` whose output is ``relu``'d),
+and without it, :class:`BatchNorm` (a ``BatchNorm1d``), on the same Triton kernels.
 
 Point Transformer's ``Linear-BN-ReLU`` runs over ``(N, C)`` point rows and, in the attention's MLPs, over the
 ``(N k, C)`` pair rows (``N k`` = 20M at the recipe's 16 x 80k batch). Per channel ``c`` over the rows::
 
     y = max(0, w_c (x - mean_c) / sqrt(var_c + eps) + b_c)        (N, C) -> (N, C), in x's dtype
 
-with the batch's mean and biased variance in training (the running buffers move by ``momentum`` towards
+(without ``max(0, .)`` for :class:`BatchNorm`: the PTv1 block's third norm, whose ReLU follows the residual
+add) with the batch's mean and biased variance in training (the running buffers move by ``momentum`` towards
 the mean and the unbiased variance, as torch's) and the running ones in eval. On the Triton path
 (``triton_norm.py``) that is three launches forward and three backward, statistics and sums in float32
 (float64 for float64 inputs) whatever the input's type, reduced without atomics (deterministic); a bf16
 input is read as bf16 (torch's bf16 batch norm was slower than its float32 one on an H200, ``docs/gpu.md``).
 
-**Same module, same checkpoints.** :class:`BatchNormReLU` subclasses ``nn.BatchNorm1d``: the same
+**Same module, same checkpoints.** Both subclass ``nn.BatchNorm1d``: the same
 parameters and buffers (``weight``, ``bias``, ``running_mean``, ``running_var``, ``num_batches_tracked``),
 so state dicts are unchanged; where the ReLU was a module of an ``nn.Sequential``, an ``nn.Identity`` keeps its
 index. Where the kernel does not run (the CPU, ``POINTGEOPE_KERNELS=torch``, inputs it does not take: not
-2-D, no affine parameters, other dtypes) the forward is exactly ``relu_(BatchNorm1d.forward(x))``.
+2-D, no affine parameters, other dtypes) the forward is exactly ``relu_(BatchNorm1d.forward(x))``
+(:class:`BatchNorm`: ``BatchNorm1d.forward(x)``).
 
 **Which path.** The kernel is registered (:mod:`pointgeope.model.kernels`, ``batch_norm_relu``) as a CUDA
 default, as the other Triton kernels are: on an H200 it took the published 16 x 80k step to 0.91-0.92x its
 time with torch's batch norm and ReLU, and 0.94-0.95x its peak memory, float32 and bf16, ``rpe`` and ``geope``
-(``docs/gpu.md``). ``POINTGEOPE_KERNELS=torch`` turns it off; CPU tensors take it under the interpreter.
-A kernel that fails falls back to the torch path.
+(``docs/gpu.md``). The plain norm is registered beside it (``batch_norm``, its own ``info --check`` case) on
+the same conditions: the same kernels with the activation a compile-time flag; its speed against torch's
+``BatchNorm1d`` is not measured yet (``bench/bench_norm.py``'s plain cases measure it on the next GPU run).
+``POINTGEOPE_KERNELS=torch`` turns both off; CPU tensors take them under the interpreter. A kernel that fails
+falls back to the torch path.
 
 **Padded batches.** :class:`BatchNorm` (torch's ``BatchNorm1d``, no ReLU) and :class:`BatchNormReLU` take their
 training statistics over a padded batch's real rows inside :func:`pointgeope.model.padding.batch_rows`: what
-the CUDA-graph step runs (``engine/graphs.py``). :class:`BatchNormReLU` does it on the kernels where they run
-(the real row count read on the device: the statistics' reductions stop there, and only those rows take the
-statistics' part of the gradient), else on torch ops (:func:`prefix_batch_norm`: about 11 passes over the
-rows forward and 15 backward, where the kernels make 2 and 3).
+the CUDA-graph step runs (``engine/graphs.py``). Both do it on the kernels where they run (the real row count
+read on the device: the statistics' reductions stop there, and only those rows take the statistics' part of
+the gradient), else on torch ops (:func:`~pointgeope.model.prefix_norm.prefix_batch_norm`: about 11 passes over
+the rows forward and 15 backward, where the kernels make 2 and 3; also for ``momentum=None``, whose step is a
+tensor).
 
 **DDP.** The engine keeps batch norm per process (as published). For synchronised statistics use
 :func:`convert_sync_batchnorm`: torch's ``nn.SyncBatchNorm.convert_sync_batchnorm`` would turn a
@@ -45,9 +52,10 @@ from torch import Tensor, nn
 from pointgeope.model import kernels, padding
 from pointgeope.model.attention_reference import torch_grads
 from pointgeope.model.kernel_choice import kernel_module
+from pointgeope.model.prefix_norm import prefix_batch_norm
 
-__all__ = ["BatchNorm", "BatchNormReLU", "prefix_batch_norm", "SyncBatchNormReLU", "batch_norm_relu", "reference", "convert_sync_batchnorm",
-           "tiles", "KERNEL"]
+__all__ = ["BatchNorm", "BatchNormReLU", "prefix_batch_norm", "SyncBatchNormReLU", "batch_norm_relu", "batch_norm",
+           "reference", "plain_reference", "convert_sync_batchnorm", "tiles", "KERNEL", "PLAIN_KERNEL"]
 
 WARPS = 4
 MAX_PARTIALS = 1024        # programs along the rows of the reductions (their partials: a (T, C) buffer)
@@ -81,13 +89,20 @@ def _launch(kernel, grid: tuple[int, ...], *args, device: torch.device, **meta) 
         kernel[grid](*args, num_warps=WARPS, **meta)
 
 
-def reference(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
-              batch_stats: bool, momentum: float, eps: float, valid: Tensor | None = None) -> Tensor:
-    """torch's ``relu(batch_norm(x))`` with ``F.batch_norm``'s arguments: the torch path and the fallback;
+def plain_reference(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None,
+                    running_var: Tensor | None, batch_stats: bool, momentum: float, eps: float,
+                    valid: Tensor | None = None) -> Tensor:
+    """torch's ``batch_norm(x)`` with ``F.batch_norm``'s arguments: the plain norm's torch path and fallback;
     with ``valid`` (a padded batch's real rows) the statistics of those rows (:func:`prefix_batch_norm`)."""
     if valid is not None:
-        return torch.relu_(prefix_batch_norm(x, valid, weight, bias, running_mean, running_var, momentum, eps))
-    return torch.relu_(F.batch_norm(x, running_mean, running_var, weight, bias, batch_stats, momentum, eps))
+        return prefix_batch_norm(x, valid, weight, bias, running_mean, running_var, momentum, eps)
+    return F.batch_norm(x, running_mean, running_var, weight, bias, batch_stats, momentum, eps)
+
+
+def reference(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+              batch_stats: bool, momentum: float, eps: float, valid: Tensor | None = None) -> Tensor:
+    """torch's ``relu(batch_norm(x))``, :func:`plain_reference` and ``relu_``: the torch path and the fallback."""
+    return torch.relu_(plain_reference(x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid))
 
 
 def _statistics(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
@@ -115,14 +130,14 @@ def _count(valid: Tensor | None, unused: Tensor) -> Tensor:
     return unused if valid is None else valid
 
 
-class _BatchNormReLU(torch.autograd.Function):
-    """``relu(batch_norm(x))`` on the Triton kernels; saves ``x``, the parameters and the ``(5, C)``
-    statistics (no normalised copy of ``x``: the backward recomputes it)."""
+class _FusedBatchNorm(torch.autograd.Function):
+    """``relu(batch_norm(x))`` (``relu``) or ``batch_norm(x)`` on the Triton kernels; saves ``x``, the
+    parameters and the ``(5, C)`` statistics (no normalised copy of ``x``: the backward recomputes it)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None,
                 running_var: Tensor | None, batch_stats: bool, momentum: float, eps: float,
-                valid: Tensor | None = None) -> Tensor:
+                valid: Tensor | None = None, relu: bool = True) -> Tensor:
         x = x.contiguous()
         (r, c), f64 = x.shape, torch.float64 in (x.dtype, weight.dtype)
         stats = _statistics(x, weight, bias, running_mean, running_var, batch_stats, eps,
@@ -130,33 +145,34 @@ class _BatchNormReLU(torch.autograd.Function):
         update = batch_stats and running_mean is not None
         block_r, block_c, _ = tiles(c, f64)
         y = torch.empty_like(x)
-        _launch(triton_kernels().normalize_relu, (-(-r // block_r), -(-c // block_c)), x, stats, y,
+        _launch(triton_kernels().normalize, (-(-r // block_r), -(-c // block_c)), x, stats, y,
                 running_mean if update else stats, running_var if update else stats, r, c, momentum,
-                UPDATE=update, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
+                UPDATE=update, RELU=relu, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
         ctx.save_for_backward(x, weight, bias, stats, valid)
-        ctx.batch_stats, ctx.eps = batch_stats, eps
+        ctx.batch_stats, ctx.eps, ctx.relu = batch_stats, eps, relu
         return y
 
     @staticmethod
     def backward(ctx, g: Tensor):
         x, weight, bias, stats, valid = ctx.saved_tensors
         needs = list(ctx.needs_input_grad[:3])
-        batch, eps = ctx.batch_stats, ctx.eps
+        batch, eps, relu = ctx.batch_stats, ctx.eps, ctx.relu
+        kernel = KERNEL if relu else PLAIN_KERNEL
 
         def torch_path(a, w, b):        # batch statistics again, or the forward's running ones (rows 0 and 4)
-            return reference(a, w, b, None if batch else stats[0], None if batch else stats[4], batch, 0.0, eps,
-                             valid)
-        grads = KERNEL.dispatch(x.device, lambda: _backward(x, g.contiguous(), stats, weight, bias, batch, needs,
-                                                            valid),
+            return kernel.torch(a, w, b, None if batch else stats[0], None if batch else stats[4], batch, 0.0, eps,
+                                valid)
+        grads = kernel.dispatch(x.device, lambda: _backward(x, g.contiguous(), stats, weight, bias, batch, needs,
+                                                            valid, relu),
                                 lambda: torch_grads(torch_path, [x, weight, bias], needs, g),
                                 decided=True)       # this forward ran Triton: the backward follows it
-        return (*grads, None, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None, None)
 
 
 def _backward(x: Tensor, g: Tensor, stats: Tensor, weight: Tensor, bias: Tensor, batch_stats: bool,
-              needs: list[bool], valid: Tensor | None = None) -> tuple:
+              needs: list[bool], valid: Tensor | None = None, relu: bool = True) -> tuple:
     """``(dx, dw, db)`` by the Triton kernels (``None`` where ``needs`` says no); ``valid``: the statistics were
-    the first ``valid`` rows' (a padded batch)."""
+    the first ``valid`` rows' (a padded batch); ``relu``: the forward's activation."""
     (r, c), f64, dev = x.shape, stats.dtype == torch.float64, x.device
     block_r, block_c, block_t = tiles(c, f64)
     rows, t = partition(r, block_r)
@@ -164,16 +180,16 @@ def _backward(x: Tensor, g: Tensor, stats: Tensor, weight: Tensor, bias: Tensor,
     sums = torch.zeros(2, c, dtype=stats.dtype, device=dev)
     if batch_stats or needs[1] or needs[2]:
         partials = torch.empty(2, t, c, dtype=stats.dtype, device=dev)
-        _launch(k.grad_partials, (t, -(-c // block_c)), x, g, stats, partials[0], partials[1], r, c, rows, F64=f64,
-                BLOCK_R=block_r, BLOCK_C=block_c, device=dev)
+        _launch(k.grad_partials, (t, -(-c // block_c)), x, g, stats, partials[0], partials[1], r, c, rows, RELU=relu,
+                F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=dev)
         _launch(k.grad_finish, (-(-c // block_c),), partials[0], partials[1], sums, c, t, F64=f64, BLOCK_T=block_t,
                 BLOCK_C=block_c, device=dev)
     dx = None
     if needs[0]:
         dx = torch.empty_like(x)
         _launch(k.grad_input, (-(-r // block_r), -(-c // block_c)), x, g, stats, sums, dx, _count(valid, sums), r, c,
-                BATCH=batch_stats, PREFIX=valid is not None, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c,
-                device=dev)
+                BATCH=batch_stats, PREFIX=valid is not None, RELU=relu, F64=f64, BLOCK_R=block_r,
+                BLOCK_C=block_c, device=dev)
     return (dx, sums[1].to(weight.dtype) if needs[1] else None, sums[0].to(bias.dtype) if needs[2] else None)
 
 
@@ -186,6 +202,14 @@ def batch_norm_relu(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tenso
     return KERNEL(x.device, x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid)
 
 
+def batch_norm(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None = None,
+               running_var: Tensor | None = None, batch_stats: bool = True, momentum: float = 0.1, eps: float = 1e-5,
+               valid: Tensor | None = None) -> Tensor:
+    """:func:`batch_norm_relu` without the ReLU (``F.batch_norm``'s value), on the path :data:`PLAIN_KERNEL`
+    chooses: the same kernels with the activation compiled out."""
+    return PLAIN_KERNEL(x.device, x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid)
+
+
 def _takes(x: Tensor, weight: Tensor | None) -> bool:
     """Whether the kernel takes ``x`` with ``weight``: 2-D, affine, float32 parameters with float32,
     bfloat16 or float16 rows, or float64 with float64."""
@@ -194,67 +218,33 @@ def _takes(x: Tensor, weight: Tensor | None) -> bool:
     return x.dtype == weight.dtype or (weight.dtype == torch.float32 and x.dtype in (torch.bfloat16, torch.float16))
 
 
-class _PrefixBatchNorm(torch.autograd.Function):
-    """Training batch norm of ``x (R, C)`` with the statistics of its first ``n = valid`` rows (a padded batch's
-    real rows, :mod:`pointgeope.model.padding`), every row normalised by them::
-
-        mean = sum_{r < n} x_r / n,   var = sum_{r < n} (x_r - mean)^2 / n,   s = 1 / sqrt(var + eps)
-        y_r = w (x_r - mean) s + b                                           (all R rows)
-
-    in float32 (float64 for float64 ``x``), ``y`` in ``x``'s dtype. Saves ``x`` as it came (bf16 stays bf16) and
-    the ``(C,)`` mean and ``s``, like torch's; the backward recomputes ``xh = (x - mean) s``. With ``g = dL/dy w``,
-    ``S1 = sum_all g``, ``S2 = sum_all g xh``: ``dx_r = s (g_r - (S1 + xh_r S2) / n)`` for ``r < n`` (they move the
-    statistics), ``dx_r = s g_r`` after; ``dw = sum_all dL/dy xh``, ``db = sum_all dL/dy``. The running buffers
-    move by ``momentum`` towards the mean and the unbiased ``var n / (n - 1)``, as torch's. No value is read
-    on the host."""
-
-    @staticmethod
-    def forward(ctx, x, valid, weight, bias, running_mean, running_var, momentum, eps):
-        xf = x if x.dtype == torch.float64 else x.float()
-        real = (torch.arange(x.shape[0], device=x.device) < valid).unsqueeze(1)             # (R, 1)
-        n = valid.to(xf.dtype)
-        mean = torch.where(real, xf, 0).sum(0) / n
-        var = torch.where(real, (xf - mean).square(), 0).sum(0) / n
-        invstd = torch.rsqrt(var + eps)
-        y = (xf - mean) * invstd
-        if weight is not None:
-            y = y * weight + bias
-        if running_mean is not None:
-            running_mean.lerp_(mean.to(running_mean.dtype), momentum)
-            running_var.lerp_((var * n / (n - 1).clamp_min(1)).to(running_var.dtype), momentum)
-        ctx.save_for_backward(x, valid, mean, invstd, weight)
-        return y.to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, gy):
-        x, valid, mean, invstd, weight = ctx.saved_tensors
-        xh = ((x if x.dtype == torch.float64 else x.float()) - mean) * invstd
-        gy = gy.to(xh.dtype)
-        g = gy * weight if weight is not None else gy
-        real = (torch.arange(x.shape[0], device=x.device) < valid).unsqueeze(1)
-        shared = (g.sum(0) + xh * (g * xh).sum(0)) / valid.to(xh.dtype)
-        dx = (invstd * (g - torch.where(real, shared, 0))).to(x.dtype)
-        needs_w = weight is not None and ctx.needs_input_grad[2]
-        dw = (gy * xh).sum(0).to(weight.dtype) if needs_w else None
-        db = gy.sum(0).to(weight.dtype) if weight is not None and ctx.needs_input_grad[3] else None
-        return dx, None, dw, db, None, None, None, None
-
-
-def prefix_batch_norm(x: Tensor, valid: Tensor, weight: Tensor | None, bias: Tensor | None,
-                      running_mean: Tensor | None, running_var: Tensor | None, momentum: float | Tensor,
-                      eps: float) -> Tensor:
-    """Training batch norm of ``x (R, C)`` over the statistics of its first ``valid`` rows (0-dim int64 tensor on
-    ``x``'s device), by :class:`_PrefixBatchNorm`."""
-    return _PrefixBatchNorm.apply(x, valid, weight, bias, running_mean, running_var, momentum, eps)
-
-
 class BatchNorm(nn.BatchNorm1d):
-    """torch's ``BatchNorm1d`` (the same arguments, parameters, buffers and outputs) that, in training inside
-    :func:`pointgeope.model.padding.batch_rows`, takes its statistics over a padded batch's real rows only
-    (:func:`prefix_batch_norm`)."""
+    """torch's ``BatchNorm1d`` (the same arguments, parameters, buffers and outputs) on the Triton kernels where
+    :data:`PLAIN_KERNEL` runs (module docstring), and that, in training inside
+    :func:`pointgeope.model.padding.batch_rows`, takes its statistics over a padded batch's real rows only.
+    Shapes: ``(R, C) -> (R, C)`` (other shapes: torch's path)."""
+
+    relu = False        # BatchNormReLU: the same norm with its ReLU (on KERNEL's path)
 
     def forward(self, x: Tensor) -> Tensor:
+        batch_stats = self.training or self.running_mean is None
         valid = padding.valid_rows(x.shape[0]) if self.training else None
+        cumulative = valid is not None and self.momentum is None   # its step a tensor: torch ops, no host read
+        kernel = KERNEL if self.relu else PLAIN_KERNEL
+        if cumulative or not (kernel.enabled(x.device) and _takes(x, self.weight) and x.shape[0] > int(batch_stats)):
+            y = self._torch_forward(x, valid)
+            return torch.relu_(y) if self.relu else y
+        factor = self._factor()
+        if isinstance(factor, Tensor):
+            factor = float(factor)
+        keep = not self.training or self.track_running_stats
+        fused = batch_norm_relu if self.relu else batch_norm
+        return fused(x, self.weight, self.bias, self.running_mean if keep else None,
+                     self.running_var if keep else None, batch_stats, factor, self.eps, valid)
+
+    def _torch_forward(self, x: Tensor, valid: Tensor | None) -> Tensor:
+        """torch's ``BatchNorm1d.forward``, or with ``valid`` (a padded batch in training) the statistics of
+        the first ``valid`` rows (:func:`prefix_batch_norm`)."""
         if valid is None:
             return super().forward(x)
         keep = self.track_running_stats
@@ -276,18 +266,7 @@ class BatchNormReLU(BatchNorm):
     """``relu(BatchNorm1d(x))`` in one op where the kernel runs (module docstring); ``BatchNorm1d``'s
     arguments, parameters and buffers. Shapes: ``(R, C) -> (R, C)`` (other shapes: torch's path)."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        batch_stats = self.training or self.running_mean is None
-        valid = padding.valid_rows(x.shape[0]) if self.training else None
-        cumulative = valid is not None and self.momentum is None   # its step a tensor: torch ops, no host read
-        if cumulative or not (KERNEL.enabled(x.device) and _takes(x, self.weight) and x.shape[0] > int(batch_stats)):
-            return torch.relu_(super().forward(x))          # BatchNorm's (torch's, or a padded batch's) and ReLU
-        factor = self._factor()
-        if isinstance(factor, Tensor):
-            factor = float(factor)
-        keep = not self.training or self.track_running_stats
-        return batch_norm_relu(x, self.weight, self.bias, self.running_mean if keep else None,
-                               self.running_var if keep else None, batch_stats, factor, self.eps, valid)
+    relu = True
 
 
 class SyncBatchNormReLU(nn.SyncBatchNorm):
@@ -329,12 +308,14 @@ def _check_rows(rows: int, width: int, margin: float = 0.05) -> tuple[Tensor, Te
     return torch.where(pre.abs() < margin, x + torch.where(pre >= 0, 2 * margin, -2 * margin) / scale, x), w, b
 
 
-def _check(device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
-    """``info --check``: the pair MLP's first norm (``pairs x 16`` rows of width 64, training mode) forward and
-    backward, float32 and bfloat16, against torch's; the largest difference relative to the largest value."""
+def _check(device: torch.device, points: int, pairs: int, relu: bool = True) -> list[kernels.CheckCase]:
+    """``info --check``, training mode, forward and backward, float32 and bfloat16, against torch's: with ``relu``
+    the pair MLP's first norm (``pairs x 16`` rows of width 64), without it a block's third norm (``points``
+    rows of width 64); the largest difference relative to the largest value."""
     from pointgeope.model.kernel_check import _grads
 
-    rows, width = pairs * 16, 64
+    kernel = KERNEL if relu else PLAIN_KERNEL
+    rows, width = (pairs * 16 if relu else points), 64
     x, w, b = (t.float().to(device) for t in _check_rows(rows, width))
 
     def compare(got, want):
@@ -344,10 +325,23 @@ def _check(device: torch.device, points: int, pairs: int) -> list[kernels.CheckC
     for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
         def run(fn, xd=x.to(dtype)):
             return _grads(lambda a, wt, bs: fn(a, wt, bs, None, None, True, 0.1, 1e-5), [xd, w, b])
-        cases.append(kernels.CheckCase(f"fwd+bwd {str(dtype)[6:]}", lambda r=run: r(lambda *a: KERNEL(device, *a)),
-                                       lambda r=run: r(KERNEL.torch), compare, tol))
+        cases.append(kernels.CheckCase(f"fwd+bwd {str(dtype)[6:]}", lambda r=run: r(lambda *a: kernel(device, *a)),
+                                       lambda r=run: r(kernel.torch), compare, tol))
     return cases
 
 
+def _fused(relu: bool):
+    """The Triton function of :data:`KERNEL` (``relu``) or :data:`PLAIN_KERNEL`: ``F.batch_norm``'s arguments and
+    ``valid``, by :class:`_FusedBatchNorm`."""
+    def run(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+            batch_stats: bool, momentum: float, eps: float, valid: Tensor | None = None) -> Tensor:
+        return _FusedBatchNorm.apply(x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid,
+                                     relu)
+    return run
+
+
 # A CUDA default since GPU run 6 (module docstring): 0.91-0.92x the recipe's step.
-KERNEL = kernels.register("batch_norm_relu", _BatchNormReLU.apply, reference, atomics=False, check=_check)
+KERNEL = kernels.register("batch_norm_relu", _fused(True), reference, atomics=False, check=_check)
+# The same kernels without the ReLU (a block's third norm), on the same conditions; not yet timed on a GPU.
+PLAIN_KERNEL = kernels.register("batch_norm", _fused(False), plain_reference, atomics=False,
+                                check=lambda device, points, pairs: _check(device, points, pairs, relu=False))

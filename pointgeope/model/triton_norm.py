@@ -1,12 +1,13 @@
-"""Triton kernels of batch norm with its ReLU over the rows of ``x (R, C)`` (``norm.py`` launches them).
+"""Triton kernels of batch norm, with its ReLU or without, over the rows of ``x (R, C)`` (``norm.py`` launches them).
 
 Per channel ``c``, over the ``R`` rows (the points ``N``, or the pairs ``N k`` of the attention's MLPs)::
 
     mean_c = sum_r x[r, c] / R              var_c = sum_r (x[r, c] - mean_c)^2 / R        (biased)
     xhat   = (x - mean_c) invstd_c          invstd_c = 1 / sqrt(var_c + eps)
     y      = max(0, x scale_c + shift_c)    scale_c = w_c invstd_c,  shift_c = b_c - mean_c scale_c
+                                            (``RELU``; without it ``y = x scale_c + shift_c``)
 
-and the adjoint, with ``gm = g [x scale + shift > 0]`` (the ReLU's mask)::
+and the adjoint, with ``gm = g [x scale + shift > 0]`` (the ReLU's mask; ``gm = g`` without ``RELU``)::
 
     db_c = sum_r gm                         dw_c = sum_r gm xhat
     dx   = scale_c (gm - db_c / R - xhat dw_c / R)     (batch statistics; with fixed ones dx = scale_c gm)
@@ -21,13 +22,14 @@ The mean and variance are combined by Chan's formula (count ``n``, mean ``m``, c
 
 so no ``E[x^2] - E[x]^2`` cancels. The statistics live in one ``(5, C)`` buffer: rows mean, invstd, scale,
 shift and the unbiased variance ``M2 / (R - 1)`` (for the running variance). The running buffers change in
-the last launch (:func:`normalize_relu`, its first row block), so a kernel that fails to compile or launch
+the last launch (:func:`normalize`, its first row block), so a kernel that fails to compile or launch
 leaves them for the torch path that replaces it.
 
 As ``triton_attention.py``: decorated in the mode ``TRITON_INTERPRET`` asks for at import (``INTERPRET``;
 ``norm.triton_kernels`` reloads), sums by ``tl.reduce`` with ``triton_attention``'s combine function ``_add``
 (taken from its owner, decorated in this same mode), zeros by ``tl.full``; offsets int64 (``R C`` passes 2^31
-at 20M pairs of 128 channels).
+at 20M pairs of 128 channels). The activation is a compile-time flag (``RELU``) of the three kernels that apply
+it (:func:`normalize`, :func:`grad_partials`, :func:`grad_input`): one set of kernels for both norms.
 """
 import triton
 import triton.language as tl
@@ -125,10 +127,10 @@ def stats_finish(mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, valid
 
 
 @triton.jit
-def normalize_relu(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, R, C, momentum, UPDATE: tl.constexpr,
-                   F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Program (r, b): ``y = max(0, x scale + shift)`` on its ``(BLOCK_R, BLOCK_C)`` tile, stored in ``y``'s
-    type; with ``UPDATE`` the programs of row block 0 also move the running buffers by ``momentum`` towards
+def normalize(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, R, C, momentum, UPDATE: tl.constexpr, RELU: tl.constexpr,
+              F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Program (r, b): ``y = max(0, x scale + shift)`` (``RELU``, else ``x scale + shift``) on its
+    ``(BLOCK_R, BLOCK_C)`` tile, stored in ``y``'s type; with ``UPDATE`` the programs of row block 0 also move the running buffers by ``momentum`` towards
     the batch's mean and unbiased variance."""
     acc = tl.float64 if F64 else tl.float32
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -139,7 +141,9 @@ def normalize_relu(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, R, C, momentum, UPDAT
     shift = tl.load(stat_ptr + 3 * C + cols, mask=cmask, other=0.0)
     offs = rows[:, None] * C + cols[None, :]
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(acc)
-    y = tl.maximum(x * scale[None, :] + shift[None, :], 0.0)
+    y = x * scale[None, :] + shift[None, :]
+    if RELU:
+        y = tl.maximum(y, 0.0)
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
     if UPDATE:
         if tl.program_id(0) == 0:
@@ -153,8 +157,8 @@ def normalize_relu(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, R, C, momentum, UPDAT
 
 
 @triton.jit
-def grad_partials(x_ptr, g_ptr, stat_ptr, sg_ptr, sgx_ptr, R, C, ROWS, F64: tl.constexpr, BLOCK_R: tl.constexpr,
-                  BLOCK_C: tl.constexpr):
+def grad_partials(x_ptr, g_ptr, stat_ptr, sg_ptr, sgx_ptr, R, C, ROWS, RELU: tl.constexpr, F64: tl.constexpr,
+                  BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Program (t, b): ``sum gm`` and ``sum gm xhat`` of rows ``[t ROWS, (t + 1) ROWS)`` into row ``t`` of
     ``sg_ptr``, ``sgx_ptr`` (T, C)."""
     acc = tl.float64 if F64 else tl.float32
@@ -174,7 +178,10 @@ def grad_partials(x_ptr, g_ptr, stat_ptr, sg_ptr, sgx_ptr, R, C, ROWS, F64: tl.c
         offs = rows[:, None] * C + cols[None, :]
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(acc)
         g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(acc)
-        gm = tl.where(mask & (x * scale + shift > 0.0), g, 0.0)
+        if RELU:
+            gm = tl.where(mask & (x * scale + shift > 0.0), g, 0.0)
+        else:
+            gm = tl.where(mask, g, 0.0)
         sg += tl.reduce(gm, 0, _add)
         sgx += tl.reduce(gm * ((x - mean) * invstd), 0, _add)
         r0 += BLOCK_R
@@ -205,7 +212,8 @@ def grad_finish(sg_ptr, sgx_ptr, sums_ptr, C, T, F64: tl.constexpr, BLOCK_T: tl.
 
 @triton.jit
 def grad_input(x_ptr, g_ptr, stat_ptr, sums_ptr, dx_ptr, valid_ptr, R, C, BATCH: tl.constexpr,
-               PREFIX: tl.constexpr, F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+               PREFIX: tl.constexpr, RELU: tl.constexpr, F64: tl.constexpr, BLOCK_R: tl.constexpr,
+               BLOCK_C: tl.constexpr):
     """Program (r, b): ``dx`` of its tile (module docstring), stored in ``dx``'s type. With ``PREFIX`` the
     statistics are the first ``n = *valid_ptr`` rows': ``db`` and ``dw`` (sums over every row) divide by
     ``n``, and only those rows move the statistics (the others get ``scale gm``)."""
@@ -219,7 +227,9 @@ def grad_input(x_ptr, g_ptr, stat_ptr, sums_ptr, dx_ptr, valid_ptr, R, C, BATCH:
     offs = rows[:, None] * C + cols[None, :]
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(acc)
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(acc)
-    gm = tl.where(x * scale + shift > 0.0, g, 0.0)
+    gm = g
+    if RELU:
+        gm = tl.where(x * scale + shift > 0.0, g, 0.0)
     if BATCH:
         mean = tl.load(stat_ptr + cols, mask=cmask, other=0.0)[None, :]
         invstd = tl.load(stat_ptr + C + cols, mask=cmask, other=0.0)[None, :]

@@ -173,7 +173,7 @@ def _failing() -> Failing:
 def test_a_failing_kernel_leaves_the_running_buffers_to_the_torch_path(interpreted):
     """The last forward kernel fails (after the statistics ran): one warning, torch's output, and the running
     buffers moved once, as torch's."""
-    interpreted.setattr(norm.triton_kernels(), "normalize_relu", _failing())
+    interpreted.setattr(norm.triton_kernels(), "normalize", _failing())
     ours, ref = _pair(7)
     x, g = torch.randn(40, 7) * 2, torch.randn(40, 7)
     with pytest.warns(kernels.KernelFallbackWarning, match="batch_norm_relu"):
@@ -222,8 +222,9 @@ def test_a_failing_backward_gives_torchs_gradients(interpreted, train):
 
 def test_every_norm_of_the_network_runs_fused_and_equals_torchs(interpreted_cpu):
     """A small network (rpe: the blocks', transitions', head's and attention MLPs' norms, over points and over
-    pairs) on the Triton path, training mode: each ``BatchNormReLU`` calls the fused op once, and the logits,
-    gradients and running buffers equal those of the same path with torch's batch norm + relu in its place."""
+    pairs, and the blocks' third norms, without ReLU) on the Triton path, training mode: each ``BatchNormReLU``
+    calls the fused op once, each plain ``BatchNorm`` the plain fused op once, and the logits, gradients and
+    running buffers equal those of the same path with torch's batch norms (and relu) in their place."""
     from pointgeope.model import PointTransformerSeg
     from tests.model.test_network import TINY, _batch
 
@@ -235,20 +236,22 @@ def test_every_norm_of_the_network_runs_fused_and_equals_torchs(interpreted_cpu)
                 m.weight.uniform_(0.5, 1.5), m.bias.uniform_(-0.5, 0.5)
     twin = copy.deepcopy(model)
     coord, feat, offset = _batch()
-    calls, fused = [], norm.KERNEL.triton
+    calls = {True: [], False: []}
 
-    def counted(*args):
-        calls.append(args[0].shape)
-        return fused(*args)
+    def counted(relu, fused):
+        return lambda *args: calls[relu].append(args[0].shape) or fused(*args)
     runs = []
-    for net, fn in ((model, counted), (twin, norm.reference)):
+    for net, fn, plain in ((model, counted(True, norm.KERNEL.triton), counted(False, norm.PLAIN_KERNEL.triton)),
+                           (twin, norm.reference, norm.plain_reference)):
         interpreted_cpu.setattr(norm.KERNEL, "triton", fn)
+        interpreted_cpu.setattr(norm.PLAIN_KERNEL, "triton", plain)
         logits = net(coord, feat, offset)
         logits.square().mean().backward()
         runs.append((logits.detach(), {n: p.grad for n, p in net.named_parameters()},
                      {n: b for n, b in net.named_buffers() if "running" in n}))
-    assert len(calls) == sum(isinstance(m, BatchNormReLU) for m in model.modules()) > 30
-    assert {shape[1] for shape in calls} >= {3, 2, 16, 24, 32}       # pairs (rpe's 3, groups 2..4) and points
+    assert len(calls[True]) == sum(isinstance(m, BatchNormReLU) for m in model.modules()) > 30
+    assert len(calls[False]) == sum(type(m) is norm.BatchNorm for m in model.modules()) > 3
+    assert {shape[1] for shape in calls[True]} >= {3, 2, 16, 24, 32}   # pairs (rpe's 3, groups 2..4) and points
     (logits, grads, buffers), (logits_t, grads_t, buffers_t) = runs
     torch.testing.assert_close(logits, logits_t, rtol=1e-4, atol=1e-4)
     scale = max(float(g.abs().max()) for g in grads_t.values())

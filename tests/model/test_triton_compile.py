@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 KINDS = {f"att_{op}_{way}_bf16" for op in ("aggregate", "relation", "frame", "linear") for way in ("forward", "backward")} \
     | {f"att_{op}_gather_bf16_k16" for op in ("relation", "frame", "aggregate")} \
     | {"att_aggregate_backward_atomic_bf16", "att_frame_backward_turned_bf16"}   # the other ways to sum
-NORM_KINDS = {f"norm_{kernel}" for kernel in ("stats_partials", "stats_finish", "normalize_relu", "grad_partials",
+NORM_KINDS = {f"norm_{kernel}" for kernel in ("stats_partials", "stats_finish", "normalize", "grad_partials",
                                                "grad_finish", "grad_input")}
 
 

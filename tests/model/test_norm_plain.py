@@ -1,0 +1,284 @@
+"""Tests of the plain batch norm (``norm.BatchNorm``, no ReLU: the PTv1 block's third norm) on the Triton kernels
+of triton_norm.py (their ``RELU`` flag off), on CPU tensors under Triton's interpreter.
+
+The reference is written here from the definition, in float64: over the first ``n`` rows (all of them, or a
+padded batch's real prefix) ``mean = sum x / n``, ``var = sum (x - mean)^2 / n`` (biased), every row
+``y = w (x - mean) / sqrt(var + eps) + b``; the running buffers move as ``(1 - m) r + m s`` towards the mean and
+the unbiased ``var n / (n - 1)``; in eval the running buffers are the statistics; the gradients are autograd's
+through that expression. Also: torch's ``BatchNorm1d`` and the torch-ops prefix batch norm, ``gradcheck``, the
+torch path, the fallback, and a padded PTv1 step on the kernels against the unpadded one."""
+from __future__ import annotations
+
+import contextlib
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
+from pointgeope.model import kernels, norm, padding  # noqa: E402
+from pointgeope.model.kernel_choice import forced  # noqa: E402
+from tests.model.test_kernels import Failing  # noqa: E402
+
+EPS, MOMENTUM = 1e-5, 0.1
+BF16_ROUNDING = 2 ** -7                # one conversion to bfloat16 (8 significant bits): Triton's interpreter
+                                       # truncates (under one ulp), a GPU rounds to nearest (half of it)
+
+
+def _module(channels: int, dtype: torch.dtype, seed: int = 0, momentum: float | None = MOMENTUM) -> norm.BatchNorm:
+    """A ``norm.BatchNorm`` with random parameters and running buffers; float32 parameters for bf16 rows
+    (autocast's case), float64 ones for float64 rows."""
+    g = torch.Generator().manual_seed(seed)
+    module = norm.BatchNorm(channels, momentum=momentum, eps=EPS)
+    module = module.double() if dtype == torch.float64 else module
+    with torch.no_grad():
+        module.weight.copy_(torch.rand(channels, generator=g) + 0.5)
+        module.bias.copy_(torch.randn(channels, generator=g))
+        module.running_mean.copy_(torch.randn(channels, generator=g))
+        module.running_var.copy_(torch.rand(channels, generator=g) + 0.5)
+    return module
+
+
+def _definition(x, g, w, b, rm, rv, train: bool, n: int):
+    """The float64 reference (module docstring): ``(y, dx, dw, db, running_mean, running_var)``."""
+    xd = x.detach().double().requires_grad_()
+    wd, bd = w.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    if train:
+        mean = xd[:n].sum(0) / n
+        var = (xd[:n] - mean).square().sum(0) / n
+        rm = (1 - MOMENTUM) * rm.double() + MOMENTUM * mean.detach()
+        rv = (1 - MOMENTUM) * rv.double() + MOMENTUM * var.detach() * n / (n - 1)
+    else:
+        mean = rm = rm.double()
+        var = rv = rv.double()
+    y = (xd - mean) / torch.sqrt(var + EPS) * wd + bd
+    return (y.detach(), *torch.autograd.grad(y, (xd, wd, bd), g.double()), rm, rv)
+
+
+def _step(module, x, g, valid: int | None):
+    """``module(x)`` (inside ``batch_rows`` when ``valid`` is given) and its ``(y, dx, dw, db)`` against ``g``."""
+    module.weight.grad = module.bias.grad = None
+    x = x.detach().requires_grad_()
+    with padding.batch_rows({x.shape[0]: torch.tensor(valid)}) if valid is not None else contextlib.nullcontext():
+        y = module(x)
+    y.backward(g)
+    return y.detach(), x.grad, module.weight.grad, module.bias.grad
+
+
+def _spied(patch) -> list:
+    """The plain kernel's Triton calls, recorded; the torch ops' prefix batch norm fails the test if called."""
+    calls, fused = [], norm.PLAIN_KERNEL.triton
+    patch.setattr(norm.PLAIN_KERNEL, "triton", lambda *a: calls.append(a[0].shape) or fused(*a))
+    patch.setattr(norm, "prefix_batch_norm", lambda *a: pytest.fail("the torch ops' prefix batch norm ran"))
+    return calls
+
+
+def _close(got, want, dtype, name):
+    """float64: to rounding; float32: float32 sums; bf16 rows (``y``, ``dx``): one rounding to bfloat16 of a
+    float32 value; the float32 parameter gradients and buffers of bf16 rows: float32 sums."""
+    scale = float(want.abs().max())
+    if dtype == torch.float64:
+        tol = dict(rtol=1e-10, atol=1e-12 * scale)
+    elif dtype == torch.bfloat16 and name in ("y", "dx"):
+        tol = dict(rtol=BF16_ROUNDING, atol=1e-5 * scale)
+    else:
+        tol = dict(rtol=1e-5, atol=1e-5 * scale)
+    torch.testing.assert_close(got.double(), want, **tol, msg=lambda m: f"{name} ({dtype}): {m}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("train", [True, False])
+def test_the_plain_kernel_is_the_definition(interpreted, dtype, padded, train):
+    """Two steps (the running buffers move twice in training) of 300 x 37 rows, 211 of them real when padded
+    (in eval a padded batch takes the running statistics on every row): outputs in ``x``'s dtype, ``dx``,
+    ``dw``, ``db``, the running buffers and ``num_batches_tracked``; the kernel ran, the torch ops did not."""
+    rows, channels, n = 300, 37, 211 if padded and train else 300
+    calls = _spied(interpreted)
+    module = _module(channels, dtype).train(train)
+    rm, rv = module.running_mean.clone(), module.running_var.clone()
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(2):
+        x = (torch.randn(rows, channels, generator=gen, dtype=torch.float64) * 3 + 1).to(dtype)
+        g = torch.randn(rows, channels, generator=gen, dtype=torch.float64).to(dtype)
+        got = _step(module, x, g, 211 if padded else None)
+        *want, rm, rv = _definition(x, g, module.weight, module.bias, rm, rv, train, n)
+        assert got[0].dtype == got[1].dtype == dtype and got[2].dtype == module.weight.dtype
+        for name, a, b in zip(("y", "dx", "dw", "db"), got, want):
+            _close(a, b, dtype, name)
+        _close(module.running_mean, rm, dtype, "running_mean")
+        _close(module.running_var, rv, dtype, "running_var")
+    assert len(calls) == 2 and int(module.num_batches_tracked) == (2 if train else 0)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_many_partials_and_two_channel_tiles(interpreted, padded):
+    """2000 x 96 float32 rows (two channel tiles, more partials than a finishing step takes), 1234 real when
+    padded: the real rows' statistics wherever they end within a partial."""
+    calls = _spied(interpreted)
+    module = _module(96, torch.float32, seed=2)
+    gen = torch.Generator().manual_seed(3)
+    x, g = torch.randn(2000, 96, generator=gen) * 2 - 1, torch.randn(2000, 96, generator=gen)
+    rm, rv = module.running_mean.clone(), module.running_var.clone()
+    got = _step(module, x, g, 1234 if padded else None)
+    *want, rm, rv = _definition(x, g, module.weight, module.bias, rm, rv, True, 1234 if padded else 2000)
+    for name, a, b in zip(("y", "dx", "dw", "db"), got, want):
+        _close(a, b, torch.float32, name)
+    _close(module.running_var, rv, torch.float32, "running_var")
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_torchs_batch_norm_1d_unpadded(interpreted, train):
+    """Against torch's own ``BatchNorm1d`` (same parameters and buffers), float32, three steps: outputs,
+    gradients, running buffers, ``num_batches_tracked``; and ``momentum=None`` (a cumulative average)."""
+    for momentum in (MOMENTUM, None):
+        ours = _module(10, torch.float32, momentum=momentum)
+        ref = torch.nn.BatchNorm1d(10, momentum=momentum, eps=EPS)
+        ref.load_state_dict(ours.state_dict())
+        ours.train(train), ref.train(train)
+        gen = torch.Generator().manual_seed(4)
+        for _ in range(3):
+            x, g = torch.randn(120, 10, generator=gen) + 2, torch.randn(120, 10, generator=gen)
+            for a, b in zip(_step(ours, x, g, None), _step(ref, x, g, None)):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            torch.testing.assert_close(getattr(ours, name), getattr(ref, name), rtol=1e-6, atol=1e-6)
+
+
+def test_the_torch_ops_prefix_batch_norm_padded(interpreted):
+    """Padded (90 rows, 53 real), float64: every row's output and gradient, and the running buffers, equal those
+    of the torch ops' prefix batch norm that ran there before; ``momentum=None`` still takes the torch ops."""
+    fused = _module(6, torch.float64)
+    prefix = copy.deepcopy(fused)
+    gen = torch.Generator().manual_seed(5)
+    x, g = torch.randn(90, 6, generator=gen, dtype=torch.float64), torch.randn(90, 6, generator=gen, dtype=torch.float64)
+    got = _step(fused, x, g, 53)
+    with forced("torch"):
+        want = _step(prefix, x, g, 53)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(fused, name), getattr(prefix, name), rtol=1e-12, atol=0)
+    calls, ops = [], norm.prefix_batch_norm
+    interpreted.setattr(norm, "prefix_batch_norm", lambda *a: calls.append(1) or ops(*a))
+    cumulative = _module(6, torch.float64, momentum=None)
+    _step(cumulative, x, g, 53)
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("train, padded", [(True, False), (True, True), (False, False)])
+def test_float64_gradcheck(interpreted, train, padded):
+    """``gradcheck`` of ``x``, ``w``, ``b`` through ``norm.batch_norm`` (no ReLU: no kink to avoid)."""
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(23, 5, generator=gen, dtype=torch.float64)
+    w, b = torch.rand(5, generator=gen, dtype=torch.float64) + 0.5, torch.randn(5, generator=gen, dtype=torch.float64)
+    rm, rv = torch.randn(5, generator=gen, dtype=torch.float64), torch.rand(5, generator=gen, dtype=torch.float64) + 0.5
+    valid = torch.tensor(17) if padded else None
+
+    def fn(a, wt, bs):
+        return norm.batch_norm(a, wt, bs, None if train else rm, None if train else rv, train, valid=valid)
+    assert torch.autograd.gradcheck(fn, [t.clone().requires_grad_() for t in (x, w, b)])
+
+
+@pytest.mark.parametrize("path", [None, "torch"])
+def test_the_torch_path_is_torchs_module_exactly(monkeypatch, path):
+    """On the CPU (unset) and with ``POINTGEOPE_KERNELS=torch``: bitwise torch's ``BatchNorm1d``, and no Triton
+    function is called."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("POINTGEOPE_KERNELS", path or "")
+    monkeypatch.setattr(norm.PLAIN_KERNEL, "triton", lambda *a: pytest.fail("the Triton function ran"))
+    ours = _module(10, torch.float32)
+    ref = torch.nn.BatchNorm1d(10, momentum=MOMENTUM, eps=EPS)
+    ref.load_state_dict(ours.state_dict())
+    x, g = torch.randn(64, 10), torch.randn(64, 10)
+    for a, b in zip(_step(ours, x, g, None), _step(ref, x, g, None)):
+        assert torch.equal(a, b)
+    assert torch.equal(ours.running_var, ref.running_var)
+
+
+class _PlainFails:
+    """Stands in for a kernel with the ``RELU`` flag: its plain specialisation fails to compile, the ReLU's
+    launches (the same function with its flag on)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.failing = kernel, Failing(RuntimeError("PassManager::run failed (injected)"))
+
+    def __getitem__(self, grid):
+        return lambda *a, **meta: (self.kernel if meta["RELU"] else self.failing)[grid](*a, **meta)
+
+
+@pytest.mark.parametrize("kernel, train", [("normalize", True), ("grad_input", True), ("grad_input", False)])
+def test_a_failing_kernel_falls_back_to_torch_alone(interpreted, kernel, train):
+    """The plain specialisation of the forward's last kernel or the backward's fails: one warning naming the
+    plain kernel, torch's outputs, gradients and buffers (moved once); the ReLU's kernel is not turned off."""
+    k = norm.triton_kernels()
+    interpreted.setattr(k, kernel, _PlainFails(getattr(k, kernel)))
+    ours = _module(7, torch.float32).train(train)
+    ref = torch.nn.BatchNorm1d(7, momentum=MOMENTUM, eps=EPS).train(train)
+    ref.load_state_dict(ours.state_dict())
+    x, g = torch.randn(40, 7) * 2, torch.randn(40, 7)
+    with pytest.warns(kernels.KernelFallbackWarning, match="Triton kernel batch_norm failed"):
+        got = _step(ours, x, g, None)
+    for a, b in zip(got, _step(ref, x, g, None)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    for name in ("running_mean", "running_var"):             # moved once (a float32 rounding apart)
+        torch.testing.assert_close(getattr(ours, name), getattr(ref, name), rtol=1e-6, atol=1e-7)
+    assert "batch_norm" in kernels.failures() and "batch_norm_relu" not in kernels.failures()
+    assert norm.KERNEL.enabled(x.device) and not norm.PLAIN_KERNEL.enabled(x.device)
+
+
+def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted):
+    """float64 PTv1 (rpe), both norms' kernels on and every other op on torch's path: the padded step (a dummy
+    cloud at every stage) equals the unpadded step with torch's batch norms (real logits, loss, every gradient
+    and running buffer); every block's third norm ran the plain kernel over its real prefix, and no torch-ops
+    prefix batch norm ran (the control: the same padded step with the kernels off runs one for every norm)."""
+    from tests.model.test_padding import IGNORE, SMALL, _batch, _padded
+    from pointgeope.model import PointTransformerSeg
+
+    interpreted.delenv("POINTGEOPE_KERNELS")        # unset: the CPU's torch paths, the norms' kernels turned on below
+    torch.manual_seed(0)
+    model = PointTransformerSeg(pe="rpe", **SMALL).double().train()
+    twin, control = copy.deepcopy(model), copy.deepcopy(model)
+    coord, feat, offset, label = _batch()
+    h, sizes, prefixes, (pc, pf, po, pl, ph) = _padded(model, coord, feat, offset, label)
+    want = model(coord, feat, offset, hierarchy=h)
+    F.cross_entropy(want, label, ignore_index=IGNORE).backward()
+    ops, plain, prefix_calls = norm.prefix_batch_norm, norm.PLAIN_KERNEL.triton, []
+    interpreted.setattr(norm, "prefix_batch_norm", lambda *a: prefix_calls.append(a[0].shape) or ops(*a))
+    with padding.batch_rows(prefixes):
+        F.cross_entropy(control.body(pc, pf, ph), pl, ignore_index=IGNORE).backward()
+    norms = sum(isinstance(m, norm.BatchNorm) for m in model.modules())
+    thirds = sum(type(m) is norm.BatchNorm for m in model.modules())
+    assert len(prefix_calls) == norms and thirds >= 6            # the control: torch ops for every norm
+    prefix_calls.clear()
+    plain_calls = []
+    interpreted.setattr(norm.PLAIN_KERNEL, "triton", lambda *a: plain_calls.append(a[8]) or plain(*a))
+    for kernel in (norm.KERNEL, norm.PLAIN_KERNEL):
+        interpreted.setattr(kernel, "enabled", lambda device: True)
+    with padding.batch_rows(prefixes):
+        got = twin.body(pc, pf, ph)
+    loss = F.cross_entropy(got, pl, ignore_index=IGNORE)
+    loss.backward()
+    assert prefix_calls == [] and len(plain_calls) == thirds and all(v is not None for v in plain_calls)
+    torch.testing.assert_close(got[:coord.shape[0]], want, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(loss, F.cross_entropy(want, label, ignore_index=IGNORE), rtol=1e-10, atol=0)
+    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-8, atol=1e-10, msg=name)
+    for (name, a), b in zip(model.named_buffers(), twin.buffers()):
+        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12, msg=name)
+
+
+def test_on_the_same_conditions_as_the_relus_kernel(monkeypatch):
+    """Registered as a CUDA default, as ``batch_norm_relu``: on CUDA tensors with the switch unset and with
+    ``POINTGEOPE_KERNELS=triton``, off with ``torch``; on CPU tensors only with the switch set to ``triton``."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
+    monkeypatch.setattr(kernels, "FAILURES", type(kernels.FAILURES)())       # no failure of earlier tests
+    for path in (None, "triton", "torch"):
+        with forced(path) if path else contextlib.nullcontext():
+            for device in (cuda, cpu):
+                assert norm.PLAIN_KERNEL.enabled(device) == norm.KERNEL.enabled(device)
+            assert norm.PLAIN_KERNEL.enabled(cuda) == (path != "torch" and kernels.triton_imports())
+    assert not norm.PLAIN_KERNEL.enabled(cpu)
