@@ -78,6 +78,27 @@ def stop_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C and a scheduler's or ``kill``'s stop
+
+
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Within the block, Ctrl-C and SIGTERM wait (blocked, pending in the kernel) and are raised as the
+    block ends: for code that forks. A stop that lands while ``fork`` runs Python's at-fork callbacks
+    (logging's lock release) raised its ``KeyboardInterrupt`` / :class:`Terminated` inside one, where Python
+    prints "Exception ignored" and drops it: the command went on and exited 0. A child forked within the
+    block inherits the blocked mask: it must unblock the signals itself (after choosing its handlers).
+    Where the mask cannot be set (no ``pthread_sigmask``) the block changes nothing."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:  # a pending signal's handler runs as the mask is restored (pthread_sigmask checks signals)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def one_line(text: str) -> str:
     """``text`` printable on one line whatever it holds: a control character (the newline of a file name)
     or a surrogate (a file name's byte that is not UTF-8, which a strict terminal cannot print) is written
