@@ -13,7 +13,8 @@ What is written is validated, each drop reported with its file and line (the poi
 - a file that is empty or binary (more than 30 % of its first 64 kB outside printable ASCII and
   whitespace) is skipped; a stray NUL or control byte in a text file is repaired or dropped on its line
   by the parser like any other. UTF-16 text (Windows "Unicode" exports) is decoded and parsed, with a
-  warning; a file that is UTF-16 but does not decode is skipped, saying how to convert it;
+  warning; a file that is UTF-16 but does not decode is skipped, saying how to convert it; a UTF-8
+  byte-order mark is dropped;
 - every file that gives no point (skipped, or every line dropped) is named as a lost object
   (``attrs["lost_objects"]``), so that the loss of a whole object is visible, not one "dropped line";
 - a line whose coordinate is beyond float32 (``1e39``) is dropped;
@@ -95,7 +96,10 @@ def _text_of(data: bytes) -> tuple[bytes, bool, str | None, bool]:
     """``(text, plain, note, skip)``: the bytes to parse (UTF-16 decoded to UTF-8, whose non-ASCII
     characters, if any, then drop their lines: see :mod:`data_prep.parse`), :func:`is_plain` of them,
     what to say about the file (``None``: nothing) and whether it is skipped (empty, binary, or UTF-16
-    that does not decode)."""
+    that does not decode). A UTF-8 byte-order mark (Notepad) is dropped: it is no part of the first number,
+    whose line was dropped as "a non-ASCII character in a number"."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
     if is_plain(data):  # numbers only (the S3DIS files): neither binary nor, unless blank, skipped
         return data, True, "empty file" if _blank(data) else None, _blank(data)
     if _blank(data):

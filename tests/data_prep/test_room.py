@@ -95,6 +95,15 @@ def test_utf16_text_is_decoded_and_parsed(tmp_path, codec):
     assert data.attrs["binary_files"] == [] and data.attrs["lost_objects"] == []
 
 
+def test_a_utf8_byte_order_mark_keeps_the_first_point(tmp_path):
+    """Notepad's UTF-8 mark made the first line's first number non-ASCII: that point was dropped with a
+    warning about "a Unicode minus, decimal mark or space"."""
+    data = _load(tmp_path, {"Area_1/r/Annotations/wall_1.txt": b"\xef\xbb\xbf1.5 2 3 10 20 30\n4 5 6.25 40 50 60\n"})
+    np.testing.assert_array_equal(data.arrays["coord"], np.float32([[1.5, 2, 3], [4, 5, 6.25]]))
+    np.testing.assert_array_equal(data.arrays["color"], [[10, 20, 30], [40, 50, 60]])
+    assert (data.attrs["dropped_lines"], data.attrs["lost_objects"], data.messages) == (0, [], [])
+
+
 def test_utf16_text_that_does_not_decode_says_how_to_convert_it(tmp_path):
     broken = "1 2 3 4 5 6\n".encode("utf-16") + b"\x00\xd8" + "7 8 9 1 2 3\n".encode("utf-16-le")  # lone surrogate
     data = _load(tmp_path, {"Area_1/r/Annotations/wall_1.txt": broken,
