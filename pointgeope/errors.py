@@ -20,7 +20,8 @@ while the interpreter shuts down. :func:`run_command` runs every command inside 
 scheduler stops ``train``, ``evaluate`` or ``ablate`` with SIGTERM at its time limit, on preemption or
 ``scancel``; ``kill`` sends it too), so SIGTERM ends a command the same way: its locks released and
 temporary files deleted, ``<prog>: terminated``, exit code 143, so that a requeued job, on any node, finds
-the folder free. A reader of the output that has
+the folder free. A stop is never lost: one that lands while code forks, or whose handler runs inside a
+callback that drops exceptions, is held or delivered again. A reader of the output that has
 gone (``pointgeope report RUN | head``) ends a command quietly, exit code 141 (128 + SIGPIPE).
 """
 from __future__ import annotations
@@ -63,7 +64,8 @@ class Terminated(KeyboardInterrupt):
 def stop_on_sigterm() -> Iterator[None]:
     """Within the block, SIGTERM raises :class:`Terminated`, so that a process stopped by a job scheduler or
     ``kill`` runs its ``finally`` blocks (stops its children, releases its locks, deletes its temporary
-    files) instead of dying at once; the previous handler comes back after the block. Python runs signal
+    files) instead of dying at once; the previous handler comes back after the block. A stop (Ctrl-C too)
+    raised where Python drops exceptions is delivered again (:func:`_stop_again`). Python runs signal
     handlers in the main thread only: elsewhere (a command called from a thread) the block changes nothing."""
     def stop(signum, frame):
         raise Terminated()
@@ -71,11 +73,30 @@ def stop_on_sigterm() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous, hook = signal.signal(signal.SIGTERM, stop), sys.unraisablehook
+    sys.unraisablehook = _stop_again(hook)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = hook
+
+
+def _stop_again(hook: Callable) -> Callable:
+    """A ``sys.unraisablehook`` that delivers a dropped stop again. Python runs a signal's handler at the next
+    bytecode of the main thread, which may be inside a callback whose exception it cannot raise (a weakref
+    callback, ``__del__``, an at-fork callback): it printed "Exception ignored ... Terminated" there and the
+    command went on as if no stop had come. The signal (SIGTERM for :class:`Terminated`, SIGINT for any other
+    ``KeyboardInterrupt``) is sent again 10 ms later from a thread, to land outside that callback (again,
+    should it land in another); other exceptions go to ``hook``."""
+    def stop_again(unraisable) -> None:
+        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+            hook(unraisable)
+            return
+        signum = signal.SIGTERM if issubclass(unraisable.exc_type, Terminated) else signal.SIGINT
+        threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
+
+    return stop_again
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C and a scheduler's or ``kill``'s stop

@@ -152,6 +152,48 @@ def test_a_stop_while_the_workers_fork_ends_the_run(tmp_path, sig, code, word, c
     assert output_bytes(out) == output_bytes(tmp_path / "clean")
 
 
+STOP_IN_A_CALLBACK = """
+import signal, sys, weakref
+import data_prep.room
+from pointgeope.cli import main
+
+load_room = data_prep.room.load_room
+rooms = []
+
+class Owner:
+    pass
+
+def stopped_load_room(source, room, limits):  # the stop lands in a weakref callback, which drops exceptions
+    rooms.append(room.name)
+    if len(rooms) == 3:
+        owner = Owner()
+        watch = weakref.ref(owner, lambda ref: signal.raise_signal(signal.Signals[sys.argv[3]]))
+        del owner
+    return load_room(source, room, limits)
+
+data_prep.room.load_room = stopped_load_room
+sys.exit(main(["prepare", sys.argv[1], sys.argv[2], "--jobs", "1"]))
+"""
+
+
+@pytest.mark.parametrize("sig, code, word", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
+def test_a_stop_dropped_in_a_callback_still_ends_the_run(tmp_path, sig, code, word):
+    """A stop whose handler ran inside a weakref callback was dropped ("Exception ignored") and prepare
+    finished every area with exit code 0; it is delivered again and ends the run as any stop does."""
+    raw = five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-c", STOP_IN_A_CALLBACK, str(raw), str(out), sig],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == code, proc.stderr
+    assert "ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"pointgeope prepare: {word}"
+    assert not (out / ".lock").exists() and not [p for p in out.rglob("*") if ".tmp" in p.name]
+    assert not (out / "Area_2.h5").exists()  # the last area: the run stopped before it
+    assert cli(["prepare", str(raw), str(out)]) == 0
+    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
+    assert output_bytes(out) == output_bytes(tmp_path / "clean")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")
 def test_the_workers_run_whatever_the_default_start_method(monkeypatch):
     """Each worker ends itself when its parent is no longer the prepare process. Under forkserver (Python
