@@ -372,5 +372,15 @@ def open_source(raw: str | Path, zip_limits: ZipLimits = ZipLimits()) -> Source:
         return FolderSource(raw)
     if raw.is_file() and zipfile.is_zipfile(raw):
         return ZipSource(raw, zip_limits)
+    if raw.is_file():
+        with open(raw, "rb") as f:
+            head = f.read(4)
+        if head == b"PK\x03\x04":  # a zip's first member, but no end record (the directory is at the end)
+            raise SourceError(f"{raw}: a zip cut short ({raw.stat().st_size:,} bytes, no end record): an incomplete "
+                              "download or copy; compare its size with the original's and download or copy it again")
+        if raw.suffix.lower() == ".zip":
+            found = f"it starts with {head!r}, a zip with b'PK'" if head else "it is empty"
+            raise SourceError(f"{raw}: named .zip but not a zip ({found}): an error page or a failed download saved "
+                              "in its place?; download it again")
     what = "a file that is not a zip" if raw.exists() else "nothing"
     raise SourceError(f"expected RAW to be an S3DIS folder or .zip, found {what} at {raw}")

@@ -98,6 +98,25 @@ def test_no_areas_and_not_a_zip(tmp_path):
         open_source(tmp_path / "missing")
 
 
+def test_a_truncated_zip_says_it_was_cut_short(tmp_path):
+    """Every cut of a zip (an interrupted download) was 'a file that is not a zip', with no fix."""
+    whole = _zip(tmp_path / "raw.zip", DEFECT_FILES).read_bytes()
+    for keep in (len(whole) - 10, len(whole) // 2, 100):
+        cut = tmp_path / "cut.zip"
+        cut.write_bytes(whole[:keep])
+        with pytest.raises(SourceError, match=rf"^{cut}: a zip cut short \({keep:,} bytes, no end record\): an "
+                                              "incomplete download or copy; compare its size with the original's "
+                                              "and download or copy it again$"):
+            open_source(cut)
+    (tmp_path / "page.zip").write_bytes(b"<html>404</html>")
+    with pytest.raises(SourceError, match=r"page.zip: named .zip but not a zip \(it starts with b'<htm', a zip with "
+                                          r"b'PK'\): an error page or a failed download"):
+        open_source(tmp_path / "page.zip")
+    (tmp_path / "empty.zip").write_bytes(b"")
+    with pytest.raises(SourceError, match=r"empty.zip: named .zip but not a zip \(it is empty\)"):
+        open_source(tmp_path / "empty.zip")
+
+
 def test_non_txt_files_in_annotations_are_listed_as_ignored(tmp_path):
     write_tree(tmp_path, {"Area_3/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
                           "Area_3/r/Annotations/wall_1.txt.bak": b"old"})
