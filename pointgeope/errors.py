@@ -41,6 +41,7 @@ from pointgeope.extras import toolkit_message
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
 EXIT_BROKEN_PIPE = 141                  # 128 + SIGPIPE: what a shell reports of a tool whose reader went
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C and a job scheduler's or `kill`'s stop
 
 # The errors of a write that the disk refused, with the words for each (atomic.DiskFullError names the file).
 FULL_DISK = {
@@ -97,9 +98,6 @@ def _stop_again(hook: Callable) -> Callable:
         threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
 
     return stop_again
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C and a scheduler's or ``kill``'s stop
 
 
 @contextlib.contextmanager
