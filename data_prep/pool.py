@@ -5,7 +5,9 @@ then waited forever. Now:
 
 - SIGTERM of the main process is a clean stop (the command line's :func:`pointgeope.errors.run_command`
   raises it as :class:`~pointgeope.errors.Terminated`): the pool is stopped, the temporary files deleted
-  and OUT's lock released on the way out (exit code 143);
+  and OUT's lock released on the way out (exit code 143), Ctrl-C likewise (exit code 130); a stop that
+  comes while the workers fork waits until they are forked (:func:`~pointgeope.errors.stop_signals_held`:
+  raised inside a fork's callbacks, it was dropped and the run went on to exit 0);
 - each worker asks the kernel to kill it when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``, SIGKILL,
   :mod:`pointgeope.parent_death`; elsewhere a thread that watches the parent's pid), which also covers
   ``kill -9`` of the main process;
@@ -21,7 +23,7 @@ import sys
 import threading
 import time
 
-from pointgeope.errors import UserError
+from pointgeope.errors import STOP_SIGNALS, UserError, stop_signals_held
 from pointgeope.parent_death import death_signal_request
 
 
@@ -42,6 +44,8 @@ def _worker_start(parent: int, request) -> None:
     (:func:`~pointgeope.parent_death.death_signal_request`'s, made before the fork), else :func:`_watch`."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # forked with both held (stop_signals_held): a pending one acts now
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     if request is not None:
         request()
     else:
@@ -70,7 +74,9 @@ def parallel_map(func, tasks: list, jobs: int):
     pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=context, initializer=_worker_start,
                                initargs=(os.getpid(), death_signal_request(signal.SIGKILL)))
     try:
-        yield (future.result() for future in as_completed([pool.submit(func, task) for task in tasks]))
+        with stop_signals_held():  # the first submit forks every worker; a stop then waits for the forks
+            futures = [pool.submit(func, task) for task in tasks]
+        yield (future.result() for future in as_completed(futures))
     except BrokenProcessPool:
         raise UserError("a prepare worker process died (killed, out of memory, or crashed) while parsing "
                         "rooms; the rooms parsed before it are kept: run the same command again, or with "

@@ -123,6 +123,9 @@ def _scan_raw(cfg: PrepareConfig) -> tuple:
             source.check(entry)
     for path in source.ignored:
         print(f"warning: {path}: ignored (not a .txt annotation file)", file=sys.stderr)
+    for path, files in source.ignored_folders:  # its objects would be lost without a word
+        print(f"warning: {path}: ignored (a folder inside Annotations, {files} file(s) not read); only the "
+              "<class>_<k>.txt files directly in Annotations are prepared: move them up to keep them", file=sys.stderr)
     return source, rooms
 
 

@@ -3,7 +3,8 @@
 Instance ids follow the order of ``room.files`` (class, then object number: ``chair_2`` before
 ``chair_10``); ``attrs["objects"][i]`` names the file of instance ``i``. A class outside the 13 of
 ``pointgeope.constants`` (S3DIS has ``stairs``) is labelled clutter and counted in ``remapped``.
-Colours are rounded and clipped to ``0..255`` (some files hold floats); a room whose every colour is
+Colours are rounded and clipped to ``0..255`` (some files hold floats; one message names the room and its
+first clipped point by file and line); a room whose every colour is
 within ``[0, 1]``, some fractional (a normalised export), is scaled by 255 first, with a warning
 (``attrs["color_scale"]``: 1 or 255).
 
@@ -13,7 +14,8 @@ What is written is validated, each drop reported with its file and line (the poi
 - a file that is empty or binary (more than 30 % of its first 64 kB outside printable ASCII and
   whitespace) is skipped; a stray NUL or control byte in a text file is repaired or dropped on its line
   by the parser like any other. UTF-16 text (Windows "Unicode" exports) is decoded and parsed, with a
-  warning; a file that is UTF-16 but does not decode is skipped, saying how to convert it;
+  warning; a file that is UTF-16 but does not decode is skipped, saying how to convert it; a UTF-8
+  byte-order mark is dropped;
 - every file that gives no point (skipped, or every line dropped) is named as a lost object
   (``attrs["lost_objects"]``), so that the loss of a whole object is visible, not one "dropped line";
 - a line whose coordinate is beyond float32 (``1e39``) is dropped;
@@ -95,7 +97,10 @@ def _text_of(data: bytes) -> tuple[bytes, bool, str | None, bool]:
     """``(text, plain, note, skip)``: the bytes to parse (UTF-16 decoded to UTF-8, whose non-ASCII
     characters, if any, then drop their lines: see :mod:`data_prep.parse`), :func:`is_plain` of them,
     what to say about the file (``None``: nothing) and whether it is skipped (empty, binary, or UTF-16
-    that does not decode)."""
+    that does not decode). A UTF-8 byte-order mark (Notepad) is dropped: it is no part of the first number,
+    whose line was dropped as "a non-ASCII character in a number"."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
     if is_plain(data):  # numbers only (the S3DIS files): neither binary nor, unless blank, skipped
         return data, True, "empty file" if _blank(data) else None, _blank(data)
     if _blank(data):
@@ -216,7 +221,21 @@ def _colours(source: Source, room: Room, parts: list[_Part], values: np.ndarray,
     rgb = np.rint(rgb)
     if np.rint(lo) >= 0 and np.rint(hi) <= 255:  # the usual case: nothing to clip (rint is monotonic)
         return rgb.astype(np.uint8, order="C"), 0, scale
-    return np.clip(rgb, 0, 255).astype(np.uint8, order="C"), int(np.count_nonzero((rgb < 0) | (rgb > 255))), scale
+    out = (rgb < 0) | (rgb > 255)
+    rows = np.flatnonzero(out.any(axis=1))
+    shown = " ".join(f"{v:g}" for v in values[rows[0], 3:])
+    messages.append(f"{room.path}: colours outside 0..255 clipped: {len(rows):,} of {len(values):,} points (first "
+                    f"{_where(source, parts, int(rows[0]))}: {shown}); if the file's colours have another range, "
+                    "rescale them to 0..255")
+    return np.clip(rgb, 0, 255).astype(np.uint8, order="C"), int(np.count_nonzero(out)), scale
+
+
+def _where(source: Source, parts: list[_Part], row: int) -> str:
+    """``file:line`` of row ``row`` of the rows of every part (:func:`_columns`)."""
+    ends = np.cumsum([len(p.values) for p in parts])
+    at = int(np.searchsorted(ends, row, side="right"))
+    part = parts[at]
+    return f"{part.path}:{_line_numbers(source, part, np.array([row - (ends[at] - len(part.values))]))[0]}"
 
 
 def _unit_colours_message(source: Source, room: Room, parts: list[_Part], values: np.ndarray,
@@ -224,14 +243,10 @@ def _unit_colours_message(source: Source, room: Room, parts: list[_Part], values
     """The one line about a room whose colours are within 0..1 (:func:`_colours`); ``fractional``: the
     rows of ``values`` with a fractional colour."""
     row = int(fractional[0])
-    ends = np.cumsum([len(p.values) for p in parts])
-    at = int(np.searchsorted(ends, row, side="right"))
-    part = parts[at]
-    line = _line_numbers(source, part, np.array([row - (ends[at] - len(part.values))]))[0]
     shown = " ".join(f"{v:g}" for v in values[row, 3:])
     return (f"{room.path}: colours within 0..1, expected 0..255 (S3DIS): {len(fractional):,} of {len(values):,} "
-            f"points have fractional ones (first {part.path}:{line}: {shown}); scaled by 255 (rounded as they are, "
-            "every colour would be 0 or 1); if they really are 0..255, write them as integers")
+            f"points have fractional ones (first {_where(source, parts, row)}: {shown}); scaled by 255 (rounded as "
+            "they are, every colour would be 0 or 1); if they really are 0..255, write them as integers")
 
 
 def _lost_objects(room: Room, parts: list[_Part], skipped: list[str], messages: list[str]) -> list[str]:

@@ -3,6 +3,7 @@
 Accepted layouts (``Stanford3dDataset_v1.2_Aligned_Version`` or the non-aligned v1.2), at any depth::
 
     [top/]Area_N/<room>/Annotations/<class>_<k>.txt   lines "x y z r g b": the only files parsed
+    [top/]Area_N/<room>/Annotations/<folder>/...      not read: named with a warning, as other files there
     [top/]Area_N/<room>/<room>.txt                    the whole room again: ignored
     [top/]Area_N/<file>                               e.g. alignment angles: ignored
 
@@ -99,6 +100,7 @@ class Source:
 
     location: str
     ignored: tuple[str, ...] = ()  # non-.txt files in Annotations folders, set by rooms()
+    ignored_folders: tuple[tuple[str, int], ...] = ()  # (folder inside Annotations, files in it), by rooms()
     unreadable: tuple[str, ...] = ()  # folders outside the areas that could not be listed, set by entries()
 
     def entries(self) -> list[Entry]:
@@ -116,6 +118,7 @@ class Source:
         rooms: dict[tuple[str, str], list[Entry]] = {}
         has_annotations: set[tuple[str, str]] = set()
         ignored: list[str] = []
+        folders: dict[str, int] = {}  # folder inside an Annotations folder -> files under it (not read)
         hidden: list[str] = []  # hidden room folders (".office_1"), named if no room is left
         entries = self.entries()
         for entry in entries:
@@ -144,6 +147,9 @@ class Source:
                         rooms[key].append(entry)
                     else:
                         ignored.append(entry.path)
+                elif len(rest) >= 3:  # a folder inside Annotations (a zip may list only its files)
+                    folder = "/".join(parts[:at + 4])
+                    folders[folder] = folders.get(folder, 0) + (not entry.is_dir)
         if not areas:
             raise SourceError(self._no_area_message(entries))
         bare = [f"{areas[a]}/{r} (" + ("no <class>_<k>.txt in Annotations" if (a, r) in has_annotations
@@ -167,6 +173,7 @@ class Source:
             out.append(Room(area, name, f"{areas[area]}/{name}", tuple(files), self.location))
         out.sort(key=lambda r: (int(r.area.split("_")[1]), r.name))
         self.ignored = tuple(ignored)
+        self.ignored_folders = tuple(sorted(folders.items()))
         return out
 
     def _no_area_message(self, entries: list[Entry]) -> str:
@@ -365,5 +372,15 @@ def open_source(raw: str | Path, zip_limits: ZipLimits = ZipLimits()) -> Source:
         return FolderSource(raw)
     if raw.is_file() and zipfile.is_zipfile(raw):
         return ZipSource(raw, zip_limits)
+    if raw.is_file():
+        with open(raw, "rb") as f:
+            head = f.read(4)
+        if head == b"PK\x03\x04":  # a zip's first member, but no end record (the directory is at the end)
+            raise SourceError(f"{raw}: a zip cut short ({raw.stat().st_size:,} bytes, no end record): an incomplete "
+                              "download or copy; compare its size with the original's and download or copy it again")
+        if raw.suffix.lower() == ".zip":
+            found = f"it starts with {head!r}, a zip with b'PK'" if head else "it is empty"
+            raise SourceError(f"{raw}: named .zip but not a zip ({found}): an error page or a failed download saved "
+                              "in its place?; download it again")
     what = "a file that is not a zip" if raw.exists() else "nothing"
     raise SourceError(f"expected RAW to be an S3DIS folder or .zip, found {what} at {raw}")

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import errno
+import signal
 import subprocess
 import sys
+import time
+import weakref
 
 import pytest
 
@@ -60,6 +63,32 @@ def test_after_an_interruption_a_second_ctrl_c_is_ignored_while_exiting(code, su
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert (done.returncode == 0 and done.stdout == "alive\n") is survives, done.stderr[-2000:]
     assert ("KeyboardInterrupt" in done.stderr) is not survives
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
+def test_a_stop_raised_inside_a_callback_is_delivered_again(capsys, sig, code, word):
+    """Python runs a signal's handler at the next bytecode, which may be a weakref callback's (or
+    ``__del__``'s, or an at-fork callback's): there it prints "Exception ignored" and drops the exception,
+    and the command went on to exit 0 (a prepare SIGTERM'd at the wrong moment finished every area)."""
+    steps = []
+
+    class Owner:
+        pass
+
+    def work():
+        owner = Owner()
+        watch = weakref.ref(owner, lambda ref: signal.raise_signal(sig))  # the handler runs in the callback
+        del owner
+        assert watch() is None
+        for _ in range(200):  # 10 s at most
+            steps.append(time.sleep(0.05))
+        return 0
+
+    hook = sys.unraisablehook
+    assert run_command("pointgeope x", work) == code
+    assert capsys.readouterr().err == f"pointgeope x: {word}\n"  # no "Exception ignored" either
+    assert len(steps) < 200
+    assert sys.unraisablehook is hook  # put back after the command
 
 
 def test_stop_on_sigterm_off_the_main_thread_changes_nothing():

@@ -292,9 +292,13 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
         raise ConfigError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    raw = raw or {}
+    if raw is None:  # an empty file or only comments: not a config of the defaults (a failed save or copy?)
+        sections = ", ".join(f"{f.name}:" for f in dataclasses.fields(Config))
+        raise ConfigError(f"{path}: the config is empty (expected a YAML mapping of sections: {sections}); give a "
+                          "config such as configs/demo.yaml (an empty mapping, '{}', runs the defaults)")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a YAML mapping of sections, got {type(raw).__name__}")
+        raise ConfigError(f"{path}: expected a YAML mapping of sections, got {type(raw).__name__} {raw!r:.40}; give "
+                          "a config such as configs/demo.yaml")
     base = raw.pop("base", None)
     layer = _check_mapping(raw, Config, str(path), lines=lines)
     if base is not None and not isinstance(base, str):

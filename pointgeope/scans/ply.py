@@ -53,10 +53,13 @@ def _header(f, path: Path) -> tuple[str, list[tuple[str, int, list[tuple[str, st
             fmt = words[1]
         elif words[0] == "element" and len(words) == 3 and words[2].isdigit():
             elements.append((words[1], int(words[2]), []))
-        elif words[0] == "property" and elements and len(words) == 3 and words[1] in TYPES:
-            elements[-1][2].append((words[2], TYPES[words[1]]))
-        elif words[0] == "property" and elements and len(words) == 5 and words[1] == "list":
-            elements[-1][2].append((words[4], "list"))
+        elif words[0] == "property" and elements and (len(words) == 3 and words[1] in TYPES
+                                                      or len(words) == 5 and words[1] == "list"):
+            element, _, props = elements[-1]
+            if words[-1] in (name for name, _ in props):  # numpy refused it with a traceback
+                raise ScanError(f"{path}:{number}: property {words[-1]!r} declared twice in element {element!r}; "
+                                "a PLY element names each property once: rename or remove one in the header")
+            props.append((words[-1], "list" if words[1] == "list" else TYPES[words[1]]))
         else:
             raise ScanError(f"{path}:{number}: unexpected PLY header line {raw.strip()[:80]!r}")
     raise ScanError(f"{path}: truncated PLY header (no 'end_header')")
@@ -78,7 +81,9 @@ def _vertex_records(path: Path) -> np.ndarray:
             try:
                 rows = np.loadtxt(f, dtype=np.float64, max_rows=count, ndmin=2) if count else np.zeros((0, len(props)))
             except ValueError as err:
-                raise ScanError(f"{path}: unreadable ascii PLY vertex ({err})") from None
+                reason = str(err).split(";")[0]  # numpy's advice after ';' (usecols) does not apply here
+                raise ScanError(f"{path}: unreadable ascii PLY vertex ({reason}); expected {count:,} lines of "
+                                f"{len(props)} numbers after the header") from None
             if rows.shape[0] != count or rows.shape[1] < len(props):
                 raise ScanError(f"{path}: truncated PLY: the header promises {count:,} vertices of "
                                 f"{len(props)} values, the file holds {rows.shape[0]:,}")

@@ -74,16 +74,19 @@ def color_to_uint8(values: np.ndarray, source: str, unit_float: bool | None = No
     values = np.asarray(values)
     if values.size == 0:
         return np.zeros(values.shape, dtype=np.uint8)
+    not_colours = ("; if these are not colours (normals, intensity), keep only x y z (and r g b) in the file, "
+                   "in that order")
     if values.dtype.kind == "f" and not np.isfinite(values).all():
-        raise ScanError(f"{source}: colour values are NaN or infinite; expected 0..255, 0..65535 or 0..1")
+        raise ScanError(f"{source}: colour values are NaN or infinite; expected 0..255, 0..65535 or 0..1{not_colours}")
     lo, hi = float(values.min()), float(values.max())
     if lo < 0 or hi > 65535:
-        raise ScanError(f"{source}: colour values from {lo:g} to {hi:g}; expected 0..255, 0..65535 or 0..1")
+        raise ScanError(f"{source}: colour values from {lo:g} to {hi:g}; expected 0..255, 0..65535 or 0..1{not_colours}")
     if unit_float is None:
         unit_float = values.dtype.kind == "f" and hi <= 1.0 and bool((values != np.round(values)).any())
     if unit_float:
         if hi > 1.0:
-            raise ScanError(f"{source}: float colour values up to {hi:g}; expected 0..1")
+            raise ScanError(f"{source}: float colour values up to {hi:g}; expected 0..1 (a float colour is a "
+                            "fraction of full intensity): divide them by 255, or store them as uchar 0..255")
         return np.rint(values * 255.0).astype(np.uint8)
     if hi > 255:
         return np.rint(values / 257.0).astype(np.uint8)

@@ -2,6 +2,10 @@
 
 Reading (``read_text``, for ``.txt .xyz .pts .csv``):
 
+- the text is UTF-8 (ASCII included), with or without a byte-order mark (Windows Notepad's and Excel's
+  "CSV UTF-8" write one; it is not part of the first number), or UTF-16 with its mark (Windows "Unicode");
+  a byte that does not decode is read as U+FFFD: in a header line it is skipped with the line, in a data
+  line it is named in the error;
 - the separator is a comma in ``.csv`` files and in any file whose first data line has one, else white space;
 - leading lines that are not all numbers (a CSV header ``x,y,z,r,g,b``) are skipped, and so is the point
   count on the first line of a ``.pts`` file; ``#`` starts a comment;
@@ -33,10 +37,26 @@ def _is_numeric(tokens: list[str]) -> bool:
     return bool(tokens)
 
 
+def _encoding(path: Path) -> str:
+    """The codec of a text point cloud from its byte-order mark: ``utf-16`` (mark ``FF FE`` or ``FE FF``),
+    ``utf-8-sig`` (mark ``EF BB BF``, dropped as the text is read: read as plain UTF-8 it made the first
+    line ``'\\ufeff16.36 ...'``, taken for a header and skipped, so every label went to the next point),
+    else ``utf-8``."""
+    with open(path, "rb") as f:
+        head = f.read(3)
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "utf-16"
+    return "utf-8-sig" if head == b"\xef\xbb\xbf" else "utf-8"
+
+
+def _open(path: Path):
+    return open(path, "r", encoding=_encoding(path), errors="replace", newline=None)
+
+
 def _layout(path: Path) -> tuple[str | None, int]:
     """``(delimiter, number of lines before the first data line)`` from the first lines of the file."""
     first: list[tuple[int, str]] = []  # (line index, text) of the first non-blank, non-comment lines
-    with open(path, "r", encoding="utf-8", errors="replace") as f:
+    with _open(path) as f:
         for index, line in enumerate(f):
             if line.strip() and not line.lstrip().startswith("#"):
                 first.append((index, line))
@@ -62,11 +82,13 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "input contained no data": checked below
-            rows = np.loadtxt(path, dtype=np.float64, delimiter=delimiter, comments="#", skiprows=skip, ndmin=2)
+            with _open(path) as f:
+                rows = np.loadtxt(f, dtype=np.float64, delimiter=delimiter, comments="#", skiprows=skip, ndmin=2)
     except ValueError as err:
         reason = str(err).split(";")[0]  # numpy's advice after ';' (usecols) does not apply here
+        hint = "; save the file as UTF-8 (or ASCII) text" if "\ufffd" in reason else ""
         raise ScanError(f"{path}: expected lines of numbers 'x y z [r g b ...]' ({reason}, counting data "
-                        f"rows after {skip} header line(s))") from None
+                        f"rows after {skip} header line(s)){hint}") from None
     if rows.shape[0] == 0:
         raise ScanError(f"{path}: expected points, found none (empty file)")
     if rows.shape[1] < 3:

@@ -94,14 +94,17 @@ def test_planted_defects_are_repaired_dropped_and_reported(tmp_path, capsys):
         assert json.loads(attrs["remapped_to_clutter"]) == {"stairs": 3}
         assert attrs["num_points"] == 10 and attrs["source"] == f"{raw.resolve()}/Area_1/room_a"
         assert list(attrs["class_counts"]) == np.bincount(room["label"], minlength=13).tolist()
-        assert len(attrs["issues"]) == 5
+        assert len(attrs["issues"]) == 6
 
     wall = "Area_1/room_a/Annotations/wall_1.txt"
     for message in ["Area_1/room_a/Annotations/ceiling_1.txt:3: repaired: dropped stray byte(s): "
                     r"'103.0\x100000' -> 103.00000",
                     f"{wall}:2: dropped: expected 6 values, got 5", f"{wall}:4: dropped: non-numeric value 'abc'",
                     f"{wall}:5: dropped: expected 6 values, got 7",
-                    "Area_1/room_a/Annotations/door_1.txt: skipped: empty file"]:
+                    "Area_1/room_a/Annotations/door_1.txt: skipped: empty file",
+                    "Area_1/room_a: colours outside 0..255 clipped: 1 of 10 points (first "  # with its file and line
+                    "Area_1/room_a/Annotations/chair_10.txt:1: 12.6 300 -4); if the file's colours have another "
+                    "range, rescale them to 0..255"]:
         assert f"warning: {message}" in printed.err
     assert ("repaired lines 1, dropped lines 3, empty files 1, binary files 0, lost objects 1, "
             "clipped colours 2, rooms with 0..1 colours scaled 0, refused rooms 0, "

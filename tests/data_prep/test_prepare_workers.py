@@ -112,6 +112,88 @@ def test_a_killed_parallel_prepare_takes_its_workers_and_its_lock_with_it(tmp_pa
     assert output_bytes(out) == output_bytes(tmp_path / "clean")
 
 
+STOP_WHILE_FORKING = """
+import os, signal, sys
+from pointgeope.cli import main
+
+forks = []
+
+def stop_once():  # the stop lands while the first worker forks: in the parent's at-fork callbacks
+    forks.append(os.getpid())
+    if len(forks) == 1:
+        signal.raise_signal(signal.Signals[sys.argv[3]])
+
+os.register_at_fork(after_in_parent=stop_once)
+code = main(["prepare", sys.argv[1], sys.argv[2], "--jobs", "2"])
+print("forks", len(forks))
+sys.exit(code)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")
+@pytest.mark.parametrize("sig, code, word", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
+def test_a_stop_while_the_workers_fork_ends_the_run(tmp_path, sig, code, word, capsys):
+    """A SIGTERM or Ctrl-C that came while the pool forked its workers was raised inside a fork callback,
+    where Python prints "Exception ignored" and drops it: prepare went on and exited 0. Now it waits for
+    the forks and stops the run as any stop does: the workers stopped, nothing half-written, the lock
+    released, and the rerun resumes to the same files as a run that was never stopped."""
+    raw = five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-c", STOP_WHILE_FORKING, str(raw), str(out), sig],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == code, proc.stderr
+    assert "ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"pointgeope prepare: {word}"
+    assert proc.stdout.split()[-1] == "2"  # both workers were forked (the stop came during the first fork)
+    assert not (out / ".lock").exists() and not [p for p in out.rglob("*") if ".tmp" in p.name]
+    assert not list(out.glob("Area_*.h5"))  # stopped before any area was written
+    assert cli(["prepare", str(raw), str(out), "--jobs", "2"]) == 0
+    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
+    assert output_bytes(out) == output_bytes(tmp_path / "clean")
+
+
+STOP_IN_A_CALLBACK = """
+import signal, sys, weakref
+import data_prep.room
+from pointgeope.cli import main
+
+load_room = data_prep.room.load_room
+rooms = []
+
+class Owner:
+    pass
+
+def stopped_load_room(source, room, limits):  # the stop lands in a weakref callback, which drops exceptions
+    rooms.append(room.name)
+    if len(rooms) == 3:
+        owner = Owner()
+        watch = weakref.ref(owner, lambda ref: signal.raise_signal(signal.Signals[sys.argv[3]]))
+        del owner
+    return load_room(source, room, limits)
+
+data_prep.room.load_room = stopped_load_room
+sys.exit(main(["prepare", sys.argv[1], sys.argv[2], "--jobs", "1"]))
+"""
+
+
+@pytest.mark.parametrize("sig, code, word", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
+def test_a_stop_dropped_in_a_callback_still_ends_the_run(tmp_path, sig, code, word):
+    """A stop whose handler ran inside a weakref callback was dropped ("Exception ignored") and prepare
+    finished every area with exit code 0; it is delivered again and ends the run as any stop does."""
+    raw = five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-c", STOP_IN_A_CALLBACK, str(raw), str(out), sig],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == code, proc.stderr
+    assert "ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"pointgeope prepare: {word}"
+    assert not (out / ".lock").exists() and not [p for p in out.rglob("*") if ".tmp" in p.name]
+    assert not (out / "Area_2.h5").exists()  # the last area: the run stopped before it
+    assert cli(["prepare", str(raw), str(out)]) == 0
+    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
+    assert output_bytes(out) == output_bytes(tmp_path / "clean")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")
 def test_the_workers_run_whatever_the_default_start_method(monkeypatch):
     """Each worker ends itself when its parent is no longer the prepare process. Under forkserver (Python

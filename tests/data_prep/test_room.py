@@ -33,7 +33,11 @@ def test_one_room(tmp_path):
     assert (data.attrs["dropped_lines"], data.attrs["repaired_lines"], data.attrs["clipped_colors"]) == (1, 0, 2)
     assert data.attrs["class_counts"].tolist() == np.bincount(data.arrays["label"], minlength=13).tolist()
     assert data.messages == ["Area_1/r/Annotations/beam_1.txt: skipped: empty file",
-                             "Area_1/r/Annotations/board_1.txt:2: dropped: expected 6 values, got 5: '4 4 4 1 1'"]
+                             "Area_1/r/Annotations/board_1.txt:2: dropped: expected 6 values, got 5: '4 4 4 1 1'",
+                             # clipped colours were only counted, with no file or line
+                             "Area_1/r: colours outside 0..255 clipped: 2 of 4 points (first Area_1/r/Annotations/"
+                             "wall_1.txt:1: 0.4 0.5 255.5); if the file's colours have another range, rescale them "
+                             "to 0..255"]
     assert data.num_bytes == sum(len(source.read(f.path)) for f in room.files)
 
 
@@ -93,6 +97,15 @@ def test_utf16_text_is_decoded_and_parsed(tmp_path, codec):
     assert data.messages == ["Area_1/r/Annotations/wall_1.txt: repaired: UTF-16 text (a Windows 'Unicode' "
                              "export), decoded"]
     assert data.attrs["binary_files"] == [] and data.attrs["lost_objects"] == []
+
+
+def test_a_utf8_byte_order_mark_keeps_the_first_point(tmp_path):
+    """Notepad's UTF-8 mark made the first line's first number non-ASCII: that point was dropped with a
+    warning about "a Unicode minus, decimal mark or space"."""
+    data = _load(tmp_path, {"Area_1/r/Annotations/wall_1.txt": b"\xef\xbb\xbf1.5 2 3 10 20 30\n4 5 6.25 40 50 60\n"})
+    np.testing.assert_array_equal(data.arrays["coord"], np.float32([[1.5, 2, 3], [4, 5, 6.25]]))
+    np.testing.assert_array_equal(data.arrays["color"], [[10, 20, 30], [40, 50, 60]])
+    assert (data.attrs["dropped_lines"], data.attrs["lost_objects"], data.messages) == (0, [], [])
 
 
 def test_utf16_text_that_does_not_decode_says_how_to_convert_it(tmp_path):

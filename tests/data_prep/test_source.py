@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from data_prep.source import FolderSource, SourceError, ZipSource, object_key, open_source
+from pointgeope.cli import main as cli
 from tests.data_prep.raw_trees import DEFECT_FILES, write_tree
 
 
@@ -97,12 +98,49 @@ def test_no_areas_and_not_a_zip(tmp_path):
         open_source(tmp_path / "missing")
 
 
+def test_a_truncated_zip_says_it_was_cut_short(tmp_path):
+    """Every cut of a zip (an interrupted download) was 'a file that is not a zip', with no fix."""
+    whole = _zip(tmp_path / "raw.zip", DEFECT_FILES).read_bytes()
+    for keep in (len(whole) - 10, len(whole) // 2, 100):
+        cut = tmp_path / "cut.zip"
+        cut.write_bytes(whole[:keep])
+        with pytest.raises(SourceError, match=rf"^{cut}: a zip cut short \({keep:,} bytes, no end record\): an "
+                                              "incomplete download or copy; compare its size with the original's "
+                                              "and download or copy it again$"):
+            open_source(cut)
+    (tmp_path / "page.zip").write_bytes(b"<html>404</html>")
+    with pytest.raises(SourceError, match=r"page.zip: named .zip but not a zip \(it starts with b'<htm', a zip with "
+                                          r"b'PK'\): an error page or a failed download"):
+        open_source(tmp_path / "page.zip")
+    (tmp_path / "empty.zip").write_bytes(b"")
+    with pytest.raises(SourceError, match=r"empty.zip: named .zip but not a zip \(it is empty\)"):
+        open_source(tmp_path / "empty.zip")
+
+
 def test_non_txt_files_in_annotations_are_listed_as_ignored(tmp_path):
     write_tree(tmp_path, {"Area_3/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
                           "Area_3/r/Annotations/wall_1.txt.bak": b"old"})
     source = open_source(tmp_path)
     assert [r.name for r in source.rooms()] == ["r"]
     assert source.ignored == ("Area_3/r/Annotations/wall_1.txt.bak",)
+
+
+def test_folders_inside_annotations_are_named_as_ignored(tmp_path, capsys):
+    """Files in a folder inside Annotations (or in a folder named like a file) were neither read nor named:
+    their objects vanished without a word and the summary said "lost objects 0"."""
+    files = {"Area_3/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+             "Area_3/r/Annotations/extra/chair_1.txt": b"1 2 3 4 5 6\n",
+             "Area_3/r/Annotations/extra/deeper/chair_2.txt": b"1 2 3 4 5 6\n",
+             "Area_3/r/Annotations/table_1.txt/part": b"1 2 3 4 5 6\n"}
+    expected = (("Area_3/r/Annotations/extra", 2), ("Area_3/r/Annotations/table_1.txt", 1))
+    for source in (open_source(write_tree(tmp_path / "raw", files)), open_source(_zip(tmp_path / "raw.zip", files))):
+        assert _summary(source) == [("Area_3", "r", "Area_3/r", ["wall_1.txt"])]
+        assert source.ignored == () and source.ignored_folders == expected
+    assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
+    assert warnings == [f"warning: Area_3/r/Annotations/{name}: ignored (a folder inside Annotations, {n} file(s) not "
+                        "read); only the <class>_<k>.txt files directly in Annotations are prepared: move them up "
+                        "to keep them" for name, n in (("extra", 2), ("table_1.txt", 1))]
 
 
 def test_object_order_is_class_then_number():

@@ -3,6 +3,7 @@ every shipped config, the allowed values."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,25 @@ def test_unknown_key_names_file_key_and_closest(tmp_path):
         load_config(path)
     msg = str(err.value)
     assert str(path) in msg and "'optim.weight_decai'" in msg and "did you mean 'optim.weight_decay'" in msg
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n", "null\n"])
+def test_an_empty_config_file_is_refused_not_read_as_the_defaults(tmp_path, text):
+    """An emptied config (a failed save or copy) started a 100-epoch run of the default recipe."""
+    path = write(tmp_path / "c.yaml", text)
+    with pytest.raises(ConfigError, match=rf"^{path}: the config is empty \(expected a YAML mapping of sections: "
+                                          r"data:, model:, .*\); give a config such as configs/demo.yaml"):
+        load_config(path)
+    assert load_config(write(tmp_path / "d.yaml", "{}\n")) == Config()  # an explicit empty mapping: the defaults
+
+
+@pytest.mark.parametrize("text, got", [("[]\n", "list []"), ("0\n", "int 0"), ("false\n", "bool False"),
+                                       ("''\n", "str ''"), ("- a\n", "list ['a']")])
+def test_a_config_that_is_not_a_mapping_is_refused_even_when_falsy(tmp_path, text, got):
+    path = write(tmp_path / "c.yaml", text)
+    with pytest.raises(ConfigError, match=rf"^{path}: expected a YAML mapping of sections, got {re.escape(got)}; "
+                                          "give a config such as configs/demo.yaml$"):
+        load_config(path)
 
 
 def test_unknown_section_is_an_error(tmp_path):

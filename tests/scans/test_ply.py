@@ -84,6 +84,27 @@ def test_truncated_and_foreign_files_are_refused(tmp_path):
         read_ply(tmp_path / "h.ply")
 
 
+@pytest.mark.parametrize("fmt", ["ascii", "binary_little_endian"])
+def test_a_property_declared_twice_is_one_line_naming_its_header_line(tmp_path, fmt):
+    """numpy refused the record type ('field x occurs more than once') with a traceback, exit 1."""
+    body = b"1 2 3 4\n" if fmt == "ascii" else np.float32([1, 2, 3, 4]).tobytes()
+    path = tmp_path / "dup.ply"
+    path.write_bytes(f"ply\nformat {fmt} 1.0\nelement vertex 1\nproperty float x\nproperty float y\n"
+                     "property float z\nproperty float x\nend_header\n".encode() + body)
+    with pytest.raises(ScanError, match=rf"^{path}:7: property 'x' declared twice in element 'vertex'; a PLY "
+                                        "element names each property once: rename or remove one in the header$"):
+        read_ply(path)
+
+
+def test_a_short_ascii_row_is_named_without_numpys_advice(tmp_path):
+    path = tmp_path / "short.ply"
+    path.write_text("ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\n"
+                    "property float z\nend_header\n1 2 3\n4 5 6\n7\n")
+    with pytest.raises(ScanError, match=rf"^{path}: unreadable ascii PLY vertex \(the number of columns changed "
+                                        r"from 3 to 1 at row 3\); expected 3 lines of 3 numbers after the header$"):
+        read_ply(path)
+
+
 def test_written_vertices_read_back_with_open3d(tmp_path):
     coord, color = points(seed=3)
     coord = coord + 500_000.0  # float64 needed: doubles are written

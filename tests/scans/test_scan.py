@@ -21,6 +21,18 @@ def test_colour_ranges():
         color_to_uint8(np.array([[np.nan, 2.0, 3.0]]), "a")
 
 
+def test_colour_errors_say_what_to_do():
+    normals = np.array([[-0.99962, 0.5, 0.999003]])  # columns 4-6 of an `x y z nx ny nz` file
+    with pytest.raises(ScanError, match=r"^n.xyz: colour values from -0.99962 to 0.999003; expected 0..255, "
+                                        r"0..65535 or 0..1; if these are not colours \(normals, intensity\), keep "
+                                        r"only x y z \(and r g b\) in the file, in that order$"):
+        color_to_uint8(normals, "n.xyz")
+    with pytest.raises(ScanError, match=r"^f.ply: float colour values up to 230; expected 0..1 \(a float colour is "
+                                        r"a fraction of full intensity\): divide them by 255, or store them as uchar "
+                                        r"0..255$"):
+        color_to_uint8(np.array([[10.0, 230.0, 3.0]], dtype=np.float32), "f.ply", unit_float=True)
+
+
 def test_checked_scan_names_the_file_and_the_first_bad_point():
     coord = np.zeros((5, 3))
     coord[3, 2] = np.inf

@@ -57,6 +57,31 @@ def test_unit_float_and_16_bit_colours(tmp_path):
     np.testing.assert_array_equal(read_text(tmp_path / "s.txt").color, color)
 
 
+@pytest.mark.parametrize("encoding, header", [("utf-8-sig", ""), ("utf-8-sig", "x y z r g b\n"),
+                                              ("utf-16", ""), ("utf-16", "x,y,z,r,g,b\n")])
+def test_a_byte_order_mark_keeps_every_point_in_its_line(tmp_path, encoding, header):
+    """A UTF-8 byte-order mark (Notepad, Excel's "CSV UTF-8") made the first line '\\ufeff1.2 ...', taken
+    for a header and skipped: one point short, every label on the next point. UTF-16 was refused."""
+    coord, color = points(seed=4)
+    sep = "," if "," in header else " "
+    text = header + "".join(sep.join(f"{v:.4f}" for v in c) + sep + sep.join(map(str, k)) + "\n"
+                            for c, k in zip(coord, color))
+    (tmp_path / "bom.txt").write_text(text, encoding=encoding)
+    scan = read_text(tmp_path / "bom.txt")
+    np.testing.assert_allclose(scan.coord, coord, atol=1e-9)
+    np.testing.assert_array_equal(scan.color, color)
+
+
+def test_a_latin1_header_is_skipped_and_a_latin1_number_refused_with_the_fix(tmp_path):
+    coord, color = points(n=5, seed=5)
+    rows = "".join(" ".join(f"{v:.4f}" for v in c) + " " + " ".join(map(str, k)) + "\n" for c, k in zip(coord, color))
+    (tmp_path / "h.txt").write_bytes("x y z r g b (m\u00e8tres)\n".encode("latin-1") + rows.encode())
+    np.testing.assert_allclose(read_text(tmp_path / "h.txt").coord, coord, atol=1e-9)
+    (tmp_path / "n.txt").write_bytes(rows.encode() + "1\u00b75 2 3 4 5 6\n".encode("latin-1"))
+    with pytest.raises(ScanError, match=r"could not convert string .1\ufffd5. .*; save the file as UTF-8 \(or ASCII\) text$"):
+        read_text(tmp_path / "n.txt")
+
+
 def test_bad_text_is_refused_with_the_file(tmp_path):
     (tmp_path / "ragged.txt").write_text("1 2 3 4 5 6\n1 2 3 4 5 6\n1 2 3\n")
     with pytest.raises(ScanError, match=rf"^{tmp_path / 'ragged.txt'}: expected lines of numbers .*at row 3, counting data rows after 0"):
