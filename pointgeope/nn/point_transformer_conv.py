@@ -129,7 +129,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         node. Only what depends on both ends of an edge (the multiply-adds of $R(t_i)^\top$, linear GeoPE's and
         RoPE's relative rotations) is done per edge, in `message`."""
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
-        pos = (pos, pos) if isinstance(pos, Tensor) else pos
+        pos = (pos, pos) if isinstance(pos, Tensor) else _position_pair(pos)
         self._check_positions(pos, (x_src, x_dst))
         key = self._in_source_frame(self.lin_src(x_src), pos[0], self.pe.rotation)
         value = self._in_source_frame(self.lin(x_src), pos[0], self.pe.value_rotation)
@@ -335,6 +335,15 @@ class _ZeroDelta(torch.nn.Module):
 
     def forward(self, diff: Tensor) -> Tensor:
         return diff.new_zeros(diff.shape[0], self.channels)
+
+
+def _position_pair(pos) -> tuple:
+    """`pos` given as a (sources, targets) pair; anything else (a NumPy array, a list of rows) is named as it
+    came, not as the pair's first half."""
+    if isinstance(pos, (tuple, list)) and len(pos) == 2:
+        return tuple(pos)
+    what = f"a {type(pos).__name__} of {len(pos)}" if isinstance(pos, (tuple, list)) else type(pos).__name__
+    raise TypeError(f"expected pos a tensor or a (sources, targets) pair of tensors, got {what}")
 
 
 def _check_options(pe: PositionalEncoding, in_channels, out_channels, pos_nn: Callable | None, pos_scale, base,

@@ -136,6 +136,24 @@ def test_positions_must_be_finite_floats(pe):
         conv(x, (pos * 10).long(), edge_index)
 
 
+@pytest.mark.parametrize("pe", ["rpe", "geope"])
+def test_positions_not_a_tensor_are_named_as_passed(pe):
+    """A NumPy array (or a list of rows) as `pos` was taken for a (sources, targets) pair and named
+    `pos[0] (sources)`, an argument the user did not pass; a pair of two is still a pair, a list of two too."""
+    import numpy as np
+
+    conv = GeoPEPointTransformerConv(4, 12, pe=pe)
+    x, pos, edge_index = graph()
+    for given, what in ((pos.numpy(), "ndarray"), (pos.tolist(), "a list of 12"), ((pos,), "a tuple of 1")):
+        with pytest.raises(TypeError, match=rf"^expected pos a tensor or a \(sources, targets\) pair of tensors, "
+                                            rf"got {what}$"):
+            conv(x, given, edge_index)
+    with pytest.raises(TypeError, match=r"^expected pos\[0\] \(sources\) a tensor, got ndarray$"):
+        conv((x, x), (np.asarray(pos), pos), edge_index)
+    with torch.no_grad():
+        assert torch.equal(conv((x, x), [pos, pos], edge_index), conv(x, pos, edge_index))
+
+
 @pytest.mark.parametrize("pe", ["rpe", "geope", "lingeope"])
 def test_features_and_positions_of_other_row_counts_are_one_error_naming_both(pe):
     """30 feature rows and 40 positions (edges within the first 30): `geope` failed inside `apply_geope`, PyG's
