@@ -27,8 +27,9 @@ if TYPE_CHECKING:                                      # for type checkers and t
 TESTED_PYG_VERSIONS = ("2.5.3", "2.8.1")
 
 _LAYER = "GeoPEPointTransformerConv"
-__all__ = [*[_LAYER] * (find_spec("torch_geometric") is not None),   # a star import takes what can be imported
-           "knn_graph", "geope_qk", "geope_attention", "TESTED_PYG_VERSIONS"]
+__all__ = ["knn_graph", "geope_qk", "geope_attention", "TESTED_PYG_VERSIONS"]
+if find_spec("torch_geometric") is not None:           # a star import takes what can be imported
+    __all__ += ["GeoPEPointTransformerConv"]
 _NEEDS_PYG = (f'pointgeope.nn.{_LAYER} needs torch-geometric (pip install "pointgeope[nn]"); knn_graph, geope_qk '
               "and geope_attention do not")
 
