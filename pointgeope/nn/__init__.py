@@ -13,6 +13,7 @@ not an attribute (`hasattr` is False, `from pointgeope.nn import *` gives the re
 says what to install, in one line.
 """
 import sys
+from importlib import _bootstrap
 from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,9 @@ _LAYER = "GeoPEPointTransformerConv"
 __all__ = ["knn_graph", "geope_qk", "geope_attention", "TESTED_PYG_VERSIONS"]
 if find_spec("torch_geometric") is not None:           # a star import takes what can be imported
     __all__ += ["GeoPEPointTransformerConv"]
+# the code of the import system's `from package import name` (importlib._bootstrap's, frozen: its module's
+# name differs across Python versions, the code object does not)
+_FROM_IMPORT = getattr(getattr(_bootstrap, "_handle_fromlist", None), "__code__", None)
 _NEEDS_PYG = (f'pointgeope.nn.{_LAYER} needs torch-geometric (pip install "pointgeope[nn]"); knn_graph, geope_qk '
               "and geope_attention do not")
 
@@ -48,6 +52,6 @@ def __getattr__(name: str):
     except ModuleNotFoundError as error:
         if not (error.name and error.name.split(".")[0] == "torch_geometric"):
             raise
-        importing = sys._getframe(1).f_globals.get("__name__") == "importlib._bootstrap"
+        importing = sys._getframe(1).f_code is _FROM_IMPORT
         raise (ImportError if importing else AttributeError)(_NEEDS_PYG) from error
     return GeoPEPointTransformerConv
