@@ -73,7 +73,8 @@ def make_layer(case: str, channels: int, compared: dict[str, type]) -> torch.nn.
         return make_layer(case[: -len(TORCH_FRAME)], channels, compared)
     pe, _, name = case.partition(" @")
     layer = compared[name] if name else GeoPEPointTransformerConv
-    return layer(channels, channels, pe=ENCODINGS[pe], pos_scale=25.0, grid_unit=GRID_UNIT)
+    cell = {"grid_unit": GRID_UNIT} if ENCODINGS[pe].rotation == "pointrope" else {}   # the others refuse it
+    return layer(channels, channels, pe=ENCODINGS[pe], pos_scale=25.0, **cell)
 
 
 def make_step(layer: torch.nn.Module, x: torch.Tensor, pos: torch.Tensor, edge_index: torch.Tensor,

@@ -50,9 +50,10 @@ class TransformerBlock(nn.Module):
     def __init__(self, channels: int, pe: str):
         super().__init__()
         self.lin_in, self.lin_out = nn.Linear(channels, channels), nn.Linear(channels, channels)
+        scale = {} if pe == "rpe" else {"pos_scale": 1 / SPACING}          # rpe reads no scale (and refuses one)
         self.conv = GeoPEPointTransformerConv(
             channels, channels, pos_nn=MLP([3, 32, channels], norm=None, plain_last=False),
-            attn_nn=MLP([channels, 32, channels], norm=None, plain_last=False), pe=pe, pos_scale=1 / SPACING)
+            attn_nn=MLP([channels, 32, channels], norm=None, plain_last=False), pe=pe, **scale)
 
     def forward(self, x, pos, edge_index):
         return self.lin_out(self.conv(self.lin_in(x).relu(), pos, edge_index)).relu()

@@ -52,13 +52,18 @@ def level_pos_scale(points: int, level: int, ratio: float = 0.25) -> float:
 
 def make_conv(layer: str, in_channels: int, out_channels: int, pos_nn: nn.Module, attn_nn: nn.Module,
               pos_scale: float) -> nn.Module:
-    """PyG's layer (`layer == "pyg"`) or GeoPE's with `pe=layer` (its `pos_nn` only where the preset has a
-    delta term)."""
+    """PyG's layer (`layer == "pyg"`) or GeoPE's with `pe=layer`: its `pos_nn` only where the preset has a
+    delta term, and only the scale the preset reads (a preset refuses the others): PointROPE's `grid_unit` (a
+    cell a spacing), the others' `pos_scale`, neither for `rpe` and `none`."""
     if layer == "pyg":
         return PointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn)
-    pos_nn = pos_nn if PositionalEncoding.preset(layer).needs_delta else None
-    return GeoPEPointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn, pe=layer,
-                                     pos_scale=pos_scale, grid_unit=1 / pos_scale)
+    preset = PositionalEncoding.preset(layer)
+    pos_nn = pos_nn if preset.needs_delta else None
+    if preset.rotation == "pointrope":
+        scale = {"grid_unit": 1 / pos_scale}
+    else:
+        scale = {"pos_scale": pos_scale} if preset.uses_positions else {}
+    return GeoPEPointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn, pe=layer, **scale)
 
 
 class TransformerBlock(nn.Module):

@@ -46,8 +46,8 @@ from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_fr
                                    pointrope_table)
 from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
 
-__all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS", "position_scales", "frequency_keys",
-           "pair_frequencies"]
+__all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS", "position_scales", "options_read",
+           "frequency_keys", "pair_frequencies"]
 
 Rotation = Literal["none", "geope", "lingeope", "rope3d", "rope-mixed", "pointrope"]
 ValueTerm = Literal["rpe", "geope", "none"]
@@ -152,16 +152,30 @@ def position_scales(pe: PositionalEncoding, channels: int, base: float, pos_scal
     return scale, nn.Parameter(axial_frequencies(scale(torch.float32, torch.device("cpu")), channels))
 
 
-def frequency_keys(pe: PositionalEncoding, mixed_init: MixedInit) -> tuple[str, ...]:
-    """The keys of GeoPE's frequencies (``model.geope_base``, ``model.geope_learnable``) that a layer of ``pe``
-    reads (:func:`position_scales`): both where its rotations or sinusoids turn at GeoPE's block scales;
-    ``geope_base`` alone for RoPE-Mixed with ``mixed_init="axial"`` (its learnt frequencies start there; random
-    ones are drawn at base 10); neither for PointROPE (constants) or without rotations and sinusoids."""
-    if pe.rotation == "pointrope" or not (pe.rotation in PAIR_ROTATIONS or pe.absolute or pe.rotates):
+def options_read(pe: PositionalEncoding, mixed_init: MixedInit = "random") -> tuple[str, ...]:
+    """The options of a layer's positions that ``pe`` reads (:func:`position_scales` and PointROPE's grid), by
+    their names in ``pointgeope.nn.GeoPEPointTransformerConv``: ``pos_scale``, ``base``, ``learnable`` where its
+    rotations or sinusoids turn at GeoPE's block scales; RoPE-Mixed ``mixed_init`` and ``pos_scale``, and
+    ``base`` with ``mixed_init="axial"`` only (its learnt frequencies start there; random ones are drawn at base
+    10), never ``learnable`` (its frequencies are always learnt); PointROPE ``grid_unit`` only (its frequencies
+    are constants per cell); nothing without rotations and sinusoids (``rpe``, ``none``). The one owner of
+    which option an encoding reads: :func:`frequency_keys` (the config's ``model.geope_*`` keys) is this rule."""
+    if pe.rotation == "pointrope":
+        return ("grid_unit",)
+    if not (pe.rotation in PAIR_ROTATIONS or pe.absolute or pe.rotates):
         return ()
     if pe.rotation == "rope-mixed":
-        return ("geope_base",) if mixed_init == "axial" else ()
-    return ("geope_base", "geope_learnable")
+        return ("pos_scale", "base", "mixed_init") if mixed_init == "axial" else ("pos_scale", "mixed_init")
+    return ("pos_scale", "base", "learnable")
+
+
+def frequency_keys(pe: PositionalEncoding, mixed_init: MixedInit) -> tuple[str, ...]:
+    """The keys of GeoPE's frequencies (``model.geope_base``, ``model.geope_learnable``) that a layer of ``pe``
+    reads: those of its options ``base`` and ``learnable`` that :func:`options_read` lists (both where its
+    rotations or sinusoids turn at GeoPE's block scales; ``geope_base`` alone for RoPE-Mixed with
+    ``mixed_init="axial"``; neither for PointROPE or without rotations and sinusoids)."""
+    read = options_read(pe, mixed_init)
+    return tuple(f"geope_{option}" for option in ("base", "learnable") if option in read)
 
 
 def pair_frequencies(pe: PositionalEncoding, channels: int, block_scale: BlockScale | None,

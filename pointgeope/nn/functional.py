@@ -20,13 +20,14 @@ one rotation per token, so they have no form here (use
 """
 from __future__ import annotations
 
+from functools import reduce
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pointgeope.geope import BlockScale, apply_geope
+from pointgeope.geope import BlockScale, apply_geope, geometry_dtype
 from pointgeope.nn.checks import check_finite, check_float_tensor, check_scale
 
 __all__ = ["geope_qk", "geope_attention"]
@@ -52,7 +53,10 @@ def geope_qk(q: Tensor, k: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *
         base: frequency base (the paper's lambda), finite and > 0. pos_scale: phase per unit of position at
             block 0, finite and > 0.
         block_scale: `(C // 3,)` block scales `k_b` to use instead of `base` and `pos_scale`, e.g. a
-            learnable `pointgeope.geope.BlockScale`'s output.
+            learnable `pointgeope.geope.BlockScale`'s output (used at its own precision).
+
+    Precision: angles and products in float64 where any of `q`, `k`, `pos_q`, `pos_k` is float64, else in
+    float32 (half-precision inputs too); each output is rounded once to its input's dtype.
 
     Raises:
         TypeError: an integer `q`, `k` or position tensor, a `base` or `pos_scale` not a number.
@@ -67,7 +71,8 @@ def geope_qk(q: Tensor, k: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *
     if block_scale is None:
         base, pos_scale = check_scale("base", base), check_scale("pos_scale", pos_scale)
         scales = BlockScale(q.shape[-1], base=base, pos_scale=pos_scale, axes=pos_q.shape[-1])
-        block_scale = scales(torch.promote_types(pos_q.dtype, torch.float32), q.device)
+        widest = reduce(torch.promote_types, (q.dtype, k.dtype, pos_q.dtype, pos_k.dtype))
+        block_scale = scales(geometry_dtype(widest), q.device)   # float64 q with float32 positions: float64 k_b
     else:
         check_float_tensor("block_scale", block_scale)
         if block_scale.shape != (q.shape[-1] // 3,):

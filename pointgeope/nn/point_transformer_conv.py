@@ -2,6 +2,7 @@
 positional encoding."""
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import torch
@@ -13,7 +14,8 @@ from torch_geometric.utils import add_self_loops, remove_self_loops, softmax
 
 from pointgeope.geope import apply_geope, relative_geope
 from pointgeope.model.ape import absolute_features
-from pointgeope.model.attention import PRESETS, MixedInit, PositionalEncoding, pair_frequencies, position_scales
+from pointgeope.model.attention import (PRESETS, MixedInit, PositionalEncoding, options_read, pair_frequencies,
+                                       position_scales)
 from pointgeope.model.rope import grid_coordinates, pair_angles, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
 from pointgeope.nn import target_frame
@@ -79,6 +81,9 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         learnable (bool, optional): Learn GeoPE's block frequencies. (default: :obj:`False`)
         grid_unit (float, optional): PointROPE's cell size, needed by ``"pointrope"``. (default: :obj:`None`)
         mixed_init (str, optional): RoPE-Mixed's initial frequencies, ``"random"`` or ``"axial"``.
+            ``pos_scale``, ``base``, ``learnable``, ``grid_unit`` and ``mixed_init`` set away from their defaults
+            with a ``pe`` that does not read them (:obj:`pointgeope.model.attention.options_read`: ``"rpe"`` and
+            ``"none"`` read none, ``"pointrope"`` only ``grid_unit``, RoPE-Mixed never ``learnable``) are refused.
         **kwargs (optional): Additional arguments of :class:`torch_geometric.nn.conv.MessagePassing`.
 
     Shapes:
@@ -96,6 +101,8 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         encoding = PositionalEncoding.preset(pe)
         out_channels, pos_scale, base, axes, grid_unit = _check_options(encoding, in_channels, out_channels, pos_nn,
                                                                          pos_scale, base, axes, grid_unit)
+        _check_read(encoding, pos_scale=pos_scale, base=base, learnable=learnable, grid_unit=grid_unit,
+                    mixed_init=mixed_init)
         if pos_nn is None and encoding.needs_delta and axes != 3:
             pos_nn = Linear(axes, out_channels)
         super().__init__(in_channels, out_channels, pos_nn, attn_nn, add_self_loops, **kwargs)
@@ -104,7 +111,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             del self._modules["pos_nn"]                              # submodule slot: a state_dict's pos_nn.*
             self.pos_nn = None                                       # keys are unexpected (strict load refuses)
         self.pe = encoding
-        self.pe_name = next((name for name, preset in PRESETS.items() if preset == encoding), repr(encoding))
+        self.pe_name = _preset_name(encoding)
         self.pos_scale, self.base, self.axes, self.learnable = pos_scale, base, axes, learnable
         self.grid_unit, self.mixed_init = grid_unit, mixed_init
         self.block_scale, self.pair_freq = position_scales(encoding, out_channels, base, pos_scale, learnable,
@@ -129,7 +136,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         node. Only what depends on both ends of an edge (the multiply-adds of $R(t_i)^\top$, linear GeoPE's and
         RoPE's relative rotations) is done per edge, in `message`."""
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
-        pos = (pos, pos) if isinstance(pos, Tensor) else pos
+        pos = (pos, pos) if isinstance(pos, Tensor) else _position_pair(pos)
         self._check_positions(pos, (x_src, x_dst))
         key = self._in_source_frame(self.lin_src(x_src), pos[0], self.pe.rotation)
         value = self._in_source_frame(self.lin(x_src), pos[0], self.pe.value_rotation)
@@ -322,6 +329,8 @@ class GeoPEPointTransformerConv(PointTransformerConv):
 
 
 _SETTINGS = ("pos_scale", "base", "grid_unit")
+_DEFAULTS = {name: arg.default for name, arg in inspect.signature(GeoPEPointTransformerConv).parameters.items()
+             if name in ("pos_scale", "base", "learnable", "grid_unit", "mixed_init")}     # those _check_read sees
 _EDGE_TURNS = ("lingeope", "rope3d", "pointrope", "rope-mixed")   # rotations of both ends: per-edge coefficients
 _NODE_TURNS = ("geope", *_EDGE_TURNS)                              # rotations `_turn_on_edges` gathers itself
 
@@ -335,6 +344,33 @@ class _ZeroDelta(torch.nn.Module):
 
     def forward(self, diff: Tensor) -> Tensor:
         return diff.new_zeros(diff.shape[0], self.channels)
+
+
+def _position_pair(pos) -> tuple:
+    """`pos` given as a (sources, targets) pair; anything else (a NumPy array, a list of rows) is named as it
+    came, not as the pair's first half."""
+    if isinstance(pos, (tuple, list)) and len(pos) == 2:
+        return tuple(pos)
+    what = f"a {type(pos).__name__} of {len(pos)}" if isinstance(pos, (tuple, list)) else type(pos).__name__
+    raise TypeError(f"expected pos a tensor or a (sources, targets) pair of tensors, got {what}")
+
+
+def _preset_name(pe: PositionalEncoding) -> str:
+    """The key of `pe` in `PRESETS`, or its `repr` for another encoding."""
+    return next((name for name, preset in PRESETS.items() if preset == pe), repr(pe))
+
+
+def _check_read(pe: PositionalEncoding, **options) -> None:
+    """Refuse, in one line, the `options` set away from this layer's defaults that `pe` does not read
+    (`options_read`, the rule the training config applies to GeoPE's keys): they would change nothing."""
+    read = options_read(pe, options["mixed_init"])
+    unread = [f"{name}={value!r}" for name, value in options.items() if value != _DEFAULTS[name] and name not in read]
+    if unread:
+        name, (them, they) = _preset_name(pe), ("them", "they") if len(unread) > 1 else ("it", "it")
+        mixed = f" with mixed_init={options['mixed_init']!r}" if pe.rotation == "rope-mixed" else ""
+        raise ValueError(f"{', '.join(unread)}: pe={name if name not in PRESETS else repr(name)}{mixed} does not "
+                         f"read {them}, so {they} would change nothing (it reads "
+                         f"{'only ' + ', '.join(read) if read else 'no frequencies or grid'}); remove {them}")
 
 
 def _check_options(pe: PositionalEncoding, in_channels, out_channels, pos_nn: Callable | None, pos_scale, base,

@@ -5,6 +5,7 @@ of ours, and checked hyperparameters and positions."""
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 import torch
@@ -19,6 +20,11 @@ def graph(n=12, in_channels=4, seed=0):
     return torch.randn(n, in_channels, generator=gen), pos, knn_graph(pos, 4)
 
 
+def cell(pe: str) -> dict:
+    """PointROPE's `grid_unit` (the one option it reads; the others refuse it)."""
+    return {"grid_unit": 0.04} if pe == "pointrope" else {}
+
+
 def roundtrip(state: dict) -> dict:
     buffer = io.BytesIO()
     torch.save(state, buffer)
@@ -31,7 +37,7 @@ def roundtrip(state: dict) -> dict:
     ("rope3d", "pos_scale=25.0, base=100.0"), ("ape", "pos_scale=25.0, base=100.0"),
     ("pointrope", "grid_unit=0.04"), ("rope-mixed", ""), ("rpe", ""), ("none", "")])
 def test_repr_names_the_settings_the_outputs_depend_on(pe, settings):
-    conv = GeoPEPointTransformerConv(4, 12, pe=pe, grid_unit=0.04)
+    conv = GeoPEPointTransformerConv(4, 12, pe=pe, **cell(pe))
     assert repr(conv) == f"GeoPEPointTransformerConv(4, 12, pe={pe!r}{', ' * bool(settings)}{settings})"
 
 
@@ -40,16 +46,16 @@ def test_repr_names_the_settings_the_outputs_depend_on(pe, settings):
 def test_a_checkpoint_of_other_settings_refuses_to_load_naming_them(pe, name, other):
     """It loaded silently before and gave other outputs."""
     torch.manual_seed(0)
-    saved = GeoPEPointTransformerConv(4, 12, pe=pe, grid_unit=0.04)
+    saved = GeoPEPointTransformerConv(4, 12, pe=pe, **cell(pe))
     state = roundtrip(saved.state_dict())
     assert float(state[name]) == getattr(saved, name) and state[name].dtype == torch.float64
-    other_layer = GeoPEPointTransformerConv(4, 12, pe=pe, **{"grid_unit": 0.04, name: other})
+    other_layer = GeoPEPointTransformerConv(4, 12, pe=pe, **{**cell(pe), name: other})
     with pytest.raises(RuntimeError, match=rf"{name}: the checkpoint was saved with {name}=.*this layer has "
                                            rf"{name}={other}; build it with {name}="):
         other_layer.load_state_dict(state)
     with pytest.raises(RuntimeError, match=rf"{name}: the checkpoint was saved"):   # not even non-strict
         other_layer.load_state_dict(state, strict=False)
-    same = GeoPEPointTransformerConv(4, 12, pe=pe, grid_unit=0.04)
+    same = GeoPEPointTransformerConv(4, 12, pe=pe, **cell(pe))
     same.load_state_dict(state)
     x, pos, edge_index = graph()
     with torch.no_grad():
@@ -114,6 +120,61 @@ def test_hyperparameters_are_checked_naming_them(kwargs, error, message):
         GeoPEPointTransformerConv(4, 12, **{"pe": "geope", **kwargs})
 
 
+OPTIONS = {"pos_scale": 7.0, "base": 50.0, "learnable": True, "grid_unit": 0.1, "mixed_init": "axial"}
+ALL_OPTIONS, ROTATION_OPTIONS = set(OPTIONS), {"grid_unit", "mixed_init"}
+IGNORED = {"rpe": ALL_OPTIONS, "none": ALL_OPTIONS, "geope": ROTATION_OPTIONS, "lingeope": ROTATION_OPTIONS,
+           "geope+rpe": ROTATION_OPTIONS, "lingeope+rpe": ROTATION_OPTIONS, "rope3d": ROTATION_OPTIONS,
+           "rope3d+rpe": ROTATION_OPTIONS, "ape": ROTATION_OPTIONS, "rope-mixed": {"base", "learnable", "grid_unit"},
+           "pointrope": {"pos_scale", "base", "learnable", "mixed_init"}}
+
+
+@pytest.mark.parametrize("pe", sorted(IGNORED))
+def test_an_option_is_refused_exactly_where_the_preset_would_ignore_it(pe, monkeypatch):
+    """`pe="rpe", learnable=True` (shown in `repr`, nothing learnt), `pointrope` with `pos_scale`, `geope` with
+    `grid_unit`, ... were accepted and changed nothing. Now each option set away from its default is refused, in
+    one line naming it and the preset, exactly where it changes neither the outputs nor the parameters (checked
+    with the refusal switched off); an accepted one changes them, and `repr` shows `learnable=True` only where
+    something is learnt."""
+    from pointgeope.nn import point_transformer_conv
+
+    x, pos, edge_index = graph()
+
+    def built(**option):
+        torch.manual_seed(0)
+        conv = GeoPEPointTransformerConv(4, 12, pe=pe, **{**cell(pe), **option})
+        with torch.no_grad():
+            return conv(x, pos, edge_index), [name for name, _ in conv.named_parameters()], repr(conv)
+    plain, refused = built(), set()
+    for name, value in OPTIONS.items():
+        try:
+            out, params, text = built(**{name: value})
+        except ValueError as error:
+            assert re.fullmatch(rf"{re.escape(f'{name}={value!r}: pe={pe!r}')}( with mixed_init='random')? does not "
+                                r"read it, so it would change nothing \(it reads [^()\n]+\); remove it", str(error))
+            refused.add(name)
+            continue
+        assert not torch.equal(out, plain[0]) or params != plain[1], name
+        assert ("learnable=True" in text) == (name == "learnable"), text
+    assert refused == IGNORED[pe]
+    monkeypatch.setattr(point_transformer_conv, "_check_read", lambda pe, **options: None)
+    for name in refused:
+        out, params, _ = built(**{name: OPTIONS[name]})
+        assert torch.equal(out, plain[0]) and params == plain[1], name
+
+
+def test_refused_options_are_named_together_with_what_the_preset_reads():
+    with pytest.raises(ValueError, match=r"^base=50.0, learnable=True: pe='rope-mixed' with mixed_init='random' does "
+                                         r"not read them, so they would change nothing \(it reads only pos_scale, "
+                                         r"mixed_init\); remove them$"):
+        GeoPEPointTransformerConv(4, 12, pe="rope-mixed", base=50.0, learnable=True)
+    with pytest.raises(ValueError, match=r"^pos_scale=3.0: pe='none' does not read it, so it would change nothing "
+                                         r"\(it reads no frequencies or grid\); remove it$"):
+        GeoPEPointTransformerConv(4, 12, pe="none", pos_scale=3.0)
+    axial = GeoPEPointTransformerConv(4, 12, pe="rope-mixed", mixed_init="axial", base=50.0)   # its start: read
+    assert repr(axial) == "GeoPEPointTransformerConv(4, 12, pe='rope-mixed')"
+    GeoPEPointTransformerConv(4, 12, pe="rpe", pos_scale=25.0, learnable=False)                 # the defaults: taken
+
+
 def test_channels_are_checked():
     with pytest.raises(TypeError, match=r"expected out_channels an int >= 1, got 12.5"):
         GeoPEPointTransformerConv(4, 12.5)
@@ -134,6 +195,24 @@ def test_positions_must_be_finite_floats(pe):
         conv((x, x), (pos, bad), edge_index)
     with pytest.raises(TypeError, match=r"expected pos a floating-point tensor, got dtype torch.int64"):
         conv(x, (pos * 10).long(), edge_index)
+
+
+@pytest.mark.parametrize("pe", ["rpe", "geope"])
+def test_positions_not_a_tensor_are_named_as_passed(pe):
+    """A NumPy array (or a list of rows) as `pos` was taken for a (sources, targets) pair and named
+    `pos[0] (sources)`, an argument the user did not pass; a pair of two is still a pair, a list of two too."""
+    import numpy as np
+
+    conv = GeoPEPointTransformerConv(4, 12, pe=pe)
+    x, pos, edge_index = graph()
+    for given, what in ((pos.numpy(), "ndarray"), (pos.tolist(), "a list of 12"), ((pos,), "a tuple of 1")):
+        with pytest.raises(TypeError, match=rf"^expected pos a tensor or a \(sources, targets\) pair of tensors, "
+                                            rf"got {what}$"):
+            conv(x, given, edge_index)
+    with pytest.raises(TypeError, match=r"^expected pos\[0\] \(sources\) a tensor, got ndarray$"):
+        conv((x, x), (np.asarray(pos), pos), edge_index)
+    with torch.no_grad():
+        assert torch.equal(conv((x, x), [pos, pos], edge_index), conv(x, pos, edge_index))
 
 
 @pytest.mark.parametrize("pe", ["rpe", "geope", "lingeope"])

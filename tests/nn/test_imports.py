@@ -35,3 +35,34 @@ print("toolkit modules:", loaded)
     assert done.stdout.splitlines() == [
         "pointgeope.nn.GeoPEPointTransformerConv needs torch-geometric (pip install \"pointgeope[nn]\"); knn_graph, "
         "geope_qk and geope_attention do not", "toolkit modules: []"]
+
+
+def test_without_torch_geometric_star_import_and_hasattr_see_no_layer_and_asking_for_it_says_what_to_install():
+    """torch-geometric not installed (hidden from the path finder): `from pointgeope.nn import *` raised the
+    layer's ImportError and `hasattr` raised instead of returning False; now the star import gives what works,
+    `hasattr` is False, and the import or the attribute say what to install, in one line."""
+    from tests.test_extras import run_without
+
+    script = """
+import pointgeope.nn as nn_module
+from pointgeope.nn import *
+print(sorted(name for name in dir() if not name.startswith("_") and name != "nn_module"))
+print(hasattr(nn_module, "GeoPEPointTransformerConv"))
+for ask in ("from pointgeope.nn import GeoPEPointTransformerConv", "nn_module.GeoPEPointTransformerConv(4, 12)"):
+    try:
+        exec(ask)
+    except (ImportError, AttributeError) as error:
+        print(type(error).__name__, error)
+"""
+    done = run_without(["torch_geometric"], ["-c", script])
+    assert done.returncode == 0, done.stderr
+    line = ('pointgeope.nn.GeoPEPointTransformerConv needs torch-geometric (pip install "pointgeope[nn]"); knn_graph, '
+            "geope_qk and geope_attention do not")
+    assert done.stdout.splitlines() == ["['TESTED_PYG_VERSIONS', 'geope_attention', 'geope_qk', 'knn_graph']", "False",
+                                        f"ImportError {line}", f"AttributeError {line}"]
+
+
+def test_with_torch_geometric_the_layer_is_in_the_star_import():
+    import pointgeope.nn as nn_module
+
+    assert "GeoPEPointTransformerConv" in nn_module.__all__ and hasattr(nn_module, "GeoPEPointTransformerConv")

@@ -25,11 +25,20 @@ def mlp(inp: int, out: int) -> nn.Module:
     return nn.Sequential(nn.Linear(inp, 8), nn.Tanh(), nn.Linear(8, out))
 
 
+def own_options(pe) -> dict:
+    """The test's `pos_scale` where `pe`'s positions turn or make sinusoids, PointROPE's `grid_unit` instead (each
+    preset refuses the options it does not read; `rpe` and `none` read neither)."""
+    encoding = PositionalEncoding.preset(pe)
+    if encoding.rotation == "pointrope":
+        return {"grid_unit": GRID_UNIT}
+    return {"pos_scale": 4.0} if encoding.uses_positions else {}
+
+
 def make_conv(pe, in_channels=4, channels=12, **kwargs) -> GeoPEPointTransformerConv:
     encoding = PositionalEncoding.preset(pe)
     pos_nn = mlp(kwargs.get("axes", 3), channels) if encoding.needs_delta else None
     return GeoPEPointTransformerConv(in_channels, channels, pos_nn=pos_nn, attn_nn=mlp(channels, channels), pe=pe,
-                                     pos_scale=4.0, grid_unit=GRID_UNIT, **kwargs).double()
+                                     **own_options(pe), **kwargs).double()
 
 
 def graph(n=9, k=4, in_channels=4, axes=3, seed=0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -256,7 +265,7 @@ def test_presets_without_relation_delta_are_the_networks_layer(pe, frame):
                                   grid_unit=GRID_UNIT).double()
     pos_nn = None if layer.linear_p is None else nn.Sequential(_Negate(), layer.linear_p)
     conv = GeoPEPointTransformerConv(channels, channels, pos_nn, nn.Sequential(_Negate(), layer.linear_w), pe=pe,
-                                     pos_scale=4.0, grid_unit=GRID_UNIT).double()   # pos_scale = 1 / grid_size
+                                     **own_options(pe)).double()   # pos_scale = 1 / grid_size
     with torch.no_grad():
         for lin, ours in ((layer.linear_q, conv.lin_dst), (layer.linear_k, conv.lin_src), (layer.linear_v, conv.lin)):
             lin.bias.zero_()
@@ -300,7 +309,8 @@ def test_gradcheck_of_features_and_positions(pe):
                                      ("rope3d", "block_scale.freq"), ("rope-mixed", "pair_freq")])
 def test_gradcheck_of_learnt_frequencies(pe, name):
     torch.manual_seed(0)
-    conv, (x, pos, edge_index) = make_conv(pe, in_channels=2, channels=6, learnable=True), graph(n=5, k=2, in_channels=2)
+    learnt = {} if pe == "rope-mixed" else {"learnable": True}             # RoPE-Mixed's pair_freq is always learnt
+    conv, (x, pos, edge_index) = make_conv(pe, in_channels=2, channels=6, **learnt), graph(n=5, k=2, in_channels=2)
     freq = dict(conv.named_parameters())[name].detach().clone().requires_grad_()
 
     def forward(freq):
