@@ -102,7 +102,8 @@ def test_the_chunk_size_does_not_change_the_result(monkeypatch, pairs):
     rng = np.random.default_rng(4)
     points = torch.cat([_grid(300, rng), _far_object()[:63] - 100.0])
     off = torch.tensor([300, 363])
-    monkeypatch.setattr(knn_module, "_PAIRS_PER_CHUNK_CPU", pairs)
+    monkeypatch.setattr(knn_module, "_PAIRS_PER_CHUNK_CPU", pairs)       # one thread
+    monkeypatch.setattr(knn_module, "_PAIRS_PER_CHUNK", pairs)           # more threads, or CUDA
     _assert_exact(points, points, 7, off, off)
 
 
