@@ -1,9 +1,13 @@
 """`knn_graph`: PyG's k-nearest-neighbour graph computed with pointgeope's kNN.
 
 `torch_geometric.nn.knn_graph` needs `torch-cluster` or `pyg-lib`; this one has its signature and runs on
-the backends of `pointgeope.model.ops.knn` (pykdtree / scipy on the CPU, Triton or torch on CUDA), returning
-the same graph: every point `i` receives an edge from each of its `k` nearest points `j` of the same
-example::
+the backends of `pointgeope.model.ops.knn` (pykdtree, else scipy, else a pure-torch brute force on the CPU;
+Triton on CUDA), returning the same graph: every point `i` receives an edge from each of its `k` nearest points
+`j` of the same example. Every backend is exact; they differ only where distances tie. The torch and Triton
+backends compute the float32 squared distance `((dx^2 + dy^2) + dz^2)` (the torch backend keeps float64
+positions in float64) and of points at the same distance take the smaller index; pykdtree computes the same
+float32 value and takes tied points in its tree's order (as PyG's own kNN may); scipy computes float64
+distances, which may also order points whose float32 distances are one rounding apart::
 
     # edge_index: [ j_00 j_01 ... j_0(k-1) | j_10 ... | ... ]   row 0: sources (neighbours)
     #             [ 0    0    ... 0        | 1    ... | ... ]   row 1: targets (centres), flow source_to_target

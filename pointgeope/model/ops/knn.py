@@ -2,9 +2,10 @@
 
 For every query point ``i`` of cloud ``b`` the ``k`` points ``j`` of the support cloud ``b`` with the
 smallest squared distance ``|q_i - s_j|^2``, sorted by distance. Indices are global rows of the packed
-support tensor. Ties: the CPU and torch backends break them in any order; the ``triton`` backend
-(``triton_knn``, the CUDA default) defines them, ties in float32 distance go to the smaller row, so its
-result is unique.
+support tensor. Ties: the ``triton`` backend (``triton_knn``, the CUDA default) and the ``torch`` backend
+define them: the distance is the float32 ``((dx^2 + dy^2) + dz^2)``, each operation rounded on its own, and
+ties in it go to the smaller row, so their result is unique and the same (the torch backend keeps float64
+coordinates in float64). The CPU backends (pykdtree, scipy) and torch-cluster break ties in any order.
 
 **Small clouds.** When a support cloud holds ``n < k`` points, its ``n`` neighbours (sorted) are
 repeated cyclically to fill the ``k`` columns: column ``c`` holds neighbour ``c mod n``. Every row then
@@ -24,8 +25,12 @@ from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, counts
 
 __all__ = ["knn"]
 
-# Pure-torch brute force: at most this many (query, support) pairs per chunk (64 MiB of float32 distances).
+# Pure-torch brute force: at most this many (query, support) pairs per chunk (64 MiB of float32 distances);
+# on one CPU thread a chunk of 1 MiB, which stays in the cache between the elementwise passes (1.8x
+# faster at 20k points here); with more threads each pass is a parallel region, and many small ones
+# stall on a busy machine (3.4x slower than 64 MiB chunks on 2 threads here).
 _PAIRS_PER_CHUNK = 1 << 24
+_PAIRS_PER_CHUNK_CPU = 1 << 18
 
 
 def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_offset: Tensor,
@@ -122,27 +127,76 @@ def _cloud_scipy(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np
 
 
 def _cloud_torch(query: Tensor, support: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """Brute force in chunks of queries: candidates from ``|q|^2 + |s|^2 - 2 q.s`` (one matrix product on
-    coordinates centred on the support's mean), then the exact squared differences of the ``k`` chosen,
-    re-sorted. Only near-ties within float rounding (~1e-6 of the squared extent) can pick differently.
-    Searched in float32, float64 kept, as ``_numpy`` gives the CPU backends: integer coordinates have no
-    mean, and half-precision squared distances overflow past 65504 (coordinates a few hundred apart)."""
+    """Exact brute force: the ``k`` first support points in the order of ``(d2, row)``, the ``triton``
+    backend's result (``triton_knn``), sorted by that order.
+
+    ``d2 = ((q_x - s_x)^2 + (q_y - s_y)^2) + (q_z - s_z)^2`` of every pair, each operation a torch elementwise
+    op rounded on its own, in float32 (float64 kept, as ``_numpy`` gives the CPU backends: integer coordinates
+    have no float distance, half-precision squares overflow past 65504). Why direct differences and not the
+    expansion ``|q|^2 + |s|^2 - 2 q.s`` (one matrix product): its rounding error grows like
+    ``u (|q| + |s|)^2`` (``u = 2^-24``; coordinates centred on the cloud's mean do not help an object far
+    from that mean) while the neighbours' distances may be far smaller, so it picks wrong candidates that
+    no exact re-sort recovers; and a margin covering that error is no bound at all once matrix products run
+    in TF32 or bfloat16 (``torch.set_float32_matmul_precision``). Elementwise ops are IEEE-rounded on every
+    device and setting.
+
+    Selection, per row of ``d2`` (``n`` support points): ``topk`` of ``k + 1``; if the ``k``-th and
+    ``(k + 1)``-th values differ, the first ``k`` are exactly the points of ``d2 <=`` the ``k``-th value;
+    if they are equal (a tie at the boundary), ``_boundary_ties`` keeps every point below it and the
+    smallest rows at it. The ``k`` are then sorted by row, then stably by ``d2``: the ``(d2, row)`` order.
+
+    Chunks of queries: at most ``_PAIRS_PER_CHUNK`` pairs at a time, ``_PAIRS_PER_CHUNK_CPU`` on one CPU thread.
+    """
     dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
     query, support = query.to(dtype), support.to(dtype)
-    center = support.mean(0)
-    q_all, s_c = query - center, support - center
-    s_sq = (s_c * s_c).sum(1)
-    rows = max(1, _PAIRS_PER_CHUNK // max(1, support.shape[0]))
-    idx_parts, dist_parts = [], []
-    for start in range(0, query.shape[0], rows):
-        q = q_all[start:start + rows]
-        d2 = torch.addmm(s_sq[None, :], q, s_c.T, alpha=-2).add_((q * q).sum(1, keepdim=True))
-        idx = torch.topk(d2, k, dim=1, largest=False, sorted=False).indices
-        diff = query[start:start + rows, None, :] - support[idx]
-        exact, order = torch.sort((diff * diff).sum(-1), dim=1)
-        idx_parts.append(idx.gather(1, order))
-        dist_parts.append(exact)
+    n, m = support.shape[0], query.shape[0]
+    planes = support.T.contiguous()                     # (3, N): x, y, z rows
+    one_thread = query.device.type == "cpu" and torch.get_num_threads() == 1
+    pairs = _PAIRS_PER_CHUNK_CPU if one_thread else _PAIRS_PER_CHUNK
+    rows = max(1, pairs // max(1, n))
+    d2_buf = query.new_empty(min(rows, m), n)
+    term_buf = torch.empty_like(d2_buf)
+    idx_parts, dist_parts = [torch.empty(0, k, dtype=torch.long, device=query.device)], [query.new_empty(0, k)]
+    for start in range(0, m, rows):
+        q = query[start:start + rows]
+        d2, term = d2_buf[:len(q)], term_buf[:len(q)]
+        torch.sub(q[:, 0:1], planes[0], out=d2).mul_(d2)                 # (R, N): dx^2
+        d2.add_(torch.sub(q[:, 1:2], planes[1], out=term).mul_(term))   # + dy^2
+        d2.add_(torch.sub(q[:, 2:3], planes[2], out=term).mul_(term))   # + dz^2
+        idx, dist = _smallest(d2, k)
+        idx_parts.append(idx)
+        dist_parts.append(dist)
     return torch.cat(idx_parts), torch.cat(dist_parts)
+
+
+def _smallest(d2: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Column indices ``(R, k)`` and values of the ``k`` first entries of each row of ``d2 (R, n)`` in the
+    order of ``(value, column)``, sorted by it (``_cloud_torch``'s selection)."""
+    n = d2.shape[1]
+    if k >= n:
+        idx, dist = torch.arange(n, device=d2.device).expand_as(d2), d2.clone()
+    else:
+        dist, idx = torch.topk(d2, k + 1, dim=1, largest=False, sorted=True)
+        tied = (dist[:, k] == dist[:, k - 1]).nonzero().flatten()
+        dist, idx = dist[:, :k], idx[:, :k]
+        if len(tied):
+            idx[tied], dist[tied] = _boundary_ties(d2[tied], dist[tied, k - 1], k)
+        idx, by_row = idx.sort(dim=1)
+        dist = dist.gather(1, by_row)
+    dist, by_dist = dist.sort(dim=1, stable=True)
+    return idx.gather(1, by_dist), dist
+
+
+def _boundary_ties(d2: Tensor, kth: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Rows of ``d2 (T, n)`` whose ``k``-th smallest value ``kth (T,)`` is shared past column ``k``: the
+    ``c < k`` columns below ``kth`` and the ``k - c`` smallest columns at ``kth``, ascending ``(T, k)``,
+    with their values."""
+    below = d2 < kth[:, None]
+    at = d2 == kth[:, None]
+    room = k - below.sum(1, keepdim=True)
+    take = below | (at & (at.cumsum(1, dtype=torch.int32) <= room))
+    idx = take.nonzero()[:, 1].view(-1, k)             # row-major: ascending columns within each row
+    return idx, d2.gather(1, idx)
 
 
 def _knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]) -> tuple[Tensor, Tensor]:
