@@ -20,9 +20,9 @@ while the interpreter shuts down. :func:`run_command` runs every command inside 
 scheduler stops ``train``, ``evaluate`` or ``ablate`` with SIGTERM at its time limit, on preemption or
 ``scancel``; ``kill`` sends it too), so SIGTERM ends a command the same way: its locks released and
 temporary files deleted, ``<prog>: terminated``, exit code 143, so that a requeued job, on any node, finds
-the folder free. A stop is never lost: one that lands while code forks, or whose handler runs inside a
-callback that drops exceptions, is held or delivered again. A reader of the output that has
-gone (``pointgeope report RUN | head``) ends a command quietly, exit code 141 (128 + SIGPIPE).
+the folder free. A stop is never lost: one whose handler runs inside a callback that drops exceptions
+(while ``prepare --jobs N`` forks its workers, a weakref callback, ``__del__``) is delivered again. A reader
+of the output that has gone (``pointgeope report RUN | head``) ends a command quietly, exit code 141 (128 + SIGPIPE).
 """
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ from pointgeope.extras import toolkit_message
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
 EXIT_BROKEN_PIPE = 141                  # 128 + SIGPIPE: what a shell reports of a tool whose reader went
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C and a job scheduler's or `kill`'s stop
 
 # The errors of a write that the disk refused, with the words for each (atomic.DiskFullError names the file).
 FULL_DISK = {
@@ -86,10 +85,11 @@ def stop_on_sigterm() -> Iterator[None]:
 def _stop_again(hook: Callable) -> Callable:
     """A ``sys.unraisablehook`` that delivers a dropped stop again. Python runs a signal's handler at the next
     bytecode of the main thread, which may be inside a callback whose exception it cannot raise (a weakref
-    callback, ``__del__``, an at-fork callback): it printed "Exception ignored ... Terminated" there and the
-    command went on as if no stop had come. The signal (SIGTERM for :class:`Terminated`, SIGINT for any other
-    ``KeyboardInterrupt``) is sent again 10 ms later from a thread, to land outside that callback (again,
-    should it land in another); other exceptions go to ``hook``."""
+    callback, ``__del__``, an at-fork callback while ``prepare --jobs N`` forks its workers): it printed
+    "Exception ignored ... Terminated" there and the command went on as if no stop had come. The signal
+    (SIGTERM for :class:`Terminated`, SIGINT for any other ``KeyboardInterrupt``) is sent again 10 ms later
+    from a thread, to land outside that callback (again, should it land in another); other exceptions go to
+    ``hook``."""
     def stop_again(unraisable) -> None:
         if not issubclass(unraisable.exc_type, KeyboardInterrupt):
             hook(unraisable)
@@ -98,24 +98,6 @@ def _stop_again(hook: Callable) -> Callable:
         threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
 
     return stop_again
-
-
-@contextlib.contextmanager
-def stop_signals_held() -> Iterator[None]:
-    """Within the block, Ctrl-C and SIGTERM wait (blocked, pending in the kernel) and are raised as the
-    block ends: for code that forks. A stop that lands while ``fork`` runs Python's at-fork callbacks
-    (logging's lock release) raised its ``KeyboardInterrupt`` / :class:`Terminated` inside one, where Python
-    prints "Exception ignored" and drops it: the command went on and exited 0. A child forked within the
-    block inherits the blocked mask: it must unblock the signals itself (after choosing its handlers).
-    Where the mask cannot be set (no ``pthread_sigmask``) the block changes nothing."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        yield
-    finally:  # a pending signal's handler runs as the mask is restored (pthread_sigmask checks signals)
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def one_line(text: str) -> str:
