@@ -6,8 +6,8 @@ then waited forever. Now:
 - SIGTERM of the main process is a clean stop (the command line's :func:`pointgeope.errors.run_command`
   raises it as :class:`~pointgeope.errors.Terminated`): the pool is stopped, the temporary files deleted
   and OUT's lock released on the way out (exit code 143), Ctrl-C likewise (exit code 130); a stop that
-  comes while the workers fork is raised inside a fork's callbacks, where Python drops it (the run went on
-  to exit 0): ``run_command`` delivers it again (:func:`pointgeope.errors.stop_on_sigterm`);
+  comes while the workers fork, raised inside a fork's callback where Python drops it (the run went on to
+  exit 0), is delivered again by ``run_command`` (:func:`pointgeope.errors.stop_on_sigterm`);
 - each worker asks the kernel to kill it when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``, SIGKILL,
   :mod:`pointgeope.parent_death`; elsewhere a thread that watches the parent's pid), which also covers
   ``kill -9`` of the main process;
