@@ -6,8 +6,8 @@ then waited forever. Now:
 - SIGTERM of the main process is a clean stop (the command line's :func:`pointgeope.errors.run_command`
   raises it as :class:`~pointgeope.errors.Terminated`): the pool is stopped, the temporary files deleted
   and OUT's lock released on the way out (exit code 143), Ctrl-C likewise (exit code 130); a stop that
-  comes while the workers fork waits until they are forked (:func:`~pointgeope.errors.stop_signals_held`:
-  raised inside a fork's callbacks, it was dropped and the run went on to exit 0);
+  comes while the workers fork, raised inside a fork's callback where Python drops it (the run went on to
+  exit 0), is delivered again by ``run_command`` (:func:`pointgeope.errors.stop_on_sigterm`);
 - each worker asks the kernel to kill it when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``, SIGKILL,
   :mod:`pointgeope.parent_death`; elsewhere a thread that watches the parent's pid), which also covers
   ``kill -9`` of the main process;
@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from pointgeope.errors import STOP_SIGNALS, UserError, stop_signals_held
+from pointgeope.errors import UserError
 from pointgeope.parent_death import death_signal_request
 
 
@@ -44,8 +44,6 @@ def _worker_start(parent: int, request) -> None:
     (:func:`~pointgeope.parent_death.death_signal_request`'s, made before the fork), else :func:`_watch`."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):  # forked with both held (stop_signals_held): a pending one acts now
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     if request is not None:
         request()
     else:
@@ -74,8 +72,7 @@ def parallel_map(func, tasks: list, jobs: int):
     pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=context, initializer=_worker_start,
                                initargs=(os.getpid(), death_signal_request(signal.SIGKILL)))
     try:
-        with stop_signals_held():  # the first submit forks every worker; a stop then waits for the forks
-            futures = [pool.submit(func, task) for task in tasks]
+        futures = [pool.submit(func, task) for task in tasks]  # the first submit forks every worker
         yield (future.result() for future in as_completed(futures))
     except BrokenProcessPool:
         raise UserError("a prepare worker process died (killed, out of memory, or crashed) while parsing "

@@ -20,12 +20,14 @@ while the interpreter shuts down. :func:`run_command` runs every command inside 
 scheduler stops ``train``, ``evaluate`` or ``ablate`` with SIGTERM at its time limit, on preemption or
 ``scancel``; ``kill`` sends it too), so SIGTERM ends a command the same way: its locks released and
 temporary files deleted, ``<prog>: terminated``, exit code 143, so that a requeued job, on any node, finds
-the folder free. A stop is never lost: one that lands while code forks, or whose handler runs inside a
-callback that drops exceptions, is held or delivered again. A reader of the output that has
-gone (``pointgeope report RUN | head``) ends a command quietly, exit code 141 (128 + SIGPIPE).
+the folder free. A stop is never lost: one whose handler runs inside a callback that drops exceptions
+(while ``prepare --jobs N`` forks its workers, a weakref callback, ``__del__``) is delivered again, and
+raised as the command ends if it would come later. A reader of the output that has gone (``pointgeope
+report RUN | head``) ends a command quietly, exit code 141 (128 + SIGPIPE).
 """
 from __future__ import annotations
 
+import _thread
 import argparse
 import contextlib
 import errno
@@ -41,7 +43,6 @@ from pointgeope.extras import toolkit_message
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
 EXIT_BROKEN_PIPE = 141                  # 128 + SIGPIPE: what a shell reports of a tool whose reader went
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C and a job scheduler's or `kill`'s stop
 
 # The errors of a write that the disk refused, with the words for each (atomic.DiskFullError names the file).
 FULL_DISK = {
@@ -66,8 +67,10 @@ def stop_on_sigterm() -> Iterator[None]:
     """Within the block, SIGTERM raises :class:`Terminated`, so that a process stopped by a job scheduler or
     ``kill`` runs its ``finally`` blocks (stops its children, releases its locks, deletes its temporary
     files) instead of dying at once; the previous handler comes back after the block. A stop (Ctrl-C too)
-    raised where Python drops exceptions is delivered again (:func:`_stop_again`). Python runs signal
-    handlers in the main thread only: elsewhere (a command called from a thread) the block changes nothing."""
+    raised where Python drops exceptions is delivered again (:func:`_stop_again`); one dropped so near the
+    block's end that it is still on its way is raised as the block ends (unless a stop already ends it): it
+    stops the block it came in, never the caller after it. Python runs signal handlers in the main thread
+    only: elsewhere (a command called from a thread) the block changes nothing."""
     def stop(signum, frame):
         raise Terminated()
 
@@ -75,47 +78,81 @@ def stop_on_sigterm() -> Iterator[None]:
         yield
         return
     previous, hook = signal.signal(signal.SIGTERM, stop), sys.unraisablehook
-    sys.unraisablehook = _stop_again(hook)
+    sys.unraisablehook, end = _stop_again(hook)
+    stopping = False
     try:
         yield
+    except KeyboardInterrupt:
+        stopping = True
+        raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        sys.unraisablehook = hook
+        try:
+            end(stopping)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            sys.unraisablehook = hook
 
 
-def _stop_again(hook: Callable) -> Callable:
-    """A ``sys.unraisablehook`` that delivers a dropped stop again. Python runs a signal's handler at the next
-    bytecode of the main thread, which may be inside a callback whose exception it cannot raise (a weakref
-    callback, ``__del__``, an at-fork callback): it printed "Exception ignored ... Terminated" there and the
+def _stop_again(hook: Callable) -> tuple[Callable, Callable[[bool], None]]:
+    """A ``sys.unraisablehook`` that delivers a dropped stop again, and ``end``, that closes it at the block's
+    end. Python runs a signal's handler at the next bytecode of the main thread, which may be inside a
+    callback whose exception it cannot raise (a weakref callback, ``__del__``, an at-fork callback while
+    ``prepare --jobs N`` forks its workers): it printed "Exception ignored ... Terminated" there and the
     command went on as if no stop had come. The signal (SIGTERM for :class:`Terminated`, SIGINT for any other
     ``KeyboardInterrupt``) is sent again 10 ms later from a thread, to land outside that callback (again,
-    should it land in another); other exceptions go to ``hook``."""
+    should it land in another), and to the main thread (``pthread_kill``): a signal sent to the process may
+    go to another thread, which leaves the main thread's wait (``as_completed``, a lock) uninterrupted. One
+    that lands in this hook itself (``Timer.start`` waits for its thread) is sent again too. Only the main
+    thread's are stops (Python runs no signal handler elsewhere): a ``KeyboardInterrupt`` dropped in another
+    thread goes to ``hook``, as every other exception does.
+
+    ``end(stopping)`` cancels the sends still waiting (none is sent after it: a SIGINT would land in the
+    caller after the block, a SIGTERM kill the process under its default action) and raises the first of
+    them, unless ``stopping`` (a stop already ends the block); the handler of a signal sent but not yet
+    handled runs there too."""
+    lock, waiting = threading.Lock(), {}  # threading.Timer -> the signal it sends again
+
+    def send(timer: threading.Timer) -> None:
+        with lock:
+            signum = waiting.pop(timer, None)
+            if signum is None:  # cancelled by end
+                return
+            if hasattr(signal, "pthread_kill"):  # handled before the main thread runs a bytecode (needs the GIL)
+                signal.pthread_kill(threading.main_thread().ident, signum)
+            else:  # Windows: no signal to a thread; Python's handler runs at the main thread's next bytecode
+                _thread.interrupt_main(signum)
+
+    def later(stop: type[BaseException]) -> None:
+        timer = threading.Timer(0.01, lambda: send(timer))
+        with lock:
+            waiting[timer] = signal.SIGTERM if issubclass(stop, Terminated) else signal.SIGINT
+        timer.start()
+
     def stop_again(unraisable) -> None:
-        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+        if (not issubclass(unraisable.exc_type, KeyboardInterrupt)
+                or threading.current_thread() is not threading.main_thread()):
             hook(unraisable)
             return
-        signum = signal.SIGTERM if issubclass(unraisable.exc_type, Terminated) else signal.SIGINT
-        threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
+        stop = unraisable.exc_type
+        while True:
+            try:
+                later(stop)
+                return
+            except KeyboardInterrupt as again:  # sent while Timer.start waited for its thread (a busy machine)
+                stop = type(again)
 
-    return stop_again
+    def end(stopping: bool) -> None:
+        with lock:
+            late = dict(waiting)
+            waiting.clear()
+        for timer in late:
+            timer.cancel()
+        # signal.signal runs the pending handlers first: here, not as the caller puts the old handler back
+        signal.signal(signal.SIGTERM, signal.getsignal(signal.SIGTERM))
+        if late and not stopping:
+            raise Terminated() if next(iter(late.values())) == signal.SIGTERM else KeyboardInterrupt()
 
-
-@contextlib.contextmanager
-def stop_signals_held() -> Iterator[None]:
-    """Within the block, Ctrl-C and SIGTERM wait (blocked, pending in the kernel) and are raised as the
-    block ends: for code that forks. A stop that lands while ``fork`` runs Python's at-fork callbacks
-    (logging's lock release) raised its ``KeyboardInterrupt`` / :class:`Terminated` inside one, where Python
-    prints "Exception ignored" and drops it: the command went on and exited 0. A child forked within the
-    block inherits the blocked mask: it must unblock the signals itself (after choosing its handlers).
-    Where the mask cannot be set (no ``pthread_sigmask``) the block changes nothing."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        yield
-    finally:  # a pending signal's handler runs as the mask is restored (pthread_sigmask checks signals)
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return stop_again, end
 
 
 def one_line(text: str) -> str:

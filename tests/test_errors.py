@@ -91,6 +91,102 @@ def test_a_stop_raised_inside_a_callback_is_delivered_again(capsys, sig, code, w
     assert sys.unraisablehook is hook  # put back after the command
 
 
+STOP_AT_THE_END = """
+import signal, sys, time, weakref
+from pointgeope.errors import run_command
+
+class Owner:
+    pass
+
+def work():
+    owner = Owner()
+    watch = weakref.ref(owner, lambda ref: signal.raise_signal(signal.Signals[sys.argv[1]]))
+    del owner  # the handler runs in the callback, which drops its exception: the command's last bytecodes
+    return 0
+
+code = run_command("pointgeope x", work)
+time.sleep(0.5)  # a stop delivered again after the command would land here
+print("returned", code)
+"""
+
+
+@pytest.mark.parametrize("sig, code, word", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
+def test_a_stop_dropped_as_the_command_ends_is_its_exit_code_not_the_callers(sig, code, word):
+    """The stop dropped in a callback was sent again 10 ms later, whatever happened meanwhile: dropped as
+    the command returned, it came after run_command had returned 0, as a KeyboardInterrupt in the caller's
+    code (SIGINT) or a kill by SIGTERM's default action, with no line. It now ends the command it came in."""
+    done = subprocess.run([sys.executable, "-c", STOP_AT_THE_END, sig], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"returned {code}\n", f"pointgeope x: {word}\n")
+
+
+STOP_SENT_AGAIN_INTO_THE_HOOK = """
+import signal, sys, threading, time, weakref
+from pointgeope.errors import run_command
+
+start, starts = threading.Thread.start, []
+
+def slow_start(self):  # the first thread started returns 50 ms late, as on a busy machine
+    starts.append(self)
+    start(self)
+    if len(starts) == 1:
+        time.sleep(0.05)
+
+threading.Thread.start = slow_start
+
+class Owner:
+    pass
+
+def work():
+    owner = Owner()
+    watch = weakref.ref(owner, lambda ref: signal.raise_signal(signal.Signals[sys.argv[1]]))
+    del owner
+    for _ in range(100):  # 5 s at most
+        time.sleep(0.05)
+    return 0
+
+print("returned", run_command("pointgeope x", work))
+"""
+
+
+@pytest.mark.parametrize("sig, code, word", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
+def test_a_stop_sent_again_while_the_hook_starts_its_thread_is_not_lost(sig, code, word):
+    """The hook that sends a dropped stop again waits for its thread to start; when that took over 10 ms
+    (a busy machine), the stop came back inside the hook, where Python drops it too ("Exception ignored in
+    sys.unraisablehook"), and the command ended with exit code 0. It is sent again once more."""
+    done = subprocess.run([sys.executable, "-c", STOP_SENT_AGAIN_INTO_THE_HOOK, sig], capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"returned {code}\n", f"pointgeope x: {word}\n")
+
+
+KEYBOARD_INTERRUPT_IN_A_THREAD = """
+import threading, time
+from pointgeope.errors import run_command
+
+class Doomed:
+    def __del__(self):
+        raise KeyboardInterrupt  # not a signal: Python runs signal handlers in the main thread only
+
+def work():
+    thread = threading.Thread(target=Doomed)  # the object dies in the thread, its exception dropped there
+    thread.start()
+    thread.join()
+    time.sleep(0.5)
+    return 0
+
+print("returned", run_command("pointgeope x", work))
+"""
+
+
+def test_a_keyboard_interrupt_dropped_in_another_thread_stops_nothing():
+    """A KeyboardInterrupt dropped in any thread was taken for a stop and sent again as SIGINT: the command
+    was interrupted (exit 130) by no signal. Off the main thread it goes to Python's hook, and the command
+    goes on."""
+    done = subprocess.run([sys.executable, "-c", KEYBOARD_INTERRUPT_IN_A_THREAD], capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout) == (0, "returned 0\n"), done.stderr
+    assert "Exception ignored" in done.stderr and "KeyboardInterrupt" in done.stderr
+
+
 def test_stop_on_sigterm_off_the_main_thread_changes_nothing():
     """`train`, `evaluate` and `predict` stop on SIGTERM (stop_on_sigterm) and may be called from a thread
     (a notebook's worker, a test runner's): signal.signal raised ValueError there, so the command failed

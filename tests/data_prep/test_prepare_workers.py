@@ -134,9 +134,9 @@ sys.exit(code)
 @pytest.mark.parametrize("sig, code, word", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
 def test_a_stop_while_the_workers_fork_ends_the_run(tmp_path, sig, code, word, capsys):
     """A SIGTERM or Ctrl-C that came while the pool forked its workers was raised inside a fork callback,
-    where Python prints "Exception ignored" and drops it: prepare went on and exited 0. Now it waits for
-    the forks and stops the run as any stop does: the workers stopped, nothing half-written, the lock
-    released, and the rerun resumes to the same files as a run that was never stopped."""
+    where Python prints "Exception ignored" and drops it: prepare went on and exited 0. Now it is delivered
+    again and stops the run as any stop does: the workers stopped, nothing half-written, the lock released,
+    and the rerun resumes to the same files as a run that was never stopped."""
     raw = five_rooms(tmp_path / "raw")
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-c", STOP_WHILE_FORKING, str(raw), str(out), sig],
@@ -144,7 +144,8 @@ def test_a_stop_while_the_workers_fork_ends_the_run(tmp_path, sig, code, word, c
     assert proc.returncode == code, proc.stderr
     assert "ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"pointgeope prepare: {word}"
-    assert proc.stdout.split()[-1] == "2"  # both workers were forked (the stop came during the first fork)
+    assert proc.stdout.split()[-2:] in (["forks", "1"], ["forks", "2"])  # main returned (the stop came in
+    # the first fork's callbacks; delivered again 10 ms later, it may come before or after the second fork)
     assert not (out / ".lock").exists() and not [p for p in out.rglob("*") if ".tmp" in p.name]
     assert not list(out.glob("Area_*.h5"))  # stopped before any area was written
     assert cli(["prepare", str(raw), str(out), "--jobs", "2"]) == 0
