@@ -91,6 +91,8 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
         return config_problem(cfg, encoding=lambda model: presets_problem(model, presets))
 
     cfg = load_checked(config, common, problem)
+    if why := _unknown_preset(cfg, presets):
+        raise UserError(why)
     if jobs > 1 and cfg.train.threads is None:
         threads = max(1, (os.cpu_count() or 1) // jobs)
         common.append(f"train.threads={threads}")
@@ -102,6 +104,21 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     # with after the trials ran (stale), whatever happens to the config file meanwhile
     trials = [replace(t, config=config_to_dict(load_config(config, t.overrides(common)))) for t in trials]
     return trials, common
+
+
+def _unknown_preset(cfg, presets: list[str]) -> str | None:
+    """The line for the first of ``presets`` that is not an encoding of the config's backbone (named as
+    ``--presets``, which the user typed, not as the ``model.pe`` override each trial gets), ``None`` if none."""
+    from pointgeope.engine.config_values import encodings_of
+
+    own, backbone = encodings_of(cfg.model.backbone), cfg.model.backbone
+    other = "ptv1" if backbone == "ptv3" else "ptv3"
+    for preset in presets:
+        if preset not in own:
+            what = (f"a {other.replace('pt', 'PT')} encoding, but model.backbone={backbone}" if preset in encodings_of(other)
+                    else f"not a positional encoding of model.backbone={backbone}")
+            return f"--presets: {preset!r} is {what}; expected one of {', '.join(own)}"
+    return None
 
 
 STOP_TIMEOUT_S = 60  # a trial stopped with SIGINT that has not ended by then is killed

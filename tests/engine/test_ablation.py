@@ -22,7 +22,9 @@ def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1")
     (("rpe", "rpe"), ("0",), "1", (), "--presets: expected distinct values, got rpe rpe"),
     (("rpe",), ("1", "1"), "1", (), "--seeds: expected distinct values, got 1 1"),
     (("rpe",), ("0",), "1", ("train.seed=3",), "override 'train.seed=3': the ablation sets train.seed for each trial"),
-    (("rpe", "rope4d"), ("0",), "1", (), "override 'model.pe=rope4d': model.pe: expected one of"),
+    (("geope", "foo"), ("0",), "1", (), "--presets: 'foo' is not a positional encoding of model.backbone=ptv1; "
+                                        "expected one of rpe, geope"),
+    (("rpe", "point3drope"), ("0",), "1", (), "--presets: 'point3drope' is a PTv3 encoding, but model.backbone=ptv1"),
     (("rpe",), ("0",), "0", (), "--jobs: expected at least 1, got 0"),
 ])
 def test_bad_input_is_one_line_before_any_training(two_folds, tmp_path, capsys, presets, seeds, jobs, extra, message):
