@@ -20,8 +20,9 @@ with other settings than this command's (a rerun with other overrides; :func:`st
 config as resolved before the trials ran), so that the report's header, which states the command's
 settings, holds for every number under it; a result that records no settings (an older run's) is scored
 with the note that it was not checked. Ctrl-C or SIGTERM stops
-the running trials as Ctrl-C stops a training (each keeps its ``last.pt``; the rerun resumes it) and starts
-no other; so does ``kill -9`` of ablate on Linux (each trial dies with it, ``PR_SET_PDEATHSIG``). One
+the running trials as Ctrl-C stops a training (ablate sends each SIGTERM, which stops it even where SIGINT was
+inherited ignored; each keeps its ``last.pt``; the rerun resumes it) and starts no other; so does
+``kill -9`` of ablate on Linux (each trial is sent SIGTERM when it dies, ``PR_SET_PDEATHSIG``). One
 ablation at a time per RUN (``RUN/.lock``). With ``jobs`` > 1 and no
 ``train.threads`` given, each trial gets ``cpu_count // jobs`` threads (two OpenMP threads per process on
 a machine whose cores are all taken stall badly).
@@ -121,14 +122,19 @@ def _unknown_preset(cfg, presets: list[str]) -> str | None:
     return None
 
 
-STOP_TIMEOUT_S = 60  # a trial stopped with SIGINT that has not ended by then is killed
+STOP_TIMEOUT_S = 60  # a trial stopped with SIGTERM that has not ended by then is killed
+# How ablate stops a trial, on its stop and at its death: SIGTERM, which every command turns into the clean stop
+# of Ctrl-C (errors.run_command) whatever disposition it inherited. Not SIGINT: a process started in the
+# background by a non-interactive shell (`cmd &` in a job script) inherits SIGINT ignored, and so would its
+# trials, which then went on training, orphaned, holding their fold locks.
+STOP_SIGNAL = signal.SIGTERM
 
 
 class _Running:
     """The trials' processes while they run, each in its own session (so that a Ctrl-C at the terminal
-    reaches ablate alone, which stops them once) and bound to ablate's life (sent SIGINT, a training's clean
-    stop: its lock released, its ``last.pt`` kept, when the thread of ablate that started it ends, even by
-    ``kill -9``: :func:`~pointgeope.parent_death.death_signal_request`), and their stop."""
+    reaches ablate alone, which stops them once) and bound to ablate's life (sent :data:`STOP_SIGNAL`, a
+    training's clean stop: its lock released, its ``last.pt`` kept, when the thread of ablate that started it
+    ends, even by ``kill -9``: :func:`~pointgeope.parent_death.death_signal_request`), and their stop."""
 
     def __init__(self):
         self.lock, self.procs, self.stopped = threading.Lock(), set(), False
@@ -139,7 +145,7 @@ class _Running:
             if self.stopped:
                 return None
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=death_signal_request(signal.SIGINT))
+                                    start_new_session=True, preexec_fn=death_signal_request(STOP_SIGNAL))
             self.procs.add(proc)
         code = proc.wait()
         with self.lock:
@@ -147,12 +153,12 @@ class _Running:
         return code
 
     def stop(self) -> None:
-        """Start no other trial; stop each running one as Ctrl-C stops a training (SIGINT: its lock released,
-        its last.pt kept), killing one that has not ended after :data:`STOP_TIMEOUT_S`."""
+        """Start no other trial; stop each running one as Ctrl-C stops a training (:data:`STOP_SIGNAL`: its
+        lock released, its last.pt kept), killing one that has not ended after :data:`STOP_TIMEOUT_S`."""
         with self.lock:
             self.stopped, procs = True, list(self.procs)
         for proc in procs:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(STOP_SIGNAL)
         for proc in procs:
             try:
                 proc.wait(timeout=STOP_TIMEOUT_S)

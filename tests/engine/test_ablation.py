@@ -10,7 +10,7 @@ import pytest
 
 from pointgeope.cli import main as cli
 from pointgeope.engine.ablation import plan
-from tests.engine.conftest import DEMO_CONFIG, TINY, last_line_only
+from tests.engine.conftest import DEMO_CONFIG, TINY, ignore_sigint, last_line_only
 
 
 def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1"), jobs="1", area="1"):
@@ -194,10 +194,13 @@ def test_engine_code_does_not_import_later_layers():
 
 
 @pytest.mark.slow
-def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path):
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path, sigint):
     """SIGTERM to ablate (a job scheduler's stop) ended ablate alone: its running trial went on training.
     Now the trial is stopped as Ctrl-C stops it (its lock released, last.pt kept for the rerun), no further
-    trial starts, and ablate ends with one line and exit code 143 (128 + SIGTERM)."""
+    trial starts, and ablate ends with one line and exit code 143 (128 + SIGTERM); so too when ablate was
+    started with SIGINT ignored (`ablate ... &` in a job script), where ablate waited a minute for trials
+    that ignored the SIGINT it sent them, then killed them."""
     import signal
     import subprocess
     import sys
@@ -205,7 +208,8 @@ def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path
 
     run = tmp_path / "abl"
     argv = [sys.executable, "-m", "pointgeope", *ablate_args(two_folds, run, "train.epochs=1000", seeds=("0",))]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ignore_sigint if sigint == "ignored" else None)
     lock, pid = run / "rpe" / "seed_0" / "area_1" / ".lock", None
     try:
         deadline = time.monotonic() + 120
@@ -214,16 +218,17 @@ def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path
             time.sleep(0.05)
         pid = json.loads(lock.read_text())["pid"]
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=30)
         assert proc.returncode == 143
         last_line_only(err, "pointgeope ablate: terminated")
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)                                       # the trial has ended too
         assert not lock.exists() and not (run / "none").exists()  # released; the next trial never started
-        assert (run / "rpe" / "seed_0" / "train.log").read_text().rstrip().endswith("interrupted")
+        assert (run / "rpe" / "seed_0" / "train.log").read_text().rstrip().endswith("pointgeope train: terminated")
     finally:
         for p in (proc.pid, pid):
             if p is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGKILL)
         proc.wait()
+
