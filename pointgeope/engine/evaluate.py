@@ -275,14 +275,24 @@ def _json_number(x: float):
     return None if math.isnan(x) else x
 
 
+def _fold_checkpoint(run: Path, cfg: Config, fold: int) -> tuple[Path, dict]:
+    """The path and content of the fold's checkpoint to test (``eval.checkpoint``), checked against ``cfg``;
+    one line that says what to do where the fold has not saved it yet."""
+    from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
+    from pointgeope.engine.config import config_to_dict
+
+    path = run / f"{cfg.eval.checkpoint}.pt"
+    if not path.is_file():
+        raise CheckpointError(missing_checkpoint(path, fold))
+    return path, load_checkpoint(path, config_to_dict(cfg), advice=EVALUATE_ADVICE)
+
+
 def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, checked: bool = False) -> dict:
     """Predict every point of the fold's test area(s), write predictions and ``metrics.json``. The test
     area files are checked first, as training checks its areas (:func:`pointgeope.data.check.check_areas`;
     not when ``checked``: the training run that calls it checked them at its start), and refused when they
     differ from those the checkpoint trained on (its recorded checksums)."""
-    from pointgeope.engine.checkpoint import (CheckpointError, check_data, fold_progress, load_checkpoint,
-                                              load_model_state)
-    from pointgeope.engine.config import config_to_dict
+    from pointgeope.engine.checkpoint import check_data, fold_progress, load_model_state
 
     run = Path(run)
     fold = fold_of_run(run)
@@ -291,10 +301,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     if fold not in folds:
         raise UserError(f"{run}: fold {fold} is not in {root / 'folds.json'} (folds {sorted(folds)})")
     areas = list(folds[fold].test)
-    ckpt_path = run / f"{cfg.eval.checkpoint}.pt"
-    if not ckpt_path.is_file():
-        raise CheckpointError(missing_checkpoint(ckpt_path, fold))
-    ckpt = load_checkpoint(ckpt_path, config_to_dict(cfg), advice=EVALUATE_ADVICE)
+    ckpt_path, ckpt = _fold_checkpoint(run, cfg, fold)
     if env.is_main:  # the test areas as training checks its areas, and against what the checkpoint saw
         if not checked:
             check_areas(root, areas, cfg.model.num_classes)
