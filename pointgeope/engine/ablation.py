@@ -63,12 +63,15 @@ class Trial:
     seed: int
     folder: Path
     config: dict = field(default_factory=dict, compare=False, repr=False)
+    threads: int | None = None  # its own train.threads (a resume's, :func:`_resume_threads`), else the common one
 
     @property
     def name(self) -> str:
         return f"{self.preset} seed {self.seed}"
 
     def overrides(self, common: list[str]) -> list[str]:
+        if self.threads is not None:
+            common = [o for o in common if override_key(o) != "train.threads"] + [f"train.threads={self.threads}"]
         return list(common) + [f"model.pe={self.preset}", f"train.seed={self.seed}", f"train.run_dir={self.folder}"]
 
 
@@ -94,6 +97,7 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     cfg = load_checked(config, common, problem)
     if why := _unknown_preset(cfg, presets):
         raise UserError(why)
+    threads = cfg.train.threads  # the user's, else (jobs > 1) a share of the cores, else torch's default (None)
     if jobs > 1 and cfg.train.threads is None:
         threads = max(1, (os.cpu_count() or 1) // jobs)
         common.append(f"train.threads={threads}")
@@ -101,10 +105,53 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     fold_of(load_folds(cfg.data.root), test_area, cfg.data.root)
     trials = [Trial(p, s, inside(run_dir, run_dir / p / f"seed_{s}", f"--presets {p}", "--run-dir"))
               for p in presets for s in seeds]
+    trials = _resume_threads(trials, test_area, threads, cfg.train.threads is not None)
     # each trial's config, checked (e.g. an unknown preset, named) and kept: what its saved result is compared
     # with after the trials ran (stale), whatever happens to the config file meanwhile
     trials = [replace(t, config=config_to_dict(load_config(config, t.overrides(common)))) for t in trials]
     return trials, common
+
+
+def _resume_threads(trials: list[Trial], test_area: int, threads: int | None, chosen: bool) -> list[Trial]:
+    """The trials, each that will resume from a ``last.pt`` written with another number of torch CPU threads
+    than ``threads`` (this command's ``train.threads``; ``None``: torch's default) given that number instead
+    (CPU kernels sum in another order with another count, so the resume would not end as an uninterrupted
+    run: a rerun with another ``--jobs``), unless the user ``chosen`` ``train.threads``; either way said
+    here, in ablate's output, one line a trial (the trial's log says it too)."""
+    import torch
+
+    now = threads if threads is not None else torch.get_num_threads()
+    out = []
+    for trial in trials:
+        last = trial.folder / fold_folder_name(test_area) / "last.pt"
+        saved = _saved_threads(last)
+        if saved is None or saved == now:
+            out.append(trial)
+        elif chosen:
+            print(f"warning: {trial.name} resumes from {last}, written with {saved} torch CPU thread(s), with "
+                  f"train.threads={now}: its results will differ from an uninterrupted run (train.threads={saved} "
+                  "matches)", flush=True)
+            out.append(trial)
+        else:
+            print(f"{trial.name}: resumes with train.threads={saved}, the thread count its {last} was written "
+                  f"with (not {now}), so that it ends as an uninterrupted run would", flush=True)
+            out.append(replace(trial, threads=saved))
+    return out
+
+
+def _saved_threads(last: Path) -> int | None:
+    """The torch CPU threads that ``last`` (a trial's ``last.pt``) was written with, where a rerun resumes
+    from it (its fold is not complete); ``None`` where it will not, or the file does not say."""
+    from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
+    from pointgeope.engine.fold_result import fold_is_complete
+
+    if not last.is_file() or fold_is_complete(last.parent):
+        return None
+    try:
+        threads = load_checkpoint(last).get("threads")
+    except CheckpointError:
+        return None  # (the trial names it)
+    return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
 
 
 def _unknown_preset(cfg, presets: list[str]) -> str | None:
@@ -293,7 +340,9 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
                   + (f"Command: `{command}`\n\n" if command else "")
                   + f"Config `{config}` with `{' '.join(common) or 'no overrides'}`; this invocation took "
                   f"{minutes:.1f} min (wall, {jobs} trial(s) at a time; trials already complete are skipped). "
-                  "Scores pooled over the fold's test area; mean ± sample std (min–max) over the seeds, %.\n\n")
+                  + "".join(f"{t.name} resumed with train.threads={t.threads}, its last.pt's. " for t in trials
+                            if t.threads is not None)
+                  + "Scores pooled over the fold's test area; mean ± sample std (min–max) over the seeds, %.\n\n")
         left_out, notes = _left_out(trials, codes, test_area)
         report([(t.preset, t.seed, t.folder) for t in trials], header, left_out, notes)
     failed = [t.name for t, code in zip(trials, codes) if code != 0]

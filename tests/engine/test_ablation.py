@@ -232,3 +232,32 @@ def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path
                     os.kill(p, signal.SIGKILL)
         proc.wait()
 
+
+@pytest.mark.parametrize("jobs, extra", [("1", ()), ("2", ()), ("1", ("train.threads=1",))])
+def test_a_resumed_trial_keeps_its_checkpoints_threads_and_ablate_says_so(two_folds, tiny_run, tmp_path, capsys,
+                                                                          jobs, extra):
+    """A rerun with another --jobs (another train.threads share, or torch's default) resumed an interrupted
+    trial with another thread count: its results differ from an uninterrupted run, and only the trial's
+    log.txt said so. Now the trial keeps its last.pt's count, unless train.threads is given (then a warning),
+    and ablate's own output says which."""
+    import torch
+
+    fold = tmp_path / "rpe" / "seed_0" / "area_1"
+    fold.mkdir(parents=True)
+    ckpt = torch.load(tiny_run / "last.pt", weights_only=True)
+    ckpt["threads"] = 3                                    # a count no setting here gives
+    torch.save(ckpt, fold / "last.pt")
+    trials, common = plan(DEMO_CONFIG, ["rpe", "none"], [0], 1, tmp_path, [f"data.root={two_folds}", *extra],
+                          int(jobs))
+    out = capsys.readouterr().out
+    rpe, none = trials
+    threads = [o for o in rpe.overrides(common) if o.startswith("train.threads=")]
+    if extra:                                                # the user's choice stands, with a warning
+        assert rpe.threads is None and threads == ["train.threads=1"]
+        assert (f"warning: rpe seed 0 resumes from {fold / 'last.pt'}, written with 3 torch CPU thread(s), with "
+                "train.threads=1: its results will differ from an uninterrupted run (train.threads=3 matches)") in out
+    else:
+        assert rpe.threads == 3 and threads == ["train.threads=3"] and rpe.config["train"]["threads"] == 3
+        assert (f"rpe seed 0: resumes with train.threads=3, the thread count its {fold / 'last.pt'} was written "
+                "with") in out
+    assert none.threads is None and none.overrides(common)[:len(common)] == common   # (nothing to resume)
