@@ -47,14 +47,15 @@ def new_test() -> str:
 
 def pair_problem(run: Path, metrics: dict) -> str | None:
     """Why ``run/metrics.json`` (read as ``metrics``) and the predictions files of its test areas are not the
-    pair of one test (their tokens differ: a test stopped between its writes), ``None`` when they are."""
+    pair of one test (their tokens differ: a test stopped between its writes), ``None`` when they are or a
+    predictions file is not there (deleted by hand: ``pointgeope evaluate`` writes it again)."""
     from pointgeope.h5 import predictions_path, predictions_test
 
     token = metrics.get(TEST_KEY)
     areas = metrics.get("test_areas") or [metrics.get("area")]
     for area in (a for a in (areas if isinstance(areas, list) else []) if isinstance(a, str)):
         path = predictions_path(run, area)
-        if predictions_test(path) != token:
+        if path.exists() and predictions_test(path) != token:  # (deleted: train skips it, evaluate writes it)
             return (f"{path} is not the test that {Path(run) / METRICS_FILE} records (a test stopped between "
                     f"the two writes); test the fold again (the training command, or pointgeope evaluate {run})")
     return None

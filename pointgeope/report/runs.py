@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name
-from pointgeope.engine.fold_result import pair_problem  # (no torch: the report imports none)
+from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
 from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text

@@ -95,3 +95,12 @@ def test_evaluate_without_its_checkpoint_says_what_to_do(tiny_run, tmp_path, cap
     line = one_line(capsys, 2, ["evaluate", str(fold), "--checkpoint", checkpoint])
     assert line == (f"pointgeope evaluate: error: expected a checkpoint at {fold / (checkpoint + '.pt')}, found "
                     f"nothing: {fix.format(run=fold.parent)}")
+
+
+def test_a_pair_whose_predictions_were_deleted_is_still_complete(tiny_run, tmp_path):
+    """Predictions deleted by hand (to save space) are no stopped test: the fold stays complete, as before
+    (its report stands; ``pointgeope evaluate`` writes the file again)."""
+    fold = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, fold)
+    (fold / "predictions" / "Area_1.h5").unlink()
+    assert fold_is_complete(fold) and read_fold(fold / "metrics.json", 1)[0] is not None
