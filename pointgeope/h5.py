@@ -16,7 +16,8 @@ the same bytes.
 
 Fold predictions ``RUN/area_K/predictions/Area_K.h5`` (written by ``pointgeope train`` and ``evaluate``)::
 
-    /                      attrs: kind = "predictions", area, checkpoint, epoch
+    /                      attrs: kind = "predictions", area, checkpoint, epoch, test (the token of the
+                           test that wrote it, which its metrics.json carries as "predictions_test")
     /<room>/pred           uint8 (N,)      aligned point for point with the prepared room
 
 Scan predictions ``DIR/<name>_pred.h5`` (``pointgeope predict --format h5``): one room in the prepared
@@ -229,6 +230,18 @@ def predicted_rooms(path: str | Path) -> set[str]:
     """The rooms a predictions file holds predictions of."""
     with _open_predictions(path) as f:
         return {room for room in f if isinstance(f[room], h5py.Group) and PRED in f[room]}
+
+
+def predictions_test(path: str | Path) -> str | None:
+    """The token of the test that wrote a fold predictions file (root attr ``test``, which the test's
+    ``metrics.json`` carries too: :mod:`pointgeope.engine.fold_result`); ``None`` where the file is missing,
+    unreadable, or has none (written before tests recorded it)."""
+    try:
+        with h5py.File(path, "r") as f:
+            value = f.attrs.get("test")
+    except OSError:
+        return None
+    return None if value is None else str(_plain(value))
 
 
 def has_predictions(path: str | Path, room: str) -> bool:

@@ -4,8 +4,9 @@ A child of a killed command (``kill -9``, a job scheduler) lived on: a prepare w
 ablation trial went on training, alone, holding its folder's lock. A child that runs
 :func:`death_signal_request`'s function first is sent ``sig`` by the kernel when its parent ends, however
 it ends (on Linux, "the parent" is the thread that forked the child). Each caller picks its signal:
-``SIGKILL`` for prepare's workers (nothing of theirs to save), ``SIGINT`` for an ablation's trials (a
-training's clean stop: its lock released, its ``last.pt`` kept).
+``SIGKILL`` for prepare's workers (nothing of theirs to save), ``SIGTERM`` for an ablation's trials (a
+training's clean stop: its lock released, its ``last.pt`` kept; not ``SIGINT``, which a process started in
+the background by a non-interactive shell inherits ignored).
 
 The request has a gap: a parent that dies between the ``fork`` and the ``prctl`` sends nothing, so the child
 then checks that its parent is still the process that prepared the request, and ends at once if not.

@@ -6,7 +6,8 @@ encoding's mean and spread over the seeds.
 
 Each trial is ``pointgeope train`` with ``model.pe=<preset> train.seed=<seed>`` in
 ``RUN/<preset>/seed_<seed>/`` (its output in ``train.log`` there); ``--jobs`` trials run at a time (each with
-``cpu_count // jobs`` threads unless ``train.threads`` is given). The report goes to ``RUN/report/fold_K/``
+``cpu_count // jobs`` threads unless ``train.threads`` is given; a trial resumed from its ``last.pt`` keeps
+the thread count it was written with, unless ``train.threads`` is given, and ablate says which). The report goes to ``RUN/report/fold_K/``
 (one per fold, each scoring the trials' ``area_K`` alone): ``ablation.md`` (mean ± std (min–max) per preset,
 differences to the first preset marked when they are within the seeds' spread, every seed, per-class IoU),
 ``ablation.json``, ``ablation.csv``. Rerunning the same command skips complete trials and resumes

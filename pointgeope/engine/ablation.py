@@ -20,8 +20,9 @@ with other settings than this command's (a rerun with other overrides; :func:`st
 config as resolved before the trials ran), so that the report's header, which states the command's
 settings, holds for every number under it; a result that records no settings (an older run's) is scored
 with the note that it was not checked. Ctrl-C or SIGTERM stops
-the running trials as Ctrl-C stops a training (each keeps its ``last.pt``; the rerun resumes it) and starts
-no other; so does ``kill -9`` of ablate on Linux (each trial dies with it, ``PR_SET_PDEATHSIG``). One
+the running trials as Ctrl-C stops a training (ablate sends each SIGTERM, which stops it even where SIGINT was
+inherited ignored; each keeps its ``last.pt``; the rerun resumes it) and starts no other; so does
+``kill -9`` of ablate on Linux (each trial is sent SIGTERM when it dies, ``PR_SET_PDEATHSIG``). One
 ablation at a time per RUN (``RUN/.lock``). With ``jobs`` > 1 and no
 ``train.threads`` given, each trial gets ``cpu_count // jobs`` threads (two OpenMP threads per process on
 a machine whose cores are all taken stall badly).
@@ -62,12 +63,15 @@ class Trial:
     seed: int
     folder: Path
     config: dict = field(default_factory=dict, compare=False, repr=False)
+    threads: int | None = None  # its own train.threads (a resume's, :func:`_resume_threads`), else the common one
 
     @property
     def name(self) -> str:
         return f"{self.preset} seed {self.seed}"
 
     def overrides(self, common: list[str]) -> list[str]:
+        if self.threads is not None:
+            common = [o for o in common if override_key(o) != "train.threads"] + [f"train.threads={self.threads}"]
         return list(common) + [f"model.pe={self.preset}", f"train.seed={self.seed}", f"train.run_dir={self.folder}"]
 
 
@@ -91,6 +95,9 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
         return config_problem(cfg, encoding=lambda model: presets_problem(model, presets))
 
     cfg = load_checked(config, common, problem)
+    if why := _unknown_preset(cfg, presets):
+        raise UserError(why)
+    threads = cfg.train.threads  # the user's, else (jobs > 1) a share of the cores, else torch's default (None)
     if jobs > 1 and cfg.train.threads is None:
         threads = max(1, (os.cpu_count() or 1) // jobs)
         common.append(f"train.threads={threads}")
@@ -98,20 +105,83 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     fold_of(load_folds(cfg.data.root), test_area, cfg.data.root)
     trials = [Trial(p, s, inside(run_dir, run_dir / p / f"seed_{s}", f"--presets {p}", "--run-dir"))
               for p in presets for s in seeds]
+    trials = _resume_threads(trials, test_area, threads, cfg.train.threads is not None)
     # each trial's config, checked (e.g. an unknown preset, named) and kept: what its saved result is compared
     # with after the trials ran (stale), whatever happens to the config file meanwhile
     trials = [replace(t, config=config_to_dict(load_config(config, t.overrides(common)))) for t in trials]
     return trials, common
 
 
-STOP_TIMEOUT_S = 60  # a trial stopped with SIGINT that has not ended by then is killed
+def _resume_threads(trials: list[Trial], test_area: int, threads: int | None, chosen: bool) -> list[Trial]:
+    """The trials, each that will resume from a ``last.pt`` written with another number of torch CPU threads
+    than ``threads`` (this command's ``train.threads``; ``None``: torch's default) given that number instead
+    (CPU kernels sum in another order with another count, so the resume would not end as an uninterrupted
+    run: a rerun with another ``--jobs``), unless the user ``chosen`` ``train.threads``; either way said
+    here, in ablate's output, one line a trial (the trial's log says it too)."""
+    import torch
+
+    now = threads if threads is not None else torch.get_num_threads()
+    out = []
+    for trial in trials:
+        last = trial.folder / fold_folder_name(test_area) / "last.pt"
+        saved = _saved_threads(last)
+        if saved is None or saved == now:
+            out.append(trial)
+        elif chosen:
+            print(f"warning: {trial.name} resumes from {last}, written with {saved} torch CPU thread(s), with "
+                  f"train.threads={now}: its results will differ from an uninterrupted run (train.threads={saved} "
+                  "matches)", flush=True)
+            out.append(trial)
+        else:
+            print(f"{trial.name}: resumes with train.threads={saved}, the thread count its {last} was written "
+                  f"with (not {now}), so that it ends as an uninterrupted run would", flush=True)
+            out.append(replace(trial, threads=saved))
+    return out
+
+
+def _saved_threads(last: Path) -> int | None:
+    """The torch CPU threads that ``last`` (a trial's ``last.pt``) was written with, where a rerun resumes
+    from it (its fold is not complete); ``None`` where it will not, or the file does not say."""
+    from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
+    from pointgeope.engine.fold_result import fold_is_complete
+
+    if not last.is_file() or fold_is_complete(last.parent):
+        return None
+    try:
+        threads = load_checkpoint(last).get("threads")
+    except CheckpointError:
+        return None  # (the trial names it)
+    return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
+
+
+def _unknown_preset(cfg, presets: list[str]) -> str | None:
+    """The line for the first of ``presets`` that is not an encoding of the config's backbone (named as
+    ``--presets``, which the user typed, not as the ``model.pe`` override each trial gets), ``None`` if none."""
+    from pointgeope.engine.config_values import encodings_of
+
+    own, backbone = encodings_of(cfg.model.backbone), cfg.model.backbone
+    other = "ptv1" if backbone == "ptv3" else "ptv3"
+    for preset in presets:
+        if preset not in own:
+            what = (f"a {other.replace('pt', 'PT')} encoding, but model.backbone={backbone}" if preset in encodings_of(other)
+                    else f"not a positional encoding of model.backbone={backbone}")
+            return f"--presets: {preset!r} is {what}; expected one of {', '.join(own)}"
+    return None
+
+
+STOP_TIMEOUT_S = 60  # a trial stopped with SIGTERM that has not ended by then is killed
+# How ablate stops a trial, on its stop and at its death: SIGTERM, which every command turns into the clean stop
+# of Ctrl-C (errors.run_command) whatever disposition it inherited. Not SIGINT: a process started in the
+# background by a non-interactive shell (`cmd &` in a job script) inherits SIGINT ignored, and so would its
+# trials, which then went on training, orphaned, holding their fold locks.
+STOP_SIGNAL = signal.SIGTERM
 
 
 class _Running:
     """The trials' processes while they run, each in its own session (so that a Ctrl-C at the terminal
-    reaches ablate alone, which stops them once) and bound to ablate's life (sent SIGINT, a training's clean
-    stop: its lock released, its ``last.pt`` kept, when the thread of ablate that started it ends, even by
-    ``kill -9``: :func:`~pointgeope.parent_death.death_signal_request`), and their stop."""
+    reaches ablate alone, which stops them once) and bound to ablate's life (sent :data:`STOP_SIGNAL`, a
+    training's clean stop: its lock released, its ``last.pt`` kept, when the thread of ablate that started it
+    ends, even by ``kill -9``: :func:`~pointgeope.parent_death.death_signal_request`), and their stop."""
 
     def __init__(self):
         self.lock, self.procs, self.stopped = threading.Lock(), set(), False
@@ -122,7 +192,7 @@ class _Running:
             if self.stopped:
                 return None
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=death_signal_request(signal.SIGINT))
+                                    start_new_session=True, preexec_fn=death_signal_request(STOP_SIGNAL))
             self.procs.add(proc)
         code = proc.wait()
         with self.lock:
@@ -130,12 +200,12 @@ class _Running:
         return code
 
     def stop(self) -> None:
-        """Start no other trial; stop each running one as Ctrl-C stops a training (SIGINT: its lock released,
-        its last.pt kept), killing one that has not ended after :data:`STOP_TIMEOUT_S`."""
+        """Start no other trial; stop each running one as Ctrl-C stops a training (:data:`STOP_SIGNAL`: its
+        lock released, its last.pt kept), killing one that has not ended after :data:`STOP_TIMEOUT_S`."""
         with self.lock:
             self.stopped, procs = True, list(self.procs)
         for proc in procs:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(STOP_SIGNAL)
         for proc in procs:
             try:
                 proc.wait(timeout=STOP_TIMEOUT_S)
@@ -270,7 +340,9 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
                   + (f"Command: `{command}`\n\n" if command else "")
                   + f"Config `{config}` with `{' '.join(common) or 'no overrides'}`; this invocation took "
                   f"{minutes:.1f} min (wall, {jobs} trial(s) at a time; trials already complete are skipped). "
-                  "Scores pooled over the fold's test area; mean ± sample std (min–max) over the seeds, %.\n\n")
+                  + "".join(f"{t.name} resumed with train.threads={t.threads}, its last.pt's. " for t in trials
+                            if t.threads is not None)
+                  + "Scores pooled over the fold's test area; mean ± sample std (min–max) over the seeds, %.\n\n")
         left_out, notes = _left_out(trials, codes, test_area)
         report([(t.preset, t.seed, t.folder) for t in trials], header, left_out, notes)
     failed = [t.name for t, code in zip(trials, codes) if code != 0]

@@ -269,12 +269,17 @@ def frequency_keys_read(m: ModelConfig, pe: str | None = None) -> tuple[str, ...
     return frequency_keys(PRESETS[pe], m.rope_mixed_init)
 
 
-def _encodings(m: ModelConfig) -> tuple[str, ...]:
-    """The encodings of ``m``'s backbone: PTv3's ``QK_ENCODINGS``, PTv1's ``attention.PRESETS``."""
+def encodings_of(backbone: str) -> tuple[str, ...]:
+    """The encodings of ``backbone``: PTv3's ``QK_ENCODINGS``, PTv1's ``attention.PRESETS``."""
     from pointgeope.model.attention import PRESETS
     from pointgeope.model.qk_encodings import QK_ENCODINGS
 
-    return QK_ENCODINGS if m.backbone == "ptv3" else tuple(PRESETS)
+    return tuple(QK_ENCODINGS) if backbone == "ptv3" else tuple(PRESETS)
+
+
+def _encodings(m: ModelConfig) -> tuple[str, ...]:
+    """The encodings of ``m``'s backbone (:func:`encodings_of`)."""
+    return encodings_of(m.backbone)
 
 
 def keys_read(m: ModelConfig, pe: str) -> tuple[str, ...]:

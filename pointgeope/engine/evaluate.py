@@ -25,15 +25,15 @@ thread while a batch runs (:func:`~pointgeope.engine.placement.pipelined`), thei
 CUDA, by that thread on the CPU); :mod:`pointgeope.engine.vote_batches` runs the batches.
 
 Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (layout in :mod:`pointgeope.h5`),
-then ``RUN/area_K/metrics.json``, with ``"complete": true`` once the fold has trained all its
-``train.epochs`` (``"trained_epochs"`` of ``"epochs"``: an interrupted fold can be evaluated, it stays
+then ``RUN/area_K/metrics.json`` (both carry the test's token, so that a stop between the writes leaves a
+pair that every reader tells apart: :mod:`~pointgeope.engine.fold_result`), with ``"complete": true`` once
+the fold has trained all its ``train.epochs`` (``"trained_epochs"`` of ``"epochs"``: an interrupted fold can be evaluated, it stays
 unfinished).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import sys
 import time
@@ -57,6 +57,7 @@ from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed, placement
 from pointgeope.engine.ahead import with_index
 from pointgeope.engine.config import Config, TTAConfig
+from pointgeope.engine.fold_result import TEST_KEY, missing_checkpoint, new_test, unfinished_metrics_warning
 from pointgeope.engine.prefetch import Prefetch
 from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, piece_key, stack
 from pointgeope.engine.runio import progress, write_json_atomic
@@ -212,22 +213,6 @@ def room_seed(seed: int, room: str) -> int:
 
 # --- one fold --------------------------------------------------------------------------------------------
 
-def unfinished_metrics_warning(run: Path, trained: int, epochs: int) -> str:
-    return (f"warning: {run} is unfinished: trained {trained} of {epochs} epochs; metrics.json says so "
-            "(\"complete\": false), the same training command continues the fold, and report leaves it out "
-            "of the pooled scores")
-
-
-def fold_is_complete(run: Path) -> bool:
-    path = Path(run) / "metrics.json"
-    if not path.is_file():
-        return False
-    try:
-        return json.loads(path.read_text()).get("complete") is True
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):  # damaged: evaluated again
-        return False
-
-
 def not_a_fold(run: Path) -> str:
     """The message of a model argument that is no fold folder ``RUN/area_K`` (evaluate's and predict's): a
     run folder's is told the fold folders it holds."""
@@ -290,13 +275,24 @@ def _json_number(x: float):
     return None if math.isnan(x) else x
 
 
+def _fold_checkpoint(run: Path, cfg: Config, fold: int) -> tuple[Path, dict]:
+    """The path and content of the fold's checkpoint to test (``eval.checkpoint``), checked against ``cfg``;
+    one line that says what to do where the fold has not saved it yet."""
+    from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
+    from pointgeope.engine.config import config_to_dict
+
+    path = run / f"{cfg.eval.checkpoint}.pt"
+    if not path.is_file():
+        raise CheckpointError(missing_checkpoint(path, fold))
+    return path, load_checkpoint(path, config_to_dict(cfg), advice=EVALUATE_ADVICE)
+
+
 def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, checked: bool = False) -> dict:
     """Predict every point of the fold's test area(s), write predictions and ``metrics.json``. The test
     area files are checked first, as training checks its areas (:func:`pointgeope.data.check.check_areas`;
     not when ``checked``: the training run that calls it checked them at its start), and refused when they
     differ from those the checkpoint trained on (its recorded checksums)."""
-    from pointgeope.engine.checkpoint import check_data, fold_progress, load_checkpoint, load_model_state
-    from pointgeope.engine.config import config_to_dict
+    from pointgeope.engine.checkpoint import check_data, fold_progress, load_model_state
 
     run = Path(run)
     fold = fold_of_run(run)
@@ -305,8 +301,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     if fold not in folds:
         raise UserError(f"{run}: fold {fold} is not in {root / 'folds.json'} (folds {sorted(folds)})")
     areas = list(folds[fold].test)
-    ckpt_path = run / f"{cfg.eval.checkpoint}.pt"
-    ckpt = load_checkpoint(ckpt_path, config_to_dict(cfg), advice=EVALUATE_ADVICE)
+    ckpt_path, ckpt = _fold_checkpoint(run, cfg, fold)
     if env.is_main:  # the test areas as training checks its areas, and against what the checkpoint saw
         if not checked:
             check_areas(root, areas, cfg.model.num_classes)
@@ -334,6 +329,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     if env.is_main:
         confusion = np.zeros((cfg.model.num_classes,) * 2, dtype=np.int64)
         num_points = 0
+        test = new_test()  # in each predictions file and, last, metrics.json: one pair (fold_result)
         for area in areas:
             rooms = {room: pred for part in gathered for room, pred in part[area].items()}
             for room, pred in rooms.items():
@@ -343,7 +339,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
                 confusion += confusion_matrix(pred, label, cfg.model.num_classes, cfg.train.ignore_index)
                 num_points += int(pred.shape[0])
             write_predictions(predictions_path(run, area), area, rooms,
-                              {"checkpoint": ckpt_path.name, "epoch": int(ckpt["epoch"])})
+                              {"checkpoint": ckpt_path.name, "epoch": int(ckpt["epoch"]), "test": test})
         s = scores(confusion, cfg.eval.class_mean)
         metrics = {
             "area": areas[0] if len(areas) == 1 else areas, "fold": fold, "test_areas": areas,
@@ -359,6 +355,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
             "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
             "config": dataclasses.asdict(cfg),  # what was evaluated: report compares its folds' (report/settings.py)
             "data": ckpt.get("data"),  # area -> checksum of the files it trained and was tested on (report too)
+            TEST_KEY: test,
         }
         write_json_atomic(run / "metrics.json", metrics)
         log(f"evaluated {', '.join(areas)}: {num_points:,} points in {seconds:.1f}s -> "

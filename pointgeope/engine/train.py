@@ -48,7 +48,8 @@ from pointgeope.engine.checkpoint import (check_data, checkpoint_config, config_
                                           fold_progress, load_checkpoint, prediction_metadata, untested_eval)
 from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.epoch_meter import EpochMeter
-from pointgeope.engine.evaluate import evaluate_fold, fold_is_complete, validate
+from pointgeope.engine.evaluate import evaluate_fold, validate
+from pointgeope.engine.fold_result import fold_is_complete
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
@@ -281,9 +282,10 @@ def fold_folder(run: Path, env: distributed.DistEnv):
         yield
 
 
-def complete_metrics(run: Path, cfg: Config, areas: list[str]) -> dict | None:
+def complete_metrics(run: Path, cfg: Config, areas: list[str], log=print) -> dict | None:
     """The metrics of a complete fold trained with ``cfg`` (free keys aside) on the files of its ``areas``
-    now in ``cfg.data.root``, ``None`` if the fold is not complete; a :class:`UserError` naming the
+    now in ``cfg.data.root``, ``None`` if the fold is not complete (a ``metrics.json`` of another test than
+    its predictions' too, said through ``log``: :mod:`~pointgeope.engine.fold_result`); a :class:`UserError` naming the
     differing keys if it was trained with another config, or the differing files if on other data.
 
     What was trained is read from the fold's ``last.pt`` (its config, epochs and the checksums of its area
@@ -291,7 +293,7 @@ def complete_metrics(run: Path, cfg: Config, areas: list[str]) -> dict | None:
     but whose ``last.pt`` trained fewer epochs than ``cfg`` asks is continued, and one without ``last.pt``
     is refused. ``data.root`` is a free key (where the files live), so the data is compared by checksum, as
     a resume and ``evaluate`` compare it: a root prepared again from other rooms is not the fold's data."""
-    if not fold_is_complete(run):
+    if not fold_is_complete(run, log):
         return None
     last = run / "last.pt"
     if not last.is_file():
@@ -336,7 +338,8 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
     for fold in wanted:
         run = Path(cfg.train.run_dir) / fold_folder_name(fold)
         with fold_folder(run, env):
-            metrics = None if force else complete_metrics(run, cfg, list(folds[fold].train + folds[fold].test))
+            metrics = None if force else complete_metrics(run, cfg, list(folds[fold].train + folds[fold].test),
+                                                              _main_print(env))
             if metrics is not None:
                 if env.is_main:
                     note = untested_eval(run, metrics.get("config"), config_to_dict(cfg))

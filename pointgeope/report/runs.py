@@ -9,7 +9,9 @@ A run folder holds one sub-folder per fold, each with the fold's ``metrics.json`
 
 The confusion matrix is the source of truth: every score here is recomputed from it with
 :mod:`pointgeope.metrics`, the stored ``oa`` / ``miou`` / ... are not read. A fold counts only when its
-file exists and says ``"complete": true``; the others are listed with the reason, never dropped silently.
+file exists and says ``"complete": true`` of the predictions beside it (not a test stopped between its
+two writes: :func:`~pointgeope.engine.fold_result.pair_problem`); the others are listed with the reason,
+never dropped silently.
 The class means follow the rule the folds were evaluated with (``"class_mean"`` in ``metrics.json``, the
 run's ``eval.class_mean``; ``"present"`` in files written before the key existed, the rule they used), or
 the one the report is asked for (``pointgeope report --class-mean``).
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name
+from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
 from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text
@@ -160,6 +163,8 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     if data.get("complete") is not True:  # an evaluation of an interrupted training: flagged, never pooled
         trained, epochs = data.get("trained_epochs"), data.get("epochs")
         return None, f"unfinished: trained {trained} of {epochs} epochs" if epochs else "incomplete"
+    if problem := pair_problem(path.parent, data):  # a test stopped between its predictions and this file
+        return None, problem
     names = data.get("class_names")
     if names is not None and tuple(names) != CLASS_NAMES:
         raise ReportError(f"{path}: expected class_names {list(CLASS_NAMES)}, got {names}")

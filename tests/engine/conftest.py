@@ -83,3 +83,11 @@ def last_line_only(err: str, line: str) -> None:
     lines = err.splitlines()
     assert lines and lines[-1] == line, err[-2000:]
     assert "Traceback" not in err and sum(line in other for other in lines) == 1, err[-2000:]
+
+
+def ignore_sigint() -> None:
+    """A ``preexec_fn``: SIGINT ignored, as a non-interactive shell starts a command in the background
+    (``cmd &`` in a job script), and as the command's children then inherit it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

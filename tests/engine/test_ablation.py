@@ -10,7 +10,7 @@ import pytest
 
 from pointgeope.cli import main as cli
 from pointgeope.engine.ablation import plan
-from tests.engine.conftest import DEMO_CONFIG, TINY, last_line_only
+from tests.engine.conftest import DEMO_CONFIG, TINY, ignore_sigint, last_line_only
 
 
 def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1"), jobs="1", area="1"):
@@ -22,7 +22,9 @@ def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1")
     (("rpe", "rpe"), ("0",), "1", (), "--presets: expected distinct values, got rpe rpe"),
     (("rpe",), ("1", "1"), "1", (), "--seeds: expected distinct values, got 1 1"),
     (("rpe",), ("0",), "1", ("train.seed=3",), "override 'train.seed=3': the ablation sets train.seed for each trial"),
-    (("rpe", "rope4d"), ("0",), "1", (), "override 'model.pe=rope4d': model.pe: expected one of"),
+    (("geope", "foo"), ("0",), "1", (), "--presets: 'foo' is not a positional encoding of model.backbone=ptv1; "
+                                        "expected one of rpe, geope"),
+    (("rpe", "point3drope"), ("0",), "1", (), "--presets: 'point3drope' is a PTv3 encoding, but model.backbone=ptv1"),
     (("rpe",), ("0",), "0", (), "--jobs: expected at least 1, got 0"),
 ])
 def test_bad_input_is_one_line_before_any_training(two_folds, tmp_path, capsys, presets, seeds, jobs, extra, message):
@@ -192,10 +194,13 @@ def test_engine_code_does_not_import_later_layers():
 
 
 @pytest.mark.slow
-def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path):
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path, sigint):
     """SIGTERM to ablate (a job scheduler's stop) ended ablate alone: its running trial went on training.
     Now the trial is stopped as Ctrl-C stops it (its lock released, last.pt kept for the rerun), no further
-    trial starts, and ablate ends with one line and exit code 143 (128 + SIGTERM)."""
+    trial starts, and ablate ends with one line and exit code 143 (128 + SIGTERM); so too when ablate was
+    started with SIGINT ignored (`ablate ... &` in a job script), where ablate waited a minute for trials
+    that ignored the SIGINT it sent them, then killed them."""
     import signal
     import subprocess
     import sys
@@ -203,7 +208,8 @@ def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path
 
     run = tmp_path / "abl"
     argv = [sys.executable, "-m", "pointgeope", *ablate_args(two_folds, run, "train.epochs=1000", seeds=("0",))]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ignore_sigint if sigint == "ignored" else None)
     lock, pid = run / "rpe" / "seed_0" / "area_1" / ".lock", None
     try:
         deadline = time.monotonic() + 120
@@ -212,16 +218,46 @@ def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path
             time.sleep(0.05)
         pid = json.loads(lock.read_text())["pid"]
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=30)
         assert proc.returncode == 143
         last_line_only(err, "pointgeope ablate: terminated")
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)                                       # the trial has ended too
         assert not lock.exists() and not (run / "none").exists()  # released; the next trial never started
-        assert (run / "rpe" / "seed_0" / "train.log").read_text().rstrip().endswith("interrupted")
+        assert (run / "rpe" / "seed_0" / "train.log").read_text().rstrip().endswith("pointgeope train: terminated")
     finally:
         for p in (proc.pid, pid):
             if p is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGKILL)
         proc.wait()
+
+
+@pytest.mark.parametrize("jobs, extra", [("1", ()), ("2", ()), ("1", ("train.threads=1",))])
+def test_a_resumed_trial_keeps_its_checkpoints_threads_and_ablate_says_so(two_folds, tiny_run, tmp_path, capsys,
+                                                                          jobs, extra):
+    """A rerun with another --jobs (another train.threads share, or torch's default) resumed an interrupted
+    trial with another thread count: its results differ from an uninterrupted run, and only the trial's
+    log.txt said so. Now the trial keeps its last.pt's count, unless train.threads is given (then a warning),
+    and ablate's own output says which."""
+    import torch
+
+    fold = tmp_path / "rpe" / "seed_0" / "area_1"
+    fold.mkdir(parents=True)
+    ckpt = torch.load(tiny_run / "last.pt", weights_only=True)
+    ckpt["threads"] = 3                                    # a count no setting here gives
+    torch.save(ckpt, fold / "last.pt")
+    trials, common = plan(DEMO_CONFIG, ["rpe", "none"], [0], 1, tmp_path, [f"data.root={two_folds}", *extra],
+                          int(jobs))
+    out = capsys.readouterr().out
+    rpe, none = trials
+    threads = [o for o in rpe.overrides(common) if o.startswith("train.threads=")]
+    if extra:                                                # the user's choice stands, with a warning
+        assert rpe.threads is None and threads == ["train.threads=1"]
+        assert (f"warning: rpe seed 0 resumes from {fold / 'last.pt'}, written with 3 torch CPU thread(s), with "
+                "train.threads=1: its results will differ from an uninterrupted run (train.threads=3 matches)") in out
+    else:
+        assert rpe.threads == 3 and threads == ["train.threads=3"] and rpe.config["train"]["threads"] == 3
+        assert (f"rpe seed 0: resumes with train.threads=3, the thread count its {fold / 'last.pt'} was written "
+                "with") in out
+    assert none.threads is None and none.overrides(common)[:len(common)] == common   # (nothing to resume)

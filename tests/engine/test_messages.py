@@ -16,7 +16,7 @@ import pytest
 
 from pointgeope.cli import main as cli
 from pointgeope.lock import folder_lock
-from tests.engine.conftest import one_line
+from tests.engine.conftest import ignore_sigint, one_line
 from tests.engine.test_ablation import ablate_args
 from tests.engine.test_user_errors import train_args
 
@@ -112,11 +112,15 @@ def test_a_rerun_beside_a_trial_still_running_names_its_lock(two_folds, tmp_path
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_kill_9_of_ablate_leaves_no_trial_running(two_folds, tmp_path):
-    """Before: the trial went on training alone (its own session), and held its fold's lock."""
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_kill_9_of_ablate_leaves_no_trial_running(two_folds, tmp_path, sigint):
+    """Before: the trial went on training alone (its own session), and held its fold's lock; then again
+    when ablate was started with SIGINT ignored (`ablate ... &` in a job script), which its trials inherited
+    and which was their death signal."""
     run = tmp_path / "abl"
     argv = [sys.executable, "-m", "pointgeope", *ablate_args(two_folds, run, "train.epochs=1000", seeds=("0",))]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=ignore_sigint if sigint == "ignored" else None)
     lock, pid = run / "rpe" / "seed_0" / "area_1" / ".lock", None
     try:
         deadline = time.monotonic() + 120
@@ -136,7 +140,7 @@ def test_kill_9_of_ablate_leaves_no_trial_running(two_folds, tmp_path):
                 os.waitpid(pid, os.WNOHANG)  # (not our child: the trial is ablate's)
             assert time.monotonic() < deadline, "the trial still runs a minute after ablate was killed"
             time.sleep(0.1)
-        assert (run / "rpe" / "seed_0" / "train.log").read_text().rstrip().endswith("interrupted")
+        assert (run / "rpe" / "seed_0" / "train.log").read_text().rstrip().endswith("pointgeope train: terminated")
         assert not lock.exists()  # the trial stopped as Ctrl-C stops it: lock released
     finally:
         for p in (proc.pid, pid):

@@ -1,0 +1,79 @@
+"""A fold's result, the pair that a test writes: ``RUN/area_K/predictions/Area_K.h5`` and ``metrics.json``.
+
+Each file is written atomically, but not the pair: a test stopped between them (``kill -9``, an out-of-memory
+kill, Ctrl-C) leaves new predictions beside the old ``metrics.json``, whose scores, eval settings and
+``"complete": true`` do not describe them. So each test draws a token (:func:`new_test`) that it writes into
+every predictions file (root attr ``test``) and, last, into ``metrics.json`` (``"predictions_test"``), and
+the readers of a fold's result take a pair whose tokens differ (:func:`pair_problem`) as a fold not tested:
+``train`` tests it again instead of skipping it (:func:`fold_is_complete`), ``report`` names it missing and
+leaves it out. (``viz`` shows the predictions file alone, with scores it computes from it.) A pair written
+before tests drew tokens carries none on either side and is read as before; an old ``metrics.json`` beside
+predictions of a newer test that stopped is not a pair. The previous pair is never removed first: a test
+that fails before its first write (a full disk) leaves it whole.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+METRICS_FILE = "metrics.json"
+TEST_KEY = "predictions_test"  # metrics.json's copy of its predictions files' token
+
+
+def fold_is_complete(run: Path, log=None) -> bool:
+    """Whether ``run/metrics.json`` says ``"complete": true`` of the predictions beside it (a damaged file,
+    or one of another test than the predictions' (:func:`pair_problem`, said through ``log``): no, the fold
+    is tested again)."""
+    path = Path(run) / METRICS_FILE
+    if not path.is_file():
+        return False
+    try:
+        metrics = json.loads(path.read_text())
+        if metrics.get("complete") is not True:
+            return False
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):  # damaged: evaluated again
+        return False
+    problem = pair_problem(run, metrics)
+    if problem and log is not None:
+        log(f"warning: {problem.split('; ')[0]}: testing it again")
+    return problem is None
+
+
+def new_test() -> str:
+    """A fresh token for one test (random: two tests of one fold never share it)."""
+    return uuid.uuid4().hex
+
+
+def pair_problem(run: Path, metrics: dict) -> str | None:
+    """Why ``run/metrics.json`` (read as ``metrics``) and the predictions files of its test areas are not the
+    pair of one test (their tokens differ: a test stopped between its writes), ``None`` when they are or a
+    predictions file is not there (deleted by hand: ``pointgeope evaluate`` writes it again)."""
+    from pointgeope.h5 import predictions_path, predictions_test
+
+    token = metrics.get(TEST_KEY)
+    areas = metrics.get("test_areas") or [metrics.get("area")]
+    for area in (a for a in (areas if isinstance(areas, list) else []) if isinstance(a, str)):
+        path = predictions_path(run, area)
+        if path.exists() and predictions_test(path) != token:  # (deleted: train skips it, evaluate writes it)
+            return (f"{path} is not the test that {Path(run) / METRICS_FILE} records (a test stopped between "
+                    f"the two writes); test the fold again (the training command, or pointgeope evaluate {run})")
+    return None
+
+
+def unfinished_metrics_warning(run: Path, trained: int, epochs: int) -> str:
+    return (f"warning: {run} is unfinished: trained {trained} of {epochs} epochs; metrics.json says so "
+            "(\"complete\": false), the same training command continues the fold, and report leaves it out "
+            "of the pooled scores")
+
+
+def missing_checkpoint(path: Path, fold: int) -> str:
+    """The line for a test of the fold folder ``path.parent`` whose checkpoint ``path`` is not there: a fold
+    stopped before it saved its first ``last.pt``, or (``best.pt``) before its first validation."""
+    run = path.parent
+    train = f"train.py --test-area {fold} --run-dir {run.parent}"
+    if path.name == "best.pt" and (run / "last.pt").is_file():
+        return (f"expected a checkpoint at {path}, found nothing: the fold has not saved a best.pt yet (written "
+                f"at its validations); evaluate its last.pt (eval.checkpoint=last), or train it on ({train})")
+    return (f"expected a checkpoint at {path}, found nothing: the fold has not saved a checkpoint yet (its "
+            f"training stopped before the first); train it first ({train})")

@@ -1,0 +1,106 @@
+"""Tests of pointgeope/engine/fold_result.py: a test stopped between its two writes (predictions, then
+metrics.json) leaves a pair whose tokens differ, which ``train`` tests again and ``report`` leaves out; a
+pair written before tokens is read as before; a fold without the checkpoint to test is told what to do."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+from pointgeope.cli import main as cli
+from pointgeope.engine.fold_result import fold_is_complete
+from pointgeope.h5 import PRED, area_path, read_labels
+from pointgeope.metrics import confusion_matrix
+from pointgeope.report.runs import read_fold
+from tests.engine.conftest import one_line, train_fold
+
+
+def _confusion_of_predictions(fold, root) -> list:
+    """The confusion counts of ``fold/predictions/Area_1.h5`` against the labels (all 13 classes)."""
+    total = np.zeros((13, 13), dtype=np.int64)
+    with h5py.File(fold / "predictions" / "Area_1.h5", "r") as f:
+        for room in f:
+            total += confusion_matrix(f[room][PRED][()], read_labels(area_path(root, "Area_1"), room))
+    return total.tolist()
+
+
+def test_a_test_stopped_after_the_predictions_leaves_the_fold_untested(two_folds, tiny_run, tmp_path, monkeypatch,
+                                                                        capsys):
+    """Before: the new predictions stood beside the old metrics.json (other confusion, other eval settings,
+    "complete": true), ``train`` skipped the fold as complete and ``report`` pooled the old scores. Now the
+    pair's tokens differ: ``report`` leaves the fold out, naming why, and the same training command tests
+    the fold again, after which the pair agrees."""
+    import pointgeope.engine.evaluate as evaluate
+
+    fold = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, fold)
+    write = evaluate.write_predictions
+
+    def write_then_stop(*args, **kwargs):  # the process stopped (Ctrl-C here; kill -9 alike) right after
+        write(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluate, "write_predictions", write_then_stop)
+    assert cli(["evaluate", str(fold), "eval.tta.rotations=2"]) == 130
+    monkeypatch.undo()
+    old = (tiny_run / "metrics.json").read_bytes()
+    assert (fold / "metrics.json").read_bytes() == old                    # the previous file, left as it was
+    assert not fold_is_complete(fold)
+    assert read_fold(fold / "metrics.json", 1) == (None, (
+        f"{fold / 'predictions' / 'Area_1.h5'} is not the test that {fold / 'metrics.json'} records (a test "
+        f"stopped between the two writes); test the fold again (the training command, or pointgeope evaluate "
+        f"{fold})"))
+    capsys.readouterr()
+    assert train_fold(two_folds, fold.parent, "train.epochs=1", "train.val_every=1") == 0
+    out = capsys.readouterr().out
+    assert "is complete, skipped" not in out and "evaluated Area_1" in out and "testing it again" in out
+    metrics = json.loads((fold / "metrics.json").read_text())
+    assert metrics["complete"] is True and metrics["tta_views"] == 1
+    assert metrics["confusion"] == _confusion_of_predictions(fold, two_folds)
+
+
+def test_a_pair_written_before_is_read_as_it_was(two_folds, tiny_run, tmp_path, capsys):
+    """A fold folder written before tests drew tokens (none in metrics.json, none in its predictions) is
+    skipped as complete and reported, as it was."""
+    fold = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, fold)
+    metrics = json.loads((fold / "metrics.json").read_text())
+    del metrics["predictions_test"]
+    (fold / "metrics.json").write_text(json.dumps(metrics))
+    with h5py.File(fold / "predictions" / "Area_1.h5", "r+") as f:
+        del f.attrs["test"]
+    assert fold_is_complete(fold) and read_fold(fold / "metrics.json", 1)[0] is not None
+    before = (fold / "metrics.json").read_bytes()
+    assert train_fold(two_folds, fold.parent, "train.epochs=1", "train.val_every=1") == 0
+    assert "is complete, skipped" in capsys.readouterr().out
+    assert (fold / "metrics.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("kept, checkpoint, fix", [
+    ((), "last", "the fold has not saved a checkpoint yet (its training stopped before the first); train it "
+                 "first (train.py --test-area 1 --run-dir {run})"),
+    (("last.pt",), "best", "the fold has not saved a best.pt yet (written at its validations); evaluate its "
+                           "last.pt (eval.checkpoint=last), or train it on (train.py --test-area 1 --run-dir {run})"),
+])
+def test_evaluate_without_its_checkpoint_says_what_to_do(tiny_run, tmp_path, capsys, kept, checkpoint, fix):
+    """Before: "expected a checkpoint at RUN/area_1/last.pt, found nothing", and no fix (a fold killed before
+    its first last.pt: config.yaml and log.txt only)."""
+    fold = tmp_path / "run" / "area_1"
+    fold.mkdir(parents=True)
+    for name in ("config.yaml", *kept):
+        shutil.copy(tiny_run / name, fold / name)
+    line = one_line(capsys, 2, ["evaluate", str(fold), "--checkpoint", checkpoint])
+    assert line == (f"pointgeope evaluate: error: expected a checkpoint at {fold / (checkpoint + '.pt')}, found "
+                    f"nothing: {fix.format(run=fold.parent)}")
+
+
+def test_a_pair_whose_predictions_were_deleted_is_still_complete(tiny_run, tmp_path):
+    """Predictions deleted by hand (to save space) are no stopped test: the fold stays complete, as before
+    (its report stands; ``pointgeope evaluate`` writes the file again)."""
+    fold = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, fold)
+    (fold / "predictions" / "Area_1.h5").unlink()
+    assert fold_is_complete(fold) and read_fold(fold / "metrics.json", 1)[0] is not None
