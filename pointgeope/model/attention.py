@@ -169,7 +169,7 @@ def options_read(pe: PositionalEncoding, mixed_init: MixedInit = "random") -> tu
     return ("pos_scale", "base", "learnable")
 
 
-def options_for(pe: "str | PositionalEncoding", **options) -> dict:
+def options_for(pe: str | PositionalEncoding, **options) -> dict:
     """Those of ``options`` (``GeoPEPointTransformerConv``'s names) that a layer of ``pe`` (a preset's name or
     an encoding) reads, by :func:`options_read` at ``options``' ``mixed_init`` (default ``"random"``): one
     set of settings for layers of every encoding, each given only what it reads (it refuses the others)."""
