@@ -15,8 +15,9 @@ Each case: the time of one forward + backward (the package's timer, ``kernel_che
 queue waited for before and after), the minimum over ``--reps`` runs, both paths interleaved; the fused
 path's ratio to torch's, and the largest difference of the outputs and of the input's gradient relative to
 their largest value, the gradient's where both paths' ReLU masks agree, with the count of values where they do
-not (:func:`agreement`; the plain norm has no mask: every value compared, no flips). ``--scale`` divides the rows (``--device cpu`` runs the fused path in Triton's
-interpreter: a check that the script runs, not a timing).
+not (:func:`agreement`; the plain norm has no mask: every value compared, no flips). ``--scale`` divides the
+rows (``--device cpu`` runs the fused path in Triton's interpreter: a check that the script runs, not a
+timing).
 
 Usage: python bench/bench_norm.py --out bench/results/bench_norm.json [--device cuda] [--reps 5] [--scale 1]
 """

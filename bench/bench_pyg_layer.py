@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from torch_geometric.nn import PointTransformerConv
 
-from pointgeope.model.attention import PRESETS, PositionalEncoding
+from pointgeope.model.attention import PRESETS, PositionalEncoding, options_for
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph, target_frame
 
 from bench_io import git_commit, tree_dirty, save_json
@@ -73,8 +73,8 @@ def make_layer(case: str, channels: int, compared: dict[str, type]) -> torch.nn.
         return make_layer(case[: -len(TORCH_FRAME)], channels, compared)
     pe, _, name = case.partition(" @")
     layer = compared[name] if name else GeoPEPointTransformerConv
-    cell = {"grid_unit": GRID_UNIT} if ENCODINGS[pe].rotation == "pointrope" else {}   # the others refuse it
-    return layer(channels, channels, pe=ENCODINGS[pe], pos_scale=25.0, **cell)
+    read = options_for(ENCODINGS[pe], pos_scale=25.0, grid_unit=GRID_UNIT)        # the others refuse the rest
+    return layer(channels, channels, pe=ENCODINGS[pe], **read)
 
 
 def make_step(layer: torch.nn.Module, x: torch.Tensor, pos: torch.Tensor, edge_index: torch.Tensor,

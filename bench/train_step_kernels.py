@@ -2,8 +2,9 @@
 
 ``torch`` and ``triton`` force ``POINTGEOPE_KERNELS``; ``default`` leaves it unset (the device's default);
 ``torch_norm`` is the default with torch's batch norms (with the ReLU and the blocks' third, without) instead of
-the fused ops (``norm.py``; the ReLU's a CUDA default since GPU run 6). Each case's time and peak memory, and its ratios to ``rpe``, to the ``torch``,
-``default`` and ``torch_norm`` paths and to float32 of the same preset and path.
+the fused ops (``norm.py``; the ReLU's a CUDA default since GPU run 6). Each case's time and peak memory, and
+its ratios to ``rpe``, to the ``torch``, ``default`` and ``torch_norm`` paths and to float32 of the same preset
+and path.
 """
 from __future__ import annotations
 

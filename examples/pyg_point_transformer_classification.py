@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))          # synthetic_sh
 from synthetic_shapes import CLASSES, classification_set
 
 from pointgeope.model import PositionalEncoding
+from pointgeope.model.attention import options_for
 from pointgeope.model.ops import fps, knn
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
 
@@ -57,12 +58,8 @@ def make_conv(layer: str, in_channels: int, out_channels: int, pos_nn: nn.Module
     cell a spacing), the others' `pos_scale`, neither for `rpe` and `none`."""
     if layer == "pyg":
         return PointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn)
-    preset = PositionalEncoding.preset(layer)
-    pos_nn = pos_nn if preset.needs_delta else None
-    if preset.rotation == "pointrope":
-        scale = {"grid_unit": 1 / pos_scale}
-    else:
-        scale = {"pos_scale": pos_scale} if preset.uses_positions else {}
+    pos_nn = pos_nn if PositionalEncoding.preset(layer).needs_delta else None
+    scale = options_for(layer, pos_scale=pos_scale, grid_unit=1 / pos_scale)
     return GeoPEPointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn, pe=layer, **scale)
 
 

@@ -47,7 +47,7 @@ from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_fr
 from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS", "position_scales", "options_read",
-           "frequency_keys", "pair_frequencies"]
+           "options_for", "frequency_keys", "pair_frequencies"]
 
 Rotation = Literal["none", "geope", "lingeope", "rope3d", "rope-mixed", "pointrope"]
 ValueTerm = Literal["rpe", "geope", "none"]
@@ -167,6 +167,14 @@ def options_read(pe: PositionalEncoding, mixed_init: MixedInit = "random") -> tu
     if pe.rotation == "rope-mixed":
         return ("pos_scale", "base", "mixed_init") if mixed_init == "axial" else ("pos_scale", "mixed_init")
     return ("pos_scale", "base", "learnable")
+
+
+def options_for(pe: str | PositionalEncoding, **options) -> dict:
+    """Those of ``options`` (``GeoPEPointTransformerConv``'s names) that a layer of ``pe`` (a preset's name or
+    an encoding) reads, by :func:`options_read` at ``options``' ``mixed_init`` (default ``"random"``): one
+    set of settings for layers of every encoding, each given only what it reads (it refuses the others)."""
+    read = options_read(PositionalEncoding.preset(pe), options.get("mixed_init", "random"))
+    return {name: value for name, value in options.items() if name in read}
 
 
 def frequency_keys(pe: PositionalEncoding, mixed_init: MixedInit) -> tuple[str, ...]:

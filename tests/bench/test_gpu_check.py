@@ -151,7 +151,7 @@ def test_the_documented_calls_measure_first_what_decides_a_default(monkeypatch):
     first, later = (steps(call) for call in _header_calls())
     assert len(set(first)) == len(first) and first == steps([])
     assert first[:4] == ["info", "tests", "check", "warm"]
-    assert first[4:9] == ["graphs", "bench16", "graphs16", "norm", "relation_backward"]
+    assert first[4:10] == ["graphs", "bench16", "graphs16", "norm_op", "norm", "relation_backward"]
     assert set(first) - set(later) == {"graphs", "norm", "relation_backward"} and "bench16" in later
 
 
@@ -255,17 +255,46 @@ def test_a_plain_call_plans_more_than_one_session_holds(monkeypatch):
         assert "limits add up to more than" in " ".join(text.replace("\n#", "\n").split())
 
 
+def _next_call() -> list[str]:
+    """The arguments of docs/gpu.md's next call."""
+    text = " ".join((REPO / "docs" / "gpu.md").read_text().split("**The next call.**")[1].split("\n\n")[0].split())
+    return re.search(r"`PYTHON=python3 bash bench/gpu_check.sh ([^`]+)`", text).group(1).split()
+
+
+def _seconds(run: dict, name: str) -> float | None:
+    """A step's seconds in a gpu_check result's ``steps`` (``info``: with ``pointgeope_info``), None if absent."""
+    if name == "info":
+        return run["info"]["seconds"] + run["pointgeope_info"]["seconds"]
+    return run.get(name, {}).get("seconds")
+
+
 def test_the_next_call_fits_its_budget_at_run_6s_times(monkeypatch):
     """docs/gpu.md's next call (an H200): the steps run 6 (an H200) measured, at the seconds it took, and the
     others (graphs16 at two precisions) and bench16 (two reps since audit F5) at their full limits, fit its
     --budget, so the budget cuts none of them."""
-    text = " ".join((REPO / "docs" / "gpu.md").read_text().split("**The next call.**")[1].split("\n\n")[0].split())
-    call = re.search(r"`PYTHON=python3 bash bench/gpu_check.sh ([^`]+)`", text).group(1).split()
+    call = _next_call()
     limits = _limits(monkeypatch, call)
     budget = float(call[call.index("--budget") + 1])
     run6 = json.loads((REPO / "bench/results/gpu/h200_run6_gpu.json").read_text())["steps"]
-    took = {"info": run6["info"]["seconds"] + run6["pointgeope_info"]["seconds"]}
-    took.update({name: run6[name]["seconds"] for name in limits if name in run6 and name not in ("info", "bench16")})
+    took = {name: _seconds(run6, name) for name in limits if name != "bench16" and _seconds(run6, name) is not None}
     expected = sum(took.get(name, limit) for name, limit in limits.items())
     assert "graphs16" in limits and call[call.index("--graphs16-amps") + 1:][:2] == ["bf16", "none"]
     assert {"bench16", "published", "fold_estimate", "norm"} <= set(limits) and expected <= budget, (expected, took)
+
+
+def test_the_next_call_times_the_norm_op_even_at_its_slowest_steps(monkeypatch):
+    """The plain norm's only timing (``norm_op``), one of what docs/gpu.md's next call is for, starts with the
+    15 s a step needs left of ``--budget`` even with every step before it at the longer of run 6's (H200) and
+    run 7's (H100, a longer tests step) seconds, and bench16 and the unmeasured steps at their limits (as the
+    last step, after bench_bf16, it would have been skipped at run 7's tests time)."""
+    call = _next_call()
+    limits = _limits(monkeypatch, call)
+    runs = [json.loads((REPO / f"bench/results/gpu/{name}_gpu.json").read_text())["steps"]
+            for name in ("h200_run6", "h100_run7")]
+    started = 0.0
+    for name, limit in limits.items():
+        if name == "norm_op":
+            break
+        measured = [s for s in (_seconds(run, name) for run in runs) if s is not None and name != "bench16"]
+        started += max(measured) if measured else limit
+    assert "norm_op" in limits and float(call[call.index("--budget") + 1]) - started >= 15, started

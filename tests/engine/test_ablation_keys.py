@@ -55,11 +55,3 @@ def test_none_takes_the_keys_of_its_own_backbone_only():
         with pytest.raises(ConfigError, match=rf"model.point3drope_scale=1.0: only model.pe=point3drope reads it, "
                                               rf"but model.pe={pe}; remove it$"):
             load_config(None, [f"model.pe={pe}", "model.point3drope_scale=1"])
-
-
-def test_load_config_has_no_ablation_parameter():
-    """The presets' check belongs to the ablation (its plan hands config.load_checked its check of the whole);
-    load_config takes a file and overrides only."""
-    import inspect
-
-    assert list(inspect.signature(load_config).parameters) == ["path", "overrides"]

@@ -6,6 +6,7 @@ the torch path (exactly torch's module), the opt-in switch, the fallback, the ch
 ``convert_sync_batchnorm``."""
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
-from pointgeope.model import kernels, norm  # noqa: E402
+from pointgeope.model import kernels, norm, padding  # noqa: E402
 from pointgeope.model.kernel_choice import forced  # noqa: E402
 from pointgeope.model.norm import BatchNormReLU, convert_sync_batchnorm  # noqa: E402
 from tests.model.test_gather_backward import Launches  # noqa: E402
@@ -23,25 +24,31 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BF16_RTOL = 2 ** -7                    # two roundings to bfloat16 (the output, and the reference's cast)
 
 
-def _pair(channels: int, dtype=torch.float32, momentum=0.1, seed=0) -> tuple[BatchNormReLU, torch.nn.BatchNorm1d]:
-    """The module under test and torch's ``BatchNorm1d`` with the same random parameters and buffers."""
+def _pair(channels: int, dtype=torch.float32, momentum=0.1, seed=0,
+          cls: type[norm.BatchNorm] = BatchNormReLU) -> tuple[norm.BatchNorm, torch.nn.BatchNorm1d]:
+    """The module under test (``cls``: with the ReLU, or the plain ``norm.BatchNorm``) and torch's
+    ``BatchNorm1d`` with the same random parameters and buffers, float64 for float64 rows ``dtype``, else
+    float32 (bfloat16 rows: autocast's case)."""
     g = torch.Generator().manual_seed(seed)
-    ours = BatchNormReLU(channels, momentum=momentum).to(dtype)
+    ours = cls(channels, momentum=momentum)
+    ours = ours.double() if dtype == torch.float64 else ours
     with torch.no_grad():
         ours.weight.copy_(torch.rand(channels, generator=g) + 0.5)
         ours.bias.copy_(torch.randn(channels, generator=g))
         ours.running_mean.copy_(torch.randn(channels, generator=g))
         ours.running_var.copy_(torch.rand(channels, generator=g) + 0.5)
-    ref = torch.nn.BatchNorm1d(channels, momentum=momentum).to(dtype)
+    ref = torch.nn.BatchNorm1d(channels, momentum=momentum).to(ours.weight.dtype)
     ref.load_state_dict(ours.state_dict())
     return ours, ref
 
 
-def _run(module, x, g, relu=False):
-    """Output and ``(dx, dw, db)`` of ``module(x)`` (``relu`` after it: the reference) against ``g``."""
+def _run(module, x, g, relu=False, valid: int | None = None):
+    """Output and ``(dx, dw, db)`` of ``module(x)`` (``relu`` after it: the reference) against ``g``; inside
+    ``padding.batch_rows`` (the first ``valid`` rows real) when ``valid`` is given."""
     module.weight.grad = module.bias.grad = None
     x = x.detach().requires_grad_()
-    y = module(x)
+    with padding.batch_rows({x.shape[0]: torch.tensor(valid)}) if valid is not None else contextlib.nullcontext():
+        y = module(x)
     y = torch.relu(y) if relu else y
     y.backward(g.to(y.dtype))
     return y.detach(), x.grad, module.weight.grad, module.bias.grad
@@ -133,16 +140,22 @@ def test_float64_gradcheck(interpreted, train):
     torch.testing.assert_close(fn(*inputs), torch.relu(pre), rtol=1e-12, atol=1e-12)
 
 
+# the two fused norms: their kernel's entry, their module, whether torch's reference takes a ReLU after it
+NORMS = [pytest.param("KERNEL", BatchNormReLU, True, id="relu"),
+         pytest.param("PLAIN_KERNEL", norm.BatchNorm, False, id="plain")]
+
+
+@pytest.mark.parametrize("kernel, cls, relu", NORMS)
 @pytest.mark.parametrize("path", [None, "torch"])
-def test_the_torch_path_is_torchs_module_exactly(monkeypatch, path):
-    """On the CPU (unset) and with ``POINTGEOPE_KERNELS=torch``: bitwise torch's ``BatchNorm1d`` + ``relu``,
-    outputs, gradients and buffers, and no Triton function is called."""
+def test_the_torch_path_is_torchs_module_exactly(monkeypatch, path, kernel, cls, relu):
+    """On the CPU (unset) and with ``POINTGEOPE_KERNELS=torch``: bitwise torch's ``BatchNorm1d`` (+ ``relu``
+    for ``BatchNormReLU``), outputs, gradients and buffers, and no Triton function is called."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("POINTGEOPE_KERNELS", path or "")
-    monkeypatch.setattr(norm.KERNEL, "triton", lambda *a: pytest.fail("the Triton function ran"))
-    ours, ref = _pair(10)
+    monkeypatch.setattr(getattr(norm, kernel), "triton", lambda *a: pytest.fail("the Triton function ran"))
+    ours, ref = _pair(10, cls=cls)
     x, g = torch.randn(64, 10), torch.randn(64, 10)
-    for got, want in zip(_run(ours, x, g), _run(ref, x, g, relu=True)):
+    for got, want in zip(_run(ours, x, g), _run(ref, x, g, relu=relu)):
         assert torch.equal(got, want)
     assert torch.equal(ours.running_var, ref.running_var)
 
@@ -310,26 +323,37 @@ def test_convert_sync_batchnorm_keeps_the_relu():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kernel, cls, relu", NORMS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows, channels", [(320_000, 64), (100_003, 3), (50_000, 96)])
-def test_compiled_kernels_on_cuda_match_batch_norm_and_relu(monkeypatch, dtype, rows, channels):
-    """The kernels compiled for the GPU, training then eval: outputs, gradients and running buffers against
-    torch's float32 ``BatchNorm1d`` + ``relu`` of the same (rounded) rows."""
+def test_compiled_kernels_on_cuda_match_torchs_batch_norm(monkeypatch, dtype, rows, channels, kernel, cls, relu):
+    """The kernels compiled for the GPU (``POINTGEOPE_KERNELS=triton``: opt-in kernels too), training then
+    eval: outputs, gradients and running buffers against torch's float32 ``BatchNorm1d`` (+ ``relu`` for
+    ``BatchNormReLU``; the plain norm has no kink to keep the rows off) of the same (rounded) rows; the
+    kernel ran both times and did not fall back."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
-    ours, ref = (m.cuda() for m in _pair(channels))
+    monkeypatch.setattr(kernels, "FAILURES", type(kernels.FAILURES)())       # no failure of earlier tests
+    entry, calls = getattr(norm, kernel), []
+    fused = entry.triton
+    monkeypatch.setattr(entry, "triton", lambda *a: calls.append(1) or fused(*a))
+    ours, ref = (m.cuda() for m in _pair(channels, cls=cls))
     g = torch.Generator(device="cuda").manual_seed(6)
     tol = dict(rtol=BF16_RTOL, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-4)
     for train in (True, False):
         ours.train(train), ref.train(train)
-        x = _off_the_kink(torch.randn(rows, channels, generator=g, device="cuda") * 3 + 1, ref, train).to(dtype)
-        assert _pre_activation(x, ref, train).abs().min() > 1e-2
+        x = torch.randn(rows, channels, generator=g, device="cuda") * 3 + 1
+        if relu:
+            x = _off_the_kink(x, ref, train)
+            assert _pre_activation(x.to(dtype), ref, train).abs().min() > 1e-2
+        x = x.to(dtype)
         grad = torch.randn(rows, channels, generator=g, device="cuda").to(dtype)
-        got, want = _run(ours, x, grad), _run(ref, x.float(), grad.float(), relu=True)
+        got, want = _run(ours, x, grad), _run(ref, x.float(), grad.float(), relu=relu)
         assert got[0].dtype == dtype
         for a, b in zip(got, want):
             torch.testing.assert_close(a.float(), b, rtol=tol["rtol"], atol=tol["atol"] * max(1.0, float(b.abs().max())))
         torch.testing.assert_close(ours.running_var, ref.running_var, rtol=1e-5, atol=1e-6)
+    assert len(calls) == 2 and entry.name not in kernels.failures()
 
 
 def _pre_activation(x, bn, batch: bool):

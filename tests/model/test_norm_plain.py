@@ -6,7 +6,8 @@ padded batch's real prefix) ``mean = sum x / n``, ``var = sum (x - mean)^2 / n``
 ``y = w (x - mean) / sqrt(var + eps) + b``; the running buffers move as ``(1 - m) r + m s`` towards the mean and
 the unbiased ``var n / (n - 1)``; in eval the running buffers are the statistics; the gradients are autograd's
 through that expression. Also: torch's ``BatchNorm1d`` and the torch-ops prefix batch norm, ``gradcheck``, the
-torch path, the fallback, and a padded PTv1 step on the kernels against the unpadded one."""
+fallback, and a padded PTv1 step on the kernels against the unpadded one (the torch path and the compiled
+kernels on CUDA: test_norm.py's tests, parametrised by the norm)."""
 from __future__ import annotations
 
 import contextlib
@@ -19,25 +20,16 @@ import torch.nn.functional as F
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
 from pointgeope.model import kernels, norm, padding  # noqa: E402
 from pointgeope.model.kernel_choice import forced  # noqa: E402
-from tests.model.test_kernels import Failing  # noqa: E402
+from tests.model.test_norm import _failing, _pair, _run  # noqa: E402
 
-EPS, MOMENTUM = 1e-5, 0.1
+EPS, MOMENTUM = 1e-5, 0.1              # the modules' (test_norm.py's ``_pair``: torch's defaults)
 BF16_ROUNDING = 2 ** -7                # one conversion to bfloat16 (8 significant bits): Triton's interpreter
                                        # truncates (under one ulp), a GPU rounds to nearest (half of it)
 
 
-def _module(channels: int, dtype: torch.dtype, seed: int = 0, momentum: float | None = MOMENTUM) -> norm.BatchNorm:
-    """A ``norm.BatchNorm`` with random parameters and running buffers; float32 parameters for bf16 rows
-    (autocast's case), float64 ones for float64 rows."""
-    g = torch.Generator().manual_seed(seed)
-    module = norm.BatchNorm(channels, momentum=momentum, eps=EPS)
-    module = module.double() if dtype == torch.float64 else module
-    with torch.no_grad():
-        module.weight.copy_(torch.rand(channels, generator=g) + 0.5)
-        module.bias.copy_(torch.randn(channels, generator=g))
-        module.running_mean.copy_(torch.randn(channels, generator=g))
-        module.running_var.copy_(torch.rand(channels, generator=g) + 0.5)
-    return module
+def _plain(channels: int, dtype: torch.dtype = torch.float32, **kw) -> tuple[norm.BatchNorm, torch.nn.BatchNorm1d]:
+    """test_norm.py's ``_pair`` (random parameters and running buffers, torch's twin) of the plain norm."""
+    return _pair(channels, dtype, cls=norm.BatchNorm, **kw)
 
 
 def _definition(x, g, w, b, rm, rv, train: bool, n: int):
@@ -54,16 +46,6 @@ def _definition(x, g, w, b, rm, rv, train: bool, n: int):
         var = rv = rv.double()
     y = (xd - mean) / torch.sqrt(var + EPS) * wd + bd
     return (y.detach(), *torch.autograd.grad(y, (xd, wd, bd), g.double()), rm, rv)
-
-
-def _step(module, x, g, valid: int | None):
-    """``module(x)`` (inside ``batch_rows`` when ``valid`` is given) and its ``(y, dx, dw, db)`` against ``g``."""
-    module.weight.grad = module.bias.grad = None
-    x = x.detach().requires_grad_()
-    with padding.batch_rows({x.shape[0]: torch.tensor(valid)}) if valid is not None else contextlib.nullcontext():
-        y = module(x)
-    y.backward(g)
-    return y.detach(), x.grad, module.weight.grad, module.bias.grad
 
 
 def _spied(patch) -> list:
@@ -96,13 +78,13 @@ def test_the_plain_kernel_is_the_definition(interpreted, dtype, padded, train):
     ``dw``, ``db``, the running buffers and ``num_batches_tracked``; the kernel ran, the torch ops did not."""
     rows, channels, n = 300, 37, 211 if padded and train else 300
     calls = _spied(interpreted)
-    module = _module(channels, dtype).train(train)
+    module = _plain(channels, dtype)[0].train(train)
     rm, rv = module.running_mean.clone(), module.running_var.clone()
     gen = torch.Generator().manual_seed(1)
     for _ in range(2):
         x = (torch.randn(rows, channels, generator=gen, dtype=torch.float64) * 3 + 1).to(dtype)
         g = torch.randn(rows, channels, generator=gen, dtype=torch.float64).to(dtype)
-        got = _step(module, x, g, 211 if padded else None)
+        got = _run(module, x, g, valid=211 if padded else None)
         *want, rm, rv = _definition(x, g, module.weight, module.bias, rm, rv, train, n)
         assert got[0].dtype == got[1].dtype == dtype and got[2].dtype == module.weight.dtype
         for name, a, b in zip(("y", "dx", "dw", "db"), got, want):
@@ -117,11 +99,11 @@ def test_many_partials_and_two_channel_tiles(interpreted, padded):
     """2000 x 96 float32 rows (two channel tiles, more partials than a finishing step takes), 1234 real when
     padded: the real rows' statistics wherever they end within a partial."""
     calls = _spied(interpreted)
-    module = _module(96, torch.float32, seed=2)
+    module = _plain(96, seed=2)[0]
     gen = torch.Generator().manual_seed(3)
     x, g = torch.randn(2000, 96, generator=gen) * 2 - 1, torch.randn(2000, 96, generator=gen)
     rm, rv = module.running_mean.clone(), module.running_var.clone()
-    got = _step(module, x, g, 1234 if padded else None)
+    got = _run(module, x, g, valid=1234 if padded else None)
     *want, rm, rv = _definition(x, g, module.weight, module.bias, rm, rv, True, 1234 if padded else 2000)
     for name, a, b in zip(("y", "dx", "dw", "db"), got, want):
         _close(a, b, torch.float32, name)
@@ -134,14 +116,12 @@ def test_torchs_batch_norm_1d_unpadded(interpreted, train):
     """Against torch's own ``BatchNorm1d`` (same parameters and buffers), float32, three steps: outputs,
     gradients, running buffers, ``num_batches_tracked``; and ``momentum=None`` (a cumulative average)."""
     for momentum in (MOMENTUM, None):
-        ours = _module(10, torch.float32, momentum=momentum)
-        ref = torch.nn.BatchNorm1d(10, momentum=momentum, eps=EPS)
-        ref.load_state_dict(ours.state_dict())
+        ours, ref = _plain(10, momentum=momentum)
         ours.train(train), ref.train(train)
         gen = torch.Generator().manual_seed(4)
         for _ in range(3):
             x, g = torch.randn(120, 10, generator=gen) + 2, torch.randn(120, 10, generator=gen)
-            for a, b in zip(_step(ours, x, g, None), _step(ref, x, g, None)):
+            for a, b in zip(_run(ours, x, g), _run(ref, x, g)):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
         for name in ("running_mean", "running_var", "num_batches_tracked"):
             torch.testing.assert_close(getattr(ours, name), getattr(ref, name), rtol=1e-6, atol=1e-6)
@@ -150,21 +130,21 @@ def test_torchs_batch_norm_1d_unpadded(interpreted, train):
 def test_the_torch_ops_prefix_batch_norm_padded(interpreted):
     """Padded (90 rows, 53 real), float64: every row's output and gradient, and the running buffers, equal those
     of the torch ops' prefix batch norm that ran there before; ``momentum=None`` still takes the torch ops."""
-    fused = _module(6, torch.float64)
+    fused = _plain(6, torch.float64)[0]
     prefix = copy.deepcopy(fused)
     gen = torch.Generator().manual_seed(5)
-    x, g = torch.randn(90, 6, generator=gen, dtype=torch.float64), torch.randn(90, 6, generator=gen, dtype=torch.float64)
-    got = _step(fused, x, g, 53)
+    x, g = (torch.randn(90, 6, generator=gen, dtype=torch.float64) for _ in range(2))
+    got = _run(fused, x, g, valid=53)
     with forced("torch"):
-        want = _step(prefix, x, g, 53)
+        want = _run(prefix, x, g, valid=53)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     for name in ("running_mean", "running_var", "num_batches_tracked"):
         torch.testing.assert_close(getattr(fused, name), getattr(prefix, name), rtol=1e-12, atol=0)
     calls, ops = [], norm.prefix_batch_norm
     interpreted.setattr(norm, "prefix_batch_norm", lambda *a: calls.append(1) or ops(*a))
-    cumulative = _module(6, torch.float64, momentum=None)
-    _step(cumulative, x, g, 53)
+    cumulative = _plain(6, torch.float64, momentum=None)[0]
+    _run(cumulative, x, g, valid=53)
     assert calls == [1]
 
 
@@ -182,28 +162,12 @@ def test_float64_gradcheck(interpreted, train, padded):
     assert torch.autograd.gradcheck(fn, [t.clone().requires_grad_() for t in (x, w, b)])
 
 
-@pytest.mark.parametrize("path", [None, "torch"])
-def test_the_torch_path_is_torchs_module_exactly(monkeypatch, path):
-    """On the CPU (unset) and with ``POINTGEOPE_KERNELS=torch``: bitwise torch's ``BatchNorm1d``, and no Triton
-    function is called."""
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setenv("POINTGEOPE_KERNELS", path or "")
-    monkeypatch.setattr(norm.PLAIN_KERNEL, "triton", lambda *a: pytest.fail("the Triton function ran"))
-    ours = _module(10, torch.float32)
-    ref = torch.nn.BatchNorm1d(10, momentum=MOMENTUM, eps=EPS)
-    ref.load_state_dict(ours.state_dict())
-    x, g = torch.randn(64, 10), torch.randn(64, 10)
-    for a, b in zip(_step(ours, x, g, None), _step(ref, x, g, None)):
-        assert torch.equal(a, b)
-    assert torch.equal(ours.running_var, ref.running_var)
-
-
 class _PlainFails:
     """Stands in for a kernel with the ``RELU`` flag: its plain specialisation fails to compile, the ReLU's
     launches (the same function with its flag on)."""
 
     def __init__(self, kernel):
-        self.kernel, self.failing = kernel, Failing(RuntimeError("PassManager::run failed (injected)"))
+        self.kernel, self.failing = kernel, _failing()
 
     def __getitem__(self, grid):
         return lambda *a, **meta: (self.kernel if meta["RELU"] else self.failing)[grid](*a, **meta)
@@ -215,13 +179,12 @@ def test_a_failing_kernel_falls_back_to_torch_alone(interpreted, kernel, train):
     plain kernel, torch's outputs, gradients and buffers (moved once); the ReLU's kernel is not turned off."""
     k = norm.triton_kernels()
     interpreted.setattr(k, kernel, _PlainFails(getattr(k, kernel)))
-    ours = _module(7, torch.float32).train(train)
-    ref = torch.nn.BatchNorm1d(7, momentum=MOMENTUM, eps=EPS).train(train)
-    ref.load_state_dict(ours.state_dict())
+    ours, ref = _plain(7)
+    ours.train(train), ref.train(train)
     x, g = torch.randn(40, 7) * 2, torch.randn(40, 7)
     with pytest.warns(kernels.KernelFallbackWarning, match="Triton kernel batch_norm failed"):
-        got = _step(ours, x, g, None)
-    for a, b in zip(got, _step(ref, x, g, None)):
+        got = _run(ours, x, g)
+    for a, b in zip(got, _run(ref, x, g)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     for name in ("running_mean", "running_var"):             # moved once (a float32 rounding apart)
         torch.testing.assert_close(getattr(ours, name), getattr(ref, name), rtol=1e-6, atol=1e-7)

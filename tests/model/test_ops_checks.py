@@ -211,14 +211,19 @@ def _at_the_limit() -> torch.Tensor:
     return (steps.double() * 2.0 ** 57).float()
 
 
+def _distances(pts: torch.Tensor) -> torch.Tensor:
+    """``(n, n)`` float64 squared distances between every two of the points (one cloud), unsorted."""
+    p = pts.double()
+    return ((p[:, None] - p[None]) ** 2).sum(-1)
+
+
 @pytest.mark.parametrize("backend", KNN)
 def test_knn_at_the_limit_is_the_float64_brute_force(on, backend):
     """The bound's claim: at |x| = 2^60 no backend overflows, the torch kNN's expansion included."""
     on(backend)
     pts, off = _at_the_limit(), torch.tensor([16])
     idx, dist2 = knn(pts, pts, 5, off, off, backend=backend)
-    p = pts.double()
-    want = ((p[:, None] - p[None]) ** 2).sum(-1)
+    want = _distances(pts)
     assert torch.equal(idx[:, 0], torch.arange(16))                  # each point its own nearest (distinct)
     assert torch.equal(dist2.double(), want.sort(1).values[:, :5])   # ties free: the distances are the answer
     assert torch.equal(want.gather(1, idx), dist2.double())
@@ -239,8 +244,7 @@ def test_the_torch_knn_searches_integer_and_half_coordinates_in_float32():
     for pts in ((torch.rand(30, 3, generator=g) * 10).long(), (torch.rand(30, 3, generator=g) * 3000).half()):
         off = torch.tensor([30])
         idx, dist2 = knn(pts, pts, 4, off, off, backend="torch")
-        p = pts.double()
-        want = ((p[:, None] - p[None]) ** 2).sum(-1)
+        want = _distances(pts)
         assert dist2.dtype == pts.dtype                              # the query's dtype, as documented
         assert torch.equal(want.gather(1, idx), want.sort(1).values[:, :4])   # the 4 nearest, in order
         torch.testing.assert_close(dist2.double(), want.gather(1, idx).to(pts.dtype).double(), rtol=0, atol=0)

@@ -1,6 +1,6 @@
 """Test of bench/triton_compile_check.py: the Triton kernels of pointgeope/model/ops and of the fused attention
-(triton_attention.py) and of batch norm + ReLU (triton_norm.py) pass the real compiler for sm_90 (no GPU needed), the ops without a fused multiply-add,
-which the interpreter-run tests cannot check."""
+(triton_attention.py) and of batch norm, with its ReLU and without (triton_norm.py), pass the real compiler for
+sm_90 (no GPU needed), the ops without a fused multiply-add, which the interpreter-run tests cannot check."""
 from __future__ import annotations
 
 import json
@@ -19,8 +19,11 @@ REPO = Path(__file__).resolve().parents[2]
 KINDS = {f"att_{op}_{way}_bf16" for op in ("aggregate", "relation", "frame", "linear") for way in ("forward", "backward")} \
     | {f"att_{op}_gather_bf16_k16" for op in ("relation", "frame", "aggregate")} \
     | {"att_aggregate_backward_atomic_bf16", "att_frame_backward_turned_bf16"}   # the other ways to sum
-NORM_KINDS = {f"norm_{kernel}" for kernel in ("stats_partials", "stats_finish", "normalize", "grad_partials",
-                                               "grad_finish", "grad_input")}
+NORM_KINDS = {f"norm_{kernel}_bf16_train" for kernel in ("stats_partials", "stats_finish", "normalize",
+                                                          "grad_partials", "grad_finish", "grad_input")} \
+    | {f"norm_{kernel}_bf16_prefix" for kernel in ("stats_partials", "stats_finish", "grad_input")} \
+    | {f"norm_{kernel}_bf16_train_plain" for kernel in ("normalize", "grad_partials", "grad_input")} \
+    | {"norm_grad_input_bf16_prefix_plain"}     # the plain norm's: the kernels that take the ReLU's flag
 
 
 @pytest.mark.slow
@@ -33,7 +36,7 @@ def test_the_kernels_compile_for_sm90_the_ops_with_one_rounding_per_operation_an
     kernels = json.loads(proc.stdout)["kernels"]
     ops = ["fps_stream_sm90", "knn_k16_sm90"] + [f"fps_rounds_nbp{n}_sm90" for n in (2048, 512, 128, 2)]
     assert sorted(k for k in kernels if not k.startswith(("att_", "norm_"))) == sorted(ops)
-    assert {k.split("_bf16")[0] for k in kernels if k.startswith("norm_")} == NORM_KINDS   # batch norm + ReLU
+    assert {k.split("_tile")[0] for k in kernels if k.startswith("norm_")} == NORM_KINDS  # with the ReLU, without
     assert {k.split("_tile")[0] for k in kernels if k.startswith("att_")} == KINDS   # k = 16, width 64, share_planes 8
     assert all(k["ok"] and k["spill_store_bytes"] == 0 for k in kernels.values())
     assert all(kernels[name]["fma_f32"] == 0 for name in ops)

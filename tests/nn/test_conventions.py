@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch_geometric.nn import PointTransformerConv
 
+from pointgeope.model.attention import options_for
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
 
 
@@ -18,11 +19,6 @@ def graph(n=12, in_channels=4, seed=0):
     gen = torch.Generator().manual_seed(seed)
     pos = torch.rand(n, 3, generator=gen)
     return torch.randn(n, in_channels, generator=gen), pos, knn_graph(pos, 4)
-
-
-def cell(pe: str) -> dict:
-    """PointROPE's `grid_unit` (the one option it reads; the others refuse it)."""
-    return {"grid_unit": 0.04} if pe == "pointrope" else {}
 
 
 def roundtrip(state: dict) -> dict:
@@ -37,7 +33,7 @@ def roundtrip(state: dict) -> dict:
     ("rope3d", "pos_scale=25.0, base=100.0"), ("ape", "pos_scale=25.0, base=100.0"),
     ("pointrope", "grid_unit=0.04"), ("rope-mixed", ""), ("rpe", ""), ("none", "")])
 def test_repr_names_the_settings_the_outputs_depend_on(pe, settings):
-    conv = GeoPEPointTransformerConv(4, 12, pe=pe, **cell(pe))
+    conv = GeoPEPointTransformerConv(4, 12, pe=pe, **options_for(pe, grid_unit=0.04))
     assert repr(conv) == f"GeoPEPointTransformerConv(4, 12, pe={pe!r}{', ' * bool(settings)}{settings})"
 
 
@@ -46,16 +42,16 @@ def test_repr_names_the_settings_the_outputs_depend_on(pe, settings):
 def test_a_checkpoint_of_other_settings_refuses_to_load_naming_them(pe, name, other):
     """It loaded silently before and gave other outputs."""
     torch.manual_seed(0)
-    saved = GeoPEPointTransformerConv(4, 12, pe=pe, **cell(pe))
+    saved = GeoPEPointTransformerConv(4, 12, pe=pe, **options_for(pe, grid_unit=0.04))
     state = roundtrip(saved.state_dict())
     assert float(state[name]) == getattr(saved, name) and state[name].dtype == torch.float64
-    other_layer = GeoPEPointTransformerConv(4, 12, pe=pe, **{**cell(pe), name: other})
+    other_layer = GeoPEPointTransformerConv(4, 12, pe=pe, **{**options_for(pe, grid_unit=0.04), name: other})
     with pytest.raises(RuntimeError, match=rf"{name}: the checkpoint was saved with {name}=.*this layer has "
                                            rf"{name}={other}; build it with {name}="):
         other_layer.load_state_dict(state)
     with pytest.raises(RuntimeError, match=rf"{name}: the checkpoint was saved"):   # not even non-strict
         other_layer.load_state_dict(state, strict=False)
-    same = GeoPEPointTransformerConv(4, 12, pe=pe, **cell(pe))
+    same = GeoPEPointTransformerConv(4, 12, pe=pe, **options_for(pe, grid_unit=0.04))
     same.load_state_dict(state)
     x, pos, edge_index = graph()
     with torch.no_grad():
@@ -141,7 +137,7 @@ def test_an_option_is_refused_exactly_where_the_preset_would_ignore_it(pe, monke
 
     def built(**option):
         torch.manual_seed(0)
-        conv = GeoPEPointTransformerConv(4, 12, pe=pe, **{**cell(pe), **option})
+        conv = GeoPEPointTransformerConv(4, 12, pe=pe, **{**options_for(pe, grid_unit=0.04), **option})
         with torch.no_grad():
             return conv(x, pos, edge_index), [name for name, _ in conv.named_parameters()], repr(conv)
     plain, refused = built(), set()
@@ -160,6 +156,19 @@ def test_an_option_is_refused_exactly_where_the_preset_would_ignore_it(pe, monke
     for name in refused:
         out, params, _ = built(**{name: OPTIONS[name]})
         assert torch.equal(out, plain[0]) and params == plain[1], name
+
+
+@pytest.mark.parametrize("pe", sorted(IGNORED))
+def test_options_for_keeps_what_the_preset_reads(pe):
+    """``options_for``: of every option set away from its default, what the layer does not refuse (above),
+    which it accepts together; RoPE-Mixed's ``base`` with ``mixed_init="axial"`` only."""
+    options = {name: value for name, value in OPTIONS.items() if name != "mixed_init"}
+    kept = options_for(pe, **options)
+    assert kept == {name: value for name, value in options.items() if name not in IGNORED[pe]}
+    GeoPEPointTransformerConv(4, 12, pe=pe, **kept)
+    axial = options_for(pe, **options, mixed_init="axial")
+    assert ("base" in axial) == (pe not in ("rpe", "none", "pointrope"))
+    assert ("mixed_init" in axial) == (pe == "rope-mixed") and GeoPEPointTransformerConv(4, 12, pe=pe, **axial)
 
 
 def test_refused_options_are_named_together_with_what_the_preset_reads():

@@ -13,6 +13,7 @@ from torch_geometric.utils import softmax
 
 from pointgeope.geope import apply_geope
 from pointgeope.model import PRESETS, PointTransformerLayer, PositionalEncoding
+from pointgeope.model.attention import options_for
 from pointgeope.model.ops import knn
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
 from tests.nn import reference as ref
@@ -26,12 +27,8 @@ def mlp(inp: int, out: int) -> nn.Module:
 
 
 def own_options(pe) -> dict:
-    """The test's `pos_scale` where `pe`'s positions turn or make sinusoids, PointROPE's `grid_unit` instead (each
-    preset refuses the options it does not read; `rpe` and `none` read neither)."""
-    encoding = PositionalEncoding.preset(pe)
-    if encoding.rotation == "pointrope":
-        return {"grid_unit": GRID_UNIT}
-    return {"pos_scale": 4.0} if encoding.uses_positions else {}
+    """The test's `pos_scale` and PointROPE's `grid_unit`, those of them `pe` reads (it refuses the others)."""
+    return options_for(pe, pos_scale=4.0, grid_unit=GRID_UNIT)
 
 
 def make_conv(pe, in_channels=4, channels=12, **kwargs) -> GeoPEPointTransformerConv:
