@@ -23,11 +23,12 @@ index. Where the kernel does not run (the CPU, ``POINTGEOPE_KERNELS=torch``, inp
 **Which path.** The kernel is registered (:mod:`pointgeope.model.kernels`, ``batch_norm_relu``) as a CUDA
 default, as the other Triton kernels are: on an H200 it took the published 16 x 80k step to 0.91-0.92x its
 time with torch's batch norm and ReLU, and 0.94-0.95x its peak memory, float32 and bf16, ``rpe`` and ``geope``
-(``docs/gpu.md``). The plain norm is registered beside it (``batch_norm``, its own ``info --check`` case) on
-the same conditions: the same kernels with the activation a compile-time flag; its speed against torch's
-``BatchNorm1d`` is not measured yet (``bench/bench_norm.py``'s plain cases measure it on the next GPU run).
-``POINTGEOPE_KERNELS=torch`` turns both off; CPU tensors take them under the interpreter. A kernel that fails
-falls back to the torch path.
+(``docs/gpu.md``). The plain norm is registered beside it (``batch_norm``, its own ``info --check`` case), the
+same kernels with the activation a compile-time flag, but opt-in (``cuda_default=False``: it runs with
+``POINTGEOPE_KERNELS=triton`` only, elsewhere torch's ``BatchNorm1d``): its speed against torch's is not
+measured yet (``bench/bench_norm.py``'s plain cases measure it on the next GPU run and decide whether it becomes
+a default). ``POINTGEOPE_KERNELS=torch`` turns both off; CPU tensors take them under the interpreter
+(``POINTGEOPE_KERNELS=triton``). A kernel that fails falls back to the torch path.
 
 **Padded batches.** :class:`BatchNorm` (torch's ``BatchNorm1d``, no ReLU) and :class:`BatchNormReLU` take their
 training statistics over a padded batch's real rows inside :func:`pointgeope.model.padding.batch_rows`: what
@@ -342,6 +343,7 @@ def _fused(relu: bool):
 
 # A CUDA default since GPU run 6 (module docstring): 0.91-0.92x the recipe's step.
 KERNEL = kernels.register("batch_norm_relu", _fused(True), reference, atomics=False, check=_check)
-# The same kernels without the ReLU (a block's third norm), on the same conditions; not yet timed on a GPU.
+# The same kernels without the ReLU (a block's third norm); opt-in until a GPU run times it (bench_norm.py's plain).
 PLAIN_KERNEL = kernels.register("batch_norm", _fused(False), plain_reference, atomics=False,
-                                check=lambda device, points, pairs: _check(device, points, pairs, relu=False))
+                                check=lambda device, points, pairs: _check(device, points, pairs, relu=False),
+                                cuda_default=False)
