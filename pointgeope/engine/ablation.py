@@ -41,8 +41,7 @@ from pathlib import Path
 
 from pointgeope.constants import fold_folder_name
 from pointgeope.data.folds import fold_of, load_folds
-from pointgeope.engine.config import config_problem, config_to_dict, load_checked, load_config, override_key
-from pointgeope.engine.config_values import presets_problem
+from pointgeope.engine.config import config_to_dict, load_config, override_key
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
 from pointgeope.parent_death import death_signal_request
@@ -86,11 +85,7 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
             raise UserError(f"override {text!r}: the ablation sets {key} for each trial (--presets, --seeds, "
                             "--run-dir); leave it out")
     common = list(overrides)
-
-    def problem(cfg):   # the encodings' own keys against each preset, not the file's model.pe
-        return config_problem(cfg, encoding=lambda model: presets_problem(model, presets))
-
-    cfg = load_checked(config, common, problem)
+    cfg = load_config(config, common, presets)     # the encodings' own keys against each preset, not model.pe
     if jobs > 1 and cfg.train.threads is None:
         threads = max(1, (os.cpu_count() or 1) // jobs)
         common.append(f"train.threads={threads}")
