@@ -185,25 +185,29 @@ def _run_all(trials: list[Trial], argvs: list[list[str]], jobs: int) -> list[int
 def stale(trial: Trial, test_area: int) -> str | None:
     """Why the trial's saved result of fold ``test_area`` is not one of this command's, ``""`` when it is,
     ``None`` when that cannot be told. Its settings are those its ``metrics.json`` records, else (written
-    before evaluate recorded them) those its checkpoint was written with (:func:`_checkpoint_config`: the
-    training's; its test's ``eval.*`` are then not known); compared with :attr:`Trial.config` (resolved before
-    the trials ran) by the rules a rerun of ``train`` applies
+    before evaluate recorded them) the fold's training's (:func:`~pointgeope.engine.checkpoint.fold_config`:
+    its ``config.yaml``, else its checkpoint's; its test's ``eval.*`` are then not known); compared with
+    :attr:`Trial.config` (resolved before the trials ran) by the rules a rerun of ``train`` applies
     (:func:`~pointgeope.engine.checkpoint.config_differences` for the keys that must match, as a resume checks
     them; :func:`~pointgeope.engine.checkpoint.untested_eval` for the ``eval.*`` keys that ``train`` does not
     apply to a complete fold). ``""`` also where the fold has no readable ``metrics.json`` (the report names
-    the trial missing); ``None`` where neither it nor a checkpoint records a config."""
+    the trial missing); ``None`` where neither it nor the fold's ``config.yaml`` or checkpoints record a
+    config."""
     import json
 
-    from pointgeope.engine.checkpoint import config_differences, describe_differences, untested_eval
+    from pointgeope.engine.checkpoint import config_differences, describe_differences, fold_config, untested_eval
 
     folder = trial.folder / fold_folder_name(test_area)
     try:
         tested = json.loads((folder / "metrics.json").read_text(encoding="utf-8")).get("config")
     except (OSError, ValueError, AttributeError):
         return ""
-    trained = tested if isinstance(tested, dict) else _checkpoint_config(folder)
-    if trained is None:
-        return None
+    trained = tested
+    if not isinstance(tested, dict):
+        try:
+            trained = config_to_dict(fold_config(folder, log=lambda line: None))
+        except UserError:       # neither config.yaml nor a readable checkpoint, or one of an unknown version
+            return None
     diff = config_differences(trained, trial.config)
     if diff:
         return f"stale: trained with other settings ({describe_differences(diff, 'it used')})"
@@ -211,21 +215,7 @@ def stale(trial: Trial, test_area: int) -> str | None:
     return f"stale: {note}" if note else ""
 
 
-def _checkpoint_config(folder: Path) -> dict | None:
-    """The config (plain dict) that the fold's ``last.pt`` (else ``best.pt``) was written with, or ``None``
-    where neither is there or readable with one (``checkpoint.checkpoint_config``)."""
-    from pointgeope.engine.checkpoint import CheckpointError, checkpoint_config, load_checkpoint
-
-    for path in (folder / "last.pt", folder / "best.pt"):
-        if path.is_file():
-            try:
-                return checkpoint_config(load_checkpoint(path), path)
-            except CheckpointError:
-                continue
-    return None
-
-
-NOT_CHECKED = ("not checked: its metrics.json and checkpoints record no config (written by an older "
+NOT_CHECKED = ("not checked: its metrics.json, config.yaml and checkpoints record no config (written by an older "
                "pointgeope), so whether it used this command's settings is unknown")
 
 
