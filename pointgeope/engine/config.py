@@ -238,10 +238,10 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | N
         try:
             out[key] = _coerce(value, tp, name)
         except ConfigError as err:
-            raise ConfigError(f"{at_line(where, lines, str(err))}: {err}") from None
+            raise ConfigError(f"{at_line(where, lines, name, str(err))}: {err}") from None
         problem = value_problem(out[key], name)
         if problem:
-            raise ConfigError(f"{at_line(where, lines, problem)}: {problem}")
+            raise ConfigError(f"{at_line(where, lines, name, problem)}: {problem}")
     return out
 
 
@@ -303,6 +303,8 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
         raise ConfigError(f"{at_line(str(path), lines, 'base')}: expected 'base:' to be a file name, got {base!r}")
     merged = layer if base is None else _merge(_read_layers(path.parent / base, seen + (path,), origins), layer)
     if origins is not None:
+        # a base's entry (model.planes[3]) outlives a shorter list set on top; harmless, as the problems of
+        # the whole (config_problem) name keys, not entries
         origins.update({key: (path, line) for key, line in lines.items()})
     return merged
 
