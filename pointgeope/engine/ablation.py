@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pointgeope.constants import fold_folder_name
@@ -91,12 +91,12 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
         common.append(f"train.threads={threads}")
         print(f"{jobs} trials at a time: train.threads={threads} each (give train.threads=N to choose)", flush=True)
     fold_of(load_folds(cfg.data.root), test_area, cfg.data.root)
-    trials = [Trial(p, s, inside(run_dir, run_dir / p / f"seed_{s}", f"--presets {p}", "--run-dir"))
-              for p in presets for s in seeds]
     # each trial's config, checked (e.g. an unknown preset, named) and kept: what its saved result is compared
     # with after the trials ran (stale), whatever happens to the config file meanwhile
-    trials = [replace(t, config=config_to_dict(load_config(config, t.overrides(common)))) for t in trials]
-    return trials, common
+    folders = {(p, s): inside(run_dir, run_dir / p / f"seed_{s}", f"--presets {p}", "--run-dir")
+               for p in presets for s in seeds}
+    return [Trial(p, s, folder, config_to_dict(load_config(config, Trial(p, s, folder).overrides(common))))
+            for (p, s), folder in folders.items()], common
 
 
 STOP_TIMEOUT_S = 60  # a trial stopped with SIGINT that has not ended by then is killed
