@@ -42,8 +42,7 @@ from pathlib import Path
 
 from pointgeope.constants import fold_folder_name
 from pointgeope.data.folds import fold_of, load_folds
-from pointgeope.engine.config import config_problem, config_to_dict, load_checked, load_config, override_key
-from pointgeope.engine.config_values import presets_problem
+from pointgeope.engine.config import config_to_dict, load_config, override_key
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
 from pointgeope.parent_death import death_signal_request
@@ -90,11 +89,7 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
             raise UserError(f"override {text!r}: the ablation sets {key} for each trial (--presets, --seeds, "
                             "--run-dir); leave it out")
     common = list(overrides)
-
-    def problem(cfg):   # the encodings' own keys against each preset, not the file's model.pe
-        return config_problem(cfg, encoding=lambda model: presets_problem(model, presets))
-
-    cfg = load_checked(config, common, problem)
+    cfg = load_config(config, common, presets)     # the encodings' own keys against each preset, not model.pe
     if why := _unknown_preset(cfg, presets):
         raise UserError(why)
     threads = cfg.train.threads  # the user's, else (jobs > 1) a share of the cores, else torch's default (None)
@@ -108,8 +103,7 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     trials = _resume_threads(trials, test_area, threads, cfg.train.threads is not None)
     # each trial's config, checked (e.g. an unknown preset, named) and kept: what its saved result is compared
     # with after the trials ran (stale), whatever happens to the config file meanwhile
-    trials = [replace(t, config=config_to_dict(load_config(config, t.overrides(common)))) for t in trials]
-    return trials, common
+    return [replace(t, config=config_to_dict(load_config(config, t.overrides(common)))) for t in trials], common
 
 
 def _resume_threads(trials: list[Trial], test_area: int, threads: int | None, chosen: bool) -> list[Trial]:
@@ -260,25 +254,29 @@ def _run_all(trials: list[Trial], argvs: list[list[str]], jobs: int) -> list[int
 def stale(trial: Trial, test_area: int) -> str | None:
     """Why the trial's saved result of fold ``test_area`` is not one of this command's, ``""`` when it is,
     ``None`` when that cannot be told. Its settings are those its ``metrics.json`` records, else (written
-    before evaluate recorded them) those its checkpoint was written with (:func:`_checkpoint_config`: the
-    training's; its test's ``eval.*`` are then not known); compared with :attr:`Trial.config` (resolved before
-    the trials ran) by the rules a rerun of ``train`` applies
+    before evaluate recorded them) the fold's training's (:func:`~pointgeope.engine.checkpoint.fold_config`:
+    its ``config.yaml``, else its checkpoint's; its test's ``eval.*`` are then not known); compared with
+    :attr:`Trial.config` (resolved before the trials ran) by the rules a rerun of ``train`` applies
     (:func:`~pointgeope.engine.checkpoint.config_differences` for the keys that must match, as a resume checks
     them; :func:`~pointgeope.engine.checkpoint.untested_eval` for the ``eval.*`` keys that ``train`` does not
     apply to a complete fold). ``""`` also where the fold has no readable ``metrics.json`` (the report names
-    the trial missing); ``None`` where neither it nor a checkpoint records a config."""
+    the trial missing); ``None`` where neither it nor the fold's ``config.yaml`` or checkpoints record a
+    config."""
     import json
 
-    from pointgeope.engine.checkpoint import config_differences, describe_differences, untested_eval
+    from pointgeope.engine.checkpoint import config_differences, describe_differences, fold_config, untested_eval
 
     folder = trial.folder / fold_folder_name(test_area)
     try:
         tested = json.loads((folder / "metrics.json").read_text(encoding="utf-8")).get("config")
     except (OSError, ValueError, AttributeError):
         return ""
-    trained = tested if isinstance(tested, dict) else _checkpoint_config(folder)
-    if trained is None:
-        return None
+    trained = tested
+    if not isinstance(tested, dict):
+        try:
+            trained = config_to_dict(fold_config(folder, log=lambda line: None))
+        except UserError:       # neither config.yaml nor a readable checkpoint, or one of an unknown version
+            return None
     diff = config_differences(trained, trial.config)
     if diff:
         return f"stale: trained with other settings ({describe_differences(diff, 'it used')})"
@@ -286,21 +284,7 @@ def stale(trial: Trial, test_area: int) -> str | None:
     return f"stale: {note}" if note else ""
 
 
-def _checkpoint_config(folder: Path) -> dict | None:
-    """The config (plain dict) that the fold's ``last.pt`` (else ``best.pt``) was written with, or ``None``
-    where neither is there or readable with one (``checkpoint.checkpoint_config``)."""
-    from pointgeope.engine.checkpoint import CheckpointError, checkpoint_config, load_checkpoint
-
-    for path in (folder / "last.pt", folder / "best.pt"):
-        if path.is_file():
-            try:
-                return checkpoint_config(load_checkpoint(path), path)
-            except CheckpointError:
-                continue
-    return None
-
-
-NOT_CHECKED = ("not checked: its metrics.json and checkpoints record no config (written by an older "
+NOT_CHECKED = ("not checked: its metrics.json, config.yaml and checkpoints record no config (written by an older "
                "pointgeope), so whether it used this command's settings is unknown")
 
 

@@ -181,8 +181,7 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
 
 
 def checkpoint_config(ckpt: dict, path: str | Path, sections: tuple[str, ...] = ()) -> dict:
-    """The config (plain dict) a checkpoint was written with; a CheckpointError if it holds none (or
-    lacks one of ``sections``)."""
+    """The config (plain dict) a checkpoint was written with; a CheckpointError if it lacks it or ``sections``."""
     config = ckpt.get("config")
     if not isinstance(config, dict) or any(section not in config for section in sections):
         raise CheckpointError(f"{path}: expected a model checkpoint with a config (last.pt or best.pt of a run), "
@@ -192,8 +191,8 @@ def checkpoint_config(ckpt: dict, path: str | Path, sections: tuple[str, ...] = 
 
 def fold_config(run: str | Path, overrides: list[str] = (), log=print):
     """The ``Config`` of the fold folder ``run`` with ``overrides``: its ``config.yaml``, else (the file
-    deleted) the config its ``last.pt`` (else ``best.pt``) was written with, which is what trained it,
-    said through ``log``; a :class:`UserError` saying what to do when it has neither."""
+    deleted) the config its ``last.pt`` (else, or if unreadable, ``best.pt``) was written with, which is what
+    trained it, said through ``log``; a :class:`UserError` saying what to do when it has neither."""
     from pointgeope.engine.config import ConfigError, config_from_dict, load_record
 
     run = Path(run)
@@ -204,13 +203,19 @@ def fold_config(run: str | Path, overrides: list[str] = (), log=print):
         raise UserError(f"{run}: expected config.yaml and last.pt, the fold's config and weights, found neither; "
                         "train the fold first (train.py --test-area K --run-dir RUN), or give the fold folder "
                         "that holds them")
-    saved = checkpoint_config(load_checkpoint(found[0]), found[0])
+    for path in found:              # a last.pt cut short does not hide an intact best.pt
+        try:
+            saved = checkpoint_config(load_checkpoint(path), path)
+            break
+        except CheckpointError:
+            if path == found[-1]:
+                raise
     try:
         config_from_dict(saved, where="its config")
     except ConfigError as err:
-        raise CheckpointError(f"{found[0]}: written by another version of pointgeope ({err})") from None
-    log(f"{run / 'config.yaml'}: not there; using the config that {found[0].name} carries (it trained the fold)")
-    return config_from_dict(saved, where=f"{found[0]}'s config", overrides=overrides)
+        raise CheckpointError(f"{path}: written by another version of pointgeope ({err})") from None
+    log(f"{run / 'config.yaml'}: not there; using the config that {path.name} carries (it trained the fold)")
+    return config_from_dict(saved, where=f"{path}'s config", overrides=overrides)
 
 
 def fold_progress(path: str | Path, ckpt: dict, log=None) -> tuple[int, int]:

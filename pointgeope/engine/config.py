@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -239,10 +238,10 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | N
         try:
             out[key] = _coerce(value, tp, name)
         except ConfigError as err:
-            raise ConfigError(f"{at_line(where, lines, str(err))}: {err}") from None
+            raise ConfigError(f"{at_line(where, lines, name, str(err))}: {err}") from None
         problem = value_problem(out[key], name)
         if problem:
-            raise ConfigError(f"{at_line(where, lines, problem)}: {problem}")
+            raise ConfigError(f"{at_line(where, lines, name, problem)}: {problem}")
     return out
 
 
@@ -256,12 +255,11 @@ def _merge(base: dict, top: dict) -> dict:
     return out
 
 
-def config_problem(cfg: Config, encoding: Callable[[ModelConfig], str | None] | None = None) -> str | None:
+def config_problem(cfg: Config, presets: list[str] | None = None) -> str | None:
     """What is wrong between the keys that must agree with each other (each key alone was checked as read),
-    or ``None``; ``encoding``: the check of the encodings' own keys (default: against ``model.pe``,
-    ``config_values.encoding_problem``; an ablation checks them against each of its presets,
-    ``config_values.presets_problem``)."""
-    return agreement_problem(cfg.model, encoding) or pipeline_problem(cfg)
+    or ``None``; the encodings' own keys are checked against ``model.pe``, or against each of an ablation's
+    ``presets`` where given (``config_values.agreement_problem``)."""
+    return agreement_problem(cfg.model, presets) or pipeline_problem(cfg)
 
 
 def _build(cls, raw: dict):
@@ -305,6 +303,8 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
         raise ConfigError(f"{at_line(str(path), lines, 'base')}: expected 'base:' to be a file name, got {base!r}")
     merged = layer if base is None else _merge(_read_layers(path.parent / base, seen + (path,), origins), layer)
     if origins is not None:
+        # a base's entry (model.planes[3]) outlives a shorter list set on top; harmless, as the problems of
+        # the whole (config_problem) name keys, not entries
         origins.update({key: (path, line) for key, line in lines.items()})
     return merged
 
@@ -334,21 +334,21 @@ def parse_override(text: str) -> dict:
     return tree
 
 
-def _overridden(merged: dict, overrides: typing.Sequence[str], where: str,
-                problem: Callable[[Config], str | None] = config_problem, origins: dict | None = None) -> Config:
+def _overridden(merged: dict, overrides: typing.Sequence[str], where: str, presets: list[str] | None = None,
+                origins: dict | None = None) -> Config:
     """The config of the checked mapping ``merged`` (read from ``where``) with ``section.key=value``
     ``overrides`` applied last, each checked as it is read, then the whole: a problem of the whole is
     ``where``'s alone when ``merged`` has it without the overrides (a key of the file, whatever the
     overrides, e.g. the ``data.root`` of train's ``--data-root``), named at the line of the file that sets
     the first key the problem names (``origins``: :func:`_read_layers`'), else ``where`` "with the
-    overrides"; ``problem``: the check of the whole (:func:`config_problem`)."""
+    overrides"; ``presets``: :func:`config_problem`'s."""
     layered = merged
     for text in overrides:
         layered = _merge(layered, _check_mapping(parse_override(text), Config, f"override {text!r}"))
     cfg = _build(Config, layered)
-    said = problem(cfg)
+    said = config_problem(cfg, presets)
     if said:
-        if overrides and problem(_build(Config, merged)) != said:
+        if overrides and config_problem(_build(Config, merged), presets) != said:
             raise ConfigError(f"{where} with the overrides: {said}")
         file, line = key_line(origins or {}, said) or (None, None)
         at = where if file is None else f"{where if file == Path(where).resolve() else file}:{line}"
@@ -356,19 +356,14 @@ def _overridden(merged: dict, overrides: typing.Sequence[str], where: str,
     return cfg
 
 
-def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
-    """The :class:`Config` of a YAML file (``None``: the defaults) with ``section.key=value`` overrides."""
-    return load_checked(path, overrides, config_problem)
-
-
-def load_checked(path: str | Path | None, overrides: typing.Sequence[str],
-                 problem: Callable[[Config], str | None]) -> Config:
-    """:func:`load_config` with ``problem`` as the check of the whole in place of :func:`config_problem`
-    (each key alone is checked as read, whatever ``problem``): an ablation's, whose encodings' own keys are
-    checked against each of its presets."""
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = (),
+                presets: list[str] | None = None) -> Config:
+    """The :class:`Config` of a YAML file (``None``: the defaults) with ``section.key=value`` overrides;
+    ``presets``: an ablation's encodings, against each of which the encodings' own keys are checked in place of
+    ``model.pe`` (:func:`config_problem`)."""
     origins: dict = {}
     merged = _read_layers(Path(path), origins=origins) if path is not None else {}
-    return _overridden(merged, overrides, str(path) if path is not None else "the defaults", problem, origins)
+    return _overridden(merged, overrides, str(path) if path is not None else "the defaults", presets, origins)
 
 
 def config_to_dict(cfg: Config) -> dict:

@@ -162,12 +162,13 @@ def range_problem(value: Any, name: str) -> str | None:
     return None
 
 
-def agreement_problem(m: ModelConfig, encoding=None) -> str | None:
+def agreement_problem(m: ModelConfig, presets: list[str] | None = None) -> str | None:
     """What is wrong between the model keys that must agree, or ``None``: the backbone's own keys and
-    encoding (:func:`backbone_problem`), the encoding's own keys (``encoding(m)``, by default
-    :func:`encoding_problem`: against ``model.pe``; an ablation's checks them against each of its presets,
-    :func:`presets_problem`), then the stages (:func:`stages_problem`)."""
-    return backbone_problem(m) or (encoding or encoding_problem)(m) or stages_problem(m)
+    encoding (:func:`backbone_problem`), the encoding's own keys (:func:`encoding_problem`, against
+    ``model.pe``; with an ablation's ``presets``, :func:`presets_problem`, against each of them), then the
+    stages (:func:`stages_problem`)."""
+    encoding = presets_problem(m, presets) if presets is not None else encoding_problem(m)
+    return backbone_problem(m) or encoding or stages_problem(m)
 
 
 def stages_problem(m: ModelConfig) -> str | None:
@@ -329,7 +330,7 @@ def encoding_problem(m: ModelConfig) -> str | None:
 
 def presets_problem(m: ModelConfig, presets: list[str]) -> str | None:
     """:func:`encoding_problem` for the encodings an ablation runs in place of ``model.pe`` (``pointgeope
-    ablate --presets``, which checks its config with it: ``agreement_problem(m, encoding=...)``): the first
+    ablate --presets``, which checks its config with it: ``agreement_problem(m, presets)``): the first
     key that one of them would ignore, the message naming them (a preset not of the backbone is left to
     :func:`backbone_problem`, which names it on the trial's check)."""
     known = [p for p in presets if p in _encodings(m)]

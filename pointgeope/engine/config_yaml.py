@@ -154,9 +154,10 @@ def key_line(lines: dict[str, int], text: str):
     return None
 
 
-def at_line(where: str, lines: dict | None, about: str) -> str:
-    """``where`` (a file) as ``FILE:LINE`` with the line of the key that a message is about: ``about`` is the
-    key itself, else the message (:func:`key_line`); ``where`` alone when ``lines`` has neither (an
-    override, a checkpoint's config, a key the file does not set)."""
-    line = (lines.get(about) or key_line(lines, about)) if lines else None
+def at_line(where: str, lines: dict | None, key: str, message: str = "") -> str:
+    """``where`` (a file) as ``FILE:LINE`` with the line of the dotted ``key``, or of its entry that ``message``
+    names (``model.planes[2]: ...``; another key the message names is not looked up); ``where`` alone when
+    ``lines`` has neither (an override, a checkpoint's config, a key the file does not set)."""
+    own = {name: line for name, line in (lines or {}).items() if name == key or name.startswith(f"{key}[")}
+    line = key_line(own, message) or own.get(key)
     return where if line is None else f"{where}:{line}"

@@ -23,11 +23,12 @@ index. Where the kernel does not run (the CPU, ``POINTGEOPE_KERNELS=torch``, inp
 **Which path.** The kernel is registered (:mod:`pointgeope.model.kernels`, ``batch_norm_relu``) as a CUDA
 default, as the other Triton kernels are: on an H200 it took the published 16 x 80k step to 0.91-0.92x its
 time with torch's batch norm and ReLU, and 0.94-0.95x its peak memory, float32 and bf16, ``rpe`` and ``geope``
-(``docs/gpu.md``). The plain norm is registered beside it (``batch_norm``, its own ``info --check`` case) on
-the same conditions: the same kernels with the activation a compile-time flag; its speed against torch's
-``BatchNorm1d`` is not measured yet (``bench/bench_norm.py``'s plain cases measure it on the next GPU run).
-``POINTGEOPE_KERNELS=torch`` turns both off; CPU tensors take them under the interpreter. A kernel that fails
-falls back to the torch path.
+(``docs/gpu.md``). The plain norm is registered beside it (``batch_norm``, its own ``info --check`` case), the
+same kernels with the activation a compile-time flag, but opt-in (``cuda_default=False``: it runs with
+``POINTGEOPE_KERNELS=triton`` only, elsewhere torch's ``BatchNorm1d``): its speed against torch's is not
+measured yet (``bench/bench_norm.py``'s plain cases measure it on the next GPU run and decide whether it becomes
+a default). ``POINTGEOPE_KERNELS=torch`` turns both off; CPU tensors take them under the interpreter
+(``POINTGEOPE_KERNELS=triton``). A kernel that fails falls back to the torch path.
 
 **Padded batches.** :class:`BatchNorm` (torch's ``BatchNorm1d``, no ReLU) and :class:`BatchNormReLU` take their
 training statistics over a padded batch's real rows inside :func:`pointgeope.model.padding.batch_rows`: what
@@ -43,6 +44,7 @@ tensor).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
@@ -131,14 +133,15 @@ def _count(valid: Tensor | None, unused: Tensor) -> Tensor:
 
 
 class _FusedBatchNorm(torch.autograd.Function):
-    """``relu(batch_norm(x))`` (``relu``) or ``batch_norm(x)`` on the Triton kernels; saves ``x``, the
-    parameters and the ``(5, C)`` statistics (no normalised copy of ``x``: the backward recomputes it)."""
+    """``kernel``'s op on the Triton kernels: ``relu(batch_norm(x))`` for :data:`KERNEL`, ``batch_norm(x)`` for
+    :data:`PLAIN_KERNEL`; saves ``x``, the parameters and the ``(5, C)`` statistics (no normalised copy of ``x``:
+    the backward recomputes it)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None,
                 running_var: Tensor | None, batch_stats: bool, momentum: float, eps: float,
-                valid: Tensor | None = None, relu: bool = True) -> Tensor:
-        x = x.contiguous()
+                valid: Tensor | None, kernel: kernels.Kernel) -> Tensor:
+        x, relu = x.contiguous(), kernel is KERNEL
         (r, c), f64 = x.shape, torch.float64 in (x.dtype, weight.dtype)
         stats = _statistics(x, weight, bias, running_mean, running_var, batch_stats, eps,
                             torch.float64 if f64 else torch.float32, valid)
@@ -149,21 +152,20 @@ class _FusedBatchNorm(torch.autograd.Function):
                 running_mean if update else stats, running_var if update else stats, r, c, momentum,
                 UPDATE=update, RELU=relu, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
         ctx.save_for_backward(x, weight, bias, stats, valid)
-        ctx.batch_stats, ctx.eps, ctx.relu = batch_stats, eps, relu
+        ctx.batch_stats, ctx.eps, ctx.kernel = batch_stats, eps, kernel
         return y
 
     @staticmethod
     def backward(ctx, g: Tensor):
         x, weight, bias, stats, valid = ctx.saved_tensors
         needs = list(ctx.needs_input_grad[:3])
-        batch, eps, relu = ctx.batch_stats, ctx.eps, ctx.relu
-        kernel = KERNEL if relu else PLAIN_KERNEL
+        batch, eps, kernel = ctx.batch_stats, ctx.eps, ctx.kernel
 
         def torch_path(a, w, b):        # batch statistics again, or the forward's running ones (rows 0 and 4)
             return kernel.torch(a, w, b, None if batch else stats[0], None if batch else stats[4], batch, 0.0, eps,
                                 valid)
         grads = kernel.dispatch(x.device, lambda: _backward(x, g.contiguous(), stats, weight, bias, batch, needs,
-                                                            valid, relu),
+                                                            valid, kernel is KERNEL),
                                 lambda: torch_grads(torch_path, [x, weight, bias], needs, g),
                                 decided=True)       # this forward ran Triton: the backward follows it
         return (*grads, None, None, None, None, None, None, None)
@@ -224,23 +226,22 @@ class BatchNorm(nn.BatchNorm1d):
     :func:`pointgeope.model.padding.batch_rows`, takes its statistics over a padded batch's real rows only.
     Shapes: ``(R, C) -> (R, C)`` (other shapes: torch's path)."""
 
-    relu = False        # BatchNormReLU: the same norm with its ReLU (on KERNEL's path)
+    kernel: kernels.Kernel      # PLAIN_KERNEL (overridden by BatchNormReLU: KERNEL), set after registration
 
     def forward(self, x: Tensor) -> Tensor:
         batch_stats = self.training or self.running_mean is None
         valid = padding.valid_rows(x.shape[0]) if self.training else None
         cumulative = valid is not None and self.momentum is None   # its step a tensor: torch ops, no host read
-        kernel = KERNEL if self.relu else PLAIN_KERNEL
+        kernel = self.kernel
         if cumulative or not (kernel.enabled(x.device) and _takes(x, self.weight) and x.shape[0] > int(batch_stats)):
             y = self._torch_forward(x, valid)
-            return torch.relu_(y) if self.relu else y
+            return torch.relu_(y) if kernel is KERNEL else y
         factor = self._factor()
         if isinstance(factor, Tensor):
             factor = float(factor)
         keep = not self.training or self.track_running_stats
-        fused = batch_norm_relu if self.relu else batch_norm
-        return fused(x, self.weight, self.bias, self.running_mean if keep else None,
-                     self.running_var if keep else None, batch_stats, factor, self.eps, valid)
+        return kernel(x.device, x, self.weight, self.bias, self.running_mean if keep else None,
+                      self.running_var if keep else None, batch_stats, factor, self.eps, valid)
 
     def _torch_forward(self, x: Tensor, valid: Tensor | None) -> Tensor:
         """torch's ``BatchNorm1d.forward``, or with ``valid`` (a padded batch in training) the statistics of
@@ -265,8 +266,6 @@ class BatchNorm(nn.BatchNorm1d):
 class BatchNormReLU(BatchNorm):
     """``relu(BatchNorm1d(x))`` in one op where the kernel runs (module docstring); ``BatchNorm1d``'s
     arguments, parameters and buffers. Shapes: ``(R, C) -> (R, C)`` (other shapes: torch's path)."""
-
-    relu = True
 
 
 class SyncBatchNormReLU(nn.SyncBatchNorm):
@@ -308,14 +307,13 @@ def _check_rows(rows: int, width: int, margin: float = 0.05) -> tuple[Tensor, Te
     return torch.where(pre.abs() < margin, x + torch.where(pre >= 0, 2 * margin, -2 * margin) / scale, x), w, b
 
 
-def _check(device: torch.device, points: int, pairs: int, relu: bool = True) -> list[kernels.CheckCase]:
-    """``info --check``, training mode, forward and backward, float32 and bfloat16, against torch's: with ``relu``
-    the pair MLP's first norm (``pairs x 16`` rows of width 64), without it a block's third norm (``points``
-    rows of width 64); the largest difference relative to the largest value."""
+def _check(kernel: kernels.Kernel, device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
+    """``info --check`` of ``kernel``, training mode, forward and backward, float32 and bfloat16, against torch's:
+    :data:`KERNEL` on the pair MLP's first norm (``pairs x 16`` rows of width 64), :data:`PLAIN_KERNEL` on a
+    block's third norm (``points`` rows of width 64); the largest difference relative to the largest value."""
     from pointgeope.model.kernel_check import _grads
 
-    kernel = KERNEL if relu else PLAIN_KERNEL
-    rows, width = (pairs * 16 if relu else points), 64
+    rows, width = (pairs * 16 if kernel is KERNEL else points), 64
     x, w, b = (t.float().to(device) for t in _check_rows(rows, width))
 
     def compare(got, want):
@@ -330,18 +328,21 @@ def _check(device: torch.device, points: int, pairs: int, relu: bool = True) -> 
     return cases
 
 
-def _fused(relu: bool):
-    """The Triton function of :data:`KERNEL` (``relu``) or :data:`PLAIN_KERNEL`: ``F.batch_norm``'s arguments and
-    ``valid``, by :class:`_FusedBatchNorm`."""
+def _fused(kernel: Callable[[], kernels.Kernel]):
+    """The Triton function of the :class:`~pointgeope.model.kernels.Kernel` that ``kernel()`` gives (asked at the
+    call: the one registered with it): ``F.batch_norm``'s arguments and ``valid``, by :class:`_FusedBatchNorm`."""
     def run(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
             batch_stats: bool, momentum: float, eps: float, valid: Tensor | None = None) -> Tensor:
         return _FusedBatchNorm.apply(x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid,
-                                     relu)
+                                     kernel())
     return run
 
 
 # A CUDA default since GPU run 6 (module docstring): 0.91-0.92x the recipe's step.
-KERNEL = kernels.register("batch_norm_relu", _fused(True), reference, atomics=False, check=_check)
-# The same kernels without the ReLU (a block's third norm), on the same conditions; not yet timed on a GPU.
-PLAIN_KERNEL = kernels.register("batch_norm", _fused(False), plain_reference, atomics=False,
-                                check=lambda device, points, pairs: _check(device, points, pairs, relu=False))
+KERNEL = kernels.register("batch_norm_relu", _fused(lambda: KERNEL), reference, atomics=False,
+                          check=lambda device, points, pairs: _check(KERNEL, device, points, pairs))
+# The same kernels without the ReLU (a block's third norm); opt-in until a GPU run times it (bench_norm.py's plain).
+PLAIN_KERNEL = kernels.register("batch_norm", _fused(lambda: PLAIN_KERNEL), plain_reference, atomics=False,
+                                check=lambda device, points, pairs: _check(PLAIN_KERNEL, device, points, pairs),
+                                cuda_default=False)
+BatchNorm.kernel, BatchNormReLU.kernel = PLAIN_KERNEL, KERNEL

@@ -178,10 +178,9 @@ def grad_partials(x_ptr, g_ptr, stat_ptr, sg_ptr, sgx_ptr, R, C, ROWS, RELU: tl.
         offs = rows[:, None] * C + cols[None, :]
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(acc)
         g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(acc)
+        gm = g                                  # 0 on the masked rows and channels, as loaded
         if RELU:
             gm = tl.where(mask & (x * scale + shift > 0.0), g, 0.0)
-        else:
-            gm = tl.where(mask, g, 0.0)
         sg += tl.reduce(gm, 0, _add)
         sgx += tl.reduce(gm * ((x - mean) * invstd), 0, _add)
         r0 += BLOCK_R

@@ -8,50 +8,43 @@
 
 Imports `pointgeope.geope` and `pointgeope.model` only (never the data, engine, report or viewer code, nor
 their dependencies: h5py, pandas, open3d, tensorboard, matplotlib). torch-geometric is imported when the layer
-is first asked for, so `knn_graph` and the functional API run without it. Without torch-geometric the layer is
-not an attribute (`hasattr` is False, `from pointgeope.nn import *` gives the rest), and asking for it by name
-says what to install, in one line.
+is first asked for, so `knn_graph` and the functional API run without it. Without torch-geometric the layer's
+name is a stand-in (`from pointgeope.nn import *` and `from pointgeope.nn import GeoPEPointTransformerConv`
+work) whose construction or subclassing raises an `ImportError` saying what to install, in one line.
 """
-import sys
-from importlib import _bootstrap
 from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
 from pointgeope.nn.functional import geope_attention, geope_qk
 from pointgeope.nn.knn import knn_graph
 
-if TYPE_CHECKING:                                      # for type checkers and the API reference; imported lazily
-    from pointgeope.nn.point_transformer_conv import GeoPEPointTransformerConv
-
 # The torch-geometric versions the layer's tests passed with (`pointgeope info` prints them): the oldest
 # (`make test-pyg-oldest`, pyproject.toml's lower bound; the Makefile reads it from this line) and the newest.
 TESTED_PYG_VERSIONS = ("2.5.3", "2.8.1")
 
 _LAYER = "GeoPEPointTransformerConv"
-__all__ = ["knn_graph", "geope_qk", "geope_attention", "TESTED_PYG_VERSIONS"]
-if find_spec("torch_geometric") is not None:           # a star import takes what can be imported
-    __all__ += ["GeoPEPointTransformerConv"]
-# the code of the import system's `from package import name` (importlib._bootstrap's, frozen: its module's
-# name differs across Python versions, the code object does not)
-_FROM_IMPORT = getattr(getattr(_bootstrap, "_handle_fromlist", None), "__code__", None)
+__all__ = ["knn_graph", "geope_qk", "geope_attention", "TESTED_PYG_VERSIONS", "GeoPEPointTransformerConv"]
 _NEEDS_PYG = (f'pointgeope.nn.{_LAYER} needs torch-geometric (pip install "pointgeope[nn]"); knn_graph, geope_qk '
               "and geope_attention do not")
+_HAS_PYG = find_spec("torch_geometric") is not None
+
+if not _HAS_PYG:
+    class GeoPEPointTransformerConv:
+        """Stands for the layer without torch-geometric: constructing or subclassing it says what to install."""
+
+        def __init__(self, *args, **kwargs):
+            raise ImportError(_NEEDS_PYG)
+
+        def __init_subclass__(cls, **kwargs):
+            raise ImportError(_NEEDS_PYG)
+if TYPE_CHECKING:           # for type checkers and the API reference (read after the stand-in); imported lazily
+    from pointgeope.nn.point_transformer_conv import GeoPEPointTransformerConv
 
 
 def __getattr__(name: str):
-    """`GeoPEPointTransformerConv` on first use (it subclasses PyG's layer, so it needs torch-geometric).
-
-    Without torch-geometric: an `AttributeError` saying what to install, so `hasattr` and introspection see no
-    attribute; but an `ImportError` with that line where the import system asks (`from pointgeope.nn import
-    GeoPEPointTransformerConv`: `importlib._bootstrap._handle_fromlist` calls `hasattr` first), since Python
-    would replace an `AttributeError` there by its own "cannot import name", which does not say what to do."""
+    """`GeoPEPointTransformerConv` on first use, with torch-geometric (the layer subclasses PyG's, so importing it
+    imports torch-geometric); without it the stand-in above is a plain attribute and this is not called."""
     if name != _LAYER:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        from pointgeope.nn.point_transformer_conv import GeoPEPointTransformerConv
-    except ModuleNotFoundError as error:
-        if not (error.name and error.name.split(".")[0] == "torch_geometric"):
-            raise
-        importing = sys._getframe(1).f_code is _FROM_IMPORT
-        raise (ImportError if importing else AttributeError)(_NEEDS_PYG) from error
+    from pointgeope.nn.point_transformer_conv import GeoPEPointTransformerConv
     return GeoPEPointTransformerConv

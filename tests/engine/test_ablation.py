@@ -154,6 +154,26 @@ def test_a_result_without_its_config_is_checked_against_its_checkpoint_else_repo
 
 
 @pytest.mark.slow
+def test_a_result_without_its_config_is_checked_against_the_folds_config_yaml_first(two_folds, tmp_path, monkeypatch):
+    """The fold's config.yaml (train writes it) is read before any checkpoint (checkpoint.fold_config): a whole
+    checkpoint was loaded to read its config, and a fold with config.yaml and no readable checkpoint went
+    unchecked."""
+    from pointgeope.engine import checkpoint
+    from pointgeope.engine.ablation import stale
+    from pointgeope.engine.config import load_config, save_config
+
+    trials, common = plan(DEMO_CONFIG, ["rpe"], [0], 1, tmp_path, [f"data.root={two_folds}", *TINY], 1)
+    trial, fold = trials[0], trials[0].folder / "area_1"
+    fold.mkdir(parents=True)
+    (fold / "metrics.json").write_text(json.dumps({"area": "Area_1", "complete": True}))
+    (fold / "last.pt").write_bytes(b"cut short")
+    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda *a, **k: pytest.fail("a checkpoint was loaded"))
+    save_config(load_config(DEMO_CONFIG, trial.overrides(common) + ["train.epochs=1"]), fold / "config.yaml")
+    assert stale(trial, 1) == "stale: trained with other settings (train.epochs: it used 1, now 2)"
+    save_config(load_config(DEMO_CONFIG, trial.overrides(common)), fold / "config.yaml")
+    assert stale(trial, 1) == ""
+
+
 def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(two_folds, tmp_path, capsys):
     """Fold 2 into the RUN of fold 1: its report scores area_2 alone (it pooled every fold the trial folders
     held, under the header "fold 2") and fold 1's report stays (it was overwritten). A rerun with

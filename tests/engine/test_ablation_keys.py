@@ -55,3 +55,14 @@ def test_none_takes_the_keys_of_its_own_backbone_only():
         with pytest.raises(ConfigError, match=rf"model.point3drope_scale=1.0: only model.pe=point3drope reads it, "
                                               rf"but model.pe={pe}; remove it$"):
             load_config(None, [f"model.pe={pe}", "model.point3drope_scale=1"])
+
+
+def test_load_config_checks_the_encodings_keys_against_an_ablations_presets():
+    """With ``presets`` the encodings' own keys are checked against each preset in place of ``model.pe``: the
+    same file and override that ``model.pe=geope`` refuses load for presets that all read the key."""
+    with pytest.raises(ConfigError, match=r"model.point3drope_scale=1.0: only model.pe=point3drope reads it"):
+        load_config(PTV3_DEMO, ["model.point3drope_scale=1"])
+    cfg = load_config(PTV3_DEMO, ["model.point3drope_scale=1"], presets=["none", "point3drope"])
+    assert (cfg.model.pe, cfg.model.point3drope_scale) == ("geope", 1.0)
+    with pytest.raises(ConfigError, match=r"read by --presets point3drope, but --presets geope would ignore it"):
+        load_config(PTV3_DEMO, ["model.point3drope_scale=1"], presets=["geope", "point3drope"])

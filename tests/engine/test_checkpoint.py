@@ -174,3 +174,20 @@ def test_a_damaged_last_pt_leaves_best_pts_own_epochs_with_a_warning(tmp_path):
     assert len(logged) == 1 and logged[0].startswith(f"warning: {last}: not a readable checkpoint (")
     assert logged[0].endswith("; best.pt is used (saved at epoch 2 of 5: how far the fold trained after it is unknown)")
     assert unfinished_warning(best, ckpt) == logged[0]
+
+
+def test_a_folds_config_without_config_yaml_skips_a_last_pt_cut_short(tmp_path):
+    """fold_config read only the first checkpoint there: a last.pt cut short stopped it although an intact
+    best.pt records the same training's config; neither readable: the error of the last one tried, best.pt's."""
+    from pointgeope.engine.checkpoint import fold_config
+
+    cfg = load_config(None, ["train.epochs=3"])
+    save_checkpoint(tmp_path / "best.pt", {"config": config_to_dict(cfg)})
+    (tmp_path / "last.pt").write_bytes(b"cut short")
+    said = []
+    assert fold_config(tmp_path, log=said.append) == cfg
+    assert said == [f"{tmp_path / 'config.yaml'}: not there; using the config that best.pt carries (it trained "
+                    "the fold)"]
+    (tmp_path / "best.pt").write_bytes(b"cut short too")
+    with pytest.raises(CheckpointError, match=r"best\.pt: not a readable checkpoint"):
+        fold_config(tmp_path, log=said.append)

@@ -7,7 +7,7 @@ import pytest
 
 from pointgeope.engine.ablation import plan
 from pointgeope.engine.config import ConfigError, load_config, load_record
-from pointgeope.engine.config_yaml import key_line, load_yaml_lines
+from pointgeope.engine.config_yaml import at_line, key_line, load_yaml_lines
 from tests.engine.conftest import DEMO_CONFIG, REPO, one_line
 
 # (the file, the line of the refused key, the message after "FILE:LINE: ")
@@ -96,3 +96,15 @@ def test_the_lines_come_from_the_yaml_nodes():
     assert key_line(lines, "model.planes[5]: expected an integer") == 4             # no such entry: its key
     assert key_line(lines, "model.strides: expected 2 entries as in model.blocks") == 7   # the first it holds
     assert key_line(lines, "see configs/x.yaml and data/mix3d.py") is None          # paths are not keys
+
+
+def test_a_keys_line_is_its_own_or_its_entrys_never_another_keys():
+    """at_line looked the whole message up, then the first key it named: a message naming another key first
+    pointed at that key's line. Now the key's line, or that of its entry the message names."""
+    lines = {"model.strides": 3, "model.planes": 4, "model.planes[1]": 6}
+    assert at_line("x.yaml", lines, "model.planes", "model.strides as in model.planes[1]: expected 32") == "x.yaml:6"
+    assert at_line("x.yaml", lines, "model.planes", "model.strides and model.planes disagree") == "x.yaml:4"
+    assert at_line("x.yaml", lines, "model.planes", "model.planes[7]: no such entry") == "x.yaml:4"
+    assert at_line("x.yaml", lines, "model.planes") == "x.yaml:4"
+    assert at_line("x.yaml", lines, "optim.lr", "model.planes: set") == "x.yaml"        # the file does not set it
+    assert at_line("override 'a.b=1'", None, "a.b") == "override 'a.b=1'"

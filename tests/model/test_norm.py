@@ -380,8 +380,8 @@ def test_a_padded_batch_takes_the_prefix_statistics_on_the_kernel_path_too(inter
     (float64); with ``momentum=None`` (a cumulative step, a tensor) the torch ops run."""
     from pointgeope.model import padding
 
-    calls = []
-    interpreted.setattr(norm, "batch_norm_relu", lambda *a: calls.append(1) or norm.KERNEL(a[0].device, *a))
+    calls, fused = [], norm.KERNEL.triton
+    interpreted.setattr(norm.KERNEL, "triton", lambda *a: calls.append(1) or fused(*a))
     g = torch.Generator().manual_seed(5)
     x = (torch.randn(70, 6, generator=g, dtype=torch.float64) * 2 + 1).requires_grad_()
     up = torch.randn(70, 6, generator=g, dtype=torch.float64)

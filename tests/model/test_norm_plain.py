@@ -233,15 +233,20 @@ def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted)
         torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12, msg=name)
 
 
-def test_on_the_same_conditions_as_the_relus_kernel(monkeypatch):
-    """Registered as a CUDA default, as ``batch_norm_relu``: on CUDA tensors with the switch unset and with
-    ``POINTGEOPE_KERNELS=triton``, off with ``torch``; on CPU tensors only with the switch set to ``triton``."""
+def test_opt_in_until_a_gpu_run_times_it(monkeypatch):
+    """Registered opt-in (``cuda_default=False``), unlike ``batch_norm_relu``: on CUDA tensors only with
+    ``POINTGEOPE_KERNELS=triton`` (the ReLU's kernel also with the switch unset), off with ``torch``; on CPU tensors
+    only with ``triton``; ``pointgeope info``'s kernel line names it among the opt-in kernels."""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
     monkeypatch.setattr(kernels, "FAILURES", type(kernels.FAILURES)())       # no failure of earlier tests
+    imports = kernels.triton_imports()
     for path in (None, "triton", "torch"):
         with forced(path) if path else contextlib.nullcontext():
-            for device in (cuda, cpu):
-                assert norm.PLAIN_KERNEL.enabled(device) == norm.KERNEL.enabled(device)
-            assert norm.PLAIN_KERNEL.enabled(cuda) == (path != "torch" and kernels.triton_imports())
-    assert not norm.PLAIN_KERNEL.enabled(cpu)
+            assert norm.PLAIN_KERNEL.enabled(cuda) == (path == "triton" and imports)
+            assert norm.KERNEL.enabled(cuda) == (path != "torch" and imports)
+            assert norm.PLAIN_KERNEL.enabled(cpu) == norm.KERNEL.enabled(cpu)
+    assert not norm.PLAIN_KERNEL.enabled(cpu) and not norm.PLAIN_KERNEL.cuda_default and norm.KERNEL.cuda_default
+    if imports:
+        opt_in = kernels.status().split("opt-in with POINTGEOPE_KERNELS=triton: ")[1].rstrip(")").split(", ")
+        assert "batch_norm" in opt_in and "batch_norm_relu" not in opt_in

@@ -22,8 +22,9 @@ pos = torch.rand(6, 3)
 assert knn_graph(pos, 2, backend="torch").shape == (2, 12)
 q = torch.randn(1, 2, 6, 9)
 assert geope_attention(q, q, q, pos).shape == (1, 2, 6, 9)
+from pointgeope.nn import GeoPEPointTransformerConv
 try:
-    from pointgeope.nn import GeoPEPointTransformerConv
+    GeoPEPointTransformerConv(4, 12)
 except ImportError as error:
     print(error)
 loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("data_prep", "pointgeope")
@@ -37,29 +38,33 @@ print("toolkit modules:", loaded)
         "geope_qk and geope_attention do not", "toolkit modules: []"]
 
 
-def test_without_torch_geometric_star_import_and_hasattr_see_no_layer_and_asking_for_it_says_what_to_install():
-    """torch-geometric not installed (hidden from the path finder): `from pointgeope.nn import *` raised the
-    layer's ImportError and `hasattr` raised instead of returning False; now the star import gives what works,
-    `hasattr` is False, and the import or the attribute say what to install, in one line."""
+def test_without_torch_geometric_the_layer_imports_and_using_it_says_what_to_install():
+    """torch-geometric not installed (hidden from the path finder): the star import, the from-import and
+    ``hasattr`` see the layer's name (a stand-in, no torch-geometric imported); constructing it or subclassing it
+    raises an ImportError saying what to install, in one line."""
     from tests.test_extras import run_without
 
     script = """
+import sys
 import pointgeope.nn as nn_module
 from pointgeope.nn import *
-print(sorted(name for name in dir() if not name.startswith("_") and name != "nn_module"))
-print(hasattr(nn_module, "GeoPEPointTransformerConv"))
-for ask in ("from pointgeope.nn import GeoPEPointTransformerConv", "nn_module.GeoPEPointTransformerConv(4, 12)"):
+from pointgeope.nn import GeoPEPointTransformerConv as layer
+print(sorted(name for name in dir() if not name.startswith("_") and name not in ("nn_module", "layer", "sys")))
+print(hasattr(nn_module, "GeoPEPointTransformerConv"), "torch_geometric" in sys.modules)
+for use in ("layer(4, 12)", "GeoPEPointTransformerConv(4, 12, pe='geope')",
+            "class Mine(nn_module.GeoPEPointTransformerConv): pass"):
     try:
-        exec(ask)
-    except (ImportError, AttributeError) as error:
+        exec(use)
+    except Exception as error:
         print(type(error).__name__, error)
 """
     done = run_without(["torch_geometric"], ["-c", script])
     assert done.returncode == 0, done.stderr
     line = ('pointgeope.nn.GeoPEPointTransformerConv needs torch-geometric (pip install "pointgeope[nn]"); knn_graph, '
             "geope_qk and geope_attention do not")
-    assert done.stdout.splitlines() == ["['TESTED_PYG_VERSIONS', 'geope_attention', 'geope_qk', 'knn_graph']", "False",
-                                        f"ImportError {line}", f"AttributeError {line}"]
+    assert done.stdout.splitlines() == [
+        "['GeoPEPointTransformerConv', 'TESTED_PYG_VERSIONS', 'geope_attention', 'geope_qk', 'knn_graph']",
+        "True False", *[f"ImportError {line}"] * 3]
 
 
 def test_with_torch_geometric_the_layer_is_in_the_star_import():

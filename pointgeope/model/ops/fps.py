@@ -59,7 +59,8 @@ def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None,
         stride: keep ``n_b // stride`` points per cloud (``stride >= 1``).
         backend: ``"numba"``, ``"torch"``, ``"triton"`` or ``None`` for the device's default.
         check_finite: check that ``points`` are finite and within ``checks.COORD_LIMIT`` (one flag read on the
-            host; ``HierarchySpec``, which checks its coordinates once, passes ``False``).
+            host; ``HierarchySpec``, which checks its coordinates once, passes ``False``). The name is kept from
+            when it checked finiteness only.
 
     Returns:
         ``idx (M,)`` int64 global rows in sampling order per cloud, ``new_offset (B,)`` int64, both on the

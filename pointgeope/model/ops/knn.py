@@ -47,7 +47,7 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
             next default, :mod:`pointgeope.model.kernels`).
         check_finite: check that ``query`` and ``support`` are finite and within ``checks.COORD_LIMIT`` (one
             flag read on the host each; a caller that checked the coordinates once, as ``HierarchySpec`` and
-            ``interpolate`` do, passes ``False``).
+            ``interpolate`` do, passes ``False``). The name is kept from when it checked finiteness only.
 
     Returns:
         ``idx (M, k)`` int64 global support rows and ``dist2 (M, k)`` squared distances (query dtype),
