@@ -6,6 +6,7 @@ comes from), so a clone alone passes ``make test``.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,24 @@ if not torch.cuda.is_available():
 # One thread per pytest-xdist worker: two workers on two cores, no oversubscription.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def stop_handlers_restored():
+    """SIGINT and SIGTERM handled after each test as before it. ``cli``'s ``settle_exit`` ignores a second
+    Ctrl-C after an exit code of 130 or 143, and a test that calls ``cli`` in-process with such an ending
+    left the pytest worker ignoring SIGINT: every later test's child process inherited SIG_IGN, so a later
+    test's Ctrl-C to ``train.py`` was lost (it trained on until its timeout)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        if handler is not None:
+            signal.signal(sig, handler)
 
 
 @pytest.fixture
