@@ -130,6 +130,19 @@ sys.exit(code)
 """
 
 
+def _stopped_then_resumed(proc, code: int, word: str, raw, out, tmp_path, *rerun: str) -> None:
+    """``proc`` (prepare of ``raw`` into ``out``) ended as a stop ends a command: its exit ``code``, its one
+    line with ``word`` last, no dropped exception, the lock released and no temporary file; the same command
+    (with ``rerun``'s options) then resumes to the bytes of a run that was never stopped."""
+    assert proc.returncode == code, proc.stderr
+    assert "ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"pointgeope prepare: {word}"
+    assert not (out / ".lock").exists() and not [p for p in out.rglob("*") if ".tmp" in p.name]
+    assert cli(["prepare", str(raw), str(out), *rerun]) == 0
+    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
+    assert output_bytes(out) == output_bytes(tmp_path / "clean")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")
 @pytest.mark.parametrize("sig, code, word", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
 def test_a_stop_while_the_workers_fork_ends_the_run(tmp_path, sig, code, word, capsys):
@@ -141,16 +154,10 @@ def test_a_stop_while_the_workers_fork_ends_the_run(tmp_path, sig, code, word, c
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-c", STOP_WHILE_FORKING, str(raw), str(out), sig],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == code, proc.stderr
-    assert "ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == f"pointgeope prepare: {word}"
     assert proc.stdout.split()[-2:] in (["forks", "1"], ["forks", "2"])  # main returned (the stop came in
     # the first fork's callbacks; delivered again 10 ms later, it may come before or after the second fork)
-    assert not (out / ".lock").exists() and not [p for p in out.rglob("*") if ".tmp" in p.name]
     assert not list(out.glob("Area_*.h5"))  # stopped before any area was written
-    assert cli(["prepare", str(raw), str(out), "--jobs", "2"]) == 0
-    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
-    assert output_bytes(out) == output_bytes(tmp_path / "clean")
+    _stopped_then_resumed(proc, code, word, raw, out, tmp_path, "--jobs", "2")
 
 
 STOP_IN_A_CALLBACK = """
@@ -185,14 +192,8 @@ def test_a_stop_dropped_in_a_callback_still_ends_the_run(tmp_path, sig, code, wo
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-c", STOP_IN_A_CALLBACK, str(raw), str(out), sig],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == code, proc.stderr
-    assert "ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == f"pointgeope prepare: {word}"
-    assert not (out / ".lock").exists() and not [p for p in out.rglob("*") if ".tmp" in p.name]
     assert not (out / "Area_2.h5").exists()  # the last area: the run stopped before it
-    assert cli(["prepare", str(raw), str(out)]) == 0
-    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
-    assert output_bytes(out) == output_bytes(tmp_path / "clean")
+    _stopped_then_resumed(proc, code, word, raw, out, tmp_path)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")

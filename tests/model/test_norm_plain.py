@@ -197,7 +197,7 @@ def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted)
     cloud at every stage) equals the unpadded step with torch's batch norms (real logits, loss, every gradient
     and running buffer); every block's third norm ran the plain kernel over its real prefix, and no torch-ops
     prefix batch norm ran (the control: the same padded step with the kernels off runs one for every norm)."""
-    from tests.model.test_padding import IGNORE, SMALL, _batch, _padded
+    from tests.model.test_padding import IGNORE, SMALL, _batch, _padded, assert_same_step
     from pointgeope.model import PointTransformerSeg
 
     interpreted.delenv("POINTGEOPE_KERNELS")        # unset: the CPU's torch paths, the norms' kernels turned on below
@@ -225,12 +225,7 @@ def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted)
     loss = F.cross_entropy(got, pl, ignore_index=IGNORE)
     loss.backward()
     assert prefix_calls == [] and len(plain_calls) == thirds and all(v is not None for v in plain_calls)
-    torch.testing.assert_close(got[:coord.shape[0]], want, rtol=1e-9, atol=1e-10)
-    torch.testing.assert_close(loss, F.cross_entropy(want, label, ignore_index=IGNORE), rtol=1e-10, atol=0)
-    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
-        torch.testing.assert_close(b.grad, a.grad, rtol=1e-8, atol=1e-10, msg=name)
-    for (name, a), b in zip(model.named_buffers(), twin.buffers()):
-        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12, msg=name)
+    assert_same_step(model, twin, want, label, got, loss)
 
 
 def test_opt_in_until_a_gpu_run_times_it(monkeypatch):

@@ -39,6 +39,18 @@ def _padded(model, coord, feat, offset, label):
     return h, sizes, prefixes, padding.pad_batch(coord, feat, label, h, sizes, IGNORE)
 
 
+def assert_same_step(model, twin, want, label, got, loss) -> None:
+    """The padded step (``twin``: logits ``got`` of every row, ``loss``) ended where the batch's own step did
+    (``model``: logits ``want`` of the real rows, ``label``): the real rows' logits, the loss, every gradient
+    and every running buffer, to float64 rounding."""
+    torch.testing.assert_close(got[:want.shape[0]], want, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(loss, F.cross_entropy(want, label, ignore_index=IGNORE), rtol=1e-10, atol=0)
+    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-8, atol=1e-10, msg=name)
+    for (name, a), b in zip(model.named_buffers(), twin.buffers()):
+        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12, msg=name)
+
+
 @pytest.mark.parametrize("pe", ["rpe", "geope"])
 def test_padded_step_equals_unpadded(pe):
     """Logits of the real rows, the loss, every gradient and every running statistic of one training step:
@@ -56,12 +68,7 @@ def test_padded_step_equals_unpadded(pe):
             got = twin.body(pc, pf, ph)
         loss = F.cross_entropy(got, pl, ignore_index=IGNORE)
         loss.backward()
-    torch.testing.assert_close(got[:coord.shape[0]], want, rtol=1e-9, atol=1e-10)
-    torch.testing.assert_close(loss, F.cross_entropy(want, label, ignore_index=IGNORE), rtol=1e-10, atol=0)
-    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
-        torch.testing.assert_close(b.grad, a.grad, rtol=1e-8, atol=1e-10, msg=name)
-    for (name, a), b in zip(model.named_buffers(), twin.buffers()):
-        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12, msg=name)
+    assert_same_step(model, twin, want, label, got, loss)
 
 
 def test_prefix_batch_norm_is_torch_on_the_prefix():
