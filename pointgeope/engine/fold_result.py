@@ -69,9 +69,11 @@ def unfinished_metrics_warning(run: Path, trained: int, epochs: int) -> str:
 
 def missing_checkpoint(path: Path, fold: int) -> str:
     """The line for a test of the fold folder ``path.parent`` whose checkpoint ``path`` is not there: a fold
-    stopped before it saved its first ``last.pt``, or (``best.pt``) before its first validation."""
+    stopped before it saved its first ``last.pt``, or (``best.pt``) before its first validation. The command
+    it gives trains on with the fold's saved ``config.yaml`` (``CONFIG`` when there is none)."""
     run = path.parent
-    train = f"train.py --test-area {fold} --run-dir {run.parent}"
+    config = run / "config.yaml" if (run / "config.yaml").is_file() else "CONFIG"
+    train = f"pointgeope train --config {config} --test-area {fold} --run-dir {run.parent}"
     if path.name == "best.pt" and (run / "last.pt").is_file():
         return (f"expected a checkpoint at {path}, found nothing: the fold has not saved a best.pt yet (written "
                 f"at its validations); evaluate its last.pt (eval.checkpoint=last), or train it on ({train})")
