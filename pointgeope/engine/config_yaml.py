@@ -44,11 +44,14 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
     def _name(self, node, path: str) -> None:
         """Record the dotted path of every mapping under ``node`` (for the messages), and in ``lines`` the
-        1-based line of every key and list entry by its dotted name (``model.pe``, ``model.planes[1]``)."""
+        1-based line of every key and list entry by its dotted name (``model.pe``, ``model.planes[1]``). A
+        key that holds a dot itself (``optim.lr: 0.5`` at the top, an override's form) is recorded quoted,
+        ``"'optim.lr'"`` (:func:`literal_name`), so that it does not take the line of ``optim:``'s ``lr``."""
         if isinstance(node, yaml.MappingNode):
             self._paths[id(node)] = path
             for key, value in node.value:
                 label = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                label = literal_name(label) if "." in label else label
                 self.lines.setdefault(f"{path}{label}", key.start_mark.line + 1)
                 self._name(value, f"{path}{label}.")
         elif isinstance(node, yaml.SequenceNode):
@@ -70,6 +73,11 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 except TypeError:  # an unhashable key: SafeLoader's own error follows
                     continue
         return super().construct_mapping(node, deep=deep)
+
+
+def literal_name(key: str) -> str:
+    """The name in :func:`load_yaml_lines`'s table of a key that holds a dot (``'optim.lr'``, quoted)."""
+    return f"'{key}'"
 
 
 def _initials(name: str) -> str:
