@@ -48,16 +48,24 @@ def new_test() -> str:
 def pair_problem(run: Path, metrics: dict) -> str | None:
     """Why ``run/metrics.json`` (read as ``metrics``) and the predictions files of its test areas are not the
     pair of one test (their tokens differ: a test stopped between its writes), ``None`` when they are or a
-    predictions file is not there (deleted by hand: ``pointgeope evaluate`` writes it again)."""
+    predictions file is not there (deleted by hand: ``pointgeope evaluate`` writes it again). A predictions
+    file HDF5 cannot read (damaged, cut short by a copy) is named as such, not as a stopped test."""
     from pointgeope.h5 import predictions_path, predictions_test
 
     token = metrics.get(TEST_KEY)
     areas = metrics.get("test_areas") or [metrics.get("area")]
+    again = f"test the fold again (the training command, or pointgeope evaluate {run})"
     for area in (a for a in (areas if isinstance(areas, list) else []) if isinstance(a, str)):
         path = predictions_path(run, area)
-        if path.exists() and predictions_test(path) != token:  # (deleted: train skips it, evaluate writes it)
+        if not path.exists():                                  # deleted: train skips it, evaluate writes it
+            continue
+        try:
+            test = predictions_test(path)
+        except OSError:
+            return f"cannot read {path} (damaged or cut short: HDF5 cannot open it); {again}"
+        if test != token:
             return (f"{path} is not the test that {Path(run) / METRICS_FILE} records (a test stopped between "
-                    f"the two writes); test the fold again (the training command, or pointgeope evaluate {run})")
+                    f"the two writes); {again}")
     return None
 
 

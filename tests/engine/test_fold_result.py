@@ -109,3 +109,19 @@ def test_a_pair_whose_predictions_were_deleted_is_still_complete(tiny_run, tmp_p
     shutil.copytree(tiny_run, fold)
     (fold / "predictions" / "Area_1.h5").unlink()
     assert fold_is_complete(fold) and read_fold(fold / "metrics.json", 1)[0] is not None
+
+
+def test_a_damaged_predictions_file_is_named_damaged_not_a_stopped_test(tiny_run, tmp_path):
+    """A predictions file cut short (a half copy) read as "no token" and was named "a test stopped between the
+    two writes". Now: cannot read it, damaged; the fold is tested again, as before."""
+    fold = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, fold)
+    path = fold / "predictions" / "Area_1.h5"
+    with open(path, "r+b") as f:
+        f.truncate(3000)
+    logged = []
+    assert not fold_is_complete(fold, logged.append)
+    assert logged == [f"warning: cannot read {path} (damaged or cut short: HDF5 cannot open it): testing it again"]
+    assert read_fold(fold / "metrics.json", 1) == (None, (
+        f"cannot read {path} (damaged or cut short: HDF5 cannot open it); test the fold again (the training "
+        f"command, or pointgeope evaluate {fold})"))
