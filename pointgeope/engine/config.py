@@ -311,10 +311,11 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a YAML mapping of sections, got {type(raw).__name__} {raw!r:.40}; give "
                           "a config such as configs/demo.yaml")
-    base = raw.pop("base", None)
+    has_base, base = "base" in raw, raw.pop("base", None)
     layer = _check_mapping(raw, Config, str(path), lines=lines)
-    if base is not None and not isinstance(base, str):
-        raise ConfigError(f"{at_line(str(path), lines, 'base')}: expected 'base:' to be a file name, got {base!r}")
+    if has_base and not isinstance(base, str):   # 'base:' with no value too: not the built-in defaults silently
+        raise ConfigError(f"{at_line(str(path), lines, 'base')}: expected 'base:' to be a file name, got {base!r}; "
+                          "give the base config's file (e.g. base: demo.yaml), or remove the line")
     merged = layer if base is None else _merge(_read_layers(path.parent / base, seen + (path,), origins), layer)
     if origins is not None:
         # a base's entry (model.planes[3]) outlives a shorter list set on top; harmless, as the problems of

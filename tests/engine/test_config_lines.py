@@ -19,6 +19,9 @@ REFUSED = [
     ("train:\n  epochs: 0\n", 2, "train.epochs: expected an integer >= 1, got 0"),
     ("data:\n  root: x\nmodel: 3\n", 3, "expected a mapping for model, got 3"),
     ("optim:\n  lr: 0.1\nbase: 3\n", 3, "expected 'base:' to be a file name, got 3"),
+    # 'base:' with no value was read as no base: the built-in defaults for every key the file does not set
+    ("base:\ntrain:\n  epochs: 2\n", 1, "expected 'base:' to be a file name, got None; give the base config's "
+                                          "file (e.g. base: demo.yaml), or remove the line"),
     # keys that must agree: the line of the first key the message names that the file sets
     ("model:\n  pe: pointrope\n  geope_base: 50\n", 3, "model.geope_base=50.0: GeoPE's frequencies, but "
                                                         "model.pe=pointrope"),
