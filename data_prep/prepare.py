@@ -315,7 +315,7 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
         moved = ", ".join(f"{name}->clutter {n:,} points" for name, n in sorted(remapped.items())) or "none"
         print(f"  repaired lines {defects['repaired_lines']}, dropped lines {defects['dropped_lines']}, "
               f"empty files {skipped['empty_files']}, binary files {skipped['binary_files']}, "
-              f"lost objects {skipped['lost_objects']}, clipped colours {defects['clipped_colors']}, "
+              f"lost objects {skipped['lost_objects']}, clipped colour values {defects['clipped_colors']}, "
               f"rooms with 0..1 colours scaled {scaled}, refused rooms {len(refused[area])}, "
               f"unknown classes: {moved}")
     points = sum(int(a["num_points"]) for rooms in attrs.values() for a in rooms.values())
