@@ -108,6 +108,7 @@ def test_planted_defects_are_repaired_dropped_and_reported(tmp_path, capsys):
                     "range, rescale them to 0..255"]:
         assert f"warning: {message}" in printed.err
     assert ("repaired lines 1, dropped lines 3, empty files 1, binary files 0, lost objects 1, "
+            "ignored folders in Annotations 0 (0 files), "
             "clipped colour values 2, rooms with 0..1 colours scaled 0, refused rooms 0, "
             "unknown classes: stairs->clutter 3 points") in printed.out
     assert "Area_2: 1 room (1 parsed: 43 B at " in printed.out
