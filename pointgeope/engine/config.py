@@ -39,8 +39,8 @@ import yaml
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem, value_problem
-from pointgeope.engine.config_yaml import (DuplicateKeyError, at_line, closest_key, key_line, literal_name, load_yaml,
-                                          load_yaml_lines, value_text)
+from pointgeope.engine.config_yaml import (DuplicateKeyError, at_line, closest_key, dotted_key_message, key_line,
+                                          load_yaml, load_yaml_lines)
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
@@ -217,17 +217,6 @@ def _coerce(value: Any, tp, where: str) -> Any:
     raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r} ({type(value).__name__})")
 
 
-def _dotted_key(where: str, lines: dict | None, prefix: str, key: str, value) -> str:
-    """The line for a key with a dot in a file (``optim.lr: 0.5``): at its own line, with the nested form."""
-    line = (lines or {}).get(f"{prefix}{literal_name(key)}")
-    *sections, leaf = (prefix + key).split(".")
-    shown = "..." if isinstance(value, (dict, list)) else value_text(value)
-    under = " -> ".join(f"'{s}:'" for s in sections)
-    return (f"{where if line is None else f'{where}:{line}'}: unknown key {prefix + key!r}: a dotted name is an "
-            f"override's form ({prefix + key}={shown} on the command line); in a file, write '{leaf}: {shown}' "
-            f"under {under}")
-
-
 def _check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | None = None) -> dict:
     """Check the keys and types of a partial mapping for dataclass ``cls``; returns it coerced. ``lines``:
     the line of each key in the file ``where`` (``config_yaml.load_yaml_lines``), named as ``FILE:LINE``."""
@@ -239,7 +228,7 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | N
     for key, value in raw.items():
         name = f"{prefix}{key}"
         if key not in hints and "." in str(key):   # an override's form written in a file: optim.lr: 0.5
-            raise ConfigError(_dotted_key(where, lines, prefix, str(key), value))
+            raise ConfigError(dotted_key_message(where, lines, prefix, str(key), value))
         if key not in hints:
             close = closest_key(str(key), list(hints))
             hint = (f"; did you mean '{prefix}{close}'?" if close

@@ -80,6 +80,17 @@ def literal_name(key: str) -> str:
     return f"'{key}'"
 
 
+def dotted_key_message(where: str, lines: dict | None, prefix: str, key: str, value) -> str:
+    """The refusal of a key holding a dot in a file (``optim.lr: 0.5``; ``prefix`` the section it is in,
+    ``""`` at the top), at its own line, with the nested form to write instead."""
+    line, name = (lines or {}).get(f"{prefix}{literal_name(key)}"), prefix + key
+    *sections, leaf = name.split(".")
+    shown = "..." if isinstance(value, (dict, list)) else value_text(value)
+    under = " -> ".join(f"'{s}:'" for s in sections)
+    return (f"{where if line is None else f'{where}:{line}'}: unknown key {name!r}: a dotted name is an override's "
+            f"form ({name}={shown} on the command line); in a file, write '{leaf}: {shown}' under {under}")
+
+
 def _initials(name: str) -> str:
     return "".join(token[0] for token in name.split("_") if token)
 
