@@ -105,9 +105,10 @@ def prepare(cfg: PrepareConfig) -> dict:
             raise UserError(f"{source.location}: no room holds a valid point, nothing written (see the warnings "
                             "above); check the files or the limits (--max-extent, --outliers)")
         changed, checksums = _assemble(out, stock, written, cfg.limits)  # 3
-        result = _write_manifests(out, source.location, stock, written, checksums)  # 4
+        result = _write_manifests(out, source.location, stock, written, checksums, source.ignored_folders)  # 4
         shutil.rmtree(out / ".work", ignore_errors=True)  # only now: it holds the checksums of step 3
-        _print_summary(out, stock.ready, stock.refused, stats, changed, t_parse, time.perf_counter() - t0, cfg.jobs)
+        _print_summary(out, stock.ready, stock.refused, stats, changed, t_parse, time.perf_counter() - t0, cfg.jobs,
+                       source.ignored_folders)
         return result
 
 
@@ -267,14 +268,17 @@ def _set_aside(area_file: Path, area: str) -> None:
           "reader opens (delete it, or fix the rooms and prepare again)", file=sys.stderr)
 
 
-def _write_manifests(out: Path, location: str, stock: Stock, written: list[str], checksums: dict) -> dict:
-    """Step 4: ``manifest.json`` (rooms, counts, checksums, refused rooms) and ``folds.json`` of the areas
-    written now; warns about area files in OUT that RAW no longer holds. Returns the manifest."""
+def _write_manifests(out: Path, location: str, stock: Stock, written: list[str], checksums: dict,
+                     ignored: tuple = ()) -> dict:
+    """Step 4: ``manifest.json`` (rooms, counts, checksums, refused rooms, the folders inside Annotations not
+    read, ``ignored``: ``(path, files)`` pairs) and ``folds.json`` of the areas written now; warns about area
+    files in OUT that RAW no longer holds. Returns the manifest."""
     from data_prep.writer import folds, manifest, write_json
 
     result = manifest(location, {a: stock.ready[a] for a in written})
     result["checksums"] = checksums
     result["refused"] = {a: dict(sorted(r.items())) for a, r in stock.refused.items() if r}
+    result["ignored_folders"] = dict(ignored)  # folder inside Annotations -> files in it, not read
     write_json(out / "manifest.json", result)
     write_json(out / "folds.json", folds(written))
     extra = sorted(p.name for p in out.glob("Area_*.h5") if p.stem not in stock.areas)
@@ -284,9 +288,16 @@ def _write_manifests(out: Path, location: str, stock: Stock, written: list[str],
     return result
 
 
+def _ignored_text(ignored: tuple, area: str) -> str:
+    """``ignored folders in Annotations 1 (2 files)`` of ``area``'s ``(path, files)`` pairs."""
+    mine = [files for path, files in ignored if path.split("/")[0] == area]
+    return f"ignored folders in Annotations {len(mine)} ({sum(mine)} files)"
+
+
 def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: set, t_parse: float,
-                   t_total: float, jobs: int) -> None:
-    """nanoGPT-style: what was written, with the counts of points, classes and defects per area."""
+                   t_total: float, jobs: int, ignored: tuple = ()) -> None:
+    """nanoGPT-style: what was written, with the counts of points, classes and defects per area (``ignored``:
+    the ``(folder inside Annotations, files)`` pairs not read, counted in their area's line)."""
     from pointgeope.constants import CLASS_NAMES
     from pointgeope.h5 import area_path
 
@@ -315,7 +326,8 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
         moved = ", ".join(f"{name}->clutter {n:,} points" for name, n in sorted(remapped.items())) or "none"
         print(f"  repaired lines {defects['repaired_lines']}, dropped lines {defects['dropped_lines']}, "
               f"empty files {skipped['empty_files']}, binary files {skipped['binary_files']}, "
-              f"lost objects {skipped['lost_objects']}, clipped colours {defects['clipped_colors']}, "
+              f"lost objects {skipped['lost_objects']}, {_ignored_text(ignored, area)}, "
+              f"clipped colour values {defects['clipped_colors']}, "
               f"rooms with 0..1 colours scaled {scaled}, refused rooms {len(refused[area])}, "
               f"unknown classes: {moved}")
     points = sum(int(a["num_points"]) for rooms in attrs.values() for a in rooms.values())

@@ -224,10 +224,12 @@ def _colours(source: Source, room: Room, parts: list[_Part], values: np.ndarray,
     out = (rgb < 0) | (rgb > 255)
     rows = np.flatnonzero(out.any(axis=1))
     shown = " ".join(f"{v:g}" for v in values[rows[0], 3:])
-    messages.append(f"{room.path}: colours outside 0..255 clipped: {len(rows):,} of {len(values):,} points (first "
+    clipped = int(np.count_nonzero(out))      # values, as the summary and manifest count them
+    messages.append(f"{room.path}: colours outside 0..255 clipped: {clipped:,} colour value(s) of {len(rows):,} of "
+                    f"{len(values):,} points (first "
                     f"{_where(source, parts, int(rows[0]))}: {shown}); if the file's colours have another range, "
                     "rescale them to 0..255")
-    return np.clip(rgb, 0, 255).astype(np.uint8, order="C"), int(np.count_nonzero(out)), scale
+    return np.clip(rgb, 0, 255).astype(np.uint8, order="C"), clipped, scale
 
 
 def _where(source: Source, parts: list[_Part], row: int) -> str:

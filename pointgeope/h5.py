@@ -234,13 +234,11 @@ def predicted_rooms(path: str | Path) -> set[str]:
 
 def predictions_test(path: str | Path) -> str | None:
     """The token of the test that wrote a fold predictions file (root attr ``test``, which the test's
-    ``metrics.json`` carries too: :mod:`pointgeope.engine.fold_result`); ``None`` where the file is missing,
-    unreadable, or has none (written before tests recorded it)."""
-    try:
-        with h5py.File(path, "r") as f:
-            value = f.attrs.get("test")
-    except OSError:
-        return None
+    ``metrics.json`` carries too: :mod:`pointgeope.engine.fold_result`); ``None`` where the file has none
+    (written before tests recorded it). A missing or unreadable (damaged, cut short) file raises ``OSError``:
+    it is no token, and no stopped test either."""
+    with h5py.File(path, "r") as f:
+        value = f.attrs.get("test")
     return None if value is None else str(_plain(value))
 
 

@@ -39,7 +39,8 @@ import yaml
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem, value_problem
-from pointgeope.engine.config_yaml import DuplicateKeyError, at_line, closest_key, key_line, load_yaml, load_yaml_lines
+from pointgeope.engine.config_yaml import (DuplicateKeyError, at_line, closest_key, dotted_key_message, key_line,
+                                          load_yaml, load_yaml_lines)
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
@@ -226,6 +227,8 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | N
     out = {}
     for key, value in raw.items():
         name = f"{prefix}{key}"
+        if key not in hints and "." in str(key):   # an override's form written in a file: optim.lr: 0.5
+            raise ConfigError(dotted_key_message(where, lines, prefix, str(key), value))
         if key not in hints:
             close = closest_key(str(key), list(hints))
             hint = (f"; did you mean '{prefix}{close}'?" if close
@@ -297,10 +300,11 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a YAML mapping of sections, got {type(raw).__name__} {raw!r:.40}; give "
                           "a config such as configs/demo.yaml")
-    base = raw.pop("base", None)
+    has_base, base = "base" in raw, raw.pop("base", None)
     layer = _check_mapping(raw, Config, str(path), lines=lines)
-    if base is not None and not isinstance(base, str):
-        raise ConfigError(f"{at_line(str(path), lines, 'base')}: expected 'base:' to be a file name, got {base!r}")
+    if has_base and not isinstance(base, str):   # 'base:' with no value too: not the built-in defaults silently
+        raise ConfigError(f"{at_line(str(path), lines, 'base')}: expected 'base:' to be a file name, got {base!r}; "
+                          "give the base config's file (e.g. base: demo.yaml), or remove the line")
     merged = layer if base is None else _merge(_read_layers(path.parent / base, seen + (path,), origins), layer)
     if origins is not None:
         # a base's entry (model.planes[3]) outlives a shorter list set on top; harmless, as the problems of

@@ -44,11 +44,14 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
     def _name(self, node, path: str) -> None:
         """Record the dotted path of every mapping under ``node`` (for the messages), and in ``lines`` the
-        1-based line of every key and list entry by its dotted name (``model.pe``, ``model.planes[1]``)."""
+        1-based line of every key and list entry by its dotted name (``model.pe``, ``model.planes[1]``). A
+        key that holds a dot itself (``optim.lr: 0.5`` at the top, an override's form) is recorded quoted,
+        ``"'optim.lr'"`` (:func:`literal_name`), so that it does not take the line of ``optim:``'s ``lr``."""
         if isinstance(node, yaml.MappingNode):
             self._paths[id(node)] = path
             for key, value in node.value:
                 label = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                label = literal_name(label) if "." in label else label
                 self.lines.setdefault(f"{path}{label}", key.start_mark.line + 1)
                 self._name(value, f"{path}{label}.")
         elif isinstance(node, yaml.SequenceNode):
@@ -70,6 +73,22 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 except TypeError:  # an unhashable key: SafeLoader's own error follows
                     continue
         return super().construct_mapping(node, deep=deep)
+
+
+def literal_name(key: str) -> str:
+    """The name in :func:`load_yaml_lines`'s table of a key that holds a dot (``'optim.lr'``, quoted)."""
+    return f"'{key}'"
+
+
+def dotted_key_message(where: str, lines: dict | None, prefix: str, key: str, value) -> str:
+    """The refusal of a key holding a dot in a file (``optim.lr: 0.5``; ``prefix`` the section it is in,
+    ``""`` at the top), at its own line, with the nested form to write instead."""
+    line, name = (lines or {}).get(f"{prefix}{literal_name(key)}"), prefix + key
+    *sections, leaf = name.split(".")
+    shown = "..." if isinstance(value, (dict, list)) else value_text(value)
+    under = " -> ".join(f"'{s}:'" for s in sections)
+    return (f"{where if line is None else f'{where}:{line}'}: unknown key {name!r}: a dotted name is an override's "
+            f"form ({name}={shown} on the command line); in a file, write '{leaf}: {shown}' under {under}")
 
 
 def _initials(name: str) -> str:

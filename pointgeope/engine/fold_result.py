@@ -48,16 +48,24 @@ def new_test() -> str:
 def pair_problem(run: Path, metrics: dict) -> str | None:
     """Why ``run/metrics.json`` (read as ``metrics``) and the predictions files of its test areas are not the
     pair of one test (their tokens differ: a test stopped between its writes), ``None`` when they are or a
-    predictions file is not there (deleted by hand: ``pointgeope evaluate`` writes it again)."""
+    predictions file is not there (deleted by hand: ``pointgeope evaluate`` writes it again). A predictions
+    file HDF5 cannot read (damaged, cut short by a copy) is named as such, not as a stopped test."""
     from pointgeope.h5 import predictions_path, predictions_test
 
     token = metrics.get(TEST_KEY)
     areas = metrics.get("test_areas") or [metrics.get("area")]
+    again = f"test the fold again (the training command, or pointgeope evaluate {run})"
     for area in (a for a in (areas if isinstance(areas, list) else []) if isinstance(a, str)):
         path = predictions_path(run, area)
-        if path.exists() and predictions_test(path) != token:  # (deleted: train skips it, evaluate writes it)
+        if not path.exists():                                  # deleted: train skips it, evaluate writes it
+            continue
+        try:
+            test = predictions_test(path)
+        except OSError:
+            return f"cannot read {path} (damaged or cut short: HDF5 cannot open it); {again}"
+        if test != token:
             return (f"{path} is not the test that {Path(run) / METRICS_FILE} records (a test stopped between "
-                    f"the two writes); test the fold again (the training command, or pointgeope evaluate {run})")
+                    f"the two writes); {again}")
     return None
 
 
@@ -69,9 +77,11 @@ def unfinished_metrics_warning(run: Path, trained: int, epochs: int) -> str:
 
 def missing_checkpoint(path: Path, fold: int) -> str:
     """The line for a test of the fold folder ``path.parent`` whose checkpoint ``path`` is not there: a fold
-    stopped before it saved its first ``last.pt``, or (``best.pt``) before its first validation."""
+    stopped before it saved its first ``last.pt``, or (``best.pt``) before its first validation. The command
+    it gives trains on with the fold's saved ``config.yaml`` (``CONFIG`` when there is none)."""
     run = path.parent
-    train = f"train.py --test-area {fold} --run-dir {run.parent}"
+    config = run / "config.yaml" if (run / "config.yaml").is_file() else "CONFIG"
+    train = f"pointgeope train --config {config} --test-area {fold} --run-dir {run.parent}"
     if path.name == "best.pt" and (run / "last.pt").is_file():
         return (f"expected a checkpoint at {path}, found nothing: the fold has not saved a best.pt yet (written "
                 f"at its validations); evaluate its last.pt (eval.checkpoint=last), or train it on ({train})")

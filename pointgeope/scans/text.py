@@ -75,6 +75,29 @@ def _layout(path: Path) -> tuple[str | None, int]:
     return ("," if comma else None), (first[k][0] if k < len(first) else 0)
 
 
+def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, str] | None:
+    """``(1-based line, its text, why)`` of the first data line (after ``skip`` lines, ``#`` comments and
+    blank lines left out, as ``np.loadtxt`` reads them) that is not numbers, or has another count of them
+    than the first: numpy names a row by its index among the data rows (0-based in one message, 1-based in
+    another), not the file's line. ``None`` when every line reads."""
+    width = None
+    with _open(path) as f:
+        for index, line in enumerate(f):
+            data = line.split("#")[0]
+            if index < skip or not data.strip():
+                continue
+            tokens = [t.strip() for t in data.split(delimiter)] if delimiter else data.split()
+            for token in tokens:
+                try:
+                    float(token)
+                except ValueError:
+                    return index + 1, line.rstrip("\r\n")[:80], f"{token!r} is not a number"
+            if width is not None and len(tokens) != width:
+                return index + 1, line.rstrip("\r\n")[:80], f"{len(tokens)} values, the lines before have {width}"
+            width = len(tokens)
+    return None
+
+
 def read_text(path: str | Path, name: str | None = None) -> Scan:
     """A :class:`Scan` of a text point cloud, in line order (see the module docstring)."""
     path = Path(path)
@@ -87,8 +110,12 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
     except ValueError as err:
         reason = str(err).split(";")[0]  # numpy's advice after ';' (usecols) does not apply here
         hint = "; save the file as UTF-8 (or ASCII) text" if "\ufffd" in reason else ""
-        raise ScanError(f"{path}: expected lines of numbers 'x y z [r g b ...]' ({reason}, counting data "
-                        f"rows after {skip} header line(s)){hint}") from None
+        bad = _bad_line(path, delimiter, skip)
+        if bad is None:
+            raise ScanError(f"{path}: expected lines of numbers 'x y z [r g b ...]' ({reason}, counting data "
+                            f"rows after {skip} header line(s)){hint}") from None
+        raise ScanError(f"{path}:{bad[0]}: expected lines of numbers 'x y z [r g b ...]', got {bad[1]!r} "
+                        f"({bad[2]}){hint}") from None
     if rows.shape[0] == 0:
         raise ScanError(f"{path}: expected points, found none (empty file)")
     if rows.shape[1] < 3:

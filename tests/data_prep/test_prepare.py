@@ -102,12 +102,14 @@ def test_planted_defects_are_repaired_dropped_and_reported(tmp_path, capsys):
                     f"{wall}:2: dropped: expected 6 values, got 5", f"{wall}:4: dropped: non-numeric value 'abc'",
                     f"{wall}:5: dropped: expected 6 values, got 7",
                     "Area_1/room_a/Annotations/door_1.txt: skipped: empty file",
-                    "Area_1/room_a: colours outside 0..255 clipped: 1 of 10 points (first "  # with its file and line
+                    # its file and line, and the summary's unit (it said "1 of 10 points" beside "clipped colours 2")
+                    "Area_1/room_a: colours outside 0..255 clipped: 2 colour value(s) of 1 of 10 points (first "
                     "Area_1/room_a/Annotations/chair_10.txt:1: 12.6 300 -4); if the file's colours have another "
                     "range, rescale them to 0..255"]:
         assert f"warning: {message}" in printed.err
     assert ("repaired lines 1, dropped lines 3, empty files 1, binary files 0, lost objects 1, "
-            "clipped colours 2, rooms with 0..1 colours scaled 0, refused rooms 0, "
+            "ignored folders in Annotations 0 (0 files), "
+            "clipped colour values 2, rooms with 0..1 colours scaled 0, refused rooms 0, "
             "unknown classes: stairs->clutter 3 points") in printed.out
     assert "Area_2: 1 room (1 parsed: 43 B at " in printed.out
 

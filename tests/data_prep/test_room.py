@@ -35,7 +35,7 @@ def test_one_room(tmp_path):
     assert data.messages == ["Area_1/r/Annotations/beam_1.txt: skipped: empty file",
                              "Area_1/r/Annotations/board_1.txt:2: dropped: expected 6 values, got 5: '4 4 4 1 1'",
                              # clipped colours were only counted, with no file or line
-                             "Area_1/r: colours outside 0..255 clipped: 2 of 4 points (first Area_1/r/Annotations/"
+                             "Area_1/r: colours outside 0..255 clipped: 2 colour value(s) of 2 of 4 points (first Area_1/r/Annotations/"
                              "wall_1.txt:1: 0.4 0.5 255.5); if the file's colours have another range, rescale them "
                              "to 0..255"]
     assert data.num_bytes == sum(len(source.read(f.path)) for f in room.files)

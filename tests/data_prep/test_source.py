@@ -1,6 +1,7 @@
 """data_prep/source.py: finding Area_N/<room>/Annotations in folders and zips, junk, refusals, order."""
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -137,10 +138,15 @@ def test_folders_inside_annotations_are_named_as_ignored(tmp_path, capsys):
         assert _summary(source) == [("Area_3", "r", "Area_3/r", ["wall_1.txt"])]
         assert source.ignored == () and source.ignored_folders == expected
     assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 0
-    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
+    printed = capsys.readouterr()
+    warnings = [line for line in printed.err.splitlines() if line.startswith("warning")]
     assert warnings == [f"warning: Area_3/r/Annotations/{name}: ignored (a folder inside Annotations, {n} file(s) not "
                         "read); only the <class>_<k>.txt files directly in Annotations are prepared: move them up "
                         "to keep them" for name, n in (("extra", 2), ("table_1.txt", 1))]
+    # the area's summary line and manifest.json count them too (they said "lost objects 0" and nothing else)
+    assert "lost objects 0, ignored folders in Annotations 2 (3 files), " in printed.out
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["ignored_folders"] == {"Area_3/r/Annotations/extra": 2, "Area_3/r/Annotations/table_1.txt": 1}
 
 
 def test_object_order_is_class_then_number():

@@ -19,6 +19,9 @@ REFUSED = [
     ("train:\n  epochs: 0\n", 2, "train.epochs: expected an integer >= 1, got 0"),
     ("data:\n  root: x\nmodel: 3\n", 3, "expected a mapping for model, got 3"),
     ("optim:\n  lr: 0.1\nbase: 3\n", 3, "expected 'base:' to be a file name, got 3"),
+    # 'base:' with no value was read as no base: the built-in defaults for every key the file does not set
+    ("base:\ntrain:\n  epochs: 2\n", 1, "expected 'base:' to be a file name, got None; give the base config's "
+                                          "file (e.g. base: demo.yaml), or remove the line"),
     # keys that must agree: the line of the first key the message names that the file sets
     ("model:\n  pe: pointrope\n  geope_base: 50\n", 3, "model.geope_base=50.0: GeoPE's frequencies, but "
                                                         "model.pe=pointrope"),
@@ -26,6 +29,14 @@ REFUSED = [
     ("train:\n  seed: 0\nmodel:\n  planes: [32, 64]\n", 4, "model.blocks: expected one entry per stage, 2 as in "
                                                            "model.planes [32, 64]"),
     ("data:\n  root: x\n  mix_prob: 0.5\n", 3, "data.mix_prob=0.5 needs data.augment=pointcept_ptv3"),
+    # a dotted key written in a file (an override's form): its own line, not that of optim:'s lr, and the
+    # nested form (it said "did you mean 'optim'?" at line 2)
+    ("optim:\n  lr: 0.1\ntrain:\n  epochs: 2\noptim.lr: 0.5\n", 5, "unknown key 'optim.lr': a dotted name is an "
+     "override's form (optim.lr=0.5 on the command line); in a file, write 'lr: 0.5' under 'optim:'"),
+    ("train: {epochs: 2}\ntrain.epochs: 3\n", 2, "unknown key 'train.epochs': a dotted name is an override's form "
+     "(train.epochs=3 on the command line); in a file, write 'epochs: 3' under 'train:'"),
+    ("eval:\n  tta.flips: true\n", 2, "unknown key 'eval.tta.flips': a dotted name is an override's form "
+     "(eval.tta.flips=true on the command line); in a file, write 'flips: true' under 'eval:' -> 'tta:'"),
 ]
 
 
@@ -96,6 +107,8 @@ def test_the_lines_come_from_the_yaml_nodes():
     assert key_line(lines, "model.planes[5]: expected an integer") == 4             # no such entry: its key
     assert key_line(lines, "model.strides: expected 2 entries as in model.blocks") == 7   # the first it holds
     assert key_line(lines, "see configs/x.yaml and data/mix3d.py") is None          # paths are not keys
+    # a key holding a dot is its own entry, quoted: it does not take the nested key's line
+    assert load_yaml_lines("optim:\n  lr: 1\noptim.lr: 2\n")[1] == {"optim": 1, "optim.lr": 2, "'optim.lr'": 3}
 
 
 def test_a_keys_line_is_its_own_or_its_entrys_never_another_keys():

@@ -80,21 +80,26 @@ def test_a_pair_written_before_is_read_as_it_was(two_folds, tiny_run, tmp_path, 
 
 
 @pytest.mark.parametrize("kept, checkpoint, fix", [
-    ((), "last", "the fold has not saved a checkpoint yet (its training stopped before the first); train it "
-                 "first (train.py --test-area 1 --run-dir {run})"),
+    (("config.yaml",), "last", "the fold has not saved a checkpoint yet (its training stopped before the "
+     "first); train it first (pointgeope train --config {fold}/config.yaml --test-area 1 --run-dir {run})"),
+    (("config.yaml", "last.pt"), "best", "the fold has not saved a best.pt yet (written at its validations); "
+     "evaluate its last.pt (eval.checkpoint=last), or train it on (pointgeope train --config {fold}/config.yaml "
+     "--test-area 1 --run-dir {run})"),
     (("last.pt",), "best", "the fold has not saved a best.pt yet (written at its validations); evaluate its "
-                           "last.pt (eval.checkpoint=last), or train it on (train.py --test-area 1 --run-dir {run})"),
+     "last.pt (eval.checkpoint=last), or train it on (pointgeope train --config CONFIG --test-area 1 --run-dir "
+     "{run})"),
 ])
 def test_evaluate_without_its_checkpoint_says_what_to_do(tiny_run, tmp_path, capsys, kept, checkpoint, fix):
     """Before: "expected a checkpoint at RUN/area_1/last.pt, found nothing", and no fix (a fold killed before
-    its first last.pt: config.yaml and log.txt only)."""
+    its first last.pt: config.yaml and log.txt only); then a command without the --config that train requires.
+    It names the fold's saved config.yaml, or CONFIG where the fold has none."""
     fold = tmp_path / "run" / "area_1"
     fold.mkdir(parents=True)
-    for name in ("config.yaml", *kept):
+    for name in kept:
         shutil.copy(tiny_run / name, fold / name)
     line = one_line(capsys, 2, ["evaluate", str(fold), "--checkpoint", checkpoint])
     assert line == (f"pointgeope evaluate: error: expected a checkpoint at {fold / (checkpoint + '.pt')}, found "
-                    f"nothing: {fix.format(run=fold.parent)}")
+                    f"nothing: {fix.format(run=fold.parent, fold=fold)}")
 
 
 def test_a_pair_whose_predictions_were_deleted_is_still_complete(tiny_run, tmp_path):
@@ -104,3 +109,19 @@ def test_a_pair_whose_predictions_were_deleted_is_still_complete(tiny_run, tmp_p
     shutil.copytree(tiny_run, fold)
     (fold / "predictions" / "Area_1.h5").unlink()
     assert fold_is_complete(fold) and read_fold(fold / "metrics.json", 1)[0] is not None
+
+
+def test_a_damaged_predictions_file_is_named_damaged_not_a_stopped_test(tiny_run, tmp_path):
+    """A predictions file cut short (a half copy) read as "no token" and was named "a test stopped between the
+    two writes". Now: cannot read it, damaged; the fold is tested again, as before."""
+    fold = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, fold)
+    path = fold / "predictions" / "Area_1.h5"
+    with open(path, "r+b") as f:
+        f.truncate(3000)
+    logged = []
+    assert not fold_is_complete(fold, logged.append)
+    assert logged == [f"warning: cannot read {path} (damaged or cut short: HDF5 cannot open it): testing it again"]
+    assert read_fold(fold / "metrics.json", 1) == (None, (
+        f"cannot read {path} (damaged or cut short: HDF5 cannot open it); test the fold again (the training "
+        f"command, or pointgeope evaluate {fold})"))

@@ -39,7 +39,7 @@ def _reference(query: torch.Tensor, support: torch.Tensor, k: int, q_off, s_off)
 def _assert_exact(query, support, k, q_off, s_off):
     idx, dist2 = knn(query, support, k, q_off, s_off, backend="torch")
     want_idx, want_d = _reference(query, support, k, q_off, s_off)
-    assert idx.dtype == torch.long and dist2.dtype == query.dtype and idx.device == query.device
+    assert idx.dtype == torch.long and dist2.dtype == (torch.float64 if query.dtype == torch.float64 else torch.float32) and idx.device == query.device
     np.testing.assert_array_equal(idx.cpu().numpy(), want_idx)
     np.testing.assert_array_equal(dist2.cpu().double().numpy(), want_d)
     return idx, dist2

@@ -245,9 +245,9 @@ def test_the_torch_knn_searches_integer_and_half_coordinates_in_float32():
         off = torch.tensor([30])
         idx, dist2 = knn(pts, pts, 4, off, off, backend="torch")
         want = _distances(pts)
-        assert dist2.dtype == pts.dtype                              # the query's dtype, as documented
+        assert dist2.dtype == torch.float32                          # the dtype searched, as documented
         assert torch.equal(want.gather(1, idx), want.sort(1).values[:, :4])   # the 4 nearest, in order
-        torch.testing.assert_close(dist2.double(), want.gather(1, idx).to(pts.dtype).double(), rtol=0, atol=0)
+        torch.testing.assert_close(dist2.double(), want.gather(1, idx).float().double(), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("backend", KNN)
@@ -289,20 +289,50 @@ def test_a_hierarchy_spec_needs_one_stride_and_one_k_a_stage():
 @pytest.mark.parametrize("backend", KNN)
 def test_knn_of_mixed_dtypes_is_the_search_in_the_promoted_dtype(on, backend):
     """float64 query, float32 support: the float64 search of both (float32 rounds the query on Triton,
-    as it does for float64 alone); the distances come back in the query's dtype, as documented."""
+    as it does for float64 alone); the distances come back in float64, the dtype searched, as documented."""
     on(backend)
     query, q_off = _cloud(40, seed=2, dtype=torch.float64)
     support, s_off = _cloud(30, seed=3)
     for q, s in ((query, support), (query.float(), support.double())):
         idx, dist2 = knn(q, s, 5, q_off, s_off, backend=backend)
         want_idx, want_d = knn(q.double(), s.double(), 5, q_off, s_off, backend=backend)
-        assert dist2.dtype == q.dtype
+        assert dist2.dtype == torch.float64
         assert torch.equal(idx, want_idx)
-        torch.testing.assert_close(dist2, want_d.to(q.dtype), rtol=0, atol=0)
+        torch.testing.assert_close(dist2, want_d, rtol=0, atol=0)
     # and the float64 search is the brute-force one of the float64 values
     idx, dist2 = knn(query, support, 5, q_off, s_off, backend=backend)
     brute = ((query[:, None] - support.double()[None]) ** 2).sum(-1).sort(1).values[:, :5]
     torch.testing.assert_close(dist2, brute, rtol=1e-6 if backend == "triton" else 1e-12, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16, torch.uint8, torch.float16,
+                                   torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("backend", KNN)
+def test_knn_distances_are_float32_or_float64_and_equal_the_float64_brute_force(on, backend, dtype):
+    """Integer coordinates gave integer squared distances that wrapped (int32 points 50 000 apart: -2^31) and
+    float16 ones overflowed to inf past 256 apart: dist2 is float64 for float64 and float32 for the rest."""
+    on(backend)
+    if backend == "triton" and not dtype.is_floating_point:
+        pytest.skip("the Triton kernel takes floating coordinates")
+    far = {torch.int32: 50_000, torch.int64: 2 ** 40, torch.int16: 30_000, torch.uint8: 200,
+           torch.float16: 60_000, torch.bfloat16: 2 ** 20, torch.float32: 2 ** 40, torch.float64: 2 ** 40}[dtype]
+    pts = torch.tensor([[0, 0, 0], [far // 8, 0, 0], [far, 0, 0], [0, far, 0], [0, 0, far // 2]]).to(dtype)
+    off = torch.tensor([5])
+    idx, dist2 = knn(pts, pts, 5, off, off, backend=backend)
+    assert dist2.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+    want = _distances(pts)                                           # exact: integers below 2^53
+    assert torch.equal(want.gather(1, idx), want.sort(1).values)
+    torch.testing.assert_close(dist2.double(), want.sort(1).values, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("backend", [b for b in KNN if b != "triton"])
+def test_interpolate_of_integer_coordinates_is_the_float64_reference(backend):
+    """The wrapped int32 distances made the target 10 units from the source of feature 1 interpolate 2.5."""
+    src = torch.tensor([[0, 0, 0], [100_000, 0, 0], [0, 100_000, 0]], dtype=torch.int32)
+    dst = torch.tensor([[10, 0, 0], [70_000, 5, 0]], dtype=torch.int32)
+    feat = torch.tensor([[1.0], [2.0], [3.0]])
+    out = interpolate(src, dst, feat, torch.tensor([3]), torch.tensor([2]), backend=backend)
+    torch.testing.assert_close(out.double(), _reference_interpolation(src, dst, feat), rtol=1e-6, atol=0)
 
 
 def _reference_interpolation(src: torch.Tensor, dst: torch.Tensor, feat: torch.Tensor) -> torch.Tensor:

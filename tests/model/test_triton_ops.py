@@ -55,7 +55,7 @@ def _reference_knn(query: torch.Tensor, support: torch.Tensor, k: int, q_off, s_
 def _assert_exact_knn(query, support, k, q_off, s_off):
     idx, dist2 = knn(query, support, k, q_off, s_off, backend="triton")
     want_idx, want_d = _reference_knn(query, support, k, q_off, s_off)
-    assert idx.dtype == torch.long and dist2.dtype == query.dtype and idx.shape == (query.shape[0], k)
+    assert idx.dtype == torch.long and dist2.dtype == (torch.float64 if query.dtype == torch.float64 else torch.float32) and idx.shape == (query.shape[0], k)
     np.testing.assert_array_equal(idx.cpu().numpy(), want_idx)
     np.testing.assert_array_equal(dist2.cpu().numpy(), want_d)
     return idx, dist2

@@ -78,13 +78,15 @@ def test_a_latin1_header_is_skipped_and_a_latin1_number_refused_with_the_fix(tmp
     (tmp_path / "h.txt").write_bytes("x y z r g b (m\u00e8tres)\n".encode("latin-1") + rows.encode())
     np.testing.assert_allclose(read_text(tmp_path / "h.txt").coord, coord, atol=1e-9)
     (tmp_path / "n.txt").write_bytes(rows.encode() + "1\u00b75 2 3 4 5 6\n".encode("latin-1"))
-    with pytest.raises(ScanError, match=r"could not convert string .1\ufffd5. .*; save the file as UTF-8 \(or ASCII\) text$"):
+    with pytest.raises(ScanError, match=rf"^{tmp_path / 'n.txt'}:6: .*\('1\ufffd5' is not a number\); save the file as "
+                                        r"UTF-8 \(or ASCII\) text$"):
         read_text(tmp_path / "n.txt")
 
 
 def test_bad_text_is_refused_with_the_file(tmp_path):
     (tmp_path / "ragged.txt").write_text("1 2 3 4 5 6\n1 2 3 4 5 6\n1 2 3\n")
-    with pytest.raises(ScanError, match=rf"^{tmp_path / 'ragged.txt'}: expected lines of numbers .*at row 3, counting data rows after 0"):
+    with pytest.raises(ScanError, match=rf"^{tmp_path / 'ragged.txt'}:3: expected lines of numbers .*, got '1 2 3' "
+                                        r"\(3 values, the lines before have 6\)$"):
         read_text(tmp_path / "ragged.txt")
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(ScanError, match="empty file"):
@@ -104,3 +106,17 @@ def test_written_text_reads_back_with_numpy(tmp_path):
     np.testing.assert_allclose(back[:, :3], coord, rtol=0, atol=5e-7)
     np.testing.assert_array_equal(back[:, 3:6], color)
     np.testing.assert_array_equal(back[:, 6], label)
+
+
+@pytest.mark.parametrize("text, line, got, why", [
+    ("1 2 3\n# c\n\n4 5 6x\n7 8 9\n", 4, "4 5 6x", "'6x' is not a number"),          # numpy: "row 1"
+    ("x y z\n1 2 3\n4 5 6 # ok\n\n7 8 9 1\n", 5, "7 8 9 1", "4 values, the lines before have 3"),   # "row 3"
+])
+def test_a_bad_number_is_named_by_the_files_line(tmp_path, text, line, got, why):
+    """numpy named the row by its index among the data rows (0-based for a bad number, 1-based for a changed
+    count), comments, blank lines and the header not counted; prepare names file:line for the same defect."""
+    (tmp_path / "s.txt").write_text(text)
+    with pytest.raises(ScanError) as err:
+        read_text(tmp_path / "s.txt")
+    assert str(err.value) == (f"{tmp_path / 's.txt'}:{line}: expected lines of numbers 'x y z [r g b ...]', got "
+                              f"{got!r} ({why})")

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pointgeope.geope import geometry_dtype
 from pointgeope.model import kernels
 from pointgeope.model.ops import checks
 from pointgeope.model.ops.backends import KNN_BACKENDS, resolve
@@ -50,9 +51,11 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
             ``interpolate`` do, passes ``False``). The name is kept from when it checked finiteness only.
 
     Returns:
-        ``idx (M, k)`` int64 global support rows and ``dist2 (M, k)`` squared distances (query dtype),
-        both on the query's device, sorted by distance. Query and support of different dtypes are searched
-        in their promoted dtype (``torch.promote_types``) on every backend.
+        ``idx (M, k)`` int64 global support rows and ``dist2 (M, k)`` squared distances, both on the
+        query's device, sorted by distance. Query and support of different dtypes are searched in their
+        promoted dtype (``torch.promote_types``) on every backend; ``dist2`` is float64 when that dtype is
+        float64 and float32 otherwise (``geope.geometry_dtype``): integer squared distances would wrap
+        (int32 coordinates 50 000 apart give ``-2^31``) and float16 ones overflow past 65504.
 
     Raises:
         ValueError / TypeError naming the argument: shapes, ``k`` not an int ``>= 1``, non-finite
@@ -71,7 +74,7 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
     if len(q_off) != len(s_off):
         raise ValueError(f"expected as many query clouds as support clouds, got {len(q_off)} and {len(s_off)}")
     chosen = resolve(backend, KNN_BACKENDS, query.device, "knn")
-    out_dtype = query.dtype
+    out_dtype = geometry_dtype(torch.promote_types(query.dtype, support.dtype))
     if query.dtype != support.dtype:   # promoted here, once, for every backend (torch's addmm refuses a mix)
         common = torch.promote_types(query.dtype, support.dtype)
         query, support = query.to(common), support.to(common)
@@ -209,7 +212,7 @@ def _knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off:
         n = torch.repeat_interleave(torch.tensor(sizes, device=query.device),
                                     torch.tensor(counts(q_off), device=query.device))
         idx, dist2 = _fill(idx, k, n), _fill(dist2, k, n)
-    return idx, dist2.to(query.dtype)
+    return idx, dist2.to(geometry_dtype(query.dtype))     # float32 distances; float64 coordinates: float64
 
 
 def _knn_cluster(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]) -> tuple[Tensor, Tensor]:
@@ -233,7 +236,8 @@ def _knn_cluster(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off
     row, col = torch_cluster.knn(support, query, k, s_batch, q_batch)
     order = torch.argsort(row, stable=True)  # group by query, keep the per-query order
     idx = col[order].view(query.shape[0], k)
-    diff = query[:, None, :] - support[idx]
+    gd = geometry_dtype(query.dtype)                      # integer or half differences would wrap or overflow
+    diff = query[:, None, :].to(gd) - support[idx].to(gd)
     dist2 = (diff * diff).sum(-1)
     dist2, perm = torch.sort(dist2, dim=1)
     return idx.gather(1, perm), dist2
