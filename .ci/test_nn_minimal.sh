@@ -51,6 +51,8 @@ mkdir -p "$RUN/tests/fixtures"
 cp pyproject.toml "$RUN/"
 cp tests/__init__.py tests/conftest.py "$RUN/tests/"
 cp tests/fixtures/geope_vectors.json "$RUN/tests/fixtures/"     # the one fixture of tests/nn (the spec's vectors)
+# tests/nn/test_imports.py hides torch-geometric from a subprocess with test_extras.run_without (not collected here)
+cp -r tests/test_extras.py tests/hidden_packages "$RUN/tests/"
 cp -r tests/nn "$RUN/tests/"
 cd "$RUN"
 OMP_NUM_THREADS=1 "$PY" -m pytest -q -p no:cacheprovider tests/nn
