@@ -13,7 +13,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= -n 2
 DEMO_DIR ?= demo
 # The demo's network: ptv1 (Point Transformer v1, configs/demo.yaml) or ptv3 (configs/demo_ptv3.yaml)
 BACKBONE ?= ptv1
