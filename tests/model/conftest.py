@@ -36,3 +36,12 @@ def torch_batch_norm(monkeypatch):
     from pointgeope.model import norm
     monkeypatch.setattr(norm.KERNEL, "enabled", lambda device: False)
     monkeypatch.setattr(norm.PLAIN_KERNEL, "enabled", lambda device: False)
+
+
+@pytest.fixture
+def on(request):
+    """``on(backend)``: the backend, after entering Triton's interpreter for ``"triton"`` (on CPU tensors)."""
+    def enter(*names: str) -> None:
+        if "triton" in names:
+            request.getfixturevalue("interpreted_cpu")
+    return enter

@@ -2,13 +2,12 @@
 against torch's ``nn.BatchNorm1d`` followed by ``relu`` as the independent reference: outputs, running buffers,
 gradients of the input and the parameters, training and eval mode, float32, bfloat16 rows with float32
 statistics, float64 (``gradcheck``), row counts that are no multiple of a tile, widths that are no power of two;
-the torch path (exactly torch's module), the opt-in switch, the fallback, the checkpoint layout and
-``convert_sync_batchnorm``."""
+the torch path (exactly torch's module), the opt-in switch and the fallback (the modules' layout:
+``test_norm_modules.py``)."""
 from __future__ import annotations
 
 import contextlib
 import copy
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,11 +15,10 @@ import torch
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
 from pointgeope.model import kernels, norm, padding  # noqa: E402
 from pointgeope.model.kernel_choice import forced  # noqa: E402
-from pointgeope.model.norm import BatchNormReLU, convert_sync_batchnorm  # noqa: E402
+from pointgeope.model.norm import BatchNormReLU  # noqa: E402
 from tests.model.test_gather_backward import Launches  # noqa: E402
 from tests.model.test_kernels import Failing  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BF16_RTOL = 2 ** -7                    # two roundings to bfloat16 (the output, and the reference's cast)
 
 
@@ -272,54 +270,6 @@ def test_every_norm_of_the_network_runs_fused_and_equals_torchs(interpreted_cpu)
         torch.testing.assert_close(grad, grads_t[name], rtol=1e-3, atol=1e-5 * scale, msg=name)
     for name, value in buffers.items():
         torch.testing.assert_close(value, buffers_t[name], rtol=1e-4, atol=1e-5, msg=name)
-
-
-def test_checkpoint_layout_is_unchanged():
-    """The network's state-dict keys and shapes are those of the published layout (written before the
-    fused module existed: ``tests/fixtures/ptv1_state_keys.txt``)."""
-    from tests.model.test_network import TINY
-    from pointgeope.model import PointTransformerSeg
-
-    state = PointTransformerSeg(pe="rpe", **TINY).state_dict()
-    got = [f"{k} {' '.join(map(str, v.shape))}".strip() for k, v in state.items()]
-    assert got == [line.strip() for line in (FIXTURES / "ptv1_state_keys.txt").read_text().splitlines()]
-
-
-def test_the_published_pair_mlp_loads_the_layers_weights():
-    """The attention's weight MLP as published (``BN, ReLU, Linear, BN, ReLU, Linear`` modules) loads the
-    layer's ``linear_w`` strictly and computes the same, training and eval (the torch path)."""
-    from pointgeope.model import PointTransformerLayer
-
-    layer = PointTransformerLayer(16, share_planes=4, neighbours=4)
-    nn = torch.nn
-    published = nn.Sequential(nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4), nn.BatchNorm1d(4), nn.ReLU(),
-                              nn.Linear(4, 4))
-    published.load_state_dict(layer.linear_w.state_dict(), strict=True)
-    x = torch.randn(50, 16)
-    for train in (True, False):
-        layer.train(train), published.train(train)
-        assert torch.equal(layer.linear_w(x), published(x))
-
-
-def test_convert_sync_batchnorm_keeps_the_relu():
-    """``convert_sync_batchnorm``: every ``BatchNormReLU`` a ``SyncBatchNormReLU`` sharing its parameters, plain
-    batch norms torch's ``SyncBatchNorm``, the same state dict and (without a process group, on the CPU) the
-    same outputs in training and eval."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), BatchNormReLU(8), torch.nn.Linear(8, 8),
-                                torch.nn.BatchNorm1d(8))
-    reference, fused = copy.deepcopy(model), model[1]
-    synced = convert_sync_batchnorm(model)
-    assert type(synced[1]) is norm.SyncBatchNormReLU and type(synced[3]) is torch.nn.SyncBatchNorm
-    assert synced[1].weight is fused.weight and synced[1].running_var is fused.running_var
-    assert list(synced.state_dict()) == list(reference.state_dict())
-    x = torch.randn(32, 4)
-    for train in (True, False):
-        synced.train(train), reference.train(train)
-        got, want = synced[:2](x), reference[:2](x)          # (the running buffers move once each)
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
-        assert (got == 0).any()                               # the ReLU kept
-        torch.testing.assert_close(synced[2:](got), reference[2:](want), rtol=0, atol=0)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
