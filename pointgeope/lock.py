@@ -40,6 +40,7 @@ except ImportError:  # Windows: only the pid check below
     fcntl = None
 
 LOCK_NAME = ".lock"
+COMMAND_CHARS = 400  # a holder's command is shown whole up to this length (deep run folders included)
 READERS_NAME = ".readers.lock"  # never deleted: readers and writers flock the same inode
 
 # The lock descriptors this process holds (a forked child closes them at once and empties the set, so a
@@ -90,9 +91,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _shown(command: str) -> str:
+    """``command`` on one line, whole up to :data:`COMMAND_CHARS` characters, else cut there and ended with
+    `` ...`` so that a cut is never mistaken for the whole command."""
+    command = " ".join(command.split())
+    return command if len(command) <= COMMAND_CHARS else command[:COMMAND_CHARS] + " ..."
+
+
 def _refuse(path: Path, owner: dict | None) -> LockError:
     who = f"pid {owner['pid']} on {owner.get('host')} (since {owner.get('since')})" if owner else "another process"
-    command = str(owner.get("command", ""))[:100] if owner else ""
+    command = _shown(str(owner.get("command", ""))) if owner else ""
     return LockError(f"{path.parent} is being written by {who}" + (f", `{command}`" if command else "")
                      + f"; wait for it to end or stop it (its lock: {path})")
 
@@ -149,7 +157,7 @@ def _command(pid: int) -> str:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
     except OSError:
         return ""
-    return " ".join(command.decode(errors="replace").split())[:100]
+    return _shown(command.decode(errors="replace"))
 
 
 def _readers(fd: int) -> str:

@@ -194,3 +194,29 @@ def test_a_reader_of_a_folder_it_cannot_write_reads_without_the_lock(tmp_path):
     with reader_lock(tmp_path / "missing"):  # nothing made
         pass
     assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock")
+@pytest.mark.parametrize("length, shown", [(180, "whole"), (900, "cut")])
+def test_a_holders_long_command_is_shown_whole_or_marked_as_cut(tmp_path, length, shown):
+    """A refused writer sees the holder's command: a deep run folder's (180 characters) whole, where 100 had
+    been kept without a mark (which cut `prepare raw /tmp/.../root` on a machine with a longer temp path);
+    one over the limit cut and ended with ' ...'."""
+    import fcntl
+
+    command = ("pointgeope train --run-dir " + "/deep" * 200)[:length]
+    fd = os.open(tmp_path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.pwrite(fd, json.dumps({"pid": 4242, "host": socket.gethostname(), "since": "now", "command": command})
+              .encode(), 0)
+    try:
+        with pytest.raises(LockError) as refused:
+            with folder_lock(tmp_path):
+                pass
+    finally:
+        os.close(fd)
+    quoted = str(refused.value).split("`")[1]
+    if shown == "whole":
+        assert quoted == command
+    else:
+        assert quoted.endswith(" ...") and command.startswith(quoted[:-4]) and 100 < len(quoted) < length
