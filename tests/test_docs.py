@@ -218,3 +218,13 @@ def test_the_demo_block_is_regenerated_from_a_run_with_the_folds_spread(tmp_path
     for doc in demo_table.PAGES:  # the pages the script writes hold one block each
         text = doc.read_text()
         assert text.count(demo_table.START) == 1 and text.count(demo_table.END) == 1
+
+
+def test_each_changelog_release_names_each_kind_of_change_once():
+    """Keep a Changelog's form: under a release, one ``### Added`` (``Changed``, ``Fixed``, ...) heading each,
+    so a reader scanning the fixes of [Unreleased] finds them all under one heading."""
+    releases = re.split(r"^## ", (REPO / "CHANGELOG.md").read_text(), flags=re.M)[1:]
+    assert releases and releases[0].startswith("[Unreleased]")
+    for release in releases:
+        kinds = re.findall(r"^### (.+)$", release, re.M)
+        assert len(kinds) == len(set(kinds)), (release.splitlines()[0], kinds)
