@@ -1,6 +1,4 @@
 """``python -m pointgeope`` runs the command-line interface."""
-import sys
+from pointgeope.cli import program
 
-from pointgeope.cli import main
-
-sys.exit(main())
+program()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 METRICS_FILE = "metrics.json"
@@ -36,7 +37,7 @@ def fold_is_complete(run: Path, log=None) -> bool:
         return False
     problem = pair_problem(run, metrics)
     if problem and log is not None:
-        log(f"warning: {problem.split('; ')[0]}: testing it again")
+        log(problem.train_warning())
     return problem is None
 
 
@@ -45,7 +46,32 @@ def new_test() -> str:
     return uuid.uuid4().hex
 
 
-def pair_problem(run: Path, metrics: dict) -> str | None:
+@dataclass(frozen=True)
+class PairProblem:
+    """Why a fold's ``metrics.json`` and one predictions file beside it are not the pair of one test: the file
+    ``predictions`` of the fold folder ``run`` cannot be read (``unreadable``), or it holds another test's
+    token. Each reader says it in its own sentence, made from these fields (never from another's sentence)."""
+    run: Path
+    predictions: Path
+    unreadable: bool
+
+    def what(self) -> str:
+        """What is wrong, the part every reader's sentence shares."""
+        if self.unreadable:
+            return f"cannot read {self.predictions} (damaged or cut short: HDF5 cannot open it)"
+        return (f"{self.predictions} is not the test that {Path(self.run) / METRICS_FILE} records (a test stopped "
+                "between the two writes)")
+
+    def report_reason(self) -> str:
+        """``report``'s reason for leaving the fold out, with what to do."""
+        return f"{self.what()}; test the fold again (the training command, or pointgeope evaluate {self.run})"
+
+    def train_warning(self) -> str:
+        """``train``'s warning before it tests the fold again instead of skipping it."""
+        return f"warning: {self.what()}: testing it again"
+
+
+def pair_problem(run: Path, metrics: dict) -> PairProblem | None:
     """Why ``run/metrics.json`` (read as ``metrics``) and the predictions files of its test areas are not the
     pair of one test (their tokens differ: a test stopped between its writes), ``None`` when they are or a
     predictions file is not there (deleted by hand: ``pointgeope evaluate`` writes it again). A predictions
@@ -54,7 +80,6 @@ def pair_problem(run: Path, metrics: dict) -> str | None:
 
     token = metrics.get(TEST_KEY)
     areas = metrics.get("test_areas") or [metrics.get("area")]
-    again = f"test the fold again (the training command, or pointgeope evaluate {run})"
     for area in (a for a in (areas if isinstance(areas, list) else []) if isinstance(a, str)):
         path = predictions_path(run, area)
         if not path.exists():                                  # deleted: train skips it, evaluate writes it
@@ -62,10 +87,9 @@ def pair_problem(run: Path, metrics: dict) -> str | None:
         try:
             test = predictions_test(path)
         except OSError:
-            return f"cannot read {path} (damaged or cut short: HDF5 cannot open it); {again}"
+            return PairProblem(run, path, unreadable=True)
         if test != token:
-            return (f"{path} is not the test that {Path(run) / METRICS_FILE} records (a test stopped between "
-                    f"the two writes); {again}")
+            return PairProblem(run, path, unreadable=False)
     return None
 
 

@@ -164,7 +164,7 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
         trained, epochs = data.get("trained_epochs"), data.get("epochs")
         return None, f"unfinished: trained {trained} of {epochs} epochs" if epochs else "incomplete"
     if problem := pair_problem(path.parent, data):  # a test stopped between its predictions and this file
-        return None, problem
+        return None, problem.report_reason()
     names = data.get("class_names")
     if names is not None and tuple(names) != CLASS_NAMES:
         raise ReportError(f"{path}: expected class_names {list(CLASS_NAMES)}, got {names}")

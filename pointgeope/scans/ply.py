@@ -3,8 +3,10 @@
 Reading (``read_ply``): the header names the format (``ascii``, ``binary_little_endian`` or
 ``binary_big_endian``) and the elements; the ``vertex`` element must hold ``x y z`` and may hold a colour
 as ``red green blue`` (or ``r g b``, ``diffuse_red ...``) of any numeric type: ``uchar`` 0..255, ``ushort``
-0..65535 (divided by 257) or ``float``/``double`` 0..1. Elements before ``vertex`` are skipped (fixed-size
-ones only in binary files); faces after it are ignored. A file shorter than its header says is an error::
+0..65535 (divided by 257) or ``float``/``double`` 0..1. Other elements (faces, a camera) are skipped, before
+the vertices or after them, list properties included. The points must be unambiguous: a second ``vertex``
+element, or another element whose records hold ``x y z`` too, is refused, naming its header line; so is a
+file shorter than its header says::
 
     ply
     format binary_little_endian 1.0
@@ -21,7 +23,10 @@ the file ``bürö.npy`` is named ``b\\xfcr\\xf6.npy`` there (a newline ``\\n``),
 """
 from __future__ import annotations
 
+import mmap
+import struct
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,8 +41,17 @@ PLY_NAMES = {"i1": "char", "u1": "uchar", "i2": "short", "u2": "ushort", "i4": "
 COLOR_NAMES = (("red", "green", "blue"), ("r", "g", "b"), ("diffuse_red", "diffuse_green", "diffuse_blue"))
 
 
-def _header(f, path: Path) -> tuple[str, list[tuple[str, int, list[tuple[str, str]]]], int]:
-    """``(format, [(element, count, [(property, numpy type)])], header length in bytes)``."""
+class Element(NamedTuple):
+    """One ``element`` of a PLY header: its name, record count, ``[(property, numpy type)]`` (a list property's
+    type is ``("list", count type, item type)``) and the header line that declares it."""
+    name: str
+    count: int
+    props: list
+    line: int
+
+
+def _header(f, path: Path) -> tuple[str, list[Element], int]:
+    """``(format, [Element], header length in bytes)``."""
     if f.readline().strip() != b"ply":
         raise ScanError(f"{path}: not a PLY file (expected 'ply' on the first line)")
     fmt, elements = None, []
@@ -52,31 +66,83 @@ def _header(f, path: Path) -> tuple[str, list[tuple[str, int, list[tuple[str, st
         if words[0] == "format" and len(words) == 3:
             fmt = words[1]
         elif words[0] == "element" and len(words) == 3 and words[2].isdigit():
-            elements.append((words[1], int(words[2]), []))
+            elements.append(Element(words[1], int(words[2]), [], number))
         elif words[0] == "property" and elements and (len(words) == 3 and words[1] in TYPES
-                                                      or len(words) == 5 and words[1] == "list"):
-            element, _, props = elements[-1]
-            if words[-1] in (name for name, _ in props):  # numpy refused it with a traceback
-                raise ScanError(f"{path}:{number}: property {words[-1]!r} declared twice in element {element!r}; "
-                                "a PLY element names each property once: rename or remove one in the header")
-            props.append((words[-1], "list" if words[1] == "list" else TYPES[words[1]]))
+                                                      or len(words) == 5 and words[1] == "list"
+                                                      and words[2] in TYPES and words[3] in TYPES):
+            element = elements[-1]
+            if words[-1] in (name for name, _ in element.props):  # numpy refused it with a traceback
+                raise ScanError(f"{path}:{number}: property {words[-1]!r} declared twice in element "
+                                f"{element.name!r}; a PLY element names each property once: rename or remove one "
+                                "in the header")
+            kind = ("list", TYPES[words[2]], TYPES[words[3]]) if words[1] == "list" else TYPES[words[1]]
+            element.props.append((words[-1], kind))
         else:
             raise ScanError(f"{path}:{number}: unexpected PLY header line {raw.strip()[:80]!r}")
     raise ScanError(f"{path}: truncated PLY header (no 'end_header')")
+
+
+def _points_element(elements: list[Element], path: Path) -> int:
+    """The index of the one ``vertex`` element, the points. A second ``vertex`` element, or another element of
+    records that also hold ``x y z``, leaves it unclear which are the points: refused, naming its header line
+    (before, the first ``vertex`` was read and the rest of the points silently left out)."""
+    names = [e.name for e in elements]
+    if "vertex" not in names:
+        raise ScanError(f"{path}: PLY file without a 'vertex' element (elements: {', '.join(names)})")
+    first = elements[names.index("vertex")]
+    for other in elements:
+        if other is first:
+            continue
+        if other.name == "vertex":
+            raise ScanError(f"{path}:{other.line}: a second 'element vertex'; expected one vertex element, the "
+                            f"points, got two (line {first.line}: {first.count:,} records, line {other.line}: "
+                            f"{other.count:,}): combine them into one, or rename the one that does not hold the points")
+        if other.count and {"x", "y", "z"} <= {name for name, _ in other.props}:
+            raise ScanError(f"{path}:{other.line}: element {other.name!r} holds x y z as the 'vertex' element "
+                            f"(line {first.line}) does; expected the points in the vertex element only, got "
+                            f"{other.count:,} records of x y z in {other.name!r} and {first.count:,} in 'vertex': "
+                            "remove the other element, or rename its x y z properties")
+    lists = [name for name, kind in first.props if kind[0] == "list"]
+    if lists:
+        raise ScanError(f"{path}:{first.line}: the PLY 'vertex' element has the list property {lists[0]!r}; "
+                        "expected numbers only (x y z, colour, ...): remove it from the vertices")
+    return names.index("vertex")
+
+
+def _binary_skip(f, start: int, elements: list[Element], end: str, path: Path) -> int:
+    """The bytes that ``elements`` (those before the vertices, from byte ``start``) take: count x record size,
+    or, for an element with list properties, its records walked one by one (each list: its count, then that
+    many items)."""
+    size = 0
+    for element in elements:
+        if not any(kind[0] == "list" for _, kind in element.props):
+            size += element.count * np.dtype([(n, end + t) for n, t in element.props]).itemsize
+            continue
+        steps = [(struct.Struct(end + np.dtype(kind[1]).char), np.dtype(kind[2]).itemsize) if kind[0] == "list"
+                 else (None, np.dtype(kind).itemsize) for _, kind in element.props]
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            pos = start + size
+            try:
+                for _ in range(element.count):
+                    for counter, item in steps:
+                        pos += item if counter is None else counter.size + counter.unpack_from(m, pos)[0] * item
+            except struct.error:
+                pos = len(m) + 1
+            if pos > len(m):
+                raise ScanError(f"{path}: truncated PLY: the file ends inside its {element.name!r} element (line "
+                                f"{element.line}), before the vertices") from None
+        size = pos - start
+    return size
 
 
 def _vertex_records(path: Path) -> np.ndarray:
     """The ``vertex`` element as a structured array (one field per property)."""
     with open(path, "rb") as f:
         fmt, elements, offset = _header(f, path)
-        names = [e[0] for e in elements]
-        if "vertex" not in names:
-            raise ScanError(f"{path}: PLY file without a 'vertex' element (elements: {', '.join(names)})")
-        before, (_, count, props) = elements[:names.index("vertex")], elements[names.index("vertex")]
-        if any(t == "list" for e in before + [(None, 0, props)] for _, t in e[2]):
-            raise ScanError(f"{path}: list properties in or before the PLY 'vertex' element are not supported")
+        index = _points_element(elements, path)
+        before, (_, count, props, _) = elements[:index], elements[index]
         if fmt == "ascii":
-            for _ in range(sum(e[1] for e in before)):
+            for _ in range(sum(e.count for e in before)):  # one line a record, list or not
                 f.readline()
             try:
                 rows = np.loadtxt(f, dtype=np.float64, max_rows=count, ndmin=2) if count else np.zeros((0, len(props)))
@@ -94,7 +160,7 @@ def _vertex_records(path: Path) -> np.ndarray:
         if fmt not in ("binary_little_endian", "binary_big_endian"):
             raise ScanError(f"{path}: unknown PLY format {fmt!r}; expected ascii or binary_*_endian")
         end = "<" if fmt == "binary_little_endian" else ">"
-        skip = sum(e[1] * np.dtype([(n, end + t) for n, t in e[2]]).itemsize for e in before)
+        skip = _binary_skip(f, offset, before, end, path)
         dtype = np.dtype([(n, end + t) for n, t in props])
         size = path.stat().st_size - offset - skip
         if size < count * dtype.itemsize:

@@ -261,3 +261,35 @@ def test_las_output_of_a_scan_with_a_stray_point(tiny_run, tmp_path, capsys):
     np.testing.assert_array_equal(np.asarray(las.classification), np.load(tmp_path / "o" / "a_far_pred.npy"))
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["a_far_pred.las", "a_far_pred.npy",
                                                                  "c_room_pred.las", "c_room_pred.npy"]
+
+
+def test_a_mesh_ply_is_predicted_and_two_sets_of_points_refused(tiny_run, two_folds, tmp_path, capsys):
+    """A binary mesh whose faces come before its vertices (refused before: 'list properties ... not
+    supported') is predicted as the room it holds; a PLY with two vertex elements (its first read before, the
+    rest of the points silently left out) is one line naming the header line, exit 2."""
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    n = len(room["coord"])
+    vertices = np.empty(n, dtype=[("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("red", "u1"), ("green", "u1"),
+                                  ("blue", "u1")])
+    for j, key in enumerate(("x", "y", "z")):
+        vertices[key] = room["coord"][:, j]
+    for j, key in enumerate(("red", "green", "blue")):
+        vertices[key] = room["color"][:, j]
+    props = "".join(f"property float {k}\n" for k in "xyz") + "".join(f"property uchar {k}\n" for k in
+                                                                      ("red", "green", "blue"))
+    faces = np.uint8([3]).tobytes() + np.int32([0, 1, 2]).tobytes()  # one triangle
+    (tmp_path / "office_1.ply").write_bytes(
+        ("ply\nformat binary_little_endian 1.0\nelement face 1\nproperty list uchar int vertex_indices\n"
+         f"element vertex {n}\n{props}end_header\n").encode() + faces + vertices.tobytes())
+    (tmp_path / "two.ply").write_bytes(
+        (f"ply\nformat binary_little_endian 1.0\nelement vertex {n - 5}\n{props}element vertex 5\n{props}"
+         "end_header\n").encode() + vertices.tobytes())
+    code = cli(["predict", str(tiny_run), str(tmp_path / "office_1.ply"), str(tmp_path / "two.ply"),
+                "--out", str(tmp_path / "o"), "--format", "npy"])
+    err = without_run_cap_warning(capsys.readouterr().err)
+    assert code == 2
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "office_1_pred.npy"),
+                                  read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1"))
+    assert err == [f"pointgeope predict: error: {tmp_path / 'two.ply'}:10: a second 'element vertex'; expected one "
+                   f"vertex element, the points, got two (line 3: {n - 5:,} records, line 10: 5): combine them into "
+                   "one, or rename the one that does not hold the points"]

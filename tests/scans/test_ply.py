@@ -3,6 +3,8 @@ hand (big endian, 16-bit colour) read back exactly, in file order; truncated fil
 files read back with Open3D, custom ``label`` property included."""
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 
@@ -117,3 +119,71 @@ def test_written_vertices_read_back_with_open3d(tmp_path):
     np.testing.assert_array_equal(pcd.point.colors.numpy(), color)  # uchar colours stay uint8
     np.testing.assert_array_equal(pcd.point["label"].numpy()[:, 0], label)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.ply"]
+
+
+XYZ = "property float x\nproperty float y\nproperty float z\n"
+FACES = "element face 2\nproperty uchar flag\nproperty list uchar int vertex_indices\n"
+
+
+def _ply(path, fmt, parts):
+    """A PLY of ``parts`` in order: ``(header lines, [records])``; a record is ``(x, y, z)`` of floats, or in a
+    FACES element ``(flag, count, indices...)``."""
+    header = f"ply\nformat {fmt} 1.0\n" + "".join(h for h, _ in parts) + "end_header\n"
+    if fmt == "ascii":
+        body = "".join(" ".join(str(v) for v in rec) + "\n" for _, recs in parts for rec in recs).encode()
+    else:
+        body = b"".join(struct.pack("<BB" + "i" * rec[1] if h == FACES else "<fff", *rec)
+                        for h, recs in parts for rec in recs)
+    path.write_bytes(header.encode() + body)
+    return path
+
+
+VERTICES = [(1.5, 2.0, -3.25), (4.0, 5.0, 6.0), (7.0, 8.0, 9.0)]
+TRIANGLE_QUAD = [(0, 3, 0, 1, 2), (1, 4, 0, 1, 2, 0)]
+
+
+@pytest.mark.parametrize("fmt", ["ascii", "binary_little_endian"])
+@pytest.mark.parametrize("faces_first", [False, True], ids=["faces_after", "faces_before"])
+def test_a_mesh_reads_its_vertices_whichever_element_comes_first(tmp_path, fmt, faces_first):
+    """Faces (a triangle and a quad: records of two sizes in binary) before the vertices were refused ('list
+    properties in or before the PLY vertex element are not supported'); after them they were skipped, as now."""
+    parts = [(f"element vertex 3\n{XYZ}", VERTICES), (FACES, TRIANGLE_QUAD)]
+    path = _ply(tmp_path / "mesh.ply", fmt, parts[::-1] if faces_first else parts)
+    np.testing.assert_array_equal(read_ply(path).coord, np.array(VERTICES))
+
+
+def test_a_binary_mesh_cut_inside_the_faces_before_its_vertices_is_truncated(tmp_path):
+    path = _ply(tmp_path / "cut.ply", "binary_little_endian", [(FACES, TRIANGLE_QUAD), (f"element vertex 3\n{XYZ}",
+                                                                                       VERTICES)])
+    path.write_bytes(path.read_bytes()[:-3 * 12 - 10])     # half the quad's record
+    with pytest.raises(ScanError, match=rf"^{path}: truncated PLY: the file ends inside its 'face' element \(line "
+                                        r"3\), before the vertices$"):
+        read_ply(path)
+
+
+@pytest.mark.parametrize("fmt", ["ascii", "binary_little_endian"])
+@pytest.mark.parametrize("first, second, line, message", [
+    ("vertex 2", "vertex 1", 7, "a second 'element vertex'; expected one vertex element, the points, got two (line "
+     "3: 2 records, line 7: 1): combine them into one, or rename the one that does not hold the points"),
+    ("point 2", "vertex 1", 3, "element 'point' holds x y z as the 'vertex' element (line 7) does; expected the "
+     "points in the vertex element only, got 2 records of x y z in 'point' and 1 in 'vertex': remove the other "
+     "element, or rename its x y z properties"),
+])
+def test_points_in_two_elements_are_refused_naming_the_header_line(tmp_path, fmt, first, second, line, message):
+    """Before: the first 'vertex' element was read and the other's points silently left out (two vertex
+    elements), or the points of an element before 'vertex' skipped (a 'point' element)."""
+    path = _ply(tmp_path / "two.ply", fmt, [(f"element {first}\n{XYZ}", VERTICES[:2]),
+                                            (f"element {second}\n{XYZ}", VERTICES[2:])])
+    with pytest.raises(ScanError) as err:
+        read_ply(path)
+    assert str(err.value) == f"{path}:{line}: {message}"
+
+
+def test_a_list_property_among_the_vertices_names_its_element_line(tmp_path):
+    path = tmp_path / "list.ply"
+    path.write_text(f"ply\nformat ascii 1.0\ncomment x\nelement vertex 1\n{XYZ}property list uchar int n\n"
+                    "end_header\n1 2 3 1 0\n")
+    with pytest.raises(ScanError) as err:
+        read_ply(path)
+    assert str(err.value) == (f"{path}:4: the PLY 'vertex' element has the list property 'n'; expected numbers only "
+                              "(x y z, colour, ...): remove it from the vertices")
