@@ -9,8 +9,9 @@ import pytest
 from pointgeope.cli import main as cli
 from pointgeope.constants import PALETTE
 from pointgeope.h5 import list_rooms, read_predictions, read_room
-from tests.engine.conftest import one_line
+from tests.engine.conftest import last_line_only, one_line
 from tests.engine.predict_helpers import without_run_cap_warning, write_scan
+from tests.test_extras import message, run_without
 
 
 def test_bad_inputs_fail_alone_and_the_exit_code_says_so(tiny_run, two_folds, tmp_path, capsys):
@@ -261,3 +262,18 @@ def test_las_output_of_a_scan_with_a_stray_point(tiny_run, tmp_path, capsys):
     np.testing.assert_array_equal(np.asarray(las.classification), np.load(tmp_path / "o" / "a_far_pred.npy"))
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["a_far_pred.las", "a_far_pred.npy",
                                                                  "c_room_pred.las", "c_room_pred.npy"]
+
+
+@pytest.mark.slow
+def test_a_missing_toolkit_package_is_the_toolkits_one_line_not_a_traceback_per_scan(tiny_run, tmp_path):
+    """pykdtree (the scans' spacing check) not installed: predict caught the ModuleNotFoundError with every
+    other bug of a scan, printed a traceback per scan and exited 1. It is the environment's, not a scan's: the
+    toolkit's one line, exit code 2, as every other command says it, and no scan written."""
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        np.save(tmp_path / f"{name}.npy", np.c_[rng.random((300, 3)) * 3, rng.integers(0, 256, (300, 3))])
+    done = run_without(["pykdtree"], ["-m", "pointgeope", "predict", str(tiny_run), str(tmp_path / "a.npy"),
+                                      str(tmp_path / "b.npy"), "--out", str(tmp_path / "o"), "--format", "npy"])
+    assert done.returncode == 2, done.stderr[-3000:]
+    last_line_only(done.stderr, f"pointgeope predict: error: {message('pykdtree')}")
+    assert not (tmp_path / "o").exists() or not any(p.suffix == ".npy" for p in (tmp_path / "o").iterdir())
