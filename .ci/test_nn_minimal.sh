@@ -22,7 +22,7 @@ rm -rf "$DIR"
 # the project's files as a source distribution holds them, built from a copy: pip's in-tree build would leave
 # setuptools' build/lib (which keeps deleted modules) and an egg-info in the checkout
 mkdir -p "$DIR/src"
-cp -r pyproject.toml README.md pointgeope data_prep "$DIR/src/"
+cp -r pyproject.toml README.md LICENSE pointgeope data_prep "$DIR/src/"
 find "$DIR/src" -name __pycache__ -prune -exec rm -rf {} +
 "$PYTHON" -m venv "$DIR/venv"
 bash .ci/install_torch.sh "$PY" "$TORCH_SPEC" "$TORCH_INDEX" -q
