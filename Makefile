@@ -9,8 +9,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The CPU wheel of torch. On a CUDA machine: make TORCH_SPEC="torch" (or the wheel of your CUDA version).
+# torch's CPU build (.ci/install_torch.sh): a wheel already at hand (pip's find-links) without the network, else
+# from TORCH_INDEX, pytorch.org's CPU index (PyPI's Linux wheel is the multi-GB CUDA build). On a CUDA machine:
+# make TORCH_INDEX=https://download.pytorch.org/whl/cu128 (your CUDA version), or TORCH_INDEX= for PyPI's build.
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 PYTEST_ARGS ?= -n 2
@@ -27,7 +30,7 @@ setup: $(STAMP) sysdeps
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "$(TORCH_SPEC)"
+	$(PY) -c "import torch" 2>/dev/null || bash .ci/install_torch.sh $(PY) "$(TORCH_SPEC)" "$(TORCH_INDEX)"
 	$(PY) -m pip install -e ".[toolkit,test]"
 	touch $(STAMP)
 
@@ -74,10 +77,10 @@ test-pyg-oldest: setup
 	PYTHONPATH=.pyg-$(PYG_OLDEST) $(PY) -m pytest -q -p no:cacheprovider tests/nn \
 		tests/test_examples.py -k "not test_pyg_point_transformer_trains"
 
-# pointgeope.nn as a PyG user installs it: torch (TORCH_SPEC) and ".[nn]" in a fresh environment, without the
-# toolkit's packages; tests/nn against the installed package (.ci/test_nn_minimal.sh). Needs no make setup.
+# pointgeope.nn as a PyG user installs it: torch (TORCH_SPEC, TORCH_INDEX) and ".[nn]" in a fresh environment,
+# without the toolkit's packages; tests/nn against the installed package (.ci/test_nn_minimal.sh). Needs no make setup.
 test-nn-minimal:
-	PYTHON=$(PYTHON) TORCH_SPEC="$(TORCH_SPEC)" bash .ci/test_nn_minimal.sh
+	PYTHON=$(PYTHON) TORCH_SPEC="$(TORCH_SPEC)" TORCH_INDEX="$(TORCH_INDEX)" bash .ci/test_nn_minimal.sh
 
 bench: setup
 	$(PY) bench/bench_geope.py

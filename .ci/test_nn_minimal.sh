@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pointgeope.nn installed as a PyG user installs it (make test-nn-minimal): a fresh virtual environment in
-# build/nn-minimal/ (git-ignored; made anew each run, deleted when all passed: 1 GB) with make setup's torch (TORCH_SPEC) and
-# `pip install ".[nn]"`, not editable: the package as pip builds it. Then, in that environment:
+# build/nn-minimal/ (git-ignored; made anew each run, deleted when all passed: 1 GB) with make setup's torch
+# (TORCH_SPEC, TORCH_INDEX: .ci/install_torch.sh) and `pip install ".[nn]"`, not editable: the package as pip
+# builds it. Then, in that environment:
 #   1. none of the toolkit's packages is installed (only torch-geometric, numba and what they pull);
 #   2. tests/nn pass against the installed package (a copy of the tests outside the checkout, so that
 #      `import pointgeope` cannot reach the source tree);
@@ -10,7 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+# torch as make setup installs it; the Makefile owns both (make test-nn-minimal passes them)
+TORCH_SPEC=${TORCH_SPEC:?expected TORCH_SPEC from the Makefile: run make test-nn-minimal}
+TORCH_INDEX=${TORCH_INDEX?expected TORCH_INDEX from the Makefile: run make test-nn-minimal}
 DIR=$(pwd)/${NN_MINIMAL_DIR:-build/nn-minimal}
 PY=$DIR/venv/bin/python
 start=$(date +%s)
@@ -19,10 +22,10 @@ rm -rf "$DIR"
 # the project's files as a source distribution holds them, built from a copy: pip's in-tree build would leave
 # setuptools' build/lib (which keeps deleted modules) and an egg-info in the checkout
 mkdir -p "$DIR/src"
-cp -r pyproject.toml README.md pointgeope data_prep "$DIR/src/"
+cp -r pyproject.toml README.md LICENSE pointgeope data_prep "$DIR/src/"
 find "$DIR/src" -name __pycache__ -prune -exec rm -rf {} +
 "$PYTHON" -m venv "$DIR/venv"
-"$PY" -m pip install -q "$TORCH_SPEC"
+bash .ci/install_torch.sh "$PY" "$TORCH_SPEC" "$TORCH_INDEX" -q
 "$PY" -m pip install -q "$DIR/src[nn]"
 echo "nn-minimal: installed torch and .[nn] in $(( $(date +%s) - start )) s"
 

@@ -3,4 +3,4 @@
 Data flows one way: raw S3DIS -> ``data_prep`` -> HDF5 -> ``pointgeope.data`` -> ``pointgeope.model``
 -> ``pointgeope.engine`` -> metrics and report -> ``pointgeope.viz``.
 """
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"

@@ -7,8 +7,9 @@ Three installs (``pyproject.toml``, ``[project.optional-dependencies]``):
   pykdtree / scipy / numba where installed, else pure torch: ``pointgeope/model/ops/backends.py``).
 - ``pip install "pointgeope[nn]"``: adds torch-geometric, for ``GeoPEPointTransformerConv``, and numba, its
   per-edge rotations in one pass on the CPU (``pointgeope/nn/frame_numba.py``; without numba the torch path).
-- ``pip install "pointgeope[toolkit]"``: everything the commands (``pointgeope ...``, ``train.py``) need:
-  the ``nn`` extra and the packages of :data:`TOOLKIT_MODULES`. ``pointgeope[all]`` adds LAS/LAZ (``las``).
+- ``pip install "pointgeope[toolkit]"``: everything the commands (``pointgeope ...``, and ``train.py`` in a
+  clone) need: the ``nn`` extra and the packages of :data:`TOOLKIT_MODULES`. ``pointgeope[all]`` adds LAS/LAZ
+  (``las``). ``train.py`` and the recipes of ``configs/`` come with a clone of the repository, not the wheel.
 
 A command that imports a missing package of the toolkit ends, through :func:`pointgeope.errors.run_command`
 (the one place every command passes), as one line and exit code 2::

@@ -14,10 +14,13 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+import pointgeope
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -147,7 +150,8 @@ def _bibtex(text: str) -> str:
 
 
 def test_the_citation_is_the_same_everywhere():
-    """README and the home page give the same BibTeX; CITATION.cff names the same papers."""
+    """README and the home page give the same BibTeX; CITATION.cff names the same papers; all cite the version
+    of pyproject.toml, which the package says it is (`pointgeope --version`)."""
     import yaml
 
     readme, home = _bibtex((REPO / "README.md").read_text()), _bibtex((DOCS / "index.md").read_text())
@@ -157,7 +161,9 @@ def test_the_citation_is_the_same_everywhere():
                     ("inproceedings", "armeni2016s3dis"), ("misc", "pointgeope")]
     assert readme.count("{") == readme.count("}")
     cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
-    assert cff["cff-version"] == "1.2.0" and cff["version"] == "0.1.0"
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert cff["cff-version"] == "1.2.0" and cff["version"] == version == pointgeope.__version__
+    assert re.findall(r"note = \{Version ([^}]*)\}", readme) == [version]
     flat = " ".join(re.sub(r"[{}]", "", readme).split()).lower()
     for ref in cff["references"]:
         assert ref["title"].lower() in flat

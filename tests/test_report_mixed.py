@@ -100,3 +100,17 @@ def test_the_same_files_under_another_data_root_pool_and_other_files_do_not(tmp_
     _with_data(run, 4, None)    # a fold of an older version records no files: data.root is compared again
     assert cli(["report", str(run), "--out", str(tmp_path / "out3")]) == 2
     assert "data.root (Area_1, Area_3..Area_6: 'data/s3dis'; Area_2: '/scratch/job7/s3dis')" in capsys.readouterr().err
+
+
+def test_folds_of_other_code_versions_still_pool(tmp_path, capsys):
+    """metrics.json records the version and commit of the code (pointgeope/provenance.py): a record of the
+    code, not a setting, so folds evaluated by two commits of the same settings pool without a word."""
+    run = tmp_path / "run"
+    for k in range(1, 7):
+        _fold(run, k, "model.pe=rpe", config_in_metrics=True)
+        path = run / f"area_{k}" / "metrics.json"
+        code = {"pointgeope": f"0.2.0.dev{k}", "pointgeope_commit": None if k == 3 else f"{k:040x}"}
+        path.write_text(json.dumps({**json.loads(path.read_text()), **code}))
+    assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 0
+    assert "mixed" not in (tmp_path / "out" / "report.md").read_text()
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["runs"][0]["mixed_settings"] == {}

@@ -279,10 +279,12 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
     path = path.resolve()
     if path in seen:
         raise ConfigError(f"{path}: 'base:' includes form a cycle: {' -> '.join(map(str, seen + (path,)))}")
-    if not path.is_file():
-        found = "a folder" if path.is_dir() else "nothing"
-        raise ConfigError(f"expected a config file, found {found} at {path}"
-                          + ("; give a YAML file, e.g. configs/demo.yaml" if path.is_dir() else ""))
+    if not path.is_file():  # the recipes of configs/ are in a clone of the repository, not in the wheel
+        fix = ("give a YAML file, e.g. configs/demo.yaml" if path.is_dir()
+               else f"{seen[-1]} names it as its 'base:' (a path from that file's folder)" if seen
+               else "the recipes (configs/demo.yaml, configs/s3dis/...) come with a clone of the repository, in its "
+                    "configs/ folder, not with the pip package: run from a clone, or give the path of your own file")
+        raise ConfigError(f"expected a config file, found {'a folder' if path.is_dir() else 'nothing'} at {path}; {fix}")
     try:
         raw, lines = load_yaml_lines(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:

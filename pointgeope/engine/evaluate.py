@@ -66,6 +66,7 @@ from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, 
 from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
 from pointgeope.model.ops.fps import FPS_RULE
+from pointgeope.provenance import code_record
 
 
 # --- test-time views -----------------------------------------------------------------------------------
@@ -355,7 +356,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
             "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
             "config": dataclasses.asdict(cfg),  # what was evaluated: report compares its folds' (report/settings.py)
             "data": ckpt.get("data"),  # area -> checksum of the files it trained and was tested on (report too)
-            TEST_KEY: test,
+            TEST_KEY: test, **code_record(),  # the version (and commit) of the code that tested it
         }
         write_json_atomic(run / "metrics.json", metrics)
         log(f"evaluated {', '.join(areas)}: {num_points:,} points in {seconds:.1f}s -> "

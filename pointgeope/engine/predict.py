@@ -273,10 +273,12 @@ def _checked_names(refs: list, args, errors: list[str]) -> list:
 def _predict_all(predictor: Predictor, refs: list, args, errors: list[str], bugs: list[str]) -> int:
     """Read, predict and write each scan of ``refs`` in turn (one in memory at a time); a scan that
     fails adds its message to ``errors`` (and to ``bugs`` with its traceback printed, when the error is not
-    the input's) and the next one goes on. Returns how many were written."""
+    the input's) and the next one goes on; a missing package of the toolkit stops them all (raised, for
+    ``run_command``'s one line). Returns how many were written."""
     import time
     import traceback
 
+    from pointgeope.extras import toolkit_message
     from pointgeope.scans.outputs import check_formats, write_outputs
     from pointgeope.scans.sources import Failure, read_scan
 
@@ -306,7 +308,9 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str], bugs
             errors.append(Failure(ref.source, str(err)))
             _fail(str(err))
             continue
-        except Exception:  # a bug: its traceback, and the other inputs are still predicted
+        except Exception as err:  # a bug: its traceback, and the other inputs are still predicted
+            if toolkit_message(err) is not None:  # the environment's, not this scan's: one line, exit 2
+                raise
             traceback.print_exc()
             errors.append(Failure(ref.source, f"{ref.source}: failed on a bug (traceback above)"))
             bugs.append(ref.source)

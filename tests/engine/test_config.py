@@ -280,3 +280,21 @@ def test_a_key_of_the_file_is_the_files_whatever_the_overrides(tmp_path):
     config.write_text("model:\n  pe: pointrope\n")
     with pytest.raises(ConfigError, match=rf"^{config} with the overrides: {problem}"):
         load_config(config, ["data.root=s3dis", "model.geope_base=50"])
+
+
+def test_a_missing_config_says_where_the_recipes_are_and_a_missing_base_who_names_it(tmp_path, monkeypatch):
+    """Before: "expected a config file, found nothing at PATH" and no fix; the recipes of configs/ come with a
+    clone, not with the wheel (pip install pointgeope), so a user of the wheel met it at the first command."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        load_config(Path("configs/demo.yaml"))
+    assert str(err.value) == (
+        f"expected a config file, found nothing at {tmp_path / 'configs' / 'demo.yaml'}; the recipes "
+        "(configs/demo.yaml, configs/s3dis/...) come with a clone of the repository, in its configs/ folder, not "
+        "with the pip package: run from a clone, or give the path of your own file")
+    (tmp_path / "mine").mkdir()
+    top = write(tmp_path / "mine" / "top.yaml", "base: ../_base.yaml\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(top)
+    assert str(err.value) == (f"expected a config file, found nothing at {tmp_path / '_base.yaml'}; {top} names it "
+                              "as its 'base:' (a path from that file's folder)")

@@ -9,8 +9,9 @@ import pytest
 from pointgeope.cli import main as cli
 from pointgeope.constants import PALETTE
 from pointgeope.h5 import list_rooms, read_predictions, read_room
-from tests.engine.conftest import one_line
+from tests.engine.conftest import last_line_only, one_line
 from tests.engine.predict_helpers import without_run_cap_warning, write_scan
+from tests.test_extras import message, run_without
 
 
 def test_bad_inputs_fail_alone_and_the_exit_code_says_so(tiny_run, two_folds, tmp_path, capsys):
@@ -293,3 +294,18 @@ def test_a_mesh_ply_is_predicted_and_two_sets_of_points_refused(tiny_run, two_fo
     assert err == [f"pointgeope predict: error: {tmp_path / 'two.ply'}:10: a second 'element vertex'; expected one "
                    f"vertex element, the points, got two (line 3: {n - 5:,} records, line 10: 5): combine them into "
                    "one, or rename the one that does not hold the points"]
+
+
+@pytest.mark.slow
+def test_a_missing_toolkit_package_is_the_toolkits_one_line_not_a_traceback_per_scan(tiny_run, tmp_path):
+    """pykdtree (the scans' spacing check) not installed: predict caught the ModuleNotFoundError with every
+    other bug of a scan, printed a traceback per scan and exited 1. It is the environment's, not a scan's: the
+    toolkit's one line, exit code 2, as every other command says it, and no scan written."""
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        np.save(tmp_path / f"{name}.npy", np.c_[rng.random((300, 3)) * 3, rng.integers(0, 256, (300, 3))])
+    done = run_without(["pykdtree"], ["-m", "pointgeope", "predict", str(tiny_run), str(tmp_path / "a.npy"),
+                                      str(tmp_path / "b.npy"), "--out", str(tmp_path / "o"), "--format", "npy"])
+    assert done.returncode == 2, done.stderr[-3000:]
+    last_line_only(done.stderr, f"pointgeope predict: error: {message('pykdtree')}")
+    assert not (tmp_path / "o").exists() or not any(p.suffix == ".npy" for p in (tmp_path / "o").iterdir())

@@ -1,0 +1,49 @@
+"""pointgeope/provenance.py: the version and commit that a run records (metrics.json)."""
+from __future__ import annotations
+
+import subprocess
+import tomllib
+
+import pytest
+
+import pointgeope
+from pointgeope.provenance import checkout_commit, code_record
+from tests.conftest import REPO
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "PATH": "/usr/bin:/bin"}
+
+
+def head_from_files(repo) -> str:
+    """HEAD's commit read from .git's files (a reference independent of git rev-parse)."""
+    head = (repo / ".git" / "HEAD").read_text().strip()
+    return (repo / ".git" / head.removeprefix("ref: ")).read_text().strip()
+
+
+def test_the_version_is_pyprojects():
+    assert pointgeope.__version__ == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert code_record()["pointgeope"] == pointgeope.__version__
+
+
+def test_the_commit_is_the_checkouts_own_and_none_elsewhere(tmp_path, monkeypatch):
+    if subprocess.run(["git", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("no git here")
+    repo = tmp_path / "clone"
+    (repo / "pointgeope").mkdir(parents=True)
+    (repo / "pointgeope" / "__init__.py").write_text("")
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "one"]):
+        subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True)
+    find = checkout_commit.__wrapped__        # uncached: each case asks git
+    assert find(repo) == head_from_files(repo) and len(find(repo)) == 40
+    # a folder inside a repository is not its checkout (site-packages of a venv inside a clone)
+    assert find(repo / "pointgeope") is None
+    assert find(tmp_path) is None            # no repository at all
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert find(repo) is None                # no git: None, not an error
+
+
+def test_this_checkout_records_its_head():
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert code_record()["pointgeope_commit"] == done.stdout.strip()
