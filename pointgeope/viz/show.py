@@ -13,7 +13,7 @@ from pointgeope.viz.colors import MODES, NEEDS_PRED, has_ground_truth, missing_m
 def check_options(args) -> None:
     """Refuse, before any file is read, a value of ``pointgeope viz``'s options out of its range
     (:class:`VizError`, one line): image size within what the renderer makes, a positive point size and
-    voxel, a point cap >= 0, a camera angle of finite degrees."""
+    voxel, a point cap >= 0, a camera angle of finite degrees; then the outputs (:func:`check_outputs`)."""
     from pointgeope.viz.camera import MAX_IMAGE_SIDE, MIN_IMAGE_SIDE
 
     problems = [
@@ -29,6 +29,46 @@ def check_options(args) -> None:
     for bad, message in problems:
         if bad:
             raise VizError(message)
+    check_outputs(args)
+
+
+def _same_file(a, b) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (after links, or as hard links of it)."""
+    import os
+    from pathlib import Path
+
+    try:
+        return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
+    except OSError:
+        return False  # one of them is not there: not the same file
+
+
+def check_outputs(args) -> None:
+    """Refuse, before any file is read, an output that would replace an input or is of the wrong kind
+    (:class:`VizError`, one line): ``--screenshot`` and ``--ply`` that are (resolve to) the area file or the
+    ``--pred`` file, a ``--ply`` not named ``*.ply``, a ``--screenshot`` not named as an image
+    (:func:`~pointgeope.viz.render.check_image_path`), and an existing target that is not a regular file
+    (:func:`pointgeope.atomic.check_replaceable`: a FIFO, a device)."""
+    from pathlib import Path
+
+    from pointgeope.atomic import check_replaceable
+
+    outputs = [(option, out) for option, out in (("--ply", args.ply), ("--screenshot", args.screenshot)) if out]
+    for option, out in outputs:
+        for what, read in (("the area file", args.area), ("the --pred file", args.pred)):
+            if read and _same_file(out, read):
+                raise VizError(f"{option} {out}: that is {what} being read ({read}); give a new file name, "
+                               f"such as {Path(out).with_name(Path(read).stem + '_view')}"
+                               f"{'.ply' if option == '--ply' else '.png'}")
+    if args.ply and Path(args.ply).suffix.lower() != ".ply":
+        raise VizError(f"--ply {args.ply}: expected a file name ending in .ply (a binary PLY is written), got "
+                       f"{Path(args.ply).suffix or 'no suffix'!r}")
+    if args.screenshot:
+        from pointgeope.viz.render import check_image_path
+
+        check_image_path(args.screenshot)  # before the work, not at the end of it
+    for _, out in outputs:
+        check_replaceable(out)
 
 
 def reading(area: str):
@@ -112,10 +152,6 @@ def show_room(args) -> int:
     from pointgeope.viz.scene import load_room, prepare_view
     from pointgeope.viz.select import parse_class_names
 
-    if args.screenshot:
-        from pointgeope.viz.render import check_image_path
-
-        check_image_path(args.screenshot)  # before the work, not at the end of it
     with reading(args.area):  # the files read; the window that follows holds no lock
         rooms = list(check_area_file(args.area))
         if args.room is None and len(rooms) != 1:
