@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--room", help="the room to show (see --list; not needed in a file of one room)")
     parser.add_argument("--pred", help="predictions of that area, RUN/area_N/predictions/Area_N.h5")
     parser.add_argument("--list", action="store_true",
-                        help="list the rooms with their point counts (and mIoU with --pred, worst first)")
+                        help="list the rooms with their point counts (and mIoU with --pred, worst first); "
+                             "draws nothing, so it takes no --room, --screenshot, --ply, --mode, --hide, --voxel")
     parser.add_argument("--mode", choices=MODES, default=None,
                         help="colouring: rgb, gt (ground truth), pred, error (default: gt; for a room without "
                              "ground truth, such as an unlabelled scan's, pred, or rgb without predictions)")

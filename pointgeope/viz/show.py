@@ -13,7 +13,9 @@ from pointgeope.viz.colors import MODES, NEEDS_PRED, has_ground_truth, missing_m
 def check_options(args) -> None:
     """Refuse, before any file is read, a value of ``pointgeope viz``'s options out of its range
     (:class:`VizError`, one line): image size within what the renderer makes, a positive point size and
-    voxel, a point cap >= 0, a camera angle of finite degrees; then the outputs (:func:`check_outputs`)."""
+    voxel, a point cap >= 0, a camera angle of finite degrees; no drawing option (``--room``,
+    ``--screenshot``, ``--ply``, ``--mode``, ``--hide``, ``--voxel``) with ``--list``, which draws nothing;
+    then the outputs (:func:`check_outputs`)."""
     from pointgeope.viz.camera import MAX_IMAGE_SIDE, MIN_IMAGE_SIDE
 
     problems = [
@@ -29,6 +31,13 @@ def check_options(args) -> None:
     for bad, message in problems:
         if bad:
             raise VizError(message)
+    if args.list:
+        drawing = [option for option, value in (("--room", args.room), ("--screenshot", args.screenshot),
+                                                ("--ply", args.ply), ("--mode", args.mode), ("--hide", args.hide),
+                                                ("--voxel", args.voxel)) if value not in (None, "")]
+        if drawing:  # they were dropped without a word: a script asking for an image got none
+            raise VizError(f"--list only lists the rooms; leave out {', '.join(drawing)}, or drop --list to draw "
+                           + (f"room {args.room}" if args.room is not None else "a room (--room ROOM)"))
     check_outputs(args)
 
 

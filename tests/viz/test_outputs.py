@@ -61,3 +61,19 @@ def test_ply_onto_a_fifo_is_refused_and_the_fifo_kept(copies, tmp_path, capsys):
         f"{fifo}: expected a regular file to write (or nothing there), found a named pipe (FIFO); nothing was "
         "written; give a file name")
     assert fifo.is_fifo()
+
+
+@pytest.mark.parametrize("extra, named", [
+    (["--room", "grid_1"], "--room"),
+    (["--screenshot", "L.png"], "--screenshot"),
+    (["--ply", "L.ply", "--hide", "nonsense"], "--ply, --hide"),
+    (["--mode", "gt", "--voxel", "0.1"], "--mode, --voxel"),
+])
+def test_list_with_drawing_options_is_refused(copies, tmp_path, capsys, monkeypatch, extra, named):
+    """Before: --list printed the table and dropped --screenshot/--ply/--room/--hide silently (exit 0)."""
+    monkeypatch.chdir(tmp_path)
+    area, _ = copies
+    err = _error(capsys, [str(area), "--list", *extra])
+    assert err == (f"--list only lists the rooms; leave out {named}, or drop --list to draw "
+                   + ("room grid_1" if "--room" in extra else "a room (--room ROOM)"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
