@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="image / window width in pixels, 8 to 16384 (default 1280)")
     parser.add_argument("--height", type=int, default=960,
                         help="image / window height in pixels, 8 to 16384 (default 960)")
-    parser.add_argument("--point-size", type=float, default=2.0, help="point size in pixels (default 2)")
+    parser.add_argument("--point-size", type=float, default=2.0, help="point size in pixels, at least 1 (default 2)")
     parser.add_argument("--elevation", type=float, default=45.0,
                         help="camera angle above the floor in degrees (default 45; 90 = from the top)")
     parser.add_argument("--azimuth", type=float, default=-60.0,

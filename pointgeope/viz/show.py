@@ -12,17 +12,18 @@ from pointgeope.viz.colors import MODES, NEEDS_PRED, has_ground_truth, missing_m
 
 def check_options(args) -> None:
     """Refuse, before any file is read, a value of ``pointgeope viz``'s options out of its range
-    (:class:`VizError`, one line): image size within what the renderer makes, a positive point size and
-    voxel, a point cap >= 0, a camera angle of finite degrees; no drawing option (``--room``,
-    ``--screenshot``, ``--ply``, ``--mode``, ``--hide``, ``--voxel``) with ``--list``, which draws nothing;
-    then the outputs (:func:`check_outputs`)."""
+    (:class:`VizError`, one line): image size within what the renderer makes, a point size >= 1 pixel (Open3D
+    draws no point smaller), a positive voxel, a point cap >= 0, a camera angle of finite degrees; no drawing
+    option (``--room``, ``--screenshot``, ``--ply``, ``--mode``, ``--hide``, ``--voxel``) with ``--list``,
+    which draws nothing; then the outputs (:func:`check_outputs`)."""
     from pointgeope.viz.camera import MAX_IMAGE_SIDE, MIN_IMAGE_SIDE
 
     problems = [
         (not (MIN_IMAGE_SIDE <= args.width <= MAX_IMAGE_SIDE and MIN_IMAGE_SIDE <= args.height <= MAX_IMAGE_SIDE),
          f"expected --width and --height in [{MIN_IMAGE_SIDE}, {MAX_IMAGE_SIDE}] pixels (the largest image the "
          f"renderer makes), got {args.width}x{args.height}"),
-        (not 0 < args.point_size < math.inf, f"expected --point-size > 0 pixels, got {args.point_size:g}"),
+        (not 1 <= args.point_size < math.inf,
+         f"expected --point-size >= 1 pixel (Open3D draws no point smaller), got {args.point_size:g}"),
         (args.max_points < 0, f"expected --max-points >= 0 (0: no cap), got {args.max_points}"),
         (args.voxel is not None and not 0 < args.voxel < math.inf, f"expected --voxel > 0 metres, got {args.voxel}"),
         (not -90 <= args.elevation <= 90, f"expected --elevation in [-90, 90] degrees, got {args.elevation:g}"),

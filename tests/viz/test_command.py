@@ -159,8 +159,8 @@ def test_screenshot_to_a_folder_or_an_unknown_suffix_is_refused_before_rendering
 
 @pytest.mark.parametrize("argv, message", [
     (["--room", ""], "--room '': no such room in {area}; its rooms: grid_1, tiny_2"),   # drew the first room
-    (["--point-size", "nan"], "expected --point-size > 0 pixels, got nan"),
-    (["--point-size", "0"], "expected --point-size > 0 pixels, got 0"),
+    (["--point-size", "nan"], "expected --point-size >= 1 pixel (Open3D draws no point smaller), got nan"),
+    (["--point-size", "0"], "expected --point-size >= 1 pixel (Open3D draws no point smaller), got 0"),
     (["--max-points", "-5"], "expected --max-points >= 0 (0: no cap), got -5"),
     (["--voxel", "inf"], "expected --voxel > 0 metres, got inf"),
     (["--azimuth", "nan"], "expected a finite --azimuth in degrees, got nan"),

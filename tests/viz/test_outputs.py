@@ -77,3 +77,11 @@ def test_list_with_drawing_options_is_refused(copies, tmp_path, capsys, monkeypa
     assert err == (f"--list only lists the rooms; leave out {named}, or drop --list to draw "
                    + ("room grid_1" if "--room" in extra else "a room (--room ROOM)"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+@pytest.mark.parametrize("size", ["0.2", "0.99"])
+def test_point_size_below_one_pixel_is_refused(copies, tmp_path, capsys, size):
+    """Before: accepted, and drawn as 1 pixel (Open3D's smallest point): the image of --point-size 1."""
+    area, _ = copies
+    assert _error(capsys, [str(area), "--room", "grid_1", "--point-size", size, "--ply", str(tmp_path / "v.ply")]) == (
+        f"expected --point-size >= 1 pixel (Open3D draws no point smaller), got {size}")
