@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="draw one point per voxel of this size (e.g. 0.02)")
     parser.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS, metavar="N",
                         help=f"draw at most N points, a random sample (default {DEFAULT_MAX_POINTS:,}; 0: no cap)")
-    parser.add_argument("--screenshot", metavar="PNG", help="render to this image without a window and exit")
+    parser.add_argument("--screenshot", metavar="PNG", help="render to this image without a window and exit "
+                        "(.png; or .bmp, .tif, .tiff; .jpg, .jpeg lossy)")
     parser.add_argument("--ply", metavar="PLY",
                         help="write the drawn points, coloured by --mode, as binary PLY (a new name ending in .ply)")
     parser.add_argument("--width", type=int, default=1280,

@@ -200,22 +200,26 @@ def render_image(coord: np.ndarray, colors: np.ndarray, camera: Camera, point_si
     return np.clip(np.rint(buffer * 255.0), 0, 255).astype(np.uint8)
 
 
+# The --screenshot formats, by suffix: those PIL writes as one RGB image of any size the renderer makes
+# (8 to 16384 pixels a side). PNG, BMP and TIFF keep every pixel's colour; JPEG is lossy (colours of
+# the points blend at their edges). Left out: WebP (at most 16383 pixels a side), ICO (at most 256, it
+# shrank the image), and formats PIL registers but cannot write as RGB (XBM, MSP, Palm) or not at all
+# (HDF5, GRIB, BUFR stubs).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+
+
 def check_image_path(path) -> None:
-    """Refuse, before any rendering, a ``--screenshot`` that is a folder or whose suffix names no image
-    format (the format is taken from it): a ValueError saying what to give."""
+    """Refuse, before any rendering, a ``--screenshot`` that is a folder or whose suffix is not one of
+    :data:`IMAGE_SUFFIXES` (the format is taken from it): a :class:`VizError` saying what to give."""
     from pathlib import Path
 
-    from PIL import Image
-
     path = Path(path)
-    known = sorted({ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.SAVE})  # loads plugins
     if path.is_dir() or str(path).endswith(("/", os.sep)):
         raise VizError(f"--screenshot {path}: expected an image file name such as {path / 'view.png'}, "
                          "got a folder")
-    if path.suffix.lower() not in known:
+    if path.suffix.lower() not in IMAGE_SUFFIXES:
         raise VizError(f"--screenshot {path}: expected an image file name ending in .png (or "
-                         f"{', '.join(e for e in known if e in ('.jpg', '.bmp', '.tif', '.webp'))}), "
-                         f"got {path.suffix or 'no suffix'!r}")
+                       f"{', '.join(IMAGE_SUFFIXES[1:])}), got {path.suffix or 'no suffix'!r}")
 
 
 def save_image(image: np.ndarray, path) -> None:

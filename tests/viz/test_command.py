@@ -153,7 +153,7 @@ def test_screenshot_to_a_folder_or_an_unknown_suffix_is_refused_before_rendering
     assert main(["viz", str(area), "--room", "tiny_2", "--screenshot", str(tmp_path / "view.xyz")]) == 2
     assert capsys.readouterr().err.strip() == (
         f"pointgeope viz: error: --screenshot {tmp_path / 'view.xyz'}: expected an image file name ending in .png "
-        "(or .bmp, .jpg, .tif, .webp), got '.xyz'")
+        "(or .jpg, .jpeg, .bmp, .tif, .tiff), got '.xyz'")
     assert list(tmp_path.iterdir()) == []
 
 

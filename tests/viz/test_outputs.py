@@ -85,3 +85,16 @@ def test_point_size_below_one_pixel_is_refused(copies, tmp_path, capsys, size):
     area, _ = copies
     assert _error(capsys, [str(area), "--room", "grid_1", "--point-size", size, "--ply", str(tmp_path / "v.ply")]) == (
         f"expected --point-size >= 1 pixel (Open3D draws no point smaller), got {size}")
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".xbm", ".msp", ".palm", ".grib", ".ico", ".webp", ".PDF"])
+def test_screenshot_formats_that_cannot_hold_the_image_are_refused_before_rendering(copies, tmp_path, capsys,
+                                                                                     suffix):
+    """Before: PIL's registered save suffixes passed; .h5/.xbm/.msp/.palm/.grib rendered, then a traceback
+    (exit 1), and .ico said "wrote x.ico: 320x240" of an image of 128x96."""
+    area, _ = copies
+    out = tmp_path / f"x{suffix}"
+    assert _error(capsys, [str(area), "--room", "grid_1", "--screenshot", str(out)]) == (
+        f"--screenshot {out}: expected an image file name ending in .png (or .jpg, .jpeg, .bmp, .tif, .tiff), "
+        f"got {suffix!r}")
+    assert not out.exists()
