@@ -9,7 +9,8 @@ Examples::
     pointgeope viz DIR/scan_pred.h5 --mode pred          # a scan predicted by pointgeope predict --format h5
 
 The window colours the room by RGB, ground truth, prediction or error (keys 1/2/3/4); the class legend,
-with each class's IoU in this room when predictions are given, is printed to the terminal.
+with each class's IoU in this room when predictions are given, is printed to the terminal. The window needs
+an X display you see (not xvfb-run's); Ctrl-C closes it. Elsewhere --screenshot renders without one.
 """
 from __future__ import annotations
 

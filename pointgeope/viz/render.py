@@ -9,6 +9,8 @@ EGL/Vulkan drivers and fails to start ("Failed to load vulkan library") where ``
 Headless (no ``DISPLAY``): :func:`headless_display` starts one ``Xvfb`` server for the process when it
 is installed and points ``DISPLAY`` at it for the duration of the render; without Xvfb, Open3D >= 0.19
 tries a headless EGL context (Mesa) by itself, and a clear error says what to install if that fails too.
+The window (:func:`show`) is never headless: a display nobody sees is refused first
+(:mod:`pointgeope.viz.xdisplay`).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ DISPLAY_HINT = ("install a virtual X server (`apt-get install xvfb`) or run unde
                 "or on a desktop set DISPLAY")
 BACKGROUND = (255, 255, 255)
 XVFB_START_TIMEOUT_S = 20
+WINDOW_TICK_S = 0.02  # how often the window loop lets Python's signal handlers run
 # keys of the viewer: GLFW key codes of '1'..'4' are their ASCII codes
 MODE_KEYS = {ord("1"): "rgb", ord("2"): "gt", ord("3"): "pred", ord("4"): "error"}
 
@@ -255,11 +258,16 @@ def mode_callbacks(o3d, pcd, colors_by_mode: dict[str, np.ndarray], *, missing: 
 def show(coord: np.ndarray, colors_by_mode: dict[str, np.ndarray], mode: str, camera: Camera,
          point_size: float = 2.0, title: str = "pointgeope", *, missing: dict[str, str]) -> None:
     """Open a window on the points, coloured by ``mode``; keys 1..4 switch modes (those of ``missing``, not
-    in ``colors_by_mode``, say why in one line instead). Blocks until closed."""
+    in ``colors_by_mode``, say why in one line instead). Blocks until closed, or until Ctrl-C or SIGTERM,
+    which close the window and go on (:func:`run_window`). A window nobody could see (no X display that
+    opens, xvfb-run's virtual screen: :func:`~pointgeope.viz.xdisplay.window_problem`) is refused first:
+    Open3D would open it offscreen and never return."""
+    from pointgeope.viz.xdisplay import window_problem
+
     o3d = require_open3d()
-    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        raise DisplayError("the viewer window needs a display (DISPLAY is not set); use --screenshot PNG "
-                           "to render without one, or run on a desktop / over `ssh -X`")
+    problem = window_problem()
+    if problem:
+        raise DisplayError(problem)
     with _environ(**_runtime_dir()):
         vis = o3d.visualization.VisualizerWithKeyCallback()
         if not vis.create_window(window_name=title, width=camera.width, height=camera.height):
@@ -271,6 +279,31 @@ def show(coord: np.ndarray, colors_by_mode: dict[str, np.ndarray], mode: str, ca
             apply_camera(o3d, vis, camera)
             for key, callback in mode_callbacks(o3d, pcd, colors_by_mode, missing=missing).items():
                 vis.register_key_callback(key, callback)
-            vis.run()
+            run_window(vis)
         finally:
             vis.destroy_window()
+
+
+def run_window(vis, tick_s: float = WINDOW_TICK_S) -> None:
+    """``vis.run()``, ended by Ctrl-C or SIGTERM too. Open3D's loop waits for window events in C++, where
+    Python runs no signal handler: Ctrl-C and ``kill`` did nothing until the window was closed. Here an
+    animation callback sleeps ``tick_s`` in Python each turn of the loop (``vis.run()`` then polls instead
+    of waiting), so a signal's handler runs within ``tick_s``; its exception (``KeyboardInterrupt``,
+    :class:`~pointgeope.errors.Terminated`) closes the window and is raised again once ``vis.run()``
+    has returned, not through Open3D's C++ frames."""
+    import time
+
+    stops: list[BaseException] = []
+
+    def tick(vis) -> bool:
+        try:
+            time.sleep(tick_s)
+        except BaseException as stop:  # noqa: BLE001 - a stop, raised again after the loop
+            stops.append(stop)
+            vis.close()
+        return False  # nothing changed: no redraw
+
+    vis.register_animation_callback(tick)
+    vis.run()
+    if stops:
+        raise stops[0]
