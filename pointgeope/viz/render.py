@@ -35,7 +35,7 @@ DISPLAY_HINT = ("install a virtual X server (`apt-get install xvfb`) or run unde
                 "or on a desktop set DISPLAY")
 BACKGROUND = (255, 255, 255)
 XVFB_START_TIMEOUT_S = 20
-WINDOW_TICK_S = 0.02  # how often the window loop lets Python's signal handlers run
+WINDOW_TICK_S = 0.02  # the window loop's pause between event polls, in which signal handlers run
 # keys of the viewer: GLFW key codes of '1'..'4' are their ASCII codes
 MODE_KEYS = {ord("1"): "rgb", ord("2"): "gt", ord("3"): "pred", ord("4"): "error"}
 
@@ -259,7 +259,7 @@ def show(coord: np.ndarray, colors_by_mode: dict[str, np.ndarray], mode: str, ca
          point_size: float = 2.0, title: str = "pointgeope", *, missing: dict[str, str]) -> None:
     """Open a window on the points, coloured by ``mode``; keys 1..4 switch modes (those of ``missing``, not
     in ``colors_by_mode``, say why in one line instead). Blocks until closed, or until Ctrl-C or SIGTERM,
-    which close the window and go on (:func:`run_window`). A window nobody could see (no X display that
+    whose exception closes the window on its way out (:func:`run_window`). A window nobody could see (no X display that
     opens, xvfb-run's virtual screen: :func:`~pointgeope.viz.xdisplay.window_problem`) is refused first:
     Open3D would open it offscreen and never return."""
     from pointgeope.viz.xdisplay import window_problem
@@ -285,25 +285,14 @@ def show(coord: np.ndarray, colors_by_mode: dict[str, np.ndarray], mode: str, ca
 
 
 def run_window(vis, tick_s: float = WINDOW_TICK_S) -> None:
-    """``vis.run()``, ended by Ctrl-C or SIGTERM too. Open3D's loop waits for window events in C++, where
-    Python runs no signal handler: Ctrl-C and ``kill`` did nothing until the window was closed. Here an
-    animation callback sleeps ``tick_s`` in Python each turn of the loop (``vis.run()`` then polls instead
-    of waiting), so a signal's handler runs within ``tick_s``; its exception (``KeyboardInterrupt``,
-    :class:`~pointgeope.errors.Terminated`) closes the window and is raised again once ``vis.run()``
-    has returned, not through Open3D's C++ frames."""
+    """Run the window of ``vis`` until it is closed, or until Ctrl-C or SIGTERM (their exception, which
+    ``show`` lets through after closing the window). ``vis.run()`` waits for window events in C++, where
+    Python runs no signal handler: Ctrl-C and ``kill`` did nothing until the window was closed. Here the
+    loop is Python's: ``vis.poll_events()`` handles the events that came (and redraws only when something
+    changed), then a ``tick_s`` sleep, in which a signal's handler runs. (An animation callback in
+    ``vis.run()`` would run Python too, but Open3D redraws the whole scene after every call of it.) What
+    ``vis.run()`` adds and is left out: the coordinate-frame utility, which this viewer never shows."""
     import time
 
-    stops: list[BaseException] = []
-
-    def tick(vis) -> bool:
-        try:
-            time.sleep(tick_s)
-        except BaseException as stop:  # noqa: BLE001 - a stop, raised again after the loop
-            stops.append(stop)
-            vis.close()
-        return False  # nothing changed: no redraw
-
-    vis.register_animation_callback(tick)
-    vis.run()
-    if stops:
-        raise stops[0]
+    while vis.poll_events():
+        time.sleep(tick_s)

@@ -90,18 +90,26 @@ def test_window_mode_without_a_visible_display_is_refused_not_hung(synthetic_are
     assert "\n" not in line
 
 
-# Runs `pointgeope viz` with Open3D's window class wrapped so that it says when its loop starts.
+# Runs `pointgeope viz` with Open3D's window class wrapped so that it says when its loop starts (vis.run()
+# or the first vis.poll_events()).
 WINDOW = """
 import open3d, sys
 Real = open3d.visualization.VisualizerWithKeyCallback
-class Window:  # Open3D's class, whose run() says when it starts (pybind11 classes take no subclass)
+class Window:  # Open3D's class, saying when its window loop starts (pybind11 classes take no subclass)
     def __init__(self):
-        self.real = Real()
+        self.real, self.started = Real(), False
     def __getattr__(self, name):
         return getattr(self.real, name)
-    def run(self):
-        print("window loop", flush=True)
+    def started_loop(self):
+        if not self.started:
+            self.started = True
+            print("window loop", flush=True)
+    def run(self):  # Open3D's own loop
+        self.started_loop()
         return self.real.run()
+    def poll_events(self):  # a loop of Python's
+        self.started_loop()
+        return self.real.poll_events()
 open3d.visualization.VisualizerWithKeyCallback = Window
 sys.argv = ["pointgeope", "viz", *sys.argv[1:]]
 from pointgeope.cli import program
