@@ -103,11 +103,13 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
     from pointgeope.data.check import check_area_file
     from pointgeope.h5 import predicted_rooms, read_labels, read_predictions
     from pointgeope.viz.legend import room_scores, room_table
+    from pointgeope.viz.scene import check_same_area
 
     with reading(area):
         counts = check_area_file(area)
         miou = None
         if pred_path:
+            check_same_area(area, pred_path)
             predicted = predicted_rooms(pred_path)
             miou = {}
             for room in counts:
@@ -119,6 +121,10 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
                     raise VizError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, "
                                      f"expected {label.shape} to match {area}")
                 miou[room] = room_scores(label, pred)["miou"]
+            if not miou:  # a table of '-' with exit 0 said nothing was wrong
+                raise VizError(f"{pred_path}: predictions of none of the rooms of {area} (it holds "
+                               f"{', '.join(sorted(predicted)[:5]) or 'none'}{', ...' if len(predicted) > 5 else ''}); "
+                               f"give the predictions of {area}")
             missing = len(counts) - len(miou)
             if missing:
                 print(f"note: {missing} room(s) have no predictions in {pred_path}")
