@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import IO
 from pointgeope.errors import FULL_DISK, UserError
 
 __all__ = ["atomic_path", "atomic_open", "write_text_atomic", "remove_leftovers", "writable_folder",
-           "DiskFullError", "UnwritableError"]
+           "check_replaceable", "DiskFullError", "UnwritableError"]
 
 class DiskFullError(UserError):
     """A write refused by the disk (no space, quota, file size limit): names the file being written."""
@@ -50,6 +51,26 @@ class UnwritableError(UserError):
     folder should be): names the target, not the temporary file beside it."""
 
 
+# What a node that is not a regular file is, by its ``stat.S_IFMT`` type.
+_NODE_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFCHR: "a character device",
+               stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def check_replaceable(path: str | Path) -> None:
+    """Refuse (an :class:`UnwritableError` naming ``path``) a target that exists and is not a regular file
+    once its links are followed: a folder, a FIFO, a device (``/dev/null``), a socket. A rename onto it
+    would replace the node itself by a regular file (as root, ``/dev/null`` with it), which no writer
+    means. Nothing at ``path``, a regular file, or a link to one or to nothing: returns."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # nothing there (or not reachable: the write itself says why)
+    if not stat.S_ISREG(mode):
+        kind = _NODE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise UnwritableError(f"{path}: expected a regular file to write (or nothing there), found {kind}; "
+                              "nothing was written; give a file name")
+
+
 def _temporary(path: Path) -> Path:
     """A new empty temporary file beside ``path`` (its folder created); an UnwritableError naming ``path``."""
     try:
@@ -70,8 +91,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` for any writer (h5py, PIL, numpy...); on success it is
     synced and moved onto ``path``, on failure deleted. Parent folders are created. A write the disk
     refuses (no space, quota, ``ulimit -f``: ENOSPC, EDQUOT, EFBIG) ends as a :class:`DiskFullError`
-    naming ``path``, a folder that cannot take the file as an :class:`UnwritableError` naming ``path``."""
+    naming ``path``, a folder that cannot take the file as an :class:`UnwritableError` naming ``path``, and
+    so does an existing ``path`` that is not a regular file (:func:`check_replaceable`: a FIFO, a device, a
+    folder), before and again after the writer, which the rename would have replaced."""
     path = Path(path)
+    check_replaceable(path)
     tmp = None
     try:
         tmp = _temporary(path)
@@ -79,6 +103,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
+        check_replaceable(path)  # made meanwhile
         os.replace(tmp, path)
     except Exception as err:
         DiskFullError.check(err, path)

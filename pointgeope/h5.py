@@ -226,6 +226,14 @@ def read_predictions(path: str | Path, room: str) -> np.ndarray:
         return f[room][PRED][()]
 
 
+def predictions_area(path: str | Path) -> tuple[str | None, str | None]:
+    """``(area, kind)``: the root attributes ``area`` and ``kind`` of a predictions file (fold: ``"predictions"``,
+    scan: ``"scan-predictions"``) or area file; ``None`` for one it does not carry."""
+    with _open_predictions(path) as f:
+        area, kind = (f.attrs.get(key) for key in ("area", "kind"))
+    return tuple(None if v is None else str(_plain(v)) for v in (area, kind))
+
+
 def predicted_rooms(path: str | Path) -> set[str]:
     """The rooms a predictions file holds predictions of."""
     with _open_predictions(path) as f:

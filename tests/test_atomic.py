@@ -102,3 +102,29 @@ def test_a_write_the_disk_refuses_names_the_target_even_behind_another_error(tmp
         assert path.read_text() == "old" and list(tmp_path.iterdir()) == [path]
     with pytest.raises(PermissionError), atomic_path(path):  # not a full disk: unchanged
         raise PermissionError(errno.EACCES, "Permission denied")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+def test_a_fifo_a_folder_or_a_link_to_a_fifo_is_refused_not_replaced(tmp_path):
+    """The rename replaced whatever node was at the path by a regular file: a FIFO (and as root, /dev/null)."""
+    from pointgeope.atomic import UnwritableError
+
+    fifo, folder, link = tmp_path / "f.ply", tmp_path / "d.png", tmp_path / "l.ply"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    link.symlink_to(fifo)
+    for path, kind in ((fifo, "a named pipe (FIFO)"), (folder, "a folder"), (link, "a named pipe (FIFO)")):
+        with pytest.raises(UnwritableError) as caught, atomic_path(path) as tmp:
+            tmp.write_text("never")
+        assert str(caught.value) == (f"{path}: expected a regular file to write (or nothing there), found {kind}; "
+                                     "nothing was written; give a file name")
+    assert fifo.is_fifo() and folder.is_dir() and link.is_symlink() and os.listdir(folder) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.png", "f.ply", "l.ply"]  # no temporary left
+    late = tmp_path / "late.txt"  # made while the writer ran: refused at the rename
+    with pytest.raises(UnwritableError, match="found a named pipe"), atomic_open(late) as f:
+        f.write("x")
+        os.mkfifo(late)
+    assert late.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["d.png", "f.ply", "l.ply", "late.txt"]
+    write_text_atomic(tmp_path / "l2.txt", "a")  # a regular file and a link to one are replaced as before
+    (tmp_path / "l3.txt").symlink_to(tmp_path / "l2.txt")
+    assert write_text_atomic(tmp_path / "l3.txt", "b").read_text() == "b"

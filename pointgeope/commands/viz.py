@@ -9,7 +9,8 @@ Examples::
     pointgeope viz DIR/scan_pred.h5 --mode pred          # a scan predicted by pointgeope predict --format h5
 
 The window colours the room by RGB, ground truth, prediction or error (keys 1/2/3/4); the class legend,
-with each class's IoU in this room when predictions are given, is printed to the terminal.
+with each class's IoU in this room when predictions are given, is printed to the terminal. The window needs
+an X display you see (not xvfb-run's); Ctrl-C closes it. Elsewhere --screenshot renders without one.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--room", help="the room to show (see --list; not needed in a file of one room)")
     parser.add_argument("--pred", help="predictions of that area, RUN/area_N/predictions/Area_N.h5")
     parser.add_argument("--list", action="store_true",
-                        help="list the rooms with their point counts (and mIoU with --pred, worst first)")
+                        help="list the rooms with their point counts (and mIoU with --pred, worst first); "
+                             "draws nothing, so it takes no --room, --screenshot, --ply, --mode, --hide, --voxel")
     parser.add_argument("--mode", choices=MODES, default=None,
                         help="colouring: rgb, gt (ground truth), pred, error (default: gt; for a room without "
                              "ground truth, such as an unlabelled scan's, pred, or rgb without predictions)")
@@ -38,13 +40,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="draw one point per voxel of this size (e.g. 0.02)")
     parser.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS, metavar="N",
                         help=f"draw at most N points, a random sample (default {DEFAULT_MAX_POINTS:,}; 0: no cap)")
-    parser.add_argument("--screenshot", metavar="PNG", help="render to this image without a window and exit")
-    parser.add_argument("--ply", metavar="PLY", help="write the drawn points, coloured by --mode, as binary PLY")
+    parser.add_argument("--screenshot", metavar="PNG", help="render to this image without a window and exit "
+                        "(.png; or .bmp, .tif, .tiff; .jpg, .jpeg lossy)")
+    parser.add_argument("--ply", metavar="PLY",
+                        help="write the drawn points, coloured by --mode, as binary PLY (a new name ending in .ply)")
     parser.add_argument("--width", type=int, default=1280,
                         help="image / window width in pixels, 8 to 16384 (default 1280)")
     parser.add_argument("--height", type=int, default=960,
                         help="image / window height in pixels, 8 to 16384 (default 960)")
-    parser.add_argument("--point-size", type=float, default=2.0, help="point size in pixels (default 2)")
+    parser.add_argument("--point-size", type=float, default=2.0, help="point size in pixels, at least 1 (default 2)")
     parser.add_argument("--elevation", type=float, default=45.0,
                         help="camera angle above the floor in degrees (default 45; 90 = from the top)")
     parser.add_argument("--azimuth", type=float, default=-60.0,

@@ -246,22 +246,28 @@ def _fail(message: str) -> None:
 
 
 def _checked_names(refs: list, args, errors: list[str]) -> list:
-    """The scans whose outputs lie inside ``args.out`` (:func:`~pointgeope.scans.outputs.output_path`) and
-    that no earlier scan writes; the others become errors."""
+    """The scans whose outputs lie inside ``args.out`` (:func:`~pointgeope.scans.outputs.output_path`), are
+    none of the inputs (``a.ply`` and ``a_pred.ply`` given together into their folder: ``a``'s output
+    replaced the scan ``a_pred.ply``), and that no earlier scan writes; the others become errors."""
     from pointgeope.paths import OutsideError
     from pointgeope.scans.outputs import output_path
     from pointgeope.scans.sources import Failure
 
     first: dict[str, str] = {}
+    inputs = {ref.path.resolve(): ref.path for ref in refs}
     keep = []
     for ref in refs:
         try:
-            for fmt in args.format + ("probs",) * args.probabilities:
-                output_path(args.out, ref.name, fmt, ref.source)
+            paths = [output_path(args.out, ref.name, fmt, ref.source)
+                     for fmt in args.format + ("probs",) * args.probabilities]
         except OutsideError as err:
             errors.append(Failure(ref.source, str(err)))
             continue
-        if ref.name in first:
+        taken = next((inputs[p.resolve()] for p in paths if p.resolve() in inputs), None)
+        if taken is not None:
+            errors.append(Failure(ref.source, f"{ref.source}: its output would replace the input {taken}; "
+                                  "predict it into another --out folder"))
+        elif ref.name in first:
             errors.append(Failure(ref.source, f"{ref.source}: its outputs would overwrite those of "
                                   f"{first[ref.name]} (same name {ref.name!r}); predict it into another --out folder"))
         else:

@@ -14,7 +14,8 @@ import sys
 import numpy as np
 
 from pointgeope.constants import CLASS_NAMES, NUM_CLASSES, PALETTE
-from pointgeope.viz.colors import CORRECT_COLOR, IGNORE_COLOR, MODE_HELP, MODES, NO_GROUND_TRUTH, WRONG_COLOR
+from pointgeope.viz.colors import (CORRECT_COLOR, IGNORE_COLOR, MODE_HELP, MODES, NO_GROUND_TRUTH, WRONG_COLOR,
+                                   has_ground_truth)
 
 
 def use_ansi(stream=None) -> bool:
@@ -47,14 +48,18 @@ def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool =
     """The class legend: index, name, swatch, ground-truth point count and, with ``pred``, the room's IoU.
 
     One line per class (all 13: a prediction can be any class), a header, and with predictions a last
-    line with the room's mIoU and OA.
+    line with the room's mIoU and OA. A room without ground truth (:func:`~pointgeope.viz.colors.has_ground_truth`
+    false: an unlabelled scan's predictions) has nothing to score: with ``pred`` its legend counts the
+    points per *predicted* class (what the colours show), with no IoU column and no mIoU line.
     """
     label = np.asarray(label)
-    counts = np.bincount(label[label < NUM_CLASSES].astype(np.int64), minlength=NUM_CLASSES)
+    by_pred = pred is not None and not has_ground_truth(label)
+    counted = np.asarray(pred) if by_pred else label
+    counts = np.bincount(counted[counted < NUM_CLASSES].astype(np.int64), minlength=NUM_CLASSES)
     sw = 7 if not ansi else 4
-    head = f"  #  {'class':<9} {'colour':<{sw}} {'points':>10}"
+    head = f"  #  {'class':<9} {'colour':<{sw}} {'predicted' if by_pred else 'points':>10}"
     result = None
-    if pred is not None:
+    if pred is not None and not by_pred:
         result = room_scores(label, pred)
         head += f" {'IoU %':>6}"
     lines = [title] if title else []
@@ -67,6 +72,8 @@ def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool =
     if result is not None:
         lines.append(f"  room: mIoU {_percent(result['miou'])} %, OA {_percent(result['oa'])} % "
                      f"over {int(counts.sum()):,} labelled points")
+    if by_pred:
+        lines.append(f"  room: {int(counts.sum()):,} points by predicted class; no ground truth, nothing to score")
     return lines
 
 

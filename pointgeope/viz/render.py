@@ -9,6 +9,8 @@ EGL/Vulkan drivers and fails to start ("Failed to load vulkan library") where ``
 Headless (no ``DISPLAY``): :func:`headless_display` starts one ``Xvfb`` server for the process when it
 is installed and points ``DISPLAY`` at it for the duration of the render; without Xvfb, Open3D >= 0.19
 tries a headless EGL context (Mesa) by itself, and a clear error says what to install if that fails too.
+The window (:func:`show`) is never headless: a display nobody sees is refused first
+(:mod:`pointgeope.viz.xdisplay`).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ DISPLAY_HINT = ("install a virtual X server (`apt-get install xvfb`) or run unde
                 "or on a desktop set DISPLAY")
 BACKGROUND = (255, 255, 255)
 XVFB_START_TIMEOUT_S = 20
+WINDOW_TICK_S = 0.02  # the window loop's pause between event polls, in which signal handlers run
 # keys of the viewer: GLFW key codes of '1'..'4' are their ASCII codes
 MODE_KEYS = {ord("1"): "rgb", ord("2"): "gt", ord("3"): "pred", ord("4"): "error"}
 
@@ -200,22 +203,26 @@ def render_image(coord: np.ndarray, colors: np.ndarray, camera: Camera, point_si
     return np.clip(np.rint(buffer * 255.0), 0, 255).astype(np.uint8)
 
 
+# The --screenshot formats, by suffix: those PIL writes as one RGB image of any size the renderer makes
+# (8 to 16384 pixels a side). PNG, BMP and TIFF keep every pixel's colour; JPEG is lossy (colours of
+# the points blend at their edges). Left out: WebP (at most 16383 pixels a side), ICO (at most 256, it
+# shrank the image), and formats PIL registers but cannot write as RGB (XBM, MSP, Palm) or not at all
+# (HDF5, GRIB, BUFR stubs).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+
+
 def check_image_path(path) -> None:
-    """Refuse, before any rendering, a ``--screenshot`` that is a folder or whose suffix names no image
-    format (the format is taken from it): a ValueError saying what to give."""
+    """Refuse, before any rendering, a ``--screenshot`` that is a folder or whose suffix is not one of
+    :data:`IMAGE_SUFFIXES` (the format is taken from it): a :class:`VizError` saying what to give."""
     from pathlib import Path
 
-    from PIL import Image
-
     path = Path(path)
-    known = sorted({ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.SAVE})  # loads plugins
     if path.is_dir() or str(path).endswith(("/", os.sep)):
         raise VizError(f"--screenshot {path}: expected an image file name such as {path / 'view.png'}, "
                          "got a folder")
-    if path.suffix.lower() not in known:
+    if path.suffix.lower() not in IMAGE_SUFFIXES:
         raise VizError(f"--screenshot {path}: expected an image file name ending in .png (or "
-                         f"{', '.join(e for e in known if e in ('.jpg', '.bmp', '.tif', '.webp'))}), "
-                         f"got {path.suffix or 'no suffix'!r}")
+                       f"{', '.join(IMAGE_SUFFIXES[1:])}), got {path.suffix or 'no suffix'!r}")
 
 
 def save_image(image: np.ndarray, path) -> None:
@@ -251,11 +258,16 @@ def mode_callbacks(o3d, pcd, colors_by_mode: dict[str, np.ndarray], *, missing: 
 def show(coord: np.ndarray, colors_by_mode: dict[str, np.ndarray], mode: str, camera: Camera,
          point_size: float = 2.0, title: str = "pointgeope", *, missing: dict[str, str]) -> None:
     """Open a window on the points, coloured by ``mode``; keys 1..4 switch modes (those of ``missing``, not
-    in ``colors_by_mode``, say why in one line instead). Blocks until closed."""
+    in ``colors_by_mode``, say why in one line instead). Blocks until closed, or until Ctrl-C or SIGTERM,
+    whose exception closes the window on its way out (:func:`run_window`). A window nobody could see (no X display that
+    opens, xvfb-run's virtual screen: :func:`~pointgeope.viz.xdisplay.window_problem`) is refused first:
+    Open3D would open it offscreen and never return."""
+    from pointgeope.viz.xdisplay import window_problem
+
     o3d = require_open3d()
-    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        raise DisplayError("the viewer window needs a display (DISPLAY is not set); use --screenshot PNG "
-                           "to render without one, or run on a desktop / over `ssh -X`")
+    problem = window_problem()
+    if problem:
+        raise DisplayError(problem)
     with _environ(**_runtime_dir()):
         vis = o3d.visualization.VisualizerWithKeyCallback()
         if not vis.create_window(window_name=title, width=camera.width, height=camera.height):
@@ -267,6 +279,20 @@ def show(coord: np.ndarray, colors_by_mode: dict[str, np.ndarray], mode: str, ca
             apply_camera(o3d, vis, camera)
             for key, callback in mode_callbacks(o3d, pcd, colors_by_mode, missing=missing).items():
                 vis.register_key_callback(key, callback)
-            vis.run()
+            run_window(vis)
         finally:
             vis.destroy_window()
+
+
+def run_window(vis, tick_s: float = WINDOW_TICK_S) -> None:
+    """Run the window of ``vis`` until it is closed, or until Ctrl-C or SIGTERM (their exception, which
+    ``show`` lets through after closing the window). ``vis.run()`` waits for window events in C++, where
+    Python runs no signal handler: Ctrl-C and ``kill`` did nothing until the window was closed. Here the
+    loop is Python's: ``vis.poll_events()`` handles the events that came (and redraws only when something
+    changed), then a ``tick_s`` sleep, in which a signal's handler runs. (An animation callback in
+    ``vis.run()`` would run Python too, but Open3D redraws the whole scene after every call of it.) What
+    ``vis.run()`` adds and is left out: the coordinate-frame utility, which this viewer never shows."""
+    import time
+
+    while vis.poll_events():
+        time.sleep(tick_s)

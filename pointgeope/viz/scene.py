@@ -51,15 +51,37 @@ class RoomView:
                         self.notes + ((note,) if note else ()))
 
 
+def check_same_area(area_path: str | Path, pred_path: str | Path) -> None:
+    """Refuse (:class:`VizError`, one line) predictions of another area or scan than ``area_path``: both files
+    carry their area (root attribute ``area``: evaluate's ``Area_1``, predict's scan name, prepare's area).
+    Before, only room names and point counts were compared: a shape mismatch with no fix, or, where two
+    areas share a room name and size, the wrong predictions drawn and scored. Files without the attribute
+    (written by hand) pass."""
+    import re
+
+    from pointgeope.h5 import SCAN_PREDICTIONS, predictions_area
+
+    have, kind = predictions_area(pred_path)
+    want, _ = predictions_area(area_path)
+    if have is None or want is None or have == want:
+        return
+    fix = (f"view the scan alone: pointgeope viz {pred_path}" if kind == SCAN_PREDICTIONS else
+           f"give RUN/{want.lower()}/predictions/{want}.h5" if re.fullmatch(r"Area_\d+", want) else
+           f"give the predictions of {want}")
+    raise VizError(f"{pred_path} holds the predictions of {have}, not of {area_path} ({want}): {fix}")
+
+
 def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = None) -> RoomView:
-    """Read a room and its predictions (checked: same length, labels 0..12): from ``pred_path`` when
-    given, else the room's own ``pred`` array if it has one (files of ``pointgeope predict --format h5``)."""
+    """Read a room and its predictions (checked: of the same area, :func:`check_same_area`; same length,
+    labels 0..12): from ``pred_path`` when given, else the room's own ``pred`` array if it has one (files of ``pointgeope predict --format h5``)."""
     from pointgeope.h5 import has_predictions, read_predictions, read_room
 
     data = read_room(area_path, room, fields=("coord", "color", "label"))
     pred = None
     if pred_path is None and has_predictions(area_path, room):
         pred_path = area_path
+    elif pred_path is not None:
+        check_same_area(area_path, pred_path)
     if pred_path is not None:
         pred = np.asarray(read_predictions(pred_path, room))
         n = data["label"].shape[0]

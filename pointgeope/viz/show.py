@@ -12,15 +12,18 @@ from pointgeope.viz.colors import MODES, NEEDS_PRED, has_ground_truth, missing_m
 
 def check_options(args) -> None:
     """Refuse, before any file is read, a value of ``pointgeope viz``'s options out of its range
-    (:class:`VizError`, one line): image size within what the renderer makes, a positive point size and
-    voxel, a point cap >= 0, a camera angle of finite degrees."""
+    (:class:`VizError`, one line): image size within what the renderer makes, a point size >= 1 pixel (Open3D
+    draws no point smaller), a positive voxel, a point cap >= 0, a camera angle of finite degrees; no drawing
+    option (``--room``, ``--screenshot``, ``--ply``, ``--mode``, ``--hide``, ``--voxel``) with ``--list``,
+    which draws nothing; then the outputs (:func:`check_outputs`)."""
     from pointgeope.viz.camera import MAX_IMAGE_SIDE, MIN_IMAGE_SIDE
 
     problems = [
         (not (MIN_IMAGE_SIDE <= args.width <= MAX_IMAGE_SIDE and MIN_IMAGE_SIDE <= args.height <= MAX_IMAGE_SIDE),
          f"expected --width and --height in [{MIN_IMAGE_SIDE}, {MAX_IMAGE_SIDE}] pixels (the largest image the "
          f"renderer makes), got {args.width}x{args.height}"),
-        (not 0 < args.point_size < math.inf, f"expected --point-size > 0 pixels, got {args.point_size:g}"),
+        (not 1 <= args.point_size < math.inf,
+         f"expected --point-size >= 1 pixel (Open3D draws no point smaller), got {args.point_size:g}"),
         (args.max_points < 0, f"expected --max-points >= 0 (0: no cap), got {args.max_points}"),
         (args.voxel is not None and not 0 < args.voxel < math.inf, f"expected --voxel > 0 metres, got {args.voxel}"),
         (not -90 <= args.elevation <= 90, f"expected --elevation in [-90, 90] degrees, got {args.elevation:g}"),
@@ -29,6 +32,53 @@ def check_options(args) -> None:
     for bad, message in problems:
         if bad:
             raise VizError(message)
+    if args.list:
+        drawing = [option for option, value in (("--room", args.room), ("--screenshot", args.screenshot),
+                                                ("--ply", args.ply), ("--mode", args.mode), ("--hide", args.hide),
+                                                ("--voxel", args.voxel)) if value not in (None, "")]
+        if drawing:  # they were dropped without a word: a script asking for an image got none
+            raise VizError(f"--list only lists the rooms; leave out {', '.join(drawing)}, or drop --list to draw "
+                           + (f"room {args.room}" if args.room is not None else "a room (--room ROOM)"))
+    check_outputs(args)
+
+
+def _same_file(a, b) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (after links, or as hard links of it)."""
+    import os
+    from pathlib import Path
+
+    try:
+        return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
+    except OSError:
+        return False  # one of them is not there: not the same file
+
+
+def check_outputs(args) -> None:
+    """Refuse, before any file is read, an output that would replace an input or is of the wrong kind
+    (:class:`VizError`, one line): ``--screenshot`` and ``--ply`` that are (resolve to) the area file or the
+    ``--pred`` file, a ``--ply`` not named ``*.ply``, a ``--screenshot`` not named as an image
+    (:func:`~pointgeope.viz.render.check_image_path`), and an existing target that is not a regular file
+    (:func:`pointgeope.atomic.check_replaceable`: a FIFO, a device)."""
+    from pathlib import Path
+
+    from pointgeope.atomic import check_replaceable
+
+    outputs = [(option, out) for option, out in (("--ply", args.ply), ("--screenshot", args.screenshot)) if out]
+    for option, out in outputs:
+        for what, read in (("the area file", args.area), ("the --pred file", args.pred)):
+            if read and _same_file(out, read):
+                raise VizError(f"{option} {out}: that is {what} being read ({read}); give a new file name, "
+                               f"such as {Path(out).with_name(Path(read).stem + '_view')}"
+                               f"{'.ply' if option == '--ply' else '.png'}")
+    if args.ply and Path(args.ply).suffix.lower() != ".ply":
+        raise VizError(f"--ply {args.ply}: expected a file name ending in .ply (a binary PLY is written), got "
+                       f"{Path(args.ply).suffix or 'no suffix'!r}")
+    if args.screenshot:
+        from pointgeope.viz.render import check_image_path
+
+        check_image_path(args.screenshot)  # before the work, not at the end of it
+    for _, out in outputs:
+        check_replaceable(out)
 
 
 def reading(area: str):
@@ -53,11 +103,13 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
     from pointgeope.data.check import check_area_file
     from pointgeope.h5 import predicted_rooms, read_labels, read_predictions
     from pointgeope.viz.legend import room_scores, room_table
+    from pointgeope.viz.scene import check_same_area
 
     with reading(area):
         counts = check_area_file(area)
         miou = None
         if pred_path:
+            check_same_area(area, pred_path)
             predicted = predicted_rooms(pred_path)
             miou = {}
             for room in counts:
@@ -69,6 +121,10 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
                     raise VizError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, "
                                      f"expected {label.shape} to match {area}")
                 miou[room] = room_scores(label, pred)["miou"]
+            if not miou:  # a table of '-' with exit 0 said nothing was wrong
+                raise VizError(f"{pred_path}: predictions of none of the rooms of {area} (it holds "
+                               f"{', '.join(sorted(predicted)[:5]) or 'none'}{', ...' if len(predicted) > 5 else ''}); "
+                               f"give the predictions of {area}")
             missing = len(counts) - len(miou)
             if missing:
                 print(f"note: {missing} room(s) have no predictions in {pred_path}")
@@ -112,10 +168,6 @@ def show_room(args) -> int:
     from pointgeope.viz.scene import load_room, prepare_view
     from pointgeope.viz.select import parse_class_names
 
-    if args.screenshot:
-        from pointgeope.viz.render import check_image_path
-
-        check_image_path(args.screenshot)  # before the work, not at the end of it
     with reading(args.area):  # the files read; the window that follows holds no lock
         rooms = list(check_area_file(args.area))
         if args.room is None and len(rooms) != 1:

@@ -309,3 +309,20 @@ def test_a_missing_toolkit_package_is_the_toolkits_one_line_not_a_traceback_per_
     assert done.returncode == 2, done.stderr[-3000:]
     last_line_only(done.stderr, f"pointgeope predict: error: {message('pykdtree')}")
     assert not (tmp_path / "o").exists() or not any(p.suffix == ".npy" for p in (tmp_path / "o").iterdir())
+
+
+def test_an_output_that_is_another_input_is_refused(tiny_run, two_folds, tmp_path, capsys):
+    """`predict RUN a.npy a_pred.npy --out <their folder>`: a's output a_pred.npy replaced the scan a_pred.npy
+    (then predicted as if it were the scan), exit 0; now a is refused, a_pred.npy kept and predicted."""
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    scan = np.c_[room["coord"], room["color"]]
+    for name in ("a", "a_pred"):
+        np.save(tmp_path / f"{name}.npy", scan)
+    before = (tmp_path / "a_pred.npy").read_bytes()
+    code = cli(["predict", str(tiny_run), str(tmp_path / "a.npy"), str(tmp_path / "a_pred.npy"),
+                "--out", str(tmp_path), "--format", "npy"])
+    err = capsys.readouterr().err
+    assert code != 0 and (tmp_path / "a_pred.npy").read_bytes() == before
+    assert (f"{tmp_path / 'a.npy'}: its output would replace the input {tmp_path / 'a_pred.npy'}; predict it "
+            "into another --out folder") in err
+    assert np.load(tmp_path / "a_pred_pred.npy").shape == (len(scan),)

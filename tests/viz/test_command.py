@@ -153,14 +153,14 @@ def test_screenshot_to_a_folder_or_an_unknown_suffix_is_refused_before_rendering
     assert main(["viz", str(area), "--room", "tiny_2", "--screenshot", str(tmp_path / "view.xyz")]) == 2
     assert capsys.readouterr().err.strip() == (
         f"pointgeope viz: error: --screenshot {tmp_path / 'view.xyz'}: expected an image file name ending in .png "
-        "(or .bmp, .jpg, .tif, .webp), got '.xyz'")
+        "(or .jpg, .jpeg, .bmp, .tif, .tiff), got '.xyz'")
     assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--room", ""], "--room '': no such room in {area}; its rooms: grid_1, tiny_2"),   # drew the first room
-    (["--point-size", "nan"], "expected --point-size > 0 pixels, got nan"),
-    (["--point-size", "0"], "expected --point-size > 0 pixels, got 0"),
+    (["--point-size", "nan"], "expected --point-size >= 1 pixel (Open3D draws no point smaller), got nan"),
+    (["--point-size", "0"], "expected --point-size >= 1 pixel (Open3D draws no point smaller), got 0"),
     (["--max-points", "-5"], "expected --max-points >= 0 (0: no cap), got -5"),
     (["--voxel", "inf"], "expected --voxel > 0 metres, got inf"),
     (["--azimuth", "nan"], "expected a finite --azimuth in degrees, got nan"),

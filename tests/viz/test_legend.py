@@ -77,3 +77,18 @@ def test_room_table_sorts_worst_first():
     assert lines[-1] == "4 rooms, 2,022 points"
     plain = room_table(counts)
     assert [line.split()[0] for line in plain[1:5]] == ["a", "b", "c", "d"] and "mIoU" not in plain[0]
+
+
+def test_legend_of_a_room_without_ground_truth_counts_the_predictions():
+    """An unlabelled scan's predictions (every label 255): the legend counted ground truth (0 for every
+    class) and printed IoU "-" and "mIoU - %, OA - % over 0 labelled points" under an image coloured by
+    prediction."""
+    label = np.full(6, 255, dtype=np.uint8)
+    pred = np.array([1, 1, 1, 7, 12, 1], dtype=np.uint8)
+    lines = legend_lines(label, pred, ansi=False, title="scan")
+    assert lines[0] == "scan" and lines[1].split()[-1] == "predicted" and "IoU" not in lines[1]
+    body = lines[2:2 + len(CLASS_NAMES)]
+    assert [int(line.split()[-1]) for line in body] == [0, 4, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1]
+    assert lines[2 + len(CLASS_NAMES):] == ["  room: 6 points by predicted class; no ground truth, nothing to score"]
+    assert not any("mIoU" in line or "IoU" in line for line in lines)
+    assert legend_lines(label, ansi=False)[0].split()[-1] == "points"  # no predictions: nothing else to count

@@ -111,6 +111,21 @@ def test_synthetic_room_at_45_degrees_is_whole_and_rgb(display, synthetic_area, 
     assert len(cols) > 0.8 * rgb.shape[1] and (np.diff(cols) >= -2).all() and cols[-1] - cols[0] > 200
 
 
+def test_every_screenshot_suffix_offered_writes_the_whole_image(display, synthetic_area, tmp_path):
+    """Each suffix of IMAGE_SUFFIXES holds the image at its size; the lossless ones hold its exact pixels
+    (the .ico accepted before shrank 320x240 to 128x96)."""
+    from pointgeope.viz.render import IMAGE_SUFFIXES
+
+    area, _ = synthetic_area
+    png = _shot(tmp_path, area, "grid_1", width=320, height=240)
+    for suffix in IMAGE_SUFFIXES[1:]:
+        image = _shot(tmp_path, area, "grid_1", width=320, height=240, name=f"shot{suffix}")  # checks the size
+        if suffix in (".bmp", ".tif", ".tiff"):
+            assert (image == png).all(), suffix
+        else:  # JPEG: lossy, close on average
+            assert np.abs(image.astype(int) - png).mean() < 8, suffix
+
+
 def _zbuffer(coord, colors, camera):
     """Brute-force reference: each pixel takes the colour of the nearest point projecting into it."""
     uv, depth = project(camera, coord)

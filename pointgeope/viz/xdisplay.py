@@ -1,0 +1,72 @@
+"""Whether the viewer's window can be seen: the X display it would open on, checked before Open3D.
+
+Open3D's window is an X11 (GLFW) window. Where GLFW cannot open the display (``DISPLAY`` names no reachable
+server: a stale ``DISPLAY`` after ``ssh`` without X forwarding, a container that inherits one; or only
+``WAYLAND_DISPLAY`` is set), Open3D >= 0.19 falls back to an EGL offscreen context without telling the
+caller: ``create_window`` succeeds and the window loop runs forever on a window nobody can see or close.
+So the display is opened here first, with libX11's ``XOpenDisplay`` (what GLFW does), in a thread with a
+time limit (a remote display that does not answer blocks in ``connect``).
+
+A virtual X server is a real one, and a window opens there; but one started by ``xvfb-run`` (which points
+``XAUTHORITY`` at ``<tmp>/xvfb-run.XXXXXX/Xauthority``) is seen by nobody, so the window would never be
+closed: refused too, with ``--screenshot`` as the way to render there. A virtual server started otherwise
+(``Xvfb :N &``, a VNC desktop) is taken: its window may be looked at, and Ctrl-C ends it.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import sys
+import threading
+
+PROBE_TIMEOUT_S = 10.0
+LIBX11 = "libX11.so.6"
+_XVFB_RUN_AUTH = re.compile(r".*/xvfb-run\.[^/]+/Xauthority")
+USE_SCREENSHOT = "use --screenshot PNG to render without a window"
+
+
+def _opens(display: str, timeout: float) -> bool | None:
+    """Whether libX11 opens ``display`` within ``timeout`` seconds (``False`` when it does not answer);
+    ``None`` where libX11 cannot be loaded (no probe: Open3D says what it finds)."""
+    try:
+        xlib = ctypes.CDLL(LIBX11)
+    except OSError:
+        return None
+    xlib.XOpenDisplay.restype, xlib.XOpenDisplay.argtypes = ctypes.c_void_p, [ctypes.c_char_p]
+    xlib.XCloseDisplay.argtypes = [ctypes.c_void_p]
+    found: list[bool] = []
+
+    def probe() -> None:
+        handle = xlib.XOpenDisplay(display.encode())
+        if handle:
+            xlib.XCloseDisplay(handle)
+        found.append(bool(handle))
+
+    thread = threading.Thread(target=probe, name="x-display-probe", daemon=True)
+    thread.start()
+    thread.join(timeout)  # ctypes lets go of the GIL: Ctrl-C still ends the wait
+    return bool(found and found[0])
+
+
+def window_problem(environ=None, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why the viewer's window could not be seen here (one line, saying what to do), or ``None``. Only
+    Linux is checked (elsewhere the window is the system's own)."""
+    env = os.environ if environ is None else environ
+    if not sys.platform.startswith("linux"):
+        return None
+    display = env.get("DISPLAY")
+    if not display:
+        wayland = " (WAYLAND_DISPLAY alone is not enough: Open3D's window needs X11, e.g. XWayland)" \
+            if env.get("WAYLAND_DISPLAY") else ""
+        return (f"the viewer window needs a display (DISPLAY is not set){wayland}; {USE_SCREENSHOT}, "
+                "or run on a desktop / over `ssh -X`")
+    if _XVFB_RUN_AUTH.fullmatch(env.get("XAUTHORITY", "")):
+        return (f"the viewer window would open on DISPLAY={display!r}, the virtual screen of xvfb-run, which "
+                f"nobody sees, and never end; {USE_SCREENSHOT} (xvfb-run -a pointgeope viz ... --screenshot "
+                "view.png)")
+    if _opens(display, timeout) is False:
+        return (f"the viewer window cannot open DISPLAY={display!r} (no X server answers there, or it refuses "
+                f"this user: a stale DISPLAY after ssh without -X?); {USE_SCREENSHOT}, or set DISPLAY to a "
+                "display you see")
+    return None

@@ -1,0 +1,152 @@
+"""The viewer's window (pointgeope/viz/xdisplay.py, ``render.show``/``run_window``): refused in one line where
+nobody could see it (Open3D opened it offscreen and never returned), and ended by Ctrl-C or SIGTERM."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pointgeope.viz.xdisplay import LIBX11, window_problem
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the window's display is X11's (Linux)")
+
+
+def _free_display() -> str:
+    """An X display number that no local server holds (no socket in /tmp/.X11-unix, no lock file)."""
+    n = next(n for n in range(171, 999) if not Path(f"/tmp/.X11-unix/X{n}").exists()
+             and not Path(f"/tmp/.X{n}-lock").exists())
+    return f":{n}"
+
+
+def _libx11() -> None:
+    import ctypes
+
+    try:
+        ctypes.CDLL(LIBX11)
+    except OSError:
+        pytest.skip(f"{LIBX11} is not installed: the display is not probed")
+
+
+def _env(**values) -> dict[str, str]:
+    """This process's environment without its display, plus ``values``; the child imports this tree."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY")}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2]), PYTHONUNBUFFERED="1", **values)
+    return env
+
+
+@linux
+def test_window_problem_names_each_display_nobody_sees():
+    _libx11()
+    free = _free_display()
+    assert window_problem({"WAYLAND_DISPLAY": "wayland-0"}) == (
+        "the viewer window needs a display (DISPLAY is not set) (WAYLAND_DISPLAY alone is not enough: Open3D's "
+        "window needs X11, e.g. XWayland); use --screenshot PNG to render without a window, or run on a desktop "
+        "/ over `ssh -X`")
+    assert window_problem({"DISPLAY": ":99", "XAUTHORITY": "/tmp/xvfb-run.Ab12Cd/Xauthority"}) == (
+        "the viewer window would open on DISPLAY=':99', the virtual screen of xvfb-run, which nobody sees, and "
+        "never end; use --screenshot PNG to render without a window (xvfb-run -a pointgeope viz ... "
+        "--screenshot view.png)")
+    assert window_problem({"DISPLAY": free}) == (
+        f"the viewer window cannot open DISPLAY={free!r} (no X server answers there, or it refuses this user: a "
+        "stale DISPLAY after ssh without -X?); use --screenshot PNG to render without a window, or set DISPLAY "
+        "to a display you see")
+
+
+@linux
+def test_a_display_that_opens_is_taken():
+    _libx11()
+    from pointgeope.viz import render
+
+    if not render.shutil.which("Xvfb"):
+        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    display = render._start_xvfb(64, 48)
+    assert window_problem({"DISPLAY": display}) is None
+    assert window_problem({"DISPLAY": display, "XAUTHORITY": "/home/me/.Xauthority"}) is None
+
+
+@linux
+@pytest.mark.parametrize("display", ["free", "xvfb-run", "wayland"])
+def test_window_mode_without_a_visible_display_is_refused_not_hung(synthetic_area, display):
+    """Before: Open3D fell back to an offscreen EGL window, and `viz` blocked forever, deaf to Ctrl-C."""
+    pytest.importorskip("open3d", reason="Open3D is not installed")
+    _libx11()
+    env = {"free": {"DISPLAY": _free_display()},
+           "xvfb-run": {"DISPLAY": _free_display(), "XAUTHORITY": "/tmp/xvfb-run.Ab12Cd/Xauthority"},
+           "wayland": {"WAYLAND_DISPLAY": "wayland-9"}}[display]
+    area, _ = synthetic_area
+    try:
+        done = subprocess.run([sys.executable, "-m", "pointgeope", "viz", str(area), "--room", "tiny_2"],
+                              env=_env(**env), capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("viz did not return: it waits on a window nobody sees")
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip()
+    assert line.startswith("pointgeope viz: error: the viewer window ") and "use --screenshot PNG" in line
+    assert "\n" not in line
+
+
+# Runs `pointgeope viz` with Open3D's window class wrapped so that it says when its loop starts (vis.run()
+# or the first vis.poll_events()).
+WINDOW = """
+import open3d, sys
+Real = open3d.visualization.VisualizerWithKeyCallback
+class Window:  # Open3D's class, saying when its window loop starts (pybind11 classes take no subclass)
+    def __init__(self):
+        self.real, self.started = Real(), False
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+    def started_loop(self):
+        if not self.started:
+            self.started = True
+            print("window loop", flush=True)
+    def run(self):  # Open3D's own loop
+        self.started_loop()
+        return self.real.run()
+    def poll_events(self):  # a loop of Python's
+        self.started_loop()
+        return self.real.poll_events()
+open3d.visualization.VisualizerWithKeyCallback = Window
+sys.argv = ["pointgeope", "viz", *sys.argv[1:]]
+from pointgeope.cli import program
+program()
+"""
+
+
+@linux
+@pytest.mark.parametrize("signum, code, said", [(signal.SIGTERM, 143, "terminated"),
+                                                (signal.SIGINT, 130, "interrupted")])
+def test_ctrl_c_and_sigterm_close_an_open_window(synthetic_area, signum, code, said):
+    """Before: Open3D's loop held the main thread in C++, where Python's handlers never ran: Ctrl-C and
+    SIGTERM left the window open (only closing it or SIGKILL ended viz)."""
+    pytest.importorskip("open3d", reason="Open3D is not installed")
+    _libx11()
+    from pointgeope.viz import render
+
+    if not render.shutil.which("Xvfb"):
+        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    area, _ = synthetic_area
+    env = _env(DISPLAY=render._start_xvfb(64, 48))  # an X server of its own, not xvfb-run's
+    proc = subprocess.Popen([sys.executable, "-c", WINDOW, str(area), "--room", "tiny_2", "--width", "64",
+                             "--height", "48"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        for line in proc.stdout:
+            if line.strip() == "window loop":
+                break
+        else:
+            pytest.fail(f"no window loop: {proc.wait()} {proc.stderr.read()}")
+        time.sleep(1.0)  # inside Open3D's loop
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"viz went on after signal {signum.name}: the window loop ran no signal handler")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code and err.strip().splitlines()[-1] == f"pointgeope viz: {said}", err
