@@ -71,6 +71,7 @@ def parallel_map(func, tasks: list, jobs: int):
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
     pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=context, initializer=_worker_start,
                                initargs=(os.getpid(), death_signal_request(signal.SIGKILL)))
+    stopped = False
     try:
         futures = [pool.submit(func, task) for task in tasks]  # the first submit forks every worker
         yield (future.result() for future in as_completed(futures))
@@ -78,7 +79,26 @@ def parallel_map(func, tasks: list, jobs: int):
         raise UserError("a prepare worker process died (killed, out of memory, or crashed) while parsing "
                         "rooms; the rooms parsed before it are kept: run the same command again, or with "
                         "--jobs 1 to see which room it was") from None
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as errors.Terminated
+        stopped = True
+        raise
     finally:
         for process in list(getattr(pool, "_processes", {}).values()):  # stop the others now (no public API)
             process.terminate()
+        _shutdown(pool, stopped)
+
+
+def _shutdown(pool, stopped: bool) -> None:
+    """``pool.shutdown``, also after a stop that came while ``submit`` started the pool's manager thread.
+
+    ``Thread.start`` waits until the new thread says it runs; a stop raised in that wait (a stop delivered
+    again 10 ms after the fork it was dropped in lands there on a busy machine) leaves a thread that
+    ``join`` refuses (``RuntimeError: cannot join thread before it is started``), and that error replaced the
+    stop: a traceback and exit code 1 instead of ``interrupted``/``terminated``. That thread either never ran
+    or ends on its own (the pool is shut down and its workers terminated; the interpreter waits for it at
+    exit), so after a stop the refusal is let go; without one it is a bug and raised."""
+    try:
         pool.shutdown(wait=True, cancel_futures=True)
+    except RuntimeError:
+        if not stopped:
+            raise

@@ -209,3 +209,22 @@ def test_the_workers_run_whatever_the_default_start_method(monkeypatch):
                         lambda method=None, real=multiprocessing.get_context: real(method or "forkserver"))
     with parallel_map(abs, [-1, -2, -3], 2) as results:
         assert sorted(results) == [1, 2, 3]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")
+def test_a_stop_while_the_pool_starts_its_manager_thread_stays_a_stop(monkeypatch):
+    """A stop delivered again after a fork (test_a_stop_while_the_workers_fork_ends_the_run) lands, on a busy
+    machine, in ``Thread.start`` as ``submit`` starts the pool's manager thread: the thread not yet running,
+    ``pool.shutdown`` raised ``RuntimeError: cannot join thread before it is started`` over the stop (a
+    traceback, exit code 1; seen with both cores busy). The stop now leaves ``parallel_map`` as it came."""
+    from concurrent.futures import process
+
+    from data_prep.pool import parallel_map
+
+    def stopped_start(self):  # the stop raised before the thread ran
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(process._ExecutorManagerThread, "start", stopped_start)
+    with pytest.raises(KeyboardInterrupt):
+        with parallel_map(abs, [-1, -2, -3], 2) as results:
+            list(results)
