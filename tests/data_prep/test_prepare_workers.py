@@ -228,3 +228,33 @@ def test_a_stop_while_the_pool_starts_its_manager_thread_stays_a_stop(monkeypatc
     with pytest.raises(KeyboardInterrupt):
         with parallel_map(abs, [-1, -2, -3], 2) as results:
             list(results)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")
+def test_a_stop_just_after_a_worker_forks_stops_that_worker_too(monkeypatch):
+    """The workers to stop were those the pool had registered, which ``submit`` does after each fork: a stop
+    that landed in between left a worker waiting for a task, and the interpreter waited for it at exit
+    (``prepare`` hung after ``terminated``; seen with both cores busy). Every worker forked is stopped."""
+    from multiprocessing.process import BaseProcess
+
+    from data_prep.pool import parallel_map
+
+    start, started = BaseProcess.start, []
+
+    def start_then_stop(self):
+        start(self)
+        started.append(self)
+        if len(started) == 2:
+            raise KeyboardInterrupt  # after the second fork, before the pool registers that worker
+
+    monkeypatch.setattr(BaseProcess, "start", start_then_stop)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with parallel_map(abs, [-1, -2, -3], 2) as results:
+                list(results)
+        for process in started:
+            process.join(timeout=10)
+        assert len(started) == 2 and not any(process.is_alive() for process in started)
+    finally:  # (none is left unless the test failed)
+        for process in started:
+            process.kill()
