@@ -15,6 +15,7 @@ import pytest
 
 from data_prep.prepare import PrepareConfig, prepare
 from pointgeope.cli import main as cli
+from tests.conftest import process_ended
 from tests.data_prep.raw_trees import DEFECT_FILES, five_rooms, output_bytes, write_tree
 
 
@@ -70,13 +71,6 @@ def _children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie is dead
-    except FileNotFoundError:
-        return True
-
-
 @pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(), reason="Linux /proc")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_killed_parallel_prepare_takes_its_workers_and_its_lock_with_it(tmp_path, sig, capsys):
@@ -95,7 +89,7 @@ def test_a_killed_parallel_prepare_takes_its_workers_and_its_lock_with_it(tmp_pa
     proc.wait(timeout=30)
     deadline = time.monotonic() + 10
     try:
-        while not all(map(_gone, workers)):
+        while not all(map(process_ended, workers)):
             assert time.monotonic() < deadline, f"workers {workers} outlived the main process"
             time.sleep(0.05)
     finally:  # (none is left unless the test failed)
