@@ -54,8 +54,10 @@ def test_corrupt_file_is_an_error_naming_it(tmp_path):
 
 def test_a_file_that_cannot_be_read_again_is_still_one_checkpoint_error(tmp_path, monkeypatch):
     """torch.load fails because the file cannot be read (EACCES for a user, EIO, or the file removed meanwhile):
-    the look at its first bytes fails too, and that OSError escaped in place of the CheckpointError."""
-    path = tmp_path / "last.pt"
+    the look at its first bytes fails too, and that OSError escaped in place of the CheckpointError. The error
+    is quoted whole: in a deep folder (a long temporary path) its cut at 200 characters lost the file name."""
+    path = tmp_path / ("deep_" * 40) / "last.pt"
+    path.parent.mkdir()
     save_checkpoint(path, {"config": {}})
 
     def unreadable(f, *args, **kwargs):
