@@ -67,6 +67,17 @@ def test_a_lock_left_by_another_host_is_refused_with_what_to_do(tmp_path):
     assert (tmp_path / LOCK_NAME).exists()  # not ours to delete
 
 
+def test_a_record_longer_than_4_kib_is_read_whole(tmp_path):
+    """The record was read from its first 4096 bytes: a holder's command of long paths (the other host's
+    here, 5000 characters) cut the JSON, the record read as none, and the lock was taken over."""
+    record = {"pid": 1, "host": "elsewhere", "since": "yesterday", "command": "train.py " + "x" * 5000}
+    (tmp_path / LOCK_NAME).write_text(json.dumps(record))
+    with pytest.raises(LockError, match=r"locked by pid 1 on elsewhere \(since yesterday\), which cannot be checked"):
+        with folder_lock(tmp_path):
+            pass
+    assert json.loads((tmp_path / LOCK_NAME).read_text()) == record
+
+
 def test_many_processes_one_winner(tmp_path):
     """Six processes race for the lock; exactly one holds it at a time (each appends in/out marks)."""
     script = """
