@@ -68,9 +68,11 @@ def parallel_map(func, tasks: list, jobs: int):
     # fork on Linux: a worker's parent is then this process, whose death it watches (under forkserver,
     # Python 3.14's default there, it would be the server, and every worker would end itself); the request
     # (a closure, not pickled under fork) exists on Linux only
-    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
+    made = []  # every worker process the pool makes, registered in the pool or not
+    context = _recording(multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None), made)
     pool = ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=context, initializer=_worker_start,
                                initargs=(os.getpid(), death_signal_request(signal.SIGKILL)))
+    stopped = False
     try:
         futures = [pool.submit(func, task) for task in tasks]  # the first submit forks every worker
         yield (future.result() for future in as_completed(futures))
@@ -78,7 +80,43 @@ def parallel_map(func, tasks: list, jobs: int):
         raise UserError("a prepare worker process died (killed, out of memory, or crashed) while parsing "
                         "rooms; the rooms parsed before it are kept: run the same command again, or with "
                         "--jobs 1 to see which room it was") from None
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as errors.Terminated
+        stopped = True
+        raise
     finally:
-        for process in list(getattr(pool, "_processes", {}).values()):  # stop the others now (no public API)
-            process.terminate()
+        for process in made:  # stop the others now
+            if process.pid is not None:
+                process.kill()
+        _shutdown(pool, stopped)
+
+
+def _recording(context, made: list):
+    """``context`` (a ``multiprocessing`` context) whose ``Process`` also appends each process it makes to
+    ``made``. The workers to stop were read from the pool's ``_processes``, where ``submit`` registers one
+    after it has forked it: a stop that landed in between (the stop delivered again 10 ms after a fork, on
+    a busy machine) left a worker that nothing stopped, waiting for a task, and the interpreter waited for it
+    at exit: ``prepare`` hung after printing ``terminated``. They are killed (SIGKILL), not terminated: one
+    forked a moment ago still has this process's SIGTERM handler, which raises in it and prints a traceback."""
+    class Recording(type(context)):
+        def Process(self, *args, **kwargs):
+            process = super().Process(*args, **kwargs)
+            made.append(process)
+            return process
+
+    return Recording()
+
+
+def _shutdown(pool, stopped: bool) -> None:
+    """``pool.shutdown``, also after a stop that came while ``submit`` started the pool's manager thread.
+
+    ``Thread.start`` waits until the new thread says it runs; a stop raised in that wait (a stop delivered
+    again 10 ms after the fork it was dropped in lands there on a busy machine) leaves a thread that
+    ``join`` refuses (``RuntimeError: cannot join thread before it is started``), and that error replaced the
+    stop: a traceback and exit code 1 instead of ``interrupted``/``terminated``. That thread either never ran
+    or ends on its own (the pool is shut down and its workers killed; the interpreter waits for it at
+    exit), so after a stop the refusal is let go; without one it is a bug and raised."""
+    try:
         pool.shutdown(wait=True, cancel_futures=True)
+    except RuntimeError:
+        if not stopped:
+            raise

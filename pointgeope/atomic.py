@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import re
+import secrets
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -71,19 +72,27 @@ def check_replaceable(path: str | Path) -> None:
                               "nothing was written; give a file name")
 
 
-def _temporary(path: Path) -> Path:
-    """A new empty temporary file beside ``path`` (its folder created); an UnwritableError naming ``path``."""
+def _temporary(path: Path, made: list[Path]) -> Path:
+    """A new empty temporary file beside ``path`` (its folder created), ``.<name>.<8 hex digits>.tmp<suffix>``
+    (mode 0600); an UnwritableError naming ``path``. Its name goes into ``made`` before the file exists, for
+    the caller to delete: ``mkstemp`` gave the name only once the file existed, and a stop (Ctrl-C, SIGTERM)
+    whose handler ran as the file was created left it behind (a prepare stopped there, 4 runs in 10 of
+    test_a_stop_dropped_in_a_callback_still_ends_the_run)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+        while True:
+            made.append(name := path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp{path.suffix}")
+            try:
+                os.close(os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+                return name
+            except FileExistsError:
+                made.remove(name)  # another writer's: not ours to delete
     except OSError as err:
         if err.errno in FULL_DISK:
             raise
         where = f": {err.filename}" if err.filename and not _LEFTOVER.fullmatch(Path(err.filename).name) else ""
         raise UnwritableError(f"{path}: cannot be written ({err.strerror or err}{where}); give a path in a "
                               "folder you can write") from None
-    os.close(fd)
-    return Path(name)
 
 
 @contextlib.contextmanager
@@ -94,23 +103,22 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     naming ``path``, a folder that cannot take the file as an :class:`UnwritableError` naming ``path``, and
     so does an existing ``path`` that is not a regular file (:func:`check_replaceable`: a FIFO, a device, a
     folder), before and again after the writer, which the rename would have replaced."""
-    path = Path(path)
+    path, made = Path(path), []
     check_replaceable(path)
-    tmp = None
     try:
-        tmp = _temporary(path)
+        tmp = _temporary(path, made)
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
+        os.chmod(tmp, 0o666 & ~_umask())  # made 0600; give the usual permissions
         check_replaceable(path)  # made meanwhile
         os.replace(tmp, path)
     except Exception as err:
         DiskFullError.check(err, path)
         raise
     finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
+        for name in made:
+            name.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -64,9 +64,11 @@ class LockError(UserError):
 
 
 def _owner(fd: int) -> dict | None:
+    """The record in the lock file ``fd``, read whole: its first 4 KiB cut a command of long paths short,
+    and the record of another host's live holder was then taken for none (taken over without a word)."""
     os.lseek(fd, 0, os.SEEK_SET)
     try:
-        owner = json.loads(os.read(fd, 4096).decode() or "null")
+        owner = json.loads(b"".join(iter(lambda: os.read(fd, 1 << 16), b"")).decode() or "null")
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     return owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else None

@@ -69,6 +69,16 @@ def s3dis_real() -> Path:
     return FIXTURES / "s3dis"
 
 
+def process_ended(pid: int) -> bool:
+    """Whether process ``pid`` has ended (Linux ``/proc``): gone, or a zombie not reaped yet. An orphan's
+    zombie is reaped by PID 1, which in a container may be a process that never reaps (``docker exec`` beside
+    ``sleep infinity``, a runner waiting for its one child): ``os.kill(pid, 0)`` succeeds on it for good."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def cuda_devices() -> list[str]:
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

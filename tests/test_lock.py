@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -32,9 +33,9 @@ def test_a_second_process_is_refused_and_a_killed_owner_is_taken_over(tmp_path, 
     try:
         owner = json.loads((tmp_path / LOCK_NAME).read_text())
         assert owner["pid"] == proc.pid and owner["host"] == socket.gethostname() and owner["command"] == "holder"
-        with pytest.raises(LockError, match=rf"^{tmp_path} is being written by pid {proc.pid} on "
+        with pytest.raises(LockError, match=rf"^{re.escape(str(tmp_path))} is being written by pid {proc.pid} on "
                                             rf"{socket.gethostname()} \(since .*\), `holder`; wait for it to end "
-                                            rf"or stop it \(its lock: {tmp_path / LOCK_NAME}\)$"):
+                                            rf"or stop it \(its lock: {re.escape(str(tmp_path / LOCK_NAME))}\)$"):
             with folder_lock(tmp_path, "mine"):
                 pass
     finally:
@@ -60,10 +61,21 @@ def test_the_same_process_cannot_take_it_twice_and_release_frees_it(tmp_path):
 def test_a_lock_left_by_another_host_is_refused_with_what_to_do(tmp_path):
     (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere", "since": "yesterday"}))
     with pytest.raises(LockError, match=rf"locked by pid 1 on elsewhere \(since yesterday\), which cannot be checked "
-                                        rf"from .*; if that process has ended, delete {tmp_path / LOCK_NAME}$"):
+                                        rf"from .*; if that process has ended, delete {re.escape(str(tmp_path / LOCK_NAME))}$"):
         with folder_lock(tmp_path):
             pass
     assert (tmp_path / LOCK_NAME).exists()  # not ours to delete
+
+
+def test_a_record_longer_than_4_kib_is_read_whole(tmp_path):
+    """The record was read from its first 4096 bytes: a holder's command of long paths (the other host's
+    here, 5000 characters) cut the JSON, the record read as none, and the lock was taken over."""
+    record = {"pid": 1, "host": "elsewhere", "since": "yesterday", "command": "train.py " + "x" * 5000}
+    (tmp_path / LOCK_NAME).write_text(json.dumps(record))
+    with pytest.raises(LockError, match=r"locked by pid 1 on elsewhere \(since yesterday\), which cannot be checked"):
+        with folder_lock(tmp_path):
+            pass
+    assert json.loads((tmp_path / LOCK_NAME).read_text()) == record
 
 
 def test_many_processes_one_winner(tmp_path):
@@ -160,7 +172,7 @@ def test_readers_exclude_a_writer_that_replaces_their_files_and_the_reverse(tmp_
     reader = subprocess.Popen([sys.executable, "-c", READER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     assert reader.stdout.readline().strip() == "reading"
     try:
-        with pytest.raises(LockError, match=rf"^{tmp_path} is being read by pid {reader.pid} \(`\S*python\S* -c .*`\); "
+        with pytest.raises(LockError, match=rf"^{re.escape(str(tmp_path))} is being read by pid {reader.pid} \(`\S*python\S* -c .*`\); "
                                             r"wait for it to end, or write into another folder$"):
             with folder_lock(tmp_path, "prepare", readers=True):
                 pass

@@ -98,7 +98,7 @@ def unreadable_kind(path: Path, err: Exception) -> str:
     """What ``path``, which ``torch.load`` refused with ``err``, is: a kind of file known by its first bytes,
     a text file, else torch's reason (its first line; a pickle that safe loading refuses is said so, without
     torch's advice to load it with ``weights_only=False``, which would run the file's code). A file that cannot
-    be read again (no permission, an I/O error, removed meanwhile) gets torch's reason."""
+    be read again (no permission, an I/O error, removed meanwhile) gets its ``OSError`` whole, file name and all."""
     try:
         with open(path, "rb") as f:
             head = f.read(512)
@@ -112,7 +112,7 @@ def unreadable_kind(path: Path, err: Exception) -> str:
             return "a text file"
     if "weights_only" in str(err):
         return f"a pickle that safe loading refuses ({type(err).__name__})"
-    return f"{type(err).__name__}: {first_sentence(str(err))}"
+    return f"{type(err).__name__}: {err if isinstance(err, OSError) else first_sentence(str(err))}"
 
 
 def first_sentence(text: str, limit: int = 200) -> str:

@@ -15,6 +15,7 @@ import pytest
 
 from data_prep.prepare import PrepareConfig, prepare
 from pointgeope.cli import main as cli
+from tests.conftest import process_ended
 from tests.data_prep.raw_trees import DEFECT_FILES, five_rooms, output_bytes, write_tree
 
 
@@ -70,13 +71,6 @@ def _children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie is dead
-    except FileNotFoundError:
-        return True
-
-
 @pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(), reason="Linux /proc")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_killed_parallel_prepare_takes_its_workers_and_its_lock_with_it(tmp_path, sig, capsys):
@@ -95,7 +89,7 @@ def test_a_killed_parallel_prepare_takes_its_workers_and_its_lock_with_it(tmp_pa
     proc.wait(timeout=30)
     deadline = time.monotonic() + 10
     try:
-        while not all(map(_gone, workers)):
+        while not all(map(process_ended, workers)):
             assert time.monotonic() < deadline, f"workers {workers} outlived the main process"
             time.sleep(0.05)
     finally:  # (none is left unless the test failed)
@@ -209,3 +203,52 @@ def test_the_workers_run_whatever_the_default_start_method(monkeypatch):
                         lambda method=None, real=multiprocessing.get_context: real(method or "forkserver"))
     with parallel_map(abs, [-1, -2, -3], 2) as results:
         assert sorted(results) == [1, 2, 3]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")
+def test_a_stop_while_the_pool_starts_its_manager_thread_stays_a_stop(monkeypatch):
+    """A stop delivered again after a fork (test_a_stop_while_the_workers_fork_ends_the_run) lands, on a busy
+    machine, in ``Thread.start`` as ``submit`` starts the pool's manager thread: the thread not yet running,
+    ``pool.shutdown`` raised ``RuntimeError: cannot join thread before it is started`` over the stop (a
+    traceback, exit code 1; seen with both cores busy). The stop now leaves ``parallel_map`` as it came."""
+    from concurrent.futures import process
+
+    from data_prep.pool import parallel_map
+
+    def stopped_start(self):  # the stop raised before the thread ran
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(process._ExecutorManagerThread, "start", stopped_start)
+    with pytest.raises(KeyboardInterrupt):
+        with parallel_map(abs, [-1, -2, -3], 2) as results:
+            list(results)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux only")
+def test_a_stop_just_after_a_worker_forks_stops_that_worker_too(monkeypatch):
+    """The workers to stop were those the pool had registered, which ``submit`` does after each fork: a stop
+    that landed in between left a worker waiting for a task, and the interpreter waited for it at exit
+    (``prepare`` hung after ``terminated``; seen with both cores busy). Every worker forked is stopped."""
+    from multiprocessing.process import BaseProcess
+
+    from data_prep.pool import parallel_map
+
+    start, started = BaseProcess.start, []
+
+    def start_then_stop(self):
+        start(self)
+        started.append(self)
+        if len(started) == 2:
+            raise KeyboardInterrupt  # after the second fork, before the pool registers that worker
+
+    monkeypatch.setattr(BaseProcess, "start", start_then_stop)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with parallel_map(abs, [-1, -2, -3], 2) as results:
+                list(results)
+        for process in started:
+            process.join(timeout=10)
+        assert len(started) == 2 and not any(process.is_alive() for process in started)
+    finally:  # (none is left unless the test failed)
+        for process in started:
+            process.kill()

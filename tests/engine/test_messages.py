@@ -16,6 +16,7 @@ import pytest
 
 from pointgeope.cli import main as cli
 from pointgeope.lock import folder_lock
+from tests.conftest import process_ended
 from tests.engine.conftest import ignore_sigint, one_line
 from tests.engine.test_ablation import ablate_args
 from tests.engine.test_user_errors import train_args
@@ -131,13 +132,7 @@ def test_kill_9_of_ablate_leaves_no_trial_running(two_folds, tmp_path, sigint):
         proc.kill()
         proc.wait()
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)  # (not our child: the trial is ablate's)
+        while not process_ended(pid):  # (an orphan: its zombie is PID 1's to reap, which may never come)
             assert time.monotonic() < deadline, "the trial still runs a minute after ablate was killed"
             time.sleep(0.1)
         assert (run / "rpe" / "seed_0" / "train.log").read_text().rstrip().endswith("pointgeope train: terminated")

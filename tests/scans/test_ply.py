@@ -3,6 +3,7 @@ hand (big endian, 16-bit colour) read back exactly, in file order; truncated fil
 files read back with Open3D, custom ``label`` property included."""
 from __future__ import annotations
 
+import re
 import struct
 
 import numpy as np
@@ -76,7 +77,7 @@ def test_truncated_and_foreign_files_are_refused(tmp_path):
         o3d.io.write_point_cloud(str(path), pcd, write_ascii=ascii_)
         cut = tmp_path / "cut.ply"
         cut.write_bytes(path.read_bytes()[:-1000])
-        with pytest.raises(ScanError, match=rf"^{cut}: ({match})"):
+        with pytest.raises(ScanError, match=rf"^{re.escape(str(cut))}: ({match})"):
             read_ply(cut)
     (tmp_path / "no.ply").write_text("hello\n")
     with pytest.raises(ScanError, match="not a PLY file"):
@@ -93,7 +94,7 @@ def test_a_property_declared_twice_is_one_line_naming_its_header_line(tmp_path, 
     path = tmp_path / "dup.ply"
     path.write_bytes(f"ply\nformat {fmt} 1.0\nelement vertex 1\nproperty float x\nproperty float y\n"
                      "property float z\nproperty float x\nend_header\n".encode() + body)
-    with pytest.raises(ScanError, match=rf"^{path}:7: property 'x' declared twice in element 'vertex'; a PLY "
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}:7: property 'x' declared twice in element 'vertex'; a PLY "
                                         "element names each property once: rename or remove one in the header$"):
         read_ply(path)
 
@@ -102,7 +103,7 @@ def test_a_short_ascii_row_is_named_without_numpys_advice(tmp_path):
     path = tmp_path / "short.ply"
     path.write_text("ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\n"
                     "property float z\nend_header\n1 2 3\n4 5 6\n7\n")
-    with pytest.raises(ScanError, match=rf"^{path}: unreadable ascii PLY vertex \(the number of columns changed "
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}: unreadable ascii PLY vertex \(the number of columns changed "
                                         r"from 3 to 1 at row 3\); expected 3 lines of 3 numbers after the header$"):
         read_ply(path)
 
