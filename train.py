@@ -4,9 +4,10 @@ The same as ``pointgeope train`` (``pointgeope/commands/train.py``); the loop it
 ``pointgeope/engine/train.py``. Works under ``torchrun --nproc_per_node N train.py ...`` (DDP).
 """
 import argparse
+import sys
 
 from pointgeope.commands import parse_args, train as train_command
-from pointgeope.errors import add_debug_argument, run_program
+from pointgeope.errors import add_debug_argument, run_command, settle_exit
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="train.py", description=train_command.__doc__,
@@ -14,4 +15,4 @@ if __name__ == "__main__":
     train_command.add_arguments(parser)
     add_debug_argument(parser)
     args = parse_args(parser)
-    run_program("train.py", train_command.main, args, debug=args.debug)
+    sys.exit(settle_exit(run_command("train.py", train_command.main, args, debug=args.debug)))

@@ -1,4 +1,6 @@
 """``python -m pointgeope`` runs the command-line interface."""
-from pointgeope.cli import program
+import sys
 
-program()
+from pointgeope.cli import main
+
+sys.exit(main())

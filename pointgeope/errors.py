@@ -22,16 +22,13 @@ scheduler stops ``train``, ``evaluate`` or ``ablate`` with SIGTERM at its time l
 temporary files deleted, ``<prog>: terminated``, exit code 143, so that a requeued job, on any node, finds
 the folder free. A stop is never lost: one whose handler runs inside a callback that drops exceptions
 (while ``prepare --jobs N`` forks its workers, a weakref callback, ``__del__``) is delivered again, and
-raised as the command ends if it would come later. The entry points end the process with
-:func:`exit_process`, which keeps a stop that comes after the command (as the process exits) from ending it
-without its line and code. A reader of the output that has gone (``pointgeope report RUN | head``) ends a
-command quietly, exit code 141 (128 + SIGPIPE).
+raised as the command ends if it would come later. A reader of the output that has gone (``pointgeope
+report RUN | head``) ends a command quietly, exit code 141 (128 + SIGPIPE).
 """
 from __future__ import annotations
 
 import _thread
 import argparse
-import atexit
 import contextlib
 import errno
 import os
@@ -40,14 +37,11 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import NoReturn
 
 from pointgeope.extras import toolkit_message
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
-EXIT_TERMINATED = 128 + signal.SIGTERM  # 143, as a shell reports a command that SIGTERM stopped
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXIT_BROKEN_PIPE = 141                  # 128 + SIGPIPE: what a shell reports of a tool whose reader went
 
 # The errors of a write that the disk refused, with the words for each (atomic.DiskFullError names the file).
@@ -68,10 +62,6 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM inside :func:`stop_on_sigterm`: the clean stop of Ctrl-C, reported as ``terminated``."""
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated()
-
-
 @contextlib.contextmanager
 def stop_on_sigterm() -> Iterator[None]:
     """Within the block, SIGTERM raises :class:`Terminated`, so that a process stopped by a job scheduler or
@@ -81,10 +71,13 @@ def stop_on_sigterm() -> Iterator[None]:
     block's end that it is still on its way is raised as the block ends (unless a stop already ends it): it
     stops the block it came in, never the caller after it. Python runs signal handlers in the main thread
     only: elsewhere (a command called from a thread) the block changes nothing."""
+    def stop(signum, frame):
+        raise Terminated()
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous, hook = signal.signal(signal.SIGTERM, _raise_terminated), sys.unraisablehook
+    previous, hook = signal.signal(signal.SIGTERM, stop), sys.unraisablehook
     sys.unraisablehook, end = _stop_again(hook)
     stopping = False
     try:
@@ -188,7 +181,7 @@ def settle_exit(code: int) -> int:
     """``code``, for an entry point to exit with; after Ctrl-C or SIGTERM (130, 143) a second Ctrl-C while the
     interpreter shuts down is ignored, so that the command's one line stays its last: it would print a
     traceback from whatever finalizer runs then (torch's included)."""
-    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+    if code in (EXIT_INTERRUPTED, 128 + signal.SIGTERM):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     return code
 
@@ -238,61 +231,6 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
     except KeyboardInterrupt as err:
         if debug:
             raise
-        return _stopped(prog, err)
-
-
-def _stopped(prog: str, stop: KeyboardInterrupt) -> int:
-    """Say that a stop ended ``prog`` (one line); its exit code."""
-    terminated = isinstance(stop, Terminated)
-    print(f"{prog}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
-    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
-
-
-def run_program(prog: str, func: Callable[..., int], *args, debug: bool = False) -> NoReturn:
-    """The process of an entry point (``pointgeope``, ``train.py``): :func:`run_command`, then
-    :func:`exit_process` with its code. SIGTERM is the clean stop from here on, so that one in the last
-    bytecodes of ``run_command``, after its own block, ends the process as it ends a command too."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        code = run_command(prog, func, *args, debug=debug)
-    except KeyboardInterrupt as err:  # after run_command's handling, before exit_process's
-        if debug:
-            raise
-        code = _stopped(prog, err)
-    exit_process(prog, code)
-
-
-def exit_process(prog: str, code: int) -> NoReturn:
-    """End this process, whose command ``prog`` has returned ``code``: an entry point's last call (an in-process
-    caller of a command gets its code back instead).
-
-    Python's own exit runs the ``atexit`` callbacks, then tears every module down (about two seconds with
-    torch loaded), and runs no signal handler in that teardown: a Ctrl-C or SIGTERM there killed the process
-    with no line and no exit code of its own (-2 or -15), every file written. Here the exit does what
-    Python's does first (joins the threads that are not daemons, runs the ``atexit`` callbacks), flushes
-    stdout and stderr and ends with ``os._exit``, without the teardown (memory the system frees anyway). A
-    stop meanwhile is noted, not raised, so that all of it still runs, then ends the process as a stop ends
-    a command: ``<prog>: interrupted`` (130) or ``terminated`` (143). After a stop ended the command (130,
-    143) another is ignored: its one line stays the last. A Ctrl-C that the process ignores (a background
-    job's) stays ignored; SIGTERM is a stop whatever it inherited, as in :func:`run_command`."""
-    main, stops = threading.current_thread() is threading.main_thread(), []
-    if main:
-        stopped = code in (EXIT_INTERRUPTED, EXIT_TERMINATED)
-        for signum in STOP_SIGNALS:  # a Ctrl-C the process ignores (a background job's) stays ignored
-            if stopped or signal.getsignal(signum) is signal.SIG_IGN:
-                signal.signal(signum, signal.SIG_IGN)
-            else:
-                signal.signal(signum, lambda number, frame: stops.append(number))
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(AttributeError, OSError, ValueError):  # closed, or a reader that has gone
-            stream.flush()
-    if main:  # signal.signal runs the handlers of stops caught but not yet handled: here
-        signal.signal(signal.SIGINT, signal.getsignal(signal.SIGINT))
-    if stops:
-        code = _stopped(prog, Terminated() if stops[0] == signal.SIGTERM else KeyboardInterrupt())
-    os._exit(code)
+        terminated = isinstance(err, Terminated)
+        print(f"{prog}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
+        return 128 + signal.SIGTERM if terminated else EXIT_INTERRUPTED
