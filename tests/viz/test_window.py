@@ -112,8 +112,8 @@ class Window:  # Open3D's class, saying when its window loop starts (pybind11 cl
         return self.real.poll_events()
 open3d.visualization.VisualizerWithKeyCallback = Window
 sys.argv = ["pointgeope", "viz", *sys.argv[1:]]
-from pointgeope.cli import program
-program()
+from pointgeope.cli import main
+sys.exit(main())
 """
 
 
