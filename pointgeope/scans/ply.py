@@ -71,6 +71,9 @@ def _header(f, path: Path) -> tuple[str, list[Element], int]:
                                                       or len(words) == 5 and words[1] == "list"
                                                       and words[2] in TYPES and words[3] in TYPES):
             element = elements[-1]
+            if words[1] == "list" and TYPES[words[2]][0] not in "iu":
+                raise ScanError(f"{path}:{number}: the count of list property {words[-1]!r} is a {words[2]}; "
+                                "expected an integer type (uchar, int, ...): fix the header")
             if words[-1] in (name for name, _ in element.props):  # numpy refused it with a traceback
                 raise ScanError(f"{path}:{number}: property {words[-1]!r} declared twice in element "
                                 f"{element.name!r}; a PLY element names each property once: rename or remove one "
@@ -125,7 +128,11 @@ def _binary_skip(f, start: int, elements: list[Element], end: str, path: Path) -
             try:
                 for _ in range(element.count):
                     for counter, item in steps:
-                        pos += item if counter is None else counter.size + counter.unpack_from(m, pos)[0] * item
+                        n = 0 if counter is None else counter.unpack_from(m, pos)[0]
+                        if n < 0:
+                            raise ScanError(f"{path}: a list of {element.name!r} (line {element.line}) has the "
+                                            f"count {n} at byte {pos}; expected a count >= 0: the file is damaged")
+                        pos += item if counter is None else counter.size + n * item
             except struct.error:
                 pos = len(m) + 1
             if pos > len(m):

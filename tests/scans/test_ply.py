@@ -188,3 +188,23 @@ def test_a_list_property_among_the_vertices_names_its_element_line(tmp_path):
         read_ply(path)
     assert str(err.value) == (f"{path}:4: the PLY 'vertex' element has the list property 'n'; expected numbers only "
                               "(x y z, colour, ...): remove it from the vertices")
+
+
+def test_a_list_count_that_is_no_count_is_refused(tmp_path):
+    """A float count type ended in a TypeError traceback; a negative count (a signed 'char' count of byte 0xFF)
+    moved where the vertices were read, and a wrong point came back silently."""
+    floats = _ply(tmp_path / "f.ply", "ascii", [(FACES.replace("list uchar", "list float"), []),
+                                                (f"element vertex 3\n{XYZ}", VERTICES)])
+    with pytest.raises(ScanError) as err:
+        read_ply(floats)
+    assert str(err.value) == (f"{floats}:5: the count of list property 'vertex_indices' is a float; expected an "
+                              "integer type (uchar, int, ...): fix the header")
+    signed = tmp_path / "s.ply"
+    face = FACES.replace("face 2", "face 1").replace("list uchar", "list char")
+    header = f"ply\nformat binary_little_endian 1.0\n{face}element vertex 3\n{XYZ}end_header\n"
+    points = b"".join(struct.pack("<fff", *v) for v in VERTICES)
+    signed.write_bytes(header.encode() + struct.pack("<Bb", 0, -1) + points)
+    with pytest.raises(ScanError) as err:
+        read_ply(signed)
+    assert str(err.value) == (f"{signed}: a list of 'face' (line 3) has the count -1 at byte {len(header) + 1}; "
+                              "expected a count >= 0: the file is damaged")
