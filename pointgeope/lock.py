@@ -74,9 +74,10 @@ def _owner(fd: int) -> dict | None:
     return owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else None
 
 
-def _holder(fd: int, wait: float = 1.0) -> dict | None:
+def _holder(fd: int, wait: float = 5.0) -> dict | None:
     """The owner record of a lock another process holds: a holder that has just taken the flock writes its
-    record a moment later (truncate, then write), so an empty record is read again for up to ``wait`` s."""
+    record a moment later (truncate, then write), so an empty record is read again for up to ``wait`` s
+    (long enough for a holder descheduled on a busy machine; only a refusal in that gap waits)."""
     deadline = time.monotonic() + wait
     while (owner := _owner(fd)) is None and time.monotonic() < deadline:
         time.sleep(0.02)
