@@ -8,6 +8,10 @@ a path; a name that fails it is the user's input, one line (:class:`OutsideError
 
 Both paths are compared as absolute paths with ``.`` and ``..`` taken lexically (``os.path.abspath``);
 symbolic links are not followed, so that a link the user put inside the output folder stays theirs to use.
+
+An output must not be one of the command's inputs either: :func:`file_key` is the one rule for "the same
+file", the device and inode after links are followed, so another spelling, a symbolic link or a hard link
+of an input is that input.
 """
 from __future__ import annotations
 
@@ -30,3 +34,20 @@ def inside(folder: str | Path, path: str | Path, what: str, option: str = "the o
         return Path(path)
     raise OutsideError(f"{what}: its name would put {path} outside {option} {folder}; rename it (names "
                        "such as '..', '.' or ones starting with '/' cannot be written)")
+
+
+def file_key(path: str | Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file ``path`` names once links are followed; ``None`` when nothing is
+    there (or it cannot be reached). Two paths name one file exactly when their keys are equal and not
+    ``None``."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether ``a`` and ``b`` name one existing file (:func:`file_key`)."""
+    key = file_key(a)
+    return key is not None and key == file_key(b)

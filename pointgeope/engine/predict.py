@@ -249,12 +249,13 @@ def _checked_names(refs: list, args, errors: list[str]) -> list:
     """The scans whose outputs lie inside ``args.out`` (:func:`~pointgeope.scans.outputs.output_path`), are
     none of the inputs (``a.ply`` and ``a_pred.ply`` given together into their folder: ``a``'s output
     replaced the scan ``a_pred.ply``), and that no earlier scan writes; the others become errors."""
-    from pointgeope.paths import OutsideError
+    from pointgeope.paths import OutsideError, file_key
     from pointgeope.scans.outputs import output_path
     from pointgeope.scans.sources import Failure
 
     first: dict[str, str] = {}
-    inputs = {ref.path.resolve(): ref.path for ref in refs}
+    inputs = {file_key(ref.path): ref.path for ref in refs}
+    inputs.pop(None, None)
     keep = []
     for ref in refs:
         try:
@@ -263,7 +264,7 @@ def _checked_names(refs: list, args, errors: list[str]) -> list:
         except OutsideError as err:
             errors.append(Failure(ref.source, str(err)))
             continue
-        taken = next((inputs[p.resolve()] for p in paths if p.resolve() in inputs), None)
+        taken = next((inputs[key] for p in paths if (key := file_key(p)) in inputs), None)
         if taken is not None:
             errors.append(Failure(ref.source, f"{ref.source}: its output would replace the input {taken}; "
                                   "predict it into another --out folder"))

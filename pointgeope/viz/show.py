@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from pointgeope.paths import same_file
 from pointgeope.viz import VizError
 from pointgeope.viz.colors import MODES, NEEDS_PRED, has_ground_truth, missing_modes
 
@@ -42,17 +43,6 @@ def check_options(args) -> None:
     check_outputs(args)
 
 
-def _same_file(a, b) -> bool:
-    """Whether paths ``a`` and ``b`` name one file (after links, or as hard links of it)."""
-    import os
-    from pathlib import Path
-
-    try:
-        return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
-    except OSError:
-        return False  # one of them is not there: not the same file
-
-
 def check_outputs(args) -> None:
     """Refuse, before any file is read, an output that would replace an input or is of the wrong kind
     (:class:`VizError`, one line): ``--screenshot`` and ``--ply`` that are (resolve to) the area file or the
@@ -66,7 +56,7 @@ def check_outputs(args) -> None:
     outputs = [(option, out) for option, out in (("--ply", args.ply), ("--screenshot", args.screenshot)) if out]
     for option, out in outputs:
         for what, read in (("the area file", args.area), ("the --pred file", args.pred)):
-            if read and _same_file(out, read):
+            if read and same_file(out, read):
                 raise VizError(f"{option} {out}: that is {what} being read ({read}); give a new file name, "
                                f"such as {Path(out).with_name(Path(read).stem + '_view')}"
                                f"{'.ply' if option == '--ply' else '.png'}")
