@@ -5,7 +5,12 @@ server: a stale ``DISPLAY`` after ``ssh`` without X forwarding, a container that
 ``WAYLAND_DISPLAY`` is set), Open3D >= 0.19 falls back to an EGL offscreen context without telling the
 caller: ``create_window`` succeeds and the window loop runs forever on a window nobody can see or close.
 So the display is opened here first, with libX11's ``XOpenDisplay`` (what GLFW does), in a thread with a
-time limit (a remote display that does not answer blocks in ``connect``).
+time limit (a remote display that does not answer blocks in ``connect``). A display that refuses the
+connection for want of authorisation makes libxcb itself print ``Authorization required, but no
+authorization protocol specified`` on stderr, beside the command's one line: it comes from C inside the probe
+and is left there (redirecting file descriptor 2 would race with the other threads). libX11 reads
+``XAUTHORITY`` from the process's environment, not from ``environ``, which only gives ``DISPLAY`` and the
+xvfb-run pattern below.
 
 A virtual X server is a real one, and a window opens there; but one started by ``xvfb-run`` (which points
 ``XAUTHORITY`` at ``<tmp>/xvfb-run.XXXXXX/Xauthority``) is seen by nobody, so the window would never be
