@@ -122,3 +122,13 @@ def any_rank(flag: bool, device: torch.device) -> bool:
     t = torch.tensor([1 if flag else 0], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
+
+
+def broadcast_buffers(module: torch.nn.Module) -> None:
+    """Give every rank rank 0's buffers of ``module`` (BatchNorm's running mean, variance and batch count),
+    in place; a no-op in a single process. DDP broadcasts them at the start of each forward only, so after
+    the last step of an epoch each rank holds its own running statistics while rank 0's alone are saved:
+    a validation that shares rooms among ranks must first score rank 0's model everywhere."""
+    if dist.is_available() and dist.is_initialized():
+        for buffer in module.buffers():
+            dist.broadcast(buffer.data, src=0)

@@ -231,6 +231,7 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
         writer.add_scalar("train/points_per_s", points_per_s, state.step)
     is_best = False
     if cfg.train.val_every and (state.epoch % cfg.train.val_every == 0 or state.epoch == cfg.train.epochs):
+        distributed.broadcast_buffers(learner.model)  # score the weights that are saved: rank 0's
         val, val_preds = validate(cfg, learner.model, Path(cfg.data.root), test_areas, env)
         line += f"  val oa {val['oa']:.4f} macc {val['macc']:.4f} miou {val['miou']:.4f}"
         if writer is not None:

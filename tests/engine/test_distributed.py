@@ -82,3 +82,49 @@ def test_two_process_gloo_run(two_folds, tmp_path):
     ckpt = torch.load(fold / "last.pt", weights_only=True)
     assert len(ckpt["rng"]) == 2  # both ranks' generator states, for an exact resume
     assert not [p for p in fold.rglob("*") if p.name.endswith(".tmp")]
+
+
+def _validating_rank_main(rank: int, world: int, port: int, root: str, run: str, record: str) -> None:
+    """One epoch with validation (``train.val_every=1``); the model that ``validate`` scores on this rank
+    is saved to ``record/val<rank>.pt``."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    from pointgeope.engine import distributed, train
+    from pointgeope.engine.config import load_config
+
+    real = train.validate
+
+    def recording(cfg, model, *args, **kwargs):
+        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, Path(record) / f"val{rank}.pt")
+        return real(cfg, model, *args, **kwargs)
+
+    train.validate = recording
+    cfg = load_config(DEMO_CONFIG, TINY + [f"data.root={root}", f"train.run_dir={run}", "data.loop=2",
+                                           "train.epochs=1", "train.val_every=1", "eval.checkpoint=best"])
+    env = distributed.setup(cfg.train.device)
+    try:
+        train.run_folds(cfg, 1, env)
+    finally:
+        distributed.cleanup()
+
+
+@pytest.mark.slow
+def test_two_process_validation_scores_the_saved_model(two_folds, tmp_path):
+    """Each rank validates its share of the rooms: with rank 0's BatchNorm statistics (those best.pt
+    saves), not its own, so the logged validation is the final test of best.pt."""
+    run, record = tmp_path / "run", tmp_path / "record"
+    record.mkdir()
+    mp.start_processes(_validating_rank_main, args=(2, free_port(), str(two_folds), str(run), str(record)),
+                       nprocs=2, join=True, start_method="fork")
+
+    best = torch.load(run / "area_1" / "best.pt", weights_only=True)["model"]
+    for rank in range(2):
+        scored = torch.load(record / f"val{rank}.pt", weights_only=True)
+        assert scored.keys() == best.keys()
+        differ = [k for k in best if not torch.equal(scored[k], best[k])]
+        assert not differ, (rank, differ[:5])
+    log = (run / "area_1" / "log.txt").read_text()
+    val = log.split(" val oa ")[1].split("\n")[0].split()      # oa X macc Y miou Z
+    done = log.split("fold 1 done: oa ")[1].split("\n")[0].split()
+    assert (val[0], val[2], val[4]) == (done[0], done[2], done[4])
