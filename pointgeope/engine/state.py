@@ -9,17 +9,20 @@ Exact resume rests on three things, all saved by :meth:`FoldCheckpoints.save` an
 - every rank's RNG states (Python, NumPy, torch CPU and CUDA).
 
 The data order and the augmentations are functions of ``(seed, epoch, index)``, so with these the
-resumed run takes the same steps as an uninterrupted one (given the same number of torch CPU threads:
-the checkpoint stores it and a resume with another number warns). The file format itself (atomic
+resumed run takes the same steps as an uninterrupted one (given the same numbers of torch CPU threads and
+of DDP processes: the checkpoint stores both, the latter as its one RNG state per rank, and a resume with
+another number warns; :func:`rank_rng_state` says which stream each rank then resumes). The file format itself (atomic
 writes, ``weights_only`` loading, the config check) is :mod:`pointgeope.engine.checkpoint`'s.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from pointgeope.engine import distributed
@@ -105,19 +108,31 @@ class FoldCheckpoints:
         learner.scheduler.load_state_dict(ckpt["scheduler"])
         if ckpt["scaler"] is not None:
             learner.scaler.load_state_dict(ckpt["scaler"])
-        rank = self.env.rank
-        set_rng_state(ckpt["rng"][rank] if rank < len(ckpt["rng"]) else ckpt["rng"][0])  # fewer ranks before
+        restore_rank_rng(ckpt["rng"], self.env.rank)
         state = LoopState(**{f.name: ckpt[f.name] for f in dataclasses.fields(LoopState) if f.name in ckpt})
         log(f"resumed from {path}: epoch {state.epoch}, batch {state.batch}, step {state.step}")
         if state.batch and "epoch_sums" not in ckpt:  # written before the checkpoint carried them
             log(f"note: {path} holds no scores of epoch {state.epoch + 1}'s first {state.batch} batches; its "
                 f"logged train loss, oa and miou will cover the batches after them only")
+        self._warn_other_run(path, ckpt, log)
+        return state
+
+    def _warn_other_run(self, path: Path, ckpt: dict, log: Log) -> None:
+        """Warn when this run cannot continue bit for bit: another number of torch CPU threads (the CPU
+        kernels sum in another order), or of DDP processes (BatchNorm statistics are per process, and the
+        random streams are those of :func:`restore_rank_rng`)."""
         threads = ckpt.get("threads", torch.get_num_threads())
-        if threads != torch.get_num_threads():  # CPU kernels sum in another order: not bit-identical
+        if threads != torch.get_num_threads():
             log(f"warning: {path} was written with {threads} torch CPU thread(s), this run has "
                 f"{torch.get_num_threads()}: the results will differ from an uninterrupted run (set "
                 f"train.threads={threads} to match)")
-        return state
+        saved, world = len(ckpt["rng"]), self.env.world_size
+        if saved != world:
+            ranks = f"rank {saved}" if world == saved + 1 else f"ranks {saved} to {world - 1}"
+            more = f"; {ranks} draw random streams of their own, derived from the saved ones" if world > saved else ""
+            log(f"warning: {path} was written by {saved} DDP process(es), this run has {world}: the results will "
+                f"differ from an uninterrupted run (BatchNorm statistics are per process{more}; run "
+                f"{saved} process(es) to match: torchrun --nproc_per_node {saved})")
 
     def _check_data(self, path: Path, saved: dict | None, log: Log) -> None:
         """Refuse to resume on other area files than the checkpoint trained on (the fold's areas now, and
@@ -156,3 +171,32 @@ class FoldCheckpoints:
         raise FloatingPointError(
             f"fold {fold}: the loss is {loss.item()} at epoch {state.epoch + 1}, step {state.step} "
             f"(batch {state.batch} of the epoch); the batch and model were saved to {self.run / name}")
+
+
+def rank_rng_state(saved: list[dict], rank: int) -> dict:
+    """The RNG states (:func:`~pointgeope.engine.checkpoint.rng_state`'s form) that rank ``rank`` resumes
+    with, from the ``len(saved)`` ranks' states of a checkpoint. A rank the checkpoint had takes its own
+    (fewer ranks now: the others' streams are dropped). A rank beyond them (more processes now) takes a
+    stream of its own, never another rank's: with ``s = saved[rank % len(saved)]``, the first 4 draws
+    ``w`` of ``torch.randint(2**62)`` from ``s["torch"]`` and ``q = SeedSequence([*w, rank])``, its Python,
+    NumPy and torch generators are seeded with ``q``'s first three 63-bit words and CUDA's with the fourth
+    (``"cuda_seed"``): a function of the saved state and the rank, the same on every such resume."""
+    if rank < len(saved):
+        return saved[rank]
+    source = torch.Generator().set_state(saved[rank % len(saved)]["torch"])
+    words = torch.randint(2**62, (4,), generator=source).tolist()
+    seeds = [int(x) >> 1 for x in np.random.SeedSequence([*words, rank]).generate_state(4, np.uint64)]
+    version, internal, gauss = random.Random(seeds[0]).getstate()
+    name, keys, pos, has_gauss, cached = np.random.RandomState(seeds[1] % 2**32).get_state()
+    return {"python": [version, list(internal), gauss],
+            "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                      "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+            "torch": torch.Generator().manual_seed(seeds[2]).get_state(), "cuda": [], "cuda_seed": seeds[3]}
+
+
+def restore_rank_rng(saved: list[dict], rank: int) -> None:
+    """Set this process's generators to :func:`rank_rng_state` ``(saved, rank)``."""
+    state = rank_rng_state(saved, rank)
+    set_rng_state(state)
+    if "cuda_seed" in state and torch.cuda.is_available():
+        torch.cuda.manual_seed_all(state["cuda_seed"])

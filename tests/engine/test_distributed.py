@@ -128,3 +128,52 @@ def test_two_process_validation_scores_the_saved_model(two_folds, tmp_path):
     val = log.split(" val oa ")[1].split("\n")[0].split()      # oa X macc Y miou Z
     done = log.split("fold 1 done: oa ")[1].split("\n")[0].split()
     assert (val[0], val[2], val[4]) == (done[0], done[2], done[4])
+
+
+def _resuming_rank_main(rank: int, world: int, port: int, root: str, run: str, record: str) -> None:
+    """Epoch 2 of 2 resumed from ``last.pt``; the torch RNG state right after the resume is saved to
+    ``record/rng<rank>.pt``."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    from pointgeope.engine import distributed, state, train
+    from pointgeope.engine.config import load_config
+
+    real = state.FoldCheckpoints.resume
+
+    def resume(self, log):
+        loop = real(self, log)
+        torch.save(torch.get_rng_state(), Path(record) / f"rng{rank}.pt")
+        return loop
+
+    state.FoldCheckpoints.resume = resume
+    cfg = load_config(DEMO_CONFIG, TINY + [f"data.root={root}", f"train.run_dir={run}", "train.threads=1"])
+    env = distributed.setup(cfg.train.device)
+    try:
+        train.run_folds(cfg, 1, env)
+    finally:
+        distributed.cleanup()
+
+
+@pytest.mark.slow
+def test_a_one_process_fold_resumed_on_two_warns_and_the_ranks_draw_different_streams(two_folds, tmp_path):
+    from tests.engine.conftest import train_fold
+
+    run, record = tmp_path / "run", tmp_path / "record"
+    record.mkdir()
+    threads = torch.get_num_threads()
+    try:
+        assert train_fold(two_folds, run, "train.epochs_per_run=1", "train.threads=1") == 0   # epoch 1 of 2
+    finally:
+        torch.set_num_threads(threads)
+    saved = torch.load(run / "area_1" / "last.pt", weights_only=True)["rng"]
+    assert len(saved) == 1
+    mp.start_processes(_resuming_rank_main, args=(2, free_port(), str(two_folds), str(run), str(record)),
+                       nprocs=2, join=True, start_method="fork")
+
+    rng = [torch.load(record / f"rng{r}.pt", weights_only=True) for r in range(2)]
+    assert torch.equal(rng[0], saved[0]["torch"]) and not torch.equal(rng[1], rng[0])
+    log = (run / "area_1" / "log.txt").read_text()
+    assert (f"warning: {run / 'area_1' / 'last.pt'} was written by 1 DDP process(es), this run has 2: the results "
+            "will differ from an uninterrupted run") in log
+    assert log.count("fold 1 done") == 1 and len(torch.load(run / "area_1" / "last.pt", weights_only=True)["rng"]) == 2

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from pointgeope.engine.distributed import DistEnv
-from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
+from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState, rank_rng_state
 
 ENV = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
@@ -81,3 +81,35 @@ def test_the_epoch_sums_come_back_and_an_older_checkpoint_without_them_resumes_w
     assert state == LoopState(epoch=1, batch=3, step=7, best_miou=0.5) and state.epoch_sums == {}
     assert lines[1] == (f"note: {tmp_path / 'last.pt'} holds no scores of epoch 2's first 3 batches; its logged "
                         "train loss, oa and miou will cover the batches after them only")
+
+
+def test_a_resume_with_another_number_of_processes_warns_and_gives_each_new_rank_a_stream_of_its_own(tmp_path):
+    """1 -> 2 processes: rank 0 resumes the saved stream; rank 1 a stream of its own (not rank 0's), the same
+    on every such resume; both warn naming the two counts. 2 -> 1: the rank resumes its own stream, warned."""
+    FoldCheckpoints(tmp_path, learner(0), ENV, {}, {}).save("last.pt", LoopState(epoch=1))
+    expected = draws()  # the saved stream
+    last = tmp_path / "last.pt"
+
+    def resume(rank: int, world: int) -> tuple[tuple, list[str]]:
+        lines = []
+        env = DistEnv(rank=rank, world_size=world, local_rank=rank, device=torch.device("cpu"))
+        FoldCheckpoints(tmp_path, learner(1), env, {}, {}).resume(lines.append)
+        return draws(), lines
+
+    warning = (f"warning: {last} was written by 1 DDP process(es), this run has 2: the results will differ from "
+               "an uninterrupted run (BatchNorm statistics are per process; rank 1 draw random streams of "
+               "their own, derived from the saved ones; run 1 process(es) to match: torchrun --nproc_per_node 1)")
+    rank0, lines = resume(0, 2)
+    assert rank0 == expected and lines[1:] == [warning]
+    rank1, lines = resume(1, 2)
+    assert rank1 != expected and resume(1, 2)[0] == rank1 and lines[1:] == [warning]
+    assert all(a != b for a, b in zip(rank0, rank1))  # Python's, NumPy's and torch's streams all differ
+
+    ckpt = torch.load(last, weights_only=True)
+    ckpt["rng"] = [ckpt["rng"][0], rank_rng_state(ckpt["rng"], 1)]  # as 2 processes write it
+    torch.save(ckpt, last)
+    again, lines = resume(0, 1)
+    assert again == expected and lines[1:] == [
+        f"warning: {last} was written by 2 DDP process(es), this run has 1: the results will differ from an "
+        "uninterrupted run (BatchNorm statistics are per process; run 2 process(es) to match: torchrun "
+        "--nproc_per_node 2)"]
