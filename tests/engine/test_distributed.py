@@ -2,6 +2,7 @@
 samples, and the fold's files are written once (by rank 0)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -177,3 +178,43 @@ def test_a_one_process_fold_resumed_on_two_warns_and_the_ranks_draw_different_st
     assert (f"warning: {run / 'area_1' / 'last.pt'} was written by 1 DDP process(es), this run has 2: the results "
             "will differ from an uninterrupted run") in log
     assert log.count("fold 1 done") == 1 and len(torch.load(run / "area_1" / "last.pt", weights_only=True)["rng"]) == 2
+
+
+def _refused_rank_main(rank: int, world: int, port: int, root: str, run: str, record: str) -> None:
+    """``pointgeope train`` into ``run``; this rank's exit code and stderr go to ``record/rank<rank>.*``."""
+    import sys
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    from pointgeope.cli import main as cli
+
+    with open(Path(record) / f"rank{rank}.err", "w") as err:
+        sys.stderr = err
+        code = cli(["train", "--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", root,
+                    "--run-dir", run, *TINY])
+    (Path(record) / f"rank{rank}.code").write_text(str(code))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("refusal", ["run_dir_is_a_file", "fold_locked"])
+def test_a_refusal_checked_on_rank_0_ends_every_rank_with_its_one_line(two_folds, tmp_path, refusal):
+    """The run folder (a file) and the fold's lock (held by another process) are checked on rank 0 only:
+    the other rank ends with the same one line and exit code 2, not a traceback of the collective."""
+    from pointgeope.lock import folder_lock
+
+    run, record = tmp_path / "run", tmp_path / "record"
+    record.mkdir()
+    with contextlib.ExitStack() as stack:
+        if refusal == "run_dir_is_a_file":
+            run.write_text("x")
+            expected = "expected a folder, found a file"
+        else:
+            stack.enter_context(folder_lock(run / "area_1", "another training"))
+            expected = f"{run / 'area_1'} is "
+        mp.start_processes(_refused_rank_main, args=(2, free_port(), str(two_folds), str(run), str(record)),
+                           nprocs=2, join=True, start_method="fork")
+    for rank in range(2):
+        assert (record / f"rank{rank}.code").read_text() == "2"
+        err = (record / f"rank{rank}.err").read_text().strip().splitlines()
+        assert len(err) == 1 and "Traceback" not in err[0] and expected in err[0], (rank, err)
