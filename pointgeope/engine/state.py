@@ -128,8 +128,9 @@ class FoldCheckpoints:
                 f"train.threads={threads} to match)")
         saved, world = len(ckpt["rng"]), self.env.world_size
         if saved != world:
-            ranks = f"rank {saved}" if world == saved + 1 else f"ranks {saved} to {world - 1}"
-            more = f"; {ranks} draw random streams of their own, derived from the saved ones" if world > saved else ""
+            ranks = (f"rank {saved} draws a random stream of its own" if world == saved + 1
+                     else f"ranks {saved} to {world - 1} draw random streams of their own")
+            more = f"; {ranks}, derived from the saved ones" if world > saved else ""
             log(f"warning: {path} was written by {saved} DDP process(es), this run has {world}: the results will "
                 f"differ from an uninterrupted run (BatchNorm statistics are per process{more}; run "
                 f"{saved} process(es) to match: torchrun --nproc_per_node {saved})")

@@ -97,8 +97,8 @@ def test_a_resume_with_another_number_of_processes_warns_and_gives_each_new_rank
         return draws(), lines
 
     warning = (f"warning: {last} was written by 1 DDP process(es), this run has 2: the results will differ from "
-               "an uninterrupted run (BatchNorm statistics are per process; rank 1 draw random streams of "
-               "their own, derived from the saved ones; run 1 process(es) to match: torchrun --nproc_per_node 1)")
+               "an uninterrupted run (BatchNorm statistics are per process; rank 1 draws a random stream of "
+               "its own, derived from the saved ones; run 1 process(es) to match: torchrun --nproc_per_node 1)")
     rank0, lines = resume(0, 2)
     assert rank0 == expected and lines[1:] == [warning]
     rank1, lines = resume(1, 2)
