@@ -34,22 +34,34 @@ class Recording(torch.utils.data.Dataset):
         return self.dataset[index]
 
 
-def _rank_main(rank: int, world: int, port: int, root: str, run: str, record: str) -> None:
+def join_rank(rank: int, world: int, port: int) -> None:
+    """Make this forked child rank ``rank`` of ``world`` (torchrun's variables), on one torch thread."""
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    from pointgeope.engine import build, distributed, train
-    from pointgeope.engine.config import load_config
 
-    real = build.train_dataset
-    build.train_dataset = lambda cfg, areas: Recording(real(cfg, areas), Path(record) / f"rank{rank}.txt")
-    cfg = load_config(DEMO_CONFIG, TINY + [f"data.root={root}", f"train.run_dir={run}", "data.loop=2"])
+
+def train_fold_1(cfg):
+    """Fold 1 of ``cfg`` in this rank's process group, which is set up before and torn down after."""
+    from pointgeope.engine import distributed, train
+
     env = distributed.setup(cfg.train.device)
     try:
         assert env.world_size == 2 and torch.distributed.get_backend() == "gloo"
         train.run_folds(cfg, 1, env)
     finally:
         distributed.cleanup()
+
+
+def _rank_main(rank: int, world: int, port: int, root: str, run: str, record: str) -> None:
+    join_rank(rank, world, port)
+    from pointgeope.engine import build
+    from pointgeope.engine.config import load_config
+
+    real = build.train_dataset
+    build.train_dataset = lambda cfg, areas: Recording(real(cfg, areas), Path(record) / f"rank{rank}.txt")
+    cfg = load_config(DEMO_CONFIG, TINY + [f"data.root={root}", f"train.run_dir={run}", "data.loop=2"])
+    train_fold_1(cfg)
 
 
 def free_port() -> int:
@@ -88,10 +100,8 @@ def test_two_process_gloo_run(two_folds, tmp_path):
 def _validating_rank_main(rank: int, world: int, port: int, root: str, run: str, record: str) -> None:
     """One epoch with validation (``train.val_every=1``); the model that ``validate`` scores on this rank
     is saved to ``record/val<rank>.pt``."""
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    from pointgeope.engine import distributed, train
+    join_rank(rank, world, port)
+    from pointgeope.engine import train
     from pointgeope.engine.config import load_config
 
     real = train.validate
@@ -103,11 +113,7 @@ def _validating_rank_main(rank: int, world: int, port: int, root: str, run: str,
     train.validate = recording
     cfg = load_config(DEMO_CONFIG, TINY + [f"data.root={root}", f"train.run_dir={run}", "data.loop=2",
                                            "train.epochs=1", "train.val_every=1", "eval.checkpoint=best"])
-    env = distributed.setup(cfg.train.device)
-    try:
-        train.run_folds(cfg, 1, env)
-    finally:
-        distributed.cleanup()
+    train_fold_1(cfg)
 
 
 @pytest.mark.slow
@@ -134,10 +140,8 @@ def test_two_process_validation_scores_the_saved_model(two_folds, tmp_path):
 def _resuming_rank_main(rank: int, world: int, port: int, root: str, run: str, record: str) -> None:
     """Epoch 2 of 2 resumed from ``last.pt``; the torch RNG state right after the resume is saved to
     ``record/rng<rank>.pt``."""
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    from pointgeope.engine import distributed, state, train
+    join_rank(rank, world, port)
+    from pointgeope.engine import state
     from pointgeope.engine.config import load_config
 
     real = state.FoldCheckpoints.resume
@@ -149,11 +153,7 @@ def _resuming_rank_main(rank: int, world: int, port: int, root: str, run: str, r
 
     state.FoldCheckpoints.resume = resume
     cfg = load_config(DEMO_CONFIG, TINY + [f"data.root={root}", f"train.run_dir={run}", "train.threads=1"])
-    env = distributed.setup(cfg.train.device)
-    try:
-        train.run_folds(cfg, 1, env)
-    finally:
-        distributed.cleanup()
+    train_fold_1(cfg)
 
 
 @pytest.mark.slow
@@ -184,9 +184,7 @@ def _refused_rank_main(rank: int, world: int, port: int, root: str, run: str, re
     """``pointgeope train`` into ``run``; this rank's exit code and stderr go to ``record/rank<rank>.*``."""
     import sys
 
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
+    join_rank(rank, world, port)
     from pointgeope.cli import main as cli
 
     with open(Path(record) / f"rank{rank}.err", "w") as err:

@@ -242,19 +242,10 @@ def test_config_of_an_older_checkpoint_without_backbone_is_ptv1():
 
 
 def _ddp_rank(rank: int, world: int, port: int, root: str, run: str) -> None:
-    import os
+    from tests.engine.test_distributed import join_rank, train_fold_1
 
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    from pointgeope.engine import distributed, train
-
-    cfg = load_config(PTV3_DEMO, TINY3 + [f"data.root={root}", f"train.run_dir={run}", "data.loop=2"])
-    env = distributed.setup(cfg.train.device)
-    try:
-        train.run_folds(cfg, 1, env)
-    finally:
-        distributed.cleanup()
+    join_rank(rank, world, port)
+    train_fold_1(load_config(PTV3_DEMO, TINY3 + [f"data.root={root}", f"train.run_dir={run}", "data.loop=2"]))
 
 
 @pytest.mark.slow
