@@ -113,7 +113,7 @@ def knn_cases(device: torch.device, n: int) -> list[CheckCase]:
 
     def compare(got, ref):
         return (float((got[1] - ref[1]).abs().max()), f"{int((got[0] != ref[0]).any(1).sum())} rows with other "
-                "indices (ties)")
+                "indices (0 expected: both break ties to the smaller row)")
     return [CheckCase(label, lambda a=args: knn(*a), lambda a=args: knn(*a, backend="torch"), compare, TOLERANCE["knn"])
             for label, args in (("self k=16", (coarse, coarse, 16, new_off, new_off)),
                                 ("down k=16", (coarse, coord, 16, new_off, off)),

@@ -75,7 +75,7 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         raise ValueError(f"expected as many query clouds as support clouds, got {len(q_off)} and {len(s_off)}")
     chosen = resolve(backend, KNN_BACKENDS, query.device, "knn")
     out_dtype = geometry_dtype(torch.promote_types(query.dtype, support.dtype))
-    if query.dtype != support.dtype:   # promoted here, once, for every backend (torch's addmm refuses a mix)
+    if query.dtype != support.dtype:   # promoted here, once, for every backend (each takes one dtype)
         common = torch.promote_types(query.dtype, support.dtype)
         query, support = query.to(common), support.to(common)
     if chosen == "triton":             # the default falls back to the next default if the kernel fails
@@ -109,8 +109,7 @@ def _fill(x: Tensor, k: int, n: int | Tensor) -> Tensor:
 
 def _numpy(x: Tensor) -> np.ndarray:
     """Contiguous float array on the CPU (float64 stays float64, everything else becomes float32)."""
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return x.detach().to("cpu", dtype).contiguous().numpy()
+    return x.detach().to("cpu", geometry_dtype(x.dtype)).contiguous().numpy()
 
 
 def _cloud_pykdtree(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -150,7 +149,7 @@ def _cloud_torch(query: Tensor, support: Tensor, k: int) -> tuple[Tensor, Tensor
 
     Chunks of queries: at most ``_PAIRS_PER_CHUNK`` pairs at a time, ``_PAIRS_PER_CHUNK_CPU`` on one CPU thread.
     """
-    dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
+    dtype = geometry_dtype(query.dtype)
     query, support = query.to(dtype), support.to(dtype)
     n, m = support.shape[0], query.shape[0]
     planes = support.T.contiguous()                     # (3, N): x, y, z rows
@@ -212,7 +211,7 @@ def _knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off:
         n = torch.repeat_interleave(torch.tensor(sizes, device=query.device),
                                     torch.tensor(counts(q_off), device=query.device))
         idx, dist2 = _fill(idx, k, n), _fill(dist2, k, n)
-    return idx, dist2.to(geometry_dtype(query.dtype))     # float32 distances; float64 coordinates: float64
+    return idx, dist2
 
 
 def _knn_cluster(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]) -> tuple[Tensor, Tensor]:
