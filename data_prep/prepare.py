@@ -289,8 +289,9 @@ def _write_manifests(out: Path, location: str, stock: Stock, written: list[str],
 
 
 def _ignored_text(ignored: tuple, area: str) -> str:
-    """``ignored folders in Annotations 1 (2 files)`` of ``area``'s ``(path, files)`` pairs."""
-    mine = [files for path, files in ignored if path.split("/")[0] == area]
+    """``ignored folders in Annotations 1 (2 files)`` of ``area``'s ``(path, files)`` pairs; a path ends
+    ``Area_N/room/Annotations/folder``, after any folders above the areas (the official zip's top folder)."""
+    mine = [files for path, files in ignored if path.split("/")[-4] == area]
     return f"ignored folders in Annotations {len(mine)} ({sum(mine)} files)"
 
 

@@ -370,3 +370,13 @@ def test_zip_member_given_with_and_without_dot_prefix_is_a_duplicate(tmp_path):
                                        "./Area_1/r/Annotations/wall_1.txt": b"7 8 9 1 2 3\n"})
     with pytest.raises(SourceError, match=r"member 'Area_1/r/Annotations/wall_1.txt' is in the archive twice"):
         open_source(path).rooms()
+
+
+def test_ignored_folders_are_counted_in_their_areas_line_below_a_top_folder(tmp_path, capsys):
+    """The official zip's layout (a top folder above the areas): the summary counted the ignored folders by
+    the path's first folder, so it said 0 while the warning above it named the folder."""
+    top = "Stanford3dDataset_v1.2_Aligned_Version"
+    files = {f"{top}/Area_3/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+             f"{top}/Area_3/r/Annotations/extra/chair_1.txt": b"1 2 3 4 5 6\n"}
+    assert cli(["prepare", str(write_tree(tmp_path / "raw", files)), str(tmp_path / "out")]) == 0
+    assert "lost objects 0, ignored folders in Annotations 1 (1 files), " in capsys.readouterr().out
