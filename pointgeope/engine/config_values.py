@@ -167,8 +167,8 @@ def agreement_problem(m: ModelConfig, presets: list[str] | None = None) -> str |
     encoding (:func:`backbone_problem`), the encoding's own keys (:func:`encoding_problem`, against
     ``model.pe``; with an ablation's ``presets``, :func:`presets_problem`, against each of them), then the
     stages (:func:`stages_problem`)."""
-    encoding = presets_problem(m, presets) if presets is not None else encoding_problem(m)
-    return backbone_problem(m) or encoding or stages_problem(m)
+    return (backbone_problem(m) or (presets_problem(m, presets) if presets is not None else encoding_problem(m))
+            or stages_problem(m))
 
 
 def stages_problem(m: ModelConfig) -> str | None:

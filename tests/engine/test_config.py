@@ -298,3 +298,12 @@ def test_a_missing_config_says_where_the_recipes_are_and_a_missing_base_who_name
         load_config(top)
     assert str(err.value) == (f"expected a config file, found nothing at {tmp_path / '_base.yaml'}; {top} names it "
                               "as its 'base:' (a path from that file's folder)")
+
+
+def test_a_ptv3_encoding_on_ptv1_with_its_geope_keys_is_the_backbones_one_line():
+    """The backbone's check comes before the encoding's keys: PTv1 with ``model.pe=point3drope`` and a GeoPE
+    key raised ``KeyError: 'point3drope'`` (the encoding's table holds PTv1's encodings) instead of the line
+    saying point3drope is a PTv3 encoding."""
+    demo = REPO / "configs" / "demo.yaml"
+    with pytest.raises(ConfigError, match=r"model.pe: 'point3drope' is a PTv3 encoding \(model.backbone: ptv3\)"):
+        load_config(demo, ["model.backbone=ptv1", "model.pe=point3drope", "model.geope_base=50"])
