@@ -226,11 +226,13 @@ def test_the_steps_budget_starts_after_the_warm_up(monkeypatch):
         if warm["left"]:                      # the warm-up step: longer than the whole budget
             warm["left"] -= 1
             clock["now"] += 2.5
-        step(self, given)                     # the others take no time on the budget's clock
+        else:                                 # a rep: 1.5 s, so the 2 s budget holds two of the three asked
+            clock["now"] += 1.5
+        step(self, given)
 
     monkeypatch.setattr(bench_train_step.Case, "step", slow_warm_up)
     monkeypatch.setattr(bench_train_step, "time", SimpleNamespace(perf_counter=lambda: clock["now"]))
-    args = SimpleNamespace(device="cpu", amp="none", points=1500, clouds=1, presets=["rpe"], warmup=1, reps=2,
+    args = SimpleNamespace(device="cpu", amp="none", points=1500, clouds=1, presets=["rpe"], warmup=1, reps=3,
                            budget=2.0, warm_only=False, no_in_model=True, beside_steps=0, no_point_ops=True,
                            profile=False)
     out = {}

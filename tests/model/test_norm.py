@@ -165,7 +165,6 @@ def test_a_cuda_default_that_the_torch_switch_turns_off(monkeypatch):
 
     cuda = torch.device("cuda")
     monkeypatch.delenv("POINTGEOPE_KERNELS", raising=False)
-    monkeypatch.setattr(kernels, "FAILURES", type(kernels.FAILURES)())       # no failure of earlier tests
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: False)
     with forced("triton"):
         assert norm.KERNEL.enabled(cuda) == kernels.triton_imports()
@@ -276,14 +275,14 @@ def test_every_norm_of_the_network_runs_fused_and_equals_torchs(interpreted_cpu)
 @pytest.mark.parametrize("kernel, cls, relu", NORMS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows, channels", [(320_000, 64), (100_003, 3), (50_000, 96)])
-def test_compiled_kernels_on_cuda_match_torchs_batch_norm(monkeypatch, dtype, rows, channels, kernel, cls, relu):
+def test_compiled_kernels_on_cuda_match_torchs_batch_norm(monkeypatch, kernel_failures_forgotten, dtype, rows,
+                                                          channels, kernel, cls, relu):
     """The kernels compiled for the GPU (``POINTGEOPE_KERNELS=triton``: opt-in kernels too), training then
     eval: outputs, gradients and running buffers against torch's float32 ``BatchNorm1d`` (+ ``relu`` for
     ``BatchNormReLU``; the plain norm has no kink to keep the rows off) of the same (rounded) rows; the
     kernel ran both times and did not fall back."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
-    monkeypatch.setattr(kernels, "FAILURES", type(kernels.FAILURES)())       # no failure of earlier tests
     entry, calls = getattr(norm, kernel), []
     fused = entry.triton
     monkeypatch.setattr(entry, "triton", lambda *a: calls.append(1) or fused(*a))

@@ -47,7 +47,7 @@ def test_convert_sync_batchnorm_keeps_the_relu():
     same outputs in training and eval."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), BatchNormReLU(8), torch.nn.Linear(8, 8),
-                                torch.nn.BatchNorm1d(8))
+                                norm.BatchNorm(8))
     reference, fused = copy.deepcopy(model), model[1]
     synced = convert_sync_batchnorm(model)
     assert type(synced[1]) is norm.SyncBatchNormReLU and type(synced[3]) is torch.nn.SyncBatchNorm

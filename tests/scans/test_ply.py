@@ -157,7 +157,7 @@ def test_a_binary_mesh_cut_inside_the_faces_before_its_vertices_is_truncated(tmp
     path = _ply(tmp_path / "cut.ply", "binary_little_endian", [(FACES, TRIANGLE_QUAD), (f"element vertex 3\n{XYZ}",
                                                                                        VERTICES)])
     path.write_bytes(path.read_bytes()[:-3 * 12 - 10])     # half the quad's record
-    with pytest.raises(ScanError, match=rf"^{path}: truncated PLY: the file ends inside its 'face' element \(line "
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}: truncated PLY: the file ends inside its 'face' element \(line "
                                         r"3\), before the vertices$"):
         read_ply(path)
 
