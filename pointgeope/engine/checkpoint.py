@@ -201,8 +201,8 @@ def fold_config(run: str | Path, overrides: list[str] = (), log=print):
     found = [run / f"{which}.pt" for which in ("last", "best") if (run / f"{which}.pt").is_file()]
     if not found:
         raise UserError(f"{run}: expected config.yaml and last.pt, the fold's config and weights, found neither; "
-                        "train the fold first (train.py --test-area K --run-dir RUN), or give the fold folder "
-                        "that holds them")
+                        "train the fold first (pointgeope train --config CONFIG --test-area K --run-dir RUN), or "
+                        "give the fold folder that holds them")
     for path in found:              # a last.pt cut short does not hide an intact best.pt
         try:
             saved = checkpoint_config(load_checkpoint(path), path)
