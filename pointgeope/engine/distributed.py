@@ -6,7 +6,9 @@ the processes use CUDA and Gloo on the CPU. Only rank 0 writes files and draws p
 """
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -146,3 +148,16 @@ def share_refusal(refusal: UserError | None) -> None:
             raise UserError(message[0])
     if refusal is not None:
         raise refusal
+
+
+@contextlib.contextmanager
+def refusal_shared() -> Iterator[None]:
+    """Run the block (a check that only rank 0 makes, e.g. ``if env.is_main: writable_folder(...)``) and
+    then :func:`share_refusal` its :class:`UserError`, or ``None``: every rank ends with rank 0's one line.
+    Collective under DDP: every rank enters the block."""
+    refusal = None
+    try:
+        yield
+    except UserError as err:
+        refusal = err
+    share_refusal(refusal)

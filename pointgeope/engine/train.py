@@ -275,13 +275,9 @@ def fold_folder(run: Path, env: distributed.DistEnv):
     """Hold the lock of the fold folder ``run`` (rank 0; the other ranks write nothing there, and end with
     rank 0's refusal when it is refused) and remove the temporary files a killed run left in it."""
     with contextlib.ExitStack() as stack:
-        refusal = None
-        if env.is_main:
-            try:
+        with distributed.refusal_shared():
+            if env.is_main:
                 stack.enter_context(folder_lock(run, " ".join(sys.argv)))
-            except UserError as err:
-                refusal = err
-        distributed.share_refusal(refusal)
         for path in remove_leftovers(run) if env.is_main else ():
             print(f"removed {path}, left by an interrupted run", flush=True)
         yield
@@ -337,13 +333,9 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
         wanted = [fold_of(folds, test_area, cfg.data.root).index]
     else:
         wanted = list(folds)
-    refusal = None
-    try:  # before any work: a file, or a folder that cannot be written, is one line (on every rank)
+    with distributed.refusal_shared():  # before any work: a file, or a folder that cannot be written, is one line
         if env.is_main:
             writable_folder(cfg.train.run_dir, "run folder (--run-dir, train.run_dir)")
-    except UserError as err:
-        refusal = err
-    distributed.share_refusal(refusal)
     results, budget = [], EpochBudget(cfg.train.epochs_per_run, force)
     for fold in wanted:
         run = Path(cfg.train.run_dir) / fold_folder_name(fold)
