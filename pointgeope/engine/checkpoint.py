@@ -57,21 +57,21 @@ class CheckpointError(UserError, RuntimeError):
 
 def rng_state() -> dict:
     """The states of Python's, NumPy's and torch's (CPU and CUDA) global generators."""
-    version, internal, gauss = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "python": [version, list(internal), gauss],
-        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
+    return pack_rng(random.getstate(), np.random.get_state(), torch.get_rng_state(),
+                    torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [])
+
+
+def pack_rng(python: tuple, numpy: tuple, cpu: torch.Tensor, cuda: list) -> dict:
+    """Generator states (``random.getstate()``, ``np.random.get_state()``, torch's) as a checkpoint holds them."""
+    (version, internal, gauss), (name, keys, pos, has_gauss, cached) = python, numpy
+    return {"python": [version, list(internal), gauss],
+            "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                      "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}, "torch": cpu, "cuda": cuda}
 
 
 def set_rng_state(state: dict) -> None:
-    version, internal, gauss = state["python"]
+    (version, internal, gauss), n = state["python"], state["numpy"]
     random.setstate((version, tuple(internal), gauss))
-    n = state["numpy"]
     np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
                          n["cached_gaussian"]))
     torch.set_rng_state(state["torch"])

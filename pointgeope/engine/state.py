@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from pointgeope.engine import distributed
-from pointgeope.engine.checkpoint import (CheckpointError, check_data, load_checkpoint, load_model_state, rng_state,
-                                          save_checkpoint, set_rng_state)
+from pointgeope.engine.checkpoint import (CheckpointError, check_data, load_checkpoint, load_model_state, pack_rng,
+                                          rng_state, save_checkpoint, set_rng_state)
 from pointgeope.engine.runio import Log
 
 
@@ -187,12 +187,8 @@ def rank_rng_state(saved: list[dict], rank: int) -> dict:
     source = torch.Generator().set_state(saved[rank % len(saved)]["torch"])
     words = torch.randint(2**62, (4,), generator=source).tolist()
     seeds = [int(x) >> 1 for x in np.random.SeedSequence([*words, rank]).generate_state(4, np.uint64)]
-    version, internal, gauss = random.Random(seeds[0]).getstate()
-    name, keys, pos, has_gauss, cached = np.random.RandomState(seeds[1] % 2**32).get_state()
-    return {"python": [version, list(internal), gauss],
-            "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                      "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
-            "torch": torch.Generator().manual_seed(seeds[2]).get_state(), "cuda": [], "cuda_seed": seeds[3]}
+    return {**pack_rng(random.Random(seeds[0]).getstate(), np.random.RandomState(seeds[1] % 2**32).get_state(),
+                       torch.Generator().manual_seed(seeds[2]).get_state(), []), "cuda_seed": seeds[3]}
 
 
 def restore_rank_rng(saved: list[dict], rank: int) -> None:
