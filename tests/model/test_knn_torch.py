@@ -11,38 +11,13 @@ import torch
 
 from pointgeope.model.ops import backends, knn
 from tests.conftest import cuda_devices
+from tests.model.knn_reference import assert_exact_knn
 
 knn_module = importlib.import_module("pointgeope.model.ops.knn")
 
 
-def _reference(query: torch.Tensor, support: torch.Tensor, k: int, q_off, s_off) -> tuple[np.ndarray, np.ndarray]:
-    """Brute force in float64 from the definition, one query at a time: explicit differences, and for float32
-    input every operation of ``((dx^2 + dy^2) + dz^2)`` rounded to float32 after it (float64 holds the exact
-    difference, product or sum of float32 values of these clouds, so one rounding gives float32's result);
-    float64 input is not rounded. Each row: support rows ordered by ``(d2, global row)``, the first ``k``,
-    a cloud of ``n < k`` points repeated cyclically."""
-    rnd = (lambda x: x.astype(np.float32).astype(np.float64)) if query.dtype == torch.float32 else (lambda x: x)
-    q, s = query.cpu().double().numpy(), support.cpu().double().numpy()
-    idx_rows, d_rows, q0, s0 = [], [], 0, 0
-    for q1, s1 in zip(q_off.tolist(), s_off.tolist()):
-        rows = np.arange(s0, s1)
-        for i in range(q0, q1):
-            dx, dy, dz = (rnd(q[i, a] - s[s0:s1, a]) for a in range(3))
-            d2 = rnd(rnd(rnd(dx * dx) + rnd(dy * dy)) + rnd(dz * dz))
-            order = np.lexsort((rows, d2))[np.arange(k) % (s1 - s0)]
-            idx_rows.append(rows[order])
-            d_rows.append(d2[order])
-        q0, s0 = q1, s1
-    return np.stack(idx_rows), np.stack(d_rows)
-
-
 def _assert_exact(query, support, k, q_off, s_off):
-    idx, dist2 = knn(query, support, k, q_off, s_off, backend="torch")
-    want_idx, want_d = _reference(query, support, k, q_off, s_off)
-    assert idx.dtype == torch.long and dist2.dtype == (torch.float64 if query.dtype == torch.float64 else torch.float32) and idx.device == query.device
-    np.testing.assert_array_equal(idx.cpu().numpy(), want_idx)
-    np.testing.assert_array_equal(dist2.cpu().double().numpy(), want_d)
-    return idx, dist2
+    return assert_exact_knn("torch", query, support, k, q_off, s_off)
 
 
 def _far_object(seed: int = 0) -> torch.Tensor:

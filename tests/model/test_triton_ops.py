@@ -16,6 +16,7 @@ pytest.importorskip("triton")
 from pointgeope.model import kernel_choice  # noqa: E402
 from pointgeope.model.ops import HierarchySpec, OpsBackends, backends, fps, knn  # noqa: E402
 from tests.model.fps_reference import reference_fps  # noqa: E402
+from tests.model.knn_reference import assert_exact_knn  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu" and not kernel_choice.current().interpret:
@@ -36,29 +37,8 @@ def _grid(n: int, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(0, 6, size=(n, 3)).astype(np.float64)
 
 
-def _reference_knn(query: torch.Tensor, support: torch.Tensor, k: int, q_off, s_off):
-    """Brute force from the definition: float32 ``((dx^2 + dy^2) + dz^2)``, rows ordered by (dist2, global
-    row) with numpy's lexsort, clouds of n < k points repeated cyclically."""
-    q, s = query.cpu().numpy(), support.cpu().numpy()
-    idx_rows, d_rows, q0, s0 = [], [], 0, 0
-    for q1, s1 in zip(q_off.tolist(), s_off.tolist()):
-        diff = q[q0:q1, None, :] - s[None, s0:s1, :]
-        d2 = (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
-        rows = np.broadcast_to(np.arange(s0, s1), d2.shape)
-        order = np.lexsort((rows, d2), axis=1)[:, np.arange(k) % (s1 - s0)]
-        idx_rows.append(np.take_along_axis(rows, order, 1))
-        d_rows.append(np.take_along_axis(d2, order, 1))
-        q0, s0 = q1, s1
-    return np.concatenate(idx_rows), np.concatenate(d_rows)
-
-
 def _assert_exact_knn(query, support, k, q_off, s_off):
-    idx, dist2 = knn(query, support, k, q_off, s_off, backend="triton")
-    want_idx, want_d = _reference_knn(query, support, k, q_off, s_off)
-    assert idx.dtype == torch.long and dist2.dtype == (torch.float64 if query.dtype == torch.float64 else torch.float32) and idx.shape == (query.shape[0], k)
-    np.testing.assert_array_equal(idx.cpu().numpy(), want_idx)
-    np.testing.assert_array_equal(dist2.cpu().numpy(), want_d)
-    return idx, dist2
+    return assert_exact_knn("triton", query, support, k, q_off, s_off)
 
 
 def test_knn_equals_the_exact_reference_on_ragged_batches_down_and_up():
