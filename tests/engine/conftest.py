@@ -91,3 +91,36 @@ def ignore_sigint() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# --- DDP (gloo) in forked children: tests/engine/test_distributed.py, test_ptv3_engine.py ----------------
+
+def join_rank(rank: int, world: int, port: int) -> None:
+    """Make this forked child rank ``rank`` of ``world`` (torchrun's variables), on one torch thread."""
+    import torch
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+
+
+def train_fold_1(cfg):
+    """Fold 1 of ``cfg`` in this rank's process group, which is set up before and torn down after."""
+    import torch
+
+    from pointgeope.engine import distributed, train
+
+    env = distributed.setup(cfg.train.device)
+    try:
+        assert env.world_size == 2 and torch.distributed.get_backend() == "gloo"
+        train.run_folds(cfg, 1, env)
+    finally:
+        distributed.cleanup()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,7 @@ import torch
 import torch.multiprocessing as mp
 
 from pointgeope.h5 import list_rooms
-from tests.engine.conftest import DEMO_CONFIG, TINY
+from tests.engine.conftest import DEMO_CONFIG, TINY, free_port, join_rank, train_fold_1
 
 
 class Recording(torch.utils.data.Dataset):
@@ -34,25 +32,6 @@ class Recording(torch.utils.data.Dataset):
         return self.dataset[index]
 
 
-def join_rank(rank: int, world: int, port: int) -> None:
-    """Make this forked child rank ``rank`` of ``world`` (torchrun's variables), on one torch thread."""
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-
-
-def train_fold_1(cfg):
-    """Fold 1 of ``cfg`` in this rank's process group, which is set up before and torn down after."""
-    from pointgeope.engine import distributed, train
-
-    env = distributed.setup(cfg.train.device)
-    try:
-        assert env.world_size == 2 and torch.distributed.get_backend() == "gloo"
-        train.run_folds(cfg, 1, env)
-    finally:
-        distributed.cleanup()
-
-
 def _rank_main(rank: int, world: int, port: int, root: str, run: str, record: str) -> None:
     join_rank(rank, world, port)
     from pointgeope.engine import build
@@ -62,12 +41,6 @@ def _rank_main(rank: int, world: int, port: int, root: str, run: str, record: st
     build.train_dataset = lambda cfg, areas: Recording(real(cfg, areas), Path(record) / f"rank{rank}.txt")
     cfg = load_config(DEMO_CONFIG, TINY + [f"data.root={root}", f"train.run_dir={run}", "data.loop=2"])
     train_fold_1(cfg)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow

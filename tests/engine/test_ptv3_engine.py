@@ -242,7 +242,7 @@ def test_config_of_an_older_checkpoint_without_backbone_is_ptv1():
 
 
 def _ddp_rank(rank: int, world: int, port: int, root: str, run: str) -> None:
-    from tests.engine.test_distributed import join_rank, train_fold_1
+    from tests.engine.conftest import join_rank, train_fold_1
 
     join_rank(rank, world, port)
     train_fold_1(load_config(PTV3_DEMO, TINY3 + [f"data.root={root}", f"train.run_dir={run}", "data.loop=2"]))
@@ -253,7 +253,7 @@ def test_a_two_process_ddp_run_of_ptv3(two_folds, tmp_path):
     """DDP (gloo) has nothing PTv1-specific on its path: two ranks train PTv3 with Mix3D and test it."""
     import torch.multiprocessing as mp
 
-    from tests.engine.test_distributed import free_port
+    from tests.engine.conftest import free_port
 
     mp.start_processes(_ddp_rank, args=(2, free_port(), str(two_folds), str(tmp_path)), nprocs=2, join=True,
                        start_method="fork")
