@@ -31,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pointgeope.atomic import atomic_open
-from pointgeope.scans.scan import Scan, ScanError, color_to_uint8
+from pointgeope.scans.scan import Scan, ScanError, color_to_uint8, loadtxt_reason
 
 TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
          "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4",
@@ -154,7 +154,7 @@ def _vertex_records(path: Path) -> np.ndarray:
             try:
                 rows = np.loadtxt(f, dtype=np.float64, max_rows=count, ndmin=2) if count else np.zeros((0, len(props)))
             except ValueError as err:
-                reason = str(err).split(";")[0]  # numpy's advice after ';' (usecols) does not apply here
+                reason = loadtxt_reason(err)
                 raise ScanError(f"{path}: unreadable ascii PLY vertex ({reason}); expected {count:,} lines of "
                                 f"{len(props)} numbers after the header") from None
             if rows.shape[0] != count or rows.shape[1] < len(props):

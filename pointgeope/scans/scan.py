@@ -17,6 +17,12 @@ class ScanError(UserError, ValueError):
     """An input scan that cannot be read or predicted; the message names the file and says what to do."""
 
 
+def loadtxt_reason(err: ValueError) -> str:
+    """What ``np.loadtxt`` found wrong, without its advice after ``;`` (``usecols``), which does not apply to a
+    scan's reader."""
+    return str(err).split(";")[0]
+
+
 @dataclass
 class Scan:
     """One point cloud to predict.

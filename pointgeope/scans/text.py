@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.atomic import atomic_open
-from pointgeope.scans.scan import Scan, ScanError, color_to_uint8
+from pointgeope.scans.scan import Scan, ScanError, color_to_uint8, loadtxt_reason
 
 EXTENSIONS = (".txt", ".xyz", ".pts", ".csv")
 _CHUNK = 1 << 20  # lines written per np.savetxt call
@@ -108,7 +108,7 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
             with _open(path) as f:
                 rows = np.loadtxt(f, dtype=np.float64, delimiter=delimiter, comments="#", skiprows=skip, ndmin=2)
     except ValueError as err:
-        reason = str(err).split(";")[0]  # numpy's advice after ';' (usecols) does not apply here
+        reason = loadtxt_reason(err)
         hint = "; save the file as UTF-8 (or ASCII) text" if "\ufffd" in reason else ""
         bad = _bad_line(path, delimiter, skip)
         if bad is None:
