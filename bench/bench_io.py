@@ -6,10 +6,12 @@ outputs under :data:`OUTPUTS` (the committed results a CPU bench rewrites, the G
 never count."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
 import subprocess
+import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -91,3 +93,26 @@ def save_json(path: Path, payload: dict, indent: int = 2) -> None:
     """``payload`` as JSON at ``path`` (parents made), written atomically: a run cut short leaves the last file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(payload, indent=indent) + "\n")
+
+
+def import_file(path: Path, name: str):
+    """The Python file ``path`` imported as module ``name`` (registered in ``sys.modules``: PyG's inspector
+    looks a layer's globals up there), its imports from this tree: another version of a file, compared with
+    today's in one run."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def module_at(rev: str, path: str, name: str):
+    """The file ``path`` (relative to the repository) as it was at commit ``rev``, imported as ``name``."""
+    source = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True,
+                            text=True).stdout
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(source)
+    try:
+        return import_file(Path(f.name), name)
+    finally:
+        Path(f.name).unlink()

@@ -17,32 +17,17 @@ import argparse
 import importlib
 import importlib.util
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import ROOT, provenance, save_json
+from bench_io import module_at, provenance, save_json
 from bench_model import synthetic_room
 from interleave import paired, rounds, threads
 
 KNN_PATH = "pointgeope/model/ops/knn.py"
-
-
-def module_at(rev: str):
-    """``KNN_PATH`` as it was at commit ``rev``, imported as its own module."""
-    source = subprocess.run(["git", "show", f"{rev}:{KNN_PATH}"], cwd=ROOT, check=True, capture_output=True,
-                            text=True).stdout
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(source)
-    spec = importlib.util.spec_from_file_location("knn_before", f.name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    Path(f.name).unlink()
-    return module
 
 
 def main() -> int:
@@ -55,7 +40,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     prov = provenance(args.threads)
-    before = module_at(args.before)
+    before = module_at(args.before, KNN_PATH, "knn_before")
     after = importlib.import_module("pointgeope.model.ops.knn")
     coord = synthetic_room(args.points, seed=1)
     offset = torch.tensor([coord.shape[0]])

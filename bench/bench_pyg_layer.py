@@ -29,9 +29,7 @@ Usage: python bench/bench_pyg_layer.py [--threads 1 2] [--reps 5] [--n 20000] [-
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -41,7 +39,7 @@ from torch_geometric.nn import PointTransformerConv
 from pointgeope.model.attention import PRESETS, PositionalEncoding, options_for
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph, target_frame
 
-from bench_io import git_commit, tree_dirty, save_json
+from bench_io import git_commit, import_file, tree_dirty, save_json
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "bench_pyg_layer.json"
@@ -54,11 +52,7 @@ TORCH_FRAME = " torch-frame"                  # case suffix: standard GeoPE's pe
 
 def load_layer_class(path: Path) -> type:
     """``GeoPEPointTransformerConv`` of another version of its file (its imports from this tree)."""
-    spec = importlib.util.spec_from_file_location(f"compared_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module                                    # PyG's inspector looks its globals up
-    spec.loader.exec_module(module)
-    return module.GeoPEPointTransformerConv
+    return import_file(path, f"compared_{path.stem}").GeoPEPointTransformerConv
 
 
 def make_layer(case: str, channels: int, compared: dict[str, type]) -> torch.nn.Module:
