@@ -10,7 +10,7 @@ import pytest
 from pointgeope.cli import main
 from pointgeope.constants import CLASS_NAMES, PALETTE
 from pointgeope.viz.render import require_open3d
-from tests.viz.conftest import synthetic_room
+from tests.viz.conftest import synthetic_room, unlabelled_scan
 from tests.viz.test_ply import _read_ply
 
 
@@ -208,19 +208,6 @@ def test_missing_fold_predictions_say_which_command_writes_them(synthetic_area, 
     assert capsys.readouterr().err.strip().endswith(f"found nothing at {other}")
 
 
-def _unlabelled_scan(path, n=200):
-    """A file of ``pointgeope predict --format h5``: an unlabelled scan (every label 255) and its predictions."""
-    from pointgeope import h5
-
-    rng = np.random.default_rng(0)
-    arrays = {"coord": rng.random((n, 3)).astype(np.float32) * 4, "color": rng.integers(0, 255, (n, 3), np.uint8),
-              "label": np.full(n, 255, np.uint8), "instance": np.zeros(n, np.int32)}
-    pred = rng.integers(0, len(CLASS_NAMES), n).astype(np.uint8)
-    h5.write_scan_predictions(path, "scans/scan", "scan", arrays, pred, list(CLASS_NAMES), "scan.npy",
-                              {"num_points": n})
-    return pred
-
-
 def test_the_window_of_an_unlabelled_scan_offers_no_ground_truth_key(tmp_path, capsys, monkeypatch):
     """Keys 2 (gt) and 4 (error) of an unlabelled scan's window drew every point black: they are not in the
     key help, and pressing one changes nothing and says why in one line. The window itself is Open3D's
@@ -229,7 +216,7 @@ def test_the_window_of_an_unlabelled_scan_offers_no_ground_truth_key(tmp_path, c
 
     from pointgeope.viz import render
 
-    pred = _unlabelled_scan(tmp_path / "scan_pred.h5")
+    pred = unlabelled_scan(tmp_path / "scan_pred.h5")
     shown = {}
     monkeypatch.setattr(render, "show", lambda coord, colors, mode, camera, size, title, missing=None:
                         shown.update(colors=colors, mode=mode, missing=missing))
@@ -257,7 +244,7 @@ def test_an_unlabelled_scan_is_drawn_by_its_predictions_and_gt_is_refused(tmp_pa
     black, and `--mode gt` / `--mode error` too, without a word. The default is now `pred`; the two modes
     that need ground truth are refused in one line."""
     n, path = 200, tmp_path / "scan_pred.h5"
-    pred = _unlabelled_scan(path, n)
+    pred = unlabelled_scan(path, n)
     assert main(["viz", str(path), "--ply", str(tmp_path / "v.ply"), "--max-points", "0"]) == 0
     assert f"wrote {tmp_path / 'v.ply'}: {n} points coloured by pred" in capsys.readouterr().out
     _, rec, _ = _read_ply(tmp_path / "v.ply")            # each point in its predicted class's colour

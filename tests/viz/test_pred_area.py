@@ -8,7 +8,7 @@ import pytest
 from pointgeope import h5
 from pointgeope.cli import main
 from tests.viz.conftest import synthetic_room, write_predictions
-from tests.viz.test_command import _unlabelled_scan
+from tests.viz.conftest import unlabelled_scan
 
 
 def _fold_predictions(path, area: str):
@@ -37,7 +37,7 @@ def test_predictions_of_another_area_are_refused_even_where_rooms_match(syntheti
 def test_a_scans_predictions_given_as_pred_of_an_area_say_to_view_the_scan(synthetic_area, tmp_path, capsys):
     area, _ = synthetic_area
     scan = tmp_path / "scan_pred.h5"
-    _unlabelled_scan(scan)
+    unlabelled_scan(scan)
     assert main(["viz", str(area), "--list", "--pred", str(scan)]) == 2
     assert capsys.readouterr().err == (f"pointgeope viz: error: {scan} holds the predictions of scans/scan, not of "
                                        f"{area} (Area_9): view the scan alone: pointgeope viz {scan}\n")
