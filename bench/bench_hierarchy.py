@@ -5,6 +5,8 @@ PTv1's S3DIS layout (strides 1, 4, 4, 4, 4; k = 8, 16, 16, 16, 16) on ``--clouds
 on ``--device``. Backends (labels):
 
     cpu       numba FPS + pykdtree on the host: what a data loader worker pays (coordinates copied to the host)
+    cpu_unordered  the same with the trees' queries in their given order (``knn._ORDERED_QUERIES`` out of
+              reach): the baseline of the Morton order of the queries, the same result bit for bit
     default   the device's default backends (on CUDA: the Triton kernels where Triton imports)
     triton    the Triton kernels (CUDA tensors; on the CPU only under TRITON_INTERPRET=1, far too slow to time)
     cluster   torch-cluster's kNN, where installed (with the device's default FPS: its FPS is not a backend)
@@ -34,7 +36,9 @@ Other scripts call ``time_hierarchy(backends, clouds, points, device)`` (and ``t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import os
 import json
 import sys
 from pathlib import Path
@@ -50,7 +54,8 @@ from pointgeope.model.kernel_check import sync, timed  # noqa: E402
 from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts  # noqa: E402
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
-LABELS = {"cpu": OpsBackends(), "default": OpsBackends(), "triton": OpsBackends("triton", "triton"),
+LABELS = {"cpu": OpsBackends(), "cpu_unordered": OpsBackends(), "default": OpsBackends(),
+          "triton": OpsBackends("triton", "triton"),
           "cluster": OpsBackends(knn="cluster"), "torch": OpsBackends("torch", "torch")}
 
 
@@ -63,9 +68,23 @@ def batch(clouds: int, points: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _run(label: str, coord: torch.Tensor, offset: torch.Tensor, device: torch.device):
     """One hierarchy with ``label``'s backends; ``cpu`` copies the coordinates to the host first."""
     spec = HierarchySpec(STRIDES, NEIGHBOURS, LABELS[label])
+    if label == "cpu_unordered":
+        with _unordered_queries():
+            return spec(coord.to("cpu"), offset.to("cpu"))
     if label == "cpu":
         return spec(coord.to("cpu"), offset.to("cpu"))
     return spec(coord, offset)
+
+
+@contextlib.contextmanager
+def _unordered_queries():
+    """The CPU trees search every query in the caller's order (no cloud reaches ``_ORDERED_QUERIES``)."""
+    module = sys.modules["pointgeope.model.ops.knn"]
+    saved, module._ORDERED_QUERIES = module._ORDERED_QUERIES, sys.maxsize
+    try:
+        yield
+    finally:
+        module._ORDERED_QUERIES = saved
 
 
 def _agreement(h, ref) -> dict:
@@ -216,7 +235,8 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["cpu", "default", "triton"], choices=sorted(LABELS))
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's); pykdtree's are OMP_NUM_THREADS's")
     parser.add_argument("--no-extra", action="store_true", help="skip the ops and fps_variants tables on CUDA")
     parser.add_argument("--cpu-clouds", type=int, nargs="*", default=None,
                         help="run the cpu backend at these batch sizes only (default: at all of --clouds)")
@@ -226,7 +246,8 @@ def main() -> None:
     from pointgeope.info import device_summary
 
     result = {"device": args.device, "device_summary": device_summary(), "torch": torch.__version__,
-              "cpu_threads": torch.get_num_threads(), "points": args.points, "strides": STRIDES,
+              "cpu_threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+              "points": args.points, "strides": STRIDES,
               "neighbours": NEIGHBOURS, "cases": {}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for clouds in args.clouds:

@@ -105,18 +105,3 @@ def test_the_default_cpu_backend_is_the_bucket_fps_and_bad_input_is_refused():
         bucket_fps(np.array([[0.0, 0.0, np.nan], [1.0, 0.0, 0.0]]), [2], [2])
     with pytest.raises(ValueError, match="1 <= kept <= size"):
         bucket_fps(np.zeros((3, 3)), [3], [4])
-
-
-def test_the_tree_orders_each_cloud_by_the_morton_code_of_morton_py():
-    """The tree's order is ``morton.code`` of ``morton.cell`` in the cloud's cube (``cube_scale`` of its side,
-    float64) at ``_BITS`` bits, ties in row order (a stable sort): the plain functions numba compiles here."""
-    from pointgeope.model.ops.bucket_fps import _BITS, _morton_order
-    from pointgeope.model.ops.morton import cell, code, cube_scale
-
-    rng = np.random.default_rng(3)
-    cloud = np.concatenate([rng.random((300, 3)) * [4.0, 3.0, 2.5], rng.integers(0, 3, (100, 3))]).astype(np.float32)
-    lo, hi = cloud.min(0).astype(np.float64), cloud.max(0).astype(np.float64)
-    scale = cube_scale((hi - lo).max(), _BITS)
-    codes = [code(*(cell(float(p[a]), lo[a], scale, _BITS) for a in range(3))) for p in cloud]
-    assert _morton_order(np.concatenate([cloud[:5], cloud]), 5, len(cloud)).tolist() == \
-        sorted(range(len(cloud)), key=codes.__getitem__)

@@ -53,3 +53,20 @@ def test_keys_are_the_plain_functions_on_every_point():
     assert cube_scale((support.max(0).values - support.min(0).values).max().numpy(), BITS) == scale
     assert keys_in(query, [200], frame).tolist() == \
         [code(*(cell(p[a], lo[a], scale, BITS) for a in range(3))) for p in query.numpy()]
+
+
+def test_the_cpu_order_sorts_a_cloud_by_the_code_of_the_plain_functions():
+    """``morton_cpu.morton_order`` (the CPU FPS's tree, the CPU kNN's queries) is ``code`` of ``cell`` in the
+    cloud's cube (``cube_scale`` of its side, float64) at ``morton_cpu.BITS`` bits, ties in row order (a stable
+    sort), whatever rows precede the cloud; ``cloud_order`` the same of a whole cloud, float32 or float64."""
+    from pointgeope.model.ops.morton_cpu import BITS as bits, cloud_order, morton_order
+
+    rng = np.random.default_rng(3)
+    cloud = np.concatenate([rng.random((300, 3)) * [4.0, 3.0, 2.5], rng.integers(0, 3, (100, 3))]).astype(np.float32)
+    lo, hi = cloud.min(0).astype(np.float64), cloud.max(0).astype(np.float64)
+    scale = cube_scale((hi - lo).max(), bits)
+    codes = [code(*(cell(float(p[a]), lo[a], scale, bits) for a in range(3))) for p in cloud]
+    expected = sorted(range(len(cloud)), key=codes.__getitem__)
+    assert morton_order(np.concatenate([cloud[:5], cloud]), 5, len(cloud)).tolist() == expected
+    assert cloud_order(cloud).tolist() == expected == cloud_order(cloud.astype(np.float64)).tolist()
+    assert cloud_order(np.empty((0, 3), np.float32)).shape == (0,)

@@ -59,6 +59,46 @@ def test_knn_backends_agree_on_indices_without_ties():
     assert torch.equal(results[0][:, 0], torch.arange(700))  # every point is its own nearest neighbour
 
 
+TREES = [b for b in ("pykdtree", "scipy") if backends.available(b)]
+
+
+def _library_knn(backend, query, support, k):
+    """The tree library's own answer for every query of one cloud, in the caller's order: float32 rows, squared
+    distances (scipy's distances squared, as the backend documents)."""
+    q, s = query.numpy(), support.numpy()
+    if backend == "pykdtree":
+        from pykdtree.kdtree import KDTree
+        dist2, idx = KDTree(s).query(q, k=k, sqr_dists=True)
+        return torch.from_numpy(idx.astype("int64")), torch.from_numpy(dist2)
+    from scipy.spatial import cKDTree
+    dist, idx = cKDTree(s).query(q, k=k)
+    return torch.from_numpy(idx.astype("int64")), torch.from_numpy(dist * dist).float()
+
+
+@pytest.mark.parametrize("backend", TREES)
+def test_tree_backends_search_many_queries_in_morton_order_and_answer_each_as_the_library_does(backend, monkeypatch):
+    """From ``_ORDERED_QUERIES`` queries of a cloud the tree is searched in the queries' Morton order (a speed
+    choice only): every row is still the library's own answer for that query, bit for bit, in the caller's
+    order, in both clouds (one above the threshold, one below)."""
+    import sys
+
+    from pointgeope.model.ops import morton_cpu
+    knn_module = sys.modules["pointgeope.model.ops.knn"]
+    ordered = []
+    monkeypatch.setattr(morton_cpu, "cloud_order", lambda q: ordered.append(len(q)) or morton_order(q, 0, len(q)))
+    morton_order = morton_cpu.morton_order
+    big = knn_module._ORDERED_QUERIES + 700
+    support, s_off = _clouds([6000, 900], seed=4)
+    query, q_off = _clouds([big, 300], seed=5)
+    query = query[torch.randperm(len(query), generator=torch.Generator().manual_seed(6))]  # shuffled, as crops are
+    idx, dist2 = knn(query, support, 8, q_off, s_off, backend=backend)
+    assert ordered == [big]
+    first = _library_knn(backend, query[:big], support[:6000], 8)
+    second = _library_knn(backend, query[big:], support[6000:], 8)
+    assert torch.equal(idx, torch.cat([first[0], second[0] + 6000]))
+    assert torch.equal(dist2, torch.cat([first[1], second[1]]))
+
+
 def test_knn_ties_give_equal_distances():
     grid = torch.stack(torch.meshgrid(*[torch.arange(5.0)] * 3, indexing="ij"), -1).reshape(-1, 3)
     off = torch.tensor([grid.shape[0]])

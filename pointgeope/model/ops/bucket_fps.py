@@ -7,9 +7,9 @@ operation (no fused multiply-add: numba's default, without ``fastmath``, emits n
 smallest row. The tree only decides which distances need updating, so it changes the speed, not the
 result. The idea is QuickFPS's bucket tree (Han et al., 2023), the library behind ``fpsample``.
 
-The tree of one cloud of ``n`` points: the points sorted by Morton code (``morton.py``'s, in the cloud's
-bounding cube at ``_BITS`` bits per axis), cut into ``P`` leaves of ``leaf`` consecutive points (``P`` a
-power of two, the last leaves empty), a complete binary tree over them::
+The tree of one cloud of ``n`` points: the points sorted by Morton code (``morton_cpu.morton_order``, in
+the cloud's bounding cube), cut into ``P`` leaves of ``leaf`` consecutive points (``P`` a power of two, the
+last leaves empty), a complete binary tree over them::
 
     # node 1 the root, node v's children 2v and 2v+1, leaf l at node P + l      (heap layout)
     # box  (2P, 6): lo_x lo_y lo_z | hi_x hi_y hi_z of the node's points      (empty: +inf | -inf)
@@ -28,43 +28,12 @@ import numba
 import numpy as np
 import torch
 
-from pointgeope.model.ops import morton
+from pointgeope.model.ops.morton_cpu import morton_order
 from pointgeope.model.ops.checks import check_coordinates
-from pointgeope.radix import radix_sort
 
 __all__ = ["bucket_fps", "LEAF"]
 
 LEAF = 32           # points per leaf (bench/bench_fps.py at 80k points: 16 and 64 within 4 %, 128 1.17x slower)
-_BITS = 10          # bits per axis of the Morton code: it orders the points, nothing else
-
-# morton.py's plain functions, compiled. Numba's cache does not see a change of morton.py (numba issue #1833):
-# after one, the cached _morton_order may keep the old code until bucket_fps.py changes; that changes the
-# speed, never the samples.
-_code, _cell, _cube_scale = (numba.njit(cache=True)(f) for f in (morton.code, morton.cell, morton.cube_scale))
-
-
-@numba.njit(cache=True)
-def _morton_order(points, start, n):
-    """Rows ``0 .. n-1`` of the cloud ``points[start:start + n]`` sorted by their Morton code in the cloud's
-    bounding cube at ``_BITS`` bits per axis, ties in row order (the package's radix sort, ``pointgeope.radix``,
-    of ``code << b | row``)."""
-    lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
-    for i in range(start, start + n):
-        for a in range(3):
-            lo[a], hi[a] = min(lo[a], points[i, a]), max(hi[a], points[i, a])
-    scale = _cube_scale((hi - lo).max(), _BITS)
-    keys = np.empty(n, np.int64)
-    for i in range(n):
-        x, y, z = points[start + i, 0], points[start + i, 1], points[start + i, 2]  # (a row view: +0.1 ms at 80k)
-        keys[i] = _code(_cell(x, lo[0], scale, _BITS), _cell(y, lo[1], scale, _BITS), _cell(z, lo[2], scale, _BITS))
-    rows = 1                                            # key << rows | row: sorted, the rows in key order
-    while (1 << rows) < n:
-        rows += 1
-    for i in range(n):
-        keys[i] = (keys[i] << rows) | i
-    radix_sort(keys, 3 * _BITS + rows)
-    return keys & ((1 << rows) - 1)
-
 
 @numba.njit(cache=True)
 def _build(xyz, leaf, box, nmax, narg):
@@ -146,7 +115,7 @@ def _step(xyz, rows, dist, leaf, box, nmax, narg, c, stack, inner):
 def _sample_cloud(points, start, n, m, leaf, out, o):
     """The first ``m`` FPS samples of the cloud ``points[start:start + n]`` (float32), global rows, into
     ``out[o:o + m]``."""
-    rows = _morton_order(points, start, n)
+    rows = morton_order(points, start, n)
     xyz = np.empty((3, n), np.float32)                   # sorted x | y | z
     for i in range(n):
         for a in range(3):

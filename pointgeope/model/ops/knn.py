@@ -21,7 +21,7 @@ from torch import Tensor
 from pointgeope.geope import geometry_dtype
 from pointgeope.model import kernels
 from pointgeope.model.ops import checks
-from pointgeope.model.ops.backends import KNN_BACKENDS, resolve
+from pointgeope.model.ops.backends import KNN_BACKENDS, available, resolve
 from pointgeope.model.ops.offsets import check_offset, cloud_of_rows, counts
 
 __all__ = ["knn"]
@@ -32,6 +32,10 @@ __all__ = ["knn"]
 # stall on a busy machine (3.4x slower than 64 MiB chunks on 2 threads here).
 _PAIRS_PER_CHUNK = 1 << 24
 _PAIRS_PER_CHUNK_CPU = 1 << 18
+# The tree backends search this many queries or more in Morton order (``_in_morton_order``): below it the
+# order and the copies cost what the cache saves (one thread, CPU time: 1.0x at 2,048 queries, 0.93x at 20k,
+# 0.82x at 80k; bench/bench_hierarchy.py).
+_ORDERED_QUERIES = 2048
 
 
 def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_offset: Tensor,
@@ -112,20 +116,45 @@ def _numpy(x: Tensor) -> np.ndarray:
     return x.detach().to("cpu", geometry_dtype(x.dtype)).contiguous().numpy()
 
 
+def _in_morton_order(search, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``search(query)`` (a tree's ``(M, k)`` rows and squared distances of each query), run on the queries in
+    their Morton order (``morton_cpu.cloud_order``) from ``_ORDERED_QUERIES`` of them, its rows put back in the
+    caller's order. A tree answers each query on its own, so the result is the same, bit for bit; neighbouring
+    queries walk the same nodes one after the other, which the cache keeps (a training crop's points come
+    shuffled, and FPS samples in an order far apart by design)."""
+    if len(query) < _ORDERED_QUERIES or not available("numba"):
+        return search(query)
+    from pointgeope.model.ops import morton_cpu
+
+    order = morton_cpu.cloud_order(query)
+    idx_sorted, dist2_sorted = search(query[order])
+    idx, dist2 = np.empty_like(idx_sorted), np.empty_like(dist2_sorted)
+    idx[order], dist2[order] = idx_sorted, dist2_sorted
+    return idx, dist2
+
+
 def _cloud_pykdtree(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     from pykdtree.kdtree import KDTree
 
     s = _numpy(support)
-    dist2, idx = KDTree(s).query(_numpy(query).astype(s.dtype), k=k, sqr_dists=True)
-    return idx.reshape(-1, k).astype(np.int64), dist2.reshape(-1, k)
+    tree = KDTree(s)
+
+    def search(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dist2, idx = tree.query(q, k=k, sqr_dists=True)
+        return idx.reshape(-1, k).astype(np.int64), dist2.reshape(-1, k)
+    return _in_morton_order(search, _numpy(query).astype(s.dtype))
 
 
 def _cloud_scipy(query: Tensor, support: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     from scipy.spatial import cKDTree
 
-    dist, idx = cKDTree(_numpy(support)).query(_numpy(query), k=k)
-    dist = dist.reshape(-1, k)
-    return idx.reshape(-1, k).astype(np.int64), dist * dist
+    tree = cKDTree(_numpy(support))
+
+    def search(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dist, idx = tree.query(q, k=k)
+        dist = dist.reshape(-1, k)
+        return idx.reshape(-1, k).astype(np.int64), dist * dist
+    return _in_morton_order(search, _numpy(query))
 
 
 def _cloud_torch(query: Tensor, support: Tensor, k: int) -> tuple[Tensor, Tensor]:
