@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from pointgeope.atomic import write_text_atomic
+from pointgeope.provenance import checkout_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 CHANGED_LISTED = 20     # at most this many changed paths are written into a result
@@ -33,10 +34,11 @@ def _git(tree: Path, *args: str) -> str | None:
 
 
 def git_commit(short: bool = False, tree: Path = ROOT) -> str:
-    """The commit checked out in ``tree`` (this repository by default; "" outside a git checkout). Whether the
-    tree differed from it when the run started is :func:`git_state`'s ``dirty``."""
-    out = _git(tree, "rev-parse", *(["--short"] if short else []), "HEAD")
-    return (out or "").strip()
+    """The commit checked out in ``tree`` (this repository by default), as the package reads its own
+    (:func:`pointgeope.provenance.checkout_commit`), "" where that says None (outside a git checkout, or a folder
+    inside one that is not its top). Whether the tree differed from it when the run started is
+    :func:`git_state`'s ``dirty``."""
+    return checkout_commit(tree, short) or ""
 
 
 def git_state(tree: Path = ROOT, exclude: tuple[str, ...] = (), untracked: bool = False) -> dict:

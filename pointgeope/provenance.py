@@ -2,7 +2,8 @@
 
 ``metrics.json`` records both (:func:`code_record`), so that a run folder says which code produced it: between
 releases (a ``.devN`` version) only the commit tells two states of the code apart. Nothing here is compared
-between folds (``report`` compares their settings: :mod:`pointgeope.report.settings`).
+between folds (``report`` compares their settings: :mod:`pointgeope.report.settings`). The benchmarks'
+results (``bench/bench_io.py``) read their commit by :func:`checkout_commit` too.
 """
 from __future__ import annotations
 
@@ -17,14 +18,15 @@ PACKAGE_PARENT = Path(__file__).resolve().parent.parent
 GIT_TIMEOUT_S = 2.0
 
 
-@functools.lru_cache(maxsize=8)
-def checkout_commit(root: Path = PACKAGE_PARENT) -> str | None:
-    """The commit (40 hex digits) that ``root`` is checked out at, when ``root`` is the top folder of a git
-    work tree (a clone or a worktree); ``None`` otherwise: no git, not a checkout, git slower than
-    :data:`GIT_TIMEOUT_S`, or a repository that only contains ``root`` (site-packages of a virtual
-    environment inside a clone is not that clone's code). Uncommitted changes are not told."""
+def checkout_commit(root: Path = PACKAGE_PARENT, short: bool = False) -> str | None:
+    """The commit (40 hex digits; ``short``: git's abbreviation, ``rev-parse --short``) that ``root`` is checked
+    out at, when ``root`` is the top folder of a git work tree (a clone or a worktree); ``None`` otherwise: no git,
+    not a checkout, git slower than :data:`GIT_TIMEOUT_S`, or a repository that only contains ``root``
+    (site-packages of a virtual environment inside a clone is not that clone's code). Uncommitted changes are
+    not told. Asks git at each call (the benchmarks' ``bench_io.git_commit`` too)."""
     try:
-        done = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel", "HEAD"], text=True,
+        done = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel",
+                               *(["--short"] if short else []), "HEAD"], text=True,
                               capture_output=True, stdin=subprocess.DEVNULL, timeout=GIT_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return None
@@ -34,6 +36,13 @@ def checkout_commit(root: Path = PACKAGE_PARENT) -> str | None:
     return lines[1]
 
 
+@functools.lru_cache(maxsize=1)
+def package_commit() -> str | None:
+    """:func:`checkout_commit` of the package's own folder, asked once per process: the code this process
+    imported, whatever is committed while it runs."""
+    return checkout_commit()
+
+
 def code_record() -> dict[str, str | None]:
     """``{"pointgeope": "0.2.0.dev0", "pointgeope_commit": "<40 hex digits>" or None}``: the code of this run."""
-    return {"pointgeope": __version__, "pointgeope_commit": checkout_commit()}
+    return {"pointgeope": __version__, "pointgeope_commit": package_commit()}

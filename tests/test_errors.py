@@ -6,11 +6,11 @@ import signal
 import subprocess
 import sys
 import time
-import weakref
 
 import pytest
 
 from pointgeope.errors import UserError, run_command
+from tests.dropped_stop import IMPORT_LINE, stop_in_a_callback
 
 
 def _raise(err):
@@ -72,14 +72,8 @@ def test_a_stop_raised_inside_a_callback_is_delivered_again(capsys, sig, code, w
     and the command went on to exit 0 (a prepare SIGTERM'd at the wrong moment finished every area)."""
     steps = []
 
-    class Owner:
-        pass
-
     def work():
-        owner = Owner()
-        watch = weakref.ref(owner, lambda ref: signal.raise_signal(sig))  # the handler runs in the callback
-        del owner
-        assert watch() is None
+        stop_in_a_callback(sig)
         for _ in range(200):  # 10 s at most
             steps.append(time.sleep(0.05))
         return 0
@@ -91,17 +85,13 @@ def test_a_stop_raised_inside_a_callback_is_delivered_again(capsys, sig, code, w
     assert sys.unraisablehook is hook  # put back after the command
 
 
-STOP_AT_THE_END = """
-import signal, sys, time, weakref
+STOP_AT_THE_END = IMPORT_LINE + """
+import sys, time
+from dropped_stop import stop_in_a_callback
 from pointgeope.errors import run_command
 
-class Owner:
-    pass
-
 def work():
-    owner = Owner()
-    watch = weakref.ref(owner, lambda ref: signal.raise_signal(signal.Signals[sys.argv[1]]))
-    del owner  # the handler runs in the callback, which drops its exception: the command's last bytecodes
+    stop_in_a_callback(sys.argv[1])  # dropped in the command's last bytecodes
     return 0
 
 code = run_command("pointgeope x", work)
@@ -119,8 +109,9 @@ def test_a_stop_dropped_as_the_command_ends_is_its_exit_code_not_the_callers(sig
     assert (done.returncode, done.stdout, done.stderr) == (0, f"returned {code}\n", f"pointgeope x: {word}\n")
 
 
-STOP_SENT_AGAIN_INTO_THE_HOOK = """
-import signal, sys, threading, time, weakref
+STOP_SENT_AGAIN_INTO_THE_HOOK = IMPORT_LINE + """
+import sys, threading, time
+from dropped_stop import stop_in_a_callback
 from pointgeope.errors import run_command
 
 start, starts = threading.Thread.start, []
@@ -133,13 +124,8 @@ def slow_start(self):  # the first thread started returns 50 ms late, as on a bu
 
 threading.Thread.start = slow_start
 
-class Owner:
-    pass
-
 def work():
-    owner = Owner()
-    watch = weakref.ref(owner, lambda ref: signal.raise_signal(signal.Signals[sys.argv[1]]))
-    del owner
+    stop_in_a_callback(sys.argv[1])
     for _ in range(100):  # 5 s at most
         time.sleep(0.05)
     return 0

@@ -33,8 +33,16 @@ def test_the_commit_is_the_checkouts_own_and_none_elsewhere(tmp_path, monkeypatc
     (repo / "pointgeope" / "__init__.py").write_text("")
     for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "one"]):
         subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True)
-    find = checkout_commit.__wrapped__        # uncached: each case asks git
+    find = checkout_commit                   # not cached: each case asks git
     assert find(repo) == head_from_files(repo) and len(find(repo)) == 40
+    short = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, env=GIT_ENV, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert find(repo, short=True) == short and head_from_files(repo).startswith(short) and len(short) < 40
+    first = find(repo)
+    (repo / "two.txt").write_text("2\n")
+    for args in (["add", "."], ["commit", "-q", "-m", "two"]):
+        subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True)
+    assert find(repo) == head_from_files(repo) != first     # asked again: a new commit is seen (the benches')
     # a folder inside a repository is not its checkout (site-packages of a venv inside a clone)
     assert find(repo / "pointgeope") is None
     assert find(tmp_path) is None            # no repository at all

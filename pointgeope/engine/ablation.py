@@ -141,8 +141,8 @@ def _saved_threads(last: Path) -> int | None:
 
     if not last.is_file() or fold_is_complete(last.parent):
         return None
-    try:
-        threads = load_checkpoint(last).get("threads")
+    try:    # the tensors (the model's and optimizer's: most of the file) mapped, never read
+        threads = load_checkpoint(last, mmap=True).get("threads")
     except CheckpointError:
         return None  # (the trial names it)
     return threads if isinstance(threads, int) and not isinstance(threads, bool) else None

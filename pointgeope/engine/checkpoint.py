@@ -136,7 +136,7 @@ def damaged(path: Path, err: Exception) -> bool:
 
 
 def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = RESUME_ADVICE,
-                    unreadable: str = UNREADABLE, damaged_file: str | None = None) -> dict:
+                    unreadable: str = UNREADABLE, damaged_file: str | None = None, mmap: bool = False) -> dict:
     """Load a checkpoint on the CPU with ``weights_only=True``.
 
     Args:
@@ -148,6 +148,7 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
             default: delete a damaged last.pt; predict's names its model argument).
         damaged_file: the error, with ``{path}`` and ``{kind}``, of a checkpoint cut short or corrupted
             (:func:`damaged`); ``None``: ``unreadable``'s.
+        mmap: map the tensors from the file instead of reading them (a look at its small keys only).
 
     Raises:
         CheckpointError: the file is missing, unreadable, not a pointgeope checkpoint, or was written with
@@ -157,13 +158,12 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
     if not path.is_file():
         raise CheckpointError(f"expected a checkpoint at {path}, found nothing")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # truncated zip, foreign pickle, another kind of file, ...
         template = damaged_file if damaged_file and damaged(path, err) else unreadable
         raise CheckpointError(template.format(path=path, kind=unreadable_kind(path, err))) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: expected a {FORMAT} file, got "
-                              f"{type(ckpt).__name__} without that format tag")
+        raise CheckpointError(f"{path}: expected a {FORMAT} file, got {type(ckpt).__name__} without that format tag")
     if ckpt.get("version") != VERSION:
         raise CheckpointError(f"{path}: expected checkpoint version {VERSION}, got {ckpt.get('version')}")
     if config is not None:

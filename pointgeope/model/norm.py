@@ -44,7 +44,7 @@ tensor).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from functools import partial
 from types import ModuleType
 
 import torch
@@ -132,16 +132,21 @@ def _count(valid: Tensor | None, unused: Tensor) -> Tensor:
     return unused if valid is None else valid
 
 
+def _kernel(relu: bool) -> kernels.Kernel:
+    """The registered kernel of the norm with its ReLU (:data:`KERNEL`) or without it (:data:`PLAIN_KERNEL`)."""
+    return KERNEL if relu else PLAIN_KERNEL
+
+
 class _FusedBatchNorm(torch.autograd.Function):
-    """``kernel``'s op on the Triton kernels: ``relu(batch_norm(x))`` for :data:`KERNEL`, ``batch_norm(x)`` for
-    :data:`PLAIN_KERNEL`; saves ``x``, the parameters and the ``(5, C)`` statistics (no normalised copy of ``x``:
-    the backward recomputes it)."""
+    """The op on the Triton kernels: ``relu(batch_norm(x))`` with ``relu`` (:data:`KERNEL`'s), ``batch_norm(x)``
+    without (:data:`PLAIN_KERNEL`'s); saves ``x``, the parameters and the ``(5, C)`` statistics (no normalised
+    copy of ``x``: the backward recomputes it)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None,
                 running_var: Tensor | None, batch_stats: bool, momentum: float, eps: float,
-                valid: Tensor | None, kernel: kernels.Kernel) -> Tensor:
-        x, relu = x.contiguous(), kernel is KERNEL
+                valid: Tensor | None, relu: bool) -> Tensor:
+        x = x.contiguous()
         (r, c), f64 = x.shape, torch.float64 in (x.dtype, weight.dtype)
         stats = _statistics(x, weight, bias, running_mean, running_var, batch_stats, eps,
                             torch.float64 if f64 else torch.float32, valid)
@@ -152,20 +157,21 @@ class _FusedBatchNorm(torch.autograd.Function):
                 running_mean if update else stats, running_var if update else stats, r, c, momentum,
                 UPDATE=update, RELU=relu, F64=f64, BLOCK_R=block_r, BLOCK_C=block_c, device=x.device)
         ctx.save_for_backward(x, weight, bias, stats, valid)
-        ctx.batch_stats, ctx.eps, ctx.kernel = batch_stats, eps, kernel
+        ctx.batch_stats, ctx.eps, ctx.relu = batch_stats, eps, relu
         return y
 
     @staticmethod
     def backward(ctx, g: Tensor):
         x, weight, bias, stats, valid = ctx.saved_tensors
         needs = list(ctx.needs_input_grad[:3])
-        batch, eps, kernel = ctx.batch_stats, ctx.eps, ctx.kernel
+        batch, eps, relu = ctx.batch_stats, ctx.eps, ctx.relu
+        kernel = _kernel(relu)
 
         def torch_path(a, w, b):        # batch statistics again, or the forward's running ones (rows 0 and 4)
             return kernel.torch(a, w, b, None if batch else stats[0], None if batch else stats[4], batch, 0.0, eps,
                                 valid)
         grads = kernel.dispatch(x.device, lambda: _backward(x, g.contiguous(), stats, weight, bias, batch, needs,
-                                                            valid, kernel is KERNEL),
+                                                            valid, relu),
                                 lambda: torch_grads(torch_path, [x, weight, bias], needs, g),
                                 decided=True)       # this forward ran Triton: the backward follows it
         return (*grads, None, None, None, None, None, None, None)
@@ -226,16 +232,16 @@ class BatchNorm(nn.BatchNorm1d):
     :func:`pointgeope.model.padding.batch_rows`, takes its statistics over a padded batch's real rows only.
     Shapes: ``(R, C) -> (R, C)`` (other shapes: torch's path)."""
 
-    kernel: kernels.Kernel      # PLAIN_KERNEL (overridden by BatchNormReLU: KERNEL), set after registration
+    relu = False                # BatchNormReLU: True; the kernel is _kernel(relu)
 
     def forward(self, x: Tensor) -> Tensor:
         batch_stats = self.training or self.running_mean is None
         valid = padding.valid_rows(x.shape[0]) if self.training else None
         cumulative = valid is not None and self.momentum is None   # its step a tensor: torch ops, no host read
-        kernel = self.kernel
+        kernel = _kernel(self.relu)
         if cumulative or not (kernel.enabled(x.device) and _takes(x, self.weight) and x.shape[0] > int(batch_stats)):
             y = self._torch_forward(x, valid)
-            return torch.relu_(y) if kernel is KERNEL else y
+            return torch.relu_(y) if self.relu else y
         factor = self._factor()
         if isinstance(factor, Tensor):
             factor = float(factor)
@@ -266,6 +272,8 @@ class BatchNorm(nn.BatchNorm1d):
 class BatchNormReLU(BatchNorm):
     """``relu(BatchNorm1d(x))`` in one op where the kernel runs (module docstring); ``BatchNorm1d``'s
     arguments, parameters and buffers. Shapes: ``(R, C) -> (R, C)`` (other shapes: torch's path)."""
+
+    relu = True
 
 
 class SyncBatchNormReLU(nn.SyncBatchNorm):
@@ -307,13 +315,14 @@ def _check_rows(rows: int, width: int, margin: float = 0.05) -> tuple[Tensor, Te
     return torch.where(pre.abs() < margin, x + torch.where(pre >= 0, 2 * margin, -2 * margin) / scale, x), w, b
 
 
-def _check(kernel: kernels.Kernel, device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
-    """``info --check`` of ``kernel``, training mode, forward and backward, float32 and bfloat16, against torch's:
-    :data:`KERNEL` on the pair MLP's first norm (``pairs x 16`` rows of width 64), :data:`PLAIN_KERNEL` on a
-    block's third norm (``points`` rows of width 64); the largest difference relative to the largest value."""
+def _check(relu: bool, device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
+    """``info --check`` of ``_kernel(relu)``, training mode, forward and backward, float32 and bfloat16, against
+    torch's: :data:`KERNEL` on the pair MLP's first norm (``pairs x 16`` rows of width 64), :data:`PLAIN_KERNEL`
+    on a block's third norm (``points`` rows of width 64); the largest difference relative to the largest value."""
     from pointgeope.model.kernel_check import _grads
 
-    rows, width = (pairs * 16 if kernel is KERNEL else points), 64
+    kernel = _kernel(relu)
+    rows, width = (pairs * 16 if relu else points), 64
     x, w, b = (t.float().to(device) for t in _check_rows(rows, width))
 
     def compare(got, want):
@@ -328,21 +337,19 @@ def _check(kernel: kernels.Kernel, device: torch.device, points: int, pairs: int
     return cases
 
 
-def _fused(kernel: Callable[[], kernels.Kernel]):
-    """The Triton function of the :class:`~pointgeope.model.kernels.Kernel` that ``kernel()`` gives (asked at the
-    call: the one registered with it): ``F.batch_norm``'s arguments and ``valid``, by :class:`_FusedBatchNorm`."""
+def _fused(relu: bool):
+    """The Triton function of the norm with (``relu``) or without its ReLU: ``F.batch_norm``'s arguments and
+    ``valid``, by :class:`_FusedBatchNorm`."""
     def run(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
             batch_stats: bool, momentum: float, eps: float, valid: Tensor | None = None) -> Tensor:
         return _FusedBatchNorm.apply(x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid,
-                                     kernel())
+                                     relu)
     return run
 
 
 # A CUDA default since GPU run 6 (module docstring): 0.91-0.92x the recipe's step.
-KERNEL = kernels.register("batch_norm_relu", _fused(lambda: KERNEL), reference, atomics=False,
-                          check=lambda device, points, pairs: _check(KERNEL, device, points, pairs))
+KERNEL = kernels.register("batch_norm_relu", _fused(relu=True), reference, atomics=False,
+                          check=partial(_check, True))
 # The same kernels without the ReLU (a block's third norm); opt-in until a GPU run times it (bench_norm.py's plain).
-PLAIN_KERNEL = kernels.register("batch_norm", _fused(lambda: PLAIN_KERNEL), plain_reference, atomics=False,
-                                check=lambda device, points, pairs: _check(PLAIN_KERNEL, device, points, pairs),
-                                cuda_default=False)
-BatchNorm.kernel, BatchNormReLU.kernel = PLAIN_KERNEL, KERNEL
+PLAIN_KERNEL = kernels.register("batch_norm", _fused(relu=False), plain_reference, atomics=False,
+                                check=partial(_check, False), cuda_default=False)

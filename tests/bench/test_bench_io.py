@@ -26,8 +26,10 @@ def test_git_commit_unchanged_for_its_callers(checkout, git):
     assert bench_io.git_commit(short=True, tree=checkout) == git(checkout, "rev-parse", "--short", "HEAD")
 
 
-def test_outside_a_checkout(tmp_path):
+def test_outside_a_checkout(tmp_path, checkout):
     assert bench_io.git_commit(tree=tmp_path) == ""
+    (checkout / "inner").mkdir()             # a folder inside a checkout is not a checkout (as metrics.json's)
+    assert bench_io.git_commit(tree=checkout / "inner") == ""
     assert bench_io.git_state(tmp_path) == {"commit": "", "dirty": None, "changed": []}
 
 

@@ -17,6 +17,7 @@ from data_prep.prepare import PrepareConfig, prepare
 from pointgeope.cli import main as cli
 from tests.conftest import process_ended
 from tests.data_prep.raw_trees import DEFECT_FILES, five_rooms, output_bytes, write_tree
+from tests.dropped_stop import IMPORT_LINE
 
 
 KILL_ONE_WORKER = """
@@ -154,23 +155,19 @@ def test_a_stop_while_the_workers_fork_ends_the_run(tmp_path, sig, code, word, c
     _stopped_then_resumed(proc, code, word, raw, out, tmp_path, "--jobs", "2")
 
 
-STOP_IN_A_CALLBACK = """
-import signal, sys, weakref
+STOP_IN_A_CALLBACK = IMPORT_LINE + """
+import sys
 import data_prep.room
+from dropped_stop import stop_in_a_callback
 from pointgeope.cli import main
 
 load_room = data_prep.room.load_room
 rooms = []
 
-class Owner:
-    pass
-
 def stopped_load_room(source, room, limits):  # the stop lands in a weakref callback, which drops exceptions
     rooms.append(room.name)
     if len(rooms) == 3:
-        owner = Owner()
-        watch = weakref.ref(owner, lambda ref: signal.raise_signal(signal.Signals[sys.argv[3]]))
-        del owner
+        stop_in_a_callback(sys.argv[3])
     return load_room(source, room, limits)
 
 data_prep.room.load_room = stopped_load_room
