@@ -136,7 +136,7 @@ def _rodrigues_formula(v: Tensor, axis: Tensor, block_scale: Tensor) -> Tensor:
     """``cos v + s k (a x v) + c k^2 (a . v) a`` (``k = block_scale``, ``a = axis``), differentiable in all
     inputs."""
     cos, sinc, versc = _coefficients((axis * axis).sum(-1, keepdim=True) * block_scale * block_scale)
-    cross = torch.linalg.cross(axis, v, dim=-1)  # broadcasts over the leading dims
+    cross = torch.linalg.cross(*torch.broadcast_tensors(axis, v), dim=-1)   # cross broadcasts no missing dim
     dot = (axis * v).sum(-1, keepdim=True)
     return cos * v + (sinc * block_scale) * cross + (versc * block_scale * block_scale * dot) * axis
 
