@@ -56,8 +56,9 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
 
     Returns:
         ``idx (M, k)`` int64 global support rows and ``dist2 (M, k)`` squared distances, both on the
-        query's device, sorted by distance. Query and support of different dtypes are searched in their
-        promoted dtype (``torch.promote_types``) on every backend; ``dist2`` is float64 when that dtype is
+        query's device, sorted by distance, with no gradient (coordinates that need one, e.g. predicted
+        offsets, are read detached on every backend). Query and support of different dtypes are searched in
+        their promoted dtype (``torch.promote_types``) on every backend; ``dist2`` is float64 when that dtype is
         float64 and float32 otherwise (``geope.geometry_dtype``): integer squared distances would wrap
         (int32 coordinates 50 000 apart give ``-2^31``) and float16 ones overflow past 65504.
 
@@ -78,6 +79,7 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
     if len(q_off) != len(s_off):
         raise ValueError(f"expected as many query clouds as support clouds, got {len(q_off)} and {len(s_off)}")
     chosen = resolve(backend, KNN_BACKENDS, query.device, "knn")
+    query, support = query.detach(), support.detach()    # indices have no gradient (nor, here, distances)
     out_dtype = geometry_dtype(torch.promote_types(query.dtype, support.dtype))
     if query.dtype != support.dtype:   # promoted here, once, for every backend (each takes one dtype)
         common = torch.promote_types(query.dtype, support.dtype)
