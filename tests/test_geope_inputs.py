@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pointgeope.geope import BlockScale, GeoPE, apply_geope, rotate
+from pointgeope.model.ops import interpolate
 from pointgeope.nn import geope_attention, geope_qk
 
 # (x shape, pos shape): pos broadcast against x's leading dims, with fewer (or more) dims than x
@@ -67,3 +68,49 @@ def test_geope_qk_and_attention_broadcast_positions_with_a_gradient_and_a_learna
     (grad_wide,) = torch.autograd.grad((wq * wk).sum(), pw)
     torch.testing.assert_close(grad, grad_wide.sum((0, 1)))
     assert rotate(torch.randn(4, 2, 3), torch.rand(2, 3, requires_grad=True)).shape == (4, 2, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64])
+def test_features_that_are_not_floating_point_are_refused_by_name(dtype):
+    """The rotation runs in float and is cast back: an integer feature would come back truncated toward 0,
+    a bool one all True, a complex one without its imaginary part (each silently, before)."""
+    x = torch.tensor([[10, 0, 0, 10, 0, 0]]).to(dtype)
+    pos = torch.tensor([[1.0, 0.5, 0.2]])
+    pe = GeoPE(6, pos_scale=1.0)
+    for call in (lambda: pe(x, pos), lambda: pe.relative(x, pos, pos),
+                 lambda: apply_geope(x, pos, pe.block_scale(torch.float32, "cpu"))):
+        with pytest.raises(TypeError, match=rf"expected x a floating-point tensor, got dtype {dtype} \(cast it"):
+            call()
+    with pytest.raises(TypeError, match=rf"expected v a floating-point tensor, got dtype {dtype}"):
+        rotate(x[:, :3], pos)
+    with pytest.raises(TypeError, match=rf"expected source_feat a floating-point tensor, got dtype {dtype}"):
+        interpolate(pos, pos, x, [1], [1])
+
+
+def test_integer_positions_rotate_as_their_float_values_bool_and_complex_ones_are_refused():
+    """Integer positions (grid coordinates) are numbers: the same rotation as their float values."""
+    pe = GeoPE(6, pos_scale=0.3)
+    x = torch.randn(4, 6, dtype=torch.float64)
+    grid = torch.tensor([[0, 1, 2], [3, -1, 0], [5, 5, 5], [0, 0, 0]])
+    torch.testing.assert_close(pe(x, grid), pe(x, grid.double()), atol=0, rtol=0)
+    for bad in (grid > 0, grid.to(torch.complex64)):
+        with pytest.raises(TypeError, match=rf"expected pos a floating-point or integer tensor, got dtype {bad.dtype}"):
+            pe(x, bad)
+        with pytest.raises(TypeError, match="expected phases a floating-point or integer tensor"):
+            rotate(x[:, :3], bad)
+
+
+@pytest.mark.parametrize("channels", [0, -3, 2])
+def test_fewer_than_three_channels_are_refused_when_built(channels):
+    for make in (GeoPE, BlockScale, lambda c: BlockScale(c, learnable=True)):
+        with pytest.raises(ValueError, match=rf"expected at least 3 channels for one rotation block, got {channels}"):
+            make(channels)
+
+
+@pytest.mark.parametrize("axes", [0, 4, 5, True])
+def test_block_scale_takes_one_two_or_three_axes(axes):
+    """``k_b = pos_scale w_b / A``: ``BlockScale(6, axes=5)`` divided every phase by 5 with no message."""
+    with pytest.raises(ValueError, match=rf"expected axes in \(1, 2, 3\), got {axes!r}"):
+        BlockScale(6, axes=axes)
+    with pytest.raises(ValueError, match=rf"expected axes in \(1, 2, 3\), got {axes!r}"):
+        GeoPE(6, axes=axes)
