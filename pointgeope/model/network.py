@@ -31,6 +31,7 @@ from pointgeope.model.config import ModelConfig
 from pointgeope.model.norm import BatchNorm, BatchNormReLU
 from pointgeope.model.ops import (HierarchySpec, OpsBackends, PointHierarchy, check_offset, cloud_of_rows, gather,
                                   interpolate_from)
+from pointgeope.model.ops.checks import check_model_dtype
 from pointgeope.model.ops.offsets import offset_tensor
 from pointgeope.model.rotation import constant, shared_tables
 
@@ -163,6 +164,11 @@ class PointTransformerSeg(nn.Module):
         a batch ``ptr``, or a sorted ``batch`` vector: PyG's convention).
         ``hierarchy``: the ``PointHierarchy`` of ``coord`` built by ``model.hierarchy_spec`` (e.g. in the
         data loader), or ``None`` to build it here.
+
+    Dtypes: ``feat`` in the model's dtype, ``coord`` in it or narrower (float16 into float32), as ``nn.Linear``
+    wants them: a float64 cloud from NumPy into a float32 model is a ``TypeError`` naming ``coord`` (cast it, or
+    the model), not a cast (a PyTorch module casts nothing; far from the origin float32 loses millimetres). Under
+    autocast, what autocast casts is taken (``ops.checks.check_model_dtype``).
     """
 
     def __init__(self, config: ModelConfig | None = None, *, grid_size: float = 0.04,
@@ -256,6 +262,9 @@ class PointTransformerSeg(nn.Module):
             raise ValueError(f"expected feat of shape ({coord.shape[0]}, {self.in_channels}), got {tuple(feat.shape)}")
         if not coord.is_floating_point() or not feat.is_floating_point():
             raise ValueError(f"expected floating point coord and feat, got {coord.dtype} and {feat.dtype}")
+        dtype = self.head[-1].weight.dtype          # coordinate differences meet the features in the Linears
+        check_model_dtype("feat", feat, dtype)
+        check_model_dtype("coord", coord, dtype, narrower=True)
         if not isinstance(offset, Tensor):                           # a host list: checked there, then moved
             host = offset_tensor(offset)
             return coord, feat, host.to(coord.device), check_offset(host, coord.shape[0])

@@ -2,6 +2,8 @@
 and no ``ptr``, offsets as a host list, and the constructor's positive finite scales."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch_geometric.data import Batch, Data
@@ -70,3 +72,36 @@ def test_geope_base_and_grid_size_not_finite_and_positive_are_named(bad):
     for name in ("geope_base", "grid_size"):
         with pytest.raises(ValueError, match=rf"expected {name} a finite number > 0, got {bad}"):
             PointTransformerSeg(**{**TWO_STAGES, name: bad})
+
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("model_dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_input_dtypes_the_network_cannot_take_are_one_type_error_naming_them(model, model_dtype, autocast):
+    """A float64 cloud (``torch.from_numpy``) into a float32 network died inside a ``Linear`` ("expected m1 and m2
+    to have the same dtype"). Every pair of input dtypes either runs, or is a ``TypeError`` naming ``coord`` or
+    ``feat`` and the model's dtype, and then the unchecked network (``body``) fails on it: nothing that ran is
+    refused. Coordinates narrower than the model (float16 into float32) run, as before."""
+    net = PointTransformerSeg(**TWO_STAGES).eval().to(model_dtype)
+    g = torch.Generator().manual_seed(0)
+    coord64, feat64 = torch.rand(24, 3, generator=g, dtype=torch.float64), torch.rand(24, 6, generator=g)
+    refused = 0
+    for coord_dtype in DTYPES:
+        for feat_dtype in DTYPES:
+            coord, feat = coord64.to(coord_dtype), feat64.to(feat_dtype)
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                try:
+                    net(coord, feat, [24])
+                    continue
+                except TypeError as e:
+                    refused += 1
+                    assert re.fullmatch(rf"expected (coord|feat) in the model's dtype {model_dtype}( or narrower)?, "
+                                        r"got torch\.\w+: cast it .*", str(e)), str(e)
+                with pytest.raises(RuntimeError):
+                    net.body(coord, feat, net.hierarchy_spec(coord, [24]))
+    assert refused >= 9                              # every feature dtype but the model's, at least
+    with pytest.raises(TypeError, match=r"expected coord in the model's dtype torch.float32 or narrower, got "
+                                        r"torch.float64: cast it \(coord.to\(torch.float32\)\) or the model"):
+        model(coord64, feat64, [24])
