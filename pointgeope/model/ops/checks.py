@@ -45,9 +45,9 @@ def check_model_dtype(name: str, value: Tensor, dtype: torch.dtype, narrower: bo
     where they meet, may be a float that promotes to ``dtype``. Under autocast, what it casts: features in a half
     dtype or float32 (not into a float64 model), coordinates in float32 or the autocast dtype (``torch.cat``
     refuses another half dtype there). Dtypes only: no value is read, nothing waits for a GPU."""
-    device = value.device.type
     if value.dtype == dtype:
         return
+    device = value.device.type
     if torch.is_autocast_enabled(device):
         cast = ((torch.float32, torch.get_autocast_dtype(device)) if narrower
                 else (torch.float16, torch.bfloat16, torch.float32) if dtype != torch.float64 else ())
