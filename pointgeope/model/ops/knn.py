@@ -63,13 +63,15 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         (int32 coordinates 50 000 apart give ``-2^31``) and float16 ones overflow past 65504.
 
     Raises:
-        ValueError / TypeError naming the argument: shapes, ``k`` not an int ``>= 1``, non-finite
+        ValueError / TypeError naming the argument: shapes, devices, ``k`` not an int ``>= 1``, non-finite
         coordinates or coordinates beyond ``checks.COORD_LIMIT`` (``2^60``: float32 squared distances
         overflow), offsets (``offsets.check_offset``), a backend that cannot run.
     """
     if query.dim() != 2 or query.shape[1] != 3 or support.dim() != 2 or support.shape[1] != 3:
         raise ValueError(f"expected query (M, 3) and support (N, 3), got {tuple(query.shape)} and {tuple(support.shape)}")
     k = checks.check_count("k", k)
+    if query.device != support.device:                   # the CPU backends moved both; the kernels read either
+        raise ValueError(f"expected query and support on one device, got {query.device} and {support.device}")
     if check_finite:
         checks.check_coordinates("query", query)
         if support is not query:
