@@ -47,7 +47,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "unit_axis", "rotation_terms", "geometry_dtype", "apply_geope", "relative_geope", "frequencies",
-           "check_scale", "FixedTables", "BlockScale", "GeoPE"]
+           "check_real", "check_scale", "FixedTables", "BlockScale", "GeoPE"]
 
 # Below this phi^2 the Taylor series are used; the first dropped term is below 1e-15 there.
 _SMALL_PHI_SQ = 1e-4
@@ -103,6 +103,7 @@ def rotate(v: Tensor, phases: Tensor) -> Tensor:
     """Rotate 3-vectors ``v (..., 3)`` by ``R(t)`` of phases ``(..., A)`` (broadcast), without matrices."""
     if v.shape[-1] != 3:
         raise ValueError(f"expected vectors of shape (..., 3), got {tuple(v.shape)}")
+    check_real("phases", phases, integer=True)
     w = phase_vector(phases) / phases.shape[-1]
     return rodrigues(v, w, torch.ones((), dtype=w.dtype, device=w.device))
 
@@ -119,6 +120,7 @@ def rodrigues(v: Tensor, axis: Tensor, block_scale: Tensor) -> Tensor:
     keeps nothing of size ``v`` for the backward pass, whose gradient is the inverse rotation
     ``R^T g = R(-w) g``. Otherwise plain autograd differentiates the formula.
     """
+    check_real("v", v)
     out_dtype = v.dtype
     dtype = geometry_dtype(torch.promote_types(v.dtype, axis.dtype))
     v, axis, block_scale = v.to(dtype), axis.to(dtype), block_scale.to(dtype)
@@ -136,7 +138,7 @@ def _rodrigues_formula(v: Tensor, axis: Tensor, block_scale: Tensor) -> Tensor:
     """``cos v + s k (a x v) + c k^2 (a . v) a`` (``k = block_scale``, ``a = axis``), differentiable in all
     inputs."""
     cos, sinc, versc = _coefficients((axis * axis).sum(-1, keepdim=True) * block_scale * block_scale)
-    cross = torch.linalg.cross(axis, v, dim=-1)  # broadcasts over the leading dims
+    cross = torch.linalg.cross(*torch.broadcast_tensors(axis, v), dim=-1)   # cross broadcasts no missing dim
     dot = (axis * v).sum(-1, keepdim=True)
     return cos * v + (sinc * block_scale) * cross + (versc * block_scale * block_scale * dot) * axis
 
@@ -231,6 +233,8 @@ def apply_geope(x: Tensor, pos: Tensor, block_scale: Tensor, inverse: bool = Fal
 
         # channels: [ v0x v0y v0z | v1x v1y v1z | ... | pass-through ]   block b turns by k_b tau(pos)
     """
+    check_real("x", x)
+    check_real("pos", pos, integer=True)
     blocks = block_scale.shape[0]
     if x.shape[-1] // 3 != blocks:
         raise ValueError(f"expected x of shape (..., C) with C // 3 == {blocks} blocks, got {tuple(x.shape)}")
@@ -248,6 +252,14 @@ def relative_geope(x_j: Tensor, pos_i: Tensor, pos_j: Tensor, block_scale: Tenso
     if linear:
         return apply_geope(x_j, pos_j - pos_i, block_scale)
     return apply_geope(apply_geope(x_j, pos_j, block_scale), pos_i, block_scale, inverse=True)
+
+
+def check_real(name: str, value: Tensor, integer: bool = False) -> None:
+    """``TypeError`` naming ``value`` unless a float tensor (with ``integer``, an integer one too: grid positions).
+    Rotated in float and cast back, an integer feature would come back truncated, a complex one real."""
+    if not (value.is_floating_point() or (integer and not value.is_complex() and value.dtype != torch.bool)):
+        raise TypeError(f"expected {name} a floating-point{' or integer' * integer} tensor, got dtype "
+                        f"{value.dtype} (cast it, e.g. {name}.float())")
 
 
 def check_scale(name: str, value, what: str = "") -> float:
@@ -274,7 +286,7 @@ def frequencies(channels: int, base: float = 100.0) -> Tensor:
     """Block frequencies ``w_b = base ** (-2 b / (3 n))``, ``b = 0 .. n-1``, ``n = channels // 3``; ``base`` a
     finite number > 0 (``check_scale``)."""
     n = channels // 3
-    if n == 0:
+    if n < 1:
         raise ValueError(f"expected at least 3 channels for one rotation block, got {channels}")
     return check_scale("base", base) ** (-2.0 * torch.arange(n, dtype=torch.float64) / (3 * n))
 
@@ -318,6 +330,10 @@ class BlockScale(nn.Module):
                  learnable: bool = False):
         super().__init__()
         base, pos_scale = check_scale("base", base), check_scale("pos_scale", pos_scale)
+        if isinstance(axes, bool) or axes not in (1, 2, 3):
+            raise ValueError(f"expected axes in (1, 2, 3), got {axes!r}")
+        if channels < 3:
+            raise ValueError(f"expected at least 3 channels for one rotation block, got {channels}")
         self.channels, self.base, self.pos_scale, self.axes = channels, base, pos_scale, axes
         self.freq = nn.Parameter(frequencies(channels, base).float()) if learnable else None
 
@@ -357,9 +373,7 @@ class GeoPE(nn.Module):
     def __init__(self, channels: int, axes: int = 3, base: float = 100.0, pos_scale: float = 25.0,
                  learnable: bool = False):
         super().__init__()
-        if axes not in (1, 2, 3):
-            raise ValueError(f"expected axes in (1, 2, 3), got {axes}")
-        self.block_scale = BlockScale(channels, base, pos_scale, axes, learnable)     # checks base and pos_scale
+        self.block_scale = BlockScale(channels, base, pos_scale, axes, learnable)  # checks every argument
         self.channels, self.axes, self.blocks = channels, axes, channels // 3
         self.base, self.pos_scale = self.block_scale.base, self.block_scale.pos_scale
 
@@ -368,11 +382,8 @@ class GeoPE(nn.Module):
         return apply_geope(x, pos, self._block_scales(x, pos), inverse)
 
     def relative(self, x_j: Tensor, pos_i: Tensor, pos_j: Tensor, linear: bool = False) -> Tensor:
-        """Take keys ``x_j`` into the frame of queries at ``pos_i``.
-
-        Standard: ``R(t_i)^T R(t_j) x_j``; linear: ``R(t_j - t_i) x_j``.
-        Shapes broadcast, e.g. ``x_j (N, k, C)``, ``pos_i (N, 1, A)``, ``pos_j (N, k, A)``.
-        """
+        """Take keys ``x_j`` into the frame of queries at ``pos_i``: standard ``R(t_i)^T R(t_j) x_j``, linear
+        ``R(t_j - t_i) x_j``. Shapes broadcast, e.g. ``x_j (N, k, C)``, ``pos_i (N, 1, A)``, ``pos_j (N, k, A)``."""
         return relative_geope(x_j, pos_i, pos_j, self._block_scales(x_j, pos_j, pos_i), linear)
 
     def _block_scales(self, x: Tensor, pos: Tensor, *more_pos: Tensor) -> Tensor:

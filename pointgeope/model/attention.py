@@ -40,6 +40,7 @@ from pointgeope.model import fused_attention
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention_reference import grouped_sum
 from pointgeope.model.ops import gather
+from pointgeope.model.ops.checks import check_count
 from pointgeope.model.linear_rotation import relative_frame
 from pointgeope.model.norm import BatchNormReLU
 from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_frequencies, pair_frame,
@@ -222,6 +223,7 @@ class PointTransformerLayer(nn.Module):
                  pe: str | PositionalEncoding = "rpe", grid_size: float = 0.04, geope_base: float = 100.0,
                  geope_learnable: bool = False, grid_unit: float | None = None, mixed_init: MixedInit = "random"):
         super().__init__()
+        channels, share_planes = check_count("channels", channels), check_count("share_planes", share_planes)
         if channels % share_planes:
             raise ValueError(f"expected channels divisible by share_planes={share_planes}, got {channels}")
         grid_size, geope_base = check_scale("grid_size", grid_size), check_scale("geope_base", geope_base)

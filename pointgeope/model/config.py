@@ -56,7 +56,9 @@ class PTv3Config:
 
 @dataclass
 class ModelConfig:
-    """``PointTransformerSeg``'s arguments (see ``pointgeope/model/network.py`` for the stage layout)."""
+    """``PointTransformerSeg``'s arguments (see ``pointgeope/model/network.py`` for the stage layout), with
+    ``backbone: ptv1``; ``backbone: ptv3`` is ``pointgeope.model.ptv3.seg.PTv3Seg``'s (``PointTransformerSeg`` refuses
+    it). ``pointgeope.engine.build.model`` builds the one it names."""
 
     backbone: Literal["ptv1", "ptv3"] = "ptv1"  # Point Transformer v1 (the keys below) or V3 (the ptv3: keys)
     pe: PresetName = "rpe"                  # positional encoding: PTv1's preset (attention.PRESETS) or PTv3's

@@ -31,11 +31,12 @@ from pointgeope.model.config import ModelConfig
 from pointgeope.model.norm import BatchNorm, BatchNormReLU
 from pointgeope.model.ops import (HierarchySpec, OpsBackends, PointHierarchy, check_offset, cloud_of_rows, gather,
                                   interpolate_from)
+from pointgeope.model.ops.checks import check_count, check_model_dtype
 from pointgeope.model.ops.offsets import offset_tensor
 from pointgeope.model.rotation import constant, shared_tables
 
 __all__ = ["OpsBackends", "PointTransformerBlock", "TransitionDown", "TransitionUp", "PointTransformerSeg",
-           "stage_grid_units"]
+           "stage_grid_units", "check_sizes"]
 
 
 def stage_grid_units(grid_size: float, strides: tuple[int, ...]) -> list[float]:
@@ -147,12 +148,40 @@ class TransitionUp(nn.Module):
         return self.linear1(feat) + interpolate_from(self.linear2(coarse), idx, dist2)
 
 
+def check_sizes(cfg: ModelConfig) -> None:
+    """The PTv1 sizes of ``cfg`` before a layer is built (a ``ValueError`` / ``TypeError`` naming the key, where torch
+    said "integer modulo by zero" or "negative dimension", or built a head of 0 classes): ``backbone`` "ptv1"
+    (PTv3 is ``PTv3Seg``), ``in_channels``, ``num_classes``, ``share_planes`` and every ``planes`` entry ints >= 1,
+    ``blocks`` and ``decoder_blocks`` entries ints >= 0, one entry per stage, ``strides[0] == 1`` (the strides'
+    and neighbours' values are ``HierarchySpec``'s to check)."""
+    if cfg.backbone != "ptv1":
+        raise ValueError(f"expected backbone 'ptv1' for PointTransformerSeg, got {cfg.backbone!r}; Point Transformer "
+                         f"V3 (backbone 'ptv3') is pointgeope.model.ptv3.seg.PTv3Seg(config, grid_size), which "
+                         f"pointgeope.engine.build.model builds for it")
+    for name in ("in_channels", "num_classes", "share_planes"):
+        check_count(name, getattr(cfg, name))
+    lists = {name: getattr(cfg, name) for name in ("planes", "blocks", "strides", "neighbours", "decoder_blocks")}
+    for name, value in lists.items():
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+            raise TypeError(f"expected {name} a list of ints, one per stage, got {value!r}")
+    for name, minimum in (("planes", 1), ("blocks", 0), ("decoder_blocks", 0)):
+        for i, count in enumerate(lists[name]):
+            check_count(f"{name}[{i}]", count, minimum)
+    for name, value in lists.items():
+        if len(value) != len(lists["planes"]):
+            raise ValueError(f"expected {name} with one entry per stage ({len(lists['planes'])}, from planes), "
+                             f"got {tuple(value)}")
+    if lists["strides"][0] != 1:
+        raise ValueError(f"expected strides[0] == 1 (the first stage keeps every point), got {lists['strides'][0]}")
+
+
 class PointTransformerSeg(nn.Module):
     """Point Transformer for semantic segmentation.
 
     Args:
         config: the hyperparameters (``ModelConfig``; default: the published network with ``pe="rpe"``).
-            ``pe`` may also be a ``PositionalEncoding``.
+            ``pe`` may also be a ``PositionalEncoding``. ``backbone`` must be ``"ptv1"``, and the sizes are
+            checked by name (``check_sizes``).
         grid_size: voxel size (m) of the data; GeoPE phases use ``pos_scale = 1 / grid_size``.
         backends: point ops backends (default: measured per device).
         **overrides: fields of ``config`` to replace, e.g. ``PointTransformerSeg(pe="geope", planes=(16, 32))``.
@@ -163,20 +192,20 @@ class PointTransformerSeg(nn.Module):
         a batch ``ptr``, or a sorted ``batch`` vector: PyG's convention).
         ``hierarchy``: the ``PointHierarchy`` of ``coord`` built by ``model.hierarchy_spec`` (e.g. in the
         data loader), or ``None`` to build it here.
+
+    Dtypes: ``feat`` in the model's dtype, ``coord`` in it or narrower (float16 into float32), as ``nn.Linear``
+    wants them: a float64 cloud from NumPy into a float32 model is a ``TypeError`` naming ``coord`` (cast it, or
+    the model), not a cast (a PyTorch module casts nothing; far from the origin float32 loses millimetres). Under
+    autocast, what autocast casts is taken (``ops.checks.check_model_dtype``).
     """
 
     def __init__(self, config: ModelConfig | None = None, *, grid_size: float = 0.04,
                  backends: OpsBackends = OpsBackends(), **overrides):
         super().__init__()
         cfg = dataclasses.replace(config or ModelConfig(), **overrides)
+        check_sizes(cfg)
         planes, strides, neighbours = tuple(cfg.planes), tuple(cfg.strides), tuple(cfg.neighbours)
         blocks, decoder_blocks, stages = tuple(cfg.blocks), tuple(cfg.decoder_blocks), len(cfg.planes)
-        for name, value in (("blocks", blocks), ("strides", strides), ("neighbours", neighbours),
-                            ("decoder_blocks", decoder_blocks)):
-            if len(value) != stages:
-                raise ValueError(f"expected {name} with one entry per stage ({stages}, from planes), got {value}")
-        if strides[0] != 1:
-            raise ValueError(f"expected strides[0] == 1 (the first stage keeps every point), got {strides[0]}")
         self.config = dataclasses.replace(cfg, planes=list(planes), blocks=list(blocks), strides=list(strides),
                                           neighbours=list(neighbours), decoder_blocks=list(decoder_blocks))
         self.in_channels, self.num_classes = cfg.in_channels, cfg.num_classes
@@ -256,6 +285,9 @@ class PointTransformerSeg(nn.Module):
             raise ValueError(f"expected feat of shape ({coord.shape[0]}, {self.in_channels}), got {tuple(feat.shape)}")
         if not coord.is_floating_point() or not feat.is_floating_point():
             raise ValueError(f"expected floating point coord and feat, got {coord.dtype} and {feat.dtype}")
+        dtype = self.head[-1].weight.dtype          # coordinate differences meet the features in the Linears
+        check_model_dtype("feat", feat, dtype)
+        check_model_dtype("coord", coord, dtype, narrower=True)
         if not isinstance(offset, Tensor):                           # a host list: checked there, then moved
             host = offset_tensor(offset)
             return coord, feat, host.to(coord.device), check_offset(host, coord.shape[0])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from pointgeope.geope import check_scale          # the one owner of the rule for base and scales
+from pointgeope.geope import check_real, check_scale   # the owners of the rules for features and scales
 from pointgeope.model.ops.checks import check_coordinates, check_count, check_finite   # the point ops', the owner
 
 __all__ = ["check_count", "check_scale", "check_float_tensor", "check_finite", "check_coordinates"]
@@ -21,9 +21,7 @@ def check_float_tensor(name: str, value, *, dim: int | None = None) -> Tensor:
     truncated, or be neighbours of integer distances."""
     if not isinstance(value, Tensor):
         raise TypeError(f"expected {name} a tensor, got {type(value).__name__}")
-    if not value.is_floating_point():
-        raise TypeError(f"expected {name} a floating-point tensor, got dtype {value.dtype} (cast it, e.g. "
-                        f"{name}.float())")
+    check_real(name, value)
     if dim is not None and value.dim() != dim:
         raise ValueError(f"expected {name} of {dim} dims, got shape {tuple(value.shape)}")
     return value

@@ -55,8 +55,9 @@ def geope_qk(q: Tensor, k: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *
         block_scale: `(C // 3,)` block scales `k_b` to use instead of `base` and `pos_scale`, e.g. a
             learnable `pointgeope.geope.BlockScale`'s output (used at its own precision).
 
-    Precision: angles and products in float64 where any of `q`, `k`, `pos_q`, `pos_k` is float64, else in
-    float32 (half-precision inputs too); each output is rounded once to its input's dtype.
+    Precision: angles and products of both rotations in float64 where any of `q`, `k`, `pos_q`, `pos_k`
+    (or `block_scale`) is float64, else in float32 (half-precision inputs too); each output is rounded once to
+    its input's dtype.
 
     Raises:
         TypeError: an integer `q`, `k` or position tensor, a `base` or `pos_scale` not a number.
@@ -68,17 +69,20 @@ def geope_qk(q: Tensor, k: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *
     _check_positions("pos_k", pos_k, k, "k")
     if pos_q.shape[-1] != pos_k.shape[-1]:
         raise ValueError(f"expected positions with the same axes, got {tuple(pos_q.shape)} and {tuple(pos_k.shape)}")
+    widest = reduce(torch.promote_types, (q.dtype, k.dtype, pos_q.dtype, pos_k.dtype))
     if block_scale is None:
         base, pos_scale = check_scale("base", base), check_scale("pos_scale", pos_scale)
         scales = BlockScale(q.shape[-1], base=base, pos_scale=pos_scale, axes=pos_q.shape[-1])
-        widest = reduce(torch.promote_types, (q.dtype, k.dtype, pos_q.dtype, pos_k.dtype))
         block_scale = scales(geometry_dtype(widest), q.device)   # float64 q with float32 positions: float64 k_b
     else:
         check_float_tensor("block_scale", block_scale)
         if block_scale.shape != (q.shape[-1] // 3,):
             raise ValueError(f"expected block_scale of shape (C // 3,) = ({q.shape[-1] // 3},), "
                              f"got {tuple(block_scale.shape)}")
-    return apply_geope(q, pos_q, block_scale), apply_geope(k, pos_k, block_scale)
+        widest = torch.promote_types(widest, block_scale.dtype)
+    # both sides turn in the widest dtype (rodrigues computes in that of its vectors and positions)
+    geometry = geometry_dtype(widest)
+    return apply_geope(q, pos_q.to(geometry), block_scale), apply_geope(k, pos_k.to(geometry), block_scale)
 
 
 def _check_features(q: Tensor, k: Tensor) -> None:

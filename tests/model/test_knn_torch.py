@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.model.ops import backends, knn
+from pointgeope.model.ops import backends, interpolate, knn
 from tests.conftest import cuda_devices
 from tests.model.knn_reference import assert_exact_knn
 
@@ -100,3 +100,28 @@ def test_agrees_with_pykdtree_in_indices_and_order_without_ties():
     grid = _grid(200, rng)
     off = torch.tensor([200])
     assert torch.equal(knn(grid, grid, 8, off, off, backend="torch")[1], knn(grid, grid, 8, off, off, backend="pykdtree")[1])
+
+
+@pytest.mark.parametrize("backend", ["torch", *[b for b in ("pykdtree", "scipy") if backends.available(b)]])
+def test_coordinates_that_need_a_gradient_get_the_same_neighbours_and_no_gradient(backend):
+    """Positions a network predicts (offset heads) need a gradient; kNN reads them detached on every backend
+    (the torch backend's ``out=`` buffers refused them), and ``interpolate``'s gradient flows to the features
+    alone, as its docstring says."""
+    g = torch.Generator().manual_seed(3)
+    points, coarse = torch.rand(30, 3, generator=g), torch.rand(9, 3, generator=g)
+    off, c_off = torch.tensor([20, 30]), torch.tensor([5, 9])
+    want = knn(points, points, 4, off, off, backend=backend)
+    moving = points.clone().requires_grad_()
+    got = knn(moving, moving, 4, off, off, backend=backend)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+        assert not a.requires_grad
+    feat = torch.randn(9, 2, generator=g)
+    weights = torch.randn(30, 2, generator=g)
+    f = feat.clone().requires_grad_()
+    (want,) = torch.autograd.grad((interpolate(coarse, points, f, c_off, off, backend=backend) * weights).sum(), f)
+    moving_coarse = coarse.clone().requires_grad_()
+    out = interpolate(moving_coarse, moving, f, c_off, off, backend=backend)
+    got = torch.autograd.grad((out * weights).sum(), [f, moving, moving_coarse], allow_unused=True)
+    torch.testing.assert_close(got[0], want, atol=0, rtol=0)
+    assert got[1] is None and got[2] is None        # nothing flows to the coordinates

@@ -2,6 +2,8 @@
 and no ``ptr``, offsets as a host list, and the constructor's positive finite scales."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch_geometric.data import Batch, Data
@@ -70,3 +72,81 @@ def test_geope_base_and_grid_size_not_finite_and_positive_are_named(bad):
     for name in ("geope_base", "grid_size"):
         with pytest.raises(ValueError, match=rf"expected {name} a finite number > 0, got {bad}"):
             PointTransformerSeg(**{**TWO_STAGES, name: bad})
+
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("model_dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_input_dtypes_the_network_cannot_take_are_one_type_error_naming_them(model, model_dtype, autocast):
+    """A float64 cloud (``torch.from_numpy``) into a float32 network died inside a ``Linear`` ("expected m1 and m2
+    to have the same dtype"). Every pair of input dtypes either runs, or is a ``TypeError`` naming ``coord`` or
+    ``feat`` and the model's dtype, and then the unchecked network (``body``) fails on it: nothing that ran is
+    refused. Coordinates narrower than the model (float16 into float32) run, as before."""
+    net = PointTransformerSeg(**TWO_STAGES).eval().to(model_dtype)
+    g = torch.Generator().manual_seed(0)
+    coord64, feat64 = torch.rand(24, 3, generator=g, dtype=torch.float64), torch.rand(24, 6, generator=g)
+    refused = 0
+    for coord_dtype in DTYPES:
+        for feat_dtype in DTYPES:
+            coord, feat = coord64.to(coord_dtype), feat64.to(feat_dtype)
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                try:
+                    net(coord, feat, [24])
+                    continue
+                except TypeError as e:
+                    refused += 1
+                    assert re.fullmatch(rf"expected (coord|feat) in the model's dtype {model_dtype}( or narrower)?, "
+                                        r"got torch\.\w+: cast it .*", str(e)), str(e)
+                with pytest.raises(RuntimeError):
+                    net.body(coord, feat, net.hierarchy_spec(coord, [24]))
+    assert refused >= 9                              # every feature dtype but the model's, at least
+    with pytest.raises(TypeError, match=r"expected coord in the model's dtype torch.float32 or narrower, got "
+                                        r"torch.float64: cast it \(coord.to\(torch.float32\)\) or the model"):
+        model(coord64, feat64, [24])
+
+
+def test_a_config_of_another_backbone_is_refused_in_one_line_naming_the_key():
+    """``ModelConfig(backbone="ptv3")`` built a Point Transformer v1 whose ``config`` said ptv3, without a word."""
+    from pointgeope.model import ModelConfig
+
+    for backbone in ("ptv3", "ptv4"):
+        with pytest.raises(ValueError, match=rf"^expected backbone 'ptv1' for PointTransformerSeg, got '{backbone}'; "
+                                             r"Point Transformer V3 \(backbone 'ptv3'\) is pointgeope.model.ptv3.seg.PTv3Seg"):
+            PointTransformerSeg(ModelConfig(backbone=backbone))
+        with pytest.raises(ValueError, match="expected backbone 'ptv1'"):
+            PointTransformerSeg(**TWO_STAGES, backbone=backbone)
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (dict(share_planes=0), ValueError, r"expected share_planes >= 1, got 0"),
+    (dict(planes=(-8, 16)), ValueError, r"expected planes\[0\] >= 1, got -8"),
+    (dict(planes="8,16"), TypeError, r"expected planes a list of ints, one per stage, got '8,16'"),
+    (dict(planes=(8.0, 16)), TypeError, r"expected planes\[0\] an int >= 1, got 8.0 \(float\)"),
+    (dict(num_classes=0), ValueError, r"expected num_classes >= 1, got 0"),
+    (dict(in_channels=-1), ValueError, r"expected in_channels >= 1, got -1"),
+    (dict(blocks=(1, -1)), ValueError, r"expected blocks\[1\] >= 0, got -1"),
+    (dict(decoder_blocks=2), TypeError, r"expected decoder_blocks a list of ints, one per stage, got 2"),
+])
+def test_sizes_are_checked_by_name_before_a_layer_is_built(bad, error, message):
+    """Each was a raw torch error ("integer modulo by zero", "negative dimension"), a stage per character of a
+    string, or (0 classes) accepted."""
+    with pytest.raises(error, match=f"^{message}$"):
+        PointTransformerSeg(**{**TWO_STAGES, **bad})
+
+
+def test_sizes_that_are_allowed_still_build():
+    """0 attention blocks at a stage (the transition alone) and NumPy ints are sizes, as in the YAML config."""
+    import numpy as np
+
+    net = PointTransformerSeg(**{**TWO_STAGES, "blocks": (0, np.int64(1)), "decoder_blocks": [1, 0]}).eval()
+    with torch.no_grad():
+        assert net(torch.rand(20, 3), torch.rand(20, 6), [20]).shape == (20, 5)
+
+
+def test_the_attention_layer_names_share_planes_before_dividing_by_it():
+    from pointgeope.model import PointTransformerLayer
+
+    with pytest.raises(ValueError, match=r"^expected share_planes >= 1, got 0$"):        # ZeroDivisionError before
+        PointTransformerLayer(8, share_planes=0)

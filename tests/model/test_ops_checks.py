@@ -68,6 +68,16 @@ def test_knn_refuses_non_finite_query_or_support_by_name(on, backend, bad):
         knn(broken, pts, 4, off, off, backend=backend)
 
 
+def test_knn_refuses_query_and_support_on_two_devices_by_name():
+    """The CPU backends moved both to the CPU without a word, and a GPU kernel would read one of them from the
+    wrong memory (a second device here: PyTorch's ``meta``, which holds no data)."""
+    pts = torch.rand(5, 3)
+    for query, support in ((pts, pts.to("meta")), (pts.to("meta"), pts)):
+        with pytest.raises(ValueError, match=rf"^expected query and support on one device, got "
+                                             rf"{query.device} and {support.device}$"):
+            knn(query, support, 2, [5], [5])
+
+
 @pytest.mark.parametrize("backend", FPS)
 def test_fps_refuses_non_finite_points_by_name(on, backend):
     on(backend)

@@ -44,6 +44,28 @@ def test_float64_features_are_turned_in_float64_whatever_the_positions_dtype(pos
         torch.testing.assert_close(got, want, atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("wide", ["q", "k", "block_scale"])
+def test_one_float64_input_turns_both_sides_in_float64(wide):
+    """Where any input is float64 both rotations run in float64 and each output is rounded once to its own dtype:
+    the float32 side equals the all-float64 rotation rounded to float32 (it was turned in float32, 4e-5 off at
+    phases of ~500 rad)."""
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(200, 6, generator=gen) for _ in range(2))
+    pos = torch.rand(200, 3, generator=gen) * 20
+    scale = BlockScale(6)(torch.float64, "cpu")
+    want_q, want_k = geope_qk(q.double(), k.double(), pos.double(), block_scale=scale)
+    args = dict(q=q, k=k, block_scale=scale.float())
+    args[wide] = scale if wide == "block_scale" else args[wide].double()
+    got_q, got_k = geope_qk(args["q"], args["k"], pos, block_scale=args["block_scale"])
+    assert (got_q.dtype, got_k.dtype) == (args["q"].dtype, args["k"].dtype)
+    if wide == "block_scale":          # its own precision: the float64 k_b, not those rounded to float32
+        want_q, want_k = want_q.float(), want_k.float()
+    else:                              # the float32 k_b that came, in float64 arithmetic
+        want_q, want_k = geope_qk(q.double(), k.double(), pos.double(), block_scale=scale.float().double())
+        want_q, want_k = want_q.to(args["q"].dtype), want_k.to(args["k"].dtype)
+    torch.testing.assert_close(got_q, want_q, atol=0, rtol=0)
+    torch.testing.assert_close(got_k, want_k, atol=0, rtol=0)
+
 def test_scores_match_the_spec_vectors(geope_vectors_path):
     """One block at pos_scale 1: block 0's phases are the positions, so the spec's matrices give the scores."""
     cases = [c for c in json.loads(geope_vectors_path.read_text())["matrix"] if c["axes"] == 3]

@@ -46,6 +46,14 @@ def test_a_dataloader_batch_gets_the_graphs_of_its_examples():
 CPU_BACKENDS = [None, "pykdtree", "scipy", "torch"]
 
 
+@pytest.mark.parametrize("backend", ["torch", *[b for b in ("pykdtree", "scipy") if backends.available(b)]])
+def test_positions_that_need_a_gradient_get_the_brute_force_graph(backend):
+    """Positions a network predicts need a gradient (PyG's ``knn_graph`` takes them): every backend reads them
+    detached, the torch one included (the CPU default without pykdtree and scipy)."""
+    pos = torch.rand(20, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    assert torch.equal(knn_graph(pos.clone().requires_grad_(), 4, backend=backend), brute_force(pos, [20], 4, False))
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_non_finite_positions_are_refused_on_every_backend(backend, bad):

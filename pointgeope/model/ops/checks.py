@@ -18,7 +18,7 @@ import operator
 import torch
 from torch import Tensor
 
-__all__ = ["check_count", "check_finite", "check_coordinates", "COORD_LIMIT"]
+__all__ = ["check_count", "check_finite", "check_coordinates", "check_model_dtype", "COORD_LIMIT"]
 
 # The largest |coordinate| the point ops take: 2^60 (about 1.15e18); check_coordinates says why.
 COORD_LIMIT = 2 ** 60
@@ -36,6 +36,27 @@ def check_count(name: str, value, minimum: int = 1) -> int:
     if number < minimum:
         raise ValueError(f"expected {name} >= {minimum}, got {number}")
     return number
+
+
+def check_model_dtype(name: str, value: Tensor, dtype: torch.dtype, narrower: bool = False) -> None:
+    """A network's input ``value`` in its parameters' ``dtype``, as ``nn.Linear`` wants it, with a message that
+    names the input and says what to cast (a float64 cloud from NumPy into a float32 network failed deep inside
+    a layer, "mat1 and mat2 must have the same dtype"). ``narrower``: coordinates, promoted to the features' dtype
+    where they meet, may be a float that promotes to ``dtype``. Under autocast, what it casts: features in a half
+    dtype or float32 (not into a float64 model), coordinates in float32 or the autocast dtype (``torch.cat``
+    refuses another half dtype there). Dtypes only: no value is read, nothing waits for a GPU."""
+    if value.dtype == dtype:
+        return
+    device = value.device.type
+    if torch.is_autocast_enabled(device):
+        cast = ((torch.float32, torch.get_autocast_dtype(device)) if narrower
+                else (torch.float16, torch.bfloat16, torch.float32) if dtype != torch.float64 else ())
+        if value.dtype in cast:
+            return
+    elif narrower and torch.promote_types(value.dtype, dtype) == dtype:
+        return
+    raise TypeError(f"expected {name} in the model's dtype {dtype}{' or narrower' * narrower}, got {value.dtype}: "
+                    f"cast it ({name}.to({dtype})) or the model (model.to({value.dtype}))")
 
 
 def check_finite(name: str, value: Tensor) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from pointgeope.geope import geometry_dtype
+from pointgeope.geope import check_real, geometry_dtype
 from pointgeope.model.ops.checks import check_coordinates
 from pointgeope.model.ops.gather import gather
 from pointgeope.model.ops.knn import knn
@@ -29,9 +29,10 @@ def interpolate(source_points: Tensor, target_points: Tensor, source_feat: Tenso
 
     Returns ``(N_t, C)``. The neighbour indices are not differentiated; the weights depend only on
     coordinates, so gradients flow to ``source_feat`` alone. Non-finite points, or points beyond
-    ``checks.COORD_LIMIT``, raise ``ValueError`` naming ``source_points`` or ``target_points``; the other
-    arguments are checked as ``knn`` checks them.
+    ``checks.COORD_LIMIT``, raise ``ValueError`` naming ``source_points`` or ``target_points``, features not
+    floating point a ``TypeError`` naming ``source_feat``; the other arguments are checked as ``knn`` checks them.
     """
+    check_real("source_feat", source_feat)      # integer features would take integer weights: 0 below 1
     if source_feat.dim() != 2 or source_feat.shape[0] != source_points.shape[0]:
         raise ValueError(f"expected source_feat of shape ({source_points.shape[0]}, C), got {tuple(source_feat.shape)}")
     check_coordinates("source_points", source_points)

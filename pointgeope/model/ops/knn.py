@@ -56,19 +56,22 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
 
     Returns:
         ``idx (M, k)`` int64 global support rows and ``dist2 (M, k)`` squared distances, both on the
-        query's device, sorted by distance. Query and support of different dtypes are searched in their
-        promoted dtype (``torch.promote_types``) on every backend; ``dist2`` is float64 when that dtype is
+        query's device, sorted by distance, with no gradient (coordinates that need one, e.g. predicted
+        offsets, are read detached on every backend). Query and support of different dtypes are searched in
+        their promoted dtype (``torch.promote_types``) on every backend; ``dist2`` is float64 when that dtype is
         float64 and float32 otherwise (``geope.geometry_dtype``): integer squared distances would wrap
         (int32 coordinates 50 000 apart give ``-2^31``) and float16 ones overflow past 65504.
 
     Raises:
-        ValueError / TypeError naming the argument: shapes, ``k`` not an int ``>= 1``, non-finite
+        ValueError / TypeError naming the argument: shapes, devices, ``k`` not an int ``>= 1``, non-finite
         coordinates or coordinates beyond ``checks.COORD_LIMIT`` (``2^60``: float32 squared distances
         overflow), offsets (``offsets.check_offset``), a backend that cannot run.
     """
     if query.dim() != 2 or query.shape[1] != 3 or support.dim() != 2 or support.shape[1] != 3:
         raise ValueError(f"expected query (M, 3) and support (N, 3), got {tuple(query.shape)} and {tuple(support.shape)}")
     k = checks.check_count("k", k)
+    if query.device != support.device:                   # the CPU backends moved both; the kernels read either
+        raise ValueError(f"expected query and support on one device, got {query.device} and {support.device}")
     if check_finite:
         checks.check_coordinates("query", query)
         if support is not query:
@@ -78,6 +81,7 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
     if len(q_off) != len(s_off):
         raise ValueError(f"expected as many query clouds as support clouds, got {len(q_off)} and {len(s_off)}")
     chosen = resolve(backend, KNN_BACKENDS, query.device, "knn")
+    query, support = query.detach(), support.detach()    # indices have no gradient (nor, here, distances)
     out_dtype = geometry_dtype(torch.promote_types(query.dtype, support.dtype))
     if query.dtype != support.dtype:   # promoted here, once, for every backend (each takes one dtype)
         common = torch.promote_types(query.dtype, support.dtype)

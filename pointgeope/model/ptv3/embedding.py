@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from torch import nn
 
+from pointgeope.model.ops.checks import check_model_dtype
 from pointgeope.model.ptv3.block import neighbours
 from pointgeope.model.ptv3.sparse_conv import SubMConv3d
 from pointgeope.model.ptv3.structure import PointBatch
@@ -36,6 +37,7 @@ class Embedding(nn.Module):
         if point.feat.shape[-1] != self.in_channels:
             raise ValueError(f"expected feat with {self.in_channels} channels (in_channels), "
                              f"got {tuple(point.feat.shape)}")
+        check_model_dtype("feat", point.feat, self.stem["conv"].weight.dtype)   # coord: any float (geometry)
         x = self.stem["conv"](point.feat, neighbours(point, 5))
         for name in ("norm", "act"):
             if name in self.stem:

@@ -53,8 +53,9 @@ class PointTransformerV3(nn.Module):
     (``pdnorm_bn``/``pdnorm_ln``) is not implemented and raises a ``ValueError``.
 
     Shapes:
-        forward(coord (N, 3) float, grid_coord (N, 3) int >= 0, feat (N, in_channels), offset (B,) the end
-        of each cloud, a tensor or a host list) -> (N, dec_channels[0]) per-point features in input order
+        forward(coord (N, 3) any float, grid_coord (N, 3) int >= 0, feat (N, in_channels) in the model's dtype
+        (else a ``TypeError`` naming ``feat``, as PTv1's; under autocast a half dtype or float32), offset (B,) the
+        end of each cloud, a tensor or a host list) -> (N, dec_channels[0]) per-point features in input order
         (enc_mode: the coarsest stage's (N_S, enc_channels[-1]), rows in its pooled order).
     """
 

@@ -170,3 +170,32 @@ def test_a_host_list_offset_is_the_tensor_offset(model):
         run(model, **dict(data, offset=[70.5, 100]))
     with pytest.raises(ValueError, match="expected offset a .*integer tensor or list of ints, got"):
         run(model, **dict(data, offset=["70", 100]))
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("model_dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_feature_dtypes_the_network_cannot_take_are_one_type_error_naming_feat(model_dtype, autocast, monkeypatch):
+    """float64 features into a float32 network died in the stem's products ("expected m1 and m2 to have the same
+    dtype"). Every feature dtype either runs, or is a ``TypeError`` naming ``feat`` and the model's dtype, and the
+    network without the check fails on it; coordinates of any float dtype run (geometry, cast where used)."""
+    import pointgeope.model.ptv3.embedding as embedding
+
+    torch.manual_seed(0)
+    net = PTv3Segmentor(5, 8, PointTransformerV3(**SMALL)).eval().to(model_dtype)
+    data = cloud()
+    refused = 0
+    for coord_dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        for feat_dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            inputs = dict(data, coord=data["coord"].to(coord_dtype), feat=data["feat"].to(feat_dtype))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                try:
+                    run(net, **inputs)
+                    continue
+                except TypeError as e:
+                    refused += 1
+                    assert str(e) == (f"expected feat in the model's dtype {model_dtype}, got {feat_dtype}: cast it "
+                                      f"(feat.to({model_dtype})) or the model (model.to({feat_dtype}))")
+                with monkeypatch.context() as m, pytest.raises(RuntimeError):
+                    m.setattr(embedding, "check_model_dtype", lambda *a, **k: None)
+                    run(net, **inputs)
+    assert refused >= 4
