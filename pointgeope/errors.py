@@ -22,7 +22,8 @@ scheduler stops ``train``, ``evaluate`` or ``ablate`` with SIGTERM at its time l
 temporary files deleted, ``<prog>: terminated``, exit code 143, so that a requeued job, on any node, finds
 the folder free. A stop is never lost: one whose handler runs inside a callback that drops exceptions
 (while ``prepare --jobs N`` forks its workers, a weakref callback, ``__del__``) is delivered again, and
-raised as the command ends if it would come later. A reader of the output that has gone (``pointgeope
+raised as the command ends if it would come later; one that comes after the command, as the process
+exits, is said too (:func:`pointgeope.program.run_program`, the entry points' process). A reader of the output that has gone (``pointgeope
 report RUN | head``) ends a command quietly, exit code 141 (128 + SIGPIPE).
 """
 from __future__ import annotations
@@ -42,6 +43,7 @@ from pointgeope.extras import toolkit_message
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143, as a shell reports a command that SIGTERM stopped
 EXIT_BROKEN_PIPE = 141                  # 128 + SIGPIPE: what a shell reports of a tool whose reader went
 
 # The errors of a write that the disk refused, with the words for each (atomic.DiskFullError names the file).
@@ -181,7 +183,7 @@ def settle_exit(code: int) -> int:
     """``code``, for an entry point to exit with; after Ctrl-C or SIGTERM (130, 143) a second Ctrl-C while the
     interpreter shuts down is ignored, so that the command's one line stays its last: it would print a
     traceback from whatever finalizer runs then (torch's included)."""
-    if code in (EXIT_INTERRUPTED, 128 + signal.SIGTERM):
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     return code
 
@@ -231,6 +233,12 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
     except KeyboardInterrupt as err:
         if debug:
             raise
-        terminated = isinstance(err, Terminated)
-        print(f"{prog}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
-        return 128 + signal.SIGTERM if terminated else EXIT_INTERRUPTED
+        return stopped(prog, err)
+
+
+def stopped(prog: str, stop: KeyboardInterrupt) -> int:
+    """Say that ``stop`` (Ctrl-C, or SIGTERM's :class:`Terminated`) ended ``prog``, one line on stderr; its
+    exit code, 130 or 143."""
+    terminated = isinstance(stop, Terminated)
+    print(f"{prog}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
