@@ -157,6 +157,41 @@ def _stop_again(hook: Callable) -> tuple[Callable, Callable[[bool], None]]:
     return stop_again, end
 
 
+@contextlib.contextmanager
+def stops_deferred() -> Iterator[None]:
+    """Within the block, a stop that would be raised (Ctrl-C's ``KeyboardInterrupt``, SIGTERM's
+    :class:`Terminated` under :func:`stop_on_sigterm`) is noted and raised as the block ends, so that the
+    block is never cut short: a DDP training step, whose backward leaves gloo's or NCCL's all-reduces of
+    the gradients in flight, which a stop inside it would abandon (the rank then hangs as its model is
+    freed: the process group joins its worker thread, which waits for the GIL to free a finished
+    all-reduce, and its peer waits in the collective). A second stop is raised at once (the way out of a
+    block that never ends); a block that ends with an exception raises the noted stop instead. A signal
+    whose stop would not be raised (its default action, ignored) is left as it is; outside the main thread
+    (no signal handler runs there) the block changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[KeyboardInterrupt] = []
+
+    def note(signum, frame):
+        stop = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        if noted:
+            raise stop
+        noted.append(stop)
+
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    raised = {signum: handler for signum, handler in previous.items() if callable(handler)}
+    for signum in raised:
+        signal.signal(signum, note)
+    try:
+        yield
+    finally:
+        for signum, handler in raised.items():  # the pending handlers run first (signal.signal runs them)
+            signal.signal(signum, handler)
+        if noted:
+            raise noted[0]
+
+
 def one_line(text: str) -> str:
     """``text`` printable on one line whatever it holds: a control character (the newline of a file name)
     or a surrogate (a file name's byte that is not UTF-8, which a strict terminal cannot print) is written
