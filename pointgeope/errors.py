@@ -23,8 +23,10 @@ temporary files deleted, ``<prog>: terminated``, exit code 143, so that a requeu
 the folder free. A stop is never lost: one whose handler runs inside a callback that drops exceptions
 (while ``prepare --jobs N`` forks its workers, a weakref callback, ``__del__``) is delivered again, and
 raised as the command ends if it would come later; one that comes after the command, as the process
-exits, is said too (:func:`pointgeope.program.run_program`, the entry points' process). A reader of the output that has gone (``pointgeope
-report RUN | head``) ends a command quietly, exit code 141 (128 + SIGPIPE).
+exits, is said too (:func:`pointgeope.program.run_program`, the entry points' process). A block that a
+stop must not cut short (a DDP training step) defers it to its end (:func:`stops_deferred`). A reader of
+the output that has gone (``pointgeope report RUN | head``) ends a command quietly, exit code 141 (128 +
+SIGPIPE).
 """
 from __future__ import annotations
 

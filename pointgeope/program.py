@@ -11,11 +11,11 @@ torch and PyG loaded on 2 cores), running no signal handler any more.
 then decides the exit code: a stop noted meanwhile (the command's files all written) ends the process as a
 stop during the command does, ``<prog>: interrupted`` (130) or ``terminated`` (143), once everything that
 part runs has run; nothing is cut short, nothing lost. A second stop there is raised, as Python raises it,
-so that a thread that never ends cannot hold the process: it ends with that stop's line (Python's exit
-leaves such a thread behind, and runs the callbacks not run yet). In the teardown a stop takes the signal's default
-action: the process ends by the signal, which a shell reports as 130 or 143, without the line (no Python
-code runs to say it; every file was written before). Python's own exit then finds the threads joined and
-no callback left, so it does the teardown alone.
+so that a thread or an ``atexit`` callback that never ends cannot hold the process, which still ends with
+one line (Python's exit leaves such a thread behind). Python's own exit then finds the threads joined and
+no callback left, and tears the modules down: a stop there takes the signal's default action, the process
+ends by the signal, which a shell reports as 130 or 143, without the line (no Python code runs to say it;
+every file was written before).
 """
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.distributed import DistEnv, PeerEnded, peer_end_said
 from tests.engine.conftest import DEMO_CONFIG, REPO, TINY, free_port, last_line_only
 
-# Rank 1 sends itself SIGTERM from inside the backward of a step (the 2nd of epoch 2: 4 a rank per epoch) (a hook on a gradient, where
-# Python runs the handler); the step, once done, writes the marker.
+# Rank 1 sends itself SIGTERM from inside the backward of a step (the 2nd of epoch 2: 4 a rank per epoch),
+# from a hook on a gradient, where Python runs the handler; the step, once done, writes the marker.
 RANK = """
 import os, runpy, signal, sys
 from pathlib import Path
@@ -78,7 +78,8 @@ def test_a_stopped_rank_ends_its_step_and_its_peer_says_it_in_one_line(two_folds
 
 
 @pytest.mark.parametrize("said, named", [
-    ("Connection closed by peer", "Connection closed by peer"), ("Connection reset by peer", "Connection reset by peer"),
+    ("Connection closed by peer", "Connection closed by peer"),
+    ("Connection reset by peer", "Connection reset by peer"),
     ("write: Broken pipe", "Broken pipe"),
     ("NCCL error: remote process exited or there was a network error", "remote process exited")])
 def test_a_peers_end_is_named_under_ddp_and_other_errors_go_through(said, named):
