@@ -1,6 +1,6 @@
 """``python -m pointgeope`` runs the command-line interface."""
 import sys
 
-from pointgeope.cli import main
+from pointgeope.cli import program
 
-sys.exit(main())
+sys.exit(program())

@@ -22,8 +22,11 @@ scheduler stops ``train``, ``evaluate`` or ``ablate`` with SIGTERM at its time l
 temporary files deleted, ``<prog>: terminated``, exit code 143, so that a requeued job, on any node, finds
 the folder free. A stop is never lost: one whose handler runs inside a callback that drops exceptions
 (while ``prepare --jobs N`` forks its workers, a weakref callback, ``__del__``) is delivered again, and
-raised as the command ends if it would come later. A reader of the output that has gone (``pointgeope
-report RUN | head``) ends a command quietly, exit code 141 (128 + SIGPIPE).
+raised as the command ends if it would come later; one that comes after the command, as the process
+exits, is said too (:func:`pointgeope.program.run_program`, the entry points' process). A block that a
+stop must not cut short (a DDP training step) defers it to its end (:func:`stops_deferred`). A reader of
+the output that has gone (``pointgeope report RUN | head``) ends a command quietly, exit code 141 (128 +
+SIGPIPE).
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ from pointgeope.extras import toolkit_message
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143, as a shell reports a command that SIGTERM stopped
 EXIT_BROKEN_PIPE = 141                  # 128 + SIGPIPE: what a shell reports of a tool whose reader went
 
 # The errors of a write that the disk refused, with the words for each (atomic.DiskFullError names the file).
@@ -155,6 +159,41 @@ def _stop_again(hook: Callable) -> tuple[Callable, Callable[[bool], None]]:
     return stop_again, end
 
 
+@contextlib.contextmanager
+def stops_deferred() -> Iterator[None]:
+    """Within the block, a stop that would be raised (Ctrl-C's ``KeyboardInterrupt``, SIGTERM's
+    :class:`Terminated` under :func:`stop_on_sigterm`) is noted and raised as the block ends, so that the
+    block is never cut short: a DDP training step, whose backward leaves gloo's or NCCL's all-reduces of
+    the gradients in flight, which a stop inside it would abandon (the rank then hangs as its model is
+    freed: the process group joins its worker thread, which waits for the GIL to free a finished
+    all-reduce, and its peer waits in the collective). A second stop is raised at once (the way out of a
+    block that never ends); a block that ends with an exception raises the noted stop instead. A signal
+    whose stop would not be raised (its default action, ignored) is left as it is; outside the main thread
+    (no signal handler runs there) the block changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[KeyboardInterrupt] = []
+
+    def note(signum, frame):
+        stop = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        if noted:
+            raise stop
+        noted.append(stop)
+
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    raised = {signum: handler for signum, handler in previous.items() if callable(handler)}
+    for signum in raised:
+        signal.signal(signum, note)
+    try:
+        yield
+    finally:
+        for signum, handler in raised.items():  # the pending handlers run first (signal.signal runs them)
+            signal.signal(signum, handler)
+        if noted:
+            raise noted[0]
+
+
 def one_line(text: str) -> str:
     """``text`` printable on one line whatever it holds: a control character (the newline of a file name)
     or a surrogate (a file name's byte that is not UTF-8, which a strict terminal cannot print) is written
@@ -181,7 +220,7 @@ def settle_exit(code: int) -> int:
     """``code``, for an entry point to exit with; after Ctrl-C or SIGTERM (130, 143) a second Ctrl-C while the
     interpreter shuts down is ignored, so that the command's one line stays its last: it would print a
     traceback from whatever finalizer runs then (torch's included)."""
-    if code in (EXIT_INTERRUPTED, 128 + signal.SIGTERM):
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     return code
 
@@ -231,6 +270,12 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
     except KeyboardInterrupt as err:
         if debug:
             raise
-        terminated = isinstance(err, Terminated)
-        print(f"{prog}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
-        return 128 + signal.SIGTERM if terminated else EXIT_INTERRUPTED
+        return stopped(prog, err)
+
+
+def stopped(prog: str, stop: KeyboardInterrupt) -> int:
+    """Say that ``stop`` (Ctrl-C, or SIGTERM's :class:`Terminated`) ended ``prog``, one line on stderr; its
+    exit code, 130 or 143."""
+    terminated = isinstance(stop, Terminated)
+    print(f"{prog}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED

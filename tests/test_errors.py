@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import signal
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from pointgeope.errors import UserError, run_command
+from pointgeope.errors import Terminated, UserError, run_command, stop_on_sigterm, stops_deferred
 from tests.dropped_stop import IMPORT_LINE, stop_in_a_callback
 
 
@@ -234,3 +235,44 @@ def test_a_short_output_left_in_the_buffer_for_a_closed_stdout_ends_quietly_too(
     proc.stdin.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and err == "", err[-2000:]
+
+
+def _signal_self(signum):
+    os.kill(os.getpid(), signum)
+    time.sleep(0.05)  # the handler runs meanwhile
+
+
+def test_a_stop_inside_stops_deferred_is_raised_as_the_block_ends():
+    """SIGTERM (under stop_on_sigterm) or Ctrl-C inside the block lets it run to its end, then stops."""
+    for signum, stop in ((signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)):
+        done = []
+        with pytest.raises(stop), stop_on_sigterm():
+            with stops_deferred():
+                _signal_self(signum)
+                done.append("the block ran on")
+            done.append("after the block")
+        assert done == ["the block ran on"]
+
+
+def test_a_second_stop_inside_stops_deferred_is_raised_at_once():
+    done = []
+    with pytest.raises(KeyboardInterrupt), stops_deferred():
+        _signal_self(signal.SIGINT)
+        done.append("noted")
+        _signal_self(signal.SIGINT)
+        done.append("not reached")
+    assert done == ["noted"]
+
+
+def test_stops_deferred_raises_its_stop_rather_than_the_blocks_error_and_leaves_an_ignored_signal_alone():
+    with pytest.raises(Terminated), stop_on_sigterm():
+        with stops_deferred():
+            _signal_self(signal.SIGTERM)
+            raise RuntimeError("Connection closed by peer")
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with stops_deferred():
+            _signal_self(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

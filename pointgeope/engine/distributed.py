@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -15,12 +16,23 @@ import torch
 import torch.distributed as dist
 
 from pointgeope.engine.config_values import device_problem
-from pointgeope.errors import UserError
+from pointgeope.errors import UserError, stops_deferred
 from pointgeope.model import kernels
 
 
 class DeviceError(UserError, RuntimeError):
     """A device name the engine does not know, or one this machine does not have."""
+
+
+class PeerEnded(UserError):
+    """Under DDP, another process of the run ended (stopped, killed, crashed) while this one waited on it in a
+    collective: one line, exit code 2, instead of the backend's traceback."""
+
+
+# What a collective raises when the process at its other end has gone: gloo ("Connection closed by peer",
+# "Connection reset by peer", "Broken pipe" as it writes), NCCL ("remote process exited or there was a
+# network error").
+_PEER_GONE = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe|remote process exited")
 
 
 @dataclass(frozen=True)
@@ -161,3 +173,27 @@ def refusal_shared() -> Iterator[None]:
     except UserError as err:
         refusal = err
     share_refusal(refusal)
+
+
+def whole_step(env: DistEnv) -> contextlib.AbstractContextManager:
+    """Under DDP, the block (a training step) runs to its end before a stop (Ctrl-C, SIGTERM) is raised
+    (:func:`pointgeope.errors.stops_deferred`): a stop inside its backward would abandon the gradients'
+    all-reduces in flight, and the rank hang as its model is freed. In a single process, nothing."""
+    return stops_deferred() if env.distributed else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def peer_end_said(env: DistEnv) -> Iterator[None]:
+    """Under DDP, a collective that failed because another process of the run ended raises
+    :class:`PeerEnded`, which names this rank and says that the same command resumes the run from the last
+    checkpoint (the block's ``finally`` blocks have released the fold's lock and deleted its temporary
+    files: nothing is lost)."""
+    try:
+        yield
+    except RuntimeError as err:
+        gone = _PEER_GONE.search(str(err))
+        if not env.distributed or gone is None:
+            raise
+        raise PeerEnded(f"rank {env.rank} of {env.world_size}: another process of this run ended "
+                        f"({gone.group()}), so this one stops too; the same command resumes the run from the last "
+                        "checkpoint") from None

@@ -191,7 +191,8 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
                    total=steps_per_epoch, desc=f"fold {fold} epoch {state.epoch + 1}/{cfg.train.epochs}")
     for batch in bar:
         batch = batch.to(device)
-        logits, loss_value = step(batch, _stop_on_nan(checkpoints, state, batch, fold, device))
+        with distributed.whole_step(env):  # under DDP a stop waits for the step's all-reduces
+            logits, loss_value = step(batch, _stop_on_nan(checkpoints, state, batch, fold, device))
         state.step += 1
         state.batch += 1
         meter.add(logits, batch.y, loss_value)
@@ -370,11 +371,14 @@ def train(cfg: Config, test_area: int | None, force: bool = False) -> int:
     """``pointgeope train``: fold ``test_area`` (every fold when ``None``) of ``cfg``; the exit code.
     Under the command line (:func:`pointgeope.errors.run_command`), SIGTERM (a job scheduler's time limit,
     preemption, ``scancel``) stops it as Ctrl-C does: the fold's lock is released and its temporary files
-    deleted, so that the requeued job, on whichever node, resumes from ``last.pt``."""
+    deleted, so that the requeued job, on whichever node, resumes from ``last.pt``. Under DDP a rank
+    stopped inside a training step first ends the step (:func:`distributed.whole_step`), and a rank whose
+    peer has ended says so in one line (:class:`distributed.PeerEnded`)."""
     distributed.apply_threads(cfg)
     env = distributed.setup(cfg.train.device)
     try:
-        with reader_lock(cfg.data.root):  # a prepare into the data root is refused until training ends
+        # under DDP, another rank's end is one line; a prepare into the data root is refused until the end
+        with distributed.peer_end_said(env), reader_lock(cfg.data.root):
             results = run_folds(cfg, test_area, env, force=force)
     except StopRun:
         return 0

@@ -288,3 +288,50 @@ def test_a_skipped_fold_names_the_eval_values_it_was_not_tested_with(two_folds, 
     assert train(two_folds, tmp_path, *same, "eval.tta.rotations=2", "eval.tta.flips=true", "eval.vote=softmax") == 0
     assert (f"its test did not use this command's eval.vote=softmax (it used logits), which train does not apply "
             f"to a complete fold: {command} eval.vote=softmax tests it with them") in capsys.readouterr().out
+
+
+STOP_AS_IT_EXITS = """
+import atexit, os, runpy, signal, sys, time
+from pathlib import Path
+
+marker = Path(sys.argv[-1])
+
+def stop():  # the command has returned, every file written: the process exits
+    os.kill(os.getpid(), signal.{sig})
+    time.sleep(1)  # the signal is handled meanwhile
+    marker.write_text("the exit ran on")  # what the exit runs after the stop is not cut short
+
+atexit.register(stop)  # the first registered: the last callback run
+entry, sys.argv = sys.argv[1], sys.argv[1:-1]
+if entry.endswith(".py"):
+    runpy.run_path(entry, run_name="__main__")
+else:
+    runpy.run_module(entry, run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, entry, prog, code, word", [
+    ("SIGINT", "train.py", "train.py", 130, "interrupted"),
+    ("SIGTERM", "pointgeope", "pointgeope train", 143, "terminated")])
+def test_a_stop_as_the_process_exits_is_said_and_is_its_exit_code(two_folds, tmp_path, capsys, sig, entry, prog,
+                                                                   code, word):
+    """A stop after the training returned, while its process ran its atexit callbacks, ended it without its
+    line: SIGTERM killed it (status -15), Ctrl-C printed a traceback and exit code 0. Nothing was lost then
+    and nothing is now (the fold complete, no lock, the callback run to its end, a rerun skips the fold),
+    but the stop is said as a stop during the command is, with its exit code."""
+    train_args = ["train", "--config", str(DEMO_CONFIG)] if entry == "pointgeope" else ["--config", str(DEMO_CONFIG)]
+    marker = tmp_path / "exit_ran_on"
+    done = subprocess.run([sys.executable, "-c", STOP_AS_IT_EXITS.format(sig=sig), entry, *train_args,
+                           "--test-area", "1", "--data-root", str(two_folds), "--run-dir", str(tmp_path / "run"),
+                           *TINY, "train.epochs=1", "train.val_every=1", str(marker)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == code, done.stderr[-2000:]
+    last_line_only(done.stderr, f"{prog}: {word}")
+    fold = tmp_path / "run" / "area_1"
+    assert json.loads((fold / "metrics.json").read_text())["complete"] is True
+    assert sorted(p.name for p in fold.iterdir() if p.name.startswith(".")) == []   # no lock, no temporary file
+    assert marker.read_text() == "the exit ran on"
+    capsys.readouterr()
+    assert train(two_folds, tmp_path / "run", "train.epochs=1", "train.val_every=1") == 0
+    assert "is complete, skipped" in capsys.readouterr().out

@@ -1,0 +1,96 @@
+"""A DDP run (2 train.py processes, gloo, CPU) where one rank is stopped: the stopped rank first ends the
+training step it is in, then stops (one line, 143); its peer says in one line that a process of the run
+ended and that the same command resumes it (exit 2), instead of gloo's traceback. Nothing is lost."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from pointgeope.engine.checkpoint import load_checkpoint
+from pointgeope.engine.distributed import DistEnv, PeerEnded, peer_end_said
+from tests.engine.conftest import DEMO_CONFIG, REPO, TINY, free_port, last_line_only
+
+# Rank 1 sends itself SIGTERM from inside the backward of a step (the 2nd of epoch 2: 4 a rank per epoch),
+# from a hook on a gradient, where Python runs the handler; the step, once done, writes the marker.
+RANK = """
+import os, runpy, signal, sys
+from pathlib import Path
+from pointgeope.engine import state
+
+marker, stop_at = Path(sys.argv.pop()), int(sys.argv.pop())
+real, steps = state.Learner.step, []
+
+def step(self, loss, grad_clip):
+    steps.append(len(steps) + 1)
+    if steps[-1] == stop_at:
+        first = next(p for p in self.model.parameters() if p.requires_grad)
+        first.register_hook(lambda grad: os.kill(os.getpid(), signal.SIGTERM))  # inside the backward
+    real(self, loss, grad_clip)
+    if steps[-1] == stop_at:
+        marker.write_text("the step ended")
+
+state.Learner.step = step
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def _rank(rank: int, port: int, root, run, marker, stop_at: int) -> subprocess.Popen:
+    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-c", RANK, "--config", str(DEMO_CONFIG), "--test-area", "1",
+                             "--data-root", str(root), "--run-dir", str(run), *TINY, "data.loop=2",
+                             "train.epochs=3", "train.threads=1", str(stop_at), str(marker)],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_ends_its_step_and_its_peer_says_it_in_one_line(two_folds, tmp_path):
+    run, port = tmp_path / "run", free_port()
+    ranks = [_rank(0, port, two_folds, run, tmp_path / "never", 0),
+             _rank(1, port, two_folds, run, tmp_path / "stopped", 6)]
+    try:
+        deadline = time.monotonic() + 120
+        while any(p.poll() is None for p in ranks) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(p.poll() is not None for p in ranks), "a rank still runs: hung"
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+        errs = [p.communicate()[1] for p in ranks]
+    assert ranks[1].returncode == 143, errs[1][-2000:]
+    last_line_only(errs[1], "train.py: terminated")
+    assert (tmp_path / "stopped").read_text() == "the step ended"  # the stop waited for the step's end
+    assert ranks[0].returncode == 2, errs[0][-3000:]
+    line = errs[0].splitlines()[-1]
+    assert line.startswith("train.py: error: rank 0 of 2: another process of this run ended (")
+    assert line.endswith("), so this one stops too; the same command resumes the run from the last checkpoint")
+    last_line_only(errs[0], line)
+    fold = run / "area_1"
+    assert sorted(p.name for p in fold.iterdir() if p.name.startswith(".")) == []  # no lock, no temporary file
+    assert load_checkpoint(fold / "last.pt")["epoch"] == 1  # epoch 1's checkpoint, intact: the run resumes there
+
+
+@pytest.mark.parametrize("said, named", [
+    ("Connection closed by peer", "Connection closed by peer"),
+    ("Connection reset by peer", "Connection reset by peer"),
+    ("write: Broken pipe", "Broken pipe"),
+    ("NCCL error: remote process exited or there was a network error", "remote process exited")])
+def test_a_peers_end_is_named_under_ddp_and_other_errors_go_through(said, named):
+    """gloo's (and NCCL's) words for a collective whose other end has gone become PeerEnded's line under DDP;
+    in a single process, or for any other error, the error goes through as it is."""
+    ddp, alone = (DistEnv(rank=r, world_size=w, local_rank=r, device=torch.device("cpu")) for r, w in ((1, 4), (0, 1)))
+    with pytest.raises(PeerEnded) as ended, peer_end_said(ddp):
+        raise RuntimeError(f"[pair.cc:553] {said} [127.0.0.1]:11989. This is typically caused by ...")
+    assert str(ended.value) == (f"rank 1 of 4: another process of this run ended ({named}), so this one stops too; "
+                                "the same command resumes the run from the last checkpoint")
+    for env, err in ((alone, RuntimeError(said)), (ddp, RuntimeError("mat1 and mat2 shapes cannot be multiplied"))):
+        with pytest.raises(RuntimeError) as through, peer_end_said(env):
+            raise err
+        assert through.value is err
