@@ -3,10 +3,9 @@
 Instance ids follow the order of ``room.files`` (class, then object number: ``chair_2`` before
 ``chair_10``); ``attrs["objects"][i]`` names the file of instance ``i``. A class outside the 13 of
 ``pointgeope.constants`` (S3DIS has ``stairs``) is labelled clutter and counted in ``remapped``.
-Colours are rounded and clipped to ``0..255`` (some files hold floats; one message names the room and its
-first clipped point by file and line); a room whose every colour is
-within ``[0, 1]``, some fractional (a normalised export), is scaled by 255 first, with a warning
-(``attrs["color_scale"]``: 1 or 255).
+Colours are stored ``0..255``, each file's range judged by :mod:`data_prep.colors` (0..1 scaled by 255,
+16 bit divided by 257, a few values outside 0..255 clipped; one message per room for each, naming the
+first file and line; ``attrs["color_scale"]``: 255 when a file was 0..1, else 1).
 
 What is written is validated, each drop reported with its file and line (the point rule is
 ``pointgeope/outliers.py``'s, which ``pointgeope predict`` applies to users' scans too):
@@ -33,6 +32,7 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
+from data_prep.colors import room_colours
 from data_prep.limits import PointLimits
 from data_prep.parse import is_plain, parse_many, parse_points
 from data_prep.source import Room, Source, object_class
@@ -188,7 +188,8 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
         refused = _room_extent_problem(values, limits, extent)
     lost = _lost_objects(room, parts, empty + binary, messages)
     sizes = [len(p.values) for p in parts]
-    color, counts["clipped"], counts["color_scale"] = _colours(source, room, parts, values, messages)
+    color, counts["clipped"], counts["color_scale"] = room_colours(
+        values[:, 3:], sizes, room.path, lambda row: _where(source, parts, row), messages)
     arrays = {
         "coord": values[:, :3].astype(np.float32, order="C"),  # C order whatever the layout of values
         "color": color,
@@ -199,56 +200,12 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
     return RoomData(arrays, attrs, messages, counts["num_bytes"], time.perf_counter() - start, refused)
 
 
-def _colours(source: Source, room: Room, parts: list[_Part], values: np.ndarray,
-             messages: list[str]) -> tuple[np.ndarray, int, int]:
-    """``(color, clipped, scale)``: the colours of ``values`` ``(N, 6)`` as uint8 ``(N, 3)``, rounded and
-    clipped to ``0..255``, with the number of values clipped and the scale applied first (1 or 255).
-
-    S3DIS stores ``0..255``. A room whose every colour is within ``[0, 1]`` with some fractional is a
-    normalised export (a 0..255 room within ``[0, 1]`` would be black): rounded as it is, it turned
-    black and white without a word. It is scaled by 255, with one message naming the room and its first
-    fractional value. A room of colours 0 and 1 only is left as it is (nothing says it is normalised)."""
-    rgb = values[:, 3:]
-    if not len(rgb):
-        return np.empty((0, 3), dtype=np.uint8), 0, 1
-    lo, hi = rgb.min(), rgb.max()
-    scale = 1
-    if lo >= 0 and 0 < hi <= 1:  # (not all 0: rooms without colour, written as 0 0 0)
-        fractional = np.flatnonzero((rgb != np.rint(rgb)).any(axis=1))
-        if len(fractional):
-            messages.append(_unit_colours_message(source, room, parts, values, fractional))
-            rgb, lo, hi, scale = rgb * 255.0, lo * 255.0, hi * 255.0, 255
-    rgb = np.rint(rgb)
-    if np.rint(lo) >= 0 and np.rint(hi) <= 255:  # the usual case: nothing to clip (rint is monotonic)
-        return rgb.astype(np.uint8, order="C"), 0, scale
-    out = (rgb < 0) | (rgb > 255)
-    rows = np.flatnonzero(out.any(axis=1))
-    shown = " ".join(f"{v:g}" for v in values[rows[0], 3:])
-    clipped = int(np.count_nonzero(out))      # values, as the summary and manifest count them
-    messages.append(f"{room.path}: colours outside 0..255 clipped: {clipped:,} colour value(s) of {len(rows):,} of "
-                    f"{len(values):,} points (first "
-                    f"{_where(source, parts, int(rows[0]))}: {shown}); if the file's colours have another range, "
-                    "rescale them to 0..255")
-    return np.clip(rgb, 0, 255).astype(np.uint8, order="C"), clipped, scale
-
-
 def _where(source: Source, parts: list[_Part], row: int) -> str:
     """``file:line`` of row ``row`` of the rows of every part (:func:`_columns`)."""
     ends = np.cumsum([len(p.values) for p in parts])
     at = int(np.searchsorted(ends, row, side="right"))
     part = parts[at]
     return f"{part.path}:{_line_numbers(source, part, np.array([row - (ends[at] - len(part.values))]))[0]}"
-
-
-def _unit_colours_message(source: Source, room: Room, parts: list[_Part], values: np.ndarray,
-                          fractional: np.ndarray) -> str:
-    """The one line about a room whose colours are within 0..1 (:func:`_colours`); ``fractional``: the
-    rows of ``values`` with a fractional colour."""
-    row = int(fractional[0])
-    shown = " ".join(f"{v:g}" for v in values[row, 3:])
-    return (f"{room.path}: colours within 0..1, expected 0..255 (S3DIS): {len(fractional):,} of {len(values):,} "
-            f"points have fractional ones (first {_where(source, parts, row)}: {shown}); scaled by 255 (rounded as "
-            "they are, every colour would be 0 or 1); if they really are 0..255, write them as integers")
 
 
 def _lost_objects(room: Room, parts: list[_Part], skipped: list[str], messages: list[str]) -> list[str]:

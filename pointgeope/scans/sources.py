@@ -207,8 +207,9 @@ def _read_npy(path: Path, name: str) -> Scan:
     if values.ndim != 2 or values.shape[1] not in (3, 6) or values.dtype.kind not in "iuf":
         raise ScanError(f"{path}: expected a numeric array of shape (N, 3) or (N, 6) (x y z [r g b]), "
                         f"got {values.dtype} {values.shape}")
-    color = color_to_uint8(values[:, 3:6], str(path)) if values.shape[1] == 6 else None
-    return Scan(name, str(path), values[:, :3].astype(np.float64), color)
+    notes: list[str] = []
+    color = color_to_uint8(values[:, 3:6], str(path), notes=notes) if values.shape[1] == 6 else None
+    return Scan(name, str(path), values[:, :3].astype(np.float64), color, meta={"notes": notes})
 
 
 def _read_h5_room(ref: ScanRef) -> Scan:
