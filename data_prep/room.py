@@ -20,6 +20,9 @@ What is written is validated, each drop reported with its file and line (the poi
 - a line whose coordinate is beyond float32 (``1e39``) is dropped;
 - a point farther than ``limits.max_extent`` metres (default 1 km) from the room's median, on any
   axis, is dropped (``outliers="drop"``) or makes the room refused (``outliers="refuse"``);
+- coordinates are stored as float32 as they are, unless some is 16,384 m or more from 0 (a georeferenced
+  room, where float32 would round them by 1 mm or more): then minus ``attrs["origin"]`` (float64, the
+  floor of the room's minimum; :func:`float32_origin`);
 - a room still larger than ``max_extent`` along an axis, or with no valid point left, is refused:
   ``RoomData.refused`` says why, and prepare does not write it.
 """
@@ -41,6 +44,7 @@ from pointgeope.outliers import FLOAT32_INF, beyond_float32, column_bounds, colu
 
 MAX_STORED_ISSUES = 1000  # messages kept in a room's attributes (the counts are always exact)
 MAX_PRINTED_PER_FILE = 10  # messages printed per file; the rest are counted in one more line
+PRECISE_FLOAT32 = 2.0**14  # metres: below, float32 steps are at most 2**-10 m (rounding <= 0.49 mm)
 BATCH_BYTES = 16 << 20  # text parsed per call of parse_many (S3DIS files are ~200 kB, a few are 100+ MB)
 _TEXT = bytes(range(32, 127)) + b"\t\n\r\x0b\x0c"
 
@@ -190,13 +194,16 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
     sizes = [len(p.values) for p in parts]
     color, counts["clipped"], counts["color_scale"] = room_colours(
         values[:, 3:], sizes, room.path, lambda row: _where(source, parts, row), messages)
-    arrays = {
-        "coord": values[:, :3].astype(np.float32, order="C"),  # C order whatever the layout of values
+    origin = float32_origin(values)
+    arrays = {  # coord: C order whatever the layout of values
+        "coord": (values[:, :3] if origin is None else values[:, :3] - origin).astype(np.float32, order="C"),
         "color": color,
         "label": np.repeat(np.array([p.label for p in parts], dtype=np.uint8), sizes),
         "instance": np.repeat(np.array([p.instance for p in parts], dtype=np.int32), sizes),
     }
     attrs = _room_attrs(room, limits, arrays, counts, (empty, binary, lost), remapped, messages)
+    if origin is not None:
+        attrs["origin"] = origin
     return RoomData(arrays, attrs, messages, counts["num_bytes"], time.perf_counter() - start, refused)
 
 
@@ -323,6 +330,20 @@ def _drop_outliers(source: Source, parts: list[_Part], limits: PointLimits, mess
         return (f"points farther than --max-extent {limits.max_extent:g} m from the room's median (first at "
                 f"{first}); drop them with --outliers drop or raise --max-extent"), values, column_extent(values)
     return None, values, column_extent(values)
+
+
+def float32_origin(values: np.ndarray) -> np.ndarray | None:
+    """The origin ``float64 (3,)`` to subtract from the coordinates of ``values (N, 3+)`` before they are
+    stored as float32, or ``None`` (stored as they are): ``floor(min)`` per axis, once some coordinate is
+    :data:`PRECISE_FLOAT32` or more from 0, where float32 steps reach 2 mm (a georeferenced room: at
+    y = 4,000,000 m they are 25 cm, and points a grid cell apart merged). Below, float32 keeps every
+    coordinate to within 0.5 mm, and S3DIS's rooms (tens of metres) are stored exactly as before."""
+    if not len(values):
+        return None
+    lo, hi = column_bounds(values)
+    if max(np.abs(lo).max(), np.abs(hi).max()) < PRECISE_FLOAT32:
+        return None
+    return np.floor(lo)
 
 
 def _room_extent_problem(values: np.ndarray, limits: PointLimits, extent: np.ndarray) -> str | None:

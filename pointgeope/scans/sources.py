@@ -213,10 +213,19 @@ def _read_npy(path: Path, name: str) -> Scan:
 
 
 def _read_h5_room(ref: ScanRef) -> Scan:
-    from pointgeope.h5 import read_room
+    from pointgeope.h5 import open_area, read_fields, room_group
 
-    data = read_room(ref.path, ref.room, fields=("coord", "color", "label"))
-    return Scan(ref.name, ref.source, data["coord"].astype(np.float64), data["color"].astype(np.uint8),
+    with open_area(ref.path) as f:
+        group = room_group(f, ref.room)
+        data = read_fields(group, ("coord", "color", "label"))
+        origin = group.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
+    try:
+        origin = np.asarray(origin, dtype=np.float64)
+        assert origin.shape == (3,) and np.isfinite(origin).all()
+    except (AssertionError, TypeError, ValueError):
+        raise ScanError(f"{ref.source}: expected the room's 'origin' attribute to be 3 finite numbers, got "
+                        f"{origin!r}; prepare it again") from None
+    return Scan(ref.name, ref.source, data["coord"].astype(np.float64) + origin, data["color"].astype(np.uint8),
                 data["label"].astype(np.uint8))
 
 
@@ -233,7 +242,8 @@ def _read_raw_room(ref: ScanRef) -> Scan:
     entries = tuple(Entry(f"Annotations/{p.name}", p.stat().st_size) for p in files)
     room = load_room(FolderSource(ref.path), Room(ref.path.parent.name, ref.name, ".", entries, str(ref.path)))
     a = room.arrays
-    return Scan(ref.name, ref.source, a["coord"].astype(np.float64), a["color"], a["label"],
+    origin = room.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
+    return Scan(ref.name, ref.source, a["coord"].astype(np.float64) + origin, a["color"], a["label"],
                 meta={"notes": room.messages})
 
 

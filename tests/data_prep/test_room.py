@@ -184,3 +184,33 @@ def test_each_files_colour_range_is_judged_on_its_own(s3dis_real, tmp_path, scal
     assert mixed.messages == [f"Area_1/office_2: 1 of {len(files)} file(s) with {found} (first {name}:1: {shown}): "
                               + mixed.messages[0].split("): ", 1)[1]]
     assert (mixed.attrs["color_scale"], mixed.attrs["clipped_colors"]) == (255 if scale < 1 else 1, 0)
+
+
+def _georeferenced(n=400, seed=5):
+    """``(n, 6)`` points of a 6 x 5 x 3 m room at UTM-sized coordinates (mm decimals), colours 0..255."""
+    rng = np.random.default_rng(seed)
+    xyz = np.round(rng.random((n, 3)) * [6, 5, 3] + [500123.456, 4000321.987, 0.25], 3)
+    return np.c_[xyz, rng.integers(0, 256, (n, 3))]
+
+
+def test_a_georeferenced_room_keeps_its_millimetres(tmp_path):
+    """Stored as float32 as they came, coordinates at y = 4e6 m were rounded to 25 cm steps (points a grid cell
+    apart merged) without a word; the room is stored minus its origin (float64 attribute) now."""
+    values = _georeferenced()
+    text = io.BytesIO()
+    np.savetxt(text, values, fmt="%.3f %.3f %.3f %d %d %d")
+    data = _load(tmp_path, {"Area_1/r/Annotations/wall_1.txt": text.getvalue()})
+    origin = data.attrs["origin"]
+    np.testing.assert_array_equal(origin, [500123, 4000321, 0])   # floor of the minimum
+    assert data.arrays["coord"].dtype == np.float32
+    np.testing.assert_allclose(data.arrays["coord"] + origin, values[:, :3], rtol=0, atol=1e-5)
+    assert len(np.unique(data.arrays["coord"], axis=0)) == len(np.unique(values[:, :3], axis=0))
+
+
+def test_a_room_near_zero_is_stored_as_it_came(tmp_path):
+    values = _georeferenced()
+    values[:, :2] -= [500000, 4000000]   # 123..129 m, 321..326 m: float32 within 0.01 mm
+    text = "".join(f"{x:.3f} {y:.3f} {z:.3f} 1 2 3\n" for x, y, z in values[:, :3]).encode()
+    data = _load(tmp_path, {"Area_1/r/Annotations/wall_1.txt": text})
+    assert "origin" not in data.attrs
+    np.testing.assert_array_equal(data.arrays["coord"], values[:, :3].astype(np.float32))

@@ -94,3 +94,22 @@ def test_prepared_room(tmp_path):
     assert scan.coord.dtype == np.float64 and scan.source == f"{tmp_path / 'Area_2.h5'}:wc_1"
     np.testing.assert_array_equal(scan.coord, coord)
     np.testing.assert_array_equal(scan.label, [0, 1, 2, 3])
+
+
+def test_georeferenced_raw_and_prepared_rooms_come_back_in_their_coordinates(tmp_path):
+    """A raw room folder given to predict went through prepare's float32 and lost its millimetres (500006.097 came
+    back as 500006.093750); a prepared room stored minus its ``origin`` comes back plus it."""
+    import h5py
+
+    rng = np.random.default_rng(2)
+    values = np.c_[np.round(rng.random((30, 3)) * 5 + [500006.0, 4000004.0, 0.5], 3), rng.integers(0, 256, (30, 3))]
+    room = raw_room(tmp_path / "Area_1" / "office_1", {"wall_1": values})
+    scan = read_scan(ScanRef(room, "raw", "office_1"))
+    np.testing.assert_allclose(scan.coord, values[:, :3], rtol=0, atol=1e-5)
+    origin = np.array([500006.0, 4000004.0, 0.0])
+    write_area(tmp_path / "Area_1.h5", "Area_1", {"office_1": {"coord": values[:, :3] - origin,
+                                                               "label": np.zeros(30)}})
+    with h5py.File(tmp_path / "Area_1.h5", "a") as f:
+        f["office_1"].attrs["origin"] = origin
+    scan = read_scan(ScanRef(tmp_path / "Area_1.h5", "h5", "Area_1/office_1", "office_1"))
+    np.testing.assert_allclose(scan.coord, values[:, :3], rtol=0, atol=1e-5)
