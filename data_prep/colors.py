@@ -22,18 +22,19 @@ def _shown(values: np.ndarray) -> str:
     return " ".join(f"{v:g}" for v in values)
 
 
-def _kinds(rgb: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[str]:
-    """:func:`~pointgeope.color_range.color_range` of each file's rows ``rgb[start:end]``; the usual file
-    (max within ``(1, 255.5)``) costs its max only."""
-    kinds = []
+def _kinds(rgb: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[list[str], float]:
+    """(:func:`~pointgeope.color_range.color_range` of each file's rows ``rgb[start:end]``, the maximum of
+    ``rgb``); the usual file (max within ``(1, 255.5)``) costs its max only."""
+    kinds, top = [], -np.inf
     for start, end in zip(starts, ends):
         block = rgb[start:end]
         hi = float(block.max()) if end > start else 0.0
+        top = max(top, hi)
         kinds.append(BITS8 if 1 < hi < 255.5 else color_range(block))
     if UNIT in kinds:  # a file of 0 and 1 only (a black or white object) in a 0..1 room is 0..1 too
         kinds = [UNIT if k == BITS8 and end > start and 0 <= rgb[start:end].min() and rgb[start:end].max() <= 1
                  else k for start, end, k in zip(starts, ends, kinds)]
-    return kinds
+    return kinds, top
 
 
 def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[int], str],
@@ -46,8 +47,8 @@ def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[
         return np.empty((0, 3), dtype=np.uint8), 0, 1
     ends = np.cumsum(sizes, dtype=np.int64)
     starts = ends - np.asarray(sizes, dtype=np.int64)
-    kinds = _kinds(rgb, starts, ends)
-    if all(k == BITS8 for k in kinds) and float(rgb.min()) > -0.5 and float(rgb.max()) < 255.5:
+    kinds, top = _kinds(rgb, starts, ends)
+    if all(k == BITS8 for k in kinds) and top < 255.5 and float(rgb.min()) > -0.5:
         return np.rint(rgb).astype(np.uint8, order="C"), 0, 1  # the usual room: nothing to clip or scale
     color = np.empty(rgb.shape, dtype=np.uint8)
     clipped = np.zeros(rgb.shape, dtype=bool)
