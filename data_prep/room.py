@@ -3,10 +3,9 @@
 Instance ids follow the order of ``room.files`` (class, then object number: ``chair_2`` before
 ``chair_10``); ``attrs["objects"][i]`` names the file of instance ``i``. A class outside the 13 of
 ``pointgeope.constants`` (S3DIS has ``stairs``) is labelled clutter and counted in ``remapped``.
-Colours are rounded and clipped to ``0..255`` (some files hold floats; one message names the room and its
-first clipped point by file and line); a room whose every colour is
-within ``[0, 1]``, some fractional (a normalised export), is scaled by 255 first, with a warning
-(``attrs["color_scale"]``: 1 or 255).
+Colours are stored ``0..255``, each file's range judged by :mod:`data_prep.colors` (0..1 scaled by 255,
+16 bit divided by 257, a few values outside 0..255 clipped; one message per room for each, naming the
+first file and line; ``attrs["color_scale"]``: 255 when a file was 0..1, else 1).
 
 What is written is validated, each drop reported with its file and line (the point rule is
 ``pointgeope/outliers.py``'s, which ``pointgeope predict`` applies to users' scans too):
@@ -21,6 +20,9 @@ What is written is validated, each drop reported with its file and line (the poi
 - a line whose coordinate is beyond float32 (``1e39``) is dropped;
 - a point farther than ``limits.max_extent`` metres (default 1 km) from the room's median, on any
   axis, is dropped (``outliers="drop"``) or makes the room refused (``outliers="refuse"``);
+- coordinates are stored as float32 as they are, unless some is 16,384 m or more from 0 (a georeferenced
+  room, where float32 would round them by 1 mm or more): then minus ``attrs["origin"]`` (float64, the
+  floor of the room's minimum; :func:`float32_origin`);
 - a room still larger than ``max_extent`` along an axis, or with no valid point left, is refused:
   ``RoomData.refused`` says why, and prepare does not write it.
 """
@@ -33,6 +35,7 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
+from data_prep.colors import room_colours
 from data_prep.limits import PointLimits
 from data_prep.parse import is_plain, parse_many, parse_points
 from data_prep.source import Room, Source, object_class
@@ -41,6 +44,7 @@ from pointgeope.outliers import FLOAT32_INF, beyond_float32, column_bounds, colu
 
 MAX_STORED_ISSUES = 1000  # messages kept in a room's attributes (the counts are always exact)
 MAX_PRINTED_PER_FILE = 10  # messages printed per file; the rest are counted in one more line
+PRECISE_FLOAT32 = 2.0**14  # metres: below, float32 steps are at most 2**-10 m (rounding <= 0.49 mm)
 BATCH_BYTES = 16 << 20  # text parsed per call of parse_many (S3DIS files are ~200 kB, a few are 100+ MB)
 _TEXT = bytes(range(32, 127)) + b"\t\n\r\x0b\x0c"
 
@@ -188,48 +192,19 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
         refused = _room_extent_problem(values, limits, extent)
     lost = _lost_objects(room, parts, empty + binary, messages)
     sizes = [len(p.values) for p in parts]
-    color, counts["clipped"], counts["color_scale"] = _colours(source, room, parts, values, messages)
-    arrays = {
-        "coord": values[:, :3].astype(np.float32, order="C"),  # C order whatever the layout of values
+    color, counts["clipped"], counts["color_scale"] = room_colours(
+        values[:, 3:], sizes, room.path, lambda row: _where(source, parts, row), messages)
+    origin = float32_origin(values)
+    arrays = {  # coord: C order whatever the layout of values
+        "coord": (values[:, :3] if origin is None else values[:, :3] - origin).astype(np.float32, order="C"),
         "color": color,
         "label": np.repeat(np.array([p.label for p in parts], dtype=np.uint8), sizes),
         "instance": np.repeat(np.array([p.instance for p in parts], dtype=np.int32), sizes),
     }
     attrs = _room_attrs(room, limits, arrays, counts, (empty, binary, lost), remapped, messages)
+    if origin is not None:
+        attrs["origin"] = origin
     return RoomData(arrays, attrs, messages, counts["num_bytes"], time.perf_counter() - start, refused)
-
-
-def _colours(source: Source, room: Room, parts: list[_Part], values: np.ndarray,
-             messages: list[str]) -> tuple[np.ndarray, int, int]:
-    """``(color, clipped, scale)``: the colours of ``values`` ``(N, 6)`` as uint8 ``(N, 3)``, rounded and
-    clipped to ``0..255``, with the number of values clipped and the scale applied first (1 or 255).
-
-    S3DIS stores ``0..255``. A room whose every colour is within ``[0, 1]`` with some fractional is a
-    normalised export (a 0..255 room within ``[0, 1]`` would be black): rounded as it is, it turned
-    black and white without a word. It is scaled by 255, with one message naming the room and its first
-    fractional value. A room of colours 0 and 1 only is left as it is (nothing says it is normalised)."""
-    rgb = values[:, 3:]
-    if not len(rgb):
-        return np.empty((0, 3), dtype=np.uint8), 0, 1
-    lo, hi = rgb.min(), rgb.max()
-    scale = 1
-    if lo >= 0 and 0 < hi <= 1:  # (not all 0: rooms without colour, written as 0 0 0)
-        fractional = np.flatnonzero((rgb != np.rint(rgb)).any(axis=1))
-        if len(fractional):
-            messages.append(_unit_colours_message(source, room, parts, values, fractional))
-            rgb, lo, hi, scale = rgb * 255.0, lo * 255.0, hi * 255.0, 255
-    rgb = np.rint(rgb)
-    if np.rint(lo) >= 0 and np.rint(hi) <= 255:  # the usual case: nothing to clip (rint is monotonic)
-        return rgb.astype(np.uint8, order="C"), 0, scale
-    out = (rgb < 0) | (rgb > 255)
-    rows = np.flatnonzero(out.any(axis=1))
-    shown = " ".join(f"{v:g}" for v in values[rows[0], 3:])
-    clipped = int(np.count_nonzero(out))      # values, as the summary and manifest count them
-    messages.append(f"{room.path}: colours outside 0..255 clipped: {clipped:,} colour value(s) of {len(rows):,} of "
-                    f"{len(values):,} points (first "
-                    f"{_where(source, parts, int(rows[0]))}: {shown}); if the file's colours have another range, "
-                    "rescale them to 0..255")
-    return np.clip(rgb, 0, 255).astype(np.uint8, order="C"), clipped, scale
 
 
 def _where(source: Source, parts: list[_Part], row: int) -> str:
@@ -238,17 +213,6 @@ def _where(source: Source, parts: list[_Part], row: int) -> str:
     at = int(np.searchsorted(ends, row, side="right"))
     part = parts[at]
     return f"{part.path}:{_line_numbers(source, part, np.array([row - (ends[at] - len(part.values))]))[0]}"
-
-
-def _unit_colours_message(source: Source, room: Room, parts: list[_Part], values: np.ndarray,
-                          fractional: np.ndarray) -> str:
-    """The one line about a room whose colours are within 0..1 (:func:`_colours`); ``fractional``: the
-    rows of ``values`` with a fractional colour."""
-    row = int(fractional[0])
-    shown = " ".join(f"{v:g}" for v in values[row, 3:])
-    return (f"{room.path}: colours within 0..1, expected 0..255 (S3DIS): {len(fractional):,} of {len(values):,} "
-            f"points have fractional ones (first {_where(source, parts, row)}: {shown}); scaled by 255 (rounded as "
-            "they are, every colour would be 0 or 1); if they really are 0..255, write them as integers")
 
 
 def _lost_objects(room: Room, parts: list[_Part], skipped: list[str], messages: list[str]) -> list[str]:
@@ -366,6 +330,20 @@ def _drop_outliers(source: Source, parts: list[_Part], limits: PointLimits, mess
         return (f"points farther than --max-extent {limits.max_extent:g} m from the room's median (first at "
                 f"{first}); drop them with --outliers drop or raise --max-extent"), values, column_extent(values)
     return None, values, column_extent(values)
+
+
+def float32_origin(values: np.ndarray) -> np.ndarray | None:
+    """The origin ``float64 (3,)`` to subtract from the coordinates of ``values (N, 3+)`` before they are
+    stored as float32, or ``None`` (stored as they are): ``floor(min)`` per axis, once some coordinate is
+    :data:`PRECISE_FLOAT32` or more from 0, where float32 steps reach 2 mm (a georeferenced room: at
+    y = 4,000,000 m they are 25 cm, and points a grid cell apart merged). Below, float32 keeps every
+    coordinate to within 0.5 mm, and S3DIS's rooms (tens of metres) are stored exactly as before."""
+    if not len(values):
+        return None
+    lo, hi = column_bounds(values)
+    if max(np.abs(lo).max(), np.abs(hi).max()) < PRECISE_FLOAT32:
+        return None
+    return np.floor(lo)
 
 
 def _room_extent_problem(values: np.ndarray, limits: PointLimits, extent: np.ndarray) -> str | None:

@@ -12,7 +12,8 @@ made by Windows tools) and its ``.`` components are dropped (``./Area_1/...``, a
 member with an absolute path or a ``..`` component, a duplicate zip member, an annotation member larger
 than ``ZipLimits.max_member_bytes`` or compressed more than ``ZipLimits.max_ratio`` times (zip bombs), a
 file or folder name that is not valid UTF-8, a folder that cannot be listed, a symbolic link to a folder
-that holds it (a loop), an ``Area_N`` folder without a room (it would
+that holds it (a loop), a zip member under ``Area_N`` that is a symbolic link (``zip -y``: its data is the
+target's path; a folder's links are followed), an ``Area_N`` folder without a room (it would
 vanish from the folds) and a room without annotations. A member that is corrupt (bad CRC, broken deflate
 stream) or a file that cannot be read is an error naming it. RAW without ``Area_N`` folders says what it
 holds (or that RAW is itself an area folder: give its parent).
@@ -23,6 +24,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -36,7 +38,8 @@ from pointgeope.errors import UserError
 #    UTF-16 text is decoded.
 # 4: stray bytes that may be a sign or a decimal mark drop their line instead of being removed; a room's
 #    colours within [0, 1], some fractional, are scaled by 255.
-PARSER_VERSION = 4
+# 5: colour range judged per file (0..1, 16 bit: pointgeope.color_range); a georeferenced room minus its origin.
+PARSER_VERSION = 5
 
 _AREA = re.compile(r"Area_(\d+)")
 _OBJECT = re.compile(r"(.+)_(\d+)")
@@ -291,9 +294,19 @@ class ZipSource(Source):
                 raise SourceError(f"{self.location}: member {name!r} is in the archive twice; expected "
                                   "each file once (re-create the zip)")
             seen.add(name)
+            link = stat.S_ISLNK(info.external_attr >> 16)  # the Unix mode in the high bits
+            if link and not _is_junk(name) and any(_AREA.fullmatch(p) for p in name.split("/")):
+                self._refuse_link(name, info)
         self._index(infos)
         return [Entry(name.rstrip("/"), i.file_size, i.CRC, name.endswith("/")) for name, i in self._infos.items()
                 if name]  # "./": the zip's top folder itself
+
+    def _refuse_link(self, name: str, info: zipfile.ZipInfo) -> None:
+        """A link stored as a link (``zip -y``, macOS): parsed as a file of one line, its object was lost."""
+        target = self.zip.read(info)[:200].decode("utf-8", "backslashreplace")
+        raise SourceError(f"{self.location}: member {name.rstrip('/')!r} is a symbolic link to {target!r}, which "
+                          "prepare does not follow inside a zip; zip the tree without -y (zip -r follows links) or "
+                          "prepare the extracted folder")
 
     def check(self, entry: Entry) -> None:
         """Refuse a member beyond :class:`ZipLimits` before reading it."""

@@ -4,11 +4,12 @@ Prepared area ``OUT/Area_N.h5`` (written by ``data_prep``, read by ``pointgeope.
 viewer and ``pointgeope predict``)::
 
     /                      attrs: schema_version (= SCHEMA_VERSION), area, class_names, max_extent
-    /<room>/coord          float32 (N, 3)  metres, as in the raw files
+    /<room>/coord          float32 (N, 3)  metres, as in the raw files (minus attr origin, if any)
     /<room>/color          uint8   (N, 3)
     /<room>/label          uint8   (N,)    0..12 in constants.CLASS_NAMES order
     /<room>/instance       int32   (N,)    object id within the room
-            attrs: num_points, source, signature, class_counts, ...   (prepare's bookkeeping)
+            attrs: num_points, source, signature, class_counts, ...   (prepare's bookkeeping);
+                   origin float64 (3,) only for a georeferenced room (data_prep.room.float32_origin)
 
 A work file ``OUT/.work/Area_N/<room>.h5`` of an interrupted prepare holds one room in the same layout
 (root attr ``schema_version`` only). Groups and datasets carry no HDF5 timestamps, so the same rooms give

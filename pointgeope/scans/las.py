@@ -2,8 +2,8 @@
 ``laspy`` and the ``lazrs`` LAZ backend).
 
 Reading: ``x y z`` as scaled float64 (``X * scale + offset``), in file order; the colour of point formats
-that have one (2, 3, 5, 7, 8, 10) is 16 bit by the specification and divided by 257, unless no value
-exceeds 255 (writers that store 8-bit values as they are), see ``scan.color_to_uint8``.
+that have one (2, 3, 5, 7, 8, 10) is 16 bit by the specification and divided by 257, unless most values
+are within 0..255 (writers that store 8-bit values as they are; the rule of ``pointgeope.color_range``).
 
 Writing (``write_las``): LAS 1.2 point format 3 (GPS time and RGB, colour ``c * 257``), the predicted
 class in the ``classification`` field (0..12 in ``constants.CLASS_NAMES`` order, not the ASPRS codes;
@@ -46,11 +46,12 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
     except Exception as err:  # laspy raises its own and OS errors for truncated or foreign files
         raise ScanError(f"{path}: not a readable LAS/LAZ file ({type(err).__name__}: {err})") from None
     coord = np.stack([np.asarray(las.x), np.asarray(las.y), np.asarray(las.z)], axis=1).astype(np.float64)
-    color = None
+    color, notes = None, []
     if {"red", "green", "blue"} <= set(las.point_format.dimension_names):
-        color = color_to_uint8(np.stack([las.red, las.green, las.blue], axis=1), str(path), unit_float=False)
+        color = color_to_uint8(np.stack([las.red, las.green, las.blue], axis=1), str(path), unit_float=False,
+                               notes=notes, declared_16bit=True)
     meta = {"las_scales": [float(s) for s in las.header.scales],
-            "las_offsets": [float(o) for o in las.header.offsets]}
+            "las_offsets": [float(o) for o in las.header.offsets], "notes": notes}
     return Scan(name or path.stem, str(path), coord, color, meta=meta)
 
 

@@ -3,7 +3,10 @@
 Reading (``read_ply``): the header names the format (``ascii``, ``binary_little_endian`` or
 ``binary_big_endian``) and the elements; the ``vertex`` element must hold ``x y z`` and may hold a colour
 as ``red green blue`` (or ``r g b``, ``diffuse_red ...``) of any numeric type: ``uchar`` 0..255, ``ushort``
-0..65535 (divided by 257) or ``float``/``double`` 0..1. Other elements (faces, a camera) are skipped, before
+0..65535 (divided by 257; see ``pointgeope.color_range``) or ``float``/``double`` 0..1, or PCL's packed
+``rgb``/``rgba`` (one 32-bit ``uint`` or ``float`` holding ``(r << 16) | (g << 8) | b``). An ascii file's
+values must fit their declared types (``uchar`` 0..255 whole numbers): one that does not is refused, naming
+its line, as binary could not hold it either. Other elements (faces, a camera) are skipped, before
 the vertices or after them, list properties included. The points must be unambiguous: a second ``vertex``
 element, or another element whose records hold ``x y z`` too, is refused, naming its header line; so is a
 file shorter than its header says::
@@ -39,6 +42,7 @@ TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2"
 PLY_NAMES = {"i1": "char", "u1": "uchar", "i2": "short", "u2": "ushort", "i4": "int", "u4": "uint",
              "f4": "float", "f8": "double"}
 COLOR_NAMES = (("red", "green", "blue"), ("r", "g", "b"), ("diffuse_red", "diffuse_green", "diffuse_blue"))
+PACKED_COLOR_NAMES = ("rgb", "rgba")  # PCL's one 32-bit property (see _packed_color)
 
 
 class Element(NamedTuple):
@@ -160,10 +164,9 @@ def _vertex_records(path: Path) -> np.ndarray:
             if rows.shape[0] != count or rows.shape[1] < len(props):
                 raise ScanError(f"{path}: truncated PLY: the header promises {count:,} vertices of "
                                 f"{len(props)} values, the file holds {rows.shape[0]:,}")
-            out = np.empty(count, dtype=[(n, t) for n, t in props])  # the declared types, as in binary
-            for j, (name, _) in enumerate(props):
-                out[name] = rows[:, j]
-            return out
+            f.seek(0)
+            first_line = f.read(offset).count(b"\n") + sum(e.count for e in before) + 1
+            return _ascii_records(rows, props, path, first_line)
         if fmt not in ("binary_little_endian", "binary_big_endian"):
             raise ScanError(f"{path}: unknown PLY format {fmt!r}; expected ascii or binary_*_endian")
         end = "<" if fmt == "binary_little_endian" else ">"
@@ -176,6 +179,39 @@ def _vertex_records(path: Path) -> np.ndarray:
         return np.fromfile(f, dtype=dtype, count=count, offset=skip)
 
 
+def _ascii_records(rows: np.ndarray, props: list, path: Path, first_line: int) -> np.ndarray:
+    """The ascii vertex ``rows`` ``(count, >= len(props))`` float64 as the header's types, as binary holds them.
+    A value that its integer type cannot hold (a fraction, NaN, out of range: 0.5 or 300 under ``uchar``)
+    is refused, naming its line (``first_line`` is the first vertex's): cast, it wrapped (300 -> 44, -1 ->
+    255) or was truncated (0.5 -> 0, colours 0..1 under a ``uchar`` header turned black) without a word."""
+    out = np.empty(len(rows), dtype=[(n, t) for n, t in props])
+    for j, (name, kind) in enumerate(props):
+        column = rows[:, j]
+        if np.dtype(kind).kind in "iu":
+            info = np.iinfo(kind)
+            bad = ~((column == np.rint(column)) & (column >= info.min) & (column <= info.max))  # NaN: bad
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise ScanError(
+                    f"{path}:{first_line + row}: property {name!r} is {PLY_NAMES[np.dtype(kind).str[1:]]} (whole "
+                    f"numbers {info.min}..{info.max}), got {column[row]:g} ({int(bad.sum()):,} such value(s)); "
+                    "write whole numbers in that range, or declare the property 'float' in the header "
+                    "(0..1 colours: 'property float red')")
+        out[name] = column
+    return out
+
+
+def _packed_color(values: np.ndarray, name: str, path: Path) -> np.ndarray:
+    """PCL's packed colour: one 32-bit ``rgb`` / ``rgba`` property, ``(a << 24) | (r << 16) | (g << 8) | b``,
+    stored as ``uint``/``int`` or as the bit pattern of a ``float`` (``pcl::io::savePLYFile``, ROS tools);
+    returns ``uint8 (N, 3)``, alpha left out."""
+    if values.dtype.itemsize != 4 or values.dtype.kind not in "iuf":
+        raise ScanError(f"{path}: the packed colour property {name!r} is {values.dtype.name}; expected a 32-bit "
+                        f"'uint' or 'float' (PCL's (r << 16) | (g << 8) | b): unpack it into red green blue")
+    bits = np.ascontiguousarray(values).astype(values.dtype.newbyteorder("=")).view(np.uint32)
+    return np.stack([(bits >> 16) & 255, (bits >> 8) & 255, bits & 255], axis=1).astype(np.uint8)
+
+
 def read_ply(path: str | Path, name: str | None = None) -> Scan:
     """A :class:`Scan` of the PLY file's vertices, in file order (see the module docstring)."""
     path = Path(path)
@@ -184,13 +220,17 @@ def read_ply(path: str | Path, name: str | None = None) -> Scan:
     if not {"x", "y", "z"} <= set(fields):
         raise ScanError(f"{path}: PLY vertices without x y z (properties: {', '.join(fields)})")
     coord = np.stack([rec["x"], rec["y"], rec["z"]], axis=1).astype(np.float64)
-    color = None
+    color, notes = None, []
     names = next((c for c in COLOR_NAMES if set(c) <= set(fields)), None)
+    packed = next((p for p in PACKED_COLOR_NAMES if p in fields), None)
     if names is not None:
         values = np.stack([rec[c] for c in names], axis=1)
-        unit = True if rec.dtype[names[0]].kind == "f" else None
-        color = color_to_uint8(values, str(path), unit_float=unit)
-    return Scan(name or path.stem, str(path), coord, color)
+        kind = rec.dtype[names[0]]
+        color = color_to_uint8(values, str(path), unit_float=True if kind.kind == "f" else None, notes=notes,
+                               declared_16bit=kind.kind in "iu" and kind.itemsize > 1)
+    elif packed is not None:
+        color = _packed_color(rec[packed], packed, path)
+    return Scan(name or path.stem, str(path), coord, color, meta={"notes": notes})
 
 
 def header_text(text: str) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pointgeope.color_range import BITS8, BITS16, UNIT, color_range, to_uint8
 from pointgeope.errors import UserError
 
 
@@ -67,13 +68,15 @@ def checked_scan(scan: Scan) -> Scan:
     return scan
 
 
-def color_to_uint8(values: np.ndarray, source: str, unit_float: bool | None = None) -> np.ndarray:
-    """Colours ``(N, 3)`` of any common range as ``uint8``.
+def color_to_uint8(values: np.ndarray, source: str, unit_float: bool | None = None,
+                   notes: list[str] | None = None, declared_16bit: bool = False) -> np.ndarray:
+    """Colours ``(N, 3)`` of any common range as ``uint8``, by the rule of :mod:`pointgeope.color_range`
+    (one owner, shared with ``pointgeope prepare``): 0..1 floats ``round(255 c)``, 16 bit when more than half
+    of the lit values are above 255 ``round(c / 257)``, else 0..255 rounded, a few values above 255 clipped.
 
-    - 0..255 (8 bit): as they are (rounded);
-    - above 255, up to 65535 (16 bit, LAS and some PLY): ``round(c / 257)`` (65535 -> 255, exact inverse
-      of the ``c * 257`` that 8-bit writers use);
-    - floats 0..1 (``unit_float=True``, or ``None`` and some value is not a whole number): ``round(255 c)``.
+    ``unit_float``: ``True`` where the format says 0..1 (a PLY float colour), ``False`` where it says not,
+    ``None`` to judge by the values. ``notes`` gets one line when colours are clipped, or divided by 257 while
+    the format did not declare 16 bit (``declared_16bit``: LAS, a PLY ``ushort``).
 
     Raises ScanError for negative, non-finite or larger values.
     """
@@ -87,13 +90,19 @@ def color_to_uint8(values: np.ndarray, source: str, unit_float: bool | None = No
     lo, hi = float(values.min()), float(values.max())
     if lo < 0 or hi > 65535:
         raise ScanError(f"{source}: colour values from {lo:g} to {hi:g}; expected 0..255, 0..65535 or 0..1{not_colours}")
-    if unit_float is None:
-        unit_float = values.dtype.kind == "f" and hi <= 1.0 and bool((values != np.round(values)).any())
-    if unit_float:
-        if hi > 1.0:
-            raise ScanError(f"{source}: float colour values up to {hi:g}; expected 0..1 (a float colour is a "
-                            "fraction of full intensity): divide them by 255, or store them as uchar 0..255")
-        return np.rint(values * 255.0).astype(np.uint8)
-    if hi > 255:
-        return np.rint(values / 257.0).astype(np.uint8)
-    return np.rint(values).astype(np.uint8)
+    if unit_float and hi > 1.0:
+        raise ScanError(f"{source}: float colour values up to {hi:g}; expected 0..1 (a float colour is a "
+                        "fraction of full intensity): divide them by 255, or store them as uchar 0..255")
+    kind = UNIT if unit_float else color_range(values)
+    if unit_float is False and kind == UNIT:
+        kind = BITS8
+    color, clipped = to_uint8(values, kind)
+    if notes is not None and kind == BITS16 and not declared_16bit:
+        notes.append(f"{source}: colours read as 16 bit (max {hi:g}, {np.count_nonzero(values >= 255.5):,} of "
+                     f"{values.size:,} values above 255): divided by 257; if they are 0..255, clip them to 255")
+    if notes is not None and clipped.any():
+        first = int(np.flatnonzero(clipped.any(axis=1))[0])
+        notes.append(f"{source}: colours outside 0..255 clipped: {int(clipped.sum()):,} colour value(s) (first at "
+                     f"point {first}: {' '.join(f'{v:g}' for v in values[first])}); too few above 255 for 16-bit "
+                     "colours; if the file's colours have another range, rescale them to 0..255")
+    return color

@@ -27,6 +27,7 @@ call over many large files holds one of them in memory.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from dataclasses import dataclass
@@ -58,12 +59,13 @@ class Failure(str):
 @dataclass(frozen=True)
 class ScanRef:
     """One scan to read: ``kind`` of :data:`KINDS` (or ``"raw"``), the room of an ``h5`` file, the
-    name of its outputs."""
+    name of its outputs; ``notes`` to print with it (what its folder left out, on its first scan)."""
 
     path: Path
     kind: str
     name: str
     room: str | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def source(self) -> str:
@@ -130,6 +132,22 @@ def _raw_rooms_below(entries: list[Path]) -> list[ScanRef]:
     return refs
 
 
+def _left_out(folder: Path, entries: list[Path], refs: list[ScanRef], kinds: bool = True) -> str | None:
+    """What a folder's scan search leaves out, in one line, or ``None``: its files of other extensions and its
+    sub-folders that are no raw room and hold none (their files are not searched; hidden ones not named)."""
+    taken = {r.path for r in refs} | {r.path.parent for r in refs}
+    files = [p.name for p in entries if p.suffix.lower() not in KINDS and not p.is_dir() and not p.name.startswith(".")]
+    subs = [f"{p.name}/" for p in entries if p.is_dir() and p not in taken and not p.name.startswith(".")]
+    parts = [f"{len(names):,} {what} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+             for names, what in ((files, "file(s) of unknown type"), (subs, "sub-folder(s) not searched")) if names]
+    if not parts:
+        return None
+    fix = (f"; a folder's scans are taken from it, not from its sub-folders (raw rooms excepted): give "
+           f"{folder / subs[0]} as an input to predict its scans") if subs else ""
+    return f"{folder}: left out {' and '.join(parts)}{fix}" + (f"; known extensions: {', '.join(sorted(KINDS))}"
+                                                               if kinds else "")
+
+
 def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: list[Path]) -> list[ScanRef]:
     name = _absolute(folder).name  # "" for the root folder "/"
     if _is_raw_room(folder):
@@ -137,6 +155,8 @@ def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: 
     entries = sorted(folder.iterdir())
     refs = [ScanRef(p, "raw", f"{name}/{p.name}".lstrip("/")) for p in entries if p.is_dir() and _is_raw_room(p)]
     refs += _raw_rooms_below(entries)
+    inputs = [p for p in entries if not (_outputs_here(folder, out) and is_output_name(p.name))]
+    left_out = _left_out(folder, inputs, refs)
     if _outputs_here(folder, out):
         skipped += [p for p in entries if is_output_name(p.name)]
         entries = [p for p in entries if not is_output_name(p.name)]
@@ -150,8 +170,11 @@ def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: 
         except ScanError as err:
             errors.append(Failure(path, str(err)))
     if not refs and not files:
-        raise ScanError(f"{folder}: a folder without scans (expected files {', '.join(sorted(KINDS))} "
-                        "or raw S3DIS rooms with Annotations/, in it or in its sub-folders)")
+        raise ScanError(f"{folder}: a folder without scans (expected files {', '.join(sorted(KINDS))} in it, "
+                        "or raw S3DIS rooms with Annotations/ in it or one level down)"
+                        + (f"; {_left_out(folder, inputs, refs, kinds=False).split(': ', 1)[1]}" if left_out else ""))
+    if refs and left_out:  # said with the folder's first scan, so that "predicted 1 of 1" is not all there was
+        refs[0] = dataclasses.replace(refs[0], notes=(left_out,))
     return refs
 
 
@@ -207,15 +230,25 @@ def _read_npy(path: Path, name: str) -> Scan:
     if values.ndim != 2 or values.shape[1] not in (3, 6) or values.dtype.kind not in "iuf":
         raise ScanError(f"{path}: expected a numeric array of shape (N, 3) or (N, 6) (x y z [r g b]), "
                         f"got {values.dtype} {values.shape}")
-    color = color_to_uint8(values[:, 3:6], str(path)) if values.shape[1] == 6 else None
-    return Scan(name, str(path), values[:, :3].astype(np.float64), color)
+    notes: list[str] = []
+    color = color_to_uint8(values[:, 3:6], str(path), notes=notes) if values.shape[1] == 6 else None
+    return Scan(name, str(path), values[:, :3].astype(np.float64), color, meta={"notes": notes})
 
 
 def _read_h5_room(ref: ScanRef) -> Scan:
-    from pointgeope.h5 import read_room
+    from pointgeope.h5 import open_area, read_fields, room_group
 
-    data = read_room(ref.path, ref.room, fields=("coord", "color", "label"))
-    return Scan(ref.name, ref.source, data["coord"].astype(np.float64), data["color"].astype(np.uint8),
+    with open_area(ref.path) as f:
+        group = room_group(f, ref.room)
+        data = read_fields(group, ("coord", "color", "label"))
+        origin = group.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
+    try:
+        origin = np.asarray(origin, dtype=np.float64)
+        assert origin.shape == (3,) and np.isfinite(origin).all()
+    except (AssertionError, TypeError, ValueError):
+        raise ScanError(f"{ref.source}: expected the room's 'origin' attribute to be 3 finite numbers, got "
+                        f"{origin!r}; prepare it again") from None
+    return Scan(ref.name, ref.source, data["coord"].astype(np.float64) + origin, data["color"].astype(np.uint8),
                 data["label"].astype(np.uint8))
 
 
@@ -232,7 +265,8 @@ def _read_raw_room(ref: ScanRef) -> Scan:
     entries = tuple(Entry(f"Annotations/{p.name}", p.stat().st_size) for p in files)
     room = load_room(FolderSource(ref.path), Room(ref.path.parent.name, ref.name, ".", entries, str(ref.path)))
     a = room.arrays
-    return Scan(ref.name, ref.source, a["coord"].astype(np.float64), a["color"], a["label"],
+    origin = room.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
+    return Scan(ref.name, ref.source, a["coord"].astype(np.float64) + origin, a["color"], a["label"],
                 meta={"notes": room.messages})
 
 
@@ -253,4 +287,5 @@ def read_scan(ref: ScanRef) -> Scan:
             scan = {"ply": read_ply, "las": read_las, "text": read_text}[ref.kind](ref.path, ref.name)
     except OSError as err:
         raise ScanError(f"{ref.source}: cannot read it ({err.strerror or err})") from None
+    scan.meta["notes"] = [*ref.notes, *scan.meta.get("notes", [])]
     return checked_scan(scan)

@@ -122,8 +122,9 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
         raise ScanError(f"{path}: expected at least 3 columns (x y z), got {rows.shape[1]}")
     coord = np.ascontiguousarray(rows[:, :3])
     first = 4 if path.suffix.lower() == ".pts" and rows.shape[1] == 7 else 3
-    color = color_to_uint8(rows[:, first:first + 3], str(path)) if rows.shape[1] >= 6 else None
-    return Scan(name or path.stem, str(path), coord, color)
+    notes: list[str] = []
+    color = color_to_uint8(rows[:, first:first + 3], str(path), notes=notes) if rows.shape[1] >= 6 else None
+    return Scan(name or path.stem, str(path), coord, color, meta={"notes": notes})
 
 
 def write_text(path: str | Path, coord: np.ndarray, color: np.ndarray, label: np.ndarray) -> Path:

@@ -143,10 +143,11 @@ def test_colours_within_0_1_are_scaled_by_255_with_one_line(s3dis_real, tmp_path
     assert (unit.attrs["color_scale"], expected.attrs["color_scale"], unit.attrs["clipped_colors"]) == (255, 1, 0)
     first = " ".join(f"{float(f'{v / 255:.6f}'):g}" for v in expected.arrays["color"][0])
     fractional = np.count_nonzero(((expected.arrays["color"] % 255) != 0).any(axis=1))  # not only 0 or 255
-    assert fractional == 98  # the room has 2 points of colours 0 and 255 only
+    assert fractional == 98  # the room has 2 points of colours 0 and 255 only: scaled with the others
+    files = len(list((s3dis_real / "Area_1/office_2/Annotations").glob("*.txt")))
     assert unit.messages == [(
-        f"Area_1/office_2: colours within 0..1, expected 0..255 (S3DIS): {fractional} of 100 points have "
-        f"fractional ones (first Area_1/office_2/Annotations/beam_1.txt:1: {first}); "
+        f"Area_1/office_2: {files} of {files} file(s) with colours within 0..1 (a normalised export), expected "
+        f"0..255 (S3DIS) (first Area_1/office_2/Annotations/beam_1.txt:1: {first}): "
         "scaled by 255 (rounded as they are, every colour would be 0 or 1); if they really are 0..255, write "
         "them as integers")]
     assert expected.messages == []
@@ -162,3 +163,54 @@ def test_colours_are_not_scaled_unless_every_one_is_within_0_1_and_some_fraction
     rows = np.concatenate([np.loadtxt(io.BytesIO(t), ndmin=2) for _, t in sorted(files.items())])
     np.testing.assert_array_equal(data.arrays["color"], np.rint(rows[:, 3:]))
     assert (data.attrs["color_scale"], data.messages) == (1, [])
+
+
+@pytest.mark.parametrize("scale, found", [
+    (1 / 255, "colours within 0..1 (a normalised export), expected 0..255 (S3DIS)"),  # one object re-exported
+    (257, "colours above 255 (16 bit, 0..65535)"),
+])
+def test_each_files_colour_range_is_judged_on_its_own(s3dis_real, tmp_path, scale, found):
+    """The 0..1 test was made over the whole room: one normalised file among 0..255 ones was rounded to 0 and 1
+    (black) without a word; a 16-bit file was clipped to 255 (white)."""
+    files = _office_2(s3dis_real)
+    expected = _load(tmp_path / "255", files)
+    name = "Area_1/office_2/Annotations/wall_1.txt"
+    rows = np.loadtxt(io.BytesIO(files[name]), ndmin=2)
+    files[name] = "".join(f"{x:.3f} {y:.3f} {z:.3f} {' '.join(f'{v * scale:.6f}' for v in rgb)}\n"
+                          for (x, y, z), rgb in zip(rows[:, :3], rows[:, 3:])).encode()
+    mixed = _load(tmp_path / "mixed", files)
+    np.testing.assert_array_equal(mixed.arrays["color"], expected.arrays["color"])
+    shown = " ".join(f"{float(f'{v * scale:.6f}'):g}" for v in rows[0, 3:])
+    assert mixed.messages == [f"Area_1/office_2: 1 of {len(files)} file(s) with {found} (first {name}:1: {shown}): "
+                              + mixed.messages[0].split("): ", 1)[1]]
+    assert (mixed.attrs["color_scale"], mixed.attrs["clipped_colors"]) == (255 if scale < 1 else 1, 0)
+
+
+def _georeferenced(n=400, seed=5):
+    """``(n, 6)`` points of a 6 x 5 x 3 m room at UTM-sized coordinates (mm decimals), colours 0..255."""
+    rng = np.random.default_rng(seed)
+    xyz = np.round(rng.random((n, 3)) * [6, 5, 3] + [500123.456, 4000321.987, 0.25], 3)
+    return np.c_[xyz, rng.integers(0, 256, (n, 3))]
+
+
+def test_a_georeferenced_room_keeps_its_millimetres(tmp_path):
+    """Stored as float32 as they came, coordinates at y = 4e6 m were rounded to 25 cm steps (points a grid cell
+    apart merged) without a word; the room is stored minus its origin (float64 attribute) now."""
+    values = _georeferenced()
+    text = io.BytesIO()
+    np.savetxt(text, values, fmt="%.3f %.3f %.3f %d %d %d")
+    data = _load(tmp_path, {"Area_1/r/Annotations/wall_1.txt": text.getvalue()})
+    origin = data.attrs["origin"]
+    np.testing.assert_array_equal(origin, [500123, 4000321, 0])   # floor of the minimum
+    assert data.arrays["coord"].dtype == np.float32
+    np.testing.assert_allclose(data.arrays["coord"] + origin, values[:, :3], rtol=0, atol=1e-5)
+    assert len(np.unique(data.arrays["coord"], axis=0)) == len(np.unique(values[:, :3], axis=0))
+
+
+def test_a_room_near_zero_is_stored_as_it_came(tmp_path):
+    values = _georeferenced()
+    values[:, :2] -= [500000, 4000000]   # 123..129 m, 321..326 m: float32 within 0.01 mm
+    text = "".join(f"{x:.3f} {y:.3f} {z:.3f} 1 2 3\n" for x, y, z in values[:, :3]).encode()
+    data = _load(tmp_path, {"Area_1/r/Annotations/wall_1.txt": text})
+    assert "origin" not in data.attrs
+    np.testing.assert_array_equal(data.arrays["coord"], values[:, :3].astype(np.float32))

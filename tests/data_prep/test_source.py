@@ -380,3 +380,32 @@ def test_ignored_folders_are_counted_in_their_areas_line_below_a_top_folder(tmp_
              f"{top}/Area_3/r/Annotations/extra/chair_1.txt": b"1 2 3 4 5 6\n"}
     assert cli(["prepare", str(write_tree(tmp_path / "raw", files)), str(tmp_path / "out")]) == 0
     assert "lost objects 0, ignored folders in Annotations 1 (1 files), " in capsys.readouterr().out
+
+
+def _zip_with_link(path: Path, link: str, target: str, top: str = "") -> Path:
+    """A zip as ``zip -y`` writes it: the link a member of Unix mode ``S_IFLNK`` whose data is the target's path."""
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(top + "Area_1/r/Annotations/wall_1.txt", b"1 2 3 4 5 6\n")
+        info = zipfile.ZipInfo(top + link)
+        info.external_attr = (0o120777 << 16)
+        info.create_system = 3  # Unix
+        zf.writestr(info, target.encode())
+    return path
+
+
+@pytest.mark.parametrize("link", ["Area_1/r/Annotations/wall_9.txt", "Area_1/office_3"])
+def test_a_symbolic_link_in_a_zip_is_refused_naming_it_and_its_target(tmp_path, link):
+    """A linked annotation file was parsed as its target's path (one line: the object lost, exit 0), a linked room
+    vanished; the extracted folder follows both."""
+    target = "../../../Area_2/r/Annotations/wall_1.txt"
+    path = _zip_with_link(tmp_path / "l.zip", link, target, top="./")
+    with pytest.raises(SourceError) as err:
+        open_source(path).rooms()
+    assert str(err.value) == (f"{path}: member {link!r} is a symbolic link to {target!r}, which prepare does not "
+                              "follow inside a zip; zip the tree without -y (zip -r follows links) or prepare the "
+                              "extracted folder")
+
+
+def test_a_symbolic_link_outside_the_areas_is_not_read(tmp_path):
+    (room,) = open_source(_zip_with_link(tmp_path / "l.zip", "README", "docs/README.md")).rooms()
+    assert [e.path for e in room.files] == ["Area_1/r/Annotations/wall_1.txt"]

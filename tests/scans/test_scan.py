@@ -58,3 +58,36 @@ def test_scans_do_not_import_the_model_or_the_engine():
     assert len(imports) >= 7
     for path, name in ((path, name) for path, names in imports.items() for name in names):
         assert not name.startswith(("pointgeope.model", "pointgeope.engine", "torch")), f"{path}: imports {name}"
+
+def _colours_0_255(n=2000, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n, 3)).astype(np.float64)
+
+
+@pytest.mark.parametrize("stray", [255.4, 256.0, 300.0, 65535.0])
+def test_one_stray_value_above_255_does_not_make_a_scan_16_bit(stray):
+    """The maximum alone chose 16 bit: one 255.4 (float noise) or 256 divided every colour by 257 (black)."""
+    values = _colours_0_255()
+    values[7, 0] = stray
+    expected = np.rint(np.minimum(values, 255)).astype(np.uint8)
+    notes = []
+    np.testing.assert_array_equal(color_to_uint8(values, "s.txt", notes=notes), expected)
+    if stray < 255.5:  # rounds to 255: nothing to say
+        assert notes == []
+    else:
+        assert notes == [f"s.txt: colours outside 0..255 clipped: 1 colour value(s) (first at point 7: "
+                         f"{stray:g} {values[7, 1]:g} {values[7, 2]:g}); too few above 255 for 16-bit colours; if "
+                         "the file's colours have another range, rescale them to 0..255"]
+
+
+def test_16_bit_colours_are_divided_by_257_and_said_unless_the_format_declares_them():
+    c8 = _colours_0_255(seed=1).astype(np.uint16)
+    c8[:300] = 0  # black points (0 in 16 bit too) do not count against 16 bit
+    values = c8 * 257
+    notes = []
+    np.testing.assert_array_equal(color_to_uint8(values, "s.npy", notes=notes), c8)
+    above = int(np.count_nonzero(values > 255))
+    assert notes == [f"s.npy: colours read as 16 bit (max {values.max()}, {above:,} of 6,000 values above 255): "
+                     "divided by 257; if they are 0..255, clip them to 255"]
+    notes = []
+    np.testing.assert_array_equal(color_to_uint8(values, "s.las", notes=notes, declared_16bit=True), c8)
+    assert notes == []

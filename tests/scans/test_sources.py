@@ -94,3 +94,47 @@ def test_prepared_room(tmp_path):
     assert scan.coord.dtype == np.float64 and scan.source == f"{tmp_path / 'Area_2.h5'}:wc_1"
     np.testing.assert_array_equal(scan.coord, coord)
     np.testing.assert_array_equal(scan.label, [0, 1, 2, 3])
+
+
+def test_georeferenced_raw_and_prepared_rooms_come_back_in_their_coordinates(tmp_path):
+    """A raw room folder given to predict went through prepare's float32 and lost its millimetres (500006.097 came
+    back as 500006.093750); a prepared room stored minus its ``origin`` comes back plus it."""
+    import h5py
+
+    rng = np.random.default_rng(2)
+    values = np.c_[np.round(rng.random((30, 3)) * 5 + [500006.0, 4000004.0, 0.5], 3), rng.integers(0, 256, (30, 3))]
+    room = raw_room(tmp_path / "Area_1" / "office_1", {"wall_1": values})
+    scan = read_scan(ScanRef(room, "raw", "office_1"))
+    np.testing.assert_allclose(scan.coord, values[:, :3], rtol=0, atol=1e-5)
+    origin = np.array([500006.0, 4000004.0, 0.0])
+    write_area(tmp_path / "Area_1.h5", "Area_1", {"office_1": {"coord": values[:, :3] - origin,
+                                                               "label": np.zeros(30)}})
+    with h5py.File(tmp_path / "Area_1.h5", "a") as f:
+        f["office_1"].attrs["origin"] = origin
+    scan = read_scan(ScanRef(tmp_path / "Area_1.h5", "h5", "Area_1/office_1", "office_1"))
+    np.testing.assert_allclose(scan.coord, values[:, :3], rtol=0, atol=1e-5)
+
+
+def test_a_folder_says_what_it_left_out(tmp_path):
+    """Files of other extensions and sub-folders of scans were left out without a word ("predicted 1 of 1")."""
+    d = tmp_path / "mixdir"
+    (d / "more").mkdir(parents=True)
+    np.save(d / "a.npy", np.zeros((3, 3)))
+    np.save(d / "more" / "b.npy", np.zeros((3, 3)))
+    (d / "c.pcd").write_text("# .PCD v0.7\n")
+    (d / "d.xyzrgb").write_text("1 2 3 4 5 6\n")
+    (d / ".DS_Store").write_text("")                                   # hidden: not worth a word
+    raw_room(d / "Area_1" / "office_1", {"wall_1": np.zeros((2, 6))})  # raw rooms one level down: taken
+    refs, errors = find_scans([d])
+    assert errors == [] and [r.name for r in refs] == ["Area_1/office_1", "a"]
+    note = (f"{d}: left out 2 file(s) of unknown type (c.pcd, d.xyzrgb) and 1 sub-folder(s) not searched (more/); "
+            f"a folder's scans are taken from it, not from its sub-folders (raw rooms excepted): give {d / 'more'} "
+            "as an input to predict its scans; known extensions: .csv, .h5, .las, .laz, .npy, .ply, .pts, .txt, .xyz")
+    assert [r.notes for r in refs] == [(note,), ()]
+    assert read_scan(refs[0]).meta["notes"][0] == note                 # predict prints a scan's notes
+    refs, errors = find_scans([d / "more", tmp_path])                  # named: found; nothing left out
+    assert [r.name for r in refs] == ["b"] and refs[0].notes == ()
+    assert errors == [f"{tmp_path}: a folder without scans (expected files .csv, .h5, .las, .laz, .npy, .ply, .pts, "
+                      ".txt, .xyz in it, or raw S3DIS rooms with Annotations/ in it or one level down); left out 1 "
+                      "sub-folder(s) not searched (mixdir/); a folder's scans are taken from it, not from its "
+                      f"sub-folders (raw rooms excepted): give {d} as an input to predict its scans"]

@@ -1,0 +1,71 @@
+"""A raw room's colours as stored, ``uint8`` ``0..255`` (S3DIS's range), judged file by file.
+
+Each annotation file (the unit of export: one object re-exported by another tool may differ from the
+rest of its room) is read by the rule of :mod:`pointgeope.color_range`, the one ``pointgeope predict``
+applies to a scan: 0..1 (every value within ``[0, 1]``, some fractional; or 0 and 1 only, in a room
+with such a file) scaled by 255; 16 bit (more than
+half of the lit values above 255) divided by 257; else 0..255, rounded, the few values outside clipped.
+Each case other than plain 0..255 is one warning per room, naming how many files and the first one's
+file and line. (Before, the 0..1 test was made over the whole room: one normalised file among 0..255
+files was rounded to 0 and 1, black, without a word; 16-bit files were clipped to 255, white.)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from pointgeope.color_range import BITS8, BITS16, UNIT, color_range, to_uint8
+
+
+def _shown(values: np.ndarray) -> str:
+    return " ".join(f"{v:g}" for v in values)
+
+
+def _kinds(rgb: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[list[str], float]:
+    """(:func:`~pointgeope.color_range.color_range` of each file's rows ``rgb[start:end]``, the maximum of
+    ``rgb``); the usual file (max within ``(1, 255.5)``) costs its max only."""
+    kinds, top = [], -np.inf
+    for start, end in zip(starts, ends):
+        block = rgb[start:end]
+        hi = float(block.max()) if end > start else 0.0
+        top = max(top, hi)
+        kinds.append(BITS8 if 1 < hi < 255.5 else color_range(block))
+    if UNIT in kinds:  # a file of 0 and 1 only (a black or white object) in a 0..1 room is 0..1 too
+        kinds = [UNIT if k == BITS8 and end > start and 0 <= rgb[start:end].min() and rgb[start:end].max() <= 1
+                 else k for start, end, k in zip(starts, ends, kinds)]
+    return kinds, top
+
+
+def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[int], str],
+                 messages: list[str]) -> tuple[np.ndarray, int, int]:
+    """``(color uint8 (N, 3), clipped values, scale)`` of a room's colours ``rgb`` ``(N, 3)`` float64, the
+    rows of its files in order (``sizes``: the rows of each); ``scale`` is 255 when a file was 0..1, else 1
+    (the room's ``color_scale`` attribute). ``where(row)`` names the file and line of a row for the
+    warnings appended to ``messages``."""
+    if not len(rgb):
+        return np.empty((0, 3), dtype=np.uint8), 0, 1
+    ends = np.cumsum(sizes, dtype=np.int64)
+    starts = ends - np.asarray(sizes, dtype=np.int64)
+    kinds, top = _kinds(rgb, starts, ends)
+    if all(k == BITS8 for k in kinds) and top < 255.5 and float(rgb.min()) > -0.5:
+        return np.rint(rgb).astype(np.uint8, order="C"), 0, 1  # the usual room: nothing to clip or scale
+    color = np.empty(rgb.shape, dtype=np.uint8)
+    clipped = np.zeros(rgb.shape, dtype=bool)
+    for start, end, kind in zip(starts, ends, kinds):
+        color[start:end], clipped[start:end] = to_uint8(rgb[start:end], kind)
+    for kind, found, action in (
+            (UNIT, "colours within 0..1 (a normalised export), expected 0..255 (S3DIS)",
+             "scaled by 255 (rounded as they are, every colour would be 0 or 1); if they really are 0..255, write "
+             "them as integers"),
+            (BITS16, "colours above 255 (16 bit, 0..65535)", "divided by 257; if they are 0..255, clip them to 255")):
+        files = [start for start, k in zip(starts, kinds) if k == kind]
+        if files:
+            messages.append(f"{room}: {len(files):,} of {len(kinds):,} file(s) with {found} (first "
+                            f"{where(int(files[0]))}: {_shown(rgb[files[0]])}): {action}")
+    rows = np.flatnonzero(clipped.any(axis=1))
+    if len(rows):
+        messages.append(f"{room}: colours outside 0..255 clipped: {int(clipped.sum()):,} colour value(s) of "
+                        f"{len(rows):,} of {len(rgb):,} points (first {where(int(rows[0]))}: {_shown(rgb[rows[0]])}); "
+                        "if the file's colours have another range, rescale them to 0..255")
+    return color, int(clipped.sum()), 255 if UNIT in kinds else 1
