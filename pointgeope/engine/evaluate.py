@@ -292,8 +292,9 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     """Predict every point of the fold's test area(s), write predictions and ``metrics.json``. The test
     area files are checked first, as training checks its areas (:func:`pointgeope.data.check.check_areas`;
     not when ``checked``: the training run that calls it checked them at its start), and refused when they
-    differ from those the checkpoint trained on (its recorded checksums)."""
+    differ from those the checkpoint trained on (its recorded checksums), as is a checkpoint of another fold."""
     from pointgeope.engine.checkpoint import check_data, fold_progress, load_model_state
+    from pointgeope.engine.fold_record import check_trained_fold
 
     run = Path(run)
     fold = fold_of_run(run)
@@ -306,6 +307,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     if env.is_main:  # the test areas as training checks its areas, and against what the checkpoint saw
         if not checked:
             check_areas(root, areas, cfg.model.num_classes)
+        check_trained_fold(ckpt_path, ckpt.get("fold"), folds[fold], root, log)  # not one trained on this test
         check_data(ckpt_path, ckpt.get("data"), area_checksums(root, areas), root, log)
         writable_folder(run / "predictions", "predictions folder")  # before the long part
     distributed.barrier()
