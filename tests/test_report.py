@@ -285,6 +285,13 @@ def test_class_means_follow_the_rule_the_folds_were_evaluated_with(tmp_path):
     ({"confusion": [[0.5] + [0] * (C - 1)] + [[0] * C] * (C - 1)}, r"expected 'confusion' .* got 0.5 at \[0\]\[0\]"),
     ({"confusion": [[0] * C] * C},                                                    # pooled as a complete fold
      r"'confusion' counts no point; evaluate the fold again"),
+    # a traceback (int(None), int("x"), int([1])), or read as fold 1 (int(1.7), int(True))
+    ({"fold": None}, r"expected 'fold' a fold number \(an integer\), got null; evaluate the fold again"),
+    ({"fold": "x"}, r"expected 'fold' a fold number \(an integer\), got \"x\""),
+    ({"fold": [1]}, r"expected 'fold' a fold number \(an integer\), got \[1\]"),
+    ({"fold": 1.7}, r"expected 'fold' a fold number \(an integer\), got 1.7"),
+    ({"fold": True}, r"expected 'fold' a fold number \(an integer\), got true"),
+    ({"class_names": 5}, r"expected class_names \['ceiling', .*\], got 5$"),                 # a traceback
 ])
 def test_a_metrics_file_that_is_not_what_evaluate_writes_is_named(tmp_path, edit, message):
     run = tmp_path / "run"

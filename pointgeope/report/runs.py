@@ -153,8 +153,11 @@ def _confusion(value, path: Path) -> np.ndarray:
 def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     """Read one ``metrics.json``; ``(None, reason)`` for an incomplete fold, a :class:`ReportError` for a bad file."""
     data = _load_json(path)
-    area = f"Area_{fold}"
-    if data.get("area", area) != area or int(data.get("fold", fold)) != fold:
+    area, recorded = f"Area_{fold}", data.get("fold", fold)
+    if isinstance(recorded, bool) or not isinstance(recorded, int):  # null, "x", 1.7, true: int() took or crashed
+        raise ReportError(f"{path}: expected 'fold' a fold number (an integer), got {json.dumps(recorded)}; "
+                          "evaluate the fold again (pointgeope evaluate RUN/area_K)")
+    if data.get("area", area) != area or recorded != fold:
         raise ReportError(f"{path}: expected the results of {area} (fold {fold}), "
                           f"got area={data.get('area')!r} fold={data.get('fold')!r}")
     if not isinstance(data.get("complete", False), bool):  # "true" (a string) read as unfinished
@@ -166,8 +169,8 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     if problem := pair_problem(path.parent, data):  # a test stopped between its predictions and this file
         return None, problem.report_reason()
     names = data.get("class_names")
-    if names is not None and tuple(names) != CLASS_NAMES:
-        raise ReportError(f"{path}: expected class_names {list(CLASS_NAMES)}, got {names}")
+    if names is not None and (not isinstance(names, list) or tuple(names) != CLASS_NAMES):
+        raise ReportError(f"{path}: expected class_names {list(CLASS_NAMES)}, got {json.dumps(names)}")
     if "confusion" not in data:
         raise ReportError(f"{path}: expected a 'confusion' matrix, the file has keys {sorted(data)}")
     confusion = _confusion(data["confusion"], path)
