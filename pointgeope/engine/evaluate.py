@@ -57,9 +57,11 @@ from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed, placement
 from pointgeope.engine.ahead import with_index
 from pointgeope.engine.config import Config, TTAConfig
+from pointgeope.engine.fold_record import check_trained_fold
 from pointgeope.engine.fold_result import TEST_KEY, missing_checkpoint, new_test, unfinished_metrics_warning
 from pointgeope.engine.prefetch import Prefetch
 from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, piece_key, stack
+from pointgeope.engine.weights import load_model_state
 from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
@@ -293,8 +295,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     area files are checked first, as training checks its areas (:func:`pointgeope.data.check.check_areas`;
     not when ``checked``: the training run that calls it checked them at its start), and refused when they
     differ from those the checkpoint trained on (its recorded checksums), as is a checkpoint of another fold."""
-    from pointgeope.engine.checkpoint import check_data, fold_progress, load_model_state
-    from pointgeope.engine.fold_record import check_trained_fold
+    from pointgeope.engine.checkpoint import check_data, fold_progress
 
     run = Path(run)
     fold = fold_of_run(run)
@@ -312,7 +313,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
         writable_folder(run / "predictions", "predictions folder")  # before the long part
     distributed.barrier()
     model = build.model(cfg).to(env.device)
-    load_model_state(model, ckpt["model"], ckpt_path)
+    load_model_state(model, ckpt, ckpt_path)
     trained = fold_progress(ckpt_path, ckpt, log=log if env.is_main else None)[0]
     if env.is_main:
         log(placement.hierarchy_place(cfg, env.device, evaluation=True).line())

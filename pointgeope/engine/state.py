@@ -27,10 +27,11 @@ import torch
 
 from pointgeope.data.folds import Fold
 from pointgeope.engine import distributed
-from pointgeope.engine.checkpoint import (CheckpointError, check_data, load_checkpoint, load_model_state, pack_rng,
-                                          rng_state, save_checkpoint, set_rng_state)
+from pointgeope.engine.checkpoint import (CheckpointError, check_data, load_checkpoint, pack_rng, rng_state,
+                                          save_checkpoint, set_rng_state)
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.runio import Log
+from pointgeope.engine.weights import load_model_state
 
 
 @dataclass
@@ -109,7 +110,7 @@ class FoldCheckpoints:
             check_trained_fold(path, ckpt.get("fold"), self.fold, self.config["data"]["root"], log)
         self._check_data(path, ckpt.get("data"), log)
         learner = self.learner
-        load_model_state(learner.model, ckpt["model"], path)
+        load_model_state(learner.model, ckpt, path)
         learner.optimizer.load_state_dict(ckpt["optimizer"])
         learner.scheduler.load_state_dict(ckpt["scheduler"])
         if ckpt["scaler"] is not None:

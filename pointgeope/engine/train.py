@@ -45,13 +45,14 @@ from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed, graphs
 from pointgeope.engine.checkpoint import (check_data, checkpoint_config, config_differences, describe_differences,
-                                          fold_progress, load_checkpoint, prediction_metadata, untested_eval)
+                                          fold_progress, load_checkpoint, untested_eval)
 from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.epoch_meter import EpochMeter
 from pointgeope.engine.evaluate import evaluate_fold, validate
 from pointgeope.engine.fold_record import check_trained_fold
 from pointgeope.engine.fold_result import fold_is_complete
 from pointgeope.engine.placement import hierarchy_place
+from pointgeope.engine.prediction_info import prediction_metadata
 from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
