@@ -60,3 +60,26 @@ def test_overrides_on_both_sides_of_the_options_are_all_kept_in_order(capsys):
                           timeout=120)
     assert (proc.returncode, proc.stderr.strip()) == (
         2, "train.py: error: override 'train.epochs=0': train.epochs: expected an integer >= 1, got 0")
+
+
+def test_a_key_given_twice_on_the_command_line_is_one_line(tmp_path, capsys):
+    """``optim.lr=0.1 ... optim.lr=0.2`` took the last silently, and ``data.root=A --data-root B`` took B."""
+    from pointgeope.cli import main
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+    base = ["train", "--config", str(config), "--test-area", "1", "--run-dir", str(tmp_path / "run")]
+    cases = [
+        (["optim.lr=0.1", "train.epochs=1", "optim.lr=0.2"],
+         "override 'optim.lr=0.2': optim.lr is given twice (also 'optim.lr=0.1'); give each key once"),
+        (["data.root=A", "--data-root", "B"],
+         "override 'data.root=A': data.root is given twice (also --data-root B); give it once, as --data-root or "
+         "as the override"),
+    ]
+    for extra, message in cases:
+        assert main(base + extra) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"pointgeope train: error: {message}"]
+    assert not (tmp_path / "run").exists()
+    assert main(["evaluate", str(tmp_path / "area_1"), "eval.max_fragments=1", "eval.max_fragments=2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "pointgeope evaluate: error: override 'eval.max_fragments=2': eval.max_fragments is given twice (also "
+        "'eval.max_fragments=1'); give each key once"]

@@ -30,10 +30,24 @@ def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
     return [item for item in items if item not in overrides], overrides
 
 
-def config_overrides(overrides: list[str], options: dict[str, str | None]) -> list[str]:
-    """The ``section.key=value`` overrides of the command line, then one for each option given (an option
-    such as ``--data-root`` is a shorthand for its config key, and wins over the same key given as text)."""
-    return list(overrides) + [f"{key}={value}" for key, value in options.items() if value]
+def config_overrides(overrides: list[str], options: dict[str, tuple[str, str | None]]) -> list[str]:
+    """The ``section.key=value`` overrides of the command line, then one for each option given (``options``:
+    flag -> (its config key, its value or None); ``--data-root`` is a shorthand for ``data.root``). A key given
+    twice, in two overrides or in an override and its option, is a UserError in one line: the last one
+    silently won, so a user who set ``optim.lr=0.1`` early in a long line ran with another value."""
+    from pointgeope.errors import UserError
+
+    seen: dict[str, str] = {}
+    for text in overrides:
+        key = text.partition("=")[0].strip()
+        if key in seen:
+            raise UserError(f"override {text!r}: {key} is given twice (also {seen[key]!r}); give each key once")
+        seen[key] = text
+    for flag, (key, value) in options.items():
+        if value and key in seen:
+            raise UserError(f"override {seen[key]!r}: {key} is given twice (also {flag} {value}); give it once, "
+                            f"as {flag} or as the override")
+    return list(overrides) + [f"{key}={value}" for key, value in options.values() if value]
 
 
 def parse_args(parser, argv: list[str] | None = None):
