@@ -92,5 +92,5 @@ def main(args: argparse.Namespace) -> int:
     from pointgeope.engine.predict import predict_scans
 
     args.inputs, overrides = split_overrides(args.inputs)
-    args.overrides = config_overrides(overrides + list(args.overrides), {})  # a key twice: one line
+    args.overrides = config_overrides(overrides + list(args.overrides), {})  # a key twice: a warning
     return predict_scans(args)
