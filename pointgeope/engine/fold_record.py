@@ -11,7 +11,8 @@ a resume and ``train``'s skip of a complete fold refuse a checkpoint whose test 
 (:func:`check_trained_fold`); the same test areas with other training areas (``folds.json`` edited since)
 pass here, as the test stays one on unseen data (a resume is still refused by the data check).
 
-Checkpoints written before the entry carry none: they are used as before, with a warning that the fold was
+:func:`fold_checkpoint` is the checkpoint a fold's test loads: its own, of its config. Checkpoints written
+before the entry carry none: they are used as before, with a warning that the fold was
 not checked (nothing else in them says which area was the test: their config has no test area).
 """
 from __future__ import annotations
@@ -19,7 +20,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from pointgeope.data.folds import Fold
-from pointgeope.engine.checkpoint import CheckpointError
+from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
+from pointgeope.engine.fold_result import missing_checkpoint
+
+EVALUATE_ADVICE = ("evaluate a fold with the config it was trained with: drop the overrides of what it was trained "
+                   "with (eval.* and the keys of place, speed and memory, such as train.device or data.hierarchy, "
+                   "may change), and restore its config.yaml if it was edited")
 
 
 def fold_record(fold: Fold) -> dict:
@@ -55,3 +61,18 @@ def check_trained_fold(path: str | Path, saved: object, fold: Fold, root: str | 
         f"{path}: trained for fold {index} (test {', '.join(test) or 'none'}, trained on {', '.join(train)}), but "
         f"this folder is fold {fold.index} (test {', '.join(fold.test)} in {Path(root) / 'folds.json'}); put fold "
         f"{fold.index}'s own checkpoint back (or train it: pointgeope train ... --test-area {fold.index})")
+
+
+def fold_checkpoint(run: str | Path, cfg, fold: Fold, log) -> tuple[Path, dict]:
+    """The path and content of ``fold``'s checkpoint to test in its folder ``run`` (``eval.checkpoint``),
+    checked against ``cfg`` (a ``Config``: its config) and refused when trained for another fold
+    (:func:`check_trained_fold`, its warnings through ``log``); one line that says what to do where the fold
+    has not saved it yet."""
+    from pointgeope.engine.config import config_to_dict
+
+    path = Path(run) / f"{cfg.eval.checkpoint}.pt"
+    if not path.is_file():
+        raise CheckpointError(missing_checkpoint(path, fold.index))
+    ckpt = load_checkpoint(path, config_to_dict(cfg), advice=EVALUATE_ADVICE)
+    check_trained_fold(path, ckpt.get("fold"), fold, cfg.data.root, log)
+    return path, ckpt
