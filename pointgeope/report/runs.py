@@ -160,9 +160,10 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     if data.get("area", area) != area or recorded != fold:
         raise ReportError(f"{path}: expected the results of {area} (fold {fold}), "
                           f"got area={data.get('area')!r} fold={data.get('fold')!r}")
-    if not isinstance(data.get("complete", False), bool):  # "true" (a string) read as unfinished
-        raise ReportError(f"{path}: expected 'complete' true or false, got {json.dumps(data['complete'])}; "
-                          "evaluate the fold again (pointgeope evaluate RUN/area_K)")
+    if not isinstance(data.get("complete"), bool):  # "true" (a string) read as unfinished; none: a damaged file
+        got = json.dumps(data["complete"]) if "complete" in data else "no such key"   # (evaluate always writes it)
+        raise ReportError(f"{path}: expected 'complete' true or false, got {got}; evaluate the fold again "
+                          "(pointgeope evaluate RUN/area_K)")
     if data.get("complete") is not True:  # an evaluation of an interrupted training: flagged, never pooled
         trained, epochs = data.get("trained_epochs"), data.get("epochs")
         return None, f"unfinished: trained {trained} of {epochs} epochs" if epochs else "incomplete"
@@ -209,6 +210,9 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
     if not run.is_dir():
         raise ReportError(f"{run}: expected a run folder holding area_1 .. area_{len(AREAS)}, found "
                           f"{'a file' if run.exists() else 'nothing'}")
+    if FOLD_NAME.fullmatch(run.name) and (run / METRICS_FILE).is_file():   # RUN/area_K given as the run
+        raise ReportError(f"{run}: a fold folder (RUN/area_K), not a run folder holding area_1 .. area_{len(AREAS)}; "
+                          f"give its run folder, {run.parent}")
     folds, missing = [], []
     for k, area in enumerate(AREAS, start=1):
         if fold is not None and k != fold:
