@@ -306,7 +306,7 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
                           "a config such as configs/demo.yaml")
     has_base, base = "base" in raw, raw.pop("base", None)
     layer = _check_mapping(raw, Config, str(path), lines=lines)
-    if has_base and not isinstance(base, str):   # 'base:' with no value too: not the built-in defaults silently
+    if has_base and (not isinstance(base, str) or not base.strip()):   # 'base:' or "": not the defaults, a folder
         raise ConfigError(f"{at_line(str(path), lines, 'base')}: expected 'base:' to be a file name, got {base!r}; "
                           "give the base config's file (e.g. base: demo.yaml), or remove the line")
     merged = layer if base is None else _merge(_read_layers(path.parent / base, seen + (path,), origins), layer)
