@@ -11,9 +11,10 @@ a resume and ``train``'s skip of a complete fold refuse a checkpoint whose test 
 (:func:`check_trained_fold`); the same test areas with other training areas (``folds.json`` edited since)
 pass here, as the test stays one on unseen data (a resume is still refused by the data check).
 
-:func:`fold_checkpoint` is the checkpoint a fold's test loads: its own, of its config. Checkpoints written
-before the entry carry none: they are used as before, with a warning that the fold was
+Checkpoints written before the entry carry none: they are used as before, with a warning that the fold was
 not checked (nothing else in them says which area was the test: their config has no test area).
+
+:func:`fold_checkpoint` loads the checkpoint a fold's test uses: the fold's own, of its config.
 """
 from __future__ import annotations
 
