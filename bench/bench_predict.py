@@ -42,7 +42,8 @@ def make_checkpoint(path: Path) -> None:
     import torch
 
     from pointgeope.engine import build
-    from pointgeope.engine.checkpoint import prediction_metadata, save_checkpoint
+    from pointgeope.engine.checkpoint import save_checkpoint
+    from pointgeope.engine.prediction_info import prediction_metadata
     from pointgeope.engine.config import config_to_dict, load_config
 
     torch.manual_seed(0)

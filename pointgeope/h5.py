@@ -87,7 +87,8 @@ def predictions_path(run: str | Path, area: str) -> Path:
 # --- reading ---------------------------------------------------------------------------------------------
 
 def open_area(path: str | Path) -> h5py.File:
-    """Open a prepared area file read-only after checking its schema version."""
+    """Open a prepared area file read-only after checking what its root attributes say it is
+    (:func:`_root_problem`)."""
     path = Path(path)
     if not path.is_file():
         raise SchemaError(f"expected a prepared area file, found nothing at {path}; run `pointgeope prepare` "
@@ -97,31 +98,31 @@ def open_area(path: str | Path) -> h5py.File:
     except OSError as err:
         raise SchemaError(f"{path}: not a readable HDF5 file ({err}); it is truncated or corrupt: run "
                           "`pointgeope prepare` again") from None
-    version = f.attrs.get("schema_version")
-    if version is None and _plain(f.attrs.get("kind")) == "predictions":
-        f.close()
-        raise SchemaError(f"{path}: a fold's predictions file (labels only, written by evaluate), not a prepared "
-                          "area file or a scan: give the scan, or the prepared area (data.root/Area_N.h5)")
-    if version is None or int(version) != SCHEMA_VERSION:
-        f.close()
-        raise SchemaError(f"{path}: expected schema_version {SCHEMA_VERSION}, got {version}; "
-                          "re-run `pointgeope prepare` with this version of pointgeope")
-    problem = _identity_problem(path, f)
+    problem = _root_problem(path, f)
     if problem:
         f.close()
         raise SchemaError(problem)
     return f
 
 
-def _identity_problem(path: Path, f: h5py.File) -> str | None:
-    """A file named like an area (``Area_N.h5``) must hold that area (root attr ``area``): a copy of
-    ``Area_3.h5`` saved as ``Area_1.h5`` would otherwise train or test as Area_1."""
-    if not _AREA_FILE.fullmatch(path.name):
+def _root_problem(path: Path, f: h5py.File) -> str | None:
+    """Why the open file ``f`` is not a prepared area this version reads: a fold's predictions file, a
+    ``schema_version`` that is no integer (another tool's ``"2.1"``) or another version, or a file named like
+    an area (``Area_N.h5``) that holds another (root attr ``area``: a copy of ``Area_3.h5`` saved as
+    ``Area_1.h5`` would otherwise train or test as Area_1); ``None`` when it is one."""
+    version = f.attrs.get("schema_version")
+    if version is None and _plain(f.attrs.get("kind")) == "predictions":
+        return (f"{path}: a fold's predictions file (labels only, written by evaluate), not a prepared area file "
+                "or a scan: give the scan, or the prepared area (data.root/Area_N.h5)")
+    if version is not None and (not isinstance(version, (int, np.integer)) or isinstance(version, bool)):
+        return (f"{path}: expected schema_version {SCHEMA_VERSION} (an integer), got {_plain(version)!r:.80}: not "
+                "a file of `pointgeope prepare`; give a prepared area file (data.root/Area_N.h5)")
+    if version is None or int(version) != SCHEMA_VERSION:
+        return (f"{path}: expected schema_version {SCHEMA_VERSION}, got {version}; re-run `pointgeope prepare` "
+                "with this version of pointgeope")
+    if not _AREA_FILE.fullmatch(path.name) or _plain(f.attrs.get("area")) == path.stem:
         return None
-    area = _plain(f.attrs.get("area"))
-    if area == path.stem:
-        return None
-    return (f"{path}: holds {area!r} (its 'area' attribute), expected {path.stem!r} by its name: a copied or "
+    return (f"{path}: holds {_plain(f.attrs.get('area'))!r} (its 'area' attribute), expected {path.stem!r} by its name: a copied or "
             f"renamed area file; put {path.stem}'s own file back or run `pointgeope prepare` again")
 
 
@@ -132,8 +133,10 @@ def is_scan_predictions(f: h5py.File) -> bool:
 
 def area_max_extent(f: h5py.File) -> float:
     """The room size limit (metres) an open area file was prepared with (a scan's predictions: none, its
-    points are the user's as they came)."""
-    return float("inf") if is_scan_predictions(f) else float(f.attrs.get("max_extent", MAX_ROOM_EXTENT))
+    points are the user's as they came); NaN for a value that is no number (``check_area`` refuses it)."""
+    value = f.attrs.get("max_extent", MAX_ROOM_EXTENT)
+    number = float(value) if isinstance(value, (int, float, np.integer, np.floating)) else float("nan")
+    return float("inf") if is_scan_predictions(f) else number
 
 
 def room_group(f: h5py.File, room: str) -> h5py.Group:

@@ -60,3 +60,24 @@ def test_overrides_on_both_sides_of_the_options_are_all_kept_in_order(capsys):
                           timeout=120)
     assert (proc.returncode, proc.stderr.strip()) == (
         2, "train.py: error: override 'train.epochs=0': train.epochs: expected an integer >= 1, got 0")
+
+
+def test_a_key_given_twice_on_the_command_line_is_one_warning_line(tmp_path, capsys):
+    """``optim.lr=0.1 ... optim.lr=0.2`` took the last silently, and ``data.root=A --data-root B`` took B. The
+    last still wins (a command line appends to a common list), and one warning line names both."""
+    from pointgeope.cli import main
+    from pointgeope.commands import config_overrides
+
+    said: list[str] = []
+    got = config_overrides(["optim.lr=0.1", "train.epochs=1", "optim.lr=0.2", "data.root=A"],
+                           {"--data-root": ("data.root", "B"), "--run-dir": ("train.run_dir", None)}, said.append)
+    assert got == ["optim.lr=0.1", "train.epochs=1", "optim.lr=0.2", "data.root=A", "data.root=B"]
+    assert said == ["warning: optim.lr is given twice ('optim.lr=0.1', then 'optim.lr=0.2'): the last is used",
+                    "warning: data.root is given twice ('data.root=A', then --data-root B): --data-root is used"]
+    assert config_overrides(["optim.lr=0.1", "data.root=A"], {"--data-root": ("data.root", None)}, said.append) \
+        == ["optim.lr=0.1", "data.root=A"] and len(said) == 2                  # each once: no warning
+    config = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+    assert main(["train", "--config", str(config), "--test-area", "1", "--run-dir", str(tmp_path / "run"),
+                 "--data-root", str(tmp_path / "none"), "optim.lr=0.1", "optim.lr=0.2"]) == 2   # no data there
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["warning: optim.lr is given twice ('optim.lr=0.1', then 'optim.lr=0.2'): the last is used"], out

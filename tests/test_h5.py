@@ -136,3 +136,30 @@ def test_a_full_disk_is_one_error_naming_the_file_and_keeps_the_old_one(tmp_path
     monkeypatch.undo()
     h5.write_predictions(path, "Area_1", preds, {"epoch": 2})  # once there is room again
     assert h5.read_predictions(path, "room_1").tolist() == preds["room_1"].tolist()
+
+
+@pytest.mark.parametrize("version, shown", [("2.1", "'2.1'"), (np.array([1, 1]), "[1, 1]"), (1.0, "1.0"),
+                                            (np.bool_(True), "True")])
+def test_a_schema_version_that_is_no_integer_is_another_tools_file(tmp_path, version, shown):
+    """Other tools' HDF5 files often carry a text version: int("2.1") was a traceback (an array: TypeError)."""
+    path = tmp_path / "Area_1.h5"
+    h5.write_area(path, "Area_1", [("office_1", _arrays(), {})])
+    with h5py.File(path, "r+") as f:
+        f.attrs["schema_version"] = version
+    with pytest.raises(h5.SchemaError) as err:
+        h5.open_area(path)
+    assert str(err.value) == (f"{path}: expected schema_version 1 (an integer), got {shown}: not a file of "
+                              "`pointgeope prepare`; give a prepared area file (data.root/Area_N.h5)")
+
+
+def test_viz_of_a_foreign_hdf5_is_one_line(tmp_path):
+    """The reproduction: an HDF5 file of another tool, `viz --list`: one line naming it, exit 2."""
+    path = tmp_path / "foreign.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["schema_version"] = "2.1"
+        f["points"] = np.zeros((10, 3))
+    done = subprocess.run([sys.executable, "-m", "pointgeope", "viz", str(path), "--list"], capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"pointgeope viz: error: {path}: expected schema_version 1 (an integer), got '2.1': not a file of "
+        "`pointgeope prepare`; give a prepared area file (data.root/Area_N.h5)"], done.stderr

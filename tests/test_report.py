@@ -285,6 +285,13 @@ def test_class_means_follow_the_rule_the_folds_were_evaluated_with(tmp_path):
     ({"confusion": [[0.5] + [0] * (C - 1)] + [[0] * C] * (C - 1)}, r"expected 'confusion' .* got 0.5 at \[0\]\[0\]"),
     ({"confusion": [[0] * C] * C},                                                    # pooled as a complete fold
      r"'confusion' counts no point; evaluate the fold again"),
+    # a traceback (int(None), int("x"), int([1])), or read as fold 1 (int(1.7), int(True))
+    ({"fold": None}, r"expected 'fold' a fold number \(an integer\), got null; evaluate the fold again"),
+    ({"fold": "x"}, r"expected 'fold' a fold number \(an integer\), got \"x\""),
+    ({"fold": [1]}, r"expected 'fold' a fold number \(an integer\), got \[1\]"),
+    ({"fold": 1.7}, r"expected 'fold' a fold number \(an integer\), got 1.7"),
+    ({"fold": True}, r"expected 'fold' a fold number \(an integer\), got true"),
+    ({"class_names": 5}, r"expected class_names \['ceiling', .*\], got 5$"),                 # a traceback
 ])
 def test_a_metrics_file_that_is_not_what_evaluate_writes_is_named(tmp_path, edit, message):
     run = tmp_path / "run"
@@ -342,3 +349,27 @@ def test_the_iou_chart_says_which_folds_each_run_pooled(tmp_path, monkeypatch):
     assert titles[0][0] == ("Per-class IoU: rpe mIoU 50.0 (pooled over all 6 folds); geope mIoU 66.7 (pooled over "
                             "4 of 6 folds: Area_1, Area_2, Area_4, Area_5)")
     assert titles[1][0] == "geope: confusion, row-normalised, pooled over 4 of 6 folds: Area_1, Area_2, Area_4, Area_5"
+
+
+def test_a_metrics_file_without_complete_is_damaged_not_unfinished(tmp_path):
+    """``{}`` was listed as "Area_1 (incomplete)" and a file without "complete" as "unfinished: trained 5 of 5
+    epochs"; evaluate always writes the key, so its absence is a damaged file."""
+    run = tmp_path / "run"
+    write_fold(run, 1, perfect())
+    path = run / "area_1" / "metrics.json"
+    for data in ({}, {k: v for k, v in json.loads(path.read_text()).items() if k != "complete"}):
+        path.write_text(json.dumps({**data, "trained_epochs": 5, "epochs": 5} if data else data))
+        with pytest.raises(ReportError) as err:
+            load_run(run)
+        assert str(err.value) == (f"{path}: expected 'complete' true or false, got no such key; evaluate the fold "
+                                  "again (pointgeope evaluate RUN/area_K)")
+
+
+def test_a_fold_folder_given_as_the_run_names_its_run(tmp_path, capsys):
+    """``report runs/x/area_1`` said "no complete fold ... expected runs/x/area_1/area_K/metrics.json"."""
+    run = tmp_path / "run"
+    write_fold(run, 1, perfect())
+    assert cli.main(["report", str(run / "area_1"), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"pointgeope report: error: {run / 'area_1'}: a fold folder (RUN/area_K), not a run folder holding area_1 .. "
+        f"area_6; give its run folder, {run}"]

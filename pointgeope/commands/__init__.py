@@ -30,10 +30,23 @@ def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
     return [item for item in items if item not in overrides], overrides
 
 
-def config_overrides(overrides: list[str], options: dict[str, str | None]) -> list[str]:
-    """The ``section.key=value`` overrides of the command line, then one for each option given (an option
-    such as ``--data-root`` is a shorthand for its config key, and wins over the same key given as text)."""
-    return list(overrides) + [f"{key}={value}" for key, value in options.items() if value]
+def config_overrides(overrides: list[str], options: dict[str, tuple[str, str | None]], say=None) -> list[str]:
+    """The ``section.key=value`` overrides of the command line, then one for each option given (``options``:
+    flag -> (its config key, its value or None); ``--data-root`` is a shorthand for ``data.root``). The last
+    of a key given twice wins, as the later of two ``--flag`` does: a command line often appends to a common
+    list (``$COMMON train.epochs=1``). It is said in one warning line naming both (``say``, default print: to
+    the first process only under torchrun), so that a key set by mistake twice is not silently overridden."""
+    say = say or (lambda line: print(line, flush=True) if os.environ.get("RANK", "0") == "0" else None)
+    seen: dict[str, str] = {}
+    for text in overrides:
+        key = text.partition("=")[0].strip()
+        if key in seen:
+            say(f"warning: {key} is given twice ({seen[key]!r}, then {text!r}): the last is used")
+        seen[key] = text
+    for flag, (key, value) in options.items():
+        if value and key in seen:
+            say(f"warning: {key} is given twice ({seen[key]!r}, then {flag} {value}): {flag} is used")
+    return list(overrides) + [f"{key}={value}" for key, value in options.values() if value]
 
 
 def parse_args(parser, argv: list[str] | None = None):

@@ -31,5 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from pointgeope.engine.evaluate import evaluate_run
 
-    overrides = config_overrides(args.overrides, {"eval.checkpoint": args.checkpoint, "data.root": args.data_root})
+    overrides = config_overrides(args.overrides, {"--checkpoint": ("eval.checkpoint", args.checkpoint),
+                                                  "--data-root": ("data.root", args.data_root)})
     return evaluate_run(Path(args.run), overrides)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import argparse
 
-from pointgeope.commands import split_overrides
+from pointgeope.commands import config_overrides, split_overrides
 from pointgeope.constants import PREDICT_MAX_EXTENT, PREDICT_MAX_FRAGMENTS
 
 FORMATS = ("npy", "ply", "las", "txt", "h5")  # pointgeope.scans.outputs.FORMATS (kept light to import)
@@ -94,5 +94,5 @@ def main(args: argparse.Namespace) -> int:
     from pointgeope.engine.predict import predict_scans
 
     args.inputs, overrides = split_overrides(args.inputs)
-    args.overrides = overrides + list(args.overrides)
+    args.overrides = config_overrides(overrides + list(args.overrides), {})  # a key twice: a warning
     return predict_scans(args)

@@ -34,5 +34,6 @@ def main(args: argparse.Namespace) -> int:
     from pointgeope.engine.config import load_config
     from pointgeope.engine.train import train
 
-    overrides = config_overrides(args.overrides, {"data.root": args.data_root, "train.run_dir": args.run_dir})
+    overrides = config_overrides(args.overrides, {"--data-root": ("data.root", args.data_root),
+                                                  "--run-dir": ("train.run_dir", args.run_dir)})
     return train(load_config(args.config, overrides), args.test_area, force=args.force)

@@ -102,6 +102,10 @@ def check_area(path: str | Path, checksum: str | None = None, num_classes: int =
     with open_area(path) as f:
         try:
             max_extent, scan = area_max_extent(f), is_scan_predictions(f)
+            if not max_extent > 0:  # NaN would turn the extent check off (extent > nan is false)
+                raw = f.attrs.get("max_extent")
+                raise SchemaError(f"{path}: expected a positive max_extent (its attribute: the room size limit "
+                                  f"of prepare, metres), got {getattr(raw, 'tolist', lambda: raw)()!r:.80}; {_AGAIN}")
             rooms = {name: check_room(f"{path}: room {name!r}", f[name], max_extent, num_classes, scan) for name in f}
         except SchemaError:
             raise

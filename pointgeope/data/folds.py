@@ -31,12 +31,20 @@ class Fold:
     test: tuple[str, ...]
 
 
-def _area_list(value: object, where: str) -> tuple[str, ...]:
+def _area_list(value: object, where: str, at_least_one: bool = False) -> tuple[str, ...]:
+    """The area names of a fold's ``train`` or ``test`` list; a FoldsError naming ``where`` for a list that is
+    not one of names of files in the data folder, that names an area twice, or (``at_least_one``) is empty."""
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
         raise FoldsError(f"{where}: expected a list of area names, got {value!r}")
+    if at_least_one and not value:
+        raise FoldsError(f"{where}: expected at least one area, got []; name the area(s) the fold tests on, "
+                         "or remove the fold")
     for area in value:
         if area in ("", ".", "..") or "/" in area or "\\" in area:
             raise FoldsError(f"{where}: expected area names of files in the data folder (Area_N), got {area!r}")
+    twice = sorted({area for area in value if value.count(area) > 1})
+    if twice:
+        raise FoldsError(f"{where}: expected each area once, got {', '.join(map(repr, twice))} more than once")
     return tuple(value)
 
 
@@ -45,7 +53,8 @@ def load_folds(root: str | Path) -> dict[int, Fold]:
 
     Raises:
         FoldsError: no ``folds.json`` under ``root``, or a malformed one (the message names the file and
-            the offending entry).
+            the offending entry): keys that are not fold numbers or that are one number twice ("1", "01"),
+            a fold testing no area, an area named twice in a list or in both lists.
     """
     path = Path(root) / "folds.json"
     if not Path(root).is_dir():
@@ -63,16 +72,20 @@ def load_folds(root: str | Path) -> dict[int, Fold]:
     raw = doc.get("folds")
     if not isinstance(raw, dict) or not raw:
         raise FoldsError(f"{path}: expected a non-empty object 'folds', got {raw!r}")
-    folds = {}
+    folds, seen = {}, {}
     for key, entry in raw.items():
         where = f"{path}: fold {key!r}"
-        if not key.isdigit():
-            raise FoldsError(f"{where}: expected a fold number as key")
+        if not (key.isascii() and key.isdigit()):   # not "²" or "١", which str.isdigit() also takes
+            raise FoldsError(f"{where}: expected a fold number (digits 0-9) as key")
+        if int(key) in seen:                          # "1" and "01": one fold would replace the other
+            raise FoldsError(f"{where}: the keys {seen[int(key)]!r} and {key!r} are both fold {int(key)}; give "
+                             "each fold its own number")
+        seen[int(key)] = key
         if not isinstance(entry, dict) or set(entry) != {"train", "test"}:
             keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
             raise FoldsError(f"{where}: expected keys ['test', 'train'], got {keys}")
         train = _area_list(entry["train"], f"{where} 'train'")
-        test = _area_list(entry["test"], f"{where} 'test'")
+        test = _area_list(entry["test"], f"{where} 'test'", at_least_one=True)
         if set(train) & set(test):
             raise FoldsError(f"{where}: areas {sorted(set(train) & set(test))} are in both train and test")
         folds[int(key)] = Fold(int(key), train, test)

@@ -11,12 +11,15 @@ while saving leaves the previous checkpoint intact::
      "epoch": int, "batch": int, "step": int, "best_miou": float,   # engine.state.LoopState
      "epoch_sums": {...},             # the epoch's running sums (engine.epoch_meter; older files: absent)
      "threads": int,                  # torch CPU threads of the run (a resume with another number warns)
-     "predict": {...}}                # what `pointgeope predict` needs: see prediction_metadata
+     "predict": {...},                # what `pointgeope predict` needs: engine.prediction_info
+     "data": {area: checksum},        # the area files it trained on (older files: absent)
+     "fold": {...}}                   # the fold it trained for: engine.fold_record (older files: absent)
 
 A fold's checkpoints are written and read by :class:`pointgeope.engine.state.FoldCheckpoints` only.
 
 :func:`load_checkpoint` turns every failure (missing, truncated, not a checkpoint, written for another
-config) into a :class:`CheckpointError` that names the file.
+config) into a :class:`CheckpointError` that names the file; :mod:`pointgeope.engine.weights` checks and loads
+its ``"model"`` weights.
 """
 from __future__ import annotations
 
@@ -28,7 +31,6 @@ import numpy as np
 import torch
 
 from pointgeope.atomic import atomic_open
-from pointgeope.constants import CLASS_NAMES, PALETTE
 from pointgeope.engine.config_yaml import value_text
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
@@ -352,49 +354,3 @@ def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None],
         raise CheckpointError(f"{path} was trained on other data than {root} holds now ({shown}); restore the "
                               "data it trained on (or set data.root to it); pointgeope train with --force "
                               "retrains the fold from scratch")
-
-
-def load_model_state(model: torch.nn.Module, state: dict, path: str | Path) -> None:
-    """``model.load_state_dict(state)`` with a shape or key mismatch reported against ``path``."""
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as err:
-        first = str(err).strip().splitlines()
-        raise CheckpointError(f"{path}: the weights do not fit this model ({' '.join(first[:4])[:600]}); "
-                              "was it written with other model.* settings?") from None
-
-
-# --- what prediction needs -------------------------------------------------------------------------------
-
-def prediction_metadata(config: dict, spacing: float | None = None) -> dict:
-    """The ``"predict"`` entry of a checkpoint, from its resolved config (plain dict)::
-
-        {"class_names": [13 str], "palette": [[r, g, b] x 13], "grid_size": float,
-         "features": ["rgb", "xyz"] | ["xyz"] (+ "height"), "in_channels": int,
-         "spacing": float | None}     # training rooms' median nearest-neighbour distance (m)
-
-    ``features`` is the layout of the network's input ``x`` (``ToData``), so a scan without colour can
-    be refused for a colour model before any work is done.
-    """
-    data, model = config["data"], config["model"]
-    num_classes = int(model["num_classes"])
-    features = ["rgb"] * bool(data.get("color", True)) + ["xyz"] + ["height"] * bool(data["height"])
-    return {"class_names": list(CLASS_NAMES[:num_classes]),
-            "palette": [list(c) for c in PALETTE[:num_classes]],
-            "grid_size": float(data["grid_size"]), "features": features,
-            "in_channels": int(model["in_channels"]),
-            "spacing": None if spacing is None or not np.isfinite(spacing) else float(spacing)}
-
-
-def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
-    """The checkpoint's ``"predict"`` entry, or (checkpoints written before it) the same derived from its
-    config without ``spacing``. Raises CheckpointError without a config (prediction needs it) or with an
-    incomplete entry."""
-    config = checkpoint_config(ckpt, path, ("data", "model"))  # the prediction rebuilds the network from it
-    info = ckpt.get("predict")
-    if info is None:
-        info = prediction_metadata(config)
-    missing = {"class_names", "palette", "grid_size", "features", "in_channels"} - set(info)
-    if missing:
-        raise CheckpointError(f"{path}: its 'predict' entry lacks {sorted(missing)}")
-    return info

@@ -38,6 +38,7 @@ import yaml
 
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
+from pointgeope.engine.config_choices import choice_problem
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem, value_problem
 from pointgeope.engine.config_yaml import (DuplicateKeyError, at_line, closest_key, dotted_key_message, key_line,
                                           load_yaml, load_yaml_lines)
@@ -258,11 +259,12 @@ def _merge(base: dict, top: dict) -> dict:
     return out
 
 
-def config_problem(cfg: Config, presets: list[str] | None = None) -> str | None:
+def config_problem(cfg: Config, presets: list[str] | None = None, record: bool = False) -> str | None:
     """What is wrong between the keys that must agree with each other (each key alone was checked as read),
     or ``None``; the encodings' own keys are checked against ``model.pe``, or against each of an ablation's
-    ``presets`` where given (``config_values.agreement_problem``)."""
-    return agreement_problem(cfg.model, presets) or pipeline_problem(cfg)
+    ``presets`` where given (``config_values.agreement_problem``); a key that the chosen optimiser, schedule
+    or loss never reads (``config_choices.choice_problem``; not in a ``record`` of a run, which ran without it)."""
+    return agreement_problem(cfg.model, presets) or pipeline_problem(cfg) or (None if record else choice_problem(cfg))
 
 
 def _build(cls, raw: dict):
@@ -304,7 +306,7 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
                           "a config such as configs/demo.yaml")
     has_base, base = "base" in raw, raw.pop("base", None)
     layer = _check_mapping(raw, Config, str(path), lines=lines)
-    if has_base and not isinstance(base, str):   # 'base:' with no value too: not the built-in defaults silently
+    if has_base and (not isinstance(base, str) or not base.strip()):   # 'base:' or "": not the defaults, a folder
         raise ConfigError(f"{at_line(str(path), lines, 'base')}: expected 'base:' to be a file name, got {base!r}; "
                           "give the base config's file (e.g. base: demo.yaml), or remove the line")
     merged = layer if base is None else _merge(_read_layers(path.parent / base, seen + (path,), origins), layer)
@@ -341,7 +343,7 @@ def parse_override(text: str) -> dict:
 
 
 def _overridden(merged: dict, overrides: typing.Sequence[str], where: str, presets: list[str] | None = None,
-                origins: dict | None = None) -> Config:
+                origins: dict | None = None, record: bool = False) -> Config:
     """The config of the checked mapping ``merged`` (read from ``where``) with ``section.key=value``
     ``overrides`` applied last, each checked as it is read, then the whole: a problem of the whole is
     ``where``'s alone when ``merged`` has it without the overrides (a key of the file, whatever the
@@ -352,9 +354,9 @@ def _overridden(merged: dict, overrides: typing.Sequence[str], where: str, prese
     for text in overrides:
         layered = _merge(layered, _check_mapping(parse_override(text), Config, f"override {text!r}"))
     cfg = _build(Config, layered)
-    said = config_problem(cfg, presets)
+    said = config_problem(cfg, presets, record)
     if said:
-        if overrides and config_problem(_build(Config, merged), presets) != said:
+        if overrides and config_problem(_build(Config, merged), presets, record) != said:
             raise ConfigError(f"{where} with the overrides: {said}")
         file, line = key_line(origins or {}, said) or (None, None)
         at = where if file is None else f"{where if file == Path(where).resolve() else file}:{line}"
@@ -379,14 +381,15 @@ def config_to_dict(cfg: Config) -> dict:
 def config_from_dict(raw: dict, where: str = "config", overrides: typing.Sequence[str] = ()) -> Config:
     """The :class:`Config` of a saved plain mapping (a checkpoint's), with ``section.key=value`` overrides; a
     key it lacks as it was before the key existed (:func:`pointgeope.engine.record_keys.as_recorded`)."""
-    return _overridden(_check_mapping(as_recorded(raw), Config, where), overrides, where)
+    return _overridden(_check_mapping(as_recorded(raw), Config, where), overrides, where, record=True)
 
 
 def load_record(path: str | Path, overrides: typing.Sequence[str] = ()) -> Config:
     """The :class:`Config` of a run's saved ``config.yaml`` (:func:`save_config`'s) with overrides; a key it
     lacks as it was before the key existed (:func:`pointgeope.engine.record_keys.as_recorded`)."""
     origins: dict = {}
-    return _overridden(as_recorded(_read_layers(Path(path), origins=origins)), overrides, str(path), origins=origins)
+    return _overridden(as_recorded(_read_layers(Path(path), origins=origins)), overrides, str(path), origins=origins,
+                       record=True)
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

@@ -46,13 +46,17 @@ class UniqueKeyLoader(yaml.SafeLoader):
         """Record the dotted path of every mapping under ``node`` (for the messages), and in ``lines`` the
         1-based line of every key and list entry by its dotted name (``model.pe``, ``model.planes[1]``). A
         key that holds a dot itself (``optim.lr: 0.5`` at the top, an override's form) is recorded quoted,
-        ``"'optim.lr'"`` (:func:`literal_name`), so that it does not take the line of ``optim:``'s ``lr``."""
+        ``"'optim.lr'"`` (:func:`literal_name`), so that it does not take the line of ``optim:``'s ``lr``. A key
+        that YAML reads as another type (``yes``, ``on``: true; ``1``) is recorded under that value too, the
+        name the config's messages give it (``data.True``)."""
         if isinstance(node, yaml.MappingNode):
             self._paths[id(node)] = path
             for key, value in node.value:
                 label = key.value if isinstance(key, yaml.ScalarNode) else "?"
                 label = literal_name(label) if "." in label else label
                 self.lines.setdefault(f"{path}{label}", key.start_mark.line + 1)
+                if isinstance(key, yaml.ScalarNode) and key.tag.rpartition(":")[2] in ("bool", "int", "float", "null"):
+                    self.lines.setdefault(f"{path}{self.construct_object(key)}", key.start_mark.line + 1)
                 self._name(value, f"{path}{label}.")
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):

@@ -57,9 +57,11 @@ from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed, placement
 from pointgeope.engine.ahead import with_index
 from pointgeope.engine.config import Config, TTAConfig
-from pointgeope.engine.fold_result import TEST_KEY, missing_checkpoint, new_test, unfinished_metrics_warning
+from pointgeope.engine.fold_record import fold_checkpoint
+from pointgeope.engine.fold_result import TEST_KEY, new_test, nothing_scored, unfinished_metrics_warning
 from pointgeope.engine.prefetch import Prefetch
 from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, piece_key, stack
+from pointgeope.engine.weights import load_model_state
 from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
@@ -201,11 +203,6 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
     return RoomVotes(scores, votes, layout.counts, filled)
 
 
-EVALUATE_ADVICE = ("evaluate a fold with the config it was trained with: drop the overrides of what it was trained "
-                   "with (eval.* and the keys of place, speed and memory, such as train.device or data.hierarchy, "
-                   "may change), and restore its config.yaml if it was edited")
-
-
 def room_seed(seed: int, room: str) -> int:
     """The vote seed of a room: ``(seed * 1000003 + crc32(utf-8 name)) mod 2^32``; a name from a file name's
     undecodable bytes (surrogates) counts those bytes."""
@@ -276,24 +273,12 @@ def _json_number(x: float):
     return None if math.isnan(x) else x
 
 
-def _fold_checkpoint(run: Path, cfg: Config, fold: int) -> tuple[Path, dict]:
-    """The path and content of the fold's checkpoint to test (``eval.checkpoint``), checked against ``cfg``;
-    one line that says what to do where the fold has not saved it yet."""
-    from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
-    from pointgeope.engine.config import config_to_dict
-
-    path = run / f"{cfg.eval.checkpoint}.pt"
-    if not path.is_file():
-        raise CheckpointError(missing_checkpoint(path, fold))
-    return path, load_checkpoint(path, config_to_dict(cfg), advice=EVALUATE_ADVICE)
-
-
 def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, checked: bool = False) -> dict:
     """Predict every point of the fold's test area(s), write predictions and ``metrics.json``. The test
     area files are checked first, as training checks its areas (:func:`pointgeope.data.check.check_areas`;
     not when ``checked``: the training run that calls it checked them at its start), and refused when they
-    differ from those the checkpoint trained on (its recorded checksums)."""
-    from pointgeope.engine.checkpoint import check_data, fold_progress, load_model_state
+    differ from those the checkpoint trained on (its recorded checksums), as is a checkpoint of another fold."""
+    from pointgeope.engine.checkpoint import check_data, fold_progress
 
     run = Path(run)
     fold = fold_of_run(run)
@@ -302,7 +287,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     if fold not in folds:
         raise UserError(f"{run}: fold {fold} is not in {root / 'folds.json'} (folds {sorted(folds)})")
     areas = list(folds[fold].test)
-    ckpt_path, ckpt = _fold_checkpoint(run, cfg, fold)
+    ckpt_path, ckpt = fold_checkpoint(run, cfg, folds[fold], log if env.is_main else lambda line: None)
     if env.is_main:  # the test areas as training checks its areas, and against what the checkpoint saw
         if not checked:
             check_areas(root, areas, cfg.model.num_classes)
@@ -310,7 +295,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
         writable_folder(run / "predictions", "predictions folder")  # before the long part
     distributed.barrier()
     model = build.model(cfg).to(env.device)
-    load_model_state(model, ckpt["model"], ckpt_path)
+    load_model_state(model, ckpt, ckpt_path)
     trained = fold_progress(ckpt_path, ckpt, log=log if env.is_main else None)[0]
     if env.is_main:
         log(placement.hierarchy_place(cfg, env.device, evaluation=True).line())
@@ -341,6 +326,8 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
                 num_points += int(pred.shape[0])
             write_predictions(predictions_path(run, area), area, rooms,
                               {"checkpoint": ckpt_path.name, "epoch": int(ckpt["epoch"]), "test": test})
+        if not confusion.any():  # no score: never an all-zero metrics.json marked complete
+            raise UserError(nothing_scored(run, areas, cfg.train.ignore_index))
         s = scores(confusion, cfg.eval.class_mean)
         metrics = {
             "area": areas[0] if len(areas) == 1 else areas, "fold": fold, "test_areas": areas,

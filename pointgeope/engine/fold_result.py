@@ -99,6 +99,13 @@ def unfinished_metrics_warning(run: Path, trained: int, epochs: int) -> str:
             "of the pooled scores")
 
 
+def nothing_scored(run: Path, areas: list[str], ignore_index: int) -> str:
+    """The line for a test of the fold folder ``run`` that scores no point of its test ``areas`` (every label is
+    ``ignore_index``): its ``metrics.json`` would count nothing, yet say complete, and a rerun skip the fold."""
+    return (f"{run}: no point of {', '.join(areas)} is scored (every label is train.ignore_index={ignore_index}); "
+            "metrics.json is not written; test the fold on labelled points")
+
+
 def missing_checkpoint(path: Path, fold: int) -> str:
     """The line for a test of the fold folder ``path.parent`` whose checkpoint ``path`` is not there: a fold
     stopped before it saved its first ``last.pt``, or (``best.pt``) before its first validation. The command

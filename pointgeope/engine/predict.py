@@ -10,7 +10,7 @@ the same seed for a room of the same name
 and its probabilities are :func:`vote_probabilities`.
 
 Before predicting, a scan is checked against what the checkpoint says the model expects
-(:func:`~pointgeope.engine.checkpoint.prediction_metadata`): a colour model refuses a scan without colour
+(:func:`~pointgeope.engine.prediction_info.prediction_metadata`): a colour model refuses a scan without colour
 (never zeros in its place), and a warning says when the scan's point spacing
 (:func:`~pointgeope.data.spacing.median_spacing`) is more than :data:`SPACING_FACTOR` times off the
 training rooms' (a unit mistake: millimetres or feet read as metres).
@@ -29,13 +29,14 @@ import torch
 from pointgeope.constants import FOLD_NAME, PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT, PREDICT_MAX_FRAGMENTS
 from pointgeope.data.spacing import median_spacing
 from pointgeope.engine import build
-from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info,
-                                          load_checkpoint, load_model_state, unfinished_warning)
+from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint, unfinished_warning
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, override_key
 from pointgeope.engine.config_values import range_problem
 from pointgeope.engine.distributed import apply_threads, choose_device
 from pointgeope.engine.evaluate import not_a_fold, room_seed, vote_room
 from pointgeope.engine.placement import hierarchy_place
+from pointgeope.engine.prediction_info import checkpoint_prediction_info
+from pointgeope.engine.weights import load_model_state
 from pointgeope.errors import UserError, one_line
 from pointgeope.scans.scan import Scan, ScanError
 from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
@@ -158,7 +159,7 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     cfg, cap_origin = _prediction_config(ckpt, path, tta, batch_points, max_fragments, list(overrides))
     dev = choose_device(device, option="--device")
     net = build.model(cfg).to(dev)
-    load_model_state(net, ckpt["model"], path)
+    load_model_state(net, ckpt, path)
     net.eval()
     return Predictor(net, cfg, info, dev, path, cap_origin)
 

@@ -25,10 +25,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pointgeope.data.folds import Fold
 from pointgeope.engine import distributed
-from pointgeope.engine.checkpoint import (CheckpointError, check_data, load_checkpoint, load_model_state, pack_rng,
-                                          rng_state, save_checkpoint, set_rng_state)
+from pointgeope.engine.checkpoint import (CheckpointError, check_data, load_checkpoint, pack_rng, rng_state,
+                                          save_checkpoint, set_rng_state)
+from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.runio import Log
+from pointgeope.engine.weights import load_model_state
 
 
 @dataclass
@@ -78,14 +81,16 @@ class FoldCheckpoints:
     """The checkpoints of one fold folder: the one place that writes and reads them.
 
     ``last.pt`` (to resume) and ``best.pt`` hold the :class:`Learner`, the :class:`LoopState`, every
-    rank's RNG state, the torch thread count and what ``pointgeope predict`` needs; a non-finite loss
+    rank's RNG state, the torch thread count, what ``pointgeope predict`` needs, the checksums of the fold's
+    area files and the fold it trains (:mod:`~pointgeope.engine.fold_record`); a non-finite loss
     leaves ``nan_step_<step>.pt`` with the batch and the model (:meth:`stop_on_nan`).
     """
 
     def __init__(self, run: Path, learner: Learner, env: distributed.DistEnv, config: dict, predict: dict,
-                 data: dict[str, str] | None = None):
+                 data: dict[str, str] | None = None, fold: Fold | None = None):
         self.run, self.learner, self.env, self.config, self.predict = run, learner, env, config, predict
         self.data = data  # area -> checksum of the fold's area files (pointgeope.data.check.area_checksums)
+        self.fold = fold  # the split it trains: recorded in every checkpoint (engine.fold_record)
 
     def resume(self, log: Log) -> LoopState:
         """The state saved in ``last.pt``, with the learner and this rank's RNG restored from it; a fresh
@@ -101,9 +106,11 @@ class FoldCheckpoints:
         if not path.is_file():
             return LoopState()
         ckpt = load_checkpoint(path, self.config)
+        if self.fold is not None:   # another fold's last.pt: the same six area files, so only this tells
+            check_trained_fold(path, ckpt.get("fold"), self.fold, self.config["data"]["root"], log)
         self._check_data(path, ckpt.get("data"), log)
         learner = self.learner
-        load_model_state(learner.model, ckpt["model"], path)
+        load_model_state(learner.model, ckpt, path)
         learner.optimizer.load_state_dict(ckpt["optimizer"])
         learner.scheduler.load_state_dict(ckpt["scheduler"])
         if ckpt["scaler"] is not None:
@@ -157,7 +164,8 @@ class FoldCheckpoints:
                 "optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict(),
                 "scaler": learner.scaler.state_dict() if learner.scaler.is_enabled() else None,
                 "rng": states, **dataclasses.asdict(state), "threads": torch.get_num_threads(),
-                "predict": self.predict, "data": self.data})
+                "predict": self.predict, "data": self.data,
+                "fold": None if self.fold is None else fold_record(self.fold)})
         distributed.barrier()
 
     def stop_on_nan(self, state: LoopState, loss: torch.Tensor, batch, fold: int) -> None:

@@ -45,12 +45,14 @@ from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed, graphs
 from pointgeope.engine.checkpoint import (check_data, checkpoint_config, config_differences, describe_differences,
-                                          fold_progress, load_checkpoint, prediction_metadata, untested_eval)
+                                          fold_progress, load_checkpoint, untested_eval)
 from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.epoch_meter import EpochMeter
 from pointgeope.engine.evaluate import evaluate_fold, validate
+from pointgeope.engine.fold_record import check_trained_fold
 from pointgeope.engine.fold_result import fold_is_complete
 from pointgeope.engine.placement import hierarchy_place
+from pointgeope.engine.prediction_info import prediction_metadata
 from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
@@ -139,7 +141,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     resolved = config_to_dict(cfg)
     predict = prediction_metadata(resolved, rooms_spacing(cfg.data.root, train_areas))
     checkpoints = FoldCheckpoints(run, learner, env, resolved, predict,
-                                  area_checksums(cfg.data.root, train_areas + test_areas))
+                                  area_checksums(cfg.data.root, train_areas + test_areas), folds[fold])
     state = checkpoints.resume(log)
     if env.is_main:  # after the resume: a refused checkpoint leaves the folder's config as it was
         save_config(cfg, run / "config.yaml")
@@ -284,11 +286,12 @@ def fold_folder(run: Path, env: distributed.DistEnv):
         yield
 
 
-def complete_metrics(run: Path, cfg: Config, areas: list[str], log=print) -> dict | None:
-    """The metrics of a complete fold trained with ``cfg`` (free keys aside) on the files of its ``areas``
+def complete_metrics(run: Path, cfg: Config, fold: Fold, log=print) -> dict | None:
+    """The metrics of a complete ``fold`` trained with ``cfg`` (free keys aside) on the files of its areas
     now in ``cfg.data.root``, ``None`` if the fold is not complete (a ``metrics.json`` of another test than
     its predictions' too, said through ``log``: :mod:`~pointgeope.engine.fold_result`); a :class:`UserError` naming the
-    differing keys if it was trained with another config, or the differing files if on other data.
+    differing keys if it was trained with another config, the differing files if on other data, or the folds
+    if its ``last.pt`` was trained for another fold (:func:`~pointgeope.engine.fold_record.check_trained_fold`).
 
     What was trained is read from the fold's ``last.pt`` (its config, epochs and the checksums of its area
     files), never from ``config.yaml``, which a user may edit: a fold whose ``metrics.json`` says complete
@@ -308,7 +311,8 @@ def complete_metrics(run: Path, cfg: Config, areas: list[str], log=print) -> dic
                         "retrains it, or use another --run-dir")
     if fold_progress(last, ckpt)[0] < cfg.train.epochs:
         return None
-    saved, root = ckpt.get("data"), cfg.data.root
+    saved, root, areas = ckpt.get("data"), cfg.data.root, list(fold.train + fold.test)
+    check_trained_fold(last, ckpt.get("fold"), fold, root, log)
     now = {area: None for area in set(saved or {}) | set(areas)}  # None: a file that is not there
     now.update(area_checksums(root, [area for area in areas if area_path(root, area).is_file()]))
     check_data(last, saved, now, root, print)
@@ -341,8 +345,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
     for fold in wanted:
         run = Path(cfg.train.run_dir) / fold_folder_name(fold)
         with fold_folder(run, env):
-            metrics = None if force else complete_metrics(run, cfg, list(folds[fold].train + folds[fold].test),
-                                                              _main_print(env))
+            metrics = None if force else complete_metrics(run, cfg, folds[fold], _main_print(env))
             if metrics is not None:
                 if env.is_main:
                     note = untested_eval(run, metrics.get("config"), config_to_dict(cfg))

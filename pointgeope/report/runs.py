@@ -153,21 +153,25 @@ def _confusion(value, path: Path) -> np.ndarray:
 def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     """Read one ``metrics.json``; ``(None, reason)`` for an incomplete fold, a :class:`ReportError` for a bad file."""
     data = _load_json(path)
-    area = f"Area_{fold}"
-    if data.get("area", area) != area or int(data.get("fold", fold)) != fold:
+    area, recorded = f"Area_{fold}", data.get("fold", fold)
+    if isinstance(recorded, bool) or not isinstance(recorded, int):  # null, "x", 1.7, true: int() took or crashed
+        raise ReportError(f"{path}: expected 'fold' a fold number (an integer), got {json.dumps(recorded)}; "
+                          "evaluate the fold again (pointgeope evaluate RUN/area_K)")
+    if data.get("area", area) != area or recorded != fold:
         raise ReportError(f"{path}: expected the results of {area} (fold {fold}), "
                           f"got area={data.get('area')!r} fold={data.get('fold')!r}")
-    if not isinstance(data.get("complete", False), bool):  # "true" (a string) read as unfinished
-        raise ReportError(f"{path}: expected 'complete' true or false, got {json.dumps(data['complete'])}; "
-                          "evaluate the fold again (pointgeope evaluate RUN/area_K)")
+    if not isinstance(data.get("complete"), bool):  # "true" (a string) read as unfinished; none: a damaged file
+        got = json.dumps(data["complete"]) if "complete" in data else "no such key"   # (evaluate always writes it)
+        raise ReportError(f"{path}: expected 'complete' true or false, got {got}; evaluate the fold again "
+                          "(pointgeope evaluate RUN/area_K)")
     if data.get("complete") is not True:  # an evaluation of an interrupted training: flagged, never pooled
         trained, epochs = data.get("trained_epochs"), data.get("epochs")
         return None, f"unfinished: trained {trained} of {epochs} epochs" if epochs else "incomplete"
     if problem := pair_problem(path.parent, data):  # a test stopped between its predictions and this file
         return None, problem.report_reason()
     names = data.get("class_names")
-    if names is not None and tuple(names) != CLASS_NAMES:
-        raise ReportError(f"{path}: expected class_names {list(CLASS_NAMES)}, got {names}")
+    if names is not None and (not isinstance(names, list) or tuple(names) != CLASS_NAMES):
+        raise ReportError(f"{path}: expected class_names {list(CLASS_NAMES)}, got {json.dumps(names)}")
     if "confusion" not in data:
         raise ReportError(f"{path}: expected a 'confusion' matrix, the file has keys {sorted(data)}")
     confusion = _confusion(data["confusion"], path)
@@ -206,6 +210,9 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
     if not run.is_dir():
         raise ReportError(f"{run}: expected a run folder holding area_1 .. area_{len(AREAS)}, found "
                           f"{'a file' if run.exists() else 'nothing'}")
+    if FOLD_NAME.fullmatch(run.name) and (run / METRICS_FILE).is_file():   # RUN/area_K given as the run
+        raise ReportError(f"{run}: a fold folder (RUN/area_K), not a run folder holding area_1 .. area_{len(AREAS)}; "
+                          f"give its run folder, {run.parent}")
     folds, missing = [], []
     for k, area in enumerate(AREAS, start=1):
         if fold is not None and k != fold:

@@ -96,3 +96,15 @@ def test_a_damaged_manifest_is_named_and_not_taken_for_a_missing_one(tmp_path, t
             check(tmp_path, ["Area_1"])
         assert str(err.value) == message
 
+
+
+@pytest.mark.parametrize("value, shown", [(np.nan, "nan"), ("x", "'x'"), (-1.0, "-1.0"), (0, "0")])
+def test_a_max_extent_that_is_no_positive_number_is_refused(tmp_path, value, shown):
+    """NaN turned the extent check of every room off (``extent > nan`` is false); "x" was "truncated or corrupt"."""
+    path = _area(tmp_path / "Area_1.h5", {"office_1": _room(5)})
+    with h5py.File(path, "r+") as f:
+        f.attrs["max_extent"] = value
+    with pytest.raises(SchemaError) as err:
+        check_area(path)
+    assert str(err.value) == (f"{path}: expected a positive max_extent (its attribute: the room size limit of "
+                              f"prepare, metres), got {shown}; run `pointgeope prepare` again")

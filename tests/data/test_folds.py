@@ -27,6 +27,17 @@ def test_folds_of_the_prepared_fixture(prepared):
      r"'test': expected area names of files in the data folder \(Area_N\), got '../Area_1'"),
     ({"version": 1, "folds": {"1": {"train": ["/data/Area_2"], "test": ["Area_1"]}}}, "got '/data/Area_2'"),
     ({"version": 1, "folds": {"1": {"train": [".."], "test": ["Area_1"]}}}, "got '..'"),
+    # a fold testing nothing trained a whole fold, then crashed and left an all-zero metrics.json marked complete
+    ({"version": 1, "folds": {"1": {"train": ["Area_2"], "test": []}}},
+     r"fold '1' 'test': expected at least one area, got \[\]; name the area\(s\) the fold tests on, or remove"),
+    # "1" and "01" were both fold 1, the later replacing the earlier: --cv never tested one area
+    ({"version": 1, "folds": {"1": {"train": ["Area_2"], "test": ["Area_1"]},
+                              "01": {"train": ["Area_1"], "test": ["Area_01"]}}},
+     "fold '01': the keys '1' and '01' are both fold 1; give each fold its own number"),
+    ({"version": 1, "folds": {"\u00b2": {"train": ["Area_2"], "test": ["Area_1"]}}},
+     r"fold '\u00b2': expected a fold number \(digits 0-9\) as key"),
+    ({"version": 1, "folds": {"1": {"train": ["Area_2", "Area_3", "Area_2"], "test": ["Area_1"]}}},
+     "fold '1' 'train': expected each area once, got 'Area_2' more than once"),
 ])
 def test_malformed_folds_name_the_file_and_the_problem(tmp_path, doc, message):
     (tmp_path / "folds.json").write_text(json.dumps(doc))
@@ -51,3 +62,23 @@ def test_a_fold_that_is_not_there_names_the_test_areas_of_the_file(prepared):
                               "Area_2, Area_3); pick one of them, or run `pointgeope prepare` on raw data that "
                               "holds Area_5")
 
+
+
+def test_train_refuses_a_fold_testing_nothing_before_any_training(prepared, tmp_path, capsys):
+    """One line naming the file and the key, exit 2, and no fold folder made (nothing trained)."""
+    from pointgeope.cli import main as cli
+    from tests.engine.conftest import DEMO_CONFIG
+
+    root, _ = prepared
+    data = tmp_path / "data"
+    data.mkdir()
+    for area in ("Area_1", "Area_2"):
+        (data / f"{area}.h5").symlink_to(root / f"{area}.h5")
+    doc = {"version": 1, "folds": {"1": {"test": [], "train": ["Area_2"]}, "2": {"test": ["Area_2"], "train": ["Area_1"]}}}
+    (data / "folds.json").write_text(json.dumps(doc))
+    assert cli(["train", "--config", str(DEMO_CONFIG), "--cv", "--data-root", str(data), "--run-dir",
+                str(tmp_path / "run"), "train.device=cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pointgeope train: error: {data / 'folds.json'}: fold '1' 'test': expected at least one area, "
+                   "got []; name the area(s) the fold tests on, or remove the fold"], err
+    assert not (tmp_path / "run" / "area_1").exists()

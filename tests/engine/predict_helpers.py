@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.engine.checkpoint import prediction_metadata
+from pointgeope.engine.prediction_info import prediction_metadata
 from pointgeope.engine.config import config_to_dict, load_config
 from pointgeope.engine.predict import Predictor
 from tests.engine.test_evaluate import ColourClassifier

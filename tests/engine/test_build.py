@@ -223,7 +223,8 @@ def test_positional_frequencies_get_no_weight_decay(name, pe, learnable):
     """With zero gradients a step is weight decay alone: every weight shrinks by ``lr * wd`` (SGD's
     ``grad + wd p``, AdamW's decoupled ``p (1 - lr wd)``) but the learnt frequencies do not; with
     ``optim.no_weight_decay=[]`` they shrink as well."""
-    overrides = [f"optim.name={name}", "optim.lr=0.5", "optim.weight_decay=0.1", "optim.momentum=0.0",
+    overrides = [f"optim.name={name}", "optim.lr=0.5", "optim.weight_decay=0.1",
+                 *(["optim.momentum=0.0"] if name == "sgd" else []),   # AdamW has no momentum (refused)
                  f"model.pe={pe}", f"model.geope_learnable={str(learnable).lower()}",
                  "model.planes=[16,32]", "model.blocks=[1,1]", "model.strides=[1,4]", "model.neighbours=[8,8]",
                  "model.decoder_blocks=[1,1]"]

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.constants import CLASS_NAMES, PALETTE
-from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_prediction_info, config_differences,
-                                          load_checkpoint, load_model_state, prediction_metadata, rng_state,
+from pointgeope.engine.checkpoint import (CheckpointError, config_differences, load_checkpoint, rng_state,
                                           save_checkpoint, set_rng_state)
 from pointgeope.engine.config import Config, config_to_dict, load_config
+from pointgeope.engine.weights import load_model_state
 
 
 def draws() -> tuple:
@@ -35,7 +34,7 @@ def test_round_trip_with_weights_only_and_rng_states(tmp_path):
     assert raw["epoch"] == 3
     ckpt = load_checkpoint(tmp_path / "last.pt", cfg)
     other = torch.nn.Linear(3, 4)
-    load_model_state(other, ckpt["model"], tmp_path / "last.pt")
+    load_model_state(other, ckpt, tmp_path / "last.pt")
     assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), other.state_dict().values()))
     assert ckpt["optimizer"]["state"][0]["momentum_buffer"].shape == (4, 3)
     draws()  # move every generator on
@@ -124,13 +123,6 @@ def test_keys_of_speed_and_memory_only_may_differ(tmp_path, key, value):
         load_checkpoint(tmp_path / "last.pt", now)
 
 
-def test_model_shape_mismatch_names_the_file(tmp_path):
-    save_checkpoint(tmp_path / "best.pt", {"model": torch.nn.Linear(3, 4).state_dict()})
-    ckpt = load_checkpoint(tmp_path / "best.pt")
-    with pytest.raises(CheckpointError, match=r"best\.pt: the weights do not fit this model .*size mismatch"):
-        load_model_state(torch.nn.Linear(3, 5), ckpt["model"], tmp_path / "best.pt")
-
-
 def test_failed_save_keeps_the_previous_file(tmp_path):
     path = tmp_path / "last.pt"
     save_checkpoint(path, {"epoch": 1})
@@ -138,20 +130,6 @@ def test_failed_save_keeps_the_previous_file(tmp_path):
         save_checkpoint(path, {"epoch": 2, "bad": lambda: None})  # not picklable
     assert load_checkpoint(path)["epoch"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
-
-
-def test_prediction_metadata_loads_with_weights_only(tmp_path):
-    cfg = config_to_dict(load_config(None, ["data.color=false", "data.height=true", "model.in_channels=4",
-                                            "data.grid_size=0.05"]))
-    save_checkpoint(tmp_path / "m.pt", {"config": cfg, "predict": prediction_metadata(cfg, 0.012)})
-    info = checkpoint_prediction_info(load_checkpoint(tmp_path / "m.pt"), tmp_path / "m.pt")
-    assert info == {"class_names": list(CLASS_NAMES), "palette": [list(c) for c in PALETTE], "grid_size": 0.05,
-                    "features": ["xyz", "height"], "in_channels": 4, "spacing": 0.012}
-    # a checkpoint written before the "predict" entry: derived from its config, without the spacing
-    old = checkpoint_prediction_info({"config": config_to_dict(Config())}, "old.pt")
-    assert old["features"] == ["rgb", "xyz"] and old["spacing"] is None and old["in_channels"] == 6
-    with pytest.raises(CheckpointError, match="^x.pt: expected a model checkpoint with a config"):
-        checkpoint_prediction_info({"model": {}}, "x.pt")
 
 
 def test_torchs_reason_is_quoted_to_its_first_sentence_never_mid_word():

@@ -123,3 +123,23 @@ def test_a_keys_line_is_its_own_or_its_entrys_never_another_keys():
     assert at_line("x.yaml", lines, "model.planes") == "x.yaml:4"
     assert at_line("x.yaml", lines, "optim.lr", "model.planes: set") == "x.yaml"        # the file does not set it
     assert at_line("override 'a.b=1'", None, "a.b") == "override 'a.b=1'"
+
+
+def test_a_key_yaml_reads_as_a_bool_or_a_number_is_named_at_its_line(tmp_path):
+    """YAML 1.1 reads ``yes:`` as the key true: "unknown key 'data.True'" came without the file's line."""
+    path = tmp_path / "c.yaml"
+    for text, name in (("data:\n  loop: 2\n  yes: 2\n", "data.True"), ("train:\n  epochs: 1\n  1: 2\n", "train.1")):
+        path.write_text(text)
+        with pytest.raises(ConfigError) as err:
+            load_config(path)
+        assert str(err.value).startswith(f"{path}:3: unknown key '{name}'"), err.value
+
+
+def test_an_empty_base_names_its_line(tmp_path):
+    """``base: ""`` said "expected a config file, found a folder at <the config's folder>", not the line."""
+    path = tmp_path / "c.yaml"
+    path.write_text('train:\n  epochs: 1\nbase: ""\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == (f"{path}:3: expected 'base:' to be a file name, got ''; give the base config's file "
+                              "(e.g. base: demo.yaml), or remove the line")

@@ -125,3 +125,41 @@ def test_a_damaged_predictions_file_is_named_damaged_not_a_stopped_test(tiny_run
     assert read_fold(fold / "metrics.json", 1) == (None, (
         f"cannot read {path} (damaged or cut short: HDF5 cannot open it); test the fold again (the training "
         f"command, or pointgeope evaluate {fold})"))
+
+
+def test_a_test_that_scores_no_point_writes_no_metrics(two_folds, tiny_run, tmp_path):
+    """A test area whose every label is train.ignore_index wrote an all-zero metrics.json marked complete (a
+    rerun skipped the fold), then training crashed formatting its None scores. Now one line, no metrics.json."""
+    import os
+
+    import torch
+
+    from pointgeope.engine import distributed
+    from pointgeope.engine.checkpoint import fold_config, save_checkpoint
+    from pointgeope.engine.evaluate import evaluate_fold
+    from pointgeope.errors import UserError
+    from pointgeope.h5 import list_rooms, read_room_record, write_area
+
+    root = tmp_path / "root"
+    root.mkdir()
+    for area in ("Area_2", "Area_3"):
+        os.symlink(two_folds / f"{area}.h5", root / f"{area}.h5")
+    shutil.copy(two_folds / "folds.json", root / "folds.json")
+    rooms = []
+    for room in list_rooms(two_folds / "Area_1.h5"):
+        arrays, attrs = read_room_record(two_folds / "Area_1.h5", room)
+        rooms.append((room, {**arrays, "label": np.full_like(arrays["label"], 255)}, attrs))
+    write_area(root / "Area_1.h5", "Area_1", rooms)
+    fold = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, fold)
+    (fold / "metrics.json").unlink()
+    ckpt = torch.load(fold / "last.pt", weights_only=True)     # its record of Area_1's checksum: not these files
+    save_checkpoint(fold / "last.pt", {k: v for k, v in ckpt.items() if k not in ("format", "version", "data")})
+    cfg = fold_config(fold, [f"data.root={root}", "eval.max_fragments=1"])
+    assert cfg.train.ignore_index == 255
+    env = distributed.DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    with pytest.raises(UserError) as err:
+        evaluate_fold(fold, cfg, env, log=lambda line: None, checked=True)
+    assert str(err.value) == (f"{fold}: no point of Area_1 is scored (every label is train.ignore_index=255); "
+                              "metrics.json is not written; test the fold on labelled points")
+    assert not (fold / "metrics.json").exists()

@@ -1,0 +1,66 @@
+"""What ``pointgeope predict`` needs from a checkpoint: its ``"predict"`` entry, written with every fold
+checkpoint (:func:`prediction_metadata`) and read back, checked, by :func:`checkpoint_prediction_info`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pointgeope.constants import CLASS_NAMES, PALETTE
+from pointgeope.engine.checkpoint import CheckpointError, checkpoint_config
+
+
+def prediction_metadata(config: dict, spacing: float | None = None) -> dict:
+    """The ``"predict"`` entry of a checkpoint, from its resolved config (plain dict)::
+
+        {"class_names": [13 str], "palette": [[r, g, b] x 13], "grid_size": float,
+         "features": ["rgb", "xyz"] | ["xyz"] (+ "height"), "in_channels": int,
+         "spacing": float | None}     # training rooms' median nearest-neighbour distance (m)
+
+    ``features`` is the layout of the network's input ``x`` (``ToData``), so a scan without colour can
+    be refused for a colour model before any work is done.
+    """
+    data, model = config["data"], config["model"]
+    num_classes = int(model["num_classes"])
+    features = ["rgb"] * bool(data.get("color", True)) + ["xyz"] + ["height"] * bool(data["height"])
+    return {"class_names": list(CLASS_NAMES[:num_classes]),
+            "palette": [list(c) for c in PALETTE[:num_classes]],
+            "grid_size": float(data["grid_size"]), "features": features,
+            "in_channels": int(model["in_channels"]),
+            "spacing": None if spacing is None or not np.isfinite(spacing) else float(spacing)}
+
+
+def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
+    """The checkpoint's ``"predict"`` entry, or (checkpoints written before it) the same derived from its
+    config without ``spacing``. Raises CheckpointError without a config (prediction needs it) or with an
+    incomplete entry."""
+    config = checkpoint_config(ckpt, path, ("data", "model"))  # the prediction rebuilds the network from it
+    info = ckpt.get("predict")
+    if info is None:
+        info = prediction_metadata(config)
+    missing = {"class_names", "palette", "grid_size", "features", "in_channels"} - set(info)
+    if missing:
+        raise CheckpointError(f"{path}: its 'predict' entry lacks {sorted(missing)}")
+    classes = config["model"].get("num_classes")
+    problem = _entry_problem(info["class_names"], info["palette"], classes)
+    if problem:
+        raise CheckpointError(f"{path}: damaged checkpoint: expected its 'predict' entry to hold {classes} class "
+                              f"names and {classes} [r, g, b] colours of 0..255 (model.num_classes), got {problem}; "
+                              "use the run's own checkpoint")
+    return info
+
+
+def _entry_problem(names: object, palette: object, classes: object) -> str | None:
+    """What is wrong with a ``"predict"`` entry's ``class_names`` and ``palette`` for a network of ``classes``
+    classes (one name and one ``[r, g, b]`` of 0..255 each: predict indexes both by label), ``None`` if nothing."""
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return f"class_names {names!r:.60}"
+    if len(names) != classes:
+        return f"{len(names)} class names"
+    if not isinstance(palette, list):
+        return f"palette {palette!r:.60}"
+    if len(palette) != classes:
+        return f"{len(palette)} colours"
+    bad = [c for c in palette if not (isinstance(c, list) and len(c) == 3
+                                      and all(type(v) is int and 0 <= v <= 255 for v in c))]
+    return f"the colour {bad[0]!r:.60}" if bad else None
