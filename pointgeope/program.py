@@ -83,16 +83,7 @@ class _LateStops:
         """Join the threads, run the ``atexit`` callbacks and flush stdout and stderr, as Python's exit does
         before its teardown; then ``code``, or a stop's line and code if one came meanwhile. The handlers
         are given back to the signals' default actions (the pending ones run first, ``signal.signal``
-        runs them), so that a stop after this check ends the process by the signal, as in the teardown. The
-        second stop, raised where Python drops it (an ``atexit`` callback; Python 3.13's wait for the
-        threads), cuts that callback or wait short, and prints no traceback before the line."""
-        hook = sys.unraisablehook
-
-        def quiet(unraisable) -> None:
-            if not (self.stops and issubclass(unraisable.exc_type, KeyboardInterrupt)):
-                hook(unraisable)
-
-        sys.unraisablehook = quiet
+        runs them), so that a stop after this check ends the process by the signal, as in the teardown."""
         try:
             threading._shutdown()  # Python's own exit finds it done and returns
             atexit._run_exitfuncs()  # and clears them: Python's exit runs none twice
@@ -103,7 +94,6 @@ class _LateStops:
             for signum in STOP_SIGNALS:
                 if signal.getsignal(signum) == self.handle:
                     signal.signal(signum, signal.SIG_DFL)
-            sys.unraisablehook = hook
         if not self.stops:
             return code
         return settle_exit(stopped(prog, self.stops[0]))

@@ -129,26 +129,3 @@ def test_a_command_stopped_before_its_end_says_it_once(tmp_path):
         """, tmp_path)
     assert done.returncode == 143, done.stderr[-2000:]
     _one_line(done.stderr, "prog: terminated")
-
-
-def test_a_second_stop_ends_an_atexit_callback_that_never_ends_without_a_traceback(tmp_path):
-    """Python drops an exception of an atexit callback (it prints it): the second stop cuts the callback
-    short, silently, and the process ends with the first stop's line."""
-    done, marker = _run("""
-        import atexit
-
-        def callback():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.3)
-            marker.write_text("stopped twice")
-            os.kill(os.getpid(), signal.SIGTERM)
-            while True:
-                time.sleep(0.05)
-
-        def work():
-            atexit.register(callback)
-            return 0
-        """, tmp_path, timeout=30)
-    assert done.returncode == 130, done.stderr[-2000:]
-    _one_line(done.stderr, "prog: interrupted")
-    assert marker == "stopped twice"
