@@ -35,23 +35,24 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def run_program(prog: str, func: Callable[..., int], *args, debug: bool = False) -> int:
     """:func:`pointgeope.errors.run_command` as the whole work of a process: its exit code, for the entry
     point's ``sys.exit``, after the process's exit has run as far as it runs Python code
-    (:meth:`_LateStops.finish`); a stop once ``run_command`` has returned is noted. Until then SIGTERM keeps
-    the action it had (``run_command``'s block puts it back), so that a command stopped by SIGTERM that
-    then hangs as it unwinds (a DDP model freed while gloo's thread waits for the GIL) is still ended by
-    the next SIGTERM. Called outside the main thread (where Python runs no signal handler):
-    ``run_command`` and nothing else."""
+    (:meth:`_LateStops.finish`). SIGTERM raises :class:`Terminated` from here on, so that one in the last
+    bytecodes of ``run_command``, after its own block, stops the command too; a stop after the command
+    (``run_command`` returned) is noted. Called outside the main thread (where Python runs no signal
+    handler): ``run_command`` and nothing else."""
     if threading.current_thread() is not threading.main_thread():
         return settle_exit(run_command(prog, func, *args, debug=debug))
     late = _LateStops()
+    signal.signal(signal.SIGTERM, late.handle)  # what run_command's stop_on_sigterm puts back at its end
     try:
         code = run_command(prog, func, *args, debug=debug)
-        if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):  # the command said its stop: the exit adds nothing
-            return settle_exit(code)
         late.after_command()
     except KeyboardInterrupt as stop:  # after run_command's own handling, before after_command
         if debug:
             raise
-        return settle_exit(stopped(prog, stop))
+        code = stopped(prog, stop)
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):  # the command said its stop: the exit adds nothing
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        return settle_exit(code)
     try:
         return late.finish(prog, code)
     except KeyboardInterrupt as stop:  # a second stop: the exit waited on a thread that does not end
@@ -59,23 +60,23 @@ def run_program(prog: str, func: Callable[..., int], *args, debug: bool = False)
 
 
 class _LateStops:
-    """The handler of Ctrl-C and SIGTERM of :func:`run_program` once the command has returned
-    (:meth:`after_command`): the first stop is noted in ``stops``, the next raised."""
+    """The handler of Ctrl-C and SIGTERM of :func:`run_program`: until :meth:`after_command` a stop is
+    raised (the command's stop); after it the first stop is noted in ``stops`` and the next raised."""
 
     def __init__(self) -> None:
+        self.command_done = False
         self.stops: list[KeyboardInterrupt] = []
 
     def handle(self, signum: int, frame) -> None:
         stop = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-        if self.stops:
+        if not self.command_done or self.stops:
             raise stop
         self.stops.append(stop)
 
     def after_command(self) -> None:
         """The command has returned: stops are noted from here on. A Ctrl-C that the process ignores (a
-        background job's, ``cmd &``) stays ignored; SIGTERM is a stop whatever it inherited, as in
-        ``run_command``."""
-        signal.signal(signal.SIGTERM, self.handle)
+        background job's, ``cmd &``) stays ignored."""
+        self.command_done = True
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             signal.signal(signal.SIGINT, self.handle)
 
