@@ -7,8 +7,7 @@ import argparse
 import sys
 
 from pointgeope.commands import parse_args, train as train_command
-from pointgeope.errors import add_debug_argument
-from pointgeope.program import run_program
+from pointgeope.errors import add_debug_argument, run_command, settle_exit
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="train.py", description=train_command.__doc__,
@@ -16,4 +15,4 @@ if __name__ == "__main__":
     train_command.add_arguments(parser)
     add_debug_argument(parser)
     args = parse_args(parser)
-    sys.exit(run_program("train.py", train_command.main, args, debug=args.debug))
+    sys.exit(settle_exit(run_command("train.py", train_command.main, args, debug=args.debug)))

@@ -1,6 +1,6 @@
 """``python -m pointgeope`` runs the command-line interface."""
 import sys
 
-from pointgeope.cli import program
+from pointgeope.cli import main
 
-sys.exit(program())
+sys.exit(main())

@@ -13,7 +13,6 @@ import sys
 from pointgeope import __version__
 from pointgeope.commands import ablate, evaluate, info, parse_args, predict, prepare, report, synth, train, viz
 from pointgeope.errors import add_debug_argument, run_command, settle_exit
-from pointgeope.program import run_program
 
 # In the order of the pipeline; each command is named after its module.
 COMMANDS = (info, synth, prepare, train, evaluate, predict, report, ablate, viz)
@@ -37,31 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``pointgeope`` with ``argv`` (``sys.argv``'s when ``None``) in this process: its exit code."""
-    args = _arguments(argv)
-    if args is None:
-        return 0
-    return settle_exit(run_command(f"pointgeope {args.command}", args.func, args, debug=args.debug))
-
-
-def program() -> int:
-    """The ``pointgeope`` program (the console script, ``python -m pointgeope``): :func:`main` as the whole
-    work of the process, whose exit it runs (:func:`pointgeope.program.run_program`); its exit code."""
-    args = _arguments(None)
-    if args is None:
-        return 0
-    return run_program(f"pointgeope {args.command}", args.func, args, debug=args.debug)
-
-
-def _arguments(argv: list[str] | None) -> argparse.Namespace | None:
-    """The parsed ``argv``; ``None`` (after the help) when it names no command."""
     parser = build_parser()
     args = parse_args(parser, argv)
     if args.command is None:
         parser.print_help()
-        return None
-    return args
+        return 0
+    return settle_exit(run_command(f"pointgeope {args.command}", args.func, args, debug=args.debug))
 
 
 if __name__ == "__main__":
-    sys.exit(program())
+    sys.exit(main())

@@ -23,7 +23,7 @@ temporary files deleted, ``<prog>: terminated``, exit code 143, so that a requeu
 the folder free. A stop is never lost: one whose handler runs inside a callback that drops exceptions
 (while ``prepare --jobs N`` forks its workers, a weakref callback, ``__del__``) is delivered again, and
 raised as the command ends if it would come later; one that comes after the command, as the process
-exits, is said too (:func:`pointgeope.program.run_program`, the entry points' process). A block that a
+exits, ends it by the signal without the line (nothing is lost: every file was written). A block that a
 stop must not cut short (a DDP training step) defers it to its end (:func:`stops_deferred`). A reader of
 the output that has gone (``pointgeope report RUN | head``) ends a command quietly, exit code 141 (128 +
 SIGPIPE).
@@ -45,7 +45,6 @@ from pointgeope.extras import toolkit_message
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command that Ctrl-C stopped
-EXIT_TERMINATED = 128 + signal.SIGTERM  # 143, as a shell reports a command that SIGTERM stopped
 EXIT_BROKEN_PIPE = 141                  # 128 + SIGPIPE: what a shell reports of a tool whose reader went
 
 # The errors of a write that the disk refused, with the words for each (atomic.DiskFullError names the file).
@@ -220,7 +219,7 @@ def settle_exit(code: int) -> int:
     """``code``, for an entry point to exit with; after Ctrl-C or SIGTERM (130, 143) a second Ctrl-C while the
     interpreter shuts down is ignored, so that the command's one line stays its last: it would print a
     traceback from whatever finalizer runs then (torch's included)."""
-    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+    if code in (EXIT_INTERRUPTED, 128 + signal.SIGTERM):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     return code
 
@@ -270,12 +269,6 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
     except KeyboardInterrupt as err:
         if debug:
             raise
-        return stopped(prog, err)
-
-
-def stopped(prog: str, stop: KeyboardInterrupt) -> int:
-    """Say that ``stop`` (Ctrl-C, or SIGTERM's :class:`Terminated`) ended ``prog``, one line on stderr; its
-    exit code, 130 or 143."""
-    terminated = isinstance(stop, Terminated)
-    print(f"{prog}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
-    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+        terminated = isinstance(err, Terminated)
+        print(f"{prog}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
+        return 128 + signal.SIGTERM if terminated else EXIT_INTERRUPTED
