@@ -1,7 +1,8 @@
 """The names of a raw S3DIS tree: ``Area_N`` folders, ``<class>_<k>.txt`` objects, junk, and the names
-refused before anything is read (each naming the file, folder or member): a name that is not valid UTF-8, a zip
-member outside the tree, two folders of one area and two files of one object in a room (``wall_1.txt`` and ``wall_1.TXT``: its points would
-be read twice).
+refused before anything is read (each naming the file, folder or member): a name that is not valid UTF-8,
+a zip member outside the tree, two folders of one area number (``Area_1`` and ``Area_01``: the folds would
+hold the area twice) and two files of one object in a room (``wall_1.txt`` and ``wall_1.TXT``: its points
+would be read twice).
 """
 from __future__ import annotations
 
@@ -42,11 +43,17 @@ def area_number(area: str) -> int:
 
 def add_area(location: str, areas: dict[str, str], area: str, path: str) -> None:
     """Record the folder ``path`` of ``area`` (``Area_N``) in ``areas`` (area -> folder); refuse a second
-    folder of the area (two versions of the dataset)."""
+    folder of the area: the same name elsewhere (two versions of the dataset) or another spelling of its
+    number (``Area_1`` and ``Area_01``, whose fold keys "1" and "01" name one test area)."""
     first = areas.setdefault(area, path)
     if first != path:
         raise SourceError(f"{location}: {area} found twice, at {first} and {path}; expected one S3DIS version "
                           "(point RAW at one of them)")
+    other = next((a for a in areas if a != area and area_number(a) == area_number(area)), None)
+    if other is not None:
+        one, two = sorted((areas[other], path))
+        raise SourceError(f"{location}: {one} and {two} are both area {area_number(area)}; expected one folder "
+                          "per area number: rename or remove one")
 
 
 def check_objects(location: str, files: list) -> None:

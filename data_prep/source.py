@@ -14,7 +14,8 @@ than ``ZipLimits.max_member_bytes`` or compressed more than ``ZipLimits.max_rati
 file or folder name that is not valid UTF-8, a folder that cannot be listed, a symbolic link to a folder
 that holds it (a loop), a zip member under ``Area_N`` that is a symbolic link (``zip -y``: its data is the
 target's path; a folder's links are followed), an ``Area_N`` folder without a room (it would
-vanish from the folds), a room without annotations and two files of one object (``wall_1.txt`` and ``wall_1.TXT``; :mod:`data_prep.names`). A
+vanish from the folds), a room without annotations, two folders of one area number (``Area_1`` and
+``Area_01``) and two files of one object (``wall_1.txt`` and ``wall_1.TXT``; :mod:`data_prep.names`). A
 member that is corrupt (bad CRC, broken deflate stream) or a file that cannot be read is an error naming it.
 RAW without ``Area_N`` folders says what it holds (or that RAW is itself an area folder: give its parent).
 """
