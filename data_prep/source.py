@@ -14,24 +14,29 @@ than ``ZipLimits.max_member_bytes`` or compressed more than ``ZipLimits.max_rati
 file or folder name that is not valid UTF-8, a folder that cannot be listed, a symbolic link to a folder
 that holds it (a loop), a zip member under ``Area_N`` that is a symbolic link (``zip -y``: its data is the
 target's path; a folder's links are followed), an ``Area_N`` folder without a room (it would
-vanish from the folds) and a room without annotations. A member that is corrupt (bad CRC, broken deflate
-stream) or a file that cannot be read is an error naming it. RAW without ``Area_N`` folders says what it
-holds (or that RAW is itself an area folder: give its parent).
+vanish from the folds), a room without annotations, two folders of one area number (``Area_1`` and
+``Area_01``) and two files of one object (``wall_1.txt`` and ``wall_1.TXT``; :mod:`data_prep.names`). A
+member that is corrupt (bad CRC, broken deflate stream) or a file that cannot be read is an error naming it.
+RAW without ``Area_N`` folders says what it holds (or that RAW is itself an area folder: give its parent).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import re
 import stat
 import zipfile
 import zlib
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from data_prep.limits import ZipLimits
-from pointgeope.errors import UserError
+from data_prep.names import (AREA, SourceError, add_area, check_member, check_name, check_objects, is_junk,
+                             member_name, object_class, object_key)
+
+__all__ = ["Entry", "FolderSource", "Room", "Source", "SourceError", "ZipSource", "object_class", "object_key",
+           "open_source"]
+
 
 # Bump when the parsed output of the same raw files changes: prepared rooms then no longer match.
 # 3: lone-CR line ends are line ends; one NUL byte no longer makes a text file binary (repaired on its line);
@@ -40,13 +45,6 @@ from pointgeope.errors import UserError
 #    colours within [0, 1], some fractional, are scaled by 255.
 # 5: colour range judged per file (0..1, 16 bit: pointgeope.color_range); a georeferenced room minus its origin.
 PARSER_VERSION = 5
-
-_AREA = re.compile(r"Area_(\d+)")
-_OBJECT = re.compile(r"(.+)_(\d+)")
-
-
-class SourceError(UserError, ValueError):
-    """The raw input is not an S3DIS tree that can be prepared."""
 
 
 @dataclass(frozen=True)
@@ -81,23 +79,6 @@ class Room:
         return hashlib.sha1(json.dumps(items).encode()).hexdigest()
 
 
-def object_key(name: str) -> tuple[str, int, str]:
-    """Sort key of ``<class>_<k>.txt``: by class (lower case), then k as a number (chair_2 before chair_10)."""
-    stem = PurePosixPath(name).stem
-    match = _OBJECT.fullmatch(stem)
-    return (match.group(1).lower(), int(match.group(2)), stem) if match else (stem.lower(), -1, stem)
-
-
-def object_class(name: str) -> str:
-    """The class part of ``<class>_<k>.txt`` (lower case); unknown names are mapped by the caller."""
-    return object_key(name)[0]
-
-
-def _is_junk(path: str) -> bool:
-    """macOS debris (``__MACOSX/``, ``.DS_Store``, ``._*``) and anything hidden (``.work/``, ``.git/``)."""
-    return any(part == "__MACOSX" or part.startswith(".") for part in path.split("/"))
-
-
 class Source:
     """Base of the two kinds of raw input: lists :class:`Entry` objects and reads files by path."""
 
@@ -126,18 +107,17 @@ class Source:
         entries = self.entries()
         for entry in entries:
             parts = entry.path.strip("/").split("/")
-            if _is_junk(entry.path):
-                if entry.is_dir and len(parts) >= 2 and _AREA.fullmatch(parts[-2]) and parts[-1].startswith("."):
+            if is_junk(entry.path):
+                if entry.is_dir and len(parts) >= 2 and AREA.fullmatch(parts[-2]) and parts[-1].startswith("."):
                     hidden.append(entry.path)
                 continue
             check_name(self.location, entry.path)
-            at = next((i for i, part in enumerate(parts) if _AREA.fullmatch(part)), None)
+            at = next((i for i, part in enumerate(parts) if AREA.fullmatch(part)), None)
             if at is None:
                 continue
             area, area_path = parts[at], "/".join(parts[:at + 1])
-            if areas.setdefault(area, area_path) != area_path:
-                raise SourceError(f"{self.location}: {area} found twice, at {areas[area]} and {area_path}; "
-                                  "expected one S3DIS version (point RAW at one of them)")
+            if areas.get(area) != area_path:  # a new area
+                add_area(self.location, areas, area, area_path)
             rest = parts[at + 1:]
             if len(rest) < 2 and not (len(rest) == 1 and entry.is_dir):
                 continue  # Area_N itself or a loose file in it
@@ -173,6 +153,7 @@ class Source:
         out = []
         for (area, name), files in rooms.items():
             files.sort(key=lambda e: object_key(e.path.rsplit("/", 1)[-1]))
+            check_objects(self.location, files)
             out.append(Room(area, name, f"{areas[area]}/{name}", tuple(files), self.location))
         out.sort(key=lambda r: (int(r.area.split("_")[1]), r.name))
         self.ignored = tuple(ignored)
@@ -183,10 +164,10 @@ class Source:
         """Why no ``Area_N`` folder was found, and what to do: RAW is itself an area folder (give its
         parent), or its names hold backslashes (a Windows zip unpacked as is), or what RAW holds."""
         start = f"{self.location}: expected Area_N folders (raw S3DIS v1.2 layout), found none"
-        if _AREA.fullmatch(Path(self.location).name):
+        if AREA.fullmatch(Path(self.location).name):
             return f"{start}: RAW is itself one; give its parent folder, {Path(self.location).parent}"
-        names = sorted({e.path.split("/")[0] for e in entries if not _is_junk(e.path)})
-        if any(_AREA.search(name) and "\\" in name for name in names):
+        names = sorted({e.path.split("/")[0] for e in entries if not is_junk(e.path)})
+        if any(AREA.search(name) and "\\" in name for name in names):
             return (f"{start}; its names hold '\\' separators (a zip made on Windows, unpacked by a tool that kept "
                     "them): give the .zip itself, or unpack it with `unzip`")
         if self.unreadable:
@@ -228,7 +209,7 @@ class FolderSource(Source):
     def _unreadable(self, err: OSError) -> None:
         """``os.walk``'s ``onerror`` (see :meth:`entries`)."""
         parts = Path(err.filename).relative_to(self.root).parts
-        if not parts or any(_AREA.fullmatch(part) for part in parts):
+        if not parts or any(AREA.fullmatch(part) for part in parts):
             raise SourceError(f"{err.filename}: cannot be read ({err.strerror or err}); check its permissions "
                               "(ls -ld), or ask its owner") from None
         self.unreadable += (f"{err.filename} ({err.strerror or err})",)
@@ -295,7 +276,7 @@ class ZipSource(Source):
                                   "each file once (re-create the zip)")
             seen.add(name)
             link = stat.S_ISLNK(info.external_attr >> 16)  # the Unix mode in the high bits
-            if link and not _is_junk(name) and any(_AREA.fullmatch(p) for p in name.split("/")):
+            if link and not is_junk(name) and any(AREA.fullmatch(p) for p in name.split("/")):
                 self._refuse_link(name, info)
         self._index(infos)
         return [Entry(name.rstrip("/"), i.file_size, i.CRC, name.endswith("/")) for name, i in self._infos.items()
@@ -331,51 +312,6 @@ class ZipSource(Source):
             raise SourceError(f"{self.location}: member {path!r} unpacks to more than --zip-max-member "
                               f"{self.limits.max_member_bytes:,} bytes; raise the limit if it is real")
         return data
-
-
-def check_name(location: str, path: str) -> None:
-    """Refuse a path that is not valid UTF-8 (it could not be stored in HDF5 nor printed)."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        raise SourceError(f"{location}: the name {shown!r} is not valid UTF-8; rename it (room and file names "
-                          "become HDF5 group names)") from None
-
-
-def member_name(location: str, info: zipfile.ZipInfo) -> str:
-    """The name of a zip member as its bytes say: UTF-8 when flagged so (bit 11), or when its bytes decode
-    as UTF-8 (zip tools that do not set the flag). Other unflagged bytes may be cp437, cp850 or latin-1,
-    which nothing tells apart (``zipfile`` reads them as cp437: latin-1 ``office\xe91`` became
-    ``officeΘ1``), so they are refused, as a folder's non-UTF-8 name is, rather than guessed. The path is
-    then read as a folder's would be (:func:`_posix_path`)."""
-    if info.flag_bits & 0x800 or info.filename.isascii():
-        return _posix_path(info.filename)
-    raw = info.filename.encode("cp437")  # zipfile decoded the unflagged bytes as cp437: undo it
-    try:
-        return _posix_path(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        shown = raw.decode("utf-8", "backslashreplace")
-        raise SourceError(f"{location}: the member name {shown!r} is not valid UTF-8 (a zip without the UTF-8 "
-                          "flag: cp437, cp850 or latin-1?); rename it, or unpack the zip and give the folder") from None
-
-
-def _posix_path(name: str) -> str:
-    """A member's name as the path of a file in a folder: ``\\`` is a separator, as ``/`` is (zips made by
-    Windows tools), and ``.`` and empty components are dropped (``./Area_1/office_2/`` is
-    ``Area_1/office_2/``, as some archivers write it); a folder keeps its final ``/``. ``..`` stays (the
-    name was refused by :func:`check_member`)."""
-    path = name.replace("\\", "/")
-    parts = [part for part in path.split("/") if part not in ("", ".")]
-    return "/".join(parts) + ("/" if path.endswith("/") and parts else "")
-
-
-def check_member(location: str, name: str) -> None:
-    """Refuse a zip member that would land outside the tree: absolute path, drive letter or ``..``."""
-    parts = name.replace("\\", "/").split("/")
-    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or ".." in parts:
-        raise SourceError(f"{location}: refusing zip member {name!r}: expected relative paths inside the "
-                          "archive, got an absolute path or '..'")
 
 
 def open_source(raw: str | Path, zip_limits: ZipLimits = ZipLimits()) -> Source:

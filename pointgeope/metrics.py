@@ -39,6 +39,7 @@ in use, so both are available here (:func:`pooled_scores`, :func:`mean_of_fold_s
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -97,13 +98,21 @@ def confusion_matrix(pred, target, num_classes: int = NUM_CLASSES,
     return counts.reshape(num_classes, num_classes).astype(np.int64, copy=False)
 
 
-def _as_confusion(confusion) -> np.ndarray:
+def _as_confusion(confusion, what: str = "confusion") -> np.ndarray:
+    """``confusion`` as float64 ``(C, C)``, refused (``ValueError`` naming ``what``) unless a square matrix of
+    finite non-negative numbers: a NaN count made every score NaN without a word."""
     m = np.asarray(confusion)
     if m.ndim != 2 or m.shape[0] != m.shape[1]:
-        raise ValueError(f"expected a square confusion matrix (C, C), got shape {m.shape}")
-    if m.size and (not np.issubdtype(m.dtype, np.number) or (m < 0).any()):
-        raise ValueError("expected a confusion matrix of non-negative counts")
-    return m.astype(np.float64)
+        raise ValueError(f"expected {what} a square confusion matrix (C, C), got shape {m.shape}")
+    if m.size and (not np.issubdtype(m.dtype, np.number) or np.iscomplexobj(m)):
+        raise ValueError(f"expected {what} a confusion matrix of non-negative counts, got dtype {m.dtype}")
+    m = m.astype(np.float64)
+    if not np.isfinite(m).all():
+        raise ValueError(f"expected {what} a confusion matrix of finite counts, got "
+                         f"{int((~np.isfinite(m)).sum())} NaN or infinite entries")
+    if (m < 0).any():
+        raise ValueError(f"expected {what} a confusion matrix of non-negative counts, got {m[m < 0][0]:g}")
+    return m
 
 
 def scores(confusion, class_mean: str = "present") -> dict:
@@ -144,17 +153,30 @@ def _nanmean(values: np.ndarray) -> float:
 
 # --- several folds --------------------------------------------------------------------------------------
 
-def pool(confusions: Sequence) -> np.ndarray:
-    """Sum of confusion matrices of the same shape (e.g. the six test areas of 6-fold cross-validation)."""
-    mats = [np.asarray(c) for c in confusions]
+def _same_shape(confusions: Sequence) -> list[np.ndarray]:
+    """The matrices of ``confusions`` (float64, each checked by :func:`_as_confusion` as ``confusions[i]``),
+    refused (``ValueError``) when there is none or their shapes differ (numpy said "inhomogeneous shape")."""
+    mats = [_as_confusion(c, f"confusions[{i}]") for i, c in enumerate(confusions)]
     if not mats:
-        raise ValueError("expected at least one confusion matrix to pool, got none")
-    shape = mats[0].shape
+        raise ValueError("expected at least one confusion matrix, got none")
     for i, m in enumerate(mats):
-        if m.shape != shape or m.ndim != 2 or shape[0] != shape[1]:
-            raise ValueError(f"expected square confusion matrices of one shape {shape}, "
-                             f"matrix {i} has shape {m.shape}")
-    return np.sum(np.stack(mats).astype(np.int64), axis=0)
+        if m.shape != mats[0].shape:
+            raise ValueError(f"expected confusion matrices of one shape {mats[0].shape}, matrix {i} has shape "
+                             f"{m.shape} (confusions[{i}])")
+    return mats
+
+
+def pool(confusions: Sequence) -> np.ndarray:
+    """Sum of confusion matrices of the same shape (e.g. the six test areas of 6-fold cross-validation),
+    int64 ``(C, C)``; each matrix of whole, finite, non-negative counts (a fractional count is refused,
+    not truncated)."""
+    confusions = list(confusions)
+    mats = _same_shape(confusions)
+    for i, m in enumerate(mats):
+        if (m != np.floor(m)).any():
+            raise ValueError(f"expected whole counts in confusions[{i}] (matrix {i}), got "
+                             f"{m[m != np.floor(m)][0]:g}")
+    return np.sum(np.stack([np.asarray(c) for c in confusions]).astype(np.int64), axis=0)   # exact past 2^53
 
 
 def pooled_scores(confusions: Sequence, class_mean: str = "present") -> dict:
@@ -169,9 +191,7 @@ def mean_of_fold_scores(confusions: Sequence, class_mean: str = "present") -> di
     class absent from a fold does not count for that fold). Unlike :func:`pooled_scores`, every fold
     weighs the same whatever its number of points. ``class_mean``: the rule of each fold's mAcc and mIoU.
     """
-    per_fold = [scores(c, class_mean) for c in confusions]
-    if not per_fold:
-        raise ValueError("expected at least one confusion matrix, got none")
+    per_fold = [scores(c, class_mean) for c in _same_shape(confusions)]
     out = {key: _nanmean(np.array([s[key] for s in per_fold])) for key in SCORE_KEYS}
     for key in ("iou", "acc"):
         table = np.array([s[key] for s in per_fold], dtype=np.float64)  # (folds, C)
@@ -199,7 +219,12 @@ class ConfusionMeter:
 
     def __init__(self, num_classes: int = NUM_CLASSES, ignore_index: int | None = IGNORE_LABEL,
                  device=None):
-        self.num_classes = int(num_classes)
+        try:
+            self.num_classes = operator.index(num_classes)           # 2.7 was silently 2
+        except TypeError:
+            raise TypeError(f"expected num_classes an int >= 1, got {num_classes!r}") from None
+        if isinstance(num_classes, bool) or self.num_classes < 1:
+            raise ValueError(f"expected num_classes an int >= 1, got {num_classes!r}")
         self.ignore_index = ignore_index
         self.device = device
         self._counts = None  # torch.int64 (C*C,) once something was counted

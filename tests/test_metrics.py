@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 import os
 from fractions import Fraction as F
 
@@ -242,3 +243,37 @@ def test_the_rules_agree_where_every_class_has_ground_truth():
     meter = ConfusionMeter(3)
     meter.update(torch.tensor([0, 1, 0]), torch.tensor([0, 1, 0]))
     assert math.isclose(meter.scores("all")["miou"], 2 / 3, abs_tol=1e-10) and meter.scores()["miou"] == 1.0
+
+
+def test_fold_matrices_of_different_sizes_are_refused_naming_the_matrix():
+    """numpy said "inhomogeneous shape" for mean_of_fold_scores; both fold functions name the matrix."""
+    for fn in (mean_of_fold_scores, pooled_scores, pool):
+        with pytest.raises(ValueError, match=r"one shape \(3, 3\), matrix 1 has shape \(2, 2\) \(confusions\[1\]\)"):
+            fn([np.eye(3), np.eye(2)])
+    with pytest.raises(ValueError, match="none"):
+        mean_of_fold_scores([])
+
+
+def test_pool_refuses_fractional_counts_instead_of_truncating():
+    with pytest.raises(ValueError, match=r"expected whole counts in confusions\[1\] \(matrix 1\), got 2\.5"):
+        pool([np.eye(2), np.array([[2.5, 0.0], [0.0, 1.0]])])
+    np.testing.assert_array_equal(pool([np.eye(2), 2.0 * np.eye(2)]), [[3, 0], [0, 3]])   # whole floats are counts
+    big = np.array([[2**60 + 1, 0], [0, 1]], dtype=np.int64)
+    assert pool([big, big])[0, 0] == 2**61 + 2                                              # int64 sums stay exact
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_scores_refuse_nan_and_infinite_counts(bad):
+    m = np.array([[3.0, 1.0], [bad, 2.0]])
+    with pytest.raises(ValueError, match=r"expected confusion a confusion matrix of finite counts, got 1 NaN"):
+        scores(m)
+    with pytest.raises(ValueError, match=r"expected confusions\[0\] a confusion matrix of finite counts"):
+        mean_of_fold_scores([m])
+
+
+@pytest.mark.parametrize(("num_classes", "error"), [(2.7, TypeError), ("3", TypeError), (True, ValueError),
+                                                    (0, ValueError)])
+def test_confusion_meter_refuses_a_num_classes_that_is_not_a_count(num_classes, error):
+    with pytest.raises(error, match=rf"expected num_classes an int >= 1, got {re.escape(repr(num_classes))}"):
+        ConfusionMeter(num_classes=num_classes)
+    assert ConfusionMeter(num_classes=np.int64(3)).confusion.shape == (3, 3)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from torch import Tensor
 
 from pointgeope.geope import check_real, check_scale   # the owners of the rules for features and scales
-from pointgeope.model.ops.checks import check_coordinates, check_count, check_finite   # the point ops', the owner
+from pointgeope.model.ops.checks import (check_coordinates, check_count, check_finite,   # the point ops', the owner
+                                         check_values)
 
-__all__ = ["check_count", "check_scale", "check_float_tensor", "check_finite", "check_coordinates"]
+__all__ = ["check_count", "check_scale", "check_float_tensor", "check_finite", "check_coordinates", "check_values"]
 
 
 def check_float_tensor(name: str, value, *, dim: int | None = None) -> Tensor:

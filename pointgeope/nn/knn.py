@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.ops import knn
-from pointgeope.nn.checks import check_coordinates, check_count, check_float_tensor
+from pointgeope.nn.checks import check_coordinates, check_count, check_float_tensor, check_values
 
 __all__ = ["knn_graph"]
 
@@ -47,6 +47,7 @@ def knn_graph(x: Tensor, k: int, batch: Tensor | None = None, loop: bool = False
         gives each point its `n - 1` others (`n` with `loop`): no edge repeats. `N = 0` gives `E = 0`.
     """
     pos = _check_points(x)
+    check_values("knn_graph", x=x, batch=batch)
     k = check_count("k", k)
     check_count("num_workers", num_workers)
     if flow not in _FLOWS:

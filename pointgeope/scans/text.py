@@ -6,7 +6,8 @@ Reading (``read_text``, for ``.txt .xyz .pts .csv``):
   "CSV UTF-8" write one; it is not part of the first number), or UTF-16 with its mark (Windows "Unicode");
   a byte that does not decode is read as U+FFFD: in a header line it is skipped with the line, in a data
   line it is named in the error;
-- the separator is a comma in ``.csv`` files and in any file whose first data line has one, else white space;
+- the separator is a comma in ``.csv`` files and in any file whose first data line has one, else white space
+  (a line of ``;``-separated values, or of UTF-16 text without its mark, is refused saying what to save it as);
 - leading lines that are not all numbers (a CSV header ``x,y,z,r,g,b``) are skipped, and so is the point
   count on the first line of a ``.pts`` file; ``#`` starts a comment;
 - columns: ``x y z`` then, with 6 or more columns, ``r g b`` in columns 4-6 (0..255, 0..65535 or 0..1,
@@ -98,6 +99,22 @@ def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, s
     return None
 
 
+def _hint(text: str) -> str:
+    """What to do about a line that is not numbers, from what it holds: a byte that did not decode (U+FFFD:
+    Latin-1 or another 8-bit code page), NUL bytes between the characters (UTF-16 without a byte-order mark,
+    which only its mark tells from UTF-8), or ``;`` (the separator of Excel's CSV in locales whose decimal
+    mark is a comma); ``""`` when none."""
+    if "\ufffd" in text:
+        return "; save the file as UTF-8 (or ASCII) text"
+    if "\x00" in text:
+        return ("; NUL bytes between the characters: UTF-16 text without a byte-order mark? save the file as UTF-8 "
+                "(or ASCII) text")
+    if ";" in text:
+        return ("; values separated by ';' (a CSV of Excel in a locale with ',' decimals?): save it with ',' or "
+                "space separators and '.' decimal marks")
+    return ""
+
+
 def read_text(path: str | Path, name: str | None = None) -> Scan:
     """A :class:`Scan` of a text point cloud, in line order (see the module docstring)."""
     path = Path(path)
@@ -109,8 +126,8 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
                 rows = np.loadtxt(f, dtype=np.float64, delimiter=delimiter, comments="#", skiprows=skip, ndmin=2)
     except ValueError as err:
         reason = loadtxt_reason(err)
-        hint = "; save the file as UTF-8 (or ASCII) text" if "\ufffd" in reason else ""
         bad = _bad_line(path, delimiter, skip)
+        hint = _hint(reason if bad is None else reason + bad[1].split("#")[0])   # its data, not its comment
         if bad is None:
             raise ScanError(f"{path}: expected lines of numbers 'x y z [r g b ...]' ({reason}, counting data "
                             f"rows after {skip} header line(s)){hint}") from None

@@ -409,3 +409,36 @@ def test_a_symbolic_link_in_a_zip_is_refused_naming_it_and_its_target(tmp_path, 
 def test_a_symbolic_link_outside_the_areas_is_not_read(tmp_path):
     (room,) = open_source(_zip_with_link(tmp_path / "l.zip", "README", "docs/README.md")).rooms()
     assert [e.path for e in room.files] == ["Area_1/r/Annotations/wall_1.txt"]
+
+
+@pytest.mark.parametrize("twin", ["wall_1.TXT", "Wall_1.txt"])
+def test_two_files_of_one_object_differing_in_case_are_refused_naming_both(tmp_path, capsys, twin):
+    """``wall_1.txt`` and ``wall_1.TXT`` (or ``Wall_1.txt``) in one Annotations folder are one object: reading
+    both would store its points twice and list it twice in ``objects``."""
+    write_tree(tmp_path / "raw", {"Area_1/office_2/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                                  f"Area_1/office_2/Annotations/{twin}": b"1 2 3 4 5 6\n",
+                                  "Area_1/office_2/Annotations/chair_1.txt": b"1 2 3 4 5 6\n"})
+    one, two = sorted([f"Area_1/office_2/Annotations/{name}" for name in ("wall_1.txt", twin)])
+    with pytest.raises(SourceError, match=f"{one} and {two} name one object"):
+        open_source(tmp_path / "raw").rooms()
+    assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{one} and {two} name one object" in err[0] and "remove one" in err[0]
+    assert not list((tmp_path / "out").glob("*.h5"))
+
+
+def test_area_folders_of_one_number_are_refused_naming_both(tmp_path, capsys):
+    """``Area_1`` and ``Area_01`` would write fold keys "1" and "01" for one test area."""
+    write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                                  "Area_01/s/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                                  "Area_2/t/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    with pytest.raises(SourceError, match="Area_01 and Area_1 are both area 1; expected one folder per area number"):
+        open_source(tmp_path / "raw").rooms()
+    assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Area_01 and Area_1 are both area 1" in err[0]
+    assert not (tmp_path / "out" / "folds.json").exists()
+    zipped = _zip(tmp_path / "raw.zip", {"top/Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                                         "top/Area_01/s/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    with pytest.raises(SourceError, match="top/Area_01 and top/Area_1 are both area 1"):
+        open_source(zipped).rooms()

@@ -1,7 +1,7 @@
 """Tests of pointgeope/model/ops/checks.py and of the point ops' argument checks on every backend this machine
 has (``triton`` in Triton's interpreter, conftest's ``interpreted``): non-finite coordinates (beyond
 ``COORD_LIMIT``: ``test_ops_coordinate_limit.py``), counts that are not ints, query and support of different
-dtypes, integer and half coordinates on the torch kNN; and of the interpolation's weights in half precision
+dtypes, integer and half coordinates on the torch kNN, meta tensors; and of the interpolation's weights in half precision
 against an independent float64 inverse-distance reference."""
 from __future__ import annotations
 
@@ -275,3 +275,26 @@ def test_offsets_given_as_a_float_list_are_refused_not_truncated():
     assert check_offset((4, 10), 10) == [4, 10] and check_offset(np.array([3, 10]), 10) == [3, 10]
     with pytest.raises(ValueError, match="expected offset a \\(B,\\) integer tensor or list of ints"):
         offset_tensor([[1], [2, 3]])
+
+
+def test_knn_fps_and_knn_graph_refuse_meta_tensors_by_name_and_geope_qk_runs_on_them():
+    """A meta tensor has a shape and no values: the ops that pick points by their coordinates refuse it naming
+    the argument (torch said "Tensor.item() cannot be called on meta tensors"); geope_qk, whose output shape
+    the values do not change, gives its output shape (the finiteness check has nothing to read)."""
+    from pointgeope.nn import geope_qk, knn_graph
+
+    meta = torch.device("meta")
+    pts, off = torch.rand(10, 3), torch.tensor([10])
+    with pytest.raises(ValueError, match=r"^expected query, support, query_offset, support_offset with values, got "
+                                         r"meta tensors \(a shape without data\): knn picks points"):
+        knn(pts.to(meta), pts.to(meta), 4, off.to(meta), off.to(meta))
+    with pytest.raises(ValueError, match=r"^expected query, support with values, got meta tensors .*: knn"):
+        knn(pts.to(meta), pts.to(meta), 4, off, off, check_finite=False)       # refused without the value check
+    with pytest.raises(ValueError, match=r"^expected offset with values, got a meta tensor .*: fps"):
+        fps(pts, off.to(meta), 4)
+    with pytest.raises(ValueError, match=r"^expected x with values, got a meta tensor .*: knn_graph"):
+        knn_graph(pts.to(meta), 4)
+    q, k, pos = torch.randn(2, 5, 6), torch.randn(2, 5, 6), torch.randn(5, 3)
+    got = geope_qk(q.to(meta), k.to(meta), pos.to(meta))
+    want = geope_qk(q, k, pos)
+    assert [(g.device.type, g.shape, g.dtype) for g in got] == [("meta", w.shape, w.dtype) for w in want]

@@ -122,3 +122,31 @@ def test_a_bad_number_is_named_by_the_files_line(tmp_path, text, line, got, why)
         read_text(tmp_path / "s.txt")
     assert str(err.value) == (f"{tmp_path / 's.txt'}:{line}: expected lines of numbers 'x y z [r g b ...]', got "
                               f"{got!r} ({why})")
+
+
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_a_byte_order_mark_is_refused_with_the_fix(tmp_path, codec):
+    """Only the mark tells UTF-16 from UTF-8: without it the text reads as characters and NUL bytes; the line
+    says what to save it as (with the mark it reads: test_a_byte_order_mark_keeps_every_point_in_its_line)."""
+    (tmp_path / "u.txt").write_bytes("4.0 1.0 2.0 10 20 30\n1.5 2.5 3.5 40 50 60\n".encode(codec))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'u.txt'))}:1: expected lines of numbers .*"
+                                        r"; NUL bytes between the characters: UTF-16 text without a byte-order mark\? "
+                                        r"save the file as UTF-8 \(or ASCII\) text$"):
+        read_text(tmp_path / "u.txt")
+
+
+@pytest.mark.parametrize(("name", "text", "line"), [
+    ("excel.csv", "x;y;z;r;g;b\n4,0;1,0;2,0;10;20;30\n", "x;y;z;r;g;b"),   # header not numbers either way
+    ("dots.txt", "4.0;1.0;2.0;10;20;30\n1.5;2.5;3.5;40;50;60\n", "4.0;1.0;2.0;10;20;30")])
+def test_semicolon_separated_values_are_refused_naming_the_separator(tmp_path, name, text, line):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / name))}:1: .*got '{line}' .*; values separated "
+                                        r"by ';' \(a CSV of Excel in a locale with ',' decimals\?\): save it with ',' "
+                                        r"or space separators and '\.' decimal marks$"):
+        read_text(tmp_path / name)
+
+
+def test_a_bad_line_without_a_semicolon_or_nul_gets_no_hint(tmp_path):
+    (tmp_path / "w.txt").write_text("1 2 3 4 5 6\n1 2 x 4 5 6 # a;b\n")
+    with pytest.raises(ScanError, match=r":2: .*\('x' is not a number\)$"):
+        read_text(tmp_path / "w.txt")

@@ -18,7 +18,7 @@ import operator
 import torch
 from torch import Tensor
 
-__all__ = ["check_count", "check_finite", "check_coordinates", "check_model_dtype", "COORD_LIMIT"]
+__all__ = ["check_count", "check_finite", "check_coordinates", "check_model_dtype", "check_values", "COORD_LIMIT"]
 
 # The largest |coordinate| the point ops take: 2^60 (about 1.15e18); check_coordinates says why.
 COORD_LIMIT = 2 ** 60
@@ -59,10 +59,24 @@ def check_model_dtype(name: str, value: Tensor, dtype: torch.dtype, narrower: bo
                     f"cast it ({name}.to({dtype})) or the model (model.to({value.dtype}))")
 
 
+def check_values(op: str, **tensors: Tensor) -> None:
+    """Refuse ``meta`` tensors (a shape without values) where ``op``'s output depends on the values (``knn``,
+    ``fps``: which points are near or far), naming them; torch said "Tensor.item() cannot be called on meta
+    tensors". An attribute read: nothing waits for a GPU. The checks of the values skip meta tensors, so an op
+    whose output has a shape the values do not change (``geope_qk``) runs on them."""
+    if torch.compiler.is_compiling():
+        return
+    meta = [name for name, value in tensors.items() if isinstance(value, Tensor) and value.is_meta]
+    if meta:
+        got = "a meta tensor" if len(meta) == 1 else "meta tensors"
+        raise ValueError(f"expected {', '.join(meta)} with values, got {got} (a shape without data): {op} picks "
+                         "points by their coordinates; give tensors on a real device (cpu, cuda)")
+
+
 def check_finite(name: str, value: Tensor) -> None:
     """Every entry of ``value`` finite (skipped while compiling or scripting: it reads the data). The message
     counts the bad entries and shows the first bad row."""
-    if torch.jit.is_scripting() or torch.compiler.is_compiling():
+    if torch.jit.is_scripting() or torch.compiler.is_compiling() or value.is_meta:   # meta: no data to read
         return
     bad = ~torch.isfinite(value)
     if bool(bad.any()):
@@ -84,7 +98,7 @@ def check_coordinates(name: str, value: Tensor) -> None:
     and overflow). Beyond the limit a backend answers with an index past the end, a point that is not its
     own neighbour, or a crash. No real cloud comes near it (1e18 m is about 100 light years).
     """
-    if torch.jit.is_scripting() or torch.compiler.is_compiling():
+    if torch.jit.is_scripting() or torch.compiler.is_compiling() or value.is_meta:
         return
     if _dtype_max(value.dtype) <= COORD_LIMIT:      # float16, int32, ...: only NaN and inf can be wrong
         if value.is_floating_point():

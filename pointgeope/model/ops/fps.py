@@ -74,6 +74,7 @@ def fps(points: Tensor, offset: Tensor, stride: int, backend: str | None = None,
     if points.dim() != 2 or points.shape[1] != 3:
         raise ValueError(f"expected points of shape (N, 3), got {tuple(points.shape)}")
     stride = checks.check_count("stride", stride)
+    checks.check_values("fps", points=points, offset=offset)
     if check_finite:
         checks.check_coordinates("points", points)
     off = check_offset(offset, points.shape[0])

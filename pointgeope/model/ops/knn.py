@@ -72,6 +72,8 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
     k = checks.check_count("k", k)
     if query.device != support.device:                   # the CPU backends moved both; the kernels read either
         raise ValueError(f"expected query and support on one device, got {query.device} and {support.device}")
+    checks.check_values("knn", query=query, support=support, query_offset=query_offset,
+                        support_offset=support_offset)
     if check_finite:
         checks.check_coordinates("query", query)
         if support is not query:

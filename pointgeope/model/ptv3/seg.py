@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from pointgeope.model.config import ModelConfig
+from pointgeope.model.config import PTV1_KEYS, ModelConfig
 from pointgeope.model.ptv3.network import PointTransformerV3
 from pointgeope.model.ptv3.segmentor import PTv3Segmentor
-from pointgeope.model.qk_encodings import GEOPE_FREQUENCY_ENCODINGS, QKEncoding, qk_encoding
+from pointgeope.model.qk_encodings import GEOPE_FREQUENCY_ENCODINGS, QK_ENCODINGS, QKEncoding, qk_encoding
 
-__all__ = ["PTv3Seg", "StageEncodings", "encoding_options"]
+__all__ = ["PTv3Seg", "StageEncodings", "check_backbone", "encoding_options"]
 
 
 def encoding_options(cfg: ModelConfig, grid_size: float) -> dict:
@@ -41,6 +41,24 @@ def encoding_options(cfg: ModelConfig, grid_size: float) -> dict:
     if cfg.pe == "point3drope":
         return dict(pos_scale=cfg.point3drope_scale, check_finite=False)
     return dict(check_finite=False)
+
+
+def check_backbone(cfg: ModelConfig) -> None:
+    """``cfg`` describes a PTv3: ``backbone`` "ptv3", or "ptv1" left at its default with nothing of PTv1's written
+    (every PTv1 key at its default, ``pe`` one of PTv3's encodings), so that a config made in code for PTv3Seg,
+    ``ModelConfig(pe="geope", ptv3=PTv3Config(...))``, need not name the backbone. Else a ``ValueError`` naming the
+    keys: a PTv1 config (a PTv1 file, a PTv1 preset) built no PTv3 of its sizes, without a word (the mirror of
+    ``PointTransformerSeg``'s refusal of "ptv3")."""
+    if cfg.backbone == "ptv3":
+        return
+    default = ModelConfig()
+    ptv1 = [k for k in PTV1_KEYS if getattr(cfg, k) != getattr(default, k)]
+    ptv1 += [f"pe={cfg.pe!r} (a PTv1 preset)"] * (cfg.pe not in QK_ENCODINGS)
+    if cfg.backbone != "ptv1" or ptv1:
+        with_keys = f" with PTv1's {', '.join(ptv1)}" if ptv1 and cfg.backbone == "ptv1" else ""
+        raise ValueError(f"expected backbone 'ptv3' for PTv3Seg, got {cfg.backbone!r}{with_keys}; set backbone='ptv3' "
+                         "(model.backbone: ptv3; PTv3's sizes are the ptv3 keys), or build PTv1 with "
+                         "pointgeope.model.PointTransformerSeg(config, grid_size)")
 
 
 class StageEncodings(nn.Module):
@@ -60,7 +78,8 @@ class StageEncodings(nn.Module):
 
 
 class PTv3Seg(PTv3Segmentor):
-    """Pointcept's PT-v3m1 segmentor from ``cfg`` (``cfg.backbone == "ptv3"``) at voxel size ``grid_size`` (m).
+    """Pointcept's PT-v3m1 segmentor from ``cfg`` (``cfg.backbone == "ptv3"``, or left at its default:
+    :func:`check_backbone`) at voxel size ``grid_size`` (m).
 
     Shapes: forward(pos (N, 3) metres, x (N, in_channels), offset (B,) the end of each cloud, grid_coord
     (N, 3) int >= 0) -> logits (N, num_classes), in input order."""
@@ -68,6 +87,7 @@ class PTv3Seg(PTv3Segmentor):
     hierarchy_spec = None       # PTv3 builds no PTv1 point hierarchy (engine.placement says so)
 
     def __init__(self, cfg: ModelConfig, grid_size: float) -> None:
+        check_backbone(cfg)
         p = cfg.ptv3
         heads = zip(p.enc_channels + p.dec_channels, p.enc_num_head + p.dec_num_head)
         pe = None

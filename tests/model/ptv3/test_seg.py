@@ -191,3 +191,28 @@ def test_geope_learnable_learns_the_frequencies_of_each_encoding_at_geopes(pe):
         assert bool((grad[0::2] != 0).all()) and bool((grad[1::2] == 0).all())
     else:
         assert bool((grad != 0).all())
+
+
+def test_a_ptv1_config_is_refused_naming_the_backbone_and_a_ptv3_config_needs_not_name_it():
+    """The mirror of PointTransformerSeg's refusal of backbone 'ptv3': a config whose backbone is not 'ptv3' and
+    that reads as PTv1's (a PTv1 key written, a PTv1 preset) built a PTv3 that ignored its sizes. A config made in
+    code for PTv3Seg that leaves the backbone at its default builds the same network as one that names it."""
+    from pointgeope.model.config import ModelConfig, PTv3Config
+
+    demo = load_config(Path(__file__).resolve().parents[3] / "configs" / "demo.yaml").model
+    with pytest.raises(ValueError, match=r"^expected backbone 'ptv3' for PTv3Seg, got 'ptv1' with PTv1's planes, "
+                                         r"blocks, strides, neighbours, decoder_blocks; set backbone='ptv3'"):
+        PTv3Seg(demo, grid_size=0.04)
+    with pytest.raises(ValueError, match=r"got 'ptv1' with PTv1's pe='rpe' \(a PTv1 preset\)"):
+        PTv3Seg(ModelConfig(), grid_size=0.04)
+    with pytest.raises(ValueError, match=r"got 'ptv2'; set backbone='ptv3'"):
+        PTv3Seg(ModelConfig(backbone="ptv2", pe="geope"), grid_size=0.04)
+    small = PTv3Config(stride=[2], enc_depths=[1, 1], enc_channels=[18, 36], enc_num_head=[1, 2],
+                       enc_patch_size=[16, 16], dec_depths=[1], dec_channels=[18], dec_num_head=[1], dec_patch_size=[16])
+    torch.manual_seed(0)
+    unnamed = PTv3Seg(ModelConfig(pe="geope", ptv3=small), grid_size=0.1).eval()
+    torch.manual_seed(0)
+    named = PTv3Seg(ModelConfig(backbone="ptv3", pe="geope", ptv3=small), grid_size=0.1).eval()
+    pos, x, offset, grid = cloud(40)
+    torch.testing.assert_close(unnamed(pos, x, offset, grid_coord=grid), named(pos, x, offset, grid_coord=grid),
+                               rtol=0, atol=0)

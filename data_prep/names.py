@@ -1,0 +1,114 @@
+"""The names of a raw S3DIS tree: ``Area_N`` folders, ``<class>_<k>.txt`` objects, junk, and the names
+refused before anything is read (each naming the file, folder or member): a name that is not valid UTF-8,
+a zip member outside the tree, two folders of one area number (``Area_1`` and ``Area_01``: the folds would
+hold the area twice) and two files of one object in a room (``wall_1.txt`` and ``wall_1.TXT``: its points
+would be read twice).
+"""
+from __future__ import annotations
+
+import re
+import zipfile
+from pathlib import PurePosixPath
+
+from pointgeope.errors import UserError
+
+AREA = re.compile(r"Area_(\d+)")
+OBJECT = re.compile(r"(.+)_(\d+)")
+
+
+class SourceError(UserError, ValueError):
+    """The raw input is not an S3DIS tree that can be prepared."""
+
+
+def object_key(name: str) -> tuple[str, int, str]:
+    """Sort key of ``<class>_<k>.txt``: by class (lower case), then k as a number (chair_2 before chair_10)."""
+    stem = PurePosixPath(name).stem
+    match = OBJECT.fullmatch(stem)
+    return (match.group(1).lower(), int(match.group(2)), stem) if match else (stem.lower(), -1, stem)
+
+
+def object_class(name: str) -> str:
+    """The class part of ``<class>_<k>.txt`` (lower case); unknown names are mapped by the caller."""
+    return object_key(name)[0]
+
+
+def is_junk(path: str) -> bool:
+    """macOS debris (``__MACOSX/``, ``.DS_Store``, ``._*``) and anything hidden (``.work/``, ``.git/``)."""
+    return any(part == "__MACOSX" or part.startswith(".") for part in path.split("/"))
+
+def area_number(area: str) -> int:
+    """``N`` of ``Area_N`` (``Area_01`` is 1)."""
+    return int(AREA.fullmatch(area).group(1))
+
+
+def add_area(location: str, areas: dict[str, str], area: str, path: str) -> None:
+    """Record the folder ``path`` of ``area`` (``Area_N``) in ``areas`` (area -> folder); refuse a second
+    folder of the area: the same name elsewhere (two versions of the dataset) or another spelling of its
+    number (``Area_1`` and ``Area_01``, whose fold keys "1" and "01" name one test area)."""
+    first = areas.setdefault(area, path)
+    if first != path:
+        raise SourceError(f"{location}: {area} found twice, at {first} and {path}; expected one S3DIS version "
+                          "(point RAW at one of them)")
+    other = next((a for a in areas if a != area and area_number(a) == area_number(area)), None)
+    if other is not None:
+        one, two = sorted((areas[other], path))
+        raise SourceError(f"{location}: {one} and {two} are both area {area_number(area)}; expected one folder "
+                          "per area number: rename or remove one")
+
+
+def check_objects(location: str, files: list) -> None:
+    """Refuse two annotation files of one room whose names differ only in case (``wall_1.txt`` and
+    ``wall_1.TXT`` or ``Wall_1.txt``: one object, whose points would be read twice). ``files``: the room's
+    entries (``.path``)."""
+    seen: dict[str, str] = {}
+    for entry in files:
+        first = seen.setdefault(entry.path.lower(), entry.path)
+        if first != entry.path:
+            one, two = sorted((first, entry.path))
+            raise SourceError(f"{location}: {one} and {two} name one object (their names differ only in case); "
+                              "expected each object once: remove one")
+
+
+def check_name(location: str, path: str) -> None:
+    """Refuse a path that is not valid UTF-8 (it could not be stored in HDF5 nor printed)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise SourceError(f"{location}: the name {shown!r} is not valid UTF-8; rename it (room and file names "
+                          "become HDF5 group names)") from None
+
+
+def member_name(location: str, info: zipfile.ZipInfo) -> str:
+    """The name of a zip member as its bytes say: UTF-8 when flagged so (bit 11), or when its bytes decode
+    as UTF-8 (zip tools that do not set the flag). Other unflagged bytes may be cp437, cp850 or latin-1,
+    which nothing tells apart (``zipfile`` reads them as cp437: latin-1 ``office\xe91`` became
+    ``officeΘ1``), so they are refused, as a folder's non-UTF-8 name is, rather than guessed. The path is
+    then read as a folder's would be (:func:`_posix_path`)."""
+    if info.flag_bits & 0x800 or info.filename.isascii():
+        return _posix_path(info.filename)
+    raw = info.filename.encode("cp437")  # zipfile decoded the unflagged bytes as cp437: undo it
+    try:
+        return _posix_path(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        shown = raw.decode("utf-8", "backslashreplace")
+        raise SourceError(f"{location}: the member name {shown!r} is not valid UTF-8 (a zip without the UTF-8 "
+                          "flag: cp437, cp850 or latin-1?); rename it, or unpack the zip and give the folder") from None
+
+
+def _posix_path(name: str) -> str:
+    """A member's name as the path of a file in a folder: ``\\`` is a separator, as ``/`` is (zips made by
+    Windows tools), and ``.`` and empty components are dropped (``./Area_1/office_2/`` is
+    ``Area_1/office_2/``, as some archivers write it); a folder keeps its final ``/``. ``..`` stays (the
+    name was refused by :func:`check_member`)."""
+    path = name.replace("\\", "/")
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    return "/".join(parts) + ("/" if path.endswith("/") and parts else "")
+
+
+def check_member(location: str, name: str) -> None:
+    """Refuse a zip member that would land outside the tree: absolute path, drive letter or ``..``."""
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or ".." in parts:
+        raise SourceError(f"{location}: refusing zip member {name!r}: expected relative paths inside the "
+                          "archive, got an absolute path or '..'")
