@@ -104,8 +104,8 @@ def test_planted_defects_are_repaired_dropped_and_reported(tmp_path, capsys):
                     "Area_1/room_a/Annotations/door_1.txt: skipped: empty file",
                     # its file and line, and the summary's unit (it said "1 of 10 points" beside "clipped colours 2")
                     "Area_1/room_a: colours outside 0..255 clipped: 2 colour value(s) of 1 of 10 points (first "
-                    "Area_1/room_a/Annotations/chair_10.txt:1: 12.6 300 -4); if the file's colours have another "
-                    "range, rescale them to 0..255"]:
+                    "Area_1/room_a/Annotations/chair_10.txt:1: 12.6 300 -4); too few above 255 for 16-bit colours; "
+                    "if the file's colours have another range, rescale them to 0..255"]:
         assert f"warning: {message}" in printed.err
     assert ("repaired lines 1, dropped lines 3, empty files 1, binary files 0, lost objects 1, "
             "ignored folders in Annotations 0 (0 files), "
