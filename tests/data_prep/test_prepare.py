@@ -191,6 +191,31 @@ def test_interrupted_run_resumes_to_the_same_files(tmp_path, monkeypatch):
     assert not (tmp_path / "out/.work").exists()
 
 
+def test_georeferenced_rooms_keep_their_origin_through_work_files_and_a_resume(tmp_path, monkeypatch):
+    """The origin attribute (a room 16,384 m or more from 0 stored minus it) reaches the area file through the work
+    file of a killed run, and predict reads the room back in the raw file's coordinates."""
+    from pointgeope.scans.sources import ScanRef, read_scan
+
+    rng = np.random.default_rng(8)
+    raw = {}
+    for room in ("office_1", "office_2"):
+        xyz = np.round(rng.random((60, 3)) * [6, 5, 3] + [500123.456, 4000321.987, 0.25], 3)
+        raw[room] = xyz
+        write_tree(tmp_path / "raw", {f"Area_1/{room}/Annotations/wall_1.txt": "".join(
+            f"{x:.3f} {y:.3f} {z:.3f} 10 20 30\n" for x, y, z in xyz).encode()})
+    _count_parsed(monkeypatch, fail_after=1)
+    with pytest.raises(Killed):
+        prepare(PrepareConfig(tmp_path / "raw", tmp_path / "out", progress=False))
+    parsed = _count_parsed(monkeypatch)
+    prepare(PrepareConfig(tmp_path / "raw", tmp_path / "out", progress=False))
+    assert parsed == ["Area_1/office_2"]   # office_1 from its work file
+    for room, xyz in raw.items():
+        scan = read_scan(ScanRef(tmp_path / "out/Area_1.h5", "h5", f"Area_1/{room}", room))
+        np.testing.assert_allclose(scan.coord, xyz, rtol=0, atol=1e-6)
+        with h5py.File(tmp_path / "out/Area_1.h5") as f:
+            np.testing.assert_array_equal(f[room].attrs["origin"], np.floor(xyz.min(axis=0)))  # floor of the minimum
+
+
 @pytest.mark.slow
 def test_killed_process_resumes_to_the_same_files(s3dis_real, tmp_path):
     """SIGKILL a real `pointgeope prepare` after its first room is written; the rerun gives the same bytes."""
