@@ -23,7 +23,7 @@ exceptions that read a file as its room: no file is 0..1 when another file of th
 are not whole beyond 0..1 (a 0..255 writer of fractional colours, ``12.37 200.25``, whose near-black object
 ``0.1 0.79 0.27`` is within ``[0, 1]`` too), and in a room with a 0..1 file, a file of 0 and 1 only (a
 black or white object) is 0..1 too. Where the rule cannot tell (a near-black object written with fractions
-among integer 0..255 files is read as 0..1), a warning names the file.
+among integer 0..255 files is read as 0..1), the room's warning names the first such file.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 UNIT, BITS16, BITS8 = "unit", "16bit", "8bit"
-FULL_16BIT_FLOOR = 511.5  # a 16-bit file (not declared so) has some value at least this
+BITS16_REACH = 511.5  # some value of a 16-bit file that does not declare it reaches this
 
 
 def is_unit(values: np.ndarray) -> bool:
@@ -53,7 +53,7 @@ def color_range(values: np.ndarray, declared_16bit: bool = False) -> str:
         return UNIT
     above = np.count_nonzero(values >= 255.5)  # rounds above 255
     lit = np.count_nonzero(values >= 0.5)      # rounds above 0
-    return BITS16 if above and 2 * above > lit and float(values.max()) >= FULL_16BIT_FLOOR else BITS8
+    return BITS16 if above and 2 * above > lit and float(values.max()) >= BITS16_REACH else BITS8
 
 
 def room_ranges(blocks: Sequence[np.ndarray], maxima: Sequence[float]) -> list[str]:
