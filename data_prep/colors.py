@@ -1,13 +1,12 @@
 """A raw room's colours as stored, ``uint8`` ``0..255`` (S3DIS's range), judged file by file.
 
 Each annotation file (the unit of export: one object re-exported by another tool may differ from the
-rest of its room) is read by the rule of :mod:`pointgeope.color_range`, the one ``pointgeope predict``
-applies to a scan: 0..1 (every value within ``[0, 1]``, some fractional; or 0 and 1 only, in a room
-with such a file) scaled by 255; 16 bit (more than
-half of the lit values above 255) divided by 257; else 0..255, rounded, the few values outside clipped.
-Each case other than plain 0..255 is one warning per room, naming how many files and the first one's
-file and line. (Before, the 0..1 test was made over the whole room: one normalised file among 0..255
-files was rounded to 0 and 1, black, without a word; 16-bit files were clipped to 255, white.)
+rest of its room) is read by the rule of :mod:`pointgeope.color_range` (:func:`~pointgeope.color_range.room_ranges`),
+the one ``pointgeope predict`` applies to a scan: 0..1 scaled by 255, 16 bit divided by 257, else 0..255
+rounded, the few values outside clipped. Each case other than plain 0..255 is one warning per room, naming
+how many files and the first one's file and line. (Before, the 0..1 test was made over the whole room: one
+normalised file among 0..255 files was rounded to 0 and 1, black, without a word; 16-bit files were clipped
+to 255, white.)
 """
 from __future__ import annotations
 
@@ -15,26 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pointgeope.color_range import BITS8, BITS16, UNIT, color_range, to_uint8
-
-
-def _shown(values: np.ndarray) -> str:
-    return " ".join(f"{v:g}" for v in values)
-
-
-def _kinds(rgb: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[list[str], float]:
-    """(:func:`~pointgeope.color_range.color_range` of each file's rows ``rgb[start:end]``, the maximum of
-    ``rgb``); the usual file (max within ``(1, 255.5)``) costs its max only."""
-    kinds, top = [], -np.inf
-    for start, end in zip(starts, ends):
-        block = rgb[start:end]
-        hi = float(block.max()) if end > start else 0.0
-        top = max(top, hi)
-        kinds.append(BITS8 if 1 < hi < 255.5 else color_range(block))
-    if UNIT in kinds:  # a file of 0 and 1 only (a black or white object) in a 0..1 room is 0..1 too
-        kinds = [UNIT if k == BITS8 and end > start and 0 <= rgb[start:end].min() and rgb[start:end].max() <= 1
-                 else k for start, end, k in zip(starts, ends, kinds)]
-    return kinds, top
+from pointgeope.color_range import BITS8, BITS16, UNIT, clip_warning, room_ranges, shown, to_uint8
 
 
 def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[int], str],
@@ -47,7 +27,8 @@ def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[
         return np.empty((0, 3), dtype=np.uint8), 0, 1
     ends = np.cumsum(sizes, dtype=np.int64)
     starts = ends - np.asarray(sizes, dtype=np.int64)
-    kinds, top = _kinds(rgb, starts, ends)
+    maxima = [float(rgb[start:end].max()) if end > start else 0.0 for start, end in zip(starts, ends)]
+    kinds, top = room_ranges([rgb[start:end] for start, end in zip(starts, ends)], maxima), max(maxima)
     if all(k == BITS8 for k in kinds) and top < 255.5 and float(rgb.min()) > -0.5:
         return np.rint(rgb).astype(np.uint8, order="C"), 0, 1  # the usual room: nothing to clip or scale
     color = np.empty(rgb.shape, dtype=np.uint8)
@@ -62,10 +43,7 @@ def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[
         files = [start for start, k in zip(starts, kinds) if k == kind]
         if files:
             messages.append(f"{room}: {len(files):,} of {len(kinds):,} file(s) with {found} (first "
-                            f"{where(int(files[0]))}: {_shown(rgb[files[0]])}): {action}")
-    rows = np.flatnonzero(clipped.any(axis=1))
-    if len(rows):
-        messages.append(f"{room}: colours outside 0..255 clipped: {int(clipped.sum()):,} colour value(s) of "
-                        f"{len(rows):,} of {len(rgb):,} points (first {where(int(rows[0]))}: {_shown(rgb[rows[0]])}); "
-                        "if the file's colours have another range, rescale them to 0..255")
+                            f"{where(int(files[0]))}: {shown(rgb[files[0]])}): {action}")
+    if clipped.any():
+        messages.append(clip_warning(room, rgb, clipped, where))
     return color, int(clipped.sum()), 255 if UNIT in kinds else 1

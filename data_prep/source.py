@@ -43,8 +43,8 @@ __all__ = ["Entry", "FolderSource", "Room", "Source", "SourceError", "ZipSource"
 #    UTF-16 text is decoded.
 # 4: stray bytes that may be a sign or a decimal mark drop their line instead of being removed; a room's
 #    colours within [0, 1], some fractional, are scaled by 255.
-# 5: colour range judged per file (0..1, 16 bit: pointgeope.color_range); a georeferenced room minus its origin.
-PARSER_VERSION = 5
+# Not for per-file colour ranges nor a room's origin: S3DIS parses as before, a bump would make runs refuse their data.
+PARSER_VERSION = 4
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,38 @@
 """The range of one file's colour values: the one rule of ``pointgeope predict`` (users' scans) and
-``pointgeope prepare`` (each annotation file), so that a room and a scan of it are read alike.
+``pointgeope prepare`` (each annotation file of a room), so that a room and a scan of it are read alike.
 
 A file's colours ``c`` ``(N, 3)`` (finite) are read as, in this order:
 
+- where the format declares 16 bit (LAS, a PLY ``ushort``/``uint``/``short``/``int`` colour):
+  ``"16bit"`` when some value rounds above 255, else ``"8bit"`` (a writer that stores 8-bit values as they
+  are). Such files are integers, so an above-255 value is no float noise, and a dim 16-bit scan (most values
+  at the sensor's floor, 1..255, under 1/255 of full intensity) stays 16 bit;
 - ``"unit"``: 0..1, a normalised export (Open3D, CloudCompare): every value within ``[0, 1]`` and some
   fractional (a file of 0 and 1 only is not, nothing says so) -> ``round(255 c)``;
-- ``"16bit"``: 0..65535 (LAS, 16-bit PLY and TIFF-derived exports): more than half of the values that round
-  above 0 round above 255 -> ``round(c / 257)`` (65535 -> 255, the inverse of the ``c * 257`` of 8-bit
-  writers). In a 16-bit file every colour brighter than 1/255 of full intensity is above 255, so nearly all
-  are; in an 8-bit file a value above 255 is a stray (a 256, or 255.6 of float noise), a few at most;
+- ``"16bit"``: 0..65535 (16-bit exports that do not declare it: text, ``.npy``): more than half of the
+  values that round above 0 (the "lit" values) round above 255, and some value reaches 511.5 (two 8-bit
+  steps of full scale, ``2 * 257 - 2.5``) -> ``round(c / 257)`` (65535 -> 255, the inverse of the
+  ``c * 257`` of 8-bit writers). In a 16-bit file every colour brighter than 1/255 of full intensity is
+  above 255, so nearly all are; in an 8-bit file a value above 255 is a stray (a 256 of a writer that
+  multiplies 0..1 by 256, or 255.6 of float noise), which never reaches 511.5;
 - ``"8bit"``: 0..255 otherwise -> ``round(c)``, the few values that round outside ``0..255`` clipped
   (and counted, for the caller's warning).
 
-One stray value cannot flip a file to 16 bit (before, the maximum alone decided: one 256 divided every
-colour of a scan by 257, black).
+The files of one room (``prepare``, :func:`room_ranges`) are judged each by this rule, with two
+exceptions that read a file as its room: no file is 0..1 when another file of the room holds values that
+are not whole beyond 0..1 (a 0..255 writer of fractional colours, ``12.37 200.25``, whose near-black object
+``0.1 0.79 0.27`` is within ``[0, 1]`` too), and in a room with a 0..1 file, a file of 0 and 1 only (a
+black or white object) is 0..1 too. Where the rule cannot tell (a near-black object written with fractions
+among integer 0..255 files is read as 0..1), the room's warning names the first such file.
 """
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 UNIT, BITS16, BITS8 = "unit", "16bit", "8bit"
+BITS16_REACH = 511.5  # some value of a 16-bit file that does not declare it reaches this
 
 
 def is_unit(values: np.ndarray) -> bool:
@@ -28,14 +41,32 @@ def is_unit(values: np.ndarray) -> bool:
             and float(values.max()) <= 1 and bool((values != np.rint(values)).any()))
 
 
-def color_range(values: np.ndarray) -> str:
-    """:data:`UNIT`, :data:`BITS16` or :data:`BITS8` for one file's colours ``(N, 3)`` (the module's rule)."""
+def color_range(values: np.ndarray, declared_16bit: bool = False) -> str:
+    """:data:`UNIT`, :data:`BITS16` or :data:`BITS8` for one file's colours ``(N, 3)`` (the module's rule);
+    ``declared_16bit``: the file's format says 16 bit."""
     values = np.asarray(values)
+    if values.size == 0:
+        return BITS8
+    if declared_16bit:
+        return BITS16 if float(values.max()) >= 255.5 else BITS8
     if is_unit(values):
         return UNIT
     above = np.count_nonzero(values >= 255.5)  # rounds above 255
     lit = np.count_nonzero(values >= 0.5)      # rounds above 0
-    return BITS16 if above and 2 * above > lit else BITS8
+    return BITS16 if above and 2 * above > lit and float(values.max()) >= BITS16_REACH else BITS8
+
+
+def room_ranges(blocks: Sequence[np.ndarray], maxima: Sequence[float]) -> list[str]:
+    """The range of each file of a room (the module's rule, its room exceptions): ``blocks`` the files'
+    colours ``(N_i, 3)``, ``maxima`` their maxima (0 for an empty file). A file whose maximum is within
+    ``(1, 255.5)`` (the usual one) is 0..255 at the cost of its maximum alone."""
+    kinds = [BITS8 if 1 < hi < 255.5 else color_range(block) for block, hi in zip(blocks, maxima)]
+    if UNIT in kinds and any(k != UNIT and (block != np.rint(block)).any() for block, k in zip(blocks, kinds)):
+        kinds = [BITS8 if k == UNIT else k for k in kinds]  # a 0..255 writer of fractions: its dark files too
+    if UNIT in kinds:  # a file of 0 and 1 only (a black or white object) in a 0..1 room is 0..1 too
+        kinds = [UNIT if k == BITS8 and len(block) and float(block.min()) >= 0 and hi <= 1 else k
+                 for block, hi, k in zip(blocks, maxima, kinds)]
+    return kinds
 
 
 def to_uint8(values: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
@@ -49,3 +80,18 @@ def to_uint8(values: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
     values = np.rint(values)
     clipped = (values < 0) | (values > 255)
     return np.clip(values, 0, 255).astype(np.uint8, order="C"), clipped
+
+
+def shown(row: np.ndarray) -> str:
+    """One point's colour values as they came, for messages: ``"256 12.5 0"``."""
+    return " ".join(f"{v:g}" for v in row)
+
+
+def clip_warning(name: str, values: np.ndarray, clipped: np.ndarray, where: Callable[[int], str]) -> str:
+    """The one line said when colours were clipped: ``values`` ``(N, 3)`` as they came, ``clipped`` of
+    :func:`to_uint8` (some true), ``where(row)`` naming a row (``"at point 7"``, ``"wall_1.txt:8"``)."""
+    rows = np.flatnonzero(clipped.any(axis=1))
+    why = "too few above 255 for 16-bit colours; " if (values[clipped] > 255).any() else ""
+    return (f"{name}: colours outside 0..255 clipped: {int(clipped.sum()):,} colour value(s) of {len(rows):,} of "
+            f"{len(values):,} points (first {where(int(rows[0]))}: {shown(values[rows[0]])}); {why}if the file's "
+            "colours have another range, rescale them to 0..255")

@@ -9,8 +9,9 @@
 Inputs: .ply (ascii/binary), .las/.laz (laspy), .txt/.xyz/.pts/.csv (x y z [r g b ...]), .npy ((N, 3) or
 (N, 6)), a raw S3DIS room folder, a prepared Area_N.h5 (every room), or a folder of those (a raw S3DIS
 root too: the rooms of its Area_N folders; other sub-folders are not searched, and a note names them and
-the files of other kinds left out). Colours: 0..1, 0..255, or 16 bit when most values exceed 255 (a few
-above 255 are clipped, with a note). In the --out folder itself, the files named as outputs,
+the files of other kinds left out). Colours: 0..1, 0..255, or 16 bit (LAS or a 16-bit PLY type with a
+value above 255; else when most non-zero values exceed 255 and some reach 511.5); a few above 255 are clipped,
+with a note. In the --out folder itself, the files named as outputs,
 *_pred.* and *_probs.npy, are not inputs. Outputs per scan, the formats --format lists (default npy,ply):
 DIR/<name>_pred.npy (uint8 label per point), DIR/<name>_pred.ply (points coloured by class, a `label`
 property), .las (classification), .txt (x y z r g b label), .h5 (for `pointgeope viz`); with

@@ -2,8 +2,8 @@
 ``laspy`` and the ``lazrs`` LAZ backend).
 
 Reading: ``x y z`` as scaled float64 (``X * scale + offset``), in file order; the colour of point formats
-that have one (2, 3, 5, 7, 8, 10) is 16 bit by the specification and divided by 257, unless most values
-are within 0..255 (writers that store 8-bit values as they are; the rule of ``pointgeope.color_range``).
+that have one (2, 3, 5, 7, 8, 10) is 16 bit by the specification and divided by 257, unless every value
+is within 0..255 (writers that store 8-bit values as they are; the rule of ``pointgeope.color_range``).
 
 Writing (``write_las``): LAS 1.2 point format 3 (GPS time and RGB, colour ``c * 257``), the predicted
 class in the ``classification`` field (0..12 in ``constants.CLASS_NAMES`` order, not the ASPRS codes;
@@ -48,8 +48,8 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
     coord = np.stack([np.asarray(las.x), np.asarray(las.y), np.asarray(las.z)], axis=1).astype(np.float64)
     color, notes = None, []
     if {"red", "green", "blue"} <= set(las.point_format.dimension_names):
-        color = color_to_uint8(np.stack([las.red, las.green, las.blue], axis=1), str(path), unit_float=False,
-                               notes=notes, declared_16bit=True)
+        color = color_to_uint8(np.stack([las.red, las.green, las.blue], axis=1), str(path), notes=notes,
+                               declared_16bit=True)
     meta = {"las_scales": [float(s) for s in las.header.scales],
             "las_offsets": [float(o) for o in las.header.offsets], "notes": notes}
     return Scan(name or path.stem, str(path), coord, color, meta=meta)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pointgeope.color_range import BITS8, BITS16, UNIT, color_range, to_uint8
+from pointgeope.color_range import BITS16, UNIT, clip_warning, color_range, to_uint8
 from pointgeope.errors import UserError
 
 
@@ -71,12 +71,14 @@ def checked_scan(scan: Scan) -> Scan:
 def color_to_uint8(values: np.ndarray, source: str, unit_float: bool | None = None,
                    notes: list[str] | None = None, declared_16bit: bool = False) -> np.ndarray:
     """Colours ``(N, 3)`` of any common range as ``uint8``, by the rule of :mod:`pointgeope.color_range`
-    (one owner, shared with ``pointgeope prepare``): 0..1 floats ``round(255 c)``, 16 bit when more than half
-    of the lit values are above 255 ``round(c / 257)``, else 0..255 rounded, a few values above 255 clipped.
+    (one owner, shared with ``pointgeope prepare``): 0..1 floats ``round(255 c)``; 16 bit ``round(c / 257)``
+    when the format declares it (``declared_16bit``: LAS, a 16-bit PLY type) and some value is above 255, or
+    when more than half of the non-zero values are above 255 and some reaches 511.5; else 0..255 rounded,
+    a few values above 255 clipped.
 
-    ``unit_float``: ``True`` where the format says 0..1 (a PLY float colour), ``False`` where it says not,
-    ``None`` to judge by the values. ``notes`` gets one line when colours are clipped, or divided by 257 while
-    the format did not declare 16 bit (``declared_16bit``: LAS, a PLY ``ushort``).
+    ``unit_float``: ``True`` where the format says 0..1 (a PLY float colour), else judged by the values.
+    ``notes`` gets one line when colours are clipped, or divided by 257 while the format did not declare
+    16 bit.
 
     Raises ScanError for negative, non-finite or larger values.
     """
@@ -93,16 +95,11 @@ def color_to_uint8(values: np.ndarray, source: str, unit_float: bool | None = No
     if unit_float and hi > 1.0:
         raise ScanError(f"{source}: float colour values up to {hi:g}; expected 0..1 (a float colour is a "
                         "fraction of full intensity): divide them by 255, or store them as uchar 0..255")
-    kind = UNIT if unit_float else color_range(values)
-    if unit_float is False and kind == UNIT:
-        kind = BITS8
+    kind = UNIT if unit_float else color_range(values, declared_16bit)
     color, clipped = to_uint8(values, kind)
     if notes is not None and kind == BITS16 and not declared_16bit:
         notes.append(f"{source}: colours read as 16 bit (max {hi:g}, {np.count_nonzero(values >= 255.5):,} of "
                      f"{values.size:,} values above 255): divided by 257; if they are 0..255, clip them to 255")
     if notes is not None and clipped.any():
-        first = int(np.flatnonzero(clipped.any(axis=1))[0])
-        notes.append(f"{source}: colours outside 0..255 clipped: {int(clipped.sum()):,} colour value(s) (first at "
-                     f"point {first}: {' '.join(f'{v:g}' for v in values[first])}); too few above 255 for 16-bit "
-                     "colours; if the file's colours have another range, rescale them to 0..255")
+        notes.append(clip_warning(source, values, clipped, lambda row: f"at point {row}"))
     return color

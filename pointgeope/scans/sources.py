@@ -132,20 +132,27 @@ def _raw_rooms_below(entries: list[Path]) -> list[ScanRef]:
     return refs
 
 
-def _left_out(folder: Path, entries: list[Path], refs: list[ScanRef], kinds: bool = True) -> str | None:
-    """What a folder's scan search leaves out, in one line, or ``None``: its files of other extensions and its
-    sub-folders that are no raw room and hold none (their files are not searched; hidden ones not named)."""
+def _left_out(folder: Path, entries: list[Path], refs: list[ScanRef], out: Path | None,
+              kinds: bool = True) -> str | None:
+    """What a folder's scan search leaves out, in words after ``"<folder>: "``, or ``None``: its files of other
+    extensions and its sub-folders that are no raw room and hold none (their files are not searched). Not
+    named: hidden ones, the ``out`` folder (``predict``'s outputs), and a prepared root's ``manifest.json``
+    and ``folds.json`` (prepare's own, beside its ``Area_N.h5``)."""
+    from pointgeope.h5 import prepared_root
+
     taken = {r.path for r in refs} | {r.path.parent for r in refs}
-    files = [p.name for p in entries if p.suffix.lower() not in KINDS and not p.is_dir() and not p.name.startswith(".")]
-    subs = [f"{p.name}/" for p in entries if p.is_dir() and p not in taken and not p.name.startswith(".")]
+    bookkeeping = ("manifest.json", "folds.json") if any(prepared_root(p) for p in entries) else ()
+    files = [p.name for p in entries if p.suffix.lower() not in KINDS and not p.is_dir()
+             and not p.name.startswith(".") and p.name not in bookkeeping]
+    subs = [f"{p.name}/" for p in entries if p.is_dir() and p not in taken and not p.name.startswith(".")
+            and not _outputs_here(p, out)]
     parts = [f"{len(names):,} {what} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
              for names, what in ((files, "file(s) of unknown type"), (subs, "sub-folder(s) not searched")) if names]
     if not parts:
         return None
     fix = (f"; a folder's scans are taken from it, not from its sub-folders (raw rooms excepted): give "
            f"{folder / subs[0]} as an input to predict its scans") if subs else ""
-    return f"{folder}: left out {' and '.join(parts)}{fix}" + (f"; known extensions: {', '.join(sorted(KINDS))}"
-                                                               if kinds else "")
+    return f"left out {' and '.join(parts)}{fix}" + (f"; known extensions: {', '.join(sorted(KINDS))}" if kinds else "")
 
 
 def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: list[Path]) -> list[ScanRef]:
@@ -156,7 +163,7 @@ def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: 
     refs = [ScanRef(p, "raw", f"{name}/{p.name}".lstrip("/")) for p in entries if p.is_dir() and _is_raw_room(p)]
     refs += _raw_rooms_below(entries)
     inputs = [p for p in entries if not (_outputs_here(folder, out) and is_output_name(p.name))]
-    left_out = _left_out(folder, inputs, refs)
+    left_out = _left_out(folder, inputs, refs, out)
     if _outputs_here(folder, out):
         skipped += [p for p in entries if is_output_name(p.name)]
         entries = [p for p in entries if not is_output_name(p.name)]
@@ -172,9 +179,9 @@ def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: 
     if not refs and not files:
         raise ScanError(f"{folder}: a folder without scans (expected files {', '.join(sorted(KINDS))} in it, "
                         "or raw S3DIS rooms with Annotations/ in it or one level down)"
-                        + (f"; {_left_out(folder, inputs, refs, kinds=False).split(': ', 1)[1]}" if left_out else ""))
+                        + (f"; {_left_out(folder, inputs, refs, out, kinds=False)}" if left_out else ""))
     if refs and left_out:  # said with the folder's first scan, so that "predicted 1 of 1" is not all there was
-        refs[0] = dataclasses.replace(refs[0], notes=(left_out,))
+        refs[0] = dataclasses.replace(refs[0], notes=(f"{folder}: {left_out}",))
     return refs
 
 
@@ -243,12 +250,13 @@ def _read_h5_room(ref: ScanRef) -> Scan:
         data = read_fields(group, ("coord", "color", "label"))
         origin = group.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
     try:
-        origin = np.asarray(origin, dtype=np.float64)
-        assert origin.shape == (3,) and np.isfinite(origin).all()
-    except (AssertionError, TypeError, ValueError):
+        shift = np.asarray(origin, dtype=np.float64)
+    except (TypeError, ValueError):
+        shift = None
+    if shift is None or shift.shape != (3,) or not np.isfinite(shift).all():
         raise ScanError(f"{ref.source}: expected the room's 'origin' attribute to be 3 finite numbers, got "
-                        f"{origin!r}; prepare it again") from None
-    return Scan(ref.name, ref.source, data["coord"].astype(np.float64) + origin, data["color"].astype(np.uint8),
+                        f"{origin!r}; prepare it again")
+    return Scan(ref.name, ref.source, data["coord"].astype(np.float64) + shift, data["color"].astype(np.uint8),
                 data["label"].astype(np.uint8))
 
 

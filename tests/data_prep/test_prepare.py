@@ -104,8 +104,8 @@ def test_planted_defects_are_repaired_dropped_and_reported(tmp_path, capsys):
                     "Area_1/room_a/Annotations/door_1.txt: skipped: empty file",
                     # its file and line, and the summary's unit (it said "1 of 10 points" beside "clipped colours 2")
                     "Area_1/room_a: colours outside 0..255 clipped: 2 colour value(s) of 1 of 10 points (first "
-                    "Area_1/room_a/Annotations/chair_10.txt:1: 12.6 300 -4); if the file's colours have another "
-                    "range, rescale them to 0..255"]:
+                    "Area_1/room_a/Annotations/chair_10.txt:1: 12.6 300 -4); too few above 255 for 16-bit colours; "
+                    "if the file's colours have another range, rescale them to 0..255"]:
         assert f"warning: {message}" in printed.err
     assert ("repaired lines 1, dropped lines 3, empty files 1, binary files 0, lost objects 1, "
             "ignored folders in Annotations 0 (0 files), "
@@ -189,6 +189,31 @@ def test_interrupted_run_resumes_to_the_same_files(tmp_path, monkeypatch):
     assert len(parsed) == 3  # 5 rooms, 2 taken from the work files
     assert output_bytes(tmp_path / "out") == output_bytes(tmp_path / "clean")
     assert not (tmp_path / "out/.work").exists()
+
+
+def test_georeferenced_rooms_keep_their_origin_through_work_files_and_a_resume(tmp_path, monkeypatch):
+    """The origin attribute (a room 16,384 m or more from 0 stored minus it) reaches the area file through the work
+    file of a killed run, and predict reads the room back in the raw file's coordinates."""
+    from pointgeope.scans.sources import ScanRef, read_scan
+
+    rng = np.random.default_rng(8)
+    raw = {}
+    for room in ("office_1", "office_2"):
+        xyz = np.round(rng.random((60, 3)) * [6, 5, 3] + [500123.456, 4000321.987, 0.25], 3)
+        raw[room] = xyz
+        write_tree(tmp_path / "raw", {f"Area_1/{room}/Annotations/wall_1.txt": "".join(
+            f"{x:.3f} {y:.3f} {z:.3f} 10 20 30\n" for x, y, z in xyz).encode()})
+    _count_parsed(monkeypatch, fail_after=1)
+    with pytest.raises(Killed):
+        prepare(PrepareConfig(tmp_path / "raw", tmp_path / "out", progress=False))
+    parsed = _count_parsed(monkeypatch)
+    prepare(PrepareConfig(tmp_path / "raw", tmp_path / "out", progress=False))
+    assert parsed == ["Area_1/office_2"]   # office_1 from its work file
+    for room, xyz in raw.items():
+        scan = read_scan(ScanRef(tmp_path / "out/Area_1.h5", "h5", f"Area_1/{room}", room))
+        np.testing.assert_allclose(scan.coord, xyz, rtol=0, atol=1e-6)
+        with h5py.File(tmp_path / "out/Area_1.h5") as f:
+            np.testing.assert_array_equal(f[room].attrs["origin"], np.floor(xyz.min(axis=0)))  # floor of the minimum
 
 
 @pytest.mark.slow

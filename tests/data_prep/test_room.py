@@ -36,8 +36,8 @@ def test_one_room(tmp_path):
                              "Area_1/r/Annotations/board_1.txt:2: dropped: expected 6 values, got 5: '4 4 4 1 1'",
                              # clipped colours were only counted, with no file or line
                              "Area_1/r: colours outside 0..255 clipped: 2 colour value(s) of 2 of 4 points (first Area_1/r/Annotations/"
-                             "wall_1.txt:1: 0.4 0.5 255.5); if the file's colours have another range, rescale them "
-                             "to 0..255"]
+                             "wall_1.txt:1: 0.4 0.5 255.5); too few above 255 for 16-bit colours; if the file's colours "
+                             "have another range, rescale them to 0..255"]
     assert data.num_bytes == sum(len(source.read(f.path)) for f in room.files)
 
 
@@ -166,9 +166,10 @@ def test_colours_are_not_scaled_unless_every_one_is_within_0_1_and_some_fraction
 
 
 @pytest.mark.parametrize("scale, found", [
-    (1 / 255, "colours within 0..1 (a normalised export), expected 0..255 (S3DIS)"),  # one object re-exported
-    (257, "colours above 255 (16 bit, 0..65535)"),
-])
+    (1 / 255, "colours within 0..1 (a normalised export), expected 0..255 (S3DIS) (first {}): scaled by 255 "
+              "(rounded as they are, every colour would be 0 or 1); if they really are 0..255, write them as integers"),
+    (257, "colours above 255 (16 bit, 0..65535) (first {}): divided by 257; if they are 0..255, clip them to 255"),
+])  # one object re-exported normalised, or in 16 bit
 def test_each_files_colour_range_is_judged_on_its_own(s3dis_real, tmp_path, scale, found):
     """The 0..1 test was made over the whole room: one normalised file among 0..255 ones was rounded to 0 and 1
     (black) without a word; a 16-bit file was clipped to 255 (white)."""
@@ -181,9 +182,46 @@ def test_each_files_colour_range_is_judged_on_its_own(s3dis_real, tmp_path, scal
     mixed = _load(tmp_path / "mixed", files)
     np.testing.assert_array_equal(mixed.arrays["color"], expected.arrays["color"])
     shown = " ".join(f"{float(f'{v * scale:.6f}'):g}" for v in rows[0, 3:])
-    assert mixed.messages == [f"Area_1/office_2: 1 of {len(files)} file(s) with {found} (first {name}:1: {shown}): "
-                              + mixed.messages[0].split("): ", 1)[1]]
+    assert mixed.messages == [f"Area_1/office_2: 1 of {len(files)} file(s) with {found.format(f'{name}:1: {shown}')}"]
     assert (mixed.attrs["color_scale"], mixed.attrs["clipped_colors"]) == (255 if scale < 1 else 1, 0)
+
+
+def _object_files(parts: dict[str, tuple[int, float, float, int]], seed=6) -> tuple[dict[str, bytes], dict]:
+    """``(files, colours)``: the annotation files of a room of objects ``{stem: (n, low, high, decimals)}``,
+    colours drawn within ``[low, high]`` and written with ``decimals``, and each object's colours as written."""
+    rng = np.random.default_rng(seed)
+    files, colours = {}, {}
+    for stem, (n, low, high, decimals) in parts.items():
+        colours[stem] = np.round(rng.uniform(low, high, (n, 3)), decimals)
+        xyz = rng.random((n, 3)) * 5
+        files[f"Area_1/r/Annotations/{stem}.txt"] = "".join(
+            f"{x:.3f} {y:.3f} {z:.3f} {' '.join(f'{v:.{decimals}f}' for v in rgb)}\n"
+            for (x, y, z), rgb in zip(xyz, colours[stem])).encode()
+    return files, colours
+
+
+def test_a_dark_object_among_fractional_0_255_files_stays_dark(tmp_path):
+    """Judged per file, a near-black object (every value below 1) in a room of float 0..255 colours (12.37) was
+    read as 0..1 and scaled by 255 (black -> grey), and the room's color_scale said 255 for every file."""
+    files, colours = _object_files({"wall_1": (50, 60, 220, 2), "floor_1": (40, 30, 120, 2), "chair_1": (30, 0, 0.9, 2)})
+    data = _load(tmp_path, files)
+    expected = np.concatenate([colours[name] for name in data.attrs["objects"]])
+    np.testing.assert_array_equal(data.arrays["color"], np.rint(expected))
+    assert (data.attrs["color_scale"], data.messages) == (1, [])
+
+
+def test_a_white_object_of_256_overshoots_is_clipped_not_read_as_16_bit(tmp_path):
+    """A whiteboard written by a converter that multiplies 0..1 by 256 (white -> 256), mostly 256: judged per
+    file it was read as 16 bit (divided by 257: black); no 16-bit file stops below 511.5."""
+    files, colours = _object_files({"wall_1": (50, 0, 255, 0), "board_1": (40, 217, 255, 0)})
+    colours["board_1"][:28] = 256
+    files["Area_1/r/Annotations/board_1.txt"] = "".join(
+        f"{i} 0 0 {' '.join(f'{v:.0f}' for v in rgb)}\n" for i, rgb in enumerate(colours["board_1"])).encode()
+    data = _load(tmp_path, files)
+    expected = np.concatenate([colours[name] for name in data.attrs["objects"]])
+    np.testing.assert_array_equal(data.arrays["color"], np.minimum(expected, 255))
+    assert (data.attrs["clipped_colors"], len(data.messages)) == (84, 1)
+    assert data.messages[0].startswith("Area_1/r: colours outside 0..255 clipped: 84 colour value(s) of 28 of 90 points")
 
 
 def _georeferenced(n=400, seed=5):

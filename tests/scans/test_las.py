@@ -28,6 +28,21 @@ def las_file(path, n=400, seed=0, point_format=2, offset=(650_000.0, 4_800_000.0
     return coord, color
 
 
+def test_a_dim_16_bit_las_is_read_as_16_bit(tmp_path):
+    """Most colour values of a night scan are 1..255 (the sensor's floor, under 1/255 of full intensity): read
+    as 8 bit, its dark points turned grey and every lit value was clipped to 255 with a note."""
+    las_file(tmp_path / "night.las", n=2000)
+    las = laspy.read(tmp_path / "night.las")
+    rng = np.random.default_rng(1)
+    dark = (rng.random(2000) < 0.7)[:, None]
+    values = np.where(dark, rng.integers(20, 200, (2000, 3)), rng.integers(8000, 65535, (2000, 3))).astype(np.uint16)
+    las.red, las.green, las.blue = values.T
+    las.write(tmp_path / "night.las")
+    scan = read_las(tmp_path / "night.las")
+    np.testing.assert_array_equal(scan.color, np.floor(values / 257 + 0.5))
+    assert scan.meta["notes"] == []
+
+
 @pytest.mark.parametrize("suffix", [".las", ".laz"])
 def test_laspy_files_read_back(tmp_path, suffix):
     if suffix == ".laz" and not laspy.LazBackend.detect_available():

@@ -59,6 +59,7 @@ def test_scans_do_not_import_the_model_or_the_engine():
     for path, name in ((path, name) for path, names in imports.items() for name in names):
         assert not name.startswith(("pointgeope.model", "pointgeope.engine", "torch")), f"{path}: imports {name}"
 
+
 def _colours_0_255(n=2000, seed=0):
     return np.random.default_rng(seed).integers(0, 256, (n, 3)).astype(np.float64)
 
@@ -74,7 +75,7 @@ def test_one_stray_value_above_255_does_not_make_a_scan_16_bit(stray):
     if stray < 255.5:  # rounds to 255: nothing to say
         assert notes == []
     else:
-        assert notes == [f"s.txt: colours outside 0..255 clipped: 1 colour value(s) (first at point 7: "
+        assert notes == [f"s.txt: colours outside 0..255 clipped: 1 colour value(s) of 1 of 2,000 points (first at point 7: "
                          f"{stray:g} {values[7, 1]:g} {values[7, 2]:g}); too few above 255 for 16-bit colours; if "
                          "the file's colours have another range, rescale them to 0..255"]
 
@@ -91,3 +92,38 @@ def test_16_bit_colours_are_divided_by_257_and_said_unless_the_format_declares_t
     notes = []
     np.testing.assert_array_equal(color_to_uint8(values, "s.las", notes=notes, declared_16bit=True), c8)
     assert notes == []
+
+
+def _dim_16_bit(n=2000, seed=2):
+    """``(n, 3)`` uint16 colours of a dim 16-bit scan: 70 % of the points at the sensor's floor (20..199, under
+    1/255 of full intensity), the others lit (8000..65534)."""
+    rng = np.random.default_rng(seed)
+    dark = (rng.random(n) < 0.7)[:, None]
+    return np.where(dark, rng.integers(20, 200, (n, 3)), rng.integers(8000, 65535, (n, 3))).astype(np.uint16)
+
+
+def test_a_dim_scan_whose_format_declares_16_bit_is_read_as_16_bit():
+    """LAS or a PLY ushort is 16 bit by its format: most values 1..255 (a night scan) were read as 8 bit, the
+    dark points grey and every lit value clipped to 255."""
+    values = _dim_16_bit()
+    notes = []
+    color = color_to_uint8(values, "night.las", notes=notes, declared_16bit=True)
+    np.testing.assert_array_equal(color, np.floor(values / 257 + 0.5).astype(np.uint8))
+    assert notes == [] and color[values.max(axis=1) < 200].max() == 1   # 199 / 257 = 0.77 -> 1
+    stored_8bit = np.random.default_rng(3).integers(0, 256, (500, 3)).astype(np.uint16)  # 8-bit values as they are
+    np.testing.assert_array_equal(color_to_uint8(stored_8bit, "s.las", declared_16bit=True), stored_8bit)
+
+
+def test_an_8_bit_file_of_256_overshoots_is_clipped_not_read_as_16_bit():
+    """A white object written by a 0..1 -> 8-bit converter that multiplies by 256 (white -> 256) has most of its
+    values at 256: read as 16 bit it turned black (256 / 257 -> 1); no 16-bit file stops below 511.5."""
+    rng = np.random.default_rng(4)
+    values = rng.integers(217, 256, (1000, 3)).astype(np.float64)
+    values[:700] = 256
+    notes = []
+    np.testing.assert_array_equal(color_to_uint8(values, "board.txt", notes=notes), np.minimum(values, 255))
+    assert notes == ["board.txt: colours outside 0..255 clipped: 2,100 colour value(s) of 700 of 1,000 points (first "
+                     "at point 0: 256 256 256); too few above 255 for 16-bit colours; if the file's colours have "
+                     "another range, rescale them to 0..255"]
+    values[:700] = 512  # a 16-bit file of near-black points (2/255 of full intensity): 16 bit
+    np.testing.assert_array_equal(color_to_uint8(values, "dark16.txt"), np.floor(values / 257 + 0.5))

@@ -1,6 +1,11 @@
 """Tests of pointgeope/scans/sources.py: what the inputs name, and reading npy, raw rooms and prepared rooms."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -113,6 +118,62 @@ def test_georeferenced_raw_and_prepared_rooms_come_back_in_their_coordinates(tmp
         f["office_1"].attrs["origin"] = origin
     scan = read_scan(ScanRef(tmp_path / "Area_1.h5", "h5", "Area_1/office_1", "office_1"))
     np.testing.assert_allclose(scan.coord, values[:, :3], rtol=0, atol=1e-5)
+
+
+def test_a_bad_origin_is_refused_under_python_O_too(tmp_path):
+    """The check was an assert, which ``python -O`` strips: a scalar origin then shifted every coordinate by it."""
+    import h5py
+
+    write_area(tmp_path / "Area_1.h5", "Area_1", {"office_2": {"coord": np.zeros((4, 3)), "label": np.zeros(4)}})
+    with h5py.File(tmp_path / "Area_1.h5", "a") as f:
+        f["office_2"].attrs["origin"] = 5.0
+    code = ("import sys; from pointgeope.scans.sources import ScanRef, read_scan\n"
+            "try:\n    read_scan(ScanRef(__import__('pathlib').Path(sys.argv[1]), 'h5', 'Area_1/office_2', 'office_2'))\n"
+            "except Exception as err:\n    print(type(err).__name__, err)\nelse:\n    print('read')")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    for flags in ([], ["-O"]):
+        out = subprocess.run([sys.executable, *flags, "-c", code, str(tmp_path / "Area_1.h5")], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        assert out.startswith(f"ScanError {tmp_path / 'Area_1.h5'}:office_2: expected the room's 'origin' attribute "
+                              "to be 3 finite numbers, got ") and out.endswith("; prepare it again\n"), (flags, out)
+
+
+def test_no_note_for_a_prepared_roots_own_files_or_the_out_folder(tmp_path):
+    """A prepared root's manifest.json and folds.json were named as files left out, and the --out folder inside the
+    input folder as a sub-folder to predict ('give <folder>/pred as an input')."""
+    from data_prep.prepare import PrepareConfig, prepare
+
+    raw_room(tmp_path / "raw" / "Area_1" / "office_1", {"wall_1": np.c_[np.eye(3), np.ones((3, 3))]})
+    root = tmp_path / "prepared"
+    prepare(PrepareConfig(tmp_path / "raw", root, progress=False))
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == ["Area_1.h5", "folds.json",
+                                                                                    "manifest.json"]
+    scans = tmp_path / "scans"
+    (scans / "pred").mkdir(parents=True)
+    np.save(scans / "a.npy", np.zeros((3, 3)))
+    for inputs, out in (([root], None), ([scans], scans / "pred"), ([scans], "scans/pred")):
+        cwd = os.getcwd()
+        os.chdir(tmp_path)  # --out as typed, relative to where predict runs
+        try:
+            refs, errors = find_scans(inputs, out=out)
+        finally:
+            os.chdir(cwd)
+        assert errors == [] and len(refs) == 1 and refs[0].notes == (), (inputs, out)
+    (tmp_path / "elsewhere").mkdir()
+    refs, _ = find_scans([scans], out=tmp_path / "elsewhere")   # not the out folder: named
+    assert refs[0].notes[0].startswith(f"{scans}: left out 1 sub-folder(s) not searched (pred/)")
+
+
+def test_an_empty_folder_whose_path_holds_a_colon_says_what_it_left_out(tmp_path):
+    """The message was cut at the first ': ' of the folder's own path ('/data/scan: old/...')."""
+    d = tmp_path / "scan: old"
+    (d / "more").mkdir(parents=True)
+    np.save(d / "more" / "b.npy", np.zeros((3, 3)))
+    assert find_scans([d])[1] == [
+        f"{d}: a folder without scans (expected files .csv, .h5, .las, .laz, .npy, .ply, .pts, .txt, .xyz in it, or "
+        "raw S3DIS rooms with Annotations/ in it or one level down); left out 1 sub-folder(s) not searched (more/); "
+        f"a folder's scans are taken from it, not from its sub-folders (raw rooms excepted): give {d / 'more'} as an "
+        "input to predict its scans"]
 
 
 def test_a_folder_says_what_it_left_out(tmp_path):
