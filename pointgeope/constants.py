@@ -48,6 +48,26 @@ PALETTE: tuple[tuple[int, int, int], ...] = (
     (100, 100, 100),  # clutter
 )
 
+
+def class_names(num_classes: int) -> list[str]:
+    """The names of a network's ``num_classes`` classes: the first of :data:`CLASS_NAMES`, then ``class_13``,
+    ``class_14``, ... for the classes beyond S3DIS's 13 (a network trained on labels of one's own)."""
+    return list(CLASS_NAMES[:num_classes]) + [f"class_{k}" for k in range(NUM_CLASSES, num_classes)]
+
+
+def class_palette(num_classes: int) -> list[list[int]]:
+    """The ``[r, g, b]`` colours (0..255) of a network's ``num_classes`` classes: the first of :data:`PALETTE`,
+    then for class ``k >= 13`` the HSV colour of hue ``frac((k - 13) * g)``, ``g = (sqrt(5) - 1) / 2``
+    (golden-ratio steps: successive classes far apart in hue), saturation 0.65, value 0.85, each channel
+    ``round(255 * x)``: class 13 is ``[217, 76, 76]``. Fixed by the class number alone, so a checkpoint's
+    palette and one derived again agree."""
+    import colorsys
+
+    step = (5 ** 0.5 - 1) / 2
+    extra = [colorsys.hsv_to_rgb((k - NUM_CLASSES) * step % 1.0, 0.65, 0.85) for k in range(NUM_CLASSES, num_classes)]
+    return [list(c) for c in PALETTE[:num_classes]] + [[round(255 * x) for x in rgb] for rgb in extra]
+
+
 # Largest extent of a room, metres: prepare drops (or refuses) points farther than this from a room's
 # median and refuses rooms larger than this (--max-extent); readers refuse rooms beyond the limit the
 # area file was prepared with. S3DIS rooms are at most ~50 m; 1 km keeps voxel keys far from overflow.

@@ -36,10 +36,12 @@ def config_overrides(overrides: list[str], options: dict[str, tuple[str, str | N
     of a key given twice wins, as the later of two ``--flag`` does: a command line often appends to a common
     list (``$COMMON train.epochs=1``). It is said in one warning line naming both (``say``, default print: to
     the first process only under torchrun), so that a key set by mistake twice is not silently overridden."""
+    from pointgeope.engine.config import override_key  # here, not at the top: ``--help`` never imports torch
+
     say = say or (lambda line: print(line, flush=True) if os.environ.get("RANK", "0") == "0" else None)
     seen: dict[str, str] = {}
     for text in overrides:
-        key = text.partition("=")[0].strip()
+        key = override_key(text)
         if key in seen:
             say(f"warning: {key} is given twice ({seen[key]!r}, then {text!r}): the last is used")
         seen[key] = text

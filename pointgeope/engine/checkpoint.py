@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from pointgeope.atomic import atomic_open
+from pointgeope.engine.config_choices import unread
 from pointgeope.engine.config_yaml import value_text
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
@@ -309,10 +310,13 @@ def backbone_of(config: dict) -> str:
 def config_differences(saved: dict, current: dict) -> list[tuple[str, object, object]]:
     """``(key, saved value, current value)`` for every non-free key whose values differ; a key that the
     saved config lacks (written before the key existed) counts as it was then (``record_keys.as_recorded``),
-    else as its default (``Config()``'s)."""
+    else as its default (``Config()``'s). A key that the optimiser, schedule or loss of neither config reads
+    (``config_choices.unread``: ``optim.momentum`` under AdamW in both) is no difference: it changed nothing."""
     from pointgeope.engine.config import Config, config_to_dict
 
-    return _differences(as_recorded(saved), current, "", config_to_dict(Config()))
+    saved = as_recorded(saved)
+    return [(key, a, b) for key, a, b in _differences(saved, current, "", config_to_dict(Config()))
+            if not (unread(saved, key) and unread(current, key))]
 
 
 def _differences(saved: dict, current: dict, prefix: str, defaults) -> list[tuple[str, object, object]]:

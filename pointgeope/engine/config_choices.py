@@ -7,6 +7,11 @@ one-cycle schedule its own, ``train.lovasz_weight`` the ``ce_lovasz`` loss's (:m
 it is refused (:func:`choice_problem`), as :mod:`pointgeope.engine.config_values` refuses an encoding's keys
 beside another encoding: a user who set ``optim.momentum=0.5`` under ``optim.name=adamw`` would believe the
 run used it. A key set to its default cannot be told from one left out, so it passes.
+
+A run trained before that refusal may hold such a key in its record (its checkpoint's config). It never
+changed a number, so comparing that record with the config that resumes the run skips it where neither the
+saved nor the current choice reads it (:func:`unread`, used by ``checkpoint.config_differences``): removing the
+key, as the refusal says, is also the way to resume, skip or rerun that run.
 """
 from __future__ import annotations
 
@@ -28,6 +33,26 @@ def _value(cfg, key: str):
     return getattr(getattr(cfg, section), name)
 
 
+def _reads(key: str, choice) -> bool:
+    """Whether the optimiser, schedule or loss ``choice`` reads ``key`` (one of :data:`READ_BY`)."""
+    return choice in READ_BY[key][1]
+
+
+def unread(config: dict, key: str) -> bool:
+    """Whether ``config`` (a plain dict, as a checkpoint saves it) chooses an optimiser, schedule or loss that
+    never reads the dotted ``key``; ``False`` for a key that no choice owns (not in :data:`READ_BY`). A
+    choosing key that ``config`` lacks counts at its default."""
+    if key not in READ_BY:
+        return False
+    from pointgeope.engine.config import Config  # here: config imports this module
+
+    chooser = READ_BY[key][0]
+    section, name = chooser.split(".")
+    choices = config.get(section)
+    choice = choices[name] if isinstance(choices, dict) and name in choices else _value(Config(), chooser)
+    return not _reads(key, choice)
+
+
 def choice_problem(cfg) -> str | None:
     """The first key of :data:`READ_BY` set on ``cfg`` (a ``Config``) away from its default while the key
     that chooses reads it otherwise, or ``None``::
@@ -37,7 +62,7 @@ def choice_problem(cfg) -> str | None:
     defaults = type(cfg)()
     for key, (chooser, readers, whose) in READ_BY.items():
         value, choice = _value(cfg, key), _value(cfg, chooser)
-        if value != _value(defaults, key) and choice not in readers:
+        if value != _value(defaults, key) and not _reads(key, choice):
             return (f"{key}={value}: {whose} only ({chooser}={'/'.join(readers)}), but {chooser}={choice}, which "
                     "never reads it; remove it")
     return None

@@ -47,7 +47,7 @@ import torch
 from torch_geometric.data import Data
 
 from pointgeope.atomic import writable_folder
-from pointgeope.constants import CLASS_NAMES, FOLD_NAME
+from pointgeope.constants import FOLD_NAME, class_names
 from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.dataset import room_sample
 from pointgeope.data.folds import load_folds
@@ -331,7 +331,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
         s = scores(confusion, cfg.eval.class_mean)
         metrics = {
             "area": areas[0] if len(areas) == 1 else areas, "fold": fold, "test_areas": areas,
-            "class_names": list(CLASS_NAMES[:cfg.model.num_classes]), "confusion": confusion.tolist(),
+            "class_names": class_names(cfg.model.num_classes), "confusion": confusion.tolist(),
             "oa": _json_number(s["oa"]), "macc": _json_number(s["macc"]), "miou": _json_number(s["miou"]),
             "iou": [_json_number(v) for v in s["iou"]], "acc": [_json_number(v) for v in s["acc"]],
             "class_mean": cfg.eval.class_mean,

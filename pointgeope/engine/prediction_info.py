@@ -6,14 +6,16 @@ from pathlib import Path
 
 import numpy as np
 
-from pointgeope.constants import CLASS_NAMES, PALETTE
+from pointgeope.constants import NUM_CLASSES, class_names, class_palette
 from pointgeope.engine.checkpoint import CheckpointError, checkpoint_config
 
 
 def prediction_metadata(config: dict, spacing: float | None = None) -> dict:
-    """The ``"predict"`` entry of a checkpoint, from its resolved config (plain dict)::
+    """The ``"predict"`` entry of a checkpoint, from its resolved config (plain dict), with one name and one
+    colour per class of ``model.num_classes`` (``constants.class_names`` and ``class_palette``: S3DIS's 13,
+    then ``class_13``, ... in colours of their own)::
 
-        {"class_names": [13 str], "palette": [[r, g, b] x 13], "grid_size": float,
+        {"class_names": [C str], "palette": [[r, g, b] x C], "grid_size": float,
          "features": ["rgb", "xyz"] | ["xyz"] (+ "height"), "in_channels": int,
          "spacing": float | None}     # training rooms' median nearest-neighbour distance (m)
 
@@ -23,8 +25,7 @@ def prediction_metadata(config: dict, spacing: float | None = None) -> dict:
     data, model = config["data"], config["model"]
     num_classes = int(model["num_classes"])
     features = ["rgb"] * bool(data.get("color", True)) + ["xyz"] + ["height"] * bool(data["height"])
-    return {"class_names": list(CLASS_NAMES[:num_classes]),
-            "palette": [list(c) for c in PALETTE[:num_classes]],
+    return {"class_names": class_names(num_classes), "palette": class_palette(num_classes),
             "grid_size": float(data["grid_size"]), "features": features,
             "in_channels": int(model["in_channels"]),
             "spacing": None if spacing is None or not np.isfinite(spacing) else float(spacing)}
@@ -32,8 +33,9 @@ def prediction_metadata(config: dict, spacing: float | None = None) -> dict:
 
 def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
     """The checkpoint's ``"predict"`` entry, or (checkpoints written before it) the same derived from its
-    config without ``spacing``. Raises CheckpointError without a config (prediction needs it) or with an
-    incomplete entry."""
+    config without ``spacing``. An entry written before the classes beyond S3DIS's 13 were named (13 names
+    and colours for a network of more classes) gets the others as :func:`prediction_metadata` names them now.
+    Raises CheckpointError without a config (prediction needs it) or with an incomplete entry."""
     config = checkpoint_config(ckpt, path, ("data", "model"))  # the prediction rebuilds the network from it
     info = ckpt.get("predict")
     if info is None:
@@ -42,6 +44,9 @@ def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
     if missing:
         raise CheckpointError(f"{path}: its 'predict' entry lacks {sorted(missing)}")
     classes = config["model"].get("num_classes")
+    if (isinstance(classes, int) and classes > NUM_CLASSES and info["class_names"] == class_names(NUM_CLASSES)
+            and info["palette"] == class_palette(NUM_CLASSES)):
+        info = {**info, "class_names": class_names(classes), "palette": class_palette(classes)}
     problem = _entry_problem(info["class_names"], info["palette"], classes)
     if problem:
         raise CheckpointError(f"{path}: damaged checkpoint: expected its 'predict' entry to hold {classes} class "

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from pointgeope.atomic import remove_leftovers, writable_folder
-from pointgeope.constants import CLASS_NAMES, fold_folder_name
+from pointgeope.constants import class_names, fold_folder_name
 from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.spacing import rooms_spacing
@@ -268,7 +268,7 @@ def log_scores(writer, tag: str, s: dict, step: int) -> None:
     for key in ("oa", "macc", "miou"):
         if s[key] is not None and not math.isnan(s[key]):
             writer.add_scalar(f"{tag}/{key}", s[key], step)
-    for name, iou in zip(CLASS_NAMES, s["iou"]):
+    for name, iou in zip(class_names(len(s["iou"])), s["iou"]):
         if iou is not None and not math.isnan(iou):
             writer.add_scalar(f"{tag}_iou/{name}", iou, step)
 

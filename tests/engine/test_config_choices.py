@@ -1,7 +1,10 @@
 """A key that the chosen optimiser, schedule or loss never reads is refused (pointgeope/engine/config_choices.py)."""
 from __future__ import annotations
 
+import json
+
 import pytest
+import torch
 import yaml
 
 from pointgeope.engine.config import Config, ConfigError, load_config
@@ -59,14 +62,86 @@ def test_train_refuses_it_in_one_line_before_any_training(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+def _set(config: dict, *settings: str) -> dict:
+    """``config`` (a plain dict) with ``section.key=value`` settings, bypassing the check: a record written
+    before it."""
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        section, name = key.split(".")
+        config[section][name] = yaml.safe_load(value)
+    return config
+
+
 def test_a_runs_record_with_such_a_key_is_still_read(tmp_path):
     """A run trained before the check (its checkpoint's config, its config.yaml) ran with the key ignored:
     evaluate, predict and report still read it as it ran."""
     from pointgeope.engine.config import config_from_dict, config_to_dict, load_record
 
-    record = config_to_dict(Config())
-    record["optim"].update(name="adamw", momentum=0.5)
+    record = _set(config_to_dict(Config()), "optim.name=adamw", "optim.momentum=0.5")
     assert config_from_dict(record, where="last.pt's config").optim.momentum == 0.5
 
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(record))
     assert load_record(tmp_path / "config.yaml").optim.name == "adamw"
+
+
+@pytest.mark.parametrize("setting, unread, read", CASES, ids=[c[0].split("=")[0] for c in CASES])
+def test_a_key_neither_choice_reads_is_no_difference_to_resume(setting, unread, read):
+    """A checkpoint's config with the key set beside a choice that never reads it compares equal to the
+    config without it (what the refusal asks for), so the run resumes; where either side reads it, it differs."""
+    from pointgeope.engine.checkpoint import config_differences
+    from pointgeope.engine.config import config_to_dict
+
+    key, value = setting.split("=")
+    chooser, was = unread.split("=")
+    reader = read.split("=")[1]
+    section, name = key.split(".")
+    value, default = yaml.safe_load(value), getattr(getattr(Config(), section), name)
+
+    def current(choice):
+        return config_to_dict(load_config(None, [choice]))
+
+    old = _set(config_to_dict(Config()), unread, setting)       # written before the refusal
+    assert config_differences(old, current(unread)) == []
+    assert config_differences(old, current(read)) == sorted([(chooser, was, reader), (key, value, default)])
+    old = _set(config_to_dict(Config()), read, setting)         # the saved choice read it
+    assert config_differences(old, current(read)) == [(key, value, default)]
+    assert config_differences(old, current(unread)) == sorted([(chooser, reader, was), (key, value, default)])
+
+
+def _add_to_record(fold, *settings: str) -> None:
+    """Write ``settings`` into the config of ``fold``'s last.pt and config.yaml, as a run trained before the
+    check recorded them."""
+    from pointgeope.engine.checkpoint import save_checkpoint
+
+    ckpt = torch.load(fold / "last.pt", map_location="cpu", weights_only=True)
+    _set(ckpt["config"], *settings)
+    save_checkpoint(fold / "last.pt", ckpt)
+    (fold / "config.yaml").write_text(yaml.safe_dump(_set(yaml.safe_load((fold / "config.yaml").read_text()),
+                                                          *settings)))
+
+
+@pytest.mark.slow
+def test_a_run_trained_with_such_a_key_resumes_and_is_skipped_once_it_is_removed(two_folds, tmp_path, capsys):
+    """A run started before the refusal with optim.momentum=0.5 under adamw (TINY's optimiser): the same
+    command without the key (as the refusal says) resumes it, train --cv skips it once complete, and a
+    run whose SGD did read the key is still refused."""
+    from tests.engine.test_train import train
+
+    fold = tmp_path / "area_1"
+    assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1") == 0     # epoch 1 of 2
+    _add_to_record(fold, "optim.momentum=0.5")
+    capsys.readouterr()
+    assert train(two_folds, tmp_path, "train.epochs=2") == 0
+    assert "resumed from" in capsys.readouterr().out
+    assert torch.load(fold / "last.pt", weights_only=True)["epoch"] == 2
+    assert json.loads((fold / "metrics.json").read_text())["complete"] is True
+    _add_to_record(fold, "optim.momentum=0.5")
+    stamp = (fold / "metrics.json").stat().st_mtime_ns
+    assert train(two_folds, tmp_path, "train.epochs=2", fold="cv") == 0          # fold 2 trains, fold 1 is complete
+    assert f"fold 1: {fold / 'metrics.json'} is complete, skipped" in capsys.readouterr().out
+    assert (fold / "metrics.json").stat().st_mtime_ns == stamp
+    _add_to_record(fold, "optim.name=sgd")                                        # SGD read momentum 0.5
+    assert train(two_folds, tmp_path, "train.epochs=2", "optim.name=sgd") == 2
+    assert capsys.readouterr().err.strip() == (
+        f"train.py: error: {fold} is complete with another config (optim.momentum: run 0.5, now 0.9); --force "
+        "retrains it, or use another --run-dir")

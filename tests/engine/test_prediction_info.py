@@ -2,9 +2,11 @@
 (pointgeope/engine/prediction_info.py)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from pointgeope.constants import CLASS_NAMES, PALETTE
+from pointgeope.constants import CLASS_NAMES, PALETTE, class_names, class_palette
 from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from pointgeope.engine.config import Config, config_to_dict, load_config
 from pointgeope.engine.prediction_info import checkpoint_prediction_info, prediction_metadata
@@ -40,3 +42,49 @@ def test_a_predict_entry_that_does_not_fit_the_network_is_refused(edit, got):
                               f"[r, g, b] colours of 0..255 (model.num_classes), got {got}; use the run's own checkpoint")
     assert checkpoint_prediction_info({"config": cfg, "predict": prediction_metadata(cfg)}, "m.pt")["palette"][0] == \
         list(PALETTE[0])
+
+
+def test_a_network_of_more_classes_than_s3dis_gets_a_name_and_a_colour_for_each():
+    """model.num_classes is accepted up to 254 and the data check takes labels below it (labels of one's
+    own): each class past S3DIS's 13 is named class_K and coloured apart from every other class."""
+    cfg = config_to_dict(load_config(None, ["model.num_classes=15"]))
+    info = checkpoint_prediction_info({"config": cfg, "predict": prediction_metadata(cfg, 0.02)}, "m.pt")
+    assert info["class_names"] == [*CLASS_NAMES, "class_13", "class_14"]
+    assert info["palette"][:13] == [list(c) for c in PALETTE]
+    assert info["palette"][13] == [217, 76, 76]             # hue 0, saturation 0.65, value 0.85 (documented)
+    wide = class_palette(255)
+    assert len({tuple(c) for c in wide}) == 255              # no two classes alike
+    assert all(type(v) is int and 0 <= v <= 255 for c in wide for v in c)
+    assert class_palette(15) == wide[:15] and class_names(5) == list(CLASS_NAMES[:5])
+
+
+def test_an_entry_written_with_13_names_for_more_classes_is_padded_the_same_way():
+    """Checkpoints of such a network written before it named the others hold S3DIS's 13 names and colours:
+    predict reads them padded as they are written now; an entry of other names is still damaged."""
+    cfg = config_to_dict(load_config(None, ["model.num_classes=15"]))
+    old = {**prediction_metadata(cfg), "class_names": list(CLASS_NAMES), "palette": [list(c) for c in PALETTE]}
+    info = checkpoint_prediction_info({"config": cfg, "predict": old}, "m.pt")
+    assert info == prediction_metadata(cfg)
+    other = {**old, "class_names": ["room"] * 13}
+    with pytest.raises(CheckpointError, match=r"^m\.pt: damaged checkpoint: expected its 'predict' entry to hold 15 "
+                                              r"class names .* got 13 class names; use the run's own checkpoint$"):
+        checkpoint_prediction_info({"config": cfg, "predict": other}, "m.pt")
+
+
+@pytest.mark.slow
+def test_a_run_of_more_classes_than_s3dis_trains_evaluates_and_predicts(two_folds, tmp_path):
+    """predict called such a run's own checkpoint damaged (13 names for 15 classes)."""
+    import numpy as np
+
+    from pointgeope.cli import main as cli
+    from pointgeope.h5 import list_rooms, read_predictions
+    from tests.engine.conftest import train_fold
+
+    assert train_fold(two_folds, tmp_path / "run", "model.num_classes=15", "train.epochs=1") == 0
+    fold = tmp_path / "run" / "area_1"
+    assert json.loads((fold / "metrics.json").read_text())["class_names"] == [*CLASS_NAMES, "class_13", "class_14"]
+    assert cli(["predict", str(fold), str(two_folds / "Area_1.h5"), "--out", str(tmp_path / "o")]) == 0
+    for room in list_rooms(two_folds / "Area_1.h5"):
+        np.testing.assert_array_equal(np.load(tmp_path / "o" / "Area_1" / f"{room}_pred.npy"),
+                                      read_predictions(fold / "predictions" / "Area_1.h5", room))
+        assert (tmp_path / "o" / "Area_1" / f"{room}_pred.ply").is_file()
