@@ -1,7 +1,9 @@
 """A few test rooms as point clouds in TensorBoard (mesh plugin), beside the scalars of each validation.
 
 At every validation the first ``num_rooms`` test rooms (area, then room name order) of this process are
-logged under ``clouds/<area>/<room>/pred``, coloured by ``constants.PALETTE[pred]``; the ground truth under
+logged under ``clouds/<area>/<room>/pred``, coloured by ``constants.class_palette(num_classes)[pred]`` (S3DIS's
+``PALETTE`` for its 13 classes; labels outside ``0..num_classes - 1``, the ignored 255, in clutter's colour); the
+ground truth under
 ``clouds/<area>/<room>/gt`` once per process. Each cloud is at most ``max_points`` points, the same
 seeded random subset at every step (so successive validations can be compared), shifted to a minimum of 0.
 ``tensorboard --logdir RUN/area_K/tb`` shows them in the MESHES tab.
@@ -13,17 +15,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pointgeope.constants import PALETTE
+from pointgeope.constants import CLUTTER, NUM_CLASSES, PALETTE, class_palette
 from pointgeope.h5 import area_path, read_room
 
-_PALETTE = np.asarray(PALETTE, dtype=np.uint8)
+
+def label_colors(num_classes: int) -> np.ndarray:
+    """Look-up table ``uint8 (256, 3)``: row ``c`` is ``class_palette(num_classes)[c]`` for ``c < num_classes``,
+    clutter's colour for every other label (the ignored 255)."""
+    lut = np.tile(np.asarray(PALETTE[CLUTTER], np.uint8), (256, 1))
+    lut[:num_classes] = np.asarray(class_palette(num_classes), np.uint8)
+    return lut
 
 
 class RoomClouds:
     """Logs test rooms' predictions to a ``SummaryWriter`` (see the module docstring)."""
 
-    def __init__(self, writer, root: str | Path, num_rooms: int = 2, max_points: int = 10_000, seed: int = 0):
+    def __init__(self, writer, root: str | Path, num_rooms: int = 2, max_points: int = 10_000, seed: int = 0,
+                 num_classes: int = NUM_CLASSES):
         self.writer = writer
+        self._colors = label_colors(num_classes)
         self.root = Path(root)
         self.num_rooms = num_rooms
         self.max_points = max_points
@@ -42,7 +52,7 @@ class RoomClouds:
         return self._rooms[key]
 
     def _add(self, tag: str, coord: np.ndarray, labels: np.ndarray, step: int) -> None:
-        colors = _PALETTE[np.minimum(labels, len(PALETTE) - 1)]  # ignored labels (255) drawn as clutter
+        colors = self._colors[np.asarray(labels).astype(np.uint8)]  # labels are 0..254 or the ignored 255
         self.writer.add_mesh(tag, vertices=torch.from_numpy(coord[None].astype(np.float32)),
                              colors=torch.from_numpy(colors[None]), global_step=step)
 

@@ -175,7 +175,7 @@ def tensorboard(run: Path, cfg: Config, step: int):
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(str(run / "tb"), purge_step=step + 1)
-    return writer, RoomClouds(writer, cfg.data.root, seed=cfg.train.seed)
+    return writer, RoomClouds(writer, cfg.data.root, seed=cfg.train.seed, num_classes=cfg.model.num_classes)
 
 
 def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step, loader,

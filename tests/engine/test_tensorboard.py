@@ -73,3 +73,30 @@ def test_a_resume_keeps_the_events_of_the_step_it_resumes_from(two_folds, tmp_pa
                      "train.epochs_per_run=1") == 0
     assert steps(tmp_path / "resumed") == steps(tmp_path / "straight") == {
         "train/loss": [1, 2, 3, 4], "train/miou": [2, 4], "val/miou": [2, 4]}
+
+
+class ColourWriter:
+    def __init__(self):
+        self.colors = {}
+
+    def add_mesh(self, tag, vertices, colors, global_step):
+        self.colors[tag] = colors[0].numpy()
+
+
+def test_a_network_of_more_classes_colours_its_own_classes(two_folds):
+    """Labels 13 and 14 of a 15-class network were clamped to clutter's colour; they take class_palette(15)'s
+    colours, ignored labels (255) stay clutter's, S3DIS's classes keep PALETTE's."""
+    from pointgeope.constants import CLUTTER, class_palette
+
+    writer = ColourWriter()
+    clouds = RoomClouds(writer, two_folds, num_rooms=1, max_points=1000, num_classes=15)
+    room, n = sorted(list_rooms(two_folds / "Area_2.h5").items())[0]
+    full = np.arange(n) % 16
+    full[full == 15] = 255
+    clouds.log({"Area_2": {room: full.astype(np.uint8)}}, step=1)
+    colors = writer.colors[f"clouds/Area_2/{room}/pred"]
+    pred = full[clouds._room("Area_2", room)[0]]  # the logged subset
+    expected = {**{c: class_palette(15)[c] for c in range(15)}, 255: list(PALETTE[CLUTTER])}
+    for c, rgb in expected.items():
+        assert (colors[pred == c] == rgb).all(), c
+    assert class_palette(15)[13] == [217, 76, 76] and (pred == 13).any() and (pred == 255).any()
