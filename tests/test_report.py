@@ -291,7 +291,9 @@ def test_class_means_follow_the_rule_the_folds_were_evaluated_with(tmp_path):
     ({"fold": [1]}, r"expected 'fold' a fold number \(an integer\), got \[1\]"),
     ({"fold": 1.7}, r"expected 'fold' a fold number \(an integer\), got 1.7"),
     ({"fold": True}, r"expected 'fold' a fold number \(an integer\), got true"),
-    ({"class_names": 5}, r"expected class_names \['ceiling', .*\], got 5$"),                 # a traceback
+    ({"class_names": 5}, r"expected class_names a list of distinct names, one per class "          # a traceback
+                         r"\(S3DIS: \['ceiling', .*\]\), got 5$"),
+    ({"class_names": ["wall", "wall"]}, r"expected class_names a list of distinct names, .* got \[\"wall\", \"wall\"\]$"),
 ])
 def test_a_metrics_file_that_is_not_what_evaluate_writes_is_named(tmp_path, edit, message):
     run = tmp_path / "run"

@@ -1,6 +1,7 @@
 """The report's figures (matplotlib, Agg backend): per-class IoU bars and a row-normalised confusion heatmap.
 
-Class names and colours come from :mod:`pointgeope.constants` (``CLASS_NAMES``, ``PALETTE``). Figures
+Class names come from the runs (``RunSummary.class_names``: S3DIS's 13, or a network's own), their colours
+from :func:`pointgeope.constants.class_palette` (S3DIS's ``PALETTE`` for the 13). Figures
 are written atomically (temporary file, then ``os.replace``).
 """
 from __future__ import annotations
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pointgeope.constants import CLASS_NAMES, PALETTE
+from pointgeope.constants import class_palette
 from pointgeope.report.runs import RunSummary
 from pointgeope.atomic import atomic_open
 
@@ -26,8 +27,8 @@ def _pyplot():
     return plt
 
 
-def _class_colours() -> np.ndarray:
-    return np.asarray(PALETTE, dtype=np.float64) / 255.0  # (C, 3) in [0, 1]
+def _class_colours(num_classes: int) -> np.ndarray:
+    return np.asarray(class_palette(num_classes), dtype=np.float64) / 255.0  # (C, 3) in [0, 1]
 
 
 def _save(fig, path: Path) -> Path:
@@ -43,8 +44,9 @@ def iou_bar_chart(runs: list[RunSummary], path: Path) -> Path:
     plt = _pyplot()
     from matplotlib.patches import Patch
 
-    colours = _class_colours()
-    n_cls, n_runs = len(CLASS_NAMES), len(runs)
+    names = runs[0].class_names
+    n_cls, n_runs = len(names), len(runs)
+    colours = _class_colours(n_cls)
     width = 0.8 / n_runs
     x = np.arange(n_cls)
     fig, ax = plt.subplots(figsize=(max(10.0, 0.5 * n_cls * (n_runs + 1)), 4.5))
@@ -59,7 +61,7 @@ def iou_bar_chart(runs: list[RunSummary], path: Path) -> Path:
                 ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                             ha="center", va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
     ax.set_xticks(x)
-    ax.set_xticklabels(CLASS_NAMES, rotation=35, ha="right")
+    ax.set_xticklabels(names, rotation=35, ha="right")
     ax.set_ylabel("IoU (%)")
     ax.set_ylim(0, 105)
     ax.set_title(iou_title(runs), fontsize=9)
@@ -96,8 +98,10 @@ def confusion_heatmap(run: RunSummary, path: Path) -> Path:
     """Heatmap of the run's pooled confusion, each row divided by its ground-truth count (%)."""
     plt = _pyplot()
     norm = 100 * row_normalised(run.confusion)
-    n = len(CLASS_NAMES)
-    fig, ax = plt.subplots(figsize=(8.5, 7.5))
+    names = run.class_names
+    n = len(names)
+    grow = min(16.0, max(0.0, 0.5 * (n - 13)))  # inches: 13 classes (S3DIS) fit the base size, more widen it
+    fig, ax = plt.subplots(figsize=(8.5 + grow, 7.5 + grow))
     image = ax.imshow(np.ma.masked_invalid(norm), cmap="Blues", vmin=0, vmax=100)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="% of the ground-truth class")
     for g in range(n):
@@ -108,10 +112,10 @@ def confusion_heatmap(run: RunSummary, path: Path) -> Path:
                         color="white" if v > 60 else "black")
     ax.set_xticks(range(n))
     ax.set_yticks(range(n))
-    ax.set_xticklabels(CLASS_NAMES, rotation=45, ha="right", fontsize=8)
-    ax.set_yticklabels(CLASS_NAMES, fontsize=8)
+    ax.set_xticklabels(names, rotation=45, ha="right", fontsize=8)
+    ax.set_yticklabels(names, fontsize=8)
     for labels in (ax.get_xticklabels(), ax.get_yticklabels()):  # a palette swatch behind each class name
-        for label, colour in zip(labels, _class_colours()):
+        for label, colour in zip(labels, _class_colours(n)):
             label.set_bbox({"facecolor": tuple(colour), "edgecolor": "none", "pad": 1.5, "alpha": 0.8})
     ax.set_xlabel("prediction")
     ax.set_ylabel("ground truth")

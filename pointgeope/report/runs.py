@@ -4,8 +4,12 @@ A run folder holds one sub-folder per fold, each with the fold's ``metrics.json`
 :func:`pointgeope.engine.evaluate.evaluate_fold`; the keys read here are shown)::
 
     RUN/area_1/metrics.json     {"area": "Area_1", "fold": 1, "class_names": [...],
-    ...                          "confusion": [[...13 x 13...]], "complete": true, ...}
+    ...                          "confusion": [[...C x C...]], "complete": true, ...}
     RUN/area_6/metrics.json
+
+``class_names`` are the run's ``C`` classes: S3DIS's 13 (also where a file written before the key has none),
+or those of a network of ``model.num_classes`` classes of one's own (``constants.class_names``). The folds
+of a run, and runs compared side by side, must have the same class names.
 
 The confusion matrix is the source of truth: every score here is recomputed from it with
 :mod:`pointgeope.metrics`, the stored ``oa`` / ``miou`` / ... are not read. A fold counts only when its
@@ -47,6 +51,7 @@ class FoldResult:
     path: Path
     class_mean: str = "present"  # the rule of mAcc / mIoU (pointgeope.metrics.CLASS_MEANS)
     settings: dict | None = None  # section.key -> value it was trained and evaluated with (report/settings.py)
+    class_names: tuple[str, ...] = CLASS_NAMES  # the C classes of its confusion matrix, in label order
 
     @property
     def scores(self) -> dict:
@@ -79,6 +84,11 @@ class RunSummary:
             return ""
         return (f"not reported: {', '.join(self.unreported)} (the report covers S3DIS's six folds, "
                 f"{AREAS[0]}..{AREAS[-1]}; report those folds' metrics.json on their own)")
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """The names of its ``C`` classes (its folds share them: :func:`load_run`)."""
+        return self.folds[0].class_names if self.folds else CLASS_NAMES
 
     @property
     def confusion(self) -> np.ndarray:
@@ -132,10 +142,33 @@ def _load_json(path: Path) -> dict:
     return data
 
 
-def _confusion(value, path: Path) -> np.ndarray:
+def _class_names(value, path: Path) -> tuple[str, ...]:
+    """A metrics file's ``class_names``: S3DIS's 13 where it has none (written before the key), else its list
+    of distinct non-empty names, one per class; a ReportError for anything else."""
+    if value is None:
+        return CLASS_NAMES
+    if not (isinstance(value, list) and value and all(isinstance(n, str) and n for n in value)
+            and len(set(value)) == len(value)):
+        raise ReportError(f"{path}: expected class_names a list of distinct names, one per class (S3DIS: "
+                          f"{list(CLASS_NAMES)}), got {json.dumps(value)}")
+    return tuple(value)
+
+
+def same_class_names(items: list[tuple[Path, tuple[str, ...]]]) -> tuple[str, ...]:
+    """The class names that every ``(metrics file, class names)`` of ``items`` has (the folds of a run, runs
+    side by side: their scores compare class by class); a ReportError naming the first file and the first
+    that differs from it."""
+    first_path, first = items[0]
+    for path, names in items[1:]:
+        if names != first:
+            raise ReportError(f"{path}: expected class_names {list(first)} (those of {first_path}), got "
+                              f"{list(names)}; folds pooled and runs compared must have the same classes")
+    return first
+
+
+def _confusion(value, path: Path, c: int) -> np.ndarray:
     """The ``(C, C)`` counts of a metrics file's ``confusion``, checked entry by entry as JSON gives them (a
     ``true`` would count as 1 in numpy); a ReportError naming the first bad entry, or a matrix of no point."""
-    c = len(CLASS_NAMES)
     expected = f"expected 'confusion' as {c} x {c} non-negative integer counts"
     if not (isinstance(value, list) and len(value) == c and all(isinstance(r, list) and len(r) == c for r in value)):
         raise ReportError(f"{path}: {expected}, got shape {np.asarray(value, dtype=object).shape}")
@@ -169,16 +202,14 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
         return None, f"unfinished: trained {trained} of {epochs} epochs" if epochs else "incomplete"
     if problem := pair_problem(path.parent, data):  # a test stopped between its predictions and this file
         return None, problem.report_reason()
-    names = data.get("class_names")
-    if names is not None and (not isinstance(names, list) or tuple(names) != CLASS_NAMES):
-        raise ReportError(f"{path}: expected class_names {list(CLASS_NAMES)}, got {json.dumps(names)}")
+    names = _class_names(data.get("class_names"), path)
     if "confusion" not in data:
         raise ReportError(f"{path}: expected a 'confusion' matrix, the file has keys {sorted(data)}")
-    confusion = _confusion(data["confusion"], path)
+    confusion = _confusion(data["confusion"], path, len(names))
     rule = data.get("class_mean", "present")
     if rule not in CLASS_MEANS:
         raise ReportError(f"{path}: expected 'class_mean' in {CLASS_MEANS}, got {rule!r}")
-    return FoldResult(area, fold, confusion, path, rule, fold_settings(data, path.parent)), ""
+    return FoldResult(area, fold, confusion, path, rule, fold_settings(data, path.parent), names), ""
 
 
 def _class_mean(run: Path, folds: list[FoldResult], asked: str | None) -> str:
@@ -227,6 +258,8 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
             missing.append((area, reason))
         else:
             folds.append(result)
+    if folds:
+        same_class_names([(f.path, f.class_names) for f in folds])
     rule = _class_mean(run, folds, class_mean)
     folds = [dataclasses.replace(f, class_mean=rule) for f in folds]
     mixed = mixed_settings({f.area: f.settings for f in folds})
@@ -259,4 +292,6 @@ def load_runs(runs: list[str | Path], names: list[str] | None = None,
             names = [f"{Path(r).resolve().parent.name}/{Path(r).resolve().name}" for r in runs]
     if len(set(names)) < len(names):
         raise ReportError(f"expected distinct run names, got {names}; pass --names")
-    return [load_run(r, n, class_mean, allow_mixed) for r, n in zip(runs, names)]
+    summaries = [load_run(r, n, class_mean, allow_mixed) for r, n in zip(runs, names)]
+    same_class_names([(s.folds[0].path, s.class_names) for s in summaries])
+    return summaries

@@ -23,7 +23,7 @@ import numpy as np
 
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.errors import UserError
-from pointgeope.report.runs import ReportError, RunSummary, fold_dir, load_run
+from pointgeope.report.runs import ReportError, RunSummary, fold_dir, load_run, same_class_names
 from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, json_safe, pct
 
 __all__ = ["Variant", "spread", "ablation_markdown", "ablation_json", "ablation_csv", "write_ablation", "write_trials"]
@@ -91,12 +91,13 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
         lines.append(f"| {v.name} | " + " | ".join(
             " / ".join(pct(by_seed[s].pooled[k], digits) for k in MEANS) if s in by_seed else "missing"
             for s in seeds) + " |")
-    lines += ["", "Per-class IoU, mean over seeds:", "", "| variant | " + " | ".join(CLASS_NAMES) + " |",
-              "|:--|" + "--:|" * len(CLASS_NAMES)]
+    names = next((run.class_names for v in variants for run in v.runs), CLASS_NAMES)  # write_trials: shared
+    lines += ["", "Per-class IoU, mean over seeds:", "", "| variant | " + " | ".join(names) + " |",
+              "|:--|" + "--:|" * len(names)]
     for v in variants:
         with warnings.catch_warnings():       # a class in no seed: NaN ("—"), not numpy's "Mean of empty slice"
             warnings.simplefilter("ignore", RuntimeWarning)
-            iou = np.nanmean(v.class_iou(), axis=0) if v.runs else np.full(len(CLASS_NAMES), math.nan)
+            iou = np.nanmean(v.class_iou(), axis=0) if v.runs else np.full(len(names), math.nan)
         lines.append(f"| {v.name} | " + " | ".join(pct(x, digits) for x in iou) + " |")
     runs = [run for v in variants for run in v.runs]
     rules = class_mean_lines(runs, _mixed_rules(runs))
@@ -191,6 +192,7 @@ def write_trials(trials: list[tuple[str, int, Path]], out: Path, header: str = "
         why = "; ".join(f"{v.name} seed {s}: {reason}" for v in chosen for s, reason in v.missing[:1])
         raise UserError(f"{out}: none of the {len(trials)} trial(s) has a result"
                         + (f" of fold {fold}" if fold is not None else "") + f" to report ({why})")
+    same_class_names([(run.folds[0].path, run.class_names) for v in chosen for run in v.runs])
     written = write_ablation(chosen, out, header, digits)
     print(ablation_markdown(chosen, digits))
     print("wrote:\n" + "\n".join(f"  {p}" for p in written))

@@ -82,8 +82,9 @@ def _folds_cell(run: RunSummary) -> str:
 
 def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
     """The main tables (pooled and mean of folds, runs side by side with differences) and the notes."""
-    header = ["run", "folds"] + [HEAD[k] for k in MEANS] + list(CLASS_NAMES)
-    align = "|:--|:-:|" + "--:|" * (len(MEANS) + len(CLASS_NAMES))
+    names = runs[0].class_names  # the runs' classes (load_runs: the same)
+    header = ["run", "folds"] + [HEAD[k] for k in MEANS] + list(names)
+    align = "|:--|:-:|" + "--:|" * (len(MEANS) + len(names))
     lines = []
     for _, attr, title in KINDS:
         lines += [f"**S3DIS 6-fold, {title}, %**", "", _row(header), align]
@@ -115,8 +116,9 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
 
 def per_fold_markdown(run: RunSummary, digits: int = 1) -> str:
     """One row per test area (missing ones say why), then the pooled and the mean-of-folds rows."""
-    header = ["fold", "points"] + [HEAD[k] for k in MEANS] + list(CLASS_NAMES)
-    align = "|:--|--:|" + "--:|" * (len(MEANS) + len(CLASS_NAMES))
+    names = run.class_names
+    header = ["fold", "points"] + [HEAD[k] for k in MEANS] + list(names)
+    align = "|:--|--:|" + "--:|" * (len(MEANS) + len(names))
     lines = [f"**{run.name}: per fold, %**", "", _row(header), align]
     by_area = {f.area: f for f in run.folds}
     reasons = dict(run.missing)
@@ -125,7 +127,7 @@ def per_fold_markdown(run: RunSummary, digits: int = 1) -> str:
             f = by_area[area]
             lines.append(_row([area, f"{f.num_points:,}"] + _score_cells(f.scores, digits)))
         else:
-            lines.append(_row([area, f"missing ({reasons[area]})"] + [""] * (len(MEANS) + len(CLASS_NAMES))))
+            lines.append(_row([area, f"missing ({reasons[area]})"] + [""] * (len(MEANS) + len(names))))
     lines.append(_row([f"pooled ({len(run.folds)} folds)", f"{run.num_points:,}"]
                       + _score_cells(run.pooled, digits)))
     lines.append(_row([f"mean of folds ({len(run.folds)})", ""] + _score_cells(run.mean_of_folds, digits)))
@@ -155,8 +157,10 @@ def full_markdown(runs: list[RunSummary], digits: int = 1) -> str:
 
 # --- CSV ---------------------------------------------------------------------------------------------------
 
-CSV_HEADER = (["run", "table", "areas", "status", "points", "oa_pct", "macc_pct", "miou_pct"]
-              + [f"iou_pct_{name}" for name in CLASS_NAMES])
+def csv_header(class_names=CLASS_NAMES) -> list[str]:
+    """The CSV's columns: the run, the table, then the means and one ``iou_pct_<name>`` per class."""
+    return (["run", "table", "areas", "status", "points", "oa_pct", "macc_pct", "miou_pct"]
+            + [f"iou_pct_{name}" for name in class_names])
 
 
 def _csv_scores(s: dict) -> list[str]:
@@ -167,8 +171,8 @@ def csv_text(runs: list[RunSummary]) -> str:
     """One row per (run, table): ``pooled``, ``mean_of_folds``, each area (``fold``), and the differences."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_HEADER)
-    empty = [""] * (len(MEANS) + len(CLASS_NAMES))
+    w.writerow(csv_header(runs[0].class_names))
+    empty = [""] * (len(MEANS) + len(runs[0].class_names))
     for run in runs:
         folds = ";".join(run.areas)
         w.writerow([run.name, "pooled", folds, "ok", run.num_points] + _csv_scores(run.pooled))
@@ -207,7 +211,7 @@ def json_safe(value):
 
 def json_report(runs: list[RunSummary]) -> dict:
     """Everything in the tables, as fractions, plus each run's pooled confusion matrix."""
-    out = {"version": JSON_VERSION, "class_names": list(CLASS_NAMES), "runs": [], "differences": []}
+    out = {"version": JSON_VERSION, "class_names": list(runs[0].class_names), "runs": [], "differences": []}
     for run in runs:
         out["runs"].append({
             "name": run.name,

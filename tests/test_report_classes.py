@@ -1,0 +1,99 @@
+"""The report of a network of more classes than S3DIS's 13 (``model.num_classes`` up to 254, labels of one's
+own): its metrics.json names them (``constants.class_names``), and the report pooled none of it ("expected
+class_names [...]"). Tables, CSV, JSON and figures take the files' class names; folds and runs of different
+classes are refused in one line naming both files."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointgeope import cli
+from pointgeope.constants import CLASS_NAMES, class_names, class_palette
+from pointgeope.report import plots
+
+C = 15
+
+
+def write_fold(run: Path, k: int, confusion: np.ndarray, names: list[str]) -> Path:
+    d = run / f"area_{k}"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "metrics.json"
+    path.write_text(json.dumps({"area": f"Area_{k}", "fold": k, "class_names": names,
+                                "confusion": confusion.tolist(), "complete": True}))
+    return path
+
+
+def fifteen_class_run(run: Path) -> Path:
+    """Folds 1 and 2: fold 1 right everywhere (10 points a class), fold 2 calls class 14's 10 points 13."""
+    write_fold(run, 1, 10 * np.eye(C, dtype=np.int64), class_names(C))
+    second = 10 * np.eye(C, dtype=np.int64)
+    second[14, 14], second[14, 13] = 0, 10
+    write_fold(run, 2, second, class_names(C))
+    return run
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The report's figures, kept (matplotlib) as they are saved."""
+    kept = []
+
+    def save(fig, path):
+        kept.append(fig)
+        Path(path).write_bytes(b"")
+        return path
+
+    monkeypatch.setattr(plots, "_save", save)
+    return kept
+
+
+def test_a_run_of_fifteen_classes_is_tabulated_with_its_class_names(tmp_path, figures):
+    run = fifteen_class_run(tmp_path / "run")
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "r")]) == 0
+    names = class_names(C)
+    # pooled: class 13 has 20 true points + 10 wrong ones -> IoU 20/30; class 14 has 10 of its 20 right
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert data["class_names"] == names == [*CLASS_NAMES, "class_13", "class_14"]
+    iou = data["runs"][0]["pooled"]["iou"]
+    assert iou[:13] == [1.0] * 13 and iou[13] == pytest.approx(2 / 3) and iou[14] == pytest.approx(0.5)
+    assert len(data["runs"][0]["pooled_confusion"]) == C
+    md = (tmp_path / "r" / "report.md").read_text()
+    header = "| run | folds | OA | mAcc | mIoU | " + " | ".join(names) + " |"
+    assert header in md and "| 100.0 | 66.7 | 50.0 |" in md
+    assert "| fold | points | OA | mAcc | mIoU | " + " | ".join(names) + " |" in md
+    rows = list(csv.reader(io.StringIO((tmp_path / "r" / "report.csv").read_text())))
+    assert rows[0][-2:] == ["iou_pct_class_13", "iou_pct_class_14"] and len(rows[0]) == 8 + C
+    assert rows[1][-2:] == ["66.6667", "50.0000"]
+    # figures: the bars of class k in class_palette(15)[k], the heatmap's axes name the 15 classes
+    bars, heatmap = figures
+    (ax,) = bars.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == names
+    colours = [tuple(round(255 * x) for x in p.get_facecolor()[:3]) for p in ax.patches]
+    assert colours == [tuple(c) for c in class_palette(C)]
+    ax = heatmap.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == names
+    assert ax.images[0].get_array().shape == (C, C)
+
+
+def test_runs_of_different_classes_are_not_compared(tmp_path, capsys, figures):
+    fifteen = fifteen_class_run(tmp_path / "fifteen")
+    s3dis = tmp_path / "s3dis"
+    first = write_fold(s3dis, 1, 10 * np.eye(13, dtype=np.int64), list(CLASS_NAMES))
+    assert cli.main(["report", str(s3dis), str(fifteen)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(first) in err and str(fifteen / "area_1" / "metrics.json") in err
+    assert "expected class_names ['ceiling'," in err and "'class_14']" in err
+
+
+@pytest.mark.parametrize("allow_mixed", [False, True])
+def test_folds_of_different_classes_are_not_pooled(tmp_path, capsys, figures, allow_mixed):
+    run = tmp_path / "run"
+    write_fold(run, 1, 10 * np.eye(C, dtype=np.int64), class_names(C))
+    second = write_fold(run, 2, 10 * np.eye(14, dtype=np.int64), class_names(14))
+    assert cli.main(["report", str(run)] + ["--allow-mixed"] * allow_mixed) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(second) in err and str(run / "area_1" / "metrics.json") in err
