@@ -17,8 +17,8 @@ the same bytes.
 
 Fold predictions ``RUN/area_K/predictions/Area_K.h5`` (written by ``pointgeope train`` and ``evaluate``)::
 
-    /                      attrs: kind = "predictions", area, checkpoint, epoch, test (the token of the
-                           test that wrote it, which its metrics.json carries as "predictions_test")
+    /                      attrs: kind = "predictions", area, checkpoint, epoch, test (the token of the test
+                           that wrote it: its metrics.json's "predictions_test"), class_names (the network's)
     /<room>/pred           uint8 (N,)      aligned point for point with the prepared room
 
 Scan predictions ``DIR/<name>_pred.h5`` (``pointgeope predict --format h5``): one room in the prepared
@@ -230,12 +230,17 @@ def read_predictions(path: str | Path, room: str) -> np.ndarray:
         return f[room][PRED][()]
 
 
+def predictions_attrs(path: str | Path, *keys: str) -> list:
+    """The root attributes ``keys`` of a predictions file (fold or scan) or area file as Python values, ``None``
+    for one it does not carry (``class_names``: a list of str; fold files of older versions have none)."""
+    with _open_predictions(path) as f:
+        return [None if f.attrs.get(key) is None else _plain(f.attrs[key]) for key in keys]
+
+
 def predictions_area(path: str | Path) -> tuple[str | None, str | None]:
     """``(area, kind)``: the root attributes ``area`` and ``kind`` of a predictions file (fold: ``"predictions"``,
     scan: ``"scan-predictions"``) or area file; ``None`` for one it does not carry."""
-    with _open_predictions(path) as f:
-        area, kind = (f.attrs.get(key) for key in ("area", "kind"))
-    return tuple(None if v is None else str(_plain(v)) for v in (area, kind))
+    return tuple(None if v is None else str(v) for v in predictions_attrs(path, "area", "kind"))
 
 
 def predicted_rooms(path: str | Path) -> set[str]:
@@ -375,10 +380,7 @@ def write_area(path: Path, area: str, rooms: Iterable[tuple[str, dict[str, np.nd
 def write_predictions(path: Path, area: str, rooms: dict[str, np.ndarray], attrs: dict) -> None:
     """Fold predictions: group per room (sorted) with ``pred`` uint8 (N,), written atomically."""
     with _create(path) as f:
-        f.attrs["kind"] = "predictions"
-        f.attrs["area"] = area
-        for key, value in attrs.items():
-            f.attrs[key] = value
+        f.attrs.update({"kind": "predictions", "area": area, **{key: _attr(v) for key, v in attrs.items()}})
         for room in sorted(rooms):
             f.create_group(room).create_dataset(PRED, data=rooms[room].astype(np.uint8),
                                                 compression="gzip", compression_opts=1)

@@ -324,8 +324,8 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
                     raise RuntimeError(f"{area}/{room}: {pred.shape[0]} predictions for {label.shape[0]} points")
                 confusion += confusion_matrix(pred, label, cfg.model.num_classes, cfg.train.ignore_index)
                 num_points += int(pred.shape[0])
-            write_predictions(predictions_path(run, area), area, rooms,
-                              {"checkpoint": ckpt_path.name, "epoch": int(ckpt["epoch"]), "test": test})
+            write_predictions(predictions_path(run, area), area, rooms, {"checkpoint": ckpt_path.name, "test": test,
+                              "epoch": int(ckpt["epoch"]), "class_names": class_names(cfg.model.num_classes)})
         if not confusion.any():  # no score: never an all-zero metrics.json marked complete
             raise UserError(nothing_scored(run, areas, cfg.train.ignore_index))
         s = scores(confusion, cfg.eval.class_mean)

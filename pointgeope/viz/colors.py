@@ -1,13 +1,14 @@
-"""Point colours for each view mode, from the project palette ``constants.PALETTE``.
+"""Point colours for each view mode, from the class palette ``constants.class_palette(C)`` of the ``C`` classes
+drawn (S3DIS's 13, ``constants.PALETTE``; a network of more classes: its predictions' class count).
 
 Modes (the keys 1..4 of the viewer)::
 
     rgb    the scanned colour of each point                color (N, 3) uint8
-    gt     the ground-truth class, PALETTE[label]          label (N,)
-    pred   the predicted class, PALETTE[pred]              pred  (N,)
+    gt     the ground-truth class, palette[label]          label (N,)
+    pred   the predicted class, palette[pred]              pred  (N,)
     error  CORRECT_COLOR where pred == label, WRONG_COLOR elsewhere
 
-Labels outside ``0..12`` (``constants.IGNORE_LABEL``) are drawn in ``IGNORE_COLOR``; in ``error`` mode a
+Labels outside ``0..C-1`` (``constants.IGNORE_LABEL``) are drawn in ``IGNORE_COLOR``; in ``error`` mode a
 point whose ground truth is ignored is neither right nor wrong and is drawn in ``IGNORE_COLOR`` too.
 All functions return new ``uint8 (N, 3)`` arrays.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pointgeope.constants import NUM_CLASSES, PALETTE
+from pointgeope.constants import NUM_CLASSES, class_palette
 
 MODES: tuple[str, ...] = ("rgb", "gt", "pred", "error")
 MODE_HELP = {
@@ -29,10 +30,10 @@ NEEDS_PRED = "needs --pred"
 NO_GROUND_TRUTH = "this room has no ground truth"
 
 
-def has_ground_truth(label: np.ndarray) -> bool:
-    """Whether any point of ``label (N,)`` has a class (``0..12``); not so for an unlabelled scan's predictions
-    (``pointgeope predict --format h5``: every label ``IGNORE_LABEL``)."""
-    return bool((np.asarray(label) < NUM_CLASSES).any())
+def has_ground_truth(label: np.ndarray, num_classes: int = NUM_CLASSES) -> bool:
+    """Whether any point of ``label (N,)`` has a class (``0..num_classes-1``); not so for an unlabelled scan's
+    predictions (``pointgeope predict --format h5``: every label ``IGNORE_LABEL``)."""
+    return bool((np.asarray(label) < num_classes).any())
 
 
 def missing_modes(labelled: bool, has_pred: bool) -> dict[str, str]:
@@ -50,24 +51,26 @@ WRONG_COLOR = (255, 0, 0)        # pure red: the palette's red (table) is (214, 
 IGNORE_COLOR = (0, 0, 0)
 
 
-def palette_lut() -> np.ndarray:
-    """Look-up table ``uint8 (256, 3)``: row ``c`` is ``PALETTE[c]`` for ``c < 13``, ``IGNORE_COLOR`` above."""
+def palette_lut(num_classes: int = NUM_CLASSES) -> np.ndarray:
+    """Look-up table ``uint8 (256, 3)``: row ``c`` is ``class_palette(num_classes)[c]`` for ``c < num_classes``
+    (``<= 255``), ``IGNORE_COLOR`` above."""
     lut = np.empty((256, 3), dtype=np.uint8)
     lut[:] = IGNORE_COLOR
-    lut[:NUM_CLASSES] = np.asarray(PALETTE, dtype=np.uint8)
+    lut[:num_classes] = np.asarray(class_palette(num_classes), dtype=np.uint8)
     return lut
 
 
-def label_colors(labels: np.ndarray) -> np.ndarray:
-    """``PALETTE[labels]`` as ``uint8 (N, 3)``; labels outside ``0..12`` get ``IGNORE_COLOR``."""
+def label_colors(labels: np.ndarray, num_classes: int = NUM_CLASSES) -> np.ndarray:
+    """``class_palette(num_classes)[labels]`` as ``uint8 (N, 3)``; labels outside ``0..num_classes-1`` get
+    ``IGNORE_COLOR``."""
     labels = np.asarray(labels)
     if labels.ndim != 1:
         raise ValueError(f"expected labels of shape (N,), got {labels.shape}")
-    idx = np.where((labels >= 0) & (labels < NUM_CLASSES), labels, 255).astype(np.uint8)
-    return palette_lut()[idx]
+    idx = np.where((labels >= 0) & (labels < num_classes), labels, 255).astype(np.uint8)
+    return palette_lut(num_classes)[idx]
 
 
-def error_colors(label: np.ndarray, pred: np.ndarray) -> np.ndarray:
+def error_colors(label: np.ndarray, pred: np.ndarray, num_classes: int = NUM_CLASSES) -> np.ndarray:
     """``CORRECT_COLOR`` where ``pred == label``, ``WRONG_COLOR`` elsewhere, ``IGNORE_COLOR`` on unlabelled points."""
     label = np.asarray(label)
     pred = np.asarray(pred)
@@ -76,11 +79,12 @@ def error_colors(label: np.ndarray, pred: np.ndarray) -> np.ndarray:
     out = np.empty((label.shape[0], 3), dtype=np.uint8)
     out[:] = WRONG_COLOR
     out[pred == label] = CORRECT_COLOR
-    out[(label < 0) | (label >= NUM_CLASSES)] = IGNORE_COLOR
+    out[(label < 0) | (label >= num_classes)] = IGNORE_COLOR
     return out
 
 
-def colorize(mode: str, color: np.ndarray, label: np.ndarray, pred: np.ndarray | None = None) -> np.ndarray:
+def colorize(mode: str, color: np.ndarray, label: np.ndarray, pred: np.ndarray | None = None,
+             num_classes: int = NUM_CLASSES) -> np.ndarray:
     """Colours ``uint8 (N, 3)`` of the points in one of :data:`MODES`.
 
     Args:
@@ -88,6 +92,7 @@ def colorize(mode: str, color: np.ndarray, label: np.ndarray, pred: np.ndarray |
         color: scanned colours ``uint8 (N, 3)``.
         label: ground truth ``(N,)``.
         pred: predictions ``(N,)``; required by ``pred`` and ``error``.
+        num_classes: the classes drawn, ``C`` (the palette ``class_palette(C)``; labels ``>= C`` ignored).
     """
     if mode not in MODES:
         raise ValueError(f"expected a mode in {MODES}, got {mode!r}")
@@ -99,7 +104,7 @@ def colorize(mode: str, color: np.ndarray, label: np.ndarray, pred: np.ndarray |
             raise ValueError(f"expected colours of shape (N, 3), got {color.shape}")
         return np.array(color, dtype=np.uint8)
     if mode == "gt":
-        return label_colors(label)
+        return label_colors(label, num_classes)
     if mode == "pred":
-        return label_colors(pred)
-    return error_colors(label, pred)
+        return label_colors(pred, num_classes)
+    return error_colors(label, pred, num_classes)

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from pointgeope.constants import CLASS_NAMES, NUM_CLASSES, PALETTE
+from pointgeope.constants import CLASS_NAMES, class_palette
 from pointgeope.viz.colors import (CORRECT_COLOR, IGNORE_COLOR, MODE_HELP, MODES, NO_GROUND_TRUTH, WRONG_COLOR,
                                    has_ground_truth)
 
@@ -36,36 +36,39 @@ def _percent(value: float) -> str:
     return "-" if value is None or math.isnan(value) else f"{100.0 * value:.1f}"
 
 
-def room_scores(label: np.ndarray, pred: np.ndarray) -> dict:
-    """``pointgeope.metrics.scores`` of one room's confusion matrix (ignored labels skipped)."""
+def room_scores(label: np.ndarray, pred: np.ndarray, num_classes: int = len(CLASS_NAMES)) -> dict:
+    """``pointgeope.metrics.scores`` of one room's ``(C, C)`` confusion matrix, ``C = num_classes`` (labels
+    outside ``0..C-1``, the ignored ones, skipped)."""
     from pointgeope.metrics import confusion_matrix, scores
 
-    return scores(confusion_matrix(pred, label))
+    return scores(confusion_matrix(pred, label, num_classes))
 
 
 def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool = False,
-                 title: str = "") -> list[str]:
+                 title: str = "", class_names=CLASS_NAMES) -> list[str]:
     """The class legend: index, name, swatch, ground-truth point count and, with ``pred``, the room's IoU.
 
-    One line per class (all 13: a prediction can be any class), a header, and with predictions a last
+    One line per class of ``class_names`` (S3DIS's 13, or those of the predictions' network: all of them, a
+    prediction can be any class), in ``constants.class_palette``'s colours, a header, and with predictions a last
     line with the room's mIoU and OA. A room without ground truth (:func:`~pointgeope.viz.colors.has_ground_truth`
     false: an unlabelled scan's predictions) has nothing to score: with ``pred`` its legend counts the
     points per *predicted* class (what the colours show), with no IoU column and no mIoU line.
     """
-    label = np.asarray(label)
-    by_pred = pred is not None and not has_ground_truth(label)
+    label, n = np.asarray(label), len(class_names)
+    by_pred = pred is not None and not has_ground_truth(label, n)
     counted = np.asarray(pred) if by_pred else label
-    counts = np.bincount(counted[counted < NUM_CLASSES].astype(np.int64), minlength=NUM_CLASSES)
-    sw = 7 if not ansi else 4
-    head = f"  #  {'class':<9} {'colour':<{sw}} {'predicted' if by_pred else 'points':>10}"
+    counts = np.bincount(counted[counted < n].astype(np.int64), minlength=n)
+    sw, palette = 7 if not ansi else 4, class_palette(n)
+    digits, wide = max(2, len(str(n - 1))), max(9, *map(len, class_names))  # S3DIS's: 2 and 9
+    head = f" {'#':>{digits}}  {'class':<{wide}} {'colour':<{sw}} {'predicted' if by_pred else 'points':>10}"
     result = None
     if pred is not None and not by_pred:
-        result = room_scores(label, pred)
+        result = room_scores(label, pred, n)
         head += f" {'IoU %':>6}"
     lines = [title] if title else []
     lines.append(head)
-    for c, name in enumerate(CLASS_NAMES):
-        line = f" {c:>2}  {name:<9} {swatch(PALETTE[c], ansi, sw)} {counts[c]:>10,}"
+    for c, name in enumerate(class_names):
+        line = f" {c:>{digits}}  {name:<{wide}} {swatch(palette[c], ansi, sw)} {counts[c]:>10,}"
         if result is not None:
             line += f" {_percent(result['iou'][c]):>6}"
         lines.append(line)

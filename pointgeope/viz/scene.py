@@ -1,7 +1,8 @@
 """A room as the viewer draws it: points, colours, labels and predictions read from the prepared files.
 
 ``load_room`` reads one room of ``OUT/Area_N.h5`` (``pointgeope.h5.read_room``) and, when given,
-its predictions (``read_predictions``), checking that they are aligned with the room. ``prepare_view``
+its predictions (``read_predictions``), checking that they are aligned with the room, and the classes they
+are of (:func:`prediction_classes`: S3DIS's 13, or those of a network of more classes). ``prepare_view``
 then chooses the points to draw: hidden classes out, optional voxel downsampling, then the point cap.
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pointgeope.constants import DEFAULT_MAX_POINTS, NUM_CLASSES
+from pointgeope.constants import CLASS_NAMES, DEFAULT_MAX_POINTS, NUM_CLASSES, class_names
 from pointgeope.viz import VizError
 from pointgeope.viz.colors import has_ground_truth
 from pointgeope.viz.select import cap_indices, keep_mask, voxel_representatives
@@ -28,6 +29,7 @@ class RoomView:
         label: ``uint8 (M,)`` ground truth.
         pred: ``uint8 (M,)`` predictions, or ``None``.
         notes: what was done to the points (hidden classes, downsampling, cap), to print.
+        class_names: the ``C`` classes drawn, in label order (the palette ``constants.class_palette(C)``).
     """
 
     name: str
@@ -36,6 +38,7 @@ class RoomView:
     label: np.ndarray
     pred: np.ndarray | None = None
     notes: tuple[str, ...] = field(default=())
+    class_names: tuple[str, ...] = CLASS_NAMES
 
     def __len__(self) -> int:
         return int(self.label.shape[0])
@@ -48,7 +51,7 @@ class RoomView:
         """A new view of the points ``index`` (indices or a boolean mask); this one is unchanged."""
         return RoomView(self.name, self.coord[index], self.color[index], self.label[index],
                         None if self.pred is None else self.pred[index],
-                        self.notes + ((note,) if note else ()))
+                        self.notes + ((note,) if note else ()), self.class_names)
 
 
 def check_same_area(area_path: str | Path, pred_path: str | Path) -> None:
@@ -71,13 +74,37 @@ def check_same_area(area_path: str | Path, pred_path: str | Path) -> None:
     raise VizError(f"{pred_path} holds the predictions of {have}, not of {area_path} ({want}): {fix}")
 
 
+def file_classes(path: str | Path) -> tuple[str, ...]:
+    """The classes a predictions file names (root attr ``class_names``: evaluate and predict write the
+    network's), padded to S3DIS's 13 (the ground truth's); S3DIS's 13 where it names none (a file of an older
+    version or written by hand)."""
+    from pointgeope.h5 import predictions_attrs
+
+    (names,) = predictions_attrs(path, "class_names")
+    names = list(names) if isinstance(names, list) else []
+    return tuple(names + class_names(NUM_CLASSES)[len(names):])
+
+
+def prediction_classes(pred_path: str | Path, pred: np.ndarray, room: str) -> tuple[str, ...]:
+    """The classes that predictions ``pred`` of ``room`` in ``pred_path`` are of (:func:`file_classes`); a
+    predicted label beyond them: VizError."""
+    names = file_classes(pred_path)
+    if pred.size and (pred.min() < 0 or pred.max() >= len(names)):
+        fix = "" if len(names) > NUM_CLASSES else ("; a network of more classes: evaluate the fold again (its "
+                                                   "predictions then name their classes)")
+        raise VizError(f"{pred_path}: room {room!r} has predicted labels outside 0..{len(names) - 1} "
+                       f"(min {pred.min()}, max {pred.max()}){fix}")
+    return names
+
+
 def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = None) -> RoomView:
     """Read a room and its predictions (checked: of the same area, :func:`check_same_area`; same length,
-    labels 0..12): from ``pred_path`` when given, else the room's own ``pred`` array if it has one (files of ``pointgeope predict --format h5``)."""
+    labels of the file's classes, :func:`prediction_classes`): from ``pred_path`` when given, else the room's own
+    ``pred`` array if it has one (files of ``pointgeope predict --format h5``)."""
     from pointgeope.h5 import has_predictions, read_predictions, read_room
 
     data = read_room(area_path, room, fields=("coord", "color", "label"))
-    pred = None
+    pred, names = None, CLASS_NAMES
     if pred_path is None and has_predictions(area_path, room):
         pred_path = area_path
     elif pred_path is not None:
@@ -88,12 +115,10 @@ def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = N
         if pred.shape != (n,):
             raise VizError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, expected "
                              f"({n},) to match {area_path}; are they from the same prepared data?")
-        if pred.size and (pred.min() < 0 or pred.max() >= NUM_CLASSES):
-            raise VizError(f"{pred_path}: room {room!r} has predicted labels outside 0..{NUM_CLASSES - 1} "
-                             f"(min {pred.min()}, max {pred.max()})")
+        names = prediction_classes(pred_path, pred, room)
         pred = pred.astype(np.uint8, copy=False)
     return RoomView(room, np.asarray(data["coord"], dtype=np.float32), np.asarray(data["color"], dtype=np.uint8),
-                    np.asarray(data["label"], dtype=np.uint8), pred)
+                    np.asarray(data["label"], dtype=np.uint8), pred, class_names=names)
 
 
 def prepare_view(view: RoomView, hidden: tuple[int, ...] = (), voxel: float | None = None,
@@ -108,7 +133,7 @@ def prepare_view(view: RoomView, hidden: tuple[int, ...] = (), voxel: float | No
     out = view
     if hidden:
         names = ",".join(CLASS_NAMES[c] for c in hidden)
-        by_pred = not has_ground_truth(out.label)
+        by_pred = not has_ground_truth(out.label, len(out.class_names))
         if by_pred and out.pred is None:
             raise VizError(f"--hide {names}: room {out.name!r} has neither ground truth nor predictions to hide "
                            "by; give --pred, or leave out --hide")

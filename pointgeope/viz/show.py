@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from pointgeope.constants import NUM_CLASSES
 from pointgeope.paths import same_file
 from pointgeope.viz import VizError
 from pointgeope.viz.colors import MODES, NEEDS_PRED, has_ground_truth, missing_modes
@@ -93,10 +94,10 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
     from pointgeope.data.check import check_area_file
     from pointgeope.h5 import predicted_rooms, read_labels, read_predictions
     from pointgeope.viz.legend import room_scores, room_table
-    from pointgeope.viz.scene import check_same_area
+    from pointgeope.viz.scene import check_same_area, file_classes, prediction_classes
 
     with reading(area):
-        counts = check_area_file(area)
+        counts = check_area_file(area, len(file_classes(pred_path)) if pred_path else NUM_CLASSES)
         miou = None
         if pred_path:
             check_same_area(area, pred_path)
@@ -110,7 +111,8 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
                 if pred.shape != label.shape:
                     raise VizError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, "
                                      f"expected {label.shape} to match {area}")
-                miou[room] = room_scores(label, pred)["miou"]
+                classes = prediction_classes(pred_path, pred, room)
+                miou[room] = room_scores(label, pred, len(classes))["miou"]
             if not miou:  # a table of '-' with exit 0 said nothing was wrong
                 raise VizError(f"{pred_path}: predictions of none of the rooms of {area} (it holds "
                                f"{', '.join(sorted(predicted)[:5]) or 'none'}{', ...' if len(predicted) > 5 else ''}); "
@@ -155,21 +157,23 @@ def show_room(args) -> int:
     from pointgeope.viz.camera import fit_camera
     from pointgeope.viz.colors import colorize
     from pointgeope.viz.legend import key_help_lines, legend_lines, use_ansi
-    from pointgeope.viz.scene import load_room, prepare_view
+    from pointgeope.viz.scene import file_classes, load_room, prepare_view
     from pointgeope.viz.select import parse_class_names
 
     with reading(args.area):  # the files read; the window that follows holds no lock
-        rooms = list(check_area_file(args.area))
+        classes = len(file_classes(args.pred)) if args.pred else NUM_CLASSES  # a network's own labels: its classes
+        rooms = list(check_area_file(args.area, classes))
         if args.room is None and len(rooms) != 1:
             raise VizError(f"expected --room ROOM or --list; rooms in {args.area}: {', '.join(rooms)}")
         if args.room is not None and args.room not in rooms:
             raise VizError(f"--room {args.room!r}: no such room in {args.area}; its rooms: {', '.join(rooms)}")
         hidden = parse_class_names(args.hide)
         room = load_room(args.area, args.room if args.room is not None else rooms[0], args.pred)
-    labelled = has_ground_truth(room.label)
+    n = len(room.class_names)  # S3DIS's 13, or the predictions' network's classes: colours and legend
+    labelled = has_ground_truth(room.label, n)
     mode = choose_mode(args.mode, room, args.area, labelled)
     ansi = use_ansi()
-    print("\n".join(legend_lines(room.label, room.pred, ansi=ansi,
+    print("\n".join(legend_lines(room.label, room.pred, ansi=ansi, class_names=room.class_names,
                                  title=f"{args.area} / {room.name}: {len(room):,} points")))
     view = prepare_view(room, hidden, args.voxel, args.max_points)
     for note in view.notes:
@@ -184,12 +188,12 @@ def show_room(args) -> int:
     if args.ply:
         from pointgeope.viz.ply import write_ply
 
-        write_ply(args.ply, view.coord, colorize(mode, view.color, view.label, view.pred), view.label, view.pred)
+        write_ply(args.ply, view.coord, colorize(mode, view.color, view.label, view.pred, n), view.label, view.pred)
         print(f"wrote {args.ply}: {len(view):,} points coloured by {mode}")
     if args.screenshot:
         from pointgeope.viz.render import render_image, save_image
 
-        image = render_image(view.coord, colorize(mode, view.color, view.label, view.pred), camera,
+        image = render_image(view.coord, colorize(mode, view.color, view.label, view.pred, n), camera,
                              args.point_size)
         save_image(image, args.screenshot)
         print(f"wrote {args.screenshot}: {args.width}x{args.height}, coloured by {mode}")
@@ -198,7 +202,7 @@ def show_room(args) -> int:
     from pointgeope.viz.render import show
 
     missing = missing_modes(labelled, view.pred is not None)  # keys that draw nothing, and why
-    colors = {m: colorize(m, view.color, view.label, view.pred) for m in MODES if m not in missing}
+    colors = {m: colorize(m, view.color, view.label, view.pred, n) for m in MODES if m not in missing}
     print("\n".join(key_help_lines(missing, ansi)))
     show(view.coord, colors, mode, camera, args.point_size, title=f"pointgeope: {room.name}", missing=missing)
     return 0
