@@ -97,3 +97,14 @@ def test_folds_of_different_classes_are_not_pooled(tmp_path, capsys, figures, al
     assert cli.main(["report", str(run)] + ["--allow-mixed"] * allow_mixed) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and str(second) in err and str(run / "area_1" / "metrics.json") in err
+
+
+def test_an_ablation_of_fifteen_class_runs_names_its_classes(tmp_path):
+    """The ablation's per-class table had S3DIS's 13 names over the runs' 15 IoUs."""
+    from pointgeope.report.seeds import write_trials
+
+    runs = [fifteen_class_run(tmp_path / f"seed_{s}") for s in (0, 1)]
+    write_trials([("geope", s, run) for s, run in enumerate(runs)], tmp_path / "out")
+    md = (tmp_path / "out" / "ablation.md").read_text()
+    assert "| variant | " + " | ".join(class_names(C)) + " |" in md
+    assert "| geope | " + " | ".join(["100.0"] * 13 + ["66.7", "50.0"]) + " |" in md
