@@ -20,10 +20,12 @@ while the interpreter shuts down. :func:`run_command` runs every command inside 
 scheduler stops ``train``, ``evaluate`` or ``ablate`` with SIGTERM at its time limit, on preemption or
 ``scancel``; ``kill`` sends it too), so SIGTERM ends a command the same way: its locks released and
 temporary files deleted, ``<prog>: terminated``, exit code 143, so that a requeued job, on any node, finds
-the folder free. A stop is never lost: one whose handler runs inside a callback that drops exceptions
-(while ``prepare --jobs N`` forks its workers, a weakref callback, ``__del__``) is delivered again, and
-raised as the command ends if it would come later; one that comes after the command, as the process
-exits, ends it by the signal without the line (nothing is lost: every file was written). A block that a
+the folder free. A stop during the command is never lost: one whose handler runs inside a callback that
+drops exceptions (while ``prepare --jobs N`` forks its workers, a weakref callback, ``__del__``) is
+delivered again, and raised as the command ends if it would come later. One that comes after the command's
+last file, as the process exits, is not said: SIGTERM then ends the process by the signal, without the line
+(a shell reports 143); a Ctrl-C gets Python's own traceback of what it interrupted and the exit code stays
+the command's, 0 (every file was written, nothing is lost). A block that a
 stop must not cut short (a DDP training step) defers it to its end (:func:`stops_deferred`). A reader of
 the output that has gone (``pointgeope report RUN | head``) ends a command quietly, exit code 141 (128 +
 SIGPIPE).
