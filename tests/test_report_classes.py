@@ -108,3 +108,24 @@ def test_an_ablation_of_fifteen_class_runs_names_its_classes(tmp_path):
     md = (tmp_path / "out" / "ablation.md").read_text()
     assert "| variant | " + " | ".join(class_names(C)) + " |" in md
     assert "| geope | " + " | ".join(["100.0"] * 13 + ["66.7", "50.0"]) + " |" in md
+
+
+def test_a_fold_evaluated_with_thirteen_names_for_fifteen_classes_reads_with_the_names_of_fifteen(tmp_path, capsys,
+                                                                                                  figures):
+    """Evaluate wrote ``class_names: CLASS_NAMES[:num_classes]`` (13 names) beside a 15 x 15 confusion before
+    the classes beyond 13 were named: such a fold reads as class_13, class_14 (as the checkpoint's entry is
+    padded) and pools with a fold written since; any other mismatch is refused with what to do."""
+    run = fifteen_class_run(tmp_path / "run")
+    old = json.loads((run / "area_1" / "metrics.json").read_text())
+    (run / "area_1" / "metrics.json").write_text(json.dumps({**old, "class_names": list(CLASS_NAMES)}))
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "r")]) == 0
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert data["class_names"] == class_names(C)
+    iou = data["runs"][0]["pooled"]["iou"]
+    assert iou[:13] == [1.0] * 13 and iou[13] == pytest.approx(2 / 3) and iou[14] == pytest.approx(0.5)
+    # 14 names beside 15 x 15, and 13 names beside 12 x 12: refused in one line that says what to do
+    for names, n in ((class_names(14), C), (list(CLASS_NAMES), 12)):
+        path = write_fold(tmp_path / f"bad{n}", 1, 10 * np.eye(n, dtype=np.int64), names)
+        assert cli.main(["report", str(path.parent.parent)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and str(path) in err and f"got shape ({n}, {n}); evaluate the fold again" in err

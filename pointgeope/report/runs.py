@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name
+from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, NUM_CLASSES, class_names, fold_folder_name
 from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
@@ -154,6 +154,17 @@ def _class_names(value, path: Path) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _names_beside(names: tuple[str, ...], confusion) -> tuple[str, ...]:
+    """``names`` as the class names of ``confusion`` (a metrics file's, unchecked): S3DIS's 13 beside an
+    ``n x n`` list of lists with ``n > 13`` are those of :func:`constants.class_names` ``(n)`` (``class_13``,
+    ...): evaluate wrote the first 13 names alone for a network of more classes before the others were named,
+    and the checkpoint's prediction entry is padded alike. Any other mismatch is left to :func:`_confusion`."""
+    if (names == CLASS_NAMES and isinstance(confusion, list) and len(confusion) > NUM_CLASSES
+            and all(isinstance(row, list) and len(row) == len(confusion) for row in confusion)):
+        return tuple(class_names(len(confusion)))
+    return names
+
+
 def same_class_names(items: list[tuple[Path, tuple[str, ...]]]) -> tuple[str, ...]:
     """The class names that every ``(metrics file, class names)`` of ``items`` has (the folds of a run, runs
     side by side: their scores compare class by class); a ReportError naming the first file and the first
@@ -170,12 +181,13 @@ def _confusion(value, path: Path, c: int) -> np.ndarray:
     """The ``(C, C)`` counts of a metrics file's ``confusion``, checked entry by entry as JSON gives them (a
     ``true`` would count as 1 in numpy); a ReportError naming the first bad entry, or a matrix of no point."""
     expected = f"expected 'confusion' as {c} x {c} non-negative integer counts"
+    again = "; evaluate the fold again (pointgeope evaluate RUN/area_K)"  # it writes the file anew
     if not (isinstance(value, list) and len(value) == c and all(isinstance(r, list) and len(r) == c for r in value)):
-        raise ReportError(f"{path}: {expected}, got shape {np.asarray(value, dtype=object).shape}")
+        raise ReportError(f"{path}: {expected}, got shape {np.asarray(value, dtype=object).shape}{again}")
     for i, row in enumerate(value):
         for j, x in enumerate(row):
             if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2**62:
-                raise ReportError(f"{path}: {expected}, got {json.dumps(x)} at [{i}][{j}]")
+                raise ReportError(f"{path}: {expected}, got {json.dumps(x)} at [{i}][{j}]{again}")
     confusion = np.asarray(value, dtype=np.int64)
     if not confusion.any():
         raise ReportError(f"{path}: 'confusion' counts no point; evaluate the fold again (pointgeope evaluate "
@@ -205,6 +217,7 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     names = _class_names(data.get("class_names"), path)
     if "confusion" not in data:
         raise ReportError(f"{path}: expected a 'confusion' matrix, the file has keys {sorted(data)}")
+    names = _names_beside(names, data["confusion"])
     confusion = _confusion(data["confusion"], path, len(names))
     rule = data.get("class_mean", "present")
     if rule not in CLASS_MEANS:
