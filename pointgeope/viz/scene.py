@@ -128,11 +128,9 @@ def prepare_view(view: RoomView, hidden: tuple[int, ...] = (), voxel: float | No
     (metres; the point nearest each voxel's centre keeps its label and prediction), then at most
     ``max_points`` (a seeded uniform sample; ``0`` = no cap). Returns a new view whose ``notes`` say what
     was done. A room with neither ground truth nor predictions has nothing to hide by: VizError."""
-    from pointgeope.constants import CLASS_NAMES
-
     out = view
     if hidden:
-        names = ",".join(CLASS_NAMES[c] for c in hidden)
+        names = ",".join(out.class_names[c] for c in hidden)
         by_pred = not has_ground_truth(out.label, len(out.class_names))
         if by_pred and out.pred is None:
             raise VizError(f"--hide {names}: room {out.name!r} has neither ground truth nor predictions to hide "

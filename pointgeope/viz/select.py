@@ -7,21 +7,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from pointgeope.constants import CLASS_INDEX, CLASS_NAMES
+from pointgeope.constants import CLASS_NAMES
 from pointgeope.data.voxelize import grid_coord, voxel_groups
 from pointgeope.viz import VizError
 
 
-def parse_class_names(text: str | None) -> tuple[int, ...]:
-    """``"ceiling,beam"`` -> ``(0, 3)``; an unknown name is an error that lists the valid ones."""
+def parse_class_names(text: str | None, names: tuple[str, ...] = CLASS_NAMES) -> tuple[int, ...]:
+    """``"ceiling,beam"`` -> ``(0, 3)``: the labels of the comma-separated names among ``names`` (the view's
+    classes in label order: S3DIS's 13, or a network's own with ``class_13``, ...); an unknown name is an
+    error that lists the valid ones."""
     if not text:
         return ()
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in CLASS_INDEX]
+    index = {name: label for label, name in enumerate(names)}
+    asked = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in asked if name not in index]
     if unknown:
         raise VizError(f"unknown class name(s) {', '.join(map(repr, unknown))}; "
-                         f"expected comma-separated names from: {', '.join(CLASS_NAMES)}")
-    return tuple(sorted({CLASS_INDEX[name] for name in names}))
+                       f"expected comma-separated names from: {', '.join(names)}")
+    return tuple(sorted({index[name] for name in asked}))
 
 
 def keep_mask(label: np.ndarray, hidden: tuple[int, ...]) -> np.ndarray:

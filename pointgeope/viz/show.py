@@ -167,8 +167,8 @@ def show_room(args) -> int:
             raise VizError(f"expected --room ROOM or --list; rooms in {args.area}: {', '.join(rooms)}")
         if args.room is not None and args.room not in rooms:
             raise VizError(f"--room {args.room!r}: no such room in {args.area}; its rooms: {', '.join(rooms)}")
-        hidden = parse_class_names(args.hide)
         room = load_room(args.area, args.room if args.room is not None else rooms[0], args.pred)
+    hidden = parse_class_names(args.hide, room.class_names)  # the view's classes: class_13, ... too
     n = len(room.class_names)  # S3DIS's 13, or the predictions' network's classes: colours and legend
     labelled = has_ground_truth(room.label, n)
     mode = choose_mode(args.mode, room, args.area, labelled)

@@ -12,7 +12,9 @@ from pointgeope.cli import main as cli
 from pointgeope.constants import CLASS_NAMES, PALETTE, class_names, class_palette
 from pointgeope.viz.colors import IGNORE_COLOR, colorize, error_colors, label_colors
 from pointgeope.viz.legend import legend_lines
+from pointgeope.viz import VizError
 from pointgeope.viz.scene import load_room
+from pointgeope.viz.select import parse_class_names
 from tests.viz.conftest import write_area, write_predictions
 from tests.viz.test_ply import _read_ply
 
@@ -84,3 +86,20 @@ def test_the_room_list_scores_the_classes_of_the_predictions(tmp_path, capsys):
     # classes 0, 1, 2, 13 present: IoU 1, 1, 0 (2 predicted 14), 1/2 (13: 1 right of 2 predicted); 14: 1/3
     row = capsys.readouterr().out.splitlines()[1].split()
     assert row == ["r", "6", f"{100 * (1 + 1 + 0 + 0.5 + 1 / 3) / 5:.1f}"]
+
+
+def test_hide_takes_the_class_names_of_the_view(tmp_path, capsys):
+    """``--hide`` knew S3DIS's 13 names alone: ``class_13`` was refused in a view whose legend lists it."""
+    area, preds = fifteen_class_area(tmp_path)  # ground truth 0, 1, 13, 14, 14, 2
+    ply = tmp_path / "h.ply"
+    assert cli(["viz", str(area), "--room", "r", "--pred", str(preds), "--hide", "class_13,ceiling",
+                "--ply", str(ply)]) == 0
+    assert list(_read_ply(ply)[1]["label"]) == [1, 14, 14, 2]
+    assert "note: hidden ceiling,class_13: 2 points" in capsys.readouterr().out
+    # a name beyond the view's classes: one line listing them; S3DIS's 13 know no class_13
+    assert cli(["viz", str(area), "--room", "r", "--pred", str(preds), "--hide", "class_15", "--ply", str(ply)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "unknown class name(s) 'class_15'" in err and err.endswith("clutter, class_13, class_14")
+    assert parse_class_names("class_14,beam", tuple(class_names(15))) == (3, 14)
+    with pytest.raises(VizError, match=r"'class_13'; expected comma-separated names from: ceiling, .*, clutter$"):
+        parse_class_names("class_13")
