@@ -88,8 +88,13 @@ def test_a_run_of_more_classes_than_s3dis_trains_evaluates_and_predicts(two_fold
         np.testing.assert_array_equal(np.load(tmp_path / "o" / "Area_1" / f"{room}_pred.npy"),
                                       read_predictions(fold / "predictions" / "Area_1.h5", room))
         assert (tmp_path / "o" / "Area_1" / f"{room}_pred.ply").is_file()
-    # its predictions name the 15 classes: the viewer draws labels 13 and 14 in their palette colours; the report
+    # its predictions name the 15 classes: the viewer takes labels 13 and 14 (a 1-epoch model on labels 0..12
+    # predicts none: a copy of its file gets some) and draws them in their palette colours; the report
     # tabulates them (both refused or drew them black)
+    import shutil
+
+    import h5py
+
     from pointgeope.h5 import predictions_attrs
     from pointgeope.viz.colors import label_colors
     from tests.viz.test_ply import _read_ply
@@ -97,10 +102,14 @@ def test_a_run_of_more_classes_than_s3dis_trains_evaluates_and_predicts(two_fold
     preds = fold / "predictions" / "Area_1.h5"
     assert predictions_attrs(preds, "class_names") == [[*CLASS_NAMES, "class_13", "class_14"]]
     room = sorted(list_rooms(two_folds / "Area_1.h5"))[0]
+    more = shutil.copy(preds, tmp_path / "more.h5")
+    with h5py.File(more, "a") as f:
+        f[room]["pred"][:2] = [13, 14]
     ply = tmp_path / "pred.ply"
-    assert cli(["viz", str(two_folds / "Area_1.h5"), "--room", room, "--pred", str(preds), "--mode", "pred",
-                "--ply", str(ply)]) == 0
+    assert cli(["viz", str(two_folds / "Area_1.h5"), "--room", room, "--pred", str(more), "--mode", "pred",
+                "--max-points", "0", "--ply", str(ply)]) == 0
     v = _read_ply(ply)[1]
+    assert list(v["pred"][:2]) == [13, 14]
     np.testing.assert_array_equal(np.stack([v["red"], v["green"], v["blue"]], 1), label_colors(v["pred"], 15))
     assert cli(["report", str(tmp_path / "run"), "--out", str(tmp_path / "report")]) == 0
     assert json.loads((tmp_path / "report" / "report.json").read_text())["class_names"][-1] == "class_14"
