@@ -3,10 +3,13 @@
 
 A file's colours ``c`` ``(N, 3)`` (finite) are read as, in this order:
 
-- where the format declares 16 bit (LAS, a PLY ``ushort``/``uint``/``short``/``int`` colour):
-  ``"16bit"`` when some value rounds above 255, else ``"8bit"`` (a writer that stores 8-bit values as they
-  are). Such files are integers, so an above-255 value is no float noise, and a dim 16-bit scan (most values
-  at the sensor's floor, 1..255, under 1/255 of full intensity) stays 16 bit;
+- where the format declares 16 bit (LAS, whose colours are 16 bit by its spec, and a PLY colour of a
+  2-byte type: ``ushort``/``short``/``uint16``/``int16``): ``"16bit"`` when some value rounds above 255,
+  else ``"8bit"`` (a writer that stores 8-bit values as they are). Such files are integers, so an
+  above-255 value is no float noise, and a dim 16-bit scan (most values at the sensor's floor, 1..255,
+  under 1/255 of full intensity) stays 16 bit. A PLY ``int``/``uint`` colour (4 bytes, what plyfile
+  writes for a numpy int32 array, mostly of 8-bit values) declares nothing: the rules below read it, so
+  one stray 256 is clipped (and said), not a reason to divide the scan by 257;
 - ``"unit"``: 0..1, a normalised export (Open3D, CloudCompare): every value within ``[0, 1]`` and some
   fractional (a file of 0 and 1 only is not, nothing says so) -> ``round(255 c)``;
 - ``"16bit"``: 0..65535 (16-bit exports that do not declare it: text, ``.npy``): more than half of the
