@@ -207,7 +207,28 @@ def test_a_dark_object_among_fractional_0_255_files_stays_dark(tmp_path):
     data = _load(tmp_path, files)
     expected = np.concatenate([colours[name] for name in data.attrs["objects"]])
     np.testing.assert_array_equal(data.arrays["color"], np.rint(expected))
-    assert (data.attrs["color_scale"], data.messages) == (1, [])
+    first, writer = (data.attrs["objects"].index(name) for name in ("chair_1", "floor_1"))
+    assert data.attrs["color_scale"] == 1
+    assert data.messages == [
+        "Area_1/r: 1 of 3 file(s) with colours within 0..1 read as 0..255, not scaled by 255, since another file "
+        f"holds fractions beyond 0..1 (Area_1/r/Annotations/floor_1.txt:1: {' '.join(f'{v:g}' for v in colours['floor_1'][0])}), "
+        "a 0..255 writer of fractional colours (first Area_1/r/Annotations/chair_1.txt:1: "
+        f"{' '.join(f'{v:g}' for v in colours['chair_1'][0])}); if they are a normalised export, write the room's "
+        "colours in one range"]
+
+
+def test_float_noise_just_above_1_does_not_cancel_the_0_1_files_of_a_room(tmp_path):
+    """One value of 1.0000001 (a 0..1 exporter's float32 noise) in one file counted as "fractions beyond 0..1",
+    so every 0..1 file of the room was rounded to 0 and 1 (black) without a word."""
+    files, colours = _object_files({"wall_1": (50, 0, 1, 4), "floor_1": (50, 0, 1, 4)})
+    colours["floor_1"][0, 0] = 1.0000001
+    files["Area_1/r/Annotations/floor_1.txt"] = "".join(
+        f"{i} 0 0 {' '.join(f'{v:.7f}' for v in rgb)}\n" for i, rgb in enumerate(colours["floor_1"])).encode()
+    data = _load(tmp_path, files)
+    read = {"wall_1": np.rint(colours["wall_1"] * 255), "floor_1": np.rint(colours["floor_1"])}  # floor: max > 1
+    np.testing.assert_array_equal(data.arrays["color"], np.concatenate([read[name] for name in data.attrs["objects"]]))
+    assert data.attrs["color_scale"] == 255 and len(data.messages) == 1
+    assert data.messages[0].startswith("Area_1/r: 1 of 2 file(s) with colours within 0..1 (a normalised export)")
 
 
 def test_a_white_object_of_256_overshoots_is_clipped_not_read_as_16_bit(tmp_path):
