@@ -54,5 +54,6 @@ def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[
             messages.append(f"{room}: {len(files):,} of {len(kinds):,} file(s) with {found} (first "
                             f"{where(int(files[0]))}: {shown(rgb[files[0]])}): {action}")
     if clipped.any():
-        messages.append(clip_warning(room, rgb, clipped, where))
+        at = int(np.searchsorted(ends, np.flatnonzero(clipped.any(axis=1))[0], side="right"))  # its file
+        messages.append(clip_warning(room, rgb, clipped, where, judged=rgb[starts[at]:ends[at]]))
     return color, int(clipped.sum()), 255 if UNIT in kinds else 1

@@ -105,11 +105,23 @@ def shown(row: np.ndarray) -> str:
     return " ".join(f"{v:g}" for v in row)
 
 
-def clip_warning(name: str, values: np.ndarray, clipped: np.ndarray, where: Callable[[int], str]) -> str:
+def not_16bit_reason(values: np.ndarray) -> str:
+    """Which part of the 16-bit test of :func:`color_range` a file's colours ``values`` ``(N, 3)`` failed:
+    more than half of the lit values above 255, and some value reaching :data:`BITS16_REACH`."""
+    above, lit = np.count_nonzero(values >= 255.5), np.count_nonzero(values >= 0.5)
+    return ("none reaches 511.5 for 16-bit colours; " if 2 * above > lit
+            else "too few above 255 for 16-bit colours; ")
+
+
+def clip_warning(name: str, values: np.ndarray, clipped: np.ndarray, where: Callable[[int], str],
+                 judged: np.ndarray | None = None) -> str:
     """The one line said when colours were clipped: ``values`` ``(N, 3)`` as they came, ``clipped`` of
-    :func:`to_uint8` (some true), ``where(row)`` naming a row (``"at point 7"``, ``"wall_1.txt:8"``)."""
+    :func:`to_uint8` (some true), ``where(row)`` naming a row (``"at point 7"``, ``"wall_1.txt:8"``);
+    ``judged``: the colours of the file that holds the first clipped value (default ``values``), whose
+    failed part of the 16-bit test is the reason given for values above 255."""
     rows = np.flatnonzero(clipped.any(axis=1))
-    why = "too few above 255 for 16-bit colours; " if (values[clipped] > 255).any() else ""
+    judged = values if judged is None else judged
+    why = not_16bit_reason(judged) if (values[clipped] > 255).any() else ""
     return (f"{name}: colours outside 0..255 clipped: {int(clipped.sum()):,} colour value(s) of {len(rows):,} of "
             f"{len(values):,} points (first {where(int(rows[0]))}: {shown(values[rows[0]])}); {why}if the file's "
             "colours have another range, rescale them to 0..255")

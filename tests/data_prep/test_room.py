@@ -242,7 +242,10 @@ def test_a_white_object_of_256_overshoots_is_clipped_not_read_as_16_bit(tmp_path
     expected = np.concatenate([colours[name] for name in data.attrs["objects"]])
     np.testing.assert_array_equal(data.arrays["color"], np.minimum(expected, 255))
     assert (data.attrs["clipped_colors"], len(data.messages)) == (84, 1)
-    assert data.messages[0].startswith("Area_1/r: colours outside 0..255 clipped: 84 colour value(s) of 28 of 90 points")
+    assert data.messages == [
+        "Area_1/r: colours outside 0..255 clipped: 84 colour value(s) of 28 of 90 points (first "
+        "Area_1/r/Annotations/board_1.txt:1: 256 256 256); none reaches 511.5 for 16-bit colours; if the file's "
+        "colours have another range, rescale them to 0..255"]
 
 
 def _georeferenced(n=400, seed=5):
