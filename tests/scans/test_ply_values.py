@@ -106,9 +106,9 @@ def test_an_int_colour_ply_of_8_bit_values_with_one_256_is_clipped_not_divided_b
     rows = _rows(1000, colour=lambda i: " ".join(str(v) for v in colours[i]))
     scan = read_ply(_ascii(tmp_path / "int.ply", XYZ_RGB[:3] + ["int red", "int green", "int blue"], rows))
     np.testing.assert_array_equal(scan.color, np.minimum(colours, 255))
-    assert scan.meta["notes"] == [f"{tmp_path / 'int.ply'}: colours outside 0..255 clipped: 1 colour value(s) of 1 of "
-                                  "1,000 points (first at point 5: 256 10 10); too few above 255 for 16-bit colours; "
-                                  "if the file's colours have another range, rescale them to 0..255"]
+    assert scan.meta["notes"] == [(f"{tmp_path / 'int.ply'}: colours outside 0..255 clipped: 1 colour value(s) of 1 "
+                                   "of 1,000 points (first at point 5: 256 10 10); too few above 255 for 16-bit "
+                                   "colours; if the file's colours have another range, rescale them to 0..255")]
     scan = read_ply(_ascii(tmp_path / "ushort.ply", XYZ_RGB[:3] + ["ushort red", "ushort green", "ushort blue"], rows))
     np.testing.assert_array_equal(scan.color, np.floor(colours / 257 + 0.5))
     assert scan.meta["notes"] == []
