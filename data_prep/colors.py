@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pointgeope.color_range import BITS8, BITS16, UNIT, clip_warning, room_ranges, shown, to_uint8
+from pointgeope.color_range import (BITS8, BITS16, UNIT, clip_warning, fractions_beyond_unit, room_ranges, shown,
+                                     to_uint8)
 
 
 def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[int], str],
@@ -28,7 +29,15 @@ def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[
     ends = np.cumsum(sizes, dtype=np.int64)
     starts = ends - np.asarray(sizes, dtype=np.int64)
     maxima = [float(rgb[start:end].max()) if end > start else 0.0 for start, end in zip(starts, ends)]
-    kinds, top = room_ranges([rgb[start:end] for start, end in zip(starts, ends)], maxima), max(maxima)
+    (kinds, overruled), top = room_ranges([rgb[start:end] for start, end in zip(starts, ends)], maxima), max(maxima)
+    if overruled is not None:
+        files, writer = overruled
+        row = int(starts[writer]) + int(np.argmax(fractions_beyond_unit(rgb[starts[writer]:ends[writer]])))
+        messages.append(f"{room}: {len(files):,} of {len(kinds):,} file(s) with colours within 0..1 read as 0..255, "
+                        f"not scaled by 255, since another file holds fractions beyond 0..1 ({where(row)}: "
+                        f"{shown(rgb[row])}), a 0..255 writer of fractional colours (first "
+                        f"{where(int(starts[files[0]]))}: {shown(rgb[starts[files[0]]])}); if they are a normalised "
+                        "export, write the room's colours in one range")
     if all(k == BITS8 for k in kinds) and top < 255.5 and float(rgb.min()) > -0.5:
         return np.rint(rgb).astype(np.uint8, order="C"), 0, 1  # the usual room: nothing to clip or scale
     color = np.empty(rgb.shape, dtype=np.uint8)
@@ -45,5 +54,6 @@ def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[
             messages.append(f"{room}: {len(files):,} of {len(kinds):,} file(s) with {found} (first "
                             f"{where(int(files[0]))}: {shown(rgb[files[0]])}): {action}")
     if clipped.any():
-        messages.append(clip_warning(room, rgb, clipped, where))
+        at = int(np.searchsorted(ends, np.flatnonzero(clipped.any(axis=1))[0], side="right"))  # its file
+        messages.append(clip_warning(room, rgb, clipped, where, judged=rgb[starts[at]:ends[at]]))
     return color, int(clipped.sum()), 255 if UNIT in kinds else 1

@@ -57,16 +57,20 @@ def add_area(location: str, areas: dict[str, str], area: str, path: str) -> None
 
 
 def check_objects(location: str, files: list) -> None:
-    """Refuse two annotation files of one room whose names differ only in case (``wall_1.txt`` and
-    ``wall_1.TXT`` or ``Wall_1.txt``: one object, whose points would be read twice). ``files``: the room's
-    entries (``.path``)."""
-    seen: dict[str, str] = {}
+    """Refuse two annotation files of one room that name one object by :func:`object_key` (class in any
+    case, ``k`` as a number, suffix in any case): ``wall_1.txt`` beside ``wall_1.TXT``, ``Wall_1.txt`` or
+    ``wall_01.txt``, whose points would be read twice under one object. ``files``: the room's entries
+    (``.path``)."""
+    seen: dict[tuple, str] = {}
     for entry in files:
-        first = seen.setdefault(entry.path.lower(), entry.path)
+        name = PurePosixPath(entry.path)
+        key = (*object_key(name.name)[:2], name.suffix.lower())
+        first = seen.setdefault(key, entry.path)
         if first != entry.path:
             one, two = sorted((first, entry.path))
-            raise SourceError(f"{location}: {one} and {two} name one object (their names differ only in case); "
-                              "expected each object once: remove one")
+            what = f"{key[0]} {key[1]}" if key[1] >= 0 else key[0]
+            raise SourceError(f"{location}: {one} and {two} name one object ({what}: the class is read in any "
+                              "case, the number as a number); expected each object once: remove one")
 
 
 def check_name(location: str, path: str) -> None:

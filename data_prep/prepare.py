@@ -172,15 +172,38 @@ def _take_stock(cfg: PrepareConfig, source, rooms: list, out: Path, old_manifest
             sig, work_file = room.signature(cfg.limits), _work_file(out, area, room.name)
             cached = None if cfg.force else (read_rooms_attrs(work_file) or {}).get(room.name)
             was_refused = old_refused.get(area, {}).get(room.name, {})
-            if previous.get(room.name, {}).get("signature") == sig:
+            if previous.get(room.name, {}).get("signature") == sig and not _lossy(area_path(out, area), room,
+                                                                                   previous[room.name]):
                 stock.ready[area][room.name], stock.held[area, room.name] = previous[room.name], area_path(out, area)
-            elif cached is not None and cached.get("signature") == sig:
+            elif cached is not None and cached.get("signature") == sig and not _lossy(work_file, room, cached):
                 stock.ready[area][room.name], stock.held[area, room.name] = cached, work_file
             elif was_refused.get("signature") == sig:
                 stock.refused[area][room.name] = was_refused
             else:
                 stock.todo.append((source, room, work_file, cfg.limits))
     return stock
+
+
+def _lossy(path: Path, room, attrs: dict) -> bool:
+    """Whether the stored room (``attrs`` its attributes in ``path``) is stale though its signature matches:
+    written before rooms far from 0 were stored minus an ``origin``, as float32 as they came (25 cm steps
+    at y = 4e6 m), which a prepare now stores minus its origin. Such a room has no ``origin`` attribute and
+    a coordinate beyond :data:`~data_prep.room.PRECISE_FLOAT32` (16,384 m) from 0; only rooms without the
+    attribute have their ``coord`` read. (Beyond, not at: a coordinate just below 16,384 m, stored without
+    origin, may round to 16,384 in float32, and would be parsed again on every run.)"""
+    import numpy as np
+
+    from data_prep.room import PRECISE_FLOAT32
+    from pointgeope.h5 import read_room
+
+    if "origin" in attrs or not attrs.get("num_points"):
+        return False
+    reach = float(np.abs(read_room(path, room.name, ("coord",))["coord"]).max())
+    if reach <= PRECISE_FLOAT32:
+        return False
+    print(f"warning: {room.area}/{room.name}: stored by an older prepare with coordinates up to {reach:,.0f} m "
+          "as float32 as they came (losing millimetres); parsing it again, stored minus its origin", file=sys.stderr)
+    return True
 
 
 def _parse_room(task):

@@ -3,10 +3,13 @@
 
 A file's colours ``c`` ``(N, 3)`` (finite) are read as, in this order:
 
-- where the format declares 16 bit (LAS, a PLY ``ushort``/``uint``/``short``/``int`` colour):
-  ``"16bit"`` when some value rounds above 255, else ``"8bit"`` (a writer that stores 8-bit values as they
-  are). Such files are integers, so an above-255 value is no float noise, and a dim 16-bit scan (most values
-  at the sensor's floor, 1..255, under 1/255 of full intensity) stays 16 bit;
+- where the format declares 16 bit (LAS, whose colours are 16 bit by its spec, and a PLY colour of a
+  2-byte type: ``ushort``/``short``/``uint16``/``int16``): ``"16bit"`` when some value rounds above 255,
+  else ``"8bit"`` (a writer that stores 8-bit values as they are). Such files are integers, so an
+  above-255 value is no float noise, and a dim 16-bit scan (most values at the sensor's floor, 1..255,
+  under 1/255 of full intensity) stays 16 bit. A PLY ``int``/``uint`` colour (4 bytes, what plyfile
+  writes for a numpy int32 array, mostly of 8-bit values) declares nothing: the rules below read it, so
+  one stray 256 is clipped (and said), not a reason to divide the scan by 257;
 - ``"unit"``: 0..1, a normalised export (Open3D, CloudCompare): every value within ``[0, 1]`` and some
   fractional (a file of 0 and 1 only is not, nothing says so) -> ``round(255 c)``;
 - ``"16bit"``: 0..65535 (16-bit exports that do not declare it: text, ``.npy``): more than half of the
@@ -20,8 +23,9 @@ A file's colours ``c`` ``(N, 3)`` (finite) are read as, in this order:
 
 The files of one room (``prepare``, :func:`room_ranges`) are judged each by this rule, with two
 exceptions that read a file as its room: no file is 0..1 when another file of the room holds values that
-are not whole beyond 0..1 (a 0..255 writer of fractional colours, ``12.37 200.25``, whose near-black object
-``0.1 0.79 0.27`` is within ``[0, 1]`` too), and in a room with a 0..1 file, a file of 0 and 1 only (a
+are not whole and clearly beyond 0..1 (above 1.5, so not the ``1.0000001`` of float noise: a 0..255 writer
+of fractional colours, ``12.37 200.25``, whose near-black object ``0.1 0.79 0.27`` is within ``[0, 1]``
+too; the room's warning says so), and in a room with a 0..1 file, a file of 0 and 1 only (a
 black or white object) is 0..1 too. Where the rule cannot tell (a near-black object written with fractions
 among integer 0..255 files is read as 0..1), the room's warning names the first such file.
 """
@@ -56,17 +60,31 @@ def color_range(values: np.ndarray, declared_16bit: bool = False) -> str:
     return BITS16 if above and 2 * above > lit and float(values.max()) >= BITS16_REACH else BITS8
 
 
-def room_ranges(blocks: Sequence[np.ndarray], maxima: Sequence[float]) -> list[str]:
-    """The range of each file of a room (the module's rule, its room exceptions): ``blocks`` the files'
-    colours ``(N_i, 3)``, ``maxima`` their maxima (0 for an empty file). A file whose maximum is within
-    ``(1, 255.5)`` (the usual one) is 0..255 at the cost of its maximum alone."""
+def fractions_beyond_unit(block: np.ndarray) -> np.ndarray:
+    """``(N,)`` bool: the rows of ``block`` ``(N, 3)`` holding a value that is not whole and clearly beyond
+    0..1 (above 1.5: not the float noise ``1.0000001`` of a 0..1 exporter), the mark of a 0..255 writer of
+    fractions (``12.37``)."""
+    return ((block > 1.5) & (block != np.rint(block))).any(axis=1)
+
+
+def room_ranges(blocks: Sequence[np.ndarray],
+                maxima: Sequence[float]) -> tuple[list[str], tuple[list[int], int] | None]:
+    """``(kinds, overruled)``: the range of each file of a room (the module's rule, its room exceptions),
+    ``blocks`` the files' colours ``(N_i, 3)``, ``maxima`` their maxima (0 for an empty file). A file whose
+    maximum is within ``(1, 255.5)`` (the usual one) is 0..255 at the cost of its maximum alone.
+    ``overruled``: ``(files, writer)`` when the first exception applied (the indices of the files that alone
+    are 0..1 and are read as 0..255, the first file with fractions beyond 0..1), else ``None``."""
     kinds = [BITS8 if 1 < hi < 255.5 else color_range(block) for block, hi in zip(blocks, maxima)]
-    if UNIT in kinds and any(k != UNIT and (block != np.rint(block)).any() for block, k in zip(blocks, kinds)):
-        kinds = [BITS8 if k == UNIT else k for k in kinds]  # a 0..255 writer of fractions: its dark files too
+    writer = next((i for i, (block, k) in enumerate(zip(blocks, kinds))
+                   if k != UNIT and fractions_beyond_unit(block).any()), None)
+    overruled = None
+    if UNIT in kinds and writer is not None:  # a 0..255 writer of fractions: its dark files too
+        overruled = ([i for i, k in enumerate(kinds) if k == UNIT], writer)
+        kinds = [BITS8 if k == UNIT else k for k in kinds]
     if UNIT in kinds:  # a file of 0 and 1 only (a black or white object) in a 0..1 room is 0..1 too
         kinds = [UNIT if k == BITS8 and len(block) and float(block.min()) >= 0 and hi <= 1 else k
                  for block, hi, k in zip(blocks, maxima, kinds)]
-    return kinds
+    return kinds, overruled
 
 
 def to_uint8(values: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
@@ -87,11 +105,23 @@ def shown(row: np.ndarray) -> str:
     return " ".join(f"{v:g}" for v in row)
 
 
-def clip_warning(name: str, values: np.ndarray, clipped: np.ndarray, where: Callable[[int], str]) -> str:
+def not_16bit_reason(values: np.ndarray) -> str:
+    """Which part of the 16-bit test of :func:`color_range` a file's colours ``values`` ``(N, 3)`` failed:
+    more than half of the lit values above 255, and some value reaching :data:`BITS16_REACH`."""
+    above, lit = np.count_nonzero(values >= 255.5), np.count_nonzero(values >= 0.5)
+    return ("none reaches 511.5 for 16-bit colours; " if 2 * above > lit
+            else "too few above 255 for 16-bit colours; ")
+
+
+def clip_warning(name: str, values: np.ndarray, clipped: np.ndarray, where: Callable[[int], str],
+                 judged: np.ndarray | None = None) -> str:
     """The one line said when colours were clipped: ``values`` ``(N, 3)`` as they came, ``clipped`` of
-    :func:`to_uint8` (some true), ``where(row)`` naming a row (``"at point 7"``, ``"wall_1.txt:8"``)."""
+    :func:`to_uint8` (some true), ``where(row)`` naming a row (``"at point 7"``, ``"wall_1.txt:8"``);
+    ``judged``: the colours of the file that holds the first clipped value (default ``values``), whose
+    failed part of the 16-bit test is the reason given for values above 255."""
     rows = np.flatnonzero(clipped.any(axis=1))
-    why = "too few above 255 for 16-bit colours; " if (values[clipped] > 255).any() else ""
+    judged = values if judged is None else judged
+    why = not_16bit_reason(judged) if (values[clipped] > 255).any() else ""
     return (f"{name}: colours outside 0..255 clipped: {int(clipped.sum()):,} colour value(s) of {len(rows):,} of "
             f"{len(values):,} points (first {where(int(rows[0]))}: {shown(values[rows[0]])}); {why}if the file's "
             "colours have another range, rescale them to 0..255")

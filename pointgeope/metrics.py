@@ -219,8 +219,9 @@ class ConfusionMeter:
 
     def __init__(self, num_classes: int = NUM_CLASSES, ignore_index: int | None = IGNORE_LABEL,
                  device=None):
-        try:
-            self.num_classes = operator.index(num_classes)           # 2.7 was silently 2
+        try:  # 2.7 was silently 2; a whole float (13.0, np.float64(13)) is a count
+            whole = isinstance(num_classes, (float, np.floating)) and float(num_classes).is_integer()
+            self.num_classes = int(num_classes) if whole else operator.index(num_classes)
         except TypeError:
             raise TypeError(f"expected num_classes an int >= 1, got {num_classes!r}") from None
         if isinstance(num_classes, bool) or self.num_classes < 1:

@@ -277,3 +277,12 @@ def test_confusion_meter_refuses_a_num_classes_that_is_not_a_count(num_classes, 
     with pytest.raises(error, match=rf"expected num_classes an int >= 1, got {re.escape(repr(num_classes))}"):
         ConfusionMeter(num_classes=num_classes)
     assert ConfusionMeter(num_classes=np.int64(3)).confusion.shape == (3, 3)
+
+
+@pytest.mark.parametrize("num_classes", [13.0, np.float64(13), np.float32(13)])
+def test_confusion_meter_takes_a_whole_float_count(num_classes):
+    """A whole float is a valid count (``int(13.0)`` took it before 2.7 was refused)."""
+    meter = ConfusionMeter(num_classes=num_classes)
+    assert type(meter.num_classes) is int and meter.num_classes == 13
+    meter.update(torch.tensor([0, 12, 12]), torch.tensor([0, 12, 3]))
+    assert meter.confusion.shape == (13, 13) and meter.confusion.sum() == 3 and meter.confusion[3, 12] == 1

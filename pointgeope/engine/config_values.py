@@ -220,7 +220,7 @@ def backbone_problem(m: ModelConfig) -> str | None:
     """A key of the other backbone set away from its default, or an encoding the backbone does not have:
     PTv1 takes ``attention.PRESETS``, PTv3 ``qk_encodings.QK_ENCODINGS``; ``None`` when all agree."""
     from pointgeope.model.attention import PRESETS
-    from pointgeope.model.config import PTV1_KEYS, ModelConfig, PTv3Config
+    from pointgeope.model.config import PTv3Config, ptv1_settings
     from pointgeope.model.qk_encodings import QK_ENCODINGS
 
     if m.backbone == "ptv1":
@@ -232,12 +232,12 @@ def backbone_problem(m: ModelConfig) -> str | None:
             return (f"model.pe: {m.pe!r} is a PTv3 encoding (model.backbone: ptv3); PTv1 takes one of "
                     f"{', '.join(PRESETS)}")
         return None
-    default = ModelConfig()
-    changed = [f"model.{k}" for k in PTV1_KEYS if getattr(m, k) != getattr(default, k)]
+    ptv1 = ptv1_settings(m)
+    changed = [f"model.{k}" for k in ptv1 if k != "pe"]
     if changed:
         return (f"{', '.join(changed)}: PTv1 keys, but model.backbone=ptv3 (its widths and depths are "
                 "model.ptv3.enc_channels, model.ptv3.enc_depths, ...); remove them")
-    if m.pe not in QK_ENCODINGS:
+    if "pe" in ptv1:
         rpe = "; PTv3's own relative position bias is model.ptv3.enable_rpe: true" if "rpe" in m.pe else ""
         return (f"model.pe: {m.pe!r} is a PTv1 preset, but model.backbone=ptv3; expected one of "
                 f"{', '.join(QK_ENCODINGS)}{rpe}")

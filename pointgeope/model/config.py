@@ -19,7 +19,7 @@ from pointgeope.model.attention import PRESETS
 from pointgeope.model.qk_encodings import POINT3DROPE_SCALE, QK_ENCODINGS
 from pointgeope.model.ptv3.serialization import ORDERS
 
-__all__ = ["ModelConfig", "PTv3Config", "PresetName", "PTV1_KEYS"]
+__all__ = ["ModelConfig", "PTv3Config", "PresetName", "PTV1_KEYS", "ptv1_settings"]
 
 # The names of ``PRESETS`` (PTv1) and of ``QK_ENCODINGS`` (PTv3): a new one needs no edit here, and a typo in
 # a config gets "did you mean". Which backbone takes which: engine.config_values.backbone_problem.
@@ -80,3 +80,12 @@ class ModelConfig:
     rope_mixed_init: Literal["random", "axial"] = "random"  # RoPE-Mixed's initial frequencies: its authors'
     #                                         random directions at base 10, or rope3d's axial ones
     ptv3: PTv3Config = field(default_factory=PTv3Config)  # backbone: ptv3 only
+
+
+def ptv1_settings(cfg: ModelConfig) -> list[str]:
+    """What of ``cfg`` is PTv1's, the one rule of "this config is PTv1's / PTv3's" (``PTv3Seg``'s refusal and
+    the engine's check of ``model.backbone``): the :data:`PTV1_KEYS` set away from ``ModelConfig()``'s
+    defaults, then ``"pe"`` when ``cfg.pe`` is a PTv1 preset (not one of PTv3's ``QK_ENCODINGS``). Empty: the
+    config may be PTv3's."""
+    default = ModelConfig()
+    return [k for k in PTV1_KEYS if getattr(cfg, k) != getattr(default, k)] + ["pe"] * (cfg.pe not in QK_ENCODINGS)

@@ -227,7 +227,7 @@ def read_ply(path: str | Path, name: str | None = None) -> Scan:
         values = np.stack([rec[c] for c in names], axis=1)
         kind = rec.dtype[names[0]]
         color = color_to_uint8(values, str(path), unit_float=True if kind.kind == "f" else None, notes=notes,
-                               declared_16bit=kind.kind in "iu" and kind.itemsize > 1)
+                               declared_16bit=kind.kind in "iu" and kind.itemsize == 2)
     elif packed is not None:
         color = _packed_color(rec[packed], packed, path)
     return Scan(name or path.stem, str(path), coord, color, meta={"notes": notes})

@@ -216,6 +216,38 @@ def test_georeferenced_rooms_keep_their_origin_through_work_files_and_a_resume(t
             np.testing.assert_array_equal(f[room].attrs["origin"], np.floor(xyz.min(axis=0)))  # floor of the minimum
 
 
+def test_rooms_an_older_prepare_stored_without_their_origin_are_parsed_again(tmp_path, monkeypatch, capsys):
+    """Rooms far from 0 were stored as float32 as they came (25 cm steps at y = 4e6 m) before they were stored
+    minus an origin; their signature is the same, so a rerun kept them (in an area file or a killed run's work
+    file) and did not give the files of a fresh prepare. A room near 0 stays up to date."""
+    rng = np.random.default_rng(9)
+    files = {}
+    for room, n, shift in (("Area_1/geo_a", 60, [500123.456, 4000321.987, 0.25]),
+                           ("Area_1/geo_b", 60, [500100, 4000300, 0]), ("Area_2/near", 20, [0, 0, 0])):  # near: last
+        xyz = np.round(rng.random((n, 3)) * [6, 5, 3] + shift, 3)
+        files[f"{room}/Annotations/wall_1.txt"] = "".join(f"{x:.3f} {y:.3f} {z:.3f} 10 20 30\n"
+                                                               for x, y, z in xyz).encode()
+    raw = write_tree(tmp_path / "raw", files)
+    monkeypatch.setattr(data_prep.room, "float32_origin", lambda values: None)  # the older prepare
+    prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
+    _count_parsed(monkeypatch, fail_after=1)
+    with pytest.raises(Killed):
+        prepare(PrepareConfig(raw, tmp_path / "killed", progress=False))
+    assert len(list((tmp_path / "killed/.work").rglob("*.h5"))) == 1
+    monkeypatch.undo()
+    prepare(PrepareConfig(raw, tmp_path / "fresh", progress=False))
+    capsys.readouterr()
+    parsed = _count_parsed(monkeypatch)
+    prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
+    assert sorted(parsed) == ["Area_1/geo_a", "Area_1/geo_b"]
+    assert "warning: Area_1/geo_a: stored by an older prepare with coordinates up to 4,000,327 m" in capsys.readouterr().err
+    prepare(PrepareConfig(raw, tmp_path / "killed", progress=False))
+    assert len(parsed) == 5  # the work file's room as well as the two not parsed before the kill
+    assert output_bytes(tmp_path / "out") == output_bytes(tmp_path / "fresh") == output_bytes(tmp_path / "killed")
+    prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
+    assert len(parsed) == 5  # now up to date
+
+
 @pytest.mark.slow
 def test_killed_process_resumes_to_the_same_files(s3dis_real, tmp_path):
     """SIGKILL a real `pointgeope prepare` after its first room is written; the rerun gives the same bytes."""

@@ -207,7 +207,27 @@ def test_a_dark_object_among_fractional_0_255_files_stays_dark(tmp_path):
     data = _load(tmp_path, files)
     expected = np.concatenate([colours[name] for name in data.attrs["objects"]])
     np.testing.assert_array_equal(data.arrays["color"], np.rint(expected))
-    assert (data.attrs["color_scale"], data.messages) == (1, [])
+    assert data.attrs["color_scale"] == 1
+    shown = {name: " ".join(f"{v:g}" for v in colours[name][0]) for name in ("floor_1", "chair_1")}
+    assert data.messages == [(
+        "Area_1/r: 1 of 3 file(s) with colours within 0..1 read as 0..255, not scaled by 255, since another file "
+        f"holds fractions beyond 0..1 (Area_1/r/Annotations/floor_1.txt:1: {shown['floor_1']}), a 0..255 writer of "
+        f"fractional colours (first Area_1/r/Annotations/chair_1.txt:1: {shown['chair_1']}); if they are a "
+        "normalised export, write the room's colours in one range")]
+
+
+def test_float_noise_just_above_1_does_not_cancel_the_0_1_files_of_a_room(tmp_path):
+    """One value of 1.0000001 (a 0..1 exporter's float32 noise) in one file counted as "fractions beyond 0..1",
+    so every 0..1 file of the room was rounded to 0 and 1 (black) without a word."""
+    files, colours = _object_files({"wall_1": (50, 0, 1, 4), "floor_1": (50, 0, 1, 4)})
+    colours["floor_1"][0, 0] = 1.0000001
+    files["Area_1/r/Annotations/floor_1.txt"] = "".join(
+        f"{i} 0 0 {' '.join(f'{v:.7f}' for v in rgb)}\n" for i, rgb in enumerate(colours["floor_1"])).encode()
+    data = _load(tmp_path, files)
+    read = {"wall_1": np.rint(colours["wall_1"] * 255), "floor_1": np.rint(colours["floor_1"])}  # floor: max > 1
+    np.testing.assert_array_equal(data.arrays["color"], np.concatenate([read[name] for name in data.attrs["objects"]]))
+    assert data.attrs["color_scale"] == 255 and len(data.messages) == 1
+    assert data.messages[0].startswith("Area_1/r: 1 of 2 file(s) with colours within 0..1 (a normalised export)")
 
 
 def test_a_white_object_of_256_overshoots_is_clipped_not_read_as_16_bit(tmp_path):
@@ -221,7 +241,10 @@ def test_a_white_object_of_256_overshoots_is_clipped_not_read_as_16_bit(tmp_path
     expected = np.concatenate([colours[name] for name in data.attrs["objects"]])
     np.testing.assert_array_equal(data.arrays["color"], np.minimum(expected, 255))
     assert (data.attrs["clipped_colors"], len(data.messages)) == (84, 1)
-    assert data.messages[0].startswith("Area_1/r: colours outside 0..255 clipped: 84 colour value(s) of 28 of 90 points")
+    assert data.messages == [(
+        "Area_1/r: colours outside 0..255 clipped: 84 colour value(s) of 28 of 90 points (first "
+        "Area_1/r/Annotations/board_1.txt:1: 256 256 256); none reaches 511.5 for 16-bit colours; if the file's "
+        "colours have another range, rescale them to 0..255")]
 
 
 def _georeferenced(n=400, seed=5):

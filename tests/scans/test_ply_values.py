@@ -95,3 +95,20 @@ def test_pcl_packed_colour_in_ascii(tmp_path):
     rows = [f"{x:.6f} {y:.6f} {z:.6f} {b}" for (x, y, z), b in zip(coord, bits)]
     scan = read_ply(_ascii(tmp_path / "a.ply", ["float x", "float y", "float z", "uint rgb"], rows))
     np.testing.assert_array_equal(scan.color, c)
+
+
+def test_an_int_colour_ply_of_8_bit_values_with_one_256_is_clipped_not_divided_by_257(tmp_path):
+    """A PLY ``int`` colour (4 bytes, what plyfile writes for numpy int32) declares no 16 bit: one stray 256
+    among 0..255 values divided the whole scan by 257 (black, no note); a ``ushort`` colour does declare it."""
+    rng = np.random.default_rng(5)
+    colours = rng.integers(0, 256, (1000, 3))
+    colours[5] = [256, 10, 10]
+    rows = _rows(1000, colour=lambda i: " ".join(str(v) for v in colours[i]))
+    scan = read_ply(_ascii(tmp_path / "int.ply", XYZ_RGB[:3] + ["int red", "int green", "int blue"], rows))
+    np.testing.assert_array_equal(scan.color, np.minimum(colours, 255))
+    assert scan.meta["notes"] == [(f"{tmp_path / 'int.ply'}: colours outside 0..255 clipped: 1 colour value(s) of 1 "
+                                   "of 1,000 points (first at point 5: 256 10 10); too few above 255 for 16-bit "
+                                   "colours; if the file's colours have another range, rescale them to 0..255")]
+    scan = read_ply(_ascii(tmp_path / "ushort.ply", XYZ_RGB[:3] + ["ushort red", "ushort green", "ushort blue"], rows))
+    np.testing.assert_array_equal(scan.color, np.floor(colours / 257 + 0.5))
+    assert scan.meta["notes"] == []

@@ -123,7 +123,7 @@ def test_an_8_bit_file_of_256_overshoots_is_clipped_not_read_as_16_bit():
     notes = []
     np.testing.assert_array_equal(color_to_uint8(values, "board.txt", notes=notes), np.minimum(values, 255))
     assert notes == ["board.txt: colours outside 0..255 clipped: 2,100 colour value(s) of 700 of 1,000 points (first "
-                     "at point 0: 256 256 256); too few above 255 for 16-bit colours; if the file's colours have "
+                     "at point 0: 256 256 256); none reaches 511.5 for 16-bit colours; if the file's colours have "
                      "another range, rescale them to 0..255"]
     values[:700] = 512  # a 16-bit file of near-black points (2/255 of full intensity): 16 bit
     np.testing.assert_array_equal(color_to_uint8(values, "dark16.txt"), np.floor(values / 257 + 0.5))

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from pointgeope.model.config import PTV1_KEYS, ModelConfig
+from pointgeope.model.config import ModelConfig, ptv1_settings
 from pointgeope.model.ptv3.network import PointTransformerV3
 from pointgeope.model.ptv3.segmentor import PTv3Segmentor
-from pointgeope.model.qk_encodings import GEOPE_FREQUENCY_ENCODINGS, QK_ENCODINGS, QKEncoding, qk_encoding
+from pointgeope.model.qk_encodings import GEOPE_FREQUENCY_ENCODINGS, QKEncoding, qk_encoding
 
 __all__ = ["PTv3Seg", "StageEncodings", "check_backbone", "encoding_options"]
 
@@ -51,9 +51,7 @@ def check_backbone(cfg: ModelConfig) -> None:
     ``PointTransformerSeg``'s refusal of "ptv3")."""
     if cfg.backbone == "ptv3":
         return
-    default = ModelConfig()
-    ptv1 = [k for k in PTV1_KEYS if getattr(cfg, k) != getattr(default, k)]
-    ptv1 += [f"pe={cfg.pe!r} (a PTv1 preset)"] * (cfg.pe not in QK_ENCODINGS)
+    ptv1 = [f"pe={cfg.pe!r} (a PTv1 preset)" if k == "pe" else k for k in ptv1_settings(cfg)]
     if cfg.backbone != "ptv1" or ptv1:
         with_keys = f" with PTv1's {', '.join(ptv1)}" if ptv1 and cfg.backbone == "ptv1" else ""
         raise ValueError(f"expected backbone 'ptv3' for PTv3Seg, got {cfg.backbone!r}{with_keys}; set backbone='ptv3' "
