@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -72,3 +73,24 @@ def five_rooms(root: Path) -> Path:
     for k in range(3):  # more rooms in Area_1
         files[f"Area_1/office_{k}/Annotations/table_1.txt"] = f"{k} 1 2 3 4 5\n{k}.5 1 2 3 4 5\n".encode()
     return write_tree(root, files)
+
+
+def zip_tree(path: Path, files: dict[str, bytes]) -> Path:
+    """A zip at ``path`` holding ``files`` (member name -> bytes), deflated."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return path
+
+
+def room_summary(source) -> list[tuple[str, str, str, list[str]]]:
+    """``(area, room, path, [annotation file names])`` of every room a raw source lists."""
+    return [(r.area, r.name, r.path, [f.path.rsplit("/", 1)[-1] for f in r.files]) for r in source.rooms()]
+
+
+# room_summary of DEFECT_FILES: its junk and loose files left out, objects in class-then-number order
+DEFECT_ROOMS = [
+    ("Area_1", "room_a", "Area_1/room_a",
+     ["ceiling_1.txt", "chair_2.txt", "chair_10.txt", "door_1.txt", "stairs_1.txt", "wall_1.txt"]),
+    ("Area_2", "room_b", "Area_2/room_b", ["floor_1.txt", "table_1.txt"]),
+]

@@ -1,0 +1,163 @@
+"""The zip source of ``prepare``: member names (encodings, separators, dot components, links) read as the
+extracted folder would be, or refused in one line naming the member."""
+from __future__ import annotations
+
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from data_prep.source import SourceError, open_source
+from tests.data_prep.raw_trees import DEFECT_FILES, DEFECT_ROOMS, room_summary, zip_tree
+
+
+@pytest.mark.parametrize("member", ["../evil/Area_1/r/Annotations/wall_1.txt", "/etc/Area_1/r/Annotations/a_1.txt",
+                                    "Area_1/../../x.txt", "C:/Area_1/r/Annotations/wall_1.txt"])
+def test_zip_refuses_members_outside_the_tree(tmp_path, member):
+    path = zip_tree(tmp_path / "bad.zip", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", member: b"x"})
+    with pytest.raises(SourceError, match="refusing zip member") as err:
+        open_source(path).rooms()
+    assert repr(member) in str(err.value)
+
+
+def test_a_truncated_zip_says_it_was_cut_short(tmp_path):
+    """Every cut of a zip (an interrupted download) was 'a file that is not a zip', with no fix."""
+    whole = zip_tree(tmp_path / "raw.zip", DEFECT_FILES).read_bytes()
+    for keep in (len(whole) - 10, len(whole) // 2, 100):
+        cut = tmp_path / "cut.zip"
+        cut.write_bytes(whole[:keep])
+        with pytest.raises(SourceError, match=rf"^{re.escape(str(cut))}: a zip cut short \({keep:,} bytes, no end record\): an "
+                                              "incomplete download or copy; compare its size with the original's "
+                                              "and download or copy it again$"):
+            open_source(cut)
+    (tmp_path / "page.zip").write_bytes(b"<html>404</html>")
+    with pytest.raises(SourceError, match=r"page.zip: named .zip but not a zip \(it starts with b'<htm', a zip with "
+                                          r"b'PK'\): an error page or a failed download"):
+        open_source(tmp_path / "page.zip")
+    (tmp_path / "empty.zip").write_bytes(b"")
+    with pytest.raises(SourceError, match=r"empty.zip: named .zip but not a zip \(it is empty\)"):
+        open_source(tmp_path / "empty.zip")
+
+
+def _zip_with_raw_name(path: Path, placeholder: str, raw: bytes) -> Path:
+    """A zip whose member name holds the bytes ``raw`` (in place of the ASCII ``placeholder``) without the
+    UTF-8 flag, as zip tools writing latin-1 or unflagged UTF-8 names do."""
+    zip_tree(path, {f"Area_1/{placeholder}/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                "Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    data = path.read_bytes()
+    assert data.count(placeholder.encode()) == 2  # the local header and the central directory
+    path.write_bytes(data.replace(placeholder.encode(), raw))
+    return path
+
+
+def test_zip_members_whose_names_decode_alike_are_refused(tmp_path):
+    """A UTF-8-flagged 'officeé' and an unflagged member with the same UTF-8 bytes are one name once
+    decoded: refused as a member twice (the index by decoded name kept only one of them, silently)."""
+    path = tmp_path / "twice.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("Area_1/office\u00e9/Annotations/wall_1.txt", b"1 2 3 4 5 6\n")  # flagged UTF-8
+        z.writestr("Area_1/officeXX/Annotations/wall_1.txt", b"7 8 9 1 2 3\n")
+    path.write_bytes(path.read_bytes().replace(b"officeXX", "office\u00e9".encode()))
+    with zipfile.ZipFile(path) as z:
+        assert [i.flag_bits & 0x800 for i in z.infolist()] == [0x800, 0]  # two raw names, one flagged
+    with pytest.raises(SourceError) as err:
+        open_source(path).rooms()
+    assert str(err.value) == (f"{path}: member 'Area_1/office\u00e9/Annotations/wall_1.txt' is in the archive "
+                              "twice; expected each file once (re-create the zip)")
+
+
+def test_zip_member_names_that_are_not_utf8_are_refused(tmp_path):
+    """A latin-1 name (office\\xe91) was read as cp437 and stored as 'officeΘ1'; the README says refused."""
+    path = _zip_with_raw_name(tmp_path / "latin1.zip", "officeX1", b"office\xe91")
+    with pytest.raises(SourceError) as err:
+        open_source(path).rooms()
+    assert str(err.value) == (f"{path}: the member name 'Area_1/office\\\\xe91/Annotations/wall_1.txt' is not "
+                              "valid UTF-8 (a zip without the UTF-8 flag: cp437, cp850 or latin-1?); rename it, "
+                              "or unpack the zip and give the folder")
+    # UTF-8 bytes without the flag are UTF-8: read as such, and the member is found by that name
+    path = _zip_with_raw_name(tmp_path / "utf8.zip", "officeXX", "officeé".encode())
+    source = open_source(path)
+    assert [r.name for r in source.rooms()] == ["office\u00e9", "r"]
+    assert source.read("Area_1/office\u00e9/Annotations/wall_1.txt") == b"1 2 3 4 5 6\n"
+
+
+def test_zip_with_backslash_separators_reads_as_the_folder(tmp_path):
+    """A zip made by Windows tools names 'Area_1\\room_a\\Annotations\\wall_1.txt': it was refused with
+    "expected Area_N folders, found none"."""
+    path = tmp_path / "win.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in DEFECT_FILES.items():
+            info = zipfile.ZipInfo(name.replace("/", "\\"))
+            info.create_system = 0  # made on Windows
+            zf.writestr(info, data)
+        zf.writestr(zipfile.ZipInfo("Area_2\\room_b\\Annotations\\"), b"")  # a folder entry
+    source = open_source(path)
+    assert room_summary(source) == DEFECT_ROOMS
+    assert source.read("Area_2/room_b/Annotations/table_1.txt") == b"0.5 0.5 0.75 3 3 3\n"
+
+
+def test_zip_member_with_backslash_dotdot_is_still_refused(tmp_path):
+    path = zip_tree(tmp_path / "bad.zip", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                                       "Area_1\\..\\..\\x.txt": b"x"})
+    with pytest.raises(SourceError, match="refusing zip member"):
+        open_source(path).rooms()
+
+
+@pytest.mark.parametrize("prefix", ["./", "top/./", ".//"])
+def test_zip_members_with_dot_components_read_as_the_folder(tmp_path, prefix):
+    """Some archivers write './Area_1/office_2/...': the '.' component was taken for a hidden folder, every
+    member skipped, and the zip refused with "expected Area_N folders, found none"."""
+    path = tmp_path / "dot.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(zipfile.ZipInfo(prefix), b"")  # the top folder's own entry, as `zip -r x.zip .` writes it
+        for name, data in DEFECT_FILES.items():
+            zf.writestr(prefix + name.replace("/Annotations/", "/./Annotations/"), data)
+        zf.writestr(zipfile.ZipInfo(prefix + "Area_2/./room_b/Annotations/"), b"")  # a folder entry
+    source = open_source(path)
+    top = "top/" if prefix.startswith("top") else ""
+    assert room_summary(source) == [(area, name, top + path_, files) for area, name, path_, files in DEFECT_ROOMS]
+    assert source.read(top + "Area_2/room_b/Annotations/table_1.txt") == b"0.5 0.5 0.75 3 3 3\n"
+
+
+@pytest.mark.parametrize("member", ["./../x.txt", "./Area_1/./../../x.txt", ".\\..\\x.txt"])
+def test_zip_member_with_dot_then_dotdot_is_still_refused(tmp_path, member):
+    path = zip_tree(tmp_path / "bad.zip", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", member: b"x"})
+    with pytest.raises(SourceError, match="refusing zip member"):
+        open_source(path).rooms()
+
+
+def test_zip_member_given_with_and_without_dot_prefix_is_a_duplicate(tmp_path):
+    path = zip_tree(tmp_path / "dup.zip", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                                       "./Area_1/r/Annotations/wall_1.txt": b"7 8 9 1 2 3\n"})
+    with pytest.raises(SourceError, match=r"member 'Area_1/r/Annotations/wall_1.txt' is in the archive twice"):
+        open_source(path).rooms()
+
+
+def _zip_with_link(path: Path, link: str, target: str, top: str = "") -> Path:
+    """A zip as ``zip -y`` writes it: the link a member of Unix mode ``S_IFLNK`` whose data is the target's path."""
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(top + "Area_1/r/Annotations/wall_1.txt", b"1 2 3 4 5 6\n")
+        info = zipfile.ZipInfo(top + link)
+        info.external_attr = (0o120777 << 16)
+        info.create_system = 3  # Unix
+        zf.writestr(info, target.encode())
+    return path
+
+
+@pytest.mark.parametrize("link", ["Area_1/r/Annotations/wall_9.txt", "Area_1/office_3"])
+def test_a_symbolic_link_in_a_zip_is_refused_naming_it_and_its_target(tmp_path, link):
+    """A linked annotation file was parsed as its target's path (one line: the object lost, exit 0), a linked room
+    vanished; the extracted folder follows both."""
+    target = "../../../Area_2/r/Annotations/wall_1.txt"
+    path = _zip_with_link(tmp_path / "l.zip", link, target, top="./")
+    with pytest.raises(SourceError) as err:
+        open_source(path).rooms()
+    assert str(err.value) == (f"{path}: member {link!r} is a symbolic link to {target!r}, which prepare does not "
+                              "follow inside a zip; zip the tree without -y (zip -r follows links) or prepare the "
+                              "extracted folder")
+
+
+def test_a_symbolic_link_outside_the_areas_is_not_read(tmp_path):
+    (room,) = open_source(_zip_with_link(tmp_path / "l.zip", "README", "docs/README.md")).rooms()
+    assert [e.path for e in room.files] == ["Area_1/r/Annotations/wall_1.txt"]
