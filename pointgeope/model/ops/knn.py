@@ -33,8 +33,9 @@ __all__ = ["knn"]
 _PAIRS_PER_CHUNK = 1 << 24
 _PAIRS_PER_CHUNK_CPU = 1 << 18
 # The tree backends search this many queries or more in Morton order (``_in_morton_order``): below it the
-# order and the copies cost what the cache saves (one thread, CPU time: 1.0x at 2,048 queries, 0.93x at 20k,
-# 0.82x at 80k; bench/bench_hierarchy.py).
+# order and the copies cost what the cache saves (pykdtree, one thread, process CPU time of one kNN call,
+# measured once by a throwaway script: 1.0x at 2,048 queries, 0.93x at 20k, 0.82x at 80k). The whole
+# hierarchy of an 80k crop: 0.92x (bench/bench_hierarchy.py, cpu against cpu_unordered).
 _ORDERED_QUERIES = 2048
 
 
