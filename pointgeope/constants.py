@@ -55,6 +55,16 @@ def class_names(num_classes: int) -> list[str]:
     return list(CLASS_NAMES[:num_classes]) + [f"class_{k}" for k in range(NUM_CLASSES, num_classes)]
 
 
+def written_names(names, num_classes: int) -> list[str]:
+    """``names`` (a list or tuple of str) as the class names of a network of ``num_classes`` classes: S3DIS's
+    13 alone, which pointgeope wrote for a network of more classes before the classes beyond 13 were named
+    (a checkpoint's ``"predict"`` entry, a fold's ``metrics.json``), are :func:`class_names` ``(num_classes)``;
+    any other names as they are (a mismatch is the reader's to refuse)."""
+    if num_classes > NUM_CLASSES and tuple(names) == tuple(CLASS_NAMES):
+        return class_names(num_classes)
+    return list(names)
+
+
 def class_palette(num_classes: int) -> list[list[int]]:
     """The ``[r, g, b]`` colours (0..255) of a network's ``num_classes`` classes: the first of :data:`PALETTE`,
     then for class ``k >= 13`` the HSV colour of hue ``frac((k - 13) * g)``, ``g = (sqrt(5) - 1) / 2``

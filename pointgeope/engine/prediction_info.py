@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pointgeope.constants import NUM_CLASSES, class_names, class_palette
+from pointgeope.constants import NUM_CLASSES, class_names, class_palette, written_names
 from pointgeope.engine.checkpoint import CheckpointError, checkpoint_config
 
 
@@ -44,7 +44,8 @@ def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
     if missing:
         raise CheckpointError(f"{path}: its 'predict' entry lacks {sorted(missing)}")
     classes = config["model"].get("num_classes")
-    if (isinstance(classes, int) and classes > NUM_CLASSES and info["class_names"] == class_names(NUM_CLASSES)
+    if (isinstance(classes, int) and isinstance(info["class_names"], list)
+            and written_names(info["class_names"], classes) != info["class_names"]
             and info["palette"] == class_palette(NUM_CLASSES)):
         info = {**info, "class_names": class_names(classes), "palette": class_palette(classes)}
     problem = _entry_problem(info["class_names"], info["palette"], classes)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, NUM_CLASSES, class_names, fold_folder_name
+from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name, written_names
 from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
@@ -156,12 +156,10 @@ def _class_names(value, path: Path) -> tuple[str, ...]:
 
 def _names_beside(names: tuple[str, ...], confusion) -> tuple[str, ...]:
     """``names`` as the class names of ``confusion`` (a metrics file's, unchecked): S3DIS's 13 beside an
-    ``n x n`` list of lists with ``n > 13`` are those of :func:`constants.class_names` ``(n)`` (``class_13``,
-    ...): evaluate wrote the first 13 names alone for a network of more classes before the others were named,
-    and the checkpoint's prediction entry is padded alike. Any other mismatch is left to :func:`_confusion`."""
-    if (names == CLASS_NAMES and isinstance(confusion, list) and len(confusion) > NUM_CLASSES
-            and all(isinstance(row, list) and len(row) == len(confusion) for row in confusion)):
-        return tuple(class_names(len(confusion)))
+    ``n x n`` list of lists are those of ``n`` classes (:func:`constants.written_names`: evaluate wrote the
+    first 13 names alone for a network of more classes). Any other mismatch is left to :func:`_confusion`."""
+    if isinstance(confusion, list) and all(isinstance(row, list) and len(row) == len(confusion) for row in confusion):
+        return tuple(written_names(names, len(confusion)))
     return names
 
 
