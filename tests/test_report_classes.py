@@ -64,6 +64,9 @@ def test_a_run_of_fifteen_classes_is_tabulated_with_its_class_names(tmp_path, fi
     md = (tmp_path / "r" / "report.md").read_text()
     header = "| run | folds | OA | mAcc | mIoU | " + " | ".join(names) + " |"
     assert header in md and "| 100.0 | 66.7 | 50.0 |" in md
+    # its labels are not S3DIS's: the title and tables say "6-fold" without the data set's name
+    assert md.startswith("# 6-fold cross-validation report\n") and "**6-fold, pooled over" in md
+    assert "S3DIS" not in md.split("## Per fold")[0].replace("Pointcept", "")
     assert "| fold | points | OA | mAcc | mIoU | " + " | ".join(names) + " |" in md
     rows = list(csv.reader(io.StringIO((tmp_path / "r" / "report.csv").read_text())))
     assert rows[0][-2:] == ["iou_pct_class_13", "iou_pct_class_14"] and len(rows[0]) == 8 + C

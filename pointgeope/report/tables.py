@@ -76,6 +76,12 @@ def diff_name(run: RunSummary, first: RunSummary) -> str:
     return f"{run.name} - {first.name}"
 
 
+def data_name(names: tuple[str, ...]) -> str:
+    """The title's data set: ``"S3DIS 6-fold"`` for S3DIS's 13 classes, else ``"6-fold"`` (a network of
+    one's own classes on the areas' layout: its data are not S3DIS's labels)."""
+    return "S3DIS 6-fold" if tuple(names) == CLASS_NAMES else "6-fold"
+
+
 def _folds_cell(run: RunSummary) -> str:
     return f"{len(run.folds)}/{len(AREAS)}"
 
@@ -87,7 +93,7 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
     align = "|:--|:-:|" + "--:|" * (len(MEANS) + len(names))
     lines = []
     for _, attr, title in KINDS:
-        lines += [f"**S3DIS 6-fold, {title}, %**", "", _row(header), align]
+        lines += [f"**{data_name(names)}, {title}, %**", "", _row(header), align]
         first = getattr(runs[0], attr)
         for i, run in enumerate(runs):
             lines.append(_row([run.name, _folds_cell(run)] + _score_cells(getattr(run, attr), digits)))
@@ -137,7 +143,7 @@ def per_fold_markdown(run: RunSummary, digits: int = 1) -> str:
 def full_markdown(runs: list[RunSummary], digits: int = 1) -> str:
     """``report.md``: title, how the numbers are made, the summary tables and every run's per-fold table."""
     parts = [
-        "# S3DIS 6-fold cross-validation report",
+        f"# {data_name(runs[0].class_names)} cross-validation report",
         "",
         "*Pooled*: scores of the summed confusion matrices of the test areas, the standard 6-fold number "
         "(Pointcept `tools/test_s3dis_6fold.py`). *Mean of folds*: the mean of each test area's own scores "
