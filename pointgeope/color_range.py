@@ -10,8 +10,9 @@ A file's colours ``c`` ``(N, 3)`` (finite) are read as, in this order:
   under 1/255 of full intensity) stays 16 bit. A PLY ``int``/``uint`` colour (4 bytes, what plyfile
   writes for a numpy int32 array, mostly of 8-bit values) declares nothing: the rules below read it, so
   one stray 256 is clipped (and said), not a reason to divide the scan by 257;
-- ``"unit"``: 0..1, a normalised export (Open3D, CloudCompare): every value within ``[0, 1]`` and some
-  fractional (a file of 0 and 1 only is not, nothing says so) -> ``round(255 c)``;
+- ``"unit"``: 0..1, a normalised export (Open3D, CloudCompare): every value within ``[0, 1]`` (up to
+  :data:`UNIT_MAX`, the rounding noise of such exporters: float32's ``1.0000001``, float16's ``1.00098``)
+  and some fractional (a file of 0 and 1 only is not, nothing says so) -> ``round(255 c)``, clipped to 255;
 - ``"16bit"``: 0..65535 (16-bit exports that do not declare it: text, ``.npy``): more than half of the
   values that round above 0 (the "lit" values) round above 255, and some value reaches 511.5 (two 8-bit
   steps of full scale, ``2 * 257 - 2.5``) -> ``round(c / 257)`` (65535 -> 255, the inverse of the
@@ -37,12 +38,14 @@ import numpy as np
 
 UNIT, BITS16, BITS8 = "unit", "16bit", "8bit"
 BITS16_REACH = 511.5  # some value of a 16-bit file that does not declare it reaches this
+UNIT_MAX = 1.001      # the largest value of a 0..1 file: 1 and an exporter's rounding noise (float16's step
+                      # above 1 is 1/1024); round(255 * 1.001) is still 255, nothing is clipped
 
 
 def is_unit(values: np.ndarray) -> bool:
-    """Whether ``values`` are 0..1 colours: all within ``[0, 1]``, some fractional."""
+    """Whether ``values`` are 0..1 colours: all within ``[0, UNIT_MAX]``, some fractional."""
     return (values.size > 0 and values.dtype.kind == "f" and float(values.min()) >= 0
-            and float(values.max()) <= 1 and bool((values != np.rint(values)).any()))
+            and float(values.max()) <= UNIT_MAX and bool((values != np.rint(values)).any()))
 
 
 def color_range(values: np.ndarray, declared_16bit: bool = False) -> str:
@@ -71,10 +74,10 @@ def room_ranges(blocks: Sequence[np.ndarray],
                 maxima: Sequence[float]) -> tuple[list[str], tuple[list[int], int] | None]:
     """``(kinds, overruled)``: the range of each file of a room (the module's rule, its room exceptions),
     ``blocks`` the files' colours ``(N_i, 3)``, ``maxima`` their maxima (0 for an empty file). A file whose
-    maximum is within ``(1, 255.5)`` (the usual one) is 0..255 at the cost of its maximum alone.
+    maximum is within ``(UNIT_MAX, 255.5)`` (the usual one) is 0..255 at the cost of its maximum alone.
     ``overruled``: ``(files, writer)`` when the first exception applied (the indices of the files that alone
     are 0..1 and are read as 0..255, the first file with fractions beyond 0..1), else ``None``."""
-    kinds = [BITS8 if 1 < hi < 255.5 else color_range(block) for block, hi in zip(blocks, maxima)]
+    kinds = [BITS8 if UNIT_MAX < hi < 255.5 else color_range(block) for block, hi in zip(blocks, maxima)]
     writer = next((i for i, (block, k) in enumerate(zip(blocks, kinds))
                    if k != UNIT and fractions_beyond_unit(block).any()), None)
     overruled = None

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pointgeope.color_range import BITS16, UNIT, clip_warning, color_range, to_uint8
+from pointgeope.color_range import BITS16, UNIT, UNIT_MAX, clip_warning, color_range, to_uint8
 from pointgeope.errors import UserError
 
 
@@ -92,7 +92,7 @@ def color_to_uint8(values: np.ndarray, source: str, unit_float: bool | None = No
     lo, hi = float(values.min()), float(values.max())
     if lo < 0 or hi > 65535:
         raise ScanError(f"{source}: colour values from {lo:g} to {hi:g}; expected 0..255, 0..65535 or 0..1{not_colours}")
-    if unit_float and hi > 1.0:
+    if unit_float and hi > UNIT_MAX:  # 1.0000001, a 0..1 exporter's rounding, is 1
         raise ScanError(f"{source}: float colour values up to {hi:g}; expected 0..1 (a float colour is a "
                         "fraction of full intensity): divide them by 255, or store them as uchar 0..255")
     kind = UNIT if unit_float else color_range(values, declared_16bit)

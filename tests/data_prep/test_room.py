@@ -218,16 +218,18 @@ def test_a_dark_object_among_fractional_0_255_files_stays_dark(tmp_path):
 
 def test_float_noise_just_above_1_does_not_cancel_the_0_1_files_of_a_room(tmp_path):
     """One value of 1.0000001 (a 0..1 exporter's float32 noise) in one file counted as "fractions beyond 0..1",
-    so every 0..1 file of the room was rounded to 0 and 1 (black) without a word."""
+    so every 0..1 file of the room was rounded to 0 and 1 (black) without a word; then that file alone was."""
     files, colours = _object_files({"wall_1": (50, 0, 1, 4), "floor_1": (50, 0, 1, 4)})
     colours["floor_1"][0, 0] = 1.0000001
     files["Area_1/r/Annotations/floor_1.txt"] = "".join(
         f"{i} 0 0 {' '.join(f'{v:.7f}' for v in rgb)}\n" for i, rgb in enumerate(colours["floor_1"])).encode()
     data = _load(tmp_path, files)
-    read = {"wall_1": np.rint(colours["wall_1"] * 255), "floor_1": np.rint(colours["floor_1"])}  # floor: max > 1
-    np.testing.assert_array_equal(data.arrays["color"], np.concatenate([read[name] for name in data.attrs["objects"]]))
-    assert data.attrs["color_scale"] == 255 and len(data.messages) == 1
-    assert data.messages[0].startswith("Area_1/r: 1 of 2 file(s) with colours within 0..1 (a normalised export)")
+    # both files are 0..1: the floor's 1.0000001 is 255, as its 1 would be (before: the floor, max > 1, was
+    # rounded as 0..255, every colour 0 or 1, black, without a word)
+    expected = np.concatenate([colours[name] for name in data.attrs["objects"]])
+    np.testing.assert_array_equal(data.arrays["color"], np.minimum(np.rint(expected * 255), 255))
+    assert data.attrs["color_scale"] == 255 and data.attrs["clipped_colors"] == 0 and len(data.messages) == 1
+    assert data.messages[0].startswith("Area_1/r: 2 of 2 file(s) with colours within 0..1 (a normalised export)")
 
 
 def test_a_white_object_of_256_overshoots_is_clipped_not_read_as_16_bit(tmp_path):

@@ -127,3 +127,25 @@ def test_an_8_bit_file_of_256_overshoots_is_clipped_not_read_as_16_bit():
                      "another range, rescale them to 0..255"]
     values[:700] = 512  # a 16-bit file of near-black points (2/255 of full intensity): 16 bit
     np.testing.assert_array_equal(color_to_uint8(values, "dark16.txt"), np.floor(values / 257 + 0.5))
+
+
+@pytest.mark.parametrize("noise", [1.0000001, np.float32(1) + np.finfo(np.float32).eps, 1 + 2**-10])
+@pytest.mark.parametrize("unit_float", [None, True])
+def test_a_0_1_scan_with_rounding_noise_above_1_is_read_as_0_1(noise, unit_float):
+    """A normalised export's white written one float32 or float16 step above 1 (``1.0000001``): judged by the
+    values, the scan was read as 0..255 (every colour 0 or 1, black) without a word; a PLY float colour was
+    refused ("float colour values up to 1; expected 0..1")."""
+    rng = np.random.default_rng(0)
+    values = rng.uniform(0, 1, (200, 3))
+    values[7, 1] = noise
+    notes = []
+    color = color_to_uint8(values, "s.ply", unit_float=unit_float, notes=notes)
+    expected = np.minimum(np.floor(255 * values + 0.5), 255)  # round half up; no value is at .5 exactly here
+    np.testing.assert_array_equal(color, expected)
+    assert color[7, 1] == 255 and notes == []
+
+
+def test_a_0_255_scan_just_above_the_0_1_noise_is_read_as_0_255():
+    """Past the noise (1.01) a fractional file is 0..255, as before: its colours are dark, not scaled."""
+    values = np.array([[0.2, 0.7, 1.01], [0.0, 0.5, 0.9]])
+    np.testing.assert_array_equal(color_to_uint8(values, "s.txt"), [[0, 1, 1], [0, 0, 1]])
