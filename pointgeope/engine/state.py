@@ -104,6 +104,8 @@ class FoldCheckpoints:
                                       "(or --force, which starts the fold again)")
         path = self.run / "last.pt"
         if not path.is_file():
+            if self.env.rank:  # a new DDP fold: every rank drew alike so far (the seed's weights); from here
+                restore_rank_rng([rng_state()], self.env.rank)  # each its own stream, rank 0 one process's
             return LoopState()
         ckpt = load_checkpoint(path, self.config)
         if self.fold is not None:   # another fold's last.pt: the same six area files, so only this tells

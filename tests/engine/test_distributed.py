@@ -67,6 +67,9 @@ def test_two_process_gloo_run(two_folds, tmp_path):
     assert metrics["complete"] and metrics["num_points"] == sum(list_rooms(two_folds / "Area_1.h5").values())
     ckpt = torch.load(fold / "last.pt", weights_only=True)
     assert len(ckpt["rng"]) == 2  # both ranks' generator states, for an exact resume
+    # each rank drew its own stream from the start (before: both the seed's, so PTv3's drop path and pooling
+    # drew the same masks and permutations on every rank)
+    assert not torch.equal(ckpt["rng"][0]["torch"], ckpt["rng"][1]["torch"])
     assert not [p for p in fold.rglob("*") if p.name.endswith(".tmp")]
 
 
