@@ -80,7 +80,7 @@ class DataConfig:
 class OptimConfig:
     name: Literal["sgd", "adamw"] = "sgd"   # the optimiser: SGD with momentum (the authors'), or AdamW
     lr: float = 0.5                         # the learning rate at the start (before the schedule's factors)
-    momentum: float = 0.9                   # SGD only
+    momentum: float = 0.9                   # SGD only, not under onecycle (which cycles it 0.95 -> 0.85)
     weight_decay: float = 1e-4              # L2 penalty (SGD) or decoupled decay (AdamW), see no_weight_decay
     scheduler: Literal["multistep", "cosine", "onecycle"] = "multistep"  # lr x gamma at each milestone, cosine
     #                                         to 0, or one cycle per group (PTv3, engine/schedule.py)

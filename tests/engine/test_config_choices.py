@@ -13,6 +13,7 @@ from tests.engine.conftest import DEMO_CONFIG, one_line
 # key=value set away from its default, a choice that never reads it, and one that does
 CASES = [
     ("optim.momentum=0.5", "optim.name=adamw", "optim.name=sgd"),
+    ("optim.momentum=0.5", "optim.scheduler=onecycle", "optim.scheduler=multistep"),  # SGD: onecycle cycles it
     ("optim.milestones=[0.5]", "optim.scheduler=cosine", "optim.scheduler=multistep"),
     ("optim.gamma=0.5", "optim.scheduler=onecycle", "optim.scheduler=multistep"),
     ("optim.pct_start=0.3", "optim.scheduler=multistep", "optim.scheduler=onecycle"),
@@ -23,7 +24,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("setting, unread, read", CASES, ids=[c[0].split("=")[0] for c in CASES])
+@pytest.mark.parametrize("setting, unread, read", CASES, ids=[f"{c[0].split('=')[0]}-{c[1]}" for c in CASES])
 def test_a_key_the_choice_never_reads_is_refused_naming_both(setting, unread, read):
     key, _, value = setting.partition("=")
     chooser, _, choice = unread.partition("=")
@@ -32,7 +33,7 @@ def test_a_key_the_choice_never_reads_is_refused_naming_both(setting, unread, re
     message = str(err.value)
     assert message.startswith(f"the defaults with the overrides: {key}="), message
     assert message.endswith(f"but {chooser}={choice}, which never reads it; remove it"), message
-    assert f"only ({chooser}={read.partition('=')[2]})" in message
+    assert f"only ({chooser}={read.partition('=')[2]}" in message
     assert load_config(None, [read, setting])          # the choice that reads it takes it
     default = Config()
     section, name = key.split(".")
@@ -44,6 +45,28 @@ def test_the_message_words_the_reproduction():
         load_config(DEMO_CONFIG, ["optim.momentum=0.5", "optim.pct_start=0.5", "train.lovasz_weight=3"])
     assert str(err.value) == (f"{DEMO_CONFIG} with the overrides: optim.momentum=0.5: SGD's only (optim.name=sgd), "
                               "but optim.name=adamw, which never reads it; remove it")
+
+
+def test_sgds_momentum_under_the_one_cycle_schedule_is_refused():
+    """torch's OneCycleLR sets SGD's momentum every step (cycle_momentum: 0.95 -> 0.85 -> 0.95), so a momentum
+    of one's own was overwritten at the first step without a word."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["optim.scheduler=onecycle", "optim.momentum=0.5"])
+    assert str(err.value) == ("the defaults with the overrides: optim.momentum=0.5: SGD's under a schedule that "
+                              "leaves its momentum (the one-cycle schedule cycles it) only "
+                              "(optim.scheduler=multistep/cosine), but optim.scheduler=onecycle, which never reads "
+                              "it; remove it")
+    from pointgeope.engine import build
+    cfg = load_config(None, ["optim.scheduler=onecycle"])   # the default momentum passes: it is cycled
+
+
+    class Net(torch.nn.Linear):
+        def frequency_parameters(self):
+            return []
+
+    optimizer = build.optimizer(cfg, Net(2, 2))
+    build.scheduler(cfg, optimizer, 10)
+    assert [g["momentum"] for g in optimizer.param_groups] == [0.95] * len(optimizer.param_groups)
 
 
 def test_a_config_file_is_named_at_the_keys_line(tmp_path):
@@ -84,7 +107,7 @@ def test_a_runs_record_with_such_a_key_is_still_read(tmp_path):
     assert load_record(tmp_path / "config.yaml").optim.name == "adamw"
 
 
-@pytest.mark.parametrize("setting, unread, read", CASES, ids=[c[0].split("=")[0] for c in CASES])
+@pytest.mark.parametrize("setting, unread, read", CASES, ids=[f"{c[0].split('=')[0]}-{c[1]}" for c in CASES])
 def test_a_key_neither_choice_reads_is_no_difference_to_resume(setting, unread, read):
     """A checkpoint's config with the key set beside a choice that never reads it compares equal to the
     config without it (what the refusal asks for), so the run resumes; where either side reads it, it differs."""
