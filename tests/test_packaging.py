@@ -15,6 +15,8 @@ import zipfile
 import pytest
 import yaml
 
+import pointgeope
+
 from tests.conftest import REPO
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -57,3 +59,4 @@ def test_the_wheel_carries_the_licence_and_builds_without_a_deprecation(tmp_path
     assert wheel.read(info + "licenses/LICENSE") == (REPO / "LICENSE").read_bytes()
     metadata = wheel.read(info + "METADATA").decode().splitlines()
     assert {"License-Expression: MIT", "License-File: LICENSE"} <= set(metadata)
+    assert f"Version: {pointgeope.__version__}" in metadata   # pyproject.toml reads it from the package

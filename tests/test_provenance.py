@@ -21,7 +21,10 @@ def head_from_files(repo) -> str:
 
 
 def test_the_version_is_pyprojects():
-    assert pointgeope.__version__ == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    """pyproject.toml reads the version from the package, the one place it is written (test_packaging: the wheel's)."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"] and pyproject["project"]["dynamic"] == ["version"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "pointgeope.__version__"}
     assert code_record()["pointgeope"] == pointgeope.__version__
 
 
