@@ -15,7 +15,7 @@ with a note. In the --out folder itself, the files named as outputs,
 *_pred.* and *_probs.npy, are not inputs. Outputs per scan, the formats --format lists (default npy,ply):
 DIR/<name>_pred.npy (uint8 label per point), DIR/<name>_pred.ply (points coloured by class, a `label`
 property), .las (classification), .txt (x y z r g b label), .h5 (for `pointgeope viz`); with
---probabilities DIR/<name>_probs.npy (float16 (N, classes)). The rooms of an Area_N.h5, and the raw rooms found
+--probabilities DIR/<name>_probs.npy (float32 (N, classes)). The rooms of an Area_N.h5, and the raw rooms found
 inside a folder, go to DIR/Area_N/<room>_pred.* (named after the area file or the folder). One view unless
 --tta or an eval.tta override (eval.tta.rotations=4) sets them, whatever the run's eval.tta (which evaluate
 uses). An input that fails is reported in one line and
@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the outputs to write, comma-separated from {','.join(FORMATS)} (default npy,ply; "
                              "--format h5 writes the .h5 only)")
     parser.add_argument("--probabilities", action="store_true",
-                        help="also DIR/<name>_probs.npy: float16 (N, C) class probabilities (C = model.num_classes)")
+                        help="also DIR/<name>_probs.npy: float32 (N, C) class probabilities (C = model.num_classes)")
     parser.add_argument("--checkpoint", choices=("last", "best"), help="which checkpoint of a run folder")
     parser.add_argument("--tta", action="store_true",
                         help="test-time views: the run's eval.tta, or 4 z-rotations x flip if it has none")

@@ -165,17 +165,20 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
 
 
 def vote_probabilities(scores: np.ndarray, votes: np.ndarray, vote: str, chunk: int = 1 << 20) -> np.ndarray:
-    """``float16 (N, C)`` per-point class probabilities, each row summing to 1, from ``vote_room``'s
+    """``float32 (N, C)`` per-point class probabilities, each row summing to 1 (to float32's rounding), from ``vote_room``'s
     ``scores (N, C)``, sums over the ``votes (N,)`` predictions of each point of (``eval.vote``):
 
     - ``"logits"``: ``softmax(scores / votes)``, the softmax of the point's mean logit;
     - ``"softmax"``: ``scores / sum_c scores``, the mean of its predictions' probabilities.
 
-    Either way ``argmax`` is the predicted label. Computed in chunks of rows (bounded extra memory).
+    Either way ``argmax`` is the predicted label (``argmax`` of ``scores``): both maps are monotone, so only
+    classes whose probabilities are equal in float32 (scores a float32 step apart) can tie, and the tie goes to
+    the smaller class, as the label's does. (float16 rounded near ties together: 0.6 % of the rows of random
+    logits of scale 0.05 had another argmax.) Computed in chunks of rows (bounded extra memory).
     """
     if vote not in ("logits", "softmax"):
         raise ValueError(f"expected eval.vote 'logits' or 'softmax', got {vote!r}")
-    out = np.empty(scores.shape, dtype=np.float16)
+    out = np.empty(scores.shape, dtype=np.float32)
     for start in range(0, scores.shape[0], chunk):
         s = scores[start:start + chunk].astype(np.float64)
         if vote == "logits":

@@ -11,7 +11,7 @@ las         ``DIR/<name>_pred.las``           LAS 1.2, ``classification`` = labe
 txt         ``DIR/<name>_pred.txt``           ``x y z r g b label`` lines (``text.py``)
 h5          ``DIR/<name>_pred.h5``            one room in the prepared-area layout with its ``pred``: ``pointgeope
                                               viz DIR/<name>_pred.h5 --mode pred`` shows it
-probs       ``DIR/<name>_probs.npy``          ``float16 (N, C)`` class probabilities, rows sum to 1
+probs       ``DIR/<name>_probs.npy``          ``float32 (N, C)`` class probabilities, rows sum to 1
 ==========  ================================  ===============================================================
 
 ``r g b`` of the txt and LAS files is the scan's own colour (the palette colour of the label where the scan
@@ -147,6 +147,6 @@ def write_outputs(out: str | Path, scan: Scan, pred: np.ndarray, formats: tuple[
     if probs is not None:
         path = output_path(out, scan.name, "probs", scan.source)
         with atomic_path(path) as tmp:
-            np.save(tmp, probs.astype(np.float16))
+            np.save(tmp, probs.astype(np.float32))
         written.append(path)
     return written

@@ -55,8 +55,8 @@ def test_every_format_reads_back(tmp_path):
         assert f.attrs["kind"] == "scan-predictions" and list(f.attrs["class_names"]) == list(CLASS_NAMES)
     np.testing.assert_allclose(room.coord + origin, s.coord, rtol=0, atol=1e-5)
     p = np.load(paths[5])
-    assert p.dtype == np.float16 and p.shape == (len(s), 13)
-    np.testing.assert_array_equal(p, probs.astype(np.float16))
+    assert p.dtype == np.float32 and p.shape == (len(s), 13)
+    np.testing.assert_array_equal(p, probs.astype(np.float32))
 
 
 def test_without_colour_the_text_and_las_carry_the_palette(tmp_path):
