@@ -50,7 +50,8 @@ def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool =
 
     One line per class of ``class_names`` (S3DIS's 13, or those of the predictions' network: all of them, a
     prediction can be any class), in ``constants.class_palette``'s colours, a header, and with predictions a last
-    line with the room's mIoU and OA. A room without ground truth (:func:`~pointgeope.viz.colors.has_ground_truth`
+    line with the room's mIoU (over the classes present: in its truth or its predictions, ``scores``'s
+    ``"present"`` rule, since a room holds few of the classes) and OA. A room without ground truth (:func:`~pointgeope.viz.colors.has_ground_truth`
     false: an unlabelled scan's predictions) has nothing to score: with ``pred`` its legend counts the
     points per *predicted* class (what the colours show), with no IoU column and no mIoU line.
     """
@@ -73,8 +74,9 @@ def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool =
             line += f" {_percent(result['iou'][c]):>6}"
         lines.append(line)
     if result is not None:
-        lines.append(f"  room: mIoU {_percent(result['miou'])} %, OA {_percent(result['oa'])} % "
-                     f"over {int(counts.sum()):,} labelled points")
+        present = sum(not math.isnan(v) for v in result["iou"])   # classes in the truth or the predictions
+        lines.append(f"  room: mIoU {_percent(result['miou'])} % of the {present} classes present, OA "
+                     f"{_percent(result['oa'])} % over {int(counts.sum()):,} labelled points")
     if by_pred:
         lines.append(f"  room: {int(counts.sum()):,} points by predicted class; no ground truth, nothing to score")
     return lines
@@ -116,5 +118,6 @@ def room_table(counts: dict[str, int], miou: dict[str, float] | None = None) -> 
         if miou is not None:
             line += f" {_percent(miou.get(name, float('nan'))):>7}"
         lines.append(line)
-    lines.append(f"{len(names)} rooms, {sum(counts.values()):,} points")
+    lines.append(f"{len(names)} rooms, {sum(counts.values()):,} points"
+                 + ("; each room's mIoU over the classes present in its truth or predictions" if miou is not None else ""))
     return lines

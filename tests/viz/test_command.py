@@ -78,7 +78,7 @@ def test_ply_export_with_hidden_ceiling_and_legend(synthetic_area, tmp_path, cap
     room, pred = synthetic_room()
     n_ceiling = int((room["label"] == 0).sum())
     assert f"note: hidden ceiling: {n_ceiling:,} points" in text
-    assert "room: mIoU 62.5 %, OA" in text
+    assert "room: mIoU 62.5 % of the 4 classes present, OA" in text
     from tests.viz.test_ply import _read_ply
 
     _, rec, _ = _read_ply(out)

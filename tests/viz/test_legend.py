@@ -44,7 +44,8 @@ def test_legend_with_predictions_prints_room_iou():
     assert lines[0].split()[-2:] == ["IoU", "%"]
     assert lines[1].split()[-1] == "50.0" and lines[2].split()[-1] == "66.7"
     assert all(line.split()[-1] == "-" for line in lines[3:14])
-    assert lines[-1].strip() == f"room: mIoU {100 * (1 / 2 + 2 / 3) / 2:.1f} %, OA 75.0 % over 4 labelled points"
+    assert lines[-1].strip() == (f"room: mIoU {100 * (1 / 2 + 2 / 3) / 2:.1f} % of the 2 classes present, OA 75.0 % "
+                                 "over 4 labelled points")
 
 
 def test_key_help_lists_the_four_modes():
@@ -74,9 +75,10 @@ def test_room_table_sorts_worst_first():
     assert [line.split()[0] for line in lines[1:5]] == ["b", "a", "c", "d"]
     assert lines[1].split() == ["b", "2,000", "25.0"]
     assert lines[3].split() == ["c", "5", "-"] and lines[4].split() == ["d", "7", "-"]
-    assert lines[-1] == "4 rooms, 2,022 points"
+    assert lines[-1] == "4 rooms, 2,022 points; each room's mIoU over the classes present in its truth or predictions"
     plain = room_table(counts)
     assert [line.split()[0] for line in plain[1:5]] == ["a", "b", "c", "d"] and "mIoU" not in plain[0]
+    assert plain[-1] == "4 rooms, 2,022 points"
 
 
 def test_legend_of_a_room_without_ground_truth_counts_the_predictions():
