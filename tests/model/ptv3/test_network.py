@@ -236,3 +236,19 @@ def test_feature_dtypes_the_network_cannot_take_are_one_type_error_naming_feat(m
                     m.setattr(embedding, "check_model_dtype", lambda *a, **k: None)
                     run(net, **inputs)
     assert refused >= 4
+
+
+def test_the_flash_partition_keeps_a_cloud_apart_from_its_batch_at_one_serialization_depth():
+    """docs/ptv3.md: a cloud's features do not depend on the clouds batched with it when they share one
+    serialization depth (any order); a cloud of larger extent raises the batch's depth, which the Hilbert
+    orders depend on and the z-orders do not."""
+    small, same_depth, deeper = cloud((60,), seed=1, side=8), cloud((90,), seed=2, side=8), cloud((90,), seed=3, side=40)
+    for order, depth_matters in ((("z", "z-trans"), False), (("hilbert", "hilbert-trans"), True)):
+        torch.manual_seed(0)
+        net = PointTransformerV3(**dict(SMALL, order=order, shuffle_in_eval=False, drop_path=0.0)).eval()
+        alone = run(net, **small)
+        for other, differs in ((same_depth, False), (deeper, depth_matters)):
+            both = {k: torch.cat([small[k], other[k]]) for k in ("coord", "grid_coord", "feat")}
+            both["offset"] = torch.tensor([60, 150])
+            gap = float((run(net, **both)[:60] - alone).abs().max() / alone.abs().max())
+            assert (gap > 1e-3) if differs else (gap < 1e-5), (order, differs, gap)
