@@ -34,13 +34,13 @@ from pointgeope.model.ptv3.structure import PointBatch
 __all__ = ["PointTransformerV3"]
 
 
-def _encoder_only(cls_mode: bool | None, enc_mode: bool | None) -> bool:
-    """The encoder-only switch from its two names: ``cls_mode`` (Pointcept's PT-v3m1) and ``enc_mode`` (Sonata's
-    PT-v3m2, this package's earlier name); either alone, or both when they agree (else a ``ValueError``)."""
+def _encoder_only(enc_mode: bool | None, cls_mode: bool | None) -> bool:
+    """The encoder-only switch from its two names in Pointcept's PT-v3m1: ``enc_mode`` (since Pointcept v1.6.1)
+    and ``cls_mode`` (up to v1.6.0); either alone, or both when they agree (else a ``ValueError``)."""
     if cls_mode is not None and enc_mode is not None and bool(cls_mode) != bool(enc_mode):
-        raise ValueError(f"cls_mode={cls_mode!r} and enc_mode={enc_mode!r} are two names of one switch (the "
-                         "encoder-only network) and disagree: pass cls_mode (Pointcept's name) alone")
-    return bool(cls_mode if cls_mode is not None else enc_mode)
+        raise ValueError(f"enc_mode={enc_mode!r} and cls_mode={cls_mode!r} are two names of one switch (the "
+                         "encoder-only network: Pointcept's since v1.6.1 and up to v1.6.0) and disagree: pass one")
+    return bool(enc_mode if enc_mode is not None else cls_mode)
 
 
 def _check_lengths(num_stages: int, enc: dict, dec: dict, stride: tuple, enc_mode: bool) -> None:
@@ -58,15 +58,16 @@ def _check_lengths(num_stages: int, enc: dict, dec: dict, stride: tuple, enc_mod
 class PointTransformerV3(nn.Module):
     """PT-v3m1 (module docstring). Constructor arguments are Pointcept's, in its order (S3DIS config values as
     defaults where they differ from Pointcept's own); in addition ``pe`` (the attention's positional encoding, see
-    :mod:`pointgeope.model.ptv3.attention`), ``pooling_shuffle_orders``, ``shuffle_in_eval`` and ``enc_mode``, a
-    second name of ``cls_mode`` (the encoder only: Sonata's PT-v3m2 name; given with ``cls_mode``, the two must
-    agree). Pointcept's PDNorm (``pdnorm_bn``/``pdnorm_ln``) is not implemented and raises a ``ValueError``.
+    :mod:`pointgeope.model.ptv3.attention`), ``pooling_shuffle_orders``, ``shuffle_in_eval`` and ``cls_mode``,
+    the name of ``enc_mode`` (the encoder only) in Pointcept up to v1.6.0, so that the configs of that release
+    build too (given with ``enc_mode``, the two must agree). Pointcept's PDNorm (``pdnorm_bn``/``pdnorm_ln``) is
+    not implemented and raises a ``ValueError``.
 
     Shapes:
         forward(coord (N, 3) any float, grid_coord (N, 3) int >= 0, feat (N, in_channels) in the model's dtype
         (else a ``TypeError`` naming ``feat``, as PTv1's; under autocast a half dtype or float32), offset (B,) the
         end of each cloud, a tensor or a host list) -> (N, dec_channels[0]) per-point features in input order
-        (cls_mode: the coarsest stage's (N_S, enc_channels[-1]), rows in its pooled order).
+        (enc_mode: the coarsest stage's (N_S, enc_channels[-1]), rows in its pooled order).
     """
 
     def __init__(self, in_channels: int = 6, order=("z", "z-trans", "hilbert", "hilbert-trans"),
@@ -77,13 +78,13 @@ class PointTransformerV3(nn.Module):
                  qk_scale: float | None = None, attn_drop: float = 0.0, proj_drop: float = 0.0,
                  drop_path: float = 0.3, pre_norm: bool = True, shuffle_orders: bool = True,
                  enable_rpe: bool = False, enable_flash: bool = True, upcast_attention: bool = False,
-                 upcast_softmax: bool = False, cls_mode: bool | None = None, pdnorm_bn: bool = False,
+                 upcast_softmax: bool = False, enc_mode: bool | None = None, pdnorm_bn: bool = False,
                  pdnorm_ln: bool = False, pdnorm_decouple: bool = True, pdnorm_adaptive: bool = False,
                  pdnorm_affine: bool = True, pdnorm_conditions=("ScanNet", "S3DIS", "Structured3D"),
                  pe: PatchEncoding | None = None, pooling_shuffle_orders: bool = True,
-                 shuffle_in_eval: bool = True, enc_mode: bool | None = None) -> None:
+                 shuffle_in_eval: bool = True, cls_mode: bool | None = None) -> None:
         super().__init__()
-        enc_mode = _encoder_only(cls_mode, enc_mode)
+        enc_mode = _encoder_only(enc_mode, cls_mode)
         self.order = (order,) if isinstance(order, str) else tuple(order)
         bad = [o for o in self.order if o not in ORDERS]
         if bad or not self.order:
@@ -91,7 +92,7 @@ class PointTransformerV3(nn.Module):
         if pdnorm_bn or pdnorm_ln:
             raise ValueError("pdnorm_bn / pdnorm_ln (Point Prompt Training's PDNorm) are not implemented: "
                              "set both to False")
-        self.num_stages, self.cls_mode, self.shuffle_orders = len(enc_depths), enc_mode, shuffle_orders
+        self.num_stages, self.enc_mode, self.shuffle_orders = len(enc_depths), enc_mode, shuffle_orders
         self.shuffle_in_eval = shuffle_in_eval
         _check_lengths(self.num_stages, dict(enc_channels=enc_channels, enc_num_head=enc_num_head,
                                              enc_patch_size=enc_patch_size),
@@ -146,19 +147,19 @@ class PointTransformerV3(nn.Module):
 
     def forward_points(self, coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor) -> PointBatch:
         """The network on checked inputs; returns the final point structure (the input stage unless
-        cls_mode)."""
+        enc_mode)."""
         point = PointBatch.from_inputs(coord, grid_coord, feat, offset)
         point.serialize(self.order, shuffle=shuffles_now(self.shuffle_orders, self))
         point = self.embedding(point)
         point = self.enc(point)
-        if not self.cls_mode:
+        if not self.enc_mode:
             point = self.dec(point)
         return point
 
     @property
-    def enc_mode(self) -> bool:
-        """``cls_mode`` by its other name (read only)."""
-        return self.cls_mode
+    def cls_mode(self) -> bool:
+        """``enc_mode`` by its name up to Pointcept v1.6.0 (read only)."""
+        return self.enc_mode
 
     def forward(self, coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor) -> Tensor:
         return self.forward_points(coord, grid_coord, feat, offset).feat

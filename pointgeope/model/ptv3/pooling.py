@@ -45,7 +45,8 @@ def stride_problem(stride: int) -> str | None:
         return f"expected a power of two >= 2, got {stride!r}"
     return None
 
-__all__ = ["CoarsePoolingError", "SmallBatchError", "SerializedPooling", "SerializedUnpooling", "segment_reduce", "shuffles_now"]
+__all__ = ["CoarsePoolingError", "SerializedPooling", "SerializedUnpooling", "SmallBatchError", "segment_reduce",
+           "shuffles_now"]
 
 
 class SmallBatchError(UserError, ValueError):
