@@ -38,8 +38,9 @@ def _encoder_only(enc_mode: bool | None, cls_mode: bool | None) -> bool:
     """The encoder-only switch from its two names in Pointcept's PT-v3m1: ``enc_mode`` (since Pointcept v1.6.1)
     and ``cls_mode`` (up to v1.6.0); either alone, or both when they agree (else a ``ValueError``)."""
     if cls_mode is not None and enc_mode is not None and bool(cls_mode) != bool(enc_mode):
-        raise ValueError(f"enc_mode={enc_mode!r} and cls_mode={cls_mode!r} are two names of one switch (the "
-                         "encoder-only network: Pointcept's since v1.6.1 and up to v1.6.0) and disagree: pass one")
+        raise ValueError(f"enc_mode={enc_mode!r} and cls_mode={cls_mode!r} are two names of one switch, the "
+                         "encoder-only network (Pointcept's cls_mode up to v1.6.0, enc_mode since v1.6.1), and "
+                         "disagree: pass one of them")
     return bool(enc_mode if enc_mode is not None else cls_mode)
 
 
