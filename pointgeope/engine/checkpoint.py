@@ -33,6 +33,7 @@ import torch
 from pointgeope.atomic import atomic_open
 from pointgeope.engine.config_choices import unread
 from pointgeope.engine.config_yaml import value_text
+from pointgeope.engine.foreign_checkpoint import POINTCEPT_ADVICE, is_pointcept_checkpoint, pickled_pointcept_checkpoint
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
 
@@ -163,9 +164,13 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # truncated zip, foreign pickle, another kind of file, ...
+        if pickled_pointcept_checkpoint(path):          # Pointcept's numpy best_metric_value
+            raise CheckpointError(POINTCEPT_ADVICE.format(path=path)) from None
         template = damaged_file if damaged_file and damaged(path, err) else unreadable
         raise CheckpointError(template.format(path=path, kind=unreadable_kind(path, err))) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        if is_pointcept_checkpoint(ckpt):
+            raise CheckpointError(POINTCEPT_ADVICE.format(path=path))
         raise CheckpointError(f"{path}: expected a {FORMAT} file, got {type(ckpt).__name__} without that format tag")
     if ckpt.get("version") != VERSION:
         raise CheckpointError(f"{path}: expected checkpoint version {VERSION}, got {ckpt.get('version')}")

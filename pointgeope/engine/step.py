@@ -13,7 +13,9 @@ import torch
 from pointgeope.engine import build
 from pointgeope.engine.config import Config
 from pointgeope.engine.losses import segmentation_loss
+from pointgeope.engine.small_batch import small_batch_advice
 from pointgeope.engine.state import Learner
+from pointgeope.model.ptv3.pooling import SmallBatchError
 
 __all__ = ["train_step"]
 
@@ -25,12 +27,16 @@ def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, devic
     float32 ``train.loss``, then ``learner.step`` (backward, scaler, clip, optimiser, schedule). Returns the
     logits ``(N, classes)`` and the loss as a float (the step's one host sync); ``before_update(loss,
     value)`` runs between the two (train_epoch's non-finite check). The one step the training loop and the
-    ``bench/`` scripts run."""
+    ``bench/`` scripts run. PTv3's batch norm on a one-row batch (:class:`SmallBatchError`) is said naming the
+    ``data`` keys that made the batch so small (:mod:`pointgeope.engine.small_batch`)."""
     with build.autocast(cfg, device):
         # the loader's hierarchy, or None: the model builds it on the device (placement.hierarchy_place);
         # PTv3's samples carry their voxels (grid_coord), PTv1's do not
         grid = {"grid_coord": batch.grid_coord} if getattr(batch, "grid_coord", None) is not None else {}
-        logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None), **grid)
+        try:
+            logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None), **grid)
+        except SmallBatchError as err:      # PTv3's batch norm on one row: name the keys that made it so
+            raise SmallBatchError(err.fact, small_batch_advice(cfg.data, len(batch.pos))) from None
     loss = segmentation_loss(logits.float(), batch.y, cfg.train.loss, cfg.train.ignore_index,
                              cfg.train.lovasz_weight)
     loss_value = loss.item()

@@ -54,6 +54,7 @@ from pointgeope.engine.fold_result import fold_is_complete
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import prediction_metadata
 from pointgeope.engine.runio import Log, progress
+from pointgeope.engine.small_batch import batch_norm_problem
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError
@@ -109,7 +110,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     distributed.barrier()
     check_fold(cfg, fold, folds, env, log)
     problem = (neighbour_problem(cfg.model, cfg.data.voxel_max, build.per_rank_batch(cfg, env), device)
-               if cfg.model.backbone == "ptv1" else None)   # PTv1's kNN neighbourhoods; PTv3 has none
+               if cfg.model.backbone == "ptv1"             # PTv1's kNN neighbourhoods; PTv3's batch norm
+               else batch_norm_problem(cfg.data, build.per_rank_batch(cfg, env)))
     if problem:  # before any weight or batch is made: a step that could never fit
         raise UserError(problem)
 

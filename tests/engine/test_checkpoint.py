@@ -172,3 +172,31 @@ def test_a_folds_config_without_config_yaml_skips_a_last_pt_cut_short(tmp_path):
     (tmp_path / "best.pt").write_bytes(b"cut short too")
     with pytest.raises(CheckpointError, match=r"best\.pt: not a readable checkpoint"):
         fold_config(tmp_path, log=said.append)
+
+
+@pytest.mark.parametrize("best", [0.625, np.float64(0.625)], ids=["float", "numpy"])
+def test_a_pointcept_checkpoint_is_named_with_the_api_that_loads_it(tmp_path, best):
+    """Pointcept's trainer saves its segmentor's weights under 'state_dict' (DDP's module. prefix) and the best
+    mean IoU as a numpy float, which weights_only loading refuses: either way one line that says what the file
+    is and how to load it, for training's, evaluate's and predict's loads alike."""
+    from pointgeope.engine.predict import DAMAGED_MODEL, UNREADABLE_MODEL
+
+    path = tmp_path / "model_best.pth"
+    torch.save({"epoch": 100, "state_dict": {"module.backbone.embedding.stem.conv.weight": torch.ones(2, 3),
+                                             "module.seg_head.weight": torch.ones(13, 2)},
+                "optimizer": {"state": {}, "param_groups": []}, "best_metric_value": best}, path)
+    for kwargs in ({}, dict(unreadable=UNREADABLE_MODEL, damaged_file=DAMAGED_MODEL)):
+        with pytest.raises(CheckpointError) as err:
+            load_checkpoint(path, **kwargs)
+        line = str(err.value)
+        assert line.startswith(f"{path}: a checkpoint of Pointcept's trainer") and "\n" not in line
+        assert "PTv3Segmentor.load_state_dict(pointcept_state_dict(path))" in line and "docs/ptv3.md" in line
+
+
+def test_a_state_dict_of_other_keys_is_not_taken_for_pointcepts(tmp_path):
+    torch.save({"state_dict": {"conv1.weight": torch.ones(1)}, "best": np.float64(1)}, tmp_path / "a.pt")
+    torch.save({"state_dict": {"conv1.weight": torch.ones(1)}}, tmp_path / "b.pt")
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        load_checkpoint(tmp_path / "a.pt")
+    with pytest.raises(CheckpointError, match="expected a pointgeope-checkpoint file"):
+        load_checkpoint(tmp_path / "b.pt")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import numpy as np
 import pytest
@@ -196,9 +197,11 @@ def test_voxels_too_coarse_for_the_stages_are_one_line(two_folds, tmp_path, caps
                                 str(two_folds), "--run-dir", str(tmp_path / "run"), *TINY3,
                                 f"data.grid_size={grid_size}"])
     assert line.startswith("pointgeope train: error: PTv3's pooling (stride 2) merged the ")
-    assert line.endswith("voxels of a training batch into one, and its batch norm needs two or more: the voxels "
-                         "are too coarse for the network's stages; lower data.grid_size, or use fewer stages "
-                         "(model.ptv3.enc_depths and the lists with it)")
+    assert re.search(r"voxels of a training batch into one, and its batch norm needs two or more; the batch is one "
+                     r"cloud of \d+ points: data.crop_rate=0.6 keeps that fraction of a sample's voxels of "
+                     rf"data.grid_size={grid_size}.0 m \(about \d+ before the crop\); lower data.grid_size or raise "
+                     r"data.crop_rate, or raise data.batch_size \(a batch of several clouds never pools to one "
+                     r"row\), or use fewer stages \(model.ptv3.enc_depths and the lists with it\)$", line), line
 
 
 def test_evaluate_refuses_ptv3_test_of_a_ptv1_run(tiny_run, capsys):

@@ -2,7 +2,9 @@
 
 ``feat0 = GELU(BN(SubMConv3d_5(feat)))``: (N, C_in) -> (N, C_0). Submodules ``stem.conv``, ``stem.norm``,
 ``stem.act`` as Pointcept's ``Embedding`` (its convolution has no bias; its ``padding=1`` has no effect on a
-submanifold convolution, which keeps the input voxels).
+submanifold convolution, which keeps the input voxels). A training batch of one point is a
+:class:`~pointgeope.model.ptv3.pooling.SmallBatchError` (batch norm needs two rows), not torch's error from
+inside ``BatchNorm1d``.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from torch import nn
 
 from pointgeope.model.ops.checks import check_model_dtype
 from pointgeope.model.ptv3.block import neighbours
+from pointgeope.model.ptv3.pooling import SmallBatchError
 from pointgeope.model.ptv3.sparse_conv import SubMConv3d
 from pointgeope.model.ptv3.structure import PointBatch
 
@@ -38,6 +41,10 @@ class Embedding(nn.Module):
             raise ValueError(f"expected feat with {self.in_channels} channels (in_channels), "
                              f"got {tuple(point.feat.shape)}")
         check_model_dtype("feat", point.feat, self.stem["conv"].weight.dtype)   # coord: any float (geometry)
+        if self.training and len(point.feat) < 2 and isinstance(self.stem["norm"] if "norm" in self.stem else None,
+                                                               nn.BatchNorm1d):
+            raise SmallBatchError(f"a training batch of {len(point.feat)} point reaches the batch norm of PTv3's "
+                                  "stem, which needs two or more", "train on batches of two points or more")
         x = self.stem["conv"](point.feat, neighbours(point, 5))
         for name in ("norm", "act"):
             if name in self.stem:

@@ -34,6 +34,16 @@ from pointgeope.model.ptv3.structure import PointBatch
 __all__ = ["PointTransformerV3"]
 
 
+def _encoder_only(enc_mode: bool | None, cls_mode: bool | None) -> bool:
+    """The encoder-only switch from its two names in Pointcept's PT-v3m1: ``enc_mode`` (since Pointcept v1.6.1)
+    and ``cls_mode`` (up to v1.6.0); either alone, or both when they agree (else a ``ValueError``)."""
+    if cls_mode is not None and enc_mode is not None and bool(cls_mode) != bool(enc_mode):
+        raise ValueError(f"enc_mode={enc_mode!r} and cls_mode={cls_mode!r} are two names of one switch, the "
+                         "encoder-only network (Pointcept's cls_mode up to v1.6.0, enc_mode since v1.6.1), and "
+                         "disagree: pass one of them")
+    return bool(enc_mode if enc_mode is not None else cls_mode)
+
+
 def _check_lengths(num_stages: int, enc: dict, dec: dict, stride: tuple, enc_mode: bool) -> None:
     """A ``ValueError`` naming the argument whose length does not match the stages."""
     if len(stride) != num_stages - 1:
@@ -47,10 +57,12 @@ def _check_lengths(num_stages: int, enc: dict, dec: dict, stride: tuple, enc_mod
 
 
 class PointTransformerV3(nn.Module):
-    """PT-v3m1 (module docstring). Constructor arguments are Pointcept's (S3DIS config values as
+    """PT-v3m1 (module docstring). Constructor arguments are Pointcept's, in its order (S3DIS config values as
     defaults where they differ from Pointcept's own); in addition ``pe`` (the attention's positional encoding, see
-    :mod:`pointgeope.model.ptv3.attention`), ``pooling_shuffle_orders`` and ``shuffle_in_eval``. Pointcept's PDNorm
-    (``pdnorm_bn``/``pdnorm_ln``) is not implemented and raises a ``ValueError``.
+    :mod:`pointgeope.model.ptv3.attention`), ``pooling_shuffle_orders``, ``shuffle_in_eval`` and ``cls_mode``,
+    the name of ``enc_mode`` (the encoder only) in Pointcept up to v1.6.0, so that the configs of that release
+    build too (given with ``enc_mode``, the two must agree). Pointcept's PDNorm (``pdnorm_bn``/``pdnorm_ln``) is
+    not implemented and raises a ``ValueError``.
 
     Shapes:
         forward(coord (N, 3) any float, grid_coord (N, 3) int >= 0, feat (N, in_channels) in the model's dtype
@@ -67,12 +79,13 @@ class PointTransformerV3(nn.Module):
                  qk_scale: float | None = None, attn_drop: float = 0.0, proj_drop: float = 0.0,
                  drop_path: float = 0.3, pre_norm: bool = True, shuffle_orders: bool = True,
                  enable_rpe: bool = False, enable_flash: bool = True, upcast_attention: bool = False,
-                 upcast_softmax: bool = False, enc_mode: bool = False, pdnorm_bn: bool = False,
+                 upcast_softmax: bool = False, enc_mode: bool | None = None, pdnorm_bn: bool = False,
                  pdnorm_ln: bool = False, pdnorm_decouple: bool = True, pdnorm_adaptive: bool = False,
                  pdnorm_affine: bool = True, pdnorm_conditions=("ScanNet", "S3DIS", "Structured3D"),
                  pe: PatchEncoding | None = None, pooling_shuffle_orders: bool = True,
-                 shuffle_in_eval: bool = True) -> None:
+                 shuffle_in_eval: bool = True, cls_mode: bool | None = None) -> None:
         super().__init__()
+        enc_mode = _encoder_only(enc_mode, cls_mode)
         self.order = (order,) if isinstance(order, str) else tuple(order)
         bad = [o for o in self.order if o not in ORDERS]
         if bad or not self.order:
@@ -143,6 +156,11 @@ class PointTransformerV3(nn.Module):
         if not self.enc_mode:
             point = self.dec(point)
         return point
+
+    @property
+    def cls_mode(self) -> bool:
+        """``enc_mode`` by its name up to Pointcept v1.6.0 (read only)."""
+        return self.enc_mode
 
     def forward(self, coord: Tensor, grid_coord: Tensor, feat: Tensor, offset: Tensor) -> Tensor:
         return self.forward_points(coord, grid_coord, feat, offset).feat

@@ -19,8 +19,11 @@ and, as Pointcept's sparse tensor keeps the skip branch alone, the next block's 
 ``act(BN(feat_parent W_s + b_s))`` (``PointBatch.conv_feat``), not the sum.
 
 Batch norm in training needs two rows or more: a training batch that pools to one voxel (voxels too coarse
-for the stages, e.g. ``data.grid_size=2`` on small rooms) is a :class:`CoarsePoolingError` (one line for
-the user), where torch's ``BatchNorm1d`` would raise a ``ValueError`` from deep inside the forward.
+for the stages, e.g. ``data.grid_size=2`` on small rooms, or a cloud cropped to a few points) is a
+:class:`CoarsePoolingError` (one line for the user), where torch's ``BatchNorm1d`` would raise a
+``ValueError`` from deep inside the forward; a batch of one point reaching the stem's batch norm is its base,
+:class:`SmallBatchError`. The clouds of a batch never share a voxel (the batch index leads the codes), so a
+batch of two clouds or more never pools to one.
 """
 from __future__ import annotations
 
@@ -42,10 +45,21 @@ def stride_problem(stride: int) -> str | None:
         return f"expected a power of two >= 2, got {stride!r}"
     return None
 
-__all__ = ["CoarsePoolingError", "SerializedPooling", "SerializedUnpooling", "segment_reduce", "shuffles_now"]
+__all__ = ["CoarsePoolingError", "SerializedPooling", "SerializedUnpooling", "SmallBatchError", "segment_reduce",
+           "shuffles_now"]
 
 
-class CoarsePoolingError(UserError, ValueError):
+class SmallBatchError(UserError, ValueError):
+    """A training batch of one row where PTv3's batch norm needs two or more: ``fact`` says where and how
+    many rows; the message adds what to do (the engine rewrites it naming the config keys that made the batch
+    so small, ``pointgeope.engine.small_batch``)."""
+
+    def __init__(self, fact: str, advice: str) -> None:
+        super().__init__(f"{fact}; {advice}")
+        self.fact = fact
+
+
+class CoarsePoolingError(SmallBatchError):
     """A training batch pooled to a single voxel, which batch norm cannot normalise (module docstring)."""
 
 _REDUCE = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean"}
@@ -103,8 +117,10 @@ class SerializedPooling(nn.Module):
         if m == 1 and self.training and self.norm is not None:
             raise CoarsePoolingError(
                 f"PTv3's pooling (stride {self.stride}) merged the {cluster.numel()} voxels of a training batch "
-                "into one, and its batch norm needs two or more: the voxels are too coarse for the network's "
-                "stages; lower data.grid_size, or use fewer stages (model.ptv3.enc_depths and the lists with it)")
+                "into one, and its batch norm needs two or more",
+                "the clouds are too small or their voxels too coarse for the network's stages: batch two clouds "
+                "or more (the clouds of a batch are never merged), larger clouds or finer voxels, or use fewer "
+                "stages")
         rows = torch.arange(cluster.numel(), device=cluster.device)
         head = torch.zeros(m, dtype=torch.long, device=cluster.device).scatter_(0, cluster, rows)  # a member
         feat = segment_reduce(self.proj(point.feat), cluster, m, self.reduce)

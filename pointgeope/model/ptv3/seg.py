@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from pointgeope.geope import check_scale
 from pointgeope.model.config import ModelConfig, ptv1_settings
 from pointgeope.model.ptv3.network import PointTransformerV3
 from pointgeope.model.ptv3.segmentor import PTv3Segmentor
@@ -56,7 +57,7 @@ def check_backbone(cfg: ModelConfig) -> None:
         with_keys = f" with PTv1's {', '.join(ptv1)}" if ptv1 and cfg.backbone == "ptv1" else ""
         raise ValueError(f"expected backbone 'ptv3' for PTv3Seg, got {cfg.backbone!r}{with_keys}; set backbone='ptv3' "
                          "(model.backbone: ptv3; PTv3's sizes are the ptv3 keys), or build PTv1 with "
-                         "pointgeope.model.PointTransformerSeg(config, grid_size)")
+                         "pointgeope.model.PointTransformerSeg(config, grid_size=grid_size)")
 
 
 class StageEncodings(nn.Module):
@@ -77,7 +78,8 @@ class StageEncodings(nn.Module):
 
 class PTv3Seg(PTv3Segmentor):
     """Pointcept's PT-v3m1 segmentor from ``cfg`` (``cfg.backbone == "ptv3"``, or left at its default:
-    :func:`check_backbone`) at voxel size ``grid_size`` (m).
+    :func:`check_backbone`) at voxel size ``grid_size`` (m, a finite number > 0, whatever the encoding; else a
+    ``ValueError`` naming ``grid_size``).
 
     Shapes: forward(pos (N, 3) metres, x (N, in_channels), offset (B,) the end of each cloud, grid_coord
     (N, 3) int >= 0) -> logits (N, num_classes), in input order."""
@@ -86,6 +88,7 @@ class PTv3Seg(PTv3Segmentor):
 
     def __init__(self, cfg: ModelConfig, grid_size: float) -> None:
         check_backbone(cfg)
+        grid_size = check_scale("grid_size", grid_size, " (the voxel size, m)")
         p = cfg.ptv3
         heads = zip(p.enc_channels + p.dec_channels, p.enc_num_head + p.dec_num_head)
         pe = None

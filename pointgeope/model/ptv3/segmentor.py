@@ -6,6 +6,9 @@ engine's, not the model's.
 """
 from __future__ import annotations
 
+import os
+
+import torch
 from torch import Tensor, nn
 
 from pointgeope.model.ptv3.network import PointTransformerV3
@@ -13,14 +16,31 @@ from pointgeope.model.ptv3.network import PointTransformerV3
 __all__ = ["PTv3Segmentor", "pointcept_state_dict"]
 
 
-def pointcept_state_dict(checkpoint: dict) -> dict:
-    """The ``state_dict`` of a Pointcept checkpoint (the file's dict, or its ``"state_dict"`` entry) with the
-    ``module.`` prefix of DDP removed: ``PTv3Segmentor.load_state_dict(pointcept_state_dict(torch.load(f)))``.
+def pointcept_state_dict(checkpoint: dict | str | os.PathLike) -> dict:
+    """The ``state_dict`` of a Pointcept checkpoint (the file's dict, or its ``"state_dict"`` entry; or the
+    file's path) with the ``module.`` prefix of DDP removed:
+    ``PTv3Segmentor.load_state_dict(pointcept_state_dict(path))``.
+
+    A path is read on the CPU with ``torch.load(weights_only=True)``, numpy's scalars and dtypes allowed:
+    Pointcept's trainer saves its ``best_metric_value`` as a numpy float (the mean IoU), which a plain
+    ``torch.load`` (``weights_only`` by default since torch 2.6) refuses; nothing else is unpickled.
     """
-    state = checkpoint.get("state_dict", checkpoint)
+    if isinstance(checkpoint, (str, os.PathLike)):
+        checkpoint = _load_safely(checkpoint)
+    state = checkpoint.get("state_dict", checkpoint) if isinstance(checkpoint, dict) else None
     if not isinstance(state, dict) or not state:
         raise ValueError("expected a Pointcept checkpoint: a dict with a non-empty 'state_dict' (or a state_dict)")
     return {(k[len("module."):] if k.startswith("module.") else k): v for k, v in state.items()}
+
+
+def _load_safely(path: str | os.PathLike):
+    """``torch.load(path, weights_only=True)`` on the CPU with numpy's scalar and dtype classes allowed."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core          # numpy 2 / numpy 1
+    dtypes = {type(np.dtype(t)) for t in ("float16", "float32", "float64", "int32", "int64", "bool")}
+    with torch.serialization.safe_globals([core.multiarray.scalar, np.dtype, *dtypes]):
+        return torch.load(path, map_location="cpu", weights_only=True)
 
 
 class PTv3Segmentor(nn.Module):

@@ -55,13 +55,15 @@ def check_depth(grid_coord: Tensor, depth: int, num_clouds: int = 1) -> None:
 
 def serialization_depth(grid_coord: Tensor) -> int:
     """Pointcept's adaptive depth: the bits of ``max(grid_coord) + 1`` (so the cube ``[0, 2^depth)^3`` holds
-    the cloud); at least 1. A grid wider than ``2^16`` cells raises a ``ValueError``."""
-    top = int(grid_coord.max()) + 1 if grid_coord.numel() else 1
-    depth = max(top.bit_length(), 1)
-    if depth > MAX_DEPTH:
-        raise ValueError(f"grid_coord reaches {top - 1}, beyond the {MAX_DEPTH} bits per axis of the "
-                         f"serialization codes: use a coarser grid (larger grid size) or smaller scenes")
-    return depth
+    the cloud); at least 1, at most 16. A grid of ``2^16 = 65,536`` cells per axis (indices 0..65535) fits
+    16 bits and gets depth 16 (Pointcept's formula says 17 there, and its assertion refuses it); a wider grid
+    (an index >= 65536) raises a ``ValueError``."""
+    top = int(grid_coord.max()) if grid_coord.numel() else 0
+    if top >= 1 << MAX_DEPTH:
+        raise ValueError(f"grid_coord reaches {top}, beyond the {MAX_DEPTH} bits per axis of the serialization "
+                         f"codes (indices 0..{(1 << MAX_DEPTH) - 1}, a grid of {1 << MAX_DEPTH:,} cells): use a "
+                         "coarser grid (larger grid size) or smaller scenes")
+    return min(max((top + 1).bit_length(), 1), MAX_DEPTH)
 
 
 def z_order(grid_coord: Tensor) -> Tensor:

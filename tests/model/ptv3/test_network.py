@@ -106,6 +106,49 @@ def test_enc_mode_returns_the_coarsest_stage():
     assert net.out_channels == 16
 
 
+# Pointcept's PT-v3m1 constructor (pointcept/models/point_transformer_v3/point_transformer_v3m1_base.py, v1.6.1 and
+# later, d74c646), its arguments in its order, with the values of its S3DIS config
+# (configs/s3dis/semseg-pt-v3m1-0-base.py); up to v1.6.0 (10b7490) both name the encoder-only switch cls_mode
+POINTCEPT_S3DIS = dict(
+    in_channels=6, order=("z", "z-trans", "hilbert", "hilbert-trans"), stride=(2, 2, 2, 2),
+    enc_depths=(2, 2, 2, 6, 2), enc_channels=(32, 64, 128, 256, 512), enc_num_head=(2, 4, 8, 16, 32),
+    enc_patch_size=(1024,) * 5, dec_depths=(2, 2, 2, 2), dec_channels=(64, 64, 128, 256),
+    dec_num_head=(4, 4, 8, 16), dec_patch_size=(1024,) * 4, mlp_ratio=4, qkv_bias=True, qk_scale=None,
+    attn_drop=0.0, proj_drop=0.0, drop_path=0.3, pre_norm=True, shuffle_orders=True, enable_rpe=False,
+    enable_flash=True, upcast_attention=False, upcast_softmax=False, enc_mode=False, pdnorm_bn=False,
+    pdnorm_ln=False, pdnorm_decouple=True, pdnorm_adaptive=False, pdnorm_affine=True,
+    pdnorm_conditions=("ScanNet", "S3DIS", "Structured3D"))
+POINTCEPT_1_6_0_S3DIS = {("cls_mode" if k == "enc_mode" else k): v for k, v in POINTCEPT_S3DIS.items()}
+
+
+def test_the_constructor_takes_pointcepts_arguments_in_its_order():
+    """The S3DIS config's backbone dict (without ``type``) builds as it is, positionally too, and that of
+    Pointcept v1.6.0, whose switch is ``cls_mode``, builds the same network."""
+    import inspect
+    names = list(inspect.signature(PointTransformerV3).parameters)
+    assert names[:len(POINTCEPT_S3DIS)] == list(POINTCEPT_S3DIS)
+    size = {}
+    for name, kwargs in (("now", POINTCEPT_S3DIS), ("1.6.0", POINTCEPT_1_6_0_S3DIS)):
+        net = PointTransformerV3(**kwargs)
+        assert not net.enc_mode and not net.cls_mode and net.out_channels == 64 and hasattr(net, "dec")
+        size[name] = sum(p.numel() for p in net.parameters())
+    size["positional"] = sum(p.numel() for p in PointTransformerV3(*POINTCEPT_S3DIS.values()).parameters())
+    assert len(set(size.values())) == 1, size
+
+
+@pytest.mark.parametrize("names", [dict(cls_mode=True), dict(enc_mode=True), dict(cls_mode=True, enc_mode=True)])
+def test_enc_mode_and_its_older_name_cls_mode_build_the_encoder_only(names):
+    net = PointTransformerV3(**dict(SMALL, **names))
+    assert net.enc_mode and net.cls_mode and net.out_channels == 16 and not hasattr(net, "dec")
+
+
+def test_enc_mode_and_cls_mode_that_disagree_are_refused():
+    with pytest.raises(ValueError, match=r"enc_mode=False and cls_mode=True .* disagree"):
+        PointTransformerV3(**dict(SMALL, cls_mode=True, enc_mode=False))
+    with pytest.raises(ValueError, match=r"enc_mode=True and cls_mode=False"):
+        PointTransformerV3(**dict(SMALL, cls_mode=False, enc_mode=True))
+
+
 def test_constructor_checks():
     with pytest.raises(ValueError, match="enc_channels"):
         PointTransformerV3(**dict(SMALL, enc_channels=(8, 16)))
@@ -199,3 +242,20 @@ def test_feature_dtypes_the_network_cannot_take_are_one_type_error_naming_feat(m
                     m.setattr(embedding, "check_model_dtype", lambda *a, **k: None)
                     run(net, **inputs)
     assert refused >= 4
+
+
+def test_the_flash_partition_keeps_a_cloud_apart_from_its_batch_at_one_serialization_depth():
+    """docs/ptv3.md: a cloud's features do not depend on the clouds batched with it when they share one
+    serialization depth (any order); a cloud of larger extent raises the batch's depth, which the Hilbert
+    orders depend on and the z-orders do not."""
+    small, same_depth = cloud((60,), seed=1, side=8), cloud((90,), seed=2, side=8)
+    deeper = cloud((90,), seed=3, side=40)
+    for order, depth_matters in ((("z", "z-trans"), False), (("hilbert", "hilbert-trans"), True)):
+        torch.manual_seed(0)
+        net = PointTransformerV3(**dict(SMALL, order=order, shuffle_in_eval=False, drop_path=0.0)).eval()
+        alone = run(net, **small)
+        for other, differs in ((same_depth, False), (deeper, depth_matters)):
+            both = {k: torch.cat([small[k], other[k]]) for k in ("coord", "grid_coord", "feat")}
+            both["offset"] = torch.tensor([60, 150])
+            gap = float((run(net, **both)[:60] - alone).abs().max() / alone.abs().max())
+            assert (gap > 1e-3) if differs else (gap < 1e-5), (order, differs, gap)

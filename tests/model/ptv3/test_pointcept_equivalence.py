@@ -104,3 +104,21 @@ def test_a_pointcept_segmentor_checkpoint_loads(fixture):
     assert (logits - ref).abs().max() <= 1e-5 * ref.abs().max()
     with pytest.raises(ValueError, match="state_dict"):
         pointcept_state_dict({"state_dict": {}})
+
+
+def test_a_pointcept_checkpoint_file_loads_from_its_path(fixture, tmp_path):
+    """Pointcept's trainer saves the best mean IoU as a numpy float, which torch.load's weights_only default
+    refuses; pointcept_state_dict(path) reads the file as it is, to the same weights as from the dict."""
+    import numpy as np
+
+    state = {f"module.backbone.{k}": v for k, v in _state(fixture, "flash").items()}
+    state.update({"module.seg_head.weight": torch.randn(13, 8), "module.seg_head.bias": torch.randn(13)})
+    path = tmp_path / "model_best.pth"
+    torch.save({"epoch": 3, "state_dict": state, "best_metric_value": np.float64(0.61)}, path)
+    with pytest.raises(Exception, match="[Ww]eights.only"):
+        torch.load(path, weights_only=True)
+    loaded = pointcept_state_dict(path)
+    assert loaded.keys() == pointcept_state_dict({"state_dict": state}).keys()
+    assert all(torch.equal(loaded[k[len("module."):]], v) for k, v in state.items())
+    net = PTv3Segmentor(13, 8, PointTransformerV3(**fixture["variants"]["flash"]["kwargs"]))
+    net.load_state_dict(pointcept_state_dict(str(path)), strict=True)

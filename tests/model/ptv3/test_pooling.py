@@ -66,7 +66,9 @@ def test_a_training_batch_pooled_to_one_voxel_is_a_user_error():
         module(_cube(2))
     assert str(err.value).startswith("PTv3's pooling (stride 2) merged the 8 voxels of a training batch into "
                                      "one, and its batch norm needs two or more")
-    assert "lower data.grid_size" in str(err.value)
+    assert err.value.fact == ("PTv3's pooling (stride 2) merged the 8 voxels of a training batch into one, and its "
+                              "batch norm needs two or more")
+    assert "batch two clouds or more" in str(err.value) and "\n" not in str(err.value)
     assert module(_cube(3)).feat.shape == (8, 8)             # 27 voxels -> the 2^3 voxels of grid >> 1
     with torch.no_grad():                                    # eval: the running statistics, one row is fine
         assert module.eval()(_cube(2)).feat.shape == (1, 8)
@@ -138,3 +140,22 @@ def test_geope_after_the_pooling_reads_the_pooled_means(monkeypatch):
     assert len(seen) == 3                                    # enc0, enc1 (pooled), dec0 share the encoding
     stage1 = {tuple(round(c, 6) for c in row) for row in seen[1].reshape(-1, 3).tolist()}   # float32 to 1e-6
     assert stage1 == set(POOLED_MEANS.values())              # every slot holds a point (padding repeats one)
+
+
+def test_a_training_batch_of_one_point_is_a_user_error_at_the_stem():
+    """The stem's batch norm saw one row: torch's "Expected more than 1 value per channel when training" from
+    inside BatchNorm1d, a traceback for a training batch cropped to one point."""
+    from pointgeope.model.ptv3 import PointTransformerV3
+    from pointgeope.model.ptv3.pooling import SmallBatchError
+
+    net = PointTransformerV3(in_channels=4, stride=(2,), enc_depths=(1, 1), enc_channels=(8, 16),
+                             enc_num_head=(1, 2), enc_patch_size=(16, 16), dec_depths=(1,), dec_channels=(8,),
+                             dec_num_head=(1,), dec_patch_size=(16,))
+    one = dict(coord=torch.zeros(1, 3), grid_coord=torch.zeros(1, 3, dtype=torch.long), feat=torch.randn(1, 4),
+               offset=torch.tensor([1]))
+    with pytest.raises(SmallBatchError) as err:
+        net.train()(**one)
+    assert str(err.value) == ("a training batch of 1 point reaches the batch norm of PTv3's stem, which needs two or "
+                              "more; train on batches of two points or more")
+    with torch.no_grad():                                    # eval: the running statistics, one row is fine
+        assert net.eval()(**one).shape == (1, 8)

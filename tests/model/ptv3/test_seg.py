@@ -216,3 +216,28 @@ def test_a_ptv1_config_is_refused_naming_the_backbone_and_a_ptv3_config_needs_no
     pos, x, offset, grid = cloud(40)
     torch.testing.assert_close(unnamed(pos, x, offset, grid_coord=grid), named(pos, x, offset, grid_coord=grid),
                                rtol=0, atol=0)
+
+
+def test_the_refusal_of_a_ptv1_config_suggests_a_call_that_builds_ptv1():
+    """The call the message names, evaluated as written, builds the PTv1 network (its grid_size is keyword-only)."""
+    import re
+
+    import pointgeope
+    import pointgeope.model
+    from pointgeope.model import PointTransformerSeg
+
+    demo = load_config(Path(__file__).resolve().parents[3] / "configs" / "demo.yaml").model
+    with pytest.raises(ValueError) as refused:
+        PTv3Seg(demo, 0.04)
+    call = re.search(r"(pointgeope\.model\.PointTransformerSeg\([^)]*\))", str(refused.value)).group(1)
+    built = eval(call, {"pointgeope": pointgeope, "config": demo, "grid_size": 0.04})
+    assert isinstance(built, PointTransformerSeg)
+
+
+@pytest.mark.parametrize("pe", ["none", "geope", "point3drope"])
+@pytest.mark.parametrize("grid_size", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_grid_size_not_a_finite_number_above_0_is_refused_by_its_name(pe, grid_size):
+    from pointgeope.model.config import ModelConfig
+
+    with pytest.raises(ValueError, match=r"^expected grid_size a finite number > 0 \(the voxel size, m\), got "):
+        PTv3Seg(ModelConfig(backbone="ptv3", pe=pe), grid_size)

@@ -81,12 +81,25 @@ def test_adaptive_depth_is_the_bits_of_max_plus_one():
     assert serialization_depth(torch.tensor([[6, 0, 1]])) == 3
 
 
+def test_a_grid_of_65536_cells_fits_16_bits_and_one_more_cell_does_not():
+    """Indices 0..65535 fit 16 bits: depth 16, and the codes of the cube's far corner are the 48-bit maxima
+    (Morton: every bit set; Hilbert: a bijection of [0, 2^48) ends at a corner adjacent to the start)."""
+    edge = torch.tensor([[65535, 0, 0], [65535, 65535, 65535], [0, 0, 0]])
+    assert serialization_depth(edge) == 16
+    assert serialization_depth(torch.tensor([[32767, 0, 0]])) == 16         # bits(32768) = 16, as Pointcept
+    assert int(z_order(edge)[1]) == 2 ** 48 - 1
+    codes = encode(edge, None, 16, "hilbert")
+    assert int(codes.max()) < 2 ** 48 and int(codes[2]) == 0
+    with pytest.raises(ValueError, match="65536"):
+        serialization_depth(torch.tensor([[0, 65536, 0]]))
+
+
 def test_codes_beyond_the_bit_depth_are_refused():
     with pytest.raises(ValueError, match="grid_coord"):
         encode(torch.tensor([[8, 0, 0]]), None, 3)
     with pytest.raises(ValueError, match="grid_coord"):
         encode(torch.tensor([[-1, 0, 0]]), None, 3)
-    with pytest.raises(ValueError, match="grid_coord"):
+    with pytest.raises(ValueError, match=r"grid_coord reaches 65536, beyond the 16 bits .*0\.\.65535"):
         serialization_depth(torch.tensor([[2 ** 16, 0, 0]]))
     with pytest.raises(ValueError, match="depth"):
         encode(torch.tensor([[0, 0, 0]]), None, 17)

@@ -1,0 +1,62 @@
+"""PTv3 training batches too small for batch norm (pointgeope/engine/small_batch.py): ``data.voxel_max=1`` where a
+batch may be one cloud is refused before training; a batch cut, cropped or voxelised to one row is one line
+naming the key that made it so. Before: torch's "Expected more than 1 value per channel when training"
+traceback (exit 1) from the stem, or the pooling's line blaming data.grid_size for a crop's doing."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from pointgeope.engine.small_batch import batch_norm_problem, small_batch_advice
+from tests.engine.conftest import one_line
+from tests.engine.test_ptv3_engine import PTV3_DEMO, TINY3
+
+
+def train(two_folds, run, *extra, stages=True):
+    """``stages=False``: the demo's three stages, not TINY3's two."""
+    tiny = [k for k in TINY3 if stages or not k.startswith("model.")]
+    return ["train", "--config", str(PTV3_DEMO), "--test-area", "1", "--data-root", str(two_folds),
+            "--run-dir", str(run), *tiny, *extra]
+
+
+@pytest.mark.parametrize("batch, mix, refused", [(1, 0.0, True), (1, 0.8, True), (2, 0.8, True), (2, 0.0, False),
+                                                 (3, 0.8, False), (4, 1.0, False)])
+def test_one_point_samples_are_refused_where_a_batch_may_be_one_cloud(batch, mix, refused):
+    """Mix3D merges a batch's samples pairwise: two samples may be one cloud, three never are."""
+    data = SimpleNamespace(voxel_max=1, mix_prob=mix)
+    assert (batch_norm_problem(data, batch) is not None) == refused
+    assert batch_norm_problem(SimpleNamespace(voxel_max=2, mix_prob=mix), batch) is None
+
+
+def test_the_advice_names_the_key_that_made_the_cloud_small():
+    data = SimpleNamespace(voxel_max=4, crop_rate=None, grid_size=0.1)
+    assert "data.voxel_max=4 cuts each sample" in small_batch_advice(data, 4)        # one sample cut to it
+    assert "data.voxel_max=4 cuts each sample" in small_batch_advice(data, 8)        # a Mix3D pair of them
+    assert small_batch_advice(data, 3).startswith("the batch is one cloud of 3 points: data.grid_size=0.1 m")
+    cropped = small_batch_advice(SimpleNamespace(voxel_max=None, crop_rate=0.001, grid_size=0.1), 2)
+    assert "data.crop_rate=0.001 keeps that fraction of a sample's voxels of data.grid_size=0.1 m (about 2000 " \
+           "before the crop); raise data.crop_rate or lower data.grid_size" in cropped
+    coarse = small_batch_advice(SimpleNamespace(voxel_max=None, crop_rate=0.6, grid_size=5), 3)
+    assert "(about 5 before the crop); lower data.grid_size or raise data.crop_rate" in coarse
+    assert "fewer stages" not in small_batch_advice(data, 1) and "fewer stages" in coarse
+
+
+def test_a_batch_of_one_point_is_refused_before_training(two_folds, tmp_path, capsys):
+    line = one_line(capsys, 2, train(two_folds, tmp_path / "run", "data.voxel_max=1", "data.batch_size=1",
+                                     "data.mix_prob=0"))
+    assert line == ("pointgeope train: error: data.voxel_max=1 with 1 sample per process: a PTv3 training batch of "
+                    "one point (or two in one voxel), and its batch norm needs two rows or more; raise "
+                    "data.voxel_max (PTv3's recipe: 204800) or data.batch_size")
+    assert not list(tmp_path.rglob("*.pt"))
+
+
+@pytest.mark.parametrize("extra, points, cause", [
+    (["data.crop_rate=0.0001"], 1, "data.crop_rate=0.0001 keeps that fraction of a sample's voxels"),
+    (["data.crop_rate=0.001"], 2, "data.crop_rate=0.001 keeps that fraction of a sample's voxels"),
+    (["data.voxel_max=2"], 2, "data.voxel_max=2 cuts each sample to that many points; raise data.voxel_max")])
+def test_a_batch_made_too_small_names_its_key(two_folds, tmp_path, capsys, extra, points, cause):
+    line = one_line(capsys, 2, train(two_folds, tmp_path / "run", "data.batch_size=1", "data.mix_prob=0", *extra,
+                                     stages=False))
+    assert f"needs two or more; the batch is one cloud of {points} point" in line and cause in line, line
+    assert "or raise data.batch_size" in line
