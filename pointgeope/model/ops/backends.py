@@ -46,7 +46,7 @@ _MODULES = {"pykdtree": "pykdtree", "scipy": "scipy", "numba": "numba", "cluster
             "torch": "torch", "triton": "triton"}
 _CPU_ONLY = {"pykdtree", "scipy", "numba"}
 # The largest k of the Triton kNN (module docstring): bench/triton_compile_check.py's largest kNN case, no spill
-# on sm_80 and sm_90 (Triton 3.9: 158-204 registers at k = 16..64, 26 s to compile k = 64 for sm_90 on this
+# on sm_80 and sm_90 (Triton 3.9: 158-210 registers at k = 16..64, 26 s to compile k = 64 for sm_90 on this
 # 2-core machine); k = 128 had not compiled for sm_90 after 400 s, k = 256 neither.
 TRITON_KNN_MAX_K = 64
 
