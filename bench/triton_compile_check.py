@@ -3,7 +3,8 @@
 interpreter that runs the CPU tests accepts more than the compiler does).
 
 For each kernel at the settings its caller launches it with and each target (sm_80, sm_90): compiled or the
-error, the float32 fused multiply-adds in the PTX and the shared memory. Ops: kNN for k = 3, 8, 16; both FPS
+error, the float32 fused multiply-adds in the PTX and the shared memory. Ops: kNN for k = 3, 8, 16, 32 and its
+largest, ``backends.TRITON_KNN_MAX_K`` = 64; both FPS
 kernels at 80k points per cloud; their PTX must hold no fused multiply-add (the results are defined with one
 rounding per operation, ``enable_fp_fusion=False``). Attention: the eight kernels as ``fused_attention``
 launches them (its ``tiles`` and ``WARPS``) for the S3DIS recipe's widths 32..512,
@@ -47,6 +48,7 @@ from pointgeope.model import fused_attention, gather_backward, norm
 from pointgeope.model import triton_gather as gat
 from pointgeope.model import triton_norm
 from pointgeope.model.ops import triton_fps, triton_fps_rounds, triton_knn
+from pointgeope.model.ops.backends import TRITON_KNN_MAX_K
 
 KNN_SIG = dict(q_ptr="*fp32", q_row_ptr="*i64", q_plane="i64", s_ptr="*fp32", s_row_ptr="*i64", s_plane="i64",
                box_ptr="*fp32", sbox_ptr="*fp32", qb_ptr="*i64", idx_ptr="*i64", d2_ptr="*fp32")
@@ -65,7 +67,7 @@ def ops_cases() -> list[tuple[str, object, dict, dict, dict]]:
     knn = [(f"knn_k{k}", triton_knn._knn_kernel, KNN_SIG,
             dict(K=k, KP=max(2, triton.next_power_of_2(k)), BQ=triton_knn.BLOCK_Q, BS=triton_knn.BLOCK_S,
                  W=triton_knn.WINDOW, CH=triton_knn.CHUNK, SB=triton_knn.SUPER),
-            dict(num_warps=triton_knn.KNN_WARPS)) for k in (3, 8, 16)]
+            dict(num_warps=triton_knn.KNN_WARPS)) for k in (3, 8, 16, 32, TRITON_KNN_MAX_K)]    # up to its largest
     r = triton_fps_rounds
     rounds = [(f"fps_rounds_nbp{n}", r._fps_rounds_kernel, ROUNDS_SIG,
                dict(BLOCK_LANES=n, BLOCK_POINTS=r.BLOCK_POINTS, CHUNK_BLOCKS=r.CHUNK_BLOCKS, ROUND_SAMPLES=r.ROUND_SAMPLES,
@@ -284,7 +286,7 @@ def main() -> int:
     JOBS[:] = [(f"{name}_sm{arch}", (kernel, signature, constexprs, options, arch))
                for name, kernel, signature, constexprs, options in ops + attention_cases(quick) + norm_cases(quick)
                + ([] if quick else gather_sweep_cases())
-               if not (quick and name in ("knn_k3", "knn_k8")) for arch in ((90,) if quick else (80, 90))]
+               if not (quick and name.startswith("knn_") and name != "knn_k16") for arch in ((90,) if quick else (80, 90))]
     with multiprocessing.get_context("fork").Pool(min(2, os.cpu_count() or 1)) as pool:   # compiles: CPU-bound
         result["kernels"] = dict(zip((name for name, _ in JOBS), pool.map(_compile_job, range(len(JOBS)))))
     print(json.dumps(result, indent=2))

@@ -293,13 +293,14 @@ class PointTransformerLayer(nn.Module):
         frequencies, the torch path)."""
         delta, device = delta if self.pe.relation_delta else None, key.device
         if self.pe.rotation == "none" and fused_attention.enabled("relation", device):
-            return fused_attention.relation(key, idx, q, delta)
+            return fused_attention.relation(key, idx, q, delta, check_index=False)
         if self.pe.rotation == "geope" and tables is not None and key.shape[0] == idx.shape[0] \
                 and fused_attention.enabled("frame_relation", device):
-            return fused_attention.frame_relation(key, idx, tables, q, delta)
+            return fused_attention.frame_relation(key, idx, tables, q, delta, check_index=False)
         if self.pe.rotation == "lingeope" and not self.block_scale.learnable and constant(disp) \
                 and fused_attention.enabled("linear_relation", device):
-            return fused_attention.linear_relation(key, idx, disp, self._block_scales(key), q, delta)
+            return fused_attention.linear_relation(key, idx, disp, self._block_scales(key), q, delta,
+                                                   check_index=False)
         return None
 
     def forward(self, coord: Tensor, feat: Tensor, idx: Tensor) -> Tensor:
@@ -329,7 +330,7 @@ class PointTransformerLayer(nn.Module):
         logits = self.linear_w(relation.reshape(n * k, c)).view(n, k, -1)        # (N, k, C/s)
         if self.pe.value != "geope" and fused_attention.enabled("aggregate", feat.device):
             return fused_attention.aggregate(logits, value, idx, delta if self.pe.value == "rpe" else None,
-                                             self.share_planes)
+                                             self.share_planes, check_index=False)   # idx: the kNN's rows
         weight = torch.softmax(logits, dim=1)                                    # (N, k, C/s)
 
         if self.pe.value == "rpe":

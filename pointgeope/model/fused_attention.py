@@ -22,8 +22,11 @@ Which path runs is :mod:`pointgeope.model.kernels`' decision (``POINTGEOPE_KERNE
 on the CPU, whose torch kernels are cache-blocked and measured faster; torch for an op that sums with atomics
 where ``torch.use_deterministic_algorithms(True)`` asks for reproducible sums): the layer asks :func:`enabled`
 per op.
-A kernel that fails to compile or launch hands its op to the torch reference of the same formula (``attention_reference.ref_*``,
-autograd through torch ops), forward or backward, and the op stays on torch for the rest of the process.
+Each public op checks its arguments first (``attention_checks.py``: shapes, dtypes, devices, idx's range,
+which ``check_index=False`` skips; the layer passes it for its kNN's rows): a wrong one is one line, on either
+path, and never a kernel's failure. A kernel that fails to compile or launch hands its op to the torch
+reference of the same formula (``attention_reference.ref_*``, autograd through torch ops), forward or backward,
+and the op stays on torch for the rest of the process.
 
 What is fused, per preset: ``rpe``, ``none``, ``ape`` (rotation ``none``): relation and aggregation; ``geope``,
 ``geope+rpe`` (standard GeoPE with fixed frequencies): relation (``frame_relation``: the points turned once by
@@ -42,7 +45,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from pointgeope.model import gather_backward, kernels
+from pointgeope.model import attention_checks, gather_backward, kernels
 from pointgeope.model.attention_reference import (acc_dtype, out_dtype, ref_aggregate, ref_frame, ref_linear,
                                                   ref_relation, torch_grads)
 from pointgeope.model.kernel_choice import kernel_module
@@ -260,13 +263,13 @@ def _frame_backward(ctx, idx: Tensor, tables: Tensor, g: Tensor, needs: list[boo
     return gx, gq if grad_q else None, g.to(delta_dtype) if grad_delta else None
 
 
-def frame_relation(x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Tensor | None = None) -> Tensor:
+def frame_relation(x: Tensor, idx: Tensor, tables: Tensor, q: Tensor, delta: Tensor | None = None, *,
+                   check_index: bool = True) -> Tensor:
     """Standard GeoPE's relation ``R(t_i)^T R(t_j) x[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``, from
     ``x (N, C)``, ``idx (N, k)``, the points' ``rotation_tables (5, N, C)`` (constant: fixed frequencies),
-    ``q (N, C)``, ``delta (N, k, C)`` or ``None``; the same relation as ``rotation.query_frame``."""
-    if tables.shape[1] != x.shape[0] or idx.shape[0] != x.shape[0]:
-        raise ValueError(f"expected self-attention: tables (5, {x.shape[0]}, C) and idx ({x.shape[0]}, k), got "
-                         f"{tuple(tables.shape)} and {tuple(idx.shape)}")
+    ``q (N, C)``, ``delta (N, k, C)`` or ``None``; the same relation as ``rotation.query_frame``. Arguments
+    checked first (``attention_checks``; ``check_index=False`` skips idx's range: one pass, a sync on CUDA)."""
+    attention_checks.check_frame(x, idx, tables, q, delta, check_index)
     return KERNELS["frame_relation"](x.device, x, idx, tables, q, delta)
 
 
@@ -320,26 +323,30 @@ def _linear_backward(ctx, idx: Tensor, disp: Tensor, block_scale: Tensor, g: Ten
 
 
 def linear_relation(x: Tensor, idx: Tensor, disp: Tensor, block_scale: Tensor, q: Tensor,
-                    delta: Tensor | None = None) -> Tensor:
+                    delta: Tensor | None = None, *, check_index: bool = True) -> Tensor:
     """Linear GeoPE's relation ``R(k_b d_ij) x[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``: ``x (N_s, C)``,
     ``idx (N, k)``, ``disp (N, k, 3)`` (``p_j - p_i``), ``block_scale (n,)`` (``k_b``), constant; the same
-    relation as ``linear_rotation.relative_frame``, angles and products in float32 (float64 for float64 x)."""
+    relation as ``linear_rotation.relative_frame``, angles and products in float32 (float64 for float64 x).
+    Arguments checked first, as :func:`frame_relation`'s."""
+    attention_checks.check_linear(x, idx, disp, block_scale, q, delta, check_index)
     return KERNELS["linear_relation"](x.device, x, idx, disp, block_scale, q, delta)
 
 
-def relation(key: Tensor, idx: Tensor, q: Tensor, delta: Tensor | None = None) -> Tensor:
+def relation(key: Tensor, idx: Tensor, q: Tensor, delta: Tensor | None = None, *, check_index: bool = True) -> Tensor:
     """``key[idx[i, j]] - q[i] (+ delta[i, j])``, ``(N, k, C)``, from ``key (N_s, C)``, ``idx (N, k)``,
-    ``q (N, C)``, ``delta (N, k, C)`` or ``None``: one Triton kernel forward, one backward."""
+    ``q (N, C)``, ``delta (N, k, C)`` or ``None``: one Triton kernel forward, one backward. Arguments checked
+    first, as :func:`frame_relation`'s."""
+    attention_checks.check_pairs("relation", "key", key, idx, q, delta, check_index)
     return KERNELS["relation"](key.device, key, idx, q, delta)
 
 
-def aggregate(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None, share_planes: int) -> Tensor:
+def aggregate(w: Tensor, v: Tensor, idx: Tensor, delta: Tensor | None, share_planes: int, *,
+              check_index: bool = True) -> Tensor:
     """``y[i, g G + h] = sum_j softmax_j(w[i, :, h])[j] (v[idx[i, j], g G + h] (+ delta[i, j, g G + h]))``,
     ``(N, C)``, from the logits ``w (N, k, G)``, ``v (N_s, C)``, ``idx (N, k)``, ``delta (N, k, C)`` or
-    ``None``, ``G = C / share_planes``: softmax and grouped weighted sum in one Triton kernel each way."""
-    if v.shape[1] != w.shape[2] * share_planes:
-        raise ValueError(f"expected v of {w.shape[2] * share_planes} channels (w's {w.shape[2]} x share_planes "
-                         f"{share_planes}), got {v.shape[1]}")
+    ``None``, ``G = C / share_planes``: softmax and grouped weighted sum in one Triton kernel each way.
+    Arguments checked first, as :func:`frame_relation`'s."""
+    attention_checks.check_aggregate(w, v, idx, delta, share_planes, check_index)
     return KERNELS["aggregate"](v.device, w, v, idx, delta, share_planes)
 
 

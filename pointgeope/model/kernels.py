@@ -22,9 +22,11 @@ function for the rest of the process, with one warning (:class:`KernelFallbackWa
 the error and the switch; the record of failed kernels (:data:`FAILURES`) is shared by every thread, behind
 a lock. Every new specialisation compiles, so any call can be the one that fails: each costs a ``try`` block
 when nothing fails. Out-of-memory errors and the package's own argument checks are not failures of a kernel:
-they propagate (``evaluate`` halves its batch on them). A kernel asked for explicitly
+they propagate (``evaluate`` halves its batch on them). The public functions of the kernels check their
+arguments before the dispatch and raise :class:`KernelArgumentError` (a ``ValueError``), so a caller's wrong
+shape, dtype, device or index is one line and never turns a kernel off. A kernel asked for explicitly
 (:meth:`Kernel.explicit`, ``backend="triton"`` of the point ops) does not fall back: it is asked for to be
-measured or compared, and its error says so.
+measured or compared, and its error says so; on tensors it cannot take (:func:`require_runs_on`) it says what to do.
 """
 from __future__ import annotations
 
@@ -40,13 +42,18 @@ import torch
 
 from pointgeope.model.kernel_choice import PATHS, KernelChoiceError, current
 
-__all__ = ["PATHS", "KernelChoiceError", "KernelFallbackWarning", "Kernel", "CheckCase", "register", "registered",
-           "triton_imports", "use_triton", "runs_on", "check_runnable", "failures", "reset", "status", "FAILURES",
+__all__ = ["PATHS", "KernelChoiceError", "KernelFallbackWarning", "KernelArgumentError", "Kernel", "CheckCase", "register", "registered",
+           "triton_imports", "use_triton", "runs_on", "require_runs_on", "check_runnable", "failures", "reset", "status", "FAILURES",
            "launch_device"]
 
 
 class KernelFallbackWarning(RuntimeWarning):
     """A Triton kernel failed on this device; its torch path runs from now on."""
+
+
+class KernelArgumentError(ValueError):
+    """Arguments a kernel's public function refuses (shapes, dtypes, devices, indices out of range), raised
+    before the dispatch: the caller's mistake, never a failure of the kernel (:func:`_is_kernel_failure`)."""
 
 
 class _Failures:
@@ -100,6 +107,15 @@ def launch_device(device: torch.device) -> contextlib.AbstractContextManager:
 def runs_on(device: torch.device) -> bool:
     """Whether a Triton kernel can take tensors on ``device`` at all: CUDA, or the CPU in the interpreter."""
     return device.type == "cuda" or (device.type == "cpu" and current().interpret)
+
+
+def require_runs_on(device: torch.device, what: str) -> None:
+    """Raise :class:`KernelArgumentError` where a Triton kernel cannot take tensors on ``device``
+    (:func:`runs_on`), saying what to do; ``what`` names the kernel or backend (the one interpreter rule)."""
+    if not runs_on(device):
+        raise KernelArgumentError(f"{what} runs on CUDA tensors (or on CPU tensors under TRITON_INTERPRET=1, for "
+                                  f"tests), got {device.type} tensors: move them to CUDA, set TRITON_INTERPRET=1, "
+                                  "or take the default path (backend=None)")
 
 
 def use_triton(kernel: str, device: torch.device, atomics: bool = False) -> bool:
@@ -213,7 +229,11 @@ class Kernel:
         return out
 
     def explicit(self, *args, **kwargs):
-        """``triton(*args)`` with no fallback (an explicit ``backend="triton"``); its error says why."""
+        """``triton(*args)`` with no fallback (an explicit ``backend="triton"``); its error says why, and tensors
+        it cannot take (:func:`require_runs_on`, the first tensor argument's device) are refused first."""
+        device = next((a.device for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        if device is not None:
+            require_runs_on(device, f"the Triton kernel {self.name}")
         try:
             return self.triton(*args, **kwargs)
         except Exception as err:

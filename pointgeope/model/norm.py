@@ -28,7 +28,10 @@ same kernels with the activation a compile-time flag, but opt-in (``cuda_default
 ``POINTGEOPE_KERNELS=triton`` only, elsewhere torch's ``BatchNorm1d``): its speed against torch's is not
 measured yet (``bench/bench_norm.py``'s plain cases measure it on the next GPU run and decide whether it becomes
 a default). ``POINTGEOPE_KERNELS=torch`` turns both off; CPU tensors take them under the interpreter
-(``POINTGEOPE_KERNELS=triton``). A kernel that fails falls back to the torch path.
+(``POINTGEOPE_KERNELS=triton``). A kernel that fails falls back to the torch path. The functions
+(:func:`batch_norm_relu`, :func:`batch_norm`) refuse what ``F.batch_norm`` refuses, in one line before any
+kernel (:func:`check_arguments`: shapes, dtypes, devices, one row in training), and hand what the kernel does
+not take to torch as the modules do (``_takes``): a caller's mistake never turns the kernel off.
 
 **Padded batches.** :class:`BatchNorm` (torch's ``BatchNorm1d``, no ReLU) and :class:`BatchNormReLU` take their
 training statistics over a padded batch's real rows inside :func:`pointgeope.model.padding.batch_rows`: what
@@ -57,7 +60,7 @@ from pointgeope.model.kernel_choice import kernel_module
 from pointgeope.model.prefix_norm import prefix_batch_norm
 
 __all__ = ["BatchNorm", "BatchNormReLU", "prefix_batch_norm", "SyncBatchNormReLU", "batch_norm_relu", "batch_norm",
-           "reference", "plain_reference", "convert_sync_batchnorm", "tiles", "KERNEL", "PLAIN_KERNEL"]
+           "reference", "plain_reference", "check_arguments", "convert_sync_batchnorm", "tiles", "KERNEL", "PLAIN_KERNEL"]
 
 WARPS = 4
 MAX_PARTIALS = 1024        # programs along the rows of the reductions (their partials: a (T, C) buffer)
@@ -201,27 +204,65 @@ def _backward(x: Tensor, g: Tensor, stats: Tensor, weight: Tensor, bias: Tensor,
     return (dx, sums[1].to(weight.dtype) if needs[1] else None, sums[0].to(bias.dtype) if needs[2] else None)
 
 
-def batch_norm_relu(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None = None,
+def batch_norm_relu(x: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None = None,
                     running_var: Tensor | None = None, batch_stats: bool = True, momentum: float = 0.1,
                     eps: float = 1e-5, valid: Tensor | None = None) -> Tensor:
     """``relu(F.batch_norm(x, running_mean, running_var, weight, bias, batch_stats, momentum, eps))`` for
     ``x (R, C)``, on the path :data:`KERNEL` chooses (module docstring); with ``valid`` (0-dim int64 on ``x``'s
-    device) the training statistics of the first ``valid`` rows (a padded batch, :func:`prefix_batch_norm`)."""
-    return KERNEL(x.device, x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid)
+    device) the training statistics of the first ``valid`` rows (a padded batch, :func:`prefix_batch_norm`).
+    Arguments torch refuses are refused here, before any kernel (:func:`check_arguments`)."""
+    return _functional(True, x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid)
 
 
-def batch_norm(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None = None,
+def batch_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None = None,
                running_var: Tensor | None = None, batch_stats: bool = True, momentum: float = 0.1, eps: float = 1e-5,
                valid: Tensor | None = None) -> Tensor:
     """:func:`batch_norm_relu` without the ReLU (``F.batch_norm``'s value), on the path :data:`PLAIN_KERNEL`
     chooses: the same kernels with the activation compiled out."""
-    return PLAIN_KERNEL(x.device, x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid)
+    return _functional(False, x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid)
 
 
-def _takes(x: Tensor, weight: Tensor | None) -> bool:
-    """Whether the kernel takes ``x`` with ``weight``: 2-D, affine, float32 parameters with float32,
-    bfloat16 or float16 rows, or float64 with float64."""
-    if weight is None or x.dim() != 2 or x.shape[1] != weight.shape[0]:
+def _functional(relu: bool, x: Tensor, weight: Tensor | None, bias: Tensor | None, *rest) -> Tensor:
+    """The functions' one body: the arguments checked, then the kernel where it takes them (:func:`_takes`),
+    else the torch path (as the modules do)."""
+    running_mean, running_var, batch_stats = rest[:3]
+    check_arguments(x, weight, bias, running_mean, running_var, batch_stats)
+    kernel = _kernel(relu)
+    if not _takes(x, weight, bias, batch_stats):
+        kernel.ran.add("torch")
+        return kernel.torch(x, weight, bias, *rest)
+    return kernel(x.device, x, weight, bias, *rest)
+
+
+def check_arguments(x: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None,
+                    running_var: Tensor | None, batch_stats: bool) -> None:
+    """Raise :class:`~pointgeope.model.kernels.KernelArgumentError` (one line) for what ``F.batch_norm`` refuses
+    of ``x (R, C)``: another number of dimensions, a dtype that is not floating point, ``weight``, ``bias`` and
+    the running buffers (where given) of another shape than ``(C,)`` or on another device, no running buffers
+    without batch statistics, one row with them (torch: "Expected more than 1 value per channel"). Shapes,
+    dtypes and devices only: no pass over the data, no host read."""
+    fail = kernels.KernelArgumentError
+    if x.dim() != 2 or not x.is_floating_point():
+        raise fail(f"batch norm: expected x of shape (R, C) and a floating dtype, got {tuple(x.shape)} {x.dtype}")
+    given = {"weight": weight, "bias": bias, "running_mean": running_mean, "running_var": running_var}
+    for name, t in given.items():
+        if t is not None and (t.shape != x.shape[1:] or not t.is_floating_point() or t.device != x.device):
+            raise fail(f"batch norm: expected {name} of shape ({x.shape[1]},) (x's channels), floating, on "
+                       f"{x.device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
+    if not batch_stats and (running_mean is None or running_var is None):
+        raise fail("batch norm: batch_stats=False normalises by the running buffers: pass running_mean and running_var")
+    if batch_stats and x.shape[0] == 1:
+        raise fail(f"batch norm: expected more than 1 row per channel for batch statistics, got x of shape "
+                   f"{tuple(x.shape)}: batch more rows, or batch_stats=False (eval)")
+
+
+def _takes(x: Tensor, weight: Tensor | None, bias: Tensor | None, batch_stats: bool) -> bool:
+    """Whether the kernel takes ``x`` with ``weight`` and ``bias``: 2-D, affine, float32 parameters with float32,
+    bfloat16 or float16 rows, or float64 with float64; more than one row for batch statistics, one or more
+    without (else the torch path runs: the modules' and the functions' one rule)."""
+    if weight is None or bias is None or x.dim() != 2 or x.shape[1] != weight.shape[0] or bias.dtype != weight.dtype:
+        return False
+    if x.shape[0] <= int(batch_stats):
         return False
     return x.dtype == weight.dtype or (weight.dtype == torch.float32 and x.dtype in (torch.bfloat16, torch.float16))
 
@@ -239,7 +280,7 @@ class BatchNorm(nn.BatchNorm1d):
         valid = padding.valid_rows(x.shape[0]) if self.training else None
         cumulative = valid is not None and self.momentum is None   # its step a tensor: torch ops, no host read
         kernel = _kernel(self.relu)
-        if cumulative or not (kernel.enabled(x.device) and _takes(x, self.weight) and x.shape[0] > int(batch_stats)):
+        if cumulative or not (kernel.enabled(x.device) and _takes(x, self.weight, self.bias, batch_stats)):
             y = self._torch_forward(x, valid)
             return torch.relu_(y) if self.relu else y
         factor = self._factor()

@@ -248,3 +248,35 @@ def test_an_error_while_a_cuda_graph_records_is_the_capture_s(monkeypatch):
         assert torch.equal(new(x.device, x), torch.ones(3, device=DEVICE))
     assert not new.enabled(x.device)
     kernels.reset()
+
+
+def test_an_argument_error_raised_in_a_kernel_s_function_propagates_and_never_turns_it_off(monkeypatch):
+    """A wrapper's own refusal (``KernelArgumentError``) is the caller's mistake, not a compile or launch
+    failure: it propagates, with no warning, and the kernel keeps its Triton path."""
+    def triton_fn(x):
+        raise kernels.KernelArgumentError("expected x of shape (N,), got (2, 3)")
+
+    monkeypatch.setattr(kernels, "_REGISTRY", dict(kernels._REGISTRY))
+    new = kernels.register("zz_refuses", triton_fn, lambda x: x + 1.0)
+    x = torch.zeros(3, device=DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KernelFallbackWarning)
+        with pytest.raises(kernels.KernelArgumentError, match="expected x of shape"):
+            new(x.device, x)
+    assert new.enabled(x.device) and kernels.failures() == {}
+
+
+@pytest.mark.skipif(DEVICE.type == "cuda", reason="CPU tensors on a machine without CUDA")
+@pytest.mark.parametrize("name", ["relation", "batch_norm_relu"])
+def test_an_explicit_kernel_on_cpu_tensors_without_the_interpreter_says_what_to_do(name, monkeypatch):
+    """``Kernel.explicit`` (benchmarks, tests) on CPU tensors without ``TRITON_INTERPRET=1``: one line naming the
+    fix, where Triton used to answer "0 active drivers"."""
+    from pointgeope.model import norm
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    x, idx = torch.randn(6, 4), torch.zeros(6, 2, dtype=torch.long)
+    kernel, args = ((fused_attention.KERNELS["relation"], (x, idx, x, None)) if name == "relation" else
+                    (norm.KERNEL, (x, torch.ones(4), torch.zeros(4), None, None, True, 0.1, 1e-5)))
+    with pytest.raises(kernels.KernelArgumentError, match=f"the Triton kernel {name} runs on CUDA tensors .*got cpu "
+                                                          "tensors: move them to CUDA, set TRITON_INTERPRET=1"):
+        kernel.explicit(*args)

@@ -232,7 +232,7 @@ def test_the_layers_of_a_stage_share_one_rotation_table_and_nothing_changes(pe, 
 
     fused = []
     relation = fused_attention.frame_relation
-    monkeypatch.setattr(fused_attention, "frame_relation", lambda *a: fused.append(1) or relation(*a))
+    monkeypatch.setattr(fused_attention, "frame_relation", lambda *a, **kw: fused.append(1) or relation(*a, **kw))
     built = []
     build = rotation._build_tables
     monkeypatch.setattr(rotation, "_build_tables", lambda *a: built.append(a[0].shape[0]) or build(*a))

@@ -222,3 +222,30 @@ def test_cuda_compiled_kernels_at_full_size_equal_the_definition():
         rows_q = rows[rows < query.shape[0]]
         want_idx, want_d = _exact_rows(query, support, k, rows_q)
         assert torch.equal(idx[rows_q], want_idx) and torch.equal(dist2[rows_q], want_d)
+
+
+def test_the_triton_knn_takes_k_up_to_its_largest_and_the_default_hands_a_larger_k_on(monkeypatch):
+    """``backends.TRITON_KNN_MAX_K`` (64, the compile check's largest kNN, no spill): Triton takes it; a larger k
+    (whose compile took minutes at 256) goes to the next default backend (here the CPU's) with the same
+    neighbours (clouds of 90 and 40 random points: no ties, the second filled cyclically), and an
+    explicit ``backend="triton"`` refuses it in one line before any kernel."""
+    import importlib
+
+    from pointgeope.model.kernels import KernelArgumentError
+
+    knn_module = importlib.import_module("pointgeope.model.ops.knn")      # the package exports the function
+    top = backends.TRITON_KNN_MAX_K
+    assert top == 64
+    monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
+    points, off = _packed([_random(90, np.random.default_rng(6)), _random(40, np.random.default_rng(7))])  # no ties
+    launched = []
+    real = knn_module.KERNEL.triton
+    monkeypatch.setattr(knn_module.KERNEL, "triton", lambda *a: launched.append(a[2]) or real(*a))
+    for k in (top, top + 1):
+        idx, dist2 = knn(points, points, k, off, off)
+        want_idx, want_dist2 = knn(points, points, k, off, off, backend="torch")
+        assert torch.equal(idx, want_idx) and torch.equal(dist2, want_dist2)
+    assert launched == [top] and backends.knn_backend(points.device, top + 1) != "triton"
+    with pytest.raises(KernelArgumentError, match=f"knn backend 'triton' takes k <= {top} .*got k={top + 1}"):
+        knn(points, points, top + 1, off, off, backend="triton")
+    assert launched == [top]

@@ -22,6 +22,11 @@ time, while copying the points to the host and back costs milliseconds. ``bench/
 tensors too under ``TRITON_INTERPRET=1`` (Triton's interpreter, how the tests check the kernels). Every op
 also accepts an explicit ``backend`` (an explicit ``"triton"`` that fails raises, saying why: it is asked
 for to be measured or compared, :meth:`pointgeope.model.kernels.Kernel.explicit`).
+
+The Triton kNN takes ``k <= TRITON_KNN_MAX_K`` (64): its ``(BLOCK_Q, next_power_of_2(k))`` top-k of keys sits in
+registers, and ``bench/triton_compile_check.py`` compiles it without a spill up to there; past it the compile
+grows to minutes and the keys spill. A larger ``k`` goes to the next default backend (as where the kernel is
+off); an explicit ``backend="triton"`` with a larger ``k`` is refused in one line.
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ import torch
 
 from pointgeope.model import kernels
 
-__all__ = ["KNN_BACKENDS", "FPS_BACKENDS", "OpsBackends", "available", "knn_backend", "fps_backend", "resolve",
+__all__ = ["KNN_BACKENDS", "FPS_BACKENDS", "TRITON_KNN_MAX_K", "OpsBackends", "available", "knn_backend", "fps_backend", "resolve",
            "summary"]
 
 KNN_BACKENDS = ("pykdtree", "scipy", "torch", "cluster", "triton")
@@ -40,6 +45,10 @@ FPS_BACKENDS = ("numba", "torch", "triton")
 _MODULES = {"pykdtree": "pykdtree", "scipy": "scipy", "numba": "numba", "cluster": "torch_cluster",
             "torch": "torch", "triton": "triton"}
 _CPU_ONLY = {"pykdtree", "scipy", "numba"}
+# The largest k of the Triton kNN (module docstring): bench/triton_compile_check.py's largest kNN case, no spill
+# on sm_80 and sm_90 (Triton 3.9: 158-210 registers at k = 16..64, 26 s to compile k = 64 for sm_90 on this
+# 2-core machine); k = 128 had not compiled for sm_90 after 400 s, k = 256 neither.
+TRITON_KNN_MAX_K = 64
 
 
 @dataclass(frozen=True)
@@ -64,9 +73,10 @@ def available(backend: str) -> bool:
     return _FOUND[backend]
 
 
-def knn_backend(device: torch.device) -> str:
-    """The kNN backend used by default for tensors on ``device``."""
-    if kernels.use_triton("knn", device):
+def knn_backend(device: torch.device, k: int = 1) -> str:
+    """The kNN backend used by default for tensors on ``device`` and ``k`` neighbours (Triton for ``k <=``
+    :data:`TRITON_KNN_MAX_K`)."""
+    if k <= TRITON_KNN_MAX_K and kernels.use_triton("knn", device):
         return "triton"
     if device.type == "cpu":
         for name in ("pykdtree", "scipy"):
@@ -83,17 +93,20 @@ def fps_backend(device: torch.device) -> str:
     return "numba" if available("numba") else "torch"
 
 
-def resolve(backend: str | None, choices: tuple[str, ...], device: torch.device, kind: str) -> str:
-    """Check an explicit backend (or pick the default one when ``None``)."""
+def resolve(backend: str | None, choices: tuple[str, ...], device: torch.device, kind: str, k: int = 1) -> str:
+    """Check an explicit backend (or pick the default one when ``None``); ``k``: the kNN's neighbours."""
     if backend is None:
-        return knn_backend(device) if kind == "knn" else fps_backend(device)
+        return knn_backend(device, k) if kind == "knn" else fps_backend(device)
     if backend not in choices:
         raise ValueError(f"expected a {kind} backend in {choices} (or None for the default), got {backend!r}")
     if not available(backend):
         raise ValueError(f"{kind} backend {backend!r} needs the package {_MODULES[backend]!r}, which is not installed")
-    if backend == "triton" and not kernels.runs_on(device):        # the one interpreter rule
-        raise ValueError(f"{kind} backend 'triton' runs on CUDA tensors (or on CPU tensors under TRITON_INTERPRET=1, "
-                         f"for tests), got {device.type} tensors: move them to CUDA or pass backend=None")
+    if backend == "triton":
+        kernels.require_runs_on(device, f"{kind} backend 'triton'")       # the one interpreter rule
+        if kind == "knn" and k > TRITON_KNN_MAX_K:
+            raise kernels.KernelArgumentError(
+                f"knn backend 'triton' takes k <= {TRITON_KNN_MAX_K} (its top-k sits in registers), got k={k}: "
+                "pass backend=None (a larger k takes the next default backend) or backend='torch'")
     return backend
 
 

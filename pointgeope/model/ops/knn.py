@@ -46,7 +46,8 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
     Args:
         query: ``(M, 3)`` query points.
         support: ``(N, 3)`` support points (the same tensor as ``query`` for self-neighbourhoods).
-        k: neighbours per query, ``k >= 1``.
+        k: neighbours per query, ``k >= 1`` (the ``triton`` backend: ``k <= backends.TRITON_KNN_MAX_K``, 64; by
+            default a larger ``k`` takes the next default backend).
         query_offset, support_offset: ``(B,)`` cumulative counts of both packed batches.
         backend: ``"pykdtree"``, ``"scipy"``, ``"torch"``, ``"cluster"``, ``"triton"`` or ``None`` for the
             default of the device (see ``backends``; a default Triton kernel that fails hands over to the
@@ -66,7 +67,8 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
     Raises:
         ValueError / TypeError naming the argument: shapes, devices, ``k`` not an int ``>= 1``, non-finite
         coordinates or coordinates beyond ``checks.COORD_LIMIT`` (``2^60``: float32 squared distances
-        overflow), offsets (``offsets.check_offset``), a backend that cannot run.
+        overflow), offsets (``offsets.check_offset``), a backend that cannot run (an explicit
+        ``"triton"`` for ``k`` above its largest).
     """
     if query.dim() != 2 or query.shape[1] != 3 or support.dim() != 2 or support.shape[1] != 3:
         raise ValueError(f"expected query (M, 3) and support (N, 3), got {tuple(query.shape)} and {tuple(support.shape)}")
@@ -83,7 +85,7 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
     s_off = check_offset(support_offset, support.shape[0], "support_offset")
     if len(q_off) != len(s_off):
         raise ValueError(f"expected as many query clouds as support clouds, got {len(q_off)} and {len(s_off)}")
-    chosen = resolve(backend, KNN_BACKENDS, query.device, "knn")
+    chosen = resolve(backend, KNN_BACKENDS, query.device, "knn", k)
     query, support = query.detach(), support.detach()    # indices have no gradient (nor, here, distances)
     out_dtype = geometry_dtype(torch.promote_types(query.dtype, support.dtype))
     if query.dtype != support.dtype:   # promoted here, once, for every backend (each takes one dtype)

@@ -43,7 +43,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from pointgeope.model.kernels import launch_device
+from pointgeope.model.kernels import KernelArgumentError, launch_device
+from pointgeope.model.ops.backends import TRITON_KNN_MAX_K
 from pointgeope.model.ops.morton import layout
 from pointgeope.model.ops.triton_geometry import box_squared_distance, distance_key, key_distance, squared_distance
 
@@ -222,7 +223,10 @@ def _query_blocks(q_tiles, s_tiles, super_start: Tensor) -> Tensor:
 def knn_triton(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off: list[int]) -> tuple[Tensor, Tensor]:
     """``idx (M, k)`` int64 and ``dist2 (M, k)`` float32 (see the module docstring); offsets as lists. The
     support and query layouts come from ``morton.layout`` (once per cloud inside ``shared_layouts``); a
-    self-kNN (the same points and clouds) uses one layout for both."""
+    self-kNN (the same points and clouds) uses one layout for both. ``k <= backends.TRITON_KNN_MAX_K``."""
+    if k > TRITON_KNN_MAX_K:
+        raise KernelArgumentError(f"the Triton kNN takes k <= {TRITON_KNN_MAX_K}, got k={k}: call ops.knn, whose "
+                                  "default backend takes a larger k elsewhere")
     q32 = query.detach().to(torch.float32).contiguous()
     s32 = support.detach().to(torch.float32).contiguous()
     s_tiles, boxes = layout(s32, s_off, BLOCK_S)                          # boxes (NBS, 6)
