@@ -310,6 +310,7 @@ class PointTransformerLayer(nn.Module):
             raise ValueError(f"expected coord of shape ({feat.shape[0]}, 3), got {tuple(coord.shape)}")
         if idx.dim() != 2 or idx.shape[0] != feat.shape[0]:
             raise ValueError(f"expected idx of shape ({feat.shape[0]}, k), got {tuple(idx.shape)}")
+        idx = idx.long()               # an int32 kNN of one's own: the kernels take int64 (a no-op on the kNN's)
         n, k, c = feat.shape[0], idx.shape[1], self.channels
         q, key, value = self.linear_q(feat), self.linear_k(feat), self.linear_v(feat)
         if self.pe.absolute:                                                     # APE: q_i + e(p_i), k_j + e(p_j)

@@ -160,3 +160,17 @@ def test_layer_on_cuda_triton_equals_torch_kernels(pe, amp, monkeypatch):
 def fused_attention_layer(pe):
     from pointgeope.model.attention import PointTransformerLayer
     return PointTransformerLayer(32, share_planes=8, neighbours=16, pe=pe)
+
+
+@pytest.mark.parametrize("pe", ["rpe", "geope", "lingeope"])
+def test_an_int32_knn_runs_on_the_triton_path_as_int64(pe, monkeypatch, launches, torch_batch_norm):
+    """A kNN of one's own in int32: the layer's torch path took it, while the kernels' argument check refused it
+    ("expected idx ... int64"), so the same call failed on CUDA's default path only."""
+    coord, feat, idx = _layer_inputs()
+    layer = _layer(pe)
+    want = _run(layer, coord, feat, idx, "triton", monkeypatch)
+    del launches[:]
+    got = _run(layer, coord, feat, idx.int(), "triton", monkeypatch)
+    assert launches                                            # the kernels ran, not the torch path
+    for a, b in zip(got[:2], want[:2]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
