@@ -95,3 +95,15 @@ def test_check_index_false_skips_only_the_range(op, monkeypatch):
     assert len(ran) == 1
     with pytest.raises(KernelArgumentError, match=r"expected idx of shape \(N, k\)"):
         call(idx=t["idx"][:, 0])
+
+
+@pytest.mark.parametrize("op", RELATIONS + ("aggregate",))
+def test_meta_tensors_take_the_shape_checks_and_skip_the_range(op, monkeypatch):
+    """Shape propagation on meta tensors (no data) worked before the checks; the range check's host read then
+    raised "Tensor.item() cannot be called on meta tensors". A wrong shape is still refused."""
+    monkeypatch.setenv("POINTGEOPE_KERNELS", "torch")
+    meta = {name: t.to("meta") for name, t in _inputs().items()}
+    out = _call(op, meta)
+    assert out.is_meta and tuple(out.shape) == ((N, C) if op == "aggregate" else (N, K, C))
+    with pytest.raises(KernelArgumentError, match=r"expected idx of shape \(N, k\)"):
+        _call(op, meta, idx=meta["idx"][:, 0])
