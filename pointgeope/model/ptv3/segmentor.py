@@ -7,6 +7,8 @@ engine's, not the model's.
 from __future__ import annotations
 
 import os
+import pickle
+import re
 
 import torch
 from torch import Tensor, nn
@@ -23,7 +25,10 @@ def pointcept_state_dict(checkpoint: dict | str | os.PathLike) -> dict:
 
     A path is read on the CPU with ``torch.load(weights_only=True)``, numpy's scalars and dtypes allowed:
     Pointcept's trainer saves its ``best_metric_value`` as a numpy float (the mean IoU), which a plain
-    ``torch.load`` (``weights_only`` by default since torch 2.6) refuses; nothing else is unpickled.
+    ``torch.load`` (``weights_only`` by default since torch 2.6) refuses; nothing else is unpickled. A file
+    holding other objects (an ``OneCycleLR`` state saved under torch < 2.4 holds a bound method) is a
+    ``ValueError`` of one line: load a file you trust yourself, ``torch.load(path, weights_only=False)``, and
+    pass the dict.
     """
     if isinstance(checkpoint, (str, os.PathLike)):
         checkpoint = _load_safely(checkpoint)
@@ -40,7 +45,14 @@ def _load_safely(path: str | os.PathLike):
     core = getattr(np, "_core", None) or np.core          # numpy 2 / numpy 1
     dtypes = {type(np.dtype(t)) for t in ("float16", "float32", "float64", "int32", "int64", "bool")}
     with torch.serialization.safe_globals([core.multiarray.scalar, np.dtype, *dtypes]):
-        return torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as err:              # torch's is many lines: keep the object it names
+            found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+            what = f"the global {found.group(1)}" if found else "objects"
+            raise ValueError(f"{path}: holds more than tensors and numbers ({what}), which a safe load does not "
+                             "run; if you trust the file, pass torch.load(path, weights_only=False) to "
+                             "pointcept_state_dict instead of its path") from None
 
 
 class PTv3Segmentor(nn.Module):

@@ -122,3 +122,23 @@ def test_a_pointcept_checkpoint_file_loads_from_its_path(fixture, tmp_path):
     assert all(torch.equal(loaded[k[len("module."):]], v) for k, v in state.items())
     net = PTv3Segmentor(13, 8, PointTransformerV3(**fixture["variants"]["flash"]["kwargs"]))
     net.load_state_dict(pointcept_state_dict(str(path)), strict=True)
+
+
+class _Annealer:
+    def anneal(self):
+        return 0.0
+
+
+def test_a_pointcept_file_with_more_than_weights_is_one_line_with_the_trusted_load(tmp_path):
+    """A Pointcept checkpoint saved under torch < 2.4 holds its OneCycleLR state with a bound method (here one of
+    a class of this module), which the safe load does not run: torch's error was many lines; now one, naming
+    the object and the call for a file one trusts, which gives the weights."""
+    path = tmp_path / "model_last.pth"
+    torch.save({"state_dict": {"module.seg_head.bias": torch.ones(13)},
+                "scheduler": {"anneal_func": _Annealer().anneal}}, path)
+    with pytest.raises(ValueError) as err:
+        pointcept_state_dict(path)
+    line = str(err.value)
+    assert line.startswith(f"{path}: holds more than tensors and numbers (the global ") and "\n" not in line
+    assert line.endswith("pass torch.load(path, weights_only=False) to pointcept_state_dict instead of its path")
+    assert list(pointcept_state_dict(torch.load(path, weights_only=False))) == ["seg_head.bias"]
