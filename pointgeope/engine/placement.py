@@ -77,14 +77,15 @@ def hierarchy_place(cfg: Config, device: torch.device, spec=None, evaluation: bo
             return HierarchyPlace("loader", "data.hierarchy=auto: a core is free for the thread that cuts the "
                                             "pieces", device)
         return HierarchyPlace("model", "data.hierarchy=auto: torch's threads take every core", device)
-    fps, knn = backends.fps_backend(device), backends.knn_backend(device)
+    k = max(cfg.model.neighbours, default=1)     # the hierarchy's widest kNN (a k past Triton's goes elsewhere)
+    fps, knn = backends.fps_backend(device), backends.knn_backend(device, k)
     if device.type == "cpu" or fps not in DEVICE_KERNELS or knn not in DEVICE_KERNELS:
         return HierarchyPlace("loader", f"data.hierarchy=auto: the {device.type} defaults fps={fps}, knn={knn} "
                                         "are not device kernels", device)
     if spec is not None and not device_kernels_run(spec, device):
         return HierarchyPlace("loader", f"data.hierarchy=auto: the {device.type} point kernels failed here and "
                                         f"fell back (fps={backends.fps_backend(device)}, "
-                                        f"knn={backends.knn_backend(device)})", device)
+                                        f"knn={backends.knn_backend(device, k)})", device)
     where = "beside" if device.type == "cuda" else "model"
     return HierarchyPlace(where, f"data.hierarchy=auto: the {device.type} kernels fps={fps}, knn={knn}", device)
 

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.ops import knn
+from pointgeope.model.ops.backends import TRITON_KNN_MAX_K
 from pointgeope.nn.checks import check_coordinates, check_count, check_float_tensor, check_values
 
 __all__ = ["knn_graph"]
@@ -61,6 +62,11 @@ def knn_graph(x: Tensor, k: int, batch: Tensor | None = None, loop: bool = False
     sizes = _example_sizes(batch, num, batch_size, pos.device)
     offset = sizes.cumsum(0)
     width = min(k + (0 if loop else 1), int(sizes.max()))          # never more columns than the largest cloud
+    if backend == "triton" and width > TRITON_KNN_MAX_K:           # its refusal would name k + 1, not k
+        most = TRITON_KNN_MAX_K - (0 if loop else 1)
+        itself = "" if loop else " (k + 1: the point itself is found, then dropped)"
+        raise ValueError(f"knn_graph(k={k}, loop={loop}) searches {width} neighbours a point{itself}, and the "
+                         f"triton backend takes up to {TRITON_KNN_MAX_K}: k <= {most}, or backend=None")
     idx, _ = knn(pos, pos, width, offset, offset, backend, check_finite=False)   # checked above; self first
     rows = torch.arange(num, device=pos.device)
     column = torch.arange(idx.shape[1], device=pos.device)

@@ -116,7 +116,7 @@ def test_training_batches_carry_the_models_hierarchy_from_the_workers(tiny_root)
 ])
 def test_auto_hierarchy_follows_the_device_kernels(monkeypatch, fps, knn, device, expected):
     monkeypatch.setattr(placement.backends, "fps_backend", lambda d: fps)
-    monkeypatch.setattr(placement.backends, "knn_backend", lambda d: knn)
+    monkeypatch.setattr(placement.backends, "knn_backend", lambda d, k=1: knn)
     place = hierarchy_place(load_config(None), torch.device(device))
     assert place.where == expected and place.why.startswith("data.hierarchy=auto") and f"fps={fps}" in place.why
     beside = "beside" if device == "cuda" else "model"
@@ -125,6 +125,16 @@ def test_auto_hierarchy_follows_the_device_kernels(monkeypatch, fps, knn, device
         assert got.where == where and got.why.startswith(f"data.hierarchy={explicit}")
     former = hierarchy_place(load_config(None, ["data.hierarchy=device"]), torch.device(device)).line()
     assert former.endswith("(data.hierarchy=device; 'device' is the former name of 'beside', which it still means)")
+
+
+def test_auto_hierarchy_asks_for_the_models_widest_knn(monkeypatch):
+    """A stage of more neighbours than the Triton kNN takes (65 > 64) runs on the next backend; the line said
+    knn=triton and put the hierarchy beside the step, where that kNN is not a device kernel."""
+    monkeypatch.setattr(placement.backends.kernels, "use_triton", lambda kernel, device, atomics=False: True)
+    cuda = torch.device("cuda")
+    assert hierarchy_place(load_config(None), cuda).where == "beside"                    # k 8 and 16
+    wide = hierarchy_place(load_config(None, ["model.neighbours=[8,16,16,16,65]"]), cuda)
+    assert wide.where == "loader" and "fps=triton" in wide.why and "knn=triton" not in wide.why
 
 
 @pytest.mark.parametrize("device, threads_free, expected", [("cuda", True, "beside"), ("cpu", True, "loader"),

@@ -146,3 +146,16 @@ def test_pygs_signature_flow_cosine_workers_batch_size():
         knn_graph(pos, 2, batch, batch_size=1)
     with pytest.raises(TypeError, match="positional"):
         knn_graph(pos, 2, batch, False, "source_to_target", False, 1, None, "torch")
+
+
+def test_a_k_beyond_the_triton_knn_names_knn_graphs_own_k():
+    """knn_graph(k=64) searches 65 neighbours (itself, then dropped): the triton backend's refusal said "got
+    k=65" for a call that said 64. Its largest is 64 neighbours a point: k <= 63 without the loop, 64 with."""
+    pos = torch.rand(100, 3, generator=torch.Generator().manual_seed(9))
+    top = backends.TRITON_KNN_MAX_K
+    with pytest.raises(ValueError, match=rf"^knn_graph\(k={top}, loop=False\) searches {top + 1} neighbours a point "
+                                         rf"\(k \+ 1: .*takes up to {top}: k <= {top - 1}, or backend=None$"):
+        knn_graph(pos, top, backend="triton")
+    with pytest.raises(ValueError, match=rf"^knn_graph\(k={top + 1}, loop=True\) searches {top + 1} neighbours a "
+                                         rf"point, and .*k <= {top}, or backend=None$"):
+        knn_graph(pos, top + 1, loop=True, backend="triton")
