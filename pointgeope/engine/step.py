@@ -36,7 +36,7 @@ def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, devic
         try:
             logits = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None), **grid)
         except SmallBatchError as err:      # PTv3's batch norm on one row: name the keys that made it so
-            raise SmallBatchError(err.fact, small_batch_advice(cfg.data, len(batch.pos))) from None
+            raise type(err)(err.fact, small_batch_advice(cfg.data, len(batch.pos))) from None   # its class kept
     loss = segmentation_loss(logits.float(), batch.y, cfg.train.loss, cfg.train.ignore_index,
                              cfg.train.lovasz_weight)
     loss_value = loss.item()

@@ -60,3 +60,23 @@ def test_a_batch_made_too_small_names_its_key(two_folds, tmp_path, capsys, extra
                                      stages=False))
     assert f"needs two or more; the batch is one cloud of {points} point" in line and cause in line, line
     assert "or raise data.batch_size" in line
+
+
+def test_the_steps_rewrite_keeps_the_errors_class():
+    """train_step rewrites a too-small batch's advice naming the config keys; it re-raised the base
+    SmallBatchError, so a caller catching the public CoarsePoolingError missed it."""
+    import torch
+
+    from pointgeope.engine.config import load_config
+    from pointgeope.engine.step import train_step
+    from pointgeope.model.ptv3.pooling import CoarsePoolingError
+
+    def net(*args, **kwargs):
+        raise CoarsePoolingError("PTv3's pooling merged the 2 voxels of a training batch into one", "advice")
+
+    cfg = load_config(PTV3_DEMO, ["data.crop_rate=0.001"])
+    batch = SimpleNamespace(pos=torch.zeros(2, 3), x=torch.zeros(2, 6), ptr=torch.tensor([0, 2]), grid_coord=None)
+    with pytest.raises(CoarsePoolingError) as err:
+        train_step(cfg, None, net, batch, torch.device("cpu"))
+    assert str(err.value).startswith("PTv3's pooling merged the 2 voxels of a training batch into one; the batch is "
+                                     "one cloud of 2 points: data.crop_rate=0.001 keeps")
