@@ -27,7 +27,7 @@ DEMO_RUN := $(if $(filter ptv3,$(BACKBONE)),ptv3_geope,geope)
 
 setup: $(STAMP) sysdeps
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml pointgeope/__init__.py   # the version is written there
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || bash .ci/install_torch.sh $(PY) "$(TORCH_SPEC)" "$(TORCH_INDEX)"

@@ -171,10 +171,11 @@ def vote_probabilities(scores: np.ndarray, votes: np.ndarray, vote: str, chunk: 
     - ``"logits"``: ``softmax(scores / votes)``, the softmax of the point's mean logit;
     - ``"softmax"``: ``scores / sum_c scores``, the mean of its predictions' probabilities.
 
-    Either way ``argmax`` is the predicted label (``argmax`` of ``scores``): both maps are monotone, so only
-    classes whose probabilities are equal in float32 (scores a float32 step apart) can tie, and the tie goes to
-    the smaller class, as the label's does. (float16 rounded near ties together: 0.6 % of the rows of random
-    logits of scale 0.05 had another argmax.) Computed in chunks of rows (bounded extra memory).
+    Either way ``argmax`` is the predicted label (``argmax`` of ``scores``) except where the top two scores
+    lie within float32 rounding of each other (a float32 step apart: their probabilities may round to one
+    value, whose argmax is the smaller class): both maps are monotone. (float16 rounded near ties together:
+    0.6 % of the rows of random logits of scale 0.05 had another argmax.) Computed in chunks of rows (bounded
+    extra memory).
     """
     if vote not in ("logits", "softmax"):
         raise ValueError(f"expected eval.vote 'logits' or 'softmax', got {vote!r}")

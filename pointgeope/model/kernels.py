@@ -23,8 +23,9 @@ the error and the switch; the record of failed kernels (:data:`FAILURES`) is sha
 a lock. Every new specialisation compiles, so any call can be the one that fails: each costs a ``try`` block
 when nothing fails. Out-of-memory errors and the package's own argument checks are not failures of a kernel:
 they propagate (``evaluate`` halves its batch on them). The public functions of the kernels check their
-arguments before the dispatch and raise :class:`KernelArgumentError` (a ``ValueError``), so a caller's wrong
-shape, dtype, device or index is one line and never turns a kernel off. A kernel asked for explicitly
+arguments before the dispatch, so a caller's wrong shape, dtype, device or index is one line and never turns a
+kernel off: the attention's and the batch norm's raise :class:`KernelArgumentError` (a ``ValueError``), the
+point ops' (``ops.knn``, ``ops.fps``) a ``ValueError`` or ``TypeError`` of their own, also before any kernel. A kernel asked for explicitly
 (:meth:`Kernel.explicit`, ``backend="triton"`` of the point ops) does not fall back: it is asked for to be
 measured or compared, and its error says so; on tensors it cannot take (:func:`require_runs_on`) it says what to do.
 """

@@ -210,7 +210,8 @@ def batch_norm_relu(x: Tensor, weight: Tensor | None, bias: Tensor | None, runni
     """``relu(F.batch_norm(x, running_mean, running_var, weight, bias, batch_stats, momentum, eps))`` for
     ``x (R, C)``, on the path :data:`KERNEL` chooses (module docstring); with ``valid`` (0-dim int64 on ``x``'s
     device) the training statistics of the first ``valid`` rows (a padded batch, :func:`prefix_batch_norm`).
-    Arguments torch refuses are refused here, before any kernel (:func:`check_arguments`)."""
+    Only ``(R, C)`` rows are taken (``F.batch_norm``'s ``(N, C, L)`` is not); arguments torch refuses are refused
+    here too, before any kernel (:func:`check_arguments`)."""
     return _functional(True, x, weight, bias, running_mean, running_var, batch_stats, momentum, eps, valid)
 
 
@@ -236,8 +237,8 @@ def _functional(relu: bool, x: Tensor, weight: Tensor | None, bias: Tensor | Non
 
 def check_arguments(x: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None,
                     running_var: Tensor | None, batch_stats: bool) -> None:
-    """Raise :class:`~pointgeope.model.kernels.KernelArgumentError` (one line) for what ``F.batch_norm`` refuses
-    of ``x (R, C)``: another number of dimensions, a dtype that is not floating point, ``weight``, ``bias`` and
+    """Raise :class:`~pointgeope.model.kernels.KernelArgumentError` (one line) for ``x`` not ``(R, C)`` (the
+    functions take rows only, ``F.batch_norm`` also ``(N, C, L)``) and for what ``F.batch_norm`` refuses: a dtype that is not floating point, ``weight``, ``bias`` and
     the running buffers (where given) of another shape than ``(C,)`` or on another device, no running buffers
     without batch statistics, one row with them (torch: "Expected more than 1 value per channel"). Shapes,
     dtypes and devices only: no pass over the data, no host read."""
