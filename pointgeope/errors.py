@@ -271,6 +271,18 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
     except KeyboardInterrupt as err:
         if debug:
             raise
-        terminated = isinstance(err, Terminated)
-        print(f"{prog}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
-        return 128 + signal.SIGTERM if terminated else EXIT_INTERRUPTED
+        return _said(prog, err)
+
+
+def _said(prog: str, stop: KeyboardInterrupt) -> int:
+    """Say ``<prog>: interrupted`` (Ctrl-C) or ``<prog>: terminated`` (SIGTERM, :class:`Terminated`) on
+    standard error; the exit code, 130 or 143."""
+    terminated = isinstance(stop, Terminated)
+    print(f"{prog}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
+    return 128 + signal.SIGTERM if terminated else EXIT_INTERRUPTED
+
+
+def stopped(prog: str, stop: KeyboardInterrupt) -> int:
+    """A stop that came before :func:`run_command` ran (a command line still being read, its modules
+    imported): said as one of the command's, and the exit code to exit with (:func:`settle_exit`)."""
+    return settle_exit(_said(prog, stop))
