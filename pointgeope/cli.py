@@ -56,20 +56,21 @@ def _prog(argv: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv, stops = sys.argv[1:] if argv is None else list(argv), []
     try:  # from the first line: a Ctrl-C while the commands are imported is one line too
         from pointgeope.commands import parse_args
         from pointgeope.errors import run_command, settle_exit, stop_on_sigterm
 
-        with stop_on_sigterm():
+        with stop_on_sigterm() as stops:
             parser = build_parser()
             args = parse_args(parser, argv)
-    except KeyboardInterrupt as err:
-        from pointgeope.errors import stopped
+    except (KeyboardInterrupt, ImportError) as err:  # (an import that a stop cut may raise an ImportError)
+        from pointgeope.errors import stop_behind, stopped
 
-        if "--debug" in argv:
+        stop = err if isinstance(err, KeyboardInterrupt) else stop_behind(err, stops)
+        if stop is None or "--debug" in argv:
             raise
-        return stopped(_prog(argv), err)
+        return stopped(_prog(argv), stop)
     if args.command is None:
         parser.print_help()
         return 0
