@@ -14,8 +14,9 @@ user error too. A package of the toolkit that is not installed (``pip install po
 as one line that names the package and ``pip install "pointgeope[toolkit]"``, exit code 2. A new command
 raises ``UserError(message)`` (or a subclass) and needs nothing else.
 Ctrl-C (``KeyboardInterrupt``, or the ``ImportError`` that an import it cut raises in its place:
-:func:`stop_behind`) ends a command as command-line tools end: ``<prog>: interrupted`` and exit code 130 (128 + SIGINT), once the ``finally`` blocks and context managers on the way out have released
-its locks and deleted its temporary files; the entry points (:func:`settle_exit`) then ignore a second Ctrl-C
+:func:`stop_behind`) ends a command as command-line tools end: ``<prog>: interrupted`` and exit code 130
+(128 + SIGINT), once the ``finally`` blocks and context managers on the way out have released its locks
+and deleted its temporary files; the entry points (:func:`settle_exit`) then ignore a second Ctrl-C
 while the interpreter shuts down. :func:`run_command` runs every command inside :func:`stop_on_sigterm` (a job
 scheduler stops ``train``, ``evaluate`` or ``ablate`` with SIGTERM at its time limit, on preemption or
 ``scancel``; ``kill`` sends it too), so SIGTERM ends a command the same way: its locks released and
