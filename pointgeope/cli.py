@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         with stop_on_sigterm() as stops:
             parser = build_parser()
             args = parse_args(parser, argv)
-    except (KeyboardInterrupt, ImportError) as err:  # (an import that a stop cut may raise an ImportError)
+    except (KeyboardInterrupt, Exception) as err:  # (what a stop cut may raise an error in its place)
         from pointgeope.errors import stop_behind, stopped
 
         stop = err if isinstance(err, KeyboardInterrupt) else stop_behind(err, stops)

@@ -112,10 +112,27 @@ def stop_on_sigterm() -> Iterator[list[int]]:
 
 
 def stop_behind(err: BaseException, stops: list[int]) -> KeyboardInterrupt | None:
-    """The stop that an ImportError ``err`` hides, if a stop was raised (``stops``: :func:`stop_on_sigterm`'s)
-    before it: a C extension whose import a Ctrl-C cut (numpy's, as it imports ``datetime``) raises an
-    ImportError of its own in place of the ``KeyboardInterrupt``, which a command then showed as a traceback."""
-    if not stops or not isinstance(err, ImportError):
+    """The stop that the error ``err`` stands for, if a stop was raised before it (``stops``:
+    :func:`stop_on_sigterm`'s) and turned into it: Python and C extensions replace an exception they cannot
+    pass on, a stop's too. A C extension whose import a Ctrl-C cut raises an ImportError of its own (numpy's,
+    as it imports ``datetime``: the ``KeyboardInterrupt`` is lost); a class whose creation it cut, a
+    ``RuntimeError`` from the stop (``platform``'s ``uname_result`` as torch is imported); a module imported
+    after another's import was cut finds it half made (scipy's ``RecursionError`` in numpy's ``__getattr__``,
+    numpy.ctypeslib's ``AttributeError``).
+    A command showed their tracebacks for a Ctrl-C in its first 0.3 s. So: an ImportError, an error raised
+    from a stop (its cause), or one raised while a module is imported. Any other error is not a stop's: one
+    raised while a stop is handled (a ``finally`` block's bug) has the stop as its context, not its cause,
+    and keeps its traceback."""
+    if not stops:
+        return None
+    cause, chain = err, []
+    while cause is not None and len(chain) < 100:
+        chain.append(cause)
+        cause = cause.__cause__
+    tb, importing = err.__traceback__, False
+    while tb is not None and not importing:
+        importing, tb = tb.tb_frame.f_code.co_name == "<module>", tb.tb_next  # a module's top level runs
+    if not (isinstance(err, ImportError) or importing or any(isinstance(e, KeyboardInterrupt) for e in chain)):
         return None
     return Terminated() if stops[-1] == signal.SIGTERM else KeyboardInterrupt()
 
@@ -297,6 +314,10 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
         if debug:
             raise
         return _said(prog, err)
+    except Exception as err:  # a bug's, unless a stop turned into it
+        if (stop := stop_behind(err, stops)) is None or debug:
+            raise
+        return _said(prog, stop)
 
 
 def _said(prog: str, stop: KeyboardInterrupt) -> int:

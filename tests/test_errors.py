@@ -308,3 +308,58 @@ def test_a_ctrl_c_that_an_import_turns_into_an_import_error_is_still_a_stop(tmp_
     assert (done.returncode, done.stderr) == (130, "pointgeope report: interrupted\n")
     with pytest.raises(ImportError):
         run_command("pointgeope x", _raise(ImportError("a bug")))
+
+
+class _StoppedHere:
+    """A descriptor whose ``__set_name__`` a Ctrl-C reaches: Python 3.11 raises ``RuntimeError: Error calling
+    __set_name__`` from the stop (``platform.uname_result`` as torch is imported, 0.07 s into train.py)."""
+
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs at one of these bytecodes
+            pass
+
+
+# A module whose import a Ctrl-C cut, left half made by a library that swallowed the stop: what imports it
+# next fails on what is missing (numpy.ctypeslib's "module 'numpy' has no attribute 'dtype'", 0.26 s into train.py).
+HALF_MADE = """
+import os, signal
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(1000):
+        pass
+except KeyboardInterrupt:
+    pass
+raise AttributeError("module 'numpy' has no attribute 'dtype'")
+"""
+
+
+def test_an_error_a_stop_was_turned_into_is_the_stop_and_a_bug_during_a_stop_is_a_bug(capsys, tmp_path,
+                                                                                      monkeypatch):
+    def class_made():
+        class Owner:
+            attr = _StoppedHere()
+
+    assert run_command("pointgeope x", class_made) == 130
+    assert capsys.readouterr().err == "pointgeope x: interrupted\n"
+    (tmp_path / "half_made_by_a_stop.py").write_text(HALF_MADE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def imports():
+        import half_made_by_a_stop  # noqa: F401
+
+    assert run_command("pointgeope x", imports) == 130
+    assert capsys.readouterr().err == "pointgeope x: interrupted\n"
+
+    def cleanup_bug():  # a stop, then a bug of a finally block: its context is the stop, not its cause
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+        finally:
+            raise ValueError("a bug while stopping")
+
+    with pytest.raises(ValueError, match="a bug while stopping"):
+        run_command("pointgeope x", cleanup_bug)
+    with pytest.raises(RuntimeError):  # no stop came: a bug
+        run_command("pointgeope x", _raise(RuntimeError("a bug")))
