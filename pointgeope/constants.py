@@ -105,3 +105,7 @@ PREDICT_EXTENT_LIMIT = 1e6
 # Measured here: 2M points took 8 s per frame with software OpenGL (Mesa llvmpipe) on a busy 2-core machine;
 # a GPU draws them smoothly.
 DEFAULT_MAX_POINTS = 1_000_000
+
+# The colourings of the viewer (its keys 1..4; pointgeope/viz/colors.py), here so that `pointgeope viz`'s
+# options name them without importing numpy.
+VIEW_MODES: tuple[str, ...] = ("rgb", "gt", "pred", "error")

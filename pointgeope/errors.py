@@ -13,9 +13,10 @@ user error too. A package of the toolkit that is not installed (``pip install po
 ``toolkit`` extra, :mod:`pointgeope.extras`) is the environment's, not a bug: its ``ModuleNotFoundError`` ends
 as one line that names the package and ``pip install "pointgeope[toolkit]"``, exit code 2. A new command
 raises ``UserError(message)`` (or a subclass) and needs nothing else.
-Ctrl-C (``KeyboardInterrupt``) ends a command as command-line tools end: ``<prog>: interrupted`` and exit
-code 130 (128 + SIGINT), once the ``finally`` blocks and context managers on the way out have released
-its locks and deleted its temporary files; the entry points (:func:`settle_exit`) then ignore a second Ctrl-C
+Ctrl-C (``KeyboardInterrupt``, or the ``ImportError`` that an import it cut raises in its place:
+:func:`stop_behind`) ends a command as command-line tools end: ``<prog>: interrupted`` and exit code 130
+(128 + SIGINT), once the ``finally`` blocks and context managers on the way out have released its locks
+and deleted its temporary files; the entry points (:func:`settle_exit`) then ignore a second Ctrl-C
 while the interpreter shuts down. :func:`run_command` runs every command inside :func:`stop_on_sigterm` (a job
 scheduler stops ``train``, ``evaluate`` or ``ablate`` with SIGTERM at its time limit, on preemption or
 ``scancel``; ``kill`` sends it too), so SIGTERM ends a command the same way: its locks released and
@@ -68,25 +69,35 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def stop_on_sigterm() -> Iterator[None]:
+def stop_on_sigterm() -> Iterator[list[int]]:
     """Within the block, SIGTERM raises :class:`Terminated`, so that a process stopped by a job scheduler or
     ``kill`` runs its ``finally`` blocks (stops its children, releases its locks, deletes its temporary
     files) instead of dying at once; the previous handler comes back after the block. A stop (Ctrl-C too)
     raised where Python drops exceptions is delivered again (:func:`_stop_again`); one dropped so near the
     block's end that it is still on its way is raised as the block ends (unless a stop already ends it): it
     stops the block it came in, never the caller after it. Python runs signal handlers in the main thread
-    only: elsewhere (a command called from a thread) the block changes nothing."""
+    only: elsewhere (a command called from a thread) the block changes nothing. It yields the list of the
+    signals whose stop it raised, for :func:`stop_behind`."""
     def stop(signum, frame):
+        stops.append(signum)
         raise Terminated()
 
+    def interrupt(signum, frame):
+        stops.append(signum)
+        raise KeyboardInterrupt()
+
+    stops: list[int] = []  # the signals whose stop was raised in the block
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield stops
         return
     previous, hook = signal.signal(signal.SIGTERM, stop), sys.unraisablehook
+    # Python's own Ctrl-C handler, noted too (an ignored SIGINT or another program's handler is left alone)
+    was_int = signal.signal(signal.SIGINT, interrupt) if signal.getsignal(signal.SIGINT) is signal.default_int_handler \
+        else None
     sys.unraisablehook, end = _stop_again(hook)
     stopping = False
     try:
-        yield
+        yield stops
     except KeyboardInterrupt:
         stopping = True
         raise
@@ -95,7 +106,35 @@ def stop_on_sigterm() -> Iterator[None]:
             end(stopping)
         finally:
             signal.signal(signal.SIGTERM, previous)
+            if was_int is not None:
+                signal.signal(signal.SIGINT, was_int)
             sys.unraisablehook = hook
+
+
+def stop_behind(err: BaseException, stops: list[int]) -> KeyboardInterrupt | None:
+    """The stop that the error ``err`` stands for, if a stop was raised before it (``stops``:
+    :func:`stop_on_sigterm`'s) and turned into it: Python and C extensions replace an exception they cannot
+    pass on, a stop's too. A C extension whose import a Ctrl-C cut raises an ImportError of its own (numpy's,
+    as it imports ``datetime``: the ``KeyboardInterrupt`` is lost); a class whose creation it cut, a
+    ``RuntimeError`` from the stop (``platform``'s ``uname_result`` as torch is imported); a module imported
+    after another's import was cut finds it half made (scipy's ``RecursionError`` in numpy's ``__getattr__``,
+    numpy.ctypeslib's ``AttributeError``).
+    A command showed their tracebacks for a Ctrl-C in its first 0.3 s. So: an ImportError, an error raised
+    from a stop (its cause), or one raised while a module is imported. Any other error is not a stop's: one
+    raised while a stop is handled (a ``finally`` block's bug) has the stop as its context, not its cause,
+    and keeps its traceback."""
+    if not stops:
+        return None
+    cause, chain = err, []
+    while cause is not None and len(chain) < 100:
+        chain.append(cause)
+        cause = cause.__cause__
+    tb, importing = err.__traceback__, False
+    while tb is not None and not importing:
+        importing, tb = tb.tb_frame.f_code.co_name == "<module>", tb.tb_next  # a module's top level runs
+    if not (isinstance(err, ImportError) or importing or any(isinstance(e, KeyboardInterrupt) for e in chain)):
+        return None
+    return Terminated() if stops[-1] == signal.SIGTERM else KeyboardInterrupt()
 
 
 def _stop_again(hook: Callable) -> tuple[Callable, Callable[[bool], None]]:
@@ -250,8 +289,9 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
     any other broken pipe is a bug."""
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    stops: list[int] = []
     try:
-        with stop_on_sigterm():
+        with stop_on_sigterm() as stops:
             code = int(func(*args) or 0)
             sys.stdout.flush()  # here, not at the interpreter's exit: a closed pipe must fail while it is caught
         return code
@@ -262,7 +302,9 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
         os.dup2(null, sys.stdout.fileno())  # the exit's flush of what is left would fail again
         os.close(null)
         return EXIT_BROKEN_PIPE
-    except (UserError, OSError, ModuleNotFoundError) as err:
+    except (UserError, OSError, ImportError) as err:
+        if (stop := stop_behind(err, stops)) is not None and not debug:
+            return _said(prog, stop)
         message = user_message(err)
         if message is None or debug:
             raise
@@ -271,6 +313,22 @@ def run_command(prog: str, func: Callable[..., int], *args, debug: bool = False)
     except KeyboardInterrupt as err:
         if debug:
             raise
-        terminated = isinstance(err, Terminated)
-        print(f"{prog}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
-        return 128 + signal.SIGTERM if terminated else EXIT_INTERRUPTED
+        return _said(prog, err)
+    except Exception as err:  # a bug's, unless a stop turned into it
+        if (stop := stop_behind(err, stops)) is None or debug:
+            raise
+        return _said(prog, stop)
+
+
+def _said(prog: str, stop: KeyboardInterrupt) -> int:
+    """Say ``<prog>: interrupted`` (Ctrl-C) or ``<prog>: terminated`` (SIGTERM, :class:`Terminated`) on
+    standard error; the exit code, 130 or 143."""
+    terminated = isinstance(stop, Terminated)
+    print(f"{prog}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
+    return 128 + signal.SIGTERM if terminated else EXIT_INTERRUPTED
+
+
+def stopped(prog: str, stop: KeyboardInterrupt) -> int:
+    """A stop that came before :func:`run_command` ran (a command line still being read, its modules
+    imported): said as one of the command's, and the exit code to exit with (:func:`settle_exit`)."""
+    return settle_exit(_said(prog, stop))

@@ -6,8 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import pointgeope.commands
-from pointgeope.cli import COMMANDS, build_parser
+from pointgeope.cli import COMMANDS, build_parser, command_modules
 
 HEAVY = ("torch", "h5py", "open3d", "pandas", "matplotlib", "pointgeope.engine", "pointgeope.model",
          "pointgeope.data", "pointgeope.h5", "data_prep.prepare", "data_prep.synth.dataset")
@@ -16,10 +18,11 @@ HEAVY = ("torch", "h5py", "open3d", "pandas", "matplotlib", "pointgeope.engine",
 def test_every_command_module_is_a_command_of_the_same_shape():
     folder = Path(pointgeope.commands.__file__).parent
     names = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
-    assert sorted(m.__name__.rsplit(".", 1)[1] for m in COMMANDS) == names
+    assert sorted(COMMANDS) == names
+    assert [m.__name__.rsplit(".", 1)[1] for m in command_modules()] == list(COMMANDS)
     choices = build_parser()._subparsers._group_actions[0].choices
-    assert list(choices) == [m.__name__.rsplit(".", 1)[1] for m in COMMANDS]
-    for module in COMMANDS:
+    assert list(choices) == list(COMMANDS)
+    for module in command_modules():
         assert module.__doc__.strip() and isinstance(module.HELP, str) and "\n" not in module.HELP
         assert callable(module.add_arguments) and callable(module.main)
 
@@ -81,3 +84,43 @@ def test_a_key_given_twice_on_the_command_line_is_one_warning_line(tmp_path, cap
                  "--data-root", str(tmp_path / "none"), "optim.lr=0.1", "optim.lr=0.2"]) == 2   # no data there
     out = capsys.readouterr().out.splitlines()
     assert out == ["warning: optim.lr is given twice ('optim.lr=0.1', then 'optim.lr=0.2'): the last is used"], out
+
+
+# One Ctrl-C that lands while the command line imports sys.argv[1] (the console script `pointgeope` and
+# `python -m pointgeope` run these two lines of pointgeope.cli too).
+STOP_IN_AN_IMPORT = """
+import sys
+
+class Stop:
+    def find_spec(self, name, path=None, target=None):
+        if name == sys.argv[1]:
+            sys.meta_path.remove(self)
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, Stop())
+from pointgeope.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("module", ["argparse", "pointgeope.commands.viz", "numpy"])
+def test_a_ctrl_c_while_the_command_line_is_imported_is_one_line(tmp_path, module):
+    """Before: pointgeope/cli.py imported argparse and every command module at its top (viz's numpy with
+    them, 0.1 to 0.3 s on a busy machine) before any handler, and a Ctrl-C then printed a 25-line traceback.
+    cli.main now catches it from its first line; importing pointgeope.cli imports nothing of that."""
+    done = subprocess.run([sys.executable, "-c", STOP_IN_AN_IMPORT, module, "report", str(tmp_path / "run"),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (130, "pointgeope report: interrupted\n")
+    assert not (tmp_path / "out").exists()
+    code = "import sys, pointgeope.cli; print(sorted(m for m in ('argparse', 'numpy', 'pointgeope.commands') " \
+           "if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_prog_of_a_command_line_not_parsed_yet():
+    from pointgeope.cli import _prog
+
+    assert _prog(["--debug", "report", "train"]) == "pointgeope report"
+    assert _prog(["--version"]) == "pointgeope" and _prog(["nonsense"]) == "pointgeope"

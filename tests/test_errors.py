@@ -276,3 +276,90 @@ def test_stops_deferred_raises_its_stop_rather_than_the_blocks_error_and_leaves_
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# A Ctrl-C whose handler runs while numpy's C code imports `datetime` (sys.argv[1]): numpy raises an
+# ImportError of its own in place of the KeyboardInterrupt.
+STOP_IN_NUMPYS_IMPORT = """
+import os, signal, sys
+
+class Stop:
+    def find_spec(self, name, path=None, target=None):
+        if name == sys.argv[1]:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # the handler runs at one of these bytecodes, inside the import
+                pass
+        return None
+
+sys.meta_path.insert(0, Stop())
+from pointgeope.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_ctrl_c_that_an_import_turns_into_an_import_error_is_still_a_stop(tmp_path):
+    """Before: ``pointgeope report: ... ImportError: ... PyCapsule_Import could not import module
+    "datetime"``, a traceback of numpy's, for a Ctrl-C 0.1 s after the start; it is the stop's one line now.
+    An ImportError without a stop before it is still a bug (its traceback)."""
+    run = [sys.executable, "-c", STOP_IN_NUMPYS_IMPORT, "datetime", "report", str(tmp_path / "run"),
+           "--out", str(tmp_path / "out")]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (130, "pointgeope report: interrupted\n")
+    with pytest.raises(ImportError):
+        run_command("pointgeope x", _raise(ImportError("a bug")))
+
+
+class _StoppedHere:
+    """A descriptor whose ``__set_name__`` a Ctrl-C reaches: Python 3.11 raises ``RuntimeError: Error calling
+    __set_name__`` from the stop (``platform.uname_result`` as torch is imported, 0.07 s into train.py)."""
+
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs at one of these bytecodes
+            pass
+
+
+# A module whose import a Ctrl-C cut, left half made by a library that swallowed the stop: what imports it
+# next fails on what is missing (numpy.ctypeslib's "module 'numpy' has no attribute 'dtype'", 0.26 s into train.py).
+HALF_MADE = """
+import os, signal
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(1000):
+        pass
+except KeyboardInterrupt:
+    pass
+raise AttributeError("module 'numpy' has no attribute 'dtype'")
+"""
+
+
+def test_an_error_a_stop_was_turned_into_is_the_stop_and_a_bug_during_a_stop_is_a_bug(capsys, tmp_path,
+                                                                                      monkeypatch):
+    def class_made():
+        class Owner:
+            attr = _StoppedHere()
+
+    assert run_command("pointgeope x", class_made) == 130
+    assert capsys.readouterr().err == "pointgeope x: interrupted\n"
+    (tmp_path / "half_made_by_a_stop.py").write_text(HALF_MADE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def imports():
+        import half_made_by_a_stop  # noqa: F401
+
+    assert run_command("pointgeope x", imports) == 130
+    assert capsys.readouterr().err == "pointgeope x: interrupted\n"
+
+    def cleanup_bug():  # a stop, then a bug of a finally block: its context is the stop, not its cause
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+        finally:
+            raise ValueError("a bug while stopping")
+
+    with pytest.raises(ValueError, match="a bug while stopping"):
+        run_command("pointgeope x", cleanup_bug)
+    with pytest.raises(RuntimeError):  # no stop came: a bug
+        run_command("pointgeope x", _raise(RuntimeError("a bug")))

@@ -345,10 +345,10 @@ def test_the_iou_chart_says_which_folds_each_run_pooled(tmp_path, monkeypatch):
     from pointgeope.report import plots
 
     titles = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: titles.append([ax.get_title() for ax in fig.axes]) or path)
+    monkeypatch.setattr(plots, "_png", lambda fig: titles.append([ax.get_title() for ax in fig.axes]) or b"")
     runs = load_runs(list(make_runs(tmp_path)))
-    plots.iou_bar_chart(runs, tmp_path / "iou.png")
-    plots.confusion_heatmap(runs[1], tmp_path / "c.png")
+    plots.iou_bar_chart(runs)
+    plots.confusion_heatmap(runs[1])
     assert titles[0][0] == ("Per-class IoU: rpe mIoU 50.0 (pooled over all 6 folds); geope mIoU 66.7 (pooled over "
                             "4 of 6 folds: Area_1, Area_2, Area_4, Area_5)")
     assert titles[1][0] == "geope: confusion, row-normalised, pooled over 4 of 6 folds: Area_1, Area_2, Area_4, Area_5"

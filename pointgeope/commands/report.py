@@ -15,7 +15,9 @@ missing or incomplete folds are named in the tables and the pooled number says w
 Folds of one run trained or evaluated with different settings (model, data or protocol keys, e.g.
 ``model.pe``, ``data.root``, ``optim.lr``, ``eval.tta``) are refused, naming the keys and folds;
 ``--allow-mixed`` pools them and writes the differences into report.md and report.json.
-The summary tables go to stdout, followed by the paths written.
+The summary tables go to stdout, followed by the paths written. One report at a time writes ``DIR`` (a second
+is refused, naming the first); every file is made before the first is written, so that a report stopped
+(Ctrl-C) leaves the previous one whole.
 """
 from __future__ import annotations
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from pointgeope.constants import DEFAULT_MAX_POINTS
-from pointgeope.viz.colors import MODES
+from pointgeope.constants import DEFAULT_MAX_POINTS, VIEW_MODES
 
 HELP = "look at a room and its predicted segmentation (Open3D window, screenshot, PLY)"
 
@@ -30,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true",
                         help="list the rooms with their point counts (and mIoU with --pred, worst first); "
                              "draws nothing, so it takes no --room, --screenshot, --ply, --mode, --hide, --voxel")
-    parser.add_argument("--mode", choices=MODES, default=None,
+    parser.add_argument("--mode", choices=VIEW_MODES, default=None,
                         help="colouring: rgb, gt (ground truth), pred, error (default: gt; for a room without "
                              "ground truth, such as an unlabelled scan's, pred, or rgb without predictions)")
     parser.add_argument("--hide", default="", metavar="CLASSES",

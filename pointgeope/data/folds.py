@@ -68,7 +68,9 @@ def load_folds(root: str | Path) -> dict[int, Fold]:
         raise FoldsError(f"{path}: not valid JSON ({err}); run `pointgeope prepare` again") from None
     if not isinstance(doc, dict) or doc.get("version") != FOLDS_VERSION:
         got = doc.get("version") if isinstance(doc, dict) else type(doc).__name__
-        raise FoldsError(f"{path}: expected version {FOLDS_VERSION}, got {got!r}")
+        raise FoldsError(f"{path}: expected version {FOLDS_VERSION}, got {got!r}: written by another version of "
+                         f"pointgeope; re-run `pointgeope prepare RAW OUT` with this version, into a new folder OUT "
+                         f"(to keep {root} for the version that wrote it) or into {root} itself")
     raw = doc.get("folds")
     if not isinstance(raw, dict) or not raw:
         raise FoldsError(f"{path}: expected a non-empty object 'folds', got {raw!r}")

@@ -31,8 +31,10 @@ import numpy as np
 import torch
 
 from pointgeope.atomic import atomic_open
+from pointgeope.constants import FOLD_NAME
 from pointgeope.engine.config_choices import unread
 from pointgeope.engine.config_yaml import value_text
+from pointgeope.engine.fold_result import train_fold_command
 from pointgeope.engine.foreign_checkpoint import POINTCEPT_ADVICE, is_pointcept_checkpoint, pickled_pointcept_checkpoint
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
@@ -208,9 +210,11 @@ def fold_config(run: str | Path, overrides: list[str] = (), log=print):
         return load_record(run / "config.yaml", overrides)
     found = [run / f"{which}.pt" for which in ("last", "best") if (run / f"{which}.pt").is_file()]
     if not found:
+        fold = FOLD_NAME.fullmatch(run.name)
+        train = train_fold_command(run, int(fold[1])) if fold else "pointgeope train --config CONFIG --test-area K " \
+            "--run-dir RUN"
         raise UserError(f"{run}: expected config.yaml and last.pt, the fold's config and weights, found neither; "
-                        "train the fold first (pointgeope train --config CONFIG --test-area K --run-dir RUN), or "
-                        "give the fold folder that holds them")
+                        f"train the fold first ({train}), or give the fold folder that holds them")
     for path in found:              # a last.pt cut short does not hide an intact best.pt
         try:
             saved = checkpoint_config(load_checkpoint(path), path)

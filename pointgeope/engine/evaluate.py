@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import sys
 import time
 import zlib
@@ -58,7 +59,7 @@ from pointgeope.engine import build, distributed, placement
 from pointgeope.engine.ahead import with_index
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.fold_record import fold_checkpoint
-from pointgeope.engine.fold_result import TEST_KEY, new_test, nothing_scored, unfinished_metrics_warning
+from pointgeope.engine.fold_result import TEST_KEY, new_test, nothing_scored, unfinished_metrics_warning, untrained_fold
 from pointgeope.engine.prefetch import Prefetch
 from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, piece_key, stack
 from pointgeope.engine.weights import load_model_state
@@ -213,8 +214,11 @@ def room_seed(seed: int, room: str) -> int:
 
 def not_a_fold(run: Path) -> str:
     """The message of a model argument that is no fold folder ``RUN/area_K`` (evaluate's and predict's): a
-    run folder's is told the fold folders it holds."""
+    run folder's is told the fold folders it holds; a fold folder that is not there yet is told to train it
+    (:func:`~pointgeope.engine.fold_result.untrained_fold`)."""
     run = Path(run)
+    if (match := FOLD_NAME.fullmatch(run.name)) and not os.path.lexists(run):
+        return untrained_fold(run, int(match[1]))
     try:
         folds = sorted((p.name for p in run.iterdir() if p.is_dir() and FOLD_NAME.fullmatch(p.name)),
                        key=lambda name: int(FOLD_NAME.fullmatch(name)[1]))

@@ -106,15 +106,30 @@ def nothing_scored(run: Path, areas: list[str], ignore_index: int) -> str:
             "metrics.json is not written; test the fold on labelled points")
 
 
-def missing_checkpoint(path: Path, fold: int) -> str:
-    """The line for a test of the fold folder ``path.parent`` whose checkpoint ``path`` is not there: a fold
-    stopped before it saved its first ``last.pt``, or (``best.pt``) before its first validation. The command
-    it gives trains on with the fold's saved ``config.yaml`` (``CONFIG`` when there is none)."""
-    run = path.parent
+def train_fold_command(run: Path, fold: int) -> str:
+    """The command that trains (or trains on) the fold folder ``run`` (``RUN/area_K``), with its saved
+    ``config.yaml`` where it has one (``CONFIG`` otherwise)."""
+    run = Path(run)
     config = run / "config.yaml" if (run / "config.yaml").is_file() else "CONFIG"
-    train = f"pointgeope train --config {config} --test-area {fold} --run-dir {run.parent}"
+    return f"pointgeope train --config {config} --test-area {fold} --run-dir {run.parent}"
+
+
+def untrained_fold(run: Path, fold: int) -> str:
+    """The line of ``evaluate`` and ``predict`` for a fold folder ``run`` (``RUN/area_K``) that is not there:
+    its training has not started (or the path is wrong)."""
+    return (f"{run}: no such fold folder: fold {fold} has not been trained yet, or the path is wrong; train it "
+            f"first ({train_fold_command(run, fold)}), or give the fold folder that holds its last.pt")
+
+
+def missing_checkpoint(path: Path, fold: int, use_last: str = "evaluate its last.pt (eval.checkpoint=last)") -> str:
+    """The line for a test (``evaluate``, ``predict``) of the fold folder ``path.parent`` whose checkpoint
+    ``path`` is not there: a fold stopped before it saved its first ``last.pt``, or (``best.pt``) before its
+    first validation, when ``use_last`` (the command's way to take ``last.pt``) is the advice. The command it
+    gives trains on with the fold's saved ``config.yaml`` (``CONFIG`` when there is none)."""
+    run = path.parent
+    train = train_fold_command(run, fold)
     if path.name == "best.pt" and (run / "last.pt").is_file():
         return (f"expected a checkpoint at {path}, found nothing: the fold has not saved a best.pt yet (written "
-                f"at its validations); evaluate its last.pt (eval.checkpoint=last), or train it on ({train})")
+                f"at its validations); {use_last}, or train it on ({train})")
     return (f"expected a checkpoint at {path}, found nothing: the fold has not saved a checkpoint yet (its "
             f"training stopped before the first); train it first ({train})")

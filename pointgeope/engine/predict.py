@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from
 from pointgeope.engine.config_values import range_problem
 from pointgeope.engine.distributed import apply_threads, choose_device
 from pointgeope.engine.evaluate import not_a_fold, room_seed, vote_room
+from pointgeope.engine.fold_result import missing_checkpoint
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import checkpoint_prediction_info
 from pointgeope.engine.weights import load_model_state
@@ -84,8 +86,12 @@ class Predictor:
 def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
     """``CHECKPOINT.pt`` as given, or ``RUN/area_K/<which>.pt`` (``which``: ``--checkpoint``, else the
     run's ``eval.checkpoint`` as ``evaluate`` uses it, else ``last``); a folder without that file and not
-    named ``area_K`` (a run folder ``RUN``) is refused with the folds it holds."""
+    named ``area_K`` (a run folder ``RUN``) is refused with the folds it holds, a fold folder not there or
+    without it in ``evaluate``'s words (train it first: :mod:`pointgeope.engine.fold_result`)."""
     model = Path(model)
+    fold = FOLD_NAME.fullmatch(model.name)
+    if fold and not os.path.lexists(model):   # a fold not trained yet (or a typo)
+        raise PredictError(not_a_fold(model))
     if not model.is_dir():
         if which is not None:
             raise PredictError(f"--checkpoint {which} needs a run folder RUN/area_K, got the file {model}")
@@ -99,9 +105,11 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
                 which = load_record(model / "config.yaml").eval.checkpoint
             except ConfigError:
                 pass  # the checkpoint carries its own config; last.pt it is
-    if not (model / f"{which}.pt").exists() and not FOLD_NAME.fullmatch(model.name):
-        raise PredictError(not_a_fold(model))  # RUN given for RUN/area_K: its folds named
-    return model / f"{which}.pt"
+    path = model / f"{which}.pt"
+    if not path.exists():  # a fold stopped before this checkpoint; RUN given for RUN/area_K: its folds named
+        raise (CheckpointError(missing_checkpoint(path, int(fold[1]), "predict from its last.pt (--checkpoint last)"))
+               if fold else PredictError(not_a_fold(model)))
+    return path
 
 
 def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | None,
@@ -165,18 +173,12 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
 
 
 def vote_probabilities(scores: np.ndarray, votes: np.ndarray, vote: str, chunk: int = 1 << 20) -> np.ndarray:
-    """``float32 (N, C)`` per-point class probabilities, each row summing to 1 (to float32's rounding), from ``vote_room``'s
-    ``scores (N, C)``, sums over the ``votes (N,)`` predictions of each point of (``eval.vote``):
-
-    - ``"logits"``: ``softmax(scores / votes)``, the softmax of the point's mean logit;
-    - ``"softmax"``: ``scores / sum_c scores``, the mean of its predictions' probabilities.
-
-    Either way ``argmax`` is the predicted label (``argmax`` of ``scores``) except where the top two scores
-    lie within float32 rounding of each other (a float32 step apart: their probabilities may round to one
-    value, whose argmax is the smaller class): both maps are monotone. (float16 rounded near ties together:
-    0.6 % of the rows of random logits of scale 0.05 had another argmax.) Computed in chunks of rows (bounded
-    extra memory).
-    """
+    """``float32 (N, C)`` per-point class probabilities, rows summing to 1, from ``vote_room``'s ``scores (N, C)``,
+    sums over the ``votes (N,)`` predictions of each point (``eval.vote``): ``"logits"``: ``softmax(scores /
+    votes)``, of the mean logit; ``"softmax"``: ``scores / sum_c scores``, the mean probability. Both maps are
+    monotone, so ``argmax`` is the label (of ``scores``) but where the top two scores lie within float32
+    rounding (their probabilities may round to one value: the smaller class wins; float16 so tied 0.6 % of
+    the rows of random logits of scale 0.05). Computed in chunks of rows (bounded extra memory)."""
     if vote not in ("logits", "softmax"):
         raise ValueError(f"expected eval.vote 'logits' or 'softmax', got {vote!r}")
     out = np.empty(scores.shape, dtype=np.float32)

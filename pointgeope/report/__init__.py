@@ -34,25 +34,41 @@ def check_out(out: Path, runs: list[Path]) -> None:
                                   "give a folder outside the runs' fold folders (default: RUN/report)")
 
 
-def write_report(summaries, out: Path, digits: int = 1) -> list[Path]:
-    """Write every output of the report into ``out``; returns the paths written, in order."""
-    from pointgeope.atomic import write_text_atomic as write_text
+def report_files(summaries, out: Path, digits: int = 1) -> dict[Path, bytes]:
+    """Every output of the report, made in memory: ``{path in out: its bytes}``, in the order written."""
     from pointgeope.paths import inside
     from pointgeope.report import plots, tables
 
-    out.mkdir(parents=True, exist_ok=True)
-    written = [
-        write_text(out / "report.md", tables.full_markdown(summaries, digits)),
-        write_text(out / "report.json", json.dumps(tables.json_report(summaries), indent=1) + "\n"),
-        write_text(out / "report.csv", tables.csv_text(summaries)),
-        plots.iou_bar_chart(summaries, out / "iou_per_class.png"),
-    ]
+    files = {
+        out / "report.md": tables.full_markdown(summaries, digits).encode(),
+        out / "report.json": (json.dumps(tables.json_report(summaries), indent=1) + "\n").encode(),
+        out / "report.csv": tables.csv_text(summaries).encode(),
+        out / "iou_per_class.png": plots.iou_bar_chart(summaries),
+    }
     slugs = [_slug(s.name) for s in summaries]
     for i, s in enumerate(summaries):
         slug = slugs[i] if slugs.count(slugs[i]) == 1 else f"{slugs[i]}_{i + 1}"
-        path = inside(out, out / f"confusion_{slug}.png", f"run name {s.name!r}", "--out")
-        written.append(plots.confusion_heatmap(s, path))
-    return written
+        files[inside(out, out / f"confusion_{slug}.png", f"run name {s.name!r}", "--out")] = \
+            plots.confusion_heatmap(s)
+    return files
+
+
+def write_report(summaries, out: Path, digits: int = 1) -> list[Path]:
+    """Write every output of the report into ``out``; returns the paths written, in order. All are made
+    first (:func:`report_files`), then written one after the other, each atomically, with a stop (Ctrl-C,
+    SIGTERM) held until the last is written (:func:`~pointgeope.errors.stops_deferred`): a report stopped
+    while it works leaves the previous report whole, never new tables beside old figures. (``kill -9`` in
+    the milliseconds of the writes can still.) The caller holds the folder's lock (:func:`make_report`)."""
+    from pointgeope.atomic import atomic_open
+    from pointgeope.errors import stops_deferred
+
+    files = report_files(summaries, out, digits)
+    out.mkdir(parents=True, exist_ok=True)
+    with stops_deferred():
+        for path, data in files.items():
+            with atomic_open(path, "wb") as f:
+                f.write(data)
+    return list(files)
 
 
 def make_report(runs: list[Path], out: Path | None = None, names: list[str] | None = None,
@@ -60,8 +76,10 @@ def make_report(runs: list[Path], out: Path | None = None, names: list[str] | No
     """``pointgeope report``: read the runs, write every output into ``out`` (default: :func:`default_out`),
     print the summary tables; returns the paths written. ``names``: one display name per run;
     ``class_mean``: the rule of the class means (``None``: the one each run was evaluated with);
-    ``allow_mixed``: pool a run's folds whose settings differ (refused otherwise), the differences written."""
-    from pointgeope.atomic import writable_folder
+    ``allow_mixed``: pool a run's folds whose settings differ (refused otherwise), the differences written.
+    One report at a time writes ``out`` (:func:`~pointgeope.lock.folder_lock`, as every writing command)."""
+    from pointgeope.atomic import remove_leftovers, writable_folder
+    from pointgeope.lock import folder_lock
     from pointgeope.report import tables
     from pointgeope.report.runs import ReportError, load_runs
 
@@ -74,7 +92,9 @@ def make_report(runs: list[Path], out: Path | None = None, names: list[str] | No
                           "give a folder name (it is created)")
     check_out(out, runs)
     writable_folder(out, "report folder (--out)")  # before anything is written into it
-    written = write_report(summaries, out, digits)
+    with folder_lock(out):  # one writer: a second report into it is refused, naming this one
+        remove_leftovers(out)  # of a report killed as it wrote
+        written = write_report(summaries, out, digits)
     print(tables.summary_markdown(summaries, digits))
     print("wrote:")
     for path in written:

@@ -1,18 +1,17 @@
 """The report's figures (matplotlib, Agg backend): per-class IoU bars and a row-normalised confusion heatmap.
 
 Class names come from the runs (``RunSummary.class_names``: S3DIS's 13, or a network's own), their colours
-from :func:`pointgeope.constants.class_palette` (S3DIS's ``PALETTE`` for the 13). Figures
-are written atomically (temporary file, then ``os.replace``).
+from :func:`pointgeope.constants.class_palette` (S3DIS's ``PALETTE`` for the 13). Each figure is made as
+PNG bytes, which the report writes with its other files (:func:`pointgeope.report.write_report`).
 """
 from __future__ import annotations
 
-from pathlib import Path
+import io
 
 import numpy as np
 
 from pointgeope.constants import class_palette
 from pointgeope.report.runs import RunSummary
-from pointgeope.atomic import atomic_open
 
 HATCHES = ("", "//", "..", "xx", "\\\\", "++")
 DPI = 120
@@ -31,16 +30,17 @@ def _class_colours(num_classes: int) -> np.ndarray:
     return np.asarray(class_palette(num_classes), dtype=np.float64) / 255.0  # (C, 3) in [0, 1]
 
 
-def _save(fig, path: Path) -> Path:
-    plt = _pyplot()
-    with atomic_open(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
-    return path
+def _png(fig) -> bytes:
+    """The figure as PNG bytes (closed): the report writes every file once all are made."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    _pyplot().close(fig)
+    return buffer.getvalue()
 
 
-def iou_bar_chart(runs: list[RunSummary], path: Path) -> Path:
-    """Grouped bars of the pooled per-class IoU (%): one group per class in the class colour, one hatch per run."""
+def iou_bar_chart(runs: list[RunSummary]) -> bytes:
+    """Grouped bars of the pooled per-class IoU (%), as PNG: one group per class in the class colour, one hatch
+    per run."""
     plt = _pyplot()
     from matplotlib.patches import Patch
 
@@ -71,7 +71,7 @@ def iou_bar_chart(runs: list[RunSummary], path: Path) -> Path:
         handles = [Patch(facecolor="white", edgecolor="black", hatch=HATCHES[i % len(HATCHES)], label=r.name)
                    for i, r in enumerate(runs)]
         ax.legend(handles=handles, loc="upper right", fontsize=8)
-    return _save(fig, path)
+    return _png(fig)
 
 
 def pooled_label(run: RunSummary) -> str:
@@ -94,8 +94,8 @@ def row_normalised(confusion: np.ndarray) -> np.ndarray:
         return np.where(totals > 0, m / totals, np.nan)
 
 
-def confusion_heatmap(run: RunSummary, path: Path) -> Path:
-    """Heatmap of the run's pooled confusion, each row divided by its ground-truth count (%)."""
+def confusion_heatmap(run: RunSummary) -> bytes:
+    """Heatmap of the run's pooled confusion, each row divided by its ground-truth count (%), as PNG."""
     plt = _pyplot()
     norm = 100 * row_normalised(run.confusion)
     names = run.class_names
@@ -120,4 +120,4 @@ def confusion_heatmap(run: RunSummary, path: Path) -> Path:
     ax.set_xlabel("prediction")
     ax.set_ylabel("ground truth")
     ax.set_title(f"{run.name}: confusion, row-normalised, {pooled_label(run)}", fontsize=9)
-    return _save(fig, path)
+    return _png(fig)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pointgeope.constants import NUM_CLASSES, class_palette
+from pointgeope.constants import NUM_CLASSES, VIEW_MODES, class_palette
 
-MODES: tuple[str, ...] = ("rgb", "gt", "pred", "error")
+MODES = VIEW_MODES
 MODE_HELP = {
     "rgb": "scanned RGB colour",
     "gt": "ground-truth class",

@@ -16,7 +16,9 @@ def test_folds_of_the_prepared_fixture(prepared):
 
 
 @pytest.mark.parametrize("doc, message", [
-    ({"version": 2, "folds": {}}, "expected version 1, got 2"),
+    # and what to do: prepare again with this version (the area files' schema_version check says the same)
+    ({"version": 2, "folds": {}}, r"expected version 1, got 2: written by another version of pointgeope; re-run "
+                                  r"`pointgeope prepare RAW OUT` with this version, into a new folder OUT"),
     ({"version": 1, "folds": {}}, "non-empty object 'folds'"),
     ({"version": 1, "folds": {"a": {"train": [], "test": []}}}, "fold 'a': expected a fold number"),
     ({"version": 1, "folds": {"1": {"train": ["Area_2"]}}}, r"expected keys \['test', 'train'\], got \['train'\]"),

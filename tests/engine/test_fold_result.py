@@ -102,6 +102,36 @@ def test_evaluate_without_its_checkpoint_says_what_to_do(tiny_run, tmp_path, cap
                     f"nothing: {fix.format(run=fold.parent, fold=fold)}")
 
 
+def test_a_fold_not_trained_yet_is_told_to_train_it_by_evaluate_and_predict(tiny_run, tmp_path, capsys):
+    """Before: evaluate of RUN/area_1 not made yet said "expected a fold folder named area_K (RUN/area_K), got
+    RUN/area_1 (not a folder)", of a path that is named so, and predict "expected a checkpoint at RUN/area_1,
+    found nothing"; of a fold stopped before its first last.pt, predict gave no fix where evaluate named the
+    command. Both say the same now (one owner: engine/fold_result.py)."""
+    np.save(tmp_path / "s.npy", np.zeros((5, 6)))
+    def predict(fold):
+        return ["predict", str(fold), str(tmp_path / "s.npy"), "--out", str(tmp_path / "o")]
+
+    fold = tmp_path / "run" / "area_1"
+    said = (f"{fold}: no such fold folder: fold 1 has not been trained yet, or the path is wrong; train it first "
+            f"(pointgeope train --config CONFIG --test-area 1 --run-dir {fold.parent}), or give the fold folder "
+            "that holds its last.pt")
+    assert one_line(capsys, 2, ["evaluate", str(fold)]) == f"pointgeope evaluate: error: {said}"
+    assert one_line(capsys, 2, predict(fold)) == f"pointgeope predict: error: {said}"
+    fold.mkdir(parents=True)                      # stopped before its first checkpoint: config.yaml only
+    shutil.copy(tiny_run / "config.yaml", fold / "config.yaml")
+    said = (f"expected a checkpoint at {fold / 'last.pt'}, found nothing: the fold has not saved a checkpoint yet "
+            f"(its training stopped before the first); train it first (pointgeope train --config "
+            f"{fold / 'config.yaml'} --test-area 1 --run-dir {fold.parent})")
+    assert one_line(capsys, 2, ["evaluate", str(fold)]) == f"pointgeope evaluate: error: {said}"
+    assert one_line(capsys, 2, predict(fold)) == f"pointgeope predict: error: {said}"
+    (fold / "config.yaml").unlink()               # an empty fold folder: the same command, its fold and run named
+    assert one_line(capsys, 2, ["evaluate", str(fold)]) == (
+        f"pointgeope evaluate: error: {fold}: expected config.yaml and last.pt, the fold's config and weights, "
+        f"found neither; train the fold first (pointgeope train --config CONFIG --test-area 1 --run-dir "
+        f"{fold.parent}), or give the fold folder that holds them")
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_pair_whose_predictions_were_deleted_is_still_complete(tiny_run, tmp_path):
     """Predictions deleted by hand (to save space) are no stopped test: the fold stays complete, as before
     (its report stands; ``pointgeope evaluate`` writes the file again)."""

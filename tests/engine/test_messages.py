@@ -163,5 +163,5 @@ def test_evaluate_of_a_fold_without_config_yaml_takes_its_checkpoints_config(tin
         (fold / name).unlink()
     line = one_line(capsys, 2, ["evaluate", str(fold)])
     assert line == (f"pointgeope evaluate: error: {fold}: expected config.yaml and last.pt, the fold's config and "
-                    "weights, found neither; train the fold first (pointgeope train --config CONFIG --test-area K "
-                    "--run-dir RUN), or give the fold folder that holds them")
+                    f"weights, found neither; train the fold first (pointgeope train --config CONFIG --test-area 1 "
+                    f"--run-dir {fold.parent}), or give the fold folder that holds them")

@@ -171,7 +171,9 @@ def test_a_run_folder_as_the_model_is_told_its_fold_folders(tiny_run, tmp_path, 
         assert one_line(capsys, 2, ["evaluate", str(run)]) == f"pointgeope evaluate: error: {expected}"
     line = one_line(capsys, 2, ["predict", str(tmp_path / "runs" / "area_2"), str(tmp_path / "s.npy"),
                                 "--out", str(tmp_path / "o")])   # a fold folder without its checkpoint
-    assert line == f"pointgeope predict: error: expected a checkpoint at {tmp_path / 'runs' / 'area_2' / 'last.pt'}, found nothing"
+    assert line == (f"pointgeope predict: error: expected a checkpoint at {tmp_path / 'runs' / 'area_2' / 'last.pt'}, "
+                    "found nothing: the fold has not saved a checkpoint yet (its training stopped before the first); "
+                    f"train it first (pointgeope train --config CONFIG --test-area 2 --run-dir {tmp_path / 'runs'})")
     assert not (tmp_path / "o").exists()
 
 

@@ -1,0 +1,80 @@
+"""One ``report`` at a time writes its ``--out`` folder, and a report stopped while it works leaves the
+previous report whole (``pointgeope/report/__init__.py``: ``make_report``, ``write_report``)."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pointgeope.cli import main as cli
+from tests.test_report import make_runs
+
+FILES = ("report.md", "report.json", "report.csv", "iou_per_class.png", "confusion_run.png")
+
+# A report whose figures wait (a slow matplotlib): it says when it makes its first, then sleeps, holding --out.
+SLOW_REPORT = """
+import sys, time
+from pathlib import Path
+from pointgeope.cli import main
+from pointgeope.report import plots
+
+def waiting(fig, *path):
+    Path(sys.argv[1]).write_text("making the figures")
+    time.sleep(120)
+
+plots._png = plots._save = waiting  # (_save: the writer of each figure before they were made first)
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def _contents(out: Path) -> dict[str, bytes]:
+    return {name: (out / name).read_bytes() for name in FILES}
+
+
+def _wait_for(flag: Path, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while not flag.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert flag.exists(), f"the first report never made a figure (exit code {proc.poll()})"
+
+
+def test_a_second_report_into_the_same_out_is_refused_and_a_stopped_one_leaves_the_previous(tmp_path, capsys):
+    """Before: two reports into one --out both succeeded (exit 0) and could leave report.md of one beside the
+    figures of the other; a report stopped after its tables left new tables beside the old figures. Now the
+    second is refused in one line naming the first (pid, command, lock), exit 2, as every writing command
+    is; the stopped one leaves the previous report byte for byte, and the same command then writes its own."""
+    rpe, geope = make_runs(tmp_path)
+    out = tmp_path / "out"
+    assert cli(["report", str(rpe), "--out", str(out), "--names", "run"]) == 0
+    before = _contents(out)
+    assert cli(["report", str(geope), "--out", str(tmp_path / "ref"), "--names", "run"]) == 0
+    expected = _contents(tmp_path / "ref")
+    assert expected != before
+    capsys.readouterr()
+
+    command = ["report", str(geope), "--out", str(out), "--names", "run"]
+    flag = tmp_path / "flag"
+    first = subprocess.Popen([sys.executable, "-c", SLOW_REPORT, str(flag), *command],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(flag, first)
+        second = subprocess.run([sys.executable, "-m", "pointgeope", *command], capture_output=True, text=True,
+                                timeout=120)
+        assert second.returncode == 2
+        assert second.stderr.count("\n") == 1 and second.stderr.startswith(
+            f"pointgeope report: error: {out} is being written by pid {first.pid} on ")
+        assert f"report {geope} --out {out} --names run`" in second.stderr   # the first's command line
+        assert second.stderr.endswith(f"(its lock: {out / '.lock'})\n")
+        assert _contents(out) == before
+        first.send_signal(signal.SIGINT)
+        _, err = first.communicate(timeout=60)
+    finally:
+        first.kill()
+        first.wait()
+    assert first.returncode == 130 and err == "pointgeope report: interrupted\n"
+    assert _contents(out) == before                      # the previous report whole: no new table beside it
+    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)   # no lock, no temporary file left
+    assert cli(command) == 0
+    assert _contents(out) == expected
