@@ -257,6 +257,32 @@ def test_two_files_of_one_object_are_refused_naming_both(tmp_path, capsys, twin)
     assert not list((tmp_path / "out").glob("*.h5"))
 
 
+@pytest.mark.parametrize("copy, of", [("wall_2 - Copy.txt", "wall_2.txt"), ("wall_3 copy.txt", "wall_3.txt"),
+                                      ("door_1(1).txt", "door_1.txt"), ("ceiling_1_backup.txt", "ceiling_1.txt"),
+                                      ("wall_1.orig.txt", "wall_1.txt"), ("Copy of Wall_2.txt", "wall_2.txt")])
+def test_a_copy_of_an_object_file_is_refused_naming_both(tmp_path, capsys, copy, of):
+    """A file manager's or a backup's copy of ``wall_2.txt`` (not ``<class>_<k>.txt``, but holding
+    ``wall_2``) would be read a second time, as clutter: refused in one line naming both files."""
+    files = {f"Area_1/office_2/Annotations/{name}": b"1 2 3 4 5 6\n"
+             for name in ("wall_1.txt", "wall_2.txt", "wall_3.txt", "wall_10.txt", "door_1.txt", "ceiling_1.txt")}
+    write_tree(tmp_path / "raw", {**files, f"Area_1/office_2/Annotations/{copy}": b"1 2 3 4 5 6\n"})
+    assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"Area_1/office_2/Annotations/{copy} looks like a copy of Area_1/office_2/Annotations/{of} " in err[0]
+    assert err[0].endswith("remove the copy (or rename it <class>_<k>.txt if it is another object)")
+    assert not list((tmp_path / "out").glob("*.h5"))
+
+
+@pytest.mark.parametrize("name", ["wall_10.txt", "stairs_1.txt", "clutter_12.txt", "wallpaper.txt"])
+def test_names_that_are_no_copy_are_read(tmp_path, name):
+    """``wall_10`` beside ``wall_1`` (a digit follows), S3DIS's ``stairs_1`` and ``clutter_12``, and a name that
+    holds no other object's name, are objects of their own."""
+    write_tree(tmp_path, {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                          f"Area_1/r/Annotations/{name}": b"1 2 3 4 5 6\n"})
+    assert len(open_source(tmp_path).rooms()[0].files) == 2
+
+
 def test_area_folders_of_one_number_are_refused_naming_both(tmp_path, capsys):
     """``Area_1`` and ``Area_01`` would write fold keys "1" and "01" for one test area."""
     write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
