@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 from pointgeope.errors import UserError
 
 AREA = re.compile(r"Area_(\d+)")
+LIKE_AREA = re.compile(r"area[ _-]?(\d+)", re.IGNORECASE)  # area_1, AREA_1, Area 1: named, not read
 OBJECT = re.compile(r"(.+)_(\d+)")
 S3DIS_OBJECT = re.compile(r"[A-Za-z]+_\d+")  # every object file of the release: <class>_<k> (clutter_3, stairs_1)
 
@@ -41,6 +42,20 @@ def is_junk(path: str) -> bool:
 def area_number(area: str) -> int:
     """``N`` of ``Area_N`` (``Area_01`` is 1)."""
     return int(AREA.fullmatch(area).group(1))
+
+
+def misnamed_area(parts: list[str]) -> set[str]:
+    """The folder among the path ``parts`` named like an area but not exactly ``Area_N`` (``area_1``,
+    ``AREA_1``, ``Area 1``, ``Area-1``) whose room holds ``Annotations`` (in any case): ``{folder path}``."""
+    for i, part in enumerate(parts[:-2]):
+        if LIKE_AREA.fullmatch(part) and parts[i + 2].lower() == "annotations":
+            return {"/".join(parts[:i + 1])}
+    return set()
+
+
+def area_name(folder: str) -> str:
+    """The ``Area_N`` name of a folder named like an area (:func:`misnamed_area`): ``area_01`` is ``Area_1``."""
+    return f"Area_{int(LIKE_AREA.fullmatch(folder.rsplit('/', 1)[-1]).group(1))}"
 
 
 def add_area(location: str, areas: dict[str, str], area: str, path: str) -> None:
