@@ -378,10 +378,11 @@ def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None],
     differing = [a for a in sorted(now) if saved.get(a) != now[a]]
     same = {a: same_points(a, saved.get(a), root, saved_points, trained_root) if now[a] else False
             for a in differing}
-    for area in [a for a in differing if same[a]]:
-        log(f"note: {Path(root) / area}.h5 is not the file {path} trained on ({short(saved.get(area))}, now "
-            f"{short(now[area])}) but holds the same points: only where it was prepared from differs (its source "
-            "and signature attributes); using it")
+    alike = [a for a in differing if same[a]]
+    if alike:  # one line for every such file
+        shown = "; ".join(f"{a}.h5 trained on {short(saved.get(a))}, now {short(now[a])}" for a in alike)
+        log(f"note: {path} trained on other files than {root} holds now ({shown}), of the same points: only where "
+            "they were prepared from differs (the rooms' source and signature attributes); using them")
     differing = [a for a in differing if not same[a]]
     if differing:
         shown = "; ".join(f"{a}.h5 trained on {short(saved.get(a))}, now {short(now[a])}" for a in differing)

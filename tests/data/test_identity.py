@@ -79,10 +79,10 @@ def test_a_run_uses_a_file_of_the_same_points_with_a_note(tmp_path):
     a, b, c = _roots(tmp_path)
     notes = []
     check_data("last.pt", a["checksums"], b["checksums"], tmp_path / "b", notes.append, a["points"])
-    assert len(notes) == 2 and notes[0] == (
-        f"note: {tmp_path / 'b' / 'Area_1'}.h5 is not the file last.pt trained on ({a['checksums']['Area_1'][:19]}..., "
-        f"now {b['checksums']['Area_1'][:19]}...) but holds the same points: only where it was prepared from differs "
-        "(its source and signature attributes); using it")
+    short = {area: f"{a['checksums'][area][:19]}..., now {b['checksums'][area][:19]}..." for area in a["points"]}
+    assert notes == [f"note: last.pt trained on other files than {tmp_path / 'b'} holds now (Area_1.h5 trained on "
+                     f"{short['Area_1']}; Area_2.h5 trained on {short['Area_2']}), of the same points: only where they "
+                     "were prepared from differs (the rooms' source and signature attributes); using them"]
     with pytest.raises(CheckpointError, match=r"\(Area_2.h5 trained on sha256:.*\): their points differ, not only "
                                               r"where they were prepared from; restore"):
         check_data("last.pt", a["checksums"], c["checksums"], tmp_path / "c", notes.append, a["points"])
@@ -94,7 +94,7 @@ def test_an_older_run_compares_the_files_it_trained_on_where_they_are(tmp_path):
     a, b, c = _roots(tmp_path)
     notes = []
     check_data("last.pt", a["checksums"], b["checksums"], tmp_path / "b", notes.append, None, tmp_path / "a")
-    assert len(notes) == 2
+    assert len(notes) == 1 and "Area_1.h5 trained on" in notes[0] and "Area_2.h5 trained on" in notes[0]
     with pytest.raises(CheckpointError, match="their points differ"):
         check_data("last.pt", a["checksums"], c["checksums"], tmp_path / "c", notes.append, None, tmp_path / "a")
     shutil.rmtree(tmp_path / "a")
@@ -112,4 +112,4 @@ def test_an_older_run_uses_its_area_prepared_again_in_place_from_a_moved_folder(
     now = _prepare(shutil.copytree(raw, tmp_path / "moved"), tmp_path / "out")
     notes = []
     check_data("last.pt", a["checksums"], now["checksums"], tmp_path / "out", notes.append)
-    assert len(notes) == 2 and "holds the same points" in notes[0]
+    assert len(notes) == 1 and "), of the same points: only where they were prepared from differs" in notes[0]

@@ -347,6 +347,6 @@ def test_evaluate_uses_the_same_points_prepared_from_another_path(tmp_path, caps
             room.attrs["source"], room.attrs["signature"] = "/moved/Area_1/room", "0" * 40
     assert cli(["evaluate", str(run), "--data-root", str(root)]) == 0
     out = capsys.readouterr().out
-    assert (f"note: {root / 'Area_1'}.h5 is not the file {run / 'last.pt'} trained on (sha256:" in out
-            and "but holds the same points: only where it was prepared from differs" in out), out
+    assert (f"note: {run / 'last.pt'} trained on other files than {root} holds now (Area_1.h5 trained on sha256:"
+            in out and "), of the same points: only where they were prepared from differs" in out), out
     assert json.loads((run / "metrics.json").read_text())["data_points"]["Area_1"] == points_checksum(root / "Area_1.h5")
