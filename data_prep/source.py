@@ -139,10 +139,11 @@ class Source:
                     folder = "/".join(parts[:at + 4])
                     folders[folder] = folders.get(folder, 0) + (not entry.is_dir)
         if misnamed:  # its rooms would vanish from the folds without a word
-            shown = ", ".join(f"{m} (rename it {area_name(m)})" for m in sorted(misnamed))
+            them = "it" if len(misnamed) == 1 else "them"
             raise SourceError(f"{self.location}: expected area folders named exactly Area_N (Area_1 ... Area_6), "
-                              f"found rooms with Annotations in {shown}; rename it, or remove it to prepare the "
-                              "other areas")
+                              f"found rooms with Annotations in {', '.join(sorted(misnamed))}, which would be left "
+                              f"out of the folds: rename {them} {', '.join(area_name(m) for m in sorted(misnamed))} "
+                              f"(or remove {them} to prepare the other areas)")
         if not areas:
             raise SourceError(self._no_area_message(entries))
         bare = [f"{areas[a]}/{r} ({_why_bare(f'{areas[a]}/{r}', (a, r) in has_annotations, spelt.get((a, r)))})"

@@ -292,8 +292,8 @@ def test_an_area_folder_not_spelt_area_n_is_refused_naming_it(tmp_path, capsys, 
     assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].endswith(f"expected area folders named exactly Area_N (Area_1 ... Area_6), found "
-                                             f"rooms with Annotations in {folder} (rename it Area_1); rename it, or "
-                                             "remove it to prepare the other areas"), err
+                                             f"rooms with Annotations in {folder}, which would be left out of the "
+                                             "folds: rename it Area_1 (or remove it to prepare the other areas)"), err
     assert not list((tmp_path / "out").glob("*.h5"))
 
 
