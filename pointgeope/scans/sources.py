@@ -165,7 +165,7 @@ def _left_out(folder: Path, entries: list[Path], refs: list[ScanRef], out: Path 
         return None
     fix = (f"; a folder's scans are taken from it, not from its sub-folders (raw rooms excepted): give "
            f"{folder / subs[0]} as an input to predict its scans") if subs else ""
-    return f"left out {' and '.join(parts)}{fix}" + (f"; known extensions: {', '.join(sorted(KINDS))}" if kinds else "")
+    return f"left out {' and '.join(parts)}{fix}" + (f"; known extensions: {', '.join(sorted(KINDS))}" if kinds and (files or subs) else "")
 
 
 def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: list[Path]) -> list[ScanRef]:
