@@ -165,7 +165,12 @@ def _left_out(folder: Path, entries: list[Path], refs: list[ScanRef], out: Path 
         return None
     fix = (f"; a folder's scans are taken from it, not from its sub-folders (raw rooms excepted): give "
            f"{folder / subs[0]} as an input to predict its scans") if subs else ""
-    return f"left out {' and '.join(parts)}{fix}" + (f"; known extensions: {', '.join(sorted(KINDS))}" if kinds and (files or subs) else "")
+    spelt = next((sub for sub in subs if sub.lower() == "annotations/"), None)
+    if spelt:  # a raw room whose Annotations folder is spelt otherwise: read without its labels
+        fix = (f"; {folder / spelt} is spelt {spelt.rstrip('/')}: rename it Annotations to read {folder} as a raw "
+               "room (its objects, with their labels)")
+    known = f"; known extensions: {', '.join(sorted(KINDS))}" if kinds and (files or subs) else ""
+    return f"left out {' and '.join(parts)}{fix}{known}"
 
 
 def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: list[Path]) -> list[ScanRef]:

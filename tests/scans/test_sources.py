@@ -226,3 +226,16 @@ def test_a_raw_rooms_notes_name_its_files_under_the_room(tmp_path):
     notes = [read_scan(ref).meta["notes"] for ref in refs]
     assert errors == [] and [n[0].split(": repaired:")[0] for n in notes] == [
         f"{tmp_path / 'Area_1' / room / 'Annotations' / 'ceiling_1.txt'}:4" for room in ("office_1", "office_3")]
+
+
+def test_a_room_whose_annotations_folder_is_spelt_otherwise_says_to_rename_it(tmp_path):
+    """``office_2/annotations/`` (a re-zip on a case-insensitive disk): the room file was predicted without
+    labels, with only "1 sub-folder(s) not searched" to say why."""
+    room = raw_room(tmp_path / "office_2", {"wall_1": np.zeros((2, 6))})
+    (room / "Annotations").rename(room / "annotations")
+    np.savetxt(room / "office_2.txt", np.zeros((2, 6)), fmt="%.3f %.3f %.3f %d %d %d")
+    refs, errors = find_scans([room])
+    assert errors == [] and [r.kind for r in refs] == ["text"]
+    assert refs[0].notes == (f"{room}: left out 1 sub-folder(s) not searched (annotations/); {room / 'annotations'} "
+                             f"is spelt annotations: rename it Annotations to read {room} as a raw room (its objects, "
+                             "with their labels); known extensions: .csv, .h5, .las, .laz, .npy, .ply, .pts, .txt, .xyz",)
