@@ -390,7 +390,8 @@ def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None],
         why = (f"; it records no checksum of their points (written by an older pointgeope), so whether "
                f"{', '.join(unknown)} differ(s) only in where it was prepared from (the source and signature "
                "attributes: the same raw data prepared from another path) cannot be told" if unknown else
-               ": their points differ, not only where they were prepared from")
+               ": their points differ, not only where they were prepared from" if any(now[a] for a in differing)
+               else "")  # only files that are gone
         raise CheckpointError(f"{path} was trained on other data than {root} holds now ({shown}){why}; restore "
                               "the data it trained on (or set data.root to it); pointgeope train with --force "
                               "retrains the fold from scratch")

@@ -113,3 +113,9 @@ def test_an_older_run_uses_its_area_prepared_again_in_place_from_a_moved_folder(
     notes = []
     check_data("last.pt", a["checksums"], now["checksums"], tmp_path / "out", notes.append)
     assert len(notes) == 1 and "), of the same points: only where they were prepared from differs" in notes[0]
+
+
+def test_a_file_that_is_gone_is_named_without_a_word_of_points(tmp_path):
+    a, _, _ = _roots(tmp_path)
+    with pytest.raises(CheckpointError, match=r"\(Area_2.h5 trained on sha256:[0-9a-f]{12}\.\.\., now nothing\); restore"):
+        check_data("last.pt", a["checksums"], {**a["checksums"], "Area_2": None}, tmp_path / "a", print, a["points"])
