@@ -1,8 +1,9 @@
 """The names of a raw S3DIS tree: ``Area_N`` folders, ``<class>_<k>.txt`` objects, junk, and the names
 refused before anything is read (each naming the file, folder or member): a name that is not valid UTF-8,
 a zip member outside the tree, two folders of one area number (``Area_1`` and ``Area_01``: the folds would
-hold the area twice) and two files of one object in a room (``wall_1.txt`` and ``wall_1.TXT``: its points
-would be read twice).
+hold the area twice) and two files of one object in a room (``wall_1.txt`` and ``wall_1.TXT``, or a copy
+such as ``wall_1 - Copy.txt``, ``wall_1 copy.txt``, ``wall_1(1).txt`` or ``wall_1_backup.txt``: its points
+would be read twice, the copy's as clutter).
 """
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from pathlib import PurePosixPath
 from pointgeope.errors import UserError
 
 AREA = re.compile(r"Area_(\d+)")
+LIKE_AREA = re.compile(r"area[ _-]?(\d+)", re.IGNORECASE)  # area_1, AREA_1, Area 1: named, not read
 OBJECT = re.compile(r"(.+)_(\d+)")
+S3DIS_OBJECT = re.compile(r"[A-Za-z]+_\d+")  # every object file of the release: <class>_<k> (clutter_3, stairs_1)
 
 
 class SourceError(UserError, ValueError):
@@ -39,6 +42,20 @@ def is_junk(path: str) -> bool:
 def area_number(area: str) -> int:
     """``N`` of ``Area_N`` (``Area_01`` is 1)."""
     return int(AREA.fullmatch(area).group(1))
+
+
+def misnamed_area(parts: list[str]) -> set[str]:
+    """The folder among the path ``parts`` named like an area but not exactly ``Area_N`` (``area_1``,
+    ``AREA_1``, ``Area 1``, ``Area-1``) whose room holds ``Annotations`` (in any case): ``{folder path}``."""
+    for i, part in enumerate(parts[:-2]):
+        if LIKE_AREA.fullmatch(part) and parts[i + 2].lower() == "annotations":
+            return {"/".join(parts[:i + 1])}
+    return set()
+
+
+def area_name(folder: str) -> str:
+    """The ``Area_N`` name of a folder named like an area (:func:`misnamed_area`): ``area_01`` is ``Area_1``."""
+    return f"Area_{int(LIKE_AREA.fullmatch(folder.rsplit('/', 1)[-1]).group(1))}"
 
 
 def add_area(location: str, areas: dict[str, str], area: str, path: str) -> None:
@@ -71,6 +88,26 @@ def check_objects(location: str, files: list) -> None:
             what = f"{key[0]} {key[1]}" if key[1] >= 0 else key[0]
             raise SourceError(f"{location}: {one} and {two} name one object ({what}: the class is read in any "
                               "case, the number as a number); expected each object once: remove one")
+    _check_copies(location, [entry.path for entry in files])
+
+
+def _check_copies(location: str, paths: list[str]) -> None:
+    """Refuse a file whose name is not ``<class>_<k>`` (:data:`S3DIS_OBJECT`) but holds the name of another
+    object of the room as a word (``wall_2 - Copy``, ``wall_3 copy``, ``door_1(1)``, ``ceiling_1_backup``,
+    ``wall_1.orig``, ``Copy of wall_2``; any case): a copy a file manager or a backup made, whose points
+    would be read a second time as clutter. ``wall_1`` in ``wall_10`` is no match (a digit follows)."""
+    stems = {PurePosixPath(path).stem.lower(): path for path in paths}
+    for path in paths:
+        stem = PurePosixPath(path).stem
+        if S3DIS_OBJECT.fullmatch(stem):
+            continue
+        for other, other_path in stems.items():
+            if other != stem.lower() and S3DIS_OBJECT.fullmatch(other) and re.search(
+                    rf"(?<![a-z0-9]){re.escape(other)}(?![0-9])", stem.lower()):
+                raise SourceError(f"{location}: {path} looks like a copy of {other_path} (its name holds "
+                                  f"{PurePosixPath(other_path).stem!r}; S3DIS object files are named <class>_<k>.txt), "
+                                  "and its points would be read again as clutter; expected each object once: "
+                                  "remove the copy (or rename it <class>_<k>.txt if it is another object)")
 
 
 def check_name(location: str, path: str) -> None:

@@ -104,8 +104,9 @@ def prepare(cfg: PrepareConfig) -> dict:
         if not written:
             raise UserError(f"{source.location}: no room holds a valid point, nothing written (see the warnings "
                             "above); check the files or the limits (--max-extent, --outliers)")
-        changed, checksums = _assemble(out, stock, written, cfg.limits)  # 3
-        result = _write_manifests(out, source.location, stock, written, checksums, source.ignored_folders)  # 4
+        changed, checksums, points = _assemble(out, stock, written, cfg.limits, old_manifest)  # 3
+        result = _write_manifests(out, source.location, stock, written, (checksums, points),
+                                  source.ignored_folders)  # 4
         shutil.rmtree(out / ".work", ignore_errors=True)  # only now: it holds the checksums of step 3
         _print_summary(out, stock.ready, stock.refused, stats, changed, t_parse, time.perf_counter() - t0, cfg.jobs,
                        source.ignored_folders)
@@ -252,15 +253,18 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
     return stats, time.perf_counter() - t_parse
 
 
-def _assemble(out: Path, stock: Stock, areas: list[str], limits: PointLimits) -> tuple[set, dict]:
+def _assemble(out: Path, stock: Stock, areas: list[str], limits: PointLimits,
+              old_manifest: dict) -> tuple[set, dict, dict]:
     """Step 3: write each area whose rooms changed, in room order, into ``.work``; record its checksum in
     ``.work/assembled.json``, then move it onto ``Area_N.h5`` and remove its work files; returns the changed
-    areas and every area file's checksum. An area of RAW without a room written has its previous file moved aside."""
+    areas, every area file's checksum and its ``(points, same_points)`` (``data.identity.prepared_points``).
+    An area of RAW without a room written has its previous file moved aside."""
     from data_prep.writer import write_json
     from pointgeope.checksum import file_checksum
+    from pointgeope.data.identity import prepared_points
     from pointgeope.h5 import area_path, read_room_record, write_area
 
-    changed, checksums = set(), {}
+    changed, checksums, points = set(), {}, {}
     assembled = _read_manifest(out / ".work", ASSEMBLED)
     for area in areas:
         area_file = area_path(out, area)
@@ -276,14 +280,17 @@ def _assemble(out: Path, stock: Stock, areas: list[str], limits: PointLimits) ->
             write_area(staged, area, records(), limits.max_extent)  # so that a rerun after a kill trusts it
             checksums[area] = assembled[area] = file_checksum(staged)
             write_json(out / ".work" / ASSEMBLED, assembled)
+            points[area] = prepared_points(area, area_file, stock.checksums[area], staged, old_manifest,
+                                           checksums[area])
             staged.replace(area_file)
         else:
             checksums[area] = stock.checksums[area]  # verified by _trusted_attrs
+            points[area] = prepared_points(area, area_file, checksums[area], None, old_manifest)
         shutil.rmtree(out / ".work" / area, ignore_errors=True)
     for area in stock.areas:
         if area not in areas:
             _set_aside(area_path(out, area), area)
-    return changed, checksums
+    return changed, checksums, points
 
 
 def _set_aside(area_file: Path, area: str) -> None:
@@ -298,15 +305,18 @@ def _set_aside(area_file: Path, area: str) -> None:
           "reader opens (delete it, or fix the rooms and prepare again)", file=sys.stderr)
 
 
-def _write_manifests(out: Path, location: str, stock: Stock, written: list[str], checksums: dict,
+def _write_manifests(out: Path, location: str, stock: Stock, written: list[str], checksums: tuple[dict, dict],
                      ignored: tuple = ()) -> dict:
-    """Step 4: ``manifest.json`` (rooms, counts, checksums, refused rooms, the folders inside Annotations not
+    """Step 4: ``manifest.json`` (rooms, counts, checksums of the files and of their points (``checksums``:
+    area -> file checksum, area -> ``(points, same_points)``), refused rooms, the folders inside Annotations not
     read, ``ignored``: ``(path, files)`` pairs) and ``folds.json`` of the areas written now; warns about area
     files in OUT that RAW no longer holds. Returns the manifest."""
     from data_prep.writer import folds, manifest, write_json
 
     result = manifest(location, {a: stock.ready[a] for a in written})
-    result["checksums"] = checksums
+    result["checksums"], points = checksums
+    result["points"] = {area: value for area, (value, _) in points.items()}
+    result["same_points"] = {area: same for area, (_, same) in points.items() if same}
     result["refused"] = {a: dict(sorted(r.items())) for a, r in stock.refused.items() if r}
     result["ignored_folders"] = dict(ignored)  # folder inside Annotations -> files in it, not read
     write_json(out / "manifest.json", result)

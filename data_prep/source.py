@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_prep.limits import ZipLimits
-from data_prep.names import (AREA, SourceError, add_area, check_member, check_name, check_objects, is_junk,
-                             member_name, object_class, object_key)
+from data_prep.names import (AREA, SourceError, add_area, area_name, check_member, check_name, check_objects,
+                             is_junk, member_name, misnamed_area, object_class, object_key)
 
 __all__ = ["Entry", "FolderSource", "Room", "Source", "SourceError", "ZipSource", "object_class", "object_key",
            "open_source"]
@@ -104,6 +104,8 @@ class Source:
         ignored: list[str] = []
         folders: dict[str, int] = {}  # folder inside an Annotations folder -> files under it (not read)
         hidden: list[str] = []  # hidden room folders (".office_1"), named if no room is left
+        misnamed: set[str] = set()  # folders of rooms named like an area but not Area_N ("area_1")
+        spelt: dict[tuple[str, str], str] = {}  # room -> its "annotations" folder in another case
         entries = self.entries()
         for entry in entries:
             parts = entry.path.strip("/").split("/")
@@ -114,6 +116,7 @@ class Source:
             check_name(self.location, entry.path)
             at = next((i for i, part in enumerate(parts) if AREA.fullmatch(part)), None)
             if at is None:
+                misnamed.update(misnamed_area(parts))
                 continue
             area, area_path = parts[at], "/".join(parts[:at + 1])
             if areas.get(area) != area_path:  # a new area
@@ -123,6 +126,8 @@ class Source:
                 continue  # Area_N itself or a loose file in it
             key = (area, rest[0])
             rooms.setdefault(key, [])
+            if len(rest) >= 2 and rest[1] != "Annotations" and rest[1].lower() == "annotations":
+                spelt[key] = rest[1]
             if len(rest) >= 2 and rest[1] == "Annotations":
                 has_annotations.add(key)
                 if len(rest) == 3 and not entry.is_dir:
@@ -133,10 +138,15 @@ class Source:
                 elif len(rest) >= 3:  # a folder inside Annotations (a zip may list only its files)
                     folder = "/".join(parts[:at + 4])
                     folders[folder] = folders.get(folder, 0) + (not entry.is_dir)
+        if misnamed:  # its rooms would vanish from the folds without a word
+            them = "it" if len(misnamed) == 1 else "them"
+            raise SourceError(f"{self.location}: expected area folders named exactly Area_N (Area_1 ... Area_6), "
+                              f"found rooms with Annotations in {', '.join(sorted(misnamed))}, which would be left "
+                              f"out of the folds: rename {them} {', '.join(area_name(m) for m in sorted(misnamed))} "
+                              f"(or remove {them} to prepare the other areas)")
         if not areas:
             raise SourceError(self._no_area_message(entries))
-        bare = [f"{areas[a]}/{r} (" + ("no <class>_<k>.txt in Annotations" if (a, r) in has_annotations
-                                       else "no Annotations folder") + ")"
+        bare = [f"{areas[a]}/{r} ({_why_bare(f'{areas[a]}/{r}', (a, r) in has_annotations, spelt.get((a, r)))})"
                 for (a, r), files in sorted(rooms.items()) if not files]
         if bare:
             raise SourceError(f"{self.location}: expected Annotations/<class>_<k>.txt files (lines 'x y z r g b') "
@@ -174,6 +184,16 @@ class Source:
             return f"{start}; cannot read {', '.join(self.unreadable)}: check its permissions (ls -ld)"
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         return f"{start}; it holds {shown or 'nothing'}: point RAW at the folder (or .zip) that holds Area_1 ... Area_6"
+
+
+def _why_bare(room: str, has_annotations: bool, spelt: str | None) -> str:
+    """Why the room folder ``room`` gives no annotation file, and what to do."""
+    if has_annotations:
+        return (f"no <class>_<k>.txt in Annotations: an unpacking that stopped early? extract the room again, "
+                f"or remove {room}")
+    if spelt:
+        return f"its folder is spelt {spelt}: rename it {room}/Annotations"
+    return f"no Annotations folder: extract the room again, or remove {room}"
 
 
 class FolderSource(Source):

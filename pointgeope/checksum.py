@@ -1,9 +1,25 @@
-"""The checksum of a file: ``"sha256:<hex>"``, read in blocks (about 1.7 GB/s with the CPU's SHA
-instructions: a few seconds for the whole prepared S3DIS). ``prepare`` stores it for each ``Area_N.h5`` in
-``manifest.json``; a rerun and the training's data check compare it with the file on disk."""
+"""The checksums of an area file.
+
+:func:`file_checksum`, ``"sha256:<hex>"`` of the whole file, read in blocks (about 1.7 GB/s with the CPU's
+SHA instructions: a few seconds for the whole prepared S3DIS): ``prepare`` stores it for each ``Area_N.h5``
+in ``manifest.json``; a rerun and the training's data check compare it with the file on disk, and a
+checkpoint records it as the data it trained on.
+
+:func:`points_checksum`, ``"points:sha256:<hex>"`` of what a network reads of the file: its points, not
+where they were prepared from. The whole file also holds each room's provenance, the attributes ``source``
+(RAW's path) and ``signature`` (a hash of RAW's location and its files' times), and its parse report
+(``issues``, ``empty_files``, ... naming files by their path under RAW), so the same release prepared from
+a moved folder, from its zip, or on another machine gives other file checksums but the same points
+checksum. Hashed, in this order::
+
+    root attributes (json, keys sorted: area, class_names, max_extent, schema_version)
+    for each room, by name: its name, its origin attribute (json; null without),
+        then each dataset by name (color, coord, instance, label): name, dtype, shape, bytes (C order)
+"""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 BLOCK = 8 << 20
@@ -15,3 +31,24 @@ def file_checksum(path: str | Path) -> str:
         while block := f.read(BLOCK):
             digest.update(block)
     return f"sha256:{digest.hexdigest()}"
+
+
+def points_checksum(path: str | Path) -> str:
+    """The checksum of the points of the area file at ``path`` (module docstring), opened with
+    :func:`pointgeope.h5.open_area` (its errors: SchemaError). Reads every array once."""
+    import numpy as np
+
+    from pointgeope.h5 import open_area, room_attrs
+
+    digest = hashlib.sha256()
+    with open_area(path) as f:
+        digest.update(json.dumps(room_attrs(f), sort_keys=True).encode())
+        for room in sorted(f):
+            group = f[room]
+            origin = group.attrs.get("origin")
+            digest.update(json.dumps([room, None if origin is None else np.asarray(origin).tolist()]).encode())
+            for name in sorted(group):
+                values = np.ascontiguousarray(group[name][()])
+                digest.update(json.dumps([name, values.dtype.str, list(values.shape)]).encode())
+                digest.update(values.data)
+    return f"points:sha256:{digest.hexdigest()}"

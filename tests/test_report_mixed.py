@@ -114,3 +114,26 @@ def test_folds_of_other_code_versions_still_pool(tmp_path, capsys):
     assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 0
     assert "mixed" not in (tmp_path / "out" / "report.md").read_text()
     assert json.loads((tmp_path / "out" / "report.json").read_text())["runs"][0]["mixed_settings"] == {}
+
+
+def test_files_of_the_same_points_pool_where_every_fold_records_them(tmp_path, capsys):
+    """Folds trained on the same raw data prepared on two nodes (or from the zip and from the folder) recorded
+    other file checksums (the files hold where they were prepared from) and the run was refused. Where every
+    fold records the checksums of the points, those are compared, not the files'."""
+    files = {f"Area_{a}": f"sha256:{a}" * 4 for a in range(1, 7)}
+    points = {f"Area_{a}": f"points:sha256:{a}" * 4 for a in range(1, 7)}
+    run = tmp_path / "run"
+    for k in range(1, 7):
+        _fold(run, k)
+        path = run / f"area_{k}" / "metrics.json"
+        other = {**files, "Area_1": "sha256:node2"} if k == 5 else files
+        path.write_text(json.dumps({**json.loads(path.read_text()), "data": other, "data_points": points}))
+    assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 0
+    path = run / "area_5" / "metrics.json"                     # the fold of the other files
+    path.write_text(json.dumps({**json.loads(path.read_text()), "data_points": {**points, "Area_1": "points:x"}}))
+    assert cli(["report", str(run), "--out", str(tmp_path / "out2")]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "data.points.Area_1 (Area_1..Area_4, Area_6: " in line and "data.files" not in line, line
+    path.write_text(json.dumps({**json.loads(path.read_text()), "data_points": None}))  # a fold of an older version
+    assert cli(["report", str(run), "--out", str(tmp_path / "out3")]) == 2
+    assert "data.files.Area_1 (Area_1..Area_4, Area_6: 'sha256:1" in capsys.readouterr().err

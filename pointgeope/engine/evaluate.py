@@ -282,11 +282,10 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     area files are checked first, as training checks its areas (:func:`pointgeope.data.check.check_areas`;
     not when ``checked``: the training run that calls it checked them at its start), and refused when they
     differ from those the checkpoint trained on (its recorded checksums), as is a checkpoint of another fold."""
-    from pointgeope.engine.checkpoint import check_data, fold_progress
+    from pointgeope.engine.checkpoint import check_data_of, fold_progress
 
-    run = Path(run)
+    run, root = Path(run), Path(cfg.data.root)
     fold = fold_of_run(run)
-    root = Path(cfg.data.root)
     folds = load_folds(root)
     if fold not in folds:
         raise UserError(f"{run}: fold {fold} is not in {root / 'folds.json'} (folds {sorted(folds)})")
@@ -295,7 +294,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     if env.is_main:  # the test areas as training checks its areas, and against what the checkpoint saw
         if not checked:
             check_areas(root, areas, cfg.model.num_classes)
-        check_data(ckpt_path, ckpt.get("data"), area_checksums(root, areas), root, log)
+        check_data_of(ckpt_path, ckpt, area_checksums(root, areas), root, log)
         writable_folder(run / "predictions", "predictions folder")  # before the long part
     distributed.barrier()
     model = build.model(cfg).to(env.device)
@@ -346,7 +345,8 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
             "pe": cfg.model.pe, "fps_rule": FPS_RULE, "trained_epochs": trained, "epochs": cfg.train.epochs,
             "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
             "config": dataclasses.asdict(cfg),  # what was evaluated: report compares its folds' (report/settings.py)
-            "data": ckpt.get("data"),  # area -> checksum of the files it trained and was tested on (report too)
+            # area -> checksum of the files it trained and was tested on, and of their points (report compares them)
+            "data": ckpt.get("data"), "data_points": ckpt.get("data_points"),
             TEST_KEY: test, **code_record(),  # the version (and commit) of the code that tested it
         }
         write_json_atomic(run / "metrics.json", metrics)

@@ -27,7 +27,7 @@ import torch
 
 from pointgeope.data.folds import Fold
 from pointgeope.engine import distributed
-from pointgeope.engine.checkpoint import (CheckpointError, check_data, load_checkpoint, pack_rng, rng_state,
+from pointgeope.engine.checkpoint import (CheckpointError, check_data_of, load_checkpoint, pack_rng, rng_state,
                                           save_checkpoint, set_rng_state)
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.runio import Log
@@ -87,9 +87,10 @@ class FoldCheckpoints:
     """
 
     def __init__(self, run: Path, learner: Learner, env: distributed.DistEnv, config: dict, predict: dict,
-                 data: dict[str, str] | None = None, fold: Fold | None = None):
+                 data: dict[str, str] | None = None, fold: Fold | None = None, points: dict[str, str] | None = None):
         self.run, self.learner, self.env, self.config, self.predict = run, learner, env, config, predict
         self.data = data  # area -> checksum of the fold's area files (pointgeope.data.check.area_checksums)
+        self.points = points  # area -> checksum of their points (pointgeope.data.identity.area_points)
         self.fold = fold  # the split it trains: recorded in every checkpoint (engine.fold_record)
 
     def resume(self, log: Log) -> LoopState:
@@ -110,7 +111,7 @@ class FoldCheckpoints:
         ckpt = load_checkpoint(path, self.config)
         if self.fold is not None:   # another fold's last.pt: the same six area files, so only this tells
             check_trained_fold(path, ckpt.get("fold"), self.fold, self.config["data"]["root"], log)
-        self._check_data(path, ckpt.get("data"), log)
+        self._check_data(path, ckpt, log)
         learner = self.learner
         load_model_state(learner.model, ckpt, path)
         learner.optimizer.load_state_dict(ckpt["optimizer"])
@@ -144,13 +145,13 @@ class FoldCheckpoints:
                 f"differ from an uninterrupted run (BatchNorm statistics are per process{more}; run "
                 f"{saved} process(es) to match: torchrun --nproc_per_node {saved})")
 
-    def _check_data(self, path: Path, saved: dict | None, log: Log) -> None:
+    def _check_data(self, path: Path, ckpt: dict, log: Log) -> None:
         """Refuse to resume on other area files than the checkpoint trained on (the fold's areas now, and
-        any it trained on that the fold no longer has), naming them."""
+        any it trained on that the fold no longer has), naming them; files of the same points pass."""
         if self.data is not None:
-            areas = set(self.data) | set(saved or {})
+            areas = set(self.data) | set(ckpt.get("data") or {})
             now = {a: self.data.get(a) for a in areas}
-            check_data(path, saved, now, self.config["data"]["root"], log)
+            check_data_of(path, ckpt, now, self.config["data"]["root"], log)
 
     def save(self, name: str, state: LoopState) -> None:
         """Write ``RUN/area_K/<name>`` on rank 0 with every rank's RNG state (collective: every rank
@@ -166,7 +167,7 @@ class FoldCheckpoints:
                 "optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict(),
                 "scaler": learner.scaler.state_dict() if learner.scaler.is_enabled() else None,
                 "rng": states, **dataclasses.asdict(state), "threads": torch.get_num_threads(),
-                "predict": self.predict, "data": self.data,
+                "predict": self.predict, "data": self.data, "data_points": self.points,
                 "fold": None if self.fold is None else fold_record(self.fold)})
         distributed.barrier()
 

@@ -42,9 +42,10 @@ from pointgeope.atomic import remove_leftovers, writable_folder
 from pointgeope.constants import class_names, fold_folder_name
 from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.folds import Fold, fold_of, load_folds
+from pointgeope.data.identity import area_points
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed, graphs
-from pointgeope.engine.checkpoint import (check_data, checkpoint_config, config_differences, describe_differences,
+from pointgeope.engine.checkpoint import (check_data_of, checkpoint_config, config_differences, describe_differences,
                                           fold_progress, load_checkpoint, untested_eval)
 from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.epoch_meter import EpochMeter
@@ -142,8 +143,9 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     # Every checkpoint carries what `pointgeope predict` needs (the spacing checks a scan's units).
     resolved = config_to_dict(cfg)
     predict = prediction_metadata(resolved, rooms_spacing(cfg.data.root, train_areas))
-    checkpoints = FoldCheckpoints(run, learner, env, resolved, predict,
-                                  area_checksums(cfg.data.root, train_areas + test_areas), folds[fold])
+    fold_areas = train_areas + test_areas
+    checkpoints = FoldCheckpoints(run, learner, env, resolved, predict, area_checksums(cfg.data.root, fold_areas),
+                                  folds[fold], area_points(cfg.data.root, fold_areas))
     state = checkpoints.resume(log)
     if env.is_main:  # after the resume: a refused checkpoint leaves the folder's config as it was
         save_config(cfg, run / "config.yaml")
@@ -317,7 +319,7 @@ def complete_metrics(run: Path, cfg: Config, fold: Fold, log=print) -> dict | No
     check_trained_fold(last, ckpt.get("fold"), fold, root, log)
     now = {area: None for area in set(saved or {}) | set(areas)}  # None: a file that is not there
     now.update(area_checksums(root, [area for area in areas if area_path(root, area).is_file()]))
-    check_data(last, saved, now, root, print)
+    check_data_of(last, ckpt, now, root, print)
     return json.loads((run / "metrics.json").read_text())
 
 

@@ -15,7 +15,10 @@ missing from some folds and a fold with no recorded settings are not compared. W
 The data set is compared by its files: ``metrics.json`` records the checksums of the area files the fold
 trained and was tested on (``"data"``), as ``data.files.<area>``; where every fold records them,
 ``data.root`` (where the files were: a node's local copy, a path spelled from another folder) is not
-compared. Folds that do not record them (an older version) compare ``data.root``.
+compared. Folds that do not record them (an older version) compare ``data.root``. Where every fold also
+records the checksums of the files' points (``"data_points"``, ``pointgeope.checksum.points_checksum``), as
+``data.points.<area>``, those are compared instead of the files': the same raw data prepared on two nodes,
+or from the zip on one and the folder on another, differs only in where it was prepared from.
 """
 from __future__ import annotations
 
@@ -41,8 +44,8 @@ _METRICS_EVAL = {"checkpoint": "eval.checkpoint", "vote": "eval.vote", "max_frag
 
 def fold_settings(metrics: dict, folder: Path) -> dict[str, object] | None:
     """The settings of one fold (module docstring), or ``None`` where neither file records them."""
-    data = metrics.get("data")
-    files = {f"data.files.{area}": checksum for area, checksum in data.items()} if isinstance(data, dict) else {}
+    files = {f"data.{kind}.{area}": checksum for key, kind in (("data", "files"), ("data_points", "points"))
+             if isinstance(metrics.get(key), dict) for area, checksum in metrics[key].items()}
     if isinstance(metrics.get("config"), dict):
         return {**flatten(as_recorded(metrics["config"])), **files}
     try:
@@ -74,6 +77,8 @@ def mixed_settings(folds: dict[str, dict | None]) -> dict[str, dict[str, object]
     keys = set.intersection(*(set(s) for s in known.values())) - IGNORED
     if all(any(key.startswith("data.files.") for key in s) for s in known.values()):
         keys.discard("data.root")   # the files' checksums say whether the data is the same
+    if all(any(key.startswith("data.points.") for key in s) for s in known.values()):
+        keys = {k for k in keys if not k.startswith("data.files.")}  # their points alone say it
     mixed = {}
     for key in sorted(keys, key=_order):
         values = {area: s[key] for area, s in known.items()}

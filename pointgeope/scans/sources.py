@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from pointgeope.scans.outputs import is_output_name
 from pointgeope.scans.scan import Scan, ScanError, checked_scan, color_to_uint8
 from pointgeope.scans.text import EXTENSIONS as TEXT_EXTENSIONS
 
+ALIGNMENT = re.compile(r"Area_\d+_alignmentAngle\.txt", re.IGNORECASE)  # S3DIS's rotation of each room
 KINDS = {".ply": "ply", ".npy": "npy", ".h5": "h5", **{e: "las" for e in LAS_EXTENSIONS},
          **{e: "text" for e in TEXT_EXTENSIONS}}
 
@@ -132,10 +134,19 @@ def _raw_rooms_below(entries: list[Path]) -> list[ScanRef]:
     return refs
 
 
+def _alignment_files(entries: list[Path], refs: list[ScanRef]) -> list[Path]:
+    """The ``Area_N_alignmentAngle.txt`` files of the S3DIS release among ``entries``, where the folder holds
+    raw rooms (``refs``): ``x y z`` text by its extension, but room names and angles, not a scan."""
+    if not any(ref.kind == "raw" for ref in refs):
+        return []
+    return [p for p in entries if ALIGNMENT.fullmatch(p.name) and not p.is_dir()]
+
+
 def _left_out(folder: Path, entries: list[Path], refs: list[ScanRef], out: Path | None,
               kinds: bool = True) -> str | None:
     """What a folder's scan search leaves out, in words after ``"<folder>: "``, or ``None``: its files of other
-    extensions and its sub-folders that are no raw room and hold none (their files are not searched). Not
+    extensions, S3DIS's ``Area_N_alignmentAngle.txt`` beside raw rooms (:func:`_alignment_files`) and its
+    sub-folders that are no raw room and hold none (their files are not searched). Not
     named: hidden ones, the ``out`` folder (``predict``'s outputs), and a prepared root's ``manifest.json``
     and ``folds.json`` (prepare's own, beside its ``Area_N.h5``)."""
     from pointgeope.h5 import prepared_root
@@ -146,13 +157,20 @@ def _left_out(folder: Path, entries: list[Path], refs: list[ScanRef], out: Path 
              and not p.name.startswith(".") and p.name not in bookkeeping]
     subs = [f"{p.name}/" for p in entries if p.is_dir() and p not in taken and not p.name.startswith(".")
             and not _outputs_here(p, out)]
+    angles = [p.name for p in _alignment_files(entries, refs)]
     parts = [f"{len(names):,} {what} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
-             for names, what in ((files, "file(s) of unknown type"), (subs, "sub-folder(s) not searched")) if names]
+             for names, what in ((files, "file(s) of unknown type"), (angles, "S3DIS alignment file(s), not scans"),
+                                 (subs, "sub-folder(s) not searched")) if names]
     if not parts:
         return None
     fix = (f"; a folder's scans are taken from it, not from its sub-folders (raw rooms excepted): give "
            f"{folder / subs[0]} as an input to predict its scans") if subs else ""
-    return f"left out {' and '.join(parts)}{fix}" + (f"; known extensions: {', '.join(sorted(KINDS))}" if kinds else "")
+    spelt = next((sub for sub in subs if sub.lower() == "annotations/"), None)
+    if spelt:  # a raw room whose Annotations folder is spelt otherwise: read without its labels
+        fix = (f"; {folder / spelt} is spelt {spelt.rstrip('/')}: rename it Annotations to read {folder} as a raw "
+               "room (its objects, with their labels)")
+    known = f"; known extensions: {', '.join(sorted(KINDS))}" if kinds and (files or subs) else ""
+    return f"left out {' and '.join(parts)}{fix}{known}"
 
 
 def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: list[Path]) -> list[ScanRef]:
@@ -167,7 +185,8 @@ def _refs_of_folder(folder: Path, errors: list[str], out: Path | None, skipped: 
     if _outputs_here(folder, out):
         skipped += [p for p in entries if is_output_name(p.name)]
         entries = [p for p in entries if not is_output_name(p.name)]
-    files = [p for p in entries if p.suffix.lower() in KINDS and not p.is_dir()]
+    angles = _alignment_files(entries, refs)
+    files = [p for p in entries if p.suffix.lower() in KINDS and not p.is_dir() and p not in angles]
     for path in files:
         if not path.is_file():  # a dangling link, a FIFO (reading it would wait forever), a device
             errors.append(Failure(path, f"{path}: expected a scan file, found {_not_a_file(path)}"))
@@ -275,7 +294,15 @@ def _read_raw_room(ref: ScanRef) -> Scan:
     a = room.arrays
     origin = room.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
     return Scan(ref.name, ref.source, a["coord"].astype(np.float64) + origin, a["color"], a["label"],
-                meta={"notes": room.messages})
+                meta={"notes": [_in_room(message, ref.path) for message in room.messages]})
+
+
+def _in_room(message: str, room: Path) -> str:
+    """A message of :func:`~data_prep.room.load_room` about the room read at ``.`` (files
+    ``Annotations/<name>``, the room itself ``.``) naming its files under ``room``, as given: the same
+    ``Annotations/ceiling_1.txt:4`` is in every room of a raw root."""
+    message = re.sub(r"(?<![\w./-])Annotations/", lambda _: f"{room}/Annotations/", message)
+    return f"{room}{message[1:]}" if message.startswith(".:") else message
 
 
 def read_scan(ref: ScanRef) -> Scan:

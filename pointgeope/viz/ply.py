@@ -2,7 +2,7 @@
 
 Layout (little endian, one record of 17 bytes per point, the vertex properties in this order)::
 
-    x y z          float32   metres
+    x y z          float32   metres (float64 ``coord + origin`` for a georeferenced room, as predict writes it)
     red green blue uchar     the colour of the chosen mode
     label          uchar     ground truth (0..12, 255 unlabelled)
     pred           uchar     prediction (only when predictions are given)
@@ -19,9 +19,11 @@ from pointgeope.scans.ply import write_vertices
 
 
 def write_ply(path: str | Path, coord: np.ndarray, colors: np.ndarray, label: np.ndarray | None = None,
-              pred: np.ndarray | None = None) -> Path:
+              pred: np.ndarray | None = None, origin: np.ndarray | None = None) -> Path:
     """Write points ``coord (N, 3)`` with ``colors uint8 (N, 3)`` (and optional ``label``/``pred`` ``(N,)``)
-    to ``path`` as binary PLY: written to a temporary file beside it, then renamed into place."""
+    to ``path`` as binary PLY: written to a temporary file beside it, then renamed into place. With
+    ``origin (3,)`` (a georeferenced room's) the points are written in place, ``coord + origin`` as
+    float64 (float32 would round them to ~0.5 m at 4,000 km)."""
     coord = np.asarray(coord)
     colors = np.asarray(colors)
     n = coord.shape[0]
@@ -29,7 +31,9 @@ def write_ply(path: str | Path, coord: np.ndarray, colors: np.ndarray, label: np
         raise ValueError(f"expected coord of shape (N, 3), got {coord.shape}")
     if colors.shape != (n, 3) or colors.dtype != np.uint8:
         raise ValueError(f"expected colors uint8 of shape ({n}, 3), got {colors.dtype} {colors.shape}")
-    props = [(axis, coord[:, j].astype(np.float32)) for j, axis in enumerate("xyz")]
+    if origin is not None:
+        coord = coord.astype(np.float64) + np.asarray(origin, dtype=np.float64)
+    props = [(axis, coord[:, j].astype(np.float32 if origin is None else np.float64)) for j, axis in enumerate("xyz")]
     props += [(channel, colors[:, j]) for j, channel in enumerate(("red", "green", "blue"))]
     for name, arr in (("label", label), ("pred", pred)):
         if arr is not None:

@@ -30,6 +30,8 @@ class RoomView:
         pred: ``uint8 (M,)`` predictions, or ``None``.
         notes: what was done to the points (hidden classes, downsampling, cap), to print.
         class_names: the ``C`` classes drawn, in label order (the palette ``constants.class_palette(C)``).
+        origin: ``float64 (3,)`` of a georeferenced room (its attribute ``origin``: the scan's coordinates
+            are ``coord + origin``), else ``None``; drawn locally, added back in a PLY export.
     """
 
     name: str
@@ -39,6 +41,7 @@ class RoomView:
     pred: np.ndarray | None = None
     notes: tuple[str, ...] = field(default=())
     class_names: tuple[str, ...] = CLASS_NAMES
+    origin: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.label.shape[0])
@@ -51,7 +54,7 @@ class RoomView:
         """A new view of the points ``index`` (indices or a boolean mask); this one is unchanged."""
         return RoomView(self.name, self.coord[index], self.color[index], self.label[index],
                         None if self.pred is None else self.pred[index],
-                        self.notes + ((note,) if note else ()), self.class_names)
+                        self.notes + ((note,) if note else ()), self.class_names, self.origin)
 
 
 def check_same_area(area_path: str | Path, pred_path: str | Path) -> None:
@@ -104,6 +107,7 @@ def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = N
     from pointgeope.h5 import has_predictions, read_predictions, read_room
 
     data = read_room(area_path, room, fields=("coord", "color", "label"))
+    origin = room_origin(area_path, room)
     pred, names = None, CLASS_NAMES
     if pred_path is None and has_predictions(area_path, room):
         pred_path = area_path
@@ -118,7 +122,27 @@ def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = N
         names = prediction_classes(pred_path, pred, room)
         pred = pred.astype(np.uint8, copy=False)
     return RoomView(room, np.asarray(data["coord"], dtype=np.float32), np.asarray(data["color"], dtype=np.uint8),
-                    np.asarray(data["label"], dtype=np.uint8), pred, class_names=names)
+                    np.asarray(data["label"], dtype=np.uint8), pred, class_names=names, origin=origin)
+
+
+def room_origin(area_path: str | Path, room: str) -> np.ndarray | None:
+    """The ``origin`` attribute of a georeferenced room (``data_prep.room.float32_origin``: prepare stores
+    ``coord - origin``) as ``float64 (3,)``, ``None`` where the room has none; other than 3 finite numbers:
+    VizError."""
+    from pointgeope.h5 import open_area, room_group
+
+    with open_area(area_path) as f:
+        origin = room_group(f, room).attrs.get("origin")
+    if origin is None:
+        return None
+    try:
+        shift = np.asarray(origin, dtype=np.float64)
+    except (TypeError, ValueError):
+        shift = None
+    if shift is None or shift.shape != (3,) or not np.isfinite(shift).all():
+        raise VizError(f"{area_path}: room {room!r}: expected its 'origin' attribute to be 3 finite numbers, got "
+                       f"{origin!r}; prepare it again")
+    return shift
 
 
 def prepare_view(view: RoomView, hidden: tuple[int, ...] = (), voxel: float | None = None,

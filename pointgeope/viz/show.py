@@ -188,8 +188,10 @@ def show_room(args) -> int:
     if args.ply:
         from pointgeope.viz.ply import write_ply
 
-        write_ply(args.ply, view.coord, colorize(mode, view.color, view.label, view.pred, n), view.label, view.pred)
-        print(f"wrote {args.ply}: {len(view):,} points coloured by {mode}")
+        write_ply(args.ply, view.coord, colorize(mode, view.color, view.label, view.pred, n), view.label, view.pred,
+                  view.origin)
+        shifted = "" if view.origin is None else f", in place (origin {', '.join(f'{v:.15g}' for v in view.origin)} added)"
+        print(f"wrote {args.ply}: {len(view):,} points coloured by {mode}{shifted}")
     if args.screenshot:
         from pointgeope.viz.render import render_image, save_image
 

@@ -35,15 +35,16 @@ def test_room_without_annotations_is_an_error_naming_it(tmp_path):
     write_tree(tmp_path, {"Area_1/good/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
                           "Area_1/hallway_9/hallway_9.txt": b"1 2 3 4 5 6\n"})
     (tmp_path / "Area_2/lobby_1").mkdir(parents=True)
-    with pytest.raises(SourceError, match=r"2 room\(s\) without: Area_1/hallway_9 \(no Annotations folder\), "
-                                          r"Area_2/lobby_1 \(no Annotations folder\)"):
+    with pytest.raises(SourceError, match=r"2 room\(s\) without: Area_1/hallway_9 \(no Annotations folder: extract "
+                                          r"the room again, or remove Area_1/hallway_9\), Area_2/lobby_1 \(no "
+                                          r"Annotations folder: extract the room again, or remove Area_2/lobby_1\)"):
         open_source(tmp_path).rooms()
 
 
 def test_empty_annotations_folder_is_an_error(tmp_path):
     write_tree(tmp_path, {"Area_1/good/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
     (tmp_path / "Area_1/bare/Annotations").mkdir(parents=True)
-    with pytest.raises(SourceError, match=r"Area_1/bare \(no <class>_<k>.txt in Annotations\)"):
+    with pytest.raises(SourceError, match=r"Area_1/bare \(no <class>_<k>.txt in Annotations: "):
         open_source(tmp_path).rooms()
 
 
@@ -255,6 +256,69 @@ def test_two_files_of_one_object_are_refused_naming_both(tmp_path, capsys, twin)
     assert len(err) == 1 and err[0].endswith(f"{one} and {two} name one object (wall 1: the class is read in any "
                                              "case, the number as a number); expected each object once: remove one")
     assert not list((tmp_path / "out").glob("*.h5"))
+
+
+@pytest.mark.parametrize("copy, of", [("wall_2 - Copy.txt", "wall_2.txt"), ("wall_3 copy.txt", "wall_3.txt"),
+                                      ("door_1(1).txt", "door_1.txt"), ("ceiling_1_backup.txt", "ceiling_1.txt"),
+                                      ("wall_1.orig.txt", "wall_1.txt"), ("Copy of Wall_2.txt", "wall_2.txt")])
+def test_a_copy_of_an_object_file_is_refused_naming_both(tmp_path, capsys, copy, of):
+    """A file manager's or a backup's copy of ``wall_2.txt`` (not ``<class>_<k>.txt``, but holding
+    ``wall_2``) would be read a second time, as clutter: refused in one line naming both files."""
+    files = {f"Area_1/office_2/Annotations/{name}": b"1 2 3 4 5 6\n"
+             for name in ("wall_1.txt", "wall_2.txt", "wall_3.txt", "wall_10.txt", "door_1.txt", "ceiling_1.txt")}
+    write_tree(tmp_path / "raw", {**files, f"Area_1/office_2/Annotations/{copy}": b"1 2 3 4 5 6\n"})
+    assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"Area_1/office_2/Annotations/{copy} looks like a copy of Area_1/office_2/Annotations/{of} " in err[0]
+    assert err[0].endswith("remove the copy (or rename it <class>_<k>.txt if it is another object)")
+    assert not list((tmp_path / "out").glob("*.h5"))
+
+
+@pytest.mark.parametrize("name", ["wall_10.txt", "stairs_1.txt", "clutter_12.txt", "wallpaper.txt"])
+def test_names_that_are_no_copy_are_read(tmp_path, name):
+    """``wall_10`` beside ``wall_1`` (a digit follows), S3DIS's ``stairs_1`` and ``clutter_12``, and a name that
+    holds no other object's name, are objects of their own."""
+    write_tree(tmp_path, {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                          f"Area_1/r/Annotations/{name}": b"1 2 3 4 5 6\n"})
+    assert len(open_source(tmp_path).rooms()[0].files) == 2
+
+
+@pytest.mark.parametrize("folder", ["area_1", "AREA_1", "Area 1", "area_01"])
+def test_an_area_folder_not_spelt_area_n_is_refused_naming_it(tmp_path, capsys, folder):
+    """``area_1/`` holding rooms was skipped without a word: its area vanished from the folds."""
+    write_tree(tmp_path / "raw", {f"{folder}/office_2/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                                  "Area_2/office_1/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(f"expected area folders named exactly Area_N (Area_1 ... Area_6), found "
+                                             f"rooms with Annotations in {folder}, which would be left out of the "
+                                             "folds: rename it Area_1 (or remove it to prepare the other areas)"), err
+    assert not list((tmp_path / "out").glob("*.h5"))
+
+
+def test_a_folder_like_an_area_without_rooms_is_not_refused(tmp_path):
+    """``area_1/notes.txt`` (no room with Annotations in it) is not an area: left alone, as before."""
+    write_tree(tmp_path, {"area_1/notes.txt": b"x\n", "Area_2/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    assert [r.area for r in open_source(tmp_path).rooms()] == ["Area_2"]
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_a_room_without_its_annotations_says_what_to_do(tmp_path, capsys, zipped):
+    """An ``annotations`` folder (another case) is named with the rename; an empty ``Annotations`` (an
+    unpacking that stopped early) says to extract the room again or remove it."""
+    files = {"Area_1/office_2/annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+             "Area_1/office_1/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"}
+    raw = write_tree(tmp_path / "raw", files) if not zipped else zip_tree(tmp_path / "raw.zip", files)
+    if not zipped:
+        (tmp_path / "raw/Area_1/office_3/Annotations").mkdir(parents=True)
+    assert cli(["prepare", str(raw), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "Area_1/office_2 (its folder is spelt annotations: rename it Area_1/office_2/Annotations)" in err[0]
+    if not zipped:
+        assert err[0].endswith("Area_1/office_3 (no <class>_<k>.txt in Annotations: an unpacking that stopped "
+                               "early? extract the room again, or remove Area_1/office_3)")
 
 
 def test_area_folders_of_one_number_are_refused_naming_both(tmp_path, capsys):

@@ -288,7 +288,8 @@ def test_a_complete_fold_on_other_data_is_refused_not_skipped(two_folds, tmp_pat
     assert train(root, tmp_path / "run", "train.epochs=1") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"train.py: error: {fold / 'last.pt'} was trained on other data than {root} holds now (Area_3.h5 "
-                   f"trained on {before[:19]}..., now {now[:19]}...); restore the data it trained on (or set "
+                   f"trained on {before[:19]}..., now {now[:19]}...): their points differ, not only where they "
+                   "were prepared from; restore the data it trained on (or set "
                    "data.root to it); pointgeope train with --force retrains the fold from scratch"]
     assert (fold / "metrics.json").read_text() == metrics
     (root / "Area_2.h5").unlink()                                    # a file of the fold gone: not skipped either

@@ -327,3 +327,26 @@ def test_info_device_without_check_is_not_ignored(capsys, device, message):
     assert captured.out == "" and captured.err.strip().splitlines() == [f"pointgeope info: error: {message}"]
     line = one_line(capsys, 2, ["info", "--check", "--device", "gpu"])
     assert line == "pointgeope info: error: --device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got 'gpu'"
+
+
+def test_evaluate_uses_the_same_points_prepared_from_another_path(tmp_path, capsys, two_folds, tiny_run):
+    """The same raw data prepared from a moved folder (or its zip) differs only in the rooms' source and
+    signature attributes: evaluate refused it as other data. The checkpoint records its points' checksums."""
+    import h5py
+
+    from pointgeope.checksum import points_checksum
+    from pointgeope.engine.checkpoint import load_checkpoint
+
+    run = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, run)
+    assert load_checkpoint(run / "last.pt")["data_points"] == {
+        a: points_checksum(two_folds / f"{a}.h5") for a in ("Area_1", "Area_2", "Area_3")}
+    root = _copy_root(two_folds, tmp_path / "root")
+    with h5py.File(root / "Area_1.h5", "r+") as f:
+        for room in f.values():
+            room.attrs["source"], room.attrs["signature"] = "/moved/Area_1/room", "0" * 40
+    assert cli(["evaluate", str(run), "--data-root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert (f"note: {run / 'last.pt'} trained on other files than {root} holds now (Area_1.h5 trained on sha256:"
+            in out and "), of the same points: only where they were prepared from differs" in out), out
+    assert json.loads((run / "metrics.json").read_text())["data_points"]["Area_1"] == points_checksum(root / "Area_1.h5")

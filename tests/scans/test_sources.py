@@ -199,3 +199,43 @@ def test_a_folder_says_what_it_left_out(tmp_path):
                       ".txt, .xyz in it, or raw S3DIS rooms with Annotations/ in it or one level down); left out 1 "
                       "sub-folder(s) not searched (mixdir/); a folder's scans are taken from it, not from its "
                       f"sub-folders (raw rooms excepted): give {d} as an input to predict its scans"]
+
+
+def test_an_area_folder_leaves_out_its_alignment_angles(tmp_path):
+    """``Area_5/Area_5_alignmentAngle.txt`` of the release (room names and angles) was read as a scan and
+    failed ("'hallway_6' is not a number"); beside raw rooms it is left out, with the folder's note."""
+    area = tmp_path / "Area_5"
+    raw_room(area / "hallway_6", {"wall_1": np.zeros((2, 6))})
+    (area / "Area_5_alignmentAngle.txt").write_text("## Global alignment angle per disjoint space in Area_5 ##\n"
+                                                     "## Disjoint Space Name Global Alignment Angle ##\nhallway_6 180\n")
+    refs, errors = find_scans([area])
+    assert errors == [] and [r.name for r in refs] == ["Area_5/hallway_6"]
+    assert refs[0].notes == (f"{area}: left out 1 S3DIS alignment file(s), not scans (Area_5_alignmentAngle.txt)",)
+    (tmp_path / "scans").mkdir()                                     # no raw room beside it: a text scan as any
+    (tmp_path / "scans" / "Area_5_alignmentAngle.txt").write_text("1 2 3\n")
+    assert [r.kind for r in find_scans([tmp_path / "scans"])[0]] == ["text"]
+
+
+def test_a_raw_rooms_notes_name_its_files_under_the_room(tmp_path):
+    """A repaired line of a raw room was named ``Annotations/ceiling_1.txt:4``, the same in every room."""
+    for room in ("office_1", "office_3"):
+        raw_room(tmp_path / "Area_1" / room, {"wall_1": np.zeros((2, 6))})
+        (tmp_path / "Area_1" / room / "Annotations" / "ceiling_1.txt").write_bytes(
+            b"1 2 3 4 5 6\n1 2 3 4 5 6\n1 2 3 4 5 6\n5.2\x1066 1 2 3 4 5\n")
+    refs, errors = find_scans([tmp_path])
+    notes = [read_scan(ref).meta["notes"] for ref in refs]
+    assert errors == [] and [n[0].split(": repaired:")[0] for n in notes] == [
+        f"{tmp_path / 'Area_1' / room / 'Annotations' / 'ceiling_1.txt'}:4" for room in ("office_1", "office_3")]
+
+
+def test_a_room_whose_annotations_folder_is_spelt_otherwise_says_to_rename_it(tmp_path):
+    """``office_2/annotations/`` (a re-zip on a case-insensitive disk): the room file was predicted without
+    labels, with only "1 sub-folder(s) not searched" to say why."""
+    room = raw_room(tmp_path / "office_2", {"wall_1": np.zeros((2, 6))})
+    (room / "Annotations").rename(room / "annotations")
+    np.savetxt(room / "office_2.txt", np.zeros((2, 6)), fmt="%.3f %.3f %.3f %d %d %d")
+    refs, errors = find_scans([room])
+    assert errors == [] and [r.kind for r in refs] == ["text"]
+    assert refs[0].notes == (f"{room}: left out 1 sub-folder(s) not searched (annotations/); {room / 'annotations'} "
+                             f"is spelt annotations: rename it Annotations to read {room} as a raw room (its objects, "
+                             "with their labels); known extensions: .csv, .h5, .las, .laz, .npy, .ply, .pts, .txt, .xyz",)

@@ -257,3 +257,22 @@ def test_an_unlabelled_scan_is_drawn_by_its_predictions_and_gt_is_refused(tmp_pa
                                            "ground truth (every label is unlabelled, as in the predictions of a "
                                            "scan); use --mode pred or rgb\n")
         assert not (tmp_path / f"{mode}.ply").exists()
+
+
+def test_ply_export_of_a_georeferenced_room_adds_its_origin(tmp_path, capsys):
+    """prepare stores a room beyond 16,384 m as ``coord - origin``; ``viz --ply`` wrote the local float32
+    coordinates (the export landed ~4,000 km from its scan), where ``predict`` writes them in place."""
+    import h5py
+
+    from tests.viz.conftest import write_area
+
+    coord = np.array([[5.504, 1.131, 2.988], [0.25, 0.5, 0.75], [1.0, 2.0, 3.0]], dtype=np.float32)
+    origin = np.array([512345.0, 4181234.0, -13.0])
+    area = write_area(tmp_path / "Area_1.h5", "Area_1", {"office_2": {"coord": coord, "label": np.zeros(3)}})
+    with h5py.File(area, "a") as f:
+        f["office_2"].attrs["origin"] = origin
+    assert main(["viz", str(area), "--ply", str(tmp_path / "geo.ply"), "--mode", "rgb"]) == 0
+    assert "in place (origin 512345, 4181234, -13 added)" in capsys.readouterr().out
+    header, rec, _ = _read_ply(tmp_path / "geo.ply")
+    assert "property double x" in header
+    np.testing.assert_array_equal(np.stack([rec["x"], rec["y"], rec["z"]], 1), coord.astype(np.float64) + origin)

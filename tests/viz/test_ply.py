@@ -11,7 +11,7 @@ def _read_ply(path):
     raw = path.read_bytes()
     end = raw.index(b"end_header\n") + len(b"end_header\n")
     header = raw[:end].decode("ascii").splitlines()
-    types = {"float": "<f4", "uchar": "u1"}
+    types = {"float": "<f4", "double": "<f8", "uchar": "u1"}
     fields = [(line.split()[2], types[line.split()[1]]) for line in header if line.startswith("property")]
     count = int(next(line for line in header if line.startswith("element vertex")).split()[2])
     return header, np.frombuffer(raw[end:], dtype=np.dtype(fields), count=count), len(raw) - end

@@ -1,0 +1,100 @@
+"""Whether an area file whose checksum is not the one a run recorded still holds the points it used.
+
+A run records the whole-file checksums of the area files it trained on (``pointgeope.checksum.file_checksum``,
+the checkpoint's ``"data"``) and, since their points checksums were introduced, those too
+(``pointgeope.checksum.points_checksum``, the checkpoint's ``"data_points"``). The whole file also holds
+where it was prepared from (the room attributes ``source`` and ``signature``), so the same raw data
+prepared from a moved folder, from its zip or on another node gives another file checksum. Before a
+command refuses such a file (``engine.checkpoint.check_data``), :func:`same_points` compares its points with
+the recorded ones, by what is at hand, in this order:
+
+1. ``manifest.json``'s ``same_points``: the file checksums of the earlier files of the area that ``prepare``
+   replaced with a file of the same points (a rerun after the raw folder moved);
+2. the run's recorded points checksum, against the file's (``manifest.json``'s ``points``, else computed);
+3. the file the run trained on, where it is still at hand (its ``data.root``) with the recorded checksum.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pointgeope.checksum import file_checksum, points_checksum
+from pointgeope.h5 import SchemaError, area_path
+
+
+def manifest_points(root: str | Path) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """``(points, same_points)`` of ``root/manifest.json`` (:func:`points_of`); empty where it is not readable
+    (``check.manifest_checksums`` refuses such a manifest, by name)."""
+    try:
+        manifest = json.loads((Path(root) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}, {}
+    return points_of(manifest)
+
+
+def points_of(manifest: object) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """``(points, same_points)`` of a manifest: area -> points checksum, and area -> the file checksums of
+    earlier files with those points; empty where it lacks them (prepared by an older version)."""
+    points = manifest.get("points") if isinstance(manifest, dict) else None
+    same = manifest.get("same_points") if isinstance(manifest, dict) else None
+    points = {a: v for a, v in points.items() if isinstance(v, str)} if isinstance(points, dict) else {}
+    same = {a: [c for c in v if isinstance(c, str)] for a, v in same.items() if isinstance(v, list)} \
+        if isinstance(same, dict) else {}
+    return points, same
+
+
+def prepared_points(area: str, old_file: Path, old_checksum: str | None, new_file: Path | None,
+                    old_manifest: dict, new_checksum: str | None = None) -> tuple[str, list[str]]:
+    """``prepare``'s ``(points, same_points)`` entries of ``area`` for ``manifest.json``. ``new_file``
+    ``None``: ``old_file`` is kept (its listed points checksum, else computed; its list as it was). Else
+    ``new_file`` replaces ``old_file`` (of checksum ``old_checksum`` where ``prepare`` trusts it): where both
+    hold the same points (the raw folder moved, or the zip was given for the folder), the old file's checksum
+    joins the list (unless it is ``new_checksum``, the new file's: the same bytes), so that runs that
+    recorded it use the new file (:func:`same_points`); else the list is empty. Call it before ``old_file``
+    is replaced."""
+    listed, lineage = points_of(old_manifest)
+    checksums = old_manifest.get("checksums")
+    listed_for = checksums.get(area) if isinstance(checksums, dict) else None  # the file the list is of
+    before = listed.get(area) if old_checksum and old_checksum == listed_for else None
+    if new_file is None:
+        return before or points_checksum(old_file), lineage.get(area, []) if before else []
+    now = points_checksum(new_file)
+    if before is None and old_file.is_file():
+        try:
+            before = points_checksum(old_file)
+        except SchemaError:  # a damaged file: no earlier points
+            before = None
+    if before != now:
+        return now, []
+    earlier = old_checksum or file_checksum(old_file)
+    return now, [c for c in lineage.get(area, []) if c not in (earlier, new_checksum)] + \
+        [earlier] * (earlier != new_checksum)
+
+
+def area_points(root: str | Path, areas: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Area -> points checksum of ``root/<area>.h5``: listed in ``root/manifest.json`` (``prepare`` writes it
+    with the file checksum that the commands verify), else computed from the file."""
+    listed, _ = manifest_points(root)
+    return {area: listed.get(area) or points_checksum(area_path(root, area)) for area in areas}
+
+
+def same_points(area: str, saved: str | None, root: str | Path, saved_points: dict | None = None,
+                trained_root: str | Path | None = None) -> bool | None:
+    """Whether ``root/<area>.h5`` holds the points of the file of checksum ``saved`` that a run used
+    (module docstring): ``True``, ``False``, or ``None`` where nothing at hand tells (a run that records
+    no points checksum, its files replaced)."""
+    if saved is None:
+        return None
+    if saved in manifest_points(root)[1].get(area, []):
+        return True
+    now = area_points(root, [area])[area]
+    if isinstance(saved_points, dict) and isinstance(saved_points.get(area), str):
+        return saved_points[area] == now
+    before = area_path(trained_root, area) if trained_root is not None else None
+    if before is not None and before.is_file() and not before.samefile(area_path(root, area)) \
+            and file_checksum(before) == saved:
+        try:
+            return points_checksum(before) == now
+        except SchemaError:  # not a readable area file after all: nothing tells
+            return None
+    return None
