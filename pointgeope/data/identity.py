@@ -5,7 +5,7 @@ the checkpoint's ``"data"``) and, since their points checksums were introduced, 
 (``pointgeope.checksum.points_checksum``, the checkpoint's ``"data_points"``). The whole file also holds
 where it was prepared from (the room attributes ``source`` and ``signature``), so the same raw data
 prepared from a moved folder, from its zip or on another node gives another file checksum. Before a
-command refuses such a file (``engine.checkpoint.check_data``), :func:`same_points` compares its points with
+command refuses such a file (``engine.trained_data.check_data``), :func:`same_points` compares its points with
 the recorded ones, by what is at hand, in this order:
 
 1. ``manifest.json``'s ``same_points``: the file checksums of the earlier files of the area that ``prepare``

@@ -282,7 +282,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     area files are checked first, as training checks its areas (:func:`pointgeope.data.check.check_areas`;
     not when ``checked``: the training run that calls it checked them at its start), and refused when they
     differ from those the checkpoint trained on (its recorded checksums), as is a checkpoint of another fold."""
-    from pointgeope.engine.checkpoint import check_data_of, fold_progress
+    from pointgeope.engine import checkpoint, trained_data
 
     run, root = Path(run), Path(cfg.data.root)
     fold = fold_of_run(run)
@@ -294,12 +294,12 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
     if env.is_main:  # the test areas as training checks its areas, and against what the checkpoint saw
         if not checked:
             check_areas(root, areas, cfg.model.num_classes)
-        check_data_of(ckpt_path, ckpt, area_checksums(root, areas), root, log)
+        trained_data.check_data_of(ckpt_path, ckpt, area_checksums(root, areas), root, log)
         writable_folder(run / "predictions", "predictions folder")  # before the long part
     distributed.barrier()
     model = build.model(cfg).to(env.device)
     load_model_state(model, ckpt, ckpt_path)
-    trained = fold_progress(ckpt_path, ckpt, log=log if env.is_main else None)[0]
+    trained = checkpoint.fold_progress(ckpt_path, ckpt, log=log if env.is_main else None)[0]
     if env.is_main:
         log(placement.hierarchy_place(cfg, env.device, evaluation=True).line())
         if note := build.precision_note(cfg, env.device, evaluation=True):

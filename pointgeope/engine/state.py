@@ -27,10 +27,11 @@ import torch
 
 from pointgeope.data.folds import Fold
 from pointgeope.engine import distributed
-from pointgeope.engine.checkpoint import (CheckpointError, check_data_of, load_checkpoint, pack_rng, rng_state,
-                                          save_checkpoint, set_rng_state)
+from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, pack_rng, rng_state, save_checkpoint,
+                                          set_rng_state)
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.runio import Log
+from pointgeope.engine.trained_data import check_data_of
 from pointgeope.engine.weights import load_model_state
 
 

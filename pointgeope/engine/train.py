@@ -45,8 +45,8 @@ from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.identity import area_points
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed, graphs
-from pointgeope.engine.checkpoint import (check_data_of, checkpoint_config, config_differences, describe_differences,
-                                          fold_progress, load_checkpoint, untested_eval)
+from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, describe_differences, fold_progress,
+                                          load_checkpoint, untested_eval)
 from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.epoch_meter import EpochMeter
 from pointgeope.engine.evaluate import evaluate_fold, validate
@@ -58,6 +58,7 @@ from pointgeope.engine.runio import Log, progress
 from pointgeope.engine.small_batch import batch_norm_problem
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
+from pointgeope.engine.trained_data import check_data_of
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path
 from pointgeope.lock import folder_lock, reader_lock

@@ -11,7 +11,8 @@ import pytest
 
 from data_prep.prepare import PrepareConfig, prepare
 from pointgeope.checksum import file_checksum, points_checksum
-from pointgeope.engine.checkpoint import CheckpointError, check_data
+from pointgeope.engine.checkpoint import CheckpointError
+from pointgeope.engine.trained_data import check_data
 from tests.data_prep.raw_trees import write_tree, zip_tree
 
 FILES = {"Area_1/office_1/Annotations/wall_1.txt": b"1 2 3 4 5 6\n1.5 2 3 4 5 6\n",

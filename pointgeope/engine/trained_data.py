@@ -1,0 +1,70 @@
+"""Whether a checkpoint was trained on the area files a run reads now: the checksums it records (its
+``"data"``, and ``"data_points"``, those of their points alone) against the files at hand, one line naming
+the files that differ, and a note where only where they were prepared from differs
+(:func:`pointgeope.data.identity.same_points`). Used where a checkpoint is resumed, evaluated or its fold
+completed (``engine.state``, ``engine.evaluate``, ``engine.train``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pointgeope.engine.checkpoint import CheckpointError
+
+__all__ = ["check_data_of", "check_data"]
+
+
+def check_data_of(path: str | Path, ckpt: dict, now: dict[str, str | None], root: str | Path, log) -> None:
+    """:func:`check_data` with what the checkpoint ``ckpt`` records: its ``"data"``, ``"data_points"`` and
+    the ``data.root`` of its config."""
+    trained_root = ((ckpt.get("config") or {}).get("data") or {}).get("root")
+    check_data(path, ckpt.get("data"), now, root, log, ckpt.get("data_points"), trained_root)
+
+
+def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None], root: str | Path, log,
+               saved_points: dict | None = None, trained_root: str | Path | None = None) -> None:
+    """Refuse to use the checkpoint at ``path`` on other area files than it trained on, naming them; a file
+    of another checksum that holds the same points (the same raw data prepared from another path: only its
+    ``source`` and ``signature`` attributes differ; ``pointgeope.data.identity.same_points``) is used, with
+    a note through ``log``.
+
+    Args:
+        saved: area -> checksum the checkpoint recorded (its ``"data"``; ``None`` in checkpoints written
+            before it: a warning through ``log``, nothing checked).
+        now: area -> checksum of the files the run reads now (``pointgeope.data.check.area_checksums``)
+            for the areas it reads: every area of the fold to resume (``None``: one the checkpoint trained
+            on that the fold no longer has), the test areas to evaluate.
+        root: the data folder the files are in, for the message.
+        saved_points: area -> points checksum the checkpoint recorded (its ``"data_points"``; ``None`` in
+            checkpoints written before it).
+        trained_root: the ``data.root`` it trained with, where its files may still be.
+    """
+    from pointgeope.data.identity import same_points
+
+    if saved is None:
+        log(f"warning: {path} does not record the data it trained on (written by an older pointgeope); "
+            "using it without checking that")
+        return
+
+    def short(checksum: str | None) -> str:
+        return checksum[:19] + "..." if checksum else "nothing"
+
+    differing = [a for a in sorted(now) if saved.get(a) != now[a]]
+    same = {a: same_points(a, saved.get(a), root, saved_points, trained_root) if now[a] else False
+            for a in differing}
+    alike = [a for a in differing if same[a]]
+    if alike:  # one line for every such file
+        shown = "; ".join(f"{a}.h5 trained on {short(saved.get(a))}, now {short(now[a])}" for a in alike)
+        log(f"note: {path} trained on other files than {root} holds now ({shown}), of the same points: only where "
+            "they were prepared from differs (the rooms' source and signature attributes); using them")
+    differing = [a for a in differing if not same[a]]
+    if differing:
+        shown = "; ".join(f"{a}.h5 trained on {short(saved.get(a))}, now {short(now[a])}" for a in differing)
+        unknown = [a for a in differing if same[a] is None]
+        why = (f"; it records no checksum of their points (written by an older pointgeope), so whether "
+               f"{', '.join(unknown)} differ(s) only in where it was prepared from (the source and signature "
+               "attributes: the same raw data prepared from another path) cannot be told" if unknown else
+               ": their points differ, not only where they were prepared from" if any(now[a] for a in differing)
+               else "")  # only files that are gone
+        raise CheckpointError(f"{path} was trained on other data than {root} holds now ({shown}){why}; restore "
+                              "the data it trained on (or set data.root to it); pointgeope train with --force "
+                              "retrains the fold from scratch")
