@@ -71,7 +71,8 @@ def test_standard_geope_in_torch_ops_keeps_exact_second_derivatives():
     assert torch.autograd.gradgradcheck(lambda f: model(coord, f, torch.tensor([5, 16])), (feat,))
 
 
-def test_triton_attention_kernels_refuse_second_derivatives(interpreted):
+@pytest.mark.parametrize("op", ["aggregate", "relation"])
+def test_triton_attention_kernels_refuse_second_derivatives(op, interpreted):
     """The fused kernels (Triton's interpreter on the CPU) have a kernel for a backward: refused by name."""
     from pointgeope.model import fused_attention
     from tests.model.fused_inputs import packed
@@ -79,8 +80,11 @@ def test_triton_attention_kernels_refuse_second_derivatives(interpreted):
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(idx.shape[0], 4, 4, generator=gen).requires_grad_()
     v = torch.randn(idx.shape[0], 8, generator=gen).requires_grad_()
-    y = fused_attention.aggregate(w, v, idx, None, 2)
-    gw, = torch.autograd.grad(y.pow(2).sum(), w, create_graph=True)
-    with pytest.raises(RuntimeError, match=r"through pointgeope's _Aggregate are not implemented .* "
+    if op == "aggregate":
+        y, function = fused_attention.aggregate(w, v, idx, None, 2), "_Aggregate"
+    else:
+        y, function = fused_attention.relation(v, idx, v.flip(0)), "_Relation"
+    first, = torch.autograd.grad(y.pow(2).sum(), v, create_graph=True)
+    with pytest.raises(RuntimeError, match=rf"through pointgeope's {function} are not implemented .* "
                                            r"POINTGEOPE_KERNELS=torch"):
-        torch.autograd.grad(gw.sum(), v)
+        torch.autograd.grad(first.sum(), v)
