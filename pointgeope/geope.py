@@ -209,7 +209,8 @@ def _rodrigues_no_grad(v: Tensor, axis: Tensor, block_scale: Tensor, out: Tensor
 
 
 class _RotateVectors(torch.autograd.Function):
-    """Rotation of ``v`` with a gradient for ``v`` only; saves the (small) axis and block_scale."""
+    """Rotation of ``v`` with a gradient for ``v`` only; saves the (small) axis and block_scale. Differentiated
+    (``create_graph``), the gradient ``R^T g = R(-a) g`` is this Function again: every order in ``v`` is exact."""
 
     @staticmethod
     def forward(ctx, v: Tensor, axis: Tensor, block_scale: Tensor) -> Tensor:
@@ -220,9 +221,8 @@ class _RotateVectors(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         axis, block_scale = ctx.saved_tensors
-        grad_v = _rodrigues_no_grad(grad, -axis, block_scale) if ctx.needs_input_grad[0] else None
-        if grad_v is not None and grad_v.shape != ctx.v_shape:
-            grad_v = grad_v.sum_to_size(ctx.v_shape)
+        turn = _RotateVectors.apply if torch.is_grad_enabled() else _rodrigues_no_grad   # create_graph: tracked
+        grad_v = turn(grad, -axis, block_scale).sum_to_size(ctx.v_shape) if ctx.needs_input_grad[0] else None
         return grad_v, None, None
 
 

@@ -50,6 +50,7 @@ from pointgeope.model.attention_reference import (acc_dtype, out_dtype, ref_aggr
                                                   ref_relation, torch_grads)
 from pointgeope.model.kernel_choice import kernel_module
 from pointgeope.model.rotation import apply_shifted
+from pointgeope.model.first_order import KERNEL_WAY, first_order_only
 
 __all__ = ["enabled", "triton_kernels", "relation", "frame_relation", "linear_relation", "aggregate", "KERNELS"]
 
@@ -128,6 +129,7 @@ class _Aggregate(torch.autograd.Function):
         return y
 
     @staticmethod
+    @first_order_only(KERNEL_WAY)
     def backward(ctx, gy: Tensor):
         w, v, idx, delta = ctx.saved_tensors
         s = ctx.share_planes
@@ -179,6 +181,7 @@ class _Relation(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order_only(KERNEL_WAY)
     def backward(ctx, g: Tensor):
         (idx,) = ctx.saved_tensors
         g, delta_dtype = g.contiguous(), ctx.dtypes[2]
@@ -231,6 +234,7 @@ class _FrameRelation(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order_only(KERNEL_WAY)
     def backward(ctx, g: Tensor):
         idx, tables = ctx.saved_tensors
         g, delta_dtype = g.contiguous(), ctx.dtypes[2]
@@ -296,6 +300,7 @@ class _LinearRelation(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order_only(KERNEL_WAY)
     def backward(ctx, g: Tensor):
         idx, disp, block_scale = ctx.saved_tensors
         g, delta_dtype = g.contiguous(), ctx.dtypes[2]

@@ -23,6 +23,7 @@ from pointgeope.model.ops import gather
 from pointgeope.model import geope_pairs
 from pointgeope.model.rotation import (channel_planes, constant, geometry_dtype, query_steps, turned_neighbours,
                                        write_planes)
+from pointgeope.model.first_order import ROTATION_WAY, first_order_only
 
 __all__ = ["relative_blocks", "rotate_relative", "relative_frame"]
 
@@ -71,6 +72,7 @@ class _RotateRelative(torch.autograd.Function):
         return relative_blocks(x, disp, block_scale)
 
     @staticmethod
+    @first_order_only(ROTATION_WAY)
     def backward(ctx, grad: Tensor):
         disp, block_scale = ctx.saved_tensors
         return relative_blocks(grad.contiguous(), -disp, block_scale), None, None   # R(-w) g = R^T g
@@ -103,6 +105,7 @@ class _RelativeFrame(torch.autograd.Function):
         return turned_neighbours(x, idx, minus, 3 * n, turn_into)
 
     @staticmethod
+    @first_order_only(ROTATION_WAY)
     def backward(ctx, grad: Tensor):
         idx, disp, block_scale = ctx.saved_tensors
         grad_x = None

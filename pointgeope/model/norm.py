@@ -58,6 +58,7 @@ from pointgeope.model import kernels, padding
 from pointgeope.model.attention_reference import torch_grads
 from pointgeope.model.kernel_choice import kernel_module
 from pointgeope.model.prefix_norm import prefix_batch_norm
+from pointgeope.model.first_order import KERNEL_WAY, first_order_only
 
 __all__ = ["BatchNorm", "BatchNormReLU", "prefix_batch_norm", "SyncBatchNormReLU", "batch_norm_relu", "batch_norm",
            "reference", "plain_reference", "check_arguments", "convert_sync_batchnorm", "tiles", "KERNEL", "PLAIN_KERNEL"]
@@ -164,6 +165,7 @@ class _FusedBatchNorm(torch.autograd.Function):
         return y
 
     @staticmethod
+    @first_order_only(KERNEL_WAY)
     def backward(ctx, g: Tensor):
         x, weight, bias, stats, valid = ctx.saved_tensors
         needs = list(ctx.needs_input_grad[:3])

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from pointgeope.model.first_order import first_order_only
+
 __all__ = ["prefix_batch_norm"]
 
 
@@ -46,6 +48,8 @@ class _PrefixBatchNorm(torch.autograd.Function):
         return y.to(x.dtype)
 
     @staticmethod
+    @first_order_only("batch norm over a padded batch (train.cuda_graphs) is first-order: train unpadded "
+                      "(train.cuda_graphs: false), whose batch norm is torch's")
     def backward(ctx, gy):
         x, valid, mean, invstd, weight = ctx.saved_tensors
         xh = ((x if x.dtype == torch.float64 else x.float()) - mean) * invstd

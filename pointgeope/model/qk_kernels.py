@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.rotation import apply_shifted, constant, query_steps, rotation_tables
+from pointgeope.model.first_order import ROTATION_WAY, first_order_only
 
 # Elements of x per step on the CPU (1 MB of float32 per intermediate, in a core's L2); a GPU takes all at once.
 _STEP_ELEMENTS = 1 << 18
@@ -112,6 +113,7 @@ class _TurnTokens(torch.autograd.Function):
         return turn_blocks(x, tables) if swap is None else turn_halves(x, tables, swap)
 
     @staticmethod
+    @first_order_only(ROTATION_WAY)
     def backward(ctx, grad: Tensor):
         tables, swap = ctx.saved_tensors
         if swap is None:

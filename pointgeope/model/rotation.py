@@ -37,6 +37,7 @@ from torch import Tensor
 from pointgeope.geope import geometry_dtype, rotation_terms
 from pointgeope.model import geope_pairs
 from pointgeope.model.ops import gather
+from pointgeope.model.first_order import ROTATION_WAY, first_order_only
 
 __all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shared_tables", "shift_tables", "apply_shifted", "apply_blocks",
            "rotate_blocks", "query_frame", "constant", "query_steps", "turned_neighbours",
@@ -284,6 +285,7 @@ class _QueryFrame(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order_only(ROTATION_WAY, exact=lambda grad: not geope_pairs.active(grad.device))   # torch ops: exact
     def backward(ctx, grad: Tensor):
         idx, pos, block_scale = ctx.saved_tensors
         grad_x = grad_minus = None

@@ -168,4 +168,18 @@ def _backward(ctx, grad: Tensor):
     return add_turned_edges(grad, table, src, crow, -ctx.sign, ctx.pairs, ctx.sources), None, None, None, None, None
 
 
+def _save_adjoint(ctx, inputs, output) -> None:
+    grad, table, src, crow, sign, pairs, sources = inputs
+    ctx.save_for_backward(table, src, crow)
+    ctx.sign, ctx.pairs = sign, pairs
+
+
+def _adjoint_backward(ctx, grad: Tensor):
+    """`add_turned_edges` is linear in its gradient and its adjoint is `turn_edges` with the opposite sign (the
+    rotations are orthogonal): second and higher derivatives in the keys (`create_graph`) are exact."""
+    table, src, crow = ctx.saved_tensors
+    return turn_edges(grad, table, src, crow, -ctx.sign, ctx.pairs), None, None, None, None, None, None
+
+
 turn_edges.register_autograd(_backward, setup_context=_save)
+add_turned_edges.register_autograd(_adjoint_backward, setup_context=_save_adjoint)

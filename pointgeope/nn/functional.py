@@ -28,9 +28,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pointgeope.geope import BlockScale, apply_geope, geometry_dtype
-from pointgeope.nn.checks import check_finite, check_float_tensor, check_scale
+from pointgeope.nn.checks import check_coordinates, check_float_tensor, check_scale
 
 __all__ = ["geope_qk", "geope_attention"]
+
+_DEFAULT_BASE, _DEFAULT_POS_SCALE = 100.0, 25.0     # the signatures' defaults: with block_scale, only these
 
 
 def geope_qk(q: Tensor, k: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *, base: float = 100.0,
@@ -53,7 +55,8 @@ def geope_qk(q: Tensor, k: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *
         base: frequency base (the paper's lambda), finite and > 0. pos_scale: phase per unit of position at
             block 0, finite and > 0.
         block_scale: `(C // 3,)` block scales `k_b` to use instead of `base` and `pos_scale`, e.g. a
-            learnable `pointgeope.geope.BlockScale`'s output (used at its own precision).
+            learnable `pointgeope.geope.BlockScale`'s output (used at its own precision); `base` and
+            `pos_scale` are then not read and must stay at their defaults.
 
     Precision: angles and products of both rotations in float64 where any of `q`, `k`, `pos_q`, `pos_k`
     (or `block_scale`) is float64, else in float32 (half-precision inputs too); each output is rounded once to
@@ -61,11 +64,16 @@ def geope_qk(q: Tensor, k: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *
 
     Raises:
         TypeError: an integer `q`, `k` or position tensor, a `base` or `pos_scale` not a number.
-        ValueError: shapes that do not match as above, non-finite positions, `base` or `pos_scale`.
+        ValueError: shapes that do not match as above (`k` with other than `L` keys and no `pos_k`),
+            positions not finite or beyond `+-2^60` (as `knn_graph`'s), `base` or `pos_scale` not finite and
+            > 0, or set away from their defaults together with `block_scale`.
     """
-    pos_k = pos_q if pos_k is None else pos_k
     _check_features(q, k)
     _check_positions("pos_q", pos_q, q, "q")
+    if pos_k is None and pos_q.shape[-2] != k.shape[-2]:
+        raise ValueError(f"expected pos_k for k's {k.shape[-2]} keys, got none (it defaults to pos_q, of "
+                         f"{pos_q.shape[-2]} rows): pass pos_k of shape ({k.shape[-2]}, A)")
+    pos_k = pos_q if pos_k is None else pos_k
     _check_positions("pos_k", pos_k, k, "k")
     if pos_q.shape[-1] != pos_k.shape[-1]:
         raise ValueError(f"expected positions with the same axes, got {tuple(pos_q.shape)} and {tuple(pos_k.shape)}")
@@ -75,6 +83,7 @@ def geope_qk(q: Tensor, k: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *
         scales = BlockScale(q.shape[-1], base=base, pos_scale=pos_scale, axes=pos_q.shape[-1])
         block_scale = scales(geometry_dtype(widest), q.device)   # float64 q with float32 positions: float64 k_b
     else:
+        _check_unread(base, pos_scale)
         check_float_tensor("block_scale", block_scale)
         if block_scale.shape != (q.shape[-1] // 3,):
             raise ValueError(f"expected block_scale of shape (C // 3,) = ({q.shape[-1] // 3},), "
@@ -83,6 +92,16 @@ def geope_qk(q: Tensor, k: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *
     # both sides turn in the widest dtype (rodrigues computes in that of its vectors and positions)
     geometry = geometry_dtype(widest)
     return apply_geope(q, pos_q.to(geometry), block_scale), apply_geope(k, pos_k.to(geometry), block_scale)
+
+
+def _check_unread(base, pos_scale) -> None:
+    """With `block_scale`, `base` and `pos_scale` are not read: one set away from its default is refused by name
+    (it would change nothing), as the layer refuses options its encoding does not read."""
+    for name, value, default in (("pos_scale", pos_scale, _DEFAULT_POS_SCALE), ("base", base, _DEFAULT_BASE)):
+        if not (isinstance(value, (int, float)) and value == default):
+            raise ValueError(f"expected no {name} with block_scale (its k_b already hold base and pos_scale), got "
+                             f"{name}={value!r}, which would change nothing: drop it, or build block_scale with it "
+                             f"(pointgeope.geope.BlockScale(C, base=..., pos_scale=...))")
 
 
 def _check_features(q: Tensor, k: Tensor) -> None:
@@ -99,16 +118,18 @@ def _check_features(q: Tensor, k: Tensor) -> None:
 
 def _check_positions(name: str, pos: Tensor, x: Tensor, x_name: str) -> None:
     """`pos` of shape `(L, A)` or `x`'s dims with leading dims equal or 1 (no silent broadcast of
-    `(B, L, A)` against `(B, H, L, C)`, which runs when `B == H` and gives other scores), finite."""
+    `(B, L, A)` against `(B, H, L, C)`, which runs when `B == H` and gives other scores), finite and within
+    `+-2^60` (`check_coordinates`, the point ops' rule)."""
     check_float_tensor(name, pos)
-    want = f"(L, A) or {(*['1|' + str(d) for d in x.shape[:-2]], x.shape[-2], 'A')}".replace("'", "")
+    want = f"({x.shape[-2]}, A) or {(*['1|' + str(d) for d in x.shape[:-2]], x.shape[-2], 'A')}".replace("'", "")
     if pos.dim() < 2 or pos.shape[-1] not in (1, 2, 3) or pos.shape[-2] != x.shape[-2]:
         raise ValueError(f"expected {name} of shape {want} for {x_name} {tuple(x.shape)}, got {tuple(pos.shape)}")
     lead = pos.shape[:-2]
     if pos.dim() != 2 and (len(lead) != x.dim() - 2 or any(p not in (1, d) for p, d in zip(lead, x.shape))):
         raise ValueError(f"expected {name} of shape {want} for {x_name} {tuple(x.shape)} (e.g. (B, 1, L, A) for "
                          f"(B, H, L, C) heads), got {tuple(pos.shape)}")
-    check_finite(name, pos)
+    check_coordinates(name, pos.reshape(-1, pos.shape[-1]))   # finite, within +-2^60 (a row a position shown):
+    # beyond ~1.8e19 the axis norm overflows float32
 
 
 def geope_attention(q: Tensor, k: Tensor, v: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *,

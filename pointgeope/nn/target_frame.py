@@ -101,17 +101,41 @@ class _TurnIntoTargets(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         coef, src, dst = ctx.saved_tensors
-        edges, blocks = grad.shape[0], coef.shape[1] // 3 - 1
-        blocked, coef = grad[:, : 3 * blocks].unflatten(-1, (blocks, 3)), coef.to(grad.dtype)
-        grad_planes = grad.new_zeros(3, ctx.sources, blocks)
-        grad_rest = grad.new_zeros(ctx.sources, grad.shape[1] - 3 * blocks).index_add_(0, src, grad[:, 3 * blocks:])
-        step = _chunk(edges)
-        for start in range(0, edges, step):
-            part = slice(start, start + step)
-            turned = _turn(blocked[part].permute(2, 0, 1), coef.index_select(0, dst[part]), 1.0)
-            for plane, grad_plane in zip(grad_planes, turned):
-                plane.index_add_(0, src[part], grad_plane)
-        return grad_planes, grad_rest, None, None, None
+        if torch.is_grad_enabled():                          # create_graph: the adjoint as a Function of its own
+            return (*_AddIntoSources.apply(grad, coef, src, dst, ctx.sources), None, None, None)
+        return (*_add_into_sources(grad, coef, src, dst, ctx.sources), None, None, None)
+
+
+def _add_into_sources(grad: Tensor, coef: Tensor, src: Tensor, dst: Tensor, sources: int) -> tuple[Tensor, Tensor]:
+    """`_TurnIntoTargets`' adjoint: `sum_{e: src[e] = j} R(t_{dst[e]}) g_e` of the gradient `grad (E, 3n + r)`
+    as key planes `(3, N_s, n)` and pass-through rows `(N_s, r)`, scattered chunk by chunk."""
+    edges, blocks = grad.shape[0], coef.shape[1] // 3 - 1
+    blocked, coef = grad[:, : 3 * blocks].unflatten(-1, (blocks, 3)), coef.to(grad.dtype)
+    grad_planes = grad.new_zeros(3, sources, blocks)
+    grad_rest = grad.new_zeros(sources, grad.shape[1] - 3 * blocks).index_add_(0, src, grad[:, 3 * blocks:])
+    step = _chunk(edges)
+    for start in range(0, edges, step):
+        part = slice(start, start + step)
+        turned = _turn(blocked[part].permute(2, 0, 1), coef.index_select(0, dst[part]), 1.0)
+        for plane, grad_plane in zip(grad_planes, turned):
+            plane.index_add_(0, src[part], grad_plane)
+    return grad_planes, grad_rest
+
+
+class _AddIntoSources(torch.autograd.Function):
+    """`_add_into_sources` as a Function, used only when `_TurnIntoTargets`' backward is itself differentiated:
+    linear in the gradient, its own adjoint is `_TurnIntoTargets` again, so every higher derivative in the
+    keys is exact."""
+
+    @staticmethod
+    def forward(ctx, grad: Tensor, coef: Tensor, src: Tensor, dst: Tensor, sources: int):
+        ctx.save_for_backward(coef, src, dst)
+        return _add_into_sources(grad, coef, src, dst, sources)
+
+    @staticmethod
+    def backward(ctx, grad_planes: Tensor, grad_rest: Tensor):
+        coef, src, dst = ctx.saved_tensors
+        return _TurnIntoTargets.apply(grad_planes, grad_rest, coef, src, dst), None, None, None, None
 
 
 def turn_into_targets(keys: Tensor, coef: Tensor, src: Tensor, dst: Tensor, backend: str | None = None) -> Tensor:

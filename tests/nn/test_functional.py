@@ -135,7 +135,7 @@ def test_positions_of_heads_must_keep_the_head_dim():
     pos = torch.rand(2, 5, 3, generator=gen)
     for heads in (2, 3):
         q = torch.randn(2, heads, 5, 6, generator=gen)
-        with pytest.raises(ValueError, match=rf"expected pos_q of shape \(L, A\) or \(1\|2, 1\|{heads}, 5, A\) for q "
+        with pytest.raises(ValueError, match=rf"expected pos_q of shape \(5, A\) or \(1\|2, 1\|{heads}, 5, A\) for q "
                                              rf"\(2, {heads}, 5, 6\) \(e.g. \(B, 1, L, A\) for \(B, H, L, C\) heads\), "
                                              r"got \(2, 5, 3\)"):
             geope_qk(q, q, pos)
@@ -181,3 +181,40 @@ def test_integer_features_non_finite_positions_and_bad_block_scales_are_refused(
         geope_qk(q, q, pos, block_scale=torch.ones(3))
     with pytest.raises(ValueError, match=r"expected q and k of width C >= 3 \(one rotated block\), got 2"):
         geope_qk(q[:, :2], q[:, :2], pos)
+
+
+def test_positions_beyond_the_point_ops_limit_are_refused_by_name():
+    """Finite positions beyond ~1.8e19 overflowed the rotation axis' float32 norm: NaN scores without a word.
+    They are refused as `knn_graph` refuses them (+-2^60); the limit itself is taken."""
+    q, pos = torch.randn(1, 1, 6, 6), torch.rand(6, 3)
+    huge = (1 + pos) * 1e20                                  # every entry beyond the limit
+    with pytest.raises(ValueError, match=r"expected pos_q within \+-2\^60 .* got 18 entries outside "
+                                         r"\(the first in row 0: \["):
+        geope_attention(q, q, q, huge[None, None])
+    with pytest.raises(ValueError, match=r"expected pos_k within \+-2\^60 .* got 18 entries outside"):
+        geope_qk(q, q, pos, huge)
+    edge = torch.full((6, 3), 2.0 ** 60)
+    assert all(t.isfinite().all() for t in geope_qk(q, q, edge))
+
+
+def test_default_key_positions_of_another_length_name_pos_k_missing():
+    """`pos_k` defaults to `pos_q`: with more keys than queries the message named a `pos_k` the user never
+    passed, and the query length as the shape it wanted."""
+    with pytest.raises(ValueError, match=r"^expected pos_k for k's 7 keys, got none \(it defaults to pos_q, of 5 "
+                                         r"rows\): pass pos_k of shape \(7, A\)$"):
+        geope_qk(torch.randn(2, 5, 6), torch.randn(2, 7, 6), torch.rand(5, 3))
+    with pytest.raises(ValueError, match=r"expected pos_k of shape \(7, A\) or \(1\|2, 7, A\) for k \(2, 7, 6\), "
+                                         r"got \(5, 3\)"):
+        geope_qk(torch.randn(2, 5, 6), torch.randn(2, 7, 6), torch.rand(5, 3), torch.rand(5, 3))
+
+
+@pytest.mark.parametrize("name,value", [("pos_scale", -1.0), ("pos_scale", 1.0), ("base", 3.0), ("base", "x")])
+def test_frequency_settings_next_to_block_scale_are_refused(name, value):
+    """With `block_scale` its `k_b` are the frequencies: `pos_scale`/`base` were silently unread (even invalid
+    ones), though documented as checked. Set away from their defaults they are refused; at them they run."""
+    q, pos, scale = torch.randn(4, 6), torch.rand(4, 3), BlockScale(6)(torch.float32, torch.device("cpu"))
+    message = rf"expected no {name} with block_scale .* got {name}={value!r}, which would change nothing"
+    for call in (geope_qk, lambda q, k, pos, **kw: geope_attention(q, k, k, pos, **kw)):
+        with pytest.raises(ValueError, match=message):
+            call(q, q, pos, block_scale=scale, **{name: value})
+    torch.testing.assert_close(geope_qk(q, q, pos, block_scale=scale, base=100.0, pos_scale=25), geope_qk(q, q, pos))

@@ -315,6 +315,18 @@ def test_gradcheck_of_learnt_frequencies(pe, name):
     assert torch.autograd.gradcheck(forward, (freq,), fast_mode=False)
 
 
+@pytest.mark.parametrize("pe", ["geope", "lingeope", "rope3d", "ape"])
+def test_positions_beyond_the_point_ops_limit_are_refused_where_encoded(pe):
+    """Positions beyond ~1.8e19 overflowed GeoPE's axis norm in float32 (NaN outputs without a word): every
+    encoding that reads positions refuses them beyond +-2^60, as `knn_graph` does; `rpe` (PyG's, positions only
+    into `pos_nn`) takes what PyG takes."""
+    x, pos, edge_index = graph(n=9, k=4)
+    conv = make_conv(pe)
+    with pytest.raises(ValueError, match=r"expected pos within \+-2\^60 .* got 27 entries outside"):
+        conv(x, (1 + pos) * 1e20, edge_index)
+    assert make_conv("rpe")(x, (1 + pos) * 1e20, edge_index).isfinite().all()
+
+
 def test_options_that_could_only_be_ignored_are_refused():
     with pytest.raises(ValueError, match="grid_unit"):
         GeoPEPointTransformerConv(4, 12, pe="pointrope")

@@ -1,0 +1,90 @@
+"""Tests of pointgeope/model/first_order.py: the network's memory-lean Functions (rotations, RoPE, the Triton
+attention kernels) refuse second derivatives by name, with the way that works, instead of a silently wrong
+result; the way they name (positions that require grad: plain autograd) gives exact second derivatives."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pointgeope.model.first_order import first_order_only
+from pointgeope.model.network import PointTransformerSeg
+from tests.model.test_network_gradients import TWO_STAGES
+
+
+class _Square(torch.autograd.Function):
+    """``x^2`` whose backward ``2 x g`` would be differentiable: marked, it must still refuse a second pass."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    @first_order_only("do it another way")
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+def test_marked_backward_is_unchanged_once_and_refuses_twice_by_name():
+    x = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    g, = torch.autograd.grad(_Square.apply(x).sum(), x)
+    torch.testing.assert_close(g, 2 * x.detach())
+    g, = torch.autograd.grad(_Square.apply(x).sum(), x, create_graph=True)   # a first order under create_graph
+    torch.testing.assert_close(g.detach(), 2 * x.detach())
+    with pytest.raises(RuntimeError, match=r"second derivatives \(create_graph=True\) through pointgeope's _Square "
+                                           r"are not implemented \(its backward is first-order only\): do it another"):
+        torch.autograd.grad(g.sum(), x)
+
+
+def _penalty(model, coord, feat):
+    out = model(coord, feat, torch.tensor([5, 16]))
+    g, = torch.autograd.grad(out.pow(2).sum(), feat, create_graph=True)
+    return torch.autograd.grad(g.pow(2).sum(), feat)[0]
+
+
+def _tiny(pe: str):
+    torch.manual_seed(0)
+    model = PointTransformerSeg(pe=pe, **TWO_STAGES).double().eval()
+    g = torch.Generator().manual_seed(1)
+    coord = torch.rand(16, 3, generator=g, dtype=torch.float64)
+    return model, coord, torch.rand(16, 3, generator=g, dtype=torch.float64).requires_grad_()
+
+
+@pytest.mark.parametrize("pe,function", [("lingeope", "_RelativeFrame"), ("rope3d", "_PointPairFrame")])
+def test_network_rotations_refuse_second_derivatives_and_name_the_way_that_works(pe, function):
+    """Coordinates as data take the memory-lean Functions: a gradient penalty in the features failed on an
+    internal op's "out=" message; it is refused by name. With `coord.requires_grad_()` (the way the message
+    names) the network runs under plain autograd and its second derivatives pass `gradgradcheck`."""
+    model, coord, feat = _tiny(pe)
+    with pytest.raises(RuntimeError, match=rf"through pointgeope's {function} are not implemented .* make the "
+                                           r"positions require grad \(coord.requires_grad_\(\)\)"):
+        _penalty(model, coord, feat)
+    coord.requires_grad_()
+    assert torch.autograd.gradgradcheck(lambda f: model(coord, f, torch.tensor([5, 16])), (feat,))
+
+
+def test_standard_geope_in_torch_ops_keeps_exact_second_derivatives():
+    """`_QueryFrame`'s backward off the GPU kernels is torch ops on constant tables: differentiated, it is exact
+    (`exact=`), and is not refused."""
+    model, coord, feat = _tiny("geope")
+    assert torch.autograd.gradgradcheck(lambda f: model(coord, f, torch.tensor([5, 16])), (feat,))
+
+
+@pytest.mark.parametrize("op", ["aggregate", "relation"])
+def test_triton_attention_kernels_refuse_second_derivatives(op, interpreted):
+    """The fused kernels (Triton's interpreter on the CPU) have a kernel for a backward: refused by name."""
+    from pointgeope.model import fused_attention
+    from tests.model.fused_inputs import packed
+    _, idx = packed((3, 6), k=4)
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(idx.shape[0], 4, 4, generator=gen).requires_grad_()
+    v = torch.randn(idx.shape[0], 8, generator=gen).requires_grad_()
+    if op == "aggregate":
+        y, function = fused_attention.aggregate(w, v, idx, None, 2), "_Aggregate"
+    else:
+        y, function = fused_attention.relation(v, idx, v.flip(0)), "_Relation"
+    first, = torch.autograd.grad(y.pow(2).sum(), v, create_graph=True)
+    with pytest.raises(RuntimeError, match=rf"through pointgeope's {function} are not implemented .* "
+                                           r"POINTGEOPE_KERNELS=torch"):
+        torch.autograd.grad(first.sum(), v)
