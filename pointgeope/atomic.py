@@ -138,14 +138,15 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
-def remove_leftovers(folder: str | Path) -> list[Path]:
-    """Delete the temporary files that a killed writer left in ``folder`` and its sub-folders; returns
-    them. Call it only while holding the folder's lock (:mod:`pointgeope.lock`): a live writer's
-    temporary file looks the same."""
+def remove_leftovers(folder: str | Path, recursive: bool = True) -> list[Path]:
+    """Delete the temporary files that a killed writer left in ``folder`` and (``recursive``) its sub-folders;
+    returns them. Call it only while holding the lock of every folder it searches (:mod:`pointgeope.lock`):
+    a live writer's temporary file looks the same."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    removed = [p for p in folder.rglob(".*.tmp*") if p.is_file() and _LEFTOVER.fullmatch(p.name)]
+    found = folder.rglob(".*.tmp*") if recursive else folder.glob(".*.tmp*")
+    removed = [p for p in found if p.is_file() and _LEFTOVER.fullmatch(p.name)]
     for path in removed:
         path.unlink(missing_ok=True)
     return removed

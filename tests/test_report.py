@@ -376,3 +376,17 @@ def test_a_fold_folder_given_as_the_run_names_its_run(tmp_path, capsys):
     assert capsys.readouterr().err.strip().splitlines() == [
         f"pointgeope report: error: {run / 'area_1'}: a fold folder (RUN/area_K), not a run folder holding area_1 .. "
         f"area_6; give its run folder, {run}"]
+
+
+def test_a_report_into_its_run_leaves_the_folds_temporary_files(tmp_path):
+    """report --out RUN searched every folder below out for a killed writer's temporary files and deleted a
+    running train's ``.last.pt.XXXXXXXX.tmp`` in RUN/area_1 (its lock is out's, not the fold's), so that
+    train's rename failed; a report's own leftover in out is still removed."""
+    run = tmp_path / "rpe"
+    write_fold(run, 1, perfect())
+    live = run / "area_1" / ".last.pt.a1b2c3d4.tmp"
+    live.write_bytes(b"a train writing")
+    killed = run / ".report.md.e5f6a7b8.tmp"
+    killed.write_bytes(b"a report killed as it wrote")
+    assert cli.main(["report", str(run), "--out", str(run)]) == 0
+    assert live.read_bytes() == b"a train writing" and not killed.exists()

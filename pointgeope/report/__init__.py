@@ -93,7 +93,7 @@ def make_report(runs: list[Path], out: Path | None = None, names: list[str] | No
     check_out(out, runs)
     writable_folder(out, "report folder (--out)")  # before anything is written into it
     with folder_lock(out):  # one writer: a second report into it is refused, naming this one
-        remove_leftovers(out)  # of a report killed as it wrote
+        remove_leftovers(out, recursive=False)  # a killed report's; not below out (--out RUN: its folds' writers)
         written = write_report(summaries, out, digits)
     print(tables.summary_markdown(summaries, digits))
     print("wrote:")
