@@ -16,7 +16,8 @@ from pointgeope.errors import UserError
 AREA = re.compile(r"Area_(\d+)")
 LIKE_AREA = re.compile(r"area[ _-]?(\d+)", re.IGNORECASE)  # area_1, AREA_1, Area 1: named, not read
 OBJECT = re.compile(r"(.+)_(\d+)")
-S3DIS_OBJECT = re.compile(r"[A-Za-z]+_\d+")  # every object file of the release: <class>_<k> (clutter_3, stairs_1)
+# an object file's name: <class>_<k>, S3DIS's (clutter_3, stairs_1) or one's own class of words (side_table_1)
+OBJECT_NAME = re.compile(r"[A-Za-z]+(?:_[A-Za-z]+)*_\d+")
 
 
 class SourceError(UserError, ValueError):
@@ -92,17 +93,18 @@ def check_objects(location: str, files: list) -> None:
 
 
 def _check_copies(location: str, paths: list[str]) -> None:
-    """Refuse a file whose name is not ``<class>_<k>`` (:data:`S3DIS_OBJECT`) but holds the name of another
+    """Refuse a file whose name is not ``<class>_<k>`` (:data:`OBJECT_NAME`: a class of one word, as S3DIS's,
+    or of several joined by ``_``, one's own ``side_table_1`` beside ``table_1``) but holds the name of another
     object of the room as a word (``wall_2 - Copy``, ``wall_3 copy``, ``door_1(1)``, ``ceiling_1_backup``,
     ``wall_1.orig``, ``Copy of wall_2``; any case): a copy a file manager or a backup made, whose points
     would be read a second time as clutter. ``wall_1`` in ``wall_10`` is no match (a digit follows)."""
     stems = {PurePosixPath(path).stem.lower(): path for path in paths}
     for path in paths:
         stem = PurePosixPath(path).stem
-        if S3DIS_OBJECT.fullmatch(stem):
+        if OBJECT_NAME.fullmatch(stem):
             continue
         for other, other_path in stems.items():
-            if other != stem.lower() and S3DIS_OBJECT.fullmatch(other) and re.search(
+            if other != stem.lower() and OBJECT_NAME.fullmatch(other) and re.search(
                     rf"(?<![a-z0-9]){re.escape(other)}(?![0-9])", stem.lower()):
                 raise SourceError(f"{location}: {path} looks like a copy of {other_path} (its name holds "
                                   f"{PurePosixPath(other_path).stem!r}; S3DIS object files are named <class>_<k>.txt), "

@@ -284,6 +284,16 @@ def test_names_that_are_no_copy_are_read(tmp_path, name):
     assert len(open_source(tmp_path).rooms()[0].files) == 2
 
 
+@pytest.mark.parametrize("name", ["side_table_1.txt", "desk_lamp_1.txt", "curtain_wall_2.txt"])
+def test_ones_own_classes_of_several_words_are_no_copy(tmp_path, name):
+    """``side_table_1`` holds ``table_1`` as a word, yet it is an object of one's own class ``side_table``
+    (labelled clutter, as before): the copy check refused the room."""
+    write_tree(tmp_path, {"Area_1/r/Annotations/table_1.txt": b"1 2 3 4 5 6\n",
+                          "Area_1/r/Annotations/wall_2.txt": b"1 2 3 4 5 6\n",
+                          f"Area_1/r/Annotations/{name}": b"1 2 3 4 5 6\n"})
+    assert len(open_source(tmp_path).rooms()[0].files) == 3
+
+
 @pytest.mark.parametrize("folder", ["area_1", "AREA_1", "Area 1", "area_01"])
 def test_an_area_folder_not_spelt_area_n_is_refused_naming_it(tmp_path, capsys, folder):
     """``area_1/`` holding rooms was skipped without a word: its area vanished from the folds."""
