@@ -15,6 +15,7 @@ the recorded ones, by what is at hand, in this order:
 """
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -75,7 +76,19 @@ def area_points(root: str | Path, areas: list[str] | tuple[str, ...]) -> dict[st
     """Area -> points checksum of ``root/<area>.h5``: listed in ``root/manifest.json`` (``prepare`` writes it
     with the file checksum that the commands verify), else computed from the file."""
     listed, _ = manifest_points(root)
-    return {area: listed.get(area) or points_checksum(area_path(root, area)) for area in areas}
+    return {area: listed.get(area) or _computed(area_path(root, area)) for area in areas}
+
+
+def _computed(path: Path) -> str:
+    """:func:`points_checksum` of ``path``, once per file as it is now (its size and modification time):
+    ``train --cv`` asks for every area at each fold's start, of a root whose manifest lists none."""
+    stat = path.stat()
+    return _computed_once(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _computed_once(path: str, size: int, mtime_ns: int) -> str:
+    return points_checksum(path)
 
 
 def same_points(area: str, saved: str | None, root: str | Path, saved_points: dict | None = None,

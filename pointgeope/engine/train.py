@@ -146,7 +146,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     predict = prediction_metadata(resolved, rooms_spacing(cfg.data.root, train_areas))
     fold_areas = train_areas + test_areas
     checkpoints = FoldCheckpoints(run, learner, env, resolved, predict, area_checksums(cfg.data.root, fold_areas),
-                                  folds[fold], area_points(cfg.data.root, fold_areas))
+                                  folds[fold], area_points(cfg.data.root, fold_areas) if env.is_main else None)
     state = checkpoints.resume(log)
     if env.is_main:  # after the resume: a refused checkpoint leaves the folder's config as it was
         save_config(cfg, run / "config.yaml")

@@ -1,6 +1,7 @@
 """Binary PLY export of coloured points (``pointgeope.scans.ply.write_vertices``: numpy, atomic).
 
-Layout (little endian, one record of 17 bytes per point, the vertex properties in this order)::
+Layout (little endian, one record per point: 16 bytes, 17 with ``pred``, 12 more with float64 ``x y z``; the
+vertex properties in this order)::
 
     x y z          float32   metres (float64 ``coord + origin`` for a georeferenced room, as predict writes it)
     red green blue uchar     the colour of the chosen mode

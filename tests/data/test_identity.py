@@ -3,6 +3,7 @@ moved folder, its zip) holds the same points in a file of another checksum; runs
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import h5py
@@ -27,7 +28,9 @@ def _prepare(raw, out):
 
 
 def test_points_checksum_ignores_provenance_and_sees_every_array(tmp_path):
-    """Only where the file was prepared from (source, signature) and the parse report may differ."""
+    """Only where the file was prepared from (source, signature) and the parse report may differ: a change to
+    any array of a room (coordinates, colours, labels, instances), its origin, its name or an attribute of the
+    file changes the points checksum."""
     manifest = _prepare(write_tree(tmp_path / "raw", FILES), tmp_path / "out")
     path = tmp_path / "out" / "Area_1.h5"
     assert manifest["points"]["Area_1"] == points_checksum(path) != points_checksum(tmp_path / "out" / "Area_2.h5")
@@ -42,10 +45,34 @@ def test_points_checksum_ignores_provenance_and_sees_every_array(tmp_path):
     for key, value in (("source", "/elsewhere/Area_1/office_1"), ("signature", "0" * 40), ("issues", ["x"])):
         checksum, points = edited(lambda g: g.attrs.__setitem__(key, value))
         assert checksum != file_checksum(path) and points == points_checksum(path), key
-    label = h5py.File(path, "r")["office_1/label"][()]
-    for edit in (lambda g: g["label"].__setitem__(0, (label[0] + 1) % 13),
-                 lambda g: g.attrs.__setitem__("origin", np.array([512345.0, 4181234.0, -13.0]))):
-        assert edited(edit)[1] != points_checksum(path)
+    with h5py.File(path, "r") as f:
+        arrays = {name: f["office_1"][name][()] for name in f["office_1"]}
+        top = dict(f.attrs)
+    assert {"coord", "color", "label"} <= arrays.keys()
+
+    def changed(name):                                      # the array with its first value changed
+        value = arrays[name].copy()
+        value.flat[0] = value.flat[0] + 1 if value.dtype.kind == "f" else (value.flat[0] + 1) % 13
+        return lambda g: g[name].__setitem__(Ellipsis, value)
+
+    edits = {name: changed(name) for name in arrays}
+    edits["origin"] = lambda g: g.attrs.__setitem__("origin", np.array([512345.0, 4181234.0, -13.0]))
+    edits["room name"] = lambda g: g.file.move("office_1", "office_9")
+
+    def other(value):                                       # another value of the attribute's type
+        if isinstance(value, (str, bytes)):
+            return value + type(value)("x")
+        value = np.array(value)
+        if value.dtype.kind in "iuf":
+            return value + 1
+        value.flat[0] = value.flat[0] + type(value.flat[0])("x")         # names: the first one changed
+        return value
+
+    edits.update({f"file attribute {key}": (lambda g, key=key: g.file.attrs.__setitem__(key, other(top[key])))
+                  for key in top if key != "schema_version"})   # another schema is refused, not compared
+    assert len(edits) >= 6
+    for what, edit in edits.items():
+        assert edited(edit)[1] != points_checksum(path), what
 
 
 @pytest.mark.parametrize("how", ["moved", "zip"])
@@ -120,3 +147,25 @@ def test_a_file_that_is_gone_is_named_without_a_word_of_points(tmp_path):
     a, _, _ = _roots(tmp_path)
     with pytest.raises(CheckpointError, match=r"\(Area_2.h5 trained on sha256:[0-9a-f]{12}\.\.\., now nothing\); restore"):
         check_data("last.pt", a["checksums"], {**a["checksums"], "Area_2": None}, tmp_path / "a", print, a["points"])
+
+
+def test_area_points_are_computed_once_per_file_as_it_is(tmp_path, monkeypatch):
+    """train --cv asks for every area's points at each fold's start; a root whose manifest lists none had each
+    file read and hashed again, on every rank (now rank 0, once per file until the file changes)."""
+    from pointgeope.data import identity
+
+    _prepare(write_tree(tmp_path / "raw", FILES), tmp_path / "out")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    del manifest["points"]
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps(manifest))
+    calls = []
+    monkeypatch.setattr(identity, "points_checksum", lambda path: calls.append(path) or f"p:{path}")
+    identity._computed_once.cache_clear()
+    first = identity.area_points(tmp_path / "out", ["Area_1", "Area_2"])
+    assert identity.area_points(tmp_path / "out", ["Area_1", "Area_2"]) == first and len(calls) == 2
+    path = tmp_path / "out" / "Area_1.h5"
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))      # the file changed: read again
+    identity.area_points(tmp_path / "out", ["Area_1"])
+    assert len(calls) == 3
+    identity._computed_once.cache_clear()
