@@ -17,11 +17,13 @@ from typing import Callable
 
 import torch
 
-__all__ = ["first_order_only", "ROTATION_WAY", "KERNEL_WAY"]
+__all__ = ["first_order_only", "ROTATION_WAY", "KERNEL_WAY", "GRID_WAY"]
 
 ROTATION_WAY = ("make the positions require grad (coord.requires_grad_()): the rotations then run under plain "
                 "autograd, which is twice differentiable")
 KERNEL_WAY = "set POINTGEOPE_KERNELS=torch (torch's ops, twice differentiable) and make coord require grad"
+GRID_WAY = (ROTATION_WAY + "; but PointROPE's (pe='pointrope') angles are grid cells, constants that no input "
+            "makes require grad: use another encoding (geope, rope3d) where it needs second derivatives")
 
 
 class _Refuse(torch.autograd.Function):

@@ -35,7 +35,6 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.rotation import apply_shifted, constant, query_steps, rotation_tables
-from pointgeope.model.first_order import ROTATION_WAY, first_order_only
 
 # Elements of x per step on the CPU (1 MB of float32 per intermediate, in a core's L2); a GPU takes all at once.
 _STEP_ELEMENTS = 1 << 18
@@ -105,20 +104,25 @@ def _by_steps(x: Tensor, dtype: torch.dtype, turn) -> Tensor:
 
 class _TurnTokens(torch.autograd.Function):
     """A per-token rotation with a gradient for ``x`` only: saves the tables (shared with the other tensor
-    of the pair and by the heads) and, for pairs, the swap matrix; the backward pass is the inverse rotation."""
+    of the pair and by the heads) and, for pairs, the swap matrix; the backward pass is the inverse rotation
+    (``inverse``: the forward is), itself this Function when differentiated again (``create_graph``), so
+    second derivatives are exact: the map is linear in ``x`` and the adjoint of a rotation is its inverse."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, tables: Tensor, swap: Tensor | None) -> Tensor:
+    def forward(ctx, x: Tensor, tables: Tensor, swap: Tensor | None, inverse: bool = False) -> Tensor:
         ctx.save_for_backward(tables, swap)
-        return turn_blocks(x, tables) if swap is None else turn_halves(x, tables, swap)
+        ctx.inverse = inverse
+        return turn_blocks(x, tables, inverse) if swap is None else turn_halves(x, tables, swap, inverse)
 
     @staticmethod
-    @first_order_only(ROTATION_WAY)
     def backward(ctx, grad: Tensor):
         tables, swap = ctx.saved_tensors
+        back = not ctx.inverse
+        if torch.is_grad_enabled():                  # create_graph: the inverse rotation, differentiable again
+            return _TurnTokens.apply(grad, tables, swap, back), None, None, None
         if swap is None:
-            return turn_blocks(grad, tables, inverse=True), None, None
-        return turn_halves(grad, tables, swap, inverse=True), None, None
+            return turn_blocks(grad, tables, inverse=back), None, None, None
+        return turn_halves(grad, tables, swap, inverse=back), None, None, None
 
 
 def turn_tokens(x: Tensor, tables: Tensor, swap: Tensor | None = None) -> Tensor:

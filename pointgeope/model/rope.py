@@ -50,7 +50,7 @@ from pointgeope.geope import FixedTables
 from pointgeope.model.ops import gather
 from pointgeope.model.rotation import (channel_planes, constant, geometry_dtype, query_steps, turned_neighbours,
                                        write_planes)
-from pointgeope.model.first_order import ROTATION_WAY, first_order_only
+from pointgeope.model.first_order import GRID_WAY, ROTATION_WAY, first_order_only
 
 __all__ = ["axial_frequencies", "pointrope_frequencies", "pointrope_table", "mixed_frequencies", "grid_coordinates", "pair_angles",
            "rotate_pairs", "pair_frame", "POINTROPE_BASE", "MIXED_BASE"]
@@ -246,7 +246,7 @@ class _PointPairFrame(torch.autograd.Function):
         return turned_neighbours(x, idx, minus, 2 * pairs, turn_into)
 
     @staticmethod
-    @first_order_only(ROTATION_WAY)
+    @first_order_only(GRID_WAY)
     def backward(ctx, grad: Tensor):
         idx, pos, freq = ctx.saved_tensors
         pairs, flat, (queries, k), channels = freq.shape[0], idx.reshape(-1), idx.shape, grad.shape[-1]

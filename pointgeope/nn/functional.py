@@ -20,6 +20,7 @@ one rotation per token, so they have no form here (use
 """
 from __future__ import annotations
 
+import numbers
 from functools import reduce
 from typing import Callable
 
@@ -98,10 +99,17 @@ def _check_unread(base, pos_scale) -> None:
     """With `block_scale`, `base` and `pos_scale` are not read: one set away from its default is refused by name
     (it would change nothing), as the layer refuses options its encoding does not read."""
     for name, value, default in (("pos_scale", pos_scale, _DEFAULT_POS_SCALE), ("base", base, _DEFAULT_BASE)):
-        if not (isinstance(value, (int, float)) and value == default):
+        if not (_real_number(value) and float(value) == default):       # 25, 25.0, np.float32(25), tensor(25.)
             raise ValueError(f"expected no {name} with block_scale (its k_b already hold base and pos_scale), got "
                              f"{name}={value!r}, which would change nothing: drop it, or build block_scale with it "
                              f"(pointgeope.geope.BlockScale(C, base=..., pos_scale=...))")
+
+
+def _real_number(value) -> bool:
+    """A real scalar (a Python, NumPy or 0-dim torch number; not bool): what the scale checks take."""
+    if isinstance(value, torch.Tensor):
+        return value.dim() == 0 and not value.is_complex() and value.dtype != torch.bool
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _check_features(q: Tensor, k: Tensor) -> None:

@@ -88,3 +88,33 @@ def test_triton_attention_kernels_refuse_second_derivatives(op, interpreted):
     with pytest.raises(RuntimeError, match=rf"through pointgeope's {function} are not implemented .* "
                                            r"POINTGEOPE_KERNELS=torch"):
         torch.autograd.grad(first.sum(), v)
+
+
+def test_pointrope_names_that_its_grid_angles_have_no_plain_autograd_way():
+    """PointROPE's angles are grid cells (made without a graph): the message advised coord.requires_grad_(),
+    after which the same error came back."""
+    model, coord, feat = _tiny("pointrope")
+    coord.requires_grad_()
+    with pytest.raises(RuntimeError, match=r"_PointPairFrame are not implemented .* but PointROPE's "
+                                           r"\(pe='pointrope'\) angles are grid cells, .*use another encoding"):
+        _penalty(model, coord, feat)
+
+
+@pytest.mark.parametrize("layout", ["blocks", "pairs"])
+def test_token_rotations_have_exact_second_derivatives(layout):
+    """PTv3's per-token rotations (``turn_tokens``: GeoPE's blocks, RoPE's and PointROPE's channel pairs) on
+    constant tables: their backward is the inverse rotation as the same Function, so a gradient penalty
+    differentiates it; it was refused (first-order only)."""
+    from pointgeope.model.qk_kernels import block_tables, half_tables, swap_matrix, turn_tokens
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.rand(2, 2, 5, 8, generator=g, dtype=torch.float64).requires_grad_()
+    pos = torch.rand(2, 5, 3, generator=g, dtype=torch.float64)
+    if layout == "blocks":
+        tables, swap = block_tables(pos, torch.tensor([1.0, 2.0], dtype=torch.float64), 8), None
+    else:
+        first, second = torch.tensor([0, 2, 4]), torch.tensor([1, 3, 5])
+        tables = half_tables(pos * 3.0, first, second, 8)
+        swap = swap_matrix(first, second, 8).double()
+    assert torch.autograd.gradcheck(lambda v: turn_tokens(v, tables, swap), (x,))
+    assert torch.autograd.gradgradcheck(lambda v: turn_tokens(v, tables, swap), (x,))

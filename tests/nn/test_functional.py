@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -218,3 +219,5 @@ def test_frequency_settings_next_to_block_scale_are_refused(name, value):
         with pytest.raises(ValueError, match=message):
             call(q, q, pos, block_scale=scale, **{name: value})
     torch.testing.assert_close(geope_qk(q, q, pos, block_scale=scale, base=100.0, pos_scale=25), geope_qk(q, q, pos))
+    for default in (np.float32(25.0), torch.tensor(25.0), np.int64(25)):    # the default as a NumPy or torch number
+        torch.testing.assert_close(geope_qk(q, q, pos, block_scale=scale, pos_scale=default), geope_qk(q, q, pos))
