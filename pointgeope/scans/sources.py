@@ -263,16 +263,13 @@ def _read_npy(path: Path, name: str) -> Scan:
 
 def _read_h5_room(ref: ScanRef) -> Scan:
     from pointgeope.h5 import open_area, read_fields, room_group
+    from pointgeope.origin import checked_origin
 
     with open_area(ref.path) as f:
         group = room_group(f, ref.room)
         data = read_fields(group, ("coord", "color", "label"))
         origin = group.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
-    try:
-        shift = np.asarray(origin, dtype=np.float64)
-    except (TypeError, ValueError):
-        shift = None
-    if shift is None or shift.shape != (3,) or not np.isfinite(shift).all():
+    if (shift := checked_origin(origin)) is None:
         raise ScanError(f"{ref.source}: expected the room's 'origin' attribute to be 3 finite numbers, got "
                         f"{origin!r}; prepare it again")
     return Scan(ref.name, ref.source, data["coord"].astype(np.float64) + shift, data["color"].astype(np.uint8),

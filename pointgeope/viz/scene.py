@@ -130,16 +130,13 @@ def room_origin(area_path: str | Path, room: str) -> np.ndarray | None:
     ``coord - origin``) as ``float64 (3,)``, ``None`` where the room has none; other than 3 finite numbers:
     VizError."""
     from pointgeope.h5 import open_area, room_group
+    from pointgeope.origin import checked_origin
 
     with open_area(area_path) as f:
         origin = room_group(f, room).attrs.get("origin")
     if origin is None:
         return None
-    try:
-        shift = np.asarray(origin, dtype=np.float64)
-    except (TypeError, ValueError):
-        shift = None
-    if shift is None or shift.shape != (3,) or not np.isfinite(shift).all():
+    if (shift := checked_origin(origin)) is None:
         raise VizError(f"{area_path}: room {room!r}: expected its 'origin' attribute to be 3 finite numbers, got "
                        f"{origin!r}; prepare it again")
     return shift
