@@ -69,3 +69,24 @@ def test_synthetic_shapes_are_normalised_and_labelled():
     for data in shapes.part_set(2, 80):
         torch.testing.assert_close(data.pos.abs().max(), torch.tensor(1.0))
         assert set(data.y.tolist()) == set(range(len(shapes.PARTS))) and torch.equal(data.x, data.pos)
+
+
+def test_pygs_examples_build_pygs_modules():
+    """PyG's examples build each block's `pos_nn` and `attn_nn` as `MLP([., 64, C], norm=None, plain_last=False)`
+    (`Linear-ReLU-Linear-ReLU`: delta_ij and the attention logits are >= 0) and the head as `MLP([C, 64,
+    classes], norm=None)` (`Linear-ReLU-Linear`); ours are those modules, for PyG's layer and for GeoPE's."""
+    classification, segmentation = load("pyg_point_transformer_classification"), load("pyg_point_transformer_segmentation")
+    torch.manual_seed(0)
+    for layer in ("pyg", "geope"):
+        for net, width in ((classification.Net(6, 0, [16, 32], layer, 64, k=8), 32),
+                           (segmentation.Net(3, 4, [16, 32], layer, 96, k=8), 16)):
+            convs = [block.transformer for block in net.modules() if type(block).__name__ == "TransformerBlock"]
+            assert len(convs) == (2 if net.__module__.endswith("classification") else 4)
+            for conv in convs:
+                channels = conv.out_channels
+                for mlp, inputs in ((conv.pos_nn, 3), (conv.attn_nn, channels)):
+                    assert [tuple(p.shape) for p in mlp.parameters()] == [(64, inputs), (64,), (channels, 64),
+                                                                         (channels,)]
+                    assert (mlp(10 * torch.randn(200, inputs)) >= 0).all()            # the last ReLU
+            classes = net.head(torch.randn(5, width)).shape[1]
+            assert [tuple(p.shape) for p in net.head.parameters()] == [(64, width), (64,), (classes, 64), (classes,)]
