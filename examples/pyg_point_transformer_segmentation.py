@@ -52,9 +52,11 @@ from pointgeope.nn import knn_graph
 
 def knn_interpolate(x: Tensor, pos_x: Tensor, pos_y: Tensor, batch_x: Tensor, batch_y: Tensor, k: int = 3) -> Tensor:
     """Features `x` at `pos_x` carried to `pos_y`: the mean of the `k` nearest, weighted by `1 / d^2` (PyG's
-    `knn_interpolate`)."""
+    `knn_interpolate`). An example of `n < k` points at `pos_x` gives all `n`, each once, as PyG's does
+    (`pointgeope.model.ops.knn` repeats them to fill the `k` columns: those repeats get no weight)."""
     idx, dist2 = knn(pos_y, pos_x, k, offsets(batch_y), offsets(batch_x))
-    weight = 1.0 / dist2.clamp_min(1e-16)
+    sizes = torch.bincount(batch_x, minlength=int(batch_y.max()) + 1)[batch_y]        # n of each y's example
+    weight = (1.0 / dist2.clamp_min(1e-16)) * (torch.arange(k, device=idx.device) < sizes.unsqueeze(1))
     return (x[idx] * weight.unsqueeze(-1)).sum(1) / weight.sum(1, keepdim=True)
 
 

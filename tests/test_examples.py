@@ -90,3 +90,23 @@ def test_pygs_examples_build_pygs_modules():
                     assert (mlp(10 * torch.randn(200, inputs)) >= 0).all()            # the last ReLU
             classes = net.head(torch.randn(5, width)).shape[1]
             assert [tuple(p.shape) for p in net.head.parameters()] == [(64, width), (64,), (classes, 64), (classes,)]
+
+
+def test_segmentation_interpolation_is_pygs_knn_interpolate_also_for_examples_of_fewer_than_k_points():
+    """PyG's `knn_interpolate`: each fine point takes the `min(k, n)` nearest of the `n` coarse points of its
+    example, weighted by `1 / d^2`. Written here by brute force over each example; one example has only 2 coarse
+    points for k = 3 (a coarse level of `--points 40` at the third level)."""
+    example = load("pyg_point_transformer_segmentation")
+    gen = torch.Generator().manual_seed(0)
+    pos_x, pos_y = torch.rand(7, 3, generator=gen), torch.rand(9, 3, generator=gen)
+    batch_x, batch_y = torch.tensor([0, 0, 1, 1, 1, 1, 1]), torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 1])
+    x = torch.randn(7, 4, generator=gen)
+    expected = torch.empty(9, 4)
+    for i in range(9):
+        same = (batch_x == batch_y[i]).nonzero().flatten()
+        d2 = ((pos_x[same] - pos_y[i]) ** 2).sum(1)
+        near = d2.argsort()[:3]
+        w = 1 / d2[near]
+        expected[i] = (x[same[near]] * w[:, None]).sum(0) / w.sum()
+    got = example.knn_interpolate(x, pos_x, pos_y, batch_x, batch_y, k=3)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
