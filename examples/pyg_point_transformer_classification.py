@@ -47,7 +47,7 @@ from torch_geometric.nn import MLP, PointTransformerConv, global_mean_pool
 sys.path.insert(0, str(Path(__file__).resolve().parent))          # synthetic_shapes.py, next to this file
 from synthetic_shapes import CLASSES, classification_set
 
-from pointgeope.model import PositionalEncoding
+from pointgeope.model import PRESETS, PositionalEncoding
 from pointgeope.model.attention import options_for
 from pointgeope.model.ops import fps, knn
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
@@ -179,11 +179,29 @@ def main(layers=("pyg", "rpe", "geope"), steps: int = 40, points: int = 256, per
                                               batch_size=batch_size))
 
 
+def at_least(minimum: int):
+    """An argparse type: an int >= `minimum` (argparse turns the errors into one line and exit code 2)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an int >= {minimum}, got {value}")
+        return value
+    parse.__name__ = "int"                                             # argparse's "invalid int value: 'x'"
+    return parse
+
+
+def parse_args(description: str, steps: int, min_points: int) -> argparse.Namespace:
+    """Both examples' command line: `--layers` (`pyg` or presets, checked before any work), `--steps` (>= 1) and
+    `--points` (>= `min_points`, the fewest their synthetic shapes are made of)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--layers", nargs="+", default=["pyg", "rpe", "geope"], choices=["pyg", *PRESETS],
+                        metavar="LAYER", help="'pyg' (PyG's PointTransformerConv) or presets of "
+                                              "GeoPEPointTransformerConv: %(choices)s")
+    parser.add_argument("--steps", type=at_least(1), default=steps, help="training steps per layer")
+    parser.add_argument("--points", type=at_least(min_points), default=256, help="points per shape")
+    return parser.parse_args()
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", nargs="+", default=["pyg", "rpe", "geope"],
-                        help="'pyg' (PyG's PointTransformerConv) or presets of GeoPEPointTransformerConv")
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--points", type=int, default=256)
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0], steps=40, min_points=2)   # two boxes: 1 + 1
     main(args.layers, args.steps, args.points)

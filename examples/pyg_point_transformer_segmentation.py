@@ -23,7 +23,6 @@ the U-Net's way up reuses the down levels' points, so a block on level `l` has t
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from pyg_point_transformer_classification import (
     fit,
     level_pos_scale,
     offsets,
+    parse_args,
 )
 from synthetic_shapes import PARTS, part_set
 
@@ -143,10 +143,5 @@ def main(layers=("pyg", "rpe", "geope"), steps: int = 30, points: int = 256, cou
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", nargs="+", default=["pyg", "rpe", "geope"],
-                        help="'pyg' (PyG's PointTransformerConv) or presets of GeoPEPointTransformerConv")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--points", type=int, default=256)
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0], steps=30, min_points=10)  # a tenth: the tail
     main(args.layers, args.steps, args.points)

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -110,3 +113,17 @@ def test_segmentation_interpolation_is_pygs_knn_interpolate_also_for_examples_of
         expected[i] = (x[same[near]] * w[:, None]).sum(0) / w.sum()
     got = example.knn_interpolate(x, pos_x, pos_y, batch_x, batch_y, k=3)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,args,error", [
+    ("classification", ["--layers", "pyg", "geope3"], "argument --layers: invalid choice: 'geope3' (choose from 'pyg', "),
+    ("classification", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0"),
+    ("segmentation", ["--points", "9"], "argument --points: expected an int >= 10, got 9")])
+def test_pygs_examples_refuse_a_bad_argument_in_one_line_before_any_work(name, args, error):
+    """A misspelt layer, no steps or too few points for the shapes were a traceback after the data were made
+    (`ValueError: unknown positional encoding`, `IndexError`, torch's `cannot sample n_sample <= 0 samples`)."""
+    script = REPO / "examples" / f"pyg_point_transformer_{name}.py"
+    done = subprocess.run([sys.executable, str(script), *args], check=False, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.splitlines()[-1].startswith(f"pyg_point_transformer_{name}.py: error: {error}")
