@@ -118,12 +118,13 @@ def test_segmentation_interpolation_is_pygs_knn_interpolate_also_for_examples_of
 @pytest.mark.parametrize("name,args,error", [
     ("classification", ["--layers", "pyg", "geope3"], "argument --layers: invalid choice: 'geope3' (choose from 'pyg', "),
     ("classification", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0"),
-    ("segmentation", ["--points", "9"], "argument --points: expected an int >= 10, got 9")])
+    ("segmentation", ["--points", "9"], "argument --points: expected an int >= 10, got 9"),
+    ("", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0")])
 def test_pygs_examples_refuse_a_bad_argument_in_one_line_before_any_work(name, args, error):
-    """A misspelt layer, no steps or too few points for the shapes were a traceback after the data were made
+    """The three PyG examples: a misspelt layer, no steps or too few points for the shapes were a traceback after the data were made
     (`ValueError: unknown positional encoding`, `IndexError`, torch's `cannot sample n_sample <= 0 samples`)."""
-    script = REPO / "examples" / f"pyg_point_transformer_{name}.py"
+    script = REPO / "examples" / f"pyg_point_transformer{'_' * bool(name)}{name}.py"
     done = subprocess.run([sys.executable, str(script), *args], check=False, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 2 and done.stdout == "", done.stderr
-    assert done.stderr.splitlines()[-1].startswith(f"pyg_point_transformer_{name}.py: error: {error}")
+    assert done.stderr.splitlines()[-1].startswith(f"{script.name}: error: {error}")
