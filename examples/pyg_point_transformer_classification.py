@@ -33,6 +33,7 @@ levels would turn the deepest level's neighbours 16 times as far as the first's 
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import sys
 from pathlib import Path
@@ -63,12 +64,19 @@ def make_conv(layer: str, in_channels: int, out_channels: int, pos_nn: nn.Module
               pos_scale: float) -> nn.Module:
     """PyG's layer (`layer == "pyg"`) or GeoPE's with `pe=layer`: its `pos_nn` only where the preset has a
     delta term, and only the scale the preset reads (a preset refuses the others): PointROPE's `grid_unit` (a
-    cell a spacing), the others' `pos_scale`, neither for `rpe` and `none`."""
+    cell a spacing), the others' `pos_scale`, neither for `rpe` and `none`.
+
+    Every layer leaves the random stream where PyG's leaves it, so that from one seed all get the same other
+    weights and the same batches: GeoPE's layer is built in a fork of the stream (RoPE-Mixed draws its
+    frequencies after the weights, `none` builds no `pos_nn`), then PyG's draws are made on it."""
     if layer == "pyg":
         return PointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn)
-    pos_nn = pos_nn if PositionalEncoding.preset(layer).needs_delta else None
-    scale = options_for(layer, pos_scale=pos_scale, grid_unit=1 / pos_scale)
-    return GeoPEPointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn, pe=layer, **scale)
+    encoding, scale = PositionalEncoding.preset(layer), options_for(layer, pos_scale=pos_scale, grid_unit=1 / pos_scale)
+    with torch.random.fork_rng():
+        conv = GeoPEPointTransformerConv(in_channels, out_channels, pos_nn=pos_nn if encoding.needs_delta else None,
+                                         attn_nn=attn_nn, pe=layer, **scale)
+    PointTransformerConv(in_channels, out_channels, copy.deepcopy(pos_nn), copy.deepcopy(attn_nn))   # PyG's draws
+    return conv
 
 
 class TransformerBlock(nn.Module):

@@ -128,3 +128,24 @@ def test_pygs_examples_refuse_a_bad_argument_in_one_line_before_any_work(name, a
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 2 and done.stdout == "", done.stderr
     assert done.stderr.splitlines()[-1].startswith(f"{script.name}: error: {error}")
+
+
+@pytest.mark.parametrize("layer", ["rope-mixed", "none", "geope"])
+def test_pygs_examples_give_every_layer_pygs_other_weights_and_random_stream(layer):
+    """From one seed every `--layers` entry gets PyG's weights in every module but the layer's own and leaves
+    the random stream (the batches, the augmentations) where PyG's layer leaves it: RoPE-Mixed drew its
+    frequencies from the stream, and `none` built no `pos_nn`, so every module after them and every batch was
+    another than in PyG's run."""
+    example = load("pyg_point_transformer_classification")
+
+    def build(name):
+        torch.manual_seed(0)
+        net = example.Net(6, 0, [16, 32], name, 64, k=8)
+        return net, torch.rand(4)
+    (pyg, pyg_next), (ours, ours_next) = build("pyg"), build(layer)
+    assert torch.equal(ours_next, pyg_next)
+    theirs = pyg.state_dict()
+    others = [key for key in ours.state_dict() if ".transformer." not in key]
+    assert len(others) > 20
+    for key in others:
+        assert torch.equal(ours.state_dict()[key], theirs[key]), key
