@@ -115,6 +115,7 @@ def test_segmentation_interpolation_is_pygs_knn_interpolate_also_for_examples_of
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow                               # a Python with torch and PyG started for each case
 @pytest.mark.parametrize("name,args,error", [
     ("classification", ["--layers", "pyg", "geope3"], "argument --layers: invalid choice: 'geope3' (choose from 'pyg', "),
     ("classification", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0"),
