@@ -1,17 +1,25 @@
-"""PyG's Point Transformer classification example with GeoPE: the layer swapped, nothing else.
+"""PyG's Point Transformer classification example with GeoPE: the layer swapped, on a CPU's scale.
 
 PyG's `examples/point_transformer_classification.py` trains on ModelNet10 a network of Point Transformer blocks
-(`Linear-ReLU`, `PointTransformerConv` over the kNN graph, `Linear-ReLU`) and transition-down steps (farthest
-point sampling to a quarter, an MLP, a max over each sample's k nearest points), then a mean pool and an MLP
-head. This script keeps that structure with three changes:
+(`Linear-ReLU`, `PointTransformerConv` over the kNN graph, `Linear-ReLU`; its `pos_nn` and `attn_nn` are
+`MLP([., 64, C], norm=None, plain_last=False)`: `Linear-ReLU-Linear-ReLU`) and transition-down steps (farthest
+point sampling to a quarter, an MLP, a max over each sample's k nearest points), then a mean pool and the head
+`MLP([C, 64, classes], norm=None)`. This script builds those modules as PyG's does. What differs, and why:
 
 - the layer is chosen by `--layers`: `pyg` (PyG's `PointTransformerConv`) or a `pe` of
   [`GeoPEPointTransformerConv`][pointgeope.nn.GeoPEPointTransformerConv] (`rpe` is PyG's layer: the same
-  losses, bit for bit, from the same seed);
-- torch-cluster's `knn_graph`, `knn`, `fps` and torch-scatter's `scatter_max` are pointgeope's
-  (`pointgeope.nn.knn_graph`, `pointgeope.model.ops.knn` / `fps`) and a plain max over the neighbours;
+  losses, bit for bit, from the same seed), each block with its level's `pos_scale` (below);
+- PyG's `knn_graph`, `knn` and `fps` (pyg-lib / torch-cluster) are pointgeope's (`pointgeope.nn.knn_graph`,
+  `pointgeope.model.ops.knn` / `fps`: nothing to compile) and the scatter-max a max over the neighbours.
+  pointgeope's FPS starts from each example's first point and keeps `n // 4` of its `n` points (PyG's `fps`
+  starts from a random one, `random_start=True`, and torch-cluster's keeps `ceil(n / 4)`);
 - ModelNet10 is replaced by small synthetic shapes of the same form (`synthetic_shapes.py`: six primitives,
-  centred and scaled into $[-1, 1]^3$ by PyG's `T.NormalizeScale`, no features).
+  centred and scaled into $[-1, 1]^3$ by PyG's `T.NormalizeScale`, no features), each sampled once (PyG's
+  `T.SamplePoints(1024)` samples the meshes afresh every epoch);
+- it is small enough for a CPU in a minute: 256 points, widths `(32, 64, 128)` (PyG: 1024 points,
+  `[32, 64, 128, 256, 512]`), batches of 8 (PyG: 32), `--steps` Adam steps at PyG's lr 1e-3 without PyG's
+  `StepLR` (halving every 20 epochs, which a run of 40 steps never reaches) and without a test split: it
+  prints training losses to compare the layers (PyG: each epoch's loss and the test accuracy).
 
 **`pos_scale` on normalised shapes.** GeoPE's block 0 turns by `pos_scale / 3` radians per unit of position,
 so `pos_scale = 1 / spacing` (the distance between neighbouring points) turns neighbours by about a third of
@@ -25,6 +33,7 @@ levels would turn the deepest level's neighbours 16 times as far as the first's 
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import sys
 from pathlib import Path
@@ -39,7 +48,7 @@ from torch_geometric.nn import MLP, PointTransformerConv, global_mean_pool
 sys.path.insert(0, str(Path(__file__).resolve().parent))          # synthetic_shapes.py, next to this file
 from synthetic_shapes import CLASSES, classification_set
 
-from pointgeope.model import PositionalEncoding
+from pointgeope.model import PRESETS, PositionalEncoding
 from pointgeope.model.attention import options_for
 from pointgeope.model.ops import fps, knn
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph
@@ -55,22 +64,30 @@ def make_conv(layer: str, in_channels: int, out_channels: int, pos_nn: nn.Module
               pos_scale: float) -> nn.Module:
     """PyG's layer (`layer == "pyg"`) or GeoPE's with `pe=layer`: its `pos_nn` only where the preset has a
     delta term, and only the scale the preset reads (a preset refuses the others): PointROPE's `grid_unit` (a
-    cell a spacing), the others' `pos_scale`, neither for `rpe` and `none`."""
+    cell a spacing), the others' `pos_scale`, neither for `rpe` and `none`.
+
+    Every layer leaves the random stream where PyG's leaves it, so that from one seed all get the same other
+    weights and the same batches: GeoPE's layer is built in a fork of the stream (RoPE-Mixed draws its
+    frequencies after the weights, `none` builds no `pos_nn`), then PyG's draws are made on it."""
     if layer == "pyg":
         return PointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn)
-    pos_nn = pos_nn if PositionalEncoding.preset(layer).needs_delta else None
-    scale = options_for(layer, pos_scale=pos_scale, grid_unit=1 / pos_scale)
-    return GeoPEPointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn, pe=layer, **scale)
+    encoding, scale = PositionalEncoding.preset(layer), options_for(layer, pos_scale=pos_scale, grid_unit=1 / pos_scale)
+    with torch.random.fork_rng():
+        conv = GeoPEPointTransformerConv(in_channels, out_channels, pos_nn=pos_nn if encoding.needs_delta else None,
+                                         attn_nn=attn_nn, pe=layer, **scale)
+    PointTransformerConv(in_channels, out_channels, copy.deepcopy(pos_nn), copy.deepcopy(attn_nn))   # PyG's draws
+    return conv
 
 
 class TransformerBlock(nn.Module):
-    """`Linear-ReLU`, the Point Transformer layer, `Linear-ReLU` (PyG's block, without a skip)."""
+    """`Linear-ReLU`, the Point Transformer layer, `Linear-ReLU` (PyG's block, without a skip), with PyG's
+    `pos_nn` and `attn_nn` (`Linear-ReLU-Linear-ReLU` of 64 hidden channels)."""
 
     def __init__(self, in_channels: int, out_channels: int, layer: str, pos_scale: float):
         super().__init__()
         self.lin_in, self.lin_out = nn.Linear(in_channels, in_channels), nn.Linear(out_channels, out_channels)
-        pos_nn = nn.Sequential(nn.Linear(3, 64), nn.ReLU(), nn.Linear(64, out_channels))
-        attn_nn = nn.Sequential(nn.Linear(out_channels, 64), nn.ReLU(), nn.Linear(64, out_channels))
+        pos_nn = MLP([3, 64, out_channels], norm=None, plain_last=False)
+        attn_nn = MLP([out_channels, 64, out_channels], norm=None, plain_last=False)
         self.transformer = make_conv(layer, in_channels, out_channels, pos_nn, attn_nn, pos_scale)
 
     def forward(self, x: Tensor, pos: Tensor, edge_index: Tensor) -> Tensor:
@@ -99,7 +116,8 @@ class TransitionDown(nn.Module):
 
 
 class Net(nn.Module):
-    """Input MLP and block, then (transition down, block) per level, mean pool, MLP head."""
+    """Input MLP and block, then (transition down, block) per level, mean pool, PyG's MLP head
+    (`Linear-ReLU-Linear`)."""
 
     def __init__(self, num_classes: int, num_features: int, dims: list[int], layer: str, points: int, k: int = 16):
         super().__init__()
@@ -111,8 +129,7 @@ class Net(nn.Module):
             self.transition_down.append(TransitionDown(dims[level - 1], dims[level], k=k))
             self.transformers_down.append(TransformerBlock(dims[level], dims[level], layer,
                                                            level_pos_scale(points, level)))
-        self.head = nn.Sequential(nn.Linear(dims[-1], 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
-                                  nn.Linear(64, num_classes))
+        self.head = MLP([dims[-1], 64, num_classes], norm=None)
 
     def forward(self, x: Tensor | None, pos: Tensor, batch: Tensor) -> Tensor:
         x = pos.new_ones(pos.shape[0], 1) if x is None else x                 # no features: ones, as PyG's
@@ -170,11 +187,29 @@ def main(layers=("pyg", "rpe", "geope"), steps: int = 40, points: int = 256, per
                                               batch_size=batch_size))
 
 
+def at_least(minimum: int):
+    """An argparse type: an int >= `minimum` (argparse turns the errors into one line and exit code 2)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an int >= {minimum}, got {value}")
+        return value
+    parse.__name__ = "int"                                             # argparse's "invalid int value: 'x'"
+    return parse
+
+
+def parse_args(description: str, steps: int, min_points: int) -> argparse.Namespace:
+    """Both examples' command line: `--layers` (`pyg` or presets, checked before any work), `--steps` (>= 1) and
+    `--points` (>= `min_points`, the fewest their synthetic shapes are made of)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--layers", nargs="+", default=["pyg", "rpe", "geope"], choices=["pyg", *PRESETS],
+                        metavar="LAYER", help="'pyg' (PyG's PointTransformerConv) or presets of "
+                                              "GeoPEPointTransformerConv: %(choices)s")
+    parser.add_argument("--steps", type=at_least(1), default=steps, help="training steps per layer")
+    parser.add_argument("--points", type=at_least(min_points), default=256, help="points per shape")
+    return parser.parse_args()
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", nargs="+", default=["pyg", "rpe", "geope"],
-                        help="'pyg' (PyG's PointTransformerConv) or presets of GeoPEPointTransformerConv")
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--points", type=int, default=256)
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0], steps=40, min_points=2)   # two boxes: 1 + 1
     main(args.layers, args.steps, args.points)

@@ -1,13 +1,20 @@
-"""PyG's Point Transformer segmentation example with GeoPE: the layer swapped, nothing else.
+"""PyG's Point Transformer segmentation example with GeoPE: the layer swapped, on a CPU's scale.
 
 PyG's `examples/point_transformer_segmentation.py` segments ShapeNet's airplanes into parts with a U-Net of
 Point Transformer blocks: the classification example's blocks and transitions down, a summit block, then
 transitions up (an MLP on the coarse features, interpolated from their 3 nearest coarse points with weights
-`1 / d^2`, added to an MLP of the skip features) each followed by a block, and an MLP head. This script keeps
-that structure, with the changes of `pyg_point_transformer_classification.py` (whose parts it imports, as
-PyG's does): the layer chosen by `--layers` (`pyg`, or a `pe`; `rpe` gives PyG's losses bit for bit), the
-interpolation written with `pointgeope.model.ops.knn` instead of torch-cluster's, and synthetic airplanes of
-four parts, normalised by `T.NormalizeScale`, with PyG's random translation and rotations while training.
+`1 / d^2`, added to an MLP of the skip features) each followed by a block, and the head
+`MLP([C, 64, parts], norm=None)`. This script builds those modules as PyG's does, with the differences of
+`pyg_point_transformer_classification.py` (whose parts it imports, as PyG's does: the layer chosen by
+`--layers`, `pyg` or a `pe`, `rpe` giving PyG's losses bit for bit; pointgeope's kNN and FPS; widths
+`(32, 64, 128)`, `--steps` Adam steps at lr 1e-3 without `StepLR`, training losses and no test split, where
+PyG prints the test IoU), and these:
+
+- the interpolation is written with `pointgeope.model.ops.knn` instead of PyG's `knn_interpolate`;
+- ShapeNet's airplanes are replaced by synthetic airplanes of four parts (`synthetic_shapes.py`), 16 of 256
+  points in batches of 4 (PyG: batches of 10), normalised by `T.NormalizeScale`
+  in any orientation, with PyG's training transform (`T.RandomJitter(0.01)` and rotations of up to 15
+  degrees about each axis); their 3 input features are the positions (ShapeNet's are the normals).
 
 Each level's `pos_scale` is `1 / spacing` of its points (`level_pos_scale`, see the classification example):
 the U-Net's way up reuses the down levels' points, so a block on level `l` has the `pos_scale` of level `l`.
@@ -16,7 +23,6 @@ the U-Net's way up reuses the down levels' points, so a block on level `l` has t
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -36,6 +42,7 @@ from pyg_point_transformer_classification import (
     fit,
     level_pos_scale,
     offsets,
+    parse_args,
 )
 from synthetic_shapes import PARTS, part_set
 
@@ -45,9 +52,11 @@ from pointgeope.nn import knn_graph
 
 def knn_interpolate(x: Tensor, pos_x: Tensor, pos_y: Tensor, batch_x: Tensor, batch_y: Tensor, k: int = 3) -> Tensor:
     """Features `x` at `pos_x` carried to `pos_y`: the mean of the `k` nearest, weighted by `1 / d^2` (PyG's
-    `knn_interpolate`)."""
+    `knn_interpolate`). An example of `n < k` points at `pos_x` gives all `n`, each once, as PyG's does
+    (`pointgeope.model.ops.knn` repeats them to fill the `k` columns: those repeats get no weight)."""
     idx, dist2 = knn(pos_y, pos_x, k, offsets(batch_y), offsets(batch_x))
-    weight = 1.0 / dist2.clamp_min(1e-16)
+    sizes = torch.bincount(batch_x, minlength=int(batch_y.max()) + 1)[batch_y]        # n of each y's example
+    weight = (1.0 / dist2.clamp_min(1e-16)) * (torch.arange(k, device=idx.device) < sizes.unsqueeze(1))
     return (x[idx] * weight.unsqueeze(-1)).sum(1) / weight.sum(1, keepdim=True)
 
 
@@ -65,7 +74,8 @@ class TransitionUp(nn.Module):
 
 
 class Net(nn.Module):
-    """The U-Net: input block, (down, block) per level, summit block, (up, block) per level, MLP head."""
+    """The U-Net: input block, (down, block) per level, summit block, (up, block) per level, PyG's MLP head
+    (`Linear-ReLU-Linear`)."""
 
     def __init__(self, in_channels: int, num_classes: int, dims: list[int], layer: str, points: int, k: int = 16):
         super().__init__()
@@ -82,8 +92,7 @@ class Net(nn.Module):
             self.transformers_up.append(TransformerBlock(dims[level], dims[level], layer, scales[level]))
         self.mlp_summit = MLP([dims[-1], dims[-1]], norm=None, plain_last=False)
         self.transformer_summit = TransformerBlock(dims[-1], dims[-1], layer, scales[-1])
-        self.head = nn.Sequential(nn.Linear(dims[0], 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
-                                  nn.Linear(64, num_classes))
+        self.head = MLP([dims[0], 64, num_classes], norm=None)
 
     def forward(self, x: Tensor, pos: Tensor, batch: Tensor) -> Tensor:
         x = self.transformer_input(self.mlp_input(x), pos, knn_graph(pos, self.k, batch))
@@ -134,10 +143,5 @@ def main(layers=("pyg", "rpe", "geope"), steps: int = 30, points: int = 256, cou
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", nargs="+", default=["pyg", "rpe", "geope"],
-                        help="'pyg' (PyG's PointTransformerConv) or presets of GeoPEPointTransformerConv")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--points", type=int, default=256)
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0], steps=30, min_points=10)  # a tenth: the tail
     main(args.layers, args.steps, args.points)

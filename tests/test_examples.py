@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -69,3 +72,81 @@ def test_synthetic_shapes_are_normalised_and_labelled():
     for data in shapes.part_set(2, 80):
         torch.testing.assert_close(data.pos.abs().max(), torch.tensor(1.0))
         assert set(data.y.tolist()) == set(range(len(shapes.PARTS))) and torch.equal(data.x, data.pos)
+
+
+def test_pygs_examples_build_pygs_modules():
+    """PyG's examples build each block's `pos_nn` and `attn_nn` as `MLP([., 64, C], norm=None, plain_last=False)`
+    (`Linear-ReLU-Linear-ReLU`: delta_ij and the attention logits are >= 0) and the head as `MLP([C, 64,
+    classes], norm=None)` (`Linear-ReLU-Linear`); ours are those modules, for PyG's layer and for GeoPE's."""
+    classification, segmentation = load("pyg_point_transformer_classification"), load("pyg_point_transformer_segmentation")
+    torch.manual_seed(0)
+    for layer in ("pyg", "geope"):
+        for net, width in ((classification.Net(6, 0, [16, 32], layer, 64, k=8), 32),
+                           (segmentation.Net(3, 4, [16, 32], layer, 96, k=8), 16)):
+            convs = [block.transformer for block in net.modules() if type(block).__name__ == "TransformerBlock"]
+            assert len(convs) == (2 if net.__module__.endswith("classification") else 4)
+            for conv in convs:
+                channels = conv.out_channels
+                for mlp, inputs in ((conv.pos_nn, 3), (conv.attn_nn, channels)):
+                    assert [tuple(p.shape) for p in mlp.parameters()] == [(64, inputs), (64,), (channels, 64),
+                                                                         (channels,)]
+                    assert (mlp(10 * torch.randn(200, inputs)) >= 0).all()            # the last ReLU
+            classes = net.head(torch.randn(5, width)).shape[1]
+            assert [tuple(p.shape) for p in net.head.parameters()] == [(64, width), (64,), (classes, 64), (classes,)]
+
+
+def test_segmentation_interpolation_is_pygs_knn_interpolate_also_for_examples_of_fewer_than_k_points():
+    """PyG's `knn_interpolate`: each fine point takes the `min(k, n)` nearest of the `n` coarse points of its
+    example, weighted by `1 / d^2`. Written here by brute force over each example; one example has only 2 coarse
+    points for k = 3 (a coarse level of `--points 40` at the third level)."""
+    example = load("pyg_point_transformer_segmentation")
+    gen = torch.Generator().manual_seed(0)
+    pos_x, pos_y = torch.rand(7, 3, generator=gen), torch.rand(9, 3, generator=gen)
+    batch_x, batch_y = torch.tensor([0, 0, 1, 1, 1, 1, 1]), torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 1])
+    x = torch.randn(7, 4, generator=gen)
+    expected = torch.empty(9, 4)
+    for i in range(9):
+        same = (batch_x == batch_y[i]).nonzero().flatten()
+        d2 = ((pos_x[same] - pos_y[i]) ** 2).sum(1)
+        near = d2.argsort()[:3]
+        w = 1 / d2[near]
+        expected[i] = (x[same[near]] * w[:, None]).sum(0) / w.sum()
+    got = example.knn_interpolate(x, pos_x, pos_y, batch_x, batch_y, k=3)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow                               # a Python with torch and PyG started for each case
+@pytest.mark.parametrize("name,args,error", [
+    ("classification", ["--layers", "pyg", "geope3"], "argument --layers: invalid choice: 'geope3' (choose from 'pyg', "),
+    ("classification", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0"),
+    ("segmentation", ["--points", "9"], "argument --points: expected an int >= 10, got 9"),
+    ("", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0")])
+def test_pygs_examples_refuse_a_bad_argument_in_one_line_before_any_work(name, args, error):
+    """The three PyG examples: a misspelt layer, no steps or too few points for the shapes were a traceback after the data were made
+    (`ValueError: unknown positional encoding`, `IndexError`, torch's `cannot sample n_sample <= 0 samples`)."""
+    script = REPO / "examples" / f"pyg_point_transformer{'_' * bool(name)}{name}.py"
+    done = subprocess.run([sys.executable, str(script), *args], check=False, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.splitlines()[-1].startswith(f"{script.name}: error: {error}")
+
+
+@pytest.mark.parametrize("layer", ["rope-mixed", "none", "geope"])
+def test_pygs_examples_give_every_layer_pygs_other_weights_and_random_stream(layer):
+    """From one seed every `--layers` entry gets PyG's weights in every module but the layer's own and leaves
+    the random stream (the batches, the augmentations) where PyG's layer leaves it: RoPE-Mixed drew its
+    frequencies from the stream, and `none` built no `pos_nn`, so every module after them and every batch was
+    another than in PyG's run."""
+    example = load("pyg_point_transformer_classification")
+
+    def build(name):
+        torch.manual_seed(0)
+        net = example.Net(6, 0, [16, 32], name, 64, k=8)
+        return net, torch.rand(4)
+    (pyg, pyg_next), (ours, ours_next) = build("pyg"), build(layer)
+    assert torch.equal(ours_next, pyg_next)
+    theirs = pyg.state_dict()
+    others = [key for key in ours.state_dict() if ".transformer." not in key]
+    assert len(others) > 20
+    for key in others:
+        assert torch.equal(ours.state_dict()[key], theirs[key]), key
