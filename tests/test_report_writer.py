@@ -78,3 +78,27 @@ def test_a_second_report_into_the_same_out_is_refused_and_a_stopped_one_leaves_t
     assert sorted(p.name for p in out.iterdir()) == sorted(FILES)   # no lock, no temporary file left
     assert cli(command) == 0
     assert _contents(out) == expected
+
+
+def test_a_report_removes_the_confusion_figures_of_an_earlier_reports_runs_and_nothing_else(tmp_path, capsys):
+    """Before: a report into the --out of an earlier one whose runs had other names left their
+    ``confusion_<run>.png`` beside its own, which a reader took for current. Now the report removes them,
+    says so, and leaves every other file in the folder, whatever its name looks like."""
+    rpe, geope = make_runs(tmp_path)
+    out = tmp_path / "out"
+    assert cli(["report", str(rpe), str(geope), "--out", str(out)]) == 0
+    assert {"confusion_rpe.png", "confusion_geope.png"} <= {p.name for p in out.iterdir()}
+    kept = ("notes.txt", "confusion.png", "confusion_rpe.png.bak", "my_confusion_x.png", "confusion_x.jpg")
+    for name in kept:
+        (out / name).write_bytes(b"a user's")
+    (out / "confusion_folder.png").mkdir()
+    capsys.readouterr()
+
+    assert cli(["report", str(geope), "--out", str(out), "--names", "GeoPE v2"]) == 0
+    stdout = capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ("report.md", "report.json", "report.csv", "iou_per_class.png", "confusion_GeoPE_v2.png",
+         "confusion_folder.png", *kept))
+    assert all((out / name).read_bytes() == b"a user's" for name in kept)
+    assert stdout.endswith(f"removed (an earlier report's, of runs not in this one):\n  {out / 'confusion_geope.png'}"
+                           f"\n  {out / 'confusion_rpe.png'}\n")

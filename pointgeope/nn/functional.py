@@ -33,8 +33,6 @@ from pointgeope.nn.checks import check_coordinates, check_float_tensor, check_sc
 
 __all__ = ["geope_qk", "geope_attention"]
 
-_DEFAULT_BASE, _DEFAULT_POS_SCALE = 100.0, 25.0     # the signatures' defaults: with block_scale, only these
-
 
 def geope_qk(q: Tensor, k: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *, base: float = 100.0,
              pos_scale: float = 25.0, block_scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -97,9 +95,11 @@ def geope_qk(q: Tensor, k: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *
 
 def _check_unread(base, pos_scale) -> None:
     """With `block_scale`, `base` and `pos_scale` are not read: one set away from its default is refused by name
-    (it would change nothing), as the layer refuses options its encoding does not read."""
-    for name, value, default in (("pos_scale", pos_scale, _DEFAULT_POS_SCALE), ("base", base, _DEFAULT_BASE)):
-        if not (_real_number(value) and float(value) == default):       # 25, 25.0, np.float32(25), tensor(25.)
+    (it would change nothing), as the layer refuses options its encoding does not read. The defaults are read
+    from `geope_qk`'s signature, their one owner (`geope_attention`'s and `BlockScale`'s are tested equal)."""
+    defaults = geope_qk.__kwdefaults__
+    for name, value in (("pos_scale", pos_scale), ("base", base)):
+        if not (_real_number(value) and float(value) == defaults[name]):   # 25, 25.0, np.float32(25), tensor(25.)
             raise ValueError(f"expected no {name} with block_scale (its k_b already hold base and pos_scale), got "
                              f"{name}={value!r}, which would change nothing: drop it, or build block_scale with it "
                              f"(pointgeope.geope.BlockScale(C, base=..., pos_scale=...))")

@@ -8,6 +8,10 @@ import json
 import re
 from pathlib import Path
 
+# The name of each run's confusion figure, ``confusion_<slug>.png`` (:func:`_slug`, ``_<i>`` when two share
+# it): an earlier report's with other run names is stale (:func:`stale_outputs`).
+_CONFUSION = re.compile(r"confusion_[A-Za-z0-9_.-]+\.png")
+
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "run"
@@ -53,21 +57,43 @@ def report_files(summaries, out: Path, digits: int = 1) -> dict[Path, bytes]:
     return files
 
 
-def write_report(summaries, out: Path, digits: int = 1) -> list[Path]:
-    """Write every output of the report into ``out``; returns the paths written, in order. All are made
-    first (:func:`report_files`), then written one after the other, each atomically, with a stop (Ctrl-C,
-    SIGTERM) held until the last is written (:func:`~pointgeope.errors.stops_deferred`): a report stopped
-    while it works leaves the previous report whole, never new tables beside old figures. (``kill -9`` in
-    the milliseconds of the writes can still.) The caller holds the folder's lock (:func:`make_report`)."""
+def stale_outputs(out: Path, files: dict[Path, bytes]) -> list[Path]:
+    """The outputs of an earlier report in ``out`` that this one does not write: the confusion figures
+    ``confusion_<run>.png`` of runs named otherwise, which a reader would take for current. Only files of
+    that name are meant (the other outputs are rewritten); nothing else in ``out`` is ever listed."""
+    if not out.is_dir():
+        return []
+    written = {path.name for path in files}
+    return sorted(p for p in out.iterdir() if _CONFUSION.fullmatch(p.name) and p.name not in written
+                  and (p.is_symlink() or p.is_file()))
+
+
+def write_files(files: dict[Path, bytes], out: Path) -> list[Path]:
+    """Write ``files`` (:func:`report_files`) into ``out`` one after the other, each atomically, then remove
+    the earlier report's stale outputs (:func:`stale_outputs`); returns those removed. A stop (Ctrl-C,
+    SIGTERM) is held until the last is written and removed (:func:`~pointgeope.errors.stops_deferred`): a
+    report stopped while it works leaves the previous report whole, never new tables beside old figures.
+    (``kill -9`` in the milliseconds of the writes can still.) The caller holds the folder's lock."""
     from pointgeope.atomic import atomic_open
     from pointgeope.errors import stops_deferred
 
-    files = report_files(summaries, out, digits)
     out.mkdir(parents=True, exist_ok=True)
+    stale = stale_outputs(out, files)
     with stops_deferred():
         for path, data in files.items():
             with atomic_open(path, "wb") as f:
                 f.write(data)
+        for path in stale:
+            path.unlink(missing_ok=True)
+    return stale
+
+
+def write_report(summaries, out: Path, digits: int = 1) -> list[Path]:
+    """Write every output of the report into ``out``, made first (:func:`report_files`), and remove an
+    earlier report's that it does not write (:func:`write_files`); returns the paths written, in order.
+    The caller holds the folder's lock (:func:`make_report`)."""
+    files = report_files(summaries, out, digits)
+    write_files(files, out)
     return list(files)
 
 
@@ -94,9 +120,14 @@ def make_report(runs: list[Path], out: Path | None = None, names: list[str] | No
     writable_folder(out, "report folder (--out)")  # before anything is written into it
     with folder_lock(out):  # one writer: a second report into it is refused, naming this one
         remove_leftovers(out, recursive=False)  # a killed report's; not below out (--out RUN: its folds' writers)
-        written = write_report(summaries, out, digits)
+        files = report_files(summaries, out, digits)
+        removed = write_files(files, out)
     print(tables.summary_markdown(summaries, digits))
     print("wrote:")
-    for path in written:
+    for path in files:
         print(f"  {path}")
-    return written
+    if removed:
+        print("removed (an earlier report's, of runs not in this one):")
+        for path in removed:
+            print(f"  {path}")
+    return list(files)

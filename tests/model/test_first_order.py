@@ -1,6 +1,7 @@
 """Tests of pointgeope/model/first_order.py: the network's memory-lean Functions (rotations, RoPE, the Triton
-attention kernels) refuse second derivatives by name, with the way that works, instead of a silently wrong
-result; the way they name (positions that require grad: plain autograd) gives exact second derivatives."""
+attention and batch-norm kernels, the padded batch's norm) refuse second derivatives by name, with the way that
+works, instead of a silently wrong result, and keep their first order; the way they name (positions that require
+grad: plain autograd; the torch path) gives exact second derivatives."""
 from __future__ import annotations
 
 import pytest
@@ -118,3 +119,115 @@ def test_token_rotations_have_exact_second_derivatives(layout):
         swap = swap_matrix(first, second, 8).double()
     assert torch.autograd.gradcheck(lambda v: turn_tokens(v, tables, swap), (x,))
     assert torch.autograd.gradgradcheck(lambda v: turn_tokens(v, tables, swap), (x,))
+
+
+# The kernels' Functions of batch norm and of GeoPE's fused relations: float64 inputs on CPU tensors, the way
+# each names (the torch path) checked to be twice differentiable.
+KERNEL_REFUSAL = r"through pointgeope's {} are not implemented \(its backward is first-order only\): set " \
+                 r"POINTGEOPE_KERNELS=torch \(torch's ops, twice differentiable\)"
+
+
+def _refused_second_order(fn, inputs: list[torch.Tensor], function: str, way: str = KERNEL_REFUSAL):
+    """The first-order gradients of ``sum(fn(*inputs)^2)`` taken with ``create_graph=True`` (returned), once
+    checked that a second derivative of them is refused by ``function``'s name and the way that works."""
+    first = torch.autograd.grad(fn(*inputs).pow(2).sum(), inputs, create_graph=True)
+    with pytest.raises(RuntimeError, match=way.format(function)):
+        torch.autograd.grad(sum(g.sum() for g in first), inputs)
+    return [g.detach() for g in first]
+
+
+def _reference_grads(fn, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    return list(torch.autograd.grad(fn(*leaves).pow(2).sum(), leaves))
+
+
+def _norm_inputs():
+    g = torch.Generator().manual_seed(6)     # (the draw of test_norm.py's gradcheck: no pre-activation at the kink)
+    x = torch.randn(23, 5, generator=g, dtype=torch.float64).requires_grad_()
+    w = (torch.rand(5, generator=g, dtype=torch.float64) + 0.5).requires_grad_()
+    b = torch.randn(5, generator=g, dtype=torch.float64).requires_grad_()
+    return [x, w, b]
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_fused_batch_norm_refuses_second_derivatives_by_name(interpreted, relu):
+    """``_FusedBatchNorm`` (the Triton kernels, interpreted): a gradient penalty is refused by name with
+    POINTGEOPE_KERNELS=torch; the first-order gradients taken under ``create_graph`` equal torch's batch norm's;
+    on the torch path the way names, the second derivatives pass ``gradgradcheck``."""
+    from pointgeope.model import norm
+
+    op = norm.batch_norm_relu if relu else norm.batch_norm
+    kernel = norm.KERNEL if relu else norm.PLAIN_KERNEL
+    kernel.ran.clear()
+    inputs = _norm_inputs()
+    got = _refused_second_order(op, inputs, "_FusedBatchNorm")
+    assert kernel.ran == {"triton"}
+
+    def torchs(x, w, b):
+        y = torch.nn.functional.batch_norm(x, None, None, w, b, True)
+        return torch.relu(y) if relu else y
+    for a, want in zip(got, _reference_grads(torchs, inputs)):
+        torch.testing.assert_close(a, want, rtol=1e-10, atol=1e-12)
+    interpreted.setenv("POINTGEOPE_KERNELS", "torch")
+    assert torch.autograd.gradgradcheck(op, inputs)
+
+
+def test_prefix_batch_norm_refuses_second_derivatives_by_name():
+    """``_PrefixBatchNorm`` (a padded batch's statistics over its real rows, torch ops with a hand-written
+    backward): refused by name, saying to train unpadded; its first order under ``create_graph`` equals autograd
+    through the definition with a mask."""
+    from pointgeope.model.prefix_norm import prefix_batch_norm
+
+    x, w, b = _norm_inputs()
+    n = 17
+
+    def definition(x, w, b):
+        mask = (torch.arange(x.shape[0]) < n).double().unsqueeze(1)
+        mean = (x * mask).sum(0) / n
+        var = ((x - mean) ** 2 * mask).sum(0) / n
+        return (x - mean) / torch.sqrt(var + 1e-5) * w + b
+
+    def padded(x, w, b):
+        return prefix_batch_norm(x, torch.tensor(n), w, b, None, None, 0.1, 1e-5)
+    got = _refused_second_order(padded, [x, w, b], "_PrefixBatchNorm",
+                                r"through pointgeope's {} are not implemented .*: batch norm over a padded batch "
+                                r"\(train.cuda_graphs\) is first-order: train unpadded \(train.cuda_graphs: false\)")
+    for a, want in zip(got, _reference_grads(definition, [x, w, b])):
+        torch.testing.assert_close(a, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["frame_relation", "linear_relation"])
+def test_geope_relations_refuse_second_derivatives_by_name(interpreted, op):
+    """``_FrameRelation`` and ``_LinearRelation`` (GeoPE's fused relations, interpreted): a second derivative in
+    ``x`` and ``q`` is refused by name with POINTGEOPE_KERNELS=torch; their first order under ``create_graph``
+    equals that of GeoPE's torch relations (``rotation.query_frame``, ``linear_rotation.relative_frame``); on
+    the torch path the way names, the second derivatives pass ``gradgradcheck``."""
+    from pointgeope.model import fused_attention
+    from pointgeope.model.linear_rotation import relative_frame
+    from pointgeope.model.rotation import query_frame
+    from tests.model.test_fused_attention import _frame_inputs
+
+    coord, idx, tables, x, q, d, scale = _frame_inputs(torch.float64, sizes=(3, 6))
+    disp = coord[idx] - coord.unsqueeze(1)
+    if op == "frame_relation":
+        def fused(a, b):
+            return fused_attention.frame_relation(a, idx, tables, b, d)
+
+        def torchs(a, b):
+            return query_frame(a, idx, coord, scale, b) + d
+        function = "_FrameRelation"
+    else:
+        def fused(a, b):
+            return fused_attention.linear_relation(a, idx, disp, scale, b, d)
+
+        def torchs(a, b):
+            return relative_frame(a, idx, disp, scale, b) + d
+        function = "_LinearRelation"
+    inputs = [x.requires_grad_(), q.requires_grad_()]
+    fused_attention.KERNELS[op].ran.clear()
+    got = _refused_second_order(fused, inputs, function)
+    assert fused_attention.KERNELS[op].ran == {"triton"}
+    for a, want in zip(got, _reference_grads(torchs, inputs)):
+        torch.testing.assert_close(a, want, rtol=1e-10, atol=1e-12)
+    interpreted.setenv("POINTGEOPE_KERNELS", "torch")
+    assert torch.autograd.gradgradcheck(fused, inputs)

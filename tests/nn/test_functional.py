@@ -2,6 +2,7 @@
 ``R(t_i)^T R(t_j)`` (docs/GEOPE_SPEC.md), checked against quaternion sandwiches and the spec's vectors."""
 from __future__ import annotations
 
+import inspect
 import json
 import math
 
@@ -221,3 +222,33 @@ def test_frequency_settings_next_to_block_scale_are_refused(name, value):
     torch.testing.assert_close(geope_qk(q, q, pos, block_scale=scale, base=100.0, pos_scale=25), geope_qk(q, q, pos))
     for default in (np.float32(25.0), torch.tensor(25.0), np.int64(25)):    # the default as a NumPy or torch number
         torch.testing.assert_close(geope_qk(q, q, pos, block_scale=scale, pos_scale=default), geope_qk(q, q, pos))
+
+
+def _defaults(fn) -> tuple:
+    params = inspect.signature(fn).parameters
+    return params["base"].default, params["pos_scale"].default
+
+
+def test_the_default_frequencies_are_block_scales():
+    """`base` and `pos_scale` default to `BlockScale`'s: the functions' signatures say so, and a call without
+    them equals one with `block_scale` built by `BlockScale(C)` at its own defaults."""
+    assert _defaults(geope_qk) == _defaults(geope_attention) == _defaults(BlockScale) == (100.0, 25.0)
+    gen = torch.Generator().manual_seed(3)
+    q, k, pos = torch.randn(5, 9, generator=gen), torch.randn(5, 9, generator=gen), torch.rand(5, 3, generator=gen)
+    scale = BlockScale(9)(torch.float32, torch.device("cpu"))
+    for got, want in zip(geope_qk(q, k, pos), geope_qk(q, k, pos, block_scale=scale)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_the_refusal_beside_block_scale_reads_the_signatures_defaults(monkeypatch):
+    """The refusal of `base` or `pos_scale` beside `block_scale` compared them with a copy of the signature's
+    defaults, which a change of the signature alone left behind (the new default refused as "set"). It reads
+    `geope_qk`'s own: changed there, the new numbers are accepted and the old ones refused."""
+    q, pos = torch.randn(4, 6), torch.rand(4, 3)
+    scale = BlockScale(6)(torch.float32, torch.device("cpu"))
+    monkeypatch.setattr(geope_qk, "__kwdefaults__", {**geope_qk.__kwdefaults__, "base": 7.0, "pos_scale": 2.0})
+    want = geope_qk(q, q, pos, block_scale=scale)                   # the new defaults, unset
+    for got, expected in zip(geope_qk(q, q, pos, block_scale=scale, base=7.0, pos_scale=2.0), want):   # set
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"expected no pos_scale with block_scale .* got pos_scale=25.0"):
+        geope_qk(q, q, pos, block_scale=scale, pos_scale=25.0)

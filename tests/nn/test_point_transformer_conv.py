@@ -93,7 +93,7 @@ def frame(request, monkeypatch):
     """The per-edge rotations on the CPU kernel (numba, the default where installed) or on the torch path (what
     CUDA tensors take)."""
     if request.param == "torch":
-        from pointgeope.nn import target_frame                             # the one place that decides
+        from pointgeope.nn import target_frame  # the one place that decides
         monkeypatch.setattr(target_frame, "frame_backend", lambda keys: "torch")
     return request.param
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +29,7 @@ def _error(capsys, argv) -> str:
 def test_ply_over_the_area_or_the_predictions_being_read_is_refused(copies, tmp_path, capsys, monkeypatch):
     """Before: `--ply AREA` replaced the prepared area by a PLY ("wrote ...", exit 0): the data was gone."""
     area, preds = (str(p) for p in copies)
-    before = {p: open(p, "rb").read() for p in (area, preds)}
+    before = {p: Path(p).read_bytes() for p in (area, preds)}
     err = _error(capsys, [area, "--room", "grid_1", "--ply", area])
     assert err == (f"--ply {area}: that is the area file being read ({area}); give a new file name, such as "
                    f"{tmp_path / 'data' / 'Area_9_view.ply'}")
@@ -40,7 +41,7 @@ def test_ply_over_the_area_or_the_predictions_being_read_is_refused(copies, tmp_
     assert _error(capsys, [preds, "--ply", preds]).startswith(f"--ply {preds}: that is the area file being read")
     assert _error(capsys, [area, "--room", "grid_1", "--pred", preds, "--screenshot", "link.ply"]).startswith(
         "--screenshot link.ply: that is the --pred file being read")
-    assert {p: open(p, "rb").read() for p in (area, preds)} == before
+    assert {p: Path(p).read_bytes() for p in (area, preds)} == before
 
 
 def test_ply_not_named_ply_is_refused(copies, tmp_path, capsys):
