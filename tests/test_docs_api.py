@@ -52,3 +52,19 @@ def test_every_object_an_api_page_names_exists(page):
     missing = [f"{ident}.{name}" if name else ident for ident, names in found for name in [None, *names]
                if resolve(f"{ident}.{name}" if name else ident) is None]
     assert missing == [], f"docs/api/{page.name} names objects that do not exist: {missing}"
+
+
+def test_the_data_page_lists_what_pointgeope_data_exports():
+    """docs/api/data.md says which names import from ``pointgeope.data`` itself (it once said all of them, and
+    ``from pointgeope.data import RandomRotate`` failed): the list is the package's ``__all__``, each importable,
+    and every module that defines one has its block on the page."""
+    import pointgeope.data as data
+
+    text = (REPO / "docs" / "api" / "data.md").read_text()
+    listed = re.search(r"<!-- data-exports:start -->\n(.*?)<!-- data-exports:end -->", text, re.S)
+    assert listed, "docs/api/data.md: the list of pointgeope.data's names is gone"
+    names = re.findall(r"`(\w+)`", listed.group(1))
+    assert names == sorted(data.__all__)
+    assert all(getattr(data, name) is not None for name in names)
+    shown = {ident for ident, _ in blocks(text)}
+    assert {getattr(data, name).__module__ for name in names} <= shown
