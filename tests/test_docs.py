@@ -169,6 +169,29 @@ def test_the_citation_is_the_same_everywhere():
     assert "arXiv:2512.04963" in str(cff["references"][0]["identifiers"]) and "eprint = {2512.04963}" in readme
 
 
+
+# the papers' arXiv identifiers, from arxiv.org: a reader of CITATION.cff finds each paper from its entry
+ARXIV = {"GeoPE: A Unified Geometric Positional Embedding for Structured Tensors": "2512.04963",
+         "Point Transformer": "2012.09164", "Point Transformer V3: Simpler, Faster, Stronger": "2312.10035"}
+
+
+def test_citation_cff_has_cff_1_2s_required_keys_and_each_papers_arxiv_id():
+    """CFF 1.2.0: ``cff-version``, ``message``, ``title`` and ``authors`` at the top, ``type``, ``title`` and
+    ``authors`` in each reference, identifiers of the schema's four types; each arXiv paper by its identifier
+    and its abstract page (PTv1 and PTv3 had neither)."""
+    import yaml
+
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert {"cff-version", "message", "title", "authors"} <= cff.keys()
+    refs = {ref["title"]: ref for ref in cff["references"]}
+    for ref in refs.values():
+        assert {"type", "title", "authors"} <= ref.keys() and ref["authors"], ref["title"]
+        assert all(ident["type"] in ("doi", "url", "swh", "other") for ident in ref.get("identifiers", [])), ref
+    for title, number in ARXIV.items():
+        assert title in refs, f"CITATION.cff: no reference {title!r}"
+        values = [ident["value"] for ident in refs[title].get("identifiers", [])]
+        assert f"arXiv:{number}" in values and refs[title].get("url") == f"https://arxiv.org/abs/{number}", title
+
 def _demo_table():
     spec = importlib.util.spec_from_file_location("demo_table", REPO / "bench" / "demo_table.py")
     module = importlib.util.module_from_spec(spec)
