@@ -123,6 +123,26 @@ def test_the_pages_examples_run_as_shown(tmp_path, page, example, printed):
     assert proc.stdout.splitlines() == printed
 
 
+def test_the_patch_encodings_snippet_runs_for_each_encoding_it_names():
+    """positional-encodings.md's snippet of ``qk_encoding`` (PTv3's patches), run as shown with each encoding its
+    comment offers in place of ``"geope"``, on inputs of the shapes it states; a line that some encoding cannot run
+    names it (``pe(q, k, ...)`` once listed ``lingeope``, whose call is a TypeError: it turns pairs)."""
+    import torch
+
+    text = (DOCS / "positional-encodings.md").read_text()
+    snippet = re.search(r"^```python\n(from pointgeope\.model\.qk_encodings import .*?)^```$", text, re.M | re.S).group(1)
+    names = ["geope", *re.search(r'qk_encoding\("geope".*# or ([\w, -]+)$', snippet, re.M).group(1).split(", ")]
+    assert set(names) == {"geope", "none", "lingeope", "rope3d", "point3drope", "pointrope"}
+    B, H, L, D = 2, 3, 16, 18
+    for name in names:
+        code = snippet.replace('"geope"', f'"{name}"', 1)
+        lines = [line for line in code.splitlines() if not re.search(rf"all but .*\b{name}\b", line)]
+        torch.manual_seed(0)
+        scope = {"q": torch.randn(B, H, L, D), "k": torch.randn(B, H, L, D), "v": torch.randn(B, H, L, D),
+                 "coord": torch.rand(B, L, 3) * 4, "grid": torch.randint(0, 200, (B, L, 3))}
+        exec("\n".join(lines), scope)  # noqa: S102 (the page's own code)
+        assert scope["out"].shape == (B, H, L, D), name
+
 def test_own_network_states_geopes_range_of_frequencies():
     """own-network.md's numbers for choosing pos_scale: the slowest block's frequency as a fraction of block 0's
     (``base^(-2(n-1)/(3n))``, not RoPE's ``1 / base``) at the widths it names, and the slowest block's period
