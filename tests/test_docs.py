@@ -143,6 +143,21 @@ def test_the_patch_encodings_snippet_runs_for_each_encoding_it_names():
         exec("\n".join(lines), scope)  # noqa: S102 (the page's own code)
         assert scope["out"].shape == (B, H, L, D), name
 
+def test_troubleshootings_line_of_pointgeope_info_is_the_line_info_prints(monkeypatch, capsys):
+    """Troubleshooting quotes ``pointgeope info``'s line for an untested torch-geometric (it once named one
+    version, 2.8.1, where info names every tested one): the quote, ``<...>`` and ``...`` standing for anything,
+    matches the line info prints for a torch-geometric it was not tested with."""
+    from pointgeope import info
+
+    quote = re.search(r"^- `(PyG layer [^`]*)` \(`pointgeope info`\)", (DOCS / "troubleshooting.md").read_text(),
+                      re.M).group(1)
+    pattern = ".+?".join(re.escape(part).replace(re.escape("..."), ".+?") for part in re.split(r"<[^>]+>", quote))
+    versions = {**info.package_versions(), "torch-geometric": "2.6.9"}
+    monkeypatch.setattr(info, "package_versions", lambda: versions)
+    info.print_info()
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("PyG layer"))
+    assert "2.6.9, not among them" in line and re.fullmatch(pattern, line), (quote, line)
+
 def test_own_network_states_geopes_range_of_frequencies():
     """own-network.md's numbers for choosing pos_scale: the slowest block's frequency as a fraction of block 0's
     (``base^(-2(n-1)/(3n))``, not RoPE's ``1 / base``) at the widths it names, and the slowest block's period
