@@ -58,7 +58,7 @@ def test_the_data_page_lists_what_pointgeope_data_exports():
     """docs/api/data.md says which names import from ``pointgeope.data`` itself (it once said all of them, and
     ``from pointgeope.data import RandomRotate`` failed): the list is the package's ``__all__``, each importable,
     and every module that defines one has its block on the page."""
-    import pointgeope.data as data
+    from pointgeope import data
 
     text = (REPO / "docs" / "api" / "data.md").read_text()
     listed = re.search(r"<!-- data-exports:start -->\n(.*?)<!-- data-exports:end -->", text, re.S)
