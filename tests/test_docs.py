@@ -158,6 +158,23 @@ def test_troubleshootings_line_of_pointgeope_info_is_the_line_info_prints(monkey
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("PyG layer"))
     assert "2.6.9, not among them" in line and re.fullmatch(pattern, line), (quote, line)
 
+# values a key still accepts under a former name, which the pages name only as such ("beside (formerly device)")
+FORMER_NAMES = {"data.hierarchy": {"device"}}
+
+
+def test_the_gpu_pages_switches_list_every_value_each_key_takes():
+    """gpu.md's table of switches gives a config key's values as ``| `key`: `a`, `b` |``: they are all the values
+    the config accepts (its ``'a' | 'b'`` type), so a reader does not take a listed pair for the only choice
+    (``train.amp`` and ``eval.amp`` once left out ``fp16``, PTv3's recipe precision)."""
+    from pointgeope.engine.config_reference import config_keys
+
+    types = {ref.key: ref.type for ref in config_keys()}
+    rows = re.findall(r"^\| `([a-z_]+\.[a-z_.]+)`: ((?:`[^`]+`(?:, )?)+) \|", (DOCS / "gpu.md").read_text(), re.M)
+    assert {key for key, _ in rows} >= {"train.amp", "eval.amp", "data.hierarchy", "train.cuda_graphs"}
+    for key, listed in rows:
+        accepted = set(re.findall(r"'([^']+)'", types[key])) or {"true", "false"}
+        assert set(re.findall(r"`([^`]+)`", listed)) == accepted - FORMER_NAMES.get(key, set()), key
+
 def test_own_network_states_geopes_range_of_frequencies():
     """own-network.md's numbers for choosing pos_scale: the slowest block's frequency as a fraction of block 0's
     (``base^(-2(n-1)/(3n))``, not RoPE's ``1 / base``) at the widths it names, and the slowest block's period
