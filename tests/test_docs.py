@@ -175,6 +175,16 @@ def test_the_gpu_pages_switches_list_every_value_each_key_takes():
         accepted = set(re.findall(r"'([^']+)'", types[key])) or {"true", "false"}
         assert set(re.findall(r"`([^`]+)`", listed)) == accepted - FORMER_NAMES.get(key, set()), key
 
+def test_the_benchmarks_page_names_what_make_bench_runs():
+    """benchmarks.md's first sentence names the scripts of the Makefile's ``bench`` target, all of them and no
+    other (it said "every benchmark in bench/", where the target runs 8 of them)."""
+    make = (REPO / "Makefile").read_text()
+    target = re.search(r"^bench:.*\n((?:\t.*\n)+)", make, re.M).group(1)
+    runs = re.findall(r"bench/(\w+\.py)", target)
+    first = (DOCS / "benchmarks.md").read_text().split("\n\n")[1]
+    named = re.findall(r"`(bench_\w+\.py)`", first.split(";")[0])
+    assert runs and sorted(named) == sorted(runs)
+
 def test_own_network_states_geopes_range_of_frequencies():
     """own-network.md's numbers for choosing pos_scale: the slowest block's frequency as a fraction of block 0's
     (``base^(-2(n-1)/(3n))``, not RoPE's ``1 / base``) at the widths it names, and the slowest block's period
