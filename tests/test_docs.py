@@ -185,6 +185,14 @@ def test_the_benchmarks_page_names_what_make_bench_runs():
     named = re.findall(r"`(bench_\w+\.py)`", first.split(";")[0])
     assert runs and sorted(named) == sorted(runs)
 
+def test_the_slurm_page_makes_the_log_folder_before_it_submits():
+    """SLURM opens a job's ``--output`` file in an existing folder only: the array of slurm.md, submitted as
+    written without ``logs/``, ends every task at once with no log. The page makes the folder before ``sbatch``."""
+    text = (DOCS / "s3dis" / "slurm.md").read_text()
+    folder = re.search(r"^#SBATCH .*--output=([^\s/]+)/", text, re.M).group(1)
+    submit = text.index("\nsbatch ")
+    assert re.search(rf"^mkdir -p {re.escape(folder)}\b", text[:submit], re.M), folder
+
 def test_own_network_states_geopes_range_of_frequencies():
     """own-network.md's numbers for choosing pos_scale: the slowest block's frequency as a fraction of block 0's
     (``base^(-2(n-1)/(3n))``, not RoPE's ``1 / base``) at the widths it names, and the slowest block's period
