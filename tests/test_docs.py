@@ -130,7 +130,8 @@ def test_the_patch_encodings_snippet_runs_for_each_encoding_it_names():
     import torch
 
     text = (DOCS / "positional-encodings.md").read_text()
-    snippet = re.search(r"^```python\n(from pointgeope\.model\.qk_encodings import .*?)^```$", text, re.M | re.S).group(1)
+    snippet = re.search(r"^```python\n(from pointgeope\.model\.qk_encodings import .*?)^```$", text,
+                        re.M | re.S).group(1)
     names = ["geope", *re.search(r'qk_encoding\("geope".*# or ([\w, -]+)$', snippet, re.M).group(1).split(", ")]
     assert set(names) == {"geope", "none", "lingeope", "rope3d", "point3drope", "pointrope"}
     B, H, L, D = 2, 3, 16, 18
@@ -142,6 +143,7 @@ def test_the_patch_encodings_snippet_runs_for_each_encoding_it_names():
                  "coord": torch.rand(B, L, 3) * 4, "grid": torch.randint(0, 200, (B, L, 3))}
         exec("\n".join(lines), scope)  # noqa: S102 (the page's own code)
         assert scope["out"].shape == (B, H, L, D), name
+
 
 def test_troubleshootings_line_of_pointgeope_info_is_the_line_info_prints(monkeypatch, capsys):
     """Troubleshooting quotes ``pointgeope info``'s line for an untested torch-geometric (it once named one
@@ -157,6 +159,7 @@ def test_troubleshootings_line_of_pointgeope_info_is_the_line_info_prints(monkey
     info.print_info()
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("PyG layer"))
     assert "2.6.9, not among them" in line and re.fullmatch(pattern, line), (quote, line)
+
 
 # values a key still accepts under a former name, which the pages name only as such ("beside (formerly device)")
 FORMER_NAMES = {"data.hierarchy": {"device"}}
@@ -175,6 +178,7 @@ def test_the_gpu_pages_switches_list_every_value_each_key_takes():
         accepted = set(re.findall(r"'([^']+)'", types[key])) or {"true", "false"}
         assert set(re.findall(r"`([^`]+)`", listed)) == accepted - FORMER_NAMES.get(key, set()), key
 
+
 def test_the_benchmarks_page_names_what_make_bench_runs():
     """benchmarks.md's first sentence names the scripts of the Makefile's ``bench`` target, all of them and no
     other (it said "every benchmark in bench/", where the target runs 8 of them)."""
@@ -185,6 +189,7 @@ def test_the_benchmarks_page_names_what_make_bench_runs():
     named = re.findall(r"`(bench_\w+\.py)`", first.split(";")[0])
     assert runs and sorted(named) == sorted(runs)
 
+
 def test_the_slurm_page_makes_the_log_folder_before_it_submits():
     """SLURM opens a job's ``--output`` file in an existing folder only: the array of slurm.md, submitted as
     written without ``logs/``, ends every task at once with no log. The page makes the folder before ``sbatch``."""
@@ -192,6 +197,7 @@ def test_the_slurm_page_makes_the_log_folder_before_it_submits():
     folder = re.search(r"^#SBATCH .*--output=([^\s/]+)/", text, re.M).group(1)
     submit = text.index("\nsbatch ")
     assert re.search(rf"^mkdir -p {re.escape(folder)}\b", text[:submit], re.M), folder
+
 
 def test_own_network_states_geopes_range_of_frequencies():
     """own-network.md's numbers for choosing pos_scale: the slowest block's frequency as a fraction of block 0's
@@ -239,7 +245,6 @@ def test_the_citation_is_the_same_everywhere():
     assert "arXiv:2512.04963" in str(cff["references"][0]["identifiers"]) and "eprint = {2512.04963}" in readme
 
 
-
 # the papers' arXiv identifiers, from arxiv.org: a reader of CITATION.cff finds each paper from its entry
 ARXIV = {"GeoPE: A Unified Geometric Positional Embedding for Structured Tensors": "2512.04963",
          "Point Transformer": "2012.09164", "Point Transformer V3: Simpler, Faster, Stronger": "2312.10035"}
@@ -261,6 +266,7 @@ def test_citation_cff_has_cff_1_2s_required_keys_and_each_papers_arxiv_id():
         assert title in refs, f"CITATION.cff: no reference {title!r}"
         values = [ident["value"] for ident in refs[title].get("identifiers", [])]
         assert f"arXiv:{number}" in values and refs[title].get("url") == f"https://arxiv.org/abs/{number}", title
+
 
 def _demo_table():
     spec = importlib.util.spec_from_file_location("demo_table", REPO / "bench" / "demo_table.py")
