@@ -2,7 +2,7 @@
 #   make demo   synthetic S3DIS -> prepare -> 6-fold training -> report, on the CPU
 #               (make demo BACKBONE=ptv3: Point Transformer V3 with GeoPE, configs/demo_ptv3.yaml)
 #   make test   the test suite (display tests under xvfb-run)
-#   make bench  the benchmarks in bench/, results in bench/results/
+#   make bench  the main CPU benchmarks (docs/benchmarks.md names them), results in bench/results/
 #   make docs   the documentation site in site/ (MkDocs; open site/index.html or run: .venv/bin/mkdocs serve)
 #   make test-nn-minimal  pointgeope.nn alone: pip install ".[nn]" in a fresh environment (build/nn-minimal/)
 #   make ablation  rpe, geope, lingeope, rope3d, rope-mixed, pointrope, none x 3 seeds on the demo's fold 1 (~15 min)

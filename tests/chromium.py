@@ -40,6 +40,7 @@ class Chromium:
         for fd in (to_child, from_child, child_in, child_out):
             os.close(fd)
         self._buffer, self._id, self._session = b"", 0, None
+        self.requests: list[str] = []  # the URL of every request the pages made, once record_requests() ran
 
     def __enter__(self) -> Chromium:
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -72,6 +73,8 @@ class Chromium:
             while b"\0" in self._buffer:
                 raw, self._buffer = self._buffer.split(b"\0", 1)
                 reply = json.loads(raw)
+                if reply.get("method") == "Network.requestWillBeSent":  # an event: no id
+                    self.requests.append(reply["params"]["request"]["url"])
                 if reply.get("id") == self._id:
                     if "error" in reply:
                         raise RuntimeError(f"{method}: {reply['error']}")
@@ -83,6 +86,11 @@ class Chromium:
             if not chunk:
                 raise RuntimeError(f"{method}: Chromium closed its pipe (exit {self._proc.poll()})")
             self._buffer += chunk
+
+    def record_requests(self) -> None:
+        """From now on, keep the URL of every request of the page in :attr:`requests` (files, scripts, fonts,
+        fetches and workers' loads alike)."""
+        self.send("Network.enable")
 
     def evaluate(self, expression: str):
         result = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True})

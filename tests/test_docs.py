@@ -123,6 +123,82 @@ def test_the_pages_examples_run_as_shown(tmp_path, page, example, printed):
     assert proc.stdout.splitlines() == printed
 
 
+def test_the_patch_encodings_snippet_runs_for_each_encoding_it_names():
+    """positional-encodings.md's snippet of ``qk_encoding`` (PTv3's patches), run as shown with each encoding its
+    comment offers in place of ``"geope"``, on inputs of the shapes it states; a line that some encoding cannot run
+    names it (``pe(q, k, ...)`` once listed ``lingeope``, whose call is a TypeError: it turns pairs)."""
+    import torch
+
+    text = (DOCS / "positional-encodings.md").read_text()
+    snippet = re.search(r"^```python\n(from pointgeope\.model\.qk_encodings import .*?)^```$", text,
+                        re.M | re.S).group(1)
+    names = ["geope", *re.search(r'qk_encoding\("geope".*# or ([\w, -]+)$', snippet, re.M).group(1).split(", ")]
+    assert set(names) == {"geope", "none", "lingeope", "rope3d", "point3drope", "pointrope"}
+    B, H, L, D = 2, 3, 16, 18
+    for name in names:
+        code = snippet.replace('"geope"', f'"{name}"', 1)
+        lines = [line for line in code.splitlines() if not re.search(rf"all but .*\b{name}\b", line)]
+        torch.manual_seed(0)
+        scope = {"q": torch.randn(B, H, L, D), "k": torch.randn(B, H, L, D), "v": torch.randn(B, H, L, D),
+                 "coord": torch.rand(B, L, 3) * 4, "grid": torch.randint(0, 200, (B, L, 3))}
+        exec("\n".join(lines), scope)  # noqa: S102 (the page's own code)
+        assert scope["out"].shape == (B, H, L, D), name
+
+
+def test_troubleshootings_line_of_pointgeope_info_is_the_line_info_prints(monkeypatch, capsys):
+    """Troubleshooting quotes ``pointgeope info``'s line for an untested torch-geometric (it once named one
+    version, 2.8.1, where info names every tested one): the quote, ``<...>`` and ``...`` standing for anything,
+    matches the line info prints for a torch-geometric it was not tested with."""
+    from pointgeope import info
+
+    quote = re.search(r"^- `(PyG layer [^`]*)` \(`pointgeope info`\)", (DOCS / "troubleshooting.md").read_text(),
+                      re.M).group(1)
+    pattern = ".+?".join(re.escape(part).replace(re.escape("..."), ".+?") for part in re.split(r"<[^>]+>", quote))
+    versions = {**info.package_versions(), "torch-geometric": "2.6.9"}
+    monkeypatch.setattr(info, "package_versions", lambda: versions)
+    info.print_info()
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("PyG layer"))
+    assert "2.6.9, not among them" in line and re.fullmatch(pattern, line), (quote, line)
+
+
+# values a key still accepts under a former name, which the pages name only as such ("beside (formerly device)")
+FORMER_NAMES = {"data.hierarchy": {"device"}}
+
+
+def test_the_gpu_pages_switches_list_every_value_each_key_takes():
+    """gpu.md's table of switches gives a config key's values as ``| `key`: `a`, `b` |``: they are all the values
+    the config accepts (its ``'a' | 'b'`` type), so a reader does not take a listed pair for the only choice
+    (``train.amp`` and ``eval.amp`` once left out ``fp16``, PTv3's recipe precision)."""
+    from pointgeope.engine.config_reference import config_keys
+
+    types = {ref.key: ref.type for ref in config_keys()}
+    rows = re.findall(r"^\| `([a-z_]+\.[a-z_.]+)`: ((?:`[^`]+`(?:, )?)+) \|", (DOCS / "gpu.md").read_text(), re.M)
+    assert {key for key, _ in rows} >= {"train.amp", "eval.amp", "data.hierarchy", "train.cuda_graphs"}
+    for key, listed in rows:
+        accepted = set(re.findall(r"'([^']+)'", types[key])) or {"true", "false"}
+        assert set(re.findall(r"`([^`]+)`", listed)) == accepted - FORMER_NAMES.get(key, set()), key
+
+
+def test_the_benchmarks_page_names_what_make_bench_runs():
+    """benchmarks.md's first sentence names the scripts of the Makefile's ``bench`` target, all of them and no
+    other (it said "every benchmark in bench/", where the target runs 8 of them)."""
+    make = (REPO / "Makefile").read_text()
+    target = re.search(r"^bench:.*\n((?:\t.*\n)+)", make, re.M).group(1)
+    runs = re.findall(r"bench/(\w+\.py)", target)
+    first = (DOCS / "benchmarks.md").read_text().split("\n\n")[1]
+    named = re.findall(r"`(bench_\w+\.py)`", first.split(";")[0])
+    assert runs and sorted(named) == sorted(runs)
+
+
+def test_the_slurm_page_makes_the_log_folder_before_it_submits():
+    """SLURM opens a job's ``--output`` file in an existing folder only: the array of slurm.md, submitted as
+    written without ``logs/``, ends every task at once with no log. The page makes the folder before ``sbatch``."""
+    text = (DOCS / "s3dis" / "slurm.md").read_text()
+    folder = re.search(r"^#SBATCH .*--output=([^\s/]+)/", text, re.M).group(1)
+    submit = text.index("\nsbatch ")
+    assert re.search(rf"^mkdir -p {re.escape(folder)}\b", text[:submit], re.M), folder
+
+
 def test_own_network_states_geopes_range_of_frequencies():
     """own-network.md's numbers for choosing pos_scale: the slowest block's frequency as a fraction of block 0's
     (``base^(-2(n-1)/(3n))``, not RoPE's ``1 / base``) at the widths it names, and the slowest block's period
@@ -167,6 +243,29 @@ def test_the_citation_is_the_same_everywhere():
     for ref in cff["references"]:
         assert ref["title"].lower() in flat
     assert "arXiv:2512.04963" in str(cff["references"][0]["identifiers"]) and "eprint = {2512.04963}" in readme
+
+
+# the papers' arXiv identifiers, from arxiv.org: a reader of CITATION.cff finds each paper from its entry
+ARXIV = {"GeoPE: A Unified Geometric Positional Embedding for Structured Tensors": "2512.04963",
+         "Point Transformer": "2012.09164", "Point Transformer V3: Simpler, Faster, Stronger": "2312.10035"}
+
+
+def test_citation_cff_has_cff_1_2s_required_keys_and_each_papers_arxiv_id():
+    """CFF 1.2.0: ``cff-version``, ``message``, ``title`` and ``authors`` at the top, ``type``, ``title`` and
+    ``authors`` in each reference, identifiers of the schema's four types; each arXiv paper by its identifier
+    and its abstract page (PTv1 and PTv3 had neither)."""
+    import yaml
+
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert {"cff-version", "message", "title", "authors"} <= cff.keys()
+    refs = {ref["title"]: ref for ref in cff["references"]}
+    for ref in refs.values():
+        assert {"type", "title", "authors"} <= ref.keys() and ref["authors"], ref["title"]
+        assert all(ident["type"] in ("doi", "url", "swh", "other") for ident in ref.get("identifiers", [])), ref
+    for title, number in ARXIV.items():
+        assert title in refs, f"CITATION.cff: no reference {title!r}"
+        values = [ident["value"] for ident in refs[title].get("identifiers", [])]
+        assert f"arXiv:{number}" in values and refs[title].get("url") == f"https://arxiv.org/abs/{number}", title
 
 
 def _demo_table():

@@ -1,6 +1,6 @@
 """The documentation site as a reader gets it: the docstrings' reST becomes Markdown (docs/hooks/rest_docstrings.py),
 and the built site, opened from disk in headless Chromium, shows no raw reST, typesets its formulas with the
-bundled KaTeX and finds ``grid_size`` with its search box.
+bundled KaTeX, finds ``grid_size`` with its search box and requests nothing but its own files.
 
 The site test builds the site (mkdocs build --strict, a few seconds) and needs the docs extra and Chromium: it is
 skipped without them, unless POINTGEOPE_DOCS_CHECK=1 (CI's .ci/run after ``make docs``), where a missing piece
@@ -139,7 +139,7 @@ def _site_tools(tmp_path: Path) -> tuple[Path, str]:
         (pytest.fail if required else pytest.skip)(f"needs {' and '.join(missing)} (the docs extra, Chromium)")
     site = tmp_path / "site"
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return site, browser
@@ -159,6 +159,7 @@ def test_the_site_from_disk_shows_no_rest_typesets_formulas_and_searches(tmp_pat
     raw = [f"{p.relative_to(site)}: {m.group(0)!r}" for p in pages for m in RAW_REST.finditer(page_text(p))]
     assert raw == []
     with Chromium(browser) as chromium:
+        chromium.record_requests()
         for page in API_PAGES:
             chromium.open((site / page).as_uri())
             formulas, typeset, errors, links = chromium.evaluate(
@@ -178,3 +179,10 @@ def test_the_site_from_disk_shows_no_rest_typesets_formulas_and_searches(tmp_pat
         assert (overflow, cut) == (0, 0) and wide >= 1 and scrolling == wide
         chromium.open((site / "index.html").as_uri())
         assert chromium.search("grid_size") >= 1
+        # offline: every page, opened from disk, loads nothing from a network (Material loads Google's fonts
+        # unless `font: false`, a CDN's search worker unless the iframe-worker polyfill is in the site)
+        for page in pages:
+            chromium.open(page.as_uri())
+        chromium.evaluate("1")  # the last page's requests arrive before this answer
+    assert len(chromium.requests) > len(pages)
+    assert [url for url in chromium.requests if not url.startswith(("file:", "data:", "blob:"))] == []

@@ -52,12 +52,17 @@ class S3DISTrainPTv3(S3DISTrain):
     """PTv3's training samples from the rooms of ``areas`` (module docstring).
 
     Args:
-        root, areas, loop, seed, color, cache: as :class:`~pointgeope.data.dataset.S3DISTrain`.
+        root: folder of the prepared ``Area_N.h5`` files, as :class:`~pointgeope.data.dataset.S3DISTrain`'s.
+        areas: area names, e.g. ``Fold.train``.
         grid_size: PTv3's voxel edge (0.02 m).
         crop_rate: the fraction of a sample's voxels kept by the random sphere crop (0.6; None: no crop).
         point_max: most points in one sample (204,800; None: no limit).
+        loop: passes over every room per epoch.
         transform: the pipeline, ``None`` for ``ptv3_train_transform(grid_size, crop_rate, point_max)``;
             it must end with 0..1 colours and ``grid_coord``.
+        seed: base seed, as :class:`~pointgeope.data.dataset.S3DISTrain`'s.
+        color: ``False`` leaves the colour out of the features (``x = [pos]``, geometry only).
+        cache: keep the rooms each worker has read in memory.
     """
 
     def __init__(self, root: str | Path, areas: list[str] | tuple[str, ...], *, grid_size: float = 0.02,
