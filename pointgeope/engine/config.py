@@ -38,10 +38,12 @@ import yaml
 
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
+from pointgeope.engine import config_override
 from pointgeope.engine.config_choices import choice_problem
+from pointgeope.engine.config_override import override_key  # noqa: F401  (its users import it from here)
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem, value_problem
 from pointgeope.engine.config_yaml import (DuplicateKeyError, at_line, closest_key, dotted_key_message, key_line,
-                                          load_yaml, load_yaml_lines)
+                                          load_yaml_lines)
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
@@ -317,29 +319,10 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
     return merged
 
 
-def override_key(text: str) -> str:
-    """``'optim.lr=0.1'`` -> ``'optim.lr'``."""
-    return text.partition("=")[0].strip()
-
-
 def parse_override(text: str) -> dict:
-    """``'optim.lr=0.1'`` -> ``{'optim': {'lr': 0.1}}`` (the value parsed as YAML)."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip() or "." not in key:
-        raise ConfigError(f"override {text!r}: expected section.key=value, e.g. optim.lr=0.1")
-    try:
-        parsed = load_yaml(value) if value.strip() else None
-    except DuplicateKeyError as err:
-        raise ConfigError(f"override {text!r}: {err}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"override {text!r}: value is not valid YAML: {err}") from None
-    tree: dict = {}
-    node = tree
-    parts = key.strip().split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = parsed
-    return tree
+    """``'optim.lr=0.1'`` -> ``{'optim': {'lr': 0.1}}``: the value read as YAML, a text key's as it is
+    (:func:`pointgeope.engine.config_override.parse_override`)."""
+    return config_override.parse_override(text, Config, ConfigError)
 
 
 def _overridden(merged: dict, overrides: typing.Sequence[str], where: str, presets: list[str] | None = None,

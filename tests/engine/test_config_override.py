@@ -1,0 +1,51 @@
+"""Tests of pointgeope/engine/config_override.py: a text key's override (and so ``--run-dir``, ``--data-root``)
+takes its value as it is, every other key's is read as YAML."""
+from __future__ import annotations
+
+import pytest
+
+from pointgeope.commands import config_overrides
+from pointgeope.engine.config import Config, ConfigError, load_config
+from pointgeope.engine.config_override import key_type, parse_override
+
+# folder names that YAML reads as something else: a comment, a date, an int, a bool, null, a list, a mapping,
+# an alias, a float, a tag
+FOLDERS = ["runs/exp #2", "2024-01-01", "0001", "yes", "~", "[a]", "runs: x", "*x", "1e5", "!tag", "off"]
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_run_dir_and_data_root_options_take_any_folder_name_as_it_is(folder):
+    """``--run-dir "runs/exp #2"`` wrote to runs/exp (YAML read " #2" as a comment); ``--run-dir 2024-01-01``
+    was refused as a date (and 0001 as the number 1, yes as true, ~ as null)."""
+    overrides = config_overrides([], {"--data-root": ("data.root", folder), "--run-dir": ("train.run_dir", folder)},
+                                 say=print)
+    cfg = load_config(None, overrides)
+    assert (cfg.data.root, cfg.train.run_dir) == (folder, folder)
+
+
+def test_a_text_keys_override_keeps_everything_after_the_first_equals_sign():
+    assert parse_override("data.root=/data/a=b #1", Config) == {"data": {"root": "/data/a=b #1"}}
+    assert load_config(None, ["train.device=cuda:1"]).train.device == "cuda:1"
+
+
+def test_other_keys_are_still_read_as_yaml():
+    cfg = load_config(None, ["optim.lr=1e-3", "data.voxel_max=null", "eval.tta.flips=yes",
+                             "model.planes=[32, 64, 128, 256, 512] # the published widths"])
+    assert (cfg.optim.lr, cfg.data.voxel_max, cfg.eval.tta.flips) == (0.001, None, True)
+    assert cfg.model.planes == [32, 64, 128, 256, 512]
+
+
+@pytest.mark.parametrize("text, match", [
+    ("train.run_dir=", r"train.run_dir: expected str, got None"),           # an empty value is not a folder
+    ("train.device=cuda #1", r"train.device: expected auto, cpu, cuda or cuda:N"),  # checked as it is
+    ("train.run_dirr=x", r"unknown key 'train.run_dirr'; did you mean 'train.run_dir'"),
+])
+def test_a_text_key_is_still_checked(text, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, [text])
+
+
+def test_key_type_follows_the_dataclasses():
+    assert key_type(Config, ["train", "run_dir"]) is str
+    assert key_type(Config, ["eval", "tta", "flips"]) is bool
+    assert key_type(Config, ["train", "nothing"]) is None and key_type(Config, ["optim", "lr", "x"]) is None
