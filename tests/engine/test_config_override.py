@@ -49,3 +49,13 @@ def test_key_type_follows_the_dataclasses():
     assert key_type(Config, ["train", "run_dir"]) is str
     assert key_type(Config, ["eval", "tta", "flips"]) is bool
     assert key_type(Config, ["train", "nothing"]) is None and key_type(Config, ["optim", "lr", "x"]) is None
+
+
+def test_each_ablation_trial_keeps_its_own_folder_under_any_run_dir(tmp_path):
+    """ablate --run-dir "runs/abl #1" gave every trial train.run_dir=runs/abl (the rest read as a comment)."""
+    from pointgeope.engine.ablation import Trial
+
+    run = tmp_path / "abl #1"
+    trials = [Trial(p, s, run / p / f"seed_{s}") for p in ("rpe", "geope") for s in (0, 1)]
+    dirs = [load_config(None, t.overrides([])).train.run_dir for t in trials]
+    assert dirs == [str(t.folder) for t in trials]
