@@ -62,7 +62,8 @@ def unread(config: dict, key: str) -> bool:
 
 def choice_problem(cfg) -> str | None:
     """The first key of :data:`READ_BY` set on ``cfg`` (a ``Config``) away from its default while a key that
-    chooses makes it unread, or ``None``::
+    chooses makes it unread, then ``eval.checkpoint: best`` without validation (``train.val_every: 0``: no
+    epoch is picked), or ``None``::
 
         optim.momentum=0.5: SGD's only (optim.name=sgd), but optim.name=adamw, which never reads it; remove it
     """
@@ -75,4 +76,7 @@ def choice_problem(cfg) -> str | None:
             if (choice := _value(cfg, chooser)) not in readers:
                 return (f"{key}={value_text(value)}: {whose} only ({chooser}={'/'.join(readers)}), but {chooser}={choice}, "
                         "which never reads it; remove it")
+    if cfg.eval.checkpoint == "best" and not cfg.train.val_every:  # best.pt is then every epoch's: the last
+        return ("eval.checkpoint=best: the validation's pick (train.val_every=N validates every N epochs), but "
+                "train.val_every=0, so best.pt holds the last epoch, as last.pt; set train.val_every=1, or remove it")
     return None

@@ -194,3 +194,19 @@ def test_train_refuses_ptv3_with_test_time_views_before_any_training(tmp_path, c
                                 "--run-dir", str(tmp_path / "run"), "eval.tta.flips=true"])
     assert line.startswith("pointgeope train: error: ") and "eval.tta.flips=true: the PTv1 test's only" in line
     assert not (tmp_path / "run").exists()
+
+
+def test_the_best_checkpoint_without_validation_is_refused_when_the_config_is_read():
+    """Without validation (train.val_every: 0) best.pt is saved every epoch: eval.checkpoint=best tested the
+    last epoch without a word, a run the user believed selected by validation."""
+    from pointgeope.engine.config import config_from_dict, config_to_dict
+
+    with pytest.raises(ConfigError) as err:
+        load_config(DEMO_CONFIG, ["eval.checkpoint=best"])
+    assert str(err.value) == (f"{DEMO_CONFIG} with the overrides: eval.checkpoint=best: the validation's pick "
+                              "(train.val_every=N validates every N epochs), but train.val_every=0, so best.pt holds "
+                              "the last epoch, as last.pt; set train.val_every=1, or remove it")
+    assert load_config(DEMO_CONFIG, ["eval.checkpoint=best", "train.val_every=2"]).eval.checkpoint == "best"
+    record = config_to_dict(load_config(DEMO_CONFIG))            # a run's record with it is still read
+    record["eval"]["checkpoint"] = "best"
+    assert config_from_dict(record, where="last.pt's config").eval.checkpoint == "best"
