@@ -42,8 +42,8 @@ from pointgeope.engine import config_override
 from pointgeope.engine.config_choices import choice_problem
 from pointgeope.engine.config_override import override_key  # noqa: F401  (its users import it from here)
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem, value_problem
-from pointgeope.engine.config_yaml import (DuplicateKeyError, at_line, closest_key, dotted_key_message, key_line,
-                                          load_yaml_lines)
+from pointgeope.engine.config_yaml import (AmbiguousNumberError, DuplicateKeyError, at_line, closest_key,
+                                          dotted_key_message, key_line, load_yaml_lines)
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
@@ -297,6 +297,8 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
                           "YAML file: save it as UTF-8") from None
     except DuplicateKeyError as err:
         raise ConfigError(f"{path}: {err}") from None
+    except AmbiguousNumberError as err:
+        raise ConfigError(f"{path}:{err.line}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     if raw is None:  # an empty file or only comments: not a config of the defaults (a failed save or copy?)
