@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -346,6 +347,13 @@ def _overridden(merged: dict, overrides: typing.Sequence[str], where: str, prese
         file, line = key_line(origins or {}, said) or (None, None)
         at = where if file is None else f"{where if file == Path(where).resolve() else file}:{line}"
         raise ConfigError(f"{at}: {said}")
+    return _home_expanded(cfg)
+
+
+def _home_expanded(cfg: Config) -> Config:
+    """``cfg`` with a leading ``~`` of its folders (``data.root``, ``train.run_dir``) made the home folder, as a
+    shell does to an option: no shell reads a YAML file, and ``run_dir: ~/runs/x`` made a folder named ``~``."""
+    cfg.data.root, cfg.train.run_dir = os.path.expanduser(cfg.data.root), os.path.expanduser(cfg.train.run_dir)
     return cfg
 
 

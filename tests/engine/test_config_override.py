@@ -2,6 +2,8 @@
 takes its value as it is, every other key's is read as YAML."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pointgeope.commands import config_overrides
@@ -20,7 +22,7 @@ def test_run_dir_and_data_root_options_take_any_folder_name_as_it_is(folder):
     overrides = config_overrides([], {"--data-root": ("data.root", folder), "--run-dir": ("train.run_dir", folder)},
                                  say=print)
     cfg = load_config(None, overrides)
-    assert (cfg.data.root, cfg.train.run_dir) == (folder, folder)
+    assert (cfg.data.root, cfg.train.run_dir) == (os.path.expanduser(folder),) * 2   # ~ is the home folder
 
 
 def test_a_text_keys_override_keeps_everything_after_the_first_equals_sign():
@@ -59,3 +61,15 @@ def test_each_ablation_trial_keeps_its_own_folder_under_any_run_dir(tmp_path):
     trials = [Trial(p, s, run / p / f"seed_{s}") for p in ("rpe", "geope") for s in (0, 1)]
     dirs = [load_config(None, t.overrides([])).train.run_dir for t in trials]
     assert dirs == [str(t.folder) for t in trials]
+
+
+def test_a_folder_from_home_is_the_home_folders_as_in_a_shell(tmp_path, monkeypatch):
+    """run_dir: ~/runs/x in a config file (no shell expands it) made a folder named ~ in the current folder."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = tmp_path / "c.yaml"
+    config.write_text("data:\n  root: ~/s3dis\ntrain:\n  run_dir: ~/runs/x\n")
+    cfg = load_config(config)
+    home = tmp_path / "home"
+    assert (cfg.data.root, cfg.train.run_dir) == (str(home / "s3dis"), str(home / "runs" / "x"))
+    assert load_config(None, ["train.run_dir=~/r"]).train.run_dir == str(home / "r")
+    assert load_config(None, ["train.run_dir=runs/~x"]).train.run_dir == "runs/~x"   # only a leading ~
