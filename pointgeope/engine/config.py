@@ -290,6 +290,9 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
                else "the recipes (configs/demo.yaml, configs/s3dis/...) come with a clone of the repository, in its "
                     "configs/ folder, not with the pip package: run from a clone, or give the path of your own file")
         raise ConfigError(f"expected a config file, found {'a folder' if path.is_dir() else 'nothing'} at {path}; {fix}")
+    if path.suffix == ".py":   # Pointcept's (mmcv's) form, which YAML reads as a scalar or a syntax error
+        raise ConfigError(f"{path}: expected a YAML config, got a Python file (Pointcept's form); Pointcept's PTv3 "
+                          "S3DIS recipe is configs/s3dis/_ptv3_recipe.yaml, each step in docs/ptv3-recipe.md")
     try:
         raw, lines = load_yaml_lines(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:

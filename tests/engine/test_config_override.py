@@ -73,3 +73,4 @@ def test_a_folder_from_home_is_the_home_folders_as_in_a_shell(tmp_path, monkeypa
     assert (cfg.data.root, cfg.train.run_dir) == (str(home / "s3dis"), str(home / "runs" / "x"))
     assert load_config(None, ["train.run_dir=~/r"]).train.run_dir == str(home / "r")
     assert load_config(None, ["train.run_dir=runs/~x"]).train.run_dir == "runs/~x"   # only a leading ~
+
