@@ -317,7 +317,8 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
     if has_base and (not isinstance(base, str) or not base.strip()):   # 'base:' or "": not the defaults, a folder
         raise ConfigError(f"{at_line(str(path), lines, 'base')}: expected 'base:' to be a file name, got {base!r}; "
                           "give the base config's file (e.g. base: demo.yaml), or remove the line")
-    merged = layer if base is None else _merge(_read_layers(path.parent / base, seen + (path,), origins), layer)
+    below = None if base is None else _read_layers(path.parent / Path(base).expanduser(), seen + (path,), origins)
+    merged = layer if below is None else _merge(below, layer)
     if origins is not None:
         # a base's entry (model.planes[3]) outlives a shorter list set on top; harmless, as the problems of
         # the whole (config_problem) name keys, not entries

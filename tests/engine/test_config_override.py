@@ -73,4 +73,8 @@ def test_a_folder_from_home_is_the_home_folders_as_in_a_shell(tmp_path, monkeypa
     assert (cfg.data.root, cfg.train.run_dir) == (str(home / "s3dis"), str(home / "runs" / "x"))
     assert load_config(None, ["train.run_dir=~/r"]).train.run_dir == str(home / "r")
     assert load_config(None, ["train.run_dir=runs/~x"]).train.run_dir == "runs/~x"   # only a leading ~
+    home.mkdir()
+    (home / "mine.yaml").write_text("train:\n  epochs: 7\n")
+    (tmp_path / "top.yaml").write_text("base: ~/mine.yaml\n")             # a base: from home, too
+    assert load_config(tmp_path / "top.yaml").train.epochs == 7
 
