@@ -43,7 +43,7 @@ from pointgeope.engine import config_override
 from pointgeope.engine.config_choices import choice_problem
 from pointgeope.engine.config_override import override_key  # noqa: F401  (its users import it from here)
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem, value_problem
-from pointgeope.engine.config_yaml import (AmbiguousNumberError, DuplicateKeyError, at_line, closest_key,
+from pointgeope.engine.config_yaml import (DuplicateKeyError, LineError, at_line, closest_key,
                                           dotted_key_message, key_line, load_yaml_lines)
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
@@ -301,7 +301,7 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
                           "YAML file: save it as UTF-8") from None
     except DuplicateKeyError as err:
         raise ConfigError(f"{path}: {err}") from None
-    except AmbiguousNumberError as err:
+    except LineError as err:
         raise ConfigError(f"{path}:{err.line}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None

@@ -20,7 +20,7 @@ import typing
 
 import yaml
 
-from pointgeope.engine.config_yaml import AmbiguousNumberError, DuplicateKeyError, load_yaml
+from pointgeope.engine.config_yaml import DuplicateKeyError, LineError, load_yaml
 from pointgeope.errors import UserError
 
 
@@ -56,7 +56,7 @@ def parse_override(text: str, root=None, error: type[Exception] = UserError) -> 
     else:
         try:
             parsed = load_yaml(value) if value.strip() else None
-        except (DuplicateKeyError, AmbiguousNumberError) as err:
+        except (DuplicateKeyError, LineError) as err:
             raise error(f"override {text!r}: {err}") from None
         except yaml.YAMLError as err:
             raise error(f"override {text!r}: value is not valid YAML: {err}") from None
