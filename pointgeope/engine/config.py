@@ -10,7 +10,8 @@ grid 0.04 m, at most 80k points per sample). A file may start from another one::
       pe: geope
 
 and command-line overrides ``section.key=value`` (the value is parsed as a YAML scalar or list,
-``optim.lr=0.1``, ``model.planes=[16,32]``) are applied last. Every layer is checked on its own against the
+``optim.lr=0.1``, ``model.planes=[16,32]``; a text key's is the text as it is, :mod:`.config_override`) are
+applied last. Every layer is checked on its own against the
 dataclasses, so an unknown key or a value of the wrong type is an error naming the file and the key's line
 (or the override) and the key, with the closest known key as a suggestion, and every number is checked
 against its allowed range, and the device and test-time scales their values
