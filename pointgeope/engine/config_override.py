@@ -2,9 +2,10 @@
 
 The value is read as YAML (``optim.lr=1e-3`` -> ``0.001``, ``model.planes=[16,32]`` -> a list,
 ``data.voxel_max=null`` -> ``None``), except for a key whose type is text (``data.root``, ``train.run_dir``,
-``train.device``): its value is the text after the first ``=``, as it is. A folder name is not YAML: read as
-YAML, ``--run-dir "runs/exp #2"`` would lose ``" #2"`` to a comment and write to ``runs/exp``, and
-``--run-dir 2024-01-01``, ``0001``, ``yes`` or ``~`` would be a date, a number, a boolean or null::
+``train.device``): its value is the text after the first ``=``, as it is (but its surrounding spaces). A folder
+name is not YAML: read as YAML, ``--run-dir "runs/exp #2"`` would lose ``" #2"`` to a comment and write to
+``runs/exp``, and ``--run-dir 2024-01-01``, ``0001``, ``yes`` or ``~`` would be a date, a number, a boolean or
+null::
 
     parse_override("optim.lr=1e-3", Config)                -> {"optim": {"lr": 0.001}}
     parse_override("train.run_dir=runs/exp #2", Config)    -> {"train": {"run_dir": "runs/exp #2"}}
@@ -45,14 +46,14 @@ def key_type(root, parts: list[str]):
 
 def parse_override(text: str, root=None, error: type[Exception] = UserError) -> dict:
     """``'optim.lr=0.1'`` -> ``{'optim': {'lr': 0.1}}``: the value read as YAML, or, for a key that ``root``
-    (the config's dataclass) declares as ``str``, the text after ``=`` as it is (an empty one: ``None``,
-    refused by the type check). ``error``: the exception class raised for a malformed override."""
+    (the config's dataclass) declares as ``str``, the text after ``=`` as it is but its surrounding spaces (an
+    empty one: ``None``, refused by the type check). ``error``: the exception class raised for a malformed override."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip() or "." not in key:
         raise error(f"override {text!r}: expected section.key=value, e.g. optim.lr=0.1")
     parts = key.strip().split(".")
     if root is not None and key_type(root, parts) is str:
-        parsed = value if value.strip() else None
+        parsed = value.strip() or None
     else:
         try:
             parsed = load_yaml(value) if value.strip() else None

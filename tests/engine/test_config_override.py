@@ -28,6 +28,7 @@ def test_run_dir_and_data_root_options_take_any_folder_name_as_it_is(folder):
 def test_a_text_keys_override_keeps_everything_after_the_first_equals_sign():
     assert parse_override("data.root=/data/a=b #1", Config) == {"data": {"root": "/data/a=b #1"}}
     assert load_config(None, ["train.device=cuda:1"]).train.device == "cuda:1"
+    assert load_config(None, ["train.run_dir = runs/x y "]).train.run_dir == "runs/x y"   # as YAML, no outer spaces
 
 
 def test_other_keys_are_still_read_as_yaml():
