@@ -227,7 +227,9 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | N
     the line of each key in the file ``where`` (``config_yaml.load_yaml_lines``), named as ``FILE:LINE``."""
     if not isinstance(raw, dict):
         name = prefix.rstrip(".")
-        raise ConfigError(f"{at_line(where, lines, name)}: expected a mapping for {name or 'the config'}, got {raw!r}")
+        got = (repr(raw) if raw is not None
+               else f"nothing (every key under '{name.rpartition('.')[2]}:' left out?); give it a key, or remove it")
+        raise ConfigError(f"{at_line(where, lines, name)}: expected a mapping for {name or 'the config'}, got {got}")
     hints = _hints(cls)
     out = {}
     for key, value in raw.items():
