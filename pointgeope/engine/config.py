@@ -10,7 +10,8 @@ grid 0.04 m, at most 80k points per sample). A file may start from another one::
       pe: geope
 
 and command-line overrides ``section.key=value`` (the value is parsed as a YAML scalar or list,
-``optim.lr=0.1``, ``model.planes=[16,32]``) are applied last. Every layer is checked on its own against the
+``optim.lr=0.1``, ``model.planes=[16,32]``; a text key's is the text as it is, :mod:`.config_override`) are
+applied last. Every layer is checked on its own against the
 dataclasses, so an unknown key or a value of the wrong type is an error naming the file and the key's line
 (or the override) and the key, with the closest known key as a suggestion, and every number is checked
 against its allowed range, and the device and test-time scales their values
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,10 +40,12 @@ import yaml
 
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
+from pointgeope.engine import config_override
 from pointgeope.engine.config_choices import choice_problem
+from pointgeope.engine.config_override import override_key  # noqa: F401  (its users import it from here)
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem, value_problem
-from pointgeope.engine.config_yaml import (DuplicateKeyError, at_line, closest_key, dotted_key_message, key_line,
-                                          load_yaml, load_yaml_lines)
+from pointgeope.engine.config_yaml import (DuplicateKeyError, LineError, at_line, closest_key,
+                                          dotted_key_message, key_line, load_yaml_lines)
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
@@ -223,7 +227,9 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | N
     the line of each key in the file ``where`` (``config_yaml.load_yaml_lines``), named as ``FILE:LINE``."""
     if not isinstance(raw, dict):
         name = prefix.rstrip(".")
-        raise ConfigError(f"{at_line(where, lines, name)}: expected a mapping for {name or 'the config'}, got {raw!r}")
+        got = (repr(raw) if raw is not None
+               else f"nothing (every key under '{name.rpartition('.')[2]}:' left out?); give it a key, or remove it")
+        raise ConfigError(f"{at_line(where, lines, name)}: expected a mapping for {name or 'the config'}, got {got}")
     hints = _hints(cls)
     out = {}
     for key, value in raw.items():
@@ -287,6 +293,9 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
                else "the recipes (configs/demo.yaml, configs/s3dis/...) come with a clone of the repository, in its "
                     "configs/ folder, not with the pip package: run from a clone, or give the path of your own file")
         raise ConfigError(f"expected a config file, found {'a folder' if path.is_dir() else 'nothing'} at {path}; {fix}")
+    if path.suffix == ".py":   # Pointcept's (mmcv's) form, which YAML reads as a scalar or a syntax error
+        raise ConfigError(f"{path}: expected a YAML config, got a Python file (Pointcept's form); Pointcept's PTv3 "
+                          "S3DIS recipe is configs/s3dis/_ptv3_recipe.yaml, each step in docs/ptv3-recipe.md")
     try:
         raw, lines = load_yaml_lines(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
@@ -295,6 +304,8 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
                           "YAML file: save it as UTF-8") from None
     except DuplicateKeyError as err:
         raise ConfigError(f"{path}: {err}") from None
+    except LineError as err:
+        raise ConfigError(f"{path}:{err.line}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     if raw is None:  # an empty file or only comments: not a config of the defaults (a failed save or copy?)
@@ -309,7 +320,8 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
     if has_base and (not isinstance(base, str) or not base.strip()):   # 'base:' or "": not the defaults, a folder
         raise ConfigError(f"{at_line(str(path), lines, 'base')}: expected 'base:' to be a file name, got {base!r}; "
                           "give the base config's file (e.g. base: demo.yaml), or remove the line")
-    merged = layer if base is None else _merge(_read_layers(path.parent / base, seen + (path,), origins), layer)
+    below = None if base is None else _read_layers(path.parent / Path(base).expanduser(), seen + (path,), origins)
+    merged = layer if below is None else _merge(below, layer)
     if origins is not None:
         # a base's entry (model.planes[3]) outlives a shorter list set on top; harmless, as the problems of
         # the whole (config_problem) name keys, not entries
@@ -317,29 +329,10 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
     return merged
 
 
-def override_key(text: str) -> str:
-    """``'optim.lr=0.1'`` -> ``'optim.lr'``."""
-    return text.partition("=")[0].strip()
-
-
 def parse_override(text: str) -> dict:
-    """``'optim.lr=0.1'`` -> ``{'optim': {'lr': 0.1}}`` (the value parsed as YAML)."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip() or "." not in key:
-        raise ConfigError(f"override {text!r}: expected section.key=value, e.g. optim.lr=0.1")
-    try:
-        parsed = load_yaml(value) if value.strip() else None
-    except DuplicateKeyError as err:
-        raise ConfigError(f"override {text!r}: {err}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"override {text!r}: value is not valid YAML: {err}") from None
-    tree: dict = {}
-    node = tree
-    parts = key.strip().split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = parsed
-    return tree
+    """``'optim.lr=0.1'`` -> ``{'optim': {'lr': 0.1}}``: the value read as YAML, a text key's as it is
+    (:func:`pointgeope.engine.config_override.parse_override`)."""
+    return config_override.parse_override(text, Config, ConfigError)
 
 
 def _overridden(merged: dict, overrides: typing.Sequence[str], where: str, presets: list[str] | None = None,
@@ -361,6 +354,13 @@ def _overridden(merged: dict, overrides: typing.Sequence[str], where: str, prese
         file, line = key_line(origins or {}, said) or (None, None)
         at = where if file is None else f"{where if file == Path(where).resolve() else file}:{line}"
         raise ConfigError(f"{at}: {said}")
+    return _home_expanded(cfg)
+
+
+def _home_expanded(cfg: Config) -> Config:
+    """``cfg`` with a leading ``~`` of its folders (``data.root``, ``train.run_dir``) made the home folder, as a
+    shell does to an option: no shell reads a YAML file, and ``run_dir: ~/runs/x`` made a folder named ``~``."""
+    cfg.data.root, cfg.train.run_dir = os.path.expanduser(cfg.data.root), os.path.expanduser(cfg.train.run_dir)
     return cfg
 
 

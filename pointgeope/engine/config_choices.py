@@ -1,14 +1,16 @@
-"""Keys that one choice of optimiser, schedule or loss reads and the others never do.
+"""Keys that one choice of optimiser, schedule, loss or test reads and the others never do.
 
 ``optim.momentum`` is SGD's (AdamW has none) under the multistep or cosine schedule (the one-cycle schedule
 sets SGD's momentum itself every step, ``0.95 -> 0.85 -> 0.95``: torch's ``cycle_momentum``, as Pointcept's
 recipe has it), ``optim.milestones`` and ``optim.gamma`` the multistep
 schedule's, the ``optim.pct_start``, ``anneal_strategy``, ``div_factor`` and ``final_div_factor`` of the
 one-cycle schedule its own, ``train.lovasz_weight`` the ``ce_lovasz`` loss's (:mod:`pointgeope.engine.build`,
-:mod:`pointgeope.engine.losses`). One of them set away from its default beside a choice that does not read
-it is refused (:func:`choice_problem`), as :mod:`pointgeope.engine.config_values` refuses an encoding's keys
-beside another encoding: a user who set ``optim.momentum=0.5`` under ``optim.name=adamw`` would believe the
-run used it. A key set to its default cannot be told from one left out, so it passes.
+:mod:`pointgeope.engine.losses`), ``eval.tta.*`` the PTv1 test's (``eval.protocol: ptv3`` has its own 10 views,
+:mod:`pointgeope.engine.evaluate`: refused here, when the config is read, not once the training is done).
+One of them set away from its default beside a choice that does not read it is refused (:func:`choice_problem`),
+as :mod:`pointgeope.engine.config_values` refuses an encoding's keys beside another encoding: a user who set
+``optim.momentum=0.5`` under ``optim.name=adamw`` would believe the run used it. A key set to its default
+cannot be told from one left out, so it passes.
 
 A run trained before that refusal may hold such a key in its record (its checkpoint's config). It never
 changed a number, so comparing that record with the config that resumes the run skips it where neither the
@@ -16,6 +18,8 @@ saved nor the current choice reads it (:func:`unread`, used by ``checkpoint.conf
 key, as the refusal says, is also the way to resume, skip or rerun that run.
 """
 from __future__ import annotations
+
+from pointgeope.engine.config_yaml import value_text
 
 # key -> its conditions, all of which hold where it is read: (the key whose choice reads it, the choices that
 # read it, who they are in words)
@@ -30,12 +34,16 @@ READ_BY = {
     "optim.div_factor": (("optim.scheduler", ("onecycle",), "the one-cycle schedule's"),),
     "optim.final_div_factor": (("optim.scheduler", ("onecycle",), "the one-cycle schedule's"),),
     "train.lovasz_weight": (("train.loss", ("ce_lovasz",), "the Lovász-softmax loss's"),),
+    "eval.tta.scales": (("eval.protocol", ("ptv1",), "the PTv1 test's"),),
+    "eval.tta.flips": (("eval.protocol", ("ptv1",), "the PTv1 test's"),),
+    "eval.tta.rotations": (("eval.protocol", ("ptv1",), "the PTv1 test's"),),
 }
 
 
 def _value(cfg, key: str):
-    section, name = key.split(".")
-    return getattr(getattr(cfg, section), name)
+    for name in key.split("."):
+        cfg = getattr(cfg, name)
+    return cfg
 
 
 def unread(config: dict, key: str) -> bool:
@@ -54,7 +62,8 @@ def unread(config: dict, key: str) -> bool:
 
 def choice_problem(cfg) -> str | None:
     """The first key of :data:`READ_BY` set on ``cfg`` (a ``Config``) away from its default while a key that
-    chooses makes it unread, or ``None``::
+    chooses makes it unread, then ``eval.checkpoint: best`` without validation (``train.val_every: 0``: no
+    epoch is picked), or ``None``::
 
         optim.momentum=0.5: SGD's only (optim.name=sgd), but optim.name=adamw, which never reads it; remove it
     """
@@ -65,6 +74,9 @@ def choice_problem(cfg) -> str | None:
             continue
         for chooser, readers, whose in conditions:
             if (choice := _value(cfg, chooser)) not in readers:
-                return (f"{key}={value}: {whose} only ({chooser}={'/'.join(readers)}), but {chooser}={choice}, "
+                return (f"{key}={value_text(value)}: {whose} only ({chooser}={'/'.join(readers)}), but {chooser}={choice}, "
                         "which never reads it; remove it")
+    if cfg.eval.checkpoint == "best" and not cfg.train.val_every:  # best.pt is then every epoch's: the last
+        return ("eval.checkpoint=best: the validation's pick (train.val_every=N validates every N epochs), but "
+                "train.val_every=0, so best.pt holds the last epoch, as last.pt; set train.val_every=1, or remove it")
     return None

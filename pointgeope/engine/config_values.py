@@ -250,7 +250,8 @@ def backbone_problem(m: ModelConfig) -> str | None:
 # or a frequency is moot
 FREQUENCY_FREE = ("none", "rpe")
 FREQUENCY_KEYS = ("geope_base", "geope_learnable")
-ENCODING_KEYS = (*FREQUENCY_KEYS, "point3drope_scale")  # the keys of one kind of encoding (encoding_problem)
+ENCODING_KEYS = (*FREQUENCY_KEYS, "point3drope_scale", "rope_mixed_init")  # one kind of encoding's (encoding_problem)
+ONE_READER_KEYS = {"point3drope_scale": "point3drope", "rope_mixed_init": "rope-mixed"}  # a key one encoding alone reads
 # what the other encodings turn at, for the message of a GeoPE key they do not read
 OWN_FREQUENCIES = {"point3drope": "Utonia's fixed frequencies (base 10; its scale: model.point3drope_scale)",
                    "pointrope": "LitePT's fixed frequencies (base 100 per grid cell)",
@@ -284,9 +285,9 @@ def _encodings(m: ModelConfig) -> tuple[str, ...]:
 
 
 def keys_read(m: ModelConfig, pe: str) -> tuple[str, ...]:
-    """The keys of :data:`ENCODING_KEYS` that ``pe`` reads on ``m``'s backbone (``point3drope_scale``:
-    ``point3drope`` only)."""
-    return frequency_keys_read(m, pe) + (("point3drope_scale",) if pe == "point3drope" else ())
+    """The keys of :data:`ENCODING_KEYS` that ``pe`` reads on ``m``'s backbone (:data:`ONE_READER_KEYS`:
+    ``point3drope_scale`` ``point3drope``'s only, ``rope_mixed_init`` ``rope-mixed``'s only)."""
+    return frequency_keys_read(m, pe) + tuple(key for key, reader in ONE_READER_KEYS.items() if pe == reader)
 
 
 def unread_keys(m: ModelConfig, pe: str | None = None) -> list[str]:
@@ -310,7 +311,8 @@ def _setting(m: ModelConfig, keys: list[str]) -> str:
 
 def encoding_problem(m: ModelConfig) -> str | None:
     """A key of one kind of encoding set away from its default with an encoding that does not read it
-    (:func:`unread_keys`), or ``None``: ``model.point3drope_scale`` (``point3drope`` only); on either backbone
+    (:func:`unread_keys`), or ``None``: ``model.point3drope_scale`` (``point3drope`` only),
+    ``model.rope_mixed_init`` (``rope-mixed`` only: its initial frequencies); on either backbone
     ``model.geope_base`` and ``model.geope_learnable`` (GeoPE's frequencies) with an encoding that turns at
     other frequencies (:func:`frequency_keys_read`: ``point3drope``, ``pointrope``, ``rope-mixed``). The
     encodings without positions, :data:`FREQUENCY_FREE` (``none``, PTv1's ``rpe``), take every key that
@@ -319,9 +321,9 @@ def encoding_problem(m: ModelConfig) -> str | None:
     keys = unread_keys(m)
     if not keys:
         return None
-    if "point3drope_scale" in keys:
-        return (f"{_setting(m, ['point3drope_scale'])}: only model.pe=point3drope reads it, but model.pe={m.pe}; "
-                "remove it")
+    own = [key for key in ONE_READER_KEYS if key in keys]
+    if own:
+        return f"{_setting(m, own[:1])}: only model.pe={ONE_READER_KEYS[own[0]]} reads it, but model.pe={m.pe}; remove it"
     readers = [pe for pe in _encodings(m) if set(keys) <= set(frequency_keys_read(m, pe))]
     return (f"{_setting(m, keys)}: GeoPE's frequencies, but model.pe={m.pe} turns at {OWN_FREQUENCIES[m.pe]}, so "
             f"{'they' if len(keys) > 1 else 'it'} would change nothing; remove {'them' if len(keys) > 1 else 'it'}, "

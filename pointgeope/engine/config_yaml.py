@@ -5,7 +5,9 @@ error instead of the last one winning silently::
       pe: geope      # line 2
       pe: rpe        # line 3 -> DuplicateKeyError: key 'model.pe' is given twice, on lines 2 and 3
 
-YAML merge keys (``<<: *base``) still let a mapping override what it merges.
+YAML merge keys (``<<: *base``) still let a mapping override what it merges. A number that YAML 1.1 reads in
+another base than it looks is an error too (:class:`AmbiguousNumberError`): ``epochs: 010`` is octal 8,
+``epochs: 1:30`` base-60 90 (YAML 1.2 and every other reader: 10; text).
 
 :func:`load_yaml_lines` also gives the line of every key (and list entry) by its dotted name, read from
 PyYAML's node marks as the file is read, and :func:`key_line` finds the line of the key a message is about,
@@ -22,6 +24,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import unicodedata
 
 import yaml
 
@@ -32,6 +35,48 @@ class DuplicateKeyError(yaml.YAMLError):
     def __init__(self, key: str, lines: tuple[int, int]):
         super().__init__(f"key {key!r} is given twice, on lines {lines[0]} and {lines[1]}; keep one of them")
         self.key, self.lines = key, lines
+
+
+class LineError(yaml.YAMLError):
+    """A problem of the text at ``line`` (1-based), said as ``FILE:LINE: message``."""
+
+    def __init__(self, message: str, line: int):
+        super().__init__(message)
+        self.line = line
+
+
+class AmbiguousNumberError(LineError):
+    """A number that YAML 1.1 reads in another base than it looks: ``010`` (octal: 8), ``1:30`` (base 60: 90).
+    YAML 1.2 reads both otherwise (``010`` is 10), so a config refuses them."""
+
+    def __init__(self, text: str, value, base: str, line: int):
+        super().__init__(f"{text!r} is a YAML 1.1 {base} number, read as {value}: write {value} if that is meant "
+                         f"(or quote {text!r} for text)", line)
+
+
+class InvisibleCharacterError(LineError):
+    """A space or format character other than the plain space outside a comment (a no-break space pasted from a
+    web page or a PDF, a zero-width space): YAML reads it as text, so ``lr:\u00a00.1`` is the string
+    ``'lr:\xa00.1'`` and an indentation by it no indentation; the message names it and its column."""
+
+
+_COMMENT = re.compile(r"(?:^|\s)#")
+
+
+def invisible_character(text: str) -> None:
+    """Raise :class:`InvisibleCharacterError` at the first character of Unicode category Zs or Cf but the plain
+    space (and a byte-order mark that opens the text) outside the comments of ``text``."""
+    for number, line in enumerate(text.removeprefix("\ufeff").splitlines(), 1):
+        for column, char in enumerate(_COMMENT.split(line, 1)[0], 1 + (number == 1 and text[:1] == "\ufeff")):
+            if char != " " and unicodedata.category(char) in ("Zs", "Cf"):
+                name = unicodedata.name(char, "a format character").lower()
+                raise InvisibleCharacterError(f"column {column} holds a {name} (U+{ord(char):04X}), which YAML does "
+                                              "not read as a space (pasted from a web page or a PDF?): type a plain "
+                                              "space there, or delete it", number)
+
+
+# YAML 1.1's octal (0 then octal digits) and base-60 (digits:digits) numbers, which PyYAML's resolver reads
+_OTHER_BASE = {"octal": re.compile(r"[-+]?0[0-7_]+"), "base-60": re.compile(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?")}
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -77,6 +122,19 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 except TypeError:  # an unhashable key: SafeLoader's own error follows
                     continue
         return super().construct_mapping(node, deep=deep)
+
+    def construct_number(self, node):
+        """An int or float scalar, refusing YAML 1.1's octal and base-60 forms (:class:`AmbiguousNumberError`)."""
+        construct = self.construct_yaml_int if node.tag.endswith(":int") else self.construct_yaml_float
+        value = construct(node)
+        for base, form in _OTHER_BASE.items():
+            if form.fullmatch(node.value):
+                raise AmbiguousNumberError(node.value, value, base, node.start_mark.line + 1)
+        return value
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", UniqueKeyLoader.construct_number)
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", UniqueKeyLoader.construct_number)
 
 
 def literal_name(key: str) -> str:
@@ -154,6 +212,7 @@ def load_yaml_lines(text: str) -> tuple[object, dict[str, int]]:
     """``(document, lines)``: the document of ``text`` (:func:`load_yaml`) and the 1-based line of each of
     its keys and list entries by dotted name: ``"model:\n  planes:\n  - 16\n"`` -> ``{"model": 1,
     "model.planes": 2, "model.planes[0]": 3}`` (an empty document: ``{}``)."""
+    invisible_character(text)
     loader = UniqueKeyLoader(text)
     try:
         return loader.get_single_data(), getattr(loader, "lines", {})

@@ -11,6 +11,10 @@ meant, worked out from the record itself:
 - ``eval.amp``: PTv1's test ran at the run's ``train.amp`` (bf16 or fp16 autocast on CUDA); PTv3's ran in
   float32 (``none``) whatever ``train.amp`` said.
 
+A key that the record's run never read is read at its default (:data:`UNREAD`): ``model.rope_mixed_init``
+beside another encoding than ``rope-mixed`` changed nothing, and a config refuses it today; its run's record
+still loads and resumes.
+
 Every reader of a saved config reads it through :func:`as_recorded`: a resume's comparison with the config
 that resumes it (``checkpoint.config_differences``), the config that ``evaluate`` and ``predict`` rebuild the
 network with (``config.load_record``, ``config.config_from_dict``), a skipped fold's test note
@@ -47,9 +51,16 @@ BEFORE_KEY: dict[str, Callable[[dict], object]] = {
 }
 
 
+# "section.key" -> whether a record's run never read the key (its encoding has no use for it)
+UNREAD: dict[str, Callable[[dict], bool]] = {
+    "model.rope_mixed_init": lambda record: _section(record, "model").get("pe") != "rope-mixed",
+}
+
+
 def as_recorded(record: dict) -> dict:
     """``record`` (a saved config as a plain mapping of sections) with every key of :data:`BEFORE_KEY` that its
-    sections lack set to the value the key had before it existed; a new mapping (``record`` is not changed).
+    sections lack set to the value the key had before it existed, and every key of :data:`UNREAD` its run never
+    read left out (its default); a new mapping (``record`` is not changed).
     A section that the record lacks, or that is not a mapping, is left as it is (every saved config has
     every section; the config's checks name a broken one)."""
     if not isinstance(record, dict):
@@ -62,4 +73,8 @@ def as_recorded(record: dict) -> dict:
         value = before(record)
         if value is not None:
             out[section] = {**out[section], name: value}
+    for key, unread in UNREAD.items():
+        section, name = key.split(".")
+        if isinstance(out.get(section), dict) and name in out[section] and unread(record):
+            out[section] = {k: v for k, v in out[section].items() if k != name}
     return out

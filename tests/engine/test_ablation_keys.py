@@ -66,3 +66,33 @@ def test_load_config_checks_the_encodings_keys_against_an_ablations_presets():
     assert (cfg.model.pe, cfg.model.point3drope_scale) == ("geope", 1.0)
     with pytest.raises(ConfigError, match=r"read by --presets point3drope, but --presets geope would ignore it"):
         load_config(PTV3_DEMO, ["model.point3drope_scale=1"], presets=["geope", "point3drope"])
+
+
+def test_rope_mixeds_initialisation_is_refused_beside_another_encoding():
+    """model.rope_mixed_init is read by rope-mixed alone: model.pe=geope model.rope_mixed_init=axial built
+    the same network as without it, without a word."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["model.pe=geope", "model.rope_mixed_init=axial"])
+    assert str(err.value) == ("the defaults with the overrides: model.rope_mixed_init=axial: only "
+                              "model.pe=rope-mixed reads it, but model.pe=geope; remove it")
+    for pe in ("rope-mixed", "rpe", "none"):          # its reader, and the baselines without positions
+        assert load_config(None, [f"model.pe={pe}", "model.rope_mixed_init=axial"]).model.rope_mixed_init == "axial"
+    with pytest.raises(ConfigError, match=r"model.rope_mixed_init=axial: read by --presets rope-mixed, but "
+                                          r"--presets geope would ignore it"):
+        load_config(None, ["model.rope_mixed_init=axial"], presets=["geope", "rope-mixed"])
+
+
+def test_a_runs_record_with_rope_mixeds_initialisation_beside_another_encoding_still_loads_and_resumes():
+    """A run trained before the refusal, pe=geope with rope_mixed_init=axial (which it never read): evaluate and
+    predict still rebuild its network, and a resume without the key is no difference."""
+    from pointgeope.engine.checkpoint import config_differences
+    from pointgeope.engine.config import config_from_dict, config_to_dict
+
+    record = config_to_dict(load_config(DEMO_CONFIG))
+    record["model"]["rope_mixed_init"] = "axial"
+    assert config_from_dict(record, where="last.pt's config").model.pe == "geope"
+    assert config_differences(record, config_to_dict(load_config(DEMO_CONFIG))) == []
+    record["model"]["pe"] = "rope-mixed"                           # where it was read, it still counts
+    assert config_from_dict(record, where="x").model.rope_mixed_init == "axial"
+    assert [k for k, _, _ in config_differences(record, config_to_dict(load_config(DEMO_CONFIG)))] == \
+        ["model.pe", "model.rope_mixed_init"]

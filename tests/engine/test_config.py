@@ -307,3 +307,13 @@ def test_a_ptv3_encoding_on_ptv1_with_its_geope_keys_is_the_backbones_one_line()
     demo = REPO / "configs" / "demo.yaml"
     with pytest.raises(ConfigError, match=r"model.pe: 'point3drope' is a PTv3 encoding \(model.backbone: ptv3\)"):
         load_config(demo, ["model.backbone=ptv1", "model.pe=point3drope", "model.geope_base=50"])
+
+
+def test_a_python_config_is_named_as_such(tmp_path):
+    """Pointcept's configs are Python: YAML read one as 'expected <document start>, but found <scalar>'."""
+    config = tmp_path / "semseg-pt-v3m1-0-base.py"
+    config.write_text('_base_ = ["../_base_/default_runtime.py"]\n\nbatch_size = 12  # bs: total bs in all gpus\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(config)
+    assert str(err.value) == (f"{config}: expected a YAML config, got a Python file (Pointcept's form); Pointcept's "
+                              "PTv3 S3DIS recipe is configs/s3dis/_ptv3_recipe.yaml, each step in docs/ptv3-recipe.md")

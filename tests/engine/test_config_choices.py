@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from pointgeope.engine.config import Config, ConfigError, load_config
-from tests.engine.conftest import DEMO_CONFIG, one_line
+from tests.engine.conftest import DEMO_CONFIG, REPO, one_line
 
 # key=value set away from its default, a choice that never reads it, and one that does
 CASES = [
@@ -168,3 +168,45 @@ def test_a_run_trained_with_such_a_key_resumes_and_is_skipped_once_it_is_removed
     assert capsys.readouterr().err.strip() == (
         f"train.py: error: {fold} is complete with another config (optim.momentum: run 0.5, now 0.9); --force "
         "retrains it, or use another --run-dir")
+
+
+@pytest.mark.parametrize("setting", ["eval.tta.flips=true", "eval.tta.scales=[0.9, 1.0]", "eval.tta.rotations=4"])
+def test_test_time_views_beside_ptv3s_test_are_refused_when_the_config_is_read(setting, tmp_path):
+    """eval.protocol=ptv3 tests with its own 10 views: train took eval.tta and refused it only once the
+    training was done, at the test."""
+    from pointgeope.engine.config import config_from_dict, config_to_dict
+
+    ptv3 = REPO / "configs" / "demo_ptv3.yaml"
+    key, _, value = setting.partition("=")
+    with pytest.raises(ConfigError) as err:
+        load_config(ptv3, [setting])
+    assert str(err.value) == (f"{ptv3} with the overrides: {key}={value}: the PTv1 test's only "
+                              "(eval.protocol=ptv1), but eval.protocol=ptv3, which never reads it; remove it")
+    assert load_config(ptv3).eval.protocol == "ptv3"           # the default views pass
+    assert load_config(DEMO_CONFIG, [setting]).eval.tta != Config().eval.tta   # PTv1's test takes them
+    record = config_to_dict(load_config(ptv3))                 # a run's record with them is still read
+    record["eval"]["tta"][key.rsplit(".", 1)[1]] = yaml.safe_load(value)
+    assert config_from_dict(record, where="last.pt's config").eval.protocol == "ptv3"
+
+
+def test_train_refuses_ptv3_with_test_time_views_before_any_training(tmp_path, capsys):
+    line = one_line(capsys, 2, ["train", "--config", str(REPO / "configs" / "demo_ptv3.yaml"), "--test-area", "1",
+                                "--run-dir", str(tmp_path / "run"), "eval.tta.flips=true"])
+    assert line.startswith("pointgeope train: error: ") and "eval.tta.flips=true: the PTv1 test's only" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_best_checkpoint_without_validation_is_refused_when_the_config_is_read():
+    """Without validation (train.val_every: 0) best.pt is saved every epoch: eval.checkpoint=best tested the
+    last epoch without a word, a run the user believed selected by validation."""
+    from pointgeope.engine.config import config_from_dict, config_to_dict
+
+    with pytest.raises(ConfigError) as err:
+        load_config(DEMO_CONFIG, ["eval.checkpoint=best"])
+    assert str(err.value) == (f"{DEMO_CONFIG} with the overrides: eval.checkpoint=best: the validation's pick "
+                              "(train.val_every=N validates every N epochs), but train.val_every=0, so best.pt holds "
+                              "the last epoch, as last.pt; set train.val_every=1, or remove it")
+    assert load_config(DEMO_CONFIG, ["eval.checkpoint=best", "train.val_every=2"]).eval.checkpoint == "best"
+    record = config_to_dict(load_config(DEMO_CONFIG))            # a run's record with it is still read
+    record["eval"]["checkpoint"] = "best"
+    assert config_from_dict(record, where="last.pt's config").eval.checkpoint == "best"

@@ -20,6 +20,9 @@ REFUSED = [
     ("model:\n  planes:\n  - 16\n  - 0\n", 4, "model.planes[1]: expected an integer >= 1, got 0"),
     ("train:\n  epochs: 0\n", 2, "train.epochs: expected an integer >= 1, got 0"),
     ("data:\n  root: x\nmodel: 3\n", 3, "expected a mapping for model, got 3"),
+    # a section whose keys are all commented out: it said "got None"
+    ("data:\n  root: x\neval:\n  tta:\n    # flips: true\n", 4, "expected a mapping for eval.tta, got nothing "
+     "(every key under 'tta:' left out?); give it a key, or remove it"),
     ("optim:\n  lr: 0.1\nbase: 3\n", 3, "expected 'base:' to be a file name, got 3"),
     # 'base:' with no value was read as no base: the built-in defaults for every key the file does not set
     ("base:\ntrain:\n  epochs: 2\n", 1, "expected 'base:' to be a file name, got None; give the base config's "

@@ -58,3 +58,45 @@ def test_the_report_flattens_without_importing_torch():
 
     light = "import sys, pointgeope.report.settings; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", light], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+@pytest.mark.parametrize("text, value, base", [("010", 8, "octal"), ("0777", 511, "octal"), ("1:30", 90, "base-60"),
+                                               ("1:30.5", 90.5, "base-60")])
+def test_a_number_yaml_reads_in_another_base_is_refused_at_its_line(tmp_path, text, value, base):
+    """YAML 1.1 reads train.epochs: 010 as 8 and 1:30 as 90: the run trained 8 epochs without a word."""
+    key = "optim:\n  lr" if isinstance(value, float) else "train:\n  epochs"
+    config = tmp_path / "c.yaml"
+    config.write_text(f"# a run\n{key}: {text}\n")
+    said = (f"{text!r} is a YAML 1.1 {base} number, read as {value}: write {value} if that is meant (or quote "
+            f"{text!r} for text)")
+    with pytest.raises(ConfigError) as err:
+        load_config(config)
+    assert str(err.value) == f"{config}:3: {said}"
+    name = "optim.lr" if isinstance(value, float) else "train.epochs"
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [f"{name}={text}"])
+    assert str(err.value) == f"override '{name}={text}': {said}"
+
+
+def test_numbers_in_their_plain_forms_are_read_as_before():
+    assert load_yaml("a: [0, 10, 0x10, 1_000, 0.5, 1.0e-4, 00.5, -3]\nb: cuda:1\nc: '010'\n") == {
+        "a": [0, 10, 16, 1000, 0.5, 1.0e-4, 0.5, -3], "b": "cuda:1", "c": "010"}
+
+
+@pytest.mark.parametrize("text, line, column, name, code", [
+    ("optim:\n  lr:\u00a00.1\n", 2, 6, "no-break space", "00A0"),      # read as the text 'lr:\xa00.1'
+    ("optim:\n\u00a0 lr: 0.1\n", 2, 1, "no-break space", "00A0"),      # no indentation: optim was null
+    ("optim:\n  lr\u200b: 0.1\n", 2, 5, "zero width space", "200B"),   # an unknown key 'optim.lr\u200b'
+])
+def test_an_invisible_space_is_named_at_its_line_and_column(tmp_path, text, line, column, name, code):
+    """A no-break space pasted from a web page: 'expected a mapping for optim, got None' at line 1 before."""
+    config = tmp_path / "c.yaml"
+    config.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_config(config)
+    assert str(err.value) == (f"{config}:{line}: column {column} holds a {name} (U+{code}), which YAML does not read "
+                              "as a space (pasted from a web page or a PDF?): type a plain space there, or delete it")
+
+
+def test_invisible_spaces_in_comments_and_a_leading_byte_order_mark_are_read():
+    assert load_yaml("\ufeff# Remarque\u00a0: taux\noptim:\n  lr: 0.1  # taux\u00a0: 0,1\n") == {"optim": {"lr": 0.1}}

@@ -2,12 +2,14 @@
 ``grid_coord``, every point's softmax summed over all of them and aligned to the point it was made for."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from pointgeope.engine import build
-from pointgeope.engine.config import load_config
+from pointgeope.engine.config import TTAConfig, load_config
 from pointgeope.engine.evaluate import vote_room
 from pointgeope.errors import UserError
 from tests.engine.conftest import REPO
@@ -74,7 +76,10 @@ def test_ptv3_protocol_is_seeded_and_max_fragments_caps_each_view():
 
 def test_ptv3_protocol_refuses_ptv1_test_views():
     coord, color = room(n=100)
-    cfg = load_config(None, [*PTV3, "eval.protocol=ptv3", "eval.tta.flips=true"])
+    with pytest.raises(UserError, match=r"eval.tta.flips=true: the PTv1 test's only"):   # when the config is read
+        load_config(None, [*PTV3, "eval.protocol=ptv3", "eval.tta.flips=true"])
+    cfg = load_config(None, [*PTV3, "eval.protocol=ptv3"])                            # and a config made in code
+    cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, tta=TTAConfig(flips=True)))
     with pytest.raises(UserError, match="10 test views"):
         vote_room(GridColourClassifier(), coord, color, cfg, torch.device("cpu"))
 
