@@ -32,7 +32,7 @@ from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, pack
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.runio import Log
 from pointgeope.engine.trained_data import check_data_of
-from pointgeope.engine.weights import load_model_state
+from pointgeope.engine.weights import first_non_finite, load_model_state
 
 
 @dataclass
@@ -64,9 +64,27 @@ class Learner:
 
     def step(self, loss: torch.Tensor, grad_clip: float | None) -> None:
         """One optimiser step on ``loss``: backward (scaled for fp16), clip, step, schedule."""
+        self.backward(loss)
+        self.update(grad_clip)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """The gradients of ``loss`` (scaled for fp16) in every ``.grad``, the previous step's dropped."""
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
-        self.update(grad_clip)
+
+    def non_finite_gradient(self) -> tuple[str, int, int] | None:
+        """``(parameter, non-finite values, values)`` of the first parameter whose gradient holds a NaN or an
+        infinity, ``None`` when all are finite. A finite loss can have such gradients (an overflow in the
+        backward): the update would turn every weight it reaches into NaN. Under fp16 the grad scaler skips
+        such a step itself and lowers its scale, so nothing is reported then. One norm over all gradients
+        (one host sync) decides; only when it is not finite is each gradient looked at (a norm that
+        overflows on finite gradients is no finding)."""
+        named = {name: p.grad for name, p in self.model.named_parameters() if p.grad is not None}
+        if self.scaler.is_enabled() or not named:
+            return None
+        if bool(torch.isfinite(torch.nn.utils.get_total_norm(list(named.values())))):
+            return None
+        return first_non_finite(named)
 
     def update(self, grad_clip: float | None) -> None:
         """The step once the gradients are in place (:meth:`step`, or a CUDA graph's replay): clip, step, schedule."""
@@ -172,18 +190,29 @@ class FoldCheckpoints:
                 "fold": None if self.fold is None else fold_record(self.fold)})
         distributed.barrier()
 
-    def stop_on_nan(self, state: LoopState, loss: torch.Tensor, batch, fold: int) -> None:
-        """Save the batch and the model whose loss was not finite (each rank its own), then stop with a
-        FloatingPointError: training on would only spread the NaN into every weight."""
+    def stop_on_nan(self, state: LoopState, loss: torch.Tensor, batch, fold: int,
+                    gradient: tuple[str, int, int] | None = None) -> None:
+        """Save the batch and the model whose loss, or whose gradients (``gradient``: the first parameter
+        whose gradient holds a NaN or an infinity, :meth:`Learner.non_finite_gradient`), were not finite (each
+        rank its own), then stop with a FloatingPointError before the update: training on would only spread
+        the NaN into every weight, and into ``last.pt`` and ``best.pt`` at the epoch's end."""
         env = self.env
         name = f"nan_step_{state.step}_rank{env.rank}.pt" if env.distributed else f"nan_step_{state.step}.pt"
         save_checkpoint(self.run / name, {
             "config": self.config, "model": self.learner.model.state_dict(), "epoch": state.epoch,
             "step": state.step, "loss": loss.detach().cpu(), "pos": batch.pos.cpu(), "x": batch.x.cpu(),
             "y": batch.y.cpu(), "ptr": batch.ptr.cpu()})
+        where = f"at epoch {state.epoch + 1}, step {state.step} (batch {state.batch} of the epoch)"
+        if gradient is None:
+            what = f"the loss is {loss.item()} {where}"
+        else:
+            param, count, size = gradient
+            what = (f"the gradients are not finite {where}, with a loss of {loss.item():.6g}: the gradient of "
+                    f"'{param}' holds {count:,} NaN or infinite value(s) of {size:,} (the first such parameter)")
         raise FloatingPointError(
-            f"fold {fold}: the loss is {loss.item()} at epoch {state.epoch + 1}, step {state.step} "
-            f"(batch {state.batch} of the epoch); the batch and model were saved to {self.run / name}")
+            f"fold {fold}: {what}; the weights were not updated; the batch and model were saved to "
+            f"{self.run / name}; a lower optim.lr (or optim.grad_clip) trains it again (--force, or another "
+            "--run-dir)")
 
 
 def rank_rng_state(saved: list[dict], rank: int) -> dict:
