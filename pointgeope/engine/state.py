@@ -33,6 +33,8 @@ from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.runio import Log
 from pointgeope.engine.trained_data import check_data_of
 from pointgeope.engine.weights import first_non_finite, load_model_state
+from pointgeope.errors import UserError
+from pointgeope.lock import LOCK_NAME, still_held
 
 
 @dataclass
@@ -111,6 +113,7 @@ class FoldCheckpoints:
         self.data = data  # area -> checksum of the fold's area files (pointgeope.data.check.area_checksums)
         self.points = points  # area -> checksum of their points (pointgeope.data.identity.area_points)
         self.fold = fold  # the split it trains: recorded in every checkpoint (engine.fold_record)
+        self.locked = env.is_main and still_held(run)  # made under the fold's lock (train): check_folder checks it
 
     def resume(self, log: Log) -> LoopState:
         """The state saved in ``last.pt``, with the learner and this rank's RNG restored from it; a fresh
@@ -180,6 +183,7 @@ class FoldCheckpoints:
             states = [None] * self.env.world_size
             torch.distributed.all_gather_object(states, rng_state())
         if self.env.is_main:
+            self.check_folder(state)
             learner = self.learner
             save_checkpoint(self.run / name, {
                 "config": self.config, "model": learner.model.state_dict(),
@@ -189,6 +193,18 @@ class FoldCheckpoints:
                 "predict": self.predict, "data": self.data, "data_points": self.points,
                 "fold": None if self.fold is None else fold_record(self.fold)})
         distributed.barrier()
+
+    def check_folder(self, state: LoopState) -> None:
+        """A UserError when the fold folder, or its lock file, is no longer the one this run locked
+        (:func:`pointgeope.lock.still_held`; rank 0, which holds it; nothing to check where these checkpoints
+        were made without the fold's lock): deleted while training wrote into it.
+        Asked before every step's writes, so that no checkpoint or TensorBoard event goes into a folder that
+        the writes would make again, without a lock, and no traceback of a missing file ends the run."""
+        if self.locked and not still_held(self.run):
+            raise UserError(f"{self.run}: the fold folder, or its lock file {LOCK_NAME}, was deleted while this "
+                            f"training wrote into it (after step {state.step}); stopped, "
+                            "since another process could now take the folder; the same command trains the fold "
+                            "again (from its last.pt, if one is left)")
 
     def stop_on_nan(self, state: LoopState, loss: torch.Tensor, batch, fold: int,
                     gradient: tuple[str, int, int] | None = None) -> None:

@@ -199,8 +199,8 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
         batch = batch.to(device)
         with distributed.whole_step(env):  # under DDP a stop waits for the step's all-reduces
             logits, loss_value = step(batch, _stop_on_nan(checkpoints, state, batch, fold, device))
-        state.step += 1
-        state.batch += 1
+        state.step, state.batch = state.step + 1, state.batch + 1
+        checkpoints.check_folder(state)   # before the step's writes: the folder may have been deleted
         meter.add(logits, batch.y, loss_value)
         if writer is not None:
             writer.add_scalar("train/loss", loss_value, state.step)
