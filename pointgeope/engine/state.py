@@ -177,7 +177,10 @@ class FoldCheckpoints:
 
     def save(self, name: str, state: LoopState) -> None:
         """Write ``RUN/area_K/<name>`` on rank 0 with every rank's RNG state (collective: every rank
-        calls it, so that each one resumes its own random stream)."""
+        calls it, so that each one resumes its own random stream). A model state that is not finite (a
+        diverged run: finite losses and gradients can still overflow a batch norm's running variance) is
+        never written: a FloatingPointError naming the tensor leaves the previous checkpoint in place, the
+        one a resume, ``evaluate`` and ``predict`` can still read (they refuse a non-finite one)."""
         states = [rng_state()]
         if self.env.distributed:
             states = [None] * self.env.world_size
@@ -185,6 +188,12 @@ class FoldCheckpoints:
         if self.env.is_main:
             self.check_folder(state)
             learner = self.learner
+            if (bad := first_non_finite(learner.model.state_dict())) is not None:
+                raise FloatingPointError(
+                    f"{self.run / name}: not saved: the model's '{bad[0]}' holds {bad[1]:,} NaN or infinite "
+                    f"value(s) of {bad[2]:,} after step {state.step} (the first such tensor; the run diverged); "
+                    f"{name} is left as it was; a lower optim.lr (or optim.grad_clip) trains it again (--force, "
+                    "or another --run-dir)")
             save_checkpoint(self.run / name, {
                 "config": self.config, "model": learner.model.state_dict(),
                 "optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict(),
