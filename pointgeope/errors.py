@@ -244,11 +244,27 @@ def one_line(text: str) -> str:
 def user_message(err: BaseException) -> str | None:
     """The one line to print for ``err`` if it is the user's (or the environment's), else ``None``."""
     if isinstance(err, UserError):
-        return one_line(" ".join(str(err).split("\n")))
+        return one_line(" ".join(_worker_original(err).split("\n")))
     if isinstance(err, OSError) and err.errno in _ENVIRONMENT_ERRNOS:
         where = f": {err.filename}" if err.filename else ""
         return f"{err.strerror or err}{where}; check the folder's permissions and free space"
     return toolkit_message(err)
+
+
+# torch re-raises an error of a DataLoader worker process (a damaged or deleted area file read with
+# data.num_workers > 0) in the main process as its own class, the message wrapped with the worker's traceback.
+_WORKER_TRACE = "\nOriginal Traceback (most recent call last):\n"
+
+
+def _worker_original(err: UserError) -> str:
+    """The message of ``err``; where torch wrapped it (``Caught <Class> in DataLoader worker process <n>.``,
+    the worker's traceback, then ``<module>.<Class>: <message>``), the original message alone."""
+    text = str(err)
+    head, found, trace = text.partition(_WORKER_TRACE)
+    start = trace.rfind(name := f"\n{type(err).__module__}.{type(err).__qualname__}: ")
+    if not found or not head.startswith("Caught ") or start < 0:
+        return text
+    return trace[start + len(name):].strip()
 
 
 def add_debug_argument(parser: argparse.ArgumentParser, default=False) -> None:

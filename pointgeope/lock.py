@@ -198,6 +198,23 @@ def _release(fds: list[int], path: Path) -> None:
         os.close(fd)
 
 
+def still_held(folder: str | Path) -> bool:
+    """Whether ``FOLDER/.lock`` is still the file whose lock this process holds (:func:`folder_lock`): false
+    once the folder or its lock file was deleted or replaced while the process works in it (``rm -rf`` of a
+    run folder, by hand or by a script). A writer that goes on would write into a folder of no lock, that
+    a second writer may take (a write recreates the folder, :func:`~pointgeope.atomic.atomic_path`): a
+    stat and an fstat per held lock, cheap enough to ask before every write."""
+    try:
+        now = os.stat(Path(folder) / LOCK_NAME)
+    except OSError:
+        return False
+    for fd in _HELD:
+        held = os.fstat(fd)
+        if (held.st_ino, held.st_dev) == (now.st_ino, now.st_dev):
+            return True
+    return False
+
+
 @contextlib.contextmanager
 def folder_lock(folder: str | Path, what: str = "", readers: bool = False) -> Iterator[Path]:
     """Hold the exclusive lock of ``folder`` (created if needed, checked to be a folder it can write:

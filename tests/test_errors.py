@@ -9,8 +9,10 @@ import sys
 import time
 
 import pytest
+import torch
 
 from pointgeope.errors import Terminated, UserError, run_command, stop_on_sigterm, stops_deferred
+from pointgeope.h5 import SchemaError
 from tests.dropped_stop import IMPORT_LINE, stop_in_a_callback
 
 
@@ -23,6 +25,26 @@ def _raise(err):
 def test_user_error_is_one_line_and_exit_code_2(capsys):
     assert run_command("pointgeope x", _raise(UserError("a.yaml: unknown key 'k'\nsecond line"))) == 2
     assert capsys.readouterr().err == "pointgeope x: error: a.yaml: unknown key 'k' second line\n"
+
+
+class _DamagedData(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        raise SchemaError(f"data/Area_{index + 1}.h5: not a readable HDF5 file; it is truncated or corrupt")
+
+
+def test_a_user_error_of_a_data_loader_worker_is_its_own_one_line(capsys):
+    def read_all():
+        return sum(1 for _ in torch.utils.data.DataLoader(_DamagedData(), num_workers=1))
+
+    assert run_command("pointgeope x", read_all) == 2
+    assert capsys.readouterr().err == ("pointgeope x: error: data/Area_1.h5: not a readable HDF5 file; it is "
+                                       "truncated or corrupt\n")
+    wrapped = SchemaError("Caught SchemaError in a place.\nOriginal Traceback (most recent call last):\nno name")
+    assert run_command("pointgeope x", _raise(wrapped)) == 2          # not torch's form: the message as it came
+    assert capsys.readouterr().err.startswith("pointgeope x: error: Caught SchemaError in a place. Original ")
 
 
 def test_environment_errors_are_the_users_and_bugs_are_not(capsys):

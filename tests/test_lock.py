@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pointgeope.lock import LOCK_NAME, LockError, folder_lock
+from pointgeope.lock import LOCK_NAME, LockError, folder_lock, still_held
 
 HOLDER = """
 import sys, time
@@ -232,3 +232,21 @@ def test_a_holders_long_command_is_shown_whole_or_marked_as_cut(tmp_path, length
         assert quoted == command
     else:
         assert quoted.endswith(" ...") and command.startswith(quoted[:-4]) and 100 < len(quoted) < length
+
+
+def test_still_held_until_the_folder_or_its_lock_file_is_deleted_or_replaced(tmp_path):
+    import shutil
+
+    assert not still_held(tmp_path / "a")                        # never locked
+    with folder_lock(tmp_path / "a", "mine"):
+        assert still_held(tmp_path / "a")
+        assert not still_held(tmp_path)                          # another folder
+        shutil.rmtree(tmp_path / "a")
+        assert not still_held(tmp_path / "a")
+        (tmp_path / "a").mkdir()
+        (tmp_path / "a" / LOCK_NAME).write_text("{}")            # made again: another file, no lock of ours
+        assert not still_held(tmp_path / "a")
+    with folder_lock(tmp_path / "b", "mine"):
+        (tmp_path / "b" / LOCK_NAME).unlink()                    # the lock file alone
+        assert not still_held(tmp_path / "b")
+    assert not still_held(tmp_path / "b")

@@ -32,7 +32,9 @@ from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, pack
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.runio import Log
 from pointgeope.engine.trained_data import check_data_of
-from pointgeope.engine.weights import load_model_state
+from pointgeope.engine.weights import first_non_finite, load_model_state
+from pointgeope.errors import UserError
+from pointgeope.lock import LOCK_NAME, still_held
 
 
 @dataclass
@@ -64,9 +66,27 @@ class Learner:
 
     def step(self, loss: torch.Tensor, grad_clip: float | None) -> None:
         """One optimiser step on ``loss``: backward (scaled for fp16), clip, step, schedule."""
+        self.backward(loss)
+        self.update(grad_clip)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """The gradients of ``loss`` (scaled for fp16) in every ``.grad``, the previous step's dropped."""
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
-        self.update(grad_clip)
+
+    def non_finite_gradient(self) -> tuple[str, int, int] | None:
+        """``(parameter, non-finite values, values)`` of the first parameter whose gradient holds a NaN or an
+        infinity, ``None`` when all are finite. A finite loss can have such gradients (an overflow in the
+        backward): the update would turn every weight it reaches into NaN. Under fp16 the grad scaler skips
+        such a step itself and lowers its scale, so nothing is reported then. One norm over all gradients
+        (one host sync) decides; only when it is not finite is each gradient looked at (a norm that
+        overflows on finite gradients is no finding)."""
+        named = {name: p.grad for name, p in self.model.named_parameters() if p.grad is not None}
+        if self.scaler.is_enabled() or not named:
+            return None
+        if bool(torch.isfinite(torch.nn.utils.get_total_norm(list(named.values())))):
+            return None
+        return first_non_finite(named)
 
     def update(self, grad_clip: float | None) -> None:
         """The step once the gradients are in place (:meth:`step`, or a CUDA graph's replay): clip, step, schedule."""
@@ -93,6 +113,7 @@ class FoldCheckpoints:
         self.data = data  # area -> checksum of the fold's area files (pointgeope.data.check.area_checksums)
         self.points = points  # area -> checksum of their points (pointgeope.data.identity.area_points)
         self.fold = fold  # the split it trains: recorded in every checkpoint (engine.fold_record)
+        self.locked = env.is_main and still_held(run)  # made under the fold's lock (train): check_folder checks it
 
     def resume(self, log: Log) -> LoopState:
         """The state saved in ``last.pt``, with the learner and this rank's RNG restored from it; a fresh
@@ -156,13 +177,23 @@ class FoldCheckpoints:
 
     def save(self, name: str, state: LoopState) -> None:
         """Write ``RUN/area_K/<name>`` on rank 0 with every rank's RNG state (collective: every rank
-        calls it, so that each one resumes its own random stream)."""
+        calls it, so that each one resumes its own random stream). A model state that is not finite (a
+        diverged run: finite losses and gradients can still overflow a batch norm's running variance) is
+        never written: a FloatingPointError naming the tensor leaves the previous checkpoint in place, the
+        one a resume, ``evaluate`` and ``predict`` can still read (they refuse a non-finite one)."""
         states = [rng_state()]
         if self.env.distributed:
             states = [None] * self.env.world_size
             torch.distributed.all_gather_object(states, rng_state())
         if self.env.is_main:
+            self.check_folder(state)
             learner = self.learner
+            if (bad := first_non_finite(learner.model.state_dict())) is not None:
+                raise FloatingPointError(
+                    f"{self.run / name}: not saved: the model's '{bad[0]}' holds {bad[1]:,} NaN or infinite "
+                    f"value(s) of {bad[2]:,} after step {state.step} (the first such tensor; the run diverged); "
+                    f"{name} is left as it was; a lower optim.lr (or optim.grad_clip) trains it again (--force, "
+                    "or another --run-dir)")
             save_checkpoint(self.run / name, {
                 "config": self.config, "model": learner.model.state_dict(),
                 "optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict(),
@@ -172,18 +203,41 @@ class FoldCheckpoints:
                 "fold": None if self.fold is None else fold_record(self.fold)})
         distributed.barrier()
 
-    def stop_on_nan(self, state: LoopState, loss: torch.Tensor, batch, fold: int) -> None:
-        """Save the batch and the model whose loss was not finite (each rank its own), then stop with a
-        FloatingPointError: training on would only spread the NaN into every weight."""
+    def check_folder(self, state: LoopState) -> None:
+        """A UserError when the fold folder, or its lock file, is no longer the one this run locked
+        (:func:`pointgeope.lock.still_held`; rank 0, which holds it; nothing to check where these checkpoints
+        were made without the fold's lock): deleted while training wrote into it.
+        Asked before every step's writes, so that no checkpoint or TensorBoard event goes into a folder that
+        the writes would make again, without a lock, and no traceback of a missing file ends the run."""
+        if self.locked and not still_held(self.run):
+            raise UserError(f"{self.run}: the fold folder, or its lock file {LOCK_NAME}, was deleted while this "
+                            f"training wrote into it (after step {state.step}); stopped, "
+                            "since another process could now take the folder; the same command trains the fold "
+                            "again (from its last.pt, if one is left)")
+
+    def stop_on_nan(self, state: LoopState, loss: torch.Tensor, batch, fold: int,
+                    gradient: tuple[str, int, int] | None = None) -> None:
+        """Save the batch and the model whose loss, or whose gradients (``gradient``: the first parameter
+        whose gradient holds a NaN or an infinity, :meth:`Learner.non_finite_gradient`), were not finite (each
+        rank its own), then stop with a FloatingPointError before the update: training on would only spread
+        the NaN into every weight, and into ``last.pt`` and ``best.pt`` at the epoch's end."""
         env = self.env
         name = f"nan_step_{state.step}_rank{env.rank}.pt" if env.distributed else f"nan_step_{state.step}.pt"
         save_checkpoint(self.run / name, {
             "config": self.config, "model": self.learner.model.state_dict(), "epoch": state.epoch,
             "step": state.step, "loss": loss.detach().cpu(), "pos": batch.pos.cpu(), "x": batch.x.cpu(),
             "y": batch.y.cpu(), "ptr": batch.ptr.cpu()})
+        where = f"at epoch {state.epoch + 1}, step {state.step} (batch {state.batch} of the epoch)"
+        if gradient is None:
+            what = f"the loss is {loss.item()} {where}"
+        else:
+            param, count, size = gradient
+            what = (f"the gradients are not finite {where}, with a loss of {loss.item():.6g}: the gradient of "
+                    f"'{param}' holds {count:,} NaN or infinite value(s) of {size:,} (the first such parameter)")
         raise FloatingPointError(
-            f"fold {fold}: the loss is {loss.item()} at epoch {state.epoch + 1}, step {state.step} "
-            f"(batch {state.batch} of the epoch); the batch and model were saved to {self.run / name}")
+            f"fold {fold}: {what}; the weights were not updated; the batch and model were saved to "
+            f"{self.run / name}; a lower optim.lr (or optim.grad_clip) trains it again (--force, or another "
+            "--run-dir)")
 
 
 def rank_rng_state(saved: list[dict], rank: int) -> dict:

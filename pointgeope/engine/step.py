@@ -23,12 +23,13 @@ __all__ = ["train_step"]
 def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, device: torch.device,
                before_update: Callable[[torch.Tensor, float], None] | None = None) -> tuple[torch.Tensor, float]:
     """One training step on ``batch`` (on ``device``: ``pos (N, 3)``, ``x (N, C)``, ``ptr (B+1,)``, ``y (N,)``,
-    optionally ``hierarchy`` or PTv3's ``grid_coord (N, 3)``): the forward of ``net`` under ``train.amp``'s autocast (build.autocast), the
-    float32 ``train.loss``, then ``learner.step`` (backward, scaler, clip, optimiser, schedule). Returns the
-    logits ``(N, classes)`` and the loss as a float (the step's one host sync); ``before_update(loss,
-    value)`` runs between the two (train_epoch's non-finite check). The one step the training loop and the
-    ``bench/`` scripts run. PTv3's batch norm on a one-row batch (:class:`SmallBatchError`) is said naming the
-    ``data`` keys that made the batch so small (:mod:`pointgeope.engine.small_batch`)."""
+    optionally ``hierarchy`` or PTv3's ``grid_coord (N, 3)``): the forward of ``net`` under ``train.amp``'s
+    autocast (build.autocast), the float32 ``train.loss``, then ``learner.backward`` and ``learner.update``
+    (scaler, clip, optimiser, schedule). Returns the logits ``(N, classes)`` and the loss as a float (the
+    step's one host sync); ``before_update(loss, value)`` runs between the backward and the update
+    (train_epoch's check of the loss and the gradients). The one step the training loop and the ``bench/``
+    scripts run. PTv3's batch norm on a one-row batch (:class:`SmallBatchError`) is said naming the ``data``
+    keys that made the batch so small (:mod:`pointgeope.engine.small_batch`)."""
     with build.autocast(cfg, device):
         # the loader's hierarchy, or None: the model builds it on the device (placement.hierarchy_place);
         # PTv3's samples carry their voxels (grid_coord), PTv1's do not
@@ -40,7 +41,8 @@ def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, devic
     loss = segmentation_loss(logits.float(), batch.y, cfg.train.loss, cfg.train.ignore_index,
                              cfg.train.lovasz_weight)
     loss_value = loss.item()
-    if before_update is not None:
+    learner.backward(loss)
+    if before_update is not None:  # the gradients are in place, the weights not updated yet
         before_update(loss, loss_value)
-    learner.step(loss, cfg.optim.grad_clip)
+    learner.update(cfg.optim.grad_clip)
     return logits, loss_value

@@ -19,9 +19,9 @@ Restarting the same command resumes from ``last.pt`` exactly: the loop's positio
 the model, optimiser, schedule and scaler, and every rank's RNG states are restored, the data order and the
 augmentations are functions of ``(seed, epoch, index)``, so the resumed run takes the steps the
 uninterrupted one would have and logs the same epoch scores (:mod:`pointgeope.engine.state` saves and
-restores all of it, the sums of an unfinished epoch's batches included). Every
-checkpoint records the checksums of the fold's area files (``manifest.json``'s, else computed from the
-files); a resume on other data is refused with the differing files named, and ``--force`` retrains.
+restores all of it, the sums of an unfinished epoch's batches included). Every checkpoint records the
+checksums of the fold's area files (``manifest.json``'s, else computed from the files); a resume on other
+data is refused with the differing files named, and ``--force`` retrains.
 
 Reading order: :func:`train_fold` is the loop, top to bottom (set-up, resume, epochs, evaluation); each
 epoch is :func:`train_epoch` (the optimiser steps) then :func:`end_epoch` (scores, validation,
@@ -133,8 +133,7 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     scheduler = build.scheduler(cfg, optimizer, steps_per_epoch)
     learner = Learner(model, optimizer, scheduler, build.grad_scaler(cfg, device))
     log(f"model: {cfg.model.backbone}, {sum(p.numel() for p in model.parameters()):,} parameters, "
-        f"pe={cfg.model.pe}; "
-        f"{len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
+        f"pe={cfg.model.pe}; {len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
     log(place.line())
     if place.where != "none":   # PTv3 samples no points
         log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
@@ -200,8 +199,8 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
         batch = batch.to(device)
         with distributed.whole_step(env):  # under DDP a stop waits for the step's all-reduces
             logits, loss_value = step(batch, _stop_on_nan(checkpoints, state, batch, fold, device))
-        state.step += 1
-        state.batch += 1
+        state.step, state.batch = state.step + 1, state.batch + 1
+        checkpoints.check_folder(state)   # before the step's writes: the folder may have been deleted
         meter.add(logits, batch.y, loss_value)
         if writer is not None:
             writer.add_scalar("train/loss", loss_value, state.step)
@@ -216,11 +215,12 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
 
 
 def _stop_on_nan(checkpoints: FoldCheckpoints, state: LoopState, batch, fold: int, device: torch.device):
-    """train_step's check before the update: a non-finite loss on any rank stops every rank together,
-    leaving ``nan_step_<step>.pt`` (FoldCheckpoints.stop_on_nan)."""
+    """train_step's check before the update: a non-finite loss or gradient (Learner.non_finite_gradient) on any
+    rank stops every rank together, leaving ``nan_step_<step>.pt`` (FoldCheckpoints.stop_on_nan)."""
     def check(loss: torch.Tensor, loss_value: float) -> None:
-        if distributed.any_rank(not math.isfinite(loss_value), device):
-            checkpoints.stop_on_nan(state, loss, batch, fold)
+        gradient = checkpoints.learner.non_finite_gradient() if math.isfinite(loss_value) else None
+        if distributed.any_rank(not math.isfinite(loss_value) or gradient is not None, device):
+            checkpoints.stop_on_nan(state, loss, batch, fold, gradient)
     return check
 
 

@@ -24,18 +24,21 @@ from pathlib import Path
 from pointgeope.engine import state
 
 marker, stop_at = Path(sys.argv.pop()), int(sys.argv.pop())
-real, steps = state.Learner.step, []
+backward, update, steps = state.Learner.backward, state.Learner.update, []
 
-def step(self, loss, grad_clip):
+def step_backward(self, loss):
     steps.append(len(steps) + 1)
     if steps[-1] == stop_at:
         first = next(p for p in self.model.parameters() if p.requires_grad)
         first.register_hook(lambda grad: os.kill(os.getpid(), signal.SIGTERM))  # inside the backward
-    real(self, loss, grad_clip)
+    backward(self, loss)
+
+def step_update(self, grad_clip):
+    update(self, grad_clip)
     if steps[-1] == stop_at:
         marker.write_text("the step ended")
 
-state.Learner.step = step
+state.Learner.backward, state.Learner.update = step_backward, step_update
 runpy.run_path("train.py", run_name="__main__")
 """
 

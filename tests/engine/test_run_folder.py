@@ -288,3 +288,26 @@ def test_a_skipped_fold_names_the_eval_values_it_was_not_tested_with(two_folds, 
     assert train(two_folds, tmp_path, *same, "eval.tta.rotations=2", "eval.tta.flips=true", "eval.vote=softmax") == 0
     assert (f"its test did not use this command's eval.vote=softmax (it used logits), which train does not apply "
             f"to a complete fold: {command} eval.vote=softmax tests it with them") in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_fold_folder_deleted_while_training_is_one_line_and_not_made_again(two_folds, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from pointgeope.engine import losses
+
+    real, calls, fold = losses.F.cross_entropy, [], tmp_path / "area_1"
+
+    def delete_at_the_second_step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            shutil.rmtree(fold)                                  # rm -rf of the fold folder, while it trains
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(losses.F, "cross_entropy", delete_at_the_second_step)
+    assert train(two_folds, tmp_path, "data.loop=2") == 2
+    last_line_only(capsys.readouterr().err, f"train.py: error: {fold}: the fold folder, or its lock file .lock, "
+                   "was deleted while this training wrote into it (after step 2); stopped, since another process "
+                   "could now take the folder; the same command trains the fold again (from its last.pt, if one "
+                   "is left)")
+    assert not fold.exists()       # no checkpoint, event or log written into a folder made again without a lock

@@ -4,6 +4,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 import torch
 
 from pointgeope.engine.distributed import DistEnv
@@ -113,3 +114,23 @@ def test_a_resume_with_another_number_of_processes_warns_and_gives_each_new_rank
         f"warning: {last} was written by 2 DDP process(es), this run has 1: the results will differ from an "
         "uninterrupted run (BatchNorm statistics are per process; run 2 process(es) to match: torchrun "
         "--nproc_per_node 2)"]
+
+
+def test_a_model_state_that_is_not_finite_is_never_saved_and_the_previous_checkpoint_stays(tmp_path):
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    learn = Learner(net, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0),
+                    torch.amp.GradScaler("cuda", enabled=False))
+    ckpts = FoldCheckpoints(tmp_path, learn, ENV, {}, {})
+    ckpts.save("last.pt", LoopState(epoch=1, step=4))
+    before = (tmp_path / "last.pt").read_bytes()
+    with torch.no_grad():
+        net[1].running_var[2] = float("inf")         # the weights finite, a buffer overflowed
+    with pytest.raises(FloatingPointError) as err:
+        ckpts.save("last.pt", LoopState(epoch=2, step=8))
+    assert str(err.value) == (f"{tmp_path / 'last.pt'}: not saved: the model's '1.running_var' holds 1 NaN or "
+                              "infinite value(s) of 4 after step 8 (the first such tensor; the run diverged); "
+                              "last.pt is left as it was; a lower optim.lr (or optim.grad_clip) trains it again "
+                              "(--force, or another --run-dir)")
+    assert (tmp_path / "last.pt").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]    # no temporary file left either

@@ -191,6 +191,58 @@ def test_nan_loss_stops_and_saves_the_batch(two_folds, tmp_path, monkeypatch, ca
     assert not (tmp_path / "area_1" / "metrics.json").exists()
 
 
+class _NanBackward(torch.autograd.Function):
+    """The identity forward, a NaN gradient backward: a finite loss whose gradients are not (an overflow in
+    the backward of a diverging run)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * float("nan")
+
+
+@pytest.mark.slow
+def test_non_finite_gradients_of_a_finite_loss_stop_before_the_update(two_folds, tmp_path, monkeypatch, capsys):
+    real = torch.nn.functional.cross_entropy
+    calls = []
+
+    def nan_gradient_on_fourth(*args, **kwargs):
+        calls.append(1)
+        loss = real(*args, **kwargs)
+        return _NanBackward.apply(loss) if len(calls) == 4 else loss
+
+    monkeypatch.setattr(losses_mod.F, "cross_entropy", nan_gradient_on_fourth)
+    # 4 steps an epoch: the last step of epoch 1 has a finite loss and NaN gradients. Updated by them, every
+    # weight would be NaN in the last.pt and best.pt of epoch 1, and the stop would come a step later
+    # naming an innocent batch.
+    assert train(two_folds, tmp_path, "data.loop=2") == 1
+    err = capsys.readouterr().err
+    assert "the gradients are not finite at epoch 1, step 3 (batch 3 of the epoch), with a loss of " in err
+    assert "holds" in err and "NaN or infinite value(s)" in err and "the weights were not updated" in err
+    dump = torch.load(tmp_path / "area_1" / "nan_step_3.pt", weights_only=True)
+    assert dump["step"] == 3 and bool(torch.isfinite(dump["loss"]))
+    assert all(bool(torch.isfinite(w).all()) for w in dump["model"].values() if w.is_floating_point())
+    assert not (tmp_path / "area_1" / "last.pt").exists() and not (tmp_path / "area_1" / "best.pt").exists()
+
+
+def test_the_first_parameter_with_a_non_finite_gradient_is_named():
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    learner = state_mod.Learner(net, torch.optim.SGD(net.parameters(), lr=0.1), None,
+                                torch.amp.GradScaler("cpu", enabled=False))
+    assert learner.non_finite_gradient() is None                  # no gradient yet
+    learner.backward(net(torch.ones(3, 2)).sum())
+    assert learner.non_finite_gradient() is None
+    net[1].weight.grad[0, 1] = float("inf")
+    net[1].bias.grad[0] = float("nan")
+    assert learner.non_finite_gradient() == ("1.weight", 1, 2)
+    for p in net.parameters():                                    # finite but huge: their norm overflows
+        p.grad = torch.full_like(p, 3e38)
+    assert learner.non_finite_gradient() is None
+
+
 def weights_like(root, run):
     from pointgeope.engine import build
 
