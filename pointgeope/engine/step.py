@@ -25,9 +25,10 @@ def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, devic
     """One training step on ``batch`` (on ``device``: ``pos (N, 3)``, ``x (N, C)``, ``ptr (B+1,)``, ``y (N,)``,
     optionally ``hierarchy`` or PTv3's ``grid_coord (N, 3)``): the forward of ``net`` under ``train.amp``'s
     autocast (build.autocast), the float32 ``train.loss``, then ``learner.backward`` and ``learner.update``
-    (scaler, clip, optimiser, schedule). Returns the logits ``(N, classes)`` and the loss as a float (the
-    step's one host sync); ``before_update(loss, value)`` runs between the backward and the update
-    (train_epoch's check of the loss and the gradients). The one step the training loop and the ``bench/``
+    (scaler, clip, optimiser, schedule). Returns the logits ``(N, classes)`` and the loss as a float, read
+    once the backward is queued: on a GPU the host waits once for the forward and the backward together, and
+    the check's gradient norm after it waits on a few kernels only. ``before_update(loss, value)`` runs
+    between the backward and the update (train_epoch's check of the loss and the gradients). The one step the training loop and the ``bench/``
     scripts run. PTv3's batch norm on a one-row batch (:class:`SmallBatchError`) is said naming the ``data``
     keys that made the batch so small (:mod:`pointgeope.engine.small_batch`)."""
     with build.autocast(cfg, device):
@@ -40,8 +41,8 @@ def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, devic
             raise type(err)(err.fact, small_batch_advice(cfg.data, len(batch.pos))) from None   # its class kept
     loss = segmentation_loss(logits.float(), batch.y, cfg.train.loss, cfg.train.ignore_index,
                              cfg.train.lovasz_weight)
-    loss_value = loss.item()
     learner.backward(loss)
+    loss_value = loss.item()        # the host waits here once, for the forward and the backward together
     if before_update is not None:  # the gradients are in place, the weights not updated yet
         before_update(loss, loss_value)
     learner.update(cfg.optim.grad_clip)
