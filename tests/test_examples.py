@@ -120,7 +120,9 @@ def test_segmentation_interpolation_is_pygs_knn_interpolate_also_for_examples_of
     ("classification", ["--layers", "pyg", "geope3"], "argument --layers: invalid choice: 'geope3' (choose from 'pyg', "),
     ("classification", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0"),
     ("segmentation", ["--points", "9"], "argument --points: expected an int >= 10, got 9"),
-    ("", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0")])
+    ("", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0"),
+    ("", ["--steps", "x"], "argument --steps: invalid int value: 'x'"),          # not "invalid positive value"
+    ("segmentation", ["--steps", "x"], "argument --steps: invalid int value: 'x'")])
 def test_pygs_examples_refuse_a_bad_argument_in_one_line_before_any_work(name, args, error):
     """The three PyG examples: a misspelt layer, no steps or too few points for the shapes were a traceback after the data were made
     (`ValueError: unknown positional encoding`, `IndexError`, torch's `cannot sample n_sample <= 0 samples`)."""
