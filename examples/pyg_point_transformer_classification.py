@@ -72,7 +72,7 @@ def make_conv(layer: str, in_channels: int, out_channels: int, pos_nn: nn.Module
     if layer == "pyg":
         return PointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn)
     encoding, scale = PositionalEncoding.preset(layer), options_for(layer, pos_scale=pos_scale, grid_unit=1 / pos_scale)
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(devices=[]):                    # built on the CPU: its stream only
         conv = GeoPEPointTransformerConv(in_channels, out_channels, pos_nn=pos_nn if encoding.needs_delta else None,
                                          attn_nn=attn_nn, pe=layer, **scale)
     PointTransformerConv(in_channels, out_channels, copy.deepcopy(pos_nn), copy.deepcopy(attn_nn))   # PyG's draws

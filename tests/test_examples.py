@@ -152,3 +152,16 @@ def test_pygs_examples_give_every_layer_pygs_other_weights_and_random_stream(lay
     assert len(others) > 20
     for key in others:
         assert torch.equal(ours.state_dict()[key], theirs[key]), key
+
+
+def test_pygs_examples_build_the_layer_without_touching_a_cuda_device(monkeypatch):
+    """The layer is built on the CPU in a fork of the CPU's random stream only: on a machine of several GPUs the
+    fork of every device's stream initialised each GPU and printed torch's warning about it."""
+    example = load("pyg_point_transformer_classification")
+
+    def touched(*args, **kwargs):
+        raise AssertionError("a CUDA device's random state was read")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", touched)
+    torch.manual_seed(0)
+    example.Net(6, 0, [16, 32], "rope-mixed", 64, k=8)
