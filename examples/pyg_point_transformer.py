@@ -107,15 +107,10 @@ def main(steps: int = 40) -> dict[str, list[float]]:
     return results
 
 
-def positive(text: str) -> int:
-    """`--steps`: an int >= 1 (argparse turns the errors into one line and exit code 2)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {value}")
-    return value
-
-
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=positive, default=40, help="training steps per positional encoding")
-    main(parser.parse_args().steps)
+    parser.add_argument("--steps", type=int, default=40, help="training steps per positional encoding (>= 1)")
+    args = parser.parse_args()
+    if args.steps < 1:                                       # argparse's one line and exit code 2
+        parser.error(f"argument --steps: expected an int >= 1, got {args.steps}")
+    main(args.steps)

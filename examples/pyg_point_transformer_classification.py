@@ -11,8 +11,8 @@ point sampling to a quarter, an MLP, a max over each sample's k nearest points),
   losses, bit for bit, from the same seed), each block with its level's `pos_scale` (below);
 - PyG's `knn_graph`, `knn` and `fps` (pyg-lib / torch-cluster) are pointgeope's (`pointgeope.nn.knn_graph`,
   `pointgeope.model.ops.knn` / `fps`: nothing to compile) and the scatter-max a max over the neighbours.
-  pointgeope's FPS starts from each example's first point and keeps `n // 4` of its `n` points (PyG's `fps`
-  starts from a random one, `random_start=True`, and torch-cluster's keeps `ceil(n / 4)`);
+  pointgeope's FPS starts from each example's first point and keeps `max(1, n // 4)` of its `n` points
+  (PyG's `fps` starts from a random one, `random_start=True`, and torch-cluster's keeps `ceil(n / 4)`);
 - ModelNet10 is replaced by small synthetic shapes of the same form (`synthetic_shapes.py`: six primitives,
   centred and scaled into $[-1, 1]^3$ by PyG's `T.NormalizeScale`, no features), each sampled once (PyG's
   `T.SamplePoints(1024)` samples the meshes afresh every epoch);
@@ -72,7 +72,7 @@ def make_conv(layer: str, in_channels: int, out_channels: int, pos_nn: nn.Module
     if layer == "pyg":
         return PointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn)
     encoding, scale = PositionalEncoding.preset(layer), options_for(layer, pos_scale=pos_scale, grid_unit=1 / pos_scale)
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(devices=[]):                    # built on the CPU: its stream only
         conv = GeoPEPointTransformerConv(in_channels, out_channels, pos_nn=pos_nn if encoding.needs_delta else None,
                                          attn_nn=attn_nn, pe=layer, **scale)
     PointTransformerConv(in_channels, out_channels, copy.deepcopy(pos_nn), copy.deepcopy(attn_nn))   # PyG's draws

@@ -120,7 +120,9 @@ def test_segmentation_interpolation_is_pygs_knn_interpolate_also_for_examples_of
     ("classification", ["--layers", "pyg", "geope3"], "argument --layers: invalid choice: 'geope3' (choose from 'pyg', "),
     ("classification", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0"),
     ("segmentation", ["--points", "9"], "argument --points: expected an int >= 10, got 9"),
-    ("", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0")])
+    ("", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0"),
+    ("", ["--steps", "x"], "argument --steps: invalid int value: 'x'"),          # not "invalid positive value"
+    ("segmentation", ["--steps", "x"], "argument --steps: invalid int value: 'x'")])
 def test_pygs_examples_refuse_a_bad_argument_in_one_line_before_any_work(name, args, error):
     """The three PyG examples: a misspelt layer, no steps or too few points for the shapes were a traceback after the data were made
     (`ValueError: unknown positional encoding`, `IndexError`, torch's `cannot sample n_sample <= 0 samples`)."""
@@ -150,3 +152,16 @@ def test_pygs_examples_give_every_layer_pygs_other_weights_and_random_stream(lay
     assert len(others) > 20
     for key in others:
         assert torch.equal(ours.state_dict()[key], theirs[key]), key
+
+
+def test_pygs_examples_build_the_layer_without_touching_a_cuda_device(monkeypatch):
+    """The layer is built on the CPU in a fork of the CPU's random stream only: on a machine of several GPUs the
+    fork of every device's stream initialised each GPU and printed torch's warning about it."""
+    example = load("pyg_point_transformer_classification")
+
+    def touched(*args, **kwargs):
+        raise AssertionError("a CUDA device's random state was read")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", touched)
+    torch.manual_seed(0)
+    example.Net(6, 0, [16, 32], "rope-mixed", 64, k=8)

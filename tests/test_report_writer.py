@@ -102,3 +102,27 @@ def test_a_report_removes_the_confusion_figures_of_an_earlier_reports_runs_and_n
     assert all((out / name).read_bytes() == b"a user's" for name in kept)
     assert stdout.endswith(f"removed (an earlier report's, of runs not in this one):\n  {out / 'confusion_geope.png'}"
                            f"\n  {out / 'confusion_rpe.png'}\n")
+
+
+def test_a_report_keeps_confusion_figures_that_no_earlier_report_wrote(tmp_path, capsys):
+    """Before: a report removed every ``confusion_*.png`` in its --out as "an earlier report's", also a user's
+    own figure in a folder that held no report. Only the figures of the runs an earlier ``report.json`` names
+    are removed; with no (or an unreadable) ``report.json`` nothing is."""
+    rpe, geope = make_runs(tmp_path)
+    out = tmp_path / "figures"
+    out.mkdir()
+    mine = ("confusion_baseline.png", "confusion_rpe_2.png")
+    for name in mine:
+        (out / name).write_bytes(b"a user's")
+    assert cli(["report", str(rpe), "--out", str(out)]) == 0
+    assert "removed" not in capsys.readouterr().out
+    assert all((out / name).read_bytes() == b"a user's" for name in mine)
+
+    assert cli(["report", str(geope), "--out", str(out)]) == 0       # the earlier report (rpe) is in out now
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ("report.md", "report.json", "report.csv", "iou_per_class.png", "confusion_geope.png", *mine))
+    assert capsys.readouterr().out.endswith(f"removed (an earlier report's, of runs not in this one):\n"
+                                            f"  {out / 'confusion_rpe.png'}\n")
+    (out / "report.json").write_text("{not json")
+    assert cli(["report", str(rpe), "--out", str(out)]) == 0
+    assert (out / "confusion_geope.png").is_file() and "removed" not in capsys.readouterr().out

@@ -17,8 +17,9 @@ Folds of one run trained or evaluated with different settings (model, data or pr
 ``--allow-mixed`` pools them and writes the differences into report.md and report.json.
 The summary tables go to stdout, followed by the paths written. One report at a time writes ``DIR`` (a second
 is refused, naming the first); every file is made before the first is written, so that a report stopped
-(Ctrl-C) leaves the previous one whole. The ``confusion_<run>.png`` of an earlier report's runs that this
-one does not have are removed from ``DIR`` (and listed); no other file there is touched.
+(Ctrl-C) leaves the previous one whole. The ``confusion_<run>.png`` of an earlier report's runs (those its
+``report.json`` names) that this one does not have are removed from ``DIR`` (and listed); no other file there is
+touched.
 """
 from __future__ import annotations
 

@@ -8,13 +8,16 @@ import json
 import re
 from pathlib import Path
 
-# The name of each run's confusion figure, ``confusion_<slug>.png`` (:func:`_slug`, ``_<i>`` when two share
-# it): an earlier report's with other run names is stale (:func:`stale_outputs`).
-_CONFUSION = re.compile(r"confusion_[A-Za-z0-9_.-]+\.png")
-
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "run"
+
+
+def confusion_names(names: list[str]) -> list[str]:
+    """The file name of each run's confusion figure: ``confusion_<slug>.png`` (:func:`_slug` of its name), with
+    ``_<i>`` (its 1-based place) where two names share a slug."""
+    slugs = [_slug(name) for name in names]
+    return [f"confusion_{slug if slugs.count(slug) == 1 else f'{slug}_{i + 1}'}.png" for i, slug in enumerate(slugs)]
 
 
 def default_out(runs: list[Path], names: list[str]) -> Path:
@@ -49,23 +52,26 @@ def report_files(summaries, out: Path, digits: int = 1) -> dict[Path, bytes]:
         out / "report.csv": tables.csv_text(summaries).encode(),
         out / "iou_per_class.png": plots.iou_bar_chart(summaries),
     }
-    slugs = [_slug(s.name) for s in summaries]
-    for i, s in enumerate(summaries):
-        slug = slugs[i] if slugs.count(slugs[i]) == 1 else f"{slugs[i]}_{i + 1}"
-        files[inside(out, out / f"confusion_{slug}.png", f"run name {s.name!r}", "--out")] = \
-            plots.confusion_heatmap(s)
+    for name, s in zip(confusion_names([s.name for s in summaries]), summaries):
+        files[inside(out, out / name, f"run name {s.name!r}", "--out")] = plots.confusion_heatmap(s)
     return files
 
 
 def stale_outputs(out: Path, files: dict[Path, bytes]) -> list[Path]:
-    """The outputs of an earlier report in ``out`` that this one does not write: the confusion figures
-    ``confusion_<run>.png`` of runs named otherwise, which a reader would take for current. Only files of
-    that name are meant (the other outputs are rewritten); nothing else in ``out`` is ever listed."""
-    if not out.is_dir():
+    """The outputs of an earlier report in ``out`` that this one does not write: the confusion figures of the
+    runs its ``report.json`` names (:func:`confusion_names`) and this report does not have, which a reader would
+    take for current. Nothing else is ever listed: a ``confusion_*.png`` of no earlier report (a user's own
+    figure in ``--out``) is kept, and so is everything where ``report.json`` is missing or unreadable."""
+    try:
+        names = [run["name"] for run in json.loads((out / "report.json").read_text(encoding="utf-8"))["runs"]]
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError):
         return []
+    if not all(isinstance(name, str) for name in names):
+        return []
+    earlier = confusion_names(names)
     written = {path.name for path in files}
-    return sorted(p for p in out.iterdir() if _CONFUSION.fullmatch(p.name) and p.name not in written
-                  and (p.is_symlink() or p.is_file()))
+    return sorted(out / name for name in set(earlier) - written
+                  if (out / name).is_symlink() or (out / name).is_file())
 
 
 def write_files(files: dict[Path, bytes], out: Path) -> list[Path]:
