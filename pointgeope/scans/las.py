@@ -4,6 +4,7 @@
 Reading: ``x y z`` as scaled float64 (``X * scale + offset``), in file order; the colour of point formats
 that have one (2, 3, 5, 7, 8, 10) is 16 bit by the specification and divided by 257, unless every value
 is within 0..255 (writers that store 8-bit values as they are; the rule of ``pointgeope.color_range``).
+An uncompressed file shorter than its header's point records (cut short) is refused, naming both counts.
 
 Writing (``write_las``): LAS 1.2 point format 3 (GPS time and RGB, colour ``c * 257``), the predicted
 class in the ``classification`` field (0..12 in ``constants.CLASS_NAMES`` order, not the ASPRS codes;
@@ -42,9 +43,16 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
     path = Path(path)
     laspy = _laspy(path)
     try:
-        las = laspy.read(path)
+        with laspy.open(path) as reader:
+            header = reader.header
+            _check_length(path, header)
+            las = reader.read()
+    except ScanError:
+        raise
     except Exception as err:  # laspy raises its own and OS errors for truncated or foreign files
         raise ScanError(f"{path}: not a readable LAS/LAZ file ({type(err).__name__}: {err})") from None
+    if len(las.points) != header.point_count:  # laspy reads what there is, with only a log line
+        raise ScanError(_truncated(path, header, f"{len(las.points):,} of them"))
     coord = np.stack([np.asarray(las.x), np.asarray(las.y), np.asarray(las.z)], axis=1).astype(np.float64)
     color, notes = None, []
     if {"red", "green", "blue"} <= set(las.point_format.dimension_names):
@@ -53,6 +61,24 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
     meta = {"las_scales": [float(s) for s in las.header.scales],
             "las_offsets": [float(o) for o in las.header.offsets], "notes": notes}
     return Scan(name or path.stem, str(path), coord, color, meta=meta)
+
+
+def _truncated(path: Path, header, holds: str) -> str:
+    return (f"{path}: truncated LAS: its header promises {header.point_count:,} points, the file holds {holds} "
+            "(cut short, e.g. by an interrupted copy or download); copy it again or export it again")
+
+
+def _check_length(path: Path, header) -> None:
+    """A ScanError when an uncompressed file is shorter than its header's points: ``offset_to_point_data +
+    point_count x record size`` bytes. (laspy read such a file whole records at a time: cut inside a record it
+    raised numpy's "buffer size must be a multiple of element size", cut between records it returned the
+    records there were, a scan silently short of its last points.)"""
+    if header.are_points_compressed:
+        return
+    size, record = path.stat().st_size, header.point_format.size
+    if size < header.offset_to_point_data + header.point_count * record:
+        holds = max(size - header.offset_to_point_data, 0) // record
+        raise ScanError(_truncated(path, header, f"{holds:,} whole point record(s) of {record} bytes"))
 
 
 def _fit(lo: np.ndarray, hi: np.ndarray, scales: np.ndarray, offsets: np.ndarray) -> bool:

@@ -83,3 +83,18 @@ def test_not_a_las_file(tmp_path):
     (tmp_path / "bad.las").write_bytes(b"LASF but not really")
     with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'bad.las'))}: not a readable LAS/LAZ file"):
         read_las(tmp_path / "bad.las")
+
+
+@pytest.mark.parametrize("records", [10, 0.5], ids=["between-records", "inside-a-record"])
+def test_a_truncated_las_is_refused_naming_the_counts(tmp_path, records):
+    """A LAS file cut short (an interrupted copy) between two point records was read as the records there
+    were: a scan silently short of its last points, predicted with exit code 0. Cut inside a record it was
+    numpy's "buffer size must be a multiple of element size"."""
+    las_file(tmp_path / "full.las", n=400)
+    data = (tmp_path / "full.las").read_bytes()
+    record = laspy.read(tmp_path / "full.las").header.point_format.size
+    (tmp_path / "cut.las").write_bytes(data[:len(data) - int(records * record)])
+    whole = 400 - int(np.ceil(records))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'cut.las'))}: truncated LAS: its header "
+                                        rf"promises 400 points, the file holds {whole} whole point record"):
+        read_las(tmp_path / "cut.las")
