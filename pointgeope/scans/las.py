@@ -4,7 +4,8 @@
 Reading: ``x y z`` as scaled float64 (``X * scale + offset``), in file order; the colour of point formats
 that have one (2, 3, 5, 7, 8, 10) is 16 bit by the specification and divided by 257, unless every value
 is within 0..255 (writers that store 8-bit values as they are; the rule of ``pointgeope.color_range``).
-An uncompressed file shorter than its header's point records (cut short) is refused, naming both counts.
+An uncompressed file of fewer point records than its header counts (cut short), or of more (a count the
+writer did not write), is refused, naming both counts.
 
 Writing (``write_las``): LAS 1.2 point format 3 (GPS time and RGB, colour ``c * 257``), the predicted
 class in the ``classification`` field (0..12 in ``constants.CLASS_NAMES`` order, not the ASPRS codes;
@@ -69,16 +70,24 @@ def _truncated(path: Path, header, holds: str) -> str:
 
 
 def _check_length(path: Path, header) -> None:
-    """A ScanError when an uncompressed file is shorter than its header's points: ``offset_to_point_data +
-    point_count x record size`` bytes. (laspy read such a file whole records at a time: cut inside a record it
-    raised numpy's "buffer size must be a multiple of element size", cut between records it returned the
-    records there were, a scan silently short of its last points.)"""
+    """A ScanError when the point records of an uncompressed file, from ``offset_to_point_data`` to its end (or
+    to its extended VLRs or waveform packets, LAS 1.3+), are not the header's ``point_count``: fewer (laspy read
+    whole records: cut inside one it raised numpy's "buffer size must be a multiple of element size", cut
+    between two it returned the records there were, a scan silently short of its last points), or at least one
+    more (a writer stopped before it wrote the count: 0 read as an empty scan, another count as that many
+    points, the others dropped)."""
     if header.are_points_compressed:
         return
-    size, record = path.stat().st_size, header.point_format.size
-    if size < header.offset_to_point_data + header.point_count * record:
-        holds = max(size - header.offset_to_point_data, 0) // record
+    size, record, start = path.stat().st_size, header.point_format.size, header.offset_to_point_data
+    if size < start + header.point_count * record:
+        holds = max(size - start, 0) // record
         raise ScanError(_truncated(path, header, f"{holds:,} whole point record(s) of {record} bytes"))
+    end = min([size] + [at for at in (header.start_of_first_evlr, header.start_of_waveform_data_packet_record)
+                        if start < at])
+    if end - start - header.point_count * record >= record:
+        raise ScanError(f"{path}: its LAS header promises {header.point_count:,} points, the file holds "
+                        f"{(end - start) // record:,} point records of {record} bytes: the header's count is "
+                        "wrong (a writer stopped before it wrote the count?); export the file again")
 
 
 def _fit(lo: np.ndarray, hi: np.ndarray, scales: np.ndarray, offsets: np.ndarray) -> bool:

@@ -98,3 +98,30 @@ def test_a_truncated_las_is_refused_naming_the_counts(tmp_path, records):
     with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'cut.las'))}: truncated LAS: its header "
                                         rf"promises 400 points, the file holds {whole} whole point record"):
         read_las(tmp_path / "cut.las")
+
+
+@pytest.mark.parametrize("count", [0, 150])
+def test_a_las_header_that_counts_fewer_points_than_its_records_is_refused(tmp_path, count):
+    """A writer stopped before it wrote the point count (the legacy count at byte 107 of a LAS 1.2 header):
+    0 was read as an empty scan ('expected points, found none'), 150 as 150 points, the other 250 dropped
+    with exit code 0."""
+    las_file(tmp_path / "a.las", n=400)
+    data = bytearray((tmp_path / "a.las").read_bytes())
+    data[107:111] = np.array([count], "<u4").tobytes()
+    (tmp_path / "a.las").write_bytes(bytes(data))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'a.las'))}: its LAS header promises "
+                                        rf"{count} points, the file holds 400 point records of 26 bytes"):
+        read_las(tmp_path / "a.las")
+
+
+def test_extended_vlrs_after_the_points_are_no_extra_records(tmp_path):
+    header = laspy.LasHeader(point_format=7, version="1.4")
+    las = laspy.LasData(header)
+    las.x, las.y, las.z = np.arange(5.0), np.zeros(5), np.ones(5)
+    las.red, las.green, las.blue = np.full((3, 5), 65535, np.uint16)
+    las.evlrs = laspy.vlrs.vlrlist.VLRList([laspy.VLR(user_id="me", record_id=7, description="big", record_data=b"a" * 500)])
+    las.write(tmp_path / "e.las")
+    assert laspy.read(tmp_path / "e.las").header.start_of_first_evlr > 0
+    scan = read_las(tmp_path / "e.las")
+    np.testing.assert_array_equal(scan.coord[:, 0], np.arange(5.0))
+    np.testing.assert_array_equal(scan.color, np.full((5, 3), 255))
