@@ -8,8 +8,9 @@ Reading (``read_text``, for ``.txt .xyz .pts .csv``):
   line it is named in the error;
 - the separator is a comma in ``.csv`` files and in any file whose first data line has one, else white space
   (a line of ``;``-separated values, or of UTF-16 text without its mark, is refused saying what to save it as);
-- leading lines that are not all numbers (a CSV header ``x,y,z,r,g,b``) are skipped, and so is the point
-  count on the first line of a ``.pts`` file; ``#`` starts a comment;
+- leading lines of names (fewer than half of their values numbers: a CSV header ``x,y,z,r,g,b``) are
+  skipped, and so is the point count on the first line of a ``.pts`` file; a first line of numbers with
+  one that does not read (``1.0 2.0 3.x``) is an error naming it, as any later line; ``#`` starts a comment;
 - columns: ``x y z`` then, with 6 or more columns, ``r g b`` in columns 4-6 (0..255, 0..65535 or 0..1,
   see ``scan.color_to_uint8``); 3 to 5 columns have no colour. Leica ``.pts`` files with 7 columns are
   ``x y z intensity r g b``: their colour is columns 5-7.
@@ -28,14 +29,27 @@ from pointgeope.scans.scan import Scan, ScanError, color_to_uint8, loadtxt_reaso
 
 EXTENSIONS = (".txt", ".xyz", ".pts", ".csv")
 _CHUNK = 1 << 20  # lines written per np.savetxt call
+HEADER_LINES = 9  # leading lines of names skipped at most (a title, units, column names, ...)
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_numeric(tokens: list[str]) -> bool:
-    try:
-        [float(t) for t in tokens]
-    except ValueError:
-        return False
-    return bool(tokens)
+    return bool(tokens) and all(map(_is_number, tokens))
+
+
+def _is_names(tokens: list[str]) -> bool:
+    """Whether a leading line that is not all numbers is a header of names (``x y z r g b``, ``//X,Y,Z``):
+    fewer than half of its tokens are numbers. A line of numbers with a damaged one (``1.0 2.0 3.x 10 20 30``)
+    is a data line, named in the error: skipped as a header, it left the scan one point short and every label
+    of the outputs one line off the file's."""
+    return 2 * sum(map(_is_number, tokens)) < len(tokens)
 
 
 def _encoding(path: Path) -> str:
@@ -61,15 +75,16 @@ def _layout(path: Path) -> tuple[str | None, int]:
         for index, line in enumerate(f):
             if line.strip() and not line.lstrip().startswith("#"):
                 first.append((index, line))
-            if len(first) == 3:
+            if len(first) == HEADER_LINES + 1:
                 break
     comma = path.suffix.lower() == ".csv" or any("," in line for _, line in first[:2])
 
     def tokens(line: str) -> list[str]:
-        return [t.strip() for t in line.split(",")] if comma else line.split()
+        data = line.split("#")[0]  # a comment after the values is no part of them
+        return [t.strip() for t in data.split(",")] if comma else data.split()
 
     k = 0
-    while k < len(first) and not _is_numeric(tokens(first[k][1])):
+    while k < len(first) and not _is_numeric(tokens(first[k][1])) and _is_names(tokens(first[k][1])):
         k += 1  # a header of names
     if path.suffix.lower() == ".pts" and k < len(first) - 1 and len(tokens(first[k][1])) == 1:
         k += 1  # the point count of a Leica .pts file

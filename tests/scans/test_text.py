@@ -150,3 +150,26 @@ def test_a_bad_line_without_a_semicolon_or_nul_gets_no_hint(tmp_path):
     (tmp_path / "w.txt").write_text("1 2 3 4 5 6\n1 2 x 4 5 6 # a;b\n")
     with pytest.raises(ScanError, match=r":2: .*\('x' is not a number\)$"):
         read_text(tmp_path / "w.txt")
+
+
+@pytest.mark.parametrize("first, why", [
+    ("1.0 2.0 3.x 10 20 30", "'3.x' is not a number"),            # a damaged number
+    ("1.0 2.0 3.0 10 20 30 garbage", "'garbage' is not a number"),  # a stray word after the values
+])
+def test_a_damaged_first_line_is_named_not_skipped_as_a_header(tmp_path, first, why):
+    """The first line was taken for a header because it was not all numbers, and skipped: the scan one point
+    short, and every row of the outputs one line off the file's (the label of line 2 in row 1), exit code 0."""
+    (tmp_path / "d.txt").write_text(f"{first}\n1.5 2.0 3.0 10 20 30\n1.7 2.0 3.0 10 20 30\n")
+    with pytest.raises(ScanError) as err:
+        read_text(tmp_path / "d.txt")
+    assert str(err.value) == (f"{tmp_path / 'd.txt'}:1: expected lines of numbers 'x y z [r g b ...]', got "
+                              f"{first!r} ({why})")
+
+
+def test_headers_of_names_are_skipped_however_many_and_a_comment_after_values_is_data(tmp_path):
+    """Three lines of names (a title, units, columns) were read as data: 'Title' is not a number. A first line
+    of values with a comment after them was skipped as a header (not all numbers)."""
+    (tmp_path / "h.csv").write_text("Room scan\nunits: m\nx,y,z,r,g,b\n1.5,2,3,10,20,30\n2.5,2,3,10,20,30\n")
+    np.testing.assert_array_equal(read_text(tmp_path / "h.csv").coord, [[1.5, 2, 3], [2.5, 2, 3]])
+    (tmp_path / "c.txt").write_text("1.5 2 3 10 20 30 # first point\n2.5 2 3 10 20 30\n")
+    np.testing.assert_array_equal(read_text(tmp_path / "c.txt").coord, [[1.5, 2, 3], [2.5, 2, 3]])
