@@ -173,3 +173,23 @@ def test_headers_of_names_are_skipped_however_many_and_a_comment_after_values_is
     np.testing.assert_array_equal(read_text(tmp_path / "h.csv").coord, [[1.5, 2, 3], [2.5, 2, 3]])
     (tmp_path / "c.txt").write_text("1.5 2 3 10 20 30 # first point\n2.5 2 3 10 20 30\n")
     np.testing.assert_array_equal(read_text(tmp_path / "c.txt").coord, [[1.5, 2, 3], [2.5, 2, 3]])
+
+
+def test_a_pts_file_of_fewer_points_than_its_count_is_refused(tmp_path):
+    """A Leica .pts cut at the end of a line (an interrupted copy) was read as the points there were and
+    predicted, exit code 0: the count on its first line, which says how many there are, was skipped unread."""
+    coord, color = points(n=50, seed=5)
+    body = np.c_[coord, np.full(len(coord), -1200), color]
+    np.savetxt(tmp_path / "l.pts", body[:40], fmt="%.4f %.4f %.4f %d %d %d %d", header="50", comments="")
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'l.pts'))}: its first line counts 50 points, "
+                                        r"the file holds 40 lines of points: cut short"):
+        read_text(tmp_path / "l.pts")
+
+
+def test_a_pts_file_of_two_scans_names_the_second_count(tmp_path):
+    coord, color = points(n=5, seed=6)
+    one = "5\n" + "".join(f"{x:.3f} {y:.3f} {z:.3f} -1 {r} {g} {b}\n" for (x, y, z), (r, g, b) in zip(coord, color))
+    (tmp_path / "two.pts").write_text(one + one)
+    with pytest.raises(ScanError, match=r":7: .*\(1 values, the lines before have 7\); a second scan's point count\? "
+                                        r"save each scan of the \.pts file as its own file$"):
+        read_text(tmp_path / "two.pts")
