@@ -9,7 +9,8 @@ writer did not write), is refused, naming both counts.
 
 Writing (``write_las``): LAS 1.2 point format 3 (GPS time and RGB, colour ``c * 257``), the predicted
 class in the ``classification`` field (0..12 in ``constants.CLASS_NAMES`` order, not the ASPRS codes;
-the class names are in a VLR ``pointgeope/classes``). LAS stores a coordinate as the 32-bit integer
+the class names are in a VLR ``pointgeope/classes``); a model of more than 32 classes, which format 3's
+5-bit field cannot hold, gets LAS 1.4 point format 7 (the same fields, an 8-bit class). LAS stores a coordinate as the 32-bit integer
 ``round((x - offset) / scale)``; :func:`las_scaling` takes the input LAS file's scales and offsets, else
 0.001 (millimetres) and the floor of the minimum, when every point fits them. When not (a stray point far
 from the others), the offset becomes the middle of the points and the step grows by powers of ten up to
@@ -27,6 +28,7 @@ from pointgeope.scans.scan import Scan, ScanError, color_to_uint8
 
 EXTENSIONS = (".las", ".laz")
 INT32_MAX = 2**31 - 1
+LAS12_CLASSES = 32  # classes 0..31: the 5-bit classification of point format 3
 COARSEST_STEP = 0.01  # metres: the coarsest scale chosen to fit the points (finer ones of the input kept)
 
 
@@ -128,7 +130,8 @@ def write_las(path: str | Path, scan: Scan, color: np.ndarray, label: np.ndarray
     docstring; the scales and offsets of :func:`las_scaling`), atomically."""
     path = Path(path)
     laspy = _laspy(path)
-    header = laspy.LasHeader(point_format=3, version="1.2")
+    wide = len(class_names) > LAS12_CLASSES  # 5 bits of format 3: laspy's OverflowError at class 32
+    header = laspy.LasHeader(point_format=7 if wide else 3, version="1.4" if wide else "1.2")
     header.scales, header.offsets, _ = las_scaling(scan)
     header.vlrs.append(laspy.VLR(user_id="pointgeope", record_id=1, description="classes",
                                  record_data=",".join(class_names).encode("ascii")))

@@ -125,3 +125,19 @@ def test_extended_vlrs_after_the_points_are_no_extra_records(tmp_path):
     scan = read_las(tmp_path / "e.las")
     np.testing.assert_array_equal(scan.coord[:, 0], np.arange(5.0))
     np.testing.assert_array_equal(scan.color, np.full((5, 3), 255))
+
+
+def test_a_model_of_more_than_32_classes_writes_its_classes_to_las(tmp_path):
+    """LAS 1.2 point format 3 holds a class in 5 bits: a prediction of class 32 or above was laspy's
+    OverflowError, a traceback after the scan's other outputs were written. Such a model's LAS is 1.4 point
+    format 7 (8-bit class); 32 classes keep format 3."""
+    coord, color = las_file(tmp_path / "in.las", n=50, seed=2)
+    scan = read_las(tmp_path / "in.las")
+    for classes, version, point_format in ((40, "1.4", 7), (32, "1.2", 3)):
+        label = (np.arange(50) % classes).astype(np.uint8)
+        write_las(tmp_path / "out.las", scan, scan.color, label, [f"c{i}" for i in range(classes)])
+        las = laspy.read(tmp_path / "out.las")
+        assert (str(las.header.version), las.header.point_format.id) == (version, point_format)
+        np.testing.assert_array_equal(np.asarray(las.classification), label)
+        np.testing.assert_allclose(np.stack([las.x, las.y, las.z], 1), coord, rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(np.stack([las.red, las.green, las.blue], 1) // 257, color)
