@@ -195,7 +195,9 @@ def _more_points(path: Path, count: int, holds: str) -> str:
 def _binary_fits(tail: int, after: list[Element], record: int, count: int, end: str, path: Path) -> None:
     """A ScanError when the ``tail`` bytes after the vertices hold at least one more vertex record (``record``
     bytes) beyond the elements ``after`` them: the header's count is short, and reading it would leave the last
-    points out without a word. Not checked after an element of lists (its size is known only by walking it)."""
+    points out without a word. Not checked after an element of lists (its size is known only by walking it),
+    but for an empty one (MeshLab's ``element face 0`` of a point cloud)."""
+    after = [e for e in after if e.count]
     if any(kind[0] == "list" for e in after for _, kind in e.props):
         return
     extra = tail - sum(e.count * np.dtype([(n, end + t) for n, t in e.props]).itemsize for e in after)

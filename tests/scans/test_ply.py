@@ -218,18 +218,20 @@ CAMERA = "element camera 1\nproperty float x0\nproperty float y0\nproperty float
 @pytest.mark.parametrize("after", [False, True], ids=["vertices-last", "camera-after"])
 def test_a_header_that_counts_fewer_vertices_than_the_file_holds_is_refused(tmp_path, fmt, after):
     """A writer that streamed 5 points after a header of 'element vertex 3' (it never updated the count): the
-    first 3 were read and the 2 others silently left out of the prediction, exit code 0."""
+    first 3 were read and the 2 others silently left out of the prediction, exit code 0. MeshLab's empty
+    'element face 0' of a point cloud is no element of unknown size."""
     five = VERTICES + [(1.0, 1.0, 1.0), (2.0, 2.0, 2.0)]
-    parts = [(f"element vertex 3\n{XYZ}", five)] + ([(CAMERA, [(0.0, 0.0, 0.0)])] if after else [])
+    parts = [(f"element vertex 3\n{XYZ}", five), (FACES.replace("face 2", "face 0"), [])]
+    parts += [(CAMERA, [(0.0, 0.0, 0.0)])] if after else []
     path = _ply(tmp_path / "more.ply", fmt, parts)
     if fmt == "binary_big_endian":  # _ply packs little endian: repack the floats
         data = path.read_bytes()
         head = data.index(b"end_header\n") + len(b"end_header\n")
         body = np.frombuffer(data[head:], "<f4").astype(">f4").tobytes()
         path.write_bytes(data[:head] + body)
-    holds = ("6 lines of records after the header, where its elements (vertex 3, camera 1) have 4, one a line"
-             if fmt == "ascii" and after else "5 lines of records after the header, where its elements (vertex 3) "
-             "have 3, one a line" if fmt == "ascii" else
+    holds = ("6 lines of records after the header, where its elements (vertex 3, face 0, camera 1) have 4, one a "
+             "line" if fmt == "ascii" and after else "5 lines of records after the header, where its elements "
+             "(vertex 3, face 0) have 3, one a line" if fmt == "ascii" else
              "24 bytes after its elements, 2 more vertex record(s) of 12 bytes" + (" (after 'camera')" if after else ""))
     with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}: the PLY header promises 3 vertices, the file "
                                         rf"holds more: {re.escape(holds)}; the header's count is wrong"):
