@@ -111,7 +111,9 @@ def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, s
                 try:
                     float(token)
                 except ValueError:
-                    return index + 1, line.rstrip("\r\n")[:80], f"{token!r} is not a number"
+                    why = (f"{token!r} is not a number" if token else "an empty value: a separator at the end of "
+                           "the line, or two in a row; remove it")
+                    return index + 1, line.rstrip("\r\n")[:80], why
             if width is not None and len(tokens) != width:
                 return index + 1, line.rstrip("\r\n")[:80], f"{len(tokens)} values, the lines before have {width}"
             width = len(tokens)
