@@ -5,7 +5,7 @@ Reading: ``x y z`` as scaled float64 (``X * scale + offset``), in file order; th
 that have one (2, 3, 5, 7, 8, 10) is 16 bit by the specification and divided by 257, unless every value
 is within 0..255 (writers that store 8-bit values as they are; the rule of ``pointgeope.color_range``).
 An uncompressed file of fewer point records than its header counts (cut short), or of more (a count the
-writer did not write), is refused, naming both counts.
+writer did not write), is refused, naming both counts; so is a LAZ file that ends before its chunk table.
 
 Writing (``write_las``): LAS 1.2 point format 3 (GPS time and RGB, colour ``c * 257``), the predicted
 class in the ``classification`` field (0..12 in ``constants.CLASS_NAMES`` order, not the ASPRS codes;
@@ -67,7 +67,8 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
 
 
 def _truncated(path: Path, header, holds: str) -> str:
-    return (f"{path}: truncated LAS: its header promises {header.point_count:,} points, the file holds {holds} "
+    kind = "LAZ" if header.are_points_compressed else "LAS"
+    return (f"{path}: truncated {kind}: its header promises {header.point_count:,} points, the file holds {holds} "
             "(cut short, e.g. by an interrupted copy or download); copy it again or export it again")
 
 
@@ -78,9 +79,14 @@ def _check_length(path: Path, header) -> None:
     between two it returned the records there were, a scan silently short of its last points), or at least one
     more (a writer stopped before it wrote the count: 0 read as an empty scan, another count as that many
     points, the others dropped)."""
-    if header.are_points_compressed:
-        return
     size, record, start = path.stat().st_size, header.point_format.size, header.offset_to_point_data
+    if header.are_points_compressed:  # LAZ: its points end with a chunk table, found at the int64 they start with
+        with open(path, "rb") as f:
+            f.seek(start)
+            table = int.from_bytes(f.read(8), "little", signed=True)
+        if table > size - 8:  # lazrs said only "IoError: failed to fill whole buffer"
+            raise ScanError(_truncated(path, header, f"{size:,} bytes, where its chunk table starts at byte {table:,}"))
+        return
     if size < start + header.point_count * record:
         holds = max(size - start, 0) // record
         raise ScanError(_truncated(path, header, f"{holds:,} whole point record(s) of {record} bytes"))

@@ -141,3 +141,17 @@ def test_a_model_of_more_than_32_classes_writes_its_classes_to_las(tmp_path):
         np.testing.assert_array_equal(np.asarray(las.classification), label)
         np.testing.assert_allclose(np.stack([las.x, las.y, las.z], 1), coord, rtol=0, atol=1e-6)
         np.testing.assert_array_equal(np.stack([las.red, las.green, las.blue], 1) // 257, color)
+
+
+def test_a_truncated_laz_is_refused_naming_its_chunk_table(tmp_path):
+    """lazrs said only "not a readable LAS/LAZ file (LazrsError: IoError: failed to fill whole buffer)"."""
+    if not laspy.LazBackend.detect_available():
+        pytest.skip("no LAZ backend (pip install lazrs)")
+    las_file(tmp_path / "a.laz", n=2000)
+    data = (tmp_path / "a.laz").read_bytes()
+    (tmp_path / "cut.laz").write_bytes(data[:len(data) // 2])
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'cut.laz'))}: truncated LAZ: its header promises "
+                                        rf"2,000 points, the file holds {len(data) // 2:,} bytes, where its chunk table "
+                                        r"starts at byte [0-9,]+ \(cut short"):
+        read_las(tmp_path / "cut.laz")
+    assert len(read_las(tmp_path / "a.laz")) == 2000
