@@ -10,7 +10,8 @@ writer did not write), is refused, naming both counts; so is a LAZ file that end
 Writing (``write_las``): LAS 1.2 point format 3 (GPS time and RGB, colour ``c * 257``), the predicted
 class in the ``classification`` field (0..12 in ``constants.CLASS_NAMES`` order, not the ASPRS codes;
 the class names are in a VLR ``pointgeope/classes``); a model of more than 32 classes, which format 3's
-5-bit field cannot hold, gets LAS 1.4 point format 7 (the same fields, an 8-bit class). LAS stores a coordinate as the 32-bit integer
+5-bit field cannot hold, gets LAS 1.4 point format 7 (the same fields, an 8-bit class). LAS stores a
+coordinate as the 32-bit integer
 ``round((x - offset) / scale)``; :func:`las_scaling` takes the input LAS file's scales and offsets, else
 0.001 (millimetres) and the floor of the minimum, when every point fits them. When not (a stray point far
 from the others), the offset becomes the middle of the points and the step grows by powers of ten up to

@@ -225,7 +225,7 @@ def _ascii_fits(f, offset: int, elements: list[Element], width: int, path: Path)
 
 
 def _ascii_records(rows: np.ndarray, props: list, path: Path, first_line: int) -> np.ndarray:
-    """The ascii vertex ``rows`` ``(count, >= len(props))`` float64 as the header's types, as binary holds them.
+    """The ascii vertex ``rows`` ``(count, len(props))`` float64 as the header's types, as binary holds them.
     A value that its integer type cannot hold (a fraction, NaN, out of range: 0.5 or 300 under ``uchar``)
     is refused, naming its line (``first_line`` is the first vertex's): cast, it wrapped (300 -> 44, -1 ->
     255) or was truncated (0.5 -> 0, colours 0..1 under a ``uchar`` header turned black) without a word."""

@@ -119,7 +119,8 @@ def test_extended_vlrs_after_the_points_are_no_extra_records(tmp_path):
     las = laspy.LasData(header)
     las.x, las.y, las.z = np.arange(5.0), np.zeros(5), np.ones(5)
     las.red, las.green, las.blue = np.full((3, 5), 65535, np.uint16)
-    las.evlrs = laspy.vlrs.vlrlist.VLRList([laspy.VLR(user_id="me", record_id=7, description="big", record_data=b"a" * 500)])
+    big = laspy.VLR(user_id="me", record_id=7, description="big", record_data=b"a" * 500)
+    las.evlrs = laspy.vlrs.vlrlist.VLRList([big])
     las.write(tmp_path / "e.las")
     assert laspy.read(tmp_path / "e.las").header.start_of_first_evlr > 0
     scan = read_las(tmp_path / "e.las")
@@ -151,7 +152,7 @@ def test_a_truncated_laz_is_refused_naming_its_chunk_table(tmp_path):
     data = (tmp_path / "a.laz").read_bytes()
     (tmp_path / "cut.laz").write_bytes(data[:len(data) // 2])
     with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'cut.laz'))}: truncated LAZ: its header promises "
-                                        rf"2,000 points, the file holds {len(data) // 2:,} bytes, where its chunk table "
-                                        r"starts at byte [0-9,]+ \(cut short"):
+                                        rf"2,000 points, the file holds {len(data) // 2:,} bytes, where its chunk "
+                                        r"table starts at byte [0-9,]+ \(cut short"):
         read_las(tmp_path / "cut.laz")
     assert len(read_las(tmp_path / "a.laz")) == 2000

@@ -198,6 +198,6 @@ def test_a_pts_file_of_two_scans_names_the_second_count(tmp_path):
 def test_a_trailing_comma_is_named_as_an_empty_value(tmp_path):
     """Said "'' is not a number", which does not say where the value is missing."""
     (tmp_path / "t.csv").write_text("x,y,z,r,g,b,\n1.5,2,3,10,20,30,\n")
-    with pytest.raises(ScanError, match=r"t\.csv:2: .*got '1\.5,2,3,10,20,30,' \(an empty value: a separator at the end "
-                                        r"of the line, or two in a row; remove it\)$"):
+    with pytest.raises(ScanError, match=r"t\.csv:2: .*got '1\.5,2,3,10,20,30,' \(an empty value: a separator at "
+                                        r"the end of the line, or two in a row; remove it\)$"):
         read_text(tmp_path / "t.csv")
