@@ -157,10 +157,10 @@ def test_a_scan_of_one_colour_gets_a_note(value):
     a colour model as a black (or white) room, without a word."""
     coord = np.random.default_rng(0).random((50, 3))
     scan = checked_scan(Scan("s", "s.las", coord, np.full((50, 3), value, np.uint8), meta={"notes": ["earlier"]}))
-    assert scan.meta["notes"] == ["earlier", f"s.las: every point has the colour ({value}, {value}, {value}): a file "
-                                  "with colour fields but no colours? a model trained with colour predicts it as a "
-                                  "room of that colour; predict it with a geometry-only model (trained with "
-                                  "data.color=false model.in_channels=3)"]
+    note = (f"s.las: every point has the colour ({value}, {value}, {value}): a file with colour fields but no "
+            "colours? a model trained with colour predicts it as a room of that colour; predict it with a "
+            "geometry-only model (trained with data.color=false model.in_channels=3)")
+    assert scan.meta["notes"] == ["earlier", note]
     varied = np.full((50, 3), value, np.uint8)
     varied[7, 1] = 1
     for color, n in ((varied, 50), (np.zeros((1, 3), np.uint8), 1), (None, 50)):
