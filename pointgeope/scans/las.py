@@ -5,7 +5,8 @@ Reading: ``x y z`` as scaled float64 (``X * scale + offset``), in file order; th
 that have one (2, 3, 5, 7, 8, 10) is 16 bit by the specification and divided by 257, unless every value
 is within 0..255 (writers that store 8-bit values as they are; the rule of ``pointgeope.color_range``).
 An uncompressed file of fewer point records than its header counts (cut short), or of more (a count the
-writer did not write), is refused, naming both counts; so is a LAZ file that ends before its chunk table.
+writer did not write), is refused, naming both counts; so is a LAZ file whose chunk table is beyond its end
+or does not read (bytes lost inside the points), and a header whose VLR count cannot fit before the points.
 
 Writing (``write_las``): LAS 1.2 point format 3 (GPS time and RGB, colour ``c * 257``), the predicted
 class in the ``classification`` field (0..12 in ``constants.CLASS_NAMES`` order, not the ASPRS codes;
@@ -46,6 +47,7 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
     """A :class:`Scan` of a LAS/LAZ file (see the module docstring)."""
     path = Path(path)
     laspy = _laspy(path)
+    _check_vlr_count(path)
     try:
         with laspy.open(path) as reader:
             header = reader.header
@@ -67,6 +69,21 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
     return Scan(name or path.stem, str(path), coord, color, meta=meta)
 
 
+def _check_vlr_count(path: Path) -> None:
+    """A ScanError when the public header's VLR count cannot fit between the header and the points (each VLR
+    is 54 bytes or more): a damaged header (one flipped byte made it 4,211,081,216) on which laspy read VLRs
+    for hours. Other files (no ``LASF`` signature, too short) are left to laspy's own errors."""
+    with open(path, "rb") as f:
+        raw = f.read(104)
+    if len(raw) < 104 or raw[:4] != b"LASF":
+        return
+    header_size, offset, count = (int.from_bytes(raw[a:b], "little") for a, b in ((94, 96), (96, 100), (100, 104)))
+    if count * 54 > max(offset - header_size, 0):
+        raise ScanError(f"{path}: a damaged LAS header: it counts {count:,} VLRs of 54 bytes or more, which do not fit "
+                        f"in the {max(offset - header_size, 0):,} bytes between its header ({header_size} bytes) "
+                        f"and its points (byte {offset:,}); copy it again or export it again")
+
+
 def _truncated(path: Path, header, holds: str) -> str:
     kind = "LAZ" if header.are_points_compressed else "LAS"
     return (f"{path}: truncated {kind}: its header promises {header.point_count:,} points, the file holds {holds} "
@@ -82,11 +99,7 @@ def _check_length(path: Path, header) -> None:
     points, the others dropped)."""
     size, record, start = path.stat().st_size, header.point_format.size, header.offset_to_point_data
     if header.are_points_compressed:  # LAZ: its points end with a chunk table, found at the int64 they start with
-        with open(path, "rb") as f:
-            f.seek(start)
-            table = int.from_bytes(f.read(8), "little", signed=True)
-        if table > size - 8:  # lazrs said only "IoError: failed to fill whole buffer"
-            raise ScanError(_truncated(path, header, f"{size:,} bytes, where its chunk table starts at byte {table:,}"))
+        _check_chunk_table(path, header, size)
         return
     if size < start + header.point_count * record:
         holds = max(size - start, 0) // record
@@ -97,6 +110,27 @@ def _check_length(path: Path, header) -> None:
         raise ScanError(f"{path}: its LAS header promises {header.point_count:,} points, the file holds "
                         f"{(end - start) // record:,} point records of {record} bytes: the header's count is "
                         "wrong (a writer stopped before it wrote the count?); export the file again")
+
+
+def _check_chunk_table(path: Path, header, size: int) -> None:
+    """A ScanError when a LAZ file's chunk table (at the int64 its points start with; -1: none) is not where
+    that offset says: beyond the end (a file cut short: lazrs said only "IoError: failed to fill whole buffer"),
+    or not starting with its version 0 and a chunk count of 1 to ``point_count`` (a byte lost or added inside
+    the points shifts it: lazrs then read sizes of garbage and aborted the whole process on an allocation of
+    tens of GB)."""
+    with open(path, "rb") as f:
+        f.seek(header.offset_to_point_data)
+        table = int.from_bytes(f.read(8), "little", signed=True)
+        if table == -1:
+            return
+        if table > size - 8:
+            raise ScanError(_truncated(path, header, f"{size:,} bytes, where its chunk table starts at byte {table:,}"))
+        f.seek(table)
+        version, chunks = (int.from_bytes(f.read(4), "little") for _ in range(2))
+    if version != 0 or not 1 <= chunks <= max(header.point_count, 1):
+        raise ScanError(f"{path}: a damaged LAZ file: its chunk table at byte {table:,} reads version {version} and "
+                        f"{chunks:,} chunks, expected version 0 and 1 to {header.point_count:,} chunks (bytes lost or "
+                        "added inside the points, e.g. by a faulty copy); copy it again or export it again")
 
 
 def _fit(lo: np.ndarray, hi: np.ndarray, scales: np.ndarray, offsets: np.ndarray) -> bool:

@@ -156,3 +156,30 @@ def test_a_truncated_laz_is_refused_naming_its_chunk_table(tmp_path):
                                         r"table starts at byte [0-9,]+ \(cut short"):
         read_las(tmp_path / "cut.laz")
     assert len(read_las(tmp_path / "a.laz")) == 2000
+
+
+def test_a_laz_with_a_byte_lost_inside_its_points_is_refused(tmp_path):
+    """One byte lost inside the compressed points shifts the chunk table: lazrs read chunk sizes of garbage
+    and aborted the whole process ("memory allocation of 34628173824 bytes failed"), the other scans lost."""
+    if not laspy.LazBackend.detect_available():
+        pytest.skip("no LAZ backend (pip install lazrs)")
+    las_file(tmp_path / "a.laz", n=2000)
+    data = (tmp_path / "a.laz").read_bytes()
+    (tmp_path / "lost.laz").write_bytes(data[:len(data) // 2] + data[len(data) // 2 + 1:])
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'lost.laz'))}: a damaged LAZ file: its chunk "
+                                        r"table at byte [0-9,]+ reads version \d+ and [0-9,]+ chunks, expected version "
+                                        r"0 and 1 to 2,000 chunks"):
+        read_las(tmp_path / "lost.laz")
+
+
+def test_a_las_header_counting_more_vlrs_than_fit_is_refused(tmp_path):
+    """One flipped byte of the VLR count (4,211,081,216 VLRs before the points at byte 227): laspy read VLRs
+    for hours, and predict waited on it with every later input."""
+    las_file(tmp_path / "a.las", n=100)
+    data = bytearray((tmp_path / "a.las").read_bytes())
+    data[103] = 0xFB
+    (tmp_path / "a.las").write_bytes(bytes(data))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'a.las'))}: a damaged LAS header: it counts "
+                                        r"4,211,081,216 VLRs of 54 bytes or more, which do not fit in the 0 bytes "
+                                        r"between its header \(227 bytes\) and its points \(byte 227\)"):
+        read_las(tmp_path / "a.las")
