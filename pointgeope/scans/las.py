@@ -4,10 +4,15 @@
 Reading: ``x y z`` as scaled float64 (``X * scale + offset``), in file order; the colour of point formats
 that have one (2, 3, 5, 7, 8, 10) is 16 bit by the specification and divided by 257, unless every value
 is within 0..255 (writers that store 8-bit values as they are; the rule of ``pointgeope.color_range``).
+An uncompressed file of fewer point records than its header counts (cut short), or of more (a count the
+writer did not write), is refused, naming both counts; so is a LAZ file whose chunk table is beyond its end
+or does not read (bytes lost inside the points), and a header whose VLR count cannot fit before the points.
 
 Writing (``write_las``): LAS 1.2 point format 3 (GPS time and RGB, colour ``c * 257``), the predicted
 class in the ``classification`` field (0..12 in ``constants.CLASS_NAMES`` order, not the ASPRS codes;
-the class names are in a VLR ``pointgeope/classes``). LAS stores a coordinate as the 32-bit integer
+the class names are in a VLR ``pointgeope/classes``); a model of more than 32 classes, which format 3's
+5-bit field cannot hold, gets LAS 1.4 point format 7 (the same fields, an 8-bit class). LAS stores a
+coordinate as the 32-bit integer
 ``round((x - offset) / scale)``; :func:`las_scaling` takes the input LAS file's scales and offsets, else
 0.001 (millimetres) and the floor of the minimum, when every point fits them. When not (a stray point far
 from the others), the offset becomes the middle of the points and the step grows by powers of ten up to
@@ -25,6 +30,7 @@ from pointgeope.scans.scan import Scan, ScanError, color_to_uint8
 
 EXTENSIONS = (".las", ".laz")
 INT32_MAX = 2**31 - 1
+LAS12_CLASSES = 32  # classes 0..31: the 5-bit classification of point format 3
 COARSEST_STEP = 0.01  # metres: the coarsest scale chosen to fit the points (finer ones of the input kept)
 
 
@@ -41,10 +47,18 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
     """A :class:`Scan` of a LAS/LAZ file (see the module docstring)."""
     path = Path(path)
     laspy = _laspy(path)
+    _check_vlr_count(path)
     try:
-        las = laspy.read(path)
+        with laspy.open(path) as reader:
+            header = reader.header
+            _check_length(path, header)
+            las = reader.read()
+    except ScanError:
+        raise
     except Exception as err:  # laspy raises its own and OS errors for truncated or foreign files
         raise ScanError(f"{path}: not a readable LAS/LAZ file ({type(err).__name__}: {err})") from None
+    if len(las.points) != header.point_count:  # laspy reads what there is, with only a log line
+        raise ScanError(_truncated(path, header, f"{len(las.points):,} of them"))
     coord = np.stack([np.asarray(las.x), np.asarray(las.y), np.asarray(las.z)], axis=1).astype(np.float64)
     color, notes = None, []
     if {"red", "green", "blue"} <= set(las.point_format.dimension_names):
@@ -53,6 +67,70 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
     meta = {"las_scales": [float(s) for s in las.header.scales],
             "las_offsets": [float(o) for o in las.header.offsets], "notes": notes}
     return Scan(name or path.stem, str(path), coord, color, meta=meta)
+
+
+def _check_vlr_count(path: Path) -> None:
+    """A ScanError when the public header's VLR count cannot fit between the header and the points (each VLR
+    is 54 bytes or more): a damaged header (one flipped byte made it 4,211,081,216) on which laspy read VLRs
+    for hours. Other files (no ``LASF`` signature, too short) are left to laspy's own errors."""
+    with open(path, "rb") as f:
+        raw = f.read(104)
+    if len(raw) < 104 or raw[:4] != b"LASF":
+        return
+    header_size, offset, count = (int.from_bytes(raw[a:b], "little") for a, b in ((94, 96), (96, 100), (100, 104)))
+    if count * 54 > max(offset - header_size, 0):
+        raise ScanError(f"{path}: a damaged LAS header: it counts {count:,} VLRs of 54 bytes or more, which do not fit "
+                        f"in the {max(offset - header_size, 0):,} bytes between its header ({header_size} bytes) "
+                        f"and its points (byte {offset:,}); copy it again or export it again")
+
+
+def _truncated(path: Path, header, holds: str) -> str:
+    kind = "LAZ" if header.are_points_compressed else "LAS"
+    return (f"{path}: truncated {kind}: its header promises {header.point_count:,} points, the file holds {holds} "
+            "(cut short, e.g. by an interrupted copy or download); copy it again or export it again")
+
+
+def _check_length(path: Path, header) -> None:
+    """A ScanError when the point records of an uncompressed file, from ``offset_to_point_data`` to its end (or
+    to its extended VLRs or waveform packets, LAS 1.3+), are not the header's ``point_count``: fewer (laspy read
+    whole records: cut inside one it raised numpy's "buffer size must be a multiple of element size", cut
+    between two it returned the records there were, a scan silently short of its last points), or at least one
+    more (a writer stopped before it wrote the count: 0 read as an empty scan, another count as that many
+    points, the others dropped)."""
+    size, record, start = path.stat().st_size, header.point_format.size, header.offset_to_point_data
+    if header.are_points_compressed:  # LAZ: its points end with a chunk table, found at the int64 they start with
+        _check_chunk_table(path, header, size)
+        return
+    if size < start + header.point_count * record:
+        holds = max(size - start, 0) // record
+        raise ScanError(_truncated(path, header, f"{holds:,} whole point record(s) of {record} bytes"))
+    end = min([size] + [at for at in (header.start_of_first_evlr, header.start_of_waveform_data_packet_record)
+                        if start < at])
+    if end - start - header.point_count * record >= record:
+        raise ScanError(f"{path}: its LAS header promises {header.point_count:,} points, the file holds "
+                        f"{(end - start) // record:,} point records of {record} bytes: the header's count is "
+                        "wrong (a writer stopped before it wrote the count?); export the file again")
+
+
+def _check_chunk_table(path: Path, header, size: int) -> None:
+    """A ScanError when a LAZ file's chunk table (at the int64 its points start with; -1: none) is not where
+    that offset says: beyond the end (a file cut short: lazrs said only "IoError: failed to fill whole buffer"),
+    or not starting with its version 0 and a chunk count of 1 to ``point_count`` (a byte lost or added inside
+    the points shifts it: lazrs then read sizes of garbage and aborted the whole process on an allocation of
+    tens of GB)."""
+    with open(path, "rb") as f:
+        f.seek(header.offset_to_point_data)
+        table = int.from_bytes(f.read(8), "little", signed=True)
+        if table == -1:
+            return
+        if table > size - 8:
+            raise ScanError(_truncated(path, header, f"{size:,} bytes, where its chunk table starts at byte {table:,}"))
+        f.seek(table)
+        version, chunks = (int.from_bytes(f.read(4), "little") for _ in range(2))
+    if version != 0 or not 1 <= chunks <= max(header.point_count, 1):
+        raise ScanError(f"{path}: a damaged LAZ file: its chunk table at byte {table:,} reads version {version} and "
+                        f"{chunks:,} chunks, expected version 0 and 1 to {header.point_count:,} chunks (bytes lost or "
+                        "added inside the points, e.g. by a faulty copy); copy it again or export it again")
 
 
 def _fit(lo: np.ndarray, hi: np.ndarray, scales: np.ndarray, offsets: np.ndarray) -> bool:
@@ -93,7 +171,8 @@ def write_las(path: str | Path, scan: Scan, color: np.ndarray, label: np.ndarray
     docstring; the scales and offsets of :func:`las_scaling`), atomically."""
     path = Path(path)
     laspy = _laspy(path)
-    header = laspy.LasHeader(point_format=3, version="1.2")
+    wide = len(class_names) > LAS12_CLASSES  # 5 bits of format 3: laspy's OverflowError at class 32
+    header = laspy.LasHeader(point_format=7 if wide else 3, version="1.4" if wide else "1.2")
     header.scales, header.offsets, _ = las_scaling(scan)
     header.vlrs.append(laspy.VLR(user_id="pointgeope", record_id=1, description="classes",
                                  record_data=",".join(class_names).encode("ascii")))

@@ -7,7 +7,7 @@ format      file                              content
 npy         ``DIR/<name>_pred.npy``           ``uint8 (N,)`` class per point (``constants.CLASS_NAMES`` order)
 ply         ``DIR/<name>_pred.ply``           binary PLY: ``x y z`` (float, or double where float would round
                                               them), ``red green blue`` = ``PALETTE[label]``, ``label`` uchar
-las         ``DIR/<name>_pred.las``           LAS 1.2, ``classification`` = label (``las.py``)
+las         ``DIR/<name>_pred.las``           LAS 1.2 (1.4 above 32 classes), ``classification`` = label
 txt         ``DIR/<name>_pred.txt``           ``x y z r g b label`` lines (``text.py``)
 h5          ``DIR/<name>_pred.h5``            one room in the prepared-area layout with its ``pred``: ``pointgeope
                                               viz DIR/<name>_pred.h5 --mode pred`` shows it

@@ -9,7 +9,9 @@ values must fit their declared types (``uchar`` 0..255 whole numbers): one that 
 its line, as binary could not hold it either. Other elements (faces, a camera) are skipped, before
 the vertices or after them, list properties included. The points must be unambiguous: a second ``vertex``
 element, or another element whose records hold ``x y z`` too, is refused, naming its header line; so is a
-file shorter than its header says::
+file shorter than its header says, or longer by a vertex record or more (a count the writer did not
+update: reading it would leave the last points out), and ascii vertex lines of more values than the
+header's properties::
 
     ply
     format binary_little_endian 1.0
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -156,14 +159,18 @@ def _vertex_records(path: Path) -> np.ndarray:
             for _ in range(sum(e.count for e in before)):  # one line a record, list or not
                 f.readline()
             try:
-                rows = np.loadtxt(f, dtype=np.float64, max_rows=count, ndmin=2) if count else np.zeros((0, len(props)))
+                with warnings.catch_warnings():  # a blank line "will not be counted towards max_rows": none is
+                    warnings.simplefilter("ignore", UserWarning)
+                    rows = (np.loadtxt(f, dtype=np.float64, max_rows=count, ndmin=2) if count
+                            else np.zeros((0, len(props))))
             except ValueError as err:
                 reason = loadtxt_reason(err)
                 raise ScanError(f"{path}: unreadable ascii PLY vertex ({reason}); expected {count:,} lines of "
                                 f"{len(props)} numbers after the header") from None
-            if rows.shape[0] != count or rows.shape[1] < len(props):
+            if rows.shape[0] != count:
                 raise ScanError(f"{path}: truncated PLY: the header promises {count:,} vertices of "
                                 f"{len(props)} values, the file holds {rows.shape[0]:,}")
+            _ascii_fits(f, offset, elements, rows.shape[1], path)
             f.seek(0)
             first_line = f.read(offset).count(b"\n") + sum(e.count for e in before) + 1
             return _ascii_records(rows, props, path, first_line)
@@ -176,11 +183,49 @@ def _vertex_records(path: Path) -> np.ndarray:
         if size < count * dtype.itemsize:
             raise ScanError(f"{path}: truncated PLY: the header promises {count:,} vertices "
                             f"({count * dtype.itemsize:,} bytes), the file holds {max(size, 0):,} bytes")
+        _binary_fits(size - count * dtype.itemsize, elements[index + 1:], dtype.itemsize, count, end, path)
         return np.fromfile(f, dtype=dtype, count=count, offset=skip)
 
 
+def _more_points(path: Path, count: int, holds: str) -> str:
+    return (f"{path}: the PLY header promises {count:,} vertices, the file holds more: {holds}; the header's count "
+            "is wrong (a writer that did not update it?): write the file again, or correct 'element vertex'")
+
+
+def _binary_fits(tail: int, after: list[Element], record: int, count: int, end: str, path: Path) -> None:
+    """A ScanError when the ``tail`` bytes after the vertices hold at least one more vertex record (``record``
+    bytes) beyond the elements ``after`` them: the header's count is short, and reading it would leave the last
+    points out without a word. Not checked after an element of lists (its size is known only by walking it),
+    but for an empty one (MeshLab's ``element face 0`` of a point cloud)."""
+    after = [e for e in after if e.count]
+    if any(kind[0] == "list" for e in after for _, kind in e.props):
+        return
+    extra = tail - sum(e.count * np.dtype([(n, end + t) for n, t in e.props]).itemsize for e in after)
+    if extra >= record:
+        more = f"{extra // record:,} more vertex record(s) of {record} bytes" + (
+            f" (after {', '.join(repr(e.name) for e in after)})" if after else "")
+        raise ScanError(_more_points(path, count, f"{extra:,} bytes after its elements, {more}"))
+
+
+def _ascii_fits(f, offset: int, elements: list[Element], width: int, path: Path) -> None:
+    """A ScanError when the ascii vertex lines hold another number of values than the header's properties
+    (``width`` read), or the file more non-blank lines than its elements' records (one a line): either way the
+    header does not describe the points, and the values or lines beyond it would be left out without a word."""
+    vertex = next(e for e in elements if e.name == "vertex")
+    if width != len(vertex.props):
+        raise ScanError(f"{path}: the ascii PLY vertex lines hold {width} values, the header declares "
+                        f"{len(vertex.props)} properties ({' '.join(name for name, _ in vertex.props)}) (line "
+                        f"{vertex.line}); declare one property a value, in the order of the values")
+    f.seek(offset)
+    lines, records = sum(1 for line in f if line.strip()), sum(e.count for e in elements)
+    if lines > records:
+        raise ScanError(_more_points(path, vertex.count, f"{lines:,} lines of records after the header, where its "
+                                     f"elements ({', '.join(f'{e.name} {e.count:,}' for e in elements)}) have "
+                                     f"{records:,}, one a line"))
+
+
 def _ascii_records(rows: np.ndarray, props: list, path: Path, first_line: int) -> np.ndarray:
-    """The ascii vertex ``rows`` ``(count, >= len(props))`` float64 as the header's types, as binary holds them.
+    """The ascii vertex ``rows`` ``(count, len(props))`` float64 as the header's types, as binary holds them.
     A value that its integer type cannot hold (a fraction, NaN, out of range: 0.5 or 300 under ``uchar``)
     is refused, naming its line (``first_line`` is the first vertex's): cast, it wrapped (300 -> 44, -1 ->
     255) or was truncated (0.5 -> 0, colours 0..1 under a ``uchar`` header turned black) without a word."""

@@ -50,7 +50,8 @@ class Scan:
 
 
 def checked_scan(scan: Scan) -> Scan:
-    """``scan`` after checking shapes, that it has points and that every coordinate is finite."""
+    """``scan`` after checking shapes, that it has points and that every coordinate is finite; a note (in
+    ``meta["notes"]``) when every point has one colour (:func:`one_colour_note`)."""
     n = scan.coord.shape[0] if scan.coord.ndim == 2 else -1
     if scan.coord.ndim != 2 or scan.coord.shape[1] != 3:
         raise ScanError(f"{scan.source}: expected coordinates of shape (N, 3), got {scan.coord.shape}")
@@ -65,7 +66,21 @@ def checked_scan(scan: Scan) -> Scan:
         value = getattr(scan, key)
         if value is not None and (value.shape != shape or value.dtype != np.uint8):
             raise ScanError(f"{scan.source}: expected {key} uint8 of shape {shape}, got {value.dtype} {value.shape}")
+    if (note := one_colour_note(scan)) is not None:
+        scan.meta["notes"] = [*scan.meta.get("notes", []), note]
     return scan
+
+
+def one_colour_note(scan: Scan) -> str | None:
+    """The note of a scan of more than one point whose points all have one colour: a file with colour fields but
+    no colours (a LAS point format with RGB filled with 0 by a scanner without a camera, 65535 by others), which
+    a model trained with colour would take for a room painted in it, without a word."""
+    color = scan.color
+    if color is None or len(color) < 2 or not (color == color[0]).all():
+        return None
+    return (f"{scan.source}: every point has the colour ({', '.join(map(str, color[0].tolist()))}): a file with "
+            "colour fields but no colours? a model trained with colour predicts it as a room of that colour; "
+            "predict it with a geometry-only model (trained with data.color=false model.in_channels=3)")
 
 
 def color_to_uint8(values: np.ndarray, source: str, unit_float: bool | None = None,

@@ -8,8 +8,10 @@ Reading (``read_text``, for ``.txt .xyz .pts .csv``):
   line it is named in the error;
 - the separator is a comma in ``.csv`` files and in any file whose first data line has one, else white space
   (a line of ``;``-separated values, or of UTF-16 text without its mark, is refused saying what to save it as);
-- leading lines that are not all numbers (a CSV header ``x,y,z,r,g,b``) are skipped, and so is the point
-  count on the first line of a ``.pts`` file; ``#`` starts a comment;
+- leading lines of names (fewer than half of their values numbers: a CSV header ``x,y,z,r,g,b``) are
+  skipped, and so is the point count on the first line of a ``.pts`` file (the lines of points must
+  match it: a file cut at a line's end is refused); a first line of numbers with
+  one that does not read (``1.0 2.0 3.x``) is an error naming it, as any later line; ``#`` starts a comment;
 - columns: ``x y z`` then, with 6 or more columns, ``r g b`` in columns 4-6 (0..255, 0..65535 or 0..1,
   see ``scan.color_to_uint8``); 3 to 5 columns have no colour. Leica ``.pts`` files with 7 columns are
   ``x y z intensity r g b``: their colour is columns 5-7.
@@ -28,14 +30,27 @@ from pointgeope.scans.scan import Scan, ScanError, color_to_uint8, loadtxt_reaso
 
 EXTENSIONS = (".txt", ".xyz", ".pts", ".csv")
 _CHUNK = 1 << 20  # lines written per np.savetxt call
+HEADER_LINES = 9  # leading lines of names skipped at most (a title, units, column names, ...)
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_numeric(tokens: list[str]) -> bool:
-    try:
-        [float(t) for t in tokens]
-    except ValueError:
-        return False
-    return bool(tokens)
+    return bool(tokens) and all(map(_is_number, tokens))
+
+
+def _is_names(tokens: list[str]) -> bool:
+    """Whether a leading line that is not all numbers is a header of names (``x y z r g b``, ``//X,Y,Z``):
+    fewer than half of its tokens are numbers. A line of numbers with a damaged one (``1.0 2.0 3.x 10 20 30``)
+    is a data line, named in the error: skipped as a header, it left the scan one point short and every label
+    of the outputs one line off the file's."""
+    return 2 * sum(map(_is_number, tokens)) < len(tokens)
 
 
 def _encoding(path: Path) -> str:
@@ -54,26 +69,30 @@ def _open(path: Path):
     return open(path, "r", encoding=_encoding(path), errors="replace", newline=None)
 
 
-def _layout(path: Path) -> tuple[str | None, int]:
-    """``(delimiter, number of lines before the first data line)`` from the first lines of the file."""
+def _layout(path: Path) -> tuple[str | None, int, float | None]:
+    """``(delimiter, number of lines before the first data line, the point count of a .pts file or None)``
+    from the first lines of the file."""
     first: list[tuple[int, str]] = []  # (line index, text) of the first non-blank, non-comment lines
     with _open(path) as f:
         for index, line in enumerate(f):
             if line.strip() and not line.lstrip().startswith("#"):
                 first.append((index, line))
-            if len(first) == 3:
+            if len(first) == HEADER_LINES + 1:
                 break
     comma = path.suffix.lower() == ".csv" or any("," in line for _, line in first[:2])
 
     def tokens(line: str) -> list[str]:
-        return [t.strip() for t in line.split(",")] if comma else line.split()
+        data = line.split("#")[0]  # a comment after the values is no part of them
+        return [t.strip() for t in data.split(",")] if comma else data.split()
 
     k = 0
-    while k < len(first) and not _is_numeric(tokens(first[k][1])):
+    while k < len(first) and not _is_numeric(tokens(first[k][1])) and _is_names(tokens(first[k][1])):
         k += 1  # a header of names
+    count = None
     if path.suffix.lower() == ".pts" and k < len(first) - 1 and len(tokens(first[k][1])) == 1:
+        count = float(tokens(first[k][1])[0]) if _is_numeric(tokens(first[k][1])) else None
         k += 1  # the point count of a Leica .pts file
-    return ("," if comma else None), (first[k][0] if k < len(first) else 0)
+    return ("," if comma else None), (first[k][0] if k < len(first) else 0), count
 
 
 def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, str] | None:
@@ -92,7 +111,9 @@ def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, s
                 try:
                     float(token)
                 except ValueError:
-                    return index + 1, line.rstrip("\r\n")[:80], f"{token!r} is not a number"
+                    why = (f"{token!r} is not a number" if token else "an empty value: a separator at the end of "
+                           "the line, or two in a row; remove it")
+                    return index + 1, line.rstrip("\r\n")[:80], why
             if width is not None and len(tokens) != width:
                 return index + 1, line.rstrip("\r\n")[:80], f"{len(tokens)} values, the lines before have {width}"
             width = len(tokens)
@@ -118,7 +139,7 @@ def _hint(text: str) -> str:
 def read_text(path: str | Path, name: str | None = None) -> Scan:
     """A :class:`Scan` of a text point cloud, in line order (see the module docstring)."""
     path = Path(path)
-    delimiter, skip = _layout(path)
+    delimiter, skip, count = _layout(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "input contained no data": checked below
@@ -128,6 +149,8 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
         reason = loadtxt_reason(err)
         bad = _bad_line(path, delimiter, skip)
         hint = _hint(reason if bad is None else reason + bad[1].split("#")[0])   # its data, not its comment
+        if count is not None and bad is not None and bad[2].startswith("1 values"):
+            hint += "; a second scan's point count? save each scan of the .pts file as its own file"
         if bad is None:
             raise ScanError(f"{path}: expected lines of numbers 'x y z [r g b ...]' ({reason}, counting data "
                             f"rows after {skip} header line(s)){hint}") from None
@@ -135,6 +158,9 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
                         f"({bad[2]}){hint}") from None
     if rows.shape[0] == 0:
         raise ScanError(f"{path}: expected points, found none (empty file)")
+    if count is not None and count != rows.shape[0]:  # what the count is for: a file cut at a line's end
+        raise ScanError(f"{path}: its first line counts {count:,g} points, the file holds {rows.shape[0]:,} lines of "
+                        "points: cut short (an interrupted copy)? copy or export it again, or correct the count")
     if rows.shape[1] < 3:
         raise ScanError(f"{path}: expected at least 3 columns (x y z), got {rows.shape[1]}")
     coord = np.ascontiguousarray(rows[:, :3])

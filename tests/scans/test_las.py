@@ -83,3 +83,103 @@ def test_not_a_las_file(tmp_path):
     (tmp_path / "bad.las").write_bytes(b"LASF but not really")
     with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'bad.las'))}: not a readable LAS/LAZ file"):
         read_las(tmp_path / "bad.las")
+
+
+@pytest.mark.parametrize("records", [10, 0.5], ids=["between-records", "inside-a-record"])
+def test_a_truncated_las_is_refused_naming_the_counts(tmp_path, records):
+    """A LAS file cut short (an interrupted copy) between two point records was read as the records there
+    were: a scan silently short of its last points, predicted with exit code 0. Cut inside a record it was
+    numpy's "buffer size must be a multiple of element size"."""
+    las_file(tmp_path / "full.las", n=400)
+    data = (tmp_path / "full.las").read_bytes()
+    record = laspy.read(tmp_path / "full.las").header.point_format.size
+    (tmp_path / "cut.las").write_bytes(data[:len(data) - int(records * record)])
+    whole = 400 - int(np.ceil(records))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'cut.las'))}: truncated LAS: its header "
+                                        rf"promises 400 points, the file holds {whole} whole point record"):
+        read_las(tmp_path / "cut.las")
+
+
+@pytest.mark.parametrize("count", [0, 150])
+def test_a_las_header_that_counts_fewer_points_than_its_records_is_refused(tmp_path, count):
+    """A writer stopped before it wrote the point count (the legacy count at byte 107 of a LAS 1.2 header):
+    0 was read as an empty scan ('expected points, found none'), 150 as 150 points, the other 250 dropped
+    with exit code 0."""
+    las_file(tmp_path / "a.las", n=400)
+    data = bytearray((tmp_path / "a.las").read_bytes())
+    data[107:111] = np.array([count], "<u4").tobytes()
+    (tmp_path / "a.las").write_bytes(bytes(data))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'a.las'))}: its LAS header promises "
+                                        rf"{count} points, the file holds 400 point records of 26 bytes"):
+        read_las(tmp_path / "a.las")
+
+
+def test_extended_vlrs_after_the_points_are_no_extra_records(tmp_path):
+    header = laspy.LasHeader(point_format=7, version="1.4")
+    las = laspy.LasData(header)
+    las.x, las.y, las.z = np.arange(5.0), np.zeros(5), np.ones(5)
+    las.red, las.green, las.blue = np.full((3, 5), 65535, np.uint16)
+    big = laspy.VLR(user_id="me", record_id=7, description="big", record_data=b"a" * 500)
+    las.evlrs = laspy.vlrs.vlrlist.VLRList([big])
+    las.write(tmp_path / "e.las")
+    assert laspy.read(tmp_path / "e.las").header.start_of_first_evlr > 0
+    scan = read_las(tmp_path / "e.las")
+    np.testing.assert_array_equal(scan.coord[:, 0], np.arange(5.0))
+    np.testing.assert_array_equal(scan.color, np.full((5, 3), 255))
+
+
+def test_a_model_of_more_than_32_classes_writes_its_classes_to_las(tmp_path):
+    """LAS 1.2 point format 3 holds a class in 5 bits: a prediction of class 32 or above was laspy's
+    OverflowError, a traceback after the scan's other outputs were written. Such a model's LAS is 1.4 point
+    format 7 (8-bit class); 32 classes keep format 3."""
+    coord, color = las_file(tmp_path / "in.las", n=50, seed=2)
+    scan = read_las(tmp_path / "in.las")
+    for classes, version, point_format in ((40, "1.4", 7), (32, "1.2", 3)):
+        label = (np.arange(50) % classes).astype(np.uint8)
+        write_las(tmp_path / "out.las", scan, scan.color, label, [f"c{i}" for i in range(classes)])
+        las = laspy.read(tmp_path / "out.las")
+        assert (str(las.header.version), las.header.point_format.id) == (version, point_format)
+        np.testing.assert_array_equal(np.asarray(las.classification), label)
+        np.testing.assert_allclose(np.stack([las.x, las.y, las.z], 1), coord, rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(np.stack([las.red, las.green, las.blue], 1) // 257, color)
+
+
+def test_a_truncated_laz_is_refused_naming_its_chunk_table(tmp_path):
+    """lazrs said only "not a readable LAS/LAZ file (LazrsError: IoError: failed to fill whole buffer)"."""
+    if not laspy.LazBackend.detect_available():
+        pytest.skip("no LAZ backend (pip install lazrs)")
+    las_file(tmp_path / "a.laz", n=2000)
+    data = (tmp_path / "a.laz").read_bytes()
+    (tmp_path / "cut.laz").write_bytes(data[:len(data) // 2])
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'cut.laz'))}: truncated LAZ: its header promises "
+                                        rf"2,000 points, the file holds {len(data) // 2:,} bytes, where its chunk "
+                                        r"table starts at byte [0-9,]+ \(cut short"):
+        read_las(tmp_path / "cut.laz")
+    assert len(read_las(tmp_path / "a.laz")) == 2000
+
+
+def test_a_laz_with_a_byte_lost_inside_its_points_is_refused(tmp_path):
+    """One byte lost inside the compressed points shifts the chunk table: lazrs read chunk sizes of garbage
+    and aborted the whole process ("memory allocation of 34628173824 bytes failed"), the other scans lost."""
+    if not laspy.LazBackend.detect_available():
+        pytest.skip("no LAZ backend (pip install lazrs)")
+    las_file(tmp_path / "a.laz", n=2000)
+    data = (tmp_path / "a.laz").read_bytes()
+    (tmp_path / "lost.laz").write_bytes(data[:len(data) // 2] + data[len(data) // 2 + 1:])
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'lost.laz'))}: a damaged LAZ file: its chunk "
+                                        r"table at byte [0-9,]+ reads version \d+ and [0-9,]+ chunks, expected version "
+                                        r"0 and 1 to 2,000 chunks"):
+        read_las(tmp_path / "lost.laz")
+
+
+def test_a_las_header_counting_more_vlrs_than_fit_is_refused(tmp_path):
+    """One flipped byte of the VLR count (4,211,081,216 VLRs before the points at byte 227): laspy read VLRs
+    for hours, and predict waited on it with every later input."""
+    las_file(tmp_path / "a.las", n=100)
+    data = bytearray((tmp_path / "a.las").read_bytes())
+    data[103] = 0xFB
+    (tmp_path / "a.las").write_bytes(bytes(data))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'a.las'))}: a damaged LAS header: it counts "
+                                        r"4,211,081,216 VLRs of 54 bytes or more, which do not fit in the 0 bytes "
+                                        r"between its header \(227 bytes\) and its points \(byte 227\)"):
+        read_las(tmp_path / "a.las")

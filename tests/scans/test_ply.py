@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -208,3 +209,52 @@ def test_a_list_count_that_is_no_count_is_refused(tmp_path):
         read_ply(signed)
     assert str(err.value) == (f"{signed}: a list of 'face' (line 3) has the count -1 at byte {len(header) + 1}; "
                               "expected a count >= 0: the file is damaged")
+
+
+CAMERA = "element camera 1\nproperty float x0\nproperty float y0\nproperty float z0\n"
+
+
+@pytest.mark.parametrize("fmt", ["ascii", "binary_little_endian", "binary_big_endian"])
+@pytest.mark.parametrize("after", [False, True], ids=["vertices-last", "camera-after"])
+def test_a_header_that_counts_fewer_vertices_than_the_file_holds_is_refused(tmp_path, fmt, after):
+    """A writer that streamed 5 points after a header of 'element vertex 3' (it never updated the count): the
+    first 3 were read and the 2 others silently left out of the prediction, exit code 0. MeshLab's empty
+    'element face 0' of a point cloud is no element of unknown size."""
+    five = VERTICES + [(1.0, 1.0, 1.0), (2.0, 2.0, 2.0)]
+    parts = [(f"element vertex 3\n{XYZ}", five), (FACES.replace("face 2", "face 0"), [])]
+    parts += [(CAMERA, [(0.0, 0.0, 0.0)])] if after else []
+    path = _ply(tmp_path / "more.ply", fmt, parts)
+    if fmt == "binary_big_endian":  # _ply packs little endian: repack the floats
+        data = path.read_bytes()
+        head = data.index(b"end_header\n") + len(b"end_header\n")
+        body = np.frombuffer(data[head:], "<f4").astype(">f4").tobytes()
+        path.write_bytes(data[:head] + body)
+    holds = ("6 lines of records after the header, where its elements (vertex 3, face 0, camera 1) have 4, one a "
+             "line" if fmt == "ascii" and after else "5 lines of records after the header, where its elements "
+             "(vertex 3, face 0) have 3, one a line" if fmt == "ascii" else
+             "24 bytes after its elements, 2 more vertex record(s) of 12 bytes"
+             + (" (after 'camera')" if after else ""))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}: the PLY header promises 3 vertices, the file "
+                                        rf"holds more: {re.escape(holds)}; the header's count is wrong"):
+        read_ply(path)
+    path.write_bytes(path.read_bytes().replace(b"element vertex 3", b"element vertex 5"))
+    if not after:  # the corrected count reads every point
+        np.testing.assert_array_equal(read_ply(path).coord, np.array(five))
+
+
+def test_ascii_vertex_lines_with_more_values_than_properties_are_refused(tmp_path):
+    """'x y z' declared, 'x y z r g b' written: the colours were dropped without a word (a colour model then
+    refused the scan as having none, a geometry model predicted it)."""
+    path = tmp_path / "wide.ply"
+    path.write_text(f"ply\nformat ascii 1.0\nelement vertex 2\n{XYZ}end_header\n0 0 0 10 20 30\n1 1 1 10 20 30\n")
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}: the ascii PLY vertex lines hold 6 values, the "
+                                        r"header declares 3 properties \(x y z\) \(line 3\)"):
+        read_ply(path)
+
+
+def test_blank_lines_among_ascii_vertices_are_read_without_numpys_warning(tmp_path):
+    path = tmp_path / "blank.ply"
+    path.write_text(f"ply\nformat ascii 1.0\nelement vertex 2\n{XYZ}end_header\n0 0 0\n\n1 1 1\n\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(read_ply(path).coord, [[0, 0, 0], [1, 1, 1]])

@@ -150,3 +150,54 @@ def test_a_bad_line_without_a_semicolon_or_nul_gets_no_hint(tmp_path):
     (tmp_path / "w.txt").write_text("1 2 3 4 5 6\n1 2 x 4 5 6 # a;b\n")
     with pytest.raises(ScanError, match=r":2: .*\('x' is not a number\)$"):
         read_text(tmp_path / "w.txt")
+
+
+@pytest.mark.parametrize("first, why", [
+    ("1.0 2.0 3.x 10 20 30", "'3.x' is not a number"),            # a damaged number
+    ("1.0 2.0 3.0 10 20 30 garbage", "'garbage' is not a number"),  # a stray word after the values
+])
+def test_a_damaged_first_line_is_named_not_skipped_as_a_header(tmp_path, first, why):
+    """The first line was taken for a header because it was not all numbers, and skipped: the scan one point
+    short, and every row of the outputs one line off the file's (the label of line 2 in row 1), exit code 0."""
+    (tmp_path / "d.txt").write_text(f"{first}\n1.5 2.0 3.0 10 20 30\n1.7 2.0 3.0 10 20 30\n")
+    with pytest.raises(ScanError) as err:
+        read_text(tmp_path / "d.txt")
+    assert str(err.value) == (f"{tmp_path / 'd.txt'}:1: expected lines of numbers 'x y z [r g b ...]', got "
+                              f"{first!r} ({why})")
+
+
+def test_headers_of_names_are_skipped_however_many_and_a_comment_after_values_is_data(tmp_path):
+    """Three lines of names (a title, units, columns) were read as data: 'Title' is not a number. A first line
+    of values with a comment after them was skipped as a header (not all numbers)."""
+    (tmp_path / "h.csv").write_text("Room scan\nunits: m\nx,y,z,r,g,b\n1.5,2,3,10,20,30\n2.5,2,3,10,20,30\n")
+    np.testing.assert_array_equal(read_text(tmp_path / "h.csv").coord, [[1.5, 2, 3], [2.5, 2, 3]])
+    (tmp_path / "c.txt").write_text("1.5 2 3 10 20 30 # first point\n2.5 2 3 10 20 30\n")
+    np.testing.assert_array_equal(read_text(tmp_path / "c.txt").coord, [[1.5, 2, 3], [2.5, 2, 3]])
+
+
+def test_a_pts_file_of_fewer_points_than_its_count_is_refused(tmp_path):
+    """A Leica .pts cut at the end of a line (an interrupted copy) was read as the points there were and
+    predicted, exit code 0: the count on its first line, which says how many there are, was skipped unread."""
+    coord, color = points(n=50, seed=5)
+    body = np.c_[coord, np.full(len(coord), -1200), color]
+    np.savetxt(tmp_path / "l.pts", body[:40], fmt="%.4f %.4f %.4f %d %d %d %d", header="50", comments="")
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'l.pts'))}: its first line counts 50 points, "
+                                        r"the file holds 40 lines of points: cut short"):
+        read_text(tmp_path / "l.pts")
+
+
+def test_a_pts_file_of_two_scans_names_the_second_count(tmp_path):
+    coord, color = points(n=5, seed=6)
+    one = "5\n" + "".join(f"{x:.3f} {y:.3f} {z:.3f} -1 {r} {g} {b}\n" for (x, y, z), (r, g, b) in zip(coord, color))
+    (tmp_path / "two.pts").write_text(one + one)
+    with pytest.raises(ScanError, match=r":7: .*\(1 values, the lines before have 7\); a second scan's point count\? "
+                                        r"save each scan of the \.pts file as its own file$"):
+        read_text(tmp_path / "two.pts")
+
+
+def test_a_trailing_comma_is_named_as_an_empty_value(tmp_path):
+    """Said "'' is not a number", which does not say where the value is missing."""
+    (tmp_path / "t.csv").write_text("x,y,z,r,g,b,\n1.5,2,3,10,20,30,\n")
+    with pytest.raises(ScanError, match=r"t\.csv:2: .*got '1\.5,2,3,10,20,30,' \(an empty value: a separator at "
+                                        r"the end of the line, or two in a row; remove it\)$"):
+        read_text(tmp_path / "t.csv")
