@@ -275,7 +275,10 @@ def test_the_capture_runs_on_the_models_gpu_when_another_is_current(monkeypatch)
                        ("CUDAGraph", lambda: SimpleNamespace(replay=lambda: None)), ("graph_pool_handle", tuple)):
         monkeypatch.setattr(cuda, name, fake)
     model = torch.nn.Linear(2, 2)
-    step = lambda: (model(torch.ones(1, 2)), model(torch.ones(1, 2)).sum())  # noqa: E731
+
+    def step():
+        out = model(torch.ones(1, 2))
+        return out, out.sum()
     graphs.CudaRecorder(torch.device("cuda", 1)).record(step, model, before=lambda: None)
     assert [kind for kind, _ in used] == ["stream", "capture"]
     assert {device for _, device in used} == {torch.device("cuda", 1)}, used
