@@ -274,7 +274,7 @@ class ConfusionMeter:
             self._counts = torch.zeros(c * c, dtype=torch.long, device=device)
         self._counts += counts.to(self._counts.device)
 
-    def count(self, logits: "torch.Tensor", target: "torch.Tensor") -> None:
+    def count(self, logits, target) -> None:
         """Count one batch of logits ``(N, C)`` and labels ``(N,)`` on their device without reading anything on
         the host (on a GPU :meth:`update`'s checks, masks and ``bincount`` each wait for the queue to drain):
         the labels are not checked, and a point whose label is ``ignore_index`` or outside ``0..C-1`` is not
