@@ -274,6 +274,24 @@ class ConfusionMeter:
             self._counts = torch.zeros(c * c, dtype=torch.long, device=device)
         self._counts += counts.to(self._counts.device)
 
+    def count(self, logits, target) -> None:
+        """Count one batch of logits ``(N, C)`` and labels ``(N,)`` on their device without reading anything on
+        the host (on a GPU :meth:`update`'s checks, masks and ``bincount`` each wait for the queue to drain):
+        the labels are not checked, and a point whose label is ``ignore_index`` or outside ``0..C-1`` is not
+        counted. For a training loop, whose loss has refused such labels already."""
+        import torch
+
+        c = self.num_classes
+        pred, target = logits.argmax(dim=1), target.to(device=logits.device, dtype=torch.long)
+        keep = (target >= 0) & (target < c)
+        if self.ignore_index is not None:
+            keep &= target != self.ignore_index
+        if self._counts is None:
+            device = logits.device if self.device is None else torch.device(self.device)
+            self._counts = torch.zeros(c * c, dtype=torch.long, device=device)
+        cell = torch.where(keep, target * c + pred, 0).to(self._counts.device)   # a point not kept adds 0
+        self._counts.index_put_((cell,), keep.long().to(self._counts.device), accumulate=True)
+
     def all_reduce(self) -> None:
         """Sum the counts over all DDP ranks (a no-op unless ``torch.distributed`` is initialised).
 

@@ -84,7 +84,10 @@ def set_rng_state(state: dict) -> None:
                          n["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        # device i takes saved state i (get_rng_state_all: one per device visible when saved). A checkpoint
+        # written where more GPUs were visible (torchrun on 2, a shared node) resumed where fewer are
+        # (CUDA_VISIBLE_DEVICES=0): set_rng_state_all would index a device that is not there (IndexError)
+        torch.cuda.set_rng_state_all(state["cuda"][:torch.cuda.device_count()])
 
 
 # --- saving and loading ------------------------------------------------------------------------------------

@@ -57,9 +57,13 @@ def choose_device(preference: str, local_rank: int = 0, option: str = "train.dev
     ``cuda:<local_rank>``. A :class:`DeviceError` for a name outside
     :data:`~pointgeope.engine.config_values.DEVICES` or a GPU this machine does not have; a
     ``KernelChoiceError`` for a kernel switch with a value it does not take (``kernel_choice``), or Triton
-    where it cannot run."""
+    where it cannot run. A CUDA device becomes this thread's current device: what torch places on the current
+    one by default (an event's stream, a CUDA graph's capture stream, the loader's pinning) is then on the
+    run's GPU, also for ``cuda:1`` in a single process."""
     device = _device(preference, local_rank, option)
     kernels.check_runnable(device)            # the kernel switches: valid, and a path that runs here
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     return device
 
 
@@ -105,9 +109,7 @@ def setup(device_preference: str = "auto") -> DistEnv:
     rank = _env_int("RANK", 0)
     local_rank = _env_int("LOCAL_RANK", 0)
     device = choose_device(device_preference, local_rank)
-    if world_size > 1 and not dist.is_initialized():
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
+    if world_size > 1 and not dist.is_initialized():          # NCCL's device: the current one (choose_device)
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return DistEnv(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
 

@@ -39,24 +39,28 @@ class EpochMeter:
                  carried: dict | None = None, *, class_mean: str):
         self.class_mean = class_mean
         self.confusion = ConfusionMeter(num_classes, ignore_index, device=device)
-        self.totals = torch.zeros(3, dtype=torch.float64, device=device)  # [loss sum, batches, points]
+        self.device = device
+        self.totals = np.zeros(3, dtype=np.float64)  # [loss sum, batches, points], on the host: no copy a step
         self.carried = np.zeros((num_classes, num_classes), dtype=np.int64)
         seconds = 0.0
         if carried:
-            self.totals += torch.tensor(carried["totals"], dtype=torch.float64, device=device)
+            self.totals += np.asarray(carried["totals"], dtype=np.float64)
             self.carried = np.asarray(carried["confusion"], dtype=np.int64).reshape(num_classes, num_classes)
             seconds = float(carried["seconds"])
         self.t0 = time.perf_counter() - seconds
 
     def add(self, logits: torch.Tensor, target: torch.Tensor, loss: float) -> None:
-        self.confusion.update(logits.detach(), target)
-        self.totals += torch.tensor([loss, 1.0, target.shape[0]], dtype=torch.float64, device=self.totals.device)
+        """One training batch: logits ``(N, C)``, labels ``(N,)``, its loss. Reads nothing on the host and copies
+        nothing to the device (``ConfusionMeter.count``; the sums on the host): the step's loss is the one value
+        a training step waits for."""
+        self.confusion.count(logits.detach(), target)
+        self.totals += (loss, 1.0, target.shape[0])
 
     def _reduced(self) -> tuple[torch.Tensor, np.ndarray]:
         """``(totals, confusion)`` of every rank's batches and the carried sums (collective; copies: the
         meter goes on counting)."""
-        totals = distributed.all_reduce_sum(self.totals.clone())
-        counts = torch.from_numpy(self.confusion.confusion + self.carried).to(self.totals.device)
+        totals = distributed.all_reduce_sum(torch.from_numpy(self.totals.copy()).to(self.device))
+        counts = torch.from_numpy(self.confusion.confusion + self.carried).to(self.device)
         return totals, distributed.all_reduce_sum(counts).cpu().numpy()
 
     def sums(self) -> dict:

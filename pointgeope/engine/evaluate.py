@@ -162,6 +162,8 @@ def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, 
     on the host, or with ``beside`` on the CUDA device beside the forward of the batch before
     (``vote_batches.stack``)."""
     pin = device.type == "cuda"
+    if pin:     # vote_room's producer thread starts on cuda:0 (CUDA's device is per thread): pinning there
+        torch.cuda.set_device(device)     # would open a context on cuda:0 in a cuda:1 run
     pieces = _room_pieces(coord, color, cfg, seed, layout, show_progress)
     for group in packed(pieces, lambda piece: piece[0].shape[0], limit, key=piece_key):
         yield stack(group, spec, pin, device if beside else None)

@@ -165,9 +165,9 @@ class VoteSink:
                 continue
             host = p.to("cpu", non_blocking=True)
             event = None
-            if self.device.type == "cuda":
+            if self.device.type == "cuda":       # on the stream of the copy: this device's, not the current one's
                 event = torch.cuda.Event()
-                event.record()
+                event.record(torch.cuda.current_stream(self.device))
             self.finish()
             self.waiting = (part.index, host, event)
 

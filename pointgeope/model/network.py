@@ -238,7 +238,7 @@ class PointTransformerSeg(nn.Module):
 
     def forward(self, coord, feat: Tensor | None = None, offset: Tensor | list[int] | None = None,
                 hierarchy: PointHierarchy | None = None) -> Tensor:
-        coord, feat, offset, counts = self._inputs(coord, feat, offset)
+        coord, feat, offset, counts = self._inputs(coord, feat, offset, read=hierarchy is None)
         if hierarchy is None:
             hierarchy = self.hierarchy_spec(coord, counts)           # host offsets: no second copy from the device
         else:
@@ -271,10 +271,12 @@ class PointTransformerSeg(nn.Module):
                 feat = block(coords[s], feat, h.neighbours[s])
         return self.head(feat)
 
-    def _inputs(self, coord, feat, offset) -> tuple[Tensor, Tensor, Tensor, list[int]]:
+    def _inputs(self, coord, feat, offset, read: bool = True) -> tuple[Tensor, Tensor, Tensor, list[int] | None]:
         """Check ``(coord, feat, offset)`` or unpack a ``torch_geometric`` ``Data``/``Batch``; ``offset`` a
         tensor or a host list (``check_offset``'s). Returns ``coord``, ``feat``, the offsets as an int64 tensor
-        (on ``coord``'s device where they came as a list) and as the checked host list."""
+        (on ``coord``'s device where they came as a list) and as the checked host list. Without ``read`` (a
+        hierarchy given, whose clouds the network uses, checked by their count) an offset tensor's values are
+        not read: on a GPU that read waits for the queue to drain, once a training step and a test batch."""
         if not isinstance(coord, Tensor):
             coord, feat, offset = geometric_inputs(coord, feat, offset)
         if feat is None or offset is None:
@@ -291,6 +293,11 @@ class PointTransformerSeg(nn.Module):
         if not isinstance(offset, Tensor):                           # a host list: checked there, then moved
             host = offset_tensor(offset)
             return coord, feat, host.to(coord.device), check_offset(host, coord.shape[0])
+        if not read:
+            if offset.dim() != 1 or offset.is_floating_point() or offset.is_complex():
+                raise ValueError(f"expected offset an integer tensor of shape (B,), got {offset.dtype} "
+                                 f"{tuple(offset.shape)}")
+            return coord, feat, offset.long(), None
         return coord, feat, offset.long(), check_offset(offset, coord.shape[0])
 
 

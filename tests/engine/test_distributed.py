@@ -192,3 +192,21 @@ def test_a_refusal_checked_on_rank_0_ends_every_rank_with_its_one_line(two_folds
         assert (record / f"rank{rank}.code").read_text() == "2"
         err = (record / f"rank{rank}.err").read_text().strip().splitlines()
         assert len(err) == 1 and "Traceback" not in err[0] and expected in err[0], (rank, err)
+
+
+@pytest.mark.parametrize("preference, local_rank, current", [("cuda:1", 0, 1), ("cuda", 1, 1), ("auto", 1, 1),
+                                                              ("cuda", 0, 0), ("cpu", 1, None)])
+def test_the_chosen_gpu_becomes_the_current_one(monkeypatch, preference, local_rank, current):
+    """``train.device=cuda:1`` (or ``predict --device cuda:1``) in one process: cuda:1 is made the current
+    device, where torch puts what it places by default (an event's stream, a CUDA graph's capture stream, the
+    loader's pinning); it stayed cuda:0, so the votes' copy was waited for on an idle GPU and a CUDA graph
+    captured nothing of the step. Fakes of a machine with two GPUs (``set_device`` recorded)."""
+    from pointgeope.engine import distributed
+
+    made = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: made.append(torch.device(device).index))
+    device = distributed.choose_device(preference, local_rank)
+    assert device == (torch.device("cpu") if current is None else torch.device("cuda", current))
+    assert made == ([] if current is None else [current])

@@ -151,3 +151,44 @@ def test_the_epoch_scores_follow_the_runs_class_mean_rule(two_folds, tmp_path, m
     monkeypatch.setattr(train_module, "EpochMeter", Recording)
     assert train_fold(two_folds, tmp_path / "run", "train.epochs=1", "eval.class_mean=present") == 0
     assert rules == ["present"]
+
+
+def test_a_training_step_and_its_meter_read_the_loss_only():
+    """A step with its hierarchy given (beside the step on CUDA, or from the loader) and the epoch meter read
+    one value on the host, the loss (``train_step``'s one sync): every other read of a tensor's values
+    (``tolist``, ``bool``, a boolean mask, ``bincount``) waits on a GPU for the queued backward and optimiser
+    step before the next forward can be queued. The network read the device offsets, and the meter's
+    ``ConfusionMeter.update`` checked, masked and bincounted on the host: 6 reads a step. The counts stay the
+    definition's (ignored labels 255 left out)."""
+    from torch.overrides import TorchFunctionMode
+
+    from pointgeope.engine.step import train_step
+    from tests.engine.test_graphs import _batch, _pair
+
+    t = torch.Tensor
+    host_reads = {t.item, t.tolist, t.__bool__, t.__int__, t.__float__, t.__index__, t.numpy, t.nonzero,
+                  torch.nonzero, torch.bincount, t.bincount, torch.unique, t.unique, torch.masked_select}
+
+    class Reads(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            index = args[1] if func is t.__getitem__ else None
+            masks = index if isinstance(index, tuple) else (index,)
+            if func in host_reads or any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in masks):
+                self.seen.append(getattr(func, "__name__", repr(func)))
+            return func(*args, **(kwargs or {}))
+
+    cfg, model, learner, _, _ = _pair("geope")
+    batch = _batch(model, [300, 200], 0)
+    meter = EpochMeter(13, 255, torch.device("cpu"), class_mean="all")
+    with Reads() as reads:
+        logits, loss = train_step(cfg, learner, model, batch, torch.device("cpu"))
+        meter.add(logits, batch.y, loss)
+    assert reads.seen == ["item"]
+    keep = batch.y != 255
+    want = np.zeros((13, 13), dtype=np.int64)
+    np.add.at(want, (batch.y[keep].numpy(), logits.argmax(1)[keep].numpy()), 1)
+    np.testing.assert_array_equal(meter.confusion.confusion, want)

@@ -360,3 +360,23 @@ def test_a_piece_alone_that_does_not_fit_is_an_error():
     cfg = load_config(None, ["data.grid_size=0.1", "data.voxel_max=300", "eval.batch_points=2000"])
     with pytest.raises(torch.cuda.OutOfMemoryError):
         vote_room(SmallMemoryClassifier(capacity=100), coord, color, cfg, torch.device("cpu"), seed=5)
+
+
+def test_the_pieces_are_pinned_for_the_runs_own_gpu_in_the_producer_thread(monkeypatch):
+    """Evaluation on ``cuda:1``: the thread that cuts and pins the room's pieces pins them with cuda:1 as its
+    current device. CUDA's current device is per thread and a new thread's is cuda:0, so pinning there opened
+    a context on cuda:0 (memory on a GPU the run does not use; an error where cuda:0 is another process's in
+    exclusive mode). Fakes of ``set_device`` (per thread, as CUDA's) and of pinning (records the device)."""
+    from pointgeope.engine import evaluate
+    from pointgeope.engine.config import Config
+
+    local, pinned = threading.local(), []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: setattr(local, "device", torch.device(device).index))
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pinned.append(getattr(local, "device", 0)) or t)
+    coord, color = room(600)
+    made = []
+    thread = threading.Thread(target=lambda: made.extend(evaluate._room_batches(
+        coord, color, Config(), 0, 100_000, None, torch.device("cuda", 1), False, evaluate._Layout(), False)))
+    thread.start()
+    thread.join()
+    assert made and pinned and set(pinned) == {1}, pinned

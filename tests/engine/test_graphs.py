@@ -233,3 +233,52 @@ def test_runs_graphs_cannot_take_say_why(change, why):
     cfg.train.amp = change.get("amp", cfg.train.amp)
     cfg.train.loss = change.get("loss", cfg.train.loss)
     assert why in graphs._not_graphable(cfg, model, cuda, change.get("place", "loader"))
+
+
+def test_the_capture_runs_on_the_models_gpu_when_another_is_current(monkeypatch):
+    """``train.device=cuda:1`` with ``cuda:0`` current: the warm-up and the capture run on streams of
+    ``cuda:1``. ``torch.cuda.graph`` without a stream captures on one stream it makes once on the current
+    device: a ``cuda:0`` stream, which none of the step's kernels (queued on ``cuda:1``) reach, so the graph
+    was empty and each replay gave back the recorded batch's loss and gradients. Fakes of ``torch.cuda``'s
+    streams and graph that choose their device as documented (no device: the current one, ``cuda:0``)."""
+    used = []
+
+    class Stream:
+        def __init__(self, device=None):
+            self.device = torch.device("cuda", 0) if device is None else torch.device(device)
+
+        def wait_stream(self, other):
+            pass
+
+    class Graph:
+        def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode="global"):
+            self.capture_stream = stream if stream is not None else Stream()
+
+        def __enter__(self):
+            used.append(("capture", self.capture_stream.device))
+
+        def __exit__(self, *exc):
+            return False
+
+    class Switch:
+        def __init__(self, stream):
+            used.append(("stream", stream.device))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    cuda = torch.cuda
+    for name, fake in (("Stream", Stream), ("current_stream", Stream), ("stream", Switch), ("graph", Graph),
+                       ("CUDAGraph", lambda: SimpleNamespace(replay=lambda: None)), ("graph_pool_handle", tuple)):
+        monkeypatch.setattr(cuda, name, fake)
+    model = torch.nn.Linear(2, 2)
+
+    def step():
+        out = model(torch.ones(1, 2))
+        return out, out.sum()
+    graphs.CudaRecorder(torch.device("cuda", 1)).record(step, model, before=lambda: None)
+    assert [kind for kind, _ in used] == ["stream", "capture"]
+    assert {device for _, device in used} == {torch.device("cuda", 1)}, used

@@ -217,13 +217,17 @@ def _host_reads():
 @pytest.mark.parametrize("pe", ["rpe", "geope"])
 def test_padded_body_reads_nothing_on_the_host(pe):
     """The forward and backward a CUDA graph records (``body`` on a padded batch) read no value back: the
-    same step unpadded does (a control: the mode would see one)."""
+    same step that builds its hierarchy does (a control: the mode would see one); given its hierarchy, the
+    unpadded step reads nothing either (its offsets' values are the hierarchy's)."""
     model = PointTransformerSeg(pe=pe, **SMALL).train()
     coord, feat, offset, label = (t.float() if t.is_floating_point() else t for t in _batch())
     h, sizes, prefixes, (pc, pf, po, pl, ph) = _padded(model, coord, feat, offset, label)
     with forced("torch"), _host_reads() as control:
+        model(coord, feat, offset).sum().backward()
+    assert "tolist" in control                       # the checks of model(...)'s offsets, the hierarchy's ops
+    with forced("torch"), _host_reads() as given:
         model(coord, feat, offset, hierarchy=h).sum().backward()
-    assert "tolist" in control                       # the checks of model(...)'s inputs
+    assert given == []
     with forced("torch"), _host_reads() as reads, padding.batch_rows(prefixes):
         F.cross_entropy(model.body(pc, pf, ph), pl, ignore_index=IGNORE).backward()
     assert reads == []
