@@ -60,7 +60,7 @@ class InvisibleCharacterError(LineError):
     ``'lr:\xa00.1'`` and an indentation by it no indentation; the message names it and its column."""
 
 
-_COMMENT = re.compile(r"(?:^|\s)#")
+_COMMENT = re.compile(r"(?:^|[ \t])#")  # YAML: a comment follows a space or tab, not a no-break space
 
 
 def invisible_character(text: str) -> None:
