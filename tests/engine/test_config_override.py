@@ -79,3 +79,13 @@ def test_a_folder_from_home_is_the_home_folders_as_in_a_shell(tmp_path, monkeypa
     (tmp_path / "top.yaml").write_text("base: ~/mine.yaml\n")             # a base: from home, too
     assert load_config(tmp_path / "top.yaml").train.epochs == 7
 
+
+
+def test_a_text_keys_override_quoted_as_yaml_is_the_text_inside_the_quotes():
+    """``"train.run_dir='runs/x'"`` (the value quoted for YAML, as every override's value was read) named the folder
+    runs/x; taken as it is, it trained into a folder named ``'runs`` in the current one."""
+    cfg = load_config(None, ["train.run_dir='runs/exp #1'", 'data.root="/data/s3dis"', "train.device='cpu'"])
+    assert (cfg.train.run_dir, cfg.data.root, cfg.train.device) == ("runs/exp #1", "/data/s3dis", "cpu")
+    assert load_config(None, ["train.run_dir='it''s'"]).train.run_dir == "it's"          # YAML's own escape
+    assert load_config(None, ["train.run_dir='a"]).train.run_dir == "'a"                 # one quote: a name
+    assert load_config(None, ["train.run_dir='a' and 'b'"]).train.run_dir == "'a' and 'b'"
