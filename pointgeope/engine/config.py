@@ -227,8 +227,9 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | N
     the line of each key in the file ``where`` (``config_yaml.load_yaml_lines``), named as ``FILE:LINE``."""
     if not isinstance(raw, dict):
         name = prefix.rstrip(".")
-        got = (repr(raw) if raw is not None
-               else f"nothing (every key under '{name.rpartition('.')[2]}:' left out?); give it a key, or remove it")
+        got = (repr(raw) if raw is not None else f"null; an override sets one key of a section: {name}.KEY=VALUE"
+               if where.startswith("override ") else
+               f"nothing (every key under '{name.rpartition('.')[2]}:' left out?); give it a key, or remove it")
         raise ConfigError(f"{at_line(where, lines, name)}: expected a mapping for {name or 'the config'}, got {got}")
     hints = _hints(cls)
     out = {}

@@ -89,3 +89,11 @@ def test_a_text_keys_override_quoted_as_yaml_is_the_text_inside_the_quotes():
     assert load_config(None, ["train.run_dir='it''s'"]).train.run_dir == "it's"          # YAML's own escape
     assert load_config(None, ["train.run_dir='a"]).train.run_dir == "'a"                 # one quote: a name
     assert load_config(None, ["train.run_dir='a' and 'b'"]).train.run_dir == "'a' and 'b'"
+
+
+def test_an_override_of_a_whole_section_says_to_set_one_key():
+    """'eval.tta=' was answered with a file's hint: "got nothing (every key under 'tta:' left out?)"."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["eval.tta="])
+    assert str(err.value) == ("override 'eval.tta=': expected a mapping for eval.tta, got null; an override sets one "
+                              "key of a section: eval.tta.KEY=VALUE")
