@@ -45,7 +45,7 @@ from pointgeope.engine.config_choices import choice_problem
 from pointgeope.engine.config_override import override_key  # noqa: F401  (its users import it from here)
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem, value_problem
 from pointgeope.engine.config_yaml import (DuplicateKeyError, LineError, at_line, closest_key,
-                                          dotted_key_message, key_line, load_yaml_lines)
+                                          dotted_key_message, key_line, load_yaml_lines, quote_hint)
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
@@ -219,7 +219,7 @@ def _coerce(value: Any, tp, where: str) -> Any:
     elif dataclasses.is_dataclass(tp):
         if isinstance(value, dict):
             return _check_mapping(value, tp, where)
-    raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r} ({type(value).__name__})")
+    raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r} ({type(value).__name__}){quote_hint(tp, value)}")
 
 
 def _check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | None = None) -> dict:

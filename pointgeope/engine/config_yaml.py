@@ -197,6 +197,14 @@ def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
+def quote_hint(tp, value) -> str:
+    """What a text key (``tp`` is ``str``: a folder name) given a date, a number or a boolean is told, as YAML
+    reads ``run_dir: 2024-01-01``, ``0001`` or ``yes`` unquoted; ``""`` for any other key or value."""
+    if tp is not str or value is None or isinstance(value, (list, dict)):
+        return ""
+    return "; YAML reads a date, a number or yes/no/on/off unquoted as such: quote the text for a name ('2024-01-01')"
+
+
 def value_text(value) -> str:
     """A config value as an override writes it (YAML): a string as it is, anything else as JSON (``null``,
     ``true``, ``4``, ``[1.0, 1.1]``)."""

@@ -97,3 +97,16 @@ def test_an_override_of_a_whole_section_says_to_set_one_key():
         load_config(None, ["eval.tta="])
     assert str(err.value) == ("override 'eval.tta=': expected a mapping for eval.tta, got null; an override sets one "
                               "key of a section: eval.tta.KEY=VALUE")
+
+
+@pytest.mark.parametrize("text, got", [("2024-01-01", "datetime.date(2024, 1, 1) (date)"), ("yes", "True (bool)"),
+                                       ("12", "12 (int)")])
+def test_a_text_key_that_yaml_reads_as_another_type_in_a_file_says_to_quote_it(tmp_path, text, got):
+    """In a file the value is YAML, whose date, number or boolean a folder name may be: the message said the
+    type expected and got, not that quotes make it text."""
+    config = tmp_path / "c.yaml"
+    config.write_text(f"train:\n  run_dir: {text}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(config)
+    assert str(err.value) == (f"{config}:2: train.run_dir: expected str, got {got}; YAML reads a date, a number or "
+                              "yes/no/on/off unquoted as such: quote the text for a name ('2024-01-01')")
