@@ -52,7 +52,7 @@ def _text(value: str) -> str | None:
     text = value.strip()
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         try:
-            inside = load_yaml(text)
+            inside = yaml.safe_load(text)   # a quoted name may hold any character (no LineError)
         except yaml.YAMLError:   # 'a' and 'b': not one quoted scalar, so a name
             return text
         if isinstance(inside, str):

@@ -88,6 +88,7 @@ def test_a_text_keys_override_quoted_as_yaml_is_the_text_inside_the_quotes():
     assert (cfg.train.run_dir, cfg.data.root, cfg.train.device) == ("runs/exp #1", "/data/s3dis", "cpu")
     assert load_config(None, ["train.run_dir='it''s'"]).train.run_dir == "it's"          # YAML's own escape
     assert load_config(None, ["train.run_dir='a"]).train.run_dir == "'a"                 # one quote: a name
+    assert load_config(None, ["train.run_dir='a\u00a0b'"]).train.run_dir == "a\u00a0b"     # any character inside
     assert load_config(None, ["train.run_dir='a' and 'b'"]).train.run_dir == "'a' and 'b'"
 
 
