@@ -285,7 +285,7 @@ def _build(cls, raw: dict):
 def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None = None) -> dict:
     """The checked, merged mapping of ``path`` and its ``base:`` chain; ``origins`` (given): filled with
     ``(file, line)`` of each dotted key, where the chain sets it last (for the messages of the whole)."""
-    path = path.resolve()
+    path = path.expanduser().resolve()   # a leading ~ is home: --config=~/c.yaml (zsh keeps the ~), base: ~/c.yaml
     if path in seen:
         raise ConfigError(f"{path}: 'base:' includes form a cycle: {' -> '.join(map(str, seen + (path,)))}")
     if not path.is_file():  # the recipes of configs/ are in a clone of the repository, not in the wheel

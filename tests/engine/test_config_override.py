@@ -78,6 +78,7 @@ def test_a_folder_from_home_is_the_home_folders_as_in_a_shell(tmp_path, monkeypa
     (home / "mine.yaml").write_text("train:\n  epochs: 7\n")
     (tmp_path / "top.yaml").write_text("base: ~/mine.yaml\n")             # a base: from home, too
     assert load_config(tmp_path / "top.yaml").train.epochs == 7
+    assert load_config("~/mine.yaml").train.epochs == 7                   # --config=~/mine.yaml, which zsh leaves
 
 
 
