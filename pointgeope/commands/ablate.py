@@ -66,6 +66,7 @@ def main(args: argparse.Namespace) -> int:
     from pointgeope.engine.ablation import ablate
     from pointgeope.report.seeds import write_trials
 
+    args.run_dir = args.run_dir.expanduser()  # a leading ~ is home, as in each trial's train.run_dir
     overrides = config_overrides(args.overrides, {"--data-root": ("data.root", args.data_root)})
     words = (["pointgeope", "ablate", "--config", str(args.config), "--test-area", str(args.test_area),
               "--presets", ",".join(args.presets), "--seeds", ",".join(map(str, args.seeds)), "--run-dir",

@@ -45,7 +45,7 @@ from pointgeope.engine.config_choices import choice_problem
 from pointgeope.engine.config_override import override_key  # noqa: F401  (its users import it from here)
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem, value_problem
 from pointgeope.engine.config_yaml import (DuplicateKeyError, LineError, at_line, closest_key,
-                                          dotted_key_message, key_line, load_yaml_lines)
+                                          dotted_key_message, key_line, load_yaml_lines, quote_hint)
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
@@ -219,7 +219,7 @@ def _coerce(value: Any, tp, where: str) -> Any:
     elif dataclasses.is_dataclass(tp):
         if isinstance(value, dict):
             return _check_mapping(value, tp, where)
-    raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r} ({type(value).__name__})")
+    raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r} ({type(value).__name__}){quote_hint(tp, value)}")
 
 
 def _check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | None = None) -> dict:
@@ -227,8 +227,9 @@ def _check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | N
     the line of each key in the file ``where`` (``config_yaml.load_yaml_lines``), named as ``FILE:LINE``."""
     if not isinstance(raw, dict):
         name = prefix.rstrip(".")
-        got = (repr(raw) if raw is not None
-               else f"nothing (every key under '{name.rpartition('.')[2]}:' left out?); give it a key, or remove it")
+        got = (repr(raw) if raw is not None else f"null; an override sets one key of a section: {name}.KEY=VALUE"
+               if where.startswith("override ") else
+               f"nothing (every key under '{name.rpartition('.')[2]}:' left out?); give it a key, or remove it")
         raise ConfigError(f"{at_line(where, lines, name)}: expected a mapping for {name or 'the config'}, got {got}")
     hints = _hints(cls)
     out = {}
@@ -284,7 +285,7 @@ def _build(cls, raw: dict):
 def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None = None) -> dict:
     """The checked, merged mapping of ``path`` and its ``base:`` chain; ``origins`` (given): filled with
     ``(file, line)`` of each dotted key, where the chain sets it last (for the messages of the whole)."""
-    path = path.resolve()
+    path = path.expanduser().resolve()   # a leading ~ is home: --config=~/c.yaml (zsh keeps the ~), base: ~/c.yaml
     if path in seen:
         raise ConfigError(f"{path}: 'base:' includes form a cycle: {' -> '.join(map(str, seen + (path,)))}")
     if not path.is_file():  # the recipes of configs/ are in a clone of the repository, not in the wheel

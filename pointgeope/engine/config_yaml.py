@@ -60,7 +60,7 @@ class InvisibleCharacterError(LineError):
     ``'lr:\xa00.1'`` and an indentation by it no indentation; the message names it and its column."""
 
 
-_COMMENT = re.compile(r"(?:^|\s)#")
+_COMMENT = re.compile(r"(?:^|[ \t])#")  # YAML: a comment follows a space or tab, not a no-break space
 
 
 def invisible_character(text: str) -> None:
@@ -195,6 +195,14 @@ def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+def quote_hint(tp, value) -> str:
+    """What a text key (``tp`` is ``str``: a folder name) given a date, a number or a boolean is told, as YAML
+    reads ``run_dir: 2024-01-01``, ``0001`` or ``yes`` unquoted; ``""`` for any other key or value."""
+    if tp is not str or value is None or isinstance(value, (list, dict)):
+        return ""
+    return "; YAML reads a date, a number or yes/no/on/off unquoted as such: quote the text for a name ('2024-01-01')"
 
 
 def value_text(value) -> str:

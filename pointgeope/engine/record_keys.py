@@ -11,9 +11,11 @@ meant, worked out from the record itself:
 - ``eval.amp``: PTv1's test ran at the run's ``train.amp`` (bf16 or fp16 autocast on CUDA); PTv3's ran in
   float32 (``none``) whatever ``train.amp`` said.
 
-A key that the record's run never read is read at its default (:data:`UNREAD`): ``model.rope_mixed_init``
-beside another encoding than ``rope-mixed`` changed nothing, and a config refuses it today; its run's record
-still loads and resumes.
+A key that the record's run never read and a config refuses today is read at its default (:data:`UNREAD`):
+``model.rope_mixed_init`` beside an encoding that turns at other frequencies (``geope``: it changed nothing);
+its run's record still loads and resumes. Beside ``rope-mixed`` (its reader) or an encoding without positions
+(``none``, ``rpe``: an ablation's baseline, which a config lets take it) it is read as written, so such a
+run resumes with the config that trained it.
 
 Every reader of a saved config reads it through :func:`as_recorded`: a resume's comparison with the config
 that resumes it (``checkpoint.config_differences``), the config that ``evaluate`` and ``predict`` rebuild the
@@ -27,6 +29,8 @@ No torch here: the report imports it.
 from __future__ import annotations
 
 from collections.abc import Callable
+
+from pointgeope.engine.config_values import FREQUENCY_FREE, ONE_READER_KEYS
 
 
 def _section(record: dict, name: str) -> dict:
@@ -51,9 +55,11 @@ BEFORE_KEY: dict[str, Callable[[dict], object]] = {
 }
 
 
-# "section.key" -> whether a record's run never read the key (its encoding has no use for it)
+# "section.key" -> whether a config refuses the key beside the record's encoding, which never read it (the
+# encodings without positions take it: config_values.unread_keys)
 UNREAD: dict[str, Callable[[dict], bool]] = {
-    "model.rope_mixed_init": lambda record: _section(record, "model").get("pe") != "rope-mixed",
+    "model.rope_mixed_init": lambda record: _section(record, "model").get("pe") not in
+    (ONE_READER_KEYS["rope_mixed_init"], *FREQUENCY_FREE),
 }
 
 

@@ -320,3 +320,16 @@ def test_a_resumed_trials_thread_count_is_read_without_its_tensors(two_folds, ti
                           str(two_folds)], capture_output=True, text=True, check=True).stdout
     threads, grown_mib = out.splitlines()[-1].split()
     assert int(threads) == 3 and float(grown_mib) < 16, out
+
+
+def test_a_run_dir_from_home_holds_the_trials_and_their_report(two_folds, tmp_path, monkeypatch):
+    """ablate --run-dir '~/abl' (quoted, or zsh's --run-dir=~/abl, which zsh leaves as it is): a config's leading
+    ~ is the home folder, so the trial trained in ~/abl while ablate looked for it in ./~/abl and reported
+    'none of the 1 trial(s) has a result of fold 1'."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert cli(ablate_args(two_folds, "~/abl", presets=("rpe",), seeds=("0",))) == 0
+    abl = tmp_path / "home" / "abl"
+    assert (abl / "rpe" / "seed_0" / "area_1" / "metrics.json").is_file()
+    assert (abl / "report" / "fold_1" / "ablation.md").is_file()
+    assert not (tmp_path / "~").exists()

@@ -31,10 +31,10 @@ def test_geope_keys_over_geope_presets_with_a_pointrope_file(two_folds, tmp_path
 
 
 @pytest.mark.parametrize("presets, message", [
-    (["geope", "point3drope"], "model.point3drope_scale=1.0: read by --presets point3drope, but --presets geope "
-                               "would ignore it; remove it, or leave geope out of --presets"),
-    (["geope", "pointrope", "none"], "model.point3drope_scale=1.0: no preset of --presets geope, pointrope, none "
-                                     "reads it (only point3drope does), so it would change nothing; remove it"),
+    (["geope", "point3drope"], ("model.point3drope_scale=1.0: read by --presets point3drope, but --presets geope "
+                               "would ignore it; remove it, or leave geope out of --presets")),
+    (["geope", "pointrope", "none"], ("model.point3drope_scale=1.0: no preset of --presets geope, pointrope, none "
+                                     "reads it (only point3drope does), so it would change nothing; remove it")),
 ])
 def test_a_key_a_preset_ignores_is_refused_naming_the_presets(two_folds, tmp_path, capsys, presets, message):
     """One line naming the presets, and no `set model.pe` (ablate refuses that override), before any trial."""
@@ -96,3 +96,16 @@ def test_a_runs_record_with_rope_mixeds_initialisation_beside_another_encoding_s
     assert config_from_dict(record, where="x").model.rope_mixed_init == "axial"
     assert [k for k, _, _ in config_differences(record, config_to_dict(load_config(DEMO_CONFIG)))] == \
         ["model.pe", "model.rope_mixed_init"]
+
+
+@pytest.mark.parametrize("pe", ["rpe", "none"])
+def test_a_baseline_run_with_rope_mixeds_initialisation_resumes_with_its_own_config(pe):
+    """An ablation's baseline without positions takes model.rope_mixed_init (``ablate --presets rpe,rope-mixed
+    model.rope_mixed_init=axial``); its record must read as it was written, or its resume with the very config
+    that trained it is refused (``model.rope_mixed_init: checkpoint random, now axial``)."""
+    from pointgeope.engine.checkpoint import config_differences
+    from pointgeope.engine.config import config_from_dict, config_to_dict
+
+    record = config_to_dict(load_config(DEMO_CONFIG, [f"model.pe={pe}", "model.rope_mixed_init=axial"]))
+    assert config_differences(record, record) == []
+    assert config_from_dict(record, where="last.pt's config").model.rope_mixed_init == "axial"

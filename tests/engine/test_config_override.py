@@ -78,4 +78,37 @@ def test_a_folder_from_home_is_the_home_folders_as_in_a_shell(tmp_path, monkeypa
     (home / "mine.yaml").write_text("train:\n  epochs: 7\n")
     (tmp_path / "top.yaml").write_text("base: ~/mine.yaml\n")             # a base: from home, too
     assert load_config(tmp_path / "top.yaml").train.epochs == 7
+    assert load_config("~/mine.yaml").train.epochs == 7                   # --config=~/mine.yaml, which zsh leaves
 
+
+
+def test_a_text_keys_override_quoted_as_yaml_is_the_text_inside_the_quotes():
+    """``"train.run_dir='runs/x'"`` (the value quoted for YAML, as every override's value was read) named the folder
+    runs/x; taken as it is, it trained into a folder named ``'runs`` in the current one."""
+    cfg = load_config(None, ["train.run_dir='runs/exp #1'", 'data.root="/data/s3dis"', "train.device='cpu'"])
+    assert (cfg.train.run_dir, cfg.data.root, cfg.train.device) == ("runs/exp #1", "/data/s3dis", "cpu")
+    assert load_config(None, ["train.run_dir='it''s'"]).train.run_dir == "it's"          # YAML's own escape
+    assert load_config(None, ["train.run_dir='a"]).train.run_dir == "'a"                 # one quote: a name
+    assert load_config(None, ["train.run_dir='a\u00a0b'"]).train.run_dir == "a\u00a0b"     # any character inside
+    assert load_config(None, ["train.run_dir='a' and 'b'"]).train.run_dir == "'a' and 'b'"
+
+
+def test_an_override_of_a_whole_section_says_to_set_one_key():
+    """'eval.tta=' was answered with a file's hint: "got nothing (every key under 'tta:' left out?)"."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["eval.tta="])
+    assert str(err.value) == ("override 'eval.tta=': expected a mapping for eval.tta, got null; an override sets one "
+                              "key of a section: eval.tta.KEY=VALUE")
+
+
+@pytest.mark.parametrize("text, got", [("2024-01-01", "datetime.date(2024, 1, 1) (date)"), ("yes", "True (bool)"),
+                                       ("12", "12 (int)")])
+def test_a_text_key_that_yaml_reads_as_another_type_in_a_file_says_to_quote_it(tmp_path, text, got):
+    """In a file the value is YAML, whose date, number or boolean a folder name may be: the message said the
+    type expected and got, not that quotes make it text."""
+    config = tmp_path / "c.yaml"
+    config.write_text(f"train:\n  run_dir: {text}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(config)
+    assert str(err.value) == (f"{config}:2: train.run_dir: expected str, got {got}; YAML reads a date, a number or "
+                              "yes/no/on/off unquoted as such: quote the text for a name ('2024-01-01')")

@@ -87,6 +87,7 @@ def test_numbers_in_their_plain_forms_are_read_as_before():
     ("optim:\n  lr:\u00a00.1\n", 2, 6, "no-break space", "00A0"),      # read as the text 'lr:\xa00.1'
     ("optim:\n\u00a0 lr: 0.1\n", 2, 1, "no-break space", "00A0"),      # no indentation: optim was null
     ("optim:\n  lr\u200b: 0.1\n", 2, 5, "zero width space", "200B"),   # an unknown key 'optim.lr\u200b'
+    ("train:\n  run_dir: runs/x\u00a0# mine\n", 2, 18, "no-break space", "00A0"),  # no comment: the folder
 ])
 def test_an_invisible_space_is_named_at_its_line_and_column(tmp_path, text, line, column, name, code):
     """A no-break space pasted from a web page: 'expected a mapping for optim, got None' at line 1 before."""
