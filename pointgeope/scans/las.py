@@ -115,9 +115,9 @@ def _check_length(path: Path, header) -> None:
 def _check_chunk_table(path: Path, header, size: int) -> None:
     """A ScanError when a LAZ file's chunk table (at the int64 its points start with; -1: none) is not where
     that offset says: beyond the end (a file cut short: lazrs said only "IoError: failed to fill whole buffer"),
-    or not starting with its version 0 and a chunk count of 1 to ``point_count`` (a byte lost or added inside
-    the points shifts it: lazrs then read sizes of garbage and aborted the whole process on an allocation of
-    tens of GB)."""
+    or not starting with its version 0 and a chunk count of 1 to ``point_count`` (0 in a file of no points; a
+    byte lost or added inside the points shifts it: lazrs then read sizes of garbage and aborted the whole
+    process on an allocation of tens of GB)."""
     with open(path, "rb") as f:
         f.seek(header.offset_to_point_data)
         table = int.from_bytes(f.read(8), "little", signed=True)
@@ -127,9 +127,10 @@ def _check_chunk_table(path: Path, header, size: int) -> None:
             raise ScanError(_truncated(path, header, f"{size:,} bytes, where its chunk table starts at byte {table:,}"))
         f.seek(table)
         version, chunks = (int.from_bytes(f.read(4), "little") for _ in range(2))
-    if version != 0 or not 1 <= chunks <= max(header.point_count, 1):
+    least, most = min(header.point_count, 1), max(header.point_count, 1)  # a LAZ of no points: 0 chunks
+    if version != 0 or not least <= chunks <= most:
         raise ScanError(f"{path}: a damaged LAZ file: its chunk table at byte {table:,} reads version {version} and "
-                        f"{chunks:,} chunks, expected version 0 and 1 to {header.point_count:,} chunks (bytes lost or "
+                        f"{chunks:,} chunks, expected version 0 and {least} to {most:,} chunks (bytes lost or "
                         "added inside the points, e.g. by a faulty copy); copy it again or export it again")
 
 

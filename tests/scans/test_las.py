@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pointgeope.scans.las import read_las, write_las
-from pointgeope.scans.scan import Scan, ScanError
+from pointgeope.scans.scan import Scan, ScanError, checked_scan
 
 laspy = pytest.importorskip("laspy", reason="laspy is not installed (pip install 'pointgeope[las]')")
 
@@ -183,3 +183,14 @@ def test_a_las_header_counting_more_vlrs_than_fit_is_refused(tmp_path):
                                         r"4,211,081,216 VLRs of 54 bytes or more, which do not fit in the 0 bytes "
                                         r"between its header \(227 bytes\) and its points \(byte 227\)"):
         read_las(tmp_path / "a.las")
+
+
+def test_a_laz_of_no_points_reads_as_an_empty_scan(tmp_path):
+    """Its chunk table counts 0 chunks: it was named "a damaged LAZ file ... expected version 0 and 1 to 0
+    chunks (bytes lost or added inside the points)"; it is an empty scan, which predict names as one."""
+    if not laspy.LazBackend.detect_available():
+        pytest.skip("no LAZ backend (pip install lazrs)")
+    las_file(tmp_path / "empty.laz", n=0)
+    assert len(read_las(tmp_path / "empty.laz")) == 0
+    with pytest.raises(ScanError, match=r"empty\.laz: expected points, found none \(empty scan\)$"):
+        checked_scan(read_las(tmp_path / "empty.laz"))
