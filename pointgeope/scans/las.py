@@ -96,7 +96,7 @@ def _check_length(path: Path, header) -> None:
     whole records: cut inside one it raised numpy's "buffer size must be a multiple of element size", cut
     between two it returned the records there were, a scan silently short of its last points), or at least one
     more (a writer stopped before it wrote the count: 0 read as an empty scan, another count as that many
-    points, the others dropped)."""
+    points, the others dropped); bytes of zeros after the points are padding, not records."""
     size, record, start = path.stat().st_size, header.point_format.size, header.offset_to_point_data
     if header.are_points_compressed:  # LAZ: its points end with a chunk table, found at the int64 they start with
         _check_chunk_table(path, header, size)
@@ -106,10 +106,25 @@ def _check_length(path: Path, header) -> None:
         raise ScanError(_truncated(path, header, f"{holds:,} whole point record(s) of {record} bytes"))
     end = min([size] + [at for at in (header.start_of_first_evlr, header.start_of_waveform_data_packet_record)
                         if start < at])
-    if end - start - header.point_count * record >= record:
+    tail = start + header.point_count * record
+    if end - tail >= record and not _zeros(path, tail, end):
         raise ScanError(f"{path}: its LAS header promises {header.point_count:,} points, the file holds "
                         f"{(end - start) // record:,} point records of {record} bytes: the header's count is "
                         "wrong (a writer stopped before it wrote the count?); export the file again")
+
+
+def _zeros(path: Path, start: int, end: int, block: int = 1 << 22) -> bool:
+    """Whether bytes ``start:end`` of ``path`` are all 0: padding after the points, which a few writers leave
+    (records of a count the writer did not write hold points, not zeros). Read a block at a time, stopping at
+    the first one that is not zeros."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        while start < end:
+            data = f.read(min(block, end - start))
+            if data.count(0) != len(data):
+                return False
+            start += len(data) or end
+    return True
 
 
 def _check_chunk_table(path: Path, header, size: int) -> None:

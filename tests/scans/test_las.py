@@ -194,3 +194,17 @@ def test_a_laz_of_no_points_reads_as_an_empty_scan(tmp_path):
     assert len(read_las(tmp_path / "empty.laz")) == 0
     with pytest.raises(ScanError, match=r"empty\.laz: expected points, found none \(empty scan\)$"):
         checked_scan(read_las(tmp_path / "empty.laz"))
+
+
+def test_zeros_after_the_points_are_padding_and_a_record_after_them_is_not(tmp_path):
+    """100 bytes of zeros after the points (a writer's padding) were refused as "the header promises 400
+    points, the file holds 403 point records: the header's count is wrong"; a record of a point after them
+    is still refused."""
+    coord, _ = las_file(tmp_path / "a.las", n=400)
+    data = (tmp_path / "a.las").read_bytes()
+    (tmp_path / "pad.las").write_bytes(data + bytes(100))
+    np.testing.assert_allclose(read_las(tmp_path / "pad.las").coord, coord, rtol=0, atol=1e-6)
+    (tmp_path / "more.las").write_bytes(data + bytes(100) + data[-26:])
+    with pytest.raises(ScanError, match=r"more\.las: its LAS header promises 400 points, the file holds 404 point "
+                                        r"records of 26 bytes"):
+        read_las(tmp_path / "more.las")
