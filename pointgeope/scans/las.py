@@ -189,6 +189,7 @@ def write_las(path: str | Path, scan: Scan, color: np.ndarray, label: np.ndarray
     laspy = _laspy(path)
     wide = len(class_names) > LAS12_CLASSES  # 5 bits of format 3: laspy's OverflowError at class 32
     header = laspy.LasHeader(point_format=7 if wide else 3, version="1.4" if wide else "1.2")
+    header.global_encoding.wkt = wide  # LAS 1.4: "must be set" for point formats 6-10 (laspy leaves it unset)
     header.scales, header.offsets, _ = las_scaling(scan)
     header.vlrs.append(laspy.VLR(user_id="pointgeope", record_id=1, description="classes",
                                  record_data=",".join(class_names).encode("ascii")))

@@ -139,6 +139,8 @@ def test_a_model_of_more_than_32_classes_writes_its_classes_to_las(tmp_path):
         write_las(tmp_path / "out.las", scan, scan.color, label, [f"c{i}" for i in range(classes)])
         las = laspy.read(tmp_path / "out.las")
         assert (str(las.header.version), las.header.point_format.id) == (version, point_format)
+        # the LAS 1.4 specification: the WKT bit of the global encoding is set for point formats 6-10
+        assert las.header.global_encoding.wkt == (point_format == 7)
         np.testing.assert_array_equal(np.asarray(las.classification), label)
         np.testing.assert_allclose(np.stack([las.x, las.y, las.z], 1), coord, rtol=0, atol=1e-6)
         np.testing.assert_array_equal(np.stack([las.red, las.green, las.blue], 1) // 257, color)
