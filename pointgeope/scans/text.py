@@ -82,7 +82,7 @@ def _layout(path: Path) -> tuple[str | None, int, float | None]:
                 first.append((index, line))
             if len(first) == HEADER_LINES + 1:
                 break
-    comma = path.suffix.lower() == ".csv" or any("," in line for _, line in first[:2])
+    comma = path.suffix.lower() == ".csv" or any("," in line.split("#")[0] for _, line in first[:2])  # not comments
 
     def tokens(line: str) -> list[str]:
         data = line.split("#")[0]  # a comment after the values is no part of them
@@ -163,8 +163,10 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
     if rows.shape[0] == 0:
         raise ScanError(f"{path}: expected points, found none (empty file)")
     if count is not None and count != rows.shape[0]:  # what the count is for: a file cut at a line's end
+        why = ("cut short (an interrupted copy)? copy or export it again" if count > rows.shape[0] else
+               "a count the writer did not update? export it again")
         raise ScanError(f"{path}: its first line counts {count:,g} points, the file holds {rows.shape[0]:,} lines of "
-                        "points: cut short (an interrupted copy)? copy or export it again, or correct the count")
+                        f"points: {why}, or correct the count")
     if rows.shape[1] < 3:
         raise ScanError(f"{path}: expected at least 3 columns (x y z), got {rows.shape[1]}")
     coord = np.ascontiguousarray(rows[:, :3])

@@ -220,3 +220,20 @@ def test_a_damaged_first_line_of_three_values_is_named(tmp_path):
     with pytest.raises(ScanError, match=r"d\.xyz:1: expected lines of numbers .*got '1\.0 2\.0 3\.x' \('3\.x' is not "
                                         r"a number\)$"):
         read_text(tmp_path / "d.xyz")
+
+
+def test_a_pts_file_of_more_points_than_its_count_is_not_called_cut_short(tmp_path):
+    (tmp_path / "m.pts").write_text("2\n1 2 3\n4 5 6\n7 8 9\n")
+    with pytest.raises(ScanError) as err:
+        read_text(tmp_path / "m.pts")
+    assert str(err.value) == (f"{tmp_path / 'm.pts'}: its first line counts 2 points, the file holds 3 lines of "
+                              "points: a count the writer did not update? export it again, or correct the count")
+
+
+def test_a_comma_in_a_comment_does_not_make_the_values_comma_separated(tmp_path):
+    """The separator was chosen from whole lines: a comment's comma made '1 2 3 10 20 30' one value."""
+    (tmp_path / "c.txt").write_text("x y z r g b # units: m, 0..255\n1.5 2 3 10 20 30 # first, of two\n"
+                                    "2.5 2 3 40 50 60\n")
+    scan = read_text(tmp_path / "c.txt")
+    np.testing.assert_array_equal(scan.coord, [[1.5, 2, 3], [2.5, 2, 3]])
+    np.testing.assert_array_equal(scan.color, [[10, 20, 30], [40, 50, 60]])
