@@ -210,3 +210,24 @@ def test_zeros_after_the_points_are_padding_and_a_record_after_them_is_not(tmp_p
     with pytest.raises(ScanError, match=r"more\.las: its LAS header promises 400 points, the file holds 404 point "
                                         r"records of 26 bytes"):
         read_las(tmp_path / "more.las")
+
+
+@pytest.mark.parametrize("count", [0, 50_000, 100_000, 150_001, 2_000_000_000])
+def test_a_laz_header_counting_other_points_than_its_chunks_is_refused(tmp_path, count):
+    """120,000 points in chunks of 50,000 (the chunk size in the file's laszip VLR): 3 chunks, 100,001 to
+    150,000 points. The count check of uncompressed files did not cover LAZ: a count of 50,000 read 50,000
+    points, the other 70,000 dropped with exit code 0; more points than the chunks hold was lazrs' "failed to
+    fill whole buffer", 2e9 a MemoryError, 0 "a damaged LAZ file ... bytes lost inside the points"."""
+    if not laspy.LazBackend.detect_available():
+        pytest.skip("no LAZ backend (pip install lazrs)")
+    las = laspy.LasData(laspy.LasHeader(point_format=2, version="1.2"))
+    las.x, las.y, las.z = np.arange(120_000.0), np.zeros(120_000), np.ones(120_000)
+    las.write(tmp_path / "a.laz", do_compress=True)
+    data = bytearray((tmp_path / "a.laz").read_bytes())
+    data[107:111] = np.array([count], "<u4").tobytes()
+    (tmp_path / "b.laz").write_bytes(bytes(data))
+    with pytest.raises(ScanError, match=rf"b\.laz: its LAS header promises {count:,} points, its LAZ chunk table "
+                                        r"counts 3 chunks of 50,000 points \(100,001 to 150,000 points\): the "
+                                        r"header's count is wrong"):
+        read_las(tmp_path / "b.laz")
+    assert len(read_las(tmp_path / "a.laz")) == 120_000
