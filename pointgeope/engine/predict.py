@@ -40,7 +40,7 @@ from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import checkpoint_prediction_info
 from pointgeope.engine.weights import load_model_state
 from pointgeope.errors import UserError, one_line
-from pointgeope.scans.scan import Scan, ScanError
+from pointgeope.scans.scan import Scan, ScanError, one_colour_note
 from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
 
 SPACING_FACTOR = 10.0
@@ -192,12 +192,14 @@ def vote_probabilities(scores: np.ndarray, votes: np.ndarray, vote: str, chunk: 
 
 
 def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float = 1.0, warn=print) -> None:
-    """Refuse a scan without colour for a colour model; warn when its spacing is far from training's (a scan
-    of fewer than 2 distinct points has none to compare)."""
+    """Refuse a scan without colour for a colour model, note one of one colour to it; warn when its spacing
+    is far from training's (a scan of fewer than 2 distinct points has none to compare)."""
     if predictor.uses_color and scan.color is None:
         raise ScanError(f"{scan.source}: has no colour, but {predictor.path} was trained with colour features "
                         f"([{' | '.join(predictor.info['features'])}]); train a geometry-only model "
                         "(data.color=false model.in_channels=3, features [xyz]) and predict with that")
+    if predictor.uses_color and (note := one_colour_note(scan)) is not None:  # a geometry-only model: no matter
+        warn(f"note: {note}")
     reference = predictor.info.get("spacing")
     spacing = median_spacing(coord) if reference else float("nan")  # nan: fewer than 2 distinct points
     if np.isfinite(spacing):

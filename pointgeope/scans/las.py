@@ -5,8 +5,9 @@ Reading: ``x y z`` as scaled float64 (``X * scale + offset``), in file order; th
 that have one (2, 3, 5, 7, 8, 10) is 16 bit by the specification and divided by 257, unless every value
 is within 0..255 (writers that store 8-bit values as they are; the rule of ``pointgeope.color_range``).
 An uncompressed file of fewer point records than its header counts (cut short), or of more (a count the
-writer did not write), is refused, naming both counts; so is a LAZ file whose chunk table is beyond its end
-or does not read (bytes lost inside the points), and a header whose VLR count cannot fit before the points.
+writer did not write; zeros after the points are padding), is refused, naming both counts; so is a LAZ file
+whose chunk table is beyond its end or does not read (bytes lost inside the points), or whose chunks of a
+fixed size cannot hold its header's count, and a header whose VLR count cannot fit before the points.
 
 Writing (``write_las``): LAS 1.2 point format 3 (GPS time and RGB, colour ``c * 257``), the predicted
 class in the ``classification`` field (0..12 in ``constants.CLASS_NAMES`` order, not the ASPRS codes;
@@ -96,7 +97,7 @@ def _check_length(path: Path, header) -> None:
     whole records: cut inside one it raised numpy's "buffer size must be a multiple of element size", cut
     between two it returned the records there were, a scan silently short of its last points), or at least one
     more (a writer stopped before it wrote the count: 0 read as an empty scan, another count as that many
-    points, the others dropped)."""
+    points, the others dropped); bytes of zeros after the points are padding, not records."""
     size, record, start = path.stat().st_size, header.point_format.size, header.offset_to_point_data
     if header.are_points_compressed:  # LAZ: its points end with a chunk table, found at the int64 they start with
         _check_chunk_table(path, header, size)
@@ -106,18 +107,47 @@ def _check_length(path: Path, header) -> None:
         raise ScanError(_truncated(path, header, f"{holds:,} whole point record(s) of {record} bytes"))
     end = min([size] + [at for at in (header.start_of_first_evlr, header.start_of_waveform_data_packet_record)
                         if start < at])
-    if end - start - header.point_count * record >= record:
+    tail = start + header.point_count * record
+    if end - tail >= record and not _zeros(path, tail, end):
         raise ScanError(f"{path}: its LAS header promises {header.point_count:,} points, the file holds "
                         f"{(end - start) // record:,} point records of {record} bytes: the header's count is "
                         "wrong (a writer stopped before it wrote the count?); export the file again")
 
 
+def _zeros(path: Path, start: int, end: int, block: int = 1 << 22) -> bool:
+    """Whether bytes ``start:end`` of ``path`` are all 0: padding after the points, which a few writers leave
+    (records of a count the writer did not write hold points, not zeros). Read a block at a time, stopping at
+    the first one that is not zeros."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        while start < end:
+            data = f.read(min(block, end - start))
+            if data.count(0) != len(data):
+                return False
+            start += len(data) or end
+    return True
+
+
+def _chunk_size(header) -> int | None:
+    """The points of each chunk but the last of a LAZ file (``chunk_size`` of its ``laszip encoded`` VLR, a
+    uint32 at byte 12 of its data); None when they vary (``0xFFFFFFFF``: the counts are in the compressed
+    chunk table) or the VLR is not there."""
+    for vlr in header.vlrs:
+        if (vlr.user_id, vlr.record_id) == ("laszip encoded", 22204):
+            data = vlr.record_data_bytes()
+            step = int.from_bytes(data[12:16], "little") if len(data) >= 16 else 0
+            return step if 0 < step < 0xFFFFFFFF else None
+    return None
+
+
 def _check_chunk_table(path: Path, header, size: int) -> None:
     """A ScanError when a LAZ file's chunk table (at the int64 its points start with; -1: none) is not where
     that offset says: beyond the end (a file cut short: lazrs said only "IoError: failed to fill whole buffer"),
-    or not starting with its version 0 and a chunk count of 1 to ``point_count`` (a byte lost or added inside
-    the points shifts it: lazrs then read sizes of garbage and aborted the whole process on an allocation of
-    tens of GB)."""
+    or not starting with its version 0 and a chunk count of 1 to ``point_count`` (0 in a file of no points; a
+    byte lost or added inside the points shifts it: lazrs then read sizes of garbage and aborted the whole
+    process on an allocation of tens of GB); or, chunks of a fixed size ``S`` (:func:`_chunk_size`), when
+    ``point_count`` is not in ``((chunks - 1) S, chunks S]``: a count the writer did not write (lazrs read
+    that many points, the others dropped without a word, or failed on a buffer it could not fill)."""
     with open(path, "rb") as f:
         f.seek(header.offset_to_point_data)
         table = int.from_bytes(f.read(8), "little", signed=True)
@@ -127,9 +157,16 @@ def _check_chunk_table(path: Path, header, size: int) -> None:
             raise ScanError(_truncated(path, header, f"{size:,} bytes, where its chunk table starts at byte {table:,}"))
         f.seek(table)
         version, chunks = (int.from_bytes(f.read(4), "little") for _ in range(2))
-    if version != 0 or not 1 <= chunks <= max(header.point_count, 1):
+    least, most = min(header.point_count, 1), max(header.point_count, 1)  # a LAZ of no points: 0 chunks
+    step = _chunk_size(header)
+    if version == 0 and step and chunks != -(-header.point_count // step) and (chunks <= most or not least):
+        raise ScanError(f"{path}: its LAS header promises {header.point_count:,} points, its LAZ chunk table counts "
+                        f"{chunks:,} chunks of {step:,} points ({max((chunks - 1) * step + 1, 0):,} to "
+                        f"{chunks * step:,} points): the header's count is wrong (a writer stopped before it wrote "
+                        "the count?); export the file again")
+    if version != 0 or not least <= chunks <= most:
         raise ScanError(f"{path}: a damaged LAZ file: its chunk table at byte {table:,} reads version {version} and "
-                        f"{chunks:,} chunks, expected version 0 and 1 to {header.point_count:,} chunks (bytes lost or "
+                        f"{chunks:,} chunks, expected version 0 and {least} to {most:,} chunks (bytes lost or "
                         "added inside the points, e.g. by a faulty copy); copy it again or export it again")
 
 
@@ -173,6 +210,7 @@ def write_las(path: str | Path, scan: Scan, color: np.ndarray, label: np.ndarray
     laspy = _laspy(path)
     wide = len(class_names) > LAS12_CLASSES  # 5 bits of format 3: laspy's OverflowError at class 32
     header = laspy.LasHeader(point_format=7 if wide else 3, version="1.4" if wide else "1.2")
+    header.global_encoding.wkt = wide  # LAS 1.4: "must be set" for point formats 6-10 (laspy leaves it unset)
     header.scales, header.offsets, _ = las_scaling(scan)
     header.vlrs.append(laspy.VLR(user_id="pointgeope", record_id=1, description="classes",
                                  record_data=",".join(class_names).encode("ascii")))

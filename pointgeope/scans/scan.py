@@ -50,8 +50,7 @@ class Scan:
 
 
 def checked_scan(scan: Scan) -> Scan:
-    """``scan`` after checking shapes, that it has points and that every coordinate is finite; a note (in
-    ``meta["notes"]``) when every point has one colour (:func:`one_colour_note`)."""
+    """``scan`` after checking shapes, that it has points and that every coordinate is finite."""
     n = scan.coord.shape[0] if scan.coord.ndim == 2 else -1
     if scan.coord.ndim != 2 or scan.coord.shape[1] != 3:
         raise ScanError(f"{scan.source}: expected coordinates of shape (N, 3), got {scan.coord.shape}")
@@ -66,15 +65,14 @@ def checked_scan(scan: Scan) -> Scan:
         value = getattr(scan, key)
         if value is not None and (value.shape != shape or value.dtype != np.uint8):
             raise ScanError(f"{scan.source}: expected {key} uint8 of shape {shape}, got {value.dtype} {value.shape}")
-    if (note := one_colour_note(scan)) is not None:
-        scan.meta["notes"] = [*scan.meta.get("notes", []), note]
     return scan
 
 
 def one_colour_note(scan: Scan) -> str | None:
     """The note of a scan of more than one point whose points all have one colour: a file with colour fields but
     no colours (a LAS point format with RGB filled with 0 by a scanner without a camera, 65535 by others), which
-    a model trained with colour would take for a room painted in it, without a word."""
+    a model trained with colour would take for a room painted in it, without a word (``predict`` prints it for
+    such a model: ``engine.predict.check_scan``)."""
     color = scan.color
     if color is None or len(color) < 2 or not (color == color[0]).all():
         return None

@@ -8,8 +8,8 @@ Reading (``read_text``, for ``.txt .xyz .pts .csv``):
   line it is named in the error;
 - the separator is a comma in ``.csv`` files and in any file whose first data line has one, else white space
   (a line of ``;``-separated values, or of UTF-16 text without its mark, is refused saying what to save it as);
-- leading lines of names (fewer than half of their values numbers: a CSV header ``x,y,z,r,g,b``) are
-  skipped, and so is the point count on the first line of a ``.pts`` file (the lines of points must
+- leading header lines (fewer than half of their values numbers: a CSV header ``x,y,z,r,g,b``; or one or
+  two numbers among words of another width than the points' lines: ``Scan 1``) are skipped, and so is the point count on the first line of a ``.pts`` file (the lines of points must
   match it: a file cut at a line's end is refused); a first line of numbers with
   one that does not read (``1.0 2.0 3.x``) is an error naming it, as any later line; ``#`` starts a comment;
 - columns: ``x y z`` then, with 6 or more columns, ``r g b`` in columns 4-6 (0..255, 0..65535 or 0..1,
@@ -45,12 +45,15 @@ def _is_numeric(tokens: list[str]) -> bool:
     return bool(tokens) and all(map(_is_number, tokens))
 
 
-def _is_names(tokens: list[str]) -> bool:
-    """Whether a leading line that is not all numbers is a header of names (``x y z r g b``, ``//X,Y,Z``):
-    fewer than half of its tokens are numbers. A line of numbers with a damaged one (``1.0 2.0 3.x 10 20 30``)
-    is a data line, named in the error: skipped as a header, it left the scan one point short and every label
-    of the outputs one line off the file's."""
-    return 2 * sum(map(_is_number, tokens)) < len(tokens)
+def _is_names(tokens: list[str], width: int | None) -> bool:
+    """Whether a leading line that is not all numbers is a header (``x y z r g b``, ``//X,Y,Z``, ``Scan 1``),
+    ``width`` being the number of values of the first line of numbers after it (None: none). A data line with a
+    damaged value (``1.0 2.0 3.x 10 20 30``) has at least half of its tokens numbers, and three of them or the
+    width of the lines after it: named in the error; skipped as a header, it left the scan one point short and
+    every label of the outputs one line off the file's. A title of one or two numbers among words of another
+    width (``Scan 1``, ``Points: 3``) is a header."""
+    numbers = sum(map(_is_number, tokens))
+    return 2 * numbers < len(tokens) or (numbers < 3 and len(tokens) != width)
 
 
 def _encoding(path: Path) -> str:
@@ -79,14 +82,15 @@ def _layout(path: Path) -> tuple[str | None, int, float | None]:
                 first.append((index, line))
             if len(first) == HEADER_LINES + 1:
                 break
-    comma = path.suffix.lower() == ".csv" or any("," in line for _, line in first[:2])
+    comma = path.suffix.lower() == ".csv" or any("," in line.split("#")[0] for _, line in first[:2])  # not comments
 
     def tokens(line: str) -> list[str]:
         data = line.split("#")[0]  # a comment after the values is no part of them
         return [t.strip() for t in data.split(",")] if comma else data.split()
 
+    widths = [len(tokens(line)) if _is_numeric(tokens(line)) else None for _, line in first]
     k = 0
-    while k < len(first) and not _is_numeric(tokens(first[k][1])) and _is_names(tokens(first[k][1])):
+    while k < len(first) and widths[k] is None and _is_names(tokens(first[k][1]), next(filter(None, widths[k:]), None)):
         k += 1  # a header of names
     count = None
     if path.suffix.lower() == ".pts" and k < len(first) - 1 and len(tokens(first[k][1])) == 1:
@@ -159,8 +163,10 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
     if rows.shape[0] == 0:
         raise ScanError(f"{path}: expected points, found none (empty file)")
     if count is not None and count != rows.shape[0]:  # what the count is for: a file cut at a line's end
+        why = ("cut short (an interrupted copy)? copy or export it again" if count > rows.shape[0] else
+               "a count the writer did not update? export it again")
         raise ScanError(f"{path}: its first line counts {count:,g} points, the file holds {rows.shape[0]:,} lines of "
-                        "points: cut short (an interrupted copy)? copy or export it again, or correct the count")
+                        f"points: {why}, or correct the count")
     if rows.shape[1] < 3:
         raise ScanError(f"{path}: expected at least 3 columns (x y z), got {rows.shape[1]}")
     coord = np.ascontiguousarray(rows[:, :3])

@@ -3,6 +3,8 @@ evaluate's for the same room and seed, input order kept through every input form
 fragment cap and overrides, foreign checkpoints, geometry-only models and a 2M-point scan."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -272,3 +274,18 @@ def test_a_damaged_last_pt_does_not_stop_an_intact_best_pt(tiny_run, tmp_path, c
     assert warning in capsys.readouterr().out
     line = one_line(capsys, 2, ["predict", str(fold), str(scan), "--out", str(tmp_path / "pred")])  # last.pt asked
     assert line.startswith(f"pointgeope predict: error: {fold / 'last.pt'}: not a readable checkpoint (")
+
+
+def test_a_scan_of_one_colour_is_noted_for_a_colour_model_only():
+    """The one-colour note ("predict it with a geometry-only model") was printed before any model's
+    prediction, the geometry-only model's included, whose labels the colour does not change."""
+    coord = np.random.default_rng(3).random((400, 3)) * [4.0, 3.0, 2.5]
+    scan = Scan("grey", "grey.las", coord, np.full((400, 3), 7, np.uint8))
+    colour = colour_predictor()
+    geometry = dataclasses.replace(colour, info={**colour.info, "features": ["xyz"]})
+    assert colour.uses_color and not geometry.uses_color
+    for predictor, expected in ((colour, 1), (geometry, 0)):
+        warnings: list[str] = []
+        predict_scan(predictor, scan, warn=warnings.append)
+        notes = [w for w in warnings if w.startswith("note: grey.las: every point has the colour (7, 7, 7)")]
+        assert len(notes) == expected, warnings

@@ -108,7 +108,8 @@ def test_a_point_beyond_float32_gives_no_numpy_warning(tiny_run, tmp_path, capsy
     """A point at 1e39 (left out of the prediction) leaked numpy's "overflow encountered in cast"."""
     import warnings
 
-    scan = np.c_[np.random.default_rng(2).random((300, 3)) * 3, np.full((300, 3), 100)]
+    rng = np.random.default_rng(2)  # colours of a real scan: one colour is a note of its own (test_predict.py)
+    scan = np.c_[rng.random((300, 3)) * 3, rng.integers(0, 256, (300, 3))]
     np.save(tmp_path / "s.npy", np.insert(scan, 3, [1e39, 0, 0, 1, 1, 1], axis=0))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pointgeope.scans.las import read_las, write_las
-from pointgeope.scans.scan import Scan, ScanError
+from pointgeope.scans.scan import Scan, ScanError, checked_scan
 
 laspy = pytest.importorskip("laspy", reason="laspy is not installed (pip install 'pointgeope[las]')")
 
@@ -139,6 +139,8 @@ def test_a_model_of_more_than_32_classes_writes_its_classes_to_las(tmp_path):
         write_las(tmp_path / "out.las", scan, scan.color, label, [f"c{i}" for i in range(classes)])
         las = laspy.read(tmp_path / "out.las")
         assert (str(las.header.version), las.header.point_format.id) == (version, point_format)
+        # the LAS 1.4 specification: the WKT bit of the global encoding is set for point formats 6-10
+        assert las.header.global_encoding.wkt == (point_format == 7)
         np.testing.assert_array_equal(np.asarray(las.classification), label)
         np.testing.assert_allclose(np.stack([las.x, las.y, las.z], 1), coord, rtol=0, atol=1e-6)
         np.testing.assert_array_equal(np.stack([las.red, las.green, las.blue], 1) // 257, color)
@@ -183,3 +185,49 @@ def test_a_las_header_counting_more_vlrs_than_fit_is_refused(tmp_path):
                                         r"4,211,081,216 VLRs of 54 bytes or more, which do not fit in the 0 bytes "
                                         r"between its header \(227 bytes\) and its points \(byte 227\)"):
         read_las(tmp_path / "a.las")
+
+
+def test_a_laz_of_no_points_reads_as_an_empty_scan(tmp_path):
+    """Its chunk table counts 0 chunks: it was named "a damaged LAZ file ... expected version 0 and 1 to 0
+    chunks (bytes lost or added inside the points)"; it is an empty scan, which predict names as one."""
+    if not laspy.LazBackend.detect_available():
+        pytest.skip("no LAZ backend (pip install lazrs)")
+    las_file(tmp_path / "empty.laz", n=0)
+    assert len(read_las(tmp_path / "empty.laz")) == 0
+    with pytest.raises(ScanError, match=r"empty\.laz: expected points, found none \(empty scan\)$"):
+        checked_scan(read_las(tmp_path / "empty.laz"))
+
+
+def test_zeros_after_the_points_are_padding_and_a_record_after_them_is_not(tmp_path):
+    """100 bytes of zeros after the points (a writer's padding) were refused as "the header promises 400
+    points, the file holds 403 point records: the header's count is wrong"; a record of a point after them
+    is still refused."""
+    coord, _ = las_file(tmp_path / "a.las", n=400)
+    data = (tmp_path / "a.las").read_bytes()
+    (tmp_path / "pad.las").write_bytes(data + bytes(100))
+    np.testing.assert_allclose(read_las(tmp_path / "pad.las").coord, coord, rtol=0, atol=1e-6)
+    (tmp_path / "more.las").write_bytes(data + bytes(100) + data[-26:])
+    with pytest.raises(ScanError, match=r"more\.las: its LAS header promises 400 points, the file holds 404 point "
+                                        r"records of 26 bytes"):
+        read_las(tmp_path / "more.las")
+
+
+@pytest.mark.parametrize("count", [0, 50_000, 100_000, 150_001, 2_000_000_000])
+def test_a_laz_header_counting_other_points_than_its_chunks_is_refused(tmp_path, count):
+    """120,000 points in chunks of 50,000 (the chunk size in the file's laszip VLR): 3 chunks, 100,001 to
+    150,000 points. The count check of uncompressed files did not cover LAZ: a count of 50,000 read 50,000
+    points, the other 70,000 dropped with exit code 0; more points than the chunks hold was lazrs' "failed to
+    fill whole buffer", 2e9 a MemoryError, 0 "a damaged LAZ file ... bytes lost inside the points"."""
+    if not laspy.LazBackend.detect_available():
+        pytest.skip("no LAZ backend (pip install lazrs)")
+    las = laspy.LasData(laspy.LasHeader(point_format=2, version="1.2"))
+    las.x, las.y, las.z = np.arange(120_000.0), np.zeros(120_000), np.ones(120_000)
+    las.write(tmp_path / "a.laz", do_compress=True)
+    data = bytearray((tmp_path / "a.laz").read_bytes())
+    data[107:111] = np.array([count], "<u4").tobytes()
+    (tmp_path / "b.laz").write_bytes(bytes(data))
+    with pytest.raises(ScanError, match=rf"b\.laz: its LAS header promises {count:,} points, its LAZ chunk table "
+                                        r"counts 3 chunks of 50,000 points \(100,001 to 150,000 points\): the "
+                                        r"header's count is wrong"):
+        read_las(tmp_path / "b.laz")
+    assert len(read_las(tmp_path / "a.laz")) == 120_000

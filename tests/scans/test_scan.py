@@ -4,7 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pointgeope.scans.scan import Scan, ScanError, checked_scan, color_to_uint8
+from pointgeope.scans.scan import (
+    Scan,
+    ScanError,
+    checked_scan,
+    color_to_uint8,
+    one_colour_note,
+)
 
 
 def test_colour_ranges():
@@ -154,14 +160,13 @@ def test_a_0_255_scan_just_above_the_0_1_noise_is_read_as_0_255():
 @pytest.mark.parametrize("value", [0, 255])
 def test_a_scan_of_one_colour_gets_a_note(value):
     """A LAS of point format 3 from a scanner without a camera (RGB all 0, or 65535 -> 255) was predicted by
-    a colour model as a black (or white) room, without a word."""
+    a colour model as a black (or white) room, without a word (predict prints the note for such a model)."""
     coord = np.random.default_rng(0).random((50, 3))
-    scan = checked_scan(Scan("s", "s.las", coord, np.full((50, 3), value, np.uint8), meta={"notes": ["earlier"]}))
     note = (f"s.las: every point has the colour ({value}, {value}, {value}): a file with colour fields but no "
             "colours? a model trained with colour predicts it as a room of that colour; predict it with a "
             "geometry-only model (trained with data.color=false model.in_channels=3)")
-    assert scan.meta["notes"] == ["earlier", note]
+    assert one_colour_note(Scan("s", "s.las", coord, np.full((50, 3), value, np.uint8))) == note
     varied = np.full((50, 3), value, np.uint8)
     varied[7, 1] = 1
     for color, n in ((varied, 50), (np.zeros((1, 3), np.uint8), 1), (None, 50)):
-        assert checked_scan(Scan("s", "s.las", coord[:n], color)).meta.get("notes", []) == []
+        assert one_colour_note(Scan("s", "s.las", coord[:n], color)) is None

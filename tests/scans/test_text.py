@@ -201,3 +201,39 @@ def test_a_trailing_comma_is_named_as_an_empty_value(tmp_path):
     with pytest.raises(ScanError, match=r"t\.csv:2: .*got '1\.5,2,3,10,20,30,' \(an empty value: a separator at "
                                         r"the end of the line, or two in a row; remove it\)$"):
         read_text(tmp_path / "t.csv")
+
+
+@pytest.mark.parametrize("title", ["Scan 1", "Points: 3", "Scan 1 of 2", "Station 12 2024-05-01"])
+def test_a_title_with_one_or_two_numbers_is_a_header(tmp_path, title):
+    """A title line of words and a number or two ('Scan 1') was refused as a damaged first line of data
+    ("'Scan' is not a number", exit 2): half of its tokens are numbers, but it has neither three of them nor
+    the width of the lines of points after it."""
+    (tmp_path / "t.txt").write_text(f"{title}\n1.5 2 3 10 20 30\n2.5 2 3 40 50 60\n3.5 2 3 70 80 90\n")
+    scan = read_text(tmp_path / "t.txt")
+    np.testing.assert_array_equal(scan.coord, [[1.5, 2, 3], [2.5, 2, 3], [3.5, 2, 3]])
+    np.testing.assert_array_equal(scan.color, [[10, 20, 30], [40, 50, 60], [70, 80, 90]])
+
+
+def test_a_damaged_first_line_of_three_values_is_named(tmp_path):
+    """Two numbers of three: as wide as the lines after it, a line of points with a damaged value."""
+    (tmp_path / "d.xyz").write_text("1.0 2.0 3.x\n1.5 2 3\n2.5 2 3\n")
+    with pytest.raises(ScanError, match=r"d\.xyz:1: expected lines of numbers .*got '1\.0 2\.0 3\.x' \('3\.x' is not "
+                                        r"a number\)$"):
+        read_text(tmp_path / "d.xyz")
+
+
+def test_a_pts_file_of_more_points_than_its_count_is_not_called_cut_short(tmp_path):
+    (tmp_path / "m.pts").write_text("2\n1 2 3\n4 5 6\n7 8 9\n")
+    with pytest.raises(ScanError) as err:
+        read_text(tmp_path / "m.pts")
+    assert str(err.value) == (f"{tmp_path / 'm.pts'}: its first line counts 2 points, the file holds 3 lines of "
+                              "points: a count the writer did not update? export it again, or correct the count")
+
+
+def test_a_comma_in_a_comment_does_not_make_the_values_comma_separated(tmp_path):
+    """The separator was chosen from whole lines: a comment's comma made '1 2 3 10 20 30' one value."""
+    (tmp_path / "c.txt").write_text("x y z r g b # units: m, 0..255\n1.5 2 3 10 20 30 # first, of two\n"
+                                    "2.5 2 3 40 50 60\n")
+    scan = read_text(tmp_path / "c.txt")
+    np.testing.assert_array_equal(scan.coord, [[1.5, 2, 3], [2.5, 2, 3]])
+    np.testing.assert_array_equal(scan.color, [[10, 20, 30], [40, 50, 60]])
