@@ -106,7 +106,8 @@ class ScanRecords:
             return False
         for note in ref.notes[:20]:
             print(f"note: {note}")
-        print(one_line(f"skipped {ref.source}: its outputs in {self.out} are complete, from the same model, input "
+        folder = output_path(self.out, ref.name, "record", ref.source).parent   # DIR, or DIR/Area_N for a room
+        print(one_line(f"skipped {ref.source}: its outputs in {folder} are complete, from the same model, input "
                        "and options (--force predicts it again)"), flush=True)
         self.skipped += 1
         return True

@@ -181,3 +181,22 @@ def test_rooms_of_a_raw_folder_are_recorded_by_their_files(tmp_path):
     assert folder_checksum(tmp_path / "r") == first
     (room / "chair_1.txt").rename(room / "table_1.txt")
     assert folder_checksum(tmp_path / "r") != first
+
+
+def test_the_rooms_of_an_area_file_are_skipped_each_by_its_room(tiny_run, tiny_root, tmp_path, capsys, predicted):
+    """Each room of a prepared Area_N.h5 has its own record: the area file's checksum and the room's name."""
+    from pointgeope.h5 import list_rooms
+
+    area, out = tiny_root / "Area_2.h5", tmp_path / "o"
+    rooms = sorted(list_rooms(area))
+    assert cli(argv(tiny_run, area, out, "--format", "npy")) == 0
+    records = [json.loads((out / "Area_2" / f"{r}_pred.json").read_text())["made_by"]["input"] for r in rooms]
+    assert records == [f"{file_checksum(area)}:{r}" for r in rooms]
+    (out / "Area_2" / f"{rooms[-1]}_pred.npy").unlink()
+    predicted.clear()
+    capsys.readouterr()
+    assert cli(argv(tiny_run, area, out, "--format", "npy")) == 0
+    assert predicted == [f"Area_2.h5:{rooms[-1]}"]
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("skipped ")] == [
+        f"skipped {area}:{r}: its outputs in {out / 'Area_2'} are complete, from the same model, input and options "
+        "(--force predicts it again)" for r in rooms[:-1]]
