@@ -64,7 +64,7 @@ def test_the_runnable_commands_of_the_guide_run(tmp_path):
     assert (tmp_path / "tiny/runs/geope/area_1/metrics.json").is_file()
     assert (tmp_path / "tiny/runs/geope/report/report.md").is_file()
     assert {p.name for p in (tmp_path / "pred").iterdir()} == {"my_scan_pred.npy", "my_scan_pred.ply",
-                                                               "my_scan_pred.h5"}
+                                                               "my_scan_pred.h5", "my_scan_pred.json"}
 
 
 def _slug(heading: str) -> str:

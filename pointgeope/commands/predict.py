@@ -30,6 +30,10 @@ eval.max_fragments, or when that is null (every fragment, as the s3dis configs e
 names the cap, the counts and how to lift it whenever one of these cuts a scan (not when --max-fragments
 or an eval.max_fragments override chose it). Overrides of eval.* (and of how the prediction runs,
 data.hierarchy and train.threads) may follow the inputs, as `evaluate` takes them.
+Interrupted, the same command resumes: each scan's outputs end with DIR/<name>_pred.json, the record of what
+made them (the checkpoint's and the input's sha256, the options that change the outputs, each output's
+size and sha256); a rerun skips, in one line each, the scans whose record matches and whose outputs are
+intact, and predicts the others again (--force: every scan). --device and --batch-points do not count.
 """
 from __future__ import annotations
 
@@ -73,6 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--format h5 writes the .h5 only)")
     parser.add_argument("--probabilities", action="store_true",
                         help="also DIR/<name>_probs.npy: float32 (N, C) class probabilities (C = model.num_classes)")
+    parser.add_argument("--force", action="store_true",
+                        help="predict every scan again, even those whose outputs an earlier run completed")
     parser.add_argument("--checkpoint", choices=("last", "best"), help="which checkpoint of a run folder")
     parser.add_argument("--tta", action="store_true",
                         help="test-time views: the run's eval.tta, or 4 z-rotations x flip if it has none")

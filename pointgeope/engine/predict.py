@@ -286,16 +286,17 @@ def _checked_names(refs: list, args, errors: list[str]) -> list:
     return keep
 
 
-def _predict_all(predictor: Predictor, refs: list, args, errors: list[str], bugs: list[str]) -> int:
-    """Read, predict and write each scan of ``refs`` in turn (one in memory at a time); a scan that
-    fails adds its message to ``errors`` (and to ``bugs`` with its traceback printed, when the error is not
-    the input's) and the next one goes on; a missing package of the toolkit stops them all (raised, for
-    ``run_command``'s one line). Returns how many were written."""
+def _predict_all(predictor: Predictor, refs: list, args, errors: list[str], bugs: list[str], records) -> int:
+    """Read, predict and write each scan of ``refs`` in turn (one in memory at a time) but those ``records``
+    (:class:`~pointgeope.engine.predict_record.ScanRecords`) skip; a scan that fails adds its message to
+    ``errors`` (and to ``bugs`` with its traceback printed, when the error is not the input's) and the next
+    one goes on; a missing package of the toolkit stops them all (raised, for ``run_command``'s one line).
+    Returns how many were written."""
     import time
     import traceback
 
     from pointgeope.extras import toolkit_message
-    from pointgeope.scans.outputs import check_formats, write_outputs
+    from pointgeope.scans.outputs import check_formats
     from pointgeope.scans.sources import Failure, read_scan
 
     names = list(predictor.info["class_names"])
@@ -306,20 +307,18 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str], bugs
 
     for ref in refs:
         t0 = time.perf_counter()
+        if records.skips(ref):
+            continue
         try:
             scan = read_scan(ref)
             for note in scan.meta.get("notes", [])[:20]:
                 print(f"note: {note}")
             check_formats(scan, args.format, warn)
-            pred, scores, votes = predict_scan(predictor, scan, args.scale, progress=True,
-                                               warn=warn,
+            pred, scores, votes = predict_scan(predictor, scan, args.scale, progress=True, warn=warn,
                                                max_extent=args.max_extent)
             probs = vote_probabilities(scores, votes, predictor.cfg.eval.vote) if args.probabilities else None
             del scores
-            try:
-                paths = write_outputs(args.out, scan, pred, args.format, predictor.palette, names, probs)
-            except OSError as err:
-                raise ScanError(f"{args.out}: cannot write the outputs of {ref.source} ({err})") from None
+            paths = records.write(ref, scan, pred, probs)  # the outputs, then the record that a rerun skips by
         except UserError as err:  # this scan only (ScanError, or a prepared file's SchemaError): go on
             errors.append(Failure(ref.source, str(err)))
             _fail(str(err))
@@ -371,6 +370,7 @@ def predict_scans(args) -> int:
 def _predict_inputs(predictor: Predictor, args) -> int:
     """The scans of ``args.inputs`` found, checked, predicted and written (:func:`predict_scans`)."""
     from pointgeope.atomic import writable_folder
+    from pointgeope.engine.predict_record import ScanRecords
     from pointgeope.lock import folder_lock
     from pointgeope.scans.sources import find_scans
 
@@ -393,8 +393,10 @@ def _predict_inputs(predictor: Predictor, args) -> int:
         print(note, flush=True)
     bugs: list[str] = []
     with folder_lock(args.out):  # SIGTERM (run_command): as Ctrl-C, the lock released
-        done = _predict_all(predictor, refs, args, errors, bugs)
-    failed = ", ".join(getattr(e, "source", e) for e in errors)
-    print(one_line(f"predicted {done} of {done + len(errors)} input(s) into {args.out}"
+        records = ScanRecords(args.out, predictor, args, force=args.force)
+        done = _predict_all(predictor, refs, args, errors, bugs, records)
+    failed, skip = ", ".join(getattr(e, "source", e) for e in errors), records.skipped
+    print(one_line(f"predicted {done} of {done + skip + len(errors)} input(s) into {args.out}"
+                   + (f"; {skip} skipped, complete from an earlier run" if skip else "")
                    + (f"; {len(errors)} failed: {failed} (see the errors above)" if errors else "")))
     return 1 if bugs else 2 if errors else 0

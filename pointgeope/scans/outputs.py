@@ -12,6 +12,8 @@ txt         ``DIR/<name>_pred.txt``           ``x y z r g b label`` lines (``tex
 h5          ``DIR/<name>_pred.h5``            one room in the prepared-area layout with its ``pred``: ``pointgeope
                                               viz DIR/<name>_pred.h5 --mode pred`` shows it
 probs       ``DIR/<name>_probs.npy``          ``float32 (N, C)`` class probabilities, rows sum to 1
+record      ``DIR/<name>_pred.json``          what made them (written last; ``engine.predict_record``): a rerun
+                                              skips the scan when it matches
 ==========  ================================  ===============================================================
 
 ``r g b`` of the txt and LAS files is the scan's own colour (the palette colour of the label where the scan
@@ -39,7 +41,7 @@ FORMATS = ("npy", "ply", "las", "txt", "h5")
 DEFAULT_FORMATS = ("npy", "ply")
 # The file names of the table above: never taken as inputs in the --out folder (a rerun into the folder of
 # its inputs would otherwise predict its own outputs).
-_OUTPUT_NAME = re.compile(rf".+_(pred\.({'|'.join(FORMATS)})|probs\.npy)")
+_OUTPUT_NAME = re.compile(rf".+_(pred\.({'|'.join(FORMATS)}|json)|probs\.npy)")
 
 
 def is_output_name(name: str) -> bool:
@@ -48,9 +50,11 @@ def is_output_name(name: str) -> bool:
 
 
 def output_path(out: str | Path, name: str, fmt: str, source: str | None = None) -> Path:
-    """``DIR/<name>_pred.<fmt>`` (``DIR/<name>_probs.npy`` for ``fmt="probs"``), checked to lie inside
+    """``DIR/<name>_pred.<fmt>`` (``DIR/<name>_probs.npy`` for ``fmt="probs"``, ``DIR/<name>_pred.json`` for
+    ``fmt="record"``), checked to lie inside
     ``DIR`` (:func:`pointgeope.paths.inside`: an OutsideError naming ``source``, the input, otherwise)."""
-    path = Path(out) / (f"{name}_probs.npy" if fmt == "probs" else f"{name}_pred.{fmt}")
+    file = {"probs": f"{name}_probs.npy", "record": f"{name}_pred.json"}.get(fmt, f"{name}_pred.{fmt}")
+    path = Path(out) / file
     return inside(out, path, source or name, "--out")
 
 

@@ -30,7 +30,8 @@ def test_bad_inputs_fail_alone_and_the_exit_code_says_so(tiny_run, two_folds, tm
     code = cli(["predict", str(tiny_run), *(str(tmp_path / i) for i in inputs), "--out", str(tmp_path / "o")])
     err = without_run_cap_warning(capsys.readouterr().err)
     assert code == 2
-    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["office_1_pred.npy", "office_1_pred.ply"]
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["office_1_pred.json", "office_1_pred.npy",
+                                                                 "office_1_pred.ply"]
     np.testing.assert_array_equal(np.load(tmp_path / "o" / "office_1_pred.npy"),
                                   read_predictions(tiny_run / "predictions" / "Area_1.h5", "office_1"))
     assert len(err) == 5 and all(line.startswith("pointgeope predict: error: ") for line in err)
@@ -136,7 +137,8 @@ def test_each_progress_line_names_the_folder_its_outputs_went_to(tiny_run, tiny_
     assert [line.split(" -> ")[1] for line in lines] == (
         [f"{r}_pred.npy, {r}_pred.h5 in {out / 'Area_2'}" for r in rooms] + [f"scan_pred.npy, scan_pred.h5 in {out}"])
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*_pred.*")) == sorted(
-        [f"Area_2/{r}_pred.{f}" for r in rooms for f in ("npy", "h5")] + ["scan_pred.h5", "scan_pred.npy"])
+        [f"Area_2/{r}_pred.{f}" for r in rooms for f in ("npy", "h5", "json")]
+        + ["scan_pred.h5", "scan_pred.json", "scan_pred.npy"])
 
 
 def test_a_raw_s3dis_root_is_predicted_as_its_prepared_root(tiny_run, tiny_root, tmp_path, capsys):
@@ -149,7 +151,8 @@ def test_a_raw_s3dis_root_is_predicted_as_its_prepared_root(tiny_run, tiny_root,
     assert cli(["predict", str(tiny_run), str(tiny_root / "Area_1.h5"), "--out", str(tmp_path / "p"),
                 "--format", "npy"]) == 0
     rooms = list_rooms(tiny_root / "Area_1.h5")
-    assert sorted(p.name for p in (tmp_path / "o" / "Area_1").iterdir()) == [f"{r}_pred.npy" for r in rooms]
+    assert sorted(p.name for p in (tmp_path / "o" / "Area_1").iterdir()) == sorted(
+        f"{r}_pred.{f}" for r in rooms for f in ("npy", "json"))
     for room in rooms:
         np.testing.assert_array_equal(np.load(tmp_path / "o" / "Area_1" / f"{room}_pred.npy"),
                                       np.load(tmp_path / "p" / "Area_1" / f"{room}_pred.npy"))
@@ -217,12 +220,12 @@ def test_a_rerun_into_the_input_folder_does_not_take_its_outputs_as_inputs(tiny_
     assert cli(argv) == 0
     first = {p.name: p.read_bytes() for p in clouds.iterdir() if p.name != "a_pred.h5"}
     capsys.readouterr()
-    assert cli(argv) == 0
+    assert cli(argv + ["--force"]) == 0   # predicted again (without --force: skipped, complete)
     out, err = capsys.readouterr()
     assert err == "" and {p.name: p.read_bytes() for p in clouds.iterdir() if p.name != "a_pred.h5"} == first
-    assert sorted(first) == ["a.npy", "a_pred.npy", "a_pred.ply", "a_probs.npy"]
-    assert (f"note: {clouds}: 4 file(s) named as this command's outputs (a_pred.h5, a_pred.npy, a_pred.ply, "
-            "a_probs.npy) are not inputs in --out") in out
+    assert sorted(first) == ["a.npy", "a_pred.json", "a_pred.npy", "a_pred.ply", "a_probs.npy"]
+    assert (f"note: {clouds}: 5 file(s) named as this command's outputs (a_pred.h5, a_pred.json, a_pred.npy, "
+            "a_pred.ply, a_probs.npy) are not inputs in --out") in out
 
 
 def test_the_h5_output_opens_in_the_viewer(tiny_run, two_folds, tmp_path):
@@ -261,7 +264,8 @@ def test_las_output_of_a_scan_with_a_stray_point(tiny_run, tmp_path, capsys):
     coord = np.load(tmp_path / "a_far.npy")[:, :3]
     np.testing.assert_allclose(np.c_[las.x, las.y, las.z], coord, atol=0.005 + 1e-9)
     np.testing.assert_array_equal(np.asarray(las.classification), np.load(tmp_path / "o" / "a_far_pred.npy"))
-    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["a_far_pred.las", "a_far_pred.npy",
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["a_far_pred.json", "a_far_pred.las",
+                                                                 "a_far_pred.npy", "c_room_pred.json",
                                                                  "c_room_pred.las", "c_room_pred.npy"]
 
 

@@ -1,0 +1,138 @@
+"""Which scans a rerun of ``pointgeope predict`` skips: each scan's record of what made its outputs.
+
+After the outputs of a scan are written (each atomically, :mod:`pointgeope.scans.outputs`), a small record
+``DIR/<name>_pred.json`` is written last, atomically::
+
+    {"kind": "pointgeope-predict-record", "version": 1,
+     "made_by": {"pointgeope": version, "model": "sha256:<hex>" of the checkpoint file,
+                 "input": checksum of the scan's input, "options": {...}},
+     "model_path": the checkpoint as given, "source": the input as given,
+     "outputs": {file name: {"bytes": size, "sha256": "sha256:<hex>"}, ...}}
+
+A rerun skips the scan when its record reads, its ``made_by`` equals the rerun's, and every output it
+lists is there with that size and checksum; anything else (no record: a kill before the scan's last file;
+another checkpoint, input or option; an output missing, cut short or changed) predicts it again, and the
+old record is removed before its first output is replaced. ``--force`` predicts every scan again.
+
+The input's checksum: ``sha256`` of the file (:func:`pointgeope.checksum.file_checksum`, about 0.08 s for
+100 MB, less than reading the scan; size and time would miss a file rewritten within the clock's step,
+and would count a copy or a ``touch`` as a change), of the whole area file for a room of a prepared
+``Area_N.h5`` (computed once per file), of every file of a raw room folder
+(:func:`~pointgeope.checksum.folder_checksum`). The options are those that change the outputs:
+``--format``, ``--probabilities``, ``--scale``, ``--max-extent``, and the views, vote, fragment cap,
+protocol and precision of the evaluation (``--tta``, ``--max-fragments``, ``eval.*`` overrides); not
+``--device``, ``--batch-points``, ``data.hierarchy`` nor the threads, which choose how the same
+prediction runs, so that a rerun on another machine resumes.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pointgeope.atomic import write_text_atomic
+from pointgeope.checksum import file_checksum, folder_checksum
+from pointgeope.errors import one_line
+from pointgeope.scans.outputs import output_path, write_outputs
+from pointgeope.scans.scan import ScanError
+
+KIND, VERSION = "pointgeope-predict-record", 1
+# The eval.* keys that change what predict writes (the others: which checkpoint, how many points per pass,
+# the mean of the metrics evaluate reports).
+EVAL_KEYS = ("tta", "vote", "max_fragments", "protocol", "amp")
+
+
+def made_by(predictor, args) -> dict:
+    """What the outputs of every scan of this command depend on, besides the scan itself (module docstring);
+    ``predictor``: :class:`pointgeope.engine.predict.Predictor`, ``args``: predict's options."""
+    import dataclasses
+
+    from pointgeope import __version__
+
+    ev = dataclasses.asdict(predictor.cfg.eval)
+    options = {"format": sorted(args.format), "probabilities": bool(args.probabilities), "scale": args.scale,
+               "max_extent": args.max_extent, **{f"eval.{key}": ev[key] for key in EVAL_KEYS}}
+    return {"pointgeope": __version__, "model": file_checksum(predictor.path),
+            "options": json.loads(json.dumps(options))}  # tuples as lists, as a record reads back
+
+
+class ScanRecords:
+    """The records of one ``predict`` command in ``out``: :meth:`skips` a scan whose outputs are complete
+    and from the same model, input and options (unless ``force``); :meth:`write` writes a scan's outputs and
+    then its record. ``skipped``: how many scans were skipped."""
+
+    def __init__(self, out: str | Path, predictor, args, force: bool = False):
+        self.out, self.formats, self.probabilities = out, tuple(args.format), bool(args.probabilities)
+        self.palette, self.names = predictor.palette, list(predictor.info["class_names"])
+        self.force, self.made_by, self.model_path = force, made_by(predictor, args), str(predictor.path)
+        self.skipped = 0
+        self._inputs: dict[tuple, str | None] = {}
+
+    def input_checksum(self, ref) -> str | None:
+        """The checksum of ``ref``'s input (module docstring), once per file; ``None`` when it cannot be
+        read (reading the scan then says why)."""
+        key = (str(ref.path), ref.kind == "raw")
+        if key not in self._inputs:
+            try:
+                self._inputs[key] = folder_checksum(ref.path) if ref.kind == "raw" else file_checksum(ref.path)
+            except OSError:
+                self._inputs[key] = None
+        return self._inputs[key]
+
+    def _made_by(self, ref) -> dict | None:
+        checksum = self.input_checksum(ref)
+        if checksum is None:
+            return None
+        return {**self.made_by, "input": checksum + (f":{ref.room}" if ref.room else "")}
+
+    def complete(self, ref) -> bool:
+        """Whether ``ref``'s record matches this command and every output it lists is intact."""
+        made = self._made_by(ref)
+        try:
+            record = json.loads(output_path(self.out, ref.name, "record", ref.source).read_text())
+            outputs = record["outputs"]
+            if record.get("kind") != KIND or record.get("made_by") != made or made is None:
+                return False
+            names = {p.name for p in self._paths(ref)}
+            if set(outputs) != names:
+                return False
+            folder = output_path(self.out, ref.name, "record", ref.source).parent
+            return all(_intact(folder / name, outputs[name]) for name in names)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return False   # no record (or not one: damaged, edited): predicted again
+
+    def skips(self, ref) -> bool:
+        """``True``, with one line, when ``ref`` needs no prediction (not with ``--force``)."""
+        if self.force or not self.complete(ref):
+            return False
+        for note in ref.notes[:20]:
+            print(f"note: {note}")
+        folder = output_path(self.out, ref.name, "record", ref.source).parent   # DIR, or DIR/Area_N for a room
+        print(one_line(f"skipped {ref.source}: its outputs in {folder} are complete, from the same model, input "
+                       "and options (--force predicts it again)"), flush=True)
+        self.skipped += 1
+        return True
+
+    def _paths(self, ref) -> list[Path]:
+        kinds = self.formats + ("probs",) * self.probabilities
+        return [output_path(self.out, ref.name, fmt, ref.source) for fmt in kinds]
+
+    def write(self, ref, scan, pred, probs) -> list[Path]:
+        """The outputs of ``scan`` (:func:`~pointgeope.scans.outputs.write_outputs`), then its record; its old
+        record removed first, so that a kill between two files leaves none. A write that fails: ScanError."""
+        record = output_path(self.out, ref.name, "record", ref.source)
+        try:
+            record.unlink(missing_ok=True)
+            paths = write_outputs(self.out, scan, pred, self.formats, self.palette, self.names, probs)
+            made = self._made_by(ref)
+            if made is not None:
+                outputs = {p.name: {"bytes": p.stat().st_size, "sha256": file_checksum(p)} for p in paths}
+                write_text_atomic(record, json.dumps({"kind": KIND, "version": VERSION, "made_by": made,
+                                                      "model_path": self.model_path, "source": ref.source,
+                                                      "outputs": outputs}, indent=1) + "\n")
+        except OSError as err:
+            raise ScanError(f"{self.out}: cannot write the outputs of {ref.source} ({err})") from None
+        return paths
+
+
+def _intact(path: Path, expected: dict) -> bool:
+    return path.stat().st_size == expected["bytes"] and file_checksum(path) == expected["sha256"]

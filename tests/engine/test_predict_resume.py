@@ -1,0 +1,202 @@
+"""Tests of `pointgeope predict` resuming: a rerun of the same command skips the scans whose outputs an
+earlier run completed with the same model, input and options, and predicts the others again."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import pointgeope.engine.predict as predict_module
+import pointgeope.engine.predict_record as record_module
+from pointgeope.checksum import file_checksum, folder_checksum
+from pointgeope.cli import main as cli
+
+
+@pytest.fixture()
+def scans(tmp_path):
+    """Three small coloured scans in a folder, of different point counts (a.npy, b.npy, c.npy)."""
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    for i, name in enumerate("abc"):
+        rng = np.random.default_rng(i)
+        np.save(folder / f"{name}.npy", rng.random((300 + 50 * i, 6)) * [3, 3, 2, 255, 255, 255])
+    return folder
+
+
+@pytest.fixture()
+def predicted(monkeypatch):
+    """The sources predict_scan is called with, in order (the scans actually predicted)."""
+    calls: list[str] = []
+    original = predict_module.predict_scan
+
+    def counting(predictor, scan, *args, **kwargs):
+        calls.append(scan.source.rsplit("/", 1)[-1])
+        return original(predictor, scan, *args, **kwargs)
+
+    monkeypatch.setattr(predict_module, "predict_scan", counting)
+    return calls
+
+
+def files(folder) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def argv(run, scans, out, *extra):
+    return ["predict", str(run), str(scans), "--out", str(out), *extra]
+
+
+def test_a_rerun_after_a_kill_predicts_only_the_rest_and_matches_an_uninterrupted_run(
+        tiny_run, scans, tmp_path, capsys, monkeypatch, predicted):
+    """Killed (KeyboardInterrupt) after the first scan's outputs and record: the same command predicts b and
+    c only, says so for a, and the folder equals that of one uninterrupted run, byte for byte."""
+    assert cli(argv(tiny_run, scans, tmp_path / "whole", "--probabilities")) == 0
+    original = record_module.write_outputs
+    written = []
+
+    def killed_after_first(out, scan, *args, **kwargs):
+        if written:
+            raise KeyboardInterrupt
+        written.append(scan.source)
+        return original(out, scan, *args, **kwargs)
+
+    monkeypatch.setattr(record_module, "write_outputs", killed_after_first)
+    assert cli(argv(tiny_run, scans, tmp_path / "o", "--probabilities")) != 0
+    assert sorted(files(tmp_path / "o")) == ["a_pred.json", "a_pred.npy", "a_pred.ply", "a_probs.npy"]
+    monkeypatch.setattr(record_module, "write_outputs", original)
+    predicted.clear()
+    capsys.readouterr()
+    assert cli(argv(tiny_run, scans, tmp_path / "o", "--probabilities")) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert predicted == ["b.npy", "c.npy"]
+    assert (f"skipped {scans / 'a.npy'}: its outputs in {tmp_path / 'o'} are complete, from the same model, input "
+            "and options (--force predicts it again)") in out
+    assert out[-1] == f"predicted 2 of 3 input(s) into {tmp_path / 'o'}; 1 skipped, complete from an earlier run"
+    assert files(tmp_path / "o") == files(tmp_path / "whole")
+    record = json.loads((tmp_path / "o" / "b_pred.json").read_text())
+    assert record["made_by"]["input"] == file_checksum(scans / "b.npy")
+    assert record["outputs"]["b_pred.ply"]["sha256"] == file_checksum(tmp_path / "o" / "b_pred.ply")
+    predicted.clear()
+    assert cli(argv(tiny_run, scans, tmp_path / "o", "--probabilities")) == 0 and predicted == []
+    assert capsys.readouterr().out.splitlines()[-1] == (f"predicted 0 of 3 input(s) into {tmp_path / 'o'}; "
+                                                        "3 skipped, complete from an earlier run")
+    assert cli(argv(tiny_run, scans, tmp_path / "o", "--probabilities", "--force")) == 0
+    assert predicted == ["a.npy", "b.npy", "c.npy"] and files(tmp_path / "o") == files(tmp_path / "whole")
+
+
+def test_a_kill_between_two_files_of_a_scan_predicts_it_again(tiny_run, scans, tmp_path, monkeypatch, predicted):
+    """--force over complete outputs, killed after a's new .npy and before its .ply: no record is left that
+    would vouch for the mixed files, so the next run predicts a again."""
+    from pointgeope.scans import ply
+
+    out = tmp_path / "o"
+    assert cli(argv(tiny_run, scans / "a.npy", out)) == 0
+    whole = files(out)
+
+    original = ply.write_vertices
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ply, "write_vertices", killed)
+    assert cli(argv(tiny_run, scans / "a.npy", out, "--force")) != 0
+    assert not (out / "a_pred.json").exists() and (out / "a_pred.ply").read_bytes() == whole["a_pred.ply"]
+    monkeypatch.setattr(ply, "write_vertices", original)
+    assert cli(argv(tiny_run, scans / "a.npy", out)) == 0
+    assert predicted == ["a.npy"] * 3 and files(out) == whole
+
+
+@pytest.mark.parametrize("extra", [["--format", "npy"], ["--probabilities"], ["--tta"], ["--scale", "0.5"],
+                                   ["--max-fragments", "1"], ["eval.vote=softmax"]])
+def test_a_changed_option_predicts_again(tiny_run, scans, tmp_path, predicted, extra):
+    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o")) == 0
+    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", *extra)) == 0
+    assert predicted == ["b.npy", "b.npy"]
+
+
+def test_options_that_only_choose_how_it_runs_still_skip(tiny_run, scans, tmp_path, predicted):
+    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o")) == 0
+    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", "--device", "cpu", "--batch-points", "5000",
+                    "train.threads=1", "--format", "ply,npy")) == 0
+    assert predicted == ["b.npy"]
+
+
+def test_another_checkpoint_predicts_again_and_the_same_one_elsewhere_skips(tiny_run, scans, tmp_path, predicted):
+    """A checkpoint with one weight changed (as further training changes last.pt) predicts again; the same
+    bytes copied under another name skip."""
+    from pointgeope.engine.checkpoint import load_checkpoint, save_checkpoint
+
+    ckpt = load_checkpoint(tiny_run / "last.pt")
+    name = next(k for k, v in ckpt["model"].items() if v.is_floating_point())
+    ckpt["model"][name] = ckpt["model"][name] + 1e-3
+    save_checkpoint(tmp_path / "other.pt", ckpt)
+    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o")) == 0
+    assert cli(argv(tmp_path / "other.pt", scans / "b.npy", tmp_path / "o")) == 0
+    assert predicted == ["b.npy", "b.npy"]
+    shutil.copy(tmp_path / "other.pt", tmp_path / "copy.pt")
+    assert cli(argv(tmp_path / "copy.pt", scans / "b.npy", tmp_path / "o")) == 0
+    assert predicted == ["b.npy", "b.npy"]
+
+
+def test_a_changed_input_predicts_again(tiny_run, scans, tmp_path, predicted):
+    assert cli(argv(tiny_run, scans, tmp_path / "o")) == 0
+    data = np.load(scans / "c.npy")
+    data[0, 0] += 0.01
+    np.save(scans / "c.npy", data)  # same size, other content
+    predicted.clear()
+    assert cli(argv(tiny_run, scans, tmp_path / "o")) == 0
+    assert predicted == ["c.npy"]
+
+
+@pytest.mark.parametrize("damage", ["cut", "byte", "gone", "record"])
+def test_a_damaged_or_missing_output_predicts_again(tiny_run, scans, tmp_path, predicted, damage):
+    out = tmp_path / "o"
+    assert cli(argv(tiny_run, scans / "a.npy", out)) == 0
+    whole = files(out)
+    ply = out / "a_pred.ply"
+    if damage == "cut":
+        ply.write_bytes(whole["a_pred.ply"][:-7])
+    elif damage == "byte":
+        ply.write_bytes(whole["a_pred.ply"][:-1] + bytes([whole["a_pred.ply"][-1] ^ 1]))
+    elif damage == "gone":
+        ply.unlink()
+    else:
+        (out / "a_pred.json").write_text('{"kind": "pointgeope-predict-record", "made_by"')
+    assert cli(argv(tiny_run, scans / "a.npy", out)) == 0
+    assert predicted == ["a.npy", "a.npy"] and files(out) == whole
+
+
+def test_rooms_of_a_raw_folder_are_recorded_by_their_files(tmp_path):
+    """folder_checksum: a file's content, name, or a new file change it; the folder's place and times not."""
+    room = tmp_path / "r" / "Annotations"
+    room.mkdir(parents=True)
+    (room / "chair_1.txt").write_text("1 2 3 4 5 6\n")
+    first = folder_checksum(tmp_path / "r")
+    shutil.copytree(tmp_path / "r", tmp_path / "moved")
+    assert folder_checksum(tmp_path / "moved") == first
+    (room / "chair_1.txt").write_text("1 2 3 4 5 7\n")
+    assert folder_checksum(tmp_path / "r") != first
+    (room / "chair_1.txt").write_text("1 2 3 4 5 6\n")
+    assert folder_checksum(tmp_path / "r") == first
+    (room / "chair_1.txt").rename(room / "table_1.txt")
+    assert folder_checksum(tmp_path / "r") != first
+
+
+def test_the_rooms_of_an_area_file_are_skipped_each_by_its_room(tiny_run, tiny_root, tmp_path, capsys, predicted):
+    """Each room of a prepared Area_N.h5 has its own record: the area file's checksum and the room's name."""
+    from pointgeope.h5 import list_rooms
+
+    area, out = tiny_root / "Area_2.h5", tmp_path / "o"
+    rooms = sorted(list_rooms(area))
+    assert cli(argv(tiny_run, area, out, "--format", "npy")) == 0
+    records = [json.loads((out / "Area_2" / f"{r}_pred.json").read_text())["made_by"]["input"] for r in rooms]
+    assert records == [f"{file_checksum(area)}:{r}" for r in rooms]
+    (out / "Area_2" / f"{rooms[-1]}_pred.npy").unlink()
+    predicted.clear()
+    capsys.readouterr()
+    assert cli(argv(tiny_run, area, out, "--format", "npy")) == 0
+    assert predicted == [f"Area_2.h5:{rooms[-1]}"]
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("skipped ")] == [
+        f"skipped {area}:{r}: its outputs in {out / 'Area_2'} are complete, from the same model, input and options "
+        "(--force predicts it again)" for r in rooms[:-1]]
