@@ -7,7 +7,7 @@ predicts a test room (but with one view unless ``--tta``, and a fragment cap whe
 the same seed for a room of the same name
 (:func:`~pointgeope.engine.evaluate.room_seed`): memory is bounded by the fragment size plus the
 ``N x C`` vote buffer, whatever the size of the scan. The label of point ``i`` is ``argmax_c scores[i, c]``
-and its probabilities are :func:`vote_probabilities`.
+and its probabilities are :func:`~pointgeope.engine.probabilities.vote_probabilities`.
 
 Before predicting, a scan is checked against what the checkpoint says the model expects
 (:func:`~pointgeope.engine.prediction_info.prediction_metadata`): a colour model refuses a scan without colour
@@ -38,6 +38,7 @@ from pointgeope.engine.evaluate import not_a_fold, room_seed, vote_room
 from pointgeope.engine.fold_result import missing_checkpoint
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import checkpoint_prediction_info
+from pointgeope.engine.probabilities import vote_probabilities
 from pointgeope.engine.weights import load_model_state
 from pointgeope.errors import UserError, one_line
 from pointgeope.scans.scan import Scan, ScanError, one_colour_note
@@ -170,25 +171,6 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     load_model_state(net, ckpt, path)
     net.eval()
     return Predictor(net, cfg, info, dev, path, cap_origin)
-
-
-def vote_probabilities(scores: np.ndarray, votes: np.ndarray, vote: str, chunk: int = 1 << 20) -> np.ndarray:
-    """``float32 (N, C)`` per-point class probabilities, rows summing to 1, from ``vote_room``'s ``scores (N, C)``,
-    sums over the ``votes (N,)`` predictions of each point (``eval.vote``): ``"logits"``: ``softmax(scores /
-    votes)``, of the mean logit; ``"softmax"``: ``scores / sum_c scores``, the mean probability. Both maps are
-    monotone, so ``argmax`` is the label (of ``scores``) but where the top two scores lie within float32
-    rounding (their probabilities may round to one value: the smaller class wins; float16 so tied 0.6 % of
-    the rows of random logits of scale 0.05). Computed in chunks of rows (bounded extra memory)."""
-    if vote not in ("logits", "softmax"):
-        raise ValueError(f"expected eval.vote 'logits' or 'softmax', got {vote!r}")
-    out = np.empty(scores.shape, dtype=np.float32)
-    for start in range(0, scores.shape[0], chunk):
-        s = scores[start:start + chunk].astype(np.float64)
-        if vote == "logits":
-            s = s / np.maximum(votes[start:start + chunk, None], 1)
-            s = np.exp(s - s.max(axis=1, keepdims=True))
-        out[start:start + chunk] = s / s.sum(axis=1, keepdims=True)
-    return out
 
 
 def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float = 1.0, warn=print) -> None:

@@ -11,7 +11,8 @@ import torch
 
 from pointgeope.cli import main as cli
 from pointgeope.engine.distributed import DeviceError
-from pointgeope.engine.predict import load_predictor, predict_scan, vote_probabilities
+from pointgeope.engine.predict import load_predictor, predict_scan
+from pointgeope.engine.probabilities import vote_probabilities
 from pointgeope.h5 import list_rooms, read_predictions, read_room
 from pointgeope.scans.scan import Scan
 from pointgeope.scans.sources import ScanRef, read_scan
