@@ -278,10 +278,16 @@ class ConfusionMeter:
         """Count one batch of logits ``(N, C)`` and labels ``(N,)`` on their device without reading anything on
         the host (on a GPU :meth:`update`'s checks, masks and ``bincount`` each wait for the queue to drain):
         the labels are not checked, and a point whose label is ``ignore_index`` or outside ``0..C-1`` is not
-        counted. For a training loop, whose loss has refused such labels already."""
+        counted. For a training loop, whose loss has refused such labels already. The shapes and dtypes are
+        checked (metadata, no read): logits of another class count would put points in other classes' cells."""
         import torch
 
         c = self.num_classes
+        if logits.dim() != 2 or logits.shape[1] != c or target.shape != logits.shape[:1]:
+            raise ValueError(f"expected logits of shape (N, {c}) and target (N,), got {tuple(logits.shape)} and "
+                             f"{tuple(target.shape)}")
+        if target.is_floating_point() or target.is_complex():
+            raise ValueError(f"expected integer labels, got target {target.dtype}")
         pred, target = logits.argmax(dim=1), target.to(device=logits.device, dtype=torch.long)
         keep = (target >= 0) & (target < c)
         if self.ignore_index is not None:

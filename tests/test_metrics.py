@@ -175,6 +175,42 @@ def test_meter_with_labels_and_errors():
     np.testing.assert_array_equal(meter.confusion, np.zeros((3, 3)))
 
 
+@pytest.mark.parametrize("ignore_index", [255, -100, 0, None])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_count_equals_the_checked_update_on_what_a_training_loop_gives(ignore_index, dtype):
+    """``count`` (no host read) and ``update`` (checked) give the same matrix on labels in range and
+    ``ignore_index`` ones, low-precision logits with ties, label dtypes and an empty batch."""
+    gen = torch.Generator().manual_seed(3)
+    counted, updated = ConfusionMeter(5, ignore_index), ConfusionMeter(5, ignore_index)
+    for n, label_dtype in ((40, torch.long), (0, torch.long), (33, torch.int32), (64, torch.uint8)):
+        logits = torch.randn(n, 5, generator=gen).to(dtype)
+        logits[::4] = 0                                           # ties: the first class, in both
+        target = torch.randint(0, 5, (n,), generator=gen)
+        if ignore_index is not None and (label_dtype != torch.uint8 or 0 <= ignore_index < 256):
+            target[torch.rand(n, generator=gen) < 0.3] = ignore_index
+        counted.count(logits, target.to(label_dtype))
+        updated.update(logits, target.to(label_dtype))
+    np.testing.assert_array_equal(counted.confusion, updated.confusion)
+    assert counted.confusion.sum() > 0
+
+
+def test_count_leaves_out_labels_out_of_range_and_refuses_other_shapes():
+    meter = ConfusionMeter(num_classes=3, ignore_index=255)
+    logits = torch.eye(3)[[0, 1, 2, 2, 1]]
+    meter.count(logits, torch.tensor([0, 3, -1, 255, 1]))
+    want = np.zeros((3, 3), dtype=np.int64)
+    want[0, 0] = want[1, 1] = 1
+    np.testing.assert_array_equal(meter.confusion, want)
+    # logits of 5 classes in a 3-class meter: the arg-max 4 of label 0 landed in cell (1, 1)
+    with pytest.raises(ValueError, match=r"logits of shape \(N, 3\) and target \(N,\), got \(1, 5\)"):
+        meter.count(torch.eye(5)[[4]], torch.tensor([0]))
+    with pytest.raises(ValueError, match=r"got \(2, 3\) and \(3,\)"):
+        meter.count(torch.zeros(2, 3), torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="integer labels, got target torch.float32"):
+        meter.count(torch.zeros(2, 3), torch.tensor([1.7, 0.0]))
+    np.testing.assert_array_equal(meter.confusion, want)
+
+
 def test_meter_all_reduce_without_distributed_is_a_no_op():
     meter = ConfusionMeter(num_classes=3)
     pred, target = _hand_labels()

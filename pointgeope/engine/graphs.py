@@ -186,6 +186,12 @@ class CudaRecorder:
     def __init__(self, device: torch.device):
         self.device = device
         self.pool = torch.cuda.graph_pool_handle()
+        # every capture on this one stream of the model's device. torch.cuda.graph's default is one stream made
+        # on the current device: with the model on cuda:1 and cuda:0 current it captured none of the step (an
+        # empty graph; each replay handed back the recorded batch's loss and gradients). One stream for all:
+        # the caching allocator hands a freed block back only on the stream it was freed on, so graphs
+        # captured on streams of their own would share nothing of the pool, each holding its own intermediates
+        self.capture = torch.cuda.Stream(device)
 
     def record(self, step: Callable[[], tuple], model: torch.nn.Module, before: Callable[[], None]):
         side = torch.cuda.Stream(self.device)
@@ -198,14 +204,10 @@ class CudaRecorder:
         model.zero_grad(set_to_none=True)      # the capture's backward allocates the graph's own gradients
         before()
         graph, current = torch.cuda.CUDAGraph(), torch.cuda.current_stream(self.device)
-        # the capture's stream on the model's device: torch.cuda.graph's default is one stream made once on the
-        # current device, so with the model on cuda:1 and cuda:0 current it captured none of the step (an
-        # empty graph, a warning), and every replay handed back the recorded batch's loss and gradients
-        capture = torch.cuda.Stream(self.device)
         try:
             # thread_local: the loader's pin-memory thread and the next batch's hierarchy keep using CUDA
             # meanwhile; entering, torch.cuda.graph releases the warm-up's cached blocks (empty_cache)
-            with torch.cuda.graph(graph, pool=self.pool, stream=capture, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.capture, capture_error_mode="thread_local"):
                 out = step()
         except Exception:
             torch.cuda.set_stream(current)     # a failed capture_end leaves the capture's stream current
