@@ -84,7 +84,7 @@ class Learner:
         named = {name: p.grad for name, p in self.model.named_parameters() if p.grad is not None}
         if self.scaler.is_enabled() or not named:
             return None
-        if bool(torch.isfinite(torch.nn.utils.get_total_norm(list(named.values())))):
+        if bool(torch.isfinite(_total_norm(list(named.values())))):
             return None
         return first_non_finite(named)
 
@@ -263,3 +263,14 @@ def restore_rank_rng(saved: list[dict], rank: int) -> None:
     set_rng_state(state)
     if "cuda_seed" in state and torch.cuda.is_available():
         torch.cuda.manual_seed_all(state["cuda_seed"])
+
+
+def _total_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``||(||t_1||_2, ..., ||t_k||_2)||_2``, the 2-norm of all ``tensors`` as one vector (a 0-dim tensor on
+    their device, read by the caller: no host sync here). ``torch.nn.utils.get_total_norm`` (foreach
+    kernels) where torch has it (2.6 on); torch 2.4 and 2.5, which pyproject.toml allows, do not: one norm
+    a tensor there, the same value."""
+    fused = getattr(torch.nn.utils, "get_total_norm", None)
+    if fused is not None:
+        return fused(tensors)
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in tensors]))
