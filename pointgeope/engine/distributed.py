@@ -148,16 +148,18 @@ def broadcast_buffers(module: torch.nn.Module) -> None:
             dist.broadcast(buffer.data, src=0)
 
 
-def share_refusal(refusal: UserError | None) -> None:
-    """Every rank raises rank 0's ``refusal`` (a check only rank 0 makes: the run folder, the fold's lock),
-    so that each one ends with its one line and exit code 2 rather than waiting in the next collective for
-    a peer that has gone. Collective under DDP (every rank calls it; only rank 0's argument counts: the
-    others give ``None``); in a single process it raises ``refusal`` if there is one."""
+def share_refusal(refusal: UserError | FloatingPointError | None) -> None:
+    """Every rank raises rank 0's ``refusal`` (a check only rank 0 makes: the run folder, the fold's lock, the
+    model state it saves), so that each one ends with its one line and exit code (2, or 1 for a
+    FloatingPointError: a run that diverged) rather than waiting in the next collective for a peer that has
+    gone. Collective under DDP (every rank calls it; only rank 0's argument counts: the others give
+    ``None``); in a single process it raises ``refusal`` if there is one."""
     if dist.is_available() and dist.is_initialized():
-        message = [str(refusal) if refusal is not None else None]
+        message = [None if refusal is None else (isinstance(refusal, FloatingPointError), str(refusal))]
         dist.broadcast_object_list(message, src=0)
         if refusal is None and message[0] is not None:
-            raise UserError(message[0])
+            diverged, text = message[0]
+            raise (FloatingPointError if diverged else UserError)(text)
     if refusal is not None:
         raise refusal
 
