@@ -112,8 +112,18 @@ def setup(device_preference: str = "auto") -> DistEnv:
     return DistEnv(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
 
 
+# The process groups destroyed by cleanup, kept alive to the interpreter's exit (see cleanup).
+_ENDED: list = []
+
+
 def cleanup() -> None:
+    """Destroy the process group, keeping the object itself alive until the process exits. Otherwise the last
+    reference is often the DDP model's reducer, freed (the GIL held) as a stop's traceback is dropped, right
+    after a collective: the group's destructor joins its gloo worker thread, which waits for the GIL to free
+    that collective's tensors, and the rank hangs for good (seen with two ranks stopping together after a
+    broadcast). Kept, the worker finishes while Python runs on, and the group is freed, idle, at exit."""
     if dist.is_available() and dist.is_initialized():
+        _ENDED.append(dist.group.WORLD)
         dist.destroy_process_group()
 
 
