@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import random
 import shlex
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +39,7 @@ from pointgeope.engine.fold_result import train_fold_command
 from pointgeope.engine.foreign_checkpoint import POINTCEPT_ADVICE, is_pointcept_checkpoint, pickled_pointcept_checkpoint
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
+from pointgeope.zip_crc import changed_part
 
 FORMAT = "pointgeope-checkpoint"
 VERSION = 1
@@ -141,35 +141,6 @@ def damaged(path: Path, err: Exception) -> bool:
     except OSError:
         return False
     return head == ZIP_MAGIC and "weights_only" not in str(err)
-
-
-def changed_part(path: Path) -> str | None:
-    """The first part of the checkpoint's zip archive (``torch.save``'s format: one part per tensor's bytes)
-    whose bytes do not match the CRC-32 stored with it, ``None`` when all match (or the file is no zip,
-    which ``torch.load`` has said). ``torch.load`` does not check them: a flipped bit in a tensor's bytes (a
-    disk's, a copy's) loads as another weight without a word. Reads the file once more (about 0.3 s per GB
-    from the page cache). A part whose stored CRC-32 is 0 is not checked: torch 2.6 on writes 0 for every
-    part under ``torch.serialization.set_crc32_options(False)``, a file that ``torch.load`` reads as it is
-    (an empty part's CRC-32 is 0 too; another part's is 0 once in 2**32)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for info in archive.infolist():
-                if info.CRC != 0 and not _crc_matches(archive, info):
-                    return info.filename
-    except (zipfile.BadZipFile, OSError, EOFError):
-        return None
-    return None
-
-
-def _crc_matches(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bool:
-    """Whether the bytes of ``info`` match its CRC-32 (zipfile checks it as the part is read to its end)."""
-    try:
-        with archive.open(info) as part:
-            while part.read(1 << 20):
-                pass
-    except zipfile.BadZipFile:
-        return False
-    return True
 
 
 def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = RESUME_ADVICE,
