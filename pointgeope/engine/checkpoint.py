@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import random
 import shlex
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +39,7 @@ from pointgeope.engine.fold_result import train_fold_command
 from pointgeope.engine.foreign_checkpoint import POINTCEPT_ADVICE, is_pointcept_checkpoint, pickled_pointcept_checkpoint
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.errors import UserError
+from pointgeope.zip_crc import changed_part
 
 FORMAT = "pointgeope-checkpoint"
 VERSION = 1
@@ -144,19 +144,6 @@ def damaged(path: Path, err: Exception) -> bool:
     except OSError:
         return False
     return head == ZIP_MAGIC and "weights_only" not in str(err)
-
-
-def changed_part(path: Path) -> str | None:
-    """The first part of the checkpoint's zip archive (``torch.save``'s format: one part per tensor's bytes)
-    whose bytes do not match the CRC-32 stored with it, ``None`` when all match (or the file is no zip,
-    which ``torch.load`` has said). ``torch.load`` does not check them: a flipped bit in a tensor's bytes (a
-    disk's, a copy's) loads as another weight without a word. Reads the file once more (about 0.3 s per GB
-    from the page cache)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError):
-        return None
 
 
 def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = RESUME_ADVICE,

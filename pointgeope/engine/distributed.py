@@ -114,8 +114,18 @@ def setup(device_preference: str = "auto") -> DistEnv:
     return DistEnv(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
 
 
+# The process groups destroyed by cleanup, kept alive to the interpreter's exit (see cleanup).
+_ENDED: list = []
+
+
 def cleanup() -> None:
+    """Destroy the process group, keeping the object itself alive until the process exits. Otherwise the last
+    reference is often the DDP model's reducer, freed (the GIL held) as a stop's traceback is dropped, right
+    after a collective: the group's destructor joins its gloo worker thread, which waits for the GIL to free
+    that collective's tensors, and the rank hangs for good (seen with two ranks stopping together after a
+    broadcast). Kept, the worker finishes while Python runs on, and the group is freed, idle, at exit."""
     if dist.is_available() and dist.is_initialized():
+        _ENDED.append(dist.group.WORLD)
         dist.destroy_process_group()
 
 
@@ -150,16 +160,18 @@ def broadcast_buffers(module: torch.nn.Module) -> None:
             dist.broadcast(buffer.data, src=0)
 
 
-def share_refusal(refusal: UserError | None) -> None:
-    """Every rank raises rank 0's ``refusal`` (a check only rank 0 makes: the run folder, the fold's lock),
-    so that each one ends with its one line and exit code 2 rather than waiting in the next collective for
-    a peer that has gone. Collective under DDP (every rank calls it; only rank 0's argument counts: the
-    others give ``None``); in a single process it raises ``refusal`` if there is one."""
+def share_refusal(refusal: UserError | FloatingPointError | None) -> None:
+    """Every rank raises rank 0's ``refusal`` (a check only rank 0 makes: the run folder, the fold's lock, the
+    model state it saves), so that each one ends with its one line and exit code (2, or 1 for a
+    FloatingPointError: a run that diverged) rather than waiting in the next collective for a peer that has
+    gone. Collective under DDP (every rank calls it; only rank 0's argument counts: the others give
+    ``None``); in a single process it raises ``refusal`` if there is one."""
     if dist.is_available() and dist.is_initialized():
-        message = [str(refusal) if refusal is not None else None]
+        message = [None if refusal is None else (isinstance(refusal, FloatingPointError), str(refusal))]
         dist.broadcast_object_list(message, src=0)
         if refusal is None and message[0] is not None:
-            raise UserError(message[0])
+            diverged, text = message[0]
+            raise (FloatingPointError if diverged else UserError)(text)
     if refusal is not None:
         raise refusal
 

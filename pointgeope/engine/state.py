@@ -17,8 +17,10 @@ writes, ``weights_only`` loading, the config check) is :mod:`pointgeope.engine.c
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +86,7 @@ class Learner:
         named = {name: p.grad for name, p in self.model.named_parameters() if p.grad is not None}
         if self.scaler.is_enabled() or not named:
             return None
-        if bool(torch.isfinite(torch.nn.utils.get_total_norm(list(named.values())))):
+        if bool(torch.isfinite(_total_norm(list(named.values())))):
             return None
         return first_non_finite(named)
 
@@ -180,20 +182,23 @@ class FoldCheckpoints:
         calls it, so that each one resumes its own random stream). A model state that is not finite (a
         diverged run: finite losses and gradients can still overflow a batch norm's running variance) is
         never written: a FloatingPointError naming the tensor leaves the previous checkpoint in place, the
-        one a resume, ``evaluate`` and ``predict`` can still read (they refuse a non-finite one)."""
+        one a resume, ``evaluate`` and ``predict`` can still read (they refuse a non-finite one). Both
+        checks are rank 0's and every rank raises their error (:func:`distributed.share_refusal`: one
+        broadcast under DDP), so that no rank waits for a peer that has gone."""
         states = [rng_state()]
         if self.env.distributed:
             states = [None] * self.env.world_size
             torch.distributed.all_gather_object(states, rng_state())
+        refusal = None
         if self.env.is_main:
-            self.check_folder(state)
+            try:
+                self.check_folder(state)
+                self._check_finite(name, state)
+            except (UserError, FloatingPointError) as err:
+                refusal = err
+        distributed.share_refusal(refusal)
+        if self.env.is_main:
             learner = self.learner
-            if (bad := first_non_finite(learner.model.state_dict())) is not None:
-                raise FloatingPointError(
-                    f"{self.run / name}: not saved: the model's '{bad[0]}' holds {bad[1]:,} NaN or infinite "
-                    f"value(s) of {bad[2]:,} after step {state.step} (the first such tensor; the run diverged); "
-                    f"{name} is left as it was; a lower optim.lr (or optim.grad_clip) trains it again (--force, "
-                    "or another --run-dir)")
             save_checkpoint(self.run / name, {
                 "config": self.config, "model": learner.model.state_dict(),
                 "optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict(),
@@ -202,6 +207,16 @@ class FoldCheckpoints:
                 "predict": self.predict, "data": self.data, "data_points": self.points,
                 "fold": None if self.fold is None else fold_record(self.fold)})
         distributed.barrier()
+
+    def _check_finite(self, name: str, state: LoopState) -> None:
+        """A FloatingPointError naming the first tensor of the model state that is not finite, which
+        :meth:`save` would write into ``name``."""
+        if (bad := first_non_finite(self.learner.model.state_dict())) is not None:
+            raise FloatingPointError(
+                f"{self.run / name}: not saved: the model's '{bad[0]}' holds {bad[1]:,} NaN or infinite "
+                f"value(s) of {bad[2]:,} after step {state.step} (the first such tensor; the run diverged); "
+                f"{name} is left as it was; a lower optim.lr (or optim.grad_clip) trains it again (--force, "
+                "or another --run-dir)")
 
     def check_folder(self, state: LoopState) -> None:
         """A UserError when the fold folder, or its lock file, is no longer the one this run locked
@@ -214,6 +229,24 @@ class FoldCheckpoints:
                             f"training wrote into it (after step {state.step}); stopped, "
                             "since another process could now take the folder; the same command trains the fold "
                             "again (from its last.pt, if one is left)")
+
+    def before_update(self, state: LoopState, batch, fold: int) -> Callable[[torch.Tensor, float], None]:
+        """The check ``train_step`` runs before the update of ``batch``, and before the step's writes: a
+        non-finite loss or gradient (:meth:`Learner.non_finite_gradient`) on any rank, or a fold folder
+        deleted (:meth:`check_folder`, rank 0's), stops every rank together, in the one all-reduce the check
+        makes under DDP: the folder's error on every rank, else :meth:`stop_on_nan`."""
+        def check(loss: torch.Tensor, loss_value: float) -> None:
+            gradient = self.learner.non_finite_gradient() if math.isfinite(loss_value) else None
+            gone = None
+            try:
+                self.check_folder(state)
+            except UserError as err:
+                gone = err
+            if distributed.any_rank(not math.isfinite(loss_value) or gradient is not None or gone is not None,
+                                    self.env.device):
+                distributed.share_refusal(gone)
+                self.stop_on_nan(state, loss, batch, fold, gradient)
+        return check
 
     def stop_on_nan(self, state: LoopState, loss: torch.Tensor, batch, fold: int,
                     gradient: tuple[str, int, int] | None = None) -> None:
@@ -263,3 +296,14 @@ def restore_rank_rng(saved: list[dict], rank: int) -> None:
     set_rng_state(state)
     if "cuda_seed" in state and torch.cuda.is_available():
         torch.cuda.manual_seed_all(state["cuda_seed"])
+
+
+def _total_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``||(||t_1||_2, ..., ||t_k||_2)||_2``, the 2-norm of all ``tensors`` as one vector (a 0-dim tensor on
+    their device, read by the caller: no host sync here). ``torch.nn.utils.get_total_norm`` (foreach
+    kernels) where torch has it (2.6 on); torch 2.4 and 2.5, which pyproject.toml allows, do not: one norm
+    a tensor there, the same value."""
+    fused = getattr(torch.nn.utils, "get_total_norm", None)
+    if fused is not None:
+        return fused(tensors)
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in tensors]))

@@ -1,8 +1,9 @@
 """One training step: what ``engine.train.train_epoch`` runs for every batch and the ``bench/`` scripts time.
 
 The forward under ``train.amp``'s autocast (:func:`pointgeope.engine.build.autocast`), the loss in float32
-(:func:`pointgeope.engine.losses.segmentation_loss`), then :meth:`pointgeope.engine.state.Learner.step`
-(backward scaled by the grad scaler, clipping, optimiser, schedule).
+(:func:`pointgeope.engine.losses.segmentation_loss`), then :meth:`pointgeope.engine.state.Learner.backward`
+(scaled by the grad scaler), the caller's check of the loss and the gradients, and
+:meth:`~pointgeope.engine.state.Learner.update` (clipping, optimiser, schedule).
 """
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, devic
     (scaler, clip, optimiser, schedule). Returns the logits ``(N, classes)`` and the loss as a float, read
     once the backward is queued: on a GPU the host waits once for the forward and the backward together, and
     the check's gradient norm after it waits on a few kernels only. ``before_update(loss, value)`` runs
-    between the backward and the update (train_epoch's check of the loss and the gradients). The one step the training loop and the ``bench/``
-    scripts run. PTv3's batch norm on a one-row batch (:class:`SmallBatchError`) is said naming the ``data``
-    keys that made the batch so small (:mod:`pointgeope.engine.small_batch`)."""
+    between the backward and the update (train_epoch's check of the loss and the gradients). The one step
+    the training loop and the ``bench/`` scripts run. PTv3's batch norm on a one-row batch
+    (:class:`SmallBatchError`) is said naming the ``data`` keys that made the batch so small
+    (:mod:`pointgeope.engine.small_batch`)."""
     with build.autocast(cfg, device):
         # the loader's hierarchy, or None: the model builds it on the device (placement.hierarchy_place);
         # PTv3's samples carry their voxels (grid_coord), PTv1's do not

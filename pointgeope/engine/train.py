@@ -198,9 +198,8 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
     for batch in bar:
         batch = batch.to(device)
         with distributed.whole_step(env):  # under DDP a stop waits for the step's all-reduces
-            logits, loss_value = step(batch, _stop_on_nan(checkpoints, state, batch, fold, device))
+            logits, loss_value = step(batch, checkpoints.before_update(state, batch, fold))
         state.step, state.batch = state.step + 1, state.batch + 1
-        checkpoints.check_folder(state)   # before the step's writes: the folder may have been deleted
         meter.add(logits, batch.y, loss_value)
         if writer is not None:
             writer.add_scalar("train/loss", loss_value, state.step)
@@ -212,16 +211,6 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
             state.epoch_sums = meter.sums()
             checkpoints.save("last.pt", state)
     return meter
-
-
-def _stop_on_nan(checkpoints: FoldCheckpoints, state: LoopState, batch, fold: int, device: torch.device):
-    """train_step's check before the update: a non-finite loss or gradient (Learner.non_finite_gradient) on any
-    rank stops every rank together, leaving ``nan_step_<step>.pt`` (FoldCheckpoints.stop_on_nan)."""
-    def check(loss: torch.Tensor, loss_value: float) -> None:
-        gradient = checkpoints.learner.non_finite_gradient() if math.isfinite(loss_value) else None
-        if distributed.any_rank(not math.isfinite(loss_value) or gradient is not None, device):
-            checkpoints.stop_on_nan(state, loss, batch, fold, gradient)
-    return check
 
 
 def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter, test_areas: list[str],

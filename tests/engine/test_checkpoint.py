@@ -74,6 +74,21 @@ def test_a_flipped_bit_in_a_tensors_bytes_is_an_error_naming_the_part(tmp_path):
     assert load_checkpoint(path, mmap=True)["model"]["w"].shape == (1000,)   # a look at its keys: not read whole
 
 
+def test_a_checkpoint_saved_without_crcs_is_read(tmp_path, monkeypatch):
+    """torch.serialization.set_crc32_options(False) (torch 2.6 on) writes a CRC-32 of 0 for every part, a file
+    torch.load reads as it is: it was refused as one whose bytes changed, and its advice was to delete it."""
+    crc_options = getattr(torch.serialization, "set_crc32_options", None)
+    if crc_options is None:
+        pytest.skip("this torch writes every CRC-32")
+    path, weights = tmp_path / "last.pt", torch.arange(1000, dtype=torch.float32)
+    crc_options(False)
+    try:
+        save_checkpoint(path, {"model": {"w": weights}})
+    finally:
+        crc_options(True)
+    assert load_checkpoint(path)["model"]["w"].equal(weights)
+
+
 def test_a_file_that_cannot_be_read_again_is_still_one_checkpoint_error(tmp_path, monkeypatch):
     """torch.load fails because the file cannot be read (EACCES for a user, EIO, or the file removed meanwhile):
     the look at its first bytes fails too, and that OSError escaped in place of the CheckpointError. The error

@@ -97,3 +97,76 @@ def test_a_peers_end_is_named_under_ddp_and_other_errors_go_through(said, named)
         with pytest.raises(RuntimeError) as through, peer_end_said(env):
             raise err
         assert through.value is err
+
+
+# Rank 0 alone meets a stop that only it can see: the fold folder deleted (rm -rf) in the backward of the
+# 2nd step, or the model state it would save not finite at the epoch's end (a running variance overflowed).
+REFUSED = """
+import os, runpy, shutil, sys
+import torch
+from pointgeope.engine import state
+
+what, fold = sys.argv.pop(), sys.argv.pop()
+rank0, backward, save, steps = os.environ["RANK"] == "0", state.Learner.backward, state.FoldCheckpoints.save, []
+
+def step_backward(self, loss):
+    steps.append(1)
+    if rank0 and what == "deleted" and len(steps) == 2:
+        shutil.rmtree(fold)
+    backward(self, loss)
+
+def save_diverged(self, name, loop):
+    if rank0 and what == "diverged":
+        with torch.no_grad():
+            next(b for n, b in self.learner.model.named_buffers() if n.endswith("running_var"))[0] = float("inf")
+    save(self, name, loop)
+
+state.Learner.backward, state.FoldCheckpoints.save = step_backward, save_diverged
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("what, code, said", [
+    ("deleted", 2, "{fold}: the fold folder, or its lock file .lock, was deleted while this training wrote into it "
+                   "(after step 1); stopped, since another process could now take the folder; the same command "
+                   "trains the fold again (from its last.pt, if one is left)"),
+    ("diverged", 1, "{fold}/best.pt: not saved: the model's '{buffer}' holds 1 NaN or infinite value(s) of {size} "
+                    "after step 2 (the first such tensor; the run diverged); best.pt is left as it was; a lower "
+                    "optim.lr (or optim.grad_clip) trains it again (--force, or another --run-dir)")])
+def test_a_stop_only_rank_0_sees_ends_every_rank_with_its_line(two_folds, tmp_path, what, code, said):
+    """Rank 0 alone checks the fold folder and the model state it saves; its peer ended on the peer's line
+    ("another process of this run ended ... the same command resumes the run"), not the reason, or waited in
+    the next collective. Now every rank ends with rank 0's line and exit code, and none hangs."""
+    run, port = tmp_path / "run", free_port()
+    fold = run / "area_1"
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+               PYTHONFAULTHANDLER="1")      # a rank that hangs prints its threads' stacks on SIGABRT
+    ranks = [subprocess.Popen([sys.executable, "-c", REFUSED, "--config", str(DEMO_CONFIG), "--test-area", "1",
+                               "--data-root", str(two_folds), "--run-dir", str(run), *TINY, "data.loop=1",
+                               "train.epochs=1", "train.val_every=0", "train.threads=1", str(fold), what],
+                              cwd=REPO, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    hung = [True, True]
+    try:
+        deadline = time.monotonic() + 180
+        while any(p.poll() is None for p in ranks) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        hung = [p.poll() is None for p in ranks]
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.send_signal(signal.SIGABRT)
+        errs = [p.communicate()[1] for p in ranks]
+    assert not any(hung), f"a rank still runs: hung {hung}; {[err[-3000:] for err in errs]}"
+    lines = [err.splitlines()[-1] if err.strip() else "" for err in errs]
+    assert [p.returncode for p in ranks] == [code, code], errs
+    assert lines[0] == lines[1], lines
+    if what == "deleted":
+        assert lines[0].endswith(said.format(fold=fold)), lines[0]
+        assert not fold.exists()
+    else:
+        assert " not saved: the model's '" in lines[0] and lines[0].endswith(
+            "after step 2 (the first such tensor; the run diverged); best.pt is left as it was; a lower optim.lr "
+            "(or optim.grad_clip) trains it again (--force, or another --run-dir)"), lines[0]
+        assert not (fold / "best.pt").exists() and not (fold / "last.pt").exists()

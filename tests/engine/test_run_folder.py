@@ -307,7 +307,7 @@ def test_a_fold_folder_deleted_while_training_is_one_line_and_not_made_again(two
     monkeypatch.setattr(losses.F, "cross_entropy", delete_at_the_second_step)
     assert train(two_folds, tmp_path, "data.loop=2") == 2
     last_line_only(capsys.readouterr().err, f"train.py: error: {fold}: the fold folder, or its lock file .lock, "
-                   "was deleted while this training wrote into it (after step 2); stopped, since another process "
+                   "was deleted while this training wrote into it (after step 1); stopped, since another process "
                    "could now take the folder; the same command trains the fold again (from its last.pt, if one "
                    "is left)")
     assert not fold.exists()       # no checkpoint, event or log written into a folder made again without a lock

@@ -134,3 +134,18 @@ def test_a_model_state_that_is_not_finite_is_never_saved_and_the_previous_checkp
                               "(--force, or another --run-dir)")
     assert (tmp_path / "last.pt").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]    # no temporary file left either
+
+
+@pytest.mark.parametrize("torch_has_get_total_norm", [True, False])
+def test_the_gradient_check_runs_on_every_torch_the_project_allows(monkeypatch, torch_has_get_total_norm):
+    """pyproject.toml allows torch 2.4 on, and torch.nn.utils.get_total_norm came in 2.6: without it the check of
+    every training step raised an AttributeError. With or without it, the check finds the same parameter."""
+    if not torch_has_get_total_norm:
+        monkeypatch.delattr(torch.nn.utils, "get_total_norm", raising=False)
+    a = learner(0)
+    a.backward(a.model(torch.ones(4, 3)).square().sum())
+    assert a.non_finite_gradient() is None
+    a.model.bias.grad[1] = float("-inf")
+    assert a.non_finite_gradient() == ("bias", 1, 2)
+    a.model.weight.grad[0, 2] = float("nan")
+    assert a.non_finite_gradient() == ("weight", 1, 6)    # named in the model's order: weight before bias

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from pointgeope.model.ptv3.network import PointTransformerV3
+from pointgeope.zip_crc import changed_part
 
 __all__ = ["PTv3Segmentor", "pointcept_state_dict"]
 
@@ -29,6 +30,8 @@ def pointcept_state_dict(checkpoint: dict | str | os.PathLike) -> dict:
     holding other objects (an ``OneCycleLR`` state saved under torch < 2.4 holds a bound method) is a
     ``ValueError`` of one line: load a file you trust yourself, ``torch.load(path, weights_only=False)``, and
     pass the dict.
+    A file whose bytes changed after it was written (a part that does not match its CRC-32,
+    :func:`pointgeope.zip_crc.changed_part`) is a ``ValueError`` of one line too.
     """
     if isinstance(checkpoint, (str, os.PathLike)):
         checkpoint = _load_safely(checkpoint)
@@ -46,13 +49,17 @@ def _load_safely(path: str | os.PathLike):
     dtypes = {type(np.dtype(t)) for t in ("float16", "float32", "float64", "int32", "int64", "bool")}
     with torch.serialization.safe_globals([core.multiarray.scalar, np.dtype, *dtypes]):
         try:
-            return torch.load(path, map_location="cpu", weights_only=True)
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as err:              # torch's is many lines: keep the object it names
             found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
             what = f"the global {found.group(1)}" if found else "objects"
             raise ValueError(f"{path}: holds more than tensors and numbers ({what}), which a safe load does not "
                              "run; if you trust the file, pass torch.load(path, weights_only=False) to "
                              "pointcept_state_dict instead of its path") from None
+    if (part := changed_part(path)) is not None:     # torch.load reads a flipped bit as another weight
+        raise ValueError(f"{path}: its part {part} does not match the CRC-32 saved with it: its bytes changed "
+                         "after it was written; copy the file again from where it was written")
+    return loaded
 
 
 class PTv3Segmentor(nn.Module):
