@@ -51,7 +51,8 @@ def made_by(predictor, args) -> dict:
     ev = dataclasses.asdict(predictor.cfg.eval)
     options = {"format": sorted(args.format), "probabilities": bool(args.probabilities), "scale": args.scale,
                "max_extent": args.max_extent, **{f"eval.{key}": ev[key] for key in EVAL_KEYS}}
-    return {"pointgeope": __version__, "model": file_checksum(predictor.path),
+    model = predictor.checksum or file_checksum(predictor.path)   # that of the bytes loaded (load_predictor)
+    return {"pointgeope": __version__, "model": model,
             "options": json.loads(json.dumps(options))}  # tuples as lists, as a record reads back
 
 
@@ -101,8 +102,13 @@ class ScanRecords:
             return False   # no record (or not one: damaged, edited): predicted again
 
     def skips(self, ref) -> bool:
-        """``True``, with one line, when ``ref`` needs no prediction (not with ``--force``)."""
-        if self.force or not self.complete(ref):
+        """``True``, with one line, when ``ref`` needs no prediction (not with ``--force``). The input's
+        checksum is taken here, before the scan is read, also under ``--force``: an input rewritten while it is
+        predicted then records the bytes before, and a rerun predicts it again."""
+        if self.force:
+            self.input_checksum(ref)
+            return False
+        if not self.complete(ref):
             return False
         for note in ref.notes[:20]:
             print(f"note: {note}")
@@ -132,6 +138,14 @@ class ScanRecords:
         except OSError as err:
             raise ScanError(f"{self.out}: cannot write the outputs of {ref.source} ({err})") from None
         return paths
+
+
+def checksum_or_none(path: str | Path) -> str | None:
+    """:func:`~pointgeope.checksum.file_checksum` of ``path``, ``None`` where it cannot be read."""
+    try:
+        return file_checksum(path)
+    except OSError:
+        return None
 
 
 def _intact(path: Path, expected: dict) -> bool:
