@@ -225,8 +225,8 @@ def test_a_checkpoint_replaced_while_it_is_loaded_is_not_recorded_as_the_new_one
     monkeypatch.setattr(predict_module, "load_checkpoint", replaced_after_loading)
     assert cli(argv(model, scans / "b.npy", tmp_path / "o")) == 2   # refused in one line: run it again
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"pointgeope predict: error: {model}: replaced while predict read it (a run still training "
-                   "saves it); run the same command again"]
+    assert err == [(f"pointgeope predict: error: {model}: replaced while predict read it (a run still training "
+                    "saves it); run the same command again")]
     monkeypatch.setattr(predict_module, "load_checkpoint", original)
     predicted.clear()
     assert cli(argv(model, scans / "b.npy", tmp_path / "o")) == 0
@@ -237,7 +237,7 @@ def test_an_input_changed_while_it_is_predicted_under_force_is_predicted_again(
         tiny_run, scans, tmp_path, monkeypatch, predicted):
     """Under --force the scan is read, then its file is written again (an export still running) before its
     outputs are: they are the old bytes' outputs, so a rerun without --force predicts the scan again."""
-    import pointgeope.scans.sources as sources
+    from pointgeope.scans import sources
 
     original = sources.read_scan
 
