@@ -254,3 +254,22 @@ def test_an_input_changed_while_it_is_predicted_under_force_is_predicted_again(
     predicted.clear()
     assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o")) == 0
     assert predicted == ["b.npy"]
+
+
+def test_every_eval_key_but_those_that_choose_how_it_runs_is_in_the_record():
+    """An eval.* key the record does not know (one added to the config later: a new vote, a new view) counts
+    as a change by default; only the checkpoint's choice, the points per pass and the metrics' mean do not."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from pointgeope.engine.config import EvalConfig
+
+    later = dataclasses.make_dataclass("LaterEval", [("new_key", int, 0)], bases=(EvalConfig,))
+    args = SimpleNamespace(format=("npy",), probabilities=False, scale=1.0, max_extent=50.0)
+
+    def made(**values):
+        cfg = SimpleNamespace(eval=later(**values))
+        return record_module.made_by(SimpleNamespace(cfg=cfg, checksum="sha256:0", path="m.pt"), args)
+
+    assert made(new_key=1) != made(new_key=0)
+    assert made(batch_points=5000, checkpoint="best", class_mean="present") == made()
