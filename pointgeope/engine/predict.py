@@ -248,12 +248,14 @@ def _fail(message: str) -> None:
 def _checked_names(refs: list, args, errors: list[str]) -> list:
     """The scans whose outputs lie inside ``args.out`` (:func:`~pointgeope.scans.outputs.output_path`), are
     none of the inputs (``a.ply`` and ``a_pred.ply`` given together into their folder: ``a``'s output
-    replaced the scan ``a_pred.ply``), and that no earlier scan writes; the others become errors."""
+    replaced the scan ``a_pred.ply``), and that no earlier scan writes; the others become errors. A scan
+    given twice (``scans/`` and ``scans/a.ply``) is predicted once, with a note."""
     from pointgeope.paths import OutsideError, file_key
     from pointgeope.scans.outputs import output_path
     from pointgeope.scans.sources import Failure
 
     first: dict[str, str] = {}
+    same = {}   # name -> (file, room) of the scan that writes it
     inputs = {file_key(ref.path): ref.path for ref in refs}
     inputs.pop(None, None)
     keep = []
@@ -268,11 +270,13 @@ def _checked_names(refs: list, args, errors: list[str]) -> list:
         if taken is not None:
             errors.append(Failure(ref.source, f"{ref.source}: its output would replace the input {taken}; "
                                   "predict it into another --out folder"))
+        elif ref.name in first and same[ref.name] == (file_key(ref.path) or str(ref.path), ref.room):
+            print(f"note: {ref.source}: given twice, predicted once", flush=True)
         elif ref.name in first:
             errors.append(Failure(ref.source, f"{ref.source}: its outputs would overwrite those of "
                                   f"{first[ref.name]} (same name {ref.name!r}); predict it into another --out folder"))
         else:
-            first[ref.name] = ref.source
+            first[ref.name], same[ref.name] = ref.source, (file_key(ref.path) or str(ref.path), ref.room)
             keep.append(ref)
     return keep
 
