@@ -66,7 +66,8 @@ class Predictor:
     """A trained model ready to predict: network (eval mode), its config and ``"predict"`` metadata;
     ``cap_origin``: where the fragment cap comes from when the user did not choose it (predict's default
     :data:`PREDICT_MAX_FRAGMENTS`, or the run's ``eval.max_fragments``): a scan it cuts is warned about;
-    ``None`` for ``--max-fragments`` or an ``eval.max_fragments`` override."""
+    ``None`` for ``--max-fragments`` or an ``eval.max_fragments`` override; ``checksum``: the sha256 of the
+    checkpoint's bytes the network was loaded from (what predict's records name)."""
 
     model: torch.nn.Module
     cfg: Config
@@ -74,6 +75,7 @@ class Predictor:
     device: torch.device
     path: Path
     cap_origin: str | None = None
+    checksum: str | None = None
 
     @property
     def palette(self) -> np.ndarray:
@@ -157,10 +159,17 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     ``eval.tta``, or :data:`DEFAULT_TTA` if that is a single view; at most ``max_fragments`` fragments
     (``None``: all; ``False``, not given: the run's ``eval.max_fragments``, or
     :data:`~pointgeope.constants.PREDICT_MAX_FRAGMENTS` where that is null). Raises PredictError or
-    CheckpointError."""
+    CheckpointError, also when the file is replaced while it is read (hashed before and after: a run that
+    trains on saves its last.pt; the checksum must name the bytes loaded)."""
+    from pointgeope.engine.predict_record import checksum_or_none as _checksum
+
     path = checkpoint_path(model, checkpoint)   # a fold's damaged checkpoint gets training's words; MODEL's a file
+    checksum = _checksum(path)    # None, unreadable: load_checkpoint says why
     ckpt = (load_checkpoint(path) if Path(model).is_dir()
             else load_checkpoint(path, unreadable=UNREADABLE_MODEL, damaged_file=DAMAGED_MODEL))
+    if _checksum(path) != checksum:
+        raise CheckpointError(f"{path}: replaced while predict read it (a run still training saves it); run the "
+                              "same command again")
     info = checkpoint_prediction_info(ckpt, path)
     warning = unfinished_warning(path, ckpt)
     if warning:
@@ -170,7 +179,7 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     net = build.model(cfg).to(dev)
     load_model_state(net, ckpt, path)
     net.eval()
-    return Predictor(net, cfg, info, dev, path, cap_origin)
+    return Predictor(net, cfg, info, dev, path, cap_origin, checksum)
 
 
 def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float = 1.0, warn=print) -> None:
@@ -239,12 +248,14 @@ def _fail(message: str) -> None:
 def _checked_names(refs: list, args, errors: list[str]) -> list:
     """The scans whose outputs lie inside ``args.out`` (:func:`~pointgeope.scans.outputs.output_path`), are
     none of the inputs (``a.ply`` and ``a_pred.ply`` given together into their folder: ``a``'s output
-    replaced the scan ``a_pred.ply``), and that no earlier scan writes; the others become errors."""
+    replaced the scan ``a_pred.ply``), and that no earlier scan writes; the others become errors. A scan
+    given twice (``scans/`` and ``scans/a.ply``) is predicted once, with a note."""
     from pointgeope.paths import OutsideError, file_key
     from pointgeope.scans.outputs import output_path
     from pointgeope.scans.sources import Failure
 
     first: dict[str, str] = {}
+    same = {}   # name -> (file, room) of the scan that writes it
     inputs = {file_key(ref.path): ref.path for ref in refs}
     inputs.pop(None, None)
     keep = []
@@ -259,11 +270,13 @@ def _checked_names(refs: list, args, errors: list[str]) -> list:
         if taken is not None:
             errors.append(Failure(ref.source, f"{ref.source}: its output would replace the input {taken}; "
                                   "predict it into another --out folder"))
+        elif ref.name in first and same[ref.name] == (file_key(ref.path) or str(ref.path), ref.room):
+            print(f"note: {ref.source}: given twice, predicted once", flush=True)
         elif ref.name in first:
             errors.append(Failure(ref.source, f"{ref.source}: its outputs would overwrite those of "
                                   f"{first[ref.name]} (same name {ref.name!r}); predict it into another --out folder"))
         else:
-            first[ref.name] = ref.source
+            first[ref.name], same[ref.name] = ref.source, (file_key(ref.path) or str(ref.path), ref.room)
             keep.append(ref)
     return keep
 

@@ -20,9 +20,11 @@ and would count a copy or a ``touch`` as a change), of the whole area file for a
 ``Area_N.h5`` (computed once per file), of every file of a raw room folder
 (:func:`~pointgeope.checksum.folder_checksum`). The options are those that change the outputs:
 ``--format``, ``--probabilities``, ``--scale``, ``--max-extent``, and the views, vote, fragment cap,
-protocol and precision of the evaluation (``--tta``, ``--max-fragments``, ``eval.*`` overrides); not
-``--device``, ``--batch-points``, ``data.hierarchy`` nor the threads, which choose how the same
-prediction runs, so that a rerun on another machine resumes.
+protocol and precision of the evaluation (``--tta``, ``--max-fragments``, ``eval.*`` overrides: every
+``eval`` key but those of :data:`RUN_ONLY_EVAL_KEYS`); not ``--device``, ``--batch-points``,
+``data.hierarchy`` nor the threads, which choose how the same prediction runs, so that a rerun on another
+machine resumes. The model's checksum is that of the bytes loaded (``Predictor.checksum``), the input's is
+taken before the scan is read.
 """
 from __future__ import annotations
 
@@ -36,9 +38,10 @@ from pointgeope.scans.outputs import output_path, write_outputs
 from pointgeope.scans.scan import ScanError
 
 KIND, VERSION = "pointgeope-predict-record", 1
-# The eval.* keys that change what predict writes (the others: which checkpoint, how many points per pass,
-# the mean of the metrics evaluate reports).
-EVAL_KEYS = ("tta", "vote", "max_fragments", "protocol", "amp")
+# The eval.* keys that do not change what predict writes (which checkpoint: its checksum is recorded; how many
+# points per pass; the mean of the metrics evaluate reports). Every other key counts, one added later too
+# (tta, vote, max_fragments, protocol, amp): a key forgotten here predicts again rather than skip wrongly.
+RUN_ONLY_EVAL_KEYS = ("checkpoint", "batch_points", "class_mean")
 
 
 def made_by(predictor, args) -> dict:
@@ -50,8 +53,10 @@ def made_by(predictor, args) -> dict:
 
     ev = dataclasses.asdict(predictor.cfg.eval)
     options = {"format": sorted(args.format), "probabilities": bool(args.probabilities), "scale": args.scale,
-               "max_extent": args.max_extent, **{f"eval.{key}": ev[key] for key in EVAL_KEYS}}
-    return {"pointgeope": __version__, "model": file_checksum(predictor.path),
+               "max_extent": args.max_extent,
+               **{f"eval.{key}": value for key, value in ev.items() if key not in RUN_ONLY_EVAL_KEYS}}
+    model = predictor.checksum or file_checksum(predictor.path)   # that of the bytes loaded (load_predictor)
+    return {"pointgeope": __version__, "model": model,
             "options": json.loads(json.dumps(options))}  # tuples as lists, as a record reads back
 
 
@@ -101,8 +106,13 @@ class ScanRecords:
             return False   # no record (or not one: damaged, edited): predicted again
 
     def skips(self, ref) -> bool:
-        """``True``, with one line, when ``ref`` needs no prediction (not with ``--force``)."""
-        if self.force or not self.complete(ref):
+        """``True``, with one line, when ``ref`` needs no prediction (not with ``--force``). The input's
+        checksum is taken here, before the scan is read, also under ``--force``: an input rewritten while it is
+        predicted then records the bytes before, and a rerun predicts it again."""
+        if self.force:
+            self.input_checksum(ref)
+            return False
+        if not self.complete(ref):
             return False
         for note in ref.notes[:20]:
             print(f"note: {note}")
@@ -132,6 +142,14 @@ class ScanRecords:
         except OSError as err:
             raise ScanError(f"{self.out}: cannot write the outputs of {ref.source} ({err})") from None
         return paths
+
+
+def checksum_or_none(path: str | Path) -> str | None:
+    """:func:`~pointgeope.checksum.file_checksum` of ``path``, ``None`` where it cannot be read."""
+    try:
+        return file_checksum(path)
+    except OSError:
+        return None
 
 
 def _intact(path: Path, expected: dict) -> bool:

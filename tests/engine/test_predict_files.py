@@ -331,3 +331,26 @@ def test_an_output_that_is_another_input_is_refused(tiny_run, two_folds, tmp_pat
     assert (f"{tmp_path / 'a.npy'}: its output would replace the input {tmp_path / 'a_pred.npy'}; predict it "
             "into another --out folder") in err
     assert np.load(tmp_path / "a_pred_pred.npy").shape == (len(scan),)
+
+
+def test_a_scan_given_twice_is_predicted_once_and_two_of_one_name_are_refused(tiny_run, two_folds, tmp_path, capsys):
+    """`predict RUN scans scans/a.npy` (a glob that overlaps a folder): a was refused as overwriting the outputs
+    of itself, exit 2 and "1 failed: a.npy" though its outputs were written; now it is predicted once, exit 0.
+    Another file of the same name still is refused."""
+    room = read_room(two_folds / "Area_1.h5", "office_1")
+    (tmp_path / "scans").mkdir()
+    (tmp_path / "other").mkdir()
+    np.save(tmp_path / "scans" / "a.npy", np.c_[room["coord"], room["color"]])
+    np.save(tmp_path / "other" / "a.npy", np.c_[room["coord"], room["color"]])
+    out = tmp_path / "o"
+    code = cli(["predict", str(tiny_run), str(tmp_path / "scans"), str(tmp_path / "scans" / "a.npy"),
+                "--out", str(out), "--format", "npy"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert f"note: {tmp_path / 'scans' / 'a.npy'}: given twice, predicted once" in captured.out.splitlines()
+    assert captured.out.splitlines()[-1] == f"predicted 1 of 1 input(s) into {out}"
+    code = cli(["predict", str(tiny_run), str(tmp_path / "scans" / "a.npy"), str(tmp_path / "other" / "a.npy"),
+                "--out", str(out), "--format", "npy", "--force"])
+    assert code == 2
+    assert (f"{tmp_path / 'other' / 'a.npy'}: its outputs would overwrite those of {tmp_path / 'scans' / 'a.npy'} "
+            "(same name 'a'); predict it into another --out folder") in capsys.readouterr().err

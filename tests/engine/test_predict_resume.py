@@ -200,3 +200,76 @@ def test_the_rooms_of_an_area_file_are_skipped_each_by_its_room(tiny_run, tiny_r
     assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("skipped ")] == [
         f"skipped {area}:{r}: its outputs in {out / 'Area_2'} are complete, from the same model, input and options "
         "(--force predicts it again)" for r in rooms[:-1]]
+
+
+def test_a_checkpoint_replaced_while_it_is_loaded_is_not_recorded_as_the_new_one(
+        tiny_run, scans, tmp_path, monkeypatch, predicted, capsys):
+    """Training writes last.pt again (an atomic replace) just after predict loaded it: the outputs are the old
+    model's, so a rerun with the new last.pt must predict the scan again, not skip it as the new model's."""
+    from pointgeope.engine.checkpoint import load_checkpoint, save_checkpoint
+
+    model = tmp_path / "model.pt"
+    shutil.copy(tiny_run / "last.pt", model)
+    ckpt = load_checkpoint(model)
+    name = next(k for k, v in ckpt["model"].items() if v.is_floating_point())
+    ckpt["model"][name] = ckpt["model"][name] + 1e-3
+    save_checkpoint(tmp_path / "newer.pt", ckpt)
+    original = predict_module.load_checkpoint
+
+    def replaced_after_loading(path, *args, **kwargs):
+        loaded = original(path, *args, **kwargs)
+        shutil.copy(tmp_path / "newer.pt", tmp_path / "tmp.pt")
+        (tmp_path / "tmp.pt").replace(model)        # as training saves: a new file moved over the old
+        return loaded
+
+    monkeypatch.setattr(predict_module, "load_checkpoint", replaced_after_loading)
+    assert cli(argv(model, scans / "b.npy", tmp_path / "o")) == 2   # refused in one line: run it again
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [(f"pointgeope predict: error: {model}: replaced while predict read it (a run still training "
+                    "saves it); run the same command again")]
+    monkeypatch.setattr(predict_module, "load_checkpoint", original)
+    predicted.clear()
+    assert cli(argv(model, scans / "b.npy", tmp_path / "o")) == 0
+    assert predicted == ["b.npy"]
+
+
+def test_an_input_changed_while_it_is_predicted_under_force_is_predicted_again(
+        tiny_run, scans, tmp_path, monkeypatch, predicted):
+    """Under --force the scan is read, then its file is written again (an export still running) before its
+    outputs are: they are the old bytes' outputs, so a rerun without --force predicts the scan again."""
+    from pointgeope.scans import sources
+
+    original = sources.read_scan
+
+    def changed_after_reading(ref):
+        scan = original(ref)
+        data = np.load(ref.path)
+        data[0, 0] += 0.01
+        np.save(ref.path, data)
+        return scan
+
+    monkeypatch.setattr(sources, "read_scan", changed_after_reading)
+    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", "--force")) == 0
+    monkeypatch.setattr(sources, "read_scan", original)
+    predicted.clear()
+    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o")) == 0
+    assert predicted == ["b.npy"]
+
+
+def test_every_eval_key_but_those_that_choose_how_it_runs_is_in_the_record():
+    """An eval.* key the record does not know (one added to the config later: a new vote, a new view) counts
+    as a change by default; only the checkpoint's choice, the points per pass and the metrics' mean do not."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from pointgeope.engine.config import EvalConfig
+
+    later = dataclasses.make_dataclass("LaterEval", [("new_key", int, 0)], bases=(EvalConfig,))
+    args = SimpleNamespace(format=("npy",), probabilities=False, scale=1.0, max_extent=50.0)
+
+    def made(**values):
+        cfg = SimpleNamespace(eval=later(**values))
+        return record_module.made_by(SimpleNamespace(cfg=cfg, checksum="sha256:0", path="m.pt"), args)
+
+    assert made(new_key=1) != made(new_key=0)
+    assert made(batch_points=5000, checkpoint="best", class_mean="present") == made()
