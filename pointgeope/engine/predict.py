@@ -311,13 +311,13 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str], bugs
             for note in scan.meta.get("notes", [])[:20]:
                 print(f"note: {note}")
             check_formats(scan, args.format, warn)
-            pred, scores, votes = predict_scan(predictor, scan, args.scale, progress=True,
-                                               warn=warn,
+            pred, scores, votes = predict_scan(predictor, scan, args.scale, progress=True, warn=warn,
                                                max_extent=args.max_extent)
             probs = vote_probabilities(scores, votes, predictor.cfg.eval.vote) if args.probabilities else None
             del scores
             try:
-                paths = write_outputs(args.out, scan, pred, args.format, predictor.palette, names, probs)
+                paths = write_outputs(args.out, scan, pred, args.format, predictor.palette, names, probs,
+                                      predictor.cfg.train.ignore_index)
             except OSError as err:
                 raise ScanError(f"{args.out}: cannot write the outputs of {ref.source} ({err})") from None
         except UserError as err:  # this scan only (ScanError, or a prepared file's SchemaError): go on

@@ -93,8 +93,8 @@ def file_classes(path: str | Path) -> tuple[str, ...]:
 
 def file_ignore_index(path: str | Path | None) -> int:
     """The ground-truth label that the run which wrote predictions file ``path`` skipped in every metric (root
-    attr ``ignore_index``: evaluate writes the run's ``train.ignore_index``), so that a room's scores here
-    are evaluate's; ``IGNORE_LABEL`` where it names none (no file, a scan's predictions, an older version)."""
+    attr ``ignore_index``: evaluate and predict write the run's ``train.ignore_index``), so that a room's
+    scores here are evaluate's; ``IGNORE_LABEL`` where it names none (no file, an older version)."""
     from pointgeope.h5 import predictions_attrs
 
     if path is None:

@@ -1,6 +1,7 @@
-"""evaluate writes its run's ``train.ignore_index`` into the predictions file, and ``pointgeope viz`` scores
-each room of it as evaluate scores the area: without the points of that ground truth. Before, the file
-did not say which label the run ignored, and viz's room mIoU counted them (another score than evaluate's)."""
+"""evaluate and predict (``--format h5``) write their run's ``train.ignore_index`` into the predictions file,
+and ``pointgeope viz`` scores each room of it as evaluate scores the area: without the points of that ground
+truth. Before, the files did not say which label the run ignored, and viz's room mIoU counted them (another
+score than evaluate's)."""
 from __future__ import annotations
 
 import re
@@ -37,3 +38,13 @@ def test_viz_scores_an_evaluated_fold_without_its_ignored_label(two_folds, tmp_p
         assert (label == IGNORED).any()
         printed = float(re.search(rf"^{room}\s+[\d,]+\s+([\d.]+)$", out, re.M).group(1))
         assert abs(printed - _miou(label, pred, 13)) <= 0.05, (room, printed)
+    # predict's h5 of the same rooms (their ground truth with them): the legend scores them the same way
+    assert cli(["predict", str(fold), str(area), "--out", str(tmp_path / "o"), "--format", "h5"]) == 0
+    room = sorted(list_rooms(area))[0]
+    scan = tmp_path / "o" / "Area_1" / f"{room}_pred.h5"
+    assert predictions_attrs(scan, "ignore_index") == [IGNORED]
+    capsys.readouterr()
+    assert cli(["viz", str(scan), "--ply", str(tmp_path / "v.ply")]) == 0
+    printed = float(re.search(r"room: mIoU ([\d.]+) %", capsys.readouterr().out).group(1))
+    label, pred = read_labels(area, room).astype(np.int64), read_predictions(scan, room).astype(np.int64)
+    assert abs(printed - _miou(label, pred, 13)) <= 0.05, (room, printed)
