@@ -387,13 +387,13 @@ def write_predictions(path: Path, area: str, rooms: dict[str, np.ndarray], attrs
 
 
 def write_scan_predictions(path: Path, area: str, room: str, arrays: dict[str, np.ndarray], pred: np.ndarray,
-                           class_names: list[str], source: str, group_attrs: dict) -> None:
+                           class_names: list[str], source: str, group_attrs: dict, more: dict | None = None) -> None:
     """A scan's predictions as a one-room area file, written atomically: root attrs ``schema_version``,
-    ``area``, ``class_names``, ``kind = "scan-predictions"``, ``source``; group ``room`` with
+    ``area``, ``class_names``, ``kind = "scan-predictions"``, ``source`` and ``more``; group ``room`` with
     ``group_attrs``, the four room arrays (already in the schema dtypes) and ``pred`` uint8 ``(N,)``."""
     with _create(path) as f:
         f.attrs.update({"schema_version": SCHEMA_VERSION, "area": area, "class_names": class_names,
-                        "kind": SCAN_PREDICTIONS, "source": source})
+                        "kind": SCAN_PREDICTIONS, "source": source, **(more or {})})
         g = f.create_group(room)
         g.attrs.update(group_attrs)
         for key, value in {**{k: arrays[k] for k in ROOM_FIELDS}, PRED: pred.astype(np.uint8)}.items():

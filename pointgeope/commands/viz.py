@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pointgeope.viz.show import check_options, list_rooms, show_room
+    from pointgeope.viz.show import check_inputs, check_options, list_rooms, show_room
 
     check_options(args)  # mistakes of the input are UserErrors: one line, exit code 2 (pointgeope.errors)
+    check_inputs(args)
     return list_rooms(args.area, args.pred) if args.list else show_room(args)

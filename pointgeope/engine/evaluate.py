@@ -330,7 +330,8 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
                 confusion += confusion_matrix(pred, label, cfg.model.num_classes, cfg.train.ignore_index)
                 num_points += int(pred.shape[0])
             write_predictions(predictions_path(run, area), area, rooms, {"checkpoint": ckpt_path.name, "test": test,
-                              "epoch": int(ckpt["epoch"]), "class_names": class_names(cfg.model.num_classes)})
+                              "epoch": int(ckpt["epoch"]), "class_names": class_names(cfg.model.num_classes),
+                              "ignore_index": int(cfg.train.ignore_index)})  # viz scores as evaluate does
         if not confusion.any():  # no score: never an all-zero metrics.json marked complete
             raise UserError(nothing_scored(run, areas, cfg.train.ignore_index))
         s = scores(confusion, cfg.eval.class_mean)
@@ -341,9 +342,8 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
             "iou": [_json_number(v) for v in s["iou"]], "acc": [_json_number(v) for v in s["acc"]],
             "class_mean": cfg.eval.class_mean,
             "num_points": num_points, "checkpoint": ckpt_path.name, "epoch": int(ckpt["epoch"]),
-            "tta_views": len(tta_views(cfg.eval.tta)), "vote": cfg.eval.vote,
+            "tta_views": len(tta_views(cfg.eval.tta)), "vote": cfg.eval.vote, "eval_seconds": round(seconds, 2),
             "max_fragments": cfg.eval.max_fragments, "fragments": dict(sorted(fragments.items())),
-            "eval_seconds": round(seconds, 2),
             "pe": cfg.model.pe, "fps_rule": FPS_RULE, "trained_epochs": trained, "epochs": cfg.train.epochs,
             "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
             "config": dataclasses.asdict(cfg),  # what was evaluated: report compares its folds' (report/settings.py)

@@ -68,6 +68,7 @@ class ScanRecords:
     def __init__(self, out: str | Path, predictor, args, force: bool = False):
         self.out, self.formats, self.probabilities = out, tuple(args.format), bool(args.probabilities)
         self.palette, self.names = predictor.palette, list(predictor.info["class_names"])
+        self.ignore_index = predictor.cfg.train.ignore_index     # recorded in an h5 output (viz scores by it)
         self.force, self.made_by, self.model_path = force, made_by(predictor, args), str(predictor.path)
         self.skipped = 0
         self._inputs: dict[tuple, str | None] = {}
@@ -132,7 +133,8 @@ class ScanRecords:
         record = output_path(self.out, ref.name, "record", ref.source)
         try:
             record.unlink(missing_ok=True)
-            paths = write_outputs(self.out, scan, pred, self.formats, self.palette, self.names, probs)
+            paths = write_outputs(self.out, scan, pred, self.formats, self.palette, self.names, probs,
+                                  self.ignore_index)
             made = self._made_by(ref)
             if made is not None:
                 outputs = {p.name: {"bytes": p.stat().st_size, "sha256": file_checksum(p)} for p in paths}

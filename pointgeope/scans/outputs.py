@@ -18,8 +18,9 @@ record      ``DIR/<name>_pred.json``          what made them (written last; ``en
 
 ``r g b`` of the txt and LAS files is the scan's own colour (the palette colour of the label where the scan
 has none). The h5 file: root attributes ``schema_version``, ``area`` (the name), ``class_names``,
-``kind = "scan-predictions"``; group ``<room>`` (the last part of the name; a byte of a file name that is
-not UTF-8 is written ``\\udcff`` there) with ``coord`` float32
+``kind = "scan-predictions"``, ``ignore_index`` (the run's ``train.ignore_index``: the ground truth viz does
+not score); group ``<room>`` (the last part of the name; a byte of a file name that is not UTF-8 is written
+``\\udcff`` there) with ``coord`` float32
 ``(N, 3)`` = the scan's coordinates minus the group attribute ``origin`` (float64, the floor of their
 minimum, so that georeferenced coordinates keep their precision), ``color`` uint8 (0 where the scan has
 none), ``label`` uint8 (ground truth, 255 where unknown), ``instance`` int32 (0) and ``pred`` uint8.
@@ -101,7 +102,8 @@ def _utf8(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def write_h5(path: Path, scan: Scan, pred: np.ndarray, class_names: list[str]) -> None:
+def write_h5(path: Path, scan: Scan, pred: np.ndarray, class_names: list[str],
+             ignore_index: int = IGNORE_LABEL) -> None:
     """The h5 file of the module docstring."""
     origin = _h5_origin(scan)
     coord = (scan.coord - origin).astype(np.float32)
@@ -112,12 +114,14 @@ def write_h5(path: Path, scan: Scan, pred: np.ndarray, class_names: list[str]) -
               "instance": np.zeros(n, np.int32)}
     name, source = _utf8(scan.name), _utf8(scan.source)
     write_scan_predictions(path, name, name.rsplit("/", 1)[-1], arrays, pred, class_names, source,
-                           {"num_points": n, "origin": origin, "source": source})
+                           {"num_points": n, "origin": origin, "source": source}, {"ignore_index": int(ignore_index)})
 
 
 def write_outputs(out: str | Path, scan: Scan, pred: np.ndarray, formats: tuple[str, ...],
-                  palette: np.ndarray, class_names: list[str], probs: np.ndarray | None = None) -> list[Path]:
+                  palette: np.ndarray, class_names: list[str], probs: np.ndarray | None = None,
+                  ignore_index: int = IGNORE_LABEL) -> list[Path]:
     """Write the files of ``formats`` (and ``probs`` when given) for ``scan``; returns their paths.
+    ``ignore_index``: the run's ``train.ignore_index``, recorded in the h5 file.
 
     Args:
         pred: ``(N,)`` class per point; palette: ``uint8 (C, 3)``; probs: ``(N, C)``, rows summing to 1.
@@ -144,7 +148,7 @@ def write_outputs(out: str | Path, scan: Scan, pred: np.ndarray, formats: tuple[
         elif fmt == "txt":
             write_text(path, scan.coord, own, pred)
         elif fmt == "h5":
-            write_h5(path, scan, pred, class_names)
+            write_h5(path, scan, pred, class_names, ignore_index)
         else:
             raise ValueError(f"expected output formats from {', '.join(FORMATS)}, got {fmt!r}")
         written.append(path)

@@ -9,14 +9,15 @@ Modes (the keys 1..4 of the viewer)::
     error  CORRECT_COLOR where pred == label, WRONG_COLOR elsewhere
 
 Labels outside ``0..C-1`` (``constants.IGNORE_LABEL``) are drawn in ``IGNORE_COLOR``; in ``error`` mode a
-point whose ground truth is ignored is neither right nor wrong and is drawn in ``IGNORE_COLOR`` too.
+point whose ground truth is ignored (outside ``0..C-1``, or the run's ``train.ignore_index``, which evaluate
+skips) is neither right nor wrong and is drawn in ``IGNORE_COLOR`` too.
 All functions return new ``uint8 (N, 3)`` arrays.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from pointgeope.constants import NUM_CLASSES, VIEW_MODES, class_palette
+from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES, VIEW_MODES, class_palette
 
 MODES = VIEW_MODES
 MODE_HELP = {
@@ -70,8 +71,10 @@ def label_colors(labels: np.ndarray, num_classes: int = NUM_CLASSES) -> np.ndarr
     return palette_lut(num_classes)[idx]
 
 
-def error_colors(label: np.ndarray, pred: np.ndarray, num_classes: int = NUM_CLASSES) -> np.ndarray:
-    """``CORRECT_COLOR`` where ``pred == label``, ``WRONG_COLOR`` elsewhere, ``IGNORE_COLOR`` on unlabelled points."""
+def error_colors(label: np.ndarray, pred: np.ndarray, num_classes: int = NUM_CLASSES,
+                 ignore_index: int = IGNORE_LABEL) -> np.ndarray:
+    """``CORRECT_COLOR`` where ``pred == label``, ``WRONG_COLOR`` elsewhere, ``IGNORE_COLOR`` on unlabelled points
+    (a label outside ``0..num_classes-1`` or equal to ``ignore_index``, the run's, which no metric scores)."""
     label = np.asarray(label)
     pred = np.asarray(pred)
     if label.shape != pred.shape or label.ndim != 1:
@@ -79,12 +82,12 @@ def error_colors(label: np.ndarray, pred: np.ndarray, num_classes: int = NUM_CLA
     out = np.empty((label.shape[0], 3), dtype=np.uint8)
     out[:] = WRONG_COLOR
     out[pred == label] = CORRECT_COLOR
-    out[(label < 0) | (label >= num_classes)] = IGNORE_COLOR
+    out[(label < 0) | (label >= num_classes) | (label == ignore_index)] = IGNORE_COLOR
     return out
 
 
 def colorize(mode: str, color: np.ndarray, label: np.ndarray, pred: np.ndarray | None = None,
-             num_classes: int = NUM_CLASSES) -> np.ndarray:
+             num_classes: int = NUM_CLASSES, ignore_index: int = IGNORE_LABEL) -> np.ndarray:
     """Colours ``uint8 (N, 3)`` of the points in one of :data:`MODES`.
 
     Args:
@@ -93,6 +96,7 @@ def colorize(mode: str, color: np.ndarray, label: np.ndarray, pred: np.ndarray |
         label: ground truth ``(N,)``.
         pred: predictions ``(N,)``; required by ``pred`` and ``error``.
         num_classes: the classes drawn, ``C`` (the palette ``class_palette(C)``; labels ``>= C`` ignored).
+        ignore_index: the ground-truth label ``error`` mode leaves unjudged (the run's ``train.ignore_index``).
     """
     if mode not in MODES:
         raise ValueError(f"expected a mode in {MODES}, got {mode!r}")
@@ -107,4 +111,4 @@ def colorize(mode: str, color: np.ndarray, label: np.ndarray, pred: np.ndarray |
         return label_colors(label, num_classes)
     if mode == "pred":
         return label_colors(pred, num_classes)
-    return error_colors(label, pred, num_classes)
+    return error_colors(label, pred, num_classes, ignore_index)

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from pointgeope.constants import CLASS_NAMES, class_palette
+from pointgeope.constants import CLASS_NAMES, IGNORE_LABEL, class_palette
 from pointgeope.viz.colors import (CORRECT_COLOR, IGNORE_COLOR, MODE_HELP, MODES, NO_GROUND_TRUTH, WRONG_COLOR,
                                    has_ground_truth)
 
@@ -36,16 +36,20 @@ def _percent(value: float) -> str:
     return "-" if value is None or math.isnan(value) else f"{100.0 * value:.1f}"
 
 
-def room_scores(label: np.ndarray, pred: np.ndarray, num_classes: int = len(CLASS_NAMES)) -> dict:
-    """``pointgeope.metrics.scores`` of one room's ``(C, C)`` confusion matrix, ``C = num_classes`` (labels
-    outside ``0..C-1``, the ignored ones, skipped)."""
+def room_scores(label: np.ndarray, pred: np.ndarray, num_classes: int = len(CLASS_NAMES),
+                ignore_index: int = IGNORE_LABEL) -> dict:
+    """``pointgeope.metrics.scores`` of one room's ``(C, C)`` confusion matrix, ``C = num_classes``: the points
+    labelled ``ignore_index`` (the run's ``train.ignore_index``, which evaluate skips) or outside ``0..C-1``
+    (unlabelled) skipped."""
     from pointgeope.metrics import confusion_matrix, scores
 
-    return scores(confusion_matrix(pred, label, num_classes))
+    label, pred = np.asarray(label), np.asarray(pred)
+    kept = (label < num_classes) & (label != ignore_index)
+    return scores(confusion_matrix(pred[kept], label[kept], num_classes, None))
 
 
 def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool = False,
-                 title: str = "", class_names=CLASS_NAMES) -> list[str]:
+                 title: str = "", class_names=CLASS_NAMES, ignore_index: int = IGNORE_LABEL) -> list[str]:
     """The class legend: index, name, swatch, ground-truth point count and, with ``pred``, the room's IoU.
 
     One line per class of ``class_names`` (S3DIS's 13, or those of the predictions' network: all of them, a
@@ -53,7 +57,8 @@ def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool =
     line with the room's mIoU (over the classes present: in its truth or its predictions, ``scores``'s
     ``"present"`` rule, since a room holds few of the classes) and OA. A room without ground truth (:func:`~pointgeope.viz.colors.has_ground_truth`
     false: an unlabelled scan's predictions) has nothing to score: with ``pred`` its legend counts the
-    points per *predicted* class (what the colours show), with no IoU column and no mIoU line.
+    points per *predicted* class (what the colours show), with no IoU column and no mIoU line. The points
+    labelled ``ignore_index`` (the run's ``train.ignore_index``) are counted but not scored, as evaluate.
     """
     label, n = np.asarray(label), len(class_names)
     by_pred = pred is not None and not has_ground_truth(label, n)
@@ -64,7 +69,7 @@ def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool =
     head = f" {'#':>{digits}}  {'class':<{wide}} {'colour':<{sw}} {'predicted' if by_pred else 'points':>10}"
     result = None
     if pred is not None and not by_pred:
-        result = room_scores(label, pred, n)
+        result = room_scores(label, pred, n, ignore_index)
         head += f" {'IoU %':>6}"
     lines = [title] if title else []
     lines.append(head)
@@ -75,8 +80,10 @@ def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool =
         lines.append(line)
     if result is not None:
         present = sum(not math.isnan(v) for v in result["iou"])   # classes in the truth or the predictions
+        scored = int(((label < n) & (label != ignore_index)).sum())
+        skipped = f" ({class_names[ignore_index]} not scored: the run ignores it)" if 0 <= ignore_index < n else ""
         lines.append(f"  room: mIoU {_percent(result['miou'])} % of the {present} classes present, OA "
-                     f"{_percent(result['oa'])} % over {int(counts.sum()):,} labelled points")
+                     f"{_percent(result['oa'])} % over {scored:,} labelled points{skipped}")
     if by_pred:
         lines.append(f"  room: {int(counts.sum()):,} points by predicted class; no ground truth, nothing to score")
     return lines

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pointgeope.constants import CLASS_NAMES, DEFAULT_MAX_POINTS, NUM_CLASSES, class_names
+from pointgeope.constants import CLASS_NAMES, DEFAULT_MAX_POINTS, IGNORE_LABEL, NUM_CLASSES, class_names
 from pointgeope.viz import VizError
 from pointgeope.viz.colors import has_ground_truth
 from pointgeope.viz.select import cap_indices, keep_mask, voxel_representatives
@@ -32,6 +32,8 @@ class RoomView:
         class_names: the ``C`` classes drawn, in label order (the palette ``constants.class_palette(C)``).
         origin: ``float64 (3,)`` of a georeferenced room (its attribute ``origin``: the scan's coordinates
             are ``coord + origin``), else ``None``; drawn locally, added back in a PLY export.
+        ignore_index: the ground-truth label that scores skip and the error colours leave unjudged: the run's
+            ``train.ignore_index`` (:func:`file_ignore_index`), ``IGNORE_LABEL`` (255) by default.
     """
 
     name: str
@@ -42,6 +44,7 @@ class RoomView:
     notes: tuple[str, ...] = field(default=())
     class_names: tuple[str, ...] = CLASS_NAMES
     origin: np.ndarray | None = None
+    ignore_index: int = IGNORE_LABEL
 
     def __len__(self) -> int:
         return int(self.label.shape[0])
@@ -54,7 +57,7 @@ class RoomView:
         """A new view of the points ``index`` (indices or a boolean mask); this one is unchanged."""
         return RoomView(self.name, self.coord[index], self.color[index], self.label[index],
                         None if self.pred is None else self.pred[index],
-                        self.notes + ((note,) if note else ()), self.class_names, self.origin)
+                        self.notes + ((note,) if note else ()), self.class_names, self.origin, self.ignore_index)
 
 
 def check_same_area(area_path: str | Path, pred_path: str | Path) -> None:
@@ -88,6 +91,18 @@ def file_classes(path: str | Path) -> tuple[str, ...]:
     return tuple(names + class_names(NUM_CLASSES)[len(names):])
 
 
+def file_ignore_index(path: str | Path | None) -> int:
+    """The ground-truth label that the run which wrote predictions file ``path`` skipped in every metric (root
+    attr ``ignore_index``: evaluate and predict write the run's ``train.ignore_index``), so that a room's
+    scores here are evaluate's; ``IGNORE_LABEL`` where it names none (no file, an older version)."""
+    from pointgeope.h5 import predictions_attrs
+
+    if path is None:
+        return IGNORE_LABEL
+    (value,) = predictions_attrs(path, "ignore_index")
+    return IGNORE_LABEL if value is None else int(value)
+
+
 def prediction_classes(pred_path: str | Path, pred: np.ndarray, room: str) -> tuple[str, ...]:
     """The classes that predictions ``pred`` of ``room`` in ``pred_path`` are of (:func:`file_classes`); a
     predicted label beyond them: VizError."""
@@ -108,7 +123,7 @@ def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = N
 
     data = read_room(area_path, room, fields=("coord", "color", "label"))
     origin = room_origin(area_path, room)
-    pred, names = None, CLASS_NAMES
+    pred, names, ignore = None, CLASS_NAMES, IGNORE_LABEL
     if pred_path is None and has_predictions(area_path, room):
         pred_path = area_path
     elif pred_path is not None:
@@ -119,10 +134,10 @@ def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = N
         if pred.shape != (n,):
             raise VizError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, expected "
                              f"({n},) to match {area_path}; are they from the same prepared data?")
-        names = prediction_classes(pred_path, pred, room)
+        names, ignore = prediction_classes(pred_path, pred, room), file_ignore_index(pred_path)
         pred = pred.astype(np.uint8, copy=False)
     return RoomView(room, np.asarray(data["coord"], dtype=np.float32), np.asarray(data["color"], dtype=np.uint8),
-                    np.asarray(data["label"], dtype=np.uint8), pred, class_names=names, origin=origin)
+                    np.asarray(data["label"], dtype=np.uint8), pred, class_names=names, origin=origin, ignore_index=ignore)
 
 
 def room_origin(area_path: str | Path, room: str) -> np.ndarray | None:

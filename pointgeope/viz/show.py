@@ -72,6 +72,36 @@ def check_outputs(args) -> None:
         check_replaceable(out)
 
 
+# what predict writes besides its .h5 (pointgeope/scans/outputs.py), and the scans it reads: not for viz
+SCAN_SUFFIXES = (".npy", ".ply", ".las", ".laz", ".txt", ".xyz", ".pts", ".csv")
+
+
+def check_inputs(args) -> None:
+    """Refuse (:class:`VizError`, one line) an area or ``--pred`` that is a folder, or a scan or one of
+    predict's other outputs (``*_pred.ply``, ``.npy``, ...: :data:`SCAN_SUFFIXES`, not HDF5), saying what to
+    give: the files of the folder that fit (its ``*.h5``, a fold's ``predictions/*.h5``), or to predict the
+    scan again with ``--format h5``. Before, they read "found nothing at OUT" (a folder is something) and
+    "not a readable HDF5 file; it is truncated or corrupt: run `pointgeope prepare` again" (a PLY of predict
+    is neither)."""
+    from pathlib import Path
+
+    import h5py
+
+    for what, path in (("the area", args.area), ("--pred", args.pred)):
+        if path is None:
+            continue
+        p = Path(path)
+        if p.is_dir():
+            inside = sorted(str(f) for f in [*p.glob("*.h5"), *(p / "predictions").glob("*.h5")])
+            fits = f"such as {', '.join(inside[:3])}" if inside else "(none is in that folder)"
+            raise VizError(f"{what} {path}: a folder; expected an HDF5 file, a prepared OUT/Area_N.h5, evaluate's "
+                           f"RUN/area_N/predictions/Area_N.h5 or a scan of predict --format h5, {fits}")
+        if p.suffix.lower() in SCAN_SUFFIXES and p.is_file() and not h5py.is_hdf5(p):
+            raise VizError(f"{what} {path}: a {p.suffix} file, not HDF5; to view a scan's predictions, write them "
+                           "as HDF5: pointgeope predict MODEL SCAN --out DIR --format h5, then pointgeope viz "
+                           "DIR/<name>_pred.h5")
+
+
 def reading(area: str):
     """A context that holds :func:`pointgeope.lock.reader_lock` on the data root of ``area`` while viz reads
     it, where ``area`` is a prepared area file (:func:`pointgeope.h5.prepared_root`): a ``prepare`` into
@@ -94,7 +124,7 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
     from pointgeope.data.check import check_area_file
     from pointgeope.h5 import predicted_rooms, read_labels, read_predictions
     from pointgeope.viz.legend import room_scores, room_table
-    from pointgeope.viz.scene import check_same_area, file_classes, prediction_classes
+    from pointgeope.viz.scene import check_same_area, file_classes, file_ignore_index, prediction_classes
 
     with reading(area):
         counts = check_area_file(area, len(file_classes(pred_path)) if pred_path else NUM_CLASSES)
@@ -112,7 +142,7 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
                     raise VizError(f"{pred_path}: predictions of room {room!r} have shape {pred.shape}, "
                                      f"expected {label.shape} to match {area}")
                 classes = prediction_classes(pred_path, pred, room)
-                miou[room] = room_scores(label, pred, len(classes))["miou"]
+                miou[room] = room_scores(label, pred, len(classes), file_ignore_index(pred_path))["miou"]
             if not miou:  # a table of '-' with exit 0 said nothing was wrong
                 raise VizError(f"{pred_path}: predictions of none of the rooms of {area} (it holds "
                                f"{', '.join(sorted(predicted)[:5]) or 'none'}{', ...' if len(predicted) > 5 else ''}); "
@@ -174,7 +204,7 @@ def show_room(args) -> int:
     mode = choose_mode(args.mode, room, args.area, labelled)
     ansi = use_ansi()
     print("\n".join(legend_lines(room.label, room.pred, ansi=ansi, class_names=room.class_names,
-                                 title=f"{args.area} / {room.name}: {len(room):,} points")))
+                                 ignore_index=room.ignore_index, title=f"{args.area} / {room.name}: {len(room):,} points")))
     view = prepare_view(room, hidden, args.voxel, args.max_points)
     for note in view.notes:
         print(f"note: {note}")
@@ -188,14 +218,14 @@ def show_room(args) -> int:
     if args.ply:
         from pointgeope.viz.ply import write_ply
 
-        write_ply(args.ply, view.coord, colorize(mode, view.color, view.label, view.pred, n), view.label, view.pred,
+        write_ply(args.ply, view.coord, colorize(mode, view.color, view.label, view.pred, n, view.ignore_index), view.label, view.pred,
                   view.origin)
         shifted = "" if view.origin is None else f", in place (origin {', '.join(f'{v:.15g}' for v in view.origin)} added)"
         print(f"wrote {args.ply}: {len(view):,} points coloured by {mode}{shifted}")
     if args.screenshot:
         from pointgeope.viz.render import render_image, save_image
 
-        image = render_image(view.coord, colorize(mode, view.color, view.label, view.pred, n), camera,
+        image = render_image(view.coord, colorize(mode, view.color, view.label, view.pred, n, view.ignore_index), camera,
                              args.point_size)
         save_image(image, args.screenshot)
         print(f"wrote {args.screenshot}: {args.width}x{args.height}, coloured by {mode}")
@@ -204,7 +234,7 @@ def show_room(args) -> int:
     from pointgeope.viz.render import show
 
     missing = missing_modes(labelled, view.pred is not None)  # keys that draw nothing, and why
-    colors = {m: colorize(m, view.color, view.label, view.pred, n) for m in MODES if m not in missing}
+    colors = {m: colorize(m, view.color, view.label, view.pred, n, view.ignore_index) for m in MODES if m not in missing}
     print("\n".join(key_help_lines(missing, ansi)))
     show(view.coord, colors, mode, camera, args.point_size, title=f"pointgeope: {room.name}", missing=missing)
     return 0
