@@ -256,9 +256,11 @@ def test_an_input_changed_while_it_is_predicted_under_force_is_predicted_again(
     assert predicted == ["b.npy"]
 
 
-def test_every_eval_key_but_those_that_choose_how_it_runs_is_in_the_record():
+def test_every_eval_key_but_those_that_choose_how_it_runs_is_in_the_record(tmp_path):
     """An eval.* key the record does not know (one added to the config later: a new vote, a new view) counts
-    as a change by default; only the checkpoint's choice, the points per pass and the metrics' mean do not."""
+    as a change by default; only the checkpoint's choice, the points per pass and the metrics' mean do not.
+    (``m.pt`` exists, so that a version which hashed the file rather than take the loaded bytes' checksum
+    fails on the keys, not on a missing file.)"""
     import dataclasses
     from types import SimpleNamespace
 
@@ -269,7 +271,9 @@ def test_every_eval_key_but_those_that_choose_how_it_runs_is_in_the_record():
 
     def made(**values):
         cfg = SimpleNamespace(eval=later(**values))
-        return record_module.made_by(SimpleNamespace(cfg=cfg, checksum="sha256:0", path="m.pt"), args)
+        return record_module.made_by(SimpleNamespace(cfg=cfg, checksum="sha256:0", path=tmp_path / "m.pt"), args)
+
+    (tmp_path / "m.pt").write_bytes(b"weights")
 
     assert made(new_key=1) != made(new_key=0)
     assert made(batch_points=5000, checkpoint="best", class_mean="present") == made()
