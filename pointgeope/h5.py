@@ -12,17 +12,17 @@ viewer and ``pointgeope predict``)::
                    origin float64 (3,) only for a georeferenced room (data_prep.room.float32_origin)
 
 A work file ``OUT/.work/Area_N/<room>.h5`` of an interrupted prepare holds one room in the same layout
-(root attr ``schema_version`` only). Groups and datasets carry no HDF5 timestamps, so the same rooms give
-the same bytes.
+(root attr ``schema_version`` only). Groups and datasets carry no HDF5 timestamps: same rooms, same bytes.
 
 Fold predictions ``RUN/area_K/predictions/Area_K.h5`` (written by ``pointgeope train`` and ``evaluate``)::
 
     /                      attrs: kind = "predictions", area, checkpoint, epoch, test (the token of the test
-                           that wrote it: its metrics.json's "predictions_test"), class_names (the network's)
+                           that wrote it: metrics.json's "predictions_test"), class_names (the network's),
+                           ignore_index (the run's train.ignore_index; older files have none)
     /<room>/pred           uint8 (N,)      aligned point for point with the prepared room
 
 Scan predictions ``DIR/<name>_pred.h5`` (``pointgeope predict --format h5``): one room in the prepared
-layout plus its ``pred`` array, root attr ``kind = "scan-predictions"``
+layout plus its ``pred`` array, root attrs ``kind = "scan-predictions"`` and ``ignore_index``
 (:func:`write_scan_predictions`), so that the viewer reads it as an area file.
 
 Every reader of a prepared file goes through :func:`open_area` (the version check, and the identity

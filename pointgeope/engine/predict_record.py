@@ -21,7 +21,9 @@ and would count a copy or a ``touch`` as a change), of the whole area file for a
 (:func:`~pointgeope.checksum.folder_checksum`). The options are those that change the outputs:
 ``--format``, ``--probabilities``, ``--scale``, ``--max-extent``, and the views, vote, fragment cap,
 protocol and precision of the evaluation (``--tta``, ``--max-fragments``, ``eval.*`` overrides: every
-``eval`` key but those of :data:`RUN_ONLY_EVAL_KEYS`); not ``--device``, ``--batch-points``,
+``eval`` key but those of :data:`RUN_ONLY_EVAL_KEYS`), and with ``h5`` among the formats the run's
+``train.ignore_index`` that the h5 file carries (an h5 file of an older version, without it, and its record
+are predicted again); not ``--device``, ``--batch-points``,
 ``data.hierarchy`` nor the threads, which choose how the same prediction runs, so that a rerun on another
 machine resumes. The model's checksum is that of the bytes loaded (``Predictor.checksum``), the input's is
 taken before the scan is read.
@@ -55,6 +57,8 @@ def made_by(predictor, args) -> dict:
     options = {"format": sorted(args.format), "probabilities": bool(args.probabilities), "scale": args.scale,
                "max_extent": args.max_extent,
                **{f"eval.{key}": value for key, value in ev.items() if key not in RUN_ONLY_EVAL_KEYS}}
+    if "h5" in args.format:   # written into the h5 file: one of a version that did not is predicted again
+        options["ignore_index"] = int(predictor.cfg.train.ignore_index)
     model = predictor.checksum or file_checksum(predictor.path)   # that of the bytes loaded (load_predictor)
     return {"pointgeope": __version__, "model": model,
             "options": json.loads(json.dumps(options))}  # tuples as lists, as a record reads back

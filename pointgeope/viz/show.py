@@ -72,31 +72,31 @@ def check_outputs(args) -> None:
         check_replaceable(out)
 
 
-# what predict writes besides its .h5 (pointgeope/scans/outputs.py), and the scans it reads: not for viz
-SCAN_SUFFIXES = (".npy", ".ply", ".las", ".laz", ".txt", ".xyz", ".pts", ".csv")
-
-
 def check_inputs(args) -> None:
     """Refuse (:class:`VizError`, one line) an area or ``--pred`` that is a folder, or a scan or one of
-    predict's other outputs (``*_pred.ply``, ``.npy``, ...: :data:`SCAN_SUFFIXES`, not HDF5), saying what to
-    give: the files of the folder that fit (its ``*.h5``, a fold's ``predictions/*.h5``), or to predict the
-    scan again with ``--format h5``. Before, they read "found nothing at OUT" (a folder is something) and
+    predict's other outputs (``*_pred.ply``, ``.npy``, ...: a suffix of the scans predict reads but ``.h5``,
+    ``scans.sources.KINDS``, in a file that is not HDF5), saying what to give: the files of the folder that fit
+    (its ``*.h5``, a fold's ``predictions/*.h5``, a run's ``*/predictions/*.h5``), or to predict the scan
+    again with ``--format h5``. Before, they read "found nothing at OUT" (a folder is something) and
     "not a readable HDF5 file; it is truncated or corrupt: run `pointgeope prepare` again" (a PLY of predict
     is neither)."""
     from pathlib import Path
 
     import h5py
 
+    from pointgeope.scans.sources import KINDS
+
     for what, path in (("the area", args.area), ("--pred", args.pred)):
         if path is None:
             continue
         p = Path(path)
         if p.is_dir():
-            inside = sorted(str(f) for f in [*p.glob("*.h5"), *(p / "predictions").glob("*.h5")])
+            inside = sorted(str(f) for pattern in ("*.h5", "predictions/*.h5", "*/predictions/*.h5")
+                            for f in p.glob(pattern))
             fits = f"such as {', '.join(inside[:3])}" if inside else "(none is in that folder)"
             raise VizError(f"{what} {path}: a folder; expected an HDF5 file, a prepared OUT/Area_N.h5, evaluate's "
                            f"RUN/area_N/predictions/Area_N.h5 or a scan of predict --format h5, {fits}")
-        if p.suffix.lower() in SCAN_SUFFIXES and p.is_file() and not h5py.is_hdf5(p):
+        if KINDS.get(p.suffix.lower(), "h5") != "h5" and p.is_file() and not h5py.is_hdf5(p):
             raise VizError(f"{what} {path}: a {p.suffix} file, not HDF5; to view a scan's predictions, write them "
                            "as HDF5: pointgeope predict MODEL SCAN --out DIR --format h5, then pointgeope viz "
                            "DIR/<name>_pred.h5")

@@ -256,9 +256,11 @@ def test_an_input_changed_while_it_is_predicted_under_force_is_predicted_again(
     assert predicted == ["b.npy"]
 
 
-def test_every_eval_key_but_those_that_choose_how_it_runs_is_in_the_record():
+def test_every_eval_key_but_those_that_choose_how_it_runs_is_in_the_record(tmp_path):
     """An eval.* key the record does not know (one added to the config later: a new vote, a new view) counts
-    as a change by default; only the checkpoint's choice, the points per pass and the metrics' mean do not."""
+    as a change by default; only the checkpoint's choice, the points per pass and the metrics' mean do not.
+    (``m.pt`` exists, so that a version which hashed the file rather than take the loaded bytes' checksum
+    fails on the keys, not on a missing file.)"""
     import dataclasses
     from types import SimpleNamespace
 
@@ -269,7 +271,32 @@ def test_every_eval_key_but_those_that_choose_how_it_runs_is_in_the_record():
 
     def made(**values):
         cfg = SimpleNamespace(eval=later(**values))
-        return record_module.made_by(SimpleNamespace(cfg=cfg, checksum="sha256:0", path="m.pt"), args)
+        return record_module.made_by(SimpleNamespace(cfg=cfg, checksum="sha256:0", path=tmp_path / "m.pt"), args)
+
+    (tmp_path / "m.pt").write_bytes(b"weights")
 
     assert made(new_key=1) != made(new_key=0)
     assert made(batch_points=5000, checkpoint="best", class_mean="present") == made()
+
+
+def test_an_h5_output_of_a_version_before_the_runs_ignore_index_is_predicted_again(
+        tiny_run, scans, tmp_path, monkeypatch, predicted):
+    """The h5 file names the run's ``train.ignore_index`` (viz scores its room without that ground truth); one
+    written before it did, with that version's record (whose options named no ``ignore_index``), is predicted
+    again by a rerun: skipped, it stayed without the attribute and viz counted the ignored class."""
+    import pointgeope.scans.outputs as outputs_module
+    from pointgeope.h5 import predictions_attrs
+
+    original = outputs_module.write_scan_predictions
+    monkeypatch.setattr(outputs_module, "write_scan_predictions",
+                        lambda *args, **kwargs: original(*args[:8]))   # the older file: no `more` attributes
+    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", "--format", "h5,ply")) == 0
+    h5 = tmp_path / "o" / "b_pred.h5"
+    assert predictions_attrs(h5, "ignore_index") == [None]
+    record = json.loads((tmp_path / "o" / "b_pred.json").read_text())
+    record["made_by"]["options"].pop("ignore_index", None)   # as the older version wrote it
+    (tmp_path / "o" / "b_pred.json").write_text(json.dumps(record))
+    monkeypatch.setattr(outputs_module, "write_scan_predictions", original)
+    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", "--format", "h5,ply")) == 0
+    assert predicted == ["b.npy", "b.npy"]
+    assert predictions_attrs(h5, "ignore_index") == [255]

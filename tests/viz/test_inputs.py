@@ -44,3 +44,29 @@ def test_predicts_ply_says_to_predict_with_format_h5(tmp_path, capsys):
         assert main(["viz", *argv]) == 2
         line = _error(capsys)
         assert "--format h5" in line and "prepare" not in line and "corrupt" not in line
+
+
+def test_a_run_folder_as_pred_names_the_predictions_files_of_its_folds(synthetic_area, tmp_path, capsys):
+    """``viz AREA --pred RUN`` (the run, not one of its folds): the message names the folds' predictions files;
+    it said that none was in that folder."""
+    area, _ = synthetic_area
+    run = tmp_path / "run"
+    (run / "area_9" / "predictions").mkdir(parents=True)
+    given = write_predictions(run / "area_9" / "predictions" / "Area_9.h5", {"grid_1": np.zeros(1)})
+    assert main(["viz", str(area), "--list", "--pred", str(run)]) == 2
+    line = _error(capsys)
+    assert f"--pred {run}: a folder" in line and line.endswith(f"such as {given}")
+
+
+def test_every_scan_format_predict_reads_but_h5_says_to_predict_with_format_h5(tmp_path, capsys, monkeypatch):
+    """The scan suffixes are those predict reads (``scans.sources.KINDS``), one added later too: a list of its
+    own in viz left a new one to "not a readable HDF5 file ...; it is truncated or corrupt"."""
+    from pointgeope.scans import sources
+
+    monkeypatch.setitem(sources.KINDS, ".e57", "e57")
+    for suffix in [s for s, kind in sources.KINDS.items() if kind != "h5"]:
+        scan = tmp_path / f"scan{suffix.upper()}"
+        scan.write_bytes(b"not hdf5\n")
+        assert main(["viz", str(scan)]) == 2
+        line = _error(capsys)
+        assert "--format h5" in line and "corrupt" not in line, line
