@@ -195,8 +195,10 @@ def test_a_training_step_and_its_meter_read_the_loss_only():
     np.testing.assert_array_equal(meter.confusion.confusion, want)
     from types import SimpleNamespace
 
-    from pointgeope.engine.train import _stop_on_nan
-    check = _stop_on_nan(SimpleNamespace(learner=learner), None, batch, 0, torch.device("cpu"))
+    from pointgeope.engine.state import FoldCheckpoints
+    fold = SimpleNamespace(learner=learner, check_folder=lambda state: None,   # the folder's check: a stat
+                           env=SimpleNamespace(device=torch.device("cpu")))
+    check = FoldCheckpoints.before_update(fold, None, batch, 0)   # the loop's check, as train_epoch passes it
     with Reads() as reads:
         logits, loss = train_step(cfg, learner, model, batch, torch.device("cpu"), check)
         meter.add(logits, batch.y, loss)
