@@ -8,6 +8,7 @@ bit in a part (a disk's, a copy's) loads as another weight without a word. The e
 from __future__ import annotations
 
 import zipfile
+import zlib
 from pathlib import Path
 
 __all__ = ["changed_part"]
@@ -32,11 +33,14 @@ def changed_part(path: Path) -> str | None:
 
 
 def _crc_matches(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bool:
-    """Whether the bytes of ``info`` match its CRC-32 (zipfile checks it as the part is read to its end)."""
+    """Whether the bytes of ``info`` match its CRC-32 (zipfile checks it as the part is read to its end). A
+    part that zipfile cannot read as its entry says does not match either: a changed bit of its compression
+    method in the central directory (stored -> deflated: ``torch.load`` reads other bytes without a word,
+    zlib fails to inflate them), an entry marked encrypted or of a method zipfile does not know."""
     try:
         with archive.open(info) as part:
             while part.read(1 << 20):
                 pass
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError):
         return False
     return True

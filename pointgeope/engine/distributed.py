@@ -110,11 +110,12 @@ def setup(device_preference: str = "auto") -> DistEnv:
     local_rank = _env_int("LOCAL_RANK", 0)
     device = choose_device(device_preference, local_rank)
     if world_size > 1 and not dist.is_initialized():          # NCCL's device: the current one (choose_device)
+        _ENDED.clear()        # an earlier run's groups, idle since its cleanup: freed before a new one is made
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return DistEnv(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
 
 
-# The process groups destroyed by cleanup, kept alive to the interpreter's exit (see cleanup).
+# The process group destroyed by cleanup, kept alive until the process exits or setup makes the next one.
 _ENDED: list = []
 
 
@@ -123,7 +124,9 @@ def cleanup() -> None:
     reference is often the DDP model's reducer, freed (the GIL held) as a stop's traceback is dropped, right
     after a collective: the group's destructor joins its gloo worker thread, which waits for the GIL to free
     that collective's tensors, and the rank hangs for good (seen with two ranks stopping together after a
-    broadcast). Kept, the worker finishes while Python runs on, and the group is freed, idle, at exit."""
+    broadcast). Kept, the worker finishes while Python runs on, and the group is freed, idle, at exit, or by
+    the next :func:`setup` in the same process (a script that trains, then evaluates): kept longer, each
+    earlier group held its gloo threads, sockets and rank 0's store, and a new group's init hung now and then."""
     if dist.is_available() and dist.is_initialized():
         _ENDED.append(dist.group.WORLD)
         dist.destroy_process_group()

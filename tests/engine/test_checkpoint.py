@@ -276,3 +276,30 @@ def test_cuda_generators_resume_where_another_number_of_gpus_is_visible(fake_gpu
     set_rng_state(state)
     for i, g in enumerate(table):
         assert torch.equal(torch.rand(3, generator=g), want[i] if i < saved_on else untouched[i]), i
+
+
+def test_a_changed_bit_in_a_parts_directory_entry_is_an_error_naming_the_part(tmp_path):
+    """A flipped bit in a part's central directory entry: its compression method stored -> deflated (0 -> 8),
+    which torch.load reads as other weights without a word. The CRC check, reading the part as its entry says, ended in zlib's
+    'Error -3 while decompressing data' as a traceback; now the one line of a part that does not match, as
+    for a flipped bit in its bytes."""
+    import struct
+    import zipfile
+
+    path, weights = tmp_path / "last.pt", torch.arange(1000, dtype=torch.float32)
+    save_checkpoint(path, {"model": {"w": weights}})
+    with zipfile.ZipFile(path) as archive:
+        part = next(i for i in archive.infolist() if i.file_size == 4000)   # the tensor's bytes
+    data = bytearray(path.read_bytes())
+    entry = data.index(b"PK\x01\x02")                                       # the central directory's entries
+    while data[entry + 46:entry + 46 + len(part.filename)] != part.filename.encode():
+        entry = data.index(b"PK\x01\x02", entry + 4)
+    assert struct.unpack("<H", data[entry + 10:entry + 12]) == (zipfile.ZIP_STORED,)
+    data[entry + 10] ^= zipfile.ZIP_DEFLATED                                   # one bit: 0 -> 8
+    path.write_bytes(bytes(data))
+    assert not torch.load(path, weights_only=True)["model"]["w"].equal(weights)   # torch reads other weights
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path)
+    assert str(err.value) == (f"{path}: not a readable checkpoint (its part {part.filename} does not match the "
+                              "CRC-32 saved with it: its bytes changed after it was written); if it is a fold's "
+                              "last.pt, delete it to start the fold again")
