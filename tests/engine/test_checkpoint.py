@@ -54,21 +54,15 @@ def test_corrupt_file_is_an_error_naming_it(tmp_path):
 
 
 def test_a_flipped_bit_in_a_tensors_bytes_is_an_error_naming_the_part(tmp_path):
-    import struct
-    import zipfile
+    from tests.zip_bits import flip_bit
 
     path = tmp_path / "last.pt"
     save_checkpoint(path, {"model": {"w": torch.arange(1000, dtype=torch.float32)}})
-    with zipfile.ZipFile(path) as archive:
-        part = next(i for i in archive.infolist() if i.file_size == 4000)   # the tensor's bytes
-    data = bytearray(path.read_bytes())
-    name_len, extra_len = struct.unpack("<HH", data[part.header_offset + 26:part.header_offset + 30])
-    data[part.header_offset + 30 + name_len + extra_len + 401] ^= 0x01        # a low bit of w[100]
-    path.write_bytes(bytes(data))
+    part = flip_bit(path, 4000, 401)        # the tensor's bytes: a low bit of w[100]
     assert torch.load(path, weights_only=True)["model"]["w"][100] != 100      # torch reads another weight
     with pytest.raises(CheckpointError) as err:
         load_checkpoint(path)
-    assert str(err.value) == (f"{path}: not a readable checkpoint (its part {part.filename} does not match the "
+    assert str(err.value) == (f"{path}: not a readable checkpoint (its part {part} does not match the "
                               "CRC-32 saved with it: its bytes changed after it was written); if it is a fold's "
                               "last.pt, delete it to start the fold again")
     assert load_checkpoint(path, mmap=True)["model"]["w"].shape == (1000,)   # a look at its keys: not read whole

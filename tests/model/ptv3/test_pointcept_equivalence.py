@@ -147,19 +147,13 @@ def test_a_pointcept_file_with_more_than_weights_is_one_line_with_the_trusted_lo
 def test_a_pointcept_file_whose_bytes_changed_is_refused(tmp_path):
     """torch.load does not check the CRC-32 torch.save stores with each part: a flipped bit in a tensor's bytes
     loaded as another weight. pointcept_state_dict(path) checks them, as the engine's checkpoints are checked."""
-    import struct
-    import zipfile
+    from tests.zip_bits import flip_bit
 
     path, weights = tmp_path / "model_best.pth", torch.arange(1000, dtype=torch.float32)
     torch.save({"epoch": 3, "state_dict": {"module.seg_head.weight": weights}}, path)
-    with zipfile.ZipFile(path) as archive:
-        part = next(i for i in archive.infolist() if i.file_size == 4000)   # the tensor's bytes
-    data = bytearray(path.read_bytes())
-    name_len, extra_len = struct.unpack("<HH", data[part.header_offset + 26:part.header_offset + 30])
-    data[part.header_offset + 30 + name_len + extra_len + 401] ^= 0x01        # a low bit of weights[100]
-    path.write_bytes(bytes(data))
+    part = flip_bit(path, 4000, 401)        # the tensor's bytes: a low bit of weights[100]
     assert not torch.load(path, weights_only=True)["state_dict"]["module.seg_head.weight"].equal(weights)
     with pytest.raises(ValueError) as err:
         pointcept_state_dict(path)
-    assert str(err.value) == (f"{path}: its part {part.filename} does not match the CRC-32 saved with it: its bytes "
+    assert str(err.value) == (f"{path}: its part {part} does not match the CRC-32 saved with it: its bytes "
                               "changed after it was written; copy the file again from where it was written")
