@@ -68,14 +68,17 @@ def make_conv(layer: str, in_channels: int, out_channels: int, pos_nn: nn.Module
 
     Every layer leaves the random stream where PyG's leaves it, so that from one seed all get the same other
     weights and the same batches: GeoPE's layer is built in a fork of the stream (RoPE-Mixed draws its
-    frequencies after the weights, `none` builds no `pos_nn`), then PyG's draws are made on it."""
+    frequencies after the weights, `none` builds no `pos_nn`), then PyG's draws are made on it, with copies of
+    `pos_nn` and `attn_nn` made in a fork too (PyG 2.5's `Linear` draws new weights when it is copied)."""
     if layer == "pyg":
         return PointTransformerConv(in_channels, out_channels, pos_nn=pos_nn, attn_nn=attn_nn)
     encoding, scale = PositionalEncoding.preset(layer), options_for(layer, pos_scale=pos_scale, grid_unit=1 / pos_scale)
     with torch.random.fork_rng(devices=[]):                    # built on the CPU: its stream only
+        copies = copy.deepcopy(pos_nn), copy.deepcopy(attn_nn)
+    with torch.random.fork_rng(devices=[]):
         conv = GeoPEPointTransformerConv(in_channels, out_channels, pos_nn=pos_nn if encoding.needs_delta else None,
                                          attn_nn=attn_nn, pe=layer, **scale)
-    PointTransformerConv(in_channels, out_channels, copy.deepcopy(pos_nn), copy.deepcopy(attn_nn))   # PyG's draws
+    PointTransformerConv(in_channels, out_channels, *copies)   # PyG's draws
     return conv
 
 
