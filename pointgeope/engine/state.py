@@ -66,11 +66,6 @@ class Learner:
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
 
-    def step(self, loss: torch.Tensor, grad_clip: float | None) -> None:
-        """One optimiser step on ``loss``: backward (scaled for fp16), clip, step, schedule."""
-        self.backward(loss)
-        self.update(grad_clip)
-
     def backward(self, loss: torch.Tensor) -> None:
         """The gradients of ``loss`` (scaled for fp16) in every ``.grad``, the previous step's dropped."""
         self.optimizer.zero_grad(set_to_none=True)
@@ -91,7 +86,7 @@ class Learner:
         return first_non_finite(named)
 
     def update(self, grad_clip: float | None) -> None:
-        """The step once the gradients are in place (:meth:`step`, or a CUDA graph's replay): clip, step, schedule."""
+        """The step once the gradients are in place (:meth:`backward`, or a CUDA graph's replay): clip, step, schedule."""
         if grad_clip is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), grad_clip)

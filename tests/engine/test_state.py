@@ -28,7 +28,8 @@ def draws() -> tuple:
 def test_save_then_resume_restores_the_loop_the_learner_and_the_rng(tmp_path):
     a = learner(0)
     for _ in range(3):  # some optimiser steps, so that Adam's moments and the schedule are not at their start
-        a.step(a.model(torch.ones(4, 3)).square().sum(), grad_clip=1.0)
+        a.backward(a.model(torch.ones(4, 3)).square().sum())
+        a.update(grad_clip=1.0)
     saved = LoopState(epoch=2, batch=5, step=17, best_miou=0.25)
     ckpts = FoldCheckpoints(tmp_path, a, ENV, {"train": {"seed": 0}}, {"grid_size": 0.04})
     ckpts.save("last.pt", saved)
@@ -45,7 +46,8 @@ def test_save_then_resume_restores_the_loop_the_learner_and_the_rng(tmp_path):
     assert b.lr() == a.lr() and b.scheduler.last_epoch == a.scheduler.last_epoch == 3
     # the next step from the restored learner is the next step of the saved one
     for each in (a, b):
-        each.step(each.model(torch.ones(4, 3)).square().sum(), grad_clip=1.0)
+        each.backward(each.model(torch.ones(4, 3)).square().sum())
+        each.update(grad_clip=1.0)
     for p, q in zip(a.model.parameters(), b.model.parameters()):
         assert torch.equal(p, q)
 
