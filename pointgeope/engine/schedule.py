@@ -17,9 +17,9 @@ way, 0.95 -> 0.85 -> 0.95.
 
 The warm-up's last step ``pct_start * T - 1`` is where the peak is. When it is exactly 0 (``pct_start * T ==
 1``, e.g. 0.05 x 20 steps: a short run, ``train.epochs: 1`` of the demo) torch's ``OneCycleLR`` divides by the
-warm-up's span, 0, and raises ``ZeroDivisionError``; Pointcept's S3DIS run (51,200 steps) never meets it. There
-the warm-up is the one step 0 at the peak, i.e. none: the anneal runs from the peak at step 0 to step
-``T - 1``, the value of every ``pct_start * T < 1`` at step 0 (:func:`warm_up_fraction` gives torch the
+warm-up's span, 0, and raises ``ZeroDivisionError``; Pointcept's S3DIS run (51,000 steps on Area 5's fold)
+never meets it. There the warm-up is the one step 0 at the peak, i.e. none: the anneal runs from the peak at
+step 0 to step ``T - 1``, the value of every ``pct_start * T < 1`` at step 0 (:func:`warm_up_fraction` gives torch the
 largest ``pct_start`` below, whose warm-up ends before step 0; every other ``T`` is torch's as it was).
 
 ``optim.block_lr`` sets the rate of the ``block`` parameters (None: no such group, PTv1's groups as they

@@ -162,3 +162,23 @@ def test_mix3d_and_ptv3_samples_only_together(tmp_path):
         build.train_dataset(load_config(None, ["data.mix_prob=0.5"]), ["Area_1"])
     with pytest.raises(ConfigError, match="height"):
         build.train_dataset(load_config(RECIPE, ["data.height=true"]), ["Area_1"])
+
+
+def test_the_recipe_doc_counts_the_steps_of_area_5s_fold():
+    """docs/ptv3-recipe.md and the schedule's docstring give Pointcept's step count for the Area 5 fold:
+    100 epochs x floor(loop x R / batch) with R the rooms of the other five areas (the loader drops its last
+    batch). They said 51,200 for R = 205; S3DIS's Areas 1-4 and 6 hold 44 + 40 + 23 + 49 + 48 = 204 rooms."""
+    import re
+
+    from pointgeope import engine
+    from pointgeope.engine import schedule
+
+    rooms = 44 + 40 + 23 + 49 + 48          # S3DIS v1.2: Areas 1, 2, 3, 4, 6 (Area 5 has 68, 272 in all)
+    cfg = load_config(RECIPE)
+    steps = cfg.train.epochs * (cfg.data.loop * rooms // cfg.data.batch_size)
+    doc = (Path(engine.__file__).resolve().parents[2] / "docs" / "ptv3-recipe.md").read_text()
+    said = re.search(r"e\.g\. ([\d,]+) for\s+`R = (\d+)`", doc)
+    assert said and (said[1], int(said[2])) == (f"{steps:,}", rooms)
+    counts = {n for pair in re.findall(r"over ([\d,]+) at most|Pointcept's ([\d,]+) steps", doc) for n in pair if n}
+    assert counts == {f"{steps:,}"}
+    assert re.search(r"Pointcept's S3DIS run \(([\d,]+) steps", schedule.__doc__)[1] == f"{steps:,}"
