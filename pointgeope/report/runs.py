@@ -33,7 +33,7 @@ from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name
 from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
-from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text
+from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text, run_settings
 
 METRICS_FILE = "metrics.json"
 
@@ -84,6 +84,11 @@ class RunSummary:
             return ""
         return (f"not reported: {', '.join(self.unreported)} (the report covers S3DIS's six folds, "
                 f"{AREAS[0]}..{AREAS[-1]}; report those folds' metrics.json on their own)")
+
+    @property
+    def settings(self) -> dict:
+        """The settings its folds share (:func:`~pointgeope.report.settings.run_settings`), ``{}`` if none says."""
+        return run_settings({f.area: f.settings for f in self.folds})
 
     @property
     def class_names(self) -> tuple[str, ...]:

@@ -87,6 +87,25 @@ def mixed_settings(folds: dict[str, dict | None]) -> dict[str, dict[str, object]
     return mixed
 
 
+def run_settings(folds: dict[str, dict | None]) -> dict[str, object]:
+    """The settings of a run, ``{area: settings}`` of its folds: the ``section.key -> value`` that every fold
+    recording settings shares (a key whose value differs between its folds, pooled with ``--allow-mixed``,
+    and a key some fold lacks are left out); ``{}`` where no fold records its settings."""
+    known = [s for s in folds.values() if s is not None]
+    if not known:
+        return {}
+    keys = set.intersection(*(set(s) for s in known))
+    return {key: known[0][key] for key in keys
+            if len({json.dumps(s[key], sort_keys=True) for s in known}) == 1}
+
+
+def run_differences(runs: dict[str, dict]) -> dict[str, dict[str, object]]:
+    """``{key: {run name: value}}`` of the compared keys (as :func:`mixed_settings` compares folds) whose value
+    differs between runs side by side, ``runs`` ``{name: run_settings}``; a run recording no settings is not
+    compared."""
+    return mixed_settings({name: settings or None for name, settings in runs.items()})
+
+
 def _areas_text(areas: list[str]) -> str:
     """``Area_1, Area_3..Area_6``: consecutive areas as a range."""
     numbers = sorted(int(a.rsplit("_", 1)[1]) for a in areas)

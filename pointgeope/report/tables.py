@@ -16,7 +16,7 @@ from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.engine.config_yaml import value_text
 from pointgeope.metrics import CLASS_MEAN_TEXT
 from pointgeope.report.runs import RunSummary
-from pointgeope.report.settings import value_groups
+from pointgeope.report.settings import run_differences, value_groups
 
 JSON_VERSION = 1
 MEANS = ("oa", "macc", "miou")
@@ -72,6 +72,37 @@ def class_mean_lines(runs: list[RunSummary], mixed: str = MIXED_RULES) -> list[s
         + [mixed]
 
 
+DATA_KEYS = ("data.files.", "data.points.")  # the checksums of the area files, of their points
+SHOWN_KEYS = 8  # keys a note names, then how many more (report.json's run_differences has them all)
+
+
+def differences_of_runs(runs: list[RunSummary]) -> dict[str, dict[str, object]]:
+    """``{key: {run name: value}}`` of the settings the runs side by side differ in (their folds' shared
+    settings, compared as a run's folds are: :func:`~pointgeope.report.settings.run_differences`)."""
+    return run_differences({run.name: run.settings for run in runs}) if len(runs) > 1 else {}
+
+
+def run_difference_lines(runs: list[RunSummary]) -> list[str]:
+    """The notes on what the runs side by side were trained and tested with differently, so that a difference
+    of their scores is read as the effect of those keys alone: one line per key (at most :data:`SHOWN_KEYS`),
+    the data's checksums in one line of their own (unlike data: their scores compare unlike test sets)."""
+    differ = differences_of_runs(runs)
+    data = sorted({key.split(".", 2)[2] for key in differ if key.startswith(DATA_KEYS)})
+    keys = [key for key in differ if not key.startswith(DATA_KEYS)]
+    lines = []
+    if keys:
+        lines.append("- the runs were trained or tested with different settings (their differences are the "
+                     "effect of all of these):")
+        lines += [f"  - `{key}`: " + "; ".join(f"{name} `{value_text(value)}`" for name, value in differ[key].items())
+                  for key in keys[:SHOWN_KEYS]]
+        if len(keys) > SHOWN_KEYS:
+            lines.append(f"  - and {len(keys) - SHOWN_KEYS} more key(s) (report.json: `run_differences`)")
+    if data:
+        lines.append(f"- the runs read different data (the checksums of {', '.join(data)} differ): their "
+                     "differences compare unlike data sets.")
+    return lines
+
+
 def diff_name(run: RunSummary, first: RunSummary) -> str:
     return f"{run.name} - {first.name}"
 
@@ -115,6 +146,7 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
                       for key, v in run.mixed.items()]
     if len({tuple(r.areas) for r in runs}) > 1:
         notes.append("- the runs cover different folds: their differences compare unlike test sets.")
+    notes += run_difference_lines(runs)
     if notes:
         lines += ["Notes:", ""] + notes + [""]
     return "\n".join(lines)
@@ -234,6 +266,7 @@ def json_report(runs: list[RunSummary]) -> dict:
             "per_fold": [{"area": f.area, "fold": f.fold, "num_points": f.num_points, **f.scores}
                          for f in run.folds],
         })
+    out["run_differences"] = differences_of_runs(runs)  # {key: {run: value}} of the settings the runs differ in
     for run in runs[1:]:
         out["differences"].append({
             "run": run.name, "baseline": runs[0].name,

@@ -1,0 +1,61 @@
+"""`pointgeope report A B`: runs side by side. Their differences are read as the effect of what differs
+between them, so the report says which settings and which data differ (a second run trained for fewer
+epochs, or on other data, read as the encoding's effect without a word before), and refuses one run folder
+given twice (a comparison of a run with itself)."""
+from __future__ import annotations
+
+import json
+
+from pointgeope.cli import main as cli
+from tests.test_report_mixed import _fold, _with_data
+
+
+def _run(root, name, *overrides, data=None):
+    run = root / name
+    for k in range(1, 7):
+        _fold(run, k, *overrides, f"train.seed={k}", config_in_metrics=k % 2 == 0)
+        if data is not None:
+            _with_data(run, k, data)
+    return run
+
+
+FILES = {f"Area_{a}": f"sha256:{a}" * 4 for a in range(1, 7)}
+
+
+def test_settings_the_runs_differ_in_are_named(tmp_path, capsys):
+    rpe = _run(tmp_path, "rpe", "model.pe=rpe", "train.epochs=100", data=FILES)
+    geope = _run(tmp_path, "geope", "model.pe=geope", "train.epochs=50", "train.device=cpu", data=FILES)
+    out = tmp_path / "out"
+    assert cli(["report", str(rpe), str(geope), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "- the runs were trained or tested with different settings" in md, md
+    assert "  - `model.pe`: rpe `rpe`; geope `geope`" in md, md
+    assert "  - `train.epochs`: rpe `100`; geope `50`" in md, md
+    notes = md.split("Notes:", 1)[1].split("## Per fold", 1)[0]
+    assert "train.device" not in notes and "train.seed" not in notes and "different data" not in notes, notes
+    assert "`model.pe`: rpe `rpe`; geope `geope`" in capsys.readouterr().out   # the summary on stdout says it
+    differences = json.loads((out / "report.json").read_text())["run_differences"]
+    assert differences == {"model.pe": {"rpe": "rpe", "geope": "geope"},
+                           "train.epochs": {"rpe": 100, "geope": 50}}
+
+
+def test_runs_on_other_data_are_said_to_compare_unlike_data(tmp_path):
+    rpe = _run(tmp_path, "rpe", "model.pe=rpe", data=FILES)
+    geope = _run(tmp_path, "geope", "model.pe=geope", data={**FILES, "Area_2": "sha256:other"})
+    out = tmp_path / "out"
+    assert cli(["report", str(rpe), str(geope), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert ("- the runs read different data (the checksums of Area_2 differ): their differences compare unlike "
+            "data sets.") in md, md
+    assert "data.files.Area_2" not in md.split("Notes:", 1)[1]   # one line for the data, not a checksum per key
+    differences = json.loads((out / "report.json").read_text())["run_differences"]
+    assert sorted(differences) == ["data.files.Area_2", "model.pe"]
+
+
+def test_runs_alike_but_for_what_changes_no_result_get_no_note(tmp_path):
+    a = _run(tmp_path, "a", "model.pe=rpe", "train.threads=2", data=FILES)
+    b = _run(tmp_path, "b", "model.pe=rpe", "data.num_workers=0", "data.root=/scratch/s3dis", data=FILES)
+    out = tmp_path / "out"
+    assert cli(["report", str(a), str(b), "--out", str(out)]) == 0
+    assert "different settings" not in (out / "report.md").read_text()
+    assert json.loads((out / "report.json").read_text())["run_differences"] == {}
