@@ -59,3 +59,16 @@ def test_runs_alike_but_for_what_changes_no_result_get_no_note(tmp_path):
     assert cli(["report", str(a), str(b), "--out", str(out)]) == 0
     assert "different settings" not in (out / "report.md").read_text()
     assert json.loads((out / "report.json").read_text())["run_differences"] == {}
+
+
+def test_one_run_folder_given_twice_is_refused(tmp_path, capsys):
+    """Before: ``--names`` (the advice of the refusal of two equal names) or a link gave a table of the run
+    beside itself, its differences +0.0, as a comparison of two runs."""
+    run = _run(tmp_path, "rpe", "model.pe=rpe")
+    (tmp_path / "link").symlink_to(run)
+    for args, said in (([str(run), str(run), "--names", "a", "b"], f"got {run} given twice"),
+                       ([str(run), str(tmp_path / "link")], f"got {tmp_path / 'link'} and {run} are one folder")):
+        assert cli(["report", *args, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0] and "give each run folder once" in err[0], err
+    assert not (tmp_path / "out").exists()

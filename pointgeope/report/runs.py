@@ -302,6 +302,12 @@ def load_runs(runs: list[str | Path], names: list[str] | None = None,
     """Load several runs; names default to the folder names, made unique with their parent folder."""
     if names is not None and len(names) != len(runs):
         raise ReportError(f"expected one name per run ({len(runs)}), got {len(names)} names: {names}")
+    seen: dict[Path, str | Path] = {}
+    for run in runs:  # one folder twice (a link, another spelling): a comparison of a run with itself
+        if (where := Path(run).resolve()) in seen:
+            same = "given twice" if str(seen[where]) == str(run) else f"and {seen[where]} are one folder ({where})"
+            raise ReportError(f"expected each run once, got {run} {same}; give each run folder once")
+        seen[where] = run
     if names is None:
         names = [Path(r).resolve().name for r in runs]
         if len(set(names)) < len(names):
