@@ -72,3 +72,23 @@ def test_one_run_folder_given_twice_is_refused(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and said in err[0] and "give each run folder once" in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+def test_report_json_names_the_file_and_the_counts_of_every_fold(tmp_path):
+    """Every number of report.json traces to a file: each fold names its metrics.json, the sha256 of the bytes
+    its scores were read from (a fold evaluated again since shows another), and its confusion counts, whose
+    sum is the pooled confusion. Before: the area and the scores alone."""
+    import hashlib
+
+    run = _run(tmp_path, "rpe", "model.pe=rpe")
+    out = tmp_path / "out"
+    assert cli(["report", str(run), "--out", str(out)]) == 0
+    entry = json.loads((out / "report.json").read_text())["runs"][0]
+    total = None
+    for fold in entry["per_fold"]:
+        path = run / f"area_{fold['fold']}" / "metrics.json"
+        assert fold["metrics"] == str(path)
+        assert fold["metrics_sha256"] == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+        assert fold["confusion"] == json.loads(path.read_text())["confusion"]
+        total = fold["confusion"] if total is None else [[a + b for a, b in zip(r, s)] for r, s in zip(total, fold["confusion"])]
+    assert total == entry["pooled_confusion"]

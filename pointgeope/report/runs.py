@@ -23,6 +23,7 @@ the one the report is asked for (``pointgeope report --class-mean``).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,7 @@ class FoldResult:
     class_mean: str = "present"  # the rule of mAcc / mIoU (pointgeope.metrics.CLASS_MEANS)
     settings: dict | None = None  # section.key -> value it was trained and evaluated with (report/settings.py)
     class_names: tuple[str, ...] = CLASS_NAMES  # the C classes of its confusion matrix, in label order
+    sha256: str = ""  # "sha256:<hex>" of the metrics.json its scores were read from (report.json names it)
 
     @property
     def scores(self) -> dict:
@@ -132,10 +134,12 @@ def fold_dir(run: Path, fold: int) -> Path:
     return Path(run) / fold_folder_name(fold)
 
 
-def _load_json(path: Path) -> dict:
+def _load_json(path: Path) -> tuple[dict, str]:
+    """The JSON object of the file ``path`` and ``"sha256:<hex>"`` of the bytes it was read from (one read: the
+    report names which file its numbers came from, :class:`FoldResult`'s ``sha256``)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        raw = path.read_bytes()
+        data = json.loads(raw.decode("utf-8"))
     except json.JSONDecodeError as err:
         raise ReportError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); evaluate the fold again "
                           "(pointgeope evaluate RUN/area_K)") from None
@@ -144,7 +148,7 @@ def _load_json(path: Path) -> dict:
                           "(pointgeope evaluate RUN/area_K)") from None
     if not isinstance(data, dict):
         raise ReportError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return data, f"sha256:{hashlib.sha256(raw).hexdigest()}"
 
 
 def _class_names(value, path: Path) -> tuple[str, ...]:
@@ -200,7 +204,7 @@ def _confusion(value, path: Path, c: int) -> np.ndarray:
 
 def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     """Read one ``metrics.json``; ``(None, reason)`` for an incomplete fold, a :class:`ReportError` for a bad file."""
-    data = _load_json(path)
+    data, sha256 = _load_json(path)
     area, recorded = f"Area_{fold}", data.get("fold", fold)
     if isinstance(recorded, bool) or not isinstance(recorded, int):  # null, "x", 1.7, true: int() took or crashed
         raise ReportError(f"{path}: expected 'fold' a fold number (an integer), got {json.dumps(recorded)}; "
@@ -225,7 +229,7 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     rule = data.get("class_mean", "present")
     if rule not in CLASS_MEANS:
         raise ReportError(f"{path}: expected 'class_mean' in {CLASS_MEANS}, got {rule!r}")
-    return FoldResult(area, fold, confusion, path, rule, fold_settings(data, path.parent), names), ""
+    return FoldResult(area, fold, confusion, path, rule, fold_settings(data, path.parent), names, sha256), ""
 
 
 def _class_mean(run: Path, folds: list[FoldResult], asked: str | None) -> str:

@@ -263,8 +263,8 @@ def json_report(runs: list[RunSummary]) -> dict:
             "pooled": run.pooled,
             "mean_of_folds": run.mean_of_folds,
             "pooled_confusion": run.confusion,
-            "per_fold": [{"area": f.area, "fold": f.fold, "num_points": f.num_points, **f.scores}
-                         for f in run.folds],
+            "per_fold": [{"area": f.area, "fold": f.fold, "metrics": str(f.path), "metrics_sha256": f.sha256,
+                          "num_points": f.num_points, "confusion": f.confusion, **f.scores} for f in run.folds],
         })
     out["run_differences"] = differences_of_runs(runs)  # {key: {run: value}} of the settings the runs differ in
     for run in runs[1:]:
