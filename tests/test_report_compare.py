@@ -92,3 +92,51 @@ def test_report_json_names_the_file_and_the_counts_of_every_fold(tmp_path):
         assert fold["confusion"] == json.loads(path.read_text())["confusion"]
         total = fold["confusion"] if total is None else [[a + b for a, b in zip(r, s)] for r, s in zip(total, fold["confusion"])]
     assert total == entry["pooled_confusion"]
+
+
+def _half_up(fraction, digits: int) -> str:
+    """``fraction`` (a Fraction) in %, rounded half up at ``digits`` decimals, by integer arithmetic."""
+    from fractions import Fraction
+
+    scaled = abs(fraction) * 100 * 10 ** digits
+    units = int(scaled + Fraction(1, 2))           # floor(x + 1/2): a tie goes up
+    text = f"{units // 10 ** digits}" + (f".{units % 10 ** digits:0{digits}d}" if digits else "")
+    return ("-" if fraction < 0 and units else "") + text
+
+
+def test_percentages_round_ties_half_up_as_by_hand():
+    """A ratio of counts that is a tie at the shown decimals (23/80 = 28.75 %) was rounded from the binary
+    product 100 * 0.2875 = 28.749999999999996: 28.7, while 49/80 = 61.25 % gave 61.3. Every tie of a ratio
+    num/den (den <= 400) at 0, 1 and 4 decimals now reads as the exact ratio rounded half up."""
+    from fractions import Fraction
+
+    from pointgeope.report.tables import pct
+
+    for digits in (0, 1, 4):
+        for den in range(1, 401):
+            for num in range(den + 1):
+                exact = Fraction(num, den)
+                if (exact * 100 * 10 ** digits).denominator == 2:     # a tie
+                    assert pct(num / den, digits) == _half_up(exact, digits), (num, den, digits)
+                    assert pct(-num / den, digits, signed=True) == "-" + _half_up(exact, digits)
+    assert pct(23 / 80, 1) == "28.8" and pct(49 / 80, 1) == "61.3" and pct(1 / 16, 1) == "6.3"
+
+
+def test_the_tables_and_the_csv_round_a_tie_alike(tmp_path):
+    import csv
+
+    import numpy as np
+
+    from tests.test_report import write_fold
+
+    m = 10 * np.eye(13, dtype=np.int64)
+    m[0, 0], m[0, 1] = 23, 57                         # ceiling: TP 23, union 80 + 23 - 23 = 80 in every fold
+    run = tmp_path / "run"
+    for k in range(1, 7):
+        write_fold(run, k, m)
+    out = tmp_path / "out"
+    assert cli(["report", str(run), "--out", str(out), "--digits", "1"]) == 0
+    row = [c.strip() for c in (out / "report.md").read_text().split("| run |", 1)[1].splitlines()[2].split("|")]
+    assert row[6] == "28.8", row                      # ceiling's pooled IoU 138/480 = 23/80 = 28.75 %, a tie
+    rows = list(csv.DictReader((out / "report.csv").open()))
+    assert rows[0]["iou_pct_ceiling"] == "28.7500"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
@@ -28,11 +29,17 @@ KINDS = (
 )
 
 
-def pct(value: float, digits: int, signed: bool = False) -> str:
-    """A fraction as a percentage with ``digits`` decimals (``signed``: with its sign), ``—`` for NaN/None."""
+def pct(value: float, digits: int, signed: bool = False, missing: str = "—") -> str:
+    """A fraction as a percentage with ``digits`` decimals (``signed``: with its sign), ``missing`` for NaN/None.
+
+    Rounded half up (away from zero) from the fraction's decimal value, its shortest ``repr`` (the decimal that
+    a ratio of counts such as 23/80 = 0.2875 is): 28.75 % -> ``28.8``, as by hand from the JSON's fractions.
+    ``f"{100 * value:.1f}"`` rounded the binary product instead, which sends exact ties either way (23/80 ->
+    28.7, 49/80 -> 61.3). Every percentage of the report (tables, CSV, figures, ablation) is made here."""
     if value is None or math.isnan(value):
-        return "—"
-    return f"{100 * value:+.{digits}f}" if signed else f"{100 * value:.{digits}f}"
+        return missing
+    percent = (Decimal(repr(float(value))) * 100).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    return f"{percent:+.{digits}f}" if signed else f"{percent:.{digits}f}"
 
 
 def _cell(text: str) -> str:
@@ -202,7 +209,7 @@ def csv_header(class_names=CLASS_NAMES) -> list[str]:
 
 
 def _csv_scores(s: dict) -> list[str]:
-    return ["" if math.isnan(v) else f"{100 * v:.4f}" for v in [s[k] for k in MEANS] + list(s["iou"])]
+    return [pct(v, 4, missing="") for v in [s[k] for k in MEANS] + list(s["iou"])]
 
 
 def csv_text(runs: list[RunSummary]) -> str:
