@@ -32,7 +32,8 @@ def test_settings_the_runs_differ_in_are_named(tmp_path, capsys):
     assert "  - `model.pe`: rpe `rpe`; geope `geope`" in md, md
     assert "  - `train.epochs`: rpe `100`; geope `50`" in md, md
     notes = md.split("Notes:", 1)[1].split("## Per fold", 1)[0]
-    assert "train.device" not in notes and "train.seed" not in notes and "different data" not in notes, notes
+    assert "train.device" not in notes and "different data" not in notes, notes
+    assert "train.seed" not in notes   # _run gives fold k seed k in both runs: the runs' seeds agree
     assert "`model.pe`: rpe `rpe`; geope `geope`" in capsys.readouterr().out   # the summary on stdout says it
     differences = json.loads((out / "report.json").read_text())["run_differences"]
     assert differences == {"model.pe": {"rpe": "rpe", "geope": "geope"},
@@ -50,6 +51,27 @@ def test_runs_on_other_data_are_said_to_compare_unlike_data(tmp_path):
     assert "data.files.Area_2" not in md.split("Notes:", 1)[1]   # one line for the data, not a checksum per key
     differences = json.loads((out / "report.json").read_text())["run_differences"]
     assert sorted(differences) == ["data.files.Area_2", "model.pe"]
+
+
+def test_runs_of_one_method_with_other_seeds_are_said_to_differ_by_chance(tmp_path):
+    """Two runs of one config with other seeds: their +x.x differences are seed noise, said so (before: the
+    tables alone, read as an effect)."""
+    def run(name, seed, *overrides):
+        for k in range(1, 7):
+            _fold(tmp_path / name, k, "model.pe=geope", f"train.seed={seed}", *overrides, config_in_metrics=k % 2 == 0)
+            _with_data(tmp_path / name, k, FILES)
+        return tmp_path / name
+
+    a, b, out = run("a", 0), run("b", 7), tmp_path / "out"
+    assert cli(["report", str(a), str(b), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "- the runs differ in their seed alone (`train.seed`: a `0`; b `7`): their differences are " in md, md
+    assert "not an effect" in md and "different settings" not in md
+    assert json.loads((out / "report.json").read_text())["run_differences"] == {"train.seed": {"a": 0, "b": 7}}
+    run("a", 0, "model.planes=[16, 32, 64, 128, 256]")             # now a method apart too
+    assert cli(["report", str(a), str(b), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "  - `train.seed`: a `0`; b `7`" in md and "  - `model.planes`: a " in md and "seed alone" not in md, md
 
 
 def test_runs_alike_but_for_what_changes_no_result_get_no_note(tmp_path):

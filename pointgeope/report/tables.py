@@ -17,7 +17,7 @@ from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.engine.config_yaml import value_text
 from pointgeope.metrics import CLASS_MEAN_TEXT
 from pointgeope.report.runs import RunSummary
-from pointgeope.report.settings import run_differences, value_groups
+from pointgeope.report.settings import SEED, run_differences, value_groups
 
 JSON_VERSION = 1
 MEANS = ("oa", "macc", "miou")
@@ -97,6 +97,11 @@ def run_difference_lines(runs: list[RunSummary]) -> list[str]:
     data = sorted({key.split(".", 2)[2] for key in differ if key.startswith(DATA_KEYS)})
     keys = [key for key in differ if not key.startswith(DATA_KEYS)]
     lines = []
+    if keys == [SEED] and not data:
+        return [f"- the runs differ in their seed alone (`{SEED}`: " + "; ".join(
+            f"{name} `{value_text(value)}`" for name, value in differ[SEED].items()) + "): their differences are "
+            "the spread between seeds of one method, not an effect (`pointgeope ablate` gives mean ± std over "
+            "seeds)."]
     if keys:
         lines.append("- the runs were trained or tested with different settings (their differences are the "
                      "effect of all of these):")
