@@ -162,3 +162,33 @@ def test_the_tables_and_the_csv_round_a_tie_alike(tmp_path):
     assert row[6] == "28.8", row                      # ceiling's pooled IoU 138/480 = 23/80 = 28.75 %, a tie
     rows = list(csv.DictReader((out / "report.csv").open()))
     assert rows[0]["iou_pct_ceiling"] == "28.7500"
+
+
+def test_a_fold_being_written_now_is_named_not_pooled(tmp_path):
+    """A fold whose folder a live process holds (``pointgeope evaluate`` testing it again with other eval
+    settings, a training at work) is left out and named as such. Before: its old metrics.json was pooled
+    as finished, and once the new predictions were written the fold was said to be 'a test stopped between
+    the two writes' while the test was running. A lock file left by a process that has ended changes nothing."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    run = _run(tmp_path, "rpe", "model.pe=rpe")
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record = {"pid": writer.pid, "host": socket.gethostname(), "since": "2026-11-28 09:00:00",
+                  "command": "pointgeope evaluate rpe/area_3 eval.vote=mean"}
+        (run / "area_3" / ".lock").write_text(json.dumps(record))
+        out = tmp_path / "out"
+        assert cli(["report", str(run), "--out", str(out)]) == 0
+        md = (out / "report.md").read_text()
+        assert f"Area_3 (being written now by pid {writer.pid} (since 2026-11-28 09:00:00); report again" in md, md
+        assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == [
+            "Area_1", "Area_2", "Area_4", "Area_5", "Area_6"]
+    finally:
+        writer.kill()
+        writer.wait()
+    assert cli(["report", str(run), "--out", str(out)]) == 0    # the writer has ended: its lock file is left over
+    assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == [f"Area_{k}" for k in range(1, 7)]
+    assert os.path.exists(run / "area_3" / ".lock")

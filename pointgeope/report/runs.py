@@ -14,8 +14,9 @@ of a run, and runs compared side by side, must have the same class names.
 The confusion matrix is the source of truth: every score here is recomputed from it with
 :mod:`pointgeope.metrics`, the stored ``oa`` / ``miou`` / ... are not read. A fold counts only when its
 file exists and says ``"complete": true`` of the predictions beside it (not a test stopped between its
-two writes: :func:`~pointgeope.engine.fold_result.pair_problem`); the others are listed with the reason,
-never dropped silently.
+two writes: :func:`~pointgeope.engine.fold_result.pair_problem`) and no live process of this host holds the
+fold folder's lock (a training or a test at work there, whose result replaces the file:
+:func:`~pointgeope.lock.live_writer`); the others are listed with the reason, never dropped silently.
 The class means follow the rule the folds were evaluated with (``"class_mean"`` in ``metrics.json``, the
 run's ``eval.class_mean``; ``"present"`` in files written before the key existed, the rule they used), or
 the one the report is asked for (``pointgeope report --class-mean``).
@@ -33,6 +34,7 @@ import numpy as np
 from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name, written_names
 from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
+from pointgeope.lock import live_writer
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
 from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text, run_settings
 
@@ -269,6 +271,10 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
         if fold is not None and k != fold:
             continue
         path = fold_dir(run, k) / METRICS_FILE
+        if writer := live_writer(path.parent):  # its result (if any) is being replaced: neither old nor new
+            missing.append((area, f"being written now by pid {writer['pid']} (since {writer.get('since')}); "
+                                  "report again once it has ended"))
+            continue
         if not path.is_file():
             exists = path.parent.is_dir()
             missing.append((area, f"no {METRICS_FILE}" if exists else f"no {path.parent.name}/ folder"))
