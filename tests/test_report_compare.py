@@ -48,6 +48,7 @@ def test_runs_on_other_data_are_said_to_compare_unlike_data(tmp_path):
     md = (out / "report.md").read_text()
     assert ("- the runs read different data (the checksums of Area_2 differ): their differences compare unlike "
             "data sets.") in md, md
+    assert "- the runs were trained or tested with one setting apart: `model.pe` (rpe `rpe`; geope `geope`)." in md
     assert "data.files.Area_2" not in md.split("Notes:", 1)[1]   # one line for the data, not a checksum per key
     differences = json.loads((out / "report.json").read_text())["run_differences"]
     assert sorted(differences) == ["data.files.Area_2", "model.pe"]

@@ -102,11 +102,13 @@ def run_difference_lines(runs: list[RunSummary]) -> list[str]:
             f"{name} `{value_text(value)}`" for name, value in differ[SEED].items()) + "): their differences are "
             "the spread between seeds of one method, not an effect (`pointgeope ablate` gives mean ± std over "
             "seeds)."]
-    if keys:
+    said = {key: "; ".join(f"{name} `{value_text(value)}`" for name, value in differ[key].items()) for key in keys}
+    if len(keys) == 1:
+        lines.append(f"- the runs were trained or tested with one setting apart: `{keys[0]}` ({said[keys[0]]}).")
+    elif keys:
         lines.append("- the runs were trained or tested with different settings (their differences are the "
                      "effect of all of these):")
-        lines += [f"  - `{key}`: " + "; ".join(f"{name} `{value_text(value)}`" for name, value in differ[key].items())
-                  for key in keys[:SHOWN_KEYS]]
+        lines += [f"  - `{key}`: {said[key]}" for key in keys[:SHOWN_KEYS]]
         if len(keys) > SHOWN_KEYS:
             lines.append(f"  - and {len(keys) - SHOWN_KEYS} more key(s) (report.json: `run_differences`)")
     if data:
