@@ -193,3 +193,33 @@ def test_a_fold_being_written_now_is_named_not_pooled(tmp_path):
     assert cli(["report", str(run), "--out", str(out)]) == 0    # the writer has ended: its lock file is left over
     assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == [f"Area_{k}" for k in range(1, 7)]
     assert os.path.exists(run / "area_3" / ".lock")
+
+
+def test_tables_of_fewer_folds_are_not_titled_six_fold(tmp_path, capsys):
+    """The Area 5 protocol (``train --test-area 5``, then ``report``) gave a table titled "S3DIS 6-fold, pooled
+    over the test areas (standard 6-fold number)" of Area_5 alone: cited as a 6-fold number, it is not one."""
+    import numpy as np
+
+    from tests.test_report import write_fold
+
+    def run(name, folds):
+        for k in folds:
+            write_fold(tmp_path / name, k, 10 * np.eye(13, dtype=np.int64))
+        return str(tmp_path / name)
+
+    titles = {}
+    for case, runs in {"area5": [run("a5", [5])], "four": [run("f1", [1, 2, 4, 5]), run("f2", [1, 2, 4, 5])],
+                       "unlike": [run("u1", [5]), run("u2", [1, 5])], "six": [run("s", range(1, 7))]}.items():
+        assert cli(["report", *runs, "--out", str(tmp_path / case)]) == 0
+        md = (tmp_path / case / "report.md").read_text()
+        titles[case] = [md.splitlines()[0]] + [line for line in md.split("## Per fold")[0].splitlines()
+                                               if line.startswith("**")]
+    assert titles["area5"] == ["# S3DIS report: Area_5", "**S3DIS Area_5, pooled over the test areas, %**",
+                               "**S3DIS Area_5, mean of the per-fold scores, %**"]
+    four = "4 of 6 folds (Area_1, Area_2, Area_4, Area_5)"
+    assert titles["four"] == [f"# S3DIS report: {four}", f"**S3DIS, {four}, pooled over the test areas, %**",
+                              f"**S3DIS, {four}, mean of the per-fold scores, %**"]
+    assert titles["unlike"][1] == "**S3DIS, folds per run (column *folds*), pooled over the test areas, %**"
+    assert titles["six"] == ["# S3DIS 6-fold cross-validation report",
+                             "**S3DIS 6-fold, pooled over the test areas (standard 6-fold number), %**",
+                             "**S3DIS 6-fold, mean of the per-fold scores, %**"]

@@ -24,7 +24,7 @@ MEANS = ("oa", "macc", "miou")
 HEAD = {"oa": "OA", "macc": "mAcc", "miou": "mIoU"}
 # the two 6-fold numbers: (key, RunSummary attribute, title)
 KINDS = (
-    ("pooled", "pooled", "pooled over the test areas (standard 6-fold number)"),
+    ("pooled", "pooled", "pooled over the test areas"),   # + " (standard 6-fold number)" of six folds
     ("mean_of_folds", "mean_of_folds", "mean of the per-fold scores"),
 )
 
@@ -121,10 +121,37 @@ def diff_name(run: RunSummary, first: RunSummary) -> str:
     return f"{run.name} - {first.name}"
 
 
-def data_name(names: tuple[str, ...]) -> str:
-    """The title's data set: ``"S3DIS 6-fold"`` for S3DIS's 13 classes, else ``"6-fold"`` (a network of
-    one's own classes on the areas' layout: its data are not S3DIS's labels)."""
-    return "S3DIS 6-fold" if tuple(names) == CLASS_NAMES else "6-fold"
+def six_folds(runs: list[RunSummary]) -> bool:
+    """Whether every run covers all six folds: the tables hold 6-fold numbers."""
+    return all(len(run.folds) == len(AREAS) for run in runs)
+
+
+def data_name(names: tuple[str, ...], runs: list[RunSummary]) -> str:
+    """The titles' data set and folds: ``"S3DIS 6-fold"`` where every run covers the six folds; where not,
+    what they cover, ``"S3DIS Area_5"`` (one fold: the Area 5 protocol), ``"S3DIS, 4 of 6 folds (Area_1, ...)"``
+    (the runs' same folds) or ``"S3DIS, the folds of column *folds*"``, so that a table of fewer folds is never
+    titled a 6-fold number. Without ``S3DIS`` for a network of one's own classes (its labels are not S3DIS's)."""
+    data = "S3DIS" if tuple(names) == CLASS_NAMES else ""
+    areas = {tuple(run.areas) for run in runs}
+    if six_folds(runs):
+        scope, joined = "6-fold", " "
+    elif len(areas) > 1:
+        scope, joined = "folds per run (column *folds*)", ", "
+    else:
+        (covered,) = areas
+        scope, joined = ((covered[0], " ") if len(covered) == 1 else
+                         (f"{len(covered)} of {len(AREAS)} folds ({', '.join(covered)})", ", "))
+    return data + joined + scope if data else scope
+
+
+def report_title(runs: list[RunSummary]) -> str:
+    """``report.md``'s title: ``"S3DIS 6-fold cross-validation report"``, else ``"S3DIS report: Area_5"`` (what
+    :func:`data_name` says the runs cover; ``"Report: ..."`` for a network of one's own classes)."""
+    names = runs[0].class_names
+    if six_folds(runs):
+        return f"{data_name(names, runs)} cross-validation report"
+    s3dis = tuple(names) == CLASS_NAMES
+    return ("S3DIS report: " if s3dis else "Report: ") + data_name(names, runs).removeprefix("S3DIS").lstrip(", ")
 
 
 def _folds_cell(run: RunSummary) -> str:
@@ -137,8 +164,9 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
     header = ["run", "folds"] + [HEAD[k] for k in MEANS] + list(names)
     align = "|:--|:-:|" + "--:|" * (len(MEANS) + len(names))
     lines = []
-    for _, attr, title in KINDS:
-        lines += [f"**{data_name(names)}, {title}, %**", "", _row(header), align]
+    for key, attr, title in KINDS:
+        title += " (standard 6-fold number)" if key == "pooled" and six_folds(runs) else ""
+        lines += [f"**{data_name(names, runs)}, {title}, %**", "", _row(header), align]
         first = getattr(runs[0], attr)
         for i, run in enumerate(runs):
             lines.append(_row([run.name, _folds_cell(run)] + _score_cells(getattr(run, attr), digits)))
@@ -189,7 +217,7 @@ def per_fold_markdown(run: RunSummary, digits: int = 1) -> str:
 def full_markdown(runs: list[RunSummary], digits: int = 1) -> str:
     """``report.md``: title, how the numbers are made, the summary tables and every run's per-fold table."""
     parts = [
-        f"# {data_name(runs[0].class_names)} cross-validation report",
+        f"# {report_title(runs)}",
         "",
         "*Pooled*: scores of the summed confusion matrices of the test areas, the standard 6-fold number "
         "(Pointcept `tools/test_s3dis_6fold.py`). *Mean of folds*: the mean of each test area's own scores "
