@@ -223,3 +223,19 @@ def test_tables_of_fewer_folds_are_not_titled_six_fold(tmp_path, capsys):
     assert titles["six"] == ["# S3DIS 6-fold cross-validation report",
                              "**S3DIS 6-fold, pooled over the test areas (standard 6-fold number), %**",
                              "**S3DIS 6-fold, mean of the per-fold scores, %**"]
+
+
+def test_a_fold_of_other_test_areas_is_refused_with_what_to_do(tmp_path, capsys):
+    """A fold of an edited folds.json (fold 1 testing Area_3, or Area_1 and Area_2) and a metrics.json copied
+    into another fold's folder were refused without a word of why or what to do."""
+    run = _run(tmp_path, "rpe", "model.pe=rpe")
+    path = run / "area_1" / "metrics.json"
+    kept = path.read_text()
+    for area, fold, said in (("Area_3", 1, "the report pools S3DIS's six folds, fold K testing Area_K alone"),
+                             (["Area_1", "Area_2"], 1, "fold of an edited folds.json cannot be pooled"),
+                             ("Area_2", 2, f"another fold's folder: evaluate the fold again (pointgeope evaluate "
+                                           f"{run / 'area_1'})")):
+        path.write_text(json.dumps({**json.loads(kept), "area": area, "fold": fold}))
+        assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "expected the results of Area_1 (fold 1)" in err[0] and said in err[0], err

@@ -212,8 +212,12 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
         raise ReportError(f"{path}: expected 'fold' a fold number (an integer), got {json.dumps(recorded)}; "
                           "evaluate the fold again (pointgeope evaluate RUN/area_K)")
     if data.get("area", area) != area or recorded != fold:
+        why = (f"; a fold's file in another fold's folder: evaluate the fold again (pointgeope evaluate "
+               f"{path.parent})" if recorded != fold else
+               f"; the report pools S3DIS's six folds, fold K testing Area_K alone (prepare's folds.json), so a "
+               "fold of an edited folds.json cannot be pooled with them")
         raise ReportError(f"{path}: expected the results of {area} (fold {fold}), "
-                          f"got area={data.get('area')!r} fold={data.get('fold')!r}")
+                          f"got area={data.get('area')!r} fold={data.get('fold')!r}{why}")
     if not isinstance(data.get("complete"), bool):  # "true" (a string) read as unfinished; none: a damaged file
         got = json.dumps(data["complete"]) if "complete" in data else "no such key"   # (evaluate always writes it)
         raise ReportError(f"{path}: expected 'complete' true or false, got {got}; evaluate the fold again "
