@@ -214,7 +214,7 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     if data.get("area", area) != area or recorded != fold:
         why = (f"; a fold's file in another fold's folder: evaluate the fold again (pointgeope evaluate "
                f"{path.parent})" if recorded != fold else
-               f"; the report pools S3DIS's six folds, fold K testing Area_K alone (prepare's folds.json), so a "
+               "; the report pools S3DIS's six folds, fold K testing Area_K alone (prepare's folds.json), so a "
                "fold of an edited folds.json cannot be pooled with them")
         raise ReportError(f"{path}: expected the results of {area} (fold {fold}), "
                           f"got area={data.get('area')!r} fold={data.get('fold')!r}{why}")
