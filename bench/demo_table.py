@@ -43,7 +43,10 @@ def minutes(seconds: float) -> str:
 
 
 def pct(x: float) -> str:
-    return f"{100 * x:.1f}"
+    """``x`` in % with one decimal, rounded as the report rounds (:func:`pointgeope.report.tables.pct`)."""
+    from pointgeope.report.tables import pct as report_pct
+
+    return report_pct(x, 1)
 
 
 def table(run: dict, class_names: list[str]) -> list[str]:

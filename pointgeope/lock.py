@@ -215,6 +215,22 @@ def still_held(folder: str | Path) -> bool:
     return False
 
 
+def live_writer(folder: str | Path) -> dict | None:
+    """The record (``pid``, ``host``, ``since``, ``command``) of the process of this host, other than this one,
+    whose lock ``FOLDER/.lock`` is there and that is alive: a writer working in ``folder`` now (a reader that
+    must not take a result it is replacing for a finished one). ``None`` where there is no lock file, its
+    record cannot be read, or its process has ended (a ``kill -9`` leaves the file) or is on another host
+    (which cannot be checked from here). Reads the file; takes no lock (a writer starting now is never
+    refused for it)."""
+    try:
+        owner = json.loads((Path(folder) / LOCK_NAME).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not (isinstance(owner, dict) and type(owner.get("pid")) is int and owner.get("host") == socket.gethostname()):
+        return None
+    return owner if owner["pid"] != os.getpid() and _alive(owner["pid"]) else None
+
+
 @contextlib.contextmanager
 def folder_lock(folder: str | Path, what: str = "", readers: bool = False) -> Iterator[Path]:
     """Hold the exclusive lock of ``folder`` (created if needed, checked to be a folder it can write:

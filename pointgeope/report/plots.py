@@ -12,6 +12,7 @@ import numpy as np
 
 from pointgeope.constants import class_palette
 from pointgeope.report.runs import RunSummary
+from pointgeope.report.tables import pct
 
 HATCHES = ("", "//", "..", "xx", "\\\\", "++")
 DPI = 120
@@ -56,9 +57,8 @@ def iou_bar_chart(runs: list[RunSummary]) -> bytes:
         bars = ax.bar(pos, np.nan_to_num(iou), width, color=colours, edgecolor="black", linewidth=0.6,
                       hatch=HATCHES[i % len(HATCHES)])
         if n_runs <= 2:
-            for bar, v in zip(bars, iou):
-                label = "—" if np.isnan(v) else f"{v:.1f}"
-                ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            for bar, v in zip(bars, run.pooled["iou"]):
+                ax.annotate(pct(v, 1), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                             ha="center", va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
     ax.set_xticks(x)
     ax.set_xticklabels(names, rotation=35, ha="right")
@@ -82,7 +82,7 @@ def pooled_label(run: RunSummary) -> str:
 
 def iou_title(runs: list[RunSummary]) -> str:
     """``"Per-class IoU: geope mIoU 50.1 (pooled over all 6 folds)"``, each run with the folds it pooled."""
-    return "Per-class IoU: " + "; ".join(f"{r.name} mIoU {100 * r.pooled['miou']:.1f} ({pooled_label(r)})"
+    return "Per-class IoU: " + "; ".join(f"{r.name} mIoU {pct(r.pooled['miou'], 1)} ({pooled_label(r)})"
                                          for r in runs)
 
 

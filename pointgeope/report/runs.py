@@ -14,8 +14,9 @@ of a run, and runs compared side by side, must have the same class names.
 The confusion matrix is the source of truth: every score here is recomputed from it with
 :mod:`pointgeope.metrics`, the stored ``oa`` / ``miou`` / ... are not read. A fold counts only when its
 file exists and says ``"complete": true`` of the predictions beside it (not a test stopped between its
-two writes: :func:`~pointgeope.engine.fold_result.pair_problem`); the others are listed with the reason,
-never dropped silently.
+two writes: :func:`~pointgeope.engine.fold_result.pair_problem`) and no live process of this host holds the
+fold folder's lock (a training or a test at work there, whose result replaces the file:
+:func:`~pointgeope.lock.live_writer`); the others are listed with the reason, never dropped silently.
 The class means follow the rule the folds were evaluated with (``"class_mean"`` in ``metrics.json``, the
 run's ``eval.class_mean``; ``"present"`` in files written before the key existed, the rule they used), or
 the one the report is asked for (``pointgeope report --class-mean``).
@@ -23,6 +24,7 @@ the one the report is asked for (``pointgeope report --class-mean``).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +34,9 @@ import numpy as np
 from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name, written_names
 from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
+from pointgeope.lock import live_writer
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
-from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text
+from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text, run_settings
 
 METRICS_FILE = "metrics.json"
 
@@ -52,6 +55,7 @@ class FoldResult:
     class_mean: str = "present"  # the rule of mAcc / mIoU (pointgeope.metrics.CLASS_MEANS)
     settings: dict | None = None  # section.key -> value it was trained and evaluated with (report/settings.py)
     class_names: tuple[str, ...] = CLASS_NAMES  # the C classes of its confusion matrix, in label order
+    sha256: str = ""  # "sha256:<hex>" of the metrics.json its scores were read from (report.json names it)
 
     @property
     def scores(self) -> dict:
@@ -84,6 +88,11 @@ class RunSummary:
             return ""
         return (f"not reported: {', '.join(self.unreported)} (the report covers S3DIS's six folds, "
                 f"{AREAS[0]}..{AREAS[-1]}; report those folds' metrics.json on their own)")
+
+    @property
+    def settings(self) -> dict:
+        """The settings its folds share (:func:`~pointgeope.report.settings.run_settings`), ``{}`` if none says."""
+        return run_settings({f.area: f.settings for f in self.folds})
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -127,10 +136,12 @@ def fold_dir(run: Path, fold: int) -> Path:
     return Path(run) / fold_folder_name(fold)
 
 
-def _load_json(path: Path) -> dict:
+def _load_json(path: Path) -> tuple[dict, str]:
+    """The JSON object of the file ``path`` and ``"sha256:<hex>"`` of the bytes it was read from (one read: the
+    report names which file its numbers came from, :class:`FoldResult`'s ``sha256``)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        raw = path.read_bytes()
+        data = json.loads(raw.decode("utf-8"))
     except json.JSONDecodeError as err:
         raise ReportError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); evaluate the fold again "
                           "(pointgeope evaluate RUN/area_K)") from None
@@ -139,7 +150,7 @@ def _load_json(path: Path) -> dict:
                           "(pointgeope evaluate RUN/area_K)") from None
     if not isinstance(data, dict):
         raise ReportError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return data, f"sha256:{hashlib.sha256(raw).hexdigest()}"
 
 
 def _class_names(value, path: Path) -> tuple[str, ...]:
@@ -195,14 +206,18 @@ def _confusion(value, path: Path, c: int) -> np.ndarray:
 
 def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     """Read one ``metrics.json``; ``(None, reason)`` for an incomplete fold, a :class:`ReportError` for a bad file."""
-    data = _load_json(path)
+    data, sha256 = _load_json(path)
     area, recorded = f"Area_{fold}", data.get("fold", fold)
     if isinstance(recorded, bool) or not isinstance(recorded, int):  # null, "x", 1.7, true: int() took or crashed
         raise ReportError(f"{path}: expected 'fold' a fold number (an integer), got {json.dumps(recorded)}; "
                           "evaluate the fold again (pointgeope evaluate RUN/area_K)")
     if data.get("area", area) != area or recorded != fold:
+        why = (f"; a fold's file in another fold's folder: evaluate the fold again (pointgeope evaluate "
+               f"{path.parent})" if recorded != fold else
+               "; the report pools S3DIS's six folds, fold K testing Area_K alone (prepare's folds.json), so a "
+               "fold of an edited folds.json cannot be pooled with them")
         raise ReportError(f"{path}: expected the results of {area} (fold {fold}), "
-                          f"got area={data.get('area')!r} fold={data.get('fold')!r}")
+                          f"got area={data.get('area')!r} fold={data.get('fold')!r}{why}")
     if not isinstance(data.get("complete"), bool):  # "true" (a string) read as unfinished; none: a damaged file
         got = json.dumps(data["complete"]) if "complete" in data else "no such key"   # (evaluate always writes it)
         raise ReportError(f"{path}: expected 'complete' true or false, got {got}; evaluate the fold again "
@@ -220,7 +235,7 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     rule = data.get("class_mean", "present")
     if rule not in CLASS_MEANS:
         raise ReportError(f"{path}: expected 'class_mean' in {CLASS_MEANS}, got {rule!r}")
-    return FoldResult(area, fold, confusion, path, rule, fold_settings(data, path.parent), names), ""
+    return FoldResult(area, fold, confusion, path, rule, fold_settings(data, path.parent), names, sha256), ""
 
 
 def _class_mean(run: Path, folds: list[FoldResult], asked: str | None) -> str:
@@ -260,6 +275,10 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
         if fold is not None and k != fold:
             continue
         path = fold_dir(run, k) / METRICS_FILE
+        if writer := live_writer(path.parent):  # its result (if any) is being replaced: neither old nor new
+            missing.append((area, f"being written now by pid {writer['pid']} (since {writer.get('since')}); "
+                                  "report again once it has ended"))
+            continue
         if not path.is_file():
             exists = path.parent.is_dir()
             missing.append((area, f"no {METRICS_FILE}" if exists else f"no {path.parent.name}/ folder"))
@@ -297,6 +316,12 @@ def load_runs(runs: list[str | Path], names: list[str] | None = None,
     """Load several runs; names default to the folder names, made unique with their parent folder."""
     if names is not None and len(names) != len(runs):
         raise ReportError(f"expected one name per run ({len(runs)}), got {len(names)} names: {names}")
+    seen: dict[Path, str | Path] = {}
+    for run in runs:  # one folder twice (a link, another spelling): a comparison of a run with itself
+        if (where := Path(run).resolve()) in seen:
+            same = "given twice" if str(seen[where]) == str(run) else f"and {seen[where]} are one folder ({where})"
+            raise ReportError(f"expected each run once, got {run} {same}; give each run folder once")
+        seen[where] = run
     if names is None:
         names = [Path(r).resolve().name for r in runs]
         if len(set(names)) < len(names):

@@ -147,8 +147,7 @@ def ablation_csv(variants: list[Variant]) -> str:
     for v in variants:
         for k in MEANS:
             s = spread(v.values(k))
-            w.writerow([v.name, k, s["n"]] + ["" if math.isnan(s[x]) else f"{100 * s[x]:.4f}"
-                                               for x in ("mean", "std", "min", "max")])
+            w.writerow([v.name, k, s["n"]] + [pct(s[x], 4, missing="") for x in ("mean", "std", "min", "max")])
     return buf.getvalue()
 
 

@@ -37,6 +37,7 @@ IGNORED = frozenset({
     "train.epochs_per_run",
     "eval.batch_points", "eval.class_mean",                              # memory; rescored by the report
 })
+SEED = "train.seed"
 _SECTIONS = ("model", "data", "optim", "train", "eval")  # the order a message names the keys in
 _METRICS_EVAL = {"checkpoint": "eval.checkpoint", "vote": "eval.vote", "max_fragments": "eval.max_fragments",
                  "tta_views": "eval.tta_views"}
@@ -68,13 +69,13 @@ def _order(key: str) -> tuple[int, str]:
     return (_SECTIONS.index(section) if section in _SECTIONS else len(_SECTIONS), key)
 
 
-def mixed_settings(folds: dict[str, dict | None]) -> dict[str, dict[str, object]]:
-    """``{key: {area: value}}`` of the compared keys whose value differs between the folds of ``folds``
-    (``{area: settings}``)."""
+def mixed_settings(folds: dict[str, dict | None], ignored: frozenset = IGNORED) -> dict[str, dict[str, object]]:
+    """``{key: {area: value}}`` of the compared keys (all but ``ignored``) whose value differs between the folds
+    of ``folds`` (``{area: settings}``)."""
     known = {area: s for area, s in folds.items() if s is not None}
     if len(known) < 2:
         return {}
-    keys = set.intersection(*(set(s) for s in known.values())) - IGNORED
+    keys = set.intersection(*(set(s) for s in known.values())) - ignored
     if all(any(key.startswith("data.files.") for key in s) for s in known.values()):
         keys.discard("data.root")   # the files' checksums say whether the data is the same
     if all(any(key.startswith("data.points.") for key in s) for s in known.values()):
@@ -85,6 +86,25 @@ def mixed_settings(folds: dict[str, dict | None]) -> dict[str, dict[str, object]
         if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
             mixed[key] = values
     return mixed
+
+
+def run_settings(folds: dict[str, dict | None]) -> dict[str, object]:
+    """The settings of a run, ``{area: settings}`` of its folds: the ``section.key -> value`` that every fold
+    recording settings shares (a key whose value differs between its folds, pooled with ``--allow-mixed``,
+    and a key some fold lacks are left out); ``{}`` where no fold records its settings."""
+    known = [s for s in folds.values() if s is not None]
+    if not known:
+        return {}
+    keys = set.intersection(*(set(s) for s in known))
+    return {key: known[0][key] for key in keys
+            if len({json.dumps(s[key], sort_keys=True) for s in known}) == 1}
+
+
+def run_differences(runs: dict[str, dict]) -> dict[str, dict[str, object]]:
+    """``{key: {run name: value}}`` of the compared keys (as :func:`mixed_settings` compares folds, and
+    ``train.seed``: runs of one method with other seeds differ by chance alone) whose value differs between runs
+    side by side, ``runs`` ``{name: run_settings}``; a run recording no settings is not compared."""
+    return mixed_settings({name: settings or None for name, settings in runs.items()}, IGNORED - {SEED})
 
 
 def _areas_text(areas: list[str]) -> str:

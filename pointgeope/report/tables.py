@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
@@ -16,23 +17,29 @@ from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.engine.config_yaml import value_text
 from pointgeope.metrics import CLASS_MEAN_TEXT
 from pointgeope.report.runs import RunSummary
-from pointgeope.report.settings import value_groups
+from pointgeope.report.settings import SEED, run_differences, value_groups
 
 JSON_VERSION = 1
 MEANS = ("oa", "macc", "miou")
 HEAD = {"oa": "OA", "macc": "mAcc", "miou": "mIoU"}
 # the two 6-fold numbers: (key, RunSummary attribute, title)
 KINDS = (
-    ("pooled", "pooled", "pooled over the test areas (standard 6-fold number)"),
+    ("pooled", "pooled", "pooled over the test areas"),   # + " (standard 6-fold number)" of six folds
     ("mean_of_folds", "mean_of_folds", "mean of the per-fold scores"),
 )
 
 
-def pct(value: float, digits: int, signed: bool = False) -> str:
-    """A fraction as a percentage with ``digits`` decimals (``signed``: with its sign), ``—`` for NaN/None."""
+def pct(value: float, digits: int, signed: bool = False, missing: str = "—") -> str:
+    """A fraction as a percentage with ``digits`` decimals (``signed``: with its sign), ``missing`` for NaN/None.
+
+    Rounded half up (away from zero) from the fraction's decimal value, its shortest ``repr`` (the decimal that
+    a ratio of counts such as 23/80 = 0.2875 is): 28.75 % -> ``28.8``, as by hand from the JSON's fractions.
+    ``f"{100 * value:.1f}"`` rounded the binary product instead, which sends exact ties either way (23/80 ->
+    28.7, 49/80 -> 61.3). Every percentage of the report (tables, CSV, figures, ablation) is made here."""
     if value is None or math.isnan(value):
-        return "—"
-    return f"{100 * value:+.{digits}f}" if signed else f"{100 * value:.{digits}f}"
+        return missing
+    percent = (Decimal(repr(float(value))) * 100).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    return f"{percent:+.{digits}f}" if signed else f"{percent:.{digits}f}"
 
 
 def _cell(text: str) -> str:
@@ -72,14 +79,79 @@ def class_mean_lines(runs: list[RunSummary], mixed: str = MIXED_RULES) -> list[s
         + [mixed]
 
 
+DATA_KEYS = ("data.files.", "data.points.")  # the checksums of the area files, of their points
+SHOWN_KEYS = 8  # keys a note names, then how many more (report.json's run_differences has them all)
+
+
+def differences_of_runs(runs: list[RunSummary]) -> dict[str, dict[str, object]]:
+    """``{key: {run name: value}}`` of the settings the runs side by side differ in (their folds' shared
+    settings, compared as a run's folds are: :func:`~pointgeope.report.settings.run_differences`)."""
+    return run_differences({run.name: run.settings for run in runs}) if len(runs) > 1 else {}
+
+
+def run_difference_lines(runs: list[RunSummary]) -> list[str]:
+    """The notes on what the runs side by side were trained and tested with differently, so that a difference
+    of their scores is read as the effect of those keys alone: one line per key (at most :data:`SHOWN_KEYS`),
+    the data's checksums in one line of their own (unlike data: their scores compare unlike test sets)."""
+    differ = differences_of_runs(runs)
+    data = sorted({key.split(".", 2)[2] for key in differ if key.startswith(DATA_KEYS)})
+    keys = [key for key in differ if not key.startswith(DATA_KEYS)]
+    lines = []
+    if keys == [SEED] and not data:
+        return [f"- the runs differ in their seed alone (`{SEED}`: " + "; ".join(
+            f"{name} `{value_text(value)}`" for name, value in differ[SEED].items()) + "): their differences are "
+            "the spread between seeds of one method, not an effect (`pointgeope ablate` gives mean ± std over "
+            "seeds)."]
+    said = {key: "; ".join(f"{name} `{value_text(value)}`" for name, value in differ[key].items()) for key in keys}
+    if len(keys) == 1:
+        lines.append(f"- the runs were trained or tested with one setting apart: `{keys[0]}` ({said[keys[0]]}).")
+    elif keys:
+        lines.append("- the runs were trained or tested with different settings (their differences are the "
+                     "effect of all of these):")
+        lines += [f"  - `{key}`: {said[key]}" for key in keys[:SHOWN_KEYS]]
+        if len(keys) > SHOWN_KEYS:
+            lines.append(f"  - and {len(keys) - SHOWN_KEYS} more key(s) (report.json: `run_differences`)")
+    if data:
+        lines.append(f"- the runs read different data (the checksums of {', '.join(data)} differ): their "
+                     "differences compare unlike data sets.")
+    return lines
+
+
 def diff_name(run: RunSummary, first: RunSummary) -> str:
     return f"{run.name} - {first.name}"
 
 
-def data_name(names: tuple[str, ...]) -> str:
-    """The title's data set: ``"S3DIS 6-fold"`` for S3DIS's 13 classes, else ``"6-fold"`` (a network of
-    one's own classes on the areas' layout: its data are not S3DIS's labels)."""
-    return "S3DIS 6-fold" if tuple(names) == CLASS_NAMES else "6-fold"
+def six_folds(runs: list[RunSummary]) -> bool:
+    """Whether every run covers all six folds: the tables hold 6-fold numbers."""
+    return all(len(run.folds) == len(AREAS) for run in runs)
+
+
+def data_name(names: tuple[str, ...], runs: list[RunSummary]) -> str:
+    """The titles' data set and folds: ``"S3DIS 6-fold"`` where every run covers the six folds; where not,
+    what they cover, ``"S3DIS Area_5"`` (one fold: the Area 5 protocol), ``"S3DIS, 4 of 6 folds (Area_1, ...)"``
+    (the runs' same folds) or ``"S3DIS, the folds of column *folds*"``, so that a table of fewer folds is never
+    titled a 6-fold number. Without ``S3DIS`` for a network of one's own classes (its labels are not S3DIS's)."""
+    data = "S3DIS" if tuple(names) == CLASS_NAMES else ""
+    areas = {tuple(run.areas) for run in runs}
+    if six_folds(runs):
+        scope, joined = "6-fold", " "
+    elif len(areas) > 1:
+        scope, joined = "folds per run (column *folds*)", ", "
+    else:
+        (covered,) = areas
+        scope, joined = ((covered[0], " ") if len(covered) == 1 else
+                         (f"{len(covered)} of {len(AREAS)} folds ({', '.join(covered)})", ", "))
+    return data + joined + scope if data else scope
+
+
+def report_title(runs: list[RunSummary]) -> str:
+    """``report.md``'s title: ``"S3DIS 6-fold cross-validation report"``, else ``"S3DIS report: Area_5"`` (what
+    :func:`data_name` says the runs cover; ``"Report: ..."`` for a network of one's own classes)."""
+    names = runs[0].class_names
+    if six_folds(runs):
+        return f"{data_name(names, runs)} cross-validation report"
+    s3dis = tuple(names) == CLASS_NAMES
+    return ("S3DIS report: " if s3dis else "Report: ") + data_name(names, runs).removeprefix("S3DIS").lstrip(", ")
 
 
 def _folds_cell(run: RunSummary) -> str:
@@ -92,8 +164,9 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
     header = ["run", "folds"] + [HEAD[k] for k in MEANS] + list(names)
     align = "|:--|:-:|" + "--:|" * (len(MEANS) + len(names))
     lines = []
-    for _, attr, title in KINDS:
-        lines += [f"**{data_name(names)}, {title}, %**", "", _row(header), align]
+    for key, attr, title in KINDS:
+        title += " (standard 6-fold number)" if key == "pooled" and six_folds(runs) else ""
+        lines += [f"**{data_name(names, runs)}, {title}, %**", "", _row(header), align]
         first = getattr(runs[0], attr)
         for i, run in enumerate(runs):
             lines.append(_row([run.name, _folds_cell(run)] + _score_cells(getattr(run, attr), digits)))
@@ -115,6 +188,7 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
                       for key, v in run.mixed.items()]
     if len({tuple(r.areas) for r in runs}) > 1:
         notes.append("- the runs cover different folds: their differences compare unlike test sets.")
+    notes += run_difference_lines(runs)
     if notes:
         lines += ["Notes:", ""] + notes + [""]
     return "\n".join(lines)
@@ -143,7 +217,7 @@ def per_fold_markdown(run: RunSummary, digits: int = 1) -> str:
 def full_markdown(runs: list[RunSummary], digits: int = 1) -> str:
     """``report.md``: title, how the numbers are made, the summary tables and every run's per-fold table."""
     parts = [
-        f"# {data_name(runs[0].class_names)} cross-validation report",
+        f"# {report_title(runs)}",
         "",
         "*Pooled*: scores of the summed confusion matrices of the test areas, the standard 6-fold number "
         "(Pointcept `tools/test_s3dis_6fold.py`). *Mean of folds*: the mean of each test area's own scores "
@@ -170,7 +244,7 @@ def csv_header(class_names=CLASS_NAMES) -> list[str]:
 
 
 def _csv_scores(s: dict) -> list[str]:
-    return ["" if math.isnan(v) else f"{100 * v:.4f}" for v in [s[k] for k in MEANS] + list(s["iou"])]
+    return [pct(v, 4, missing="") for v in [s[k] for k in MEANS] + list(s["iou"])]
 
 
 def csv_text(runs: list[RunSummary]) -> str:
@@ -231,9 +305,10 @@ def json_report(runs: list[RunSummary]) -> dict:
             "pooled": run.pooled,
             "mean_of_folds": run.mean_of_folds,
             "pooled_confusion": run.confusion,
-            "per_fold": [{"area": f.area, "fold": f.fold, "num_points": f.num_points, **f.scores}
-                         for f in run.folds],
+            "per_fold": [{"area": f.area, "fold": f.fold, "metrics": str(f.path), "metrics_sha256": f.sha256,
+                          "num_points": f.num_points, "confusion": f.confusion, **f.scores} for f in run.folds],
         })
+    out["run_differences"] = differences_of_runs(runs)  # {key: {run: value}} of the settings the runs differ in
     for run in runs[1:]:
         out["differences"].append({
             "run": run.name, "baseline": runs[0].name,

@@ -1,0 +1,241 @@
+"""`pointgeope report A B`: runs side by side. Their differences are read as the effect of what differs
+between them, so the report says which settings and which data differ (a second run trained for fewer
+epochs, or on other data, read as the encoding's effect without a word before), and refuses one run folder
+given twice (a comparison of a run with itself)."""
+from __future__ import annotations
+
+import json
+
+from pointgeope.cli import main as cli
+from tests.test_report_mixed import _fold, _with_data
+
+
+def _run(root, name, *overrides, data=None):
+    run = root / name
+    for k in range(1, 7):
+        _fold(run, k, *overrides, f"train.seed={k}", config_in_metrics=k % 2 == 0)
+        if data is not None:
+            _with_data(run, k, data)
+    return run
+
+
+FILES = {f"Area_{a}": f"sha256:{a}" * 4 for a in range(1, 7)}
+
+
+def test_settings_the_runs_differ_in_are_named(tmp_path, capsys):
+    rpe = _run(tmp_path, "rpe", "model.pe=rpe", "train.epochs=100", data=FILES)
+    geope = _run(tmp_path, "geope", "model.pe=geope", "train.epochs=50", "train.device=cpu", data=FILES)
+    out = tmp_path / "out"
+    assert cli(["report", str(rpe), str(geope), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "- the runs were trained or tested with different settings" in md, md
+    assert "  - `model.pe`: rpe `rpe`; geope `geope`" in md, md
+    assert "  - `train.epochs`: rpe `100`; geope `50`" in md, md
+    notes = md.split("Notes:", 1)[1].split("## Per fold", 1)[0]
+    assert "train.device" not in notes and "different data" not in notes, notes
+    assert "train.seed" not in notes   # _run gives fold k seed k in both runs: the runs' seeds agree
+    assert "`model.pe`: rpe `rpe`; geope `geope`" in capsys.readouterr().out   # the summary on stdout says it
+    differences = json.loads((out / "report.json").read_text())["run_differences"]
+    assert differences == {"model.pe": {"rpe": "rpe", "geope": "geope"},
+                           "train.epochs": {"rpe": 100, "geope": 50}}
+
+
+def test_runs_on_other_data_are_said_to_compare_unlike_data(tmp_path):
+    rpe = _run(tmp_path, "rpe", "model.pe=rpe", data=FILES)
+    geope = _run(tmp_path, "geope", "model.pe=geope", data={**FILES, "Area_2": "sha256:other"})
+    out = tmp_path / "out"
+    assert cli(["report", str(rpe), str(geope), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert ("- the runs read different data (the checksums of Area_2 differ): their differences compare unlike "
+            "data sets.") in md, md
+    assert "- the runs were trained or tested with one setting apart: `model.pe` (rpe `rpe`; geope `geope`)." in md
+    assert "data.files.Area_2" not in md.split("Notes:", 1)[1]   # one line for the data, not a checksum per key
+    differences = json.loads((out / "report.json").read_text())["run_differences"]
+    assert sorted(differences) == ["data.files.Area_2", "model.pe"]
+
+
+def test_runs_of_one_method_with_other_seeds_are_said_to_differ_by_chance(tmp_path):
+    """Two runs of one config with other seeds: their +x.x differences are seed noise, said so (before: the
+    tables alone, read as an effect)."""
+    def run(name, seed, *overrides):
+        for k in range(1, 7):
+            _fold(tmp_path / name, k, "model.pe=geope", f"train.seed={seed}", *overrides, config_in_metrics=k % 2 == 0)
+            _with_data(tmp_path / name, k, FILES)
+        return tmp_path / name
+
+    a, b, out = run("a", 0), run("b", 7), tmp_path / "out"
+    assert cli(["report", str(a), str(b), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "- the runs differ in their seed alone (`train.seed`: a `0`; b `7`): their differences are " in md, md
+    assert "not an effect" in md and "different settings" not in md
+    assert json.loads((out / "report.json").read_text())["run_differences"] == {"train.seed": {"a": 0, "b": 7}}
+    run("a", 0, "model.planes=[16, 32, 64, 128, 256]")             # now a method apart too
+    assert cli(["report", str(a), str(b), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "  - `train.seed`: a `0`; b `7`" in md and "  - `model.planes`: a " in md and "seed alone" not in md, md
+
+
+def test_runs_alike_but_for_what_changes_no_result_get_no_note(tmp_path):
+    a = _run(tmp_path, "a", "model.pe=rpe", "train.threads=2", data=FILES)
+    b = _run(tmp_path, "b", "model.pe=rpe", "data.num_workers=0", "data.root=/scratch/s3dis", data=FILES)
+    out = tmp_path / "out"
+    assert cli(["report", str(a), str(b), "--out", str(out)]) == 0
+    assert "different settings" not in (out / "report.md").read_text()
+    assert json.loads((out / "report.json").read_text())["run_differences"] == {}
+
+
+def test_one_run_folder_given_twice_is_refused(tmp_path, capsys):
+    """Before: ``--names`` (the advice of the refusal of two equal names) or a link gave a table of the run
+    beside itself, its differences +0.0, as a comparison of two runs."""
+    run = _run(tmp_path, "rpe", "model.pe=rpe")
+    (tmp_path / "link").symlink_to(run)
+    for args, said in (([str(run), str(run), "--names", "a", "b"], f"got {run} given twice"),
+                       ([str(run), str(tmp_path / "link")], f"got {tmp_path / 'link'} and {run} are one folder")):
+        assert cli(["report", *args, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0] and "give each run folder once" in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_json_names_the_file_and_the_counts_of_every_fold(tmp_path):
+    """Every number of report.json traces to a file: each fold names its metrics.json, the sha256 of the bytes
+    its scores were read from (a fold evaluated again since shows another), and its confusion counts, whose
+    sum is the pooled confusion. Before: the area and the scores alone."""
+    import hashlib
+
+    run = _run(tmp_path, "rpe", "model.pe=rpe")
+    out = tmp_path / "out"
+    assert cli(["report", str(run), "--out", str(out)]) == 0
+    entry = json.loads((out / "report.json").read_text())["runs"][0]
+    total = None
+    for fold in entry["per_fold"]:
+        path = run / f"area_{fold['fold']}" / "metrics.json"
+        assert fold["metrics"] == str(path)
+        assert fold["metrics_sha256"] == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+        assert fold["confusion"] == json.loads(path.read_text())["confusion"]
+        total = fold["confusion"] if total is None else [[a + b for a, b in zip(r, s)] for r, s in zip(total, fold["confusion"])]
+    assert total == entry["pooled_confusion"]
+
+
+def _half_up(fraction, digits: int) -> str:
+    """``fraction`` (a Fraction) in %, rounded half up at ``digits`` decimals, by integer arithmetic."""
+    from fractions import Fraction
+
+    scaled = abs(fraction) * 100 * 10 ** digits
+    units = int(scaled + Fraction(1, 2))           # floor(x + 1/2): a tie goes up
+    text = f"{units // 10 ** digits}" + (f".{units % 10 ** digits:0{digits}d}" if digits else "")
+    return ("-" if fraction < 0 and units else "") + text
+
+
+def test_percentages_round_ties_half_up_as_by_hand():
+    """A ratio of counts that is a tie at the shown decimals (23/80 = 28.75 %) was rounded from the binary
+    product 100 * 0.2875 = 28.749999999999996: 28.7, while 49/80 = 61.25 % gave 61.3. Every tie of a ratio
+    num/den (den <= 400) at 0, 1 and 4 decimals now reads as the exact ratio rounded half up."""
+    from fractions import Fraction
+
+    from pointgeope.report.tables import pct
+
+    for digits in (0, 1, 4):
+        for den in range(1, 401):
+            for num in range(den + 1):
+                exact = Fraction(num, den)
+                if (exact * 100 * 10 ** digits).denominator == 2:     # a tie
+                    assert pct(num / den, digits) == _half_up(exact, digits), (num, den, digits)
+                    assert pct(-num / den, digits, signed=True) == "-" + _half_up(exact, digits)
+    assert pct(23 / 80, 1) == "28.8" and pct(49 / 80, 1) == "61.3" and pct(1 / 16, 1) == "6.3"
+
+
+def test_the_tables_and_the_csv_round_a_tie_alike(tmp_path):
+    import csv
+
+    import numpy as np
+
+    from tests.test_report import write_fold
+
+    m = 10 * np.eye(13, dtype=np.int64)
+    m[0, 0], m[0, 1] = 23, 57                         # ceiling: TP 23, union 80 + 23 - 23 = 80 in every fold
+    run = tmp_path / "run"
+    for k in range(1, 7):
+        write_fold(run, k, m)
+    out = tmp_path / "out"
+    assert cli(["report", str(run), "--out", str(out), "--digits", "1"]) == 0
+    row = [c.strip() for c in (out / "report.md").read_text().split("| run |", 1)[1].splitlines()[2].split("|")]
+    assert row[6] == "28.8", row                      # ceiling's pooled IoU 138/480 = 23/80 = 28.75 %, a tie
+    rows = list(csv.DictReader((out / "report.csv").open()))
+    assert rows[0]["iou_pct_ceiling"] == "28.7500"
+
+
+def test_a_fold_being_written_now_is_named_not_pooled(tmp_path):
+    """A fold whose folder a live process holds (``pointgeope evaluate`` testing it again with other eval
+    settings, a training at work) is left out and named as such. Before: its old metrics.json was pooled
+    as finished, and once the new predictions were written the fold was said to be 'a test stopped between
+    the two writes' while the test was running. A lock file left by a process that has ended changes nothing."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    run = _run(tmp_path, "rpe", "model.pe=rpe")
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record = {"pid": writer.pid, "host": socket.gethostname(), "since": "2026-11-28 09:00:00",
+                  "command": "pointgeope evaluate rpe/area_3 eval.vote=mean"}
+        (run / "area_3" / ".lock").write_text(json.dumps(record))
+        out = tmp_path / "out"
+        assert cli(["report", str(run), "--out", str(out)]) == 0
+        md = (out / "report.md").read_text()
+        assert f"Area_3 (being written now by pid {writer.pid} (since 2026-11-28 09:00:00); report again" in md, md
+        assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == [
+            "Area_1", "Area_2", "Area_4", "Area_5", "Area_6"]
+    finally:
+        writer.kill()
+        writer.wait()
+    assert cli(["report", str(run), "--out", str(out)]) == 0    # the writer has ended: its lock file is left over
+    assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == [f"Area_{k}" for k in range(1, 7)]
+    assert os.path.exists(run / "area_3" / ".lock")
+
+
+def test_tables_of_fewer_folds_are_not_titled_six_fold(tmp_path, capsys):
+    """The Area 5 protocol (``train --test-area 5``, then ``report``) gave a table titled "S3DIS 6-fold, pooled
+    over the test areas (standard 6-fold number)" of Area_5 alone: cited as a 6-fold number, it is not one."""
+    import numpy as np
+
+    from tests.test_report import write_fold
+
+    def run(name, folds):
+        for k in folds:
+            write_fold(tmp_path / name, k, 10 * np.eye(13, dtype=np.int64))
+        return str(tmp_path / name)
+
+    titles = {}
+    for case, runs in {"area5": [run("a5", [5])], "four": [run("f1", [1, 2, 4, 5]), run("f2", [1, 2, 4, 5])],
+                       "unlike": [run("u1", [5]), run("u2", [1, 5])], "six": [run("s", range(1, 7))]}.items():
+        assert cli(["report", *runs, "--out", str(tmp_path / case)]) == 0
+        md = (tmp_path / case / "report.md").read_text()
+        titles[case] = [md.splitlines()[0]] + [line for line in md.split("## Per fold")[0].splitlines()
+                                               if line.startswith("**")]
+    assert titles["area5"] == ["# S3DIS report: Area_5", "**S3DIS Area_5, pooled over the test areas, %**",
+                               "**S3DIS Area_5, mean of the per-fold scores, %**"]
+    four = "4 of 6 folds (Area_1, Area_2, Area_4, Area_5)"
+    assert titles["four"] == [f"# S3DIS report: {four}", f"**S3DIS, {four}, pooled over the test areas, %**",
+                              f"**S3DIS, {four}, mean of the per-fold scores, %**"]
+    assert titles["unlike"][1] == "**S3DIS, folds per run (column *folds*), pooled over the test areas, %**"
+    assert titles["six"] == ["# S3DIS 6-fold cross-validation report",
+                             "**S3DIS 6-fold, pooled over the test areas (standard 6-fold number), %**",
+                             "**S3DIS 6-fold, mean of the per-fold scores, %**"]
+
+
+def test_a_fold_of_other_test_areas_is_refused_with_what_to_do(tmp_path, capsys):
+    """A fold of an edited folds.json (fold 1 testing Area_3, or Area_1 and Area_2) and a metrics.json copied
+    into another fold's folder were refused without a word of why or what to do."""
+    run = _run(tmp_path, "rpe", "model.pe=rpe")
+    path = run / "area_1" / "metrics.json"
+    kept = path.read_text()
+    for area, fold, said in (("Area_3", 1, "the report pools S3DIS's six folds, fold K testing Area_K alone"),
+                             (["Area_1", "Area_2"], 1, "fold of an edited folds.json cannot be pooled"),
+                             ("Area_2", 2, f"another fold's folder: evaluate the fold again (pointgeope evaluate "
+                                           f"{run / 'area_1'})")):
+        path.write_text(json.dumps({**json.loads(kept), "area": area, "fold": fold}))
+        assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "expected the results of Area_1 (fold 1)" in err[0] and said in err[0], err
