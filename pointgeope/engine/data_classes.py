@@ -31,7 +31,7 @@ def label_counts(root: str | Path, areas: list[str]) -> np.ndarray:
     for area in areas:
         with open_area(area_path(root, area)) as f:
             for room in f:
-                counts += np.bincount(f[room]["label"][()].astype(np.int64).ravel(), minlength=256)[:256]
+                counts += np.bincount(f[room]["label"][()].ravel(), minlength=256)[:256]
     return counts
 
 
