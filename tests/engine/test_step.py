@@ -167,14 +167,38 @@ def test_finite_gradients_whose_norm_overflows_are_no_finding(tmp_path):
 
 @pytest.mark.filterwarnings(r"ignore:Detected call of `lr_scheduler.step\(\)`")
 def test_under_fp16_the_scaler_skips_non_finite_gradients_itself(tmp_path):
-    """With the grad scaler enabled the check leaves non-finite gradients to it (it skips the step and lowers
-    its scale): no stop."""
+    """With the grad scaler enabled (torch's own, on the CPU) the check leaves non-finite gradients to it: it
+    skips the step (the weights unchanged) and halves its scale; no stop, nothing saved."""
     cfg, learner = _poisoned_net(float("inf"))
-    learner.scaler = SimpleNamespace(is_enabled=lambda: True, scale=lambda loss: loss, unscale_=lambda opt: None,
-                                     step=lambda opt: None, update=lambda: None)
+    learner.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    before = copy.deepcopy(learner.model.state_dict())
     batch = _batch()
     train_step(cfg, learner, learner.model, batch, CPU, _check(learner, tmp_path, batch))
-    assert not list(tmp_path.iterdir())
+    assert all(torch.equal(w, before[k]) for k, w in learner.model.state_dict().items())
+    assert learner.scaler.get_scale() == 512.0 and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("clip", [None, 0.05])
+def test_under_fp16_a_clipped_step_clips_the_unscaled_gradients_as_torch_does(clip, tmp_path):
+    """The norm computed once clips the unscaled gradients: torch's recipe (scale, backward, unscale_,
+    clip_grad_norm_, step, update) on a twin gives the same weights, bit for bit."""
+    cfg, learner = _setup(clip)
+    learner.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    twin = copy.deepcopy(learner.model)
+    opt, scaler = torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9), torch.amp.GradScaler("cpu", init_scale=1024.0)
+    for seed in range(2):
+        batch = _batch(seed)
+        train_step(cfg, learner, learner.model, batch, CPU, _check(learner, tmp_path, batch))
+        opt.zero_grad()
+        scaler.scale(torch.nn.functional.cross_entropy(twin(batch.pos, batch.x, None), batch.y,
+                                                       ignore_index=255)).backward()
+        if clip is not None:
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(twin.parameters(), clip)
+        scaler.step(opt)
+        scaler.update()
+    for a, b in zip(learner.model.parameters(), twin.parameters()):
+        assert torch.equal(a, b)
 
 
 def _ddp_rank(rank: int, world: int, port: int, out: str, bad: int) -> None:
