@@ -204,8 +204,10 @@ def mean_of_fold_scores(confusions: Sequence, class_mean: str = "present") -> di
 class ConfusionMeter:
     """Accumulates a ``(C, C)`` confusion matrix of torch tensors on their own device.
 
-    The counts live in an int64 tensor on the device of the first :meth:`update` (or on ``device``) and
-    are computed there with ``torch.bincount``; nothing moves to the CPU until :attr:`confusion` is read.
+    The counts live in an int64 tensor on the device of the first batch (or on ``device``), allocated once,
+    and each batch adds to them there (``index_put_`` with ``accumulate``); nothing moves to the CPU until
+    :attr:`confusion` is read. :meth:`update` checks the labels (one host read a batch), :meth:`count` does
+    not (a training loop's); both check shapes and dtypes by one rule and count alike.
     In DDP, call :meth:`all_reduce` once at the end of evaluation to sum the counts of all ranks.
 
     Example::
@@ -238,65 +240,77 @@ class ConfusionMeter:
         self._counts = None
 
     def update(self, logits_or_pred, target) -> None:
-        """Count one batch.
+        """Count one batch, its labels checked.
 
         Args:
             logits_or_pred: logits ``(N, C)`` (the arg-max is taken) or predicted labels ``(N,)``.
             target: labels ``(N,)``; ``ignore_index`` points are skipped.
+
+        Raises:
+            ValueError: shapes or dtypes other than these, or a prediction or a kept label outside ``0..C-1``
+            (one host read a batch, to decide).
         """
         import torch
 
-        pred = logits_or_pred
-        if pred.dim() == 2:
-            if pred.shape[1] != self.num_classes:
-                raise ValueError(f"expected logits of shape (N, {self.num_classes}), got {tuple(pred.shape)}")
-            pred = pred.argmax(dim=1)
-        if pred.dim() != 1 or target.dim() != 1 or pred.shape[0] != target.shape[0]:
-            raise ValueError(f"expected pred (N,) or logits (N, C) and target (N,), got "
-                             f"{tuple(logits_or_pred.shape)} and {tuple(target.shape)}")
-        if pred.is_floating_point() or target.is_floating_point():
-            raise ValueError(f"expected integer labels, got pred {pred.dtype} and target {target.dtype}")
-        pred = pred.long()
-        target = target.to(device=pred.device, dtype=torch.long)
-        if self.ignore_index is not None:
-            keep = target != self.ignore_index
-            pred, target = pred[keep], target[keep]
+        pred, target = self._batch(logits_or_pred, target)
         c = self.num_classes
-        bad_target = (target < 0) | (target >= c)
-        bad_pred = (pred < 0) | (pred >= c)
+        keep = torch.ones_like(target, dtype=torch.bool) if self.ignore_index is None else target != self.ignore_index
+        bad_target, bad_pred = keep & ((target < 0) | (target >= c)), keep & ((pred < 0) | (pred >= c))
         if bool((bad_target | bad_pred).any()):  # one host sync per batch
             raise ValueError(f"expected labels in 0..{c - 1}; out of range: target "
                              f"{torch.unique(target[bad_target]).tolist()[:10]}, "
                              f"pred {torch.unique(pred[bad_pred]).tolist()[:10]}")
-        counts = torch.bincount(target * c + pred, minlength=c * c)
-        if self._counts is None:
-            device = pred.device if self.device is None else torch.device(self.device)
-            self._counts = torch.zeros(c * c, dtype=torch.long, device=device)
-        self._counts += counts.to(self._counts.device)
+        self._add(pred, target, keep)
 
     def count(self, logits, target) -> None:
         """Count one batch of logits ``(N, C)`` and labels ``(N,)`` on their device without reading anything on
-        the host (on a GPU :meth:`update`'s checks, masks and ``bincount`` each wait for the queue to drain):
-        the labels are not checked, and a point whose label is ``ignore_index`` or outside ``0..C-1`` is not
-        counted. For a training loop, whose loss has refused such labels already. The shapes and dtypes are
-        checked (metadata, no read): logits of another class count would put points in other classes' cells."""
+        the host (on a GPU :meth:`update`'s check waits for the queue to drain): the labels are not checked,
+        and a point whose label is ``ignore_index`` or outside ``0..C-1`` is not counted. For a training loop,
+        whose loss has refused such labels already. The shapes and dtypes are checked (metadata, no read):
+        logits of another class count would put points in other classes' cells."""
+        pred, target = self._batch(logits, target, logits_only=True)
+        keep = (target >= 0) & (target < self.num_classes)
+        if self.ignore_index is not None:
+            keep &= target != self.ignore_index
+        self._add(pred, target, keep)
+
+    def _batch(self, logits_or_pred, target, logits_only: bool = False):
+        """The checks of :meth:`update` and :meth:`count`, their one owner (shapes and dtypes: metadata, no host
+        read): ``(pred (N,), target (N,))`` as int64 on the predictions' device, the arg-max of logits
+        ``(N, C)``, or predicted labels ``(N,)`` as given unless ``logits_only``."""
+        import torch
+
+        c, shape = self.num_classes, tuple(logits_or_pred.shape)
+        logits = logits_or_pred.dim() == 2
+        if (logits_only or logits) and (not logits or shape[1] != c or tuple(target.shape) != shape[:1]):
+            raise ValueError(f"expected logits of shape (N, {c}) and target (N,), got {shape} and "
+                             f"{tuple(target.shape)}")
+        if logits_or_pred.dim() != 1 and not logits or target.dim() != 1 or target.shape[0] != shape[0]:
+            raise ValueError(f"expected pred (N,) or logits (N, {c}) and target (N,), got {shape} and "
+                             f"{tuple(target.shape)}")
+        if logits and logits_or_pred.is_complex():
+            raise ValueError(f"expected real logits, got {logits_or_pred.dtype}")
+        pred = logits_or_pred.argmax(dim=1) if logits else logits_or_pred
+        for name, labels in (("pred", pred), ("target", target)):
+            if labels.is_floating_point() or labels.is_complex():
+                raise ValueError(f"expected integer labels, got {name} {labels.dtype}")
+        return pred.long(), target.to(device=pred.device, dtype=torch.long)
+
+    def _add(self, pred, target, keep) -> None:
+        """Add the points of ``keep`` (bool ``(N,)``) to their cells ``target * C + pred``, on the device (no host
+        read; the counts allocated once, on ``device`` or the first batch's)."""
         import torch
 
         c = self.num_classes
-        if logits.dim() != 2 or logits.shape[1] != c or target.shape != logits.shape[:1]:
-            raise ValueError(f"expected logits of shape (N, {c}) and target (N,), got {tuple(logits.shape)} and "
-                             f"{tuple(target.shape)}")
-        if target.is_floating_point() or target.is_complex():
-            raise ValueError(f"expected integer labels, got target {target.dtype}")
-        pred, target = logits.argmax(dim=1), target.to(device=logits.device, dtype=torch.long)
-        keep = (target >= 0) & (target < c)
-        if self.ignore_index is not None:
-            keep &= target != self.ignore_index
         if self._counts is None:
-            device = logits.device if self.device is None else torch.device(self.device)
-            self._counts = torch.zeros(c * c, dtype=torch.long, device=device)
+            self._counts = torch.zeros(c * c, dtype=torch.long, device=self._device(pred.device))
         cell = torch.where(keep, target * c + pred, 0).to(self._counts.device)   # a point not kept adds 0
         self._counts.index_put_((cell,), keep.long().to(self._counts.device), accumulate=True)
+
+    def _device(self, default):
+        import torch
+
+        return default if self.device is None else torch.device(self.device)
 
     def all_reduce(self) -> None:
         """Sum the counts over all DDP ranks (a no-op unless ``torch.distributed`` is initialised).

@@ -211,6 +211,32 @@ def test_count_leaves_out_labels_out_of_range_and_refuses_other_shapes():
     np.testing.assert_array_equal(meter.confusion, want)
 
 
+@pytest.mark.parametrize("pred, target, said", [
+    (torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2]) + 0j, "expected integer labels, got target torch.complex64"),
+    (torch.eye(3) + 0j, torch.tensor([0, 1, 2]), "expected real logits, got torch.complex64"),
+    (torch.tensor([0, 1, 2]) + 0j, torch.tensor([0, 1, 2]), "expected integer labels, got pred torch.complex64"),
+    (torch.eye(3)[:2], torch.tensor([[0, 1]]), r"and target \(N,\), got \(2, 3\) and \(1, 2\)"),
+    (torch.eye(5)[:2], torch.tensor([0, 1]), r"expected logits of shape \(N, 3\) and target \(N,\), got \(2, 5\)")])
+def test_update_and_count_refuse_alike_what_is_not_a_batch_of_labels(pred, target, said):
+    """One owner of the checks: ``update`` counted complex labels (their real part, with torch's warning only)
+    where ``count`` refused them, and each said its own words of a shape. Both refuse now, in the same words
+    for logits, and count nothing."""
+    for method in ("update", "count") if pred.dim() == 2 else ("update",):
+        meter = ConfusionMeter(num_classes=3)
+        with pytest.raises(ValueError, match=said):
+            getattr(meter, method)(pred, target)
+        np.testing.assert_array_equal(meter.confusion, np.zeros((3, 3)))
+
+
+def test_update_checks_the_points_it_counts_only():
+    """A prediction out of range at an ignored point is not counted, so not refused; a kept one is."""
+    meter = ConfusionMeter(num_classes=3, ignore_index=255)
+    meter.update(torch.tensor([0, 7, 2]), torch.tensor([0, 255, 2]))
+    np.testing.assert_array_equal(meter.confusion, np.diag([1, 0, 1]))
+    with pytest.raises(ValueError, match=r"out of range: target \[\], pred \[7\]"):
+        meter.update(torch.tensor([7]), torch.tensor([1]))
+
+
 def test_meter_all_reduce_without_distributed_is_a_no_op():
     meter = ConfusionMeter(num_classes=3)
     pred, target = _hand_labels()

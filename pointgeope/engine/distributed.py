@@ -153,6 +153,17 @@ def any_rank(flag: bool, device: torch.device) -> bool:
     return bool(t.item())
 
 
+def read_agreed(values: list[torch.Tensor], flag: torch.Tensor) -> tuple[list[float], bool]:
+    """The values of the 0-dim tensors ``values`` and whether the 0-dim boolean ``flag`` (all on this rank's
+    device) is true on any rank, in one host read: under DDP the flag's all-reduce (max) is queued on the
+    device first, and the values (as float32) and the agreed flag are read together. Collective under DDP."""
+    flag = flag.reshape(1).to(torch.float32)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    read = torch.cat([torch.stack([v.to(torch.float32) for v in values]), flag]).tolist()
+    return read[:-1], bool(read[-1])
+
+
 def broadcast_buffers(module: torch.nn.Module) -> None:
     """Give every rank rank 0's buffers of ``module`` (BatchNorm's running mean, variance and batch count),
     in place; a no-op in a single process. DDP broadcasts them at the start of each forward only, so after

@@ -52,7 +52,7 @@ class EpochMeter:
     def add(self, logits: torch.Tensor, target: torch.Tensor, loss: float) -> None:
         """One training batch: logits ``(N, C)``, labels ``(N,)``, its loss. Reads nothing on the host and copies
         nothing to the device (``ConfusionMeter.count``; the sums on the host): the meter adds no wait to the
-        step's own reads (its loss; train_epoch's check of the gradients' norm, and under DDP of every rank)."""
+        step's one read (its loss, with train_epoch's check of the loss and the gradients' norm on every rank)."""
         self.confusion.count(logits.detach(), target)
         self.totals += (loss, 1.0, target.shape[0])
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pointgeope.data.folds import Fold
 from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
-from pointgeope.engine.fold_result import missing_checkpoint
+from pointgeope.engine.fold_result import missing_checkpoint, unvalidated_best
 
 EVALUATE_ADVICE = ("evaluate a fold with the config it was trained with: drop the overrides of what it was trained "
                    "with (eval.* and the keys of place, speed and memory, such as train.device or data.hierarchy, "
@@ -68,7 +68,8 @@ def fold_checkpoint(run: str | Path, cfg, fold: Fold, log) -> tuple[Path, dict]:
     """The path and content of ``fold``'s checkpoint to test in its folder ``run`` (``eval.checkpoint``),
     checked against ``cfg`` (a ``Config``: its config) and refused when trained for another fold
     (:func:`check_trained_fold`, its warnings through ``log``); one line that says what to do where the fold
-    has not saved it yet."""
+    has not saved it yet, or where ``best.pt`` was picked by no validation (``train.val_every: 0``: it holds
+    the last epoch, and ``best`` would name a choice that was never made)."""
     from pointgeope.engine.config import config_to_dict
 
     path = Path(run) / f"{cfg.eval.checkpoint}.pt"
@@ -76,4 +77,6 @@ def fold_checkpoint(run: str | Path, cfg, fold: Fold, log) -> tuple[Path, dict]:
         raise CheckpointError(missing_checkpoint(path, fold.index))
     ckpt = load_checkpoint(path, config_to_dict(cfg), advice=EVALUATE_ADVICE)
     check_trained_fold(path, ckpt.get("fold"), fold, cfg.data.root, log)
+    if path.name == "best.pt" and ckpt.get("best_miou", 0.0) < 0:   # no validation ever scored it
+        raise CheckpointError(unvalidated_best(path, int(ckpt.get("epoch", 0))))
     return path, ckpt

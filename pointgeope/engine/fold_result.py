@@ -121,6 +121,16 @@ def untrained_fold(run: Path, fold: int) -> str:
             f"first ({train_fold_command(run, fold)}), or give the fold folder that holds its last.pt")
 
 
+def unvalidated_best(path: Path, epoch: int, use_last: str = "evaluate its last.pt (eval.checkpoint=last)") -> str:
+    """The line for a test of ``best.pt`` (``path``) that no validation picked: its fold trained with
+    ``train.val_every: 0`` (the checkpoint's best validation mIoU is still -1), so ``best.pt`` is rewritten
+    every epoch and holds the last one (``epoch``), the weights of ``last.pt``; ``use_last``: the command's
+    way to take ``last.pt``."""
+    return (f"{path}: no validation picked it: the fold trained without validation (train.val_every=0), so "
+            f"best.pt holds its last epoch ({epoch}), the weights of last.pt; {use_last}, or train with "
+            "train.val_every=1 for a best epoch")
+
+
 def missing_checkpoint(path: Path, fold: int, use_last: str = "evaluate its last.pt (eval.checkpoint=last)") -> str:
     """The line for a test (``evaluate``, ``predict``) of the fold folder ``path.parent`` whose checkpoint
     ``path`` is not there: a fold stopped before it saved its first ``last.pt``, or (``best.pt``) before its

@@ -35,7 +35,7 @@ from pointgeope.engine import build
 from pointgeope.engine.config import Config
 from pointgeope.engine.losses import segmentation_loss
 from pointgeope.engine.state import Learner
-from pointgeope.engine.step import train_step
+from pointgeope.engine.step import checked_update, train_step
 from pointgeope.model import padding
 from pointgeope.model.gather_backward import forget_transposes
 
@@ -105,7 +105,7 @@ class GraphedStep:
         self.failed, self.full = False, False
         self.spec = net.hierarchy_spec
 
-    def __call__(self, batch, before_update: Callable[[Tensor, float], None] | None = None):
+    def __call__(self, batch, before_update: Callable[[Tensor, Tensor | None], float] | None = None):
         h = getattr(batch, "hierarchy", None)
         if self.failed or h is None:
             return self.eager(batch, before_update)
@@ -132,11 +132,7 @@ class GraphedStep:
         graph.replay()
         for p, g in zip(self.learner.model.parameters(), graph.grads):
             p.grad = g
-        loss_value = graph.loss.item()
-        if before_update is not None:
-            before_update(graph.loss, loss_value)
-        self.learner.update(self.cfg.optim.grad_clip)
-        return graph.logits[:n], loss_value
+        return graph.logits[:n], checked_update(self.cfg, self.learner, graph.loss, before_update)
 
     def _record(self, key: tuple, padded, values: dict[int, int]) -> _Graph | None:
         """Record the padded step of ``key``'s size with this batch as its inputs; None (and eager from now

@@ -75,21 +75,38 @@ class Learner:
         """``(parameter, non-finite values, values)`` of the first parameter whose gradient holds a NaN or an
         infinity, ``None`` when all are finite. A finite loss can have such gradients (an overflow in the
         backward): the update would turn every weight it reaches into NaN. Under fp16 the grad scaler skips
-        such a step itself and lowers its scale, so nothing is reported then. One norm over all gradients
-        (one host sync) decides; only when it is not finite is each gradient looked at (a norm that
-        overflows on finite gradients is no finding)."""
-        named = {name: p.grad for name, p in self.model.named_parameters() if p.grad is not None}
-        if self.scaler.is_enabled() or not named:
+        such a step itself and lowers its scale, so nothing is reported then. One host read a parameter:
+        asked only once the step's one read (:meth:`FoldCheckpoints.before_update`) found the gradients'
+        norm not finite (a norm that overflows on finite gradients is no finding)."""
+        if self.scaler.is_enabled():
             return None
-        if bool(torch.isfinite(_total_norm(list(named.values())))):
-            return None
-        return first_non_finite(named)
+        return first_non_finite({name: p.grad for name, p in self.model.named_parameters() if p.grad is not None})
 
-    def update(self, grad_clip: float | None) -> None:
-        """The step once the gradients are in place (:meth:`backward`, or a CUDA graph's replay): clip, step, schedule."""
+    def gradient_norm(self, grad_clip: float | None, checked: bool = True) -> torch.Tensor | None:
+        """``||g||_2`` of all gradients as one vector (a 0-dim tensor on their device, not read: no host sync),
+        computed once for both of its readers: the check of :meth:`FoldCheckpoints.before_update` (``checked``;
+        none under fp16, whose scaler checks) and the clipping of :meth:`update` (``grad_clip``; under fp16 the
+        gradients are unscaled first, so that the true ones are clipped). ``None`` when neither needs it, or
+        when no parameter has a gradient."""
+        if grad_clip is None and not (checked and not self.scaler.is_enabled()):
+            return None
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if not grads:
+            return None
         if grad_clip is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), grad_clip)
+        return _total_norm(grads)
+
+    def update(self, grad_clip: float | None, norm: torch.Tensor | None = None) -> None:
+        """The step once the gradients are in place (:meth:`backward`, or a CUDA graph's replay): clip, step,
+        schedule. ``norm``: :meth:`gradient_norm`'s, when the caller has it (else computed here); with
+        ``grad_clip`` = ``c`` every gradient is multiplied by ``min(1, c / (norm + 1e-6))``, as
+        ``torch.nn.utils.clip_grad_norm_`` does."""
+        if grad_clip is not None:
+            if norm is None:
+                norm = self.gradient_norm(grad_clip, checked=False)
+            if norm is not None:
+                _clip(self.model.parameters(), grad_clip, norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()  # the learning rate is a function of the step (build.scheduler)
@@ -225,22 +242,34 @@ class FoldCheckpoints:
                             "since another process could now take the folder; the same command trains the fold "
                             "again (from its last.pt, if one is left)")
 
-    def before_update(self, state: LoopState, batch, fold: int) -> Callable[[torch.Tensor, float], None]:
-        """The check ``train_step`` runs before the update of ``batch``, and before the step's writes: a
-        non-finite loss or gradient (:meth:`Learner.non_finite_gradient`) on any rank, or a fold folder
-        deleted (:meth:`check_folder`, rank 0's), stops every rank together, in the one all-reduce the check
-        makes under DDP: the folder's error on every rank, else :meth:`stop_on_nan`."""
-        def check(loss: torch.Tensor, loss_value: float) -> None:
-            gradient = self.learner.non_finite_gradient() if math.isfinite(loss_value) else None
+    def before_update(self, state: LoopState, batch, fold: int) -> Callable[[torch.Tensor, torch.Tensor | None], float]:
+        """The check ``train_step`` runs before the update of ``batch``, and before the step's writes:
+        ``check(loss, norm)`` returns the loss's value. A non-finite loss or gradient norm (``norm``:
+        :meth:`Learner.gradient_norm`'s, ``None`` when the gradients are not checked) on any rank, or a fold
+        folder deleted (:meth:`check_folder`, rank 0's), stops every rank together: the folder's error on
+        every rank, else :meth:`stop_on_nan`. The loss and the ranks' agreement on that flag are read in one
+        host read (:func:`distributed.read_agreed`: under DDP the flag's all-reduce is queued on the device
+        before it); only when the flag is up are the gradients looked at one by one
+        (:meth:`Learner.non_finite_gradient`: a norm that overflows on finite gradients is no finding) and
+        the ranks asked again."""
+        def check(loss: torch.Tensor, norm: torch.Tensor | None) -> float:
             gone = None
             try:
                 self.check_folder(state)
             except UserError as err:
                 gone = err
+            flag = ~torch.isfinite(loss.detach())
+            if norm is not None and not self.learner.scaler.is_enabled():
+                flag = flag | ~torch.isfinite(norm)
+            (loss_value,), up = distributed.read_agreed([loss.detach()], flag | (gone is not None))
+            if not up:
+                return loss_value
+            gradient = self.learner.non_finite_gradient() if math.isfinite(loss_value) else None
             if distributed.any_rank(not math.isfinite(loss_value) or gradient is not None or gone is not None,
                                     self.env.device):
                 distributed.share_refusal(gone)
                 self.stop_on_nan(state, loss, batch, fold, gradient)
+            return loss_value
         return check
 
     def stop_on_nan(self, state: LoopState, loss: torch.Tensor, batch, fold: int,
@@ -248,7 +277,8 @@ class FoldCheckpoints:
         """Save the batch and the model whose loss, or whose gradients (``gradient``: the first parameter
         whose gradient holds a NaN or an infinity, :meth:`Learner.non_finite_gradient`), were not finite (each
         rank its own), then stop with a FloatingPointError before the update: training on would only spread
-        the NaN into every weight, and into ``last.pt`` and ``best.pt`` at the epoch's end."""
+        the NaN into every weight, and into ``last.pt`` and ``best.pt`` at the epoch's end. Under DDP a rank
+        whose loss and gradients are finite says that another process's were not (each names its own)."""
         env = self.env
         name = f"nan_step_{state.step}_rank{env.rank}.pt" if env.distributed else f"nan_step_{state.step}.pt"
         save_checkpoint(self.run / name, {
@@ -256,11 +286,14 @@ class FoldCheckpoints:
             "step": state.step, "loss": loss.detach().cpu(), "pos": batch.pos.cpu(), "x": batch.x.cpu(),
             "y": batch.y.cpu(), "ptr": batch.ptr.cpu()})
         where = f"at epoch {state.epoch + 1}, step {state.step} (batch {state.batch} of the epoch)"
-        if gradient is None:
-            what = f"the loss is {loss.item()} {where}"
+        value = loss.item()
+        if gradient is None and math.isfinite(value):   # DDP: stopped by a peer's (it names its own)
+            what = f"another process's loss or gradients were not finite {where}, this one's loss {value:.6g}"
+        elif gradient is None:
+            what = f"the loss is {value} {where}"
         else:
             param, count, size = gradient
-            what = (f"the gradients are not finite {where}, with a loss of {loss.item():.6g}: the gradient of "
+            what = (f"the gradients are not finite {where}, with a loss of {value:.6g}: the gradient of "
                     f"'{param}' holds {count:,} NaN or infinite value(s) of {size:,} (the first such parameter)")
         raise FloatingPointError(
             f"fold {fold}: {what}; the weights were not updated; the batch and model were saved to "
@@ -302,3 +335,17 @@ def _total_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
     if fused is not None:
         return fused(tensors)
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in tensors]))
+
+
+def _clip(parameters, max_norm: float, norm: torch.Tensor) -> None:
+    """Multiply every gradient of ``parameters`` by ``min(1, max_norm / (norm + 1e-6))`` in place, on the device
+    (no host sync): ``torch.nn.utils.clip_grads_with_norm_`` where torch has it (2.6 on), the same product
+    a gradient on torch 2.4 and 2.5."""
+    fused = getattr(torch.nn.utils, "clip_grads_with_norm_", None)
+    if fused is not None:
+        fused(parameters, max_norm, norm)
+        return
+    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for p in parameters:
+        if p.grad is not None:
+            p.grad.mul_(coef.to(p.grad.device))

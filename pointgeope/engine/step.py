@@ -2,7 +2,8 @@
 
 The forward under ``train.amp``'s autocast (:func:`pointgeope.engine.build.autocast`), the loss in float32
 (:func:`pointgeope.engine.losses.segmentation_loss`), then :meth:`pointgeope.engine.state.Learner.backward`
-(scaled by the grad scaler), the caller's check of the loss and the gradients, and
+(scaled by the grad scaler), the gradients' norm (once, for the check and the clipping), the caller's check of
+the loss and the gradients, which reads the loss (one host read a step), and
 :meth:`~pointgeope.engine.state.Learner.update` (clipping, optimiser, schedule).
 """
 from __future__ import annotations
@@ -18,18 +19,19 @@ from pointgeope.engine.small_batch import small_batch_advice
 from pointgeope.engine.state import Learner
 from pointgeope.model.ptv3.pooling import SmallBatchError
 
-__all__ = ["train_step"]
+__all__ = ["checked_update", "train_step"]
 
 
 def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, device: torch.device,
-               before_update: Callable[[torch.Tensor, float], None] | None = None) -> tuple[torch.Tensor, float]:
+               before_update: Callable[[torch.Tensor, torch.Tensor | None], float] | None = None
+               ) -> tuple[torch.Tensor, float]:
     """One training step on ``batch`` (on ``device``: ``pos (N, 3)``, ``x (N, C)``, ``ptr (B+1,)``, ``y (N,)``,
     optionally ``hierarchy`` or PTv3's ``grid_coord (N, 3)``): the forward of ``net`` under ``train.amp``'s
     autocast (build.autocast), the float32 ``train.loss``, then ``learner.backward`` and ``learner.update``
-    (scaler, clip, optimiser, schedule). Returns the logits ``(N, classes)`` and the loss as a float, read
-    once the backward is queued: on a GPU the host waits once for the forward and the backward together, and
-    the check's gradient norm after it waits on a few kernels only. ``before_update(loss, value)`` runs
-    between the backward and the update (train_epoch's check of the loss and the gradients). The one step
+    (scaler, clip, optimiser, schedule): :func:`checked_update`. Returns the logits ``(N, classes)`` and the
+    loss as a float, read once the backward is queued, in the step's one host read: on a GPU the host waits
+    once for the forward and the backward together. ``before_update(loss, norm) -> loss value`` runs between
+    the backward and the update (train_epoch's check of the loss and the gradients, which makes that read). The one step
     the training loop and the ``bench/`` scripts run. PTv3's batch norm on a one-row batch
     (:class:`SmallBatchError`) is said naming the ``data`` keys that made the batch so small
     (:mod:`pointgeope.engine.small_batch`)."""
@@ -44,8 +46,18 @@ def train_step(cfg: Config, learner: Learner, net: torch.nn.Module, batch, devic
     loss = segmentation_loss(logits.float(), batch.y, cfg.train.loss, cfg.train.ignore_index,
                              cfg.train.lovasz_weight)
     learner.backward(loss)
-    loss_value = loss.item()        # the host waits here once, for the forward and the backward together
-    if before_update is not None:  # the gradients are in place, the weights not updated yet
-        before_update(loss, loss_value)
-    learner.update(cfg.optim.grad_clip)
-    return logits, loss_value
+    return logits, checked_update(cfg, learner, loss, before_update)
+
+
+def checked_update(cfg: Config, learner: Learner, loss: torch.Tensor,
+                   before_update: Callable[[torch.Tensor, torch.Tensor | None], float] | None = None) -> float:
+    """Once the gradients of ``loss`` are in place (the eager step's backward, or a CUDA graph's replay): their
+    norm, computed once for the check and ``optim.grad_clip``'s clipping (:meth:`Learner.gradient_norm`), the
+    check ``before_update(loss, norm)``, which reads the loss's value (with the ranks' agreement on whether to
+    stop, in the same host read) and returns it, then :meth:`Learner.update`. Without a check, the loss is read
+    alone. Either way the host waits once a step, for the forward and the backward together. Returns the
+    loss's value."""
+    norm = learner.gradient_norm(cfg.optim.grad_clip, checked=before_update is not None)
+    loss_value = loss.item() if before_update is None else before_update(loss, norm)
+    learner.update(cfg.optim.grad_clip, norm)
+    return loss_value

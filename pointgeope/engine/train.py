@@ -48,6 +48,7 @@ from pointgeope.engine import build, distributed, graphs
 from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, describe_differences, fold_progress,
                                           load_checkpoint, untested_eval)
 from pointgeope.engine.config import Config, config_to_dict, save_config
+from pointgeope.engine.data_classes import absent_classes_warning, label_counts
 from pointgeope.engine.epoch_meter import EpochMeter
 from pointgeope.engine.evaluate import evaluate_fold, validate
 from pointgeope.engine.fold_record import check_trained_fold
@@ -244,7 +245,8 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
 
 def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv, log: Log) -> None:
     """Refuse a fold without training areas; open and read every area file of the fold (rank 0), so that
-    a damaged file stops the run now rather than hours into it."""
+    a damaged file stops the run now rather than hours into it; warn of the network's classes that none of
+    its points holds (:mod:`pointgeope.engine.data_classes`)."""
     root, test_areas, train_areas = Path(cfg.data.root), list(folds[fold].test), list(folds[fold].train)
     if not train_areas:
         raise UserError(f"fold {fold}: {root / 'folds.json'} lists no training area (it tests on "
@@ -254,6 +256,9 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     if env.is_main:
         checked = check_areas(root, train_areas + test_areas, cfg.model.num_classes)
         log(f"checked {', '.join(f'{a} ({len(r)} rooms)' for a, r in checked.items())}")
+        if line := absent_classes_warning(cfg.model.num_classes, label_counts(root, list(checked)), list(checked),
+                                          cfg.eval.class_mean, cfg.train.ignore_index):
+            log(line)       # classes of the network that no point of the fold's areas holds
     distributed.barrier()
 
 

@@ -33,8 +33,8 @@ def step_backward(self, loss):
         first.register_hook(lambda grad: os.kill(os.getpid(), signal.SIGTERM))  # inside the backward
     backward(self, loss)
 
-def step_update(self, grad_clip):
-    update(self, grad_clip)
+def step_update(self, grad_clip, norm=None):
+    update(self, grad_clip, norm)
     if steps[-1] == stop_at:
         marker.write_text("the step ended")
 

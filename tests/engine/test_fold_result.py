@@ -193,3 +193,22 @@ def test_a_test_that_scores_no_point_writes_no_metrics(two_folds, tiny_run, tmp_
     assert str(err.value) == (f"{fold}: no point of Area_1 is scored (every label is train.ignore_index=255); "
                               "metrics.json is not written; test the fold on labelled points")
     assert not (fold / "metrics.json").exists()
+
+
+def test_evaluate_best_of_a_fold_trained_without_validation_says_no_epoch_was_picked(two_folds, tmp_path, capsys):
+    """``train.val_every=0`` rewrites best.pt every epoch: ``evaluate --checkpoint best`` tested the last epoch
+    as if a validation had picked it, without a word (metrics.json said "checkpoint": "best.pt"). Now one
+    line says so and what to run; metrics.json is left as it was, and ``--checkpoint last`` evaluates."""
+    run = tmp_path / "run"
+    assert train_fold(two_folds, run, "train.epochs=1", "train.val_every=0") == 0
+    fold = run / "area_1"
+    before = (fold / "metrics.json").read_bytes()
+    capsys.readouterr()
+    line = one_line(capsys, 2, ["evaluate", str(fold), "--checkpoint", "best"])
+    assert line == (f"pointgeope evaluate: error: {fold / 'best.pt'}: no validation picked it: the fold trained "
+                    "without validation (train.val_every=0), so best.pt holds its last epoch (1), the weights of "
+                    "last.pt; evaluate its last.pt (eval.checkpoint=last), or train with train.val_every=1 for a "
+                    "best epoch")
+    assert (fold / "metrics.json").read_bytes() == before
+    assert cli(["evaluate", str(fold), "--checkpoint", "last"]) == 0
+    assert json.loads((fold / "metrics.json").read_text())["checkpoint"] == "last.pt"

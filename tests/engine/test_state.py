@@ -140,14 +140,28 @@ def test_a_model_state_that_is_not_finite_is_never_saved_and_the_previous_checkp
 
 @pytest.mark.parametrize("torch_has_get_total_norm", [True, False])
 def test_the_gradient_check_runs_on_every_torch_the_project_allows(monkeypatch, torch_has_get_total_norm):
-    """pyproject.toml allows torch 2.4 on, and torch.nn.utils.get_total_norm came in 2.6: without it the check of
-    every training step raised an AttributeError. With or without it, the check finds the same parameter."""
+    """pyproject.toml allows torch 2.4 on, and torch.nn.utils.get_total_norm and clip_grads_with_norm_ came in
+    2.6: without them the check of every training step raised an AttributeError. With or without them, the
+    gradients' norm is the 2-norm of all of them as one vector, a clipped step is torch's own
+    ``clip_grad_norm_``'s (bit for bit), and the check finds the same parameter."""
     if not torch_has_get_total_norm:
         monkeypatch.delattr(torch.nn.utils, "get_total_norm", raising=False)
-    a = learner(0)
+        monkeypatch.delattr(torch.nn.utils, "clip_grads_with_norm_", raising=False)
+    a, twin = learner(0), learner(0)
+    for each in (a, twin):
+        each.backward(each.model(torch.ones(4, 3)).square().sum())
+    grads = torch.cat([p.grad.flatten() for p in a.model.parameters()])
+    norm = a.gradient_norm(0.5)
+    assert float(norm) == pytest.approx(float(grads.double().norm()), rel=1e-6)
+    a.update(0.5, norm)
+    torch.nn.utils.clip_grad_norm_(twin.model.parameters(), 0.5)
+    twin.optimizer.step()
+    for p, q in zip(a.model.parameters(), twin.model.parameters()):
+        assert torch.equal(p, q)
     a.backward(a.model(torch.ones(4, 3)).square().sum())
     assert a.non_finite_gradient() is None
     a.model.bias.grad[1] = float("-inf")
     assert a.non_finite_gradient() == ("bias", 1, 2)
     a.model.weight.grad[0, 2] = float("nan")
     assert a.non_finite_gradient() == ("weight", 1, 6)    # named in the model's order: weight before bias
+    assert not bool(torch.isfinite(a.gradient_norm(None)))
