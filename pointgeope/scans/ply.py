@@ -3,7 +3,7 @@
 Reading (``read_ply``): the header names the format (``ascii``, ``binary_little_endian`` or
 ``binary_big_endian``) and the elements; the ``vertex`` element must hold ``x y z`` and may hold a colour
 as ``red green blue`` (or ``r g b``, ``diffuse_red ...``) of any numeric type: ``uchar`` 0..255, ``ushort``
-0..65535 (divided by 257; see ``pointgeope.color_range``) or ``float``/``double`` 0..1, or PCL's packed
+0..65535 (divided by 257, or 256 for ``c << 8``; see ``pointgeope.color_range``) or ``float``/``double`` 0..1, or PCL's packed
 ``rgb``/``rgba`` (one 32-bit ``uint`` or ``float`` holding ``(r << 16) | (g << 8) | b``). An ascii file's
 values must fit their declared types (``uchar`` 0..255 whole numbers): one that does not is refused, naming
 its line, as binary could not hold it either. Other elements (faces, a camera) are skipped, before

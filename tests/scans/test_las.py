@@ -43,6 +43,15 @@ def test_a_dim_16_bit_las_is_read_as_16_bit(tmp_path):
     assert scan.meta["notes"] == []
 
 
+def test_8_bit_colours_stored_in_the_high_byte_read_back_exactly(tmp_path):
+    """A LAS writer's ``red = c << 8``: read as ``round(256 c / 257)``, every ``c`` above 128 was one level
+    low (255 -> 254)."""
+    _, color = las_file(tmp_path / "a.las", n=500, seed=5)
+    las = laspy.read(tmp_path / "a.las")
+    las.red, las.green, las.blue = (color.astype(np.uint16) << 8).T
+    las.write(tmp_path / "shifted.las")
+    np.testing.assert_array_equal(read_las(tmp_path / "shifted.las").color, color)
+
 @pytest.mark.parametrize("suffix", [".las", ".laz"])
 def test_laspy_files_read_back(tmp_path, suffix):
     if suffix == ".laz" and not laspy.LazBackend.detect_available():

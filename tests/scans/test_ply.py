@@ -50,14 +50,15 @@ def test_open3d_tensor_float_colours_and_extra_properties(tmp_path):
         np.testing.assert_array_equal(scan.color, color)  # float 0..1 -> round(255 c)
 
 
-def test_big_endian_16_bit_colour_with_an_element_before_the_vertices(tmp_path):
+@pytest.mark.parametrize("shift", [False, True])  # c * 257, or c << 8 (low byte 0: was one level low above 128)
+def test_big_endian_16_bit_colour_with_an_element_before_the_vertices(tmp_path, shift):
     coord, color = points(n=5, seed=2)
     rec = np.empty(5, dtype=[("x", ">f8"), ("y", ">f8"), ("z", ">f8"), ("red", ">u2"), ("green", ">u2"),
                              ("blue", ">u2")])
     for j, k in enumerate("xyz"):
         rec[k] = coord[:, j]
     for j, k in enumerate(("red", "green", "blue")):
-        rec[k] = color[:, j].astype(np.uint16) * 257
+        rec[k] = color[:, j].astype(np.uint16) << 8 if shift else color[:, j].astype(np.uint16) * 257
     header = ("ply\nformat binary_big_endian 1.0\ncomment by hand\nelement camera 1\nproperty float f\n"
               "element vertex 5\nproperty double x\nproperty double y\nproperty double z\n"
               "property ushort red\nproperty ushort green\nproperty ushort blue\nend_header\n")
