@@ -2,7 +2,8 @@
 
 Each annotation file (the unit of export: one object re-exported by another tool may differ from the
 rest of its room) is read by the rule of :mod:`pointgeope.color_range` (:func:`~pointgeope.color_range.room_ranges`),
-the one ``pointgeope predict`` applies to a scan: 0..1 scaled by 255, 16 bit divided by 257, else 0..255
+the one ``pointgeope predict`` applies to a scan: 0..1 scaled by 255, 16 bit divided by 257 (by 256 when
+every value's low byte is 0: ``c << 8``), else 0..255
 rounded, the few values outside clipped. Each case other than plain 0..255 is one warning per room, naming
 how many files and the first one's file and line. (Before, the 0..1 test was made over the whole room: one
 normalised file among 0..255 files was rounded to 0 and 1, black, without a word; 16-bit files were clipped
@@ -14,8 +15,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pointgeope.color_range import (BITS8, BITS16, UNIT, clip_warning, fractions_beyond_unit, room_ranges, shown,
-                                     to_uint8)
+from pointgeope.color_range import (BITS8, BITS16, UNIT, bits16_said, clip_warning, fractions_beyond_unit, room_ranges,
+                                     shown, to_uint8)
 
 
 def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[int], str],
@@ -44,11 +45,13 @@ def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[
     clipped = np.zeros(rgb.shape, dtype=bool)
     for start, end, kind in zip(starts, ends, kinds):
         color[start:end], clipped[start:end] = to_uint8(rgb[start:end], kind)
+    first16 = next((i for i, k in enumerate(kinds) if k == BITS16), 0)  # the file its message names
     for kind, found, action in (
             (UNIT, "colours within 0..1 (a normalised export), expected 0..255 (S3DIS)",
              "scaled by 255 (rounded as they are, every colour would be 0 or 1); if they really are 0..255, write "
              "them as integers"),
-            (BITS16, "colours above 255 (16 bit, 0..65535)", "divided by 257; if they are 0..255, clip them to 255")):
+            (BITS16, "colours above 255 (16 bit, 0..65535)",
+             f"{bits16_said(rgb[starts[first16]:ends[first16]])}; if they are 0..255, clip them to 255")):
         files = [start for start, k in zip(starts, kinds) if k == kind]
         if files:
             messages.append(f"{room}: {len(files):,} of {len(kinds):,} file(s) with {found} (first "

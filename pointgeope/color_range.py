@@ -16,11 +16,18 @@ A file's colours ``c`` ``(N, 3)`` (finite) are read as, in this order:
 - ``"16bit"``: 0..65535 (16-bit exports that do not declare it: text, ``.npy``): more than half of the
   values that round above 0 (the "lit" values) round above 255, and some value reaches 511.5 (two 8-bit
   steps of full scale, ``2 * 257 - 2.5``) -> ``round(c / 257)`` (65535 -> 255, the inverse of the
-  ``c * 257`` of 8-bit writers). In a 16-bit file every colour brighter than 1/255 of full intensity is
+  ``c * 257`` of 8-bit writers), or ``c / 256`` when every value is a whole multiple of 256
+  (:func:`bits16_divisor`). In a 16-bit file every colour brighter than 1/255 of full intensity is
   above 255, so nearly all are; in an 8-bit file a value above 255 is a stray (a 256 of a writer that
   multiplies 0..1 by 256, or 255.6 of float noise), which never reaches 511.5;
 - ``"8bit"``: 0..255 otherwise -> ``round(c)``, the few values that round outside ``0..255`` clipped
   (and counted, for the caller's warning).
+
+A 16-bit file (declared or not) whose every value is a whole multiple of 256 holds 8-bit colours shifted
+into the high byte, ``c << 8`` (the low byte zero, as many LAS writers store them): it is divided by 256,
+giving back ``c`` exactly, where ``round(256 c / 257)`` is one level low for every ``c`` above 128
+(``c / 257 > 0.5``). Nothing else is: ``c * 257`` has the low byte ``c``, zero for black only, and a
+16-bit sensor's values fill the low byte too.
 
 The files of one room (``prepare``, :func:`room_ranges`) are judged each by this rule, with two
 exceptions that read a file as its room: no file is 0..1 when another file of the room holds values that
@@ -63,6 +70,21 @@ def color_range(values: np.ndarray, declared_16bit: bool = False) -> str:
     return BITS16 if above and 2 * above > lit and float(values.max()) >= BITS16_REACH else BITS8
 
 
+def bits16_divisor(values: np.ndarray) -> int:
+    """The divisor that turns 16-bit colours ``values`` ``(N, 3)`` into 0..255: 256 when every value is a
+    whole multiple of 256 (``c << 8``, low byte zero: ``v / 256`` is ``c`` exactly), else 257 (``c * 257``,
+    65535 -> 255)."""
+    values = np.asarray(values)
+    return 256 if values.size and bool((np.fmod(values, 256) == 0).all()) else 257
+
+
+def bits16_said(values: np.ndarray) -> str:
+    """How 16-bit colours ``values`` were read, for messages: ``"divided by 257"``, or ``"divided by 256
+    (every value's low byte is 0: 8-bit colours stored as c << 8)"``."""
+    return ("divided by 257" if bits16_divisor(values) == 257
+            else "divided by 256 (every value's low byte is 0: 8-bit colours stored as c << 8)")
+
+
 def fractions_beyond_unit(block: np.ndarray) -> np.ndarray:
     """``(N,)`` bool: the rows of ``block`` ``(N, 3)`` holding a value that is not whole and clearly beyond
     0..1 (above 1.5: not the float noise ``1.0000001`` of a 0..1 exporter), the mark of a 0..255 writer of
@@ -91,13 +113,13 @@ def room_ranges(blocks: Sequence[np.ndarray],
 
 
 def to_uint8(values: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(colours uint8 (N, 3), clipped bool (N, 3))``: ``values`` read as ``kind`` (rounded, then clipped
-    to ``0..255``; ``clipped`` marks the values that were outside)."""
+    """``(colours uint8 (N, 3), clipped bool (N, 3))``: ``values`` read as ``kind`` (16 bit divided by
+    :func:`bits16_divisor`; rounded, then clipped to ``0..255``; ``clipped`` marks the values that were outside)."""
     values = np.asarray(values, dtype=np.float64)
     if kind == UNIT:
         values = values * 255.0
     elif kind == BITS16:
-        values = values / 257.0
+        values = values / float(bits16_divisor(values))
     values = np.rint(values)
     clipped = (values < 0) | (values > 255)
     return np.clip(values, 0, 255).astype(np.uint8, order="C"), clipped

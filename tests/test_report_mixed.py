@@ -137,3 +137,32 @@ def test_files_of_the_same_points_pool_where_every_fold_records_them(tmp_path, c
     path.write_text(json.dumps({**json.loads(path.read_text()), "data_points": None}))  # a fold of an older version
     assert cli(["report", str(run), "--out", str(tmp_path / "out3")]) == 2
     assert "data.files.Area_1 (Area_1..Area_4, Area_6: 'sha256:1" in capsys.readouterr().err
+
+
+def test_folds_of_an_older_version_are_compared_by_the_points_their_manifests_list(tmp_path, capsys):
+    """Folds evaluated before metrics.json recorded points checksums, on the same raw data prepared on two
+    nodes: their file checksums differ and the run was refused as two data sets. The points of each fold's
+    files are taken from the manifest.json of its data.root (prepare lists them with the file checksums),
+    the folds compared by them, and the report says so; other points are still refused, by points."""
+    files = {f"Area_{a}": f"sha256:{a}" * 4 for a in range(1, 7)}
+    points = {f"Area_{a}": f"points:sha256:{a}" * 4 for a in range(1, 7)}
+    roots = {"here": files, "node2": {**files, "Area_1": "sha256:node2"}}
+    for name, checksums in roots.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"checksums": checksums, "points": points}))
+    run = tmp_path / "run"
+    for k in range(1, 7):
+        root = tmp_path / ("node2" if k == 5 else "here")
+        _fold(run, k, f"data.root={root}", config_in_metrics=k % 2 == 0)
+        _with_data(run, k, roots[root.name])
+    assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert notes == [f"note: {run}: the folds' data compared by the points of their area files, those of "
+                     + "; ".join(f"Area_{k} (no points checksums recorded: from "
+                                 f"{tmp_path / ('node2' if k == 5 else 'here') / 'manifest.json'})"
+                                 for k in range(1, 7))]
+    (tmp_path / "node2" / "manifest.json").write_text(json.dumps(
+        {"checksums": roots["node2"], "points": {**points, "Area_1": "points:other"}}))
+    assert cli(["report", str(run), "--out", str(tmp_path / "out2")]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "data.points.Area_1 (Area_1..Area_4, Area_6: " in line and "Area_5: 'points:other'" in line, line

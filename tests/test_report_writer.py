@@ -2,11 +2,14 @@
 previous report whole (``pointgeope/report/__init__.py``: ``make_report``, ``write_report``)."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from pointgeope.cli import main as cli
 from tests.test_report import make_runs
@@ -17,6 +20,8 @@ FILES = ("report.md", "report.json", "report.csv", "iou_per_class.png", "confusi
 SLOW_REPORT = """
 import sys, time
 from pathlib import Path
+
+import pytest
 from pointgeope.cli import main
 from pointgeope.report import plots
 
@@ -126,3 +131,54 @@ def test_a_report_keeps_confusion_figures_that_no_earlier_report_wrote(tmp_path,
     (out / "report.json").write_text("{not json")
     assert cli(["report", str(rpe), "--out", str(out)]) == 0
     assert (out / "confusion_geope.png").is_file() and "removed" not in capsys.readouterr().out
+
+
+class _Killed(BaseException):
+    """A ``kill -9`` between two writes: nothing runs after it (no handler, no cleanup of ``--out``)."""
+
+
+@pytest.mark.parametrize("written", range(6))  # report.md, report.csv, iou_per_class.png, confusion_run.png, record
+def test_a_report_killed_between_its_writes_leaves_the_previous_record_naming_what_is_not_of_it(
+        tmp_path, monkeypatch, written):
+    """``report.json`` was the second file written: killed after it, a new record stood beside the previous
+    report's csv and figures, which it did not name as other. The record is written last now, with the
+    checksum of each output: until it is written the previous report's record stands, and ``report_outputs``
+    trusts exactly the files of the report it records."""
+    from pointgeope import atomic
+    from pointgeope.report import make_report
+
+    rpe, geope = make_runs(tmp_path)
+    out, ref = tmp_path / "out", tmp_path / "ref"
+    assert cli(["report", str(rpe), "--out", str(out), "--names", "run"]) == 0
+    assert cli(["report", str(geope), "--out", str(ref), "--names", "run"]) == 0
+    before, after = _contents(out), _contents(ref)
+    assert all(before[name] != after[name] for name in FILES)
+    real, order = atomic.atomic_open, []
+
+    @contextlib.contextmanager
+    def killed_after(path, *args, **kwargs):
+        if len(order) == written:
+            raise _Killed
+        order.append(Path(path).name)
+        with real(path, *args, **kwargs) as f:
+            yield f
+
+    monkeypatch.setattr(atomic, "atomic_open", killed_after)
+    if written < len(FILES):
+        with pytest.raises(_Killed):
+            make_report([geope], out, ["run"])
+    else:
+        make_report([geope], out, ["run"])
+    monkeypatch.undo()
+    assert "report.json" not in order[:-1]  # the record: last, if written at all
+    now = _contents(out)
+    assert now["report.json"] == (after if written == len(FILES) else before)["report.json"]
+
+    from pointgeope.report import report_outputs
+
+    good, bad = report_outputs(out)
+    trusted = {p.name: p.read_bytes() for p in good}
+    assert sorted([*trusted, *(p.name for p in bad)]) == sorted(FILES)
+    recorded = after if written == len(FILES) else before
+    assert trusted == {name: recorded[name] for name in trusted}          # all of one report
+    assert sorted(p.name for p in bad) == sorted(set(order) - {"report.json"} if written < len(FILES) else [])

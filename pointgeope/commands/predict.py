@@ -13,7 +13,7 @@ the files of other kinds left out). Colours: 0..1, 0..255, or 16 bit (LAS or a 1
 value above 255; else when most non-zero values exceed 255 and some reach 511.5); a few above 255 are clipped,
 with a note. In the --out folder itself, the files named as outputs,
 *_pred.* and *_probs.npy, are not inputs. Outputs per scan, the formats --format lists (default npy,ply):
-DIR/<name>_pred.npy (uint8 label per point), DIR/<name>_pred.ply (points coloured by class, a `label`
+DIR/<name>_pred.npy (uint8 label per point), DIR/<name>_pred.ply (points coloured by class, a `pred`
 property), .las (classification), .txt (x y z r g b label), .h5 (for `pointgeope viz`); with
 --probabilities DIR/<name>_probs.npy (float32 (N, classes)). The rooms of an Area_N.h5, and the raw rooms found
 inside a folder, go to DIR/Area_N/<room>_pred.* (named after the area file or the folder). One view unless

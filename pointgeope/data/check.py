@@ -31,27 +31,39 @@ from pointgeope.h5 import ROOM_ARRAYS, SchemaError, area_max_extent, area_path, 
 _AGAIN = "run `pointgeope prepare` again"
 
 
-def manifest_checksums(root: str | Path) -> dict[str, str]:
-    """Area -> checksum from ``root/manifest.json``; ``{}`` without a manifest (areas copied in by hand: each
-    file is then checked without a checksum to compare with).
+def read_manifest(root: str | Path) -> object | None:
+    """``root/manifest.json`` as parsed (a dict where ``prepare`` wrote it), ``None`` without one: the one
+    reader of a prepared root's manifest (:func:`manifest_checksums`, ``identity.manifest_points``).
 
     Raises:
-        SchemaError: a manifest that is there but does not parse, or has no ``checksums`` object of area ->
-            checksum: a damaged manifest must not turn the check of the area files off.
+        SchemaError: a manifest that is there but cannot be read or does not parse.
     """
     path = Path(root) / "manifest.json"
     try:
         text = path.read_text(encoding="utf-8")
     except (FileNotFoundError, NotADirectoryError):
-        return {}
+        return None
     except OSError as err:
         raise SchemaError(f"{path}: cannot be read ({err.strerror or err}); {_AGAIN}") from None
     except UnicodeDecodeError as err:
         raise SchemaError(f"{path}: not valid JSON ({err}); {_AGAIN}") from None
     try:
-        manifest = json.loads(text)
+        return json.loads(text)
     except ValueError as err:
         raise SchemaError(f"{path}: not valid JSON ({err}); {_AGAIN}") from None
+
+
+def manifest_checksums(root: str | Path) -> dict[str, str]:
+    """Area -> checksum from ``root/manifest.json`` (:func:`read_manifest`); ``{}`` without a manifest (areas
+    copied in by hand: each file is then checked without a checksum to compare with).
+
+    Raises:
+        SchemaError: a manifest that is there but does not parse, or has no ``checksums`` object of area ->
+            checksum: a damaged manifest must not turn the check of the area files off.
+    """
+    path, manifest = Path(root) / "manifest.json", read_manifest(root)
+    if manifest is None:
+        return {}
     checksums = manifest.get("checksums") if isinstance(manifest, dict) else None
     if not isinstance(checksums, dict) or not all(isinstance(v, str) for v in checksums.values()):
         got = "none" if checksums is None else repr(checksums)[:60]

@@ -16,19 +16,20 @@ the recorded ones, by what is at hand, in this order:
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 from pointgeope.checksum import file_checksum, points_checksum
+from pointgeope.data.check import read_manifest
 from pointgeope.h5 import SchemaError, area_path
 
 
 def manifest_points(root: str | Path) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """``(points, same_points)`` of ``root/manifest.json`` (:func:`points_of`); empty where it is not readable
-    (``check.manifest_checksums`` refuses such a manifest, by name)."""
+    """``(points, same_points)`` of ``root/manifest.json`` (:func:`points_of`, read by
+    ``check.read_manifest``); empty where it is not readable (``check.manifest_checksums`` refuses such a
+    manifest, by name)."""
     try:
-        manifest = json.loads((Path(root) / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = read_manifest(root)
+    except SchemaError:
         return {}, {}
     return points_of(manifest)
 

@@ -17,7 +17,8 @@ old record is removed before its first output is replaced. ``--force`` predicts 
 The input's checksum: ``sha256`` of the file (:func:`pointgeope.checksum.file_checksum`, about 0.08 s for
 100 MB, less than reading the scan; size and time would miss a file rewritten within the clock's step,
 and would count a copy or a ``touch`` as a change), of the whole area file for a room of a prepared
-``Area_N.h5`` (computed once per file), of every file of a raw room folder
+``Area_N.h5`` (computed once per file, and not at all where the area's check took it: an area file listed in
+its ``manifest.json``, ``ScanRef.checksum``), of every file of a raw room folder
 (:func:`~pointgeope.checksum.folder_checksum`). The options are those that change the outputs:
 ``--format``, ``--probabilities``, ``--scale``, ``--max-extent``, and the views, vote, fragment cap,
 protocol and precision of the evaluation (``--tta``, ``--max-fragments``, ``eval.*`` overrides: every
@@ -81,6 +82,8 @@ class ScanRecords:
         """The checksum of ``ref``'s input (module docstring), once per file; ``None`` when it cannot be
         read (reading the scan then says why)."""
         key = (str(ref.path), ref.kind == "raw")
+        if key not in self._inputs and ref.checksum:  # verified against the manifest when the inputs were listed
+            self._inputs[key] = ref.checksum
         if key not in self._inputs:
             try:
                 self._inputs[key] = folder_checksum(ref.path) if ref.kind == "raw" else file_checksum(ref.path)

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pointgeope.geope import BlockScale, apply_geope, geometry_dtype
-from pointgeope.nn.checks import check_coordinates, check_float_tensor, check_scale
+from pointgeope.nn.checks import check_float_tensor, check_positions, check_scale
 
 __all__ = ["geope_qk", "geope_attention"]
 
@@ -88,6 +88,8 @@ def geope_qk(q: Tensor, k: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *
             raise ValueError(f"expected block_scale of shape (C // 3,) = ({q.shape[-1] // 3},), "
                              f"got {tuple(block_scale.shape)}")
         widest = torch.promote_types(widest, block_scale.dtype)
+    for name, pos in (("pos_q", pos_q), ("pos_k", pos_k))[:1 + (pos_k is not pos_q)]:   # finite, within +-2^60
+        check_positions(name, pos.reshape(-1, pos.shape[-1]), block_scale)  # (a row a position shown); phases
     # both sides turn in the widest dtype (rodrigues computes in that of its vectors and positions)
     geometry = geometry_dtype(widest)
     return apply_geope(q, pos_q.to(geometry), block_scale), apply_geope(k, pos_k.to(geometry), block_scale)
@@ -127,7 +129,7 @@ def _check_features(q: Tensor, k: Tensor) -> None:
 def _check_positions(name: str, pos: Tensor, x: Tensor, x_name: str) -> None:
     """`pos` of shape `(L, A)` or `x`'s dims with leading dims equal or 1 (no silent broadcast of
     `(B, L, A)` against `(B, H, L, C)`, which runs when `B == H` and gives other scores), finite and within
-    `+-2^60` (`check_coordinates`, the point ops' rule)."""
+    `+-2^60` (`check_positions` in `geope_qk`, once the block scales are known)."""
     check_float_tensor(name, pos)
     want = f"({x.shape[-2]}, A) or {(*['1|' + str(d) for d in x.shape[:-2]], x.shape[-2], 'A')}".replace("'", "")
     if pos.dim() < 2 or pos.shape[-1] not in (1, 2, 3) or pos.shape[-2] != x.shape[-2]:
@@ -136,8 +138,6 @@ def _check_positions(name: str, pos: Tensor, x: Tensor, x_name: str) -> None:
     if pos.dim() != 2 and (len(lead) != x.dim() - 2 or any(p not in (1, d) for p, d in zip(lead, x.shape))):
         raise ValueError(f"expected {name} of shape {want} for {x_name} {tuple(x.shape)} (e.g. (B, 1, L, A) for "
                          f"(B, H, L, C) heads), got {tuple(pos.shape)}")
-    check_coordinates(name, pos.reshape(-1, pos.shape[-1]))   # finite, within +-2^60 (a row a position shown):
-    # beyond ~1.8e19 the axis norm overflows float32
 
 
 def geope_attention(q: Tensor, k: Tensor, v: Tensor, pos_q: Tensor, pos_k: Tensor | None = None, *,

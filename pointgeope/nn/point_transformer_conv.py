@@ -20,7 +20,7 @@ from pointgeope.model.rope import grid_coordinates, pair_angles, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
 from pointgeope.nn import target_frame
 from pointgeope.nn.target_frame import target_coefficients, turn_into_targets
-from pointgeope.nn.checks import check_coordinates, check_count, check_finite, check_float_tensor, check_scale
+from pointgeope.nn.checks import check_count, check_finite, check_float_tensor, check_positions, check_scale
 
 __all__ = ["GeoPEPointTransformerConv"]
 
@@ -232,8 +232,8 @@ class GeoPEPointTransformerConv(PointTransformerConv):
     def _check_positions(self, pos: PairTensor, x: PairTensor) -> None:
         """Floating-point finite positions, one a node (a row of `x`), of `axes` columns where they enter other
         than through `pos_nn` (with `rpe` only `pos_nn` reads them: their width is PyG's rule, what it takes);
-        those turned or encoded within `+-2^60` as every point op's (`check_coordinates`: beyond ~1.8e19 a
-        rotation's axis norm overflows float32 and would give NaN)."""
+        those turned or encoded within `+-2^60` as every point op's (`check_positions`: beyond ~1.8e19 a rotation's
+        axis norm overflows float32 and would give NaN; standard GeoPE's phases beyond float32's reach are said)."""
         pair = pos[0] is not pos[1] or x[0] is not x[1]
         names = (("pos[0] (sources)", "x[0]"), ("pos[1] (targets)", "x[1]")) if pair else (("pos", "x"),)
         for (name, x_name), p, rows in zip(names, pos, x):
@@ -244,7 +244,9 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             if rows is not None and rows.shape[0] != p.shape[0]:
                 raise ValueError(f"expected {x_name} and {name} with one row a node, got {x_name} of "
                                  f"{rows.shape[0]} rows and {name} of {p.shape[0]}")
-            (check_coordinates if self.pe.uses_positions else check_finite)(name, p)   # rotated: norms in float32
+            turned = "geope" in (self.pe.rotation, self.pe.value_rotation)   # absolute phases: said beyond float32
+            (check_positions(name, p, self.block_scale(torch.float32, p.device) if turned else 0.0)
+             if self.pe.uses_positions else check_finite(name, p))
 
     def _in_source_frame(self, x: Tensor, pos: Tensor, rotation: str | None) -> Tensor:
         """``R(t_j) x_j`` of every source node, ``x (N_s, C)``, ``pos (N_s, A)``, for standard GeoPE (the half

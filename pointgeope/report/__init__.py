@@ -4,9 +4,12 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
+
+RECORD = "report.json"  # written last, naming the checksum of every other output of the same report
 
 
 def _slug(name: str) -> str:
@@ -41,20 +44,47 @@ def check_out(out: Path, runs: list[Path]) -> None:
                                   "give a folder outside the runs' fold folders (default: RUN/report)")
 
 
+def _sha256(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
 def report_files(summaries, out: Path, digits: int = 1) -> dict[Path, bytes]:
-    """Every output of the report, made in memory: ``{path in out: its bytes}``, in the order written."""
+    """Every output of the report, made in memory: ``{path in out: its bytes}``, in the order written; the
+    last, :data:`RECORD` (``report.json``), holds under ``"outputs"`` the checksum of each of the others."""
     from pointgeope.paths import inside
     from pointgeope.report import plots, tables
 
     files = {
         out / "report.md": tables.full_markdown(summaries, digits).encode(),
-        out / "report.json": (json.dumps(tables.json_report(summaries), indent=1) + "\n").encode(),
         out / "report.csv": tables.csv_text(summaries).encode(),
         out / "iou_per_class.png": plots.iou_bar_chart(summaries),
     }
     for name, s in zip(confusion_names([s.name for s in summaries]), summaries):
         files[inside(out, out / name, f"run name {s.name!r}", "--out")] = plots.confusion_heatmap(s)
+    record = {**tables.json_report(summaries), "outputs": {p.name: _sha256(data) for p, data in files.items()}}
+    files[out / RECORD] = (json.dumps(record, indent=1) + "\n").encode()
     return files
+
+
+def report_outputs(out: Path) -> tuple[list[Path], list[Path]]:
+    """``(outputs, not_of_it)`` of the report in ``out`` as its :data:`RECORD` names them: the files whose bytes
+    have the recorded checksums (with the record itself), and those named there that are missing or hold
+    others (a report killed with ``kill -9`` between its writes: new tables beside the previous record).
+    Trust ``outputs`` only. ``([], [])`` where the record is missing, unreadable or names no outputs (a
+    report of an earlier version)."""
+    try:
+        listed = json.loads((out / RECORD).read_text(encoding="utf-8"))["outputs"]
+        listed = {name: str(checksum) for name, checksum in listed.items() if Path(name).name == name}
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError):
+        return [], []
+    good, bad = [], []
+    for name, checksum in sorted(listed.items()):
+        try:
+            same = (out / name).is_file() and _sha256((out / name).read_bytes()) == checksum
+        except OSError:
+            same = False
+        (good if same else bad).append(out / name)
+    return good + [out / RECORD] * bool(listed), bad
 
 
 def stale_outputs(out: Path, files: dict[Path, bytes]) -> list[Path]:
@@ -75,22 +105,27 @@ def stale_outputs(out: Path, files: dict[Path, bytes]) -> list[Path]:
 
 
 def write_files(files: dict[Path, bytes], out: Path) -> list[Path]:
-    """Write ``files`` (:func:`report_files`) into ``out`` one after the other, each atomically, then remove
-    the earlier report's stale outputs (:func:`stale_outputs`); returns those removed. A stop (Ctrl-C,
-    SIGTERM) is held until the last is written and removed (:func:`~pointgeope.errors.stops_deferred`): a
-    report stopped while it works leaves the previous report whole, never new tables beside old figures.
-    (``kill -9`` in the milliseconds of the writes can still.) The caller holds the folder's lock."""
+    """Write ``files`` (:func:`report_files`) into ``out`` one after the other, each atomically, remove the
+    earlier report's stale outputs (:func:`stale_outputs`), then write the record (``report.json``, the last
+    of ``files``); returns the files removed. A stop (Ctrl-C, SIGTERM) is held until the record is written
+    (:func:`~pointgeope.errors.stops_deferred`): a report stopped while it works leaves the previous report
+    whole, never new tables beside old figures. ``kill -9`` in the milliseconds of the writes, which nothing
+    can hold, leaves the previous record: :func:`report_outputs` names the files that are not of it, and the
+    stale figures are still named by it for the next report to remove. The caller holds the folder's lock."""
     from pointgeope.atomic import atomic_open
     from pointgeope.errors import stops_deferred
 
     out.mkdir(parents=True, exist_ok=True)
     stale = stale_outputs(out, files)
+    *outputs, (record, data) = files.items()
     with stops_deferred():
-        for path, data in files.items():
+        for path, content in outputs:
             with atomic_open(path, "wb") as f:
-                f.write(data)
+                f.write(content)
         for path in stale:
             path.unlink(missing_ok=True)
+        with atomic_open(record, "wb") as f:
+            f.write(data)
     return stale
 
 

@@ -36,6 +36,7 @@ from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
 from pointgeope.lock import live_writer
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
+from pointgeope.report.points import recover_points
 from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text, run_settings
 
 METRICS_FILE = "metrics.json"
@@ -293,6 +294,12 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
     rule = _class_mean(run, folds, class_mean)
     folds = [dataclasses.replace(f, class_mean=rule) for f in folds]
     mixed = mixed_settings({f.area: f.settings for f in folds})
+    if any(key.startswith("data.files.") for key in mixed):  # the same points prepared in two places?
+        found = recover_points({f.area: f.settings for f in folds})
+        if found:
+            mixed = mixed_settings({f.area: f.settings for f in folds})
+            print(f"note: {run}: the folds' data compared by the points of their area files, those of "
+                  f"{'; '.join(found)}", flush=True)
     if mixed and not allow_mixed:
         raise ReportError(f"{run}: its folds were trained or evaluated with different settings: {mixed_text(mixed)}; "
                           "one pooled number needs one method, data set and protocol: report them as separate "

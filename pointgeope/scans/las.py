@@ -2,12 +2,13 @@
 ``laspy`` and the ``lazrs`` LAZ backend).
 
 Reading: ``x y z`` as scaled float64 (``X * scale + offset``), in file order; the colour of point formats
-that have one (2, 3, 5, 7, 8, 10) is 16 bit by the specification and divided by 257, unless every value
-is within 0..255 (writers that store 8-bit values as they are; the rule of ``pointgeope.color_range``).
+that have one (2, 3, 5, 7, 8, 10) is 16 bit by the specification and divided by 257 (by 256 when every
+value's low byte is 0: ``c << 8``), unless every value is within 0..255 (writers that store 8-bit values as they are; the rule of ``pointgeope.color_range``).
 An uncompressed file of fewer point records than its header counts (cut short), or of more (a count the
 writer did not write; zeros after the points are padding), is refused, naming both counts; so is a LAZ file
-whose chunk table is beyond its end or does not read (bytes lost inside the points), or whose chunks of a
-fixed size cannot hold its header's count, and a header whose VLR count cannot fit before the points.
+whose chunk table is beyond its end or does not read (bytes lost inside the points), or whose chunks (of a
+fixed size, or of varying sizes counted in the chunk table) cannot hold its header's count, and a header
+whose VLR count cannot fit before the points.
 
 Writing (``write_las``): LAS 1.2 point format 3 (GPS time and RGB, colour ``c * 257``), the predicted
 class in the ``classification`` field (0..12 in ``constants.CLASS_NAMES`` order, not the ASPRS codes;
@@ -143,11 +144,13 @@ def _chunk_size(header) -> int | None:
 def _check_chunk_table(path: Path, header, size: int) -> None:
     """A ScanError when a LAZ file's chunk table (at the int64 its points start with; -1: none) is not where
     that offset says: beyond the end (a file cut short: lazrs said only "IoError: failed to fill whole buffer"),
-    or not starting with its version 0 and a chunk count of 1 to ``point_count`` (0 in a file of no points; a
+    or not starting with its version 0 and a chunk count of 1 to ``point_count`` and to the bytes of the points
+    (a chunk takes one or more; 0 in a file of no points; a
     byte lost or added inside the points shifts it: lazrs then read sizes of garbage and aborted the whole
     process on an allocation of tens of GB); or, chunks of a fixed size ``S`` (:func:`_chunk_size`), when
     ``point_count`` is not in ``((chunks - 1) S, chunks S]``: a count the writer did not write (lazrs read
-    that many points, the others dropped without a word, or failed on a buffer it could not fill)."""
+    that many points, the others dropped without a word, or failed on a buffer it could not fill); chunks of
+    varying size, when the sum of their point counts (:func:`_variable_chunk_points`) is not ``point_count``."""
     with open(path, "rb") as f:
         f.seek(header.offset_to_point_data)
         table = int.from_bytes(f.read(8), "little", signed=True)
@@ -157,7 +160,8 @@ def _check_chunk_table(path: Path, header, size: int) -> None:
             raise ScanError(_truncated(path, header, f"{size:,} bytes, where its chunk table starts at byte {table:,}"))
         f.seek(table)
         version, chunks = (int.from_bytes(f.read(4), "little") for _ in range(2))
-    least, most = min(header.point_count, 1), max(header.point_count, 1)  # a LAZ of no points: 0 chunks
+    least = min(header.point_count, 1)  # a LAZ of no points: 0 chunks
+    most = max(min(header.point_count, table - header.offset_to_point_data - 8), 1)  # a chunk takes a byte or more
     step = _chunk_size(header)
     if version == 0 and step and chunks != -(-header.point_count // step) and (chunks <= most or not least):
         raise ScanError(f"{path}: its LAS header promises {header.point_count:,} points, its LAZ chunk table counts "
@@ -168,6 +172,35 @@ def _check_chunk_table(path: Path, header, size: int) -> None:
         raise ScanError(f"{path}: a damaged LAZ file: its chunk table at byte {table:,} reads version {version} and "
                         f"{chunks:,} chunks, expected version 0 and {least} to {most:,} chunks (bytes lost or "
                         "added inside the points, e.g. by a faulty copy); copy it again or export it again")
+    total = None if step else _variable_chunk_points(path, header, table)
+    if total is not None and total != header.point_count:
+        raise ScanError(f"{path}: its LAS header promises {header.point_count:,} points, its LAZ chunk table counts "
+                        f"{total:,} points in {chunks:,} chunks of varying size: the header's count is wrong (a "
+                        "writer stopped before it wrote the count?); export the file again")
+
+
+def _variable_chunk_points(path: Path, header, table: int) -> int | None:
+    """The points a LAZ file of chunks of varying size holds: the sum of the point counts of its chunk table
+    (at byte ``table``, compressed; read by ``lazrs``). None for chunks of a fixed size, without the laszip VLR
+    or without ``lazrs`` (laspy's other backend reads the file as before)."""
+    vlr = next((v for v in header.vlrs if (v.user_id, v.record_id) == ("laszip encoded", 22204)), None)
+    try:
+        import lazrs
+    except ImportError:
+        return None
+    try:
+        laz_vlr = None if vlr is None else lazrs.LazVlr(vlr.record_data_bytes())
+    except (lazrs.LazrsError, ValueError) as err:  # a VLR lazrs cannot read
+        raise ScanError(f"{path}: not a readable LAS/LAZ file ({type(err).__name__}: {err})") from None
+    if laz_vlr is None or not laz_vlr.uses_variable_size_chunks():
+        return None
+    with open(path, "rb") as f:
+        f.seek(table)
+        try:
+            return sum(int(points) for points, _ in lazrs.read_chunk_table_only(f, laz_vlr))
+        except (lazrs.LazrsError, ValueError, OSError) as err:  # a table that does not decode
+            raise ScanError(f"{path}: a damaged LAZ file: its chunk table at byte {table:,} does not read "
+                            f"({type(err).__name__}: {err}); copy it again or export it again") from None
 
 
 def _fit(lo: np.ndarray, hi: np.ndarray, scales: np.ndarray, offsets: np.ndarray) -> bool:

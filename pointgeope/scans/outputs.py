@@ -6,7 +6,7 @@ format      file                              content
 ==========  ================================  ===============================================================
 npy         ``DIR/<name>_pred.npy``           ``uint8 (N,)`` class per point (``constants.CLASS_NAMES`` order)
 ply         ``DIR/<name>_pred.ply``           binary PLY: ``x y z`` (float, or double where float would round
-                                              them), ``red green blue`` = ``PALETTE[label]``, ``label`` uchar
+                                              them), ``red green blue`` = ``PALETTE[pred]``, ``pred`` uchar
 las         ``DIR/<name>_pred.las``           LAS 1.2 (1.4 above 32 classes), ``classification`` = label
 txt         ``DIR/<name>_pred.txt``           ``x y z r g b label`` lines (``text.py``)
 h5          ``DIR/<name>_pred.h5``            one room in the prepared-area layout with its ``pred``: ``pointgeope
@@ -16,7 +16,9 @@ record      ``DIR/<name>_pred.json``          what made them (written last; ``en
                                               skips the scan when it matches
 ==========  ================================  ===============================================================
 
-``r g b`` of the txt and LAS files is the scan's own colour (the palette colour of the label where the scan
+In every PLY file pointgeope writes, ``pred`` is the prediction and ``label`` the ground truth (``viz --ply``
+writes both); predict's PLY carries no ground truth, so it has no ``label``: a reader of the prediction from
+``label`` finds none, rather than another field. ``r g b`` of the txt and LAS files is the scan's own colour (the palette colour of the label where the scan
 has none). The h5 file: root attributes ``schema_version``, ``area`` (the name), ``class_names``,
 ``kind = "scan-predictions"``, ``ignore_index`` (the run's ``train.ignore_index``: the ground truth viz does
 not score); group ``<room>`` (the last part of the name; a byte of a file name that is not UTF-8 is written
@@ -141,7 +143,7 @@ def write_outputs(out: str | Path, scan: Scan, pred: np.ndarray, formats: tuple[
                 np.save(tmp, pred)
         elif fmt == "ply":
             write_vertices(path, _coord_properties(scan.coord) +
-                           [(c, colors[:, j]) for j, c in enumerate(("red", "green", "blue"))] + [("label", pred)],
+                           [(c, colors[:, j]) for j, c in enumerate(("red", "green", "blue"))] + [("pred", pred)],
                            comment=f"pointgeope predict of {scan.source}")
         elif fmt == "las":
             write_las(path, scan, own, pred, class_names)

@@ -3,15 +3,17 @@
 Reading (``read_ply``): the header names the format (``ascii``, ``binary_little_endian`` or
 ``binary_big_endian``) and the elements; the ``vertex`` element must hold ``x y z`` and may hold a colour
 as ``red green blue`` (or ``r g b``, ``diffuse_red ...``) of any numeric type: ``uchar`` 0..255, ``ushort``
-0..65535 (divided by 257; see ``pointgeope.color_range``) or ``float``/``double`` 0..1, or PCL's packed
-``rgb``/``rgba`` (one 32-bit ``uint`` or ``float`` holding ``(r << 16) | (g << 8) | b``). An ascii file's
-values must fit their declared types (``uchar`` 0..255 whole numbers): one that does not is refused, naming
+0..65535 (divided by 257, or 256 for ``c << 8``; see ``pointgeope.color_range``) or ``float``/``double`` 0..1,
+or PCL's packed ``rgb``/``rgba`` (one 32-bit ``uint`` or ``float`` holding ``(r << 16) | (g << 8) | b``).
+An ascii file's values must fit their declared types (``uchar`` 0..255 whole numbers): one that does not is refused, naming
 its line, as binary could not hold it either. Other elements (faces, a camera) are skipped, before
 the vertices or after them, list properties included. The points must be unambiguous: a second ``vertex``
 element, or another element whose records hold ``x y z`` too, is refused, naming its header line; so is a
 file shorter than its header says, or longer by a vertex record or more (a count the writer did not
-update: reading it would leave the last points out), and ascii vertex lines of more values than the
-header's properties::
+update: reading it would leave the last points out), a mesh whose elements after the vertices (faces) do
+not end where the file does when read after the header's vertex count (a short or long count: the
+message names the count that fits, ``pointgeope.scans.ply_sizes``), and ascii vertex lines of more values
+than the header's properties::
 
     ply
     format binary_little_endian 1.0
@@ -29,7 +31,6 @@ the file ``bürö.npy`` is named ``b\\xfcr\\xf6.npy`` there (a newline ``\\n``),
 from __future__ import annotations
 
 import mmap
-import struct
 import warnings
 from pathlib import Path
 from typing import NamedTuple
@@ -37,6 +38,12 @@ from typing import NamedTuple
 import numpy as np
 
 from pointgeope.atomic import atomic_open
+from pointgeope.scans.ply_sizes import (
+    NegativeCount,
+    elements_end,
+    vertices_that_fit,
+    walk,
+)
 from pointgeope.scans.scan import Scan, ScanError, color_to_uint8, loadtxt_reason
 
 TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
@@ -122,31 +129,27 @@ def _points_element(elements: list[Element], path: Path) -> int:
 def _binary_skip(f, start: int, elements: list[Element], end: str, path: Path) -> int:
     """The bytes that ``elements`` (those before the vertices, from byte ``start``) take: count x record size,
     or, for an element with list properties, its records walked one by one (each list: its count, then that
-    many items)."""
+    many items; :func:`~pointgeope.scans.ply_sizes.walk`)."""
     size = 0
     for element in elements:
         if not any(kind[0] == "list" for _, kind in element.props):
             size += element.count * np.dtype([(n, end + t) for n, t in element.props]).itemsize
             continue
-        steps = [(struct.Struct(end + np.dtype(kind[1]).char), np.dtype(kind[2]).itemsize) if kind[0] == "list"
-                 else (None, np.dtype(kind).itemsize) for _, kind in element.props]
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            pos = start + size
             try:
-                for _ in range(element.count):
-                    for counter, item in steps:
-                        n = 0 if counter is None else counter.unpack_from(m, pos)[0]
-                        if n < 0:
-                            raise ScanError(f"{path}: a list of {element.name!r} (line {element.line}) has the "
-                                            f"count {n} at byte {pos}; expected a count >= 0: the file is damaged")
-                        pos += item if counter is None else counter.size + n * item
-            except struct.error:
-                pos = len(m) + 1
+                pos = walk(m, start + size, element, end)
+            except NegativeCount as bad:
+                raise ScanError(_negative(path, element, bad)) from None
             if pos > len(m):
                 raise ScanError(f"{path}: truncated PLY: the file ends inside its {element.name!r} element (line "
                                 f"{element.line}), before the vertices") from None
         size = pos - start
     return size
+
+
+def _negative(path: Path, element: Element, bad: NegativeCount) -> str:
+    return (f"{path}: a list of {element.name!r} (line {element.line}) has the count {bad.count} at byte {bad.pos}; "
+            "expected a count >= 0: the file is damaged")
 
 
 def _vertex_records(path: Path) -> np.ndarray:
@@ -183,7 +186,7 @@ def _vertex_records(path: Path) -> np.ndarray:
         if size < count * dtype.itemsize:
             raise ScanError(f"{path}: truncated PLY: the header promises {count:,} vertices "
                             f"({count * dtype.itemsize:,} bytes), the file holds {max(size, 0):,} bytes")
-        _binary_fits(size - count * dtype.itemsize, elements[index + 1:], dtype.itemsize, count, end, path)
+        _binary_fits(f, offset + skip, elements[index + 1:], (dtype.itemsize, count), end, path)
         return np.fromfile(f, dtype=dtype, count=count, offset=skip)
 
 
@@ -192,25 +195,45 @@ def _more_points(path: Path, count: int, holds: str) -> str:
             "is wrong (a writer that did not update it?): write the file again, or correct 'element vertex'")
 
 
-def _binary_fits(tail: int, after: list[Element], record: int, count: int, end: str, path: Path) -> None:
-    """A ScanError when the ``tail`` bytes after the vertices hold at least one more vertex record (``record``
-    bytes) beyond the elements ``after`` them: the header's count is short, and reading it would leave the last
-    points out without a word. Not checked after an element of lists (its size is known only by walking it),
-    but for an empty one (MeshLab's ``element face 0`` of a point cloud)."""
-    after = [e for e in after if e.count]
-    if any(kind[0] == "list" for e in after for _, kind in e.props):
-        return
-    extra = tail - sum(e.count * np.dtype([(n, end + t) for n, t in e.props]).itemsize for e in after)
-    if extra >= record:
-        more = f"{extra // record:,} more vertex record(s) of {record} bytes" + (
-            f" (after {', '.join(repr(e.name) for e in after)})" if after else "")
-        raise ScanError(_more_points(path, count, f"{extra:,} bytes after its elements, {more}"))
+def _binary_fits(f, start: int, after: list[Element], vertices: tuple[int, int], end: str, path: Path) -> None:
+    """A ScanError when the elements ``after`` the vertices (``vertices``: ``(record bytes, count)`` from byte
+    ``start``) do not end where the file does, up to less than a record: the bytes after them hold another
+    vertex record or more (the header's count is short, and reading it would leave the last points out without
+    a word), or the elements after the vertices, read from the vertices' end, go beyond the file or leave
+    bytes (a mesh's faces after a vertex count that is short or long: their sizes read from vertex bytes).
+    The count the file holds is named when one fits (:func:`~pointgeope.scans.ply_sizes.vertices_that_fit`)."""
+    (record, count), after = vertices, [e for e in after if e.count]
+    lists = any(kind[0] == "list" for e in after for _, kind in e.props)
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        try:
+            stop = elements_end(m, start + count * record, after, end)
+        except NegativeCount:
+            stop = len(m) + 1
+        extra = len(m) - stop
+        if 0 <= extra < record:
+            return
+        if extra >= record and not lists:
+            more = f"{extra // record:,} more vertex record(s) of {record} bytes" + (
+                f" (after {', '.join(repr(e.name) for e in after)})" if after else "")
+            raise ScanError(_more_points(path, count, f"{extra:,} bytes after its elements, {more}"))
+        holds = vertices_that_fit(m, start, record, after, end)
+    names = ", ".join(f"{e.name!r} (line {e.line})" for e in after)
+    if holds is not None and holds != count:
+        raise ScanError(f"{path}: the PLY header promises {count:,} vertices, the file holds {holds:,}: its elements "
+                        f"after the vertices ({names}) end where the file does after {holds:,} vertex records of "
+                        f"{record} bytes; the header's vertex count is wrong (a writer that did not update it?): "
+                        "write the file again, or correct 'element vertex'")
+    found = "go beyond its end" if extra < 0 else f"leave {extra:,} bytes"
+    raise ScanError(f"{path}: the PLY header promises {count:,} vertices of {record} bytes, and its elements after "
+                    f"them ({names}), read from there, {found}: the header does not describe the file (a vertex "
+                    "count that is wrong, or a file cut short?); write the file again")
 
 
 def _ascii_fits(f, offset: int, elements: list[Element], width: int, path: Path) -> None:
     """A ScanError when the ascii vertex lines hold another number of values than the header's properties
-    (``width`` read), or the file more non-blank lines than its elements' records (one a line): either way the
-    header does not describe the points, and the values or lines beyond it would be left out without a word."""
+    (``width`` read), or the file more or fewer non-blank lines than its elements' records (one a line): either
+    way the header does not describe the points, and the values or lines beyond it would be left out without a
+    word, or the lines of faces after them read as vertices."""
     vertex = next(e for e in elements if e.name == "vertex")
     if width != len(vertex.props):
         raise ScanError(f"{path}: the ascii PLY vertex lines hold {width} values, the header declares "
@@ -218,10 +241,14 @@ def _ascii_fits(f, offset: int, elements: list[Element], width: int, path: Path)
                         f"{vertex.line}); declare one property a value, in the order of the values")
     f.seek(offset)
     lines, records = sum(1 for line in f if line.strip()), sum(e.count for e in elements)
+    holds = (f"{lines:,} lines of records after the header, where its elements "
+             f"({', '.join(f'{e.name} {e.count:,}' for e in elements)}) have {records:,}, one a line")
     if lines > records:
-        raise ScanError(_more_points(path, vertex.count, f"{lines:,} lines of records after the header, where its "
-                                     f"elements ({', '.join(f'{e.name} {e.count:,}' for e in elements)}) have "
-                                     f"{records:,}, one a line"))
+        raise ScanError(_more_points(path, vertex.count, holds))
+    if lines < records:  # the vertices read the lines of the elements after them (faces of as many values)
+        raise ScanError(f"{path}: the PLY header promises {vertex.count:,} vertices, the file holds "
+                        f"{max(lines - records + vertex.count, 0):,}: {holds}; the header's count is wrong (or the "
+                        "file cut short): write the file again, or correct 'element vertex'")
 
 
 def _ascii_records(rows: np.ndarray, props: list, path: Path, first_line: int) -> np.ndarray:

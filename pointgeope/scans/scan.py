@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pointgeope.color_range import BITS16, UNIT, UNIT_MAX, clip_warning, color_range, to_uint8
+from pointgeope.color_range import BITS16, UNIT, UNIT_MAX, bits16_said, clip_warning, color_range, to_uint8
 from pointgeope.errors import UserError
 
 
@@ -85,12 +85,13 @@ def color_to_uint8(values: np.ndarray, source: str, unit_float: bool | None = No
                    notes: list[str] | None = None, declared_16bit: bool = False) -> np.ndarray:
     """Colours ``(N, 3)`` of any common range as ``uint8``, by the rule of :mod:`pointgeope.color_range`
     (one owner, shared with ``pointgeope prepare``): 0..1 floats ``round(255 c)``; 16 bit ``round(c / 257)``
+    (``c / 256`` when every value's low byte is 0: ``c << 8``)
     when the format declares it (``declared_16bit``: LAS, a 16-bit PLY type) and some value is above 255, or
     when more than half of the non-zero values are above 255 and some reaches 511.5; else 0..255 rounded,
     a few values above 255 clipped.
 
     ``unit_float``: ``True`` where the format says 0..1 (a PLY float colour), else judged by the values.
-    ``notes`` gets one line when colours are clipped, or divided by 257 while the format did not declare
+    ``notes`` gets one line when colours are clipped, or divided by 257 (256) while the format did not declare
     16 bit.
 
     Raises ScanError for negative, non-finite or larger values.
@@ -112,7 +113,7 @@ def color_to_uint8(values: np.ndarray, source: str, unit_float: bool | None = No
     color, clipped = to_uint8(values, kind)
     if notes is not None and kind == BITS16 and not declared_16bit:
         notes.append(f"{source}: colours read as 16 bit (max {hi:g}, {np.count_nonzero(values >= 255.5):,} of "
-                     f"{values.size:,} values above 255): divided by 257; if they are 0..255, clip them to 255")
+                     f"{values.size:,} values above 255): {bits16_said(values)}; if they are 0..255, clip them to 255")
     if notes is not None and clipped.any():
         notes.append(clip_warning(source, values, clipped, lambda row: f"at point {row}"))
     return color

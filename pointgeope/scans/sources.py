@@ -61,13 +61,16 @@ class Failure(str):
 @dataclass(frozen=True)
 class ScanRef:
     """One scan to read: ``kind`` of :data:`KINDS` (or ``"raw"``), the room of an ``h5`` file, the
-    name of its outputs; ``notes`` to print with it (what its folder left out, on its first scan)."""
+    name of its outputs; ``notes`` to print with it (what its folder left out, on its first scan);
+    ``checksum``: the file's checksum where it was taken already (an area file listed in its
+    ``manifest.json``, verified against it), so that ``predict``'s record does not hash it again."""
 
     path: Path
     kind: str
     name: str
     room: str | None = None
     notes: tuple[str, ...] = ()
+    checksum: str | None = None
 
     @property
     def source(self) -> str:
@@ -91,16 +94,17 @@ def _refs_of_file(path: Path) -> list[ScanRef]:
     stem = _absolute(path).stem
     if kind != "h5":
         return [ScanRef(path, kind, stem)]
-    from pointgeope.data.check import check_area_file
+    from pointgeope.data.check import check_area, manifest_checksums
     from pointgeope.h5 import SchemaError
 
-    try:
-        rooms = check_area_file(path)  # as training checks its areas: schema, checksum, every room
+    try:  # as training checks its areas (check_area_file): schema, checksum, every room
+        checksum = manifest_checksums(path.parent).get(path.stem)
+        rooms = check_area(path, checksum)  # the file's checksum is the listed one, or it was refused
     except SchemaError as err:
         raise ScanError(str(err)) from None
     except (OSError, ValueError, KeyError) as err:
         raise ScanError(f"{path}: expected a prepared area file (pointgeope prepare): {err}") from None
-    return [ScanRef(path, "h5", f"{stem}/{room}", room) for room in rooms]
+    return [ScanRef(path, "h5", f"{stem}/{room}", room, checksum=checksum) for room in rooms]
 
 
 def _outputs_here(folder: Path, out: Path | None) -> bool:

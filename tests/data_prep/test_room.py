@@ -169,6 +169,8 @@ def test_colours_are_not_scaled_unless_every_one_is_within_0_1_and_some_fraction
     (1 / 255, "colours within 0..1 (a normalised export), expected 0..255 (S3DIS) (first {}): scaled by 255 "
               "(rounded as they are, every colour would be 0 or 1); if they really are 0..255, write them as integers"),
     (257, "colours above 255 (16 bit, 0..65535) (first {}): divided by 257; if they are 0..255, clip them to 255"),
+    (256, ("colours above 255 (16 bit, 0..65535) (first {}): divided by 256 (every value's low byte is 0: 8-bit "
+           "colours stored as c << 8); if they are 0..255, clip them to 255")),  # c / 257: one level low above 128
 ])  # one object re-exported normalised, or in 16 bit
 def test_each_files_colour_range_is_judged_on_its_own(s3dis_real, tmp_path, scale, found):
     """The 0..1 test was made over the whole room: one normalised file among 0..255 ones was rounded to 0 and 1

@@ -354,3 +354,29 @@ def test_a_scan_given_twice_is_predicted_once_and_two_of_one_name_are_refused(ti
     assert code == 2
     assert (f"{tmp_path / 'other' / 'a.npy'}: its outputs would overwrite those of {tmp_path / 'scans' / 'a.npy'} "
             "(same name 'a'); predict it into another --out folder") in capsys.readouterr().err
+
+
+def test_an_area_file_listed_in_its_manifest_is_hashed_once_per_command(tiny_run, tiny_root, tmp_path, monkeypatch,
+                                                                        capsys):
+    """Its check against manifest.json hashed the whole file, then predict's record hashed it again for the
+    input's checksum (about 1 s per GB each). Once now, and the record still matches a rerun, which skips."""
+    import pointgeope.checksum
+    import pointgeope.data.check
+    import pointgeope.engine.predict_record
+
+    area = tiny_root / "Area_2.h5"
+    hashed = []
+
+    def counted(path):
+        hashed.append(str(path))
+        return pointgeope.checksum.file_checksum(path)
+
+    for module in (pointgeope.data.check, pointgeope.engine.predict_record):
+        monkeypatch.setattr(module, "file_checksum", counted)
+    out = tmp_path / "o"
+    for run in range(2):
+        hashed.clear()
+        assert cli(["predict", str(tiny_run), str(area), "--out", str(out), "--format", "npy"]) == 0
+        assert hashed.count(str(area)) == 1, (run, hashed)
+    rooms = list_rooms(area)
+    assert f"; {len(rooms)} skipped, complete from an earlier run" in capsys.readouterr().out.splitlines()[-1]

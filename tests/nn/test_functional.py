@@ -252,3 +252,40 @@ def test_the_refusal_beside_block_scale_reads_the_signatures_defaults(monkeypatc
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
     with pytest.raises(ValueError, match=r"expected no pos_scale with block_scale .* got pos_scale=25.0"):
         geope_qk(q, q, pos, block_scale=scale, pos_scale=25.0)
+
+
+def test_uncentred_positions_are_said_once_from_the_read_the_checks_already_make(monkeypatch):
+    """UTM-scale positions (6.5e5 m) turn by float32 phases of millions of radians, whose rounding step is
+    half a radian: rotations of noise (float32 scores far from float64's), without a word. One warning per
+    process now, from the one host read a positions tensor already took (its finiteness), none for centred
+    positions, and the pipeline's centring (minimum 0) makes the float32 scores those of float64."""
+    import warnings
+
+    import pointgeope.nn.checks as checks
+
+    monkeypatch.setattr(checks, "_phase_warned", False)
+    reads = []
+    for name in ("tolist", "item", "__bool__", "__float__", "__int__"):
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _f=getattr(torch.Tensor, name), _n=name:
+                            reads.append(_n) or _f(self, *a))
+    gen = torch.Generator().manual_seed(0)
+    q, pos = torch.randn(16, 6, generator=gen), torch.rand(16, 3, generator=gen) * 20
+    utm = pos.double() + torch.tensor([651_234.0, 4_812_345.0, 120.0], dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        qc, kc = geope_qk(q, q, pos)
+        assert caught == [] and len(reads) == 1
+        reads.clear()
+        qu, ku = geope_qk(q, q, utm.float())
+        assert len(reads) == 1 and [str(w.message)[:32] for w in caught] == ["GeoPE: pos_q up to 4.81e+06 turn"]
+        assert "which torch.float32 rounds in steps of 4 rad: the rotations are rounding noise; centre the " \
+            "positions" in str(caught[0].message)
+        geope_qk(q, q, utm.float())
+        assert len(caught) == 1                                    # once per process
+        monkeypatch.setattr(checks, "_phase_warned", False)
+        exact = [a @ b.T for a, b in (geope_qk(q.double(), q.double(), utm),)][0]
+        assert len(caught) == 1                                    # float64 positions hold these phases
+    monkeypatch.undo()
+    assert (qu @ ku.T - exact).abs().max() > 1.0                   # float32: noise
+    centred = geope_qk(q.double(), q.double(), pos.double())
+    torch.testing.assert_close(qc @ kc.T, (centred[0] @ centred[1].T).float(), atol=1e-4, rtol=1e-4)

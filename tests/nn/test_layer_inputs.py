@@ -23,6 +23,31 @@ def test_positions_beyond_the_point_ops_limit_are_refused_where_encoded(pe):
     assert make_conv("rpe")(x, (1 + pos) * 1e20, edge_index).isfinite().all()
 
 
+
+@pytest.mark.parametrize("pe", ["geope", "geope+rpe", "lingeope", "rope3d"])
+def test_uncentred_positions_are_said_where_standard_geope_turns_them(pe, monkeypatch):
+    """UTM-scale float32 positions: standard GeoPE turns every node by its own phase (millions of radians,
+    rounded in steps of a radian): one warning per process. The encodings of differences (lingeope, RoPE)
+    turn by ``p_j - p_i`` and are not warned about; float64 positions hold the phases."""
+    import warnings
+
+    import pointgeope.nn.checks as checks
+
+    monkeypatch.setattr(checks, "_phase_warned", False)
+    x, pos, edge_index = graph(n=9, k=4)
+    conv = make_conv(pe).float()
+    utm = pos + torch.tensor([651_234.0, 4_812_345.0, 120.0], dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        conv(x.float(), pos.float(), edge_index)
+        make_conv(pe)(x, utm, edge_index)                                  # float64
+        assert caught == []
+        conv(x.float(), utm.float(), edge_index)
+        conv(x.float(), utm.float(), edge_index)
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(said) == (pe.startswith("geope")), said
+    assert all(s.startswith("GeoPE: pos up to 4.81e+06 turn by phases up to ") for s in said)
+
 def test_options_that_could_only_be_ignored_are_refused():
     with pytest.raises(ValueError, match="grid_unit"):
         GeoPEPointTransformerConv(4, 12, pe="pointrope")

@@ -2,6 +2,7 @@
 in file order (coordinates, 16-bit colour), and the writer's LAS/class field reads back with laspy."""
 from __future__ import annotations
 
+import io
 import re
 
 import numpy as np
@@ -42,6 +43,15 @@ def test_a_dim_16_bit_las_is_read_as_16_bit(tmp_path):
     np.testing.assert_array_equal(scan.color, np.floor(values / 257 + 0.5))
     assert scan.meta["notes"] == []
 
+
+def test_8_bit_colours_stored_in_the_high_byte_read_back_exactly(tmp_path):
+    """A LAS writer's ``red = c << 8``: read as ``round(256 c / 257)``, every ``c`` above 128 was one level
+    low (255 -> 254)."""
+    _, color = las_file(tmp_path / "a.las", n=500, seed=5)
+    las = laspy.read(tmp_path / "a.las")
+    las.red, las.green, las.blue = (color.astype(np.uint16) << 8).T
+    las.write(tmp_path / "shifted.las")
+    np.testing.assert_array_equal(read_las(tmp_path / "shifted.las").color, color)
 
 @pytest.mark.parametrize("suffix", [".las", ".laz"])
 def test_laspy_files_read_back(tmp_path, suffix):
@@ -231,3 +241,51 @@ def test_a_laz_header_counting_other_points_than_its_chunks_is_refused(tmp_path,
                                         r"header's count is wrong"):
         read_las(tmp_path / "b.laz")
     assert len(read_las(tmp_path / "a.laz")) == 120_000
+
+
+def _laz_of_varying_chunks(path, chunks=(1000, 1200, 800), seed=3):
+    """A LAZ file of chunks of varying size (its laszip VLR's chunk size 0xFFFFFFFF, the point count of each
+    chunk in the chunk table), compressed by lazrs from the points laspy lays out; returns the colours."""
+    lazrs = pytest.importorskip("lazrs", reason="no lazrs (pip install lazrs)")
+    n, rng = sum(chunks), np.random.default_rng(seed)
+    las = laspy.LasData(laspy.LasHeader(point_format=3, version="1.2"))
+    las.x, las.y, las.z = rng.uniform(0, 10, (3, n))
+    color = rng.integers(0, 256, (n, 3)).astype(np.uint16)
+    las.red, las.green, las.blue = (color * 257).T
+    las.write(path, do_compress=True)
+    data = bytearray(path.read_bytes())
+    header = laspy.open(path).header
+    fixed = next(v for v in header.vlrs if v.user_id == "laszip encoded").record_data_bytes()
+    vlr = lazrs.LazVlr.new_for_compression(3, 0, True)
+    assert vlr.uses_variable_size_chunks() and len(vlr.record_data()) == len(fixed)
+    data[data.index(fixed):data.index(fixed) + len(fixed)] = bytes(vlr.record_data())
+    out = io.BytesIO()
+    out.write(bytes(data[:header.offset_to_point_data]))  # the chunk table's offset is from the file's start
+    compressor = lazrs.LasZipCompressor(out, vlr)
+    compressor.reserve_offset_to_chunk_table()
+    raw, size, start = las.points.array.tobytes(), las.point_format.size, 0
+    for i, k in enumerate(chunks):
+        compressor.compress_many(raw[start * size:(start + k) * size])
+        if i < len(chunks) - 1:  # done() ends the last one
+            compressor.finish_current_chunk()
+        start += k
+    compressor.done()
+    path.write_bytes(out.getvalue())
+    return color
+
+
+@pytest.mark.parametrize("count", [2_500, 3_500, 2_000_000_000])
+def test_a_laz_of_varying_chunks_counting_other_points_than_its_chunks_is_refused(tmp_path, count):
+    """Chunks of 1,000, 1,200 and 800 points: a header count of 2,500 read 2,500 points with exit code 0 (the
+    other 500 dropped without a word); 3,500 was lazrs' "IoError: failed to fill whole buffer"."""
+    color = _laz_of_varying_chunks(tmp_path / "a.laz")
+    scan = read_las(tmp_path / "a.laz")
+    assert len(scan) == 3000
+    np.testing.assert_array_equal(scan.color, color)
+    data = bytearray((tmp_path / "a.laz").read_bytes())
+    data[107:111] = np.array([count], "<u4").tobytes()
+    (tmp_path / "b.laz").write_bytes(bytes(data))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'b.laz'))}: its LAS header promises "
+                                        rf"{count:,} points, its LAZ chunk table counts 3,000 points in 3 chunks of "
+                                        r"varying size: the header's count is wrong"):
+        read_las(tmp_path / "b.laz")

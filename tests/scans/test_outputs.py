@@ -36,7 +36,8 @@ def test_every_format_reads_back(tmp_path):
     ply = o3d.t.io.read_point_cloud(str(paths[1]))
     np.testing.assert_array_equal(ply.point.positions.numpy(), s.coord)       # doubles: exact
     np.testing.assert_array_equal(ply.point.colors.numpy(), PAL[pred])
-    np.testing.assert_array_equal(ply.point["label"].numpy()[:, 0], pred)
+    np.testing.assert_array_equal(ply.point["pred"].numpy()[:, 0], pred)
+    assert "label" not in ply.point  # the ground truth's name in every PLY: a scan has none
     las = laspy.read(paths[2])
     np.testing.assert_allclose(np.stack([las.x, las.y, las.z], 1), s.coord, rtol=0, atol=5.1e-4)  # mm scale
     np.testing.assert_array_equal(np.asarray(las.classification), pred)
@@ -67,3 +68,22 @@ def test_without_colour_the_text_and_las_carry_the_palette(tmp_path):
     np.testing.assert_array_equal(txt[:, 3:6], PAL[pred])
     header = output_path(tmp_path, s.name, "ply").read_bytes().split(b"end_header")[0].decode()
     assert "property float x" in header  # coordinates exact in float32: written as float
+
+
+def test_a_prediction_is_pred_and_ground_truth_label_in_every_ply(tmp_path):
+    """predict's PLY named its prediction ``label``, viz's PLY its ground truth: one name read two ways. Both
+    files of the same points, read back by Open3D: ``pred`` is the prediction in each, ``label`` the truth."""
+    o3d = pytest.importorskip("open3d")
+    from pointgeope.viz.ply import write_ply
+
+    s = scan(n=200, origin=(0.0, 0.0, 0.0))
+    pred = (np.arange(len(s)) * 5 % 13).astype(np.uint8)
+    truth = (np.arange(len(s)) % 13).astype(np.uint8)
+    (predicted,) = write_outputs(tmp_path, s, pred, ("ply",), PAL, list(CLASS_NAMES))
+    shown = write_ply(tmp_path / "view.ply", s.coord, PAL[pred], truth, pred)
+    for path, fields in ((predicted, {"pred": pred}), (shown, {"pred": pred, "label": truth})):
+        cloud = o3d.t.io.read_point_cloud(str(path))
+        read = {k: cloud.point[k].numpy()[:, 0] for k in ("pred", "label") if k in cloud.point}
+        assert set(read) == set(fields), path
+        for k, want in fields.items():
+            np.testing.assert_array_equal(read[k], want)

@@ -50,14 +50,15 @@ def test_open3d_tensor_float_colours_and_extra_properties(tmp_path):
         np.testing.assert_array_equal(scan.color, color)  # float 0..1 -> round(255 c)
 
 
-def test_big_endian_16_bit_colour_with_an_element_before_the_vertices(tmp_path):
+@pytest.mark.parametrize("shift", [False, True])  # c * 257, or c << 8 (low byte 0: was one level low above 128)
+def test_big_endian_16_bit_colour_with_an_element_before_the_vertices(tmp_path, shift):
     coord, color = points(n=5, seed=2)
     rec = np.empty(5, dtype=[("x", ">f8"), ("y", ">f8"), ("z", ">f8"), ("red", ">u2"), ("green", ">u2"),
                              ("blue", ">u2")])
     for j, k in enumerate("xyz"):
         rec[k] = coord[:, j]
     for j, k in enumerate(("red", "green", "blue")):
-        rec[k] = color[:, j].astype(np.uint16) * 257
+        rec[k] = color[:, j].astype(np.uint16) << 8 if shift else color[:, j].astype(np.uint16) * 257
     header = ("ply\nformat binary_big_endian 1.0\ncomment by hand\nelement camera 1\nproperty float f\n"
               "element vertex 5\nproperty double x\nproperty double y\nproperty double z\n"
               "property ushort red\nproperty ushort green\nproperty ushort blue\nend_header\n")
@@ -258,3 +259,64 @@ def test_blank_lines_among_ascii_vertices_are_read_without_numpys_warning(tmp_pa
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         np.testing.assert_array_equal(read_ply(path).coord, [[0, 0, 0], [1, 1, 1]])
+
+
+def _mesh(path, declared, fmt="binary_little_endian", corners=(3,), n=50, faces=40, seed=0):
+    """A mesh of ``n`` vertices (x y z float, and ints ``i j`` in ascii) and ``faces`` faces of as many corners
+    as ``corners`` draws (a flag, then ``list uchar int vertex_indices``), its header saying ``declared``
+    vertices; returns the vertices' coordinates."""
+    rng = np.random.default_rng(seed)
+    coord = rng.random((n, 3)).astype(np.float32)
+    corner = rng.choice(corners, faces)
+    polygons = [rng.integers(0, n, k).tolist() for k in corner]
+    extra = "property int i\nproperty int j\n" if fmt == "ascii" else ""
+    head = (f"ply\nformat {fmt} 1.0\nelement vertex {declared}\n{XYZ}{extra}element face {faces}\n"
+            "property uchar flag\nproperty list uchar int vertex_indices\nend_header\n").encode()
+    if fmt == "ascii":  # a triangle's line "0 3 a b c" has the 5 values of a vertex line "x y z i j"
+        body = "".join(f"{x!r} {y!r} {z!r} 7 8\n" for x, y, z in coord.tolist()).encode()
+        body += "".join(f"0 {len(p)} {' '.join(map(str, p))}\n" for p in polygons).encode()
+    else:
+        body = coord.tobytes() + b"".join(struct.pack(f"<BB{len(p)}i", 0, len(p), *p) for p in polygons)
+    path.write_bytes(head + body)
+    return coord
+
+
+@pytest.mark.parametrize("declared", [40, 49, 51, 52, 60])
+def test_a_binary_mesh_whose_faces_follow_another_vertex_count_is_refused_naming_both(tmp_path, declared):
+    """Faces after the vertices were not checked: a short count read its vertices and left the others out,
+    a long one read face bytes as vertices, both with exit code 0. Triangles: the count that fits is named."""
+    coord = _mesh(tmp_path / "m.ply", 50)
+    np.testing.assert_array_equal(read_ply(tmp_path / "m.ply").coord, coord)
+    _mesh(tmp_path / "m.ply", declared)
+    with pytest.raises(ScanError) as err:
+        read_ply(tmp_path / "m.ply")
+    assert str(err.value) == (f"{tmp_path / 'm.ply'}: the PLY header promises {declared} vertices, the file holds 50: "
+                              "its elements after the vertices ('face' (line 7)) end where the file does after 50 "
+                              "vertex records of 12 bytes; the header's vertex count is wrong (a writer that did not "
+                              "update it?): write the file again, or correct 'element vertex'")
+
+
+@pytest.mark.parametrize("declared", [40, 49, 51, 52, 60])
+def test_a_binary_mesh_of_triangles_and_quads_after_another_vertex_count_is_refused(tmp_path, declared):
+    """Faces of varying corners: no one count of items fits, so the message names the header's count only."""
+    coord = _mesh(tmp_path / "m.ply", 50, corners=(3, 4))
+    np.testing.assert_array_equal(read_ply(tmp_path / "m.ply").coord, coord)
+    _mesh(tmp_path / "m.ply", declared, corners=(3, 4))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'm.ply'))}: the PLY header promises {declared} "
+                                        r"vertices of 12 bytes, and its elements after them \('face' \(line 7\)\), "
+                                        r"read from there, (go beyond its end|leave [0-9,]+ bytes): the header does "
+                                        r"not describe the file"):
+        read_ply(tmp_path / "m.ply")
+
+
+def test_an_ascii_mesh_whose_vertex_count_reaches_into_its_faces_is_refused(tmp_path):
+    """Face lines of as many values as a vertex line were read as the last vertices (exit code 0)."""
+    coord = _mesh(tmp_path / "m.ply", 50, fmt="ascii", corners=(3,))
+    np.testing.assert_array_equal(read_ply(tmp_path / "m.ply").coord, coord)
+    _mesh(tmp_path / "m.ply", 52, fmt="ascii", corners=(3,))
+    with pytest.raises(ScanError) as err:
+        read_ply(tmp_path / "m.ply")
+    assert str(err.value) == (f"{tmp_path / 'm.ply'}: the PLY header promises 52 vertices, the file holds 50: 90 lines "
+                              "of records after the header, where its elements (vertex 52, face 40) have 92, one a "
+                              "line; the header's count is wrong (or the file cut short): write the file again, or "
+                              "correct 'element vertex'")

@@ -100,6 +100,24 @@ def test_16_bit_colours_are_divided_by_257_and_said_unless_the_format_declares_t
     assert notes == []
 
 
+
+def test_8_bit_colours_shifted_into_the_high_byte_read_back_exactly():
+    """``c << 8`` (low byte 0, as many LAS writers store 8-bit colours) was divided by 257: every ``c`` above
+    128 read one level low (200 -> 199), declared 16 bit or not. The exact answer is the high byte."""
+    c8 = _colours_0_255(seed=3).astype(np.uint16)
+    values = c8 << 8
+    assert (c8 > 128).any()
+    for source, declared in (("s.las", True), ("s.npy", False)):
+        notes = []
+        np.testing.assert_array_equal(color_to_uint8(values, source, notes=notes, declared_16bit=declared),
+                                      values >> 8)
+    assert notes == [(f"s.npy: colours read as 16 bit (max {values.max()}, {np.count_nonzero(values > 255):,} of "
+                      "6,000 values above 255): divided by 256 (every value's low byte is 0: 8-bit colours stored "
+                      "as c << 8); if they are 0..255, clip them to 255")]
+    values[0, 0] += 1  # one low byte set: a 16-bit file, divided by 257
+    expected = np.floor(values / 257 + 0.5)
+    np.testing.assert_array_equal(color_to_uint8(values, "s.las", declared_16bit=True), expected)
+
 def _dim_16_bit(n=2000, seed=2):
     """``(n, 3)`` uint16 colours of a dim 16-bit scan: 70 % of the points at the sensor's floor (20..199, under
     1/255 of full intensity), the others lit (8000..65534)."""

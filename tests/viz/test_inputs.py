@@ -37,7 +37,7 @@ def test_a_fold_folder_as_pred_names_its_predictions_file(synthetic_area, tmp_pa
 
 def test_predicts_ply_says_to_predict_with_format_h5(tmp_path, capsys):
     ply = write_vertices(tmp_path / "scan_pred.ply", [(axis, np.zeros(3, np.float32)) for axis in "xyz"]
-                         + [("label", np.zeros(3, np.uint8))])
+                         + [("pred", np.zeros(3, np.uint8))])
     npy = tmp_path / "scan_pred.npy"
     np.save(npy, np.zeros(3, np.uint8))
     for argv in ([str(ply)], [str(ply), "--mode", "pred"], [str(npy)]):
