@@ -62,4 +62,5 @@ def absent_classes_warning(num_classes: int, counts: np.ndarray, areas: list[str
     top = int(np.flatnonzero(counts[:num_classes])[-1]) + 1 if k else 0
     if k and absent == list(range(top, num_classes)):
         return line + f"; set model.num_classes={top} (the data's labels are 0..{top - 1})"
-    return line + ("; eval.class_mean=present leaves them out of the means" if class_mean == "all" else "")
+    return line + ("; eval.class_mean=present leaves them out of mAcc, and out of mIoU while no point is predicted "
+                   "as one of them" if class_mean == "all" else "")

@@ -77,6 +77,6 @@ def fold_checkpoint(run: str | Path, cfg, fold: Fold, log) -> tuple[Path, dict]:
         raise CheckpointError(missing_checkpoint(path, fold.index))
     ckpt = load_checkpoint(path, config_to_dict(cfg), advice=EVALUATE_ADVICE)
     check_trained_fold(path, ckpt.get("fold"), fold, cfg.data.root, log)
-    if path.name == "best.pt" and ckpt.get("best_miou", 0.0) < 0:   # no validation ever scored it
-        raise CheckpointError(unvalidated_best(path, int(ckpt.get("epoch", 0))))
+    if line := unvalidated_best(path, ckpt):   # no validation ever scored it
+        raise CheckpointError(line)
     return path, ckpt

@@ -121,14 +121,17 @@ def untrained_fold(run: Path, fold: int) -> str:
             f"first ({train_fold_command(run, fold)}), or give the fold folder that holds its last.pt")
 
 
-def unvalidated_best(path: Path, epoch: int, use_last: str = "evaluate its last.pt (eval.checkpoint=last)") -> str:
-    """The line for a test of ``best.pt`` (``path``) that no validation picked: its fold trained with
-    ``train.val_every: 0`` (the checkpoint's best validation mIoU is still -1), so ``best.pt`` is rewritten
-    every epoch and holds the last one (``epoch``), the weights of ``last.pt``; ``use_last``: the command's
-    way to take ``last.pt``."""
+def unvalidated_best(path: Path, ckpt: dict, use_last: str = "evaluate its last.pt (eval.checkpoint=last)") -> str | None:
+    """The line refusing a fold's ``best.pt`` (``path``, loaded as ``ckpt``) that no validation picked, ``None``
+    for any other checkpoint: its fold trained with ``train.val_every: 0`` (the checkpoint's best validation
+    mIoU is still -1), so ``best.pt`` is rewritten every epoch and holds the last one, the weights of
+    ``last.pt``. The one rule of ``evaluate`` and ``predict`` (``use_last``: the command's way to take
+    ``last.pt``)."""
+    if path.name != "best.pt" or not ckpt.get("best_miou", 0.0) < 0:   # a validation scored it (or too old to say)
+        return None
     return (f"{path}: no validation picked it: the fold trained without validation (train.val_every=0), so "
-            f"best.pt holds its last epoch ({epoch}), the weights of last.pt; {use_last}, or train with "
-            "train.val_every=1 for a best epoch")
+            f"best.pt holds its last epoch ({int(ckpt.get('epoch', 0))}), the weights of last.pt; {use_last}, or "
+            "train with train.val_every=1 for a best epoch")
 
 
 def missing_checkpoint(path: Path, fold: int, use_last: str = "evaluate its last.pt (eval.checkpoint=last)") -> str:

@@ -52,13 +52,25 @@ def test_the_share_the_warning_states_is_the_all_rule_of_the_metrics():
     assert abs(scores(m, "all")["miou"] - 13 / 20) < 1e-9 and scores(m[:13, :13], "all")["miou"] > 1 - 1e-9
 
 
+def test_the_present_rule_the_warning_states_counts_an_absent_class_once_predicted():
+    """Under ``present`` a class without ground truth is out of mAcc, and out of mIoU only while nothing is
+    predicted as it: one point of class 0 predicted as the absent class 3 counts its IoU 0 among 13."""
+    m = np.zeros((13, 13), dtype=np.int64)
+    m[np.arange(13), np.arange(13)] = 100
+    m[3, 3] = 0
+    assert abs(scores(m, "present")["miou"] - 1.0) < 1e-12 and abs(scores(m, "present")["macc"] - 1.0) < 1e-12
+    m[0, 0], m[0, 3] = 99, 1
+    assert abs(scores(m, "present")["miou"] - (11 + 99 / 100) / 13) < 1e-12
+    assert abs(scores(m, "present")["macc"] - (11 + 99 / 100) / 12) < 1e-12
+
+
 def test_a_class_absent_inside_the_range_is_named_and_every_class_present_is_quiet():
     present = [c for c in range(13) if c != 3]
     line = absent_classes_warning(13, _counts(present), AREAS, "all")
     assert line.endswith(f"hold no point of 1 of its classes: {CLASS_NAMES[3]} (3); the network cannot learn them, "
                          "and under eval.class_mean=all each counts an IoU and an accuracy of 0: every mIoU and mAcc "
                          "is at most 12/13 of the mean over the 12 classes it holds; eval.class_mean=present leaves "
-                         "them out of the means")
+                         "them out of mAcc, and out of mIoU while no point is predicted as one of them")
     assert absent_classes_warning(13, _counts(range(13)), AREAS, "all") is None
     assert absent_classes_warning(13, _counts(present), AREAS, "all", ignore_index=3) is None   # never learnt
 
