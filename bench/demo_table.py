@@ -6,9 +6,11 @@
 Reads the run's report (``RUN/report/report.json``, written by ``pointgeope report RUN``) and each fold's
 ``log.txt`` (its first and last time stamps: the fold's training and evaluation), and writes the block between
 ``<!-- demo-table:start -->`` and ``<!-- demo-table:end -->`` in README.md and docs/getting-started.md (without
-``--write``: prints it). The block states the commit, the date, the machine's cores, the total time when
-``--seconds`` gives it, the range of the folds' times, the pooled and mean-of-folds table, and the spread of the
-folds' mIoU (lowest and highest fold), so that no single machine's figure stands for all.
+``--write``: prints it). The block states the commit, the date, the machine's cores and, with ``--load``, that
+other work shared them, the torch CPU threads the folds trained with (each fold's ``last.pt``: the scores
+depend on that count, since torch's CPU kernels split their sums by thread), the total time when ``--seconds``
+gives it, the range of the folds' times, the pooled and mean-of-folds table, and the spread of the folds' mIoU
+(lowest and highest fold), so that no single machine's figure stands for all.
 """
 from __future__ import annotations
 
@@ -36,6 +38,28 @@ def fold_seconds(log: Path) -> float | None:
         return None
     first, last = (datetime.datetime.strptime(s, "%Y-%m-%d %H:%M:%S") for s in (stamps[0], stamps[-1]))
     return (last - first).total_seconds()
+
+
+def fold_threads(fold: Path) -> int | None:
+    """The torch CPU threads a fold folder's ``last.pt`` was trained with (None: no checkpoint, or it does not
+    say). Only the checkpoint's small keys are read (its tensors mapped)."""
+    from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        threads = load_checkpoint(fold / "last.pt", mmap=True).get("threads")
+    except CheckpointError:
+        return None
+    return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
+
+
+def threads_text(counts: list[int | None]) -> str:
+    """The folds' torch CPU threads in words: one count for all, else each count (the folds differ)."""
+    known = sorted({c for c in counts if c is not None})
+    if not known or len(known) < len(set(counts)):
+        return "torch CPU threads not recorded for every fold" if known else "torch CPU threads not recorded"
+    if len(known) == 1:
+        return f"{known[0]} torch CPU thread{'s' if known[0] != 1 else ''}"
+    return f"torch CPU threads {', '.join(map(str, known))} (the folds differ: their scores are not one setting's)"
 
 
 def minutes(seconds: float) -> str:
@@ -70,8 +94,9 @@ def chance_miou(counts) -> float:
     return sum(ious) / len(ious)
 
 
-def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: str) -> str:
-    """The Markdown between the markers, from the run's report and fold logs."""
+def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: str, load: float | None = None) -> str:
+    """The Markdown between the markers, from the run's report, fold logs and checkpoints; ``load``: the load
+    average the machine had while the demo ran (other work on its cores), said beside the times."""
     report = json.loads((run_dir / "report" / "report.json").read_text())
     run = report["runs"][0]
     folds = sorted(run["per_fold"], key=lambda f: f["miou"])
@@ -81,17 +106,22 @@ def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: s
     total = f"{minutes(seconds)} in all, " if seconds else ""
     spread = f"folds of {minutes(min(times))} to {minutes(max(times))} each" if times else "fold times not logged"
     lo, hi = folds[0], folds[-1]
+    threads = threads_text([fold_threads(run_dir / f"area_{f['fold']}") for f in folds])
+    busy = f" shared with other work (load average {load:g})" if load is not None else ""
     counts = [sum(row) for row in run["pooled_confusion"]]
     chance = f"uniform guessing scores {pct(chance_miou(counts))} % mIoU ({pct(1 / len(counts))} % OA)"
     return "\n".join([
-        f"`make demo` on a {cores}-core CPU machine ({date}, pointgeope at commit `{commit}`; {total}{spread}),",
+        (f"`make demo` on a {cores}-core CPU machine{busy} ({date}, pointgeope at commit `{commit}`, {threads}; "
+         f"{total}{spread}),"),
         "a 310k-parameter Point Transformer with `geope` on the synthetic rooms of `pointgeope synth`:",
         "",
         *table(run, report["class_names"]),
         "",
         f"The folds' mIoU spans {pct(lo['miou'])} % (fold {lo['fold']}) to {pct(hi['miou'])} % (fold {hi['fold']});"
-        f" {chance}. Times and scores vary with the machine and its load, and the scores with",
-        "the seeds' draws across commits: `bench/demo_table.py` regenerates this block from a `make demo` run.",
+        f" {chance}. Times vary with the machine and its load. The scores are the same on every run of one",
+        "commit with the same torch thread count (`configs/demo.yaml` sets `train.threads: 1`); another count, or",
+        "another CPU kind's kernels, sums in another order and moves them by a few tenths, as do commits that change",
+        "the seeds' draws: `bench/demo_table.py` regenerates this block from a `make demo` run.",
     ])
 
 
@@ -107,10 +137,12 @@ def main() -> int:
     parser.add_argument("run", type=Path, help="the demo's run folder (demo/runs/geope)")
     parser.add_argument("--seconds", type=float, help="the whole `make demo`, as timed by the shell")
     parser.add_argument("--cores", type=int, default=os.cpu_count(), help="the machine's cores (default: this one's)")
+    parser.add_argument("--load", type=float, help="the load average while the demo ran (uptime's), where other "
+                        "work shared the cores: said beside the times, which it slows")
     parser.add_argument("--write", action="store_true", help="replace the block in README.md and getting-started")
     args = parser.parse_args()
     today = datetime.date.today().isoformat()
-    new = block(args.run, args.seconds, git_commit(short=True) or "unknown", args.cores, today)
+    new = block(args.run, args.seconds, git_commit(short=True) or "unknown", args.cores, today, args.load)
     if not args.write:
         print(new)
         return 0

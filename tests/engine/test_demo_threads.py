@@ -23,6 +23,8 @@ def test_the_demo_config_trains_the_same_weights_whatever_the_torch_thread_count
                               "model.strides=[1, 4, 4, 4]", "model.neighbours=[8, 12, 12, 12]",
                               "model.decoder_blocks=[1, 1, 1, 1]", "optim.lr=0.02") == 0
             weights.append(torch.load(run / "area_1" / "last.pt", map_location="cpu", weights_only=True)["model"])
+            log = (run / "area_1" / "log.txt").read_text()    # the count the scores depend on is in the fold's log
+            assert "device cpu, 1 process(es) of 1 torch CPU thread(s)" in log.splitlines()[0], log[:300]
     finally:
         torch.set_num_threads(before)
     a, b = weights
