@@ -6,7 +6,8 @@
 Reads the run's report (``RUN/report/report.json``, written by ``pointgeope report RUN``) and each fold's
 ``log.txt`` (its first and last time stamps: the fold's training and evaluation), and writes the block between
 ``<!-- demo-table:start -->`` and ``<!-- demo-table:end -->`` in README.md and docs/getting-started.md (without
-``--write``: prints it). The block states the commit, the date, the machine's cores and, with ``--load``, that
+``--write``: prints it). The block states the commit the folds were tested at (each fold's ``metrics.json``;
+this checkout's where they record none), the date, the machine's cores and, with ``--load``, that
 other work shared them, the torch CPU threads the folds trained with (each fold's ``last.pt``: the scores
 depend on that count, since torch's CPU kernels split their sums by thread), the total time when ``--seconds``
 gives it, the range of the folds' times, the pooled and mean-of-folds table, and the spread of the folds' mIoU
@@ -50,6 +51,24 @@ def fold_threads(fold: Path) -> int | None:
     except CheckpointError:
         return None
     return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
+
+
+def commit_text(run_dir: Path, folds: list[dict], checkout: str) -> str:
+    """The commit(s) the folds were tested at (``pointgeope_commit`` of each ``area_K/metrics.json``, shortened),
+    every one where the folds differ; ``checkout`` (this clone's, where the block is written) where none records
+    one: a run folder's folds can be older than the checkout (trained folds are skipped by a rerun)."""
+    commits = []
+    for f in folds:
+        path = run_dir / f"area_{f['fold']}" / "metrics.json"
+        commits.append(json.loads(path.read_text()).get("pointgeope_commit") if path.is_file() else None)
+    known = sorted({c[:7] for c in commits if isinstance(c, str) and c})
+    if not known:
+        return f"pointgeope at commit `{checkout}`"
+    unknown = " and unrecorded ones" if any(not (isinstance(c, str) and c) for c in commits) else ""
+    if len(known) == 1 and not unknown:
+        return f"pointgeope at commit `{known[0]}`"
+    return (f"pointgeope folds of commits {', '.join(f'`{c}`' for c in known)}{unknown} (not one code's scores: "
+            "train the folds again at one commit)")
 
 
 def threads_text(counts: list[int | None]) -> str:
@@ -106,12 +125,13 @@ def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: s
     total = f"{minutes(seconds)} in all, " if seconds else ""
     spread = f"folds of {minutes(min(times))} to {minutes(max(times))} each" if times else "fold times not logged"
     lo, hi = folds[0], folds[-1]
+    code = commit_text(run_dir, folds, commit)
     threads = threads_text([fold_threads(run_dir / f"area_{f['fold']}") for f in folds])
     busy = f" shared with other work (load average {load:g})" if load is not None else ""
     counts = [sum(row) for row in run["pooled_confusion"]]
     chance = f"uniform guessing scores {pct(chance_miou(counts))} % mIoU ({pct(1 / len(counts))} % OA)"
     return "\n".join([
-        (f"`make demo` on a {cores}-core CPU machine{busy} ({date}, pointgeope at commit `{commit}`, {threads}; "
+        (f"`make demo` on a {cores}-core CPU machine{busy} ({date}, {code}, {threads}; "
          f"{total}{spread}),"),
         "a 310k-parameter Point Transformer with `geope` on the synthetic rooms of `pointgeope synth`:",
         "",
