@@ -138,10 +138,9 @@ def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: s
         *table(run, report["class_names"]),
         "",
         f"The folds' mIoU spans {pct(lo['miou'])} % (fold {lo['fold']}) to {pct(hi['miou'])} % (fold {hi['fold']});"
-        f" {chance}. Times vary with the machine and its load. The scores are the same on every run of one",
-        "commit with the same torch thread count (`configs/demo.yaml` sets `train.threads: 1`); another count, or",
-        "another CPU kind's kernels, sums in another order and moves them by a few tenths, as do commits that change",
-        "the seeds' draws: `bench/demo_table.py` regenerates this block from a `make demo` run.",
+        f" {chance}. Times vary with the machine and its load; the scores are the same on every run of one commit",
+        "with one torch thread (`train.threads: 1` in `configs/demo.yaml`; another count or CPU kind sums in another order:",
+        "other weights, other scores). `bench/demo_table.py` regenerates this block from a `make demo` run.",
     ])
 
 
