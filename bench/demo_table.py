@@ -6,9 +6,12 @@
 Reads the run's report (``RUN/report/report.json``, written by ``pointgeope report RUN``) and each fold's
 ``log.txt`` (its first and last time stamps: the fold's training and evaluation), and writes the block between
 ``<!-- demo-table:start -->`` and ``<!-- demo-table:end -->`` in README.md and docs/getting-started.md (without
-``--write``: prints it). The block states the commit, the date, the machine's cores, the total time when
-``--seconds`` gives it, the range of the folds' times, the pooled and mean-of-folds table, and the spread of the
-folds' mIoU (lowest and highest fold), so that no single machine's figure stands for all.
+``--write``: prints it). The block states the commit the folds were tested at (each fold's ``metrics.json``;
+this checkout's where they record none), the date, the machine's cores and, with ``--load``, that
+other work shared them, the torch CPU threads the folds trained with (each fold's ``last.pt``: the scores
+depend on that count, since torch's CPU kernels split their sums by thread), the total time when ``--seconds``
+gives it, the range of the folds' times, the pooled and mean-of-folds table, and the spread of the folds' mIoU
+(lowest and highest fold), so that no single machine's figure stands for all.
 """
 from __future__ import annotations
 
@@ -36,6 +39,46 @@ def fold_seconds(log: Path) -> float | None:
         return None
     first, last = (datetime.datetime.strptime(s, "%Y-%m-%d %H:%M:%S") for s in (stamps[0], stamps[-1]))
     return (last - first).total_seconds()
+
+
+def fold_threads(fold: Path) -> int | None:
+    """The torch CPU threads a fold folder's ``last.pt`` was trained with (None: no checkpoint, or it does not
+    say). Only the checkpoint's small keys are read (its tensors mapped)."""
+    from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        threads = load_checkpoint(fold / "last.pt", mmap=True).get("threads")
+    except CheckpointError:
+        return None
+    return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
+
+
+def commit_text(run_dir: Path, folds: list[dict], checkout: str) -> str:
+    """The commit(s) the folds were tested at (``pointgeope_commit`` of each ``area_K/metrics.json``, shortened),
+    every one where the folds differ; ``checkout`` (this clone's, where the block is written) where none records
+    one: a run folder's folds can be older than the checkout (trained folds are skipped by a rerun)."""
+    commits = []
+    for f in folds:
+        path = run_dir / f"area_{f['fold']}" / "metrics.json"
+        commits.append(json.loads(path.read_text()).get("pointgeope_commit") if path.is_file() else None)
+    known = sorted({c[:7] for c in commits if isinstance(c, str) and c})
+    if not known:
+        return f"pointgeope at commit `{checkout}`"
+    unknown = " and unrecorded ones" if any(not (isinstance(c, str) and c) for c in commits) else ""
+    if len(known) == 1 and not unknown:
+        return f"pointgeope at commit `{known[0]}`"
+    return (f"pointgeope folds of commits {', '.join(f'`{c}`' for c in known)}{unknown} (not one code's scores: "
+            "train the folds again at one commit)")
+
+
+def threads_text(counts: list[int | None]) -> str:
+    """The folds' torch CPU threads in words: one count for all, else each count (the folds differ)."""
+    known = sorted({c for c in counts if c is not None})
+    if not known or len(known) < len(set(counts)):
+        return "torch CPU threads not recorded for every fold" if known else "torch CPU threads not recorded"
+    if len(known) == 1:
+        return f"{known[0]} torch CPU thread{'s' if known[0] != 1 else ''}"
+    return f"torch CPU threads {', '.join(map(str, known))} (the folds differ: their scores are not one setting's)"
 
 
 def minutes(seconds: float) -> str:
@@ -73,8 +116,9 @@ def chance_miou(counts) -> float:
     return sum(ious) / len(ious)
 
 
-def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: str) -> str:
-    """The Markdown between the markers, from the run's report and fold logs."""
+def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: str, load: float | None = None) -> str:
+    """The Markdown between the markers, from the run's report, fold logs and checkpoints; ``load``: the load
+    average the machine had while the demo ran (other work on its cores), said beside the times."""
     report = json.loads((run_dir / "report" / "report.json").read_text())
     run = report["runs"][0]
     folds = sorted(run["per_fold"], key=lambda f: f["miou"])
@@ -84,17 +128,22 @@ def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: s
     total = f"{minutes(seconds)} in all, " if seconds else ""
     spread = f"folds of {minutes(min(times))} to {minutes(max(times))} each" if times else "fold times not logged"
     lo, hi = folds[0], folds[-1]
+    code = commit_text(run_dir, folds, commit)
+    threads = threads_text([fold_threads(run_dir / f"area_{f['fold']}") for f in folds])
+    busy = f" shared with other work (load average {load:g})" if load is not None else ""
     counts = [sum(row) for row in run["pooled_confusion"]]
     chance = f"uniform guessing scores {pct(chance_miou(counts))} % mIoU ({pct(1 / len(counts))} % OA)"
     return "\n".join([
-        f"`make demo` on a {cores}-core CPU machine ({date}, pointgeope at commit `{commit}`; {total}{spread}),",
+        (f"`make demo` on a {cores}-core CPU machine{busy} ({date}, {code}, {threads}; "
+         f"{total}{spread}),"),
         "a 310k-parameter Point Transformer with `geope` on the synthetic rooms of `pointgeope synth`:",
         "",
         *table(run, report["class_names"]),
         "",
         f"The folds' mIoU spans {pct(lo['miou'])} % (fold {lo['fold']}) to {pct(hi['miou'])} % (fold {hi['fold']});"
-        f" {chance}. Times and scores vary with the machine and its load, and the scores with",
-        "the seeds' draws across commits: `bench/demo_table.py` regenerates this block from a `make demo` run.",
+        f" {chance}. Times vary with the machine and its load; the scores are the same on every run of one commit",
+        "with one torch thread (`train.threads: 1` in `configs/demo.yaml`; another count or CPU kind sums in another order:",
+        "other weights, other scores). `bench/demo_table.py` regenerates this block from a `make demo` run.",
     ])
 
 
@@ -110,10 +159,12 @@ def main() -> int:
     parser.add_argument("run", type=Path, help="the demo's run folder (demo/runs/geope)")
     parser.add_argument("--seconds", type=float, help="the whole `make demo`, as timed by the shell")
     parser.add_argument("--cores", type=int, default=os.cpu_count(), help="the machine's cores (default: this one's)")
+    parser.add_argument("--load", type=float, help="the load average while the demo ran (uptime's), where other "
+                        "work shared the cores: said beside the times, which it slows")
     parser.add_argument("--write", action="store_true", help="replace the block in README.md and getting-started")
     args = parser.parse_args()
     today = datetime.date.today().isoformat()
-    new = block(args.run, args.seconds, git_commit(short=True) or "unknown", args.cores, today)
+    new = block(args.run, args.seconds, git_commit(short=True) or "unknown", args.cores, today, args.load)
     if not args.write:
         print(new)
         return 0

@@ -307,8 +307,8 @@ def test_the_demo_block_is_regenerated_from_a_run_with_the_folds_spread(tmp_path
         (tmp_path / f"area_{k}").mkdir()
         (tmp_path / f"area_{k}" / "log.txt").write_text(f"2026-11-27 {start} fold {k}\n2026-11-27 {end} evaluated\n")
     text = demo_table.block(tmp_path, 286.0, "abc1234", 2, "2026-11-27")
-    assert "2-core CPU machine (2026-11-27, pointgeope at commit `abc1234`; 4 min 46 s in all, folds of " \
-           "1 min 26 s to 1 min 49 s each)" in text
+    assert "2-core CPU machine (2026-11-27, pointgeope at commit `abc1234`, torch CPU threads not recorded; " \
+           "4 min 46 s in all, folds of 1 min 26 s to 1 min 49 s each)" in text
     assert "| pooled | 86.4 | 57.6 | 51.1 | 93.1 | 0.0 |" in text
     assert "| mean of folds | 86.1 | 57.2 | 50.3 | 93.0 | 0.7 |" in text
     assert "| 6-fold | OA | mAcc | mIoU | ceiling | floor |\n|:--|--:|--:|--:|--:|--:|" in text
@@ -325,6 +325,61 @@ def test_the_demo_block_is_regenerated_from_a_run_with_the_folds_spread(tmp_path
     for doc in demo_table.PAGES:  # the pages the script writes hold one block each
         text = doc.read_text()
         assert text.count(demo_table.START) == 1 and text.count(demo_table.END) == 1
+
+
+def test_the_demo_block_names_the_folds_torch_threads_and_the_machines_load(tmp_path):
+    """The demo's scores depend on torch's CPU thread count (its kernels split their sums by thread): the block
+    names the count each fold's last.pt was trained with, every count where the folds differ, and, given
+    ``--load``, that other work shared the cores (its times are then no quiet machine's)."""
+    from pointgeope.engine.checkpoint import save_checkpoint
+
+    demo_table = _demo_table()
+    score = {"oa": 0.8, "macc": 0.5, "miou": 0.4, "iou": [0.9, 0.1]}
+    run = {"folds_missing": [], "pooled": score, "mean_of_folds": score, "pooled_confusion": [[3, 1], [1, 3]],
+           "per_fold": [{"area": f"Area_{k}", "fold": k, **score} for k in (1, 2)]}
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "report.json").write_text(json.dumps({"class_names": ["a", "b"], "runs": [run]}))
+    for k, threads in ((1, 1), (2, 1)):
+        (tmp_path / f"area_{k}").mkdir()
+        save_checkpoint(tmp_path / f"area_{k}" / "last.pt", {"threads": threads})
+    text = demo_table.block(tmp_path, None, "abc1234", 2, "2026-11-28", load=6.5)
+    assert text.startswith("`make demo` on a 2-core CPU machine shared with other work (load average 6.5) "
+                           "(2026-11-28, pointgeope at commit `abc1234`, 1 torch CPU thread; fold times not logged),")
+    save_checkpoint(tmp_path / "area_2" / "last.pt", {"threads": 2})
+    assert ("commit `abc1234`, torch CPU threads 1, 2 (the folds differ: their scores are not one setting's); "
+            in demo_table.block(tmp_path, None, "abc1234", 2, "2026-11-28"))
+    for k in (1, 2):
+        save_checkpoint(tmp_path / f"area_{k}" / "last.pt", {"threads": 4})
+        (tmp_path / f"area_{k}" / "metrics.json").write_text(json.dumps({"pointgeope_commit": "f" * 40}))
+    assert "`fffffff`, 4 torch CPU threads; " in demo_table.block(tmp_path, None, "abc1234", 2, "2026-11-28")
+    (tmp_path / "area_1" / "last.pt").unlink()
+    assert ("`fffffff`, torch CPU threads not recorded for every fold; "
+            in demo_table.block(tmp_path, None, "abc1234", 2, "2026-11-28"))
+
+
+def test_the_demo_block_names_the_commit_its_folds_were_tested_at(tmp_path):
+    """A rerun of the demo skips the folds its run folder holds complete, so the folds can be older than the
+    checkout: the block named the checkout's commit (where the script ran) whatever code made the scores. It
+    names the commit of each fold's metrics.json, every one where they differ, the checkout's only where the
+    folds record none."""
+    demo_table = _demo_table()
+    score = {"oa": 0.8, "macc": 0.5, "miou": 0.4, "iou": [0.9, 0.1]}
+    run = {"folds_missing": [], "pooled": score, "mean_of_folds": score, "pooled_confusion": [[3, 1], [1, 3]],
+           "per_fold": [{"area": f"Area_{k}", "fold": k, **score} for k in (1, 2, 3)]}
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "report.json").write_text(json.dumps({"class_names": ["a", "b"], "runs": [run]}))
+    for k in (1, 2, 3):
+        (tmp_path / f"area_{k}").mkdir()
+    head = lambda: demo_table.block(tmp_path, None, "abc1234", 2, "2026-11-28").splitlines()[0]  # noqa: E731
+    assert "(2026-11-28, pointgeope at commit `abc1234`, torch CPU threads not recorded; " in head()
+    for k, commit in ((1, "1" * 40), (2, "1" * 40), (3, "2" * 40)):
+        (tmp_path / f"area_{k}" / "metrics.json").write_text(json.dumps({"pointgeope_commit": commit}))
+    assert ("(2026-11-28, pointgeope folds of commits `1111111`, `2222222` (not one code's scores: train the "
+            "folds again at one commit), torch CPU threads not recorded; ") in head()
+    (tmp_path / "area_3" / "metrics.json").write_text(json.dumps({"pointgeope_commit": "1" * 40}))
+    assert "(2026-11-28, pointgeope at commit `1111111`, torch" in head()
+    (tmp_path / "area_3" / "metrics.json").write_text(json.dumps({"pointgeope_commit": None}))
+    assert "(2026-11-28, pointgeope folds of commits `1111111` and unrecorded ones (not one code's" in head()
 
 
 def test_each_changelog_release_names_each_kind_of_change_once():

@@ -252,7 +252,7 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         raise UserError(f"fold {fold}: {root / 'folds.json'} lists no training area (it tests on "
                         f"{', '.join(test_areas)}); prepare more than one area, or edit folds.json")
     log(f"fold {fold}: train on {', '.join(train_areas)}, test on {', '.join(test_areas)}; "
-        f"device {env.device}, {env.world_size} process(es)")
+        f"device {env.device}, {env.world_size} process(es) of {torch.get_num_threads()} torch CPU thread(s)")
     if env.is_main:
         checked = check_areas(root, train_areas + test_areas, cfg.model.num_classes)
         log(f"checked {', '.join(f'{a} ({len(r)} rooms)' for a, r in checked.items())}")

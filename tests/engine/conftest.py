@@ -35,6 +35,15 @@ def tiny_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def unpinned_config(tmp_path_factory) -> Path:
+    """The demo config with ``train.threads`` unset (torch's default, or ablate's share of the cores): the
+    demo pins one thread, the tests of what happens without a count use this."""
+    path = tmp_path_factory.mktemp("unpinned") / "demo_unpinned.yaml"
+    path.write_text(f"base: {DEMO_CONFIG}\ntrain:\n  threads: null\n")
+    return path
+
+
+@pytest.fixture(scope="session")
 def two_folds(tiny_root, tmp_path_factory) -> Path:
     """The tiny data with a folds.json of two folds over Area_1..Area_3 (folds are data)."""
     root = tmp_path_factory.mktemp("two_folds")

@@ -44,14 +44,14 @@ def test_a_fold_outside_folds_json_is_named(two_folds, tmp_path):
                               "Area_2); pick one of them, or run `pointgeope prepare` on raw data that holds Area_5")
 
 
-def test_plan_orders_trials_and_shares_the_threads(two_folds, tmp_path):
-    trials, common = plan(DEMO_CONFIG, ["none", "rpe"], [3, 1], 1, tmp_path, [f"data.root={two_folds}"], 2)
+def test_plan_orders_trials_and_shares_the_threads(two_folds, unpinned_config, tmp_path):
+    trials, common = plan(unpinned_config, ["none", "rpe"], [3, 1], 1, tmp_path, [f"data.root={two_folds}"], 2)
     assert [(t.preset, t.seed, t.folder) for t in trials] == [
         ("none", 3, tmp_path / "none" / "seed_3"), ("none", 1, tmp_path / "none" / "seed_1"),
         ("rpe", 3, tmp_path / "rpe" / "seed_3"), ("rpe", 1, tmp_path / "rpe" / "seed_1")]
     assert common == [f"data.root={two_folds}", f"train.threads={max(1, (os.cpu_count() or 1) // 2)}"]
     assert trials[0].overrides(common)[-3:] == ["model.pe=none", "train.seed=3", f"train.run_dir={tmp_path / 'none' / 'seed_3'}"]
-    _, common = plan(DEMO_CONFIG, ["rpe"], [0], 1, tmp_path, [f"data.root={two_folds}", "train.threads=1"], 2)
+    _, common = plan(unpinned_config, ["rpe"], [0], 1, tmp_path, [f"data.root={two_folds}", "train.threads=1"], 2)
     assert common == [f"data.root={two_folds}", "train.threads=1"]           # the user's choice is kept
 
 
@@ -254,8 +254,8 @@ def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path
 
 
 @pytest.mark.parametrize("jobs, extra", [("1", ()), ("2", ()), ("1", ("train.threads=1",))])
-def test_a_resumed_trial_keeps_its_checkpoints_threads_and_ablate_says_so(two_folds, tiny_run, tmp_path, capsys,
-                                                                          jobs, extra):
+def test_a_resumed_trial_keeps_its_checkpoints_threads_and_ablate_says_so(two_folds, tiny_run, unpinned_config,
+                                                                          tmp_path, capsys, jobs, extra):
     """A rerun with another --jobs (another train.threads share, or torch's default) resumed an interrupted
     trial with another thread count: its results differ from an uninterrupted run, and only the trial's
     log.txt said so. Now the trial keeps its last.pt's count, unless train.threads is given (then a warning),
@@ -267,7 +267,7 @@ def test_a_resumed_trial_keeps_its_checkpoints_threads_and_ablate_says_so(two_fo
     ckpt = torch.load(tiny_run / "last.pt", weights_only=True)
     ckpt["threads"] = 3                                    # a count no setting here gives
     torch.save(ckpt, fold / "last.pt")
-    trials, common = plan(DEMO_CONFIG, ["rpe", "none"], [0], 1, tmp_path, [f"data.root={two_folds}", *extra],
+    trials, common = plan(unpinned_config, ["rpe", "none"], [0], 1, tmp_path, [f"data.root={two_folds}", *extra],
                           int(jobs))
     out = capsys.readouterr().out
     rpe, none = trials
@@ -303,7 +303,7 @@ print(trials[0].threads, (kib("VmHWM") - start) / 1024)
 
 
 @pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="needs Linux's resettable peak memory")
-def test_a_resumed_trials_thread_count_is_read_without_its_tensors(two_folds, tiny_run, tmp_path):
+def test_a_resumed_trials_thread_count_is_read_without_its_tensors(two_folds, tiny_run, unpinned_config, tmp_path):
     """ablate loaded each unfinished trial's whole last.pt (the model's and optimizer's tensors: about 90 MiB at
     the published size) to read one int; it maps the tensors from the file instead: the count of a last.pt with
     64 MiB more tensors is read with the process's peak memory grown by far less than 64 MiB."""
@@ -316,7 +316,7 @@ def test_a_resumed_trials_thread_count_is_read_without_its_tensors(two_folds, ti
     ckpt = torch.load(tiny_run / "last.pt", weights_only=True)
     ckpt["threads"], ckpt["model"]["big"] = 3, torch.ones(16 * 2**20)             # 64 MiB of float32
     torch.save(ckpt, fold / "last.pt")
-    out = subprocess.run([sys.executable, "-c", PEAK_AFTER_PLAN, str(DEMO_CONFIG), str(tmp_path / "abl"),
+    out = subprocess.run([sys.executable, "-c", PEAK_AFTER_PLAN, str(unpinned_config), str(tmp_path / "abl"),
                           str(two_folds)], capture_output=True, text=True, check=True).stdout
     threads, grown_mib = out.splitlines()[-1].split()
     assert int(threads) == 3 and float(grown_mib) < 16, out
