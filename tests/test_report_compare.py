@@ -169,30 +169,42 @@ def test_a_fold_being_written_now_is_named_not_pooled(tmp_path):
     """A fold whose folder a live process holds (``pointgeope evaluate`` testing it again with other eval
     settings, a training at work) is left out and named as such. Before: its old metrics.json was pooled
     as finished, and once the new predictions were written the fold was said to be 'a test stopped between
-    the two writes' while the test was running. A lock file left by a process that has ended changes nothing."""
+    the two writes' while the test was running. A lock file left by a process that has ended changes nothing,
+    nor does one whose pid a process holding no lock has taken since (a pid reused after a reboot)."""
     import os
-    import socket
     import subprocess
     import sys
 
     run = _run(tmp_path, "rpe", "model.pe=rpe")
-    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder = ("import sys, time\nfrom pointgeope.lock import folder_lock\n"
+              "with folder_lock(sys.argv[1], 'pointgeope evaluate rpe/area_3 eval.vote=mean'):\n"
+              "    print('locked', flush=True)\n    time.sleep(60)\n")
+    writer = subprocess.Popen([sys.executable, "-c", holder, str(run / "area_3")], stdout=subprocess.PIPE, text=True)
+    out = tmp_path / "out"
     try:
-        record = {"pid": writer.pid, "host": socket.gethostname(), "since": "2026-11-28 09:00:00",
-                  "command": "pointgeope evaluate rpe/area_3 eval.vote=mean"}
-        (run / "area_3" / ".lock").write_text(json.dumps(record))
-        out = tmp_path / "out"
+        assert writer.stdout.readline().strip() == "locked"
+        since = json.loads((run / "area_3" / ".lock").read_text())["since"]
         assert cli(["report", str(run), "--out", str(out)]) == 0
         md = (out / "report.md").read_text()
-        assert f"Area_3 (being written now by pid {writer.pid} (since 2026-11-28 09:00:00); report again" in md, md
+        assert f"Area_3 (being written now by pid {writer.pid} (since {since}); report again" in md, md
         assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == [
             "Area_1", "Area_2", "Area_4", "Area_5", "Area_6"]
     finally:
         writer.kill()
         writer.wait()
+    six = [f"Area_{k}" for k in range(1, 7)]
     assert cli(["report", str(run), "--out", str(out)]) == 0    # the writer has ended: its lock file is left over
-    assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == [f"Area_{k}" for k in range(1, 7)]
     assert os.path.exists(run / "area_3" / ".lock")
+    assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == six
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])   # the dead pid taken again
+    try:
+        record = json.loads((run / "area_3" / ".lock").read_text())
+        (run / "area_3" / ".lock").write_text(json.dumps({**record, "pid": other.pid}))
+        assert cli(["report", str(run), "--out", str(out)]) == 0
+        assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == six
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_tables_of_fewer_folds_are_not_titled_six_fold(tmp_path, capsys):
@@ -233,8 +245,8 @@ def test_a_fold_of_other_test_areas_is_refused_with_what_to_do(tmp_path, capsys)
     kept = path.read_text()
     for area, fold, said in (("Area_3", 1, "the report pools S3DIS's six folds, fold K testing Area_K alone"),
                              (["Area_1", "Area_2"], 1, "fold of an edited folds.json cannot be pooled"),
-                             ("Area_2", 2, f"another fold's folder: evaluate the fold again (pointgeope evaluate "
-                                           f"{run / 'area_1'})")):
+                             ("Area_2", 2, (f"another fold's folder: evaluate the fold again (pointgeope evaluate "
+                                            f"{run / 'area_1'})"))):
         path.write_text(json.dumps({**json.loads(kept), "area": area, "fold": fold}))
         assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
