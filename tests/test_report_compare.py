@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from pointgeope.cli import main as cli
+from tests.test_report import write_fold
 from tests.test_report_mixed import _fold, _with_data
 
 
@@ -251,3 +254,25 @@ def test_a_fold_of_other_test_areas_is_refused_with_what_to_do(tmp_path, capsys)
         assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "expected the results of Area_1 (fold 1)" in err[0] and said in err[0], err
+
+
+def test_a_run_without_recorded_settings_is_named_as_not_compared(tmp_path):
+    """A run whose folds record no settings (an older metrics.json copied without its config.yaml) was left out
+    of the comparison without a word: no note, read as runs trained alike, and two runs differing in their
+    seed alone beside it were said to differ 'in their seed alone'."""
+    def run(name, seed):
+        for k in range(1, 7):
+            _fold(tmp_path / name, k, "model.pe=rpe", f"train.seed={seed}", config_in_metrics=k % 2 == 0)
+            _with_data(tmp_path / name, k, FILES)
+        return str(tmp_path / name)
+
+    a, b, old, out = run("a", 0), run("b", 9), tmp_path / "old", tmp_path / "out"
+    for k in range(1, 7):
+        write_fold(old, k, 10 * np.eye(13, dtype=np.int64))        # no "config", no config.yaml
+    for runs in ([a, str(old)], [a, b, str(old)]):
+        assert cli(["report", *runs, "--out", str(out)]) == 0
+        notes = (out / "report.md").read_text().split("Notes:", 1)[1].split("## Per fold", 1)[0]
+        assert "- old: no settings recorded" in notes and "not compared" in notes and "seed alone" not in notes, notes
+    assert "- the runs were trained or tested with one setting apart: `train.seed` (a `0`; b `9`)." in notes, notes
+    assert cli(["report", a, b, "--out", str(out)]) == 0             # the two alone: their seed alone, said so
+    assert "- the runs differ in their seed alone" in (out / "report.md").read_text()

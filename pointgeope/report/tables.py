@@ -92,12 +92,16 @@ def differences_of_runs(runs: list[RunSummary]) -> dict[str, dict[str, object]]:
 def run_difference_lines(runs: list[RunSummary]) -> list[str]:
     """The notes on what the runs side by side were trained and tested with differently, so that a difference
     of their scores is read as the effect of those keys alone: one line per key (at most :data:`SHOWN_KEYS`),
-    the data's checksums in one line of their own (unlike data: their scores compare unlike test sets)."""
+    the data's checksums in one line of their own (unlike data: their scores compare unlike test sets); a run
+    that records no settings is named as not compared (no note must not read as runs alike)."""
     differ = differences_of_runs(runs)
     data = sorted({key.split(".", 2)[2] for key in differ if key.startswith(DATA_KEYS)})
     keys = [key for key in differ if not key.startswith(DATA_KEYS)]
-    lines = []
-    if keys == [SEED] and not data:
+    unknown = [run.name for run in runs if not run.settings] if len(runs) > 1 else []
+    lines = [(f"- {', '.join(unknown)}: no settings recorded (no `config` in its folds' metrics.json, no "
+              "config.yaml beside them): not compared with the other runs' settings, which may differ in any key.")
+             ] if unknown else []
+    if keys == [SEED] and not data and not unknown:
         return [f"- the runs differ in their seed alone (`{SEED}`: " + "; ".join(
             f"{name} `{value_text(value)}`" for name, value in differ[SEED].items()) + "): their differences are "
             "the spread between seeds of one method, not an effect (`pointgeope ablate` gives mean ± std over "
@@ -219,11 +223,11 @@ def full_markdown(runs: list[RunSummary], digits: int = 1) -> str:
     parts = [
         f"# {report_title(runs)}",
         "",
-        "*Pooled*: scores of the summed confusion matrices of the test areas, the standard 6-fold number "
-        "(Pointcept `tools/test_s3dis_6fold.py`). *Mean of folds*: the mean of each test area's own scores "
-        "(every area weighs the same). Per-class columns are IoU. A class with neither ground truth nor "
-        "prediction is `—`; the rule of the class means is said below the tables. Differences are later "
-        "runs minus the first, in percentage points, from the unrounded scores.",
+        ("*Pooled*: scores of the summed confusion matrices of the test areas, over the six folds the standard "
+         "6-fold number (Pointcept `tools/test_s3dis_6fold.py`). *Mean of folds*: the mean of each test area's "
+         "own scores (every area weighs the same). Per-class columns are IoU. A class with neither ground truth "
+         "nor prediction is `—`; the rule of the class means is said below the tables. Differences are later "
+         "runs minus the first, in percentage points, from the unrounded scores."),
         "",
         "Runs: " + ", ".join(f"{r.name} (`{r.path}`)" for r in runs),
         "",
