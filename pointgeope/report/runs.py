@@ -276,8 +276,8 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
             continue
         path = fold_dir(run, k) / METRICS_FILE
         if writer := live_writer(path.parent):  # its result (if any) is being replaced: neither old nor new
-            missing.append((area, f"being written now by pid {writer['pid']} (since {writer.get('since')}); "
-                                  "report again once it has ended"))
+            missing.append((area, (f"being written now by pid {writer['pid']} (since {writer.get('since')}); "
+                                   "report again once it has ended")))
             continue
         if not path.is_file():
             exists = path.parent.is_dir()

@@ -42,6 +42,13 @@ def pct(value: float, digits: int, signed: bool = False, missing: str = "—") -
     return f"{percent:+.{digits}f}" if signed else f"{percent:.{digits}f}"
 
 
+def decimal_difference(a: float, b: float) -> float:
+    """``a - b`` of two scores from their decimal values (as :func:`pct` reads a score), the float nearest to it:
+    23/80 - 1/4 = 0.2875 - 0.25 = 0.0375, a tie that :func:`pct` rounds up to 3.8, where the binary subtraction
+    gives 0.03749999999999998 (3.7). NaN where either is NaN."""
+    return float(Decimal(repr(float(a))) - Decimal(repr(float(b))))
+
+
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|")
 
@@ -55,10 +62,11 @@ def _score_cells(s: dict, digits: int, signed: bool = False) -> list[str]:
 
 
 def difference(later: dict, first: dict) -> dict:
-    """``later - first`` for ``oa``, ``macc``, ``miou`` and per class ``iou`` / ``acc`` (fractions)."""
-    out = {k: later[k] - first[k] for k in MEANS}
+    """``later - first`` for ``oa``, ``macc``, ``miou`` and per class ``iou`` / ``acc`` (fractions, each the
+    :func:`decimal_difference` of the two scores)."""
+    out = {k: decimal_difference(later[k], first[k]) for k in MEANS}
     for key in ("iou", "acc"):
-        out[key] = [a - b for a, b in zip(later[key], first[key])]
+        out[key] = [decimal_difference(a, b) for a, b in zip(later[key], first[key])]
     return out
 
 
