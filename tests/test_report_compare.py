@@ -335,3 +335,19 @@ def test_the_confusion_figure_rounds_its_shares_as_the_tables(monkeypatch, tmp_p
     plots.confusion_heatmap(load_run(_tie_runs(tmp_path)[1]))
     texts = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in figures[0].axes[0].texts}
     assert texts[0, 0] == "28.8" and texts[0, 1] == "71.3" and texts[1, 1] == "100" and (1, 0) not in texts, texts
+
+
+def test_runs_of_other_seeds_and_other_folds_are_not_said_to_differ_by_their_seed_alone(tmp_path):
+    """A run of six folds beside one of Area_5 alone, seeds apart: they were said to differ 'in their seed
+    alone', their differences 'the spread between seeds', beside the note that they compare unlike test sets."""
+    def run(name, seed, folds):
+        for k in folds:
+            _fold(tmp_path / name, k, "model.pe=geope", f"train.seed={seed}", config_in_metrics=k % 2 == 0)
+            _with_data(tmp_path / name, k, FILES)
+        return str(tmp_path / name)
+
+    out = tmp_path / "out"
+    assert cli(["report", run("six", 0, range(1, 7)), run("area5", 7, [5]), "--out", str(out)]) == 0
+    notes = (out / "report.md").read_text().split("Notes:", 1)[1].split("## Per fold", 1)[0]
+    assert "- the runs cover different folds" in notes and "seed alone" not in notes, notes
+    assert "- the runs were trained or tested with one setting apart: `train.seed` (six `0`; area5 `7`)." in notes

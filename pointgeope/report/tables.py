@@ -109,7 +109,8 @@ def run_difference_lines(runs: list[RunSummary]) -> list[str]:
     lines = [(f"- {', '.join(unknown)}: no settings recorded (no `config` in its folds' metrics.json, no "
               "config.yaml beside them): not compared with the other runs' settings, which may differ in any key.")
              ] if unknown else []
-    if keys == [SEED] and not data and not unknown:
+    if keys == [SEED] and not data and not unknown and len({tuple(run.areas) for run in runs}) == 1:
+        # (runs of other folds differ in their test sets too: a note of their own says so)
         return [f"- the runs differ in their seed alone (`{SEED}`: " + "; ".join(
             f"{name} `{value_text(value)}`" for name, value in differ[SEED].items()) + "): their differences are "
             "the spread between seeds of one method, not an effect (`pointgeope ablate` gives mean ± std over "
