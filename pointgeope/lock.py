@@ -222,22 +222,25 @@ def still_held(folder: str | Path) -> bool:
 
 
 def live_writer(folder: str | Path) -> dict | None:
-    """The record (``pid``, ``host``, ``since``, ``command``) of the process of this host, other than this one,
-    that holds the lock ``FOLDER/.lock`` now: a writer working in ``folder`` (a reader that must not take a
-    result it is replacing for a finished one). ``None`` where there is no lock file, its record cannot be read,
-    its process is on another host (which cannot be checked from here), or the ``flock`` is free: a file left
-    by a ``kill -9`` or a crash names a pid that a later process may have taken (after a reboot, a low pid
-    is soon some daemon's), so the holder is read from ``/proc/locks``; where that cannot be read (not
-    Linux), a live process of the record's pid counts. Reads; takes no lock (a writer starting now is never
-    refused for it)."""
+    """The record (``pid``, ``host``, ``since``, ``command``) of the process, other than this one, that holds the
+    lock ``FOLDER/.lock`` now: a writer working in ``folder`` (a reader that must not take a result it is
+    replacing for a finished one). A record of another host is returned as it is (that process cannot be
+    checked from here, as :func:`folder_lock` refuses it: the caller says so, and which file to delete once it
+    has ended). ``None`` where there is no lock file, its record cannot be read, or, on this host, the ``flock``
+    is free: a file left by a ``kill -9`` or a crash names a pid that a later process may have taken (after a
+    reboot, a low pid is soon some daemon's), so the holder is read from ``/proc/locks``; where that cannot be
+    read (not Linux), a live process of the record's pid counts. Reads; takes no lock (a writer starting now
+    is never refused for it)."""
     path = Path(folder) / LOCK_NAME
     try:
         owner = json.loads(path.read_text(encoding="utf-8"))
         inode = os.stat(path).st_ino
     except (OSError, UnicodeDecodeError, ValueError):
         return None
-    if not (isinstance(owner, dict) and type(owner.get("pid")) is int and owner.get("host") == socket.gethostname()):
+    if not (isinstance(owner, dict) and type(owner.get("pid")) is int):
         return None
+    if owner.get("host") != socket.gethostname():
+        return owner
     if owner["pid"] == os.getpid():
         return None
     holders = _flock_holders(inode, "WRITE") if fcntl is not None else None

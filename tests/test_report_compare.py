@@ -351,3 +351,25 @@ def test_runs_of_other_seeds_and_other_folds_are_not_said_to_differ_by_their_see
     notes = (out / "report.md").read_text().split("Notes:", 1)[1].split("## Per fold", 1)[0]
     assert "- the runs cover different folds" in notes and "seed alone" not in notes, notes
     assert "- the runs were trained or tested with one setting apart: `train.seed` (six `0`; area5 `7`)." in notes
+
+
+def test_a_fold_locked_from_another_host_is_named_with_what_to_do(tmp_path):
+    """A run folder on a shared file system, a fold tested again on another node: its lock names that host,
+    where this one cannot see whether the process lives. Before, the fold's old metrics.json was pooled as
+    finished (a lock of another host was read as no writer); now it is left out, as a writer of this folder
+    would be refused, with the file to delete once that process has ended."""
+    import socket
+
+    run = _run(tmp_path, "rpe", "model.pe=rpe")
+    lock = run / "area_3" / ".lock"
+    lock.write_text(json.dumps({"pid": 4242, "host": socket.gethostname() + "-node7", "since": "2026-11-28 09:00:00",
+                                "command": "pointgeope evaluate rpe/area_3"}))
+    out = tmp_path / "out"
+    assert cli(["report", str(run), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert (f"Area_3 (locked by pid 4242 on {socket.gethostname()}-node7 (since 2026-11-28 09:00:00), which cannot "
+            f"be checked from here; report again once it has ended, or delete {lock} if it has)") in md, md
+    assert "Area_3" not in json.loads((out / "report.json").read_text())["runs"][0]["folds"]
+    lock.unlink()
+    assert cli(["report", str(run), "--out", str(out)]) == 0
+    assert "Area_3" in json.loads((out / "report.json").read_text())["runs"][0]["folds"]
