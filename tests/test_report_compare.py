@@ -189,7 +189,7 @@ def test_a_fold_being_written_now_is_named_not_pooled(tmp_path):
         since = json.loads((run / "area_3" / ".lock").read_text())["since"]
         assert cli(["report", str(run), "--out", str(out)]) == 0
         md = (out / "report.md").read_text()
-        assert f"Area_3 (being written now by pid {writer.pid} (since {since}); report again" in md, md
+        assert f"Area_3 (being written now by pid {writer.pid} (since {since}): report again" in md, md
         assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == [
             "Area_1", "Area_2", "Area_4", "Area_5", "Area_6"]
     finally:
@@ -368,8 +368,32 @@ def test_a_fold_locked_from_another_host_is_named_with_what_to_do(tmp_path):
     assert cli(["report", str(run), "--out", str(out)]) == 0
     md = (out / "report.md").read_text()
     assert (f"Area_3 (locked by pid 4242 on {socket.gethostname()}-node7 (since 2026-11-28 09:00:00), which cannot "
-            f"be checked from here; report again once it has ended, or delete {lock} if it has)") in md, md
+            f"be checked from here: report again once it has ended, or delete {lock} if it has)") in md, md
     assert "Area_3" not in json.loads((out / "report.json").read_text())["runs"][0]["folds"]
     lock.unlink()
     assert cli(["report", str(run), "--out", str(out)]) == 0
     assert "Area_3" in json.loads((out / "report.json").read_text())["runs"][0]["folds"]
+
+
+def test_an_ablation_names_a_trial_being_written_whole(tmp_path, capsys):
+    """ablate keeps a missing trial's reason up to its first ';': the fold being written was cut to 'being
+    written now by pid N (since T)' with two parentheses left open and without what to do."""
+    import subprocess
+    import sys
+
+    from pointgeope.report.seeds import write_trials
+
+    runs = [_run(tmp_path, f"seed_{s}", "model.pe=rpe") for s in (0, 1)]
+    holder = ("import sys, time\nfrom pointgeope.lock import folder_lock\nwith folder_lock(sys.argv[1], 'train'):\n"
+              "    print('locked', flush=True)\n    time.sleep(60)\n")
+    writer = subprocess.Popen([sys.executable, "-c", holder, str(runs[1] / "area_2")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "locked"
+        write_trials([("rpe", s, run) for s, run in enumerate(runs)], tmp_path / "out", fold=2)
+    finally:
+        writer.kill()
+        writer.wait()
+    line = next(x for x in (tmp_path / "out" / "ablation.md").read_text().splitlines() if "seed 1 missing" in x)
+    assert f"(folds missing: Area_2 (being written now by pid {writer.pid} (since " in line, line
+    assert line.endswith("): report again once it has ended)))"), line
+    capsys.readouterr()

@@ -256,9 +256,9 @@ def _class_mean(run: Path, folds: list[FoldResult], asked: str | None) -> str:
 def _being_written(writer: dict, folder: Path) -> str:
     """Why a fold whose folder ``writer`` (:func:`~pointgeope.lock.live_writer`'s record) holds is left out."""
     if writer.get("host") == socket.gethostname():
-        return f"being written now by pid {writer['pid']} (since {writer.get('since')}); report again once it has ended"
+        return f"being written now by pid {writer['pid']} (since {writer.get('since')}): report again once it has ended"
     return (f"locked by pid {writer['pid']} on {writer.get('host')} (since {writer.get('since')}), which cannot be "
-            f"checked from here; report again once it has ended, or delete {folder / LOCK_NAME} if it has")
+            f"checked from here: report again once it has ended, or delete {folder / LOCK_NAME} if it has")
 
 
 def load_run(run: str | Path, name: str | None = None, class_mean: str | None = None,
