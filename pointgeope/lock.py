@@ -163,18 +163,24 @@ def _command(pid: int) -> str:
     return _shown(command.decode(errors="replace"))
 
 
-def _readers(fd: int) -> str:
-    """The processes holding a shared lock on the file of ``fd``, from ``/proc/locks`` (Linux), e.g.
-    ``pid 4242 (`pointgeope train ...`)``; ``another process`` where that cannot be read."""
-    inode = str(os.fstat(fd).st_ino)
+def _flock_holders(inode: int, kind: str) -> set[int] | None:
+    """The pids holding a ``flock`` of ``kind`` (``"READ"``: shared, ``"WRITE"``: exclusive) on the file of
+    ``inode``, from ``/proc/locks`` (Linux; a waiter's ``->`` line is no holder); ``None`` where it cannot be read."""
     try:
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
-        lines = []
+        return None
     pids = set()
     for fields in map(str.split, lines):  # "1: FLOCK  ADVISORY  READ 4242 08:01:1234 0 EOF"
-        if fields[1:2] == ["FLOCK"] and fields[3:4] == ["READ"] and fields[5].rsplit(":", 1)[-1] == inode:
+        if fields[1:2] == ["FLOCK"] and fields[3:4] == [kind] and fields[5].rsplit(":", 1)[-1] == str(inode):
             pids.add(int(fields[4]))
+    return pids
+
+
+def _readers(fd: int) -> str:
+    """The processes holding a shared lock on the file of ``fd``, from ``/proc/locks`` (Linux), e.g.
+    ``pid 4242 (`pointgeope train ...`)``; ``another process`` where that cannot be read."""
+    pids = _flock_holders(os.fstat(fd).st_ino, "READ") or set()
     return ", ".join(f"pid {pid}" + (f" (`{cmd}`)" if (cmd := _command(pid)) else "") for pid in sorted(pids)) \
         or "another process"
 
@@ -216,19 +222,29 @@ def still_held(folder: str | Path) -> bool:
 
 
 def live_writer(folder: str | Path) -> dict | None:
-    """The record (``pid``, ``host``, ``since``, ``command``) of the process of this host, other than this one,
-    whose lock ``FOLDER/.lock`` is there and that is alive: a writer working in ``folder`` now (a reader that
-    must not take a result it is replacing for a finished one). ``None`` where there is no lock file, its
-    record cannot be read, or its process has ended (a ``kill -9`` leaves the file) or is on another host
-    (which cannot be checked from here). Reads the file; takes no lock (a writer starting now is never
-    refused for it)."""
+    """The record (``pid``, ``host``, ``since``, ``command``) of the process, other than this one, that holds the
+    lock ``FOLDER/.lock`` now: a writer working in ``folder`` (a reader that must not take a result it is
+    replacing for a finished one). A record of another host is returned as it is (that process cannot be
+    checked from here, as :func:`folder_lock` refuses it: the caller says so, and which file to delete once it
+    has ended). ``None`` where there is no lock file, its record cannot be read, or, on this host, the ``flock``
+    is free: a file left by a ``kill -9`` or a crash names a pid that a later process may have taken (after a
+    reboot, a low pid is soon some daemon's), so the holder is read from ``/proc/locks``; where that cannot be
+    read (not Linux), a live process of the record's pid counts. Reads; takes no lock (a writer starting now
+    is never refused for it)."""
+    path = Path(folder) / LOCK_NAME
     try:
-        owner = json.loads((Path(folder) / LOCK_NAME).read_text(encoding="utf-8"))
+        owner = json.loads(path.read_text(encoding="utf-8"))
+        inode = os.stat(path).st_ino
     except (OSError, UnicodeDecodeError, ValueError):
         return None
-    if not (isinstance(owner, dict) and type(owner.get("pid")) is int and owner.get("host") == socket.gethostname()):
+    if not (isinstance(owner, dict) and type(owner.get("pid")) is int):
         return None
-    return owner if owner["pid"] != os.getpid() and _alive(owner["pid"]) else None
+    if owner.get("host") != socket.gethostname():
+        return owner
+    if owner["pid"] == os.getpid():
+        return None
+    holders = _flock_holders(inode, "WRITE") if fcntl is not None else None
+    return owner if (_alive(owner["pid"]) if holders is None else owner["pid"] in holders) else None
 
 
 @contextlib.contextmanager

@@ -250,3 +250,29 @@ def test_still_held_until_the_folder_or_its_lock_file_is_deleted_or_replaced(tmp
         (tmp_path / "b" / LOCK_NAME).unlink()                    # the lock file alone
         assert not still_held(tmp_path / "b")
     assert not still_held(tmp_path / "b")
+
+
+def test_the_live_writer_is_the_process_holding_the_lock_not_any_process_of_its_pid(tmp_path):
+    """A lock file left by a killed writer names a pid that another process may hold since (after a reboot a
+    low pid is soon some daemon's). Before, any live process of that pid was taken for the writer: the report
+    left the fold out as 'being written now' for as long as that process lived."""
+    from pointgeope.lock import live_writer
+
+    assert live_writer(tmp_path) is None                         # no lock file
+    proc = _holder(tmp_path)
+    try:
+        record = json.loads((tmp_path / LOCK_NAME).read_text())
+        assert record["pid"] == proc.pid and live_writer(tmp_path) == record
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)                        # the file stays, naming a dead pid
+        proc.wait()
+    assert live_writer(tmp_path) is None
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])   # the pid's new owner
+    try:
+        (tmp_path / LOCK_NAME).write_text(json.dumps({**record, "pid": other.pid}))
+        assert live_writer(tmp_path) is None, "a live process that holds no lock is no writer"
+    finally:
+        other.kill()
+        other.wait()
+    with folder_lock(tmp_path, "mine"):
+        assert live_writer(tmp_path) is None                     # this process: never its own writer

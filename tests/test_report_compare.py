@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from pointgeope.cli import main as cli
+from tests.test_report import write_fold
 from tests.test_report_mixed import _fold, _with_data
 
 
@@ -169,30 +172,42 @@ def test_a_fold_being_written_now_is_named_not_pooled(tmp_path):
     """A fold whose folder a live process holds (``pointgeope evaluate`` testing it again with other eval
     settings, a training at work) is left out and named as such. Before: its old metrics.json was pooled
     as finished, and once the new predictions were written the fold was said to be 'a test stopped between
-    the two writes' while the test was running. A lock file left by a process that has ended changes nothing."""
+    the two writes' while the test was running. A lock file left by a process that has ended changes nothing,
+    nor does one whose pid a process holding no lock has taken since (a pid reused after a reboot)."""
     import os
-    import socket
     import subprocess
     import sys
 
     run = _run(tmp_path, "rpe", "model.pe=rpe")
-    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder = ("import sys, time\nfrom pointgeope.lock import folder_lock\n"
+              "with folder_lock(sys.argv[1], 'pointgeope evaluate rpe/area_3 eval.vote=mean'):\n"
+              "    print('locked', flush=True)\n    time.sleep(60)\n")
+    writer = subprocess.Popen([sys.executable, "-c", holder, str(run / "area_3")], stdout=subprocess.PIPE, text=True)
+    out = tmp_path / "out"
     try:
-        record = {"pid": writer.pid, "host": socket.gethostname(), "since": "2026-11-28 09:00:00",
-                  "command": "pointgeope evaluate rpe/area_3 eval.vote=mean"}
-        (run / "area_3" / ".lock").write_text(json.dumps(record))
-        out = tmp_path / "out"
+        assert writer.stdout.readline().strip() == "locked"
+        since = json.loads((run / "area_3" / ".lock").read_text())["since"]
         assert cli(["report", str(run), "--out", str(out)]) == 0
         md = (out / "report.md").read_text()
-        assert f"Area_3 (being written now by pid {writer.pid} (since 2026-11-28 09:00:00); report again" in md, md
+        assert f"Area_3 (being written now by pid {writer.pid} (since {since}): report again" in md, md
         assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == [
             "Area_1", "Area_2", "Area_4", "Area_5", "Area_6"]
     finally:
         writer.kill()
         writer.wait()
+    six = [f"Area_{k}" for k in range(1, 7)]
     assert cli(["report", str(run), "--out", str(out)]) == 0    # the writer has ended: its lock file is left over
-    assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == [f"Area_{k}" for k in range(1, 7)]
     assert os.path.exists(run / "area_3" / ".lock")
+    assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == six
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])   # the dead pid taken again
+    try:
+        record = json.loads((run / "area_3" / ".lock").read_text())
+        (run / "area_3" / ".lock").write_text(json.dumps({**record, "pid": other.pid}))
+        assert cli(["report", str(run), "--out", str(out)]) == 0
+        assert json.loads((out / "report.json").read_text())["runs"][0]["folds"] == six
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_tables_of_fewer_folds_are_not_titled_six_fold(tmp_path, capsys):
@@ -233,9 +248,152 @@ def test_a_fold_of_other_test_areas_is_refused_with_what_to_do(tmp_path, capsys)
     kept = path.read_text()
     for area, fold, said in (("Area_3", 1, "the report pools S3DIS's six folds, fold K testing Area_K alone"),
                              (["Area_1", "Area_2"], 1, "fold of an edited folds.json cannot be pooled"),
-                             ("Area_2", 2, f"another fold's folder: evaluate the fold again (pointgeope evaluate "
-                                           f"{run / 'area_1'})")):
+                             ("Area_2", 2, (f"another fold's folder: evaluate the fold again (pointgeope evaluate "
+                                            f"{run / 'area_1'})"))):
         path.write_text(json.dumps({**json.loads(kept), "area": area, "fold": fold}))
         assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "expected the results of Area_1 (fold 1)" in err[0] and said in err[0], err
+
+
+def test_a_run_without_recorded_settings_is_named_as_not_compared(tmp_path):
+    """A run whose folds record no settings (an older metrics.json copied without its config.yaml) was left out
+    of the comparison without a word: no note, read as runs trained alike, and two runs differing in their
+    seed alone beside it were said to differ 'in their seed alone'."""
+    def run(name, seed):
+        for k in range(1, 7):
+            _fold(tmp_path / name, k, "model.pe=rpe", f"train.seed={seed}", config_in_metrics=k % 2 == 0)
+            _with_data(tmp_path / name, k, FILES)
+        return str(tmp_path / name)
+
+    a, b, old, out = run("a", 0), run("b", 9), tmp_path / "old", tmp_path / "out"
+    for k in range(1, 7):
+        write_fold(old, k, 10 * np.eye(13, dtype=np.int64))        # no "config", no config.yaml
+    for runs in ([a, str(old)], [a, b, str(old)]):
+        assert cli(["report", *runs, "--out", str(out)]) == 0
+        notes = (out / "report.md").read_text().split("Notes:", 1)[1].split("## Per fold", 1)[0]
+        assert "- old: no settings recorded" in notes and "not compared" in notes and "seed alone" not in notes, notes
+    assert "- the runs were trained or tested with one setting apart: `train.seed` (a `0`; b `9`)." in notes, notes
+    assert cli(["report", a, b, "--out", str(out)]) == 0             # the two alone: their seed alone, said so
+    assert "- the runs differ in their seed alone" in (out / "report.md").read_text()
+
+
+def _tie_runs(tmp_path):
+    """Two runs whose ceiling IoU is 23/80 = 28.75 % and 1/4 = 25 % in every fold: a difference of 3.75 points."""
+    from tests.test_report import write_fold as write
+
+    runs = []
+    for name, right in (("a", 20), ("b", 23)):
+        m = 10 * np.eye(13, dtype=np.int64)
+        m[0, 0], m[0, 1] = right, 80 - right          # ceiling: TP right, union 80
+        for k in range(1, 7):
+            write(tmp_path / name, k, m)
+        runs.append(tmp_path / name)
+    return runs
+
+
+def test_a_difference_that_is_a_tie_rounds_half_up_as_its_scores_do(tmp_path):
+    """28.75 - 25.00 = 3.75 points, a tie, read +3.7: the binary 0.2875 - 0.25 = 0.03749999999999998 was rounded,
+    where each score is rounded from its decimal value (28.8, 25.0)."""
+    import csv
+
+    a, b = _tie_runs(tmp_path)
+    out = tmp_path / "out"
+    assert cli(["report", str(a), str(b), "--out", str(out)]) == 0
+    pooled = (out / "report.md").read_text().split("| run |", 1)[1].split("\n\n", 1)[0]
+    ceiling = {row.split("|")[1].strip(): row.split("|")[6].strip() for row in pooled.splitlines()[2:]}
+    assert ceiling == {"a": "25.0", "b": "28.8", "b - a": "+3.8"}, pooled
+    rows = {r["table"]: r for r in csv.DictReader((out / "report.csv").open()) if r["run"] == "b - a"}
+    assert rows["difference_pooled"]["iou_pct_ceiling"] == "3.7500"
+    difference = json.loads((out / "report.json").read_text())["differences"][0]["pooled"]["iou"][0]
+    assert difference == 0.0375
+
+
+def test_an_ablations_difference_of_means_that_is_a_tie_rounds_half_up():
+    from pathlib import Path
+
+    from pointgeope.report.runs import FoldResult, RunSummary
+    from pointgeope.report.seeds import Variant, ablation_markdown
+
+    def variant(name, right):                                 # 80 points of class 0, ``right`` of them right
+        m = np.zeros((13, 13), dtype=np.int64)
+        m[0, 0], m[0, 1] = right, 80 - right
+        return Variant(name, [0], [RunSummary(name, Path(name), [FoldResult("Area_1", 1, m, Path(name))])])
+
+    md = ablation_markdown([variant("a", 20), variant("b", 23)])   # OA 25 % and 28.75 %: 3.75 points apart
+    row = md.split("Difference of the means", 1)[1].split("\n| b |", 1)[1].splitlines()[0]
+    assert row.split("|")[1].strip() == "+3.8", row
+
+
+def test_the_confusion_figure_rounds_its_shares_as_the_tables(monkeypatch, tmp_path):
+    """The heatmap's cells were f"{100 * share:.1f}": 23/80 of a class read 28.7 where the tables read 28.8."""
+    from pointgeope.report import plots
+    from pointgeope.report.runs import load_run
+
+    figures = []
+    monkeypatch.setattr(plots, "_png", lambda fig: figures.append(fig) or b"")
+    plots.confusion_heatmap(load_run(_tie_runs(tmp_path)[1]))
+    texts = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in figures[0].axes[0].texts}
+    assert texts[0, 0] == "28.8" and texts[0, 1] == "71.3" and texts[1, 1] == "100" and (1, 0) not in texts, texts
+
+
+def test_runs_of_other_seeds_and_other_folds_are_not_said_to_differ_by_their_seed_alone(tmp_path):
+    """A run of six folds beside one of Area_5 alone, seeds apart: they were said to differ 'in their seed
+    alone', their differences 'the spread between seeds', beside the note that they compare unlike test sets."""
+    def run(name, seed, folds):
+        for k in folds:
+            _fold(tmp_path / name, k, "model.pe=geope", f"train.seed={seed}", config_in_metrics=k % 2 == 0)
+            _with_data(tmp_path / name, k, FILES)
+        return str(tmp_path / name)
+
+    out = tmp_path / "out"
+    assert cli(["report", run("six", 0, range(1, 7)), run("area5", 7, [5]), "--out", str(out)]) == 0
+    notes = (out / "report.md").read_text().split("Notes:", 1)[1].split("## Per fold", 1)[0]
+    assert "- the runs cover different folds" in notes and "seed alone" not in notes, notes
+    assert "- the runs were trained or tested with one setting apart: `train.seed` (six `0`; area5 `7`)." in notes
+
+
+def test_a_fold_locked_from_another_host_is_named_with_what_to_do(tmp_path):
+    """A run folder on a shared file system, a fold tested again on another node: its lock names that host,
+    where this one cannot see whether the process lives. Before, the fold's old metrics.json was pooled as
+    finished (a lock of another host was read as no writer); now it is left out, as a writer of this folder
+    would be refused, with the file to delete once that process has ended."""
+    import socket
+
+    run = _run(tmp_path, "rpe", "model.pe=rpe")
+    lock = run / "area_3" / ".lock"
+    lock.write_text(json.dumps({"pid": 4242, "host": socket.gethostname() + "-node7", "since": "2026-11-28 09:00:00",
+                                "command": "pointgeope evaluate rpe/area_3"}))
+    out = tmp_path / "out"
+    assert cli(["report", str(run), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert (f"Area_3 (locked by pid 4242 on {socket.gethostname()}-node7 (since 2026-11-28 09:00:00), which cannot "
+            f"be checked from here: report again once it has ended, or delete {lock} if it has)") in md, md
+    assert "Area_3" not in json.loads((out / "report.json").read_text())["runs"][0]["folds"]
+    lock.unlink()
+    assert cli(["report", str(run), "--out", str(out)]) == 0
+    assert "Area_3" in json.loads((out / "report.json").read_text())["runs"][0]["folds"]
+
+
+def test_an_ablation_names_a_trial_being_written_whole(tmp_path, capsys):
+    """ablate keeps a missing trial's reason up to its first ';': the fold being written was cut to 'being
+    written now by pid N (since T)' with two parentheses left open and without what to do."""
+    import subprocess
+    import sys
+
+    from pointgeope.report.seeds import write_trials
+
+    runs = [_run(tmp_path, f"seed_{s}", "model.pe=rpe") for s in (0, 1)]
+    holder = ("import sys, time\nfrom pointgeope.lock import folder_lock\nwith folder_lock(sys.argv[1], 'train'):\n"
+              "    print('locked', flush=True)\n    time.sleep(60)\n")
+    writer = subprocess.Popen([sys.executable, "-c", holder, str(runs[1] / "area_2")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "locked"
+        write_trials([("rpe", s, run) for s, run in enumerate(runs)], tmp_path / "out", fold=2)
+    finally:
+        writer.kill()
+        writer.wait()
+    line = next(x for x in (tmp_path / "out" / "ablation.md").read_text().splitlines() if "seed 1 missing" in x)
+    assert f"(folds missing: Area_2 (being written now by pid {writer.pid} (since " in line, line
+    assert line.endswith("): report again once it has ended)))"), line
+    capsys.readouterr()

@@ -97,7 +97,8 @@ def row_normalised(confusion: np.ndarray) -> np.ndarray:
 def confusion_heatmap(run: RunSummary) -> bytes:
     """Heatmap of the run's pooled confusion, each row divided by its ground-truth count (%), as PNG."""
     plt = _pyplot()
-    norm = 100 * row_normalised(run.confusion)
+    shares = row_normalised(run.confusion)
+    norm = 100 * shares
     names = run.class_names
     n = len(names)
     grow = min(16.0, max(0.0, 0.5 * (n - 13)))  # inches: 13 classes (S3DIS) fit the base size, more widen it
@@ -106,10 +107,10 @@ def confusion_heatmap(run: RunSummary) -> bytes:
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="% of the ground-truth class")
     for g in range(n):
         for p in range(n):
-            v = norm[g, p]
-            if not np.isnan(v) and v >= 0.05:
-                ax.text(p, g, f"{v:.1f}" if v < 99.95 else "100", ha="center", va="center", fontsize=6,
-                        color="white" if v > 60 else "black")
+            text = pct(shares[g, p], 1)   # rounded as the tables round; an empty cell (0.0, —) left blank
+            if text not in ("0.0", "—"):
+                ax.text(p, g, "100" if text == "100.0" else text, ha="center", va="center", fontsize=6,
+                        color="white" if norm[g, p] > 60 else "black")
     ax.set_xticks(range(n))
     ax.set_yticks(range(n))
     ax.set_xticklabels(names, rotation=45, ha="right", fontsize=8)

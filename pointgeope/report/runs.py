@@ -14,9 +14,10 @@ of a run, and runs compared side by side, must have the same class names.
 The confusion matrix is the source of truth: every score here is recomputed from it with
 :mod:`pointgeope.metrics`, the stored ``oa`` / ``miou`` / ... are not read. A fold counts only when its
 file exists and says ``"complete": true`` of the predictions beside it (not a test stopped between its
-two writes: :func:`~pointgeope.engine.fold_result.pair_problem`) and no live process of this host holds the
-fold folder's lock (a training or a test at work there, whose result replaces the file:
-:func:`~pointgeope.lock.live_writer`); the others are listed with the reason, never dropped silently.
+two writes: :func:`~pointgeope.engine.fold_result.pair_problem`) and no other process holds the fold folder's
+lock (a training or a test at work there, whose result replaces the file; a lock of another host, which
+cannot be checked from here, counts as held: :func:`~pointgeope.lock.live_writer`); the others are listed
+with the reason, never dropped silently.
 The class means follow the rule the folds were evaluated with (``"class_mean"`` in ``metrics.json``, the
 run's ``eval.class_mean``; ``"present"`` in files written before the key existed, the rule they used), or
 the one the report is asked for (``pointgeope report --class-mean``).
@@ -26,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +36,7 @@ import numpy as np
 from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name, written_names
 from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
-from pointgeope.lock import live_writer
+from pointgeope.lock import LOCK_NAME, live_writer
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
 from pointgeope.report.points import recover_points
 from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text, run_settings
@@ -252,6 +254,14 @@ def _class_mean(run: Path, folds: list[FoldResult], asked: str | None) -> str:
     return rules[0] if rules else "present"
 
 
+def _being_written(writer: dict, folder: Path) -> str:
+    """Why a fold whose folder ``writer`` (:func:`~pointgeope.lock.live_writer`'s record) holds is left out."""
+    if writer.get("host") == socket.gethostname():
+        return f"being written now by pid {writer['pid']} (since {writer.get('since')}): report again once it has ended"
+    return (f"locked by pid {writer['pid']} on {writer.get('host')} (since {writer.get('since')}), which cannot be "
+            f"checked from here: report again once it has ended, or delete {folder / LOCK_NAME} if it has")
+
+
 def load_run(run: str | Path, name: str | None = None, class_mean: str | None = None,
              allow_mixed: bool = False, fold: int | None = None) -> RunSummary:
     """Read ``RUN/area_K/metrics.json`` for K = 1..6 (other fold folders with one are named in the summary:
@@ -277,8 +287,7 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
             continue
         path = fold_dir(run, k) / METRICS_FILE
         if writer := live_writer(path.parent):  # its result (if any) is being replaced: neither old nor new
-            missing.append((area, f"being written now by pid {writer['pid']} (since {writer.get('since')}); "
-                                  "report again once it has ended"))
+            missing.append((area, _being_written(writer, path.parent)))
             continue
         if not path.is_file():
             exists = path.parent.is_dir()

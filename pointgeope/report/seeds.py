@@ -24,7 +24,7 @@ import numpy as np
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.errors import UserError
 from pointgeope.report.runs import ReportError, RunSummary, fold_dir, load_run, same_class_names
-from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, json_safe, pct
+from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, decimal_difference, json_safe, pct
 
 __all__ = ["Variant", "spread", "ablation_markdown", "ablation_json", "ablation_csv", "write_ablation", "write_trials"]
 
@@ -81,7 +81,8 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
         cells = []
         for k in MEANS:
             a, b = spread(v.values(k)), spread(base.values(k))
-            cells.append(pct(a["mean"] - b["mean"], digits, signed=True) + (" ~" if _overlap(a, b) else ""))
+            cells.append(pct(decimal_difference(a["mean"], b["mean"]), digits, signed=True)
+                         + (" ~" if _overlap(a, b) else ""))
         lines.append(f"| {v.name} | " + " | ".join(cells) + " |")
     seeds = sorted({s for v in variants for s in v.seeds} | {s for v in variants for s, _ in v.missing})
     lines += ["", "Each seed (" + " / ".join(head) + "):", "", "| variant | " + " | ".join(

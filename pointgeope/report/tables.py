@@ -42,6 +42,13 @@ def pct(value: float, digits: int, signed: bool = False, missing: str = "—") -
     return f"{percent:+.{digits}f}" if signed else f"{percent:.{digits}f}"
 
 
+def decimal_difference(a: float, b: float) -> float:
+    """``a - b`` of two scores from their decimal values (as :func:`pct` reads a score), the float nearest to it:
+    23/80 - 1/4 = 0.2875 - 0.25 = 0.0375, a tie that :func:`pct` rounds up to 3.8, where the binary subtraction
+    gives 0.03749999999999998 (3.7). NaN where either is NaN."""
+    return float(Decimal(repr(float(a))) - Decimal(repr(float(b))))
+
+
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|")
 
@@ -55,10 +62,11 @@ def _score_cells(s: dict, digits: int, signed: bool = False) -> list[str]:
 
 
 def difference(later: dict, first: dict) -> dict:
-    """``later - first`` for ``oa``, ``macc``, ``miou`` and per class ``iou`` / ``acc`` (fractions)."""
-    out = {k: later[k] - first[k] for k in MEANS}
+    """``later - first`` for ``oa``, ``macc``, ``miou`` and per class ``iou`` / ``acc`` (fractions, each the
+    :func:`decimal_difference` of the two scores)."""
+    out = {k: decimal_difference(later[k], first[k]) for k in MEANS}
     for key in ("iou", "acc"):
-        out[key] = [a - b for a, b in zip(later[key], first[key])]
+        out[key] = [decimal_difference(a, b) for a, b in zip(later[key], first[key])]
     return out
 
 
@@ -92,12 +100,17 @@ def differences_of_runs(runs: list[RunSummary]) -> dict[str, dict[str, object]]:
 def run_difference_lines(runs: list[RunSummary]) -> list[str]:
     """The notes on what the runs side by side were trained and tested with differently, so that a difference
     of their scores is read as the effect of those keys alone: one line per key (at most :data:`SHOWN_KEYS`),
-    the data's checksums in one line of their own (unlike data: their scores compare unlike test sets)."""
+    the data's checksums in one line of their own (unlike data: their scores compare unlike test sets); a run
+    that records no settings is named as not compared (no note must not read as runs alike)."""
     differ = differences_of_runs(runs)
     data = sorted({key.split(".", 2)[2] for key in differ if key.startswith(DATA_KEYS)})
     keys = [key for key in differ if not key.startswith(DATA_KEYS)]
-    lines = []
-    if keys == [SEED] and not data:
+    unknown = [run.name for run in runs if not run.settings] if len(runs) > 1 else []
+    lines = [(f"- {', '.join(unknown)}: no settings recorded (no `config` in its folds' metrics.json, no "
+              "config.yaml beside them): not compared with the other runs' settings, which may differ in any key.")
+             ] if unknown else []
+    if keys == [SEED] and not data and not unknown and len({tuple(run.areas) for run in runs}) == 1:
+        # (runs of other folds differ in their test sets too: a note of their own says so)
         return [f"- the runs differ in their seed alone (`{SEED}`: " + "; ".join(
             f"{name} `{value_text(value)}`" for name, value in differ[SEED].items()) + "): their differences are "
             "the spread between seeds of one method, not an effect (`pointgeope ablate` gives mean ± std over "
@@ -219,11 +232,11 @@ def full_markdown(runs: list[RunSummary], digits: int = 1) -> str:
     parts = [
         f"# {report_title(runs)}",
         "",
-        "*Pooled*: scores of the summed confusion matrices of the test areas, the standard 6-fold number "
-        "(Pointcept `tools/test_s3dis_6fold.py`). *Mean of folds*: the mean of each test area's own scores "
-        "(every area weighs the same). Per-class columns are IoU. A class with neither ground truth nor "
-        "prediction is `—`; the rule of the class means is said below the tables. Differences are later "
-        "runs minus the first, in percentage points, from the unrounded scores.",
+        ("*Pooled*: scores of the summed confusion matrices of the test areas, over the six folds the standard "
+         "6-fold number (Pointcept `tools/test_s3dis_6fold.py`). *Mean of folds*: the mean of each test area's "
+         "own scores (every area weighs the same). Per-class columns are IoU. A class with neither ground truth "
+         "nor prediction is `—`; the rule of the class means is said below the tables. Differences are later "
+         "runs minus the first, in percentage points, from the unrounded scores."),
         "",
         "Runs: " + ", ".join(f"{r.name} (`{r.path}`)" for r in runs),
         "",
