@@ -77,6 +77,14 @@ def fold_checkpoint(run: str | Path, cfg, fold: Fold, log) -> tuple[Path, dict]:
         raise CheckpointError(missing_checkpoint(path, fold.index))
     ckpt = load_checkpoint(path, config_to_dict(cfg), advice=EVALUATE_ADVICE)
     check_trained_fold(path, ckpt.get("fold"), fold, cfg.data.root, log)
-    if path.name == "best.pt" and ckpt.get("best_miou", 0.0) < 0:   # no validation ever scored it
-        raise CheckpointError(unvalidated_best(path, int(ckpt.get("epoch", 0))))
+    check_validated_best(path, ckpt)
     return path, ckpt
+
+
+def check_validated_best(path: Path, ckpt: dict, use_last: str = "evaluate its last.pt (eval.checkpoint=last)") -> None:
+    """Refuse ``best.pt`` (``path``, loaded as ``ckpt``) that no validation ever scored (its ``best_miou`` still
+    -1: the fold trained with ``train.val_every: 0``, so it holds the last epoch, and ``best`` would name a choice
+    that was never made), the one check of ``evaluate`` and ``predict`` (``use_last``: the command's way to take
+    ``last.pt``). A checkpoint without ``best_miou`` (written before it) passes."""
+    if Path(path).name == "best.pt" and ckpt.get("best_miou", 0.0) < 0:
+        raise CheckpointError(unvalidated_best(path, int(ckpt.get("epoch", 0)), use_last))

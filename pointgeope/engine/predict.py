@@ -35,6 +35,7 @@ from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from
 from pointgeope.engine.config_values import range_problem
 from pointgeope.engine.distributed import apply_threads, choose_device
 from pointgeope.engine.evaluate import not_a_fold, room_seed, vote_room
+from pointgeope.engine.fold_record import check_validated_best
 from pointgeope.engine.fold_result import missing_checkpoint
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import checkpoint_prediction_info
@@ -170,6 +171,8 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     if _checksum(path) != checksum:
         raise CheckpointError(f"{path}: replaced while predict read it (a run still training saves it); run the "
                               "same command again")
+    check_validated_best(path, ckpt, "predict from its last.pt (" + ("--checkpoint last" if Path(model).is_dir()
+                                                                     else f"MODEL {path.with_name('last.pt')}") + ")")
     info = checkpoint_prediction_info(ckpt, path)
     warning = unfinished_warning(path, ckpt)
     if warning:
