@@ -311,3 +311,17 @@ def test_predict_best_of_a_fold_trained_without_validation_says_no_epoch_was_pic
         assert not out.exists()
     assert cli(["predict", str(fold), str(scan), "--out", str(out), "--checkpoint", "last"]) == 0
     assert np.load(out / "scan_pred.npy").shape == (500,)
+
+
+def test_an_eval_checkpoint_override_is_refused_for_the_checkpoint_option(tiny_run, tmp_path, capsys):
+    """``predict RUN/area_K SCAN eval.checkpoint=best`` passed the check of overrides (eval.*), but the file was
+    chosen before the config was read: it predicted with last.pt, exit code 0, the override unread. Now one line
+    names ``--checkpoint``, which chooses it, and nothing is written."""
+    scan, out = tmp_path / "scan.npy", tmp_path / "pred"
+    np.save(scan, np.random.default_rng(0).random((500, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
+    capsys.readouterr()
+    for model in (tiny_run, tiny_run / "best.pt"):
+        assert one_line(capsys, 2, ["predict", str(model), str(scan), "--out", str(out), "eval.checkpoint=best"]) == (
+            "pointgeope predict: error: override 'eval.checkpoint=best': not read (the checkpoint is chosen before "
+            "its config); choose a run folder's with --checkpoint last|best, or give the file RUN/area_K/best.pt")
+        assert not out.exists()
