@@ -136,7 +136,6 @@ def test_a_file_that_is_no_checkpoint_as_model_is_named_by_its_kind(tiny_root, t
                         f"RUN/area_K, got {kind}")
 
 
-
 def test_a_damaged_checkpoint_as_model_is_said_damaged_with_what_to_do(tiny_run, tmp_path, capsys):
     """A checkpoint cut short (a copy interrupted) was told it was no checkpoint, with torch's text cut off
     mid-sentence and no fix; now one full line: damaged, torch's first sentence, what to do."""
@@ -148,6 +147,7 @@ def test_a_damaged_checkpoint_as_model_is_said_damaged_with_what_to_do(tiny_run,
                     "PytorchStreamReader failed reading zip archive: failed finding central directory; cut short or "
                     "corrupted, e.g. by an interrupted copy); copy it again, or give another checkpoint of its fold "
                     "(RUN/area_K/best.pt or last.pt)")
+
 
 def test_a_damaged_checkpoint_in_a_fold_folder_is_said_damaged(tiny_run, tmp_path, capsys):
     """MODEL given right, a fold folder, whose last.pt is damaged: it was told "expected a checkpoint (.pt) or a
