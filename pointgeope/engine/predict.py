@@ -1,13 +1,12 @@
 """Segment users' scans with a trained model: a label for every input point, in input order.
 
-For each scan (``pointgeope.scans``): its coordinates are multiplied by ``scale`` (``--scale``, e.g. 0.001
-for millimetres), shifted in float64 so that their minimum is 0 (georeferenced coordinates keep their
-precision in float32), and voted on by :func:`pointgeope.engine.evaluate.vote_room` as ``evaluate``
-predicts a test room (but with one view unless ``--tta``, and a fragment cap where the run has none), with
-the same seed for a room of the same name
-(:func:`~pointgeope.engine.evaluate.room_seed`): memory is bounded by the fragment size plus the
-``N x C`` vote buffer, whatever the size of the scan. The label of point ``i`` is ``argmax_c scores[i, c]``
-and its probabilities are :func:`~pointgeope.engine.probabilities.vote_probabilities`.
+For each scan (``pointgeope.scans``): its coordinates are multiplied by ``scale`` (``--scale``, e.g. 0.001 for
+millimetres), shifted in float64 so that their minimum is 0 (georeferenced coordinates keep their precision in
+float32), and voted on by :func:`pointgeope.engine.evaluate.vote_room` as ``evaluate`` predicts a test room (but
+with one view unless ``--tta``, and a fragment cap where the run has none), with the same seed for a room of the
+same name (:func:`~pointgeope.engine.evaluate.room_seed`): memory is bounded by the fragment size plus the
+``N x C`` vote buffer, whatever the size of the scan. The label of point ``i`` is ``argmax_c scores[i, c]`` and its
+probabilities are :func:`~pointgeope.engine.probabilities.vote_probabilities`.
 
 Before predicting, a scan is checked against what the checkpoint says the model expects
 (:func:`~pointgeope.engine.prediction_info.prediction_metadata`): a colour model refuses a scan without colour
@@ -21,7 +20,6 @@ import contextlib
 import dataclasses
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -48,9 +46,8 @@ SPACING_FACTOR = 10.0
 # load_checkpoint's error of a MODEL file torch cannot load (MODEL and INPUT swapped); a fold folder's: UNREADABLE
 UNREADABLE_MODEL = "MODEL {path}: expected a checkpoint (.pt) or a fold folder RUN/area_K, got {kind}"
 # ... and of a MODEL file that is a checkpoint torch cannot read (cut short, corrupted: checkpoint.damaged)
-DAMAGED_MODEL = ("MODEL {path}: a damaged checkpoint, torch cannot read it ({kind}; cut short or corrupted, e.g. by "
-                 "an interrupted copy); copy it again, or give another checkpoint of its fold (RUN/area_K/best.pt or "
-                 "last.pt)")
+DAMAGED_MODEL = ("MODEL {path}: a damaged checkpoint, torch cannot read it ({kind}; cut short or corrupted, e.g. by an "
+                 "interrupted copy); copy it again, or give another checkpoint of its fold (RUN/area_K/best.pt or last.pt)")
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)  # --tta when the run's config has no test-time views
 # Besides eval.*: the overrides that change how predict runs, free keys of the checkpoint (checkpoint.FREE_KEYS)
 # that predict reads (where the point hierarchy is built, torch's CPU threads; --device chooses the device).
@@ -61,7 +58,7 @@ class PredictError(UserError, ValueError):
     """A model argument that cannot be used (missing checkpoint, an override predict does not take)."""
 
 
-@dataclass
+@dataclasses.dataclass
 class Predictor:
     """A trained model ready to predict: network (eval mode), its config and ``"predict"`` metadata;
     ``cap_origin``: where the fragment cap comes from when the user did not choose it (predict's default
@@ -122,6 +119,9 @@ def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | No
     cap comes from when the user did not choose it (:attr:`Predictor.cap_origin`)."""
     keys = [override_key(text) for text in overrides]     # ' eval.tta.rotations=4' -> 'eval.tta.rotations'
     for text, key in zip(overrides, keys):
+        if key == "eval.checkpoint":   # the file is chosen before its config is read (checkpoint_path)
+            raise PredictError(f"override {text!r}: not read (the checkpoint is chosen before its config); choose a "
+                               "run folder's with --checkpoint last|best, or give the file RUN/area_K/best.pt")
         if not key.startswith("eval.") and key not in PREDICT_KEYS:
             raise PredictError(f"override {text!r}: predict takes overrides of eval.* and of "
                                f"{', '.join(sorted(PREDICT_KEYS))}, not of what the network was trained with "
@@ -170,8 +170,9 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     if _checksum(path) != checksum:
         raise CheckpointError(f"{path}: replaced while predict read it (a run still training saves it); run the "
                               "same command again")
-    if Path(model).is_dir() and (line := unvalidated_best(path, ckpt, "predict from its last.pt (--checkpoint last)")):
-        raise CheckpointError(line)     # --checkpoint best of a fold that no validation picked an epoch of
+    use_last = "--checkpoint last" if Path(model).is_dir() else f"MODEL {path.with_name('last.pt')}"
+    if line := unvalidated_best(path, ckpt, f"predict from its last.pt ({use_last})"):
+        raise CheckpointError(line)     # best.pt of a fold that no validation picked an epoch of
     info = checkpoint_prediction_info(ckpt, path)
     warning = unfinished_warning(path, ckpt)
     if warning:

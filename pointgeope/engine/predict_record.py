@@ -24,7 +24,8 @@ its ``manifest.json``, ``ScanRef.checksum``), of every file of a raw room folder
 protocol and precision of the evaluation (``--tta``, ``--max-fragments``, ``eval.*`` overrides: every
 ``eval`` key but those of :data:`RUN_ONLY_EVAL_KEYS`), and with ``h5`` among the formats the run's
 ``train.ignore_index`` that the h5 file carries (an h5 file of an older version, without it, and its record
-are predicted again); not ``--device``, ``--batch-points``,
+are predicted again), and with ``ply`` the PLY's name of the prediction, ``pred`` (a PLY of a version that
+named it ``label`` is predicted again); not ``--device``, ``--batch-points``,
 ``data.hierarchy`` nor the threads, which choose how the same prediction runs, so that a rerun on another
 machine resumes. The model's checksum is that of the bytes loaded (``Predictor.checksum``), the input's is
 taken before the scan is read.
@@ -60,6 +61,8 @@ def made_by(predictor, args) -> dict:
                **{f"eval.{key}": value for key, value in ev.items() if key not in RUN_ONLY_EVAL_KEYS}}
     if "h5" in args.format:   # written into the h5 file: one of a version that did not is predicted again
         options["ignore_index"] = int(predictor.cfg.train.ignore_index)
+    if "ply" in args.format:  # the PLY's name of the prediction: one of a version that named it label is redone
+        options["ply_prediction"] = "pred"
     model = predictor.checksum or file_checksum(predictor.path)   # that of the bytes loaded (load_predictor)
     return {"pointgeope": __version__, "model": model,
             "options": json.loads(json.dumps(options))}  # tuples as lists, as a record reads back

@@ -93,7 +93,7 @@ def stale_outputs(out: Path, files: dict[Path, bytes]) -> list[Path]:
     take for current. Nothing else is ever listed: a ``confusion_*.png`` of no earlier report (a user's own
     figure in ``--out``) is kept, and so is everything where ``report.json`` is missing or unreadable."""
     try:
-        names = [run["name"] for run in json.loads((out / "report.json").read_text(encoding="utf-8"))["runs"]]
+        names = [run["name"] for run in json.loads((out / RECORD).read_text(encoding="utf-8"))["runs"]]
     except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError):
         return []
     if not all(isinstance(name, str) for name in names):

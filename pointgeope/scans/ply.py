@@ -201,7 +201,8 @@ def _binary_fits(f, start: int, after: list[Element], vertices: tuple[int, int],
     vertex record or more (the header's count is short, and reading it would leave the last points out without
     a word), or the elements after the vertices, read from the vertices' end, go beyond the file or leave
     bytes (a mesh's faces after a vertex count that is short or long: their sizes read from vertex bytes).
-    The count the file holds is named when one fits (:func:`~pointgeope.scans.ply_sizes.vertices_that_fit`)."""
+    The count the file holds is named when one fits (:func:`~pointgeope.scans.ply_sizes.vertices_that_fit`); a
+    mesh whose faces fit only when a face of fewer than 3 corners is taken is said to be that or a wrong count."""
     (record, count), after = vertices, [e for e in after if e.count]
     lists = any(kind[0] == "list" for e in after for _, kind in e.props)
     with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
@@ -217,16 +218,23 @@ def _binary_fits(f, start: int, after: list[Element], vertices: tuple[int, int],
                 f" (after {', '.join(repr(e.name) for e in after)})" if after else "")
             raise ScanError(_more_points(path, count, f"{extra:,} bytes after its elements, {more}"))
         holds = vertices_that_fit(m, start, record, after, end)
+        try:  # read as the header says, faces of under 3 corners taken: a mesh with such faces ends at the file's end
+            small = extra < 0 and elements_end(m, start + count * record, after, end, faces=False) == len(m)
+        except NegativeCount:
+            small = False
     names = ", ".join(f"{e.name!r} (line {e.line})" for e in after)
     if holds is not None and holds != count:
         raise ScanError(f"{path}: the PLY header promises {count:,} vertices, the file holds {holds:,}: its elements "
                         f"after the vertices ({names}) end where the file does after {holds:,} vertex records of "
                         f"{record} bytes; the header's vertex count is wrong (a writer that did not update it?): "
                         "write the file again, or correct 'element vertex'")
-    found = "go beyond its end" if extra < 0 else f"leave {extra:,} bytes"
+    found = ("end where the file does only with faces of fewer than 3 corners" if small
+             else "go beyond its end" if extra < 0 else f"leave {extra:,} bytes")
+    why = ("a vertex count that is wrong?), or those faces are meant (remove them, or save the vertices alone)" if small
+           else "a vertex count that is wrong, or a file cut short?)")
     raise ScanError(f"{path}: the PLY header promises {count:,} vertices of {record} bytes, and its elements after "
-                    f"them ({names}), read from there, {found}: the header does not describe the file (a vertex "
-                    "count that is wrong, or a file cut short?); write the file again")
+                    f"them ({names}), read from there, {found}: the header does not describe the file ({why}; "
+                    "write the file again")
 
 
 def _ascii_fits(f, offset: int, elements: list[Element], width: int, path: Path) -> None:

@@ -89,13 +89,13 @@ def uniform_size(m, pos: int, element, end: str, items: int | None = None, faces
     return total
 
 
-def elements_end(m, pos: int, elements: list, end: str) -> int:
-    """The byte where ``elements``, in order from byte ``pos`` of ``m``, end (``len(m) + 1``: beyond it, or a
-    face of fewer than 3 corners); each by :func:`uniform_size`, else :func:`walk`. Raises
+def elements_end(m, pos: int, elements: list, end: str, faces: bool = True) -> int:
+    """The byte where ``elements``, in order from byte ``pos`` of ``m``, end (``len(m) + 1``: beyond it, or,
+    ``faces``, a face of fewer than 3 corners); each by :func:`uniform_size`, else :func:`walk`. Raises
     :class:`NegativeCount`."""
     for element in elements:
-        size = uniform_size(m, pos, element, end, faces=True)
-        pos = pos + size if size is not None else walk(m, pos, element, end, faces=True)
+        size = uniform_size(m, pos, element, end, faces=faces)
+        pos = pos + size if size is not None else walk(m, pos, element, end, faces=faces)
         if pos > len(m):
             return len(m) + 1
     return pos

@@ -136,7 +136,6 @@ def test_a_file_that_is_no_checkpoint_as_model_is_named_by_its_kind(tiny_root, t
                         f"RUN/area_K, got {kind}")
 
 
-
 def test_a_damaged_checkpoint_as_model_is_said_damaged_with_what_to_do(tiny_run, tmp_path, capsys):
     """A checkpoint cut short (a copy interrupted) was told it was no checkpoint, with torch's text cut off
     mid-sentence and no fix; now one full line: damaged, torch's first sentence, what to do."""
@@ -148,6 +147,7 @@ def test_a_damaged_checkpoint_as_model_is_said_damaged_with_what_to_do(tiny_run,
                     "PytorchStreamReader failed reading zip archive: failed finding central directory; cut short or "
                     "corrupted, e.g. by an interrupted copy); copy it again, or give another checkpoint of its fold "
                     "(RUN/area_K/best.pt or last.pt)")
+
 
 def test_a_damaged_checkpoint_in_a_fold_folder_is_said_damaged(tiny_run, tmp_path, capsys):
     """MODEL given right, a fold folder, whose last.pt is damaged: it was told "expected a checkpoint (.pt) or a
@@ -290,3 +290,38 @@ def test_a_scan_of_one_colour_is_noted_for_a_colour_model_only():
         predict_scan(predictor, scan, warn=warnings.append)
         notes = [w for w in warnings if w.startswith("note: grey.las: every point has the colour (7, 7, 7)")]
         assert len(notes) == expected, warnings
+
+
+def test_predict_best_of_a_fold_trained_without_validation_says_no_epoch_was_picked(two_folds, tmp_path, capsys):
+    """``train.val_every=0`` rewrites best.pt every epoch: ``predict RUN/area_K --checkpoint best`` predicted
+    with the last epoch as if a validation had picked it, exit code 0 and no word, where ``evaluate`` refuses.
+    Now the same line, with predict's way to take last.pt, and nothing written; ``--checkpoint last`` predicts."""
+    run = tmp_path / "run"
+    assert train_fold(two_folds, run, "train.epochs=1", "train.val_every=0") == 0
+    fold, out = run / "area_1", tmp_path / "pred"
+    scan = tmp_path / "scan.npy"
+    np.save(scan, np.random.default_rng(0).random((500, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
+    capsys.readouterr()
+    for model, extra, use_last in ((fold, ["--checkpoint", "best"], "--checkpoint last"),
+                                   (fold / "best.pt", [], f"MODEL {fold / 'last.pt'}")):
+        assert one_line(capsys, 2, ["predict", str(model), str(scan), "--out", str(out), *extra]) == (
+            f"pointgeope predict: error: {fold / 'best.pt'}: no validation picked it: the fold trained without "
+            "validation (train.val_every=0), so best.pt holds its last epoch (1), the weights of last.pt; predict "
+            f"from its last.pt ({use_last}), or train with train.val_every=1 for a best epoch")
+        assert not out.exists()
+    assert cli(["predict", str(fold), str(scan), "--out", str(out), "--checkpoint", "last"]) == 0
+    assert np.load(out / "scan_pred.npy").shape == (500,)
+
+
+def test_an_eval_checkpoint_override_is_refused_for_the_checkpoint_option(tiny_run, tmp_path, capsys):
+    """``predict RUN/area_K SCAN eval.checkpoint=best`` passed the check of overrides (eval.*), but the file was
+    chosen before the config was read: it predicted with last.pt, exit code 0, the override unread. Now one line
+    names ``--checkpoint``, which chooses it, and nothing is written."""
+    scan, out = tmp_path / "scan.npy", tmp_path / "pred"
+    np.save(scan, np.random.default_rng(0).random((500, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
+    capsys.readouterr()
+    for model in (tiny_run, tiny_run / "best.pt"):
+        assert one_line(capsys, 2, ["predict", str(model), str(scan), "--out", str(out), "eval.checkpoint=best"]) == (
+            "pointgeope predict: error: override 'eval.checkpoint=best': not read (the checkpoint is chosen before "
+            "its config); choose a run folder's with --checkpoint last|best, or give the file RUN/area_K/best.pt")
+        assert not out.exists()

@@ -300,3 +300,28 @@ def test_an_h5_output_of_a_version_before_the_runs_ignore_index_is_predicted_aga
     assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", "--format", "h5,ply")) == 0
     assert predicted == ["b.npy", "b.npy"]
     assert predictions_attrs(h5, "ignore_index") == [255]
+
+
+def test_a_ply_output_of_a_version_that_named_the_prediction_label_is_predicted_again(
+        tiny_run, scans, tmp_path, monkeypatch, predicted):
+    """predict's PLY names its prediction ``pred`` (``label`` is the ground truth in every PLY pointgeope
+    writes); one written when it was ``label``, with that version's record, was skipped by a rerun of the
+    same command as complete, so one folder held both names and a reader of ``pred`` failed on the old files."""
+    import pointgeope.scans.ply as ply_module
+
+    original = ply_module.write_vertices
+    monkeypatch.setattr(ply_module, "write_vertices", lambda path, props, **kwargs: original(
+        path, [("label" if name == "pred" else name, values) for name, values in props], **kwargs))  # the older file
+    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", "--format", "ply")) == 0
+    ply = tmp_path / "o" / "b_pred.ply"
+    assert b"property uchar label\n" in ply.read_bytes()[:1000]
+    record = json.loads((tmp_path / "o" / "b_pred.json").read_text())
+    record["made_by"]["options"].pop("ply_prediction", None)   # as the older version wrote it
+    (tmp_path / "o" / "b_pred.json").write_text(json.dumps(record))
+    monkeypatch.setattr(ply_module, "write_vertices", original)
+    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", "--format", "ply")) == 0
+    assert predicted == ["b.npy", "b.npy"]
+    header = ply.read_bytes()[:1000]
+    assert b"property uchar pred\n" in header and b"property uchar label\n" not in header
+    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", "--format", "ply")) == 0   # now complete: skipped
+    assert predicted == ["b.npy", "b.npy"]

@@ -23,7 +23,6 @@ def test_positions_beyond_the_point_ops_limit_are_refused_where_encoded(pe):
     assert make_conv("rpe")(x, (1 + pos) * 1e20, edge_index).isfinite().all()
 
 
-
 @pytest.mark.parametrize("pe", ["geope", "geope+rpe", "lingeope", "rope3d"])
 def test_uncentred_positions_are_said_where_standard_geope_turns_them(pe, monkeypatch):
     """UTM-scale float32 positions: standard GeoPE turns every node by its own phase (millions of radians,
@@ -47,6 +46,7 @@ def test_uncentred_positions_are_said_where_standard_geope_turns_them(pe, monkey
     said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(said) == (pe.startswith("geope")), said
     assert all(s.startswith("GeoPE: pos up to 4.81e+06 turn by phases up to ") for s in said)
+
 
 def test_options_that_could_only_be_ignored_are_refused():
     with pytest.raises(ValueError, match="grid_unit"):

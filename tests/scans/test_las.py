@@ -53,6 +53,7 @@ def test_8_bit_colours_stored_in_the_high_byte_read_back_exactly(tmp_path):
     las.write(tmp_path / "shifted.las")
     np.testing.assert_array_equal(read_las(tmp_path / "shifted.las").color, color)
 
+
 @pytest.mark.parametrize("suffix", [".las", ".laz"])
 def test_laspy_files_read_back(tmp_path, suffix):
     if suffix == ".laz" and not laspy.LazBackend.detect_available():

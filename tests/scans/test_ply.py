@@ -304,7 +304,8 @@ def test_a_binary_mesh_of_triangles_and_quads_after_another_vertex_count_is_refu
     _mesh(tmp_path / "m.ply", declared, corners=(3, 4))
     with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'm.ply'))}: the PLY header promises {declared} "
                                         r"vertices of 12 bytes, and its elements after them \('face' \(line 7\)\), "
-                                        r"read from there, (go beyond its end|leave [0-9,]+ bytes): the header does "
+                                        r"read from there, (go beyond its end|leave [0-9,]+ bytes|end where the file "
+                                        r"does only with faces of fewer than 3 corners): the header does "
                                         r"not describe the file"):
         read_ply(tmp_path / "m.ply")
 
@@ -320,3 +321,20 @@ def test_an_ascii_mesh_whose_vertex_count_reaches_into_its_faces_is_refused(tmp_
                               "of records after the header, where its elements (vertex 52, face 40) have 92, one a "
                               "line; the header's count is wrong (or the file cut short): write the file again, or "
                               "correct 'element vertex'")
+
+
+def test_a_binary_mesh_with_faces_of_two_corners_is_refused_saying_so(tmp_path):
+    """A face of fewer than 3 corners is taken for faces read from the wrong bytes (a wrong vertex count reads
+    such faces as often as not): a whole file with some was refused as 'go beyond its end ... (a vertex count that
+    is wrong, or a file cut short?)'. The line now says that they end where the file does with such faces."""
+    _mesh(tmp_path / "m.ply", 50, corners=(2, 3), faces=40, seed=4)
+    with pytest.raises(ScanError) as err:
+        read_ply(tmp_path / "m.ply")
+    assert str(err.value) == (
+        f"{tmp_path / 'm.ply'}: the PLY header promises 50 vertices of 12 bytes, and its elements after them ('face' "
+        "(line 7)), read from there, end where the file does only with faces of fewer than 3 corners: the header "
+        "does not describe the file (a vertex count that is wrong?), or those faces are meant (remove them, or save "
+        "the vertices alone); write the file again")
+    _mesh(tmp_path / "m.ply", 52, corners=(2, 3), faces=40, seed=4)   # a wrong count: refused all the same
+    with pytest.raises(ScanError, match=r"promises 52 vertices .*: the header does not describe the file \("):
+        read_ply(tmp_path / "m.ply")

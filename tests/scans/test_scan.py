@@ -100,7 +100,6 @@ def test_16_bit_colours_are_divided_by_257_and_said_unless_the_format_declares_t
     assert notes == []
 
 
-
 def test_8_bit_colours_shifted_into_the_high_byte_read_back_exactly():
     """``c << 8`` (low byte 0, as many LAS writers store 8-bit colours) was divided by 257: every ``c`` above
     128 read one level low (200 -> 199), declared 16 bit or not. The exact answer is the high byte."""
@@ -117,6 +116,7 @@ def test_8_bit_colours_shifted_into_the_high_byte_read_back_exactly():
     values[0, 0] += 1  # one low byte set: a 16-bit file, divided by 257
     expected = np.floor(values / 257 + 0.5)
     np.testing.assert_array_equal(color_to_uint8(values, "s.las", declared_16bit=True), expected)
+
 
 def _dim_16_bit(n=2000, seed=2):
     """``(n, 3)`` uint16 colours of a dim 16-bit scan: 70 % of the points at the sensor's floor (20..199, under
