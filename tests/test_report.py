@@ -167,6 +167,8 @@ def test_csv_rows(report):
     assert pooled["oa_pct"] == "66.6667" and pooled["miou_pct"] == "50.0000" and pooled["points"] == "1170"
     assert pooled["iou_pct_clutter"] == "50.0000"
     assert by_key[("geope", "mean_of_folds", "Area_1;Area_2;Area_4;Area_5")]["miou_pct"] == "83.3333"
+    assert [(by_key[("rpe", "fold", f"Area_{k}")]["oa_pct"], by_key[("rpe", "fold", f"Area_{k}")]["miou_pct"])
+            for k in range(1, 7)] == [("100.0000", "100.0000")] * 3 + [("50.0000", "33.3333")] * 3  # each fold's own
     assert by_key[("geope", "fold", "Area_3")]["status"] == "missing: no metrics.json"
     assert by_key[("geope", "fold", "Area_3")]["oa_pct"] == ""
     assert by_key[("geope", "fold", "Area_6")]["status"] == "missing: incomplete"
@@ -284,6 +286,10 @@ def test_class_means_follow_the_rule_the_folds_were_evaluated_with(tmp_path):
     ({"confusion": [[True] + [0] * (C - 1)] + [[0] * C] * (C - 1)},                  # counted as 1
      r"expected 'confusion' as 13 x 13 non-negative integer counts, got true at \[0\]\[0\]"),
     ({"confusion": [[0.5] + [0] * (C - 1)] + [[0] * C] * (C - 1)}, r"expected 'confusion' .* got 0.5 at \[0\]\[0\]"),
+    ({"confusion": [[-1] + [5] * (C - 1)] + [[5] * C] * (C - 1)},                      # scored with a negative TP
+     r"expected 'confusion' as 13 x 13 non-negative integer counts, got -1 at \[0\]\[0\]"),
+    ({"confusion": [[0, 2**62] + [0] * (C - 2)] + [[0] * C] * (C - 1)},                  # int64 sums overflow
+     r"expected 'confusion' .* got 4611686018427387904 at \[0\]\[1\]"),
     ({"confusion": [[0] * C] * C},                                                    # pooled as a complete fold
      r"'confusion' counts no point; evaluate the fold again"),
     # a traceback (int(None), int("x"), int([1])), or read as fold 1 (int(1.7), int(True))
