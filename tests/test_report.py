@@ -245,6 +245,12 @@ def test_names_and_default_out(tmp_path):
     assert [r.name for r in runs] == ["RPE", "GeoPE"]
     assert default_out([rpe], ["rpe"]) == rpe / "report"
     assert default_out([rpe, geope], ["RPE", "Geo PE"]) == tmp_path.resolve() / "report_RPE_vs_Geo_PE"
+    a, b = tmp_path / "seed0" / "geope", tmp_path / "seed1" / "geope"      # one name in two folders
+    for run in (a, b):
+        write_fold(run, 1, perfect())
+    assert [r.name for r in load_runs([a, b])] == ["seed0/geope", "seed1/geope"]
+    with pytest.raises(ReportError, match=r"expected distinct run names, got \['x', 'x'\]; pass --names"):
+        load_runs([a, b], ["x", "x"])
 
 
 def test_single_run_report_has_no_difference_rows(tmp_path):
