@@ -357,10 +357,13 @@ def test_the_iou_chart_says_which_folds_each_run_pooled(tmp_path, monkeypatch):
     3 perfect + 3 half folds, per class 60 / (90 + 90 - 60) = 50 %; geope 3 perfect + 1 half, 40 / 60."""
     from pointgeope.report import plots
 
-    titles = []
-    monkeypatch.setattr(plots, "_png", lambda fig: titles.append([ax.get_title() for ax in fig.axes]) or b"")
+    titles, heights = [], []
+    monkeypatch.setattr(plots, "_png", lambda fig: titles.append([ax.get_title() for ax in fig.axes])
+                        or heights.append([p.get_height() for p in fig.axes[0].patches]) or b"")
     runs = load_runs(list(make_runs(tmp_path)))
     plots.iou_bar_chart(runs)
+    # the bars are the pooled IoUs the title names (the mean of folds would be 66.7 and 83.3)
+    np.testing.assert_allclose(heights[0][:2 * C], [50.0] * C + [200 / 3] * C, rtol=1e-12)
     plots.confusion_heatmap(runs[1])
     assert titles[0][0] == ("Per-class IoU: rpe mIoU 50.0 (pooled over all 6 folds); geope mIoU 66.7 (pooled over "
                             "4 of 6 folds: Area_1, Area_2, Area_4, Area_5)")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from pointgeope.cli import main as cli
 from pointgeope.engine.config import config_to_dict, load_config
+from pointgeope.report.runs import ReportError, load_run
 from tests.test_report import perfect, write_fold
 
 
@@ -137,3 +139,16 @@ def test_files_of_the_same_points_pool_where_every_fold_records_them(tmp_path, c
     path.write_text(json.dumps({**json.loads(path.read_text()), "data_points": None}))  # a fold of an older version
     assert cli(["report", str(run), "--out", str(tmp_path / "out3")]) == 2
     assert "data.files.Area_1 (Area_1..Area_4, Area_6: 'sha256:1" in capsys.readouterr().err
+
+
+def test_the_eval_settings_an_older_metrics_file_records_are_compared(tmp_path):
+    """A fold with no ``config`` in metrics.json (an older evaluate) takes its train settings from config.yaml
+    and its eval settings from what metrics.json recorded: two folds voted differently are not pooled."""
+    run = tmp_path / "run"
+    for k, vote in ((1, "softmax"), (2, "logits")):
+        _fold(run, k)
+        path = run / f"area_{k}" / "metrics.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "vote": vote,
+                                    "checkpoint": f"/elsewhere/area_{k}/best.pth"}))
+    with pytest.raises(ReportError, match=r"eval\.vote \(Area_1: 'softmax'; Area_2: 'logits'\); one pooled"):
+        load_run(run)
