@@ -126,3 +126,15 @@ def test_a_report_keeps_confusion_figures_that_no_earlier_report_wrote(tmp_path,
     (out / "report.json").write_text("{not json")
     assert cli(["report", str(rpe), "--out", str(out)]) == 0
     assert (out / "confusion_geope.png").is_file() and "removed" not in capsys.readouterr().out
+
+
+def test_runs_whose_names_share_a_file_name_get_a_confusion_figure_each(tmp_path, capsys):
+    """``geope v2`` and ``geope_v2`` are both ``confusion_geope_v2.png``: the second figure overwrote the first."""
+    from pointgeope.report import confusion_names
+
+    assert confusion_names(["geope v2", "geope_v2", "rpe"]) == [
+        "confusion_geope_v2_1.png", "confusion_geope_v2_2.png", "confusion_rpe.png"]
+    rpe, geope = make_runs(tmp_path)
+    out = tmp_path / "out"
+    assert cli(["report", str(rpe), str(geope), "--names", "geope v2", "geope_v2", "--out", str(out)]) == 0
+    assert (out / "confusion_geope_v2_1.png").read_bytes() != (out / "confusion_geope_v2_2.png").read_bytes()
