@@ -29,6 +29,7 @@ def test_cosine_schedule_and_lambda_lr_steps():
     cfg = load_config(None, ["optim.scheduler=cosine", "train.epochs=4", "optim.lr=0.2"])
     assert lr_factor(cfg, 5, 0) == 1.0 and lr_factor(cfg, 5, 10) == pytest.approx(0.5)
     assert lr_factor(cfg, 5, 20) == pytest.approx(0.0, abs=1e-12)
+    assert lr_factor(cfg, 5, 30) == pytest.approx(0.0, abs=1e-12)   # past the end it stays at 0, no second rise
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.2)
     sched = scheduler(cfg, opt, 5)
     for _ in range(5):
