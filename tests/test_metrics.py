@@ -348,3 +348,18 @@ def test_confusion_meter_takes_a_whole_float_count(num_classes):
     assert type(meter.num_classes) is int and meter.num_classes == 13
     meter.update(torch.tensor([0, 12, 12]), torch.tensor([0, 12, 3]))
     assert meter.confusion.shape == (13, 13) and meter.confusion.sum() == 3 and meter.confusion[3, 12] == 1
+
+
+def test_a_prediction_equal_to_the_ignore_label_is_refused_not_dropped():
+    """Only the ground truth's ignore label skips a point: a prediction of 255 (a bad prediction file, a
+    network of more classes) is out of 0..C-1 and refused, never silently left out of the matrix."""
+    with pytest.raises(ValueError, match=r"pred labels in 0\.\.2, got 1 values out of range: 255"):
+        confusion_matrix([0, 255, 1], [0, 1, 1], 3)
+
+
+def test_scores_refuse_negative_counts():
+    """A negative count (an overflowed or hand-edited matrix) would give IoUs outside [0, 1] without a word."""
+    with pytest.raises(ValueError, match=r"expected confusion a confusion matrix of non-negative counts, got -1"):
+        scores(np.array([[3, -1], [0, 2]]))
+    with pytest.raises(ValueError, match=r"expected confusions\[1\] a confusion matrix of non-negative counts"):
+        pool([np.eye(2), np.array([[1, 0], [-2, 1]])])

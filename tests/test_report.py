@@ -167,6 +167,8 @@ def test_csv_rows(report):
     assert pooled["oa_pct"] == "66.6667" and pooled["miou_pct"] == "50.0000" and pooled["points"] == "1170"
     assert pooled["iou_pct_clutter"] == "50.0000"
     assert by_key[("geope", "mean_of_folds", "Area_1;Area_2;Area_4;Area_5")]["miou_pct"] == "83.3333"
+    assert [(by_key[("rpe", "fold", f"Area_{k}")]["oa_pct"], by_key[("rpe", "fold", f"Area_{k}")]["miou_pct"])
+            for k in range(1, 7)] == [("100.0000", "100.0000")] * 3 + [("50.0000", "33.3333")] * 3  # each fold's own
     assert by_key[("geope", "fold", "Area_3")]["status"] == "missing: no metrics.json"
     assert by_key[("geope", "fold", "Area_3")]["oa_pct"] == ""
     assert by_key[("geope", "fold", "Area_6")]["status"] == "missing: incomplete"
@@ -243,6 +245,12 @@ def test_names_and_default_out(tmp_path):
     assert [r.name for r in runs] == ["RPE", "GeoPE"]
     assert default_out([rpe], ["rpe"]) == rpe / "report"
     assert default_out([rpe, geope], ["RPE", "Geo PE"]) == tmp_path.resolve() / "report_RPE_vs_Geo_PE"
+    a, b = tmp_path / "seed0" / "geope", tmp_path / "seed1" / "geope"      # one name in two folders
+    for run in (a, b):
+        write_fold(run, 1, perfect())
+    assert [r.name for r in load_runs([a, b])] == ["seed0/geope", "seed1/geope"]
+    with pytest.raises(ReportError, match=r"expected distinct run names, got \['x', 'x'\]; pass --names"):
+        load_runs([a, b], ["x", "x"])
 
 
 def test_single_run_report_has_no_difference_rows(tmp_path):
@@ -285,6 +293,11 @@ def test_class_means_follow_the_rule_the_folds_were_evaluated_with(tmp_path):
     ({"confusion": [[True] + [0] * (C - 1)] + [[0] * C] * (C - 1)},                  # counted as 1
      r"expected 'confusion' as 13 x 13 non-negative integer counts, got true at \[0\]\[0\]"),
     ({"confusion": [[0.5] + [0] * (C - 1)] + [[0] * C] * (C - 1)}, r"expected 'confusion' .* got 0.5 at \[0\]\[0\]"),
+    ({"confusion": [[-1] + [5] * (C - 1)] + [[5] * C] * (C - 1)},                      # scored with a negative TP
+     r"expected 'confusion' as 13 x 13 non-negative integer counts, got -1 at \[0\]\[0\]"),
+    ({"confusion": [[0, 2**62] + [0] * (C - 2)] + [[0] * C] * (C - 1)},                  # int64 sums overflow
+     r"expected 'confusion' .* got 4611686018427387904 at \[0\]\[1\]"),
+    ({"area": "Area_2"}, r"expected the results of Area_1 \(fold 1\), got area='Area_2' fold=1$"),   # a copied file
     ({"confusion": [[0] * C] * C},                                                    # pooled as a complete fold
      r"'confusion' counts no point; evaluate the fold again"),
     # a traceback (int(None), int("x"), int([1])), or read as fold 1 (int(1.7), int(True))
@@ -345,10 +358,13 @@ def test_the_iou_chart_says_which_folds_each_run_pooled(tmp_path, monkeypatch):
     3 perfect + 3 half folds, per class 60 / (90 + 90 - 60) = 50 %; geope 3 perfect + 1 half, 40 / 60."""
     from pointgeope.report import plots
 
-    titles = []
-    monkeypatch.setattr(plots, "_png", lambda fig: titles.append([ax.get_title() for ax in fig.axes]) or b"")
+    titles, heights = [], []
+    monkeypatch.setattr(plots, "_png", lambda fig: titles.append([ax.get_title() for ax in fig.axes])
+                        or heights.append([p.get_height() for p in fig.axes[0].patches]) or b"")
     runs = load_runs(list(make_runs(tmp_path)))
     plots.iou_bar_chart(runs)
+    # the bars are the pooled IoUs the title names (the mean of folds would be 66.7 and 83.3)
+    np.testing.assert_allclose(heights[0][:2 * C], [50.0] * C + [200 / 3] * C, rtol=1e-12)
     plots.confusion_heatmap(runs[1])
     assert titles[0][0] == ("Per-class IoU: rpe mIoU 50.0 (pooled over all 6 folds); geope mIoU 66.7 (pooled over "
                             "4 of 6 folds: Area_1, Area_2, Area_4, Area_5)")

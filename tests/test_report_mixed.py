@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from pointgeope.cli import main as cli
 from pointgeope.engine.config import config_to_dict, load_config
+from pointgeope.report.runs import ReportError, load_run
 from tests.test_report import perfect, write_fold
 
 
@@ -166,3 +168,16 @@ def test_folds_of_an_older_version_are_compared_by_the_points_their_manifests_li
     assert cli(["report", str(run), "--out", str(tmp_path / "out2")]) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "data.points.Area_1 (Area_1..Area_4, Area_6: " in line and "Area_5: 'points:other'" in line, line
+
+
+def test_the_eval_settings_an_older_metrics_file_records_are_compared(tmp_path):
+    """A fold with no ``config`` in metrics.json (an older evaluate) takes its train settings from config.yaml
+    and its eval settings from what metrics.json recorded: two folds voted differently are not pooled."""
+    run = tmp_path / "run"
+    for k, vote in ((1, "softmax"), (2, "logits")):
+        _fold(run, k)
+        path = run / f"area_{k}" / "metrics.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "vote": vote,
+                                    "checkpoint": f"/elsewhere/area_{k}/best.pth"}))
+    with pytest.raises(ReportError, match=r"eval\.vote \(Area_1: 'softmax'; Area_2: 'logits'\); one pooled"):
+        load_run(run)

@@ -234,3 +234,13 @@ def test_a_trial_scored_with_a_note_says_it_in_the_report(tmp_path):
     assert report["seeds"] == [0, 1] and report["oa"]["mean"] == pytest.approx(0.95)
     assert report["missing"] == [] and report["notes"] == [{"seed": 1, "note": "not checked: no config recorded"}]
     assert "- A: seed 1 not checked: no config recorded" in (tmp_path / "report" / "ablation.md").read_text()
+
+
+def test_a_seed_of_several_folds_scores_its_pooled_confusion():
+    """A run of two folds of different sizes (130 points all right; 260 points, OA 0.8) scores its pooled
+    matrix, OA (130 + 208) / 390, as the report's standard number, not the mean of its folds' OA (0.9)."""
+    two = RunSummary("two", Path("two"), [FoldResult("Area_1", 1, wrong(0), Path("two") / "area_1"),
+                                          FoldResult("Area_2", 2, 2 * wrong(26), Path("two") / "area_2")])
+    v = Variant("A", [0], [two])
+    np.testing.assert_allclose(v.values("oa"), [338 / 390], rtol=1e-12)
+    assert math.isclose(ablation_json([v])["variants"][0]["runs"][0]["oa"], 338 / 390, rel_tol=1e-12)

@@ -182,3 +182,15 @@ def test_a_report_killed_between_its_writes_leaves_the_previous_record_naming_wh
     recorded = after if written == len(FILES) else before
     assert trusted == {name: recorded[name] for name in trusted}          # all of one report
     assert sorted(p.name for p in bad) == sorted(set(order) - {"report.json"} if written < len(FILES) else [])
+
+
+def test_runs_whose_names_share_a_file_name_get_a_confusion_figure_each(tmp_path, capsys):
+    """``geope v2`` and ``geope_v2`` are both ``confusion_geope_v2.png``: the second figure overwrote the first."""
+    from pointgeope.report import confusion_names
+
+    assert confusion_names(["geope v2", "geope_v2", "rpe"]) == [
+        "confusion_geope_v2_1.png", "confusion_geope_v2_2.png", "confusion_rpe.png"]
+    rpe, geope = make_runs(tmp_path)
+    out = tmp_path / "out"
+    assert cli(["report", str(rpe), str(geope), "--names", "geope v2", "geope_v2", "--out", str(out)]) == 0
+    assert (out / "confusion_geope_v2_1.png").read_bytes() != (out / "confusion_geope_v2_2.png").read_bytes()

@@ -133,3 +133,30 @@ def test_test_pieces_of_a_prepared_room_cover_it_and_map_back(prepared):
             assert len(np.unique(grid, axis=1).T) == len(index)      # one point per voxel
             counts[index] += 1
         assert counts.min() >= 1, name                                # every point predicted
+
+
+def test_the_augmentation_is_applied_to_every_block(prepared):
+    """``transform`` runs on every sample: a colour inversion (no draw, no change to the points) gives the same
+    blocks, points and labels in the same order, with colours ``1 - rgb``."""
+    root, _ = prepared
+    from pointgeope.data.transforms import Transform
+
+    class Invert(Transform):
+        def __call__(self, sample, rng):
+            return {**sample, "color": 255 - sample["color"]}
+
+    plain = train_set(root, transform=Compose([]))
+    inverted = train_set(root, transform=Compose([Invert()]))
+    for k in range(len(plain)):
+        a, b = plain[k], inverted[k]
+        torch.testing.assert_close(b.pos, a.pos)
+        torch.testing.assert_close(b.y, a.y)
+        torch.testing.assert_close(b.x[:, :3], 1 - a.x[:, :3], rtol=0, atol=1e-6)
+
+
+def test_room_sample_shifts_the_room_to_a_minimum_of_0():
+    coord = np.array([[-3.0, 10.0, 2.5], [1.0, 12.0, 4.5], [-1.0, 11.0, 3.0]])
+    sample = room_sample(coord, np.full((3, 3), 7), height=True)
+    np.testing.assert_array_equal(sample["coord"], (coord - [-3.0, 10.0, 2.5]).astype(np.float32))
+    np.testing.assert_array_equal(sample["height"], np.array([0.0, 1.0, 0.25], dtype=np.float32))
+    assert sample["color"].dtype == np.float32 and sample["label"].tolist() == [0, 0, 0]

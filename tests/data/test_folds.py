@@ -29,6 +29,7 @@ def test_folds_of_the_prepared_fixture(prepared):
      r"'test': expected area names of files in the data folder \(Area_N\), got '../Area_1'"),
     ({"version": 1, "folds": {"1": {"train": ["/data/Area_2"], "test": ["Area_1"]}}}, "got '/data/Area_2'"),
     ({"version": 1, "folds": {"1": {"train": [".."], "test": ["Area_1"]}}}, "got '..'"),
+    ({"version": 1, "folds": {"1": {"train": ["..\\Area_2"], "test": ["Area_1"]}}}, r"got '\.\.\\\\Area_2'"),  # Windows
     # a fold testing nothing trained a whole fold, then crashed and left an all-zero metrics.json marked complete
     ({"version": 1, "folds": {"1": {"train": ["Area_2"], "test": []}}},
      r"fold '1' 'test': expected at least one area, got \[\]; name the area\(s\) the fold tests on, or remove"),
@@ -84,3 +85,11 @@ def test_train_refuses_a_fold_testing_nothing_before_any_training(prepared, tmp_
     assert err == [f"pointgeope train: error: {data / 'folds.json'}: fold '1' 'test': expected at least one area, "
                    "got []; name the area(s) the fold tests on, or remove the fold"], err
     assert not (tmp_path / "run" / "area_1").exists()
+
+
+def test_folds_come_in_increasing_fold_number_whatever_the_file_order(tmp_path):
+    doc = {"version": 1, "folds": {str(k): {"train": [f"Area_{j}" for j in (1, 2, 3) if j != k], "test": [f"Area_{k}"]}
+                                   for k in (3, 1, 2)}}
+    (tmp_path / "folds.json").write_text(json.dumps(doc))
+    folds = load_folds(tmp_path)
+    assert list(folds) == [1, 2, 3] and [f.test for f in folds.values()] == [("Area_1",), ("Area_2",), ("Area_3",)]

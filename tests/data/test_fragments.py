@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pointgeope.data.fragments import fill_from_voxels, split_into_crops, voxel_fragments
+from pointgeope.data.fragments import fill_from_voxels, room_pieces, split_into_crops, voxel_fragments
 from pointgeope.data.voxelize import crop_nearest
 from tests.data.test_voxelize import cloud, reference_voxels
 
@@ -189,3 +189,27 @@ def test_published_fragments_on_the_real_office(s3dis_real):
         if f in checked:
             assert set(fragment.tolist()) == expected[f]
     assert seen.all()
+
+
+def test_room_pieces_are_shifted_to_the_origin_and_capped_at_the_fragments_there_are():
+    """Every test piece is the room's points ``index``, shifted to a minimum of 0 per axis as a training block
+    is (the network saw no other coordinates), and ``max_fragments`` above ``F`` takes the ``F`` there are."""
+    coord = cloud(300, 4) + np.float32(5.0)                  # a room away from the origin
+    sample = {"coord": coord, "color": np.arange(900, dtype=np.float32).reshape(300, 3),
+              "label": np.arange(300, dtype=np.int64)}
+    fragments = voxel_fragments(coord, 0.25, np.random.default_rng(0))
+    assert len(fragments) > 1
+    whole = list(room_pieces(sample, fragments, None, np.random.default_rng(1), max_fragments=len(fragments) + 5))
+    assert len(whole) == len(fragments)
+    for f, (index, _) in enumerate(whole):
+        np.testing.assert_array_equal(index, fragments[f])
+    cropped = list(room_pieces(sample, fragments, 40, np.random.default_rng(1), max_fragments=2))
+    union = np.zeros(300, dtype=bool)
+    for index, piece in whole + cropped:
+        np.testing.assert_array_equal(piece["coord"], coord[index] - coord[index].min(axis=0))
+        np.testing.assert_array_equal(piece["coord"].min(axis=0), [0, 0, 0])
+        np.testing.assert_array_equal(piece["label"], index)            # the other arrays follow the points
+        np.testing.assert_array_equal(piece["color"], sample["color"][index])
+        union[index] = True
+    assert union.all() and max(len(index) for index, _ in cropped) == 40
+    assert {int(i) for index, _ in cropped for i in index} == set(fragments[0]) | set(fragments[1])

@@ -173,3 +173,36 @@ def test_the_s3dis_sets_are_the_authors_and_pointcepts():
     assert s3dis_train_transform("none").transforms == []
     with pytest.raises(ValueError, match="ptv1"):
         s3dis_train_transform("pt1")
+
+
+def test_compose_applies_every_transform_in_order_with_one_generator():
+    sample = make_sample()
+    out = Compose([RandomScale((2.0, 2.0)), RandomScale((3.0, 3.0))])(sample, np.random.default_rng(0))
+    np.testing.assert_allclose(out["coord"], sample["coord"] * 6.0, rtol=1e-6)   # a fixed factor (low == high)
+    first, second = ChromaticTranslation(p=1.0), ChromaticJitter(p=1.0, std=0.05)
+    rng = np.random.default_rng(7)
+    expected = second(first(sample, rng), rng)
+    np.testing.assert_array_equal(Compose([first, second])(sample, np.random.default_rng(7))["color"],
+                                  expected["color"])
+
+
+def test_chromatic_translation_clips_to_0_255():
+    sample = make_sample()
+    sample["color"][:5] = 0.0
+    sample["color"][5:10] = 255.0
+    for seed in range(10):
+        out = ChromaticTranslation(p=1.0, ratio=0.05)(sample, np.random.default_rng(seed))["color"]
+        shift = out[20] - sample["color"][20]                       # an unclipped point (20..200) gives the shift
+        assert out.min() >= 0 and out.max() <= 255
+        np.testing.assert_allclose(out[:5], np.broadcast_to(np.maximum(shift, 0), (5, 3)), atol=1e-4)
+        np.testing.assert_allclose(out[5:10], np.broadcast_to(np.minimum(255 + shift, 255), (5, 3)), atol=1e-4)
+
+
+def test_hue_saturation_translation_floors_to_whole_levels():
+    """With no hue or saturation change the HSV round trip gives the colours back, floored to whole levels as
+    the authors' conversion back to uint8 does (100.7 -> 100, not 101)."""
+    sample = make_sample()
+    levels = sample["color"].copy()                                     # whole levels 20..199
+    sample["color"] = levels + np.float32(0.7)
+    out = HueSaturationTranslation(hue_max=0.0, saturation_max=0.0)(sample, np.random.default_rng(0))["color"]
+    np.testing.assert_array_equal(out, levels)

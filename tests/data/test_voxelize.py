@@ -182,3 +182,12 @@ def test_grid_groups_pack_exactly_the_keys_that_fit_beside_the_rank(monkeypatch,
     np.testing.assert_array_equal(groups.order, order)
     np.testing.assert_array_equal(groups.counts, runs)
     np.testing.assert_array_equal(groups.starts, np.cumsum([0] + runs[:-1]))
+
+
+def test_random_crop_centres_on_every_point_alike():
+    """The crop's centre is uniform over all N points (PTv1: ``coord[np.random.randint(N)]``): with
+    ``voxel_max = 1`` the crop is its centre, so each of 4 points comes out about a quarter of the time."""
+    coord = np.array([[0, 0, 0], [10, 0, 0], [0, 10, 0], [0, 0, 10]], dtype=np.float32)
+    picks = [int(random_crop(coord, 1, np.random.default_rng(s))[0]) for s in range(400)]
+    counts = np.bincount(picks, minlength=4)
+    assert counts.sum() == 400 and counts.min() > 60, counts   # each ~100; P(< 60) for one point ~ 1e-6

@@ -267,3 +267,12 @@ def test_a_lost_sign_or_point_is_never_repaired_into_another_value():
         assert not len(parsed.values) or parsed.values[0, 2] == float(number), (number, token)
         checked += 1
     assert checked > 2000
+
+
+def test_a_blank_line_among_well_formed_texts_keeps_every_row_in_its_own_file():
+    """A blank line (skipped by pandas) in one plain text among well-formed ones: the joined parse has fewer rows
+    than lines, so the texts are parsed alone; split by line counts, the rows would go to the wrong files."""
+    texts = [b"1 2 3 4 5 6\n\n7 8 9 10 11 12\n", b"13 14 15 16 17 18\n", b"19 20 21 22 23 24"]
+    got = [p.values.tolist() for p in parse_many(texts)]
+    assert got == [[[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]], [[13, 14, 15, 16, 17, 18]], [[19, 20, 21, 22, 23, 24]]]
+

@@ -279,3 +279,25 @@ def test_a_room_near_zero_is_stored_as_it_came(tmp_path):
     data = _load(tmp_path, {"Area_1/r/Annotations/wall_1.txt": text})
     assert "origin" not in data.attrs
     np.testing.assert_array_equal(data.arrays["coord"], values[:, :3].astype(np.float32))
+
+
+def test_a_room_far_from_0_on_its_upper_side_gets_an_origin():
+    """float32 rounds 16,500 m to 2 mm: a room spanning x 16,000..16,500 m (its minimum below 16,384 m, its
+    maximum above) is stored minus an origin, like one whose minimum is far from 0."""
+    from data_prep.room import float32_origin
+
+    values = np.array([[16000.25, -3.5, 2.0, 0, 0, 0], [16500.75, 1.0, 3.0, 0, 0, 0]])
+    np.testing.assert_array_equal(float32_origin(values), [16000.0, -4.0, 2.0])
+    assert float32_origin(values[:, :] - [15000, 0, 0, 0, 0, 0]) is None     # 1,000..1,500 m: kept as it is
+
+
+def test_the_clip_warning_judges_the_file_of_the_first_clipped_value():
+    """The first clipped value is the first row of the second file: the reason given is that file's (its values
+    are all above 255 but none reaches 511.5), not the first file's ("too few above 255")."""
+    from data_prep.colors import room_colours
+
+    rgb = np.array([[10.0, 20, 30], [40, 50, 60], [300, 300, 300], [300, 290, 280]])
+    messages = []
+    color, clipped, scale = room_colours(rgb, [2, 2], "Area_1/r", lambda row: f"row {row}", messages)
+    assert clipped == 6 and scale == 1 and color[2:].tolist() == [[255] * 3] * 2
+    assert len(messages) == 1 and "(first row 2: 300 300 300); none reaches 511.5 for 16-bit colours;" in messages[0]

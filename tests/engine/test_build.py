@@ -23,12 +23,15 @@ def test_multistep_is_ptv1_schedule():
     factors = {e: lr_factor(cfg, spe, e * spe) for e in (0, 59, 60, 79, 80, 99)}
     assert factors == pytest.approx({0: 1.0, 59: 1.0, 60: 0.1, 79: 0.1, 80: 0.01, 99: 0.01})
     assert lr_factor(cfg, spe, 60 * spe - 1) == 1.0  # last step of epoch 59
+    short = load_config(None, ["train.epochs=3"])   # milestones floor(0.6 * 3) = 1 and floor(0.8 * 3) = 2, as PTv1's int()
+    assert [lr_factor(short, spe, e * spe) for e in range(3)] == pytest.approx([1.0, 0.1, 0.01])
 
 
 def test_cosine_schedule_and_lambda_lr_steps():
     cfg = load_config(None, ["optim.scheduler=cosine", "train.epochs=4", "optim.lr=0.2"])
     assert lr_factor(cfg, 5, 0) == 1.0 and lr_factor(cfg, 5, 10) == pytest.approx(0.5)
     assert lr_factor(cfg, 5, 20) == pytest.approx(0.0, abs=1e-12)
+    assert lr_factor(cfg, 5, 30) == pytest.approx(0.0, abs=1e-12)   # past the end it stays at 0, no second rise
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.2)
     sched = scheduler(cfg, opt, 5)
     for _ in range(5):
