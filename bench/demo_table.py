@@ -26,6 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_io import git_commit  # noqa: E402
 
+from pointgeope.engine.trained_threads import saved_threads, threads_text
+
 REPO = Path(__file__).resolve().parents[1]
 PAGES = (REPO / "README.md", REPO / "docs" / "getting-started.md")
 START, END = "<!-- demo-table:start -->", "<!-- demo-table:end -->"
@@ -39,18 +41,6 @@ def fold_seconds(log: Path) -> float | None:
         return None
     first, last = (datetime.datetime.strptime(s, "%Y-%m-%d %H:%M:%S") for s in (stamps[0], stamps[-1]))
     return (last - first).total_seconds()
-
-
-def fold_threads(fold: Path) -> int | None:
-    """The torch CPU threads a fold folder's ``last.pt`` was trained with (None: no checkpoint, or it does not
-    say). Only the checkpoint's small keys are read (its tensors mapped)."""
-    from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
-
-    try:
-        threads = load_checkpoint(fold / "last.pt", mmap=True).get("threads")
-    except CheckpointError:
-        return None
-    return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
 
 
 def commit_text(run_dir: Path, folds: list[dict], checkout: str) -> str:
@@ -69,16 +59,6 @@ def commit_text(run_dir: Path, folds: list[dict], checkout: str) -> str:
         return f"pointgeope at commit `{known[0]}`"
     return (f"pointgeope folds of commits {', '.join(f'`{c}`' for c in known)}{unknown} (not one code's scores: "
             "train the folds again at one commit)")
-
-
-def threads_text(counts: list[int | None]) -> str:
-    """The folds' torch CPU threads in words: one count for all, else each count (the folds differ)."""
-    known = sorted({c for c in counts if c is not None})
-    if not known or len(known) < len(set(counts)):
-        return "torch CPU threads not recorded for every fold" if known else "torch CPU threads not recorded"
-    if len(known) == 1:
-        return f"{known[0]} torch CPU thread{'s' if known[0] != 1 else ''}"
-    return f"torch CPU threads {', '.join(map(str, known))} (the folds differ: their scores are not one setting's)"
 
 
 def minutes(seconds: float) -> str:
@@ -129,7 +109,7 @@ def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: s
     spread = f"folds of {minutes(min(times))} to {minutes(max(times))} each" if times else "fold times not logged"
     lo, hi = folds[0], folds[-1]
     code = commit_text(run_dir, folds, commit)
-    threads = threads_text([fold_threads(run_dir / f"area_{f['fold']}") for f in folds])
+    threads = threads_text([saved_threads(run_dir / f"area_{f['fold']}" / "last.pt") for f in folds])
     busy = f" shared with other work (load average {load:g})" if load is not None else ""
     counts = [sum(row) for row in run["pooled_confusion"]]
     chance = f"uniform guessing scores {pct(chance_miou(counts))} % mIoU ({pct(1 / len(counts))} % OA)"

@@ -133,19 +133,25 @@ def _resume_threads(trials: list[Trial], test_area: int, threads: int | None, ch
     return out
 
 
+def _threads_line(trials: list[Trial], test_area: int) -> str:
+    """The sentence of the report's header naming the torch CPU threads the reported ``trials`` were trained
+    with, from each one's ``last.pt`` (the scores depend on the count; ``train.threads`` need not be among the
+    overrides, and a trial complete from an earlier run may have had another)."""
+    from pointgeope.engine.trained_threads import saved_threads, threads_text
+
+    counts = [saved_threads(t.folder / fold_folder_name(test_area) / "last.pt") for t in trials]
+    return f"Trained with {threads_text(counts, 'trials')}. " if counts else ""
+
+
 def _saved_threads(last: Path) -> int | None:
     """The torch CPU threads that ``last`` (a trial's ``last.pt``) was written with, where a rerun resumes
     from it (its fold is not complete); ``None`` where it will not, or the file does not say."""
-    from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
     from pointgeope.engine.fold_result import fold_is_complete
+    from pointgeope.engine.trained_threads import saved_threads
 
     if not last.is_file() or fold_is_complete(last.parent):
         return None
-    try:    # the tensors (the model's and optimizer's: most of the file) mapped, never read
-        threads = load_checkpoint(last, mmap=True).get("threads")
-    except CheckpointError:
-        return None  # (the trial names it)
-    return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
+    return saved_threads(last)  # an unreadable one: None (the trial names it)
 
 
 def _unknown_preset(cfg, presets: list[str]) -> str | None:
@@ -320,14 +326,15 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
         train = [sys.executable, "-m", "pointgeope", "train", "--config", str(config), "--test-area", str(test_area)]
         codes = _run_all(trials, [train + t.overrides(common) for t in trials], jobs)
         minutes = (time.perf_counter() - start) / 60
+        left_out, notes = _left_out(trials, codes, test_area)
         header = (f"# Ablation: {', '.join(presets)} x seeds {', '.join(map(str, seeds))}, fold {test_area}\n\n"
                   + (f"Command: `{command}`\n\n" if command else "")
                   + f"Config `{config}` with `{' '.join(common) or 'no overrides'}`; this invocation took "
                   f"{minutes:.1f} min (wall, {jobs} trial(s) at a time; trials already complete are skipped). "
                   + "".join(f"{t.name} resumed with train.threads={t.threads}, its last.pt's. " for t in trials
                             if t.threads is not None)
+                  + _threads_line([t for t in trials if (t.preset, t.seed) not in left_out], test_area)
                   + "Scores pooled over the fold's test area; mean ± sample std (min–max) over the seeds, %.\n\n")
-        left_out, notes = _left_out(trials, codes, test_area)
         report([(t.preset, t.seed, t.folder) for t in trials], header, left_out, notes)
     failed = [t.name for t, code in zip(trials, codes) if code != 0]
     if failed:

@@ -49,7 +49,9 @@ VERSION = 1
 # other difference is an error. data.hierarchy (where the point hierarchy is built: the same samples on
 # every backend and place), data.cache (rooms held in memory or read again) and train.cuda_graphs (a step
 # replayed from a graph equals the eager step) change speed and memory only, so a fold interrupted on one
-# machine resumes on another, or with the cache off after running out of memory.
+# machine resumes on another, or with the cache off after running out of memory. train.threads changes the
+# weights too (torch's CPU kernels split their sums by thread): it is free so that a fold resumes on another
+# machine, with a warning (state.py); what states scores names the count (engine/trained_threads.py).
 FREE_KEYS = frozenset({
     "data.root", "data.num_workers", "data.hierarchy", "data.cache", "train.run_dir", "train.device",
     "train.threads", "train.progress", "train.epochs_per_run", "train.checkpoint_every", "train.cuda_graphs",

@@ -333,3 +333,18 @@ def test_a_run_dir_from_home_holds_the_trials_and_their_report(two_folds, tmp_pa
     assert (abl / "rpe" / "seed_0" / "area_1" / "metrics.json").is_file()
     assert (abl / "report" / "fold_1" / "ablation.md").is_file()
     assert not (tmp_path / "~").exists()
+
+
+def test_the_report_names_the_torch_threads_its_trials_were_trained_with(two_folds, tmp_path):
+    """The scores depend on the torch CPU thread count (its kernels split their sums by thread), and a rerun
+    reports a trial complete from an earlier run whatever count it had (``train.threads`` is no setting a
+    result is stale by): the header named the count only where the command's overrides held it, so a report
+    of trials trained at 2 threads and at 1 (the demo config's) read as one setting's. It names the count
+    each reported trial's last.pt was written with, every count where they differ."""
+    run = tmp_path / "abl"
+    assert cli(ablate_args(two_folds, run, "train.epochs=1", "train.threads=2", presets=("rpe",), seeds=("0",))) == 0
+    assert "Trained with 2 torch CPU threads. " in (run / "report" / "fold_1" / "ablation.md").read_text()
+    assert cli(ablate_args(two_folds, run, "train.epochs=1", presets=("rpe", "none"), seeds=("0",))) == 0
+    md = (run / "report" / "fold_1" / "ablation.md").read_text()
+    assert "| rpe | 1 |" in md and "| none | 1 |" in md                         # both reported
+    assert "Trained with torch CPU threads 1, 2 (the trials differ: their scores are not one setting's). " in md
