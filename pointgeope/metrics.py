@@ -248,7 +248,7 @@ class ConfusionMeter:
 
         Raises:
             ValueError: shapes or dtypes other than these, or a prediction or a kept label outside ``0..C-1``
-            (one host read a batch, to decide).
+                (one host read a batch, to decide).
         """
         import torch
 
