@@ -286,7 +286,7 @@ def test_an_h5_output_of_a_version_before_the_runs_ignore_index_is_predicted_aga
     written before it did, with that version's record (whose options named no ``ignore_index``), is predicted
     again by a rerun: skipped, it stayed without the attribute and viz counted the ignored class."""
     import pointgeope.scans.outputs as outputs_module
-    from pointgeope.h5 import predictions_attrs
+    from pointgeope.h5_predictions import predictions_attrs
 
     original = outputs_module.write_scan_predictions
     monkeypatch.setattr(outputs_module, "write_scan_predictions",
