@@ -40,14 +40,17 @@ the displacement, because the phases are linear in ``p``. No per-pair 3x3 matrix
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-
 import torch
 from torch import Tensor, nn
 
-__all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "unit_axis", "rotation_terms", "geometry_dtype", "apply_geope", "relative_geope", "frequencies",
-           "check_real", "check_scale", "FixedTables", "BlockScale", "GeoPE"]
+from pointgeope.fixed_tables import FixedTables
+from pointgeope.geope_checks import check_real, check_scale
+
+# check_real, check_scale (pointgeope.geope_checks) and FixedTables (pointgeope.fixed_tables) are importable
+# from here as well, where they were first defined.
+__all__ = ["phase_vector", "rotation_matrix", "rotate", "rodrigues", "unit_axis", "rotation_terms", "geometry_dtype",
+           "apply_geope", "relative_geope", "frequencies", "check_real", "check_scale", "FixedTables", "BlockScale",
+           "GeoPE"]
 
 # Below this phi^2 the Taylor series are used; the first dropped term is below 1e-15 there.
 _SMALL_PHI_SQ = 1e-4
@@ -154,20 +157,24 @@ def unit_axis(axis: Tensor) -> tuple[Tensor, Tensor]:
 
 def rotation_terms(axis: Tensor, block_scale: Tensor,
                    dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Rodrigues' terms ``(u, cos(phi), sin(phi), 1 - cos(phi))`` of the rotations by the vectors ``k_b a``:
-    the axis ``u = a / |a|`` of ``axis (..., 3)`` (:func:`unit_axis`, 0 at ``a = 0``) and the angles
-    ``phi = |a| * block_scale``, the broadcast of ``|a| (..., 1)`` with ``block_scale`` (``(n,)``: ``(..., n)``),
-    so that every per-component kernel writes
+    """Rodrigues' terms ``(u, cos(phi), sin(phi), 1 - cos(phi))`` of the rotations by the vectors ``k_b a``.
+
+    ``u = a / |a|`` is the axis of ``axis (..., 3)`` (:func:`unit_axis`, 0 at ``a = 0``) and
+    ``phi = |a| * block_scale`` the angles, the broadcast of ``|a| (..., 1)`` with ``block_scale``
+    (``(n,)``: ``(..., n)``), so that every per-component kernel writes
 
         R v = cos(phi) v + sin(phi) (u x v) + (1 - cos(phi)) (u . v) u
 
     (``R = I`` exactly at ``a = 0``, no series). Angles are computed in ``axis``'s dtype (keep it float32 or
-    wider: phases reach hundreds of radians); with ``dtype``, ``u``, ``cos`` and ``sin`` are cast to it and the
-    versine computed there. The one owner of the rule for the torch paths (``_rodrigues_no_grad``,
-    ``linear_rotation._turn_planes``, ``geope_pairs.rodrigues_rows``, ``rotation.block_rotations``,
-    ``rotation_tables`` and ``nn.target_frame.target_coefficients``); ``triton_attention._rodrigues_terms`` is
-    its in-kernel copy, held equal by ``tests/model/test_rodrigues_terms.py``. Where the axis needs a gradient, ``_coefficients``' series in
-    ``phi^2`` is the form (``_rodrigues_formula``, ``qk_lingeope``)."""
+    wider: phases reach hundreds of radians); with ``dtype``, ``u``, ``cos`` and ``sin`` are cast to it and
+    the versine computed there.
+
+    The one owner of the rule for the torch paths (``_rodrigues_no_grad``, ``linear_rotation._turn_planes``,
+    ``geope_pairs.rodrigues_rows``, ``rotation.block_rotations``, ``rotation_tables`` and
+    ``nn.target_frame.target_coefficients``); ``triton_attention._rodrigues_terms`` is its in-kernel copy,
+    held equal by ``tests/model/test_rodrigues_terms.py``. Where the axis needs a gradient,
+    ``_coefficients``' series in ``phi^2`` is the form (``_rodrigues_formula``, ``qk_lingeope``).
+    """
     u, radius = unit_axis(axis)
     phi = radius * block_scale
     cos, sin = phi.cos(), phi.sin()
@@ -254,34 +261,6 @@ def relative_geope(x_j: Tensor, pos_i: Tensor, pos_j: Tensor, block_scale: Tenso
     return apply_geope(apply_geope(x_j, pos_j, block_scale), pos_i, block_scale, inverse=True)
 
 
-def check_real(name: str, value: Tensor, integer: bool = False) -> None:
-    """``TypeError`` naming ``value`` unless a float tensor (with ``integer``, an integer one too: grid positions).
-    Rotated in float and cast back, an integer feature would come back truncated, a complex one real."""
-    if not (value.is_floating_point() or (integer and not value.is_complex() and value.dtype != torch.bool)):
-        raise TypeError(f"expected {name} a floating-point{' or integer' * integer} tensor, got dtype "
-                        f"{value.dtype} (cast it, e.g. {name}.float())")
-
-
-def check_scale(name: str, value, what: str = "") -> float:
-    """``value`` as a finite float ``> 0`` (``base``, ``pos_scale``, ``grid_size``, ``grid_unit``): a base <= 0
-    gives NaN frequencies and a NaN or infinite scale NaN phases, with no message. ``TypeError`` for what is
-    not a real number (a bool, a string, a tensor of more than one value), ``ValueError`` naming the argument
-    otherwise. The one owner of the rule (GeoPE's constructors, the networks' layers, ``pointgeope.nn``)."""
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) or _is_real_scalar(value)):
-        raise TypeError(f"expected {name} a finite number > 0{what}, got {value!r} ({type(value).__name__})")
-    number = float(value)
-    if not (math.isfinite(number) and number > 0):
-        raise ValueError(f"expected {name} a finite number > 0{what}, got {number}")
-    return number
-
-
-def _is_real_scalar(value) -> bool:
-    """A NumPy or 0-dim tensor real number."""
-    if isinstance(value, Tensor):
-        return value.dim() == 0 and not value.is_complex()
-    return hasattr(value, "__float__") and not isinstance(value, (str, bytes, complex))
-
-
 def frequencies(channels: int, base: float = 100.0) -> Tensor:
     """Block frequencies ``w_b = base ** (-2 b / (3 n))``, ``b = 0 .. n-1``, ``n = channels // 3``; ``base`` a
     finite number > 0 (``check_scale``)."""
@@ -289,25 +268,6 @@ def frequencies(channels: int, base: float = 100.0) -> Tensor:
     if n < 1:
         raise ValueError(f"expected at least 3 channels for one rotation block, got {channels}")
     return check_scale("base", base) ** (-2.0 * torch.arange(n, dtype=torch.float64) / (3 * n))
-
-
-class FixedTables:
-    """Constant tables (fixed frequencies) made once per key and kept, outside any ``state_dict``: the key
-    holds the device, the dtype and every setting the table depends on. A copy from the host at every call
-    would wait for a GPU's queue to drain. The one cache of fixed frequency tables (``BlockScale``'s ``k_b``,
-    PointROPE's frequencies, ``pointgeope.model.rope.pointrope_table``, for PTv1, the PyG layer and PTv3's
-    rotary encodings). Tables are made outside inference mode, so that one first made under
-    ``torch.inference_mode`` (an evaluation) can still be saved for a later training step's backward."""
-
-    def __init__(self):
-        self._made: dict[tuple, Tensor] = {}
-
-    def get(self, key: tuple, make: Callable[[], Tensor]) -> Tensor:
-        """The table of ``key``, made by ``make()`` the first time."""
-        if key not in self._made:
-            with torch.inference_mode(False):
-                self._made[key] = make()
-        return self._made[key]
 
 
 _BLOCK_SCALES = FixedTables()   # fixed k_b, process-wide: modules of equal settings get the same tensor

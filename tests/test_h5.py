@@ -1,4 +1,5 @@
-"""pointgeope/h5.py: the HDF5 layout of prepared areas, work files, fold and scan predictions, and its checks."""
+"""pointgeope/h5.py, h5_predictions.py and h5_file.py: the HDF5 layout of prepared areas, work files, fold and
+scan predictions, and its checks."""
 from __future__ import annotations
 
 import subprocess
@@ -8,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from pointgeope import h5
+from pointgeope import h5, h5_file, h5_predictions
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.data.rooms import RoomRef, RoomStore
 
@@ -64,17 +65,17 @@ def test_a_missing_room_is_the_same_error_for_every_reader(tmp_path):
 
 
 def test_fold_predictions_file(tmp_path):
-    path = h5.predictions_path(tmp_path / "area_5", "Area_5")
+    path = h5_predictions.predictions_path(tmp_path / "area_5", "Area_5")
     assert path == tmp_path / "area_5" / "predictions" / "Area_5.h5"
     rooms = {"office_1": np.array([0, 12, 3], dtype=np.uint8), "hallway_2": np.zeros(5, dtype=np.uint8)}
-    h5.write_predictions(path, "Area_5", rooms, {"checkpoint": "last.pt"})
+    h5_predictions.write_predictions(path, "Area_5", rooms, {"checkpoint": "last.pt"})
     with h5py.File(path, "r") as f:
         assert f.attrs["kind"] == "predictions" and f.attrs["area"] == "Area_5"
         assert sorted(f) == ["hallway_2", "office_1"]
         assert f["office_1/pred"].dtype == np.uint8 and f["office_1/pred"].shape == (3,)
-    np.testing.assert_array_equal(h5.read_predictions(path, "office_1"), rooms["office_1"])
-    assert h5.predicted_rooms(path) == {"hallway_2", "office_1"}
-    assert not h5.has_predictions(path, "garage")
+    np.testing.assert_array_equal(h5_predictions.read_predictions(path, "office_1"), rooms["office_1"])
+    assert h5_predictions.predicted_rooms(path) == {"hallway_2", "office_1"}
+    assert not h5_predictions.has_predictions(path, "garage")
     assert [p.name for p in path.parent.iterdir()] == ["Area_5.h5"]
 
 
@@ -82,10 +83,10 @@ def test_scan_predictions_read_as_an_area_file(tmp_path):
     arrays = {"coord": np.zeros((3, 3), np.float32), "color": np.zeros((3, 3), np.uint8),
               "label": np.full(3, 255, np.uint8), "instance": np.zeros(3, np.int32)}
     path = tmp_path / "scan_pred.h5"
-    h5.write_scan_predictions(path, "dir/scan", "scan", arrays, np.array([1, 2, 3]), list(CLASS_NAMES), "scan.ply",
-                              {"num_points": 3})
-    assert h5.list_rooms(path) == {"scan": 3} and h5.has_predictions(path, "scan")
-    np.testing.assert_array_equal(h5.read_predictions(path, "scan"), [1, 2, 3])
+    h5_predictions.write_scan_predictions(path, "dir/scan", "scan", arrays, np.array([1, 2, 3]), list(CLASS_NAMES),
+                                          "scan.ply", {"num_points": 3})
+    assert h5.list_rooms(path) == {"scan": 3} and h5_predictions.has_predictions(path, "scan")
+    np.testing.assert_array_equal(h5_predictions.read_predictions(path, "scan"), [1, 2, 3])
     with h5.open_area(path) as f:
         assert f.attrs["kind"] == "scan-predictions" and f.attrs["area"] == "dir/scan"
 
@@ -124,18 +125,18 @@ def test_a_full_disk_is_one_error_naming_the_file_and_keeps_the_old_one(tmp_path
     path = tmp_path / "Area_1.h5"
     rng = np.random.default_rng(0)
     preds = {f"room_{k}": rng.integers(0, 13, 20000).astype(np.uint8) for k in range(3)}
-    h5.write_predictions(path, "Area_1", preds, {"epoch": 1})
+    h5_predictions.write_predictions(path, "Area_1", preds, {"epoch": 1})
     before = path.read_bytes()
-    keep_first = h5._KeepFirstError.__init__
-    monkeypatch.setattr(h5._KeepFirstError, "__init__", lambda self, f: keep_first(self, _DiskFullAfter(f, room)))
+    keep_first = h5_file._KeepFirstError.__init__
+    monkeypatch.setattr(h5_file._KeepFirstError, "__init__", lambda self, f: keep_first(self, _DiskFullAfter(f, room)))
     with pytest.raises(DiskFullError) as err:
-        h5.write_predictions(path, "Area_1", preds, {"epoch": 2})
+        h5_predictions.write_predictions(path, "Area_1", preds, {"epoch": 2})
     assert str(err.value) == (f"{path}: cannot write it: no space left on the device; nothing of it was kept; "
                               "free space (or raise the limit) and run the same command again")
     assert path.read_bytes() == before and sorted(tmp_path.iterdir()) == [path]
     monkeypatch.undo()
-    h5.write_predictions(path, "Area_1", preds, {"epoch": 2})  # once there is room again
-    assert h5.read_predictions(path, "room_1").tolist() == preds["room_1"].tolist()
+    h5_predictions.write_predictions(path, "Area_1", preds, {"epoch": 2})  # once there is room again
+    assert h5_predictions.read_predictions(path, "room_1").tolist() == preds["room_1"].tolist()
 
 
 @pytest.mark.parametrize("version, shown", [("2.1", "'2.1'"), (np.array([1, 1]), "[1, 1]"), (1.0, "1.0"),

@@ -8,6 +8,7 @@
 * :mod:`~pointgeope.engine.train`       one fold, or every fold of ``folds.json`` (``pointgeope train``, ``train.py``)
 * :mod:`~pointgeope.engine.evaluate`    per-point predictions by voting over fragments, ``metrics.json``
 * :mod:`~pointgeope.engine.predict`     users' scans through a trained model (``pointgeope predict``)
+* :mod:`~pointgeope.engine.predict_model` the checkpoint predict loads and its config's overrides
 * :mod:`~pointgeope.engine.tensorboard` test rooms' predictions as point clouds at each validation
 
 This ``__init__`` imports nothing heavy. The command line (``pointgeope/commands/``) imports these

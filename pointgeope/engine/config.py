@@ -11,11 +11,11 @@ grid 0.04 m, at most 80k points per sample). A file may start from another one::
 
 and command-line overrides ``section.key=value`` (the value is parsed as a YAML scalar or list,
 ``optim.lr=0.1``, ``model.planes=[16,32]``; a text key's is the text as it is, :mod:`.config_override`) are
-applied last. Every layer is checked on its own against the
-dataclasses, so an unknown key or a value of the wrong type is an error naming the file and the key's line
-(or the override) and the key, with the closest known key as a suggestion, and every number is checked
-against its allowed range, and the device and test-time scales their values
-(:mod:`pointgeope.engine.config_values`, e.g. ``train.epochs: expected an integer >= 1, got 0``)::
+applied last. Every layer is checked on its own against the dataclasses (:mod:`.config_check`), so an
+unknown key or a value of the wrong type is an error naming the file and the key's line (or the override)
+and the key, with the closest known key as a suggestion, and every number is checked against its allowed
+range, and the device and test-time scales their values (:mod:`pointgeope.engine.config_values`, e.g.
+``train.epochs: expected an integer >= 1, got 0``)::
 
     ConfigError: configs/s3dis/pt_geope.yaml:7: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?
 
@@ -29,30 +29,24 @@ The resolved config is saved in the run folder (:func:`save_config`) and reloads
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Literal, Optional
 
 import yaml
 
 from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import IGNORE_LABEL
 from pointgeope.engine import config_override
+from pointgeope.engine.config_check import ConfigError, build, check_mapping, merge
 from pointgeope.engine.config_choices import choice_problem
 from pointgeope.engine.config_override import override_key  # noqa: F401  (its users import it from here)
-from pointgeope.engine.config_values import agreement_problem, pipeline_problem, value_problem
-from pointgeope.engine.config_yaml import (DuplicateKeyError, LineError, at_line, closest_key,
-                                          dotted_key_message, key_line, load_yaml_lines, quote_hint)
+from pointgeope.engine.config_values import agreement_problem, pipeline_problem
+from pointgeope.engine.config_yaml import DuplicateKeyError, LineError, at_line, key_line, load_yaml_lines
 from pointgeope.engine.record_keys import as_recorded
-from pointgeope.errors import UserError
 from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
-
-
-class ConfigError(UserError, ValueError):
-    """A config file or override that does not fit the :class:`Config` dataclasses."""
 
 
 @dataclass
@@ -157,127 +151,12 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
-# --- checking a (partial) mapping against the dataclasses ----------------------------------------------
-
-def _hints(cls) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def type_name(tp) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
-    if origin is typing.Union:
-        return " | ".join(type_name(a) for a in typing.get_args(tp))
-    if origin is list:
-        return f"list[{type_name(typing.get_args(tp)[0])}]"
-    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
-
-
-def _coerce(value: Any, tp, where: str) -> Any:
-    """``value`` as type ``tp`` (ints accepted as floats, '1e-4' strings as floats), else ConfigError."""
-    origin = typing.get_origin(tp)
-    if origin is typing.Union:
-        for option in typing.get_args(tp):
-            try:
-                return _coerce(value, option, where)
-            except ConfigError:
-                pass
-        raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r}")
-    if origin is Literal:
-        choices = typing.get_args(tp)
-        if value in choices:
-            return value
-        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"{where}: expected one of {', '.join(map(repr, choices))}, got {value!r}{hint}")
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r}")
-        (item,) = typing.get_args(tp)
-        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    if tp is type(None):
-        if value is None:
-            return None
-    elif tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-    elif dataclasses.is_dataclass(tp):
-        if isinstance(value, dict):
-            return _check_mapping(value, tp, where)
-    raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r} ({type(value).__name__}){quote_hint(tp, value)}")
-
-
-def _check_mapping(raw: dict, cls, where: str, prefix: str = "", lines: dict | None = None) -> dict:
-    """Check the keys and types of a partial mapping for dataclass ``cls``; returns it coerced. ``lines``:
-    the line of each key in the file ``where`` (``config_yaml.load_yaml_lines``), named as ``FILE:LINE``."""
-    if not isinstance(raw, dict):
-        name = prefix.rstrip(".")
-        got = (repr(raw) if raw is not None else f"null; an override sets one key of a section: {name}.KEY=VALUE"
-               if where.startswith("override ") else
-               f"nothing (every key under '{name.rpartition('.')[2]}:' left out?); give it a key, or remove it")
-        raise ConfigError(f"{at_line(where, lines, name)}: expected a mapping for {name or 'the config'}, got {got}")
-    hints = _hints(cls)
-    out = {}
-    for key, value in raw.items():
-        name = f"{prefix}{key}"
-        if key not in hints and "." in str(key):   # an override's form written in a file: optim.lr: 0.5
-            raise ConfigError(dotted_key_message(where, lines, prefix, str(key), value))
-        if key not in hints:
-            close = closest_key(str(key), list(hints))
-            hint = (f"; did you mean '{prefix}{close}'?" if close
-                    else f"; known keys: {', '.join(prefix + k for k in hints)}")
-            raise ConfigError(f"{at_line(where, lines, name)}: unknown key {name!r}{hint}")
-        tp = hints[key]
-        if dataclasses.is_dataclass(tp):
-            out[key] = _check_mapping(value, tp, where, f"{name}.", lines)
-            continue
-        try:
-            out[key] = _coerce(value, tp, name)
-        except ConfigError as err:
-            raise ConfigError(f"{at_line(where, lines, name, str(err))}: {err}") from None
-        problem = value_problem(out[key], name)
-        if problem:
-            raise ConfigError(f"{at_line(where, lines, name, problem)}: {problem}")
-    return out
-
-
-def _merge(base: dict, top: dict) -> dict:
-    out = dict(base)
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def config_problem(cfg: Config, presets: list[str] | None = None, record: bool = False) -> str | None:
     """What is wrong between the keys that must agree with each other (each key alone was checked as read),
     or ``None``; the encodings' own keys are checked against ``model.pe``, or against each of an ablation's
     ``presets`` where given (``config_values.agreement_problem``); a key that the chosen optimiser, schedule
     or loss never reads (``config_choices.choice_problem``; not in a ``record`` of a run, which ran without it)."""
     return agreement_problem(cfg.model, presets) or pipeline_problem(cfg) or (None if record else choice_problem(cfg))
-
-
-def _build(cls, raw: dict):
-    hints = _hints(cls)
-    kwargs = {k: (_build(hints[k], v) if dataclasses.is_dataclass(hints[k]) else v) for k, v in raw.items()}
-    return cls(**kwargs)
 
 
 # --- files and overrides ----------------------------------------------------------------------------------
@@ -293,7 +172,8 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
                else f"{seen[-1]} names it as its 'base:' (a path from that file's folder)" if seen
                else "the recipes (configs/demo.yaml, configs/s3dis/...) come with a clone of the repository, in its "
                     "configs/ folder, not with the pip package: run from a clone, or give the path of your own file")
-        raise ConfigError(f"expected a config file, found {'a folder' if path.is_dir() else 'nothing'} at {path}; {fix}")
+        found = "a folder" if path.is_dir() else "nothing"
+        raise ConfigError(f"expected a config file, found {found} at {path}; {fix}")
     if path.suffix == ".py":   # Pointcept's (mmcv's) form, which YAML reads as a scalar or a syntax error
         raise ConfigError(f"{path}: expected a YAML config, got a Python file (Pointcept's form); Pointcept's PTv3 "
                           "S3DIS recipe is configs/s3dis/_ptv3_recipe.yaml, each step in docs/ptv3-recipe.md")
@@ -317,12 +197,12 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = (), origins: dict | None =
         raise ConfigError(f"{path}: expected a YAML mapping of sections, got {type(raw).__name__} {raw!r:.40}; give "
                           "a config such as configs/demo.yaml")
     has_base, base = "base" in raw, raw.pop("base", None)
-    layer = _check_mapping(raw, Config, str(path), lines=lines)
+    layer = check_mapping(raw, Config, str(path), lines=lines)
     if has_base and (not isinstance(base, str) or not base.strip()):   # 'base:' or "": not the defaults, a folder
         raise ConfigError(f"{at_line(str(path), lines, 'base')}: expected 'base:' to be a file name, got {base!r}; "
                           "give the base config's file (e.g. base: demo.yaml), or remove the line")
     below = None if base is None else _read_layers(path.parent / Path(base).expanduser(), seen + (path,), origins)
-    merged = layer if below is None else _merge(below, layer)
+    merged = layer if below is None else merge(below, layer)
     if origins is not None:
         # a base's entry (model.planes[3]) outlives a shorter list set on top; harmless, as the problems of
         # the whole (config_problem) name keys, not entries
@@ -346,11 +226,11 @@ def _overridden(merged: dict, overrides: typing.Sequence[str], where: str, prese
     overrides"; ``presets``: :func:`config_problem`'s."""
     layered = merged
     for text in overrides:
-        layered = _merge(layered, _check_mapping(parse_override(text), Config, f"override {text!r}"))
-    cfg = _build(Config, layered)
+        layered = merge(layered, check_mapping(parse_override(text), Config, f"override {text!r}"))
+    cfg = build(Config, layered)
     said = config_problem(cfg, presets, record)
     if said:
-        if overrides and config_problem(_build(Config, merged), presets, record) != said:
+        if overrides and config_problem(build(Config, merged), presets, record) != said:
             raise ConfigError(f"{where} with the overrides: {said}")
         file, line = key_line(origins or {}, said) or (None, None)
         at = where if file is None else f"{where if file == Path(where).resolve() else file}:{line}"
@@ -382,7 +262,7 @@ def config_to_dict(cfg: Config) -> dict:
 def config_from_dict(raw: dict, where: str = "config", overrides: typing.Sequence[str] = ()) -> Config:
     """The :class:`Config` of a saved plain mapping (a checkpoint's), with ``section.key=value`` overrides; a
     key it lacks as it was before the key existed (:func:`pointgeope.engine.record_keys.as_recorded`)."""
-    return _overridden(_check_mapping(as_recorded(raw), Config, where), overrides, where, record=True)
+    return _overridden(check_mapping(as_recorded(raw), Config, where), overrides, where, record=True)
 
 
 def load_record(path: str | Path, overrides: typing.Sequence[str] = ()) -> Config:

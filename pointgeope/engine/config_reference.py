@@ -23,7 +23,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from pointgeope.engine.config import Config, type_name
+from pointgeope.engine.config import Config
+from pointgeope.engine.config_check import type_name
 from pointgeope.engine.config_values import RANGES, Range
 
 __all__ = ["KeyReference", "config_keys", "markdown_tables"]

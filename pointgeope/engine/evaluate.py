@@ -24,7 +24,7 @@ thread while a batch runs (:func:`~pointgeope.engine.placement.pipelined`), thei
 :func:`~pointgeope.engine.placement.hierarchy_place` says (``data.hierarchy``; by default beside the forward on
 CUDA, by that thread on the CPU); :mod:`pointgeope.engine.vote_batches` runs the batches.
 
-Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (layout in :mod:`pointgeope.h5`),
+Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (layout in :mod:`pointgeope.h5_predictions`),
 then ``RUN/area_K/metrics.json`` (both carry the test's token, so that a stop between the writes leaves a
 pair that every reader tells apart: :mod:`~pointgeope.engine.fold_result`), with ``"complete": true`` once
 the fold has trained all its ``train.epochs`` (``"trained_epochs"`` of ``"epochs"``: an interrupted fold can be evaluated, it stays
@@ -65,7 +65,8 @@ from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, p
 from pointgeope.engine.weights import load_model_state
 from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
-from pointgeope.h5 import area_path, list_rooms, predictions_path, read_labels, read_room, write_predictions
+from pointgeope.h5 import area_path, list_rooms, read_labels, read_room
+from pointgeope.h5_predictions import predictions_path, write_predictions
 from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
 from pointgeope.model.ops.fps import FPS_RULE

@@ -76,7 +76,7 @@ def pair_problem(run: Path, metrics: dict) -> PairProblem | None:
     pair of one test (their tokens differ: a test stopped between its writes), ``None`` when they are or a
     predictions file is not there (deleted by hand: ``pointgeope evaluate`` writes it again). A predictions
     file HDF5 cannot read (damaged, cut short by a copy) is named as such, not as a stopped test."""
-    from pointgeope.h5 import predictions_path, predictions_test
+    from pointgeope.h5_predictions import predictions_path, predictions_test
 
     token = metrics.get(TEST_KEY)
     areas = metrics.get("test_areas") or [metrics.get("area")]

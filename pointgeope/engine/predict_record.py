@@ -50,7 +50,7 @@ RUN_ONLY_EVAL_KEYS = ("checkpoint", "batch_points", "class_mean")
 
 def made_by(predictor, args) -> dict:
     """What the outputs of every scan of this command depend on, besides the scan itself (module docstring);
-    ``predictor``: :class:`pointgeope.engine.predict.Predictor`, ``args``: predict's options."""
+    ``predictor``: :class:`pointgeope.engine.predict_model.Predictor`, ``args``: predict's options."""
     import dataclasses
 
     from pointgeope import __version__

@@ -35,7 +35,8 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from pointgeope.geope import BlockScale, check_scale
+from pointgeope.geope import BlockScale
+from pointgeope.geope_checks import check_scale
 from pointgeope.model import fused_attention
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention_reference import grouped_sum

@@ -31,7 +31,8 @@ a default). ``POINTGEOPE_KERNELS=torch`` turns both off; CPU tensors take them u
 (``POINTGEOPE_KERNELS=triton``). A kernel that fails falls back to the torch path. The functions
 (:func:`batch_norm_relu`, :func:`batch_norm`) refuse what ``F.batch_norm`` refuses, in one line before any
 kernel (:func:`check_arguments`: shapes, dtypes, devices, one row in training), and hand what the kernel does
-not take to torch as the modules do (``_takes``): a caller's mistake never turns the kernel off.
+not take to torch as the modules do (:func:`~pointgeope.model.norm_arguments.kernel_takes`): a caller's
+mistake never turns the kernel off.
 
 **Padded batches.** :class:`BatchNorm` (torch's ``BatchNorm1d``, no ReLU) and :class:`BatchNormReLU` take their
 training statistics over a padded batch's real rows inside :func:`pointgeope.model.padding.batch_rows`: what
@@ -57,11 +58,15 @@ from torch import Tensor, nn
 from pointgeope.model import kernels, padding
 from pointgeope.model.attention_reference import torch_grads
 from pointgeope.model.kernel_choice import kernel_module
+from pointgeope.model.norm_arguments import check_arguments, kernel_takes
+from pointgeope.model.norm_check import check_cases
 from pointgeope.model.prefix_norm import prefix_batch_norm
 from pointgeope.model.first_order import KERNEL_WAY, first_order_only
 
+# check_arguments (norm_arguments) and prefix_batch_norm (prefix_norm) stay importable from here.
 __all__ = ["BatchNorm", "BatchNormReLU", "prefix_batch_norm", "SyncBatchNormReLU", "batch_norm_relu", "batch_norm",
-           "reference", "plain_reference", "check_arguments", "convert_sync_batchnorm", "tiles", "KERNEL", "PLAIN_KERNEL"]
+           "reference", "plain_reference", "check_arguments", "convert_sync_batchnorm", "tiles", "KERNEL",
+           "PLAIN_KERNEL"]
 
 WARPS = 4
 MAX_PARTIALS = 1024        # programs along the rows of the reductions (their partials: a (T, C) buffer)
@@ -226,48 +231,17 @@ def batch_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, running_me
 
 
 def _functional(relu: bool, x: Tensor, weight: Tensor | None, bias: Tensor | None, *rest) -> Tensor:
-    """The functions' one body: the arguments checked, then the kernel where it takes them (:func:`_takes`),
-    else the torch path (as the modules do)."""
+    """The functions' one body: the arguments checked, then the kernel where it takes them
+    (:func:`~pointgeope.model.norm_arguments.kernel_takes`), else the torch path (as the modules do)."""
     running_mean, running_var, batch_stats = rest[:3]
     check_arguments(x, weight, bias, running_mean, running_var, batch_stats)
     kernel = _kernel(relu)
-    if not _takes(x, weight, bias, batch_stats):
+    if not kernel_takes(x, weight, bias, batch_stats):
         kernel.ran.add("torch")
         return kernel.torch(x, weight, bias, *rest)
     return kernel(x.device, x, weight, bias, *rest)
 
 
-def check_arguments(x: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None,
-                    running_var: Tensor | None, batch_stats: bool) -> None:
-    """Raise :class:`~pointgeope.model.kernels.KernelArgumentError` (one line) for ``x`` not ``(R, C)`` (the
-    functions take rows only, ``F.batch_norm`` also ``(N, C, L)``) and for what ``F.batch_norm`` refuses: a dtype that is not floating point, ``weight``, ``bias`` and
-    the running buffers (where given) of another shape than ``(C,)`` or on another device, no running buffers
-    without batch statistics, one row with them (torch: "Expected more than 1 value per channel"). Shapes,
-    dtypes and devices only: no pass over the data, no host read."""
-    fail = kernels.KernelArgumentError
-    if x.dim() != 2 or not x.is_floating_point():
-        raise fail(f"batch norm: expected x of shape (R, C) and a floating dtype, got {tuple(x.shape)} {x.dtype}")
-    given = {"weight": weight, "bias": bias, "running_mean": running_mean, "running_var": running_var}
-    for name, t in given.items():
-        if t is not None and (t.shape != x.shape[1:] or not t.is_floating_point() or t.device != x.device):
-            raise fail(f"batch norm: expected {name} of shape ({x.shape[1]},) (x's channels), floating, on "
-                       f"{x.device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
-    if not batch_stats and (running_mean is None or running_var is None):
-        raise fail("batch norm: batch_stats=False normalises by the running buffers: pass running_mean and running_var")
-    if batch_stats and x.shape[0] == 1:
-        raise fail(f"batch norm: expected more than 1 row per channel for batch statistics, got x of shape "
-                   f"{tuple(x.shape)}: batch more rows, or batch_stats=False (eval)")
-
-
-def _takes(x: Tensor, weight: Tensor | None, bias: Tensor | None, batch_stats: bool) -> bool:
-    """Whether the kernel takes ``x`` with ``weight`` and ``bias``: 2-D, affine, float32 parameters with float32,
-    bfloat16 or float16 rows, or float64 with float64; more than one row for batch statistics, one or more
-    without (else the torch path runs: the modules' and the functions' one rule)."""
-    if weight is None or bias is None or x.dim() != 2 or x.shape[1] != weight.shape[0] or bias.dtype != weight.dtype:
-        return False
-    if x.shape[0] <= int(batch_stats):
-        return False
-    return x.dtype == weight.dtype or (weight.dtype == torch.float32 and x.dtype in (torch.bfloat16, torch.float16))
 
 
 class BatchNorm(nn.BatchNorm1d):
@@ -283,7 +257,7 @@ class BatchNorm(nn.BatchNorm1d):
         valid = padding.valid_rows(x.shape[0]) if self.training else None
         cumulative = valid is not None and self.momentum is None   # its step a tensor: torch ops, no host read
         kernel = _kernel(self.relu)
-        if cumulative or not (kernel.enabled(x.device) and _takes(x, self.weight, self.bias, batch_stats)):
+        if cumulative or not (kernel.enabled(x.device) and kernel_takes(x, self.weight, self.bias, batch_stats)):
             y = self._torch_forward(x, valid)
             return torch.relu_(y) if self.relu else y
         factor = self._factor()
@@ -347,38 +321,6 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     return out
 
 
-def _check_rows(rows: int, width: int, margin: float = 0.05) -> tuple[Tensor, Tensor, Tensor]:
-    """Rows ``(rows, width)``, weight and bias of the check, float64, every pre-activation (batch statistics)
-    at least about ``margin`` from the ReLU's kink: of millions of values a few would otherwise sit where
-    rounding alone decides the mask, and the check would compare two roundings, not two batch norms."""
-    g = torch.Generator().manual_seed(3)
-    w, b = torch.rand(width, generator=g, dtype=torch.float64) + 0.5, torch.randn(width, generator=g, dtype=torch.float64)
-    x = torch.randn(rows, width, generator=g, dtype=torch.float64) * 2 + 0.5
-    scale = w / (x.var(0, unbiased=False) + 1e-5).sqrt()
-    pre = (x - x.mean(0)) * scale + b
-    return torch.where(pre.abs() < margin, x + torch.where(pre >= 0, 2 * margin, -2 * margin) / scale, x), w, b
-
-
-def _check(relu: bool, device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
-    """``info --check`` of ``_kernel(relu)``, training mode, forward and backward, float32 and bfloat16, against
-    torch's: :data:`KERNEL` on the pair MLP's first norm (``pairs x 16`` rows of width 64), :data:`PLAIN_KERNEL`
-    on a block's third norm (``points`` rows of width 64); the largest difference relative to the largest value."""
-    from pointgeope.model.kernel_check import _grads
-
-    kernel = _kernel(relu)
-    rows, width = (pairs * 16 if relu else points), 64
-    x, w, b = (t.float().to(device) for t in _check_rows(rows, width))
-
-    def compare(got, want):
-        return max(float((a.float() - v.float()).abs().max() / v.float().abs().max()) for a, v in zip(got, want)), \
-            f"rows={rows} width={width}, relative"
-    cases = []
-    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
-        def run(fn, xd=x.to(dtype)):
-            return _grads(lambda a, wt, bs: fn(a, wt, bs, None, None, True, 0.1, 1e-5), [xd, w, b])
-        cases.append(kernels.CheckCase(f"fwd+bwd {str(dtype)[6:]}", lambda r=run: r(lambda *a: kernel(device, *a)),
-                                       lambda r=run: r(kernel.torch), compare, tol))
-    return cases
 
 
 def _fused(relu: bool):
@@ -393,7 +335,7 @@ def _fused(relu: bool):
 
 # A CUDA default since GPU run 6 (module docstring): 0.91-0.92x the recipe's step.
 KERNEL = kernels.register("batch_norm_relu", _fused(relu=True), reference, atomics=False,
-                          check=partial(_check, True))
+                          check=partial(check_cases, True))
 # The same kernels without the ReLU (a block's third norm); opt-in until a GPU run times it (bench_norm.py's plain).
 PLAIN_KERNEL = kernels.register("batch_norm", _fused(relu=False), plain_reference, atomics=False,
-                                check=partial(_check, False), cuda_default=False)
+                                check=partial(check_cases, False), cuda_default=False)

@@ -34,7 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pointgeope.geope import BlockScale, apply_geope, check_scale
+from pointgeope.geope import BlockScale, apply_geope
+from pointgeope.geope_checks import check_scale
 from pointgeope.model.coord_augment import CoordAugment, UTONIA_AUGMENT
 from pointgeope.model.qk_kernels import block_tables, half_tables, swap_matrix, turn_tokens
 from pointgeope.model.qk_lingeope import lingeope_attention

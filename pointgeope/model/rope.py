@@ -46,7 +46,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pointgeope.geope import FixedTables
+from pointgeope.fixed_tables import FixedTables
 from pointgeope.model.ops import gather
 from pointgeope.model.rotation import (channel_planes, constant, geometry_dtype, query_steps, turned_neighbours,
                                        write_planes)
@@ -99,7 +99,7 @@ _POINTROPE_TABLES = FixedTables()    # (channels, base, dtype, device) -> pointr
 def pointrope_table(channels: int, base: float = POINTROPE_BASE, dtype: torch.dtype = torch.float64,
                     device: torch.device | None = None) -> Tensor:
     """``pointrope_frequencies(channels, base, dtype, device)`` ``(P, 3)``, made once per ``(channels, base,
-    dtype, device)`` and kept (``pointgeope.geope.FixedTables``): a copy from the host at every layer and step
+    dtype, device)`` and kept (``pointgeope.fixed_tables.FixedTables``): a copy from the host at every layer and step
     would wait for a GPU's queue to drain. Shared by every caller (PTv1's ``attention.pair_frequencies``, the
     PyG layer, PTv3's ``qk_encodings``); read only."""
     device = torch.device("cpu") if device is None else torch.device(device)

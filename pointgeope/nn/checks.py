@@ -13,7 +13,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from pointgeope.geope import check_real, check_scale   # the owners of the rules for features and scales
+from pointgeope.geope_checks import check_real, check_scale   # the owners of the rules for features and scales
 from pointgeope.model.ops.checks import (COORD_LIMIT, _refuse, check_coordinates, check_count,  # the point ops'
                                          check_finite, check_values)
 

@@ -14,13 +14,13 @@ from torch_geometric.utils import add_self_loops, remove_self_loops, softmax
 
 from pointgeope.geope import apply_geope, relative_geope
 from pointgeope.model.ape import absolute_features
-from pointgeope.model.attention import (PRESETS, MixedInit, PositionalEncoding, options_read, pair_frequencies,
-                                       position_scales)
+from pointgeope.model.attention import MixedInit, PositionalEncoding, pair_frequencies, position_scales
 from pointgeope.model.rope import grid_coordinates, pair_angles, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
 from pointgeope.nn import target_frame
 from pointgeope.nn.target_frame import target_coefficients, turn_into_targets
-from pointgeope.nn.checks import check_count, check_finite, check_float_tensor, check_positions, check_scale
+from pointgeope.nn.checks import check_finite, check_float_tensor, check_positions
+from pointgeope.nn.conv_options import check_options, check_read, preset_name
 
 __all__ = ["GeoPEPointTransformerConv"]
 
@@ -99,10 +99,10 @@ class GeoPEPointTransformerConv(PointTransformerConv):
                  pos_scale: float = 25.0, base: float = 100.0, axes: int = 3, learnable: bool = False,
                  grid_unit: float | None = None, mixed_init: MixedInit = "random", **kwargs):
         encoding = PositionalEncoding.preset(pe)
-        out_channels, pos_scale, base, axes, grid_unit = _check_options(encoding, in_channels, out_channels, pos_nn,
+        out_channels, pos_scale, base, axes, grid_unit = check_options(encoding, in_channels, out_channels, pos_nn,
                                                                          pos_scale, base, axes, grid_unit)
-        _check_read(encoding, pos_scale=pos_scale, base=base, learnable=learnable, grid_unit=grid_unit,
-                    mixed_init=mixed_init)
+        check_read(encoding, _DEFAULTS, pos_scale=pos_scale, base=base, learnable=learnable, grid_unit=grid_unit,
+                   mixed_init=mixed_init)
         if pos_nn is None and encoding.needs_delta and axes != 3:
             pos_nn = Linear(axes, out_channels)
         super().__init__(in_channels, out_channels, pos_nn, attn_nn, add_self_loops, **kwargs)
@@ -111,7 +111,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
             del self._modules["pos_nn"]                              # submodule slot: a state_dict's pos_nn.*
             self.pos_nn = None                                       # keys are unexpected (strict load refuses)
         self.pe = encoding
-        self.pe_name = _preset_name(encoding)
+        self.pe_name = preset_name(encoding)
         self.pos_scale, self.base, self.axes, self.learnable = pos_scale, base, axes, learnable
         self.grid_unit, self.mixed_init = grid_unit, mixed_init
         self.block_scale, self.pair_freq = position_scales(encoding, out_channels, base, pos_scale, learnable,
@@ -329,12 +329,14 @@ class GeoPEPointTransformerConv(PointTransformerConv):
     def __repr__(self) -> str:
         extra = [f"{name}={value}" for name, value in self.settings().items()]
         extra += ["learnable=True"] * self.learnable + [f"axes={self.axes}"] * (self.axes != 3)
-        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, {', '.join([f'pe={self.pe_name!r}', *extra])})"
+        options = ", ".join([f"pe={self.pe_name!r}", *extra])
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, {options})"
 
 
 _SETTINGS = ("pos_scale", "base", "grid_unit")
+# The defaults of the options check_read compares with (conv_options.check_read), read from the signature.
 _DEFAULTS = {name: arg.default for name, arg in inspect.signature(GeoPEPointTransformerConv).parameters.items()
-             if name in ("pos_scale", "base", "learnable", "grid_unit", "mixed_init")}     # those _check_read sees
+             if name in ("pos_scale", "base", "learnable", "grid_unit", "mixed_init")}
 _EDGE_TURNS = ("lingeope", "rope3d", "pointrope", "rope-mixed")   # rotations of both ends: per-edge coefficients
 _NODE_TURNS = ("geope", *_EDGE_TURNS)                              # rotations `_turn_on_edges` gathers itself
 
@@ -357,44 +359,3 @@ def _position_pair(pos) -> tuple:
         return tuple(pos)
     what = f"a {type(pos).__name__} of {len(pos)}" if isinstance(pos, (tuple, list)) else type(pos).__name__
     raise TypeError(f"expected pos a tensor or a (sources, targets) pair of tensors, got {what}")
-
-
-def _preset_name(pe: PositionalEncoding) -> str:
-    """The key of `pe` in `PRESETS`, or its `repr` for another encoding."""
-    return next((name for name, preset in PRESETS.items() if preset == pe), repr(pe))
-
-
-def _check_read(pe: PositionalEncoding, **options) -> None:
-    """Refuse, in one line, the `options` set away from this layer's defaults that `pe` does not read
-    (`options_read`, the rule the training config applies to GeoPE's keys): they would change nothing."""
-    read = options_read(pe, options["mixed_init"])
-    unread = [f"{name}={value!r}" for name, value in options.items() if value != _DEFAULTS[name] and name not in read]
-    if unread:
-        name, (them, they) = _preset_name(pe), ("them", "they") if len(unread) > 1 else ("it", "it")
-        mixed = f" with mixed_init={options['mixed_init']!r}" if pe.rotation == "rope-mixed" else ""
-        raise ValueError(f"{', '.join(unread)}: pe={name if name not in PRESETS else repr(name)}{mixed} does not "
-                         f"read {them}, so {they} would change nothing (it reads "
-                         f"{'only ' + ', '.join(read) if read else 'no frequencies or grid'}); remove {them}")
-
-
-def _check_options(pe: PositionalEncoding, in_channels, out_channels, pos_nn: Callable | None, pos_scale, base,
-                   axes, grid_unit) -> tuple[int, float, float, int, float | None]:
-    """Refuse the arguments and combinations that the layer could only ignore, fail on later or turn into NaN
-    (`pos_scale`, `base`, `grid_unit`: finite and > 0); returns the checked numbers."""
-    for size in in_channels if isinstance(in_channels, tuple) else (in_channels,):
-        if size != -1:
-            check_count("in_channels", size)
-    out_channels = check_count("out_channels", out_channels)
-    pos_scale, base = check_scale("pos_scale", pos_scale), check_scale("base", base)
-    if grid_unit is not None:
-        grid_unit = check_scale("grid_unit", grid_unit, " (PointROPE's cell size)")
-    axes = check_count("axes", axes)
-    if axes not in (1, 2, 3):
-        raise ValueError(f"expected axes in (1, 2, 3), got {axes}")
-    if pos_nn is not None and not pe.needs_delta:
-        raise ValueError(f"expected no pos_nn with {pe}, which has no delta_ij term, got {pos_nn}")
-    if pe.rotation == "pointrope" and grid_unit is None:
-        raise ValueError("expected a grid_unit > 0 (PointROPE's cell size) with pe='pointrope', got None")
-    if pe.rotates and out_channels < 3:
-        raise ValueError(f"expected out_channels >= 3 (one rotated block) for {pe}, got {out_channels}")
-    return out_channels, pos_scale, base, axes, grid_unit

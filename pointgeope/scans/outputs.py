@@ -36,7 +36,7 @@ import numpy as np
 
 from pointgeope.atomic import atomic_path
 from pointgeope.constants import IGNORE_LABEL
-from pointgeope.h5 import write_scan_predictions
+from pointgeope.h5_predictions import write_scan_predictions
 from pointgeope.paths import inside
 from pointgeope.scans.scan import Scan, ScanError
 

@@ -68,7 +68,9 @@ def check_same_area(area_path: str | Path, pred_path: str | Path) -> None:
     (written by hand) pass."""
     import re
 
-    from pointgeope.h5 import SCAN_PREDICTIONS, predictions_area
+    from pointgeope.h5 import SCAN_PREDICTIONS
+
+    from pointgeope.h5_predictions import predictions_area
 
     have, kind = predictions_area(pred_path)
     want, _ = predictions_area(area_path)
@@ -84,7 +86,7 @@ def file_classes(path: str | Path) -> tuple[str, ...]:
     """The classes a predictions file names (root attr ``class_names``: evaluate and predict write the
     network's), padded to S3DIS's 13 (the ground truth's); S3DIS's 13 where it names none (a file of an older
     version or written by hand)."""
-    from pointgeope.h5 import predictions_attrs
+    from pointgeope.h5_predictions import predictions_attrs
 
     (names,) = predictions_attrs(path, "class_names")
     names = list(names) if isinstance(names, list) else []
@@ -95,7 +97,7 @@ def file_ignore_index(path: str | Path | None) -> int:
     """The ground-truth label that the run which wrote predictions file ``path`` skipped in every metric (root
     attr ``ignore_index``: evaluate and predict write the run's ``train.ignore_index``), so that a room's
     scores here are evaluate's; ``IGNORE_LABEL`` where it names none (no file, an older version)."""
-    from pointgeope.h5 import predictions_attrs
+    from pointgeope.h5_predictions import predictions_attrs
 
     if path is None:
         return IGNORE_LABEL
@@ -119,7 +121,8 @@ def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = N
     """Read a room and its predictions (checked: of the same area, :func:`check_same_area`; same length,
     labels of the file's classes, :func:`prediction_classes`): from ``pred_path`` when given, else the room's own
     ``pred`` array if it has one (files of ``pointgeope predict --format h5``)."""
-    from pointgeope.h5 import has_predictions, read_predictions, read_room
+    from pointgeope.h5 import read_room
+    from pointgeope.h5_predictions import has_predictions, read_predictions
 
     data = read_room(area_path, room, fields=("coord", "color", "label"))
     origin = room_origin(area_path, room)

@@ -122,7 +122,8 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
     import numpy as np
 
     from pointgeope.data.check import check_area_file
-    from pointgeope.h5 import predicted_rooms, read_labels, read_predictions
+    from pointgeope.h5 import read_labels
+    from pointgeope.h5_predictions import predicted_rooms, read_predictions
     from pointgeope.viz.legend import room_scores, room_table
     from pointgeope.viz.scene import check_same_area, file_classes, file_ignore_index, prediction_classes
 

@@ -8,7 +8,7 @@ import torch
 
 from pointgeope.engine.prediction_info import prediction_metadata
 from pointgeope.engine.config import config_to_dict, load_config
-from pointgeope.engine.predict import Predictor
+from pointgeope.engine.predict_model import Predictor
 from tests.engine.test_evaluate import ColourClassifier
 
 

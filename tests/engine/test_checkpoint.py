@@ -210,7 +210,7 @@ def test_a_pointcept_checkpoint_is_named_with_the_api_that_loads_it(tmp_path, be
     """Pointcept's trainer saves its segmentor's weights under 'state_dict' (DDP's module. prefix) and the best
     mean IoU as a numpy float, which weights_only loading refuses: either way one line that says what the file
     is and how to load it, for training's, evaluate's and predict's loads alike."""
-    from pointgeope.engine.predict import DAMAGED_MODEL, UNREADABLE_MODEL
+    from pointgeope.engine.predict_model import DAMAGED_MODEL, UNREADABLE_MODEL
 
     path = tmp_path / "model_best.pth"
     torch.save({"epoch": 100, "state_dict": {"module.backbone.embedding.stem.conv.weight": torch.ones(2, 3),

@@ -12,7 +12,8 @@ import pytest
 
 from pointgeope.cli import main as cli
 from pointgeope.engine.fold_result import fold_is_complete
-from pointgeope.h5 import PRED, area_path, read_labels
+from pointgeope.h5 import area_path, read_labels
+from pointgeope.h5_predictions import PRED
 from pointgeope.metrics import confusion_matrix
 from pointgeope.report.runs import read_fold
 from tests.engine.conftest import one_line, train_fold

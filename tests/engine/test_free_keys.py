@@ -11,7 +11,7 @@ import numpy as np
 
 from pointgeope.cli import main as cli
 from pointgeope.engine.checkpoint import FREE_KEYS
-from pointgeope.engine.predict import PREDICT_KEYS
+from pointgeope.engine.predict_model import PREDICT_KEYS
 from tests.engine.conftest import one_line
 
 SPEED = ["data.hierarchy=loader", "data.cache=false", "train.cuda_graphs=true"]   # tiny_run: auto, true, false

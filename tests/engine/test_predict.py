@@ -13,7 +13,8 @@ from pointgeope.cli import main as cli
 from pointgeope.engine.distributed import DeviceError
 from pointgeope.engine.predict import load_predictor, predict_scan
 from pointgeope.engine.probabilities import vote_probabilities
-from pointgeope.h5 import list_rooms, read_predictions, read_room
+from pointgeope.h5 import list_rooms, read_room
+from pointgeope.h5_predictions import read_predictions
 from pointgeope.scans.scan import Scan
 from pointgeope.scans.sources import ScanRef, read_scan
 from tests.engine.conftest import one_line, train_fold

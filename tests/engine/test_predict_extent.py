@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from pointgeope.cli import main as cli
-from pointgeope.h5 import read_predictions, read_room
+from pointgeope.h5 import read_room
+from pointgeope.h5_predictions import read_predictions
 from tests.engine.predict_helpers import without_run_cap_warning
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from pointgeope.cli import main as cli
 from pointgeope.constants import PALETTE
-from pointgeope.h5 import list_rooms, read_predictions, read_room
+from pointgeope.h5 import list_rooms, read_room
+from pointgeope.h5_predictions import read_predictions
 from tests.engine.conftest import last_line_only, one_line
 from tests.engine.predict_helpers import without_run_cap_warning, write_scan
 from tests.test_extras import message, run_without

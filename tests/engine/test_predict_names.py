@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pointgeope.cli import main as cli
-from pointgeope.h5 import read_predictions
+from pointgeope.h5_predictions import read_predictions
 from pointgeope.scans.ply import read_ply
 
 NAMES = ["ünïcödé_点云", "with space", "new\nline", os.fsdecode(b"raw\xff")]

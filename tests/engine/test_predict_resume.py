@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import pointgeope.engine.predict as predict_module
+import pointgeope.engine.predict_model as model_module
 import pointgeope.engine.predict_record as record_module
 from pointgeope.checksum import file_checksum, folder_checksum
 from pointgeope.cli import main as cli
@@ -214,7 +215,7 @@ def test_a_checkpoint_replaced_while_it_is_loaded_is_not_recorded_as_the_new_one
     name = next(k for k, v in ckpt["model"].items() if v.is_floating_point())
     ckpt["model"][name] = ckpt["model"][name] + 1e-3
     save_checkpoint(tmp_path / "newer.pt", ckpt)
-    original = predict_module.load_checkpoint
+    original = model_module.load_checkpoint
 
     def replaced_after_loading(path, *args, **kwargs):
         loaded = original(path, *args, **kwargs)
@@ -222,12 +223,12 @@ def test_a_checkpoint_replaced_while_it_is_loaded_is_not_recorded_as_the_new_one
         (tmp_path / "tmp.pt").replace(model)        # as training saves: a new file moved over the old
         return loaded
 
-    monkeypatch.setattr(predict_module, "load_checkpoint", replaced_after_loading)
+    monkeypatch.setattr(model_module, "load_checkpoint", replaced_after_loading)
     assert cli(argv(model, scans / "b.npy", tmp_path / "o")) == 2   # refused in one line: run it again
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [(f"pointgeope predict: error: {model}: replaced while predict read it (a run still training "
                     "saves it); run the same command again")]
-    monkeypatch.setattr(predict_module, "load_checkpoint", original)
+    monkeypatch.setattr(model_module, "load_checkpoint", original)
     predicted.clear()
     assert cli(argv(model, scans / "b.npy", tmp_path / "o")) == 0
     assert predicted == ["b.npy"]
@@ -285,7 +286,7 @@ def test_an_h5_output_of_a_version_before_the_runs_ignore_index_is_predicted_aga
     written before it did, with that version's record (whose options named no ``ignore_index``), is predicted
     again by a rerun: skipped, it stayed without the attribute and viz counted the ignored class."""
     import pointgeope.scans.outputs as outputs_module
-    from pointgeope.h5 import predictions_attrs
+    from pointgeope.h5_predictions import predictions_attrs
 
     original = outputs_module.write_scan_predictions
     monkeypatch.setattr(outputs_module, "write_scan_predictions",

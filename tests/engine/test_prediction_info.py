@@ -77,7 +77,8 @@ def test_a_run_of_more_classes_than_s3dis_trains_evaluates_and_predicts(two_fold
     import numpy as np
 
     from pointgeope.cli import main as cli
-    from pointgeope.h5 import list_rooms, read_predictions
+    from pointgeope.h5 import list_rooms
+    from pointgeope.h5_predictions import read_predictions
     from tests.engine.conftest import train_fold
 
     assert train_fold(two_folds, tmp_path / "run", "model.num_classes=15", "train.epochs=1") == 0
@@ -95,7 +96,7 @@ def test_a_run_of_more_classes_than_s3dis_trains_evaluates_and_predicts(two_fold
 
     import h5py
 
-    from pointgeope.h5 import predictions_attrs
+    from pointgeope.h5_predictions import predictions_attrs
     from pointgeope.viz.colors import label_colors
     from tests.viz.test_ply import _read_ply
 

@@ -9,7 +9,8 @@ import re
 import numpy as np
 
 from pointgeope.cli import main as cli
-from pointgeope.h5 import list_rooms, predictions_attrs, read_labels, read_predictions
+from pointgeope.h5 import list_rooms, read_labels
+from pointgeope.h5_predictions import predictions_attrs, read_predictions
 from tests.engine.conftest import train_fold
 
 IGNORED = 2  # wall: present in every room

@@ -16,7 +16,8 @@ from pointgeope.commands import train as train_command
 from pointgeope.engine import build
 from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
 from pointgeope.engine.config import ConfigError, config_to_dict, load_config
-from pointgeope.h5 import list_rooms, read_predictions
+from pointgeope.h5 import list_rooms
+from pointgeope.h5_predictions import read_predictions
 from pointgeope.model.ptv3.seg import PTv3Seg
 from tests.engine.conftest import DEMO_CONFIG, REPO, one_line
 

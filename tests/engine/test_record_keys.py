@@ -38,8 +38,8 @@ def test_an_old_point3drope_record_turns_at_scale_one_wherever_it_is_read(tmp_pa
     save_checkpoint(fold / "last.pt", {"config": old})
     assert fold_config(fold, log=lambda line: None).model.point3drope_scale == 1.0  # evaluate, last.pt only
 
-    from pointgeope.engine.predict import _prediction_config
-    cfg, _ = _prediction_config({"config": old}, fold / "last.pt", False, None, False, [])
+    from pointgeope.engine.predict_model import prediction_config
+    cfg, _ = prediction_config({"config": old}, fold / "last.pt", False, None, False, [])
     assert cfg.model.point3drope_scale == 1.0                                     # predict
 
 

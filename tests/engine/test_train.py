@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from pointgeope.checksum import file_checksum
-from pointgeope.h5 import SchemaError, list_rooms, read_predictions, read_room, read_room_record, write_area
+from pointgeope.h5 import SchemaError, list_rooms, read_room, read_room_record, write_area
+from pointgeope.h5_predictions import read_predictions
 from pointgeope.engine import losses as losses_mod
 from pointgeope.engine import state as state_mod
 from pointgeope.commands import train as train_command

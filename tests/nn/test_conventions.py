@@ -152,7 +152,7 @@ def test_an_option_is_refused_exactly_where_the_preset_would_ignore_it(pe, monke
         assert not torch.equal(out, plain[0]) or params != plain[1], name
         assert ("learnable=True" in text) == (name == "learnable"), text
     assert refused == IGNORED[pe]
-    monkeypatch.setattr(point_transformer_conv, "_check_read", lambda pe, **options: None)
+    monkeypatch.setattr(point_transformer_conv, "check_read", lambda pe, defaults, **options: None)
     for name in refused:
         out, params, _ = built(**{name: OPTIONS[name]})
         assert torch.equal(out, plain[0]) and params == plain[1], name

@@ -112,12 +112,12 @@ def synthetic_area(tmp_path_factory) -> tuple[Path, Path]:
 
 def unlabelled_scan(path, n=200):
     """A file of ``pointgeope predict --format h5``: an unlabelled scan (every label 255) and its predictions."""
-    from pointgeope import h5
+    from pointgeope import h5_predictions
 
     rng = np.random.default_rng(0)
     arrays = {"coord": rng.random((n, 3)).astype(np.float32) * 4, "color": rng.integers(0, 255, (n, 3), np.uint8),
               "label": np.full(n, 255, np.uint8), "instance": np.zeros(n, np.int32)}
     pred = rng.integers(0, len(CLASS_NAMES), n).astype(np.uint8)
-    h5.write_scan_predictions(path, "scans/scan", "scan", arrays, pred, list(CLASS_NAMES), "scan.npy",
-                              {"num_points": n})
+    h5_predictions.write_scan_predictions(path, "scans/scan", "scan", arrays, pred, list(CLASS_NAMES),
+                                          "scan.npy", {"num_points": n})
     return pred

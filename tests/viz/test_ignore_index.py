@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from pointgeope import h5
+from pointgeope import h5_predictions
 from pointgeope.cli import main
 from pointgeope.constants import CLASS_NAMES
 from tests.viz.conftest import write_area
@@ -45,7 +45,7 @@ def _files(tmp_path):
         rooms[name], preds[name] = _room(seed)
     area = write_area(tmp_path / "Area_3.h5", "Area_3", rooms)
     run = tmp_path / "Area_3_pred.h5"
-    h5.write_predictions(run, "Area_3", preds, {"class_names": list(CLASS_NAMES), "ignore_index": IGNORED})
+    h5_predictions.write_predictions(run, "Area_3", preds, {"class_names": list(CLASS_NAMES), "ignore_index": IGNORED})
     return area, run, rooms, preds
 
 
@@ -84,7 +84,7 @@ def test_a_file_without_ignore_index_scores_every_class(tmp_path, capsys):
     """Predictions of an older version (no ``ignore_index``): 255, the default, skips no class."""
     area, run, rooms, preds = _files(tmp_path)
     old = tmp_path / "old.h5"
-    h5.write_predictions(old, "Area_3", preds, {"class_names": list(CLASS_NAMES)})
+    h5_predictions.write_predictions(old, "Area_3", preds, {"class_names": list(CLASS_NAMES)})
     assert main(["viz", str(area), "--list", "--pred", str(old)]) == 0
     out = capsys.readouterr().out
     printed = float(re.search(r"^office_1\s+[\d,]+\s+([\d.]+)$", out, re.M).group(1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pointgeope import h5
+from pointgeope import h5_predictions
 from pointgeope.cli import main
 from tests.viz.conftest import synthetic_room, write_predictions
 from tests.viz.conftest import unlabelled_scan
@@ -14,7 +14,7 @@ from tests.viz.conftest import unlabelled_scan
 def _fold_predictions(path, area: str):
     """evaluate's file of ``area``, whose rooms have the names and sizes of the synthetic Area_9's."""
     _, pred = synthetic_room()
-    h5.write_predictions(path, area, {"grid_1": pred, "tiny_2": np.array([0, 1, 1, 1])}, {})
+    h5_predictions.write_predictions(path, area, {"grid_1": pred, "tiny_2": np.array([0, 1, 1, 1])}, {})
     return path
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from pointgeope.geope import check_real, geometry_dtype
+from pointgeope.geope import geometry_dtype
+from pointgeope.geope_checks import check_real
 from pointgeope.model.ops.checks import check_coordinates
 from pointgeope.model.ops.gather import gather
 from pointgeope.model.ops.knn import knn

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from pointgeope.geope import check_scale
+from pointgeope.geope_checks import check_scale
 from pointgeope.model.config import ModelConfig, ptv1_settings
 from pointgeope.model.ptv3.network import PointTransformerV3
 from pointgeope.model.ptv3.segmentor import PTv3Segmentor

@@ -1,0 +1,50 @@
+"""``pointgeope info --check`` of the batch norm kernels (:mod:`pointgeope.model.kernel_check`): the Triton
+op against torch's, training mode, forward and backward, float32 and bfloat16.
+
+:data:`~pointgeope.model.norm.KERNEL` (with its ReLU) is checked on the pair MLP's first norm
+(``pairs x 16`` rows of width 64), :data:`~pointgeope.model.norm.PLAIN_KERNEL` on a block's third norm
+(``points`` rows of width 64); the figure is the largest difference relative to the largest value.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from pointgeope.model import kernels
+
+__all__ = ["check_cases"]
+
+
+def _check_rows(rows: int, width: int, margin: float = 0.05) -> tuple[Tensor, Tensor, Tensor]:
+    """Rows ``(rows, width)``, weight and bias of the check, float64, every pre-activation (batch statistics)
+    at least about ``margin`` from the ReLU's kink: of millions of values a few would otherwise sit where
+    rounding alone decides the mask, and the check would compare two roundings, not two batch norms."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.rand(width, generator=g, dtype=torch.float64) + 0.5
+    b = torch.randn(width, generator=g, dtype=torch.float64)
+    x = torch.randn(rows, width, generator=g, dtype=torch.float64) * 2 + 0.5
+    scale = w / (x.var(0, unbiased=False) + 1e-5).sqrt()
+    pre = (x - x.mean(0)) * scale + b
+    return torch.where(pre.abs() < margin, x + torch.where(pre >= 0, 2 * margin, -2 * margin) / scale, x), w, b
+
+
+def check_cases(relu: bool, device: torch.device, points: int, pairs: int) -> list[kernels.CheckCase]:
+    """The cases of the norm with its ReLU (``relu``: :data:`~pointgeope.model.norm.KERNEL`) or without it
+    (:data:`~pointgeope.model.norm.PLAIN_KERNEL`), as the module docstring says, on ``device``."""
+    from pointgeope.model.kernel_check import _grads
+    from pointgeope.model.norm import KERNEL, PLAIN_KERNEL   # norm registers its kernels with these cases
+
+    kernel = KERNEL if relu else PLAIN_KERNEL
+    rows, width = (pairs * 16 if relu else points), 64
+    x, w, b = (t.float().to(device) for t in _check_rows(rows, width))
+
+    def compare(got, want):
+        return max(float((a.float() - v.float()).abs().max() / v.float().abs().max()) for a, v in zip(got, want)), \
+            f"rows={rows} width={width}, relative"
+    cases = []
+    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
+        def run(fn, xd=x.to(dtype)):
+            return _grads(lambda a, wt, bs: fn(a, wt, bs, None, None, True, 0.1, 1e-5), [xd, w, b])
+        cases.append(kernels.CheckCase(f"fwd+bwd {str(dtype)[6:]}", lambda r=run: r(lambda *a: kernel(device, *a)),
+                                       lambda r=run: r(kernel.torch), compare, tol))
+    return cases
