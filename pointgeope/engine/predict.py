@@ -33,7 +33,7 @@ from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from
 from pointgeope.engine.config_values import range_problem
 from pointgeope.engine.distributed import apply_threads, choose_device
 from pointgeope.engine.evaluate import not_a_fold, room_seed, vote_room
-from pointgeope.engine.fold_result import missing_checkpoint, unvalidated_best
+from pointgeope.engine.fold_result import missing_checkpoint, predict_last, unvalidated_best
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import checkpoint_prediction_info
 from pointgeope.engine.probabilities import vote_probabilities
@@ -107,7 +107,7 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
                 pass  # the checkpoint carries its own config; last.pt it is
     path = model / f"{which}.pt"
     if not path.exists():  # a fold stopped before this checkpoint; RUN given for RUN/area_K: its folds named
-        raise (CheckpointError(missing_checkpoint(path, int(fold[1]), "predict from its last.pt (--checkpoint last)"))
+        raise (CheckpointError(missing_checkpoint(path, int(fold[1]), predict_last(path, folder=True)))
                if fold else PredictError(not_a_fold(model)))
     return path
 
@@ -170,8 +170,7 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     if _checksum(path) != checksum:
         raise CheckpointError(f"{path}: replaced while predict read it (a run still training saves it); run the "
                               "same command again")
-    use_last = "--checkpoint last" if Path(model).is_dir() else f"MODEL {path.with_name('last.pt')}"
-    if line := unvalidated_best(path, ckpt, f"predict from its last.pt ({use_last})"):
+    if line := unvalidated_best(path, ckpt, predict_last(path, Path(model).is_dir())):
         raise CheckpointError(line)     # best.pt of a fold that no validation picked an epoch of
     info = checkpoint_prediction_info(ckpt, path)
     warning = unfinished_warning(path, ckpt)
