@@ -120,8 +120,9 @@ def _prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | No
     keys = [override_key(text) for text in overrides]     # ' eval.tta.rotations=4' -> 'eval.tta.rotations'
     for text, key in zip(overrides, keys):
         if key == "eval.checkpoint":   # the file is chosen before its config is read (checkpoint_path)
-            raise PredictError(f"override {text!r}: not read (the checkpoint is chosen before its config); choose a "
-                               "run folder's with --checkpoint last|best, or give the file RUN/area_K/best.pt")
+            raise PredictError(f"override {text!r}: not read (the checkpoint is chosen before its config); leave it "
+                               "out, and choose a run folder's with --checkpoint last|best, or give the file "
+                               "RUN/area_K/best.pt")
         if not key.startswith("eval.") and key not in PREDICT_KEYS:
             raise PredictError(f"override {text!r}: predict takes overrides of eval.* and of "
                                f"{', '.join(sorted(PREDICT_KEYS))}, not of what the network was trained with "

@@ -345,8 +345,10 @@ def test_an_eval_checkpoint_override_is_refused_for_the_checkpoint_option(tiny_r
     scan, out = tmp_path / "scan.npy", tmp_path / "pred"
     np.save(scan, np.random.default_rng(0).random((500, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
     capsys.readouterr()
-    for model in (tiny_run, tiny_run / "best.pt"):
-        assert one_line(capsys, 2, ["predict", str(model), str(scan), "--out", str(out), "eval.checkpoint=best"]) == (
+    for model, extra in ((tiny_run, []), (tiny_run / "best.pt", []), (tiny_run, ["--checkpoint", "best"])):
+        assert one_line(capsys, 2, ["predict", str(model), str(scan), "--out", str(out), *extra,
+                                    "eval.checkpoint=best"]) == (
             "pointgeope predict: error: override 'eval.checkpoint=best': not read (the checkpoint is chosen before "
-            "its config); choose a run folder's with --checkpoint last|best, or give the file RUN/area_K/best.pt")
+            "its config); leave it out, and choose a run folder's with --checkpoint last|best, or give the file "
+            "RUN/area_K/best.pt")
         assert not out.exists()
