@@ -29,7 +29,8 @@ their number is the point count of the densest voxel, which repeated points make
 eval.max_fragments, or when that is null (every fragment, as the s3dis configs evaluate) 100; a warning
 names the cap, the counts and how to lift it whenever one of these cuts a scan (not when --max-fragments
 or an eval.max_fragments override chose it). Overrides of eval.* (and of how the prediction runs,
-data.hierarchy and train.threads) may follow the inputs, as `evaluate` takes them.
+data.hierarchy and train.threads) may follow the inputs, as `evaluate` takes them, but not
+eval.checkpoint (the option --checkpoint chooses a run folder's file).
 Interrupted, the same command resumes: each scan's outputs end with DIR/<name>_pred.json, the record of what
 made them (the checkpoint's and the input's sha256, the options that change the outputs, each output's
 size and sha256); a rerun skips, in one line each, the scans whose record matches and whose outputs are

@@ -134,6 +134,19 @@ def unvalidated_best(path: Path, ckpt: dict, use_last: str = "evaluate its last.
             "train with train.val_every=1 for a best epoch")
 
 
+def predict_last(path: Path, folder: bool) -> str:
+    """``predict``'s way to take the ``last.pt`` of the fold of checkpoint ``path`` (the ``use_last`` of
+    :func:`unvalidated_best` and :func:`missing_checkpoint`): ``--checkpoint last`` where a fold ``folder`` was
+    given, else the file ``last.pt`` beside ``path``, else a copy of ``path`` under that name (a ``best.pt``
+    that no validation picked holds the weights of ``last.pt``)."""
+    last = path.with_name("last.pt")
+    if folder:
+        return "predict from its last.pt (--checkpoint last)"
+    if last.is_file():
+        return f"predict from its last.pt (MODEL {last})"
+    return f"predict from a copy of it named last.pt (MODEL {last}: the same weights)"
+
+
 def missing_checkpoint(path: Path, fold: int, use_last: str = "evaluate its last.pt (eval.checkpoint=last)") -> str:
     """The line for a test (``evaluate``, ``predict``) of the fold folder ``path.parent`` whose checkpoint
     ``path`` is not there: a fold stopped before it saved its first ``last.pt``, or (``best.pt``) before its

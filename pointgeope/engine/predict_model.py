@@ -24,7 +24,7 @@ from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint, unfin
 from pointgeope.engine.config import Config, ConfigError, TTAConfig, config_from_dict, override_key
 from pointgeope.engine.distributed import choose_device
 from pointgeope.engine.evaluate import not_a_fold
-from pointgeope.engine.fold_result import missing_checkpoint, unvalidated_best
+from pointgeope.engine.fold_result import missing_checkpoint, predict_last, unvalidated_best
 from pointgeope.engine.prediction_info import checkpoint_prediction_info
 from pointgeope.engine.weights import load_model_state
 from pointgeope.errors import UserError
@@ -113,7 +113,7 @@ def checkpoint_path(model: str | Path, which: str | None = None) -> Path:
                 pass  # the checkpoint carries its own config; last.pt it is
     path = model / f"{which}.pt"
     if not path.exists():  # a fold stopped before this checkpoint; RUN given for RUN/area_K: its folds named
-        raise (CheckpointError(missing_checkpoint(path, int(fold[1]), "predict from its last.pt (--checkpoint last)"))
+        raise (CheckpointError(missing_checkpoint(path, int(fold[1]), predict_last(path, folder=True)))
                if fold else PredictError(not_a_fold(model)))
     return path
 
@@ -132,8 +132,9 @@ def prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | Non
     keys = [override_key(text) for text in overrides]     # ' eval.tta.rotations=4' -> 'eval.tta.rotations'
     for text, key in zip(overrides, keys):
         if key == "eval.checkpoint":   # the file is chosen before its config is read (checkpoint_path)
-            raise PredictError(f"override {text!r}: not read (the checkpoint is chosen before its config); choose a "
-                               "run folder's with --checkpoint last|best, or give the file RUN/area_K/best.pt")
+            raise PredictError(f"override {text!r}: not read (the checkpoint is chosen before its config); leave it "
+                               "out, and choose a run folder's with --checkpoint last|best, or give the file "
+                               "RUN/area_K/best.pt")
         if not key.startswith("eval.") and key not in PREDICT_KEYS:
             raise PredictError(f"override {text!r}: predict takes overrides of eval.* and of "
                                f"{', '.join(sorted(PREDICT_KEYS))}, not of what the network was trained with "
@@ -193,8 +194,7 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     if _checksum(path) != checksum:
         raise CheckpointError(f"{path}: replaced while predict read it (a run still training saves it); run the "
                               "same command again")
-    use_last = "--checkpoint last" if Path(model).is_dir() else f"MODEL {path.with_name('last.pt')}"
-    if line := unvalidated_best(path, ckpt, f"predict from its last.pt ({use_last})"):
+    if line := unvalidated_best(path, ckpt, predict_last(path, Path(model).is_dir())):
         raise CheckpointError(line)     # best.pt of a fold that no validation picked an epoch of
     info = checkpoint_prediction_info(ckpt, path)
     warning = unfinished_warning(path, ckpt)

@@ -38,7 +38,7 @@ from pathlib import Path
 from pointgeope.atomic import write_text_atomic
 from pointgeope.checksum import file_checksum, folder_checksum
 from pointgeope.errors import one_line
-from pointgeope.scans.outputs import output_path, write_outputs
+from pointgeope.scans.outputs import PLY_PREDICTION, output_path, write_outputs
 from pointgeope.scans.scan import ScanError
 
 KIND, VERSION = "pointgeope-predict-record", 1
@@ -62,7 +62,7 @@ def made_by(predictor, args) -> dict:
     if "h5" in args.format:   # written into the h5 file: one of a version that did not is predicted again
         options["ignore_index"] = int(predictor.cfg.train.ignore_index)
     if "ply" in args.format:  # the PLY's name of the prediction: one of a version that named it label is redone
-        options["ply_prediction"] = "pred"
+        options["ply_prediction"] = PLY_PREDICTION
     model = predictor.checksum or file_checksum(predictor.path)   # that of the bytes loaded (load_predictor)
     return {"pointgeope": __version__, "model": model,
             "options": json.loads(json.dumps(options))}  # tuples as lists, as a record reads back

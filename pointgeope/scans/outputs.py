@@ -42,6 +42,7 @@ from pointgeope.scans.scan import Scan, ScanError
 
 FORMATS = ("npy", "ply", "las", "txt", "h5")
 DEFAULT_FORMATS = ("npy", "ply")
+PLY_PREDICTION = "pred"  # the PLY property of the prediction (a rename changes predict's record: predicted again)
 # The file names of the table above: never taken as inputs in the --out folder (a rerun into the folder of
 # its inputs would otherwise predict its own outputs).
 _OUTPUT_NAME = re.compile(rf".+_(pred\.({'|'.join(FORMATS)}|json)|probs\.npy)")
@@ -142,8 +143,8 @@ def write_outputs(out: str | Path, scan: Scan, pred: np.ndarray, formats: tuple[
             with atomic_path(path) as tmp:
                 np.save(tmp, pred)
         elif fmt == "ply":
-            write_vertices(path, _coord_properties(scan.coord) +
-                           [(c, colors[:, j]) for j, c in enumerate(("red", "green", "blue"))] + [("pred", pred)],
+            rgb = [(c, colors[:, j]) for j, c in enumerate(("red", "green", "blue"))]
+            write_vertices(path, _coord_properties(scan.coord) + rgb + [(PLY_PREDICTION, pred)],
                            comment=f"pointgeope predict of {scan.source}")
         elif fmt == "las":
             write_las(path, scan, own, pred, class_names)

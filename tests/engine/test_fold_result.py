@@ -214,23 +214,3 @@ def test_evaluate_best_of_a_fold_trained_without_validation_says_no_epoch_was_pi
     assert cli(["evaluate", str(fold), "--checkpoint", "last"]) == 0
     assert json.loads((fold / "metrics.json").read_text())["checkpoint"] == "last.pt"
 
-
-def test_predict_best_of_a_fold_trained_without_validation_is_refused_as_evaluate_is(two_folds, tmp_path, capsys):
-    """``predict RUN/area_K --checkpoint best`` of a fold trained with ``train.val_every=0`` predicted from the
-    last epoch as the validation's pick, its record naming best.pt; it is refused as ``evaluate`` refuses it,
-    in predict's words, and ``--checkpoint last`` predicts."""
-    import numpy as np
-
-    run = tmp_path / "run"
-    assert train_fold(two_folds, run, "train.epochs=1", "train.val_every=0") == 0
-    fold, scan, out = run / "area_1", tmp_path / "scan.npy", tmp_path / "pred"
-    np.save(scan, np.random.default_rng(0).random((300, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
-    capsys.readouterr()
-    line = one_line(capsys, 2, ["predict", str(fold), str(scan), "--out", str(out), "--checkpoint", "best"])
-    assert line == (f"pointgeope predict: error: {fold / 'best.pt'}: no validation picked it: the fold trained "
-                    "without validation (train.val_every=0), so best.pt holds its last epoch (1), the weights of "
-                    "last.pt; predict from its last.pt (--checkpoint last), or train with train.val_every=1 for a "
-                    "best epoch")
-    assert not out.exists()
-    assert cli(["predict", str(fold), str(scan), "--out", str(out), "--checkpoint", "last"]) == 0
-    assert np.load(out / "scan_pred.npy").shape == (300,)

@@ -314,6 +314,31 @@ def test_predict_best_of_a_fold_trained_without_validation_says_no_epoch_was_pic
     assert np.load(out / "scan_pred.npy").shape == (500,)
 
 
+def test_a_lone_unvalidated_best_pt_is_told_a_way_that_exists(two_folds, tmp_path, capsys):
+    """A fold's best.pt copied alone (no last.pt beside it) was told to predict from ``MODEL DIR/last.pt``, a file
+    that is not there; the line says to copy it under that name (the same weights), and that prediction is the
+    one of the fold's last.pt."""
+    import shutil
+
+    run = tmp_path / "run"
+    assert train_fold(two_folds, run, "train.epochs=1", "train.val_every=0") == 0
+    fold, lone, scan = run / "area_1", tmp_path / "shared", tmp_path / "scan.npy"
+    lone.mkdir()
+    shutil.copy(fold / "best.pt", lone / "best.pt")
+    np.save(scan, np.random.default_rng(0).random((500, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
+    capsys.readouterr()
+    assert one_line(capsys, 2, ["predict", str(lone / "best.pt"), str(scan), "--out", str(tmp_path / "o")]) == (
+        f"pointgeope predict: error: {lone / 'best.pt'}: no validation picked it: the fold trained without "
+        "validation (train.val_every=0), so best.pt holds its last epoch (1), the weights of last.pt; predict from "
+        f"a copy of it named last.pt (MODEL {lone / 'last.pt'}: the same weights), or train with train.val_every=1 "
+        "for a best epoch")
+    shutil.copy(lone / "best.pt", lone / "last.pt")
+    assert cli(["predict", str(lone / "last.pt"), str(scan), "--out", str(tmp_path / "copy")]) == 0
+    assert cli(["predict", str(fold / "last.pt"), str(scan), "--out", str(tmp_path / "fold")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "copy" / "scan_pred.npy"),
+                                  np.load(tmp_path / "fold" / "scan_pred.npy"))
+
+
 def test_an_eval_checkpoint_override_is_refused_for_the_checkpoint_option(tiny_run, tmp_path, capsys):
     """``predict RUN/area_K SCAN eval.checkpoint=best`` passed the check of overrides (eval.*), but the file was
     chosen before the config was read: it predicted with last.pt, exit code 0, the override unread. Now one line
@@ -321,8 +346,10 @@ def test_an_eval_checkpoint_override_is_refused_for_the_checkpoint_option(tiny_r
     scan, out = tmp_path / "scan.npy", tmp_path / "pred"
     np.save(scan, np.random.default_rng(0).random((500, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
     capsys.readouterr()
-    for model in (tiny_run, tiny_run / "best.pt"):
-        assert one_line(capsys, 2, ["predict", str(model), str(scan), "--out", str(out), "eval.checkpoint=best"]) == (
+    for model, extra in ((tiny_run, []), (tiny_run / "best.pt", []), (tiny_run, ["--checkpoint", "best"])):
+        assert one_line(capsys, 2, ["predict", str(model), str(scan), "--out", str(out), *extra,
+                                    "eval.checkpoint=best"]) == (
             "pointgeope predict: error: override 'eval.checkpoint=best': not read (the checkpoint is chosen before "
-            "its config); choose a run folder's with --checkpoint last|best, or give the file RUN/area_K/best.pt")
+            "its config); leave it out, and choose a run folder's with --checkpoint last|best, or give the file "
+            "RUN/area_K/best.pt")
         assert not out.exists()
