@@ -216,7 +216,7 @@ def test_sigterm_while_writing_stops_evaluate_and_predict_as_ctrl_c(tiny_run, tm
     one line, exit code 143, the temporary file deleted and the lock released."""
     import shutil
 
-    from pointgeope import h5
+    from pointgeope import h5_predictions
     from pointgeope.cli import main as cli
     from pointgeope.scans import outputs
 
@@ -227,7 +227,7 @@ def test_sigterm_while_writing_stops_evaluate_and_predict_as_ctrl_c(tiny_run, tm
     scan, out = tmp_path / "scan.npy", tmp_path / "pred"
     np.save(scan, np.random.default_rng(0).random((500, 6), dtype=np.float32) * [4, 4, 3, 255, 255, 255])
     folder = fold if command == "evaluate" else out
-    module, name = (h5, "_create") if command == "evaluate" else (outputs, "atomic_path")  # each one's writer
+    module, name = (h5_predictions, "create_file") if command == "evaluate" else (outputs, "atomic_path")  # writers
     real_writer, seen = getattr(module, name), []
 
     @contextlib.contextmanager
