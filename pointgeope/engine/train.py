@@ -198,15 +198,16 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
                    total=steps_per_epoch, desc=f"fold {fold} epoch {state.epoch + 1}/{cfg.train.epochs}")
     for batch in bar:
         batch = batch.to(device)
+        lr = learner.lr()  # the rate this step trains at (the schedule steps after its update)
         with distributed.whole_step(env):  # under DDP a stop waits for the step's all-reduces
             logits, loss_value = step(batch, checkpoints.before_update(state, batch, fold))
         state.step, state.batch = state.step + 1, state.batch + 1
-        meter.add(logits, batch.y, loss_value)
+        meter.add(logits, batch.y, loss_value, lr)
         if writer is not None:
             writer.add_scalar("train/loss", loss_value, state.step)
-            writer.add_scalar("train/lr", learner.lr(), state.step)
+            writer.add_scalar("train/lr", lr, state.step)
         if hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{learner.lr():.2e}")
+            bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}")
         if cfg.train.checkpoint_every and state.step % cfg.train.checkpoint_every == 0 \
                 and state.batch < steps_per_epoch:  # at the epoch's end, end_epoch saves it
             state.epoch_sums = meter.sums()
@@ -223,7 +224,7 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
     state.batch, state.epoch_sums = 0, {}
     line = (f"epoch {state.epoch}/{cfg.train.epochs}  loss {loss:.4f}  "
             f"train oa {train_scores['oa']:.4f} miou {train_scores['miou']:.4f}  "
-            f"lr {learner.lr():.3e}  {seconds:.1f}s  {points_per_s:,.0f} pts/s")
+            f"lr {meter.lr:.3e}  {seconds:.1f}s  {points_per_s:,.0f} pts/s")
     if writer is not None:
         log_scores(writer, "train", train_scores, state.step)
         writer.add_scalar("train/points_per_s", points_per_s, state.step)

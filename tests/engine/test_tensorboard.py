@@ -2,7 +2,11 @@
 its TensorBoard events, are room points coloured by the predictions evaluate wrote."""
 from __future__ import annotations
 
+import math
+import re
+
 import numpy as np
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
@@ -100,3 +104,17 @@ def test_a_network_of_more_classes_colours_its_own_classes(two_folds):
     for c, rgb in expected.items():
         assert (colors[pred == c] == rgb).all(), c
     assert class_palette(15)[13] == [217, 76, 76] and (pred == 13).any() and (pred == 255).any()
+
+
+def test_the_logged_learning_rate_is_the_one_each_step_trained_at(tiny_run):
+    """``train/lr`` at step k and the epoch line's ``lr`` were read after the schedule had stepped: the rate of
+    step k + 1 (0 at a cosine's last step, which trained at half the peak). Each is now the rate of the step
+    it is logged with: cosine's ``lr (1 + cos(pi s / (E S))) / 2`` at ``s = k - 1`` (lr 0.01, E = 1, S = 2)."""
+    events = EventAccumulator(str(tiny_run / "tb"))
+    events.Reload()
+    logged = [(e.step, e.value) for e in events.Scalars("train/lr")]
+    expected = [(k, 0.01 * (1 + math.cos(math.pi * (k - 1) / 2)) / 2) for k in (1, 2)]   # 0.01, 0.005
+    assert [step for step, _ in logged] == [1, 2]
+    assert [value for _, value in logged] == pytest.approx([value for _, value in expected], rel=1e-6)
+    line = re.search(r"epoch 1/1 .* lr (\S+) ", (tiny_run / "log.txt").read_text())
+    assert float(line.group(1)) == pytest.approx(0.005, rel=1e-3)   # the epoch's last step's rate
