@@ -227,6 +227,7 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
             f"lr {meter.lr:.3e}  {seconds:.1f}s  {points_per_s:,.0f} pts/s")
     if writer is not None:
         log_scores(writer, "train", train_scores, state.step)
+        writer.add_scalar("train/epoch_loss", loss, state.step)   # every rank's batches: the epoch line's loss
         writer.add_scalar("train/points_per_s", points_per_s, state.step)
     is_best = False
     if cfg.train.val_every and (state.epoch % cfg.train.val_every == 0 or state.epoch == cfg.train.epochs):
