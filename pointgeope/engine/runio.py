@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pointgeope.atomic import write_text_atomic
+from pointgeope.errors import Terminated
 
 
 class Log:
@@ -17,12 +18,25 @@ class Log:
         self.path = path
 
     def __call__(self, text: str) -> None:
-        if self.path is None:
-            return
+        if self.path is not None:
+            print(self.record(text), flush=True)
+
+    def record(self, text: str) -> str:
+        """The time-stamped line of ``text`` appended to ``log.txt`` only (what the command says on the
+        terminal itself: why it stopped); returns the line."""
         line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}"
-        print(line, flush=True)
-        with open(self.path, "a") as f:
-            f.write(line + "\n")
+        if self.path is not None:
+            with open(self.path, "a") as f:
+                f.write(line + "\n")
+        return line
+
+
+def stop_line(err: BaseException) -> str:
+    """The line a fold's ``log.txt`` ends with when its training stops on ``err``: Ctrl-C, SIGTERM (the
+    command's :class:`~pointgeope.errors.Terminated`), a diverged run's FloatingPointError, a user error."""
+    if isinstance(err, KeyboardInterrupt):
+        return "stopped: terminated (SIGTERM)" if isinstance(err, Terminated) else "stopped: interrupted (Ctrl-C)"
+    return f"stopped: {err}"
 
 
 def progress(items: Iterable, enabled: bool, **kwargs) -> Iterable:

@@ -185,6 +185,9 @@ def test_nan_loss_stops_and_saves_the_batch(two_folds, tmp_path, monkeypatch, ca
     monkeypatch.setattr(losses_mod.F, "cross_entropy", nan_on_third)  # the loss (engine/losses.py)
     assert train(two_folds, tmp_path, "data.loop=2") == 1  # 4 steps an epoch
     assert "the loss is nan at epoch 1, step 2 (batch 2 of the epoch)" in capsys.readouterr().err
+    # the fold's log.txt says it too (it ended with the run's set-up lines, without a reason)
+    last = (tmp_path / "area_1" / "log.txt").read_text().splitlines()[-1]
+    assert " stopped: fold 1: the loss is nan at epoch 1, step 2 (batch 2 of the epoch); " in last
     dump = torch.load(tmp_path / "area_1" / "nan_step_2.pt", weights_only=True)
     assert dump["step"] == 2 and dump["pos"].shape[0] == dump["y"].shape[0] == dump["ptr"][-1]
     assert dump["model"].keys() == weights_like(two_folds, tmp_path).keys()
