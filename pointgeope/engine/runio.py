@@ -1,6 +1,7 @@
 """Writing into a run folder: the plain-text log, progress bars and atomic JSON."""
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -31,12 +32,17 @@ class Log:
         return line
 
 
-def stop_line(err: BaseException) -> str:
-    """The line a fold's ``log.txt`` ends with when its training stops on ``err``: Ctrl-C, SIGTERM (the
-    command's :class:`~pointgeope.errors.Terminated`), a diverged run's FloatingPointError, a user error."""
+def record_stop(path: Path | None, err: BaseException) -> None:
+    """Append to the fold's ``log.txt`` at ``path`` (``None``: nothing, as :class:`Log`) why its training
+    stops, on ``err``: Ctrl-C, SIGTERM (the command's :class:`~pointgeope.errors.Terminated`), a diverged
+    run's FloatingPointError, a user error. A file that cannot be written (a full disk) is passed over: the
+    command's own line about ``err`` must not be replaced by one about the log."""
     if isinstance(err, KeyboardInterrupt):
-        return "stopped: terminated (SIGTERM)" if isinstance(err, Terminated) else "stopped: interrupted (Ctrl-C)"
-    return f"stopped: {err}"
+        line = "stopped: terminated (SIGTERM)" if isinstance(err, Terminated) else "stopped: interrupted (Ctrl-C)"
+    else:
+        line = f"stopped: {err}"
+    with contextlib.suppress(OSError):
+        Log(path).record(line)
 
 
 def progress(items: Iterable, enabled: bool, **kwargs) -> Iterable:

@@ -55,7 +55,7 @@ from pointgeope.engine.fold_record import check_trained_fold
 from pointgeope.engine.fold_result import fold_is_complete
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import prediction_metadata
-from pointgeope.engine.runio import Log, progress, stop_line
+from pointgeope.engine.runio import Log, progress, record_stop
 from pointgeope.engine.small_batch import batch_norm_problem
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
@@ -362,7 +362,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
             try:
                 results.append(train_fold(cfg, fold, folds, env, budget))
             except (FloatingPointError, KeyboardInterrupt, UserError) as err:  # the command says it; the log too
-                Log(run / "log.txt" if env.is_main and run.is_dir() else None).record(stop_line(err))
+                record_stop(run / "log.txt" if env.is_main and run.is_dir() else None, err)
                 raise
     return results
 
