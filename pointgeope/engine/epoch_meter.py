@@ -48,13 +48,16 @@ class EpochMeter:
             self.carried = np.asarray(carried["confusion"], dtype=np.int64).reshape(num_classes, num_classes)
             seconds = float(carried["seconds"])
         self.t0 = time.perf_counter() - seconds
+        self.lr = float("nan")  # the learning rate of the epoch's last step (the first parameter group's)
 
-    def add(self, logits: torch.Tensor, target: torch.Tensor, loss: float) -> None:
-        """One training batch: logits ``(N, C)``, labels ``(N,)``, its loss. Reads nothing on the host and copies
+    def add(self, logits: torch.Tensor, target: torch.Tensor, loss: float, lr: float = float("nan")) -> None:
+        """One training batch: logits ``(N, C)``, labels ``(N,)``, its loss and the learning rate it trained at
+        (the epoch line's ``lr`` is its last batch's: the schedule's next value may lie past its end). Reads nothing on the host and copies
         nothing to the device (``ConfusionMeter.count``; the sums on the host): the meter adds no wait to the
         step's one read (its loss, with train_epoch's check of the loss and the gradients' norm on every rank)."""
         self.confusion.count(logits.detach(), target)
         self.totals += (loss, 1.0, target.shape[0])
+        self.lr = lr
 
     def _reduced(self) -> tuple[torch.Tensor, np.ndarray]:
         """``(totals, confusion)`` of every rank's batches and the carried sums (collective; copies: the

@@ -1,6 +1,7 @@
 """Writing into a run folder: the plain-text log, progress bars and atomic JSON."""
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -8,6 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pointgeope.atomic import write_text_atomic
+from pointgeope.errors import Terminated
 
 
 class Log:
@@ -17,12 +19,30 @@ class Log:
         self.path = path
 
     def __call__(self, text: str) -> None:
-        if self.path is None:
-            return
+        if self.path is not None:
+            print(self.record(text), flush=True)
+
+    def record(self, text: str) -> str:
+        """The time-stamped line of ``text`` appended to ``log.txt`` only (what the command says on the
+        terminal itself: why it stopped); returns the line."""
         line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}"
-        print(line, flush=True)
-        with open(self.path, "a") as f:
-            f.write(line + "\n")
+        if self.path is not None:
+            with open(self.path, "a") as f:
+                f.write(line + "\n")
+        return line
+
+
+def record_stop(path: Path | None, err: BaseException) -> None:
+    """Append to the fold's ``log.txt`` at ``path`` (``None``: nothing, as :class:`Log`) why its training
+    stops, on ``err``: Ctrl-C, SIGTERM (the command's :class:`~pointgeope.errors.Terminated`), a diverged
+    run's FloatingPointError, a user error. A file that cannot be written (a full disk) is passed over: the
+    command's own line about ``err`` must not be replaced by one about the log."""
+    if isinstance(err, KeyboardInterrupt):
+        line = "stopped: terminated (SIGTERM)" if isinstance(err, Terminated) else "stopped: interrupted (Ctrl-C)"
+    else:
+        line = f"stopped: {err}"
+    with contextlib.suppress(OSError):
+        Log(path).record(line)
 
 
 def progress(items: Iterable, enabled: bool, **kwargs) -> Iterable:

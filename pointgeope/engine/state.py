@@ -156,7 +156,9 @@ class FoldCheckpoints:
             learner.scaler.load_state_dict(ckpt["scaler"])
         restore_rank_rng(ckpt["rng"], self.env.rank)
         state = LoopState(**{f.name: ckpt[f.name] for f in dataclasses.fields(LoopState) if f.name in ckpt})
-        log(f"resumed from {path}: epoch {state.epoch}, batch {state.batch}, step {state.step}")
+        where = (f"inside epoch {state.epoch + 1}, after its batch {state.batch}" if state.batch  # the epoch lines'
+                 else f"after epoch {state.epoch}")                                          # count from 1
+        log(f"resumed from {path}: {where} (step {state.step})")
         if state.batch and "epoch_sums" not in ckpt:  # written before the checkpoint carried them
             log(f"note: {path} holds no scores of epoch {state.epoch + 1}'s first {state.batch} batches; its "
                 f"logged train loss, oa and miou will cover the batches after them only")

@@ -55,7 +55,7 @@ from pointgeope.engine.fold_record import check_trained_fold
 from pointgeope.engine.fold_result import fold_is_complete
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import prediction_metadata
-from pointgeope.engine.runio import Log, progress
+from pointgeope.engine.runio import Log, progress, record_stop
 from pointgeope.engine.small_batch import batch_norm_problem
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
@@ -198,15 +198,16 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
                    total=steps_per_epoch, desc=f"fold {fold} epoch {state.epoch + 1}/{cfg.train.epochs}")
     for batch in bar:
         batch = batch.to(device)
+        lr = learner.lr()  # the rate this step trains at (the schedule steps after its update)
         with distributed.whole_step(env):  # under DDP a stop waits for the step's all-reduces
             logits, loss_value = step(batch, checkpoints.before_update(state, batch, fold))
         state.step, state.batch = state.step + 1, state.batch + 1
-        meter.add(logits, batch.y, loss_value)
+        meter.add(logits, batch.y, loss_value, lr)
         if writer is not None:
             writer.add_scalar("train/loss", loss_value, state.step)
-            writer.add_scalar("train/lr", learner.lr(), state.step)
+            writer.add_scalar("train/lr", lr, state.step)
         if hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{learner.lr():.2e}")
+            bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}")
         if cfg.train.checkpoint_every and state.step % cfg.train.checkpoint_every == 0 \
                 and state.batch < steps_per_epoch:  # at the epoch's end, end_epoch saves it
             state.epoch_sums = meter.sums()
@@ -223,9 +224,10 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
     state.batch, state.epoch_sums = 0, {}
     line = (f"epoch {state.epoch}/{cfg.train.epochs}  loss {loss:.4f}  "
             f"train oa {train_scores['oa']:.4f} miou {train_scores['miou']:.4f}  "
-            f"lr {learner.lr():.3e}  {seconds:.1f}s  {points_per_s:,.0f} pts/s")
+            f"lr {meter.lr:.3e}  {seconds:.1f}s  {points_per_s:,.0f} pts/s")
     if writer is not None:
         log_scores(writer, "train", train_scores, state.step)
+        writer.add_scalar("train/epoch_loss", loss, state.step)   # every rank's batches: the epoch line's loss
         writer.add_scalar("train/points_per_s", points_per_s, state.step)
     is_best = False
     if cfg.train.val_every and (state.epoch % cfg.train.val_every == 0 or state.epoch == cfg.train.epochs):
@@ -357,7 +359,11 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
             if force and env.is_main:
                 clear_fold(run)
             distributed.barrier()
-            results.append(train_fold(cfg, fold, folds, env, budget))
+            try:
+                results.append(train_fold(cfg, fold, folds, env, budget))
+            except (FloatingPointError, KeyboardInterrupt, UserError) as err:  # the command says it; the log too
+                record_stop(run / "log.txt" if env.is_main and run.is_dir() else None, err)
+                raise
     return results
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 
 import numpy as np
@@ -265,3 +266,23 @@ def test_a_two_process_ddp_run_of_ptv3(two_folds, tmp_path):
     assert "2 process(es)" in log and "model: ptv3" in log and log.count("fold 1 done") == 1
     last = load_checkpoint(tmp_path / "area_1" / "last.pt")
     assert last["step"] == 4 and len(last["rng"]) == 2          # 8 samples, 2 per step over both ranks
+
+
+def test_the_logged_learning_rate_of_the_one_cycle_is_each_steps(ptv3_run):
+    """Two steps of one cycle (T = 2, pct_start 0.05): the anneal runs from the peak optim.lr = 0.01 at step
+    pct_start T - 1 = -0.9 to 0.01 / div_factor / final_div_factor = 1e-6 at step T - 1 = 1, a cosine
+    (schedule.py's definition); step s (0-based) trains at its value at s. ``train/lr`` logged the rate after
+    the schedule's step, at the last step a value torch extrapolates past the cycle's end (4.2e-4)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    peak, low, start, end = 0.01, 0.01 / 10 / 1000, 0.05 * 2 - 1, 2 - 1
+
+    def anneal(s: int) -> float:
+        return low + (peak - low) * (1 + math.cos(math.pi * (s - start) / (end - start))) / 2
+
+    events = EventAccumulator(str(ptv3_run / "tb"))
+    events.Reload()
+    logged = [(e.step, e.value) for e in events.Scalars("train/lr")]
+    assert [step for step, _ in logged] == [1, 2]
+    assert [value for _, value in logged] == pytest.approx([anneal(0), anneal(1)], rel=1e-6)   # 5.4e-3, 1e-6
+    assert re.search(r"epoch 1/1 .* lr 1\.000e-06 ", (ptv3_run / "log.txt").read_text())

@@ -172,6 +172,8 @@ def test_ctrl_c_stops_training_with_one_line_and_exit_code_130(two_folds, tmp_pa
     assert code == 130
     last_line_only(err, "train.py: interrupted")
     assert not (tmp_path / "area_1" / ".lock").exists()
+    # the fold's record says why it ends there (it ended with the last epoch or step line, no reason)
+    assert (tmp_path / "area_1" / "log.txt").read_text().splitlines()[-1].endswith(" stopped: interrupted (Ctrl-C)")
 
 
 @pytest.mark.slow
@@ -182,6 +184,7 @@ def test_sigterm_stops_training_as_ctrl_c_does(two_folds, tmp_path):
     code, err = _stop_training(two_folds, tmp_path, signal.SIGTERM)
     assert code == 143
     last_line_only(err, "train.py: terminated")
+    assert (tmp_path / "area_1" / "log.txt").read_text().splitlines()[-1].endswith(" stopped: terminated (SIGTERM)")
     assert sorted(p.name for p in (tmp_path / "area_1").iterdir() if p.name.startswith(".")) == []
     assert load_checkpoint(tmp_path / "area_1" / "last.pt")["step"] >= 1
 

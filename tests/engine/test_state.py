@@ -40,7 +40,8 @@ def test_save_then_resume_restores_the_loop_the_learner_and_the_rng(tmp_path):
     state = FoldCheckpoints(tmp_path, b, ENV, {"train": {"seed": 0}}, {}).resume(lines.append)
     assert state == saved and state is not saved
     assert draws() == expected
-    assert lines == [f"resumed from {tmp_path / 'last.pt'}: epoch 2, batch 5, step 17"]
+    # as the epoch lines count (epoch 1/E is the first): it said "epoch 2, batch 5", the 3rd epoch's 5 batches
+    assert lines == [f"resumed from {tmp_path / 'last.pt'}: inside epoch 3, after its batch 5 (step 17)"]
     for p, q in zip(a.model.parameters(), b.model.parameters()):
         assert torch.equal(p, q)
     assert b.lr() == a.lr() and b.scheduler.last_epoch == a.scheduler.last_epoch == 3

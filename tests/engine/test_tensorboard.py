@@ -2,7 +2,11 @@
 its TensorBoard events, are room points coloured by the predictions evaluate wrote."""
 from __future__ import annotations
 
+import math
+import re
+
 import numpy as np
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
@@ -66,14 +70,15 @@ def test_a_resume_keeps_the_events_of_the_step_it_resumes_from(two_folds, tmp_pa
     def steps(run) -> dict[str, list[int]]:
         events = EventAccumulator(str(run / "area_1" / "tb"))
         events.Reload()
-        return {tag: [e.step for e in events.Scalars(tag)] for tag in ("train/loss", "train/miou", "val/miou")}
+        return {tag: [e.step for e in events.Scalars(tag)]
+                for tag in ("train/loss", "train/miou", "train/epoch_loss", "val/miou")}
 
     assert train(two_folds, tmp_path / "straight", "train.epochs=2", "train.val_every=1") == 0
     for _ in range(2):
         assert train(two_folds, tmp_path / "resumed", "train.epochs=2", "train.val_every=1",
                      "train.epochs_per_run=1") == 0
     assert steps(tmp_path / "resumed") == steps(tmp_path / "straight") == {
-        "train/loss": [1, 2, 3, 4], "train/miou": [2, 4], "val/miou": [2, 4]}
+        "train/loss": [1, 2, 3, 4], "train/miou": [2, 4], "train/epoch_loss": [2, 4], "val/miou": [2, 4]}
 
 
 class ColourWriter:
@@ -101,3 +106,31 @@ def test_a_network_of_more_classes_colours_its_own_classes(two_folds):
     for c, rgb in expected.items():
         assert (colors[pred == c] == rgb).all(), c
     assert class_palette(15)[13] == [217, 76, 76] and (pred == 13).any() and (pred == 255).any()
+
+
+def test_the_logged_learning_rate_is_the_one_each_step_trained_at(tiny_run):
+    """``train/lr`` at step k and the epoch line's ``lr`` were read after the schedule had stepped: the rate of
+    step k + 1 (0 at a cosine's last step, which trained at half the peak). Each is now the rate of the step
+    it is logged with: cosine's ``lr (1 + cos(pi s / (E S))) / 2`` at ``s = k - 1`` (lr 0.01, E = 1, S = 2)."""
+    events = EventAccumulator(str(tiny_run / "tb"))
+    events.Reload()
+    logged = [(e.step, e.value) for e in events.Scalars("train/lr")]
+    expected = [(k, 0.01 * (1 + math.cos(math.pi * (k - 1) / 2)) / 2) for k in (1, 2)]   # 0.01, 0.005
+    assert [step for step, _ in logged] == [1, 2]
+    assert [value for _, value in logged] == pytest.approx([value for _, value in expected], rel=1e-6)
+    line = re.search(r"epoch 1/1 .* lr (\S+) ", (tiny_run / "log.txt").read_text())
+    assert float(line.group(1)) == pytest.approx(0.005, rel=1e-3)   # the epoch's last step's rate
+
+
+def test_the_epoch_loss_is_logged_as_the_mean_of_the_steps(tiny_run):
+    """The docs said TensorBoard holds the epoch's train loss beside its OA and mIoU; only the steps' losses
+    were there. ``train/epoch_loss`` at the epoch's last step is the mean of its steps' ``train/loss`` (one
+    process), the epoch line's ``loss``."""
+    events = EventAccumulator(str(tiny_run / "tb"))
+    events.Reload()
+    steps = [e.value for e in events.Scalars("train/loss")]
+    epoch = [(e.step, e.value) for e in events.Scalars("train/epoch_loss")]
+    assert len(steps) == 2 and [step for step, _ in epoch] == [2]
+    assert epoch[0][1] == pytest.approx(sum(steps) / 2, rel=1e-6)
+    line = re.search(r"epoch 1/1  loss (\S+) ", (tiny_run / "log.txt").read_text())
+    assert float(line.group(1)) == pytest.approx(epoch[0][1], abs=5e-5)

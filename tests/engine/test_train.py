@@ -105,7 +105,8 @@ def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkey
     assert train(two_folds, tmp_path / "killed", *extra) == 0
 
     log = (tmp_path / "killed" / "area_1" / "log.txt").read_text()
-    assert f"resumed from {tmp_path / 'killed' / 'area_1' / 'last.pt'}: epoch {killed_at[0]}, batch {killed_at[1]}" in log
+    where = f"inside epoch {killed_at[0] + 1}, after its batch {killed_at[1]}" if killed_at[1] else f"after epoch {killed_at[0]}"
+    assert f"resumed from {tmp_path / 'killed' / 'area_1' / 'last.pt'}: {where} (step " in log
     a, b = weights(tmp_path / "straight" / "area_1" / "last.pt"), weights(tmp_path / "killed" / "area_1" / "last.pt")
     assert a.keys() == b.keys()
     for key in a:
@@ -186,6 +187,9 @@ def test_nan_loss_stops_and_saves_the_batch(two_folds, tmp_path, monkeypatch, ca
     monkeypatch.setattr(losses_mod.F, "cross_entropy", nan_on_third)  # the loss (engine/losses.py)
     assert train(two_folds, tmp_path, "data.loop=2") == 1  # 4 steps an epoch
     assert "the loss is nan at epoch 1, step 2 (batch 2 of the epoch)" in capsys.readouterr().err
+    # the fold's log.txt says it too (it ended with the run's set-up lines, without a reason)
+    last = (tmp_path / "area_1" / "log.txt").read_text().splitlines()[-1]
+    assert " stopped: fold 1: the loss is nan at epoch 1, step 2 (batch 2 of the epoch); " in last
     dump = torch.load(tmp_path / "area_1" / "nan_step_2.pt", weights_only=True)
     assert dump["step"] == 2 and dump["pos"].shape[0] == dump["y"].shape[0] == dump["ptr"][-1]
     assert dump["model"].keys() == weights_like(two_folds, tmp_path).keys()
@@ -317,7 +321,7 @@ def test_a_stop_under_force_says_to_drop_force(two_folds, tmp_path, capsys):
     assert (f"stopping in fold 1 after epoch 1: 1 epoch(s) trained in this run (train.epochs_per_run=1); the same "
             f"command without --force (with it, the fold starts again) continues from {last}") in capsys.readouterr().out
     assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1") == 0
-    assert f"resumed from {last}: epoch 1, batch 0" in capsys.readouterr().out
+    assert f"resumed from {last}: after epoch 1 (step 2)" in capsys.readouterr().out
     assert json.loads((tmp_path / "area_1" / "metrics.json").read_text())["complete"] is True
 
 
