@@ -30,9 +30,7 @@ checkpoints). :func:`run_folds` runs one fold or all of them; :func:`train` is `
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import shutil
 import sys
 from pathlib import Path
 
@@ -45,23 +43,19 @@ from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.identity import area_points
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed, graphs
-from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, describe_differences, fold_progress,
-                                          load_checkpoint, untested_eval)
+from pointgeope.engine.checkpoint import untested_eval
 from pointgeope.engine.config import Config, config_to_dict, save_config
 from pointgeope.engine.data_classes import absent_classes_warning, label_counts
 from pointgeope.engine.epoch_meter import EpochMeter
 from pointgeope.engine.evaluate import evaluate_fold, validate
-from pointgeope.engine.fold_record import check_trained_fold
-from pointgeope.engine.fold_result import fold_is_complete
+from pointgeope.engine.fold_skip import clear_fold, complete_metrics
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import prediction_metadata
 from pointgeope.engine.runio import Log, progress, record_stop
 from pointgeope.engine.small_batch import batch_norm_problem
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
-from pointgeope.engine.trained_data import check_data_of
 from pointgeope.errors import UserError
-from pointgeope.h5 import area_path
 from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.memory import neighbour_problem
 from pointgeope.model.ops.fps import FPS_RULE
@@ -285,51 +279,6 @@ def fold_folder(run: Path, env: distributed.DistEnv):
         for path in remove_leftovers(run) if env.is_main else ():
             print(f"removed {path}, left by an interrupted run", flush=True)
         yield
-
-
-def complete_metrics(run: Path, cfg: Config, fold: Fold, log=print) -> dict | None:
-    """The metrics of a complete ``fold`` trained with ``cfg`` (free keys aside) on the files of its areas
-    now in ``cfg.data.root``, ``None`` if the fold is not complete (a ``metrics.json`` of another test than
-    its predictions' too, said through ``log``: :mod:`~pointgeope.engine.fold_result`); a :class:`UserError` naming the
-    differing keys if it was trained with another config, the differing files if on other data, or the folds
-    if its ``last.pt`` was trained for another fold (:func:`~pointgeope.engine.fold_record.check_trained_fold`).
-
-    What was trained is read from the fold's ``last.pt`` (its config, epochs and the checksums of its area
-    files), never from ``config.yaml``, which a user may edit: a fold whose ``metrics.json`` says complete
-    but whose ``last.pt`` trained fewer epochs than ``cfg`` asks is continued, and one without ``last.pt``
-    is refused. ``data.root`` is a free key (where the files live), so the data is compared by checksum, as
-    a resume and ``evaluate`` compare it: a root prepared again from other rooms is not the fold's data."""
-    if not fold_is_complete(run, log):
-        return None
-    last = run / "last.pt"
-    if not last.is_file():
-        raise UserError(f"{run}: metrics.json says complete, but {last}, the record of what was trained, is "
-                        "missing; --force retrains the fold, or use another --run-dir")
-    ckpt = load_checkpoint(last)
-    diff = config_differences(checkpoint_config(ckpt, last), config_to_dict(cfg))
-    if diff:
-        raise UserError(f"{run} is complete with another config ({describe_differences(diff, 'run')}); --force "
-                        "retrains it, or use another --run-dir")
-    if fold_progress(last, ckpt)[0] < cfg.train.epochs:
-        return None
-    saved, root, areas = ckpt.get("data"), cfg.data.root, list(fold.train + fold.test)
-    check_trained_fold(last, ckpt.get("fold"), fold, root, log)
-    now = {area: None for area in set(saved or {}) | set(areas)}  # None: a file that is not there
-    now.update(area_checksums(root, [area for area in areas if area_path(root, area).is_file()]))
-    check_data_of(last, ckpt, now, root, print)
-    return json.loads((run / "metrics.json").read_text())
-
-
-def clear_fold(run: Path) -> None:
-    """``--force``: delete what a previous training of the fold wrote (its log.txt is kept)."""
-    for name in ("last.pt", "best.pt", "metrics.json", "config.yaml", "predictions", "tb"):
-        path = run / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-    for dump in run.glob("nan_step_*.pt"):
-        dump.unlink()
 
 
 def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, force: bool = False) -> list[dict]:
