@@ -6,8 +6,9 @@ confusion over the folds it covers (one fold in a short ablation). Per variant a
     mean = (1/S) sum_s x_s        std = sqrt( sum_s (x_s - mean)^2 / (S - 1) )        range = [min_s x_s, max_s x_s]
 
 and against the first variant (the baseline) the difference of the means, marked *within the spread* when
-the two ranges overlap (some seed of one variant scores as well as some seed of the other): such a
-difference is not shown to be real by these seeds. Written as ``ablation.md`` (tables), ``ablation.json``
+the two ranges overlap (some seed of one variant scores as well as some seed of the other, scores within
+1e-9 counting as equal: the +1e-10 of the ``all`` rule gives 1/13 as 0.0769230769230704 in one run and
+0.0769230769229443 in another): such a difference is not shown to be real by these seeds. Written as ``ablation.md`` (tables), ``ablation.json``
 (fractions, every seed's scores) and ``ablation.csv`` (one row per variant and score).
 """
 from __future__ import annotations
@@ -57,8 +58,14 @@ def spread(values: np.ndarray) -> dict:
             "min": float(values.min()) if n else math.nan, "max": float(values.max()) if n else math.nan}
 
 
+# Scores closer than this are one score: the `all` rule's +1e-10 (pointgeope.metrics) moves a class's term by
+# at most 1e-10, by another amount for another count, so 1/13 from one run and from another differ by ~1e-12.
+SAME_SCORE = 1e-9
+
+
 def _overlap(a: dict, b: dict) -> bool:
-    return a["min"] <= b["max"] and b["min"] <= a["max"]
+    """Whether the ranges ``[min, max]`` of two :func:`spread` overlap, ends within :data:`SAME_SCORE` touching."""
+    return a["min"] <= b["max"] + SAME_SCORE and b["min"] <= a["max"] + SAME_SCORE
 
 
 def _cell(s: dict, digits: int) -> str:
