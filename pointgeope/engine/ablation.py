@@ -12,7 +12,8 @@ A trial folder may hold other folds (an ablation of another fold into the same R
 report scores ``area_K`` alone, and each fold's report has its own folder, so an ablation of fold 2 leaves
 fold 1's report as it was.
 
-Everything is checked before the first trial starts (each trial's config, the fold, the data folder), so a
+Everything is checked before the first trial starts (each trial's config, the fold, the data folder, a saved
+trial trained with other settings, which train would refuse: :mod:`~pointgeope.engine.ablation_reuse`), so a
 mistake costs seconds. A rerun of the same command skips complete trials and resumes interrupted ones from
 their ``last.pt`` (``pointgeope train`` does both); a failed trial is named with its log and left out of
 the report, which says so, and so is a trial whose saved result is stale: complete, but trained or tested
@@ -42,6 +43,7 @@ from pathlib import Path
 
 from pointgeope.constants import fold_folder_name
 from pointgeope.data.folds import fold_of, load_folds
+from pointgeope.engine.ablation_reuse import check_reuse
 from pointgeope.engine.config import config_to_dict, load_config, override_key
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
@@ -103,7 +105,9 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     trials = _resume_threads(trials, test_area, threads, cfg.train.threads is not None)
     # each trial's config, checked (e.g. an unknown preset, named) and kept: what its saved result is compared
     # with after the trials ran (stale), whatever happens to the config file meanwhile
-    return [replace(t, config=config_to_dict(load_config(config, t.overrides(common)))) for t in trials], common
+    trials = [replace(t, config=config_to_dict(load_config(config, t.overrides(common)))) for t in trials]
+    check_reuse(trials, test_area, run_dir)     # a saved trial of other settings: train would refuse each one
+    return trials, common
 
 
 def _resume_threads(trials: list[Trial], test_area: int, threads: int | None, chosen: bool) -> list[Trial]:

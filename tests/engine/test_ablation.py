@@ -180,7 +180,7 @@ def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(two_fo
     """Fold 2 into the RUN of fold 1: its report scores area_2 alone (it pooled every fold the trial folders
     held, under the header "fold 2") and fold 1's report stays (it was overwritten). A rerun with
     another eval value: the skipped trial's old test is named stale, not scored under the new header; with
-    another train value every trial fails, and no old result is reported."""
+    another train value ablate refuses before any trial starts (train would refuse each one), naming what to do."""
     run, one = tmp_path / "abl", ("train.epochs=1",)
     assert cli(ablate_args(two_folds, run, *one, presets=("rpe",), seeds=("0",))) == 0
     fold_1 = (run / "report" / "fold_1" / "ablation.md").read_text()
@@ -197,8 +197,10 @@ def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(two_fo
         "stale: its test did not use this command's eval.max_fragments=1 (it used 2)")
     assert "1 trial(s) not reported, their saved results are stale: rpe seed 0" in capsys.readouterr().err
     assert cli(ablate_args(two_folds, run, "train.epochs=2", presets=("rpe",), seeds=("0",))) == 2
-    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: {run / 'report' / 'fold_1'}: none of the "
-                   "1 trial(s) has a result of fold 1 to report (rpe seed 0: failed (exit code 2), see its train.log)")
+    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: --run-dir {run}: 1 of the 1 trial(s) were "
+                   "trained with other settings than this command's (rpe seed 0: train.epochs: it used 1, now 2), "
+                   f"and train neither resumes nor reuses such a fold: give another --run-dir, or delete "
+                   f"{run / 'rpe' / 'seed_0' / 'area_1'} to train them again with these settings")
 
 
 def test_engine_code_does_not_import_later_layers():
@@ -348,3 +350,30 @@ def test_the_report_names_the_torch_threads_its_trials_were_trained_with(two_fol
     md = (run / "report" / "fold_1" / "ablation.md").read_text()
     assert "| rpe | 1 |" in md and "| none | 1 |" in md                         # both reported
     assert "Trained with torch CPU threads 1, 2 (the trials differ: their scores are not one setting's). " in md
+
+
+def test_a_saved_trial_of_other_settings_is_refused_before_any_trial_starts(two_folds, tmp_path, capsys):
+    """A rerun with another train.epochs started every trial, each refused by train with the advice of its
+    --force, which ablate has not (21 processes for `make ablation`'s grid), then failed with "none of the trials
+    has a result". Now plan() compares each trial's last.pt config with the trial's by train's rule, before any
+    trial starts; a free key (train.threads) is no difference, as for train."""
+    from pointgeope.engine.checkpoint import save_checkpoint
+    from pointgeope.engine.config import config_to_dict, load_config
+
+    run = tmp_path / "abl"
+    settings = [f"data.root={two_folds}", *TINY]
+    trials, common = plan(DEMO_CONFIG, ["rpe", "none"], [0, 1], 1, run, settings, 1)
+    for trial in trials[1:]:                                   # rpe seed 1, none seed 0, none seed 1: as asked
+        (trial.folder / "area_1").mkdir(parents=True)
+        saved = config_to_dict(load_config(DEMO_CONFIG, trial.overrides(common) + ["train.threads=3"]))
+        save_checkpoint(trial.folder / "area_1" / "last.pt", {"config": saved})
+    assert plan(DEMO_CONFIG, ["rpe", "none"], [0, 1], 1, run, settings, 1)[0] == trials
+    (trials[2].folder / "area_1" / "last.pt").unlink()           # none seed 0 trained for one epoch
+    older = config_to_dict(load_config(DEMO_CONFIG, trials[2].overrides(common) + ["train.epochs=1"]))
+    save_checkpoint(trials[2].folder / "area_1" / "last.pt", {"config": older})
+    assert cli(ablate_args(two_folds, run, presets=("rpe", "none"), seeds=("0", "1"))) == 2
+    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: --run-dir {run}: 1 of the 4 trial(s) were "
+                   "trained with other settings than this command's (none seed 0: train.epochs: it used 1, now 2), "
+                   "and train neither resumes nor reuses such a fold: give another --run-dir, or delete "
+                   f"{trials[2].folder / 'area_1'} to train them again with these settings")
+    assert not any(run.glob("*/*/train.log"))                # no trial started
