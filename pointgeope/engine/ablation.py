@@ -43,7 +43,7 @@ from pathlib import Path
 
 from pointgeope.constants import fold_folder_name
 from pointgeope.data.folds import fold_of, load_folds
-from pointgeope.engine.ablation_reuse import check_reuse
+from pointgeope.engine.ablation_reuse import check_reuse, check_run_dir, other_trials
 from pointgeope.engine.config import config_to_dict, load_config, override_key
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
@@ -90,6 +90,7 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
         if key in OWN_KEYS:
             raise UserError(f"override {text!r}: the ablation sets {key} for each trial (--presets, --seeds, "
                             "--run-dir); leave it out")
+    check_run_dir(run_dir)
     common = list(overrides)
     cfg = load_config(config, common, presets)     # the encodings' own keys against each preset, not model.pe
     if why := _unknown_preset(cfg, presets):
@@ -331,6 +332,10 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
         codes = _run_all(trials, [train + t.overrides(common) for t in trials], jobs)
         minutes = (time.perf_counter() - start) / 60
         left_out, notes = _left_out(trials, codes, test_area)
+        others = other_trials(trials, test_area, run_dir)
+        if others:
+            print(f"{run_dir} also holds trials of fold {test_area} outside this command's grid, not in its report: "
+                  f"{', '.join(others)}", flush=True)
         header = (f"# Ablation: {', '.join(presets)} x seeds {', '.join(map(str, seeds))}, fold {test_area}\n\n"
                   + (f"Command: `{command}`\n\n" if command else "")
                   + f"Config `{config}` with `{' '.join(common) or 'no overrides'}`; this invocation took "
@@ -338,6 +343,7 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
                   + "".join(f"{t.name} resumed with train.threads={t.threads}, its last.pt's. " for t in trials
                             if t.threads is not None)
                   + _threads_line([t for t in trials if (t.preset, t.seed) not in left_out], test_area)
+                  + (f"Not reported (trials of another grid in this folder): {', '.join(others)}. " if others else "")
                   + "Scores pooled over the fold's test area; mean ± sample std (min–max) over the seeds, %.\n\n")
         report([(t.preset, t.seed, t.folder) for t in trials], header, left_out, notes)
     failed = [t.name for t, code in zip(trials, codes) if code != 0]

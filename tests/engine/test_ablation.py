@@ -79,10 +79,12 @@ def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, cap
     assert cli(ablate_args(two_folds, run, "train.epochs=1", seeds=("0", "7"), jobs="2")) == 1
     out, err = capsys.readouterr()
     assert "rpe seed 0: done" in out and "rpe seed 7: FAILED (exit code" in out
+    assert f"{run} also holds trials of fold 1 outside this command's grid, not in its report: none seed 1, rpe seed 1" in out
     assert "2 trial(s) failed: rpe seed 7, none seed 7" in err
     assert "is complete, skipped" in (run / "rpe" / "seed_0" / "train.log").read_text()
     md = (run / "report" / "fold_1" / "ablation.md").read_text()
     assert "- rpe: seed 7 missing (" in md and "- none: seed 7 missing (" in md
+    assert "Not reported (trials of another grid in this folder): none seed 1, rpe seed 1. " in md.split("\n\n| ")[0]
     assert json.loads((run / "report" / "fold_1" / "ablation.json").read_text())["variants"][0]["seeds"] == [0]
 
 
@@ -377,3 +379,36 @@ def test_a_saved_trial_of_other_settings_is_refused_before_any_trial_starts(two_
                    "and train neither resumes nor reuses such a fold: give another --run-dir, or delete "
                    f"{trials[2].folder / 'area_1'} to train them again with these settings")
     assert not any(run.glob("*/*/train.log"))                # no trial started
+
+
+@pytest.mark.parametrize("holds, what", [("area_1", "area_1/, the fold folder of a training (pointgeope train writes "
+                                                     "RUN/area_K)"),
+                                          ("folds.json", "folds.json, a prepared data folder")])
+def test_a_run_dir_of_another_command_is_refused(two_folds, tmp_path, holds, what):
+    """ablate --run-dir of a training's run folder (or a trial's, or the prepared data) wrote its trials and
+    report among that command's outputs without a word."""
+    from pointgeope.errors import UserError
+
+    run = tmp_path / "run"
+    (run / holds).mkdir(parents=True) if holds.startswith("area_") else run.mkdir()
+    if holds == "folds.json":
+        (run / holds).write_text((two_folds / "folds.json").read_text())
+    with pytest.raises(UserError) as err:
+        plan(DEMO_CONFIG, ["rpe"], [0], 1, run, [f"data.root={two_folds}", *TINY], 1)
+    assert str(err.value) == (f"--run-dir {run}: it holds {what}; an ablation writes RUN/<preset>/seed_<s>/area_K and "
+                              "RUN/report/fold_K, which would mix with that: give it a folder of its own, e.g. "
+                              f"--run-dir {tmp_path / 'run_ablation'}")
+    assert [p.name for p in run.iterdir()] == [holds]                     # nothing written
+
+
+def test_other_trials_are_those_of_the_fold_outside_the_grid(two_folds, tmp_path):
+    from pointgeope.engine.ablation_reuse import other_trials
+
+    run = tmp_path / "abl"
+    trials, _ = plan(DEMO_CONFIG, ["rpe"], [0], 1, run, [f"data.root={two_folds}", *TINY], 1)
+    for folder in ("rpe/seed_0/area_1", "rpe/seed_12/area_1", "none/seed_3/area_1", "none/seed_4/area_2",
+                   "none/seed_x/area_1", "geope/seed_5/area_1"):
+        (run / folder).mkdir(parents=True)
+        if folder != "geope/seed_5/area_1":                                 # no metrics.json: never tested
+            (run / folder / "metrics.json").write_text("{}")
+    assert other_trials(trials, 1, run) == ["none seed 3", "rpe seed 12"]
