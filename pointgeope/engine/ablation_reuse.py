@@ -28,7 +28,7 @@ from pointgeope.engine.checkpoint import (
 )
 from pointgeope.errors import UserError
 
-__all__ = ["check_run_dir", "check_reuse", "other_trials"]
+__all__ = ["check_reuse", "check_run_dir", "other_trials"]
 
 
 def _trained_with(last: Path) -> dict | None:
