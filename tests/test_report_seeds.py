@@ -86,7 +86,7 @@ def test_json_and_csv_hold_the_same_numbers():
 
 def test_write_ablation_puts_the_header_first(tmp_path):
     written = write_ablation(variants(), tmp_path / "report", header="# My ablation\n\n")
-    assert [p.name for p in written] == ["ablation.md", "ablation.json", "ablation.csv"]
+    assert [p.name for p in written] == ["ablation.md", "ablation.csv", "ablation.json"]     # the record last
     assert (tmp_path / "report" / "ablation.md").read_text().startswith("# My ablation\n\n| variant |")
 
 
@@ -266,3 +266,29 @@ def test_scores_equal_but_for_the_smoothing_are_within_the_spread():
     diff = ablation_markdown([a, b]).split("Difference of the means to A")[1].split("Each seed")[0]
     b_row = next(line for line in diff.splitlines() if line.startswith("| B |"))
     assert b_row.split("|")[3].strip().endswith(" ~"), b_row           # mAcc's column
+
+
+def test_the_json_written_last_records_the_set_and_the_trials_files(tmp_path):
+    """The three files were written one after another with nothing tying them: a kill between the writes left
+    new tables beside the previous JSON, and the JSON named neither the command nor the files scored. Now
+    the JSON, written last, holds the header, each run's metrics.json with the sha256 of its bytes, and the
+    sha256 of the other two files (checked here with hashlib on the bytes on disk)."""
+    import hashlib
+    import json
+
+    from pointgeope.report.runs import load_run
+    from tests.test_report import write_fold
+
+    for seed in (0, 1):
+        write_fold(tmp_path / f"A{seed}", 1, wrong(13 * seed))
+    runs = [load_run(tmp_path / f"A{seed}", f"A{seed}", fold=1) for seed in (0, 1)]
+    out = tmp_path / "report"
+    write_ablation([Variant("A", [0, 1], runs)], out, header="# Ablation: A\n\nCommand: `x`\n\n")
+    record = json.loads((out / "ablation.json").read_text())
+    assert record["header"] == "# Ablation: A\n\nCommand: `x`\n\n"
+    assert record["outputs"] == {name: "sha256:" + hashlib.sha256((out / name).read_bytes()).hexdigest()
+                                 for name in ("ablation.md", "ablation.csv")}
+    for seed, entry in enumerate(record["variants"][0]["runs"]):
+        metrics = tmp_path / f"A{seed}" / "area_1" / "metrics.json"
+        assert entry["metrics"] == [{"path": str(metrics),
+                                     "sha256": "sha256:" + hashlib.sha256(metrics.read_bytes()).hexdigest()}]
