@@ -299,12 +299,22 @@ NOT_CHECKED = ("not checked: its metrics.json, config.yaml and checkpoints recor
                "pointgeope), so whether it used this command's settings is unknown")
 
 
+UNFINISHED = ("not finished: stopped before its last epoch (train.epochs_per_run), its last.pt kept; rerun the same "
+              "command to continue it")
+
+
 def _left_out(trials: list[Trial], codes: list[int], test_area: int) -> tuple[dict, dict]:
     """``({(preset, seed): why}, {(preset, seed): note})``: the trials the report must not score (failed
-    ones, stale ones), and those it scores with a note (their settings could not be checked)."""
+    ones, unfinished ones: a training that ended well before its last epoch, stale ones), and those it scores
+    with a note (their settings could not be checked)."""
+    from pointgeope.engine.fold_result import fold_is_complete
+
     out, notes = {}, {}
     for trial, code in zip(trials, codes):
-        why = f"failed (exit code {code}), see its train.log" if code else stale(trial, test_area)
+        fold = trial.folder / fold_folder_name(test_area)
+        unfinished = not code and (fold / "last.pt").is_file() and not fold_is_complete(fold)
+        why = (f"failed (exit code {code}), see its train.log" if code
+               else UNFINISHED if unfinished else stale(trial, test_area))
         if why is None:
             notes[(trial.preset, trial.seed)] = NOT_CHECKED
         elif why:
@@ -320,8 +330,8 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
     """``pointgeope ablate``: run the trials (``jobs`` at a time), then, still holding the run's lock,
     ``report([(preset, seed, folder) of every trial], header, left_out, notes)`` (the header names
     ``command``; ``left_out``: ``{(preset, seed): why}`` of the failed and stale trials; ``notes``: the same
-    of the trials scored whose settings could not be checked; the report layer writes ``RUN/report/fold_K``); 0 when every trial completed with this command's settings, 1 when some failed
-    or are stale (the report covers the others and names them)."""
+    of the trials scored whose settings could not be checked; the report layer writes ``RUN/report/fold_K``); 0 when every trial completed with this command's settings, 1 when some failed,
+    are unfinished (``train.epochs_per_run``) or stale (the report covers the others and names them)."""
     trials, common = plan(config, presets, seeds, test_area, run_dir, overrides, jobs)
     run_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(run_dir, command or " ".join(sys.argv)):
@@ -350,11 +360,16 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
     if failed:
         print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; see their train.log, rerun the same "
               "command to retry them", file=sys.stderr)
-    old = [t.name for t, code in zip(trials, codes) if code == 0 and (t.preset, t.seed) in left_out]
+    unfinished = [t.name for t in trials if left_out.get((t.preset, t.seed)) == UNFINISHED]
+    if unfinished:
+        print(f"{len(unfinished)} trial(s) stopped before their last epoch (train.epochs_per_run): "
+              f"{', '.join(unfinished)}; rerun the same command to continue them", file=sys.stderr)
+    old = [t.name for t, code in zip(trials, codes)
+           if code == 0 and (t.preset, t.seed) in left_out and t.name not in unfinished]
     if old:
         print(f"{len(old)} trial(s) not reported, their saved results are stale: {', '.join(old)}; the report's "
               "notes name the settings and the command that tests them with this command's", file=sys.stderr)
     if notes:
         print(f"{len(notes)} trial(s) reported without a check of their settings, their saved results record "
               f"none: {', '.join(f'{p} seed {s}' for p, s in notes)}", file=sys.stderr)
-    return 1 if failed or old else 0
+    return 1 if failed or old or unfinished else 0

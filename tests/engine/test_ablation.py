@@ -412,3 +412,23 @@ def test_other_trials_are_those_of_the_fold_outside_the_grid(two_folds, tmp_path
         if folder != "geope/seed_5/area_1":                                 # no metrics.json: never tested
             (run / folder / "metrics.json").write_text("{}")
     assert other_trials(trials, 1, run) == ["none seed 3", "rpe seed 12"]
+
+
+@pytest.mark.slow
+def test_a_trial_stopped_by_epochs_per_run_is_named_unfinished_and_the_rerun_continues_it(two_folds, tmp_path, capsys):
+    """train.epochs_per_run=1 of 2: each trial ended with exit code 0 before its last epoch; ablate said "done"
+    and its report named the trial missing for "no metrics.json", without a word that a rerun continues it
+    (and returned 0 where another trial had finished)."""
+    from pointgeope.engine.ablation import UNFINISHED, _left_out
+
+    run = tmp_path / "abl"
+    args = ablate_args(two_folds, run, "train.epochs=2", "train.epochs_per_run=1", presets=("rpe",), seeds=("0",))
+    assert cli(args) == 2
+    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: {run / 'report' / 'fold_1'}: none of the 1 "
+                   f"trial(s) has a result of fold 1 to report (rpe seed 0: {UNFINISHED})")
+    trials, _ = plan(DEMO_CONFIG, ["rpe", "none"], [0], 1, run, [f"data.root={two_folds}", *TINY], 1)
+    assert _left_out(trials, [0, 0], 1) == ({("rpe", 0): UNFINISHED}, {})     # none seed 0: nothing saved
+    assert cli(args) == 0                                                       # the rerun finishes it
+    metrics = json.loads((run / "rpe" / "seed_0" / "area_1" / "metrics.json").read_text())
+    assert metrics["complete"] and metrics["trained_epochs"] == 2
+    assert json.loads((run / "report" / "fold_1" / "ablation.json").read_text())["variants"][0]["seeds"] == [0]
