@@ -219,9 +219,11 @@ class _Running:
                 proc.wait()
 
 
-def _run(trial: Trial, argv: list[str], running: _Running) -> int | None:
+def _run(trial: Trial, argv: list[str], running: _Running, test_area: int) -> int | None:
     """Run one trial's ``pointgeope train`` (``argv``), its output appended to ``folder/train.log``; prints
-    how it ended, returns its exit code (``None``: not started, the trials were stopped)."""
+    how it ended, returns its exit code (``None``: not started, the trials were stopped). A failure whose
+    advice is train's ``--force``, which ablate does not have, is followed by ablate's way to it: the trial's
+    fold folder deleted."""
     trial.folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(trial.folder / "train.log", "a", encoding="utf-8") as log:
@@ -232,6 +234,8 @@ def _run(trial: Trial, argv: list[str], running: _Running) -> int | None:
     if code is None:
         return None
     why = _failure(trial.folder / "train.log", start_of_attempt) if code else ""
+    if "--force" in why:
+        why += f" (ablate has no --force: delete {trial.folder / fold_folder_name(test_area)} to train the trial again)"
     state = "done" if code == 0 else f"FAILED (exit code {code}): {why}"
     print(f"{trial.name}: {state} in {time.perf_counter() - start:.0f} s ({trial.folder / 'train.log'})", flush=True)
     return code
@@ -248,13 +252,13 @@ def _failure(path: Path, start: int) -> str:
     return (said or lines or [""])[-1]
 
 
-def _run_all(trials: list[Trial], argvs: list[list[str]], jobs: int) -> list[int]:
+def _run_all(trials: list[Trial], argvs: list[list[str]], jobs: int, test_area: int) -> list[int]:
     """Each trial's exit code, ``jobs`` at a time; Ctrl-C or SIGTERM stops the running ones and starts no
     other (:class:`_Running`), then goes on up (one line, exit code 130 or 143: ``run_command``)."""
     running = _Running()
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        return list(pool.map(lambda job: _run(*job, running), zip(trials, argvs)))
+        return list(pool.map(lambda job: _run(*job, running, test_area), zip(trials, argvs)))
     except BaseException:
         running.stop()
         raise
@@ -339,7 +343,7 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
               f"{jobs} at a time, in {run_dir}", flush=True)
         start = time.perf_counter()
         train = [sys.executable, "-m", "pointgeope", "train", "--config", str(config), "--test-area", str(test_area)]
-        codes = _run_all(trials, [train + t.overrides(common) for t in trials], jobs)
+        codes = _run_all(trials, [train + t.overrides(common) for t in trials], jobs, test_area)
         minutes = (time.perf_counter() - start) / 60
         left_out, notes = _left_out(trials, codes, test_area)
         others = other_trials(trials, test_area, run_dir)

@@ -432,3 +432,20 @@ def test_a_trial_stopped_by_epochs_per_run_is_named_unfinished_and_the_rerun_con
     metrics = json.loads((run / "rpe" / "seed_0" / "area_1" / "metrics.json").read_text())
     assert metrics["complete"] and metrics["trained_epochs"] == 2
     assert json.loads((run / "report" / "fold_1" / "ablation.json").read_text())["variants"][0]["seeds"] == [0]
+
+
+@pytest.mark.slow
+def test_a_trial_refused_with_trains_force_advice_names_ablates_way(two_folds, tmp_path, capsys):
+    """A trial refused by train with "--force retrains the fold" (here its last.pt deleted) was reported with
+    that advice alone, which ablate cannot follow: ablate has no --force."""
+    run = tmp_path / "abl"
+    args = ablate_args(two_folds, run, "train.epochs=1", presets=("rpe",), seeds=("0",))
+    assert cli(args) == 0
+    fold = run / "rpe" / "seed_0" / "area_1"
+    (fold / "last.pt").unlink()
+    capsys.readouterr()
+    assert cli(args) == 2
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("rpe seed 0: FAILED"))
+    assert "--force retrains the fold" in line
+    assert line.endswith(f"(ablate has no --force: delete {fold} to train the trial again) in "
+                         f"{line.rsplit(' in ', 1)[1]}")
