@@ -20,6 +20,14 @@ def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1")
             str(run), "--presets", ",".join(presets), "--seeds", ",".join(seeds), "--jobs", jobs, *TINY, *overrides]
 
 
+def trial_config(config, root, preset="rpe", seed=0) -> dict:
+    """The config (plain dict) of the trial ``preset`` seed ``seed`` of an ablation of ``config`` over
+    ``root`` without other overrides: what a last.pt planted for it must record, else ablate refuses it."""
+    from pointgeope.engine.config import config_to_dict, load_config
+
+    return config_to_dict(load_config(config, [f"data.root={root}", f"model.pe={preset}", f"train.seed={seed}"]))
+
+
 @pytest.mark.parametrize("presets, seeds, jobs, extra, message", [
     (("rpe", "rpe"), ("0",), "1", (), "--presets: expected distinct values, got rpe rpe"),
     (("rpe",), ("1", "1"), "1", (), "--seeds: expected distinct values, got 1 1"),
@@ -270,6 +278,7 @@ def test_a_resumed_trial_keeps_its_checkpoints_threads_and_ablate_says_so(two_fo
     fold.mkdir(parents=True)
     ckpt = torch.load(tiny_run / "last.pt", weights_only=True)
     ckpt["threads"] = 3                                    # a count no setting here gives
+    ckpt["config"] = trial_config(unpinned_config, two_folds)   # the trial's settings: train resumes it
     torch.save(ckpt, fold / "last.pt")
     trials, common = plan(unpinned_config, ["rpe", "none"], [0], 1, tmp_path, [f"data.root={two_folds}", *extra],
                           int(jobs))
@@ -319,6 +328,7 @@ def test_a_resumed_trials_thread_count_is_read_without_its_tensors(two_folds, ti
     fold.mkdir(parents=True)
     ckpt = torch.load(tiny_run / "last.pt", weights_only=True)
     ckpt["threads"], ckpt["model"]["big"] = 3, torch.ones(16 * 2**20)             # 64 MiB of float32
+    ckpt["config"] = trial_config(unpinned_config, two_folds)
     torch.save(ckpt, fold / "last.pt")
     out = subprocess.run([sys.executable, "-c", PEAK_AFTER_PLAN, str(unpinned_config), str(tmp_path / "abl"),
                           str(two_folds)], capture_output=True, text=True, check=True).stdout
