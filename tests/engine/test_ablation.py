@@ -391,9 +391,9 @@ def test_a_saved_trial_of_other_settings_is_refused_before_any_trial_starts(two_
     assert not any(run.glob("*/*/train.log"))                # no trial started
 
 
-@pytest.mark.parametrize("holds, what", [("area_1", "area_1/, the fold folder of a training (pointgeope train writes "
-                                                     "RUN/area_K)"),
-                                          ("folds.json", "folds.json, a prepared data folder")])
+@pytest.mark.parametrize("holds, what", [
+    ("area_1", "area_1/, the fold folder of a training (pointgeope train writes RUN/area_K)"),
+    ("folds.json", "folds.json, a prepared data folder")])
 def test_a_run_dir_of_another_command_is_refused(two_folds, tmp_path, holds, what):
     """ablate --run-dir of a training's run folder (or a trial's, or the prepared data) wrote its trials and
     report among that command's outputs without a word."""
