@@ -396,6 +396,20 @@ def test_a_fold_folder_given_as_the_run_names_its_run(tmp_path, capsys):
         f"area_6; give its run folder, {run}"]
 
 
+def test_an_ablations_run_folder_names_its_report(tmp_path, capsys):
+    """``report RUN`` of ``ablate --run-dir RUN`` said "no complete fold ... (no area_1/ folder), ...": the
+    trials are in RUN/<preset>/seed_<s>, their report in RUN/report/fold_K."""
+    run = tmp_path / "abl"
+    write_fold(run / "rpe" / "seed_0", 1, perfect())
+    (run / "report" / "fold_1").mkdir(parents=True)
+    (run / "report" / "fold_1" / "ablation.md").write_text("# Ablation\n")
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"pointgeope report: error: {run}: an ablation's run folder (pointgeope ablate), not a training's: its "
+        f"report is {run / 'report' / 'fold_1' / 'ablation.md'}; `pointgeope report {run / '<preset>' / 'seed_<s>'}` "
+        "reports one trial"]
+
+
 def test_a_report_into_its_run_leaves_the_folds_temporary_files(tmp_path):
     """report --out RUN searched every folder below out for a killed writer's temporary files and deleted a
     running train's ``.last.pt.XXXXXXXX.tmp`` in RUN/area_1 (its lock is out's, not the fold's), so that

@@ -86,7 +86,7 @@ def test_json_and_csv_hold_the_same_numbers():
 
 def test_write_ablation_puts_the_header_first(tmp_path):
     written = write_ablation(variants(), tmp_path / "report", header="# My ablation\n\n")
-    assert [p.name for p in written] == ["ablation.md", "ablation.json", "ablation.csv"]
+    assert [p.name for p in written] == ["ablation.md", "ablation.csv", "ablation.json"]     # the record last
     assert (tmp_path / "report" / "ablation.md").read_text().startswith("# My ablation\n\n| variant |")
 
 
@@ -244,3 +244,51 @@ def test_a_seed_of_several_folds_scores_its_pooled_confusion():
     v = Variant("A", [0], [two])
     np.testing.assert_allclose(v.values("oa"), [338 / 390], rtol=1e-12)
     assert math.isclose(ablation_json([v])["variants"][0]["runs"][0]["oa"], 338 / 390, rel_tol=1e-12)
+
+
+def test_scores_equal_but_for_the_smoothing_are_within_the_spread():
+    """A run that predicts one class c everywhere scores mAcc = (1/13) GT_c / (GT_c + 1e-10) under the `all`
+    rule: 1/13 but for the +1e-10, which differs with the class's count (2e-12 apart here). The table showed
+    A's range (7.7–7.7) touching B's (6.8–7.7) and the difference without the `~` that touching ranges get."""
+    counts = np.array([7, 3, 11] + [5] * (NUM_CLASSES - 3))
+
+    def scored(name: str, columns: dict[int, np.ndarray]) -> RunSummary:
+        confusion = np.zeros((NUM_CLASSES, NUM_CLASSES), dtype=np.int64)
+        for predicted, column in columns.items():
+            confusion[:, predicted] = column
+        fold = FoldResult("Area_1", 1, confusion, Path(name) / "area_1", class_mean="all")
+        return RunSummary(name, Path(name), [fold], class_mean="all")
+
+    a = Variant("A", [0], [scored("a", {0: counts})])
+    b = Variant("B", [0, 1], [scored("b0", {1: counts}), scored("b1", {1: counts // 2, 2: counts - counts // 2})])
+    (a_macc,), (b_top, b_low) = a.values("macc"), b.values("macc")
+    assert 0 < a_macc - b_top < 1e-11 and b_low < 0.07               # equal but for the smoothing; B spreads
+    diff = ablation_markdown([a, b]).split("Difference of the means to A")[1].split("Each seed")[0]
+    b_row = next(line for line in diff.splitlines() if line.startswith("| B |"))
+    assert b_row.split("|")[3].strip().endswith(" ~"), b_row           # mAcc's column
+
+
+def test_the_json_written_last_records_the_set_and_the_trials_files(tmp_path):
+    """The three files were written one after another with nothing tying them: a kill between the writes left
+    new tables beside the previous JSON, and the JSON named neither the command nor the files scored. Now
+    the JSON, written last, holds the header, each run's metrics.json with the sha256 of its bytes, and the
+    sha256 of the other two files (checked here with hashlib on the bytes on disk)."""
+    import hashlib
+    import json
+
+    from pointgeope.report.runs import load_run
+    from tests.test_report import write_fold
+
+    for seed in (0, 1):
+        write_fold(tmp_path / f"A{seed}", 1, wrong(13 * seed))
+    runs = [load_run(tmp_path / f"A{seed}", f"A{seed}", fold=1) for seed in (0, 1)]
+    out = tmp_path / "report"
+    write_ablation([Variant("A", [0, 1], runs)], out, header="# Ablation: A\n\nCommand: `x`\n\n")
+    record = json.loads((out / "ablation.json").read_text())
+    assert record["header"] == "# Ablation: A\n\nCommand: `x`\n\n"
+    assert record["outputs"] == {name: "sha256:" + hashlib.sha256((out / name).read_bytes()).hexdigest()
+                                 for name in ("ablation.md", "ablation.csv")}
+    for seed, entry in enumerate(record["variants"][0]["runs"]):
+        metrics = tmp_path / f"A{seed}" / "area_1" / "metrics.json"
+        assert entry["metrics"] == [{"path": str(metrics),
+                                     "sha256": "sha256:" + hashlib.sha256(metrics.read_bytes()).hexdigest()}]

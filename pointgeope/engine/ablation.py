@@ -12,7 +12,8 @@ A trial folder may hold other folds (an ablation of another fold into the same R
 report scores ``area_K`` alone, and each fold's report has its own folder, so an ablation of fold 2 leaves
 fold 1's report as it was.
 
-Everything is checked before the first trial starts (each trial's config, the fold, the data folder), so a
+Everything is checked before the first trial starts (each trial's config, the fold, the data folder, a saved
+trial trained with other settings, which train would refuse: :mod:`~pointgeope.engine.ablation_reuse`), so a
 mistake costs seconds. A rerun of the same command skips complete trials and resumes interrupted ones from
 their ``last.pt`` (``pointgeope train`` does both); a failed trial is named with its log and left out of
 the report, which says so, and so is a trial whose saved result is stale: complete, but trained or tested
@@ -42,6 +43,7 @@ from pathlib import Path
 
 from pointgeope.constants import fold_folder_name
 from pointgeope.data.folds import fold_of, load_folds
+from pointgeope.engine.ablation_reuse import check_reuse, check_run_dir, other_trials
 from pointgeope.engine.config import config_to_dict, load_config, override_key
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
@@ -88,6 +90,7 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
         if key in OWN_KEYS:
             raise UserError(f"override {text!r}: the ablation sets {key} for each trial (--presets, --seeds, "
                             "--run-dir); leave it out")
+    check_run_dir(run_dir)
     common = list(overrides)
     cfg = load_config(config, common, presets)     # the encodings' own keys against each preset, not model.pe
     if why := _unknown_preset(cfg, presets):
@@ -103,7 +106,9 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     trials = _resume_threads(trials, test_area, threads, cfg.train.threads is not None)
     # each trial's config, checked (e.g. an unknown preset, named) and kept: what its saved result is compared
     # with after the trials ran (stale), whatever happens to the config file meanwhile
-    return [replace(t, config=config_to_dict(load_config(config, t.overrides(common)))) for t in trials], common
+    trials = [replace(t, config=config_to_dict(load_config(config, t.overrides(common)))) for t in trials]
+    check_reuse(trials, test_area, run_dir)     # a saved trial of other settings: train would refuse each one
+    return trials, common
 
 
 def _resume_threads(trials: list[Trial], test_area: int, threads: int | None, chosen: bool) -> list[Trial]:
@@ -214,9 +219,11 @@ class _Running:
                 proc.wait()
 
 
-def _run(trial: Trial, argv: list[str], running: _Running) -> int | None:
+def _run(trial: Trial, argv: list[str], running: _Running, test_area: int) -> int | None:
     """Run one trial's ``pointgeope train`` (``argv``), its output appended to ``folder/train.log``; prints
-    how it ended, returns its exit code (``None``: not started, the trials were stopped)."""
+    how it ended, returns its exit code (``None``: not started, the trials were stopped). A failure whose
+    advice is train's ``--force``, which ablate does not have, is followed by ablate's way to it: the trial's
+    fold folder deleted."""
     trial.folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(trial.folder / "train.log", "a", encoding="utf-8") as log:
@@ -227,6 +234,8 @@ def _run(trial: Trial, argv: list[str], running: _Running) -> int | None:
     if code is None:
         return None
     why = _failure(trial.folder / "train.log", start_of_attempt) if code else ""
+    if "--force" in why:
+        why += f" (ablate has no --force: delete {trial.folder / fold_folder_name(test_area)} to train the trial again)"
     state = "done" if code == 0 else f"FAILED (exit code {code}): {why}"
     print(f"{trial.name}: {state} in {time.perf_counter() - start:.0f} s ({trial.folder / 'train.log'})", flush=True)
     return code
@@ -243,13 +252,13 @@ def _failure(path: Path, start: int) -> str:
     return (said or lines or [""])[-1]
 
 
-def _run_all(trials: list[Trial], argvs: list[list[str]], jobs: int) -> list[int]:
+def _run_all(trials: list[Trial], argvs: list[list[str]], jobs: int, test_area: int) -> list[int]:
     """Each trial's exit code, ``jobs`` at a time; Ctrl-C or SIGTERM stops the running ones and starts no
     other (:class:`_Running`), then goes on up (one line, exit code 130 or 143: ``run_command``)."""
     running = _Running()
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        return list(pool.map(lambda job: _run(*job, running), zip(trials, argvs)))
+        return list(pool.map(lambda job: _run(*job, running, test_area), zip(trials, argvs)))
     except BaseException:
         running.stop()
         raise
@@ -294,12 +303,22 @@ NOT_CHECKED = ("not checked: its metrics.json, config.yaml and checkpoints recor
                "pointgeope), so whether it used this command's settings is unknown")
 
 
+UNFINISHED = ("not finished: stopped before its last epoch (train.epochs_per_run), its last.pt kept; rerun the same "
+              "command to continue it")
+
+
 def _left_out(trials: list[Trial], codes: list[int], test_area: int) -> tuple[dict, dict]:
     """``({(preset, seed): why}, {(preset, seed): note})``: the trials the report must not score (failed
-    ones, stale ones), and those it scores with a note (their settings could not be checked)."""
+    ones, unfinished ones: a training that ended well before its last epoch, stale ones), and those it scores
+    with a note (their settings could not be checked)."""
+    from pointgeope.engine.fold_result import fold_is_complete
+
     out, notes = {}, {}
     for trial, code in zip(trials, codes):
-        why = f"failed (exit code {code}), see its train.log" if code else stale(trial, test_area)
+        fold = trial.folder / fold_folder_name(test_area)
+        unfinished = not code and (fold / "last.pt").is_file() and not fold_is_complete(fold)
+        why = (f"failed (exit code {code}), see its train.log" if code
+               else UNFINISHED if unfinished else stale(trial, test_area))
         if why is None:
             notes[(trial.preset, trial.seed)] = NOT_CHECKED
         elif why:
@@ -315,8 +334,8 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
     """``pointgeope ablate``: run the trials (``jobs`` at a time), then, still holding the run's lock,
     ``report([(preset, seed, folder) of every trial], header, left_out, notes)`` (the header names
     ``command``; ``left_out``: ``{(preset, seed): why}`` of the failed and stale trials; ``notes``: the same
-    of the trials scored whose settings could not be checked; the report layer writes ``RUN/report/fold_K``); 0 when every trial completed with this command's settings, 1 when some failed
-    or are stale (the report covers the others and names them)."""
+    of the trials scored whose settings could not be checked; the report layer writes ``RUN/report/fold_K``); 0 when every trial completed with this command's settings, 1 when some failed,
+    are unfinished (``train.epochs_per_run``) or stale (the report covers the others and names them)."""
     trials, common = plan(config, presets, seeds, test_area, run_dir, overrides, jobs)
     run_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(run_dir, command or " ".join(sys.argv)):
@@ -324,9 +343,13 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
               f"{jobs} at a time, in {run_dir}", flush=True)
         start = time.perf_counter()
         train = [sys.executable, "-m", "pointgeope", "train", "--config", str(config), "--test-area", str(test_area)]
-        codes = _run_all(trials, [train + t.overrides(common) for t in trials], jobs)
+        codes = _run_all(trials, [train + t.overrides(common) for t in trials], jobs, test_area)
         minutes = (time.perf_counter() - start) / 60
         left_out, notes = _left_out(trials, codes, test_area)
+        others = other_trials(trials, test_area, run_dir)
+        if others:
+            print(f"{run_dir} also holds trials of fold {test_area} outside this command's grid, not in its report: "
+                  f"{', '.join(others)}", flush=True)
         header = (f"# Ablation: {', '.join(presets)} x seeds {', '.join(map(str, seeds))}, fold {test_area}\n\n"
                   + (f"Command: `{command}`\n\n" if command else "")
                   + f"Config `{config}` with `{' '.join(common) or 'no overrides'}`; this invocation took "
@@ -334,17 +357,23 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
                   + "".join(f"{t.name} resumed with train.threads={t.threads}, its last.pt's. " for t in trials
                             if t.threads is not None)
                   + _threads_line([t for t in trials if (t.preset, t.seed) not in left_out], test_area)
+                  + (f"Not reported (trials of another grid in this folder): {', '.join(others)}. " if others else "")
                   + "Scores pooled over the fold's test area; mean ± sample std (min–max) over the seeds, %.\n\n")
         report([(t.preset, t.seed, t.folder) for t in trials], header, left_out, notes)
     failed = [t.name for t, code in zip(trials, codes) if code != 0]
     if failed:
         print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; see their train.log, rerun the same "
               "command to retry them", file=sys.stderr)
-    old = [t.name for t, code in zip(trials, codes) if code == 0 and (t.preset, t.seed) in left_out]
+    unfinished = [t.name for t in trials if left_out.get((t.preset, t.seed)) == UNFINISHED]
+    if unfinished:
+        print(f"{len(unfinished)} trial(s) stopped before their last epoch (train.epochs_per_run): "
+              f"{', '.join(unfinished)}; rerun the same command to continue them", file=sys.stderr)
+    old = [t.name for t, code in zip(trials, codes)
+           if code == 0 and (t.preset, t.seed) in left_out and t.name not in unfinished]
     if old:
         print(f"{len(old)} trial(s) not reported, their saved results are stale: {', '.join(old)}; the report's "
               "notes name the settings and the command that tests them with this command's", file=sys.stderr)
     if notes:
         print(f"{len(notes)} trial(s) reported without a check of their settings, their saved results record "
               f"none: {', '.join(f'{p} seed {s}' for p, s in notes)}", file=sys.stderr)
-    return 1 if failed or old else 0
+    return 1 if failed or old or unfinished else 0

@@ -281,6 +281,9 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
     if FOLD_NAME.fullmatch(run.name) and (run / METRICS_FILE).is_file():   # RUN/area_K given as the run
         raise ReportError(f"{run}: a fold folder (RUN/area_K), not a run folder holding area_1 .. area_{len(AREAS)}; "
                           f"give its run folder, {run.parent}")
+    if not any(run.glob("area_*")) and (ablation := sorted(run.glob("report/fold_*/ablation.md"))):
+        raise ReportError(f"{run}: an ablation's run folder (pointgeope ablate), not a training's: its report is "
+                          f"{ablation[0]}; `pointgeope report {run / '<preset>' / 'seed_<s>'}` reports one trial")
     folds, missing = [], []
     for k, area in enumerate(AREAS, start=1):
         if fold is not None and k != fold:

@@ -6,9 +6,12 @@ confusion over the folds it covers (one fold in a short ablation). Per variant a
     mean = (1/S) sum_s x_s        std = sqrt( sum_s (x_s - mean)^2 / (S - 1) )        range = [min_s x_s, max_s x_s]
 
 and against the first variant (the baseline) the difference of the means, marked *within the spread* when
-the two ranges overlap (some seed of one variant scores as well as some seed of the other): such a
-difference is not shown to be real by these seeds. Written as ``ablation.md`` (tables), ``ablation.json``
-(fractions, every seed's scores) and ``ablation.csv`` (one row per variant and score).
+the two ranges overlap (some seed of one variant scores as well as some seed of the other, scores within
+1e-9 counting as equal: the +1e-10 of the ``all`` rule gives 1/13 as 0.0769230769230704 in one run and
+0.0769230769229443 in another): such a difference is not shown to be real by these seeds. Written as
+``ablation.md`` (tables), ``ablation.csv`` (one row per variant and score) and, last, ``ablation.json``
+(fractions, every seed's scores and the files they came from, the checksums of the other two:
+:func:`write_ablation`).
 """
 from __future__ import annotations
 
@@ -57,8 +60,14 @@ def spread(values: np.ndarray) -> dict:
             "min": float(values.min()) if n else math.nan, "max": float(values.max()) if n else math.nan}
 
 
+# Scores closer than this are one score: the `all` rule's +1e-10 (pointgeope.metrics) moves a class's term by
+# at most 1e-10, by another amount for another count, so 1/13 from one run and from another differ by ~1e-12.
+SAME_SCORE = 1e-9
+
+
 def _overlap(a: dict, b: dict) -> bool:
-    return a["min"] <= b["max"] and b["min"] <= a["max"]
+    """Whether the ranges ``[min, max]`` of two :func:`spread` overlap, ends within :data:`SAME_SCORE` touching."""
+    return a["min"] <= b["max"] + SAME_SCORE and b["min"] <= a["max"] + SAME_SCORE
 
 
 def _cell(s: dict, digits: int) -> str:
@@ -127,14 +136,16 @@ def _mixed_rules(runs: list[RunSummary]) -> str:
 
 
 def ablation_json(variants: list[Variant]) -> dict:
-    """Fractions (NaN -> null): per variant the seeds, each seed's pooled scores, mean/std/min/max."""
+    """Fractions (NaN -> null): per variant the seeds, each seed's pooled scores and the ``metrics.json`` files
+    (path, sha256 of the bytes) they were read from, mean/std/min/max."""
     out = []
     for v in variants:
         out.append({"name": v.name, "seeds": list(v.seeds),
                     "missing": [{"seed": s, "reason": why} for s, why in v.missing],
                     "notes": [{"seed": s, "note": note} for s, note in v.notes],
                     "folds": sorted({a for run in v.runs for a in run.areas}),
-                    "runs": [{"seed": seed, "path": str(run.path), **{k: run.pooled[k] for k in MEANS}}
+                    "runs": [{"seed": seed, "path": str(run.path), **{k: run.pooled[k] for k in MEANS},
+                              "metrics": [{"path": str(f.path), "sha256": f.sha256} for f in run.folds]}
                              for seed, run in zip(v.seeds, v.runs)],
                     **{k: spread(v.values(k)) for k in MEANS}})
     return json_safe({"variants": out})
@@ -153,15 +164,22 @@ def ablation_csv(variants: list[Variant]) -> str:
 
 
 def write_ablation(variants: list[Variant], out: Path, header: str = "", digits: int = 1) -> list[Path]:
-    """Write ``ablation.md`` (``header`` first), ``ablation.json`` and ``ablation.csv`` into ``out``."""
+    """Write ``ablation.md`` (``header`` first), ``ablation.csv``, then ``ablation.json`` into ``out``, each
+    atomically. The JSON, written last, is the record of the set: the ``header`` (the command and its
+    settings), each run's ``metrics.json`` files with the sha256 of the bytes scored, and under ``"outputs"``
+    the sha256 of the other two files, so that a reader tells a set cut by a kill between the writes (new
+    tables beside the previous record) from a whole one."""
+    import hashlib
     import json
 
     from pointgeope.atomic import write_text_atomic
 
     out.mkdir(parents=True, exist_ok=True)
-    return [write_text_atomic(out / "ablation.md", header + ablation_markdown(variants, digits)),
-            write_text_atomic(out / "ablation.json", json.dumps(ablation_json(variants), indent=1) + "\n"),
-            write_text_atomic(out / "ablation.csv", ablation_csv(variants))]
+    tables = {"ablation.md": header + ablation_markdown(variants, digits), "ablation.csv": ablation_csv(variants)}
+    written = [write_text_atomic(out / name, text) for name, text in tables.items()]
+    record = {"header": header, **ablation_json(variants),
+              "outputs": {name: f"sha256:{hashlib.sha256(text.encode()).hexdigest()}" for name, text in tables.items()}}
+    return written + [write_text_atomic(out / "ablation.json", json.dumps(record, indent=1) + "\n")]
 
 
 def write_trials(trials: list[tuple[str, int, Path]], out: Path, header: str = "", digits: int = 1,

@@ -20,6 +20,14 @@ def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1")
             str(run), "--presets", ",".join(presets), "--seeds", ",".join(seeds), "--jobs", jobs, *TINY, *overrides]
 
 
+def trial_config(config, root, preset="rpe", seed=0) -> dict:
+    """The config (plain dict) of the trial ``preset`` seed ``seed`` of an ablation of ``config`` over
+    ``root`` without other overrides: what a last.pt planted for it must record, else ablate refuses it."""
+    from pointgeope.engine.config import config_to_dict, load_config
+
+    return config_to_dict(load_config(config, [f"data.root={root}", f"model.pe={preset}", f"train.seed={seed}"]))
+
+
 @pytest.mark.parametrize("presets, seeds, jobs, extra, message", [
     (("rpe", "rpe"), ("0",), "1", (), "--presets: expected distinct values, got rpe rpe"),
     (("rpe",), ("1", "1"), "1", (), "--seeds: expected distinct values, got 1 1"),
@@ -79,10 +87,12 @@ def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, cap
     assert cli(ablate_args(two_folds, run, "train.epochs=1", seeds=("0", "7"), jobs="2")) == 1
     out, err = capsys.readouterr()
     assert "rpe seed 0: done" in out and "rpe seed 7: FAILED (exit code" in out
+    assert f"{run} also holds trials of fold 1 outside this command's grid, not in its report: none seed 1, rpe seed 1" in out
     assert "2 trial(s) failed: rpe seed 7, none seed 7" in err
     assert "is complete, skipped" in (run / "rpe" / "seed_0" / "train.log").read_text()
     md = (run / "report" / "fold_1" / "ablation.md").read_text()
     assert "- rpe: seed 7 missing (" in md and "- none: seed 7 missing (" in md
+    assert "Not reported (trials of another grid in this folder): none seed 1, rpe seed 1. " in md.split("\n\n| ")[0]
     assert json.loads((run / "report" / "fold_1" / "ablation.json").read_text())["variants"][0]["seeds"] == [0]
 
 
@@ -180,7 +190,7 @@ def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(two_fo
     """Fold 2 into the RUN of fold 1: its report scores area_2 alone (it pooled every fold the trial folders
     held, under the header "fold 2") and fold 1's report stays (it was overwritten). A rerun with
     another eval value: the skipped trial's old test is named stale, not scored under the new header; with
-    another train value every trial fails, and no old result is reported."""
+    another train value ablate refuses before any trial starts (train would refuse each one), naming what to do."""
     run, one = tmp_path / "abl", ("train.epochs=1",)
     assert cli(ablate_args(two_folds, run, *one, presets=("rpe",), seeds=("0",))) == 0
     fold_1 = (run / "report" / "fold_1" / "ablation.md").read_text()
@@ -197,8 +207,10 @@ def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(two_fo
         "stale: its test did not use this command's eval.max_fragments=1 (it used 2)")
     assert "1 trial(s) not reported, their saved results are stale: rpe seed 0" in capsys.readouterr().err
     assert cli(ablate_args(two_folds, run, "train.epochs=2", presets=("rpe",), seeds=("0",))) == 2
-    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: {run / 'report' / 'fold_1'}: none of the "
-                   "1 trial(s) has a result of fold 1 to report (rpe seed 0: failed (exit code 2), see its train.log)")
+    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: --run-dir {run}: 1 of the 1 trial(s) were "
+                   "trained with other settings than this command's (rpe seed 0: train.epochs: it used 1, now 2), "
+                   f"and train neither resumes nor reuses such a fold: give another --run-dir, or delete "
+                   f"{run / 'rpe' / 'seed_0' / 'area_1'} to train them again with these settings")
 
 
 def test_engine_code_does_not_import_later_layers():
@@ -266,6 +278,7 @@ def test_a_resumed_trial_keeps_its_checkpoints_threads_and_ablate_says_so(two_fo
     fold.mkdir(parents=True)
     ckpt = torch.load(tiny_run / "last.pt", weights_only=True)
     ckpt["threads"] = 3                                    # a count no setting here gives
+    ckpt["config"] = trial_config(unpinned_config, two_folds)   # the trial's settings: train resumes it
     torch.save(ckpt, fold / "last.pt")
     trials, common = plan(unpinned_config, ["rpe", "none"], [0], 1, tmp_path, [f"data.root={two_folds}", *extra],
                           int(jobs))
@@ -315,6 +328,7 @@ def test_a_resumed_trials_thread_count_is_read_without_its_tensors(two_folds, ti
     fold.mkdir(parents=True)
     ckpt = torch.load(tiny_run / "last.pt", weights_only=True)
     ckpt["threads"], ckpt["model"]["big"] = 3, torch.ones(16 * 2**20)             # 64 MiB of float32
+    ckpt["config"] = trial_config(unpinned_config, two_folds)
     torch.save(ckpt, fold / "last.pt")
     out = subprocess.run([sys.executable, "-c", PEAK_AFTER_PLAN, str(unpinned_config), str(tmp_path / "abl"),
                           str(two_folds)], capture_output=True, text=True, check=True).stdout
@@ -348,3 +362,100 @@ def test_the_report_names_the_torch_threads_its_trials_were_trained_with(two_fol
     md = (run / "report" / "fold_1" / "ablation.md").read_text()
     assert "| rpe | 1 |" in md and "| none | 1 |" in md                         # both reported
     assert "Trained with torch CPU threads 1, 2 (the trials differ: their scores are not one setting's). " in md
+
+
+def test_a_saved_trial_of_other_settings_is_refused_before_any_trial_starts(two_folds, tmp_path, capsys):
+    """A rerun with another train.epochs started every trial, each refused by train with the advice of its
+    --force, which ablate has not (21 processes for `make ablation`'s grid), then failed with "none of the trials
+    has a result". Now plan() compares each trial's last.pt config with the trial's by train's rule, before any
+    trial starts; a free key (train.threads) is no difference, as for train."""
+    from pointgeope.engine.checkpoint import save_checkpoint
+    from pointgeope.engine.config import config_to_dict, load_config
+
+    run = tmp_path / "abl"
+    settings = [f"data.root={two_folds}", *TINY]
+    trials, common = plan(DEMO_CONFIG, ["rpe", "none"], [0, 1], 1, run, settings, 1)
+    for trial in trials[1:]:                                   # rpe seed 1, none seed 0, none seed 1: as asked
+        (trial.folder / "area_1").mkdir(parents=True)
+        saved = config_to_dict(load_config(DEMO_CONFIG, trial.overrides(common) + ["train.threads=3"]))
+        save_checkpoint(trial.folder / "area_1" / "last.pt", {"config": saved})
+    assert plan(DEMO_CONFIG, ["rpe", "none"], [0, 1], 1, run, settings, 1)[0] == trials
+    (trials[2].folder / "area_1" / "last.pt").unlink()           # none seed 0 trained for one epoch
+    older = config_to_dict(load_config(DEMO_CONFIG, trials[2].overrides(common) + ["train.epochs=1"]))
+    save_checkpoint(trials[2].folder / "area_1" / "last.pt", {"config": older})
+    assert cli(ablate_args(two_folds, run, presets=("rpe", "none"), seeds=("0", "1"))) == 2
+    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: --run-dir {run}: 1 of the 4 trial(s) were "
+                   "trained with other settings than this command's (none seed 0: train.epochs: it used 1, now 2), "
+                   "and train neither resumes nor reuses such a fold: give another --run-dir, or delete "
+                   f"{trials[2].folder / 'area_1'} to train them again with these settings")
+    assert not any(run.glob("*/*/train.log"))                # no trial started
+
+
+@pytest.mark.parametrize("holds, what", [
+    ("area_1", "area_1/, the fold folder of a training (pointgeope train writes RUN/area_K)"),
+    ("folds.json", "folds.json, a prepared data folder")])
+def test_a_run_dir_of_another_command_is_refused(two_folds, tmp_path, holds, what):
+    """ablate --run-dir of a training's run folder (or a trial's, or the prepared data) wrote its trials and
+    report among that command's outputs without a word."""
+    from pointgeope.errors import UserError
+
+    run = tmp_path / "run"
+    (run / holds).mkdir(parents=True) if holds.startswith("area_") else run.mkdir()
+    if holds == "folds.json":
+        (run / holds).write_text((two_folds / "folds.json").read_text())
+    with pytest.raises(UserError) as err:
+        plan(DEMO_CONFIG, ["rpe"], [0], 1, run, [f"data.root={two_folds}", *TINY], 1)
+    assert str(err.value) == (f"--run-dir {run}: it holds {what}; an ablation writes RUN/<preset>/seed_<s>/area_K and "
+                              "RUN/report/fold_K, which would mix with that: give it a folder of its own, e.g. "
+                              f"--run-dir {tmp_path / 'run_ablation'}")
+    assert [p.name for p in run.iterdir()] == [holds]                     # nothing written
+
+
+def test_other_trials_are_those_of_the_fold_outside_the_grid(two_folds, tmp_path):
+    from pointgeope.engine.ablation_reuse import other_trials
+
+    run = tmp_path / "abl"
+    trials, _ = plan(DEMO_CONFIG, ["rpe"], [0], 1, run, [f"data.root={two_folds}", *TINY], 1)
+    for folder in ("rpe/seed_0/area_1", "rpe/seed_12/area_1", "none/seed_3/area_1", "none/seed_4/area_2",
+                   "none/seed_x/area_1", "geope/seed_5/area_1"):
+        (run / folder).mkdir(parents=True)
+        if folder != "geope/seed_5/area_1":                                 # no metrics.json: never tested
+            (run / folder / "metrics.json").write_text("{}")
+    assert other_trials(trials, 1, run) == ["none seed 3", "rpe seed 12"]
+
+
+@pytest.mark.slow
+def test_a_trial_stopped_by_epochs_per_run_is_named_unfinished_and_the_rerun_continues_it(two_folds, tmp_path, capsys):
+    """train.epochs_per_run=1 of 2: each trial ended with exit code 0 before its last epoch; ablate said "done"
+    and its report named the trial missing for "no metrics.json", without a word that a rerun continues it
+    (and returned 0 where another trial had finished)."""
+    from pointgeope.engine.ablation import UNFINISHED, _left_out
+
+    run = tmp_path / "abl"
+    args = ablate_args(two_folds, run, "train.epochs=2", "train.epochs_per_run=1", presets=("rpe",), seeds=("0",))
+    assert cli(args) == 2
+    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: {run / 'report' / 'fold_1'}: none of the 1 "
+                   f"trial(s) has a result of fold 1 to report (rpe seed 0: {UNFINISHED})")
+    trials, _ = plan(DEMO_CONFIG, ["rpe", "none"], [0], 1, run, [f"data.root={two_folds}", *TINY], 1)
+    assert _left_out(trials, [0, 0], 1) == ({("rpe", 0): UNFINISHED}, {})     # none seed 0: nothing saved
+    assert cli(args) == 0                                                       # the rerun finishes it
+    metrics = json.loads((run / "rpe" / "seed_0" / "area_1" / "metrics.json").read_text())
+    assert metrics["complete"] and metrics["trained_epochs"] == 2
+    assert json.loads((run / "report" / "fold_1" / "ablation.json").read_text())["variants"][0]["seeds"] == [0]
+
+
+@pytest.mark.slow
+def test_a_trial_refused_with_trains_force_advice_names_ablates_way(two_folds, tmp_path, capsys):
+    """A trial refused by train with "--force retrains the fold" (here its last.pt deleted) was reported with
+    that advice alone, which ablate cannot follow: ablate has no --force."""
+    run = tmp_path / "abl"
+    args = ablate_args(two_folds, run, "train.epochs=1", presets=("rpe",), seeds=("0",))
+    assert cli(args) == 0
+    fold = run / "rpe" / "seed_0" / "area_1"
+    (fold / "last.pt").unlink()
+    capsys.readouterr()
+    assert cli(args) == 2
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("rpe seed 0: FAILED"))
+    assert "--force retrains the fold" in line
+    assert line.endswith(f"(ablate has no --force: delete {fold} to train the trial again) in "
+                         f"{line.rsplit(' in ', 1)[1]}")

@@ -1,0 +1,92 @@
+"""What an ablation's run folder holds that ablate cannot use or does not report: another command's outputs
+(:func:`check_run_dir`), saved trials that ``train`` would refuse (:func:`check_reuse`), trials outside this
+command's grid (:func:`other_trials`).
+
+A trial's fold folder ``RUN/<preset>/seed_<s>/area_K`` with a ``last.pt`` is resumed (unfinished) or
+skipped (complete) by ``pointgeope train`` only when the config ``last.pt`` was written with has no
+difference from the trial's (:func:`~pointgeope.engine.checkpoint.config_differences`, the keys a resume must
+match; free keys such as ``train.threads`` and the ``eval.*`` keys aside). Otherwise train refuses it with
+the advice of its own ``--force``, which ``ablate`` does not have: a rerun of an ablation with another
+``train.epochs`` started every trial only to see each refused. :func:`check_reuse` says it once, before any
+trial starts, with what to do.
+
+An ablation's ``RUN`` holds ``<preset>/seed_<s>/area_K`` and ``report/fold_K``; a ``RUN`` that holds
+``area_K/`` itself is a training's run folder (or a trial's), one with ``folds.json`` a prepared data folder:
+trials written there mix with that command's outputs, so :func:`check_run_dir` refuses it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pointgeope.constants import FOLD_NAME, fold_folder_name
+from pointgeope.engine.checkpoint import (
+    CheckpointError,
+    checkpoint_config,
+    config_differences,
+    describe_differences,
+    load_checkpoint,
+)
+from pointgeope.errors import UserError
+
+__all__ = ["check_reuse", "check_run_dir", "other_trials"]
+
+
+def _trained_with(last: Path) -> dict | None:
+    """The config ``last`` (a trial's ``last.pt``) was written with; ``None`` where there is none or it cannot
+    be read (train names that itself). Its tensors are mapped from the file, not read."""
+    if not last.is_file():
+        return None
+    try:
+        return checkpoint_config(load_checkpoint(last, mmap=True), last)
+    except CheckpointError:
+        return None
+
+
+def check_reuse(trials: list, test_area: int, run_dir: Path) -> None:
+    """Raise a :class:`UserError` naming the ``trials`` (each with ``folder`` and its resolved ``config``)
+    whose ``area_<test_area>/last.pt`` was written with settings that differ from the trial's, and what to
+    do (another ``--run-dir``, or their fold folders deleted to train them again)."""
+    other = []
+    for trial in trials:
+        fold = trial.folder / fold_folder_name(test_area)
+        saved = _trained_with(fold / "last.pt")
+        diff = config_differences(saved, trial.config) if saved is not None else []
+        if diff:
+            other.append((trial, fold, diff))
+    if not other:
+        return
+    trial, _, diff = other[0]
+    folds = " ".join(str(fold) for _, fold, _ in other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+    raise UserError(f"--run-dir {run_dir}: {len(other)} of the {len(trials)} trial(s) were trained with other "
+                    f"settings than this command's ({trial.name}: {describe_differences(diff, 'it used')}), and "
+                    f"train neither resumes nor reuses such a fold: give another --run-dir, or delete {folds} "
+                    "to train them again with these settings")
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Raise a :class:`UserError` when ``run_dir`` is the output of another command: a training's run folder
+    or a trial's (it holds ``area_K/``), or a prepared data folder (it holds ``folds.json``)."""
+    if not run_dir.is_dir():
+        return
+    folds = sorted(p.name for p in run_dir.iterdir() if FOLD_NAME.fullmatch(p.name) and p.is_dir())
+    if folds:
+        what = f"{folds[0]}/, the fold folder of a training (pointgeope train writes RUN/area_K)"
+    elif (run_dir / "folds.json").is_file():
+        what = "folds.json, a prepared data folder"
+    else:
+        return
+    raise UserError(f"--run-dir {run_dir}: it holds {what}; an ablation writes RUN/<preset>/seed_<s>/area_K and "
+                    "RUN/report/fold_K, which would mix with that: give it a folder of its own, e.g. "
+                    f"--run-dir {run_dir.parent / (run_dir.name + '_ablation')}")
+
+
+def other_trials(trials: list, test_area: int, run_dir: Path) -> list[str]:
+    """The names (``<preset> seed <s>``) of the trials in ``run_dir`` with a ``metrics.json`` of fold
+    ``test_area`` that are not among ``trials`` (an earlier run of another grid), sorted."""
+    mine = {(t.preset, t.seed) for t in trials}
+    found = []
+    for metrics in run_dir.glob(f"*/seed_*/{fold_folder_name(test_area)}/metrics.json"):
+        preset, seed = metrics.parents[2].name, metrics.parents[1].name.removeprefix("seed_")
+        if seed.isdigit() and (preset, int(seed)) not in mine:
+            found.append((preset, int(seed)))
+    return [f"{preset} seed {seed}" for preset, seed in sorted(found)]
