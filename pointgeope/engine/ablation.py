@@ -333,10 +333,11 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
            overrides: list[str], report: Report, jobs: int = 1, command: str = "") -> int:
     """``pointgeope ablate``: run the trials (``jobs`` at a time), then, still holding the run's lock,
     ``report([(preset, seed, folder) of every trial], header, left_out, notes)`` (the header names
-    ``command``; ``left_out``: ``{(preset, seed): why}`` of the failed and stale trials; ``notes``: the same
-    of the trials scored whose settings could not be checked; the report layer writes ``RUN/report/fold_K``); 0 when every trial completed with this command's settings, 1 when some failed,
-    are unfinished (``train.epochs_per_run``) or stale (the report covers the others and names them); when
-    every trial is unfinished there is nothing to score: no report, 1 (the rerun continues them)."""
+    ``command``; ``left_out``: ``{(preset, seed): why}`` of the failed, unfinished and stale trials;
+    ``notes``: the same of the trials scored whose settings could not be checked; the report layer writes
+    ``RUN/report/fold_K``). Returns 0 when every trial completed with this command's settings, 1 when some
+    failed, are unfinished (``train.epochs_per_run``) or stale (the report covers the others and names them);
+    when every trial is unfinished there is nothing to score: no report, 1 (the rerun continues them)."""
     trials, common = plan(config, presets, seeds, test_area, run_dir, overrides, jobs)
     run_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(run_dir, command or " ".join(sys.argv)):
