@@ -410,6 +410,19 @@ def test_an_ablations_run_folder_names_its_report(tmp_path, capsys):
         "reports one trial"]
 
 
+def test_an_ablations_run_folder_without_a_report_is_named(tmp_path, capsys):
+    """Every trial unfinished (train.epochs_per_run): ablate writes no report yet, and ``report RUN`` said
+    "no complete fold ... (no area_1/ folder)" of a folder whose trials are in RUN/<preset>/seed_<s>."""
+    run = tmp_path / "abl"
+    (run / "rpe" / "seed_0" / "area_1").mkdir(parents=True)
+    (run / "rpe" / "seed_0" / "area_1" / "last.pt").write_bytes(b"a checkpoint")
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"pointgeope report: error: {run}: an ablation's run folder (pointgeope ablate), not a training's: no "
+        "report yet (no trial has finished: rerun its ablate command to continue them); "
+        f"`pointgeope report {run / '<preset>' / 'seed_<s>'}` reports one trial"]
+
+
 def test_a_report_into_its_run_leaves_the_folds_temporary_files(tmp_path):
     """report --out RUN searched every folder below out for a killed writer's temporary files and deleted a
     running train's ``.last.pt.XXXXXXXX.tmp`` in RUN/area_1 (its lock is out's, not the fold's), so that

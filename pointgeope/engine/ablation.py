@@ -333,9 +333,11 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
            overrides: list[str], report: Report, jobs: int = 1, command: str = "") -> int:
     """``pointgeope ablate``: run the trials (``jobs`` at a time), then, still holding the run's lock,
     ``report([(preset, seed, folder) of every trial], header, left_out, notes)`` (the header names
-    ``command``; ``left_out``: ``{(preset, seed): why}`` of the failed and stale trials; ``notes``: the same
-    of the trials scored whose settings could not be checked; the report layer writes ``RUN/report/fold_K``); 0 when every trial completed with this command's settings, 1 when some failed,
-    are unfinished (``train.epochs_per_run``) or stale (the report covers the others and names them)."""
+    ``command``; ``left_out``: ``{(preset, seed): why}`` of the failed, unfinished and stale trials;
+    ``notes``: the same of the trials scored whose settings could not be checked; the report layer writes
+    ``RUN/report/fold_K``). Returns 0 when every trial completed with this command's settings, 1 when some
+    failed, are unfinished (``train.epochs_per_run``) or stale (the report covers the others and names them);
+    when every trial is unfinished there is nothing to score: no report, 1 (the rerun continues them)."""
     trials, common = plan(config, presets, seeds, test_area, run_dir, overrides, jobs)
     run_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(run_dir, command or " ".join(sys.argv)):
@@ -359,15 +361,17 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
                   + _threads_line([t for t in trials if (t.preset, t.seed) not in left_out], test_area)
                   + (f"Not reported (trials of another grid in this folder): {', '.join(others)}. " if others else "")
                   + "Scores pooled over the fold's test area; mean ± sample std (min–max) over the seeds, %.\n\n")
-        report([(t.preset, t.seed, t.folder) for t in trials], header, left_out, notes)
+        unfinished = [t.name for t in trials if left_out.get((t.preset, t.seed)) == UNFINISHED]
+        if len(unfinished) < len(trials):     # every trial unfinished (epochs_per_run): nothing to score yet
+            report([(t.preset, t.seed, t.folder) for t in trials], header, left_out, notes)
     failed = [t.name for t, code in zip(trials, codes) if code != 0]
     if failed:
         print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; see their train.log, rerun the same "
               "command to retry them", file=sys.stderr)
-    unfinished = [t.name for t in trials if left_out.get((t.preset, t.seed)) == UNFINISHED]
     if unfinished:
         print(f"{len(unfinished)} trial(s) stopped before their last epoch (train.epochs_per_run): "
-              f"{', '.join(unfinished)}; rerun the same command to continue them", file=sys.stderr)
+              f"{', '.join(unfinished)}; rerun the same command to continue them"
+              + ("; no report until one finishes" if len(unfinished) == len(trials) else ""), file=sys.stderr)
     old = [t.name for t, code in zip(trials, codes)
            if code == 0 and (t.preset, t.seed) in left_out and t.name not in unfinished]
     if old:

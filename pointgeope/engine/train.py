@@ -309,7 +309,8 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
                 clear_fold(run)
             distributed.barrier()
             try:
-                results.append(train_fold(cfg, fold, folds, env, budget))
+                with distributed.peer_end_said(env):   # a peer's end (DDP) named in the log too, as PeerEnded
+                    results.append(train_fold(cfg, fold, folds, env, budget))
             except (FloatingPointError, KeyboardInterrupt, UserError) as err:  # the command says it; the log too
                 record_stop(run / "log.txt" if env.is_main and run.is_dir() else None, err)
                 raise

@@ -281,9 +281,12 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
     if FOLD_NAME.fullmatch(run.name) and (run / METRICS_FILE).is_file():   # RUN/area_K given as the run
         raise ReportError(f"{run}: a fold folder (RUN/area_K), not a run folder holding area_1 .. area_{len(AREAS)}; "
                           f"give its run folder, {run.parent}")
-    if not any(run.glob("area_*")) and (ablation := sorted(run.glob("report/fold_*/ablation.md"))):
-        raise ReportError(f"{run}: an ablation's run folder (pointgeope ablate), not a training's: its report is "
-                          f"{ablation[0]}; `pointgeope report {run / '<preset>' / 'seed_<s>'}` reports one trial")
+    ablation = sorted(run.glob("report/fold_*/ablation.md"))
+    if not any(run.glob("area_*")) and (ablation or any(run.glob("*/seed_*/area_*"))):  # RUN/<preset>/seed_<s>
+        where = (f"its report is {ablation[0]}" if ablation else
+                 "no report yet (no trial has finished: rerun its ablate command to continue them)")
+        raise ReportError(f"{run}: an ablation's run folder (pointgeope ablate), not a training's: {where}; "
+                          f"`pointgeope report {run / '<preset>' / 'seed_<s>'}` reports one trial")
     folds, missing = [], []
     for k, area in enumerate(AREAS, start=1):
         if fold is not None and k != fold:

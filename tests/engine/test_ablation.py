@@ -433,9 +433,10 @@ def test_a_trial_stopped_by_epochs_per_run_is_named_unfinished_and_the_rerun_con
 
     run = tmp_path / "abl"
     args = ablate_args(two_folds, run, "train.epochs=2", "train.epochs_per_run=1", presets=("rpe",), seeds=("0",))
-    assert cli(args) == 2
-    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: {run / 'report' / 'fold_1'}: none of the 1 "
-                   f"trial(s) has a result of fold 1 to report (rpe seed 0: {UNFINISHED})")
+    assert cli(args) == 1                                       # not bad input (2): the rerun continues it
+    last_line_only(capsys.readouterr().err, "1 trial(s) stopped before their last epoch (train.epochs_per_run): "
+                   "rpe seed 0; rerun the same command to continue them; no report until one finishes")
+    assert not (run / "report").exists()
     trials, _ = plan(DEMO_CONFIG, ["rpe", "none"], [0], 1, run, [f"data.root={two_folds}", *TINY], 1)
     assert _left_out(trials, [0, 0], 1) == ({("rpe", 0): UNFINISHED}, {})     # none seed 0: nothing saved
     assert cli(args) == 0                                                       # the rerun finishes it
@@ -459,3 +460,26 @@ def test_a_trial_refused_with_trains_force_advice_names_ablates_way(two_folds, t
     assert "--force retrains the fold" in line
     assert line.endswith(f"(ablate has no --force: delete {fold} to train the trial again) in "
                          f"{line.rsplit(' in ', 1)[1]}")
+
+
+def test_a_set_whose_every_trial_is_unfinished_exits_1_without_an_error(two_folds, tmp_path, capsys, monkeypatch):
+    """train.epochs_per_run stops every trial alike (a job array's chunked run): ablate said "error: none of
+    the trials has a result" and exited 2, the code of bad input, where the docs give 1 for unfinished trials
+    and the same command continues them. Each trial's training is replaced by what such a stop leaves: a
+    ``last.pt`` and no ``metrics.json``."""
+    from pointgeope.engine import ablation
+
+    def stopped_early(trials, argvs, jobs, test_area):
+        for trial in trials:
+            (trial.folder / "area_1").mkdir(parents=True)
+            (trial.folder / "area_1" / "last.pt").write_bytes(b"a checkpoint")
+        return [0] * len(trials)
+
+    reported = []
+    monkeypatch.setattr(ablation, "_run_all", stopped_early)
+    run = tmp_path / "abl"
+    code = ablation.ablate(DEMO_CONFIG, ["rpe", "none"], [0], 1, run, [f"data.root={two_folds}", *TINY],
+                           lambda *args: reported.append(args))
+    assert code == 1 and reported == []                         # nothing to score: no report, no error
+    last_line_only(capsys.readouterr().err, "2 trial(s) stopped before their last epoch (train.epochs_per_run): "
+                   "rpe seed 0, none seed 0; rerun the same command to continue them; no report until one finishes")

@@ -76,6 +76,9 @@ def test_a_stopped_rank_ends_its_step_and_its_peer_says_it_in_one_line(two_folds
     assert line.endswith("), so this one stops too; the same command resumes the run from the last checkpoint")
     last_line_only(errs[0], line)
     fold = run / "area_1"
+    # rank 0's log.txt says why the fold stopped (it ended with the last epoch line: the backend's error was
+    # turned into PeerEnded only outside the fold, past its stop line)
+    assert (fold / "log.txt").read_text().splitlines()[-1].endswith(" stopped: " + line.split(": error: ", 1)[1])
     assert sorted(p.name for p in fold.iterdir() if p.name.startswith(".")) == []  # no lock, no temporary file
     assert load_checkpoint(fold / "last.pt")["epoch"] == 1  # epoch 1's checkpoint, intact: the run resumes there
 
