@@ -23,8 +23,8 @@ TINY = ["model.planes=[8, 16]", "model.blocks=[1, 1]", "model.strides=[1, 4]", "
 @pytest.fixture(scope="session")
 def tiny_root(tmp_path_factory) -> Path:
     """``pointgeope synth --size tiny`` then ``pointgeope prepare``: 6 areas x 2 rooms of ~4k points."""
-    from pointgeope.commands import synth
     from pointgeope.cli import main as cli
+    from pointgeope.commands import synth
 
     base = tmp_path_factory.mktemp("tiny_s3dis")
     parser = argparse.ArgumentParser()
@@ -133,3 +133,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1"), jobs="1", area="1"):
+    return ["ablate", "--config", str(DEMO_CONFIG), "--test-area", area, "--data-root", str(root), "--run-dir",
+            str(run), "--presets", ",".join(presets), "--seeds", ",".join(seeds), "--jobs", jobs, *TINY, *overrides]
+
+
+def trial_config(config, root, preset="rpe", seed=0) -> dict:
+    """The config (plain dict) of the trial ``preset`` seed ``seed`` of an ablation of ``config`` over
+    ``root`` without other overrides: what a last.pt planted for it must record, else ablate refuses it."""
+    from pointgeope.engine.config import config_to_dict, load_config
+
+    return config_to_dict(load_config(config, [f"data.root={root}", f"model.pe={preset}", f"train.seed={seed}"]))

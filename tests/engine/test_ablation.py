@@ -12,20 +12,7 @@ import pytest
 from pointgeope.cli import main as cli
 from pointgeope.engine.ablation import plan
 from tests.conftest import process_ended
-from tests.engine.conftest import DEMO_CONFIG, TINY, ignore_sigint, last_line_only
-
-
-def ablate_args(root, run, *overrides, presets=("rpe", "none"), seeds=("0", "1"), jobs="1", area="1"):
-    return ["ablate", "--config", str(DEMO_CONFIG), "--test-area", area, "--data-root", str(root), "--run-dir",
-            str(run), "--presets", ",".join(presets), "--seeds", ",".join(seeds), "--jobs", jobs, *TINY, *overrides]
-
-
-def trial_config(config, root, preset="rpe", seed=0) -> dict:
-    """The config (plain dict) of the trial ``preset`` seed ``seed`` of an ablation of ``config`` over
-    ``root`` without other overrides: what a last.pt planted for it must record, else ablate refuses it."""
-    from pointgeope.engine.config import config_to_dict, load_config
-
-    return config_to_dict(load_config(config, [f"data.root={root}", f"model.pe={preset}", f"train.seed={seed}"]))
+from tests.engine.conftest import DEMO_CONFIG, TINY, ablate_args, ignore_sigint, last_line_only, trial_config
 
 
 @pytest.mark.parametrize("presets, seeds, jobs, extra, message", [
@@ -94,95 +81,6 @@ def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, cap
     assert "- rpe: seed 7 missing (" in md and "- none: seed 7 missing (" in md
     assert "Not reported (trials of another grid in this folder): none seed 1, rpe seed 1. " in md.split("\n\n| ")[0]
     assert json.loads((run / "report" / "fold_1" / "ablation.json").read_text())["variants"][0]["seeds"] == [0]
-
-
-def test_a_trial_saved_with_other_settings_is_stale_and_says_which(two_folds, tmp_path):
-    """A rerun with other overrides reported the trials' old results under the new header. stale() compares
-    the config a trial's metrics.json records with the trial's config now, by train's own rules (the keys
-    a resume must match; the eval.* keys train does not apply to a complete fold, with the command that
-    tests the fold with them)."""
-    from pointgeope.engine.ablation import stale
-    from pointgeope.engine.config import config_to_dict, load_config
-
-    trials, common = plan(DEMO_CONFIG, ["rpe"], [0], 1, tmp_path, [f"data.root={two_folds}", *TINY], 1)
-    trial, fold = trials[0], trials[0].folder / "area_1"
-    fold.mkdir(parents=True)
-    assert stale(trial, 1) == ""                                                     # nothing recorded yet
-
-    def recorded(*changes):
-        config = config_to_dict(load_config(DEMO_CONFIG, trial.overrides(common) + list(changes)))
-        (fold / "metrics.json").write_text(json.dumps({"area": "Area_1", "complete": True, "config": config}))
-        return stale(trial, 1)
-
-    assert recorded() == ""
-    assert recorded("train.epochs=1") == "stale: trained with other settings (train.epochs: it used 1, now 2)"
-    why = recorded("eval.class_mean=present")
-    assert why.startswith("stale: its test did not use this command's eval.class_mean=all (it used present)")
-    command = why.split("complete fold: ")[1]       # every eval value: the fold has no config.yaml to start from
-    assert command.startswith(f"pointgeope evaluate {fold} eval.") and command.endswith(" tests it with them")
-    assert " eval.class_mean=all " in command
-    assert stale(trial, 2) == ""                                                     # fold 2: none saved
-
-
-def test_stale_compares_with_the_configs_resolved_before_the_trials_ran(two_folds, tmp_path):
-    """stale() reloaded each trial's config from the file after the trials ran: a file edited meanwhile made
-    every fresh result stale (or an old one fresh). The plan's configs are compared, whatever the file says now."""
-    from pointgeope.engine.ablation import stale
-    from pointgeope.engine.config import config_to_dict, load_config
-
-    config = tmp_path / "abl.yaml"
-    config.write_text(f"base: {DEMO_CONFIG}\n")
-    trials, common = plan(config, ["rpe"], [0], 1, tmp_path / "abl", [f"data.root={two_folds}", *TINY], 1)
-    trial, fold = trials[0], trials[0].folder / "area_1"
-    assert trial.config == config_to_dict(load_config(config, trial.overrides(common)))
-    fold.mkdir(parents=True)
-    (fold / "metrics.json").write_text(json.dumps({"area": "Area_1", "complete": True, "config": trial.config}))
-    config.write_text(f"base: {DEMO_CONFIG}\ntrain:\n  epochs: 7\noptim:\n  lr: 0.3\n")   # edited while it ran
-    assert stale(trial, 1) == ""
-
-
-def test_a_result_without_its_config_is_checked_against_its_checkpoint_else_reported_unchecked(two_folds, tmp_path):
-    """A metrics.json written before evaluate recorded the config was never compared (silently fresh). Now
-    its checkpoint's config (last.pt, else best.pt) is compared; without one it is scored with a note."""
-    from pointgeope.engine.ablation import NOT_CHECKED, _left_out, stale
-    from pointgeope.engine.checkpoint import save_checkpoint
-    from pointgeope.engine.config import config_to_dict, load_config
-
-    trials, common = plan(DEMO_CONFIG, ["rpe"], [0], 1, tmp_path, [f"data.root={two_folds}", *TINY], 1)
-    trial, fold = trials[0], trials[0].folder / "area_1"
-    fold.mkdir(parents=True)
-    (fold / "metrics.json").write_text(json.dumps({"area": "Area_1", "complete": True}))
-    assert stale(trial, 1) is None
-    assert _left_out(trials, [0], 1) == ({}, {("rpe", 0): NOT_CHECKED})
-    assert _left_out(trials, [2], 1)[1] == {}                       # a failed trial is left out, not noted
-    older = config_to_dict(load_config(DEMO_CONFIG, trial.overrides(common) + ["train.epochs=1"]))
-    save_checkpoint(fold / "best.pt", {"config": older})
-    assert stale(trial, 1) == "stale: trained with other settings (train.epochs: it used 1, now 2)"
-    (fold / "last.pt").write_bytes(b"cut short")                    # unreadable: best.pt still tells
-    assert stale(trial, 1) == "stale: trained with other settings (train.epochs: it used 1, now 2)"
-    save_checkpoint(fold / "last.pt", {"config": trial.config})
-    assert stale(trial, 1) == ""
-    assert _left_out(trials, [0], 1) == ({}, {})
-
-
-def test_a_result_without_its_config_is_checked_against_the_folds_config_yaml_first(two_folds, tmp_path, monkeypatch):
-    """The fold's config.yaml (train writes it) is read before any checkpoint (checkpoint.fold_config): a whole
-    checkpoint was loaded to read its config, and a fold with config.yaml and no readable checkpoint went
-    unchecked."""
-    from pointgeope.engine import checkpoint
-    from pointgeope.engine.ablation import stale
-    from pointgeope.engine.config import load_config, save_config
-
-    trials, common = plan(DEMO_CONFIG, ["rpe"], [0], 1, tmp_path, [f"data.root={two_folds}", *TINY], 1)
-    trial, fold = trials[0], trials[0].folder / "area_1"
-    fold.mkdir(parents=True)
-    (fold / "metrics.json").write_text(json.dumps({"area": "Area_1", "complete": True}))
-    (fold / "last.pt").write_bytes(b"cut short")
-    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda *a, **k: pytest.fail("a checkpoint was loaded"))
-    save_config(load_config(DEMO_CONFIG, trial.overrides(common) + ["train.epochs=1"]), fold / "config.yaml")
-    assert stale(trial, 1) == "stale: trained with other settings (train.epochs: it used 1, now 2)"
-    save_config(load_config(DEMO_CONFIG, trial.overrides(common)), fold / "config.yaml")
-    assert stale(trial, 1) == ""
 
 
 @pytest.mark.slow
@@ -296,7 +194,6 @@ def test_a_resumed_trial_keeps_its_checkpoints_threads_and_ablate_says_so(two_fo
     assert none.threads is None and none.overrides(common)[:len(common)] == common   # (nothing to resume)
 
 
-
 PEAK_AFTER_PLAN = """
 import sys
 from pathlib import Path
@@ -364,33 +261,6 @@ def test_the_report_names_the_torch_threads_its_trials_were_trained_with(two_fol
     assert "Trained with torch CPU threads 1, 2 (the trials differ: their scores are not one setting's). " in md
 
 
-def test_a_saved_trial_of_other_settings_is_refused_before_any_trial_starts(two_folds, tmp_path, capsys):
-    """A rerun with another train.epochs started every trial, each refused by train with the advice of its
-    --force, which ablate has not (21 processes for `make ablation`'s grid), then failed with "none of the trials
-    has a result". Now plan() compares each trial's last.pt config with the trial's by train's rule, before any
-    trial starts; a free key (train.threads) is no difference, as for train."""
-    from pointgeope.engine.checkpoint import save_checkpoint
-    from pointgeope.engine.config import config_to_dict, load_config
-
-    run = tmp_path / "abl"
-    settings = [f"data.root={two_folds}", *TINY]
-    trials, common = plan(DEMO_CONFIG, ["rpe", "none"], [0, 1], 1, run, settings, 1)
-    for trial in trials[1:]:                                   # rpe seed 1, none seed 0, none seed 1: as asked
-        (trial.folder / "area_1").mkdir(parents=True)
-        saved = config_to_dict(load_config(DEMO_CONFIG, trial.overrides(common) + ["train.threads=3"]))
-        save_checkpoint(trial.folder / "area_1" / "last.pt", {"config": saved})
-    assert plan(DEMO_CONFIG, ["rpe", "none"], [0, 1], 1, run, settings, 1)[0] == trials
-    (trials[2].folder / "area_1" / "last.pt").unlink()           # none seed 0 trained for one epoch
-    older = config_to_dict(load_config(DEMO_CONFIG, trials[2].overrides(common) + ["train.epochs=1"]))
-    save_checkpoint(trials[2].folder / "area_1" / "last.pt", {"config": older})
-    assert cli(ablate_args(two_folds, run, presets=("rpe", "none"), seeds=("0", "1"))) == 2
-    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: --run-dir {run}: 1 of the 4 trial(s) were "
-                   "trained with other settings than this command's (none seed 0: train.epochs: it used 1, now 2), "
-                   "and train neither resumes nor reuses such a fold: give another --run-dir, or delete "
-                   f"{trials[2].folder / 'area_1'} to train them again with these settings")
-    assert not any(run.glob("*/*/train.log"))                # no trial started
-
-
 @pytest.mark.parametrize("holds, what", [
     ("area_1", "area_1/, the fold folder of a training (pointgeope train writes RUN/area_K)"),
     ("folds.json", "folds.json, a prepared data folder")])
@@ -409,19 +279,6 @@ def test_a_run_dir_of_another_command_is_refused(two_folds, tmp_path, holds, wha
                               "RUN/report/fold_K, which would mix with that: give it a folder of its own, e.g. "
                               f"--run-dir {tmp_path / 'run_ablation'}")
     assert [p.name for p in run.iterdir()] == [holds]                     # nothing written
-
-
-def test_other_trials_are_those_of_the_fold_outside_the_grid(two_folds, tmp_path):
-    from pointgeope.engine.ablation_reuse import other_trials
-
-    run = tmp_path / "abl"
-    trials, _ = plan(DEMO_CONFIG, ["rpe"], [0], 1, run, [f"data.root={two_folds}", *TINY], 1)
-    for folder in ("rpe/seed_0/area_1", "rpe/seed_12/area_1", "none/seed_3/area_1", "none/seed_4/area_2",
-                   "none/seed_x/area_1", "geope/seed_5/area_1"):
-        (run / folder).mkdir(parents=True)
-        if folder != "geope/seed_5/area_1":                                 # no metrics.json: never tested
-            (run / folder / "metrics.json").write_text("{}")
-    assert other_trials(trials, 1, run) == ["none seed 3", "rpe seed 12"]
 
 
 @pytest.mark.slow
