@@ -181,3 +181,23 @@ def test_the_eval_settings_an_older_metrics_file_records_are_compared(tmp_path):
                                     "checkpoint": f"/elsewhere/area_{k}/best.pth"}))
     with pytest.raises(ReportError, match=r"eval\.vote \(Area_1: 'softmax'; Area_2: 'logits'\); one pooled"):
         load_run(run)
+
+
+def test_each_area_file_is_looked_up_once_for_the_folds_that_share_it(monkeypatch):
+    """Six pre-checksum folds of one run list the same six area files: without a manifest each lookup hashes
+    a file (gigabytes), so each (root, area, checksum) is asked once, not once per fold (36 before)."""
+    from pointgeope.report import points
+
+    asked = []
+
+    def looked_up(root, area, checksum):
+        asked.append((root, area, checksum))
+        return f"points:{area}", f"{root}/{area}.h5"
+
+    monkeypatch.setattr(points, "points_of_file", looked_up)
+    files = {f"data.files.Area_{a}": f"sha256:{a}" for a in range(1, 7)}
+    folds = {f"Area_{k}": {"data.root": "/data/s3dis", **files} for k in range(1, 7)}
+    found = points.recover_points(folds)
+    assert sorted(asked) == sorted(("/data/s3dis", f"Area_{a}", f"sha256:{a}") for a in range(1, 7))
+    assert len(found) == 6 and all(s[f"data.points.Area_{a}"] == f"points:Area_{a}"
+                                   for s in folds.values() for a in range(1, 7))

@@ -48,8 +48,9 @@ def points_of_file(root: str | Path, area: str, checksum: str) -> tuple[str, str
 def recover_points(folds: dict[str, dict | None]) -> list[str]:
     """Add ``data.points.<area>`` to the settings (``{fold area: settings}``) of each fold that records file
     checksums (``data.files.<area>``) and no points checksums, where every one of its areas is found
-    (:func:`points_of_file` under its ``data.root``); returns one line per fold found, naming where."""
-    found = []
+    (:func:`points_of_file` under its ``data.root``, asked once per file: without a manifest it hashes the
+    file, which every fold of a run lists); returns one line per fold found, naming where."""
+    found, known = [], {}    # (root, area, checksum) -> points_of_file's answer: six folds share one file
     for fold, settings in folds.items():
         if not settings or any(key.startswith("data.points.") for key in settings):
             continue
@@ -58,7 +59,10 @@ def recover_points(folds: dict[str, dict | None]) -> list[str]:
         root = settings.get("data.root")
         if not files or not isinstance(root, str):
             continue
-        points = {area: points_of_file(root, area, checksum) for area, checksum in files.items()}
+        for area, checksum in files.items():
+            if (root, area, checksum) not in known:
+                known[root, area, checksum] = points_of_file(root, area, checksum)
+        points = {area: known[root, area, checksum] for area, checksum in files.items()}
         if all(points.values()):
             settings.update({f"data.points.{area}": value for area, (value, _) in points.items()})
             where = sorted({how for _, how in points.values()})
