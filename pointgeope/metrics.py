@@ -39,8 +39,10 @@ in use, so both are available here (:func:`pooled_scores`, :func:`mean_of_fold_s
 """
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
+from fractions import Fraction
 
 import numpy as np
 
@@ -151,6 +153,26 @@ def _nanmean(values: np.ndarray) -> float:
     return float(values[finite].mean()) if finite.any() else float("nan")
 
 
+def decimal_mean(values, skip_nan: bool = True) -> float:
+    """The mean of ``values`` read as the decimals they print as, exact, then the float nearest to it.
+
+    Each value counts as its shortest ``repr`` (0.2324, the decimal a score of 581/2500 is), the mean
+    ``(1/n) sum_i x_i`` is taken in fractions and rounded once, so an exact tie stays a tie for the report's
+    half-up rounding (:func:`pointgeope.report.tables.pct`): the mean of 0.2324 and 0.2226 is 0.2275
+    (22.8 %), where the binary mean gives 0.22749999999999998 (22.7 %). The decimals are those the JSON files
+    show and :func:`~pointgeope.report.tables.pct` rounds, so the mean is the one worked by hand from them
+    (a score of 1/3 counts as 0.3333333333333333). ``skip_nan``: NaN values are left out (NaN when none is
+    left); else one NaN makes the mean NaN. An infinite value gives the binary mean.
+    """
+    values = [float(v) for v in np.asarray(values, dtype=np.float64).ravel()]
+    finite = [v for v in values if not math.isnan(v)] if skip_nan else values
+    if not finite or any(math.isnan(v) for v in finite):
+        return float("nan")
+    if any(math.isinf(v) for v in finite):
+        return float(np.mean(finite))
+    return float(sum(Fraction(repr(v)) for v in finite) / len(finite))
+
+
 # --- several folds --------------------------------------------------------------------------------------
 
 def _same_shape(confusions: Sequence) -> list[np.ndarray]:
@@ -187,15 +209,16 @@ def pooled_scores(confusions: Sequence, class_mean: str = "present") -> dict:
 def mean_of_fold_scores(confusions: Sequence, class_mean: str = "present") -> dict:
     """Mean over folds of each fold's scores (``oa``, ``macc``, ``miou``, and per class ``iou`` / ``acc``).
 
-    Each fold is scored on its own (:func:`scores`) and the folds' values are averaged, skipping NaN (a
-    class absent from a fold does not count for that fold). Unlike :func:`pooled_scores`, every fold
+    Each fold is scored on its own (:func:`scores`) and the folds' values are averaged exactly in the decimals
+    they print as (:func:`decimal_mean`: a tie rounds half up), skipping NaN (a class absent from a fold does
+    not count for that fold). Unlike :func:`pooled_scores`, every fold
     weighs the same whatever its number of points. ``class_mean``: the rule of each fold's mAcc and mIoU.
     """
     per_fold = [scores(c, class_mean) for c in _same_shape(confusions)]
-    out = {key: _nanmean(np.array([s[key] for s in per_fold])) for key in SCORE_KEYS}
+    out = {key: decimal_mean([s[key] for s in per_fold]) for key in SCORE_KEYS}
     for key in ("iou", "acc"):
         table = np.array([s[key] for s in per_fold], dtype=np.float64)  # (folds, C)
-        out[key] = [_nanmean(table[:, c]) for c in range(table.shape[1])]
+        out[key] = [decimal_mean(table[:, c]) for c in range(table.shape[1])]
     return out
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.metrics import (ConfusionMeter, confusion_matrix, mean_of_fold_scores, pool,
+from pointgeope.metrics import (ConfusionMeter, confusion_matrix, decimal_mean, mean_of_fold_scores, pool,
                                 pooled_scores, scores)
 from tests.conftest import cuda_devices
 
@@ -132,6 +132,38 @@ def test_mean_of_folds_skips_a_class_absent_from_one_fold():
     b = np.array([[2, 0], [0, 0]])  # class 1 absent: NaN in b, mean over a only
     mean = mean_of_fold_scores([a, b])
     assert mean["iou"] == [1.0, 1.0]
+
+
+def _oa_fold(right: int, points: int = 10000) -> np.ndarray:
+    """A 2-class fold of ``points`` points of class 0, ``right`` of them right: OA = right / points."""
+    return np.array([[right, points - right], [0, 0]])
+
+
+@pytest.mark.parametrize("rights, printed", [
+    ((2324, 2226), "22.8"),                               # exact mean 0.2275; binary 0.22749999999999998
+    ((763, 348, 6654, 3396, 1434, 6755), "32.3"),         # six folds: 0.3225; binary 0.32249999999999995
+    ((4942, 7474, 8629), "70.2"),                         # 0.7015; binary 0.7014999999999999
+])
+def test_the_mean_of_folds_on_a_tie_prints_rounded_half_up(rights, printed):
+    """The folds' OA are k/10000 (decimals of four places); their exact mean (hand: sum / n) ends in 5 at the
+    second decimal of the percentage, a tie, which the report's rounding (half up) sends up. The mean taken in
+    binary landed below the tie and printed one tenth lower."""
+    from pointgeope.report.tables import pct
+
+    exact = F(sum(rights), 10000 * len(rights))
+    assert exact * 1000 % 1 == F(1, 2)                    # the case is a tie at 0.1 %
+    mean = mean_of_fold_scores([_oa_fold(r) for r in rights])
+    assert mean["oa"] == float(exact) and pct(mean["oa"], 1) == printed
+    assert mean["iou"][0] == float(exact)                 # IoU of class 0 = right / points as well
+    assert pct(float(np.mean([r / 10000 for r in rights])), 1) != printed   # the binary mean's miss
+
+
+def test_decimal_mean_skips_nan_or_not_as_asked():
+    assert decimal_mean([0.2324, math.nan, 0.2226]) == 0.2275
+    assert math.isnan(decimal_mean([0.2324, math.nan], skip_nan=False))
+    assert math.isnan(decimal_mean([math.nan, math.nan])) and math.isnan(decimal_mean([]))
+    assert decimal_mean([0.1, 0.2]) == 0.15           # binary: 0.15000000000000002
+    assert decimal_mean([math.inf, 1.0]) == math.inf
 
 
 def test_pool_rejects_mismatched_shapes():
