@@ -39,14 +39,13 @@ in use, so both are available here (:func:`pooled_scores`, :func:`mean_of_fold_s
 """
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Sequence
-from fractions import Fraction
 
 import numpy as np
 
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
+from pointgeope.decimals import decimal_mean
 
 SCORE_KEYS = ("oa", "macc", "miou")
 CLASS_MEAN_TEXT = {  # the rules of mAcc / mIoU (``class_mean``), each with the line reports print
@@ -153,26 +152,6 @@ def _nanmean(values: np.ndarray) -> float:
     return float(values[finite].mean()) if finite.any() else float("nan")
 
 
-def decimal_mean(values, skip_nan: bool = True) -> float:
-    """The mean of ``values`` read as the decimals they print as, exact, then the float nearest to it.
-
-    Each value counts as its shortest ``repr`` (0.2324, the decimal a score of 581/2500 is), the mean
-    ``(1/n) sum_i x_i`` is taken in fractions and rounded once, so an exact tie stays a tie for the report's
-    half-up rounding (:func:`pointgeope.report.tables.pct`): the mean of 0.2324 and 0.2226 is 0.2275
-    (22.8 %), where the binary mean gives 0.22749999999999998 (22.7 %). The decimals are those the JSON files
-    show and :func:`~pointgeope.report.tables.pct` rounds, so the mean is the one worked by hand from them
-    (a score of 1/3 counts as 0.3333333333333333). ``skip_nan``: NaN values are left out (NaN when none is
-    left); else one NaN makes the mean NaN. An infinite value gives the binary mean.
-    """
-    values = [float(v) for v in np.asarray(values, dtype=np.float64).ravel()]
-    finite = [v for v in values if not math.isnan(v)] if skip_nan else values
-    if not finite or any(math.isnan(v) for v in finite):
-        return float("nan")
-    if any(math.isinf(v) for v in finite):
-        return float(np.mean(finite))
-    return float(sum(Fraction(repr(v)) for v in finite) / len(finite))
-
-
 # --- several folds --------------------------------------------------------------------------------------
 
 def _same_shape(confusions: Sequence) -> list[np.ndarray]:
@@ -228,9 +207,10 @@ class ConfusionMeter:
     """Accumulates a ``(C, C)`` confusion matrix of torch tensors on their own device.
 
     The counts live in an int64 tensor on the device of the first batch (or on ``device``), allocated once,
-    and each batch adds to them there (``index_put_`` with ``accumulate``); nothing moves to the CPU until
-    :attr:`confusion` is read. :meth:`update` checks the labels (one host read a batch), :meth:`count` does
-    not (a training loop's); both check shapes and dtypes by one rule and count alike.
+    and each batch adds to them there (:meth:`count`: ``index_put_`` with ``accumulate``; :meth:`update`: the
+    batch's ``C*C`` histogram); nothing moves to the CPU until :attr:`confusion` is read. :meth:`update` checks
+    the labels (one host read a batch), :meth:`count` does not (a training loop's); both check shapes and
+    dtypes by one rule and count alike.
     In DDP, call :meth:`all_reduce` once at the end of evaluation to sum the counts of all ranks.
 
     Example::
@@ -276,14 +256,56 @@ class ConfusionMeter:
         import torch
 
         pred, target = self._batch(logits_or_pred, target)
+        c, ignore = self.num_classes, self.ignore_index
+        ignored = None if ignore is None else target == ignore
+        # cell = target * C + pred, an ignored point's set to 0 (taken back out of cell 0 below): one (N,) int64
+        # buffer made, the rest in place (each (N,) tensor made costs more than the arithmetic on it)
+        cell = target * c
+        cell += pred
+        if ignored is not None:
+            cell.masked_fill_(ignored, 0)
+        if cell.numel():
+            # pred in 0..C-1 and target within [min(0, ignore), max(C - 1, ignore)] (no int64 overflow of
+            # target * C) make cell in 0..C*C-1 exactly when every kept target is in 0..C-1: the one host read
+            p_lo, p_hi, t_lo, t_hi, lo, hi = torch.stack([*torch.aminmax(pred), *torch.aminmax(target),
+                                                          *torch.aminmax(cell)]).tolist()
+            t_range = (0, c - 1) if ignore is None else (min(0, ignore), max(c - 1, ignore))
+            if not (0 <= p_lo and p_hi < c and t_range[0] <= t_lo and t_hi <= t_range[1] and 0 <= lo and hi < c * c):
+                self._check(pred, target, ignored)   # exact: raises unless only ignored points' pred is off
+        self._add_cells(cell, None if ignored is None else ignored.sum())
+
+    def _check(self, pred, target, ignored) -> None:
+        """Raise the ``ValueError`` of :meth:`update` when a kept point's prediction or label is outside
+        ``0..C-1`` (``ignored``: bool ``(N,)`` of the points not counted, or ``None``); the exact test, made
+        where :meth:`update`'s range test of the whole batch did not pass."""
+        import torch
+
         c = self.num_classes
-        keep = torch.ones_like(target, dtype=torch.bool) if self.ignore_index is None else target != self.ignore_index
+        keep = torch.ones_like(target, dtype=torch.bool) if ignored is None else ~ignored
         bad_target, bad_pred = keep & ((target < 0) | (target >= c)), keep & ((pred < 0) | (pred >= c))
-        if bool((bad_target | bad_pred).any()):  # one host sync per batch
+        if bool((bad_target | bad_pred).any()):
             raise ValueError(f"expected labels in 0..{c - 1}; out of range: target "
                              f"{torch.unique(target[bad_target]).tolist()[:10]}, "
                              f"pred {torch.unique(pred[bad_pred]).tolist()[:10]}")
-        self._add(pred, target, keep)
+
+    def _add_cells(self, cell, ignored) -> None:
+        """Add the histogram of ``cell`` (int64 ``(N,)`` in ``0..C*C-1``) less ``ignored`` (a count tensor of
+        the points in cell 0 that are not counted, or ``None``): ``bincount`` on the CPU, where it is one pass
+        with a ``C*C`` output; elsewhere ``index_put_``, which reads nothing on the host (a CUDA ``bincount``
+        reads its input's maximum)."""
+        import torch
+
+        c = self.num_classes
+        if self._counts is None:
+            self._counts = torch.zeros(c * c, dtype=torch.long, device=self._device(cell.device))
+        if cell.device.type == "cpu":
+            counts = torch.bincount(cell, minlength=c * c)
+        else:
+            counts = torch.zeros(c * c, dtype=torch.long, device=cell.device)
+            counts.index_put_((cell,), torch.ones_like(cell), accumulate=True)
+        if ignored is not None:
+            counts[0] -= ignored
+        self._counts += counts.to(self._counts.device)
 
     def count(self, logits, target) -> None:
         """Count one batch of logits ``(N, C)`` and labels ``(N,)`` on their device without reading anything on

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.metrics import (ConfusionMeter, confusion_matrix, decimal_mean, mean_of_fold_scores, pool,
+from pointgeope.metrics import (ConfusionMeter, confusion_matrix, mean_of_fold_scores, pool,
                                 pooled_scores, scores)
 from tests.conftest import cuda_devices
 
@@ -158,14 +158,6 @@ def test_the_mean_of_folds_on_a_tie_prints_rounded_half_up(rights, printed):
     assert pct(float(np.mean([r / 10000 for r in rights])), 1) != printed   # the binary mean's miss
 
 
-def test_decimal_mean_skips_nan_or_not_as_asked():
-    assert decimal_mean([0.2324, math.nan, 0.2226]) == 0.2275
-    assert math.isnan(decimal_mean([0.2324, math.nan], skip_nan=False))
-    assert math.isnan(decimal_mean([math.nan, math.nan])) and math.isnan(decimal_mean([]))
-    assert decimal_mean([0.1, 0.2]) == 0.15           # binary: 0.15000000000000002
-    assert decimal_mean([math.inf, 1.0]) == math.inf
-
-
 def test_pool_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="matrix 1 has shape"):
         pool([np.zeros((3, 3)), np.zeros((2, 2))])
@@ -224,6 +216,61 @@ def test_count_equals_the_checked_update_on_what_a_training_loop_gives(ignore_in
         updated.update(logits, target.to(label_dtype))
     np.testing.assert_array_equal(counted.confusion, updated.confusion)
     assert counted.confusion.sum() > 0
+
+
+def test_update_refuses_what_a_range_test_of_the_cells_alone_would_miss():
+    """update tests the ranges of pred, target and cell = target * C + pred over the whole batch, and only
+    where they fail the exact test of the kept points: a label C (cell C*C), a label -1 with pred C-1 (cell
+    -1) and a label whose int64 product wraps into 0..C*C-1 are each refused; an ignored point's prediction
+    is not checked (as before) and the point is not counted."""
+    c = 13
+    wraps = (5 * pow(c, -1, 2**64)) % 2**64                       # wraps * 13 = 5 (mod 2^64)
+    wraps -= 2**64 * (wraps >= 2**63)                             # as an int64
+    assert (torch.tensor([wraps]) * c).item() == 5
+    for target, pred in (([c], [0]), ([-1], [c - 1]), ([wraps], [0]), ([2, c], [1, 0])):
+        meter = ConfusionMeter(c, 255)
+        with pytest.raises(ValueError, match=rf"out of range: target \[{target[-1]}\], pred \[\]"):
+            meter.update(torch.tensor(pred), torch.tensor(target))
+    meter = ConfusionMeter(3, 255)
+    meter.update(torch.tensor([0, 7, -2, 2]), torch.tensor([0, 255, 255, 1]))
+    want = np.zeros((3, 3), dtype=np.int64)
+    want[0, 0] = want[1, 2] = 1
+    np.testing.assert_array_equal(meter.confusion, want)
+    meter.update(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))   # empty: nothing
+    np.testing.assert_array_equal(meter.confusion, want)
+
+
+def test_update_of_a_cpu_batch_makes_one_label_sized_int64_tensor():
+    """On the CPU, each (N,) tensor an op makes costs more than its arithmetic (a fresh allocation's pages), and
+    update made four int64 ones a batch (masks aside), twice bincount's time: now one, the cells, the rest done
+    in place, the counts by a C*C bincount. Counted with a TorchFunctionMode over the ops update calls."""
+    from torch.overrides import TorchFunctionMode
+
+    n = 1000
+
+    class Made(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.made = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            given = [a for a in args if isinstance(a, torch.Tensor)]
+            if (isinstance(out, torch.Tensor) and out.dtype == torch.int64 and out.numel() == n
+                    and not any(out is a for a in given)):
+                self.made.append(getattr(func, "__name__", repr(func)))
+            return out
+
+    pred, target = torch.randint(0, 13, (n,)), torch.randint(0, 13, (n,))
+    target[::7] = 255
+    meter = ConfusionMeter(13, 255)
+    with Made() as made:
+        meter.update(pred, target)
+    assert len(made.made) == 1, made.made
+    keep = (target != 255).numpy()
+    want = np.zeros((13, 13), dtype=np.int64)
+    np.add.at(want, (target.numpy()[keep], pred.numpy()[keep]), 1)
+    np.testing.assert_array_equal(meter.confusion, want)
 
 
 def test_count_leaves_out_labels_out_of_range_and_refuses_other_shapes():

@@ -25,7 +25,7 @@ import numpy as np
 
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.errors import UserError
-from pointgeope.metrics import decimal_mean
+from pointgeope.decimals import decimal_mean
 from pointgeope.report.runs import ReportError, RunSummary, fold_dir, load_run, same_class_names
 from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, decimal_difference, json_safe, pct
 
@@ -53,7 +53,7 @@ class Variant:
 
 
 def spread(values: np.ndarray) -> dict:
-    """``mean`` (exact in the printed decimals: :func:`~pointgeope.metrics.decimal_mean`), sample ``std`` (NaN
+    """``mean`` (exact in the printed decimals: :func:`~pointgeope.decimals.decimal_mean`), sample ``std`` (NaN
     for one value), ``min``, ``max`` and ``n`` of ``values (S,)``."""
     n = int(values.size)
     return {"n": n, "mean": decimal_mean(values, skip_nan=False) if n else math.nan,
