@@ -253,8 +253,9 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     if env.is_main:
         checked = check_areas(root, train_areas + test_areas, cfg.model.num_classes)
         log(f"checked {', '.join(f'{a} ({len(r)} rooms)' for a, r in checked.items())}")
-        if line := absent_classes_warning(cfg.model.num_classes, label_counts(root, list(checked)), list(checked),
-                                          cfg.eval.class_mean, cfg.train.ignore_index):
+        counts = label_counts(root, list(checked), checked)     # prepare's record where the check vouches for it
+        if line := absent_classes_warning(cfg.model.num_classes, counts, list(checked), cfg.eval.class_mean,
+                                          cfg.train.ignore_index):
             log(line)       # classes of the network that no point of the fold's areas holds
     distributed.barrier()
 
