@@ -19,6 +19,11 @@ and the class means, two rules (``class_mean``, a run's ``eval.class_mean``)::
     all:      macc = (1/C) sum_c TP_c / (GT_c + 1e-10)          (the PTv1 authors' rule: an absent
               miou = (1/C) sum_c TP_c / (union_c + 1e-10)         class counts 0 in both means)
 
+The ``present`` means are taken exactly in the decimals the per-class values print as
+(:func:`~pointgeope.decimals.decimal_mean`), so that a mean on a tie rounds half up as every printed score
+does (IoUs 0.2, 0.0625, 0.24: mIoU 0.1675, 16.8 %, where the binary mean 0.16749999999999998 printed 16.7);
+``all``'s ``+1e-10`` is part of the authors' rule and its mean stays theirs.
+
 Per class, either way:
 
 * a class with no ground truth and no prediction has IoU and accuracy NaN (``present`` leaves it out of
@@ -139,17 +144,11 @@ def scores(confusion, class_mean: str = "present") -> dict:
     every = class_mean == "all" and m.shape[0] > 0
     return {
         "oa": float(tp.sum() / total) if total > 0 else float("nan"),
-        "macc": float(np.mean(tp / (gt + 1e-10))) if every else _nanmean(acc),
-        "miou": float(np.mean(tp / (union + 1e-10))) if every else _nanmean(iou),
+        "macc": float(np.mean(tp / (gt + 1e-10))) if every else decimal_mean(acc),
+        "miou": float(np.mean(tp / (union + 1e-10))) if every else decimal_mean(iou),
         "iou": [float(v) for v in iou],
         "acc": [float(v) for v in acc],
     }
-
-
-def _nanmean(values: np.ndarray) -> float:
-    values = np.asarray(values, dtype=np.float64)
-    finite = ~np.isnan(values)
-    return float(values[finite].mean()) if finite.any() else float("nan")
 
 
 # --- several folds --------------------------------------------------------------------------------------

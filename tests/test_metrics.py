@@ -134,6 +134,20 @@ def test_mean_of_folds_skips_a_class_absent_from_one_fold():
     assert mean["iou"] == [1.0, 1.0]
 
 
+def test_a_class_mean_on_a_tie_prints_rounded_half_up():
+    """Under ``present`` the IoUs of this matrix are 1/5, 1/16 and 6/25 (hand: TP 15, 4, 12 over unions 75,
+    64, 50), their mean 0.1675 exactly, a tie that prints 16.8; the binary mean, 0.16749999999999998, printed
+    16.7. The accuracies 15/42, 4/36, 12/32 (mean 0.2814153439...) are no tie and print 28.1 either way."""
+    from pointgeope.report.tables import pct
+
+    m = np.array([[15, 17, 10], [24, 4, 8], [9, 11, 12]])
+    s = scores(m, "present")
+    assert s["iou"] == [0.2, 0.0625, 0.24]
+    assert s["miou"] == 0.1675 and pct(s["miou"], 1) == "16.8"
+    assert _close(s["macc"], (F(15, 42) + F(4, 36) + F(12, 32)) / 3) and pct(s["macc"], 1) == "28.1"
+    assert pct(float(np.mean(s["iou"])), 1) == "16.7"                      # the binary mean's miss
+
+
 def _oa_fold(right: int, points: int = 10000) -> np.ndarray:
     """A 2-class fold of ``points`` points of class 0, ``right`` of them right: OA = right / points."""
     return np.array([[right, points - right], [0, 0]])
