@@ -19,6 +19,11 @@ and the class means, two rules (``class_mean``, a run's ``eval.class_mean``)::
     all:      macc = (1/C) sum_c TP_c / (GT_c + 1e-10)          (the PTv1 authors' rule: an absent
               miou = (1/C) sum_c TP_c / (union_c + 1e-10)         class counts 0 in both means)
 
+The ``present`` means are taken exactly in the decimals the per-class values print as
+(:func:`~pointgeope.decimals.decimal_mean`), so that a mean on a tie rounds half up as every printed score
+does (IoUs 0.2, 0.0625, 0.24: mIoU 0.1675, 16.8 %, where the binary mean 0.16749999999999998 printed 16.7);
+``all``'s ``+1e-10`` is part of the authors' rule and its mean stays theirs.
+
 Per class, either way:
 
 * a class with no ground truth and no prediction has IoU and accuracy NaN (``present`` leaves it out of
@@ -45,6 +50,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
+from pointgeope.decimals import decimal_mean
 
 SCORE_KEYS = ("oa", "macc", "miou")
 CLASS_MEAN_TEXT = {  # the rules of mAcc / mIoU (``class_mean``), each with the line reports print
@@ -138,17 +144,11 @@ def scores(confusion, class_mean: str = "present") -> dict:
     every = class_mean == "all" and m.shape[0] > 0
     return {
         "oa": float(tp.sum() / total) if total > 0 else float("nan"),
-        "macc": float(np.mean(tp / (gt + 1e-10))) if every else _nanmean(acc),
-        "miou": float(np.mean(tp / (union + 1e-10))) if every else _nanmean(iou),
+        "macc": float(np.mean(tp / (gt + 1e-10))) if every else decimal_mean(acc),
+        "miou": float(np.mean(tp / (union + 1e-10))) if every else decimal_mean(iou),
         "iou": [float(v) for v in iou],
         "acc": [float(v) for v in acc],
     }
-
-
-def _nanmean(values: np.ndarray) -> float:
-    values = np.asarray(values, dtype=np.float64)
-    finite = ~np.isnan(values)
-    return float(values[finite].mean()) if finite.any() else float("nan")
 
 
 # --- several folds --------------------------------------------------------------------------------------
@@ -187,15 +187,16 @@ def pooled_scores(confusions: Sequence, class_mean: str = "present") -> dict:
 def mean_of_fold_scores(confusions: Sequence, class_mean: str = "present") -> dict:
     """Mean over folds of each fold's scores (``oa``, ``macc``, ``miou``, and per class ``iou`` / ``acc``).
 
-    Each fold is scored on its own (:func:`scores`) and the folds' values are averaged, skipping NaN (a
-    class absent from a fold does not count for that fold). Unlike :func:`pooled_scores`, every fold
+    Each fold is scored on its own (:func:`scores`) and the folds' values are averaged exactly in the decimals
+    they print as (:func:`decimal_mean`: a tie rounds half up), skipping NaN (a class absent from a fold does
+    not count for that fold). Unlike :func:`pooled_scores`, every fold
     weighs the same whatever its number of points. ``class_mean``: the rule of each fold's mAcc and mIoU.
     """
     per_fold = [scores(c, class_mean) for c in _same_shape(confusions)]
-    out = {key: _nanmean(np.array([s[key] for s in per_fold])) for key in SCORE_KEYS}
+    out = {key: decimal_mean([s[key] for s in per_fold]) for key in SCORE_KEYS}
     for key in ("iou", "acc"):
         table = np.array([s[key] for s in per_fold], dtype=np.float64)  # (folds, C)
-        out[key] = [_nanmean(table[:, c]) for c in range(table.shape[1])]
+        out[key] = [decimal_mean(table[:, c]) for c in range(table.shape[1])]
     return out
 
 
@@ -205,9 +206,10 @@ class ConfusionMeter:
     """Accumulates a ``(C, C)`` confusion matrix of torch tensors on their own device.
 
     The counts live in an int64 tensor on the device of the first batch (or on ``device``), allocated once,
-    and each batch adds to them there (``index_put_`` with ``accumulate``); nothing moves to the CPU until
-    :attr:`confusion` is read. :meth:`update` checks the labels (one host read a batch), :meth:`count` does
-    not (a training loop's); both check shapes and dtypes by one rule and count alike.
+    and each batch adds to them there (:meth:`count`: ``index_put_`` with ``accumulate``; :meth:`update`: the
+    batch's ``C*C`` histogram); nothing moves to the CPU until :attr:`confusion` is read. :meth:`update` checks
+    the labels (one host read a batch), :meth:`count` does not (a training loop's); both check shapes and
+    dtypes by one rule and count alike.
     In DDP, call :meth:`all_reduce` once at the end of evaluation to sum the counts of all ranks.
 
     Example::
@@ -253,14 +255,56 @@ class ConfusionMeter:
         import torch
 
         pred, target = self._batch(logits_or_pred, target)
+        c, ignore = self.num_classes, self.ignore_index
+        ignored = None if ignore is None else target == ignore
+        # cell = target * C + pred, an ignored point's set to 0 (taken back out of cell 0 below): one (N,) int64
+        # buffer made, the rest in place (each (N,) tensor made costs more than the arithmetic on it)
+        cell = target * c
+        cell += pred
+        if ignored is not None:
+            cell.masked_fill_(ignored, 0)
+        if cell.numel():
+            # pred in 0..C-1 and target within [min(0, ignore), max(C - 1, ignore)] (no int64 overflow of
+            # target * C) make cell in 0..C*C-1 exactly when every kept target is in 0..C-1: the one host read
+            p_lo, p_hi, t_lo, t_hi, lo, hi = torch.stack([*torch.aminmax(pred), *torch.aminmax(target),
+                                                          *torch.aminmax(cell)]).tolist()
+            t_range = (0, c - 1) if ignore is None else (min(0, ignore), max(c - 1, ignore))
+            if not (0 <= p_lo and p_hi < c and t_range[0] <= t_lo and t_hi <= t_range[1] and 0 <= lo and hi < c * c):
+                self._check(pred, target, ignored)   # exact: raises unless only ignored points' pred is off
+        self._add_cells(cell, None if ignored is None else ignored.sum())
+
+    def _check(self, pred, target, ignored) -> None:
+        """Raise the ``ValueError`` of :meth:`update` when a kept point's prediction or label is outside
+        ``0..C-1`` (``ignored``: bool ``(N,)`` of the points not counted, or ``None``); the exact test, made
+        where :meth:`update`'s range test of the whole batch did not pass."""
+        import torch
+
         c = self.num_classes
-        keep = torch.ones_like(target, dtype=torch.bool) if self.ignore_index is None else target != self.ignore_index
+        keep = torch.ones_like(target, dtype=torch.bool) if ignored is None else ~ignored
         bad_target, bad_pred = keep & ((target < 0) | (target >= c)), keep & ((pred < 0) | (pred >= c))
-        if bool((bad_target | bad_pred).any()):  # one host sync per batch
+        if bool((bad_target | bad_pred).any()):
             raise ValueError(f"expected labels in 0..{c - 1}; out of range: target "
                              f"{torch.unique(target[bad_target]).tolist()[:10]}, "
                              f"pred {torch.unique(pred[bad_pred]).tolist()[:10]}")
-        self._add(pred, target, keep)
+
+    def _add_cells(self, cell, ignored) -> None:
+        """Add the histogram of ``cell`` (int64 ``(N,)`` in ``0..C*C-1``) less ``ignored`` (a count tensor of
+        the points in cell 0 that are not counted, or ``None``): ``bincount`` on the CPU, where it is one pass
+        with a ``C*C`` output; elsewhere ``index_put_``, which reads nothing on the host (a CUDA ``bincount``
+        reads its input's maximum)."""
+        import torch
+
+        c = self.num_classes
+        if self._counts is None:
+            self._counts = torch.zeros(c * c, dtype=torch.long, device=self._device(cell.device))
+        if cell.device.type == "cpu":
+            counts = torch.bincount(cell, minlength=c * c)
+        else:
+            counts = torch.zeros(c * c, dtype=torch.long, device=cell.device)
+            counts.index_put_((cell,), torch.ones_like(cell), accumulate=True)
+        if ignored is not None:
+            counts[0] -= ignored
+        self._counts += counts.to(self._counts.device)
 
     def count(self, logits, target) -> None:
         """Count one batch of logits ``(N, C)`` and labels ``(N,)`` on their device without reading anything on

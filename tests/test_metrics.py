@@ -134,6 +134,44 @@ def test_mean_of_folds_skips_a_class_absent_from_one_fold():
     assert mean["iou"] == [1.0, 1.0]
 
 
+def test_a_class_mean_on_a_tie_prints_rounded_half_up():
+    """Under ``present`` the IoUs of this matrix are 1/5, 1/16 and 6/25 (hand: TP 15, 4, 12 over unions 75,
+    64, 50), their mean 0.1675 exactly, a tie that prints 16.8; the binary mean, 0.16749999999999998, printed
+    16.7. The accuracies 15/42, 4/36, 12/32 (mean 0.2814153439...) are no tie and print 28.1 either way."""
+    from pointgeope.report.tables import pct
+
+    m = np.array([[15, 17, 10], [24, 4, 8], [9, 11, 12]])
+    s = scores(m, "present")
+    assert s["iou"] == [0.2, 0.0625, 0.24]
+    assert s["miou"] == 0.1675 and pct(s["miou"], 1) == "16.8"
+    assert _close(s["macc"], (F(15, 42) + F(4, 36) + F(12, 32)) / 3) and pct(s["macc"], 1) == "28.1"
+    assert pct(float(np.mean(s["iou"])), 1) == "16.7"                      # the binary mean's miss
+
+
+def _oa_fold(right: int, points: int = 10000) -> np.ndarray:
+    """A 2-class fold of ``points`` points of class 0, ``right`` of them right: OA = right / points."""
+    return np.array([[right, points - right], [0, 0]])
+
+
+@pytest.mark.parametrize("rights, printed", [
+    ((2324, 2226), "22.8"),                               # exact mean 0.2275; binary 0.22749999999999998
+    ((763, 348, 6654, 3396, 1434, 6755), "32.3"),         # six folds: 0.3225; binary 0.32249999999999995
+    ((4942, 7474, 8629), "70.2"),                         # 0.7015; binary 0.7014999999999999
+])
+def test_the_mean_of_folds_on_a_tie_prints_rounded_half_up(rights, printed):
+    """The folds' OA are k/10000 (decimals of four places); their exact mean (hand: sum / n) ends in 5 at the
+    second decimal of the percentage, a tie, which the report's rounding (half up) sends up. The mean taken in
+    binary landed below the tie and printed one tenth lower."""
+    from pointgeope.report.tables import pct
+
+    exact = F(sum(rights), 10000 * len(rights))
+    assert exact * 1000 % 1 == F(1, 2)                    # the case is a tie at 0.1 %
+    mean = mean_of_fold_scores([_oa_fold(r) for r in rights])
+    assert mean["oa"] == float(exact) and pct(mean["oa"], 1) == printed
+    assert mean["iou"][0] == float(exact)                 # IoU of class 0 = right / points as well
+    assert pct(float(np.mean([r / 10000 for r in rights])), 1) != printed   # the binary mean's miss
+
+
 def test_pool_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="matrix 1 has shape"):
         pool([np.zeros((3, 3)), np.zeros((2, 2))])
@@ -192,6 +230,61 @@ def test_count_equals_the_checked_update_on_what_a_training_loop_gives(ignore_in
         updated.update(logits, target.to(label_dtype))
     np.testing.assert_array_equal(counted.confusion, updated.confusion)
     assert counted.confusion.sum() > 0
+
+
+def test_update_refuses_what_a_range_test_of_the_cells_alone_would_miss():
+    """update tests the ranges of pred, target and cell = target * C + pred over the whole batch, and only
+    where they fail the exact test of the kept points: a label C (cell C*C), a label -1 with pred C-1 (cell
+    -1) and a label whose int64 product wraps into 0..C*C-1 are each refused; an ignored point's prediction
+    is not checked (as before) and the point is not counted."""
+    c = 13
+    wraps = (5 * pow(c, -1, 2**64)) % 2**64                       # wraps * 13 = 5 (mod 2^64)
+    wraps -= 2**64 * (wraps >= 2**63)                             # as an int64
+    assert (torch.tensor([wraps]) * c).item() == 5
+    for target, pred in (([c], [0]), ([-1], [c - 1]), ([wraps], [0]), ([2, c], [1, 0])):
+        meter = ConfusionMeter(c, 255)
+        with pytest.raises(ValueError, match=rf"out of range: target \[{target[-1]}\], pred \[\]"):
+            meter.update(torch.tensor(pred), torch.tensor(target))
+    meter = ConfusionMeter(3, 255)
+    meter.update(torch.tensor([0, 7, -2, 2]), torch.tensor([0, 255, 255, 1]))
+    want = np.zeros((3, 3), dtype=np.int64)
+    want[0, 0] = want[1, 2] = 1
+    np.testing.assert_array_equal(meter.confusion, want)
+    meter.update(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))   # empty: nothing
+    np.testing.assert_array_equal(meter.confusion, want)
+
+
+def test_update_of_a_cpu_batch_makes_one_label_sized_int64_tensor():
+    """On the CPU, each (N,) tensor an op makes costs more than its arithmetic (a fresh allocation's pages), and
+    update made four int64 ones a batch (masks aside), twice bincount's time: now one, the cells, the rest done
+    in place, the counts by a C*C bincount. Counted with a TorchFunctionMode over the ops update calls."""
+    from torch.overrides import TorchFunctionMode
+
+    n = 1000
+
+    class Made(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.made = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            given = [a for a in args if isinstance(a, torch.Tensor)]
+            if (isinstance(out, torch.Tensor) and out.dtype == torch.int64 and out.numel() == n
+                    and not any(out is a for a in given)):
+                self.made.append(getattr(func, "__name__", repr(func)))
+            return out
+
+    pred, target = torch.randint(0, 13, (n,)), torch.randint(0, 13, (n,))
+    target[::7] = 255
+    meter = ConfusionMeter(13, 255)
+    with Made() as made:
+        meter.update(pred, target)
+    assert len(made.made) == 1, made.made
+    keep = (target != 255).numpy()
+    want = np.zeros((13, 13), dtype=np.int64)
+    np.add.at(want, (target.numpy()[keep], pred.numpy()[keep]), 1)
+    np.testing.assert_array_equal(meter.confusion, want)
 
 
 def test_count_leaves_out_labels_out_of_range_and_refuses_other_shapes():

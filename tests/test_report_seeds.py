@@ -292,3 +292,25 @@ def test_the_json_written_last_records_the_set_and_the_trials_files(tmp_path):
         metrics = tmp_path / f"A{seed}" / "area_1" / "metrics.json"
         assert entry["metrics"] == [{"path": str(metrics),
                                      "sha256": "sha256:" + hashlib.sha256(metrics.read_bytes()).hexdigest()}]
+
+
+def _tie_run(name: str, right: int) -> RunSummary:
+    """One fold of 10000 points of class 0, ``right`` of them right (the rest predicted 1): OA and class 0's
+    IoU are both right / 10000."""
+    confusion = np.zeros((NUM_CLASSES, NUM_CLASSES), dtype=np.int64)
+    confusion[0, 0], confusion[0, 1] = right, 10000 - right
+    return RunSummary(name, Path(name), [FoldResult("Area_1", 1, confusion, Path(name) / "area_1")])
+
+
+def test_a_mean_over_seeds_on_a_tie_prints_rounded_half_up():
+    """Seeds scoring 49.42 %, 74.74 % and 86.29 %: their mean is 70.15 % exactly (hand: 21045 / 3 / 100), a
+    tie that the report's half-up rounding prints 70.2; the binary mean, 0.7014999999999999, printed 70.1.
+    Both the mean ± std cell and the per-class IoU mean (class 0's IoU is the OA here) print 70.2."""
+    seeds = Variant("T", [0, 1, 2], [_tie_run(f"T{i}", r) for i, r in enumerate((4942, 7474, 8629))])
+    assert spread(seeds.values("oa"))["mean"] == 0.7015
+    md = ablation_markdown([seeds])
+    assert md.splitlines()[2].startswith("| T | 3 | 70.2 ± ")
+    per_class = md.split("Per-class IoU, mean over seeds:")[1]
+    assert next(line for line in per_class.splitlines() if line.startswith("| T |")).startswith("| T | 70.2 |")
+    csv_row = next(r for r in csv.DictReader(io.StringIO(ablation_csv([seeds]))) if r["score"] == "oa")
+    assert csv_row["mean_pct"] == "70.1500"

@@ -13,7 +13,8 @@ report scores ``area_K`` alone, and each fold's report has its own folder, so an
 fold 1's report as it was.
 
 Everything is checked before the first trial starts (each trial's config, the fold, the data folder, a saved
-trial trained with other settings, which train would refuse: :mod:`~pointgeope.engine.ablation_reuse`), so a
+trial trained with other settings, on other data or for another fold, which train would refuse:
+:mod:`~pointgeope.engine.ablation_reuse`), so a
 mistake costs seconds. A rerun of the same command skips complete trials and resumes interrupted ones from
 their ``last.pt`` (``pointgeope train`` does both); a failed trial is named with its log and left out of
 the report, which says so, and so is a trial whose saved result is stale: complete, but trained or tested
@@ -100,14 +101,14 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
         threads = max(1, (os.cpu_count() or 1) // jobs)
         common.append(f"train.threads={threads}")
         print(f"{jobs} trials at a time: train.threads={threads} each (give train.threads=N to choose)", flush=True)
-    fold_of(load_folds(cfg.data.root), test_area, cfg.data.root)
+    fold = fold_of(load_folds(cfg.data.root), test_area, cfg.data.root)
     trials = [Trial(p, s, inside(run_dir, run_dir / p / f"seed_{s}", f"--presets {p}", "--run-dir"))
               for p in presets for s in seeds]
     trials = _resume_threads(trials, test_area, threads, cfg.train.threads is not None)
     # each trial's config, checked (e.g. an unknown preset, named) and kept: what its saved result is compared
     # with after the trials ran (stale), whatever happens to the config file meanwhile
     trials = [replace(t, config=config_to_dict(load_config(config, t.overrides(common)))) for t in trials]
-    check_reuse(trials, test_area, run_dir)     # a saved trial of other settings: train would refuse each one
+    check_reuse(trials, test_area, run_dir, fold)   # a saved trial of other settings or data: train would refuse it
     return trials, common
 
 

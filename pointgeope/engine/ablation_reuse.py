@@ -7,8 +7,9 @@ skipped (complete) by ``pointgeope train`` only when the config ``last.pt`` was 
 difference from the trial's (:func:`~pointgeope.engine.checkpoint.config_differences`, the keys a resume must
 match; free keys such as ``train.threads`` and the ``eval.*`` keys aside). Otherwise train refuses it with
 the advice of its own ``--force``, which ``ablate`` does not have: a rerun of an ablation with another
-``train.epochs`` started every trial only to see each refused. :func:`check_reuse` says it once, before any
-trial starts, with what to do.
+``train.epochs`` started every trial only to see each refused. So does train refuse a fold trained on other
+area files than the data folder holds now (prepared again) or for another fold. :func:`check_reuse` says it
+once, before any trial starts, with what to do.
 
 An ablation's ``RUN`` holds ``<preset>/seed_<s>/area_K`` and ``report/fold_K``; a ``RUN`` that holds
 ``area_K/`` itself is a training's run folder (or a trial's), one with ``folds.json`` a prepared data folder:
@@ -19,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pointgeope.constants import FOLD_NAME, fold_folder_name
+from pointgeope.data.folds import Fold
 from pointgeope.engine.checkpoint import (
     CheckpointError,
     checkpoint_config,
@@ -31,29 +33,33 @@ from pointgeope.errors import UserError
 __all__ = ["check_reuse", "check_run_dir", "other_trials"]
 
 
-def _trained_with(last: Path) -> dict | None:
-    """The config ``last`` (a trial's ``last.pt``) was written with; ``None`` where there is none or it cannot
+def _saved(last: Path) -> tuple[dict, dict] | None:
+    """``(checkpoint, config)`` of ``last`` (a trial's ``last.pt``); ``None`` where there is none or it cannot
     be read (train names that itself). Its tensors are mapped from the file, not read."""
     if not last.is_file():
         return None
     try:
-        return checkpoint_config(load_checkpoint(last, mmap=True), last)
+        ckpt = load_checkpoint(last, mmap=True)
+        return ckpt, checkpoint_config(ckpt, last)
     except CheckpointError:
         return None
 
 
-def check_reuse(trials: list, test_area: int, run_dir: Path) -> None:
+def check_reuse(trials: list, test_area: int, run_dir: Path, fold: Fold | None = None) -> None:
     """Raise a :class:`UserError` naming the ``trials`` (each with ``folder`` and its resolved ``config``)
-    whose ``area_<test_area>/last.pt`` was written with settings that differ from the trial's, and what to
-    do (another ``--run-dir``, or their fold folders deleted to train them again)."""
-    other = []
+    whose ``area_<test_area>/last.pt`` was written with settings that differ from the trial's, or (``fold``:
+    the test's fold of the data folder) on other area files than the data folder holds now, or for another
+    fold, and what to do (another ``--run-dir``, or their fold folders deleted to train them again)."""
+    other, saved = [], {}
     for trial in trials:
-        fold = trial.folder / fold_folder_name(test_area)
-        saved = _trained_with(fold / "last.pt")
-        diff = config_differences(saved, trial.config) if saved is not None else []
+        folder = trial.folder / fold_folder_name(test_area)
+        saved[trial] = _saved(folder / "last.pt")
+        diff = config_differences(saved[trial][1], trial.config) if saved[trial] is not None else []
         if diff:
-            other.append((trial, fold, diff))
+            other.append((trial, folder, diff))
     if not other:
+        if fold is not None:
+            _check_data(trials, {t: s[0] for t, s in saved.items() if s is not None}, test_area, run_dir, fold)
         return
     trial, _, diff = other[0]
     folds = " ".join(str(fold) for _, fold, _ in other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
@@ -61,6 +67,41 @@ def check_reuse(trials: list, test_area: int, run_dir: Path) -> None:
                     f"settings than this command's ({trial.name}: {describe_differences(diff, 'it used')}), and "
                     f"train neither resumes nor reuses such a fold: give another --run-dir, or delete {folds} "
                     "to train them again with these settings")
+
+
+def _check_data(trials: list, saved: dict, test_area: int, run_dir: Path, fold: Fold) -> None:
+    """Refuse the ``trials`` whose ``saved`` checkpoint (``{trial: last.pt's content}``) trained on other area
+    files than the trials' ``data.root`` holds now (a data folder prepared again), or for another fold than
+    ``fold``, as their ``pointgeope train`` would (:func:`~pointgeope.engine.trained_data.check_data_of`,
+    :func:`~pointgeope.engine.fold_record.check_trained_fold`, its notes and warnings unsaid here: the trial
+    says them), but before any starts; the area files are hashed once for all of them."""
+    if not saved:
+        return
+    from pointgeope.data.check import area_checksums
+    from pointgeope.engine.fold_record import check_trained_fold
+    from pointgeope.engine.trained_data import check_data_of
+    from pointgeope.h5 import area_path
+
+    root = next(iter(saved)).config["data"]["root"]
+    areas = list(fold.train + fold.test)
+    here = area_checksums(root, [area for area in areas if area_path(root, area).is_file()])
+    refused = []
+    for trial, ckpt in saved.items():
+        last = trial.folder / fold_folder_name(test_area) / "last.pt"
+        now = {area: here.get(area) for area in set(ckpt.get("data") or {}) | set(areas)}
+        try:
+            check_trained_fold(last, ckpt.get("fold"), fold, root, lambda line: None)
+            check_data_of(last, ckpt, now, root, lambda line: None)
+        except CheckpointError as err:
+            why = str(err).split("; restore the data")[0].split("; put fold")[0]    # train's advice is not ablate's
+            refused.append((trial, last.parent, why))
+    if refused:
+        trial, _, why = refused[0]
+        folders = " ".join(str(f) for _, f, _ in refused[:3]) + (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
+        raise UserError(f"--run-dir {run_dir}: {len(refused)} of the {len(trials)} trial(s) cannot be resumed or "
+                        f"reused on the data folder {root} as it is now ({trial.name}: {why}), and train would "
+                        f"refuse each one: restore the data they trained on, give another --run-dir, or delete "
+                        f"{folders} to train them again on this data")
 
 
 def check_run_dir(run_dir: Path) -> None:

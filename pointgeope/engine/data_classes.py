@@ -24,14 +24,48 @@ from pointgeope.h5 import area_path, open_area
 __all__ = ["absent_classes_warning", "label_counts"]
 
 
-def label_counts(root: str | Path, areas: list[str]) -> np.ndarray:
+def label_counts(root: str | Path, areas: list[str], checked: dict[str, dict[str, int]] | None = None) -> np.ndarray:
     """``int64 (256,)``: the number of points of each label value in the ``areas``' files under ``root``, over
-    every room (the ignore label's included; a caller leaves it out)."""
+    every room (the ignore label's included; a caller leaves it out).
+
+    ``checked``: :func:`~pointgeope.data.check.check_areas` of these areas (room -> points), just made. An
+    area whose file that check found equal to its checksum in ``manifest.json`` takes the per-room
+    ``class_counts`` that ``prepare`` recorded there (the file is the one they were counted from) when they
+    agree with it (the same rooms, each room's counts summing to its points); any other area's labels are
+    read (a root without a manifest, areas copied in by hand, a manifest without counts)."""
+    from pointgeope.data.check import read_manifest
+
+    manifest = read_manifest(root) if checked is not None else None
     counts = np.zeros(256, dtype=np.int64)
     for area in areas:
+        recorded = _recorded(manifest, area, (checked or {}).get(area))
+        if recorded is not None:
+            counts += recorded
+            continue
         with open_area(area_path(root, area)) as f:
             for room in f:
                 counts += np.bincount(f[room]["label"][()].ravel(), minlength=256)[:256]
+    return counts
+
+
+def _recorded(manifest: object, area: str, rooms: dict[str, int] | None) -> np.ndarray | None:
+    """``int64 (256,)``: ``area``'s label counts as ``manifest`` records them, room by room, where the file was
+    checked against its checksum there (``rooms``: room -> points of the check) and the record agrees with
+    what the check found; ``None`` where it cannot be used."""
+    try:
+        listed = area in manifest["checksums"]
+        entry = manifest["areas"][area]["rooms"]
+    except (TypeError, KeyError):
+        return None
+    if not listed or rooms is None or not isinstance(entry, dict) or set(entry) != set(rooms):
+        return None
+    counts = np.zeros(256, dtype=np.int64)
+    for room, points in rooms.items():
+        got = entry[room].get("class_counts") if isinstance(entry[room], dict) else None
+        if (not isinstance(got, list) or not 0 < len(got) <= 256 or not all(type(n) is int and n >= 0 for n in got)
+                or sum(got) != points):
+            return None
+        counts[:len(got)] += got
     return counts
 
 

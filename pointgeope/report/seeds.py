@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import numpy as np
 
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.errors import UserError
+from pointgeope.decimals import decimal_mean
 from pointgeope.report.runs import ReportError, RunSummary, fold_dir, load_run, same_class_names
 from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, decimal_difference, json_safe, pct
 
@@ -53,9 +53,10 @@ class Variant:
 
 
 def spread(values: np.ndarray) -> dict:
-    """``mean``, sample ``std`` (NaN for one value), ``min``, ``max`` and ``n`` of ``values (S,)``."""
+    """``mean`` (exact in the printed decimals: :func:`~pointgeope.decimals.decimal_mean`), sample ``std`` (NaN
+    for one value), ``min``, ``max`` and ``n`` of ``values (S,)``."""
     n = int(values.size)
-    return {"n": n, "mean": float(values.mean()) if n else math.nan,
+    return {"n": n, "mean": decimal_mean(values, skip_nan=False) if n else math.nan,
             "std": float(values.std(ddof=1)) if n > 1 else math.nan,
             "min": float(values.min()) if n else math.nan, "max": float(values.max()) if n else math.nan}
 
@@ -105,9 +106,7 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
     lines += ["", "Per-class IoU, mean over seeds:", "", "| variant | " + " | ".join(names) + " |",
               "|:--|" + "--:|" * len(names)]
     for v in variants:
-        with warnings.catch_warnings():       # a class in no seed: NaN ("—"), not numpy's "Mean of empty slice"
-            warnings.simplefilter("ignore", RuntimeWarning)
-            iou = np.nanmean(v.class_iou(), axis=0) if v.runs else np.full(len(names), math.nan)
+        iou = [decimal_mean(column) for column in v.class_iou().T] if v.runs else [math.nan] * len(names)
         lines.append(f"| {v.name} | " + " | ".join(pct(x, digits) for x in iou) + " |")
     runs = [run for v in variants for run in v.runs]
     rules = class_mean_lines(runs, _mixed_rules(runs))

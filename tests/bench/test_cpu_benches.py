@@ -51,3 +51,21 @@ def test_synth_write_times_one_thread_by_default_and_says_why(monkeypatch, tmp_p
     assert "single-threaded" in got["threads_note"]
     speed = got["runs"][0]["results"]["vectorised"]["speedup_vs_savetxt"]
     assert speed["paired_range"][0] <= speed["paired_median"] <= speed["paired_range"][1]
+
+
+def test_confusion_quick_run_times_the_update_beside_bincount_and_keeps_other_labels(monkeypatch, tmp_path):
+    """bench_confusion: each side's paired ratio to bincount over the rounds (bincount's own 1.0), a run
+    stored under its --label beside the runs already in --out; the two sides count alike (checked first)."""
+    import bench_confusion
+
+    out = tmp_path / "confusion.json"
+    out.write_text(json.dumps({"benchmark": "bench_confusion", "runs": {"before": {"rows": []}}}))
+    monkeypatch.setattr(sys, "argv", ["bench_confusion.py", "--quick", "--label", "after", "--out", str(out)])
+    assert bench_confusion.main() == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert set(runs) == {"before", "after"}
+    (row,) = runs["after"]["rows"]
+    assert row["threads"] == 1 and runs["after"]["points"] == 200_000
+    assert row["cpu"]["bincount"]["paired_ratios"] == [1.0, 1.0]
+    side = row["cpu"]["update"]
+    assert side["paired_range"] == sorted(side["paired_ratios"]) and len(side["paired_ratios"]) == 2

@@ -88,6 +88,62 @@ def test_elastic_distortion_is_smooth_and_bounded():
     np.testing.assert_array_equal(skipped["coord"], sample["coord"])
 
 
+def _box3_zero_padded(a: np.ndarray, axis: int) -> np.ndarray:
+    """``(a[i-1] + a[i] + a[i+1]) / 3`` along ``axis``, zero beyond both ends (written with slices)."""
+    pad = [(0, 0)] * a.ndim
+    pad[axis] = (1, 1)
+    p = np.pad(a, pad)
+    take = lambda lo, hi: np.take(p, np.arange(lo, p.shape[axis] - hi), axis=axis)  # noqa: E731
+    return (take(0, 2) + take(1, 1) + take(2, 0)) / 3
+
+
+def _elastic_reference(coord: np.ndarray, params, rng: np.random.Generator) -> np.ndarray:
+    """The definition (Pointcept's ``ElasticDistortion``, PTv1's recipe), written out: per ``(g, m)``, a
+    Gaussian ``(D_x, D_y, D_z, 3)`` on the nodes ``lo - g + g k`` (``D = floor(max(x - lo) / g) + 3``,
+    ``lo`` the minimum of the points as displaced so far), three box blurs of 3 taps, zero-padded, along x,
+    y, z, twice; each point moved by ``m`` times the trilinear interpolation of the 8 nodes around it."""
+    x = coord.astype(np.float64)
+    assert rng.random() < 1.0                                     # the p-draw that the transform makes first
+    for g, m in params:
+        lo = x.min(0)
+        dims = np.floor((x - lo).max(0) / g).astype(int) + 3
+        noise = rng.standard_normal((*dims, 3))
+        for _ in range(2):
+            for axis in range(3):
+                noise = _box3_zero_padded(noise, axis)
+        t = (x - (lo - g)) / g                                    # position in node units, in [1, D - 2)
+        i = np.floor(t).astype(int)
+        w = t - i
+        shift = np.zeros_like(x)
+        for corner in np.ndindex(2, 2, 2):
+            weight = np.prod([w[:, a] if c else 1 - w[:, a] for a, c in enumerate(corner)], axis=0)
+            shift += weight[:, None] * noise[i[:, 0] + corner[0], i[:, 1] + corner[1], i[:, 2] + corner[2]]
+        x = x + m * shift
+    return x
+
+
+@pytest.mark.parametrize("params", [((0.2, 0.4),), ((0.2, 0.4), (0.8, 1.6)), ((0.37, 0.05),)])
+def test_elastic_distortion_equals_its_definition_written_out(params):
+    """Against an independent reference (slices for the blur, the 8 trilinear weights by hand) fed the same
+    random stream: the same displaced points, to float32's rounding; the displacement is far from zero."""
+    sample = make_sample(400, seed=3)
+    out = ElasticDistortion(params=params, p=1.0)(sample, np.random.default_rng(7))
+    expected = _elastic_reference(sample["coord"], params, np.random.default_rng(7))
+    assert out["coord"].dtype == np.float32
+    np.testing.assert_allclose(out["coord"], expected, rtol=0, atol=5e-7)
+    assert np.abs(expected - sample["coord"]).max() > 0.01
+
+
+def test_elastic_distortion_moves_a_translated_cloud_alike():
+    """The grid is anchored at the points' minimum: the same draws move a cloud shifted by ``s`` by the same
+    amounts, so the result is the first one shifted by ``s``."""
+    sample, s = make_sample(300, seed=4), np.array([10.0, -5.0, 2.0], dtype=np.float32)
+    moved = dict(sample, coord=sample["coord"] + s)
+    a = ElasticDistortion(p=1.0)(sample, np.random.default_rng(1))["coord"]
+    b = ElasticDistortion(p=1.0)(moved, np.random.default_rng(1))["coord"]
+    np.testing.assert_allclose(b - s, a, rtol=0, atol=3e-6)
+
+
 def test_chromatic_auto_contrast_with_full_blend_stretches_to_0_255():
     sample = make_sample()
     out = ChromaticAutoContrast(p=1.0, blend_factor=1.0)(sample, np.random.default_rng(0))

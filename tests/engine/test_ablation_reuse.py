@@ -9,6 +9,7 @@ import pytest
 
 from pointgeope.cli import main as cli
 from pointgeope.engine.ablation import plan
+from pointgeope.errors import UserError
 from tests.engine.conftest import DEMO_CONFIG, TINY, ablate_args, last_line_only
 
 
@@ -139,3 +140,41 @@ def test_other_trials_are_those_of_the_fold_outside_the_grid(two_folds, tmp_path
         if folder != "geope/seed_5/area_1":                                 # no metrics.json: never tested
             (run / folder / "metrics.json").write_text("{}")
     assert other_trials(trials, 1, run) == ["none seed 3", "rpe seed 12"]
+
+
+def test_a_saved_trial_of_other_data_is_refused_before_any_trial_starts(two_folds, tmp_path, capsys):
+    """A data folder prepared again under an ablation's saved trials: each trial started, loaded its data and
+    its last.pt, and was refused by train ("trained on other data than ... holds now") with the advice of
+    train's --force. Now plan() compares each saved last.pt's area checksums with the files there now, as train
+    does, before any trial starts; a last.pt of these files passes, one of another fold is refused too."""
+    from pointgeope.data.check import area_checksums
+    from pointgeope.data.folds import fold_of, load_folds
+    from pointgeope.engine.checkpoint import save_checkpoint
+    from pointgeope.engine.fold_record import fold_record
+
+    run, settings = tmp_path / "abl", [f"data.root={two_folds}", *TINY]
+    trials, _ = plan(DEMO_CONFIG, ["rpe", "none"], [0], 1, run, settings, 1)
+    now = area_checksums(two_folds, ["Area_1", "Area_2", "Area_3"])
+    fold1, fold2 = (fold_record(fold_of(load_folds(two_folds), k, two_folds)) for k in (1, 2))
+    for trial in trials:
+        (trial.folder / "area_1").mkdir(parents=True)
+        save_checkpoint(trial.folder / "area_1" / "last.pt", {"config": trial.config, "data": now, "fold": fold1})
+    assert plan(DEMO_CONFIG, ["rpe", "none"], [0], 1, run, settings, 1)[0] == trials      # these files: passes
+    before = {**now, "Area_2": "sha256:" + "0" * 64}                                       # Area_2 prepared again
+    save_checkpoint(trials[1].folder / "area_1" / "last.pt", {"config": trials[1].config, "data": before,
+                                                              "fold": fold1})
+    assert cli(ablate_args(two_folds, run, presets=("rpe", "none"), seeds=("0",))) == 2
+    err = capsys.readouterr().err
+    last_line_only(err, err.splitlines()[-1])
+    line = err.splitlines()[-1]
+    assert line.startswith(f"pointgeope ablate: error: --run-dir {run}: 1 of the 2 trial(s) cannot be resumed or "
+                           f"reused on the data folder {two_folds} as it is now (none seed 0: "
+                           f"{trials[1].folder / 'area_1' / 'last.pt'} was trained on other data than {two_folds} "
+                           "holds now (Area_2.h5 trained on sha256:000000000000...")
+    assert line.endswith(f"restore the data they trained on, give another --run-dir, or delete "
+                         f"{trials[1].folder / 'area_1'} to train them again on this data")
+    assert "--force" not in line
+    assert not any(run.glob("*/*/train.log"))                # no trial started
+    save_checkpoint(trials[1].folder / "area_1" / "last.pt", {"config": trials[1].config, "data": now, "fold": fold2})
+    with pytest.raises(UserError, match=r"1 of the 2 trial\(s\) cannot be resumed .*trained for fold 2 \(test Area_2"):
+        plan(DEMO_CONFIG, ["rpe", "none"], [0], 1, run, settings, 1)

@@ -31,6 +31,61 @@ def test_label_counts_are_the_manifests_class_counts(tiny_root):
     assert got[13:].sum() == 0
 
 
+def _label_reads(monkeypatch) -> list[str]:
+    """The names of the ``label`` datasets read (``h5py.Dataset.__getitem__``) from here on."""
+    import h5py
+
+    reads, original = [], h5py.Dataset.__getitem__
+
+    def spy(self, *args, **kwargs):
+        if self.name.endswith("/label"):
+            reads.append(self.name)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", spy)
+    return reads
+
+
+def test_checked_areas_take_prepares_counts_without_reading_a_label(tiny_root, tmp_path, monkeypatch):
+    """The class warning at training start read every label of every area of the fold a second time (the check
+    had just read them). Areas checked against manifest.json's checksums now take the counts prepare recorded
+    there (0 label reads); the counts equal the labels' own (read here with read_room). Without a manifest, or
+    with a manifest whose counts disagree with the checked points, the labels are read, one read a room."""
+    import os
+
+    from pointgeope.data.check import check_areas
+    from pointgeope.h5 import area_path, list_rooms, read_room
+
+    areas = ["Area_1", "Area_3", "Area_6"]
+    want = np.zeros(256, dtype=np.int64)
+    for area in areas:
+        for room in list_rooms(area_path(tiny_root, area)):
+            want += np.bincount(read_room(area_path(tiny_root, area), room, fields=("label",))["label"], minlength=256)
+    rooms = sum(len(list_rooms(area_path(tiny_root, a))) for a in areas)
+    checked = check_areas(tiny_root, areas)
+    reads = _label_reads(monkeypatch)
+    np.testing.assert_array_equal(label_counts(tiny_root, areas, checked), want)
+    assert reads == []
+    np.testing.assert_array_equal(label_counts(tiny_root, areas), want)       # no check given: read
+    assert len(reads) == rooms
+    bare = tmp_path / "bare"                                                  # the files, no manifest
+    bare.mkdir()
+    for area in areas:
+        os.symlink(area_path(tiny_root, area), area_path(bare, area))
+    checked = check_areas(bare, areas)
+    reads.clear()
+    np.testing.assert_array_equal(label_counts(bare, areas, checked), want)
+    assert len(reads) == rooms
+    manifest = json.loads((tiny_root / "manifest.json").read_text())       # one room's counts off by one
+    first = next(iter(manifest["areas"]["Area_3"]["rooms"].values()))
+    first["class_counts"][0] += 1
+    (bare / "manifest.json").write_text(json.dumps(manifest))
+    checked = check_areas(bare, areas)
+    reads.clear()
+    np.testing.assert_array_equal(label_counts(bare, areas, checked), want)
+    assert len(reads) == len(list_rooms(area_path(tiny_root, "Area_3")))    # that area read, the others not
+
+
 def test_a_head_wider_than_the_data_is_named_with_the_value_that_fits():
     line = absent_classes_warning(20, _counts(range(13)), AREAS, "all")
     assert line == ("warning: model.num_classes=20, but the fold's area files (Area_2, Area_1) hold no point of 7 of "

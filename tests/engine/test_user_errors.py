@@ -192,6 +192,24 @@ def test_a_run_dir_or_report_out_that_cannot_be_a_folder(tmp_path, capsys, two_f
                     "it (Not a directory); make it writable or give a folder you can write")
 
 
+def test_a_prepared_data_folder_as_the_run_folder_is_refused(tmp_path, capsys, two_folds):
+    """`train --run-dir DATA` (the data folder itself, or a copy of one) trained and wrote area_1/ among the area
+    files and folds.json. Refused in one line before anything is written; a folder with an area file alone too."""
+    def refused(run, held):
+        return (f"pointgeope train: error: run folder (--run-dir, train.run_dir) {run}: it holds {held}, a prepared "
+                "data folder (pointgeope prepare's output), where the run's area_K/ folders would mix with the data: "
+                f"give the run a folder of its own, e.g. --run-dir {run.parent / (run.name + '_runs')}")
+
+    before = sorted(p.name for p in two_folds.iterdir())
+    assert one_line(capsys, 2, train_args(two_folds, two_folds)) == refused(two_folds, "folds.json")
+    assert sorted(p.name for p in two_folds.iterdir()) == before
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(two_folds / "Area_3.h5", other / "Area_3.h5")
+    assert one_line(capsys, 2, train_args(two_folds, other)) == refused(other, "Area_3.h5")
+    assert sorted(p.name for p in other.iterdir()) == ["Area_3.h5"]
+
+
 def test_a_checkpoint_without_its_config(tmp_path, capsys, tiny_run):
     ckpt = torch.load(tiny_run / "last.pt", weights_only=True)
     del ckpt["config"]
