@@ -32,6 +32,7 @@ from pointgeope.engine import distributed
 from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, pack_rng, rng_state, save_checkpoint,
                                           set_rng_state)
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
+from pointgeope.engine.machine_record import machine, trained_on
 from pointgeope.engine.runio import Log
 from pointgeope.engine.trained_data import check_data_of
 from pointgeope.engine.weights import first_non_finite, load_model_state
@@ -128,6 +129,9 @@ class FoldCheckpoints:
         self.points = points  # area -> checksum of their points (pointgeope.data.identity.area_points)
         self.fold = fold  # the split it trains: recorded in every checkpoint (engine.fold_record)
         self.locked = env.is_main and still_held(run)  # made under the fold's lock (train): check_folder checks it
+        # the machines it trained on (engine.machine_record): this one, after those of the checkpoint resumed
+        self.trained_on = trained_on(None, machine(env.device, config.get("train", {}).get("amp", "none"),
+                                                 env.world_size))
 
     def resume(self, log: Log) -> LoopState:
         """The state saved in ``last.pt``, with the learner and this rank's RNG restored from it; a fresh
@@ -163,6 +167,7 @@ class FoldCheckpoints:
             log(f"note: {path} holds no scores of epoch {state.epoch + 1}'s first {state.batch} batches; its "
                 f"logged train loss, oa and miou will cover the batches after them only")
         self._warn_other_run(path, ckpt, log)
+        self.trained_on = trained_on(ckpt, self.trained_on[-1])
         return state
 
     def _warn_other_run(self, path: Path, ckpt: dict, log: Log) -> None:
@@ -218,7 +223,8 @@ class FoldCheckpoints:
                 "optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict(),
                 "scaler": learner.scaler.state_dict() if learner.scaler.is_enabled() else None,
                 "rng": states, **dataclasses.asdict(state), "threads": torch.get_num_threads(),
-                "predict": self.predict, "data": self.data, "data_points": self.points,
+                "trained_on": self.trained_on, "predict": self.predict, "data": self.data,
+                "data_points": self.points,
                 "fold": None if self.fold is None else fold_record(self.fold)})
         distributed.barrier()
 
