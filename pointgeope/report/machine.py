@@ -84,17 +84,23 @@ def _groups_text(values: dict[str, str]) -> str:
 def machine_text(folds: dict[str, dict[str, str]]) -> str:
     """What the folds ran on, in words: each aspect once where the folds share it, else per fold groups::
 
-        train device cuda (NVIDIA H200); train precision bf16 (Area_1..Area_3), float32 (Area_4..Area_6); ...
+        trained on device cuda (NVIDIA H200), precision bf16 (Area_1..Area_3), float32 (Area_4..Area_6), ...;
+        tested on device cpu, ...
 
     ``""`` where no fold records its machine."""
     differ = machine_differences(folds)
-    parts = []
-    for aspect in [a for stage in ("train", "test") for _, words in ASPECTS for a in [f"{stage} {words}"]]:
-        if aspect in differ:
-            parts.append(f"{aspect} {_groups_text(differ[aspect])}")
-        elif texts := {m[aspect] for m in folds.values() if m.get(aspect) is not None}:
-            parts.append(f"{aspect} {texts.pop()}")
-    return "; ".join(parts)
+    stages = []
+    for stage, said in (("train", "trained on"), ("test", "tested on")):
+        parts = []
+        for words in (words for _, words in ASPECTS):
+            aspect = f"{stage} {words}"
+            if aspect in differ:
+                parts.append(f"{words} {_groups_text(differ[aspect])}")
+            elif texts := {m[aspect] for m in folds.values() if m.get(aspect) is not None}:
+                parts.append(f"{words} {texts.pop()}")
+        if parts:
+            stages.append(f"{said} " + ", ".join(parts))
+    return "; ".join(stages)
 
 
 def machine_note(name: str, folds: dict[str, dict[str, str]]) -> str:

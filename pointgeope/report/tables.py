@@ -16,6 +16,7 @@ import numpy as np
 from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.engine.config_yaml import value_text
 from pointgeope.metrics import CLASS_MEAN_TEXT
+from pointgeope.report.citation import citation_json, citation_lines
 from pointgeope.report.machine import machine_json, machine_note
 from pointgeope.report.runs import RunSummary
 from pointgeope.report.settings import SEED, run_differences, value_groups
@@ -244,6 +245,9 @@ def full_markdown(runs: list[RunSummary], digits: int = 1) -> str:
         "Runs: " + ", ".join(f"{r.name} (`{r.path}`)" for r in runs),
         "",
         summary_markdown(runs, digits),
+        "## What made the numbers",
+        "",
+        *[line for run in runs for line in [*citation_lines(run), ""]],
         "## Per fold",
         "",
     ]
@@ -319,6 +323,7 @@ def json_report(runs: list[RunSummary]) -> dict:
             "class_mean": run.class_mean,
             "mixed_settings": run.mixed,  # {key: {area: value}} of settings its folds differ in (--allow-mixed)
             "machines": machine_json(run.machines),  # where each fold was trained and tested (report/machine.py)
+            "made_by": citation_json(run),  # its code, config, data and machines (report/citation.py)
             "pooled": run.pooled,
             "mean_of_folds": run.mean_of_folds,
             "pooled_confusion": run.confusion,
