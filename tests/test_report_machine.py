@@ -114,3 +114,28 @@ def test_the_report_reads_the_machines_without_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "different machines" in done.stdout
+
+
+def _notes(tmp_path, capsys, *runs) -> list[str]:
+    out = tmp_path / "out2"
+    assert cli(["report", *map(str, runs), "--out", str(out)]) == 0
+    capsys.readouterr()
+    return [line for line in (out / "report.md").read_text().splitlines() if "different machines" in line]
+
+
+def test_runs_side_by_side_on_other_machines_are_said_to(tmp_path, capsys):
+    """A difference between a run trained in bf16 on a GPU and one in float32 on the CPU holds both machines'
+    float noise: said in one note; runs alike say nothing."""
+    gpu, cpu = _run(tmp_path, dict.fromkeys(range(1, 7), GPU), name="gpu"), _run(tmp_path, {}, name="cpu")
+    assert _notes(tmp_path, capsys, gpu, cpu) == [
+        "- the runs ran on different machines (train device cuda (NVIDIA H200) (gpu), cpu (cpu); train precision "
+        "bf16 (gpu), float32 (cpu); train torch 2.13.0+cu126 (gpu), 2.13.0 (cpu)): their differences hold the float "
+        "differences of the machines too."]
+    assert _notes(tmp_path, capsys, cpu, _run(tmp_path, {}, name="cpu2")) == []
+
+
+def test_a_run_whose_folds_differ_reads_so_beside_another(tmp_path, capsys):
+    mixed = _run(tmp_path, {2: {**CPU, "threads": 2}}, name="mixed")
+    notes = _notes(tmp_path, capsys, _run(tmp_path, {}, name="one"), mixed)
+    assert notes[-1] == ("- the runs ran on different machines (train CPU threads 1 (one), differs between its folds "
+                         "(mixed)): their differences hold the float differences of the machines too.")

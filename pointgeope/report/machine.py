@@ -114,6 +114,27 @@ def machine_note(name: str, folds: dict[str, dict[str, str]]) -> str:
             "differences of the machines in its scores.")
 
 
+def runs_machine_note(runs: dict[str, dict[str, dict[str, str]]]) -> str:
+    """The note on runs side by side (``{run name: {area: fold_machine}}``) that ran on different machines: each
+    aspect a run's folds share compared between the runs (an aspect its folds differ in reads ``differs between
+    its folds``; a run that records none is not compared); ``""`` where they ran alike."""
+    shared: dict[str, dict[str, str | None]] = {}
+    for name, folds in runs.items():
+        for aspect in {a for m in folds.values() for a in m}:
+            values = {m.get(aspect, NOT_RECORDED) for m in folds.values() if m.get(aspect, "") is not None}
+            shared.setdefault(name, {})[aspect] = (None if not values else values.pop() if len(values) == 1
+                                                   else "differs between its folds")   # None: applies to none
+    if len(shared) < 2:
+        return ""
+    said = []
+    for aspect in [f"{stage} {words}" for stage in ("train", "test") for _, words in ASPECTS]:
+        values = {name: m.get(aspect, NOT_RECORDED) for name, m in shared.items() if m.get(aspect, "") is not None}
+        if len(set(values.values())) > 1:
+            said.append(f"{aspect} " + ", ".join(f"{value} ({name})" for name, value in values.items()))
+    return (f"- the runs ran on different machines ({'; '.join(said)}): their differences hold the float "
+            "differences of the machines too.") if said else ""
+
+
 def machine_json(folds: dict[str, dict[str, str]]) -> dict:
     """``report.json``'s ``machines`` of a run: ``{"folds": {area: {aspect: text}}, "differ": [aspect, ...]}``."""
     return json.loads(json.dumps({"folds": folds, "differ": list(machine_differences(folds))}))

@@ -17,7 +17,7 @@ from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.engine.config_yaml import value_text
 from pointgeope.metrics import CLASS_MEAN_TEXT
 from pointgeope.report.citation import citation_json, citation_lines
-from pointgeope.report.machine import machine_json, machine_note
+from pointgeope.report.machine import machine_json, machine_note, runs_machine_note
 from pointgeope.report.runs import RunSummary
 from pointgeope.report.settings import SEED, run_differences, value_groups
 
@@ -206,6 +206,8 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
     if len({tuple(r.areas) for r in runs}) > 1:
         notes.append("- the runs cover different folds: their differences compare unlike test sets.")
     notes += run_difference_lines(runs)
+    if len(runs) > 1 and (note := runs_machine_note({run.name: run.machines for run in runs})):
+        notes.append(note)
     if notes:
         lines += ["Notes:", ""] + notes + [""]
     return "\n".join(lines)
