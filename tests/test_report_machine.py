@@ -139,3 +139,16 @@ def test_a_run_whose_folds_differ_reads_so_beside_another(tmp_path, capsys):
     notes = _notes(tmp_path, capsys, _run(tmp_path, {}, name="one"), mixed)
     assert notes[-1] == ("- the runs ran on different machines (train CPU threads 1 (one), differs between its folds "
                          "(mixed)): their differences hold the float differences of the machines too.")
+
+
+@pytest.mark.parametrize("trained, tested", [
+    ("x", 3), ([1, None, "cpu"], []), ([{"device": ["a"], "threads": {"n": 1}}], {"device": None}),
+    ([{}], {}), ([{"device": "cuda", "device_name": 7}], {"torch": 2.1}),
+])
+def test_damaged_records_are_read_as_far_as_they_go_never_a_traceback(tmp_path, capsys, trained, tested):
+    """A hand-edited or damaged metrics.json: the report still writes, the machine read as far as it is one."""
+    run = _run(tmp_path, {4: None}, {4: None})
+    path = run / "area_4" / "metrics.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "trained_on": trained, "tested_on": tested}))
+    notes, entry = _report(run, tmp_path, capsys)
+    assert len(notes) <= 1 and isinstance(entry["machines"]["folds"]["Area_4"], dict)
