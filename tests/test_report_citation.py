@@ -44,7 +44,7 @@ def test_each_run_says_its_code_config_data_and_machines(tmp_path, capsys):
     block, (made,) = _report(tmp_path, capsys, run)
     lines = [line for line in block.strip().splitlines() if line]
     assert lines[0] == "### geope (6 folds)"
-    assert lines[1] == "- code: pointgeope 0.2.0, commit 5e1c1896a8d8"
+    assert lines[1] == "- code (of the test): pointgeope 0.2.0, commit 5e1c1896a8d8"
     assert lines[2].startswith(f"- config: {made['config_sha256'][:23]} of the compared settings")
     assert "model.pe `geope`, train.epochs `5`, train.seed `0`" in lines[2]
     assert "eval.max_fragments `2`" in lines[2]   # a test that is not the published one is said
@@ -71,8 +71,9 @@ def test_the_config_hash_is_one_method_s_and_protocol_s(tmp_path, capsys):
 def test_folds_of_other_code_are_named_and_an_older_fold_says_not_recorded(tmp_path, capsys):
     run = _run(tmp_path, "geope", code={5: ("0.2.0", "a" * 40), 6: (None, None)})
     block, (made,) = _report(tmp_path, capsys, run)
-    assert block.strip().splitlines()[2] == ("- code: pointgeope 0.2.0, commit 5e1c1896a8d8 (Area_1..Area_4); "
-                                             "pointgeope 0.2.0, commit aaaaaaaaaaaa (Area_5); not recorded (Area_6)")
+    assert block.strip().splitlines()[2] == (
+        "- code (of the test): pointgeope 0.2.0, commit 5e1c1896a8d8 (Area_1..Area_4); pointgeope 0.2.0, commit "
+        "aaaaaaaaaaaa (Area_5); not recorded (Area_6)")
     assert made["code"]["Area_6"] == "not recorded"
 
 
@@ -81,6 +82,6 @@ def test_a_run_that_records_nothing_says_so(tmp_path, capsys):
     for k in range(1, 7):
         write_fold(run, k, perfect())
     block, (made,) = _report(tmp_path, capsys, run)
-    assert block.strip().splitlines()[2:] == ["- code: not recorded", "- config: not recorded",
+    assert block.strip().splitlines()[2:] == ["- code (of the test): not recorded", "- config: not recorded",
                                               "- data: not recorded", "- machines: not recorded"]
     assert made["config_sha256"] is None and made["data"] is None

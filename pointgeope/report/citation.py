@@ -5,13 +5,14 @@ under each run's ``"made_by"`` (:func:`citation_json`)::
 
     ### geope (6 folds)
 
-    - code: pointgeope 0.2.0.dev0, commit 5e1c1896a8d8
+    - code (of the test): pointgeope 0.2.0.dev0, commit 5e1c1896a8d8
     - config: sha256:3f2a...(16 hex) of the compared settings; model.backbone `ptv1`, model.pe `geope`, ...
     - data: points sha256:9c1e...(16 hex) of Area_1..Area_6
     - machines: trained on device cpu, precision float32, ...; tested on device cpu, ...
 
-*code*: the version and commit each fold's ``metrics.json`` records (:mod:`pointgeope.provenance`), the folds
-grouped where they differ, ``not recorded`` for a fold of an older version. *config*: the sha256 of the settings
+*code*: the version and commit each fold's ``metrics.json`` records (:mod:`pointgeope.provenance`: the code
+that tested it; nothing records the training's), the folds grouped where they differ, ``not recorded`` for a
+fold of an older version. *config*: the sha256 of the settings
 the folds share and the report compares (:mod:`pointgeope.report.settings`: all but where and how fast a fold
 ran, its folder and seed, and the data's place and checksums), as canonical JSON, so that two runs of one
 method and protocol show one hash; then the keys that say what a number is (:data:`SHOWN`); report.json lists
@@ -85,7 +86,8 @@ def citation_lines(run) -> list[str]:
     codes = {f.area: f.code for f in run.folds}
     code = "; ".join(f"{value} ({areas})" for areas, value in value_groups(codes)) if len(set(codes.values())) > 1 \
         else run.folds[0].code
-    lines = [f"### {run.name} ({len(run.folds)} fold{'s' * (len(run.folds) != 1)})", "", f"- code: {code}"]
+    lines = [f"### {run.name} ({len(run.folds)} fold{'s' * (len(run.folds) != 1)})", "",
+             f"- code (of the test): {code}"]
     if (digest := config_hash(settings)) is None:
         lines.append(f"- config: {NOT_RECORDED}")
     else:
