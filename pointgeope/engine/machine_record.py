@@ -9,9 +9,11 @@ setting of the method (the keys are free: a fold resumes on another machine), so
     {"device": "cuda", "device_name": "NVIDIA H200", "processes": 1, "threads": 16,
      "precision": "bf16", "torch": "2.13.0+cu126"}
 
-A fold's checkpoints hold ``"trained_on"``, the machines of its training in order (one entry per change: a fold
-resumed elsewhere lists both; a checkpoint written before the key, which held the thread count alone, starts the
-list with ``{"threads": n}``); ``metrics.json`` copies it and adds ``"tested_on"``, its test's machine.
+A fold's checkpoints hold ``"trained_on"``, the machines of its training in order, each with the code that ran
+there (:func:`training_machine`: ``"pointgeope"``, ``"pointgeope_commit"``, :mod:`pointgeope.provenance`; one
+entry per change: a fold resumed elsewhere, or under another commit, lists both; a checkpoint written before the
+key, which held the thread count alone, starts the list with ``{"threads": n}``); ``metrics.json`` copies it and
+adds ``"tested_on"``, its test's machine (its code is the file's own ``"pointgeope"``).
 ``pointgeope report`` compares them between the folds it pools (:mod:`pointgeope.report.machine`, which reads
 the JSON without torch).
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["fold_machines", "machine", "saved_trained_on", "trained_on"]
+__all__ = ["fold_machines", "machine", "saved_trained_on", "trained_on", "training_machine"]
 
 PRECISION_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", None: "float32"}
 
@@ -37,6 +39,14 @@ def machine(device: torch.device, amp: str, processes: int = 1) -> dict:
         record["device_name"] = torch.cuda.get_device_name(device)
     return {**record, "processes": int(processes), "threads": torch.get_num_threads(),
             "precision": PRECISION_NAMES[autocast_dtype(amp, device)], "torch": str(torch.__version__)}
+
+
+def training_machine(device: torch.device, amp: str, processes: int = 1) -> dict:
+    """A ``"trained_on"`` entry: :func:`machine` with ``train.amp``'s ``amp``, and the code of this process
+    (:func:`pointgeope.provenance.code_record`)."""
+    from pointgeope.provenance import code_record
+
+    return {**machine(device, amp, processes), **code_record()}
 
 
 def saved_trained_on(ckpt: dict) -> list[dict]:

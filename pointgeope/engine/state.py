@@ -32,7 +32,7 @@ from pointgeope.engine import distributed
 from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, pack_rng, rng_state, save_checkpoint,
                                           set_rng_state)
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
-from pointgeope.engine.machine_record import machine, trained_on
+from pointgeope.engine.machine_record import trained_on, training_machine
 from pointgeope.engine.runio import Log
 from pointgeope.engine.trained_data import check_data_of
 from pointgeope.engine.weights import first_non_finite, load_model_state
@@ -131,8 +131,8 @@ class FoldCheckpoints:
         self.locked = env.is_main and still_held(run)  # made under the fold's lock (train): check_folder checks it
         self.step_loss = math.nan  # the last checked step's loss, its mean over the ranks (before_update)
         # the machines it trained on (engine.machine_record): this one, after those of the checkpoint resumed
-        self.trained_on = trained_on(None, machine(env.device, config.get("train", {}).get("amp", "none"),
-                                                 env.world_size))
+        self.trained_on = trained_on(None, training_machine(env.device, config.get("train", {}).get("amp", "none"),
+                                                          env.world_size))
 
     def resume(self, log: Log) -> LoopState:
         """The state saved in ``last.pt``, with the learner and this rank's RNG restored from it; a fresh

@@ -5,19 +5,18 @@ under each run's ``"made_by"`` (:func:`citation_json`)::
 
     ### geope (6 folds)
 
-    - code (of the test): pointgeope 0.2.0.dev0, commit 5e1c1896a8d8
+    - code: pointgeope 0.2.0.dev0, commit 5e1c1896a8d8 (training and test)
     - config: sha256:3f2a...(16 hex) of the compared settings; model.backbone `ptv1`, model.pe `geope`, ...
     - data: points sha256:9c1e...(16 hex) of Area_1..Area_6
     - machines: trained on device cpu, precision float32, ...; tested on device cpu, ...
 
-*code*: the version and commit each fold's ``metrics.json`` records (:mod:`pointgeope.provenance`: the code
-that tested it; nothing records the training's), the folds grouped where they differ, ``not recorded`` for a
-fold of an older version. *config*: the sha256 of the settings
-the folds share and the report compares (:mod:`pointgeope.report.settings`: all but where and how fast a fold
-ran, its folder and seed, and the data's place and checksums), as canonical JSON, so that two runs of one
-method and protocol show one hash; then the keys that say what a number is (:data:`SHOWN`); report.json lists
-every shared key (``settings``). *data*: the sha256 of the areas' checksums (those of their points where every
-fold records them, else of the files), one line ``<area> <checksum>`` per area in area order, then which areas.
+*code*: the version and commit of each fold's training and test (:func:`code_of`, :mod:`pointgeope.provenance`), the
+folds grouped where they differ, ``not recorded`` for a fold of an older version. *config*: the sha256 of the
+settings the folds share and the report compares (:mod:`pointgeope.report.settings`: all but where and how fast a
+fold ran, its folder and seed, and the data's place and checksums), as canonical JSON, so that two runs of one
+method and protocol show one hash; then the keys that say what a number is (:data:`SHOWN`); report.json lists every
+shared key (``settings``). *data*: the sha256 of the areas' checksums (those of their points where every fold
+records them, else of the files), one line ``<area> <checksum>`` per area in area order, then which areas.
 *machines*: :func:`pointgeope.report.machine.machine_text`.
 """
 from __future__ import annotations
@@ -40,13 +39,27 @@ def _sha256(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def code_of(metrics: dict) -> str:
-    """``pointgeope 0.2.0.dev0, commit 5e1c1896a8d8`` of one fold's ``metrics.json``; the commit left out where
-    the code was no git checkout, :data:`NOT_RECORDED` where the file names no version (an older one)."""
-    version, commit = metrics.get("pointgeope"), metrics.get("pointgeope_commit")
+def _code_text(record: dict) -> str | None:
+    """``pointgeope 0.2.0.dev0, commit 5e1c1896a8d8`` of a record's ``"pointgeope"`` and ``"pointgeope_commit"``
+    (the commit left out where the code was no git checkout); ``None`` where it names no version."""
+    version, commit = record.get("pointgeope"), record.get("pointgeope_commit")
     if not isinstance(version, str):
-        return NOT_RECORDED
+        return None
     return f"pointgeope {version}" + (f", commit {commit[:12]}" if isinstance(commit, str) and commit else "")
+
+
+def code_of(metrics: dict) -> str:
+    """The code of one fold, from its ``metrics.json``: the test's (the file's own version and commit) and the
+    training's (those of its ``"trained_on"`` entries, in order), ``<code> (training and test)`` where they are
+    one, else each said; :data:`NOT_RECORDED` where neither is (an older version)."""
+    tested = _code_text(metrics)
+    entries = metrics.get("trained_on") if isinstance(metrics.get("trained_on"), list) else []
+    codes = [c for c in (_code_text(e) for e in entries if isinstance(e, dict)) if c is not None]
+    trained = ", then ".join(c for i, c in enumerate(codes) if i == 0 or c != codes[i - 1])
+    if trained and trained == tested:
+        return f"{tested} (training and test)"
+    parts = [f"{trained} (training)"] * bool(trained) + [f"{tested} (test)"] * bool(tested)
+    return "; ".join(parts) or NOT_RECORDED
 
 
 def config_hash(settings: dict) -> str | None:
@@ -84,10 +97,9 @@ def citation_lines(run) -> list[str]:
     """``report.md``'s block on what made ``run``'s numbers (module docstring)."""
     settings, mixed = run.settings, run.mixed
     codes = {f.area: f.code for f in run.folds}
-    code = "; ".join(f"{value} ({areas})" for areas, value in value_groups(codes)) if len(set(codes.values())) > 1 \
+    code = "; ".join(f"{areas}: {value}" for areas, value in value_groups(codes)) if len(set(codes.values())) > 1 \
         else run.folds[0].code
-    lines = [f"### {run.name} ({len(run.folds)} fold{'s' * (len(run.folds) != 1)})", "",
-             f"- code (of the test): {code}"]
+    lines = [f"### {run.name} ({len(run.folds)} fold{'s' * (len(run.folds) != 1)})", "", f"- code: {code}"]
     if (digest := config_hash(settings)) is None:
         lines.append(f"- config: {NOT_RECORDED}")
     else:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from pointgeope.engine.distributed import DistEnv
-from pointgeope.engine.machine_record import fold_machines, machine, saved_trained_on, trained_on
+from pointgeope import __version__
+from pointgeope.engine.machine_record import fold_machines, machine, saved_trained_on, trained_on, training_machine
 from pointgeope.engine.state import FoldCheckpoints, LoopState
 from tests.engine.test_state import learner
 
@@ -53,7 +54,8 @@ def test_checkpoints_carry_the_machines_across_a_resume(tmp_path):
         torch.set_num_threads(1)
         FoldCheckpoints(tmp_path, learner(0), env, {"train": {"amp": "bf16"}}, {}).save("last.pt", LoopState(1))
         first = torch.load(tmp_path / "last.pt", weights_only=True)["trained_on"]
-        assert first == [machine(CPU, "none")] and first[0]["threads"] == 1 and first[0]["precision"] == "float32"
+        assert first == [training_machine(CPU, "none")] and first[0]["threads"] == 1
+        assert first[0]["precision"] == "float32" and first[0]["pointgeope"] == __version__
         torch.set_num_threads(2)
         ckpts = FoldCheckpoints(tmp_path, learner(1), env, {"train": {"amp": "bf16"}}, {})
         ckpts.resume(lambda line: None)
