@@ -2,7 +2,8 @@
 
 ``metrics.json`` records both (:func:`code_record`), so that a run folder says which code produced it: between
 releases (a ``.devN`` version) only the commit tells two states of the code apart. Nothing here is compared
-between folds (``report`` compares their settings: :mod:`pointgeope.report.settings`). The benchmarks'
+between folds (``report`` compares their settings: :mod:`pointgeope.report.settings`); the report says each
+run's code, per fold where it differs (:mod:`pointgeope.report.citation`). The benchmarks'
 results (``bench/bench_io.py``) read their commit by :func:`checkout_commit` too.
 """
 from __future__ import annotations

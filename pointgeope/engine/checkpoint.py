@@ -11,6 +11,7 @@ while saving leaves the previous checkpoint intact::
      "epoch": int, "batch": int, "step": int, "best_miou": float,   # engine.state.LoopState
      "epoch_sums": {...},             # the epoch's running sums (engine.epoch_meter; older files: absent)
      "threads": int,                  # torch CPU threads of the run (a resume with another number warns)
+     "trained_on": [{...}],           # the machines it trained on: engine.machine_record (older: absent)
      "predict": {...},                # what `pointgeope predict` needs: engine.prediction_info
      "data": {area: checksum},        # the area files it trained on (older files: absent)
      "data_points": {area: checksum}, # their points alone: pointgeope.checksum.points_checksum (older: absent)

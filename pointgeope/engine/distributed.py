@@ -162,15 +162,21 @@ def any_rank(flag: bool, device: torch.device) -> bool:
     return bool(t.item())
 
 
-def read_agreed(values: list[torch.Tensor], flag: torch.Tensor) -> tuple[list[float], bool]:
-    """The values of the 0-dim tensors ``values`` and whether the 0-dim boolean ``flag`` (all on this rank's
-    device) is true on any rank, in one host read: under DDP the flag's all-reduce (max) is queued on the
-    device first, and the values (as float32) and the agreed flag are read together. Collective under DDP."""
-    flag = flag.reshape(1).to(torch.float32)
+def read_agreed(values: list[torch.Tensor], flag: torch.Tensor) -> tuple[list[float], bool, list[float]]:
+    """``(values, up, means)``: the values of the 0-dim tensors ``values``, whether the 0-dim boolean ``flag``
+    (all on this rank's device) is true on any rank, and each value's mean over the ranks, in one host read:
+    under DDP one all-reduce (sum) of ``[values | flag]`` is queued on the device first, and this rank's values
+    and the sums are read together (``up``: a sum of flags above 0). In a single process ``means`` are the
+    values. Collective under DDP."""
+    local = torch.cat([torch.stack([v.to(torch.float32) for v in values]), flag.reshape(1).to(torch.float32)])
+    n = len(values)
     if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    read = torch.cat([torch.stack([v.to(torch.float32) for v in values]), flag]).tolist()
-    return read[:-1], bool(read[-1])
+        summed = local.clone()
+        dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+        read = torch.cat([local, summed]).tolist()
+        return read[:n], read[-1] > 0, [total / dist.get_world_size() for total in read[n + 1:-1]]
+    read = local.tolist()
+    return read[:n], bool(read[n]), read[:n]
 
 
 def broadcast_buffers(module: torch.nn.Module) -> None:

@@ -59,6 +59,7 @@ from pointgeope.engine import build, distributed, placement
 from pointgeope.engine.ahead import with_index
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.fold_record import fold_checkpoint
+from pointgeope.engine.machine_record import fold_machines
 from pointgeope.engine.fold_result import TEST_KEY, new_test, nothing_scored, unfinished_metrics_warning, untrained_fold
 from pointgeope.engine.prefetch import Prefetch
 from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, piece_key, stack
@@ -350,7 +351,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
             "config": dataclasses.asdict(cfg),  # what was evaluated: report compares its folds' (report/settings.py)
             # area -> checksum of the files it trained and was tested on, and of their points (report compares them)
             "data": ckpt.get("data"), "data_points": ckpt.get("data_points"),
-            TEST_KEY: test, **code_record(),  # the version (and commit) of the code that tested it
+            TEST_KEY: test, **code_record(), **fold_machines(ckpt, env, cfg.eval.amp),  # its code, its machines
         }
         write_json_atomic(run / "metrics.json", metrics)
         log(f"evaluated {', '.join(areas)}: {num_points:,} points in {seconds:.1f}s -> "

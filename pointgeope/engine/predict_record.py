@@ -7,6 +7,7 @@ After the outputs of a scan are written (each atomically, :mod:`pointgeope.scans
      "made_by": {"pointgeope": version, "model": "sha256:<hex>" of the checkpoint file,
                  "input": checksum of the scan's input, "options": {...}},
      "model_path": the checkpoint as given, "source": the input as given,
+     "made_on": the machine that predicted it (engine.machine_record: device, precision, threads, torch),
      "outputs": {file name: {"bytes": size, "sha256": "sha256:<hex>"}, ...}}
 
 A rerun skips the scan when its record reads, its ``made_by`` equals the rerun's, and every output it
@@ -29,6 +30,14 @@ named it ``label`` is predicted again); not ``--device``, ``--batch-points``,
 ``data.hierarchy`` nor the threads, which choose how the same prediction runs, so that a rerun on another
 machine resumes. The model's checksum is that of the bytes loaded (``Predictor.checksum``), the input's is
 taken before the scan is read.
+
+The machine (``made_on``) is recorded, not compared: another device, precision, torch version or thread count
+gives other floats (the demo's model on 8 rooms of its data, 423,471 points, at 1 and 2 torch CPU threads: the
+same labels bit for bit, the probabilities of 59 % of the points different by at most 3.6e-7), so a folder
+predicted partly on one machine and partly on another holds scans of one model, input and options whose
+probabilities can differ in their last bits, and whose labels can differ where two classes tie that closely.
+Redoing every scan on a new machine would cost a whole prediction for that; a skipped scan made on another
+machine is said in its skip line instead, naming what differs, and ``--force`` predicts it again on this one.
 """
 from __future__ import annotations
 
@@ -78,6 +87,7 @@ class ScanRecords:
         self.palette, self.names = predictor.palette, list(predictor.info["class_names"])
         self.ignore_index = predictor.cfg.train.ignore_index     # recorded in an h5 output (viz scores by it)
         self.force, self.made_by, self.model_path = force, made_by(predictor, args), str(predictor.path)
+        self.made_on = made_on(predictor)
         self.skipped = 0
         self._inputs: dict[tuple, str | None] = {}
 
@@ -104,7 +114,7 @@ class ScanRecords:
         """Whether ``ref``'s record matches this command and every output it lists is intact."""
         made = self._made_by(ref)
         try:
-            record = json.loads(output_path(self.out, ref.name, "record", ref.source).read_text())
+            record = self.record(ref)
             outputs = record["outputs"]
             if record.get("kind") != KIND or record.get("made_by") != made or made is None:
                 return False
@@ -115,6 +125,10 @@ class ScanRecords:
             return all(_intact(folder / name, outputs[name]) for name in names)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return False   # no record (or not one: damaged, edited): predicted again
+
+    def record(self, ref) -> dict:
+        """The record of ``ref`` in ``out`` as read (raises OSError, ValueError where there is none to read)."""
+        return json.loads(output_path(self.out, ref.name, "record", ref.source).read_text())
 
     def skips(self, ref) -> bool:
         """``True``, with one line, when ``ref`` needs no prediction (not with ``--force``). The input's
@@ -128,8 +142,12 @@ class ScanRecords:
         for note in ref.notes[:20]:
             print(f"note: {note}")
         folder = output_path(self.out, ref.name, "record", ref.source).parent   # DIR, or DIR/Area_N for a room
+        try:
+            elsewhere = other_machine(self.record(ref).get("made_on"), self.made_on)
+        except (OSError, ValueError, AttributeError):    # gone since complete() read it: nothing to say
+            elsewhere = ""
         print(one_line(f"skipped {ref.source}: its outputs in {folder} are complete, from the same model, input "
-                       "and options (--force predicts it again)"), flush=True)
+                       f"and options{elsewhere} (--force predicts it again)"), flush=True)
         self.skipped += 1
         return True
 
@@ -150,10 +168,36 @@ class ScanRecords:
                 outputs = {p.name: {"bytes": p.stat().st_size, "sha256": file_checksum(p)} for p in paths}
                 write_text_atomic(record, json.dumps({"kind": KIND, "version": VERSION, "made_by": made,
                                                       "model_path": self.model_path, "source": ref.source,
+                                                      "made_on": self.made_on,
                                                       "outputs": outputs}, indent=1) + "\n")
         except OSError as err:
             raise ScanError(f"{self.out}: cannot write the outputs of {ref.source} ({err})") from None
         return paths
+
+
+def made_on(predictor) -> dict:
+    """The machine that runs ``predictor`` (:func:`pointgeope.engine.machine_record.machine`: its device, and
+    the precision of its ``eval.amp`` there)."""
+    from pointgeope.engine.machine_record import machine
+
+    return machine(predictor.device, predictor.cfg.eval.amp)
+
+
+def other_machine(recorded, now: dict) -> str:
+    """``", predicted on another machine (threads: 1 there, 2 here)"``: the words of a skip line where a
+    record's machine ``recorded`` differs from ``now`` (each aspect that differs); ``""`` where they are the
+    same or the record names none (an older version)."""
+    if not isinstance(recorded, dict):
+        return ""
+
+    def said(m: dict) -> dict:   # the device with its model, as the report says it (report/machine.py)
+        name = f" ({m['device_name']})" if m.get("device_name") else ""
+        return {"device": f"{m.get('device')}{name}", **{k: m.get(k) for k in ("precision", "threads", "torch")}}
+
+    there, here = said(recorded), said(now)
+    keys = [key for key in here if there[key] != here[key]]
+    return (", predicted on another machine (" + "; ".join(f"{key}: {there[key]} there, {here[key]} here"
+                                                           for key in keys) + ")") if keys else ""
 
 
 def checksum_or_none(path: str | Path) -> str | None:

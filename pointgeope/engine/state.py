@@ -32,6 +32,7 @@ from pointgeope.engine import distributed
 from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, pack_rng, rng_state, save_checkpoint,
                                           set_rng_state)
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
+from pointgeope.engine.machine_record import trained_on, training_machine
 from pointgeope.engine.runio import Log
 from pointgeope.engine.trained_data import check_data_of
 from pointgeope.engine.weights import first_non_finite, load_model_state
@@ -128,6 +129,10 @@ class FoldCheckpoints:
         self.points = points  # area -> checksum of their points (pointgeope.data.identity.area_points)
         self.fold = fold  # the split it trains: recorded in every checkpoint (engine.fold_record)
         self.locked = env.is_main and still_held(run)  # made under the fold's lock (train): check_folder checks it
+        self.step_loss = math.nan  # the last checked step's loss, its mean over the ranks (before_update)
+        # the machines it trained on (engine.machine_record): this one, after those of the checkpoint resumed
+        self.trained_on = trained_on(None, training_machine(env.device, config.get("train", {}).get("amp", "none"),
+                                                          env.world_size))
 
     def resume(self, log: Log) -> LoopState:
         """The state saved in ``last.pt``, with the learner and this rank's RNG restored from it; a fresh
@@ -163,6 +168,7 @@ class FoldCheckpoints:
             log(f"note: {path} holds no scores of epoch {state.epoch + 1}'s first {state.batch} batches; its "
                 f"logged train loss, oa and miou will cover the batches after them only")
         self._warn_other_run(path, ckpt, log)
+        self.trained_on = trained_on(ckpt, self.trained_on[-1])
         return state
 
     def _warn_other_run(self, path: Path, ckpt: dict, log: Log) -> None:
@@ -218,7 +224,8 @@ class FoldCheckpoints:
                 "optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict(),
                 "scaler": learner.scaler.state_dict() if learner.scaler.is_enabled() else None,
                 "rng": states, **dataclasses.asdict(state), "threads": torch.get_num_threads(),
-                "predict": self.predict, "data": self.data, "data_points": self.points,
+                "trained_on": self.trained_on, "predict": self.predict, "data": self.data,
+                "data_points": self.points,
                 "fold": None if self.fold is None else fold_record(self.fold)})
         distributed.barrier()
 
@@ -250,8 +257,9 @@ class FoldCheckpoints:
         :meth:`Learner.gradient_norm`'s, ``None`` when the gradients are not checked) on any rank, or a fold
         folder deleted (:meth:`check_folder`, rank 0's), stops every rank together: the folder's error on
         every rank, else :meth:`stop_on_nan`. The loss and the ranks' agreement on that flag are read in one
-        host read (:func:`distributed.read_agreed`: under DDP the flag's all-reduce is queued on the device
-        before it); only when the flag is up are the gradients looked at one by one
+        host read (:func:`distributed.read_agreed`: under DDP the all-reduce of the loss and the flag is queued
+        on the device before it; the loss's mean over the ranks, TensorBoard's ``train/loss``, is kept as
+        ``step_loss``); only when the flag is up are the gradients looked at one by one
         (:meth:`Learner.non_finite_gradient`: a norm that overflows on finite gradients is no finding) and
         the ranks asked again."""
         def check(loss: torch.Tensor, norm: torch.Tensor | None) -> float:
@@ -263,7 +271,7 @@ class FoldCheckpoints:
             flag = ~torch.isfinite(loss.detach())
             if norm is not None and not self.learner.scaler.is_enabled():
                 flag = flag | ~torch.isfinite(norm)
-            (loss_value,), up = distributed.read_agreed([loss.detach()], flag | (gone is not None))
+            (loss_value,), up, (self.step_loss,) = distributed.read_agreed([loss.detach()], flag | (gone is not None))
             if not up:
                 return loss_value
             gradient = self.learner.non_finite_gradient() if math.isfinite(loss_value) else None

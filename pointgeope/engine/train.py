@@ -199,7 +199,7 @@ def train_epoch(cfg: Config, fold: int, state: LoopState, learner: Learner, step
         state.step, state.batch = state.step + 1, state.batch + 1
         meter.add(logits, batch.y, loss_value, lr)
         if writer is not None:
-            writer.add_scalar("train/loss", loss_value, state.step)
+            writer.add_scalar("train/loss", checkpoints.step_loss, state.step)   # the mean over the ranks
             writer.add_scalar("train/lr", lr, state.step)
         if hasattr(bar, "set_postfix"):
             bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}")

@@ -38,6 +38,8 @@ from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, live_writer
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
+from pointgeope.report.citation import code_of
+from pointgeope.report.machine import fold_machine
 from pointgeope.report.points import recover_points
 from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text, run_settings
 
@@ -59,6 +61,8 @@ class FoldResult:
     settings: dict | None = None  # section.key -> value it was trained and evaluated with (report/settings.py)
     class_names: tuple[str, ...] = CLASS_NAMES  # the C classes of its confusion matrix, in label order
     sha256: str = ""  # "sha256:<hex>" of the metrics.json its scores were read from (report.json names it)
+    machine: dict = field(default_factory=dict)  # {aspect: text} of where it was trained and tested (machine.py)
+    code: str = "not recorded"  # the pointgeope version (and commit) that tested it (report/citation.py)
 
     @property
     def scores(self) -> dict:
@@ -96,6 +100,11 @@ class RunSummary:
     def settings(self) -> dict:
         """The settings its folds share (:func:`~pointgeope.report.settings.run_settings`), ``{}`` if none says."""
         return run_settings({f.area: f.settings for f in self.folds})
+
+    @property
+    def machines(self) -> dict[str, dict[str, str]]:
+        """``{area: {aspect: text}}``: the machines its folds were trained and tested on (report/machine.py)."""
+        return {f.area: f.machine for f in self.folds}
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -238,7 +247,8 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     rule = data.get("class_mean", "present")
     if rule not in CLASS_MEANS:
         raise ReportError(f"{path}: expected 'class_mean' in {CLASS_MEANS}, got {rule!r}")
-    return FoldResult(area, fold, confusion, path, rule, fold_settings(data, path.parent), names, sha256), ""
+    return FoldResult(area, fold, confusion, path, rule, fold_settings(data, path.parent), names, sha256,
+                      fold_machine(data), code_of(data)), ""
 
 
 def _class_mean(run: Path, folds: list[FoldResult], asked: str | None) -> str:

@@ -16,6 +16,8 @@ import numpy as np
 from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.engine.config_yaml import value_text
 from pointgeope.metrics import CLASS_MEAN_TEXT
+from pointgeope.report.citation import citation_json, citation_lines
+from pointgeope.report.machine import machine_json, machine_note, runs_machine_note
 from pointgeope.report.runs import RunSummary
 from pointgeope.report.settings import SEED, run_differences, value_groups
 
@@ -199,9 +201,13 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
             notes.append(f"- {run.name}: mixed settings (pooled with --allow-mixed): its folds differ in")
             notes += [f"  - `{key}`: " + "; ".join(f"{areas} `{value_text(value)}`" for areas, value in value_groups(v))
                       for key, v in run.mixed.items()]
+        if note := machine_note(run.name, run.machines):
+            notes.append(note)
     if len({tuple(r.areas) for r in runs}) > 1:
         notes.append("- the runs cover different folds: their differences compare unlike test sets.")
     notes += run_difference_lines(runs)
+    if len(runs) > 1 and (note := runs_machine_note({run.name: run.machines for run in runs})):
+        notes.append(note)
     if notes:
         lines += ["Notes:", ""] + notes + [""]
     return "\n".join(lines)
@@ -241,6 +247,9 @@ def full_markdown(runs: list[RunSummary], digits: int = 1) -> str:
         "Runs: " + ", ".join(f"{r.name} (`{r.path}`)" for r in runs),
         "",
         summary_markdown(runs, digits),
+        "## What made the numbers",
+        "",
+        *[line for run in runs for line in [*citation_lines(run), ""]],
         "## Per fold",
         "",
     ]
@@ -315,6 +324,8 @@ def json_report(runs: list[RunSummary]) -> dict:
             "num_points": run.num_points,
             "class_mean": run.class_mean,
             "mixed_settings": run.mixed,  # {key: {area: value}} of settings its folds differ in (--allow-mixed)
+            "machines": machine_json(run.machines),  # where each fold was trained and tested (report/machine.py)
+            "made_by": citation_json(run),  # its code, config, data and machines (report/citation.py)
             "pooled": run.pooled,
             "mean_of_folds": run.mean_of_folds,
             "pooled_confusion": run.confusion,

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from pointgeope.engine import distributed
 from pointgeope.h5 import list_rooms
 from tests.engine.conftest import DEMO_CONFIG, TINY, free_port, join_rank, train_fold_1
 
@@ -71,6 +72,31 @@ def test_two_process_gloo_run(two_folds, tmp_path):
     # drew the same masks and permutations on every rank)
     assert not torch.equal(ckpt["rng"][0]["torch"], ckpt["rng"][1]["torch"])
     assert not [p for p in fold.rglob("*") if p.name.endswith(".tmp")]
+    _steps_log_the_mean_over_the_ranks(fold)
+
+
+def _steps_log_the_mean_over_the_ranks(fold: Path) -> None:
+    """TensorBoard's per-step ``train/loss`` is the loss of the step over every rank: each epoch, the mean of its
+    steps' values is its ``train/epoch_loss`` (the mean of every rank's batch losses, EpochMeter's). Before, the
+    steps logged rank 0's batch alone, whose mean is not the epoch's."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(fold / "tb"))
+    events.Reload()
+    steps = {e.step: e.value for e in events.Scalars("train/loss")}
+    start = 0
+    for end, epoch_loss in ((e.step, e.value) for e in events.Scalars("train/epoch_loss")):
+        mine = [steps[k] for k in range(start + 1, end + 1)]
+        assert len(mine) == end - start
+        assert sum(mine) / len(mine) == pytest.approx(epoch_loss, rel=1e-5), (mine, epoch_loss)
+        start = end
+    assert start == max(steps) and start > 0
+
+
+def test_one_process_reads_its_values_as_their_means():
+    values, up, means = distributed.read_agreed([torch.tensor(1.5), torch.tensor(-2.0)], torch.tensor(False))
+    assert values == means == [1.5, -2.0] and up is False
+    assert distributed.read_agreed([torch.tensor(0.25)], torch.tensor(True))[1] is True
 
 
 def _validating_rank_main(rank: int, world: int, port: int, root: str, run: str, record: str) -> None:
