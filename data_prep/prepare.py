@@ -202,7 +202,8 @@ def _parse_room(task):
     if data.refused is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_room_file(path, room.name, data.arrays, data.attrs)
-    return room.area, room.name, data.attrs, data.messages, data.num_bytes, data.seconds, data.refused
+    return (room.area, room.name, data.attrs, data.messages, data.num_bytes, (data.seconds, data.normal_seconds),
+            data.refused)
 
 
 def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
@@ -214,7 +215,7 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
     from data_prep.pool import parallel_map
 
     todo = sorted(stock.todo, key=lambda task: -task[1].num_bytes)
-    stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0} for a in stock.areas}
+    stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0, "normals": 0.0} for a in stock.areas}
     t_parse = time.perf_counter()
     with parallel_map(_parse_room, todo, cfg.jobs) as results:
         bar = tqdm(results, total=len(todo), desc="parsing rooms", unit="room", disable=not cfg.progress or None)
@@ -227,7 +228,8 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
                 bar.write(f"warning: {area}/{name}: refused, not written: {reason}", file=sys.stderr)
                 stock.refused[area][name] = {"reason": reason, "signature": room_attrs["signature"]}
             s = stats[area]
-            s["parsed"], s["bytes"], s["seconds"] = s["parsed"] + 1, s["bytes"] + num_bytes, s["seconds"] + seconds
+            s["parsed"], s["bytes"] = s["parsed"] + 1, s["bytes"] + num_bytes
+            s["seconds"], s["normals"] = s["seconds"] + seconds[0] - seconds[1], s["normals"] + seconds[1]
     return stats, time.perf_counter() - t_parse
 
 
@@ -333,7 +335,7 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
                 remapped[name] = remapped.get(name, 0) + n
         path = area_path(out, area)
         parsed = (f"{s['parsed']} parsed: {_size(s['bytes'])} at {s['bytes'] / 1e6 / max(s['seconds'], 1e-9):.1f} "
-                  "MB/s per worker" if s["parsed"] else "all up to date")
+                  f"MB/s per worker, normals {s['normals']:.1f} s" if s["parsed"] else "all up to date")
         written = f"wrote {path} ({_size(path.stat().st_size)})" if area in changed else f"{path} unchanged"
         print(f"{area}: {_count(len(rooms), 'room')} ({parsed}), {sum(counts):,} points; {written}")
         print("  classes: " + ", ".join(f"{name} {n:,}" for name, n in zip(CLASS_NAMES, counts)))
@@ -354,7 +356,8 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
     print(f"prepared {_count(sum(1 for r in attrs.values() if r), 'area')}, "
           f"{_count(sum(map(len, attrs.values())), 'room')} ({num_refused} refused), {points:,} "
           f"points in {t_total:.1f} s; parsed {_size(total_bytes)} in {t_parse:.1f} s "
-          f"({total_bytes / 1e6 / max(t_parse, 1e-9):.1f} MB/s, --jobs {jobs}); "
+          f"({total_bytes / 1e6 / max(t_parse, 1e-9):.1f} MB/s, --jobs {jobs}; normals "
+          f"{sum(s['normals'] for s in stats.values()):.1f} s of the workers' time); "
           f"wrote {out / 'manifest.json'}, {out / 'folds.json'}")
 
 

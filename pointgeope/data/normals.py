@@ -21,18 +21,21 @@ A neighbourhood that fixes no plane gets a defined normal, never NaN:
 each then oriented as above.
 
 Coordinates are taken relative to the box centre in float64 (a georeferenced scan at y = 4e6 m keeps its
-millimetres), the neighbours found with ``pykdtree`` (OpenMP: its threads follow ``OMP_NUM_THREADS``), and the
-work done ``CHUNK`` points at a time, so that memory stays bounded (about 200 MB, whatever ``N``). The result
-depends on the coordinates only: the same cloud gives the same bytes, at any thread count.
+millimetres); the neighbours are found with ``pykdtree`` on these as float32 (OpenMP: its threads follow
+``OMP_NUM_THREADS``), ``CHUNK`` points at a time, and each covariance and its eigenvectors (cyclic Jacobi
+rotations, float64) computed by one compiled loop (numba), so that memory stays bounded (the coordinates twice,
+plus ~8 MB of indices, whatever ``N``). The result depends on the coordinates only: the same cloud gives the
+same bytes, at any thread count.
 
 Cost and the choice of :data:`K_NORMAL`: ``docs/s3dis/prepare.md`` ("Normals").
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 K_NORMAL = 30  # neighbours per normal (Open3D's default; measured on real rooms in docs/s3dis/prepare.md)
-CHUNK = 1 << 15  # points per block: (CHUNK, k, 3) float64 neighbours ~ 24 MB at k = 30
+CHUNK = 1 << 15  # points per kNN query: (CHUNK, k) int64 indices ~ 8 MB at k = 30
 DEGENERATE = 1e-8  # l1 / l2 at or below it: the neighbourhood is a line (float32 rounding gives ~1e-9)
 
 
@@ -66,36 +69,87 @@ def estimate_normals(coord: np.ndarray, k: int = K_NORMAL) -> np.ndarray:
     tiny = (1e-9 * (1.0 + float((hi - lo).max()))) ** 2  # a spread below 1e-9 of the extent: one point
     from pykdtree.kdtree import KDTree
 
-    tree = KDTree(local)
+    search = local.astype(np.float32)  # the neighbours only: float32 relative to the centre keeps micrometres
+    tree = KDTree(search)
     for start in range(0, len(local), CHUNK):
-        points = local[start:start + CHUNK]
-        _, index = tree.query(points, k=k)
-        neighbours = local[np.asarray(index, dtype=np.int64).reshape(len(points), k)]
-        normals[start:start + CHUNK] = _oriented(_pca_normals(neighbours, tiny), points)
+        _, index = tree.query(search[start:start + CHUNK], k=k)
+        index = np.ascontiguousarray(np.asarray(index, dtype=np.int64).reshape(-1, k))
+        _normals_of(local, index, start, tiny, DEGENERATE, normals)
     return normals
 
 
-def _pca_normals(neighbours: np.ndarray, tiny: float) -> np.ndarray:
-    """``(m, 3)`` float64 unit normals, up to sign, of ``(m, k, 3)`` neighbourhoods (module docstring)."""
-    centred = neighbours - neighbours.mean(axis=1, keepdims=True)
-    cov = np.matmul(centred.transpose(0, 2, 1), centred) / neighbours.shape[1]  # batched BLAS: 5x einsum
-    values, vectors = np.linalg.eigh(cov)  # ascending eigenvalues; vectors[:, :, j] is the j-th eigenvector
-    normals = vectors[:, :, 0]
-    line = values[:, 1] <= DEGENERATE * values[:, 2]
-    if line.any():
-        direction = vectors[line, :, 2]
-        up = np.array([0.0, 0.0, 1.0]) - direction[:, 2:3] * direction  # +z minus its part along the line
-        flat = np.linalg.norm(up, axis=1) < 1e-6  # a vertical line: +x at right angles to it
-        up[flat] = np.array([1.0, 0.0, 0.0]) - direction[flat, 0:1] * direction[flat]
-        normals[line] = up / np.linalg.norm(up, axis=1, keepdims=True)
-    normals[values[:, 2] <= tiny] = (0.0, 0.0, 1.0)
-    return normals
+@numba.njit(cache=True)
+def _normals_of(local, index, start, tiny, degenerate, out):  # pragma: no cover (compiled)
+    """``out[start + i]`` = the oriented normal of ``local[start + i]`` (module docstring) from the indices
+    ``index[i]`` of its neighbours in ``local``: their covariance (float64), its eigenvectors by
+    :func:`_jacobi`, the degenerate cases, then the orientation."""
+    k = index.shape[1]
+    cov = np.empty((3, 3))
+    vectors = np.empty((3, 3))
+    for i in range(index.shape[0]):
+        mean = np.zeros(3)
+        for j in range(k):
+            for a in range(3):
+                mean[a] += local[index[i, j], a]
+        mean /= k
+        cov[:] = 0.0
+        for j in range(k):
+            q = index[i, j]
+            for a in range(3):
+                for b in range(a, 3):
+                    cov[a, b] += (local[q, a] - mean[a]) * (local[q, b] - mean[b])
+        for a in range(3):
+            for b in range(a, 3):
+                cov[a, b] /= k
+                cov[b, a] = cov[a, b]
+        _jacobi(cov, vectors)
+        order = np.argsort(np.array([cov[0, 0], cov[1, 1], cov[2, 2]]))  # ascending eigenvalues
+        l1, l2 = cov[order[1], order[1]], cov[order[2], order[2]]
+        n = vectors[:, order[0]].copy()
+        if l2 <= tiny:  # one point
+            n[:] = 0.0
+            n[2] = 1.0
+        elif l1 <= degenerate * l2:  # a line: at right angles to it, closest to +z (+x for a vertical line)
+            d = vectors[:, order[2]]
+            n[0], n[1], n[2] = -d[2] * d[0], -d[2] * d[1], 1.0 - d[2] * d[2]
+            if np.sqrt(n[0] ** 2 + n[1] ** 2 + n[2] ** 2) < 1e-6:
+                n[0], n[1], n[2] = 1.0 - d[0] * d[0], -d[0] * d[1], -d[0] * d[2]
+        n /= np.sqrt(n[0] ** 2 + n[1] ** 2 + n[2] ** 2)
+        p = start + i
+        facing = -(n[0] * local[p, 0] + n[1] * local[p, 1] + n[2] * local[p, 2])  # n . (c - p), c = 0
+        if facing == 0.0:
+            facing = n[np.argmax(np.abs(n))]  # the largest component (the first of equal ones) positive
+        sign = -1.0 if facing < 0.0 else 1.0
+        for a in range(3):
+            out[p, a] = sign * n[a]
 
 
-def _oriented(normals: np.ndarray, local: np.ndarray) -> np.ndarray:
-    """``normals`` flipped where they face away from the box centre (``local``: points minus that centre);
-    where at right angles to it, the largest component positive (module docstring)."""
-    facing = -np.einsum("mi,mi->m", normals, local)
-    largest = normals[np.arange(len(normals)), np.argmax(np.abs(normals), axis=1)]
-    sign = np.where(facing != 0, np.sign(facing), np.where(largest < 0, -1.0, 1.0))
-    return normals * sign[:, None]
+@numba.njit(cache=True)
+def _jacobi(a, v):  # pragma: no cover (compiled)
+    """Diagonalise the symmetric ``a (3, 3)`` in place by cyclic Jacobi rotations: its diagonal becomes the
+    eigenvalues and the columns of ``v`` the unit eigenvectors, to rounding (exact for 0 off-diagonal)."""
+    v[:] = 0.0
+    for i in range(3):
+        v[i, i] = 1.0
+    for _ in range(50):
+        off = a[0, 1] ** 2 + a[0, 2] ** 2 + a[1, 2] ** 2
+        if off == 0.0 or off <= 1e-36 * (a[0, 0] ** 2 + a[1, 1] ** 2 + a[2, 2] ** 2):
+            return
+        for p, q in ((0, 1), (0, 2), (1, 2)):
+            if a[p, q] == 0.0:
+                continue
+            theta = (a[q, q] - a[p, p]) / (2.0 * a[p, q])
+            t = 1.0 / (abs(theta) + np.sqrt(theta * theta + 1.0))
+            if theta < 0.0:
+                t = -t
+            c = 1.0 / np.sqrt(t * t + 1.0)
+            s = t * c
+            for r in range(3):  # a <- a J (columns p, q)
+                arp, arq = a[r, p], a[r, q]
+                a[r, p], a[r, q] = c * arp - s * arq, s * arp + c * arq
+            for r in range(3):  # a <- J^T a (rows p, q)
+                apr, aqr = a[p, r], a[q, r]
+                a[p, r], a[q, r] = c * apr - s * aqr, s * apr + c * aqr
+            for r in range(3):
+                vrp, vrq = v[r, p], v[r, q]
+                v[r, p], v[r, q] = c * vrp - s * vrq, s * vrp + c * vrq
