@@ -62,26 +62,43 @@ def estimate_normals(coord: np.ndarray, k: int = K_NORMAL) -> np.ndarray:
         return normals
     if not np.isfinite(coord).all():
         raise ValueError("expected finite coordinates, got NaN or inf")
-    coord = np.asarray(coord, dtype=np.float64)
-    lo, hi = coord.min(axis=0), coord.max(axis=0)
-    local = np.ascontiguousarray(coord - (lo + hi) / 2)  # the box centre at 0: c - p = -local
+    lo, hi = coord.min(axis=0).astype(np.float64), coord.max(axis=0).astype(np.float64)
+    local = np.subtract(coord, (lo + hi) / 2, dtype=np.float64)  # the box centre at 0: c - p = -local
     k = int(min(k, len(local)))
     tiny = (1e-9 * (1.0 + float((hi - lo).max()))) ** 2  # a spread below 1e-9 of the extent: one point
     from pykdtree.kdtree import KDTree
 
+    order = _morton_order(local, hi - lo)
+    local = local[order]  # in Morton order: neighbours close in memory, the kNN search 3-5x faster
     search = local.astype(np.float32)  # the neighbours only: float32 relative to the centre keeps micrometres
     tree = KDTree(search)
     for start in range(0, len(local), CHUNK):
         _, index = tree.query(search[start:start + CHUNK], k=k)
         index = np.ascontiguousarray(np.asarray(index, dtype=np.int64).reshape(-1, k))
-        _normals_of(local, index, start, tiny, DEGENERATE, normals)
+        _normals_of(local, index, start, order, tiny, DEGENERATE, normals)
     return normals
 
 
+def _morton_order(local: np.ndarray, extent: np.ndarray) -> np.ndarray:
+    """The permutation that sorts ``local (N, 3)`` (within a box of size ``extent`` around 0) along the Morton
+    (Z-order) curve of a 2^21 grid over the box, ties by index: consecutive points are near in space at every
+    scale, so that the tree's nodes a query visits are those the last one did (a room given in random order
+    took 13 us a point, in this order 2.5)."""
+    scale = ((1 << 21) - 1) / max(float(extent.max()), 1e-300)
+    code = np.zeros(len(local), dtype=np.uint64)
+    for axis in range(3):
+        x = np.clip((local[:, axis] * scale + (1 << 20)), 0, (1 << 21) - 1).astype(np.uint64)
+        for shift, mask in ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F),
+                            (4, 0x10C30C30C30C30C3), (2, 0x1249249249249249)):  # bit b moves to 3b
+            x = (x | (x << np.uint64(shift))) & np.uint64(mask)
+        code |= x << np.uint64(axis)
+    return np.argsort(code, kind="stable")
+
+
 @numba.njit(cache=True)
-def _normals_of(local, index, start, tiny, degenerate, out):  # pragma: no cover (compiled)
-    """``out[start + i]`` = the oriented normal of ``local[start + i]`` (module docstring) from the indices
-    ``index[i]`` of its neighbours in ``local``: their covariance (float64), its eigenvectors by
+def _normals_of(local, index, start, order, tiny, degenerate, out):  # pragma: no cover (compiled)
+    """``out[order[start + i]]`` = the oriented normal of ``local[start + i]`` (module docstring) from the
+    indices ``index[i]`` of its neighbours in ``local``: their covariance (float64), its eigenvectors by
     :func:`_jacobi`, the degenerate cases, then the orientation."""
     k = index.shape[1]
     cov = np.empty((3, 3))
@@ -103,14 +120,14 @@ def _normals_of(local, index, start, tiny, degenerate, out):  # pragma: no cover
                 cov[a, b] /= k
                 cov[b, a] = cov[a, b]
         _jacobi(cov, vectors)
-        order = np.argsort(np.array([cov[0, 0], cov[1, 1], cov[2, 2]]))  # ascending eigenvalues
-        l1, l2 = cov[order[1], order[1]], cov[order[2], order[2]]
-        n = vectors[:, order[0]].copy()
+        rank = np.argsort(np.array([cov[0, 0], cov[1, 1], cov[2, 2]]))  # ascending eigenvalues
+        l1, l2 = cov[rank[1], rank[1]], cov[rank[2], rank[2]]
+        n = vectors[:, rank[0]].copy()
         if l2 <= tiny:  # one point
             n[:] = 0.0
             n[2] = 1.0
         elif l1 <= degenerate * l2:  # a line: at right angles to it, closest to +z (+x for a vertical line)
-            d = vectors[:, order[2]]
+            d = vectors[:, rank[2]]
             n[0], n[1], n[2] = -d[2] * d[0], -d[2] * d[1], 1.0 - d[2] * d[2]
             if np.sqrt(n[0] ** 2 + n[1] ** 2 + n[2] ** 2) < 1e-6:
                 n[0], n[1], n[2] = 1.0 - d[0] * d[0], -d[0] * d[1], -d[0] * d[2]
@@ -121,7 +138,7 @@ def _normals_of(local, index, start, tiny, degenerate, out):  # pragma: no cover
             facing = n[np.argmax(np.abs(n))]  # the largest component (the first of equal ones) positive
         sign = -1.0 if facing < 0.0 else 1.0
         for a in range(3):
-            out[p, a] = sign * n[a]
+            out[order[p], a] = sign * n[a]
 
 
 @numba.njit(cache=True)
