@@ -166,3 +166,26 @@ def test_an_empty_cloud_gives_no_normal():
 def test_bad_input_is_a_clear_error(coord, k, message):
     with pytest.raises(ValueError, match=message):
         estimate_normals(coord, k)
+
+
+def test_the_order_of_the_points_does_not_matter():
+    coord, _ = _box_room(np.random.default_rng(11), n_per_face=500)
+    order = np.random.default_rng(12).permutation(len(coord))
+    np.testing.assert_allclose(estimate_normals(coord[order]), estimate_normals(coord)[order], rtol=0, atol=1e-6)
+
+
+def test_the_same_bytes_at_one_and_two_threads(tmp_path):
+    """pykdtree searches with OpenMP threads: the normals must not depend on how many."""
+    import os
+    import subprocess
+    import sys
+
+    coord, _ = _box_room(np.random.default_rng(13), n_per_face=2000)
+    np.save(tmp_path / "coord.npy", coord)
+    script = ("import sys, numpy as np; from pointgeope.data.normals import estimate_normals; "
+              "np.save(sys.argv[2], estimate_normals(np.load(sys.argv[1])))")
+    for threads in ("1", "2"):
+        env = {**os.environ, "OMP_NUM_THREADS": threads}
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / "coord.npy"), str(tmp_path / f"{threads}.npy")],
+                       env=env, check=True)
+    assert np.load(tmp_path / "1.npy").tobytes() == np.load(tmp_path / "2.npy").tobytes()
