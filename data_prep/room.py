@@ -54,7 +54,8 @@ _TEXT = bytes(range(32, 127)) + b"\t\n\r\x0b\x0c"
 
 @dataclass
 class RoomData:
-    """A parsed room: ``arrays`` (coord, color, label, instance), ``attrs`` and the messages to print.
+    """A parsed room: ``arrays`` (coord, color, label, instance; normal when written), ``attrs`` and the messages
+    to print.
     ``refused`` is the reason the room must not be written, else ``None``."""
 
     arrays: dict[str, np.ndarray]
