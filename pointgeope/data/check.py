@@ -27,7 +27,16 @@ import numpy as np
 
 from pointgeope.checksum import file_checksum
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
-from pointgeope.h5 import NORMAL, OPTIONAL_ARRAYS, ROOM_ARRAYS, SchemaError, area_max_extent, area_path, is_scan_predictions, open_area
+from pointgeope.h5 import (
+    NORMAL,
+    OPTIONAL_ARRAYS,
+    ROOM_ARRAYS,
+    SchemaError,
+    area_max_extent,
+    area_path,
+    is_scan_predictions,
+    open_area,
+)
 
 _AGAIN = "run `pointgeope prepare` again"
 
