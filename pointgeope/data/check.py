@@ -89,14 +89,10 @@ def check_room(where: str, group, max_extent: float, num_classes: int, unlabelle
     if missing:
         raise SchemaError(f"{where}: expected datasets {list(ROOM_ARRAYS)}, missing {missing}; {_AGAIN}")
     n = group["label"].shape[0] if group["label"].ndim == 1 else -1
-    for key, (dtype, width) in {**ROOM_ARRAYS, **{k: v for k, v in OPTIONAL_ARRAYS.items() if k in group}}.items():
-        data = group[key]
-        expected = (n,) if width is None else (n, width)
-        if data.dtype != dtype or data.shape != expected:
-            raise SchemaError(f"{where}: expected {key} {np.dtype(dtype).name} of shape {expected}, got "
-                              f"{data.dtype} {data.shape}; {_AGAIN}")
+    _check_arrays(where, group, n, ROOM_ARRAYS)
     if n == 0:
         raise SchemaError(f"{where}: holds no point; {_AGAIN}")
+    _check_arrays(where, group, n, {k: v for k, v in OPTIONAL_ARRAYS.items() if k in group})
     coord = group["coord"][()]
     bad = int(np.count_nonzero(~np.isfinite(coord).all(axis=1)))
     if bad:
@@ -115,6 +111,16 @@ def check_room(where: str, group, max_extent: float, num_classes: int, unlabelle
                               f"data has the {NUM_CLASSES} S3DIS classes; set model.num_classes={NUM_CLASSES}")
         raise SchemaError(f"{where}: label {top} found, expected labels below {num_classes}; {_AGAIN}")
     return n
+
+
+def _check_arrays(where: str, group, n: int, arrays: dict) -> None:
+    """Each array ``name -> (dtype, width)`` of ``arrays`` in the room group has that dtype and ``n`` rows."""
+    for key, (dtype, width) in arrays.items():
+        data = group[key]
+        expected = (n,) if width is None else (n, width)
+        if data.dtype != dtype or data.shape != expected:
+            raise SchemaError(f"{where}: expected {key} {np.dtype(dtype).name} of shape {expected}, got "
+                              f"{data.dtype} {data.shape}; {_AGAIN}")
 
 
 def check_area(path: str | Path, checksum: str | None = None, num_classes: int = NUM_CLASSES) -> dict[str, int]:
