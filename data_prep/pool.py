@@ -41,7 +41,11 @@ def _watch(parent: int) -> None:
 def _worker_start(parent: int, request) -> None:
     """Pool initializer: the default SIGTERM (the pool stops its workers with it; the parent's handler
     would raise in them), Ctrl-C left to the main process, and death with the parent: ``request``
-    (:func:`~pointgeope.parent_death.death_signal_request`'s, made before the fork), else :func:`_watch`."""
+    (:func:`~pointgeope.parent_death.death_signal_request`'s, made before the fork), else :func:`_watch`.
+    One OpenMP thread a worker unless ``OMP_NUM_THREADS`` says otherwise: the normals' kNN search
+    (``pykdtree``, loaded in the worker after this) would otherwise start a thread per core in each of the
+    ``--jobs`` workers, which then wait spinning for each other's cores."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if request is not None:

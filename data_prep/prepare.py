@@ -161,10 +161,12 @@ def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> tup
 def _take_stock(cfg: PrepareConfig, source, rooms: list, out: Path, old_manifest: dict) -> Stock:
     """Step 2 without parsing: each room of RAW is held (by ``Area_N.h5`` or a work file), refused
     before, or to parse, by comparing its signature with the one stored where it was written."""
+    from data_prep.stale import stale
     from pointgeope.h5 import area_path, read_rooms_attrs
 
     stock = Stock(areas=list(dict.fromkeys(r.area for r in rooms)))
     old_refused = old_manifest.get("refused", {}) if isinstance(old_manifest.get("refused"), dict) else {}
+    without: dict[str, int] = {}  # area -> rooms held without this version's normals, parsed again
     for area in stock.areas:
         stock.ready[area], stock.refused[area] = {}, {}
         previous, stock.checksums[area] = _trusted_attrs(out, area, old_manifest, cfg.force)
@@ -173,45 +175,21 @@ def _take_stock(cfg: PrepareConfig, source, rooms: list, out: Path, old_manifest
             sig, work_file = room.signature(cfg.limits), _work_file(out, area, room.name)
             cached = None if cfg.force else (read_rooms_attrs(work_file) or {}).get(room.name)
             was_refused = old_refused.get(area, {}).get(room.name, {})
-            if previous.get(room.name, {}).get("signature") == sig and not _lossy(area_path(out, area), room,
-                                                                                   previous[room.name]):
+            if previous.get(room.name, {}).get("signature") == sig and not stale(area_path(out, area), room,
+                                                                                  previous[room.name]):
                 stock.ready[area][room.name], stock.held[area, room.name] = previous[room.name], area_path(out, area)
-            elif cached is not None and cached.get("signature") == sig and not _lossy(work_file, room, cached):
+            elif cached is not None and cached.get("signature") == sig and not stale(work_file, room, cached):
                 stock.ready[area][room.name], stock.held[area, room.name] = cached, work_file
             elif was_refused.get("signature") == sig:
                 stock.refused[area][room.name] = was_refused
             else:
                 stock.todo.append((source, room, work_file, cfg.limits))
+                if previous.get(room.name, {}).get("signature") == sig and "normal_k" not in previous[room.name]:
+                    without[area] = without.get(area, 0) + 1
+    for area, n in without.items():
+        print(f"note: {area}: {n} room(s) stored without normals (an older prepare): parsing them again to add "
+              "them", file=sys.stderr)
     return stock
-
-
-def _lossy(path: Path, room, attrs: dict) -> bool:
-    """Whether the stored room (``attrs`` its attributes in ``path``) is stale though its signature matches:
-    written before rooms far from 0 were stored minus an ``origin``, as float32 as they came (25 cm steps
-    at y = 4e6 m), which a prepare now stores minus its origin. Such a room has no ``origin`` attribute and
-    a coordinate beyond :data:`~data_prep.room.PRECISE_FLOAT32` (16,384 m) from 0; only rooms without the
-    attribute have their ``coord`` read. (Beyond, not at: a coordinate just below 16,384 m, stored without
-    origin, may round to 16,384 in float32, and would be parsed again on every run.) The room's first point
-    decides for the usual room: one within 8,192 m of 0 leaves every point within 16,384 m, as a stored room
-    spans at most twice ``--max-extent`` (1 km by default) around its median; only a room whose first point
-    is farther has its whole ``coord`` read (a rerun over all of S3DIS reads 272 points, not 3 GB)."""
-    import numpy as np
-
-    from data_prep.room import PRECISE_FLOAT32
-    from pointgeope.h5 import open_area, read_room, room_group
-
-    if "origin" in attrs or not attrs.get("num_points"):
-        return False
-    with open_area(path) as f:
-        first = np.asarray(room_group(f, room.name)["coord"][0], dtype=np.float64)
-    if float(np.abs(first).max()) <= PRECISE_FLOAT32 / 2:
-        return False
-    reach = float(np.abs(read_room(path, room.name, ("coord",))["coord"]).max())
-    if reach <= PRECISE_FLOAT32:
-        return False
-    print(f"warning: {room.area}/{room.name}: stored by an older prepare with coordinates up to {reach:,.0f} m "
-          "as float32 as they came (losing millimetres); parsing it again, stored minus its origin", file=sys.stderr)
-    return True
 
 
 def _parse_room(task):
@@ -224,7 +202,8 @@ def _parse_room(task):
     if data.refused is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_room_file(path, room.name, data.arrays, data.attrs)
-    return room.area, room.name, data.attrs, data.messages, data.num_bytes, data.seconds, data.refused
+    return (room.area, room.name, data.attrs, data.messages, data.num_bytes, (data.seconds, data.normal_seconds),
+            data.refused)
 
 
 def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
@@ -236,7 +215,7 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
     from data_prep.pool import parallel_map
 
     todo = sorted(stock.todo, key=lambda task: -task[1].num_bytes)
-    stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0} for a in stock.areas}
+    stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0, "normals": 0.0} for a in stock.areas}
     t_parse = time.perf_counter()
     with parallel_map(_parse_room, todo, cfg.jobs) as results:
         bar = tqdm(results, total=len(todo), desc="parsing rooms", unit="room", disable=not cfg.progress or None)
@@ -249,7 +228,8 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
                 bar.write(f"warning: {area}/{name}: refused, not written: {reason}", file=sys.stderr)
                 stock.refused[area][name] = {"reason": reason, "signature": room_attrs["signature"]}
             s = stats[area]
-            s["parsed"], s["bytes"], s["seconds"] = s["parsed"] + 1, s["bytes"] + num_bytes, s["seconds"] + seconds
+            s["parsed"], s["bytes"] = s["parsed"] + 1, s["bytes"] + num_bytes
+            s["seconds"], s["normals"] = s["seconds"] + seconds[0] - seconds[1], s["normals"] + seconds[1]
     return stats, time.perf_counter() - t_parse
 
 
@@ -355,7 +335,7 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
                 remapped[name] = remapped.get(name, 0) + n
         path = area_path(out, area)
         parsed = (f"{s['parsed']} parsed: {_size(s['bytes'])} at {s['bytes'] / 1e6 / max(s['seconds'], 1e-9):.1f} "
-                  "MB/s per worker" if s["parsed"] else "all up to date")
+                  f"MB/s per worker, normals {s['normals']:.1f} s" if s["parsed"] else "all up to date")
         written = f"wrote {path} ({_size(path.stat().st_size)})" if area in changed else f"{path} unchanged"
         print(f"{area}: {_count(len(rooms), 'room')} ({parsed}), {sum(counts):,} points; {written}")
         print("  classes: " + ", ".join(f"{name} {n:,}" for name, n in zip(CLASS_NAMES, counts)))
@@ -376,7 +356,8 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
     print(f"prepared {_count(sum(1 for r in attrs.values() if r), 'area')}, "
           f"{_count(sum(map(len, attrs.values())), 'room')} ({num_refused} refused), {points:,} "
           f"points in {t_total:.1f} s; parsed {_size(total_bytes)} in {t_parse:.1f} s "
-          f"({total_bytes / 1e6 / max(t_parse, 1e-9):.1f} MB/s, --jobs {jobs}); "
+          f"({total_bytes / 1e6 / max(t_parse, 1e-9):.1f} MB/s, --jobs {jobs}; normals "
+          f"{sum(s['normals'] for s in stats.values()):.1f} s of the workers' time); "
           f"wrote {out / 'manifest.json'}, {out / 'folds.json'}")
 
 

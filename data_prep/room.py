@@ -25,6 +25,9 @@ What is written is validated, each drop reported with its file and line (the poi
   floor of the room's minimum; :func:`float32_origin`);
 - a room still larger than ``max_extent`` along an axis, or with no valid point left, is refused:
   ``RoomData.refused`` says why, and prepare does not write it.
+
+A room written gets its normals (``arrays["normal"]``, :func:`pointgeope.data.normals.estimate_normals` of the
+stored coordinates, ``attrs["normal_k"]`` its ``k``); ``RoomData.normal_seconds`` is their time.
 """
 from __future__ import annotations
 
@@ -51,7 +54,8 @@ _TEXT = bytes(range(32, 127)) + b"\t\n\r\x0b\x0c"
 
 @dataclass
 class RoomData:
-    """A parsed room: ``arrays`` (coord, color, label, instance), ``attrs`` and the messages to print.
+    """A parsed room: ``arrays`` (coord, color, label, instance; normal when written), ``attrs`` and the messages
+    to print.
     ``refused`` is the reason the room must not be written, else ``None``."""
 
     arrays: dict[str, np.ndarray]
@@ -60,6 +64,7 @@ class RoomData:
     num_bytes: int = 0
     seconds: float = 0.0
     refused: str | None = None
+    normal_seconds: float = 0.0
 
 
 @dataclass
@@ -204,7 +209,17 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
     attrs = _room_attrs(room, limits, arrays, counts, (empty, binary, lost), remapped, messages)
     if origin is not None:
         attrs["origin"] = origin
-    return RoomData(arrays, attrs, messages, counts["num_bytes"], time.perf_counter() - start, refused)
+    normal_seconds = _add_normals(arrays, attrs) if refused is None else 0.0
+    return RoomData(arrays, attrs, messages, counts["num_bytes"], time.perf_counter() - start, refused, normal_seconds)
+
+
+def _add_normals(arrays: dict, attrs: dict) -> float:
+    """``arrays["normal"]`` of the stored ``arrays["coord"]`` and ``attrs["normal_k"]``; returns the seconds."""
+    from pointgeope.data.normals import K_NORMAL, estimate_normals
+
+    start = time.perf_counter()
+    arrays["normal"], attrs["normal_k"] = estimate_normals(arrays["coord"], K_NORMAL), K_NORMAL
+    return time.perf_counter() - start
 
 
 def _where(source: Source, parts: list[_Part], row: int) -> str:

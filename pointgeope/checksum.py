@@ -14,7 +14,11 @@ checksum. Hashed, in this order::
 
     root attributes (json, keys sorted: area, class_names, max_extent, schema_version)
     for each room, by name: its name, its origin attribute (json; null without),
-        then each dataset by name (color, coord, instance, label): name, dtype, shape, bytes (C order)
+        then each dataset by name (color, coord, instance, label, normal): name, dtype, shape, bytes (C order)
+
+A file of a prepare before normals has no ``normal``: its points checksum is that of the same points
+prepared now with ``skip=("normal",)``, which ``prepare`` uses to keep the runs trained on it valid
+(``pointgeope.data.identity.prepared_points``).
 """
 from __future__ import annotations
 
@@ -50,9 +54,10 @@ def folder_checksum(path: str | Path) -> str:
     return f"files:sha256:{digest.hexdigest()}"
 
 
-def points_checksum(path: str | Path) -> str:
+def points_checksum(path: str | Path, skip: tuple[str, ...] = ()) -> str:
     """The checksum of the points of the area file at ``path`` (module docstring), opened with
-    :func:`pointgeope.h5.open_area` (its errors: SchemaError). Reads every array once."""
+    :func:`pointgeope.h5.open_area` (its errors: SchemaError), without the datasets named in ``skip``. Reads
+    every array once."""
     import numpy as np
 
     from pointgeope.h5 import open_area, room_attrs
@@ -64,7 +69,7 @@ def points_checksum(path: str | Path) -> str:
             group = f[room]
             origin = group.attrs.get("origin")
             digest.update(json.dumps([room, None if origin is None else np.asarray(origin).tolist()]).encode())
-            for name in sorted(group):
+            for name in sorted(set(group) - set(skip)):
                 values = np.ascontiguousarray(group[name][()])
                 digest.update(json.dumps([name, values.dtype.str, list(values.shape)]).encode())
                 digest.update(values.data)

@@ -8,8 +8,16 @@ viewer and ``pointgeope predict``)::
     /<room>/color          uint8   (N, 3)
     /<room>/label          uint8   (N,)    0..12 in constants.CLASS_NAMES order
     /<room>/instance       int32   (N,)    object id within the room
-            attrs: num_points, source, signature, class_counts, ...   (prepare's bookkeeping);
+    /<room>/normal         float16 (N, 3)  unit normal (pointgeope.data.normals.estimate_normals, k = attr
+                                           normal_k; float16: within 0.03 degrees and 1e-3 of unit length)
+            attrs: num_points, source, signature, class_counts, normal_k, ...   (prepare's bookkeeping);
                    origin float64 (3,) only for a georeferenced room (data_prep.room.float32_origin)
+
+``normal`` is optional for readers (:data:`OPTIONAL_ARRAYS`): files prepared before it (no ``normal``, no
+``normal_k``) are read as before by whatever does not ask for it; a reader that asks for it
+(``read_room(..., fields=(..., "normal"))``) gets a :class:`SchemaError` naming the file and saying to run
+``pointgeope prepare`` again, which adds the normals to such a folder (a room without them, or with another
+``normal_k``, is not up to date).
 
 A work file ``OUT/.work/Area_N/<room>.h5`` of an interrupted prepare holds one room in the same layout
 (root attr ``schema_version`` only). Groups and datasets carry no HDF5 timestamps: same rooms, same bytes.
@@ -44,6 +52,9 @@ ROOM_ARRAYS: dict[str, tuple[type, int | None]] = {
     "coord": (np.float32, 3), "color": (np.uint8, 3), "label": (np.uint8, None), "instance": (np.int32, None),
 }
 ROOM_FIELDS = tuple(ROOM_ARRAYS)
+# Arrays prepare writes that a file of an older prepare lacks: read only where asked for.
+NORMAL = "normal"
+OPTIONAL_ARRAYS: dict[str, tuple[type, int | None]] = {NORMAL: (np.float16, 3)}
 SCAN_PREDICTIONS = "scan-predictions"  # root attr kind of a scan's predictions (label 255: unknown)
 _AREA_FILE = re.compile(r"Area_\d+\.h5")  # the names area_path gives; open_area checks their identity
 
@@ -130,7 +141,17 @@ def room_group(f: h5py.File, room: str) -> h5py.Group:
 
 
 def read_fields(group: h5py.Group, fields: Iterable[str] = ROOM_FIELDS) -> dict[str, np.ndarray]:
-    """The arrays ``fields`` of a room group as numpy arrays."""
+    """The arrays ``fields`` of a room group as numpy arrays; a field the room lacks is a :class:`SchemaError`
+    naming the file and the room (``normal`` in a file of a prepare before it: prepare again adds it)."""
+    fields = tuple(fields)
+    missing = [key for key in fields if key not in group]
+    if missing:
+        where = f"{group.file.filename}: room {group.name.lstrip('/')!r}"
+        if missing == [NORMAL]:
+            raise SchemaError(f"{where} has no normals (prepared by an older pointgeope); run `pointgeope prepare "
+                              "RAW OUT` again into its folder, which adds them")
+        raise SchemaError(f"{where}: expected datasets {list(fields)}, missing {missing}; run `pointgeope prepare` "
+                          "again")
     return {key: group[key][()] for key in fields}
 
 
@@ -157,10 +178,11 @@ def room_attrs(group: h5py.Group) -> dict:
 
 
 def read_room_record(path: str | Path, room: str) -> tuple[dict[str, np.ndarray], dict]:
-    """The four arrays and the attributes of one room of a prepared (or work) file."""
+    """The arrays (the four, and those of :data:`OPTIONAL_ARRAYS` it holds) and the attributes of one room of
+    a prepared (or work) file."""
     with open_area(path) as f:
         group = room_group(f, room)
-        return read_fields(group), room_attrs(group)
+        return read_fields(group, ROOM_FIELDS + tuple(k for k in OPTIONAL_ARRAYS if k in group)), room_attrs(group)
 
 
 def read_rooms_attrs(path: str | Path) -> dict[str, dict] | None:
@@ -176,10 +198,12 @@ def read_rooms_attrs(path: str | Path) -> dict[str, dict] | None:
 # --- writing ---------------------------------------------------------------------------------------------
 
 def write_room(parent: h5py.Group, name: str, arrays: dict[str, np.ndarray], attrs: dict) -> None:
-    """Group ``name`` with the four room arrays (cast to the schema dtypes) and its attributes."""
+    """Group ``name`` with the four room arrays and those of :data:`OPTIONAL_ARRAYS` in ``arrays`` (prepare
+    gives ``normal`` always), cast to the schema dtypes, and its attributes."""
     group = new_group(parent, name)
-    for key, (dtype, _) in ROOM_ARRAYS.items():
-        group.create_dataset(key, data=np.ascontiguousarray(arrays[key], dtype=dtype), track_times=False)
+    for key, (dtype, _) in {**ROOM_ARRAYS, **OPTIONAL_ARRAYS}.items():
+        if key in ROOM_ARRAYS or key in arrays:
+            group.create_dataset(key, data=np.ascontiguousarray(arrays[key], dtype=dtype), track_times=False)
     for key, value in attrs.items():
         group.attrs[key] = to_attr(value)
 

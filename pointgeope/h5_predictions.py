@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 
 from pointgeope.constants import FOLD_NAME
-from pointgeope.h5 import ROOM_FIELDS, SCAN_PREDICTIONS, SCHEMA_VERSION, SchemaError
+from pointgeope.h5 import OPTIONAL_ARRAYS, ROOM_FIELDS, SCAN_PREDICTIONS, SCHEMA_VERSION, SchemaError
 from pointgeope.h5_file import create_file, from_attr, to_attr
 from pointgeope.paths import inside
 
@@ -113,11 +113,13 @@ def write_scan_predictions(path: Path, area: str, room: str, arrays: dict[str, n
                            class_names: list[str], source: str, group_attrs: dict, more: dict | None = None) -> None:
     """A scan's predictions as a one-room area file, written atomically: root attrs ``schema_version``,
     ``area``, ``class_names``, ``kind = "scan-predictions"``, ``source`` and ``more``; group ``room`` with
-    ``group_attrs``, the four room arrays (already in the schema dtypes) and ``pred`` uint8 ``(N,)``."""
+    ``group_attrs``, the four room arrays (already in the schema dtypes), ``normal`` where ``arrays`` holds it
+    (stored float16 as in a prepared room) and ``pred`` uint8 ``(N,)``."""
     with create_file(path) as f:
         f.attrs.update({"schema_version": SCHEMA_VERSION, "area": area, "class_names": class_names,
                         "kind": SCAN_PREDICTIONS, "source": source, **(more or {})})
         g = f.create_group(room)
         g.attrs.update(group_attrs)
-        for key, value in {**{k: arrays[k] for k in ROOM_FIELDS}, PRED: pred.astype(np.uint8)}.items():
+        optional = {k: np.asarray(arrays[k], dtype=dtype) for k, (dtype, _) in OPTIONAL_ARRAYS.items() if k in arrays}
+        for key, value in {**{k: arrays[k] for k in ROOM_FIELDS}, **optional, PRED: pred.astype(np.uint8)}.items():
             g.create_dataset(key, data=value, compression="gzip", compression_opts=1)

@@ -1,8 +1,9 @@
 """Prepare raw S3DIS (a folder or a .zip of Stanford3dDataset_v1.2[_Aligned_Version]) as OUT/Area_N.h5.
 
-Writes OUT/Area_N.h5 (one group per room), OUT/manifest.json (points and class histogram per room, the
-checksum of each area file, the rooms refused) and OUT/folds.json (fold k tests on Area_k), then a
-summary per area. What is written is validated (see ``data_prep/room.py``): coordinates finite in
+Writes OUT/Area_N.h5 (one group per room, with a unit normal per point: ``pointgeope/data/normals.py``;
+rooms an older version stored without normals are parsed again), OUT/manifest.json (points and class
+histogram per room, the checksum of each area file, the rooms refused) and OUT/folds.json (fold k tests on
+Area_k), then a summary per area. What is written is validated (see ``data_prep/room.py``): coordinates finite in
 float32 and within --max-extent of the room, no empty room. Reruns skip rooms already prepared from the
 same files, after checking each area file against its checksum; a killed run, rerun, finishes with the
 same files as an uninterrupted one (SIGTERM stops the workers too). One prepare at a time per OUT

@@ -10,7 +10,8 @@ the fold, before the first epoch), ``evaluate`` (the test areas), ``predict`` (a
 - its root attribute ``area`` equals its name (``Area_1.h5`` holds ``Area_1``; :func:`pointgeope.h5.open_area`);
 - it opens as HDF5 with this schema version, and holds at least one room;
 - each room has ``coord`` float32 ``(N, 3)``, ``color`` uint8 ``(N, 3)``, ``label`` uint8 ``(N,)``,
-  ``instance`` int32 ``(N,)`` with ``N >= 1``, every coordinate finite, an extent within the limit the
+  ``instance`` int32 ``(N,)`` with ``N >= 1``, every coordinate finite, ``normal`` float16 ``(N, 3)`` finite
+  where the room has it (files of an older prepare have none), an extent within the limit the
   file was prepared with (root attr ``max_extent``), and labels below ``num_classes``. A scan's predictions
   file (``predict --format h5``, opened by ``viz``) has no extent limit and 255 where its ground truth is
   unknown.
@@ -26,7 +27,16 @@ import numpy as np
 
 from pointgeope.checksum import file_checksum
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
-from pointgeope.h5 import ROOM_ARRAYS, SchemaError, area_max_extent, area_path, is_scan_predictions, open_area
+from pointgeope.h5 import (
+    NORMAL,
+    OPTIONAL_ARRAYS,
+    ROOM_ARRAYS,
+    SchemaError,
+    area_max_extent,
+    area_path,
+    is_scan_predictions,
+    open_area,
+)
 
 _AGAIN = "run `pointgeope prepare` again"
 
@@ -79,18 +89,16 @@ def check_room(where: str, group, max_extent: float, num_classes: int, unlabelle
     if missing:
         raise SchemaError(f"{where}: expected datasets {list(ROOM_ARRAYS)}, missing {missing}; {_AGAIN}")
     n = group["label"].shape[0] if group["label"].ndim == 1 else -1
-    for key, (dtype, width) in ROOM_ARRAYS.items():
-        data = group[key]
-        expected = (n,) if width is None else (n, width)
-        if data.dtype != dtype or data.shape != expected:
-            raise SchemaError(f"{where}: expected {key} {np.dtype(dtype).name} of shape {expected}, got "
-                              f"{data.dtype} {data.shape}; {_AGAIN}")
+    _check_arrays(where, group, n, ROOM_ARRAYS)
     if n == 0:
         raise SchemaError(f"{where}: holds no point; {_AGAIN}")
+    _check_arrays(where, group, n, {k: v for k, v in OPTIONAL_ARRAYS.items() if k in group})
     coord = group["coord"][()]
     bad = int(np.count_nonzero(~np.isfinite(coord).all(axis=1)))
     if bad:
         raise SchemaError(f"{where}: {bad} point(s) with a non-finite coordinate; {_AGAIN}")
+    if NORMAL in group and not np.isfinite(group[NORMAL][()]).all():
+        raise SchemaError(f"{where}: a non-finite normal; {_AGAIN}")
     extent = coord.max(axis=0) - coord.min(axis=0)
     if extent.max() > max_extent:
         raise SchemaError(f"{where}: spans {extent.max():g} m, more than the {max_extent:g} m it was prepared "
@@ -103,6 +111,16 @@ def check_room(where: str, group, max_extent: float, num_classes: int, unlabelle
                               f"data has the {NUM_CLASSES} S3DIS classes; set model.num_classes={NUM_CLASSES}")
         raise SchemaError(f"{where}: label {top} found, expected labels below {num_classes}; {_AGAIN}")
     return n
+
+
+def _check_arrays(where: str, group, n: int, arrays: dict) -> None:
+    """Each array ``name -> (dtype, width)`` of ``arrays`` in the room group has that dtype and ``n`` rows."""
+    for key, (dtype, width) in arrays.items():
+        data = group[key]
+        expected = (n,) if width is None else (n, width)
+        if data.dtype != dtype or data.shape != expected:
+            raise SchemaError(f"{where}: expected {key} {np.dtype(dtype).name} of shape {expected}, got "
+                              f"{data.dtype} {data.shape}; {_AGAIN}")
 
 
 def check_area(path: str | Path, checksum: str | None = None, num_classes: int = NUM_CLASSES) -> dict[str, int]:

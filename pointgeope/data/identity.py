@@ -12,6 +12,10 @@ the recorded ones, by what is at hand, in this order:
    replaced with a file of the same points (a rerun after the raw folder moved);
 2. the run's recorded points checksum, against the file's (``manifest.json``'s ``points``, else computed);
 3. the file the run trained on, where it is still at hand (its ``data.root``) with the recorded checksum.
+
+A run trained on a file of a prepare before normals read none: in 2 and 3 its points are also compared with
+the file's points without its ``normal`` (``points_checksum(..., skip=("normal",))``), so that the normals a
+newer prepare adds do not make its data "other points".
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from pathlib import Path
 
 from pointgeope.checksum import file_checksum, points_checksum
 from pointgeope.data.check import read_manifest
-from pointgeope.h5 import SchemaError, area_path
+from pointgeope.h5 import NORMAL, SchemaError, area_path
 
 
 def manifest_points(root: str | Path) -> tuple[dict[str, str], dict[str, list[str]]]:
@@ -50,8 +54,9 @@ def prepared_points(area: str, old_file: Path, old_checksum: str | None, new_fil
     """``prepare``'s ``(points, same_points)`` entries of ``area`` for ``manifest.json``. ``new_file``
     ``None``: ``old_file`` is kept (its listed points checksum, else computed; its list as it was). Else
     ``new_file`` replaces ``old_file`` (of checksum ``old_checksum`` where ``prepare`` trusts it): where both
-    hold the same points (the raw folder moved, or the zip was given for the folder), the old file's checksum
-    joins the list (unless it is ``new_checksum``, the new file's: the same bytes), so that runs that
+    hold the same points (the raw folder moved, or the zip was given for the folder; or ``old_file``, of a
+    prepare before normals, holds ``new_file``'s points but its ``normal``, which no run trained on it read),
+    the old file's checksum joins the list (unless it is ``new_checksum``, the new file's: the same bytes), so that runs that
     recorded it use the new file (:func:`same_points`); else the list is empty. Call it before ``old_file``
     is replaced."""
     listed, lineage = points_of(old_manifest)
@@ -66,7 +71,7 @@ def prepared_points(area: str, old_file: Path, old_checksum: str | None, new_fil
             before = points_checksum(old_file)
         except SchemaError:  # a damaged file: no earlier points
             before = None
-    if before != now:
+    if before != now and (before is None or before != points_checksum(new_file, skip=(NORMAL,))):
         return now, []
     earlier = old_checksum or file_checksum(old_file)
     return now, [c for c in lineage.get(area, []) if c not in (earlier, new_checksum)] + \
@@ -103,12 +108,18 @@ def same_points(area: str, saved: str | None, root: str | Path, saved_points: di
         return True
     now = area_points(root, [area])[area]
     if isinstance(saved_points, dict) and isinstance(saved_points.get(area), str):
-        return saved_points[area] == now
+        return _same(saved_points[area], now, area_path(root, area))
     before = area_path(trained_root, area) if trained_root is not None else None
     if before is not None and before.is_file() and not before.samefile(area_path(root, area)) \
             and file_checksum(before) == saved:
         try:
-            return points_checksum(before) == now
+            return _same(points_checksum(before), now, area_path(root, area))
         except SchemaError:  # not a readable area file after all: nothing tells
             return None
     return None
+
+
+def _same(used: str, now: str, path: Path) -> bool:
+    """Whether the points checksum ``used`` of the file a run trained on is that of ``path`` (``now``), or of
+    ``path`` without its normals: a file of a prepare before normals, whose runs read none."""
+    return used == now or used == points_checksum(path, skip=(NORMAL,))

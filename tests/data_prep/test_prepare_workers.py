@@ -249,3 +249,20 @@ def test_a_stop_just_after_a_worker_forks_stops_that_worker_too(monkeypatch):
     finally:  # (none is left unless the test failed)
         for process in started:
             process.kill()
+
+
+def _omp_threads(_) -> str | None:
+    return os.environ.get("OMP_NUM_THREADS")
+
+
+@pytest.mark.parametrize("given, expected", [(None, "1"), ("3", "3")])
+def test_each_worker_runs_one_openmp_thread_unless_told_otherwise(monkeypatch, given, expected):
+    """--jobs N workers each searching the normals' neighbours with a thread per core would fight for the cores."""
+    from data_prep.pool import parallel_map
+
+    if given is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", given)
+    with parallel_map(_omp_threads, [0, 1], 2) as results:
+        assert list(results) == [expected, expected]

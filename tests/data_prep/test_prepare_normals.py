@@ -1,0 +1,140 @@
+"""The normals prepare stores (``/<room>/normal``), and folders prepared before them: read as before, refused
+by name where normals are asked for, and completed by a prepare into them (resumably), runs on them kept valid."""
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+import data_prep.room
+from data_prep.prepare import PrepareConfig, prepare
+from pointgeope import h5
+from pointgeope.checksum import file_checksum, points_checksum
+from pointgeope.data.check import check_area_file
+from pointgeope.data.identity import same_points
+from pointgeope.data.normals import K_NORMAL, estimate_normals
+from tests.data_prep.raw_trees import five_rooms, output_bytes
+from tests.data_prep.test_prepare import Killed, _count_parsed
+
+
+def _older_prepare(monkeypatch) -> None:
+    """Prepare as a version before normals did: rooms without ``normal`` and without ``normal_k``."""
+    monkeypatch.setattr(data_prep.room, "_add_normals", lambda arrays, attrs: 0.0)
+
+
+def test_every_prepared_room_holds_the_normals_of_its_coordinates(s3dis_real, tmp_path, capsys):
+    out = tmp_path / "out"
+    prepare(PrepareConfig(s3dis_real, out, progress=False))
+    printed = capsys.readouterr().out  # their time apart from the parsing's (the larger part, see prepare.md)
+    assert "Area_2: 1 room (1 parsed: " in printed and " MB/s per worker, normals " in printed
+    assert "; normals " in printed and " s of the workers' time); wrote " in printed
+    for area, room in [("Area_1", "office_2"), ("Area_2", "office_resampled")]:
+        got = h5.read_room(out / f"{area}.h5", room, fields=("coord", "normal"))
+        assert got["normal"].dtype == np.float16 and got["normal"].shape == got["coord"].shape
+        np.testing.assert_array_equal(got["normal"], estimate_normals(got["coord"]).astype(np.float16))
+        norm = np.linalg.norm(got["normal"].astype(np.float64), axis=1)
+        assert np.abs(norm - 1).max() < 1e-3  # float16 keeps unit length to 1e-3
+        with h5py.File(out / f"{area}.h5") as f:
+            assert f[room].attrs["normal_k"] == K_NORMAL
+        assert check_area_file(out / f"{area}.h5") == h5.list_rooms(out / f"{area}.h5")
+
+
+def test_a_folder_of_an_older_prepare_is_read_without_normals_and_refused_with_them(tmp_path, monkeypatch):
+    raw = five_rooms(tmp_path / "raw")
+    _older_prepare(monkeypatch)
+    prepare(PrepareConfig(raw, tmp_path / "old", progress=False))
+    path = tmp_path / "old/Area_2.h5"
+    assert set(h5.read_room(path, "room_b")) == {"coord", "color", "label", "instance"}  # PTv1 reads as before
+    assert check_area_file(path) == {"room_b": 3}
+    with pytest.raises(h5.SchemaError) as err:
+        h5.read_room(path, "room_b", fields=("coord", "normal"))
+    assert str(err.value) == (f"{path}: room 'room_b' has no normals (prepared by an older pointgeope); run "
+                              "`pointgeope prepare RAW OUT` again into its folder, which adds them")
+    with pytest.raises(h5.SchemaError, match=r"room 'room_b': expected datasets \['coord', 'weight'\], missing"):
+        h5.read_room(path, "room_b", fields=("coord", "weight"))
+
+
+def test_prepare_into_an_older_folder_adds_the_normals_resumably(tmp_path, monkeypatch, capsys):
+    """Their signatures match, but rooms without normals are not up to date: a prepare into the folder parses
+    them again (a kill in between resumes from the work files), and ends with the files of a fresh prepare;
+    manifest.json lists the older files as of the same points, so that runs trained on them stay valid."""
+    raw = five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    _older_prepare(monkeypatch)
+    prepare(PrepareConfig(raw, out, progress=False))
+    old = {area: (file_checksum(out / f"{area}.h5"), points_checksum(out / f"{area}.h5")) for area in ("Area_1", "Area_2")}
+    monkeypatch.undo()
+    capsys.readouterr()
+    parsed = _count_parsed(monkeypatch, fail_after=2)
+    with pytest.raises(Killed):
+        prepare(PrepareConfig(raw, out, progress=False))
+    assert "note: Area_1: 4 room(s) stored without normals (an older prepare): parsing them again" in capsys.readouterr().err
+    parsed = _count_parsed(monkeypatch)
+    prepare(PrepareConfig(raw, out, progress=False))
+    assert len(parsed) == 3  # 5 rooms, 2 from the killed run's work files
+    prepare(PrepareConfig(raw, out, progress=False))
+    assert len(parsed) == 3  # now up to date
+    monkeypatch.undo()
+    prepare(PrepareConfig(raw, tmp_path / "fresh", progress=False))
+    fresh = output_bytes(tmp_path / "fresh")
+    now = output_bytes(out)
+    assert {k: now[k] for k in ("Area_1.h5", "Area_2.h5", "folds.json")} == \
+        {k: fresh[k] for k in ("Area_1.h5", "Area_2.h5", "folds.json")}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["same_points"] == {area: [checksum] for area, (checksum, _) in old.items()}
+    assert json.loads(fresh["manifest.json"])["same_points"] == {}
+    for area, (checksum, points) in old.items():
+        assert points != manifest["points"][area]  # the normals are part of the points now
+        assert same_points(area, checksum, out) is True  # by the manifest's list
+        # a run that recorded the older file's points, checked against a fresh folder (no list): the same points
+        assert same_points(area, checksum, tmp_path / "fresh", {area: points}) is True
+
+
+def test_runs_on_other_points_are_still_told_apart(tmp_path, monkeypatch):
+    """The comparison without normals is no blanket pass: a run whose older file held other points is refused."""
+    raw = five_rooms(tmp_path / "raw")
+    _older_prepare(monkeypatch)
+    prepare(PrepareConfig(raw, tmp_path / "old", progress=False))
+    monkeypatch.undo()
+    (raw / "Area_2/room_b/Annotations/table_1.txt").write_bytes(b"0.5 0.5 0.25 3 3 3\n")  # other points now
+    prepare(PrepareConfig(raw, tmp_path / "new", progress=False))
+    old_points = points_checksum(tmp_path / "old/Area_2.h5")
+    assert same_points("Area_2", file_checksum(tmp_path / "old/Area_2.h5"), tmp_path / "new",
+                       {"Area_2": old_points}) is False
+    assert same_points("Area_1", file_checksum(tmp_path / "old/Area_1.h5"), tmp_path / "new",
+                       {"Area_1": points_checksum(tmp_path / "old/Area_1.h5")}) is True
+
+
+@pytest.mark.parametrize("normal, message", [
+    (np.full((3, 3), np.nan, dtype=np.float16), "a non-finite normal"),
+    (np.zeros((3, 3), dtype=np.float32), r"expected normal float16 of shape \(3, 3\), got float32 \(3, 3\)"),
+    (np.zeros((2, 3), dtype=np.float16), r"expected normal float16 of shape \(3, 3\), got float16 \(2, 3\)"),
+])
+def test_the_check_of_area_files_refuses_a_damaged_normal(tmp_path, normal, message):
+    raw = five_rooms(tmp_path / "raw")
+    prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
+    path = tmp_path / "out/Area_2.h5"
+    (tmp_path / "out/manifest.json").unlink()  # no checksum to trip first: the room check itself
+    with h5py.File(path, "a") as f:
+        del f["room_b/normal"]
+        f["room_b"].create_dataset("normal", data=normal)
+    with pytest.raises(h5.SchemaError, match=f"room 'room_b': {message}"):
+        check_area_file(path)
+
+
+def test_a_scan_predictions_file_keeps_the_normals_it_is_given(tmp_path):
+    from pointgeope.h5_predictions import write_scan_predictions
+
+    arrays = {"coord": np.zeros((2, 3), np.float32), "color": np.zeros((2, 3), np.uint8),
+              "label": np.zeros(2, np.uint8), "instance": np.zeros(2, np.int32),
+              "normal": np.array([[0, 0, 1], [0.6, 0.8, 0]], np.float32)}
+    write_scan_predictions(tmp_path / "a_pred.h5", "Area_0", "a", arrays, np.zeros(2), ["ceiling"], "a.ply", {})
+    got = h5.read_room(tmp_path / "a_pred.h5", "a", fields=("normal",))["normal"]
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, arrays["normal"].astype(np.float16))
+    del arrays["normal"]
+    write_scan_predictions(tmp_path / "b_pred.h5", "Area_0", "b", arrays, np.zeros(2), ["ceiling"], "b.ply", {})
+    with h5py.File(tmp_path / "b_pred.h5") as f:
+        assert "normal" not in f["b"]
