@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,6 +213,35 @@ def test_a_prepared_data_folder_as_the_run_folder_is_refused(tmp_path, capsys, t
     shutil.copy(two_folds / "Area_3.h5", other / "Area_3.h5")
     assert one_line(capsys, 2, train_args(two_folds, other)) == refused(other, "Area_3.h5")
     assert sorted(p.name for p in other.iterdir()) == ["Area_3.h5"]
+
+
+def test_a_run_folder_that_cannot_be_searched_is_named_in_one_line(tmp_path, capsys, two_folds, monkeypatch):
+    """Another user's folder (mode 0700) as --run-dir: its entries cannot be looked at (EACCES), nor can a file
+    be made in it. Root reads anywhere, so both are simulated for that folder alone. The look for prepared
+    data in it raised PermissionError (a traceback) before the writable-folder check could say it."""
+    import pathlib
+    import tempfile
+
+    run = tmp_path / "theirs"
+    run.mkdir()
+    denied = PermissionError(13, "Permission denied")
+    stat, temporary = pathlib.Path.stat, tempfile.TemporaryFile
+
+    def no_search(self, *args, **kwargs):
+        if self.parent == run:
+            raise denied
+        return stat(self, *args, **kwargs)
+
+    def no_write(*args, **kwargs):
+        if Path(kwargs.get("dir") or "") == run:
+            raise denied
+        return temporary(*args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "stat", no_search)
+    monkeypatch.setattr(tempfile, "TemporaryFile", no_write)
+    assert one_line(capsys, 2, train_args(two_folds, run)) == (
+        f"pointgeope train: error: run folder (--run-dir, train.run_dir) {run}: cannot write into it (Permission "
+        "denied); make it writable or give a folder you can write")
 
 
 def test_a_checkpoint_without_its_config(tmp_path, capsys, tiny_run):
