@@ -64,11 +64,16 @@ def check_reuse(trials: list, test_area: int, run_dir: Path, fold: Fold | None =
             _check_data(trials, {t: s[0] for t, s in saved.items() if s is not None}, test_area, run_dir, fold)
         return
     trial, _, diff = other[0]
-    folds = " ".join(str(fold) for _, fold, _ in other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+    folds = _listed([fold for _, fold, _ in other])
     raise UserError(f"--run-dir {run_dir}: {len(other)} of the {len(trials)} trial(s) were trained with other "
                     f"settings than this command's ({trial.name}: {describe_differences(diff, 'it used')}), and "
                     f"train neither resumes nor reuses such a fold: give another --run-dir, or delete {folds} "
                     "to train them again with these settings")
+
+
+def _listed(folders: list[Path]) -> str:
+    """The first three ``folders``, then how many more."""
+    return " ".join(map(str, folders[:3])) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
 
 
 def _check_data(trials: list, saved: dict, test_area: int, run_dir: Path, fold: Fold) -> None:
@@ -99,7 +104,7 @@ def _check_data(trials: list, saved: dict, test_area: int, run_dir: Path, fold: 
             refused.append((trial, last.parent, why))
     if refused:
         trial, _, why = refused[0]
-        folders = " ".join(str(f) for _, f, _ in refused[:3]) + (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
+        folders = _listed([folder for _, folder, _ in refused])
         raise UserError(f"--run-dir {run_dir}: {len(refused)} of the {len(trials)} trial(s) cannot be resumed or "
                         f"reused on the data folder {root} as it is now ({trial.name}: {why}), and train would "
                         f"refuse each one: restore the data they trained on, give another --run-dir, or delete "
