@@ -104,8 +104,9 @@ def main() -> int:
         run["rows"].append(row)
         cpu = row["cpu"]
         for name, side in cpu.items():
-            print(f"threads {threads}: {name:>12} {1e3 * side['min_s']:7.1f} ms, / bincount {side['paired_median']:.2f} "
-                  f"[{side['paired_range'][0]:.2f}-{side['paired_range'][1]:.2f}]", flush=True)
+            low, high = side["paired_range"]
+            print(f"threads {threads}: {name:>12} {1e3 * side['min_s']:7.1f} ms, / bincount "
+                  f"{side['paired_median']:.2f} [{low:.2f}-{high:.2f}]", flush=True)
     run["load_average_1min_end"] = os.getloadavg()[0]
     result["runs"][args.label] = run
     save_json(out, result)

@@ -77,6 +77,22 @@ def prepared_root(path: str | Path) -> Path | None:
     return path.parent if _AREA_FILE.fullmatch(path.name) else None
 
 
+def prepared_folder_mark(folder: str | Path) -> str | None:
+    """The name of what makes ``folder`` a prepared data folder: ``prepare``'s ``folds.json`` or
+    ``manifest.json``, else an area file named as it names them (``Area_N.h5``, the first in order); ``None``
+    for any other folder, and for one whose entries cannot be looked at (another user's: the caller's check
+    that it can write there names that). The one test of ``train`` and ``ablate``, which refuse such a folder
+    as their run folder (their ``area_K/`` would mix with the data)."""
+    folder = Path(folder)
+    try:
+        for name in ("folds.json", "manifest.json"):
+            if (folder / name).is_file():
+                return name
+        return next((p.name for p in sorted(folder.glob("Area_*.h5")) if prepared_root(p) is not None), None)
+    except OSError:
+        return None
+
+
 # --- reading ---------------------------------------------------------------------------------------------
 
 def open_area(path: str | Path) -> h5py.File:

@@ -12,8 +12,9 @@ area files than the data folder holds now (prepared again) or for another fold. 
 once, before any trial starts, with what to do.
 
 An ablation's ``RUN`` holds ``<preset>/seed_<s>/area_K`` and ``report/fold_K``; a ``RUN`` that holds
-``area_K/`` itself is a training's run folder (or a trial's), one with ``folds.json`` a prepared data folder:
-trials written there mix with that command's outputs, so :func:`check_run_dir` refuses it.
+``area_K/`` itself is a training's run folder (or a trial's), one with ``folds.json``, ``manifest.json`` or an
+``Area_N.h5`` a prepared data folder: trials written there mix with that command's outputs, so
+:func:`check_run_dir` refuses it.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from pointgeope.engine.checkpoint import (
     load_checkpoint,
 )
 from pointgeope.errors import UserError
+from pointgeope.h5 import prepared_folder_mark
 
 __all__ = ["check_reuse", "check_run_dir", "other_trials"]
 
@@ -62,11 +64,16 @@ def check_reuse(trials: list, test_area: int, run_dir: Path, fold: Fold | None =
             _check_data(trials, {t: s[0] for t, s in saved.items() if s is not None}, test_area, run_dir, fold)
         return
     trial, _, diff = other[0]
-    folds = " ".join(str(fold) for _, fold, _ in other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+    folds = _listed([fold for _, fold, _ in other])
     raise UserError(f"--run-dir {run_dir}: {len(other)} of the {len(trials)} trial(s) were trained with other "
                     f"settings than this command's ({trial.name}: {describe_differences(diff, 'it used')}), and "
                     f"train neither resumes nor reuses such a fold: give another --run-dir, or delete {folds} "
                     "to train them again with these settings")
+
+
+def _listed(folders: list[Path]) -> str:
+    """The first three ``folders``, then how many more."""
+    return " ".join(map(str, folders[:3])) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
 
 
 def _check_data(trials: list, saved: dict, test_area: int, run_dir: Path, fold: Fold) -> None:
@@ -97,7 +104,7 @@ def _check_data(trials: list, saved: dict, test_area: int, run_dir: Path, fold: 
             refused.append((trial, last.parent, why))
     if refused:
         trial, _, why = refused[0]
-        folders = " ".join(str(f) for _, f, _ in refused[:3]) + (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
+        folders = _listed([folder for _, folder, _ in refused])
         raise UserError(f"--run-dir {run_dir}: {len(refused)} of the {len(trials)} trial(s) cannot be resumed or "
                         f"reused on the data folder {root} as it is now ({trial.name}: {why}), and train would "
                         f"refuse each one: restore the data they trained on, give another --run-dir, or delete "
@@ -106,14 +113,14 @@ def _check_data(trials: list, saved: dict, test_area: int, run_dir: Path, fold: 
 
 def check_run_dir(run_dir: Path) -> None:
     """Raise a :class:`UserError` when ``run_dir`` is the output of another command: a training's run folder
-    or a trial's (it holds ``area_K/``), or a prepared data folder (it holds ``folds.json``)."""
+    or a trial's (it holds ``area_K/``), or a prepared data folder (:func:`~pointgeope.h5.prepared_folder_mark`)."""
     if not run_dir.is_dir():
         return
     folds = sorted(p.name for p in run_dir.iterdir() if FOLD_NAME.fullmatch(p.name) and p.is_dir())
     if folds:
         what = f"{folds[0]}/, the fold folder of a training (pointgeope train writes RUN/area_K)"
-    elif (run_dir / "folds.json").is_file():
-        what = "folds.json, a prepared data folder"
+    elif held := prepared_folder_mark(run_dir):
+        what = f"{held}, a prepared data folder"
     else:
         return
     raise UserError(f"--run-dir {run_dir}: it holds {what}; an ablation writes RUN/<preset>/seed_<s>/area_K and "

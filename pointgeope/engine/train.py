@@ -56,7 +56,7 @@ from pointgeope.engine.small_batch import batch_norm_problem
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
 from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.errors import UserError
-from pointgeope.h5 import prepared_root
+from pointgeope.h5 import prepared_folder_mark
 from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.memory import neighbour_problem
 from pointgeope.model.ops.fps import FPS_RULE
@@ -283,16 +283,6 @@ def fold_folder(run: Path, env: distributed.DistEnv):
         yield
 
 
-def data_folder_problem(run_dir: str | Path) -> str | None:
-    """What makes ``run_dir`` a prepared data folder (``prepare``'s ``folds.json``, ``manifest.json`` or an
-    ``Area_N.h5``), which a training must not write its ``area_K/`` folders into; ``None`` otherwise."""
-    run_dir = Path(run_dir)
-    for name in ("folds.json", "manifest.json"):
-        if (run_dir / name).is_file():
-            return name
-    return next((p.name for p in sorted(run_dir.glob("Area_*.h5")) if prepared_root(p) is not None), None)
-
-
 def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, force: bool = False) -> list[dict]:
     """One fold, or every fold of ``folds.json`` in order (skipping those complete with this config)."""
     folds = load_folds(cfg.data.root)
@@ -301,7 +291,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
     else:
         wanted = list(folds)
     with distributed.refusal_shared():  # before any work: a file, or a folder that cannot be written, is one line
-        if env.is_main and (held := data_folder_problem(cfg.train.run_dir)):
+        if env.is_main and (held := prepared_folder_mark(cfg.train.run_dir)):
             run_dir = Path(cfg.train.run_dir)
             raise UserError(f"run folder (--run-dir, train.run_dir) {run_dir}: it holds {held}, a prepared data "
                             "folder (pointgeope prepare's output), where the run's area_K/ folders would mix with "

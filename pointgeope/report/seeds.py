@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.constants import CLASS_NAMES
-from pointgeope.errors import UserError
 from pointgeope.decimals import decimal_mean
+from pointgeope.errors import UserError
 from pointgeope.report.runs import ReportError, RunSummary, fold_dir, load_run, same_class_names
 from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, decimal_difference, json_safe, pct
 

@@ -93,7 +93,10 @@ def _box3_zero_padded(a: np.ndarray, axis: int) -> np.ndarray:
     pad = [(0, 0)] * a.ndim
     pad[axis] = (1, 1)
     p = np.pad(a, pad)
-    take = lambda lo, hi: np.take(p, np.arange(lo, p.shape[axis] - hi), axis=axis)  # noqa: E731
+
+    def take(lo: int, hi: int) -> np.ndarray:   # p without lo entries at the start and hi at the end
+        return np.take(p, np.arange(lo, p.shape[axis] - hi), axis=axis)
+
     return (take(0, 2) + take(1, 1) + take(2, 0)) / 3
 
 

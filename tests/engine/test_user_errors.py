@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from pointgeope.cli import main as cli
 from pointgeope.engine import build
 from pointgeope.engine.checkpoint import save_checkpoint
 from pointgeope.engine.config import ConfigError, config_to_dict, load_config, save_config
+from pointgeope.lock import READERS_NAME
 from tests.engine.conftest import DEMO_CONFIG, TINY, one_line
 
 
@@ -200,14 +202,46 @@ def test_a_prepared_data_folder_as_the_run_folder_is_refused(tmp_path, capsys, t
                 "data folder (pointgeope prepare's output), where the run's area_K/ folders would mix with the data: "
                 f"give the run a folder of its own, e.g. --run-dir {run.parent / (run.name + '_runs')}")
 
-    before = sorted(p.name for p in two_folds.iterdir())
+    def files(folder):      # the reader lock train takes on its data folder (made by the first reader) aside
+        return sorted(p.name for p in folder.iterdir() if p.name != READERS_NAME)
+
+    before = files(two_folds)
     assert one_line(capsys, 2, train_args(two_folds, two_folds)) == refused(two_folds, "folds.json")
-    assert sorted(p.name for p in two_folds.iterdir()) == before
+    assert files(two_folds) == before
     other = tmp_path / "other"
     other.mkdir()
     shutil.copy(two_folds / "Area_3.h5", other / "Area_3.h5")
     assert one_line(capsys, 2, train_args(two_folds, other)) == refused(other, "Area_3.h5")
     assert sorted(p.name for p in other.iterdir()) == ["Area_3.h5"]
+
+
+def test_a_run_folder_that_cannot_be_searched_is_named_in_one_line(tmp_path, capsys, two_folds, monkeypatch):
+    """Another user's folder (mode 0700) as --run-dir: its entries cannot be looked at (EACCES), nor can a file
+    be made in it. Root reads anywhere, so both are simulated for that folder alone. The look for prepared
+    data in it raised PermissionError (a traceback) before the writable-folder check could say it."""
+    import pathlib
+    import tempfile
+
+    run = tmp_path / "theirs"
+    run.mkdir()
+    denied = PermissionError(13, "Permission denied")
+    stat, temporary = pathlib.Path.stat, tempfile.TemporaryFile
+
+    def no_search(self, *args, **kwargs):
+        if self.parent == run:
+            raise denied
+        return stat(self, *args, **kwargs)
+
+    def no_write(*args, **kwargs):
+        if Path(kwargs.get("dir") or "") == run:
+            raise denied
+        return temporary(*args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "stat", no_search)
+    monkeypatch.setattr(tempfile, "TemporaryFile", no_write)
+    assert one_line(capsys, 2, train_args(two_folds, run)) == (
+        f"pointgeope train: error: run folder (--run-dir, train.run_dir) {run}: cannot write into it (Permission "
+        "denied); make it writable or give a folder you can write")
 
 
 def test_a_checkpoint_without_its_config(tmp_path, capsys, tiny_run):
