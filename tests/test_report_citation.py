@@ -94,3 +94,20 @@ def test_a_run_that_records_nothing_says_so(tmp_path, capsys):
     assert block.strip().splitlines()[2:] == ["- code: not recorded", "- config: not recorded",
                                               "- data: not recorded", "- machines: not recorded"]
     assert made["config_sha256"] is None and made["data"] is None
+
+
+def test_a_training_begun_by_an_older_version_is_not_cited_as_this_commit_s(tmp_path, capsys):
+    """Fold 2 began training under an older version (its checkpoint's first ``trained_on`` entry holds the
+    thread count alone) and was resumed and tested under COMMIT; fold 3's checkpoint is entirely older (tested
+    under COMMIT). Before: fold 2 read ``... (training and test)``, as if COMMIT had trained it all, and fold 3
+    named the test's code alone."""
+    run = _run(tmp_path, "geope")
+    now = {**CPU, "pointgeope": "0.2.0", "pointgeope_commit": COMMIT}
+    for k, trained in ((2, [{"threads": 1}, now]), (3, [{"threads": 1}])):
+        path = run / f"area_{k}" / "metrics.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "trained_on": trained}))
+    _, (made,) = _report(tmp_path, capsys, run)
+    assert made["code"]["Area_1"] == "pointgeope 0.2.0, commit 5e1c1896a8d8 (training and test)"
+    assert made["code"]["Area_2"] == ("not recorded, then pointgeope 0.2.0, commit 5e1c1896a8d8 (training); "
+                                      "pointgeope 0.2.0, commit 5e1c1896a8d8 (test)")
+    assert made["code"]["Area_3"] == "not recorded (training); pointgeope 0.2.0, commit 5e1c1896a8d8 (test)"

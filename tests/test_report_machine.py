@@ -38,7 +38,8 @@ def _report(run, tmp_path, capsys) -> tuple[list[str], dict]:
     out = tmp_path / "out"
     assert cli(["report", str(run), "--out", str(out)]) == 0
     capsys.readouterr()
-    notes = [line for line in (out / "report.md").read_text().splitlines() if "different machines" in line]
+    notes = [line for line in (out / "report.md").read_text().splitlines()
+             if "different machines" in line or "not all recorded" in line]
     return notes, json.loads((out / "report.json").read_text())["runs"][0]
 
 
@@ -95,7 +96,7 @@ def test_a_fold_of_an_older_version_reads_not_recorded(tmp_path, capsys):
     folds = entry["machines"]["folds"]
     assert folds["Area_1"] == {} and folds["Area_2"]["train CPU threads"] == "1"
     assert "train device" not in folds["Area_2"]
-    assert len(notes) == 1
+    assert len(notes) == 1 and notes[0].startswith("- run: its folds' machines are not all recorded (")
     assert "train device not recorded (Area_1, Area_2), cpu (Area_3..Area_6)" in notes[0]
     assert "train CPU threads not recorded (Area_1), 1 (Area_2..Area_6)" in notes[0]
     assert "test device not recorded (Area_1), cpu (Area_2..Area_6)" in notes[0]
@@ -152,3 +153,30 @@ def test_damaged_records_are_read_as_far_as_they_go_never_a_traceback(tmp_path, 
     path.write_text(json.dumps({**json.loads(path.read_text()), "trained_on": trained, "tested_on": tested}))
     notes, entry = _report(run, tmp_path, capsys)
     assert len(notes) <= 1 and isinstance(entry["machines"]["folds"]["Area_4"], dict)
+
+
+def test_folds_that_record_their_machines_in_part_are_not_said_to_have_run_on_other_ones(tmp_path, capsys):
+    """Every fold trained on the CPU at 1 thread; fold 1 evaluated by an older version (no record), fold 2's
+    training begun by one (its first entry: the thread count alone). Nothing recorded differs, so the note says
+    what is not recorded, not that the folds ran on different machines (before: "its folds ran on different
+    machines", and report.json's ``differ`` listed every aspect fold 1 lacks)."""
+    run = _run(tmp_path, {1: [{"threads": 1}], 2: [{"threads": 1}, CPU]}, {1: None})
+    notes, entry = _report(run, tmp_path, capsys)
+    assert len(notes) == 1 and "different machines" not in notes[0]
+    assert notes[0].startswith("- run: its folds' machines are not all recorded (train device not recorded (Area_1), "
+                               "not recorded, then cpu (Area_2), cpu (Area_3..Area_6); ")
+    assert notes[0].endswith("): where recorded they agree; nothing says that the parts not recorded ran alike. "
+                             "Pooled as one method.")
+    assert entry["machines"]["differ"] == []
+    assert "test torch" in entry["machines"]["not_recorded"] and "train CPU threads" not in \
+        entry["machines"]["not_recorded"]
+    other = _run(tmp_path, {}, name="other")
+    assert [n for n in _notes(tmp_path, capsys, run, other) if n.startswith("- the runs")] == []
+
+
+def test_a_real_difference_beside_folds_not_recorded_is_still_said(tmp_path, capsys):
+    notes, entry = _report(_run(tmp_path, {1: None, 4: {**CPU, "precision": "bf16"}}, {1: None}), tmp_path, capsys)
+    assert len(notes) == 1 and notes[0].startswith("- run: its folds ran on different machines (")
+    assert "train precision not recorded (Area_1), float32 (Area_2, Area_3, Area_5, Area_6), bf16 (Area_4)" \
+        in notes[0]
+    assert entry["machines"]["differ"] == ["train precision"]

@@ -185,7 +185,8 @@ def made_on(predictor) -> dict:
 
 def other_machine(recorded, now: dict) -> str:
     """``", predicted on another machine (threads: 1 there, 2 here)"``: the words of a skip line where a
-    record's machine ``recorded`` differs from ``now`` (each aspect that differs); ``""`` where they are the
+    record's machine ``recorded`` differs from ``now`` (each aspect that differs; the CPU threads not where either
+    ran on CUDA, whose math runs on the device, as the report does not compare them); ``""`` where they are the
     same or the record names none (an older version)."""
     if not isinstance(recorded, dict):
         return ""
@@ -195,7 +196,8 @@ def other_machine(recorded, now: dict) -> str:
         return {"device": f"{m.get('device')}{name}", **{k: m.get(k) for k in ("precision", "threads", "torch")}}
 
     there, here = said(recorded), said(now)
-    keys = [key for key in here if there[key] != here[key]]
+    cuda = "cuda" in (recorded.get("device"), now.get("device"))
+    keys = [key for key in here if there[key] != here[key] and not (key == "threads" and cuda)]
     return (", predicted on another machine (" + "; ".join(f"{key}: {there[key]} there, {here[key]} here"
                                                            for key in keys) + ")") if keys else ""
 

@@ -51,15 +51,19 @@ def _code_text(record: dict) -> str | None:
 def code_of(metrics: dict) -> str:
     """The code of one fold, from its ``metrics.json``: the test's (the file's own version and commit) and the
     training's (those of its ``"trained_on"`` entries, in order), ``<code> (training and test)`` where they are
-    one, else each said; :data:`NOT_RECORDED` where neither is (an older version)."""
+    one, else each said; :data:`NOT_RECORDED` where neither is (an older version). A training entry without code
+    (a span trained by an older version: its checkpoint recorded the thread count alone) reads
+    :data:`NOT_RECORDED` in its place (``not recorded, then pointgeope ...``), as does a training that records
+    none beside a test that does: the training is never cited as the code of its later spans or of its test."""
     tested = _code_text(metrics)
     entries = metrics.get("trained_on") if isinstance(metrics.get("trained_on"), list) else []
-    codes = [c for c in (_code_text(e) for e in entries if isinstance(e, dict)) if c is not None]
+    codes = [_code_text(e) or NOT_RECORDED for e in entries if isinstance(e, dict)] or [NOT_RECORDED]
     trained = ", then ".join(c for i, c in enumerate(codes) if i == 0 or c != codes[i - 1])
-    if trained and trained == tested:
+    if trained == tested:
         return f"{tested} (training and test)"
-    parts = [f"{trained} (training)"] * bool(trained) + [f"{tested} (test)"] * bool(tested)
-    return "; ".join(parts) or NOT_RECORDED
+    if trained == NOT_RECORDED and tested is None:
+        return NOT_RECORDED
+    return "; ".join([f"{trained} (training)"] + [f"{tested} (test)"] * bool(tested))
 
 
 def config_hash(settings: dict) -> str | None:

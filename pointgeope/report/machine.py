@@ -76,6 +76,21 @@ def machine_differences(folds: dict[str, dict[str, str]]) -> dict[str, dict[str,
     return out
 
 
+def _recorded(text: str) -> str:
+    """An aspect's text without its ``not recorded`` parts (``not recorded, then cpu`` -> ``cpu``; ``""`` where
+    none is recorded): what can be compared with another fold's."""
+    parts = [t for t in text.split(", then ") if t != NOT_RECORDED]
+    return ", then ".join(t for i, t in enumerate(parts) if i == 0 or t != parts[i - 1])
+
+
+def recorded_differences(folds: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """The aspects of :func:`machine_differences` in which the folds' records differ (two of them record other
+    values): a fold that ran on another machine; the others differ only where a fold records nothing (an older
+    version), which says nothing of its machine."""
+    return {aspect: values for aspect, values in machine_differences(folds).items()
+            if len({_recorded(v) for v in values.values()} - {""}) > 1}
+
+
 def _groups_text(values: dict[str, str]) -> str:
     """``bf16 (Area_1..Area_3), float32 (Area_4..Area_6)``: one aspect's ``{area: text}``, the areas grouped."""
     return ", ".join(f"{value} ({areas})" for areas, value in value_groups(values))
@@ -105,11 +120,15 @@ def machine_text(folds: dict[str, dict[str, str]]) -> str:
 
 def machine_note(name: str, folds: dict[str, dict[str, str]]) -> str:
     """The report's one-line note on a run whose folds ran on different machines (pooled: module docstring),
-    naming the aspects and the folds; ``""`` where they ran alike (or none records its machine)."""
+    naming the aspects and the folds; where they differ only in what a fold does not record (an older version),
+    a note that says so; ``""`` where they ran alike (or none records its machine)."""
     differ = machine_differences(folds)
     if not differ:
         return ""
     said = "; ".join(f"{aspect} {_groups_text(values)}" for aspect, values in differ.items())
+    if not recorded_differences(folds):
+        return (f"- {name}: its folds' machines are not all recorded ({said}): where recorded they agree; nothing "
+                "says that the parts not recorded ran alike. Pooled as one method.")
     return (f"- {name}: its folds ran on different machines ({said}): pooled as one method, with the float "
             "differences of the machines in its scores.")
 
@@ -117,18 +136,20 @@ def machine_note(name: str, folds: dict[str, dict[str, str]]) -> str:
 def runs_machine_note(runs: dict[str, dict[str, dict[str, str]]]) -> str:
     """The note on runs side by side (``{run name: {area: fold_machine}}``) that ran on different machines: each
     aspect a run's folds share compared between the runs (an aspect its folds differ in reads ``differs between
-    its folds``; a run that records none is not compared); ``""`` where they ran alike."""
+    its folds``; a fold that does not record it, and a run that records none, are not compared: only records
+    that differ are said); ``""`` where they ran alike."""
     shared: dict[str, dict[str, str | None]] = {}
     for name, folds in runs.items():
         for aspect in {a for m in folds.values() for a in m}:
-            values = {m.get(aspect, NOT_RECORDED) for m in folds.values() if m.get(aspect, "") is not None}
+            values = {_recorded(m.get(aspect, NOT_RECORDED)) for m in folds.values()
+                      if m.get(aspect, "") is not None} - {""}
             shared.setdefault(name, {})[aspect] = (None if not values else values.pop() if len(values) == 1
-                                                   else "differs between its folds")   # None: applies to none
+                                                   else "differs between its folds")   # None: none records it
     if len(shared) < 2:
         return ""
     said = []
     for aspect in [f"{stage} {words}" for stage in ("train", "test") for _, words in ASPECTS]:
-        values = {name: m.get(aspect, NOT_RECORDED) for name, m in shared.items() if m.get(aspect, "") is not None}
+        values = {name: m[aspect] for name, m in shared.items() if m.get(aspect) is not None}
         if len(set(values.values())) > 1:
             said.append(f"{aspect} " + ", ".join(f"{value} ({name})" for name, value in values.items()))
     return (f"- the runs ran on different machines ({'; '.join(said)}): their differences hold the float "
@@ -136,5 +157,10 @@ def runs_machine_note(runs: dict[str, dict[str, dict[str, str]]]) -> str:
 
 
 def machine_json(folds: dict[str, dict[str, str]]) -> dict:
-    """``report.json``'s ``machines`` of a run: ``{"folds": {area: {aspect: text}}, "differ": [aspect, ...]}``."""
-    return json.loads(json.dumps({"folds": folds, "differ": list(machine_differences(folds))}))
+    """``report.json``'s ``machines`` of a run: ``{"folds": {area: {aspect: text}}, "differ": [aspect, ...],
+    "not_recorded": [aspect, ...]}``: the aspects whose records differ between folds, and those some fold does not
+    record (or records in part) where another does."""
+    differ = recorded_differences(folds)
+    unknown = [aspect for aspect, values in machine_differences(folds).items()
+               if any(NOT_RECORDED in value for value in values.values())]
+    return json.loads(json.dumps({"folds": folds, "differ": list(differ), "not_recorded": unknown}))

@@ -53,3 +53,14 @@ def test_the_words_name_each_aspect_that_differs_and_nothing_for_an_older_record
     gpu = {**now, "device": "cuda", "device_name": "NVIDIA H200", "precision": "bf16"}
     assert other_machine(gpu, now) == (", predicted on another machine (device: cuda (NVIDIA H200) there, cpu here; "
                                        "precision: bf16 there, float32 here)")
+
+
+def test_the_cpu_threads_of_a_prediction_on_cuda_are_not_another_machine():
+    """On CUDA the model's math runs on the device (the report does not compare a CUDA run's CPU threads either:
+    report/machine.py); before, the same GPU at another thread count read 'predicted on another machine
+    (threads: 8 there, 16 here)'."""
+    gpu = {**machine("cpu", "none"), "device": "cuda", "device_name": "NVIDIA H200", "precision": "float32"}
+    assert other_machine({**gpu, "threads": 8}, {**gpu, "threads": 16}) == ""
+    cpu = {**machine("cpu", "none"), "threads": 8}
+    assert other_machine({**gpu, "threads": 16}, cpu) == (
+        ", predicted on another machine (device: cuda (NVIDIA H200) there, cpu here)")
