@@ -41,10 +41,12 @@ def list_area_rooms(root: str | Path, areas: list[str] | tuple[str, ...]) -> lis
 
 class RoomStore:
     """Read rooms as dicts of numpy arrays (``coord`` float32 (N,3), ``color`` uint8 (N,3), ``label``
-    uint8 (N,)), opening each area file at most once per process."""
+    uint8 (N,); ``fields`` adds others, e.g. ``"normal"`` for PTv3's ``data.normal``), opening each area file
+    at most once per process."""
 
-    def __init__(self, cache: bool = False):
+    def __init__(self, cache: bool = False, fields: tuple[str, ...] = FIELDS):
         self.cache = cache
+        self.fields = tuple(fields)
         self._pid: int | None = None
         self._files: dict[Path, h5py.File] = {}
         self._rooms: dict[tuple[Path, str], dict[str, np.ndarray]] = {}
@@ -64,7 +66,7 @@ class RoomStore:
         key = (room.path, room.name)
         if key in self._rooms:
             return self._rooms[key]
-        data = read_fields(room_group(self._file(room.path), room.name), FIELDS)
+        data = read_fields(room_group(self._file(room.path), room.name), self.fields)
         if self.cache:
             self._rooms[key] = data
         return data
