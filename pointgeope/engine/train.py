@@ -41,6 +41,8 @@ from pointgeope.constants import class_names, fold_folder_name
 from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.identity import area_points
+from pointgeope.data.ptv3_dataset import check_normals
+from pointgeope.data.rooms import list_area_rooms
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed, graphs
 from pointgeope.engine.checkpoint import untested_eval
@@ -241,7 +243,7 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
 
 def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv, log: Log) -> None:
     """Refuse a fold without training areas; open and read every area file of the fold (rank 0), so that
-    a damaged file stops the run now rather than hours into it; warn of the network's classes that none of
+    a damaged file (or, with ``data.normal``, one without normals) stops the run now rather than hours into it; warn of the network's classes that none of
     its points holds (:mod:`pointgeope.engine.data_classes`)."""
     root, test_areas, train_areas = Path(cfg.data.root), list(folds[fold].test), list(folds[fold].train)
     if not train_areas:
@@ -252,6 +254,8 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     if env.is_main:
         checked = check_areas(root, train_areas + test_areas, cfg.model.num_classes)
         log(f"checked {', '.join(f'{a} ({len(r)} rooms)' for a, r in checked.items())}")
+        if cfg.data.normal:     # PTv3's [rgb | normal]: the test rooms' normals too, before hours of training
+            check_normals(list_area_rooms(root, train_areas + test_areas))
         if line := absent_classes_warning(cfg.model.num_classes, label_counts(root, list(checked)), list(checked),
                                           cfg.eval.class_mean, cfg.train.ignore_index):
             log(line)       # classes of the network that no point of the fold's areas holds
