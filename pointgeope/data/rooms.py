@@ -41,12 +41,12 @@ def list_area_rooms(root: str | Path, areas: list[str] | tuple[str, ...]) -> lis
 
 class RoomStore:
     """Read rooms as dicts of numpy arrays (``coord`` float32 (N,3), ``color`` uint8 (N,3), ``label``
-    uint8 (N,); ``fields`` adds others, e.g. ``"normal"`` for PTv3's ``data.normal``), opening each area file
-    at most once per process."""
+    uint8 (N,); ``fields`` names them: add ``"normal"``, float16 (N,3), for the normals, which a file of an
+    older prepare lacks: a one-line SchemaError, :func:`pointgeope.h5.read_fields`), opening each area file at
+    most once per process."""
 
     def __init__(self, cache: bool = False, fields: tuple[str, ...] = FIELDS):
-        self.cache = cache
-        self.fields = tuple(fields)
+        self.cache, self.fields = cache, tuple(fields)
         self._pid: int | None = None
         self._files: dict[Path, h5py.File] = {}
         self._rooms: dict[tuple[Path, str], dict[str, np.ndarray]] = {}

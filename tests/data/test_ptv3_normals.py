@@ -170,8 +170,14 @@ def test_a_sample_keeps_each_kept_points_normal(with_normals):
     np.testing.assert_allclose(np.linalg.norm(x[:, 3:], axis=1), 1.0, atol=2e-3)       # turned, still unit
 
 
-def test_rooms_without_normals_are_refused_in_one_line_before_any_sample(prepared):
-    root, _ = prepared
+def test_rooms_without_normals_are_refused_in_one_line_before_any_sample(prepared, tmp_path):
+    root = tmp_path
+    for area in ("Area_1", "Area_2"):                       # as a prepare before normals wrote them
+        shutil.copyfile(prepared[0] / f"{area}.h5", root / f"{area}.h5")
+        with h5py.File(root / f"{area}.h5", "r+") as f:
+            for name in f:
+                if "normal" in f[name]:
+                    del f[name]["normal"]
     with pytest.raises(UserError) as err:
         S3DISTrainPTv3(root, ["Area_1", "Area_2"], grid_size=0.05, loop=1, normal=True)
     message = str(err.value)
