@@ -39,6 +39,7 @@ import torch
 from pointgeope.atomic import remove_leftovers, writable_folder
 from pointgeope.constants import class_names, fold_folder_name
 from pointgeope.data.check import area_checksums, check_areas
+from pointgeope.data.features import feature_names
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.identity import area_points
 from pointgeope.data.ptv3_dataset import check_normals
@@ -129,8 +130,10 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     optimizer = build.optimizer(cfg, model)
     scheduler = build.scheduler(cfg, optimizer, steps_per_epoch)
     learner = Learner(model, optimizer, scheduler, build.grad_scaler(cfg, device))
+    features = " | ".join(feature_names(cfg.data.color, cfg.data.normal, cfg.data.height))
     log(f"model: {cfg.model.backbone}, {sum(p.numel() for p in model.parameters()):,} parameters, "
-        f"pe={cfg.model.pe}; {len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
+        f"pe={cfg.model.pe}, features [{features}]; {len(dataset)} samples per epoch, "
+        f"{steps_per_epoch} steps per epoch")
     log(place.line())
     if place.where != "none":   # PTv3 samples no points
         log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")

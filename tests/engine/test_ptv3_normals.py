@@ -77,6 +77,7 @@ def normal_run(two_folds, tmp_path_factory):
 
 
 def test_a_run_records_its_normal_features(normal_run):
+    assert "pe=geope, features [rgb | normal]; " in (normal_run / "log.txt").read_text()
     last = load_checkpoint(normal_run / "last.pt")
     assert last["config"]["data"]["normal"] is True and last["predict"]["features"] == ["rgb", "normal"]
     assert load_record(normal_run / "config.yaml").data.normal is True
