@@ -47,8 +47,9 @@ def published_case(args) -> dict:
     model.register_forward_pre_hook(lambda module, inputs: forwarded.append(int(inputs[0].shape[0])))
     coord, color = published_room(args)
     normal = None
-    if cfg.data.normal:                             # a [rgb | normal] network (PTv3's recipe): prepare's estimate,
-        from pointgeope.data.normals import estimate_normals    # made once, outside the timed test
+    if cfg.data.normal:   # a [rgb | normal] network (PTv3's recipe): prepare's estimate, once, outside the timing
+        from pointgeope.data.normals import estimate_normals
+
         normal = estimate_normals(coord)
     if device.type == "cuda":
         torch.cuda.synchronize()
