@@ -3,7 +3,7 @@
 Sample ``index`` of epoch ``e`` (``S3DISTrainPTv3``), from room ``index % num_rooms``, with the generator
 ``sample_rng(seed, e, index)`` as in :class:`~pointgeope.data.dataset.S3DISTrain`:
 
-1. the room (``room_sample``: colour 0..255);
+1. the room (``room_sample``: colour 0..255; with ``normal`` also its ``"normal"``, float32);
 2. ``ptv3_train_transform`` (:mod:`pointgeope.data.ptv3_transforms`: centre, augment, grid-sample at
    0.02 m with ``grid_coord``, the 60 % sphere crop, at most 204,800 points, centre x/y, colour / 255);
 3. :func:`ptv3_data`::
