@@ -257,11 +257,11 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     if env.is_main:
         checked = check_areas(root, train_areas + test_areas, cfg.model.num_classes)
         log(f"checked {', '.join(f'{a} ({len(r)} rooms)' for a, r in checked.items())}")
-        if cfg.data.normal:     # PTv3's [rgb | normal]: the test rooms' normals too, before hours of training
-            check_normals(list_area_rooms(root, train_areas + test_areas))
         if line := absent_classes_warning(cfg.model.num_classes, label_counts(root, list(checked)), list(checked),
                                           cfg.eval.class_mean, cfg.train.ignore_index):
             log(line)       # classes of the network that no point of the fold's areas holds
+        if cfg.data.normal:     # PTv3's [rgb | normal]: the test rooms' normals too, before hours of training
+            check_normals(list_area_rooms(root, train_areas + test_areas))
     distributed.barrier()
 
 
