@@ -46,13 +46,18 @@ def published_case(args) -> dict:
     forwarded = []                                  # points of every forward: the point predictions made
     model.register_forward_pre_hook(lambda module, inputs: forwarded.append(int(inputs[0].shape[0])))
     coord, color = published_room(args)
+    normal = None
+    if cfg.data.normal:   # a [rgb | normal] network (PTv3's recipe): prepare's estimate, once, outside the timing
+        from pointgeope.data.normals import estimate_normals
+
+        normal = estimate_normals(coord)
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
 
     def one_room():
         forwarded.clear()                           # the last room's forwards are the ones counted
-        return evaluate.vote_room(model, coord, color, cfg, device, seed=0)
+        return evaluate.vote_room(model, coord, color, cfg, device, seed=0, normal=normal)
 
     result, rows = timed(one_room, device, args.reps, warmup=0)   # the package's one timer
     n, used = coord.shape[0], min(result.fragments[0], cfg.eval.max_fragments or result.fragments[0])
@@ -68,7 +73,7 @@ def published_case(args) -> dict:
         out.update(peak_gpu_mib=round(torch.cuda.max_memory_allocated() / 2**20),
                    gpu=torch.cuda.get_device_name(0))
     if args.agree_amp:                              # after the counts and the peak: they are the timed run's
-        out.update(votes_agreement(args, model, coord, color, cfg, device, result.scores))
+        out.update(votes_agreement(args, model, coord, color, cfg, device, result.scores, normal))
     return out
 
 
@@ -83,7 +88,7 @@ def tested_precision(cfg, device) -> str:
     return {None: "none", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 
-def votes_agreement(args, model, coord, color, cfg, device, scores) -> dict:
+def votes_agreement(args, model, coord, color, cfg, device, scores, normal=None) -> dict:
     """The same room once more with ``eval.amp = --agree-amp`` (the same network): its time (one run after
     this process's first, so compiled) and the share of points whose voted class (argmax of the summed
     scores) is the same as in the timed run's."""
@@ -93,8 +98,8 @@ def votes_agreement(args, model, coord, color, cfg, device, scores) -> dict:
     from pointgeope.model.kernel_check import timed
 
     other = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, amp=args.agree_amp))
-    result, rows = timed(lambda: evaluate.vote_room(model, coord, color, other, device, seed=0), device, 1,
-                         warmup=0)
+    result, rows = timed(lambda: evaluate.vote_room(model, coord, color, other, device, seed=0, normal=normal),
+                         device, 1, warmup=0)
     same = (result.scores.argmax(1) == scores.argmax(1))
     return {"agree_amp": args.agree_amp, "agree_seconds_per_room": round(min(rows), 3),
             "votes_agreement": round(float(same.mean()), 6), "points_disagreeing": int((~same).sum())}

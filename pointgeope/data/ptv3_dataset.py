@@ -3,20 +3,26 @@
 Sample ``index`` of epoch ``e`` (``S3DISTrainPTv3``), from room ``index % num_rooms``, with the generator
 ``sample_rng(seed, e, index)`` as in :class:`~pointgeope.data.dataset.S3DISTrain`:
 
-1. the room (``room_sample``: colour 0..255);
+1. the room (``room_sample``: colour 0..255; with ``normal`` also its ``"normal"``, float32);
 2. ``ptv3_train_transform`` (:mod:`pointgeope.data.ptv3_transforms`: centre, augment, grid-sample at
    0.02 m with ``grid_coord``, the 60 % sphere crop, at most 204,800 points, centre x/y, colour / 255);
 3. :func:`ptv3_data`::
 
-       Data(pos (N, 3) float32, x (N, 6) float32 = [rgb | xyz], y (N,) int64,
+       Data(pos (N, 3) float32, x (N, 6) float32 = [rgb | normal], y (N,) int64,
             grid_coord (N, 3) int64, mix_draw (1,) float32)
+
+   (``x = [rgb | xyz]`` with ``data.normal: false``, :mod:`pointgeope.data.features`).
 
 ``mix_draw ~ U(0, 1)`` is drawn from the sample's generator after the pipeline: the batch-level Mix3D
 (:mod:`pointgeope.data.mix3d`) mixes a batch when its first sample's draw is below ``mix_prob``, so the
 decision is as reproducible as the samples (a resumed run mixes the same batches).
 
-The features are ``[rgb | xyz]``, PTv1's layout: Pointcept's S3DIS config uses ``[rgb | normal]``, and the
-project's prepared rooms carry no normals (``docs/ptv3-recipe.md``).
+With ``normal`` (``data.normal: true``, the recipe's) the room's unit normals (prepare's, ``/<room>/normal``)
+ride along as the sample's ``"normal"``: the rotations turn them and the flip flips them as they do ``coord``,
+every selection of points keeps each kept point's own, and ``x = [rgb | normal]`` as Pointcept's S3DIS config
+(``feat_keys=("color", "normal")``). Without it ``x = [rgb | xyz]``, the layout of runs recorded before the key.
+A room file without normals (prepared by an older pointgeope) is refused when the samples are built, in one line
+(:func:`check_normals`): ``pointgeope prepare`` into the same folder adds them.
 """
 from __future__ import annotations
 
@@ -27,19 +33,28 @@ import torch
 from torch_geometric.data import Data
 
 from pointgeope.data.dataset import S3DISTrain, room_sample, sample_rng
+from pointgeope.data.features import feature_channels, feature_names
 from pointgeope.data.ptv3_transforms import ptv3_train_transform
+from pointgeope.data.rooms import FIELDS, RoomRef, RoomStore
 from pointgeope.data.transforms import Sample, Transform
+from pointgeope.h5 import SchemaError, open_area
+
+NORMAL = "normal"   # the room array and sample key of the unit normals
 
 
-def ptv3_data(sample: Sample, color: bool = True, mix_draw: float | None = None) -> Data:
-    """``Data(pos, x = [rgb | xyz] (or [xyz] without color), y, grid_coord)`` of a PTv3 block whose colour is
-    already 0..1 (``NormalizeColor``) and which carries ``grid_coord``; with ``mix_draw`` also that."""
+def ptv3_data(sample: Sample, color: bool = True, mix_draw: float | None = None, normal: bool = False) -> Data:
+    """``Data(pos, x, y, grid_coord)`` of a PTv3 block whose colour is already 0..1 (``NormalizeColor``) and
+    which carries ``grid_coord``; with ``mix_draw`` also that. ``x`` is ``[rgb | xyz]``, with ``normal``
+    ``[rgb | normal]`` (the sample's ``"normal"``), ``[xyz]`` or ``[normal]`` without ``color``."""
     if "grid_coord" not in sample:
         raise KeyError("expected a 'grid_coord' array in the sample (apply ptv3_transforms.GridSample), got keys "
                        + str(sorted(sample)))
+    if normal and NORMAL not in sample:
+        raise KeyError(f"expected a {NORMAL!r} array in the sample (normal=True), got keys {sorted(sample)}")
     coord = np.asarray(sample["coord"], dtype=np.float32)
-    parts = ([np.asarray(sample["color"], dtype=np.float32)] if color else []) + [coord]
-    x = np.concatenate(parts, axis=1) if len(parts) > 1 else coord.copy()
+    geometry = np.asarray(sample[NORMAL], dtype=np.float32) if normal else coord
+    parts = ([np.asarray(sample["color"], dtype=np.float32)] if color else []) + [geometry]
+    x = np.concatenate(parts, axis=1) if len(parts) > 1 else geometry.copy()
     data = Data(pos=torch.from_numpy(coord.copy()), x=torch.from_numpy(x),
                 y=torch.from_numpy(np.asarray(sample["label"], dtype=np.int64).copy()),
                 grid_coord=torch.from_numpy(np.asarray(sample["grid_coord"], dtype=np.int64).copy()))
@@ -62,29 +77,50 @@ class S3DISTrainPTv3(S3DISTrain):
             it must end with 0..1 colours and ``grid_coord``.
         seed: base seed, as :class:`~pointgeope.data.dataset.S3DISTrain`'s.
         color: ``False`` leaves the colour out of the features (``x = [pos]``, geometry only).
+        normal: ``x = [rgb | normal]`` from the rooms' normals (``data.normal``) in place of ``[rgb | xyz]``;
+            every room must have them (:func:`check_normals`, before any sample).
         cache: keep the rooms each worker has read in memory.
     """
 
     def __init__(self, root: str | Path, areas: list[str] | tuple[str, ...], *, grid_size: float = 0.02,
                  crop_rate: float | None = 0.6, point_max: int | None = 204_800, loop: int = 30,
-                 transform: Transform | None = None, seed: int = 0, color: bool = True, cache: bool = False):
+                 transform: Transform | None = None, seed: int = 0, color: bool = True, normal: bool = False,
+                 cache: bool = False):
         pipeline = ptv3_train_transform(grid_size, crop_rate, point_max) if transform is None else transform
         super().__init__(root, areas, grid_size=grid_size, voxel_max=point_max or 2**62, loop=loop,
                          transform=pipeline, seed=seed, height=False, color=color, cache=cache)
-        self.color = color
+        self.color, self.normal = color, normal
+        if normal:
+            check_normals(self.rooms)
+            self.store = RoomStore(cache=cache, fields=(*FIELDS, NORMAL))
 
     @property
     def in_channels(self) -> int:
-        return 6 if self.color else 3
+        return feature_channels(feature_names(self.color, self.normal))
 
     def __getitem__(self, index: int) -> Data:
         if not 0 <= index < len(self):
             raise IndexError(f"expected an index in [0, {len(self)}), got {index}")
         rng = sample_rng(self.seed, self.epoch, index)
         room = self.store.read(self.rooms[index % len(self.rooms)])
-        sample = self.transform(room_sample(room["coord"], room["color"], room["label"]), rng)
-        return ptv3_data(sample, self.color, mix_draw=float(rng.random()))
+        sample = room_sample(room["coord"], room["color"], room["label"])
+        if self.normal:
+            sample[NORMAL] = np.asarray(room[NORMAL], dtype=np.float32)
+        return ptv3_data(self.transform(sample, rng), self.color, mix_draw=float(rng.random()), normal=self.normal)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(areas={list(self.areas)}, rooms={len(self.rooms)}, loop={self.loop}, "
-                f"seed={self.seed}, transform={self.transform!r})")
+                f"seed={self.seed}, normal={self.normal}, transform={self.transform!r})")
+
+
+def check_normals(rooms: list[RoomRef]) -> None:
+    """Refuse, in one line, rooms whose area file holds no ``normal`` for them (a file prepared before
+    prepare estimated normals): a :class:`~pointgeope.h5.SchemaError` naming the file, the room and the fix."""
+    for path in dict.fromkeys(room.path for room in rooms):
+        with open_area(path) as f:
+            missing = [room.name for room in rooms if room.path == path and NORMAL not in f[room.name]]
+        if missing:
+            more = f" (and {len(missing) - 1} more rooms)" if len(missing) > 1 else ""
+            raise SchemaError(f"{path}: room {missing[0]!r}{more} has no point normals (prepared by an older "
+                              "pointgeope), but data.normal=true feeds PTv3 [rgb | normal]; run `pointgeope prepare` "
+                              "again into the same folder (it adds them), or set data.normal=false")

@@ -6,6 +6,8 @@ Representation. A sample in the pipeline is a ``dict`` of numpy arrays (one row 
     "color"   float32 (N, 3)  0..255 (the chromatic transforms work in this range and clip to it)
     "label"   int64   (N,)    0..12, constants.IGNORE_LABEL ignored
     "height"  float32 (N,)    optional, from AddNormalizedHeight
+    "normal"  float32 (N, 3)  optional, unit normals (PTv3's data.normal): RandomRotate turns them and RandomFlip
+                              flips them with coord; scale, jitter and distortion leave them, as Pointcept's do
 
 Every transform is called as ``t(sample, rng)`` with the sample's ``np.random.Generator`` (no global
 random state), returns a NEW dict and never writes into the arrays of its input (arrays it does not
@@ -116,7 +118,8 @@ class RandomScale(Transform):
 
 
 class RandomFlip(Transform):
-    """Negate x with probability ``p``, then (independently) y with probability ``p``."""
+    """Negate x with probability ``p``, then (independently) y with probability ``p``: of ``coord``, and of
+    ``normal`` when the sample has one (Pointcept's ``RandomFlip``)."""
 
     _repr_fields = ("p",)
 
@@ -127,9 +130,12 @@ class RandomFlip(Transform):
         sign = np.where(rng.random(2) < self.p, -1.0, 1.0)
         if (sign == 1.0).all():
             return dict(sample)
-        coord = sample["coord"].copy()
-        coord[:, :2] *= sign.astype(coord.dtype)
-        return _replace(sample, coord=coord)
+        out = dict(sample)
+        for key in ("coord", "normal"):      # a normal flips with its surface
+            if key in sample:
+                out[key] = sample[key].copy()
+                out[key][:, :2] *= sign.astype(out[key].dtype)
+        return out
 
 
 def box_centre(coord: np.ndarray) -> np.ndarray:
@@ -140,8 +146,8 @@ def box_centre(coord: np.ndarray) -> np.ndarray:
 
 class RandomRotate(Transform):
     """With probability ``p``, ``p' = R_axis(theta) (p - c) + c`` (``rotate.rotate_about``) with
-    ``theta ~ U(angle[0] pi, angle[1] pi)`` and ``c`` = ``center``, or the box centre when ``center`` is None.
-    Draws ``rng.random()`` (the coin), then ``rng.uniform`` (the angle) if it turns, as Pointcept's
+    ``theta ~ U(angle[0] pi, angle[1] pi)`` and ``c`` = ``center``, or the box centre when ``center`` is None;
+    a sample's ``normal`` turns with it, ``n' = R_axis(theta) n`` (Pointcept's ``RandomRotate``). Draws ``rng.random()`` (the coin), then ``rng.uniform`` (the angle) if it turns, as Pointcept's
     ``RandomRotate`` (PTv3's recipe) and Point Transformer's z rotation draw."""
 
     _repr_fields = ("angle", "axis", "center", "p")
@@ -159,7 +165,10 @@ class RandomRotate(Transform):
         theta = rng.uniform(self.angle[0], self.angle[1]) * np.pi
         coord = sample["coord"]
         centre = box_centre(coord) if self.center is None else self.center
-        return _replace(sample, coord=rotate_about(coord, self.axis, theta, centre))
+        out = _replace(sample, coord=rotate_about(coord, self.axis, theta, centre))
+        if "normal" in sample:              # a direction: the same turn, about the origin
+            out["normal"] = rotate_about(sample["normal"], self.axis, theta, (0.0, 0.0, 0.0))
+        return out
 
 
 class RandomRotateZ(RandomRotate):

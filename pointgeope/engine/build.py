@@ -19,10 +19,11 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from pointgeope.data.dataset import S3DISTrain
+from pointgeope.data.features import feature_channels, feature_names
 from pointgeope.data.loader import make_loader
 from pointgeope.data.mix3d import Mix3D
 from pointgeope.data.ptv3_dataset import S3DISTrainPTv3
-from pointgeope.data.transforms import ToData, s3dis_train_transform
+from pointgeope.data.transforms import s3dis_train_transform
 from pointgeope.engine.config import Config, ConfigError
 from pointgeope.engine.config_values import pipeline_problem
 from pointgeope.engine import schedule
@@ -32,18 +33,18 @@ from pointgeope.engine.placement import HierarchyPlace
 
 def model(cfg: Config) -> torch.nn.Module:
     """``PointTransformerSeg(cfg.model)`` (``model.backbone: ptv1``) or ``PTv3Seg(cfg.model)`` (``ptv3``) at the
-    data's voxel size, once ``model.in_channels`` is checked against the features that ``data.color`` and
-    ``data.height`` give."""
+    data's voxel size, once ``model.in_channels`` is checked against the features that ``data.color``,
+    ``data.normal`` and ``data.height`` give (:mod:`pointgeope.data.features`)."""
     from pointgeope.model import PointTransformerSeg
     from pointgeope.model.ptv3.seg import PTv3Seg
 
-    in_channels = cfg.model.in_channels
-    features = ToData(height=cfg.data.height, color=cfg.data.color)
-    if features.in_channels != in_channels:
-        layout = " | ".join(["rgb"] * cfg.data.color + ["xyz"] + ["h"] * cfg.data.height)
-        raise ConfigError(f"model.in_channels={in_channels} but data.color={cfg.data.color}, "
-                         f"data.height={cfg.data.height} give {features.in_channels} feature channels "
-                         f"([{layout}]); set model.in_channels={features.in_channels}")
+    in_channels, d = cfg.model.in_channels, cfg.data
+    names = feature_names(d.color, d.normal, d.height)
+    if feature_channels(names) != in_channels:
+        normal = ", data.normal=True" if d.normal else ""
+        raise ConfigError(f"model.in_channels={in_channels} but data.color={d.color}{normal}, "
+                          f"data.height={d.height} give {feature_channels(names)} feature channels "
+                          f"([{' | '.join(names)}]); set model.in_channels={feature_channels(names)}")
     problem = pipeline_problem(cfg)       # checked at load; again for a config made in code
     if problem:
         raise ConfigError(problem)
@@ -62,7 +63,7 @@ def train_dataset(cfg: Config, areas: list[str]) -> S3DISTrain:
         if d.height:
             raise ConfigError("data.augment=pointcept_ptv3 has no height feature; set data.height=false")
         return S3DISTrainPTv3(d.root, areas, grid_size=d.grid_size, crop_rate=d.crop_rate, point_max=d.voxel_max,
-                              loop=d.loop, seed=cfg.train.seed, color=d.color, cache=d.cache)
+                              loop=d.loop, seed=cfg.train.seed, color=d.color, normal=d.normal, cache=d.cache)
     problem = pipeline_problem(cfg)       # mix_prob, crop_rate: checked at load; again for a config made in code
     if problem:
         raise ConfigError(problem)

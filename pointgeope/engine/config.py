@@ -63,6 +63,9 @@ class DataConfig:
     #                                         included (data/ptv3_transforms.py, docs/ptv3-recipe.md)
     height: bool = False                    # append the normalised height to the features (7 channels)
     color: bool = True                      # rgb features; false: geometry only, [xyz] (3 channels)
+    normal: bool = False                    # pointcept_ptv3: [rgb | normal] for [rgb | xyz], Pointcept's S3DIS
+    #                                         features (prepare's unit normals, data/features.py); false, or
+    #                                         absent in a run recorded before the key: [rgb | xyz]
     cache: bool = False                     # each loader worker keeps the rooms it read in memory
     crop_rate: Optional[float] = None       # pointcept_ptv3: keep this fraction of a sample's voxels, nearest to a
     #                                         random point (PTv3: 0.6; None: no such crop); voxel_max caps after it

@@ -74,7 +74,7 @@ RANGES: dict[str, Range] = {
     "data.batch_size": sizes(1, 2**16, "a step holds that many samples of up to data.voxel_max points"),
     "data.num_workers": sizes(0, 1024, "each loader process holds its own copy of the data"),
     "data.crop_rate": Range(0, 1, open_low=True), "data.mix_prob": Range(0, 1),
-    "model.in_channels": sizes(1, 4096, "the inputs are rgb, xyz and height: 3 to 7 features"),
+    "model.in_channels": sizes(1, 4096, "the inputs are rgb, xyz or normal, and height: 3 to 7 features"),
     "model.num_classes": Range(1, 255, why="labels are stored as uint8 and 255 is the ignored label"),
     "model.planes": sizes(1, 2**14, "the linear layers of a stage hold planes^2 weights"),
     "model.blocks": sizes(0, 256, "each block is a layer of memory (the published network has 1 to 5)"),
@@ -194,7 +194,7 @@ def pipeline_problem(cfg) -> str | None:
     the pairing. PTv3 (``model.backbone: ptv3``) takes the samples with grid coordinates of
     ``data.augment: pointcept_ptv3`` and tests with ``eval.protocol: ptv3``; those two are PTv3's only (PTv1's
     forward takes no ``grid_coord``); ``data.mix_prob`` (Mix3D) and ``data.crop_rate`` (the sphere crop) are
-    keys of PTv3's samples."""
+    keys of PTv3's samples, and so is ``data.normal`` (its ``[rgb | normal]`` features)."""
     d, protocol, backbone = cfg.data, cfg.eval.protocol, cfg.model.backbone
     if backbone == "ptv3" and (d.augment != "pointcept_ptv3" or protocol != "ptv3"):
         return (f"model.backbone=ptv3 takes samples with grid coordinates: expected data.augment=pointcept_ptv3 "
@@ -208,6 +208,9 @@ def pipeline_problem(cfg) -> str | None:
                     f"{backbone}, whose forward takes no grid coordinates; set model.backbone=ptv3 (a "
                     f"configs/s3dis/ptv3_*.yaml), or {' and '.join(fix for _, fix in ptv3_only)}")
     if d.augment != "pointcept_ptv3":
+        if d.normal:
+            return (f"data.normal=true: PTv3's [rgb | normal] features, but data.augment={d.augment} makes PTv1's "
+                    "[rgb | xyz] samples; remove it, or set model.backbone=ptv3 (a configs/s3dis/ptv3_*.yaml)")
         if d.mix_prob > 0:
             return f"data.mix_prob={d.mix_prob} needs data.augment=pointcept_ptv3 (Mix3D mixes its samples)"
         if d.crop_rate is not None:

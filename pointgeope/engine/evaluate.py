@@ -53,7 +53,9 @@ from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.dataset import room_sample
 from pointgeope.data.folds import load_folds
 from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
-from pointgeope.data.ptv3_test import ptv3_room_pieces
+from pointgeope.data.ptv3_dataset import NORMAL, check_normals
+from pointgeope.data.ptv3_test import feature_normals, ptv3_room_pieces
+from pointgeope.data.rooms import RoomRef
 from pointgeope.data.transforms import ToData
 from pointgeope.engine import build, distributed, placement
 from pointgeope.engine.ahead import with_index
@@ -119,11 +121,11 @@ class _Layout:
 
 
 def _room_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, layout: _Layout,
-                 show_progress: bool) -> Iterator[tuple[np.ndarray, Data]]:
+                 show_progress: bool, normal: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, Data]]:
     """``(room index, Data)`` of every piece of every view of the room, in order (module docstring); fills
     ``layout``."""
     if cfg.eval.protocol == "ptv3":
-        yield from _ptv3_pieces(coord, color, cfg, seed, layout, show_progress)
+        yield from _ptv3_pieces(coord, color, cfg, seed, layout, show_progress, normal)
         return
     to_data = ToData(height=cfg.data.height, color=cfg.data.color)
     for v, (scale, flip, angle) in enumerate(tta_views(cfg.eval.tta)):
@@ -141,9 +143,10 @@ def _room_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, l
 
 
 def _ptv3_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, layout: _Layout,
-                 show_progress: bool) -> Iterator[tuple[np.ndarray, Data]]:
+                 show_progress: bool, normal: np.ndarray | None) -> Iterator[tuple[np.ndarray, Data]]:
     """``eval.protocol: ptv3``: Pointcept's 10 views and grid-sample fragments (:mod:`pointgeope.data.ptv3_test`),
-    each piece a ``Data`` with ``grid_coord``; no crop, no ``eval.tta`` (its views are the protocol's)."""
+    each piece a ``Data`` with ``grid_coord``; no crop, no ``eval.tta`` (its views are the protocol's); with
+    ``data.normal`` the room's ``normal`` (N, 3) goes along, ``x = [rgb | normal]``."""
     if cfg.eval.tta != TTAConfig():
         raise UserError(f"eval.protocol=ptv3 has its own 10 test views; expected the default eval.tta, got {cfg.eval.tta}")
 
@@ -152,12 +155,14 @@ def _ptv3_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, l
         layout.first = frags.fragments.groups if layout.first is None else layout.first
 
     pieces = ptv3_room_pieces(room_sample(np.asarray(coord, dtype=np.float32), color), cfg.data.grid_size, seed,
-                              cfg.data.color, max_fragments=cfg.eval.max_fragments, on_view=on_view)
+                              cfg.data.color, max_fragments=cfg.eval.max_fragments, on_view=on_view,
+                              normal=feature_normals(cfg.data.normal, normal, coord.shape[0]))
     yield from progress(pieces, show_progress, desc="ptv3 views fragments")
 
 
-def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, limit: int, spec,
-                  device: torch.device, beside: bool, layout: _Layout, show_progress: bool) -> Iterator[PieceBatch]:
+def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, limit: int, spec, device: torch.device,
+                  beside: bool, layout: _Layout, show_progress: bool,
+                  normal: np.ndarray | None = None) -> Iterator[PieceBatch]:
     """The room's pieces (:func:`_room_pieces`) packed in their order into batches of at most ``limit``
     points, PTv3's of one serialization depth each (:func:`~pointgeope.engine.vote_batches.packed` with
     :func:`~pointgeope.engine.vote_batches.piece_key`), with their hierarchy by ``spec`` unless None:
@@ -166,14 +171,14 @@ def _room_batches(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, 
     pin = device.type == "cuda"
     if pin:     # vote_room's producer thread starts on cuda:0 (CUDA's device is per thread): pinning there
         torch.cuda.set_device(device)     # would open a context on cuda:0 in a cuda:1 run
-    pieces = _room_pieces(coord, color, cfg, seed, layout, show_progress)
+    pieces = _room_pieces(coord, color, cfg, seed, layout, show_progress, normal)
     for group in packed(pieces, lambda piece: piece[0].shape[0], limit, key=piece_key):
         yield stack(group, spec, pin, device if beside else None)
 
 
 @torch.inference_mode()
-def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg: Config,
-              device: torch.device, seed: int = 0, show_progress: bool = False) -> RoomVotes:
+def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg: Config, device: torch.device,
+              seed: int = 0, show_progress: bool = False, normal: np.ndarray | None = None) -> RoomVotes:
     """Summed scores and prediction counts of one room (see the module docstring).
 
     A background thread (:class:`~pointgeope.engine.prefetch.Prefetch`) cuts the room into pieces and
@@ -188,6 +193,7 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
             ``eval.amp``, float32 by default, ``build.eval_precision``; never ``train.amp``).
         seed: seeds the within-voxel shuffles and the crop seeds (the result is a function of it).
         show_progress: a bar over the fragments (on a terminal).
+        normal: ``(N, 3)`` unit normals, the features of a ``data.normal`` network (needed by it only).
     """
     device = with_index(device)    # the producer thread runs on this device, not on its own current one
     n = coord.shape[0]
@@ -197,7 +203,7 @@ def vote_room(model: torch.nn.Module, coord: np.ndarray, color: np.ndarray, cfg:
     place = placement.hierarchy_place(cfg, device, evaluation=True)
     spec = None if place.where == "model" else getattr(model, "hierarchy_spec", None)
     batches = _room_batches(coord, color, cfg, seed, batch_points(cfg, device), spec, device, place.where == "beside",
-                            layout, show_progress)
+                            layout, show_progress, normal)
     thread = placement.pipelined(device)
     ahead = Prefetch(batches, depth=2, name="vote_room batches") if thread else contextlib.nullcontext(batches)
     with ahead as ready:
@@ -250,10 +256,12 @@ def predict_areas(model: torch.nn.Module, cfg: Config, areas: list[str], env: di
     out: dict[str, dict[str, np.ndarray]] = {area: {} for area in areas}
     stats: dict[str, dict] = {}
     bars = env.is_main and cfg.train.progress
+    if cfg.data.normal:   # a room file without normals refused before any room is voted on
+        check_normals([RoomRef(area_path(root, area), area, room, 0) for area, room in mine])
     for area, room in progress(mine, bars, desc=progress_desc or "evaluate", total=len(mine)):
-        data = read_room(area_path(root, area), room, fields=("coord", "color"))
-        result = vote_room(model, data["coord"], data["color"], cfg, env.device,
-                           seed=room_seed(cfg.train.seed, room), show_progress=bars)
+        data = read_room(area_path(root, area), room, fields=("coord", "color") + (NORMAL,) * cfg.data.normal)
+        result = vote_room(model, data["coord"], data["color"], cfg, env.device, seed=room_seed(cfg.train.seed, room),
+                           show_progress=bars, normal=data.get(NORMAL))
         if (result.votes < 1).any():
             raise RuntimeError(f"{area}/{room}: {(result.votes < 1).sum()} points got no prediction")
         out[area][room] = result.scores.argmax(1).astype(np.uint8)

@@ -6,7 +6,9 @@ float32), and voted on by :func:`pointgeope.engine.evaluate.vote_room` as ``eval
 with one view unless ``--tta``, and a fragment cap where the run has none), with the same seed for a room of the
 same name (:func:`~pointgeope.engine.evaluate.room_seed`): memory is bounded by the fragment size plus the
 ``N x C`` vote buffer, whatever the size of the scan. The label of point ``i`` is ``argmax_c scores[i, c]`` and its
-probabilities are :func:`~pointgeope.engine.probabilities.vote_probabilities`.
+probabilities are :func:`~pointgeope.engine.probabilities.vote_probabilities`. A PTv3 network of ``data.normal``
+(features ``[rgb | normal]``) gets a prepared room's own normals, and a scan's estimated from its kept points as
+prepare estimates a room's (:func:`scan_normals`; stray points are left out of their neighbourhoods).
 
 Before predicting, a scan is checked against what the checkpoint says the model expects
 (:func:`~pointgeope.engine.prediction_info.prediction_metadata`): a colour model refuses a scan without colour
@@ -74,12 +76,14 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
     lo = points.min(axis=0)
     coord = ((points - lo) * scale).astype(np.float32)
     kept = scan if not any_stray else dataclasses.replace(
-        scan, coord=points, color=None if scan.color is None else scan.color[~stray])
+        scan, coord=points, color=None if scan.color is None else scan.color[~stray],
+        normal=None if scan.normal is None else scan.normal[~stray])
     check_scan(predictor, kept, coord, scale, warn)
     color = kept.color if kept.color is not None else np.zeros((len(kept), 3), np.uint8)  # unused by [xyz] models
     room = scan.name.rsplit("/", 1)[-1]
+    normal = scan_normals(kept, coord) if predictor.cfg.data.normal else None       # [rgb | normal] networks only
     result = vote_room(predictor.model, coord, color, predictor.cfg, predictor.device,
-                       seed=room_seed(predictor.cfg.train.seed, room), show_progress=progress)
+                       seed=room_seed(predictor.cfg.train.seed, room), show_progress=progress, normal=normal)
     if (result.votes < 1).any():
         raise RuntimeError(f"{scan.source}: {(result.votes < 1).sum()} points got no prediction")
     cap, fragments = predictor.cfg.eval.max_fragments, max(result.fragments)
@@ -94,6 +98,17 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
         source[stray] = nearest_kept(scan.coord, stray)
         scores, votes = scores[source], votes[source]
     return scores.argmax(1).astype(np.uint8), scores, votes
+
+
+def scan_normals(scan: Scan, coord: np.ndarray) -> np.ndarray:
+    """The unit normals ``(N, 3)`` float32 of a scan's points ``coord`` (metres, strays left out): a prepared
+    room's own (``scan.normal``, prepare's: the network sees what ``evaluate`` gives it), else estimated from the
+    points as prepare estimates a room's (:func:`pointgeope.data.normals.estimate_normals`)."""
+    if scan.normal is not None:
+        return np.asarray(scan.normal, dtype=np.float32)
+    from pointgeope.data.normals import estimate_normals
+
+    return estimate_normals(coord)
 
 
 # --- `pointgeope predict MODEL INPUT [INPUT ...] --out DIR` ------------------------------------------------
@@ -238,8 +253,9 @@ def _predict_inputs(predictor: Predictor, args) -> int:
     if not refs:
         return 2
     writable_folder(args.out, "--out folder")
-    print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}], "
-          f"grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
+    estimated = " (a scan's normals estimated from its points)" if predictor.cfg.data.normal else ""
+    print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}]"
+          f"{estimated}, grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
     print(hierarchy_place(predictor.cfg, predictor.device, evaluation=True).line(), flush=True)
     if note := build.precision_note(predictor.cfg, predictor.device, evaluation=True):
         print(note, flush=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.constants import NUM_CLASSES, class_names, class_palette, written_names
+from pointgeope.data.features import feature_names
 from pointgeope.engine.checkpoint import CheckpointError, checkpoint_config
 
 
@@ -16,15 +17,16 @@ def prediction_metadata(config: dict, spacing: float | None = None) -> dict:
     then ``class_13``, ... in colours of their own)::
 
         {"class_names": [C str], "palette": [[r, g, b] x C], "grid_size": float,
-         "features": ["rgb", "xyz"] | ["xyz"] (+ "height"), "in_channels": int,
+         "features": ["rgb", "xyz"] | ["rgb", "normal"] | ["xyz"] | ["normal"] (+ "height"), "in_channels": int,
          "spacing": float | None}     # training rooms' median nearest-neighbour distance (m)
 
-    ``features`` is the layout of the network's input ``x`` (``ToData``), so a scan without colour can
-    be refused for a colour model before any work is done.
+    ``features`` is the layout of the network's input ``x`` (:func:`pointgeope.data.features.feature_names`;
+    ``data.normal`` absent, as in every config recorded before it: ``xyz``), so a scan without colour can be
+    refused for a colour model before any work is done.
     """
     data, model = config["data"], config["model"]
     num_classes = int(model["num_classes"])
-    features = ["rgb"] * bool(data.get("color", True)) + ["xyz"] + ["height"] * bool(data["height"])
+    features = feature_names(bool(data.get("color", True)), bool(data.get("normal", False)), bool(data["height"]))
     return {"class_names": class_names(num_classes), "palette": class_palette(num_classes),
             "grid_size": float(data["grid_size"]), "features": features,
             "in_channels": int(model["in_channels"]),

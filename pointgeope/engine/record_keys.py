@@ -10,6 +10,9 @@ meant, worked out from the record itself:
   default, 0.5, is Utonia's S3DIS angles); with any other ``model.pe`` the key means nothing, so the default;
 - ``eval.amp``: PTv1's test ran at the run's ``train.amp`` (bf16 or fp16 autocast on CUDA); PTv3's ran in
   float32 (``none``) whatever ``train.amp`` said.
+- ``data.normal``: ``false``, the features ``[rgb | xyz]`` that every run fed before the key (its default too, but
+  written out: the report compares a fold recorded before the key with one of today's recipe, ``true``, where a
+  key missing from some folds would not be compared, and a run's folds would pool two feature layouts unsaid).
 
 A key that the record's run never read and a config refuses today is read at its default (:data:`UNREAD`):
 ``model.rope_mixed_init`` beside an encoding that turns at other frequencies (``geope``: it changed nothing);
@@ -52,6 +55,7 @@ def _eval_amp(record: dict):
 BEFORE_KEY: dict[str, Callable[[dict], object]] = {
     "model.point3drope_scale": _point3drope_scale,
     "eval.amp": _eval_amp,
+    "data.normal": lambda record: False,
 }
 
 

@@ -39,8 +39,11 @@ import torch
 from pointgeope.atomic import remove_leftovers, writable_folder
 from pointgeope.constants import class_names, fold_folder_name
 from pointgeope.data.check import area_checksums, check_areas
+from pointgeope.data.features import feature_names
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.identity import area_points
+from pointgeope.data.ptv3_dataset import check_normals
+from pointgeope.data.rooms import list_area_rooms
 from pointgeope.data.spacing import rooms_spacing
 from pointgeope.engine import build, distributed, graphs
 from pointgeope.engine.checkpoint import untested_eval
@@ -128,8 +131,10 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     optimizer = build.optimizer(cfg, model)
     scheduler = build.scheduler(cfg, optimizer, steps_per_epoch)
     learner = Learner(model, optimizer, scheduler, build.grad_scaler(cfg, device))
+    features = " | ".join(feature_names(cfg.data.color, cfg.data.normal, cfg.data.height))
     log(f"model: {cfg.model.backbone}, {sum(p.numel() for p in model.parameters()):,} parameters, "
-        f"pe={cfg.model.pe}; {len(dataset)} samples per epoch, {steps_per_epoch} steps per epoch")
+        f"pe={cfg.model.pe}, features [{features}]; {len(dataset)} samples per epoch, "
+        f"{steps_per_epoch} steps per epoch")
     log(place.line())
     if place.where != "none":   # PTv3 samples no points
         log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
@@ -242,7 +247,7 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
 
 def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv, log: Log) -> None:
     """Refuse a fold without training areas; open and read every area file of the fold (rank 0), so that
-    a damaged file stops the run now rather than hours into it; warn of the network's classes that none of
+    a damaged file (or, with ``data.normal``, one without normals) stops the run now rather than hours into it; warn of the network's classes that none of
     its points holds (:mod:`pointgeope.engine.data_classes`)."""
     root, test_areas, train_areas = Path(cfg.data.root), list(folds[fold].test), list(folds[fold].train)
     if not train_areas:
@@ -257,6 +262,8 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         if line := absent_classes_warning(cfg.model.num_classes, counts, list(checked), cfg.eval.class_mean,
                                           cfg.train.ignore_index):
             log(line)       # classes of the network that no point of the fold's areas holds
+        if cfg.data.normal:     # PTv3's [rgb | normal]: the test rooms' normals too, before hours of training
+            check_normals(list_area_rooms(root, train_areas + test_areas))
     distributed.barrier()
 
 

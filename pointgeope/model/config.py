@@ -63,7 +63,7 @@ class ModelConfig:
     backbone: Literal["ptv1", "ptv3"] = "ptv1"  # Point Transformer v1 (the keys below) or V3 (the ptv3: keys)
     pe: PresetName = "rpe"                  # positional encoding: PTv1's preset (attention.PRESETS) or PTv3's
     #                                         encoding (qk_encodings.QK_ENCODINGS: none, geope, ..., pointrope)
-    in_channels: int = 6                    # [rgb | xyz]; +1 with data.height, -3 with data.color=false
+    in_channels: int = 6                    # [rgb | xyz] or [rgb | normal]; +1 with data.height, -3 with data.color=false
     num_classes: int = NUM_CLASSES          # output classes (the 13 of S3DIS)
     planes: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])  # width per stage
     blocks: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 2])          # encoder blocks per stage

@@ -36,6 +36,8 @@ class Scan:
         color: ``uint8 (N, 3)``, or ``None`` when the file has no colour.
         label: ``uint8 (N,)`` ground truth where the input carries one (prepared rooms, raw S3DIS), else ``None``.
         meta: format details a writer may reuse (``las_scales``, ``las_offsets`` of a LAS input).
+        normal: ``float32 (N, 3)`` unit normals where the input carries them (a prepared room: prepare's), else
+            ``None`` (``predict`` estimates them for a network that reads them).
     """
 
     name: str
@@ -44,6 +46,7 @@ class Scan:
     color: np.ndarray | None = None
     label: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
+    normal: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.coord.shape[0])

@@ -272,12 +272,13 @@ def _read_h5_room(ref: ScanRef) -> Scan:
     with open_area(ref.path) as f:
         group = room_group(f, ref.room)
         data = read_fields(group, ("coord", "color", "label"))
+        normal = read_fields(group, ("normal",))["normal"] if "normal" in group else None  # prepare's, where it wrote them
         origin = group.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
     if (shift := checked_origin(origin)) is None:
         raise ScanError(f"{ref.source}: expected the room's 'origin' attribute to be 3 finite numbers, got "
                         f"{origin!r}; prepare it again")
     return Scan(ref.name, ref.source, data["coord"].astype(np.float64) + shift, data["color"].astype(np.uint8),
-                data["label"].astype(np.uint8))
+                data["label"].astype(np.uint8), normal=None if normal is None else normal.astype(np.float32))
 
 
 def _read_raw_room(ref: ScanRef) -> Scan:

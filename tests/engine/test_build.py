@@ -71,7 +71,7 @@ def test_model_input_channels_follow_the_features():
     coord = torch.rand(64, 3)
     assert net(coord, coord.clone(), torch.tensor([64])).shape == (64, 13)   # x = [xyz]
     with pytest.raises(ValueError, match=r"model.in_channels=6 but data.color=False, data.height=True give 4 "
-                                         r"feature channels \(\[xyz \| h\]\); set model.in_channels=4"):
+                                         r"feature channels \(\[xyz \| height\]\); set model.in_channels=4"):
         build.model(load_config(None, small + ["data.color=false", "data.height=true"]))
 
 

@@ -21,13 +21,15 @@ NET = ["model.ptv3.stride=[2]", "model.ptv3.enc_depths=[4, 4]", "model.ptv3.enc_
        "model.pe=none", "eval.max_fragments=1"]
 
 
-def box_room(length: float, n: int = 3000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Floor, ceiling and two long walls of a ``length x 3 x 2.5`` m room, random colours."""
+def box_room(length: float, n: int = 3000, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Floor, ceiling and two long walls of a ``length x 3 x 2.5`` m room, random colours, and the surfaces'
+    normals facing into the room (the recipe's features are ``[rgb | normal]``)."""
     rng = np.random.default_rng(seed)
     u = rng.random((n, 3)) * [length, 3.0, 2.5]
     q = n // 4
     u[:q, 2], u[q:2 * q, 2], u[2 * q:3 * q, 1], u[3 * q:, 1] = 0.0, 2.5, 0.0, 3.0
-    return u.astype(np.float32), rng.integers(0, 256, (n, 3), dtype=np.uint8)
+    normal = np.repeat(np.float32([[0, 0, 1], [0, 0, -1], [0, 1, 0], [0, -1, 0]]), [q, q, q, n - 3 * q], axis=0)
+    return u.astype(np.float32), rng.integers(0, 256, (n, 3), dtype=np.uint8), normal
 
 
 class Recorder(torch.nn.Module):
@@ -47,13 +49,13 @@ class Recorder(torch.nn.Module):
 
 
 def mean_scores(length: float) -> tuple[dict[int, np.ndarray], dict[int, list[list[int]]]]:
-    coord, color = box_room(length)
+    coord, color, normal = box_room(length)
     out, depths = {}, {}
     for batch_points in (1, 10**7):
         cfg = load_config(PTV3_DEMO, [*NET, f"eval.batch_points={batch_points}"])
         torch.manual_seed(0)
         model = Recorder(build.model(cfg).eval())
-        votes = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=0)
+        votes = vote_room(model, coord, color, cfg, torch.device("cpu"), seed=0, normal=normal)
         out[batch_points], depths[batch_points] = votes.scores / votes.votes[:, None], model.depths
     return out, depths
 

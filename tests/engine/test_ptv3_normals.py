@@ -1,0 +1,184 @@
+"""``data.normal``: PTv3's features ``[rgb | normal]`` (Pointcept's S3DIS recipe) through the engine, and the
+meaning of a config without the key (every run recorded before it): ``[rgb | xyz]``, never other features than a
+checkpoint trained with."""
+from __future__ import annotations
+
+import shutil
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from pointgeope.engine import build, evaluate
+from pointgeope.engine.checkpoint import config_differences, load_checkpoint, save_checkpoint
+from pointgeope.engine.config import ConfigError, config_to_dict, load_config, load_record
+from pointgeope.engine.distributed import DistEnv
+from pointgeope.engine.prediction_info import checkpoint_prediction_info, prediction_metadata
+from pointgeope.errors import UserError
+from tests.engine.conftest import DEMO_CONFIG, REPO, one_line
+from tests.engine.test_ptv3_engine import PTV3_DEMO, train3
+
+RECIPE = REPO / "configs" / "s3dis" / "_ptv3_recipe.yaml"
+
+
+def test_the_ptv3_recipe_feeds_rgb_and_normal_and_ptv1_none():
+    for path in (RECIPE, PTV3_DEMO, REPO / "configs" / "s3dis" / "ptv3_geope.yaml"):
+        cfg = load_config(path)
+        assert cfg.data.normal is True and cfg.model.in_channels == 6
+        assert prediction_metadata(config_to_dict(cfg))["features"] == ["rgb", "normal"]
+    assert load_config(DEMO_CONFIG).data.normal is False
+    assert prediction_metadata(config_to_dict(load_config(PTV3_DEMO, ["data.normal=false"])))["features"] == ["rgb", "xyz"]
+
+
+def test_a_recorded_config_without_the_key_reads_back_as_rgb_xyz(tmp_path):
+    """A PTv3 run recorded before the key: its config.yaml and its checkpoint's config lack ``data.normal``; it
+    means ``[rgb | xyz]``, and today's recipe (``[rgb | normal]``) is a difference that refuses its resume."""
+    old = config_to_dict(load_config(PTV3_DEMO, ["data.normal=false"]))
+    del old["data"]["normal"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    assert load_record(tmp_path / "config.yaml").data.normal is False
+    assert prediction_metadata(old)["features"] == ["rgb", "xyz"]
+    assert checkpoint_prediction_info({"config": old}, "old.pt")["features"] == ["rgb", "xyz"]
+    assert config_differences(old, config_to_dict(load_config(PTV3_DEMO))) == [("data.normal", False, True)]
+    assert config_differences(old, config_to_dict(load_config(PTV3_DEMO, ["data.normal=false"]))) == []
+
+
+def test_ptv1_refuses_the_key_in_one_line(capsys):
+    with pytest.raises(ConfigError, match=r"data.normal=true: PTv3's \[rgb \| normal\] features, but "
+                                          r"data.augment=ptv1 makes PTv1's \[rgb \| xyz\] samples"):
+        load_config(DEMO_CONFIG, ["data.normal=true"])
+    line = one_line(capsys, 2, ["train", "--config", str(DEMO_CONFIG), "--test-area", "1", "data.normal=true"])
+    assert "data.normal=true" in line
+
+
+def test_in_channels_are_checked_against_the_normal_features():
+    with pytest.raises(ConfigError, match=r"model.in_channels=6 but data.color=False, data.normal=True, "
+                                          r"data.height=False give 3 feature channels \(\[normal\]\); set "
+                                          r"model.in_channels=3"):
+        build.model(load_config(PTV3_DEMO, ["data.color=false"]))
+
+
+def test_a_normal_network_is_voted_with_normals_only():
+    cfg = load_config(PTV3_DEMO, ["eval.max_fragments=1"])
+    coord = np.random.default_rng(0).random((50, 3)).astype(np.float32)
+    with pytest.raises(ValueError, match=r"expected normals of shape \(50, 3\) for a data.normal network, got None"):
+        evaluate.vote_room(torch.nn.Identity(), coord, np.zeros((50, 3), np.uint8), cfg, torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def normal_run(two_folds, tmp_path_factory):
+    """A PTv3 fold of the demo's recipe (``[rgb | normal]``), one epoch of the tiny settings."""
+    run = tmp_path_factory.mktemp("normal_run")
+    assert train3(two_folds, run) == 0
+    return run / "area_1"
+
+
+def test_a_run_records_its_normal_features(normal_run):
+    assert "pe=geope, features [rgb | normal]; " in (normal_run / "log.txt").read_text()
+    last = load_checkpoint(normal_run / "last.pt")
+    assert last["config"]["data"]["normal"] is True and last["predict"]["features"] == ["rgb", "normal"]
+    assert load_record(normal_run / "config.yaml").data.normal is True
+
+
+def test_evaluation_refuses_rooms_without_normals_before_any_room(normal_run, two_folds, tmp_path):
+    root = tmp_path / "old"
+    root.mkdir()
+    shutil.copyfile(two_folds / "Area_1.h5", root / "Area_1.h5")
+    with h5py.File(root / "Area_1.h5", "r+") as f:              # a file of a prepare before normals
+        for room in f:
+            del f[room]["normal"]
+    cfg = load_config(normal_run / "config.yaml", [f"data.root={root}"])
+    env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    with pytest.raises(UserError, match=r"Area_1.h5: room '\w+' \(and 1 more rooms\) has no point normals"):
+        evaluate.predict_areas(torch.nn.Identity(), cfg, ["Area_1"], env)
+
+
+def _recording(monkeypatch) -> list:
+    """Calls of ``pointgeope.data.normals.estimate_normals`` (the real one, or the tests' stand-in), recorded."""
+    from tests.engine.normals_stand_in import install
+
+    install()
+    module = sys.modules["pointgeope.data.normals"]
+    calls, estimate = [], module.estimate_normals
+
+    def recorded(coord, *args, **kwargs):
+        calls.append(np.array(coord))
+        return estimate(coord, *args, **kwargs)
+
+    monkeypatch.setattr(module, "estimate_normals", recorded)
+    return calls
+
+
+def test_predict_estimates_a_scans_normals_and_reads_a_prepared_rooms(normal_run, two_folds, tmp_path, capsys,
+                                                                       monkeypatch):
+    from pointgeope.cli import main as cli
+
+    calls = _recording(monkeypatch)
+    scan = tmp_path / "scan.npy"
+    points = np.random.default_rng(1).random((300, 6)) * [3, 2, 2, 255, 255, 255]
+    np.save(scan, points)
+    assert cli(["predict", str(normal_run), str(scan), "--out", str(tmp_path / "o"), "--format", "npy",
+                "--max-fragments", "1"]) == 0
+    assert "features [rgb | normal] (a scan's normals estimated from its points)" in capsys.readouterr().out
+    assert len(calls) == 1 and calls[0].shape == (300, 3)
+    np.testing.assert_allclose(calls[0], points[:, :3] - points[:, :3].min(0), atol=1e-5)     # metres, shifted
+    calls.clear()
+    assert cli(["predict", str(normal_run), str(two_folds / "Area_2.h5"), "--out", str(tmp_path / "p"),
+                "--max-fragments", "1"]) == 0
+    assert calls == []                                           # a prepared room's own normals
+
+
+def test_a_checkpoint_recorded_before_the_key_predicts_with_xyz(normal_run, tmp_path, monkeypatch):
+    """Its config lacks ``data.normal`` and its ``predict`` entry says ``[rgb | xyz]``: no normals are made."""
+    from pointgeope.engine.predict import predict_scan
+    from pointgeope.engine.predict_model import load_predictor
+    from pointgeope.scans.scan import Scan
+
+    ckpt = load_checkpoint(normal_run / "last.pt")
+    del ckpt["config"]["data"]["normal"]
+    ckpt["predict"]["features"] = ["rgb", "xyz"]
+    save_checkpoint(tmp_path / "old.pt", ckpt)
+    predictor = load_predictor(tmp_path / "old.pt", device="cpu", max_fragments=1)
+    assert predictor.cfg.data.normal is False and predictor.info["features"] == ["rgb", "xyz"]
+    calls = _recording(monkeypatch)
+    rng = np.random.default_rng(2)
+    scan = Scan("s", "s.npy", rng.random((200, 3)) * 2, (rng.random((200, 3)) * 255).astype(np.uint8))
+    pred, _, votes = predict_scan(predictor, scan)
+    assert calls == [] and pred.shape == (200,) and (votes >= 1).all()
+
+
+def test_training_refuses_a_fold_whose_test_rooms_lack_normals_before_it_starts(two_folds, tmp_path, capsys):
+    import json
+
+    root = tmp_path / "data"
+    root.mkdir()
+    for area in ("Area_1", "Area_2", "Area_3"):
+        shutil.copyfile(two_folds / f"{area}.h5", root / f"{area}.h5")
+    shutil.copyfile(two_folds / "folds.json", root / "folds.json")
+    with h5py.File(root / "Area_1.h5", "r+") as f:              # the test area of fold 1, prepared before normals
+        for room in f:
+            del f[room]["normal"]
+    line = one_line(capsys, 2, ["train", "--config", str(PTV3_DEMO), "--test-area", "1", "--data-root", str(root),
+                                "--run-dir", str(tmp_path / "run"), "train.device=cpu"])
+    assert "Area_1.h5" in line and "normal" in line and "pointgeope prepare" in line
+    assert not (tmp_path / "run" / "area_1" / "last.pt").exists()
+    assert json.loads((root / "folds.json").read_text())["folds"]["1"]["test"] == ["Area_1"]
+
+
+def test_the_report_tells_a_fold_recorded_before_the_key_from_one_of_the_normal_recipe(tmp_path):
+    """A run whose fold 1 trained before the key ([rgb | xyz]) and fold 2 with today's recipe ([rgb | normal]) is
+    not one method: the report's comparison of folds names data.normal (a key missing from one fold only would
+    not be compared)."""
+    from pointgeope.report.settings import fold_settings, mixed_settings
+
+    old = config_to_dict(load_config(PTV3_DEMO, ["data.normal=false"]))
+    del old["data"]["normal"]
+    folds = {"Area_1": fold_settings({"config": old}, tmp_path),
+             "Area_2": fold_settings({"config": config_to_dict(load_config(PTV3_DEMO))}, tmp_path)}
+    assert mixed_settings(folds) == {"data.normal": {"Area_1": False, "Area_2": True}}
+    same = {"Area_1": folds["Area_1"], "Area_2": fold_settings({"config": config_to_dict(
+        load_config(PTV3_DEMO, ["data.normal=false"]))}, tmp_path)}
+    assert mixed_settings(same) == {}
