@@ -37,9 +37,8 @@ from pointgeope.data.features import feature_channels, feature_names
 from pointgeope.data.ptv3_transforms import ptv3_train_transform
 from pointgeope.data.rooms import FIELDS, RoomRef, RoomStore
 from pointgeope.data.transforms import Sample, Transform
-from pointgeope.h5 import SchemaError, open_area
+from pointgeope.h5 import NORMAL, SchemaError, open_area
 
-NORMAL = "normal"   # the room array and sample key of the unit normals
 
 
 def ptv3_data(sample: Sample, color: bool = True, mix_draw: float | None = None, normal: bool = False) -> Data:

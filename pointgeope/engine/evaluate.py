@@ -53,7 +53,8 @@ from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.dataset import room_sample
 from pointgeope.data.folds import load_folds
 from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
-from pointgeope.data.ptv3_dataset import NORMAL, check_normals
+from pointgeope.data.ptv3_dataset import check_normals
+from pointgeope.h5 import NORMAL
 from pointgeope.data.ptv3_test import feature_normals, ptv3_room_pieces
 from pointgeope.data.rooms import RoomRef
 from pointgeope.data.transforms import ToData

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -46,18 +45,10 @@ def unpinned_config(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def two_folds(tiny_root, tmp_path_factory) -> Path:
-    """The tiny data with a folds.json of two folds over Area_1..Area_3 (folds are data); where prepare wrote no
-    normals (a checkout without them), copies with the stand-in's (``normals_stand_in``) for PTv3's runs."""
-    from tests.engine.normals_stand_in import add_missing_normals, has_normals, install
-
-    install()
+    """The tiny data with a folds.json of two folds over Area_1..Area_3 (folds are data)."""
     root = tmp_path_factory.mktemp("two_folds")
     for area in ("Area_1", "Area_2", "Area_3"):
-        if has_normals(tiny_root / f"{area}.h5"):
-            os.symlink(tiny_root / f"{area}.h5", root / f"{area}.h5")
-        else:
-            shutil.copyfile(tiny_root / f"{area}.h5", root / f"{area}.h5")
-            add_missing_normals(root / f"{area}.h5")
+        os.symlink(tiny_root / f"{area}.h5", root / f"{area}.h5")
     folds = {"1": {"test": ["Area_1"], "train": ["Area_2", "Area_3"]},
              "2": {"test": ["Area_2"], "train": ["Area_1", "Area_3"]}}
     (root / "folds.json").write_text(json.dumps({"version": 1, "folds": folds}))

@@ -4,7 +4,6 @@ checkpoint trained with."""
 from __future__ import annotations
 
 import shutil
-import sys
 
 import h5py
 import numpy as np
@@ -97,11 +96,9 @@ def test_evaluation_refuses_rooms_without_normals_before_any_room(normal_run, tw
 
 
 def _recording(monkeypatch) -> list:
-    """Calls of ``pointgeope.data.normals.estimate_normals`` (the real one, or the tests' stand-in), recorded."""
-    from tests.engine.normals_stand_in import install
+    """Calls of ``pointgeope.data.normals.estimate_normals``, recorded."""
+    import pointgeope.data.normals as module
 
-    install()
-    module = sys.modules["pointgeope.data.normals"]
     calls, estimate = [], module.estimate_normals
 
     def recorded(coord, *args, **kwargs):
