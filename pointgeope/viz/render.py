@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import importlib.util
 import os
 import select
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 
@@ -49,13 +52,38 @@ class DisplayError(UserError, RuntimeError):
 
 
 def require_open3d():
-    """``import open3d``, or an ``ImportError`` that says how to install it."""
+    """``import open3d``, or an ``ImportError`` that says how to install it. Triton's LLVM is loaded
+    first (:func:`_triton_llvm_first`), so that torch works in the same process after a render."""
+    _triton_llvm_first()
     try:
         import open3d
     except (ImportError, OSError) as err:  # OSError: the wheel is there but libusb-1.0 is missing
         raise Open3DMissing(f"pointgeope viz needs Open3D, which could not be imported ({err}); "
                           f"{INSTALL_HINT}") from err
     return open3d
+
+
+
+def _triton_llvm_first() -> None:
+    """Load Triton's compiler library (``triton/_C/libtriton.so``, which holds its own LLVM) into the
+    process, where Triton is installed and the library not loaded yet. Open3D's OpenGL context on a machine
+    without a GPU driver is Mesa's llvmpipe, whose driver Mesa opens with ``RTLD_GLOBAL``: the system's
+    ``libLLVM`` (15 on Debian 12) joins the process's global symbols. A ``libtriton`` loaded after it binds
+    its static initializers (``llvm::cl`` option registration) to that other LLVM and the process dies with
+    SIGSEGV in ``llvm::StringMapImpl::LookupBucketFor``: any torch code that imports Triton after a render
+    in one process (``torch._dynamo``, ``torch_geometric``, training; a notebook that renders, then
+    trains). Loaded first, each library keeps its own LLVM. ``ctypes`` loads the file without running
+    Triton's package (which reads ``TRITON_INTERPRET`` once, as it is imported); a later ``import
+    triton`` finds the library loaded (about 0.1 s here, once). Nothing is done where Triton cannot load."""
+    if "triton._C.libtriton" in sys.modules:
+        return
+    try:
+        spec = importlib.util.find_spec("triton")
+        folders = spec.submodule_search_locations if spec is not None else None
+        for lib in sorted(Path(folders[0], "_C").glob("libtriton*.so")) if folders else []:
+            ctypes.CDLL(str(lib))
+    except (ImportError, OSError, ValueError):  # no Triton, or one that does not load: torch's concern
+        return
 
 
 # --- a display for headless rendering --------------------------------------------------------------------
