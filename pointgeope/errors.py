@@ -77,7 +77,8 @@ def stop_on_sigterm() -> Iterator[list[int]]:
     block's end that it is still on its way is raised as the block ends (unless a stop already ends it): it
     stops the block it came in, never the caller after it. Python runs signal handlers in the main thread
     only: elsewhere (a command called from a thread) the block changes nothing. It yields the list of the
-    signals whose stop it raised, for :func:`stop_behind`."""
+    signals whose stop it raised, for :func:`stop_behind`. An import of torch in the block runs to its end
+    before a stop is raised (:mod:`pointgeope.stop_imports`: a stop inside its C++ start-up aborted)."""
     def stop(signum, frame):
         stops.append(signum)
         raise Terminated()
@@ -97,7 +98,11 @@ def stop_on_sigterm() -> Iterator[list[int]]:
     sys.unraisablehook, end = _stop_again(hook)
     stopping = False
     try:
-        yield stops
+        # imported here, as the block starts: stop_imports imports this module
+        from pointgeope.stop_imports import deferring_imports
+
+        with deferring_imports(stops):  # torch's import: a stop waits for its end
+            yield stops
     except KeyboardInterrupt:
         stopping = True
         raise
@@ -275,9 +280,16 @@ def add_debug_argument(parser: argparse.ArgumentParser, default=False) -> None:
 def settle_exit(code: int) -> int:
     """``code``, for an entry point to exit with; after Ctrl-C or SIGTERM (130, 143) a second Ctrl-C while the
     interpreter shuts down is ignored, so that the command's one line stays its last: it would print a
-    traceback from whatever finalizer runs then (torch's included)."""
+    traceback from whatever finalizer runs then (torch's included).
+
+    The process then exits with ``code`` even where a caught Ctrl-C had cut code that ``exec`` or ``eval`` of
+    a string ran (the methods a dataclass or namedtuple makes as a module is imported): CPython notes such a
+    ``KeyboardInterrupt`` as unhandled, caught or not, and ``python -m`` then ends the process by SIGINT
+    instead of the exit code (a parent process saw -2, not 130: 4 of 80 Ctrl-Cs in the first 2 s of
+    ``python -m pointgeope train``). The next ``exec`` of a string clears the note: the one here."""
     if code in (EXIT_INTERRUPTED, 128 + signal.SIGTERM):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exec("")  # noqa: S102  (CPython's run_eval_code_obj resets _Py_UnhandledKeyboardInterrupt)
     return code
 
 
