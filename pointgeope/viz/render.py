@@ -21,6 +21,7 @@ import importlib.util
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.errors import UserError
+from pointgeope.parent_death import death_signal_request
 from pointgeope.viz import VizError
 from pointgeope.viz.camera import Camera
 
@@ -93,7 +95,9 @@ _RUNTIME: dict[str, str] = {}  # {"runtime_dir": path} once made
 
 
 def _start_xvfb(width: int, height: int) -> str:
-    """Start ``Xvfb`` on a free display number (it writes the number to ``-displayfd``); return ``":N"``."""
+    """Start ``Xvfb`` on a free display number (it writes the number to ``-displayfd``); return ``":N"``. The
+    server ends with this process (:mod:`pointgeope.parent_death`): one that a killed or crashed viewer left
+    ran on for good."""
     old = _XVFB.get("proc")
     if old is not None and old.poll() is None:
         sw, sh = _XVFB["size"]
@@ -104,7 +108,10 @@ def _start_xvfb(width: int, height: int) -> str:
     read_fd, write_fd = os.pipe()
     cmd = [shutil.which("Xvfb") or "Xvfb", "-displayfd", str(write_fd), "-screen", "0",
            f"{size[0]}x{size[1]}x24", "-nolisten", "tcp"]
-    proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # SIGTERM to Xvfb when this process ends, however it ends (killed, crashed: the atexit stop does not run);
+    # the request calls only prctl, looked up before the fork (safe in a threaded process)
+    proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=death_signal_request(signal.SIGTERM))  # noqa: PLW1509
     os.close(write_fd)
     with os.fdopen(read_fd) as pipe:
         ready, _, _ = select.select([pipe], [], [], XVFB_START_TIMEOUT_S)

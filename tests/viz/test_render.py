@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 
 import numpy as np
@@ -208,6 +209,39 @@ def test_headless_display_starts_xvfb_only_inside_the_block(monkeypatch):
         assert os.environ.get("XDG_RUNTIME_DIR")
     assert "DISPLAY" not in os.environ
     assert render._XVFB["proc"].poll() is None  # kept for the next render of this process
+
+
+# A viewer that starts its Xvfb, says the server's pid, and is killed (-9: its atexit stop does not run).
+XVFB_THEN_KILLED = """import os, signal
+from pointgeope.viz import render
+os.environ.pop("DISPLAY", None)
+render._start_xvfb(64, 48)
+print(render._XVFB["proc"].pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Xvfb is for X11 (Linux)")
+def test_the_xvfb_of_a_killed_viewer_ends_with_it():
+    """Before: a viewer killed or crashed (a segmentation fault) left its Xvfb running for good."""
+    import subprocess
+    import time
+
+    from tests.conftest import process_ended
+
+    if shutil.which("Xvfb") is None:
+        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    done = subprocess.run([sys.executable, "-c", XVFB_THEN_KILLED], capture_output=True, text=True, timeout=120,
+                          check=False, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == -signal.SIGKILL and done.stdout.strip().isdigit(), done.stderr[-2000:]
+    xvfb, deadline = int(done.stdout), time.monotonic() + 20
+    try:
+        while not process_ended(xvfb) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_ended(xvfb)
+    finally:
+        if not process_ended(xvfb):
+            os.kill(xvfb, signal.SIGTERM)
 
 
 def test_xvfb_that_does_not_start_is_a_clear_error(monkeypatch):
