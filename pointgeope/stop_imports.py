@@ -1,4 +1,4 @@
-"""The imports that a stop (Ctrl-C, SIGTERM) waits for: torch's, whose C++ start-up a stop could abort.
+"""The imports that a stop (Ctrl-C, SIGTERM) waits for: torch's and Open3D's, whose C++ start-up a stop breaks.
 
 ``import torch`` runs C++ code (``torch._C._autograd_init()``, ``torch._C._c10d_init()``) that calls back into
 Python through pybind11. Python runs a signal's handler at the next bytecode it executes, which may be one
@@ -9,13 +9,17 @@ nothing on the C++ side catches, and the process aborts::
     terminate called after throwing an instance of 'pybind11::error_already_set'
       what():  KeyboardInterrupt: <EMPTY MESSAGE>
 
-exit code 134, without the command's line (3 of about 200 Ctrl-Cs sent to ``pointgeope train`` in its
-first 2 s, the time it takes to import torch). While :func:`deferring_imports` is active (for the whole of
-every command: :func:`~pointgeope.errors.stop_on_sigterm` enters it), the import of each package of
-:data:`DEFERRED` runs as a block of :func:`~pointgeope.errors.stops_deferred`: a stop waits for the end of
-that import (about 2 s for torch on one core) and is raised there, where Python code catches it (one line,
-exit code 130 or 143); a second stop during the import is raised at once, the way out of an import that
-hangs. A stop while the interpreter itself starts, before ``pointgeope`` runs, is Python's.
+exit code 134, without the command's line (3 of about 240 Ctrl-Cs sent to ``pointgeope train`` in its first 2 s,
+the time it takes to import torch). Open3D's C++ module, cut the same way as it initialises (``open3d.pybind``),
+raises "initialization failed" and keeps the memory it had taken; at the process's exit its memory statistics
+list that memory on standard output and end the process with exit code 1, after the command's line and in place
+of its exit code (``pointgeope viz``: 1 in 4 to 1 in 30 Ctrl-Cs at 1.6-3.3 s, as it imports Open3D). While
+:func:`deferring_imports` is active (for the whole of every command: :func:`~pointgeope.errors.stop_on_sigterm`
+enters it), the import of each package of :data:`DEFERRED` runs as a block of
+:func:`~pointgeope.errors.stops_deferred`: a stop waits for the end of that import (about 2 s for torch, 1 s for
+Open3D, on one core) and is raised there, where Python code catches it (one line, exit code 130 or 143); a
+second stop during the import is raised at once, the way out of an import that hangs. A stop while the
+interpreter itself starts, before ``pointgeope`` runs, is Python's.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from collections.abc import Iterator
 from pointgeope.errors import Terminated, stops_deferred
 
 # The top-level packages whose import a stop waits for.
-DEFERRED = ("torch",)
+DEFERRED = ("torch", "open3d")
 
 
 class _DeferringFinder:

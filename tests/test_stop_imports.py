@@ -72,3 +72,36 @@ def test_a_ctrl_c_as_torch_imports_lets_its_import_end_first():
     done = subprocess.run([sys.executable, "-c", TORCH], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (0, "130 True True\n", "prog: interrupted\n")
+
+
+# Open3D imported by a command that gets a Ctrl-C as Open3D's C++ module initialises (it imports atexit then).
+OPEN3D = """import os, signal, sys
+from pointgeope.errors import run_command, settle_exit
+
+def cut(event, args):
+    if event == "import":
+        if args[0] == "open3d.pybind":
+            cut.inside = True
+        elif args[0] == "atexit" and cut.inside and not cut.sent:
+            cut.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+
+cut.inside = cut.sent = False
+sys.addaudithook(cut)
+code = run_command("prog", lambda: __import__("open3d"))
+print(code, cut.sent, "open3d.visualization" in sys.modules, flush=True)
+sys.exit(settle_exit(code))
+"""
+
+
+def test_a_ctrl_c_as_open3d_initialises_is_the_commands_exit_code_130():
+    """Cut there, Open3D's module raised "initialization failed" and kept the memory it had taken; at the
+    exit, its memory statistics listed that memory and replaced the exit code 130 with 1 (``viz``: 1 in 4
+    to 1 in 30 Ctrl-Cs at 1.6-3.3 s). (In a child process: a fresh Open3D.)"""
+    import importlib.util
+
+    if importlib.util.find_spec("open3d") is None:
+        pytest.skip("Open3D is not installed")
+    done = subprocess.run([sys.executable, "-c", OPEN3D], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "130 True True\n", "prog: interrupted\n")
