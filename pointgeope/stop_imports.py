@@ -17,9 +17,9 @@ of its exit code (``pointgeope viz``: 1 in 4 to 1 in 30 Ctrl-Cs at 1.6-3.3 s, as
 :func:`deferring_imports` is active (for the whole of every command: :func:`~pointgeope.errors.stop_on_sigterm`
 enters it), the import of each package of :data:`DEFERRED` runs as a block of
 :func:`~pointgeope.errors.stops_deferred`: a stop waits for the end of that import (about 2 s for torch, 1 s for
-Open3D, on one core) and is raised there, where Python code catches it (one line, exit code 130 or 143); a
-second stop during the import is raised at once, the way out of an import that hangs. A stop while the
-interpreter itself starts, before ``pointgeope`` runs, is Python's.
+Open3D, on an idle core; 4 s and 2 s on a busy machine) and is raised there, where Python code catches it (one
+line, exit code 130 or 143); a second stop during the import is raised at once, the way out of an import that
+hangs. A stop while the interpreter itself starts, before ``pointgeope`` runs, is Python's.
 """
 from __future__ import annotations
 
