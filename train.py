@@ -23,4 +23,4 @@ if __name__ == "__main__":
         if "--debug" in sys.argv:
             raise
         sys.exit(stopped("train.py", stop))
-    sys.exit(settle_exit(run_command("train.py", train_command.main, args, debug=args.debug)))
+    sys.exit(settle_exit(run_command("train.py", train_command.main, args, debug=args.debug), "train.py"))

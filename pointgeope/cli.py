@@ -56,7 +56,8 @@ def _prog(argv: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv, stops = sys.argv[1:] if argv is None else list(argv), []
+    argv_given, stops = argv, []
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:  # from the first line: a Ctrl-C while the commands are imported is one line too
         from pointgeope.commands import parse_args
         from pointgeope.errors import run_command, settle_exit, stop_on_sigterm
@@ -74,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return settle_exit(run_command(f"pointgeope {args.command}", args.func, args, debug=args.debug))
+    prog = f"pointgeope {args.command}"
+    # this process's own command line (not a caller's list): the process exits after it
+    return settle_exit(run_command(prog, args.func, args, debug=args.debug), prog if argv_given is None else None)
 
 
 if __name__ == "__main__":

@@ -24,10 +24,9 @@ temporary files deleted, ``<prog>: terminated``, exit code 143, so that a requeu
 the folder free. A stop during the command is never lost: one whose handler runs inside a callback that
 drops exceptions (while ``prepare --jobs N`` forks its workers, a weakref callback, ``__del__``) is
 delivered again, and raised as the command ends if it would come later. One that comes after the command's
-last file, as the process exits, is not said: SIGTERM then ends the process by the signal, without the line
-(a shell reports 143); a Ctrl-C gets Python's own traceback of what it interrupted and the exit code stays
-the command's, 0 (every file was written, nothing is lost). A block that a
-stop must not cut short (a DDP training step) defers it to its end (:func:`stops_deferred`). A reader of
+last file, as the process exits, stops nothing: SIGTERM then ends the process by the signal, without the
+line (a shell reports 143); a Ctrl-C is one line saying that nothing is lost, and the exit code stays the
+command's, 0 (every file was written; :func:`settle_exit`). A block that a stop must not cut short (a DDP training step) defers it to its end (:func:`stops_deferred`). A reader of
 the output that has gone (``pointgeope report RUN | head``) ends a command quietly, exit code 141 (128 +
 SIGPIPE).
 """
@@ -77,7 +76,8 @@ def stop_on_sigterm() -> Iterator[list[int]]:
     block's end that it is still on its way is raised as the block ends (unless a stop already ends it): it
     stops the block it came in, never the caller after it. Python runs signal handlers in the main thread
     only: elsewhere (a command called from a thread) the block changes nothing. It yields the list of the
-    signals whose stop it raised, for :func:`stop_behind`."""
+    signals whose stop it raised, for :func:`stop_behind`. An import of torch in the block runs to its end
+    before a stop is raised (:mod:`pointgeope.stop_imports`: a stop inside its C++ start-up aborted)."""
     def stop(signum, frame):
         stops.append(signum)
         raise Terminated()
@@ -97,7 +97,11 @@ def stop_on_sigterm() -> Iterator[list[int]]:
     sys.unraisablehook, end = _stop_again(hook)
     stopping = False
     try:
-        yield stops
+        # imported here, as the block starts: stop_imports imports this module
+        from pointgeope.stop_imports import deferring_imports
+
+        with deferring_imports(stops):  # torch's import: a stop waits for its end
+            yield stops
     except KeyboardInterrupt:
         stopping = True
         raise
@@ -272,13 +276,44 @@ def add_debug_argument(parser: argparse.ArgumentParser, default=False) -> None:
                         help="show the traceback of an error of the input (normally one line, exit code 2)")
 
 
-def settle_exit(code: int) -> int:
+def settle_exit(code: int, prog: str | None = None) -> int:
     """``code``, for an entry point to exit with; after Ctrl-C or SIGTERM (130, 143) a second Ctrl-C while the
     interpreter shuts down is ignored, so that the command's one line stays its last: it would print a
-    traceback from whatever finalizer runs then (torch's included)."""
+    traceback from whatever finalizer runs then (torch's included). With ``prog`` (a process that exits
+    now), a first Ctrl-C there after any other code is one line too (:func:`_after_the_end`).
+
+    The process then exits with ``code`` even where a caught Ctrl-C had cut code that ``exec`` or ``eval`` of
+    a string ran (the methods a dataclass or namedtuple makes as a module is imported): CPython notes such a
+    ``KeyboardInterrupt`` as unhandled, caught or not, and ``python -m`` then ends the process by SIGINT
+    instead of the exit code (a parent process saw -2, not 130: 4 of 80 Ctrl-Cs in the first 2 s of
+    ``python -m pointgeope train``). The next ``exec`` of a string clears the note: the one here."""
     if code in (EXIT_INTERRUPTED, 128 + signal.SIGTERM):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    elif prog is not None:
+        sys.unraisablehook = _after_the_end(sys.unraisablehook, prog, code)
+    exec("")  # noqa: S102  (CPython's run_eval_code_obj resets _Py_UnhandledKeyboardInterrupt)
     return code
+
+
+def _after_the_end(hook: Callable, prog: str, code: int) -> Callable:
+    """A ``sys.unraisablehook`` that says a Ctrl-C after the command's end in one line, once, and hands every
+    other exception to ``hook``. Such a Ctrl-C, as the interpreter exits (its ``atexit`` callbacks, its wait
+    for threads not yet ended), can stop nothing: Python reports its ``KeyboardInterrupt`` as unraisable, and
+    printed its traceback ("Exception ignored in: <module 'threading'>"), as if of a bug. The exit goes on
+    as Python's: the exit code stays the command's, a Ctrl-C still ends a wait for a thread, SIGTERM keeps
+    its default action (an entry point that ran the exit itself, to say more, was undone twice: it broke
+    those). A Ctrl-C at the very end, after Python's last code, ends the process by SIGINT, unsaid."""
+    said: list[bool] = []
+
+    def after(unraisable) -> None:
+        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+            hook(unraisable)
+        elif not said:
+            said.append(True)
+            print(f"{prog}: Ctrl-C after the command had ended: nothing is lost (exit code {code})",
+                  file=sys.stderr, flush=True)
+
+    return after
 
 
 def _stdout_closed() -> bool:

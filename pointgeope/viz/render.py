@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import importlib.util
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 
 from pointgeope.errors import UserError
+from pointgeope.parent_death import death_signal_request
 from pointgeope.viz import VizError
 from pointgeope.viz.camera import Camera
 
@@ -49,13 +54,38 @@ class DisplayError(UserError, RuntimeError):
 
 
 def require_open3d():
-    """``import open3d``, or an ``ImportError`` that says how to install it."""
+    """``import open3d``, or an ``ImportError`` that says how to install it. Triton's LLVM is loaded
+    first (:func:`_triton_llvm_first`), so that torch works in the same process after a render."""
+    _triton_llvm_first()
     try:
         import open3d
     except (ImportError, OSError) as err:  # OSError: the wheel is there but libusb-1.0 is missing
         raise Open3DMissing(f"pointgeope viz needs Open3D, which could not be imported ({err}); "
                           f"{INSTALL_HINT}") from err
     return open3d
+
+
+
+def _triton_llvm_first() -> None:
+    """Load Triton's compiler library (``triton/_C/libtriton.so``, which holds its own LLVM) into the
+    process, where Triton is installed and the library not loaded yet. Open3D's OpenGL context on a machine
+    without a GPU driver is Mesa's llvmpipe, whose driver Mesa opens with ``RTLD_GLOBAL``: the system's
+    ``libLLVM`` (15 on Debian 12) joins the process's global symbols. A ``libtriton`` loaded after it binds
+    its static initializers (``llvm::cl`` option registration) to that other LLVM and the process dies with
+    SIGSEGV in ``llvm::StringMapImpl::LookupBucketFor``: any torch code that imports Triton after a render
+    in one process (``torch._dynamo``, ``torch_geometric``, training; a notebook that renders, then
+    trains). Loaded first, each library keeps its own LLVM. ``ctypes`` loads the file without running
+    Triton's package (which reads ``TRITON_INTERPRET`` once, as it is imported); a later ``import
+    triton`` finds the library loaded (about 0.1 s here, once). Nothing is done where Triton cannot load."""
+    if "triton._C.libtriton" in sys.modules:
+        return
+    try:
+        spec = importlib.util.find_spec("triton")
+        folders = spec.submodule_search_locations if spec is not None else None
+        for lib in sorted(Path(folders[0], "_C").glob("libtriton*.so")) if folders else []:
+            ctypes.CDLL(str(lib))
+    except (ImportError, OSError, ValueError):  # no Triton, or one that does not load: torch's concern
+        return
 
 
 # --- a display for headless rendering --------------------------------------------------------------------
@@ -65,7 +95,9 @@ _RUNTIME: dict[str, str] = {}  # {"runtime_dir": path} once made
 
 
 def _start_xvfb(width: int, height: int) -> str:
-    """Start ``Xvfb`` on a free display number (it writes the number to ``-displayfd``); return ``":N"``."""
+    """Start ``Xvfb`` on a free display number (it writes the number to ``-displayfd``); return ``":N"``. The
+    server ends with this process (:mod:`pointgeope.parent_death`): one that a killed or crashed viewer left
+    ran on for good."""
     old = _XVFB.get("proc")
     if old is not None and old.poll() is None:
         sw, sh = _XVFB["size"]
@@ -76,7 +108,10 @@ def _start_xvfb(width: int, height: int) -> str:
     read_fd, write_fd = os.pipe()
     cmd = [shutil.which("Xvfb") or "Xvfb", "-displayfd", str(write_fd), "-screen", "0",
            f"{size[0]}x{size[1]}x24", "-nolisten", "tcp"]
-    proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # SIGTERM to Xvfb when this process ends, however it ends (killed, crashed: the atexit stop does not run);
+    # the request calls only prctl, looked up before the fork (safe in a threaded process)
+    proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=death_signal_request(signal.SIGTERM))  # noqa: PLW1509
     os.close(write_fd)
     with os.fdopen(read_fd) as pipe:
         ready, _, _ = select.select([pipe], [], [], XVFB_START_TIMEOUT_S)

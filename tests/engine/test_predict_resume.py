@@ -2,6 +2,7 @@
 earlier run completed with the same model, input and options, and predicts the others again."""
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 
@@ -46,6 +47,20 @@ def files(folder) -> dict[str, bytes]:
 
 def argv(run, scans, out, *extra):
     return ["predict", str(run), str(scans), "--out", str(out), *extra]
+
+
+@contextlib.contextmanager
+def older_version(monkeypatch, record, option, module, name, older):
+    """Within the block, ``module.name`` writes as an older version did (``older(today's function)``); as the
+    block ends, the predict record ``record`` becomes as that version wrote it (``made_by.options`` without
+    ``option``) and today's function is back."""
+    original = getattr(module, name)
+    monkeypatch.setattr(module, name, older(original))
+    yield
+    made = json.loads(record.read_text())
+    made["made_by"]["options"].pop(option, None)
+    record.write_text(json.dumps(made))
+    monkeypatch.setattr(module, name, original)
 
 
 def test_a_rerun_after_a_kill_predicts_only_the_rest_and_matches_an_uninterrupted_run(
@@ -288,17 +303,12 @@ def test_an_h5_output_of_a_version_before_the_runs_ignore_index_is_predicted_aga
     import pointgeope.scans.outputs as outputs_module
     from pointgeope.h5_predictions import predictions_attrs
 
-    original = outputs_module.write_scan_predictions
-    monkeypatch.setattr(outputs_module, "write_scan_predictions",
-                        lambda *args, **kwargs: original(*args[:8]))   # the older file: no `more` attributes
-    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", "--format", "h5,ply")) == 0
-    h5 = tmp_path / "o" / "b_pred.h5"
-    assert predictions_attrs(h5, "ignore_index") == [None]
-    record = json.loads((tmp_path / "o" / "b_pred.json").read_text())
-    record["made_by"]["options"].pop("ignore_index", None)   # as the older version wrote it
-    (tmp_path / "o" / "b_pred.json").write_text(json.dumps(record))
-    monkeypatch.setattr(outputs_module, "write_scan_predictions", original)
-    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", "--format", "h5,ply")) == 0
+    command, h5 = argv(tiny_run, scans / "b.npy", tmp_path / "o", "--format", "h5,ply"), tmp_path / "o" / "b_pred.h5"
+    with older_version(monkeypatch, tmp_path / "o" / "b_pred.json", "ignore_index", outputs_module,
+                       "write_scan_predictions", lambda original: lambda *args, **kwargs: original(*args[:8])):
+        assert cli(command) == 0   # the older file: no `more` attributes
+        assert predictions_attrs(h5, "ignore_index") == [None]
+    assert cli(command) == 0
     assert predicted == ["b.npy", "b.npy"]
     assert predictions_attrs(h5, "ignore_index") == [255]
 
@@ -310,19 +320,18 @@ def test_a_ply_output_of_a_version_that_named_the_prediction_label_is_predicted_
     same command as complete, so one folder held both names and a reader of ``pred`` failed on the old files."""
     import pointgeope.scans.ply as ply_module
 
-    original = ply_module.write_vertices
-    monkeypatch.setattr(ply_module, "write_vertices", lambda path, props, **kwargs: original(
-        path, [("label" if name == "pred" else name, values) for name, values in props], **kwargs))  # the older file
-    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", "--format", "ply")) == 0
-    ply = tmp_path / "o" / "b_pred.ply"
-    assert b"property uchar label\n" in ply.read_bytes()[:1000]
-    record = json.loads((tmp_path / "o" / "b_pred.json").read_text())
-    record["made_by"]["options"].pop("ply_prediction", None)   # as the older version wrote it
-    (tmp_path / "o" / "b_pred.json").write_text(json.dumps(record))
-    monkeypatch.setattr(ply_module, "write_vertices", original)
-    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", "--format", "ply")) == 0
+    def labelled(original):   # the older file: the prediction named `label`
+        return lambda path, props, **kwargs: original(
+            path, [("label" if name == "pred" else name, values) for name, values in props], **kwargs)
+
+    command, ply = argv(tiny_run, scans / "b.npy", tmp_path / "o", "--format", "ply"), tmp_path / "o" / "b_pred.ply"
+    with older_version(monkeypatch, tmp_path / "o" / "b_pred.json", "ply_prediction", ply_module, "write_vertices",
+                       labelled):
+        assert cli(command) == 0
+        assert b"property uchar label\n" in ply.read_bytes()[:1000]
+    assert cli(command) == 0
     assert predicted == ["b.npy", "b.npy"]
     header = ply.read_bytes()[:1000]
     assert b"property uchar pred\n" in header and b"property uchar label\n" not in header
-    assert cli(argv(tiny_run, scans / "b.npy", tmp_path / "o", "--format", "ply")) == 0   # now complete: skipped
+    assert cli(command) == 0   # now complete: skipped
     assert predicted == ["b.npy", "b.npy"]

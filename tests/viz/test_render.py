@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 
 import numpy as np
@@ -210,6 +211,39 @@ def test_headless_display_starts_xvfb_only_inside_the_block(monkeypatch):
     assert render._XVFB["proc"].poll() is None  # kept for the next render of this process
 
 
+# A viewer that starts its Xvfb, says the server's pid, and is killed (-9: its atexit stop does not run).
+XVFB_THEN_KILLED = """import os, signal
+from pointgeope.viz import render
+os.environ.pop("DISPLAY", None)
+render._start_xvfb(64, 48)
+print(render._XVFB["proc"].pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Xvfb is for X11 (Linux)")
+def test_the_xvfb_of_a_killed_viewer_ends_with_it():
+    """Before: a viewer killed or crashed (a segmentation fault) left its Xvfb running for good."""
+    import subprocess
+    import time
+
+    from tests.conftest import process_ended
+
+    if shutil.which("Xvfb") is None:
+        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    done = subprocess.run([sys.executable, "-c", XVFB_THEN_KILLED], capture_output=True, text=True, timeout=120,
+                          check=False, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == -signal.SIGKILL and done.stdout.strip().isdigit(), done.stderr[-2000:]
+    xvfb, deadline = int(done.stdout), time.monotonic() + 20
+    try:
+        while not process_ended(xvfb) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_ended(xvfb)
+    finally:
+        if not process_ended(xvfb):
+            os.kill(xvfb, signal.SIGTERM)
+
+
 def test_xvfb_that_does_not_start_is_a_clear_error(monkeypatch):
     from pointgeope.viz import render
 
@@ -217,3 +251,35 @@ def test_xvfb_that_does_not_start_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(render.shutil, "which", lambda name: "/bin/false" if name == "Xvfb" else None)
     with pytest.raises(RuntimeError, match=r"Xvfb did not start .*apt-get install xvfb"):
         render._start_xvfb(64, 48)
+
+
+# A render, then what torch imports as it trains (Triton), in one process (a notebook's order).
+RENDER_THEN_TRITON = """
+import numpy as np
+from pointgeope.viz.camera import fit_camera
+from pointgeope.viz.render import render_image
+render_image(np.zeros((1, 3)), np.zeros((1, 3), np.uint8), fit_camera(np.zeros((1, 3)), 16, 16))
+maps = open("/proc/self/maps").read()
+print("gl llvm:", any("libLLVM" in line and "triton" not in line for line in maps.splitlines()), flush=True)
+import triton._C.libtriton
+print("triton loaded", flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the clash is of Linux shared libraries")
+def test_triton_loads_after_a_render_in_the_same_process(display):
+    """Before: on a machine drawing with Mesa's llvmpipe (no GPU driver), the render brought the system's
+    libLLVM into the process's global symbols, and Triton's library loaded after it (torch._dynamo,
+    torch_geometric: any training) died with SIGSEGV in LLVM's option registry; the suite passed only
+    because its engine tests run before its viz tests. In a child process: a crash must not end pytest."""
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("triton") is None:  # not imported here: this process has rendered
+        pytest.skip("Triton is not installed")
+
+    done = subprocess.run([sys.executable, "-c", RENDER_THEN_TRITON], capture_output=True, text=True, timeout=300,
+                          check=False, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0 and done.stdout.endswith("triton loaded\n"), (done.returncode, done.stderr[-2000:])
+    if "gl llvm: True" not in done.stdout:
+        pytest.skip("this OpenGL driver loads no LLVM of its own: nothing to clash with here")
