@@ -111,6 +111,10 @@ def test_runs_on_other_points_are_still_told_apart(tmp_path, monkeypatch):
     (np.full((3, 3), np.nan, dtype=np.float16), "a non-finite normal"),
     (np.zeros((3, 3), dtype=np.float32), r"expected normal float16 of shape \(3, 3\), got float32 \(3, 3\)"),
     (np.zeros((2, 3), dtype=np.float16), r"expected normal float16 of shape \(3, 3\), got float16 \(2, 3\)"),
+    (np.array([[0, 0, 1], [0, 0, 0], [0, 0, 1]], dtype=np.float16),
+     r"1 normal\(s\) not of unit length \(point 1: length 0\)"),
+    (np.array([[0.6, 0.8, 0], [0, 0, 1], [0, 2, 0]], dtype=np.float16),
+     r"1 normal\(s\) not of unit length \(point 2: length 2\)"),
 ])
 def test_the_check_of_area_files_refuses_a_damaged_normal(tmp_path, normal, message):
     raw = five_rooms(tmp_path / "raw")
