@@ -114,7 +114,7 @@ def same_points(area: str, saved: str | None, root: str | Path, saved_points: di
         return True
     before = area_path(trained_root, area) if trained_root is not None else None
     if before is not None and before.is_file() and not before.samefile(path) and file_checksum(before) == saved \
-            and (not recorded or not has_normals(path)):  # (recorded: its normals alone may differ)
+            and (not recorded or not has_normals(path)):  # recorded, differing: only the normals may
         try:
             used = points_checksum(before)
             return _same(used, now, path) or (not has_normals(path) and points_checksum(before, (NORMAL,)) == now)
