@@ -44,8 +44,10 @@ def _worker_start(parent: int, request) -> None:
     (:func:`~pointgeope.parent_death.death_signal_request`'s, made before the fork), else :func:`_watch`.
     One OpenMP thread a worker unless ``OMP_NUM_THREADS`` says otherwise: the normals' kNN search
     (``pykdtree``, loaded in the worker after this) would otherwise start a thread per core in each of the
-    ``--jobs`` workers, which then wait spinning for each other's cores."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    ``--jobs`` workers, which then wait spinning for each other's cores. (Set but empty says nothing: OpenMP
+    would print "Invalid value for environment variable OMP_NUM_THREADS" in each worker.)"""
+    if not os.environ.get("OMP_NUM_THREADS", "").strip():
+        os.environ["OMP_NUM_THREADS"] = "1"
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if request is not None:

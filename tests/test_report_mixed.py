@@ -201,3 +201,43 @@ def test_each_area_file_is_looked_up_once_for_the_folds_that_share_it(monkeypatc
     assert sorted(asked) == sorted(("/data/s3dis", f"Area_{a}", f"sha256:{a}") for a in range(1, 7))
     assert len(found) == 6 and all(s[f"data.points.Area_{a}"] == f"points:Area_{a}"
                                    for s in folds.values() for a in range(1, 7))
+
+
+def test_folds_trained_before_and_after_a_prepare_that_added_normals_pool(tmp_path, capsys):
+    """A prepare into an older folder adds normals: the new file holds the old file's points plus ``normal``,
+    so its points checksum differs, and manifest.json lists the old file's checksum under same_points (train
+    and evaluate accept runs trained on it). A run whose fold 1 was trained before and fold 2 after was refused
+    as two data sets (exit 2), and two runs side by side were said to read different data. The fold's points
+    are now the manifest's; a file the manifest does not list is still another data set."""
+    old = {"Area_1": "sha256:old1", "Area_2": "sha256:old2"}
+    new = {"Area_1": "sha256:new1", "Area_2": "sha256:new2"}
+    old_points = {"Area_1": "points:sha256:nonormal1", "Area_2": "points:sha256:nonormal2"}
+    new_points = {"Area_1": "points:sha256:normal1", "Area_2": "points:sha256:normal2"}
+    root = tmp_path / "s3dis"
+    root.mkdir()
+    (root / "manifest.json").write_text(json.dumps({"checksums": new, "points": new_points,
+                                                    "same_points": {a: [c] for a, c in old.items()}}))
+
+    def fold(run, k, files, points):
+        _fold(run, k, f"data.root={root}", config_in_metrics=True)
+        path = run / f"area_{k}" / "metrics.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "data": files, "data_points": points}))
+
+    straddle, before, after = tmp_path / "straddle", tmp_path / "before", tmp_path / "after"
+    fold(straddle, 1, old, old_points)
+    fold(straddle, 2, new, new_points)
+    for k in (1, 2):
+        fold(before, k, old, old_points)
+        fold(after, k, new, new_points)
+    assert cli(["report", str(straddle), "--out", str(tmp_path / "out")]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert notes == [(f"note: {straddle}: the folds' data compared by the points of their area files, those of "
+                      f"Area_1 (its files of Area_1, Area_2 since replaced by files of the same points: from "
+                      f"{root / 'manifest.json'})")]
+    assert cli(["report", str(before), str(after), "--out", str(tmp_path / "out2")]) == 0
+    assert "different data" not in (tmp_path / "out2" / "report.md").read_text()
+    fold(straddle, 1, {**old, "Area_2": "sha256:unlisted"}, old_points)  # a file prepare never replaced
+    assert cli(["report", str(straddle), "--out", str(tmp_path / "out3")]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "data.points.Area_2 (Area_1: 'points:sha256:nonormal2'; Area_2: 'points:sha256:normal2')" in line, line
+    assert "data.points.Area_1" not in line, line

@@ -11,8 +11,8 @@ the fold, before the first epoch), ``evaluate`` (the test areas), ``predict`` (a
 - it opens as HDF5 with this schema version, and holds at least one room;
 - each room has ``coord`` float32 ``(N, 3)``, ``color`` uint8 ``(N, 3)``, ``label`` uint8 ``(N,)``,
   ``instance`` int32 ``(N,)`` with ``N >= 1``, every coordinate finite, ``normal`` float16 ``(N, 3)`` finite
-  where the room has it (files of an older prepare have none), an extent within the limit the
-  file was prepared with (root attr ``max_extent``), and labels below ``num_classes``. A scan's predictions
+  and of unit length where the room has it (files of an older prepare have none), an extent within the limit
+  the file was prepared with (root attr ``max_extent``), and labels below ``num_classes``. A scan's predictions
   file (``predict --format h5``, opened by ``viz``) has no extent limit and 255 where its ground truth is
   unknown.
 
@@ -39,6 +39,7 @@ from pointgeope.h5 import (
 )
 
 _AGAIN = "run `pointgeope prepare` again"
+UNIT_TOLERANCE = 1e-2  # a stored normal's length within it of 1
 
 
 def read_manifest(root: str | Path) -> object | None:
@@ -97,8 +98,8 @@ def check_room(where: str, group, max_extent: float, num_classes: int, unlabelle
     bad = int(np.count_nonzero(~np.isfinite(coord).all(axis=1)))
     if bad:
         raise SchemaError(f"{where}: {bad} point(s) with a non-finite coordinate; {_AGAIN}")
-    if NORMAL in group and not np.isfinite(group[NORMAL][()]).all():
-        raise SchemaError(f"{where}: a non-finite normal; {_AGAIN}")
+    if NORMAL in group:
+        _check_normals(where, group[NORMAL][()])
     extent = coord.max(axis=0) - coord.min(axis=0)
     if extent.max() > max_extent:
         raise SchemaError(f"{where}: spans {extent.max():g} m, more than the {max_extent:g} m it was prepared "
@@ -111,6 +112,19 @@ def check_room(where: str, group, max_extent: float, num_classes: int, unlabelle
                               f"data has the {NUM_CLASSES} S3DIS classes; set model.num_classes={NUM_CLASSES}")
         raise SchemaError(f"{where}: label {top} found, expected labels below {num_classes}; {_AGAIN}")
     return n
+
+
+def _check_normals(where: str, normal: np.ndarray) -> None:
+    """``normal (N, 3)`` float16 finite and of unit length: within :data:`UNIT_TOLERANCE` of 1 (float16 stores a
+    unit vector within 1e-3; a zero row, or one scaled, is no normal)."""
+    if not np.isfinite(normal).all():
+        raise SchemaError(f"{where}: a non-finite normal; {_AGAIN}")
+    off = np.abs(np.linalg.norm(normal.astype(np.float32), axis=1) - 1)
+    bad = int(np.count_nonzero(off > UNIT_TOLERANCE))
+    if bad:
+        row = int(np.argmax(off))
+        raise SchemaError(f"{where}: {bad} normal(s) not of unit length (point {row}: length "
+                          f"{float(np.linalg.norm(normal[row].astype(np.float32))):g}); {_AGAIN}")
 
 
 def _check_arrays(where: str, group, n: int, arrays: dict) -> None:

@@ -15,7 +15,9 @@ the recorded ones, by what is at hand, in this order:
 
 A run trained on a file of a prepare before normals read none: in 2 and 3 its points are also compared with
 the file's points without its ``normal`` (``points_checksum(..., skip=("normal",))``), so that the normals a
-newer prepare adds do not make its data "other points".
+newer prepare adds do not make its data "other points". The other way round (a run trained on a file with
+normals, the file at hand of a prepare before them): its recorded points differ, and 3 compares the file it
+trained on, where at hand, without its normals.
 """
 from __future__ import annotations
 
@@ -106,17 +108,27 @@ def same_points(area: str, saved: str | None, root: str | Path, saved_points: di
         return None
     if saved in manifest_points(root)[1].get(area, []):
         return True
-    now = area_points(root, [area])[area]
-    if isinstance(saved_points, dict) and isinstance(saved_points.get(area), str):
-        return _same(saved_points[area], now, area_path(root, area))
+    now, path = area_points(root, [area])[area], area_path(root, area)
+    recorded = isinstance(saved_points, dict) and isinstance(saved_points.get(area), str)
+    if recorded and _same(saved_points[area], now, path):
+        return True
     before = area_path(trained_root, area) if trained_root is not None else None
-    if before is not None and before.is_file() and not before.samefile(area_path(root, area)) \
-            and file_checksum(before) == saved:
+    if before is not None and before.is_file() and not before.samefile(path) and file_checksum(before) == saved \
+            and (not recorded or not has_normals(path)):  # recorded, differing: only the normals may
         try:
-            return _same(points_checksum(before), now, area_path(root, area))
+            used = points_checksum(before)
+            return _same(used, now, path) or (not has_normals(path) and points_checksum(before, (NORMAL,)) == now)
         except SchemaError:  # not a readable area file after all: nothing tells
             return None
-    return None
+    return False if recorded else None
+
+
+def has_normals(path: Path) -> bool:
+    """Whether every room of the area file at ``path`` holds normals (not a file of a prepare before them)."""
+    from pointgeope.h5 import read_rooms_attrs
+
+    rooms = read_rooms_attrs(path) or {}
+    return bool(rooms) and all("normal_k" in attrs for attrs in rooms.values())
 
 
 def _same(used: str, now: str, path: Path) -> bool:

@@ -55,7 +55,8 @@ def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None],
     if alike:  # one line for every such file
         shown = "; ".join(f"{a}.h5 trained on {short(saved.get(a))}, now {short(now[a])}" for a in alike)
         log(f"note: {path} trained on other files than {root} holds now ({shown}), of the same points: only where "
-            "they were prepared from differs (the rooms' source and signature attributes); using them")
+            "they were prepared from differs (the rooms' source and signature attributes), or the normals a newer "
+            "prepare stores with them; using them")
     differing = [a for a in differing if not same[a]]
     if differing:
         shown = "; ".join(f"{a}.h5 trained on {short(saved.get(a))}, now {short(now[a])}" for a in differing)
@@ -63,8 +64,19 @@ def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None],
         why = (f"; it records no checksum of their points (written by an older pointgeope), so whether "
                f"{', '.join(unknown)} differ(s) only in where it was prepared from (the source and signature "
                "attributes: the same raw data prepared from another path) cannot be told" if unknown else
-               ": their points differ, not only where they were prepared from" if any(now[a] for a in differing)
-               else "")  # only files that are gone
+               ": their points differ, not only where they were prepared from" + _without_normals(root, differing)
+               if any(now[a] for a in differing) else "")  # only files that are gone
         raise CheckpointError(f"{path} was trained on other data than {root} holds now ({shown}){why}; restore "
                               "the data it trained on (or set data.root to it); pointgeope train with --force "
                               "retrains the fold from scratch")
+
+
+def _without_normals(root: str | Path, areas: list[str]) -> str:
+    """A clause naming those of ``areas`` whose file under ``root`` holds no normals (a prepare before them):
+    a run trained on files with normals records their points with them, which such a file cannot match."""
+    from pointgeope.data.identity import has_normals
+    from pointgeope.h5 import area_path
+
+    old = [a for a in areas if area_path(root, a).is_file() and not has_normals(area_path(root, a))]
+    return (f" (or {root}'s {', '.join(f'{a}.h5' for a in old)} hold(s) no normals, prepared by an older pointgeope: "
+            f"if it trained on files with normals, `pointgeope prepare RAW {root}` adds them)") if old else ""

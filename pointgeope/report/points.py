@@ -13,6 +13,13 @@ such fold's file from what is at hand under the fold's ``data.root``, as ``train
 
 A fold whose every area is found so is compared by its points; one that is not keeps its file checksums
 (and the folds are then compared by files, as before). The report says which folds were found, and how.
+
+A fold that records its points may have trained on a file that a later ``prepare`` into the same folder
+replaced with one of the same points and more arrays: the file of a prepare before normals, whose points
+checksum (no ``normal``) differs from the new file's. ``prepare`` lists the old file's checksum under
+``same_points`` (``pointgeope.data.identity.prepared_points``), and ``train``/``evaluate`` accept it;
+:func:`current_points` takes such a fold's points as the manifest's current ones, so that folds trained before
+and after that prepare (and runs side by side) compare as one data set.
 """
 from __future__ import annotations
 
@@ -67,4 +74,30 @@ def recover_points(folds: dict[str, dict | None]) -> list[str]:
             settings.update({f"data.points.{area}": value for area, (value, _) in points.items()})
             where = sorted({how for _, how in points.values()})
             found.append(f"{fold} (no points checksums recorded: from {', '.join(where)})")
+    return found
+
+
+def current_points(folds: dict[str, dict | None]) -> list[str]:
+    """Set ``data.points.<area>`` of each fold (``{fold area: settings}``) recording it and ``data.files.<area>``
+    to the points ``manifest.json`` under its ``data.root`` lists now where that manifest lists the fold's file
+    checksum among ``same_points[area]`` (module docstring) and the two points checksums differ; returns one
+    line per fold so changed, as :func:`recover_points`'s."""
+    from pointgeope.data.identity import manifest_points
+
+    found, manifests = [], {}    # root -> manifest_points(root): the folds of a run share one root
+    for fold, settings in folds.items():
+        root = settings.get("data.root") if settings else None
+        if not isinstance(root, str):
+            continue
+        if root not in manifests:
+            manifests[root] = manifest_points(root)
+        points, same = manifests[root]
+        changed = sorted(area for key, value in settings.items() if key.startswith("data.points.")
+                         and (area := key.removeprefix("data.points.")) in points and value != points[area]
+                         and settings.get(f"data.files.{area}") in same.get(area, []))
+        if changed:
+            settings.update({f"data.points.{area}": points[area] for area in changed})
+            found.append(f"{fold} (its file{'s' if len(changed) > 1 else ''} of {', '.join(changed)} since replaced "
+                         f"by {'files' if len(changed) > 1 else 'one'} of the same points: from "
+                         f"{Path(root) / 'manifest.json'})")
     return found

@@ -40,7 +40,7 @@ from pointgeope.lock import LOCK_NAME, live_writer
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
 from pointgeope.report.citation import code_of
 from pointgeope.report.machine import fold_machine
-from pointgeope.report.points import recover_points
+from pointgeope.report.points import current_points, recover_points
 from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text, run_settings
 
 METRICS_FILE = "metrics.json"
@@ -318,13 +318,7 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
         same_class_names([(f.path, f.class_names) for f in folds])
     rule = _class_mean(run, folds, class_mean)
     folds = [dataclasses.replace(f, class_mean=rule) for f in folds]
-    mixed = mixed_settings({f.area: f.settings for f in folds})
-    if any(key.startswith("data.files.") for key in mixed):  # the same points prepared in two places?
-        found = recover_points({f.area: f.settings for f in folds})
-        if found:
-            mixed = mixed_settings({f.area: f.settings for f in folds})
-            print(f"note: {run}: the folds' data compared by the points of their area files, those of "
-                  f"{'; '.join(found)}", flush=True)
+    mixed = _mixed(run, folds)
     if mixed and not allow_mixed:
         raise ReportError(f"{run}: its folds were trained or evaluated with different settings: {mixed_text(mixed)}; "
                           "one pooled number needs one method, data set and protocol: report them as separate "
@@ -341,6 +335,22 @@ def load_run(run: str | Path, name: str | None = None, class_mean: str | None = 
                           + (f"{fold}" if fold is not None else f"1..{len(AREAS)}")
                           + (f"; {summary.unreported_text()}" if unreported else ""))
     return summary
+
+
+def _mixed(run: Path, folds: list[FoldResult]) -> dict[str, dict[str, object]]:
+    """:func:`mixed_settings` of the folds, their points taken as their data roots' manifests list them now
+    (:func:`current_points`) and, where their file checksums differ, recovered (:func:`recover_points`); one
+    note names the folds whose points were so found."""
+    settings = {f.area: f.settings for f in folds}
+    found = current_points(settings)
+    mixed = mixed_settings(settings)
+    # the same points prepared in two places?
+    if any(key.startswith("data.files.") for key in mixed) and (more := recover_points(settings)):
+        found, mixed = found + more, mixed_settings(settings)
+    if found:
+        print(f"note: {run}: the folds' data compared by the points of their area files, those of "
+              f"{'; '.join(found)}", flush=True)
+    return mixed
 
 
 def load_runs(runs: list[str | Path], names: list[str] | None = None,

@@ -111,6 +111,10 @@ def test_runs_on_other_points_are_still_told_apart(tmp_path, monkeypatch):
     (np.full((3, 3), np.nan, dtype=np.float16), "a non-finite normal"),
     (np.zeros((3, 3), dtype=np.float32), r"expected normal float16 of shape \(3, 3\), got float32 \(3, 3\)"),
     (np.zeros((2, 3), dtype=np.float16), r"expected normal float16 of shape \(3, 3\), got float16 \(2, 3\)"),
+    (np.array([[0, 0, 1], [0, 0, 0], [0, 0, 1]], dtype=np.float16),
+     r"1 normal\(s\) not of unit length \(point 1: length 0\)"),
+    (np.array([[0.6, 0.8, 0], [0, 0, 1], [0, 2, 0]], dtype=np.float16),
+     r"1 normal\(s\) not of unit length \(point 2: length 2\)"),
 ])
 def test_the_check_of_area_files_refuses_a_damaged_normal(tmp_path, normal, message):
     raw = five_rooms(tmp_path / "raw")
@@ -138,3 +142,39 @@ def test_a_scan_predictions_file_keeps_the_normals_it_is_given(tmp_path):
     write_scan_predictions(tmp_path / "b_pred.h5", "Area_0", "b", arrays, np.zeros(2), ["ceiling"], "b.ply", {})
     with h5py.File(tmp_path / "b_pred.h5") as f:
         assert "normal" not in f["b"]
+
+
+def test_a_run_trained_with_normals_reads_a_copy_prepared_before_them(tmp_path, monkeypatch):
+    """A run trained on a folder with normals (PTv1 reads none), evaluated on a copy of the same raw data that
+    an older pointgeope prepared (a node's copy): its recorded points hold the normals, the copy's cannot, and
+    it was refused as "their points differ, not only where they were prepared from". Where the file it trained
+    on is at hand, that file without its normals is compared; where it is not, the refusal says that the copy
+    holds no normals and how to add them. Other points are still refused."""
+    from pointgeope.engine.checkpoint import CheckpointError
+    from pointgeope.engine.trained_data import check_data
+
+    raw = five_rooms(tmp_path / "raw")
+    prepare(PrepareConfig(raw, tmp_path / "new", progress=False))
+    new = json.loads((tmp_path / "new/manifest.json").read_text())
+    _older_prepare(monkeypatch)
+    prepare(PrepareConfig(raw, tmp_path / "copy", progress=False))
+    copy = json.loads((tmp_path / "copy/manifest.json").read_text())
+    notes = []
+    check_data("last.pt", new["checksums"], copy["checksums"], tmp_path / "copy", notes.append, new["points"],
+               tmp_path / "new")
+    assert len(notes) == 1 and "Area_1.h5 trained on" in notes[0] and "Area_2.h5 trained on" in notes[0], notes
+    (raw / "Area_2/room_b/Annotations/table_1.txt").write_bytes(b"0.5 0.5 0.25 3 3 3\n")  # other points now
+    prepare(PrepareConfig(raw, tmp_path / "other", progress=False))
+    other = json.loads((tmp_path / "other/manifest.json").read_text())
+    with pytest.raises(CheckpointError, match=r"\(Area_2.h5 trained on [^;]*\): their points differ"):
+        check_data("last.pt", new["checksums"], other["checksums"], tmp_path / "other", print, new["points"],
+                   tmp_path / "new")
+    for name in ("new", "other"):
+        for path in (tmp_path / name).glob("Area_*.h5"):
+            path.unlink()  # the files it trained on are gone: the recorded points alone tell
+    with pytest.raises(CheckpointError) as err:
+        check_data("last.pt", new["checksums"], copy["checksums"], tmp_path / "copy", print, new["points"],
+                   tmp_path / "new")
+    assert (f"their points differ, not only where they were prepared from (or {tmp_path / 'copy'}'s Area_1.h5, "
+            f"Area_2.h5 hold(s) no normals, prepared by an older pointgeope: if it trained on files with normals, "
+            f"`pointgeope prepare RAW {tmp_path / 'copy'}` adds them); restore") in str(err.value)

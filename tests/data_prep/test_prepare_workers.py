@@ -255,7 +255,7 @@ def _omp_threads(_) -> str | None:
     return os.environ.get("OMP_NUM_THREADS")
 
 
-@pytest.mark.parametrize("given, expected", [(None, "1"), ("3", "3")])
+@pytest.mark.parametrize("given, expected", [(None, "1"), ("3", "3"), ("", "1")])
 def test_each_worker_runs_one_openmp_thread_unless_told_otherwise(monkeypatch, given, expected):
     """--jobs N workers each searching the normals' neighbours with a thread per core would fight for the cores."""
     from data_prep.pool import parallel_map
