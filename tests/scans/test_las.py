@@ -3,6 +3,8 @@ in file order (coordinates, 16-bit colour), and the writer's LAS/class field rea
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import re
 
 import numpy as np
@@ -290,3 +292,46 @@ def test_a_laz_of_varying_chunks_counting_other_points_than_its_chunks_is_refuse
                                         rf"{count:,} points, its LAZ chunk table counts 3,000 points in 3 chunks of "
                                         r"varying size: the header's count is wrong"):
         read_las(tmp_path / "b.laz")
+
+
+def laszip_data_at(data: bytes) -> int:
+    """The byte where the data of a LAZ file's ``laszip encoded`` VLR starts (after its 54-byte VLR header,
+    whose user id starts at byte 2); its fields: compressor, coder, version (6 bytes), options (4), chunk size
+    (uint32 at 12), special EVLRs (16), item count (uint16 at 32), then 6 bytes per item."""
+    return data.index(b"laszip encoded") - 2 + 54
+
+
+def test_a_laz_whose_laszip_vlr_lists_no_items_is_refused(tmp_path):
+    """A VLR of 0 items (its points of 0 bytes, where the header says 26): lazrs panicked, a PanicException
+    (not an Exception) that stopped predict with a traceback, its other inputs lost."""
+    pytest.importorskip("lazrs", reason="the check reads the VLR with lazrs")
+    las_file(tmp_path / "a.laz", n=100)
+    data = bytearray((tmp_path / "a.laz").read_bytes())
+    at = laszip_data_at(data)
+    assert int.from_bytes(data[at + 32:at + 34], "little") == 2  # POINT10, RGB12 (point format 2)
+    data[at + 32:at + 34] = b"\0\0"
+    (tmp_path / "a.laz").write_bytes(bytes(data))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'a.laz'))}: a damaged LAZ file: its laszip VLR "
+                                        r"describes point records of 0 bytes, its header 26 \(point format 2\)"):
+        read_las(tmp_path / "a.laz")
+
+
+def test_a_laz_whose_chunk_size_is_far_beyond_its_points_reads_back(tmp_path):
+    """A chunk size of 4,278,239,056 points (one damaged byte of 50,000) in a file of 100 points: lazrs's
+    parallel decompressor allocated a whole chunk (111 GB) and the process aborted ("memory allocation ...
+    failed", exit 134). The points are read whole, exactly; in a child process, which the abort would end."""
+    pytest.importorskip("lazrs", reason="lazrs's decompressors")
+    coord, color = las_file(tmp_path / "a.laz", n=100)
+    data = bytearray((tmp_path / "a.laz").read_bytes())
+    at = laszip_data_at(data)
+    assert int.from_bytes(data[at + 12:at + 16], "little") == 50_000
+    data[at + 15] = 0xFF
+    (tmp_path / "a.laz").write_bytes(bytes(data))
+    script = ("import sys, numpy as np; from pointgeope.scans.las import read_las; "
+              "s = read_las(sys.argv[1]); np.save(sys.argv[2], np.c_[s.coord, s.color])")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "a.laz"), str(tmp_path / "read.npy")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    read = np.load(tmp_path / "read.npy")
+    np.testing.assert_allclose(read[:, :3], coord, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(read[:, 3:], color)
