@@ -25,6 +25,7 @@ even that cannot hold is refused before it is predicted.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -80,18 +81,24 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
 
 
 def _check_vlr_count(path: Path) -> None:
-    """A ScanError when the public header's VLR count cannot fit between the header and the points (each VLR
-    is 54 bytes or more): a damaged header (one flipped byte made it 4,211,081,216) on which laspy read VLRs
-    for hours. Other files (no ``LASF`` signature, too short) are left to laspy's own errors."""
+    """A ScanError when the public header's VLR count cannot fit between the header and the points, or the end
+    of the file where the points are said to start beyond it (each VLR is 54 bytes or more): a damaged header
+    (one flipped byte made it 4,211,081,216; bytes inserted into the header made it 16,777,217 and the points'
+    offset 1.3 GB in a file of 780 bytes) on which laspy read VLRs for hours. Other files (no ``LASF``
+    signature, too short) are left to laspy's own errors."""
     with open(path, "rb") as f:
         raw = f.read(104)
+        size = os.fstat(f.fileno()).st_size
     if len(raw) < 104 or raw[:4] != b"LASF":
         return
     header_size, offset, count = (int.from_bytes(raw[a:b], "little") for a, b in ((94, 96), (96, 100), (100, 104)))
-    if count * 54 > max(offset - header_size, 0):
+    room = max(min(offset, size) - header_size, 0)
+    if count * 54 > room:
+        end = (f"its points (byte {offset:,})" if offset <= size
+               else f"the end of the file (byte {size:,}; its points are said to start at byte {offset:,})")
         raise ScanError(f"{path}: a damaged LAS header: it counts {count:,} VLRs of 54 bytes or more, which do not fit "
-                        f"in the {max(offset - header_size, 0):,} bytes between its header ({header_size} bytes) "
-                        f"and its points (byte {offset:,}); copy it again or export it again")
+                        f"in the {room:,} bytes between its header ({header_size} bytes) and {end}; copy it again "
+                        "or export it again")
 
 
 def _truncated(path: Path, header, holds: str) -> str:

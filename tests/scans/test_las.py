@@ -200,6 +200,21 @@ def test_a_las_header_counting_more_vlrs_than_fit_is_refused(tmp_path):
         read_las(tmp_path / "a.las")
 
 
+def test_a_las_header_counting_vlrs_beyond_the_end_of_the_file_is_refused(tmp_path):
+    """Bytes inserted into a header moved its fields: 16,777,217 VLRs, points at byte 1.3 GB, in a file of a few
+    kB. They fit before the points, not in the file: laspy read VLRs from its end for hours. Here 100,000 VLRs
+    (5.4 MB) before points said to be at byte 2^30, in a file of 2,827 bytes."""
+    las_file(tmp_path / "a.las", n=100)
+    data = bytearray((tmp_path / "a.las").read_bytes())
+    data[96:100], data[100:104] = (2**30).to_bytes(4, "little"), (100_000).to_bytes(4, "little")
+    (tmp_path / "a.las").write_bytes(bytes(data))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'a.las'))}: a damaged LAS header: it counts "
+                                        r"100,000 VLRs of 54 bytes or more, which do not fit in the 2,600 bytes "
+                                        r"between its header \(227 bytes\) and the end of the file \(byte 2,827; its "
+                                        r"points are said to start at byte 1,073,741,824\)"):
+        read_las(tmp_path / "a.las")
+
+
 def test_a_laz_of_no_points_reads_as_an_empty_scan(tmp_path):
     """Its chunk table counts 0 chunks: it was named "a damaged LAZ file ... expected version 0 and 1 to 0
     chunks (bytes lost or added inside the points)"; it is an empty scan, which predict names as one."""
