@@ -200,6 +200,16 @@ def test_every_numeric_key_has_its_range_and_the_defaults_are_inside():
     config_from_dict(config_to_dict(Config()))  # the published recipe passes its own checks
 
 
+@pytest.mark.parametrize("grid", ["5e-324", "1e-300", "1e-7"])
+def test_a_grid_finer_than_a_micrometre_is_refused_when_the_config_is_read(grid):
+    """5e-324 (a subnormal) was accepted as > 0 and ended training in a traceback (GeoPE's position scale
+    1 / grid_size = inf); 1e-300 overflowed float32 into NaN losses blamed on optim.lr."""
+    with pytest.raises(ConfigError, match=rf"^override 'data.grid_size={grid}': data.grid_size: expected a finite "
+                                          rf"number >= 1e-06, got {float(grid)!r}$"):
+        load_config(None, [f"data.grid_size={grid}"])
+    assert load_config(None, ["data.grid_size=1e-6"]).data.grid_size == 1e-6
+
+
 def test_range_bounds_and_their_text():
     positive, unit = Range(0, open_low=True), Range(0, 1)
     assert 1e-12 in positive and 0 not in positive and -1 not in positive
