@@ -108,7 +108,8 @@ RANGES: dict[str, Range] = {
     "train.checkpoint_every": sizes(0, 10**9, "it counts steps"),
     "train.epochs_per_run": sizes(1, 10**6, "it counts epochs, as train.epochs"),
     "train.ignore_index": Range(-(2**31), 255, why="labels are stored as uint8"), "train.lovasz_weight": AT_LEAST_0,
-    "eval.tta.scales": POSITIVE,
+    "eval.tta.scales": Range(0, 10, open_low=True, why="a view scales the room about its centre (the published "
+                                                       "tests: 0.9 to 1.1), and 1e308 made its coordinates infinite"),
     "eval.tta.rotations": sizes(1, 360, "each view is one more pass over every test room"),
     "eval.batch_points": sizes(1, 2**31 - 1, "the points of one forward pass are indexed by 32-bit integers"),
     "eval.max_fragments": sizes(1, 10**7, "each fragment is one more pass over the room"),
@@ -157,7 +158,7 @@ def range_problem(value: Any, name: str) -> str | None:
         bound = str(allowed)
         if allowed.why:  # a size: the side it crossed, and why the upper bound is there
             above = math.isfinite(x) and x > allowed.high
-            bound = str(Range(high=allowed.high)) if above else str(Range(allowed.low))
+            bound = str(Range(high=allowed.high)) if above else str(Range(allowed.low, open_low=allowed.open_low))
             if above:
                 return f"{at}: expected {kind} {bound}, got {x!r}; the bound is there because {allowed.why}"
         return f"{at}: expected {' '.join(filter(None, (kind, bound)))}, got {x!r}"

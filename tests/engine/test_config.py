@@ -210,6 +210,18 @@ def test_a_grid_finer_than_a_micrometre_is_refused_when_the_config_is_read(grid)
     assert load_config(None, ["data.grid_size=1e-6"]).data.grid_size == 1e-6
 
 
+def test_a_test_view_scale_beyond_10_is_refused_naming_why():
+    """eval.tta.scales=[1e308] made every coordinate of the view infinite: evaluate and predict ended in a
+    traceback ("expected finite coord"); 0 stays refused as not > 0 (the bound's text kept the open side)."""
+    with pytest.raises(ConfigError, match=r"^override 'eval.tta.scales=\[1, 1e308\]': eval.tta.scales\[1\]: expected "
+                                          r"a finite number <= 10, got 1e\+308; the bound is there because a view scales"):
+        load_config(None, ["eval.tta.scales=[1, 1e308]"])
+    with pytest.raises(ConfigError, match=r"^override 'eval.tta.scales=\[0\]': eval.tta.scales\[0\]: expected a "
+                                          r"finite number > 0, got 0.0$"):
+        load_config(None, ["eval.tta.scales=[0]"])
+    assert load_config(None, ["eval.tta.scales=[0.9, 10]"]).eval.tta.scales == [0.9, 10]
+
+
 def test_range_bounds_and_their_text():
     positive, unit = Range(0, open_low=True), Range(0, 1)
     assert 1e-12 in positive and 0 not in positive and -1 not in positive
