@@ -68,9 +68,10 @@ def sizes(low: int, high: int, why: str) -> Range:
 # Every size key has an upper bound that says why; the memory of the neighbourhoods that the sizes imply
 # together is estimated when the run starts (pointgeope.engine.memory).
 RANGES: dict[str, Range] = {
-    # a micrometre: finer than any scanner's noise; the network's position scale is 1 / grid_size in float32,
+    # from a micrometre, finer than any scanner's noise: the network's position scale is 1 / grid_size in float32,
     # which overflowed (inf below ~1e-308: a traceback; NaN losses below ~1e-38, blamed on optim.lr)
-    "data.grid_size": Range(1e-6),
+    "data.grid_size": Range(1e-6, 1000, why="a voxel of that edge (metres) holds a whole building (S3DIS recipes: "
+                                           "0.02 to 0.08), and the stages multiply it by their strides (1e308: inf)"),
     "data.voxel_max": sizes(1, 10**8, "a sample holds that many points, and the largest S3DIS room about 10^7"),
     "data.loop": sizes(1, 10**4, "each training room is read that many times per epoch (the authors' recipe: 30)"),
     "data.batch_size": sizes(1, 2**16, "a step holds that many samples of up to data.voxel_max points"),

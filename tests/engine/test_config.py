@@ -210,6 +210,15 @@ def test_a_grid_finer_than_a_micrometre_is_refused_when_the_config_is_read(grid)
     assert load_config(None, ["data.grid_size=1e-6"]).data.grid_size == 1e-6
 
 
+def test_a_grid_beyond_a_kilometre_is_refused_naming_why():
+    """1e308 passed and training ended in a traceback once the first stage multiplied it by its stride
+    ("expected grid_unit a finite number > 0, got inf"); a checkpoint's config is checked the same way."""
+    with pytest.raises(ConfigError, match=r"^override 'data.grid_size=1e308': data.grid_size: expected a finite number "
+                                          r"<= 1000, got 1e\+308; the bound is there because a voxel of that edge"):
+        load_config(None, ["data.grid_size=1e308"])
+    assert load_config(None, ["data.grid_size=1000"]).data.grid_size == 1000
+
+
 def test_a_test_view_scale_beyond_10_is_refused_naming_why():
     """eval.tta.scales=[1e308] made every coordinate of the view infinite: evaluate and predict ended in a
     traceback ("expected finite coord"); 0 stays refused as not > 0 (the bound's text kept the open side)."""
