@@ -3,9 +3,10 @@ in file order (coordinates, 16-bit colour), and the writer's LAS/class field rea
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
-import re
+import warnings
 
 import numpy as np
 import pytest
@@ -350,3 +351,18 @@ def test_a_laz_whose_chunk_size_is_far_beyond_its_points_reads_back(tmp_path):
     read = np.load(tmp_path / "read.npy")
     np.testing.assert_allclose(read[:, :3], coord, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(read[:, 3:], color)
+
+
+def test_a_las_header_whose_scale_makes_coordinates_infinite_names_the_header(tmp_path):
+    """A damaged y scale of -1.8e306: X * scale overflowed with numpy's RuntimeWarning, and the scan was
+    refused as points of infinite coordinates to "remove from the file", which holds none."""
+    las_file(tmp_path / "a.las", n=50)
+    data = bytearray((tmp_path / "a.las").read_bytes())
+    data[139:147] = np.float64(-1.8e306).tobytes()  # the y scale factor (x, y, z scales at bytes 131, 139, 147)
+    (tmp_path / "a.las").write_bytes(bytes(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'a.las'))}: a damaged LAS header: its scales "
+                                            r"\[0\.001, -1\.8e\+306, 0\.001\] and offsets \[650000\.0, 4800000\.0, 100\.0\] "
+                                            r"make coordinates infinite"):
+            read_las(tmp_path / "a.las")
