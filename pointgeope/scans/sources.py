@@ -262,8 +262,8 @@ def _load_npy(path: Path) -> np.ndarray:
         raise ScanError(f"{path}: not a readable .npy array (empty file); expected an array saved by numpy.save") from None
     except ValueError as err:
         if "mmap length is greater than file size" in str(err):
-            raise ScanError(f"{path}: truncated .npy array: its header's shape needs more bytes than the file holds "
-                            "(cut short, e.g. by an interrupted copy); save or copy it again") from None
+            raise ScanError(f"{path}: not a readable .npy array (truncated: its header's shape needs more bytes than "
+                            "the file holds; cut short, e.g. by an interrupted copy?): save or copy it again") from None
         if "Python objects" in str(err):
             raise ScanError(f"{path}: not a readable .npy array (it holds Python objects, read only by unpickling); "
                             "expected a numeric array of shape (N, 3) or (N, 6)") from None
