@@ -149,8 +149,9 @@ def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> tup
     if force or not path.is_file():
         return {}, None
     checksums = old_manifest.get("checksums")
-    expected = {(checksums if isinstance(checksums, dict) else {}).get(area),
-                _read_manifest(out / ".work", ASSEMBLED).get(area)} - {None}
+    found = ((checksums if isinstance(checksums, dict) else {}).get(area),
+             _read_manifest(out / ".work", ASSEMBLED).get(area))
+    expected = {c for c in found if isinstance(c, str)}  # a damaged entry ({}, []) is no checksum: it was a TypeError
     if not expected or (actual := file_checksum(path)) not in expected:  # no checksum: no file read
         why = "does not match its checksum in" if expected else "has no checksum in"
         print(f"warning: {path} {why} {out / 'manifest.json'}; rebuilding it", file=sys.stderr)

@@ -55,14 +55,20 @@ def _open_predictions(path: str | Path) -> h5py.File:
 
 def read_predictions(path: str | Path, room: str) -> np.ndarray:
     """Predicted labels ``(N,)`` of one room from a predictions file (fold or scan); a SchemaError naming
-    the file when it holds no predictions of ``room``."""
+    the file when it holds no predictions of ``room``, or ``pred`` is not one integer label per point (float
+    labels reached the metrics' ValueError, a traceback of ``viz --list --pred``)."""
     with _open_predictions(path) as f:
         if room not in f:
             raise SchemaError(f"{path}: no predictions for room {room!r}; rooms are {sorted(f)}")
         if not isinstance(f[room], h5py.Group) or PRED not in f[room]:
             raise SchemaError(f"{path}: room {room!r} holds no predictions (no 'pred' array); expected "
                               f"{_PREDICTIONS}")
-        return f[room][PRED][()]
+        pred = f[room][PRED]
+        if not isinstance(pred, h5py.Dataset) or pred.ndim != 1 or pred.dtype.kind not in "iu":
+            what = f"{pred.dtype} {pred.shape}" if isinstance(pred, h5py.Dataset) else "a group"
+            raise SchemaError(f"{path}: room {room!r}: expected 'pred' to be integer labels of shape (N,), got "
+                              f"{what}; expected {_PREDICTIONS}")
+        return pred[()]
 
 
 def predictions_attrs(path: str | Path, *keys: str) -> list:

@@ -123,10 +123,20 @@ def _flock_or_refuse(fd: int, mode: str, refusal) -> None:
         raise error from None
 
 
+def _open_lock_file(path: Path, flags: int, mode: int) -> int:
+    """``os.open`` of a lock file; a folder in its place (made by hand, or by a sync tool) is a LockError that
+    says to remove it, where it was an ``IsADirectoryError`` traceback."""
+    try:
+        return os.open(path, flags, mode)
+    except IsADirectoryError:
+        raise LockError(f"{path}: expected the lock file of {path.parent}, found a folder; remove that folder "
+                        "(once no pointgeope command works there) and run again") from None
+
+
 def _open_locked(path: Path) -> int:
     """Open ``path`` and take its flock; the descriptor, or LockError when a live process holds it."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(path, os.O_RDWR | os.O_CREAT, 0o644)
         _flock_or_refuse(fd, "LOCK_EX", lambda: _refuse(path, _holder(fd)))
         try:  # a releasing owner may have deleted the file between our open and our flock
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
@@ -187,7 +197,7 @@ def _readers(fd: int) -> str:
 
 def _exclude_readers(folder: Path) -> int:
     """Take ``FOLDER/.readers.lock`` exclusively: the descriptor, or LockError naming the readers."""
-    fd = os.open(folder / READERS_NAME, os.O_RDONLY | os.O_CREAT, 0o666)
+    fd = _open_lock_file(folder / READERS_NAME, os.O_RDONLY | os.O_CREAT, 0o666)
     _flock_or_refuse(fd, "LOCK_EX", lambda: LockError(f"{folder} is being read by {_readers(fd)}; wait for it to "
                                                       "end, or write into another folder"))
     return fd

@@ -276,3 +276,16 @@ def test_the_live_writer_is_the_process_holding_the_lock_not_any_process_of_its_
         other.wait()
     with folder_lock(tmp_path, "mine"):
         assert live_writer(tmp_path) is None                     # this process: never its own writer
+
+
+@pytest.mark.parametrize("name", [LOCK_NAME, ".readers.lock"])
+def test_a_folder_in_place_of_a_lock_file_is_one_line_saying_to_remove_it(tmp_path, name):
+    """os.open of a folder raised IsADirectoryError: a traceback of train, evaluate and prepare."""
+    (tmp_path / name).mkdir()
+    with pytest.raises(LockError, match=rf"^{re.escape(str(tmp_path / name))}: expected the lock file of "
+                                        rf"{re.escape(str(tmp_path))}, found a folder; remove that folder"):
+        with folder_lock(tmp_path, readers=True):
+            pass
+    (tmp_path / name).rmdir()
+    with folder_lock(tmp_path, readers=True):
+        assert (tmp_path / LOCK_NAME).is_file()

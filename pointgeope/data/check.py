@@ -89,6 +89,10 @@ def check_room(where: str, group, max_extent: float, num_classes: int, unlabelle
     missing = [key for key in ROOM_ARRAYS if key not in group]
     if missing:
         raise SchemaError(f"{where}: expected datasets {list(ROOM_ARRAYS)}, missing {missing}; {_AGAIN}")
+    lengths = {key: group[key].shape[0] if group[key].ndim else "no" for key in ROOM_ARRAYS}
+    if len(set(lengths.values())) > 1:  # named by length: the shape check below took the labels' as right
+        raise SchemaError(f"{where}: expected one entry per point in each array, got "
+                          f"{', '.join(f'{count} {key}' for key, count in lengths.items())}; {_AGAIN}")
     n = group["label"].shape[0] if group["label"].ndim == 1 else -1
     _check_arrays(where, group, n, ROOM_ARRAYS)
     if n == 0:

@@ -249,18 +249,30 @@ def fold_progress(path: str | Path, ckpt: dict, log=None) -> tuple[int, int]:
     fold is finished when the first reaches the second. A ``last.pt`` beside it that cannot be read (cut
     short) does not stop the use of an intact ``best.pt``: its own epochs then, a warning through ``log``."""
     path = Path(path)
-    last, unread = path.parent / "last.pt", None
+    last, unread, read = path.parent / "last.pt", None, path
+    _count(ckpt, ("epoch",), path)  # its own, which evaluate records
     if path.name != "last.pt" and last.is_file():
         try:
-            ckpt = load_checkpoint(last)
+            ckpt, read = load_checkpoint(last), last
         except CheckpointError as err:
             unread = err
-    trained = int(ckpt.get("epoch", 0))
-    epochs = int(checkpoint_config(ckpt, path).get("train", {}).get("epochs", trained))
+    trained = _count(ckpt, ("epoch",), read)
+    train = checkpoint_config(ckpt, read).get("train")
+    epochs = _count(train, ("config", "train", "epochs"), read, trained) if isinstance(train, dict) else trained
     if unread is not None and log is not None:
         after = "the fold finished" if trained >= epochs else "how far the fold trained after it is unknown"
         log(f"warning: {unread}; {path.name} is used (saved at epoch {trained} of {epochs}: {after})")
     return trained, epochs
+
+
+def _count(entries: dict, keys: tuple[str, ...], path: Path, default: int = 0) -> int:
+    """``entries[keys[-1]]`` (``default`` when absent), a whole number >= 0 (``keys``: its place in the
+    checkpoint, for the message); else a CheckpointError: a damaged entry was a ``TypeError`` traceback."""
+    value = entries.get(keys[-1], default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CheckpointError(f"{path}: damaged checkpoint: expected its {'.'.join(keys)!r} entry to be a whole "
+                              f"number >= 0, got {value!r:.40}; use the run's own checkpoint")
+    return value
 
 
 def unfinished_warning(path: str | Path, ckpt: dict) -> str | None:

@@ -68,7 +68,10 @@ def sizes(low: int, high: int, why: str) -> Range:
 # Every size key has an upper bound that says why; the memory of the neighbourhoods that the sizes imply
 # together is estimated when the run starts (pointgeope.engine.memory).
 RANGES: dict[str, Range] = {
-    "data.grid_size": POSITIVE,
+    # from a micrometre, finer than any scanner's noise: the network's position scale is 1 / grid_size in float32,
+    # which overflowed (inf below ~1e-308: a traceback; NaN losses below ~1e-38, blamed on optim.lr)
+    "data.grid_size": Range(1e-6, 1000, why="a voxel of that edge (metres) holds a whole building (S3DIS recipes: "
+                                           "0.02 to 0.08), and the stages multiply it by their strides (1e308: inf)"),
     "data.voxel_max": sizes(1, 10**8, "a sample holds that many points, and the largest S3DIS room about 10^7"),
     "data.loop": sizes(1, 10**4, "each training room is read that many times per epoch (the authors' recipe: 30)"),
     "data.batch_size": sizes(1, 2**16, "a step holds that many samples of up to data.voxel_max points"),
@@ -106,7 +109,8 @@ RANGES: dict[str, Range] = {
     "train.checkpoint_every": sizes(0, 10**9, "it counts steps"),
     "train.epochs_per_run": sizes(1, 10**6, "it counts epochs, as train.epochs"),
     "train.ignore_index": Range(-(2**31), 255, why="labels are stored as uint8"), "train.lovasz_weight": AT_LEAST_0,
-    "eval.tta.scales": POSITIVE,
+    "eval.tta.scales": Range(0, 10, open_low=True, why="a view scales the room about its centre (the published "
+                                                       "tests: 0.9 to 1.1), and 1e308 made its coordinates infinite"),
     "eval.tta.rotations": sizes(1, 360, "each view is one more pass over every test room"),
     "eval.batch_points": sizes(1, 2**31 - 1, "the points of one forward pass are indexed by 32-bit integers"),
     "eval.max_fragments": sizes(1, 10**7, "each fragment is one more pass over the room"),
@@ -155,7 +159,7 @@ def range_problem(value: Any, name: str) -> str | None:
         bound = str(allowed)
         if allowed.why:  # a size: the side it crossed, and why the upper bound is there
             above = math.isfinite(x) and x > allowed.high
-            bound = str(Range(high=allowed.high)) if above else str(Range(allowed.low))
+            bound = str(Range(high=allowed.high)) if above else str(Range(allowed.low, open_low=allowed.open_low))
             if above:
                 return f"{at}: expected {kind} {bound}, got {x!r}; the bound is there because {allowed.why}"
         return f"{at}: expected {' '.join(filter(None, (kind, bound)))}, got {x!r}"

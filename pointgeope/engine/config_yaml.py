@@ -83,7 +83,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a mapping with a repeated key (:class:`DuplicateKeyError`)."""
 
     def construct_document(self, node):
-        self._paths, self.lines = {}, {}
+        self._paths, self.lines, self._walked = {}, {}, set()
         self._name(node, "")
         return super().construct_document(node)
 
@@ -93,7 +93,12 @@ class UniqueKeyLoader(yaml.SafeLoader):
         key that holds a dot itself (``optim.lr: 0.5`` at the top, an override's form) is recorded quoted,
         ``"'optim.lr'"`` (:func:`literal_name`), so that it does not take the line of ``optim:``'s ``lr``. A key
         that YAML reads as another type (``yes``, ``on``: true; ``1``) is recorded under that value too, the
-        name the config's messages give it (``data.True``)."""
+        name the config's messages give it (``data.True``). A node is walked once: an alias (``*a``) names the
+        anchor's node again, so aliases of aliases were walked 9^12 times (a hang) and an alias inside its own
+        anchor (``a: &a [*a]``) without end (RecursionError); the entries under an alias keep the anchor's lines."""
+        if id(node) in self._walked:
+            return
+        self._walked.add(id(node))
         if isinstance(node, yaml.MappingNode):
             self._paths[id(node)] = path
             for key, value in node.value:

@@ -42,6 +42,9 @@ def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
     info = ckpt.get("predict")
     if info is None:
         info = prediction_metadata(config)
+    if not isinstance(info, dict):  # set(info) below: a TypeError traceback
+        raise CheckpointError(f"{path}: damaged checkpoint: expected its 'predict' entry to be a mapping, got "
+                              f"{info!r:.40}; use the run's own checkpoint")
     missing = {"class_names", "palette", "grid_size", "features", "in_channels"} - set(info)
     if missing:
         raise CheckpointError(f"{path}: its 'predict' entry lacks {sorted(missing)}")

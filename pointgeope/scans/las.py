@@ -7,8 +7,10 @@ value's low byte is 0: ``c << 8``), unless every value is within 0..255 (writers
 An uncompressed file of fewer point records than its header counts (cut short), or of more (a count the
 writer did not write; zeros after the points are padding), is refused, naming both counts; so is a LAZ file
 whose chunk table is beyond its end or does not read (bytes lost inside the points), or whose chunks (of a
-fixed size, or of varying sizes counted in the chunk table) cannot hold its header's count, and a header
-whose VLR count cannot fit before the points.
+fixed size, or of varying sizes counted in the chunk table) cannot hold its header's count, one whose laszip
+VLR's items do not add up to its point record size, and a header whose VLR count cannot fit before the points.
+A LAZ file of fixed chunks larger than its point count is read by lazrs's single-threaded decompressor (the
+parallel one allocates a whole chunk); a panic of the LAZ decoder is one error of the file, not a traceback.
 
 Writing (``write_las``): LAS 1.2 point format 3 (GPS time and RGB, colour ``c * 257``), the predicted
 class in the ``classification`` field (0..12 in ``constants.CLASS_NAMES`` order, not the ASPRS codes;
@@ -23,6 +25,7 @@ even that cannot hold is refused before it is predicted.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -54,14 +57,25 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
         with laspy.open(path) as reader:
             header = reader.header
             _check_length(path, header)
-            las = reader.read()
+            backend = _laz_backend(laspy, header)
+            las = reader.read() if backend is None else laspy.read(path, laz_backend=backend)
     except ScanError:
         raise
     except Exception as err:  # laspy raises its own and OS errors for truncated or foreign files
         raise ScanError(f"{path}: not a readable LAS/LAZ file ({type(err).__name__}: {err})") from None
+    except BaseException as err:  # lazrs's Rust panics reach Python as pyo3's PanicException, not an Exception
+        if type(err).__name__ != "PanicException":
+            raise
+        raise ScanError(f"{path}: a damaged LAZ file: the LAZ decoder failed on it ({err}); copy it again or "
+                        "export it again") from None
     if len(las.points) != header.point_count:  # laspy reads what there is, with only a log line
         raise ScanError(_truncated(path, header, f"{len(las.points):,} of them"))
-    coord = np.stack([np.asarray(las.x), np.asarray(las.y), np.asarray(las.z)], axis=1).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # laspy's X * scale + offset, of a damaged header's scale
+        coord = np.stack([np.asarray(las.x), np.asarray(las.y), np.asarray(las.z)], axis=1).astype(np.float64)
+    if not np.isfinite(coord).all():  # X is an int32: only the header's scales and offsets make it infinite
+        raise ScanError(f"{path}: a damaged LAS header: its scales {header.scales.tolist()} and offsets "
+                        f"{header.offsets.tolist()} make coordinates infinite (X * scale + offset); copy it again or "
+                        "export it again")
     color, notes = None, []
     if {"red", "green", "blue"} <= set(las.point_format.dimension_names):
         color = color_to_uint8(np.stack([las.red, las.green, las.blue], axis=1), str(path), notes=notes,
@@ -72,18 +86,24 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
 
 
 def _check_vlr_count(path: Path) -> None:
-    """A ScanError when the public header's VLR count cannot fit between the header and the points (each VLR
-    is 54 bytes or more): a damaged header (one flipped byte made it 4,211,081,216) on which laspy read VLRs
-    for hours. Other files (no ``LASF`` signature, too short) are left to laspy's own errors."""
+    """A ScanError when the public header's VLR count cannot fit between the header and the points, or the end
+    of the file where the points are said to start beyond it (each VLR is 54 bytes or more): a damaged header
+    (one flipped byte made it 4,211,081,216; bytes inserted into the header made it 16,777,217 and the points'
+    offset 1.3 GB in a file of 780 bytes) on which laspy read VLRs for hours. Other files (no ``LASF``
+    signature, too short) are left to laspy's own errors."""
     with open(path, "rb") as f:
         raw = f.read(104)
+        size = os.fstat(f.fileno()).st_size
     if len(raw) < 104 or raw[:4] != b"LASF":
         return
     header_size, offset, count = (int.from_bytes(raw[a:b], "little") for a, b in ((94, 96), (96, 100), (100, 104)))
-    if count * 54 > max(offset - header_size, 0):
+    room = max(min(offset, size) - header_size, 0)
+    if count * 54 > room:
+        end = (f"its points (byte {offset:,})" if offset <= size
+               else f"the end of the file (byte {size:,}; its points are said to start at byte {offset:,})")
         raise ScanError(f"{path}: a damaged LAS header: it counts {count:,} VLRs of 54 bytes or more, which do not fit "
-                        f"in the {max(offset - header_size, 0):,} bytes between its header ({header_size} bytes) "
-                        f"and its points (byte {offset:,}); copy it again or export it again")
+                        f"in the {room:,} bytes between its header ({header_size} bytes) and {end}; copy it again "
+                        "or export it again")
 
 
 def _truncated(path: Path, header, holds: str) -> str:
@@ -101,6 +121,7 @@ def _check_length(path: Path, header) -> None:
     points, the others dropped); bytes of zeros after the points are padding, not records."""
     size, record, start = path.stat().st_size, header.point_format.size, header.offset_to_point_data
     if header.are_points_compressed:  # LAZ: its points end with a chunk table, found at the int64 they start with
+        _check_laz_items(path, header)
         _check_chunk_table(path, header, size)
         return
     if size < start + header.point_count * record:
@@ -139,6 +160,42 @@ def _chunk_size(header) -> int | None:
             step = int.from_bytes(data[12:16], "little") if len(data) >= 16 else 0
             return step if 0 < step < 0xFFFFFFFF else None
     return None
+
+
+def _laszip_vlr(header):
+    """The ``laszip encoded`` VLR of a LAZ file, or None."""
+    return next((v for v in header.vlrs if (v.user_id, v.record_id) == ("laszip encoded", 22204)), None)
+
+
+def _check_laz_items(path: Path, header) -> None:
+    """A ScanError when the items of a LAZ file's ``laszip encoded`` VLR (a point's compressed parts: ``POINT10``
+    20 bytes, ``GPSTIME11`` 8, ``RGB12`` 6, extra bytes) do not add up to the header's point record size: a
+    damaged VLR (of no item, lazrs panicked: a traceback that stopped every other input of ``predict``). Checked
+    with ``lazrs`` (without it, laspy's other backend reads the file as before)."""
+    vlr = _laszip_vlr(header)
+    try:
+        import lazrs
+    except ImportError:
+        return
+    try:
+        size = None if vlr is None else lazrs.LazVlr(vlr.record_data_bytes()).item_size()
+    except (lazrs.LazrsError, ValueError) as err:  # a VLR lazrs cannot read
+        raise ScanError(f"{path}: not a readable LAS/LAZ file ({type(err).__name__}: {err})") from None
+    if size is not None and size != header.point_format.size:
+        raise ScanError(f"{path}: a damaged LAZ file: its laszip VLR describes point records of {size} bytes, its "
+                        f"header {header.point_format.size} (point format {header.point_format.id}); copy it again "
+                        "or export it again")
+
+
+def _laz_backend(laspy, header):
+    """None (laspy's choice, lazrs's parallel decompressor where installed), or lazrs's single-threaded one for a
+    LAZ file of fixed chunks larger than its point count: the parallel decompressor allocates a whole chunk
+    (chunk size x record bytes: a damaged byte of the chunk size made it 145 GB and the process aborted,
+    "memory allocation of 145460161020 bytes failed"), the single-threaded one only the points it reads."""
+    step = _chunk_size(header) if header.are_points_compressed else None
+    if step is None or step <= header.point_count or not laspy.LazBackend.Lazrs.is_available():
+        return None
+    return laspy.LazBackend.Lazrs
 
 
 def _check_chunk_table(path: Path, header, size: int) -> None:
@@ -183,7 +240,7 @@ def _variable_chunk_points(path: Path, header, table: int) -> int | None:
     """The points a LAZ file of chunks of varying size holds: the sum of the point counts of its chunk table
     (at byte ``table``, compressed; read by ``lazrs``). None for chunks of a fixed size, without the laszip VLR
     or without ``lazrs`` (laspy's other backend reads the file as before)."""
-    vlr = next((v for v in header.vlrs if (v.user_id, v.record_id) == ("laszip encoded", 22204)), None)
+    vlr = _laszip_vlr(header)
     try:
         import lazrs
     except ImportError:

@@ -119,6 +119,10 @@ def _points_element(elements: list[Element], path: Path) -> int:
                             f"(line {first.line}) does; expected the points in the vertex element only, got "
                             f"{other.count:,} records of x y z in {other.name!r} and {first.count:,} in 'vertex': "
                             "remove the other element, or rename its x y z properties")
+    if not {"x", "y", "z"} <= {name for name, _ in first.props}:  # before its records are sized (0 bytes: none)
+        raise ScanError(f"{path}:{first.line}: PLY vertices without x y z (properties: "
+                        f"{', '.join(name for name, _ in first.props) or 'none'}); expected 'property float x' "
+                        "(y, z) after 'element vertex'")
     lists = [name for name, kind in first.props if kind[0] == "list"]
     if lists:
         raise ScanError(f"{path}:{first.line}: the PLY 'vertex' element has the list property {lists[0]!r}; "
@@ -297,8 +301,6 @@ def read_ply(path: str | Path, name: str | None = None) -> Scan:
     path = Path(path)
     rec = _vertex_records(path)
     fields = rec.dtype.names
-    if not {"x", "y", "z"} <= set(fields):
-        raise ScanError(f"{path}: PLY vertices without x y z (properties: {', '.join(fields)})")
     coord = np.stack([rec["x"], rec["y"], rec["z"]], axis=1).astype(np.float64)
     color, notes = None, []
     names = next((c for c in COLOR_NAMES if set(c) <= set(fields)), None)

@@ -31,6 +31,7 @@ import dataclasses
 import os
 import re
 import stat
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -250,13 +251,31 @@ def find_scans(inputs: list[str | Path], out: str | Path | None = None,
     return refs, errors
 
 
-def _read_npy(path: Path, name: str) -> Scan:
+def _load_npy(path: Path) -> np.ndarray:
+    """The array of a ``.npy`` file, its header checked against the file's size before any data is read: the
+    file is mapped (``mmap_mode="r"``), then copied. A header whose shape needs more bytes than the file holds
+    (a file cut short; a damaged shape of 4 TiB was a ``MemoryError``) and a header that does not parse (numpy
+    let ``tokenize.TokenError`` through) are ScanErrors, as are files that are not ``.npy``."""
     try:
-        values = np.load(path, allow_pickle=False)
+        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
     except EOFError:  # a 0-byte file
         raise ScanError(f"{path}: not a readable .npy array (empty file); expected an array saved by numpy.save") from None
-    except (OSError, ValueError) as err:
+    except ValueError as err:
+        if "mmap length is greater than file size" in str(err):
+            raise ScanError(f"{path}: not a readable .npy array (truncated: its header's shape needs more bytes than "
+                            "the file holds; cut short, e.g. by an interrupted copy?): save or copy it again") from None
+        if "Python objects" in str(err):
+            raise ScanError(f"{path}: not a readable .npy array (it holds Python objects, read only by unpickling); "
+                            "expected a numeric array of shape (N, 3) or (N, 6)") from None
         raise ScanError(f"{path}: not a readable .npy array ({err})") from None
+    except (OSError, SyntaxError, tokenize.TokenError) as err:
+        raise ScanError(f"{path}: not a readable .npy array (its header does not parse: {err}); expected an array "
+                        "saved by numpy.save") from None
+    return np.array(mapped)
+
+
+def _read_npy(path: Path, name: str) -> Scan:
+    values = _load_npy(path)
     if values.ndim != 2 or values.shape[1] not in (3, 6) or values.dtype.kind not in "iuf":
         raise ScanError(f"{path}: expected a numeric array of shape (N, 3) or (N, 6) (x y z [r g b]), "
                         f"got {values.dtype} {values.shape}")

@@ -102,7 +102,12 @@ def file_ignore_index(path: str | Path | None) -> int:
     if path is None:
         return IGNORE_LABEL
     (value,) = predictions_attrs(path, "ignore_index")
-    return IGNORE_LABEL if value is None else int(value)
+    if value is None:
+        return IGNORE_LABEL
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):  # int('x'): a traceback
+        raise VizError(f"{path}: expected its 'ignore_index' attribute to be an integer label, got {value!r:.40}; "
+                       "evaluate or predict again to write the file anew")
+    return int(value)
 
 
 def prediction_classes(pred_path: str | Path, pred: np.ndarray, room: str) -> tuple[str, ...]:

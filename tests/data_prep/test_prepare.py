@@ -370,3 +370,24 @@ def test_an_area_whose_rooms_are_all_refused_now_is_moved_aside(tmp_path, capsys
     with pytest.raises(Exception, match="Area_2.h5"):
         check_area_file(out / "Area_2.h5")
     assert json.loads((out / "folds.json").read_text())["folds"] == {"1": {"test": ["Area_1"], "train": []}}
+
+
+@pytest.mark.parametrize("entry", [{}, [], 7])
+def test_a_damaged_checksum_in_the_manifest_rebuilds_the_area(tmp_path, monkeypatch, capsys, entry):
+    """A manifest whose checksum of an area is no string ({} or []: a hand edit, another tool) stopped the
+    rerun with a TypeError traceback (a set of unhashable entries): it is no checksum, and the area is rebuilt
+    with its warning, to the bytes of a fresh prepare."""
+    raw = write_tree(tmp_path / "raw", DEFECT_FILES)
+    out = tmp_path / "out"
+    prepare(PrepareConfig(raw, out, progress=False))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["checksums"]["Area_1"] = entry
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    parsed = _count_parsed(monkeypatch)
+    prepare(PrepareConfig(raw, out, progress=False))
+    assert parsed == ["Area_1/room_a"]
+    assert f"warning: {out / 'Area_1.h5'} has no checksum in {out / 'manifest.json'}; rebuilding it" in capsys.readouterr().err
+    monkeypatch.undo()
+    prepare(PrepareConfig(raw, tmp_path / "fresh", progress=False))
+    assert output_bytes(out) == output_bytes(tmp_path / "fresh")

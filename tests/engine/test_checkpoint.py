@@ -188,6 +188,36 @@ def test_a_damaged_last_pt_leaves_best_pts_own_epochs_with_a_warning(tmp_path):
     assert unfinished_warning(best, ckpt) == logged[0]
 
 
+@pytest.mark.parametrize("entries, named", [
+    ({"epoch": None, "config": {"train": {"epochs": 5}}}, "'epoch' entry to be a whole number >= 0, got None"),
+    ({"epoch": "x", "config": {"train": {"epochs": 5}}}, "'epoch' entry to be a whole number >= 0, got 'x'"),
+    ({"epoch": 2, "config": {"train": {"epochs": []}}}, "'config.train.epochs' entry to be a whole number >= 0, got []"),
+    ({"epoch": -1, "config": {"train": {"epochs": 5}}}, "'epoch' entry to be a whole number >= 0, got -1"),
+])
+def test_a_damaged_epoch_count_is_one_checkpoint_error(tmp_path, entries, named):
+    """int() of a damaged entry (a checkpoint whose CRCs are intact: rewritten by a tool) was a TypeError or
+    ValueError traceback in predict and evaluate; a best.pt beside such a last.pt too."""
+    from pointgeope.engine.checkpoint import fold_progress
+
+    save_checkpoint(tmp_path / "last.pt", entries)
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(tmp_path / 'last.pt'))}: damaged checkpoint: expected "
+                                              rf"its {re.escape(named)}; use the run's own checkpoint$"):
+        fold_progress(tmp_path / "last.pt", load_checkpoint(tmp_path / "last.pt"))
+    save_checkpoint(tmp_path / "best.pt", {"epoch": 1, "config": {"train": {"epochs": 5}}})
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(tmp_path / 'last.pt'))}: damaged checkpoint"):
+        fold_progress(tmp_path / "best.pt", load_checkpoint(tmp_path / "best.pt"))
+
+
+def test_a_predict_entry_that_is_no_mapping_is_one_checkpoint_error(tmp_path):
+    """set() of an int 'predict' entry was a TypeError traceback in predict."""
+    from pointgeope.engine.prediction_info import checkpoint_prediction_info
+
+    ckpt = {"config": config_to_dict(Config()), "predict": 7}
+    with pytest.raises(CheckpointError, match=r"^c\.pt: damaged checkpoint: expected its 'predict' entry to be a "
+                                              r"mapping, got 7; use the run's own checkpoint$"):
+        checkpoint_prediction_info(ckpt, "c.pt")
+
+
 def test_a_folds_config_without_config_yaml_skips_a_last_pt_cut_short(tmp_path):
     """fold_config read only the first checkpoint there: a last.pt cut short stopped it although an intact
     best.pt records the same training's config; neither readable: the error of the last one tried, best.pt's."""

@@ -200,6 +200,37 @@ def test_every_numeric_key_has_its_range_and_the_defaults_are_inside():
     config_from_dict(config_to_dict(Config()))  # the published recipe passes its own checks
 
 
+@pytest.mark.parametrize("grid", ["5e-324", "1e-300", "1e-7"])
+def test_a_grid_finer_than_a_micrometre_is_refused_when_the_config_is_read(grid):
+    """5e-324 (a subnormal) was accepted as > 0 and ended training in a traceback (GeoPE's position scale
+    1 / grid_size = inf); 1e-300 overflowed float32 into NaN losses blamed on optim.lr."""
+    with pytest.raises(ConfigError, match=rf"^override 'data.grid_size={grid}': data.grid_size: expected a finite "
+                                          rf"number >= 1e-06, got {float(grid)!r}$"):
+        load_config(None, [f"data.grid_size={grid}"])
+    assert load_config(None, ["data.grid_size=1e-6"]).data.grid_size == 1e-6
+
+
+def test_a_grid_beyond_a_kilometre_is_refused_naming_why():
+    """1e308 passed and training ended in a traceback once the first stage multiplied it by its stride
+    ("expected grid_unit a finite number > 0, got inf"); a checkpoint's config is checked the same way."""
+    with pytest.raises(ConfigError, match=r"^override 'data.grid_size=1e308': data.grid_size: expected a finite number "
+                                          r"<= 1000, got 1e\+308; the bound is there because a voxel of that edge"):
+        load_config(None, ["data.grid_size=1e308"])
+    assert load_config(None, ["data.grid_size=1000"]).data.grid_size == 1000
+
+
+def test_a_test_view_scale_beyond_10_is_refused_naming_why():
+    """eval.tta.scales=[1e308] made every coordinate of the view infinite: evaluate and predict ended in a
+    traceback ("expected finite coord"); 0 stays refused as not > 0 (the bound's text kept the open side)."""
+    with pytest.raises(ConfigError, match=r"^override 'eval.tta.scales=\[1, 1e308\]': eval.tta.scales\[1\]: expected "
+                                          r"a finite number <= 10, got 1e\+308; the bound is there because a view scales"):
+        load_config(None, ["eval.tta.scales=[1, 1e308]"])
+    with pytest.raises(ConfigError, match=r"^override 'eval.tta.scales=\[0\]': eval.tta.scales\[0\]: expected a "
+                                          r"finite number > 0, got 0.0$"):
+        load_config(None, ["eval.tta.scales=[0]"])
+    assert load_config(None, ["eval.tta.scales=[0.9, 10]"]).eval.tta.scales == [0.9, 10]
+
+
 def test_range_bounds_and_their_text():
     positive, unit = Range(0, open_low=True), Range(0, 1)
     assert 1e-12 in positive and 0 not in positive and -1 not in positive

@@ -3,6 +3,8 @@ the last one won silently."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -101,3 +103,25 @@ def test_an_invisible_space_is_named_at_its_line_and_column(tmp_path, text, line
 
 def test_invisible_spaces_in_comments_and_a_leading_byte_order_mark_are_read():
     assert load_yaml("\ufeff# Remarque\u00a0: taux\noptim:\n  lr: 0.1  # taux\u00a0: 0,1\n") == {"optim": {"lr": 0.1}}
+
+
+def test_aliases_of_aliases_and_an_alias_in_its_own_anchor_are_read_at_once(tmp_path):
+    """The walk that gives every key its line followed each alias into its anchor again: twelve levels of
+    nine aliases (9^12 entries) hung the command, and an alias inside its own anchor raised RecursionError
+    (a traceback). Each is now read once, and the config's own check names the key."""
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 12)))
+    script = ("import sys; from pointgeope.engine.config import ConfigError, load_config\n"
+              "try:\n    load_config(sys.argv[1])\nexcept ConfigError as err:\n    print(err)")
+    done = subprocess.run([sys.executable, "-c", script, str(bomb)], capture_output=True, text=True, timeout=60)
+    assert done.stdout.startswith(f"{bomb}:1: unknown key 'a0'; known keys: data, model"), done.stderr[-2000:]
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  planes: &a [*a]\n")
+    with pytest.raises(ConfigError, match=re.escape(str(path)) + r":2: model.planes\[0\]: expected int, got "
+                                          r"\[\[\.\.\.\]\] \(list\)"):
+        load_config(path)
+    path.write_text("model:\n  planes: &p [32, 64, 128, 256, 512]\n  decoder_blocks: &b [1, 1, 1, 1, 1]\n"
+                    "  blocks: *b\n")  # aliases as before
+    assert load_config(path).model.blocks == [1, 1, 1, 1, 1]
+    assert load_yaml("a: &a [1, 2]\nb: *a\n") == {"a": [1, 2], "b": [1, 2]}

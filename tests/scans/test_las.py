@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import re
+import subprocess
+import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -198,6 +201,21 @@ def test_a_las_header_counting_more_vlrs_than_fit_is_refused(tmp_path):
         read_las(tmp_path / "a.las")
 
 
+def test_a_las_header_counting_vlrs_beyond_the_end_of_the_file_is_refused(tmp_path):
+    """Bytes inserted into a header moved its fields: 16,777,217 VLRs, points at byte 1.3 GB, in a file of a few
+    kB. They fit before the points, not in the file: laspy read VLRs from its end for hours. Here 100,000 VLRs
+    (5.4 MB) before points said to be at byte 2^30, in a file of 2,827 bytes."""
+    las_file(tmp_path / "a.las", n=100)
+    data = bytearray((tmp_path / "a.las").read_bytes())
+    data[96:100], data[100:104] = (2**30).to_bytes(4, "little"), (100_000).to_bytes(4, "little")
+    (tmp_path / "a.las").write_bytes(bytes(data))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'a.las'))}: a damaged LAS header: it counts "
+                                        r"100,000 VLRs of 54 bytes or more, which do not fit in the 2,600 bytes "
+                                        r"between its header \(227 bytes\) and the end of the file \(byte 2,827; its "
+                                        r"points are said to start at byte 1,073,741,824\)"):
+        read_las(tmp_path / "a.las")
+
+
 def test_a_laz_of_no_points_reads_as_an_empty_scan(tmp_path):
     """Its chunk table counts 0 chunks: it was named "a damaged LAZ file ... expected version 0 and 1 to 0
     chunks (bytes lost or added inside the points)"; it is an empty scan, which predict names as one."""
@@ -294,3 +312,61 @@ def test_a_laz_header_counting_other_points_than_its_chunks_is_refused(tmp_path,
                                         rf"{count:,} points, its LAZ chunk table {chunk_table}: the header's count "
                                         r"is wrong"):
         read_las(tmp_path / "b.laz")
+
+
+def laszip_data_at(data: bytes) -> int:
+    """The byte where the data of a LAZ file's ``laszip encoded`` VLR starts (after its 54-byte VLR header,
+    whose user id starts at byte 2); its fields: compressor, coder, version (6 bytes), options (4), chunk size
+    (uint32 at 12), special EVLRs (16), item count (uint16 at 32), then 6 bytes per item."""
+    return data.index(b"laszip encoded") - 2 + 54
+
+
+def test_a_laz_whose_laszip_vlr_lists_no_items_is_refused(tmp_path):
+    """A VLR of 0 items (its points of 0 bytes, where the header says 26): lazrs panicked, a PanicException
+    (not an Exception) that stopped predict with a traceback, its other inputs lost."""
+    pytest.importorskip("lazrs", reason="the check reads the VLR with lazrs")
+    las_file(tmp_path / "a.laz", n=100)
+    data = bytearray((tmp_path / "a.laz").read_bytes())
+    at = laszip_data_at(data)
+    assert int.from_bytes(data[at + 32:at + 34], "little") == 2  # POINT10, RGB12 (point format 2)
+    data[at + 32:at + 34] = b"\0\0"
+    (tmp_path / "a.laz").write_bytes(bytes(data))
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'a.laz'))}: a damaged LAZ file: its laszip VLR "
+                                        r"describes point records of 0 bytes, its header 26 \(point format 2\)"):
+        read_las(tmp_path / "a.laz")
+
+
+def test_a_laz_whose_chunk_size_is_far_beyond_its_points_reads_back(tmp_path):
+    """A chunk size of 4,278,239,056 points (one damaged byte of 50,000) in a file of 100 points: lazrs's
+    parallel decompressor allocated a whole chunk (111 GB) and the process aborted ("memory allocation ...
+    failed", exit 134). The points are read whole, exactly; in a child process, which the abort would end."""
+    pytest.importorskip("lazrs", reason="lazrs's decompressors")
+    coord, color = las_file(tmp_path / "a.laz", n=100)
+    data = bytearray((tmp_path / "a.laz").read_bytes())
+    at = laszip_data_at(data)
+    assert int.from_bytes(data[at + 12:at + 16], "little") == 50_000
+    data[at + 15] = 0xFF
+    (tmp_path / "a.laz").write_bytes(bytes(data))
+    script = ("import sys, numpy as np; from pointgeope.scans.las import read_las; "
+              "s = read_las(sys.argv[1]); np.save(sys.argv[2], np.c_[s.coord, s.color])")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "a.laz"), str(tmp_path / "read.npy")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    read = np.load(tmp_path / "read.npy")
+    np.testing.assert_allclose(read[:, :3], coord, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(read[:, 3:], color)
+
+
+def test_a_las_header_whose_scale_makes_coordinates_infinite_names_the_header(tmp_path):
+    """A damaged y scale of -1.8e306: X * scale overflowed with numpy's RuntimeWarning, and the scan was
+    refused as points of infinite coordinates to "remove from the file", which holds none."""
+    las_file(tmp_path / "a.las", n=50)
+    data = bytearray((tmp_path / "a.las").read_bytes())
+    data[139:147] = np.float64(-1.8e306).tobytes()  # the y scale factor (x, y, z scales at bytes 131, 139, 147)
+    (tmp_path / "a.las").write_bytes(bytes(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'a.las'))}: a damaged LAS header: its scales "
+                                            r"\[0\.001, -1\.8e\+306, 0\.001\] and offsets \[650000\.0, 4800000\.0, 100\.0\] "
+                                            r"make coordinates infinite"):
+            read_las(tmp_path / "a.las")

@@ -101,6 +101,18 @@ def test_a_property_declared_twice_is_one_line_naming_its_header_line(tmp_path, 
         read_ply(path)
 
 
+@pytest.mark.parametrize("fmt", ["ascii", "binary_little_endian"])
+@pytest.mark.parametrize("props", ["", "property float x\nproperty float y\n"], ids=["none", "no-z"])
+def test_vertices_without_x_y_z_are_refused_naming_the_element_line(tmp_path, fmt, props):
+    """A vertex element of no property has records of 0 bytes: binary, the check of the bytes after them
+    divided by that size (ZeroDivisionError, a traceback); ascii and binary now name the element's line."""
+    path = tmp_path / "bare.ply"
+    path.write_bytes(f"ply\nformat {fmt} 1.0\nelement vertex 5\n{props}end_header\n".encode() + b"1 2\n" * 5)
+    names = "x, y" if props else "none"
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}:3: PLY vertices without x y z \(properties: {names}\)"):
+        read_ply(path)
+
+
 def test_a_short_ascii_row_is_named_without_numpys_advice(tmp_path):
     path = tmp_path / "short.ply"
     path.write_text("ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\n"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +78,29 @@ def test_npy_shapes(tmp_path):
     (tmp_path / "t.npy").write_text("nope")
     with pytest.raises(ScanError, match="not a readable .npy array"):
         read_scan(ScanRef(tmp_path / "t.npy", "npy", "t"))
+
+
+def test_npy_with_a_damaged_or_lying_header_is_one_scan_error(tmp_path):
+    """A .npy header that does not parse (numpy's tokenizer error went through as a traceback), one whose shape
+    needs more bytes than the file holds (4 TiB: a MemoryError before; a few bytes: numpy's "failed to read"),
+    and an array of Python objects are each a ScanError naming the file."""
+    def npy(name: str, header: bytes, data: bytes) -> Path:
+        header = header + b" " * (117 - len(header)) + b"\n"  # 10 + 118 bytes: numpy's 64-byte alignment
+        path = tmp_path / name
+        path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + data)
+        return path
+
+    data = np.arange(12, dtype="<f4").tobytes()
+    good = npy("good.npy", b"{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), }", data)
+    np.testing.assert_array_equal(read_scan(ScanRef(good, "npy", "good")).coord, np.arange(12).reshape(4, 3))
+    cases = {"open.npy": (b"{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), ", "header does not parse"),
+             "huge.npy": (b"{'descr': '<f4', 'fortran_order': False, 'shape': (400000000000, 3), }", "truncated"),
+             "short.npy": (b"{'descr': '<f4', 'fortran_order': False, 'shape': (5, 3), }", "truncated"),
+             "objects.npy": (b"{'descr': '|O', 'fortran_order': False, 'shape': (4, 3), }", "Python objects")}
+    for name, (header, words) in cases.items():
+        path = npy(name, header, data)
+        with pytest.raises(ScanError, match=f"^{re.escape(str(path))}: .*{words}"):
+            read_scan(ScanRef(path, "npy", name))
 
 
 def test_raw_room_is_read_in_prepare_order_with_labels(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import h5py
 import numpy as np
 
 from pointgeope import h5_predictions
@@ -89,3 +90,30 @@ def test_a_file_without_ignore_index_scores_every_class(tmp_path, capsys):
     out = capsys.readouterr().out
     printed = float(re.search(r"^office_1\s+[\d,]+\s+([\d.]+)$", out, re.M).group(1))
     assert abs(printed - 100 * _miou_without(rooms["office_1"]["label"], preds["office_1"], 255)) <= 0.05
+
+
+def test_an_ignore_index_that_is_no_integer_is_one_line(tmp_path, capsys):
+    """int('x') of a damaged attribute was a ValueError traceback of viz --list --pred and of the views."""
+    area, _, rooms, preds = _files(tmp_path)
+    bad = tmp_path / "bad.h5"
+    h5_predictions.write_predictions(bad, "Area_3", preds, {"class_names": list(CLASS_NAMES), "ignore_index": "x"})
+    for argv in (["--list"], ["--room", "office_1", "--ply", str(tmp_path / "o.ply")]):
+        assert main(["viz", str(area), *argv, "--pred", str(bad)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err == [f"pointgeope viz: error: {bad}: expected its 'ignore_index' attribute to be an integer label, "
+                       "got 'x'; evaluate or predict again to write the file anew"]
+
+
+def test_predictions_that_are_no_integer_labels_are_one_line(tmp_path, capsys):
+    """float32 predictions reached the metrics' "expected integer pred labels" ValueError: a traceback."""
+    area, _, rooms, preds = _files(tmp_path)
+    bad = tmp_path / "float.h5"
+    h5_predictions.write_predictions(bad, "Area_3", preds, {"class_names": list(CLASS_NAMES)})
+    with h5py.File(bad, "r+") as f:  # as a tool that rewrote them would
+        for room, pred in preds.items():
+            del f[room]["pred"]
+            f[room]["pred"] = pred.astype(np.float32)
+    assert main(["viz", str(area), "--list", "--pred", str(bad)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"pointgeope viz: error: {bad}: room 'office_1': expected 'pred' to "
+                                               "be integer labels of shape (N,), got float32 (600,)"), err
