@@ -39,7 +39,7 @@ DEFERRED = ("torch", "open3d")
 class _DeferringFinder:
     """A ``sys.meta_path`` finder that finds nothing itself: for a package of :data:`DEFERRED`, imported in
     the main thread (the only one where Python runs signal handlers), it returns the spec that the finders
-    after it give, with a copy of its loader whose ``exec_module`` runs inside ``stops_deferred``; the signal
+    after it give (other finders of this class skipped: the first one wraps the import, once), with a copy of its loader whose ``exec_module`` runs inside ``stops_deferred``; the signal
     of a stop raised there is added to ``stops`` (:func:`~pointgeope.errors.stop_behind` reads them)."""
 
     def __init__(self, stops: list[int]):
@@ -48,8 +48,8 @@ class _DeferringFinder:
     def find_spec(self, name, path=None, target=None):
         if name not in DEFERRED or threading.current_thread() is not threading.main_thread():
             return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None) if finder is not self else None
+        for finder in sys.meta_path:  # another of these (a command run inside another) would ask this one back
+            find = getattr(finder, "find_spec", None) if not isinstance(finder, _DeferringFinder) else None
             spec = find(name, path, target) if find is not None else None
             if spec is not None:
                 break

@@ -47,6 +47,26 @@ def test_another_import_is_cut_where_the_ctrl_c_lands(cut_package, tmp_path, cap
     assert not (tmp_path / "done").exists()
 
 
+def test_a_deferred_import_in_a_command_run_inside_another_runs_once(tmp_path, monkeypatch, capsys):
+    """Two commands' blocks, one inside the other (a command called by a caller's own ``run_command``), each
+    with its finder: the import of a package of DEFERRED ran into a RecursionError (each finder asked the
+    other one for the spec); it runs once, and a Ctrl-C during it waits for its end."""
+    name = f"counted_{os.getpid()}"
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text(
+        "import os, signal\nwith open(os.environ['RUNS'], 'a') as runs:\n    runs.write('run ')\n"
+        "os.kill(os.getpid(), signal.SIGINT)\ntotal = sum(range(100_000))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("RUNS", str(tmp_path / "runs"))
+    monkeypatch.setattr(stop_imports, "DEFERRED", (name,))
+    try:
+        code = run_command("outer", lambda: run_command("inner", lambda: importlib.import_module(name)))
+    finally:
+        sys.modules.pop(name, None)
+    assert (code, capsys.readouterr().err) == (130, "inner: interrupted\n")  # said once, by the inner command
+    assert (tmp_path / "runs").read_text() == "run "
+
+
 # torch imported by a command that gets a Ctrl-C as torch imports torch.autograd (whose C++ start-up,
 # torch._C._autograd_init, follows): torch._native is the last module torch's __init__ imports.
 TORCH = """import os, signal, sys
