@@ -40,6 +40,17 @@ def test_a_ctrl_c_during_a_deferred_import_waits_for_its_end(cut_package, tmp_pa
     assert (tmp_path / "done").read_text() == str(sum(range(100_000)))  # the import ran to its end
 
 
+def test_a_deferred_import_that_a_ctrl_c_waited_for_stays_imported(cut_package, monkeypatch, capsys):
+    """The import ran to its end, then the stop was raised from it: importlib dropped the module, and a
+    caller that goes on (a notebook) ran its code again on importing it (torch's failed: its C extension
+    was loaded already)."""
+    monkeypatch.setattr(stop_imports, "DEFERRED", (cut_package,))
+    assert run_command("prog", lambda: importlib.import_module(cut_package)) == 130
+    assert capsys.readouterr().err == "prog: interrupted\n"
+    assert sys.modules[cut_package].total == sum(range(100_000))  # the module that ran, whole
+    assert importlib.import_module(cut_package) is sys.modules[cut_package]
+
+
 def test_another_import_is_cut_where_the_ctrl_c_lands(cut_package, tmp_path, capsys):
     assert cut_package not in stop_imports.DEFERRED
     assert run_command("prog", lambda: importlib.import_module(cut_package)) == 130
