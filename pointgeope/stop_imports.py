@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from types import ModuleType
 
 from pointgeope.errors import Terminated, stops_deferred
 
@@ -39,17 +40,23 @@ DEFERRED = ("torch", "open3d")
 class _DeferringFinder:
     """A ``sys.meta_path`` finder that finds nothing itself: for a package of :data:`DEFERRED`, imported in
     the main thread (the only one where Python runs signal handlers), it returns the spec that the finders
-    after it give, with a copy of its loader whose ``exec_module`` runs inside ``stops_deferred``; the signal
-    of a stop raised there is added to ``stops`` (:func:`~pointgeope.errors.stop_behind` reads them)."""
+    after it give (other finders of this class skipped: the first one wraps the import, once), with a copy
+    of its loader whose ``exec_module`` runs inside ``stops_deferred``; the signal of a stop raised there is
+    added to ``stops`` (:func:`~pointgeope.errors.stop_behind` reads them). A module whose code ran to its
+    end before the stop was raised is kept in ``whole``: importlib drops from ``sys.modules`` a module
+    whose ``exec_module`` raised, and a later import would run its code again over its C extension, already
+    loaded (torch: "RuntimeError: Only a single TORCH_LIBRARY can be used ..."); :func:`deferring_imports`
+    puts it back."""
 
     def __init__(self, stops: list[int]):
         self.stops = stops
+        self.whole: dict[str, ModuleType] = {}
 
     def find_spec(self, name, path=None, target=None):
         if name not in DEFERRED or threading.current_thread() is not threading.main_thread():
             return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None) if finder is not self else None
+        for finder in sys.meta_path:  # another of these (a command run inside another) would ask this one back
+            find = getattr(finder, "find_spec", None) if not isinstance(finder, _DeferringFinder) else None
             spec = find(name, path, target) if find is not None else None
             if spec is not None:
                 break
@@ -60,11 +67,15 @@ class _DeferringFinder:
         loader, real = copy.copy(spec.loader), spec.loader.exec_module
 
         def exec_module(module) -> None:
+            ran = None
             try:
                 with stops_deferred():
                     real(module)
+                    ran = sys.modules.get(name, module)  # (a module may put another object in its place)
             except KeyboardInterrupt as stop:
                 self.stops.append(signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
+                if ran is not None:
+                    self.whole[name] = ran
                 raise
 
         loader.exec_module = exec_module
@@ -75,7 +86,8 @@ class _DeferringFinder:
 @contextlib.contextmanager
 def deferring_imports(stops: list[int]) -> Iterator[None]:
     """Within the block, the imports of :data:`DEFERRED` are not cut by a stop (the module's docstring); the
-    signal of a stop raised as one ends is added to ``stops``."""
+    signal of a stop raised as one ends is added to ``stops``. A module that the stop waited for is in
+    ``sys.modules`` after the block, whole (a caller that goes on, a notebook, imports it again)."""
     finder = _DeferringFinder(stops)
     sys.meta_path.insert(0, finder)
     try:
@@ -83,3 +95,5 @@ def deferring_imports(stops: list[int]) -> Iterator[None]:
     finally:
         with contextlib.suppress(ValueError):
             sys.meta_path.remove(finder)
+        for name, module in finder.whole.items():
+            sys.modules.setdefault(name, module)

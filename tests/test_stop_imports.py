@@ -40,11 +40,42 @@ def test_a_ctrl_c_during_a_deferred_import_waits_for_its_end(cut_package, tmp_pa
     assert (tmp_path / "done").read_text() == str(sum(range(100_000)))  # the import ran to its end
 
 
+def test_a_deferred_import_that_a_ctrl_c_waited_for_stays_imported(cut_package, monkeypatch, capsys):
+    """The import ran to its end, then the stop was raised from it: importlib dropped the module, and a
+    caller that goes on (a notebook) ran its code again on importing it (torch's failed: its C extension
+    was loaded already)."""
+    monkeypatch.setattr(stop_imports, "DEFERRED", (cut_package,))
+    assert run_command("prog", lambda: importlib.import_module(cut_package)) == 130
+    assert capsys.readouterr().err == "prog: interrupted\n"
+    assert sys.modules[cut_package].total == sum(range(100_000))  # the module that ran, whole
+    assert importlib.import_module(cut_package) is sys.modules[cut_package]
+
+
 def test_another_import_is_cut_where_the_ctrl_c_lands(cut_package, tmp_path, capsys):
     assert cut_package not in stop_imports.DEFERRED
     assert run_command("prog", lambda: importlib.import_module(cut_package)) == 130
     assert capsys.readouterr().err == "prog: interrupted\n"
     assert not (tmp_path / "done").exists()
+
+
+def test_a_deferred_import_in_a_command_run_inside_another_runs_once(tmp_path, monkeypatch, capsys):
+    """Two commands' blocks, one inside the other (a command called by a caller's own ``run_command``), each
+    with its finder: the import of a package of DEFERRED ran into a RecursionError (each finder asked the
+    other one for the spec); it runs once, and a Ctrl-C during it waits for its end."""
+    name = f"counted_{os.getpid()}"
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text(
+        "import os, signal\nwith open(os.environ['RUNS'], 'a') as runs:\n    runs.write('run ')\n"
+        "os.kill(os.getpid(), signal.SIGINT)\ntotal = sum(range(100_000))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("RUNS", str(tmp_path / "runs"))
+    monkeypatch.setattr(stop_imports, "DEFERRED", (name,))
+    try:
+        code = run_command("outer", lambda: run_command("inner", lambda: importlib.import_module(name)))
+    finally:
+        sys.modules.pop(name, None)
+    assert (code, capsys.readouterr().err) == (130, "inner: interrupted\n")  # said once, by the inner command
+    assert (tmp_path / "runs").read_text() == "run "
 
 
 # torch imported by a command that gets a Ctrl-C as torch imports torch.autograd (whose C++ start-up,

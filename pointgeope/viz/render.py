@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -97,7 +98,8 @@ _RUNTIME: dict[str, str] = {}  # {"runtime_dir": path} once made
 def _start_xvfb(width: int, height: int) -> str:
     """Start ``Xvfb`` on a free display number (it writes the number to ``-displayfd``); return ``":N"``. The
     server ends with this process (:mod:`pointgeope.parent_death`): one that a killed or crashed viewer left
-    ran on for good."""
+    ran on for good. Started from a thread other than the main one, it ends at the process's exit only (the
+    kernel would end it with that thread)."""
     old = _XVFB.get("proc")
     if old is not None and old.poll() is None:
         sw, sh = _XVFB["size"]
@@ -109,9 +111,12 @@ def _start_xvfb(width: int, height: int) -> str:
     cmd = [shutil.which("Xvfb") or "Xvfb", "-displayfd", str(write_fd), "-screen", "0",
            f"{size[0]}x{size[1]}x24", "-nolisten", "tcp"]
     # SIGTERM to Xvfb when this process ends, however it ends (killed, crashed: the atexit stop does not run);
-    # the request calls only prctl, looked up before the fork (safe in a threaded process)
+    # the request calls only prctl, looked up before the fork (safe in a threaded process). The kernel's
+    # "parent" is the thread that forks: from another thread (a render in a thread pool), the server would end
+    # with that thread, under the renders of this process's other threads; there it ends at exit only
+    main = threading.current_thread() is threading.main_thread()
     proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=death_signal_request(signal.SIGTERM))  # noqa: PLW1509
+                            preexec_fn=death_signal_request(signal.SIGTERM) if main else None)  # noqa: PLW1509
     os.close(write_fd)
     with os.fdopen(read_fd) as pipe:
         ready, _, _ = select.select([pipe], [], [], XVFB_START_TIMEOUT_S)

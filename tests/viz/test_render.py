@@ -244,6 +244,27 @@ def test_the_xvfb_of_a_killed_viewer_ends_with_it():
             os.kill(xvfb, signal.SIGTERM)
 
 
+def test_the_xvfb_that_a_thread_starts_outlives_the_thread(monkeypatch):
+    """The server is the process's (later renders use it, from any thread): the death signal, which the
+    kernel ties to the thread that started the server, ended it as that thread ended."""
+    import threading
+    import time
+
+    from pointgeope.viz import render
+
+    if shutil.which("Xvfb") is None:
+        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    monkeypatch.setattr(render, "_XVFB", {})
+    thread = threading.Thread(target=render._start_xvfb, args=(64, 48))
+    thread.start()
+    thread.join()
+    try:
+        time.sleep(1.0)  # the signal to a server that ends with the thread comes within ms
+        assert render._XVFB["proc"].poll() is None
+    finally:
+        render._stop_xvfb()
+
+
 def test_xvfb_that_does_not_start_is_a_clear_error(monkeypatch):
     from pointgeope.viz import render
 
