@@ -199,15 +199,15 @@ def test_the_bf16_published_test_sets_eval_amp_and_its_agreement_run_too(monkeyp
 
     seen = []
 
-    def vote_room(model, coord, color, cfg, device, seed):
-        seen.append((cfg.train.amp, cfg.eval.amp))
+    def vote_room(model, coord, color, cfg, device, seed, normal=None):
+        seen.append((cfg.train.amp, cfg.eval.amp, normal))
         return SimpleNamespace(scores=np.eye(3, dtype=np.float32))
 
     monkeypatch.setattr(evaluate, "vote_room", vote_room)
     cfg = load_config(None, ["train.amp=fp16", "eval.amp=bf16"])
     row = evaluate_published.votes_agreement(SimpleNamespace(agree_amp="none"), None, None, None, cfg,
-                                             torch.device("cpu"), np.eye(3, dtype=np.float32))
-    assert seen == [("fp16", "none")] and row["agree_amp"] == "none" and row["votes_agreement"] == 1.0
+                                             torch.device("cpu"), np.eye(3, dtype=np.float32), normal="normals")
+    assert seen == [("fp16", "none", "normals")] and row["agree_amp"] == "none" and row["votes_agreement"] == 1.0
 
 
 def test_the_steps_budget_starts_after_the_warm_up(monkeypatch):
