@@ -128,6 +128,27 @@ def test_predict_estimates_a_scans_normals_and_reads_a_prepared_rooms(normal_run
     assert calls == []                                           # a prepared room's own normals
 
 
+def test_predict_feeds_a_raw_rooms_normals_as_prepare_estimated_them(normal_run, tiny_root, tmp_path, monkeypatch):
+    """A raw room folder is parsed as ``prepare`` parses it, normals included: the network gets those (the
+    prepared room's, up to its float16 storage), estimated once, not a second time from the shifted points."""
+    import pointgeope.engine.predict as predict_module
+    from pointgeope.cli import main as cli
+    from pointgeope.h5 import read_room
+
+    calls, fed, vote = _recording(monkeypatch), [], predict_module.vote_room
+
+    def voted(*args, normal=None, **kwargs):
+        fed.append(normal)
+        return vote(*args, normal=normal, **kwargs)
+
+    monkeypatch.setattr(predict_module, "vote_room", voted)
+    assert cli(["predict", str(normal_run), str(tiny_root.parent / "raw" / "Area_1" / "office_1"), "--out",
+                str(tmp_path / "o"), "--max-fragments", "1"]) == 0
+    assert len(calls) == 1 and len(fed) == 1                     # prepare's estimate of the room, and no other
+    stored = read_room(tiny_root / "Area_1.h5", "office_1", fields=("normal",))["normal"].astype(np.float32)
+    np.testing.assert_allclose(fed[0], stored, atol=1e-3)
+
+
 def test_a_checkpoint_recorded_before_the_key_predicts_with_xyz(normal_run, tmp_path, monkeypatch):
     """Its config lacks ``data.normal`` and its ``predict`` entry says ``[rgb | xyz]``: no normals are made."""
     from pointgeope.engine.predict import predict_scan
