@@ -200,3 +200,39 @@ def test_the_report_tells_a_fold_recorded_before_the_key_from_one_of_the_normal_
     same = {"Area_1": folds["Area_1"], "Area_2": fold_settings({"config": config_to_dict(
         load_config(PTV3_DEMO, ["data.normal=false"]))}, tmp_path)}
     assert mixed_settings(same) == {}
+
+
+def test_resuming_a_run_recorded_before_the_key_with_the_recipe_names_the_override(normal_run, tmp_path):
+    """The recipe file now sets ``data.normal: true``; a PTv3 checkpoint written before the key trained on
+    ``[rgb | xyz]``: the refusal names the difference and the override that resumes it as it trained."""
+    from pointgeope.engine.checkpoint import CheckpointError
+
+    ckpt = load_checkpoint(normal_run / "last.pt")
+    del ckpt["config"]["data"]["normal"]
+    save_checkpoint(tmp_path / "last.pt", ckpt)
+    today = config_to_dict(load_config(normal_run / "config.yaml"))
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(tmp_path / "last.pt", today)
+    message = str(err.value)
+    assert "\n" not in message and "(data.normal: checkpoint False, now True); it was recorded before data.normal existed: the " \
+           "override data.normal=false uses it as it ran; " in message
+    ckpt["config"]["data"]["normal"] = False                      # a run that chose false: nothing to add
+    save_checkpoint(tmp_path / "last.pt", ckpt)
+    with pytest.raises(CheckpointError, match=r"now True\); use the same config"):
+        load_checkpoint(tmp_path / "last.pt", today)
+
+
+def test_a_complete_fold_recorded_before_the_key_names_the_override_too(normal_run, two_folds, tmp_path):
+    """``train --cv`` over a run whose complete folds predate the key (the skip check of a complete fold)."""
+    from pointgeope.data.folds import load_folds
+    from pointgeope.engine.fold_skip import complete_metrics
+
+    run = tmp_path / "area_1"
+    shutil.copytree(normal_run, run)
+    ckpt = load_checkpoint(run / "last.pt")
+    del ckpt["config"]["data"]["normal"]
+    save_checkpoint(run / "last.pt", ckpt)
+    with pytest.raises(UserError) as err:
+        complete_metrics(run, load_config(normal_run / "config.yaml"), load_folds(two_folds)[1])
+    assert "(data.normal: run False, now True); it was recorded before data.normal existed: the override " \
+           "data.normal=false uses it as it ran; --force retrains it" in str(err.value)
