@@ -236,3 +236,20 @@ def test_a_complete_fold_recorded_before_the_key_names_the_override_too(normal_r
         complete_metrics(run, load_config(normal_run / "config.yaml"), load_folds(two_folds)[1])
     assert "(data.normal: run False, now True); it was recorded before data.normal existed: the override " \
            "data.normal=false uses it as it ran; --force retrains it" in str(err.value)
+
+
+def test_an_ablation_over_trials_recorded_before_the_key_names_the_override(normal_run, tmp_path):
+    """``pointgeope ablate`` again into a run folder whose trials predate the key refuses them, saying how to run
+    them as they trained."""
+    from pointgeope.engine.ablation import Trial
+    from pointgeope.engine.ablation_reuse import check_reuse
+
+    trial = Trial("geope", 0, tmp_path / "geope" / "seed_0", config_to_dict(load_config(normal_run / "config.yaml")))
+    (trial.folder / "area_1").mkdir(parents=True)
+    ckpt = load_checkpoint(normal_run / "last.pt")
+    del ckpt["config"]["data"]["normal"]
+    save_checkpoint(trial.folder / "area_1" / "last.pt", ckpt)
+    with pytest.raises(UserError) as err:
+        check_reuse([trial], 1, tmp_path)
+    assert "(geope seed 0: data.normal: it used False, now True; it was recorded before data.normal existed: the " \
+           "override data.normal=false uses it as it ran), and train neither resumes" in str(err.value)
