@@ -24,6 +24,17 @@ def published_room(args):
     return room.coord(), room.rgb
 
 
+def case_normals(cfg, coord) -> dict:
+    """``{"normal": (N, 3)}`` for ``vote_room`` where the config feeds ``[rgb | normal]`` (PTv3's recipe): prepare's
+    estimate, made once, outside the timing; else ``{}``, so that a checkout older than ``data.normal`` (whose
+    config and ``vote_room`` know no normals; ``--compare``'s baseline) runs the case as it did."""
+    if not getattr(cfg.data, "normal", False):
+        return {}
+    from pointgeope.data.normals import estimate_normals
+
+    return {"normal": estimate_normals(coord)}
+
+
 def published_case(args) -> dict:
     """``vote_room`` of one synthetic room with ``--config`` and ``--set`` overrides on ``--device``
     (imports whichever pointgeope PYTHONPATH names: ``--compare`` runs the same case on another checkout)."""
@@ -46,18 +57,14 @@ def published_case(args) -> dict:
     forwarded = []                                  # points of every forward: the point predictions made
     model.register_forward_pre_hook(lambda module, inputs: forwarded.append(int(inputs[0].shape[0])))
     coord, color = published_room(args)
-    normal = None
-    if cfg.data.normal:   # a [rgb | normal] network (PTv3's recipe): prepare's estimate, once, outside the timing
-        from pointgeope.data.normals import estimate_normals
-
-        normal = estimate_normals(coord)
+    normal = case_normals(cfg, coord)
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
 
     def one_room():
         forwarded.clear()                           # the last room's forwards are the ones counted
-        return evaluate.vote_room(model, coord, color, cfg, device, seed=0, normal=normal)
+        return evaluate.vote_room(model, coord, color, cfg, device, seed=0, **normal)
 
     result, rows = timed(one_room, device, args.reps, warmup=0)   # the package's one timer
     n, used = coord.shape[0], min(result.fragments[0], cfg.eval.max_fragments or result.fragments[0])
@@ -88,7 +95,7 @@ def tested_precision(cfg, device) -> str:
     return {None: "none", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 
-def votes_agreement(args, model, coord, color, cfg, device, scores, normal=None) -> dict:
+def votes_agreement(args, model, coord, color, cfg, device, scores, normal: dict) -> dict:
     """The same room once more with ``eval.amp = --agree-amp`` (the same network): its time (one run after
     this process's first, so compiled) and the share of points whose voted class (argmax of the summed
     scores) is the same as in the timed run's."""
@@ -98,7 +105,7 @@ def votes_agreement(args, model, coord, color, cfg, device, scores, normal=None)
     from pointgeope.model.kernel_check import timed
 
     other = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, amp=args.agree_amp))
-    result, rows = timed(lambda: evaluate.vote_room(model, coord, color, other, device, seed=0, normal=normal),
+    result, rows = timed(lambda: evaluate.vote_room(model, coord, color, other, device, seed=0, **normal),
                          device, 1, warmup=0)
     same = (result.scores.argmax(1) == scores.argmax(1))
     return {"agree_amp": args.agree_amp, "agree_seconds_per_room": round(min(rows), 3),

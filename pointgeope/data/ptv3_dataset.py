@@ -40,7 +40,6 @@ from pointgeope.data.transforms import Sample, Transform
 from pointgeope.h5 import NORMAL, SchemaError, open_area
 
 
-
 def ptv3_data(sample: Sample, color: bool = True, mix_draw: float | None = None, normal: bool = False) -> Data:
     """``Data(pos, x, y, grid_coord)`` of a PTv3 block whose colour is already 0..1 (``NormalizeColor``) and
     which carries ``grid_coord``; with ``mix_draw`` also that. ``x`` is ``[rgb | xyz]``, with ``normal``

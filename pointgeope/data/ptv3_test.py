@@ -26,10 +26,10 @@ from torch_geometric.data import Data
 
 from pointgeope.data.fragments import VoxelFragments
 from pointgeope.data.ptv3_dataset import ptv3_data
-from pointgeope.h5 import NORMAL
 from pointgeope.data.ptv3_transforms import CenterShift, NormalizeColor, pointcept_grid
 from pointgeope.data.transforms import Sample, _replace, take_points
 from pointgeope.data.voxelize import grid_groups
+from pointgeope.h5 import NORMAL
 
 # (scale, flip) of the 10 test views, in the config's order.
 PTV3_TEST_VIEWS: tuple[tuple[float, bool], ...] = tuple(

@@ -19,9 +19,9 @@ defines each transform) trains on this pipeline, in this order, with these param
 The rotation, scale, flip, jitter and colour transforms are PTv1's (:mod:`pointgeope.data.transforms`,
 same definitions; PTv1's ``RandomRotateZ`` is ``RandomRotate``'s z case). A sample's unit ``"normal"``
 (``data.normal``, the recipe's ``[rgb | normal]``) turns with the rotations and flips with the flip, as
-Pointcept's transforms do; the others leave it, and every selection of points keeps each point's own. Every transform here follows that
-module's contract: ``t(sample, rng)`` draws from the sample's generator only, returns a new dict and never
-writes into its input's arrays.
+Pointcept's transforms do; the others leave it, and every selection of points keeps each point's own. Every
+transform here follows that module's contract: ``t(sample, rng)`` draws from the sample's generator only,
+returns a new dict and never writes into its input's arrays.
 
 PTv3's grid (Pointcept's ``GridSample``) is anchored at the origin, not at the sample's minimum::
 

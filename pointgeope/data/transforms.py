@@ -147,8 +147,9 @@ def box_centre(coord: np.ndarray) -> np.ndarray:
 class RandomRotate(Transform):
     """With probability ``p``, ``p' = R_axis(theta) (p - c) + c`` (``rotate.rotate_about``) with
     ``theta ~ U(angle[0] pi, angle[1] pi)`` and ``c`` = ``center``, or the box centre when ``center`` is None;
-    a sample's ``normal`` turns with it, ``n' = R_axis(theta) n`` (Pointcept's ``RandomRotate``). Draws ``rng.random()`` (the coin), then ``rng.uniform`` (the angle) if it turns, as Pointcept's
-    ``RandomRotate`` (PTv3's recipe) and Point Transformer's z rotation draw."""
+    a sample's ``normal`` turns with it, ``n' = R_axis(theta) n`` (Pointcept's ``RandomRotate``). Draws
+    ``rng.random()`` (the coin), then ``rng.uniform`` (the angle) if it turns, as Pointcept's ``RandomRotate``
+    (PTv3's recipe) and Point Transformer's z rotation draw."""
 
     _repr_fields = ("angle", "axis", "center", "p")
 

@@ -29,6 +29,7 @@ from pointgeope.engine.checkpoint import (
     describe_differences,
     load_checkpoint,
 )
+from pointgeope.engine.record_keys import predating_note
 from pointgeope.errors import UserError
 from pointgeope.h5 import prepared_folder_mark
 
@@ -66,7 +67,8 @@ def check_reuse(trials: list, test_area: int, run_dir: Path, fold: Fold | None =
     trial, _, diff = other[0]
     folds = _listed([fold for _, fold, _ in other])
     raise UserError(f"--run-dir {run_dir}: {len(other)} of the {len(trials)} trial(s) were trained with other "
-                    f"settings than this command's ({trial.name}: {describe_differences(diff, 'it used')}), and "
+                    f"settings than this command's ({trial.name}: {describe_differences(diff, 'it used')}"
+                    f"{predating_note(saved[trial][1], diff)}), and "
                     f"train neither resumes nor reuses such a fold: give another --run-dir, or delete {folds} "
                     "to train them again with these settings")
 

@@ -38,7 +38,7 @@ from pointgeope.engine.config_choices import unread
 from pointgeope.engine.config_yaml import value_text
 from pointgeope.engine.fold_result import train_fold_command
 from pointgeope.engine.foreign_checkpoint import POINTCEPT_ADVICE, is_pointcept_checkpoint, pickled_pointcept_checkpoint
-from pointgeope.engine.record_keys import as_recorded
+from pointgeope.engine.record_keys import as_recorded, predating_note
 from pointgeope.errors import UserError
 from pointgeope.zip_crc import changed_part
 
@@ -198,8 +198,8 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
                                   "run's own config")
         diff = config_differences(saved, config)
         if diff:
-            raise CheckpointError(f"{path}: written with another config ({describe_differences(diff, 'checkpoint')});"
-                                  f" {advice}")
+            raise CheckpointError(f"{path}: written with another config ({describe_differences(diff, 'checkpoint')})"
+                                  f"{predating_note(saved, diff)}; {advice}")
     return ckpt
 
 

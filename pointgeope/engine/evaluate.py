@@ -54,7 +54,6 @@ from pointgeope.data.dataset import room_sample
 from pointgeope.data.folds import load_folds
 from pointgeope.data.fragments import fill_from_voxels, room_pieces, voxel_fragments
 from pointgeope.data.ptv3_dataset import check_normals
-from pointgeope.h5 import NORMAL
 from pointgeope.data.ptv3_test import feature_normals, ptv3_room_pieces
 from pointgeope.data.rooms import RoomRef
 from pointgeope.data.transforms import ToData
@@ -69,7 +68,7 @@ from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, p
 from pointgeope.engine.weights import load_model_state
 from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
-from pointgeope.h5 import area_path, list_rooms, read_labels, read_room
+from pointgeope.h5 import NORMAL, area_path, list_rooms, read_labels, read_room
 from pointgeope.h5_predictions import predictions_path, write_predictions
 from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores

@@ -14,6 +14,7 @@ from pointgeope.engine.checkpoint import (checkpoint_config, config_differences,
 from pointgeope.engine.config import Config, config_to_dict
 from pointgeope.engine.fold_record import check_trained_fold
 from pointgeope.engine.fold_result import fold_is_complete
+from pointgeope.engine.record_keys import predating_note
 from pointgeope.engine.trained_data import check_data_of
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path
@@ -40,9 +41,11 @@ def complete_metrics(run: Path, cfg: Config, fold: Fold, log=print) -> dict | No
         raise UserError(f"{run}: metrics.json says complete, but {last}, the record of what was trained, is "
                         "missing; --force retrains the fold, or use another --run-dir")
     ckpt = load_checkpoint(last)
-    diff = config_differences(checkpoint_config(ckpt, last), config_to_dict(cfg))
+    trained = checkpoint_config(ckpt, last)
+    diff = config_differences(trained, config_to_dict(cfg))
     if diff:
-        raise UserError(f"{run} is complete with another config ({describe_differences(diff, 'run')}); --force "
+        raise UserError(f"{run} is complete with another config ({describe_differences(diff, 'run')})"
+                        f"{predating_note(trained, diff)}; --force "
                         "retrains it, or use another --run-dir")
     if fold_progress(last, ckpt)[0] < cfg.train.epochs:
         return None

@@ -7,8 +7,9 @@ with one view unless ``--tta``, and a fragment cap where the run has none), with
 same name (:func:`~pointgeope.engine.evaluate.room_seed`): memory is bounded by the fragment size plus the
 ``N x C`` vote buffer, whatever the size of the scan. The label of point ``i`` is ``argmax_c scores[i, c]`` and its
 probabilities are :func:`~pointgeope.engine.probabilities.vote_probabilities`. A PTv3 network of ``data.normal``
-(features ``[rgb | normal]``) gets a prepared room's own normals, and a scan's estimated from its kept points as
-prepare estimates a room's (:func:`scan_normals`; stray points are left out of their neighbourhoods).
+(features ``[rgb | normal]``) gets a prepared room's own normals (a raw room's: prepare's estimate, made as it
+parses the room), and a scan's estimated from its kept points as prepare estimates a room's
+(:func:`scan_normals`; stray points are left out of their neighbourhoods).
 
 Before predicting, a scan is checked against what the checkpoint says the model expects
 (:func:`~pointgeope.engine.prediction_info.prediction_metadata`): a colour model refuses a scan without colour

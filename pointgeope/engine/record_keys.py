@@ -25,7 +25,9 @@ that resumes it (``checkpoint.config_differences``), the config that ``evaluate`
 network with (``config.load_record``, ``config.config_from_dict``), a skipped fold's test note
 (``checkpoint.eval_values``) and the report's comparison of folds (``report.settings``). So an old
 ``point3drope`` run is evaluated at the angles it was trained at, and a resume of it with today's config is
-refused with the key named (``model.point3drope_scale: checkpoint 1.0, now 0.5``).
+refused with the key named (``model.point3drope_scale: checkpoint 1.0, now 0.5``) and, as for every key of
+:data:`BEFORE_KEY` the record lacks, the override that runs it as it ran (:func:`predating_note`: an old PTv3
+run resumed with today's recipe, ``data.normal=false``).
 
 No torch here: the report imports it.
 """
@@ -88,3 +90,18 @@ def as_recorded(record: dict) -> dict:
         if isinstance(out.get(section), dict) and name in out[section] and unread(record):
             out[section] = {k: v for k, v in out[section].items() if k != name}
     return out
+
+
+def predating_note(saved: dict, differences: list[tuple[str, object, object]]) -> str:
+    """For a refusal naming ``differences`` (``checkpoint.config_differences``'s ``(key, saved, now)``): the
+    override that runs the saved record as it ran where a differing key of :data:`BEFORE_KEY` is one the record
+    lacks (it predates the key, and today's config file sets it otherwise: ``data.normal`` of the PTv3 recipe),
+    ``"; it was recorded before data.normal existed: the override data.normal=false uses it as it ran"``; else
+    ``""``."""
+    lacking = [(key, value) for key, value, _ in differences if key in BEFORE_KEY and isinstance(saved, dict)
+               and key.split(".")[1] not in _section(saved, key.split(".")[0])]
+    if not lacking:
+        return ""
+    keys = " and ".join(key for key, _ in lacking)
+    sets = " ".join(f"{key}={str(value).lower() if isinstance(value, bool) else value}" for key, value in lacking)
+    return f"; it was recorded before {keys} existed: the override {sets} uses it as it ran"

@@ -247,8 +247,8 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
 
 def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv, log: Log) -> None:
     """Refuse a fold without training areas; open and read every area file of the fold (rank 0), so that
-    a damaged file (or, with ``data.normal``, one without normals) stops the run now rather than hours into it; warn of the network's classes that none of
-    its points holds (:mod:`pointgeope.engine.data_classes`)."""
+    a damaged file (or, with ``data.normal``, one without normals) stops the run now rather than hours into
+    it; warn of the network's classes that none of its points holds (:mod:`pointgeope.engine.data_classes`)."""
     root, test_areas, train_areas = Path(cfg.data.root), list(folds[fold].test), list(folds[fold].train)
     if not train_areas:
         raise UserError(f"fold {fold}: {root / 'folds.json'} lists no training area (it tests on "

@@ -36,8 +36,9 @@ class Scan:
         color: ``uint8 (N, 3)``, or ``None`` when the file has no colour.
         label: ``uint8 (N,)`` ground truth where the input carries one (prepared rooms, raw S3DIS), else ``None``.
         meta: format details a writer may reuse (``las_scales``, ``las_offsets`` of a LAS input).
-        normal: ``float32 (N, 3)`` unit normals where the input carries them (a prepared room: prepare's), else
-            ``None`` (``predict`` estimates them for a network that reads them).
+        normal: ``float32 (N, 3)`` unit normals where the input carries them (a prepared room, or a raw room
+            parsed as prepare parses it: prepare's), else ``None`` (``predict`` estimates them for a network
+            that reads them).
     """
 
     name: str

@@ -314,8 +314,10 @@ def _read_raw_room(ref: ScanRef) -> Scan:
     room = load_room(FolderSource(ref.path), Room(ref.path.parent.name, ref.name, ".", entries, str(ref.path)))
     a = room.arrays
     origin = room.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
+    normal = a.get("normal")            # prepare's, of these coordinates (load_room estimates them)
     return Scan(ref.name, ref.source, a["coord"].astype(np.float64) + origin, a["color"], a["label"],
-                meta={"notes": [_in_room(message, ref.path) for message in room.messages]})
+                meta={"notes": [_in_room(message, ref.path) for message in room.messages]},
+                normal=None if normal is None else normal.astype(np.float32))
 
 
 def _in_room(message: str, room: Path) -> str:

@@ -50,3 +50,23 @@ def test_compare_pairs_rounds_and_records_trees(tmp_path, monkeypatch):
     assert rows[("base", 1)]["paired_median"] == 1.0
     assert out["trees"][str(base)]["commit"] == bench_io.git_commit()
     assert out["trees"][str(new)] == {"commit": "", "dirty": None, "changed": []}
+
+
+def test_an_older_checkouts_case_gets_no_normals_and_the_recipes_gets_the_rooms():
+    """``--compare``'s baseline may predate ``data.normal``: its config has no such key and its ``vote_room`` no
+    ``normal`` argument, so the case passes nothing; a ``[rgb | normal]`` config gets the room's normals (those
+    of a flat floor: +z)."""
+    import types
+
+    import numpy as np
+    from evaluate_published import case_normals
+
+    from pointgeope.engine.config import load_config
+
+    rng = np.random.default_rng(0)
+    floor = np.c_[rng.random((500, 2)) * 4, np.zeros(500)].astype(np.float32)
+    older = types.SimpleNamespace(data=types.SimpleNamespace(grid_size=0.04, color=True, height=False))
+    assert case_normals(older, floor) == {}
+    assert case_normals(load_config(Path(bench_io.ROOT) / "configs/s3dis/pt_geope.yaml"), floor) == {}
+    normal = case_normals(load_config(Path(bench_io.ROOT) / "configs/demo_ptv3.yaml"), floor)["normal"]
+    np.testing.assert_allclose(normal, np.tile([0.0, 0.0, 1.0], (500, 1)), atol=1e-6)

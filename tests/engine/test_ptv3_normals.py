@@ -128,6 +128,27 @@ def test_predict_estimates_a_scans_normals_and_reads_a_prepared_rooms(normal_run
     assert calls == []                                           # a prepared room's own normals
 
 
+def test_predict_feeds_a_raw_rooms_normals_as_prepare_estimated_them(normal_run, tiny_root, tmp_path, monkeypatch):
+    """A raw room folder is parsed as ``prepare`` parses it, normals included: the network gets those (the
+    prepared room's, up to its float16 storage), estimated once, not a second time from the shifted points."""
+    import pointgeope.engine.predict as predict_module
+    from pointgeope.cli import main as cli
+    from pointgeope.h5 import read_room
+
+    calls, fed, vote = _recording(monkeypatch), [], predict_module.vote_room
+
+    def voted(*args, normal=None, **kwargs):
+        fed.append(normal)
+        return vote(*args, normal=normal, **kwargs)
+
+    monkeypatch.setattr(predict_module, "vote_room", voted)
+    assert cli(["predict", str(normal_run), str(tiny_root.parent / "raw" / "Area_1" / "office_1"), "--out",
+                str(tmp_path / "o"), "--max-fragments", "1"]) == 0
+    assert len(calls) == 1 and len(fed) == 1                     # prepare's estimate of the room, and no other
+    stored = read_room(tiny_root / "Area_1.h5", "office_1", fields=("normal",))["normal"].astype(np.float32)
+    np.testing.assert_allclose(fed[0], stored, atol=1e-3)
+
+
 def test_a_checkpoint_recorded_before_the_key_predicts_with_xyz(normal_run, tmp_path, monkeypatch):
     """Its config lacks ``data.normal`` and its ``predict`` entry says ``[rgb | xyz]``: no normals are made."""
     from pointgeope.engine.predict import predict_scan
@@ -179,3 +200,56 @@ def test_the_report_tells_a_fold_recorded_before_the_key_from_one_of_the_normal_
     same = {"Area_1": folds["Area_1"], "Area_2": fold_settings({"config": config_to_dict(
         load_config(PTV3_DEMO, ["data.normal=false"]))}, tmp_path)}
     assert mixed_settings(same) == {}
+
+
+def test_resuming_a_run_recorded_before_the_key_with_the_recipe_names_the_override(normal_run, tmp_path):
+    """The recipe file now sets ``data.normal: true``; a PTv3 checkpoint written before the key trained on
+    ``[rgb | xyz]``: the refusal names the difference and the override that resumes it as it trained."""
+    from pointgeope.engine.checkpoint import CheckpointError
+
+    ckpt = load_checkpoint(normal_run / "last.pt")
+    del ckpt["config"]["data"]["normal"]
+    save_checkpoint(tmp_path / "last.pt", ckpt)
+    today = config_to_dict(load_config(normal_run / "config.yaml"))
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(tmp_path / "last.pt", today)
+    message = str(err.value)
+    assert "\n" not in message and "(data.normal: checkpoint False, now True); it was recorded before data.normal existed: the " \
+           "override data.normal=false uses it as it ran; " in message
+    ckpt["config"]["data"]["normal"] = False                      # a run that chose false: nothing to add
+    save_checkpoint(tmp_path / "last.pt", ckpt)
+    with pytest.raises(CheckpointError, match=r"now True\); use the same config"):
+        load_checkpoint(tmp_path / "last.pt", today)
+
+
+def test_a_complete_fold_recorded_before_the_key_names_the_override_too(normal_run, two_folds, tmp_path):
+    """``train --cv`` over a run whose complete folds predate the key (the skip check of a complete fold)."""
+    from pointgeope.data.folds import load_folds
+    from pointgeope.engine.fold_skip import complete_metrics
+
+    run = tmp_path / "area_1"
+    shutil.copytree(normal_run, run)
+    ckpt = load_checkpoint(run / "last.pt")
+    del ckpt["config"]["data"]["normal"]
+    save_checkpoint(run / "last.pt", ckpt)
+    with pytest.raises(UserError) as err:
+        complete_metrics(run, load_config(normal_run / "config.yaml"), load_folds(two_folds)[1])
+    assert "(data.normal: run False, now True); it was recorded before data.normal existed: the override " \
+           "data.normal=false uses it as it ran; --force retrains it" in str(err.value)
+
+
+def test_an_ablation_over_trials_recorded_before_the_key_names_the_override(normal_run, tmp_path):
+    """``pointgeope ablate`` again into a run folder whose trials predate the key refuses them, saying how to run
+    them as they trained."""
+    from pointgeope.engine.ablation import Trial
+    from pointgeope.engine.ablation_reuse import check_reuse
+
+    trial = Trial("geope", 0, tmp_path / "geope" / "seed_0", config_to_dict(load_config(normal_run / "config.yaml")))
+    (trial.folder / "area_1").mkdir(parents=True)
+    ckpt = load_checkpoint(normal_run / "last.pt")
+    del ckpt["config"]["data"]["normal"]
+    save_checkpoint(trial.folder / "area_1" / "last.pt", ckpt)
+    with pytest.raises(UserError) as err:
+        check_reuse([trial], 1, tmp_path)
+    assert "(geope seed 0: data.normal: it used False, now True; it was recorded before data.normal existed: the " \
+           "override data.normal=false uses it as it ran), and train neither resumes" in str(err.value)
