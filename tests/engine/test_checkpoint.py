@@ -208,8 +208,8 @@ def test_a_damaged_epoch_count_is_one_checkpoint_error(tmp_path, entries, named)
     save_checkpoint(tmp_path / "best.pt", {"epoch": 1, "config": {"train": {"epochs": 5}}})
     logged = []
     assert fold_progress(tmp_path / "best.pt", load_checkpoint(tmp_path / "best.pt"), log=logged.append) == (1, 5)
-    assert logged == [f"warning: {message}; best.pt is used (saved at epoch 1 of 5: how far the fold trained "
-                      "after it is unknown)"]
+    warning = f"warning: {message}; best.pt is used (saved at epoch 1 of 5: how far the fold trained after it is unknown)"
+    assert logged == [warning]
 
 
 def test_a_predict_entry_that_is_no_mapping_is_one_checkpoint_error(tmp_path):
