@@ -249,20 +249,26 @@ def fold_progress(path: str | Path, ckpt: dict, log=None) -> tuple[int, int]:
     fold is finished when the first reaches the second. A ``last.pt`` beside it that cannot be read (cut
     short) does not stop the use of an intact ``best.pt``: its own epochs then, a warning through ``log``."""
     path = Path(path)
-    last, unread, read = path.parent / "last.pt", None, path
-    _count(ckpt, ("epoch",), path)  # its own, which evaluate records
+    last, unread = path.parent / "last.pt", None
+    progress = _progress(ckpt, path)  # its own, which evaluate records
     if path.name != "last.pt" and last.is_file():
-        try:
-            ckpt, read = load_checkpoint(last), last
+        try:  # a damaged epoch entry of last.pt is as unreadable as a cut one: best.pt's own epochs, a warning
+            progress = _progress(load_checkpoint(last), last)
         except CheckpointError as err:
             unread = err
-    trained = _count(ckpt, ("epoch",), read)
-    train = checkpoint_config(ckpt, read).get("train")
-    epochs = _count(train, ("config", "train", "epochs"), read, trained) if isinstance(train, dict) else trained
+    trained, epochs = progress
     if unread is not None and log is not None:
         after = "the fold finished" if trained >= epochs else "how far the fold trained after it is unknown"
         log(f"warning: {unread}; {path.name} is used (saved at epoch {trained} of {epochs}: {after})")
     return trained, epochs
+
+
+def _progress(ckpt: dict, path: Path) -> tuple[int, int]:
+    """``(epochs trained, train.epochs)`` of one checkpoint (its own ``epoch`` when the config has no
+    ``train.epochs``); a CheckpointError naming a damaged entry."""
+    trained = _count(ckpt, ("epoch",), path)
+    train = checkpoint_config(ckpt, path).get("train")
+    return trained, _count(train, ("config", "train", "epochs"), path, trained) if isinstance(train, dict) else trained
 
 
 def _count(entries: dict, keys: tuple[str, ...], path: Path, default: int = 0) -> int:

@@ -28,12 +28,13 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Range:
     """The finite values ``x`` with ``low <= x <= high`` (``low < x`` when ``open_low``; ``None``: no bound);
-    ``why``: the reason for ``high``, said to a value above it."""
+    ``why``: the reason for ``high``, said to a value above it; ``why_low`` that for ``low``, to a value below."""
 
     low: float | None = None
     high: float | None = None
     open_low: bool = False
     why: str = ""
+    why_low: str = ""
 
     def __contains__(self, x: float) -> bool:
         if not math.isfinite(x):
@@ -68,10 +69,10 @@ def sizes(low: int, high: int, why: str) -> Range:
 # Every size key has an upper bound that says why; the memory of the neighbourhoods that the sizes imply
 # together is estimated when the run starts (pointgeope.engine.memory).
 RANGES: dict[str, Range] = {
-    # from a micrometre, finer than any scanner's noise: the network's position scale is 1 / grid_size in float32,
-    # which overflowed (inf below ~1e-308: a traceback; NaN losses below ~1e-38, blamed on optim.lr)
     "data.grid_size": Range(1e-6, 1000, why="a voxel of that edge (metres) holds a whole building (S3DIS recipes: "
-                                           "0.02 to 0.08), and the stages multiply it by their strides (1e308: inf)"),
+                                           "0.02 to 0.08), and the stages multiply it by their strides (1e308: inf)",
+                            why_low="a micrometre is finer than any scanner's noise, and the network's position scale "
+                                    "1 / grid_size overflows float32 (NaN losses) from 1e-38"),
     "data.voxel_max": sizes(1, 10**8, "a sample holds that many points, and the largest S3DIS room about 10^7"),
     "data.loop": sizes(1, 10**4, "each training room is read that many times per epoch (the authors' recipe: 30)"),
     "data.batch_size": sizes(1, 2**16, "a step holds that many samples of up to data.voxel_max points"),
@@ -160,8 +161,9 @@ def range_problem(value: Any, name: str) -> str | None:
         if allowed.why:  # a size: the side it crossed, and why the upper bound is there
             above = math.isfinite(x) and x > allowed.high
             bound = str(Range(high=allowed.high)) if above else str(Range(allowed.low, open_low=allowed.open_low))
-            if above:
-                return f"{at}: expected {kind} {bound}, got {x!r}; the bound is there because {allowed.why}"
+            if above or (allowed.why_low and math.isfinite(x) and x > 0):  # 0, -1: the bound alone
+                why = allowed.why if above else allowed.why_low
+                return f"{at}: expected {kind} {bound}, got {x!r}; the bound is there because {why}"
         return f"{at}: expected {' '.join(filter(None, (kind, bound)))}, got {x!r}"
     return None
 

@@ -72,10 +72,10 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
         raise ScanError(_truncated(path, header, f"{len(las.points):,} of them"))
     with np.errstate(over="ignore", invalid="ignore"):  # laspy's X * scale + offset, of a damaged header's scale
         coord = np.stack([np.asarray(las.x), np.asarray(las.y), np.asarray(las.z)], axis=1).astype(np.float64)
-    if not np.isfinite(coord).all():  # X is an int32: only the header's scales and offsets make it infinite
+    if not np.isfinite(coord).all():  # X is an int32: only the header's scales and offsets make it infinite or NaN
         raise ScanError(f"{path}: a damaged LAS header: its scales {header.scales.tolist()} and offsets "
-                        f"{header.offsets.tolist()} make coordinates infinite (X * scale + offset); copy it again or "
-                        "export it again")
+                        f"{header.offsets.tolist()} make coordinates infinite or NaN (X * scale + offset); copy it "
+                        "again or export it again")
     color, notes = None, []
     if {"red", "green", "blue"} <= set(las.point_format.dimension_names):
         color = color_to_uint8(np.stack([las.red, las.green, las.blue], axis=1), str(path), notes=notes,

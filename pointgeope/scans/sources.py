@@ -28,6 +28,7 @@ call over many large files holds one of them in memory.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
 import stat
@@ -255,9 +256,16 @@ def _load_npy(path: Path) -> np.ndarray:
     """The array of a ``.npy`` file, its header checked against the file's size before any data is read: the
     file is mapped (``mmap_mode="r"``), then copied. A header whose shape needs more bytes than the file holds
     (a file cut short; a damaged shape of 4 TiB was a ``MemoryError``) and a header that does not parse (numpy
-    let ``tokenize.TokenError`` through) are ScanErrors, as are files that are not ``.npy``."""
+    let ``tokenize.TokenError`` through) are ScanErrors, as are files that are not ``.npy``. A file that cannot be
+    opened (no permission) is :func:`read_scan`'s ``cannot read it`` (an ``OSError``); one on a file system that
+    cannot map files is read as before mapping was used."""
     try:
-        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+        try:
+            mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+        except OSError as err:
+            if err.errno in (errno.EACCES, errno.EPERM, errno.ENOENT, errno.EISDIR, errno.EIO):
+                raise  # not the header's: read_scan's "cannot read it (Permission denied)"
+            mapped = np.load(path, allow_pickle=False)  # no mmap there (ENODEV: a FUSE mount, a device)
     except EOFError:  # a 0-byte file
         raise ScanError(f"{path}: not a readable .npy array (empty file); expected an array saved by numpy.save") from None
     except ValueError as err:
@@ -268,7 +276,7 @@ def _load_npy(path: Path) -> np.ndarray:
             raise ScanError(f"{path}: not a readable .npy array (it holds Python objects, read only by unpickling); "
                             "expected a numeric array of shape (N, 3) or (N, 6)") from None
         raise ScanError(f"{path}: not a readable .npy array ({err})") from None
-    except (OSError, SyntaxError, tokenize.TokenError) as err:
+    except (SyntaxError, tokenize.TokenError) as err:
         raise ScanError(f"{path}: not a readable .npy array (its header does not parse: {err}); expected an array "
                         "saved by numpy.save") from None
     return np.array(mapped)

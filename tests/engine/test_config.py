@@ -203,10 +203,15 @@ def test_every_numeric_key_has_its_range_and_the_defaults_are_inside():
 @pytest.mark.parametrize("grid", ["5e-324", "1e-300", "1e-7"])
 def test_a_grid_finer_than_a_micrometre_is_refused_when_the_config_is_read(grid):
     """5e-324 (a subnormal) was accepted as > 0 and ended training in a traceback (GeoPE's position scale
-    1 / grid_size = inf); 1e-300 overflowed float32 into NaN losses blamed on optim.lr."""
+    1 / grid_size = inf); 1e-300 overflowed float32 into NaN losses blamed on optim.lr. The bound says why, as
+    the upper one does (it gave none); 0 and -1 are told the bound alone."""
     with pytest.raises(ConfigError, match=rf"^override 'data.grid_size={grid}': data.grid_size: expected a finite "
-                                          rf"number >= 1e-06, got {float(grid)!r}$"):
+                                          rf"number >= 1e-06, got {float(grid)!r}; the bound is there because a "
+                                          r"micrometre is finer than any scanner's noise, .* overflows float32"):
         load_config(None, [f"data.grid_size={grid}"])
+    for zero in ("0", "-1"):
+        with pytest.raises(ConfigError, match=rf"data.grid_size: expected a finite number >= 1e-06, got {zero}\.0$"):
+            load_config(None, [f"data.grid_size={zero}"])
     assert load_config(None, ["data.grid_size=1e-6"]).data.grid_size == 1e-6
 
 

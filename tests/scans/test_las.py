@@ -370,3 +370,8 @@ def test_a_las_header_whose_scale_makes_coordinates_infinite_names_the_header(tm
                                             r"\[0\.001, -1\.8e\+306, 0\.001\] and offsets \[650000\.0, 4800000\.0, 100\.0\] "
                                             r"make coordinates infinite"):
             read_las(tmp_path / "a.las")
+        data[163:171] = np.float64("nan").tobytes()  # the y offset (x, y, z offsets at bytes 155, 163, 171)
+        data[139:147] = np.float64(0.001).tobytes()
+        (tmp_path / "a.las").write_bytes(bytes(data))
+        with pytest.raises(ScanError, match=r"offsets \[650000\.0, nan, 100\.0\] make coordinates infinite or NaN"):
+            read_las(tmp_path / "a.las")

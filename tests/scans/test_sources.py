@@ -103,6 +103,34 @@ def test_npy_with_a_damaged_or_lying_header_is_one_scan_error(tmp_path):
             read_scan(ScanRef(path, "npy", name))
 
 
+
+def test_an_npy_that_cannot_be_opened_or_mapped_is_not_said_to_have_a_damaged_header(tmp_path, monkeypatch):
+    """A .npy without read permission is "cannot read it (Permission denied)", as every other scan, not a header
+    that "does not parse"; one on a file system that cannot map files (ENODEV) is read. ``np.load`` stands in for
+    the operating system (tests run as root, and tmp_path can map files); the file itself is a good .npy."""
+    import errno
+
+    values = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.save(tmp_path / "a.npy", values)
+    load = np.load
+
+    def denied(path, mmap_mode=None, allow_pickle=False):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(np, "load", denied)
+    with pytest.raises(ScanError) as err:
+        read_scan(ScanRef(tmp_path / "a.npy", "npy", "a"))
+    assert "cannot read it (Permission denied)" in str(err.value) and "parse" not in str(err.value)
+
+    def unmappable(path, mmap_mode=None, allow_pickle=False):
+        if mmap_mode is not None:
+            raise OSError(errno.ENODEV, "No such device")
+        return load(path, allow_pickle=allow_pickle)
+
+    monkeypatch.setattr(np, "load", unmappable)
+    np.testing.assert_array_equal(read_scan(ScanRef(tmp_path / "a.npy", "npy", "a")).coord, values)
+
+
 def test_raw_room_is_read_in_prepare_order_with_labels(tmp_path):
     rng = np.random.default_rng(1)
     parts = {stem: np.c_[np.round(rng.random((n, 3)) * 4, 3), rng.integers(0, 256, (n, 3))]
