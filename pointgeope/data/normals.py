@@ -34,6 +34,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from pointgeope.morton_order import code
+
 K_NORMAL = 30  # neighbours per normal (Open3D's default; measured on real rooms in docs/s3dis/prepare.md)
 CHUNK = 1 << 15  # points per kNN query: (CHUNK, k) int64 indices ~ 8 MB at k = 30
 DEGENERATE = 1e-8  # l1 / l2 at or below it: the neighbourhood is a line (float32 rounding gives ~1e-9)
@@ -81,18 +83,14 @@ def estimate_normals(coord: np.ndarray, k: int = K_NORMAL) -> np.ndarray:
 
 def _morton_order(local: np.ndarray, extent: np.ndarray) -> np.ndarray:
     """The permutation that sorts ``local (N, 3)`` (within a box of size ``extent`` around 0) along the Morton
-    (Z-order) curve of a 2^21 grid over the box, ties by index: consecutive points are near in space at every
-    scale, so that the tree's nodes a query visits are those the last one did (a room given in random order
-    took 13 us a point, in this order 2.5)."""
+    (Z-order) curve (:func:`pointgeope.morton_order.code`) of a 2^21 grid over the box, ties by index:
+    consecutive points are near in space at every scale, so that the tree's nodes a query visits are those the
+    last one did (a room given in random order took 13 us a point, in this order 2.5). At 2^21 cells a side
+    distinct points share a cell hardly ever, so the order, and with it which of equally near neighbours the
+    search returns, is one of the coordinates and not of the rows' order."""
     scale = ((1 << 21) - 1) / max(float(extent.max()), 1e-300)
-    code = np.zeros(len(local), dtype=np.uint64)
-    for axis in range(3):
-        x = np.clip((local[:, axis] * scale + (1 << 20)), 0, (1 << 21) - 1).astype(np.uint64)
-        for shift, mask in ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F),
-                            (4, 0x10C30C30C30C30C3), (2, 0x1249249249249249)):  # bit b moves to 3b
-            x = (x | (x << np.uint64(shift))) & np.uint64(mask)
-        code |= x << np.uint64(axis)
-    return np.argsort(code, kind="stable")
+    cells = [np.clip((local[:, axis] * scale + (1 << 20)), 0, (1 << 21) - 1).astype(np.uint64) for axis in range(3)]
+    return np.argsort(code(*cells), kind="stable")
 
 
 @numba.njit(cache=True)

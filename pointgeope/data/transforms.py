@@ -36,6 +36,7 @@ from scipy import ndimage
 from scipy.interpolate import RegularGridInterpolator
 from torch_geometric.data import Data
 
+from pointgeope.data.features import feature_channels, feature_names
 from pointgeope.data.hsv import shift_hue_saturation
 from pointgeope.data.rotate import check_axis, rotate_about
 from pointgeope.data.voxelize import column_min
@@ -346,7 +347,8 @@ class ToData(Transform):
 
     @property
     def in_channels(self) -> int:
-        return 3 * self.color + 3 + self.height
+        """The channels of ``x`` (:mod:`pointgeope.data.features`, the layout's one owner)."""
+        return feature_channels(feature_names(color=self.color, height=self.height))
 
     def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Data:
         coord = np.asarray(sample["coord"], dtype=np.float32)

@@ -102,8 +102,7 @@ def _check_data(trials: list, saved: dict, test_area: int, run_dir: Path, fold: 
             check_trained_fold(last, ckpt.get("fold"), fold, root, lambda line: None)
             check_data_of(last, ckpt, now, root, lambda line: None)
         except CheckpointError as err:
-            why = str(err).split("; restore the data")[0].split("; put fold")[0]    # train's advice is not ablate's
-            refused.append((trial, last.parent, why))
+            refused.append((trial, last.parent, err.problem))   # train's advice (err.advice) is not ablate's
     if refused:
         trial, _, why = refused[0]
         folders = _listed([folder for _, folder, _ in refused])

@@ -61,7 +61,16 @@ FREE_SECTIONS = ("eval.",)
 
 
 class CheckpointError(UserError, RuntimeError):
-    """A checkpoint file that cannot be used to resume or evaluate this run."""
+    """A checkpoint file that cannot be used to resume or evaluate this run: ``problem`` (what is wrong), and
+    apart from it ``advice`` (what ``train`` or ``evaluate`` would have the user do; ``""``: none), said as
+    ``"<problem>; <advice>"``. A caller with other ways to the fix (``ablate``) says ``problem`` with its own."""
+
+    def __init__(self, problem: str, advice: str = ""):
+        super().__init__(f"{problem}; {advice}" if advice else problem)
+        self.problem, self.advice = problem, advice
+
+    def __reduce__(self):
+        return type(self), (self.problem, self.advice)
 
 
 # --- random number generator states as plain containers ---------------------------------------------------

@@ -2,7 +2,7 @@
 is generated from it (``docs/hooks/config_keys.py``), so that it cannot drift from the code.
 
 Each key of :class:`~pointgeope.engine.config.Config` (``section.key``, ``eval.tta.scales``) gets its type and
-default from the dataclasses, its allowed values from :data:`~pointgeope.engine.config_values.RANGES` and its
+default from the dataclasses, its allowed values from :data:`~pointgeope.engine.config_ranges.RANGES` and its
 description from the comments written beside the field in the source: the comment on the field's line with
 its continuation lines (a ``#`` followed by a deep indent), or the comment lines just above the field::
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from pointgeope.engine.config import Config
 from pointgeope.engine.config_check import type_name
-from pointgeope.engine.config_values import RANGES, Range
+from pointgeope.engine.config_ranges import RANGES, Range
 
 __all__ = ["KeyReference", "config_keys", "markdown_tables"]
 

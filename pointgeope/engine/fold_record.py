@@ -60,8 +60,9 @@ def check_trained_fold(path: str | Path, saved: object, fold: Fold, root: str | 
         return
     raise CheckpointError(
         f"{path}: trained for fold {index} (test {', '.join(test) or 'none'}, trained on {', '.join(train)}), but "
-        f"this folder is fold {fold.index} (test {', '.join(fold.test)} in {Path(root) / 'folds.json'}); put fold "
-        f"{fold.index}'s own checkpoint back (or train it: pointgeope train ... --test-area {fold.index})")
+        f"this folder is fold {fold.index} (test {', '.join(fold.test)} in {Path(root) / 'folds.json'})",
+        advice=f"put fold {fold.index}'s own checkpoint back (or train it: pointgeope train ... --test-area "
+               f"{fold.index})")
 
 
 def fold_checkpoint(run: str | Path, cfg, fold: Fold, log) -> tuple[Path, dict]:

@@ -29,7 +29,7 @@ import numpy as np
 from pointgeope.constants import PREDICT_EXTENT_LIMIT, PREDICT_MAX_EXTENT
 from pointgeope.data.spacing import median_spacing
 from pointgeope.engine import build
-from pointgeope.engine.config_values import range_problem
+from pointgeope.engine.config_ranges import range_problem
 from pointgeope.engine.distributed import apply_threads
 from pointgeope.engine.evaluate import room_seed, vote_room
 from pointgeope.engine.placement import hierarchy_place

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from pointgeope.atomic import write_text_atomic
 from pointgeope.checksum import file_checksum, folder_checksum
+from pointgeope.engine.device_text import device_text
 from pointgeope.errors import one_line
 from pointgeope.scans.outputs import PLY_PREDICTION, output_path, write_outputs
 from pointgeope.scans.scan import ScanError
@@ -191,9 +192,8 @@ def other_machine(recorded, now: dict) -> str:
     if not isinstance(recorded, dict):
         return ""
 
-    def said(m: dict) -> dict:   # the device with its model, as the report says it (report/machine.py)
-        name = f" ({m['device_name']})" if m.get("device_name") else ""
-        return {"device": f"{m.get('device')}{name}", **{k: m.get(k) for k in ("precision", "threads", "torch")}}
+    def said(m: dict) -> dict:   # the device with its model, as the report says it (engine/device_text.py)
+        return {"device": str(device_text(m)), **{k: m.get(k) for k in ("precision", "threads", "torch")}}
 
     there, here = said(recorded), said(now)
     cuda = "cuda" in (recorded.get("device"), now.get("device"))

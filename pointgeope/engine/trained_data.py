@@ -66,9 +66,9 @@ def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None],
                "attributes: the same raw data prepared from another path) cannot be told" if unknown else
                ": their points differ, not only where they were prepared from" + _without_normals(root, differing)
                if any(now[a] for a in differing) else "")  # only files that are gone
-        raise CheckpointError(f"{path} was trained on other data than {root} holds now ({shown}){why}; restore "
-                              "the data it trained on (or set data.root to it); pointgeope train with --force "
-                              "retrains the fold from scratch")
+        raise CheckpointError(f"{path} was trained on other data than {root} holds now ({shown}){why}",
+                              advice="restore the data it trained on (or set data.root to it); pointgeope train "
+                                     "with --force retrains the fold from scratch")
 
 
 def _without_normals(root: str | Path, areas: list[str]) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 
+from pointgeope.engine.device_text import device_text
 from pointgeope.report.settings import value_groups
 
 NOT_RECORDED = "not recorded"
@@ -33,9 +34,7 @@ def _entry_text(entry: dict, key: str) -> str | None:
     """One machine record's ``key`` in words; ``None`` where it does not apply (a CUDA device's CPU threads)."""
     if key == "threads" and entry.get("device") == "cuda":
         return None
-    if key == "device" and entry.get("device_name"):
-        return f"{entry['device']} ({entry['device_name']})"
-    value = entry.get(key)
+    value = device_text(entry) if key == "device" else entry.get(key)
     return NOT_RECORDED if value is None else str(value)
 
 

@@ -189,3 +189,27 @@ def test_the_same_bytes_at_one_and_two_threads(tmp_path):
         subprocess.run([sys.executable, "-c", script, str(tmp_path / "coord.npy"), str(tmp_path / f"{threads}.npy")],
                        env=env, check=True)
     assert np.load(tmp_path / "1.npy").tobytes() == np.load(tmp_path / "2.npy").tobytes()
+
+
+def test_the_search_order_is_the_morton_order_of_a_fine_grid_over_the_box():
+    """The neighbour search runs in the Morton order of a 2^21 grid over the cloud's box (the package's one
+    Morton code, ``pointgeope.morton_order.code``): here against the bits interleaved one by one."""
+    rng = np.random.default_rng(21)
+    local = rng.random((400, 3)) * [6.0, 4.0, 3.0] - [3.0, 2.0, 1.5]
+    extent = np.array([6.0, 4.0, 3.0])
+    scale = ((1 << 21) - 1) / 6.0
+    cells = np.clip(np.floor(local * scale + (1 << 20)), 0, (1 << 21) - 1).astype(np.int64)
+    keys = [sum(((int(c[a]) >> bit) & 1) << (3 * bit + a) for bit in range(21) for a in range(3)) for c in cells]
+    assert normals_module._morton_order(local, extent).tolist() == sorted(range(len(local)), key=keys.__getitem__)
+
+
+def test_shuffled_rows_give_the_same_bytes_where_neighbours_are_equally_near():
+    """On a centimetre grid many neighbours are equally near, and which of them the search returns follows the
+    search order: an order of the coordinates alone (a fine grid: 2^21 cells a side, even with a far point
+    stretching the box) keeps the normals the same bytes whatever the rows' order. A coarse grid (2^10 cells
+    a side: 10 cm here) would keep the patch's rows in their given order and change some normals."""
+    rng = np.random.default_rng(5)
+    xy = rng.integers(0, 60, (4000, 2)) * 0.01   # a 60 cm floor patch on a cm grid, heights at mm
+    coord = np.concatenate([np.c_[xy, rng.integers(0, 3, 4000) * 0.001], [[100.0, 100.0, 3.0]]])
+    order = rng.permutation(len(coord))
+    assert np.array_equal(estimate_normals(coord[order]), estimate_normals(coord)[order])

@@ -178,3 +178,38 @@ def test_a_saved_trial_of_other_data_is_refused_before_any_trial_starts(two_fold
     save_checkpoint(trials[1].folder / "area_1" / "last.pt", {"config": trials[1].config, "data": now, "fold": fold2})
     with pytest.raises(UserError, match=r"1 of the 2 trial\(s\) cannot be resumed .*trained for fold 2 \(test Area_2"):
         plan(DEMO_CONFIG, ["rpe", "none"], [0], 1, run, settings, 1)
+
+
+def test_train_advice_stays_out_of_ablate_line_whatever_its_words(two_folds, tmp_path, capsys, monkeypatch):
+    """ablate cut train's advice out of the refusal's text at its first words ("; restore the data"): advice
+    worded otherwise would have reached ablate's line with train's --force, which ablate does not have. The
+    refusal now carries its advice apart (CheckpointError.advice), and ablate says the problem alone."""
+    import pickle
+
+    from pointgeope.data.check import area_checksums
+    from pointgeope.data.folds import fold_of, load_folds
+    from pointgeope.engine import trained_data
+    from pointgeope.engine.checkpoint import CheckpointError, save_checkpoint
+    from pointgeope.engine.fold_record import fold_record
+
+    err = CheckpointError("x.pt: the problem", advice="pointgeope train with --force retrains it")
+    assert str(err) == "x.pt: the problem; pointgeope train with --force retrains it"
+    again = pickle.loads(pickle.dumps(err))
+    assert (str(again), again.problem, again.advice) == (str(err), err.problem, err.advice)
+    assert str(CheckpointError("x.pt: the problem")) == "x.pt: the problem"
+
+    run, settings = tmp_path / "abl", [f"data.root={two_folds}", *TINY]
+    trials, _ = plan(DEMO_CONFIG, ["rpe"], [0], 1, run, settings, 1)
+    now = area_checksums(two_folds, ["Area_1", "Area_2", "Area_3"])
+    fold1 = fold_record(fold_of(load_folds(two_folds), 1, two_folds))
+    (trials[0].folder / "area_1").mkdir(parents=True)
+    save_checkpoint(trials[0].folder / "area_1" / "last.pt", {"config": trials[0].config, "data": now, "fold": fold1})
+
+    def refuse(path, *args, **kwargs):
+        raise CheckpointError(f"{path} was trained on other data", advice="rerun pointgeope train --force to retrain")
+
+    monkeypatch.setattr(trained_data, "check_data_of", refuse)
+    assert cli(ablate_args(two_folds, run, presets=("rpe",), seeds=("0",))) == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert f"(rpe seed 0: {trials[0].folder / 'area_1' / 'last.pt'} was trained on other data), and train" in line
+    assert "--force" not in line and "retrain" not in line

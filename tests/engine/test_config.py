@@ -10,7 +10,7 @@ import pytest
 
 from pointgeope.engine.config import (Config, ConfigError, config_from_dict, config_to_dict,
                                       load_config, parse_override, save_config)
-from pointgeope.engine.config_values import RANGES, Range
+from pointgeope.engine.config_ranges import RANGES, Range
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -260,8 +260,11 @@ def test_config_values_does_not_import_config():
     import pointgeope.engine
     from tests.conftest import module_imports
 
-    imports = module_imports(pointgeope.engine)[Path(pointgeope.engine.__file__).parent / "config_values.py"]
-    assert not [name for name in imports if name.startswith("pointgeope.engine")]
+    imports = module_imports(pointgeope.engine)
+    here = Path(pointgeope.engine.__file__).parent
+    assert [n for n in imports[here / "config_values.py"] if n.startswith("pointgeope.engine")] == \
+        ["pointgeope.engine.config_ranges"]
+    assert not [n for n in imports[here / "config_ranges.py"] if n.startswith("pointgeope.engine")]
 
 
 @pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:1"])

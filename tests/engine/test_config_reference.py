@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from pointgeope.engine.config import Config, config_to_dict, load_config
 from pointgeope.engine.config_reference import config_keys, field_comments, markdown_tables
-from pointgeope.engine.config_values import RANGES
+from pointgeope.engine.config_ranges import RANGES
 
 
 @dataclass

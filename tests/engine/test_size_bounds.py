@@ -9,7 +9,7 @@ import typing
 import pytest
 
 from pointgeope.engine.config import Config, ConfigError, load_config
-from pointgeope.engine.config_values import RANGES
+from pointgeope.engine.config_ranges import RANGES
 from pointgeope.memory import neighbour_bytes
 from tests.engine.conftest import one_line
 from tests.engine.test_user_errors import train_args

@@ -56,10 +56,10 @@ def test_keys_are_the_plain_functions_on_every_point():
 
 
 def test_the_cpu_order_sorts_a_cloud_by_the_code_of_the_plain_functions():
-    """``morton_cpu.morton_order`` (the CPU FPS's tree, the CPU kNN's queries) is ``code`` of ``cell`` in the
-    cloud's cube (``cube_scale`` of its side, float64) at ``morton_cpu.BITS`` bits, ties in row order (a stable
+    """``pointgeope.morton_order.morton_order`` (the CPU FPS's tree, the CPU kNN's queries) is ``code`` of ``cell`` in the
+    cloud's cube (``cube_scale`` of its side, float64) at ``morton_order.BITS`` bits, ties in row order (a stable
     sort), whatever rows precede the cloud; ``cloud_order`` the same of a whole cloud, float32 or float64."""
-    from pointgeope.model.ops.morton_cpu import BITS as bits, cloud_order, morton_order
+    from pointgeope.morton_order import BITS as bits, cloud_order, morton_order
 
     rng = np.random.default_rng(3)
     cloud = np.concatenate([rng.random((300, 3)) * [4.0, 3.0, 2.5], rng.integers(0, 3, (100, 3))]).astype(np.float32)
@@ -70,3 +70,13 @@ def test_the_cpu_order_sorts_a_cloud_by_the_code_of_the_plain_functions():
     assert morton_order(np.concatenate([cloud[:5], cloud]), 5, len(cloud)).tolist() == expected
     assert cloud_order(cloud).tolist() == expected == cloud_order(cloud.astype(np.float64)).tolist()
     assert cloud_order(np.empty((0, 3), np.float32)).shape == (0,)
+
+
+def test_the_code_interleaves_cells_up_to_21_bits():
+    """``code`` takes cell numbers up to ``2^21 - 1`` (the normal estimate's fine grid), as ints and uint64
+    arrays alike, and leaves those below ``2^16`` where the GPU keys have them."""
+    rng = np.random.default_rng(8)
+    cells = rng.integers(0, 1 << 21, (50, 3)).tolist() + [[(1 << 21) - 1] * 3, [0, (1 << 21) - 1, 1]]
+    wide = [sum(((c >> bit) & 1) << (3 * bit + axis) for bit in range(21) for axis, c in enumerate(p)) for p in cells]
+    assert [code(*p) for p in cells] == wide
+    assert code(*np.array(cells, dtype=np.uint64).T).tolist() == wide

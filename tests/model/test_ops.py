@@ -82,11 +82,11 @@ def test_tree_backends_search_many_queries_in_morton_order_and_answer_each_as_th
     order, in both clouds (one above the threshold, one below)."""
     import sys
 
-    from pointgeope.model.ops import morton_cpu
+    from pointgeope import morton_order as morton
     knn_module = sys.modules["pointgeope.model.ops.knn"]
     ordered = []
-    monkeypatch.setattr(morton_cpu, "cloud_order", lambda q: ordered.append(len(q)) or morton_order(q, 0, len(q)))
-    morton_order = morton_cpu.morton_order
+    monkeypatch.setattr(morton, "cloud_order", lambda q: ordered.append(len(q)) or morton_order(q, 0, len(q)))
+    morton_order = morton.morton_order
     big = knn_module._ORDERED_QUERIES + 700
     support, s_off = _clouds([6000, 900], seed=4)
     query, q_off = _clouds([big, 300], seed=5)

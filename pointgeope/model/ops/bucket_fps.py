@@ -7,8 +7,8 @@ operation (no fused multiply-add: numba's default, without ``fastmath``, emits n
 smallest row. The tree only decides which distances need updating, so it changes the speed, not the
 result. The idea is QuickFPS's bucket tree (Han et al., 2023), the library behind ``fpsample``.
 
-The tree of one cloud of ``n`` points: the points sorted by Morton code (``morton_cpu.morton_order``, in
-the cloud's bounding cube), cut into ``P`` leaves of ``leaf`` consecutive points (``P`` a power of two, the
+The tree of one cloud of ``n`` points: the points sorted by Morton code (``pointgeope.morton_order.morton_order``,
+in the cloud's bounding cube), cut into ``P`` leaves of ``leaf`` consecutive points (``P`` a power of two, the
 last leaves empty), a complete binary tree over them::
 
     # node 1 the root, node v's children 2v and 2v+1, leaf l at node P + l      (heap layout)
@@ -28,8 +28,8 @@ import numba
 import numpy as np
 import torch
 
-from pointgeope.model.ops.morton_cpu import morton_order
 from pointgeope.model.ops.checks import check_coordinates
+from pointgeope.morton_order import morton_order
 
 __all__ = ["bucket_fps", "LEAF"]
 

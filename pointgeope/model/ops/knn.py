@@ -127,15 +127,15 @@ def _numpy(x: Tensor) -> np.ndarray:
 
 def _in_morton_order(search, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``search(query)`` (a tree's ``(M, k)`` rows and squared distances of each query), run on the queries in
-    their Morton order (``morton_cpu.cloud_order``) from ``_ORDERED_QUERIES`` of them, its rows put back in the
-    caller's order. A tree answers each query on its own, so the result is the same, bit for bit; neighbouring
+    their Morton order (``pointgeope.morton_order.cloud_order``) from ``_ORDERED_QUERIES`` of them, its rows put
+    back in the caller's order. A tree answers each query on its own, so the result is the same, bit for bit; neighbouring
     queries walk the same nodes one after the other, which the cache keeps (a training crop's points come
     shuffled, and FPS samples in an order far apart by design)."""
     if len(query) < _ORDERED_QUERIES or not available("numba"):
         return search(query)
-    from pointgeope.model.ops import morton_cpu
+    from pointgeope import morton_order
 
-    order = morton_cpu.cloud_order(query)
+    order = morton_order.cloud_order(query)
     idx_sorted, dist2_sorted = search(query[order])
     idx, dist2 = np.empty_like(idx_sorted), np.empty_like(dist2_sorted)
     idx[order], dist2[order] = idx_sorted, dist2_sorted

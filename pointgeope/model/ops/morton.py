@@ -1,11 +1,13 @@
-"""Spatial order of packed clouds for the block-based GPU kernels: Morton codes and padded blocks. The one
-definition of the code: the CPU FPS (``bucket_fps.py``) compiles its plain functions (``code``, ``cell``,
-``cube_scale``) with numba.
+"""Spatial order of packed clouds for the block-based GPU kernels: Morton codes and padded blocks.
 
 The Morton (Z-order) code interleaves the bits of the quantised coordinates, ``code = ... z1 y1 x1 z0 y0 x0``,
 so points close in the code are mostly close in space. Sorting each cloud by its code and cutting it into
 blocks of consecutive points gives compact blocks whose bounding boxes prune a neighbour search. The order
 only affects speed: the kernels' results do not depend on it.
+
+The code of one point in plain arithmetic (``code``, ``cell``, ``cube_scale``) is :mod:`pointgeope.morton_order`'s,
+beside the CPU order that compiles it (torch-free, so that data code orders its clouds with it too); this module
+computes the same on whole tensors.
 """
 from __future__ import annotations
 
@@ -18,42 +20,12 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.ops.offsets import cloud_of_rows, counts
+from pointgeope.morton_order import cell, code, cube_scale
 
 __all__ = ["tile_sorted", "block_boxes", "Tiles", "BITS", "cloud_frame", "keys_in",
            "layout", "shared_layouts", "code", "cell", "cube_scale"]
 
 BITS = 16  # bits per axis: 48 bits of code, the cloud's number above them
-# (shift, mask) of each step that moves bits b of a cell number < 2^16 to bits 3 b (17 to 21 bits would need a
-# first step (32, 0x1F00000000FFFF): 0.14 ms more per 80k points in bucket_fps, for bits no one uses)
-_SPREAD = ((16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F), (4, 0x10C30C30C30C30C3), (2, 0x1249249249249249))
-
-
-# --- the code of one point, in plain arithmetic --------------------------------------------------------------
-# Operators, min, max and int only, so that numba compiles these for the CPU FPS (bucket_fps.py, at fewer bits
-# for its radix sort); keys_in computes the same on whole tensors (test_morton.py checks that they agree).
-
-def code(cx, cy, cz):
-    """The Morton code ``... z1 y1 x1 z0 y0 x0`` of the cell ``(cx, cy, cz)``, each ``< 2^16``: ints, int64
-    tensors (``_spread_table``) or int64 scalars inside numba. Each bit ``b`` of axis ``a`` goes to bit
-    ``3 b + a``."""
-    out = 0
-    for axis, v in enumerate((cx, cy, cz)):
-        for shift, mask in _SPREAD:                 # bits b of v moved to bits 3 b
-            v = (v | (v << shift)) & mask
-        out |= v << axis
-    return out
-
-
-def cube_scale(extent, bits):
-    """Cells per unit length, ``(2^bits - 1) / extent``, of a cube of side ``extent`` (at least 1e-12: a
-    cloud of one point) cut into ``2^bits`` cells a side: its far faces fall in the last cell."""
-    return ((1 << bits) - 1) / max(extent, 1e-12)
-
-
-def cell(x, lo, scale, bits):
-    """The cell of coordinate ``x`` along an axis of the cube from ``lo`` of ``scale`` cells per unit:
-    ``trunc((x - lo) * scale)`` clamped to ``0 .. 2^bits - 1`` (a point outside falls in a face's cell)."""
-    return int(min(max((x - lo) * scale, 0.0), (1 << bits) - 1))
 
 
 # --- the keys of packed clouds (torch) -----------------------------------------------------------------------
