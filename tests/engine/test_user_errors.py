@@ -157,7 +157,7 @@ def test_debug_shows_the_traceback(tmp_path, two_folds):
     ("train.epochs=-1", "train.epochs: expected an integer >= 1, got -1"),  # was "expected a checkpoint..."
     ("data.loop=0", "data.loop: expected an integer >= 1, got 0"),
     ("data.batch_size=0", "data.batch_size: expected an integer >= 1, got 0"),
-    ("data.grid_size=-0.1", "data.grid_size: expected a finite number > 0, got -0.1"),
+    ("data.grid_size=-0.1", "data.grid_size: expected a finite number >= 1e-06, got -0.1"),
     ("optim.lr=nan", "optim.lr: expected a finite number > 0, got nan"),
     ("model.planes=[8, 0]", "model.planes[1]: expected an integer >= 1, got 0"),
     ("train.epochs_per_run=0", "train.epochs_per_run: expected an integer >= 1, got 0"),  # trained nothing, exit 0
