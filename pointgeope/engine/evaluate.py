@@ -256,8 +256,8 @@ def predict_areas(model: torch.nn.Module, cfg: Config, areas: list[str], env: di
     out: dict[str, dict[str, np.ndarray]] = {area: {} for area in areas}
     stats: dict[str, dict] = {}
     bars = env.is_main and cfg.train.progress
-    if cfg.data.normal:   # a room file without normals refused before any room is voted on
-        check_normals([RoomRef(area_path(root, area), area, room, 0) for area, room in mine])
+    if cfg.data.normal:   # every rank checks every room (not its share): all refuse together, none waits
+        check_normals([RoomRef(area_path(root, area), area, room, 0) for area, room in jobs])
     for area, room in progress(mine, bars, desc=progress_desc or "evaluate", total=len(mine)):
         data = read_room(area_path(root, area), room, fields=("coord", "color") + (NORMAL,) * cfg.data.normal)
         result = vote_room(model, data["coord"], data["color"], cfg, env.device, seed=room_seed(cfg.train.seed, room),

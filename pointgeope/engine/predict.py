@@ -82,7 +82,8 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
     check_scan(predictor, kept, coord, scale, warn)
     color = kept.color if kept.color is not None else np.zeros((len(kept), 3), np.uint8)  # unused by [xyz] models
     room = scan.name.rsplit("/", 1)[-1]
-    normal = scan_normals(kept, coord) if predictor.cfg.data.normal else None       # [rgb | normal] networks only
+    say = (lambda line: print(one_line(line), flush=True)) if progress else None   # the CLI's, before ~90 s / 10M
+    normal = scan_normals(kept, coord, say) if predictor.cfg.data.normal else None   # [rgb | normal] networks only
     result = vote_room(predictor.model, coord, color, predictor.cfg, predictor.device,
                        seed=room_seed(predictor.cfg.train.seed, room), show_progress=progress, normal=normal)
     if (result.votes < 1).any():
@@ -101,15 +102,19 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
     return scores.argmax(1).astype(np.uint8), scores, votes
 
 
-def scan_normals(scan: Scan, coord: np.ndarray) -> np.ndarray:
+def scan_normals(scan: Scan, coord: np.ndarray, say=None) -> np.ndarray:
     """The unit normals ``(N, 3)`` float32 of a scan's points ``coord`` (metres, strays left out): a prepared
     room's own (``scan.normal``, prepare's: the network sees what ``evaluate`` gives it), else estimated from the
-    points as prepare estimates a room's (:func:`pointgeope.data.normals.estimate_normals`)."""
+    points as prepare estimates a room's (:func:`pointgeope.data.normals.estimate_normals`, ``k =``
+    :data:`~pointgeope.data.normals.K_NORMAL`, which the resume record names), said first in one line to ``say``
+    (its cost grows with the points: a large scan waits visibly)."""
     if scan.normal is not None:
         return np.asarray(scan.normal, dtype=np.float32)
-    from pointgeope.data.normals import estimate_normals
+    from pointgeope.data import normals
 
-    return estimate_normals(coord)
+    if say is not None:
+        say(f"{scan.source}: estimating the normals of {len(coord):,} points (k={normals.K_NORMAL} neighbours)")
+    return normals.estimate_normals(coord, normals.K_NORMAL)
 
 
 # --- `pointgeope predict MODEL INPUT [INPUT ...] --out DIR` ------------------------------------------------

@@ -286,7 +286,7 @@ def test_every_eval_key_but_those_that_choose_how_it_runs_is_in_the_record(tmp_p
     args = SimpleNamespace(format=("npy",), probabilities=False, scale=1.0, max_extent=50.0)
 
     def made(**values):
-        cfg = SimpleNamespace(eval=later(**values))
+        cfg = SimpleNamespace(eval=later(**values), data=SimpleNamespace(normal=False))
         return record_module.made_by(SimpleNamespace(cfg=cfg, checksum="sha256:0", path=tmp_path / "m.pt"), args)
 
     (tmp_path / "m.pt").write_bytes(b"weights")

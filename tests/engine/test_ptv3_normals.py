@@ -95,6 +95,23 @@ def test_evaluation_refuses_rooms_without_normals_before_any_room(normal_run, tw
         evaluate.predict_areas(torch.nn.Identity(), cfg, ["Area_1"], env)
 
 
+def test_every_rank_checks_every_room_of_the_fold(normal_run, two_folds, tmp_path):
+    """Distributed evaluate: rank 0 refuses a room without normals that is rank 1's to vote (room i -> rank
+    i % 2), so no rank votes while another has refused (it would wait for it at the first all-reduce)."""
+    root = tmp_path / "half"
+    root.mkdir()
+    shutil.copyfile(two_folds / "Area_1.h5", root / "Area_1.h5")
+    with h5py.File(root / "Area_1.h5", "r+") as f:
+        rooms = list(f)                                          # list_rooms' order
+        assert len(rooms) >= 2
+        del f[rooms[1]]["normal"]                                # rank 1's room; rank 0's keep theirs
+    cfg = load_config(normal_run / "config.yaml", [f"data.root={root}"])
+    for rank in (0, 1):
+        env = DistEnv(rank=rank, world_size=2, local_rank=rank, device=torch.device("cpu"))
+        with pytest.raises(UserError, match=rf"Area_1.h5: room '{rooms[1]}' has no point normals"):
+            evaluate.predict_areas(torch.nn.Identity(), cfg, ["Area_1"], env)
+
+
 def _recording(monkeypatch) -> list:
     """Calls of ``pointgeope.data.normals.estimate_normals``, recorded."""
     import pointgeope.data.normals as module
@@ -253,3 +270,48 @@ def test_an_ablation_over_trials_recorded_before_the_key_names_the_override(norm
         check_reuse([trial], 1, tmp_path)
     assert "(geope seed 0: data.normal: it used False, now True; it was recorded before data.normal existed: the " \
            "override data.normal=false uses it as it ran), and train neither resumes" in str(err.value)
+
+
+def test_a_scan_estimated_with_another_k_is_predicted_again(normal_run, tmp_path, capsys, monkeypatch):
+    """The resume record names the ``k`` of a scan's normal estimate: a rerun with the same skips the scan, one
+    with another ``k`` predicts it again with that ``k`` (its normals, hence its labels, may differ)."""
+    import json
+
+    import pointgeope.data.normals as normals
+    from pointgeope.cli import main as cli
+
+    scan, out = tmp_path / "scan.npy", tmp_path / "o"
+    np.save(scan, np.random.default_rng(2).random((200, 6)) * [3, 2, 2, 255, 255, 255])
+    argv = ["predict", str(normal_run), str(scan), "--out", str(out), "--format", "npy", "--max-fragments", "1"]
+    assert cli(argv) == 0
+    record = json.loads((out / "scan_pred.json").read_text())
+    assert record["made_by"]["options"]["normal_k"] == normals.K_NORMAL
+    capsys.readouterr()
+    assert cli(argv) == 0
+    assert "skipped " in capsys.readouterr().out
+    seen = []
+    estimate = normals.estimate_normals
+    monkeypatch.setattr(normals, "estimate_normals", lambda coord, k: seen.append(k) or estimate(coord, k))
+    monkeypatch.setattr(normals, "K_NORMAL", 7)
+    assert cli(argv) == 0
+    assert "skipped " not in capsys.readouterr().out and seen == [7]
+    assert json.loads((out / "scan_pred.json").read_text())["made_by"]["options"]["normal_k"] == 7
+
+
+def test_predict_says_it_estimates_a_scans_normals_first(normal_run, two_folds, tmp_path, capsys, monkeypatch):
+    """One line before the estimate (minutes on a large scan), naming the scan and its points; none for a
+    prepared room, whose own normals are read."""
+    import pointgeope.data.normals as normals
+    from pointgeope.cli import main as cli
+
+    estimate, said = normals.estimate_normals, []
+    monkeypatch.setattr(normals, "estimate_normals",
+                        lambda coord, *k: said.append(capsys.readouterr().out) or estimate(coord, *k))
+    scan = tmp_path / "scan.npy"
+    np.save(scan, np.random.default_rng(3).random((250, 6)) * [3, 2, 2, 255, 255, 255])
+    assert cli(["predict", str(normal_run), str(scan), "--out", str(tmp_path / "o"), "--format", "npy",
+                "--max-fragments", "1"]) == 0
+    assert len(said) == 1 and said[0].splitlines()[-1] == f"{scan}: estimating the normals of 250 points (k=30 neighbours)"
+    assert cli(["predict", str(normal_run), str(two_folds / "Area_2.h5"), "--out", str(tmp_path / "p"),
+                "--max-fragments", "1"]) == 0
+    assert len(said) == 1 and "estimating the normals" not in capsys.readouterr().out
