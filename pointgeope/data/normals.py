@@ -34,7 +34,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from pointgeope.morton_order import code
+from pointgeope.morton_code import code
 
 K_NORMAL = 30  # neighbours per normal (Open3D's default; measured on real rooms in docs/s3dis/prepare.md)
 CHUNK = 1 << 15  # points per kNN query: (CHUNK, k) int64 indices ~ 8 MB at k = 30
@@ -83,7 +83,7 @@ def estimate_normals(coord: np.ndarray, k: int = K_NORMAL) -> np.ndarray:
 
 def _morton_order(local: np.ndarray, extent: np.ndarray) -> np.ndarray:
     """The permutation that sorts ``local (N, 3)`` (within a box of size ``extent`` around 0) along the Morton
-    (Z-order) curve (:func:`pointgeope.morton_order.code`) of a 2^21 grid over the box, ties by index:
+    (Z-order) curve (:func:`pointgeope.morton_code.code`) of a 2^21 grid over the box, ties by index:
     consecutive points are near in space at every scale, so that the tree's nodes a query visits are those the
     last one did (a room given in random order took 13 us a point, in this order 2.5). At 2^21 cells a side
     distinct points share a cell hardly ever, so the order, and with it which of equally near neighbours the

@@ -206,7 +206,7 @@ def test_the_bf16_published_test_sets_eval_amp_and_its_agreement_run_too(monkeyp
     monkeypatch.setattr(evaluate, "vote_room", vote_room)
     cfg = load_config(None, ["train.amp=fp16", "eval.amp=bf16"])
     row = evaluate_published.votes_agreement(SimpleNamespace(agree_amp="none"), None, None, None, cfg,
-                                             torch.device("cpu"), np.eye(3, dtype=np.float32), normal="normals")
+                                             torch.device("cpu"), np.eye(3, dtype=np.float32), {"normal": "normals"})
     assert seen == [("fp16", "none", "normals")] and row["agree_amp"] == "none" and row["votes_agreement"] == 1.0
 
 

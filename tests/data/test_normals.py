@@ -193,7 +193,7 @@ def test_the_same_bytes_at_one_and_two_threads(tmp_path):
 
 def test_the_search_order_is_the_morton_order_of_a_fine_grid_over_the_box():
     """The neighbour search runs in the Morton order of a 2^21 grid over the cloud's box (the package's one
-    Morton code, ``pointgeope.morton_order.code``): here against the bits interleaved one by one."""
+    Morton code, ``pointgeope.morton_code.code``): here against the bits interleaved one by one."""
     rng = np.random.default_rng(21)
     local = rng.random((400, 3)) * [6.0, 4.0, 3.0] - [3.0, 2.0, 1.5]
     extent = np.array([6.0, 4.0, 3.0])

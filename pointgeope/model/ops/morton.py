@@ -5,8 +5,8 @@ so points close in the code are mostly close in space. Sorting each cloud by its
 blocks of consecutive points gives compact blocks whose bounding boxes prune a neighbour search. The order
 only affects speed: the kernels' results do not depend on it.
 
-The code of one point in plain arithmetic (``code``, ``cell``, ``cube_scale``) is :mod:`pointgeope.morton_order`'s,
-beside the CPU order that compiles it (torch-free, so that data code orders its clouds with it too); this module
+The code of one point in plain arithmetic (``code``, ``cell``, ``cube_scale``) is :mod:`pointgeope.morton_code`'s
+(torch-free and numba-free: data code and the CPU order import it too); this module
 computes the same on whole tensors.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from pointgeope.model.ops.offsets import cloud_of_rows, counts
-from pointgeope.morton_order import cell, code, cube_scale
+from pointgeope.morton_code import cell, code, cube_scale
 
 __all__ = ["tile_sorted", "block_boxes", "Tiles", "BITS", "cloud_frame", "keys_in",
            "layout", "shared_layouts", "code", "cell", "cube_scale"]
