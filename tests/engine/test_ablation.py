@@ -264,41 +264,27 @@ def test_the_report_names_the_torch_threads_its_trials_were_trained_with(two_fol
 
 @pytest.mark.parametrize("holds, what", [
     ("area_1", "area_1/, the fold folder of a training (pointgeope train writes RUN/area_K)"),
-    ("folds.json", "folds.json, a prepared data folder")])
+    ("folds.json", "folds.json, a prepared data folder"),
+    ("Area_3.h5", "Area_3.h5, a prepared data folder"),
+    ("manifest.json", "manifest.json, a prepared data folder")])
 def test_a_run_dir_of_another_command_is_refused(two_folds, tmp_path, holds, what):
     """ablate --run-dir of a training's run folder (or a trial's, or the prepared data) wrote its trials and
-    report among that command's outputs without a word."""
+    report among that command's outputs without a word; a prepared data folder is what train refuses too
+    (folds.json, manifest.json or an Area_N.h5: ablate refused folds.json alone, and wrote its trials among an
+    area file or a manifest copied in by hand)."""
     from pointgeope.errors import UserError
 
     run = tmp_path / "run"
     (run / holds).mkdir(parents=True) if holds.startswith("area_") else run.mkdir()
-    if holds == "folds.json":
-        (run / holds).write_text((two_folds / "folds.json").read_text())
+    if holds == "manifest.json":
+        (run / holds).write_text("{}")
+    elif not holds.startswith("area_"):
+        shutil.copy(two_folds / holds, run / holds)
     with pytest.raises(UserError) as err:
         plan(DEMO_CONFIG, ["rpe"], [0], 1, run, [f"data.root={two_folds}", *TINY], 1)
     assert str(err.value) == (f"--run-dir {run}: it holds {what}; an ablation writes RUN/<preset>/seed_<s>/area_K and "
                               "RUN/report/fold_K, which would mix with that: give it a folder of its own, e.g. "
                               f"--run-dir {tmp_path / 'run_ablation'}")
-    assert [p.name for p in run.iterdir()] == [holds]                     # nothing written
-
-
-@pytest.mark.parametrize("holds", ["Area_3.h5", "manifest.json"])
-def test_a_run_dir_holding_prepared_files_without_folds_json_is_refused(two_folds, tmp_path, holds):
-    """train refuses a run folder holding folds.json, manifest.json or an Area_N.h5 (prepared data); ablate
-    refused folds.json alone, and wrote its trials among an area file or a manifest copied in by hand."""
-    from pointgeope.errors import UserError
-
-    run = tmp_path / "run"
-    run.mkdir()
-    if holds == "manifest.json":
-        (run / holds).write_text("{}")
-    else:
-        shutil.copy(two_folds / holds, run / holds)
-    with pytest.raises(UserError) as err:
-        plan(DEMO_CONFIG, ["rpe"], [0], 1, run, [f"data.root={two_folds}", *TINY], 1)
-    assert str(err.value) == (f"--run-dir {run}: it holds {holds}, a prepared data folder; an ablation writes "
-                              "RUN/<preset>/seed_<s>/area_K and RUN/report/fold_K, which would mix with that: give it "
-                              f"a folder of its own, e.g. --run-dir {tmp_path / 'run_ablation'}")
     assert [p.name for p in run.iterdir()] == [holds]                     # nothing written
 
 
