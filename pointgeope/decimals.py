@@ -1,14 +1,15 @@
-"""Means of scores read as the decimals they print as: a score is recorded (JSON) as its shortest ``repr``,
-and the report rounds that decimal half up (:func:`pointgeope.report.tables.pct`), so a mean of scores is
-taken exactly in those decimals, then rounded once to the nearest float."""
+"""Means and differences of scores read as the decimals they print as: a score is recorded (JSON) as its shortest ``repr``,
+and the report rounds that decimal half up (:func:`pointgeope.report.tables.pct`), so a mean or a difference of
+scores is taken exactly in those decimals, then rounded once to the nearest float."""
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["decimal_mean"]
+__all__ = ["decimal_mean", "decimal_difference"]
 
 
 def decimal_mean(values, skip_nan: bool = True) -> float:
@@ -29,3 +30,10 @@ def decimal_mean(values, skip_nan: bool = True) -> float:
     if any(math.isinf(v) for v in finite):
         return float(np.mean(finite))
     return float(sum(Fraction(repr(v)) for v in finite) / len(finite))
+
+
+def decimal_difference(a: float, b: float) -> float:
+    """``a - b`` of two scores from their decimal values (as :func:`~pointgeope.report.tables.pct` reads a score), the float nearest to it:
+    23/80 - 1/4 = 0.2875 - 0.25 = 0.0375, a tie that :func:`~pointgeope.report.tables.pct` rounds up to 3.8, where the binary subtraction
+    gives 0.03749999999999998 (3.7). NaN where either is NaN."""
+    return float(Decimal(repr(float(a))) - Decimal(repr(float(b))))

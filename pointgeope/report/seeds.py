@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.constants import CLASS_NAMES
-from pointgeope.decimals import decimal_mean
+from pointgeope.decimals import decimal_difference, decimal_mean
 from pointgeope.errors import UserError
 from pointgeope.report.runs import ReportError, RunSummary, fold_dir, load_run, same_class_names
-from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, decimal_difference, json_safe, pct
+from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, json_safe, pct
 
 __all__ = ["Variant", "spread", "ablation_markdown", "ablation_json", "ablation_csv", "write_ablation", "write_trials"]
 

@@ -14,6 +14,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import numpy as np
 
 from pointgeope.constants import AREAS, CLASS_NAMES
+from pointgeope.decimals import decimal_difference
 from pointgeope.engine.config_yaml import value_text
 from pointgeope.metrics import CLASS_MEAN_TEXT
 from pointgeope.report.citation import citation_json, citation_lines
@@ -42,13 +43,6 @@ def pct(value: float, digits: int, signed: bool = False, missing: str = "—") -
         return missing
     percent = (Decimal(repr(float(value))) * 100).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
     return f"{percent:+.{digits}f}" if signed else f"{percent:.{digits}f}"
-
-
-def decimal_difference(a: float, b: float) -> float:
-    """``a - b`` of two scores from their decimal values (as :func:`pct` reads a score), the float nearest to it:
-    23/80 - 1/4 = 0.2875 - 0.25 = 0.0375, a tie that :func:`pct` rounds up to 3.8, where the binary subtraction
-    gives 0.03749999999999998 (3.7). NaN where either is NaN."""
-    return float(Decimal(repr(float(a))) - Decimal(repr(float(b))))
 
 
 def _cell(text: str) -> str:
