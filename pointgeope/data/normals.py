@@ -38,6 +38,7 @@ from pointgeope.morton_code import code
 
 K_NORMAL = 30  # neighbours per normal (Open3D's default; measured on real rooms in docs/s3dis/prepare.md)
 CHUNK = 1 << 15  # points per kNN query: (CHUNK, k) int64 indices ~ 8 MB at k = 30
+NORMAL_VERSION = 1  # the estimate's version: bumped whenever estimate_normals' output changes for some input
 DEGENERATE = 1e-8  # l1 / l2 at or below it: the neighbourhood is a line (float32 rounding gives ~1e-9)
 
 
