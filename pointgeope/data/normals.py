@@ -90,8 +90,10 @@ def estimate_normals(coord: np.ndarray, k: int = K_NORMAL) -> np.ndarray:
     local = local[order]  # in Morton order: neighbours close in memory (the kNN search 3-5x faster), equal
     first = np.ones(len(local), dtype=bool)  # positions next to each other
     first[1:] = (local[1:] != local[:-1]).any(axis=1)
-    position = np.cumsum(first) - 1  # row (in this order) -> its distinct position
-    local = local[first]
+    repeated = not first.all()
+    if repeated:
+        position = np.cumsum(first) - 1  # row (in this order) -> its distinct position
+        local = local[first]
     k = int(min(k, len(local)))
     tiny = (1e-9 * (1.0 + float((hi - lo).max()))) ** 2  # a spread below 1e-9 of the extent: one point
     view = _viewpoint(local, float((hi - lo).max()))
@@ -104,7 +106,7 @@ def estimate_normals(coord: np.ndarray, k: int = K_NORMAL) -> np.ndarray:
         _, index = tree.query(search[start:start + CHUNK], k=k)
         index = np.ascontiguousarray(np.asarray(index, dtype=np.int64).reshape(-1, k))
         _normals_of(local, index, start, view, tiny, DEGENERATE, distinct)
-    normals[order] = distinct[position]
+    normals[order] = distinct[position] if repeated else distinct
     return normals
 
 
