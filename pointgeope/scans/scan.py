@@ -24,6 +24,9 @@ def loadtxt_reason(err: ValueError) -> str:
     return str(err).split(";")[0]
 
 
+NORMAL_META = "normal_attrs"  # Scan.meta key: the room attributes naming the estimate of Scan.normal
+
+
 @dataclass
 class Scan:
     """One point cloud to predict.
@@ -35,7 +38,9 @@ class Scan:
         coord: ``float64 (N, 3)`` in the file's unit and order.
         color: ``uint8 (N, 3)``, or ``None`` when the file has no colour.
         label: ``uint8 (N,)`` ground truth where the input carries one (prepared rooms, raw S3DIS), else ``None``.
-        meta: format details a writer may reuse (``las_scales``, ``las_offsets`` of a LAS input).
+        meta: format details a writer may reuse (``las_scales``, ``las_offsets`` of a LAS input; ``normal_attrs``:
+            the room attributes that name the estimate of ``normal``, ``normal_k`` and ``normal_version``, where
+            the input or ``predict`` gives them).
         normal: ``float32 (N, 3)`` unit normals where the input carries them (a prepared room, or a raw room
             parsed as prepare parses it: prepare's), else ``None`` (``predict`` estimates them for a network
             that reads them).
