@@ -294,7 +294,8 @@ def test_shuffled_rows_give_the_same_bytes_where_neighbours_are_equally_near():
     """On a centimetre grid many neighbours are equally near, and which of them the search returns follows the
     search order: an order of the coordinates alone (the Morton cells of a 2^21 grid, even with a far point
     stretching the box, and the points of one cell by their coordinates) keeps the normals the same bytes
-    whatever the rows' order; an order that kept the rows of one cell as given would change some normals."""
+    whatever the rows' order; a coarse grid (2^10 cells a side: 10 cm here) whose cells kept their rows as
+    given would change some normals."""
     rng = np.random.default_rng(5)
     xy = rng.integers(0, 60, (4000, 2)) * 0.01   # a 60 cm floor patch on a cm grid, heights at mm
     coord = np.concatenate([np.c_[xy, rng.integers(0, 3, 4000) * 0.001], [[100.0, 100.0, 3.0]]])
