@@ -55,7 +55,6 @@ ROOM_FIELDS = tuple(ROOM_ARRAYS)
 # Arrays prepare writes that a file of an older prepare lacks: read only where asked for.
 NORMAL = "normal"
 OPTIONAL_ARRAYS: dict[str, tuple[type, int | None]] = {NORMAL: (np.float16, 3)}
-NORMAL_ATTRS = ("normal_k", "normal_version")  # the room attributes that name the estimate of its normal
 SCAN_PREDICTIONS = "scan-predictions"  # root attr kind of a scan's predictions (label 255: unknown)
 _AREA_FILE = re.compile(r"Area_\d+\.h5")  # the names area_path gives; open_area checks their identity
 

@@ -36,7 +36,7 @@ from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.predict_model import Predictor, load_predictor
 from pointgeope.engine.probabilities import vote_probabilities
 from pointgeope.errors import UserError, one_line
-from pointgeope.scans.scan import NORMAL_META, Scan, ScanError, one_colour_note
+from pointgeope.scans.scan import Scan, ScanError, one_colour_note
 from pointgeope.scans.stray import describe_stray, nearest_kept, refusal, stray_points
 
 SPACING_FACTOR = 10.0
@@ -106,6 +106,19 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
     return scores.argmax(1).astype(np.uint8), scores, votes, normal
 
 
+def with_estimate(scan: Scan, normal: np.ndarray | None) -> Scan:
+    """``scan`` with the normals :func:`predict_scan` estimated for it (``normal``, ``None`` for a network
+    without normals) and the estimate they are of (``normal_estimate``: ``normal_k``, ``normal_version``), for its
+    h5 file; ``scan`` itself where it carried normals (a prepared or raw room's
+    own, its strays' included) or none were made."""
+    if normal is None or scan.normal is not None:
+        return scan
+    from pointgeope.data import normals
+
+    estimate = {"normal_k": int(normals.K_NORMAL), "normal_version": int(normals.NORMAL_VERSION)}
+    return dataclasses.replace(scan, normal=normal, normal_estimate=estimate)
+
+
 def scan_normals(scan: Scan, coord: np.ndarray, say=None) -> np.ndarray:
     """The unit normals ``(N, 3)`` float32 of a scan's points ``coord`` (metres, strays left out): a prepared
     room's own (``scan.normal``, prepare's: the network sees what ``evaluate`` gives it), else estimated from the
@@ -119,19 +132,6 @@ def scan_normals(scan: Scan, coord: np.ndarray, say=None) -> np.ndarray:
     if say is not None:
         say(f"{scan.source}: estimating the normals of {len(coord):,} points (k={normals.K_NORMAL} neighbours)")
     return normals.estimate_normals(coord, normals.K_NORMAL)
-
-
-def with_estimate(scan: Scan, normal: np.ndarray | None) -> Scan:
-    """``scan`` with the normals :func:`predict_scan` estimated for it (``normal``, ``None`` for a network
-    without normals) and the attributes that name their estimate (``meta["normal_attrs"]``: ``normal_k``,
-    ``normal_version``), for its h5 file; ``scan`` itself where it carried normals (a prepared or raw room's
-    own, its strays' included) or none were made."""
-    if normal is None or scan.normal is not None:
-        return scan
-    from pointgeope.data import normals
-
-    estimate = {"normal_k": int(normals.K_NORMAL), "normal_version": int(normals.NORMAL_VERSION)}
-    return dataclasses.replace(scan, normal=normal, meta={**scan.meta, NORMAL_META: estimate})
 
 
 # --- `pointgeope predict MODEL INPUT [INPUT ...] --out DIR` ------------------------------------------------

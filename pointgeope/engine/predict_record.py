@@ -26,10 +26,9 @@ protocol and precision of the evaluation (``--tta``, ``--max-fragments``, ``eval
 ``eval`` key but those of :data:`RUN_ONLY_EVAL_KEYS`), and with ``h5`` among the formats the run's
 ``train.ignore_index`` that the h5 file carries (an h5 file of an older version, without it, and its record
 are predicted again), and with ``ply`` the PLY's name of the prediction, ``pred`` (a PLY of a version that
-named it ``label`` is predicted again), and for a network of ``data.normal`` the ``k`` and the version of the
-normal estimate (``normal_k``, ``normal_version``: :data:`pointgeope.data.normals.K_NORMAL`,
-:data:`~pointgeope.data.normals.NORMAL_VERSION`: a scan's normals made with another ``k`` or estimate, or by a
-version that did not record them, are predicted again); not ``--device``, ``--batch-points``,
+named it ``label`` is predicted again), and for a network of ``data.normal`` the ``k`` of the normal estimate
+(``normal_k``, :data:`pointgeope.data.normals.K_NORMAL`: a scan's normals made with another ``k``, or by a
+version that did not record it, are predicted again); not ``--device``, ``--batch-points``,
 ``data.hierarchy`` nor the threads, which choose how the same prediction runs, so that a rerun on another
 machine resumes. The model's checksum is that of the bytes loaded (``Predictor.checksum``), the input's is
 taken before the scan is read.
@@ -76,11 +75,10 @@ def made_by(predictor, args) -> dict:
         options["ignore_index"] = int(predictor.cfg.train.ignore_index)
     if "ply" in args.format:  # the PLY's name of the prediction: one of a version that named it label is redone
         options["ply_prediction"] = PLY_PREDICTION
-    if predictor.cfg.data.normal:  # a scan's normals estimated with k neighbours, by one version of the estimate:
-        from pointgeope.data import normals  # another k or version is predicted again
+    if predictor.cfg.data.normal:  # a scan's normals estimated with k neighbours: another k is predicted again
+        from pointgeope.data import normals
 
         options["normal_k"] = int(normals.K_NORMAL)
-        options["normal_version"] = int(normals.NORMAL_VERSION)
     model = predictor.checksum or file_checksum(predictor.path)   # that of the bytes loaded (load_predictor)
     return {"pointgeope": __version__, "model": model,
             "options": json.loads(json.dumps(options))}  # tuples as lists, as a record reads back

@@ -42,7 +42,7 @@ from pointgeope.constants import IGNORE_LABEL
 from pointgeope.h5 import NORMAL
 from pointgeope.h5_predictions import write_scan_predictions
 from pointgeope.paths import inside
-from pointgeope.scans.scan import NORMAL_META, Scan, ScanError
+from pointgeope.scans.scan import Scan, ScanError
 
 FORMATS = ("npy", "ply", "las", "txt", "h5")
 DEFAULT_FORMATS = ("npy", "ply")
@@ -120,7 +120,7 @@ def write_h5(path: Path, scan: Scan, pred: np.ndarray, class_names: list[str],
               "label": scan.label if scan.label is not None else np.full(n, IGNORE_LABEL, np.uint8),
               "instance": np.zeros(n, np.int32),
               **({NORMAL: scan.normal} if scan.normal is not None else {})}
-    estimate = scan.meta.get(NORMAL_META, {}) if NORMAL in arrays else {}
+    estimate = {key: int(value) for key, value in (scan.normal_estimate or {}).items()} if NORMAL in arrays else {}
     name, source = _utf8(scan.name), _utf8(scan.source)
     write_scan_predictions(path, name, name.rsplit("/", 1)[-1], arrays, pred, class_names, source,
                            {"num_points": n, "origin": origin, "source": source, **estimate},

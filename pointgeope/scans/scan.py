@@ -24,9 +24,6 @@ def loadtxt_reason(err: ValueError) -> str:
     return str(err).split(";")[0]
 
 
-NORMAL_META = "normal_attrs"  # Scan.meta key: the room attributes naming the estimate of Scan.normal
-
-
 @dataclass
 class Scan:
     """One point cloud to predict.
@@ -38,12 +35,12 @@ class Scan:
         coord: ``float64 (N, 3)`` in the file's unit and order.
         color: ``uint8 (N, 3)``, or ``None`` when the file has no colour.
         label: ``uint8 (N,)`` ground truth where the input carries one (prepared rooms, raw S3DIS), else ``None``.
-        meta: format details a writer may reuse (``las_scales``, ``las_offsets`` of a LAS input; ``normal_attrs``:
-            the room attributes that name the estimate of ``normal``, ``normal_k`` and ``normal_version``, where
-            the input or ``predict`` gives them).
+        meta: format details a writer may reuse (``las_scales``, ``las_offsets`` of a LAS input).
         normal: ``float32 (N, 3)`` unit normals where the input carries them (a prepared room, or a raw room
             parsed as prepare parses it: prepare's), else ``None`` (``predict`` estimates them for a network
             that reads them).
+        normal_estimate: the estimate ``normal`` is of (``{"normal_k", "normal_version"}``,
+            :mod:`pointgeope.data.normal_record`: a prepared room's attributes), where it is given.
     """
 
     name: str
@@ -53,6 +50,7 @@ class Scan:
     label: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
     normal: np.ndarray | None = None
+    normal_estimate: dict | None = None
 
     def __len__(self) -> int:
         return int(self.coord.shape[0])

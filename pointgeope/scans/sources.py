@@ -40,7 +40,7 @@ import numpy as np
 
 from pointgeope.scans.las import EXTENSIONS as LAS_EXTENSIONS
 from pointgeope.scans.outputs import is_output_name
-from pointgeope.scans.scan import NORMAL_META, Scan, ScanError, checked_scan, color_to_uint8
+from pointgeope.scans.scan import Scan, ScanError, checked_scan, color_to_uint8
 from pointgeope.scans.text import EXTENSIONS as TEXT_EXTENSIONS
 
 ALIGNMENT = re.compile(r"Area_\d+_alignmentAngle\.txt", re.IGNORECASE)  # S3DIS's rotation of each room
@@ -292,15 +292,6 @@ def _read_npy(path: Path, name: str) -> Scan:
     return Scan(name, str(path), values[:, :3].astype(np.float64), color, meta={"notes": notes})
 
 
-def _estimate(attrs) -> dict[str, int]:
-    """The room attributes of ``attrs`` that name its normals' estimate (:data:`pointgeope.h5.NORMAL_ATTRS`),
-    those that are integers: ``Scan.meta``'s ``normal_attrs``, which predict's h5 file carries on."""
-    from pointgeope.h5 import NORMAL_ATTRS
-
-    return {key: int(attrs[key]) for key in NORMAL_ATTRS
-            if key in attrs and isinstance(attrs[key], (int, np.integer)) and not isinstance(attrs[key], bool)}
-
-
 def _read_h5_room(ref: ScanRef) -> Scan:
     from pointgeope.h5 import open_area, read_fields, room_group
     from pointgeope.origin import checked_origin
@@ -309,14 +300,12 @@ def _read_h5_room(ref: ScanRef) -> Scan:
         group = room_group(f, ref.room)
         data = read_fields(group, ("coord", "color", "label"))
         normal = read_fields(group, ("normal",))["normal"] if "normal" in group else None  # prepare's, where it wrote them
-        estimate = _estimate(group.attrs) if normal is not None else {}
         origin = group.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
     if (shift := checked_origin(origin)) is None:
         raise ScanError(f"{ref.source}: expected the room's 'origin' attribute to be 3 finite numbers, got "
                         f"{origin!r}; prepare it again")
     return Scan(ref.name, ref.source, data["coord"].astype(np.float64) + shift, data["color"].astype(np.uint8),
-                data["label"].astype(np.uint8), meta={NORMAL_META: estimate} if estimate else {},
-                normal=None if normal is None else normal.astype(np.float32))
+                data["label"].astype(np.uint8), normal=None if normal is None else normal.astype(np.float32))
 
 
 def _read_raw_room(ref: ScanRef) -> Scan:
@@ -334,10 +323,8 @@ def _read_raw_room(ref: ScanRef) -> Scan:
     a = room.arrays
     origin = room.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
     normal = a.get("normal")            # prepare's, of these coordinates (load_room estimates them)
-    estimate = _estimate(room.attrs) if normal is not None else {}
     return Scan(ref.name, ref.source, a["coord"].astype(np.float64) + origin, a["color"], a["label"],
-                meta={"notes": [_in_room(message, ref.path) for message in room.messages],
-                      **({NORMAL_META: estimate} if estimate else {})},
+                meta={"notes": [_in_room(message, ref.path) for message in room.messages]},
                 normal=None if normal is None else normal.astype(np.float32))
 
 

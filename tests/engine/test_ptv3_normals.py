@@ -347,8 +347,10 @@ def test_predicts_h5_file_carries_the_normals_the_network_read(normal_run, tmp_p
 
 
 def test_a_prepared_rooms_h5_prediction_keeps_its_own_normals(normal_run, two_folds, tmp_path):
+    """The room's stored normals, byte for byte, and the estimate they are of as ``predict`` read it."""
     from pointgeope.cli import main as cli
     from pointgeope.h5 import list_rooms, read_room
+    from pointgeope.scans.sources import ScanRef, read_scan
 
     room = min(list_rooms(two_folds / "Area_2.h5"))
     assert cli(["predict", str(normal_run), str(two_folds / "Area_2.h5"), "--out", str(tmp_path / "o"), "--format",
@@ -356,24 +358,7 @@ def test_a_prepared_rooms_h5_prediction_keeps_its_own_normals(normal_run, two_fo
     path = tmp_path / "o" / "Area_2" / f"{room}_pred.h5"
     own = read_room(two_folds / "Area_2.h5", room, fields=("normal",))["normal"]
     assert read_room(path, room, fields=("normal",))["normal"].tobytes() == own.tobytes()
-    with h5py.File(two_folds / "Area_2.h5", "r") as area, h5py.File(path, "r") as f:
-        assert f[room].attrs["normal_k"] == area[room].attrs["normal_k"]
-
-
-def test_the_record_names_the_version_of_the_estimate(normal_run, tmp_path, capsys, monkeypatch):
-    """A scan predicted with normals of another estimate (another ``NORMAL_VERSION``) is predicted again."""
-    import json
-
-    from pointgeope.cli import main as cli
-    from pointgeope.data import normals
-
-    scan, out = tmp_path / "scan.npy", tmp_path / "o"
-    np.save(scan, np.random.default_rng(5).random((200, 6)) * [3, 2, 2, 255, 255, 255])
-    argv = ["predict", str(normal_run), str(scan), "--out", str(out), "--format", "npy", "--max-fragments", "1"]
-    assert cli(argv) == 0
-    assert json.loads((out / "scan_pred.json").read_text())["made_by"]["options"]["normal_version"] == \
-        normals.NORMAL_VERSION
-    monkeypatch.setattr(normals, "NORMAL_VERSION", normals.NORMAL_VERSION + 1)
-    capsys.readouterr()
-    assert cli(argv) == 0
-    assert "skipped " not in capsys.readouterr().out
+    estimate = read_scan(ScanRef(two_folds / "Area_2.h5", "h5", f"Area_2/{room}", room)).normal_estimate or {}
+    with h5py.File(path, "r") as f:
+        attrs = f[room].attrs
+        assert {key: attrs[key] for key in ("normal_k", "normal_version") if key in attrs} == estimate
