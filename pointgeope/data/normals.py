@@ -11,7 +11,7 @@ surface of its own). For each position :math:`p_i` of :math:`P`, with :math:`N_i
 
 then oriented towards a viewpoint :math:`v`, ``n_i . (v - p_i) >= 0``:
 
-- a room (any cloud that is not flat): :math:`v = c`, the centre of the cloud's axis-aligned bounding box. A
+- a room (any cloud neither flat nor a line): :math:`v = c`, the centre of the cloud's axis-aligned bounding box. A
   scanner stands inside the room it scans, so walls get normals that face into the room, the floor +z and the
   ceiling -z, as the mesh normals of Pointcept's S3DIS (the face of the scanned side);
 - a flat cloud (a floor patch, a wall or a table top scanned alone): the covariance of all its positions has
@@ -22,7 +22,9 @@ then oriented towards a viewpoint :math:`v`, ``n_i . (v - p_i) >= 0``:
   with ``m`` the unit eigenvector of ``L0`` (the normal of the cloud's plane) on its +z side (``m_z > 0``; for
   a vertical plane, ``m_z == 0``, its largest component positive). A floor patch gets +z everywhere (a normal
   tilted by noise flips only beyond ~54 degrees), a lone ceiling patch +z too (which of the two a flat scan is
-  cannot be told from its points), and what stands on the patch faces the box centre as in a room.
+  cannot be told from its points), and what stands on the patch faces the box centre as in a room;
+- a cloud on one line (``L1 <= DEGENERATE L2``: a scan line, a cable given alone), whose box centre lies on
+  it too: ``v = c + D u``, with ``u`` the normal of the line (below), so that every normal is ``u``.
 
 Where ``n_i . (v - p_i) == 0`` (a point at the centre, or a normal at right angles to it) the sign makes the
 largest component (the first of equal ones) positive.
@@ -134,13 +136,27 @@ def _morton_order(local: np.ndarray, extent: np.ndarray) -> np.ndarray:
 def _viewpoint(local: np.ndarray, extent: float) -> np.ndarray:
     """The point ``v (3,)`` the normals face (module docstring), relative to the box centre: ``0`` (the centre)
     but for a flat cloud of the distinct positions ``local (M, 3)``, ``extent`` (the box's largest side) above
-    it on the +z side of the cloud's plane."""
+    it on the +z side of the cloud's plane, and for a cloud on one line as far along the line's normal."""
     vectors, values = _plane(local)
+    if values[2] > 0.0 and values[1] <= DEGENERATE * values[2]:  # a line: every normal is _across of it
+        m = _across(vectors[:, 2])
+        return extent / np.sqrt(m @ m) * m
     m = vectors[:, 0]
     if not (values[1] > DEGENERATE * values[2] and values[0] <= FLAT * FLAT * values[1]):
         return np.zeros(3)
     up = m[2] if m[2] != 0.0 else m[int(np.argmax(np.abs(m)))]  # +z side; a vertical plane: largest positive
     return (extent if up > 0.0 else -extent) * m
+
+
+@numba.njit(cache=True)
+def _across(d):  # pragma: no cover (compiled)
+    """A vector (not of unit length) at right angles to the unit ``d (3,)``, the closest to +z (+x where ``d`` is
+    vertical): the normal of a line of direction ``d``."""
+    n = np.empty(3)
+    n[0], n[1], n[2] = -d[2] * d[0], -d[2] * d[1], 1.0 - d[2] * d[2]
+    if np.sqrt(n[0] ** 2 + n[1] ** 2 + n[2] ** 2) < 1e-6:
+        n[0], n[1], n[2] = 1.0 - d[0] * d[0], -d[0] * d[1], -d[0] * d[2]
+    return n
 
 
 @numba.njit(cache=True)
@@ -199,10 +215,7 @@ def _normals_of(local, index, start, view, tiny, degenerate, out):  # pragma: no
             n[:] = 0.0
             n[2] = 1.0
         elif l1 <= degenerate * l2:  # a line: at right angles to it, closest to +z (+x for a vertical line)
-            d = vectors[:, rank[2]]
-            n[0], n[1], n[2] = -d[2] * d[0], -d[2] * d[1], 1.0 - d[2] * d[2]
-            if np.sqrt(n[0] ** 2 + n[1] ** 2 + n[2] ** 2) < 1e-6:
-                n[0], n[1], n[2] = 1.0 - d[0] * d[0], -d[0] * d[1], -d[0] * d[2]
+            n[:] = _across(vectors[:, rank[2]])
         n /= np.sqrt(n[0] ** 2 + n[1] ** 2 + n[2] ** 2)
         p = start + i
         facing = n[0] * (view[0] - local[p, 0]) + n[1] * (view[1] - local[p, 1]) + n[2] * (view[2] - local[p, 2])

@@ -154,6 +154,18 @@ def test_a_vertical_wall_alone_faces_its_largest_component_positive():
     np.testing.assert_array_equal(estimate_normals(coord), np.tile(np.float32([1, 0, 0]), (500, 1)))
 
 
+@pytest.mark.parametrize("direction", [[1.0, 1.0, 1.0], [3.0, 1.0, 0.5], [0.0, 0.0, 1.0], [1.0, -2.0, 0.0]])
+def test_a_line_alone_gets_one_normal_the_one_closest_to_up(direction):
+    """A cloud on one line (a scan line, a cable) has its box centre on it: every point gets the direction at
+    right angles to the line closest to +z (+x for a vertical line), rather than one sign or the other by
+    rounding (about a third of a random line's normals were the opposite)."""
+    d = _unit(np.asarray(direction))
+    expected = np.array([1.0, 0.0, 0.0]) if d[2] == 1.0 else _unit(np.array([0.0, 0.0, 1.0]) - d[2] * d)
+    coord = np.random.default_rng(20).random((1000, 1)) * 4.0 * d + [1.0, 2.0, 3.0]
+    got = estimate_normals(coord).astype(np.float64)
+    np.testing.assert_allclose(got, np.tile(expected, (1000, 1)), rtol=0, atol=1e-5)
+
+
 def test_what_stands_on_a_flat_patch_faces_the_box_centre():
     """A post standing on a floor patch (the cloud flat still): the floor faces up, the post's side at right
     angles to it faces the box centre, as in a room."""
