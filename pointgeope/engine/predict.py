@@ -62,8 +62,11 @@ def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float
 
 
 def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress: bool = False,
-                 warn=print, max_extent: float = PREDICT_MAX_EXTENT) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(pred uint8 (N,), scores (N, C), votes (N,))`` of one scan (see the module docstring); with
+                 warn=print, max_extent: float = PREDICT_MAX_EXTENT) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                              np.ndarray | None]:
+    """``(pred uint8 (N,), scores (N, C), votes (N,), normal float32 (N, 3) or None)`` of one scan (see the module
+    docstring; ``normal``: the normals the network read, for a network of ``data.normal``, a stray point's its
+    nearest kept point's, as its prediction); with
     ``progress`` a bar with ETA over each view's fragments (on a terminal). Stray points (beyond
     ``max_extent`` of the median, :mod:`pointgeope.scans.stray`) are left out of the network's input and
     take the prediction of their nearest kept point, with one warning; a scan with no valid point or more
@@ -99,7 +102,21 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
         source = np.cumsum(~stray) - 1  # point i -> its row among the kept points
         source[stray] = nearest_kept(scan.coord, stray)
         scores, votes = scores[source], votes[source]
-    return scores.argmax(1).astype(np.uint8), scores, votes
+        normal = None if normal is None else normal[source]
+    return scores.argmax(1).astype(np.uint8), scores, votes, normal
+
+
+def with_estimate(scan: Scan, normal: np.ndarray | None) -> Scan:
+    """``scan`` with the normals :func:`predict_scan` estimated for it (``normal``, ``None`` for a network
+    without normals) and the estimate they are of (``normal_estimate``: ``normal_k``, ``normal_version``), for its
+    h5 file; ``scan`` itself where it carried normals (a prepared or raw room's
+    own, its strays' included) or none were made."""
+    if normal is None or scan.normal is not None:
+        return scan
+    from pointgeope.data import normals
+
+    estimate = {"normal_k": int(normals.K_NORMAL), "normal_version": int(normals.NORMAL_VERSION)}
+    return dataclasses.replace(scan, normal=normal, normal_estimate=estimate)
 
 
 def scan_normals(scan: Scan, coord: np.ndarray, say=None) -> np.ndarray:
@@ -187,8 +204,9 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str], bugs
             for note in scan.meta.get("notes", [])[:20]:
                 print(f"note: {note}")
             check_formats(scan, args.format, warn)
-            pred, scores, votes = predict_scan(predictor, scan, args.scale, progress=True, warn=warn,
-                                               max_extent=args.max_extent)
+            pred, scores, votes, normal = predict_scan(predictor, scan, args.scale, progress=True, warn=warn,
+                                                       max_extent=args.max_extent)
+            scan = with_estimate(scan, normal)  # the h5 file carries what the network read
             probs = vote_probabilities(scores, votes, predictor.cfg.eval.vote) if args.probabilities else None
             del scores
             paths = records.write(ref, scan, pred, probs)  # the outputs, then the record that a rerun skips by
