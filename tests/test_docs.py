@@ -105,6 +105,7 @@ INCLUDED_EXAMPLES = [
     ("own-network.md", "own_network.py", ["layer: (1600, 64)", "attention: (2, 4, 128, 48)"]),
     ("GEOPE_SPEC.md", "geope_operator.py", ["rotated: (1000, 64) relative: (1000, 16, 64)",
                                             "linear GeoPE translation invariant: True"]),
+    ("ptv3.md", "ptv3_network.py", ["logits: (500, 13)", "S3DIS network: 46,166,272 parameters"]),
 ]
 
 
