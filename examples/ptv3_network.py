@@ -21,9 +21,10 @@ cells = torch.floor(coord / grid_size).long()                         # PTv3's g
 grid_coord = torch.cat([c - c.min(0).values for c in cells.split([300, 200])])  # then shifted to 0 per cloud
 
 # Pointcept's constructor arguments by their names; PointTransformerV3() is its S3DIS network (46M parameters)
+pe = qk_encoding("geope", head_dim=18, pos_scale=1 / grid_size)     # every head 18 wide: 36 / 2, 72 / 4
 backbone = PointTransformerV3(in_channels=6, stride=(2,), enc_depths=(1, 1), enc_channels=(36, 72),
                               enc_num_head=(2, 4), enc_patch_size=(64, 64), dec_depths=(1,), dec_channels=(36,),
-                              dec_num_head=(2,), dec_patch_size=(64,), pe=qk_encoding("geope", head_dim=18, pos_scale=1 / grid_size))
+                              dec_num_head=(2,), dec_patch_size=(64,), pe=pe)
 model = PTv3Segmentor(num_classes=13, backbone_out_channels=36, backbone=backbone).eval()
 with torch.no_grad():
     logits = model(coord, grid_coord, feat, offset)                  # rows in input order

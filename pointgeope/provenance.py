@@ -53,7 +53,7 @@ def checkout_modified(root: Path = PACKAGE_PARENT) -> bool | None:
     try:
         done = subprocess.run(["git", "--no-optional-locks", "-C", str(root), "status", "--porcelain",
                                "--untracked-files=all", "--", *CODE_PATHS], text=True, capture_output=True,
-                              stdin=subprocess.DEVNULL, timeout=GIT_TIMEOUT_S)
+                              stdin=subprocess.DEVNULL, timeout=GIT_TIMEOUT_S, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     return bool(done.stdout.strip()) if done.returncode == 0 else None
