@@ -41,11 +41,16 @@ def _sha256(text: str) -> str:
 
 def _code_text(record: dict) -> str | None:
     """``pointgeope 0.2.0.dev0, commit 5e1c1896a8d8`` of a record's ``"pointgeope"`` and ``"pointgeope_commit"``
-    (the commit left out where the code was no git checkout); ``None`` where it names no version."""
+    (the commit left out where the code was no git checkout), ``... with uncommitted changes`` where its
+    ``"pointgeope_modified"`` is true (the clone's code differed from the commit: :mod:`pointgeope.provenance`);
+    ``None`` where it names no version."""
     version, commit = record.get("pointgeope"), record.get("pointgeope_commit")
     if not isinstance(version, str):
         return None
-    return f"pointgeope {version}" + (f", commit {commit[:12]}" if isinstance(commit, str) and commit else "")
+    if not (isinstance(commit, str) and commit):
+        return f"pointgeope {version}"
+    changed = " with uncommitted changes" if record.get("pointgeope_modified") is True else ""
+    return f"pointgeope {version}, commit {commit[:12]}{changed}"
 
 
 def code_of(metrics: dict) -> str:
