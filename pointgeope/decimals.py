@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["decimal_mean", "decimal_difference", "decimal_std"]
+__all__ = ["decimal_difference", "decimal_mean", "decimal_std"]
 
 # Significant digits of the square root in decimal_std before its rounding to a float (53 bits: 16 digits)
 SQRT_DIGITS = 100
