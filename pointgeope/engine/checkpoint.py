@@ -74,6 +74,12 @@ class CheckpointError(UserError, RuntimeError):
         return type(self), (self.problem, self.advice)
 
 
+class CheckpointDenied(CheckpointError):
+    """A checkpoint this user may not read (EACCES, EPERM), said as what refused it
+    (:func:`~pointgeope.denied.denied_line`): the file may be sound, so it is never called damaged, nor its
+    fold one to train again."""
+
+
 # --- random number generator states as plain containers ---------------------------------------------------
 
 def rng_state() -> dict:
@@ -175,8 +181,8 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
         mmap: map the tensors from the file instead of reading them (a look at its small keys only).
 
     Raises:
-        CheckpointError: the file is missing, unreadable (one that this user may not read: named with what
-            refuses it, :func:`~pointgeope.denied.denied_line`), changed after it was written (a part whose bytes
+        CheckpointError: the file is missing, unreadable (:class:`CheckpointDenied`: one that this user may
+            not read), changed after it was written (a part whose bytes
             do not match their CRC-32, :func:`changed_part`; not checked with ``mmap``), not a pointgeope
             checkpoint, or was written with another config (the differing keys are listed).
     """
@@ -186,7 +192,7 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except PermissionError as err:  # the file is sound: deleting it (unreadable's advice) would lose it
-        raise CheckpointError(denied_line(err)) from None
+        raise CheckpointDenied(denied_line(err)) from None
     except Exception as err:  # truncated zip, foreign pickle, another kind of file, ...
         if pickled_pointcept_checkpoint(path):          # Pointcept's numpy best_metric_value
             raise CheckpointError(POINTCEPT_ADVICE.format(path=path)) from None

@@ -55,6 +55,7 @@ from pointgeope.engine.evaluate import evaluate_fold, validate
 from pointgeope.engine.fold_skip import clear_fold, complete_metrics
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import prediction_metadata
+from pointgeope.engine.retrain import note_retrain
 from pointgeope.engine.runio import Log, progress, record_stop
 from pointgeope.engine.small_batch import batch_norm_problem
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
@@ -371,8 +372,14 @@ def train(cfg: Config, test_area: int | None, force: bool = False) -> int:
     except StopRun:
         return 0
     except FloatingPointError as err:  # the training diverged: not the input's fault, not a bug either
+        if env.is_main:
+            note_retrain(err)
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except UserError as err:           # a refusal that --force ends is noted for a caller that asked (ablate)
+        if env.is_main:
+            note_retrain(err)
+        raise
     finally:
         distributed.cleanup()
     if env.is_main and len(results) > 1:

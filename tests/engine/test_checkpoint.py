@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.engine.checkpoint import (CheckpointError, config_differences, load_checkpoint, rng_state,
-                                          save_checkpoint, set_rng_state)
+from pointgeope.engine.checkpoint import (CheckpointDenied, CheckpointError, config_differences, load_checkpoint,
+                                          rng_state, save_checkpoint, set_rng_state)
 from pointgeope.engine.config import Config, config_to_dict, load_config
 from pointgeope.engine.weights import load_model_state
 
@@ -114,7 +114,7 @@ def test_a_checkpoint_this_user_may_not_read_is_not_called_damaged(tmp_path, mon
         raise PermissionError(13, "Permission denied", str(f))
 
     monkeypatch.setattr(torch, "load", denied)
-    with pytest.raises(CheckpointError) as err:
+    with pytest.raises(CheckpointDenied) as err:
         load_checkpoint(path)
     assert str(err.value).startswith(f"Permission denied: {path}")
     assert "delete" not in str(err.value) and str(err.value).endswith("or use another folder")
