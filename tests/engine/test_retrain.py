@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 
 from pointgeope.engine.checkpoint import CheckpointDenied, CheckpointError
-from pointgeope.engine.retrain import RETRAIN_NOTE, note_retrain, read_retrain_note, retrain_from_scratch
+from pointgeope.engine.retrain import (
+    RETRAIN_NOTE,
+    note_retrain,
+    read_retrain_note,
+    retrain_from_scratch,
+)
 from pointgeope.errors import UserError
 
 
