@@ -33,6 +33,7 @@ from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, pack
                                           set_rng_state)
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.machine_record import trained_on, training_machine
+from pointgeope.engine.retrain import retrain_from_scratch
 from pointgeope.engine.runio import Log
 from pointgeope.engine.trained_data import check_data_of
 from pointgeope.engine.weights import first_non_finite, load_model_state
@@ -137,7 +138,14 @@ class FoldCheckpoints:
     def resume(self, log: Log) -> LoopState:
         """The state saved in ``last.pt``, with the learner and this rank's RNG restored from it; a fresh
         state when there is none. Raises CheckpointError for a file of another config, or when ``last.pt``
-        or ``best.pt`` is there but not a file (a folder): training would end writing it, epochs later."""
+        or ``best.pt`` is there but not a file (a folder): training would end writing it, epochs later. Each
+        is a refusal that training the fold from scratch ends (:func:`~pointgeope.engine.retrain.retrain_from_scratch`)."""
+        try:
+            return self._resume(log)
+        except CheckpointError as err:  # the fold's saved state: --force, which clears it, trains the fold again
+            raise retrain_from_scratch(err, self.run)
+
+    def _resume(self, log: Log) -> LoopState:
         for name in ("last.pt", "best.pt"):
             where = self.run / name
             if os.path.lexists(where) and not where.is_file():
@@ -233,11 +241,11 @@ class FoldCheckpoints:
         """A FloatingPointError naming the first tensor of the model state that is not finite, which
         :meth:`save` would write into ``name``."""
         if (bad := first_non_finite(self.learner.model.state_dict())) is not None:
-            raise FloatingPointError(
+            raise retrain_from_scratch(FloatingPointError(
                 f"{self.run / name}: not saved: the model's '{bad[0]}' holds {bad[1]:,} NaN or infinite "
                 f"value(s) of {bad[2]:,} after step {state.step} (the first such tensor; the run diverged); "
                 f"{name} is left as it was; a lower optim.lr (or optim.grad_clip) trains it again (--force, "
-                "or another --run-dir)")
+                "or another --run-dir)"), self.run)
 
     def check_folder(self, state: LoopState) -> None:
         """A UserError when the fold folder, or its lock file, is no longer the one this run locked
@@ -305,10 +313,10 @@ class FoldCheckpoints:
             param, count, size = gradient
             what = (f"the gradients are not finite {where}, with a loss of {value:.6g}: the gradient of "
                     f"'{param}' holds {count:,} NaN or infinite value(s) of {size:,} (the first such parameter)")
-        raise FloatingPointError(
+        raise retrain_from_scratch(FloatingPointError(
             f"fold {fold}: {what}; the weights were not updated; the batch and model were saved to "
             f"{self.run / name}; a lower optim.lr (or optim.grad_clip) trains it again (--force, or another "
-            "--run-dir)")
+            "--run-dir)"), self.run)
 
 
 def rank_rng_state(saved: list[dict], rank: int) -> dict:
