@@ -224,7 +224,8 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
     from data_prep.pool import parallel_map
 
     todo = sorted(stock.todo, key=lambda task: -task[1].num_bytes)
-    stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0, "normals": 0.0} for a in stock.areas}
+    stats = {a: {"parsed": 0, "renewed": 0, "bytes": 0, "seconds": 0.0, "normals": 0.0} for a in stock.areas}
+    renewed = {(task[1].area, task[1].name) for task in todo if task[4] is not None}  # normals estimated again
     t_parse = time.perf_counter()
     with parallel_map(_parse_room, todo, cfg.jobs) as results:
         bar = tqdm(results, total=len(todo), desc="parsing rooms", unit="room", disable=not cfg.progress or None)
@@ -237,7 +238,8 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
                 bar.write(f"warning: {area}/{name}: refused, not written: {reason}", file=sys.stderr)
                 stock.refused[area][name] = {"reason": reason, "signature": room_attrs["signature"]}
             s = stats[area]
-            s["parsed"], s["bytes"] = s["parsed"] + 1, s["bytes"] + num_bytes
+            s["renewed" if (area, name) in renewed else "parsed"] += 1
+            s["bytes"] += num_bytes
             s["seconds"], s["normals"] = s["seconds"] + seconds[0] - seconds[1], s["normals"] + seconds[1]
     return stats, time.perf_counter() - t_parse
 
@@ -345,7 +347,9 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
                 remapped[name] = remapped.get(name, 0) + n
         path = area_path(out, area)
         parsed = (f"{s['parsed']} parsed: {_size(s['bytes'])} at {s['bytes'] / 1e6 / max(s['seconds'], 1e-9):.1f} "
-                  f"MB/s per worker, normals {s['normals']:.1f} s" if s["parsed"] else "all up to date")
+                  f"MB/s per worker, normals {s['normals']:.1f} s" if s["parsed"] else "all up to date" if not
+                  s["renewed"] else f"normals {s['normals']:.1f} s") + (f", {s['renewed']} with normals estimated "
+                                                                         "again" if s["renewed"] else "")
         written = f"wrote {path} ({_size(path.stat().st_size)})" if area in changed else f"{path} unchanged"
         print(f"{area}: {_count(len(rooms), 'room')} ({parsed}), {sum(counts):,} points; {written}")
         print("  classes: " + ", ".join(f"{name} {n:,}" for name, n in zip(CLASS_NAMES, counts)))

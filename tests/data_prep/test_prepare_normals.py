@@ -110,6 +110,9 @@ def test_prepare_into_an_older_folder_estimates_the_normals_again_resumably(tmp_
     done = _renormalled(monkeypatch)
     prepare(PrepareConfig(raw, out, progress=False))
     assert len(done) == 3 and parsed == []  # 5 rooms, 2 from the killed run's work files; no raw file parsed
+    printed = capsys.readouterr().out
+    assert "Area_1: 4 rooms (normals " in printed and " s, 3 with normals estimated again), 16 points; " in printed
+    assert " parsed: " not in printed.split("prepared 2 areas")[0]
     prepare(PrepareConfig(raw, out, progress=False))
     assert len(done) == 3 and parsed == []  # now up to date
     monkeypatch.undo()
