@@ -5,7 +5,8 @@ A room held by ``Area_N.h5`` or a work file is up to date when its signature (it
 point limits) matches, unless it was stored by an older prepare in a way this one no longer writes:
 
 - without normals, or with normals of another estimate (``normal_k`` and ``normal_version``,
-  :mod:`pointgeope.data.normal_record`, other than :func:`~pointgeope.data.normal_record.current`): its
+  :mod:`pointgeope.data.normal_record`, other than :func:`~pointgeope.data.normal_record.current`), or without
+  the ``normal_version`` attribute (a prepare before it; so that a folder holds the bytes of a fresh prepare): its
   normals are estimated again from its stored ``coord`` (``data_prep.renormal``; its raw files are not parsed
   again), and the area file rewritten, resumably like any prepare;
 - with coordinates far from 0 stored as float32 as they came, where a prepare now stores them minus an
@@ -27,7 +28,7 @@ def stale(path: Path, room, attrs: dict) -> str | None:
 
     if _lossy(path, room, attrs):
         return PARSE
-    return NORMALS if room_estimate(attrs) != current() else None
+    return NORMALS if "normal_version" not in attrs or room_estimate(attrs) != current() else None
 
 
 def _lossy(path: Path, room, attrs: dict) -> bool:

@@ -87,7 +87,20 @@ def _other_estimate(monkeypatch) -> None:
     monkeypatch.setattr(normals, "estimate_normals", lambda coord, k=K_NORMAL: -real(coord, k))
 
 
-@pytest.mark.parametrize("older", [_older_prepare, _other_estimate], ids=["no normals", "another estimate"])
+def _before_the_version(monkeypatch) -> None:
+    """Prepare as a version before ``normal_version`` did: the same normals, ``normal_k`` alone."""
+    real = data_prep.room.add_normals
+
+    def add_normals(arrays, attrs):
+        seconds = real(arrays, attrs)
+        del attrs["normal_version"]
+        return seconds
+
+    monkeypatch.setattr(data_prep.room, "add_normals", add_normals)
+
+
+@pytest.mark.parametrize("older", [_older_prepare, _other_estimate, _before_the_version],
+                         ids=["no normals", "another estimate", "no normal_version"])
 def test_prepare_into_an_older_folder_estimates_the_normals_again_resumably(tmp_path, monkeypatch, capsys, older):
     """Their signatures match, but rooms without this version's normals are not up to date: a prepare into the
     folder estimates them again from the rooms' stored points, parsing no raw file (a kill in between resumes
