@@ -10,7 +10,8 @@ the recorded ones, by what is at hand, in this order:
 
 1. ``manifest.json``'s ``same_points``: the file checksums of the earlier files of the area that ``prepare``
    replaced with a file of the same points (a rerun after the raw folder moved);
-2. the run's recorded points checksum, against the file's (``manifest.json``'s ``points``, else computed);
+2. the run's recorded points checksum, against the file's (``manifest.json``'s ``points``, else computed;
+   :func:`recorded_points`);
 3. the file the run trained on, where it is still at hand (its ``data.root``) with the recorded checksum.
 
 The points checksum covers what was measured, never the normals estimated from it (:mod:`pointgeope.checksum`;
@@ -131,6 +132,7 @@ def same_points(area: str, saved: str | None, root: str | Path, saved_points: di
 def recorded_points(used: str, now: str, path: Path) -> bool:
     """Whether the points checksum ``used`` that a run recorded is that of the file at ``path`` (``now``, its
     points checksum), or that file's under the rule of the versions that hashed ``normal`` too: the one
-    compatibility path (module docstring), which holds where the file's normals are those the run read (the
-    file it trained on; else ``manifest.json``'s ``same_points`` or the file it trained on tell)."""
+    compatibility path (module docstring). The latter holds while the file's normals are the bytes the run
+    read; where they were estimated again since, ``manifest.json``'s ``same_points`` or the file the run
+    trained on tell (:func:`same_points`)."""
     return used == now or used == _computed(path, derived=True)

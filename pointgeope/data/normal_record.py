@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 __all__ = ["area_estimates", "current", "describe", "differing_line", "recorded", "room_estimate"]
 
 BEFORE_VERSION = {"normal_k": 30, "normal_version": 1}  # the estimate of the versions that recorded none
@@ -30,11 +32,15 @@ def current() -> dict[str, int]:
     return {"normal_k": int(K_NORMAL), "normal_version": int(NORMAL_VERSION)}
 
 
-def room_estimate(attrs: dict) -> dict[str, int] | None:
-    """The estimate of a stored room of attributes ``attrs`` (module docstring); ``None`` without normals."""
+def room_estimate(attrs) -> dict[str, int] | None:
+    """The estimate of a stored room of attributes ``attrs`` (module docstring); ``None`` without normals, or
+    where an attribute is no integer (a damaged file: ``prepare`` estimates its normals again)."""
     if "normal_k" not in attrs:
         return None
-    return {"normal_k": int(attrs["normal_k"]), "normal_version": int(attrs.get("normal_version", 1))}
+    values = (attrs["normal_k"], attrs.get("normal_version", 1))
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in values):
+        return None
+    return {"normal_k": int(values[0]), "normal_version": int(values[1])}
 
 
 def area_estimates(root: str | Path, areas) -> dict[str, dict[str, int] | None]:

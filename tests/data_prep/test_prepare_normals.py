@@ -265,3 +265,19 @@ def test_the_points_checksum_leaves_the_normals_out(tmp_path, monkeypatch):
     with h5py.File(tmp_path / "now/Area_2.h5", "a") as f:
         f["room_b/color"][0, 0] ^= 1
     assert points_checksum(tmp_path / "now/Area_2.h5") == _measured_points(tmp_path / "now/Area_2.h5") != got["now"]
+
+
+@pytest.mark.parametrize("value", ["1", 1.5, True, np.array([1, 2])])
+def test_a_damaged_estimate_attribute_has_the_normals_estimated_again(tmp_path, value):
+    """normal_version (or normal_k) that is no integer names no estimate: prepare estimates the room's normals
+    again (before: int() of it, a ValueError or TypeError traceback, or a damaged version taken as current)."""
+    raw = five_rooms(tmp_path / "raw")
+    prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
+    fresh = (tmp_path / "out/Area_2.h5").read_bytes()
+    with h5py.File(tmp_path / "out/Area_2.h5", "r+") as f:
+        f["room_b"].attrs["normal_version"] = value
+    manifest = json.loads((tmp_path / "out/manifest.json").read_text())  # a file the manifest trusts
+    manifest["checksums"]["Area_2"] = file_checksum(tmp_path / "out/Area_2.h5")
+    (tmp_path / "out/manifest.json").write_text(json.dumps(manifest))
+    prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
+    assert (tmp_path / "out/Area_2.h5").read_bytes() == fresh
