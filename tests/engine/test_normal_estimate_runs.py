@@ -88,6 +88,8 @@ def test_predict_says_once_when_a_scans_normals_are_of_another_estimate(normal_r
     out = capsys.readouterr()
     lines = _warnings(out.out + out.err)
     assert len(lines) == 1 and f"{scans[0]}: its normals are of another estimate (k=30, version 5)" in lines[0], lines
+    assert "skipped " not in out.out  # predicted again: the resume record names the estimate
+    assert json.loads((tmp_path / "p" / "scan2_pred.json").read_text())["made_by"]["options"]["normal_version"] == 5
 
 
 def test_a_ptv1_run_never_mentions_normals(tiny_run, two_folds, tmp_path, capsys):
