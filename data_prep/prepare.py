@@ -367,11 +367,13 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
               f"unknown classes: {moved}")
     points = sum(int(a["num_points"]) for rooms in attrs.values() for a in rooms.values())
     num_refused = sum(map(len, refused.values()))
+    renewed = sum(s["renewed"] for s in stats.values())  # rooms whose normals alone were estimated again
     print(f"prepared {_count(sum(1 for r in attrs.values() if r), 'area')}, "
           f"{_count(sum(map(len, attrs.values())), 'room')} ({num_refused} refused), {points:,} "
           f"points in {t_total:.1f} s; parsed {_size(total_bytes)} in {t_parse:.1f} s "
           f"({total_bytes / 1e6 / max(t_parse, 1e-9):.1f} MB/s, --jobs {jobs}; normals "
-          f"{sum(s['normals'] for s in stats.values()):.1f} s of the workers' time); "
+          f"{sum(s['normals'] for s in stats.values()):.1f} s of the workers' time"
+          + (f", {renewed:,} room(s) with normals estimated again" if renewed else "") + "); "
           f"wrote {out / 'manifest.json'}, {out / 'folds.json'}")
 
 

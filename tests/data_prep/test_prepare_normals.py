@@ -126,6 +126,7 @@ def test_prepare_into_an_older_folder_estimates_the_normals_again_resumably(tmp_
     printed = capsys.readouterr().out
     assert "Area_1: 4 rooms (normals " in printed and " s, 3 with normals estimated again), 16 points; " in printed
     assert " parsed: " not in printed.split("prepared 2 areas")[0]
+    assert "; normals " in printed and " s of the workers' time, 3 room(s) with normals estimated again); " in printed
     prepare(PrepareConfig(raw, out, progress=False))
     assert len(done) == 3 and parsed == []  # now up to date
     monkeypatch.undo()
