@@ -84,6 +84,10 @@ def test_folds_of_other_normal_estimates_pool_with_one_note_and_runs_name_it(tmp
     text = (tmp_path / "out2" / "report.md").read_text()
     assert "data.normals.Area_1" in text and "k=30, version 1" in text and "k=30, version 2" in text, text
     assert "different data" not in text
+    made_by = {r["name"]: r["made_by"] for r in json.loads((tmp_path / "out2" / "report.json").read_text())["runs"]}
+    assert made_by["other"]["config_sha256"] == made_by["run"]["config_sha256"]  # one method: the estimate is data's
+    assert made_by["run"]["data"]["normals"] == {a: "k=30, version 2" for a in AREAS}
+    assert ", normals k=30, version 2\n" not in text and "; normals k=30, version 2\n" in text
 
 
 def test_a_run_that_read_no_normals_never_mentions_them(tmp_path, capsys):
