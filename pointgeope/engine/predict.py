@@ -87,6 +87,8 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
     room = scan.name.rsplit("/", 1)[-1]
     say = (lambda line: print(one_line(line), flush=True)) if progress else None   # the CLI's, before ~90 s / 10M
     normal = scan_normals(kept, coord, say) if predictor.cfg.data.normal else None   # [rgb | normal] networks only
+    if normal is not None:
+        _other_estimate(predictor, kept, warn)
     result = vote_room(predictor.model, coord, color, predictor.cfg, predictor.device,
                        seed=room_seed(predictor.cfg.train.seed, room), show_progress=progress, normal=normal)
     if (result.votes < 1).any():
@@ -132,6 +134,21 @@ def scan_normals(scan: Scan, coord: np.ndarray, say=None) -> np.ndarray:
     if say is not None:
         say(f"{scan.source}: estimating the normals of {len(coord):,} points (k={normals.K_NORMAL} neighbours)")
     return normals.estimate_normals(coord, normals.K_NORMAL)
+
+
+def _other_estimate(predictor: Predictor, scan: Scan, warn) -> None:
+    """One warning line through ``warn`` where the normals of ``scan`` (its own, else estimated now) are of another
+    estimate than the network's run read (:mod:`pointgeope.data.normal_record`): said once per estimate."""
+    from pointgeope.data.normal_record import current, describe
+
+    estimate = scan.normal_estimate if scan.normal is not None else current()
+    read = sorted({describe(e) for e in (predictor.normals_read or {}).values()})
+    if estimate is None or not read or read == [describe(estimate)] or describe(estimate) in predictor.warned:
+        return
+    predictor.warned.add(describe(estimate))
+    warn(f"warning: {scan.source}: its normals are of another estimate ({describe(estimate)}) than {predictor.path}'s "
+         f"run read in training ({'; '.join(read)}): the same points, other normals, so its labels may differ from "
+         "those of the estimate it was measured with (said once for every scan of this estimate)")
 
 
 # --- `pointgeope predict MODEL INPUT [INPUT ...] --out DIR` ------------------------------------------------

@@ -124,10 +124,12 @@ class FoldCheckpoints:
     """
 
     def __init__(self, run: Path, learner: Learner, env: distributed.DistEnv, config: dict, predict: dict,
-                 data: dict[str, str] | None = None, fold: Fold | None = None, points: dict[str, str] | None = None):
+                 data: dict[str, str] | None = None, fold: Fold | None = None, points: dict[str, str] | None = None,
+                 normals: dict[str, dict | None] | None = None):
         self.run, self.learner, self.env, self.config, self.predict = run, learner, env, config, predict
         self.data = data  # area -> checksum of the fold's area files (pointgeope.data.check.area_checksums)
         self.points = points  # area -> checksum of their points (pointgeope.data.identity.area_points)
+        self.normals = normals  # area -> the normal estimate read (data.normal_record.area_estimates); None: none read
         self.fold = fold  # the split it trains: recorded in every checkpoint (engine.fold_record)
         self.locked = env.is_main and still_held(run)  # made under the fold's lock (train): check_folder checks it
         self.step_loss = math.nan  # the last checked step's loss, its mean over the ranks (before_update)
@@ -233,7 +235,7 @@ class FoldCheckpoints:
                 "scaler": learner.scaler.state_dict() if learner.scaler.is_enabled() else None,
                 "rng": states, **dataclasses.asdict(state), "threads": torch.get_num_threads(),
                 "trained_on": self.trained_on, "predict": self.predict, "data": self.data,
-                "data_points": self.points,
+                "data_points": self.points, **({} if self.normals is None else {"data_normals": self.normals}),
                 "fold": None if self.fold is None else fold_record(self.fold)})
         distributed.barrier()
 
