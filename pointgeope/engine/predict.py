@@ -115,10 +115,9 @@ def with_estimate(scan: Scan, normal: np.ndarray | None) -> Scan:
     own, its strays' included) or none were made."""
     if normal is None or scan.normal is not None:
         return scan
-    from pointgeope.data import normals
+    from pointgeope.data.normal_record import current
 
-    estimate = {"normal_k": int(normals.K_NORMAL), "normal_version": int(normals.NORMAL_VERSION)}
-    return dataclasses.replace(scan, normal=normal, normal_estimate=estimate)
+    return dataclasses.replace(scan, normal=normal, normal_estimate=current())
 
 
 def scan_normals(scan: Scan, coord: np.ndarray, say=None) -> np.ndarray:
