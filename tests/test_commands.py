@@ -146,3 +146,14 @@ def test_help_shows_the_docstrings_as_plain_text(capsys):
     done = subprocess.run([sys.executable, "train.py", "--help"], cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0 and "Train one fold (`--test-area K`)" in done.stdout and "``" not in done.stdout
+
+
+@pytest.mark.parametrize("line", [["-m", "pointgeope", "train", "--help"], ["train.py", "--help"]])
+def test_help_without_docstrings_runs(line):
+    """Under ``python -OO`` (or ``PYTHONOPTIMIZE=2``) modules have no docstrings: building the parser called
+    ``None.strip()`` on the command's, and ``train.py --help`` (as any ``pointgeope`` command) ended in an
+    AttributeError traceback. The commands' parsers build; their help lists every option."""
+    done = subprocess.run([sys.executable, "-OO", *line], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert all(option in done.stdout for option in ("--config", "--test-area", "--cv", "--data-root", "--force"))
