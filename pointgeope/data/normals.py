@@ -26,8 +26,9 @@ then oriented towards a viewpoint :math:`v`, ``n_i . (v - p_i) >= 0``:
   on two sheets (:func:`_two_sheets`: a storey some 17 times wider than high, its floor and ceiling
   each at least ``SHEET`` of its positions and farther apart than two neighbourhoods) has its box centre between
   them, not on a surface: ``v = c``, as a room (a viewer above turned its ceiling up);
-- a cloud on one line (``L1 <= DEGENERATE L2``: a scan line, a cable given alone), whose box centre lies on
-  it too: ``v = c + D u``, with ``u`` the normal of the line (below), so that every normal is ``u``.
+- a cloud on one line (``L1 <= DEGENERATE L2``: off the line by at most ~1e-4 of its length, as a line of
+  points made by a program; a scanned cable has a thickness, and faces its axis as a room), whose box centre
+  lies on it too: ``v = c + D u``, with ``u`` the normal of the line (below), so that every normal is ``u``.
 
 Where ``n_i . (v - p_i) == 0`` (a point at the centre, or a normal at right angles to it) the sign makes the
 largest component (the first of equal ones) positive.

@@ -156,7 +156,7 @@ def test_a_vertical_wall_alone_faces_its_largest_component_positive():
 
 @pytest.mark.parametrize("direction", [[1.0, 1.0, 1.0], [3.0, 1.0, 0.5], [0.0, 0.0, 1.0], [1.0, -2.0, 0.0]])
 def test_a_line_alone_gets_one_normal_the_one_closest_to_up(direction):
-    """A cloud on one line (a scan line, a cable) has its box centre on it: every point gets the direction at
+    """A cloud on one line (made by a program) has its box centre on it: every point gets the direction at
     right angles to the line closest to +z (+x for a vertical line), rather than one sign or the other by
     rounding (about a third of a random line's normals were the opposite)."""
     d = _unit(np.asarray(direction))
@@ -214,7 +214,8 @@ def test_a_floor_scanned_twice_a_few_millimetres_apart_is_one_sheet():
     """Two scans of one floor patch, registered 5 mm apart (well within a neighbourhood): one surface, all its
     normals up, not the upper scan's down."""
     rng = np.random.default_rng(22)
-    coord = np.concatenate([_patch(rng, [0, 0, 1], noise=0.0005), _patch(rng, [0, 0, 1], noise=0.0005) + [0, 0, 0.005]])
+    first, second = (_patch(rng, [0, 0, 1], noise=0.0005) for _ in range(2))
+    coord = np.concatenate([first, second + [0.0, 0.0, 0.005]])
     assert (estimate_normals(coord).astype(np.float64) @ [0.0, 0.0, 1.0] > 0.9).all()
 
 
