@@ -21,7 +21,8 @@ def _unit(v: np.ndarray) -> np.ndarray:
 def _viewpoint(coord: np.ndarray) -> np.ndarray:
     """The box centre; for a flat cloud (the distinct positions' singular values ``s0 >= s1 >= s2`` with
     ``s2 <= FLAT s1``, ``s1^2 > DEGENERATE s0^2``) the centre plus the box's largest side along the normal of
-    the cloud's plane, on its +z side (the test clouds' planes are not vertical)."""
+    the cloud's plane, on its +z side (the test clouds' planes are not vertical, and each is one sheet: a flat
+    cloud on two sheets, a storey, is checked by its floor and ceiling in its own test)."""
     lo, hi = coord.min(axis=0), coord.max(axis=0)
     positions = np.unique(coord, axis=0)
     if len(positions) >= 3:
