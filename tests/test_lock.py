@@ -304,3 +304,32 @@ def test_a_folder_in_place_of_the_readers_lock_file_refuses_a_reader_too(tmp_pat
     (tmp_path / READERS_NAME).rmdir()
     with reader_lock(tmp_path):
         assert (tmp_path / READERS_NAME).is_file()
+
+
+READ_THROUGH = """
+import sys
+from pointgeope.lock import reader_lock
+with reader_lock(sys.argv[1]):
+    print("read", flush=True)
+"""
+
+
+def test_a_folder_for_the_readers_lock_in_a_data_root_this_user_cannot_write_is_read_without_the_lock(tmp_path):
+    """A read-only shared copy of the data (mode 0555, another user's) with a folder where .readers.lock would be:
+    this user can neither make the lock file there nor remove that folder (the refusal's advice), and it was
+    refused all the same, where any such root is read without the lock. Run as a user that mode bits refuse
+    (root writes anywhere: tests/test_denied.py's as_user)."""
+    from pointgeope.lock import READERS_NAME
+    from tests.test_denied import as_user
+
+    shared = tmp_path / "shared"
+    (shared / READERS_NAME).mkdir(parents=True)
+    (shared / "Area_1.h5").write_bytes(b"data")
+    os.chmod(shared, 0o555)
+    try:
+        done = as_user(READ_THROUGH, str(shared))
+    finally:
+        os.chmod(shared, 0o755)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "read\n", "")
+    assert sorted(p.name for p in shared.iterdir()) == [READERS_NAME, "Area_1.h5"]
+    assert (shared / READERS_NAME).is_dir() and not any((shared / READERS_NAME).iterdir())
