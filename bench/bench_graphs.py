@@ -43,14 +43,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_io import save_json  # noqa: E402
-from bench_train_step import Case, make_inputs, timed  # noqa: E402
-from gpu_record import run_record  # noqa: E402
-from step_profile import sync  # noqa: E402
+from bench_io import save_json
+from bench_train_step import Case, make_inputs, timed
+from gpu_record import run_record
+from step_profile import sync
 
-from pointgeope.engine import graphs  # noqa: E402
-from pointgeope.engine.step import train_step  # noqa: E402
-from pointgeope.model import PointTransformerSeg  # noqa: E402
+from pointgeope.engine import graphs
+from pointgeope.engine.step import train_step
+from pointgeope.model import PointTransformerSeg
 
 
 class GraphCase(Case):

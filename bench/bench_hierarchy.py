@@ -46,12 +46,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import interleave  # noqa: E402
-from bench_io import save_json  # noqa: E402
-from bench_model import synthetic_room  # noqa: E402
+import interleave
+from bench_io import save_json
+from bench_model import synthetic_room
 
-from pointgeope.model.kernel_check import sync, timed  # noqa: E402
-from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts  # noqa: E402
+from pointgeope.model.kernel_check import sync, timed
+from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
 LABELS = {"cpu": OpsBackends(), "cpu_unordered": OpsBackends(), "default": OpsBackends(),

@@ -24,15 +24,15 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import git_commit, tree_dirty, save_json  # noqa: E402
-from data_prep.synth.dataset import synth_room  # noqa: E402
+from bench_io import git_commit, tree_dirty, save_json
+from data_prep.synth.dataset import synth_room
 
-from pointgeope.data.dataset import room_sample, sample_rng  # noqa: E402
-from pointgeope.data.normals import estimate_normals  # noqa: E402
-from pointgeope.data.ptv3_dataset import ptv3_data  # noqa: E402
-from pointgeope.data.ptv3_transforms import ptv3_train_transform  # noqa: E402
-from pointgeope.data.transforms import ToData, s3dis_train_transform, shift_to_origin, take_points  # noqa: E402
-from pointgeope.data.voxelize import random_crop, voxel_sample  # noqa: E402
+from pointgeope.data.dataset import room_sample, sample_rng
+from pointgeope.data.normals import estimate_normals
+from pointgeope.data.ptv3_dataset import ptv3_data
+from pointgeope.data.ptv3_transforms import ptv3_train_transform
+from pointgeope.data.transforms import ToData, s3dis_train_transform, shift_to_origin, take_points
+from pointgeope.data.voxelize import random_crop, voxel_sample
 
 
 def ptv1_sample(coord, color, label, index: int):

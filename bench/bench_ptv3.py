@@ -36,7 +36,7 @@ from pathlib import Path
 # OpenMP threads that spin while they wait stall 10x when the shared 2 cores are oversubscribed (measured:
 # 2 threads 8-10x slower than 1 at a load average of 6); passive waiting must be set before torch starts
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-import torch  # noqa: E402
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "fixtures")]

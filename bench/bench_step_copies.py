@@ -30,12 +30,12 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_model import synthetic_room  # noqa: E402
-from bench_io import git_commit, tree_dirty, save_json  # noqa: E402
-from bench_train_step import sgd_learner, step_batch  # noqa: E402
+from bench_model import synthetic_room
+from bench_io import git_commit, tree_dirty, save_json
+from bench_train_step import sgd_learner, step_batch
 
-from pointgeope.engine.step import train_step  # noqa: E402
-from pointgeope.model import PointTransformerSeg  # noqa: E402
+from pointgeope.engine.step import train_step
+from pointgeope.model import PointTransformerSeg
 
 COPIES = ("aten::copy_", "aten::clone", "aten::contiguous")
 VIEW_COPIES = ("CopySlices", "AsStridedBackward0")

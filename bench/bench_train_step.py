@@ -57,18 +57,18 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import save_json  # noqa: E402
-from bench_model import synthetic_room  # noqa: E402
-from gpu_record import run_record  # noqa: E402
-from step_profile import profile, sync as _sync  # noqa: E402
+from bench_io import save_json
+from bench_model import synthetic_room
+from gpu_record import run_record
+from step_profile import profile, sync as _sync
 
-from pointgeope.engine import build  # noqa: E402
-from pointgeope.engine.config import Config, OptimConfig, TrainConfig  # noqa: E402
-from pointgeope.engine.state import Learner  # noqa: E402
-from pointgeope.engine.step import train_step  # noqa: E402
-from pointgeope.model import PointTransformerSeg  # noqa: E402
-from pointgeope.model.kernel_check import timed as one_timer  # noqa: E402
-from pointgeope.model.ops import backends, fps  # noqa: E402
+from pointgeope.engine import build
+from pointgeope.engine.config import Config, OptimConfig, TrainConfig
+from pointgeope.engine.state import Learner
+from pointgeope.engine.step import train_step
+from pointgeope.model import PointTransformerSeg
+from pointgeope.model.kernel_check import timed as one_timer
+from pointgeope.model.ops import backends, fps
 
 AMP = ("bf16", "fp16", "none")  # train.amp's values
 

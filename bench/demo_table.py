@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import git_commit  # noqa: E402
+from bench_io import git_commit
 
 from pointgeope.engine.trained_threads import saved_threads, threads_text
 

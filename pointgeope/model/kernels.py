@@ -220,7 +220,7 @@ class Kernel:
             return torch_fn()
         try:
             out = triton_fn()
-        except Exception as err:  # noqa: BLE001 - any compiler, resource or driver error of the kernel
+        except Exception as err:  # any compiler, resource or driver error of the kernel
             if not _is_kernel_failure(err) or _capturing(device):    # a CUDA graph's capture: its own error
                 raise
             fail(self.name, err)

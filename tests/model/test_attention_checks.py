@@ -11,9 +11,9 @@ import torch
 
 pytest.importorskip("triton")
 
-from pointgeope.model import fused_attention as fa  # noqa: E402
-from pointgeope.model import kernels  # noqa: E402
-from pointgeope.model.kernels import KernelArgumentError, KernelFallbackWarning  # noqa: E402
+from pointgeope.model import fused_attention as fa
+from pointgeope.model import kernels
+from pointgeope.model.kernels import KernelArgumentError, KernelFallbackWarning
 
 pytestmark = pytest.mark.usefixtures("interpreted_cpu")
 N, K, C = 10, 4, 12

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
-from pointgeope.model import fused_attention, gather_backward  # noqa: E402
-from pointgeope.model.attention_reference import ref_aggregate, ref_frame, ref_relation  # noqa: E402
+from pointgeope.model import fused_attention, gather_backward
+from pointgeope.model.attention_reference import ref_aggregate, ref_frame, ref_relation
 
 
 @pytest.fixture(autouse=True)

@@ -10,13 +10,13 @@ import torch
 
 pytest.importorskip("triton")
 
-from triton.runtime.errors import OutOfResources  # noqa: E402
+from triton.runtime.errors import OutOfResources
 
-from pointgeope.errors import UserError  # noqa: E402
-from pointgeope.model import fused_attention, kernels  # noqa: E402
-from pointgeope.model.kernels import KernelFallbackWarning  # noqa: E402
-from pointgeope.model.ops import backends, fps, knn, triton_fps, triton_fps_rounds, triton_knn  # noqa: E402
-from tests.model.test_attention import _layer  # noqa: E402
+from pointgeope.errors import UserError
+from pointgeope.model import fused_attention, kernels
+from pointgeope.model.kernels import KernelFallbackWarning
+from pointgeope.model.ops import backends, fps, knn, triton_fps, triton_fps_rounds, triton_knn
+from tests.model.test_attention import _layer
 
 
 class Failing:

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
-from pointgeope.model import kernels, norm, padding  # noqa: E402
-from pointgeope.model.kernel_choice import forced  # noqa: E402
-from pointgeope.model.norm import BatchNormReLU  # noqa: E402
-from tests.model.test_gather_backward import Launches  # noqa: E402
-from tests.model.test_kernels import Failing  # noqa: E402
+from pointgeope.model import kernels, norm, padding
+from pointgeope.model.kernel_choice import forced
+from pointgeope.model.norm import BatchNormReLU
+from tests.model.test_gather_backward import Launches
+from tests.model.test_kernels import Failing
 
 BF16_RTOL = 2 ** -7                    # two roundings to bfloat16 (the output, and the reference's cast)
 

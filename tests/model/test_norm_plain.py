@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
-from pointgeope.model import kernels, norm, padding  # noqa: E402
-from pointgeope.model.kernel_choice import forced  # noqa: E402
-from tests.model.test_norm import _failing, _pair, _run  # noqa: E402
+from pointgeope.model import kernels, norm, padding
+from pointgeope.model.kernel_choice import forced
+from tests.model.test_norm import _failing, _pair, _run
 
 EPS, MOMENTUM = 1e-5, 0.1              # the modules' (test_norm.py's ``_pair``: torch's defaults)
 BF16_ROUNDING = 2 ** -7                # one conversion to bfloat16 (8 significant bits): Triton's interpreter

@@ -13,10 +13,10 @@ import torch
 
 pytest.importorskip("triton")
 
-from pointgeope.model import kernel_choice  # noqa: E402
-from pointgeope.model.ops import HierarchySpec, OpsBackends, backends, fps, knn  # noqa: E402
-from tests.model.fps_reference import reference_fps  # noqa: E402
-from tests.model.knn_reference import assert_exact_knn  # noqa: E402
+from pointgeope.model import kernel_choice
+from pointgeope.model.ops import HierarchySpec, OpsBackends, backends, fps, knn
+from tests.model.fps_reference import reference_fps
+from tests.model.knn_reference import assert_exact_knn
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu" and not kernel_choice.current().interpret:
