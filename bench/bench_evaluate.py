@@ -211,6 +211,7 @@ def compare(args) -> dict:
     import tempfile
 
     import numpy as np
+
     from evaluate_published import published_room
 
     cases = [(path, threads, variant) for threads in args.thread_counts for path in args.compare

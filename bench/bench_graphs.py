@@ -46,11 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_io import save_json
 from bench_train_step import Case, make_inputs, timed
 from gpu_record import run_record
-from step_profile import sync
-
 from pointgeope.engine import graphs
 from pointgeope.engine.step import train_step
 from pointgeope.model import PointTransformerSeg
+from step_profile import sync
 
 
 class GraphCase(Case):

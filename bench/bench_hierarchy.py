@@ -38,8 +38,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import os
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -49,7 +49,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interleave
 from bench_io import save_json
 from bench_model import synthetic_room
-
 from pointgeope.model.kernel_check import sync, timed
 from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts
 

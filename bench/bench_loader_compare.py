@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from bench_io import ROOT, git_commit, tree_dirty, save_json
+
+from bench_io import ROOT, git_commit, save_json, tree_dirty
 
 
 def one_run(tree: Path, procs: int, samples: int) -> list[dict]:

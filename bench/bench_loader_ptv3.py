@@ -24,9 +24,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import git_commit, tree_dirty, save_json
+from bench_io import git_commit, save_json, tree_dirty
 from data_prep.synth.dataset import synth_room
-
 from pointgeope.data.dataset import room_sample, sample_rng
 from pointgeope.data.normals import estimate_normals
 from pointgeope.data.ptv3_dataset import ptv3_data

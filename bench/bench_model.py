@@ -46,8 +46,8 @@ if __name__ == "__main__" and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None a
 
 import numpy as np
 import torch
-from bench_io import provenance, save_json
 
+from bench_io import provenance, save_json
 from pointgeope.model import PRESETS, PointTransformerLayer, PointTransformerSeg
 from pointgeope.model.kernel_check import timed
 from pointgeope.model.ops import fps, knn

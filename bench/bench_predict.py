@@ -43,8 +43,8 @@ def make_checkpoint(path: Path) -> None:
 
     from pointgeope.engine import build
     from pointgeope.engine.checkpoint import save_checkpoint
-    from pointgeope.engine.prediction_info import prediction_metadata
     from pointgeope.engine.config import config_to_dict, load_config
+    from pointgeope.engine.prediction_info import prediction_metadata
 
     torch.manual_seed(0)
     cfg = load_config(REPO / "configs" / "demo.yaml", SETTINGS)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from bench_io import provenance, save_json
 
 REPO = Path(__file__).resolve().parents[1]

@@ -41,7 +41,6 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "fixtures")]
 from bench_io import git_commit, save_json, tree_dirty  # noqa: E402
-
 from pointgeope.model.ptv3 import PointTransformerV3  # noqa: E402
 
 GRID = 0.02

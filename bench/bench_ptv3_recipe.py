@@ -13,10 +13,9 @@ from types import SimpleNamespace
 
 import torch
 
-from bench_io import git_commit, tree_dirty, save_json
+from bench_io import git_commit, save_json, tree_dirty
 from bench_train_step import timed
 from data_prep.synth.dataset import synth_room
-from step_profile import profile
 from pointgeope.data.dataset import room_sample, sample_rng
 from pointgeope.data.ptv3_dataset import ptv3_data
 from pointgeope.data.ptv3_transforms import ptv3_train_transform
@@ -24,6 +23,7 @@ from pointgeope.engine import build
 from pointgeope.engine.config import load_config
 from pointgeope.engine.state import Learner
 from pointgeope.engine.step import train_step
+from step_profile import profile
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 2 ** 20

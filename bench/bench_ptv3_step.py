@@ -52,10 +52,10 @@ from pathlib import Path
 
 import torch
 
-from bench_io import git_commit, tree_dirty, save_json
+from bench_io import git_commit, save_json, tree_dirty
 from bench_ptv3_recipe import recipe_args, run_recipe
-from pointgeope.engine.config import load_config
 from pointgeope.engine import build
+from pointgeope.engine.config import load_config
 
 ENCODINGS = ("none", "geope", "rope3d", "point3drope", "pointrope")
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_ptv3_step_cpu_1thread.json"

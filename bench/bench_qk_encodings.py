@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from bench_io import git_commit, tree_dirty, save_json
+from bench_io import git_commit, save_json, tree_dirty
 from pointgeope.model.qk_encodings import qk_encoding
 
 ROTARY = ("geope", "rope3d", "point3drope", "pointrope")

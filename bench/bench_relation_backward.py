@@ -38,9 +38,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interleave
-from bench_io import git_commit, tree_dirty, save_json
+from bench_io import git_commit, save_json, tree_dirty
 from bench_model import synthetic_room
-
 from pointgeope.geope import frequencies
 from pointgeope.model import fused_attention, gather_backward
 from pointgeope.model.kernel_check import sync, timed

@@ -30,10 +30,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_io import git_commit, save_json, tree_dirty
 from bench_model import synthetic_room
-from bench_io import git_commit, tree_dirty, save_json
 from bench_train_step import sgd_learner, step_batch
-
 from pointgeope.engine.step import train_step
 from pointgeope.model import PointTransformerSeg
 

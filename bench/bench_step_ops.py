@@ -27,9 +27,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_io import git_commit, tree_dirty, save_json
+from bench_io import git_commit, save_json, tree_dirty
 from bench_train_step import make_inputs, sgd_learner, step_batch
-
 from pointgeope.engine.step import train_step
 from pointgeope.model import PointTransformerSeg, network
 

@@ -60,8 +60,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_io import save_json
 from bench_model import synthetic_room
 from gpu_record import run_record
-from step_profile import profile, sync as _sync
-
 from pointgeope.engine import build
 from pointgeope.engine.config import Config, OptimConfig, TrainConfig
 from pointgeope.engine.state import Learner
@@ -69,6 +67,7 @@ from pointgeope.engine.step import train_step
 from pointgeope.model import PointTransformerSeg
 from pointgeope.model.kernel_check import timed as one_timer
 from pointgeope.model.ops import backends, fps
+from step_profile import profile, sync as _sync
 
 AMP = ("bf16", "fp16", "none")  # train.amp's values
 
@@ -203,8 +202,8 @@ def loader_sample_costs(args) -> dict:
     grid sampling, the ``voxel_max`` crop, ``ToData``) and, with ``data.hierarchy: loader``, the sample's
     hierarchy (numba FPS, pykdtree). The room: ``synth --size bench`` Area_5 room 1 (about 0.85M points)."""
     import numpy as np
-    from data_prep.synth.dataset import synth_room
 
+    from data_prep.synth.dataset import synth_room
     from pointgeope.data.dataset import room_sample, sample_rng
     from pointgeope.data.transforms import ToData, s3dis_train_transform, shift_to_origin, take_points
     from pointgeope.data.voxelize import random_crop, voxel_sample
@@ -340,7 +339,7 @@ def main() -> int:
         print(json.dumps(out["loader_per_sample"], indent=1))
         return 0
     if args.kernels:
-        from train_step_kernels import run_kernels      # the kernels' comparison, its own module
+        from train_step_kernels import run_kernels  # the kernels' comparison, its own module
         run_kernels(args, out, write)
     else:
         run(args, out, write)

@@ -25,7 +25,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_io import git_commit
-
 from pointgeope.engine.trained_threads import saved_threads, threads_text
 
 REPO = Path(__file__).resolve().parents[1]

@@ -84,8 +84,15 @@ from pathlib import Path
 
 from fold_estimate import estimate, recipe
 from gpu_check_demo import step_ddp, step_evaluate, step_predict, step_train
-from gpu_check_paths import (step_graphs, step_graphs16, step_kernels, step_loader, step_norm,
-                             step_norm_op, step_relation_backward)
+from gpu_check_paths import (
+    step_graphs,
+    step_graphs16,
+    step_kernels,
+    step_loader,
+    step_norm,
+    step_norm_op,
+    step_relation_backward,
+)
 from gpu_check_ptv3 import add_ptv3_args, ptv3_steps
 from gpu_runner import REPO, Check, published_test, result_path, run_with_result
 

@@ -13,9 +13,8 @@ import time
 import torch
 
 from bench_train_step import Case, make_inputs, timed
-from step_profile import profile
-
 from pointgeope.model import PointTransformerSeg, kernel_choice
+from step_profile import profile
 
 __all__ = ["KernelCase", "run_kernels"]
 

@@ -43,10 +43,14 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from pointgeope.model import triton_attention as att
-from pointgeope.model import fused_attention, gather_backward, norm
-from pointgeope.model import triton_gather as gat
-from pointgeope.model import triton_norm
+from pointgeope.model import (
+    fused_attention,
+    gather_backward,
+    norm,
+    triton_attention as att,
+    triton_gather as gat,
+    triton_norm,
+)
 from pointgeope.model.ops import triton_fps, triton_fps_rounds, triton_knn
 from pointgeope.model.ops.backends import TRITON_KNN_MAX_K
 

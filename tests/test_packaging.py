@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 import pointgeope
-
 from tests.conftest import REPO
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())

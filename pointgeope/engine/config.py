@@ -46,7 +46,7 @@ from pointgeope.engine.config_override import override_key  # noqa: F401  (its u
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem
 from pointgeope.engine.config_yaml import DuplicateKeyError, LineError, at_line, key_line, load_yaml_lines
 from pointgeope.engine.record_keys import as_recorded
-from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
+from pointgeope.model.config import ModelConfig  # the model: section is the network's own config
 
 
 @dataclass

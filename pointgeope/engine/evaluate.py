@@ -61,12 +61,12 @@ from pointgeope.engine import build, distributed, placement
 from pointgeope.engine.ahead import with_index
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.fold_record import fold_checkpoint
-from pointgeope.engine.machine_record import fold_machines
 from pointgeope.engine.fold_result import TEST_KEY, new_test, nothing_scored, unfinished_metrics_warning, untrained_fold
+from pointgeope.engine.machine_record import fold_machines
 from pointgeope.engine.prefetch import Prefetch
+from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, piece_key, stack
 from pointgeope.engine.weights import load_model_state
-from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
 from pointgeope.h5 import NORMAL, area_path, list_rooms, read_labels, read_room
 from pointgeope.h5_predictions import predictions_path, write_predictions
@@ -74,7 +74,6 @@ from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
 from pointgeope.model.ops.fps import FPS_RULE
 from pointgeope.provenance import code_record
-
 
 # --- test-time views -----------------------------------------------------------------------------------
 

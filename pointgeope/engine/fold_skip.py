@@ -9,8 +9,13 @@ from pathlib import Path
 
 from pointgeope.data.check import area_checksums
 from pointgeope.data.folds import Fold
-from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, describe_differences, fold_progress,
-                                          load_checkpoint)
+from pointgeope.engine.checkpoint import (
+    checkpoint_config,
+    config_differences,
+    describe_differences,
+    fold_progress,
+    load_checkpoint,
+)
 from pointgeope.engine.config import Config, config_to_dict
 from pointgeope.engine.fold_record import check_trained_fold
 from pointgeope.engine.fold_result import fold_is_complete

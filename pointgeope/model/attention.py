@@ -40,12 +40,11 @@ from pointgeope.geope_checks import check_scale
 from pointgeope.model import fused_attention
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention_reference import grouped_sum
-from pointgeope.model.ops import gather
-from pointgeope.model.ops.checks import check_count
 from pointgeope.model.linear_rotation import relative_frame
 from pointgeope.model.norm import BatchNormReLU
-from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_frequencies, pair_frame,
-                                   pointrope_table)
+from pointgeope.model.ops import gather
+from pointgeope.model.ops.checks import check_count
+from pointgeope.model.rope import axial_frequencies, grid_coordinates, mixed_frequencies, pair_frame, pointrope_table
 from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS", "position_scales", "options_read",

@@ -46,11 +46,18 @@ import torch
 from torch import Tensor
 
 from pointgeope.model import attention_checks, gather_backward, kernels
-from pointgeope.model.attention_reference import (acc_dtype, out_dtype, ref_aggregate, ref_frame, ref_linear,
-                                                  ref_relation, torch_grads)
+from pointgeope.model.attention_reference import (
+    acc_dtype,
+    out_dtype,
+    ref_aggregate,
+    ref_frame,
+    ref_linear,
+    ref_relation,
+    torch_grads,
+)
+from pointgeope.model.first_order import KERNEL_WAY, first_order_only
 from pointgeope.model.kernel_choice import kernel_module
 from pointgeope.model.rotation import apply_shifted
-from pointgeope.model.first_order import KERNEL_WAY, first_order_only
 
 __all__ = ["enabled", "triton_kernels", "relation", "frame_relation", "linear_relation", "aggregate", "KERNELS"]
 

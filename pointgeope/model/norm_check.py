@@ -32,7 +32,7 @@ def check_cases(relu: bool, device: torch.device, points: int, pairs: int) -> li
     """The cases of the norm with its ReLU (``relu``: :data:`~pointgeope.model.norm.KERNEL`) or without it
     (:data:`~pointgeope.model.norm.PLAIN_KERNEL`), as the module docstring says, on ``device``."""
     from pointgeope.model.kernel_check import _grads
-    from pointgeope.model.norm import KERNEL, PLAIN_KERNEL   # norm registers its kernels with these cases
+    from pointgeope.model.norm import KERNEL, PLAIN_KERNEL  # norm registers its kernels with these cases
 
     kernel = KERNEL if relu else PLAIN_KERNEL
     rows, width = (pairs * 16 if relu else points), 64

@@ -36,8 +36,8 @@ from torch import Tensor
 
 from pointgeope.geope import geometry_dtype, rotation_terms
 from pointgeope.model import geope_pairs
-from pointgeope.model.ops import gather
 from pointgeope.model.first_order import ROTATION_WAY, first_order_only
+from pointgeope.model.ops import gather
 
 __all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shared_tables", "shift_tables", "apply_shifted", "apply_blocks",
            "rotate_blocks", "query_frame", "constant", "query_steps", "turned_neighbours",

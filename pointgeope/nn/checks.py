@@ -13,9 +13,15 @@ import warnings
 import torch
 from torch import Tensor
 
-from pointgeope.geope_checks import check_real, check_scale   # the owners of the rules for features and scales
-from pointgeope.model.ops.checks import (COORD_LIMIT, _refuse, check_coordinates, check_count,  # the point ops'
-                                         check_finite, check_values)
+from pointgeope.geope_checks import check_real, check_scale  # the owners of the rules for features and scales
+from pointgeope.model.ops.checks import (  # the point ops'
+    COORD_LIMIT,
+    _refuse,
+    check_coordinates,
+    check_count,
+    check_finite,
+    check_values,
+)
 
 __all__ = ["check_count", "check_scale", "check_float_tensor", "check_finite", "check_coordinates", "check_values",
            "check_positions"]

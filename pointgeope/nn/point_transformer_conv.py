@@ -18,9 +18,9 @@ from pointgeope.model.attention import MixedInit, PositionalEncoding, pair_frequ
 from pointgeope.model.rope import grid_coordinates, pair_angles, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
 from pointgeope.nn import target_frame
-from pointgeope.nn.target_frame import target_coefficients, turn_into_targets
 from pointgeope.nn.checks import check_finite, check_float_tensor, check_positions
 from pointgeope.nn.conv_options import check_options, check_read, preset_name
+from pointgeope.nn.target_frame import target_coefficients, turn_into_targets
 
 __all__ = ["GeoPEPointTransformerConv"]
 

@@ -14,8 +14,15 @@ import sys
 import numpy as np
 
 from pointgeope.constants import CLASS_NAMES, IGNORE_LABEL, class_palette
-from pointgeope.viz.colors import (CORRECT_COLOR, IGNORE_COLOR, MODE_HELP, MODES, NO_GROUND_TRUTH, WRONG_COLOR,
-                                   has_ground_truth)
+from pointgeope.viz.colors import (
+    CORRECT_COLOR,
+    IGNORE_COLOR,
+    MODE_HELP,
+    MODES,
+    NO_GROUND_TRUTH,
+    WRONG_COLOR,
+    has_ground_truth,
+)
 
 
 def use_ansi(stream=None) -> bool:

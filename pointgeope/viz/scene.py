@@ -69,7 +69,6 @@ def check_same_area(area_path: str | Path, pred_path: str | Path) -> None:
     import re
 
     from pointgeope.h5 import SCAN_PREDICTIONS
-
     from pointgeope.h5_predictions import predictions_area
 
     have, kind = predictions_area(pred_path)

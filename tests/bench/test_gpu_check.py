@@ -167,7 +167,6 @@ def test_the_published_tests_record_names_the_precision_the_test_ran_in(config, 
     import torch
 
     import evaluate_published
-
     from pointgeope.engine.config import load_config
 
     cfg = load_config(REPO / config, [f"train.amp={train_amp}", f"eval.amp={eval_amp}"])
@@ -185,7 +184,6 @@ def test_the_bf16_published_test_sets_eval_amp_and_its_agreement_run_too(monkeyp
 
     import evaluate_published
     import gpu_check
-
     from pointgeope.engine import evaluate
     from pointgeope.engine.config import load_config
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
+from pointgeope.data.dataset import room_sample
 from pointgeope.data.mix3d import Mix3D, mixed_offsets
 from pointgeope.data.ptv3_dataset import S3DISTrainPTv3
 from pointgeope.data.ptv3_test import PTV3_TEST_VIEWS, ptv3_room_pieces
 from pointgeope.data.ptv3_transforms import pointcept_grid
-from pointgeope.data.dataset import room_sample
 from tests.data.conftest import decode_index
 
 

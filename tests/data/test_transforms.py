@@ -6,8 +6,18 @@ import pytest
 import torch
 
 from pointgeope.data.transforms import (
-    AddNormalizedHeight, ChromaticAutoContrast, ChromaticJitter, ChromaticTranslation, Compose,
-    ElasticDistortion, HueSaturationTranslation, RandomFlip, RandomJitter, RandomRotateZ, RandomScale, ToData,
+    AddNormalizedHeight,
+    ChromaticAutoContrast,
+    ChromaticJitter,
+    ChromaticTranslation,
+    Compose,
+    ElasticDistortion,
+    HueSaturationTranslation,
+    RandomFlip,
+    RandomJitter,
+    RandomRotateZ,
+    RandomScale,
+    ToData,
     s3dis_train_transform,
 )
 

@@ -9,8 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.engine.checkpoint import (CheckpointError, config_differences, load_checkpoint, rng_state,
-                                          save_checkpoint, set_rng_state)
+from pointgeope.engine.checkpoint import (
+    CheckpointError,
+    config_differences,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from pointgeope.engine.config import Config, config_to_dict, load_config
 from pointgeope.engine.weights import load_model_state
 

@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from pointgeope.engine.config import (Config, ConfigError, config_from_dict, config_to_dict,
-                                      load_config, parse_override, save_config)
+from pointgeope.engine.config import (
+    Config,
+    ConfigError,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+    parse_override,
+    save_config,
+)
 from pointgeope.engine.config_ranges import RANGES, Range
 
 REPO = Path(__file__).resolve().parents[2]

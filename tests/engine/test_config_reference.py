@@ -5,8 +5,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from pointgeope.engine.config import Config, config_to_dict, load_config
-from pointgeope.engine.config_reference import config_keys, field_comments, markdown_tables
 from pointgeope.engine.config_ranges import RANGES
+from pointgeope.engine.config_reference import config_keys, field_comments, markdown_tables
 
 
 @dataclass

@@ -3,7 +3,6 @@ device that is no device or that this machine lacks, a kernel choice that is not
 without a device that runs Triton, and `info --device` without `--check`."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch

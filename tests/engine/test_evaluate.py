@@ -195,9 +195,9 @@ def test_view_coord_is_a_similarity_about_the_centre():
 
 def test_validation_skips_the_configured_ignore_index(two_folds):
     """``train.ignore_index`` is the one value for the loss and the metrics: validation scores skip it."""
-    from pointgeope.h5 import list_rooms, read_room
     from pointgeope.engine import distributed
     from pointgeope.engine.evaluate import validate
+    from pointgeope.h5 import list_rooms, read_room
 
     env = distributed.DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     labels = {room: read_room(two_folds / "Area_1.h5", room, ("label",))["label"]

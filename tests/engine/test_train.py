@@ -12,14 +12,13 @@ import pytest
 import torch
 
 from pointgeope.checksum import file_checksum
-from pointgeope.h5 import SchemaError, list_rooms, read_room, read_room_record, write_area
-from pointgeope.h5_predictions import read_predictions
-from pointgeope.engine import losses as losses_mod
-from pointgeope.engine import state as state_mod
 from pointgeope.commands import train as train_command
+from pointgeope.engine import losses as losses_mod, state as state_mod
 from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.config import load_config
 from pointgeope.errors import run_command
+from pointgeope.h5 import SchemaError, list_rooms, read_room, read_room_record, write_area
+from pointgeope.h5_predictions import read_predictions
 from pointgeope.metrics import confusion_matrix, scores
 from pointgeope.model.ops.fps import FPS_RULE
 from tests.engine.conftest import DEMO_CONFIG, TINY

@@ -9,12 +9,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pointgeope.model.qk_encodings import (QK_ENCODINGS, ROTARY_HEAD_DIM, AxialRoPEQK, GeoPEQK, Point3DRoPEQK,
-                                           qk_encoding, rotary_channels)
+from pointgeope.model.qk_encodings import (
+    QK_ENCODINGS,
+    ROTARY_HEAD_DIM,
+    AxialRoPEQK,
+    GeoPEQK,
+    Point3DRoPEQK,
+    qk_encoding,
+    rotary_channels,
+)
 from pointgeope.model.rope import pointrope_frequencies, rotate_pairs
 from tests.conftest import cuda_devices
 from tests.model.qk_reference import F64, ROTARY, inputs, reference, thirds_reference
-
 
 # ---- each encoding against its reference ------------------------------------------------------------------
 

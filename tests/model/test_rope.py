@@ -11,8 +11,16 @@ from pointgeope.geope import BlockScale, FixedTables, GeoPE
 from pointgeope.model import rope, rotation
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.network import stage_grid_units
-from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_frequencies, pair_angles, pair_frame,
-                                   pointrope_frequencies, pointrope_table, rotate_pairs)
+from pointgeope.model.rope import (
+    axial_frequencies,
+    grid_coordinates,
+    mixed_frequencies,
+    pair_angles,
+    pair_frame,
+    pointrope_frequencies,
+    pointrope_table,
+    rotate_pairs,
+)
 
 
 def axial(channels: int, base: float = 100.0, pos_scale: float = 25.0) -> torch.Tensor:

@@ -6,8 +6,15 @@ import torch
 
 from pointgeope.geope import GeoPE, frequencies
 from pointgeope.model.linear_rotation import relative_blocks, relative_frame, rotate_relative
-from pointgeope.model.rotation import (apply_shifted, block_rotations, query_frame, rotate_blocks, rotation_tables,
-                                       shared_tables, shift_tables)
+from pointgeope.model.rotation import (
+    apply_shifted,
+    block_rotations,
+    query_frame,
+    rotate_blocks,
+    rotation_tables,
+    shared_tables,
+    shift_tables,
+)
 from tests.conftest import cuda_devices
 
 

@@ -10,9 +10,9 @@ import pytest
 
 from pointgeope.cli import main as cli
 from pointgeope.constants import CLASS_NAMES, PALETTE, class_names, class_palette
+from pointgeope.viz import VizError
 from pointgeope.viz.colors import IGNORE_COLOR, colorize, error_colors, label_colors
 from pointgeope.viz.legend import legend_lines
-from pointgeope.viz import VizError
 from pointgeope.viz.scene import load_room
 from pointgeope.viz.select import parse_class_names
 from tests.viz.conftest import write_area, write_predictions

@@ -3,6 +3,7 @@ import glob
 import json
 import sys
 from pathlib import Path
+
 rows = {}
 for f in sorted(glob.glob(str(Path(__file__).parent / "ab_*_*t_r*.json"))):
     d = json.load(open(f))
