@@ -80,11 +80,11 @@ def stop_on_sigterm() -> Iterator[list[int]]:
     before a stop is raised (:mod:`pointgeope.stop_imports`: a stop inside its C++ start-up aborted)."""
     def stop(signum, frame):
         stops.append(signum)
-        raise Terminated()
+        raise Terminated
 
     def interrupt(signum, frame):
         stops.append(signum)
-        raise KeyboardInterrupt()
+        raise KeyboardInterrupt
 
     stops: list[int] = []  # the signals whose stop was raised in the block
     if threading.current_thread() is not threading.main_thread():

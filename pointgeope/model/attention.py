@@ -100,7 +100,7 @@ class PositionalEncoding:
         return self.rotates or self.absolute
 
     @staticmethod
-    def preset(name: "str | PositionalEncoding") -> "PositionalEncoding":
+    def preset(name: str | PositionalEncoding) -> PositionalEncoding:
         """The named preset (a key of ``PRESETS``)."""
         if isinstance(name, PositionalEncoding):
             return name

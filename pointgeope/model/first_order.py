@@ -13,7 +13,7 @@ graph (the incoming gradients and the saved inputs that need a gradient), not to
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -36,7 +36,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import torch
@@ -88,7 +88,7 @@ class _Failures:
 FAILURES = _Failures()
 
 
-@lru_cache(maxsize=None)
+@cache
 def triton_imports() -> bool:
     """Whether Triton imports (a broken install counts as none: the torch paths run)."""
     try:

@@ -21,8 +21,8 @@ one rotation per token, so they have no form here (use
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from functools import reduce
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

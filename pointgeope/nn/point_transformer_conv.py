@@ -3,7 +3,7 @@ positional encoding."""
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

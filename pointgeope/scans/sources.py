@@ -54,7 +54,7 @@ class Failure(str):
 
     source: str
 
-    def __new__(cls, source: str | Path, message: str) -> "Failure":
+    def __new__(cls, source: str | Path, message: str) -> Failure:
         failure = super().__new__(cls, message)
         failure.source = str(source)
         return failure

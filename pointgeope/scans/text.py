@@ -69,7 +69,7 @@ def _encoding(path: Path) -> str:
 
 
 def _open(path: Path):
-    return open(path, "r", encoding=_encoding(path), errors="replace", newline=None)
+    return open(path, encoding=_encoding(path), errors="replace", newline=None)
 
 
 def _layout(path: Path) -> tuple[str | None, int, float | None]:

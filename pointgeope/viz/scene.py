@@ -53,7 +53,7 @@ class RoomView:
         pred = "with" if self.pred is not None else "without"
         return f"RoomView({self.name!r}, points={len(self)}, {pred} predictions)"
 
-    def take(self, index: np.ndarray, note: str | None = None) -> "RoomView":
+    def take(self, index: np.ndarray, note: str | None = None) -> RoomView:
         """A new view of the points ``index`` (indices or a boolean mask); this one is unchanged."""
         return RoomView(self.name, self.coord[index], self.color[index], self.label[index],
                         None if self.pred is None else self.pred[index],

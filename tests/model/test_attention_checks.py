@@ -11,8 +11,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from pointgeope.model import fused_attention as fa
-from pointgeope.model import kernels
+from pointgeope.model import fused_attention as fa, kernels
 from pointgeope.model.kernels import KernelArgumentError, KernelFallbackWarning
 
 pytestmark = pytest.mark.usefixtures("interpreted_cpu")
