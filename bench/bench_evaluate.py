@@ -222,7 +222,7 @@ def compare(args) -> dict:
         np.savez(room, coord=coord, color=color)
         runs = _rounds(args, cases, room)
     rows = []
-    for (path, threads, variant), got in runs.items():
+    for (path, threads, _variant), got in runs.items():
         best = min(got, key=lambda row: row["seconds_per_room"])
         base = [row["seconds_per_room"] for row in runs[(args.compare[0], threads, "auto")]]
         rounds = [g["seconds_per_room"] for g in got]

@@ -131,7 +131,7 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
     coord, offset = coord.to(device), offset.to(device)
     out, fns = {}, {}
     for label in backends:
-        fn = (lambda label=label: _run(label, coord, offset, device))
+        fn = (lambda label=label: _run(label, coord, offset, device))  # noqa: E731
         try:
             for _ in range(max(warmup, 1)):
                 fn()

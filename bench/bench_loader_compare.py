@@ -34,7 +34,7 @@ def one_run(tree: Path, procs: int, samples: int) -> list[dict]:
         jobs = [subprocess.Popen([sys.executable, str(tree / "bench" / "bench_train_step.py"), "--out", str(out),
                                   "--device", "cpu", "--loader-samples", str(samples), "--loader-only"],
                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for out in outs]
-        if any([job.wait() for job in jobs]):                # every process waited for, failed or not
+        if any([job.wait() for job in jobs]):  # noqa: C419 - a list: every process waited for, failed or not
             raise RuntimeError(f"bench_train_step --loader-only failed under {tree}")
         return [json.loads(out.read_text())["loader_per_sample"] for out in outs]
 

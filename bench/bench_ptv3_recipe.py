@@ -85,7 +85,7 @@ class Network:
 
     def state_mib(self) -> float:
         """Parameters, gradients and the optimiser's state, MiB."""
-        tensors = [p for p in self.learner.model.parameters()] + \
+        tensors = list(self.learner.model.parameters()) + \
                   [p.grad for p in self.learner.model.parameters() if p.grad is not None] + \
                   [t for s in self.learner.optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
         return sum(t.numel() * t.element_size() for t in tensors) / MIB

@@ -280,7 +280,7 @@ def run(args, out: dict, write) -> None:
         print(f"rep {rep + 1}/{args.reps}: " + "  ".join(
             f"{pe} {r.get('given_s', float('nan')):.3f} s" for pe, r in out["presets"].items()), flush=True)
     base = out["presets"][args.presets[0]]
-    for pe, row in out["presets"].items():
+    for row in out["presets"].values():
         for key in ("given_s", "in_model_s", "beside_s", "given_peak_mib", "in_model_peak_mib"):
             if row.get(key) and base.get(key):
                 row[key.replace("_s", "").replace("_mib", "") + "_ratio"] = row[key] / base[key]

@@ -341,7 +341,7 @@ def main() -> int:
             continue
         try:
             fn(check, py)
-        except Exception as err:          # a bug of this script: recorded, and the next step still runs
+        except Exception as err:  # noqa: BLE001 - a bug of this script: recorded, and the next step still runs
             check.result["steps"].setdefault(name, {}).update(ok=False, error=f"{type(err).__name__}: {err}")
         check.write()
     failed = [n for n, s in check.result["steps"].items() if not s.get("ok", True)]

@@ -183,7 +183,7 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
         raise CheckpointError(f"expected a checkpoint at {path}, found nothing")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except Exception as err:  # truncated zip, foreign pickle, another kind of file, ...
+    except Exception as err:  # noqa: BLE001 - truncated zip, foreign pickle, another kind of file, ...
         if pickled_pointcept_checkpoint(path):          # Pointcept's numpy best_metric_value
             raise CheckpointError(POINTCEPT_ADVICE.format(path=path)) from None
         template = damaged_file if damaged_file and damaged(path, err) else unreadable

@@ -108,7 +108,7 @@ def sorted_backward() -> bool:
 def scatter(way: str, turn_first: bool = False) -> Iterator[None]:
     """:data:`SCATTER` set to ``way`` (and :data:`FRAME_TURN_FIRST` to ``turn_first``) inside the block, then
     restored (``info --check``, benchmarks): a setting of the process, not of a thread."""
-    global SCATTER, FRAME_TURN_FIRST
+    global SCATTER, FRAME_TURN_FIRST  # noqa: PLW0603 - the process-wide settings this block sets and restores
     if way not in SCATTERS:
         raise ValueError(f"expected a scatter in {SCATTERS}, got {way!r}")
     saved, SCATTER = (SCATTER, FRAME_TURN_FIRST), way

@@ -36,7 +36,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import cache
 from typing import Any
 
 import torch

@@ -49,7 +49,7 @@ def check_positions(name: str, value: Tensor, phase_scale: float | Tensor) -> No
     any_bad, top, phase = torch.stack([bad.any().to(torch.float32), top, top * scale]).tolist()   # one host read
     if any_bad:
         _refuse(name, value, bad)
-    global _phase_warned
+    global _phase_warned  # noqa: PLW0603 - the warning is given once per process
     step = torch.finfo(v.dtype).eps * 2.0 ** (int(phase).bit_length() - 1) if phase >= 1 else 0.0   # eps: 2^-nmant
     if step >= PHASE_STEP and not _phase_warned:
         _phase_warned = True

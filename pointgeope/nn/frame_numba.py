@@ -26,7 +26,7 @@ layer would start a second one beside it, and two on the same cores stall each o
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from functools import cache, lru_cache
+from functools import cache
 
 import numba
 import numpy as np

@@ -61,7 +61,7 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
             las = reader.read() if backend is None else laspy.read(path, laz_backend=backend)
     except ScanError:
         raise
-    except Exception as err:  # laspy raises its own and OS errors for truncated or foreign files
+    except Exception as err:  # noqa: BLE001 - laspy raises its own and OS errors for truncated or foreign files
         raise ScanError(f"{path}: not a readable LAS/LAZ file ({type(err).__name__}: {err})") from None
     except BaseException as err:  # lazrs's Rust panics reach Python as pyo3's PanicException, not an Exception
         if type(err).__name__ != "PanicException":

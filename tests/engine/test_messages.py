@@ -121,7 +121,7 @@ def test_kill_9_of_ablate_leaves_no_trial_running(two_folds, tmp_path, sigint):
     run = tmp_path / "abl"
     argv = [sys.executable, "-m", "pointgeope", *ablate_args(two_folds, run, "train.epochs=1000", seeds=("0",))]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=ignore_sigint if sigint == "ignored" else None)
+                            preexec_fn=ignore_sigint if sigint == "ignored" else None)  # noqa: PLW1509
     lock, pid = run / "rpe" / "seed_0" / "area_1" / ".lock", None
     try:
         deadline = time.monotonic() + 120

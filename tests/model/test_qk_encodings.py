@@ -248,8 +248,12 @@ def test_fixed_frequencies_are_made_once_per_device_and_dtype(name, monkeypatch)
     made = []
     monkeypatch.setattr(rope, "_POINTROPE_TABLES", geope.FixedTables())     # shared by every module: start empty
     monkeypatch.setattr(geope, "_BLOCK_SCALES", geope.FixedTables())
-    for module, fn in ((geope, "frequencies"), (rope, "pointrope_frequencies")):
-        monkeypatch.setattr(module, fn, lambda *a, _f=getattr(module, fn), **kw: made.append(fn) or _f(*a, **kw))
+
+    def counted(fn, name):  # each wrapper holds its own function and name, not the loop's last
+        return lambda *a, **kw: made.append(name) or fn(*a, **kw)
+
+    for module, name in ((geope, "frequencies"), (rope, "pointrope_frequencies")):
+        monkeypatch.setattr(module, name, counted(getattr(module, name), name))
     q, k, _, coord, grid = inputs()
     enc = qk_encoding(name, ROTARY_HEAD_DIM).eval()
     first = enc(q, k, coord, grid)

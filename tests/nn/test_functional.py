@@ -265,9 +265,12 @@ def test_uncentred_positions_are_said_once_from_the_read_the_checks_already_make
 
     monkeypatch.setattr(checks, "_phase_warned", False)
     reads = []
+
+    def counted(fn, name):  # each wrapper holds its own method and name, not the loop's last
+        return lambda self, *a: reads.append(name) or fn(self, *a)
+
     for name in ("tolist", "item", "__bool__", "__float__", "__int__"):
-        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _f=getattr(torch.Tensor, name), _n=name:
-                            reads.append(_n) or _f(self, *a))
+        monkeypatch.setattr(torch.Tensor, name, counted(getattr(torch.Tensor, name), name))
     gen = torch.Generator().manual_seed(0)
     q, pos = torch.randn(16, 6, generator=gen), torch.rand(16, 3, generator=gen) * 20
     utm = pos.double() + torch.tensor([651_234.0, 4_812_345.0, 120.0], dtype=torch.float64)

@@ -79,7 +79,7 @@ def test_written_las_reads_back_with_laspy(tmp_path):
     coord, color = las_file(tmp_path / "in.las", seed=1)
     scan = read_las(tmp_path / "in.las")
     label = (np.arange(len(coord)) % 13).astype(np.uint8)
-    write_las(tmp_path / "out.las", scan, scan.color, label, ["c%d" % i for i in range(13)])
+    write_las(tmp_path / "out.las", scan, scan.color, label, [f"c{i}" for i in range(13)])
     las = laspy.read(tmp_path / "out.las")
     np.testing.assert_allclose(np.stack([las.x, las.y, las.z], 1), coord, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(las.classification), label)

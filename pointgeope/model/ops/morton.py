@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 
 import torch
 from torch import Tensor
