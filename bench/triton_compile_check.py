@@ -249,7 +249,7 @@ def spills(ptx: str, arch: int) -> dict:
         with open(path, "w") as f:
             f.write(ptx)
         out = subprocess.run([_ptxas(arch), "-v", f"--gpu-name=sm_{arch}{'a' if arch == 90 else ''}", path, "-o",
-                              os.path.join(tmp, "k.o")], capture_output=True, text=True).stderr
+                              os.path.join(tmp, "k.o")], capture_output=True, text=True, check=False).stderr
     found = re.search(r"(\d+) bytes spill stores", out)
     return {"spill_store_bytes": int(found.group(1))} if found else {"ptxas": out[-300:]}
 
@@ -260,7 +260,7 @@ def resources(cubin: bytes) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run([CUOBJDUMP, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+        out = subprocess.run([CUOBJDUMP, "--dump-resource-usage", f.name], capture_output=True, text=True, check=False).stdout
     found = re.search(r"REG:(\d+) STACK:(\d+)", out)
     return {"registers": int(found.group(1)), "stack_bytes": int(found.group(2))} if found else {"resources": out[-300:]}
 

@@ -60,7 +60,7 @@ def test_overrides_on_both_sides_of_the_options_are_all_kept_in_order(capsys):
     repo = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "train.py", "--config", "configs/demo.yaml", "optim.lr=0.1", "--run-dir",
                            "R", "train.epochs=0", "--test-area", "1"], cwd=repo, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, check=False)
     assert (proc.returncode, proc.stderr.strip()) == (
         2, "train.py: error: override 'train.epochs=0': train.epochs: expected an integer >= 1, got 0")
 
@@ -110,7 +110,7 @@ def test_a_ctrl_c_while_the_command_line_is_imported_is_one_line(tmp_path, modul
     them, 0.1 to 0.3 s on a busy machine) before any handler, and a Ctrl-C then printed a 25-line traceback.
     cli.main now catches it from its first line; importing pointgeope.cli imports nothing of that."""
     done = subprocess.run([sys.executable, "-c", STOP_IN_AN_IMPORT, module, "report", str(tmp_path / "run"),
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120, check=False)
     assert (done.returncode, done.stderr) == (130, "pointgeope report: interrupted\n")
     assert not (tmp_path / "out").exists()
     code = "import sys, pointgeope.cli; print(sorted(m for m in ('argparse', 'numpy', 'pointgeope.commands') " \
