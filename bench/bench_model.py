@@ -134,13 +134,14 @@ def bench_ops(device: torch.device, n: int = 80_000) -> dict:
     for backend in ("pykdtree", "scipy", "torch"):
         if device.type == "cpu" and backend == "torch":
             part = n // 5                          # queries are independent: time a fifth, scale by 5
-            seconds = measure(lambda: knn(coord[:part], coord, 16, torch.tensor([part]), off, backend="torch"), device)[0]
+            seconds = measure(lambda: knn(coord[:part], coord, 16, torch.tensor([part]), off,  # noqa: B023 - measure() runs it at once, in this iteration
+                                          backend="torch"), device)[0]
             out["knn_k16_s"]["torch (1/5 of queries x 5)"] = 5 * seconds
             continue
-        out["knn_k16_s"][backend] = min(measure(lambda: knn(coord, coord, 16, off, off, backend=backend), device)[0]
+        out["knn_k16_s"][backend] = min(measure(lambda: knn(coord, coord, 16, off, off, backend=backend), device)[0]  # noqa: B023 - measure() runs it at once, in this iteration
                                         for _ in range(2))
     for backend in ("numba", "torch"):
-        out["fps_stride4_s"][backend] = measure(lambda: fps(coord, off, 4, backend=backend), device)[0]
+        out["fps_stride4_s"][backend] = measure(lambda: fps(coord, off, 4, backend=backend), device)[0]  # noqa: B023 - measure() runs it at once, in this iteration
     return out
 
 
@@ -180,13 +181,13 @@ def bench_models(kind: str, sizes: list[int], presets: list[str], reps: list[int
         for _ in range(rep):
             spec = getattr(models[presets[0]], "hierarchy_spec", None)    # None: code before the hierarchy
             if kind == "network" and spec is not None:
-                hierarchy.append(measure(lambda: spec(coord, off), device)[0])
+                hierarchy.append(measure(lambda: spec(coord, off), device)[0])  # noqa: B023 - measure() runs it at once, in this iteration
             for pe, model in models.items():
                 for p in model.parameters():
                     p.grad = None
                 for mode, step in (("train", _train_step), ("infer", _infer)):
                     model.train(mode == "train")
-                    t, m, wall = measure(lambda: step(model, coord, feat, *args), device)
+                    t, m, wall = measure(lambda: step(model, coord, feat, *args), device)  # noqa: B023 - measure() runs it at once, in this iteration
                     times[pe][mode].append(t)
                     times[pe][mode + "_wall"].append(wall)
                     mems[pe][mode] = max(mems[pe][mode], m)
@@ -194,7 +195,7 @@ def bench_models(kind: str, sizes: list[int], presets: list[str], reps: list[int
         if kind == "layer":
             for pe, model in models.items():
                 model.train()
-                saved[pe] = saved_bytes(lambda: model(coord, feat.clone().requires_grad_(True), *args))
+                saved[pe] = saved_bytes(lambda: model(coord, feat.clone().requires_grad_(True), *args))  # noqa: B023 - run at once
         for pe in presets:
             row = {"kind": kind, "points": n, "clouds": clouds, "preset": pe, "reps": rep,
                    "train_s": min(times[pe]["train"]), "infer_s": min(times[pe]["infer"]),

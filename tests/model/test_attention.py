@@ -141,13 +141,14 @@ def _reference(layer: PointTransformerLayer, coord, feat, idx):
 
             def turn(x):
                 y = x.clone()
-                for channels, mat in frames:
+                for channels, mat in frames:  # noqa: B023 - called in this iteration only
                     y[channels] = mat @ x[channels]
                 return y
 
             k_j = turn(key[j]) if pe.rotation != "none" else key[j]
             rel_rows.append(k_j - q[i] + (delta if pe.relation_delta else 0))
-            v_j = {"rpe": lambda: val[j] + delta, "geope": lambda: turn(val[j]), "none": lambda: val[j]}[pe.value]()
+            v_j = {"rpe": lambda: val[j] + delta, "geope": lambda: turn(val[j]),  # noqa: B023 - called at once
+                   "none": lambda: val[j]}[pe.value]()  # noqa: B023 - called at once
             val_rows.append(v_j)
         r = torch.stack(rel_rows)
         w = lin(F.relu(bn(lin(F.relu(bn(r, "linear_w.0")), "linear_w.2"), "linear_w.3")), "linear_w.5")

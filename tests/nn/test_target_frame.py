@@ -80,7 +80,7 @@ def test_numba_on_several_threads_is_bitwise_its_one_thread_result(monkeypatch, 
     grad = torch.randn(500, 64, generator=gen, dtype=dtype)
     results = []
     for threads in (1, 2, 3, "torch"):
-        monkeypatch.setattr(torch, "get_num_threads", lambda: 1 if threads == "torch" else threads)
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 1 if threads == "torch" else threads)  # noqa: B023 - read in this iteration
         leaf = keys.clone().requires_grad_()
         out = target_frame.turn_into_targets(leaf, coef, src, dst, "torch" if threads == "torch" else "numba")
         out.backward(grad)
