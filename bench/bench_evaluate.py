@@ -181,7 +181,8 @@ def fragments_part(real: Path, timed: int) -> list[dict]:
 
 def memory_part(args) -> list[dict]:
     rows = []
-    for mode, sizes in (("one_pass", args.baseline_sizes), ("vote", sorted(set(args.sizes) | set(args.baseline_sizes)))):
+    for mode, sizes in (("one_pass", args.baseline_sizes),
+                        ("vote", sorted(set(args.sizes) | set(args.baseline_sizes)))):
         for m in sizes:
             row = run_case(mode, int(m * 1e6), args.timeout)
             rows.append(row)
@@ -271,7 +272,8 @@ def published_args(parser: argparse.ArgumentParser) -> None:
     variants = ("auto", "thread", "thread-in-model", "inline")
     g.add_argument("--variants", nargs="+", default=["auto"], choices=variants,
                    help="--compare, last checkout: auto (the code's choice), thread (pieces and CPU hierarchy in the "
-                        "background thread), thread-in-model (pieces there, hierarchy in the model), inline (no thread)")
+                        "background thread), thread-in-model (pieces there, hierarchy in the model), inline (no "
+                        "thread)")
     g.add_argument("--variant", default="auto", choices=variants)
     g.add_argument("--reps", type=int, default=1)
     g.add_argument("--room", type=Path, help="(internal) the room's coord and color (.npz), written by --compare")

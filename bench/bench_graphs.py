@@ -62,7 +62,8 @@ class GraphCase(Case):
         recorder = graphs.CudaRecorder(device) if cuda else graphs.RerunRecorder()
         self.lines: list[str] = []
         self.graphed = graphs.GraphedStep(self.cfg, self.learner, self.model, device, recorder,
-                                          lambda b, u=None: train_step(self.cfg, self.learner, self.model, b, device, u),
+                                          lambda b, u=None: train_step(self.cfg, self.learner, self.model, b,
+                                                                       device, u),
                                           self.lines.append)
 
     def _train(self, batch) -> float:
@@ -151,7 +152,8 @@ def main() -> int:
     add("--reps", type=int, default=5)
     add("--warmup", type=int, default=2)
     add("--budget", type=float, default=120.0,
-        help="seconds of all cases after the inputs, shared in turn: case i of n starts no new rep after budget x (i+1)/n")
+        help="seconds of all cases after the inputs, shared in turn: case i of n starts no new rep after budget x "
+             "(i+1)/n")
     args = parser.parse_args()
     out = {"device": args.device, "run": run_record(args.device), "torch_threads": torch.get_num_threads(),
            "time": "wall seconds of one training step (SGD), minimum over reps, eager, graphed and padded eager "

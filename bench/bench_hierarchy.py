@@ -178,8 +178,8 @@ ROUNDS = ((16, 16), (32, 16), (32, 32), (32, 64))   # (CHUNK_BLOCKS, ROUND_SAMPL
 
 def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps: int = 3,
                       rounds: tuple[tuple[int, int], ...] = ROUNDS) -> dict[str, dict]:
-    """Seconds of FPS 80k -> 20k per kernel and setting (``rounds`` per (CHUNK_BLOCKS, ROUND_SAMPLES), and ``stream``), and
-    whether its samples equal the default's: which to make the default."""
+    """Seconds of FPS 80k -> 20k per kernel and setting (``rounds`` per (CHUNK_BLOCKS, ROUND_SAMPLES), and ``stream``),
+    and whether its samples equal the default's: which to make the default."""
     from pointgeope.model.ops import triton_fps, triton_fps_rounds
 
     device = torch.device(device)

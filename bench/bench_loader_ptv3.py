@@ -74,7 +74,8 @@ def main() -> int:
             times[name].append(time.perf_counter() - start)
             points[name].append(int(data.pos.shape[0]))
     med = {name: float(np.median(t[1:])) for name, t in times.items()}
-    out = {"commit": git_commit(), "dirty": tree_dirty(), "cpu_count": os.cpu_count(), "threads": 1, "room_points": int(coord.shape[0]),
+    out = {"commit": git_commit(), "dirty": tree_dirty(), "cpu_count": os.cpu_count(), "threads": 1,
+           "room_points": int(coord.shape[0]),
            "load_average_end": list(os.getloadavg()),
            "time": "seconds per training sample from a room in memory, one thread, median without the first",
            "machine": "shared: 2 cores, other jobs running (see load_average_end); read the ratios, not the seconds",
@@ -85,7 +86,8 @@ def main() -> int:
     save_json(args.out, out)
     print(f"ptv1 {med['ptv1']:.3f} s, ptv3 {med['ptv3']:.3f} s per sample ({out['ptv3_over_ptv1']}x), "
           f"ptv3 [rgb | normal] {med['ptv3_normal']:.3f} s ({out['ptv3_normal_over_ptv3']}x [rgb | xyz]), "
-          f"room {coord.shape[0]:,} points, samples {int(np.median(points['ptv1'])):,} / {int(np.median(points['ptv3'])):,}")
+          f"room {coord.shape[0]:,} points, samples {int(np.median(points['ptv1'])):,} / "
+          f"{int(np.median(points['ptv3'])):,}")
     return 0
 
 

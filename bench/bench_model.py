@@ -17,9 +17,9 @@ per 4 cm voxel, like a training crop), measured in one run so that every ratio c
 
 Time: the process CPU time (``time.process_time``) of one torch thread by default, the minimum over
 repetitions, presets interleaved: on the shared 2-core machine wall time swings by 2x with the other
-users' load, CPU time much less (the wall time is saved too, with the load average). Memory: the peak resident set size (RSS) above the level
-just before the call, sampled every millisecond by a thread reading /proc/self/statm; glibc is told
-(``MALLOC_MMAP_THRESHOLD_``) to map every large block so that freed tensors leave the RSS at once. For the
+users' load, CPU time much less (the wall time is saved too, with the load average). Memory: the peak resident set size
+(RSS) above the level just before the call, sampled every millisecond by a thread reading /proc/self/statm; glibc is
+told (``MALLOC_MMAP_THRESHOLD_``) to map every large block so that freed tensors leave the RSS at once. For the
 layer we also report the bytes autograd saves for the backward pass (exact, from saved-tensor hooks).
 ``--malloc default`` leaves glibc alone instead: times as in training (page faults cost about half of the
 CPU time above), peak RSS meaningless. Every preset is reported as a ratio to ``rpe`` measured in the same
@@ -40,7 +40,8 @@ import threading
 import time
 from pathlib import Path
 
-if __name__ == "__main__" and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None and not any(a.endswith("default") for a in sys.argv):
+if (__name__ == "__main__" and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None
+        and not any(a.endswith("default") for a in sys.argv)):
     os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"                   # before torch allocates anything
     os.execv(sys.executable, [sys.executable] + sys.argv)
 

@@ -19,7 +19,8 @@ and of the process CPU time (on 1 thread the CPU time is the steadier measure on
   max difference of its features from ours (``fallback``, same weights and seed).
 
 OpenMP threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless set): spinning threads stall 10x on the
-shared, oversubscribed 2 cores. Target: our CPU forward <= 1.0x Pointcept's (1 thread). Results: bench/results/bench_ptv3.json.
+shared, oversubscribed 2 cores. Target: our CPU forward <= 1.0x Pointcept's (1 thread). Results:
+bench/results/bench_ptv3.json.
 
 Usage: python bench/bench_ptv3.py [--pointcept /path/to/Pointcept] [--reps 3] [--room 1.5 1.5 1.2]
        [--conv-only] [--out bench/results/bench_ptv3.json]
@@ -202,7 +203,8 @@ def main() -> None:
     save_json(args.out, {
         "commit": commit, "dirty": dirty, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
         "torch": torch.__version__, "points": len(data["coord"]), "room_m": list(args.room), "grid_m": GRID,
-        "reps": args.reps, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_avg": os.getloadavg(), "best_s": best, "best_cpu_s": best_cpu, "all_s": times, "all_cpu_s": cpu, "ratios": ratios,
+        "reps": args.reps, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_avg": os.getloadavg(),
+        "best_s": best, "best_cpu_s": best_cpu, "all_s": times, "all_cpu_s": cpu, "ratios": ratios,
         "pointcept_vs_ours_fallback_rel_max_diff": diff, "target": "ours forward <= 1.0x Pointcept's (1 thread)"})
     print(f"wrote {args.out}")
 

@@ -210,7 +210,8 @@ def run_recipe(args: argparse.Namespace, small: list[str]) -> dict:
                              "autocast": str(build.mixed_precision(cfgs[pe, amp], device) or torch.float32)[6:],
                              "parameters": nets[pe].parameters, "warmup_s": [], "steps_s": []}
              for pe in args.encodings for amp in args.amps}
-    out = {"benchmark": "bench_ptv3_step --recipe", "commit": git_commit(), "dirty": tree_dirty(), "device": str(device),
+    out = {"benchmark": "bench_ptv3_step --recipe", "commit": git_commit(), "dirty": tree_dirty(),
+           "device": str(device),
            "machine": platform.platform(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
            "size": args.size, "clouds": args.clouds, "points_per_cloud": counts, "points": sum(counts),
            "small": args.small, "set": list(args.set), "rounds": 0, "warmup": args.warmup,

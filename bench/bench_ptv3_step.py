@@ -142,8 +142,9 @@ def main() -> None:
             f"{pe} {r['median_s'][pe] * 1e3:.0f} ms {r['ratio_to_none'][pe]:.3f}x ({r['ratio_to_none_min'][pe]:.3f}x)"
             for pe in encodings) + f"; rotary spread {r['rotary_spread']:.3f}x ({r['rotary_spread_min']:.3f}x)",
             flush=True)
-    save_json(args.out, {"benchmark": "bench_ptv3_step", "commit": git_commit(), "dirty": tree_dirty(), "machine": platform.processor()
-                         or platform.machine(), "torch": torch.__version__, "points_per_cloud": args.points,
+    save_json(args.out, {"benchmark": "bench_ptv3_step", "commit": git_commit(), "dirty": tree_dirty(),
+                         "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+                         "points_per_cloud": args.points,
                          "clouds": 2, "network": NETWORK, "rounds": args.rounds, "results": results})
 
 

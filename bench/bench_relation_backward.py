@@ -170,7 +170,8 @@ def main() -> None:
     for s in range(1, len(STRIDES)):
         coords.append(coords[-1][h.samples[s]])
     result = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "commit": git_commit(short=True), "dirty": tree_dirty(), "torch": torch.__version__, "clouds": args.clouds,
+              "commit": git_commit(short=True), "dirty": tree_dirty(), "torch": torch.__version__,
+              "clouds": args.clouds,
               "points": args.points, "settings": {k: dict(v) for k, v in gather_backward.SETTINGS.items()},
               "stages": {}, "sweep": {}}
     for s in args.stages:

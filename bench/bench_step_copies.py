@@ -97,7 +97,8 @@ def main() -> int:
     parser.add_argument("--label", default="current")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    run = {"commit": git_commit(short=True), "dirty": tree_dirty(), "torch": torch.__version__, "points": args.points, "clouds": args.clouds,
+    run = {"commit": git_commit(short=True), "dirty": tree_dirty(), "torch": torch.__version__, "points": args.points,
+           "clouds": args.clouds,
            "presets": {pe: step_copies(pe, args.points, args.clouds) for pe in args.presets}}
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     results[args.label] = run

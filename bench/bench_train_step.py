@@ -307,7 +307,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--budget", type=float, default=240.0,
-                        help="seconds from the end of the warm-up after which no new rep starts (the first always runs)")
+                        help="seconds from the end of the warm-up after which no new rep starts (the first always "
+                             "runs)")
     parser.add_argument("--profile", action="store_true", help="also the top kernels of one step per preset")
     parser.add_argument("--loader-samples", type=int, default=0,
                         help="also time what a loader worker pays per sample (block, hierarchy) on N samples")

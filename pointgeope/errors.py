@@ -26,9 +26,9 @@ drops exceptions (while ``prepare --jobs N`` forks its workers, a weakref callba
 delivered again, and raised as the command ends if it would come later. One that comes after the command's
 last file, as the process exits, stops nothing: SIGTERM then ends the process by the signal, without the
 line (a shell reports 143); a Ctrl-C is one line saying that nothing is lost, and the exit code stays the
-command's, 0 (every file was written; :func:`settle_exit`). A block that a stop must not cut short (a DDP training step) defers it to its end (:func:`stops_deferred`). A reader of
-the output that has gone (``pointgeope report RUN | head``) ends a command quietly, exit code 141 (128 +
-SIGPIPE).
+command's, 0 (every file was written; :func:`settle_exit`). A block that a stop must not cut short (a DDP training step)
+defers it to its end (:func:`stops_deferred`). A reader of the output that has gone (``pointgeope report RUN | head``)
+ends a command quietly, exit code 141 (128 + SIGPIPE).
 """
 from __future__ import annotations
 

@@ -318,7 +318,8 @@ def test_the_demo_block_is_regenerated_from_a_run_with_the_folds_spread(tmp_path
     assert "uniform guessing scores 31.4 % mIoU (50.0 % OA). Times" in text
     run["pooled"]["miou"] = 23 / 80       # a tie, 28.75 %: rounded as report.md rounds it (f"{100 * x:.1f}": 28.7)
     (tmp_path / "report" / "report.json").write_text(json.dumps({"class_names": names, "runs": [run]}))
-    assert "| pooled | 86.4 | 57.6 | 28.8 | 93.1 | 0.0 |" in demo_table.block(tmp_path, 286.0, "abc1234", 2, "2026-11-27")
+    assert "| pooled | 86.4 | 57.6 | 28.8 | 93.1 | 0.0 |" in demo_table.block(tmp_path, 286.0, "abc1234", 2,
+                                                                              "2026-11-27")
     page = "intro\n<!-- demo-table:start -->\nold\n<!-- demo-table:end -->\nafter\n"
     assert demo_table.replace_block(page, "new", Path("p")) == \
         "intro\n<!-- demo-table:start -->\n\nnew\n\n<!-- demo-table:end -->\nafter\n"

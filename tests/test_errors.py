@@ -117,7 +117,8 @@ def test_a_stop_dropped_as_the_command_ends_is_its_exit_code_not_the_callers(sig
     """The stop dropped in a callback was sent again 10 ms later, whatever happened meanwhile: dropped as
     the command returned, it came after run_command had returned 0, as a KeyboardInterrupt in the caller's
     code (SIGINT) or a kill by SIGTERM's default action, with no line. It now ends the command it came in."""
-    done = subprocess.run([sys.executable, "-c", STOP_AT_THE_END, sig], capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run([sys.executable, "-c", STOP_AT_THE_END, sig], capture_output=True, text=True, timeout=60,
+                          check=False)
     assert (done.returncode, done.stdout, done.stderr) == (0, f"returned {code}\n", f"pointgeope x: {word}\n")
 
 

@@ -132,7 +132,8 @@ class EvalConfig:
     checkpoint: Literal["last", "best"] = "last"  # the checkpoint evaluated: last.pt, or best.pt (train.val_every)
     tta: TTAConfig = field(default_factory=TTAConfig)
     batch_points: Optional[int] = None      # fragments are stacked into one forward up to this many points
-    #                                         (None: 400,000 on the CPU, 1,600,000 on CUDA, halved while it does not fit)
+    #                                         (None: 400,000 on the CPU, 1,600,000 on CUDA, halved while it does
+    #                                         not fit)
     vote: Literal["logits", "softmax"] = "logits"  # what each point sums over its predictions (authors: logits)
     max_fragments: Optional[int] = None     # predict at most this many voxel fragments per room (None: all)
     # mAcc / mIoU over: all 13 classes, an absent class counting 0 (the PTv1 authors' tool/test.py), or the

@@ -41,8 +41,9 @@ from torch import Tensor
 from pointgeope.model.kernel_choice import kernel_module
 from pointgeope.model.kernels import launch_device
 
-__all__ = ["SCATTERS", "SCATTER", "FRAME_TURN_FIRST", "SETTINGS", "Transpose", "transpose", "sorted_backward", "forget_transposes",
-           "scatter", "setting", "atomics", "tiles", "relation_key_grad", "frame_point_grad", "aggregate_value_grad"]
+__all__ = ["SCATTERS", "SCATTER", "FRAME_TURN_FIRST", "SETTINGS", "Transpose", "transpose", "sorted_backward",
+           "forget_transposes", "scatter", "setting", "atomics", "tiles", "relation_key_grad", "frame_point_grad",
+           "aggregate_value_grad"]
 
 SCATTERS = ("sorted", "atomic")
 SCATTER = "auto"        # how the fused attention's backward sums into the source rows (module docstring)

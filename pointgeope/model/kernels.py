@@ -25,9 +25,10 @@ when nothing fails. Out-of-memory errors and the package's own argument checks a
 they propagate (``evaluate`` halves its batch on them). The public functions of the kernels check their
 arguments before the dispatch, so a caller's wrong shape, dtype, device or index is one line and never turns a
 kernel off: the attention's and the batch norm's raise :class:`KernelArgumentError` (a ``ValueError``), the
-point ops' (``ops.knn``, ``ops.fps``) a ``ValueError`` or ``TypeError`` of their own, also before any kernel. A kernel asked for explicitly
-(:meth:`Kernel.explicit`, ``backend="triton"`` of the point ops) does not fall back: it is asked for to be
-measured or compared, and its error says so; on tensors it cannot take (:func:`require_runs_on`) it says what to do.
+point ops' (``ops.knn``, ``ops.fps``) a ``ValueError`` or ``TypeError`` of their own, also before any kernel. A kernel
+asked for explicitly (:meth:`Kernel.explicit`, ``backend="triton"`` of the point ops) does not fall back: it is asked
+for to be measured or compared, and its error says so; on tensors it cannot take (:func:`require_runs_on`) it says what
+to do.
 """
 from __future__ import annotations
 
@@ -43,9 +44,9 @@ import torch
 
 from pointgeope.model.kernel_choice import PATHS, KernelChoiceError, current
 
-__all__ = ["PATHS", "KernelChoiceError", "KernelFallbackWarning", "KernelArgumentError", "Kernel", "CheckCase", "register", "registered",
-           "triton_imports", "use_triton", "runs_on", "require_runs_on", "check_runnable", "failures", "reset", "status", "FAILURES",
-           "launch_device"]
+__all__ = ["PATHS", "KernelChoiceError", "KernelFallbackWarning", "KernelArgumentError", "Kernel", "CheckCase",
+           "register", "registered", "triton_imports", "use_triton", "runs_on", "require_runs_on", "check_runnable",
+           "failures", "reset", "status", "FAILURES", "launch_device"]
 
 
 class KernelFallbackWarning(RuntimeWarning):

@@ -58,8 +58,8 @@ from pointgeope.model.rotation import (
     write_planes,
 )
 
-__all__ = ["axial_frequencies", "pointrope_frequencies", "pointrope_table", "mixed_frequencies", "grid_coordinates", "pair_angles",
-           "rotate_pairs", "pair_frame", "POINTROPE_BASE", "MIXED_BASE"]
+__all__ = ["axial_frequencies", "pointrope_frequencies", "pointrope_table", "mixed_frequencies", "grid_coordinates",
+           "pair_angles", "rotate_pairs", "pair_frame", "POINTROPE_BASE", "MIXED_BASE"]
 
 AXES = 3
 POINTROPE_BASE = 100.0     # LitePT's ``rope_freq`` (every stage of its models)

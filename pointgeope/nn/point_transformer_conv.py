@@ -158,7 +158,8 @@ class GeoPEPointTransformerConv(PointTransformerConv):
                 edge_index, _ = add_self_loops(edge_index, num_nodes=num_nodes)
             elif isinstance(edge_index, SparseTensor):
                 edge_index = torch_sparse.set_diag(edge_index)
-        # propagate_type: (x: Tuple[Optional[Tensor], Tensor], pos: PairTensor, alpha: Tuple[Optional[Tensor], Tensor], key_nodes: Optional[Tensor], value_nodes: Optional[Tensor], turn: Optional[Tensor])
+        # PyG reads the next comment as one line (its TorchScript types of propagate's arguments)
+        # propagate_type: (x: Tuple[Optional[Tensor], Tensor], pos: PairTensor, alpha: Tuple[Optional[Tensor], Tensor], key_nodes: Optional[Tensor], value_nodes: Optional[Tensor], turn: Optional[Tensor])  # noqa: E501
         return self.propagate(edge_index, x=(value, x_dst), pos=pos, alpha=(key, query), key_nodes=key_nodes,
                               value_nodes=value_nodes, turn=turn)
 

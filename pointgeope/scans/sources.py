@@ -267,7 +267,8 @@ def _load_npy(path: Path) -> np.ndarray:
                 raise  # not the header's: read_scan's "cannot read it (Permission denied)"
             mapped = np.load(path, allow_pickle=False)  # no mmap there (ENODEV: a FUSE mount, a device)
     except EOFError:  # a 0-byte file
-        raise ScanError(f"{path}: not a readable .npy array (empty file); expected an array saved by numpy.save") from None
+        raise ScanError(f"{path}: not a readable .npy array (empty file); expected an array saved by "
+                        "numpy.save") from None
     except ValueError as err:
         if "mmap length is greater than file size" in str(err):
             raise ScanError(f"{path}: not a readable .npy array (truncated: its header's shape needs more bytes than "
@@ -299,7 +300,8 @@ def _read_h5_room(ref: ScanRef) -> Scan:
     with open_area(ref.path) as f:
         group = room_group(f, ref.room)
         data = read_fields(group, ("coord", "color", "label"))
-        normal = read_fields(group, ("normal",))["normal"] if "normal" in group else None  # prepare's, where it wrote them
+        # prepare's normals, where it wrote them
+        normal = read_fields(group, ("normal",))["normal"] if "normal" in group else None
         origin = group.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
     if (shift := checked_origin(origin)) is None:
         raise ScanError(f"{ref.source}: expected the room's 'origin' attribute to be 3 finite numbers, got "

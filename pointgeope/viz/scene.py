@@ -144,7 +144,8 @@ def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = N
         names, ignore = prediction_classes(pred_path, pred, room), file_ignore_index(pred_path)
         pred = pred.astype(np.uint8, copy=False)
     return RoomView(room, np.asarray(data["coord"], dtype=np.float32), np.asarray(data["color"], dtype=np.uint8),
-                    np.asarray(data["label"], dtype=np.uint8), pred, class_names=names, origin=origin, ignore_index=ignore)
+                    np.asarray(data["label"], dtype=np.uint8), pred, class_names=names, origin=origin,
+                    ignore_index=ignore)
 
 
 def room_origin(area_path: str | Path, room: str) -> np.ndarray | None:

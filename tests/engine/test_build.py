@@ -23,7 +23,8 @@ def test_multistep_is_ptv1_schedule():
     factors = {e: lr_factor(cfg, spe, e * spe) for e in (0, 59, 60, 79, 80, 99)}
     assert factors == pytest.approx({0: 1.0, 59: 1.0, 60: 0.1, 79: 0.1, 80: 0.01, 99: 0.01})
     assert lr_factor(cfg, spe, 60 * spe - 1) == 1.0  # last step of epoch 59
-    short = load_config(None, ["train.epochs=3"])   # milestones floor(0.6 * 3) = 1 and floor(0.8 * 3) = 2, as PTv1's int()
+    # milestones floor(0.6 * 3) = 1 and floor(0.8 * 3) = 2, as PTv1's int()
+    short = load_config(None, ["train.epochs=3"])
     assert [lr_factor(short, spe, e * spe) for e in range(3)] == pytest.approx([1.0, 0.1, 0.01])
 
 

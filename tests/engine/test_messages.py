@@ -66,7 +66,8 @@ def test_info_check_without_triton_says_so(monkeypatch, capsys):
 
 def test_a_folder_as_config_is_called_a_folder(tmp_path, capsys):
     """Before: "expected a config file, found nothing at DIR"."""
-    line = one_line(capsys, 2, ["train", "--config", str(tmp_path), "--test-area", "1", "--run-dir", str(tmp_path / "r")])
+    line = one_line(capsys, 2,
+                    ["train", "--config", str(tmp_path), "--test-area", "1", "--run-dir", str(tmp_path / "r")])
     assert line == (f"pointgeope train: error: expected a config file, found a folder at {tmp_path}; give a YAML "
                     "file, e.g. configs/demo.yaml")
 

@@ -42,7 +42,8 @@ def test_a_config_or_its_base_that_is_not_utf8(tmp_path, capsys, two_folds):
     top = tmp_path / "top.yaml"
     top.write_text("base: bad.yaml\n")
     for config in (bad, top):
-        line = one_line(capsys, 2, ["train", "--config", str(config), "--test-area", "1", "--run-dir", str(tmp_path / "r")])
+        line = one_line(capsys, 2,
+                        ["train", "--config", str(config), "--test-area", "1", "--run-dir", str(tmp_path / "r")])
         assert line == (f"pointgeope train: error: {bad}:2: not UTF-8 text (byte 0xe9); a config is a UTF-8 YAML "
                         "file: save it as UTF-8")
 

@@ -116,7 +116,8 @@ def _reference(layer: PointTransformerLayer, coord, feat, idx):
     coord, feat = coord.double(), feat.double()
 
     def bn(x, name):
-        return (x - p[name + ".running_mean"]) / (p[name + ".running_var"] + 1e-5).sqrt() * p[name + ".weight"] + p[name + ".bias"]
+        return ((x - p[name + ".running_mean"]) / (p[name + ".running_var"] + 1e-5).sqrt() * p[name + ".weight"]
+                + p[name + ".bias"])
 
     def lin(x, name):
         return x @ p[name + ".weight"].T + p[name + ".bias"]
@@ -136,7 +137,8 @@ def _reference(layer: PointTransformerLayer, coord, feat, idx):
         rel_rows, val_rows = [], []
         for j in idx[i].tolist():
             d = coord[j] - coord[i]
-            delta = lin(F.relu(bn(lin(d, "linear_p.0"), "linear_p.1")), "linear_p.3") if layer.linear_p is not None else 0
+            delta = (lin(F.relu(bn(lin(d, "linear_p.0"), "linear_p.1")), "linear_p.3") if layer.linear_p is not None
+                     else 0)
             frames = _frames(layer, coord[i], coord[j], freq) if pe.rotation != "none" or pe.value == "geope" else []
 
             def turn(x):

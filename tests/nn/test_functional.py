@@ -88,7 +88,8 @@ def test_positions_enter_only_through_the_relation():
     gen = torch.Generator().manual_seed(0)
     q, k = torch.randn(4, 9, generator=gen, dtype=torch.float64), torch.randn(4, 9, generator=gen, dtype=torch.float64)
     axis = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) / math.sqrt(5.25)
-    s_q, s_k = torch.rand(4, 1, generator=gen, dtype=torch.float64), torch.rand(4, 1, generator=gen, dtype=torch.float64)
+    s_q, s_k = (torch.rand(4, 1, generator=gen, dtype=torch.float64),
+                torch.rand(4, 1, generator=gen, dtype=torch.float64))
 
     def scores(pos_q, pos_k):
         q_rot, k_rot = geope_qk(q, k, pos_q, pos_k, pos_scale=2.0)

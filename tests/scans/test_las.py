@@ -367,8 +367,8 @@ def test_a_las_header_whose_scale_makes_coordinates_infinite_names_the_header(tm
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'a.las'))}: a damaged LAS header: its scales "
-                                            r"\[0\.001, -1\.8e\+306, 0\.001\] and offsets \[650000\.0, 4800000\.0, 100\.0\] "
-                                            r"make coordinates infinite"):
+                                            r"\[0\.001, -1\.8e\+306, 0\.001\] and offsets "
+                                            r"\[650000\.0, 4800000\.0, 100\.0\] make coordinates infinite"):
             read_las(tmp_path / "a.las")
         data[163:171] = np.float64("nan").tobytes()  # the y offset (x, y, z offsets at bytes 155, 163, 171)
         data[139:147] = np.float64(0.001).tobytes()
