@@ -186,6 +186,7 @@ def test_no_close_key_lists_the_section():
 def _numeric_keys(cls, prefix: str = "") -> list[str]:
     """Every key of the dataclass ``cls`` whose type is int or float, alone, optional or in a list."""
     import dataclasses
+    import types
     import typing
 
     keys = []
@@ -193,7 +194,7 @@ def _numeric_keys(cls, prefix: str = "") -> list[str]:
         if dataclasses.is_dataclass(tp):
             keys += _numeric_keys(tp, f"{prefix}{name}.")
             continue
-        args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, list) else (tp,)
+        args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType, list) else (tp,)
         inner = [a for arg in args for a in (typing.get_args(arg) if typing.get_origin(arg) is list else (arg,))]
         if any(a in (int, float) for a in inner):
             keys.append(prefix + name)
