@@ -249,11 +249,11 @@ def test_fixed_frequencies_are_made_once_per_device_and_dtype(name, monkeypatch)
     monkeypatch.setattr(rope, "_POINTROPE_TABLES", geope.FixedTables())     # shared by every module: start empty
     monkeypatch.setattr(geope, "_BLOCK_SCALES", geope.FixedTables())
 
-    def counted(fn, name):  # each wrapper holds its own function and name, not the loop's last
-        return lambda *a, **kw: made.append(name) or fn(*a, **kw)
+    def counted(fn, attr):  # each wrapper holds its own function and name, not the loop's last
+        return lambda *a, **kw: made.append(attr) or fn(*a, **kw)
 
-    for module, name in ((geope, "frequencies"), (rope, "pointrope_frequencies")):
-        monkeypatch.setattr(module, name, counted(getattr(module, name), name))
+    for module, attr in ((geope, "frequencies"), (rope, "pointrope_frequencies")):
+        monkeypatch.setattr(module, attr, counted(getattr(module, attr), attr))
     q, k, _, coord, grid = inputs()
     enc = qk_encoding(name, ROTARY_HEAD_DIM).eval()
     first = enc(q, k, coord, grid)
