@@ -137,7 +137,7 @@ def _open_locked(path: Path) -> int:
     """Open ``path`` and take its flock; the descriptor, or LockError when a live process holds it."""
     while True:
         fd = _open_lock_file(path, os.O_RDWR | os.O_CREAT, 0o644)
-        _flock_or_refuse(fd, "LOCK_EX", lambda: _refuse(path, _holder(fd)))
+        _flock_or_refuse(fd, "LOCK_EX", lambda: _refuse(path, _holder(fd)))  # noqa: B023 - called before fd changes
         try:  # a releasing owner may have deleted the file between our open and our flock
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 return fd

@@ -29,8 +29,14 @@ import torch
 
 from pointgeope.data.folds import Fold
 from pointgeope.engine import distributed
-from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, pack_rng, rng_state, save_checkpoint,
-                                          set_rng_state)
+from pointgeope.engine.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    pack_rng,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.machine_record import trained_on, training_machine
 from pointgeope.engine.retrain import retrain_from_scratch
