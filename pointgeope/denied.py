@@ -53,4 +53,5 @@ def denied_line(err: OSError) -> str:
     if found is None:
         return f"{said}; check the permissions of it and of its folders, or use another folder"
     kind, where, what = found
-    return f"{said}: this user cannot {what} the {kind} {where}; change its permissions (chmod, chown) or use another folder"
+    return (f"{said}: this user cannot {what} the {kind} {where}; change its permissions (chmod, chown) or use "
+            "another folder")

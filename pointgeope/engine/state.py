@@ -147,11 +147,12 @@ class FoldCheckpoints:
         """The state saved in ``last.pt``, with the learner and this rank's RNG restored from it; a fresh
         state when there is none. Raises CheckpointError for a file of another config, or when ``last.pt``
         or ``best.pt`` is there but not a file (a folder): training would end writing it, epochs later. Each
-        is a refusal that training the fold from scratch ends (:func:`~pointgeope.engine.retrain.retrain_from_scratch`)."""
+        is a refusal that training the fold from scratch ends
+        (:func:`~pointgeope.engine.retrain.retrain_from_scratch`)."""
         try:
             return self._resume(log)
         except CheckpointError as err:  # the fold's saved state: --force, which clears it, trains the fold again
-            raise retrain_from_scratch(err, self.run)
+            raise retrain_from_scratch(err, self.run)  # noqa: B904 - err itself, marked for ablate
 
     def _resume(self, log: Log) -> LoopState:
         for name in ("last.pt", "best.pt"):
