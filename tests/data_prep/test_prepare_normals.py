@@ -315,3 +315,33 @@ def test_a_run_recorded_before_the_estimate_record_is_warned_only_where_its_norm
         assert lines[1].startswith(f"warning: last.pt read normals of another estimate than the files hold now "
                                    f"(Area_1 k={K_NORMAL}, version 1 then, k={K_NORMAL}, version {NORMAL_VERSION} "
                                    "now; Area_2 "), lines
+
+
+@pytest.mark.parametrize("where", ["replace", "manifest"])
+def test_a_kill_after_an_area_file_is_replaced_keeps_the_older_files_as_of_the_same_points(tmp_path, monkeypatch,
+                                                                                            where):
+    """A prepare into an older folder, killed after it replaced an area file but before manifest.json: the rerun
+    trusts the new file (assembled.json), but only the replaced file told that both hold the same points, and
+    the rerun wrote same_points without it ({} or one area of two), so runs trained on the older files that
+    records no points checksum (or one that hashed the normals they read) were refused on the same points."""
+    from tests.data_prep.test_prepare import _kill_at
+
+    raw = five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    _other_estimate(monkeypatch)
+    prepare(PrepareConfig(raw, out, progress=False))
+    monkeypatch.undo()
+    old = {area: file_checksum(out / f"{area}.h5") for area in ("Area_1", "Area_2")}
+    shutil.copytree(out, tmp_path / "straight")
+    prepare(PrepareConfig(raw, tmp_path / "straight", progress=False))  # the same, not interrupted
+    _kill_at(monkeypatch, where)
+    with pytest.raises(Killed):
+        prepare(PrepareConfig(raw, out, progress=False))
+    monkeypatch.undo()
+    prepare(PrepareConfig(raw, out, progress=False))
+    assert output_bytes(out)["manifest.json"] == output_bytes(tmp_path / "straight")["manifest.json"] \
+        .replace(str(tmp_path / "straight").encode(), str(out).encode())
+    assert json.loads((out / "manifest.json").read_text())["same_points"] == {a: [c] for a, c in old.items()}
+    assert not (out / ".work").exists()
+    for area, checksum in old.items():
+        assert same_points(area, checksum, out) is True
