@@ -345,3 +345,35 @@ def test_a_kill_after_an_area_file_is_replaced_keeps_the_older_files_as_of_the_s
     assert not (out / ".work").exists()
     for area, checksum in old.items():
         assert same_points(area, checksum, out) is True
+
+
+@pytest.mark.parametrize("normal", [True, False], ids=["data.normal", "ptv1"])
+def test_a_run_whose_points_checksum_holds_its_normals_is_not_told_its_points_differ(tmp_path, monkeypatch,
+                                                                                   normal):
+    """A data.normal run recorded before "data_normals" hashed the normals it read into its points checksums; on
+    a copy of the same raw data with normals of another estimate (its own files gone) nothing tells whether only
+    those normals differ, and the refusal said "their points differ" as a fact. It says that the normals may be
+    all; a run that read none (PTv1) is refused as before, with no word of normals."""
+    from pointgeope.engine.checkpoint import CheckpointError
+    from pointgeope.engine.trained_data import check_data_of
+
+    raw = five_rooms(tmp_path / "raw")
+    areas = ("Area_1", "Area_2")
+    _before_the_version(monkeypatch)
+    prepare(PrepareConfig(raw, tmp_path / "trained", progress=False))
+    monkeypatch.undo()
+    ckpt = {"config": {"data": {"normal": normal, "root": str(tmp_path / "trained")}},
+            "data": json.loads((tmp_path / "trained/manifest.json").read_text())["checksums"],
+            "data_points": {a: points_with_normals(tmp_path / f"trained/{a}.h5") for a in areas}}
+    _other_estimate(monkeypatch)
+    prepare(PrepareConfig(shutil.copytree(raw, tmp_path / "moved"), tmp_path / "copy", progress=False))
+    monkeypatch.undo()
+    shutil.rmtree(tmp_path / "trained")
+    now = json.loads((tmp_path / "copy/manifest.json").read_text())["checksums"]
+    with pytest.raises(CheckpointError) as err:
+        check_data_of("last.pt", ckpt, now, tmp_path / "copy", print)
+    message = str(err.value).replace(str(tmp_path), "TMP")
+    assert ": their points differ, not only where they were prepared from" in message
+    clause = ", or only the normals it read, which the checksums of its points hold too (recorded by an older " \
+             "pointgeope); restore"
+    assert (clause in message) is normal and ("normal" in message) is normal
