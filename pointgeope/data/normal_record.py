@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["area_estimates", "current", "describe", "differing_line", "read_these", "recorded",
+__all__ = ["area_estimates", "current", "describe", "differing_line", "read_by", "read_these", "recorded",
            "room_estimate"]
 
 BEFORE_VERSION = {"normal_k": 30, "normal_version": 1}  # the estimate of the versions that recorded none
@@ -90,6 +90,17 @@ def read_these(ckpt: dict, read: dict[str, dict], root: str | Path, now: dict[st
 
     return {area: now[area] if now.get(area) not in (None, estimate) and isinstance(points.get(area), str)
             and read_normals(points[area], area_path(root, area)) else estimate for area, estimate in read.items()}
+
+
+def read_by(ckpt: dict) -> dict[str, dict] | None:
+    """:func:`recorded` of ``ckpt``, and for one recorded before ``"data_normals"``, :func:`read_these` of the files
+    of its ``data.root`` where they are at hand (``predict``, ``report``; a resume or ``evaluate`` asks it of the
+    files it reads)."""
+    read = recorded(ckpt)
+    root = ((ckpt.get("config") or {}).get("data") or {}).get("root")
+    if not read or isinstance(ckpt.get("data_normals"), dict) or not isinstance(root, str):
+        return read
+    return read_these(ckpt, read, root, area_estimates(root, sorted(read)))
 
 
 def describe(estimate: dict | None) -> str:
