@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["area_estimates", "current", "describe", "differing_line", "read_by", "read_these", "recorded",
-           "room_estimate"]
+           "room_estimate", "tested"]
 
 BEFORE_VERSION = {"normal_k": 30, "normal_version": 1}  # the estimate of the versions that recorded none
 
@@ -101,6 +101,16 @@ def read_by(ckpt: dict) -> dict[str, dict] | None:
     if not read or isinstance(ckpt.get("data_normals"), dict) or not isinstance(root, str):
         return read
     return read_these(ckpt, read, root, area_estimates(root, sorted(read)))
+
+
+def tested(ckpt: dict, root: str | Path, areas) -> dict[str, dict]:
+    """``{"data_normals": ...}`` of a fold's ``metrics.json``: the estimates its checkpoint records it read, those of
+    the test ``areas`` as evaluated now (:func:`area_estimates` of ``root``: the normals its scores came from,
+    another estimate than in training where ``evaluate`` warned of it); ``{}`` for a checkpoint recording none."""
+    read = ckpt.get("data_normals")
+    if not isinstance(read, dict):
+        return {}
+    return {"data_normals": {**read, **{a: e for a, e in area_estimates(root, areas).items() if e is not None}}}
 
 
 def describe(estimate: dict | None) -> str:

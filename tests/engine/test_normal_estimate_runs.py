@@ -128,3 +128,16 @@ def test_predict_with_a_run_recorded_before_data_normals_knows_the_normals_its_p
     out = capsys.readouterr()
     lines = _warnings(out.out + out.err)
     assert len(lines) == 1 and "run read in training (k=30, version 1)" in lines[0], lines
+
+
+def test_metrics_record_the_estimate_of_the_test_files_evaluated(normal_run, two_folds, tmp_path):  # noqa: F811
+    """metrics.json's data_normals name the normals its scores came from: the test area's as evaluated (another
+    estimate than in training, which evaluate warns of), the training areas' as the checkpoint read them. It
+    copied the checkpoint's, so the report said the fold's numbers came from the estimate of the training."""
+    run = tmp_path / "run" / "area_1"
+    shutil.copytree(normal_run, run)
+    root = _copy_root(two_folds, tmp_path / "root", version=9)
+    assert cli(["evaluate", str(run), "--data-root", str(root)]) == 0
+    recorded = json.loads((run / "metrics.json").read_text())["data_normals"]
+    assert recorded == {"Area_1": {**current(), "normal_version": 9}, "Area_2": current(), "Area_3": current()}
+    assert load_checkpoint(run / "last.pt")["data_normals"]["Area_1"] == current()  # the training's, kept
