@@ -49,6 +49,7 @@ from torch_geometric.data import Data
 
 from pointgeope.atomic import writable_folder
 from pointgeope.constants import FOLD_NAME, class_names
+from pointgeope.data import normal_record
 from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.dataset import room_sample
 from pointgeope.data.folds import load_folds
@@ -357,8 +358,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
             "pe": cfg.model.pe, "fps_rule": FPS_RULE, "trained_epochs": trained, "epochs": cfg.train.epochs,
             "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
             "config": dataclasses.asdict(cfg),  # what was evaluated: report compares its folds' (report/settings.py)
-            "data": ckpt.get("data"), "data_points": ckpt.get("data_points"),  # the checksums of its files and points,
-            **{key: ckpt[key] for key in ("data_normals",) if key in ckpt},  # its normals' estimate: report compares
+            "data": ckpt.get("data"), "data_points": ckpt.get("data_points"), **normal_record.tested(ckpt, root, areas),
             TEST_KEY: test, **code_record(), **fold_machines(ckpt, env, cfg.eval.amp),  # its code, its machines
         }
         write_json_atomic(run / "metrics.json", metrics)
