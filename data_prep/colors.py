@@ -15,8 +15,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pointgeope.color_range import (BITS8, BITS16, UNIT, bits16_said, clip_warning, fractions_beyond_unit, room_ranges,
-                                     shown, to_uint8)
+from pointgeope.color_range import (
+    BITS8,
+    BITS16,
+    UNIT,
+    bits16_said,
+    clip_warning,
+    fractions_beyond_unit,
+    room_ranges,
+    shown,
+    to_uint8,
+)
 
 
 def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[int], str],

@@ -174,7 +174,7 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
     notes: list[tuple[str, list[str]]] = []  # (file, its messages), in file order
     counts = {"repaired": 0, "dropped": 0, "num_bytes": 0}
     empty, binary = [], []
-    for instance, entry, data, parsed, note, num_bytes in _parsed_files(source, room):
+    for instance, entry, _data, parsed, note, num_bytes in _parsed_files(source, room):
         counts["num_bytes"] += num_bytes
         if parsed is None:
             (empty if note == "empty file" else binary).append(entry.path)

@@ -37,9 +37,9 @@ def decimal_mean(values, skip_nan: bool = True) -> float:
 
 
 def decimal_difference(a: float, b: float) -> float:
-    """``a - b`` of two scores from their decimal values (as :func:`~pointgeope.report.tables.pct` reads a score), the float nearest to it:
-    23/80 - 1/4 = 0.2875 - 0.25 = 0.0375, a tie that :func:`~pointgeope.report.tables.pct` rounds up to 3.8, where the binary subtraction
-    gives 0.03749999999999998 (3.7). NaN where either is NaN."""
+    """``a - b`` of two scores from their decimal values (as :func:`~pointgeope.report.tables.pct` reads a score), the
+    float nearest to it: 23/80 - 1/4 = 0.2875 - 0.25 = 0.0375, a tie that :func:`~pointgeope.report.tables.pct` rounds
+    up to 3.8, where the binary subtraction gives 0.03749999999999998 (3.7). NaN where either is NaN."""
     return float(Decimal(repr(float(a))) - Decimal(repr(float(b))))
 
 

@@ -116,7 +116,8 @@ def test_report_json_names_the_file_and_the_counts_of_every_fold(tmp_path):
         assert fold["metrics"] == str(path)
         assert fold["metrics_sha256"] == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
         assert fold["confusion"] == json.loads(path.read_text())["confusion"]
-        total = fold["confusion"] if total is None else [[a + b for a, b in zip(r, s)] for r, s in zip(total, fold["confusion"])]
+        total = fold["confusion"] if total is None else \
+            [[a + b for a, b in zip(r, s)] for r, s in zip(total, fold["confusion"])]
     assert total == entry["pooled_confusion"]
 
 
@@ -386,7 +387,8 @@ def test_an_ablation_names_a_trial_being_written_whole(tmp_path, capsys):
     runs = [_run(tmp_path, f"seed_{s}", "model.pe=rpe") for s in (0, 1)]
     holder = ("import sys, time\nfrom pointgeope.lock import folder_lock\nwith folder_lock(sys.argv[1], 'train'):\n"
               "    print('locked', flush=True)\n    time.sleep(60)\n")
-    writer = subprocess.Popen([sys.executable, "-c", holder, str(runs[1] / "area_2")], stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen([sys.executable, "-c", holder, str(runs[1] / "area_2")], stdout=subprocess.PIPE,
+                              text=True)
     try:
         assert writer.stdout.readline().strip() == "locked"
         write_trials([("rpe", s, run) for s, run in enumerate(runs)], tmp_path / "out", fold=2)

@@ -64,7 +64,8 @@ def test_malformed_metrics_file_is_named(tmp_path):
     ({"fold": True}, r"expected 'fold' a fold number \(an integer\), got true"),
     ({"class_names": 5}, r"expected class_names a list of distinct names, one per class "          # a traceback
                          r"\(S3DIS: \['ceiling', .*\]\), got 5$"),
-    ({"class_names": ["wall", "wall"]}, r"expected class_names a list of distinct names, .* got \[\"wall\", \"wall\"\]$"),
+    ({"class_names": ["wall", "wall"]},
+     r"expected class_names a list of distinct names, .* got \[\"wall\", \"wall\"\]$"),
 ])
 def test_a_metrics_file_that_is_not_what_evaluate_writes_is_named(tmp_path, edit, message):
     run = tmp_path / "run"

@@ -211,7 +211,8 @@ def test_a_left_out_trial_is_missing_with_its_reason_and_none_left_is_said_as_it
     report = json.loads((tmp_path / "report" / "ablation.json").read_text())["variants"][0]
     assert report["seeds"] == [1] and report["oa"]["mean"] == 0.9
     assert report["missing"] == [{"seed": 0, "reason": "failed (exit code 2), see its train.log"}]
-    assert "- A: seed 0 missing (failed (exit code 2), see its train.log)" in (tmp_path / "report" / "ablation.md").read_text()
+    ablation = (tmp_path / "report" / "ablation.md").read_text()
+    assert "- A: seed 0 missing (failed (exit code 2), see its train.log)" in ablation
     with pytest.raises(UserError) as err:
         write_trials(trials, tmp_path / "report2", fold=1, left_out={("A", 0): "stale: x", ("A", 1): "stale: y"})
     assert str(err.value) == f"{tmp_path / 'report2'}: none of the 2 trial(s) has a result of fold 1 to report " \

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 MAX_ROOMS_PER_AREA = 1000
 
 
@@ -44,7 +43,8 @@ class SynthConfig:
         if not 0 <= self.seed < 2**63:
             raise ValueError(f"expected --seed from 0 to 2^63 - 1 (numpy seeds are non-negative), got {self.seed}")
         if not 1 <= self.min_points <= 10**6:
-            raise ValueError(f"expected min_points from 1 to 10^6 (points of the smallest object), got {self.min_points}")
+            raise ValueError("expected min_points from 1 to 10^6 (points of the smallest object), "
+                             f"got {self.min_points}")
 
 
 # tiny: tests (~3-6k points a room, well under a second); demo: the CPU demo (~35-85k a room);

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +35,7 @@ def _digits(values: np.ndarray, width: int) -> np.ndarray:
     return np.where(shown, digit + _ZERO, 0).astype(np.uint8)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _digit_table(width: int) -> np.ndarray:
     """:func:`_digits` of every value ``0 .. 10**width - 1``, uint8 ``(10**width, width)``: a lookup table."""
     return _digits(np.arange(10 ** width, dtype=np.int64), width)

@@ -2,7 +2,8 @@
 
 Every trial is ``pointgeope train --config CONFIG --test-area K`` with ``model.pe=<preset>``,
 ``train.seed=<seed>`` and its own run folder, in a child process (``jobs`` at a time), on the same prepared
-data; the report (:func:`pointgeope.report.seeds.write_trials`, which the command hands in) gives each preset's mean and spread over the seeds::
+data; the report (:func:`pointgeope.report.seeds.write_trials`, which the command hands in) gives each preset's mean and
+spread over the seeds::
 
     RUN/<preset>/seed_<s>/area_K/      the trial's fold folder (checkpoints, metrics.json, log.txt)
     RUN/<preset>/seed_<s>/train.log    the trial's output (appended by every attempt)
@@ -170,8 +171,8 @@ def _unknown_preset(cfg, presets: list[str]) -> str | None:
     other = "ptv1" if backbone == "ptv3" else "ptv3"
     for preset in presets:
         if preset not in own:
-            what = (f"a {other.replace('pt', 'PT')} encoding, but model.backbone={backbone}" if preset in encodings_of(other)
-                    else f"not a positional encoding of model.backbone={backbone}")
+            what = (f"a {other.replace('pt', 'PT')} encoding, but model.backbone={backbone}"
+                    if preset in encodings_of(other) else f"not a positional encoding of model.backbone={backbone}")
             return f"--presets: {preset!r} is {what}; expected one of {', '.join(own)}"
     return None
 
@@ -200,7 +201,7 @@ class _Running:
             if self.stopped:
                 return None
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True, preexec_fn=death_signal_request(STOP_SIGNAL))
+                                    start_new_session=True, preexec_fn=death_signal_request(STOP_SIGNAL))  # noqa: PLW1509 - prctl only
             self.procs.add(proc)
         code = proc.wait()
         with self.lock:

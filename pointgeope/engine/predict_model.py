@@ -34,7 +34,8 @@ from pointgeope.errors import UserError
 UNREADABLE_MODEL = "MODEL {path}: expected a checkpoint (.pt) or a fold folder RUN/area_K, got {kind}"
 # ... and for a MODEL file that is a checkpoint torch cannot read (cut short or corrupted: checkpoint.damaged).
 DAMAGED_MODEL = ("MODEL {path}: a damaged checkpoint, torch cannot read it ({kind}; cut short or corrupted, e.g. by an "
-                 "interrupted copy); copy it again, or give another checkpoint of its fold (RUN/area_K/best.pt or last.pt)")
+                 "interrupted copy); copy it again, or give another checkpoint of its fold (RUN/area_K/best.pt or "
+                 "last.pt)")
 # The test-time views of --tta when the run's config has none of its own (eval.tta is a single view).
 DEFAULT_TTA = TTAConfig(rotations=4, flips=True)
 # Besides eval.*, the overrides that change how predict runs: free keys of the checkpoint

@@ -86,7 +86,8 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
     head = [HEAD[k] for k in MEANS]
     lines = ["| variant | seeds | " + " | ".join(head) + " |", "|:--|:-:|" + "--:|" * len(MEANS)]
     for v in variants:
-        lines.append(f"| {v.name} | {len(v.runs)} | " + " | ".join(_cell(spread(v.values(k)), digits) for k in MEANS) + " |")
+        cells = " | ".join(_cell(spread(v.values(k)), digits) for k in MEANS)
+        lines.append(f"| {v.name} | {len(v.runs)} | {cells} |")
     base = variants[0]
     lines += ["", f"Difference of the means to {base.name}, percentage points (`~`: within the spread, the "
               "min–max ranges overlap):", "", "| variant | " + " | ".join(head) + " |", "|:--|" + "--:|" * len(MEANS)]

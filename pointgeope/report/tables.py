@@ -177,7 +177,7 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
         title += " (standard 6-fold number)" if key == "pooled" and six_folds(runs) else ""
         lines += [f"**{data_name(names, runs)}, {title}, %**", "", _row(header), align]
         first = getattr(runs[0], attr)
-        for i, run in enumerate(runs):
+        for run in runs:
             lines.append(_row([run.name, _folds_cell(run)] + _score_cells(getattr(run, attr), digits)))
         for run in runs[1:]:
             d = difference(getattr(run, attr), first)

@@ -45,7 +45,7 @@ def test_points_checksum_ignores_provenance_and_sees_every_measured_array(tmp_pa
 
     for key, value in (("source", "/elsewhere/Area_1/office_1"), ("signature", "0" * 40), ("issues", ["x"]),
                        ("normal_version", 7)):
-        checksum, points = edited(lambda g: g.attrs.__setitem__(key, value))
+        checksum, points = edited(lambda g: g.attrs.__setitem__(key, value))  # noqa: B023 - called at once
         assert checksum != file_checksum(path) and points == points_checksum(path), key
     checksum, points = edited(lambda g: g["normal"].__setitem__(Ellipsis, -g["normal"][()]))  # another estimate
     assert checksum != file_checksum(path) and points == points_checksum(path)
@@ -149,7 +149,8 @@ def test_an_older_run_uses_its_area_prepared_again_in_place_from_a_moved_folder(
 
 def test_a_file_that_is_gone_is_named_without_a_word_of_points(tmp_path):
     a, _, _ = _roots(tmp_path)
-    with pytest.raises(CheckpointError, match=r"\(Area_2.h5 trained on sha256:[0-9a-f]{12}\.\.\., now nothing\); restore"):
+    with pytest.raises(CheckpointError,
+                       match=r"\(Area_2.h5 trained on sha256:[0-9a-f]{12}\.\.\., now nothing\); restore"):
         check_data("last.pt", a["checksums"], {**a["checksums"], "Area_2": None}, tmp_path / "a", print, a["points"])
 
 

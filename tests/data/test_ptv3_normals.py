@@ -41,7 +41,8 @@ QUARTER_TURNS = [("z", (1, 0, 0), (0, 1, 0)), ("x", (0, 1, 0), (0, 0, 1)), ("y",
 def test_a_quarter_turn_takes_a_known_normal_to_the_next_axis(axis, before, after):
     """theta = pi/2 exactly (angle range (0.5, 0.5) in units of pi): right-handed, x -> y about z, y -> z about x,
     z -> x about y; the centre of the turn moves the points, never a direction."""
-    s = {"coord": np.array([[5.0, 6.0, 7.0], [1.0, 2.0, 3.0]], np.float32), "normal": np.array([before] * 2, np.float32)}
+    s = {"coord": np.array([[5.0, 6.0, 7.0], [1.0, 2.0, 3.0]], np.float32),
+         "normal": np.array([before] * 2, np.float32)}
     out = RandomRotate((0.5, 0.5), axis=axis, center=None, p=1.0)(s, np.random.default_rng(0))
     np.testing.assert_allclose(out["normal"], [after] * 2, atol=1e-7)
     assert out["normal"].dtype == np.float32 and s["normal"].tolist() == [list(before)] * 2    # input unchanged
@@ -82,7 +83,8 @@ def test_the_geometric_pipeline_turns_every_normal_by_the_points_own_rotation():
     s = sample_of(6000, seed=4)
     pipeline = Compose([CenterShift(True), RandomDropout(0.2, p=1.0),
                         RandomRotate((-1.0, 1.0), axis="z", center=(0.0, 0.0, 0.0), p=1.0),
-                        RandomRotate((-1 / 64, 1 / 64), axis="x", p=1.0), RandomRotate((-1 / 64, 1 / 64), axis="y", p=1.0),
+                        RandomRotate((-1 / 64, 1 / 64), axis="x", p=1.0),
+                        RandomRotate((-1 / 64, 1 / 64), axis="y", p=1.0),
                         RandomScale((0.9, 1.1)), RandomFlip(p=1.0), RandomJitter(0.005, 0.02),
                         GridSample(0.1), SphereCrop(sample_rate=0.6), CenterShift(False)])
     out = pipeline(s, np.random.default_rng(5))
@@ -111,7 +113,8 @@ def test_the_features_are_the_colour_then_the_normal():
 
 def test_feature_names_and_channels():
     assert feature_names() == ["rgb", "xyz"] and feature_names(normal=True) == ["rgb", "normal"]
-    assert feature_names(color=False, normal=True) == ["normal"] and feature_names(height=True) == ["rgb", "xyz", "height"]
+    assert feature_names(color=False, normal=True) == ["normal"]
+    assert feature_names(height=True) == ["rgb", "xyz", "height"]
     assert [feature_channels(feature_names(c, n, h)) for c, n, h in
             [(1, 0, 0), (1, 1, 0), (0, 1, 0), (1, 0, 1), (0, 0, 1)]] == [6, 6, 3, 7, 4]
 

@@ -6,6 +6,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+
 from tests.test_constants import S3DIS_LABEL_IDS
 
 

@@ -16,11 +16,10 @@ import pytest
 
 import data_prep.room
 from data_prep.prepare import PrepareConfig, prepare
+from pointgeope import h5
 from pointgeope.cli import main as cli
 from pointgeope.constants import CLASS_NAMES
-from pointgeope import h5
-from tests.data_prep.raw_trees import (DEFECT_FILES, OUTPUT_FILES, five_rooms, output_bytes, reference_room,
-                                      write_tree)
+from tests.data_prep.raw_trees import DEFECT_FILES, OUTPUT_FILES, five_rooms, output_bytes, reference_room, write_tree
 
 LOAD_ROOM = data_prep.room.load_room
 
@@ -240,7 +239,8 @@ def test_rooms_an_older_prepare_stored_without_their_origin_are_parsed_again(tmp
     parsed = _count_parsed(monkeypatch)
     prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
     assert sorted(parsed) == ["Area_1/geo_a", "Area_1/geo_b"]
-    assert "warning: Area_1/geo_a: stored by an older prepare with coordinates up to 4,000,327 m" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "warning: Area_1/geo_a: stored by an older prepare with coordinates up to 4,000,327 m" in err
     prepare(PrepareConfig(raw, tmp_path / "killed", progress=False))
     assert len(parsed) == 5  # the work file's room as well as the two not parsed before the kill
     assert output_bytes(tmp_path / "out") == output_bytes(tmp_path / "fresh") == output_bytes(tmp_path / "killed")
@@ -387,7 +387,8 @@ def test_a_damaged_checksum_in_the_manifest_rebuilds_the_area(tmp_path, monkeypa
     parsed = _count_parsed(monkeypatch)
     prepare(PrepareConfig(raw, out, progress=False))
     assert parsed == ["Area_1/room_a"]
-    assert f"warning: {out / 'Area_1.h5'} has no checksum in {out / 'manifest.json'}; rebuilding it" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"warning: {out / 'Area_1.h5'} has no checksum in {out / 'manifest.json'}; rebuilding it" in err
     monkeypatch.undo()
     prepare(PrepareConfig(raw, tmp_path / "fresh", progress=False))
     assert output_bytes(out) == output_bytes(tmp_path / "fresh")

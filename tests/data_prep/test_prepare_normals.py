@@ -17,11 +17,9 @@ from pointgeope.checksum import file_checksum, points_checksum
 from pointgeope.data.check import check_area_file
 from pointgeope.data.identity import same_points
 from pointgeope.data.normals import K_NORMAL, NORMAL_VERSION, estimate_normals
-from tests.data.points_rules import measured_points as _measured_points
-from tests.data.points_rules import points_with_normals
+from tests.data.points_rules import measured_points as _measured_points, points_with_normals
 from tests.data_prep.raw_trees import five_rooms, output_bytes
 from tests.data_prep.test_prepare import Killed, _count_parsed
-
 
 RENORMAL_ROOM = data_prep.renormal.renormal_room
 
@@ -111,7 +109,8 @@ def test_prepare_into_an_older_folder_estimates_the_normals_again_resumably(tmp_
     out = tmp_path / "out"
     older(monkeypatch)
     prepare(PrepareConfig(raw, out, progress=False))
-    old = {area: (file_checksum(out / f"{area}.h5"), points_checksum(out / f"{area}.h5")) for area in ("Area_1", "Area_2")}
+    old = {area: (file_checksum(out / f"{area}.h5"),
+                  points_checksum(out / f"{area}.h5")) for area in ("Area_1", "Area_2")}
     monkeypatch.undo()
     capsys.readouterr()
     parsed, done = _count_parsed(monkeypatch), _renormalled(monkeypatch, fail_after=2)

@@ -35,8 +35,9 @@ def test_one_room(tmp_path):
     assert data.messages == ["Area_1/r/Annotations/beam_1.txt: skipped: empty file",
                              "Area_1/r/Annotations/board_1.txt:2: dropped: expected 6 values, got 5: '4 4 4 1 1'",
                              # clipped colours were only counted, with no file or line
-                             "Area_1/r: colours outside 0..255 clipped: 2 colour value(s) of 2 of 4 points (first Area_1/r/Annotations/"
-                             "wall_1.txt:1: 0.4 0.5 255.5); too few above 255 for 16-bit colours; if the file's colours "
+                             "Area_1/r: colours outside 0..255 clipped: 2 colour value(s) of 2 of 4 points (first "
+                             "Area_1/r/Annotations/wall_1.txt:1: 0.4 0.5 255.5); too few above 255 for 16-bit colours; "
+                             "if the file's colours "
                              "have another range, rescale them to 0..255"]
     assert data.num_bytes == sum(len(source.read(f.path)) for f in room.files)
 
@@ -205,7 +206,8 @@ def _object_files(parts: dict[str, tuple[int, float, float, int]], seed=6) -> tu
 def test_a_dark_object_among_fractional_0_255_files_stays_dark(tmp_path):
     """Judged per file, a near-black object (every value below 1) in a room of float 0..255 colours (12.37) was
     read as 0..1 and scaled by 255 (black -> grey), and the room's color_scale said 255 for every file."""
-    files, colours = _object_files({"wall_1": (50, 60, 220, 2), "floor_1": (40, 30, 120, 2), "chair_1": (30, 0, 0.9, 2)})
+    files, colours = _object_files({"wall_1": (50, 60, 220, 2), "floor_1": (40, 30, 120, 2),
+                                    "chair_1": (30, 0, 0.9, 2)})
     data = _load(tmp_path, files)
     expected = np.concatenate([colours[name] for name in data.attrs["objects"]])
     np.testing.assert_array_equal(data.arrays["color"], np.rint(expected))

@@ -27,9 +27,9 @@ def test_a_truncated_zip_says_it_was_cut_short(tmp_path):
     for keep in (len(whole) - 10, len(whole) // 2, 100):
         cut = tmp_path / "cut.zip"
         cut.write_bytes(whole[:keep])
-        with pytest.raises(SourceError, match=rf"^{re.escape(str(cut))}: a zip cut short \({keep:,} bytes, no end record\): an "
-                                              "incomplete download or copy; compare its size with the original's "
-                                              "and download or copy it again$"):
+        with pytest.raises(SourceError, match=rf"^{re.escape(str(cut))}: a zip cut short \({keep:,} bytes, no end "
+                                              r"record\): an incomplete download or copy; compare its size with the "
+                                              "original's and download or copy it again$"):
             open_source(cut)
     (tmp_path / "page.zip").write_bytes(b"<html>404</html>")
     with pytest.raises(SourceError, match=r"page.zip: named .zip but not a zip \(it starts with b'<htm', a zip with "

@@ -14,8 +14,8 @@ import h5py
 import numpy as np
 import pytest
 
-from pointgeope.cli import main as cli
 from pointgeope import h5
+from pointgeope.cli import main as cli
 from pointgeope.data.check import check_areas
 from tests.data_prep.raw_trees import write_tree
 
@@ -41,7 +41,8 @@ def test_coordinate_beyond_float32_is_dropped_with_its_line(tmp_path, capsys):
 
 
 def test_far_point_is_dropped_or_its_room_refused(tmp_path, capsys):
-    files = {"Area_1/r/Annotations/wall_1.txt": GOOD, "Area_1/r/Annotations/chair_1.txt": b"0.5 0.5 0.5 1 1 1\n1e20 2 3 1 1 1\n",
+    files = {"Area_1/r/Annotations/wall_1.txt": GOOD,
+             "Area_1/r/Annotations/chair_1.txt": b"0.5 0.5 0.5 1 1 1\n1e20 2 3 1 1 1\n",
              "Area_1/ok/Annotations/wall_1.txt": GOOD, "Area_2/r/Annotations/wall_1.txt": GOOD}
     raw = write_tree(tmp_path / "raw", files)
     assert _prepare(raw, tmp_path / "drop") == 0

@@ -46,7 +46,8 @@ def test_plan_orders_trials_and_shares_the_threads(two_folds, unpinned_config, t
         ("none", 3, tmp_path / "none" / "seed_3"), ("none", 1, tmp_path / "none" / "seed_1"),
         ("rpe", 3, tmp_path / "rpe" / "seed_3"), ("rpe", 1, tmp_path / "rpe" / "seed_1")]
     assert common == [f"data.root={two_folds}", f"train.threads={max(1, (os.cpu_count() or 1) // 2)}"]
-    assert trials[0].overrides(common)[-3:] == ["model.pe=none", "train.seed=3", f"train.run_dir={tmp_path / 'none' / 'seed_3'}"]
+    assert trials[0].overrides(common)[-3:] == ["model.pe=none", "train.seed=3",
+                                                f"train.run_dir={tmp_path / 'none' / 'seed_3'}"]
     _, common = plan(unpinned_config, ["rpe"], [0], 1, tmp_path, [f"data.root={two_folds}", "train.threads=1"], 2)
     assert common == [f"data.root={two_folds}", "train.threads=1"]           # the user's choice is kept
 
@@ -75,7 +76,8 @@ def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, cap
     assert cli(ablate_args(two_folds, run, "train.epochs=1", seeds=("0", "7"), jobs="2")) == 1
     out, err = capsys.readouterr()
     assert "rpe seed 0: done" in out and "rpe seed 7: FAILED (exit code" in out
-    assert f"{run} also holds trials of fold 1 outside this command's grid, not in its report: none seed 1, rpe seed 1" in out
+    assert (f"{run} also holds trials of fold 1 outside this command's grid, not in its report: none seed 1, "
+            "rpe seed 1") in out
     assert "2 trial(s) failed: rpe seed 7, none seed 7" in err
     assert "is complete, skipped" in (run / "rpe" / "seed_0" / "train.log").read_text()
     md = (run / "report" / "fold_1" / "ablation.md").read_text()
@@ -141,7 +143,7 @@ def test_sigterm_stops_the_running_trial_and_starts_no_other(two_folds, tmp_path
     run = tmp_path / "abl"
     argv = [sys.executable, "-m", "pointgeope", *ablate_args(two_folds, run, "train.epochs=1000", seeds=("0",))]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=ignore_sigint if sigint == "ignored" else None)
+                            preexec_fn=ignore_sigint if sigint == "ignored" else None)  # noqa: PLW1509
     lock, pid = run / "rpe" / "seed_0" / "area_1" / ".lock", None
     try:
         deadline = time.monotonic() + 120

@@ -144,10 +144,10 @@ def test_a_damaged_checkpoint_as_model_is_said_damaged_with_what_to_do(tiny_run,
     cut = tmp_path / "cut.pt"
     cut.write_bytes((tiny_run / "best.pt").read_bytes()[:100_000])
     line = one_line(capsys, 2, ["predict", str(cut), str(tmp_path / "s.npy"), "--out", str(tmp_path / "o")])
-    assert line == (f"pointgeope predict: error: MODEL {cut}: a damaged checkpoint, torch cannot read it (RuntimeError: "
-                    "PytorchStreamReader failed reading zip archive: failed finding central directory; cut short or "
-                    "corrupted, e.g. by an interrupted copy); copy it again, or give another checkpoint of its fold "
-                    "(RUN/area_K/best.pt or last.pt)")
+    assert line == (f"pointgeope predict: error: MODEL {cut}: a damaged checkpoint, torch cannot read it "
+                    "(RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory; "
+                    "cut short or corrupted, e.g. by an interrupted copy); copy it again, or give another checkpoint "
+                    "of its fold (RUN/area_K/best.pt or last.pt)")
 
 
 def test_a_damaged_checkpoint_in_a_fold_folder_is_said_damaged(tiny_run, tmp_path, capsys):
@@ -185,8 +185,8 @@ def test_fragments_are_capped_by_default_and_by_option_or_override(tiny_run, tmp
     for refused in ("model.planes=[16, 32]", "train.device=cuda", "data.root=elsewhere"):   # trained, or no effect
         line = one_line(capsys, 2, base + [refused])
         assert line == (f"pointgeope predict: error: override {refused!r}: predict takes overrides of eval.* and "
-                        "of data.hierarchy, train.threads, not of what the network was trained with (nor of the keys that set "
-                        "where and how training runs: --device chooses the device)")
+                        "of data.hierarchy, train.threads, not of what the network was trained with (nor of the keys "
+                        "that set where and how training runs: --device chooses the device)")
     with pytest.raises(SystemExit):                            # argparse: N >= 1 or all
         cli(base + ["--max-fragments", "0"])
     assert "--max-fragments: expected a number of fragments >= 1 or all, got '0'" in capsys.readouterr().err

@@ -14,7 +14,8 @@ def test_spacing_warning_for_millimetres_and_scale(tiny_run, two_folds, tmp_path
     room = read_room(two_folds / "Area_1.h5", "office_1")
     np.save(tmp_path / "office_1.npy", np.c_[room["coord"].astype(np.float64) * 1000, room["color"]])
     assert cli(["predict", str(tiny_run), str(tmp_path / "office_1.npy"), "--out", str(tmp_path / "a")]) == 2
-    err = without_run_cap_warning(capsys.readouterr().err)  # a 6 km room in metres, beyond the default --max-extent 50 m
+    # a 6 km room in metres, beyond the default --max-extent 50 m
+    err = without_run_cap_warning(capsys.readouterr().err)
     assert len(err) == 1 and "the scan is larger than a room in metres" in err[0]
     assert "pass --scale (0.001 for millimetres" in err[0]
     assert cli(["predict", str(tiny_run), str(tmp_path / "office_1.npy"), "--out", str(tmp_path / "a"),
@@ -74,7 +75,8 @@ def test_by_default_a_point_100_m_or_1_km_away_changes_no_other_label(tiny_run, 
         (tmp_path / name).mkdir()
     np.save(tmp_path / "room" / "scan.npy", np.c_[coord, color])
     far = np.array([[1000.0, 1000.0, 1000.0], coord[300] - [0.0, 100.0, 0.0]])
-    np.save(tmp_path / "far" / "scan.npy", np.insert(np.c_[coord, color], [40, 2000], np.c_[far, [[9, 9, 9]] * 2], axis=0))
+    np.save(tmp_path / "far" / "scan.npy",
+            np.insert(np.c_[coord, color], [40, 2000], np.c_[far, [[9, 9, 9]] * 2], axis=0))
     rows = [40, 2001]  # the far points' rows in far/scan.npy
     for name in ("room", "far"):
         assert cli(["predict", str(tiny_run), str(tmp_path / name / "scan.npy"), "--out", str(tmp_path / f"o_{name}"),

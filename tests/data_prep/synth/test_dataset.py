@@ -12,9 +12,8 @@ import pytest
 from data_prep.synth import objects as obj
 from data_prep.synth.config import PRESETS, SynthConfig
 from data_prep.synth.dataset import MANIFEST, generate, synth_room
+from pointgeope.cli import build_parser, main as cli
 from pointgeope.commands.synth import config_from_args
-from pointgeope.cli import build_parser
-from pointgeope.cli import main as cli
 from pointgeope.constants import CLASS_NAMES
 
 NOISE_BOUND = 0.02  # metres: over 6 sigma of the default 3 mm noise
