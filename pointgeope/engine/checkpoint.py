@@ -275,12 +275,14 @@ def fold_progress(path: str | Path, ckpt: dict, log=None) -> tuple[int, int]:
 def _progress(ckpt: dict, path: Path) -> tuple[int, int]:
     """``(epochs trained, train.epochs)`` of one checkpoint (its own ``epoch`` when the config has no
     ``train.epochs``); a CheckpointError naming a damaged entry."""
-    trained = _count(ckpt, ("epoch",), path)
+    trained = whole_count(ckpt, ("epoch",), path)
     train = checkpoint_config(ckpt, path).get("train")
-    return trained, _count(train, ("config", "train", "epochs"), path, trained) if isinstance(train, dict) else trained
+    if not isinstance(train, dict):
+        return trained, trained
+    return trained, whole_count(train, ("config", "train", "epochs"), path, trained)
 
 
-def _count(entries: dict, keys: tuple[str, ...], path: Path, default: int = 0) -> int:
+def whole_count(entries: dict, keys: tuple[str, ...], path: Path, default: int = 0) -> int:
     """``entries[keys[-1]]`` (``default`` when absent), a whole number >= 0 (``keys``: its place in the
     checkpoint, for the message); else a CheckpointError: a damaged entry was a ``TypeError`` traceback."""
     value = entries.get(keys[-1], default)

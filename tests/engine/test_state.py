@@ -166,3 +166,27 @@ def test_the_gradient_check_runs_on_every_torch_the_project_allows(monkeypatch, 
     a.model.weight.grad[0, 2] = float("nan")
     assert a.non_finite_gradient() == ("weight", 1, 6)    # named in the model's order: weight before bias
     assert not bool(torch.isfinite(a.gradient_norm(None)))
+
+
+@pytest.mark.parametrize("entry, value, expected", [
+    ("epoch", ["cpu"], "'epoch' entry to be a whole number >= 0, got ['cpu']"),
+    ("epoch", 1.5, "'epoch' entry to be a whole number >= 0, got 1.5"),
+    ("batch", -2, "'batch' entry to be a whole number >= 0, got -2"),
+    ("step", True, "'step' entry to be a whole number >= 0, got True"),
+    ("best_miou", "0.5", "'best_miou' entry to be a number in [-1, 1], got '0.5'"),
+    ("best_miou", float("nan"), "'best_miou' entry to be a number in [-1, 1], got nan"),
+    ("epoch_sums", [1, 2], "'epoch_sums' entry to be a dict of the epoch's sums, got [1, 2]"),
+])
+def test_a_damaged_loop_entry_is_one_checkpoint_error_on_resume(tmp_path, entry, value, expected):
+    """A last.pt whose loop entries were rewritten (its CRCs intact): an epoch of ['cpu'] resumed into
+    "TypeError: '<' not supported between instances of 'list' and 'int'" at the loop's first comparison."""
+    from pointgeope.engine.checkpoint import CheckpointError
+
+    FoldCheckpoints(tmp_path, learner(0), ENV, {}, {}).save("last.pt", LoopState(epoch=1, step=4, best_miou=0.5))
+    ckpt = torch.load(tmp_path / "last.pt", weights_only=True)
+    ckpt[entry] = value
+    torch.save(ckpt, tmp_path / "last.pt")
+    with pytest.raises(CheckpointError) as err:
+        FoldCheckpoints(tmp_path, learner(1), ENV, {}, {}).resume(lambda line: None)
+    assert str(err.value) == (f"{tmp_path / 'last.pt'}: damaged checkpoint: expected its {expected}; use the run's "
+                              "own checkpoint")
