@@ -15,7 +15,7 @@ from pointgeope.engine.config import Config, config_to_dict
 from pointgeope.engine.fold_record import check_trained_fold
 from pointgeope.engine.fold_result import fold_is_complete
 from pointgeope.engine.record_keys import predating_note
-from pointgeope.engine.trained_data import check_data_of
+from pointgeope.engine.trained_data import check_data_of, saved_data
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path
 
@@ -49,7 +49,7 @@ def complete_metrics(run: Path, cfg: Config, fold: Fold, log=print) -> dict | No
                         "retrains it, or use another --run-dir")
     if fold_progress(last, ckpt)[0] < cfg.train.epochs:
         return None
-    saved, root, areas = ckpt.get("data"), cfg.data.root, list(fold.train + fold.test)
+    saved, root, areas = saved_data(ckpt, last), cfg.data.root, list(fold.train + fold.test)
     check_trained_fold(last, ckpt.get("fold"), fold, root, log)
     now = {area: None for area in set(saved or {}) | set(areas)}  # None: a file that is not there
     now.update(area_checksums(root, [area for area in areas if area_path(root, area).is_file()]))

@@ -34,7 +34,7 @@ from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, pack
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.machine_record import trained_on, training_machine
 from pointgeope.engine.runio import Log
-from pointgeope.engine.trained_data import check_data_of
+from pointgeope.engine.trained_data import check_data_of, saved_data
 from pointgeope.engine.weights import first_non_finite, load_model_state
 from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, still_held
@@ -193,7 +193,7 @@ class FoldCheckpoints:
         """Refuse to resume on other area files than the checkpoint trained on (the fold's areas now, and
         any it trained on that the fold no longer has), naming them; files of the same points pass."""
         if self.data is not None:
-            areas = set(self.data) | set(ckpt.get("data") or {})
+            areas = set(self.data) | set(saved_data(ckpt, path) or {})
             now = {a: self.data.get(a) for a in areas}
             check_data_of(path, ckpt, now, self.config["data"]["root"], log)
 

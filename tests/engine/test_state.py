@@ -190,3 +190,23 @@ def test_a_damaged_loop_entry_is_one_checkpoint_error_on_resume(tmp_path, entry,
         FoldCheckpoints(tmp_path, learner(1), ENV, {}, {}).resume(lambda line: None)
     assert str(err.value) == (f"{tmp_path / 'last.pt'}: damaged checkpoint: expected its {expected}; use the run's "
                               "own checkpoint")
+
+
+@pytest.mark.parametrize("data, shown", [(["cpu"], "['cpu']"), ({"Area_1": 5}, "{'Area_1': 5}"), ([[1]], "[[1]]"),
+                                         (7, "7")])
+def test_a_damaged_data_record_is_one_checkpoint_error_on_resume(tmp_path, data, shown):
+    """A last.pt whose "data" (area -> checksum of the file it trained on) is no such mapping: a resume ended in
+    "AttributeError: 'list' object has no attribute 'get'" (or a TypeError) while comparing the files."""
+    from pointgeope.engine.checkpoint import CheckpointError
+
+    from pointgeope.engine.config import Config, config_to_dict
+
+    now, config = {"Area_1": "sha256:1"}, config_to_dict(Config())
+    FoldCheckpoints(tmp_path, learner(0), ENV, config, {}, data=now).save("last.pt", LoopState(1))
+    ckpt = torch.load(tmp_path / "last.pt", weights_only=True)
+    ckpt["data"] = data
+    torch.save(ckpt, tmp_path / "last.pt")
+    with pytest.raises(CheckpointError) as err:
+        FoldCheckpoints(tmp_path, learner(1), ENV, config, {}, data=now).resume(lambda line: None)
+    assert str(err.value) == (f"{tmp_path / 'last.pt'}: damaged checkpoint: expected its 'data' entry to map each "
+                              f"area to the checksum of its file, got {shown}; use the run's own checkpoint")
