@@ -9,10 +9,10 @@ if __name__ == "__main__":
     try:  # a Ctrl-C while the command line is read is one line too, as pointgeope's (pointgeope/cli.py)
         import argparse
 
-        from pointgeope.commands import parse_args, train as train_command
+        from pointgeope.commands import help_text, parse_args, train as train_command
         from pointgeope.errors import add_debug_argument, run_command, settle_exit
 
-        parser = argparse.ArgumentParser(prog="train.py", description=train_command.__doc__,
+        parser = argparse.ArgumentParser(prog="train.py", description=help_text(train_command.__doc__),
                                          formatter_class=argparse.RawDescriptionHelpFormatter)
         train_command.add_arguments(parser)
         add_debug_argument(parser)

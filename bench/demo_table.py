@@ -45,20 +45,23 @@ def fold_seconds(log: Path) -> float | None:
 
 def commit_text(run_dir: Path, folds: list[dict], checkout: str) -> str:
     """The commit(s) the folds were tested at (``pointgeope_commit`` of each ``area_K/metrics.json``, shortened),
-    every one where the folds differ; ``checkout`` (this clone's, where the block is written) where none records
+    every one where the folds differ, ``with uncommitted changes`` where a fold's code differed from its commit
+    (``pointgeope_modified``); ``checkout`` (this clone's, where the block is written) where none records
     one: a run folder's folds can be older than the checkout (trained folds are skipped by a rerun)."""
-    commits = []
+    records = []
     for f in folds:
         path = run_dir / f"area_{f['fold']}" / "metrics.json"
-        commits.append(json.loads(path.read_text()).get("pointgeope_commit") if path.is_file() else None)
+        records.append(json.loads(path.read_text()) if path.is_file() else {})
+    commits = [r.get("pointgeope_commit") for r in records]
     known = sorted({c[:7] for c in commits if isinstance(c, str) and c})
     if not known:
         return f"pointgeope at commit `{checkout}`"
     unknown = " and unrecorded ones" if any(not (isinstance(c, str) and c) for c in commits) else ""
+    changed = " with uncommitted changes" if any(r.get("pointgeope_modified") is True for r in records) else ""
     if len(known) == 1 and not unknown:
-        return f"pointgeope at commit `{known[0]}`"
-    return (f"pointgeope folds of commits {', '.join(f'`{c}`' for c in known)}{unknown} (not one code's scores: "
-            "train the folds again at one commit)")
+        return f"pointgeope at commit `{known[0]}`{changed}"
+    return (f"pointgeope folds of commits {', '.join(f'`{c}`' for c in known)}{unknown}{changed} (not one code's "
+            "scores: train the folds again at one commit)")
 
 
 def minutes(seconds: float) -> str:

@@ -161,13 +161,15 @@ def _trusted_attrs(out: Path, area: str, old_manifest: dict, force: bool) -> tup
 
 def _take_stock(cfg: PrepareConfig, source, rooms: list, out: Path, old_manifest: dict) -> Stock:
     """Step 2 without parsing: each room of RAW is held (by ``Area_N.h5`` or a work file), refused
-    before, or to parse, by comparing its signature with the one stored where it was written."""
-    from data_prep.stale import stale
+    before, or to parse, by comparing its signature with the one stored where it was written; a held room
+    whose normals are not this version's is to have them estimated again (``data_prep.stale``)."""
+    from data_prep.stale import PARSE, stale
+    from pointgeope.data.normal_record import current, describe
     from pointgeope.h5 import area_path, read_rooms_attrs
 
     stock = Stock(areas=list(dict.fromkeys(r.area for r in rooms)))
     old_refused = old_manifest.get("refused", {}) if isinstance(old_manifest.get("refused"), dict) else {}
-    without: dict[str, int] = {}  # area -> rooms held without this version's normals, parsed again
+    renewed: dict[str, int] = {}  # area -> rooms held with another normal estimate (or none), estimated again
     for area in stock.areas:
         stock.ready[area], stock.refused[area] = {}, {}
         previous, stock.checksums[area] = _trusted_attrs(out, area, old_manifest, cfg.force)
@@ -176,30 +178,36 @@ def _take_stock(cfg: PrepareConfig, source, rooms: list, out: Path, old_manifest
             sig, work_file = room.signature(cfg.limits), _work_file(out, area, room.name)
             cached = None if cfg.force else (read_rooms_attrs(work_file) or {}).get(room.name)
             was_refused = old_refused.get(area, {}).get(room.name, {})
-            if previous.get(room.name, {}).get("signature") == sig and not stale(area_path(out, area), room,
-                                                                                  previous[room.name]):
-                stock.ready[area][room.name], stock.held[area, room.name] = previous[room.name], area_path(out, area)
-            elif cached is not None and cached.get("signature") == sig and not stale(work_file, room, cached):
-                stock.ready[area][room.name], stock.held[area, room.name] = cached, work_file
+            held = sorted(((need is not None, where, attrs, need) for where, attrs in
+                           ((area_path(out, area), previous.get(room.name)), (work_file, cached))
+                           if attrs is not None and attrs.get("signature") == sig
+                           and (need := stale(where, room, attrs)) != PARSE), key=lambda c: c[0])  # up to date first
+            held = held[0][1:] if held else None
+            if held is not None and held[2] is None:
+                stock.ready[area][room.name], stock.held[area, room.name] = held[1], held[0]
+            elif held is not None:  # only its normals: estimated again from its stored coord
+                stock.todo.append((source, room, work_file, cfg.limits, held[0]))
+                renewed[area] = renewed.get(area, 0) + 1
             elif was_refused.get("signature") == sig:
                 stock.refused[area][room.name] = was_refused
             else:
-                stock.todo.append((source, room, work_file, cfg.limits))
-                if previous.get(room.name, {}).get("signature") == sig and "normal_k" not in previous[room.name]:
-                    without[area] = without.get(area, 0) + 1
-    for area, n in without.items():
-        print(f"note: {area}: {n} room(s) stored without normals (an older prepare): parsing them again to add "
-              "them", file=sys.stderr)
+                stock.todo.append((source, room, work_file, cfg.limits, None))
+    for area, n in renewed.items():
+        print(f"note: {area}: {n} room(s) stored without this version's normals (an older prepare): estimating "
+              f"them again from their stored points ({describe(current())}), their raw files not parsed again",
+              file=sys.stderr)
     return stock
 
 
 def _parse_room(task):
-    """Worker: parse one room into its work file; return what the summary needs (not the arrays)."""
+    """Worker: parse one room into its work file (or, where the task names the file holding it, estimate its
+    normals again: ``data_prep.renormal``); return what the summary needs (not the arrays)."""
+    from data_prep.renormal import renormal_room
     from data_prep.room import load_room
     from pointgeope.h5 import write_room_file
 
-    source, room, path, limits = task
-    data = load_room(source, room, limits)
+    source, room, path, limits, held = task
+    data = load_room(source, room, limits) if held is None else renormal_room(held, room.name)
     if data.refused is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_room_file(path, room.name, data.arrays, data.attrs)
@@ -216,7 +224,8 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
     from data_prep.pool import parallel_map
 
     todo = sorted(stock.todo, key=lambda task: -task[1].num_bytes)
-    stats = {a: {"parsed": 0, "bytes": 0, "seconds": 0.0, "normals": 0.0} for a in stock.areas}
+    stats = {a: {"parsed": 0, "renewed": 0, "bytes": 0, "seconds": 0.0, "normals": 0.0} for a in stock.areas}
+    renewed = {(task[1].area, task[1].name) for task in todo if task[4] is not None}  # normals estimated again
     t_parse = time.perf_counter()
     with parallel_map(_parse_room, todo, cfg.jobs) as results:
         bar = tqdm(results, total=len(todo), desc="parsing rooms", unit="room", disable=not cfg.progress or None)
@@ -229,7 +238,8 @@ def _parse_all(cfg: PrepareConfig, stock: Stock) -> tuple[dict, float]:
                 bar.write(f"warning: {area}/{name}: refused, not written: {reason}", file=sys.stderr)
                 stock.refused[area][name] = {"reason": reason, "signature": room_attrs["signature"]}
             s = stats[area]
-            s["parsed"], s["bytes"] = s["parsed"] + 1, s["bytes"] + num_bytes
+            s["renewed" if (area, name) in renewed else "parsed"] += 1
+            s["bytes"] += num_bytes
             s["seconds"], s["normals"] = s["seconds"] + seconds[0] - seconds[1], s["normals"] + seconds[1]
     return stats, time.perf_counter() - t_parse
 
@@ -293,10 +303,11 @@ def _write_manifests(out: Path, location: str, stock: Stock, written: list[str],
     read, ``ignored``: ``(path, files)`` pairs) and ``folds.json`` of the areas written now; warns about area
     files in OUT that RAW no longer holds. Returns the manifest."""
     from data_prep.writer import folds, manifest, write_json
+    from pointgeope.data.identity import POINTS_RULE
 
     result = manifest(location, {a: stock.ready[a] for a in written})
     result["checksums"], points = checksums
-    result["points"] = {area: value for area, (value, _) in points.items()}
+    result["points"], result["points_rule"] = {area: value for area, (value, _) in points.items()}, POINTS_RULE
     result["same_points"] = {area: same for area, (_, same) in points.items() if same}
     result["refused"] = {a: dict(sorted(r.items())) for a, r in stock.refused.items() if r}
     result["ignored_folders"] = dict(ignored)  # folder inside Annotations -> files in it, not read
@@ -336,7 +347,9 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
                 remapped[name] = remapped.get(name, 0) + n
         path = area_path(out, area)
         parsed = (f"{s['parsed']} parsed: {_size(s['bytes'])} at {s['bytes'] / 1e6 / max(s['seconds'], 1e-9):.1f} "
-                  f"MB/s per worker, normals {s['normals']:.1f} s" if s["parsed"] else "all up to date")
+                  f"MB/s per worker, normals {s['normals']:.1f} s" if s["parsed"] else "all up to date" if not
+                  s["renewed"] else f"normals {s['normals']:.1f} s") + (f", {s['renewed']} with normals estimated "
+                                                                         "again" if s["renewed"] else "")
         written = f"wrote {path} ({_size(path.stat().st_size)})" if area in changed else f"{path} unchanged"
         print(f"{area}: {_count(len(rooms), 'room')} ({parsed}), {sum(counts):,} points; {written}")
         print("  classes: " + ", ".join(f"{name} {n:,}" for name, n in zip(CLASS_NAMES, counts)))
@@ -354,11 +367,13 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
               f"unknown classes: {moved}")
     points = sum(int(a["num_points"]) for rooms in attrs.values() for a in rooms.values())
     num_refused = sum(map(len, refused.values()))
+    renewed = sum(s["renewed"] for s in stats.values())  # rooms whose normals alone were estimated again
     print(f"prepared {_count(sum(1 for r in attrs.values() if r), 'area')}, "
           f"{_count(sum(map(len, attrs.values())), 'room')} ({num_refused} refused), {points:,} "
           f"points in {t_total:.1f} s; parsed {_size(total_bytes)} in {t_parse:.1f} s "
           f"({total_bytes / 1e6 / max(t_parse, 1e-9):.1f} MB/s, --jobs {jobs}; normals "
-          f"{sum(s['normals'] for s in stats.values()):.1f} s of the workers' time); "
+          f"{sum(s['normals'] for s in stats.values()):.1f} s of the workers' time"
+          + (f", {renewed:,} room(s) with normals estimated again" if renewed else "") + "); "
           f"wrote {out / 'manifest.json'}, {out / 'folds.json'}")
 
 

@@ -27,7 +27,8 @@ What is written is validated, each drop reported with its file and line (the poi
   ``RoomData.refused`` says why, and prepare does not write it.
 
 A room written gets its normals (``arrays["normal"]``, :func:`pointgeope.data.normals.estimate_normals` of the
-stored coordinates, ``attrs["normal_k"]`` its ``k``); ``RoomData.normal_seconds`` is their time.
+stored coordinates, ``attrs["normal_k"]`` its ``k``, ``attrs["normal_version"]`` the estimator's
+:data:`~pointgeope.data.normals.NORMAL_VERSION`; :func:`add_normals`); ``RoomData.normal_seconds`` is their time.
 """
 from __future__ import annotations
 
@@ -209,16 +210,20 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
     attrs = _room_attrs(room, limits, arrays, counts, (empty, binary, lost), remapped, messages)
     if origin is not None:
         attrs["origin"] = origin
-    normal_seconds = _add_normals(arrays, attrs) if refused is None else 0.0
+    normal_seconds = add_normals(arrays, attrs) if refused is None else 0.0
     return RoomData(arrays, attrs, messages, counts["num_bytes"], time.perf_counter() - start, refused, normal_seconds)
 
 
-def _add_normals(arrays: dict, attrs: dict) -> float:
-    """``arrays["normal"]`` of the stored ``arrays["coord"]`` and ``attrs["normal_k"]``; returns the seconds."""
-    from pointgeope.data.normals import K_NORMAL, estimate_normals
+def add_normals(arrays: dict, attrs: dict) -> float:
+    """``arrays["normal"]`` of the stored ``arrays["coord"]``, ``attrs["normal_k"]`` and ``attrs["normal_version"]``
+    (replacing any there); returns the seconds."""
+    from pointgeope.data.normals import K_NORMAL, NORMAL_VERSION, estimate_normals
 
     start = time.perf_counter()
-    arrays["normal"], attrs["normal_k"] = estimate_normals(arrays["coord"], K_NORMAL), K_NORMAL
+    arrays["normal"] = estimate_normals(arrays["coord"], K_NORMAL)
+    attrs.pop("normal_k", None)
+    attrs.pop("normal_version", None)  # after the others, in this order, as a parse writes them: the same bytes
+    attrs["normal_k"], attrs["normal_version"] = K_NORMAL, NORMAL_VERSION
     return time.perf_counter() - start
 
 

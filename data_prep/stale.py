@@ -1,26 +1,34 @@
-"""Which stored rooms ``prepare`` parses again although their raw files have not changed (same signature).
+"""Which stored rooms ``prepare`` does not take as they are although their raw files have not changed (same
+signature), and what it does with them (:func:`stale`).
 
 A room held by ``Area_N.h5`` or a work file is up to date when its signature (its annotation files and the
 point limits) matches, unless it was stored by an older prepare in a way this one no longer writes:
 
-- without normals, or with normals of another ``k`` (no ``normal_k`` attribute equal to
-  :data:`~pointgeope.data.normals.K_NORMAL`): parsing it again adds them (prepare into the folder of an older
-  version is how its normals are made; the area file is then rewritten, resumably like any prepare);
+- without normals, or with normals of another estimate (``normal_k`` and ``normal_version``,
+  :mod:`pointgeope.data.normal_record`, other than :func:`~pointgeope.data.normal_record.current`), or without
+  the ``normal_version`` attribute (a prepare before it; so that a folder holds the bytes of a fresh prepare): its
+  normals are estimated again from its stored ``coord`` (``data_prep.renormal``; its raw files are not parsed
+  again), and the area file rewritten, resumably like any prepare;
 - with coordinates far from 0 stored as float32 as they came, where a prepare now stores them minus an
-  ``origin`` (:func:`_lossy`).
+  ``origin`` (:func:`_lossy`): parsed again.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+NORMALS = "normals"  # stale(): only its normals are not this prepare's
+PARSE = "parse"  # stale(): parse it again
 
-def stale(path: Path, room, attrs: dict) -> bool:
-    """Whether the stored ``room`` (``attrs`` its attributes in ``path``) must be parsed again (module
-    docstring)."""
-    from pointgeope.data.normals import K_NORMAL
 
-    return attrs.get("normal_k") != K_NORMAL or _lossy(path, room, attrs)
+def stale(path: Path, room, attrs: dict) -> str | None:
+    """What the stored ``room`` (``attrs`` its attributes in ``path``) needs (module docstring): ``None`` (up
+    to date), :data:`NORMALS` or :data:`PARSE`."""
+    from pointgeope.data.normal_record import current, room_estimate
+
+    if _lossy(path, room, attrs):
+        return PARSE
+    return NORMALS if "normal_version" not in attrs or room_estimate(attrs) != current() else None
 
 
 def _lossy(path: Path, room, attrs: dict) -> bool:

@@ -5,20 +5,25 @@ SHA instructions: a few seconds for the whole prepared S3DIS): ``prepare`` store
 in ``manifest.json``; a rerun and the training's data check compare it with the file on disk, and a
 checkpoint records it as the data it trained on.
 
-:func:`points_checksum`, ``"points:sha256:<hex>"`` of what a network reads of the file: its points, not
-where they were prepared from. The whole file also holds each room's provenance, the attributes ``source``
-(RAW's path) and ``signature`` (a hash of RAW's location and its files' times), and its parse report
-(``issues``, ``empty_files``, ... naming files by their path under RAW), so the same release prepared from
-a moved folder, from its zip, or on another machine gives other file checksums but the same points
-checksum. Hashed, in this order::
+:func:`points_checksum`, ``"points:sha256:<hex>"`` of what was measured of the file's points: the arrays
+prepared from the raw data, not where they were prepared from, and not what was estimated from them. The whole
+file also holds each room's provenance, the attributes ``source`` (RAW's path) and ``signature`` (a hash of RAW's
+location and its files' times), and its parse report (``issues``, ``empty_files``, ... naming files by their path
+under RAW), so the same release prepared from a moved folder, from its zip, or on another machine gives other
+file checksums but the same points checksum. Hashed, in this order::
 
     root attributes (json, keys sorted: area, class_names, max_extent, schema_version)
     for each room, by name: its name, its origin attribute (json; null without),
-        then each dataset by name (color, coord, instance, label, normal): name, dtype, shape, bytes (C order)
+        then each measured dataset by name (color, coord, instance, label): name, dtype, shape, bytes (C order)
 
-A file of a prepare before normals has no ``normal``: its points checksum is that of the same points
-prepared now with ``skip=("normal",)``, which ``prepare`` uses to keep the runs trained on it valid
-(``pointgeope.data.identity.prepared_points``).
+The derived arrays (:data:`pointgeope.h5.DERIVED_ARRAYS`: ``normal``, estimated from ``coord``) are left out:
+they are identified by their own room attributes (``normal_k``, ``normal_version``:
+:mod:`pointgeope.data.normal_record`), so that another estimate of the same points (a newer estimator, a kd-tree
+that breaks ties between equally near neighbours otherwise) is the same data set with another estimate, which a
+run that read it is told of, not other data. A file of a prepare before normals has the same points checksum
+as the same points prepared now. The versions between normals and this rule hashed ``normal`` too
+(``derived=True``): only :func:`pointgeope.data.identity.recorded_points` asks for that, to recognise what they
+recorded.
 """
 from __future__ import annotations
 
@@ -54,16 +59,18 @@ def folder_checksum(path: str | Path) -> str:
     return f"files:sha256:{digest.hexdigest()}"
 
 
-def points_checksum(path: str | Path, skip: tuple[str, ...] = ()) -> str:
+def points_checksum(path: str | Path, derived: bool = False) -> str:
     """The checksum of the points of the area file at ``path`` (module docstring), opened with
-    :func:`pointgeope.h5.open_area` (its errors: SchemaError), without the datasets named in ``skip``. Reads
-    every array once. A room member that is not an array (a group where ``normal`` should be) is a SchemaError
-    naming it, as :func:`pointgeope.data.check.check_area` refuses it."""
+    :func:`pointgeope.h5.open_area` (its errors: SchemaError); with ``derived`` the derived arrays are hashed
+    too (the rule of the versions between normals and this one). Reads every hashed array once. A room member
+    that is not an array (a group where an array should be) is a SchemaError naming it, as
+    :func:`pointgeope.data.check.check_area` refuses it."""
     import h5py
     import numpy as np
 
-    from pointgeope.h5 import SchemaError, open_area, room_attrs
+    from pointgeope.h5 import DERIVED_ARRAYS, SchemaError, open_area, room_attrs
 
+    skip = () if derived else DERIVED_ARRAYS
     digest = hashlib.sha256()
     with open_area(path) as f:
         digest.update(json.dumps(room_attrs(f), sort_keys=True).encode())

@@ -31,6 +31,7 @@ def build_parser():
     import argparse
 
     from pointgeope import __version__
+    from pointgeope.commands import help_text
     from pointgeope.errors import add_debug_argument
 
     parser = argparse.ArgumentParser(
@@ -41,7 +42,7 @@ def build_parser():
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error of the input")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in zip(COMMANDS, command_modules()):
-        cmd = sub.add_parser(name, help=module.HELP, description=module.__doc__.strip(),
+        cmd = sub.add_parser(name, help=module.HELP, description=help_text(module.__doc__),
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(cmd)
         add_debug_argument(cmd, default=argparse.SUPPRESS)  # does not reset a --debug given before COMMAND

@@ -1,15 +1,19 @@
-"""Means and differences of scores read as the decimals they print as: a score is recorded (JSON) as its shortest ``repr``,
-and the report rounds that decimal half up (:func:`pointgeope.report.tables.pct`), so a mean or a difference of
-scores is taken exactly in those decimals, then rounded once to the nearest float."""
+"""Means, differences and spreads of scores read as the decimals they print as: a score is recorded (JSON) as its
+shortest ``repr``, and the report rounds that decimal half up (:func:`pointgeope.report.tables.pct`), so a mean, a
+difference or a sample standard deviation of scores is taken exactly in those decimals, then rounded once to the
+nearest float."""
 from __future__ import annotations
 
 import math
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["decimal_mean", "decimal_difference"]
+__all__ = ["decimal_difference", "decimal_mean", "decimal_std"]
+
+# Significant digits of the square root in decimal_std before its rounding to a float (53 bits: 16 digits)
+SQRT_DIGITS = 100
 
 
 def decimal_mean(values, skip_nan: bool = True) -> float:
@@ -37,3 +41,25 @@ def decimal_difference(a: float, b: float) -> float:
     23/80 - 1/4 = 0.2875 - 0.25 = 0.0375, a tie that :func:`~pointgeope.report.tables.pct` rounds up to 3.8, where the binary subtraction
     gives 0.03749999999999998 (3.7). NaN where either is NaN."""
     return float(Decimal(repr(float(a))) - Decimal(repr(float(b))))
+
+
+def decimal_std(values) -> float:
+    """The sample standard deviation of ``values (S,)`` read as the decimals they print as, the float nearest to it.
+
+    ``std = sqrt( sum_s (x_s - mean)^2 / (S - 1) )``, each ``x_s`` its shortest ``repr`` and ``mean`` the exact
+    mean of those decimals (:func:`decimal_mean`'s, before its rounding): the variance is an exact fraction,
+    its square root is taken to :data:`SQRT_DIGITS` significant digits, then rounded once to a float. So a
+    spread that is exactly a tie stays one for the report's half-up rounding: 18.75, 20 and 21.25 % spread by
+    exactly 1.25 % (1.3), where the binary ``np.std(ddof=1)`` gives 0.012499999999999997 (1.2). NaN for fewer
+    than two values or any NaN; an infinite value gives the binary result."""
+    values = [float(v) for v in np.asarray(values, dtype=np.float64).ravel()]
+    if len(values) < 2 or any(math.isnan(v) for v in values):
+        return float("nan")
+    if any(math.isinf(v) for v in values):
+        return float(np.std(values, ddof=1))
+    exact = [Fraction(repr(v)) for v in values]
+    mean = sum(exact) / len(exact)
+    variance = sum((x - mean) ** 2 for x in exact) / (len(exact) - 1)
+    with localcontext() as ctx:
+        ctx.prec = SQRT_DIGITS
+        return float((Decimal(variance.numerator) / Decimal(variance.denominator)).sqrt())

@@ -249,6 +249,11 @@ def user_message(err: BaseException) -> str | None:
     """The one line to print for ``err`` if it is the user's (or the environment's), else ``None``."""
     if isinstance(err, UserError):
         return one_line(" ".join(_worker_original(err).split("\n")))
+    if isinstance(err, OSError) and err.errno in (errno.EACCES, errno.EPERM):
+        # the line names what refused it: a folder on the way, or the file
+        from pointgeope.denied import denied_line
+
+        return one_line(denied_line(err))
     if isinstance(err, OSError) and err.errno in _ENVIRONMENT_ERRNOS:
         where = f": {err.filename}" if err.filename else ""
         return f"{err.strerror or err}{where}; check the folder's permissions and free space"

@@ -9,15 +9,17 @@ viewer and ``pointgeope predict``)::
     /<room>/label          uint8   (N,)    0..12 in constants.CLASS_NAMES order
     /<room>/instance       int32   (N,)    object id within the room
     /<room>/normal         float16 (N, 3)  unit normal (pointgeope.data.normals.estimate_normals, k = attr
-                                           normal_k; float16: within 0.03 degrees and 1e-3 of unit length)
-            attrs: num_points, source, signature, class_counts, normal_k, ...   (prepare's bookkeeping);
+                                           normal_k, of attr normal_version; float16: within 0.03 degrees and
+                                           1e-3 of unit length); derived from coord (DERIVED_ARRAYS)
+            attrs: num_points, source, signature, class_counts, normal_k, normal_version, ... (prepare's);
                    origin float64 (3,) only for a georeferenced room (data_prep.room.float32_origin)
 
 ``normal`` is optional for readers (:data:`OPTIONAL_ARRAYS`): files prepared before it (no ``normal``, no
 ``normal_k``) are read as before by whatever does not ask for it; a reader that asks for it
 (``read_room(..., fields=(..., "normal"))``) gets a :class:`SchemaError` naming the file and saying to run
 ``pointgeope prepare`` again, which adds the normals to such a folder (a room without them, or with another
-``normal_k``, is not up to date).
+estimate, ``normal_k`` or ``normal_version``, is not up to date: its normals are estimated again from its
+``coord``).
 
 A work file ``OUT/.work/Area_N/<room>.h5`` of an interrupted prepare holds one room in the same layout
 (root attr ``schema_version`` only). Groups and datasets carry no HDF5 timestamps: same rooms, same bytes.
@@ -55,6 +57,8 @@ ROOM_FIELDS = tuple(ROOM_ARRAYS)
 # Arrays prepare writes that a file of an older prepare lacks: read only where asked for.
 NORMAL = "normal"
 OPTIONAL_ARRAYS: dict[str, tuple[type, int | None]] = {NORMAL: (np.float16, 3)}
+# Arrays estimated from the others (not measured): out of the points checksum (pointgeope.checksum).
+DERIVED_ARRAYS = (NORMAL,)
 SCAN_PREDICTIONS = "scan-predictions"  # root attr kind of a scan's predictions (label 255: unknown)
 _AREA_FILE = re.compile(r"Area_\d+\.h5")  # the names area_path gives; open_area checks their identity
 

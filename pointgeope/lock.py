@@ -297,14 +297,17 @@ def reader_lock(folder: str | Path) -> Iterator[None]:
     readers. Many readers share it.
 
     A folder where this user cannot make the lock file (missing, read-only: a shared copy of the data that
-    nobody prepares into) is read without it.
+    nobody prepares into) is read without it. A folder in the lock file's place is refused, as a writer
+    refuses it (:func:`_open_lock_file`): read without the lock, a prepare could replace the files meanwhile
+    once that folder is gone, and one writer per folder would hold no more.
 
     Raises:
-        LockError: a writer holds ``folder`` now (named as :func:`folder_lock` names it).
+        LockError: a writer holds ``folder`` now (named as :func:`folder_lock` names it), or a folder stands
+            in the place of ``FOLDER/.readers.lock``.
     """
     path = Path(folder) / READERS_NAME
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+        fd = _open_lock_file(path, os.O_RDONLY | os.O_CREAT, 0o666)
     except OSError:
         yield
         return

@@ -41,7 +41,8 @@ class _DeferringFinder:
     """A ``sys.meta_path`` finder that finds nothing itself: for a package of :data:`DEFERRED`, imported in
     the main thread (the only one where Python runs signal handlers), it returns the spec that the finders
     after it give (other finders of this class skipped: the first one wraps the import, once), with a copy
-    of its loader whose ``exec_module`` runs inside ``stops_deferred``; the signal of a stop raised there is
+    of its loader whose ``exec_module`` runs inside ``stops_deferred`` (for that import only: the module and its
+    spec get the loader back as it ends, so that they pickle as any module's); the signal of a stop raised there is
     added to ``stops`` (:func:`~pointgeope.errors.stop_behind` reads them). A module whose code ran to its
     end before the stop was raised is kept in ``whole``: importlib drops from ``sys.modules`` a module
     whose ``exec_module`` raised, and a later import would run its code again over its C extension, already
@@ -64,7 +65,8 @@ class _DeferringFinder:
             return None
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        loader, real = copy.copy(spec.loader), spec.loader.exec_module
+        original = spec.loader
+        loader, real = copy.copy(original), original.exec_module
 
         def exec_module(module) -> None:
             ran = None
@@ -77,6 +79,11 @@ class _DeferringFinder:
                 if ran is not None:
                     self.whole[name] = ran
                 raise
+            finally:  # the module keeps its own loader: this copy's exec_module, a local function, cannot be
+                spec.loader = original          # pickled, and a pickle of torch.__spec__ failed for good
+                for held in {id(m): m for m in (module, ran) if m is not None}.values():
+                    if getattr(held, "__loader__", None) is loader:
+                        held.__loader__ = original
 
         loader.exec_module = exec_module
         spec.loader = loader

@@ -105,6 +105,7 @@ INCLUDED_EXAMPLES = [
     ("own-network.md", "own_network.py", ["layer: (1600, 64)", "attention: (2, 4, 128, 48)"]),
     ("GEOPE_SPEC.md", "geope_operator.py", ["rotated: (1000, 64) relative: (1000, 16, 64)",
                                             "linear GeoPE translation invariant: True"]),
+    ("ptv3.md", "ptv3_network.py", ["logits: (500, 13)", "S3DIS network: 46,166,272 parameters"]),
 ]
 
 
@@ -378,6 +379,10 @@ def test_the_demo_block_names_the_commit_its_folds_were_tested_at(tmp_path):
             "folds again at one commit), torch CPU threads not recorded; ") in head()
     (tmp_path / "area_3" / "metrics.json").write_text(json.dumps({"pointgeope_commit": "1" * 40}))
     assert "(2026-11-28, pointgeope at commit `1111111`, torch" in head()
+    # a fold whose clone's code differed from its commit: the block does not cite the commit as its code
+    (tmp_path / "area_3" / "metrics.json").write_text(json.dumps({"pointgeope_commit": "1" * 40,
+                                                                  "pointgeope_modified": True}))
+    assert "(2026-11-28, pointgeope at commit `1111111` with uncommitted changes, torch" in head()
     (tmp_path / "area_3" / "metrics.json").write_text(json.dumps({"pointgeope_commit": None}))
     assert "(2026-11-28, pointgeope folds of commits `1111111` and unrecorded ones (not one code's" in head()
 

@@ -289,3 +289,18 @@ def test_a_folder_in_place_of_a_lock_file_is_one_line_saying_to_remove_it(tmp_pa
     (tmp_path / name).rmdir()
     with folder_lock(tmp_path, readers=True):
         assert (tmp_path / LOCK_NAME).is_file()
+
+
+def test_a_folder_in_place_of_the_readers_lock_file_refuses_a_reader_too(tmp_path):
+    """A reader (train, evaluate) read the data root without its lock when a folder stood in place of the
+    lock file (os.open's IsADirectoryError taken for a folder it cannot write), so a prepare was not kept out."""
+    from pointgeope.lock import READERS_NAME, reader_lock
+
+    (tmp_path / READERS_NAME).mkdir()
+    with pytest.raises(LockError, match=rf"^{re.escape(str(tmp_path / READERS_NAME))}: expected the lock file of "
+                                        rf"{re.escape(str(tmp_path))}, found a folder; remove that folder"):
+        with reader_lock(tmp_path):
+            pass
+    (tmp_path / READERS_NAME).rmdir()
+    with reader_lock(tmp_path):
+        assert (tmp_path / READERS_NAME).is_file()

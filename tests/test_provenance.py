@@ -7,7 +7,7 @@ import tomllib
 import pytest
 
 import pointgeope
-from pointgeope.provenance import checkout_commit, code_record
+from pointgeope.provenance import checkout_commit, checkout_modified, code_record
 from tests.conftest import REPO
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
@@ -58,3 +58,56 @@ def test_this_checkout_records_its_head():
         pytest.skip("not a git checkout")
     done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     assert code_record()["pointgeope_commit"] == done.stdout.strip()
+
+
+def test_a_clone_whose_code_differs_from_its_commit_says_so(tmp_path, monkeypatch):
+    """A researcher who edited the package and trained recorded the commit alone, as if the results were that
+    commit's code. The record now says whether the code (the package, data_prep, train.py) differs from the
+    commit: an edited, staged, removed or new (not ignored) file under them does; outputs elsewhere in the
+    clone, and files git ignores, do not."""
+    if subprocess.run(["git", "--version"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("no git here")
+    repo = tmp_path / "clone"
+    (repo / "pointgeope").mkdir(parents=True)
+    (repo / "pointgeope" / "geope.py").write_text("A = 1\n")
+    (repo / "train.py").write_text("")
+    (repo / ".gitignore").write_text("__pycache__/\n")
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "one"]):
+        subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True)
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True)
+
+    assert checkout_modified(repo) is False
+    (repo / "runs" / "geope").mkdir(parents=True)                    # a run's outputs, a scan, prepared data
+    (repo / "my_scan.ply").write_text("ply\n")
+    (repo / "pointgeope" / "__pycache__").mkdir()
+    (repo / "pointgeope" / "__pycache__" / "geope.cpython-311.pyc").write_bytes(b"\0")
+    assert checkout_modified(repo) is False
+    (repo / "pointgeope" / "geope.py").write_text("A = 2\n")         # an edit
+    assert checkout_modified(repo) is True
+    git("add", "pointgeope/geope.py")                                 # staged, not committed
+    assert checkout_modified(repo) is True
+    git("commit", "-q", "-m", "two")
+    assert checkout_modified(repo) is False
+    (repo / "pointgeope" / "mine.py").write_text("")                  # a new module
+    assert checkout_modified(repo) is True
+    (repo / "pointgeope" / "mine.py").unlink()
+    (repo / "train.py").unlink()                                      # a removed file
+    assert checkout_modified(repo) is True
+    assert checkout_modified(repo / "pointgeope") is None             # not a checkout's top folder
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert checkout_modified(repo) is None                            # no git: not known
+
+
+def test_the_record_says_whether_this_checkouts_code_is_modified():
+    """This checkout's record against the definition asked of git another way: a tracked file of the code that
+    differs from HEAD (``git diff HEAD``: staged or not, removed) or a new file that git does not ignore."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    code = ["--", "pointgeope", "data_prep", "train.py"]
+    changed = subprocess.run(["git", "-C", str(REPO), "diff", "HEAD", "--name-only", *code], capture_output=True,
+                             text=True, check=True).stdout
+    new = subprocess.run(["git", "-C", str(REPO), "ls-files", "--others", "--exclude-standard", *code],
+                         capture_output=True, text=True, check=True).stdout
+    assert code_record()["pointgeope_modified"] is bool(changed.strip() or new.strip())

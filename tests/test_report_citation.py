@@ -111,3 +111,23 @@ def test_a_training_begun_by_an_older_version_is_not_cited_as_this_commit_s(tmp_
     assert made["code"]["Area_2"] == ("not recorded, then pointgeope 0.2.0, commit 5e1c1896a8d8 (training); "
                                       "pointgeope 0.2.0, commit 5e1c1896a8d8 (test)")
     assert made["code"]["Area_3"] == "not recorded (training); pointgeope 0.2.0, commit 5e1c1896a8d8 (test)"
+
+
+def test_code_edited_after_its_commit_is_not_cited_as_that_commit(tmp_path, capsys):
+    """Folds trained or tested by a clone whose code differed from its commit (``"pointgeope_modified": true``,
+    :mod:`pointgeope.provenance`) read ``with uncommitted changes``; ``false`` and an older record without the
+    key read as the commit. Before: every fold read ``commit 5e1c1896a8d8 (training and test)``, which a reader
+    would check out to reproduce numbers that commit does not give."""
+    run = _run(tmp_path, "geope")
+    for k, trained, tested in ((1, True, True), (2, True, False), (3, False, False)):
+        path = run / f"area_{k}" / "metrics.json"
+        metrics = json.loads(path.read_text())
+        metrics["trained_on"] = [{**e, "pointgeope_modified": trained} for e in metrics["trained_on"]]
+        path.write_text(json.dumps({**metrics, "pointgeope_modified": tested}))
+    _, (made,) = _report(tmp_path, capsys, run)
+    assert made["code"]["Area_1"] == ("pointgeope 0.2.0, commit 5e1c1896a8d8 with uncommitted changes "
+                                      "(training and test)")
+    assert made["code"]["Area_2"] == ("pointgeope 0.2.0, commit 5e1c1896a8d8 with uncommitted changes (training); "
+                                      "pointgeope 0.2.0, commit 5e1c1896a8d8 (test)")
+    assert made["code"]["Area_3"] == made["code"]["Area_4"] == \
+        "pointgeope 0.2.0, commit 5e1c1896a8d8 (training and test)"

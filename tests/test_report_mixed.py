@@ -151,7 +151,8 @@ def test_folds_of_an_older_version_are_compared_by_the_points_their_manifests_li
     roots = {"here": files, "node2": {**files, "Area_1": "sha256:node2"}}
     for name, checksums in roots.items():
         (tmp_path / name).mkdir()
-        (tmp_path / name / "manifest.json").write_text(json.dumps({"checksums": checksums, "points": points}))
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"checksums": checksums, "points": points,
+                                                                     "points_rule": "measured"}))
     run = tmp_path / "run"
     for k in range(1, 7):
         root = tmp_path / ("node2" if k == 5 else "here")
@@ -164,7 +165,7 @@ def test_folds_of_an_older_version_are_compared_by_the_points_their_manifests_li
                                  f"{tmp_path / ('node2' if k == 5 else 'here') / 'manifest.json'})"
                                  for k in range(1, 7))]
     (tmp_path / "node2" / "manifest.json").write_text(json.dumps(
-        {"checksums": roots["node2"], "points": {**points, "Area_1": "points:other"}}))
+        {"checksums": roots["node2"], "points": {**points, "Area_1": "points:other"}, "points_rule": "measured"}))
     assert cli(["report", str(run), "--out", str(tmp_path / "out2")]) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "data.points.Area_1 (Area_1..Area_4, Area_6: " in line and "Area_5: 'points:other'" in line, line
@@ -215,7 +216,7 @@ def test_folds_trained_before_and_after_a_prepare_that_added_normals_pool(tmp_pa
     new_points = {"Area_1": "points:sha256:normal1", "Area_2": "points:sha256:normal2"}
     root = tmp_path / "s3dis"
     root.mkdir()
-    (root / "manifest.json").write_text(json.dumps({"checksums": new, "points": new_points,
+    (root / "manifest.json").write_text(json.dumps({"checksums": new, "points": new_points, "points_rule": "measured",
                                                     "same_points": {a: [c] for a, c in old.items()}}))
 
     def fold(run, k, files, points):

@@ -314,3 +314,14 @@ def test_a_mean_over_seeds_on_a_tie_prints_rounded_half_up():
     assert next(line for line in per_class.splitlines() if line.startswith("| T |")).startswith("| T | 70.2 |")
     csv_row = next(r for r in csv.DictReader(io.StringIO(ablation_csv([seeds]))) if r["score"] == "oa")
     assert csv_row["mean_pct"] == "70.1500"
+
+
+def test_a_std_over_seeds_on_a_tie_prints_rounded_half_up():
+    """Seeds scoring 18.75 %, 20 % and 21.25 %: their sample std is 1.25 % exactly (hand: deviations -1.25, 0,
+    1.25; (1.5625 + 0 + 1.5625) / 2 = 1.5625 = 1.25^2), a tie that the report's half-up rounding prints 1.3, as
+    it prints the means; the binary std, 0.012499999999999997, printed 1.2."""
+    seeds = Variant("T", [0, 1, 2], [_tie_run(f"T{i}", r) for i, r in enumerate((1875, 2000, 2125))])
+    assert spread(seeds.values("oa"))["std"] == 0.0125
+    assert ablation_markdown([seeds]).splitlines()[2].startswith("| T | 3 | 20.0 ± 1.3 (18.8–21.3) |")
+    csv_row = next(r for r in csv.DictReader(io.StringIO(ablation_csv([seeds]))) if r["score"] == "oa")
+    assert csv_row["std_pct"] == "1.2500"

@@ -3,7 +3,9 @@ as any stop does (one line, exit code 130); a stop inside torch's C++ start-up a
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import os
+import pickle
 import subprocess
 import sys
 
@@ -49,6 +51,29 @@ def test_a_deferred_import_that_a_ctrl_c_waited_for_stays_imported(cut_package, 
     assert capsys.readouterr().err == "prog: interrupted\n"
     assert sys.modules[cut_package].total == sum(range(100_000))  # the module that ran, whole
     assert importlib.import_module(cut_package) is sys.modules[cut_package]
+
+
+def test_a_deferred_import_leaves_the_module_its_own_loader_which_pickles(cut_package, tmp_path, monkeypatch,
+                                                                          capsys):
+    """The module kept the finder's copy of its loader, whose exec_module is a local function: ``pickle`` of
+    ``torch.__spec__`` (or ``torch.__loader__``) failed inside a command and after it ("Can't pickle local
+    object '_DeferringFinder.find_spec.<locals>.exec_module'"). So with a stop waited for, too."""
+    plain = f"plain_{os.getpid()}"
+    (tmp_path / plain).mkdir()
+    (tmp_path / plain / "__init__.py").write_text("total = sum(range(10))\n")
+    monkeypatch.setattr(stop_imports, "DEFERRED", (plain, cut_package))
+    try:
+        assert run_command("prog", lambda: importlib.import_module(plain) and 0) == 0
+        assert run_command("prog", lambda: importlib.import_module(cut_package)) == 130
+        for name in (plain, cut_package):
+            module = sys.modules[name]
+            assert type(module.__loader__) is importlib.machinery.SourceFileLoader
+            assert module.__spec__.loader is module.__loader__
+            again = pickle.loads(pickle.dumps(module.__spec__))
+            assert (again.name, again.origin) == (name, str(tmp_path / name / "__init__.py"))
+            assert pickle.loads(pickle.dumps(module.__loader__)).path == module.__spec__.origin
+    finally:
+        sys.modules.pop(plain, None)
 
 
 def test_another_import_is_cut_where_the_ctrl_c_lands(cut_package, tmp_path, capsys):

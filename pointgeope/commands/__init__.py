@@ -21,6 +21,16 @@ import os
 import re
 
 _OVERRIDE = re.compile(r"[A-Za-z_]+(\.[A-Za-z_]+)+=.*")
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")       # :mod:`pointgeope.x`, :func:`~a.b`
+
+
+def help_text(doc: str | None) -> str:
+    """A command module's docstring as its ``--help`` shows it in a terminal: the reST the docstrings are written
+    in (double backquotes, roles such as ``:mod:``, a literal block's ``::``) turned to plain text with single
+    backquotes around code (``x`` -> `x`, a block's ``into DIR::`` -> ``into DIR:``); ``""`` for ``None`` (under
+    ``python -OO`` a module has no docstring: the commands run, their help without its text)."""
+    text = _ROLE.sub(r"`\1`", (doc or "").strip()).replace("``", "`")
+    return re.sub(r"(?<=\S)::$", ":", re.sub(r"^::$\n?", "", text, flags=re.M), flags=re.M)
 
 
 def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:

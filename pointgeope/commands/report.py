@@ -12,8 +12,10 @@
 
 The pooled number sums the test areas' confusion matrices (Pointcept ``tools/test_s3dis_6fold.py``);
 missing or incomplete folds are named in the tables and the pooled number says which folds it covers.
-Folds of one run trained or evaluated with different settings (model, data or protocol keys, e.g.
-``model.pe``, ``data.root``, ``optim.lr``, ``eval.tta``) are refused, naming the keys and folds;
+Folds of one run trained or evaluated with different settings (model or protocol keys, e.g. ``model.pe``,
+``optim.lr``, ``eval.tta``) or on other data (the checksums of their area files' points, else of the files;
+the path ``data.root`` only where a fold records no checksums, so a node's copy of the same files pools) are
+refused, naming the keys and folds;
 ``--allow-mixed`` pools them and writes the differences into report.md and report.json.
 The summary tables go to stdout, followed by the paths written. One report at a time writes ``DIR`` (a second
 is refused, naming the first); every file is made before the first is written, so that a report stopped

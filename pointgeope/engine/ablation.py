@@ -46,6 +46,7 @@ from pointgeope.constants import fold_folder_name
 from pointgeope.data.folds import fold_of, load_folds
 from pointgeope.engine.ablation_reuse import check_reuse, check_run_dir, other_trials
 from pointgeope.engine.config import config_to_dict, load_config, override_key
+from pointgeope.engine.retrain import RETRAIN_NOTE, read_retrain_note
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
 from pointgeope.parent_death import death_signal_request
@@ -192,12 +193,13 @@ class _Running:
     def __init__(self):
         self.lock, self.procs, self.stopped = threading.Lock(), set(), False
 
-    def run(self, argv: list[str], log) -> int | None:
-        """The exit code of ``argv`` run to its end, or ``None`` when the trials were stopped before."""
+    def run(self, argv: list[str], log, env: dict[str, str] | None = None) -> int | None:
+        """The exit code of ``argv`` run to its end (in ``env``, default this process's environment), or
+        ``None`` when the trials were stopped before."""
         with self.lock:
             if self.stopped:
                 return None
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True, preexec_fn=death_signal_request(STOP_SIGNAL))
             self.procs.add(proc)
         code = proc.wait()
@@ -222,21 +224,25 @@ class _Running:
 
 def _run(trial: Trial, argv: list[str], running: _Running, test_area: int) -> int | None:
     """Run one trial's ``pointgeope train`` (``argv``), its output appended to ``folder/train.log``; prints
-    how it ended, returns its exit code (``None``: not started, the trials were stopped). A failure whose
-    advice is train's ``--force``, which ablate does not have, is followed by ablate's way to it: the trial's
-    fold folder deleted."""
+    how it ended, returns its exit code (``None``: not started, the trials were stopped). A refusal whose way
+    out is train's ``--force``, which ablate does not have, is followed by ablate's way to it: the fold folder
+    that train names in its note (:mod:`~pointgeope.engine.retrain`, ``folder/.retrain.json`` for the
+    attempt), deleted."""
     trial.folder.mkdir(parents=True, exist_ok=True)
+    note = trial.folder.absolute() / ".retrain.json"
+    note.unlink(missing_ok=True)    # an earlier attempt's
     start = time.perf_counter()
     with open(trial.folder / "train.log", "a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(argv)}\n")
         log.flush()
         start_of_attempt = log.tell()
-        code = running.run(argv, log)
+        code = running.run(argv, log, {**os.environ, RETRAIN_NOTE: str(note)})
     if code is None:
         return None
     why = _failure(trial.folder / "train.log", start_of_attempt) if code else ""
-    if "--force" in why:
-        why += f" (ablate has no --force: delete {trial.folder / fold_folder_name(test_area)} to train the trial again)"
+    if code and (fold := read_retrain_note(note)) is not None:
+        why += f" (ablate has no --force: delete {fold} to train the trial again)"
+    note.unlink(missing_ok=True)
     state = "done" if code == 0 else f"FAILED (exit code {code}): {why}"
     print(f"{trial.name}: {state} in {time.perf_counter() - start:.0f} s ({trial.folder / 'train.log'})", flush=True)
     return code

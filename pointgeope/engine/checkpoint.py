@@ -15,6 +15,7 @@ while saving leaves the previous checkpoint intact::
      "predict": {...},                # what `pointgeope predict` needs: engine.prediction_info
      "data": {area: checksum},        # the area files it trained on (older files: absent)
      "data_points": {area: checksum}, # their points alone: pointgeope.checksum.points_checksum (older: absent)
+     "data_normals": {area: {...}},   # data.normal runs: the normal estimate read, data.normal_record (else absent)
      "fold": {...}}                   # the fold it trained for: engine.fold_record (older files: absent)
 
 A fold's checkpoints are written and read by :class:`pointgeope.engine.state.FoldCheckpoints` only.
@@ -34,6 +35,7 @@ import torch
 
 from pointgeope.atomic import atomic_open
 from pointgeope.constants import FOLD_NAME
+from pointgeope.denied import denied_line
 from pointgeope.engine.config_choices import unread
 from pointgeope.engine.config_yaml import value_text
 from pointgeope.engine.fold_result import train_fold_command
@@ -71,6 +73,12 @@ class CheckpointError(UserError, RuntimeError):
 
     def __reduce__(self):
         return type(self), (self.problem, self.advice)
+
+
+class CheckpointDenied(CheckpointError):
+    """A checkpoint this user may not read (EACCES, EPERM), said as what refused it
+    (:func:`~pointgeope.denied.denied_line`): the file may be sound, so it is never called damaged, nor its
+    fold one to train again."""
 
 
 # --- random number generator states as plain containers ---------------------------------------------------
@@ -174,7 +182,8 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
         mmap: map the tensors from the file instead of reading them (a look at its small keys only).
 
     Raises:
-        CheckpointError: the file is missing, unreadable, changed after it was written (a part whose bytes
+        CheckpointError: the file is missing, unreadable (:class:`CheckpointDenied`: one that this user may
+            not read), changed after it was written (a part whose bytes
             do not match their CRC-32, :func:`changed_part`; not checked with ``mmap``), not a pointgeope
             checkpoint, or was written with another config (the differing keys are listed).
     """
@@ -183,6 +192,8 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
         raise CheckpointError(f"expected a checkpoint at {path}, found nothing")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except PermissionError as err:  # the file is sound: deleting it (unreadable's advice) would lose it
+        raise CheckpointDenied(denied_line(err)) from None
     except Exception as err:  # truncated zip, foreign pickle, another kind of file, ...
         if pickled_pointcept_checkpoint(path):          # Pointcept's numpy best_metric_value
             raise CheckpointError(POINTCEPT_ADVICE.format(path=path)) from None

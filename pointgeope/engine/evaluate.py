@@ -357,8 +357,8 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
             "pe": cfg.model.pe, "fps_rule": FPS_RULE, "trained_epochs": trained, "epochs": cfg.train.epochs,
             "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
             "config": dataclasses.asdict(cfg),  # what was evaluated: report compares its folds' (report/settings.py)
-            # area -> checksum of the files it trained and was tested on, and of their points (report compares them)
-            "data": ckpt.get("data"), "data_points": ckpt.get("data_points"),
+            "data": ckpt.get("data"), "data_points": ckpt.get("data_points"),  # the checksums of its files and points,
+            **{key: ckpt[key] for key in ("data_normals",) if key in ckpt},  # its normals' estimate: report compares
             TEST_KEY: test, **code_record(), **fold_machines(ckpt, env, cfg.eval.amp),  # its code, its machines
         }
         write_json_atomic(run / "metrics.json", metrics)

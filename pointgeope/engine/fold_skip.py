@@ -9,12 +9,13 @@ from pathlib import Path
 
 from pointgeope.data.check import area_checksums
 from pointgeope.data.folds import Fold
-from pointgeope.engine.checkpoint import (checkpoint_config, config_differences, describe_differences, fold_progress,
-                                          load_checkpoint)
+from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_config, config_differences, describe_differences,
+                                          fold_progress, load_checkpoint)
 from pointgeope.engine.config import Config, config_to_dict
 from pointgeope.engine.fold_record import check_trained_fold
 from pointgeope.engine.fold_result import fold_is_complete
 from pointgeope.engine.record_keys import predating_note
+from pointgeope.engine.retrain import retrain_from_scratch
 from pointgeope.engine.trained_data import check_data_of, saved_data
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path
@@ -36,17 +37,27 @@ def complete_metrics(run: Path, cfg: Config, fold: Fold, log=print) -> dict | No
     a resume and ``evaluate`` compare it: a root prepared again from other rooms is not the fold's data."""
     if not fold_is_complete(run, log):
         return None
+    try:
+        return _trained_metrics(run, cfg, fold, log)
+    except CheckpointError as err:  # its last.pt: damaged, of another fold or data; --force trains it again
+        raise retrain_from_scratch(err, run)
+
+
+def _trained_metrics(run: Path, cfg: Config, fold: Fold, log) -> dict | None:
+    """:func:`complete_metrics` of a fold whose ``metrics.json`` says complete: its refusals are marked as
+    those that training it from scratch ends (:func:`~pointgeope.engine.retrain.retrain_from_scratch`)."""
     last = run / "last.pt"
     if not last.is_file():
-        raise UserError(f"{run}: metrics.json says complete, but {last}, the record of what was trained, is "
-                        "missing; --force retrains the fold, or use another --run-dir")
+        raise retrain_from_scratch(UserError(
+            f"{run}: metrics.json says complete, but {last}, the record of what was trained, is missing; --force "
+            "retrains the fold, or use another --run-dir"), run)
     ckpt = load_checkpoint(last)
     trained = checkpoint_config(ckpt, last)
     diff = config_differences(trained, config_to_dict(cfg))
     if diff:
-        raise UserError(f"{run} is complete with another config ({describe_differences(diff, 'run')})"
-                        f"{predating_note(trained, diff)}; --force "
-                        "retrains it, or use another --run-dir")
+        raise retrain_from_scratch(UserError(
+            f"{run} is complete with another config ({describe_differences(diff, 'run')})"
+            f"{predating_note(trained, diff)}; --force retrains it, or use another --run-dir"), run)
     if fold_progress(last, ckpt)[0] < cfg.train.epochs:
         return None
     saved, root, areas = saved_data(ckpt, last), cfg.data.root, list(fold.train + fold.test)

@@ -62,8 +62,11 @@ def check_scan(predictor: Predictor, scan: Scan, coord: np.ndarray, scale: float
 
 
 def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress: bool = False,
-                 warn=print, max_extent: float = PREDICT_MAX_EXTENT) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(pred uint8 (N,), scores (N, C), votes (N,))`` of one scan (see the module docstring); with
+                 warn=print, max_extent: float = PREDICT_MAX_EXTENT) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                              np.ndarray | None]:
+    """``(pred uint8 (N,), scores (N, C), votes (N,), normal float32 (N, 3) or None)`` of one scan (see the module
+    docstring; ``normal``: the normals the network read, for a network of ``data.normal``, a stray point's its
+    nearest kept point's, as its prediction); with
     ``progress`` a bar with ETA over each view's fragments (on a terminal). Stray points (beyond
     ``max_extent`` of the median, :mod:`pointgeope.scans.stray`) are left out of the network's input and
     take the prediction of their nearest kept point, with one warning; a scan with no valid point or more
@@ -84,6 +87,8 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
     room = scan.name.rsplit("/", 1)[-1]
     say = (lambda line: print(one_line(line), flush=True)) if progress else None   # the CLI's, before ~90 s / 10M
     normal = scan_normals(kept, coord, say) if predictor.cfg.data.normal else None   # [rgb | normal] networks only
+    if normal is not None:
+        _other_estimate(predictor, kept, warn)
     result = vote_room(predictor.model, coord, color, predictor.cfg, predictor.device,
                        seed=room_seed(predictor.cfg.train.seed, room), show_progress=progress, normal=normal)
     if (result.votes < 1).any():
@@ -99,7 +104,20 @@ def predict_scan(predictor: Predictor, scan: Scan, scale: float = 1.0, progress:
         source = np.cumsum(~stray) - 1  # point i -> its row among the kept points
         source[stray] = nearest_kept(scan.coord, stray)
         scores, votes = scores[source], votes[source]
-    return scores.argmax(1).astype(np.uint8), scores, votes
+        normal = None if normal is None else normal[source]
+    return scores.argmax(1).astype(np.uint8), scores, votes, normal
+
+
+def with_estimate(scan: Scan, normal: np.ndarray | None) -> Scan:
+    """``scan`` with the normals :func:`predict_scan` estimated for it (``normal``, ``None`` for a network
+    without normals) and the estimate they are of (``normal_estimate``: ``normal_k``, ``normal_version``), for its
+    h5 file; ``scan`` itself where it carried normals (a prepared or raw room's
+    own, its strays' included) or none were made."""
+    if normal is None or scan.normal is not None:
+        return scan
+    from pointgeope.data.normal_record import current
+
+    return dataclasses.replace(scan, normal=normal, normal_estimate=current())
 
 
 def scan_normals(scan: Scan, coord: np.ndarray, say=None) -> np.ndarray:
@@ -115,6 +133,21 @@ def scan_normals(scan: Scan, coord: np.ndarray, say=None) -> np.ndarray:
     if say is not None:
         say(f"{scan.source}: estimating the normals of {len(coord):,} points (k={normals.K_NORMAL} neighbours)")
     return normals.estimate_normals(coord, normals.K_NORMAL)
+
+
+def _other_estimate(predictor: Predictor, scan: Scan, warn) -> None:
+    """One warning line through ``warn`` where the normals of ``scan`` (its own, else estimated now) are of another
+    estimate than the network's run read (:mod:`pointgeope.data.normal_record`): said once per estimate."""
+    from pointgeope.data.normal_record import current, describe
+
+    estimate = scan.normal_estimate if scan.normal is not None else current()
+    read = sorted({describe(e) for e in (predictor.normals_read or {}).values()})
+    if estimate is None or not read or read == [describe(estimate)] or describe(estimate) in predictor.warned:
+        return
+    predictor.warned.add(describe(estimate))
+    warn(f"warning: {scan.source}: its normals are of another estimate ({describe(estimate)}) than {predictor.path}'s "
+         f"run read in training ({'; '.join(read)}): the same points, other normals, so its labels may differ from "
+         "those of the estimate it was measured with (said once for every scan of this estimate)")
 
 
 # --- `pointgeope predict MODEL INPUT [INPUT ...] --out DIR` ------------------------------------------------
@@ -187,8 +220,9 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str], bugs
             for note in scan.meta.get("notes", [])[:20]:
                 print(f"note: {note}")
             check_formats(scan, args.format, warn)
-            pred, scores, votes = predict_scan(predictor, scan, args.scale, progress=True, warn=warn,
-                                               max_extent=args.max_extent)
+            pred, scores, votes, normal = predict_scan(predictor, scan, args.scale, progress=True, warn=warn,
+                                                       max_extent=args.max_extent)
+            scan = with_estimate(scan, normal)  # the h5 file carries what the network read
             probs = vote_probabilities(scores, votes, predictor.cfg.eval.vote) if args.probabilities else None
             del scores
             paths = records.write(ref, scan, pred, probs)  # the outputs, then the record that a rerun skips by

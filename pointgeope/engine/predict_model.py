@@ -64,6 +64,9 @@ class Predictor:
             override.
         checksum: the sha256 of the checkpoint's bytes the network was loaded from (what predict's records
             name).
+        normals_read: area -> the normal estimate its run read (:func:`pointgeope.data.normal_record.recorded`);
+            ``None`` for a network that reads no normals.
+        warned: the estimates of scans already warned about (one line per estimate, not per scan).
     """
 
     model: torch.nn.Module
@@ -73,6 +76,8 @@ class Predictor:
     path: Path
     cap_origin: str | None = None
     checksum: str | None = None
+    normals_read: dict | None = None
+    warned: set = dataclasses.field(default_factory=set)
 
     @property
     def palette(self) -> np.ndarray:
@@ -205,4 +210,6 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     net = build.model(cfg).to(dev)
     load_model_state(net, ckpt, path)
     net.eval()
-    return Predictor(net, cfg, info, dev, path, cap_origin, checksum)
+    from pointgeope.data.normal_record import recorded
+
+    return Predictor(net, cfg, info, dev, path, cap_origin, checksum, recorded(ckpt))

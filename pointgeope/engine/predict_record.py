@@ -26,9 +26,9 @@ protocol and precision of the evaluation (``--tta``, ``--max-fragments``, ``eval
 ``eval`` key but those of :data:`RUN_ONLY_EVAL_KEYS`), and with ``h5`` among the formats the run's
 ``train.ignore_index`` that the h5 file carries (an h5 file of an older version, without it, and its record
 are predicted again), and with ``ply`` the PLY's name of the prediction, ``pred`` (a PLY of a version that
-named it ``label`` is predicted again), and for a network of ``data.normal`` the ``k`` of the normal estimate
-(``normal_k``, :data:`pointgeope.data.normals.K_NORMAL`: a scan's normals made with another ``k``, or by a
-version that did not record it, are predicted again); not ``--device``, ``--batch-points``,
+named it ``label`` is predicted again), and for a network of ``data.normal`` the normal estimate
+(``normal_k`` and ``normal_version``, :func:`pointgeope.data.normal_record.current`: a scan's normals made by
+another estimate, or by a version that did not record it, are predicted again); not ``--device``, ``--batch-points``,
 ``data.hierarchy`` nor the threads, which choose how the same prediction runs, so that a rerun on another
 machine resumes. The model's checksum is that of the bytes loaded (``Predictor.checksum``), the input's is
 taken before the scan is read.
@@ -75,10 +75,10 @@ def made_by(predictor, args) -> dict:
         options["ignore_index"] = int(predictor.cfg.train.ignore_index)
     if "ply" in args.format:  # the PLY's name of the prediction: one of a version that named it label is redone
         options["ply_prediction"] = PLY_PREDICTION
-    if predictor.cfg.data.normal:  # a scan's normals estimated with k neighbours: another k is predicted again
-        from pointgeope.data import normals
+    if predictor.cfg.data.normal:  # a scan's normals estimated now: another k or estimator is predicted again
+        from pointgeope.data.normal_record import current
 
-        options["normal_k"] = int(normals.K_NORMAL)
+        options.update(current())
     model = predictor.checksum or file_checksum(predictor.path)   # that of the bytes loaded (load_predictor)
     return {"pointgeope": __version__, "model": model,
             "options": json.loads(json.dumps(options))}  # tuples as lists, as a record reads back

@@ -33,6 +33,7 @@ from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, pack
                                           set_rng_state, whole_count)
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.machine_record import trained_on, training_machine
+from pointgeope.engine.retrain import retrain_from_scratch
 from pointgeope.engine.runio import Log
 from pointgeope.engine.trained_data import check_data_of, saved_data
 from pointgeope.engine.weights import first_non_finite, load_model_state
@@ -123,10 +124,12 @@ class FoldCheckpoints:
     """
 
     def __init__(self, run: Path, learner: Learner, env: distributed.DistEnv, config: dict, predict: dict,
-                 data: dict[str, str] | None = None, fold: Fold | None = None, points: dict[str, str] | None = None):
+                 data: dict[str, str] | None = None, fold: Fold | None = None, points: dict[str, str] | None = None,
+                 normals: dict[str, dict | None] | None = None):
         self.run, self.learner, self.env, self.config, self.predict = run, learner, env, config, predict
         self.data = data  # area -> checksum of the fold's area files (pointgeope.data.check.area_checksums)
         self.points = points  # area -> checksum of their points (pointgeope.data.identity.area_points)
+        self.normals = normals  # area -> the normal estimate read (data.normal_record.area_estimates); None: none read
         self.fold = fold  # the split it trains: recorded in every checkpoint (engine.fold_record)
         self.locked = env.is_main and still_held(run)  # made under the fold's lock (train): check_folder checks it
         self.step_loss = math.nan  # the last checked step's loss, its mean over the ranks (before_update)
@@ -137,7 +140,14 @@ class FoldCheckpoints:
     def resume(self, log: Log) -> LoopState:
         """The state saved in ``last.pt``, with the learner and this rank's RNG restored from it; a fresh
         state when there is none. Raises CheckpointError for a file of another config, or when ``last.pt``
-        or ``best.pt`` is there but not a file (a folder): training would end writing it, epochs later."""
+        or ``best.pt`` is there but not a file (a folder): training would end writing it, epochs later. Each
+        is a refusal that training the fold from scratch ends (:func:`~pointgeope.engine.retrain.retrain_from_scratch`)."""
+        try:
+            return self._resume(log)
+        except CheckpointError as err:  # the fold's saved state: --force, which clears it, trains the fold again
+            raise retrain_from_scratch(err, self.run)
+
+    def _resume(self, log: Log) -> LoopState:
         for name in ("last.pt", "best.pt"):
             where = self.run / name
             if os.path.lexists(where) and not where.is_file():
@@ -225,7 +235,7 @@ class FoldCheckpoints:
                 "scaler": learner.scaler.state_dict() if learner.scaler.is_enabled() else None,
                 "rng": states, **dataclasses.asdict(state), "threads": torch.get_num_threads(),
                 "trained_on": self.trained_on, "predict": self.predict, "data": self.data,
-                "data_points": self.points,
+                "data_points": self.points, **({} if self.normals is None else {"data_normals": self.normals}),
                 "fold": None if self.fold is None else fold_record(self.fold)})
         distributed.barrier()
 
@@ -233,11 +243,11 @@ class FoldCheckpoints:
         """A FloatingPointError naming the first tensor of the model state that is not finite, which
         :meth:`save` would write into ``name``."""
         if (bad := first_non_finite(self.learner.model.state_dict())) is not None:
-            raise FloatingPointError(
+            raise retrain_from_scratch(FloatingPointError(
                 f"{self.run / name}: not saved: the model's '{bad[0]}' holds {bad[1]:,} NaN or infinite "
                 f"value(s) of {bad[2]:,} after step {state.step} (the first such tensor; the run diverged); "
                 f"{name} is left as it was; a lower optim.lr (or optim.grad_clip) trains it again (--force, "
-                "or another --run-dir)")
+                "or another --run-dir)"), self.run)
 
     def check_folder(self, state: LoopState) -> None:
         """A UserError when the fold folder, or its lock file, is no longer the one this run locked
@@ -305,10 +315,10 @@ class FoldCheckpoints:
             param, count, size = gradient
             what = (f"the gradients are not finite {where}, with a loss of {value:.6g}: the gradient of "
                     f"'{param}' holds {count:,} NaN or infinite value(s) of {size:,} (the first such parameter)")
-        raise FloatingPointError(
+        raise retrain_from_scratch(FloatingPointError(
             f"fold {fold}: {what}; the weights were not updated; the batch and model were saved to "
             f"{self.run / name}; a lower optim.lr (or optim.grad_clip) trains it again (--force, or another "
-            "--run-dir)")
+            "--run-dir)"), self.run)
 
 
 def saved_state(ckpt: dict, path: Path) -> LoopState:

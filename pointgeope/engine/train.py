@@ -31,17 +31,19 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shlex
 import sys
 from pathlib import Path
 
 import torch
 
 from pointgeope.atomic import remove_leftovers, writable_folder
-from pointgeope.constants import class_names, fold_folder_name
+from pointgeope.constants import FOLD_NAME, class_names, fold_folder_name
 from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.features import feature_names
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.identity import area_points
+from pointgeope.data.normal_record import area_estimates
 from pointgeope.data.ptv3_dataset import check_normals
 from pointgeope.data.rooms import list_area_rooms
 from pointgeope.data.spacing import rooms_spacing
@@ -54,6 +56,7 @@ from pointgeope.engine.evaluate import evaluate_fold, validate
 from pointgeope.engine.fold_skip import clear_fold, complete_metrics
 from pointgeope.engine.placement import hierarchy_place
 from pointgeope.engine.prediction_info import prediction_metadata
+from pointgeope.engine.retrain import note_retrain
 from pointgeope.engine.runio import Log, progress, record_stop
 from pointgeope.engine.small_batch import batch_norm_problem
 from pointgeope.engine.state import FoldCheckpoints, Learner, LoopState
@@ -146,7 +149,9 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     predict = prediction_metadata(resolved, rooms_spacing(cfg.data.root, train_areas))
     fold_areas = train_areas + test_areas
     checkpoints = FoldCheckpoints(run, learner, env, resolved, predict, area_checksums(cfg.data.root, fold_areas),
-                                  folds[fold], area_points(cfg.data.root, fold_areas) if env.is_main else None)
+                                  folds[fold], area_points(cfg.data.root, fold_areas) if env.is_main else None,
+                                  area_estimates(cfg.data.root, fold_areas) if cfg.data.normal and env.is_main
+                                  else None)  # the normal estimate it reads (a data.normal run)
     state = checkpoints.resume(log)
     if env.is_main:  # after the resume: a refused checkpoint leaves the folder's config as it was
         save_config(cfg, run / "config.yaml")
@@ -299,11 +304,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
         wanted = list(folds)
     with distributed.refusal_shared():  # before any work: a file, or a folder that cannot be written, is one line
         if env.is_main and (held := prepared_folder_mark(cfg.train.run_dir)):
-            run_dir = Path(cfg.train.run_dir)
-            raise UserError(f"run folder (--run-dir, train.run_dir) {run_dir}: it holds {held}, a prepared data "
-                            "folder (pointgeope prepare's output), where the run's area_K/ folders would mix with "
-                            "the data: give the run a folder of its own, e.g. --run-dir "
-                            f"{run_dir.parent / (run_dir.name + '_runs')}")
+            raise _data_folder_refusal(Path(cfg.train.run_dir), held)
         if env.is_main:
             writable_folder(cfg.train.run_dir, "run folder (--run-dir, train.run_dir)")
     results, budget = [], EpochBudget(cfg.train.epochs_per_run, force)
@@ -332,6 +333,24 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
     return results
 
 
+def _data_folder_refusal(run_dir: Path, held: str) -> UserError:
+    """The refusal of ``run_dir``, a prepared data folder (it holds ``held``), as a run folder; fold folders
+    ``area_K/`` already there (trained into it before it was refused) are named with the command that moves
+    them to the folder proposed, where the same command resumes or skips them (a fold's records name no
+    run folder)."""
+    other = run_dir.parent / (run_dir.name + "_runs")
+    line = (f"run folder (--run-dir, train.run_dir) {run_dir}: it holds {held}, a prepared data folder (pointgeope "
+            "prepare's output), where the run's area_K/ folders would mix with the data: give the run a folder of "
+            f"its own, e.g. --run-dir {other}")
+    folds = sorted((p for p in run_dir.iterdir() if FOLD_NAME.fullmatch(p.name) and p.is_dir()),
+                   key=lambda p: int(p.name[len("area_"):]))
+    if folds:
+        names = ", ".join(f"{p.name}/" for p in folds)
+        line += (f"; the fold folders trained in it ({names}) are resumed or skipped there once moved: mkdir -p {shlex.quote(str(other))} "
+                 f"&& mv {' '.join(shlex.quote(str(p)) for p in folds)} {shlex.quote(str(other))}/")
+    return UserError(line)
+
+
 def _main_print(env: distributed.DistEnv):
     """``print`` on the main process, nothing elsewhere."""
     def say(line: str) -> None:
@@ -356,8 +375,14 @@ def train(cfg: Config, test_area: int | None, force: bool = False) -> int:
     except StopRun:
         return 0
     except FloatingPointError as err:  # the training diverged: not the input's fault, not a bug either
+        if env.is_main:
+            note_retrain(err)
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except UserError as err:           # a refusal that --force ends is noted for a caller that asked (ablate)
+        if env.is_main:
+            note_retrain(err)
+        raise
     finally:
         distributed.cleanup()
     if env.is_main and len(results) > 1:

@@ -26,13 +26,23 @@ def saved_data(ckpt: dict, path: str | Path) -> dict[str, str] | None:
 
 def check_data_of(path: str | Path, ckpt: dict, now: dict[str, str | None], root: str | Path, log) -> None:
     """:func:`check_data` with what the checkpoint ``ckpt`` records: its ``"data"`` (:func:`saved_data`),
-    ``"data_points"`` and the ``data.root`` of its config."""
+    ``"data_points"`` and the ``data.root`` of its config; then, for a run that read normals, one warning line
+    through ``log`` where the files of ``now`` hold another estimate than it read
+    (:func:`pointgeope.data.normal_record.differing_line`)."""
+    from pointgeope.data import normal_record
+
     trained_root = ((ckpt.get("config") or {}).get("data") or {}).get("root")
-    check_data(path, saved_data(ckpt, path), now, root, log, ckpt.get("data_points"), trained_root)
+    read = normal_record.recorded(ckpt)
+    check_data(path, saved_data(ckpt, path), now, root, log, ckpt.get("data_points"), trained_root, read is not None)
+    if read is not None:
+        at_hand = normal_record.area_estimates(root, [area for area in sorted(now) if now[area]])
+        if line := normal_record.differing_line(str(path), read, at_hand):
+            log(line)
 
 
 def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None], root: str | Path, log,
-               saved_points: dict | None = None, trained_root: str | Path | None = None) -> None:
+               saved_points: dict | None = None, trained_root: str | Path | None = None,
+               normals: bool = False) -> None:
     """Refuse to use the checkpoint at ``path`` on other area files than it trained on, naming them; a file
     of another checksum that holds the same points (the same raw data prepared from another path: only its
     ``source`` and ``signature`` attributes differ; ``pointgeope.data.identity.same_points``) is used, with
@@ -48,6 +58,8 @@ def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None],
         saved_points: area -> points checksum the checkpoint recorded (its ``"data_points"``; ``None`` in
             checkpoints written before it).
         trained_root: the ``data.root`` it trained with, where its files may still be.
+        normals: whether it read normals (a ``data.normal`` run): the note on files of the same points names
+            them as what may differ too (they are no part of the points: :mod:`pointgeope.checksum`).
     """
     from pointgeope.data.identity import same_points
 
@@ -66,8 +78,8 @@ def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None],
     if alike:  # one line for every such file
         shown = "; ".join(f"{a}.h5 trained on {short(saved.get(a))}, now {short(now[a])}" for a in alike)
         log(f"note: {path} trained on other files than {root} holds now ({shown}), of the same points: only where "
-            "they were prepared from differs (the rooms' source and signature attributes), or the normals a newer "
-            "prepare stores with them; using them")
+            "they were prepared from differs (the rooms' source and signature attributes)"
+            + (", or the normals estimated from them" if normals else "") + "; using them")
     differing = [a for a in differing if not same[a]]
     if differing:
         shown = "; ".join(f"{a}.h5 trained on {short(saved.get(a))}, now {short(now[a])}" for a in differing)
@@ -75,19 +87,9 @@ def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None],
         why = (f"; it records no checksum of their points (written by an older pointgeope), so whether "
                f"{', '.join(unknown)} differ(s) only in where it was prepared from (the source and signature "
                "attributes: the same raw data prepared from another path) cannot be told" if unknown else
-               ": their points differ, not only where they were prepared from" + _without_normals(root, differing)
+               ": their points differ, not only where they were prepared from"
                if any(now[a] for a in differing) else "")  # only files that are gone
         raise CheckpointError(f"{path} was trained on other data than {root} holds now ({shown}){why}",
                               advice="restore the data it trained on (or set data.root to it); pointgeope train "
                                      "with --force retrains the fold from scratch")
 
-
-def _without_normals(root: str | Path, areas: list[str]) -> str:
-    """A clause naming those of ``areas`` whose file under ``root`` holds no normals (a prepare before them):
-    a run trained on files with normals records their points with them, which such a file cannot match."""
-    from pointgeope.data.identity import has_normals
-    from pointgeope.h5 import area_path
-
-    old = [a for a in areas if area_path(root, a).is_file() and not has_normals(area_path(root, a))]
-    return (f" (or {root}'s {', '.join(f'{a}.h5' for a in old)} hold(s) no normals, prepared by an older pointgeope: "
-            f"if it trained on files with normals, `pointgeope prepare RAW {root}` adds them)") if old else ""

@@ -16,7 +16,9 @@ settings the folds share and the report compares (:mod:`pointgeope.report.settin
 fold ran, its folder and seed, and the data's place and checksums), as canonical JSON, so that two runs of one
 method and protocol show one hash; then the keys that say what a number is (:data:`SHOWN`); report.json lists every
 shared key (``settings``). *data*: the sha256 of the areas' checksums (those of their points where every fold
-records them, else of the files), one line ``<area> <checksum>`` per area in area order, then which areas.
+records them, else of the files), one line ``<area> <checksum>`` per area in area order, then which areas, and
+for a run of ``data.normal`` the normal estimate it read (``normals k=30, version 1``: no part of the points,
+:mod:`pointgeope.data.normal_record`; nor of the config's hash).
 *machines*: :func:`pointgeope.report.machine.machine_text`.
 """
 from __future__ import annotations
@@ -33,6 +35,7 @@ SHOWN = ("model.backbone", "model.pe", "train.epochs", SEED, "eval.protocol", "e
          "eval.max_fragments", "eval.tta.rotations", "eval.tta.scales", "eval.tta.flips")
 NOT_RECORDED = "not recorded"
 _DATA = ("data.points.", "data.files.")
+_NORMALS = "data.normals."  # the normal estimate a data.normal fold read of each area: said with the data
 
 
 def _sha256(text: str) -> str:
@@ -41,11 +44,16 @@ def _sha256(text: str) -> str:
 
 def _code_text(record: dict) -> str | None:
     """``pointgeope 0.2.0.dev0, commit 5e1c1896a8d8`` of a record's ``"pointgeope"`` and ``"pointgeope_commit"``
-    (the commit left out where the code was no git checkout); ``None`` where it names no version."""
+    (the commit left out where the code was no git checkout), ``... with uncommitted changes`` where its
+    ``"pointgeope_modified"`` is true (the clone's code differed from the commit: :mod:`pointgeope.provenance`);
+    ``None`` where it names no version."""
     version, commit = record.get("pointgeope"), record.get("pointgeope_commit")
     if not isinstance(version, str):
         return None
-    return f"pointgeope {version}" + (f", commit {commit[:12]}" if isinstance(commit, str) and commit else "")
+    if not (isinstance(commit, str) and commit):
+        return f"pointgeope {version}"
+    changed = " with uncommitted changes" if record.get("pointgeope_modified") is True else ""
+    return f"pointgeope {version}, commit {commit[:12]}{changed}"
 
 
 def code_of(metrics: dict) -> str:
@@ -68,10 +76,10 @@ def code_of(metrics: dict) -> str:
 
 def config_hash(settings: dict) -> str | None:
     """The sha256 of the compared ``settings`` (``section.key -> value`` a run's folds share) as canonical JSON:
-    every key but :data:`~pointgeope.report.settings.IGNORED`, the seed, ``data.root`` and the data's checksums;
-    ``None`` where none is left (no fold records its settings)."""
+    every key but :data:`~pointgeope.report.settings.IGNORED`, the seed, ``data.root``, the data's checksums and
+    normal estimates; ``None`` where none is left (no fold records its settings)."""
     compared = {k: v for k, v in settings.items()
-                if k not in IGNORED and k not in (SEED, "data.root") and not k.startswith(_DATA)}
+                if k not in IGNORED and k not in (SEED, "data.root") and not k.startswith((*_DATA, _NORMALS))}
     return _sha256(json.dumps(compared, sort_keys=True)) if compared else None
 
 
@@ -92,8 +100,10 @@ def citation_json(run) -> dict:
     key its folds share) and ``machines`` (``{area: {aspect: text}}``)."""
     settings = run.settings
     data = data_hash(settings)
+    normals = {k.removeprefix(_NORMALS): v for k, v in settings.items() if k.startswith(_NORMALS)}
     return {"code": {f.area: f.code for f in run.folds}, "config_sha256": config_hash(settings),
-            "data": None if data is None else dict(zip(("kind", "sha256", "areas"), data)),
+            "data": None if data is None else {**dict(zip(("kind", "sha256", "areas"), data)),
+                                               **({"normals": normals} if normals else {})},
             "settings": json.loads(json.dumps(settings, default=str)), "machines": run.machines}
 
 
@@ -114,7 +124,11 @@ def citation_lines(run) -> list[str]:
     if any(key.startswith(_DATA) for key in mixed):
         lines.append("- data: differs between its folds (notes)")
     else:
+        normals = {k.removeprefix(_NORMALS): v for k, v in settings.items() if k.startswith(_NORMALS)}
+        said = "; ".join(f"{value} ({areas})" if len(set(normals.values())) > 1 else str(value)
+                         for areas, value in value_groups(normals))
         lines.append(f"- data: {NOT_RECORDED}" if data is None else
-                     f"- data: {data[0]} {data[1][:23]} of {value_groups(dict.fromkeys(data[2], 0))[0][0]}")
+                     f"- data: {data[0]} {data[1][:23]} of {value_groups(dict.fromkeys(data[2], 0))[0][0]}"
+                     + (f"; normals {said}" if normals else ""))
     lines.append(f"- machines: {machine_text(run.machines) or NOT_RECORDED}")
     return lines

@@ -14,12 +14,14 @@ such fold's file from what is at hand under the fold's ``data.root``, as ``train
 A fold whose every area is found so is compared by its points; one that is not keeps its file checksums
 (and the folds are then compared by files, as before). The report says which folds were found, and how.
 
-A fold that records its points may have trained on a file that a later ``prepare`` into the same folder
-replaced with one of the same points and more arrays: the file of a prepare before normals, whose points
-checksum (no ``normal``) differs from the new file's. ``prepare`` lists the old file's checksum under
-``same_points`` (``pointgeope.data.identity.prepared_points``), and ``train``/``evaluate`` accept it;
-:func:`current_points` takes such a fold's points as the manifest's current ones, so that folds trained before
-and after that prepare (and runs side by side) compare as one data set.
+A fold that records its points may have recorded them otherwise than a fold recording them now, for the same
+data: it trained on a file that a later ``prepare`` into the same folder replaced with one of the same points
+(``same_points``: a moved raw folder, or normals added or estimated again, ``pointgeope.data.identity``), or
+a version between normals and the points rule of :mod:`pointgeope.checksum` hashed its file's normals too.
+:func:`current_points` takes the points of every fold whose file ``manifest.json`` under its ``data.root`` lists
+(as the area's file now, or under ``same_points``) as that folder's points now (listed, or computed from the
+file where the manifest is of an older rule: ``pointgeope.data.identity.area_points``), so that folds trained
+before and after, and runs side by side, compare as one data set.
 """
 from __future__ import annotations
 
@@ -79,25 +81,60 @@ def recover_points(folds: dict[str, dict | None]) -> list[str]:
 
 def current_points(folds: dict[str, dict | None]) -> list[str]:
     """Set ``data.points.<area>`` of each fold (``{fold area: settings}``) recording it and ``data.files.<area>``
-    to the points ``manifest.json`` under its ``data.root`` lists now where that manifest lists the fold's file
-    checksum among ``same_points[area]`` (module docstring) and the two points checksums differ; returns one
-    line per fold so changed, as :func:`recover_points`'s."""
-    from pointgeope.data.identity import manifest_points
+    to the points of ``root/<area>.h5`` now (``root`` its ``data.root``; ``identity.area_points``) where
+    ``root/manifest.json`` lists the fold's file checksum as the area's, or among ``same_points[area]``, and
+    the two points checksums differ (module docstring); returns one line per fold so changed, as
+    :func:`recover_points`'s."""
+    from pointgeope.data.check import read_manifest
+    from pointgeope.data.identity import points_of
+    from pointgeope.h5 import SchemaError
 
-    found, manifests = [], {}    # root -> manifest_points(root): the folds of a run share one root
+    found, manifests = [], {}    # root -> (checksums, same_points) of its manifest: the folds of a run share one
     for fold, settings in folds.items():
         root = settings.get("data.root") if settings else None
         if not isinstance(root, str):
             continue
         if root not in manifests:
-            manifests[root] = manifest_points(root)
-        points, same = manifests[root]
-        changed = sorted(area for key, value in settings.items() if key.startswith("data.points.")
-                         and (area := key.removeprefix("data.points.")) in points and value != points[area]
-                         and settings.get(f"data.files.{area}") in same.get(area, []))
-        if changed:
-            settings.update({f"data.points.{area}": points[area] for area in changed})
-            found.append(f"{fold} (its file{'s' if len(changed) > 1 else ''} of {', '.join(changed)} since replaced "
-                         f"by {'files' if len(changed) > 1 else 'one'} of the same points: from "
-                         f"{Path(root) / 'manifest.json'})")
+            try:
+                manifest = read_manifest(root)
+            except SchemaError:
+                manifest = None
+            listed = manifest.get("checksums") if isinstance(manifest, dict) else None
+            manifests[root] = (listed if isinstance(listed, dict) else {}, points_of(manifest)[1])
+        listed, same = manifests[root]
+        replaced, ruled = [], []
+        recorded = sorted(key.removeprefix("data.points.") for key in settings if key.startswith("data.points."))
+        for area in recorded:
+            file = settings.get(f"data.files.{area}")
+            if file is None or (file != listed.get(area) and file not in same.get(area, [])):
+                continue
+            now = _points_now(root, area)
+            if now is not None and now != settings[f"data.points.{area}"]:
+                settings[f"data.points.{area}"] = now
+                (ruled if file == listed.get(area) else replaced).append(area)
+        if replaced or ruled:
+            found.append(f"{fold} ({_changed_text(replaced, ruled)}: from {Path(root) / 'manifest.json'})")
     return found
+
+
+def _points_now(root: str, area: str) -> str | None:
+    """The points checksum of ``root/<area>.h5`` now (``identity.area_points``); ``None`` where unreadable."""
+    from pointgeope.data.identity import area_points
+    from pointgeope.h5 import SchemaError
+
+    try:
+        return area_points(root, [area])[area]
+    except (OSError, SchemaError):
+        return None
+
+
+def _changed_text(replaced: list[str], ruled: list[str]) -> str:
+    """What :func:`current_points` changed of one fold, in words."""
+    parts = []
+    if replaced:
+        many = len(replaced) > 1
+        parts.append(f"its file{'s' if many else ''} of {', '.join(replaced)} since replaced by "
+                     f"{'files' if many else 'one'} of the same points")
+    if ruled:
+        parts.append(f"its points of {', '.join(ruled)} recorded with their normals by an older version")
+    return "; ".join(parts)

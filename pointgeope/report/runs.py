@@ -350,6 +350,11 @@ def _mixed(run: Path, folds: list[FoldResult]) -> dict[str, dict[str, object]]:
     if found:
         print(f"note: {run}: the folds' data compared by the points of their area files, those of "
               f"{'; '.join(found)}", flush=True)
+    if normals := {key: mixed.pop(key) for key in sorted(mixed) if key.startswith("data.normals.")}:
+        print(f"note: {run}: its folds read normals of different estimates, pooled (the same points, other "
+              "normals): " + "; ".join(f"{key.removeprefix('data.normals.')}'s " + ", ".join(
+                  f"{value} in fold {area}" for area, value in by_fold.items()) for key, by_fold in normals.items()),
+              flush=True)
     return mixed
 
 

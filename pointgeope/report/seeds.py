@@ -5,6 +5,8 @@ confusion over the folds it covers (one fold in a short ablation). Per variant a
 
     mean = (1/S) sum_s x_s        std = sqrt( sum_s (x_s - mean)^2 / (S - 1) )        range = [min_s x_s, max_s x_s]
 
+(the mean and std exact in the decimals the scores print as, then rounded once: :mod:`pointgeope.decimals`)
+
 and against the first variant (the baseline) the difference of the means, marked *within the spread* when
 the two ranges overlap (some seed of one variant scores as well as some seed of the other, scores within
 1e-9 counting as equal: the +1e-10 of the ``all`` rule gives 1/13 as 0.0769230769230704 in one run and
@@ -24,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.constants import CLASS_NAMES
-from pointgeope.decimals import decimal_difference, decimal_mean
+from pointgeope.decimals import decimal_difference, decimal_mean, decimal_std
 from pointgeope.errors import UserError
 from pointgeope.report.runs import ReportError, RunSummary, fold_dir, load_run, same_class_names
 from pointgeope.report.tables import HEAD, MEANS, class_mean_lines, json_safe, pct
@@ -53,11 +55,12 @@ class Variant:
 
 
 def spread(values: np.ndarray) -> dict:
-    """``mean`` (exact in the printed decimals: :func:`~pointgeope.decimals.decimal_mean`), sample ``std`` (NaN
-    for one value), ``min``, ``max`` and ``n`` of ``values (S,)``."""
+    """``mean`` and sample ``std`` (NaN for one value), both exact in the printed decimals
+    (:func:`~pointgeope.decimals.decimal_mean`, :func:`~pointgeope.decimals.decimal_std`), ``min``, ``max`` and
+    ``n`` of ``values (S,)``."""
     n = int(values.size)
     return {"n": n, "mean": decimal_mean(values, skip_nan=False) if n else math.nan,
-            "std": float(values.std(ddof=1)) if n > 1 else math.nan,
+            "std": decimal_std(values),
             "min": float(values.min()) if n else math.nan, "max": float(values.max()) if n else math.nan}
 
 

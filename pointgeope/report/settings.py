@@ -18,7 +18,11 @@ trained and was tested on (``"data"``), as ``data.files.<area>``; where every fo
 compared. Folds that do not record them (an older version) compare ``data.root``. Where every fold also
 records the checksums of the files' points (``"data_points"``, ``pointgeope.checksum.points_checksum``), as
 ``data.points.<area>``, those are compared instead of the files': the same raw data prepared on two nodes,
-or from the zip on one and the folder on another, differs only in where it was prepared from.
+or from the zip on one and the folder on another, differs only in where it was prepared from. A fold of
+``data.normal`` also has the normal estimate it read of each area (``"data_normals"``,
+:mod:`pointgeope.data.normal_record`) as ``data.normals.<area>`` (``k=30, version 1``): folds of one run that
+read different estimates are pooled with a note (the same points, other normals: ``report.runs``), runs side
+by side name it among the keys they differ in.
 """
 from __future__ import annotations
 
@@ -48,7 +52,8 @@ def fold_settings(metrics: dict, folder: Path) -> dict[str, object] | None:
     files = {f"data.{kind}.{area}": checksum for key, kind in (("data", "files"), ("data_points", "points"))
              if isinstance(metrics.get(key), dict) for area, checksum in metrics[key].items()}
     if isinstance(metrics.get("config"), dict):
-        return {**flatten(as_recorded(metrics["config"])), **files}
+        settings = flatten(as_recorded(metrics["config"]))
+        return {**settings, **files, **_normals(metrics, settings)}
     try:
         config = yaml.safe_load((Path(folder) / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
@@ -60,7 +65,17 @@ def fold_settings(metrics: dict, folder: Path) -> dict[str, object] | None:
         if name in metrics:
             value = metrics[name]
             settings[key] = Path(value).stem if name == "checkpoint" and isinstance(value, str) else value
-    return {**settings, **files}
+    return {**settings, **files, **_normals(metrics, settings)}
+
+
+def _normals(metrics: dict, settings: dict) -> dict[str, str]:
+    """``data.normals.<area>`` -> the normal estimate a fold of ``data.normal`` read of each area
+    (:func:`pointgeope.data.normal_record.recorded`, in words); none for a fold that read no normals."""
+    from pointgeope.data.normal_record import describe, recorded
+
+    read = recorded({"config": {"data": {"normal": settings.get("data.normal")}}, "data": metrics.get("data"),
+                     "data_normals": metrics.get("data_normals")})
+    return {f"data.normals.{area}": describe(estimate) for area, estimate in (read or {}).items()}
 
 
 def _order(key: str) -> tuple[int, str]:

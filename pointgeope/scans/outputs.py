@@ -25,7 +25,10 @@ not score); group ``<room>`` (the last part of the name; a byte of a file name t
 ``\\udcff`` there) with ``coord`` float32
 ``(N, 3)`` = the scan's coordinates minus the group attribute ``origin`` (float64, the floor of their
 minimum, so that georeferenced coordinates keep their precision), ``color`` uint8 (0 where the scan has
-none), ``label`` uint8 (ground truth, 255 where unknown), ``instance`` int32 (0) and ``pred`` uint8.
+none), ``label`` uint8 (ground truth, 255 where unknown), ``instance`` int32 (0), ``pred`` uint8, and
+``normal`` float16 ``(N, 3)`` where predict had normals: a prepared or raw room's own, or those it estimated
+for a network of ``[rgb | normal]`` (a stray point: its nearest kept point's, as its prediction), with the
+group attributes ``normal_k`` and ``normal_version`` that name the estimate (``pointgeope.data.normals``).
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ import numpy as np
 
 from pointgeope.atomic import atomic_path
 from pointgeope.constants import IGNORE_LABEL
+from pointgeope.h5 import NORMAL
 from pointgeope.h5_predictions import write_scan_predictions
 from pointgeope.paths import inside
 from pointgeope.scans.scan import Scan, ScanError
@@ -114,10 +118,13 @@ def write_h5(path: Path, scan: Scan, pred: np.ndarray, class_names: list[str],
     arrays = {"coord": coord,
               "color": scan.color if scan.color is not None else np.zeros((n, 3), np.uint8),
               "label": scan.label if scan.label is not None else np.full(n, IGNORE_LABEL, np.uint8),
-              "instance": np.zeros(n, np.int32)}
+              "instance": np.zeros(n, np.int32),
+              **({NORMAL: scan.normal} if scan.normal is not None else {})}
+    estimate = {key: int(value) for key, value in (scan.normal_estimate or {}).items()} if NORMAL in arrays else {}
     name, source = _utf8(scan.name), _utf8(scan.source)
     write_scan_predictions(path, name, name.rsplit("/", 1)[-1], arrays, pred, class_names, source,
-                           {"num_points": n, "origin": origin, "source": source}, {"ignore_index": int(ignore_index)})
+                           {"num_points": n, "origin": origin, "source": source, **estimate},
+                           {"ignore_index": int(ignore_index)})
 
 
 def write_outputs(out: str | Path, scan: Scan, pred: np.ndarray, formats: tuple[str, ...],

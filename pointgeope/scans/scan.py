@@ -39,6 +39,8 @@ class Scan:
         normal: ``float32 (N, 3)`` unit normals where the input carries them (a prepared room, or a raw room
             parsed as prepare parses it: prepare's), else ``None`` (``predict`` estimates them for a network
             that reads them).
+        normal_estimate: the estimate ``normal`` is of (``{"normal_k", "normal_version"}``,
+            :mod:`pointgeope.data.normal_record`: a prepared room's attributes), where it is given.
     """
 
     name: str
@@ -48,6 +50,7 @@ class Scan:
     label: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
     normal: np.ndarray | None = None
+    normal_estimate: dict | None = None
 
     def __len__(self) -> int:
         return int(self.coord.shape[0])

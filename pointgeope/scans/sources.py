@@ -293,6 +293,7 @@ def _read_npy(path: Path, name: str) -> Scan:
 
 
 def _read_h5_room(ref: ScanRef) -> Scan:
+    from pointgeope.data.normal_record import room_estimate
     from pointgeope.h5 import open_area, read_fields, room_group
     from pointgeope.origin import checked_origin
 
@@ -300,18 +301,21 @@ def _read_h5_room(ref: ScanRef) -> Scan:
         group = room_group(f, ref.room)
         data = read_fields(group, ("coord", "color", "label"))
         normal = read_fields(group, ("normal",))["normal"] if "normal" in group else None  # prepare's, where it wrote them
+        estimate = room_estimate(group.attrs) if normal is not None else None
         origin = group.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
     if (shift := checked_origin(origin)) is None:
         raise ScanError(f"{ref.source}: expected the room's 'origin' attribute to be 3 finite numbers, got "
                         f"{origin!r}; prepare it again")
     return Scan(ref.name, ref.source, data["coord"].astype(np.float64) + shift, data["color"].astype(np.uint8),
-                data["label"].astype(np.uint8), normal=None if normal is None else normal.astype(np.float32))
+                data["label"].astype(np.uint8), normal=None if normal is None else normal.astype(np.float32),
+                normal_estimate=estimate)
 
 
 def _read_raw_room(ref: ScanRef) -> Scan:
     """The annotation files of a raw room, parsed and ordered as ``pointgeope prepare`` does."""
     from data_prep.room import load_room
     from data_prep.source import Entry, FolderSource, Room, object_key
+    from pointgeope.data.normal_record import room_estimate
 
     files = sorted((p for p in (ref.path / "Annotations").iterdir()
                     if p.is_file() and p.suffix.lower() == ".txt" and not p.name.startswith(".")),
@@ -325,7 +329,8 @@ def _read_raw_room(ref: ScanRef) -> Scan:
     normal = a.get("normal")            # prepare's, of these coordinates (load_room estimates them)
     return Scan(ref.name, ref.source, a["coord"].astype(np.float64) + origin, a["color"], a["label"],
                 meta={"notes": [_in_room(message, ref.path) for message in room.messages]},
-                normal=None if normal is None else normal.astype(np.float32))
+                normal=None if normal is None else normal.astype(np.float32),
+                normal_estimate=None if normal is None else room_estimate(room.attrs))
 
 
 def _in_room(message: str, room: Path) -> str:

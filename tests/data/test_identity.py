@@ -27,10 +27,11 @@ def _prepare(raw, out):
     return json.loads((out / "manifest.json").read_text())
 
 
-def test_points_checksum_ignores_provenance_and_sees_every_array(tmp_path):
-    """Only where the file was prepared from (source, signature) and the parse report may differ: a change to
-    any array of a room (coordinates, colours, labels, instances), its origin, its name or an attribute of the
-    file changes the points checksum."""
+def test_points_checksum_ignores_provenance_and_sees_every_measured_array(tmp_path):
+    """Only where the file was prepared from (source, signature), the parse report and the normals (derived
+    from coord, named by normal_k and normal_version) may differ: a change to any measured array of a room
+    (coordinates, colours, labels, instances), its origin, its name or an attribute of the file changes the
+    points checksum."""
     manifest = _prepare(write_tree(tmp_path / "raw", FILES), tmp_path / "out")
     path = tmp_path / "out" / "Area_1.h5"
     assert manifest["points"]["Area_1"] == points_checksum(path) != points_checksum(tmp_path / "out" / "Area_2.h5")
@@ -42,9 +43,12 @@ def test_points_checksum_ignores_provenance_and_sees_every_array(tmp_path):
             edit(f["office_1"])
         return file_checksum(copy), points_checksum(copy)
 
-    for key, value in (("source", "/elsewhere/Area_1/office_1"), ("signature", "0" * 40), ("issues", ["x"])):
+    for key, value in (("source", "/elsewhere/Area_1/office_1"), ("signature", "0" * 40), ("issues", ["x"]),
+                       ("normal_version", 7)):
         checksum, points = edited(lambda g: g.attrs.__setitem__(key, value))
         assert checksum != file_checksum(path) and points == points_checksum(path), key
+    checksum, points = edited(lambda g: g["normal"].__setitem__(Ellipsis, -g["normal"][()]))  # another estimate
+    assert checksum != file_checksum(path) and points == points_checksum(path)
     with h5py.File(path, "r") as f:
         arrays = {name: f["office_1"][name][()] for name in f["office_1"]}
         top = dict(f.attrs)
@@ -55,7 +59,7 @@ def test_points_checksum_ignores_provenance_and_sees_every_array(tmp_path):
         value.flat[0] = value.flat[0] + 1 if value.dtype.kind == "f" else (value.flat[0] + 1) % 13
         return lambda g: g[name].__setitem__(Ellipsis, value)
 
-    edits = {name: changed(name) for name in arrays}
+    edits = {name: changed(name) for name in arrays if name != "normal"}
     edits["origin"] = lambda g: g.attrs.__setitem__("origin", np.array([512345.0, 4181234.0, -13.0]))
     edits["room name"] = lambda g: g.file.move("office_1", "office_9")
 
@@ -110,8 +114,7 @@ def test_a_run_uses_a_file_of_the_same_points_with_a_note(tmp_path):
     short = {area: f"{a['checksums'][area][:19]}..., now {b['checksums'][area][:19]}..." for area in a["points"]}
     assert notes == [f"note: last.pt trained on other files than {tmp_path / 'b'} holds now (Area_1.h5 trained on "
                      f"{short['Area_1']}; Area_2.h5 trained on {short['Area_2']}), of the same points: only where they "
-                     "were prepared from differs (the rooms' source and signature attributes), or the normals a "
-                     "newer prepare stores with them; using them"]
+                     "were prepared from differs (the rooms' source and signature attributes); using them"]
     with pytest.raises(CheckpointError, match=r"\(Area_2.h5 trained on sha256:.*\): their points differ, not only "
                                               r"where they were prepared from; restore"):
         check_data("last.pt", a["checksums"], c["checksums"], tmp_path / "c", notes.append, a["points"])

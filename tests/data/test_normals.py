@@ -1,8 +1,9 @@
 """pointgeope/data/normals.py: the normals against their definition, on clouds whose normals are known.
 
 The references here are written from the definition (the module docstring), independently of the module: the
-neighbours by a full distance sort, the plane by an SVD (not an eigendecomposition), the orientation by the
-rule ``n . (c - p) >= 0`` with ``c`` the bounding box's centre.
+distinct positions by ``np.unique``, the neighbours by a full distance sort, the plane by an SVD (not an
+eigendecomposition), the orientation by the rule ``n . (v - p) >= 0`` with ``v`` the bounding box's centre, or
+for a flat cloud a viewer above it.
 """
 from __future__ import annotations
 
@@ -10,24 +11,38 @@ import numpy as np
 import pytest
 
 from pointgeope.data import normals as normals_module
-from pointgeope.data.normals import K_NORMAL, estimate_normals
+from pointgeope.data.normals import DEGENERATE, FLAT, K_NORMAL, estimate_normals
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
     return v / np.linalg.norm(v, axis=-1, keepdims=True)
 
 
+def _viewpoint(coord: np.ndarray) -> np.ndarray:
+    """The box centre; for a flat cloud (the distinct positions' singular values ``s0 >= s1 >= s2`` with
+    ``s2 <= FLAT s1``, ``s1^2 > DEGENERATE s0^2``) the centre plus the box's largest side along the normal of
+    the cloud's plane, on its +z side (the test clouds' planes are not vertical)."""
+    lo, hi = coord.min(axis=0), coord.max(axis=0)
+    positions = np.unique(coord, axis=0)
+    if len(positions) >= 3:
+        _, s, vt = np.linalg.svd(positions - positions.mean(axis=0))
+        if s[1] ** 2 > DEGENERATE * s[0] ** 2 and s[2] <= FLAT * s[1]:
+            return (lo + hi) / 2 + (hi - lo).max() * vt[2] * np.sign(vt[2][2])
+    return (lo + hi) / 2
+
+
 def _reference(coord: np.ndarray, k: int) -> np.ndarray:
-    """The definition, point by point: the k nearest by a full sort, the smallest right singular vector of the
-    centred neighbours, oriented towards the box centre."""
+    """The definition, point by point: the k nearest distinct positions by a full sort, the smallest right
+    singular vector of the centred neighbours, oriented towards the viewpoint."""
     coord = np.asarray(coord, dtype=np.float64)
-    centre = (coord.min(axis=0) + coord.max(axis=0)) / 2
+    view = _viewpoint(coord)
+    positions = np.unique(coord, axis=0)
     out = np.empty_like(coord)
     for i, p in enumerate(coord):
-        nearest = coord[np.argsort(np.linalg.norm(coord - p, axis=1), kind="stable")[:k]]
+        nearest = positions[np.argsort(np.linalg.norm(positions - p, axis=1), kind="stable")[:k]]
         _, _, vt = np.linalg.svd(nearest - nearest.mean(axis=0))
         n = vt[-1]
-        out[i] = n if n @ (centre - p) >= 0 else -n
+        out[i] = n if n @ (view - p) >= 0 else -n
     return out
 
 
@@ -84,6 +99,83 @@ def test_matches_a_brute_force_pca_of_each_point():
     for k in (3, 7, K_NORMAL):
         got = estimate_normals(coord, k=k).astype(np.float64)
         np.testing.assert_allclose(got, _reference(coord, k), rtol=0, atol=2e-6, err_msg=f"k={k}")
+
+
+def test_repeated_positions_match_a_brute_force_pca_of_the_distinct_positions():
+    """A cloud whose positions repeat 1 to 40 times (a resampled object's): each point gets the plane of the ``k``
+    nearest distinct positions, also where its own position is held ``k`` times or more (an estimate of the
+    points' neighbours saw one point there and gave +-z)."""
+    rng = np.random.default_rng(14)
+    positions = rng.random((60, 3)) * [3.0, 2.0, 0.5]
+    coord = np.repeat(positions, rng.integers(1, 41, len(positions)), axis=0)
+    coord = coord[rng.permutation(len(coord))]
+    for k in (3, 7, K_NORMAL):
+        got = estimate_normals(coord, k=k).astype(np.float64)
+        np.testing.assert_allclose(got, _reference(coord, k), rtol=0, atol=2e-6, err_msg=f"k={k}")
+
+
+def test_a_repeated_point_gets_the_normal_of_its_position_alone():
+    """Repeating the points of a cloud, each its own number of times, repeats their normals, byte for byte."""
+    rng = np.random.default_rng(15)
+    coord, _ = _box_room(rng, n_per_face=300)
+    repeats = rng.integers(1, 2 * K_NORMAL, len(coord))
+    got = estimate_normals(np.repeat(coord, repeats, axis=0))
+    assert got.tobytes() == np.repeat(estimate_normals(coord), repeats, axis=0).tobytes()
+
+
+def _patch(rng, normal, n: int = 4000, noise: float = 0.003, size=(4.0, 3.0)) -> np.ndarray:
+    """``n`` points of a ``size`` rectangle at right angles to ``normal``, ``noise`` (m) across it."""
+    normal = _unit(np.asarray(normal, dtype=np.float64))
+    u = _unit(np.cross(normal, [1.0, 0.0, 0.0] if abs(normal[0]) < 0.9 else [0.0, 1.0, 0.0]))
+    ab = rng.random((n, 2)) * size
+    return ab[:, :1] * u + ab[:, 1:] * np.cross(normal, u) + rng.normal(0, noise, (n, 1)) * normal + [3.0, -1.0, 0.7]
+
+
+@pytest.mark.parametrize("normal, noise", [([0, 0, 1], 0.001), ([0, 0, 1], 0.005), ([0.3, -0.2, 1.0], 0.003),
+                                           ([1.0, 0.5, 0.2], 0.002)])
+def test_a_flat_patch_alone_faces_one_side_the_plane_s_up_side(normal, noise):
+    """A floor patch scanned alone has its box centre on its surface: the normals face a viewer above it, all on
+    the side of the plane's +z, rather than flipping with the noise (about half of them did)."""
+    coord = _patch(np.random.default_rng(16), normal, noise=noise)
+    got = estimate_normals(coord).astype(np.float64)
+    assert (got @ _unit(np.asarray(normal, dtype=np.float64)) > 0.9).all()
+
+
+def test_a_flat_cloud_matches_the_brute_force_with_its_viewpoint():
+    coord = _patch(np.random.default_rng(17), [0.2, 0.1, 1.0], n=300, noise=0.01, size=(2.0, 1.0))
+    got = estimate_normals(coord, k=12).astype(np.float64)
+    np.testing.assert_allclose(got, _reference(coord, 12), rtol=0, atol=2e-6)
+
+
+def test_a_vertical_wall_alone_faces_its_largest_component_positive():
+    """A wall scanned alone (its plane exactly vertical, ``m_z = 0``): every normal +x, not some -x."""
+    rng = np.random.default_rng(18)
+    coord = np.c_[np.full(500, 2.0), rng.random((500, 2)) * [3.0, 2.5]]
+    np.testing.assert_array_equal(estimate_normals(coord), np.tile(np.float32([1, 0, 0]), (500, 1)))
+
+
+@pytest.mark.parametrize("direction", [[1.0, 1.0, 1.0], [3.0, 1.0, 0.5], [0.0, 0.0, 1.0], [1.0, -2.0, 0.0]])
+def test_a_line_alone_gets_one_normal_the_one_closest_to_up(direction):
+    """A cloud on one line (a scan line, a cable) has its box centre on it: every point gets the direction at
+    right angles to the line closest to +z (+x for a vertical line), rather than one sign or the other by
+    rounding (about a third of a random line's normals were the opposite)."""
+    d = _unit(np.asarray(direction))
+    expected = np.array([1.0, 0.0, 0.0]) if d[2] == 1.0 else _unit(np.array([0.0, 0.0, 1.0]) - d[2] * d)
+    coord = np.random.default_rng(20).random((1000, 1)) * 4.0 * d + [1.0, 2.0, 3.0]
+    got = estimate_normals(coord).astype(np.float64)
+    np.testing.assert_allclose(got, np.tile(expected, (1000, 1)), rtol=0, atol=1e-5)
+
+
+def test_what_stands_on_a_flat_patch_faces_the_box_centre():
+    """A post standing on a floor patch (the cloud flat still): the floor faces up, the post's side at right
+    angles to it faces the box centre, as in a room."""
+    rng = np.random.default_rng(19)
+    floor = np.c_[rng.random((20000, 2)) * 6.0 - 3.0, np.zeros(20000)]
+    post = np.c_[np.full(400, 1.0), rng.random((400, 2)) * [0.4, 0.3] + [-0.2, 0.0]]  # the face x = 1, 30 cm high
+    got = estimate_normals(np.concatenate([floor, post])).astype(np.float64)
+    assert (got[:20000][np.abs(floor[:, 0] - 1.0) > 0.3] @ [0.0, 0.0, 1.0] > 0.99).all()
+    side = got[20000:][post[:, 2] > 0.1]   # away from the floor: the post's own plane, x = 1, facing -x (centre)
+    assert (side @ [-1.0, 0.0, 0.0] > 0.99).all()
 
 
 def test_a_rotation_by_right_angles_rotates_the_normals_exactly():
@@ -146,14 +238,6 @@ def test_a_line_gets_the_normal_at_right_angles_closest_to_up_facing_the_centre(
     np.testing.assert_allclose(got[:15], np.tile(up, (15, 1)), rtol=0, atol=1e-6)
 
 
-def test_repeated_points_in_a_cloud_give_no_nan():
-    coord, _ = _box_room(np.random.default_rng(10), n_per_face=50)
-    repeated = np.repeat(coord, 40, axis=0)  # more copies of each point than k
-    got = estimate_normals(repeated)
-    assert np.isfinite(got).all()
-    np.testing.assert_allclose(np.linalg.norm(got.astype(np.float64), axis=1), 1.0, rtol=0, atol=1e-6)
-
-
 def test_an_empty_cloud_gives_no_normal():
     assert estimate_normals(np.empty((0, 3))).shape == (0, 3)
 
@@ -168,10 +252,23 @@ def test_bad_input_is_a_clear_error(coord, k, message):
         estimate_normals(coord, k)
 
 
+def _repeated_room(seed: int) -> np.ndarray:
+    """A box room around 0 (the corners (+-4, +-3, +-2) make the box centre exactly 0), its points repeated 1 to
+    49 times, and one position given as ``0.0`` and as ``-0.0``."""
+    rng = np.random.default_rng(seed)
+    coord, _ = _box_room(rng, n_per_face=300)
+    coord = np.repeat(coord - [3.0, 2.0, 1.5], rng.integers(1, 50, len(coord)), axis=0)
+    return np.concatenate([coord, [[-4.0, -3.0, -2.0], [4.0, 3.0, 2.0], [0.0, 2.0, 0.5], [-0.0, 2.0, 0.5]]])
+
+
 def test_the_order_of_the_points_does_not_matter():
-    coord, _ = _box_room(np.random.default_rng(11), n_per_face=500)
-    order = np.random.default_rng(12).permutation(len(coord))
-    np.testing.assert_allclose(estimate_normals(coord[order]), estimate_normals(coord)[order], rtol=0, atol=1e-6)
+    """Rows in any order give the same bytes, positions repeated or not (and -0.0 is 0.0)."""
+    coord = _repeated_room(11)
+    got = estimate_normals(coord)
+    assert got[-1].tobytes() == got[-2].tobytes()
+    for seed in (12, 13):
+        order = np.random.default_rng(seed).permutation(len(coord))
+        assert estimate_normals(coord[order]).tobytes() == got[order].tobytes()
 
 
 def test_the_same_bytes_at_one_and_two_threads(tmp_path):
@@ -181,12 +278,14 @@ def test_the_same_bytes_at_one_and_two_threads(tmp_path):
     import sys
 
     coord, _ = _box_room(np.random.default_rng(13), n_per_face=2000)
-    np.save(tmp_path / "coord.npy", coord)
+    flat = _patch(np.random.default_rng(14), [0.1, 0.2, 1.0], n=20000)   # a flat cloud: its plane summed too
+    np.savez(tmp_path / "coord.npz", room=np.concatenate([coord, _repeated_room(15)]), flat=flat)
     script = ("import sys, numpy as np; from pointgeope.data.normals import estimate_normals; "
-              "np.save(sys.argv[2], estimate_normals(np.load(sys.argv[1])))")
+              "z = np.load(sys.argv[1]); "
+              "np.save(sys.argv[2], np.concatenate([estimate_normals(z['room']), estimate_normals(z['flat'])]))")
     for threads in ("1", "2"):
         env = {**os.environ, "OMP_NUM_THREADS": threads}
-        subprocess.run([sys.executable, "-c", script, str(tmp_path / "coord.npy"), str(tmp_path / f"{threads}.npy")],
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / "coord.npz"), str(tmp_path / f"{threads}.npy")],
                        env=env, check=True)
     assert np.load(tmp_path / "1.npy").tobytes() == np.load(tmp_path / "2.npy").tobytes()
 
@@ -205,9 +304,10 @@ def test_the_search_order_is_the_morton_order_of_a_fine_grid_over_the_box():
 
 def test_shuffled_rows_give_the_same_bytes_where_neighbours_are_equally_near():
     """On a centimetre grid many neighbours are equally near, and which of them the search returns follows the
-    search order: an order of the coordinates alone (a fine grid: 2^21 cells a side, even with a far point
-    stretching the box) keeps the normals the same bytes whatever the rows' order. A coarse grid (2^10 cells
-    a side: 10 cm here) would keep the patch's rows in their given order and change some normals."""
+    search order: an order of the coordinates alone (the Morton cells of a 2^21 grid, even with a far point
+    stretching the box, and the points of one cell by their coordinates) keeps the normals the same bytes
+    whatever the rows' order; a coarse grid (2^10 cells a side: 10 cm here) whose cells kept their rows as
+    given would change some normals."""
     rng = np.random.default_rng(5)
     xy = rng.integers(0, 60, (4000, 2)) * 0.01   # a 60 cm floor patch on a cm grid, heights at mm
     coord = np.concatenate([np.c_[xy, rng.integers(0, 3, 4000) * 0.001], [[100.0, 100.0, 3.0]]])

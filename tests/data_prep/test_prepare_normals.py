@@ -3,25 +3,32 @@ by name where normals are asked for, and completed by a prepare into them (resum
 from __future__ import annotations
 
 import json
+import shutil
 
 import h5py
 import numpy as np
 import pytest
 
+import data_prep.renormal
 import data_prep.room
 from data_prep.prepare import PrepareConfig, prepare
 from pointgeope import h5
 from pointgeope.checksum import file_checksum, points_checksum
 from pointgeope.data.check import check_area_file
 from pointgeope.data.identity import same_points
-from pointgeope.data.normals import K_NORMAL, estimate_normals
+from pointgeope.data.normals import K_NORMAL, NORMAL_VERSION, estimate_normals
+from tests.data.points_rules import measured_points as _measured_points
+from tests.data.points_rules import points_with_normals
 from tests.data_prep.raw_trees import five_rooms, output_bytes
 from tests.data_prep.test_prepare import Killed, _count_parsed
 
 
+RENORMAL_ROOM = data_prep.renormal.renormal_room
+
+
 def _older_prepare(monkeypatch) -> None:
     """Prepare as a version before normals did: rooms without ``normal`` and without ``normal_k``."""
-    monkeypatch.setattr(data_prep.room, "_add_normals", lambda arrays, attrs: 0.0)
+    monkeypatch.setattr(data_prep.room, "add_normals", lambda arrays, attrs: 0.0)
 
 
 def test_every_prepared_room_holds_the_normals_of_its_coordinates(s3dis_real, tmp_path, capsys):
@@ -56,37 +63,86 @@ def test_a_folder_of_an_older_prepare_is_read_without_normals_and_refused_with_t
         h5.read_room(path, "room_b", fields=("coord", "weight"))
 
 
-def test_prepare_into_an_older_folder_adds_the_normals_resumably(tmp_path, monkeypatch, capsys):
-    """Their signatures match, but rooms without normals are not up to date: a prepare into the folder parses
-    them again (a kill in between resumes from the work files), and ends with the files of a fresh prepare;
-    manifest.json lists the older files as of the same points, so that runs trained on them stay valid."""
+def _renormalled(monkeypatch, fail_after: int | None = None) -> list[str]:
+    """Record the rooms whose normals prepare estimates again from their stored points; optionally die after
+    ``fail_after`` rooms."""
+    done, real = [], RENORMAL_ROOM
+
+    def renormal_room(path, room):
+        if fail_after is not None and len(done) == fail_after:
+            raise Killed
+        done.append(room)
+        return real(path, room)
+
+    monkeypatch.setattr(data_prep.renormal, "renormal_room", renormal_room)
+    return done
+
+
+def _other_estimate(monkeypatch) -> None:
+    """Prepare as a version of another normal estimate did: other normals (flipped), ``normal_version`` 0."""
+    from pointgeope.data import normals
+
+    monkeypatch.setattr(normals, "NORMAL_VERSION", 0)
+    real = normals.estimate_normals
+    monkeypatch.setattr(normals, "estimate_normals", lambda coord, k=K_NORMAL: -real(coord, k))
+
+
+def _before_the_version(monkeypatch) -> None:
+    """Prepare as a version before ``normal_version`` did: the same normals, ``normal_k`` alone."""
+    real = data_prep.room.add_normals
+
+    def add_normals(arrays, attrs):
+        seconds = real(arrays, attrs)
+        del attrs["normal_version"]
+        return seconds
+
+    monkeypatch.setattr(data_prep.room, "add_normals", add_normals)
+
+
+@pytest.mark.parametrize("older", [_older_prepare, _other_estimate, _before_the_version],
+                         ids=["no normals", "another estimate", "no normal_version"])
+def test_prepare_into_an_older_folder_estimates_the_normals_again_resumably(tmp_path, monkeypatch, capsys, older):
+    """Their signatures match, but rooms without this version's normals are not up to date: a prepare into the
+    folder estimates them again from the rooms' stored points, parsing no raw file (a kill in between resumes
+    from the work files), and ends with the files of a fresh prepare; the points checksums are those of the
+    older files (the normals are no part of them), and manifest.json lists the older files as of the same
+    points, so that runs trained on them stay valid."""
     raw = five_rooms(tmp_path / "raw")
     out = tmp_path / "out"
-    _older_prepare(monkeypatch)
+    older(monkeypatch)
     prepare(PrepareConfig(raw, out, progress=False))
     old = {area: (file_checksum(out / f"{area}.h5"), points_checksum(out / f"{area}.h5")) for area in ("Area_1", "Area_2")}
     monkeypatch.undo()
     capsys.readouterr()
-    parsed = _count_parsed(monkeypatch, fail_after=2)
+    parsed, done = _count_parsed(monkeypatch), _renormalled(monkeypatch, fail_after=2)
     with pytest.raises(Killed):
         prepare(PrepareConfig(raw, out, progress=False))
-    assert "note: Area_1: 4 room(s) stored without normals (an older prepare): parsing them again" in capsys.readouterr().err
-    parsed = _count_parsed(monkeypatch)
+    assert ("note: Area_1: 4 room(s) stored without this version's normals (an older prepare): estimating them "
+            f"again from their stored points (k={K_NORMAL}, version {NORMAL_VERSION}), their raw files not parsed "
+            "again") in capsys.readouterr().err
+    done = _renormalled(monkeypatch)
     prepare(PrepareConfig(raw, out, progress=False))
-    assert len(parsed) == 3  # 5 rooms, 2 from the killed run's work files
+    assert len(done) == 3 and parsed == []  # 5 rooms, 2 from the killed run's work files; no raw file parsed
+    printed = capsys.readouterr().out
+    assert "Area_1: 4 rooms (normals " in printed and " s, 3 with normals estimated again), 16 points; " in printed
+    assert " parsed: " not in printed.split("prepared 2 areas")[0]
+    assert "; normals " in printed and " s of the workers' time, 3 room(s) with normals estimated again); " in printed
     prepare(PrepareConfig(raw, out, progress=False))
-    assert len(parsed) == 3  # now up to date
+    assert len(done) == 3 and parsed == []  # now up to date
     monkeypatch.undo()
     prepare(PrepareConfig(raw, tmp_path / "fresh", progress=False))
     fresh = output_bytes(tmp_path / "fresh")
     now = output_bytes(out)
     assert {k: now[k] for k in ("Area_1.h5", "Area_2.h5", "folds.json")} == \
         {k: fresh[k] for k in ("Area_1.h5", "Area_2.h5", "folds.json")}
+    with h5py.File(out / "Area_1.h5") as f:
+        assert {(int(f[r].attrs["normal_k"]), int(f[r].attrs["normal_version"])) for r in f} == \
+            {(K_NORMAL, NORMAL_VERSION)}
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["same_points"] == {area: [checksum] for area, (checksum, _) in old.items()}
     assert json.loads(fresh["manifest.json"])["same_points"] == {}
     for area, (checksum, points) in old.items():
-        assert points != manifest["points"][area]  # the normals are part of the points now
+        assert points == manifest["points"][area] == _measured_points(out / f"{area}.h5")
         assert same_points(area, checksum, out) is True  # by the manifest's list
         # a run that recorded the older file's points, checked against a fresh folder (no list): the same points
         assert same_points(area, checksum, tmp_path / "fresh", {area: points}) is True
@@ -144,37 +200,85 @@ def test_a_scan_predictions_file_keeps_the_normals_it_is_given(tmp_path):
         assert "normal" not in f["b"]
 
 
-def test_a_run_trained_with_normals_reads_a_copy_prepared_before_them(tmp_path, monkeypatch):
-    """A run trained on a folder with normals (PTv1 reads none), evaluated on a copy of the same raw data that
-    an older pointgeope prepared (a node's copy): its recorded points hold the normals, the copy's cannot, and
-    it was refused as "their points differ, not only where they were prepared from". Where the file it trained
-    on is at hand, that file without its normals is compared; where it is not, the refusal says that the copy
-    holds no normals and how to add them. Other points are still refused."""
+def test_runs_recorded_by_either_older_rule_are_recognised_on_the_same_points(tmp_path, monkeypatch):
+    """The points checksum leaves the normals out now. Runs recorded them otherwise: before normals (files without
+    them: the same rule), and between normals and now (``normal`` hashed too, built here by that rule written
+    apart). Each is recognised on a copy of the same raw data prepared from another path (other file checksums),
+    the files it trained on gone, so that the recorded points alone tell: a note, no refusal. Other points are
+    still refused; a copy with another estimate of the normals is no other data."""
     from pointgeope.engine.checkpoint import CheckpointError
     from pointgeope.engine.trained_data import check_data
 
     raw = five_rooms(tmp_path / "raw")
-    prepare(PrepareConfig(raw, tmp_path / "new", progress=False))
-    new = json.loads((tmp_path / "new/manifest.json").read_text())
+    areas = ("Area_1", "Area_2")
     _older_prepare(monkeypatch)
-    prepare(PrepareConfig(raw, tmp_path / "copy", progress=False))
-    copy = json.loads((tmp_path / "copy/manifest.json").read_text())
-    notes = []
-    check_data("last.pt", new["checksums"], copy["checksums"], tmp_path / "copy", notes.append, new["points"],
-               tmp_path / "new")
-    assert len(notes) == 1 and "Area_1.h5 trained on" in notes[0] and "Area_2.h5 trained on" in notes[0], notes
+    prepare(PrepareConfig(raw, tmp_path / "before", progress=False))  # a prepare before normals
+    monkeypatch.undo()
+    prepare(PrepareConfig(raw, tmp_path / "since", progress=False))
+    recorded = {"before": {a: points_with_normals(tmp_path / f"before/{a}.h5") for a in areas},  # no normal in it
+                "since": {a: points_with_normals(tmp_path / f"since/{a}.h5") for a in areas}}
+    trained = {name: json.loads((tmp_path / name / "manifest.json").read_text())["checksums"] for name in recorded}
+    assert recorded["before"] != recorded["since"]  # the rule of the versions since normals hashed them
+    moved = shutil.copytree(raw, tmp_path / "moved")
+    copies = {"same estimate": tmp_path / "copy"}
+    prepare(PrepareConfig(moved, copies["same estimate"], progress=False))
+    _other_estimate(monkeypatch)
+    prepare(PrepareConfig(moved, tmp_path / "other_estimate", progress=False))
+    monkeypatch.undo()
+    copies["another estimate"] = tmp_path / "other_estimate"
+    for name in recorded:
+        for path in (tmp_path / name).glob("Area_*.h5"):
+            path.unlink()  # the files it trained on are gone
+    for name, points in recorded.items():
+        for kind, copy in copies.items():
+            now = json.loads((copy / "manifest.json").read_text())["checksums"]
+            assert all(now[a] != trained[name][a] for a in areas)
+            notes = []
+            if name == "since" and kind == "another estimate":  # its checksum holds the normals it read: they
+                with pytest.raises(CheckpointError, match="their points differ"):  # are gone, nothing tells
+                    check_data("last.pt", trained[name], now, copy, notes.append, points, tmp_path / name)
+                continue
+            check_data("last.pt", trained[name], now, copy, notes.append, points, tmp_path / name)
+            assert len(notes) == 1 and "), of the same points: only where they were prepared from" in notes[0], \
+                (name, kind, notes)
     (raw / "Area_2/room_b/Annotations/table_1.txt").write_bytes(b"0.5 0.5 0.25 3 3 3\n")  # other points now
     prepare(PrepareConfig(raw, tmp_path / "other", progress=False))
-    other = json.loads((tmp_path / "other/manifest.json").read_text())
-    with pytest.raises(CheckpointError, match=r"\(Area_2.h5 trained on [^;]*\): their points differ"):
-        check_data("last.pt", new["checksums"], other["checksums"], tmp_path / "other", print, new["points"],
-                   tmp_path / "new")
-    for name in ("new", "other"):
-        for path in (tmp_path / name).glob("Area_*.h5"):
-            path.unlink()  # the files it trained on are gone: the recorded points alone tell
-    with pytest.raises(CheckpointError) as err:
-        check_data("last.pt", new["checksums"], copy["checksums"], tmp_path / "copy", print, new["points"],
-                   tmp_path / "new")
-    assert (f"their points differ, not only where they were prepared from (or {tmp_path / 'copy'}'s Area_1.h5, "
-            f"Area_2.h5 hold(s) no normals, prepared by an older pointgeope: if it trained on files with normals, "
-            f"`pointgeope prepare RAW {tmp_path / 'copy'}` adds them); restore") in str(err.value)
+    other = json.loads((tmp_path / "other/manifest.json").read_text())["checksums"]
+    for name, points in recorded.items():
+        with pytest.raises(CheckpointError, match=r"\(Area_2.h5 trained on [^;]*\): their points differ"):
+            check_data("last.pt", trained[name], other, tmp_path / "other", print, points, tmp_path / name)
+
+
+def test_the_points_checksum_leaves_the_normals_out(tmp_path, monkeypatch):
+    """The rule, against the one written apart: a file with normals, and one of another estimate of them, have
+    the points checksum of a file without them; a measured array changed changes it."""
+    raw = five_rooms(tmp_path / "raw")
+    prepare(PrepareConfig(raw, tmp_path / "now", progress=False))
+    _other_estimate(monkeypatch)
+    prepare(PrepareConfig(raw, tmp_path / "other", progress=False))
+    monkeypatch.undo()
+    _older_prepare(monkeypatch)
+    prepare(PrepareConfig(raw, tmp_path / "none", progress=False))
+    for area in ("Area_1", "Area_2"):
+        got = {name: points_checksum(tmp_path / name / f"{area}.h5") for name in ("now", "other", "none")}
+        assert set(got.values()) == {_measured_points(tmp_path / f"now/{area}.h5")}, area
+        assert points_with_normals(tmp_path / f"now/{area}.h5") != got["now"]
+    with h5py.File(tmp_path / "now/Area_2.h5", "a") as f:
+        f["room_b/color"][0, 0] ^= 1
+    assert points_checksum(tmp_path / "now/Area_2.h5") == _measured_points(tmp_path / "now/Area_2.h5") != got["now"]
+
+
+@pytest.mark.parametrize("value", ["1", 1.5, True, np.array([1, 2])])
+def test_a_damaged_estimate_attribute_has_the_normals_estimated_again(tmp_path, value):
+    """normal_version (or normal_k) that is no integer names no estimate: prepare estimates the room's normals
+    again (before: int() of it, a ValueError or TypeError traceback, or a damaged version taken as current)."""
+    raw = five_rooms(tmp_path / "raw")
+    prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
+    fresh = (tmp_path / "out/Area_2.h5").read_bytes()
+    with h5py.File(tmp_path / "out/Area_2.h5", "r+") as f:
+        f["room_b"].attrs["normal_version"] = value
+    manifest = json.loads((tmp_path / "out/manifest.json").read_text())  # a file the manifest trusts
+    manifest["checksums"]["Area_2"] = file_checksum(tmp_path / "out/Area_2.h5")
+    (tmp_path / "out/manifest.json").write_text(json.dumps(manifest))
+    prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
+    assert (tmp_path / "out/Area_2.h5").read_bytes() == fresh

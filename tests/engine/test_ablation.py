@@ -326,6 +326,32 @@ def test_a_trial_refused_with_trains_force_advice_names_ablates_way(two_folds, t
                          f"{line.rsplit(' in ', 1)[1]}")
 
 
+@pytest.mark.slow
+def test_ablates_way_to_trains_force_follows_the_refusal_not_the_words(two_folds, tmp_path, capsys):
+    """ablate added its way to train's --force where the failure's line held the text "--force": a trial whose
+    last.pt is damaged (train: "delete it to start the fold again", no "--force") went without it, and a
+    failure of another kind in a run folder whose name holds "--force" got it. train now notes the fold folder
+    of a refusal that --force ends (pointgeope.engine.retrain), and ablate names that folder."""
+    run = tmp_path / "abl--force"
+    args = ablate_args(two_folds, run, "train.epochs=1", presets=("rpe",), seeds=("0", "1"))
+    assert cli(args) == 0
+    damaged, other = run / "rpe" / "seed_0" / "area_1", run / "rpe" / "seed_1" / "area_1"
+    (damaged / "last.pt").write_bytes((damaged / "last.pt").read_bytes()[:1000])     # cut short
+    shutil.rmtree(other)
+    other.write_text("not a folder")                                                 # refused, but not for --force
+    capsys.readouterr()
+    assert cli(args) == 2
+    lines = {line.split(":")[0]: line for line in capsys.readouterr().out.splitlines() if ": FAILED (exit code" in line}
+    assert lines["rpe seed 0"].endswith(f"(ablate has no --force: delete {damaged} to train the trial again) in "
+                                        f"{lines['rpe seed 0'].rsplit(' in ', 1)[1]}")
+    assert "not a readable checkpoint" in lines["rpe seed 0"]
+    assert str(other) in lines["rpe seed 1"] and "ablate has no --force" not in lines["rpe seed 1"]
+    assert sorted(p.name for p in (run / "rpe" / "seed_0").iterdir()) == ["area_1", "train.log"]   # no note left
+    shutil.rmtree(damaged)                                                           # ablate's way: it trains again
+    other.unlink()
+    assert cli(args) == 0
+
+
 def test_a_set_whose_every_trial_is_unfinished_exits_1_without_an_error(two_folds, tmp_path, capsys, monkeypatch):
     """train.epochs_per_run stops every trial alike (a job array's chunked run): ablate said "error: none of
     the trials has a result" and exited 2, the code of bad input, where the docs give 1 for unfinished trials

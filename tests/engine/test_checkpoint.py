@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.engine.checkpoint import (CheckpointError, config_differences, load_checkpoint, rng_state,
-                                          save_checkpoint, set_rng_state)
+from pointgeope.engine.checkpoint import (CheckpointDenied, CheckpointError, config_differences, load_checkpoint,
+                                          rng_state, save_checkpoint, set_rng_state)
 from pointgeope.engine.config import Config, config_to_dict, load_config
 from pointgeope.engine.weights import load_model_state
 
@@ -84,22 +84,40 @@ def test_a_checkpoint_saved_without_crcs_is_read(tmp_path, monkeypatch):
 
 
 def test_a_file_that_cannot_be_read_again_is_still_one_checkpoint_error(tmp_path, monkeypatch):
-    """torch.load fails because the file cannot be read (EACCES for a user, EIO, or the file removed meanwhile):
-    the look at its first bytes fails too, and that OSError escaped in place of the CheckpointError. The error
-    is quoted whole: in a deep folder (a long temporary path) its cut at 200 characters lost the file name."""
+    """torch.load fails because the file cannot be read (EIO, or the file removed meanwhile): the look at its
+    first bytes fails too, and that OSError escaped in place of the CheckpointError. The error is quoted
+    whole: in a deep folder (a long temporary path) its cut at 200 characters lost the file name."""
     path = tmp_path / ("deep_" * 40) / "last.pt"
     path.parent.mkdir()
     save_checkpoint(path, {"config": {}})
 
     def unreadable(f, *args, **kwargs):
         path.unlink()                                       # gone before the second look
-        raise PermissionError(13, "Permission denied", str(f))
+        raise OSError(5, "Input/output error", str(f))
 
     monkeypatch.setattr(torch, "load", unreadable)
     with pytest.raises(CheckpointError) as err:
         load_checkpoint(path)
-    assert str(err.value) == (f"{path}: not a readable checkpoint (PermissionError: [Errno 13] Permission denied: "
+    assert str(err.value) == (f"{path}: not a readable checkpoint (OSError: [Errno 5] Input/output error: "
                               f"'{path}'); if it is a fold's last.pt, delete it to start the fold again")
+
+
+def test_a_checkpoint_this_user_may_not_read_is_not_called_damaged(tmp_path, monkeypatch):
+    """EACCES (another user's file, a folder without search permission) said "not a readable checkpoint ...;
+    if it is a fold's last.pt, delete it to start the fold again": advice that throws a sound training away.
+    It is the permission's line, naming what refused it (tests/test_denied.py checks the names with real
+    mode bits; root reads anywhere, so the refusal is simulated here)."""
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"config": {}})
+
+    def denied(f, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(f))
+
+    monkeypatch.setattr(torch, "load", denied)
+    with pytest.raises(CheckpointDenied) as err:
+        load_checkpoint(path)
+    assert str(err.value).startswith(f"Permission denied: {path}")
+    assert "delete" not in str(err.value) and str(err.value).endswith("or use another folder")
 
 
 def test_a_pickle_refused_by_safe_loading_is_said_so_without_torchs_unsafe_advice(tmp_path):

@@ -131,3 +131,16 @@ def test_a_file_no_prepare_writes_is_read_without_the_lock(tiny_root, tiny_run, 
     assert cli(["viz", str(fresh / "office_pred.h5"), "--list"]) == 0
     assert cli(["predict", str(tiny_run), str(fresh), "--out", str(tmp_path / "o2"), "--max-fragments", "1"]) == 0
     assert sorted(p.name for p in fresh.iterdir()) == ["office_pred.h5"]
+
+
+def test_train_is_refused_in_one_line_where_a_folder_stands_for_the_readers_lock(tiny_root, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """It trained on the data root without the readers' lock, so a prepare into it was not refused."""
+    root = _copy(tiny_root, tmp_path / "root")
+    (root / ".readers.lock").mkdir()
+    monkeypatch.setattr(train_module, "run_folds", lambda *args, **kwargs: pytest.fail("trained without the lock"))
+    assert cli(["train", "--config", str(DEMO_CONFIG), "--test-area", "1", "--data-root", str(root),
+                "--run-dir", str(tmp_path / "run"), *TINY]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"pointgeope train: error: {root / '.readers.lock'}: expected the lock file of {root}, found a folder; "
+        "remove that folder (once no pointgeope command works there) and run again")

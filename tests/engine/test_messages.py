@@ -20,6 +20,7 @@ from tests.conftest import process_ended
 from tests.engine.conftest import ignore_sigint, one_line
 from tests.engine.test_ablation import ablate_args
 from tests.engine.test_user_errors import train_args
+from tests.test_denied import as_user
 
 
 def test_an_unwritable_fold_folder_is_named_not_its_lock(tmp_path, capsys, two_folds):
@@ -165,3 +166,30 @@ def test_evaluate_of_a_fold_without_config_yaml_takes_its_checkpoints_config(tin
     assert line == (f"pointgeope evaluate: error: {fold}: expected config.yaml and last.pt, the fold's config and "
                     f"weights, found neither; train the fold first (pointgeope train --config CONFIG --test-area 1 "
                     f"--run-dir {fold.parent}), or give the fold folder that holds them")
+
+
+ABLATE = """
+import sys
+from pointgeope.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_ablate_names_the_trial_folder_it_cannot_enter(two_folds, tmp_path):
+    """A saved trial's fold folder that this user cannot enter: ablate said "Permission denied:
+    RUN/rpe/seed_0/area_1/last.pt; check the folder's permissions and free space", naming no folder (and a
+    disk that was not full). Refused in one line, before any trial starts."""
+    run = tmp_path / "abl"
+    fold = run / "rpe" / "seed_0" / "area_1"
+    fold.mkdir(parents=True)
+    os.chmod(fold, 0o000)
+    try:
+        done = as_user(ABLATE, *ablate_args(two_folds, run, presets=("rpe",), seeds=("0",)))
+    finally:
+        os.chmod(fold, 0o700)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [(
+        f"pointgeope ablate: error: Permission denied: {fold / 'last.pt'}: this user cannot enter the folder "
+        f"{fold}; change its permissions (chmod, chown) or use another folder")]
+    assert sorted(p.name for p in fold.iterdir()) == []                 # no trial started

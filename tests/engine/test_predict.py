@@ -45,7 +45,7 @@ def test_every_input_format_keeps_the_input_order(tmp_path, suffix):
     write_scan(tmp_path / f"scan{suffix}", coord, color)
     scan = read_scan(ScanRef(tmp_path / f"scan{suffix}", suffix.strip(".").replace("txt", "text")
                              .replace("csv", "text"), "scan"))
-    pred, scores, votes = predict_scan(colour_predictor(), scan)
+    pred, scores, votes, _ = predict_scan(colour_predictor(), scan)
     assert (votes >= 1).all() and (votes > 1).any()   # crops overlap: several predictions were voted
     np.testing.assert_array_equal(pred, expected_class(color))
 
@@ -239,7 +239,7 @@ def test_a_2m_point_scan_is_predicted_in_bounded_pieces():
     coord = rng.random((n, 3)) * [30.0, 10.0, 0.0]   # a 30 x 10 m floor: 30k voxels of 0.1 m, ~67 points each
     color = rng.integers(0, 256, (n, 3)).astype(np.uint8)
     predictor = colour_predictor(voxel_max=20_000, batch_points=40_000)
-    pred, scores, votes = predict_scan(predictor, Scan("big", "big.npy", coord, color))
+    pred, scores, votes, _ = predict_scan(predictor, Scan("big", "big.npy", coord, color))
     assert pred.shape == (n,) and (votes >= 1).all() and (votes > 1).any()   # fragments of 30k: cropped
     assert 0 < max(predictor.model.calls) <= 40_000
     np.testing.assert_array_equal(pred, expected_class(color))

@@ -243,6 +243,20 @@ def test_the_h5_output_opens_in_the_viewer(tiny_run, two_folds, tmp_path):
     np.testing.assert_allclose(drawn.point.positions.numpy(), room["coord"], atol=1e-5)  # in place: + origin
 
 
+def test_the_h5_output_of_a_network_without_normals_holds_those_of_its_input_alone(tiny_run, two_folds, tmp_path):
+    """PTv1 (``[rgb | xyz]``) estimates no normals: a scan's h5 file has none, a prepared room's keeps its own."""
+    import h5py
+
+    room = read_room(two_folds / "Area_1.h5", "office_1", fields=("coord", "color", "normal"))
+    np.save(tmp_path / "office_1.npy", np.c_[room["coord"], room["color"]])
+    assert cli(["predict", str(tiny_run), str(tmp_path / "office_1.npy"), str(two_folds / "Area_1.h5"), "--out",
+                str(tmp_path / "o"), "--format", "h5"]) == 0
+    with h5py.File(tmp_path / "o" / "office_1_pred.h5", "r") as f:
+        assert "normal" not in f["office_1"] and "normal_k" not in f["office_1"].attrs
+    kept = read_room(tmp_path / "o" / "Area_1" / "office_1_pred.h5", "office_1", fields=("normal",))["normal"]
+    assert kept.tobytes() == room["normal"].tobytes()
+
+
 def test_las_output_of_a_scan_with_a_stray_point(tiny_run, tmp_path, capsys):
     """--format las of a scan with a point 10,000 km away (left out of the prediction, as designed) ended in
     laspy's OverflowError, exit 1, and the inputs after it were never predicted. Now its LAS file holds

@@ -181,8 +181,8 @@ def test_a_checkpoint_recorded_before_the_key_predicts_with_xyz(normal_run, tmp_
     calls = _recording(monkeypatch)
     rng = np.random.default_rng(2)
     scan = Scan("s", "s.npy", rng.random((200, 3)) * 2, (rng.random((200, 3)) * 255).astype(np.uint8))
-    pred, _, votes = predict_scan(predictor, scan)
-    assert calls == [] and pred.shape == (200,) and (votes >= 1).all()
+    pred, _, votes, normal = predict_scan(predictor, scan)
+    assert normal is None and calls == [] and pred.shape == (200,) and (votes >= 1).all()
 
 
 def test_training_refuses_a_fold_whose_test_rooms_lack_normals_before_it_starts(two_folds, tmp_path, capsys):
@@ -315,3 +315,50 @@ def test_predict_says_it_estimates_a_scans_normals_first(normal_run, two_folds, 
     assert cli(["predict", str(normal_run), str(two_folds / "Area_2.h5"), "--out", str(tmp_path / "p"),
                 "--max-fragments", "1"]) == 0
     assert len(said) == 1 and "estimating the normals" not in capsys.readouterr().out
+
+
+def test_predicts_h5_file_carries_the_normals_the_network_read(normal_run, tmp_path, monkeypatch):
+    """A scan's normals, estimated for a ``[rgb | normal]`` network, go into its h5 file as in a prepared room
+    (float16, with ``normal_k`` and ``normal_version``); a stray point, left out of the estimate, carries its
+    nearest kept point's, as it takes its prediction."""
+    import pointgeope.engine.predict as predict_module
+    from pointgeope.cli import main as cli
+    from pointgeope.data import normals
+    from pointgeope.h5 import read_room
+
+    fed, vote = [], predict_module.vote_room
+    monkeypatch.setattr(predict_module, "vote_room", lambda *a, normal=None, **kw: fed.append(normal) or vote(
+        *a, normal=normal, **kw))
+    points = np.random.default_rng(4).random((300, 6)) * [3, 2, 2, 255, 255, 255]
+    points[7, :3] = [5000.0, 0.0, 0.0]                            # a stray point: beyond --max-extent
+    np.save(tmp_path / "scan.npy", points)
+    assert cli(["predict", str(normal_run), str(tmp_path / "scan.npy"), "--out", str(tmp_path / "o"), "--format",
+                "h5", "--max-fragments", "1"]) == 0
+    path = tmp_path / "o" / "scan_pred.h5"
+    got = read_room(path, "scan", fields=("coord", "normal"))["normal"]
+    kept = np.flatnonzero(np.arange(300) != 7)
+    assert got.dtype == np.float16 and len(fed) == 1
+    np.testing.assert_array_equal(got[kept], fed[0].astype(np.float16))
+    nearest = kept[np.argmin(np.linalg.norm(points[kept, :3] - points[7, :3], axis=1))]
+    np.testing.assert_array_equal(got[7], got[nearest])
+    with h5py.File(path, "r") as f:
+        assert (f["scan"].attrs["normal_k"], f["scan"].attrs["normal_version"]) == (normals.K_NORMAL,
+                                                                                   normals.NORMAL_VERSION)
+
+
+def test_a_prepared_rooms_h5_prediction_keeps_its_own_normals(normal_run, two_folds, tmp_path):
+    """The room's stored normals, byte for byte, and the estimate they are of as ``predict`` read it."""
+    from pointgeope.cli import main as cli
+    from pointgeope.h5 import list_rooms, read_room
+    from pointgeope.scans.sources import ScanRef, read_scan
+
+    room = min(list_rooms(two_folds / "Area_2.h5"))
+    assert cli(["predict", str(normal_run), str(two_folds / "Area_2.h5"), "--out", str(tmp_path / "o"), "--format",
+                "h5", "--max-fragments", "1"]) == 0
+    path = tmp_path / "o" / "Area_2" / f"{room}_pred.h5"
+    own = read_room(two_folds / "Area_2.h5", room, fields=("normal",))["normal"]
+    assert read_room(path, room, fields=("normal",))["normal"].tobytes() == own.tobytes()
+    estimate = read_scan(ScanRef(two_folds / "Area_2.h5", "h5", f"Area_2/{room}", room)).normal_estimate or {}
+    with h5py.File(path, "r") as f:
+        attrs = f[room].attrs
+        assert {key: attrs[key] for key in ("normal_k", "normal_version") if key in attrs} == estimate

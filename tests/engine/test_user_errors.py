@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -213,6 +214,28 @@ def test_a_prepared_data_folder_as_the_run_folder_is_refused(tmp_path, capsys, t
     shutil.copy(two_folds / "Area_3.h5", other / "Area_3.h5")
     assert one_line(capsys, 2, train_args(two_folds, other)) == refused(other, "Area_3.h5")
     assert sorted(p.name for p in other.iterdir()) == ["Area_3.h5"]
+
+
+def test_a_data_folder_refused_as_the_run_folder_names_how_to_move_its_fold_folders(tmp_path, capsys, two_folds,
+                                                                                    tiny_run):
+    """A data folder that a training wrote area_K/ into (before train refused such a folder) was refused with
+    another --run-dir to give, and no word of the folds trained there: they were left behind, trained again.
+    The line names them, in their order, and the command that moves them; the moved fold is then skipped as
+    complete under the proposed folder."""
+    data = tmp_path / "data"
+    shutil.copytree(two_folds, data, ignore=shutil.ignore_patterns(READERS_NAME, ".lock"))
+    shutil.copytree(tiny_run, data / "area_1")
+    (data / "area_10").mkdir()
+    (data / "area_2").mkdir()
+    line = one_line(capsys, 2, train_args(data, data, "train.epochs=1", "train.val_every=1"))
+    runs = tmp_path / "data_runs"
+    assert line.endswith(f"e.g. --run-dir {runs}; the fold folders trained in it (area_1/, area_2/, area_10/) are "
+                         f"resumed or skipped there once moved: mkdir -p {runs} && mv {data / 'area_1'} "
+                         f"{data / 'area_2'} {data / 'area_10'} {runs}/")
+    subprocess.run(line.split(" once moved: ")[1], shell=True, check=True)
+    assert sorted(p.name for p in runs.iterdir()) == ["area_1", "area_10", "area_2"]
+    assert cli(train_args(data, runs, "train.epochs=1", "train.val_every=1")) == 0
+    assert f"fold 1: {runs / 'area_1' / 'metrics.json'} is complete, skipped" in capsys.readouterr().out
 
 
 def test_a_run_folder_that_cannot_be_searched_is_named_in_one_line(tmp_path, capsys, two_folds, monkeypatch):

@@ -1,0 +1,60 @@
+"""A refusal of ``train`` whose way out is to train the fold again from scratch (its ``--force``), with the fold
+folder that ``--force`` clears carried as data, so that a caller in another process acts on it without reading
+the message: ``ablate``, which has no ``--force``, names the folder to delete.
+
+The errors of that kind (a fold complete with another config or without its ``last.pt``, a checkpoint trained
+on other data or for another fold, a folder in the place of a checkpoint, a run that diverged) are marked where
+they are raised (:func:`retrain_from_scratch`: ``err.retrain_folder``, the fold folder). ``train`` run with
+the environment variable :data:`RETRAIN_NOTE` naming a file (ablate sets it for each trial) writes there,
+when such an error ends it (:func:`note_retrain`)::
+
+    {"fold_folder": "RUN/rpe/seed_0/area_1"}
+
+and the caller reads it after the process ended (:func:`read_retrain_note`). Without the variable nothing is
+written: a user's ``train`` says ``--force`` in its line, as ever.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pointgeope.atomic import write_text_atomic
+from pointgeope.engine.checkpoint import CheckpointDenied
+
+__all__ = ["RETRAIN_NOTE", "note_retrain", "read_retrain_note", "retrain_from_scratch"]
+
+RETRAIN_NOTE = "POINTGEOPE_RETRAIN_NOTE"  # the file that train writes the fold folder of such a refusal into
+
+
+def retrain_from_scratch(err: BaseException, fold_folder: str | Path) -> BaseException:
+    """``err``, marked as a refusal that training ``fold_folder`` again from scratch ends (train's ``--force``
+    clears that folder's outputs), for ``raise retrain_from_scratch(UserError(...), run)``; a checkpoint this
+    user may not read (:class:`~pointgeope.engine.checkpoint.CheckpointDenied`) is left unmarked: its fold may
+    be sound, and its permissions are the way out."""
+    if not isinstance(err, CheckpointDenied):
+        err.retrain_folder = Path(fold_folder)
+    return err
+
+
+def note_retrain(err: BaseException) -> None:
+    """Where ``err`` is marked (:func:`retrain_from_scratch`) and :data:`RETRAIN_NOTE` names a file, write the
+    fold folder there (atomic); else nothing. A note that cannot be written is passed over: the command's own
+    line about ``err`` must not be replaced by one about the note."""
+    folder, note = getattr(err, "retrain_folder", None), os.environ.get(RETRAIN_NOTE)
+    if folder is None or not note:
+        return
+    try:
+        write_text_atomic(Path(note), json.dumps({"fold_folder": str(folder)}) + "\n")
+    except OSError:
+        pass
+
+
+def read_retrain_note(note: Path) -> Path | None:
+    """The fold folder that a ``train`` ended by such a refusal wrote into ``note``; ``None`` where there is no
+    note (another failure) or it cannot be read."""
+    try:
+        folder = json.loads(note.read_text(encoding="utf-8")).get("fold_folder")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(folder) if isinstance(folder, str) else None

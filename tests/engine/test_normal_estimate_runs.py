@@ -1,0 +1,102 @@
+"""The normal estimate a run of ``data.normal`` read (``normal_k``, ``normal_version``): recorded in its
+checkpoints and metrics.json; ``evaluate`` and ``predict`` on files (or scans) of another estimate use them, the
+same points, and say so in one line; a PTv1 run records none and never mentions normals."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import h5py
+import numpy as np
+
+from pointgeope.cli import main as cli
+from pointgeope.data.normal_record import current
+from pointgeope.engine.checkpoint import load_checkpoint
+from tests.engine.test_ptv3_normals import normal_run  # noqa: F401  (the fixture)
+
+
+def _copy_root(root, to, version=None):
+    """A copy of a prepared root; with ``version``, Area_1's rooms hold another estimate of their normals (other
+    normals, ``normal_version`` = ``version``), as a newer estimator's prepare writes them."""
+    to.mkdir(parents=True)
+    for path in root.iterdir():
+        (to / path.name).write_bytes(path.read_bytes())
+    if version is not None:
+        with h5py.File(to / "Area_1.h5", "r+") as f:
+            for room in f.values():
+                room["normal"][...] = -room["normal"][()]
+                room.attrs["normal_version"] = version
+    return to
+
+
+def _warnings(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "of another estimate" in line]
+
+
+def test_a_normal_run_records_the_estimate_it_read_and_ptv1_none(normal_run, tiny_run):  # noqa: F811
+    read = {area: current() for area in ("Area_1", "Area_2", "Area_3")}
+    assert load_checkpoint(normal_run / "last.pt")["data_normals"] == read
+    assert json.loads((normal_run / "metrics.json").read_text())["data_normals"] == read
+    assert "data_normals" not in load_checkpoint(tiny_run / "last.pt")
+    assert "data_normals" not in json.loads((tiny_run / "metrics.json").read_text())
+
+
+def test_evaluate_on_files_of_another_estimate_uses_them_and_says_so(normal_run, two_folds, tmp_path,  # noqa: F811
+                                                                    capsys):
+    """Before: the normals were part of the points checksum, so a file of the same points with another estimate
+    of its normals was refused as other data (exit 2)."""
+    run = tmp_path / "run" / "area_1"
+    shutil.copytree(normal_run, run)
+    root = _copy_root(two_folds, tmp_path / "root", version=9)
+    capsys.readouterr()
+    assert cli(["evaluate", str(run), "--data-root", str(root)]) == 0
+    out = capsys.readouterr()
+    k = current()["normal_k"]
+    assert _warnings(out.out + out.err) == [
+        f"warning: {run / 'last.pt'} read normals of another estimate than the files hold now (Area_1 k={k}, "
+        f"version {current()['normal_version']} then, k={k}, version 9 now): the same points, other normals, so its "
+        "scores on them may differ from those it was measured with; retrain it to use the estimate of the files now"]
+    assert "of the same points" in out.out
+    root = _copy_root(two_folds, tmp_path / "same")
+    assert cli(["evaluate", str(run), "--data-root", str(root)]) == 0
+    out = capsys.readouterr()
+    assert _warnings(out.out + out.err) == []
+
+
+def test_predict_says_once_when_a_scans_normals_are_of_another_estimate(normal_run, two_folds, tmp_path,  # noqa: F811
+                                                                      capsys, monkeypatch):
+    import pointgeope.data.normals as normals
+
+    root = _copy_root(two_folds, tmp_path / "root", version=9)
+    argv = ["--out", str(tmp_path / "p"), "--max-fragments", "1", "--format", "npy"]
+    assert cli(["predict", str(normal_run), str(root / "Area_1.h5"), *argv]) == 0
+    out = capsys.readouterr()
+    lines = _warnings(out.out + out.err)
+    assert len(lines) == 1 and "(k=30, version 9) than " in lines[0], lines  # its rooms: one line
+    assert cli(["predict", str(normal_run), str(two_folds / "Area_1.h5"), *argv, "--force"]) == 0
+    out = capsys.readouterr()
+    assert _warnings(out.out + out.err) == []
+    scans = []
+    for seed in (1, 2):
+        scans.append(tmp_path / f"scan{seed}.npy")
+        np.save(scans[-1], np.random.default_rng(seed).random((200, 6)) * [3, 2, 2, 255, 255, 255])
+    assert cli(["predict", str(normal_run), *map(str, scans), *argv]) == 0
+    out = capsys.readouterr()
+    assert _warnings(out.out + out.err) == []  # estimated now, as the run's were
+    monkeypatch.setattr(normals, "NORMAL_VERSION", 5)  # a newer estimator
+    assert cli(["predict", str(normal_run), *map(str, scans), *argv]) == 0
+    out = capsys.readouterr()
+    lines = _warnings(out.out + out.err)
+    assert len(lines) == 1 and f"{scans[0]}: its normals are of another estimate (k=30, version 5)" in lines[0], lines
+    assert "skipped " not in out.out  # predicted again: the resume record names the estimate
+    assert json.loads((tmp_path / "p" / "scan2_pred.json").read_text())["made_by"]["options"]["normal_version"] == 5
+
+
+def test_a_ptv1_run_never_mentions_normals(tiny_run, two_folds, tmp_path, capsys):
+    run = tmp_path / "run" / "area_1"
+    shutil.copytree(tiny_run, run)
+    root = _copy_root(two_folds, tmp_path / "root", version=9)
+    capsys.readouterr()
+    assert cli(["evaluate", str(run), "--data-root", str(root)]) == 0
+    out = capsys.readouterr()
+    assert "normal" not in (out.out + out.err).lower()
