@@ -40,3 +40,27 @@ def test_an_array_in_place_of_a_room_is_a_schema_error(tmp_path):
         f.create_dataset("room_a", data=[[1.0, 2.0, 3.0]])
     with pytest.raises(SchemaError, match=r"expected 'room_a' to be a room \(a group\), found an array"):
         points_checksum(tmp_path / "Area_1.h5")
+
+
+def test_a_group_for_the_normal_of_a_room_of_another_estimate_is_estimated_again(tmp_path):
+    """A room whose ``normal`` is a group and whose estimate attributes are not this prepare's: the prepare
+    that estimates its normals again from its stored coord read the old normal first and ended in h5py's
+    "TypeError: Accessing a group is done with bytes or str"; it now leaves the old one unread and writes the
+    room whole. A reader that asks for such a member gets one line naming it."""
+    from pointgeope.h5 import read_room_record
+
+    raw = five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    prepare(PrepareConfig(raw, out, progress=False))
+    path = out / "Area_2.h5"
+    with h5py.File(path, "a") as f:
+        del f["room_b/normal"]
+        f["room_b"].create_group("normal")
+        f["room_b"].attrs["normal_version"] = -1          # another estimate's: prepare estimates it again
+    with pytest.raises(SchemaError, match=r"room 'room_b': expected 'normal' to be an array, found a Group; run "
+                                          r"`pointgeope prepare` again$"):
+        read_room_record(path, "room_b")
+    prepare(PrepareConfig(raw, out, progress=False))
+    assert set(check_area_file(path)) == {"room_b"}
+    with h5py.File(path) as f:
+        assert isinstance(f["room_b/normal"], h5py.Dataset)
