@@ -2,6 +2,7 @@
 #   make demo   synthetic S3DIS -> prepare -> 6-fold training -> report, on the CPU
 #               (make demo BACKBONE=ptv3: Point Transformer V3 with GeoPE, configs/demo_ptv3.yaml)
 #   make test   the test suite (display tests under xvfb-run)
+#   make lint   ruff check with the rules of pyproject.toml ([tool.ruff]); the suite fails on a finding too
 #   make bench  the main CPU benchmarks (docs/benchmarks.md names them), results in bench/results/
 #   make docs   the documentation site in site/ (MkDocs; open site/index.html or run: .venv/bin/mkdocs serve)
 #   make test-nn-minimal  pointgeope.nn alone: pip install ".[nn]" in a fresh environment (build/nn-minimal/)
@@ -23,7 +24,7 @@ BACKBONE ?= ptv1
 DEMO_CONFIG := $(if $(filter ptv3,$(BACKBONE)),configs/demo_ptv3.yaml,configs/demo.yaml)
 DEMO_RUN := $(if $(filter ptv3,$(BACKBONE)),ptv3_geope,geope)
 
-.PHONY: setup sysdeps demo test test-triton-old test-pyg-oldest test-nn-minimal bench ablation docs clean-demo
+.PHONY: setup sysdeps demo test lint test-triton-old test-pyg-oldest test-nn-minimal bench ablation docs clean-demo
 
 setup: $(STAMP) sysdeps
 
@@ -57,6 +58,9 @@ ablation: setup
 test: setup
 	@if command -v xvfb-run >/dev/null; then xvfb-run -a -s "-screen 0 1280x1024x24" $(PY) -m pytest $(PYTEST_ARGS); \
 	else echo "xvfb-run not found: display tests will be skipped"; $(PY) -m pytest $(PYTEST_ARGS); fi
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
 
 # The kernel tests again under Triton 3.6's interpreter (the GPU machines' Triton; the venv has the newest),
 # from a side folder that shadows the venv's Triton for this run only.

@@ -27,11 +27,11 @@ import json
 import os
 from pathlib import Path
 
-import interleave
 import numpy as np
 import torch
-from bench_io import module_at, out_path, provenance, save_json
 
+import interleave
+from bench_io import module_at, out_path, provenance, save_json
 from pointgeope.metrics import ConfusionMeter
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_confusion.json"

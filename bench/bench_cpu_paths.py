@@ -24,8 +24,8 @@ from pointgeope.model.attention import PointTransformerLayer
 from pointgeope.model.ops import knn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import provenance, save_json  # noqa: E402
-from bench_model import synthetic_room  # noqa: E402
+from bench_io import provenance, save_json
+from bench_model import synthetic_room
 
 
 def cpu_seconds(fn, reps: int) -> float:

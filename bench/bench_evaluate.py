@@ -181,7 +181,8 @@ def fragments_part(real: Path, timed: int) -> list[dict]:
 
 def memory_part(args) -> list[dict]:
     rows = []
-    for mode, sizes in (("one_pass", args.baseline_sizes), ("vote", sorted(set(args.sizes) | set(args.baseline_sizes)))):
+    for mode, sizes in (("one_pass", args.baseline_sizes),
+                        ("vote", sorted(set(args.sizes) | set(args.baseline_sizes)))):
         for m in sizes:
             row = run_case(mode, int(m * 1e6), args.timeout)
             rows.append(row)
@@ -211,6 +212,7 @@ def compare(args) -> dict:
     import tempfile
 
     import numpy as np
+
     from evaluate_published import published_room
 
     cases = [(path, threads, variant) for threads in args.thread_counts for path in args.compare
@@ -221,7 +223,7 @@ def compare(args) -> dict:
         np.savez(room, coord=coord, color=color)
         runs = _rounds(args, cases, room)
     rows = []
-    for (path, threads, variant), got in runs.items():
+    for (path, threads, _variant), got in runs.items():
         best = min(got, key=lambda row: row["seconds_per_room"])
         base = [row["seconds_per_room"] for row in runs[(args.compare[0], threads, "auto")]]
         rounds = [g["seconds_per_room"] for g in got]
@@ -270,7 +272,8 @@ def published_args(parser: argparse.ArgumentParser) -> None:
     variants = ("auto", "thread", "thread-in-model", "inline")
     g.add_argument("--variants", nargs="+", default=["auto"], choices=variants,
                    help="--compare, last checkout: auto (the code's choice), thread (pieces and CPU hierarchy in the "
-                        "background thread), thread-in-model (pieces there, hierarchy in the model), inline (no thread)")
+                        "background thread), thread-in-model (pieces there, hierarchy in the model), inline (no "
+                        "thread)")
     g.add_argument("--variant", default="auto", choices=variants)
     g.add_argument("--reps", type=int, default=1)
     g.add_argument("--room", type=Path, help="(internal) the room's coord and color (.npz), written by --compare")

@@ -43,14 +43,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_io import save_json  # noqa: E402
-from bench_train_step import Case, make_inputs, timed  # noqa: E402
-from gpu_record import run_record  # noqa: E402
-from step_profile import sync  # noqa: E402
-
-from pointgeope.engine import graphs  # noqa: E402
-from pointgeope.engine.step import train_step  # noqa: E402
-from pointgeope.model import PointTransformerSeg  # noqa: E402
+from bench_io import save_json
+from bench_train_step import Case, make_inputs, timed
+from gpu_record import run_record
+from pointgeope.engine import graphs
+from pointgeope.engine.step import train_step
+from pointgeope.model import PointTransformerSeg
+from step_profile import sync
 
 
 class GraphCase(Case):
@@ -63,7 +62,8 @@ class GraphCase(Case):
         recorder = graphs.CudaRecorder(device) if cuda else graphs.RerunRecorder()
         self.lines: list[str] = []
         self.graphed = graphs.GraphedStep(self.cfg, self.learner, self.model, device, recorder,
-                                          lambda b, u=None: train_step(self.cfg, self.learner, self.model, b, device, u),
+                                          lambda b, u=None: train_step(self.cfg, self.learner, self.model, b,
+                                                                       device, u),
                                           self.lines.append)
 
     def _train(self, batch) -> float:
@@ -152,7 +152,8 @@ def main() -> int:
     add("--reps", type=int, default=5)
     add("--warmup", type=int, default=2)
     add("--budget", type=float, default=120.0,
-        help="seconds of all cases after the inputs, shared in turn: case i of n starts no new rep after budget x (i+1)/n")
+        help="seconds of all cases after the inputs, shared in turn: case i of n starts no new rep after budget x "
+             "(i+1)/n")
     args = parser.parse_args()
     out = {"device": args.device, "run": run_record(args.device), "torch_threads": torch.get_num_threads(),
            "time": "wall seconds of one training step (SGD), minimum over reps, eager, graphed and padded eager "

@@ -38,20 +38,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import os
 import json
+import os
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import interleave  # noqa: E402
-from bench_io import save_json  # noqa: E402
-from bench_model import synthetic_room  # noqa: E402
-
-from pointgeope.model.kernel_check import sync, timed  # noqa: E402
-from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts  # noqa: E402
+import interleave
+from bench_io import save_json
+from bench_model import synthetic_room
+from pointgeope.model.kernel_check import sync, timed
+from pointgeope.model.ops import HierarchySpec, OpsBackends, fps, knn, sample_counts
 
 STRIDES, NEIGHBOURS = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16)
 LABELS = {"cpu": OpsBackends(), "cpu_unordered": OpsBackends(), "default": OpsBackends(),
@@ -132,7 +131,7 @@ def time_hierarchy(backends: list[str], clouds: int, points: int, device: str | 
     coord, offset = coord.to(device), offset.to(device)
     out, fns = {}, {}
     for label in backends:
-        fn = (lambda label=label: _run(label, coord, offset, device))
+        fn = (lambda label=label: _run(label, coord, offset, device))  # noqa: E731
         try:
             for _ in range(max(warmup, 1)):
                 fn()
@@ -179,8 +178,8 @@ ROUNDS = ((16, 16), (32, 16), (32, 32), (32, 64))   # (CHUNK_BLOCKS, ROUND_SAMPL
 
 def time_fps_variants(clouds: int, points: int, device: str | torch.device, reps: int = 3,
                       rounds: tuple[tuple[int, int], ...] = ROUNDS) -> dict[str, dict]:
-    """Seconds of FPS 80k -> 20k per kernel and setting (``rounds`` per (CHUNK_BLOCKS, ROUND_SAMPLES), and ``stream``), and
-    whether its samples equal the default's: which to make the default."""
+    """Seconds of FPS 80k -> 20k per kernel and setting (``rounds`` per (CHUNK_BLOCKS, ROUND_SAMPLES), and ``stream``),
+    and whether its samples equal the default's: which to make the default."""
     from pointgeope.model.ops import triton_fps, triton_fps_rounds
 
     device = torch.device(device)

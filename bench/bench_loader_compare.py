@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from bench_io import ROOT, git_commit, tree_dirty, save_json
+
+from bench_io import ROOT, git_commit, save_json, tree_dirty
 
 
 def one_run(tree: Path, procs: int, samples: int) -> list[dict]:
@@ -33,7 +34,7 @@ def one_run(tree: Path, procs: int, samples: int) -> list[dict]:
         jobs = [subprocess.Popen([sys.executable, str(tree / "bench" / "bench_train_step.py"), "--out", str(out),
                                   "--device", "cpu", "--loader-samples", str(samples), "--loader-only"],
                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for out in outs]
-        if any([job.wait() for job in jobs]):                # every process waited for, failed or not
+        if any([job.wait() for job in jobs]):  # noqa: C419 - a list: every process waited for, failed or not
             raise RuntimeError(f"bench_train_step --loader-only failed under {tree}")
         return [json.loads(out.read_text())["loader_per_sample"] for out in outs]
 
@@ -46,7 +47,8 @@ def workers_only(args) -> dict:
         block += run["block_s"][1:]
         hierarchy += run["hierarchy_s"][1:]
     per_sample = float(np.median(block)) + float(np.median(hierarchy))
-    return {"commit": git_commit(), "dirty": tree_dirty(), "cpu_count": os.cpu_count(), "procs": args.procs, "batch": args.batch,
+    return {"commit": git_commit(), "dirty": tree_dirty(), "cpu_count": os.cpu_count(), "procs": args.procs,
+            "batch": args.batch,
             "block_median_s": round(float(np.median(block)), 4),
             "hierarchy_median_s": round(float(np.median(hierarchy)), 4),
             "batch_s": round(per_sample * args.batch / args.procs, 4),
@@ -78,7 +80,8 @@ def main() -> int:
             for run in one_run(trees[name], procs, args.samples):
                 acc["block"] += run["block_s"][1:]
                 acc["hierarchy"] += run["hierarchy_s"][1:]
-    out = {"commit": git_commit(), "dirty": tree_dirty(), "before": str(trees["before"]), "before_commit": git_commit(tree=trees["before"]), "cpu_count": os.cpu_count(),
+    out = {"commit": git_commit(), "dirty": tree_dirty(), "before": str(trees["before"]),
+           "before_commit": git_commit(tree=trees["before"]), "cpu_count": os.cpu_count(),
            "load_average_end": list(os.getloadavg()), "rounds": args.rounds, "samples_per_process": args.samples - 1,
            "time": "seconds per 80k-point sample, one thread per process, median over rounds and processes",
            "cases": {}}

@@ -24,15 +24,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import git_commit, tree_dirty, save_json  # noqa: E402
-from data_prep.synth.dataset import synth_room  # noqa: E402
-
-from pointgeope.data.dataset import room_sample, sample_rng  # noqa: E402
-from pointgeope.data.normals import estimate_normals  # noqa: E402
-from pointgeope.data.ptv3_dataset import ptv3_data  # noqa: E402
-from pointgeope.data.ptv3_transforms import ptv3_train_transform  # noqa: E402
-from pointgeope.data.transforms import ToData, s3dis_train_transform, shift_to_origin, take_points  # noqa: E402
-from pointgeope.data.voxelize import random_crop, voxel_sample  # noqa: E402
+from bench_io import git_commit, save_json, tree_dirty
+from data_prep.synth.dataset import synth_room
+from pointgeope.data.dataset import room_sample, sample_rng
+from pointgeope.data.normals import estimate_normals
+from pointgeope.data.ptv3_dataset import ptv3_data
+from pointgeope.data.ptv3_transforms import ptv3_train_transform
+from pointgeope.data.transforms import ToData, s3dis_train_transform, shift_to_origin, take_points
+from pointgeope.data.voxelize import random_crop, voxel_sample
 
 
 def ptv1_sample(coord, color, label, index: int):
@@ -75,7 +74,8 @@ def main() -> int:
             times[name].append(time.perf_counter() - start)
             points[name].append(int(data.pos.shape[0]))
     med = {name: float(np.median(t[1:])) for name, t in times.items()}
-    out = {"commit": git_commit(), "dirty": tree_dirty(), "cpu_count": os.cpu_count(), "threads": 1, "room_points": int(coord.shape[0]),
+    out = {"commit": git_commit(), "dirty": tree_dirty(), "cpu_count": os.cpu_count(), "threads": 1,
+           "room_points": int(coord.shape[0]),
            "load_average_end": list(os.getloadavg()),
            "time": "seconds per training sample from a room in memory, one thread, median without the first",
            "machine": "shared: 2 cores, other jobs running (see load_average_end); read the ratios, not the seconds",
@@ -86,7 +86,8 @@ def main() -> int:
     save_json(args.out, out)
     print(f"ptv1 {med['ptv1']:.3f} s, ptv3 {med['ptv3']:.3f} s per sample ({out['ptv3_over_ptv1']}x), "
           f"ptv3 [rgb | normal] {med['ptv3_normal']:.3f} s ({out['ptv3_normal_over_ptv3']}x [rgb | xyz]), "
-          f"room {coord.shape[0]:,} points, samples {int(np.median(points['ptv1'])):,} / {int(np.median(points['ptv3'])):,}")
+          f"room {coord.shape[0]:,} points, samples {int(np.median(points['ptv1'])):,} / "
+          f"{int(np.median(points['ptv3'])):,}")
     return 0
 
 

@@ -17,9 +17,9 @@ per 4 cm voxel, like a training crop), measured in one run so that every ratio c
 
 Time: the process CPU time (``time.process_time``) of one torch thread by default, the minimum over
 repetitions, presets interleaved: on the shared 2-core machine wall time swings by 2x with the other
-users' load, CPU time much less (the wall time is saved too, with the load average). Memory: the peak resident set size (RSS) above the level
-just before the call, sampled every millisecond by a thread reading /proc/self/statm; glibc is told
-(``MALLOC_MMAP_THRESHOLD_``) to map every large block so that freed tensors leave the RSS at once. For the
+users' load, CPU time much less (the wall time is saved too, with the load average). Memory: the peak resident set size
+(RSS) above the level just before the call, sampled every millisecond by a thread reading /proc/self/statm; glibc is
+told (``MALLOC_MMAP_THRESHOLD_``) to map every large block so that freed tensors leave the RSS at once. For the
 layer we also report the bytes autograd saves for the backward pass (exact, from saved-tensor hooks).
 ``--malloc default`` leaves glibc alone instead: times as in training (page faults cost about half of the
 CPU time above), peak RSS meaningless. Every preset is reported as a ratio to ``rpe`` measured in the same
@@ -40,14 +40,15 @@ import threading
 import time
 from pathlib import Path
 
-if __name__ == "__main__" and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None and not any(a.endswith("default") for a in sys.argv):
+if (__name__ == "__main__" and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None
+        and not any(a.endswith("default") for a in sys.argv)):
     os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"                   # before torch allocates anything
     os.execv(sys.executable, [sys.executable] + sys.argv)
 
 import numpy as np
 import torch
-from bench_io import provenance, save_json
 
+from bench_io import provenance, save_json
 from pointgeope.model import PRESETS, PointTransformerLayer, PointTransformerSeg
 from pointgeope.model.kernel_check import timed
 from pointgeope.model.ops import fps, knn
@@ -134,13 +135,14 @@ def bench_ops(device: torch.device, n: int = 80_000) -> dict:
     for backend in ("pykdtree", "scipy", "torch"):
         if device.type == "cpu" and backend == "torch":
             part = n // 5                          # queries are independent: time a fifth, scale by 5
-            seconds = measure(lambda: knn(coord[:part], coord, 16, torch.tensor([part]), off, backend="torch"), device)[0]
+            seconds = measure(lambda: knn(coord[:part], coord, 16, torch.tensor([part]), off,  # noqa: B023 - measure() runs it at once, in this iteration
+                                          backend="torch"), device)[0]
             out["knn_k16_s"]["torch (1/5 of queries x 5)"] = 5 * seconds
             continue
-        out["knn_k16_s"][backend] = min(measure(lambda: knn(coord, coord, 16, off, off, backend=backend), device)[0]
+        out["knn_k16_s"][backend] = min(measure(lambda: knn(coord, coord, 16, off, off, backend=backend), device)[0]  # noqa: B023 - measure() runs it at once, in this iteration
                                         for _ in range(2))
     for backend in ("numba", "torch"):
-        out["fps_stride4_s"][backend] = measure(lambda: fps(coord, off, 4, backend=backend), device)[0]
+        out["fps_stride4_s"][backend] = measure(lambda: fps(coord, off, 4, backend=backend), device)[0]  # noqa: B023 - measure() runs it at once, in this iteration
     return out
 
 
@@ -180,13 +182,13 @@ def bench_models(kind: str, sizes: list[int], presets: list[str], reps: list[int
         for _ in range(rep):
             spec = getattr(models[presets[0]], "hierarchy_spec", None)    # None: code before the hierarchy
             if kind == "network" and spec is not None:
-                hierarchy.append(measure(lambda: spec(coord, off), device)[0])
+                hierarchy.append(measure(lambda: spec(coord, off), device)[0])  # noqa: B023 - measure() runs it at once, in this iteration
             for pe, model in models.items():
                 for p in model.parameters():
                     p.grad = None
                 for mode, step in (("train", _train_step), ("infer", _infer)):
                     model.train(mode == "train")
-                    t, m, wall = measure(lambda: step(model, coord, feat, *args), device)
+                    t, m, wall = measure(lambda: step(model, coord, feat, *args), device)  # noqa: B023 - measure() runs it at once, in this iteration
                     times[pe][mode].append(t)
                     times[pe][mode + "_wall"].append(wall)
                     mems[pe][mode] = max(mems[pe][mode], m)
@@ -194,7 +196,7 @@ def bench_models(kind: str, sizes: list[int], presets: list[str], reps: list[int
         if kind == "layer":
             for pe, model in models.items():
                 model.train()
-                saved[pe] = saved_bytes(lambda: model(coord, feat.clone().requires_grad_(True), *args))
+                saved[pe] = saved_bytes(lambda: model(coord, feat.clone().requires_grad_(True), *args))  # noqa: B023 - run at once
         for pe in presets:
             row = {"kind": kind, "points": n, "clouds": clouds, "preset": pe, "reps": rep,
                    "train_s": min(times[pe]["train"]), "infer_s": min(times[pe]["infer"]),

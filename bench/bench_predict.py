@@ -32,7 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench_io import out_path, provenance, save_json
+from bench_io import out_path, provenance, save_json  # noqa: E402 - after the sys.path line
 
 RESULTS = REPO / "bench" / "results" / "bench_predict.json"
 SETTINGS = ["data.grid_size=0.04", "data.voxel_max=80000", "eval.batch_points=80000"]
@@ -43,8 +43,8 @@ def make_checkpoint(path: Path) -> None:
 
     from pointgeope.engine import build
     from pointgeope.engine.checkpoint import save_checkpoint
-    from pointgeope.engine.prediction_info import prediction_metadata
     from pointgeope.engine.config import config_to_dict, load_config
+    from pointgeope.engine.prediction_info import prediction_metadata
 
     torch.manual_seed(0)
     cfg = load_config(REPO / "configs" / "demo.yaml", SETTINGS)

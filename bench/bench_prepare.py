@@ -10,7 +10,8 @@ read once beforehand so that every method finds them in the page cache). A secon
 whole-file parsers on the same text: why ``data_prep.parse`` reads well-formed files with pandas.
 A third table is the rate per worker: prepare's room reader (``load_room``: read, parse, validate, and since
 they were added the normals, which prepare's summary reports apart from its "MB/s per worker") beside bare
-``pandas.read_csv`` of the same files in the same process. The machine is shared: the load average before and after is saved with the numbers.
+``pandas.read_csv`` of the same files in the same process. The machine is shared: the load average before and after is
+saved with the numbers.
 
 Usage: python bench/bench_prepare.py [--copies 6] [--reps 2] [--out bench/results/bench_prepare.json]
 """
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from bench_io import provenance, save_json
 
 REPO = Path(__file__).resolve().parents[1]

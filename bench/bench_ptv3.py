@@ -19,7 +19,8 @@ and of the process CPU time (on 1 thread the CPU time is the steadier measure on
   max difference of its features from ours (``fallback``, same weights and seed).
 
 OpenMP threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless set): spinning threads stall 10x on the
-shared, oversubscribed 2 cores. Target: our CPU forward <= 1.0x Pointcept's (1 thread). Results: bench/results/bench_ptv3.json.
+shared, oversubscribed 2 cores. Target: our CPU forward <= 1.0x Pointcept's (1 thread). Results:
+bench/results/bench_ptv3.json.
 
 Usage: python bench/bench_ptv3.py [--pointcept /path/to/Pointcept] [--reps 3] [--room 1.5 1.5 1.2]
        [--conv-only] [--out bench/results/bench_ptv3.json]
@@ -36,12 +37,11 @@ from pathlib import Path
 # OpenMP threads that spin while they wait stall 10x when the shared 2 cores are oversubscribed (measured:
 # 2 threads 8-10x slower than 1 at a load average of 6); passive waiting must be set before torch starts
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-import torch  # noqa: E402
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "fixtures")]
 from bench_io import git_commit, save_json, tree_dirty  # noqa: E402
-
 from pointgeope.model.ptv3 import PointTransformerV3  # noqa: E402
 
 GRID = 0.02
@@ -203,7 +203,8 @@ def main() -> None:
     save_json(args.out, {
         "commit": commit, "dirty": dirty, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
         "torch": torch.__version__, "points": len(data["coord"]), "room_m": list(args.room), "grid_m": GRID,
-        "reps": args.reps, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_avg": os.getloadavg(), "best_s": best, "best_cpu_s": best_cpu, "all_s": times, "all_cpu_s": cpu, "ratios": ratios,
+        "reps": args.reps, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_avg": os.getloadavg(),
+        "best_s": best, "best_cpu_s": best_cpu, "all_s": times, "all_cpu_s": cpu, "ratios": ratios,
         "pointcept_vs_ours_fallback_rel_max_diff": diff, "target": "ours forward <= 1.0x Pointcept's (1 thread)"})
     print(f"wrote {args.out}")
 

@@ -13,10 +13,9 @@ from types import SimpleNamespace
 
 import torch
 
-from bench_io import git_commit, tree_dirty, save_json
+from bench_io import git_commit, save_json, tree_dirty
 from bench_train_step import timed
 from data_prep.synth.dataset import synth_room
-from step_profile import profile
 from pointgeope.data.dataset import room_sample, sample_rng
 from pointgeope.data.ptv3_dataset import ptv3_data
 from pointgeope.data.ptv3_transforms import ptv3_train_transform
@@ -24,6 +23,7 @@ from pointgeope.engine import build
 from pointgeope.engine.config import load_config
 from pointgeope.engine.state import Learner
 from pointgeope.engine.step import train_step
+from step_profile import profile
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 2 ** 20
@@ -85,7 +85,7 @@ class Network:
 
     def state_mib(self) -> float:
         """Parameters, gradients and the optimiser's state, MiB."""
-        tensors = [p for p in self.learner.model.parameters()] + \
+        tensors = list(self.learner.model.parameters()) + \
                   [p.grad for p in self.learner.model.parameters() if p.grad is not None] + \
                   [t for s in self.learner.optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
         return sum(t.numel() * t.element_size() for t in tensors) / MIB
@@ -210,7 +210,8 @@ def run_recipe(args: argparse.Namespace, small: list[str]) -> dict:
                              "autocast": str(build.mixed_precision(cfgs[pe, amp], device) or torch.float32)[6:],
                              "parameters": nets[pe].parameters, "warmup_s": [], "steps_s": []}
              for pe in args.encodings for amp in args.amps}
-    out = {"benchmark": "bench_ptv3_step --recipe", "commit": git_commit(), "dirty": tree_dirty(), "device": str(device),
+    out = {"benchmark": "bench_ptv3_step --recipe", "commit": git_commit(), "dirty": tree_dirty(),
+           "device": str(device),
            "machine": platform.platform(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
            "size": args.size, "clouds": args.clouds, "points_per_cloud": counts, "points": sum(counts),
            "small": args.small, "set": list(args.set), "rounds": 0, "warmup": args.warmup,

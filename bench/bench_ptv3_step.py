@@ -52,10 +52,10 @@ from pathlib import Path
 
 import torch
 
-from bench_io import git_commit, tree_dirty, save_json
+from bench_io import git_commit, save_json, tree_dirty
 from bench_ptv3_recipe import recipe_args, run_recipe
-from pointgeope.engine.config import load_config
 from pointgeope.engine import build
+from pointgeope.engine.config import load_config
 
 ENCODINGS = ("none", "geope", "rope3d", "point3drope", "pointrope")
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_ptv3_step_cpu_1thread.json"
@@ -142,8 +142,9 @@ def main() -> None:
             f"{pe} {r['median_s'][pe] * 1e3:.0f} ms {r['ratio_to_none'][pe]:.3f}x ({r['ratio_to_none_min'][pe]:.3f}x)"
             for pe in encodings) + f"; rotary spread {r['rotary_spread']:.3f}x ({r['rotary_spread_min']:.3f}x)",
             flush=True)
-    save_json(args.out, {"benchmark": "bench_ptv3_step", "commit": git_commit(), "dirty": tree_dirty(), "machine": platform.processor()
-                         or platform.machine(), "torch": torch.__version__, "points_per_cloud": args.points,
+    save_json(args.out, {"benchmark": "bench_ptv3_step", "commit": git_commit(), "dirty": tree_dirty(),
+                         "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+                         "points_per_cloud": args.points,
                          "clouds": 2, "network": NETWORK, "rounds": args.rounds, "results": results})
 
 

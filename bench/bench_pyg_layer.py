@@ -36,10 +36,9 @@ from pathlib import Path
 import torch
 from torch_geometric.nn import PointTransformerConv
 
+from bench_io import git_commit, import_file, save_json, tree_dirty
 from pointgeope.model.attention import PRESETS, PositionalEncoding, options_for
 from pointgeope.nn import GeoPEPointTransformerConv, knn_graph, target_frame
-
-from bench_io import git_commit, import_file, tree_dirty, save_json
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "bench_pyg_layer.json"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from bench_io import git_commit, tree_dirty, save_json
+from bench_io import git_commit, save_json, tree_dirty
 from pointgeope.model.qk_encodings import qk_encoding
 
 ROTARY = ("geope", "rope3d", "point3drope", "pointrope")
@@ -125,7 +125,8 @@ def main() -> None:
                     vs_none = r.get("vs_none", float("nan"))
                     print(f"{mode:>9} {r['threads']:>3} {patches:>4} {heads:>3} {head_dim:>3} {r['name']:>12} "
                           f"{1e3 * r['median_s']:9.1f} {r['vs_fastest_rotary']:8.2f} {vs_none:7.2f}")
-    save_json(args.out, {"benchmark": "qk_encodings", "commit": git_commit(), "dirty": tree_dirty(), "torch": torch.__version__,
+    save_json(args.out, {"benchmark": "qk_encodings", "commit": git_commit(), "dirty": tree_dirty(),
+                         "torch": torch.__version__,
                          "machine": platform.platform(), "processor": platform.processor(), "rounds": args.rounds,
                          "points": args.points, "patch": args.patch, "rows": rows})
     print(f"saved {args.out}")

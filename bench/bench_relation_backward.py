@@ -37,15 +37,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import interleave  # noqa: E402
-from bench_io import git_commit, tree_dirty, save_json  # noqa: E402
-from bench_model import synthetic_room  # noqa: E402
-
-from pointgeope.geope import frequencies  # noqa: E402
-from pointgeope.model import fused_attention, gather_backward  # noqa: E402
-from pointgeope.model.kernel_check import sync, timed  # noqa: E402
-from pointgeope.model.ops import HierarchySpec  # noqa: E402
-from pointgeope.model.rotation import rotation_tables  # noqa: E402
+import interleave
+from bench_io import git_commit, save_json, tree_dirty
+from bench_model import synthetic_room
+from pointgeope.geope import frequencies
+from pointgeope.model import fused_attention, gather_backward
+from pointgeope.model.kernel_check import sync, timed
+from pointgeope.model.ops import HierarchySpec
+from pointgeope.model.rotation import rotation_tables
 
 STRIDES, NEIGHBOURS, WIDTHS, SHARE = (1, 4, 4, 4, 4), (8, 16, 16, 16, 16), (32, 64, 128, 256, 512), 8
 OPS = ("frame", "relation", "aggregate")
@@ -171,7 +170,8 @@ def main() -> None:
     for s in range(1, len(STRIDES)):
         coords.append(coords[-1][h.samples[s]])
     result = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "commit": git_commit(short=True), "dirty": tree_dirty(), "torch": torch.__version__, "clouds": args.clouds,
+              "commit": git_commit(short=True), "dirty": tree_dirty(), "torch": torch.__version__,
+              "clouds": args.clouds,
               "points": args.points, "settings": {k: dict(v) for k, v in gather_backward.SETTINGS.items()},
               "stages": {}, "sweep": {}}
     for s in args.stages:

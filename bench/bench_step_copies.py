@@ -30,12 +30,11 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_model import synthetic_room  # noqa: E402
-from bench_io import git_commit, tree_dirty, save_json  # noqa: E402
-from bench_train_step import sgd_learner, step_batch  # noqa: E402
-
-from pointgeope.engine.step import train_step  # noqa: E402
-from pointgeope.model import PointTransformerSeg  # noqa: E402
+from bench_io import git_commit, save_json, tree_dirty
+from bench_model import synthetic_room
+from bench_train_step import sgd_learner, step_batch
+from pointgeope.engine.step import train_step
+from pointgeope.model import PointTransformerSeg
 
 COPIES = ("aten::copy_", "aten::clone", "aten::contiguous")
 VIEW_COPIES = ("CopySlices", "AsStridedBackward0")
@@ -98,7 +97,8 @@ def main() -> int:
     parser.add_argument("--label", default="current")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    run = {"commit": git_commit(short=True), "dirty": tree_dirty(), "torch": torch.__version__, "points": args.points, "clouds": args.clouds,
+    run = {"commit": git_commit(short=True), "dirty": tree_dirty(), "torch": torch.__version__, "points": args.points,
+           "clouds": args.clouds,
            "presets": {pe: step_copies(pe, args.points, args.clouds) for pe in args.presets}}
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     results[args.label] = run

@@ -27,11 +27,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_io import git_commit, tree_dirty, save_json  # noqa: E402
-from bench_train_step import make_inputs, sgd_learner, step_batch  # noqa: E402
-
-from pointgeope.engine.step import train_step  # noqa: E402
-from pointgeope.model import PointTransformerSeg, network  # noqa: E402
+from bench_io import git_commit, save_json, tree_dirty
+from bench_train_step import make_inputs, sgd_learner, step_batch
+from pointgeope.engine.step import train_step
+from pointgeope.model import PointTransformerSeg, network
 
 # views and metadata: no kernel on a GPU
 NO_KERNEL = {"view", "_unsafe_view", "expand", "permute", "t", "transpose", "unsqueeze", "squeeze", "select",

@@ -26,10 +26,10 @@ import io
 import os
 from pathlib import Path
 
-import interleave
 import numpy as np
-from bench_io import out_path, provenance, save_json
 
+import interleave
+from bench_io import out_path, provenance, save_json
 from data_prep.synth.write import format_lines
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_synth_write.json"

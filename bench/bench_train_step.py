@@ -57,18 +57,17 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import save_json  # noqa: E402
-from bench_model import synthetic_room  # noqa: E402
-from gpu_record import run_record  # noqa: E402
-from step_profile import profile, sync as _sync  # noqa: E402
-
-from pointgeope.engine import build  # noqa: E402
-from pointgeope.engine.config import Config, OptimConfig, TrainConfig  # noqa: E402
-from pointgeope.engine.state import Learner  # noqa: E402
-from pointgeope.engine.step import train_step  # noqa: E402
-from pointgeope.model import PointTransformerSeg  # noqa: E402
-from pointgeope.model.kernel_check import timed as one_timer  # noqa: E402
-from pointgeope.model.ops import backends, fps  # noqa: E402
+from bench_io import save_json
+from bench_model import synthetic_room
+from gpu_record import run_record
+from pointgeope.engine import build
+from pointgeope.engine.config import Config, OptimConfig, TrainConfig
+from pointgeope.engine.state import Learner
+from pointgeope.engine.step import train_step
+from pointgeope.model import PointTransformerSeg
+from pointgeope.model.kernel_check import timed as one_timer
+from pointgeope.model.ops import backends, fps
+from step_profile import profile, sync as _sync
 
 AMP = ("bf16", "fp16", "none")  # train.amp's values
 
@@ -203,8 +202,8 @@ def loader_sample_costs(args) -> dict:
     grid sampling, the ``voxel_max`` crop, ``ToData``) and, with ``data.hierarchy: loader``, the sample's
     hierarchy (numba FPS, pykdtree). The room: ``synth --size bench`` Area_5 room 1 (about 0.85M points)."""
     import numpy as np
-    from data_prep.synth.dataset import synth_room
 
+    from data_prep.synth.dataset import synth_room
     from pointgeope.data.dataset import room_sample, sample_rng
     from pointgeope.data.transforms import ToData, s3dis_train_transform, shift_to_origin, take_points
     from pointgeope.data.voxelize import random_crop, voxel_sample
@@ -269,7 +268,7 @@ def run(args, out: dict, write) -> None:
             for mode in modes:
                 if rep and time.perf_counter() > deadline:   # out of budget: keep what is measured
                     continue
-                seconds, peak = timed(lambda: case.step(given=mode == "given"), device)
+                seconds, peak = timed(lambda: case.step(given=mode == "given"), device)  # noqa: B023 - run at once
                 times[pe][mode].append(seconds)
                 peaks[pe][mode] = max(peaks[pe][mode], peak)
             if args.beside_steps and not (rep and time.perf_counter() > deadline):
@@ -281,7 +280,7 @@ def run(args, out: dict, write) -> None:
         print(f"rep {rep + 1}/{args.reps}: " + "  ".join(
             f"{pe} {r.get('given_s', float('nan')):.3f} s" for pe, r in out["presets"].items()), flush=True)
     base = out["presets"][args.presets[0]]
-    for pe, row in out["presets"].items():
+    for row in out["presets"].values():
         for key in ("given_s", "in_model_s", "beside_s", "given_peak_mib", "in_model_peak_mib"):
             if row.get(key) and base.get(key):
                 row[key.replace("_s", "").replace("_mib", "") + "_ratio"] = row[key] / base[key]
@@ -292,7 +291,8 @@ def run(args, out: dict, write) -> None:
     if not args.no_point_ops:
         out["point_ops"] = point_ops(inputs, spec, device, reps=2)
     if args.profile:
-        out["profile"] = {pe: profile(lambda: case.step(given=True), device) for pe, case in cases.items()}
+        out["profile"] = {pe: profile(lambda: case.step(given=True), device)  # noqa: B023 - run at once
+                          for pe, case in cases.items()}
     write()
 
 
@@ -307,7 +307,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--budget", type=float, default=240.0,
-                        help="seconds from the end of the warm-up after which no new rep starts (the first always runs)")
+                        help="seconds from the end of the warm-up after which no new rep starts (the first always "
+                             "runs)")
     parser.add_argument("--profile", action="store_true", help="also the top kernels of one step per preset")
     parser.add_argument("--loader-samples", type=int, default=0,
                         help="also time what a loader worker pays per sample (block, hierarchy) on N samples")
@@ -340,7 +341,7 @@ def main() -> int:
         print(json.dumps(out["loader_per_sample"], indent=1))
         return 0
     if args.kernels:
-        from train_step_kernels import run_kernels      # the kernels' comparison, its own module
+        from train_step_kernels import run_kernels  # the kernels' comparison, its own module
         run_kernels(args, out, write)
     else:
         run(args, out, write)

@@ -26,10 +26,10 @@ import argparse
 import os
 from pathlib import Path
 
-import interleave
 import numpy as np
-from bench_io import out_path, provenance, save_json
 
+import interleave
+from bench_io import out_path, provenance, save_json
 from pointgeope.data.fragments import voxel_fragments
 from pointgeope.data.voxelize import random_crop, voxel_sample
 

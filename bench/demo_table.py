@@ -24,8 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import git_commit  # noqa: E402
-
+from bench_io import git_commit
 from pointgeope.engine.trained_threads import saved_threads, threads_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,7 +124,8 @@ def block(run_dir: Path, seconds: float | None, commit: str, cores: int, date: s
         "",
         f"The folds' mIoU spans {pct(lo['miou'])} % (fold {lo['fold']}) to {pct(hi['miou'])} % (fold {hi['fold']});"
         f" {chance}. Times vary with the machine and its load; the scores are the same on every run of one commit",
-        "with one torch thread (`train.threads: 1` in `configs/demo.yaml`; another count or CPU kind sums in another order:",
+        "with one torch thread (`train.threads: 1` in `configs/demo.yaml`; another count or CPU kind sums in another "
+        "order:",
         "other weights, other scores). `bench/demo_table.py` regenerates this block from a `make demo` run.",
     ])
 

@@ -55,7 +55,7 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 def chromium(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
 
 
 def missing_from(dom: str, expected: tuple[str, ...]) -> list[str]:

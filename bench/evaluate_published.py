@@ -71,7 +71,8 @@ def published_case(args) -> dict:
     seconds = min(rows)
     out = {"size": args.size, "points": int(n), "fragments": result.fragments[0], "fragments_run": used,
            "predictions": sum(forwarded), "forwards": len(forwarded), "seconds_per_room": round(seconds, 3),
-           "seconds_all": rows, "points_per_s": round(n / seconds), "predictions_per_s": round(sum(forwarded) / seconds),
+           "seconds_all": rows, "points_per_s": round(n / seconds),
+           "predictions_per_s": round(sum(forwarded) / seconds),
            "batch_points": cfg.eval.batch_points, "device": str(device), "threads": torch.get_num_threads(),
            "variant": args.variant, "config": args.config, "set": args.set, "amp": tested_precision(cfg, device),
            "train_amp": cfg.train.amp, "eval_amp": cfg.eval.amp}

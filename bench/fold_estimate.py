@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pointgeope.constants import AREA_ROOMS  # noqa: E402
+from pointgeope.constants import AREA_ROOMS
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "configs" / "s3dis" / "pt_geope.yaml"

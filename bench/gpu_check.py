@@ -82,12 +82,19 @@ import sys
 import time
 from pathlib import Path
 
-from fold_estimate import estimate, recipe  # noqa: E402
-from gpu_check_demo import step_ddp, step_evaluate, step_predict, step_train  # noqa: E402
-from gpu_check_paths import (step_graphs, step_graphs16, step_kernels, step_loader, step_norm,  # noqa: E402
-                             step_norm_op, step_relation_backward)
-from gpu_check_ptv3 import add_ptv3_args, ptv3_steps  # noqa: E402
-from gpu_runner import REPO, Check, published_test, result_path, run_with_result  # noqa: E402
+from fold_estimate import estimate, recipe
+from gpu_check_demo import step_ddp, step_evaluate, step_predict, step_train
+from gpu_check_paths import (
+    step_graphs,
+    step_graphs16,
+    step_kernels,
+    step_loader,
+    step_norm,
+    step_norm_op,
+    step_relation_backward,
+)
+from gpu_check_ptv3 import add_ptv3_args, ptv3_steps
+from gpu_runner import REPO, Check, published_test, result_path, run_with_result
 
 RESULTS = REPO / "bench" / "results" / "gpu.json"
 
@@ -143,8 +150,8 @@ def step_bench(check: Check, py: str) -> None:
     """The step at 2 x ``--points`` with ``--amp``: hierarchy given, in line, beside (``bench_train_step``)."""
     a = check.args
     data = result_path(check, "bench_train_step.json")
-    run_with_result(check, "bench", _bench_cmd(check, py, data, a.bench_limit, a.clouds, a.amp, a.presets), a.bench_limit,
-                    data)
+    run_with_result(check, "bench", _bench_cmd(check, py, data, a.bench_limit, a.clouds, a.amp, a.presets),
+                    a.bench_limit, data)
 
 
 def step_bench_bf16(check: Check, py: str) -> None:
@@ -180,7 +187,8 @@ def step_warm(check: Check, py: str) -> None:
     scratch.mkdir(exist_ok=True)                          # the scripts replace their output file)
     jobs = [[py, "bench/bench_train_step.py", "--out", str(scratch / f"{pe}_{amp}.json"), "--device", "cuda",
              "--points", str(a.points), "--clouds", "2", "--amp", amp, "--presets", pe, "--warmup", "1",
-             "--warm-only", "--beside-steps", "1", "--hierarchy-clouds"] for pe in a.presets for amp in ("none", "bf16")]
+             "--warm-only", "--beside-steps",
+             "1", "--hierarchy-clouds"] for pe in a.presets for amp in ("none", "bf16")]
     if not a.no_hierarchy:
         jobs.append([py, "bench/bench_hierarchy.py", "--out", str(scratch / "hierarchy.json"), "--device", "cuda",
                      "--clouds", "2", "--points", str(a.points), "--backends", "triton", "cpu", "--reps", "1"])
@@ -240,8 +248,9 @@ def parse_args() -> argparse.Namespace:
     add("--out", type=Path, default=RESULTS)
     add("--budget", type=float, default=540.0, help="seconds for all steps together")
     add("--tests", default="", help="pytest -k expression of the tests step (default: every test of --tests-paths)")
-    add("--tests-paths", nargs="+", default=["tests/model", "tests/engine/test_build.py", "tests/engine/test_evaluate.py",
-                                             "tests/test_geope.py", "tests/test_metrics.py"])
+    add("--tests-paths", nargs="+", default=["tests/model", "tests/engine/test_build.py",
+                                             "tests/engine/test_evaluate.py", "tests/test_geope.py",
+                                             "tests/test_metrics.py"])
     add("--tests-workers", type=int, default=12, help="pytest-xdist processes of the tests step (1: none)")
     for name in ("tests", "bench", "hierarchy", "relation_backward", "published", "check", "norm", "graphs",
                  "graphs16", "loader"):
@@ -334,7 +343,7 @@ def main() -> int:
             continue
         try:
             fn(check, py)
-        except Exception as err:          # a bug of this script: recorded, and the next step still runs
+        except Exception as err:  # noqa: BLE001 - a bug of this script: recorded, and the next step still runs
             check.result["steps"].setdefault(name, {}).update(ok=False, error=f"{type(err).__name__}: {err}")
         check.write()
     failed = [n for n, s in check.result["steps"].items() if not s.get("ok", True)]

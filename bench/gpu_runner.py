@@ -62,7 +62,7 @@ class Check:
         with open(log, "w") as f:
             try:
                 rc = subprocess.run(cmd, cwd=REPO, env=self.env, stdout=f, stderr=subprocess.STDOUT,
-                                    timeout=limit).returncode
+                                    timeout=limit, check=False).returncode
             except subprocess.TimeoutExpired:
                 rc = "timeout"
         seconds = round(time.perf_counter() - start, 2)

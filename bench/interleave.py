@@ -20,7 +20,8 @@ def _nothing() -> None:
 
 
 def rounds(fns: Mapping[str, Callable[[], object]], reps: int, warmup: int = 1,
-           sync: Callable[[], None] = _nothing) -> tuple[dict[str, object], dict[str, list[float]], dict[str, list[float]]]:
+           sync: Callable[[], None] = _nothing) -> tuple[dict[str, object], dict[str, list[float]],
+                                                         dict[str, list[float]]]:
     """Run every side of ``fns`` ``warmup`` times untimed (each side's runs together: a first call compiles),
     then ``reps`` rounds, each timing every side once in the rotated order; ``sync()`` (a device's queue
     waited for) before and after each timed call. Returns each side's last result, its wall seconds and its

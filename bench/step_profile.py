@@ -25,8 +25,7 @@ def profile(step, device: torch.device, top: int = 12) -> dict:
     time in which the GPU ran one (``busy_share``: well below 1, the step waits on the host launching its
     kernels; the profiler's own cost lengthens the host's part, so compare ``busy_ms`` with the unprofiled
     step too)."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
+    from torch.profiler import ProfilerActivity, profile as torch_profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with torch_profile(activities=activities) as prof:

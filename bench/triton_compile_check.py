@@ -43,10 +43,14 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from pointgeope.model import triton_attention as att
-from pointgeope.model import fused_attention, gather_backward, norm
-from pointgeope.model import triton_gather as gat
-from pointgeope.model import triton_norm
+from pointgeope.model import (
+    fused_attention,
+    gather_backward,
+    norm,
+    triton_attention as att,
+    triton_gather as gat,
+    triton_norm,
+)
 from pointgeope.model.ops import triton_fps, triton_fps_rounds, triton_knn
 from pointgeope.model.ops.backends import TRITON_KNN_MAX_K
 
@@ -70,10 +74,12 @@ def ops_cases() -> list[tuple[str, object, dict, dict, dict]]:
             dict(num_warps=triton_knn.KNN_WARPS)) for k in (3, 8, 16, 32, TRITON_KNN_MAX_K)]    # up to its largest
     r = triton_fps_rounds
     rounds = [(f"fps_rounds_nbp{n}", r._fps_rounds_kernel, ROUNDS_SIG,
-               dict(BLOCK_LANES=n, BLOCK_POINTS=r.BLOCK_POINTS, CHUNK_BLOCKS=r.CHUNK_BLOCKS, ROUND_SAMPLES=r.ROUND_SAMPLES,
-                    UPDATE_BLOCKS=r.UPDATE_BLOCKS, UPDATE_SAMPLES=r.UPDATE_SAMPLES, LEVELS=r.LEVELS, TUPLE=True),
+               dict(BLOCK_LANES=n, BLOCK_POINTS=r.BLOCK_POINTS, CHUNK_BLOCKS=r.CHUNK_BLOCKS,
+                    ROUND_SAMPLES=r.ROUND_SAMPLES, UPDATE_BLOCKS=r.UPDATE_BLOCKS, UPDATE_SAMPLES=r.UPDATE_SAMPLES,
+                    LEVELS=r.LEVELS, TUPLE=True),
                dict(num_warps=r.WARPS, num_stages=1, **r.MAXNREG)) for n in (2048, 512, 128, 2)]   # 131k .. 65 points
-    return knn + rounds + [("fps_stream", triton_fps._fps_kernel, STREAM_SIG, dict(BLOCK=4096), dict(num_warps=16, num_stages=1))]
+    return knn + rounds + [("fps_stream", triton_fps._fps_kernel, STREAM_SIG, dict(BLOCK=4096),
+                            dict(num_warps=16, num_stages=1))]
 
 
 def attention_signatures(t: str, acc: str) -> dict:
@@ -174,8 +180,8 @@ def _norm_at(width: int, t: str, batch: bool, prefix: bool = False,
     options = dict(FUSED, num_warps=norm.WARPS)
     mode = (("prefix" if prefix else "train") if batch else "eval") + ("" if relu else "_plain")
     return [(f"norm_{name}_{t}_{mode}_tile{block_r}_{block_c}", getattr(triton_norm, name),
-             sig, dict(meta, F64=f64), options) for name, meta in kernels if batch or name in ("stats_finish",
-                                                                                                "normalize", "grad_input")]
+             sig, dict(meta, F64=f64), options) for name, meta in kernels
+            if batch or name in ("stats_finish", "normalize", "grad_input")]
 
 
 def _gather_at(k: int, width: int, t: str, sig: dict, f64: bool, setting: dict | None = None,
@@ -245,7 +251,7 @@ def spills(ptx: str, arch: int) -> dict:
         with open(path, "w") as f:
             f.write(ptx)
         out = subprocess.run([_ptxas(arch), "-v", f"--gpu-name=sm_{arch}{'a' if arch == 90 else ''}", path, "-o",
-                              os.path.join(tmp, "k.o")], capture_output=True, text=True).stderr
+                              os.path.join(tmp, "k.o")], capture_output=True, text=True, check=False).stderr
     found = re.search(r"(\d+) bytes spill stores", out)
     return {"spill_store_bytes": int(found.group(1))} if found else {"ptxas": out[-300:]}
 
@@ -256,9 +262,12 @@ def resources(cubin: bytes) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run([CUOBJDUMP, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+        out = subprocess.run([CUOBJDUMP, "--dump-resource-usage", f.name], capture_output=True, text=True,
+                             check=False).stdout
     found = re.search(r"REG:(\d+) STACK:(\d+)", out)
-    return {"registers": int(found.group(1)), "stack_bytes": int(found.group(2))} if found else {"resources": out[-300:]}
+    if not found:
+        return {"resources": out[-300:]}
+    return {"registers": int(found.group(1)), "stack_bytes": int(found.group(2))}
 
 
 JOBS: list[tuple[str, tuple]] = []     # (name, compile_one's arguments), read by the forked workers
@@ -286,7 +295,8 @@ def main() -> int:
     JOBS[:] = [(f"{name}_sm{arch}", (kernel, signature, constexprs, options, arch))
                for name, kernel, signature, constexprs, options in ops + attention_cases(quick) + norm_cases(quick)
                + ([] if quick else gather_sweep_cases())
-               if not (quick and name.startswith("knn_") and name != "knn_k16") for arch in ((90,) if quick else (80, 90))]
+               if not (quick and name.startswith("knn_") and name != "knn_k16")
+               for arch in ((90,) if quick else (80, 90))]
     with multiprocessing.get_context("fork").Pool(min(2, os.cpu_count() or 1)) as pool:   # compiles: CPU-bound
         result["kernels"] = dict(zip((name for name, _ in JOBS), pool.map(_compile_job, range(len(JOBS)))))
     print(json.dumps(result, indent=2))

@@ -53,8 +53,9 @@ class Stock:
 
 
 # OUT/.work/assembled.json: area -> checksum of each Area_N.h5 written since manifest.json was: a run killed
-# before its manifest trusts these files on rerun, where their rooms' work files are already gone.
-ASSEMBLED = "assembled.json"
+# before its manifest trusts these files on rerun, where their rooms' work files are already gone; lineage.json:
+# area -> [that checksum, points, same_points], which only the file it replaced told (data.identity.prepared_points).
+ASSEMBLED, LINEAGE = "assembled.json", "lineage.json"
 
 
 def _work_file(out: Path, area: str, room: str) -> Path:
@@ -250,13 +251,14 @@ def _assemble(out: Path, stock: Stock, areas: list[str], limits: PointLimits,
     ``.work/assembled.json``, then move it onto ``Area_N.h5`` and remove its work files; returns the changed
     areas, every area file's checksum and its ``(points, same_points)`` (``data.identity.prepared_points``).
     An area of RAW without a room written has its previous file moved aside."""
-    from data_prep.writer import write_json
+    from data_prep.writer import with_lineage, write_json
     from pointgeope.checksum import file_checksum
     from pointgeope.data.identity import prepared_points
     from pointgeope.h5 import area_path, read_room_record, write_area
 
     changed, checksums, points = set(), {}, {}
-    assembled = _read_manifest(out / ".work", ASSEMBLED)
+    assembled, lineage = _read_manifest(out / ".work", ASSEMBLED), _read_manifest(out / ".work", LINEAGE)
+    old_manifest = with_lineage(old_manifest, lineage, stock.checksums)  # as a run killed after assembling left it
     for area in areas:
         area_file = area_path(out, area)
         names = list(stock.ready[area])
@@ -270,9 +272,11 @@ def _assemble(out: Path, stock: Stock, areas: list[str], limits: PointLimits,
             staged = out / ".work" / area_file.name  # its checksum is recorded before it replaces Area_N.h5,
             write_area(staged, area, records(), limits.max_extent)  # so that a rerun after a kill trusts it
             checksums[area] = assembled[area] = file_checksum(staged)
-            write_json(out / ".work" / ASSEMBLED, assembled)
             points[area] = prepared_points(area, area_file, stock.checksums[area], staged, old_manifest,
                                            checksums[area])
+            lineage[area] = [checksums[area], *points[area]]
+            write_json(out / ".work" / ASSEMBLED, assembled)
+            write_json(out / ".work" / LINEAGE, lineage)
             staged.replace(area_file)
         else:
             checksums[area] = stock.checksums[area]  # verified by _trusted_attrs

@@ -49,3 +49,20 @@ def folds(areas: Iterable[str]) -> dict:
     areas = sorted(areas, key=lambda a: int(a.split("_")[1]))
     return {"version": 1, "folds": {a.split("_")[1]: {"test": [a], "train": [b for b in areas if b != a]}
                                     for a in areas}}
+
+
+def with_lineage(old: dict, lineage: dict, trusted: dict[str, str | None]) -> dict:
+    """The manifest ``old`` as a prepare killed after replacing area files left it: for each area whose file
+    is the one ``lineage`` (area -> ``[checksum, points, same_points]``, recorded before it replaced the
+    previous file) names, and ``trusted`` (area -> checksum of the file now) holds, that file's ``checksums``,
+    ``points`` and ``same_points`` (``pointgeope.data.identity.prepared_points``), which only the replaced file
+    told."""
+    def section(key: str) -> dict:
+        return dict(old[key]) if isinstance(old.get(key), dict) else {}
+
+    new = {**old, "checksums": section("checksums"), "points": section("points"), "same_points": section("same_points")}
+    for area, entry in lineage.items():
+        if isinstance(entry, list) and len(entry) == 3 and entry[0] == trusted.get(area) \
+                and isinstance(entry[1], str) and isinstance(entry[2], list):
+            new["checksums"][area], new["points"][area], new["same_points"][area] = entry
+    return new

@@ -43,11 +43,15 @@ def denied_by(path: str | bytes | os.PathLike) -> tuple[str, Path, str] | None:
 def denied_line(err: OSError) -> str:
     """The one line of a denied access ``err``: the path it names, what refused it (:func:`denied_by`) and what
     to do, e.g. ``Permission denied: RUN/area_1/last.pt: this user cannot enter the folder RUN/area_1;
-    change its permissions (chmod, chown) or use another folder``."""
-    name = os.fsdecode(err.filename) if err.filename is not None else None
-    said = f"{err.strerror or err}" + (f": {name}" if name else "")
-    found = denied_by(name) if name else None
+    change its permissions (chmod, chown) or use another folder``. A file descriptor in the place of the path
+    (``os.chmod(fd, ...)`` names the number) is said as it is, with no folder to look at."""
+    name = err.filename
+    if isinstance(name, (str, bytes, os.PathLike)):
+        name = os.fsdecode(name)
+    said = f"{err.strerror or err}" + (f": {name}" if name is not None and name != "" else "")
+    found = denied_by(name) if isinstance(name, str) and name else None
     if found is None:
         return f"{said}; check the permissions of it and of its folders, or use another folder"
     kind, where, what = found
-    return f"{said}: this user cannot {what} the {kind} {where}; change its permissions (chmod, chown) or use another folder"
+    return (f"{said}: this user cannot {what} the {kind} {where}; change its permissions (chmod, chown) or use "
+            "another folder")

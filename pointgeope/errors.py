@@ -26,9 +26,9 @@ drops exceptions (while ``prepare --jobs N`` forks its workers, a weakref callba
 delivered again, and raised as the command ends if it would come later. One that comes after the command's
 last file, as the process exits, stops nothing: SIGTERM then ends the process by the signal, without the
 line (a shell reports 143); a Ctrl-C is one line saying that nothing is lost, and the exit code stays the
-command's, 0 (every file was written; :func:`settle_exit`). A block that a stop must not cut short (a DDP training step) defers it to its end (:func:`stops_deferred`). A reader of
-the output that has gone (``pointgeope report RUN | head``) ends a command quietly, exit code 141 (128 +
-SIGPIPE).
+command's, 0 (every file was written; :func:`settle_exit`). A block that a stop must not cut short (a DDP training step)
+defers it to its end (:func:`stops_deferred`). A reader of the output that has gone (``pointgeope report RUN | head``)
+ends a command quietly, exit code 141 (128 + SIGPIPE).
 """
 from __future__ import annotations
 
@@ -80,11 +80,11 @@ def stop_on_sigterm() -> Iterator[list[int]]:
     before a stop is raised (:mod:`pointgeope.stop_imports`: a stop inside its C++ start-up aborted)."""
     def stop(signum, frame):
         stops.append(signum)
-        raise Terminated()
+        raise Terminated
 
     def interrupt(signum, frame):
         stops.append(signum)
-        raise KeyboardInterrupt()
+        raise KeyboardInterrupt
 
     stops: list[int] = []  # the signals whose stop was raised in the block
     if threading.current_thread() is not threading.main_thread():

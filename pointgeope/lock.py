@@ -137,7 +137,7 @@ def _open_locked(path: Path) -> int:
     """Open ``path`` and take its flock; the descriptor, or LockError when a live process holds it."""
     while True:
         fd = _open_lock_file(path, os.O_RDWR | os.O_CREAT, 0o644)
-        _flock_or_refuse(fd, "LOCK_EX", lambda: _refuse(path, _holder(fd)))
+        _flock_or_refuse(fd, "LOCK_EX", lambda: _refuse(path, _holder(fd)))  # noqa: B023 - called before fd changes
         try:  # a releasing owner may have deleted the file between our open and our flock
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 return fd
@@ -298,16 +298,23 @@ def reader_lock(folder: str | Path) -> Iterator[None]:
 
     A folder where this user cannot make the lock file (missing, read-only: a shared copy of the data that
     nobody prepares into) is read without it. A folder in the lock file's place is refused, as a writer
-    refuses it (:func:`_open_lock_file`): read without the lock, a prepare could replace the files meanwhile
-    once that folder is gone, and one writer per folder would hold no more.
+    refuses it (:func:`_open_lock_file`), where this user can write ``folder`` (and so remove that folder, or
+    prepare there): read without the lock, a prepare could replace the files meanwhile once that folder is
+    gone, and one writer per folder would hold no more. In a folder it cannot write, it could not make the lock
+    file either: read without it, as that rule says (its advice, to remove the folder, could not be followed).
 
     Raises:
         LockError: a writer holds ``folder`` now (named as :func:`folder_lock` names it), or a folder stands
-            in the place of ``FOLDER/.readers.lock``.
+            in the place of ``FOLDER/.readers.lock`` in a folder that this user can write.
     """
     path = Path(folder) / READERS_NAME
     try:
         fd = _open_lock_file(path, os.O_RDONLY | os.O_CREAT, 0o666)
+    except LockError:
+        if os.access(folder, os.W_OK):
+            raise
+        yield
+        return
     except OSError:
         yield
         return

@@ -19,7 +19,8 @@ _SPREAD = ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00
 
 # --- the code of one point, in plain arithmetic --------------------------------------------------------------
 # Operators, min, max and int only, so that numba compiles these for the CPU order (pointgeope.morton_order, at
-# fewer bits for its radix sort); model/ops/morton.py's keys_in computes the same on whole tensors (test_morton.py checks that they agree).
+# fewer bits for its radix sort); model/ops/morton.py's keys_in computes the same on whole tensors (test_morton.py
+# checks that they agree).
 
 def code(cx, cy, cz):
     """The Morton code ``... z1 y1 x1 z0 y0 x0`` of the cell ``(cx, cy, cz)``, each ``< 2^21``: ints, int64

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 # The smallest magnitude that float32 rounds to infinity (half an ulp above its largest finite value, a tie
 # that rounds to even: infinity): a finite float64 ``v`` is finite in float32 exactly when ``|v| < FLOAT32_INF``.
 FLOAT32_INF = 2.0**128 - 2.0**103

@@ -33,7 +33,7 @@ def checkout_commit(root: Path = PACKAGE_PARENT, short: bool = False) -> str | N
     try:
         done = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel",
                                *(["--short"] if short else []), "HEAD"], text=True,
-                              capture_output=True, stdin=subprocess.DEVNULL, timeout=GIT_TIMEOUT_S)
+                              capture_output=True, stdin=subprocess.DEVNULL, timeout=GIT_TIMEOUT_S, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     lines = done.stdout.splitlines()

@@ -35,8 +35,8 @@ class Chromium:
             os.dup2(child_out, 4)
 
         self._proc = subprocess.Popen([executable, *FLAGS, f"--user-data-dir={self._profile.name}"],
-                                      preexec_fn=onto_3_and_4, close_fds=False, stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                      preexec_fn=onto_3_and_4, close_fds=False,  # noqa: PLW1509 - dup2 only
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for fd in (to_child, from_child, child_in, child_out):
             os.close(fd)
         self._buffer, self._id, self._session = b"", 0, None

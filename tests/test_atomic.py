@@ -96,7 +96,7 @@ def test_a_write_the_disk_refuses_names_the_target_even_behind_another_error(tmp
             try:
                 raise OSError(code, os.strerror(code))
             except OSError:
-                raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos")  # as torch.save
+                raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos")  # noqa: B904 - as torch.save
         assert str(err.value) == (f"{path}: cannot write it: {cause}; nothing of it was kept; free space (or "
                                   "raise the limit) and run the same command again")
         assert path.read_text() == "old" and list(tmp_path.iterdir()) == [path]

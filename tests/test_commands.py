@@ -61,7 +61,7 @@ def test_overrides_on_both_sides_of_the_options_are_all_kept_in_order(capsys):
     repo = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "train.py", "--config", "configs/demo.yaml", "optim.lr=0.1", "--run-dir",
                            "R", "train.epochs=0", "--test-area", "1"], cwd=repo, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, check=False)
     assert (proc.returncode, proc.stderr.strip()) == (
         2, "train.py: error: override 'train.epochs=0': train.epochs: expected an integer >= 1, got 0")
 

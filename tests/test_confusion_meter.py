@@ -2,14 +2,14 @@
 counts against numpy's, its refusals, and its all-reduce over ranks; the hand example is test_metrics.py's."""
 from __future__ import annotations
 
-import re
 import os
+import re
 
 import numpy as np
 import pytest
 import torch
 
-from pointgeope.metrics import (ConfusionMeter, confusion_matrix, scores)
+from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
 from tests.conftest import cuda_devices
 from tests.test_metrics import HAND, _hand_labels
 

@@ -77,3 +77,14 @@ def test_a_relative_path_stays_relative_and_a_bytes_name_is_text():
     assert line == ("Permission denied: no/such/tb/events.out; check the permissions of it and of its folders, or "
                     "use another folder")
 
+
+
+def test_a_file_descriptor_in_the_place_of_a_path_is_said_not_a_traceback():
+    """``os.chmod(fd, ...)`` of another user's file fails with EPERM and the descriptor's number as its
+    ``filename``: os.fsdecode of that int raised a TypeError inside the error's own line (a traceback)."""
+    from pointgeope.denied import denied_line
+    from pointgeope.errors import user_message
+
+    err = PermissionError(1, "Operation not permitted", 7)
+    expected = "Operation not permitted: 7; check the permissions of it and of its folders, or use another folder"
+    assert denied_line(err) == expected and user_message(err) == expected

@@ -117,7 +117,8 @@ def test_a_stop_dropped_as_the_command_ends_is_its_exit_code_not_the_callers(sig
     """The stop dropped in a callback was sent again 10 ms later, whatever happened meanwhile: dropped as
     the command returned, it came after run_command had returned 0, as a KeyboardInterrupt in the caller's
     code (SIGINT) or a kill by SIGTERM's default action, with no line. It now ends the command it came in."""
-    done = subprocess.run([sys.executable, "-c", STOP_AT_THE_END, sig], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", STOP_AT_THE_END, sig], capture_output=True, text=True, timeout=60,
+                          check=False)
     assert (done.returncode, done.stdout, done.stderr) == (0, f"returned {code}\n", f"pointgeope x: {word}\n")
 
 
@@ -152,7 +153,7 @@ def test_a_stop_sent_again_while_the_hook_starts_its_thread_is_not_lost(sig, cod
     (a busy machine), the stop came back inside the hook, where Python drops it too ("Exception ignored in
     sys.unraisablehook"), and the command ended with exit code 0. It is sent again once more."""
     done = subprocess.run([sys.executable, "-c", STOP_SENT_AGAIN_INTO_THE_HOOK, sig], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (0, f"returned {code}\n", f"pointgeope x: {word}\n")
 
 
@@ -180,7 +181,7 @@ def test_a_keyboard_interrupt_dropped_in_another_thread_stops_nothing():
     was interrupted (exit 130) by no signal. Off the main thread it goes to Python's hook, and the command
     goes on."""
     done = subprocess.run([sys.executable, "-c", KEYBOARD_INTERRUPT_IN_A_THREAD], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, check=False)
     assert (done.returncode, done.stdout) == (0, "returned 0\n"), done.stderr
     assert "Exception ignored" in done.stderr and "KeyboardInterrupt" in done.stderr
 
@@ -315,7 +316,7 @@ def test_a_ctrl_c_that_an_import_turns_into_an_import_error_is_still_a_stop(tmp_
     An ImportError without a stop before it is still a bug (its traceback)."""
     run = [sys.executable, "-c", STOP_IN_NUMPYS_IMPORT, "datetime", "report", str(tmp_path / "run"),
            "--out", str(tmp_path / "out")]
-    done = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(run, capture_output=True, text=True, timeout=120, check=False)
     assert (done.returncode, done.stderr) == (130, "pointgeope report: interrupted\n")
     with pytest.raises(ImportError):
         run_command("pointgeope x", _raise(ImportError("a bug")))

@@ -78,7 +78,8 @@ def test_pygs_examples_build_pygs_modules():
     """PyG's examples build each block's `pos_nn` and `attn_nn` as `MLP([., 64, C], norm=None, plain_last=False)`
     (`Linear-ReLU-Linear-ReLU`: delta_ij and the attention logits are >= 0) and the head as `MLP([C, 64,
     classes], norm=None)` (`Linear-ReLU-Linear`); ours are those modules, for PyG's layer and for GeoPE's."""
-    classification, segmentation = load("pyg_point_transformer_classification"), load("pyg_point_transformer_segmentation")
+    classification = load("pyg_point_transformer_classification")
+    segmentation = load("pyg_point_transformer_segmentation")
     torch.manual_seed(0)
     for layer in ("pyg", "geope"):
         for net, width in ((classification.Net(6, 0, [16, 32], layer, 64, k=8), 32),
@@ -117,18 +118,20 @@ def test_segmentation_interpolation_is_pygs_knn_interpolate_also_for_examples_of
 
 @pytest.mark.slow                               # a Python with torch and PyG started for each case
 @pytest.mark.parametrize("name,args,error", [
-    ("classification", ["--layers", "pyg", "geope3"], "argument --layers: invalid choice: 'geope3' (choose from 'pyg', "),
+    ("classification", ["--layers", "pyg", "geope3"],
+     "argument --layers: invalid choice: 'geope3' (choose from 'pyg', "),
     ("classification", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0"),
     ("segmentation", ["--points", "9"], "argument --points: expected an int >= 10, got 9"),
     ("", ["--steps", "0"], "argument --steps: expected an int >= 1, got 0"),
     ("", ["--steps", "x"], "argument --steps: invalid int value: 'x'"),          # not "invalid positive value"
     ("segmentation", ["--steps", "x"], "argument --steps: invalid int value: 'x'")])
 def test_pygs_examples_refuse_a_bad_argument_in_one_line_before_any_work(name, args, error):
-    """The three PyG examples: a misspelt layer, no steps or too few points for the shapes were a traceback after the data were made
-    (`ValueError: unknown positional encoding`, `IndexError`, torch's `cannot sample n_sample <= 0 samples`)."""
+    """The three PyG examples: a misspelt layer, no steps or too few points for the shapes were a traceback after the
+    data were made (`ValueError: unknown positional encoding`, `IndexError`, torch's `cannot sample n_sample <= 0
+    samples`)."""
     script = REPO / "examples" / f"pyg_point_transformer{'_' * bool(name)}{name}.py"
-    done = subprocess.run([sys.executable, str(script), *args], check=False, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = subprocess.run([sys.executable, str(script), *args], check=False, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 2 and done.stdout == "", done.stderr
     assert done.stderr.splitlines()[-1].startswith(f"{script.name}: error: {error}")
 

@@ -122,7 +122,9 @@ def test_one_axis_is_rope_with_negative_angle():
 def test_two_axes_closed_form_of_the_paper():
     """Section 3.2: with Theta = |t| / 2 and (alpha, beta) = (t_h, t_w) / |t| the matrix is
 
-    [[cos T, -b sin T, a sin T], [b sin T, a^2 + b^2 cos T, ab (1 - cos T)], [-a sin T, ab (1 - cos T), b^2 + a^2 cos T]]
+    [[cos T, -b sin T, a sin T],
+     [b sin T, a^2 + b^2 cos T, ab (1 - cos T)],
+     [-a sin T, ab (1 - cos T), b^2 + a^2 cos T]]
     """
     t = torch.randn(100, 2, dtype=torch.float64) * 4
     theta = t.norm(dim=-1) / 2
@@ -304,7 +306,7 @@ def test_fast_path_gradient_for_features_only():
     pos = torch.rand(6, 4, 3, dtype=torch.float64) * 3
     for x_shape, pos_ in (((6, 4, 35), pos), ((6, 1, 35), pos), ((6, 4, 35), pos[:, :1])):
         x = torch.randn(x_shape, dtype=torch.float64, requires_grad=True)
-        assert torch.autograd.gradcheck(lambda x: pe(x, pos_), (x,))
+        assert torch.autograd.gradcheck(lambda x: pe(x, pos_), (x,))  # noqa: B023 - run at once
         g = torch.randn(torch.broadcast_shapes(x_shape[:-1], pos_.shape[:-1]) + (35,), dtype=torch.float64)
         (fast,) = torch.autograd.grad(pe(x, pos_), x, g)
         pos_req = pos_.clone().requires_grad_()  # forces the plain-autograd formula
@@ -317,8 +319,8 @@ def test_block_scale_is_pos_scale_times_frequency_over_axes():
     for axes, learnable in ((3, False), (2, True)):
         scale = BlockScale(12, base=50.0, pos_scale=10.0, axes=axes, learnable=learnable)
         expected = torch.tensor([50.0 ** (-2 * b / 12) * 10.0 / axes for b in range(4)], dtype=torch.float64)
-        torch.testing.assert_close(scale(torch.float64, torch.device("cpu")), expected, atol=1e-6 if learnable else 1e-15,
-                                   rtol=0)
+        torch.testing.assert_close(scale(torch.float64, torch.device("cpu")), expected,
+                                   atol=1e-6 if learnable else 1e-15, rtol=0)
         assert (scale.freq is not None) == learnable == scale.learnable
     pe = GeoPE(6, axes=3, pos_scale=10.0)
     pos = torch.tensor([[0.0, 0.0, 0.3]], dtype=torch.float64)             # about z

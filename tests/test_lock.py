@@ -61,7 +61,8 @@ def test_the_same_process_cannot_take_it_twice_and_release_frees_it(tmp_path):
 def test_a_lock_left_by_another_host_is_refused_with_what_to_do(tmp_path):
     (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere", "since": "yesterday"}))
     with pytest.raises(LockError, match=rf"locked by pid 1 on elsewhere \(since yesterday\), which cannot be checked "
-                                        rf"from .*; if that process has ended, delete {re.escape(str(tmp_path / LOCK_NAME))}$"):
+                                        rf"from .*; if that process has ended, delete "
+                                        rf"{re.escape(str(tmp_path / LOCK_NAME))}$"):
         with folder_lock(tmp_path):
             pass
     assert (tmp_path / LOCK_NAME).exists()  # not ours to delete
@@ -172,8 +173,9 @@ def test_readers_exclude_a_writer_that_replaces_their_files_and_the_reverse(tmp_
     reader = subprocess.Popen([sys.executable, "-c", READER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     assert reader.stdout.readline().strip() == "reading"
     try:
-        with pytest.raises(LockError, match=rf"^{re.escape(str(tmp_path))} is being read by pid {reader.pid} \(`\S*python\S* -c .*`\); "
-                                            r"wait for it to end, or write into another folder$"):
+        with pytest.raises(LockError, match=rf"^{re.escape(str(tmp_path))} is being read by pid {reader.pid} "
+                                            r"\(`\S*python\S* -c .*`\); wait for it to end, or write into another "
+                                            r"folder$"):
             with folder_lock(tmp_path, "prepare", readers=True):
                 pass
         assert not (tmp_path / LOCK_NAME).exists()  # the refused writer left nothing
@@ -193,7 +195,8 @@ def test_readers_exclude_a_writer_that_replaces_their_files_and_the_reverse(tmp_
         holder.wait()
     with folder_lock(tmp_path, "prepare", readers=True):
         script = "import sys\nfrom pointgeope.lock import reader_lock\nwith reader_lock(sys.argv[1]): pass"
-        refused = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True)
+        refused = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                                 check=False)
         assert refused.returncode == 1
         assert (f"LockError: {tmp_path} is being written by pid {os.getpid()} on {socket.gethostname()} (since "
                 in refused.stderr and "`prepare`; wait for it to end or stop it" in refused.stderr)
@@ -304,3 +307,32 @@ def test_a_folder_in_place_of_the_readers_lock_file_refuses_a_reader_too(tmp_pat
     (tmp_path / READERS_NAME).rmdir()
     with reader_lock(tmp_path):
         assert (tmp_path / READERS_NAME).is_file()
+
+
+READ_THROUGH = """
+import sys
+from pointgeope.lock import reader_lock
+with reader_lock(sys.argv[1]):
+    print("read", flush=True)
+"""
+
+
+def test_a_folder_for_the_readers_lock_in_a_data_root_this_user_cannot_write_is_read_without_the_lock(tmp_path):
+    """A read-only shared copy of the data (mode 0555, another user's) with a folder where .readers.lock would be:
+    this user can neither make the lock file there nor remove that folder (the refusal's advice), and it was
+    refused all the same, where any such root is read without the lock. Run as a user that mode bits refuse
+    (root writes anywhere: tests/test_denied.py's as_user)."""
+    from pointgeope.lock import READERS_NAME
+    from tests.test_denied import as_user
+
+    shared = tmp_path / "shared"
+    (shared / READERS_NAME).mkdir(parents=True)
+    (shared / "Area_1.h5").write_bytes(b"data")
+    os.chmod(shared, 0o555)
+    try:
+        done = as_user(READ_THROUGH, str(shared))
+    finally:
+        os.chmod(shared, 0o755)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "read\n", "")
+    assert sorted(p.name for p in shared.iterdir()) == [READERS_NAME, "Area_1.h5"]
+    assert (shared / READERS_NAME).is_dir() and not any((shared / READERS_NAME).iterdir())

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.metrics import (ConfusionMeter, confusion_matrix, mean_of_fold_scores, pool,
-                                pooled_scores, scores)
+from pointgeope.metrics import ConfusionMeter, confusion_matrix, mean_of_fold_scores, pool, pooled_scores, scores
 
 # A 3-class example, rows = ground truth, columns = prediction:
 #

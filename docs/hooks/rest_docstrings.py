@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Callable
+from collections.abc import Callable
 
 XREF_ROLES = "class|func|meth|attr|mod|data|obj|exc|const|type"
 _XREF = re.compile(rf":(?:py:)?(?:{XREF_ROLES}):`([^`]+)`")

@@ -7,9 +7,9 @@ encoding's mean and spread over the seeds.
 Each trial is ``pointgeope train`` with ``model.pe=<preset> train.seed=<seed>`` in
 ``RUN/<preset>/seed_<seed>/`` (its output in ``train.log`` there); ``--jobs`` trials run at a time (each with
 ``cpu_count // jobs`` threads unless ``train.threads`` is given; a trial resumed from its ``last.pt`` keeps
-the thread count it was written with, unless ``train.threads`` is given, and ablate says which). The report goes to ``RUN/report/fold_K/``
-(one per fold, each scoring the trials' ``area_K`` alone): ``ablation.md`` (mean ± std (min–max) per preset,
-differences to the first preset marked when they are within the seeds' spread, every seed, per-class IoU),
+the thread count it was written with, unless ``train.threads`` is given, and ablate says which). The report goes to
+``RUN/report/fold_K/`` (one per fold, each scoring the trials' ``area_K`` alone): ``ablation.md`` (mean ± std (min–max)
+per preset, differences to the first preset marked when they are within the seeds' spread, every seed, per-class IoU),
 ``ablation.json``, ``ablation.csv``. Rerunning the same command skips complete trials and resumes
 interrupted ones; any value of the config can be overridden as ``section.key=value`` (``train.epochs=3``),
 except the three the ablation sets per trial.
@@ -48,14 +48,16 @@ def _digits(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, type=Path, help="YAML config of the training, e.g. configs/demo.yaml")
+    parser.add_argument("--config", required=True, type=Path,
+                        help="YAML config of the training, e.g. configs/demo.yaml")
     parser.add_argument("--test-area", type=int, required=True, metavar="K", help="the fold: test on Area_K")
     parser.add_argument("--presets", type=_names, required=True, metavar="PE,PE,...",
                         help="positional encodings (model.pe values), comma-separated; the first is the baseline "
                              "of the differences")
     parser.add_argument("--seeds", type=_seeds, default=[0, 1, 2], metavar="S,S,...",
                         help="train.seed values, comma-separated (default 0,1,2)")
-    parser.add_argument("--run-dir", type=Path, default=Path("runs/ablation"), help="output folder (default runs/ablation)")
+    parser.add_argument("--run-dir", type=Path, default=Path("runs/ablation"),
+                        help="output folder (default runs/ablation)")
     parser.add_argument("--data-root", help="prepared HDF5 folder (overrides data.root)")
     parser.add_argument("--jobs", type=int, default=1, help="trials at a time (default 1)")
     parser.add_argument("--digits", type=_digits, default=1, help="decimals of the %% in ablation.md (default 1)")
@@ -71,7 +73,8 @@ def main(args: argparse.Namespace) -> int:
     words = (["pointgeope", "ablate", "--config", str(args.config), "--test-area", str(args.test_area),
               "--presets", ",".join(args.presets), "--seeds", ",".join(map(str, args.seeds)), "--run-dir",
               str(args.run_dir)]
-             + (["--data-root", args.data_root] if args.data_root else []) + ["--jobs", str(args.jobs)] + args.overrides)
+             + (["--data-root", args.data_root] if args.data_root else [])
+             + ["--jobs", str(args.jobs)] + args.overrides)
     command = " ".join(shlex.quote(w) for w in words)                  # for the report's header
     def report(trials, header, left_out, notes):
         return write_trials(trials, args.run_dir / "report" / f"fold_{args.test_area}", header, args.digits,

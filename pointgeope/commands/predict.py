@@ -68,7 +68,8 @@ def _fragments(text: str) -> int | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL", help="a fold folder RUN/area_K (its last.pt, or eval.checkpoint) or a CHECKPOINT.pt")
+    parser.add_argument("model", metavar="MODEL",
+                        help="a fold folder RUN/area_K (its last.pt, or eval.checkpoint) or a CHECKPOINT.pt")
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
                         help="scan files or folders (see above), then any section.key=value overrides")
     parser.set_defaults(overrides=[])  # section.key=value after the options (commands.parse_args)

@@ -27,8 +27,15 @@ from torch.utils.data import Dataset
 from torch_geometric.data import Data
 
 from pointgeope.data.rooms import RoomRef, RoomStore, list_area_rooms
-from pointgeope.data.transforms import (AddNormalizedHeight, Sample, ToData, Transform, s3dis_train_transform,
-                                        shift_to_origin, take_points)
+from pointgeope.data.transforms import (
+    AddNormalizedHeight,
+    Sample,
+    ToData,
+    Transform,
+    s3dis_train_transform,
+    shift_to_origin,
+    take_points,
+)
 from pointgeope.data.voxelize import column_min, random_crop, voxel_sample
 
 

@@ -22,9 +22,13 @@ then oriented towards a viewpoint :math:`v`, ``n_i . (v - p_i) >= 0``:
   with ``m`` the unit eigenvector of ``L0`` (the normal of the cloud's plane) on its +z side (``m_z > 0``; for
   a vertical plane, ``m_z == 0``, its largest component positive). A floor patch gets +z everywhere (a normal
   tilted by noise flips only beyond ~54 degrees), a lone ceiling patch +z too (which of the two a flat scan is
-  cannot be told from its points), and what stands on the patch faces the box centre as in a room;
-- a cloud on one line (``L1 <= DEGENERATE L2``: a scan line, a cable given alone), whose box centre lies on
-  it too: ``v = c + D u``, with ``u`` the normal of the line (below), so that every normal is ``u``.
+  cannot be told from its points), and what stands on the patch faces the box centre as in a room. A flat cloud
+  on two sheets (:func:`_two_sheets`: a storey some 17 times wider than high, its floor and ceiling
+  each at least ``SHEET`` of its positions and farther apart than two neighbourhoods) has its box centre between
+  them, not on a surface: ``v = c``, as a room (a viewer above turned its ceiling up);
+- a cloud on one line (``L1 <= DEGENERATE L2``: off the line by at most ~1e-4 of its length, as a line of
+  points made by a program; a scanned cable has a thickness, and faces its axis as a room), whose box centre
+  lies on it too: ``v = c + D u``, with ``u`` the normal of the line (below), so that every normal is ``u``.
 
 Where ``n_i . (v - p_i) == 0`` (a point at the centre, or a normal at right angles to it) the sign makes the
 largest component (the first of equal ones) positive.
@@ -60,6 +64,7 @@ NORMAL_VERSION = 2  # the estimate's version: bumped whenever estimate_normals' 
 # (1: points, not positions, and the box centre for every cloud; 2: distinct positions, a flat cloud's viewer)
 DEGENERATE = 1e-8  # l1 / l2 at or below it: the neighbourhood is a line (float32 rounding gives ~1e-9)
 FLAT = 0.1  # a cloud whose thickness (std across its plane) is at most this share of its width is flat
+SHEET = 0.1  # the share of a flat cloud's positions that makes a sheet of it (a storey's floor or ceiling)
 
 
 def estimate_normals(coord: np.ndarray, k: int = K_NORMAL) -> np.ndarray:
@@ -98,11 +103,11 @@ def estimate_normals(coord: np.ndarray, k: int = K_NORMAL) -> np.ndarray:
         local = local[first]
     k = int(min(k, len(local)))
     tiny = (1e-9 * (1.0 + float((hi - lo).max()))) ** 2  # a spread below 1e-9 of the extent: one point
-    view = _viewpoint(local, float((hi - lo).max()))
     from pykdtree.kdtree import KDTree
 
     search = local.astype(np.float32)  # the neighbours only: float32 relative to the centre keeps micrometres
     tree = KDTree(search)
+    view = _viewpoint(local, float((hi - lo).max()), lambda: _reach(tree, search, k))
     distinct = np.empty((len(local), 3), dtype=np.float32)
     for start in range(0, len(local), CHUNK):
         _, index = tree.query(search[start:start + CHUNK], k=k)
@@ -133,19 +138,42 @@ def _morton_order(local: np.ndarray, extent: np.ndarray) -> np.ndarray:
     return order
 
 
-def _viewpoint(local: np.ndarray, extent: float) -> np.ndarray:
+def _viewpoint(local: np.ndarray, extent: float, reach) -> np.ndarray:
     """The point ``v (3,)`` the normals face (module docstring), relative to the box centre: ``0`` (the centre)
-    but for a flat cloud of the distinct positions ``local (M, 3)``, ``extent`` (the box's largest side) above
-    it on the +z side of the cloud's plane, and for a cloud on one line as far along the line's normal."""
+    but for a flat cloud of the distinct positions ``local (M, 3)`` on one sheet, ``extent`` (the box's largest
+    side) above it on the +z side of the cloud's plane, and for a cloud on one line as far along the line's
+    normal. ``reach()``: the neighbourhoods' radius (:func:`_reach`), asked of a flat cloud alone."""
     vectors, values = _plane(local)
     if values[2] > 0.0 and values[1] <= DEGENERATE * values[2]:  # a line: every normal is _across of it
         m = _across(vectors[:, 2])
         return extent / np.sqrt(m @ m) * m
     m = vectors[:, 0]
-    if not (values[1] > DEGENERATE * values[2] and values[0] <= FLAT * FLAT * values[1]):
+    if not (values[1] > DEGENERATE * values[2] and values[0] <= FLAT * FLAT * values[1]) or _two_sheets(
+            local, m, reach()):
         return np.zeros(3)
     up = m[2] if m[2] != 0.0 else m[int(np.argmax(np.abs(m)))]  # +z side; a vertical plane: largest positive
     return (extent if up > 0.0 else -extent) * m
+
+
+def _reach(tree, search: np.ndarray, k: int) -> float:
+    """The median distance from a position to its ``k``-th nearest (the radius of a neighbourhood), over every
+    ``M // 1024``-th of the positions ``search (M, 3)`` in their (Morton) order: the scale at which the normals
+    see the surface, the same for any row order."""
+    distance, _ = tree.query(search[::max(1, len(search) // 1024)], k=k)
+    return float(np.median(np.asarray(distance, dtype=np.float64).reshape(-1, k)[:, -1]))
+
+
+def _two_sheets(local: np.ndarray, m: np.ndarray, reach: float) -> bool:
+    """Whether a flat cloud's positions ``local (M, 3)`` lie on two sheets at right angles to its plane normal
+    ``m (3,)`` with the box centre between them (a storey some 17 times wider than high: its floor and
+    its ceiling): with ``s = m . p``, the bands ``reach`` thick at each end of the range of ``s`` do not meet and
+    each holds at least ``SHEET`` of the positions. Sheets closer than two neighbourhoods (a floor scanned twice,
+    a few millimetres apart) are one surface."""
+    s = local[:, 0] * m[0] + local[:, 1] * m[1] + local[:, 2] * m[2]
+    lo, hi = float(s.min()), float(s.max())
+    if hi - lo <= 2.0 * reach:
+        return False
+    return min(np.count_nonzero(s <= lo + reach), np.count_nonzero(s >= hi - reach)) >= SHEET * len(s)
 
 
 @numba.njit(cache=True)

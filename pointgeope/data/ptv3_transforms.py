@@ -34,9 +34,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from pointgeope.data.transforms import (ChromaticAutoContrast, ChromaticJitter, ChromaticTranslation, Compose,
-                                        RandomFlip, RandomJitter, RandomRotate, RandomScale, Sample, Transform,
-                                        _replace, box_centre, take_points)
+from pointgeope.data.transforms import (
+    ChromaticAutoContrast,
+    ChromaticJitter,
+    ChromaticTranslation,
+    Compose,
+    RandomFlip,
+    RandomJitter,
+    RandomRotate,
+    RandomScale,
+    Sample,
+    Transform,
+    _replace,
+    box_centre,
+    take_points,
+)
 from pointgeope.data.voxelize import _check_coord, crop_nearest, grid_groups
 
 

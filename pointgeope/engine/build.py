@@ -24,9 +24,9 @@ from pointgeope.data.loader import make_loader
 from pointgeope.data.mix3d import Mix3D
 from pointgeope.data.ptv3_dataset import S3DISTrainPTv3
 from pointgeope.data.transforms import s3dis_train_transform
+from pointgeope.engine import schedule
 from pointgeope.engine.config import Config, ConfigError
 from pointgeope.engine.config_values import pipeline_problem
-from pointgeope.engine import schedule
 from pointgeope.engine.distributed import DistEnv
 from pointgeope.engine.placement import HierarchyPlace
 

@@ -194,7 +194,7 @@ def load_checkpoint(path: str | Path, config: dict | None = None, advice: str = 
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except PermissionError as err:  # the file is sound: deleting it (unreadable's advice) would lose it
         raise CheckpointDenied(denied_line(err)) from None
-    except Exception as err:  # truncated zip, foreign pickle, another kind of file, ...
+    except Exception as err:  # noqa: BLE001 - truncated zip, foreign pickle, another kind of file, ...
         if pickled_pointcept_checkpoint(path):          # Pointcept's numpy best_metric_value
             raise CheckpointError(POINTCEPT_ADVICE.format(path=path)) from None
         template = damaged_file if damaged_file and damaged(path, err) else unreadable

@@ -33,7 +33,7 @@ import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 import yaml
 
@@ -46,14 +46,14 @@ from pointgeope.engine.config_override import override_key  # noqa: F401  (its u
 from pointgeope.engine.config_values import agreement_problem, pipeline_problem
 from pointgeope.engine.config_yaml import DuplicateKeyError, LineError, at_line, key_line, load_yaml_lines
 from pointgeope.engine.record_keys import as_recorded
-from pointgeope.model.config import ModelConfig   # the model: section is the network's own config
+from pointgeope.model.config import ModelConfig  # the model: section is the network's own config
 
 
 @dataclass
 class DataConfig:
     root: str = "data/s3dis"                # folder of prepared Area_N.h5 + folds.json
     grid_size: float = 0.04                 # voxel size (m) for training samples and test fragments
-    voxel_max: Optional[int] = 80000        # crop samples/fragments to this many points (None: no crop)
+    voxel_max: int | None = 80000           # crop samples/fragments to this many points (None: no crop)
     loop: int = 30                          # each training room is seen `loop` times per epoch
     batch_size: int = 16                    # samples per optimiser step, summed over all DDP ranks
     num_workers: int = 4                    # DataLoader worker processes per rank (0: main process)
@@ -67,7 +67,7 @@ class DataConfig:
     #                                         features (prepare's unit normals, data/features.py); false, or
     #                                         absent in a run recorded before the key: [rgb | xyz]
     cache: bool = False                     # each loader worker keeps the rooms it read in memory
-    crop_rate: Optional[float] = None       # pointcept_ptv3: keep this fraction of a sample's voxels, nearest to a
+    crop_rate: float | None = None          # pointcept_ptv3: keep this fraction of a sample's voxels, nearest to a
     #                                         random point (PTv3: 0.6; None: no such crop); voxel_max caps after it
     mix_prob: float = 0.0                   # Mix3D: merge a batch's samples pairwise with this probability (PTv3:
     #                                         0.8; needs pointcept_ptv3's samples, data/mix3d.py)
@@ -87,8 +87,8 @@ class OptimConfig:
     #                                         to 0, or one cycle per group (PTv3, engine/schedule.py)
     milestones: list[float] = field(default_factory=lambda: [0.6, 0.8])  # fractions of train.epochs
     gamma: float = 0.1                      # multistep factor
-    grad_clip: Optional[float] = None       # max gradient norm (None: no clipping)
-    block_lr: Optional[float] = None        # the lr of the parameters named *block* (PTv3: 0.0006; None: lr)
+    grad_clip: float | None = None          # max gradient norm (None: no clipping)
+    block_lr: float | None = None           # the lr of the parameters named *block* (PTv3: 0.0006; None: lr)
     pct_start: float = 0.05                 # onecycle: fraction of the steps spent warming up to the peak
     anneal_strategy: Literal["cos", "linear"] = "cos"  # onecycle: the shape of the warm-up and the decay
     div_factor: float = 10.0                # onecycle: the start lr is the peak / div_factor
@@ -104,13 +104,13 @@ class TrainConfig:
     epochs: int = 100                       # passes over the training rooms (each data.loop times)
     seed: int = 0                           # seeds the weights and every sample's randomness (seed, epoch, index)
     device: str = "auto"                    # auto (CUDA if present, else CPU) | cpu | cuda | cuda:1 ... (checked)
-    threads: Optional[int] = None           # torch CPU threads per process (None: torch's default)
+    threads: int | None = None              # torch CPU threads per process (None: torch's default)
     amp: Literal["bf16", "fp16", "none"] = "none"  # training's mixed precision on CUDA (CPU: float32, logged);
     #                                         none: float32; the test's is eval.amp
     run_dir: str = "runs/default"           # where the folds are written: RUN/area_K/ (train.py --run-dir)
     val_every: int = 0                      # validate on the test area every n epochs (0: never); best.pt
     checkpoint_every: int = 0               # also save last.pt every n steps inside an epoch (0: epoch ends)
-    epochs_per_run: Optional[int] = None    # stop cleanly after n >= 1 epochs in this invocation, over all its
+    epochs_per_run: int | None = None       # stop cleanly after n >= 1 epochs in this invocation, over all its
     #                                         folds (job time limits); the same command (without --force) continues
     progress: bool = True                   # tqdm bars (rank 0, only on a TTY)
     ignore_index: int = IGNORE_LABEL        # the label skipped by the loss and by every metric (train, eval)
@@ -131,10 +131,11 @@ class TTAConfig:
 class EvalConfig:
     checkpoint: Literal["last", "best"] = "last"  # the checkpoint evaluated: last.pt, or best.pt (train.val_every)
     tta: TTAConfig = field(default_factory=TTAConfig)
-    batch_points: Optional[int] = None      # fragments are stacked into one forward up to this many points
-    #                                         (None: 400,000 on the CPU, 1,600,000 on CUDA, halved while it does not fit)
+    batch_points: int | None = None         # fragments are stacked into one forward up to this many points
+    #                                         (None: 400,000 on the CPU, 1,600,000 on CUDA, halved while it does
+    #                                         not fit)
     vote: Literal["logits", "softmax"] = "logits"  # what each point sums over its predictions (authors: logits)
-    max_fragments: Optional[int] = None     # predict at most this many voxel fragments per room (None: all)
+    max_fragments: int | None = None        # predict at most this many voxel fragments per room (None: all)
     # mAcc / mIoU over: all 13 classes, an absent class counting 0 (the PTv1 authors' tool/test.py), or the
     # classes present (pointgeope.metrics); the same on the pooled 6-fold matrix and on areas with every class
     class_mean: Literal["all", "present"] = "all"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import types
 import typing
 from typing import Any, Literal
 
@@ -24,6 +25,10 @@ from pointgeope.engine.config_yaml import at_line, closest_key, dotted_key_messa
 from pointgeope.errors import UserError
 
 __all__ = ["ConfigError", "type_name", "check_mapping", "merge", "build"]
+
+
+# An optional field may be written Optional[int] (typing.Union) or int | None (types.UnionType before Python 3.14)
+_UNIONS = (typing.Union, types.UnionType)
 
 
 class ConfigError(UserError, ValueError):
@@ -41,7 +46,7 @@ def type_name(tp) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return " | ".join(repr(a) for a in typing.get_args(tp))
-    if origin is typing.Union:
+    if origin in _UNIONS:
         return " | ".join(type_name(a) for a in typing.get_args(tp))
     if origin is list:
         return f"list[{type_name(typing.get_args(tp)[0])}]"
@@ -51,7 +56,7 @@ def type_name(tp) -> str:
 def _coerce(value: Any, tp, where: str) -> Any:
     """``value`` as type ``tp`` (ints accepted as floats, '1e-4' strings as floats), else ConfigError."""
     origin = typing.get_origin(tp)
-    if origin is typing.Union:
+    if origin in _UNIONS:
         for option in typing.get_args(tp):
             try:
                 return _coerce(value, option, where)

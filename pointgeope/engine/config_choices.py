@@ -74,8 +74,8 @@ def choice_problem(cfg) -> str | None:
             continue
         for chooser, readers, whose in conditions:
             if (choice := _value(cfg, chooser)) not in readers:
-                return (f"{key}={value_text(value)}: {whose} only ({chooser}={'/'.join(readers)}), but {chooser}={choice}, "
-                        "which never reads it; remove it")
+                return (f"{key}={value_text(value)}: {whose} only ({chooser}={'/'.join(readers)}), "
+                        f"but {chooser}={choice}, which never reads it; remove it")
     if cfg.eval.checkpoint == "best" and not cfg.train.val_every:  # best.pt is then every epoch's: the last
         return ("eval.checkpoint=best: the validation's pick (train.val_every=N validates every N epochs), but "
                 "train.val_every=0, so best.pt holds the last epoch, as last.pt; set train.val_every=1, or remove it")

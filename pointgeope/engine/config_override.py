@@ -63,7 +63,8 @@ def _text(value: str) -> str | None:
 def parse_override(text: str, root=None, error: type[Exception] = UserError) -> dict:
     """``'optim.lr=0.1'`` -> ``{'optim': {'lr': 0.1}}``: the value read as YAML, or, for a key that ``root``
     (the config's dataclass) declares as ``str``, the text after ``=`` as it is but its surrounding spaces and
-    YAML quotes around the whole (:func:`_text`; an empty one: ``None``, refused by the type check). ``error``: the exception class raised for a malformed override."""
+    YAML quotes around the whole (:func:`_text`; an empty one: ``None``, refused by the type check). ``error``: the
+    exception class raised for a malformed override."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip() or "." not in key:
         raise error(f"override {text!r}: expected section.key=value, e.g. optim.lr=0.1")

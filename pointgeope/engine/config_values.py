@@ -147,7 +147,8 @@ def backbone_problem(m: ModelConfig) -> str | None:
 FREQUENCY_FREE = ("none", "rpe")
 FREQUENCY_KEYS = ("geope_base", "geope_learnable")
 ENCODING_KEYS = (*FREQUENCY_KEYS, "point3drope_scale", "rope_mixed_init")  # one kind of encoding's (encoding_problem)
-ONE_READER_KEYS = {"point3drope_scale": "point3drope", "rope_mixed_init": "rope-mixed"}  # a key one encoding alone reads
+ONE_READER_KEYS = {"point3drope_scale": "point3drope",
+                   "rope_mixed_init": "rope-mixed"}  # a key one encoding alone reads
 # what the other encodings turn at, for the message of a GeoPE key they do not read
 OWN_FREQUENCIES = {"point3drope": "Utonia's fixed frequencies (base 10; its scale: model.point3drope_scale)",
                    "pointrope": "LitePT's fixed frequencies (base 100 per grid cell)",
@@ -219,7 +220,8 @@ def encoding_problem(m: ModelConfig) -> str | None:
         return None
     own = [key for key in ONE_READER_KEYS if key in keys]
     if own:
-        return f"{_setting(m, own[:1])}: only model.pe={ONE_READER_KEYS[own[0]]} reads it, but model.pe={m.pe}; remove it"
+        return (f"{_setting(m, own[:1])}: only model.pe={ONE_READER_KEYS[own[0]]} reads it, but model.pe={m.pe}; "
+                "remove it")
     readers = [pe for pe in _encodings(m) if set(keys) <= set(frequency_keys_read(m, pe))]
     return (f"{_setting(m, keys)}: GeoPE's frequencies, but model.pe={m.pe} turns at {OWN_FREQUENCIES[m.pe]}, so "
             f"{'they' if len(keys) > 1 else 'it'} would change nothing; remove {'them' if len(keys) > 1 else 'it'}, "
@@ -239,7 +241,8 @@ def presets_problem(m: ModelConfig, presets: list[str]) -> str | None:
         readers = [p for p in known if key in keys_read(m, p)]
         if readers:
             return (f"{_setting(m, [key])}: read by --presets {', '.join(readers)}, but --presets "
-                    f"{', '.join(ignoring)} would ignore it; remove it, or leave {', '.join(ignoring)} out of --presets")
+                    f"{', '.join(ignoring)} would ignore it; remove it, or leave {', '.join(ignoring)} out of "
+                    "--presets")
         named = [p for p in _encodings(m) if key in keys_read(m, p)] or ["an encoding of the other backbone"]
         return (f"{_setting(m, [key])}: no preset of --presets {', '.join(presets)} reads it (only "
                 f"{', '.join(named)} {'do' if len(named) > 1 else 'does'}), so it would change nothing; remove it")

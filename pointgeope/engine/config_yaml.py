@@ -16,8 +16,9 @@ so that a refused key is named where the user edits it::
     configs/x.yaml:7: unknown key 'optim.learning_rate'; did you mean 'optim.lr'?
 
 :func:`closest_key` is the key a mistyped one meant (``did you mean 'optim.lr'?``), :func:`flatten` names
-every value of such a plain config by its dotted key (``model.pe``), and :func:`value_text` writes a value, as overrides and messages name them: a fold's settings in the report,
-a test's ``eval.*`` values. Light to import (no torch): the report uses it.
+every value of such a plain config by its dotted key (``model.pe``), and :func:`value_text` writes a value, as overrides
+and messages name them: a fold's settings in the report, a test's ``eval.*`` values. Light to import (no torch): the
+report uses it.
 """
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ def invisible_character(text: str) -> None:
 
 
 # YAML 1.1's octal (0 then octal digits) and base-60 (digits:digits) numbers, which PyYAML's resolver reads
-_OTHER_BASE = {"octal": re.compile(r"[-+]?0[0-7_]+"), "base-60": re.compile(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?")}
+_OTHER_BASE = {"octal": re.compile(r"[-+]?0[0-7_]+"),
+               "base-60": re.compile(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?")}
 
 
 class UniqueKeyLoader(yaml.SafeLoader):

@@ -54,7 +54,8 @@ class EpochMeter:
         """One training batch: logits ``(N, C)``, labels ``(N,)``, its loss and the learning rate it trained at
         (the epoch line's ``lr`` is its last batch's: the schedule's next value may lie past its end). Reads
         nothing on the host and copies nothing to the device (``ConfusionMeter.count``; the sums on the host):
-        the meter adds no wait to the step's one read (its loss, with train_epoch's check of the loss and the gradients' norm on every rank)."""
+        the meter adds no wait to the step's one read (its loss, with train_epoch's check of the loss and the gradients'
+        norm on every rank)."""
         self.confusion.count(logits.detach(), target)
         self.totals += (loss, 1.0, target.shape[0])
         self.lr = lr

@@ -5,8 +5,8 @@ sample (:func:`pointgeope.data.dataset.room_sample`) is cut into test-time piece
 fragments and their crops (:mod:`pointgeope.data.fragments` explains both). Each piece is a sample
 exactly like a training block (``pos`` shifted to a minimum of 0, ``x = [rgb/255 | pos]``), pieces are
 stacked into batches of at most ``eval.batch_points`` points (PTv3's: of one serialization depth, so that a
-piece's scores do not depend on the batch, :mod:`pointgeope.engine.vote_batches`), and each point sums the scores of every
-prediction made for it::
+piece's scores do not depend on the batch, :mod:`pointgeope.engine.vote_batches`), and each point sums the scores of
+every prediction made for it::
 
     scores[i] = sum over views v, pieces c containing i of s(model(c))[i]      (N, C) float32
     votes[i]  = number of those predictions                                     (N,)   >= 1
@@ -27,8 +27,8 @@ CUDA, by that thread on the CPU); :mod:`pointgeope.engine.vote_batches` runs the
 Output of :func:`evaluate_fold`: ``RUN/area_K/predictions/Area_K.h5`` (layout in :mod:`pointgeope.h5_predictions`),
 then ``RUN/area_K/metrics.json`` (both carry the test's token, so that a stop between the writes leaves a
 pair that every reader tells apart: :mod:`~pointgeope.engine.fold_result`), with ``"complete": true`` once
-the fold has trained all its ``train.epochs`` (``"trained_epochs"`` of ``"epochs"``: an interrupted fold can be evaluated, it stays
-unfinished).
+the fold has trained all its ``train.epochs`` (``"trained_epochs"`` of ``"epochs"``: an interrupted fold can be
+evaluated, it stays unfinished).
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ from torch_geometric.data import Data
 
 from pointgeope.atomic import writable_folder
 from pointgeope.constants import FOLD_NAME, class_names
+from pointgeope.data import normal_record
 from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.dataset import room_sample
 from pointgeope.data.folds import load_folds
@@ -61,12 +62,12 @@ from pointgeope.engine import build, distributed, placement
 from pointgeope.engine.ahead import with_index
 from pointgeope.engine.config import Config, TTAConfig
 from pointgeope.engine.fold_record import fold_checkpoint
-from pointgeope.engine.machine_record import fold_machines
 from pointgeope.engine.fold_result import TEST_KEY, new_test, nothing_scored, unfinished_metrics_warning, untrained_fold
+from pointgeope.engine.machine_record import fold_machines
 from pointgeope.engine.prefetch import Prefetch
+from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.engine.vote_batches import PieceBatch, VoteSink, batch_points, packed, piece_key, stack
 from pointgeope.engine.weights import load_model_state
-from pointgeope.engine.runio import progress, write_json_atomic
 from pointgeope.errors import UserError
 from pointgeope.h5 import NORMAL, area_path, list_rooms, read_labels, read_room
 from pointgeope.h5_predictions import predictions_path, write_predictions
@@ -74,7 +75,6 @@ from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.metrics import ConfusionMeter, confusion_matrix, scores
 from pointgeope.model.ops.fps import FPS_RULE
 from pointgeope.provenance import code_record
-
 
 # --- test-time views -----------------------------------------------------------------------------------
 
@@ -148,7 +148,8 @@ def _ptv3_pieces(coord: np.ndarray, color: np.ndarray, cfg: Config, seed: int, l
     each piece a ``Data`` with ``grid_coord``; no crop, no ``eval.tta`` (its views are the protocol's); with
     ``data.normal`` the room's ``normal`` (N, 3) goes along, ``x = [rgb | normal]``."""
     if cfg.eval.tta != TTAConfig():
-        raise UserError(f"eval.protocol=ptv3 has its own 10 test views; expected the default eval.tta, got {cfg.eval.tta}")
+        raise UserError(f"eval.protocol=ptv3 has its own 10 test views; expected the default eval.tta, "
+                        f"got {cfg.eval.tta}")
 
     def on_view(frags) -> None:
         layout.counts.append(len(frags))
@@ -357,8 +358,7 @@ def evaluate_fold(run: Path, cfg: Config, env: distributed.DistEnv, log=print, c
             "pe": cfg.model.pe, "fps_rule": FPS_RULE, "trained_epochs": trained, "epochs": cfg.train.epochs,
             "complete": trained >= cfg.train.epochs,  # an unfinished fold is never marked complete
             "config": dataclasses.asdict(cfg),  # what was evaluated: report compares its folds' (report/settings.py)
-            "data": ckpt.get("data"), "data_points": ckpt.get("data_points"),  # the checksums of its files and points,
-            **{key: ckpt[key] for key in ("data_normals",) if key in ckpt},  # its normals' estimate: report compares
+            "data": ckpt.get("data"), "data_points": ckpt.get("data_points"), **normal_record.tested(ckpt, root, areas),
             TEST_KEY: test, **code_record(), **fold_machines(ckpt, env, cfg.eval.amp),  # its code, its machines
         }
         write_json_atomic(run / "metrics.json", metrics)

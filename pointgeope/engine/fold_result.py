@@ -121,7 +121,8 @@ def untrained_fold(run: Path, fold: int) -> str:
             f"first ({train_fold_command(run, fold)}), or give the fold folder that holds its last.pt")
 
 
-def unvalidated_best(path: Path, ckpt: dict, use_last: str = "evaluate its last.pt (eval.checkpoint=last)") -> str | None:
+def unvalidated_best(path: Path, ckpt: dict,
+                     use_last: str = "evaluate its last.pt (eval.checkpoint=last)") -> str | None:
     """The line refusing a fold's ``best.pt`` (``path``, loaded as ``ckpt``) that no validation picked, ``None``
     for any other checkpoint: its fold trained with ``train.val_every: 0`` (the checkpoint's best validation
     mIoU is still -1), so ``best.pt`` is rewritten every epoch and holds the last one, the weights of

@@ -9,8 +9,14 @@ from pathlib import Path
 
 from pointgeope.data.check import area_checksums
 from pointgeope.data.folds import Fold
-from pointgeope.engine.checkpoint import (CheckpointError, checkpoint_config, config_differences, describe_differences,
-                                          fold_progress, load_checkpoint)
+from pointgeope.engine.checkpoint import (
+    CheckpointError,
+    checkpoint_config,
+    config_differences,
+    describe_differences,
+    fold_progress,
+    load_checkpoint,
+)
 from pointgeope.engine.config import Config, config_to_dict
 from pointgeope.engine.fold_record import check_trained_fold
 from pointgeope.engine.fold_result import fold_is_complete
@@ -40,7 +46,7 @@ def complete_metrics(run: Path, cfg: Config, fold: Fold, log=print) -> dict | No
     try:
         return _trained_metrics(run, cfg, fold, log)
     except CheckpointError as err:  # its last.pt: damaged, of another fold or data; --force trains it again
-        raise retrain_from_scratch(err, run)
+        raise retrain_from_scratch(err, run)  # noqa: B904 - err itself, marked for ablate
 
 
 def _trained_metrics(run: Path, cfg: Config, fold: Fold, log) -> dict | None:

@@ -40,6 +40,6 @@ def pickled_pointcept_checkpoint(path: str | Path, limit: int = 1 << 26) -> bool
                 return False
             data = archive.read(pickles[0])
         strings = {arg for _, arg, _ in pickletools.genops(data) if isinstance(arg, str)}
-    except Exception:       # not a zip, a damaged pickle: not recognised, the caller's own message stands
+    except Exception:  # noqa: BLE001 - not a zip, a damaged pickle: not recognised, the caller's own message stands
         return False
     return "state_dict" in strings and any(s.startswith(_PREFIXES) for s in strings)

@@ -18,8 +18,8 @@ allocator, then the capture; the batch norms' running buffers are put back as th
 no state. Graphs share one memory pool, which keeps one step's activations for the rest of the run (the
 warm-up's cached blocks are released before the capture); eager steps of other sizes allocate beside it. That
 is why graphs are for steps that wait on launches (2 x 80k), not the 16 x 80k recipe's, which keeps the GPU
-busy 93-97 % of its time and needs 53 GiB a step in float32. The eager step (``engine/step.py``) stays the default and runs where
-graphs do not apply: the CPU, PTv3, DDP, a hierarchy the model builds, fp16 (its loss scaler skips steps on
+busy 93-97 % of its time and needs 53 GiB a step in float32. The eager step (``engine/step.py``) stays the default and
+runs where graphs do not apply: the CPU, PTv3, DDP, a hierarchy the model builds, fp16 (its loss scaler skips steps on
 the host), the Lovász loss (its sums read values), batches of a size beyond :data:`MAX_GRAPHS`, or once
 recording failed; one log line says why.
 """

@@ -76,7 +76,8 @@ def _values_problem(info: dict) -> str | None:
     (:func:`prediction_metadata`'s layout; predict reads them for its checks and lines: a damaged ``features``
     was a ``TypeError`` traceback, or let a colour network take a scan without colour), ``None`` if nothing."""
     features, channels = info["features"], info["in_channels"]
-    if not (isinstance(features, list) and features and all(isinstance(f, str) and f in FEATURE_WIDTHS for f in features)):
+    names = isinstance(features, list) and all(isinstance(f, str) and f in FEATURE_WIDTHS for f in features)
+    if not (names and features):
         return f"features to be a list of {', '.join(FEATURE_WIDTHS)}, got {features!r:.60}"
     if type(channels) is not int or channels != sum(FEATURE_WIDTHS[f] for f in features):
         return f"in_channels to be the width of its features [{' | '.join(features)}], got {channels!r:.40}"

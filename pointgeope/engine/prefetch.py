@@ -84,7 +84,7 @@ class Prefetch(Generic[T]):
                 pass
         self._thread.join()
 
-    def __enter__(self) -> "Prefetch[T]":
+    def __enter__(self) -> Prefetch[T]:
         return self
 
     def __exit__(self, *exc) -> None:

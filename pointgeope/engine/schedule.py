@@ -84,6 +84,7 @@ def one_cycle(opt: torch.optim.Optimizer, total_steps: int, pct_start: float = 0
         raise ValueError(f"expected total_steps >= 1, got {total_steps}")
     peaks = [group["lr"] for group in opt.param_groups]
     return torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=peaks, total_steps=total_steps, pct_start=warm_up_fraction(pct_start, total_steps), anneal_strategy=anneal_strategy,
+        opt, max_lr=peaks, total_steps=total_steps, pct_start=warm_up_fraction(pct_start, total_steps),
+        anneal_strategy=anneal_strategy,
         div_factor=div_factor, final_div_factor=final_div_factor, cycle_momentum=True, base_momentum=0.85,
         max_momentum=0.95)

@@ -29,8 +29,15 @@ import torch
 
 from pointgeope.data.folds import Fold
 from pointgeope.engine import distributed
-from pointgeope.engine.checkpoint import (CheckpointError, load_checkpoint, pack_rng, rng_state, save_checkpoint,
-                                          set_rng_state, whole_count)
+from pointgeope.engine.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    pack_rng,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    whole_count,
+)
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.machine_record import trained_on, training_machine
 from pointgeope.engine.retrain import retrain_from_scratch
@@ -141,11 +148,12 @@ class FoldCheckpoints:
         """The state saved in ``last.pt``, with the learner and this rank's RNG restored from it; a fresh
         state when there is none. Raises CheckpointError for a file of another config, or when ``last.pt``
         or ``best.pt`` is there but not a file (a folder): training would end writing it, epochs later. Each
-        is a refusal that training the fold from scratch ends (:func:`~pointgeope.engine.retrain.retrain_from_scratch`)."""
+        is a refusal that training the fold from scratch ends
+        (:func:`~pointgeope.engine.retrain.retrain_from_scratch`)."""
         try:
             return self._resume(log)
         except CheckpointError as err:  # the fold's saved state: --force, which clears it, trains the fold again
-            raise retrain_from_scratch(err, self.run)
+            raise retrain_from_scratch(err, self.run)  # noqa: B904 - err itself, marked for ablate
 
     def _resume(self, log: Log) -> LoopState:
         for name in ("last.pt", "best.pt"):

@@ -346,7 +346,8 @@ def _data_folder_refusal(run_dir: Path, held: str) -> UserError:
                    key=lambda p: int(p.name[len("area_"):]))
     if folds:
         names = ", ".join(f"{p.name}/" for p in folds)
-        line += (f"; the fold folders trained in it ({names}) are resumed or skipped there once moved: mkdir -p {shlex.quote(str(other))} "
+        line += (f"; the fold folders trained in it ({names}) are resumed or skipped there once moved: "
+                 f"mkdir -p {shlex.quote(str(other))} "
                  f"&& mv {' '.join(shlex.quote(str(p)) for p in folds)} {shlex.quote(str(other))}/")
     return UserError(line)
 

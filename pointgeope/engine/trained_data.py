@@ -33,16 +33,19 @@ def check_data_of(path: str | Path, ckpt: dict, now: dict[str, str | None], root
 
     trained_root = ((ckpt.get("config") or {}).get("data") or {}).get("root")
     read = normal_record.recorded(ckpt)
-    check_data(path, saved_data(ckpt, path), now, root, log, ckpt.get("data_points"), trained_root, read is not None)
+    hashed = read is not None and not isinstance(ckpt.get("data_normals"), dict)  # its points checksums hold them
+    check_data(path, saved_data(ckpt, path), now, root, log, ckpt.get("data_points"), trained_root, read is not None,
+               hashed)
     if read is not None:
         at_hand = normal_record.area_estimates(root, [area for area in sorted(now) if now[area]])
+        read = normal_record.read_these(ckpt, read, root, at_hand)  # an older record, proven by the normals' bytes
         if line := normal_record.differing_line(str(path), read, at_hand):
             log(line)
 
 
 def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None], root: str | Path, log,
                saved_points: dict | None = None, trained_root: str | Path | None = None,
-               normals: bool = False) -> None:
+               normals: bool = False, hashed: bool = False) -> None:
     """Refuse to use the checkpoint at ``path`` on other area files than it trained on, naming them; a file
     of another checksum that holds the same points (the same raw data prepared from another path: only its
     ``source`` and ``signature`` attributes differ; ``pointgeope.data.identity.same_points``) is used, with
@@ -60,6 +63,8 @@ def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None],
         trained_root: the ``data.root`` it trained with, where its files may still be.
         normals: whether it read normals (a ``data.normal`` run): the note on files of the same points names
             them as what may differ too (they are no part of the points: :mod:`pointgeope.checksum`).
+        hashed: whether its points checksums hold the normals it read too (a ``data.normal`` run recorded by the
+            versions that hashed them, before ``"data_normals"``): where they differ, only those normals may.
     """
     from pointgeope.data.identity import same_points
 
@@ -87,8 +92,9 @@ def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None],
         why = (f"; it records no checksum of their points (written by an older pointgeope), so whether "
                f"{', '.join(unknown)} differ(s) only in where it was prepared from (the source and signature "
                "attributes: the same raw data prepared from another path) cannot be told" if unknown else
-               ": their points differ, not only where they were prepared from"
-               if any(now[a] for a in differing) else "")  # only files that are gone
+               ": their points differ, not only where they were prepared from" + (
+                   ", or only the normals it read, which the checksums of its points hold too (recorded by an older "
+                   "pointgeope)" if hashed else "") if any(now[a] for a in differing) else "")  # only files gone
         raise CheckpointError(f"{path} was trained on other data than {root} holds now ({shown}){why}",
                               advice="restore the data it trained on (or set data.root to it); pointgeope train "
                                      "with --force retrains the fold from scratch")

@@ -40,12 +40,11 @@ from pointgeope.geope_checks import check_scale
 from pointgeope.model import fused_attention
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.attention_reference import grouped_sum
-from pointgeope.model.ops import gather
-from pointgeope.model.ops.checks import check_count
 from pointgeope.model.linear_rotation import relative_frame
 from pointgeope.model.norm import BatchNormReLU
-from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_frequencies, pair_frame,
-                                   pointrope_table)
+from pointgeope.model.ops import gather
+from pointgeope.model.ops.checks import check_count
+from pointgeope.model.rope import axial_frequencies, grid_coordinates, mixed_frequencies, pair_frame, pointrope_table
 from pointgeope.model.rotation import constant, geometry_dtype, query_frame, rotation_tables
 
 __all__ = ["PositionalEncoding", "PointTransformerLayer", "PRESETS", "position_scales", "options_read",
@@ -101,7 +100,7 @@ class PositionalEncoding:
         return self.rotates or self.absolute
 
     @staticmethod
-    def preset(name: "str | PositionalEncoding") -> "PositionalEncoding":
+    def preset(name: str | PositionalEncoding) -> PositionalEncoding:
         """The named preset (a key of ``PRESETS``)."""
         if isinstance(name, PositionalEncoding):
             return name

@@ -6,8 +6,9 @@ The defaults are the published S3DIS network, Point Transformer Seg50 with its r
 ``pointgeope/model/ptv3/``): its own keys are the ``ptv3:`` subsection (Pointcept's argument names, its S3DIS
 values as defaults) and ``pe`` names one of the dot-product encodings of ``pointgeope.model.qk_encodings``;
 the PTv1 keys (``planes`` ... ``share_planes``, ``rope_mixed_init``) must then keep their defaults, and the
-``ptv3:`` keys theirs under ``backbone: ptv1`` (``engine.config_values.backbone_problem``). Lists rather than tuples, so that the YAML machinery checks every entry. The voxel size that
-GeoPE's phases use is the data's (``data.grid_size``), passed to the network beside this config.
+``ptv3:`` keys theirs under ``backbone: ptv1`` (``engine.config_values.backbone_problem``). Lists rather than tuples, so
+that the YAML machinery checks every entry. The voxel size that GeoPE's phases use is the data's (``data.grid_size``),
+passed to the network beside this config.
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from typing import Literal
 
 from pointgeope.constants import NUM_CLASSES
 from pointgeope.model.attention import PRESETS
-from pointgeope.model.qk_encodings import POINT3DROPE_SCALE, QK_ENCODINGS
 from pointgeope.model.ptv3.serialization import ORDERS
+from pointgeope.model.qk_encodings import POINT3DROPE_SCALE, QK_ENCODINGS
 
 __all__ = ["ModelConfig", "PTv3Config", "PresetName", "PTV1_KEYS", "ptv1_settings"]
 
@@ -63,7 +64,8 @@ class ModelConfig:
     backbone: Literal["ptv1", "ptv3"] = "ptv1"  # Point Transformer v1 (the keys below) or V3 (the ptv3: keys)
     pe: PresetName = "rpe"                  # positional encoding: PTv1's preset (attention.PRESETS) or PTv3's
     #                                         encoding (qk_encodings.QK_ENCODINGS: none, geope, ..., pointrope)
-    in_channels: int = 6                    # [rgb | xyz] or [rgb | normal]; +1 with data.height, -3 with data.color=false
+    in_channels: int = 6                    # [rgb | xyz] or [rgb | normal]; +1 with data.height, -3 with
+    #                                         data.color=false
     num_classes: int = NUM_CLASSES          # output classes (the 13 of S3DIS)
     planes: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])  # width per stage
     blocks: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 2])          # encoder blocks per stage

@@ -7,13 +7,13 @@ wrong or fail on an internal op's name. :func:`first_order_only` marks it as tor
 does (run without a graph; the outputs raise when differentiated again, and only then), with a message that
 names the Function and the way that works. Unlike ``once_differentiable`` the outputs are tied to the real
 graph (the incoming gradients and the saved inputs that need a gradient), not to fresh leaves: a second
-``torch.autograd.grad(..., inputs)`` reaches the refusal instead of silently missing the Function's terms. GeoPE's own rotations of data positions (``pointgeope.geope``,
-``pointgeope.nn``) are twice differentiable instead.
+``torch.autograd.grad(..., inputs)`` reaches the refusal instead of silently missing the Function's terms. GeoPE's own
+rotations of data positions (``pointgeope.geope``, ``pointgeope.nn``) are twice differentiable instead.
 """
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -15,8 +15,8 @@ from ``v``, ``idx``, ``delta`` and the logits ``w (N, k, G)`` instead of saving 
 gradients of ``k`` and ``v`` are summed into their rows with float32 atomic adds (the default, and linear
 GeoPE's always: the order of the sums is not deterministic, as with torch's ``index_add_`` on CUDA), or by
 source point from the kNN lists' transpose (``gather_backward.py``: the same bits in every run; the default
-under ``torch.use_deterministic_algorithms(True)``, ``gather_backward.SCATTER``). Inputs may be float32, bfloat16 or float16
-(accumulated in float32) or float64 (in float64, for ``gradcheck``).
+under ``torch.use_deterministic_algorithms(True)``, ``gather_backward.SCATTER``). Inputs may be float32, bfloat16 or
+float16 (accumulated in float32) or float64 (in float64, for ``gradcheck``).
 
 Which path runs is :mod:`pointgeope.model.kernels`' decision (``POINTGEOPE_KERNELS``; unset: Triton on CUDA, torch
 on the CPU, whose torch kernels are cache-blocked and measured faster; torch for an op that sums with atomics
@@ -46,11 +46,18 @@ import torch
 from torch import Tensor
 
 from pointgeope.model import attention_checks, gather_backward, kernels
-from pointgeope.model.attention_reference import (acc_dtype, out_dtype, ref_aggregate, ref_frame, ref_linear,
-                                                  ref_relation, torch_grads)
+from pointgeope.model.attention_reference import (
+    acc_dtype,
+    out_dtype,
+    ref_aggregate,
+    ref_frame,
+    ref_linear,
+    ref_relation,
+    torch_grads,
+)
+from pointgeope.model.first_order import KERNEL_WAY, first_order_only
 from pointgeope.model.kernel_choice import kernel_module
 from pointgeope.model.rotation import apply_shifted
-from pointgeope.model.first_order import KERNEL_WAY, first_order_only
 
 __all__ = ["enabled", "triton_kernels", "relation", "frame_relation", "linear_relation", "aggregate", "KERNELS"]
 
@@ -239,7 +246,8 @@ class _FrameRelation(torch.autograd.Function):
         idx, tables = ctx.saved_tensors
         g, delta_dtype = g.contiguous(), ctx.dtypes[2]
         needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[3], delta_dtype is not None and ctx.needs_input_grad[4]]
-        gx, gq, gdelta = _guarded_backward("frame_relation", g.device, lambda: _frame_backward(ctx, idx, tables, g, needs),
+        gx, gq, gdelta = _guarded_backward("frame_relation", g.device,
+                                           lambda: _frame_backward(ctx, idx, tables, g, needs),
                                            lambda a, b, d: ref_frame(a, idx, tables, b, d),
                                            _zero_inputs(g, tables.shape[1], ctx.dtypes), needs, g)
         return gx, None, None, gq, gdelta

@@ -41,8 +41,9 @@ from torch import Tensor
 from pointgeope.model.kernel_choice import kernel_module
 from pointgeope.model.kernels import launch_device
 
-__all__ = ["SCATTERS", "SCATTER", "FRAME_TURN_FIRST", "SETTINGS", "Transpose", "transpose", "sorted_backward", "forget_transposes",
-           "scatter", "setting", "atomics", "tiles", "relation_key_grad", "frame_point_grad", "aggregate_value_grad"]
+__all__ = ["SCATTERS", "SCATTER", "FRAME_TURN_FIRST", "SETTINGS", "Transpose", "transpose", "sorted_backward",
+           "forget_transposes", "scatter", "setting", "atomics", "tiles", "relation_key_grad", "frame_point_grad",
+           "aggregate_value_grad"]
 
 SCATTERS = ("sorted", "atomic")
 SCATTER = "auto"        # how the fused attention's backward sums into the source rows (module docstring)
@@ -108,7 +109,7 @@ def sorted_backward() -> bool:
 def scatter(way: str, turn_first: bool = False) -> Iterator[None]:
     """:data:`SCATTER` set to ``way`` (and :data:`FRAME_TURN_FIRST` to ``turn_first``) inside the block, then
     restored (``info --check``, benchmarks): a setting of the process, not of a thread."""
-    global SCATTER, FRAME_TURN_FIRST
+    global SCATTER, FRAME_TURN_FIRST  # noqa: PLW0603 - the process-wide settings this block sets and restores
     if way not in SCATTERS:
         raise ValueError(f"expected a scatter in {SCATTERS}, got {way!r}")
     saved, SCATTER = (SCATTER, FRAME_TURN_FIRST), way

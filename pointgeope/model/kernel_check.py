@@ -11,8 +11,9 @@ difference and the kernel's time (median of 3 runs after one that compiles)::
 
 The rows are the cases every registered kernel gives (:class:`pointgeope.model.kernels.Kernel`, ``check``),
 kernels by name; the relation's, standard GeoPE's and the aggregation's have a second row, their backward
-summed the other way (``gather_backward.SCATTER``: with atomics by default, by source point in the second row). Sizes are the S3DIS recipe's on CUDA (an 80,000-point crop, 20,000 points at stride 4, width 64, k = 16,
-share_planes 8) and small under Triton's CPU interpreter (``POINTGEOPE_KERNELS=triton TRITON_INTERPRET=1``).
+summed the other way (``gather_backward.SCATTER``: with atomics by default, by source point in the second row). Sizes
+are the S3DIS recipe's on CUDA (an 80,000-point crop, 20,000 points at stride 4, width 64, k = 16, share_planes 8) and
+small under Triton's CPU interpreter (``POINTGEOPE_KERNELS=triton TRITON_INTERPRET=1``).
 """
 from __future__ import annotations
 

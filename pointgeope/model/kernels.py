@@ -25,9 +25,10 @@ when nothing fails. Out-of-memory errors and the package's own argument checks a
 they propagate (``evaluate`` halves its batch on them). The public functions of the kernels check their
 arguments before the dispatch, so a caller's wrong shape, dtype, device or index is one line and never turns a
 kernel off: the attention's and the batch norm's raise :class:`KernelArgumentError` (a ``ValueError``), the
-point ops' (``ops.knn``, ``ops.fps``) a ``ValueError`` or ``TypeError`` of their own, also before any kernel. A kernel asked for explicitly
-(:meth:`Kernel.explicit`, ``backend="triton"`` of the point ops) does not fall back: it is asked for to be
-measured or compared, and its error says so; on tensors it cannot take (:func:`require_runs_on`) it says what to do.
+point ops' (``ops.knn``, ``ops.fps``) a ``ValueError`` or ``TypeError`` of their own, also before any kernel. A kernel
+asked for explicitly (:meth:`Kernel.explicit`, ``backend="triton"`` of the point ops) does not fall back: it is asked
+for to be measured or compared, and its error says so; on tensors it cannot take (:func:`require_runs_on`) it says what
+to do.
 """
 from __future__ import annotations
 
@@ -36,16 +37,16 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import torch
 
 from pointgeope.model.kernel_choice import PATHS, KernelChoiceError, current
 
-__all__ = ["PATHS", "KernelChoiceError", "KernelFallbackWarning", "KernelArgumentError", "Kernel", "CheckCase", "register", "registered",
-           "triton_imports", "use_triton", "runs_on", "require_runs_on", "check_runnable", "failures", "reset", "status", "FAILURES",
-           "launch_device"]
+__all__ = ["PATHS", "KernelChoiceError", "KernelFallbackWarning", "KernelArgumentError", "Kernel", "CheckCase",
+           "register", "registered", "triton_imports", "use_triton", "runs_on", "require_runs_on", "check_runnable",
+           "failures", "reset", "status", "FAILURES", "launch_device"]
 
 
 class KernelFallbackWarning(RuntimeWarning):
@@ -88,7 +89,7 @@ class _Failures:
 FAILURES = _Failures()
 
 
-@lru_cache(maxsize=None)
+@cache
 def triton_imports() -> bool:
     """Whether Triton imports (a broken install counts as none: the torch paths run)."""
     try:
@@ -220,7 +221,7 @@ class Kernel:
             return torch_fn()
         try:
             out = triton_fn()
-        except Exception as err:  # noqa: BLE001 - any compiler, resource or driver error of the kernel
+        except Exception as err:  # any compiler, resource or driver error of the kernel
             if not _is_kernel_failure(err) or _capturing(device):    # a CUDA graph's capture: its own error
                 raise
             fail(self.name, err)

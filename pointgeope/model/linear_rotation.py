@@ -19,11 +19,17 @@ import torch
 from torch import Tensor
 
 from pointgeope.geope import rodrigues, rotation_terms
-from pointgeope.model.ops import gather
 from pointgeope.model import geope_pairs
-from pointgeope.model.rotation import (channel_planes, constant, geometry_dtype, query_steps, turned_neighbours,
-                                       write_planes)
 from pointgeope.model.first_order import ROTATION_WAY, first_order_only
+from pointgeope.model.ops import gather
+from pointgeope.model.rotation import (
+    channel_planes,
+    constant,
+    geometry_dtype,
+    query_steps,
+    turned_neighbours,
+    write_planes,
+)
 
 __all__ = ["relative_blocks", "rotate_relative", "relative_frame"]
 

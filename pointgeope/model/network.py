@@ -29,8 +29,15 @@ from torch import Tensor, nn
 from pointgeope.model.attention import PointTransformerLayer, PositionalEncoding
 from pointgeope.model.config import ModelConfig
 from pointgeope.model.norm import BatchNorm, BatchNormReLU
-from pointgeope.model.ops import (HierarchySpec, OpsBackends, PointHierarchy, check_offset, cloud_of_rows, gather,
-                                  interpolate_from)
+from pointgeope.model.ops import (
+    HierarchySpec,
+    OpsBackends,
+    PointHierarchy,
+    check_offset,
+    cloud_of_rows,
+    gather,
+    interpolate_from,
+)
 from pointgeope.model.ops.checks import check_count, check_model_dtype
 from pointgeope.model.ops.offsets import offset_tensor
 from pointgeope.model.rotation import constant, shared_tables

@@ -57,11 +57,11 @@ from torch import Tensor, nn
 
 from pointgeope.model import kernels, padding
 from pointgeope.model.attention_reference import torch_grads
+from pointgeope.model.first_order import KERNEL_WAY, first_order_only
 from pointgeope.model.kernel_choice import kernel_module
 from pointgeope.model.norm_arguments import check_arguments, kernel_takes
 from pointgeope.model.norm_check import check_cases
 from pointgeope.model.prefix_norm import prefix_batch_norm
-from pointgeope.model.first_order import KERNEL_WAY, first_order_only
 
 # check_arguments (norm_arguments) and prefix_batch_norm (prefix_norm) stay importable from here.
 __all__ = ["BatchNorm", "BatchNormReLU", "prefix_batch_norm", "SyncBatchNormReLU", "batch_norm_relu", "batch_norm",

@@ -32,7 +32,7 @@ def check_cases(relu: bool, device: torch.device, points: int, pairs: int) -> li
     """The cases of the norm with its ReLU (``relu``: :data:`~pointgeope.model.norm.KERNEL`) or without it
     (:data:`~pointgeope.model.norm.PLAIN_KERNEL`), as the module docstring says, on ``device``."""
     from pointgeope.model.kernel_check import _grads
-    from pointgeope.model.norm import KERNEL, PLAIN_KERNEL   # norm registers its kernels with these cases
+    from pointgeope.model.norm import KERNEL, PLAIN_KERNEL  # norm registers its kernels with these cases
 
     kernel = KERNEL if relu else PLAIN_KERNEL
     rows, width = (pairs * 16 if relu else points), 64
@@ -43,7 +43,7 @@ def check_cases(relu: bool, device: torch.device, points: int, pairs: int) -> li
             f"rows={rows} width={width}, relative"
     cases = []
     for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
-        def run(fn, xd=x.to(dtype)):
+        def run(fn, xd=x.to(dtype)):  # noqa: B008 - this iteration's input, bound when run is made
             return _grads(lambda a, wt, bs: fn(a, wt, bs, None, None, True, 0.1, 1e-5), [xd, w, b])
         cases.append(kernels.CheckCase(f"fwd+bwd {str(dtype)[6:]}", lambda r=run: r(lambda *a: kernel(device, *a)),
                                        lambda r=run: r(kernel.torch), compare, tol))

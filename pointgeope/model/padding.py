@@ -26,8 +26,8 @@ attention's and the transition down's pair rows). :func:`padded_sizes` keeps the
 from __future__ import annotations
 
 import contextlib
-from contextvars import ContextVar
 from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor

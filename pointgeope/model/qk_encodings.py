@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from pointgeope.geope import BlockScale, apply_geope
 from pointgeope.geope_checks import check_scale
-from pointgeope.model.coord_augment import CoordAugment, UTONIA_AUGMENT
+from pointgeope.model.coord_augment import UTONIA_AUGMENT, CoordAugment
 from pointgeope.model.qk_kernels import block_tables, half_tables, swap_matrix, turn_tokens
 from pointgeope.model.qk_lingeope import lingeope_attention
 from pointgeope.model.rope import POINTROPE_BASE, axial_frequencies, pair_angles, pointrope_table

@@ -47,13 +47,19 @@ import torch
 from torch import Tensor
 
 from pointgeope.fixed_tables import FixedTables
-from pointgeope.model.ops import gather
-from pointgeope.model.rotation import (channel_planes, constant, geometry_dtype, query_steps, turned_neighbours,
-                                       write_planes)
 from pointgeope.model.first_order import GRID_WAY, ROTATION_WAY, first_order_only
+from pointgeope.model.ops import gather
+from pointgeope.model.rotation import (
+    channel_planes,
+    constant,
+    geometry_dtype,
+    query_steps,
+    turned_neighbours,
+    write_planes,
+)
 
-__all__ = ["axial_frequencies", "pointrope_frequencies", "pointrope_table", "mixed_frequencies", "grid_coordinates", "pair_angles",
-           "rotate_pairs", "pair_frame", "POINTROPE_BASE", "MIXED_BASE"]
+__all__ = ["axial_frequencies", "pointrope_frequencies", "pointrope_table", "mixed_frequencies", "grid_coordinates",
+           "pair_angles", "rotate_pairs", "pair_frame", "POINTROPE_BASE", "MIXED_BASE"]
 
 AXES = 3
 POINTROPE_BASE = 100.0     # LitePT's ``rope_freq`` (every stage of its models)

@@ -36,11 +36,11 @@ from torch import Tensor
 
 from pointgeope.geope import geometry_dtype, rotation_terms
 from pointgeope.model import geope_pairs
-from pointgeope.model.ops import gather
 from pointgeope.model.first_order import ROTATION_WAY, first_order_only
+from pointgeope.model.ops import gather
 
-__all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shared_tables", "shift_tables", "apply_shifted", "apply_blocks",
-           "rotate_blocks", "query_frame", "constant", "query_steps", "turned_neighbours",
+__all__ = ["geometry_dtype", "block_rotations", "rotation_tables", "shared_tables", "shift_tables", "apply_shifted",
+           "apply_blocks", "rotate_blocks", "query_frame", "constant", "query_steps", "turned_neighbours",
            "channel_planes", "write_planes"]
 
 # Pair elements per step of the fused Functions on the CPU: ~4 MB of float32 per intermediate, so that the
@@ -295,7 +295,8 @@ class _QueryFrame(torch.autograd.Function):
             points = grad.new_zeros(pos.shape[0], channels, dtype=tables.dtype)
             for part in query_steps(queries, k, channels, grad.device):              # R_i g, summed at j
                 turned = (geope_pairs.on_device(geope_pairs.turn_pairs, grad, tables)
-                          if geope_pairs.active(grad.device) else apply_shifted(grad[part], tables[:, part].unsqueeze(-2)))
+                          if geope_pairs.active(grad.device)
+                          else apply_shifted(grad[part], tables[:, part].unsqueeze(-2)))
                 points.index_add_(0, idx[part].reshape(-1), turned.reshape(-1, channels))
             grad_x = apply_shifted(points, tables, transpose=True).to(ctx.x_dtype)     # R_j^T
         if ctx.minus_dtype is not None and ctx.needs_input_grad[4]:

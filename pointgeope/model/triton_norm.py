@@ -130,8 +130,8 @@ def stats_finish(mean_ptr, m2_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, stat_ptr, valid
 def normalize(x_ptr, stat_ptr, y_ptr, rm_ptr, rv_ptr, R, C, momentum, UPDATE: tl.constexpr, RELU: tl.constexpr,
               F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Program (r, b): ``y = max(0, x scale + shift)`` (``RELU``, else ``x scale + shift``) on its
-    ``(BLOCK_R, BLOCK_C)`` tile, stored in ``y``'s type; with ``UPDATE`` the programs of row block 0 also move the running buffers by ``momentum`` towards
-    the batch's mean and unbiased variance."""
+    ``(BLOCK_R, BLOCK_C)`` tile, stored in ``y``'s type; with ``UPDATE`` the programs of row block 0 also move the
+    running buffers by ``momentum`` towards the batch's mean and unbiased variance."""
     acc = tl.float64 if F64 else tl.float32
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C

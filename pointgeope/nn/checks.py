@@ -13,9 +13,15 @@ import warnings
 import torch
 from torch import Tensor
 
-from pointgeope.geope_checks import check_real, check_scale   # the owners of the rules for features and scales
-from pointgeope.model.ops.checks import (COORD_LIMIT, _refuse, check_coordinates, check_count,  # the point ops'
-                                         check_finite, check_values)
+from pointgeope.geope_checks import check_real, check_scale  # the owners of the rules for features and scales
+from pointgeope.model.ops.checks import (  # the point ops'
+    COORD_LIMIT,
+    _refuse,
+    check_coordinates,
+    check_count,
+    check_finite,
+    check_values,
+)
 
 __all__ = ["check_count", "check_scale", "check_float_tensor", "check_finite", "check_coordinates", "check_values",
            "check_positions"]
@@ -43,7 +49,7 @@ def check_positions(name: str, value: Tensor, phase_scale: float | Tensor) -> No
     any_bad, top, phase = torch.stack([bad.any().to(torch.float32), top, top * scale]).tolist()   # one host read
     if any_bad:
         _refuse(name, value, bad)
-    global _phase_warned
+    global _phase_warned  # noqa: PLW0603 - the warning is given once per process
     step = torch.finfo(v.dtype).eps * 2.0 ** (int(phase).bit_length() - 1) if phase >= 1 else 0.0   # eps: 2^-nmant
     if step >= PHASE_STEP and not _phase_warned:
         _phase_warned = True

@@ -12,7 +12,7 @@ for a wrong value or combination):
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from pointgeope.model.attention import PRESETS, PositionalEncoding, options_read
 from pointgeope.nn.checks import check_count, check_scale

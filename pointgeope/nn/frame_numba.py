@@ -26,7 +26,7 @@ layer would start a second one beside it, and two on the same cores stall each o
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import cache
 
 import numba
 import numpy as np
@@ -92,7 +92,7 @@ def _add_turned_edges(grad, table, src, crow, sign, pairs, out, j0, j1):  # prag
             _turn_row(grad[e], table[crow[e]], pairs, sign, out[j], True)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(threads, thread_name_prefix="pointgeope-frame")
 

@@ -1,9 +1,9 @@
 r"""GeoPE for scaled dot-product attention: rotate queries and keys by their positions, then any attention.
 
 The paper's main use ([GeoPE](https://arxiv.org/abs/2512.04963), as RoPE in RoFormer): every query and key is
-turned by the rotation $R(t(p))$ of its own position, per block of three channels ([`apply_geope`][pointgeope.geope.apply_geope],
-`docs/GEOPE_SPEC.md`). $R$ is orthonormal, so a score sees the two positions through the rotation
-$R(t_i)^\top R(t_j)$ of the spec (standard GeoPE, section 3):
+turned by the rotation $R(t(p))$ of its own position, per block of three channels
+([`apply_geope`][pointgeope.geope.apply_geope], `docs/GEOPE_SPEC.md`). $R$ is orthonormal, so a score sees the two
+positions through the rotation $R(t_i)^\top R(t_j)$ of the spec (standard GeoPE, section 3):
 
 $$\langle R(t_i)\, q_i,\ R(t_j)\, k_j \rangle = q_i^\top R(t_i)^\top R(t_j)\, k_j, \qquad
 t_b(p) = s\, \omega_b\, p \quad (s = \texttt{pos\_scale})$$
@@ -21,8 +21,8 @@ one rotation per token, so they have no form here (use
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from functools import reduce
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

@@ -3,7 +3,7 @@ positional encoding."""
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -18,9 +18,9 @@ from pointgeope.model.attention import MixedInit, PositionalEncoding, pair_frequ
 from pointgeope.model.rope import grid_coordinates, pair_angles, rotate_pairs
 from pointgeope.model.rotation import geometry_dtype
 from pointgeope.nn import target_frame
-from pointgeope.nn.target_frame import target_coefficients, turn_into_targets
 from pointgeope.nn.checks import check_finite, check_float_tensor, check_positions
 from pointgeope.nn.conv_options import check_options, check_read, preset_name
+from pointgeope.nn.target_frame import target_coefficients, turn_into_targets
 
 __all__ = ["GeoPEPointTransformerConv"]
 
@@ -158,7 +158,8 @@ class GeoPEPointTransformerConv(PointTransformerConv):
                 edge_index, _ = add_self_loops(edge_index, num_nodes=num_nodes)
             elif isinstance(edge_index, SparseTensor):
                 edge_index = torch_sparse.set_diag(edge_index)
-        # propagate_type: (x: Tuple[Optional[Tensor], Tensor], pos: PairTensor, alpha: Tuple[Optional[Tensor], Tensor], key_nodes: Optional[Tensor], value_nodes: Optional[Tensor], turn: Optional[Tensor])
+        # PyG reads the next comment as one line (its TorchScript types of propagate's arguments)
+        # propagate_type: (x: Tuple[Optional[Tensor], Tensor], pos: PairTensor, alpha: Tuple[Optional[Tensor], Tensor], key_nodes: Optional[Tensor], value_nodes: Optional[Tensor], turn: Optional[Tensor])  # noqa: E501
         return self.propagate(edge_index, x=(value, x_dst), pos=pos, alpha=(key, query), key_nodes=key_nodes,
                               value_nodes=value_nodes, turn=turn)
 

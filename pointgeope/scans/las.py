@@ -3,10 +3,10 @@
 
 Reading: ``x y z`` as scaled float64 (``X * scale + offset``), in file order; the colour of point formats
 that have one (2, 3, 5, 7, 8, 10) is 16 bit by the specification and divided by 257 (by 256 when every
-value's low byte is 0: ``c << 8``), unless every value is within 0..255 (writers that store 8-bit values as they are; the rule of ``pointgeope.color_range``).
-An uncompressed file of fewer point records than its header counts (cut short), or of more (a count the
-writer did not write; zeros after the points are padding), is refused, naming both counts; so is a LAZ file
-whose chunk table is beyond its end or does not read (bytes lost inside the points), or whose chunks (of a
+value's low byte is 0: ``c << 8``), unless every value is within 0..255 (writers that store 8-bit values as they are;
+the rule of ``pointgeope.color_range``). An uncompressed file of fewer point records than its header counts (cut short),
+or of more (a count the writer did not write; zeros after the points are padding), is refused, naming both counts; so is
+a LAZ file whose chunk table is beyond its end or does not read (bytes lost inside the points), or whose chunks (of a
 fixed size, or of varying sizes counted in the chunk table) cannot hold its header's count, one whose laszip
 VLR's items do not add up to its point record size, and a header whose VLR count cannot fit before the points.
 A LAZ file of fixed chunks larger than its point count is read by lazrs's single-threaded decompressor (the
@@ -61,7 +61,7 @@ def read_las(path: str | Path, name: str | None = None) -> Scan:
             las = reader.read() if backend is None else laspy.read(path, laz_backend=backend)
     except ScanError:
         raise
-    except Exception as err:  # laspy raises its own and OS errors for truncated or foreign files
+    except Exception as err:  # noqa: BLE001 - laspy raises its own and OS errors for truncated or foreign files
         raise ScanError(f"{path}: not a readable LAS/LAZ file ({type(err).__name__}: {err})") from None
     except BaseException as err:  # lazrs's Rust panics reach Python as pyo3's PanicException, not an Exception
         if type(err).__name__ != "PanicException":

@@ -18,11 +18,11 @@ record      ``DIR/<name>_pred.json``          what made them (written last; ``en
 
 In every PLY file pointgeope writes, ``pred`` is the prediction and ``label`` the ground truth (``viz --ply``
 writes both); predict's PLY carries no ground truth, so it has no ``label``: a reader of the prediction from
-``label`` finds none, rather than another field. ``r g b`` of the txt and LAS files is the scan's own colour (the palette colour of the label where the scan
-has none). The h5 file: root attributes ``schema_version``, ``area`` (the name), ``class_names``,
-``kind = "scan-predictions"``, ``ignore_index`` (the run's ``train.ignore_index``: the ground truth viz does
-not score); group ``<room>`` (the last part of the name; a byte of a file name that is not UTF-8 is written
-``\\udcff`` there) with ``coord`` float32
+``label`` finds none, rather than another field. ``r g b`` of the txt and LAS files is the scan's own colour (the
+palette colour of the label where the scan has none). The h5 file: root attributes ``schema_version``, ``area`` (the
+name), ``class_names``, ``kind = "scan-predictions"``, ``ignore_index`` (the run's ``train.ignore_index``: the ground
+truth viz does not score); group ``<room>`` (the last part of the name; a byte of a file name that is not UTF-8 is
+written ``\\udcff`` there) with ``coord`` float32
 ``(N, 3)`` = the scan's coordinates minus the group attribute ``origin`` (float64, the floor of their
 minimum, so that georeferenced coordinates keep their precision), ``color`` uint8 (0 where the scan has
 none), ``label`` uint8 (ground truth, 255 where unknown), ``instance`` int32 (0), ``pred`` uint8, and

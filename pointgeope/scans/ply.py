@@ -5,8 +5,8 @@ Reading (``read_ply``): the header names the format (``ascii``, ``binary_little_
 as ``red green blue`` (or ``r g b``, ``diffuse_red ...``) of any numeric type: ``uchar`` 0..255, ``ushort``
 0..65535 (divided by 257, or 256 for ``c << 8``; see ``pointgeope.color_range``) or ``float``/``double`` 0..1,
 or PCL's packed ``rgb``/``rgba`` (one 32-bit ``uint`` or ``float`` holding ``(r << 16) | (g << 8) | b``).
-An ascii file's values must fit their declared types (``uchar`` 0..255 whole numbers): one that does not is refused, naming
-its line, as binary could not hold it either. Other elements (faces, a camera) are skipped, before
+An ascii file's values must fit their declared types (``uchar`` 0..255 whole numbers): one that does not is refused,
+naming its line, as binary could not hold it either. Other elements (faces, a camera) are skipped, before
 the vertices or after them, list properties included. The points must be unambiguous: a second ``vertex``
 element, or another element whose records hold ``x y z`` too, is refused, naming its header line; so is a
 file shorter than its header says, or longer by a vertex record or more (a count the writer did not

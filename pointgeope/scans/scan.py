@@ -120,7 +120,8 @@ def color_to_uint8(values: np.ndarray, source: str, unit_float: bool | None = No
         raise ScanError(f"{source}: colour values are NaN or infinite; expected 0..255, 0..65535 or 0..1{not_colours}")
     lo, hi = float(values.min()), float(values.max())
     if lo < 0 or hi > 65535:
-        raise ScanError(f"{source}: colour values from {lo:g} to {hi:g}; expected 0..255, 0..65535 or 0..1{not_colours}")
+        raise ScanError(f"{source}: colour values from {lo:g} to {hi:g}; expected 0..255, 0..65535 or "
+                        f"0..1{not_colours}")
     if unit_float and hi > UNIT_MAX:  # 1.0000001, a 0..1 exporter's rounding, is 1
         raise ScanError(f"{source}: float colour values up to {hi:g}; expected 0..1 (a float colour is a "
                         "fraction of full intensity): divide them by 255, or store them as uchar 0..255")

@@ -54,7 +54,7 @@ class Failure(str):
 
     source: str
 
-    def __new__(cls, source: str | Path, message: str) -> "Failure":
+    def __new__(cls, source: str | Path, message: str) -> Failure:
         failure = super().__new__(cls, message)
         failure.source = str(source)
         return failure
@@ -267,7 +267,8 @@ def _load_npy(path: Path) -> np.ndarray:
                 raise  # not the header's: read_scan's "cannot read it (Permission denied)"
             mapped = np.load(path, allow_pickle=False)  # no mmap there (ENODEV: a FUSE mount, a device)
     except EOFError:  # a 0-byte file
-        raise ScanError(f"{path}: not a readable .npy array (empty file); expected an array saved by numpy.save") from None
+        raise ScanError(f"{path}: not a readable .npy array (empty file); expected an array saved by "
+                        "numpy.save") from None
     except ValueError as err:
         if "mmap length is greater than file size" in str(err):
             raise ScanError(f"{path}: not a readable .npy array (truncated: its header's shape needs more bytes than "
@@ -300,7 +301,8 @@ def _read_h5_room(ref: ScanRef) -> Scan:
     with open_area(ref.path) as f:
         group = room_group(f, ref.room)
         data = read_fields(group, ("coord", "color", "label"))
-        normal = read_fields(group, ("normal",))["normal"] if "normal" in group else None  # prepare's, where it wrote them
+        # prepare's normals, where it wrote them
+        normal = read_fields(group, ("normal",))["normal"] if "normal" in group else None
         estimate = room_estimate(group.attrs) if normal is not None else None
         origin = group.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
     if (shift := checked_origin(origin)) is None:

@@ -9,9 +9,10 @@ Reading (``read_text``, for ``.txt .xyz .pts .csv``):
 - the separator is a comma in ``.csv`` files and in any file whose first data line has one, else white space
   (a line of ``;``-separated values, or of UTF-16 text without its mark, is refused saying what to save it as);
 - leading header lines (fewer than half of their values numbers: a CSV header ``x,y,z,r,g,b``; or one or
-  two numbers among words of another width than the points' lines: ``Scan 1``) are skipped, and so is the point count on the first line of a ``.pts`` file (the lines of points must
-  match it: a file cut at a line's end is refused); a first line of numbers with
-  one that does not read (``1.0 2.0 3.x``) is an error naming it, as any later line; ``#`` starts a comment;
+  two numbers among words of another width than the points' lines: ``Scan 1``) are skipped, and so is the point count on
+  the first line of a ``.pts`` file (the lines of points must match it: a file cut at a line's end is refused); a first
+  line of numbers with one that does not read (``1.0 2.0 3.x``) is an error naming it, as any later line; ``#`` starts a
+  comment;
 - columns: ``x y z`` then, with 6 or more columns, ``r g b`` in columns 4-6 (0..255, 0..65535 or 0..1,
   see ``scan.color_to_uint8``); 3 to 5 columns have no colour. Leica ``.pts`` files with 7 columns are
   ``x y z intensity r g b``: their colour is columns 5-7.
@@ -69,7 +70,7 @@ def _encoding(path: Path) -> str:
 
 
 def _open(path: Path):
-    return open(path, "r", encoding=_encoding(path), errors="replace", newline=None)
+    return open(path, encoding=_encoding(path), errors="replace", newline=None)
 
 
 def _layout(path: Path) -> tuple[str | None, int, float | None]:

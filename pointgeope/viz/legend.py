@@ -14,8 +14,15 @@ import sys
 import numpy as np
 
 from pointgeope.constants import CLASS_NAMES, IGNORE_LABEL, class_palette
-from pointgeope.viz.colors import (CORRECT_COLOR, IGNORE_COLOR, MODE_HELP, MODES, NO_GROUND_TRUTH, WRONG_COLOR,
-                                   has_ground_truth)
+from pointgeope.viz.colors import (
+    CORRECT_COLOR,
+    IGNORE_COLOR,
+    MODE_HELP,
+    MODES,
+    NO_GROUND_TRUTH,
+    WRONG_COLOR,
+    has_ground_truth,
+)
 
 
 def use_ansi(stream=None) -> bool:
@@ -55,10 +62,11 @@ def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool =
     One line per class of ``class_names`` (S3DIS's 13, or those of the predictions' network: all of them, a
     prediction can be any class), in ``constants.class_palette``'s colours, a header, and with predictions a last
     line with the room's mIoU (over the classes present: in its truth or its predictions, ``scores``'s
-    ``"present"`` rule, since a room holds few of the classes) and OA. A room without ground truth (:func:`~pointgeope.viz.colors.has_ground_truth`
-    false: an unlabelled scan's predictions) has nothing to score: with ``pred`` its legend counts the
-    points per *predicted* class (what the colours show), with no IoU column and no mIoU line. The points
-    labelled ``ignore_index`` (the run's ``train.ignore_index``) are counted but not scored, as evaluate.
+    ``"present"`` rule, since a room holds few of the classes) and OA. A room without ground truth
+    (:func:`~pointgeope.viz.colors.has_ground_truth` false: an unlabelled scan's predictions) has nothing to score: with
+    ``pred`` its legend counts the points per *predicted* class (what the colours show), with no IoU column and no mIoU
+    line. The points labelled ``ignore_index`` (the run's ``train.ignore_index``) are counted but not scored, as
+    evaluate.
     """
     label, n = np.asarray(label), len(class_names)
     by_pred = pred is not None and not has_ground_truth(label, n)
@@ -126,5 +134,6 @@ def room_table(counts: dict[str, int], miou: dict[str, float] | None = None) -> 
             line += f" {_percent(miou.get(name, float('nan'))):>7}"
         lines.append(line)
     lines.append(f"{len(names)} rooms, {sum(counts.values()):,} points"
-                 + ("; each room's mIoU over the classes present in its truth or predictions" if miou is not None else ""))
+                 + ("; each room's mIoU over the classes present in its truth or predictions"
+                    if miou is not None else ""))
     return lines

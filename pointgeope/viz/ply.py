@@ -9,7 +9,8 @@ vertex properties in this order)::
     pred           uchar     prediction (only when predictions are given)
 
 The names are those of every PLY pointgeope writes: ``label`` is the ground truth, ``pred`` the prediction
-(``pointgeope predict``'s PLY has ``pred`` alone). Open3D, CloudCompare and MeshLab read ``x y z red green blue`` and ignore (or keep) the other properties.
+(``pointgeope predict``'s PLY has ``pred`` alone). Open3D, CloudCompare and MeshLab read ``x y z red green blue`` and
+ignore (or keep) the other properties.
 """
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ class RoomView:
         pred = "with" if self.pred is not None else "without"
         return f"RoomView({self.name!r}, points={len(self)}, {pred} predictions)"
 
-    def take(self, index: np.ndarray, note: str | None = None) -> "RoomView":
+    def take(self, index: np.ndarray, note: str | None = None) -> RoomView:
         """A new view of the points ``index`` (indices or a boolean mask); this one is unchanged."""
         return RoomView(self.name, self.coord[index], self.color[index], self.label[index],
                         None if self.pred is None else self.pred[index],
@@ -69,7 +69,6 @@ def check_same_area(area_path: str | Path, pred_path: str | Path) -> None:
     import re
 
     from pointgeope.h5 import SCAN_PREDICTIONS
-
     from pointgeope.h5_predictions import predictions_area
 
     have, kind = predictions_area(pred_path)
@@ -145,7 +144,8 @@ def load_room(area_path: str | Path, room: str, pred_path: str | Path | None = N
         names, ignore = prediction_classes(pred_path, pred, room), file_ignore_index(pred_path)
         pred = pred.astype(np.uint8, copy=False)
     return RoomView(room, np.asarray(data["coord"], dtype=np.float32), np.asarray(data["color"], dtype=np.uint8),
-                    np.asarray(data["label"], dtype=np.uint8), pred, class_names=names, origin=origin, ignore_index=ignore)
+                    np.asarray(data["label"], dtype=np.uint8), pred, class_names=names, origin=origin,
+                    ignore_index=ignore)
 
 
 def room_origin(area_path: str | Path, room: str) -> np.ndarray | None:

@@ -205,7 +205,8 @@ def show_room(args) -> int:
     mode = choose_mode(args.mode, room, args.area, labelled)
     ansi = use_ansi()
     print("\n".join(legend_lines(room.label, room.pred, ansi=ansi, class_names=room.class_names,
-                                 ignore_index=room.ignore_index, title=f"{args.area} / {room.name}: {len(room):,} points")))
+                                 ignore_index=room.ignore_index,
+                                 title=f"{args.area} / {room.name}: {len(room):,} points")))
     view = prepare_view(room, hidden, args.voxel, args.max_points)
     for note in view.notes:
         print(f"note: {note}")
@@ -221,15 +222,16 @@ def show_room(args) -> int:
     if args.ply:
         from pointgeope.viz.ply import write_ply
 
-        write_ply(args.ply, view.coord, colorize(mode, view.color, view.label, view.pred, n, view.ignore_index), view.label, view.pred,
-                  view.origin)
-        shifted = "" if view.origin is None else f", in place (origin {', '.join(f'{v:.15g}' for v in view.origin)} added)"
+        write_ply(args.ply, view.coord, colorize(mode, view.color, view.label, view.pred, n, view.ignore_index),
+                  view.label, view.pred, view.origin)
+        shifted = ("" if view.origin is None
+                   else f", in place (origin {', '.join(f'{v:.15g}' for v in view.origin)} added)")
         print(f"wrote {args.ply}: {len(view):,} points coloured by {mode}{shifted}")
     if args.screenshot:
         from pointgeope.viz.render import render_image, save_image
 
-        image = render_image(drawn, colorize(mode, view.color, view.label, view.pred, n, view.ignore_index), camera,
-                             args.point_size)
+        image = render_image(drawn, colorize(mode, view.color, view.label, view.pred, n, view.ignore_index),
+                             camera, args.point_size)
         save_image(image, args.screenshot)
         print(f"wrote {args.screenshot}: {args.width}x{args.height}, coloured by {mode}")
     if args.ply or args.screenshot:
@@ -237,7 +239,8 @@ def show_room(args) -> int:
     from pointgeope.viz.render import show
 
     missing = missing_modes(labelled, view.pred is not None)  # keys that draw nothing, and why
-    colors = {m: colorize(m, view.color, view.label, view.pred, n, view.ignore_index) for m in MODES if m not in missing}
+    colors = {m: colorize(m, view.color, view.label, view.pred, n, view.ignore_index)
+              for m in MODES if m not in missing}
     print("\n".join(key_help_lines(missing, ansi)))
     show(drawn, colors, mode, camera, args.point_size, title=f"pointgeope: {room.name}", missing=missing)
     return 0

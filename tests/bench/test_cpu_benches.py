@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 import bench_synth_write
 import bench_voxelize
-import pytest
 
 
 def test_synth_write_speedup_is_the_median_of_the_per_round_quotients():

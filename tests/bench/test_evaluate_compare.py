@@ -59,8 +59,8 @@ def test_an_older_checkouts_case_gets_no_normals_and_the_recipes_gets_the_rooms(
     import types
 
     import numpy as np
-    from evaluate_published import case_normals
 
+    from evaluate_published import case_normals
     from pointgeope.engine.config import load_config
 
     rng = np.random.default_rng(0)

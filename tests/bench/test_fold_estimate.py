@@ -7,10 +7,10 @@ import sys
 import types
 from pathlib import Path
 
-import fold_estimate
 import pytest
 import torch
 
+import fold_estimate
 from pointgeope.constants import AREA_ROOMS, AREAS
 
 REPO = Path(__file__).resolve().parents[2]

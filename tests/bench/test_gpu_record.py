@@ -2,8 +2,9 @@
 it (its own outputs under bench/results/ aside), and the machine's versions."""
 from __future__ import annotations
 
-import gpu_record
 import torch
+
+import gpu_record
 
 
 def test_the_tree_state_names_the_commit_and_the_changes_outside_the_results(checkout, git):

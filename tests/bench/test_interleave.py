@@ -5,8 +5,9 @@ from __future__ import annotations
 import statistics
 import time
 
-import interleave
 import pytest
+
+import interleave
 
 
 class FakeClock:

@@ -2,9 +2,10 @@
 bench_relation_backward.time_stage time their sides interleaved (A, B; B, A ...) and pair the rounds."""
 from __future__ import annotations
 
-import bench_hierarchy
 import pytest
 import torch
+
+import bench_hierarchy
 
 
 def test_time_hierarchy_interleaves_backends_and_records_the_one_that_cannot_run(monkeypatch):
@@ -41,7 +42,6 @@ def test_relation_backward_time_stage_interleaves_scatters(monkeypatch, kernel_f
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("the fused attention's Triton kernels need CUDA or TRITON_INTERPRET=1")
     import bench_relation_backward as brb
-
     from pointgeope.model import gather_backward
     from pointgeope.model.ops import HierarchySpec
 

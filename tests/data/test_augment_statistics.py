@@ -13,8 +13,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pointgeope.data.transforms import (ChromaticAutoContrast, ChromaticJitter, ChromaticTranslation,
-                                        HueSaturationTranslation, RandomScale)
+from pointgeope.data.transforms import (
+    ChromaticAutoContrast,
+    ChromaticJitter,
+    ChromaticTranslation,
+    HueSaturationTranslation,
+    RandomScale,
+)
 
 SEEDS = range(1000)
 

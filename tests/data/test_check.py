@@ -20,8 +20,8 @@ def _room(n=5, shift=0.0):
 
 
 def _area(path, rooms, max_extent=1000.0):
-    write_area(path, path.stem, [(name, arrays, {"num_points": len(arrays["label"])}) for name, arrays in rooms.items()],
-               max_extent)
+    write_area(path, path.stem,
+               [(name, arrays, {"num_points": len(arrays["label"])}) for name, arrays in rooms.items()], max_extent)
     return path
 
 
@@ -33,7 +33,8 @@ def test_a_good_file_passes_with_its_rooms(tmp_path):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda r: r["coord"].__setitem__((1, 2), np.inf), r"room 'bad': 1 point\(s\) with a non-finite coordinate"),
-    (lambda r: r["coord"].__setitem__((0, 0), 5000.0 + r["coord"][:, 0].min()), "room 'bad': spans 5000 m, more than the 1000 m it was prepared with"),
+    (lambda r: r["coord"].__setitem__((0, 0), 5000.0 + r["coord"][:, 0].min()),
+     "room 'bad': spans 5000 m, more than the 1000 m it was prepared with"),
     (lambda r: r["label"].__setitem__(0, 13), "room 'bad': label 13 found, expected labels below 13"),
     (lambda r: [r.__setitem__(k, r[k][:0]) for k in list(r)], "room 'bad': holds no point"),
     (lambda r: r.__setitem__("color", r["color"][:3]), "room 'bad': expected one entry per point in each array, got "
@@ -46,7 +47,8 @@ def test_a_malformed_room_is_named(tmp_path, edit, message):
     bad = _room(5)
     edit(bad)
     path = _area(tmp_path / "Area_3.h5", {"good": _room(4), "bad": bad})
-    with pytest.raises(SchemaError, match=f"^{re.escape(str(tmp_path / 'Area_3.h5'))}: {message}; run `pointgeope prepare` again$"):
+    with pytest.raises(SchemaError,
+                       match=f"^{re.escape(str(tmp_path / 'Area_3.h5'))}: {message}; run `pointgeope prepare` again$"):
         check_area(path)
 
 
@@ -63,7 +65,8 @@ def test_truncated_damaged_or_missing_files_are_named(tmp_path):
     path.write_bytes(bytes(damaged))
     with pytest.raises(SchemaError, match=f"^{re.escape(str(path))}: does not match its checksum in manifest.json"):
         check_area(path, checksum)
-    with pytest.raises(SchemaError, match=f"expected a prepared area file, found nothing at {re.escape(str(tmp_path / 'Area_9.h5'))}"):
+    with pytest.raises(SchemaError, match="expected a prepared area file, found nothing at "
+                                          f"{re.escape(str(tmp_path / 'Area_9.h5'))}"):
         check_area(tmp_path / "Area_9.h5")
 
 

@@ -77,7 +77,8 @@ def test_train_refuses_a_fold_testing_nothing_before_any_training(prepared, tmp_
     data.mkdir()
     for area in ("Area_1", "Area_2"):
         (data / f"{area}.h5").symlink_to(root / f"{area}.h5")
-    doc = {"version": 1, "folds": {"1": {"test": [], "train": ["Area_2"]}, "2": {"test": ["Area_2"], "train": ["Area_1"]}}}
+    doc = {"version": 1,
+           "folds": {"1": {"test": [], "train": ["Area_2"]}, "2": {"test": ["Area_2"], "train": ["Area_1"]}}}
     (data / "folds.json").write_text(json.dumps(doc))
     assert cli(["train", "--config", str(DEMO_CONFIG), "--cv", "--data-root", str(data), "--run-dir",
                 str(tmp_path / "run"), "train.device=cpu"]) == 2

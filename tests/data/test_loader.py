@@ -12,7 +12,7 @@ from pointgeope.data.rooms import RoomStore
 
 
 def batches(loader) -> list:
-    return [b for b in loader]
+    return list(loader)
 
 
 def test_two_workers_give_the_main_process_blocks_with_correct_ptr(prepared):

@@ -21,7 +21,8 @@ def _unit(v: np.ndarray) -> np.ndarray:
 def _viewpoint(coord: np.ndarray) -> np.ndarray:
     """The box centre; for a flat cloud (the distinct positions' singular values ``s0 >= s1 >= s2`` with
     ``s2 <= FLAT s1``, ``s1^2 > DEGENERATE s0^2``) the centre plus the box's largest side along the normal of
-    the cloud's plane, on its +z side (the test clouds' planes are not vertical)."""
+    the cloud's plane, on its +z side (the test clouds' planes are not vertical, and each is one sheet: a flat
+    cloud on two sheets, a storey, is checked by its floor and ceiling in its own test)."""
     lo, hi = coord.min(axis=0), coord.max(axis=0)
     positions = np.unique(coord, axis=0)
     if len(positions) >= 3:
@@ -156,7 +157,7 @@ def test_a_vertical_wall_alone_faces_its_largest_component_positive():
 
 @pytest.mark.parametrize("direction", [[1.0, 1.0, 1.0], [3.0, 1.0, 0.5], [0.0, 0.0, 1.0], [1.0, -2.0, 0.0]])
 def test_a_line_alone_gets_one_normal_the_one_closest_to_up(direction):
-    """A cloud on one line (a scan line, a cable) has its box centre on it: every point gets the direction at
+    """A cloud on one line (made by a program) has its box centre on it: every point gets the direction at
     right angles to the line closest to +z (+x for a vertical line), rather than one sign or the other by
     rounding (about a third of a random line's normals were the opposite)."""
     d = _unit(np.asarray(direction))
@@ -176,6 +177,47 @@ def test_what_stands_on_a_flat_patch_faces_the_box_centre():
     assert (got[:20000][np.abs(floor[:, 0] - 1.0) > 0.3] @ [0.0, 0.0, 1.0] > 0.99).all()
     side = got[20000:][post[:, 2] > 0.1]   # away from the floor: the post's own plane, x = 1, facing -x (centre)
     assert (side @ [-1.0, 0.0, 0.0] > 0.99).all()
+
+
+def _storey(rng, size=(6.0, 6.0, 0.3), per_m2: int = 1500, noise: float = 0.001) -> tuple[np.ndarray, np.ndarray]:
+    """A storey wider than high (its floor, ceiling and four outer walls: the standard deviation of its points
+    along z about 0.09 times that along y, flat by the ``FLAT`` ratio), ``per_m2`` points a square metre, and
+    ``(N,)`` the face of each point: 0 the floor, 1 the ceiling, 2 a wall."""
+    w, d, h = size
+    parts, faces = [], []
+    for z, face in ((0.0, 0), (h, 1)):
+        n = int(w * d * per_m2)
+        parts.append(np.c_[rng.random((n, 2)) * [w, d], np.full(n, z) + rng.normal(0, noise, n)])
+        faces.append(np.full(n, face))
+    for axis, length in ((0, d), (1, w)):
+        for side in (0.0, (w, d)[axis]):
+            n = int(length * h * per_m2)
+            p = np.c_[rng.random(n) * length, rng.random(n) * h]
+            parts.append(np.insert(p, axis, side + rng.normal(0, noise, n), axis=1))
+            faces.append(np.full(n, 2))
+    return np.concatenate(parts), np.concatenate(faces)
+
+
+def test_a_storey_wider_than_flat_keeps_its_floor_up_and_its_ceiling_down():
+    """A whole storey given to predict (here 6 x 6 m and 30 cm high; a real one 50 x 50 m and 3 m high) is flat by
+    its spread, but its floor and ceiling are two sheets far apart with the box centre between them: the room's
+    rule, the floor up and the ceiling down (a viewer above it turned every ceiling normal up)."""
+    coord, face = _storey(np.random.default_rng(21))
+    _, s, _ = np.linalg.svd(coord - coord.mean(axis=0), full_matrices=False)
+    assert s[2] <= FLAT * s[1]   # flat by the ratio alone
+    got = estimate_normals(coord).astype(np.float64)
+    inside = (np.abs(coord[:, :2] - 3.0) < 2.7).all(axis=1)   # 30 cm from the walls: neighbours on one face
+    assert (got[inside & (face == 0)] @ [0.0, 0.0, 1.0] > 0.99).all()
+    assert (got[inside & (face == 1)] @ [0.0, 0.0, -1.0] > 0.99).all()
+
+
+def test_a_floor_scanned_twice_a_few_millimetres_apart_is_one_sheet():
+    """Two scans of one floor patch, registered 5 mm apart (well within a neighbourhood): one surface, all its
+    normals up, not the upper scan's down."""
+    rng = np.random.default_rng(22)
+    first, second = (_patch(rng, [0, 0, 1], noise=0.0005) for _ in range(2))
+    coord = np.concatenate([first, second + [0.0, 0.0, 0.005]])
+    assert (estimate_normals(coord).astype(np.float64) @ [0.0, 0.0, 1.0] > 0.9).all()
 
 
 def test_a_rotation_by_right_angles_rotates_the_normals_exactly():

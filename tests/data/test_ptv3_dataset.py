@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
+from pointgeope.data.dataset import room_sample
 from pointgeope.data.mix3d import Mix3D, mixed_offsets
 from pointgeope.data.ptv3_dataset import S3DISTrainPTv3
 from pointgeope.data.ptv3_test import PTV3_TEST_VIEWS, ptv3_room_pieces
 from pointgeope.data.ptv3_transforms import pointcept_grid
-from pointgeope.data.dataset import room_sample
 from tests.data.conftest import decode_index
 
 
@@ -76,7 +76,7 @@ def test_mix3d_merges_by_the_first_draw_and_leaves_the_batch_alone():
 def test_mix3d_rate_follows_the_samples_draws(prepared):
     root, _ = prepared
     ds = S3DISTrainPTv3(root, ["Area_1", "Area_2"], grid_size=0.1, crop_rate=None, point_max=None, loop=100)
-    draws = np.array([float(ds[i].mix_draw) for i in range(0, 400)])
+    draws = np.array([float(ds[i].mix_draw) for i in range(400)])
     assert 0.72 < (draws < 0.8).mean() < 0.88
 
 

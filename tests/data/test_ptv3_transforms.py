@@ -7,8 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from pointgeope.data.ptv3_transforms import (CenterShift, GridSample, NormalizeColor, RandomDropout, RandomRotate,
-                                             SphereCrop, pointcept_grid, ptv3_train_transform)
+from pointgeope.data.ptv3_transforms import (
+    CenterShift,
+    GridSample,
+    NormalizeColor,
+    RandomDropout,
+    RandomRotate,
+    SphereCrop,
+    pointcept_grid,
+    ptv3_train_transform,
+)
 
 
 def make_sample(n: int = 400, seed: int = 0) -> dict[str, np.ndarray]:

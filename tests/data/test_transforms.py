@@ -6,8 +6,18 @@ import pytest
 import torch
 
 from pointgeope.data.transforms import (
-    AddNormalizedHeight, ChromaticAutoContrast, ChromaticJitter, ChromaticTranslation, Compose,
-    ElasticDistortion, HueSaturationTranslation, RandomFlip, RandomJitter, RandomRotateZ, RandomScale, ToData,
+    AddNormalizedHeight,
+    ChromaticAutoContrast,
+    ChromaticJitter,
+    ChromaticTranslation,
+    Compose,
+    ElasticDistortion,
+    HueSaturationTranslation,
+    RandomFlip,
+    RandomJitter,
+    RandomRotateZ,
+    RandomScale,
+    ToData,
     s3dis_train_transform,
 )
 
@@ -209,7 +219,8 @@ def test_reprs_are_readable():
     assert repr(RandomJitter()) == "RandomJitter(sigma=0.01, clip=0.05)"
     assert repr(RandomFlip()) == "RandomFlip(p=0.5)"
     assert repr(ElasticDistortion()) == "ElasticDistortion(params=((0.2, 0.4), (0.8, 1.6)), p=0.95)"
-    assert repr(Compose([RandomFlip(), ToData()])) == "Compose([\n  RandomFlip(p=0.5),\n  ToData(height=False, color=True),\n])"
+    assert repr(Compose([RandomFlip(), ToData()])) == ("Compose([\n  RandomFlip(p=0.5),\n"
+                                                       "  ToData(height=False, color=True),\n])")
 
 
 def test_bad_parameters_are_rejected():

@@ -8,7 +8,13 @@ import pytest
 
 import pointgeope.data.voxelize as voxelize
 from pointgeope.data.voxelize import (
-    crop_nearest, grid_coord, grid_groups, random_crop, voxel_groups, voxel_keys, voxel_sample,
+    crop_nearest,
+    grid_coord,
+    grid_groups,
+    random_crop,
+    voxel_groups,
+    voxel_keys,
+    voxel_sample,
 )
 
 

@@ -282,3 +282,98 @@ def test_a_damaged_estimate_attribute_has_the_normals_estimated_again(tmp_path, 
     (tmp_path / "out/manifest.json").write_text(json.dumps(manifest))
     prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
     assert (tmp_path / "out/Area_2.h5").read_bytes() == fresh
+
+
+@pytest.mark.parametrize("older", [_before_the_version, _other_estimate], ids=["version 2 unnamed", "version 1"])
+def test_a_run_recorded_before_the_estimate_record_is_warned_only_where_its_normals_changed(tmp_path, monkeypatch,
+                                                                                            older):
+    """A run of data.normal recorded before "data_normals" is taken to have read version 1; the versions between
+    NORMAL_VERSION 2 and the normal_version attribute prepared version 2's normals with normal_k alone. Such a
+    folder prepared again by this version keeps its normals byte for byte (only the attribute is added): its run
+    was told it read another estimate and to retrain. Its recorded points checksum (which hashed the normals it
+    read) tells: no warning where they are the file's normals, the warning where they were estimated otherwise."""
+    from pointgeope.engine.trained_data import check_data_of
+
+    raw = five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    older(monkeypatch)
+    if older is _other_estimate:
+        _before_the_version(monkeypatch)  # version 1's folders: other normals, normal_k alone
+    prepare(PrepareConfig(raw, out, progress=False))
+    monkeypatch.undo()
+    areas = ("Area_1", "Area_2")
+    trained = json.loads((out / "manifest.json").read_text())["checksums"]
+    ckpt = {"config": {"data": {"normal": True, "root": str(out)}}, "data": trained,  # no "data_normals"
+            "data_points": {a: points_with_normals(out / f"{a}.h5") for a in areas}}
+    prepare(PrepareConfig(raw, out, progress=False))
+    now = json.loads((out / "manifest.json").read_text())["checksums"]
+    assert all(now[a] != trained[a] for a in areas)
+    lines = []
+    check_data_of("last.pt", ckpt, now, out, lines.append)
+    assert len(lines) == 1 + (older is _other_estimate) and "), of the same points: " in lines[0], lines
+    if older is _other_estimate:
+        assert lines[1].startswith(f"warning: last.pt read normals of another estimate than the files hold now "
+                                   f"(Area_1 k={K_NORMAL}, version 1 then, k={K_NORMAL}, version {NORMAL_VERSION} "
+                                   "now; Area_2 "), lines
+
+
+@pytest.mark.parametrize("where", ["replace", "manifest"])
+def test_a_kill_after_an_area_file_is_replaced_keeps_the_older_files_as_of_the_same_points(tmp_path, monkeypatch,
+                                                                                            where):
+    """A prepare into an older folder, killed after it replaced an area file but before manifest.json: the rerun
+    trusts the new file (assembled.json), but only the replaced file told that both hold the same points, and
+    the rerun wrote same_points without it ({} or one area of two), so runs trained on the older files that
+    records no points checksum (or one that hashed the normals they read) were refused on the same points."""
+    from tests.data_prep.test_prepare import _kill_at
+
+    raw = five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    _other_estimate(monkeypatch)
+    prepare(PrepareConfig(raw, out, progress=False))
+    monkeypatch.undo()
+    old = {area: file_checksum(out / f"{area}.h5") for area in ("Area_1", "Area_2")}
+    shutil.copytree(out, tmp_path / "straight")
+    prepare(PrepareConfig(raw, tmp_path / "straight", progress=False))  # the same, not interrupted
+    _kill_at(monkeypatch, where)
+    with pytest.raises(Killed):
+        prepare(PrepareConfig(raw, out, progress=False))
+    monkeypatch.undo()
+    prepare(PrepareConfig(raw, out, progress=False))
+    assert output_bytes(out)["manifest.json"] == output_bytes(tmp_path / "straight")["manifest.json"] \
+        .replace(str(tmp_path / "straight").encode(), str(out).encode())
+    assert json.loads((out / "manifest.json").read_text())["same_points"] == {a: [c] for a, c in old.items()}
+    assert not (out / ".work").exists()
+    for area, checksum in old.items():
+        assert same_points(area, checksum, out) is True
+
+
+@pytest.mark.parametrize("normal", [True, False], ids=["data.normal", "ptv1"])
+def test_a_run_whose_points_checksum_holds_its_normals_is_not_told_its_points_differ(tmp_path, monkeypatch,
+                                                                                   normal):
+    """A data.normal run recorded before "data_normals" hashed the normals it read into its points checksums; on
+    a copy of the same raw data with normals of another estimate (its own files gone) nothing tells whether only
+    those normals differ, and the refusal said "their points differ" as a fact. It says that the normals may be
+    all; a run that read none (PTv1) is refused as before, with no word of normals."""
+    from pointgeope.engine.checkpoint import CheckpointError
+    from pointgeope.engine.trained_data import check_data_of
+
+    raw = five_rooms(tmp_path / "raw")
+    areas = ("Area_1", "Area_2")
+    _before_the_version(monkeypatch)
+    prepare(PrepareConfig(raw, tmp_path / "trained", progress=False))
+    monkeypatch.undo()
+    ckpt = {"config": {"data": {"normal": normal, "root": str(tmp_path / "trained")}},
+            "data": json.loads((tmp_path / "trained/manifest.json").read_text())["checksums"],
+            "data_points": {a: points_with_normals(tmp_path / f"trained/{a}.h5") for a in areas}}
+    _other_estimate(monkeypatch)
+    prepare(PrepareConfig(shutil.copytree(raw, tmp_path / "moved"), tmp_path / "copy", progress=False))
+    monkeypatch.undo()
+    shutil.rmtree(tmp_path / "trained")
+    now = json.loads((tmp_path / "copy/manifest.json").read_text())["checksums"]
+    with pytest.raises(CheckpointError) as err:
+        check_data_of("last.pt", ckpt, now, tmp_path / "copy", print)
+    message = str(err.value).replace(str(tmp_path), "TMP")
+    assert ": their points differ, not only where they were prepared from" in message
+    clause = ", or only the normals it read, which the checksums of its points hold too (recorded by an older " \
+             "pointgeope); restore"
+    assert (clause in message) is normal and ("normal" in message) is normal

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.engine.prediction_info import prediction_metadata
 from pointgeope.engine.config import config_to_dict, load_config
 from pointgeope.engine.predict_model import Predictor
+from pointgeope.engine.prediction_info import prediction_metadata
 from tests.engine.test_evaluate import ColourClassifier
 
 

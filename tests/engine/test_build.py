@@ -23,7 +23,8 @@ def test_multistep_is_ptv1_schedule():
     factors = {e: lr_factor(cfg, spe, e * spe) for e in (0, 59, 60, 79, 80, 99)}
     assert factors == pytest.approx({0: 1.0, 59: 1.0, 60: 0.1, 79: 0.1, 80: 0.01, 99: 0.01})
     assert lr_factor(cfg, spe, 60 * spe - 1) == 1.0  # last step of epoch 59
-    short = load_config(None, ["train.epochs=3"])   # milestones floor(0.6 * 3) = 1 and floor(0.8 * 3) = 2, as PTv1's int()
+    # milestones floor(0.6 * 3) = 1 and floor(0.8 * 3) = 2, as PTv1's int()
+    short = load_config(None, ["train.epochs=3"])
     assert [lr_factor(short, spe, e * spe) for e in range(3)] == pytest.approx([1.0, 0.1, 0.01])
 
 
@@ -210,7 +211,8 @@ def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root, monke
         if place == "device":
             monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
             launches = []
-            monkeypatch.setattr(triton_fps, "fps_triton", lambda *a, fn=triton_fps.fps_triton: launches.append(1) or fn(*a))
+            monkeypatch.setattr(triton_fps, "fps_triton", lambda *a, fn=triton_fps.fps_triton:
+                                launches.append(1) or fn(*a))  # noqa: B023 - the loop's last iteration makes it
         net, batch = _first_batch(TINY + [f"data.root={tiny_root}", f"data.hierarchy={place}", "data.voxel_max=250"])
         net.hierarchy_spec = built = _Recorder(net.hierarchy_spec)     # what the model builds itself
         loss = net(batch.pos, batch.x, batch.ptr[1:], hierarchy=getattr(batch, "hierarchy", None)).square().mean()

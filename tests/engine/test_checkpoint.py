@@ -9,8 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from pointgeope.engine.checkpoint import (CheckpointDenied, CheckpointError, config_differences, load_checkpoint,
-                                          rng_state, save_checkpoint, set_rng_state)
+from pointgeope.engine.checkpoint import (
+    CheckpointDenied,
+    CheckpointError,
+    config_differences,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from pointgeope.engine.config import Config, config_to_dict, load_config
 from pointgeope.engine.weights import load_model_state
 
@@ -129,8 +136,8 @@ def test_a_pickle_refused_by_safe_loading_is_said_so_without_torchs_unsafe_advic
     torch.save({"x": Fraction(1, 3)}, path)
     with pytest.raises(CheckpointError) as err:
         load_checkpoint(path)
-    assert str(err.value) == (f"{path}: not a readable checkpoint (a pickle that safe loading refuses (UnpicklingError)); "
-                              "if it is a fold's last.pt, delete it to start the fold again")
+    assert str(err.value) == (f"{path}: not a readable checkpoint (a pickle that safe loading refuses "
+                              "(UnpicklingError)); if it is a fold's last.pt, delete it to start the fold again")
 
 
 def test_foreign_file_is_an_error(tmp_path):
@@ -146,7 +153,8 @@ def test_other_config_is_an_error_listing_keys(tmp_path):
     now["optim"]["lr"] = 0.1
     now["data"]["root"] = "elsewhere"     # free: where the data lives
     now["eval"]["tta"]["flips"] = True    # free: how the final evaluation is done
-    with pytest.raises(CheckpointError, match=r"last\.pt: written with another config \(optim\.lr: checkpoint 0\.5, now 0\.1\)"):
+    with pytest.raises(CheckpointError,
+                       match=r"last\.pt: written with another config \(optim\.lr: checkpoint 0\.5, now 0\.1\)"):
         load_checkpoint(tmp_path / "last.pt", now)
     now["optim"]["lr"] = 0.5
     assert load_checkpoint(tmp_path / "last.pt", now)["config"] == saved
@@ -209,7 +217,8 @@ def test_a_damaged_last_pt_leaves_best_pts_own_epochs_with_a_warning(tmp_path):
 @pytest.mark.parametrize("entries, named", [
     ({"epoch": None, "config": {"train": {"epochs": 5}}}, "'epoch' entry to be a whole number >= 0, got None"),
     ({"epoch": "x", "config": {"train": {"epochs": 5}}}, "'epoch' entry to be a whole number >= 0, got 'x'"),
-    ({"epoch": 2, "config": {"train": {"epochs": []}}}, "'config.train.epochs' entry to be a whole number >= 0, got []"),
+    ({"epoch": 2, "config": {"train": {"epochs": []}}},
+     "'config.train.epochs' entry to be a whole number >= 0, got []"),
     ({"epoch": -1, "config": {"train": {"epochs": 5}}}, "'epoch' entry to be a whole number >= 0, got -1"),
 ])
 def test_a_damaged_epoch_count_is_one_checkpoint_error(tmp_path, entries, named):
@@ -226,7 +235,8 @@ def test_a_damaged_epoch_count_is_one_checkpoint_error(tmp_path, entries, named)
     save_checkpoint(tmp_path / "best.pt", {"epoch": 1, "config": {"train": {"epochs": 5}}})
     logged = []
     assert fold_progress(tmp_path / "best.pt", load_checkpoint(tmp_path / "best.pt"), log=logged.append) == (1, 5)
-    warning = f"warning: {message}; best.pt is used (saved at epoch 1 of 5: how far the fold trained after it is unknown)"
+    warning = (f"warning: {message}; best.pt is used (saved at epoch 1 of 5: how far the fold trained after it is "
+               "unknown)")
     assert logged == [warning]
 
 
@@ -326,8 +336,8 @@ def test_cuda_generators_resume_where_another_number_of_gpus_is_visible(fake_gpu
 
 def test_a_changed_bit_in_a_parts_directory_entry_is_an_error_naming_the_part(tmp_path):
     """A flipped bit in a part's central directory entry: its compression method stored -> deflated (0 -> 8),
-    which torch.load reads as other weights without a word. The CRC check, reading the part as its entry says, ended in zlib's
-    'Error -3 while decompressing data' as a traceback; now the one line of a part that does not match, as
+    which torch.load reads as other weights without a word. The CRC check, reading the part as its entry says, ended in
+    zlib's 'Error -3 while decompressing data' as a traceback; now the one line of a part that does not match, as
     for a flipped bit in its bytes."""
     import struct
     import zipfile

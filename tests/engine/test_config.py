@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from pointgeope.engine.config import (Config, ConfigError, config_from_dict, config_to_dict,
-                                      load_config, parse_override, save_config)
+from pointgeope.engine.config import (
+    Config,
+    ConfigError,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+    parse_override,
+    save_config,
+)
 from pointgeope.engine.config_ranges import RANGES, Range
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,8 +49,8 @@ def test_unknown_key_names_file_key_and_closest(tmp_path):
 def test_an_empty_config_file_is_refused_not_read_as_the_defaults(tmp_path, text):
     """An emptied config (a failed save or copy) started a 100-epoch run of the default recipe."""
     path = write(tmp_path / "c.yaml", text)
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: the config is empty \(expected a YAML mapping of sections: "
-                                          r"data:, model:, .*\); give a config such as configs/demo.yaml"):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: the config is empty \(expected a YAML mapping "
+                                          r"of sections: data:, model:, .*\); give a config such as configs/demo.yaml"):
         load_config(path)
     assert load_config(write(tmp_path / "d.yaml", "{}\n")) == Config()  # an explicit empty mapping: the defaults
 
@@ -52,8 +59,8 @@ def test_an_empty_config_file_is_refused_not_read_as_the_defaults(tmp_path, text
                                        ("''\n", "str ''"), ("- a\n", "list ['a']")])
 def test_a_config_that_is_not_a_mapping_is_refused_even_when_falsy(tmp_path, text, got):
     path = write(tmp_path / "c.yaml", text)
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: expected a YAML mapping of sections, got {re.escape(got)}; "
-                                          "give a config such as configs/demo.yaml$"):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: expected a YAML mapping of sections, got "
+                                          rf"{re.escape(got)}; give a config such as configs/demo.yaml$"):
         load_config(path)
 
 
@@ -148,7 +155,8 @@ def test_s3dis_configs_differ_only_in_pe_and_run_dir():
     assert set(cfgs) == {"pt_rpe", "pt_geope", "pt_lingeope", "pt_geope_rpe", "pt_lingeope_rpe", "pt_none",
                          "pt_rope3d", "pt_rope3d_rpe", "pt_rope_mixed", "pt_pointrope", "pt_ape"}
     for name, cfg in cfgs.items():
-        assert cfg.model.pe == name[3:].replace("_rpe", "+rpe").replace("_", "-") and cfg.train.run_dir == f"runs/{name}"
+        assert cfg.model.pe == name[3:].replace("_rpe", "+rpe").replace("_", "-")
+        assert cfg.train.run_dir == f"runs/{name}"
         plain = config_to_dict(cfg)
         plain["model"].pop("pe"), plain["train"].pop("run_dir")
         reference = config_to_dict(Config())
@@ -178,6 +186,7 @@ def test_no_close_key_lists_the_section():
 def _numeric_keys(cls, prefix: str = "") -> list[str]:
     """Every key of the dataclass ``cls`` whose type is int or float, alone, optional or in a list."""
     import dataclasses
+    import types
     import typing
 
     keys = []
@@ -185,7 +194,7 @@ def _numeric_keys(cls, prefix: str = "") -> list[str]:
         if dataclasses.is_dataclass(tp):
             keys += _numeric_keys(tp, f"{prefix}{name}.")
             continue
-        args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, list) else (tp,)
+        args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType, list) else (tp,)
         inner = [a for arg in args for a in (typing.get_args(arg) if typing.get_origin(arg) is list else (arg,))]
         if any(a in (int, float) for a in inner):
             keys.append(prefix + name)
@@ -228,7 +237,8 @@ def test_a_test_view_scale_beyond_10_is_refused_naming_why():
     """eval.tta.scales=[1e308] made every coordinate of the view infinite: evaluate and predict ended in a
     traceback ("expected finite coord"); 0 stays refused as not > 0 (the bound's text kept the open side)."""
     with pytest.raises(ConfigError, match=r"^override 'eval.tta.scales=\[1, 1e308\]': eval.tta.scales\[1\]: expected "
-                                          r"a finite number <= 10, got 1e\+308; the bound is there because a view scales"):
+                                          r"a finite number <= 10, got 1e\+308; the bound is there because a view "
+                                          r"scales"):
         load_config(None, ["eval.tta.scales=[1, 1e308]"])
     with pytest.raises(ConfigError, match=r"^override 'eval.tta.scales=\[0\]': eval.tta.scales\[0\]: expected a "
                                           r"finite number > 0, got 0.0$"):
@@ -287,7 +297,8 @@ def test_any_other_train_device_is_refused_when_the_config_is_read(device):
      "model.geope_learnable=true: GeoPE's frequencies, but model.pe=pointrope"),
     (["model.pe=rope-mixed", "model.geope_learnable=true"],
      "but model.pe=rope-mixed turns at RoPE-Mixed's own learnt frequencies"),
-    (["model.pe=rope-mixed", "model.geope_base=50"], "model.geope_base=50.0: GeoPE's frequencies, but model.pe=rope-mixed"),
+    (["model.pe=rope-mixed", "model.geope_base=50"],
+     "model.geope_base=50.0: GeoPE's frequencies, but model.pe=rope-mixed"),
     (["model.pe=rope-mixed", "model.rope_mixed_init=axial", "model.geope_base=50"], None),   # its start
     (["model.pe=rpe", "model.geope_learnable=true", "model.geope_base=50"], None),  # the ablation's baseline
     (["model.pe=none", "model.geope_learnable=true"], None),

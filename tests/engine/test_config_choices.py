@@ -75,7 +75,8 @@ def test_a_config_file_is_named_at_the_keys_line(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert str(err.value) == (f"{path}:4: optim.milestones=[0.5, 0.7]: the multistep schedule's only "
-                              "(optim.scheduler=multistep), but optim.scheduler=cosine, which never reads it; remove it")
+                              "(optim.scheduler=multistep), but optim.scheduler=cosine, which never reads it; "
+                              "remove it")
 
 
 def test_train_refuses_it_in_one_line_before_any_training(tmp_path, capsys):

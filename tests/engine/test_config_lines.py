@@ -72,14 +72,16 @@ def test_an_override_has_no_line_and_keeps_its_wording(tmp_path):
     config.write_text("model:\n  pe: pointrope\n")
     with pytest.raises(ConfigError, match=r"^override 'train.epochs=0': train.epochs: expected an integer >= 1"):
         load_config(config, ["train.epochs=0"])
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(config))} with the overrides: model.geope_base=50.0: GeoPE's"):
+    with pytest.raises(ConfigError,
+                       match=rf"^{re.escape(str(config))} with the overrides: model.geope_base=50.0: GeoPE's"):
         load_config(config, ["model.geope_base=50"])
 
 
 def test_a_runs_saved_config_is_named_with_its_line_too(tmp_path):
     record = tmp_path / "config.yaml"
     record.write_text("data:\n  root: x\ntrain:\n  epochs: -1\n")
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(record))}:4: train.epochs: expected an integer >= 1, got -1"):
+    with pytest.raises(ConfigError,
+                       match=rf"^{re.escape(str(record))}:4: train.epochs: expected an integer >= 1, got -1"):
         load_record(record)
 
 
@@ -87,8 +89,8 @@ def test_an_ablations_preset_check_names_the_files_line(two_folds, tmp_path):
     """The presets' check of a key the file sets (config_values.presets_problem through ablation.plan)."""
     config = tmp_path / "abl.yaml"
     config.write_text(f"base: {REPO / 'configs' / 'demo_ptv3.yaml'}\nmodel:\n  point3drope_scale: 1\n")
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(config))}:3: model.point3drope_scale=1.0: read by --presets "
-                                          r"point3drope, but --presets geope would ignore it"):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(config))}:3: model.point3drope_scale=1.0: read by "
+                                          r"--presets point3drope, but --presets geope would ignore it"):
         plan(config, ["geope", "point3drope"], [0], 1, tmp_path / "abl", [f"data.root={two_folds}"], 1)
 
 

@@ -5,8 +5,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from pointgeope.engine.config import Config, config_to_dict, load_config
-from pointgeope.engine.config_reference import config_keys, field_comments, markdown_tables
 from pointgeope.engine.config_ranges import RANGES
+from pointgeope.engine.config_reference import config_keys, field_comments, markdown_tables
 
 
 @dataclass
@@ -47,10 +47,13 @@ def test_every_key_once_in_order_with_a_description():
 
 def test_types_defaults_and_ranges_are_those_the_config_checks():
     rows = {r.key: r for r in config_keys()}
-    assert (rows["train.epochs"].type, rows["train.epochs"].default, rows["train.epochs"].values) == ("int", "100", "in [1, 1000000]")
-    assert (rows["model.planes"].default, rows["model.planes"].values) == ("[32, 64, 128, 256, 512]", "each in [1, 16384]")
+    assert (rows["train.epochs"].type, rows["train.epochs"].default,
+            rows["train.epochs"].values) == ("int", "100", "in [1, 1000000]")
+    assert ((rows["model.planes"].default, rows["model.planes"].values)
+            == ("[32, 64, 128, 256, 512]", "each in [1, 16384]"))
     assert (rows["optim.grad_clip"].type, rows["optim.grad_clip"].default) == ("float | null", "null")
-    assert rows["data.augment"].type == "'ptv1' | 'pointcept' | 'none' | 'pointcept_ptv3'" and rows["data.augment"].values == ""
+    assert rows["data.augment"].type == "'ptv1' | 'pointcept' | 'none' | 'pointcept_ptv3'"
+    assert rows["data.augment"].values == ""
     assert rows["optim.momentum"].values == "in [0, 1]" and rows["data.color"].default == "true"
     assert {key for key, r in rows.items() if r.values} == set(RANGES)
     # each default as the page writes it, given back as an override, loads to the default itself

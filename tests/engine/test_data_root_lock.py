@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from pointgeope.cli import main as cli
-from pointgeope.h5 import list_rooms
 from pointgeope.engine import train as train_module
+from pointgeope.h5 import list_rooms
 from pointgeope.lock import folder_lock
 from tests.engine.conftest import DEMO_CONFIG, TINY, train_fold
 

@@ -3,7 +3,6 @@ device that is no device or that this machine lacks, a kernel choice that is not
 without a device that runs Triton, and `info --device` without `--check`."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
@@ -20,7 +19,8 @@ def test_a_device_that_is_no_device_is_one_line(tmp_path, capsys, tiny_run):
     for device in ("xyz", "mps", "meta"):
         line = one_line(capsys, 2, ["predict", str(tiny_run), str(scan), "--out", str(tmp_path / "o"),
                                     "--device", device])
-        assert line == f"pointgeope predict: error: --device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), got {device!r}"
+        assert line == ("pointgeope predict: error: --device: expected auto, cpu, cuda or cuda:N (cuda:N: GPU N), "
+                        f"got {device!r}")
     assert not (tmp_path / "o").exists()
 
 
@@ -32,8 +32,10 @@ def test_a_device_this_machine_lacks_is_one_line(tmp_path, capsys, two_folds, ti
     assert not (tmp_path / "area_1").exists()
     scan = tmp_path / "scan.npy"
     np.save(scan, np.random.default_rng(0).random((100, 6)) * [2, 2, 2, 255, 255, 255])
-    line = one_line(capsys, 2, ["predict", str(tiny_run), str(scan), "--out", str(tmp_path / "o"), "--device", "cuda:0"])
-    assert line == "pointgeope predict: error: --device cuda:0 but CUDA is not available here; use --device cpu (or auto)"
+    line = one_line(capsys, 2,
+                    ["predict", str(tiny_run), str(scan), "--out", str(tmp_path / "o"), "--device", "cuda:0"])
+    assert line == ("pointgeope predict: error: --device cuda:0 but CUDA is not available here; use --device cpu "
+                    "(or auto)")
     assert not (tmp_path / "o").exists()
 
 

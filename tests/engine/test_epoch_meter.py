@@ -156,8 +156,8 @@ def test_the_epoch_scores_follow_the_runs_class_mean_rule(two_folds, tmp_path, m
 def test_a_training_step_and_its_meter_read_the_loss_only():
     """A step with its hierarchy given (beside the step on CUDA, or from the loader) and the epoch meter read
     one value on the host, the loss, and as train_epoch runs the step, whose check before the update reads
-    whether the loss and the gradients' norm are finite, that flag in the same read: every other read of a tensor's values
-    (``tolist``, ``bool``, a boolean mask, ``bincount``) waits on a GPU for the queued backward and optimiser
+    whether the loss and the gradients' norm are finite, that flag in the same read: every other read of a tensor's
+    values (``tolist``, ``bool``, a boolean mask, ``bincount``) waits on a GPU for the queued backward and optimiser
     step before the next forward can be queued. The network read the device offsets, and the meter's
     ``ConfusionMeter.update`` checked, masked and bincounted on the host: 6 reads a step. The counts stay the
     definition's (ignored labels 255 left out)."""

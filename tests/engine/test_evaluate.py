@@ -145,7 +145,8 @@ def test_tta_views_rotate_by_two_pi_k_over_rotations():
     np.testing.assert_allclose([a for *_, a in quarter], [0.0, 1.5707963267948966, 3.141592653589793,
                                                           4.71238898038469], rtol=1e-15, atol=0)
     third = tta_views(TTAConfig(scales=[0.9, 1.1], flips=True, rotations=3))
-    assert [(s, f) for s, f, _ in third] == [(0.9, False)] * 3 + [(0.9, True)] * 3 + [(1.1, False)] * 3 + [(1.1, True)] * 3
+    assert [(s, f) for s, f, _ in third] == ([(0.9, False)] * 3 + [(0.9, True)] * 3
+                                             + [(1.1, False)] * 3 + [(1.1, True)] * 3)
     np.testing.assert_allclose([a for *_, a in third], [0.0, 2.0943951023931953, 4.1887902047863905] * 4,
                                rtol=1e-15, atol=0)
     # (2, 0, 0) of a room from (0, 0, 0) to (2, 0, 0) (centre (1, 0, 0)) turns to +y, -x, -y of the centre
@@ -195,9 +196,9 @@ def test_view_coord_is_a_similarity_about_the_centre():
 
 def test_validation_skips_the_configured_ignore_index(two_folds):
     """``train.ignore_index`` is the one value for the loss and the metrics: validation scores skip it."""
-    from pointgeope.h5 import list_rooms, read_room
     from pointgeope.engine import distributed
     from pointgeope.engine.evaluate import validate
+    from pointgeope.h5 import list_rooms, read_room
 
     env = distributed.DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     labels = {room: read_room(two_folds / "Area_1.h5", room, ("label",))["label"]

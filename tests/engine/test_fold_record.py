@@ -38,7 +38,8 @@ def test_a_resume_from_another_folds_last_pt_is_refused(tiny_run, two_folds, tmp
     (tmp_path / "area_2").mkdir()
     shutil.copy(tiny_run / "last.pt", tmp_path / "area_2" / "last.pt")
     line = one_line(capsys, 2, ["train", "--config", str(DEMO_CONFIG), "--test-area", "2", "--data-root",
-                                str(two_folds), "--run-dir", str(tmp_path), *TINY, "train.epochs=1", "train.val_every=1"])
+                                str(two_folds), "--run-dir", str(tmp_path), *TINY, "train.epochs=1",
+                                "train.val_every=1"])
     assert f"{tmp_path / 'area_2' / 'last.pt'}: trained for fold 1 (test Area_1" in line, line
     assert not (tmp_path / "area_2" / "metrics.json").exists()
 

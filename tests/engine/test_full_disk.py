@@ -31,7 +31,7 @@ def run_limited(argv: list[str], limit: int, cwd: Path) -> tuple[int, list[str]]
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     proc = subprocess.run([sys.executable, "-m", "pointgeope", *argv], preexec_fn=preexec, cwd=cwd,
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=180, check=False)
     return proc.returncode, proc.stderr.strip().splitlines()
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from pointgeope.engine.distributed import DistEnv
 from pointgeope import __version__
+from pointgeope.engine.distributed import DistEnv
 from pointgeope.engine.machine_record import fold_machines, machine, saved_trained_on, trained_on, training_machine
 from pointgeope.engine.state import FoldCheckpoints, LoopState
 from tests.engine.test_state import learner

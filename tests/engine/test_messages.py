@@ -28,7 +28,7 @@ def test_an_unwritable_fold_folder_is_named_not_its_lock(tmp_path, capsys, two_f
     nothing (config.yaml, checkpoints) can be written there."""
     fold = tmp_path / "area_1"
     fold.mkdir()
-    if subprocess.run(["chattr", "+i", str(fold)], capture_output=True).returncode != 0:
+    if subprocess.run(["chattr", "+i", str(fold)], capture_output=True, check=False).returncode != 0:
         pytest.skip("chattr +i is not allowed here")
     try:
         line = one_line(capsys, 2, train_args(two_folds, tmp_path))
@@ -67,7 +67,8 @@ def test_info_check_without_triton_says_so(monkeypatch, capsys):
 
 def test_a_folder_as_config_is_called_a_folder(tmp_path, capsys):
     """Before: "expected a config file, found nothing at DIR"."""
-    line = one_line(capsys, 2, ["train", "--config", str(tmp_path), "--test-area", "1", "--run-dir", str(tmp_path / "r")])
+    line = one_line(capsys, 2,
+                    ["train", "--config", str(tmp_path), "--test-area", "1", "--run-dir", str(tmp_path / "r")])
     assert line == (f"pointgeope train: error: expected a config file, found a folder at {tmp_path}; give a YAML "
                     "file, e.g. configs/demo.yaml")
 
@@ -122,7 +123,7 @@ def test_kill_9_of_ablate_leaves_no_trial_running(two_folds, tmp_path, sigint):
     run = tmp_path / "abl"
     argv = [sys.executable, "-m", "pointgeope", *ablate_args(two_folds, run, "train.epochs=1000", seeds=("0",))]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=ignore_sigint if sigint == "ignored" else None)
+                            preexec_fn=ignore_sigint if sigint == "ignored" else None)  # noqa: PLW1509
     lock, pid = run / "rpe" / "seed_0" / "area_1" / ".lock", None
     try:
         deadline = time.monotonic() + 120

@@ -29,7 +29,8 @@ def test_the_ptv3_recipe_feeds_rgb_and_normal_and_ptv1_none():
         assert cfg.data.normal is True and cfg.model.in_channels == 6
         assert prediction_metadata(config_to_dict(cfg))["features"] == ["rgb", "normal"]
     assert load_config(DEMO_CONFIG).data.normal is False
-    assert prediction_metadata(config_to_dict(load_config(PTV3_DEMO, ["data.normal=false"])))["features"] == ["rgb", "xyz"]
+    plain = config_to_dict(load_config(PTV3_DEMO, ["data.normal=false"]))
+    assert prediction_metadata(plain)["features"] == ["rgb", "xyz"]
 
 
 def test_a_recorded_config_without_the_key_reads_back_as_rgb_xyz(tmp_path):
@@ -231,8 +232,8 @@ def test_resuming_a_run_recorded_before_the_key_with_the_recipe_names_the_overri
     with pytest.raises(CheckpointError) as err:
         load_checkpoint(tmp_path / "last.pt", today)
     message = str(err.value)
-    assert "\n" not in message and "(data.normal: checkpoint False, now True); it was recorded before data.normal existed: the " \
-           "override data.normal=false uses it as it ran; " in message
+    assert "\n" not in message and "(data.normal: checkpoint False, now True); it was recorded before data.normal " \
+           "existed: the override data.normal=false uses it as it ran; " in message
     ckpt["config"]["data"]["normal"] = False                      # a run that chose false: nothing to add
     save_checkpoint(tmp_path / "last.pt", ckpt)
     with pytest.raises(CheckpointError, match=r"now True\); use the same config"):
@@ -311,7 +312,8 @@ def test_predict_says_it_estimates_a_scans_normals_first(normal_run, two_folds, 
     np.save(scan, np.random.default_rng(3).random((250, 6)) * [3, 2, 2, 255, 255, 255])
     assert cli(["predict", str(normal_run), str(scan), "--out", str(tmp_path / "o"), "--format", "npy",
                 "--max-fragments", "1"]) == 0
-    assert len(said) == 1 and said[0].splitlines()[-1] == f"{scan}: estimating the normals of 250 points (k=30 neighbours)"
+    assert len(said) == 1
+    assert said[0].splitlines()[-1] == f"{scan}: estimating the normals of 250 points (k=30 neighbours)"
     assert cli(["predict", str(normal_run), str(two_folds / "Area_2.h5"), "--out", str(tmp_path / "p"),
                 "--max-fragments", "1"]) == 0
     assert len(said) == 1 and "estimating the normals" not in capsys.readouterr().out

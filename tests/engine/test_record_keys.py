@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pointgeope.engine.checkpoint import (CheckpointError, config_differences, eval_values, fold_config,
-                                          load_checkpoint, save_checkpoint)
+from pointgeope.engine.checkpoint import (
+    CheckpointError,
+    config_differences,
+    eval_values,
+    fold_config,
+    load_checkpoint,
+    save_checkpoint,
+)
 from pointgeope.engine.config import config_to_dict, load_config
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.report.settings import fold_settings, mixed_settings

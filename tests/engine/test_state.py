@@ -199,7 +199,6 @@ def test_a_damaged_data_record_is_one_checkpoint_error_on_resume(tmp_path, data,
     """A last.pt whose "data" (area -> checksum of the file it trained on) is no such mapping: a resume ended in
     "AttributeError: 'list' object has no attribute 'get'" (or a TypeError) while comparing the files."""
     from pointgeope.engine.checkpoint import CheckpointError
-
     from pointgeope.engine.config import Config, config_to_dict
 
     now, config = {"Area_1": "sha256:1"}, config_to_dict(Config())

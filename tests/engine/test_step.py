@@ -185,7 +185,8 @@ def test_under_fp16_a_clipped_step_clips_the_unscaled_gradients_as_torch_does(cl
     cfg, learner = _setup(clip)
     learner.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
     twin = copy.deepcopy(learner.model)
-    opt, scaler = torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9), torch.amp.GradScaler("cpu", init_scale=1024.0)
+    opt = torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
     for seed in range(2):
         batch = _batch(seed)
         train_step(cfg, learner, learner.model, batch, CPU, _check(learner, tmp_path, batch))

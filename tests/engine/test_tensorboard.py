@@ -11,9 +11,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 
 from pointgeope.constants import PALETTE
+from pointgeope.engine.tensorboard import RoomClouds
 from pointgeope.h5 import list_rooms, read_room
 from pointgeope.h5_predictions import read_predictions
-from pointgeope.engine.tensorboard import RoomClouds
 
 
 def test_validation_clouds_show_the_predictions(tiny_run, two_folds):

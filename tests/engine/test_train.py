@@ -12,14 +12,13 @@ import pytest
 import torch
 
 from pointgeope.checksum import file_checksum
-from pointgeope.h5 import SchemaError, list_rooms, read_room, read_room_record, write_area
-from pointgeope.h5_predictions import read_predictions
-from pointgeope.engine import losses as losses_mod
-from pointgeope.engine import state as state_mod
 from pointgeope.commands import train as train_command
+from pointgeope.engine import losses as losses_mod, state as state_mod
 from pointgeope.engine.checkpoint import load_checkpoint
 from pointgeope.engine.config import load_config
 from pointgeope.errors import run_command
+from pointgeope.h5 import SchemaError, list_rooms, read_room, read_room_record, write_area
+from pointgeope.h5_predictions import read_predictions
 from pointgeope.metrics import confusion_matrix, scores
 from pointgeope.model.ops.fps import FPS_RULE
 from tests.engine.conftest import DEMO_CONFIG, TINY
@@ -105,7 +104,8 @@ def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkey
     assert train(two_folds, tmp_path / "killed", *extra) == 0
 
     log = (tmp_path / "killed" / "area_1" / "log.txt").read_text()
-    where = f"inside epoch {killed_at[0] + 1}, after its batch {killed_at[1]}" if killed_at[1] else f"after epoch {killed_at[0]}"
+    where = (f"inside epoch {killed_at[0] + 1}, after its batch {killed_at[1]}" if killed_at[1]
+             else f"after epoch {killed_at[0]}")
     assert f"resumed from {tmp_path / 'killed' / 'area_1' / 'last.pt'}: {where} (step " in log
     a, b = weights(tmp_path / "straight" / "area_1" / "last.pt"), weights(tmp_path / "killed" / "area_1" / "last.pt")
     assert a.keys() == b.keys()
@@ -121,7 +121,8 @@ def test_resume_after_a_kill_reaches_the_same_result(two_folds, tmp_path, monkey
 def epoch_scores(run) -> dict[str, str]:
     """``{"epoch 1/2": "loss 1.2345  train oa 0.5 miou 0.1", ...}`` of a fold's log.txt (its last line of each
     epoch: a resumed run logs the epoch it finishes)."""
-    found = re.findall(r" (epoch \d+/\d+)  (loss \S+  train oa \S+ miou \S+)  ", (run / "area_1" / "log.txt").read_text())
+    found = re.findall(r" (epoch \d+/\d+)  (loss \S+  train oa \S+ miou \S+)  ",
+                       (run / "area_1" / "log.txt").read_text())
     assert found
     return dict(found)
 
@@ -319,7 +320,8 @@ def test_a_stop_under_force_says_to_drop_force(two_folds, tmp_path, capsys):
     assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1", "--force") == 0
     last = tmp_path / "area_1" / "last.pt"
     assert (f"stopping in fold 1 after epoch 1: 1 epoch(s) trained in this run (train.epochs_per_run=1); the same "
-            f"command without --force (with it, the fold starts again) continues from {last}") in capsys.readouterr().out
+            f"command without --force (with it, the fold starts again) continues from {last}"
+            in capsys.readouterr().out)
     assert train(two_folds, tmp_path, "train.epochs=2", "train.epochs_per_run=1") == 0
     assert f"resumed from {last}: after epoch 1 (step 2)" in capsys.readouterr().out
     assert json.loads((tmp_path / "area_1" / "metrics.json").read_text())["complete"] is True

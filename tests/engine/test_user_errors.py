@@ -133,7 +133,8 @@ def test_report_of_a_damaged_metrics_file_or_to_a_file(tmp_path, capsys):
     (tmp_path / "run" / "area_1" / "metrics.json").write_text('{"complete": true,')
     line = one_line(capsys, 2, ["report", str(tmp_path / "run")])
     assert line == (f"pointgeope report: error: {tmp_path / 'run/area_1/metrics.json'}:1: not valid JSON (Expecting "
-                    "property name enclosed in double quotes); evaluate the fold again (pointgeope evaluate RUN/area_K)")
+                    "property name enclosed in double quotes); evaluate the fold again (pointgeope evaluate "
+                    "RUN/area_K)")
 
 
 def test_report_out_that_is_a_file(tmp_path, capsys):
@@ -350,4 +351,5 @@ def test_evaluate_uses_the_same_points_prepared_from_another_path(tmp_path, caps
     out = capsys.readouterr().out
     assert (f"note: {run / 'last.pt'} trained on other files than {root} holds now (Area_1.h5 trained on sha256:"
             in out and "), of the same points: only where they were prepared from differs" in out), out
-    assert json.loads((run / "metrics.json").read_text())["data_points"]["Area_1"] == points_checksum(root / "Area_1.h5")
+    recorded = json.loads((run / "metrics.json").read_text())["data_points"]["Area_1"]
+    assert recorded == points_checksum(root / "Area_1.h5")

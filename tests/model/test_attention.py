@@ -116,7 +116,8 @@ def _reference(layer: PointTransformerLayer, coord, feat, idx):
     coord, feat = coord.double(), feat.double()
 
     def bn(x, name):
-        return (x - p[name + ".running_mean"]) / (p[name + ".running_var"] + 1e-5).sqrt() * p[name + ".weight"] + p[name + ".bias"]
+        return ((x - p[name + ".running_mean"]) / (p[name + ".running_var"] + 1e-5).sqrt() * p[name + ".weight"]
+                + p[name + ".bias"])
 
     def lin(x, name):
         return x @ p[name + ".weight"].T + p[name + ".bias"]
@@ -136,18 +137,20 @@ def _reference(layer: PointTransformerLayer, coord, feat, idx):
         rel_rows, val_rows = [], []
         for j in idx[i].tolist():
             d = coord[j] - coord[i]
-            delta = lin(F.relu(bn(lin(d, "linear_p.0"), "linear_p.1")), "linear_p.3") if layer.linear_p is not None else 0
+            delta = (lin(F.relu(bn(lin(d, "linear_p.0"), "linear_p.1")), "linear_p.3") if layer.linear_p is not None
+                     else 0)
             frames = _frames(layer, coord[i], coord[j], freq) if pe.rotation != "none" or pe.value == "geope" else []
 
             def turn(x):
                 y = x.clone()
-                for channels, mat in frames:
+                for channels, mat in frames:  # noqa: B023 - called in this iteration only
                     y[channels] = mat @ x[channels]
                 return y
 
             k_j = turn(key[j]) if pe.rotation != "none" else key[j]
             rel_rows.append(k_j - q[i] + (delta if pe.relation_delta else 0))
-            v_j = {"rpe": lambda: val[j] + delta, "geope": lambda: turn(val[j]), "none": lambda: val[j]}[pe.value]()
+            v_j = {"rpe": lambda: val[j] + delta, "geope": lambda: turn(val[j]),  # noqa: B023 - called at once
+                   "none": lambda: val[j]}[pe.value]()  # noqa: B023 - called at once
             val_rows.append(v_j)
         r = torch.stack(rel_rows)
         w = lin(F.relu(bn(lin(F.relu(bn(r, "linear_w.0")), "linear_w.2"), "linear_w.3")), "linear_w.5")

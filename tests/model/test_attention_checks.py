@@ -11,9 +11,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from pointgeope.model import fused_attention as fa  # noqa: E402
-from pointgeope.model import kernels  # noqa: E402
-from pointgeope.model.kernels import KernelArgumentError, KernelFallbackWarning  # noqa: E402
+from pointgeope.model import fused_attention as fa, kernels
+from pointgeope.model.kernels import KernelArgumentError, KernelFallbackWarning
 
 pytestmark = pytest.mark.usefixtures("interpreted_cpu")
 N, K, C = 10, 4, 12
@@ -40,22 +39,26 @@ def _call(op: str, t: dict, **change):
 
 RELATIONS = ("relation", "frame_relation", "linear_relation")
 BAD = [(op, name, make, said) for op in RELATIONS + ("aggregate",) for name, make, said in (
-    ("idx past the rows", lambda t: dict(idx=t["idx"] + 5), r"expected idx in \[0, 10\) .*got values in \[\d+, 1[0-4]\]"),
+    ("idx past the rows", lambda t: dict(idx=t["idx"] + 5),
+     r"expected idx in \[0, 10\) .*got values in \[\d+, 1[0-4]\]"),
     ("negative idx", lambda t: dict(idx=t["idx"] - 1), r"expected idx in \[0, 10\) .*got values in \[-1, "),
     ("1-D idx", lambda t: dict(idx=t["idx"][:, 0]), r"expected idx of shape \(N, k\), int64 .*got \(10,\)"),
     ("int32 idx", lambda t: dict(idx=t["idx"].int()), r"int64 .*got \(10, 4\) torch.int32"),
     ("delta of k = 2", lambda t: dict(delta=t["delta"][:, :2]), r"expected delta of shape \(10, 4, 12\)"),
-    ("int source rows", lambda t: dict(key=t["key"].long()), r"of shape \(N_s, C\), floating, got \(10, 12\) torch.int64"),
+    ("int source rows", lambda t: dict(key=t["key"].long()),
+     r"of shape \(N_s, C\), floating, got \(10, 12\) torch.int64"),
 )] + [(op, name, make, said) for op in RELATIONS for name, make, said in (
     ("q of 5 rows", lambda t: dict(q=t["q"][:5]), r"expected q of shape \(10, 12\).*got \(5, 12\)"),
     ("q of 4 channels", lambda t: dict(q=t["q"][:, :4]), r"expected q of shape \(10, 12\).*got \(10, 4\)"),
 )] + [
-    ("aggregate", "w with k = 3", lambda t: dict(w=t["w"][:, :3]), r"expected w of shape \(10, 4, G\).*got \(10, 3, 6\)"),
+    ("aggregate", "w with k = 3", lambda t: dict(w=t["w"][:, :3]),
+     r"expected w of shape \(10, 4, G\).*got \(10, 3, 6\)"),
     ("aggregate", "w of 5 groups", lambda t: dict(w=t["w"][..., :5]), r"expected v of 10 channels .*got 12"),
     ("frame_relation", "tables of 4 channels", lambda t: dict(tables=t["tables"][..., :4]),
      r"expected tables of shape \(5, 10, 12\)"),
     ("frame_relation", "idx of other queries", lambda t: dict(idx=t["idx"][:6]), r"expected self-attention"),
-    ("linear_relation", "disp of 2 axes", lambda t: dict(disp=t["disp"][..., :2]), r"expected disp of shape \(10, 4, 3\)"),
+    ("linear_relation", "disp of 2 axes", lambda t: dict(disp=t["disp"][..., :2]),
+     r"expected disp of shape \(10, 4, 3\)"),
     ("linear_relation", "5 blocks of 12 channels", lambda t: dict(scale=torch.rand(5)), r"block_scale .* 3 n <= 12"),
 ]
 

@@ -16,7 +16,8 @@ BACKENDS = ("numba", "torch")
 
 
 def _clouds(rng: np.random.Generator) -> list[np.ndarray]:
-    """Random (1,500 points: many leaves of the bucket tree), integer grid with repeats, all duplicates, an evenly spaced line, and 1, 2 and 3 points."""
+    """Random (1,500 points: many leaves of the bucket tree), integer grid with repeats, all duplicates, an evenly
+    spaced line, and 1, 2 and 3 points."""
     line = np.column_stack([np.arange(40.0), np.zeros(40), np.zeros(40)])
     return [rng.random((1500, 3)) * [4.0, 3.0, 2.5], rng.integers(0, 5, size=(250, 3)).astype(np.float64),
             np.full((7, 3), -1.5), line, rng.random((1, 3)), rng.random((2, 3)), rng.integers(0, 2, size=(3, 3)) * 1.0]

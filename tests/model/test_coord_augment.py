@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pointgeope.model.coord_augment import CoordAugment, UTONIA_AUGMENT
+from pointgeope.model.coord_augment import UTONIA_AUGMENT, CoordAugment
 
 F64 = torch.float64
 

@@ -9,8 +9,8 @@ import torch
 
 pytest.importorskip("triton")          # imported here, before TRITON_INTERPRET is set: Triton's own library
                                        # stays compiled for the CUDA tests and torch.compile in this process
-from pointgeope.model import fused_attention, kernels  # noqa: E402
-from tests.model.fused_inputs import cuda, packed  # noqa: E402
+from pointgeope.model import fused_attention, kernels
+from tests.model.fused_inputs import cuda, packed
 
 # Triton's interpreter and the Triton path for this module's tests only (tests/model/conftest.py)
 pytestmark = pytest.mark.usefixtures("interpreted")

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
-from pointgeope.model import fused_attention  # noqa: E402
-from pointgeope.model.attention import PositionalEncoding  # noqa: E402
-from tests.model.fused_inputs import cuda, packed  # noqa: E402
-from tests.model.test_attention import PRESET_NAMES, _layer, _reference  # noqa: E402
+from pointgeope.model import fused_attention
+from pointgeope.model.attention import PositionalEncoding
+from tests.model.fused_inputs import cuda, packed
+from tests.model.test_attention import PRESET_NAMES, _layer, _reference
 
 # Triton's interpreter and the Triton path for this module's tests only (tests/model/conftest.py)
 pytestmark = pytest.mark.usefixtures("interpreted")

@@ -34,7 +34,8 @@ def test_frame_and_turn_pairs_are_the_eager_relation_and_its_adjoint():
     x, pos, idx, minus, scale = _setup()
     tables = rotation_tables(pos, scale, x.shape[-1])
     points = apply_shifted(x, tables)
-    torch.testing.assert_close(geope_pairs.frame_pairs(points, idx, tables, minus), query_frame(x, idx, pos, scale, minus))
+    torch.testing.assert_close(geope_pairs.frame_pairs(points, idx, tables, minus),
+                               query_frame(x, idx, pos, scale, minus))
     g = torch.randn(*idx.shape, x.shape[-1], dtype=x.dtype)
     # <R_i^T p, g> = <p, R_i g> for every pair
     lhs = (geope_pairs.frame_pairs(points, idx, tables, None) * g).sum()
@@ -110,7 +111,8 @@ def test_bf16_pairs_are_the_float32_relation_rounded_once():
     frame = geope_pairs.frame_pairs(points, idx, tables, minus, torch.bfloat16)
     exact = query_frame(x.double(), idx, pos.double(), scale.double(), minus.double())
     assert frame.dtype == torch.bfloat16 and _one_rounding(frame, exact) <= 1
-    assert _one_rounding(geope_pairs.frame_pairs(points.bfloat16(), idx, tables.bfloat16(), minus.bfloat16()), exact) > 10
+    assert _one_rounding(geope_pairs.frame_pairs(points.bfloat16(), idx, tables.bfloat16(), minus.bfloat16()),
+                         exact) > 10
     disp = pos[idx] - pos[:, None]
     xb, mb = x.bfloat16(), minus.bfloat16()                   # autocast's features, float32 geometry
     linear = geope_pairs.relative_pairs(xb, idx, disp, scale, mb, torch.bfloat16)

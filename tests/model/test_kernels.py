@@ -10,13 +10,13 @@ import torch
 
 pytest.importorskip("triton")
 
-from triton.runtime.errors import OutOfResources  # noqa: E402
+from triton.runtime.errors import OutOfResources
 
-from pointgeope.errors import UserError  # noqa: E402
-from pointgeope.model import fused_attention, kernels  # noqa: E402
-from pointgeope.model.kernels import KernelFallbackWarning  # noqa: E402
-from pointgeope.model.ops import backends, fps, knn, triton_fps, triton_fps_rounds, triton_knn  # noqa: E402
-from tests.model.test_attention import _layer  # noqa: E402
+from pointgeope.errors import UserError
+from pointgeope.model import fused_attention, kernels
+from pointgeope.model.kernels import KernelFallbackWarning
+from pointgeope.model.ops import backends, fps, knn, triton_fps, triton_fps_rounds, triton_knn
+from tests.model.test_attention import _layer
 
 
 class Failing:
@@ -62,7 +62,8 @@ def test_a_knn_kernel_that_fails_to_compile_falls_back_once_with_the_same_neighb
     coord, off = _cloud()
     failing = Failing(COMPILE_ERROR)
     monkeypatch.setattr(triton_knn, "_knn_kernel", failing)
-    with pytest.warns(KernelFallbackWarning, match=r"Triton kernel knn failed .*OutOfResources.*POINTGEOPE_KERNELS=torch"):
+    with pytest.warns(KernelFallbackWarning,
+                      match=r"Triton kernel knn failed .*OutOfResources.*POINTGEOPE_KERNELS=torch"):
         idx, dist2 = knn(coord, coord, 8, off, off)
     want_idx, want_d2 = knn(coord.cpu(), coord.cpu(), 8, off.cpu(), off.cpu(), backend="pykdtree")
     want_idx, want_d2 = want_idx.to(DEVICE), want_d2.to(DEVICE)

@@ -99,7 +99,8 @@ def test_agrees_with_pykdtree_in_indices_and_order_without_ties():
     rng = np.random.default_rng(6)
     grid = _grid(200, rng)
     off = torch.tensor([200])
-    assert torch.equal(knn(grid, grid, 8, off, off, backend="torch")[1], knn(grid, grid, 8, off, off, backend="pykdtree")[1])
+    assert torch.equal(knn(grid, grid, 8, off, off, backend="torch")[1],
+                       knn(grid, grid, 8, off, off, backend="pykdtree")[1])
 
 
 @pytest.mark.parametrize("backend", ["torch", *[b for b in ("pykdtree", "scipy") if backends.available(b)]])

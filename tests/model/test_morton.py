@@ -30,7 +30,8 @@ def test_tiles_are_each_cloud_sorted_by_key_in_padded_blocks_with_their_boxes():
     keys = torch.tensor([5, 3, 4, 30, 10, 20, 11, 12])              # clouds of 3 and 5 points
     tiles = tile_sorted(points, keys, [3, 8], block=4)
     assert tiles.blocks == [1, 2] and tiles.rows.tolist() == [1, 2, 0, -1, 4, 6, 7, 5, 3, -1, -1, -1]
-    assert torch.equal(tiles.planes[:, :3].T, points[[1, 2, 0]]) and torch.equal(tiles.planes[:, 4:9].T, points[[4, 6, 7, 5, 3]])
+    assert torch.equal(tiles.planes[:, :3].T, points[[1, 2, 0]])
+    assert torch.equal(tiles.planes[:, 4:9].T, points[[4, 6, 7, 5, 3]])
     boxes = block_boxes(tiles, 4)
     assert boxes.tolist() == [[0, 1, 2, 6, 7, 8], [12, 13, 14, 21, 22, 23], [9, 10, 11, 9, 10, 11]]
 
@@ -56,8 +57,8 @@ def test_keys_are_the_plain_functions_on_every_point():
 
 
 def test_the_cpu_order_sorts_a_cloud_by_the_code_of_the_plain_functions():
-    """``pointgeope.morton_order.morton_order`` (the CPU FPS's tree, the CPU kNN's queries) is ``code`` of ``cell`` in the
-    cloud's cube (``cube_scale`` of its side, float64) at ``morton_order.BITS`` bits, ties in row order (a stable
+    """``pointgeope.morton_order.morton_order`` (the CPU FPS's tree, the CPU kNN's queries) is ``code`` of ``cell`` in
+    the cloud's cube (``cube_scale`` of its side, float64) at ``morton_order.BITS`` bits, ties in row order (a stable
     sort), whatever rows precede the cloud; ``cloud_order`` the same of a whole cloud, float32 or float64."""
     from pointgeope.morton_order import BITS as bits, cloud_order, morton_order
 

@@ -83,7 +83,8 @@ def test_geometric_data_and_batch_inputs():
     with torch.no_grad():
         expected = model(coord, feat, offset)
         torch.testing.assert_close(model(batch), expected)
-        torch.testing.assert_close(model(Data(pos=coord[:130], x=feat[:130])), model(coord[:130], feat[:130], offset[:1]))
+        torch.testing.assert_close(model(Data(pos=coord[:130], x=feat[:130])),
+                                   model(coord[:130], feat[:130], offset[:1]))
 
 
 def test_bad_inputs_are_clear_errors():

@@ -113,7 +113,8 @@ def test_a_config_of_another_backbone_is_refused_in_one_line_naming_the_key():
 
     for backbone in ("ptv3", "ptv4"):
         with pytest.raises(ValueError, match=rf"^expected backbone 'ptv1' for PointTransformerSeg, got '{backbone}'; "
-                                             r"Point Transformer V3 \(backbone 'ptv3'\) is pointgeope.model.ptv3.seg.PTv3Seg"):
+                                             r"Point Transformer V3 \(backbone 'ptv3'\) is "
+                                             r"pointgeope.model.ptv3.seg.PTv3Seg"):
             PointTransformerSeg(ModelConfig(backbone=backbone))
         with pytest.raises(ValueError, match="expected backbone 'ptv1'"):
             PointTransformerSeg(**TWO_STAGES, backbone=backbone)

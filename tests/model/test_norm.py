@@ -13,11 +13,11 @@ import pytest
 import torch
 
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
-from pointgeope.model import kernels, norm, padding  # noqa: E402
-from pointgeope.model.kernel_choice import forced  # noqa: E402
-from pointgeope.model.norm import BatchNormReLU  # noqa: E402
-from tests.model.test_gather_backward import Launches  # noqa: E402
-from tests.model.test_kernels import Failing  # noqa: E402
+from pointgeope.model import kernels, norm, padding
+from pointgeope.model.kernel_choice import forced
+from pointgeope.model.norm import BatchNormReLU
+from tests.model.test_gather_backward import Launches
+from tests.model.test_kernels import Failing
 
 BF16_RTOL = 2 ** -7                    # two roundings to bfloat16 (the output, and the reference's cast)
 
@@ -300,7 +300,8 @@ def test_compiled_kernels_on_cuda_match_torchs_batch_norm(monkeypatch, kernel_fa
         got, want = _run(ours, x, grad), _run(ref, x.float(), grad.float(), relu=relu)
         assert got[0].dtype == dtype
         for a, b in zip(got, want):
-            torch.testing.assert_close(a.float(), b, rtol=tol["rtol"], atol=tol["atol"] * max(1.0, float(b.abs().max())))
+            torch.testing.assert_close(a.float(), b, rtol=tol["rtol"],
+                                       atol=tol["atol"] * max(1.0, float(b.abs().max())))
         torch.testing.assert_close(ours.running_var, ref.running_var, rtol=1e-5, atol=1e-6)
     assert len(calls) == 2 and entry.name not in kernels.failures()
 
@@ -308,7 +309,8 @@ def test_compiled_kernels_on_cuda_match_torchs_batch_norm(monkeypatch, kernel_fa
 def _pre_activation(x, bn, batch: bool):
     """``bn(x)`` before the ReLU, in float64, with the batch's statistics or ``bn``'s running ones."""
     xd = x.double()
-    mean, var = (xd.mean(0), xd.var(0, unbiased=False)) if batch else (bn.running_mean.double(), bn.running_var.double())
+    mean, var = ((xd.mean(0), xd.var(0, unbiased=False)) if batch
+                 else (bn.running_mean.double(), bn.running_var.double()))
     return (xd - mean) * (bn.weight.double() / (var + bn.eps).sqrt()) + bn.bias.double()
 
 
@@ -317,7 +319,8 @@ def _off_the_kink(x, bn, batch: bool, margin: float = 0.05):
     further along its side: on millions of values a few would otherwise sit where float32 rounding decides
     the mask, and compare two roundings instead of two batch norms."""
     pre = _pre_activation(x, bn, batch)
-    scale = bn.weight.double() / ((x.double().var(0, unbiased=False) if batch else bn.running_var.double()) + bn.eps).sqrt()
+    var = x.double().var(0, unbiased=False) if batch else bn.running_var.double()
+    scale = bn.weight.double() / (var + bn.eps).sqrt()
     step = torch.where(pre >= 0, 2 * margin, -2 * margin) / scale
     return torch.where(pre.abs() < margin, x.double() + step, x.double()).float()
 

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
-from pointgeope.model import kernels, norm  # noqa: E402
-from pointgeope.model.kernels import KernelArgumentError, KernelFallbackWarning  # noqa: E402
+from pointgeope.model import kernels, norm
+from pointgeope.model.kernels import KernelArgumentError, KernelFallbackWarning
 
 pytestmark = pytest.mark.usefixtures("interpreted_cpu")
 FUNCTIONS = [pytest.param(norm.batch_norm_relu, norm.KERNEL, id="relu"),

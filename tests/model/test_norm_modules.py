@@ -17,8 +17,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 def test_checkpoint_layout_is_unchanged():
     """The network's state-dict keys and shapes are those of the published layout (written before the
     fused module existed: ``tests/fixtures/ptv1_state_keys.txt``)."""
-    from tests.model.test_network import TINY
     from pointgeope.model import PointTransformerSeg
+    from tests.model.test_network import TINY
 
     state = PointTransformerSeg(pe="rpe", **TINY).state_dict()
     got = [f"{k} {' '.join(map(str, v.shape))}".strip() for k, v in state.items()]

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 
 pytest.importorskip("triton")          # imported before TRITON_INTERPRET is set (test_fused_attention.py says why)
-from pointgeope.model import kernels, norm, padding  # noqa: E402
-from pointgeope.model.kernel_choice import forced  # noqa: E402
-from tests.model.test_norm import _failing, _pair, _run  # noqa: E402
+from pointgeope.model import kernels, norm, padding
+from pointgeope.model.kernel_choice import forced
+from tests.model.test_norm import _failing, _pair, _run
 
 EPS, MOMENTUM = 1e-5, 0.1              # the modules' (test_norm.py's ``_pair``: torch's defaults)
 BF16_ROUNDING = 2 ** -7                # one conversion to bfloat16 (8 significant bits): Triton's interpreter
@@ -197,8 +197,8 @@ def test_a_padded_ptv1_step_on_the_kernels_equals_the_unpadded_step(interpreted)
     cloud at every stage) equals the unpadded step with torch's batch norms (real logits, loss, every gradient
     and running buffer); every block's third norm ran the plain kernel over its real prefix, and no torch-ops
     prefix batch norm ran (the control: the same padded step with the kernels off runs one for every norm)."""
-    from tests.model.test_padding import IGNORE, SMALL, _batch, _padded, assert_same_step
     from pointgeope.model import PointTransformerSeg
+    from tests.model.test_padding import IGNORE, SMALL, _batch, _padded, assert_same_step
 
     interpreted.delenv("POINTGEOPE_KERNELS")        # unset: the CPU's torch paths, the norms' kernels turned on below
     torch.manual_seed(0)

@@ -1,8 +1,8 @@
 """Tests of pointgeope/model/ops/checks.py and of the point ops' argument checks on every backend this machine
 has (``triton`` in Triton's interpreter, conftest's ``interpreted``): non-finite coordinates (beyond
 ``COORD_LIMIT``: ``test_ops_coordinate_limit.py``), counts that are not ints, query and support of different
-dtypes, integer and half coordinates on the torch kNN, meta tensors; and of the interpolation's weights in half precision
-against an independent float64 inverse-distance reference."""
+dtypes, integer and half coordinates on the torch kNN, meta tensors; and of the interpolation's weights in half
+precision against an independent float64 inverse-distance reference."""
 from __future__ import annotations
 
 import numpy as np

@@ -12,7 +12,6 @@ from pointgeope.model.ops.checks import COORD_LIMIT, check_coordinates
 from tests.model.fps_reference import reference_fps
 from tests.model.test_ops_checks import FPS, KNN, PAIRS, _cloud, _distances
 
-
 BEYOND = r"expected {} within \+-2\^60 \(about 1.15e18: float32 squared distances overflow beyond\), got {} entries " \
          r"outside \(the first in row {}: .*\); recentre or rescale the coordinates$"
 

@@ -9,12 +9,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pointgeope.model.qk_encodings import (QK_ENCODINGS, ROTARY_HEAD_DIM, AxialRoPEQK, GeoPEQK, Point3DRoPEQK,
-                                           qk_encoding, rotary_channels)
+from pointgeope.model.qk_encodings import (
+    QK_ENCODINGS,
+    ROTARY_HEAD_DIM,
+    AxialRoPEQK,
+    GeoPEQK,
+    Point3DRoPEQK,
+    qk_encoding,
+    rotary_channels,
+)
 from pointgeope.model.rope import pointrope_frequencies, rotate_pairs
 from tests.conftest import cuda_devices
 from tests.model.qk_reference import F64, ROTARY, inputs, reference, thirds_reference
-
 
 # ---- each encoding against its reference ------------------------------------------------------------------
 
@@ -242,8 +248,12 @@ def test_fixed_frequencies_are_made_once_per_device_and_dtype(name, monkeypatch)
     made = []
     monkeypatch.setattr(rope, "_POINTROPE_TABLES", geope.FixedTables())     # shared by every module: start empty
     monkeypatch.setattr(geope, "_BLOCK_SCALES", geope.FixedTables())
-    for module, fn in ((geope, "frequencies"), (rope, "pointrope_frequencies")):
-        monkeypatch.setattr(module, fn, lambda *a, _f=getattr(module, fn), **kw: made.append(fn) or _f(*a, **kw))
+
+    def counted(fn, attr):  # each wrapper holds its own function and name, not the loop's last
+        return lambda *a, **kw: made.append(attr) or fn(*a, **kw)
+
+    for module, attr in ((geope, "frequencies"), (rope, "pointrope_frequencies")):
+        monkeypatch.setattr(module, attr, counted(getattr(module, attr), attr))
     q, k, _, coord, grid = inputs()
     enc = qk_encoding(name, ROTARY_HEAD_DIM).eval()
     first = enc(q, k, coord, grid)

@@ -11,8 +11,16 @@ from pointgeope.geope import BlockScale, FixedTables, GeoPE
 from pointgeope.model import rope, rotation
 from pointgeope.model.ape import absolute_features
 from pointgeope.model.network import stage_grid_units
-from pointgeope.model.rope import (axial_frequencies, grid_coordinates, mixed_frequencies, pair_angles, pair_frame,
-                                   pointrope_frequencies, pointrope_table, rotate_pairs)
+from pointgeope.model.rope import (
+    axial_frequencies,
+    grid_coordinates,
+    mixed_frequencies,
+    pair_angles,
+    pair_frame,
+    pointrope_frequencies,
+    pointrope_table,
+    rotate_pairs,
+)
 
 
 def axial(channels: int, base: float = 100.0, pos_scale: float = 25.0) -> torch.Tensor:
@@ -142,7 +150,8 @@ def test_backward_saves_nothing_of_pair_size():
     x.requires_grad_()
     for learnable, given, limit in ((False, None, n * k * 3), (True, None, n * c), (False, pos, n * k)):
         saved = []                                                          # x itself when frequencies learn
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t,  # noqa: B023
+                                                      lambda t: t):  # (the hooks live inside this iteration's block)
             pair_frame(x, idx, disp, freq.clone().requires_grad_(learnable), pos=given)
         assert max(saved) <= limit, saved
 

@@ -6,8 +6,15 @@ import torch
 
 from pointgeope.geope import GeoPE, frequencies
 from pointgeope.model.linear_rotation import relative_blocks, relative_frame, rotate_relative
-from pointgeope.model.rotation import (apply_shifted, block_rotations, query_frame, rotate_blocks, rotation_tables,
-                                       shared_tables, shift_tables)
+from pointgeope.model.rotation import (
+    apply_shifted,
+    block_rotations,
+    query_frame,
+    rotate_blocks,
+    rotation_tables,
+    shared_tables,
+    shift_tables,
+)
 from tests.conftest import cuda_devices
 
 
@@ -67,7 +74,8 @@ def test_backward_saves_nothing_of_pair_size():
     for fn in (lambda: rotate_blocks(rotate_blocks(x, mats, pos, scale)[idx], mats, pos, scale, inverse=True),
                lambda: rotate_relative(x[idx], disp, scale)):
         saved = []
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t,  # noqa: B023
+                                                      lambda t: t):  # (the hooks live inside this iteration's block)
             fn()
         assert max(saved) <= n * k * 3, saved      # positions (N, 3), displacements (N, k, 3), indices (N, k)
 

@@ -16,7 +16,8 @@ pytest.importorskip("triton.backends.nvidia", reason="this Triton has no NVIDIA 
 REPO = Path(__file__).resolve().parents[2]
 
 
-KINDS = {f"att_{op}_{way}_bf16" for op in ("aggregate", "relation", "frame", "linear") for way in ("forward", "backward")} \
+KINDS = {f"att_{op}_{way}_bf16" for op in ("aggregate", "relation", "frame", "linear")
+         for way in ("forward", "backward")} \
     | {f"att_{op}_gather_bf16_k16" for op in ("relation", "frame", "aggregate")} \
     | {"att_aggregate_backward_atomic_bf16", "att_frame_backward_turned_bf16"}   # the other ways to sum
 NORM_KINDS = {f"norm_{kernel}_bf16_train" for kernel in ("stats_partials", "stats_finish", "normalize",
@@ -31,7 +32,7 @@ def test_the_kernels_compile_for_sm90_the_ops_with_one_rounding_per_operation_an
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "triton_compile_check.py"), "--quick"], env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     kernels = json.loads(proc.stdout)["kernels"]
     ops = ["fps_stream_sm90", "knn_k16_sm90"] + [f"fps_rounds_nbp{n}_sm90" for n in (2048, 512, 128, 2)]
@@ -48,7 +49,7 @@ def test_the_compile_check_says_its_usage_and_refuses_unknown_flags(flag, rc, sa
     """``--help`` prints the options and a typo exits 2, before any kernel compiles (both used to start the
     full compile of every kernel for sm_80 and sm_90)."""
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "triton_compile_check.py"), flag],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     said_here = " ".join((proc.stdout + proc.stderr).split())  # argparse wraps the usage to COLUMNS
     assert proc.returncode == rc and said in said_here, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert '"kernels"' not in proc.stdout

@@ -13,10 +13,10 @@ import torch
 
 pytest.importorskip("triton")
 
-from pointgeope.model import kernel_choice  # noqa: E402
-from pointgeope.model.ops import HierarchySpec, OpsBackends, backends, fps, knn  # noqa: E402
-from tests.model.fps_reference import reference_fps  # noqa: E402
-from tests.model.knn_reference import assert_exact_knn  # noqa: E402
+from pointgeope.model import kernel_choice
+from pointgeope.model.ops import HierarchySpec, OpsBackends, backends, fps, knn
+from tests.model.fps_reference import reference_fps
+from tests.model.knn_reference import assert_exact_knn
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu" and not kernel_choice.current().interpret:
@@ -136,12 +136,14 @@ def test_every_fps_kernel_is_exact_with_many_small_blocks_chunks_and_rounds(monk
     rng = np.random.default_rng(8)
     clouds = [_random(120, rng), _grid(80, rng)]
     points, _ = _packed(clouds)
-    want = reference_fps(clouds[0].astype(np.float32), 30) + [120 + j for j in reference_fps(clouds[1].astype(np.float32), 20)]
+    want = (reference_fps(clouds[0].astype(np.float32), 30)
+            + [120 + j for j in reference_fps(clouds[1].astype(np.float32), 20)])
     for method in ("rounds",) + (() if tuple_argmax else ("stream",)):
         assert triton_fps.fps_triton(points, [120, 80], [30, 20], method=method).cpu().tolist() == want, method
 
 
-def _neighbour_dist2(coords: list[torch.Tensor], query_stage: int, support_stage: int, idx: torch.Tensor) -> torch.Tensor:
+def _neighbour_dist2(coords: list[torch.Tensor], query_stage: int,
+                     support_stage: int, idx: torch.Tensor) -> torch.Tensor:
     """Sorted float64 squared distances from each query row to its neighbours: unique even where ties at the
     k-th distance let two backends pick different neighbours."""
     diff = coords[query_stage][:, None, :].double() - coords[support_stage][idx].double()
@@ -193,10 +195,12 @@ def test_cuda_defaults_to_the_triton_kernels_and_info_names_them(capsys):
     assert backends.summary(cuda) == "cuda: knn=triton, fps=triton, interpolation=3-NN via knn=triton"
     print_info()
     assert "; cuda: knn=triton, fps=triton, interpolation=3-NN via knn=triton" in capsys.readouterr().out
-    assert backends.knn_backend(torch.device("cpu")) != "triton" and backends.fps_backend(torch.device("cpu")) != "triton"
+    assert backends.knn_backend(torch.device("cpu")) != "triton"
+    assert backends.fps_backend(torch.device("cpu")) != "triton"
 
 
-def _exact_rows(query: torch.Tensor, support: torch.Tensor, k: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _exact_rows(query: torch.Tensor, support: torch.Tensor,
+                k: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The definition for some query rows of one cloud, in eager torch (one rounding per operation): the
     k smallest keys ``bits(d2) << 32 | row``, sorted."""
     diff = query[rows, None, :] - support[None, :, :]

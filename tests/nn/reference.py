@@ -63,7 +63,8 @@ def pair_turn(v: Tensor, disp: Tensor, freq: Tensor) -> Tensor:
     for p in range(freq.shape[0]):
         theta = float(freq[p] @ disp)
         a, b = v[2 * p], v[2 * p + 1]
-        out[2 * p], out[2 * p + 1] = a * math.cos(theta) - b * math.sin(theta), a * math.sin(theta) + b * math.cos(theta)
+        out[2 * p], out[2 * p + 1] = (a * math.cos(theta) - b * math.sin(theta),
+                                      a * math.sin(theta) + b * math.cos(theta))
     return out
 
 

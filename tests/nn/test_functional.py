@@ -88,7 +88,8 @@ def test_positions_enter_only_through_the_relation():
     gen = torch.Generator().manual_seed(0)
     q, k = torch.randn(4, 9, generator=gen, dtype=torch.float64), torch.randn(4, 9, generator=gen, dtype=torch.float64)
     axis = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) / math.sqrt(5.25)
-    s_q, s_k = torch.rand(4, 1, generator=gen, dtype=torch.float64), torch.rand(4, 1, generator=gen, dtype=torch.float64)
+    s_q, s_k = (torch.rand(4, 1, generator=gen, dtype=torch.float64),
+                torch.rand(4, 1, generator=gen, dtype=torch.float64))
 
     def scores(pos_q, pos_k):
         q_rot, k_rot = geope_qk(q, k, pos_q, pos_k, pos_scale=2.0)
@@ -265,9 +266,12 @@ def test_uncentred_positions_are_said_once_from_the_read_the_checks_already_make
 
     monkeypatch.setattr(checks, "_phase_warned", False)
     reads = []
+
+    def counted(fn, name):  # each wrapper holds its own method and name, not the loop's last
+        return lambda self, *a: reads.append(name) or fn(self, *a)
+
     for name in ("tolist", "item", "__bool__", "__float__", "__int__"):
-        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _f=getattr(torch.Tensor, name), _n=name:
-                            reads.append(_n) or _f(self, *a))
+        monkeypatch.setattr(torch.Tensor, name, counted(getattr(torch.Tensor, name), name))
     gen = torch.Generator().manual_seed(0)
     q, pos = torch.randn(16, 6, generator=gen), torch.rand(16, 3, generator=gen) * 20
     utm = pos.double() + torch.tensor([651_234.0, 4_812_345.0, 120.0], dtype=torch.float64)

@@ -58,7 +58,8 @@ def turn(conv, v, pos_i, pos_j, rotation):
     if rotation == "pointrope":
         cell = torch.floor(pos_j / GRID_UNIT) - torch.floor(pos_i / GRID_UNIT)
         return ref.pair_turn(v, cell, ref.pointrope_freq(v.shape[0]))
-    freq = conv.pair_freq.detach() if rotation == "rope-mixed" else ref.axial_freq(v.shape[0], conv.base, conv.pos_scale)
+    freq = (conv.pair_freq.detach() if rotation == "rope-mixed"
+            else ref.axial_freq(v.shape[0], conv.base, conv.pos_scale))
     return v if rotation == "none" else ref.pair_turn(v, pos_j - pos_i, freq)
 
 
@@ -147,7 +148,8 @@ def test_rpe_default_parameters_are_pygs():
         assert torch.equal(ours.state_dict()[name], value), name
 
 
-GEOPE_TURNS = ["geope", "geope+rpe", PositionalEncoding("geope", False, "geope"), PositionalEncoding("none", False, "geope")]
+GEOPE_TURNS = ["geope", "geope+rpe", PositionalEncoding("geope", False, "geope"),
+               PositionalEncoding("none", False, "geope")]
 
 
 def per_edge_geope(conv, pe, x, pos, edges) -> torch.Tensor:

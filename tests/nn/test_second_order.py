@@ -65,7 +65,8 @@ def test_rotation_third_derivative_is_exact():
     a function that already is a gradient."""
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(4, 6, generator=gen, dtype=torch.float64, requires_grad=True)
-    pos, scale = torch.rand(4, 3, generator=gen, dtype=torch.float64), BlockScale(6, pos_scale=2.0)(torch.float64, x.device)
+    pos, scale = (torch.rand(4, 3, generator=gen, dtype=torch.float64),
+                  BlockScale(6, pos_scale=2.0)(torch.float64, x.device))
 
     def grad_of(x):
         return torch.autograd.grad(apply_geope(x, pos, scale).sin().sum(), x, create_graph=True)[0]

@@ -80,7 +80,7 @@ def test_numba_on_several_threads_is_bitwise_its_one_thread_result(monkeypatch, 
     grad = torch.randn(500, 64, generator=gen, dtype=dtype)
     results = []
     for threads in (1, 2, 3, "torch"):
-        monkeypatch.setattr(torch, "get_num_threads", lambda: 1 if threads == "torch" else threads)
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 1 if threads == "torch" else threads)  # noqa: B023 - read in this iteration
         leaf = keys.clone().requires_grad_()
         out = target_frame.turn_into_targets(leaf, coef, src, dst, "torch" if threads == "torch" else "numba")
         out.backward(grad)
@@ -93,7 +93,8 @@ def test_numba_on_several_threads_is_bitwise_its_one_thread_result(monkeypatch, 
 
 
 @pytest.mark.skipif(not available("numba"), reason="numba is not installed")
-@pytest.mark.parametrize("src_index,dst_index,bad", [(9, 0, "3 (9 -> 0)"), (0, 4, "3 (0 -> 4)"), (-1, 1, "3 (-1 -> 1)")])
+@pytest.mark.parametrize("src_index,dst_index,bad",
+                         [(9, 0, "3 (9 -> 0)"), (0, 4, "3 (0 -> 4)"), (-1, 1, "3 (-1 -> 1)")])
 def test_numba_refuses_an_edge_out_of_range(src_index, dst_index, bad):
     coef = target_frame.target_coefficients(torch.rand(4, 3), torch.tensor([3.0]))
     src, dst = torch.tensor([0, 1, 2, src_index]), torch.tensor([0, 1, 2, dst_index])

@@ -96,8 +96,9 @@ def test_a_property_declared_twice_is_one_line_naming_its_header_line(tmp_path, 
     path = tmp_path / "dup.ply"
     path.write_bytes(f"ply\nformat {fmt} 1.0\nelement vertex 1\nproperty float x\nproperty float y\n"
                      "property float z\nproperty float x\nend_header\n".encode() + body)
-    with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}:7: property 'x' declared twice in element 'vertex'; a PLY "
-                                        "element names each property once: rename or remove one in the header$"):
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}:7: property 'x' declared twice in element "
+                                        "'vertex'; a PLY element names each property once: rename or remove one in the "
+                                        "header$"):
         read_ply(path)
 
 
@@ -109,7 +110,8 @@ def test_vertices_without_x_y_z_are_refused_naming_the_element_line(tmp_path, fm
     path = tmp_path / "bare.ply"
     path.write_bytes(f"ply\nformat {fmt} 1.0\nelement vertex 5\n{props}end_header\n".encode() + b"1 2\n" * 5)
     names = "x, y" if props else "none"
-    with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}:3: PLY vertices without x y z \(properties: {names}\)"):
+    with pytest.raises(ScanError,
+                       match=rf"^{re.escape(str(path))}:3: PLY vertices without x y z \(properties: {names}\)"):
         read_ply(path)
 
 
@@ -117,8 +119,9 @@ def test_a_short_ascii_row_is_named_without_numpys_advice(tmp_path):
     path = tmp_path / "short.ply"
     path.write_text("ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\n"
                     "property float z\nend_header\n1 2 3\n4 5 6\n7\n")
-    with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}: unreadable ascii PLY vertex \(the number of columns changed "
-                                        r"from 3 to 1 at row 3\); expected 3 lines of 3 numbers after the header$"):
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}: unreadable ascii PLY vertex \(the number of "
+                                        r"columns changed from 3 to 1 at row 3\); expected 3 lines of 3 numbers after "
+                                        r"the header$"):
         read_ply(path)
 
 
@@ -171,8 +174,8 @@ def test_a_binary_mesh_cut_inside_the_faces_before_its_vertices_is_truncated(tmp
     path = _ply(tmp_path / "cut.ply", "binary_little_endian", [(FACES, TRIANGLE_QUAD), (f"element vertex 3\n{XYZ}",
                                                                                        VERTICES)])
     path.write_bytes(path.read_bytes()[:-3 * 12 - 10])     # half the quad's record
-    with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}: truncated PLY: the file ends inside its 'face' element \(line "
-                                        r"3\), before the vertices$"):
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}: truncated PLY: the file ends inside its 'face' "
+                                        r"element \(line 3\), before the vertices$"):
         read_ply(path)
 
 

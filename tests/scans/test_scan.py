@@ -43,7 +43,8 @@ def test_checked_scan_names_the_file_and_the_first_bad_point():
     coord = np.zeros((5, 3))
     coord[3, 2] = np.inf
     coord[4, 0] = np.nan
-    with pytest.raises(ScanError, match=r"^s.ply: 2 point\(s\) have NaN or infinite coordinates \(the first is point 3"):
+    with pytest.raises(ScanError,
+                       match=r"^s.ply: 2 point\(s\) have NaN or infinite coordinates \(the first is point 3"):
         checked_scan(Scan("s", "s.ply", coord))
     with pytest.raises(ScanError, match=r"^e.txt: expected points, found none"):
         checked_scan(Scan("e", "e.txt", np.zeros((0, 3))))
@@ -81,9 +82,9 @@ def test_one_stray_value_above_255_does_not_make_a_scan_16_bit(stray):
     if stray < 255.5:  # rounds to 255: nothing to say
         assert notes == []
     else:
-        assert notes == [f"s.txt: colours outside 0..255 clipped: 1 colour value(s) of 1 of 2,000 points (first at point 7: "
-                         f"{stray:g} {values[7, 1]:g} {values[7, 2]:g}); too few above 255 for 16-bit colours; if "
-                         "the file's colours have another range, rescale them to 0..255"]
+        assert notes == [f"s.txt: colours outside 0..255 clipped: 1 colour value(s) of 1 of 2,000 points (first at "
+                         f"point 7: {stray:g} {values[7, 1]:g} {values[7, 2]:g}); too few above 255 for 16-bit "
+                         "colours; if the file's colours have another range, rescale them to 0..255"]
 
 
 def test_16_bit_colours_are_divided_by_257_and_said_unless_the_format_declares_them():

@@ -58,7 +58,8 @@ def test_a_raw_s3dis_root_names_its_rooms_by_area_as_a_prepared_root_does(tmp_pa
     refs, errors = find_scans([root])
     assert errors == []
     assert [(r.kind, r.name, r.path) for r in refs] == [
-        ("raw", "Area_1/hallway_3", root / "Area_1" / "hallway_3"), ("raw", "Area_1/office_1", root / "Area_1" / "office_1"),
+        ("raw", "Area_1/hallway_3", root / "Area_1" / "hallway_3"),
+        ("raw", "Area_1/office_1", root / "Area_1" / "office_1"),
         ("raw", "Area_2/office_1", root / "Area_2" / "office_1")]
     assert [r.name for r in find_scans([root / "Area_1"])[0]] == ["Area_1/hallway_3", "Area_1/office_1"]  # as before
 
@@ -180,9 +181,11 @@ def test_a_bad_origin_is_refused_under_python_O_too(tmp_path):
     with h5py.File(tmp_path / "Area_1.h5", "a") as f:
         f["office_2"].attrs["origin"] = 5.0
     code = ("import sys; from pointgeope.scans.sources import ScanRef, read_scan\n"
-            "try:\n    read_scan(ScanRef(__import__('pathlib').Path(sys.argv[1]), 'h5', 'Area_1/office_2', 'office_2'))\n"
+            "try:\n    read_scan(ScanRef(__import__('pathlib').Path(sys.argv[1]), 'h5', 'Area_1/office_2', "
+            "'office_2'))\n"
             "except Exception as err:\n    print(type(err).__name__, err)\nelse:\n    print('read')")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
     for flags in ([], ["-O"]):
         out = subprocess.run([sys.executable, *flags, "-c", code, str(tmp_path / "Area_1.h5")], env=env,
                              capture_output=True, text=True, check=True).stdout
@@ -258,8 +261,9 @@ def test_an_area_folder_leaves_out_its_alignment_angles(tmp_path):
     failed ("'hallway_6' is not a number"); beside raw rooms it is left out, with the folder's note."""
     area = tmp_path / "Area_5"
     raw_room(area / "hallway_6", {"wall_1": np.zeros((2, 6))})
-    (area / "Area_5_alignmentAngle.txt").write_text("## Global alignment angle per disjoint space in Area_5 ##\n"
-                                                     "## Disjoint Space Name Global Alignment Angle ##\nhallway_6 180\n")
+    (area / "Area_5_alignmentAngle.txt").write_text(
+        "## Global alignment angle per disjoint space in Area_5 ##\n"
+        "## Disjoint Space Name Global Alignment Angle ##\nhallway_6 180\n")
     refs, errors = find_scans([area])
     assert errors == [] and [r.name for r in refs] == ["Area_5/hallway_6"]
     assert refs[0].notes == (f"{area}: left out 1 S3DIS alignment file(s), not scans (Area_5_alignmentAngle.txt)",)
@@ -290,4 +294,5 @@ def test_a_room_whose_annotations_folder_is_spelt_otherwise_says_to_rename_it(tm
     assert errors == [] and [r.kind for r in refs] == ["text"]
     assert refs[0].notes == (f"{room}: left out 1 sub-folder(s) not searched (annotations/); {room / 'annotations'} "
                              f"is spelt annotations: rename it Annotations to read {room} as a raw room (its objects, "
-                             "with their labels); known extensions: .csv, .h5, .las, .laz, .npy, .ply, .pts, .txt, .xyz",)
+                             "with their labels); known extensions: .csv, .h5, .las, .laz, .npy, .ply, .pts, .txt, "
+                             ".xyz",)

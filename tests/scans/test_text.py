@@ -80,15 +80,15 @@ def test_a_latin1_header_is_skipped_and_a_latin1_number_refused_with_the_fix(tmp
     (tmp_path / "h.txt").write_bytes("x y z r g b (m\u00e8tres)\n".encode("latin-1") + rows.encode())
     np.testing.assert_allclose(read_text(tmp_path / "h.txt").coord, coord, atol=1e-9)
     (tmp_path / "n.txt").write_bytes(rows.encode() + "1\u00b75 2 3 4 5 6\n".encode("latin-1"))
-    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'n.txt'))}:6: .*\('1\ufffd5' is not a number\); save the file as "
-                                        r"UTF-8 \(or ASCII\) text$"):
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'n.txt'))}:6: .*\('1\ufffd5' is not a "
+                                        r"number\); save the file as UTF-8 \(or ASCII\) text$"):
         read_text(tmp_path / "n.txt")
 
 
 def test_bad_text_is_refused_with_the_file(tmp_path):
     (tmp_path / "ragged.txt").write_text("1 2 3 4 5 6\n1 2 3 4 5 6\n1 2 3\n")
-    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'ragged.txt'))}:3: expected lines of numbers .*, got '1 2 3' "
-                                        r"\(3 values, the lines before have 6\)$"):
+    with pytest.raises(ScanError, match=rf"^{re.escape(str(tmp_path / 'ragged.txt'))}:3: expected lines of "
+                                        r"numbers .*, got '1 2 3' \(3 values, the lines before have 6\)$"):
         read_text(tmp_path / "ragged.txt")
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(ScanError, match="empty file"):

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES, PALETTE
-from pointgeope.viz.colors import (CORRECT_COLOR, IGNORE_COLOR, MODES, WRONG_COLOR, colorize, error_colors,
-                                   label_colors)
+from pointgeope.viz.colors import CORRECT_COLOR, IGNORE_COLOR, MODES, WRONG_COLOR, colorize, error_colors, label_colors
 
 
 def test_label_colors_are_the_palette():

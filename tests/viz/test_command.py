@@ -104,7 +104,8 @@ def test_hide_in_a_room_without_ground_truth_hides_by_prediction(tmp_path, capsy
     out = tmp_path / "kept.ply"
     assert main(["viz", str(tmp_path / "scan_pred.h5"), "--hide", "floor,wall", "--ply", str(out)]) == 0
     hidden = np.isin(pred, [1, 2])                                          # floor, wall
-    assert f"note: hidden floor,wall by prediction (no ground truth): {hidden.sum():,} points" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"note: hidden floor,wall by prediction (no ground truth): {hidden.sum():,} points" in said
     _, rec, _ = _read_ply(out)
     np.testing.assert_array_equal(rec["pred"], pred[~hidden])
     bare = RoomView("bare_1", coord.astype(np.float32), np.zeros((50, 3), np.uint8), np.full(50, 255, np.uint8))

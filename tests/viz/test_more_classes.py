@@ -10,9 +10,9 @@ import pytest
 
 from pointgeope.cli import main as cli
 from pointgeope.constants import CLASS_NAMES, PALETTE, class_names, class_palette
+from pointgeope.viz import VizError
 from pointgeope.viz.colors import IGNORE_COLOR, colorize, error_colors, label_colors
 from pointgeope.viz.legend import legend_lines
-from pointgeope.viz import VizError
 from pointgeope.viz.scene import load_room
 from pointgeope.viz.select import parse_class_names
 from tests.viz.conftest import write_area, write_predictions
@@ -38,10 +38,10 @@ def test_the_legend_lists_every_class_of_the_predictions():
     lines = legend_lines(label, np.array([0, 13, 13, 14]), class_names=class_names(15))
     rows = lines[1:-1]
     assert len(rows) == 15
-    assert [r.split()[:3] for r in rows[:13]] == [[str(c), name, "#%02x%02x%02x" % PALETTE[c]]
+    assert [r.split()[:3] for r in rows[:13]] == [[str(c), name, "#{:02x}{:02x}{:02x}".format(*PALETTE[c])]
                                                    for c, name in enumerate(CLASS_NAMES)]
     assert rows[13].split() == ["13", "class_13", "#d94c4c", "1", "50.0"]
-    assert rows[14].split()[:4] == ["14", "class_14", "#%02x%02x%02x" % tuple(class_palette(15)[14]), "2"]
+    assert rows[14].split()[:4] == ["14", "class_14", "#{:02x}{:02x}{:02x}".format(*class_palette(15)[14]), "2"]
     assert legend_lines(np.array([0]), np.array([0]))[0] == lines[0]  # S3DIS's header unchanged
 
 

@@ -7,8 +7,7 @@ import pytest
 
 from pointgeope import h5_predictions
 from pointgeope.cli import main
-from tests.viz.conftest import synthetic_room, write_predictions
-from tests.viz.conftest import unlabelled_scan
+from tests.viz.conftest import synthetic_room, unlabelled_scan, write_predictions
 
 
 def _fold_predictions(path, area: str):

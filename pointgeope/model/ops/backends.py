@@ -37,8 +37,8 @@ import torch
 
 from pointgeope.model import kernels
 
-__all__ = ["KNN_BACKENDS", "FPS_BACKENDS", "TRITON_KNN_MAX_K", "OpsBackends", "available", "knn_backend", "fps_backend", "resolve",
-           "summary"]
+__all__ = ["KNN_BACKENDS", "FPS_BACKENDS", "TRITON_KNN_MAX_K", "OpsBackends", "available", "knn_backend", "fps_backend",
+           "resolve", "summary"]
 
 KNN_BACKENDS = ("pykdtree", "scipy", "torch", "cluster", "triton")
 FPS_BACKENDS = ("numba", "torch", "triton")

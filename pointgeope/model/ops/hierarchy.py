@@ -56,15 +56,15 @@ class PointHierarchy:
     def stages(self) -> int:
         return len(self.offsets)
 
-    def apply(self, fn) -> "PointHierarchy":
+    def apply(self, fn) -> PointHierarchy:
         """A new hierarchy with ``fn`` applied to every tensor."""
         return PointHierarchy(**{f.name: tuple(None if t is None else fn(t) for t in getattr(self, f.name))
                                  for f in fields(self)})
 
-    def to(self, device=None, non_blocking: bool = False) -> "PointHierarchy":
+    def to(self, device=None, non_blocking: bool = False) -> PointHierarchy:
         return self.apply(lambda t: t.to(device=device, non_blocking=non_blocking))
 
-    def pin_memory(self) -> "PointHierarchy":
+    def pin_memory(self) -> PointHierarchy:
         return self.apply(lambda t: t.pin_memory())
 
     def coords(self, coord: Tensor) -> list[Tensor]:

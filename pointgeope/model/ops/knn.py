@@ -71,7 +71,8 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
         ``"triton"`` for ``k`` above its largest).
     """
     if query.dim() != 2 or query.shape[1] != 3 or support.dim() != 2 or support.shape[1] != 3:
-        raise ValueError(f"expected query (M, 3) and support (N, 3), got {tuple(query.shape)} and {tuple(support.shape)}")
+        raise ValueError(f"expected query (M, 3) and support (N, 3), got {tuple(query.shape)} and "
+                         f"{tuple(support.shape)}")
     k = checks.check_count("k", k)
     if query.device != support.device:                   # the CPU backends moved both; the kernels read either
         raise ValueError(f"expected query and support on one device, got {query.device} and {support.device}")
@@ -128,8 +129,8 @@ def _numpy(x: Tensor) -> np.ndarray:
 def _in_morton_order(search, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``search(query)`` (a tree's ``(M, k)`` rows and squared distances of each query), run on the queries in
     their Morton order (``pointgeope.morton_order.cloud_order``) from ``_ORDERED_QUERIES`` of them, its rows put
-    back in the caller's order. A tree answers each query on its own, so the result is the same, bit for bit; neighbouring
-    queries walk the same nodes one after the other, which the cache keeps (a training crop's points come
+    back in the caller's order. A tree answers each query on its own, so the result is the same, bit for bit;
+    neighbouring queries walk the same nodes one after the other, which the cache keeps (a training crop's points come
     shuffled, and FPS samples in an order far apart by design)."""
     if len(query) < _ORDERED_QUERIES or not available("numba"):
         return search(query)

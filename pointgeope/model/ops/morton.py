@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import torch
 from torch import Tensor
@@ -30,7 +30,7 @@ BITS = 16  # bits per axis: 48 bits of code, the cloud's number above them
 
 # --- the keys of packed clouds (torch) -----------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
+@cache
 def _spread_table(device: torch.device) -> Tensor:
     """``(2^BITS, 3)`` int64: the code of every cell number on axis x, y, z alone (one gather per point
     instead of 15 tensor ops per axis)."""

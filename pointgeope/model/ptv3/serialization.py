@@ -23,8 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pointgeope.model.ops.morton import BITS
-from pointgeope.model.ops.morton import code as morton_code
+from pointgeope.model.ops.morton import BITS, code as morton_code
 
 __all__ = ["MAX_DEPTH", "ORDERS", "check_depth", "check_orders", "code_of", "encode", "hilbert", "serialization_depth",
            "z_order"]
