@@ -8,7 +8,8 @@ Accepted layouts (``Stanford3dDataset_v1.2_Aligned_Version`` or the non-aligned 
     [top/]Area_N/<file>                               e.g. alignment angles: ignored
 
 macOS junk (``__MACOSX/``, ``.DS_Store``, ``._*``) is skipped; a zip member's ``\\`` is a separator (zips
-made by Windows tools) and its ``.`` components are dropped (``./Area_1/...``, as some archivers write). Refused before anything is parsed, each naming the member, file or folder: a zip
+made by Windows tools) and its ``.`` components are dropped (``./Area_1/...``, as some archivers write).
+Refused before anything is parsed, each naming the member, file or folder: a zip
 member with an absolute path or a ``..`` component, a duplicate zip member, an annotation member larger
 than ``ZipLimits.max_member_bytes`` or compressed more than ``ZipLimits.max_ratio`` times (zip bombs), a
 file or folder name that is not valid UTF-8, a folder that cannot be listed, a symbolic link to a folder
@@ -32,8 +33,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_prep.limits import ZipLimits
-from data_prep.names import (AREA, SourceError, add_area, area_name, check_member, check_name, check_objects,
-                             check_zipped_areas, is_junk, member_name, misnamed_area, object_class, object_key)
+from data_prep.names import (
+    AREA,
+    SourceError,
+    add_area,
+    area_name,
+    check_member,
+    check_name,
+    check_objects,
+    check_zipped_areas,
+    is_junk,
+    member_name,
+    misnamed_area,
+    object_class,
+    object_key,
+)
 
 __all__ = ["Entry", "FolderSource", "Room", "Source", "SourceError", "ZipSource", "object_class", "object_key",
            "open_source"]

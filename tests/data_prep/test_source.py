@@ -87,7 +87,8 @@ def test_folders_inside_annotations_are_named_as_ignored(tmp_path, capsys):
              "Area_3/r/Annotations/extra/deeper/chair_2.txt": b"1 2 3 4 5 6\n",
              "Area_3/r/Annotations/table_1.txt/part": b"1 2 3 4 5 6\n"}
     expected = (("Area_3/r/Annotations/extra", 2), ("Area_3/r/Annotations/table_1.txt", 1))
-    for source in (open_source(write_tree(tmp_path / "raw", files)), open_source(zip_tree(tmp_path / "raw.zip", files))):
+    for source in (open_source(write_tree(tmp_path / "raw", files)),
+                   open_source(zip_tree(tmp_path / "raw.zip", files))):
         assert room_summary(source) == [("Area_3", "r", "Area_3/r", ["wall_1.txt"])]
         assert source.ignored == () and source.ignored_folders == expected
     assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 0
@@ -149,7 +150,8 @@ def test_folder_whose_names_hold_backslashes_says_what_to_do(tmp_path):
         open_source(tmp_path).rooms()
 
 
-@pytest.mark.parametrize("link, target", [("Area_1/office_2/up", ".."), ("Area_1/office_2/Annotations/top", "../../..")])
+@pytest.mark.parametrize("link, target", [("Area_1/office_2/up", ".."),
+                                          ("Area_1/office_2/Annotations/top", "../../..")])
 def test_symlink_loop_is_named_once(tmp_path, link, target):
     """`ln -s .. Area_1/office_2/up` was followed ~40 levels deep into a 2 kB path error."""
     write_tree(tmp_path, {"Area_1/office_2/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
