@@ -15,6 +15,7 @@ from pointgeope.errors import UserError
 
 AREA = re.compile(r"Area_(\d+)")
 LIKE_AREA = re.compile(r"area[ _-]?(\d+)", re.IGNORECASE)  # area_1, AREA_1, Area 1: named, not read
+ZIPPED_AREA = re.compile(r"Area_(\d+)\.(?i:zip)")  # an area's zip inside RAW: not opened
 OBJECT = re.compile(r"(.+)_(\d+)")
 # an object file's name: <class>_<k>, S3DIS's (clutter_3, stairs_1) or one's own class of words (side_table_1)
 OBJECT_NAME = re.compile(r"[A-Za-z]+(?:_[A-Za-z]+)*_\d+")
@@ -72,6 +73,28 @@ def add_area(location: str, areas: dict[str, str], area: str, path: str) -> None
         one, two = sorted((areas[other], path))
         raise SourceError(f"{location}: {one} and {two} are both area {area_number(area)}; expected one folder "
                           "per area number: rename or remove one")
+
+
+def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], in_zip: bool) -> None:
+    """Refuse a zip named ``Area_N.zip`` among ``files`` (the paths of RAW's files, or members of RAW's zip)
+    whose area has no folder in ``areas`` (area -> folder): prepare opens a zip only as RAW itself, so the
+    area would vanish from the folds without a word (an area left zipped beside the unpacked others). A zip
+    beside its unpacked folder is a leftover of the unpacking, not read as before."""
+    numbers = {area_number(a) for a in areas}
+    zipped = sorted(f for f in files if (m := ZIPPED_AREA.fullmatch(f.rsplit("/", 1)[-1]))
+                    and int(m.group(1)) not in numbers)
+    if not zipped:
+        return
+    one = len(zipped) == 1
+    shown = ", ".join(zipped[:5]) + (f" and {len(zipped) - 5} more" if len(zipped) > 5 else "")
+    first = PurePosixPath(location, zipped[0])
+    unpack = (f"unpack {location} and {'it' if one else 'them'} into one folder and give that" if in_zip else
+              f"unpack {'it' if one else 'them'} there (unzip {first} -d {location})")
+    other = (f"remove {'it' if one else 'them'} to prepare the other areas" if areas else
+             f"give {first} itself as RAW" if one and not in_zip else "")
+    raise SourceError(f"{location}: {shown} {'is the zip of an area' if one else 'are the zips of areas'} without a "
+                      f"folder here, and prepare opens no zip inside RAW: {'its area' if one else 'their areas'} "
+                      f"would be left out of the folds; {unpack}{f', or {other}' if other else ''}")
 
 
 def check_objects(location: str, files: list) -> None:

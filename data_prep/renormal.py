@@ -15,9 +15,9 @@ def renormal_room(path: Path, room: str):
     """The :class:`data_prep.room.RoomData` of ``room`` as stored in ``path`` (an area or work file), its
     normals, ``normal_k`` and ``normal_version`` those of :func:`data_prep.room.add_normals`."""
     from data_prep import room as rooms
-    from pointgeope.h5 import read_room_record
+    from pointgeope.h5 import NORMAL, read_room_record
 
     start = time.perf_counter()
-    arrays, attrs = read_room_record(path, room)
+    arrays, attrs = read_room_record(path, room, skip=(NORMAL,))  # replaced: not read (a damaged one is no matter)
     seconds = rooms.add_normals(arrays, attrs)
     return rooms.RoomData(arrays, attrs, seconds=time.perf_counter() - start, normal_seconds=seconds)

@@ -8,11 +8,13 @@ Accepted layouts (``Stanford3dDataset_v1.2_Aligned_Version`` or the non-aligned 
     [top/]Area_N/<file>                               e.g. alignment angles: ignored
 
 macOS junk (``__MACOSX/``, ``.DS_Store``, ``._*``) is skipped; a zip member's ``\\`` is a separator (zips
-made by Windows tools) and its ``.`` components are dropped (``./Area_1/...``, as some archivers write). Refused before anything is parsed, each naming the member, file or folder: a zip
+made by Windows tools) and its ``.`` components are dropped (``./Area_1/...``, as some archivers write).
+Refused before anything is parsed, each naming the member, file or folder: a zip
 member with an absolute path or a ``..`` component, a duplicate zip member, an annotation member larger
 than ``ZipLimits.max_member_bytes`` or compressed more than ``ZipLimits.max_ratio`` times (zip bombs), a
 file or folder name that is not valid UTF-8, a folder that cannot be listed, a symbolic link to a folder
-that holds it (a loop), a zip member under ``Area_N`` that is a symbolic link (``zip -y``: its data is the
+that holds it (a loop), an ``Area_N.zip`` whose area has no folder (a zip inside RAW is not opened: its area
+would vanish from the folds), a zip member under ``Area_N`` that is a symbolic link (``zip -y``: its data is the
 target's path; a folder's links are followed), an ``Area_N`` folder without a room (it would
 vanish from the folds), a room without annotations, two folders of one area number (``Area_1`` and
 ``Area_01``) and two files of one object (``wall_1.txt`` and ``wall_1.TXT``; :mod:`data_prep.names`). A
@@ -31,8 +33,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_prep.limits import ZipLimits
-from data_prep.names import (AREA, SourceError, add_area, area_name, check_member, check_name, check_objects,
-                             is_junk, member_name, misnamed_area, object_class, object_key)
+from data_prep.names import (
+    AREA,
+    SourceError,
+    add_area,
+    area_name,
+    check_member,
+    check_name,
+    check_objects,
+    check_zipped_areas,
+    is_junk,
+    member_name,
+    misnamed_area,
+    object_class,
+    object_key,
+)
 
 __all__ = ["Entry", "FolderSource", "Room", "Source", "SourceError", "ZipSource", "object_class", "object_key",
            "open_source"]
@@ -138,6 +153,8 @@ class Source:
                 elif len(rest) >= 3:  # a folder inside Annotations (a zip may list only its files)
                     folder = "/".join(parts[:at + 4])
                     folders[folder] = folders.get(folder, 0) + (not entry.is_dir)
+        check_zipped_areas(self.location, [e.path for e in entries if not e.is_dir and not is_junk(e.path)], areas,
+                           isinstance(self, ZipSource))
         if misnamed:  # its rooms would vanish from the folds without a word
             them = "it" if len(misnamed) == 1 else "them"
             raise SourceError(f"{self.location}: expected area folders named exactly Area_N (Area_1 ... Area_6), "

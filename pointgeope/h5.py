@@ -165,8 +165,11 @@ def read_fields(group: h5py.Group, fields: Iterable[str] = ROOM_FIELDS) -> dict[
     naming the file and the room (``normal`` in a file of a prepare before it: prepare again adds it)."""
     fields = tuple(fields)
     missing = [key for key in fields if key not in group]
+    where = f"{group.file.filename}: room {group.name.lstrip('/')!r}"
+    if not_arrays := [key for key in fields if key in group and not isinstance(group[key], h5py.Dataset)]:
+        raise SchemaError(f"{where}: expected {not_arrays[0]!r} to be an array, found a "
+                          f"{type(group[not_arrays[0]]).__name__}; run `pointgeope prepare` again")
     if missing:
-        where = f"{group.file.filename}: room {group.name.lstrip('/')!r}"
         if missing == [NORMAL]:
             raise SchemaError(f"{where} has no normals (prepared by an older pointgeope); run `pointgeope prepare "
                               "RAW OUT` again into its folder, which adds them")
@@ -197,12 +200,13 @@ def room_attrs(group: h5py.Group) -> dict:
     return {key: from_attr(value) for key, value in group.attrs.items()}
 
 
-def read_room_record(path: str | Path, room: str) -> tuple[dict[str, np.ndarray], dict]:
-    """The arrays (the four, and those of :data:`OPTIONAL_ARRAYS` it holds) and the attributes of one room of
-    a prepared (or work) file."""
+def read_room_record(path: str | Path, room: str, skip: tuple[str, ...] = ()) -> tuple[dict[str, np.ndarray], dict]:
+    """The arrays (the four, and those of :data:`OPTIONAL_ARRAYS` it holds but ``skip``) and the attributes of
+    one room of a prepared (or work) file."""
     with open_area(path) as f:
         group = room_group(f, room)
-        return read_fields(group, ROOM_FIELDS + tuple(k for k in OPTIONAL_ARRAYS if k in group)), room_attrs(group)
+        optional = tuple(k for k in OPTIONAL_ARRAYS if k in group and k not in skip)
+        return read_fields(group, ROOM_FIELDS + optional), room_attrs(group)
 
 
 def read_rooms_attrs(path: str | Path) -> dict[str, dict] | None:

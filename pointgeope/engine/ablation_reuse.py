@@ -88,7 +88,7 @@ def _check_data(trials: list, saved: dict, test_area: int, run_dir: Path, fold: 
         return
     from pointgeope.data.check import area_checksums
     from pointgeope.engine.fold_record import check_trained_fold
-    from pointgeope.engine.trained_data import check_data_of
+    from pointgeope.engine.trained_data import check_data_of, saved_data
     from pointgeope.h5 import area_path
 
     root = next(iter(saved)).config["data"]["root"]
@@ -97,8 +97,8 @@ def _check_data(trials: list, saved: dict, test_area: int, run_dir: Path, fold: 
     refused = []
     for trial, ckpt in saved.items():
         last = trial.folder / fold_folder_name(test_area) / "last.pt"
-        now = {area: here.get(area) for area in set(ckpt.get("data") or {}) | set(areas)}
         try:
+            now = {area: here.get(area) for area in set(saved_data(ckpt, last) or {}) | set(areas)}
             check_trained_fold(last, ckpt.get("fold"), fold, root, lambda line: None)
             check_data_of(last, ckpt, now, root, lambda line: None)
         except CheckpointError as err:

@@ -286,18 +286,22 @@ def fold_progress(path: str | Path, ckpt: dict, log=None) -> tuple[int, int]:
 def _progress(ckpt: dict, path: Path) -> tuple[int, int]:
     """``(epochs trained, train.epochs)`` of one checkpoint (its own ``epoch`` when the config has no
     ``train.epochs``); a CheckpointError naming a damaged entry."""
-    trained = _count(ckpt, ("epoch",), path)
+    trained = whole_count(ckpt, ("epoch",), path)
     train = checkpoint_config(ckpt, path).get("train")
-    return trained, _count(train, ("config", "train", "epochs"), path, trained) if isinstance(train, dict) else trained
+    if not isinstance(train, dict):
+        return trained, trained
+    return trained, whole_count(train, ("config", "train", "epochs"), path, trained)
 
 
-def _count(entries: dict, keys: tuple[str, ...], path: Path, default: int = 0) -> int:
-    """``entries[keys[-1]]`` (``default`` when absent), a whole number >= 0 (``keys``: its place in the
-    checkpoint, for the message); else a CheckpointError: a damaged entry was a ``TypeError`` traceback."""
+def whole_count(entries: dict, keys: tuple[str, ...], path: Path, default: int = 0) -> int:
+    """``entries[keys[-1]]`` (``default`` when absent), a whole number >= 0 and below 2^63 (an int64: what the
+    files it is written into hold; ``keys``: its place in the checkpoint, for the message); else a
+    CheckpointError: a damaged entry was a ``TypeError`` traceback."""
     value = entries.get(keys[-1], default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2 ** 63:
+        bound = " below 2^63" if type(value) is int and value > 0 else ""
         raise CheckpointError(f"{path}: damaged checkpoint: expected its {'.'.join(keys)!r} entry to be a whole "
-                              f"number >= 0, got {value!r:.40}; use the run's own checkpoint")
+                              f"number >= 0{bound}, got {value!r:.40}; use the run's own checkpoint")
     return value
 
 

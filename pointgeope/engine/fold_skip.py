@@ -22,7 +22,7 @@ from pointgeope.engine.fold_record import check_trained_fold
 from pointgeope.engine.fold_result import fold_is_complete
 from pointgeope.engine.record_keys import predating_note
 from pointgeope.engine.retrain import retrain_from_scratch
-from pointgeope.engine.trained_data import check_data_of
+from pointgeope.engine.trained_data import check_data_of, saved_data
 from pointgeope.errors import UserError
 from pointgeope.h5 import area_path
 
@@ -66,7 +66,7 @@ def _trained_metrics(run: Path, cfg: Config, fold: Fold, log) -> dict | None:
             f"{predating_note(trained, diff)}; --force retrains it, or use another --run-dir"), run)
     if fold_progress(last, ckpt)[0] < cfg.train.epochs:
         return None
-    saved, root, areas = ckpt.get("data"), cfg.data.root, list(fold.train + fold.test)
+    saved, root, areas = saved_data(ckpt, last), cfg.data.root, list(fold.train + fold.test)
     check_trained_fold(last, ckpt.get("fold"), fold, root, log)
     now = {area: None for area in set(saved or {}) | set(areas)}  # None: a file that is not there
     now.update(area_checksums(root, [area for area in areas if area_path(root, area).is_file()]))

@@ -2,12 +2,13 @@
 checkpoint (:func:`prediction_metadata`) and read back, checked, by :func:`checkpoint_prediction_info`."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
 from pointgeope.constants import NUM_CLASSES, class_names, class_palette, written_names
-from pointgeope.data.features import feature_names
+from pointgeope.data.features import FEATURE_WIDTHS, feature_names
 from pointgeope.engine.checkpoint import CheckpointError, checkpoint_config
 
 
@@ -58,7 +59,34 @@ def checkpoint_prediction_info(ckpt: dict, path: str | Path) -> dict:
         raise CheckpointError(f"{path}: damaged checkpoint: expected its 'predict' entry to hold {classes} class "
                               f"names and {classes} [r, g, b] colours of 0..255 (model.num_classes), got {problem}; "
                               "use the run's own checkpoint")
+    problem = _values_problem(info)
+    if problem:
+        raise CheckpointError(f"{path}: damaged checkpoint: expected its 'predict' entry's {problem}; use the run's "
+                              "own checkpoint")
     return info
+
+
+def _number(value: object, low: float) -> bool:
+    """Whether ``value`` is a finite number (not a bool) >= ``low``."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value < math.inf
+
+
+def _values_problem(info: dict) -> str | None:
+    """What is wrong with a ``"predict"`` entry's ``features``, ``in_channels``, ``grid_size`` and ``spacing``
+    (:func:`prediction_metadata`'s layout; predict reads them for its checks and lines: a damaged ``features``
+    was a ``TypeError`` traceback, or let a colour network take a scan without colour), ``None`` if nothing."""
+    features, channels = info["features"], info["in_channels"]
+    names = isinstance(features, list) and all(isinstance(f, str) and f in FEATURE_WIDTHS for f in features)
+    if not (names and features):
+        return f"features to be a list of {', '.join(FEATURE_WIDTHS)}, got {features!r:.60}"
+    if type(channels) is not int or channels != sum(FEATURE_WIDTHS[f] for f in features):
+        return f"in_channels to be the width of its features [{' | '.join(features)}], got {channels!r:.40}"
+    if not (_number(info["grid_size"], 0) and info["grid_size"] > 0):
+        return f"grid_size to be a number of metres > 0, got {info['grid_size']!r:.40}"
+    spacing = info.get("spacing")
+    if spacing is not None and not _number(spacing, 0):
+        return f"spacing to be a number of metres >= 0 or null, got {spacing!r:.40}"
+    return None
 
 
 def _entry_problem(names: object, palette: object, classes: object) -> str | None:

@@ -36,12 +36,13 @@ from pointgeope.engine.checkpoint import (
     rng_state,
     save_checkpoint,
     set_rng_state,
+    whole_count,
 )
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.machine_record import trained_on, training_machine
 from pointgeope.engine.retrain import retrain_from_scratch
 from pointgeope.engine.runio import Log
-from pointgeope.engine.trained_data import check_data_of
+from pointgeope.engine.trained_data import check_data_of, saved_data
 from pointgeope.engine.weights import first_non_finite, load_model_state
 from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, still_held
@@ -177,7 +178,7 @@ class FoldCheckpoints:
         if ckpt["scaler"] is not None:
             learner.scaler.load_state_dict(ckpt["scaler"])
         restore_rank_rng(ckpt["rng"], self.env.rank)
-        state = LoopState(**{f.name: ckpt[f.name] for f in dataclasses.fields(LoopState) if f.name in ckpt})
+        state = saved_state(ckpt, path)
         where = (f"inside epoch {state.epoch + 1}, after its batch {state.batch}" if state.batch  # the epoch lines'
                  else f"after epoch {state.epoch}")                                          # count from 1
         log(f"resumed from {path}: {where} (step {state.step})")
@@ -210,7 +211,7 @@ class FoldCheckpoints:
         """Refuse to resume on other area files than the checkpoint trained on (the fold's areas now, and
         any it trained on that the fold no longer has), naming them; files of the same points pass."""
         if self.data is not None:
-            areas = set(self.data) | set(ckpt.get("data") or {})
+            areas = set(self.data) | set(saved_data(ckpt, path) or {})
             now = {a: self.data.get(a) for a in areas}
             check_data_of(path, ckpt, now, self.config["data"]["root"], log)
 
@@ -326,6 +327,23 @@ class FoldCheckpoints:
             f"fold {fold}: {what}; the weights were not updated; the batch and model were saved to "
             f"{self.run / name}; a lower optim.lr (or optim.grad_clip) trains it again (--force, or another "
             "--run-dir)"), self.run)
+
+
+def saved_state(ckpt: dict, path: Path) -> LoopState:
+    """The :class:`LoopState` that the checkpoint ``ckpt`` (read from ``path``) saved, each entry checked
+    (``epoch``, ``batch``, ``step`` whole numbers >= 0, ``best_miou`` a number in [-1, 1], ``epoch_sums`` a
+    dict; absent: the default): a damaged one is a CheckpointError naming it (it was a ``TypeError``
+    traceback at the loop's first comparison, or a step count silently off)."""
+    counts = {name: whole_count(ckpt, (name,), path) for name in ("epoch", "batch", "step")}
+    best, sums = ckpt.get("best_miou", -1.0), ckpt.get("epoch_sums", {})
+    for key, value, fits, expected in (
+            ("best_miou", best, isinstance(best, (int, float)) and not isinstance(best, bool) and -1 <= best <= 1,
+             "a number in [-1, 1]"),
+            ("epoch_sums", sums, isinstance(sums, dict), "a dict of the epoch's sums")):
+        if not fits:
+            raise CheckpointError(f"{path}: damaged checkpoint: expected its {key!r} entry to be {expected}, got "
+                                  f"{value!r:.40}; use the run's own checkpoint")
+    return LoopState(**counts, best_miou=float(best), epoch_sums=sums)
 
 
 def rank_rng_state(saved: list[dict], rank: int) -> dict:

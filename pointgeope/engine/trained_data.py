@@ -10,20 +10,31 @@ from pathlib import Path
 
 from pointgeope.engine.checkpoint import CheckpointError
 
-__all__ = ["check_data_of", "check_data"]
+__all__ = ["check_data_of", "check_data", "saved_data"]
+
+
+def saved_data(ckpt: dict, path: str | Path) -> dict[str, str] | None:
+    """The checkpoint's ``"data"`` (area -> checksum of the file it trained on; ``None`` in checkpoints written
+    before it); a CheckpointError naming it where it is no such mapping (rewritten by a tool: a list was an
+    ``AttributeError`` traceback on resume, a number for a checksum a ``TypeError``)."""
+    data = ckpt.get("data")
+    if data is None or isinstance(data, dict) and all(isinstance(x, str) for item in data.items() for x in item):
+        return data
+    raise CheckpointError(f"{path}: damaged checkpoint: expected its 'data' entry to map each area to the checksum "
+                          f"of its file, got {data!r:.60}; use the run's own checkpoint")
 
 
 def check_data_of(path: str | Path, ckpt: dict, now: dict[str, str | None], root: str | Path, log) -> None:
-    """:func:`check_data` with what the checkpoint ``ckpt`` records: its ``"data"``, ``"data_points"`` and
-    the ``data.root`` of its config; then, for a run that read normals, one warning line through ``log``
-    where the files of ``now`` hold another estimate than it read
+    """:func:`check_data` with what the checkpoint ``ckpt`` records: its ``"data"`` (:func:`saved_data`),
+    ``"data_points"`` and the ``data.root`` of its config; then, for a run that read normals, one warning line
+    through ``log`` where the files of ``now`` hold another estimate than it read
     (:func:`pointgeope.data.normal_record.differing_line`)."""
     from pointgeope.data import normal_record
 
     trained_root = ((ckpt.get("config") or {}).get("data") or {}).get("root")
     read = normal_record.recorded(ckpt)
     hashed = read is not None and not isinstance(ckpt.get("data_normals"), dict)  # its points checksums hold them
-    check_data(path, ckpt.get("data"), now, root, log, ckpt.get("data_points"), trained_root, read is not None,
+    check_data(path, saved_data(ckpt, path), now, root, log, ckpt.get("data_points"), trained_root, read is not None,
                hashed)
     if read is not None:
         at_hand = normal_record.area_estimates(root, [area for area in sorted(now) if now[area]])

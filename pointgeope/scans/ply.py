@@ -44,7 +44,7 @@ from pointgeope.scans.ply_sizes import (
     vertices_that_fit,
     walk,
 )
-from pointgeope.scans.scan import Scan, ScanError, color_to_uint8, loadtxt_reason
+from pointgeope.scans.scan import Scan, ScanError, color_to_uint8, float64_coord, loadtxt_reason
 
 TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
          "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4",
@@ -301,7 +301,7 @@ def read_ply(path: str | Path, name: str | None = None) -> Scan:
     path = Path(path)
     rec = _vertex_records(path)
     fields = rec.dtype.names
-    coord = np.stack([rec["x"], rec["y"], rec["z"]], axis=1).astype(np.float64)
+    coord = float64_coord(np.stack([rec["x"], rec["y"], rec["z"]], axis=1))
     color, notes = None, []
     names = next((c for c in COLOR_NAMES if set(c) <= set(fields)), None)
     packed = next((p for p in PACKED_COLOR_NAMES if p in fields), None)

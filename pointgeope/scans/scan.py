@@ -56,6 +56,14 @@ class Scan:
         return int(self.coord.shape[0])
 
 
+def float64_coord(values: np.ndarray) -> np.ndarray:
+    """``values`` (N, 3) as float64, quietly: a signalling NaN of a float32 file (``0x7f800001``) comes out as
+    NaN without numpy's ``RuntimeWarning: invalid value encountered in cast``, which printed a traceback-like
+    line before :func:`checked_scan`'s one line naming the file and the point."""
+    with np.errstate(invalid="ignore"):
+        return np.asarray(values).astype(np.float64)
+
+
 def checked_scan(scan: Scan) -> Scan:
     """``scan`` after checking shapes, that it has points and that every coordinate is finite."""
     n = scan.coord.shape[0] if scan.coord.ndim == 2 else -1

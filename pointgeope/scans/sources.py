@@ -40,7 +40,7 @@ import numpy as np
 
 from pointgeope.scans.las import EXTENSIONS as LAS_EXTENSIONS
 from pointgeope.scans.outputs import is_output_name
-from pointgeope.scans.scan import Scan, ScanError, checked_scan, color_to_uint8
+from pointgeope.scans.scan import Scan, ScanError, checked_scan, color_to_uint8, float64_coord
 from pointgeope.scans.text import EXTENSIONS as TEXT_EXTENSIONS
 
 ALIGNMENT = re.compile(r"Area_\d+_alignmentAngle\.txt", re.IGNORECASE)  # S3DIS's rotation of each room
@@ -290,7 +290,7 @@ def _read_npy(path: Path, name: str) -> Scan:
                         f"got {values.dtype} {values.shape}")
     notes: list[str] = []
     color = color_to_uint8(values[:, 3:6], str(path), notes=notes) if values.shape[1] == 6 else None
-    return Scan(name, str(path), values[:, :3].astype(np.float64), color, meta={"notes": notes})
+    return Scan(name, str(path), float64_coord(values[:, :3]), color, meta={"notes": notes})
 
 
 def _read_h5_room(ref: ScanRef) -> Scan:

@@ -33,6 +33,24 @@ import numpy as np
 # and X windows end at 32767 (a 100000-pixel window was an X BadValue, 20000 a segmentation fault).
 MIN_IMAGE_SIDE, MAX_IMAGE_SIDE = 8, 16384
 
+# The largest extent (metres) drawn as it is: Open3D hands the points and the camera to OpenGL in float32,
+# and a wider scene (a stray point of a scan at 3e38 m) is drawn scaled down (:func:`drawing_frame`).
+MAX_DRAWN_EXTENT = 2.0 ** 20
+
+
+def drawing_frame(coord: np.ndarray) -> np.ndarray:
+    """The points ``coord`` (N, 3) as the renderer draws them, float32 ``(N, 3)``: ``(p - c) / 2^k`` with ``c``
+    the centre of their bounding box and ``2^k`` the smallest power of two (``k >= 0``) that brings their
+    extent within :data:`MAX_DRAWN_EXTENT`. A similarity: the camera fitted to them frames the same image.
+    Shifting keeps float32's precision where the points lie far from the origin; scaling keeps the camera's
+    distance (about the extent) and every coordinate finite in float32 where the scene spans up to 3.4e38 m,
+    where ``centre + direction`` was the centre itself in float64 (``look_at``: a ValueError)."""
+    coord = np.asarray(coord, dtype=np.float64)
+    lo, hi = coord.min(axis=0), coord.max(axis=0)
+    extent = float((hi - lo).max())
+    scale = 2.0 ** max(0, math.ceil(math.log2(extent / MAX_DRAWN_EXTENT))) if extent > MAX_DRAWN_EXTENT else 1.0
+    return ((coord - (lo + hi) / 2.0) / scale).astype(np.float32)
+
 
 @dataclass(frozen=True)
 class Camera:

@@ -185,7 +185,7 @@ def show_room(args) -> int:
     """``pointgeope viz AREA --room ROOM``: one room in a window, or its screenshot or PLY; ``args`` holds
     the options of ``pointgeope/commands/viz.py``; the area file is checked as training checks it."""
     from pointgeope.data.check import check_area_file
-    from pointgeope.viz.camera import fit_camera
+    from pointgeope.viz.camera import drawing_frame, fit_camera
     from pointgeope.viz.colors import colorize
     from pointgeope.viz.legend import key_help_lines, legend_lines, use_ansi
     from pointgeope.viz.scene import file_classes, load_room, prepare_view
@@ -214,9 +214,11 @@ def show_room(args) -> int:
         raise VizError("no point left to draw (all hidden?)")
     if not view.color.any():
         print("note: this room has no colour (every point is 0 0 0): rgb mode draws it black")
-    if not args.ply or args.screenshot:
-        check_extent(view.coord)  # a window or an image: before the renderer gives a blank one
-    camera = fit_camera(view.coord, args.width, args.height, args.elevation, args.azimuth)
+    drawn = camera = None
+    if not args.ply or args.screenshot:  # a window or an image; a PLY needs no camera
+        check_extent(view.coord)  # before the renderer gives a blank one
+        drawn = drawing_frame(view.coord)
+        camera = fit_camera(drawn, args.width, args.height, args.elevation, args.azimuth)
     if args.ply:
         from pointgeope.viz.ply import write_ply
 
@@ -228,7 +230,7 @@ def show_room(args) -> int:
     if args.screenshot:
         from pointgeope.viz.render import render_image, save_image
 
-        image = render_image(view.coord, colorize(mode, view.color, view.label, view.pred, n, view.ignore_index),
+        image = render_image(drawn, colorize(mode, view.color, view.label, view.pred, n, view.ignore_index),
                              camera, args.point_size)
         save_image(image, args.screenshot)
         print(f"wrote {args.screenshot}: {args.width}x{args.height}, coloured by {mode}")
@@ -240,5 +242,5 @@ def show_room(args) -> int:
     colors = {m: colorize(m, view.color, view.label, view.pred, n, view.ignore_index)
               for m in MODES if m not in missing}
     print("\n".join(key_help_lines(missing, ansi)))
-    show(view.coord, colors, mode, camera, args.point_size, title=f"pointgeope: {room.name}", missing=missing)
+    show(drawn, colors, mode, camera, args.point_size, title=f"pointgeope: {room.name}", missing=missing)
     return 0

@@ -87,7 +87,8 @@ def test_folders_inside_annotations_are_named_as_ignored(tmp_path, capsys):
              "Area_3/r/Annotations/extra/deeper/chair_2.txt": b"1 2 3 4 5 6\n",
              "Area_3/r/Annotations/table_1.txt/part": b"1 2 3 4 5 6\n"}
     expected = (("Area_3/r/Annotations/extra", 2), ("Area_3/r/Annotations/table_1.txt", 1))
-    for source in (open_source(write_tree(tmp_path / "raw", files)), open_source(zip_tree(tmp_path / "raw.zip", files))):
+    for source in (open_source(write_tree(tmp_path / "raw", files)),
+                   open_source(zip_tree(tmp_path / "raw.zip", files))):
         assert room_summary(source) == [("Area_3", "r", "Area_3/r", ["wall_1.txt"])]
         assert source.ignored == () and source.ignored_folders == expected
     assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 0
@@ -149,7 +150,8 @@ def test_folder_whose_names_hold_backslashes_says_what_to_do(tmp_path):
         open_source(tmp_path).rooms()
 
 
-@pytest.mark.parametrize("link, target", [("Area_1/office_2/up", ".."), ("Area_1/office_2/Annotations/top", "../../..")])
+@pytest.mark.parametrize("link, target", [("Area_1/office_2/up", ".."),
+                                          ("Area_1/office_2/Annotations/top", "../../..")])
 def test_symlink_loop_is_named_once(tmp_path, link, target):
     """`ln -s .. Area_1/office_2/up` was followed ~40 levels deep into a 2 kB path error."""
     write_tree(tmp_path, {"Area_1/office_2/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
@@ -346,3 +348,28 @@ def test_area_folders_of_one_number_are_refused_naming_both(tmp_path, capsys):
                                          "top/Area_01/s/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
     with pytest.raises(SourceError, match="top/Area_01 and top/Area_1 are both area 1"):
         open_source(zipped).rooms()
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_an_areas_zip_inside_raw_without_its_folder_is_refused_naming_it(tmp_path, capsys, zipped):
+    """``RAW/Area_2.zip`` beside ``RAW/Area_1/`` (an area left zipped): prepare opens no zip inside RAW, and
+    prepared Area_1 alone without a word: Area_2 vanished from the folds. The same inside a RAW zip."""
+    inner = zip_tree(tmp_path / "inner.zip", {"Area_2/t/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"}).read_bytes()
+    files = {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", "Area_2.zip": inner}
+    raw = zip_tree(tmp_path / "raw.zip", files) if zipped else write_tree(tmp_path / "raw", files)
+    assert cli(["prepare", str(raw), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    unpack = (f"unpack {raw} and it into one folder and give that" if zipped else
+              f"unpack it there (unzip {raw}/Area_2.zip -d {raw})")
+    assert err == [f"pointgeope prepare: error: {raw}: Area_2.zip is the zip of an area without a folder here, and "
+                   "prepare opens no zip inside RAW: its area would be left out of the folds; "
+                   f"{unpack}, or remove it to prepare the other areas"]
+    assert not (tmp_path / "out" / "folds.json").exists()
+
+
+def test_an_areas_zip_beside_its_unpacked_folder_is_left_alone(tmp_path):
+    """``Area_2.zip`` kept beside the ``Area_2/`` it was unpacked into: read as before (the folder)."""
+    inner = zip_tree(tmp_path / "inner.zip", {"Area_2/t/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"}).read_bytes()
+    write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", "Area_2.zip": inner,
+                                  "Area_2/t/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", "Area_1/Area_1.zip": inner})
+    assert [(r.area, r.name) for r in open_source(tmp_path / "raw").rooms()] == [("Area_1", "r"), ("Area_2", "t")]

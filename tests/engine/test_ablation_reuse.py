@@ -213,3 +213,24 @@ def test_train_advice_stays_out_of_ablate_line_whatever_its_words(two_folds, tmp
     line = capsys.readouterr().err.splitlines()[-1]
     assert f"(rpe seed 0: {trials[0].folder / 'area_1' / 'last.pt'} was trained on other data), and train" in line
     assert "--force" not in line and "retrain" not in line
+
+
+@pytest.mark.parametrize("data", [7, [[1]], ["Area_1"]])
+def test_a_saved_trial_whose_data_record_is_damaged_is_refused_in_one_line(tmp_path, data):
+    """A trial's last.pt whose "data" record is no mapping of area -> checksum: ablate's check of the saved
+    trials built its set of areas from it first, a TypeError traceback ('int' object is not iterable,
+    unhashable type: 'list') or an AttributeError, before train's own check could refuse it."""
+    from pointgeope.data.folds import Fold
+    from pointgeope.engine.ablation_reuse import _check_data
+    from pointgeope.errors import UserError
+
+    class Trial:  # what _check_data reads of a trial: its name, folder and config
+        name, folder, config = "t1", tmp_path / "t1", {"data": {"root": str(tmp_path / "data")}}
+
+    trial = Trial()
+    fold = Fold(1, ("Area_2",), ("Area_1",))
+    with pytest.raises(UserError) as err:
+        _check_data([trial], {trial: {"data": data, "fold": {"index": 1, "test": ["Area_1"], "train": ["Area_2"]}}},
+                    1, tmp_path / "grid", fold)
+    assert (f"(t1: {tmp_path / 't1' / 'area_1' / 'last.pt'}: damaged checkpoint: expected its 'data' entry to map "
+            f"each area to the checksum of its file, got {data!r}; use the run's own checkpoint)") in str(err.value)

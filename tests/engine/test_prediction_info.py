@@ -39,7 +39,8 @@ def test_a_predict_entry_that_does_not_fit_the_network_is_refused(edit, got):
     with pytest.raises(CheckpointError) as err:
         checkpoint_prediction_info({"config": cfg, "predict": info}, "m.pt")
     assert str(err.value) == ("m.pt: damaged checkpoint: expected its 'predict' entry to hold 13 class names and 13 "
-                              f"[r, g, b] colours of 0..255 (model.num_classes), got {got}; use the run's own checkpoint")
+                              f"[r, g, b] colours of 0..255 (model.num_classes), got {got}; use the run's own "
+                              "checkpoint")
     assert checkpoint_prediction_info({"config": cfg, "predict": prediction_metadata(cfg)}, "m.pt")["palette"][0] == \
         list(PALETTE[0])
 
@@ -114,3 +115,28 @@ def test_a_run_of_more_classes_than_s3dis_trains_evaluates_and_predicts(two_fold
     np.testing.assert_array_equal(np.stack([v["red"], v["green"], v["blue"]], 1), label_colors(v["pred"], 15))
     assert cli(["report", str(tmp_path / "run"), "--out", str(tmp_path / "report")]) == 0
     assert json.loads((tmp_path / "report" / "report.json").read_text())["class_names"][-1] == "class_14"
+
+
+@pytest.mark.parametrize("edit, got", [
+    ({"features": [{"device": "cuda"}]}, "features to be a list of rgb, xyz, normal, height, got [{'device': 'cuda'}]"),
+    ({"features": "rgbxyz"}, "features to be a list of rgb, xyz, normal, height, got 'rgbxyz'"),
+    ({"features": []}, "features to be a list of rgb, xyz, normal, height, got []"),
+    ({"features": ["xyz"]}, "in_channels to be the width of its features [xyz], got 6"),  # a colour network
+    ({"in_channels": "6"}, "in_channels to be the width of its features [rgb | xyz], got '6'"),
+    ({"grid_size": "x"}, "grid_size to be a number of metres > 0, got 'x'"),
+    ({"grid_size": 0.0}, "grid_size to be a number of metres > 0, got 0.0"),
+    ({"spacing": "x"}, "spacing to be a number of metres >= 0 or null, got 'x'"),
+    ({"spacing": float("nan")}, "spacing to be a number of metres >= 0 or null, got nan"),
+])
+def test_a_predict_entry_with_damaged_values_is_refused(edit, got):
+    """The entry's features, in_channels, grid_size and spacing (its CRCs intact, rewritten by a tool):
+    features [{...}] was "TypeError: sequence item 0: expected str instance, dict found" in predict's first
+    line, a spacing 'x' a TypeError in the scale check, and features ["xyz"] of a colour network let a scan
+    without colour through its colour check."""
+    cfg = config_to_dict(Config())
+    info = {**prediction_metadata(cfg, 0.02), **edit}
+    with pytest.raises(CheckpointError) as err:
+        checkpoint_prediction_info({"config": cfg, "predict": info}, "m.pt")
+    assert str(err.value) == (f"m.pt: damaged checkpoint: expected its 'predict' entry's {got}; use the run's own "
+                              "checkpoint")
+    assert checkpoint_prediction_info({"config": cfg, "predict": {**info, **prediction_metadata(cfg, 0.02)}}, "m.pt")

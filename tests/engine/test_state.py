@@ -166,3 +166,47 @@ def test_the_gradient_check_runs_on_every_torch_the_project_allows(monkeypatch, 
     a.model.weight.grad[0, 2] = float("nan")
     assert a.non_finite_gradient() == ("weight", 1, 6)    # named in the model's order: weight before bias
     assert not bool(torch.isfinite(a.gradient_norm(None)))
+
+
+@pytest.mark.parametrize("entry, value, expected", [
+    ("epoch", ["cpu"], "'epoch' entry to be a whole number >= 0, got ['cpu']"),
+    ("epoch", 1.5, "'epoch' entry to be a whole number >= 0, got 1.5"),
+    ("batch", -2, "'batch' entry to be a whole number >= 0, got -2"),
+    ("step", True, "'step' entry to be a whole number >= 0, got True"),
+    ("epoch", 2 ** 70, "'epoch' entry to be a whole number >= 0 below 2^63, got 1180591620717411303424"),
+    ("best_miou", "0.5", "'best_miou' entry to be a number in [-1, 1], got '0.5'"),
+    ("best_miou", float("nan"), "'best_miou' entry to be a number in [-1, 1], got nan"),
+    ("epoch_sums", [1, 2], "'epoch_sums' entry to be a dict of the epoch's sums, got [1, 2]"),
+])
+def test_a_damaged_loop_entry_is_one_checkpoint_error_on_resume(tmp_path, entry, value, expected):
+    """A last.pt whose loop entries were rewritten (its CRCs intact): an epoch of ['cpu'] resumed into
+    "TypeError: '<' not supported between instances of 'list' and 'int'" at the loop's first comparison."""
+    from pointgeope.engine.checkpoint import CheckpointError
+
+    FoldCheckpoints(tmp_path, learner(0), ENV, {}, {}).save("last.pt", LoopState(epoch=1, step=4, best_miou=0.5))
+    ckpt = torch.load(tmp_path / "last.pt", weights_only=True)
+    ckpt[entry] = value
+    torch.save(ckpt, tmp_path / "last.pt")
+    with pytest.raises(CheckpointError) as err:
+        FoldCheckpoints(tmp_path, learner(1), ENV, {}, {}).resume(lambda line: None)
+    assert str(err.value) == (f"{tmp_path / 'last.pt'}: damaged checkpoint: expected its {expected}; use the run's "
+                              "own checkpoint")
+
+
+@pytest.mark.parametrize("data, shown", [(["cpu"], "['cpu']"), ({"Area_1": 5}, "{'Area_1': 5}"), ([[1]], "[[1]]"),
+                                         (7, "7")])
+def test_a_damaged_data_record_is_one_checkpoint_error_on_resume(tmp_path, data, shown):
+    """A last.pt whose "data" (area -> checksum of the file it trained on) is no such mapping: a resume ended in
+    "AttributeError: 'list' object has no attribute 'get'" (or a TypeError) while comparing the files."""
+    from pointgeope.engine.checkpoint import CheckpointError
+    from pointgeope.engine.config import Config, config_to_dict
+
+    now, config = {"Area_1": "sha256:1"}, config_to_dict(Config())
+    FoldCheckpoints(tmp_path, learner(0), ENV, config, {}, data=now).save("last.pt", LoopState(1))
+    ckpt = torch.load(tmp_path / "last.pt", weights_only=True)
+    ckpt["data"] = data
+    torch.save(ckpt, tmp_path / "last.pt")
+    with pytest.raises(CheckpointError) as err:
+        FoldCheckpoints(tmp_path, learner(1), ENV, config, {}, data=now).resume(lambda line: None)
+    assert str(err.value) == (f"{tmp_path / 'last.pt'}: damaged checkpoint: expected its 'data' entry to map each "
+                              f"area to the checksum of its file, got {shown}; use the run's own checkpoint")

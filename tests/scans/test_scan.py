@@ -189,3 +189,25 @@ def test_a_scan_of_one_colour_gets_a_note(value):
     varied[7, 1] = 1
     for color, n in ((varied, 50), (np.zeros((1, 3), np.uint8), 1), (None, 50)):
         assert one_colour_note(Scan("s", "s.las", coord[:n], color)) is None
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".ply"])
+def test_a_signalling_nan_is_one_line_without_numpys_warning(tmp_path, suffix):
+    """A float32 signalling NaN (bits 0x7f800001) in a scan's coordinates: numpy's float64 cast warned
+    "RuntimeWarning: invalid value encountered in cast" (with the source line) before the ScanError's line."""
+    import warnings
+
+    from pointgeope.scans.sources import ScanRef, read_scan
+
+    coord = np.arange(12, dtype="<f4").reshape(4, 3)
+    coord.view(np.uint32)[2, 1] = 0x7F800001
+    path = tmp_path / f"s{suffix}"
+    if suffix == ".npy":
+        np.save(path, coord)
+    else:
+        path.write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 4\nproperty float x\n"
+                         b"property float y\nproperty float z\nend_header\n" + coord.tobytes())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ScanError, match=r"1 point\(s\) have NaN or infinite coordinates \(the first is point 2"):
+            read_scan(ScanRef(path, suffix[1:], "s"))

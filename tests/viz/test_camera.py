@@ -72,3 +72,29 @@ def test_fit_camera_bad_input():
         fit_camera(np.zeros((2, 3)), 320, 240, fov=120)
     with pytest.raises(ValueError, match="at least 8x8"):
         fit_camera(np.zeros((2, 3)), 4, 240)
+
+
+def test_the_drawing_frame_is_a_similarity_that_float32_holds():
+    """``drawing_frame``: the points shifted to their box centre, and scaled by a power of two only where they
+    span more than MAX_DRAWN_EXTENT; the camera fitted to them frames the same image (pixel for pixel)."""
+    from pointgeope.viz.camera import MAX_DRAWN_EXTENT, drawing_frame
+
+    rng = np.random.default_rng(1)
+    room = _room(rng) + np.array([4.0e5, 0.0, 0.0])              # far from the origin: shifted only
+    drawn = drawing_frame(room)
+    assert drawn.dtype == np.float32
+    centre = (room.min(0) + room.max(0)) / 2
+    np.testing.assert_allclose(drawn, room - centre, atol=1e-6)
+    uv_room = project(fit_camera(room, 320, 240), room)[0]
+    uv_drawn = project(fit_camera(drawn, 320, 240), drawn.astype(np.float64))[0]
+    np.testing.assert_allclose(uv_drawn, uv_room, atol=1e-3)
+
+    wide = np.vstack([rng.random((99, 3)) * 3, [[3e38, -3e38, 1e38]]]).astype(np.float32)
+    drawn = drawing_frame(wide)
+    extent = drawn.max(0).astype(np.float64) - drawn.min(0)
+    assert np.isfinite(drawn).all() and extent.max() <= MAX_DRAWN_EXTENT and extent.max() > MAX_DRAWN_EXTENT / 2
+    scale = (wide.max(0).astype(np.float64) - wide.min(0))[0] / extent[0]
+    assert scale == 2.0 ** round(math.log2(scale))              # a power of two
+    cam = fit_camera(drawn, 320, 240)
+    uv, depth = project(cam, drawn)
+    assert (depth > 0).all() and (uv >= 0).all() and (uv[:, 0] <= 319).all() and (uv[:, 1] <= 239).all()

@@ -42,3 +42,47 @@ def test_two_points_apart_are_drawn(tmp_path, capsys):
     assert code == 0
     image = np.asarray(Image.open(shot).convert("RGB"))
     assert (image != 255).any(axis=2).sum() >= 2
+
+
+def _far_scan(path, far):
+    """A scan's predictions file (``predict --format h5``): 199 points in a 3 m box and one stray at ``far``."""
+    from pointgeope import h5_predictions
+    from pointgeope.constants import CLASS_NAMES
+
+    rng = np.random.default_rng(0)
+    coord = np.vstack([rng.random((199, 3)) * 3, [far]]).astype(np.float32)
+    arrays = {"coord": coord, "color": np.full((200, 3), 90, np.uint8), "label": np.full(200, 255, np.uint8),
+              "instance": np.zeros(200, np.int32)}
+    h5_predictions.write_scan_predictions(path, "scans/far", "far", arrays, np.zeros(200, np.uint8),
+                                          list(CLASS_NAMES), "far.npy", {"num_points": 200})
+    return coord
+
+
+def test_a_scan_with_a_point_near_float32s_limit_is_written_to_ply(tmp_path, capsys):
+    """A scan whose stray point lies at 3e38 (predict writes it: --format h5 holds it in float32): viz's
+    camera raised "ValueError: expected eye and center to differ" (centre + unit direction == centre in
+    float64), even for --ply, which needs no camera. The PLY keeps the coordinates; the image frames every
+    point (drawn scaled down: Open3D draws in float32)."""
+    coord = _far_scan(tmp_path / "far_pred.h5", [3e38, 3e38, 3e38])
+    ply = tmp_path / "far.ply"
+    assert main(["viz", str(tmp_path / "far_pred.h5"), "--ply", str(ply)]) == 0
+    from pointgeope.scans.ply import read_ply
+
+    np.testing.assert_array_equal(read_ply(ply).coord, coord)
+
+
+def test_a_scan_with_a_point_near_float32s_limit_is_drawn(tmp_path):
+    from PIL import Image
+
+    pytest.importorskip("open3d")
+    _far_scan(tmp_path / "far_pred.h5", [3e38, 3e38, 3e38])
+    shot = tmp_path / "far.png"
+    try:
+        code = main(["viz", str(tmp_path / "far_pred.h5"), "--screenshot", str(shot), "--width", "64",
+                     "--height", "48", "--point-size", "3"])
+    except RuntimeError as err:
+        pytest.skip(f"no rendering here: {err}")
+    assert code == 0
+    drawn = np.argwhere((np.asarray(Image.open(shot).convert("RGB")) != 255).any(axis=2))
+    # two blobs in opposite corners (the box and the stray point), each in the image
+    assert drawn[:, 0].max() - drawn[:, 0].min() > 30 and drawn[:, 1].max() - drawn[:, 1].min() > 40
