@@ -89,7 +89,7 @@ def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], i
     shown = ", ".join(zipped[:5]) + (f" and {len(zipped) - 5} more" if len(zipped) > 5 else "")
     first = PurePosixPath(location, zipped[0])
     unpack = (f"unpack {location} and {'it' if one else 'them'} into one folder and give that" if in_zip else
-              f"unpack {'it' if one else 'them'} there (unzip {first} -d {location})")
+              f"unpack {'it' if one else 'them'} there (unzip {first} -d {first.parent})")  # beside its siblings
     other = (f"remove {'it' if one else 'them'} to prepare the other areas" if areas else
              f"give {first} itself as RAW" if one and not in_zip else "")
     raise SourceError(f"{location}: {shown} {'is the zip of an area' if one else 'are the zips of areas'} without a "

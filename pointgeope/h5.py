@@ -162,7 +162,8 @@ def room_group(f: h5py.File, room: str) -> h5py.Group:
 
 def read_fields(group: h5py.Group, fields: Iterable[str] = ROOM_FIELDS) -> dict[str, np.ndarray]:
     """The arrays ``fields`` of a room group as numpy arrays; a field the room lacks is a :class:`SchemaError`
-    naming the file and the room (``normal`` in a file of a prepare before it: prepare again adds it)."""
+    naming the file and the room (``normal`` in a file of a prepare before it: prepare again adds it), and so
+    is one that is not an array (a group in its place: a damaged file)."""
     fields = tuple(fields)
     missing = [key for key in fields if key not in group]
     where = f"{group.file.filename}: room {group.name.lstrip('/')!r}"

@@ -38,6 +38,7 @@ from pointgeope.engine.checkpoint import (
     set_rng_state,
     whole_count,
 )
+from pointgeope.engine.epoch_meter import sums_problem
 from pointgeope.engine.fold_record import check_trained_fold, fold_record
 from pointgeope.engine.machine_record import trained_on, training_machine
 from pointgeope.engine.retrain import retrain_from_scratch
@@ -178,7 +179,7 @@ class FoldCheckpoints:
         if ckpt["scaler"] is not None:
             learner.scaler.load_state_dict(ckpt["scaler"])
         restore_rank_rng(ckpt["rng"], self.env.rank)
-        state = saved_state(ckpt, path)
+        state = saved_state(ckpt, path, (self.config.get("model") or {}).get("num_classes"))
         where = (f"inside epoch {state.epoch + 1}, after its batch {state.batch}" if state.batch  # the epoch lines'
                  else f"after epoch {state.epoch}")                                          # count from 1
         log(f"resumed from {path}: {where} (step {state.step})")
@@ -329,17 +330,18 @@ class FoldCheckpoints:
             "--run-dir)"), self.run)
 
 
-def saved_state(ckpt: dict, path: Path) -> LoopState:
+def saved_state(ckpt: dict, path: Path, num_classes: int | None = None) -> LoopState:
     """The :class:`LoopState` that the checkpoint ``ckpt`` (read from ``path``) saved, each entry checked
-    (``epoch``, ``batch``, ``step`` whole numbers >= 0, ``best_miou`` a number in [-1, 1], ``epoch_sums`` a
-    dict; absent: the default): a damaged one is a CheckpointError naming it (it was a ``TypeError``
-    traceback at the loop's first comparison, or a step count silently off)."""
+    (``epoch``, ``batch``, ``step`` whole numbers >= 0, ``best_miou`` a number in [-1, 1], ``epoch_sums`` the
+    sums of :mod:`~pointgeope.engine.epoch_meter` for ``num_classes`` classes; absent: the default): a damaged
+    one is a CheckpointError naming it (a ``TypeError`` traceback at the loop's first comparison, a ``KeyError``
+    at the resumed epoch's first batch, or a step count silently off)."""
     counts = {name: whole_count(ckpt, (name,), path) for name in ("epoch", "batch", "step")}
     best, sums = ckpt.get("best_miou", -1.0), ckpt.get("epoch_sums", {})
     for key, value, fits, expected in (
             ("best_miou", best, isinstance(best, (int, float)) and not isinstance(best, bool) and -1 <= best <= 1,
              "a number in [-1, 1]"),
-            ("epoch_sums", sums, isinstance(sums, dict), "a dict of the epoch's sums")):
+            ("epoch_sums", sums, sums_problem(sums, num_classes) is None, sums_problem(sums, num_classes))):
         if not fits:
             raise CheckpointError(f"{path}: damaged checkpoint: expected its {key!r} entry to be {expected}, got "
                                   f"{value!r:.40}; use the run's own checkpoint")

@@ -31,11 +31,11 @@ def check_data_of(path: str | Path, ckpt: dict, now: dict[str, str | None], root
     (:func:`pointgeope.data.normal_record.differing_line`)."""
     from pointgeope.data import normal_record
 
+    saved = saved_data(ckpt, path)  # first: the normals' record below reads its areas too
     trained_root = ((ckpt.get("config") or {}).get("data") or {}).get("root")
     read = normal_record.recorded(ckpt)
     hashed = read is not None and not isinstance(ckpt.get("data_normals"), dict)  # its points checksums hold them
-    check_data(path, saved_data(ckpt, path), now, root, log, ckpt.get("data_points"), trained_root, read is not None,
-               hashed)
+    check_data(path, saved, now, root, log, ckpt.get("data_points"), trained_root, read is not None, hashed)
     if read is not None:
         at_hand = normal_record.area_estimates(root, [area for area in sorted(now) if now[area]])
         read = normal_record.read_these(ckpt, read, root, at_hand)  # an older record, proven by the normals' bytes

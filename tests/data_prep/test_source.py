@@ -367,6 +367,17 @@ def test_an_areas_zip_inside_raw_without_its_folder_is_refused_naming_it(tmp_pat
     assert not (tmp_path / "out" / "folds.json").exists()
 
 
+def test_an_areas_zip_in_the_top_folder_says_to_unpack_it_beside_the_other_areas(tmp_path, capsys):
+    """RAW/top/Area_2.zip beside RAW/top/Area_1/ (S3DIS's top folder): the command named unpacks it into the
+    folder that holds it, where the other areas are (``-d RAW`` put Area_2 one level above them)."""
+    inner = zip_tree(tmp_path / "inner.zip", {"Area_2/t/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"}).read_bytes()
+    raw = write_tree(tmp_path / "raw", {"top/Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
+                                        "top/Area_2.zip": inner})
+    assert cli(["prepare", str(raw), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"(unzip {raw}/top/Area_2.zip -d {raw}/top)" in err[0]
+
+
 def test_an_areas_zip_beside_its_unpacked_folder_is_left_alone(tmp_path):
     """``Area_2.zip`` kept beside the ``Area_2/`` it was unpacked into: read as before (the folder)."""
     inner = zip_tree(tmp_path / "inner.zip", {"Area_2/t/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"}).read_bytes()

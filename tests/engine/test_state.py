@@ -193,6 +193,32 @@ def test_a_damaged_loop_entry_is_one_checkpoint_error_on_resume(tmp_path, entry,
                               "own checkpoint")
 
 
+SUMS = {"totals": [1.5, 2, 100], "confusion": [[3, 1], [0, 2]], "seconds": 4.0}
+
+
+@pytest.mark.parametrize("sums", [{"totals": [1.5, 2, 100]}, {**SUMS, "totals": [1, 2]}, {**SUMS, "seconds": "4"},
+                                  {**SUMS, "confusion": [[3, 1], [0]]}, {**SUMS, "confusion": [[3, -1], [0, 2]]},
+                                  {**SUMS, "confusion": [[1, 0, 0], [0, 1, 0], [0, 0, 1]]}])
+def test_damaged_epoch_sums_are_one_checkpoint_error_on_resume(tmp_path, sums):
+    """A mid-epoch last.pt whose epoch_sums is a dict without the sums' layout: the resume went on and the
+    epoch's meter ended in a KeyError ('confusion') or ValueError (a reshape to 2 x 2) traceback. The sums of a
+    network of 2 classes (and {}) are taken as they are."""
+    from pointgeope.engine.checkpoint import CheckpointError
+
+    config = {"model": {"num_classes": 2}}
+    for good in (SUMS, {}):
+        FoldCheckpoints(tmp_path, learner(0), ENV, config, {}).save("last.pt", LoopState(1, 3, 9, 0.5, good))
+        assert FoldCheckpoints(tmp_path, learner(1), ENV, config, {}).resume(lambda line: None).epoch_sums == good
+    ckpt = torch.load(tmp_path / "last.pt", weights_only=True)
+    ckpt["epoch_sums"] = sums
+    torch.save(ckpt, tmp_path / "last.pt")
+    with pytest.raises(CheckpointError) as err:
+        FoldCheckpoints(tmp_path, learner(1), ENV, config, {}).resume(lambda line: None)
+    assert str(err.value).startswith(f"{tmp_path / 'last.pt'}: damaged checkpoint: expected its 'epoch_sums' entry "
+                                     "to be {'totals': [loss sum, batches, points], 'confusion': 2 x 2 counts, "
+                                     "'seconds': s} or {}, got ")
+
+
 @pytest.mark.parametrize("data, shown", [(["cpu"], "['cpu']"), ({"Area_1": 5}, "{'Area_1': 5}"), ([[1]], "[[1]]"),
                                          (7, "7")])
 def test_a_damaged_data_record_is_one_checkpoint_error_on_resume(tmp_path, data, shown):
