@@ -43,7 +43,7 @@ from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.features import feature_names
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.identity import area_points
-from pointgeope.data.normal_record import area_estimates
+from pointgeope.data.normal_record import area_estimates, not_current_line
 from pointgeope.data.ptv3_dataset import check_normals
 from pointgeope.data.rooms import list_area_rooms
 from pointgeope.data.spacing import rooms_spacing
@@ -253,7 +253,9 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
 def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv, log: Log) -> None:
     """Refuse a fold without training areas; open and read every area file of the fold (rank 0), so that
     a damaged file (or, with ``data.normal``, one without normals) stops the run now rather than hours into
-    it; warn of the network's classes that none of its points holds (:mod:`pointgeope.engine.data_classes`)."""
+    it; warn of files of an older normal estimate with ``data.normal``
+    (:func:`~pointgeope.data.normal_record.not_current_line`) and of the network's classes that none of
+    its points holds (:mod:`pointgeope.engine.data_classes`)."""
     root, test_areas, train_areas = Path(cfg.data.root), list(folds[fold].test), list(folds[fold].train)
     if not train_areas:
         raise UserError(f"fold {fold}: {root / 'folds.json'} lists no training area (it tests on "
@@ -269,6 +271,8 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
             log(line)       # classes of the network that no point of the fold's areas holds
         if cfg.data.normal:     # PTv3's [rgb | normal]: the test rooms' normals too, before hours of training
             check_normals(list_area_rooms(root, train_areas + test_areas))
+            if line := not_current_line(root, train_areas + test_areas):
+                log(line)       # an older prepare's estimate: trained on as it is, recorded as such
     distributed.barrier()
 
 
