@@ -85,7 +85,7 @@ def not_current_line(root: str | Path, areas) -> str | None:
     raw = manifest.get("source") if isinstance(manifest, dict) else None
     raw = shlex.quote(raw) if isinstance(raw, str) and raw else "RAW"
     return (f"warning: {root}: {'; '.join(found)} hold normals of another estimate than this version's "
-            f"({describe(current())}); training reads them as they are and records that estimate; "
+            f"({describe(current())}); training reads them as they are; "
             f"`pointgeope prepare {raw} {shlex.quote(str(root))}` estimates them again from the files' own "
             "coordinates (seconds per room, no raw file parsed again)")
 

@@ -173,9 +173,9 @@ def test_training_on_files_of_an_older_estimate_says_so_once(two_folds, tmp_path
     rooms = {area: len(h5py.File(root / f"{area}.h5", "r")) for area in ("Area_2", "Area_3")}
     line = (f"warning: {root}: Area_2.h5 ({rooms['Area_2']} of {rooms['Area_2']} rooms: k={k}, version 1 "
             f"(not recorded)); Area_3.h5 (1 of {rooms['Area_3']} rooms: k={k}, version 9) hold normals of another "
-            f"estimate than this version's (k={k}, version {version}); training reads them as they are and records "
-            f"that estimate; `pointgeope prepare '/data/my raw' {root}` estimates them again from the files' own "
-            "coordinates (seconds per room, no raw file parsed again)")
+            f"estimate than this version's (k={k}, version {version}); training reads them as they are; "
+            f"`pointgeope prepare '/data/my raw' {root}` estimates them again from the files' own coordinates "
+            "(seconds per room, no raw file parsed again)")
     assert [x.split(" ", 2)[-1] for x in printed.splitlines() if "warning:" in x] == [line]
     assert [x.split(" ", 2)[-1] for x in log.splitlines() if "warning:" in x] == [line]
 
