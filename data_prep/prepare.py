@@ -376,18 +376,6 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
           f"wrote {out / 'manifest.json'}, {out / 'folds.json'}")
 
 
-def _work_text(stats: dict, t_parse: float, jobs: int) -> str:
-    """What the workers did: the text parsed (its rate), else the rooms whose normals alone were renewed."""
-    total = {key: sum(s[key] for s in stats.values()) for key in ("parsed", "renewed", "bytes", "normals")}
-    normals = f"--jobs {jobs}; normals {total['normals']:.1f} s of the workers' time"
-    again = _count(total["renewed"], "room") if total["renewed"] else ""
-    if total["parsed"]:
-        return (f"parsed {_size(total['bytes'])} in {t_parse:.1f} s ({total['bytes'] / 1e6 / max(t_parse, 1e-9):.1f}"
-                f" MB/s, {normals}" + (f", {again} with normals estimated again" if again else "") + ")")
-    return (f"parsed nothing; estimated the normals of {again} again from their stored points in "
-            f"{t_parse:.1f} s ({normals})" if again else "parsed nothing (every room up to date)")
-
-
 def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
@@ -398,3 +386,15 @@ def _size(num_bytes: float) -> str:
             return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
         num_bytes /= 1000
     return f"{num_bytes:.2f} GB"
+
+
+def _work_text(stats: dict, t_parse: float, jobs: int) -> str:
+    """What the workers did: the text parsed (its rate), else the rooms whose normals alone were renewed."""
+    total = {key: sum(s[key] for s in stats.values()) for key in ("parsed", "renewed", "bytes", "normals")}
+    normals = f"--jobs {jobs}; normals {total['normals']:.1f} s of the workers' time"
+    again = _count(total["renewed"], "room") if total["renewed"] else ""
+    if total["parsed"]:
+        return (f"parsed {_size(total['bytes'])} in {t_parse:.1f} s ({total['bytes'] / 1e6 / max(t_parse, 1e-9):.1f}"
+                f" MB/s, {normals}" + (f", {again} with normals estimated again" if again else "") + ")")
+    return (f"parsed nothing; estimated the normals of {again} again from their stored points in "
+            f"{t_parse:.1f} s ({normals})" if again else "parsed nothing (every room up to date)")

@@ -253,9 +253,7 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
 def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv, log: Log) -> None:
     """Refuse a fold without training areas; open and read every area file of the fold (rank 0), so that
     a damaged file (or, with ``data.normal``, one without normals) stops the run now rather than hours into
-    it; warn of files of an older normal estimate with ``data.normal``
-    (:func:`~pointgeope.data.normal_record.not_current_line`) and of the network's classes that none of
-    its points holds (:mod:`pointgeope.engine.data_classes`)."""
+    it; warn of the network's classes that none of its points holds (:mod:`pointgeope.engine.data_classes`)."""
     root, test_areas, train_areas = Path(cfg.data.root), list(folds[fold].test), list(folds[fold].train)
     if not train_areas:
         raise UserError(f"fold {fold}: {root / 'folds.json'} lists no training area (it tests on "
@@ -271,8 +269,8 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
             log(line)       # classes of the network that no point of the fold's areas holds
         if cfg.data.normal:     # PTv3's [rgb | normal]: the test rooms' normals too, before hours of training
             check_normals(list_area_rooms(root, train_areas + test_areas))
-            if line := not_current_line(root, train_areas + test_areas):
-                log(line)       # an older prepare's estimate: trained on as it is, recorded as such
+            if line := not_current_line(root, train_areas + test_areas):    # normals of another estimate
+                log(line)       # than this version's: trained on as they are, with the prepare that renews them
     distributed.barrier()
 
 
