@@ -153,7 +153,7 @@ def _start_of_training(root, tmp_path, monkeypatch, capsys) -> tuple[str, str]:
 
     monkeypatch.setattr(train, "batch_norm_problem", lambda *args: "stopped after the checks")
     capsys.readouterr()
-    with pytest.raises(UserError, match="^stopped after the checks$"):
+    with pytest.raises(UserError, match=r"^stopped after the checks$"):
         train3(root, tmp_path / "run")
     out = capsys.readouterr()
     return out.out + out.err, (tmp_path / "run" / "area_1" / "log.txt").read_text()
