@@ -338,7 +338,6 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
     from pointgeope.constants import CLASS_NAMES
     from pointgeope.h5 import area_path
 
-    total_bytes = sum(s["bytes"] for s in stats.values())
     for area, rooms in attrs.items():
         s = stats[area]
         if not rooms:
@@ -371,13 +370,9 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
               f"unknown classes: {moved}")
     points = sum(int(a["num_points"]) for rooms in attrs.values() for a in rooms.values())
     num_refused = sum(map(len, refused.values()))
-    renewed = sum(s["renewed"] for s in stats.values())  # rooms whose normals alone were estimated again
     print(f"prepared {_count(sum(1 for r in attrs.values() if r), 'area')}, "
           f"{_count(sum(map(len, attrs.values())), 'room')} ({num_refused} refused), {points:,} "
-          f"points in {t_total:.1f} s; parsed {_size(total_bytes)} in {t_parse:.1f} s "
-          f"({total_bytes / 1e6 / max(t_parse, 1e-9):.1f} MB/s, --jobs {jobs}; normals "
-          f"{sum(s['normals'] for s in stats.values()):.1f} s of the workers' time"
-          + (f", {renewed:,} room(s) with normals estimated again" if renewed else "") + "); "
+          f"points in {t_total:.1f} s; {_work_text(stats, t_parse, jobs)}; "
           f"wrote {out / 'manifest.json'}, {out / 'folds.json'}")
 
 
@@ -391,3 +386,15 @@ def _size(num_bytes: float) -> str:
             return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
         num_bytes /= 1000
     return f"{num_bytes:.2f} GB"
+
+
+def _work_text(stats: dict, t_parse: float, jobs: int) -> str:
+    """What the workers did: the text parsed (its rate), else the rooms whose normals alone were renewed."""
+    total = {key: sum(s[key] for s in stats.values()) for key in ("parsed", "renewed", "bytes", "normals")}
+    normals = f"--jobs {jobs}; normals {total['normals']:.1f} s of the workers' time"
+    again = _count(total["renewed"], "room") if total["renewed"] else ""
+    if total["parsed"]:
+        return (f"parsed {_size(total['bytes'])} in {t_parse:.1f} s ({total['bytes'] / 1e6 / max(t_parse, 1e-9):.1f}"
+                f" MB/s, {normals}" + (f", {again} with normals estimated again" if again else "") + ")")
+    return (f"parsed nothing; estimated the normals of {again} again from their stored points in "
+            f"{t_parse:.1f} s ({normals})" if again else "parsed nothing (every room up to date)")

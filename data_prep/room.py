@@ -167,8 +167,9 @@ def _blank(data: bytes) -> bool:
     return not data or data.isspace()
 
 
-def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -> RoomData:
-    """Read, parse and validate every annotation file of ``room`` (see the module docstring)."""
+def load_room(source: Source, room: Room, limits: PointLimits = PointLimits(), normals: bool = True) -> RoomData:
+    """Read, parse and validate every annotation file of ``room`` (see the module docstring); ``normals=False``:
+    without its normals (``predict`` of a network that reads none: the estimate is most of a room's time)."""
     start = time.perf_counter()
     parts: list[_Part] = []
     notes: list[tuple[str, list[str]]] = []  # (file, its messages), in file order
@@ -210,7 +211,7 @@ def load_room(source: Source, room: Room, limits: PointLimits = PointLimits()) -
     attrs = _room_attrs(room, limits, arrays, counts, (empty, binary, lost), remapped, messages)
     if origin is not None:
         attrs["origin"] = origin
-    normal_seconds = add_normals(arrays, attrs) if refused is None else 0.0
+    normal_seconds = add_normals(arrays, attrs) if refused is None and normals else 0.0
     return RoomData(arrays, attrs, messages, counts["num_bytes"], time.perf_counter() - start, refused, normal_seconds)
 
 

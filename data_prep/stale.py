@@ -24,11 +24,11 @@ PARSE = "parse"  # stale(): parse it again
 def stale(path: Path, room, attrs: dict) -> str | None:
     """What the stored ``room`` (``attrs`` its attributes in ``path``) needs (module docstring): ``None`` (up
     to date), :data:`NORMALS` or :data:`PARSE`."""
-    from pointgeope.data.normal_record import current, room_estimate
+    from pointgeope.data.normal_record import is_current
 
     if _lossy(path, room, attrs):
         return PARSE
-    return NORMALS if "normal_version" not in attrs or room_estimate(attrs) != current() else None
+    return None if is_current(attrs) else NORMALS
 
 
 def _lossy(path: Path, room, attrs: dict) -> bool:

@@ -15,16 +15,20 @@ normals (``None``).
   ``data.normal`` written before the record read version 1 with ``k = 30``, :func:`recorded`, unless the points
   checksum it recorded hashed the very normals a file holds now, :func:`read_these`);
 - a command that uses it on files of another estimate says so in one line (:func:`differing_line`): the
-  same points with other normals are no other data (nothing refused), but its scores on them may differ.
+  same points with other normals are no other data (nothing refused), but its scores on them may differ;
+- a training of ``data.normal`` on files whose estimate is not :func:`current` (:func:`is_current`) trains on
+  them as they are, with one warning line naming them and the ``prepare`` that re-estimates them
+  (:func:`not_current_line`, :func:`say_not_current`).
 """
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["area_estimates", "current", "describe", "differing_line", "read_by", "read_these", "recorded",
-           "room_estimate", "tested"]
+__all__ = ["area_estimates", "current", "describe", "differing_line", "is_current", "not_current_line", "read_by",
+           "read_these", "recorded", "room_estimate", "say_not_current", "tested"]
 
 BEFORE_VERSION = {"normal_k": 30, "normal_version": 1}  # the estimate of the versions that recorded none
 
@@ -45,6 +49,51 @@ def room_estimate(attrs) -> dict[str, int] | None:
     if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in values):
         return None
     return {"normal_k": int(values[0]), "normal_version": int(values[1])}
+
+
+def is_current(attrs) -> bool:
+    """Whether a stored room of attributes ``attrs`` holds this version's estimate: :func:`current`, and written
+    with ``normal_version`` (a room of ``normal_k`` alone is an older prepare's, whatever its bytes:
+    ``prepare`` estimates it again, ``data_prep.stale``)."""
+    return "normal_version" in attrs and room_estimate(attrs) == current()
+
+
+def not_current_line(root: str | Path, areas) -> str | None:
+    """One warning line naming the area files ``root/<area>.h5`` among ``areas`` with a room whose normals are
+    not :func:`is_current` (each file with its estimates, :func:`describe`; ``none`` for a room without normals,
+    which a reader refuses by name), and the ``prepare`` into ``root`` that estimates them again from the files'
+    own ``coord`` (its raw folder the ``source`` of ``root/manifest.json``, else ``RAW``); ``None`` where every
+    room is current or a file cannot be read (its readers name the problem)."""
+    from pointgeope.data.check import read_manifest
+    from pointgeope.errors import UserError
+    from pointgeope.h5 import area_path, read_rooms_attrs
+
+    found = []
+    for area in areas:
+        rooms = read_rooms_attrs(area_path(root, area)) or {}
+        old = [attrs for attrs in rooms.values() if not is_current(attrs)]
+        if old:
+            shown = sorted({describe(room_estimate(attrs)) + ("" if "normal_version" in attrs or "normal_k" not in
+                                                              attrs else " (not recorded)") for attrs in old})
+            found.append(f"{area_path(root, area).name} ({len(old)} of {len(rooms)} rooms: {', '.join(shown)})")
+    if not found:
+        return None
+    try:
+        manifest = read_manifest(root)
+    except UserError:
+        manifest = None
+    raw = manifest.get("source") if isinstance(manifest, dict) else None
+    raw = shlex.quote(raw) if isinstance(raw, str) and raw else "RAW"
+    return (f"warning: {root}: {'; '.join(found)} hold normals of another estimate than this version's "
+            f"({describe(current())}); training reads them as they are; "
+            f"`pointgeope prepare {raw} {shlex.quote(str(root))}` estimates them again from the files' own "
+            "coordinates (seconds per room, no raw file parsed again)")
+
+
+def say_not_current(root: str | Path, areas, say) -> None:
+    """:func:`not_current_line` of ``areas`` through ``say`` (a training's log), where there is one."""
+    if line := not_current_line(root, areas):
+        say(line)
 
 
 def area_estimates(root: str | Path, areas) -> dict[str, dict[str, int] | None]:

@@ -8,7 +8,7 @@ same name (:func:`~pointgeope.engine.evaluate.room_seed`): memory is bounded by 
 ``N x C`` vote buffer, whatever the size of the scan. The label of point ``i`` is ``argmax_c scores[i, c]`` and its
 probabilities are :func:`~pointgeope.engine.probabilities.vote_probabilities`. A PTv3 network of ``data.normal``
 (features ``[rgb | normal]``) gets a prepared room's own normals (a raw room's: prepare's estimate, made as it
-parses the room), and a scan's estimated from its kept points as prepare estimates a room's
+parses the room, for such a network only), and a scan's estimated from its kept points as prepare estimates a room's
 (:func:`scan_normals`; stray points are left out of their neighbourhoods).
 
 Before predicting, a scan is checked against what the checkpoint says the model expects
@@ -216,7 +216,7 @@ def _predict_all(predictor: Predictor, refs: list, args, errors: list[str], bugs
         if records.skips(ref):
             continue
         try:
-            scan = read_scan(ref)
+            scan = read_scan(ref, normals=predictor.cfg.data.normal)  # a raw room's: for a network that reads them
             for note in scan.meta.get("notes", [])[:20]:
                 print(f"note: {note}")
             check_formats(scan, args.format, warn)

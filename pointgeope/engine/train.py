@@ -43,7 +43,7 @@ from pointgeope.data.check import area_checksums, check_areas
 from pointgeope.data.features import feature_names
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.identity import area_points
-from pointgeope.data.normal_record import area_estimates
+from pointgeope.data.normal_record import area_estimates, say_not_current
 from pointgeope.data.ptv3_dataset import check_normals
 from pointgeope.data.rooms import list_area_rooms
 from pointgeope.data.spacing import rooms_spacing
@@ -269,6 +269,7 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
             log(line)       # classes of the network that no point of the fold's areas holds
         if cfg.data.normal:     # PTv3's [rgb | normal]: the test rooms' normals too, before hours of training
             check_normals(list_area_rooms(root, train_areas + test_areas))
+            say_not_current(root, train_areas + test_areas, log)  # another estimate's: trained on as they are
     distributed.barrier()
 
 

@@ -26,9 +26,10 @@ written ``\\udcff`` there) with ``coord`` float32
 ``(N, 3)`` = the scan's coordinates minus the group attribute ``origin`` (float64, the floor of their
 minimum, so that georeferenced coordinates keep their precision), ``color`` uint8 (0 where the scan has
 none), ``label`` uint8 (ground truth, 255 where unknown), ``instance`` int32 (0), ``pred`` uint8, and
-``normal`` float16 ``(N, 3)`` where predict had normals: a prepared or raw room's own, or those it estimated
-for a network of ``[rgb | normal]`` (a stray point: its nearest kept point's, as its prediction), with the
-group attributes ``normal_k`` and ``normal_version`` that name the estimate (``pointgeope.data.normals``).
+``normal`` float16 ``(N, 3)`` where predict had normals: a prepared room's own, or those it estimated
+for a network of ``[rgb | normal]`` (a raw room's as prepare does; a stray point: its nearest kept point's, as
+its prediction), with the group attributes ``normal_k`` and ``normal_version`` that name the estimate
+(``pointgeope.data.normals``).
 """
 from __future__ import annotations
 

@@ -313,8 +313,9 @@ def _read_h5_room(ref: ScanRef) -> Scan:
                 normal_estimate=estimate)
 
 
-def _read_raw_room(ref: ScanRef) -> Scan:
-    """The annotation files of a raw room, parsed and ordered as ``pointgeope prepare`` does."""
+def _read_raw_room(ref: ScanRef, normals: bool) -> Scan:
+    """The annotation files of a raw room, parsed and ordered as ``pointgeope prepare`` does; with ``normals``,
+    its normals as ``prepare`` estimates them."""
     from data_prep.room import load_room
     from data_prep.source import Entry, FolderSource, Room, object_key
     from pointgeope.data.normal_record import room_estimate
@@ -325,7 +326,8 @@ def _read_raw_room(ref: ScanRef) -> Scan:
     if not files:
         raise ScanError(f"{ref.path}: expected Annotations/<class>_<k>.txt files (x y z r g b), found none")
     entries = tuple(Entry(f"Annotations/{p.name}", p.stat().st_size) for p in files)
-    room = load_room(FolderSource(ref.path), Room(ref.path.parent.name, ref.name, ".", entries, str(ref.path)))
+    room = load_room(FolderSource(ref.path), Room(ref.path.parent.name, ref.name, ".", entries, str(ref.path)),
+                     normals=normals)
     a = room.arrays
     origin = room.attrs.get("origin", np.zeros(3))  # a georeferenced room's (data_prep.room.float32_origin)
     normal = a.get("normal")            # prepare's, of these coordinates (load_room estimates them)
@@ -343,15 +345,17 @@ def _in_room(message: str, room: Path) -> str:
     return f"{room}{message[1:]}" if message.startswith(".:") else message
 
 
-def read_scan(ref: ScanRef) -> Scan:
-    """Read and check one scan (:func:`~pointgeope.scans.scan.checked_scan`); every failure is a ScanError."""
+def read_scan(ref: ScanRef, normals: bool = False) -> Scan:
+    """Read and check one scan (:func:`~pointgeope.scans.scan.checked_scan`); every failure is a ScanError.
+    ``normals``: a raw room comes with the normals ``prepare`` would estimate for it (for a network that reads
+    them; without, it has none, as a scan of any other format); a prepared room has its stored ones either way."""
     from pointgeope.scans.las import read_las
     from pointgeope.scans.ply import read_ply
     from pointgeope.scans.text import read_text
 
     try:
         if ref.kind == "raw":
-            scan = _read_raw_room(ref)
+            scan = _read_raw_room(ref, normals)
         elif ref.kind == "h5":
             scan = _read_h5_room(ref)
         elif ref.kind == "npy":

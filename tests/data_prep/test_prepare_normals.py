@@ -3,6 +3,7 @@ by name where normals are asked for, and completed by a prepare into them (resum
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import h5py
@@ -125,9 +126,15 @@ def test_prepare_into_an_older_folder_estimates_the_normals_again_resumably(tmp_
     printed = capsys.readouterr().out
     assert "Area_1: 4 rooms (normals " in printed and " s, 3 with normals estimated again), 16 points; " in printed
     assert " parsed: " not in printed.split("prepared 2 areas")[0]
-    assert "; normals " in printed and " s of the workers' time, 3 room(s) with normals estimated again); " in printed
+    last = printed.strip().splitlines()[-1]  # it parsed nothing: no "parsed 0 B ... 0.0 MB/s"
+    assert re.fullmatch(r"prepared 2 areas, 5 rooms \(0 refused\), 19 points in [\d.]+ s; parsed nothing; "
+                        r"estimated the normals of 3 rooms again from their stored points in [\d.]+ s \(--jobs 1; "
+                        rf"normals [\d.]+ s of the workers' time\); wrote {re.escape(str(out))}/manifest.json, "
+                        r".*/folds.json", last), last
     prepare(PrepareConfig(raw, out, progress=False))
     assert len(done) == 3 and parsed == []  # now up to date
+    assert "points in " in (last := capsys.readouterr().out.strip().splitlines()[-1]) and \
+        "; parsed nothing (every room up to date); wrote " in last, last
     monkeypatch.undo()
     prepare(PrepareConfig(raw, tmp_path / "fresh", progress=False))
     fresh = output_bytes(tmp_path / "fresh")

@@ -93,9 +93,9 @@ def test_a_prepare_into_the_data_root_that_predict_reads_is_refused(tiny_root, t
     shutil.copy(tiny_root / "Area_1.h5", root / "Area_1.h5")
     before, codes, read_scan = (root / "Area_1.h5").read_bytes(), [], sources.read_scan
 
-    def reading_scan(ref):  # a prepare starts while predict reads each room
+    def reading_scan(ref, **kwargs):  # a prepare starts while predict reads each room
         _refused_prepare(raw, root, codes)
-        return read_scan(ref)
+        return read_scan(ref, **kwargs)
 
     monkeypatch.setattr(sources, "read_scan", reading_scan)
     source = root / "Area_1.h5" if given == "file" else root

@@ -8,6 +8,7 @@ import shutil
 
 import h5py
 import numpy as np
+import pytest
 
 from pointgeope.cli import main as cli
 from pointgeope.data.normal_record import current
@@ -141,3 +142,45 @@ def test_metrics_record_the_estimate_of_the_test_files_evaluated(normal_run, two
     recorded = json.loads((run / "metrics.json").read_text())["data_normals"]
     assert recorded == {"Area_1": {**current(), "normal_version": 9}, "Area_2": current(), "Area_3": current()}
     assert load_checkpoint(run / "last.pt")["data_normals"]["Area_1"] == current()  # the training's, kept
+
+
+def _start_of_training(root, tmp_path, monkeypatch, capsys) -> tuple[str, str]:
+    """``train`` of fold 1 of ``root`` (PTv3, ``data.normal``) stopped right after the fold's checks (a refusal of
+    its batch): what it printed and what its log.txt holds."""
+    import pointgeope.engine.train as train
+    from pointgeope.errors import UserError
+    from tests.engine.test_ptv3_engine import train3
+
+    monkeypatch.setattr(train, "batch_norm_problem", lambda *args: "stopped after the checks")
+    capsys.readouterr()
+    with pytest.raises(UserError, match=r"^stopped after the checks$"):
+        train3(root, tmp_path / "run")
+    out = capsys.readouterr()
+    return out.out + out.err, (tmp_path / "run" / "area_1" / "log.txt").read_text()
+
+
+def test_training_on_files_of_an_older_estimate_says_so_once(two_folds, tmp_path, monkeypatch, capsys):
+    """Before: a data.normal run trained on an older prepare's normals without a word (and recorded them)."""
+    root = _copy_root(two_folds, tmp_path / "root")
+    with h5py.File(root / "Area_2.h5", "r+") as f:      # a prepare before normal_version: k alone (version 1)
+        for room in f.values():
+            del room.attrs["normal_version"]
+    with h5py.File(root / "Area_3.h5", "r+") as f:      # one room of another estimate
+        next(iter(f.values())).attrs["normal_version"] = 9
+    (root / "manifest.json").write_text(json.dumps({"source": "/data/my raw", "checksums": {}}))
+    printed, log = _start_of_training(root, tmp_path, monkeypatch, capsys)
+    k, version = current()["normal_k"], current()["normal_version"]
+    rooms = {area: len(h5py.File(root / f"{area}.h5", "r")) for area in ("Area_2", "Area_3")}
+    line = (f"warning: {root}: Area_2.h5 ({rooms['Area_2']} of {rooms['Area_2']} rooms: k={k}, version 1 "
+            f"(not recorded)); Area_3.h5 (1 of {rooms['Area_3']} rooms: k={k}, version 9) hold normals of another "
+            f"estimate than this version's (k={k}, version {version}); training reads them as they are; "
+            f"`pointgeope prepare '/data/my raw' {root}` estimates them again from the files' own coordinates "
+            "(seconds per room, no raw file parsed again)")
+    assert [x.split(" ", 2)[-1] for x in printed.splitlines() if "warning:" in x] == [line]
+    assert [x.split(" ", 2)[-1] for x in log.splitlines() if "warning:" in x] == [line]
+
+
+def test_training_on_current_files_or_without_normals_says_nothing_of_them(two_folds, tmp_path, monkeypatch,
+                                                                          capsys):
+    printed, log = _start_of_training(two_folds, tmp_path, monkeypatch, capsys)
+    assert "estimate" not in printed and "estimate" not in log and "checked Area_2 (2 rooms)" in log

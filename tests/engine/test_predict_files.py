@@ -159,6 +159,31 @@ def test_a_raw_s3dis_root_is_predicted_as_its_prepared_root(tiny_run, tiny_root,
                                       np.load(tmp_path / "p" / "Area_1" / f"{room}_pred.npy"))
 
 
+def test_a_raw_room_is_predicted_by_a_network_without_normals_without_estimating_them(tiny_run, tiny_root, tmp_path,
+                                                                                      monkeypatch):
+    """A PTv1 network reads no normals: a raw room folder was parsed with them (prepare's estimate, most of the
+    room's time: ~2.6 s a million points) for nothing; its h5 output now holds none, as a scan of any other format
+    (the same labels as the prepared room's)."""
+    import h5py
+
+    import pointgeope.data.normals
+
+    def refused(*args, **kwargs):
+        raise AssertionError("normals estimated for a network that reads none")
+
+    monkeypatch.setattr(pointgeope.data.normals, "estimate_normals", refused)
+    raw = tiny_root.parent / "raw" / "Area_1" / "office_1"
+    assert cli(["predict", str(tiny_run), str(raw), "--out", str(tmp_path / "o"), "--format", "npy,h5"]) == 0
+    with h5py.File(tmp_path / "o" / "office_1_pred.h5") as f:
+        names = []
+        f.visit(names.append)
+    assert names and not any(name.split("/")[-1] == "normal" for name in names), names
+    assert cli(["predict", str(tiny_run), str(tiny_root / "Area_1.h5"), "--out", str(tmp_path / "p"),
+                "--format", "npy"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "office_1_pred.npy"),
+                                  np.load(tmp_path / "p" / "Area_1" / "office_1_pred.npy"))
+
+
 def test_a_run_folder_as_the_model_is_told_its_fold_folders(tiny_run, tmp_path, capsys):
     """``predict RUN`` (the run, not ``RUN/area_K``) said "expected a checkpoint at RUN/last.pt, found nothing";
     it is evaluate's message now (one owner: ``evaluate.not_a_fold``), naming the folds the run holds."""

@@ -257,8 +257,8 @@ def test_an_input_changed_while_it_is_predicted_under_force_is_predicted_again(
 
     original = sources.read_scan
 
-    def changed_after_reading(ref):
-        scan = original(ref)
+    def changed_after_reading(ref, **kwargs):
+        scan = original(ref, **kwargs)
         data = np.load(ref.path)
         data[0, 0] += 0.01
         np.save(ref.path, data)
