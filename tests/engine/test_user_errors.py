@@ -7,6 +7,7 @@ fold without training rooms, an unusable checkpoint or predictions folder, damag
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -148,7 +149,7 @@ def test_report_out_that_is_a_file(tmp_path, capsys):
 
 
 def test_debug_shows_the_traceback(tmp_path, two_folds):
-    with pytest.raises(ConfigError, match="did you mean 'optim.lr'"):
+    with pytest.raises(ConfigError, match=re.escape("did you mean 'optim.lr'")):
         cli(["--debug", *train_args(two_folds, tmp_path, "optim.learning_rate=0.1")])
     with pytest.raises(ConfigError):
         cli([*train_args(two_folds, tmp_path, "optim.learning_rate=0.1"), "--debug"])
