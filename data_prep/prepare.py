@@ -14,6 +14,7 @@ from pathlib import Path
 
 from data_prep.limits import PointLimits, ZipLimits
 from pointgeope.errors import UserError
+from pointgeope.plural import counted as _count  # "1 room", "2 rooms"
 
 
 @dataclass(frozen=True)
@@ -328,7 +329,7 @@ def _ignored_text(ignored: tuple, area: str) -> str:
     """``ignored folders in Annotations 1 (2 files)`` of ``area``'s ``(path, files)`` pairs; a path ends
     ``Area_N/room/Annotations/folder``, after any folders above the areas (the official zip's top folder)."""
     mine = [files for path, files in ignored if path.split("/")[-4] == area]
-    return f"ignored folders in Annotations {len(mine)} ({sum(mine)} files)"
+    return f"ignored folders in Annotations {len(mine)} ({_count(sum(mine), 'file')})"
 
 
 def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: set, t_parse: float,
@@ -379,10 +380,6 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
           f"{sum(s['normals'] for s in stats.values()):.1f} s of the workers' time"
           + (f", {renewed:,} room(s) with normals estimated again" if renewed else "") + "); "
           f"wrote {out / 'manifest.json'}, {out / 'folds.json'}")
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _size(num_bytes: float) -> str:

@@ -66,6 +66,7 @@ from pointgeope.h5 import prepared_folder_mark
 from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.memory import neighbour_problem
 from pointgeope.model.ops.fps import FPS_RULE
+from pointgeope.plural import counted
 
 
 class StopRun(Exception):
@@ -136,8 +137,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     learner = Learner(model, optimizer, scheduler, build.grad_scaler(cfg, device))
     features = " | ".join(feature_names(cfg.data.color, cfg.data.normal, cfg.data.height))
     log(f"model: {cfg.model.backbone}, {sum(p.numel() for p in model.parameters()):,} parameters, "
-        f"pe={cfg.model.pe}, features [{features}]; {len(dataset)} samples per epoch, "
-        f"{steps_per_epoch} steps per epoch")
+        f"pe={cfg.model.pe}, features [{features}]; {counted(len(dataset), 'sample')} per epoch, "
+        f"{counted(steps_per_epoch, 'step')} per epoch")
     log(place.line())
     if place.where != "none":   # PTv3 samples no points
         log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
@@ -259,10 +260,11 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         raise UserError(f"fold {fold}: {root / 'folds.json'} lists no training area (it tests on "
                         f"{', '.join(test_areas)}); prepare more than one area, or edit folds.json")
     log(f"fold {fold}: train on {', '.join(train_areas)}, test on {', '.join(test_areas)}; "
-        f"device {env.device}, {env.world_size} process(es) of {torch.get_num_threads()} torch CPU thread(s)")
+        f"device {env.device}, {counted(env.world_size, 'process')} of "
+        f"{counted(torch.get_num_threads(), 'torch CPU thread')}")
     if env.is_main:
         checked = check_areas(root, train_areas + test_areas, cfg.model.num_classes)
-        log(f"checked {', '.join(f'{a} ({len(r)} rooms)' for a, r in checked.items())}")
+        log("checked " + ", ".join(f"{a} ({counted(len(r), 'room')})" for a, r in checked.items()))
         counts = label_counts(root, list(checked), checked)     # prepare's record where the check vouches for it
         if line := absent_classes_warning(cfg.model.num_classes, counts, list(checked), cfg.eval.class_mean,
                                           cfg.train.ignore_index):

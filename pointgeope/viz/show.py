@@ -8,6 +8,7 @@ import math
 
 from pointgeope.constants import NUM_CLASSES
 from pointgeope.paths import same_file
+from pointgeope.plural import counted
 from pointgeope.viz import VizError
 from pointgeope.viz.colors import MODES, NEEDS_PRED, has_ground_truth, missing_modes
 
@@ -150,7 +151,8 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
                                f"give the predictions of {area}")
             missing = len(counts) - len(miou)
             if missing:
-                print(f"note: {missing} room(s) have no predictions in {pred_path}")
+                have = "has" if missing == 1 else "have"
+                print(f"note: {counted(missing, 'room')} {have} no predictions in {pred_path}")
     print("\n".join(room_table(counts, miou)))
     return 0
 

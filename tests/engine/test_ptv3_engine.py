@@ -263,7 +263,7 @@ def test_a_two_process_ddp_run_of_ptv3(two_folds, tmp_path):
     mp.start_processes(_ddp_rank, args=(2, free_port(), str(two_folds), str(tmp_path)), nprocs=2, join=True,
                        start_method="fork")
     log = (tmp_path / "area_1" / "log.txt").read_text()
-    assert "2 process(es)" in log and "model: ptv3" in log and log.count("fold 1 done") == 1
+    assert "2 processes of " in log and "model: ptv3" in log and log.count("fold 1 done") == 1
     last = load_checkpoint(tmp_path / "area_1" / "last.pt")
     assert last["step"] == 4 and len(last["rng"]) == 2          # 8 samples, 2 per step over both ranks
 

@@ -100,9 +100,9 @@ def test_a_resume_with_another_number_of_processes_warns_and_gives_each_new_rank
         FoldCheckpoints(tmp_path, learner(1), env, {}, {}).resume(lines.append)
         return draws(), lines
 
-    warning = (f"warning: {last} was written by 1 DDP process(es), this run has 2: the results will differ from "
+    warning = (f"warning: {last} was written by 1 DDP process, this run has 2: the results will differ from "
                "an uninterrupted run (BatchNorm statistics are per process; rank 1 draws a random stream of "
-               "its own, derived from the saved ones; run 1 process(es) to match: torchrun --nproc_per_node 1)")
+               "its own, derived from the saved ones; run 1 process to match: torchrun --nproc_per_node 1)")
     rank0, lines = resume(0, 2)
     assert rank0 == expected and lines[1:] == [warning]
     rank1, lines = resume(1, 2)
@@ -114,8 +114,8 @@ def test_a_resume_with_another_number_of_processes_warns_and_gives_each_new_rank
     torch.save(ckpt, last)
     again, lines = resume(0, 1)
     assert again == expected and lines[1:] == [
-        f"warning: {last} was written by 2 DDP process(es), this run has 1: the results will differ from an "
-        "uninterrupted run (BatchNorm statistics are per process; run 2 process(es) to match: torchrun "
+        f"warning: {last} was written by 2 DDP processes, this run has 1: the results will differ from an "
+        "uninterrupted run (BatchNorm statistics are per process; run 2 processes to match: torchrun "
         "--nproc_per_node 2)"]
 
 
