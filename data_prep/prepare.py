@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_prep.limits import PointLimits, ZipLimits
+from pointgeope.data.color_record import NO_COLOR
 from pointgeope.errors import UserError
 from pointgeope.plural import counted as _count  # "1 room", "2 rooms"
 
@@ -370,6 +371,8 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
               f"clipped colour values {defects['clipped_colors']}, "
               f"rooms with 0..1 colours scaled {scaled}, refused rooms {len(refused[area])}, "
               f"unknown classes: {moved}")
+        if dark := [name for name, a in rooms.items() if a.get(NO_COLOR)]:   # pointgeope.data.color_record
+            print(f"  without colour (every point 0 0 0; a model fed colour sees them black): {', '.join(dark)}")
     points = sum(int(a["num_points"]) for rooms in attrs.values() for a in rooms.values())
     num_refused = sum(map(len, refused.values()))
     renewed = sum(s["renewed"] for s in stats.values())  # rooms whose normals alone were estimated again

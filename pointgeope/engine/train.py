@@ -40,6 +40,7 @@ import torch
 from pointgeope.atomic import remove_leftovers, writable_folder
 from pointgeope.constants import FOLD_NAME, class_names, fold_folder_name
 from pointgeope.data.check import area_checksums, check_areas
+from pointgeope.data.color_record import colorless_warning
 from pointgeope.data.features import feature_names
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.identity import area_points
@@ -269,6 +270,8 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
         if line := absent_classes_warning(cfg.model.num_classes, counts, list(checked), cfg.eval.class_mean,
                                           cfg.train.ignore_index):
             log(line)       # classes of the network that no point of the fold's areas holds
+        if cfg.data.color and (line := colorless_warning(root, train_areas)):
+            log(line)       # prepare's record of the rooms whose every point is 0 0 0
         if cfg.data.normal:     # PTv3's [rgb | normal]: the test rooms' normals too, before hours of training
             check_normals(list_area_rooms(root, train_areas + test_areas))
     distributed.barrier()
