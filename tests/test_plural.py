@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from data_prep.prepare import _ignored_text
@@ -13,6 +14,7 @@ from pointgeope.info import device_summary
 from pointgeope.plural import counted, plural
 from pointgeope.report.runs import FoldResult, RunSummary
 from pointgeope.report.tables import per_fold_markdown
+from pointgeope.scans.scan import ScanError
 from pointgeope.viz.legend import legend_lines, room_table
 
 
@@ -60,3 +62,51 @@ def test_prepare_ignored_folders_count_files():
     assert _ignored_text(one, "Area_1") == "ignored folders in Annotations 1 (1 file)"
     two = (("Area_1/office_1/Annotations/old", 1), ("Area_1/office_2/Annotations/old", 1))
     assert _ignored_text(two, "Area_1") == "ignored folders in Annotations 2 (2 files)"
+
+
+def test_scan_refusal_says_has_or_have():
+    from pointgeope.scans.scan import Scan, checked_scan
+
+    for bad, text in ((1, "s.ply: 1 point has NaN or infinite coordinates"),
+                      (2, "s.ply: 2 points have NaN or infinite coordinates")):
+        coord = np.zeros((5, 3))
+        coord[5 - bad:, 0] = np.inf
+        with pytest.raises(ScanError) as caught:
+            checked_scan(Scan("s", "s.ply", coord))
+        assert str(caught.value).startswith(text)
+
+
+def test_stray_warning_counts_the_scans_points():
+    from pointgeope.scans.stray import describe_stray
+
+    # (a scan of 1 point, stray, is refused before: no point left to predict from)
+    two = np.array([[1e9, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert " 1 of 2 points left out " in describe_stray("s", two, np.array([True, False]), 1.0, 100.0)
+
+
+def test_memory_refusal_counts_the_samples(monkeypatch):
+    import pointgeope.memory
+    from pointgeope.model.config import ModelConfig
+
+    monkeypatch.setattr(pointgeope.memory, "available_memory", lambda device=None: 0)
+    for samples, text in ((1, "a training step of 1 sample of up to"), (2, "a training step of 2 samples of up to")):
+        assert text in pointgeope.memory.neighbour_problem(ModelConfig(), 1000, samples)
+
+
+def test_area_check_counts_the_non_finite_points():
+    import h5py
+
+    from pointgeope.data.check import check_room
+    from pointgeope.errors import UserError
+    from pointgeope.h5 import write_room
+
+    for bad, text in ((1, "r: 1 point with a non-finite coordinate"), (2, "r: 2 points with a non-finite coordinate")):
+        coord = np.zeros((4, 3), np.float32)
+        coord[:bad, 1] = np.nan
+        arrays = {"coord": coord, "color": np.zeros((4, 3), np.uint8), "label": np.zeros(4, np.uint8),
+                  "instance": np.zeros(4, np.int32)}
+        with h5py.File(f"mem{bad}.h5", "w", driver="core", backing_store=False) as f:
+            write_room(f, "r", arrays, {"num_points": 4})
+            with pytest.raises(UserError) as caught:
+                check_room("r", f["r"], 1000.0, NUM_CLASSES)
+        assert str(caught.value).startswith(text)

@@ -162,7 +162,7 @@ def check_extent(coord) -> None:
     near and far planes come from the bounding box), and the image would be blank."""
     if len(coord) and not (coord.max(axis=0) - coord.min(axis=0)).any():
         at = " ".join(f"{v:g}" for v in coord[0])
-        raise VizError(f"the {len(coord):,} point(s) to draw all lie at one place ({at}): a view of a scene "
+        raise VizError(f"the {counted(len(coord), 'point')} to draw all lie at one place ({at}): a view of a scene "
                        "without extent is blank, nothing to frame; --ply PLY writes them")
 
 
