@@ -4,8 +4,9 @@ A room whose every point is ``0 0 0`` in its raw files (a scanner without a came
 S3DIS copies) is prepared like any other: a model fed colour (``data.color``, features ``[rgb | ...]``) sees it
 as a black room. ``prepare`` records it once, where the data enters, as the room attribute ``no_color``
 (``True``: every stored colour is ``0 0 0``) and names those rooms in its summary; ``train`` reads that
-attribute (no colour is read) and warns once per fold when ``data.color`` feeds colour and a training room has
-none. A room prepared before the attribute existed carries no record and is passed over (nothing is said of it).
+attribute (no colour is read) and, when ``data.color`` feeds colour and a fold's training rooms include one,
+warns once a command (each such fold's ``log.txt`` holds the line). A room prepared before the attribute
+existed carries no record and is passed over (nothing is said of it).
 """
 from __future__ import annotations
 

@@ -105,16 +105,16 @@ class EpochBudget:
 
 
 def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv,
-               budget: EpochBudget) -> dict:
+               budget: EpochBudget, said: set[str]) -> dict:
     """Train (or resume) fold ``fold`` and evaluate it; returns the fold's metrics (every rank). Stops the
-    invocation (:class:`StopRun`) once ``budget`` is spent."""
+    invocation (:class:`StopRun`) once ``budget`` is spent; ``said``: the warnings the command has printed."""
     run, device = Path(cfg.train.run_dir) / fold_folder_name(fold), env.device
     test_areas, train_areas = list(folds[fold].test), list(folds[fold].train)
     log = Log(run / "log.txt" if env.is_main else None)
     if env.is_main:
         run.mkdir(parents=True, exist_ok=True)
     distributed.barrier()
-    check_fold(cfg, fold, folds, env, log)
+    check_fold(cfg, fold, folds, env, log, said)
     problem = (neighbour_problem(cfg.model, cfg.data.voxel_max, build.per_rank_batch(cfg, env), device)
                if cfg.model.backbone == "ptv1"             # PTv1's kNN neighbourhoods; PTv3's batch norm
                else batch_norm_problem(cfg.data, build.per_rank_batch(cfg, env)))
@@ -252,10 +252,12 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
     checkpoints.save("last.pt", state)
 
 
-def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv, log: Log) -> None:
+def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv, log: Log,
+               said: set[str]) -> None:
     """Refuse a fold without training areas; open and read every area file of the fold (rank 0), so that
     a damaged file (or, with ``data.normal``, one without normals) stops the run now rather than hours into
-    it; warn of the network's classes that none of its points holds (:mod:`pointgeope.engine.data_classes`)."""
+    it; warn of the network's classes that none of its points holds (:mod:`pointgeope.engine.data_classes`) and,
+    fed colour, of rooms without (:mod:`pointgeope.data.color_record`: once a command, ``said``; in each log.txt)."""
     root, test_areas, train_areas = Path(cfg.data.root), list(folds[fold].test), list(folds[fold].train)
     if not train_areas:
         raise UserError(f"fold {fold}: {root / 'folds.json'} lists no training area (it tests on "
@@ -271,7 +273,8 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
                                           cfg.train.ignore_index):
             log(line)       # classes of the network that no point of the fold's areas holds
         if cfg.data.color and (line := colorless_warning(root, train_areas)):
-            log(line)       # prepare's record of the rooms whose every point is 0 0 0
+            log.record(line) if line in said else log(line)   # prepare's record of the rooms all 0 0 0
+            said.add(line)
         if cfg.data.normal:     # PTv3's [rgb | normal]: the test rooms' normals too, before hours of training
             check_normals(list_area_rooms(root, train_areas + test_areas))
     distributed.barrier()
@@ -312,7 +315,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
             raise _data_folder_refusal(Path(cfg.train.run_dir), held)
         if env.is_main:
             writable_folder(cfg.train.run_dir, "run folder (--run-dir, train.run_dir)")
-    results, budget = [], EpochBudget(cfg.train.epochs_per_run, force)
+    results, budget, said = [], EpochBudget(cfg.train.epochs_per_run, force), set()
     for fold in wanted:
         run = Path(cfg.train.run_dir) / fold_folder_name(fold)
         with fold_folder(run, env):
@@ -331,7 +334,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
             distributed.barrier()
             try:
                 with distributed.peer_end_said(env):   # a peer's end (DDP) named in the log too, as PeerEnded
-                    results.append(train_fold(cfg, fold, folds, env, budget))
+                    results.append(train_fold(cfg, fold, folds, env, budget, said))
             except (FloatingPointError, KeyboardInterrupt, UserError) as err:  # the command says it; the log too
                 record_stop(run / "log.txt" if env.is_main and run.is_dir() else None, err)
                 raise

@@ -11,6 +11,7 @@ from pointgeope.data.color_record import NO_COLOR, colorless_rooms, colorless_wa
 from pointgeope.data.folds import load_folds
 from pointgeope.engine.config import load_config
 from pointgeope.engine.distributed import DistEnv
+from pointgeope.engine.runio import Log
 from pointgeope.engine.train import check_fold
 from tests.data_prep.raw_trees import write_tree
 
@@ -47,23 +48,27 @@ def test_prepare_records_and_names_the_rooms_without_colour_once(tmp_path, capsy
         SAID + "dark_1", SAID + "dark_2"]
 
 
-def test_train_fed_colour_warns_of_its_training_rooms_without_colour(tmp_path, capsys):
+def test_train_fed_colour_warns_of_its_training_rooms_without_colour_once_a_command(tmp_path, capsys):
     out, _ = _prepared(tmp_path, capsys)
     folds = load_folds(out)
     env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-    for color, expected in ((True, {1: "Area_2/dark_2", 2: "Area_1/dark_1"}), (False, {})):
+
+    def warning(room):
+        return (f"warning: data.color feeds colour, but 1 training room has none (every point 0 0 0, as prepare "
+                f"recorded): {room}; the network learns them as black rooms (data.color=false trains on geometry "
+                "alone)")
+
+    for color in (True, False):
         cfg = load_config(None, [f"data.root={out}", f"data.color={str(color).lower()}"])
-        for fold in (1, 2):
-            lines: list[str] = []
-            check_fold(cfg, fold, folds, env, lines.append)
-            said = [line for line in lines if "colour" in line]
-            if fold in expected:
-                assert said == [
-                    f"warning: data.color feeds colour, but 1 training room has none (every point 0 0 0, as "
-                    f"prepare recorded): {expected[fold]}; the network learns them as black rooms "
-                    "(data.color=false trains on geometry alone)"]
-            else:
-                assert said == []
+        said: set[str] = set()
+        for k, fold in enumerate((1, 2, 1)):      # a third fold whose training rooms are the first one's
+            log = Log(tmp_path / f"{color}_{k}.txt")
+            check_fold(cfg, fold, folds, env, log, said)
+            printed = [line for line in capsys.readouterr().out.splitlines() if "colour" in line]
+            logged = [line for line in log.path.read_text().splitlines() if "colour" in line]
+            expected = warning("Area_2/dark_2" if fold == 1 else "Area_1/dark_1") if color else None
+            assert [line.split(" ", 2)[2] for line in logged] == ([expected] if color else [])  # after the time
+            assert [line.split(" ", 2)[2] for line in printed] == ([expected] if color and k < 2 else [])
 
 
 def test_the_warning_counts_its_rooms_and_says_nothing_without_any(tmp_path, capsys):
