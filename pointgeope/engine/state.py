@@ -183,8 +183,9 @@ class FoldCheckpoints:
                  else f"after epoch {state.epoch}")                                          # count from 1
         log(f"resumed from {path}: {where} (step {state.step})")
         if state.batch and "epoch_sums" not in ckpt:  # written before the checkpoint carried them
-            log(f"note: {path} holds no scores of epoch {state.epoch + 1}'s first {state.batch} batches; its "
-                f"logged train loss, oa and miou will cover the batches after them only")
+            them = "it" if state.batch == 1 else "them"
+            log(f"note: {path} holds no scores of epoch {state.epoch + 1}'s first {counted(state.batch, 'batch')}; "
+                f"its logged train loss, oa and miou will cover the batches after {them} only")
         self._warn_other_run(path, ckpt, log)
         self.trained_on = trained_on(ckpt, self.trained_on[-1])
         return state
