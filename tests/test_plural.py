@@ -110,3 +110,12 @@ def test_area_check_counts_the_non_finite_points():
             with pytest.raises(UserError) as caught:
                 check_room("r", f["r"], 1000.0, NUM_CLASSES)
         assert str(caught.value).startswith(text)
+
+
+def test_report_names_refusal_counts_the_names(tmp_path):
+    from pointgeope.report.runs import ReportError, load_runs
+
+    for names, text in ((["a"], "got 1 name: ['a']"), (["a", "b"], "got 2 names: ['a', 'b']")):
+        with pytest.raises(ReportError) as caught:
+            load_runs([tmp_path / "r1", tmp_path / "r2", tmp_path / "r3"], names)
+        assert str(caught.value) == f"expected one name per run (3), {text}"
