@@ -26,6 +26,7 @@ from pointgeope.color_range import (
     shown,
     to_uint8,
 )
+from pointgeope.plural import counted
 
 
 def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[int], str],
@@ -43,8 +44,8 @@ def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[
     if overruled is not None:
         files, writer = overruled
         row = int(starts[writer]) + int(np.argmax(fractions_beyond_unit(rgb[starts[writer]:ends[writer]])))
-        messages.append(f"{room}: {len(files):,} of {len(kinds):,} file(s) with colours within 0..1 read as 0..255, "
-                        f"not scaled by 255, since another file holds fractions beyond 0..1 ({where(row)}: "
+        messages.append(f"{room}: {len(files):,} of {counted(len(kinds), 'file')} with colours within 0..1 read as "
+                        f"0..255, not scaled by 255, since another file holds fractions beyond 0..1 ({where(row)}: "
                         f"{shown(rgb[row])}), a 0..255 writer of fractional colours (first "
                         f"{where(int(starts[files[0]]))}: {shown(rgb[starts[files[0]]])}); if they are a normalised "
                         "export, write the room's colours in one range")
@@ -63,7 +64,7 @@ def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[
              f"{bits16_said(rgb[starts[first16]:ends[first16]])}; if they are 0..255, clip them to 255")):
         files = [start for start, k in zip(starts, kinds) if k == kind]
         if files:
-            messages.append(f"{room}: {len(files):,} of {len(kinds):,} file(s) with {found} (first "
+            messages.append(f"{room}: {len(files):,} of {counted(len(kinds), 'file')} with {found} (first "
                             f"{where(int(files[0]))}: {shown(rgb[files[0]])}): {action}")
     if clipped.any():
         at = int(np.searchsorted(ends, np.flatnonzero(clipped.any(axis=1))[0], side="right"))  # its file

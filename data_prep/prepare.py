@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_prep.limits import PointLimits, ZipLimits
+from pointgeope.data.color_record import NO_COLOR
 from pointgeope.errors import UserError
+from pointgeope.plural import counted as _count  # "1 room", "2 rooms"
 
 
 @dataclass(frozen=True)
@@ -328,7 +330,7 @@ def _ignored_text(ignored: tuple, area: str) -> str:
     """``ignored folders in Annotations 1 (2 files)`` of ``area``'s ``(path, files)`` pairs; a path ends
     ``Area_N/room/Annotations/folder``, after any folders above the areas (the official zip's top folder)."""
     mine = [files for path, files in ignored if path.split("/")[-4] == area]
-    return f"ignored folders in Annotations {len(mine)} ({sum(mine)} files)"
+    return f"ignored folders in Annotations {len(mine)} ({_count(sum(mine), 'file')})"
 
 
 def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: set, t_parse: float,
@@ -368,16 +370,14 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
               f"clipped colour values {defects['clipped_colors']}, "
               f"rooms with 0..1 colours scaled {scaled}, refused rooms {len(refused[area])}, "
               f"unknown classes: {moved}")
+        if dark := [name for name, a in rooms.items() if a.get(NO_COLOR)]:   # pointgeope.data.color_record
+            print(f"  without colour (every point 0 0 0; a model fed colour sees them black): {', '.join(dark)}")
     points = sum(int(a["num_points"]) for rooms in attrs.values() for a in rooms.values())
     num_refused = sum(map(len, refused.values()))
     print(f"prepared {_count(sum(1 for r in attrs.values() if r), 'area')}, "
           f"{_count(sum(map(len, attrs.values())), 'room')} ({num_refused} refused), {points:,} "
           f"points in {t_total:.1f} s; {_work_text(stats, t_parse, jobs)}; "
           f"wrote {out / 'manifest.json'}, {out / 'folds.json'}")
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _size(num_bytes: float) -> str:

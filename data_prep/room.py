@@ -44,6 +44,7 @@ from data_prep.limits import PointLimits
 from data_prep.parse import is_plain, parse_many, parse_points
 from data_prep.source import Room, Source, object_class
 from pointgeope.constants import CLASS_INDEX, CLUTTER, NUM_CLASSES
+from pointgeope.data.color_record import NO_COLOR, has_no_color
 from pointgeope.outliers import FLOAT32_INF, beyond_float32, column_bounds, column_extent, far_from_median
 
 MAX_STORED_ISSUES = 1000  # messages kept in a room's attributes (the counts are always exact)
@@ -264,6 +265,7 @@ def _room_attrs(room: Room, limits: PointLimits, arrays: dict, counts: dict, fil
         "remapped_to_clutter": json.dumps(dict(sorted(remapped.items()))),
         "clipped_colors": counts["clipped"],
         "color_scale": counts["color_scale"],
+        NO_COLOR: has_no_color(arrays["color"]),    # every point 0 0 0: prepare's summary and train name it
         "issues": messages[:MAX_STORED_ISSUES],
     }
 

@@ -7,6 +7,7 @@ import importlib.util
 import platform
 
 from pointgeope.extras import INSTALL_TOOLKIT, TOOLKIT_MODULES, missing_toolkit, missing_toolkit_package
+from pointgeope.plural import counted
 
 # The base install, the toolkit's packages (torch-geometric first: the nn extra), then the optional ones.
 PACKAGES = ("torch", "numpy", *TOOLKIT_MODULES.values(), "laspy", "torch-scatter", "torch-cluster", "triton")
@@ -29,7 +30,7 @@ def device_summary() -> str:
     if torch.cuda.is_available():
         names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
         return f"cuda ({torch.cuda.device_count()}: {names}; CUDA {torch.version.cuda})"
-    return f"cpu ({torch.get_num_threads()} threads; no CUDA device)"
+    return f"cpu ({counted(torch.get_num_threads(), 'thread')}; no CUDA device)"
 
 
 def pyg_note(installed: str | None, tested: tuple[str, ...]) -> str:

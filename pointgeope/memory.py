@@ -60,7 +60,9 @@ def neighbour_problem(model, points: int | None, samples: int, device=None) -> s
     have = available_memory(device)
     if need <= have:
         return None
-    return (f"model.neighbours {model.neighbours}: a training step of {samples} sample(s) of up to {points:,} points "
-            f"(data.voxel_max) needs at least {need / 2**30:.3g} GiB for its neighbourhoods (points x k x planes "
-            f"float32 per attention block; stage {stage} the most), more than the {have / 2**30:.3g} GiB free on "
-            f"{device or 'this machine'}; lower model.neighbours, data.voxel_max or data.batch_size")
+    from pointgeope.plural import counted
+
+    return (f"model.neighbours {model.neighbours}: a training step of {counted(samples, 'sample')} of up to "
+            f"{points:,} points (data.voxel_max) needs at least {need / 2**30:.3g} GiB for its neighbourhoods (points "
+            f"x k x planes float32 per attention block; stage {stage} the most), more than the {have / 2**30:.3g} GiB "
+            f"free on {device or 'this machine'}; lower model.neighbours, data.voxel_max or data.batch_size")

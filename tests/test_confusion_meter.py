@@ -134,7 +134,7 @@ def test_count_leaves_out_labels_out_of_range_and_refuses_other_shapes():
         meter.count(torch.eye(5)[[4]], torch.tensor([0]))
     with pytest.raises(ValueError, match=r"got \(2, 3\) and \(3,\)"):
         meter.count(torch.zeros(2, 3), torch.zeros(3, dtype=torch.long))
-    with pytest.raises(ValueError, match="integer labels, got target torch.float32"):
+    with pytest.raises(ValueError, match=re.escape("integer labels, got target torch.float32")):
         meter.count(torch.zeros(2, 3), torch.tensor([1.7, 0.0]))
     np.testing.assert_array_equal(meter.confusion, want)
 

@@ -28,6 +28,7 @@ from pointgeope.atomic import write_text_atomic
 from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.lock import LOCK_NAME, folder_lock
 from pointgeope.memory import available_memory
+from pointgeope.plural import counted
 
 MANIFEST = "synth_manifest.json"
 SETTINGS = ".synth_settings.json"  # written once the settings are checked, before the first room, so that a
@@ -303,11 +304,11 @@ def _write_rooms(out: Path, config, settings: dict, log) -> dict:
 def print_summary(manifest: dict, out: Path, seconds: float) -> None:
     """The planted defects, then the rooms, points and per-class counts of ``manifest``."""
     totals = manifest["totals"]
-    print(f"planted {len(manifest['defects'])} defects:")
+    print(f"planted {counted(len(manifest['defects']), 'defect')}:")
     for defect in manifest["defects"]:
         where = f"line {defect['line']}" if defect.get("line") else "every line" if defect["kind"] != "stairs" \
             else f"{defect['points']} points, maps to {defect['maps_to']}"
         print(f"  {defect['kind']:<16} {defect['file']}  ({where})")
-    print(f"{totals['rooms']} rooms, {totals['points']:,} points in {out} "
+    print(f"{counted(totals['rooms'], 'room')}, {counted(totals['points'], 'point')} in {out} "
           f"({seconds:.1f} s); manifest {out / MANIFEST}")
     print("points per class: " + ", ".join(f"{k} {v:,}" for k, v in totals["class_counts"].items()))

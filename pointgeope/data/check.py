@@ -37,6 +37,7 @@ from pointgeope.h5 import (
     is_scan_predictions,
     open_area,
 )
+from pointgeope.plural import counted
 
 _AGAIN = "run `pointgeope prepare` again"
 UNIT_TOLERANCE = 1e-2  # a stored normal's length within it of 1
@@ -101,7 +102,7 @@ def check_room(where: str, group, max_extent: float, num_classes: int, unlabelle
     coord = group["coord"][()]
     bad = int(np.count_nonzero(~np.isfinite(coord).all(axis=1)))
     if bad:
-        raise SchemaError(f"{where}: {bad} point(s) with a non-finite coordinate; {_AGAIN}")
+        raise SchemaError(f"{where}: {counted(bad, 'point')} with a non-finite coordinate; {_AGAIN}")
     if NORMAL in group:
         _check_normals(where, group[NORMAL][()])
     extent = coord.max(axis=0) - coord.min(axis=0)

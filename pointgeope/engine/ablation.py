@@ -52,6 +52,7 @@ from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
 from pointgeope.parent_death import death_signal_request
 from pointgeope.paths import inside
+from pointgeope.plural import counted
 
 __all__ = ["Trial", "plan", "stale", "ablate"]
 
@@ -130,7 +131,7 @@ def _resume_threads(trials: list[Trial], test_area: int, threads: int | None, ch
         if saved is None or saved == now:
             out.append(trial)
         elif chosen:
-            print(f"warning: {trial.name} resumes from {last}, written with {saved} torch CPU thread(s), with "
+            print(f"warning: {trial.name} resumes from {last}, written with {counted(saved, 'torch CPU thread')}, with "
                   f"train.threads={now}: its results will differ from an uninterrupted run (train.threads={saved} "
                   "matches)", flush=True)
             out.append(trial)

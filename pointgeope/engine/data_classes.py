@@ -20,6 +20,7 @@ import numpy as np
 
 from pointgeope.constants import IGNORE_LABEL, class_names
 from pointgeope.h5 import area_path, open_area
+from pointgeope.plural import counted
 
 __all__ = ["absent_classes_warning", "label_counts"]
 
@@ -92,7 +93,7 @@ def absent_classes_warning(num_classes: int, counts: np.ndarray, areas: list[str
             f"point of {len(absent)} of its classes: {_listed(absent, names)}; the network cannot learn them")
     if class_mean == "all":
         line += (f", and under eval.class_mean=all each counts an IoU and an accuracy of 0: every mIoU and mAcc "
-                 f"is at most {k}/{num_classes} of the mean over the {k} classes it holds")
+                 f"is at most {k}/{num_classes} of the mean over the {counted(k, 'class')} it holds")
     top = int(np.flatnonzero(counts[:num_classes])[-1]) + 1 if k else 0
     if k and absent == list(range(top, num_classes)):
         return line + f"; set model.num_classes={top} (the data's labels are 0..{top - 1})"

@@ -47,6 +47,7 @@ from pointgeope.engine.trained_data import check_data_of, saved_data
 from pointgeope.engine.weights import first_non_finite, load_model_state
 from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, still_held
+from pointgeope.plural import counted
 
 
 @dataclass
@@ -184,8 +185,9 @@ class FoldCheckpoints:
                  else f"after epoch {state.epoch}")                                          # count from 1
         log(f"resumed from {path}: {where} (step {state.step})")
         if state.batch and "epoch_sums" not in ckpt:  # written before the checkpoint carried them
-            log(f"note: {path} holds no scores of epoch {state.epoch + 1}'s first {state.batch} batches; its "
-                f"logged train loss, oa and miou will cover the batches after them only")
+            them = "it" if state.batch == 1 else "them"
+            log(f"note: {path} holds no scores of epoch {state.epoch + 1}'s first {counted(state.batch, 'batch')}; "
+                f"its logged train loss, oa and miou will cover the batches after {them} only")
         self._warn_other_run(path, ckpt, log)
         self.trained_on = trained_on(ckpt, self.trained_on[-1])
         return state
@@ -196,7 +198,7 @@ class FoldCheckpoints:
         random streams are those of :func:`restore_rank_rng`)."""
         threads = ckpt.get("threads", torch.get_num_threads())
         if threads != torch.get_num_threads():
-            log(f"warning: {path} was written with {threads} torch CPU thread(s), this run has "
+            log(f"warning: {path} was written with {counted(threads, 'torch CPU thread')}, this run has "
                 f"{torch.get_num_threads()}: the results will differ from an uninterrupted run (set "
                 f"train.threads={threads} to match)")
         saved, world = len(ckpt["rng"]), self.env.world_size
@@ -204,9 +206,9 @@ class FoldCheckpoints:
             ranks = (f"rank {saved} draws a random stream of its own" if world == saved + 1
                      else f"ranks {saved} to {world - 1} draw random streams of their own")
             more = f"; {ranks}, derived from the saved ones" if world > saved else ""
-            log(f"warning: {path} was written by {saved} DDP process(es), this run has {world}: the results will "
-                f"differ from an uninterrupted run (BatchNorm statistics are per process{more}; run "
-                f"{saved} process(es) to match: torchrun --nproc_per_node {saved})")
+            log(f"warning: {path} was written by {counted(saved, 'DDP process')}, this run has {world}: the results "
+                f"will differ from an uninterrupted run (BatchNorm statistics are per process{more}; run "
+                f"{counted(saved, 'process')} to match: torchrun --nproc_per_node {saved})")
 
     def _check_data(self, path: Path, ckpt: dict, log: Log) -> None:
         """Refuse to resume on other area files than the checkpoint trained on (the fold's areas now, and

@@ -40,6 +40,7 @@ import torch
 from pointgeope.atomic import remove_leftovers, writable_folder
 from pointgeope.constants import FOLD_NAME, class_names, fold_folder_name
 from pointgeope.data.check import area_checksums, check_areas
+from pointgeope.data.color_record import colorless_warning
 from pointgeope.data.features import feature_names
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.identity import area_points
@@ -66,6 +67,7 @@ from pointgeope.h5 import prepared_folder_mark
 from pointgeope.lock import folder_lock, reader_lock
 from pointgeope.memory import neighbour_problem
 from pointgeope.model.ops.fps import FPS_RULE
+from pointgeope.plural import counted
 
 
 class StopRun(Exception):
@@ -103,16 +105,16 @@ class EpochBudget:
 
 
 def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv,
-               budget: EpochBudget) -> dict:
+               budget: EpochBudget, said: set[str]) -> dict:
     """Train (or resume) fold ``fold`` and evaluate it; returns the fold's metrics (every rank). Stops the
-    invocation (:class:`StopRun`) once ``budget`` is spent."""
+    invocation (:class:`StopRun`) once ``budget`` is spent; ``said``: the warnings the command has printed."""
     run, device = Path(cfg.train.run_dir) / fold_folder_name(fold), env.device
     test_areas, train_areas = list(folds[fold].test), list(folds[fold].train)
     log = Log(run / "log.txt" if env.is_main else None)
     if env.is_main:
         run.mkdir(parents=True, exist_ok=True)
     distributed.barrier()
-    check_fold(cfg, fold, folds, env, log)
+    check_fold(cfg, fold, folds, env, log, said)
     problem = (neighbour_problem(cfg.model, cfg.data.voxel_max, build.per_rank_batch(cfg, env), device)
                if cfg.model.backbone == "ptv1"             # PTv1's kNN neighbourhoods; PTv3's batch norm
                else batch_norm_problem(cfg.data, build.per_rank_batch(cfg, env)))
@@ -136,8 +138,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     learner = Learner(model, optimizer, scheduler, build.grad_scaler(cfg, device))
     features = " | ".join(feature_names(cfg.data.color, cfg.data.normal, cfg.data.height))
     log(f"model: {cfg.model.backbone}, {sum(p.numel() for p in model.parameters()):,} parameters, "
-        f"pe={cfg.model.pe}, features [{features}]; {len(dataset)} samples per epoch, "
-        f"{steps_per_epoch} steps per epoch")
+        f"pe={cfg.model.pe}, features [{features}]; {counted(len(dataset), 'sample')} per epoch, "
+        f"{counted(steps_per_epoch, 'step')} per epoch")
     log(place.line())
     if place.where != "none":   # PTv3 samples no points
         log(f"farthest point sampling: {FPS_RULE} (the same samples on every backend and place)")
@@ -250,23 +252,29 @@ def end_epoch(cfg: Config, state: LoopState, learner: Learner, meter: EpochMeter
     checkpoints.save("last.pt", state)
 
 
-def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv, log: Log) -> None:
+def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.DistEnv, log: Log,
+               said: set[str]) -> None:
     """Refuse a fold without training areas; open and read every area file of the fold (rank 0), so that
     a damaged file (or, with ``data.normal``, one without normals) stops the run now rather than hours into
-    it; warn of the network's classes that none of its points holds (:mod:`pointgeope.engine.data_classes`)."""
+    it; warn of the network's classes that none of its points holds (:mod:`pointgeope.engine.data_classes`) and,
+    fed colour, of rooms without (:mod:`pointgeope.data.color_record`: once a command, ``said``; in each log.txt)."""
     root, test_areas, train_areas = Path(cfg.data.root), list(folds[fold].test), list(folds[fold].train)
     if not train_areas:
         raise UserError(f"fold {fold}: {root / 'folds.json'} lists no training area (it tests on "
                         f"{', '.join(test_areas)}); prepare more than one area, or edit folds.json")
     log(f"fold {fold}: train on {', '.join(train_areas)}, test on {', '.join(test_areas)}; "
-        f"device {env.device}, {env.world_size} process(es) of {torch.get_num_threads()} torch CPU thread(s)")
+        f"device {env.device}, {counted(env.world_size, 'process')} of "
+        f"{counted(torch.get_num_threads(), 'torch CPU thread')}")
     if env.is_main:
         checked = check_areas(root, train_areas + test_areas, cfg.model.num_classes)
-        log(f"checked {', '.join(f'{a} ({len(r)} rooms)' for a, r in checked.items())}")
+        log("checked " + ", ".join(f"{a} ({counted(len(r), 'room')})" for a, r in checked.items()))
         counts = label_counts(root, list(checked), checked)     # prepare's record where the check vouches for it
         if line := absent_classes_warning(cfg.model.num_classes, counts, list(checked), cfg.eval.class_mean,
                                           cfg.train.ignore_index):
             log(line)       # classes of the network that no point of the fold's areas holds
+        if cfg.data.color and (line := colorless_warning(root, train_areas)):
+            log.record(line) if line in said else log(line)   # prepare's record of the rooms all 0 0 0
+            said.add(line)
         if cfg.data.normal:     # PTv3's [rgb | normal]: the test rooms' normals too, before hours of training
             check_normals(list_area_rooms(root, train_areas + test_areas))
             say_not_current(root, train_areas + test_areas, log)  # another estimate's: trained on as they are
@@ -308,7 +316,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
             raise _data_folder_refusal(Path(cfg.train.run_dir), held)
         if env.is_main:
             writable_folder(cfg.train.run_dir, "run folder (--run-dir, train.run_dir)")
-    results, budget = [], EpochBudget(cfg.train.epochs_per_run, force)
+    results, budget, said = [], EpochBudget(cfg.train.epochs_per_run, force), set()
     for fold in wanted:
         run = Path(cfg.train.run_dir) / fold_folder_name(fold)
         with fold_folder(run, env):
@@ -327,7 +335,7 @@ def run_folds(cfg: Config, test_area: int | None, env: distributed.DistEnv, forc
             distributed.barrier()
             try:
                 with distributed.peer_end_said(env):   # a peer's end (DDP) named in the log too, as PeerEnded
-                    results.append(train_fold(cfg, fold, folds, env, budget))
+                    results.append(train_fold(cfg, fold, folds, env, budget, said))
             except (FloatingPointError, KeyboardInterrupt, UserError) as err:  # the command says it; the log too
                 record_stop(run / "log.txt" if env.is_main and run.is_dir() else None, err)
                 raise

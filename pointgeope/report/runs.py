@@ -38,6 +38,7 @@ from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, live_writer
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
+from pointgeope.plural import counted
 from pointgeope.report.citation import code_of
 from pointgeope.report.machine import fold_machine
 from pointgeope.report.points import current_points, recover_points
@@ -362,7 +363,7 @@ def load_runs(runs: list[str | Path], names: list[str] | None = None,
               class_mean: str | None = None, allow_mixed: bool = False) -> list[RunSummary]:
     """Load several runs; names default to the folder names, made unique with their parent folder."""
     if names is not None and len(names) != len(runs):
-        raise ReportError(f"expected one name per run ({len(runs)}), got {len(names)} names: {names}")
+        raise ReportError(f"expected one name per run ({len(runs)}), got {counted(len(names), 'name')}: {names}")
     seen: dict[Path, str | Path] = {}
     for run in runs:  # one folder twice (a link, another spelling): a comparison of a run with itself
         if (where := Path(run).resolve()) in seen:

@@ -17,6 +17,7 @@ from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.decimals import decimal_difference
 from pointgeope.engine.config_yaml import value_text
 from pointgeope.metrics import CLASS_MEAN_TEXT
+from pointgeope.plural import counted
 from pointgeope.report.citation import citation_json, citation_lines
 from pointgeope.report.machine import machine_json, machine_note, runs_machine_note
 from pointgeope.report.runs import RunSummary
@@ -221,7 +222,7 @@ def per_fold_markdown(run: RunSummary, digits: int = 1) -> str:
             lines.append(_row([area, f"{f.num_points:,}"] + _score_cells(f.scores, digits)))
         else:
             lines.append(_row([area, f"missing ({reasons[area]})"] + [""] * (len(MEANS) + len(names))))
-    lines.append(_row([f"pooled ({len(run.folds)} folds)", f"{run.num_points:,}"]
+    lines.append(_row([f"pooled ({counted(len(run.folds), 'fold')})", f"{run.num_points:,}"]
                       + _score_cells(run.pooled, digits)))
     lines.append(_row([f"mean of folds ({len(run.folds)})", ""] + _score_cells(run.mean_of_folds, digits)))
     return "\n".join(lines) + "\n"

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pointgeope.plural import counted
 from pointgeope.scans.las import EXTENSIONS as LAS_EXTENSIONS
 from pointgeope.scans.outputs import is_output_name
 from pointgeope.scans.scan import Scan, ScanError, checked_scan, color_to_uint8, float64_coord
@@ -164,9 +165,10 @@ def _left_out(folder: Path, entries: list[Path], refs: list[ScanRef], out: Path 
     subs = [f"{p.name}/" for p in entries if p.is_dir() and p not in taken and not p.name.startswith(".")
             and not _outputs_here(p, out)]
     angles = [p.name for p in _alignment_files(entries, refs)]
-    parts = [f"{len(names):,} {what} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
-             for names, what in ((files, "file(s) of unknown type"), (angles, "S3DIS alignment file(s), not scans"),
-                                 (subs, "sub-folder(s) not searched")) if names]
+    parts = [f"{counted(len(names), noun)}{what} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+             for names, noun, what in ((files, "file", " of unknown type"),
+                                       (angles, "S3DIS alignment file", ", not scans"),
+                                       (subs, "sub-folder", " not searched")) if names]
     if not parts:
         return None
     fix = (f"; a folder's scans are taken from it, not from its sub-folders (raw rooms excepted): give "

@@ -32,6 +32,7 @@ import numpy as np
 
 from pointgeope.constants import PREDICT_EXTENT_LIMIT
 from pointgeope.outliers import FLOAT32_INF, beyond_float32, column_bounds, far_from_median
+from pointgeope.plural import counted
 
 STRAY_SHARE = 0.1  # more stray points than this share: the scan is larger than --max-extent, not stray points
 _FAR = 1e150  # query offsets are clipped to this, so that squared distances stay finite in float64
@@ -116,7 +117,7 @@ def describe_stray(source: str, coord: np.ndarray, stray: np.ndarray, scale: flo
     hint = (f"none can be kept (not finite in float32, or beyond {PREDICT_EXTENT_LIMIT:g} m)" if keep is None else
             f"to keep {'them' if keep[1] == count else f'{keep[1]:,} of them'} in the network's input, "
             f"pass --max-extent {keep[0]:g}")
-    return (f"warning: {source}: {count:,} of {len(stray):,} point(s) left out of the network's input "
+    return (f"warning: {source}: {count:,} of {counted(len(stray), 'point')} left out of the network's input "
             f"and labelled as their nearest kept point: not finite in float32 or farther than --max-extent "
             f"{max_extent:g} m from the scan's median (after --scale {scale:g}; the first is point {first}: "
             f"{' '.join(f'{v:g}' for v in coord[first])}); {hint}")

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.atomic import atomic_open
+from pointgeope.plural import counted
 from pointgeope.scans.scan import Scan, ScanError, color_to_uint8, loadtxt_reason
 
 EXTENSIONS = (".txt", ".xyz", ".pts", ".csv")
@@ -120,7 +121,8 @@ def _bad_line(path: Path, delimiter: str | None, skip: int) -> tuple[int, str, s
                            "the line, or two in a row; remove it")
                     return index + 1, line.rstrip("\r\n")[:80], why
             if width is not None and len(tokens) != width:
-                return index + 1, line.rstrip("\r\n")[:80], f"{len(tokens)} values, the lines before have {width}"
+                why = f"{counted(len(tokens), 'value')}, the lines before have {width}"
+                return index + 1, line.rstrip("\r\n")[:80], why
             width = len(tokens)
     return None
 
@@ -154,7 +156,7 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
         reason = loadtxt_reason(err)
         bad = _bad_line(path, delimiter, skip)
         hint = _hint(reason if bad is None else reason + bad[1].split("#")[0])   # its data, not its comment
-        if count is not None and bad is not None and bad[2].startswith("1 values"):
+        if count is not None and bad is not None and bad[2].startswith("1 value,"):
             hint += "; a second scan's point count? save each scan of the .pts file as its own file"
         if bad is None:
             raise ScanError(f"{path}: expected lines of numbers 'x y z [r g b ...]' ({reason}, counting data "

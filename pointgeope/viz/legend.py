@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 from pointgeope.constants import CLASS_NAMES, IGNORE_LABEL, class_palette
+from pointgeope.plural import counted
 from pointgeope.viz.colors import (
     CORRECT_COLOR,
     IGNORE_COLOR,
@@ -70,8 +71,8 @@ def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool =
     """
     label, n = np.asarray(label), len(class_names)
     by_pred = pred is not None and not has_ground_truth(label, n)
-    counted = np.asarray(pred) if by_pred else label
-    counts = np.bincount(counted[counted < n].astype(np.int64), minlength=n)
+    tallied = np.asarray(pred) if by_pred else label
+    counts = np.bincount(tallied[tallied < n].astype(np.int64), minlength=n)
     sw, palette = 7 if not ansi else 4, class_palette(n)
     digits, wide = max(2, len(str(n - 1))), max(9, *map(len, class_names))  # S3DIS's: 2 and 9
     head = f" {'#':>{digits}}  {'class':<{wide}} {'colour':<{sw}} {'predicted' if by_pred else 'points':>10}"
@@ -90,7 +91,7 @@ def legend_lines(label: np.ndarray, pred: np.ndarray | None = None, ansi: bool =
         present = sum(not math.isnan(v) for v in result["iou"])   # classes in the truth or the predictions
         scored = int(((label < n) & (label != ignore_index)).sum())
         skipped = f" ({class_names[ignore_index]} not scored: the run ignores it)" if 0 <= ignore_index < n else ""
-        lines.append(f"  room: mIoU {_percent(result['miou'])} % of the {present} classes present, OA "
+        lines.append(f"  room: mIoU {_percent(result['miou'])} % of the {counted(present, 'class')} present, OA "
                      f"{_percent(result['oa'])} % over {scored:,} labelled points{skipped}")
     if by_pred:
         lines.append(f"  room: {int(counts.sum()):,} points by predicted class; no ground truth, nothing to score")
@@ -133,7 +134,7 @@ def room_table(counts: dict[str, int], miou: dict[str, float] | None = None) -> 
         if miou is not None:
             line += f" {_percent(miou.get(name, float('nan'))):>7}"
         lines.append(line)
-    lines.append(f"{len(names)} rooms, {sum(counts.values()):,} points"
+    lines.append(f"{counted(len(names), 'room')}, {counted(sum(counts.values()), 'point')}"
                  + ("; each room's mIoU over the classes present in its truth or predictions"
                     if miou is not None else ""))
     return lines

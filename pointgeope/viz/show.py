@@ -8,6 +8,7 @@ import math
 
 from pointgeope.constants import NUM_CLASSES
 from pointgeope.paths import same_file
+from pointgeope.plural import counted
 from pointgeope.viz import VizError
 from pointgeope.viz.colors import MODES, NEEDS_PRED, has_ground_truth, missing_modes
 
@@ -150,7 +151,8 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
                                f"give the predictions of {area}")
             missing = len(counts) - len(miou)
             if missing:
-                print(f"note: {missing} room(s) have no predictions in {pred_path}")
+                have = "has" if missing == 1 else "have"
+                print(f"note: {counted(missing, 'room')} {have} no predictions in {pred_path}")
     print("\n".join(room_table(counts, miou)))
     return 0
 
@@ -160,7 +162,7 @@ def check_extent(coord) -> None:
     near and far planes come from the bounding box), and the image would be blank."""
     if len(coord) and not (coord.max(axis=0) - coord.min(axis=0)).any():
         at = " ".join(f"{v:g}" for v in coord[0])
-        raise VizError(f"the {len(coord):,} point(s) to draw all lie at one place ({at}): a view of a scene "
+        raise VizError(f"the {counted(len(coord), 'point')} to draw all lie at one place ({at}): a view of a scene "
                        "without extent is blank, nothing to frame; --ply PLY writes them")
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_malformed_folds_name_the_file_and_the_problem(tmp_path, doc, message):
 
 
 def test_missing_folds_file(tmp_path):
-    with pytest.raises(FoldsError, match="folds.json"):
+    with pytest.raises(FoldsError, match=re.escape("folds.json")):
         load_folds(tmp_path)
 
 

@@ -147,7 +147,7 @@ def test_colours_within_0_1_are_scaled_by_255_with_one_line(s3dis_real, tmp_path
     assert fractional == 98  # the room has 2 points of colours 0 and 255 only: scaled with the others
     files = len(list((s3dis_real / "Area_1/office_2/Annotations").glob("*.txt")))
     assert unit.messages == [(
-        f"Area_1/office_2: {files} of {files} file(s) with colours within 0..1 (a normalised export), expected "
+        f"Area_1/office_2: {files} of {files} files with colours within 0..1 (a normalised export), expected "
         f"0..255 (S3DIS) (first Area_1/office_2/Annotations/beam_1.txt:1: {first}): "
         "scaled by 255 (rounded as they are, every colour would be 0 or 1); if they really are 0..255, write "
         "them as integers")]
@@ -185,7 +185,7 @@ def test_each_files_colour_range_is_judged_on_its_own(s3dis_real, tmp_path, scal
     mixed = _load(tmp_path / "mixed", files)
     np.testing.assert_array_equal(mixed.arrays["color"], expected.arrays["color"])
     shown = " ".join(f"{float(f'{v * scale:.6f}'):g}" for v in rows[0, 3:])
-    assert mixed.messages == [f"Area_1/office_2: 1 of {len(files)} file(s) with {found.format(f'{name}:1: {shown}')}"]
+    assert mixed.messages == [f"Area_1/office_2: 1 of {len(files)} files with {found.format(f'{name}:1: {shown}')}"]
     assert (mixed.attrs["color_scale"], mixed.attrs["clipped_colors"]) == (255 if scale < 1 else 1, 0)
 
 
@@ -214,7 +214,7 @@ def test_a_dark_object_among_fractional_0_255_files_stays_dark(tmp_path):
     assert data.attrs["color_scale"] == 1
     shown = {name: " ".join(f"{v:g}" for v in colours[name][0]) for name in ("floor_1", "chair_1")}
     assert data.messages == [(
-        "Area_1/r: 1 of 3 file(s) with colours within 0..1 read as 0..255, not scaled by 255, since another file "
+        "Area_1/r: 1 of 3 files with colours within 0..1 read as 0..255, not scaled by 255, since another file "
         f"holds fractions beyond 0..1 (Area_1/r/Annotations/floor_1.txt:1: {shown['floor_1']}), a 0..255 writer of "
         f"fractional colours (first Area_1/r/Annotations/chair_1.txt:1: {shown['chair_1']}); if they are a "
         "normalised export, write the room's colours in one range")]
@@ -233,7 +233,7 @@ def test_float_noise_just_above_1_does_not_cancel_the_0_1_files_of_a_room(tmp_pa
     expected = np.concatenate([colours[name] for name in data.attrs["objects"]])
     np.testing.assert_array_equal(data.arrays["color"], np.minimum(np.rint(expected * 255), 255))
     assert data.attrs["color_scale"] == 255 and data.attrs["clipped_colors"] == 0 and len(data.messages) == 1
-    assert data.messages[0].startswith("Area_1/r: 2 of 2 file(s) with colours within 0..1 (a normalised export)")
+    assert data.messages[0].startswith("Area_1/r: 2 of 2 files with colours within 0..1 (a normalised export)")
 
 
 def test_a_white_object_of_256_overshoots_is_clipped_not_read_as_16_bit(tmp_path):

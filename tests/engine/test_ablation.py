@@ -188,7 +188,7 @@ def test_a_resumed_trial_keeps_its_checkpoints_threads_and_ablate_says_so(two_fo
     threads = [o for o in rpe.overrides(common) if o.startswith("train.threads=")]
     if extra:                                                # the user's choice stands, with a warning
         assert rpe.threads is None and threads == ["train.threads=1"]
-        assert (f"warning: rpe seed 0 resumes from {fold / 'last.pt'}, written with 3 torch CPU thread(s), with "
+        assert (f"warning: rpe seed 0 resumes from {fold / 'last.pt'}, written with 3 torch CPU threads, with "
                 "train.threads=1: its results will differ from an uninterrupted run (train.threads=3 matches)") in out
     else:
         assert rpe.threads == 3 and threads == ["train.threads=3"] and rpe.config["train"]["threads"] == 3

@@ -183,7 +183,7 @@ def test_keys_of_speed_and_memory_only_may_differ(tmp_path, key, value):
 def test_failed_save_keeps_the_previous_file(tmp_path):
     path = tmp_path / "last.pt"
     save_checkpoint(path, {"epoch": 1})
-    with pytest.raises((AttributeError, pickle.PicklingError), match="[Cc]an't pickle"):   # (3.14: PicklingError)
+    with pytest.raises((AttributeError, pickle.PicklingError), match=r"[Cc]an't pickle"):   # (3.14: PicklingError)
         save_checkpoint(path, {"epoch": 2, "bad": lambda: None})  # not picklable
     assert load_checkpoint(path)["epoch"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]

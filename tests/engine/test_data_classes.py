@@ -99,6 +99,12 @@ def test_a_head_wider_than_the_data_is_named_with_the_value_that_fits():
         "are 0..12)")
 
 
+def test_the_classes_held_are_counted_in_the_right_number():
+    for held, text in ((1, "over the 1 class it holds"), (2, "over the 2 classes it holds")):
+        assert f"mIoU and mAcc is at most {held}/3 of the mean {text}; set model.num_classes={held} " in (
+            absent_classes_warning(3, _counts(range(held)), AREAS, "all"))
+
+
 def test_the_share_the_warning_states_is_the_all_rule_of_the_metrics():
     """A perfect prediction of the 13 classes, scored as a 20-class matrix under ``all``: 13/20 of its
     13-class mIoU (1.0), as the line says."""

@@ -27,7 +27,7 @@ def weights_under_two_and_one_thread(train, tmp_path) -> list[dict]:
             assert train(run) == 0
             weights.append(torch.load(run / "area_1" / "last.pt", map_location="cpu", weights_only=True)["model"])
             log = (run / "area_1" / "log.txt").read_text()    # the count the scores depend on is in the fold's log
-            assert "device cpu, 1 process(es) of 1 torch CPU thread(s)" in log.splitlines()[0], log[:300]
+            assert "device cpu, 1 process of 1 torch CPU thread" in log.splitlines()[0], log[:300]
     finally:
         torch.set_num_threads(before)
     return weights

@@ -62,7 +62,7 @@ def test_two_process_gloo_run(two_folds, tmp_path):
 
     fold = run / "area_1"
     log = (fold / "log.txt").read_text()
-    assert "2 process(es)" in log and log.count(" epoch 1/2 ") == 1 and log.count(" epoch 2/2 ") == 1
+    assert "2 processes of " in log and log.count(" epoch 1/2 ") == 1 and log.count(" epoch 2/2 ") == 1
     assert log.count("fold 1 done") == 1
     metrics = json.loads((fold / "metrics.json").read_text())
     assert metrics["complete"] and metrics["num_points"] == sum(list_rooms(two_folds / "Area_1.h5").values())
@@ -177,7 +177,7 @@ def test_a_one_process_fold_resumed_on_two_warns_and_the_ranks_draw_different_st
     rng = [torch.load(record / f"rng{r}.pt", weights_only=True) for r in range(2)]
     assert torch.equal(rng[0], saved[0]["torch"]) and not torch.equal(rng[1], rng[0])
     log = (run / "area_1" / "log.txt").read_text()
-    assert (f"warning: {run / 'area_1' / 'last.pt'} was written by 1 DDP process(es), this run has 2: the results "
+    assert (f"warning: {run / 'area_1' / 'last.pt'} was written by 1 DDP process, this run has 2: the results "
             "will differ from an uninterrupted run") in log
     assert log.count("fold 1 done") == 1 and len(torch.load(run / "area_1" / "last.pt", weights_only=True)["rng"]) == 2
 

@@ -85,7 +85,7 @@ def test_by_default_a_point_100_m_or_1_km_away_changes_no_other_label(tiny_run, 
     pred, probs = (np.load(tmp_path / "o_far" / f"scan_{kind}.npy") for kind in ("pred", "probs"))
     np.testing.assert_array_equal(np.delete(pred, rows), np.load(tmp_path / "o_room" / "scan_pred.npy"))
     np.testing.assert_array_equal(np.delete(probs, rows, axis=0), np.load(tmp_path / "o_room" / "scan_probs.npy"))
-    assert len(err) == 1 and f"2 of {len(coord) + 2:,} point(s) left out" in err[0]
+    assert len(err) == 1 and f"2 of {len(coord) + 2:,} points left out" in err[0]
     assert "farther than --max-extent 50 m" in err[0] and "the first is point 40: 1000 1000 1000" in err[0]
     hint = err[0].rsplit("to keep them in the network's input, pass --max-extent ", 1)[1]
     assert 998 < float(hint) <= 1100  # a round value above 1000 m less the room's median z (about 1.6 m)

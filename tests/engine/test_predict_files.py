@@ -250,7 +250,7 @@ def test_a_rerun_into_the_input_folder_does_not_take_its_outputs_as_inputs(tiny_
     out, err = capsys.readouterr()
     assert err == "" and {p.name: p.read_bytes() for p in clouds.iterdir() if p.name != "a_pred.h5"} == first
     assert sorted(first) == ["a.npy", "a_pred.json", "a_pred.npy", "a_pred.ply", "a_probs.npy"]
-    assert (f"note: {clouds}: 5 file(s) named as this command's outputs (a_pred.h5, a_pred.json, a_pred.npy, "
+    assert (f"note: {clouds}: 5 files named as this command's outputs (a_pred.h5, a_pred.json, a_pred.npy, "
             "a_pred.ply, a_probs.npy) are not inputs in --out") in out
 
 

@@ -94,7 +94,7 @@ def test_resume_with_another_number_of_threads_warns(two_folds, tmp_path):
     finally:
         torch.set_num_threads(threads)
     log = (tmp_path / "area_1" / "log.txt").read_text()
-    assert (f"warning: {tmp_path / 'area_1' / 'last.pt'} was written with 1 torch CPU thread(s), this run has 2: "
+    assert (f"warning: {tmp_path / 'area_1' / 'last.pt'} was written with 1 torch CPU thread, this run has 2: "
             "the results will differ from an uninterrupted run (set train.threads=1 to match)") in log
 
 

@@ -52,7 +52,7 @@ def test_the_neighbourhood_estimate_by_hand():
 def test_a_step_that_cannot_fit_is_refused_before_it_is_made(tmp_path, capsys, two_folds, monkeypatch):
     monkeypatch.setattr("pointgeope.memory.available_memory", lambda device=None: 10 * 2**20)
     line = one_line(capsys, 2, train_args(two_folds, tmp_path, "model.neighbours=[64, 64]"))
-    assert line.startswith("pointgeope train: error: model.neighbours [64, 64]: a training step of 2 sample(s) of "
+    assert line.startswith("pointgeope train: error: model.neighbours [64, 64]: a training step of 2 samples of "
                            "up to 1,500 points (data.voxel_max) needs at least ")
     assert line.endswith("more than the 0.00977 GiB free on cpu; lower model.neighbours, data.voxel_max or "
                          "data.batch_size")

@@ -66,11 +66,14 @@ def test_the_checkpoint_holds_the_state_under_its_field_names(tmp_path):
     assert ckpt["threads"] == torch.get_num_threads() and len(ckpt["rng"]) == 1
 
 
-def test_the_epoch_sums_come_back_and_an_older_checkpoint_without_them_resumes_with_a_note(tmp_path):
+@pytest.mark.parametrize(("batch", "first", "after"),
+                         [(1, "first 1 batch", "after it"), (3, "first 3 batches", "after them")])
+def test_the_epoch_sums_come_back_and_an_older_checkpoint_without_them_resumes_with_a_note(tmp_path, batch, first,
+                                                                                            after):
     """LoopState carries the sums of an unfinished epoch's batches (a resumed epoch logged the scores of the
     batches after the resume only). A last.pt written before it carried them still resumes, saying so."""
     sums = {"totals": [7.25, 3.0, 120.0], "confusion": [[5, 1], [0, 9]], "seconds": 1.5}
-    saved = LoopState(epoch=1, batch=3, step=7, best_miou=0.5, epoch_sums=sums)
+    saved = LoopState(epoch=1, batch=batch, step=7, best_miou=0.5, epoch_sums=sums)
     FoldCheckpoints(tmp_path, learner(0), ENV, {}, {}).save("last.pt", saved)
     assert torch.load(tmp_path / "last.pt", weights_only=True)["epoch_sums"] == sums
     lines = []
@@ -82,9 +85,9 @@ def test_the_epoch_sums_come_back_and_an_older_checkpoint_without_them_resumes_w
     torch.save(ckpt, tmp_path / "last.pt")
     lines = []
     state = FoldCheckpoints(tmp_path, learner(1), ENV, {}, {}).resume(lines.append)
-    assert state == LoopState(epoch=1, batch=3, step=7, best_miou=0.5) and state.epoch_sums == {}
-    assert lines[1] == (f"note: {tmp_path / 'last.pt'} holds no scores of epoch 2's first 3 batches; its logged "
-                        "train loss, oa and miou will cover the batches after them only")
+    assert state == LoopState(epoch=1, batch=batch, step=7, best_miou=0.5) and state.epoch_sums == {}
+    assert lines[1] == (f"note: {tmp_path / 'last.pt'} holds no scores of epoch 2's {first}; its logged "
+                        f"train loss, oa and miou will cover the batches {after} only")
 
 
 def test_a_resume_with_another_number_of_processes_warns_and_gives_each_new_rank_a_stream_of_its_own(tmp_path):
@@ -100,9 +103,9 @@ def test_a_resume_with_another_number_of_processes_warns_and_gives_each_new_rank
         FoldCheckpoints(tmp_path, learner(1), env, {}, {}).resume(lines.append)
         return draws(), lines
 
-    warning = (f"warning: {last} was written by 1 DDP process(es), this run has 2: the results will differ from "
+    warning = (f"warning: {last} was written by 1 DDP process, this run has 2: the results will differ from "
                "an uninterrupted run (BatchNorm statistics are per process; rank 1 draws a random stream of "
-               "its own, derived from the saved ones; run 1 process(es) to match: torchrun --nproc_per_node 1)")
+               "its own, derived from the saved ones; run 1 process to match: torchrun --nproc_per_node 1)")
     rank0, lines = resume(0, 2)
     assert rank0 == expected and lines[1:] == [warning]
     rank1, lines = resume(1, 2)
@@ -114,8 +117,8 @@ def test_a_resume_with_another_number_of_processes_warns_and_gives_each_new_rank
     torch.save(ckpt, last)
     again, lines = resume(0, 1)
     assert again == expected and lines[1:] == [
-        f"warning: {last} was written by 2 DDP process(es), this run has 1: the results will differ from an "
-        "uninterrupted run (BatchNorm statistics are per process; run 2 process(es) to match: torchrun "
+        f"warning: {last} was written by 2 DDP processes, this run has 1: the results will differ from an "
+        "uninterrupted run (BatchNorm statistics are per process; run 2 processes to match: torchrun "
         "--nproc_per_node 2)"]
 
 

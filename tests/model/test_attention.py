@@ -45,7 +45,7 @@ def test_presets_and_unknown_name():
     assert sorted(PRESETS) == sorted(PRESET_NAMES)
     assert PositionalEncoding.preset("geope") == PositionalEncoding("geope", False, "rpe")
     assert PositionalEncoding.preset("lingeope+rpe") == PositionalEncoding("lingeope", True, "rpe")
-    with pytest.raises(ValueError, match="expected one of .*'geope'.*'rpe'"):
+    with pytest.raises(ValueError, match=r"expected one of .*'geope'.*'rpe'"):
         PositionalEncoding.preset("rope")
     with pytest.raises(ValueError, match="rotation"):
         PositionalEncoding("quaternion")

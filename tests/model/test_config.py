@@ -24,7 +24,7 @@ def test_the_preset_choices_are_the_names_of_presets():
     assert typing.get_type_hints(Config)["model"] is ModelConfig
     for name in PRESETS:
         assert load_config(overrides=[f"model.pe={name}"]).model.pe == name
-    with pytest.raises(ConfigError, match="model.pe: expected one of .* did you mean 'lingeope'"):
+    with pytest.raises(ConfigError, match=r"model\.pe: expected one of .* did you mean 'lingeope'"):
         load_config(overrides=["model.pe=lingeop"])
 
 

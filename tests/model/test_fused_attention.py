@@ -227,7 +227,7 @@ def test_the_kernel_choice_follows_the_environment(monkeypatch):
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
     assert not fused_attention.enabled("linear_relation", cuda)  # atomics' sums are not reproducible
     monkeypatch.setenv("POINTGEOPE_KERNELS", "cuda")
-    with pytest.raises(ValueError, match="POINTGEOPE_KERNELS: expected one of triton, torch .*got 'cuda'"):
+    with pytest.raises(ValueError, match=r"POINTGEOPE_KERNELS: expected one of triton, torch .*got 'cuda'"):
         fused_attention.enabled("aggregate", cpu)
 
 

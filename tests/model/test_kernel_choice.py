@@ -38,7 +38,7 @@ def test_another_value_is_one_line_naming_the_variable_and_the_accepted_words(na
         from_environment({name: "garbage"})
     assert str(raised.value) == (f"{name}: expected one of 1, true, on, yes (on) or 0, false, off, no (off), or "
                                  "unset, got 'garbage'")
-    with pytest.raises(UserError, match="^POINTGEOPE_KERNELS: expected one of triton, torch"):
+    with pytest.raises(UserError, match=r"^POINTGEOPE_KERNELS: expected one of triton, torch"):
         from_environment({"POINTGEOPE_KERNELS": "cuda"})
 
 

@@ -148,7 +148,7 @@ def test_an_attention_kernel_that_fails_hands_its_op_to_torch_with_the_same_grad
 
 def test_the_switch_rejects_other_values_in_one_line(monkeypatch):
     monkeypatch.setenv("POINTGEOPE_KERNELS", "cuda")
-    with pytest.raises(UserError, match="^POINTGEOPE_KERNELS: expected one of triton, torch .*got 'cuda'$"):
+    with pytest.raises(UserError, match=r"^POINTGEOPE_KERNELS: expected one of triton, torch .*got 'cuda'$"):
         kernels.use_triton("knn", torch.device("cuda"))
     monkeypatch.setenv("POINTGEOPE_KERNELS", "triton")
     monkeypatch.setenv("TRITON_INTERPRET", "0")

@@ -181,7 +181,7 @@ def test_triton_on_cpu_tensors_without_the_interpreter_is_refused(monkeypatch):
     points, off = _packed([_random(10, np.random.default_rng(5))])
     points, off = points.cpu(), off.cpu()
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    with pytest.raises(ValueError, match="runs on CUDA tensors .*TRITON_INTERPRET=1"):
+    with pytest.raises(ValueError, match=r"runs on CUDA tensors .*TRITON_INTERPRET=1"):
         knn(points, points, 3, off, off, backend="triton")
     with pytest.raises(ValueError, match="fps backend 'triton' runs on CUDA tensors"):
         fps(points, off, 2, backend="triton")

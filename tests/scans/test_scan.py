@@ -44,7 +44,7 @@ def test_checked_scan_names_the_file_and_the_first_bad_point():
     coord[3, 2] = np.inf
     coord[4, 0] = np.nan
     with pytest.raises(ScanError,
-                       match=r"^s.ply: 2 point\(s\) have NaN or infinite coordinates \(the first is point 3"):
+                       match=r"^s\.ply: 2 points have NaN or infinite coordinates \(the first is point 3"):
         checked_scan(Scan("s", "s.ply", coord))
     with pytest.raises(ScanError, match=r"^e.txt: expected points, found none"):
         checked_scan(Scan("e", "e.txt", np.zeros((0, 3))))

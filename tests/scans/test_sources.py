@@ -77,7 +77,7 @@ def test_npy_shapes(tmp_path):
     with pytest.raises(ScanError, match=r"shape \(N, 3\) or \(N, 6\) .*got float64 \(50, 4\)"):
         read_scan(ScanRef(tmp_path / "w.npy", "npy", "w"))
     (tmp_path / "t.npy").write_text("nope")
-    with pytest.raises(ScanError, match="not a readable .npy array"):
+    with pytest.raises(ScanError, match=re.escape("not a readable .npy array")):
         read_scan(ScanRef(tmp_path / "t.npy", "npy", "t"))
 
 
@@ -216,7 +216,7 @@ def test_no_note_for_a_prepared_roots_own_files_or_the_out_folder(tmp_path):
         assert errors == [] and len(refs) == 1 and refs[0].notes == (), (inputs, out)
     (tmp_path / "elsewhere").mkdir()
     refs, _ = find_scans([scans], out=tmp_path / "elsewhere")   # not the out folder: named
-    assert refs[0].notes[0].startswith(f"{scans}: left out 1 sub-folder(s) not searched (pred/)")
+    assert refs[0].notes[0].startswith(f"{scans}: left out 1 sub-folder not searched (pred/)")
 
 
 def test_an_empty_folder_whose_path_holds_a_colon_says_what_it_left_out(tmp_path):
@@ -226,7 +226,7 @@ def test_an_empty_folder_whose_path_holds_a_colon_says_what_it_left_out(tmp_path
     np.save(d / "more" / "b.npy", np.zeros((3, 3)))
     assert find_scans([d])[1] == [
         f"{d}: a folder without scans (expected files .csv, .h5, .las, .laz, .npy, .ply, .pts, .txt, .xyz in it, or "
-        "raw S3DIS rooms with Annotations/ in it or one level down); left out 1 sub-folder(s) not searched (more/); "
+        "raw S3DIS rooms with Annotations/ in it or one level down); left out 1 sub-folder not searched (more/); "
         f"a folder's scans are taken from it, not from its sub-folders (raw rooms excepted): give {d / 'more'} as an "
         "input to predict its scans"]
 
@@ -243,7 +243,7 @@ def test_a_folder_says_what_it_left_out(tmp_path):
     raw_room(d / "Area_1" / "office_1", {"wall_1": np.zeros((2, 6))})  # raw rooms one level down: taken
     refs, errors = find_scans([d])
     assert errors == [] and [r.name for r in refs] == ["Area_1/office_1", "a"]
-    note = (f"{d}: left out 2 file(s) of unknown type (c.pcd, d.xyzrgb) and 1 sub-folder(s) not searched (more/); "
+    note = (f"{d}: left out 2 files of unknown type (c.pcd, d.xyzrgb) and 1 sub-folder not searched (more/); "
             f"a folder's scans are taken from it, not from its sub-folders (raw rooms excepted): give {d / 'more'} "
             "as an input to predict its scans; known extensions: .csv, .h5, .las, .laz, .npy, .ply, .pts, .txt, .xyz")
     assert [r.notes for r in refs] == [(note,), ()]
@@ -252,7 +252,7 @@ def test_a_folder_says_what_it_left_out(tmp_path):
     assert [r.name for r in refs] == ["b"] and refs[0].notes == ()
     assert errors == [f"{tmp_path}: a folder without scans (expected files .csv, .h5, .las, .laz, .npy, .ply, .pts, "
                       ".txt, .xyz in it, or raw S3DIS rooms with Annotations/ in it or one level down); left out 1 "
-                      "sub-folder(s) not searched (mixdir/); a folder's scans are taken from it, not from its "
+                      "sub-folder not searched (mixdir/); a folder's scans are taken from it, not from its "
                       f"sub-folders (raw rooms excepted): give {d} as an input to predict its scans"]
 
 
@@ -266,7 +266,7 @@ def test_an_area_folder_leaves_out_its_alignment_angles(tmp_path):
         "## Disjoint Space Name Global Alignment Angle ##\nhallway_6 180\n")
     refs, errors = find_scans([area])
     assert errors == [] and [r.name for r in refs] == ["Area_5/hallway_6"]
-    assert refs[0].notes == (f"{area}: left out 1 S3DIS alignment file(s), not scans (Area_5_alignmentAngle.txt)",)
+    assert refs[0].notes == (f"{area}: left out 1 S3DIS alignment file, not scans (Area_5_alignmentAngle.txt)",)
     (tmp_path / "scans").mkdir()                                     # no raw room beside it: a text scan as any
     (tmp_path / "scans" / "Area_5_alignmentAngle.txt").write_text("1 2 3\n")
     assert [r.kind for r in find_scans([tmp_path / "scans"])[0]] == ["text"]
@@ -286,13 +286,13 @@ def test_a_raw_rooms_notes_name_its_files_under_the_room(tmp_path):
 
 def test_a_room_whose_annotations_folder_is_spelt_otherwise_says_to_rename_it(tmp_path):
     """``office_2/annotations/`` (a re-zip on a case-insensitive disk): the room file was predicted without
-    labels, with only "1 sub-folder(s) not searched" to say why."""
+    labels, with only "1 sub-folder not searched" to say why."""
     room = raw_room(tmp_path / "office_2", {"wall_1": np.zeros((2, 6))})
     (room / "Annotations").rename(room / "annotations")
     np.savetxt(room / "office_2.txt", np.zeros((2, 6)), fmt="%.3f %.3f %.3f %d %d %d")
     refs, errors = find_scans([room])
     assert errors == [] and [r.kind for r in refs] == ["text"]
-    assert refs[0].notes == (f"{room}: left out 1 sub-folder(s) not searched (annotations/); {room / 'annotations'} "
+    assert refs[0].notes == (f"{room}: left out 1 sub-folder not searched (annotations/); {room / 'annotations'} "
                              f"is spelt annotations: rename it Annotations to read {room} as a raw room (its objects, "
                              "with their labels); known extensions: .csv, .h5, .las, .laz, .npy, .ply, .pts, .txt, "
                              ".xyz",)

@@ -190,7 +190,7 @@ def test_a_pts_file_of_two_scans_names_the_second_count(tmp_path):
     coord, color = points(n=5, seed=6)
     one = "5\n" + "".join(f"{x:.3f} {y:.3f} {z:.3f} -1 {r} {g} {b}\n" for (x, y, z), (r, g, b) in zip(coord, color))
     (tmp_path / "two.pts").write_text(one + one)
-    with pytest.raises(ScanError, match=r":7: .*\(1 values, the lines before have 7\); a second scan's point count\? "
+    with pytest.raises(ScanError, match=r":7: .*\(1 value, the lines before have 7\); a second scan's point count\? "
                                         r"save each scan of the \.pts file as its own file$"):
         read_text(tmp_path / "two.pts")
 

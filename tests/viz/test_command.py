@@ -39,7 +39,7 @@ def test_list_rooms_with_partial_predictions(synthetic_area, tmp_path, capsys):
     preds = write_predictions(tmp_path / "partial.h5", {"tiny_2": np.array([0, 0, 1, 1])})
     assert main(["viz", str(area), "--list", "--pred", str(preds)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"note: 1 room(s) have no predictions in {preds}"
+    assert lines[0] == f"note: 1 room has no predictions in {preds}"
     assert lines[2].split()[::2] == ["tiny_2", "100.0"] and lines[3].split()[::2] == ["grid_1", "-"]
 
 

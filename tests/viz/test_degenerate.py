@@ -23,7 +23,8 @@ def test_a_scene_at_one_place_is_refused_in_one_line(points, tmp_path, capsys):
     shot = tmp_path / "dot.png"
     assert main(["viz", str(area), "--screenshot", str(shot), "--width", "64", "--height", "48"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"pointgeope viz: error: the {points} point(s) to draw all lie at one place (1.5 2 0.5): a view "
+    counted = "1 point" if points == 1 else "50 points"
+    assert err == [f"pointgeope viz: error: the {counted} to draw all lie at one place (1.5 2 0.5): a view "
                    "of a scene without extent is blank, nothing to frame; --ply PLY writes them"]
     assert not shot.exists()
     assert main(["viz", str(area), "--ply", str(tmp_path / "dot.ply")]) == 0  # the points themselves are fine

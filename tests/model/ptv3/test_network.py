@@ -211,7 +211,7 @@ def test_a_host_list_offset_is_the_tensor_offset(model):
     assert torch.equal(run(model, **dict(data, offset=[70, 100])), expected)
     with pytest.raises(ValueError, match=r"expected offset of shape \(B,\) integer, got \(2,\) torch.float32"):
         run(model, **dict(data, offset=[70.5, 100]))
-    with pytest.raises(ValueError, match="expected offset a .*integer tensor or list of ints, got"):
+    with pytest.raises(ValueError, match=r"expected offset a .*integer tensor or list of ints, got"):
         run(model, **dict(data, offset=["70", 100]))
 
 

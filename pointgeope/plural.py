@@ -1,0 +1,20 @@
+"""A count with its noun in the right number: ``1 room``, ``2 rooms``, ``1,200 points``.
+
+The one place the toolkit's output lines make a plural, so that no line reads ``1 threads``. English plurals of
+the nouns these lines count: ``+s``, ``+es`` after s/x/ch/sh (``class`` -> ``classes``, ``batch`` ->
+``batches``); an irregular noun passes its plural (``counted(n, "process", "processes")`` is the same rule;
+``counted(n, "index", "indices")`` is not).
+"""
+from __future__ import annotations
+
+
+def plural(noun: str) -> str:
+    """The regular English plural of ``noun``: ``room`` -> ``rooms``, ``class`` -> ``classes``."""
+    return noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
+
+
+def counted(n: int, noun: str, many: str | None = None) -> str:
+    """``n`` with thousands separators and ``noun`` in the number ``n`` asks for: ``noun`` when ``n == 1``,
+    else ``many`` (default: :func:`plural` of ``noun``). ``counted(1, "room") == "1 room"``,
+    ``counted(0, "room") == "0 rooms"``, ``counted(1200, "point") == "1,200 points"``."""
+    return f"{n:,} {noun if n == 1 else (many or plural(noun))}"
