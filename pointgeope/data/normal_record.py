@@ -18,7 +18,7 @@ normals (``None``).
   same points with other normals are no other data (nothing refused), but its scores on them may differ;
 - a training of ``data.normal`` on files whose estimate is not :func:`current` (:func:`is_current`) trains on
   them as they are, with one warning line naming them and the ``prepare`` that re-estimates them
-  (:func:`not_current_line`, :func:`say_not_current`).
+  (:func:`not_current_line`; ``train`` says it once a command).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["area_estimates", "current", "describe", "differing_line", "is_current", "not_current_line", "read_by",
-           "read_these", "recorded", "room_estimate", "say_not_current", "tested"]
+           "read_these", "recorded", "room_estimate", "tested"]
 
 BEFORE_VERSION = {"normal_k": 30, "normal_version": 1}  # the estimate of the versions that recorded none
 
@@ -88,12 +88,6 @@ def not_current_line(root: str | Path, areas) -> str | None:
             f"({describe(current())}); training reads them as they are; "
             f"`pointgeope prepare {raw} {shlex.quote(str(root))}` estimates them again from the files' own "
             "coordinates (seconds per room, no raw file parsed again)")
-
-
-def say_not_current(root: str | Path, areas, say) -> None:
-    """:func:`not_current_line` of ``areas`` through ``say`` (a training's log), where there is one."""
-    if line := not_current_line(root, areas):
-        say(line)
 
 
 def area_estimates(root: str | Path, areas) -> dict[str, dict[str, int] | None]:

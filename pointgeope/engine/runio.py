@@ -22,6 +22,12 @@ class Log:
         if self.path is not None:
             print(self.record(text), flush=True)
 
+    def once(self, text: str, said: set[str]) -> None:
+        """``text`` on the terminal and in ``log.txt`` the first time a command says it (``said``: what it has
+        said), in ``log.txt`` only after that: a fold's warning that every fold of a run would repeat."""
+        self.record(text) if text in said else self(text)
+        said.add(text)
+
     def record(self, text: str) -> str:
         """The time-stamped line of ``text`` appended to ``log.txt`` only (what the command says on the
         terminal itself: why it stopped); returns the line."""

@@ -44,7 +44,7 @@ from pointgeope.data.color_record import colorless_warning
 from pointgeope.data.features import feature_names
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.identity import area_points
-from pointgeope.data.normal_record import area_estimates, say_not_current
+from pointgeope.data.normal_record import area_estimates, not_current_line
 from pointgeope.data.ptv3_dataset import check_normals
 from pointgeope.data.rooms import list_area_rooms
 from pointgeope.data.spacing import rooms_spacing
@@ -273,11 +273,11 @@ def check_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
                                           cfg.train.ignore_index):
             log(line)       # classes of the network that no point of the fold's areas holds
         if cfg.data.color and (line := colorless_warning(root, train_areas)):
-            log.record(line) if line in said else log(line)   # prepare's record of the rooms all 0 0 0
-            said.add(line)
+            log.once(line, said)   # prepare's record of the rooms all 0 0 0
         if cfg.data.normal:     # PTv3's [rgb | normal]: the test rooms' normals too, before hours of training
             check_normals(list_area_rooms(root, train_areas + test_areas))
-            say_not_current(root, train_areas + test_areas, log)  # another estimate's: trained on as they are
+            if line := not_current_line(root, train_areas + test_areas):  # another estimate's: trained on as is
+                log.once(line, said)
     distributed.barrier()
 
 

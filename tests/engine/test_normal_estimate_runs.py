@@ -180,6 +180,33 @@ def test_training_on_files_of_an_older_estimate_says_so_once(two_folds, tmp_path
     assert [x.split(" ", 2)[-1] for x in log.splitlines() if "warning:" in x] == [line]
 
 
+def test_the_older_estimate_warning_is_printed_once_a_command_and_logged_in_every_fold(two_folds, tmp_path,
+                                                                                      capsys):
+    """Before: each fold's checks printed it again (six identical lines for a 6-fold run)."""
+    import torch
+
+    from pointgeope.data.folds import load_folds
+    from pointgeope.engine.config import load_config
+    from pointgeope.engine.distributed import DistEnv
+    from pointgeope.engine.runio import Log
+    from pointgeope.engine.train import check_fold
+    from tests.engine.test_ptv3_engine import PTV3_DEMO
+
+    root = _copy_root(two_folds, tmp_path / "root")
+    with h5py.File(root / "Area_2.h5", "r+") as f:
+        for room in f.values():
+            room.attrs["normal_version"] = 9
+    cfg = load_config(PTV3_DEMO, [f"data.root={root}"])
+    env, said = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu")), set()
+    folds, printed = load_folds(root), []
+    for fold in sorted(load_folds(root)):
+        check_fold(cfg, fold, folds, env, Log(tmp_path / f"log_{fold}.txt"), said)
+        printed += [line for line in capsys.readouterr().out.splitlines() if "another estimate" in line]
+        logged = (tmp_path / f"log_{fold}.txt").read_text().splitlines()
+        assert len([line for line in logged if "another estimate" in line]) == 1, fold
+    assert len(folds) >= 2 and len(printed) == 1
+
+
 def test_training_on_current_files_or_without_normals_says_nothing_of_them(two_folds, tmp_path, monkeypatch,
                                                                           capsys):
     printed, log = _start_of_training(two_folds, tmp_path, monkeypatch, capsys)

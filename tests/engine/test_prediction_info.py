@@ -22,7 +22,7 @@ def test_prediction_metadata_loads_with_weights_only(tmp_path):
     # a checkpoint written before the "predict" entry: derived from its config, without the spacing
     old = checkpoint_prediction_info({"config": config_to_dict(Config())}, "old.pt")
     assert old["features"] == ["rgb", "xyz"] and old["spacing"] is None and old["in_channels"] == 6
-    with pytest.raises(CheckpointError, match="^x.pt: expected a model checkpoint with a config"):
+    with pytest.raises(CheckpointError, match=r"^x\.pt: expected a model checkpoint with a config"):
         checkpoint_prediction_info({"model": {}}, "x.pt")
 
 

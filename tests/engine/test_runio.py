@@ -30,3 +30,16 @@ def test_a_log_that_cannot_be_written_does_not_replace_the_stop(tmp_path):
     blocker.write_text("")
     record_stop(blocker / "log.txt", FloatingPointError("fold 1: the loss is nan"))   # NotADirectoryError inside
     assert blocker.read_text() == ""
+
+
+def test_once_prints_a_line_the_first_time_and_logs_it_every_time(tmp_path, capsys):
+    said: set[str] = set()
+    for fold in (1, 2):
+        Log(tmp_path / f"log_{fold}.txt").once("warning: w", said)
+        Log(tmp_path / f"log_{fold}.txt").once(f"fold {fold}", said)
+    assert capsys.readouterr().out.count("warning: w") == 1      # the terminal: once a command
+    assert capsys.readouterr().out == ""
+    for fold in (1, 2):                                          # each fold's log.txt: every line it was told
+        lines = (tmp_path / f"log_{fold}.txt").read_text().splitlines()
+        assert [line.split(" ", 2)[2] for line in lines] == ["warning: w", f"fold {fold}"]
+    assert said == {"warning: w", "fold 1", "fold 2"}
