@@ -69,7 +69,7 @@ def not_current_line(root: str | Path, areas) -> str | None:
     from pointgeope.h5 import area_path, read_rooms_attrs
 
     found = []
-    for area in areas:
+    for area in sorted(set(areas)):     # one text for the same files, whatever order a fold lists its areas in
         rooms = read_rooms_attrs(area_path(root, area)) or {}
         old = [attrs for attrs in rooms.values() if not is_current(attrs)]
         if old:
