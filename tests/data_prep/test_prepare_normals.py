@@ -117,7 +117,7 @@ def test_prepare_into_an_older_folder_estimates_the_normals_again_resumably(tmp_
     parsed, done = _count_parsed(monkeypatch), _renormalled(monkeypatch, fail_after=2)
     with pytest.raises(Killed):
         prepare(PrepareConfig(raw, out, progress=False))
-    assert ("note: Area_1: 4 room(s) stored without this version's normals (an older prepare): estimating them "
+    assert ("note: Area_1: 4 rooms stored without this version's normals (an older prepare): estimating them "
             f"again from their stored points (k={K_NORMAL}, version {NORMAL_VERSION}), their raw files not parsed "
             "again") in capsys.readouterr().err
     done = _renormalled(monkeypatch)

@@ -94,9 +94,9 @@ def test_folders_inside_annotations_are_named_as_ignored(tmp_path, capsys):
     assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 0
     printed = capsys.readouterr()
     warnings = [line for line in printed.err.splitlines() if line.startswith("warning")]
-    assert warnings == [f"warning: Area_3/r/Annotations/{name}: ignored (a folder inside Annotations, {n} file(s) not "
+    assert warnings == [f"warning: Area_3/r/Annotations/{name}: ignored (a folder inside Annotations, {n} not "
                         "read); only the <class>_<k>.txt files directly in Annotations are prepared: move them up "
-                        "to keep them" for name, n in (("extra", 2), ("table_1.txt", 1))]
+                        "to keep them" for name, n in (("extra", "2 files"), ("table_1.txt", "1 file"))]
     # the area's summary line and manifest.json count them too (they said "lost objects 0" and nothing else)
     assert "lost objects 0, ignored folders in Annotations 2 (3 files), " in printed.out
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())

@@ -214,3 +214,15 @@ def test_training_on_current_files_or_without_normals_says_nothing_of_them(two_f
                                                                           capsys):
     printed, log = _start_of_training(two_folds, tmp_path, monkeypatch, capsys)
     assert "estimate" not in printed and "estimate" not in log and "checked Area_2 (2 rooms)" in log
+
+
+def test_the_older_estimate_warning_counts_one_room_in_the_singular(two_folds, tmp_path):
+    from pointgeope.data.normal_record import not_current_line
+
+    root = _copy_root(two_folds, tmp_path / "root")
+    with h5py.File(root / "Area_2.h5", "r+") as f:
+        for name in list(f)[1:]:
+            del f[name]                 # one room left
+        next(iter(f.values())).attrs["normal_version"] = 9
+    k = current()["normal_k"]
+    assert f"Area_2.h5 (1 of 1 room: k={k}, version 9) hold normals" in not_current_line(root, ["Area_2"])
