@@ -35,7 +35,7 @@ def test_room_without_annotations_is_an_error_naming_it(tmp_path):
     write_tree(tmp_path, {"Area_1/good/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
                           "Area_1/hallway_9/hallway_9.txt": b"1 2 3 4 5 6\n"})
     (tmp_path / "Area_2/lobby_1").mkdir(parents=True)
-    with pytest.raises(SourceError, match=r"2 room\(s\) without: Area_1/hallway_9 \(no Annotations folder: extract "
+    with pytest.raises(SourceError, match=r"2 rooms without: Area_1/hallway_9 \(no Annotations folder: extract "
                                           r"the room again, or remove Area_1/hallway_9\), Area_2/lobby_1 \(no "
                                           r"Annotations folder: extract the room again, or remove Area_2/lobby_1\)"):
         open_source(tmp_path).rooms()
@@ -239,7 +239,7 @@ def test_ignored_folders_are_counted_in_their_areas_line_below_a_top_folder(tmp_
     files = {f"{top}/Area_3/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
              f"{top}/Area_3/r/Annotations/extra/chair_1.txt": b"1 2 3 4 5 6\n"}
     assert cli(["prepare", str(write_tree(tmp_path / "raw", files)), str(tmp_path / "out")]) == 0
-    assert "lost objects 0, ignored folders in Annotations 1 (1 files), " in capsys.readouterr().out
+    assert "lost objects 0, ignored folders in Annotations 1 (1 file), " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("twin", ["wall_1.TXT", "Wall_1.txt", "wall_01.txt", "WALL_001.Txt"])
