@@ -129,7 +129,7 @@ def _scan_raw(cfg: PrepareConfig) -> tuple:
     for path in source.ignored:
         print(f"warning: {path}: ignored (not a .txt annotation file)", file=sys.stderr)
     for path, files in source.ignored_folders:  # its objects would be lost without a word
-        print(f"warning: {path}: ignored (a folder inside Annotations, {files} file(s) not read); only the "
+        print(f"warning: {path}: ignored (a folder inside Annotations, {_count(files, 'file')} not read); only the "
               "<class>_<k>.txt files directly in Annotations are prepared: move them up to keep them", file=sys.stderr)
     return source, rooms
 
@@ -196,7 +196,7 @@ def _take_stock(cfg: PrepareConfig, source, rooms: list, out: Path, old_manifest
             else:
                 stock.todo.append((source, room, work_file, cfg.limits, None))
     for area, n in renewed.items():
-        print(f"note: {area}: {n} room(s) stored without this version's normals (an older prepare): estimating "
+        print(f"note: {area}: {_count(n, 'room')} stored without this version's normals (an older prepare): estimating "
               f"them again from their stored points ({describe(current())}), their raw files not parsed again",
               file=sys.stderr)
     return stock

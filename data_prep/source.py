@@ -48,6 +48,7 @@ from data_prep.names import (
     object_class,
     object_key,
 )
+from pointgeope.plural import counted
 
 __all__ = ["Entry", "FolderSource", "Room", "Source", "SourceError", "ZipSource", "object_class", "object_key",
            "open_source"]
@@ -167,7 +168,7 @@ class Source:
                 for (a, r), files in sorted(rooms.items()) if not files]
         if bare:
             raise SourceError(f"{self.location}: expected Annotations/<class>_<k>.txt files (lines 'x y z r g b') "
-                              f"in every room; {len(bare)} room(s) without: {', '.join(bare)}")
+                              f"in every room; {counted(len(bare), 'room')} without: {', '.join(bare)}")
         empty = sorted(path for area, path in areas.items() if not any(a == area for a, _ in rooms))
         if empty:  # an extraction or copy that stopped early: the area would vanish from the folds
             hidden = [h for h in hidden if h.rsplit("/", 1)[0] in empty]

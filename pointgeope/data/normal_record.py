@@ -67,15 +67,17 @@ def not_current_line(root: str | Path, areas) -> str | None:
     from pointgeope.data.check import read_manifest
     from pointgeope.errors import UserError
     from pointgeope.h5 import area_path, read_rooms_attrs
+    from pointgeope.plural import counted
 
     found = []
-    for area in areas:
+    for area in sorted(set(areas)):     # one text for the same files, whatever order a fold lists its areas in
         rooms = read_rooms_attrs(area_path(root, area)) or {}
         old = [attrs for attrs in rooms.values() if not is_current(attrs)]
         if old:
             shown = sorted({describe(room_estimate(attrs)) + ("" if "normal_version" in attrs or "normal_k" not in
                                                               attrs else " (not recorded)") for attrs in old})
-            found.append(f"{area_path(root, area).name} ({len(old)} of {len(rooms)} rooms: {', '.join(shown)})")
+            found.append(f"{area_path(root, area).name} ({len(old)} of {counted(len(rooms), 'room')}: "
+                         f"{', '.join(shown)})")
     if not found:
         return None
     try:

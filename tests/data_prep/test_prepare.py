@@ -141,7 +141,7 @@ def test_bad_input_is_an_error_and_writes_nothing(tmp_path, capsys):
     write_tree(tmp_path / "raw", {"Area_1/ok/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
                                   "Area_1/office_7/office_7.txt": b"1 2 3 4 5 6\n"})
     assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 2
-    assert "1 room(s) without: Area_1/office_7 (no Annotations folder: " in capsys.readouterr().err
+    assert "1 room without: Area_1/office_7 (no Annotations folder: " in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

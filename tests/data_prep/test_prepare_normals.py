@@ -117,7 +117,7 @@ def test_prepare_into_an_older_folder_estimates_the_normals_again_resumably(tmp_
     parsed, done = _count_parsed(monkeypatch), _renormalled(monkeypatch, fail_after=2)
     with pytest.raises(Killed):
         prepare(PrepareConfig(raw, out, progress=False))
-    assert ("note: Area_1: 4 room(s) stored without this version's normals (an older prepare): estimating them "
+    assert ("note: Area_1: 4 rooms stored without this version's normals (an older prepare): estimating them "
             f"again from their stored points (k={K_NORMAL}, version {NORMAL_VERSION}), their raw files not parsed "
             "again") in capsys.readouterr().err
     done = _renormalled(monkeypatch)
@@ -383,3 +383,32 @@ def test_a_run_whose_points_checksum_holds_its_normals_is_not_told_its_points_di
     clause = ", or only the normals it read, which the checksums of its points hold too (recorded by an older " \
              "pointgeope); restore"
     assert (clause in message) is normal and ("normal" in message) is normal
+
+
+def test_a_room_of_a_prepare_before_the_colour_record_gets_it_with_its_normals(tmp_path, monkeypatch):
+    """A folder of a version that recorded neither this estimate nor ``no_color``: the prepare that estimates its
+    rooms' normals again records their colour too (read anyway), so that the files end as a fresh prepare's,
+    byte for byte, and train can name a room without colour (before: the rooms stayed without the record)."""
+    from pointgeope.data.color_record import NO_COLOR
+
+    real = data_prep.room._room_attrs
+
+    def before_the_record(*args, **kwargs):
+        attrs = real(*args, **kwargs)
+        del attrs[NO_COLOR]
+        return attrs
+
+    raw = five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    _older_prepare(monkeypatch)
+    monkeypatch.setattr(data_prep.room, "_room_attrs", before_the_record)
+    prepare(PrepareConfig(raw, out, progress=False))
+    with h5py.File(out / "Area_1.h5") as f:
+        assert not any(NO_COLOR in f[r].attrs for r in f)      # the older folder, as simulated
+    monkeypatch.undo()
+    prepare(PrepareConfig(raw, out, progress=False))
+    prepare(PrepareConfig(raw, tmp_path / "fresh", progress=False))
+    for area in ("Area_1.h5", "Area_2.h5"):
+        with h5py.File(out / area) as f:
+            assert all(f[r].attrs[NO_COLOR] == False for r in f), area  # noqa: E712 (numpy's bool)
+        assert (out / area).read_bytes() == (tmp_path / "fresh" / area).read_bytes(), area

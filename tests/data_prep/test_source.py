@@ -35,7 +35,7 @@ def test_room_without_annotations_is_an_error_naming_it(tmp_path):
     write_tree(tmp_path, {"Area_1/good/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
                           "Area_1/hallway_9/hallway_9.txt": b"1 2 3 4 5 6\n"})
     (tmp_path / "Area_2/lobby_1").mkdir(parents=True)
-    with pytest.raises(SourceError, match=r"2 room\(s\) without: Area_1/hallway_9 \(no Annotations folder: extract "
+    with pytest.raises(SourceError, match=r"2 rooms without: Area_1/hallway_9 \(no Annotations folder: extract "
                                           r"the room again, or remove Area_1/hallway_9\), Area_2/lobby_1 \(no "
                                           r"Annotations folder: extract the room again, or remove Area_2/lobby_1\)"):
         open_source(tmp_path).rooms()
@@ -94,9 +94,9 @@ def test_folders_inside_annotations_are_named_as_ignored(tmp_path, capsys):
     assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 0
     printed = capsys.readouterr()
     warnings = [line for line in printed.err.splitlines() if line.startswith("warning")]
-    assert warnings == [f"warning: Area_3/r/Annotations/{name}: ignored (a folder inside Annotations, {n} file(s) not "
+    assert warnings == [f"warning: Area_3/r/Annotations/{name}: ignored (a folder inside Annotations, {n} not "
                         "read); only the <class>_<k>.txt files directly in Annotations are prepared: move them up "
-                        "to keep them" for name, n in (("extra", 2), ("table_1.txt", 1))]
+                        "to keep them" for name, n in (("extra", "2 files"), ("table_1.txt", "1 file"))]
     # the area's summary line and manifest.json count them too (they said "lost objects 0" and nothing else)
     assert "lost objects 0, ignored folders in Annotations 2 (3 files), " in printed.out
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
@@ -239,7 +239,7 @@ def test_ignored_folders_are_counted_in_their_areas_line_below_a_top_folder(tmp_
     files = {f"{top}/Area_3/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
              f"{top}/Area_3/r/Annotations/extra/chair_1.txt": b"1 2 3 4 5 6\n"}
     assert cli(["prepare", str(write_tree(tmp_path / "raw", files)), str(tmp_path / "out")]) == 0
-    assert "lost objects 0, ignored folders in Annotations 1 (1 files), " in capsys.readouterr().out
+    assert "lost objects 0, ignored folders in Annotations 1 (1 file), " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("twin", ["wall_1.TXT", "Wall_1.txt", "wall_01.txt", "WALL_001.Txt"])

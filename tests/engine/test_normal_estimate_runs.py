@@ -180,9 +180,11 @@ def test_training_on_files_of_an_older_estimate_says_so_once(two_folds, tmp_path
     assert [x.split(" ", 2)[-1] for x in log.splitlines() if "warning:" in x] == [line]
 
 
+@pytest.mark.parametrize("older", [("Area_2",), ("Area_1", "Area_2")], ids=["one file", "two files"])
 def test_the_older_estimate_warning_is_printed_once_a_command_and_logged_in_every_fold(two_folds, tmp_path,
-                                                                                      capsys):
-    """Before: each fold's checks printed it again (six identical lines for a 6-fold run)."""
+                                                                                      capsys, older):
+    """Before: each fold's checks printed it again (six identical lines for a 6-fold run); with several older
+    files, each fold named them in its own order (its training areas first), so each printed it again."""
     import torch
 
     from pointgeope.data.folds import load_folds
@@ -193,9 +195,10 @@ def test_the_older_estimate_warning_is_printed_once_a_command_and_logged_in_ever
     from tests.engine.test_ptv3_engine import PTV3_DEMO
 
     root = _copy_root(two_folds, tmp_path / "root")
-    with h5py.File(root / "Area_2.h5", "r+") as f:
-        for room in f.values():
-            room.attrs["normal_version"] = 9
+    for area in older:
+        with h5py.File(root / f"{area}.h5", "r+") as f:
+            for room in f.values():
+                room.attrs["normal_version"] = 9
     cfg = load_config(PTV3_DEMO, [f"data.root={root}"])
     env, said = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu")), set()
     folds, printed = load_folds(root), []
@@ -211,3 +214,15 @@ def test_training_on_current_files_or_without_normals_says_nothing_of_them(two_f
                                                                           capsys):
     printed, log = _start_of_training(two_folds, tmp_path, monkeypatch, capsys)
     assert "estimate" not in printed and "estimate" not in log and "checked Area_2 (2 rooms)" in log
+
+
+def test_the_older_estimate_warning_counts_one_room_in_the_singular(two_folds, tmp_path):
+    from pointgeope.data.normal_record import not_current_line
+
+    root = _copy_root(two_folds, tmp_path / "root")
+    with h5py.File(root / "Area_2.h5", "r+") as f:
+        for name in list(f)[1:]:
+            del f[name]                 # one room left
+        next(iter(f.values())).attrs["normal_version"] = 9
+    k = current()["normal_k"]
+    assert f"Area_2.h5 (1 of 1 room: k={k}, version 9) hold normals" in not_current_line(root, ["Area_2"])
