@@ -209,5 +209,5 @@ def test_a_signalling_nan_is_one_line_without_numpys_warning(tmp_path, suffix):
                          b"property float y\nproperty float z\nend_header\n" + coord.tobytes())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with pytest.raises(ScanError, match=r"1 point\(s\) have NaN or infinite coordinates \(the first is point 2"):
+        with pytest.raises(ScanError, match=r"1 point has NaN or infinite coordinates \(the first is point 2"):
             read_scan(ScanRef(path, suffix[1:], "s"))
