@@ -22,7 +22,7 @@ they are identified by their own room attributes (``normal_k``, ``normal_version
 that breaks ties between equally near neighbours otherwise) is the same data set with another estimate, which a
 run that read it is told of, not other data. A file of a prepare before normals has the same points checksum
 as the same points prepared now. The versions between normals and this rule hashed ``normal`` too
-(``derived=True``): only :mod:`pointgeope.data.identity` asks for that (``recorded_points``, ``read_normals``), to
+(``derived=True``): only :mod:`pointgeope.data.identity` asks for that (``recorded_points``), to
 recognise what they recorded.
 """
 from __future__ import annotations

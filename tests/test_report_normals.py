@@ -101,29 +101,3 @@ def test_a_run_that_read_no_normals_never_mentions_them(tmp_path, capsys):
         assert not any("normals" in key for key in settings)
     assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 0
     assert "normals" not in capsys.readouterr().out + (tmp_path / "out" / "report.md").read_text()
-
-
-def test_a_fold_recorded_before_data_normals_is_said_to_have_read_the_normals_its_points_hashed(tmp_path, capsys):
-    """A data.normal fold recorded before "data_normals" is taken to have read version 1; one whose points
-    checksums (of the versions that hashed the normals) are those of its data.root's files read their very
-    normals: the versions between NORMAL_VERSION 2 and its attribute prepared version 2. The report named it
-    "k=30, version 1" and set it apart from a run recorded now on the same files, as data.normals.<area>."""
-    from pointgeope.data.normal_record import current, describe
-
-    root = tmp_path / "s3dis"
-    prepare(PrepareConfig(five_rooms(tmp_path / "raw"), root, progress=False))
-    hashed = {a: points_with_normals(root / f"{a}.h5") for a in AREAS}
-    measured = {a: measured_points(root / f"{a}.h5") for a in AREAS}
-    old, run, earlier = tmp_path / "old", tmp_path / "run", tmp_path / "earlier"
-    for k in (1, 2):
-        _fold(old, k, root, hashed, _normal_config(root))  # no data_normals
-        _fold(earlier, k, root, {**hashed, "Area_2": "points:sha256:" + "0" * 64}, _normal_config(root))
-        _fold(run, k, root, measured, _normal_config(root), data_normals={a: current() for a in AREAS})
-    settings = fold_settings(json.loads((old / "area_1" / "metrics.json").read_text()), old / "area_1")
-    assert {k: v for k, v in settings.items() if k.startswith("data.normals.")} == \
-        {f"data.normals.{a}": describe(current()) for a in AREAS}
-    settings = fold_settings(json.loads((earlier / "area_1" / "metrics.json").read_text()), earlier / "area_1")
-    assert settings["data.normals.Area_2"] == "k=30, version 1"  # not these normals: taken as version 1
-    capsys.readouterr()
-    assert cli(["report", str(old), str(run), "--out", str(tmp_path / "out")]) == 0
-    assert "data.normals" not in (tmp_path / "out" / "report.md").read_text()

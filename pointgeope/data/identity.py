@@ -136,14 +136,3 @@ def recorded_points(used: str, now: str, path: Path) -> bool:
     read; where they were estimated again since, ``manifest.json``'s ``same_points`` or the file the run
     trained on tell (:func:`same_points`)."""
     return used == now or used == _computed(path, derived=True)
-
-
-def read_normals(used: str, path: Path) -> bool:
-    """Whether the points checksum ``used`` that a run recorded hashed the very normals the file at ``path``
-    holds now (the rule of the versions between normals and this one, :func:`recorded_points`): then the run
-    read those normals, byte for byte. ``False`` for a file without normals (both rules agree on it), or one
-    that cannot be read (its readers name the problem)."""
-    try:
-        return used == _computed(path, derived=True) != _computed(path)
-    except (OSError, SchemaError):
-        return False

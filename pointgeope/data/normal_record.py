@@ -4,16 +4,13 @@ The normals are derived from ``coord`` (:mod:`pointgeope.data.normals`), so they
 checksum (:mod:`pointgeope.checksum`): a room's estimate is named by its attributes ``normal_k`` (neighbours
 per normal) and ``normal_version`` (:data:`~pointgeope.data.normals.NORMAL_VERSION` of the estimator that made
 them). A room of a prepare that wrote ``normal_k`` alone is taken as version 1, the estimate of the versions before
-:data:`~pointgeope.data.normals.NORMAL_VERSION` (the few between version 2 and the attribute wrote version 2's
-normals so: :func:`read_these` tells them by their bytes where it can); a room without ``normal_k`` holds no
-normals (``None``).
+:data:`~pointgeope.data.normals.NORMAL_VERSION`; a room without ``normal_k`` holds no normals (``None``).
 
 - ``prepare`` estimates again, from the stored ``coord``, a room whose estimate is not :func:`current`
   (``data_prep.stale``);
 - a run of ``data.normal`` records the estimate of each area file it read (the checkpoint's and
   ``metrics.json``'s ``"data_normals"``: area -> ``{"normal_k": 30, "normal_version": 1}``; a run of
-  ``data.normal`` written before the record read version 1 with ``k = 30``, :func:`recorded`, unless the points
-  checksum it recorded hashed the very normals a file holds now, :func:`read_these`);
+  ``data.normal`` written before the record read version 1 with ``k = 30``, :func:`recorded`);
 - a command that uses it on files of another estimate says so in one line (:func:`differing_line`): the
   same points with other normals are no other data (nothing refused), but its scores on them may differ;
 - a training of ``data.normal`` on files whose estimate is not :func:`current` (:func:`is_current`) trains on
@@ -27,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["area_estimates", "current", "describe", "differing_line", "is_current", "not_current_line", "read_by",
-           "read_these", "recorded", "room_estimate", "tested"]
+__all__ = ["area_estimates", "current", "describe", "differing_line", "is_current", "not_current_line", "recorded",
+           "room_estimate", "tested"]
 
 BEFORE_VERSION = {"normal_k": 30, "normal_version": 1}  # the estimate of the versions that recorded none
 
@@ -119,33 +116,6 @@ def recorded(ckpt: dict) -> dict[str, dict[str, int]] | None:
     if isinstance(found, dict):
         return {area: e for area, e in found.items() if isinstance(e, dict)}
     return {area: dict(BEFORE_VERSION) for area in (ckpt.get("data") or {})}
-
-
-def read_these(ckpt: dict, read: dict[str, dict], root: str | Path, now: dict[str, dict | None]) -> dict[str, dict]:
-    """``read`` (:func:`recorded` of ``ckpt``) with ``now[area]``, the estimate of ``root/<area>.h5``, for each area
-    whose normals the run provably read: a checkpoint without ``"data_normals"`` whose points checksum of the area
-    (``"data_points"``, recorded by the versions that hashed ``normal`` too) is the file's under that rule
-    (:func:`pointgeope.data.identity.read_normals`) read those very normals, whatever :func:`recorded` assumed of
-    it (a run of the versions between ``NORMAL_VERSION`` 2 and its attribute read version 2, not 1)."""
-    points = ckpt.get("data_points")
-    if isinstance(ckpt.get("data_normals"), dict) or not isinstance(points, dict):
-        return read
-    from pointgeope.data.identity import read_normals
-    from pointgeope.h5 import area_path
-
-    return {area: now[area] if now.get(area) not in (None, estimate) and isinstance(points.get(area), str)
-            and read_normals(points[area], area_path(root, area)) else estimate for area, estimate in read.items()}
-
-
-def read_by(ckpt: dict) -> dict[str, dict] | None:
-    """:func:`recorded` of ``ckpt``, and for one recorded before ``"data_normals"``, :func:`read_these` of the files
-    of its ``data.root`` where they are at hand (``predict``, ``report``; a resume or ``evaluate`` asks it of the
-    files it reads)."""
-    read = recorded(ckpt)
-    root = ((ckpt.get("config") or {}).get("data") or {}).get("root")
-    if not read or isinstance(ckpt.get("data_normals"), dict) or not isinstance(root, str):
-        return read
-    return read_these(ckpt, read, root, area_estimates(root, sorted(read)))
 
 
 def tested(ckpt: dict, root: str | Path, areas) -> dict[str, dict]:

@@ -65,7 +65,7 @@ class Predictor:
             override.
         checksum: the sha256 of the checkpoint's bytes the network was loaded from (what predict's records
             name).
-        normals_read: area -> the normal estimate its run read (:func:`pointgeope.data.normal_record.read_by`);
+        normals_read: area -> the normal estimate its run read (:func:`pointgeope.data.normal_record.recorded`);
             ``None`` for a network that reads no normals.
         warned: the estimates of scans already warned about (one line per estimate, not per scan).
     """
@@ -211,6 +211,6 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     net = build.model(cfg).to(dev)
     load_model_state(net, ckpt, path)
     net.eval()
-    from pointgeope.data.normal_record import read_by
+    from pointgeope.data.normal_record import recorded
 
-    return Predictor(net, cfg, info, dev, path, cap_origin, checksum, read_by(ckpt))
+    return Predictor(net, cfg, info, dev, path, cap_origin, checksum, recorded(ckpt))

@@ -38,7 +38,6 @@ def check_data_of(path: str | Path, ckpt: dict, now: dict[str, str | None], root
     check_data(path, saved, now, root, log, ckpt.get("data_points"), trained_root, read is not None, hashed)
     if read is not None:
         at_hand = normal_record.area_estimates(root, [area for area in sorted(now) if now[area]])
-        read = normal_record.read_these(ckpt, read, root, at_hand)  # an older record, proven by the normals' bytes
         if line := normal_record.differing_line(str(path), read, at_hand):
             log(line)
 

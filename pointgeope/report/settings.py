@@ -70,14 +70,11 @@ def fold_settings(metrics: dict, folder: Path) -> dict[str, object] | None:
 
 def _normals(metrics: dict, settings: dict) -> dict[str, str]:
     """``data.normals.<area>`` -> the normal estimate a fold of ``data.normal`` read of each area
-    (:func:`pointgeope.data.normal_record.read_by`, in words: for a fold recorded before ``"data_normals"``, the
-    estimate of its ``data.root``'s file where its points checksum hashed that file's very normals); none for a
-    fold that read no normals."""
+    (:func:`pointgeope.data.normal_record.recorded`, in words); none for a fold that read no normals."""
     from pointgeope.data import normal_record as normals
 
-    data = {"normal": settings.get("data.normal"), "root": settings.get("data.root")}
-    read = normals.read_by({"config": {"data": data},
-                            **{key: metrics.get(key) for key in ("data", "data_normals", "data_points")}})
+    read = normals.recorded({"config": {"data": {"normal": settings.get("data.normal")}},
+                             **{key: metrics.get(key) for key in ("data", "data_normals")}})
     return {f"data.normals.{area}": normals.describe(estimate) for area, estimate in (read or {}).items()}
 
 

@@ -207,21 +207,16 @@ def test_a_damaged_estimate_attribute_has_the_normals_estimated_again(tmp_path, 
     assert (tmp_path / "out/Area_2.h5").read_bytes() == fresh
 
 
-@pytest.mark.parametrize("older", [_before_the_version, _other_estimate], ids=["version 2 unnamed", "version 1"])
-def test_a_run_recorded_before_the_estimate_record_is_warned_only_where_its_normals_changed(tmp_path, monkeypatch,
-                                                                                            older):
-    """A run of data.normal recorded before "data_normals" is taken to have read version 1; the versions between
-    NORMAL_VERSION 2 and the normal_version attribute prepared version 2's normals with normal_k alone. Such a
-    folder prepared again by this version keeps its normals byte for byte (only the attribute is added): its run
-    was told it read another estimate and to retrain. Its recorded points checksum (which hashed the normals it
-    read) tells: no warning where they are the file's normals, the warning where they were estimated otherwise."""
+def test_a_run_recorded_before_the_estimate_record_is_warned_of_the_normals_estimated_again(tmp_path, monkeypatch):
+    """A run of data.normal recorded before "data_normals" read version 1 (k = 30, the estimate of every version
+    before the record), in a folder of normal_k alone. Prepared again by this version, the folder holds the same
+    points with this version's normals: the run is recognised on them, and told of the other estimate."""
     from pointgeope.engine.trained_data import check_data_of
 
     raw = five_rooms(tmp_path / "raw")
     out = tmp_path / "out"
-    older(monkeypatch)
-    if older is _other_estimate:
-        _before_the_version(monkeypatch)  # version 1's folders: other normals, normal_k alone
+    _other_estimate(monkeypatch)
+    _before_the_version(monkeypatch)  # version 1's folders: other normals, normal_k alone
     prepare(PrepareConfig(raw, out, progress=False))
     monkeypatch.undo()
     areas = ("Area_1", "Area_2")
@@ -233,11 +228,10 @@ def test_a_run_recorded_before_the_estimate_record_is_warned_only_where_its_norm
     assert all(now[a] != trained[a] for a in areas)
     lines = []
     check_data_of("last.pt", ckpt, now, out, lines.append)
-    assert len(lines) == 1 + (older is _other_estimate) and "), of the same points: " in lines[0], lines
-    if older is _other_estimate:
-        assert lines[1].startswith(f"warning: last.pt read normals of another estimate than the files hold now "
-                                   f"(Area_1 k={K_NORMAL}, version 1 then, k={K_NORMAL}, version {NORMAL_VERSION} "
-                                   "now; Area_2 "), lines
+    assert len(lines) == 2 and "), of the same points: " in lines[0], lines
+    assert lines[1].startswith(f"warning: last.pt read normals of another estimate than the files hold now "
+                               f"(Area_1 k={K_NORMAL}, version 1 then, k={K_NORMAL}, version {NORMAL_VERSION} "
+                               "now; Area_2 "), lines
 
 
 @pytest.mark.parametrize("where", ["replace", "manifest"])

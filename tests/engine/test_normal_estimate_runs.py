@@ -103,34 +103,6 @@ def test_a_ptv1_run_never_mentions_normals(tiny_run, two_folds, tmp_path, capsys
     assert "normal" not in (out.out + out.err).lower()
 
 
-def test_predict_with_a_run_recorded_before_data_normals_knows_the_normals_its_points_hashed(
-        normal_run, two_folds, tmp_path, capsys):  # noqa: F811
-    """A data.normal checkpoint recorded before "data_normals" is taken to have read version 1; where its points
-    checksums (which hashed the normals then) are those of its data.root's files, it read their very normals
-    (the versions between NORMAL_VERSION 2 and its attribute prepared version 2): predict on them warned of
-    "another estimate". With its data.root gone nothing tells, and the warning stays."""
-    from pointgeope.engine.checkpoint import save_checkpoint
-    from tests.data.points_rules import points_with_normals
-
-    root = _copy_root(two_folds, tmp_path / "root")
-    model = tmp_path / "old.pt"
-    ckpt = load_checkpoint(normal_run / "last.pt")
-    del ckpt["data_normals"]
-    ckpt["config"]["data"]["root"] = str(root)
-    ckpt["data_points"] = {area: points_with_normals(root / f"{area}.h5") for area in ckpt["data"]}
-    save_checkpoint(model, ckpt)
-    argv = ["--out", str(tmp_path / "p"), "--max-fragments", "1", "--format", "npy"]
-    capsys.readouterr()
-    assert cli(["predict", str(model), str(two_folds / "Area_1.h5"), *argv]) == 0
-    out = capsys.readouterr()
-    assert _warnings(out.out + out.err) == []
-    shutil.rmtree(root)
-    assert cli(["predict", str(model), str(two_folds / "Area_1.h5"), *argv, "--force"]) == 0
-    out = capsys.readouterr()
-    lines = _warnings(out.out + out.err)
-    assert len(lines) == 1 and "run read in training (k=30, version 1)" in lines[0], lines
-
-
 def test_metrics_record_the_estimate_of_the_test_files_evaluated(normal_run, two_folds, tmp_path):  # noqa: F811
     """metrics.json's data_normals name the normals its scores came from: the test area's as evaluated (another
     estimate than in training, which evaluate warns of), the training areas' as the checkpoint read them. It
