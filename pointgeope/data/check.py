@@ -9,13 +9,14 @@ the fold, before the first epoch), ``evaluate`` (the test areas), ``predict`` (a
   no checksums (a root without one, its areas copied in by hand, is checked without checksums);
 - its root attribute ``area`` equals its name (``Area_1.h5`` holds ``Area_1``; :func:`pointgeope.h5.open_area`);
 - it opens as HDF5 with this schema version, and holds at least one room;
-- each room has ``coord`` float32 ``(N, 3)``, ``color`` uint8 ``(N, 3)``, ``label`` uint8 ``(N,)``,
-  ``instance`` int32 ``(N,)`` with ``N >= 1``, every coordinate finite, ``normal`` float16 ``(N, 3)`` finite
-  and of unit length where the room has it (files of an older prepare have none), an extent within the limit
-  the file was prepared with (root attr ``max_extent``; plus the float32 rounding of the stored coordinates,
-  :func:`float32_rounding`), and labels below ``num_classes``. A scan's predictions
-  file (``predict --format h5``, opened by ``viz``) has no extent limit and 255 where its ground truth is
-  unknown.
+- each room is a group of arrays only (:func:`pointgeope.h5.room_group`, :func:`pointgeope.h5.check_members`,
+  the owners of that check, which the points checksum and the readers of a room share), and has ``coord``
+  float32 ``(N, 3)``, ``color`` uint8 ``(N, 3)``, ``label`` uint8 ``(N,)``, ``instance`` int32 ``(N,)`` with
+  ``N >= 1``, every coordinate finite, ``normal`` float16 ``(N, 3)`` finite and of unit length where the room
+  has it (files of an older prepare have none), an extent within the limit the file was prepared with (root
+  attr ``max_extent``; plus the float32 rounding of the stored coordinates, :func:`float32_rounding`), and
+  labels below ``num_classes``. A scan's predictions file (``predict --format h5``, opened by ``viz``) has no
+  extent limit and 255 where its ground truth is unknown.
 
 Any failure is a :class:`~pointgeope.h5.SchemaError` naming the file and the room.
 """
@@ -29,18 +30,20 @@ import numpy as np
 from pointgeope.checksum import file_checksum
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
 from pointgeope.h5 import (
+    AGAIN as _AGAIN,
     NORMAL,
     OPTIONAL_ARRAYS,
     ROOM_ARRAYS,
     SchemaError,
     area_max_extent,
     area_path,
+    check_members,
     is_scan_predictions,
     open_area,
+    room_group,
 )
 from pointgeope.plural import counted
 
-_AGAIN = "run `pointgeope prepare` again"
 UNIT_TOLERANCE = 1e-2  # a stored normal's length within it of 1
 
 
@@ -93,6 +96,7 @@ def check_room(where: str, group, max_extent: float, num_classes: int, unlabelle
     missing = [key for key in ROOM_ARRAYS if key not in group]
     if missing:
         raise SchemaError(f"{where}: expected datasets {list(ROOM_ARRAYS)}, missing {missing}; {again}")
+    check_members(group, list(group), again)  # every member: prepare writes arrays only
     lengths = {key: group[key].shape[0] if group[key].ndim else "no" for key in ROOM_ARRAYS}
     if len(set(lengths.values())) > 1:  # named by length: the shape check below took the labels' as right
         raise SchemaError(f"{where}: expected one entry per point in each array, got "
@@ -170,8 +174,8 @@ def check_area(path: str | Path, checksum: str | None = None, num_classes: int =
                 raw = f.attrs.get("max_extent")
                 raise SchemaError(f"{path}: expected a positive max_extent (its attribute: the room size limit "
                                   f"of prepare, metres), got {getattr(raw, 'tolist', lambda: raw)()!r:.80}; {again}")
-            rooms = {name: check_room(f"{path}: room {name!r}", f[name], max_extent, num_classes, scan, again)
-                     for name in f}
+            rooms = {name: check_room(f"{path}: room {name!r}", room_group(f, name, again), max_extent, num_classes,
+                                      scan, again) for name in f}
         except SchemaError:
             raise
         except (OSError, KeyError, ValueError, TypeError, AttributeError) as err:

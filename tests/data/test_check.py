@@ -148,3 +148,38 @@ def test_the_extent_allows_the_float32_rounding_of_a_room_measured_within_the_li
         assert over == []
         assert (extent[measured] > limit).any()  # the case exists: without the allowance these were refused
     assert float32_rounding(np.array([[10.0, 0.0, 0.0]], np.float32)) < 4e-6  # 2 float32 steps at 10 m
+
+
+@pytest.mark.parametrize("member", ["coord", "normal", "extra", None])
+def test_a_member_that_is_not_an_array_is_one_line_from_every_reader(tmp_path, member):
+    """A group where prepare writes an array (``member``; ``None``: an array where a room should be) gets the
+    same line from the area check, the points checksum and a reader of the room. The check said "cannot be
+    read (AttributeError: 'Group' object has no attribute 'ndim'); the file is truncated or corrupt" of a
+    group for coord, passed a group beside the arrays that the points checksum then refused, and of an array
+    for a room said "missing ['coord', 'color', 'label', 'instance']"."""
+    from pointgeope.checksum import points_checksum
+    from pointgeope.h5 import read_room
+
+    path = _area(tmp_path / "Area_1.h5", {"r": _room(5)})
+    with h5py.File(path, "r+") as f:
+        if member is None:
+            del f["r"]
+            f["r"] = np.zeros(3)
+        else:
+            f["r"].pop(member, None)
+            f["r"].create_group(member)
+    line = (f"{path}: expected 'r' to be a room (a group), found an array" if member is None else
+            f"{path}: room 'r': expected {member!r} to be an array, found a group")
+    fields = ("coord", "color", "label", "instance") + (("normal",) if member == "normal" else ())
+    readers = {"check": lambda: check_area(path), "read_room": lambda: read_room(path, "r", fields),
+               "points_checksum": lambda: points_checksum(path, derived=member == "normal")}
+    for name, read in readers.items():
+        if name == "read_room" and member == "extra":
+            assert set(read()) == set(fields)  # a reader that does not ask for the member reads the room
+            continue
+        with pytest.raises(SchemaError) as err:
+            read()
+        assert str(err.value) == f"{line}; run `pointgeope prepare` again", name
+    with pytest.raises(SchemaError) as err:
+        check_area(path, file_checksum(path))
+    assert str(err.value).startswith(f"{line}; delete {path} and run `pointgeope prepare` again")
