@@ -10,12 +10,17 @@ from __future__ import annotations
 import re
 import zipfile
 from pathlib import PurePosixPath
+from shlex import quote
 
 from pointgeope.errors import UserError
 
 AREA = re.compile(r"Area_(\d+)")
 LIKE_AREA = re.compile(r"area[ _-]?(\d+)", re.IGNORECASE)  # area_1, AREA_1, Area 1: named, not read
-ZIPPED_AREA = re.compile(r"Area_(\d+)\.(?i:zip)")  # an area's zip inside RAW: not opened
+# an area's zip inside RAW, not opened: Area_3.zip, in any case or spelling of LIKE_AREA (area_3.zip, AREA 3.ZIP),
+# or a second copy of it: a browser's second download (Area_3 (1).zip, Area_3(1).zip), a file manager's copy
+# (Area_3 - Copy.zip, Area_3 - Copy (2).zip, Area_3 copy.zip, Area_3 copy 2.zip, Area_3 2.zip)
+ZIPPED_AREA = re.compile(r"area[ _-]?(\d+)(?: ?\(\d+\)| - copy(?: \(\d+\))?| copy(?: \d+)?| \d+)?\.zip",
+                         re.IGNORECASE)
 OBJECT = re.compile(r"(.+)_(\d+)")
 # an object file's name: <class>_<k>, S3DIS's (clutter_3, stairs_1) or one's own class of words (side_table_1)
 OBJECT_NAME = re.compile(r"[A-Za-z]+(?:_[A-Za-z]+)*_\d+")
@@ -76,10 +81,12 @@ def add_area(location: str, areas: dict[str, str], area: str, path: str) -> None
 
 
 def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], in_zip: bool) -> None:
-    """Refuse a zip named ``Area_N.zip`` among ``files`` (the paths of RAW's files, or members of RAW's zip)
+    """Refuse a zip named ``Area_N.zip`` (or another spelling or copy of that name, :data:`ZIPPED_AREA`:
+    ``area_3.zip``, ``Area_3 (1).zip``) among ``files`` (the paths of RAW's files, or members of RAW's zip)
     whose area has no folder in ``areas`` (area -> folder): prepare opens a zip only as RAW itself, so the
     area would vanish from the folds without a word (an area left zipped beside the unpacked others). A zip
-    beside its unpacked folder is a leftover of the unpacking, not read as before."""
+    beside its unpacked folder is a leftover of the unpacking, not read as before. The ``unzip`` command
+    the line gives is quoted for a shell (``'Area_3 (1).zip'``)."""
     numbers = {area_number(a) for a in areas}
     zipped = sorted(f for f in files if (m := ZIPPED_AREA.fullmatch(f.rsplit("/", 1)[-1]))
                     and int(m.group(1)) not in numbers)
@@ -89,7 +96,7 @@ def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], i
     shown = ", ".join(zipped[:5]) + (f" and {len(zipped) - 5} more" if len(zipped) > 5 else "")
     first = PurePosixPath(location, zipped[0])
     unpack = (f"unpack {location} and {'it' if one else 'them'} into one folder and give that" if in_zip else
-              f"unpack {'it' if one else 'them'} there (unzip {first} -d {first.parent})")  # beside its siblings
+              f"unpack {'it' if one else 'them'} there (unzip {quote(str(first))} -d {quote(str(first.parent))})")
     other = (f"remove {'it' if one else 'them'} to prepare the other areas" if areas else
              f"give {first} itself as RAW" if one and not in_zip else "")
     raise SourceError(f"{location}: {shown} {'is the zip of an area' if one else 'are the zips of areas'} without a "

@@ -62,29 +62,24 @@ def folder_checksum(path: str | Path) -> str:
 def points_checksum(path: str | Path, derived: bool = False) -> str:
     """The checksum of the points of the area file at ``path`` (module docstring), opened with
     :func:`pointgeope.h5.open_area` (its errors: SchemaError); with ``derived`` the derived arrays are hashed
-    too (the rule of the versions between normals and this one). Reads every hashed array once. A room member
-    that is not an array (a group where an array should be) is a SchemaError naming it, as
-    :func:`pointgeope.data.check.check_area` refuses it."""
-    import h5py
+    too (the rule of the versions between normals and this one). Reads every hashed array once. A room that is
+    not a group, or a hashed member that is not an array, is a SchemaError naming it
+    (:func:`pointgeope.h5.room_group`, :func:`pointgeope.h5.check_members`), as the area check refuses it."""
     import numpy as np
 
-    from pointgeope.h5 import DERIVED_ARRAYS, SchemaError, open_area, room_attrs
+    from pointgeope.h5 import DERIVED_ARRAYS, check_members, open_area, room_attrs, room_group
 
     skip = () if derived else DERIVED_ARRAYS
     digest = hashlib.sha256()
     with open_area(path) as f:
         digest.update(json.dumps(room_attrs(f), sort_keys=True).encode())
         for room in sorted(f):
-            group = f[room]
-            if not isinstance(group, h5py.Group):
-                raise SchemaError(f"{path}: expected {room!r} to be a room (a group), found an array; run "
-                                  "`pointgeope prepare` again")
+            group = room_group(f, room)
             origin = group.attrs.get("origin")
             digest.update(json.dumps([room, None if origin is None else np.asarray(origin).tolist()]).encode())
-            for name in sorted(set(group) - set(skip)):
-                if not isinstance(group[name], h5py.Dataset):
-                    raise SchemaError(f"{path}: room {room!r}: expected {name!r} to be an array, found a "
-                                      f"{type(group[name]).__name__}; run `pointgeope prepare` again")
+            names = sorted(set(group) - set(skip))
+            check_members(group, names)
+            for name in names:
                 values = np.ascontiguousarray(group[name][()])
                 digest.update(json.dumps([name, values.dtype.str, list(values.shape)]).encode())
                 digest.update(values.data)

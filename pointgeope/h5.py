@@ -61,6 +61,7 @@ OPTIONAL_ARRAYS: dict[str, tuple[type, int | None]] = {NORMAL: (np.float16, 3)}
 DERIVED_ARRAYS = (NORMAL,)
 SCAN_PREDICTIONS = "scan-predictions"  # root attr kind of a scan's predictions (label 255: unknown)
 _AREA_FILE = re.compile(r"Area_\d+\.h5")  # the names area_path gives; open_area checks their identity
+AGAIN = "run `pointgeope prepare` again"  # what a defect of an area file asks for (prepare rebuilds the file)
 
 
 class SchemaError(UserError, ValueError):
@@ -153,23 +154,36 @@ def area_max_extent(f: h5py.File) -> float:
     return float("inf") if is_scan_predictions(f) else number
 
 
-def room_group(f: h5py.File, room: str) -> h5py.Group:
-    """The group of ``room`` in an open file; a ``KeyError`` naming the file and its rooms if absent."""
+def room_group(f: h5py.File, room: str, again: str = AGAIN) -> h5py.Group:
+    """The group of ``room`` in an open file; a ``KeyError`` naming the file and its rooms if absent, a
+    :class:`SchemaError` naming it if it is an array (a damaged file), ending with ``again`` (what to do)."""
     if room not in f:
         raise KeyError(f"{f.filename}: no room {room!r}; rooms are {sorted(f)}")
-    return f[room]
+    group = f[room]
+    if not isinstance(group, h5py.Group):
+        raise SchemaError(f"{f.filename}: expected {room!r} to be a room (a group), found an array; {again}")
+    return group
+
+
+def check_members(group: h5py.Group, keys: Iterable[str], again: str = AGAIN) -> None:
+    """Refuse the first of ``keys`` that the room ``group`` holds as something other than an array (a group in
+    its place: a damaged file), naming the file, the room and the member, ending with ``again``; a key the
+    room lacks is left to the caller. The one check of it: :func:`read_fields`, the points checksum
+    (``pointgeope.checksum``) and the area check (``pointgeope.data.check``)."""
+    for key in keys:
+        if key in group and not isinstance(member := group[key], h5py.Dataset):
+            raise SchemaError(f"{group.file.filename}: room {group.name.lstrip('/')!r}: expected {key!r} to be an "
+                              f"array, found a {type(member).__name__.lower()}; {again}")
 
 
 def read_fields(group: h5py.Group, fields: Iterable[str] = ROOM_FIELDS) -> dict[str, np.ndarray]:
     """The arrays ``fields`` of a room group as numpy arrays; a field the room lacks is a :class:`SchemaError`
     naming the file and the room (``normal`` in a file of a prepare before it: prepare again adds it), and so
-    is one that is not an array (a group in its place: a damaged file)."""
+    is one that is not an array (:func:`check_members`)."""
     fields = tuple(fields)
     missing = [key for key in fields if key not in group]
     where = f"{group.file.filename}: room {group.name.lstrip('/')!r}"
-    if not_arrays := [key for key in fields if key in group and not isinstance(group[key], h5py.Dataset)]:
-        raise SchemaError(f"{where}: expected {not_arrays[0]!r} to be an array, found a "
-                          f"{type(group[not_arrays[0]]).__name__}; run `pointgeope prepare` again")
+    check_members(group, fields)
     if missing:
         if missing == [NORMAL]:
             raise SchemaError(f"{where} has no normals (prepared by an older pointgeope); run `pointgeope prepare "

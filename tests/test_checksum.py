@@ -26,7 +26,7 @@ def test_a_group_in_a_room_is_a_schema_error_and_prepare_replaces_its_file(tmp_p
             del f[f"room_b/{member}"]
         f["room_b"].create_group(member)
     with pytest.raises(SchemaError, match=rf"Area_2.h5: room 'room_b': expected '{member}' to be an array, found "
-                                          r"a Group; run `pointgeope prepare` again$"):
+                                          r"a group; run `pointgeope prepare` again$"):
         points_checksum(path, derived=derived)
     prepare(PrepareConfig(raw, out, progress=False))
     assert set(check_area_file(path)) == {"room_b"}
@@ -57,7 +57,7 @@ def test_a_group_for_the_normal_of_a_room_of_another_estimate_is_estimated_again
         del f["room_b/normal"]
         f["room_b"].create_group("normal")
         f["room_b"].attrs["normal_version"] = -1          # another estimate's: prepare estimates it again
-    with pytest.raises(SchemaError, match=r"room 'room_b': expected 'normal' to be an array, found a Group; run "
+    with pytest.raises(SchemaError, match=r"room 'room_b': expected 'normal' to be an array, found a group; run "
                                           r"`pointgeope prepare` again$"):
         read_room_record(path, "room_b")
     prepare(PrepareConfig(raw, out, progress=False))

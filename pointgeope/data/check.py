@@ -9,12 +9,14 @@ the fold, before the first epoch), ``evaluate`` (the test areas), ``predict`` (a
   no checksums (a root without one, its areas copied in by hand, is checked without checksums);
 - its root attribute ``area`` equals its name (``Area_1.h5`` holds ``Area_1``; :func:`pointgeope.h5.open_area`);
 - it opens as HDF5 with this schema version, and holds at least one room;
-- each room has ``coord`` float32 ``(N, 3)``, ``color`` uint8 ``(N, 3)``, ``label`` uint8 ``(N,)``,
-  ``instance`` int32 ``(N,)`` with ``N >= 1``, every coordinate finite, ``normal`` float16 ``(N, 3)`` finite
-  and of unit length where the room has it (files of an older prepare have none), an extent within the limit
-  the file was prepared with (root attr ``max_extent``), and labels below ``num_classes``. A scan's predictions
-  file (``predict --format h5``, opened by ``viz``) has no extent limit and 255 where its ground truth is
-  unknown.
+- each room is a group of arrays only (:func:`pointgeope.h5.room_group`, :func:`pointgeope.h5.check_members`,
+  the owners of that check, which the points checksum and the readers of a room share), and has ``coord``
+  float32 ``(N, 3)``, ``color`` uint8 ``(N, 3)``, ``label`` uint8 ``(N,)``, ``instance`` int32 ``(N,)`` with
+  ``N >= 1``, every coordinate finite, ``normal`` float16 ``(N, 3)`` finite and of unit length where the room
+  has it (files of an older prepare have none), an extent within the limit the file was prepared with (root
+  attr ``max_extent``; plus the float32 rounding of the stored coordinates, :func:`float32_rounding`), and
+  labels below ``num_classes``. A scan's predictions file (``predict --format h5``, opened by ``viz``) has no
+  extent limit and 255 where its ground truth is unknown.
 
 Any failure is a :class:`~pointgeope.h5.SchemaError` naming the file and the room.
 """
@@ -28,18 +30,20 @@ import numpy as np
 from pointgeope.checksum import file_checksum
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
 from pointgeope.h5 import (
+    AGAIN as _AGAIN,
     NORMAL,
     OPTIONAL_ARRAYS,
     ROOM_ARRAYS,
     SchemaError,
     area_max_extent,
     area_path,
+    check_members,
     is_scan_predictions,
     open_area,
+    room_group,
 )
 from pointgeope.plural import counted
 
-_AGAIN = "run `pointgeope prepare` again"
 UNIT_TOLERANCE = 1e-2  # a stored normal's length within it of 1
 
 
@@ -84,62 +88,76 @@ def manifest_checksums(root: str | Path) -> dict[str, str]:
     return checksums
 
 
-def check_room(where: str, group, max_extent: float, num_classes: int, unlabelled: bool = False) -> int:
+def check_room(where: str, group, max_extent: float, num_classes: int, unlabelled: bool = False,
+               again: str = _AGAIN) -> int:
     """Check one room group (see the module docstring); returns its number of points. ``unlabelled``: the
-    ignore label 255 is allowed too (a scan's predictions file, whose ground truth is unknown)."""
+    ignore label 255 is allowed too (a scan's predictions file, whose ground truth is unknown). ``again``: what
+    a refusal tells the user to do (:func:`_advice`)."""
     missing = [key for key in ROOM_ARRAYS if key not in group]
     if missing:
-        raise SchemaError(f"{where}: expected datasets {list(ROOM_ARRAYS)}, missing {missing}; {_AGAIN}")
+        raise SchemaError(f"{where}: expected datasets {list(ROOM_ARRAYS)}, missing {missing}; {again}")
+    check_members(group, list(group), again)  # every member: prepare writes arrays only
     lengths = {key: group[key].shape[0] if group[key].ndim else "no" for key in ROOM_ARRAYS}
     if len(set(lengths.values())) > 1:  # named by length: the shape check below took the labels' as right
         raise SchemaError(f"{where}: expected one entry per point in each array, got "
-                          f"{', '.join(f'{count} {key}' for key, count in lengths.items())}; {_AGAIN}")
+                          f"{', '.join(f'{count} {key}' for key, count in lengths.items())}; {again}")
     n = group["label"].shape[0] if group["label"].ndim == 1 else -1
-    _check_arrays(where, group, n, ROOM_ARRAYS)
+    _check_arrays(where, group, n, ROOM_ARRAYS, again)
     if n == 0:
-        raise SchemaError(f"{where}: holds no point; {_AGAIN}")
-    _check_arrays(where, group, n, {k: v for k, v in OPTIONAL_ARRAYS.items() if k in group})
+        raise SchemaError(f"{where}: holds no point; {again}")
+    _check_arrays(where, group, n, {k: v for k, v in OPTIONAL_ARRAYS.items() if k in group}, again)
     coord = group["coord"][()]
     bad = int(np.count_nonzero(~np.isfinite(coord).all(axis=1)))
     if bad:
-        raise SchemaError(f"{where}: {counted(bad, 'point')} with a non-finite coordinate; {_AGAIN}")
+        raise SchemaError(f"{where}: {counted(bad, 'point')} with a non-finite coordinate; {again}")
     if NORMAL in group:
-        _check_normals(where, group[NORMAL][()])
+        _check_normals(where, group[NORMAL][()], again)
     extent = coord.max(axis=0) - coord.min(axis=0)
-    if extent.max() > max_extent:
+    if extent.max() > max_extent + float32_rounding(coord):
         raise SchemaError(f"{where}: spans {extent.max():g} m, more than the {max_extent:g} m it was prepared "
-                          f"with; {_AGAIN}")
+                          f"with; {again}")
     label = group["label"][()]
     top = int(label[label != IGNORE_LABEL].max(initial=0) if unlabelled else label.max())
     if top >= num_classes:
         if num_classes < NUM_CLASSES:  # the config's, not the data's: the data holds the 13 S3DIS classes
             raise SchemaError(f"{where}: label {top} found, but model.num_classes is {num_classes}: the prepared "
                               f"data has the {NUM_CLASSES} S3DIS classes; set model.num_classes={NUM_CLASSES}")
-        raise SchemaError(f"{where}: label {top} found, expected labels below {num_classes}; {_AGAIN}")
+        raise SchemaError(f"{where}: label {top} found, expected labels below {num_classes}; {again}")
     return n
 
 
-def _check_normals(where: str, normal: np.ndarray) -> None:
+def float32_rounding(coord: np.ndarray) -> float:
+    """How much more than prepare measured a room's extent can be in its stored ``coord (N, 3)`` (float32):
+    prepare compares the extent of the parsed float64 coordinates with ``--max-extent``, then stores them as
+    float32, each rounded by at most half a float32 step ``u = spacing(M)`` at the largest magnitude ``M`` of
+    ``coord``; the float32 difference of two of them (at most ``2M``) rounds by at most half a step at ``2M``,
+    ``u``. So ``extent32 <= extent64 + 2u``: a room measured within the limit is within it plus ``2u`` as
+    stored (2 um at 10 m, 0.1 mm at 1 km, 4 mm at 16 km), which the check allows."""
+    magnitude = float(np.abs(coord).max()) if coord.size else 0.0
+    return 2.0 * float(np.spacing(np.float32(magnitude)))
+
+
+def _check_normals(where: str, normal: np.ndarray, again: str) -> None:
     """``normal (N, 3)`` float16 finite and of unit length: within :data:`UNIT_TOLERANCE` of 1 (float16 stores a
     unit vector within 1e-3; a zero row, or one scaled, is no normal)."""
     if not np.isfinite(normal).all():
-        raise SchemaError(f"{where}: a non-finite normal; {_AGAIN}")
+        raise SchemaError(f"{where}: a non-finite normal; {again}")
     off = np.abs(np.linalg.norm(normal.astype(np.float32), axis=1) - 1)
     bad = int(np.count_nonzero(off > UNIT_TOLERANCE))
     if bad:
         row = int(np.argmax(off))
         raise SchemaError(f"{where}: {bad} normal(s) not of unit length (point {row}: length "
-                          f"{float(np.linalg.norm(normal[row].astype(np.float32))):g}); {_AGAIN}")
+                          f"{float(np.linalg.norm(normal[row].astype(np.float32))):g}); {again}")
 
 
-def _check_arrays(where: str, group, n: int, arrays: dict) -> None:
+def _check_arrays(where: str, group, n: int, arrays: dict, again: str) -> None:
     """Each array ``name -> (dtype, width)`` of ``arrays`` in the room group has that dtype and ``n`` rows."""
     for key, (dtype, width) in arrays.items():
         data = group[key]
         expected = (n,) if width is None else (n, width)
         if data.dtype != dtype or data.shape != expected:
             raise SchemaError(f"{where}: expected {key} {np.dtype(dtype).name} of shape {expected}, got "
-                              f"{data.dtype} {data.shape}; {_AGAIN}")
+                              f"{data.dtype} {data.shape}; {again}")
 
 
 def check_area(path: str | Path, checksum: str | None = None, num_classes: int = NUM_CLASSES) -> dict[str, int]:
@@ -148,22 +166,34 @@ def check_area(path: str | Path, checksum: str | None = None, num_classes: int =
     if checksum is not None and path.is_file() and file_checksum(path) != checksum:
         raise SchemaError(f"{path}: does not match its checksum in manifest.json (changed or damaged after "
                           f"prepare); {_AGAIN}")
+    again = _advice(path, checksum)
     with open_area(path) as f:
         try:
             max_extent, scan = area_max_extent(f), is_scan_predictions(f)
             if not max_extent > 0:  # NaN would turn the extent check off (extent > nan is false)
                 raw = f.attrs.get("max_extent")
                 raise SchemaError(f"{path}: expected a positive max_extent (its attribute: the room size limit "
-                                  f"of prepare, metres), got {getattr(raw, 'tolist', lambda: raw)()!r:.80}; {_AGAIN}")
-            rooms = {name: check_room(f"{path}: room {name!r}", f[name], max_extent, num_classes, scan) for name in f}
+                                  f"of prepare, metres), got {getattr(raw, 'tolist', lambda: raw)()!r:.80}; {again}")
+            rooms = {name: check_room(f"{path}: room {name!r}", room_group(f, name, again), max_extent, num_classes,
+                                      scan, again) for name in f}
         except SchemaError:
             raise
         except (OSError, KeyError, ValueError, TypeError, AttributeError) as err:
             raise SchemaError(f"{path}: cannot be read ({type(err).__name__}: {err}); the file is truncated "
-                              f"or corrupt: {_AGAIN}") from None
+                              f"or corrupt: {again}") from None
     if not rooms:
-        raise SchemaError(f"{path}: holds no room; {_AGAIN}")
+        raise SchemaError(f"{path}: holds no room; {again}")
     return rooms
+
+
+def _advice(path: Path, checksum: str | None) -> str:
+    """What to do about a defect found inside the area file at ``path``: run prepare again, which rebuilds a
+    file without a checksum in manifest.json; but one that matches its checksum (``checksum`` given, and verified)
+    is what prepare wrote, and a rerun keeps it (its rooms are up to date): delete it first."""
+    if checksum is None:
+        return _AGAIN
+    return (f"delete {path} and run `pointgeope prepare` again (the file matches its checksum in manifest.json, "
+            "so a rerun alone keeps it)")
 
 
 def check_area_file(path: str | Path, num_classes: int = NUM_CLASSES) -> dict[str, int]:

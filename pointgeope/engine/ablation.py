@@ -47,7 +47,7 @@ from pointgeope.constants import fold_folder_name
 from pointgeope.data.folds import fold_of, load_folds
 from pointgeope.engine.ablation_reuse import check_reuse, check_run_dir, other_trials
 from pointgeope.engine.config import config_to_dict, load_config, override_key
-from pointgeope.engine.retrain import RETRAIN_NOTE, read_retrain_note
+from pointgeope.engine.retrain import RETRAIN_NOTE, note_path, read_retrain_note
 from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
 from pointgeope.parent_death import death_signal_request
@@ -107,6 +107,8 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     fold = fold_of(load_folds(cfg.data.root), test_area, cfg.data.root)
     trials = [Trial(p, s, inside(run_dir, run_dir / p / f"seed_{s}", f"--presets {p}", "--run-dir"))
               for p in presets for s in seeds]
+    for trial in trials:  # ablate removes an earlier attempt's note there: not a folder of the user's
+        note_path(trial.folder)
     trials = _resume_threads(trials, test_area, threads, cfg.train.threads is not None)
     # each trial's config, checked (e.g. an unknown preset, named) and kept: what its saved result is compared
     # with after the trials ran (stale), whatever happens to the config file meanwhile
@@ -231,7 +233,7 @@ def _run(trial: Trial, argv: list[str], running: _Running, test_area: int) -> in
     that train names in its note (:mod:`~pointgeope.engine.retrain`, ``folder/.retrain.json`` for the
     attempt), deleted."""
     trial.folder.mkdir(parents=True, exist_ok=True)
-    note = trial.folder.absolute() / ".retrain.json"
+    note = note_path(trial.folder)
     note.unlink(missing_ok=True)    # an earlier attempt's
     start = time.perf_counter()
     with open(trial.folder / "train.log", "a", encoding="utf-8") as log:

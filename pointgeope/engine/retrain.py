@@ -21,10 +21,27 @@ from pathlib import Path
 
 from pointgeope.atomic import write_text_atomic
 from pointgeope.engine.checkpoint import CheckpointDenied
+from pointgeope.errors import UserError
 
-__all__ = ["RETRAIN_NOTE", "note_retrain", "read_retrain_note", "retrain_from_scratch"]
+__all__ = ["RETRAIN_NOTE", "note_path", "note_retrain", "read_retrain_note", "retrain_from_scratch"]
 
 RETRAIN_NOTE = "POINTGEOPE_RETRAIN_NOTE"  # the file that train writes the fold folder of such a refusal into
+NOTE_NAME = ".retrain.json"  # where ablate asks for it: in each trial's folder
+
+
+def note_path(trial_folder: str | Path) -> Path:
+    """The note ablate asks a trial's ``train`` for, ``trial_folder/.retrain.json`` (absolute: train runs
+    elsewhere), which ablate removes before each attempt and after reading it.
+
+    Raises:
+        UserError: a folder there (not a link to one: removing a link is harmless), which the removal could not
+            take: one line naming it, before any trial starts (:func:`pointgeope.engine.ablation.plan`).
+    """
+    note = Path(trial_folder).absolute() / NOTE_NAME
+    if note.is_dir() and not note.is_symlink():
+        raise UserError(f"{note}: expected no folder there: ablate writes each trial's retrain note at that path (a "
+                        "file it makes and removes); move the folder elsewhere")
+    return note
 
 
 def retrain_from_scratch(err: BaseException, fold_folder: str | Path) -> BaseException:

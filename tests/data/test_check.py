@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pointgeope.checksum import file_checksum
-from pointgeope.data.check import area_checksums, check_area, check_areas
+from pointgeope.data.check import area_checksums, check_area, check_areas, float32_rounding
 from pointgeope.h5 import SchemaError, write_area
 
 
@@ -115,3 +115,71 @@ def test_a_max_extent_that_is_no_positive_number_is_refused(tmp_path, value, sho
         check_area(path)
     assert str(err.value) == (f"{path}: expected a positive max_extent (its attribute: the room size limit of "
                               f"prepare, metres), got {shown}; run `pointgeope prepare` again")
+
+
+def test_a_defect_of_a_file_that_matches_its_checksum_says_to_delete_it(tmp_path):
+    """prepare keeps a file that matches its checksum in manifest.json (its rooms are up to date): "run prepare
+    again" alone left the defect in place. Without a checksum to match, prepare rebuilds it: that line stays."""
+    bad = _room(5)
+    bad["label"][0] = 13
+    path = _area(tmp_path / "Area_3.h5", {"bad": bad})
+    defect = f"{path}: room 'bad': label 13 found, expected labels below 13"
+    with pytest.raises(SchemaError) as err:
+        check_area(path, file_checksum(path))
+    assert str(err.value) == (f"{defect}; delete {path} and run `pointgeope prepare` again (the file matches its "
+                              "checksum in manifest.json, so a rerun alone keeps it)")
+    with pytest.raises(SchemaError) as err:
+        check_area(path)
+    assert str(err.value) == f"{defect}; run `pointgeope prepare` again"
+
+
+def test_the_extent_allows_the_float32_rounding_of_a_room_measured_within_the_limit_and_no_more():
+    """Property of prepare's rule (float64 extent <= limit, then stored as float32): for random rooms measured
+    within the limit, the stored float32 extent is within the limit plus :func:`float32_rounding`; the
+    allowance is a few float32 steps, not a millimetre at 10 m."""
+    rng = np.random.default_rng(0)
+    for limit in (3.7, 10.0, 1000.0):
+        low = rng.uniform(-5000, 5000, 20000)
+        high = low + limit - rng.uniform(0, 1e-5, low.size)
+        measured = (high - low) <= limit
+        stored = np.stack([low, high], axis=1).astype(np.float32)
+        extent = stored.max(axis=1) - stored.min(axis=1)
+        over = [float(e) - limit for e, s, m in zip(extent, stored, measured) if m and e > limit + float32_rounding(s)]
+        assert over == []
+        assert (extent[measured] > limit).any()  # the case exists: without the allowance these were refused
+    assert float32_rounding(np.array([[10.0, 0.0, 0.0]], np.float32)) < 4e-6  # 2 float32 steps at 10 m
+
+
+@pytest.mark.parametrize("member", ["coord", "normal", "extra", None])
+def test_a_member_that_is_not_an_array_is_one_line_from_every_reader(tmp_path, member):
+    """A group where prepare writes an array (``member``; ``None``: an array where a room should be) gets the
+    same line from the area check, the points checksum and a reader of the room. The check said "cannot be
+    read (AttributeError: 'Group' object has no attribute 'ndim'); the file is truncated or corrupt" of a
+    group for coord, passed a group beside the arrays that the points checksum then refused, and of an array
+    for a room said "missing ['coord', 'color', 'label', 'instance']"."""
+    from pointgeope.checksum import points_checksum
+    from pointgeope.h5 import read_room
+
+    path = _area(tmp_path / "Area_1.h5", {"r": _room(5)})
+    with h5py.File(path, "r+") as f:
+        if member is None:
+            del f["r"]
+            f["r"] = np.zeros(3)
+        else:
+            f["r"].pop(member, None)
+            f["r"].create_group(member)
+    line = (f"{path}: expected 'r' to be a room (a group), found an array" if member is None else
+            f"{path}: room 'r': expected {member!r} to be an array, found a group")
+    fields = ("coord", "color", "label", "instance") + (("normal",) if member == "normal" else ())
+    readers = {"check": lambda: check_area(path), "read_room": lambda: read_room(path, "r", fields),
+               "points_checksum": lambda: points_checksum(path, derived=member == "normal")}
+    for name, read in readers.items():
+        if name == "read_room" and member == "extra":
+            assert set(read()) == set(fields)  # a reader that does not ask for the member reads the room
+            continue
+        with pytest.raises(SchemaError) as err:
+            read()
+        assert str(err.value) == f"{line}; run `pointgeope prepare` again", name
+    with pytest.raises(SchemaError) as err:
+        check_area(path, file_checksum(path))
+    assert str(err.value).startswith(f"{line}; delete {path} and run `pointgeope prepare` again")

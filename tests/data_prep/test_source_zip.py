@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 import zipfile
 from pathlib import Path
+from shlex import split
 
 import pytest
 
 from data_prep.source import SourceError, open_source
-from tests.data_prep.raw_trees import DEFECT_FILES, DEFECT_ROOMS, room_summary, zip_tree
+from pointgeope.cli import main as cli
+from tests.data_prep.raw_trees import DEFECT_FILES, DEFECT_ROOMS, room_summary, write_tree, zip_tree
 
 
 @pytest.mark.parametrize("member", ["../evil/Area_1/r/Annotations/wall_1.txt", "/etc/Area_1/r/Annotations/a_1.txt",
@@ -161,3 +163,33 @@ def test_a_symbolic_link_in_a_zip_is_refused_naming_it_and_its_target(tmp_path, 
 def test_a_symbolic_link_outside_the_areas_is_not_read(tmp_path):
     (room,) = open_source(_zip_with_link(tmp_path / "l.zip", "README", "docs/README.md")).rooms()
     assert [e.path for e in room.files] == ["Area_1/r/Annotations/wall_1.txt"]
+
+
+@pytest.mark.parametrize("name", ["area_2.zip", "AREA_2.ZIP", "Area 2.zip", "Area_2 (1).zip", "Area_2(1).zip",
+                                  "Area_2 - Copy.zip", "Area_2 - Copy (2).zip", "Area_2 copy.zip", "Area_2 2.zip"])
+def test_an_areas_zip_of_another_spelling_or_a_second_download_is_refused_naming_it(tmp_path, capsys, name):
+    """``area_2.zip`` or a browser's second download ``Area_2 (1).zip`` beside ``Area_1/`` was passed over
+    without a word (``Area_2.zip`` alone was refused), so Area_2 vanished from the folds; the unzip command
+    of the line is quoted for a shell."""
+    inner = zip_tree(tmp_path / "inner.zip", {"Area_2/t/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"}).read_bytes()
+    raw = write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", name: inner})
+    assert cli(["prepare", str(raw), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"pointgeope prepare: error: {raw}: {name} is the zip of an area "
+                                               "without a folder here, and prepare opens no zip inside RAW")
+    command = re.search(r"\(unzip (.*)\), or remove it to prepare the other areas$", err[0]).group(1)
+    assert split(command) == [str(raw / name), "-d", str(raw)]
+    assert not (tmp_path / "out" / "folds.json").exists()
+
+
+@pytest.mark.parametrize("name", ["area_2.zip", "Area_2 (1).zip"])
+def test_an_areas_zip_of_another_spelling_beside_its_unpacked_folder_is_left_alone(tmp_path, name):
+    write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", name: b"PK",
+                                  "Area_2/t/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    assert [(r.area, r.name) for r in open_source(tmp_path / "raw").rooms()] == [("Area_1", "r"), ("Area_2", "t")]
+
+
+@pytest.mark.parametrize("name", ["Area_2.zip.part", "Area_2_notes.zip", "area_2.txt", "Areas_2.zip"])
+def test_a_name_that_is_no_areas_zip_is_not_taken_for_one(tmp_path, name):
+    write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", name: b"x"})
+    assert [(r.area, r.name) for r in open_source(tmp_path / "raw").rooms()] == [("Area_1", "r")]

@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 import pytest
 
-from pointgeope import h5
+from pointgeope import checksum, h5
 from pointgeope.cli import main as cli
 from pointgeope.data.check import check_areas
 from tests.data_prep.raw_trees import write_tree
@@ -246,3 +246,42 @@ def test_rerun_rebuilds_an_area_file_that_fails_its_checksum(tmp_path, capsys):
         in captured.err
     assert "Area_1: 1 room (1 parsed" in captured.out and "Area_2: 1 room (all up to date)" in captured.out
     assert (out / "Area_1.h5").read_bytes() == clean
+
+
+def test_a_room_within_the_limit_in_float64_passes_the_check_as_stored_in_float32(tmp_path):
+    """x from -41.10643598 to -31.10643659 spans 9.99999939 m (prepare measures the parsed float64 values), within
+    --max-extent 10; stored as float32 the two ends are 10.0000019 m apart. Every train refused the file ("spans
+    10 m, more than the 10 m it was prepared with; run `pointgeope prepare` again") and a rerun kept it."""
+    lines = b"-41.10643598 0 0 1 1 1\n-31.10643659 1 1 1 1 1\n-35 2 2 1 1 1\n-33 0 2 1 1 1\n"
+    raw = write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": lines})
+    assert _prepare(raw, tmp_path / "out", "--max-extent", "10") == 0
+    with h5py.File(tmp_path / "out/Area_1.h5") as f:
+        x = f["r/coord"][:, 0]
+    assert np.float64(-31.10643659) - np.float64(-41.10643598) <= 10.0 < x.max() - x.min()  # the case it is
+    assert check_areas(tmp_path / "out", ["Area_1"]) == {"Area_1": {"r": 4}}
+
+
+def test_a_damaged_file_that_matches_its_checksum_is_to_be_deleted_and_that_is_enough(tmp_path, capsys):
+    """A room refused by the check in a file whose checksum manifest.json lists (what an older prepare wrote and
+    recorded): a rerun keeps the file (its rooms are up to date), so the line says to delete it; doing so works."""
+    raw = write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": GOOD})
+    out = tmp_path / "out"
+    assert _prepare(raw, out) == 0
+    area = out / "Area_1.h5"
+    with h5py.File(area, "r+") as f:
+        f["r/label"][0] = 13
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["checksums"]["Area_1"] = checksum.file_checksum(area)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    advice = (f"{area}: room 'r': label 13 found, expected labels below 13; delete {area} and run `pointgeope "
+              "prepare` again (the file matches its checksum in manifest.json, so a rerun alone keeps it)")
+    with pytest.raises(h5.SchemaError) as refused:
+        check_areas(out, ["Area_1"])
+    assert str(refused.value) == advice
+    assert _prepare(raw, out) == 0  # prepare again, as the line used to say: the file stays
+    with pytest.raises(h5.SchemaError) as again:
+        check_areas(out, ["Area_1"])
+    assert str(again.value) == advice
+    area.unlink()
+    assert _prepare(raw, out) == 0
+    assert check_areas(out, ["Area_1"]) == {"Area_1": {"r": 3}}

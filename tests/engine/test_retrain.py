@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from pointgeope.cli import main as cli
 from pointgeope.engine.checkpoint import CheckpointDenied, CheckpointError
 from pointgeope.engine.retrain import (
     RETRAIN_NOTE,
@@ -12,6 +15,7 @@ from pointgeope.engine.retrain import (
     retrain_from_scratch,
 )
 from pointgeope.errors import UserError
+from tests.engine.conftest import ablate_args
 
 
 def test_a_marked_refusal_is_noted_where_asked_and_nothing_else_is(tmp_path, monkeypatch):
@@ -40,3 +44,21 @@ def test_a_note_that_is_not_one_reads_as_none(tmp_path):
     for text in ("", "[1]", '{"fold_folder": 3}', "{"):
         (tmp_path / "note.json").write_text(text)
         assert read_retrain_note(tmp_path / "note.json") is None
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_folder_where_ablate_puts_a_trials_note_is_one_line_before_any_training(two_folds, tmp_path, capsys, jobs):
+    """``RUN/<preset>/seed_<s>/.retrain.json`` a folder: removing an earlier attempt's note there ended ablate
+    with a traceback (IsADirectoryError), with --jobs 2 while the other trial trained. Now it is refused
+    before any trial starts, naming it; nothing in the run folder is touched."""
+    run = tmp_path / "abl"
+    (run / "rpe" / "seed_1" / ".retrain.json").mkdir(parents=True)
+    (run / "rpe" / "seed_1" / ".retrain.json" / "kept.txt").write_text("mine")
+    assert cli(ablate_args(two_folds, run, presets=("rpe",), seeds=("0", "1"), jobs=jobs)) == 2
+    captured = capsys.readouterr()
+    note = run / "rpe" / "seed_1" / ".retrain.json"
+    assert captured.err.strip().splitlines() == [
+        f"pointgeope ablate: error: {note}: expected no folder there: ablate writes each trial's retrain note at "
+        "that path (a file it makes and removes); move the folder elsewhere"]
+    assert (note / "kept.txt").read_text() == "mine"
+    assert not (run / "rpe" / "seed_0").exists()            # no trial started
