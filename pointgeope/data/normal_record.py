@@ -187,10 +187,12 @@ def describe(estimate: dict | list | None) -> str:
     return f"k={estimate.get('normal_k')}, version {estimate.get('normal_version')}"
 
 
-def differing_line(what: str, read: dict[str, dict] | None, now: dict[str, dict | None]) -> str | None:
+def differing_line(what: str, read: dict[str, dict] | None, now: dict[str, dict | None],
+                   resumed: bool = False) -> str | None:
     """One warning line where an area of ``now`` (area -> the estimate at hand) holds another estimate than
     the run ``what`` read (``read``: area -> estimate, :func:`recorded`); ``None`` where none differs or
-    the run read no normals."""
+    the run read no normals. ``resumed``: said of a training that goes on with the files now
+    (:meth:`NormalsRead.resumed`)."""
     if read is None:
         return None
     differ = {area: (read[area], estimate) for area, estimate in sorted(now.items())
@@ -198,6 +200,10 @@ def differing_line(what: str, read: dict[str, dict] | None, now: dict[str, dict 
     if not differ:
         return None
     shown = "; ".join(f"{area} {describe(old)} then, {describe(new)} now" for area, (old, new) in differ.items())
+    if resumed:
+        return (f"warning: {what} read normals of another estimate than the files hold now ({shown}): the same "
+                "points, other normals; training goes on with those of the files now, and its checkpoints record "
+                "both (data_normals_earlier); `pointgeope train --force` trains the fold on one estimate from scratch")
     return (f"warning: {what} read normals of another estimate than the files hold now ({shown}): the same points, "
             "other normals, so its scores on them may differ from those it was measured with; retrain it to use "
             "the estimate of the files now")

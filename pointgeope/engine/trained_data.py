@@ -41,7 +41,7 @@ def check_data_of(path: str | Path, ckpt: dict, now: dict[str, str | None], root
     check_data(path, saved, now, root, log, ckpt.get("data_points"), trained_root, read is not None, hashed)
     if read is not None:
         at_hand = normal_record.area_estimates(root, [area for area in sorted(now) if now[area]])
-        if line := normal_record.differing_line(str(path), read, at_hand):
+        if line := normal_record.differing_line(str(path), read, at_hand, resumed=normals is not None):
             log(line)
     if normals is not None:
         normals.resumed(ckpt)

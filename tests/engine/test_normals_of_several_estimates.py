@@ -138,6 +138,13 @@ def test_a_training_resumed_on_files_of_another_estimate_records_both_and_report
     earlier = [{"data_normals": {a: current() for a in now}, "until": {"epoch": 2, "batch": 0, "step": 2 * steps}}]
     assert ckpt.get("data_normals_earlier") == (earlier if changed else None)
     assert metrics.get("data_normals_earlier") == (earlier if changed else None)
+    resumes = [line.split(" ", 2)[-1] for line in (run / "log.txt").read_text().splitlines()
+               if "read normals of another estimate" in line]
+    assert resumes == ([f"warning: {run / 'last.pt'} read normals of another estimate than the files hold now (Area_2 "
+                        f"k={K}, version {VERSION} then, k={K}, version 9 now): the same points, other normals; "
+                        "training goes on with those of the files now, and its checkpoints record both "
+                        "(data_normals_earlier); `pointgeope train --force` trains the fold on one estimate from "
+                        "scratch"] if changed else [])
     capsys.readouterr()
     assert cli(["report", str(runs), "--out", str(tmp_path / "out")]) == 0
     notes = [line for line in capsys.readouterr().out.splitlines() if "normal" in line]
