@@ -9,8 +9,11 @@ them). A room of a prepare that wrote ``normal_k`` alone is taken as version 1, 
 - ``prepare`` estimates again, from the stored ``coord``, a room whose estimate is not :func:`current`
   (``data_prep.stale``);
 - a run of ``data.normal`` records the estimate of each area file it read (the checkpoint's and
-  ``metrics.json``'s ``"data_normals"``: area -> ``{"normal_k": 30, "normal_version": 1}``; a run of
-  ``data.normal`` written before the record read version 1 with ``k = 30``, :func:`recorded`);
+  ``metrics.json``'s ``"data_normals"``: area -> ``{"normal_k": 30, "normal_version": 1}``; an area whose rooms
+  hold several, a list of them with the rooms holding each, :func:`area_estimates`; a run of ``data.normal``
+  written before the record read version 1 with ``k = 30``, :func:`recorded`); a training resumed on files of
+  another estimate records the earlier ones too, in order, each with the point it was read until
+  (``"data_normals_earlier"``, :class:`NormalsRead`; :func:`read_text` says it in words);
 - a command that uses it on files of another estimate says so in one line (:func:`differing_line`): the
   same points with other normals are no other data (nothing refused), but its scores on them may differ;
 - a training of ``data.normal`` on files whose estimate is not :func:`current` (:func:`is_current`) trains on
@@ -20,14 +23,16 @@ them). A room of a prepare that wrote ``normal_k`` alone is taken as version 1, 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["area_estimates", "current", "describe", "differing_line", "is_current", "not_current_line", "recorded",
-           "room_estimate", "tested"]
+__all__ = ["NormalsRead", "area_estimates", "current", "describe", "differing_line", "earlier_of", "estimates_in",
+           "is_current", "not_current_line", "read_text", "recorded", "room_estimate", "tested"]
 
 BEFORE_VERSION = {"normal_k": 30, "normal_version": 1}  # the estimate of the versions that recorded none
+THEN = ", then "  # between two estimates one area was read with in turn (read_text)
 
 
 def current() -> dict[str, int]:
@@ -89,9 +94,16 @@ def not_current_line(root: str | Path, areas) -> str | None:
             "coordinates (seconds per room, no raw file parsed again)")
 
 
-def area_estimates(root: str | Path, areas) -> dict[str, dict[str, int] | None]:
-    """Area -> the estimate every room of ``root/<area>.h5`` holds; ``None`` where a room holds none, the rooms
-    hold several, or the file cannot be read (its readers name the problem)."""
+def area_estimates(root: str | Path, areas) -> dict[str, dict | list | None]:
+    """Area -> the estimate of the rooms of ``root/<area>.h5``: ``{"normal_k": 30, "normal_version": 2}`` where
+    every room holds it; where they hold several, each of them with the rooms that hold it, sorted by estimate
+    (its rooms by name)::
+
+        [{"normal_k": 30, "normal_version": 1, "rooms": ["office_1"]},
+         {"normal_k": 30, "normal_version": 2, "rooms": ["hallway_1", "office_2"]}]
+
+    ``None`` where a room holds none (or an attribute that is no integer) or the file cannot be read (its readers
+    name the problem)."""
     from pointgeope.h5 import area_path, read_rooms_attrs
 
     found = {}
@@ -100,9 +112,43 @@ def area_estimates(root: str | Path, areas) -> dict[str, dict[str, int] | None]:
             rooms = read_rooms_attrs(area_path(root, area)) or {}
         except (OSError, ValueError):
             rooms = {}
-        estimates = [room_estimate(attrs) for attrs in rooms.values()]
-        found[area] = estimates[0] if estimates and all(e == estimates[0] for e in estimates) else None
+        estimates = {name: room_estimate(attrs) for name, attrs in rooms.items()}
+        kinds = sorted({_key(e) for e in estimates.values() if e is not None})
+        if not estimates or None in estimates.values():
+            found[area] = None
+        elif len(kinds) == 1:
+            found[area] = dict(zip(_KEYS, kinds[0]))
+        else:
+            found[area] = [{**dict(zip(_KEYS, kind)), "rooms": sorted(n for n, e in estimates.items()
+                                                                      if _key(e) == kind)} for kind in kinds]
     return found
+
+
+_KEYS = ("normal_k", "normal_version")
+
+
+def _key(estimate: dict) -> tuple:
+    return tuple(estimate[key] for key in _KEYS)
+
+
+def _is_estimate(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(value.get(key), int) and not isinstance(value.get(key), bool)
+                                           for key in _KEYS)
+
+
+def _is_entry(value) -> bool:
+    """Whether ``value`` is an area's record (:func:`area_estimates`): one estimate, or several with their rooms."""
+    if isinstance(value, list):
+        return len(value) > 1 and all(_is_estimate(e) and isinstance(e.get("rooms"), list) for e in value)
+    return _is_estimate(value)
+
+
+def estimates_in(entry) -> list[dict[str, int]]:
+    """The estimates (``normal_k``, ``normal_version``) of an area's record (:func:`area_estimates`); ``[]`` for
+    ``None``."""
+    if isinstance(entry, list):
+        return [{key: e[key] for key in _KEYS} for e in entry]
+    return [] if entry is None else [entry]
 
 
 def recorded(ckpt: dict) -> dict[str, dict[str, int]] | None:
@@ -114,7 +160,7 @@ def recorded(ckpt: dict) -> dict[str, dict[str, int]] | None:
         return None
     found = ckpt.get("data_normals")
     if isinstance(found, dict):
-        return {area: e for area, e in found.items() if isinstance(e, dict)}
+        return {area: e for area, e in found.items() if _is_entry(e)}
     return {area: dict(BEFORE_VERSION) for area in (ckpt.get("data") or {})}
 
 
@@ -125,20 +171,28 @@ def tested(ckpt: dict, root: str | Path, areas) -> dict[str, dict]:
     read = ckpt.get("data_normals")
     if not isinstance(read, dict):
         return {}
-    return {"data_normals": {**read, **{a: e for a, e in area_estimates(root, areas).items() if e is not None}}}
+    return {"data_normals": {**read, **{a: e for a, e in area_estimates(root, areas).items() if e is not None}},
+            **({"data_normals_earlier": earlier} if (earlier := earlier_of(ckpt)) else {})}
 
 
-def describe(estimate: dict | None) -> str:
-    """``k=30, version 1``; ``none`` for ``None``."""
+def describe(estimate: dict | list | None) -> str:
+    """``k=30, version 1``; ``none`` for ``None``; an area of several (:func:`area_estimates`):
+    ``k=30, version 1 in 1 room and k=30, version 2 in 2 rooms``."""
+    from pointgeope.plural import counted
+
+    if isinstance(estimate, list):
+        return " and ".join(f"{describe(e)} in {counted(len(e['rooms']), 'room')}" for e in estimate)
     if not estimate:
         return "none"
     return f"k={estimate.get('normal_k')}, version {estimate.get('normal_version')}"
 
 
-def differing_line(what: str, read: dict[str, dict] | None, now: dict[str, dict | None]) -> str | None:
+def differing_line(what: str, read: dict[str, dict] | None, now: dict[str, dict | None],
+                   resumed: bool = False) -> str | None:
     """One warning line where an area of ``now`` (area -> the estimate at hand) holds another estimate than
     the run ``what`` read (``read``: area -> estimate, :func:`recorded`); ``None`` where none differs or
-    the run read no normals."""
+    the run read no normals. ``resumed``: said of a training that goes on with the files now
+    (:meth:`NormalsRead.resumed`)."""
     if read is None:
         return None
     differ = {area: (read[area], estimate) for area, estimate in sorted(now.items())
@@ -146,6 +200,71 @@ def differing_line(what: str, read: dict[str, dict] | None, now: dict[str, dict 
     if not differ:
         return None
     shown = "; ".join(f"{area} {describe(old)} then, {describe(new)} now" for area, (old, new) in differ.items())
+    if resumed:
+        return (f"warning: {what} read normals of another estimate than the files hold now ({shown}): the same "
+                "points, other normals; training goes on with those of the files now, and its checkpoints record "
+                "both (data_normals_earlier); `pointgeope train --force` trains the fold on one estimate from scratch")
     return (f"warning: {what} read normals of another estimate than the files hold now ({shown}): the same points, "
             "other normals, so its scores on them may differ from those it was measured with; retrain it to use "
             "the estimate of the files now")
+
+
+def earlier_of(record: dict) -> list[dict]:
+    """The estimates a checkpoint (or ``metrics.json``) records that its training read before those of its
+    ``"data_normals"`` (:class:`NormalsRead`), in order; ``[]`` where it records none (read one estimate
+    throughout, or written before the record), an entry that is not such a record left out."""
+    found = record.get("data_normals_earlier")
+    return [e for e in found if isinstance(e, dict) and isinstance(e.get("data_normals"), dict)
+            and isinstance(e.get("until"), dict) and all(isinstance(e["until"].get(key), int)
+                                                         for key in ("epoch", "batch", "step"))
+            ] if isinstance(found, list) else []
+
+
+@dataclass
+class NormalsRead:
+    """The normal estimates a training of ``data.normal`` read, as its checkpoints record them (:meth:`saved`):
+
+    - ``now``: area -> the estimate of the fold's files it reads now (:func:`area_estimates`): ``"data_normals"``;
+    - ``earlier``: ``"data_normals_earlier"`` (absent where empty), in order, the records it read before them,
+      each ``{"data_normals": {area: ...}, "until": {"epoch": 3, "batch": 0, "step": 120}}``: read up to that
+      point of the training (``engine.state.LoopState``: after epoch 3, none of epoch 4's batches), where a resume
+      found the files of another estimate (:meth:`resumed`) and read theirs from the next step on.
+    """
+
+    now: dict[str, dict | list | None]
+    earlier: list[dict] = field(default_factory=list)
+
+    def resumed(self, ckpt: dict) -> None:
+        """Resuming the checkpoint ``ckpt``: its earlier records, and the estimates it read (:func:`recorded`) up
+        to its ``epoch``, ``batch`` and ``step`` where an area of the files now holds another."""
+        self.earlier = earlier_of(ckpt)
+        read = recorded(ckpt)
+        if read is not None and any(self.now.get(a) is not None and self.now[a] != e for a, e in read.items()):
+            self.earlier.append({"data_normals": read, "until": {key: ckpt.get(key) for key in ("epoch", "batch",
+                                                                                              "step")}})
+
+    def saved(self) -> dict:
+        """The checkpoint's entries: ``"data_normals"`` and, where it has any, ``"data_normals_earlier"``."""
+        return {"data_normals": self.now, **({"data_normals_earlier": self.earlier} if self.earlier else {})}
+
+
+def _until(until: dict) -> str:
+    """``epoch 3 (step 120)``; inside an epoch: ``batch 5 of epoch 4 (step 125)``."""
+    where = (f"batch {until['batch']} of epoch {until['epoch'] + 1}" if until["batch"]
+             else f"epoch {until['epoch']}")
+    return f"{where} (step {until['step']})"
+
+
+def read_text(area: str, entry, earlier: list[dict]) -> str:
+    """The estimates the training of ``earlier`` (:func:`earlier_of`) read of ``area``, the last one ``entry``, in
+    words: ``k=30, version 1 until epoch 3 (step 120), then k=30, version 2``; :func:`describe` of ``entry``
+    where it read one throughout."""
+    text, last = "", entry
+    for record in reversed(earlier):    # from the last change back to the first
+        old = record["data_normals"].get(area)
+        if _is_entry(old) and old != last:
+            text = f"{describe(old)} until {_until(record['until'])}{THEN}" + text
+            last = old
+    if not text:
+        return describe(entry)
+    return text + describe(entry)

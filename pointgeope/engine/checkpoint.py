@@ -16,6 +16,7 @@ while saving leaves the previous checkpoint intact::
      "data": {area: checksum},        # the area files it trained on (older files: absent)
      "data_points": {area: checksum}, # their points alone: pointgeope.checksum.points_checksum (older: absent)
      "data_normals": {area: {...}},   # data.normal runs: the normal estimate read, data.normal_record (else absent)
+     "data_normals_earlier": [{...}], # those read before, where a resume found another estimate (else absent)
      "fold": {...}}                   # the fold it trained for: engine.fold_record (older files: absent)
 
 A fold's checkpoints are written and read by :class:`pointgeope.engine.state.FoldCheckpoints` only.

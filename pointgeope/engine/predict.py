@@ -138,12 +138,13 @@ def scan_normals(scan: Scan, coord: np.ndarray, say=None) -> np.ndarray:
 
 def _other_estimate(predictor: Predictor, scan: Scan, warn) -> None:
     """One warning line through ``warn`` where the normals of ``scan`` (its own, else estimated now) are of another
-    estimate than the network's run read (:mod:`pointgeope.data.normal_record`): said once per estimate."""
-    from pointgeope.data.normal_record import current, describe
+    estimate than any the network's run read (:mod:`pointgeope.data.normal_record`; an area of several estimates:
+    each of them): said once per estimate."""
+    from pointgeope.data.normal_record import current, describe, estimates_in
 
     estimate = scan.normal_estimate if scan.normal is not None else current()
-    read = sorted({describe(e) for e in (predictor.normals_read or {}).values()})
-    if estimate is None or not read or read == [describe(estimate)] or describe(estimate) in predictor.warned:
+    read = sorted({describe(e) for entry in (predictor.normals_read or {}).values() for e in estimates_in(entry)})
+    if estimate is None or not read or describe(estimate) in read or describe(estimate) in predictor.warned:
         return
     predictor.warned.add(describe(estimate))
     warn(f"warning: {scan.source}: its normals are of another estimate ({describe(estimate)}) than {predictor.path}'s "

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from pointgeope.data.folds import Fold
+from pointgeope.data.normal_record import NormalsRead
 from pointgeope.engine import distributed
 from pointgeope.engine.checkpoint import (
     CheckpointError,
@@ -134,11 +135,11 @@ class FoldCheckpoints:
 
     def __init__(self, run: Path, learner: Learner, env: distributed.DistEnv, config: dict, predict: dict,
                  data: dict[str, str] | None = None, fold: Fold | None = None, points: dict[str, str] | None = None,
-                 normals: dict[str, dict | None] | None = None):
+                 normals: NormalsRead | None = None):
         self.run, self.learner, self.env, self.config, self.predict = run, learner, env, config, predict
         self.data = data  # area -> checksum of the fold's area files (pointgeope.data.check.area_checksums)
         self.points = points  # area -> checksum of their points (pointgeope.data.identity.area_points)
-        self.normals = normals  # area -> the normal estimate read (data.normal_record.area_estimates); None: none read
+        self.normals = normals  # the normal estimates read (data.normal_record); None: a run of no normals
         self.fold = fold  # the split it trains: recorded in every checkpoint (engine.fold_record)
         self.locked = env.is_main and still_held(run)  # made under the fold's lock (train): check_folder checks it
         self.step_loss = math.nan  # the last checked step's loss, its mean over the ranks (before_update)
@@ -216,7 +217,7 @@ class FoldCheckpoints:
         if self.data is not None:
             areas = set(self.data) | set(saved_data(ckpt, path) or {})
             now = {a: self.data.get(a) for a in areas}
-            check_data_of(path, ckpt, now, self.config["data"]["root"], log)
+            check_data_of(path, ckpt, now, self.config["data"]["root"], log, self.normals)
 
     def save(self, name: str, state: LoopState) -> None:
         """Write ``RUN/area_K/<name>`` on rank 0 with every rank's RNG state (collective: every rank
@@ -246,7 +247,7 @@ class FoldCheckpoints:
                 "scaler": learner.scaler.state_dict() if learner.scaler.is_enabled() else None,
                 "rng": states, **dataclasses.asdict(state), "threads": torch.get_num_threads(),
                 "trained_on": self.trained_on, "predict": self.predict, "data": self.data,
-                "data_points": self.points, **({} if self.normals is None else {"data_normals": self.normals}),
+                "data_points": self.points, **({} if self.normals is None else self.normals.saved()),
                 "fold": None if self.fold is None else fold_record(self.fold)})
         distributed.barrier()
 
@@ -376,10 +377,9 @@ def restore_rank_rng(saved: list[dict], rank: int) -> None:
 
 
 def _total_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """``||(||t_1||_2, ..., ||t_k||_2)||_2``, the 2-norm of all ``tensors`` as one vector (a 0-dim tensor on
-    their device, read by the caller: no host sync here). ``torch.nn.utils.get_total_norm`` (foreach
-    kernels) where torch has it (2.6 on); torch 2.4 and 2.5, which pyproject.toml allows, do not: one norm
-    a tensor there, the same value."""
+    """``||(||t_1||_2, ..., ||t_k||_2)||_2``, the 2-norm of all ``tensors`` as one vector (a 0-dim tensor on their
+    device, read by the caller: no host sync here). ``torch.nn.utils.get_total_norm`` (foreach kernels) where torch has
+    it (2.6 on); torch 2.4 and 2.5, which pyproject.toml allows, do not: one norm a tensor there, the same value."""
     fused = getattr(torch.nn.utils, "get_total_norm", None)
     if fused is not None:
         return fused(tensors)

@@ -44,7 +44,7 @@ from pointgeope.data.color_record import colorless_warning
 from pointgeope.data.features import feature_names
 from pointgeope.data.folds import Fold, fold_of, load_folds
 from pointgeope.data.identity import area_points
-from pointgeope.data.normal_record import area_estimates, not_current_line
+from pointgeope.data.normal_record import NormalsRead, area_estimates, not_current_line
 from pointgeope.data.ptv3_dataset import check_normals
 from pointgeope.data.rooms import list_area_rooms
 from pointgeope.data.spacing import rooms_spacing
@@ -152,8 +152,8 @@ def train_fold(cfg: Config, fold: int, folds: dict[int, Fold], env: distributed.
     fold_areas = train_areas + test_areas
     checkpoints = FoldCheckpoints(run, learner, env, resolved, predict, area_checksums(cfg.data.root, fold_areas),
                                   folds[fold], area_points(cfg.data.root, fold_areas) if env.is_main else None,
-                                  area_estimates(cfg.data.root, fold_areas) if cfg.data.normal and env.is_main
-                                  else None)  # the normal estimate it reads (a data.normal run)
+                                  NormalsRead(area_estimates(cfg.data.root, fold_areas))
+                                  if cfg.data.normal and env.is_main else None)  # the normals read (data.normal)
     state = checkpoints.resume(log)
     if env.is_main:  # after the resume: a refused checkpoint leaves the folder's config as it was
         save_config(cfg, run / "config.yaml")

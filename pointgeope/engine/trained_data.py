@@ -24,11 +24,14 @@ def saved_data(ckpt: dict, path: str | Path) -> dict[str, str] | None:
                           f"of its file, got {data!r:.60}; use the run's own checkpoint")
 
 
-def check_data_of(path: str | Path, ckpt: dict, now: dict[str, str | None], root: str | Path, log) -> None:
+def check_data_of(path: str | Path, ckpt: dict, now: dict[str, str | None], root: str | Path, log,
+                  normals=None) -> None:
     """:func:`check_data` with what the checkpoint ``ckpt`` records: its ``"data"`` (:func:`saved_data`),
     ``"data_points"`` and the ``data.root`` of its config; then, for a run that read normals, one warning line
     through ``log`` where the files of ``now`` hold another estimate than it read
-    (:func:`pointgeope.data.normal_record.differing_line`)."""
+    (:func:`pointgeope.data.normal_record.differing_line`). ``normals``: the record of the normals a training that
+    resumes ``ckpt`` reads (:class:`~pointgeope.data.normal_record.NormalsRead`), which keeps those it read so far
+    where they differ."""
     from pointgeope.data import normal_record
 
     saved = saved_data(ckpt, path)  # first: the normals' record below reads its areas too
@@ -38,8 +41,10 @@ def check_data_of(path: str | Path, ckpt: dict, now: dict[str, str | None], root
     check_data(path, saved, now, root, log, ckpt.get("data_points"), trained_root, read is not None, hashed)
     if read is not None:
         at_hand = normal_record.area_estimates(root, [area for area in sorted(now) if now[area]])
-        if line := normal_record.differing_line(str(path), read, at_hand):
+        if line := normal_record.differing_line(str(path), read, at_hand, resumed=normals is not None):
             log(line)
+    if normals is not None:
+        normals.resumed(ckpt)
 
 
 def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None], root: str | Path, log,

@@ -42,7 +42,7 @@ from pointgeope.plural import counted
 from pointgeope.report.citation import code_of
 from pointgeope.report.machine import fold_machine
 from pointgeope.report.points import current_points, recover_points
-from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text, run_settings
+from pointgeope.report.settings import fold_settings, mixed_settings, mixed_text, normals_read_in_turn, run_settings
 
 METRICS_FILE = "metrics.json"
 
@@ -356,6 +356,10 @@ def _mixed(run: Path, folds: list[FoldResult]) -> dict[str, dict[str, object]]:
               "normals): " + "; ".join(f"{key.removeprefix('data.normals.')}'s " + ", ".join(
                   f"{value} in fold {area}" for area, value in by_fold.items()) for key, by_fold in normals.items()),
               flush=True)
+    for fold in folds:
+        if turns := normals_read_in_turn(fold.settings):
+            print(f"note: {run}: fold {fold.area} was resumed on files of another normal estimate, so its network "
+                  f"trained on the normals of both: {'; '.join(turns)}", flush=True)
     return mixed
 
 

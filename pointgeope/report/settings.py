@@ -70,12 +70,25 @@ def fold_settings(metrics: dict, folder: Path) -> dict[str, object] | None:
 
 def _normals(metrics: dict, settings: dict) -> dict[str, str]:
     """``data.normals.<area>`` -> the normal estimate a fold of ``data.normal`` read of each area
-    (:func:`pointgeope.data.normal_record.recorded`, in words); none for a fold that read no normals."""
+    (:func:`pointgeope.data.normal_record.recorded`, in words; those it read in turn where a resume read another:
+    :func:`~pointgeope.data.normal_record.read_text`); none for a fold that read no normals."""
     from pointgeope.data import normal_record as normals
 
     read = normals.recorded({"config": {"data": {"normal": settings.get("data.normal")}},
                              **{key: metrics.get(key) for key in ("data", "data_normals")}})
-    return {f"data.normals.{area}": normals.describe(estimate) for area, estimate in (read or {}).items()}
+    earlier = normals.earlier_of(metrics)
+    return {f"data.normals.{area}": normals.read_text(area, estimate, earlier)
+            for area, estimate in (read or {}).items()}
+
+
+def normals_read_in_turn(settings: dict | None) -> list[str]:
+    """``Area_2's k=30, version 1 until epoch 3 (step 120), then k=30, version 2`` for each area whose normals a
+    fold of ``settings`` (:func:`fold_settings`) read of several estimates in turn (resumed on files of another);
+    ``[]`` where it read one of each area."""
+    from pointgeope.data.normal_record import THEN
+
+    return [f"{key.removeprefix('data.normals.')}'s {value}" for key, value in sorted((settings or {}).items())
+            if key.startswith("data.normals.") and isinstance(value, str) and THEN in value]
 
 
 def _order(key: str) -> tuple[int, str]:
