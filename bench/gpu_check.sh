@@ -5,9 +5,9 @@
 # its evaluation and predict; writes bench/results/gpu.json (and copies under $OUT).
 # All the steps take longer than one device session (15 minutes with the machine's start; their limits add up
 # to more than that: tests/bench/test_gpu_check.py sums them), so the steps run in the order of what they
-# decide (gpu_check.py's plan: the tests and the kernel check, the compiles, then the opt-in paths not yet
-# measured: graphs, bench16, graphs16, norm_op, norm, relation_backward; then the targets measured before, the
-# loader, PTv3) and a call records the steps its --budget leaves out as skipped. One call a session (docs/gpu.md):
+# decide (gpu_check.py's plan: the tests and the kernel check, the compiles, then the paths whose measure
+# decides a default: graphs, bench16, graphs16, norm_op, norm, relation_backward; then the targets measured
+# before, the loader, PTv3) and a call records the steps its --budget leaves out as skipped. One call a session (docs/gpu.md):
 #   PYTHON=python3 bash bench/gpu_check.sh --budget 480                     # the run tool's timeout 570 s
 #   bench/gpu_check.sh --budget 480 --no-graphs --no-norm --no-relation-backward   # a later session: the rest
 #   bench/gpu_check.sh --train --evaluate    # also synth tiny -> prepare -> train.py 1 epoch -> evaluate

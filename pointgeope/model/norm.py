@@ -20,19 +20,19 @@ index. Where the kernel does not run (the CPU, ``POINTGEOPE_KERNELS=torch``, inp
 2-D, no affine parameters, other dtypes) the forward is exactly ``relu_(BatchNorm1d.forward(x))``
 (:class:`BatchNorm`: ``BatchNorm1d.forward(x)``).
 
-**Which path.** The kernel is registered (:mod:`pointgeope.model.kernels`, ``batch_norm_relu``) as a CUDA
-default, as the other Triton kernels are: on an H200 it took the published 16 x 80k step to 0.91-0.92x its
-time with torch's batch norm and ReLU, and 0.94-0.95x its peak memory, float32 and bf16, ``rpe`` and ``geope``
-(``docs/gpu.md``). The plain norm is registered beside it (``batch_norm``, its own ``info --check`` case), the
-same kernels with the activation a compile-time flag, but opt-in (``cuda_default=False``: it runs with
-``POINTGEOPE_KERNELS=triton`` only, elsewhere torch's ``BatchNorm1d``): its speed against torch's is not
-measured yet (``bench/bench_norm.py``'s plain cases measure it on the next GPU run and decide whether it becomes
-a default). ``POINTGEOPE_KERNELS=torch`` turns both off; CPU tensors take them under the interpreter
+**Which path.** The kernel is registered (:mod:`pointgeope.model.kernels`, ``batch_norm_relu``) as a CUDA default,
+as the other Triton kernels are: on an H200 it took the published 16 x 80k step to 0.91-0.92x its time with torch's
+batch norm and ReLU, and 0.94-0.95x its peak memory, float32 and bf16, ``rpe`` and ``geope`` (``docs/gpu.md``). The
+plain norm is registered beside it (``batch_norm``, its own ``info --check`` case), the same kernels with the
+activation a compile-time flag, but opt-in (``cuda_default=False``: it runs with ``POINTGEOPE_KERNELS=triton`` only,
+elsewhere torch's ``BatchNorm1d``): on an H200 (GPU run 8, ``bench/bench_norm.py``'s plain cases) it took 1.03-2.21x
+the time of torch's ``BatchNorm1d`` at the recipe batch's rows and widths, forward + backward, bf16 and float32.
+``POINTGEOPE_KERNELS=torch`` turns both off; CPU tensors take them under the interpreter
 (``POINTGEOPE_KERNELS=triton``). A kernel that fails falls back to the torch path. The functions
-(:func:`batch_norm_relu`, :func:`batch_norm`) refuse what ``F.batch_norm`` refuses, in one line before any
-kernel (:func:`check_arguments`: shapes, dtypes, devices, one row in training), and hand what the kernel does
-not take to torch as the modules do (:func:`~pointgeope.model.norm_arguments.kernel_takes`): a caller's
-mistake never turns the kernel off.
+(:func:`batch_norm_relu`, :func:`batch_norm`) refuse what ``F.batch_norm`` refuses, in one line before any kernel
+(:func:`check_arguments`: shapes, dtypes, devices, one row in training), and hand what the kernel does not take to
+torch as the modules do (:func:`~pointgeope.model.norm_arguments.kernel_takes`): a caller's mistake never turns the
+kernel off.
 
 **Padded batches.** :class:`BatchNorm` (torch's ``BatchNorm1d``, no ReLU) and :class:`BatchNormReLU` take their
 training statistics over a padded batch's real rows inside :func:`pointgeope.model.padding.batch_rows`: what
@@ -336,6 +336,6 @@ def _fused(relu: bool):
 # A CUDA default since GPU run 6 (module docstring): 0.91-0.92x the recipe's step.
 KERNEL = kernels.register("batch_norm_relu", _fused(relu=True), reference, atomics=False,
                           check=partial(check_cases, True))
-# The same kernels without the ReLU (a block's third norm); opt-in until a GPU run times it (bench_norm.py's plain).
+# The same kernels without the ReLU (a block's third norm); opt-in: 1.03-2.21x torch's BatchNorm1d in GPU run 8.
 PLAIN_KERNEL = kernels.register("batch_norm", _fused(relu=False), plain_reference, atomics=False,
                                 check=partial(check_cases, False), cuda_default=False)

@@ -267,40 +267,52 @@ def _next_call() -> list[str]:
     return re.search(r"`PYTHON=python3 bash bench/gpu_check.sh ([^`]+)`", text).group(1).split()
 
 
-def _seconds(run: dict, name: str) -> float | None:
-    """A step's seconds in a gpu_check result's ``steps`` (``info``: with ``pointgeope_info``), None if absent."""
+def _took(run: dict, name: str, limit: float) -> float | None:
+    """A step's seconds in a gpu_check result's ``steps`` (``info``: with ``pointgeope_info``); its limit where it
+    ran out of it (it needed more: run 8's tests at 120 s); None if the run has no seconds of it."""
     if name == "info":
         return run["info"]["seconds"] + run["pointgeope_info"]["seconds"]
-    return run.get(name, {}).get("seconds")
+    step = run.get(name, {})
+    return limit if step.get("rc") == "timeout" else step.get("seconds")
 
 
-def test_the_next_call_fits_its_budget_at_run_6s_times(monkeypatch):
-    """docs/gpu.md's next call (an H200): the steps run 6 (an H200) measured, at the seconds it took, and the
-    others (graphs16 at two precisions) and bench16 (two reps since audit F5) at their full limits, fit its
-    --budget, so the budget cuts none of them."""
+def _timeline(limits: dict[str, float], runs: list[dict]) -> dict[str, tuple[float, float]]:
+    """Each planned step's start and end (seconds into the call): the longest of ``runs``' times of it, its limit
+    where none has it, and bench16 at its limit (two reps since audit F5, whatever a run took)."""
+    times, started = {}, 0.0
+    for name, limit in limits.items():
+        took = [t for t in (_took(run, name, limit) for run in runs) if t is not None and name != "bench16"]
+        times[name] = (started, started + (max(took) if took else limit))
+        started = times[name][1]
+    return times
+
+
+def _run_steps(*names: str) -> list[dict]:
+    return [json.loads((REPO / f"bench/results/gpu/{name}_gpu.json").read_text())["steps"] for name in names]
+
+
+def test_the_next_call_fits_its_budget_at_run_8s_times(monkeypatch):
+    """docs/gpu.md's next call (after the next kernel change): at the seconds run 8 (an H200) took, with the
+    tests at their whole limit (run 8's ran out of its former 120 s) and bench16 and the steps run 8 did not
+    finish at theirs, every step starts with the 15 s a step needs left of --budget, and every one but the last
+    (bench_bf16, which the budget may shorten) ends within it."""
     call = _next_call()
     limits = _limits(monkeypatch, call)
     budget = float(call[call.index("--budget") + 1])
-    run6 = json.loads((REPO / "bench/results/gpu/h200_run6_gpu.json").read_text())["steps"]
-    took = {name: _seconds(run6, name) for name in limits if name != "bench16" and _seconds(run6, name) is not None}
-    expected = sum(took.get(name, limit) for name, limit in limits.items())
-    assert "graphs16" in limits and call[call.index("--graphs16-amps") + 1:][:2] == ["bf16", "none"]
-    assert {"bench16", "published", "fold_estimate", "norm"} <= set(limits) and expected <= budget, (expected, took)
+    times = _timeline(limits, _run_steps("h200_run8"))
+    ran_out = [run["tests"]["seconds"] for run in _run_steps("h100_run7", "h200_run8")
+               if run["tests"]["rc"] == "timeout"]
+    assert {"tests", "check", "bench16", "norm_op", "norm", "published"} <= set(limits)
+    assert limits["tests"] > max(ran_out), (limits["tests"], ran_out)
+    assert all(budget - start >= 15 for start, _ in times.values()), times
+    assert max(end for name, (_, end) in times.items() if name != list(times)[-1]) <= budget, times
 
 
 def test_the_next_call_times_the_norm_op_even_at_its_slowest_steps(monkeypatch):
-    """The plain norm's only timing (``norm_op``), one of what docs/gpu.md's next call is for, starts with the
-    15 s a step needs left of ``--budget`` even with every step before it at the longer of run 6's (H200) and
-    run 7's (H100, a longer tests step) seconds, and bench16 and the unmeasured steps at their limits (as the
-    last step, after bench_bf16, it would have been skipped at run 7's tests time)."""
+    """The norms' timing alone (``norm_op``) starts with the 15 s a step needs left of docs/gpu.md's next call's
+    --budget even with every step before it at the longest of run 6's (H200), run 7's (H100) and run 8's (H200,
+    the tests at their limit) seconds, and bench16 and the unmeasured steps at their limits."""
     call = _next_call()
     limits = _limits(monkeypatch, call)
-    runs = [json.loads((REPO / f"bench/results/gpu/{name}_gpu.json").read_text())["steps"]
-            for name in ("h200_run6", "h100_run7")]
-    started = 0.0
-    for name, limit in limits.items():
-        if name == "norm_op":
-            break
-        measured = [s for s in (_seconds(run, name) for run in runs) if s is not None and name != "bench16"]
-        started += max(measured) if measured else limit
-    assert "norm_op" in limits and float(call[call.index("--budget") + 1]) - started >= 15, started
+    times = _timeline(limits, _run_steps("h200_run6", "h100_run7", "h200_run8"))
+    assert "norm_op" in limits and float(call[call.index("--budget") + 1]) - times["norm_op"][0] >= 15, times
