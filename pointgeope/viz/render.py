@@ -99,7 +99,9 @@ def _start_xvfb(width: int, height: int) -> str:
     """Start ``Xvfb`` on a free display number (it writes the number to ``-displayfd``); return ``":N"``. The
     server ends with this process (:mod:`pointgeope.parent_death`): one that a killed or crashed viewer left
     ran on for good. Started from a thread other than the main one, it ends at the process's exit only (the
-    kernel would end it with that thread)."""
+    kernel would end it with that thread). ``-noreset``: by default an X server resets when its last client
+    leaves, compiling its keymap again with ``xkbcomp`` (two processes), and a client that comes meanwhile waits
+    for it: the next render or display probe (0.1 s on an idle machine, more under load)."""
     old = _XVFB.get("proc")
     if old is not None and old.poll() is None:
         sw, sh = _XVFB["size"]
@@ -109,7 +111,7 @@ def _start_xvfb(width: int, height: int) -> str:
     size = (max(width, 1920), max(height, 1080))
     read_fd, write_fd = os.pipe()
     cmd = [shutil.which("Xvfb") or "Xvfb", "-displayfd", str(write_fd), "-screen", "0",
-           f"{size[0]}x{size[1]}x24", "-nolisten", "tcp"]
+           f"{size[0]}x{size[1]}x24", "-nolisten", "tcp", "-noreset"]
     # SIGTERM to Xvfb when this process ends, however it ends (killed, crashed: the atexit stop does not run);
     # the request calls only prctl, looked up before the fork (safe in a threaded process). The kernel's
     # "parent" is the thread that forks: from another thread (a render in a thread pool), the server would end

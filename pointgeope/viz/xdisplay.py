@@ -5,7 +5,9 @@ server: a stale ``DISPLAY`` after ``ssh`` without X forwarding, a container that
 ``WAYLAND_DISPLAY`` is set), Open3D >= 0.19 falls back to an EGL offscreen context without telling the
 caller: ``create_window`` succeeds and the window loop runs forever on a window nobody can see or close.
 So the display is opened here first, with libX11's ``XOpenDisplay`` (what GLFW does), in a thread with a
-time limit (a remote display that does not answer blocks in ``connect``). A display that refuses the
+time limit (a remote display that does not answer blocks in ``connect``). A display that refuses at once (no
+server there, or not this user) and one still silent at the limit (out of reach, or too busy) get lines of
+their own: the second is not told that no server is there. A display that refuses the
 connection for want of authorisation makes libxcb itself print ``Authorization required, but no
 authorization protocol specified`` on stderr, beside the command's one line: it comes from C inside the probe
 and is left there (redirecting file descriptor 2 would race with the other threads). libX11 reads
@@ -31,8 +33,12 @@ _XVFB_RUN_AUTH = re.compile(r".*/xvfb-run\.[^/]+/Xauthority")
 USE_SCREENSHOT = "use --screenshot PNG to render without a window"
 
 
-def _opens(display: str, timeout: float) -> bool | None:
-    """Whether libX11 opens ``display`` within ``timeout`` seconds (``False`` when it does not answer);
+OPENED, REFUSED, SILENT = "opened", "refused", "silent"  # what the probe of a display found
+
+
+def _opens(display: str, timeout: float) -> str | None:
+    """What libX11's ``XOpenDisplay(display)`` did within ``timeout`` seconds: :data:`OPENED`, :data:`REFUSED`
+    (it returned NULL: no server there, or one that refuses this user) or :data:`SILENT` (no answer yet);
     ``None`` where libX11 cannot be loaded (no probe: Open3D says what it finds)."""
     try:
         xlib = ctypes.CDLL(LIBX11)
@@ -40,18 +46,18 @@ def _opens(display: str, timeout: float) -> bool | None:
         return None
     xlib.XOpenDisplay.restype, xlib.XOpenDisplay.argtypes = ctypes.c_void_p, [ctypes.c_char_p]
     xlib.XCloseDisplay.argtypes = [ctypes.c_void_p]
-    found: list[bool] = []
+    found: list[str] = []
 
     def probe() -> None:
         handle = xlib.XOpenDisplay(display.encode())
         if handle:
             xlib.XCloseDisplay(handle)
-        found.append(bool(handle))
+        found.append(OPENED if handle else REFUSED)
 
     thread = threading.Thread(target=probe, name="x-display-probe", daemon=True)
     thread.start()
     thread.join(timeout)  # ctypes lets go of the GIL: Ctrl-C still ends the wait
-    return bool(found and found[0])
+    return found[0] if found else SILENT
 
 
 def window_problem(environ=None, timeout: float = PROBE_TIMEOUT_S) -> str | None:
@@ -70,8 +76,13 @@ def window_problem(environ=None, timeout: float = PROBE_TIMEOUT_S) -> str | None
         return (f"the viewer window would open on DISPLAY={display!r}, the virtual screen of xvfb-run, which "
                 f"nobody sees, and never end; {USE_SCREENSHOT} (xvfb-run -a pointgeope viz ... --screenshot "
                 "view.png)")
-    if _opens(display, timeout) is False:
+    found = _opens(display, timeout)
+    if found == REFUSED:
         return (f"the viewer window cannot open DISPLAY={display!r} (no X server answers there, or it refuses "
                 f"this user: a stale DISPLAY after ssh without -X?); {USE_SCREENSHOT}, or set DISPLAY to a "
                 "display you see")
+    if found == SILENT:
+        return (f"the viewer window's display DISPLAY={display!r} did not answer within {timeout:g} s (a remote "
+                f"display out of reach, or a server too busy to answer); {USE_SCREENSHOT}, or try again once it "
+                "answers")
     return None

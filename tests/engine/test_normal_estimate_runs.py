@@ -34,6 +34,17 @@ def _warnings(text: str) -> list[str]:
     return [line for line in text.splitlines() if "of another estimate" in line]
 
 
+def _evaluate_on_another_estimate(run, two_folds, tmp_path):
+    """``evaluate`` (exit 0) of a copy of the fold folder ``run``, ``<tmp_path>/run/area_1``, on a copy of the
+    prepared root ``two_folds`` whose Area_1 holds another estimate of its normals (``normal_version`` 9);
+    returns the copy."""
+    copy = tmp_path / "run" / "area_1"
+    shutil.copytree(run, copy)
+    root = _copy_root(two_folds, tmp_path / "root", version=9)
+    assert cli(["evaluate", str(copy), "--data-root", str(root)]) == 0
+    return copy
+
+
 def test_a_normal_run_records_the_estimate_it_read_and_ptv1_none(normal_run, tiny_run):  # noqa: F811
     read = {area: current() for area in ("Area_1", "Area_2", "Area_3")}
     assert load_checkpoint(normal_run / "last.pt")["data_normals"] == read
@@ -46,11 +57,8 @@ def test_evaluate_on_files_of_another_estimate_uses_them_and_says_so(normal_run,
                                                                     capsys):
     """Before: the normals were part of the points checksum, so a file of the same points with another estimate
     of its normals was refused as other data (exit 2)."""
-    run = tmp_path / "run" / "area_1"
-    shutil.copytree(normal_run, run)
-    root = _copy_root(two_folds, tmp_path / "root", version=9)
     capsys.readouterr()
-    assert cli(["evaluate", str(run), "--data-root", str(root)]) == 0
+    run = _evaluate_on_another_estimate(normal_run, two_folds, tmp_path)
     out = capsys.readouterr()
     k = current()["normal_k"]
     assert _warnings(out.out + out.err) == [
@@ -94,11 +102,8 @@ def test_predict_says_once_when_a_scans_normals_are_of_another_estimate(normal_r
 
 
 def test_a_ptv1_run_never_mentions_normals(tiny_run, two_folds, tmp_path, capsys):
-    run = tmp_path / "run" / "area_1"
-    shutil.copytree(tiny_run, run)
-    root = _copy_root(two_folds, tmp_path / "root", version=9)
     capsys.readouterr()
-    assert cli(["evaluate", str(run), "--data-root", str(root)]) == 0
+    _evaluate_on_another_estimate(tiny_run, two_folds, tmp_path)
     out = capsys.readouterr()
     assert "normal" not in (out.out + out.err).lower()
 
@@ -107,10 +112,7 @@ def test_metrics_record_the_estimate_of_the_test_files_evaluated(normal_run, two
     """metrics.json's data_normals name the normals its scores came from: the test area's as evaluated (another
     estimate than in training, which evaluate warns of), the training areas' as the checkpoint read them. It
     copied the checkpoint's, so the report said the fold's numbers came from the estimate of the training."""
-    run = tmp_path / "run" / "area_1"
-    shutil.copytree(normal_run, run)
-    root = _copy_root(two_folds, tmp_path / "root", version=9)
-    assert cli(["evaluate", str(run), "--data-root", str(root)]) == 0
+    run = _evaluate_on_another_estimate(normal_run, two_folds, tmp_path)
     recorded = json.loads((run / "metrics.json").read_text())["data_normals"]
     assert recorded == {"Area_1": {**current(), "normal_version": 9}, "Area_2": current(), "Area_3": current()}
     assert load_checkpoint(run / "last.pt")["data_normals"]["Area_1"] == current()  # the training's, kept

@@ -70,6 +70,63 @@ def test_a_display_that_opens_is_taken():
 
 
 @linux
+def test_the_xvfb_started_here_does_not_reset_when_its_last_client_leaves(monkeypatch):
+    """An X server resets when its last client leaves (xkbcomp compiles its keymap again) and the next client
+    waits for it: the second probe of the test above, alone on its server, waited over 10 s once on a loaded
+    machine and was told no server answers. A reset forgets the atoms the clients made: the second client here
+    finds the first one's."""
+    import ctypes
+
+    _libx11()
+    from pointgeope.viz import render
+
+    if not render.shutil.which("Xvfb"):
+        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    xlib = ctypes.CDLL(LIBX11)
+    xlib.XOpenDisplay.restype, xlib.XOpenDisplay.argtypes = ctypes.c_void_p, [ctypes.c_char_p]
+    xlib.XCloseDisplay.argtypes = [ctypes.c_void_p]
+    xlib.XInternAtom.restype, xlib.XInternAtom.argtypes = ctypes.c_ulong, [ctypes.c_void_p, ctypes.c_char_p,
+                                                                          ctypes.c_int]
+    monkeypatch.setattr(render, "_XVFB", {})  # a server of its own: no client of another test holds it
+    display = render._start_xvfb(64, 48).encode()
+    try:
+        atoms = []
+        for only_if_exists in (0, 1):                                # make it, then look it up
+            handle = xlib.XOpenDisplay(display)
+            assert handle, display
+            atoms.append(xlib.XInternAtom(handle, b"POINTGEOPE_MADE_BY_A_CLIENT", only_if_exists))
+            xlib.XCloseDisplay(handle)
+        assert atoms[0] != 0 and atoms[1] == atoms[0]                # 0: gone, the server had reset
+    finally:
+        render._stop_xvfb()
+
+
+@linux
+def test_a_display_that_does_not_answer_is_said_to_be_silent_not_absent():
+    """A display that accepts the connection and says nothing (a server too busy, or a remote one out of reach)
+    was refused as one where "no X server answers there, or it refuses this user"."""
+    import socket
+
+    _libx11()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:  # X11 over TCP: port 6000 + display
+        number = next(n for n in range(171, 999) if _bound(server, 6000 + n))
+        server.listen(1)                                               # the kernel accepts; nobody answers
+        display = f"127.0.0.1:{number}"
+        assert window_problem({"DISPLAY": display}, timeout=0.5) == (
+            f"the viewer window's display DISPLAY={display!r} did not answer within 0.5 s (a remote display out "
+            "of reach, or a server too busy to answer); use --screenshot PNG to render without a window, or try "
+            "again once it answers")
+
+
+def _bound(sock, port: int) -> bool:
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    return True
+
+
+@linux
 @pytest.mark.parametrize("display", ["free", "xvfb-run", "wayland"])
 def test_window_mode_without_a_visible_display_is_refused_not_hung(synthetic_area, display):
     """Before: Open3D fell back to an offscreen EGL window, and `viz` blocked forever, deaf to Ctrl-C."""
