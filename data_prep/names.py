@@ -86,7 +86,7 @@ def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], i
     whose area has no folder in ``areas`` (area -> folder): prepare opens a zip only as RAW itself, so the
     area would vanish from the folds without a word (an area left zipped beside the unpacked others). A zip
     beside its unpacked folder is a leftover of the unpacking, not read as before. The ``unzip`` command
-    the line gives is quoted for a shell (``'Area_3 (1).zip'``)."""
+    the line gives, and the zip it says to give as RAW, are quoted for a shell (``'Area_3 (1).zip'``)."""
     numbers = {area_number(a) for a in areas}
     zipped = sorted(f for f in files if (m := ZIPPED_AREA.fullmatch(f.rsplit("/", 1)[-1]))
                     and int(m.group(1)) not in numbers)
@@ -98,7 +98,7 @@ def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], i
     unpack = (f"unpack {location} and {'it' if one else 'them'} into one folder and give that" if in_zip else
               f"unpack {'it' if one else 'them'} there (unzip {quote(str(first))} -d {quote(str(first.parent))})")
     other = (f"remove {'it' if one else 'them'} to prepare the other areas" if areas else
-             f"give {first} itself as RAW" if one and not in_zip else "")
+             f"give {quote(str(first))} itself as RAW" if one and not in_zip else "")
     raise SourceError(f"{location}: {shown} {'is the zip of an area' if one else 'are the zips of areas'} without a "
                       f"folder here, and prepare opens no zip inside RAW: {'its area' if one else 'their areas'} "
                       f"would be left out of the folds; {unpack}{f', or {other}' if other else ''}")

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["NormalsRead", "area_estimates", "current", "describe", "differing_line", "earlier_of", "estimates_in",
-           "is_current", "not_current_line", "read_text", "recorded", "room_estimate", "tested"]
+           "is_current", "not_current_line", "read_in_training", "read_text", "recorded", "room_estimate", "tested"]
 
 BEFORE_VERSION = {"normal_k": 30, "normal_version": 1}  # the estimate of the versions that recorded none
 THEN = ", then "  # between two estimates one area was read with in turn (read_text)
@@ -162,6 +162,18 @@ def recorded(ckpt: dict) -> dict[str, dict[str, int]] | None:
     if isinstance(found, dict):
         return {area: e for area, e in found.items() if _is_entry(e)}
     return {area: dict(BEFORE_VERSION) for area in (ckpt.get("data") or {})}
+
+
+def read_in_training(ckpt: dict) -> list[dict[str, int]] | None:
+    """Every estimate the training of the checkpoint ``ckpt`` read of any area, each once (sorted): those of
+    :func:`recorded` and those it read before a resume on files of another (:func:`earlier_of`); ``None`` for a run
+    that read no normals. What ``predict`` compares a scan's estimate with."""
+    read = recorded(ckpt)
+    if read is None:
+        return None
+    entries = [*read.values(), *(entry for record in earlier_of(ckpt) for entry in record["data_normals"].values()
+                                 if _is_entry(entry))]
+    return [dict(zip(_KEYS, key)) for key in sorted({_key(e) for entry in entries for e in estimates_in(entry)})]
 
 
 def tested(ckpt: dict, root: str | Path, areas) -> dict[str, dict]:

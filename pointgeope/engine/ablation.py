@@ -45,7 +45,7 @@ from pathlib import Path
 
 from pointgeope.constants import fold_folder_name
 from pointgeope.data.folds import fold_of, load_folds
-from pointgeope.engine.ablation_reuse import check_reuse, check_run_dir, other_trials
+from pointgeope.engine.ablation_reuse import TRIAL_LOG, check_reuse, check_run_dir, check_trial_folders, other_trials
 from pointgeope.engine.config import config_to_dict, load_config, override_key
 from pointgeope.engine.retrain import RETRAIN_NOTE, note_path, read_retrain_note
 from pointgeope.errors import UserError
@@ -107,8 +107,7 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     fold = fold_of(load_folds(cfg.data.root), test_area, cfg.data.root)
     trials = [Trial(p, s, inside(run_dir, run_dir / p / f"seed_{s}", f"--presets {p}", "--run-dir"))
               for p in presets for s in seeds]
-    for trial in trials:  # ablate removes an earlier attempt's note there: not a folder of the user's
-        note_path(trial.folder)
+    check_trial_folders(trials)  # where ablate writes a trial's log and note: no file or folder of the user's
     trials = _resume_threads(trials, test_area, threads, cfg.train.threads is not None)
     # each trial's config, checked (e.g. an unknown preset, named) and kept: what its saved result is compared
     # with after the trials ran (stale), whatever happens to the config file meanwhile
@@ -236,19 +235,19 @@ def _run(trial: Trial, argv: list[str], running: _Running, test_area: int) -> in
     note = note_path(trial.folder)
     note.unlink(missing_ok=True)    # an earlier attempt's
     start = time.perf_counter()
-    with open(trial.folder / "train.log", "a", encoding="utf-8") as log:
+    with open(trial.folder / TRIAL_LOG, "a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(argv)}\n")
         log.flush()
         start_of_attempt = log.tell()
         code = running.run(argv, log, {**os.environ, RETRAIN_NOTE: str(note)})
     if code is None:
         return None
-    why = _failure(trial.folder / "train.log", start_of_attempt) if code else ""
+    why = _failure(trial.folder / TRIAL_LOG, start_of_attempt) if code else ""
     if code and (fold := read_retrain_note(note)) is not None:
         why += f" (ablate has no --force: delete {fold} to train the trial again)"
     note.unlink(missing_ok=True)
     state = "done" if code == 0 else f"FAILED (exit code {code}): {why}"
-    print(f"{trial.name}: {state} in {time.perf_counter() - start:.0f} s ({trial.folder / 'train.log'})", flush=True)
+    print(f"{trial.name}: {state} in {time.perf_counter() - start:.0f} s ({trial.folder / TRIAL_LOG})", flush=True)
     return code
 
 

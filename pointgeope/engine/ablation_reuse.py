@@ -1,6 +1,6 @@
 """What an ablation's run folder holds that ablate cannot use or does not report: another command's outputs
-(:func:`check_run_dir`), saved trials that ``train`` would refuse (:func:`check_reuse`), trials outside this
-command's grid (:func:`other_trials`).
+(:func:`check_run_dir`), paths where it cannot write a trial's own files (:func:`check_trial_folders`), saved
+trials that ``train`` would refuse (:func:`check_reuse`), trials outside this command's grid (:func:`other_trials`).
 
 A trial's fold folder ``RUN/<preset>/seed_<s>/area_K`` with a ``last.pt`` is resumed (unfinished) or
 skipped (complete) by ``pointgeope train`` only when the config ``last.pt`` was written with has no
@@ -18,6 +18,7 @@ An ablation's ``RUN`` holds ``<preset>/seed_<s>/area_K`` and ``report/fold_K``; 
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pointgeope.constants import FOLD_NAME, fold_folder_name
@@ -30,10 +31,13 @@ from pointgeope.engine.checkpoint import (
     load_checkpoint,
 )
 from pointgeope.engine.record_keys import predating_note
+from pointgeope.engine.retrain import note_path
 from pointgeope.errors import UserError
 from pointgeope.h5 import prepared_folder_mark
 
-__all__ = ["check_reuse", "check_run_dir", "other_trials"]
+__all__ = ["TRIAL_LOG", "check_reuse", "check_run_dir", "check_trial_folders", "other_trials"]
+
+TRIAL_LOG = "train.log"  # RUN/<preset>/seed_<s>/train.log: a trial's output, appended to by each attempt
 
 
 def _saved(last: Path) -> tuple[dict, dict] | None:
@@ -127,6 +131,25 @@ def check_run_dir(run_dir: Path) -> None:
     raise UserError(f"--run-dir {run_dir}: it holds {what}; an ablation writes RUN/<preset>/seed_<s>/area_K and "
                     "RUN/report/fold_K, which would mix with that: give it a folder of its own, e.g. "
                     f"--run-dir {run_dir.parent / (run_dir.name + '_ablation')}")
+
+
+def check_trial_folders(trials: list) -> None:
+    """Raise a :class:`UserError` naming the first path where ablate cannot write the own files of one of
+    ``trials`` (each ``name`` and ``folder``, ``RUN/<preset>/seed_<s>``), before any trial starts (from a trial's
+    thread, once the trials before it trained, it was a traceback): its folder, or one above it, a file (ablate
+    makes them); :data:`TRIAL_LOG` a folder (each attempt appends its output to that file); ``.retrain.json`` a
+    folder (:func:`~pointgeope.engine.retrain.note_path`)."""
+    for trial in trials:
+        folder = Path(trial.folder)
+        first = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), None)  # the first that exists
+        if first is not None and not first.is_dir():
+            kind = "a file" if first.is_file() else "a link to nothing" if first.is_symlink() else "no folder"
+            raise UserError(f"{first}: expected a folder (ablate writes the trial {trial.name} in {folder}), found "
+                            f"{kind}; move it elsewhere")
+        if (log := folder / TRIAL_LOG).is_dir():
+            raise UserError(f"{log}: expected no folder there: ablate appends the output of each of the trial's "
+                            "attempts to that file; move the folder elsewhere")
+        note_path(folder)
 
 
 def other_trials(trials: list, test_area: int, run_dir: Path) -> list[str]:

@@ -138,12 +138,12 @@ def scan_normals(scan: Scan, coord: np.ndarray, say=None) -> np.ndarray:
 
 def _other_estimate(predictor: Predictor, scan: Scan, warn) -> None:
     """One warning line through ``warn`` where the normals of ``scan`` (its own, else estimated now) are of another
-    estimate than any the network's run read (:mod:`pointgeope.data.normal_record`; an area of several estimates:
-    each of them): said once per estimate."""
-    from pointgeope.data.normal_record import current, describe, estimates_in
+    estimate than any the network's run read in training (:mod:`pointgeope.data.normal_record`: every estimate of an
+    area of several, and those read before a resume on files of another): said once per estimate."""
+    from pointgeope.data.normal_record import current, describe
 
     estimate = scan.normal_estimate if scan.normal is not None else current()
-    read = sorted({describe(e) for entry in (predictor.normals_read or {}).values() for e in estimates_in(entry)})
+    read = sorted({describe(e) for e in predictor.normals_read or []})
     if estimate is None or not read or describe(estimate) in read or describe(estimate) in predictor.warned:
         return
     predictor.warned.add(describe(estimate))

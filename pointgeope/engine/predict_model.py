@@ -65,8 +65,8 @@ class Predictor:
             override.
         checksum: the sha256 of the checkpoint's bytes the network was loaded from (what predict's records
             name).
-        normals_read: area -> the normal estimate its run read (:func:`pointgeope.data.normal_record.recorded`);
-            ``None`` for a network that reads no normals.
+        normals_read: every normal estimate its run read in training, earlier ones of a resume included
+            (:func:`pointgeope.data.normal_record.read_in_training`); ``None`` for a network that reads no normals.
         warned: the estimates of scans already warned about (one line per estimate, not per scan).
     """
 
@@ -77,7 +77,7 @@ class Predictor:
     path: Path
     cap_origin: str | None = None
     checksum: str | None = None
-    normals_read: dict | None = None
+    normals_read: list | None = None
     warned: set = dataclasses.field(default_factory=set)
 
     @property
@@ -211,6 +211,6 @@ def load_predictor(model: str | Path, device: str = "auto", checkpoint: str | No
     net = build.model(cfg).to(dev)
     load_model_state(net, ckpt, path)
     net.eval()
-    from pointgeope.data.normal_record import recorded
+    from pointgeope.data.normal_record import read_in_training
 
-    return Predictor(net, cfg, info, dev, path, cap_origin, checksum, recorded(ckpt))
+    return Predictor(net, cfg, info, dev, path, cap_origin, checksum, read_in_training(ckpt))

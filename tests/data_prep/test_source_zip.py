@@ -193,3 +193,14 @@ def test_an_areas_zip_of_another_spelling_beside_its_unpacked_folder_is_left_alo
 def test_a_name_that_is_no_areas_zip_is_not_taken_for_one(tmp_path, name):
     write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", name: b"x"})
     assert [(r.area, r.name) for r in open_source(tmp_path / "raw").rooms()] == [("Area_1", "r")]
+
+
+def test_the_zip_to_give_as_raw_is_named_as_a_shell_reads_it(tmp_path, capsys):
+    """RAW holding nothing but ``Area_2 (1).zip``: the line says to give that zip itself as RAW, a path with a space
+    and parentheses that a shell splits unless quoted, as the unzip command of the same line is."""
+    inner = zip_tree(tmp_path / "inner.zip", {"Area_2/t/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"}).read_bytes()
+    raw = write_tree(tmp_path / "raw", {"Area_2 (1).zip": inner})
+    assert cli(["prepare", str(raw), str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    given = re.search(r", or give (.*) itself as RAW$", line).group(1)
+    assert split(given) == [str(raw / "Area_2 (1).zip")]

@@ -151,3 +151,30 @@ def test_a_training_resumed_on_files_of_another_estimate_records_both_and_report
     assert notes == ([f"note: {runs}: fold Area_1 was resumed on files of another normal estimate, so its network "
                       f"trained on the normals of both: Area_2's k={K}, version {VERSION} until epoch 2 "
                       f"(step {2 * steps}), then k={K}, version 9"] if changed else [])
+
+
+def test_predict_takes_the_estimates_a_resumed_training_read_earlier_as_read(two_folds, tmp_path, capsys):
+    """A training that read this version's estimate of every area, then resumed on files of another (version 9):
+    a scan of this version's estimate is one it read (until the resume), so predict has nothing to say of it; a
+    scan of an estimate it never read names both. Before: predict took the last estimate alone as read, and said
+    of a scan of the first that the run had read only version 9 in training."""
+    root, runs = _root(two_folds, tmp_path / "root"), tmp_path / "run"
+    more = ["train.epochs=2", "train.epochs_per_run=1"]
+    assert train3(root, runs, *more) == 0
+    set_versions(root, {area: {0: 9, 1: 9} for area in ("Area_1", "Area_2", "Area_3")})
+    assert train3(root, runs, *more) == 0
+    run = runs / "area_1"
+    assert [e["data_normals"] for e in load_checkpoint(run / "last.pt")["data_normals_earlier"]] == [
+        {area: current() for area in ("Area_1", "Area_2", "Area_3")}]
+    scans = _root(two_folds, tmp_path / "scans")                # this version's estimate: read until the resume
+    argv = ["--out", str(tmp_path / "p"), "--max-fragments", "1", "--format", "npy", "--force"]
+    capsys.readouterr()
+    assert cli(["predict", str(run), str(scans / "Area_1.h5"), *argv]) == 0
+    out = capsys.readouterr()
+    assert _warnings(out.out + out.err) == []
+    set_versions(scans, {"Area_1": {0: 7, 1: 7}})               # one it never read
+    assert cli(["predict", str(run), str(scans / "Area_1.h5"), *argv]) == 0
+    out = capsys.readouterr()
+    lines = _warnings(out.out + out.err)
+    assert len(lines) == 1 and (f"its normals are of another estimate (k={K}, version 7) than {run / 'last.pt'}'s run "
+                                f"read in training (k={K}, version {VERSION}; k={K}, version 9)") in lines[0], lines

@@ -62,3 +62,31 @@ def test_a_folder_where_ablate_puts_a_trials_note_is_one_line_before_any_trainin
         "that path (a file it makes and removes); move the folder elsewhere"]
     assert (note / "kept.txt").read_text() == "mine"
     assert not (run / "rpe" / "seed_0").exists()            # no trial started
+
+
+@pytest.mark.parametrize("kind", ["log folder", "trial file", "preset file"])
+def test_a_path_ablate_writes_a_trial_in_that_is_taken_is_one_line_before_any_training(two_folds, tmp_path, capsys,
+                                                                                        kind):
+    """``RUN/<preset>/seed_<s>/train.log`` a folder (each attempt appends the trial's output to that file), or the
+    trial's folder, or its preset's, a file: ablate trained the trials before it, then ended in a traceback from
+    the trial's thread (IsADirectoryError, FileExistsError). Now it is one line naming the path before any trial
+    starts, exit code 2, and the path is left as it was."""
+    run = tmp_path / "abl"
+    (run / "rpe").mkdir(parents=True)
+    taken, line = {
+        "log folder": (run / "rpe" / "seed_1" / "train.log", "expected no folder there: ablate appends the output of "
+                       "each of the trial's attempts to that file; move the folder elsewhere"),
+        "trial file": (run / "rpe" / "seed_1", "expected a folder (ablate writes the trial rpe seed 1 in "
+                       f"{run / 'rpe' / 'seed_1'}), found a file; move it elsewhere"),
+        "preset file": (run / "rpe", f"expected a folder (ablate writes the trial rpe seed 0 in "
+                        f"{run / 'rpe' / 'seed_0'}), found a file; move it elsewhere")}[kind]
+    if kind == "log folder":
+        taken.mkdir(parents=True)
+    else:
+        if kind == "preset file":
+            (run / "rpe").rmdir()
+        taken.write_text("mine")
+    assert cli(ablate_args(two_folds, run, presets=("rpe",), seeds=("0", "1"))) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"pointgeope ablate: error: {taken}: {line}"]
+    assert taken.is_dir() if kind == "log folder" else taken.read_text() == "mine"
+    assert not (run / "rpe" / "seed_0" / "area_1").exists()     # no trial started
