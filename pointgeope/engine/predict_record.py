@@ -50,6 +50,7 @@ from pointgeope.atomic import write_text_atomic
 from pointgeope.checksum import file_checksum, folder_checksum
 from pointgeope.engine.device_text import device_text
 from pointgeope.errors import one_line
+from pointgeope.recorded_text import recorded_text
 from pointgeope.scans.outputs import PLY_PREDICTION, output_path, write_outputs
 from pointgeope.scans.scan import ScanError
 
@@ -198,8 +199,10 @@ def other_machine(recorded, now: dict) -> str:
     if not isinstance(recorded, dict):
         return ""
 
-    def said(m: dict) -> dict:   # the device with its model, as the report says it (engine/device_text.py)
-        return {"device": str(device_text(m)), **{k: m.get(k) for k in ("precision", "threads", "torch")}}
+    def said(m: dict) -> dict:   # as the report says them (engine/device_text.py, recorded_text.py): one line each
+        return {"device": str(device_text(m)), **{k: None if m.get(k) is None else recorded_text(m[k], kind)
+                                                   for k, kind in (("precision", str), ("threads", int),
+                                                                   ("torch", str))}}
 
     there, here = said(recorded), said(now)
     cuda = "cuda" in (recorded.get("device"), now.get("device"))

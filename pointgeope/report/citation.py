@@ -27,6 +27,7 @@ import hashlib
 import json
 
 from pointgeope.engine.config_yaml import value_text
+from pointgeope.recorded_text import recorded_text
 from pointgeope.report.machine import machine_text
 from pointgeope.report.settings import IGNORED, SEED, value_groups
 
@@ -46,14 +47,17 @@ def _code_text(record: dict) -> str | None:
     """``pointgeope 0.2.0.dev0, commit 5e1c1896a8d8`` of a record's ``"pointgeope"`` and ``"pointgeope_commit"``
     (the commit left out where the code was no git checkout), ``... with uncommitted changes`` where its
     ``"pointgeope_modified"`` is true (the clone's code differed from the commit: :mod:`pointgeope.provenance`);
-    ``None`` where it names no version."""
+    ``None`` where it names no version. A version or commit no version writes (a newline, not hex digits: a record
+    edited or damaged) is said in one bounded line, marked (:mod:`pointgeope.recorded_text`)."""
     version, commit = record.get("pointgeope"), record.get("pointgeope_commit")
     if not isinstance(version, str):
         return None
     if not (isinstance(commit, str) and commit):
-        return f"pointgeope {version}"
+        return f"pointgeope {recorded_text(version)}"
     changed = " with uncommitted changes" if record.get("pointgeope_modified") is True else ""
-    return f"pointgeope {version}, commit {commit[:12]}{changed}"
+    hexadecimal = len(commit) <= 64 and all(c in "0123456789abcdef" for c in commit)
+    commit = commit[:12] if hexadecimal else recorded_text(commit)
+    return f"pointgeope {recorded_text(version)}, commit {commit}{changed}"
 
 
 def code_of(metrics: dict) -> str:

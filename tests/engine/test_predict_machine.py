@@ -64,3 +64,13 @@ def test_the_cpu_threads_of_a_prediction_on_cuda_are_not_another_machine():
     cpu = {**machine("cpu", "none"), "threads": 8}
     assert other_machine({**gpu, "threads": 16}, cpu) == (
         ", predicted on another machine (device: cuda (NVIDIA H200) there, cpu here)")
+
+
+def test_a_damaged_machine_of_a_record_is_said_in_bounds_and_marked():
+    """A hand-edited _pred.json whose torch is a megabyte and whose device model holds a newline: the skip line's
+    words stay short and one line, each such value marked. Before: the megabyte in the skip line."""
+    now = machine("cpu", "none")
+    damaged = {**now, "torch": "2" * 10**6, "device": "cuda", "device_name": "H\n200"}
+    words = other_machine(damaged, now)
+    assert words == (", predicted on another machine (device: cuda ('H\\n200' (looks damaged)) there, cpu here; "
+                     f"torch: '{'2' * 60}... (looks damaged) there, {now['torch']} here)")
