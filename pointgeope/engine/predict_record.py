@@ -4,16 +4,26 @@ After the outputs of a scan are written (each atomically, :mod:`pointgeope.scans
 ``DIR/<name>_pred.json`` is written last, atomically::
 
     {"kind": "pointgeope-predict-record", "version": 1,
-     "made_by": {"pointgeope": version, "model": "sha256:<hex>" of the checkpoint file,
-                 "input": checksum of the scan's input, "options": {...}},
+     "made_by": {"pointgeope": version, "pointgeope_commit": the commit of a checkout or null,
+                 "pointgeope_modified": whether its code differed from that commit (or null),
+                 "model": "sha256:<hex>" of the checkpoint file, "input": checksum of the scan's input,
+                 "options": {...}},
      "model_path": the checkpoint as given, "source": the input as given,
      "made_on": the machine that predicted it (engine.machine_record: device, precision, threads, torch),
      "outputs": {file name: {"bytes": size, "sha256": "sha256:<hex>"}, ...}}
 
 A rerun skips the scan when its record reads, its ``made_by`` equals the rerun's, and every output it
 lists is there with that size and checksum; anything else (no record: a kill before the scan's last file;
-another checkpoint, input or option; an output missing, cut short or changed) predicts it again, and the
-old record is removed before its first output is replaced. ``--force`` predicts every scan again.
+another checkpoint, input or option; other code; an output missing, cut short or changed) predicts it again, and
+the old record is removed before its first output is replaced. ``--force`` predicts every scan again.
+
+The code is that of :func:`pointgeope.provenance.code_record`, as a run's ``metrics.json`` records it: the
+version, and in a clone its commit and whether the code differed from it (between releases, a ``.devN`` version
+names many states of the code; only the commit tells them apart). A rerun under another commit, or with edits
+where there were none (or none where there were), predicts again; two states of code edited after the same
+commit are not told apart (nothing records the edits), so a scan skipped whose record says the code had
+uncommitted changes says so in its skip line (``--force`` predicts it again). A record of a version that
+named no commit is predicted again once.
 
 The input's checksum: ``sha256`` of the file (:func:`pointgeope.checksum.file_checksum`, about 0.08 s for
 100 MB, less than reading the scan; size and time would miss a file rewritten within the clock's step,
@@ -66,7 +76,7 @@ def made_by(predictor, args) -> dict:
     ``predictor``: :class:`pointgeope.engine.predict_model.Predictor`, ``args``: predict's options."""
     import dataclasses
 
-    from pointgeope import __version__
+    from pointgeope.provenance import code_record
 
     ev = dataclasses.asdict(predictor.cfg.eval)
     options = {"format": sorted(args.format), "probabilities": bool(args.probabilities), "scale": args.scale,
@@ -81,7 +91,7 @@ def made_by(predictor, args) -> dict:
 
         options.update(current())
     model = predictor.checksum or file_checksum(predictor.path)   # that of the bytes loaded (load_predictor)
-    return {"pointgeope": __version__, "model": model,
+    return {**code_record(), "model": model,   # the version, commit and edits of this code (provenance.py)
             "options": json.loads(json.dumps(options))}  # tuples as lists, as a record reads back
 
 
@@ -154,8 +164,10 @@ class ScanRecords:
             elsewhere = other_machine(self.record(ref).get("made_on"), self.made_on)
         except (OSError, ValueError, AttributeError):    # gone since complete() read it: nothing to say
             elsewhere = ""
-        print(one_line(f"skipped {ref.source}: its outputs in {folder} are complete, from the same model, input "
-                       f"and options{elsewhere} (--force predicts it again)"), flush=True)
+        edited = ("; the code had uncommitted changes then and has now, which are not compared"
+                  if self.made_by.get("pointgeope_modified") is True else "")
+        print(one_line(f"skipped {ref.source}: its outputs in {folder} are complete, from the same model, input, "
+                       f"options and code{elsewhere}{edited} (--force predicts it again)"), flush=True)
         self.skipped += 1
         return True
 
