@@ -33,6 +33,7 @@ import yaml
 
 from pointgeope.engine.config_yaml import flatten  # (no torch: the report imports none)
 from pointgeope.engine.record_keys import as_recorded
+from pointgeope.plural import counted
 
 IGNORED = frozenset({
     "data.num_workers", "data.cache", "data.hierarchy",                 # how fast the data came
@@ -149,4 +150,4 @@ def mixed_text(mixed: dict[str, dict[str, object]], limit: int = 6) -> str:
     parts = [f"{key} (" + "; ".join(f"{areas}: {value!r}" for areas, value in value_groups(values)) + ")"
              for key, values in list(mixed.items())[:limit]]
     more = len(mixed) - limit
-    return ", ".join(parts) + (f" and {more} more key(s)" if more > 0 else "")
+    return ", ".join(parts) + (f" and {counted(more, 'more key', 'more keys')}" if more > 0 else "")

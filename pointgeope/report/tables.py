@@ -120,7 +120,8 @@ def run_difference_lines(runs: list[RunSummary]) -> list[str]:
                      "effect of all of these):")
         lines += [f"  - `{key}`: {said[key]}" for key in keys[:SHOWN_KEYS]]
         if len(keys) > SHOWN_KEYS:
-            lines.append(f"  - and {len(keys) - SHOWN_KEYS} more key(s) (report.json: `run_differences`)")
+            more = counted(len(keys) - SHOWN_KEYS, "more key", "more keys")
+            lines.append(f"  - and {more} (report.json: `run_differences`)")
     if data:
         lines.append(f"- the runs read different data (the checksums of {', '.join(data)} differ): their "
                      "differences compare unlike data sets.")

@@ -89,14 +89,14 @@ def test_a_rerun_after_a_kill_predicts_only_the_rest_and_matches_an_uninterrupte
     assert predicted == ["b.npy", "c.npy"]
     assert (f"skipped {scans / 'a.npy'}: its outputs in {tmp_path / 'o'} are complete, from the same model, input, "
             "options and code (--force predicts it again)") in out
-    assert out[-1] == f"predicted 2 of 3 input(s) into {tmp_path / 'o'}; 1 skipped, complete from an earlier run"
+    assert out[-1] == f"predicted 2 of 3 inputs into {tmp_path / 'o'}; 1 skipped, complete from an earlier run"
     assert files(tmp_path / "o") == files(tmp_path / "whole")
     record = json.loads((tmp_path / "o" / "b_pred.json").read_text())
     assert record["made_by"]["input"] == file_checksum(scans / "b.npy")
     assert record["outputs"]["b_pred.ply"]["sha256"] == file_checksum(tmp_path / "o" / "b_pred.ply")
     predicted.clear()
     assert cli(argv(tiny_run, scans, tmp_path / "o", "--probabilities")) == 0 and predicted == []
-    assert capsys.readouterr().out.splitlines()[-1] == (f"predicted 0 of 3 input(s) into {tmp_path / 'o'}; "
+    assert capsys.readouterr().out.splitlines()[-1] == (f"predicted 0 of 3 inputs into {tmp_path / 'o'}; "
                                                         "3 skipped, complete from an earlier run")
     assert cli(argv(tiny_run, scans, tmp_path / "o", "--probabilities", "--force")) == 0
     assert predicted == ["a.npy", "b.npy", "c.npy"] and files(tmp_path / "o") == files(tmp_path / "whole")
