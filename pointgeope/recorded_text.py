@@ -17,11 +17,16 @@ DAMAGED = " (looks damaged)"
 def recorded_text(value: object, kind: type = str) -> str:
     """``value`` as it is (``str(value)``) where it is a ``kind`` (``str`` or ``int``; a bool is no int here)
     and, for a string, printable (no control character or surrogate: :meth:`str.isprintable`), not empty and
-    at most :data:`LIMIT` characters; else ``repr(value)``, cut to :data:`LIMIT` characters (the last three
-    ``...``), followed by :data:`DAMAGED`. ``recorded_text("bf16") == "bf16"``, ``recorded_text(2, int) == "2"``,
-    ``recorded_text("a\\nb") == "'a\\\\nb' (looks damaged)"``."""
+    at most :data:`LIMIT` characters; else :func:`damaged_text`. ``recorded_text("bf16") == "bf16"``,
+    ``recorded_text(2, int) == "2"``, ``recorded_text("a\\nb") == "'a\\\\nb' (looks damaged)"``."""
     if isinstance(value, kind) and not isinstance(value, bool):
         if not isinstance(value, str) or (value.isprintable() and 0 < len(value) <= LIMIT):
             return str(value)
+    return damaged_text(value)
+
+
+def damaged_text(value: object) -> str:
+    """``repr(value)`` cut to :data:`LIMIT` characters (the last three ``...``), followed by :data:`DAMAGED`:
+    a value its reader has found damaged, on one line (``repr`` escapes control characters and surrogates)."""
     text = repr(value)
     return (text if len(text) <= LIMIT else text[:LIMIT - 3] + "...") + DAMAGED

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pointgeope.recorded_text import DAMAGED, LIMIT, recorded_text
+from pointgeope.recorded_text import DAMAGED, LIMIT, damaged_text, recorded_text
 
 
 @pytest.mark.parametrize("value, kind", [("bf16", str), ("2.13.0+cu126", str), ("NVIDIA GeForce RTX 4090", str),
@@ -26,3 +26,7 @@ def test_a_damaged_value_is_one_bounded_line_marked(value, kind, said):
 def test_a_huge_value_is_cut():
     text = recorded_text("\n" * 10**6)
     assert text == "'" + "\\n" * 30 + "..." + DAMAGED
+
+
+def test_a_damaged_value_is_said_whatever_its_type():
+    assert damaged_text([1, 2]) == "[1, 2]" + DAMAGED and damaged_text("a\nb") == r"'a\nb'" + DAMAGED

@@ -26,10 +26,10 @@ from __future__ import annotations
 import hashlib
 import json
 
-from pointgeope.engine.config_yaml import value_text
+from pointgeope.plural import counted
 from pointgeope.recorded_text import recorded_text
 from pointgeope.report.machine import machine_text
-from pointgeope.report.settings import IGNORED, SEED, value_groups
+from pointgeope.report.settings import IGNORED, SEED, setting_text, value_groups
 
 # the keys that say what a number is, in the order said (those a fold lacks are left out)
 SHOWN = ("model.backbone", "model.pe", "train.epochs", SEED, "eval.protocol", "eval.checkpoint", "eval.vote",
@@ -117,11 +117,11 @@ def citation_lines(run) -> list[str]:
     codes = {f.area: f.code for f in run.folds}
     code = "; ".join(f"{areas}: {value}" for areas, value in value_groups(codes)) if len(set(codes.values())) > 1 \
         else run.folds[0].code
-    lines = [f"### {run.name} ({len(run.folds)} fold{'s' * (len(run.folds) != 1)})", "", f"- code: {code}"]
+    lines = [f"### {run.name} ({counted(len(run.folds), 'fold')})", "", f"- code: {code}"]
     if (digest := config_hash(settings)) is None:
         lines.append(f"- config: {NOT_RECORDED}")
     else:
-        shown = ", ".join(f"{key} `{value_text(settings[key])}`" for key in SHOWN if key in settings)
+        shown = ", ".join(f"{key} `{setting_text(settings[key])}`" for key in SHOWN if key in settings)
         left = " without the keys its folds differ in (notes)" if mixed else ""
         lines.append(f"- config: {digest[:23]} of the compared settings{left} (report.json: `settings`); {shown}")
     data = data_hash(settings)
