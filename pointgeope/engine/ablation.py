@@ -376,12 +376,10 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
         if len(unfinished) < len(trials):     # every trial unfinished (epochs_per_run): nothing to score yet
             report([(t.preset, t.seed, t.folder) for t in trials], header, left_out, notes)
     failed = [t.name for t, code in zip(trials, codes) if code != 0]
-    if failed:
-        n = len(failed)
+    if n := len(failed):
         print(f"{counted(n, 'trial')} failed: {', '.join(failed)}; see {agreeing(n, 'its', 'their')} train.log, "
               f"rerun the same command to retry {agreeing(n, 'it', 'them')}", file=sys.stderr)
-    if unfinished:
-        n = len(unfinished)
+    if n := len(unfinished):
         print(f"{counted(n, 'trial')} stopped before {agreeing(n, 'its', 'their')} last epoch (train.epochs_per_run): "
               f"{', '.join(unfinished)}; rerun the same command to continue {agreeing(n, 'it', 'them')}"
               + ("; no report until one finishes" if len(unfinished) == len(trials) else ""), file=sys.stderr)
