@@ -97,8 +97,8 @@ def made_by(predictor, args) -> dict:
 
 class ScanRecords:
     """The records of one ``predict`` command in ``out``: :meth:`skips` a scan whose outputs are complete
-    and from the same model, input and options (unless ``force``); :meth:`write` writes a scan's outputs and
-    then its record. ``skipped``: how many scans were skipped."""
+    and from the same model, input, options and code (unless ``force``); :meth:`write` writes a scan's outputs
+    and then its record. ``skipped``: how many scans were skipped."""
 
     def __init__(self, out: str | Path, predictor, args, force: bool = False):
         self.out, self.formats, self.probabilities = out, tuple(args.format), bool(args.probabilities)
