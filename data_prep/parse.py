@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pointgeope.plural import counted
+
 FIELDS = 6  # x y z r g b
 
 # The only bytes of a file the fast path reads; any other byte sends the file to the line-by-line path.
@@ -167,7 +169,7 @@ def _parse_lines(data: bytes) -> tuple[np.ndarray, list[Issue], np.ndarray]:
             issues.append(Issue(number, "dropped", f"expected {FIELDS} values, got {len(tokens)}: {_show(line)}"))
             continue
         row: list[float] = []
-        repaired, why = [], ""
+        repaired, why, stray = [], "", 0
         for token in tokens:
             value = _parse_token(token)
             if value is None:
@@ -176,12 +178,13 @@ def _parse_lines(data: bytes) -> tuple[np.ndarray, list[Issue], np.ndarray]:
                 if value is None:
                     break
                 repaired.append(f"{_show(token)} -> {fixed.decode()}")
+                stray += len(token) - len(fixed)
             row.append(value)
         if len(row) != FIELDS:
             issues.append(Issue(number, "dropped", f"non-numeric value {_show(token)} in {_show(line)}{why}"))
             continue
         if repaired:
-            issues.append(Issue(number, "repaired", "dropped stray byte(s): " + ", ".join(repaired)))
+            issues.append(Issue(number, "repaired", f"dropped {counted(stray, 'stray byte')}: {', '.join(repaired)}"))
         rows.append(row)
         numbers.append(number)
     return (np.array(rows, dtype=np.float64).reshape(-1, FIELDS), issues,

@@ -43,6 +43,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from pointgeope.plural import counted
+
 UNIT, BITS16, BITS8 = "unit", "16bit", "8bit"
 BITS16_REACH = 511.5  # some value of a 16-bit file that does not declare it reaches this
 UNIT_MAX = 1.001      # the largest value of a 0..1 file: 1 and an exporter's rounding noise (float16's step
@@ -147,6 +149,6 @@ def clip_warning(name: str, values: np.ndarray, clipped: np.ndarray, where: Call
     rows = np.flatnonzero(clipped.any(axis=1))
     judged = values if judged is None else judged
     why = not_16bit_reason(judged) if (values[clipped] > 255).any() else ""
-    return (f"{name}: colours outside 0..255 clipped: {int(clipped.sum()):,} colour value(s) of {len(rows):,} of "
-            f"{len(values):,} points (first {where(int(rows[0]))}: {shown(values[rows[0]])}); {why}if the file's "
-            "colours have another range, rescale them to 0..255")
+    return (f"{name}: colours outside 0..255 clipped: {counted(int(clipped.sum()), 'colour value')} of "
+            f"{len(rows):,} of {counted(len(values), 'point')} (first {where(int(rows[0]))}: "
+            f"{shown(values[rows[0]])}); {why}if the file's colours have another range, rescale them to 0..255")

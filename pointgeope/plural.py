@@ -18,3 +18,10 @@ def counted(n: int, noun: str, many: str | None = None) -> str:
     else ``many`` (default: :func:`plural` of ``noun``). ``counted(1, "room") == "1 room"``,
     ``counted(0, "room") == "0 rooms"``, ``counted(1200, "point") == "1,200 points"``."""
     return f"{n:,} {noun if n == 1 else (many or plural(noun))}"
+
+
+def agreeing(n: int, one: str, many: str) -> str:
+    """The word that agrees with a count ``n`` that the line says beside it: ``one`` when ``n == 1``, else
+    ``many``. For the verbs and pronouns of :func:`counted`'s noun: ``f"{counted(n, 'trial')} failed; see
+    {agreeing(n, 'its', 'their')} train.log"``, ``f"{names} {agreeing(len(names), 'differs', 'differ')}"``."""
+    return one if n == 1 else many

@@ -119,3 +119,47 @@ def test_report_names_refusal_counts_the_names(tmp_path):
         with pytest.raises(ReportError) as caught:
             load_runs([tmp_path / "r1", tmp_path / "r2", tmp_path / "r3"], names)
         assert str(caught.value) == f"expected one name per run (3), {text}"
+
+
+def test_agreeing_takes_the_word_of_the_count():
+    from pointgeope.plural import agreeing
+
+    assert [agreeing(n, "its", "their") for n in (0, 1, 2)] == ["their", "its", "their"]
+
+
+def test_a_gpu_number_beyond_the_machine_counts_its_devices(monkeypatch):
+    from pointgeope.engine.distributed import DeviceError, _device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for count, text in ((1, "1 CUDA device, cuda:0"), (2, "2 CUDA devices, cuda:0 to cuda:1")):
+        monkeypatch.setattr(torch.cuda, "device_count", lambda count=count: count)
+        with pytest.raises(DeviceError) as caught:
+            _device("cuda:3", 0, "train.device")
+        assert str(caught.value) == f"train.device='cuda:3': this machine has {text}"
+
+
+def test_a_predict_entry_of_another_size_counts_its_names_and_colours():
+    from pointgeope.engine.prediction_info import _entry_problem
+
+    assert _entry_problem(["a"], [[0, 0, 0]], 13) == "1 class name"
+    assert _entry_problem(["a", "b"], [[0, 0, 0]], 2) == "1 colour"
+    assert _entry_problem(["a", "b"], [[0, 0, 0]] * 3, 2) == "3 colours"
+
+
+def test_the_viewer_says_name_or_names_of_the_unknown_classes():
+    from pointgeope.viz import VizError
+    from pointgeope.viz.select import parse_class_names
+
+    for text, said in (("roof", "unknown class name 'roof';"), ("roof,sky", "unknown class names 'roof', 'sky';")):
+        with pytest.raises(VizError) as caught:
+            parse_class_names(text)
+        assert str(caught.value).startswith(said)
+
+
+def test_the_report_counts_the_keys_it_leaves_out():
+    from pointgeope.report.settings import mixed_text
+
+    mixed = {f"k{i}": {"Area_1": 1, "Area_2": 2} for i in range(3)}
+    assert mixed_text(mixed, limit=2).endswith(" and 1 more key")
+    assert mixed_text(mixed, limit=1).endswith(" and 2 more keys")
+

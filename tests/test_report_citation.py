@@ -131,3 +131,37 @@ def test_code_edited_after_its_commit_is_not_cited_as_that_commit(tmp_path, caps
                                       "pointgeope 0.2.0, commit 5e1c1896a8d8 (test)")
     assert made["code"]["Area_3"] == made["code"]["Area_4"] == \
         "pointgeope 0.2.0, commit 5e1c1896a8d8 (training and test)"
+
+
+def test_a_damaged_version_or_commit_is_said_on_one_line_and_marked(tmp_path, capsys):
+    """A hand-edited metrics.json whose version holds a newline, or whose commit is no hex digits: each said as
+    repr writes it (one line), marked (looks damaged); a commit of hex digits is cut to 12 as before. Before:
+    the newline split report.md's ``- code`` item into a second item ``- injected``."""
+    run = _run(tmp_path, "geope", code={2: ("0.2.0\n- injected", COMMIT), 3: ("0.2.0", "HEAD\n- injected")})
+    text, (made,) = _report(tmp_path, capsys, run)
+    assert not any(line.startswith("- injected") for line in text.splitlines())
+    assert made["code"]["Area_1"] == "pointgeope 0.2.0, commit 5e1c1896a8d8 (training and test)"
+    assert made["code"]["Area_2"] == ("pointgeope '0.2.0\\n- injected' (looks damaged), commit 5e1c1896a8d8 "
+                                      "(training and test)")
+    assert made["code"]["Area_3"] == ("pointgeope 0.2.0, commit 'HEAD\\n- injected' (looks damaged) "
+                                      "(training and test)")
+
+
+def test_a_damaged_setting_is_said_on_one_line_and_marked(tmp_path, capsys):
+    """A hand-edited metrics.json whose config holds a newline in ``model.pe``: the runs' difference and the
+    config's line each say it as repr writes it, marked (looks damaged); a sound setting as an override writes
+    it. Before: the newline split both into a second list item ``- injected``."""
+    sound, edited = _run(tmp_path, "a"), _run(tmp_path, "b")
+    for k in range(1, 7):
+        path = edited / f"area_{k}" / "metrics.json"
+        metrics = json.loads(path.read_text())
+        metrics["config"]["model"]["pe"] = "rpe\n- injected"
+        path.write_text(json.dumps(metrics))
+    assert cli(["report", str(sound), str(edited), "--out", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    lines = (tmp_path / "out" / "report.md").read_text().splitlines()
+    assert not any(line.startswith("- injected") for line in lines)
+    assert "- the runs were trained or tested with one setting apart: `model.pe` (a `rpe`; b `'rpe\\n- injected' " \
+           "(looks damaged)`)." in lines
+    assert [line.split("; ", 1)[1].split(", train.")[0] for line in lines if line.startswith("- config: ")] == [
+        "model.backbone `ptv1`, model.pe `rpe`", "model.backbone `ptv1`, model.pe `'rpe\\n- injected' (looks damaged)`"]

@@ -180,3 +180,30 @@ def test_a_real_difference_beside_folds_not_recorded_is_still_said(tmp_path, cap
     assert "train precision not recorded (Area_1), float32 (Area_2, Area_3, Area_5, Area_6), bf16 (Area_4)" \
         in notes[0]
     assert entry["machines"]["differ"] == ["train precision"]
+
+
+def test_a_damaged_value_is_said_on_one_bounded_line_and_marked(tmp_path, capsys):
+    """A hand-edited metrics.json whose torch holds a newline, whose device model is a megabyte and whose thread
+    count is a list: the note stays one line of report.md, each such value as repr writes it, cut to 64
+    characters, marked (looks damaged); the scores are those of the six folds. Before: the values verbatim, the
+    newline splitting the note into a second list item ``- injected``."""
+    damaged = {**CPU, "torch": "2.13.0\n- injected", "threads": [1, 2]}
+    run = _run(tmp_path, {4: damaged}, {5: {**GPU, "device_name": "H" * 10**6}})
+    out = tmp_path / "out"
+    assert cli(["report", str(run), "--out", str(out)]) == 0
+    capsys.readouterr()
+    lines = (out / "report.md").read_text().splitlines()
+    assert not any(line.startswith("- injected") for line in lines)
+    notes = [line for line in lines if "different machines" in line]
+    long_name = "'" + "H" * 60 + "..."
+    assert notes == [
+        "- run: its folds ran on different machines (train CPU threads 1 (Area_1..Area_3, Area_5, Area_6), [1, 2] "
+        "(looks damaged) (Area_4); train torch 2.13.0 (Area_1..Area_3, Area_5, Area_6), '2.13.0\\n- injected' "
+        f"(looks damaged) (Area_4); test device cpu (Area_1..Area_4, Area_6), cuda ({long_name} (looks damaged)) "
+        "(Area_5); test precision float32 (Area_1..Area_4, Area_6), bf16 (Area_5); test torch 2.13.0 "
+        "(Area_1..Area_4, Area_6), 2.13.0+cu126 (Area_5)): pooled as one method, with the float differences of the "
+        "machines in its scores."]
+    machines = [line for line in lines if line.startswith("- machines: ")]
+    assert len(machines) == 1 and "'2.13.0\\n- injected' (looks damaged) (Area_4)" in machines[0]
+    entry = json.loads((out / "report.json").read_text())["runs"][0]
+    assert entry["machines"]["folds"]["Area_4"]["train torch"] == "'2.13.0\\n- injected' (looks damaged)"

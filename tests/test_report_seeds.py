@@ -215,7 +215,7 @@ def test_a_left_out_trial_is_missing_with_its_reason_and_none_left_is_said_as_it
     assert "- A: seed 0 missing (failed (exit code 2), see its train.log)" in ablation
     with pytest.raises(UserError) as err:
         write_trials(trials, tmp_path / "report2", fold=1, left_out={("A", 0): "stale: x", ("A", 1): "stale: y"})
-    assert str(err.value) == f"{tmp_path / 'report2'}: none of the 2 trial(s) has a result of fold 1 to report " \
+    assert str(err.value) == f"{tmp_path / 'report2'}: none of the 2 trials has a result of fold 1 to report " \
                              "(A seed 0: stale: x)"
     assert not (tmp_path / "report2").exists()
 

@@ -32,9 +32,10 @@ or an eval.max_fragments override chose it). Overrides of eval.* (and of how the
 data.hierarchy and train.threads) may follow the inputs, as `evaluate` takes them, but not
 eval.checkpoint (the option --checkpoint chooses a run folder's file).
 Interrupted, the same command resumes: each scan's outputs end with DIR/<name>_pred.json, the record of what
-made them (the checkpoint's and the input's sha256, the options that change the outputs, each output's
-size and sha256); a rerun skips, in one line each, the scans whose record matches and whose outputs are
-intact, and predicts the others again (--force: every scan). --device and --batch-points do not count.
+made them (the checkpoint's and the input's sha256, the options that change the outputs, the code's
+version and commit, each output's size and sha256); a rerun skips, in one line each, the scans whose
+record matches and whose outputs are intact, and predicts the others again (--force: every scan).
+--device and --batch-points do not count.
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-root", help="prepared HDF5 folder (overrides data.root)")
     parser.add_argument("--run-dir", help="run folder (overrides train.run_dir); folds go to RUN/area_K")
     parser.add_argument("--force", action="store_true",
-                        help="retrain the fold(s) from scratch, deleting their checkpoints and results")
+                        help="retrain each fold it trains from scratch, deleting its checkpoints and results")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
 
 

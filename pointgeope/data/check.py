@@ -146,7 +146,7 @@ def _check_normals(where: str, normal: np.ndarray, again: str) -> None:
     bad = int(np.count_nonzero(off > UNIT_TOLERANCE))
     if bad:
         row = int(np.argmax(off))
-        raise SchemaError(f"{where}: {bad} normal(s) not of unit length (point {row}: length "
+        raise SchemaError(f"{where}: {counted(bad, 'normal')} not of unit length (point {row}: length "
                           f"{float(np.linalg.norm(normal[row].astype(np.float32))):g}); {again}")
 
 

@@ -37,8 +37,8 @@ def _area_list(value: object, where: str, at_least_one: bool = False) -> tuple[s
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
         raise FoldsError(f"{where}: expected a list of area names, got {value!r}")
     if at_least_one and not value:
-        raise FoldsError(f"{where}: expected at least one area, got []; name the area(s) the fold tests on, "
-                         "or remove the fold")
+        raise FoldsError(f"{where}: expected at least one area, got []; name the areas the fold tests on "
+                         "(one or more), or remove the fold")
     for area in value:
         if area in ("", ".", "..") or "/" in area or "\\" in area:
             raise FoldsError(f"{where}: expected area names of files in the data folder (Area_N), got {area!r}")

@@ -52,7 +52,7 @@ from pointgeope.errors import UserError
 from pointgeope.lock import folder_lock
 from pointgeope.parent_death import death_signal_request
 from pointgeope.paths import inside
-from pointgeope.plural import counted
+from pointgeope.plural import agreeing, counted
 
 __all__ = ["Trial", "plan", "stale", "ablate"]
 
@@ -103,7 +103,8 @@ def plan(config: Path, presets: list[str], seeds: list[int], test_area: int, run
     if jobs > 1 and cfg.train.threads is None:
         threads = max(1, (os.cpu_count() or 1) // jobs)
         common.append(f"train.threads={threads}")
-        print(f"{jobs} trials at a time: train.threads={threads} each (give train.threads=N to choose)", flush=True)
+        print(f"{counted(jobs, 'trial')} at a time: train.threads={threads} each (give train.threads=N to choose)",
+              flush=True)
     fold = fold_of(load_folds(cfg.data.root), test_area, cfg.data.root)
     trials = [Trial(p, s, inside(run_dir, run_dir / p / f"seed_{s}", f"--presets {p}", "--run-dir"))
               for p in presets for s in seeds]
@@ -351,8 +352,8 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
     trials, common = plan(config, presets, seeds, test_area, run_dir, overrides, jobs)
     run_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(run_dir, command or " ".join(sys.argv)):
-        print(f"{len(trials)} trials ({len(presets)} presets x {len(seeds)} seeds) of fold {test_area}, "
-              f"{jobs} at a time, in {run_dir}", flush=True)
+        print(f"{counted(len(trials), 'trial')} ({counted(len(presets), 'preset')} x {counted(len(seeds), 'seed')}) "
+              f"of fold {test_area}, {jobs} at a time, in {run_dir}", flush=True)
         start = time.perf_counter()
         train = [sys.executable, "-m", "pointgeope", "train", "--config", str(config), "--test-area", str(test_area)]
         codes = _run_all(trials, [train + t.overrides(common) for t in trials], jobs, test_area)
@@ -365,7 +366,8 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
         header = (f"# Ablation: {', '.join(presets)} x seeds {', '.join(map(str, seeds))}, fold {test_area}\n\n"
                   + (f"Command: `{command}`\n\n" if command else "")
                   + f"Config `{config}` with `{' '.join(common) or 'no overrides'}`; this invocation took "
-                  f"{minutes:.1f} min (wall, {jobs} trial(s) at a time; trials already complete are skipped). "
+                  f"{minutes:.1f} min (wall, {counted(jobs, 'trial')} at a time; trials already complete are "
+                  "skipped). "
                   + "".join(f"{t.name} resumed with train.threads={t.threads}, its last.pt's. " for t in trials
                             if t.threads is not None)
                   + _threads_line([t for t in trials if (t.preset, t.seed) not in left_out], test_area)
@@ -375,19 +377,22 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
         if len(unfinished) < len(trials):     # every trial unfinished (epochs_per_run): nothing to score yet
             report([(t.preset, t.seed, t.folder) for t in trials], header, left_out, notes)
     failed = [t.name for t, code in zip(trials, codes) if code != 0]
-    if failed:
-        print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; see their train.log, rerun the same "
-              "command to retry them", file=sys.stderr)
-    if unfinished:
-        print(f"{len(unfinished)} trial(s) stopped before their last epoch (train.epochs_per_run): "
-              f"{', '.join(unfinished)}; rerun the same command to continue them"
+    if n := len(failed):
+        print(f"{counted(n, 'trial')} failed: {', '.join(failed)}; see {agreeing(n, 'its', 'their')} train.log, "
+              f"rerun the same command to retry {agreeing(n, 'it', 'them')}", file=sys.stderr)
+    if n := len(unfinished):
+        print(f"{counted(n, 'trial')} stopped before {agreeing(n, 'its', 'their')} last epoch (train.epochs_per_run): "
+              f"{', '.join(unfinished)}; rerun the same command to continue {agreeing(n, 'it', 'them')}"
               + ("; no report until one finishes" if len(unfinished) == len(trials) else ""), file=sys.stderr)
     old = [t.name for t, code in zip(trials, codes)
            if code == 0 and (t.preset, t.seed) in left_out and t.name not in unfinished]
     if old:
-        print(f"{len(old)} trial(s) not reported, their saved results are stale: {', '.join(old)}; the report's "
+        said = agreeing(len(old), "its saved result is", "their saved results are")
+        print(f"{counted(len(old), 'trial')} not reported, {said} stale: {', '.join(old)}; the report's "
               "notes name the settings and the command that tests them with this command's", file=sys.stderr)
     if notes:
-        print(f"{len(notes)} trial(s) reported without a check of their settings, their saved results record "
-              f"none: {', '.join(f'{p} seed {s}' for p, s in notes)}", file=sys.stderr)
+        said = agreeing(len(notes), "its settings, its saved result records",
+                        "their settings, their saved results record")
+        print(f"{counted(len(notes), 'trial')} reported without a check of {said} none: "
+              f"{', '.join(f'{p} seed {s}' for p, s in notes)}", file=sys.stderr)
     return 1 if failed or old or unfinished else 0

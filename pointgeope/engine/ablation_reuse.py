@@ -34,6 +34,7 @@ from pointgeope.engine.record_keys import predating_note
 from pointgeope.engine.retrain import note_path
 from pointgeope.errors import UserError
 from pointgeope.h5 import prepared_folder_mark
+from pointgeope.plural import agreeing, counted
 
 __all__ = ["TRIAL_LOG", "check_reuse", "check_run_dir", "check_trial_folders", "other_trials"]
 
@@ -70,11 +71,12 @@ def check_reuse(trials: list, test_area: int, run_dir: Path, fold: Fold | None =
         return
     trial, _, diff = other[0]
     folds = _listed([fold for _, fold, _ in other])
-    raise UserError(f"--run-dir {run_dir}: {len(other)} of the {len(trials)} trial(s) were trained with other "
-                    f"settings than this command's ({trial.name}: {describe_differences(diff, 'it used')}"
+    raise UserError(f"--run-dir {run_dir}: {len(other)} of the {counted(len(trials), 'trial')} "
+                    f"{agreeing(len(other), 'was', 'were')} trained with other settings than this command's "
+                    f"({trial.name}: {describe_differences(diff, 'it used')}"
                     f"{predating_note(saved[trial][1], diff)}), and "
                     f"train neither resumes nor reuses such a fold: give another --run-dir, or delete {folds} "
-                    "to train them again with these settings")
+                    f"to train {agreeing(len(other), 'it', 'them')} again with these settings")
 
 
 def _listed(folders: list[Path]) -> str:
@@ -110,10 +112,12 @@ def _check_data(trials: list, saved: dict, test_area: int, run_dir: Path, fold: 
     if refused:
         trial, _, why = refused[0]
         folders = _listed([folder for _, folder, _ in refused])
-        raise UserError(f"--run-dir {run_dir}: {len(refused)} of the {len(trials)} trial(s) cannot be resumed or "
-                        f"reused on the data folder {root} as it is now ({trial.name}: {why}), and train would "
-                        f"refuse each one: restore the data they trained on, give another --run-dir, or delete "
-                        f"{folders} to train them again on this data")
+        one = len(refused) == 1
+        raise UserError(f"--run-dir {run_dir}: {len(refused)} of the {counted(len(trials), 'trial')} cannot be "
+                        f"resumed or reused on the data folder {root} as it is now ({trial.name}: {why}), and train "
+                        f"would refuse {'it' if one else 'each one'}: restore the data {'it' if one else 'they'} "
+                        f"trained on, give another --run-dir, or delete {folders} to train {'it' if one else 'them'} "
+                        "again on this data")
 
 
 def check_run_dir(run_dir: Path) -> None:

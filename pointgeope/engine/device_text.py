@@ -1,9 +1,12 @@
 """The words of a recorded device (:mod:`pointgeope.engine.machine_record`'s ``device`` and, on CUDA,
 ``device_name``): ``cuda (NVIDIA H200)``, ``cpu``. One owner for the report's machine notes
 (:mod:`pointgeope.report.machine`) and predict's skip lines (:mod:`pointgeope.engine.predict_record`), so that
-both say a device alike. No torch here: the report imports it, and imports none.
+both say a device alike; a damaged value is said as :func:`pointgeope.recorded_text.recorded_text` says it (one
+line, bounded, marked). No torch here: the report imports it, and imports none.
 """
 from __future__ import annotations
+
+from pointgeope.recorded_text import recorded_text
 
 
 def device_text(record: dict) -> str | None:
@@ -12,4 +15,5 @@ def device_text(record: dict) -> str | None:
     device = record.get("device")
     if device is None:
         return None
-    return f"{device} ({record['device_name']})" if record.get("device_name") else str(device)
+    name = record.get("device_name")
+    return f"{recorded_text(device)} ({recorded_text(name)})" if name else recorded_text(device)

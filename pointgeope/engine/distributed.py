@@ -19,6 +19,7 @@ import torch.distributed as dist
 from pointgeope.engine.config_values import device_problem
 from pointgeope.errors import UserError, stops_deferred
 from pointgeope.model import kernels
+from pointgeope.plural import agreeing, counted
 
 
 class DeviceError(UserError, RuntimeError):
@@ -84,7 +85,8 @@ def _device(preference: str, local_rank: int, option: str) -> torch.device:
     device = device if device.index is not None else torch.device("cuda", local_rank)
     count = torch.cuda.device_count()
     if device.index >= count:
-        raise DeviceError(f"{named}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+        raise DeviceError(f"{named}: this machine has {counted(count, 'CUDA device')}, "
+                          + agreeing(count, "cuda:0", f"cuda:0 to cuda:{count - 1}"))
     return device
 
 

@@ -297,7 +297,7 @@ def _predict_inputs(predictor: Predictor, args) -> int:
     writable_folder(args.out, "--out folder")
     estimated = " (a scan's normals estimated from its points)" if predictor.cfg.data.normal else ""
     print(f"model {predictor.path} on {predictor.device}: features [{' | '.join(predictor.info['features'])}]"
-          f"{estimated}, grid {predictor.info['grid_size']} m, {len(refs)} scan(s)", flush=True)
+          f"{estimated}, grid {predictor.info['grid_size']} m, {counted(len(refs), 'scan')}", flush=True)
     print(hierarchy_place(predictor.cfg, predictor.device, evaluation=True).line(), flush=True)
     if note := build.precision_note(predictor.cfg, predictor.device, evaluation=True):
         print(note, flush=True)
@@ -306,7 +306,7 @@ def _predict_inputs(predictor: Predictor, args) -> int:
         records = ScanRecords(args.out, predictor, args, force=args.force)
         done = _predict_all(predictor, refs, args, errors, bugs, records)
     failed, skip = ", ".join(getattr(e, "source", e) for e in errors), records.skipped
-    print(one_line(f"predicted {done} of {done + skip + len(errors)} input(s) into {args.out}"
+    print(one_line(f"predicted {done} of {counted(done + skip + len(errors), 'input')} into {args.out}"
                    + (f"; {skip} skipped, complete from an earlier run" if skip else "")
                    + (f"; {len(errors)} failed: {failed} (see the errors above)" if errors else "")))
     return 1 if bugs else 2 if errors else 0

@@ -4,16 +4,26 @@ After the outputs of a scan are written (each atomically, :mod:`pointgeope.scans
 ``DIR/<name>_pred.json`` is written last, atomically::
 
     {"kind": "pointgeope-predict-record", "version": 1,
-     "made_by": {"pointgeope": version, "model": "sha256:<hex>" of the checkpoint file,
-                 "input": checksum of the scan's input, "options": {...}},
+     "made_by": {"pointgeope": version, "pointgeope_commit": the commit of a checkout or null,
+                 "pointgeope_modified": whether its code differed from that commit (or null),
+                 "model": "sha256:<hex>" of the checkpoint file, "input": checksum of the scan's input,
+                 "options": {...}},
      "model_path": the checkpoint as given, "source": the input as given,
      "made_on": the machine that predicted it (engine.machine_record: device, precision, threads, torch),
      "outputs": {file name: {"bytes": size, "sha256": "sha256:<hex>"}, ...}}
 
 A rerun skips the scan when its record reads, its ``made_by`` equals the rerun's, and every output it
 lists is there with that size and checksum; anything else (no record: a kill before the scan's last file;
-another checkpoint, input or option; an output missing, cut short or changed) predicts it again, and the
-old record is removed before its first output is replaced. ``--force`` predicts every scan again.
+another checkpoint, input or option; other code; an output missing, cut short or changed) predicts it again, and
+the old record is removed before its first output is replaced. ``--force`` predicts every scan again.
+
+The code is that of :func:`pointgeope.provenance.code_record`, as a run's ``metrics.json`` records it: the
+version, and in a clone its commit and whether the code differed from it (between releases, a ``.devN`` version
+names many states of the code; only the commit tells them apart). A rerun under another commit, or with edits
+where there were none (or none where there were), predicts again; two states of code edited after the same
+commit are not told apart (nothing records the edits), so a scan skipped whose record says the code had
+uncommitted changes says so in its skip line (``--force`` predicts it again). A record of a version that
+named no commit is predicted again once.
 
 The input's checksum: ``sha256`` of the file (:func:`pointgeope.checksum.file_checksum`, about 0.08 s for
 100 MB, less than reading the scan; size and time would miss a file rewritten within the clock's step,
@@ -50,6 +60,7 @@ from pointgeope.atomic import write_text_atomic
 from pointgeope.checksum import file_checksum, folder_checksum
 from pointgeope.engine.device_text import device_text
 from pointgeope.errors import one_line
+from pointgeope.recorded_text import recorded_text
 from pointgeope.scans.outputs import PLY_PREDICTION, output_path, write_outputs
 from pointgeope.scans.scan import ScanError
 
@@ -65,7 +76,7 @@ def made_by(predictor, args) -> dict:
     ``predictor``: :class:`pointgeope.engine.predict_model.Predictor`, ``args``: predict's options."""
     import dataclasses
 
-    from pointgeope import __version__
+    from pointgeope.provenance import code_record
 
     ev = dataclasses.asdict(predictor.cfg.eval)
     options = {"format": sorted(args.format), "probabilities": bool(args.probabilities), "scale": args.scale,
@@ -80,14 +91,14 @@ def made_by(predictor, args) -> dict:
 
         options.update(current())
     model = predictor.checksum or file_checksum(predictor.path)   # that of the bytes loaded (load_predictor)
-    return {"pointgeope": __version__, "model": model,
+    return {**code_record(), "model": model,   # the version, commit and edits of this code (provenance.py)
             "options": json.loads(json.dumps(options))}  # tuples as lists, as a record reads back
 
 
 class ScanRecords:
     """The records of one ``predict`` command in ``out``: :meth:`skips` a scan whose outputs are complete
-    and from the same model, input and options (unless ``force``); :meth:`write` writes a scan's outputs and
-    then its record. ``skipped``: how many scans were skipped."""
+    and from the same model, input, options and code (unless ``force``); :meth:`write` writes a scan's outputs
+    and then its record. ``skipped``: how many scans were skipped."""
 
     def __init__(self, out: str | Path, predictor, args, force: bool = False):
         self.out, self.formats, self.probabilities = out, tuple(args.format), bool(args.probabilities)
@@ -153,8 +164,10 @@ class ScanRecords:
             elsewhere = other_machine(self.record(ref).get("made_on"), self.made_on)
         except (OSError, ValueError, AttributeError):    # gone since complete() read it: nothing to say
             elsewhere = ""
-        print(one_line(f"skipped {ref.source}: its outputs in {folder} are complete, from the same model, input "
-                       f"and options{elsewhere} (--force predicts it again)"), flush=True)
+        edited = ("; the code had uncommitted changes then and has now, which are not compared"
+                  if self.made_by.get("pointgeope_modified") is True else "")
+        print(one_line(f"skipped {ref.source}: its outputs in {folder} are complete, from the same model, input, "
+                       f"options and code{elsewhere}{edited} (--force predicts it again)"), flush=True)
         self.skipped += 1
         return True
 
@@ -198,8 +211,10 @@ def other_machine(recorded, now: dict) -> str:
     if not isinstance(recorded, dict):
         return ""
 
-    def said(m: dict) -> dict:   # the device with its model, as the report says it (engine/device_text.py)
-        return {"device": str(device_text(m)), **{k: m.get(k) for k in ("precision", "threads", "torch")}}
+    def said(m: dict) -> dict:   # as the report says them (engine/device_text.py, recorded_text.py): one line each
+        return {"device": str(device_text(m)), **{k: None if m.get(k) is None else recorded_text(m[k], kind)
+                                                   for k, kind in (("precision", str), ("threads", int),
+                                                                   ("torch", str))}}
 
     there, here = said(recorded), said(now)
     cuda = "cuda" in (recorded.get("device"), now.get("device"))

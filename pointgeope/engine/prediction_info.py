@@ -10,6 +10,7 @@ import numpy as np
 from pointgeope.constants import NUM_CLASSES, class_names, class_palette, written_names
 from pointgeope.data.features import FEATURE_WIDTHS, feature_names
 from pointgeope.engine.checkpoint import CheckpointError, checkpoint_config
+from pointgeope.plural import counted
 
 
 def prediction_metadata(config: dict, spacing: float | None = None) -> dict:
@@ -95,11 +96,11 @@ def _entry_problem(names: object, palette: object, classes: object) -> str | Non
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         return f"class_names {names!r:.60}"
     if len(names) != classes:
-        return f"{len(names)} class names"
+        return counted(len(names), "class name")
     if not isinstance(palette, list):
         return f"palette {palette!r:.60}"
     if len(palette) != classes:
-        return f"{len(palette)} colours"
+        return counted(len(palette), "colour")
     bad = [c for c in palette if not (isinstance(c, list) and len(c) == 3
                                       and all(type(v) is int and 0 <= v <= 255 for v in c))]
     return f"the colour {bad[0]!r:.60}" if bad else None

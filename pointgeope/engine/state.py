@@ -256,10 +256,10 @@ class FoldCheckpoints:
         :meth:`save` would write into ``name``."""
         if (bad := first_non_finite(self.learner.model.state_dict())) is not None:
             raise retrain_from_scratch(FloatingPointError(
-                f"{self.run / name}: not saved: the model's '{bad[0]}' holds {bad[1]:,} NaN or infinite "
-                f"value(s) of {bad[2]:,} after step {state.step} (the first such tensor; the run diverged); "
-                f"{name} is left as it was; a lower optim.lr (or optim.grad_clip) trains it again (--force, "
-                "or another --run-dir)"), self.run)
+                f"{self.run / name}: not saved: the model's '{bad[0]}' holds "
+                f"{counted(bad[1], 'NaN or infinite value')} of {bad[2]:,} after step {state.step} (the first such "
+                f"tensor; the run diverged); {name} is left as it was; a lower optim.lr (or optim.grad_clip) trains "
+                "it again (--force, or another --run-dir)"), self.run)
 
     def check_folder(self, state: LoopState) -> None:
         """A UserError when the fold folder, or its lock file, is no longer the one this run locked
@@ -326,7 +326,7 @@ class FoldCheckpoints:
         else:
             param, count, size = gradient
             what = (f"the gradients are not finite {where}, with a loss of {value:.6g}: the gradient of "
-                    f"'{param}' holds {count:,} NaN or infinite value(s) of {size:,} (the first such parameter)")
+                    f"'{param}' holds {counted(count, 'NaN or infinite value')} of {size:,} (the first such parameter)")
         raise retrain_from_scratch(FloatingPointError(
             f"fold {fold}: {what}; the weights were not updated; the batch and model were saved to "
             f"{self.run / name}; a lower optim.lr (or optim.grad_clip) trains it again (--force, or another "

@@ -99,8 +99,8 @@ class EpochBudget:
         """Say that this invocation stops (``where``: what the same command continues), then stop it."""
         same = ("the same command without --force (with it, the fold starts again) continues" if self.force
                 else "the same command continues")
-        log(f"stopping {where[0]}: {self.used} epoch(s) trained in this run (train.epochs_per_run={self.epochs}); "
-            f"{same} {where[1]}")
+        log(f"stopping {where[0]}: {counted(self.used, 'epoch')} trained in this run "
+            f"(train.epochs_per_run={self.epochs}); {same} {where[1]}")
         raise StopRun(where)
 
 

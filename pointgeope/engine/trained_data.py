@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pointgeope.engine.checkpoint import CheckpointError
+from pointgeope.plural import agreeing
 
 __all__ = ["check_data_of", "check_data", "saved_data"]
 
@@ -94,8 +95,9 @@ def check_data(path: str | Path, saved: dict | None, now: dict[str, str | None],
         shown = "; ".join(f"{a}.h5 trained on {short(saved.get(a))}, now {short(now[a])}" for a in differing)
         unknown = [a for a in differing if same[a] is None]
         why = (f"; it records no checksum of their points (written by an older pointgeope), so whether "
-               f"{', '.join(unknown)} differ(s) only in where it was prepared from (the source and signature "
-               "attributes: the same raw data prepared from another path) cannot be told" if unknown else
+               f"{', '.join(unknown)} {agreeing(len(unknown), 'differs', 'differ')} only in where it was prepared "
+               "from (the source and signature attributes: the same raw data prepared from another path) cannot be "
+               "told" if unknown else
                ": their points differ, not only where they were prepared from" + (
                    ", or only the normals it read, which the checksums of its points hold too (recorded by an older "
                    "pointgeope)" if hashed else "") if any(now[a] for a in differing) else "")  # only files gone

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from pointgeope.engine.checkpoint import CheckpointError
+from pointgeope.plural import counted
 
 
 def model_state(ckpt: dict, path: str | Path) -> dict[str, torch.Tensor]:
@@ -30,9 +31,9 @@ def model_state(ckpt: dict, path: str | Path) -> dict[str, torch.Tensor]:
     bad = first_non_finite(state)
     if bad is not None:
         name, count, size = bad
-        raise CheckpointError(f"{path}: the weights are not finite: '{name}' holds {count:,} NaN or infinite "
-                              f"value(s) of {size:,} (the first such tensor; a run that diverged?); use a checkpoint "
-                              "saved before that, or train again")
+        raise CheckpointError(f"{path}: the weights are not finite: '{name}' holds "
+                              f"{counted(count, 'NaN or infinite value')} of {size:,} (the first such tensor; a run "
+                              "that diverged?); use a checkpoint saved before that, or train again")
     return state
 
 

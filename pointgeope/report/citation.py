@@ -26,9 +26,10 @@ from __future__ import annotations
 import hashlib
 import json
 
-from pointgeope.engine.config_yaml import value_text
+from pointgeope.plural import counted
+from pointgeope.recorded_text import recorded_text
 from pointgeope.report.machine import machine_text
-from pointgeope.report.settings import IGNORED, SEED, value_groups
+from pointgeope.report.settings import IGNORED, SEED, setting_text, value_groups
 
 # the keys that say what a number is, in the order said (those a fold lacks are left out)
 SHOWN = ("model.backbone", "model.pe", "train.epochs", SEED, "eval.protocol", "eval.checkpoint", "eval.vote",
@@ -46,14 +47,17 @@ def _code_text(record: dict) -> str | None:
     """``pointgeope 0.2.0.dev0, commit 5e1c1896a8d8`` of a record's ``"pointgeope"`` and ``"pointgeope_commit"``
     (the commit left out where the code was no git checkout), ``... with uncommitted changes`` where its
     ``"pointgeope_modified"`` is true (the clone's code differed from the commit: :mod:`pointgeope.provenance`);
-    ``None`` where it names no version."""
+    ``None`` where it names no version. A version or commit no version writes (a newline, not hex digits: a record
+    edited or damaged) is said in one bounded line, marked (:mod:`pointgeope.recorded_text`)."""
     version, commit = record.get("pointgeope"), record.get("pointgeope_commit")
     if not isinstance(version, str):
         return None
     if not (isinstance(commit, str) and commit):
-        return f"pointgeope {version}"
+        return f"pointgeope {recorded_text(version)}"
     changed = " with uncommitted changes" if record.get("pointgeope_modified") is True else ""
-    return f"pointgeope {version}, commit {commit[:12]}{changed}"
+    hexadecimal = len(commit) <= 64 and all(c in "0123456789abcdef" for c in commit)
+    commit = commit[:12] if hexadecimal else recorded_text(commit)
+    return f"pointgeope {recorded_text(version)}, commit {commit}{changed}"
 
 
 def code_of(metrics: dict) -> str:
@@ -113,11 +117,11 @@ def citation_lines(run) -> list[str]:
     codes = {f.area: f.code for f in run.folds}
     code = "; ".join(f"{areas}: {value}" for areas, value in value_groups(codes)) if len(set(codes.values())) > 1 \
         else run.folds[0].code
-    lines = [f"### {run.name} ({len(run.folds)} fold{'s' * (len(run.folds) != 1)})", "", f"- code: {code}"]
+    lines = [f"### {run.name} ({counted(len(run.folds), 'fold')})", "", f"- code: {code}"]
     if (digest := config_hash(settings)) is None:
         lines.append(f"- config: {NOT_RECORDED}")
     else:
-        shown = ", ".join(f"{key} `{value_text(settings[key])}`" for key in SHOWN if key in settings)
+        shown = ", ".join(f"{key} `{setting_text(settings[key])}`" for key in SHOWN if key in settings)
         left = " without the keys its folds differ in (notes)" if mixed else ""
         lines.append(f"- config: {digest[:23]} of the compared settings{left} (report.json: `settings`); {shown}")
     data = data_hash(settings)

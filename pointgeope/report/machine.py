@@ -16,13 +16,17 @@ The machine is not a setting of the method: folds of one method that differ in i
 with it by the float noise of another device, precision, thread count, DDP process count or torch version,
 not by another method), with a note naming the folds and the aspects (:func:`machine_note`); folds alike say
 nothing. A fold whose ``metrics.json`` records no machine (an older version) reads ``not recorded`` in each
-aspect that another fold records: nothing says it ran alike. No torch here: the report imports none.
+aspect that another fold records: nothing says it ran alike. A value no version writes (a newline, a list where a
+number was: a record edited or damaged) is said in one bounded line, marked ``(looks damaged)``
+(:mod:`pointgeope.recorded_text`), so that it cannot split the report's list of notes. No torch here: the report
+imports none.
 """
 from __future__ import annotations
 
 import json
 
 from pointgeope.engine.device_text import device_text
+from pointgeope.recorded_text import recorded_text
 from pointgeope.report.settings import value_groups
 
 NOT_RECORDED = "not recorded"
@@ -34,8 +38,10 @@ def _entry_text(entry: dict, key: str) -> str | None:
     """One machine record's ``key`` in words; ``None`` where it does not apply (a CUDA device's CPU threads)."""
     if key == "threads" and entry.get("device") == "cuda":
         return None
-    value = device_text(entry) if key == "device" else entry.get(key)
-    return NOT_RECORDED if value is None else str(value)
+    if key == "device":
+        return device_text(entry) or NOT_RECORDED
+    value = entry.get(key)
+    return NOT_RECORDED if value is None else recorded_text(value, int if key in ("processes", "threads") else str)
 
 
 def _aspects(entries: list, stage: str) -> dict[str, str | None]:

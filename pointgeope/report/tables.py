@@ -15,13 +15,12 @@ import numpy as np
 
 from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.decimals import decimal_difference
-from pointgeope.engine.config_yaml import value_text
 from pointgeope.metrics import CLASS_MEAN_TEXT
 from pointgeope.plural import counted
 from pointgeope.report.citation import citation_json, citation_lines
 from pointgeope.report.machine import machine_json, machine_note, runs_machine_note
 from pointgeope.report.runs import RunSummary
-from pointgeope.report.settings import SEED, run_differences, value_groups
+from pointgeope.report.settings import SEED, run_differences, setting_text, value_groups
 
 JSON_VERSION = 1
 MEANS = ("oa", "macc", "miou")
@@ -109,10 +108,10 @@ def run_difference_lines(runs: list[RunSummary]) -> list[str]:
     if keys == [SEED] and not data and not unknown and len({tuple(run.areas) for run in runs}) == 1:
         # (runs of other folds differ in their test sets too: a note of their own says so)
         return [f"- the runs differ in their seed alone (`{SEED}`: " + "; ".join(
-            f"{name} `{value_text(value)}`" for name, value in differ[SEED].items()) + "): their differences are "
+            f"{name} `{setting_text(value)}`" for name, value in differ[SEED].items()) + "): their differences are "
             "the spread between seeds of one method, not an effect (`pointgeope ablate` gives mean ± std over "
             "seeds)."]
-    said = {key: "; ".join(f"{name} `{value_text(value)}`" for name, value in differ[key].items()) for key in keys}
+    said = {key: "; ".join(f"{name} `{setting_text(value)}`" for name, value in differ[key].items()) for key in keys}
     if len(keys) == 1:
         lines.append(f"- the runs were trained or tested with one setting apart: `{keys[0]}` ({said[keys[0]]}).")
     elif keys:
@@ -120,7 +119,8 @@ def run_difference_lines(runs: list[RunSummary]) -> list[str]:
                      "effect of all of these):")
         lines += [f"  - `{key}`: {said[key]}" for key in keys[:SHOWN_KEYS]]
         if len(keys) > SHOWN_KEYS:
-            lines.append(f"  - and {len(keys) - SHOWN_KEYS} more key(s) (report.json: `run_differences`)")
+            more = counted(len(keys) - SHOWN_KEYS, "more key", "more keys")
+            lines.append(f"  - and {more} (report.json: `run_differences`)")
     if data:
         lines.append(f"- the runs read different data (the checksums of {', '.join(data)} differ): their "
                      "differences compare unlike data sets.")
@@ -194,7 +194,8 @@ def summary_markdown(runs: list[RunSummary], digits: int = 1) -> str:
             notes.append(f"- {run.name}: {run.unreported_text()}.")
         if run.mixed:
             notes.append(f"- {run.name}: mixed settings (pooled with --allow-mixed): its folds differ in")
-            notes += [f"  - `{key}`: " + "; ".join(f"{areas} `{value_text(value)}`" for areas, value in value_groups(v))
+            notes += [f"  - `{key}`: " + "; ".join(f"{areas} `{setting_text(value)}`"
+                                                   for areas, value in value_groups(v))
                       for key, v in run.mixed.items()]
         if note := machine_note(run.name, run.machines):
             notes.append(note)

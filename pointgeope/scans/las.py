@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from pointgeope.atomic import atomic_path
+from pointgeope.plural import counted
 from pointgeope.scans.scan import Scan, ScanError, color_to_uint8
 
 EXTENSIONS = (".las", ".laz")
@@ -126,7 +127,7 @@ def _check_length(path: Path, header) -> None:
         return
     if size < start + header.point_count * record:
         holds = max(size - start, 0) // record
-        raise ScanError(_truncated(path, header, f"{holds:,} whole point record(s) of {record} bytes"))
+        raise ScanError(_truncated(path, header, f"{counted(holds, 'whole point record')} of {record} bytes"))
     end = min([size] + [at for at in (header.start_of_first_evlr, header.start_of_waveform_data_packet_record)
                         if start < at])
     tail = start + header.point_count * record
@@ -283,7 +284,7 @@ def las_scaling(scan: Scan) -> tuple[np.ndarray, np.ndarray, str | None]:
         if not scales[j] <= limit[j] or not _fit(lo[j:j + 1], hi[j:j + 1], scales[j:j + 1], offsets[j:j + 1]):
             raise ScanError(f"{scan.source}: --format las cannot hold its points: LAS stores coordinates as 32-bit "
                             f"integers, {axis} spans {hi[j] - lo[j]:g} (at most {2**32 * limit[j]:g} in steps of "
-                            f"{limit[j]:g} m); predict it without las (--format npy), or remove the point(s) that far")
+                            f"{limit[j]:g} m); predict it without las (--format npy), or remove the points that far")
     changed = [f"{axis} in steps of {scales[j]:g} m, not {base[j]:g} m" for j, axis in enumerate("xyz")
                if scales[j] != base[j]]
     warning = None if not changed else (

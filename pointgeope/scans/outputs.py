@@ -87,7 +87,7 @@ def _h5_origin(scan: Scan) -> np.ndarray:
         first = int(np.flatnonzero(beyond)[0])
         raise ScanError(f"{scan.source}: --format h5 cannot hold its points: it stores coordinates as float32 "
                         f"from the scan's minimum, and point {first} ({' '.join(f'{v:g}' for v in scan.coord[first])}) "
-                        "is beyond it; predict it without h5 (--format npy,ply), or remove the point(s) that far")
+                        "is beyond it; predict it without h5 (--format npy,ply), or remove the points that far")
     return origin
 
 

@@ -38,6 +38,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pointgeope.atomic import atomic_open
+from pointgeope.plural import counted
 from pointgeope.scans.ply_sizes import (
     NegativeCount,
     elements_end,
@@ -218,7 +219,7 @@ def _binary_fits(f, start: int, after: list[Element], vertices: tuple[int, int],
         if 0 <= extra < record:
             return
         if extra >= record and not lists:
-            more = f"{extra // record:,} more vertex record(s) of {record} bytes" + (
+            more = f"{counted(extra // record, 'more vertex record', 'more vertex records')} of {record} bytes" + (
                 f" (after {', '.join(repr(e.name) for e in after)})" if after else "")
             raise ScanError(_more_points(path, count, f"{extra:,} bytes after its elements, {more}"))
         holds = vertices_that_fit(m, start, record, after, end)
@@ -278,7 +279,7 @@ def _ascii_records(rows: np.ndarray, props: list, path: Path, first_line: int) -
                 row = int(np.flatnonzero(bad)[0])
                 raise ScanError(
                     f"{path}:{first_line + row}: property {name!r} is {PLY_NAMES[np.dtype(kind).str[1:]]} (whole "
-                    f"numbers {info.min}..{info.max}), got {column[row]:g} ({int(bad.sum()):,} such value(s)); "
+                    f"numbers {info.min}..{info.max}), got {column[row]:g} ({counted(int(bad.sum()), 'such value')}); "
                     "write whole numbers in that range, or declare the property 'float' in the header "
                     "(0..1 colours: 'property float red')")
         out[name] = column

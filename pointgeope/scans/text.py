@@ -160,7 +160,7 @@ def read_text(path: str | Path, name: str | None = None) -> Scan:
             hint += "; a second scan's point count? save each scan of the .pts file as its own file"
         if bad is None:
             raise ScanError(f"{path}: expected lines of numbers 'x y z [r g b ...]' ({reason}, counting data "
-                            f"rows after {skip} header line(s)){hint}") from None
+                            f"rows after {counted(skip, 'header line')}){hint}") from None
         raise ScanError(f"{path}:{bad[0]}: expected lines of numbers 'x y z [r g b ...]', got {bad[1]!r} "
                         f"({bad[2]}){hint}") from None
     if rows.shape[0] == 0:

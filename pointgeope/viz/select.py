@@ -9,6 +9,7 @@ import numpy as np
 
 from pointgeope.constants import CLASS_NAMES
 from pointgeope.data.voxelize import grid_coord, voxel_groups
+from pointgeope.plural import agreeing
 from pointgeope.viz import VizError
 
 
@@ -22,7 +23,7 @@ def parse_class_names(text: str | None, names: tuple[str, ...] = CLASS_NAMES) ->
     asked = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in asked if name not in index]
     if unknown:
-        raise VizError(f"unknown class name(s) {', '.join(map(repr, unknown))}; "
+        raise VizError(f"unknown class {agreeing(len(unknown), 'name', 'names')} {', '.join(map(repr, unknown))}; "
                        f"expected comma-separated names from: {', '.join(names)}")
     return tuple(sorted({index[name] for name in asked}))
 

@@ -33,7 +33,8 @@ def test_folds_of_the_prepared_fixture(prepared):
     ({"version": 1, "folds": {"1": {"train": ["..\\Area_2"], "test": ["Area_1"]}}}, r"got '\.\.\\\\Area_2'"),  # Windows
     # a fold testing nothing trained a whole fold, then crashed and left an all-zero metrics.json marked complete
     ({"version": 1, "folds": {"1": {"train": ["Area_2"], "test": []}}},
-     r"fold '1' 'test': expected at least one area, got \[\]; name the area\(s\) the fold tests on, or remove"),
+     r"fold '1' 'test': expected at least one area, got \[\]; name the areas the fold tests on \(one or more\), "
+     "or remove"),
     # "1" and "01" were both fold 1, the later replacing the earlier: --cv never tested one area
     ({"version": 1, "folds": {"1": {"train": ["Area_2"], "test": ["Area_1"]},
                               "01": {"train": ["Area_1"], "test": ["Area_01"]}}},
@@ -85,7 +86,7 @@ def test_train_refuses_a_fold_testing_nothing_before_any_training(prepared, tmp_
                 str(tmp_path / "run"), "train.device=cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"pointgeope train: error: {data / 'folds.json'}: fold '1' 'test': expected at least one area, "
-                   "got []; name the area(s) the fold tests on, or remove the fold"], err
+                   "got []; name the areas the fold tests on (one or more), or remove the fold"], err
     assert not (tmp_path / "run" / "area_1").exists()
 
 

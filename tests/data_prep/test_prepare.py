@@ -97,13 +97,13 @@ def test_planted_defects_are_repaired_dropped_and_reported(tmp_path, capsys):
         assert len(attrs["issues"]) == 6
 
     wall = "Area_1/room_a/Annotations/wall_1.txt"
-    for message in ["Area_1/room_a/Annotations/ceiling_1.txt:3: repaired: dropped stray byte(s): "
+    for message in ["Area_1/room_a/Annotations/ceiling_1.txt:3: repaired: dropped 1 stray byte: "
                     r"'103.0\x100000' -> 103.00000",
                     f"{wall}:2: dropped: expected 6 values, got 5", f"{wall}:4: dropped: non-numeric value 'abc'",
                     f"{wall}:5: dropped: expected 6 values, got 7",
                     "Area_1/room_a/Annotations/door_1.txt: skipped: empty file",
                     # its file and line, and the summary's unit (it said "1 of 10 points" beside "clipped colours 2")
-                    "Area_1/room_a: colours outside 0..255 clipped: 2 colour value(s) of 1 of 10 points (first "
+                    "Area_1/room_a: colours outside 0..255 clipped: 2 colour values of 1 of 10 points (first "
                     "Area_1/room_a/Annotations/chair_10.txt:1: 12.6 300 -4); too few above 255 for 16-bit colours; "
                     "if the file's colours have another range, rescale them to 0..255"]:
         assert f"warning: {message}" in printed.err

@@ -159,9 +159,11 @@ def test_prepare_into_an_older_folder_estimates_the_normals_again_resumably(tmp_
     (np.zeros((3, 3), dtype=np.float32), r"expected normal float16 of shape \(3, 3\), got float32 \(3, 3\)"),
     (np.zeros((2, 3), dtype=np.float16), r"expected normal float16 of shape \(3, 3\), got float16 \(2, 3\)"),
     (np.array([[0, 0, 1], [0, 0, 0], [0, 0, 1]], dtype=np.float16),
-     r"1 normal\(s\) not of unit length \(point 1: length 0\)"),
+     r"1 normal not of unit length \(point 1: length 0\)"),
     (np.array([[0.6, 0.8, 0], [0, 0, 1], [0, 2, 0]], dtype=np.float16),
-     r"1 normal\(s\) not of unit length \(point 2: length 2\)"),
+     r"1 normal not of unit length \(point 2: length 2\)"),
+    (np.array([[0, 0, 0], [0, 0, 1], [0, 2, 0]], dtype=np.float16),
+     r"2 normals not of unit length \(point 0: length 0\)"),
 ])
 def test_the_check_of_area_files_refuses_a_damaged_normal(tmp_path, normal, message):
     raw = five_rooms(tmp_path / "raw")

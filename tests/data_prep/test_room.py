@@ -35,7 +35,7 @@ def test_one_room(tmp_path):
     assert data.messages == ["Area_1/r/Annotations/beam_1.txt: skipped: empty file",
                              "Area_1/r/Annotations/board_1.txt:2: dropped: expected 6 values, got 5: '4 4 4 1 1'",
                              # clipped colours were only counted, with no file or line
-                             "Area_1/r: colours outside 0..255 clipped: 2 colour value(s) of 2 of 4 points (first "
+                             "Area_1/r: colours outside 0..255 clipped: 2 colour values of 2 of 4 points (first "
                              "Area_1/r/Annotations/wall_1.txt:1: 0.4 0.5 255.5); too few above 255 for 16-bit colours; "
                              "if the file's colours "
                              "have another range, rescale them to 0..255"]
@@ -74,7 +74,7 @@ def test_one_nul_byte_repairs_its_line_and_keeps_the_file(s3dis_real, tmp_path):
         np.testing.assert_array_equal(data.arrays[key], expected.arrays[key])
     assert data.attrs["binary_files"] == [] and data.attrs["repaired_lines"] == 1
     shown = number[:3].decode() + "\\x00" + number[3:].decode()
-    assert data.messages == [f"{wall}:501: repaired: dropped stray byte(s): '{shown}' -> {number.decode()}"]
+    assert data.messages == [f"{wall}:501: repaired: dropped 1 stray byte: '{shown}' -> {number.decode()}"]
 
 
 def test_binary_file_is_still_skipped_and_named_as_a_lost_object(tmp_path):
@@ -248,7 +248,7 @@ def test_a_white_object_of_256_overshoots_is_clipped_not_read_as_16_bit(tmp_path
     np.testing.assert_array_equal(data.arrays["color"], np.minimum(expected, 255))
     assert (data.attrs["clipped_colors"], len(data.messages)) == (84, 1)
     assert data.messages == [(
-        "Area_1/r: colours outside 0..255 clipped: 84 colour value(s) of 28 of 90 points (first "
+        "Area_1/r: colours outside 0..255 clipped: 84 colour values of 28 of 90 points (first "
         "Area_1/r/Annotations/board_1.txt:1: 256 256 256); none reaches 511.5 for 16-bit colours; if the file's "
         "colours have another range, rescale them to 0..255")]
 

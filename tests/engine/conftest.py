@@ -146,3 +146,18 @@ def trial_config(config, root, preset="rpe", seed=0) -> dict:
     from pointgeope.engine.config import config_to_dict, load_config
 
     return config_to_dict(load_config(config, [f"data.root={root}", f"model.pe={preset}", f"train.seed={seed}"]))
+
+
+@pytest.fixture()
+def code_at(monkeypatch):
+    """``code_at(commit, modified)``: the code this process records from then on (:mod:`pointgeope.provenance`'s
+    ``package_commit`` and ``package_modified``, asked once per process), so that a test of what a run or a
+    prediction records does not depend on the state of the checkout it runs in (a clone with uncommitted edits).
+    Used once at the start of a test, it pins the code to one commit, unedited."""
+    import pointgeope.provenance as provenance
+
+    def pin(commit: str | None = "5e1c1896a8d84bf745915e7b9d75fd5f38530a6f", modified: bool | None = False):
+        monkeypatch.setattr(provenance, "package_commit", lambda: commit)
+        monkeypatch.setattr(provenance, "package_modified", lambda: modified)
+
+    return pin

@@ -78,7 +78,7 @@ def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, cap
     assert "rpe seed 0: done" in out and "rpe seed 7: FAILED (exit code" in out
     assert (f"{run} also holds trials of fold 1 outside this command's grid, not in its report: none seed 1, "
             "rpe seed 1") in out
-    assert "2 trial(s) failed: rpe seed 7, none seed 7" in err
+    assert "2 trials failed: rpe seed 7, none seed 7" in err
     assert "is complete, skipped" in (run / "rpe" / "seed_0" / "train.log").read_text()
     md = (run / "report" / "fold_1" / "ablation.md").read_text()
     assert "- rpe: seed 7 missing (" in md and "- none: seed 7 missing (" in md
@@ -106,12 +106,12 @@ def test_each_fold_has_its_own_report_and_a_rerun_reports_no_stale_result(two_fo
     assert variant["seeds"] == [1] and variant["missing"][0]["seed"] == 0
     assert variant["missing"][0]["reason"].startswith(
         "stale: its test did not use this command's eval.max_fragments=1 (it used 2)")
-    assert "1 trial(s) not reported, their saved results are stale: rpe seed 0" in capsys.readouterr().err
+    assert "1 trial not reported, its saved result is stale: rpe seed 0" in capsys.readouterr().err
     assert cli(ablate_args(two_folds, run, "train.epochs=2", presets=("rpe",), seeds=("0",))) == 2
-    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: --run-dir {run}: 1 of the 1 trial(s) were "
+    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: --run-dir {run}: 1 of the 1 trial was "
                    "trained with other settings than this command's (rpe seed 0: train.epochs: it used 1, now 2), "
                    f"and train neither resumes nor reuses such a fold: give another --run-dir, or delete "
-                   f"{run / 'rpe' / 'seed_0' / 'area_1'} to train them again with these settings")
+                   f"{run / 'rpe' / 'seed_0' / 'area_1'} to train it again with these settings")
 
 
 def test_engine_code_does_not_import_later_layers():
@@ -300,8 +300,10 @@ def test_a_trial_stopped_by_epochs_per_run_is_named_unfinished_and_the_rerun_con
     run = tmp_path / "abl"
     args = ablate_args(two_folds, run, "train.epochs=2", "train.epochs_per_run=1", presets=("rpe",), seeds=("0",))
     assert cli(args) == 1                                       # not bad input (2): the rerun continues it
-    last_line_only(capsys.readouterr().err, "1 trial(s) stopped before their last epoch (train.epochs_per_run): "
-                   "rpe seed 0; rerun the same command to continue them; no report until one finishes")
+    captured = capsys.readouterr()
+    last_line_only(captured.err, "1 trial stopped before its last epoch (train.epochs_per_run): "
+                   "rpe seed 0; rerun the same command to continue it; no report until one finishes")
+    assert f"1 trial (1 preset x 1 seed) of fold 1, 1 at a time, in {run}" in captured.out.splitlines()
     assert not (run / "report").exists()
     trials, _ = plan(DEMO_CONFIG, ["rpe", "none"], [0], 1, run, [f"data.root={two_folds}", *TINY], 1)
     assert _left_out(trials, [0, 0], 1) == ({("rpe", 0): UNFINISHED}, {})     # none seed 0: nothing saved
@@ -373,5 +375,5 @@ def test_a_set_whose_every_trial_is_unfinished_exits_1_without_an_error(two_fold
     code = ablation.ablate(DEMO_CONFIG, ["rpe", "none"], [0], 1, run, [f"data.root={two_folds}", *TINY],
                            lambda *args: reported.append(args))
     assert code == 1 and reported == []                         # nothing to score: no report, no error
-    last_line_only(capsys.readouterr().err, "2 trial(s) stopped before their last epoch (train.epochs_per_run): "
+    last_line_only(capsys.readouterr().err, "2 trials stopped before their last epoch (train.epochs_per_run): "
                    "rpe seed 0, none seed 0; rerun the same command to continue them; no report until one finishes")

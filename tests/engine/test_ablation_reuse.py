@@ -122,10 +122,10 @@ def test_a_saved_trial_of_other_settings_is_refused_before_any_trial_starts(two_
     older = config_to_dict(load_config(DEMO_CONFIG, trials[2].overrides(common) + ["train.epochs=1"]))
     save_checkpoint(trials[2].folder / "area_1" / "last.pt", {"config": older})
     assert cli(ablate_args(two_folds, run, presets=("rpe", "none"), seeds=("0", "1"))) == 2
-    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: --run-dir {run}: 1 of the 4 trial(s) were "
+    last_line_only(capsys.readouterr().err, f"pointgeope ablate: error: --run-dir {run}: 1 of the 4 trials was "
                    "trained with other settings than this command's (none seed 0: train.epochs: it used 1, now 2), "
                    "and train neither resumes nor reuses such a fold: give another --run-dir, or delete "
-                   f"{trials[2].folder / 'area_1'} to train them again with these settings")
+                   f"{trials[2].folder / 'area_1'} to train it again with these settings")
     assert not any(run.glob("*/*/train.log"))                # no trial started
 
 
@@ -167,16 +167,16 @@ def test_a_saved_trial_of_other_data_is_refused_before_any_trial_starts(two_fold
     err = capsys.readouterr().err
     last_line_only(err, err.splitlines()[-1])
     line = err.splitlines()[-1]
-    assert line.startswith(f"pointgeope ablate: error: --run-dir {run}: 1 of the 2 trial(s) cannot be resumed or "
+    assert line.startswith(f"pointgeope ablate: error: --run-dir {run}: 1 of the 2 trials cannot be resumed or "
                            f"reused on the data folder {two_folds} as it is now (none seed 0: "
                            f"{trials[1].folder / 'area_1' / 'last.pt'} was trained on other data than {two_folds} "
                            "holds now (Area_2.h5 trained on sha256:000000000000...")
-    assert line.endswith(f"restore the data they trained on, give another --run-dir, or delete "
-                         f"{trials[1].folder / 'area_1'} to train them again on this data")
+    assert line.endswith(f"restore the data it trained on, give another --run-dir, or delete "
+                         f"{trials[1].folder / 'area_1'} to train it again on this data")
     assert "--force" not in line
     assert not any(run.glob("*/*/train.log"))                # no trial started
     save_checkpoint(trials[1].folder / "area_1" / "last.pt", {"config": trials[1].config, "data": now, "fold": fold2})
-    with pytest.raises(UserError, match=r"1 of the 2 trial\(s\) cannot be resumed .*trained for fold 2 \(test Area_2"):
+    with pytest.raises(UserError, match=r"1 of the 2 trials cannot be resumed .*trained for fold 2 \(test Area_2"):
         plan(DEMO_CONFIG, ["rpe", "none"], [0], 1, run, settings, 1)
 
 

@@ -134,7 +134,7 @@ runpy.run_path("train.py", run_name="__main__")
     ("deleted", 2, "{fold}: the fold folder, or its lock file .lock, was deleted while this training wrote into it "
                    "(after step 1); stopped, since another process could now take the folder; the same command "
                    "trains the fold again (from its last.pt, if one is left)"),
-    ("diverged", 1, "{fold}/best.pt: not saved: the model's '{buffer}' holds 1 NaN or infinite value(s) of {size} "
+    ("diverged", 1, "{fold}/best.pt: not saved: the model's '{buffer}' holds 1 NaN or infinite value of {size} "
                     "after step 2 (the first such tensor; the run diverged); best.pt is left as it was; a lower "
                     "optim.lr (or optim.grad_clip) trains it again (--force, or another --run-dir)")])
 def test_a_stop_only_rank_0_sees_ends_every_rank_with_its_line(two_folds, tmp_path, what, code, said):

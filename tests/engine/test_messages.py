@@ -107,7 +107,7 @@ def test_a_rerun_beside_a_trial_still_running_names_its_lock(two_folds, tmp_path
             stop.set()
             writer.join()
     out, err = capsys.readouterr()
-    assert code == 2 and err.endswith("none of the 1 trial(s) has a result of fold 1 to report "
+    assert code == 2 and err.endswith("the 1 trial has no result of fold 1 to report "
                                       "(rpe seed 0: failed (exit code 2), see its train.log)\n"), err
     failed = next(line for line in out.splitlines() if line.startswith("rpe seed 0: FAILED"))
     assert (f"pointgeope train: error: {fold} is being written by pid {os.getpid()}" in failed

@@ -61,7 +61,7 @@ def test_a_bad_file_in_a_folder_stops_nothing(tiny_run, two_folds, tmp_path, cap
     assert len(err) == 2 and all(line.startswith("pointgeope predict: error: ") for line in err)
     assert f"{folder / 'a_empty.npy'}: not a readable .npy array (empty file)" in err[0]
     assert f"{folder / 'c_cut.npy'}: not a readable .npy array" in err[1]
-    assert out.splitlines()[-1] == (f"predicted 1 of 3 input(s) into {tmp_path / 'o'}; 2 failed: "
+    assert out.splitlines()[-1] == (f"predicted 1 of 3 inputs into {tmp_path / 'o'}; 2 failed: "
                                     f"{folder / 'a_empty.npy'}, {folder / 'c_cut.npy'} (see the errors above)")
 
 
@@ -300,7 +300,7 @@ def test_a_scan_given_twice_is_predicted_once_and_two_of_one_name_are_refused(ti
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert f"note: {tmp_path / 'scans' / 'a.npy'}: given twice, predicted once" in captured.out.splitlines()
-    assert captured.out.splitlines()[-1] == f"predicted 1 of 1 input(s) into {out}"
+    assert captured.out.splitlines()[-1] == f"predicted 1 of 1 input into {out}"
     code = cli(["predict", str(tiny_run), str(tmp_path / "scans" / "a.npy"), str(tmp_path / "other" / "a.npy"),
                 "--out", str(out), "--format", "npy", "--force"])
     assert code == 2

@@ -57,7 +57,7 @@ def test_las_output_of_a_scan_with_a_stray_point(tiny_run, tmp_path, capsys):
     assert f"{tmp_path / 'a_far.npy'}: its LAS file stores x in steps of 0.01 m, not 0.001 m" in err[0]
     assert err[2] == (f"pointgeope predict: error: {tmp_path / 'b_space.npy'}: --format las cannot hold its points: "
                       "LAS stores coordinates as 32-bit integers, x spans 1e+30 (at most 4.29497e+07 in steps of "
-                      "0.01 m); predict it without las (--format npy), or remove the point(s) that far")
+                      "0.01 m); predict it without las (--format npy), or remove the points that far")
     las = laspy.read(tmp_path / "o" / "a_far_pred.las")
     coord = np.load(tmp_path / "a_far.npy")[:, :3]
     np.testing.assert_allclose(np.c_[las.x, las.y, las.z], coord, atol=0.005 + 1e-9)

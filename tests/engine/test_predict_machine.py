@@ -24,9 +24,10 @@ def threads():
 
 
 def test_a_scan_made_with_another_thread_count_is_skipped_and_said_to(tiny_run, tmp_path, capsys, monkeypatch,
-                                                                      threads):
+                                                                      threads, code_at):
     """Before: the record named no machine, and the skip line said nothing of a scan predicted with 1 thread
     skipped by a rerun with 2 (whose floats may differ: other sums)."""
+    code_at()   # committed code: the skip line the same in a clone with edits
     scan = tmp_path / "b.npy"
     np.save(scan, np.random.default_rng(1).random((350, 6)) * [3, 3, 2, 255, 255, 255])
     out = tmp_path / "out"
@@ -41,8 +42,8 @@ def test_a_scan_made_with_another_thread_count_is_skipped_and_said_to(tiny_run, 
     assert cli(["predict", str(tiny_run), str(scan), "--out", str(out), "train.threads=2"]) == 0
     assert len(calls) == 1    # skipped: the threads choose how the same prediction runs
     skip = [line for line in capsys.readouterr().out.splitlines() if line.startswith("skipped")]
-    assert skip == [f"skipped {scan}: its outputs in {out} are complete, from the same model, input and options, "
-                    "predicted on another machine (threads: 1 there, 2 here) (--force predicts it again)"]
+    assert skip == [f"skipped {scan}: its outputs in {out} are complete, from the same model, input, options and "
+                    "code, predicted on another machine (threads: 1 there, 2 here) (--force predicts it again)"]
     assert cli(["predict", str(tiny_run), str(scan), "--out", str(out), "train.threads=1"]) == 0
     assert "another machine" not in capsys.readouterr().out and len(calls) == 1
 
@@ -64,3 +65,13 @@ def test_the_cpu_threads_of_a_prediction_on_cuda_are_not_another_machine():
     cpu = {**machine("cpu", "none"), "threads": 8}
     assert other_machine({**gpu, "threads": 16}, cpu) == (
         ", predicted on another machine (device: cuda (NVIDIA H200) there, cpu here)")
+
+
+def test_a_damaged_machine_of_a_record_is_said_in_bounds_and_marked():
+    """A hand-edited _pred.json whose torch is a megabyte and whose device model holds a newline: the skip line's
+    words stay short and one line, each such value marked. Before: the megabyte in the skip line."""
+    now = machine("cpu", "none")
+    damaged = {**now, "torch": "2" * 10**6, "device": "cuda", "device_name": "H\n200"}
+    words = other_machine(damaged, now)
+    assert words == (", predicted on another machine (device: cuda ('H\\n200' (looks damaged)) there, cpu here; "
+                     f"torch: '{'2' * 60}... (looks damaged) there, {now['torch']} here)")

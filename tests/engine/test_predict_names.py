@@ -45,7 +45,7 @@ def test_any_file_name_is_predicted_and_its_ply_reads_back(tiny_run, tmp_path, c
         np.testing.assert_allclose(o3d.t.io.read_point_cloud(str(ply)).point.positions.numpy(), cloud[:, :3],
                                    rtol=1e-6)
     last = stdout.strip().splitlines()[-1]
-    assert last.startswith(f"predicted 4 of 5 input(s) into {out}; 1 failed: ") and "broken.npy" in last, last
+    assert last.startswith(f"predicted 4 of 5 inputs into {out}; 1 failed: ") and "broken.npy" in last, last
 
 
 def test_a_raw_room_named_in_non_ascii_is_predicted(tiny_run, tiny_root, tmp_path, capsys):

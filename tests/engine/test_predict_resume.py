@@ -64,9 +64,10 @@ def older_version(monkeypatch, record, option, module, name, older):
 
 
 def test_a_rerun_after_a_kill_predicts_only_the_rest_and_matches_an_uninterrupted_run(
-        tiny_run, scans, tmp_path, capsys, monkeypatch, predicted):
+        tiny_run, scans, tmp_path, capsys, monkeypatch, predicted, code_at):
     """Killed (KeyboardInterrupt) after the first scan's outputs and record: the same command predicts b and
     c only, says so for a, and the folder equals that of one uninterrupted run, byte for byte."""
+    code_at()   # committed code: the skip line the same in a clone with edits
     assert cli(argv(tiny_run, scans, tmp_path / "whole", "--probabilities")) == 0
     original = record_module.write_outputs
     written = []
@@ -86,16 +87,16 @@ def test_a_rerun_after_a_kill_predicts_only_the_rest_and_matches_an_uninterrupte
     assert cli(argv(tiny_run, scans, tmp_path / "o", "--probabilities")) == 0
     out = capsys.readouterr().out.splitlines()
     assert predicted == ["b.npy", "c.npy"]
-    assert (f"skipped {scans / 'a.npy'}: its outputs in {tmp_path / 'o'} are complete, from the same model, input "
-            "and options (--force predicts it again)") in out
-    assert out[-1] == f"predicted 2 of 3 input(s) into {tmp_path / 'o'}; 1 skipped, complete from an earlier run"
+    assert (f"skipped {scans / 'a.npy'}: its outputs in {tmp_path / 'o'} are complete, from the same model, input, "
+            "options and code (--force predicts it again)") in out
+    assert out[-1] == f"predicted 2 of 3 inputs into {tmp_path / 'o'}; 1 skipped, complete from an earlier run"
     assert files(tmp_path / "o") == files(tmp_path / "whole")
     record = json.loads((tmp_path / "o" / "b_pred.json").read_text())
     assert record["made_by"]["input"] == file_checksum(scans / "b.npy")
     assert record["outputs"]["b_pred.ply"]["sha256"] == file_checksum(tmp_path / "o" / "b_pred.ply")
     predicted.clear()
     assert cli(argv(tiny_run, scans, tmp_path / "o", "--probabilities")) == 0 and predicted == []
-    assert capsys.readouterr().out.splitlines()[-1] == (f"predicted 0 of 3 input(s) into {tmp_path / 'o'}; "
+    assert capsys.readouterr().out.splitlines()[-1] == (f"predicted 0 of 3 inputs into {tmp_path / 'o'}; "
                                                         "3 skipped, complete from an earlier run")
     assert cli(argv(tiny_run, scans, tmp_path / "o", "--probabilities", "--force")) == 0
     assert predicted == ["a.npy", "b.npy", "c.npy"] and files(tmp_path / "o") == files(tmp_path / "whole")
@@ -199,8 +200,10 @@ def test_rooms_of_a_raw_folder_are_recorded_by_their_files(tmp_path):
     assert folder_checksum(tmp_path / "r") != first
 
 
-def test_the_rooms_of_an_area_file_are_skipped_each_by_its_room(tiny_run, tiny_root, tmp_path, capsys, predicted):
+def test_the_rooms_of_an_area_file_are_skipped_each_by_its_room(tiny_run, tiny_root, tmp_path, capsys, predicted,
+                                                                code_at):
     """Each room of a prepared Area_N.h5 has its own record: the area file's checksum and the room's name."""
+    code_at()   # committed code: the skip line the same in a clone with edits
     from pointgeope.h5 import list_rooms
 
     area, out = tiny_root / "Area_2.h5", tmp_path / "o"
@@ -214,8 +217,8 @@ def test_the_rooms_of_an_area_file_are_skipped_each_by_its_room(tiny_run, tiny_r
     assert cli(argv(tiny_run, area, out, "--format", "npy")) == 0
     assert predicted == [f"Area_2.h5:{rooms[-1]}"]
     assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("skipped ")] == [
-        f"skipped {area}:{r}: its outputs in {out / 'Area_2'} are complete, from the same model, input and options "
-        "(--force predicts it again)" for r in rooms[:-1]]
+        f"skipped {area}:{r}: its outputs in {out / 'Area_2'} are complete, from the same model, input, options "
+        "and code (--force predicts it again)" for r in rooms[:-1]]
 
 
 def test_a_checkpoint_replaced_while_it_is_loaded_is_not_recorded_as_the_new_one(

@@ -28,7 +28,7 @@ def test_prediction_metadata_loads_with_weights_only(tmp_path):
 
 @pytest.mark.parametrize("edit, got", [
     ({"class_names": ["a"] * 5}, "5 class names"),            # an IndexError in predict's summary
-    ({"palette": [[1, 2, 3]]}, "1 colours"),                  # an IndexError in the PLY writer, reported as a bug
+    ({"palette": [[1, 2, 3]]}, "1 colour"),                    # an IndexError in the PLY writer, reported as a bug
     ({"palette": [[1, 2, 300]] * 13}, "the colour [1, 2, 300]"),  # wrapped to 44 in a uint8 colour
     ({"palette": [[1, 2]] * 13}, "the colour [1, 2]"),
     ({"class_names": None}, "class_names None"),

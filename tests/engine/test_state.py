@@ -135,7 +135,7 @@ def test_a_model_state_that_is_not_finite_is_never_saved_and_the_previous_checkp
     with pytest.raises(FloatingPointError) as err:
         ckpts.save("last.pt", LoopState(epoch=2, step=8))
     assert str(err.value) == (f"{tmp_path / 'last.pt'}: not saved: the model's '1.running_var' holds 1 NaN or "
-                              "infinite value(s) of 4 after step 8 (the first such tensor; the run diverged); "
+                              "infinite value of 4 after step 8 (the first such tensor; the run diverged); "
                               "last.pt is left as it was; a lower optim.lr (or optim.grad_clip) trains it again "
                               "(--force, or another --run-dir)")
     assert (tmp_path / "last.pt").read_bytes() == before

@@ -151,7 +151,7 @@ def test_a_finite_loss_with_non_finite_gradients_stops_naming_the_parameter(tmp_
         train_step(cfg, learner, learner.model, batch, CPU, _check(learner, tmp_path, batch))
     assert "the gradients are not finite at epoch 2, step 7 (batch 3 of the epoch), with a loss of " in str(stop.value)
     assert "the gradient of 'a.weight' holds " in str(stop.value)    # the first parameter, in the model's order
-    assert " NaN or infinite value(s) of 48 (the first such parameter)" in str(stop.value)
+    assert " NaN or infinite values of 48 (the first such parameter)" in str(stop.value)
 
 
 def test_finite_gradients_whose_norm_overflows_are_no_finding(tmp_path):

@@ -18,3 +18,14 @@ def test_a_damaged_data_record_of_a_normals_run_is_one_checkpoint_error(tmp_path
         check_data_of(path, ckpt, {"Area_1": "sha256:1"}, tmp_path, lambda line: None)
     assert str(err.value) == (f"{path}: damaged checkpoint: expected its 'data' entry to map each area to the "
                               f"checksum of its file, got {shown}; use the run's own checkpoint")
+
+
+def test_areas_whose_points_nothing_records_are_said_with_a_verb_of_their_number(tmp_path):
+    """Before: ``whether Area_1 differ(s) only in where it was prepared from``."""
+    from pointgeope.engine.trained_data import check_data
+
+    for now, said in (({"Area_1": "sha256:1"}, "whether Area_1 differs only"),
+                      ({"Area_1": "sha256:1", "Area_2": "sha256:2"}, "whether Area_1, Area_2 differ only")):
+        with pytest.raises(CheckpointError) as err:
+            check_data(tmp_path / "last.pt", {}, now, tmp_path, lambda line: None)
+        assert said in str(err.value)

@@ -41,7 +41,7 @@ def test_non_finite_weights_are_refused_naming_the_first_such_tensor():
     before = {k: v.clone() for k, v in net.state_dict().items()}
     with pytest.raises(CheckpointError) as err:
         load_model_state(net, {"model": state}, "diverged.pt")
-    assert str(err.value) == ("diverged.pt: the weights are not finite: '1.weight' holds 3 NaN or infinite value(s) "
+    assert str(err.value) == ("diverged.pt: the weights are not finite: '1.weight' holds 3 NaN or infinite values "
                               "of 20 (the first such tensor; a run that diverged?); use a checkpoint saved before "
                               "that, or train again")
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())

@@ -248,7 +248,7 @@ def test_a_header_that_counts_fewer_vertices_than_the_file_holds_is_refused(tmp_
     holds = ("6 lines of records after the header, where its elements (vertex 3, face 0, camera 1) have 4, one a "
              "line" if fmt == "ascii" and after else "5 lines of records after the header, where its elements "
              "(vertex 3, face 0) have 3, one a line" if fmt == "ascii" else
-             "24 bytes after its elements, 2 more vertex record(s) of 12 bytes"
+             "24 bytes after its elements, 2 more vertex records of 12 bytes"
              + (" (after 'camera')" if after else ""))
     with pytest.raises(ScanError, match=rf"^{re.escape(str(path))}: the PLY header promises 3 vertices, the file "
                                         rf"holds more: {re.escape(holds)}; the header's count is wrong"):

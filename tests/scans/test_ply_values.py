@@ -40,7 +40,7 @@ def test_an_ascii_value_its_integer_type_cannot_hold_is_refused_naming_line_and_
     with pytest.raises(ScanError) as err:
         read_ply(path)
     assert str(err.value) == (
-        f"{path}:20: property 'red' is uchar (whole numbers 0..255), got {shown} ({count} such value(s)); write "
+        f"{path}:20: property 'red' is uchar (whole numbers 0..255), got {shown} ({count} such value); write "
         "whole numbers in that range, or declare the property 'float' in the header (0..1 colours: "
         "'property float red')")
 
@@ -49,7 +49,7 @@ def test_fractional_coordinates_under_an_int_header_are_refused(tmp_path):
     """``int x`` truncated every coordinate to whole metres."""
     path = _ascii(tmp_path / "i.ply", ["int x", "int y", "int z", "uchar red", "uchar green", "uchar blue"], _rows())
     with pytest.raises(ScanError, match=r"i.ply:12: property 'x' is int \(whole numbers -2147483648..2147483647\), "
-                                        r"got \d\.\d+ \(20 such value\(s\)\)"):
+                                        r"got \d\.\d+ \(20 such values\)"):
         read_ply(path)
 
 
@@ -106,7 +106,7 @@ def test_an_int_colour_ply_of_8_bit_values_with_one_256_is_clipped_not_divided_b
     rows = _rows(1000, colour=lambda i: " ".join(str(v) for v in colours[i]))
     scan = read_ply(_ascii(tmp_path / "int.ply", XYZ_RGB[:3] + ["int red", "int green", "int blue"], rows))
     np.testing.assert_array_equal(scan.color, np.minimum(colours, 255))
-    assert scan.meta["notes"] == [(f"{tmp_path / 'int.ply'}: colours outside 0..255 clipped: 1 colour value(s) of 1 "
+    assert scan.meta["notes"] == [(f"{tmp_path / 'int.ply'}: colours outside 0..255 clipped: 1 colour value of 1 "
                                    "of 1,000 points (first at point 5: 256 10 10); too few above 255 for 16-bit "
                                    "colours; if the file's colours have another range, rescale them to 0..255")]
     scan = read_ply(_ascii(tmp_path / "ushort.ply", XYZ_RGB[:3] + ["ushort red", "ushort green", "ushort blue"], rows))

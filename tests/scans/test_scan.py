@@ -82,7 +82,7 @@ def test_one_stray_value_above_255_does_not_make_a_scan_16_bit(stray):
     if stray < 255.5:  # rounds to 255: nothing to say
         assert notes == []
     else:
-        assert notes == [f"s.txt: colours outside 0..255 clipped: 1 colour value(s) of 1 of 2,000 points (first at "
+        assert notes == [f"s.txt: colours outside 0..255 clipped: 1 colour value of 1 of 2,000 points (first at "
                          f"point 7: {stray:g} {values[7, 1]:g} {values[7, 2]:g}); too few above 255 for 16-bit "
                          "colours; if the file's colours have another range, rescale them to 0..255"]
 
@@ -147,7 +147,7 @@ def test_an_8_bit_file_of_256_overshoots_is_clipped_not_read_as_16_bit():
     values[:700] = 256
     notes = []
     np.testing.assert_array_equal(color_to_uint8(values, "board.txt", notes=notes), np.minimum(values, 255))
-    assert notes == ["board.txt: colours outside 0..255 clipped: 2,100 colour value(s) of 700 of 1,000 points (first "
+    assert notes == ["board.txt: colours outside 0..255 clipped: 2,100 colour values of 700 of 1,000 points (first "
                      "at point 0: 256 256 256); none reaches 511.5 for 16-bit colours; if the file's colours have "
                      "another range, rescale them to 0..255"]
     values[:700] = 512  # a 16-bit file of near-black points (2/255 of full intensity): 16 bit

@@ -47,7 +47,7 @@ def test_unknown_hidden_class_lists_the_valid_ones(synthetic_area, capsys):
     area, _ = synthetic_area
     assert main(["viz", str(area), "--room", "grid_1", "--hide", "ceiling,roof", "--ply", "x.ply"]) == 2
     err = capsys.readouterr().err
-    assert "unknown class name(s) 'roof'" in err and all(name in err for name in CLASS_NAMES)
+    assert "unknown class name 'roof'" in err and all(name in err for name in CLASS_NAMES)
 
 
 @pytest.mark.parametrize("argv, message", [

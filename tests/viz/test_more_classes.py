@@ -99,7 +99,7 @@ def test_hide_takes_the_class_names_of_the_view(tmp_path, capsys):
     # a name beyond the view's classes: one line listing them; S3DIS's 13 know no class_13
     assert cli(["viz", str(area), "--room", "r", "--pred", str(preds), "--hide", "class_15", "--ply", str(ply)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "unknown class name(s) 'class_15'" in err and err.endswith("clutter, class_13, class_14")
+    assert "\n" not in err and "unknown class name 'class_15'" in err and err.endswith("clutter, class_13, class_14")
     assert parse_class_names("class_14,beam", tuple(class_names(15))) == (3, 14)
     with pytest.raises(VizError, match=r"'class_13'; expected comma-separated names from: ceiling, .*, clutter$"):
         parse_class_names("class_13")

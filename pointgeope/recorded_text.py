@@ -1,0 +1,32 @@
+"""A value read back from a record (a fold's ``metrics.json``, a prediction's ``_pred.json``) in words that fit in
+the line that says it, whatever the file holds.
+
+A record written by the toolkit holds a short printable string (``"bf16"``, ``"2.13.0+cu126"``,
+``"NVIDIA H200"``) or an integer (a thread count) where the report or predict's skip line prints it. A value
+edited by hand or damaged on disk can hold anything JSON can: a newline (which would split a note of
+``report.md`` into two list items), a string of a megabyte, a list where a number was. Such a value is said as
+``repr`` writes it (control characters escaped: one line), cut to :data:`LIMIT` characters, and marked
+``(looks damaged)``: ``'2.13.0\\n- x' (looks damaged)``. No torch here: the report imports it, and imports none.
+"""
+from __future__ import annotations
+
+LIMIT = 64   # characters of a value said as it is; longer (as recorded or as repr writes it) is cut
+DAMAGED = " (looks damaged)"
+
+
+def recorded_text(value: object, kind: type = str) -> str:
+    """``value`` as it is (``str(value)``) where it is a ``kind`` (``str`` or ``int``; a bool is no int here)
+    and, for a string, printable (no control character or surrogate: :meth:`str.isprintable`), not empty and
+    at most :data:`LIMIT` characters; else :func:`damaged_text`. ``recorded_text("bf16") == "bf16"``,
+    ``recorded_text(2, int) == "2"``, ``recorded_text("a\\nb") == "'a\\\\nb' (looks damaged)"``."""
+    if isinstance(value, kind) and not isinstance(value, bool):
+        if not isinstance(value, str) or (value.isprintable() and 0 < len(value) <= LIMIT):
+            return str(value)
+    return damaged_text(value)
+
+
+def damaged_text(value: object) -> str:
+    """``repr(value)`` cut to :data:`LIMIT` characters (the last three ``...``), followed by :data:`DAMAGED`:
+    a value its reader has found damaged, on one line (``repr`` escapes control characters and surrogates)."""
+    text = repr(value)
+    return (text if len(text) <= LIMIT else text[:LIMIT - 3] + "...") + DAMAGED

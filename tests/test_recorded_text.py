@@ -1,0 +1,32 @@
+"""pointgeope/recorded_text.py: a value read back from a record, said on one bounded line whatever it holds."""
+from __future__ import annotations
+
+import pytest
+
+from pointgeope.recorded_text import DAMAGED, LIMIT, damaged_text, recorded_text
+
+
+@pytest.mark.parametrize("value, kind", [("bf16", str), ("2.13.0+cu126", str), ("NVIDIA GeForce RTX 4090", str),
+                                         ("Ünïcode GPU", str), ("x" * LIMIT, str), (16, int), (0, int)])
+def test_a_sound_value_is_said_as_it_is(value, kind):
+    assert recorded_text(value, kind) == str(value)
+
+
+@pytest.mark.parametrize("value, kind, said", [
+    ("2.13.0\n- x", str, r"'2.13.0\n- x'"), ("a\tb", str, r"'a\tb'"), ("\udcff", str, r"'\udcff'"),
+    ("", str, "''"), ("x" * (LIMIT + 1), str, "'" + "x" * (LIMIT - 4) + "..."), ([1, 2], int, "[1, 2]"),
+    (True, int, "True"), (2.0, int, "2.0"), ("2", int, "'2'"), (7, str, "7"), ({"n": "\n"}, str, r"{'n': '\n'}"),
+])
+def test_a_damaged_value_is_one_bounded_line_marked(value, kind, said):
+    text = recorded_text(value, kind)
+    assert text == said + DAMAGED
+    assert text.isprintable() and len(text) <= LIMIT + len(DAMAGED)
+
+
+def test_a_huge_value_is_cut():
+    text = recorded_text("\n" * 10**6)
+    assert text == "'" + "\\n" * 30 + "..." + DAMAGED
+
+
+def test_a_damaged_value_is_said_whatever_its_type():
+    assert damaged_text([1, 2]) == "[1, 2]" + DAMAGED and damaged_text("a\nb") == r"'a\nb'" + DAMAGED
