@@ -131,7 +131,7 @@ def test_an_older_run_compares_the_files_it_trained_on_where_they_are(tmp_path):
         check_data("last.pt", a["checksums"], c["checksums"], tmp_path / "c", notes.append, None, tmp_path / "a")
     shutil.rmtree(tmp_path / "a")
     with pytest.raises(CheckpointError, match=r"it records no checksum of their points \(written by an older "
-                                              r"pointgeope\), so whether Area_1, Area_2 differ\(s\) only in where it "
+                                              r"pointgeope\), so whether Area_1, Area_2 differ only in where it "
                                               r"was prepared from \(the source and signature attributes"):
         check_data("last.pt", a["checksums"], b["checksums"], tmp_path / "b", notes.append, None, tmp_path / "a")
 
