@@ -8,7 +8,7 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
     info       GPU name, Python, torch, CUDA, Triton versions; ``pointgeope info``
     tests      ``pytest`` of ``--tests-paths`` (``-k --tests``), with ``-n --tests-workers`` processes; first, with
                the check: whether the figures can be trusted (``--tests-limit`` 180 s: on a machine just started,
-               run 8's H200, 12 processes were still at 100 % without pytest's summary after 120 s)
+               run 8's H200, every test had reported at 120 s but pytest had not printed its summary)
     check      ``pointgeope info --check``: every Triton kernel once at the recipe's sizes against its torch path
     warm       (CUDA) the kernels of the timed steps compiled first, by processes side by side (Triton's
                cache on disk keeps them): the timed steps then measure steps, not compilers
