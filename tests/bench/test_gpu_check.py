@@ -308,6 +308,20 @@ def test_the_next_call_fits_its_budget_at_run_8s_times(monkeypatch):
     assert max(end for name, (_, end) in times.items() if name != list(times)[-1]) <= budget, times
 
 
+def test_the_next_calls_seconds_in_docs_are_run_8s(monkeypatch):
+    """docs/gpu.md's arithmetic of its next call: the steps before the last end at about N s of its --budget B
+    and the last, named, has B - N s left, N the timeline's at run 8's times (the test above), to the second."""
+    call = _next_call()
+    times = _timeline(_limits(monkeypatch, call), _run_steps("h200_run8"))
+    text = " ".join((REPO / "docs" / "gpu.md").read_text().split("**The next call.**")[1].split("\n\n")[0].split())
+    said = re.search(r"the steps up to `(\w+)` end at about (\d+) s of the (\d+), and `(\w+)`, the last, has the "
+                     r"(\d+) s left", text)
+    assert said, "docs/gpu.md's next call no longer says when its steps end"
+    before, end, budget, last, left = said.groups()
+    assert [before, last] == list(times)[-2:] and budget == call[call.index("--budget") + 1]
+    assert (int(end), int(left)) == (round(times[before][1]), int(budget) - round(times[before][1])), times
+
+
 def test_the_next_call_times_the_norm_op_even_at_its_slowest_steps(monkeypatch):
     """The norms' timing alone (``norm_op``) starts with the 15 s a step needs left of docs/gpu.md's next call's
     --budget even with every step before it at the longest of run 6's (H200), run 7's (H100) and run 8's (H200,
