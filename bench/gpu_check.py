@@ -8,7 +8,8 @@ runs), the JSON rewritten after every step, and with ``$OUT`` set copied there a
     info       GPU name, Python, torch, CUDA, Triton versions; ``pointgeope info``
     tests      ``pytest`` of ``--tests-paths`` (``-k --tests``), with ``-n --tests-workers`` processes; first, with
                the check: whether the figures can be trusted (``--tests-limit`` 180 s: on a machine just started,
-               run 8's H200, 12 processes were still at 100 % without pytest's summary after 120 s)
+               run 8's H200, every test had reported at 120 s but pytest had not printed its summary); without
+               a summary the step records the outcomes of its log's progress marks (``progress``)
     check      ``pointgeope info --check``: every Triton kernel once at the recipe's sizes against its torch path
     warm       (CUDA) the kernels of the timed steps compiled first, by processes side by side (Triton's
                cache on disk keeps them): the timed steps then measure steps, not compilers
@@ -131,9 +132,24 @@ def step_tests(check: Check, py: str) -> None:
                                *(["-k", a.tests] if a.tests else []), *a.tests_paths], a.tests_limit)
     summary = re.findall(r"(\d+ (?:passed|failed|error|skipped|deselected)\S*(?:, \d+ \w+)*) in [\d.]+s", step["tail"])
     step["summary"] = summary[-1] if summary else None
+    if step["summary"] is None:           # e.g. the limit ran out before pytest's summary: what had reported
+        step["progress"] = progress_marks((check.logs / step["log"]).read_text(errors="replace"))
     if step["rc"] == 5:                   # pytest: no test selected (e.g. no CUDA device)
         step["ok"] = True
     check.write()
+
+
+MARKS = {".": "passed", "F": "failed", "E": "error", "s": "skipped", "x": "xfailed", "X": "xpassed"}
+
+
+def progress_marks(log: str) -> dict[str, int]:
+    """The outcomes of the tests that reported, counted from ``pytest -q``'s progress lines (``..s.F  [ 42%]``):
+    ``{"passed": 941, "skipped": 124, ..., "reported": 1065, "percent": 100}``, zero counts left out; what a run
+    cut short before its summary (run 8's tests at 120 s) had done."""
+    lines = re.findall(r"^([.FEsxX]+) *\[ *(\d+)%\]", log, flags=re.M)
+    marks = "".join(line for line, _ in lines)
+    counts = {name: marks.count(mark) for mark, name in MARKS.items() if mark in marks}
+    return {**counts, "reported": len(marks), "percent": int(lines[-1][1]) if lines else 0}
 
 
 def _bench_cmd(check: Check, py: str, data: Path, limit: float, clouds: int, amp: str, presets: list[str],

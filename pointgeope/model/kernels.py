@@ -11,7 +11,7 @@ registered case) by being registered.
 **Which path.** :mod:`pointgeope.model.kernel_choice` reads the switches (``POINTGEOPE_KERNELS``,
 ``TRITON_INTERPRET``): ``torch``: torch everywhere; ``triton``: Triton wherever it can run (:func:`runs_on`:
 CUDA tensors, CPU tensors under the interpreter); unset: Triton on CUDA only, but for the kernels registered
-opt-in (``cuda_default=False``: not measured to pay on a GPU), which run with ``triton`` only. Kernels that
+opt-in (``cuda_default=False``: not shown to pay on a GPU), which run with ``triton`` only. Kernels that
 sum with atomics (linear GeoPE's fused relation; the other fused attention ops when ``gather_backward.SCATTER``
 is ``atomic``: a kernel's ``atomics`` may be a function, asked at each call) leave Triton whenever
 ``torch.use_deterministic_algorithms(True)`` asks for reproducible sums.

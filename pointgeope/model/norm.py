@@ -21,8 +21,9 @@ index. Where the kernel does not run (the CPU, ``POINTGEOPE_KERNELS=torch``, inp
 (:class:`BatchNorm`: ``BatchNorm1d.forward(x)``).
 
 **Which path.** The kernel is registered (:mod:`pointgeope.model.kernels`, ``batch_norm_relu``) as a CUDA default,
-as the other Triton kernels are: on an H200 it took the published 16 x 80k step to 0.91-0.92x its time with torch's
-batch norm and ReLU, and 0.94-0.95x its peak memory, float32 and bf16, ``rpe`` and ``geope`` (``docs/gpu.md``). The
+as the other Triton kernels are: on an H200 (GPU run 6) it took the published 16 x 80k step to 0.91-0.92x its time
+with torch's batch norm and ReLU, and 0.94-0.95x its peak memory, float32 and bf16, ``rpe`` and ``geope``; run 8 the
+same in float32, in bf16 0.93x ``geope`` and 1.01x ``rpe`` (``docs/gpu.md``). The
 plain norm is registered beside it (``batch_norm``, its own ``info --check`` case), the same kernels with the
 activation a compile-time flag, but opt-in (``cuda_default=False``: it runs with ``POINTGEOPE_KERNELS=triton`` only,
 elsewhere torch's ``BatchNorm1d``): on an H200 (GPU run 8, ``bench/bench_norm.py``'s plain cases) it took 1.03-2.21x

@@ -308,6 +308,20 @@ def test_the_next_call_fits_its_budget_at_run_8s_times(monkeypatch):
     assert max(end for name, (_, end) in times.items() if name != list(times)[-1]) <= budget, times
 
 
+def test_the_next_calls_seconds_in_docs_are_run_8s(monkeypatch):
+    """docs/gpu.md's arithmetic of its next call: the steps before the last end at about N s of its --budget B
+    and the last, named, has B - N s left, N the timeline's at run 8's times (the test above), to the second."""
+    call = _next_call()
+    times = _timeline(_limits(monkeypatch, call), _run_steps("h200_run8"))
+    text = " ".join((REPO / "docs" / "gpu.md").read_text().split("**The next call.**")[1].split("\n\n")[0].split())
+    said = re.search(r"the steps up to `(\w+)` end at about (\d+) s of the (\d+), and `(\w+)`, the last, has the "
+                     r"(\d+) s left", text)
+    assert said, "docs/gpu.md's next call no longer says when its steps end"
+    before, end, budget, last, left = said.groups()
+    assert [before, last] == list(times)[-2:] and budget == call[call.index("--budget") + 1]
+    assert (int(end), int(left)) == (round(times[before][1]), int(budget) - round(times[before][1])), times
+
+
 def test_the_next_call_times_the_norm_op_even_at_its_slowest_steps(monkeypatch):
     """The norms' timing alone (``norm_op``) starts with the 15 s a step needs left of docs/gpu.md's next call's
     --budget even with every step before it at the longest of run 6's (H200), run 7's (H100) and run 8's (H200,
@@ -316,3 +330,43 @@ def test_the_next_call_times_the_norm_op_even_at_its_slowest_steps(monkeypatch):
     limits = _limits(monkeypatch, call)
     times = _timeline(limits, _run_steps("h200_run6", "h100_run7", "h200_run8"))
     assert "norm_op" in limits and float(call[call.index("--budget") + 1]) - times["norm_op"][0] >= 15, times
+
+
+def test_a_tests_step_cut_short_records_what_had_reported(tmp_path):
+    """Run 8's tests step ran out of its 120 s before pytest's summary (``summary`` None, the step failed): it
+    now records the outcomes its log's progress marks show, which are those of the summary pytest printed over
+    the same paths in the second call (``h200_run8b_tests.txt``: 941 passed, 124 skipped)."""
+    import gpu_check
+
+    log = (REPO / "bench/results/gpu/h200_run8_tests_timeout.txt").read_text()
+    (tmp_path / "tests.log").write_text(log)
+    step = {"ok": False, "rc": "timeout", "seconds": 120.0, "log": "tests.log", "tail": log[-1500:]}
+
+    class Cut:                                        # gpu_runner.Check as far as step_tests uses it
+        args = gpu_check.argparse.Namespace(tests_workers=12, tests="", tests_paths=["tests/model"], tests_limit=120)
+        logs = tmp_path
+
+        def run(self, name, cmd, limit):
+            return step
+
+        def write(self):
+            pass
+
+    gpu_check.step_tests(Cut(), sys.executable)
+    printed = re.search(r"^(\d+) passed, (\d+) skipped, \d+ warnings in [\d.]+s",
+                        (REPO / "bench/results/gpu/h200_run8b_tests.txt").read_text(), flags=re.M)
+    passed, skipped = int(printed[1]), int(printed[2])
+    assert step["summary"] is None and not step["ok"]
+    assert step["progress"] == {"passed": passed, "skipped": skipped, "reported": passed + skipped, "percent": 100}
+
+
+def test_progress_marks_counts_each_outcome_and_only_progress_lines():
+    """Every mark counts once by its outcome; lines that merely end in a percentage (a verbose line, a warning)
+    do not count; no progress line: nothing reported."""
+    from gpu_check import progress_marks
+
+    log = ("bringing up nodes...\n\n..sF [ 40%]\ntests/a.py::t PASSED [ 45%]\nsss warning text [ 50%]\n"
+           "E.xX. [100%]\n=== 1 failed ===\n")
+    assert progress_marks(log) == {"passed": 4, "failed": 1, "error": 1, "skipped": 1, "xfailed": 1, "xpassed": 1,
+                                   "reported": 9, "percent": 100}
+    assert progress_marks("no marks here\n") == {"reported": 0, "percent": 0}
