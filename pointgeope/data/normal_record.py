@@ -117,9 +117,9 @@ def area_estimates(root: str | Path, areas) -> dict[str, dict | list | None]:
         if not estimates or None in estimates.values():
             found[area] = None
         elif len(kinds) == 1:
-            found[area] = dict(zip(_KEYS, kinds[0]))
+            found[area] = dict(zip(_KEYS, kinds[0], strict=True))
         else:
-            found[area] = [{**dict(zip(_KEYS, kind)), "rooms": sorted(n for n, e in estimates.items()
+            found[area] = [{**dict(zip(_KEYS, kind, strict=True)), "rooms": sorted(n for n, e in estimates.items()
                                                                       if _key(e) == kind)} for kind in kinds]
     return found
 

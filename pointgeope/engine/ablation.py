@@ -269,7 +269,7 @@ def _run_all(trials: list[Trial], argvs: list[list[str]], jobs: int, test_area: 
     running = _Running()
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        return list(pool.map(lambda job: _run(*job, running, test_area), zip(trials, argvs)))
+        return list(pool.map(lambda job: _run(*job, running, test_area), zip(trials, argvs, strict=True)))
     except BaseException:
         running.stop()
         raise
@@ -325,7 +325,7 @@ def _left_out(trials: list[Trial], codes: list[int], test_area: int) -> tuple[di
     from pointgeope.engine.fold_result import fold_is_complete
 
     out, notes = {}, {}
-    for trial, code in zip(trials, codes):
+    for trial, code in zip(trials, codes, strict=True):
         fold = trial.folder / fold_folder_name(test_area)
         unfinished = not code and (fold / "last.pt").is_file() and not fold_is_complete(fold)
         why = (f"failed (exit code {code}), see its train.log" if code
@@ -375,7 +375,7 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
         unfinished = [t.name for t in trials if left_out.get((t.preset, t.seed)) == UNFINISHED]
         if len(unfinished) < len(trials):     # every trial unfinished (epochs_per_run): nothing to score yet
             report([(t.preset, t.seed, t.folder) for t in trials], header, left_out, notes)
-    failed = [t.name for t, code in zip(trials, codes) if code != 0]
+    failed = [t.name for t, code in zip(trials, codes, strict=True) if code != 0]
     if failed:
         print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; see their train.log, rerun the same "
               "command to retry them", file=sys.stderr)
@@ -383,7 +383,7 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
         print(f"{len(unfinished)} trial(s) stopped before their last epoch (train.epochs_per_run): "
               f"{', '.join(unfinished)}; rerun the same command to continue them"
               + ("; no report until one finishes" if len(unfinished) == len(trials) else ""), file=sys.stderr)
-    old = [t.name for t, code in zip(trials, codes)
+    old = [t.name for t, code in zip(trials, codes, strict=True)
            if code == 0 and (t.preset, t.seed) in left_out and t.name not in unfinished]
     if old:
         print(f"{len(old)} trial(s) not reported, their saved results are stale: {', '.join(old)}; the report's "

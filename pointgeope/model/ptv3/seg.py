@@ -90,7 +90,7 @@ class PTv3Seg(PTv3Segmentor):
         check_backbone(cfg)
         grid_size = check_scale("grid_size", grid_size, " (the voxel size, m)")
         p = cfg.ptv3
-        heads = zip(p.enc_channels + p.dec_channels, p.enc_num_head + p.dec_num_head)
+        heads = zip(p.enc_channels + p.dec_channels, p.enc_num_head + p.dec_num_head, strict=True)
         pe = None
         if cfg.pe != "none":
             pe = StageEncodings(cfg.pe, {c // h for c, h in heads}, **encoding_options(cfg, grid_size))
