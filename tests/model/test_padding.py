@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pointgeope.model import PointTransformerSeg, norm, padding
 from pointgeope.model.kernel_choice import forced
+from pointgeope.model.ops.hierarchy import HierarchySpec
 
 # three stages, so that every cloud keeps more than k points at every stage: with fewer, the kNN repeats
 # neighbours, equal pair rows land on the ReLU's kink in exact arithmetic and rounding picks its gradient
@@ -173,6 +174,14 @@ def test_unknown_row_count_raises():
     bn = norm.BatchNorm(4).train()
     with padding.batch_rows({10: torch.tensor(5)}), pytest.raises(ValueError, match="over 12 rows"):
         bn(torch.randn(12, 4))
+
+
+@pytest.mark.parametrize("extra", [-1, 1])
+def test_padded_sizes_of_another_stage_count_are_refused_by_name(extra):
+    h = HierarchySpec((1, 4), (8, 16))(_batch()[0], torch.tensor([300, 720]))
+    sizes = padding.padded_sizes(720, 2, (1, 4, 4)[:2 + extra], (8, 16, 16)[:2 + extra])
+    with pytest.raises(ValueError, match=r"^expected one padded size above each stage's rows \(720, 180\), got "):
+        padding.pad_hierarchy(h, sizes)
 
 
 class _ValueReads(TorchFunctionMode):
