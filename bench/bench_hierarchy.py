@@ -88,7 +88,7 @@ def _unordered_queries():
 
 def _agreement(h, ref) -> dict:
     same = (h.neighbours[0].sort(1).values.cpu() == ref.neighbours[0].sort(1).values.cpu()).all(1)
-    samples = all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(h.samples[1:], ref.samples[1:]))
+    samples = all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(h.samples[1:], ref.samples[1:], strict=True))
     return {"agree": round(same.float().mean().item(), 6), "same_samples": samples}
 
 

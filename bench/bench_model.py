@@ -160,7 +160,7 @@ def _infer(model, coord, feat, *args):
 def bench_models(kind: str, sizes: list[int], presets: list[str], reps: list[int], device: torch.device,
                  batch: int = 1) -> list[dict]:
     rows = []
-    for n, rep in zip(sizes, reps):
+    for n, rep in zip(sizes, reps, strict=True):
         clouds = 1 if kind == "layer" else batch
         coord = torch.cat([synthetic_room(n, seed=2 + b) for b in range(clouds)]).to(device)
         off = torch.arange(1, clouds + 1, device=device) * n

@@ -134,7 +134,8 @@ def parser_table(files: list[Path], reps: int) -> list[dict]:
             t0 = time.perf_counter()
             values = [fn(d) for d in data]
             best = min(best, time.perf_counter() - t0)
-        assert all(np.array_equal(a, b) for a, b in zip(values, reference)), f"{name} differs from np.loadtxt"
+        assert all(np.array_equal(a, b) for a, b in zip(values, reference, strict=True)), \
+            f"{name} differs from np.loadtxt"
         rows.append({"parser": name, "seconds": best, "mb_per_s": size / 1e6 / best})
     return rows
 

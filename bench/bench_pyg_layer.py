@@ -133,6 +133,11 @@ def main() -> None:
                         help="also time every case (PyG's layer too) under torch.compile (inductor)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    stems = [path.stem for path in args.compare]     # a case is named by its file's stem: of two files of one
+    if len(set(stems)) < len(stems):                 # name, the second was timed and recorded as the first
+        twice = sorted({stem for stem in stems if stems.count(stem) > 1})
+        parser.error(f"--compare: expected files of distinct names (a case is named by the file's stem), got "
+                     f"{', '.join(map(str, args.compare))}; copy one to another name, e.g. /tmp/{twice[0]}_2.py")
     compared = {path.stem: load_layer_class(path) for path in args.compare}
     cases = ["pyg"] + [f"{pe}{suffix}" for pe in args.pe for suffix in ["", *(f" @{name}" for name in compared)]]
     cases += [pe + TORCH_FRAME for pe in args.pe if args.torch_frame and "geope" in
@@ -150,7 +155,7 @@ def main() -> None:
                   f"{row['ratio_to_rpe']:6.2f} "
                   f"{1e3 * row['cpu_s']:9.1f} {row['cpu_ratio_to_pyg']:6.2f}")
     payload = {"benchmark": "pyg_point_transformer_conv_fwd_bwd", "commit": git_commit(), "dirty": tree_dirty(),
-               "compared": {name: str(path) for name, path in zip(compared, args.compare)},
+               "compared": {name: str(path) for name, path in zip(compared, args.compare, strict=True)},
                "torch": torch.__version__, "machine": platform.platform(), "processor": platform.processor(),
                "reps": args.reps, "rows": rows}
     save_json(args.out, payload)

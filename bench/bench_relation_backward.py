@@ -90,7 +90,7 @@ def _backward(op: str, t: dict, way: str):
 def _max_rel(got, want) -> float:
     """The largest difference of the gradients ``got`` and ``want`` over the largest of ``want``."""
     top = max(float(b.float().abs().max()) for b in want)
-    return max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, want)) / max(top, 1e-30)
+    return max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, want, strict=True)) / max(top, 1e-30)
 
 
 def _under(way: str, turn_first: bool, run):

@@ -55,7 +55,7 @@ def savetxt(xyz_mm, rgb) -> bytes:
 
 
 def percent(xyz_mm, rgb) -> bytes:
-    rows = [(*c, *k) for c, k in zip((xyz_mm / 1000.0).tolist(), rgb.tolist())]
+    rows = [(*c, *k) for c, k in zip((xyz_mm / 1000.0).tolist(), rgb.tolist(), strict=True)]
     return ((FMT + "\n") * len(rows) % tuple(v for row in rows for v in row)).encode()
 
 

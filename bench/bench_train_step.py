@@ -156,7 +156,7 @@ def make_inputs(points: int, clouds: int, device: torch.device, spec) -> dict:
 
     bounds = [0] + offset_cpu.tolist()
     cpu_batch = Batch.from_data_list([Data(pos=coord_cpu[a:b], x=feat[a:b], y=label[a:b])
-                                      for a, b in zip(bounds[:-1], bounds[1:])])
+                                      for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
     cpu_batch = cpu_batch.pin_memory() if device.type == "cuda" else cpu_batch
     return {"coord": coord_cpu.to(device), "feat": feat.to(device), "offset": offset_cpu.to(device),
             "label": label.to(device), "hierarchy": hierarchy.to(device), "coord_cpu": coord_cpu,

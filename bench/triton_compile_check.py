@@ -298,7 +298,7 @@ def main() -> int:
                if not (quick and name.startswith("knn_") and name != "knn_k16")
                for arch in ((90,) if quick else (80, 90))]
     with multiprocessing.get_context("fork").Pool(min(2, os.cpu_count() or 1)) as pool:   # compiles: CPU-bound
-        result["kernels"] = dict(zip((name for name, _ in JOBS), pool.map(_compile_job, range(len(JOBS)))))
+        result["kernels"] = dict(zip((name for name, _ in JOBS), pool.map(_compile_job, range(len(JOBS))), strict=True))
     print(json.dumps(result, indent=2))
     bad = [k for k, v in result["kernels"].items() if not v["ok"] or (v["fma_f32"] and not k.startswith(
         ("att_", "norm_", "sweep_"))) or (v.get("spill_store_bytes", 1) > 0 and not k.startswith("sweep_"))]

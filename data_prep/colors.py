@@ -39,8 +39,9 @@ def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[
         return np.empty((0, 3), dtype=np.uint8), 0, 1
     ends = np.cumsum(sizes, dtype=np.int64)
     starts = ends - np.asarray(sizes, dtype=np.int64)
-    maxima = [float(rgb[start:end].max()) if end > start else 0.0 for start, end in zip(starts, ends)]
-    (kinds, overruled), top = room_ranges([rgb[start:end] for start, end in zip(starts, ends)], maxima), max(maxima)
+    maxima = [float(rgb[start:end].max()) if end > start else 0.0 for start, end in zip(starts, ends, strict=True)]
+    (kinds, overruled), top = room_ranges([rgb[start:end] for start, end in zip(starts, ends, strict=True)],
+                                          maxima), max(maxima)
     if overruled is not None:
         files, writer = overruled
         row = int(starts[writer]) + int(np.argmax(fractions_beyond_unit(rgb[starts[writer]:ends[writer]])))
@@ -53,7 +54,7 @@ def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[
         return np.rint(rgb).astype(np.uint8, order="C"), 0, 1  # the usual room: nothing to clip or scale
     color = np.empty(rgb.shape, dtype=np.uint8)
     clipped = np.zeros(rgb.shape, dtype=bool)
-    for start, end, kind in zip(starts, ends, kinds):
+    for start, end, kind in zip(starts, ends, kinds, strict=True):
         color[start:end], clipped[start:end] = to_uint8(rgb[start:end], kind)
     first16 = next((i for i, k in enumerate(kinds) if k == BITS16), 0)  # the file its message names
     for kind, found, action in (
@@ -62,7 +63,7 @@ def room_colours(rgb: np.ndarray, sizes: list[int], room: str, where: Callable[[
              "them as integers"),
             (BITS16, "colours above 255 (16 bit, 0..65535)",
              f"{bits16_said(rgb[starts[first16]:ends[first16]])}; if they are 0..255, clip them to 255")):
-        files = [start for start, k in zip(starts, kinds) if k == kind]
+        files = [start for start, k in zip(starts, kinds, strict=True) if k == kind]
         if files:
             messages.append(f"{room}: {len(files):,} of {counted(len(kinds), 'file')} with {found} (first "
                             f"{where(int(files[0]))}: {shown(rgb[files[0]])}): {action}")

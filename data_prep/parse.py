@@ -105,9 +105,9 @@ def parse_many(texts: list[bytes], plain: list[bool] | None = None) -> list[Pars
         values = _read_csv(joined, " ")
         if values is not None and len(values) == sum(counts):
             ends = np.cumsum(counts)
-            for i, end, count in zip(joinable, ends, counts):
+            for i, end, count in zip(joinable, ends, counts, strict=True):
                 parsed[i] = Parsed(values[end - count:end], (), "fast")
-    return [p if p is not None else parse_points(t) for p, t in zip(parsed, texts)]
+    return [p if p is not None else parse_points(t) for p, t in zip(parsed, texts, strict=True)]
 
 
 def is_plain(text: bytes) -> bool:

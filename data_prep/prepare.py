@@ -357,7 +357,7 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
                                                                          "again" if s["renewed"] else "")
         written = f"wrote {path} ({_size(path.stat().st_size)})" if area in changed else f"{path} unchanged"
         print(f"{area}: {_count(len(rooms), 'room')} ({parsed}), {sum(counts):,} points; {written}")
-        print("  classes: " + ", ".join(f"{name} {n:,}" for name, n in zip(CLASS_NAMES, counts)))
+        print("  classes: " + ", ".join(f"{name} {n:,}" for name, n in zip(CLASS_NAMES, counts, strict=True)))
         defects = {key: sum(int(a[key]) for a in rooms.values())
                    for key in ("repaired_lines", "dropped_lines", "clipped_colors")}
         skipped = {key: sum(len(a.get(key, [])) for a in rooms.values())

@@ -313,7 +313,7 @@ def _drop_beyond_float32(source: Source, parts: list[_Part], counts: dict) -> tu
             continue
         part.notes.extend(f"{part.path}:{line}: dropped: coordinate beyond float32: "
                           f"{' '.join(f'{v:g}' for v in part.values[row, :3])}"
-                          for row, line in zip(rows, _line_numbers(source, part, rows)))
+                          for row, line in zip(rows, _line_numbers(source, part, rows), strict=True))
         counts["dropped"] += len(rows)
         keep = np.ones(len(part.values), dtype=bool)
         keep[rows] = False
@@ -333,7 +333,7 @@ def _drop_outliers(source: Source, parts: list[_Part], limits: PointLimits, mess
         return None, values, extent
     first = None
     ends = np.cumsum([len(p.values) for p in parts])
-    for part, end in zip(parts, ends):
+    for part, end in zip(parts, ends, strict=True):
         rows = np.flatnonzero(far[end - len(part.values):end])
         if not len(rows):
             continue
@@ -343,7 +343,7 @@ def _drop_outliers(source: Source, parts: list[_Part], limits: PointLimits, mess
         messages.extend(_capped(part.path, [
             f"{part.path}:{line}: {action}: point ({' '.join(f'{v:g}' for v in part.values[row, :3])}) is "
             f"{np.abs(part.values[row, :3] - centre).max():g} m from the room's median, more than "
-            f"--max-extent {limits.max_extent:g} m" for row, line in zip(rows, lines)]))
+            f"--max-extent {limits.max_extent:g} m" for row, line in zip(rows, lines, strict=True)]))
         counts["dropped"] += len(rows)
         keep = np.ones(len(part.values), dtype=bool)
         keep[rows] = False

@@ -137,7 +137,7 @@ class Net(nn.Module):
     def forward(self, x: Tensor | None, pos: Tensor, batch: Tensor) -> Tensor:
         x = pos.new_ones(pos.shape[0], 1) if x is None else x                 # no features: ones, as PyG's
         x = self.transformer_input(self.mlp_input(x), pos, knn_graph(pos, self.k, batch))
-        for down, block in zip(self.transition_down, self.transformers_down):
+        for down, block in zip(self.transition_down, self.transformers_down, strict=True):
             x, pos, batch = down(x, pos, batch)
             x = block(x, pos, knn_graph(pos, self.k, batch))
         return F.log_softmax(self.head(global_mean_pool(x, batch)), dim=-1)

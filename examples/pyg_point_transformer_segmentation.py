@@ -97,7 +97,7 @@ class Net(nn.Module):
     def forward(self, x: Tensor, pos: Tensor, batch: Tensor) -> Tensor:
         x = self.transformer_input(self.mlp_input(x), pos, knn_graph(pos, self.k, batch))
         levels = [(x, pos, batch)]                                          # the skips, fine to coarse
-        for down, block in zip(self.transition_down, self.transformers_down):
+        for down, block in zip(self.transition_down, self.transformers_down, strict=True):
             x, pos, batch = down(x, pos, batch)
             x = block(x, pos, knn_graph(pos, self.k, batch))
             levels.append((x, pos, batch))

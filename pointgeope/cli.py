@@ -41,7 +41,7 @@ def build_parser():
     parser.add_argument("--version", action="version", version=f"pointgeope {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error of the input")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in zip(COMMANDS, command_modules()):
+    for name, module in zip(COMMANDS, command_modules(), strict=True):
         cmd = sub.add_parser(name, help=module.HELP, description=help_text(module.__doc__),
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(cmd)

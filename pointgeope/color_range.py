@@ -101,8 +101,8 @@ def room_ranges(blocks: Sequence[np.ndarray],
     maximum is within ``(UNIT_MAX, 255.5)`` (the usual one) is 0..255 at the cost of its maximum alone.
     ``overruled``: ``(files, writer)`` when the first exception applied (the indices of the files that alone
     are 0..1 and are read as 0..255, the first file with fractions beyond 0..1), else ``None``."""
-    kinds = [BITS8 if UNIT_MAX < hi < 255.5 else color_range(block) for block, hi in zip(blocks, maxima)]
-    writer = next((i for i, (block, k) in enumerate(zip(blocks, kinds))
+    kinds = [BITS8 if UNIT_MAX < hi < 255.5 else color_range(block) for block, hi in zip(blocks, maxima, strict=True)]
+    writer = next((i for i, (block, k) in enumerate(zip(blocks, kinds, strict=True))
                    if k != UNIT and fractions_beyond_unit(block).any()), None)
     overruled = None
     if UNIT in kinds and writer is not None:  # a 0..255 writer of fractions: its dark files too
@@ -110,7 +110,7 @@ def room_ranges(blocks: Sequence[np.ndarray],
         kinds = [BITS8 if k == UNIT else k for k in kinds]
     if UNIT in kinds:  # a file of 0 and 1 only (a black or white object) in a 0..1 room is 0..1 too
         kinds = [UNIT if k == BITS8 and len(block) and float(block.min()) >= 0 and hi <= 1 else k
-                 for block, hi, k in zip(blocks, maxima, kinds)]
+                 for block, hi, k in zip(blocks, maxima, kinds, strict=True)]
     return kinds, overruled
 
 

@@ -38,7 +38,7 @@ def neighbour_bytes(model, points: int, samples: int) -> tuple[int, int]:
     points each with the ``model`` config (``planes``, ``strides``, ``neighbours``, ``blocks``,
     ``decoder_blocks``), and the stage that needs the most."""
     total, largest, worst, n = 0, -1, 0, points
-    for s, (width, stride, k) in enumerate(zip(model.planes, model.strides, model.neighbours)):
+    for s, (width, stride, k) in enumerate(zip(model.planes, model.strides, model.neighbours, strict=True)):
         n = math.ceil(n / stride)
         layers = model.blocks[s] + (model.decoder_blocks[s] if s < len(model.decoder_blocks) else 0)
         stage = 4 * samples * n * min(k, n) * width * layers

@@ -42,13 +42,13 @@ def test_prepared_labels_are_the_literal_ids_of_the_annotation_files(s3dis_real,
     assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out"), "--jobs", "1"]) == 0
     room = h5.read_room(tmp_path / "out" / "Area_1.h5", "office_2")
     labels_at: dict[tuple, set[int]] = {}
-    for p, c, label in zip(room["coord"].tolist(), room["color"].tolist(), room["label"].tolist()):
+    for p, c, label in zip(room["coord"].tolist(), room["color"].tolist(), room["label"].tolist(), strict=True):
         labels_at.setdefault((*p, *c), set()).add(label)
     expected = []
     for path in sorted((s3dis_real / "Area_1" / "office_2" / "Annotations").glob("*.txt")):
         ident = S3DIS_LABEL_IDS[path.stem.rsplit("_", 1)[0]]
         rows = np.loadtxt(path, ndmin=2)
-        for p, c in zip(rows[:, :3].astype(np.float32).tolist(), rows[:, 3:].astype(np.uint8).tolist()):
+        for p, c in zip(rows[:, :3].astype(np.float32).tolist(), rows[:, 3:].astype(np.uint8).tolist(), strict=True):
             assert ident in labels_at[(*p, *c)], path.name
         expected += [ident] * len(rows)
     assert len(expected) == len(room["label"]) == 100

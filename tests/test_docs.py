@@ -214,7 +214,7 @@ def test_own_network_states_geopes_range_of_frequencies():
                       text)
     assert found, "own-network.md: the sentence with GeoPE's range of frequencies is gone"
     numbers = [int(g) for g in found.groups()]
-    for fraction, channels in zip(numbers[0::2], numbers[1::2]):
+    for fraction, channels in zip(numbers[0::2], numbers[1::2], strict=True):
         w = frequencies(channels)
         assert round(float(w[0] / w[-1])) == fraction, channels
     period = int(re.search(r"slowest block of 64 channels turns once in about (\d+) voxels", text).group(1))

@@ -49,9 +49,9 @@ def test_scores_of_the_hand_example():
     assert _close(s["oa"], F(7, 10))
     assert _close(s["macc"], F(25, 36))
     assert _close(s["miou"], F(5, 9))
-    for got, want in zip(s["iou"], (F(3, 5), F(2, 5), F(2, 3))):
+    for got, want in zip(s["iou"], (F(3, 5), F(2, 5), F(2, 3)), strict=True):
         assert _close(got, want)
-    for got, want in zip(s["acc"], (F(3, 4), F(2, 3), F(2, 3))):
+    for got, want in zip(s["acc"], (F(3, 4), F(2, 3), F(2, 3)), strict=True):
         assert _close(got, want)
 
 

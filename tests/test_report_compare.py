@@ -117,7 +117,7 @@ def test_report_json_names_the_file_and_the_counts_of_every_fold(tmp_path):
         assert fold["metrics_sha256"] == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
         assert fold["confusion"] == json.loads(path.read_text())["confusion"]
         total = fold["confusion"] if total is None else \
-            [[a + b for a, b in zip(r, s)] for r, s in zip(total, fold["confusion"])]
+            [[a + b for a, b in zip(r, s, strict=True)] for r, s in zip(total, fold["confusion"], strict=True)]
     assert total == entry["pooled_confusion"]
 
 

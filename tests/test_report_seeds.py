@@ -54,7 +54,7 @@ def test_spread_is_mean_sample_std_and_range():
     assert math.isclose(s["mean"], 0.9) and math.isclose(s["std"], 0.1)
     one = spread(np.array([0.5]))
     assert one["mean"] == 0.5 and math.isnan(one["std"])
-    for v, expected in zip(variants(), ([1.0, 0.9, 0.8], [0.8, 0.7, 0.6], [0.6, 0.5])):
+    for v, expected in zip(variants(), ([1.0, 0.9, 0.8], [0.8, 0.7, 0.6], [0.6, 0.5]), strict=True):
         np.testing.assert_allclose(v.values("oa"), expected)
 
 
@@ -148,7 +148,7 @@ def test_the_per_class_iou_table_is_the_mean_over_seeds_of_each_class():
     """The "Per-class IoU, mean over seeds" row of a variant: per class, the mean of the seeds' IoU over the
     seeds where the class occurs ("—" where it occurs in none), against the hand-worked values above."""
     confusions = [confusion_with(moves, absent) for moves, absent in SEED_MOVES]
-    for confusion, hand in zip(confusions, HAND_IOU):           # the hand values are those of the matrices
+    for confusion, hand in zip(confusions, HAND_IOU, strict=True):           # the hand values are those of the matrices
         tp = np.diag(confusion).astype(float)
         union = confusion.sum(0) + confusion.sum(1) - tp
         np.testing.assert_allclose(np.divide(tp, union, out=np.full(NUM_CLASSES, np.nan), where=union > 0),

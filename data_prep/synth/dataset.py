@@ -271,7 +271,7 @@ def _write_rooms(out: Path, config, settings: dict, log) -> dict:
         area_dir.mkdir(exist_ok=True)
         area_specs = [s for s in specs if s.area == a]
         records = manifest["areas"][area] = {}
-        for spec, layout in zip(area_specs, area_layouts(area_specs, config.seed, stairs_room)):
+        for spec, layout in zip(area_specs, area_layouts(area_specs, config.seed, stairs_room), strict=True):
             points = sample_room(spec, layout, config.density, config.noise, config.min_points, config.seed)
             records[spec.name] = record = room_record(points)
             room_defects = [d for d in defects if (d.area, d.room) == (area, spec.name)]

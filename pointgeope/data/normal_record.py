@@ -117,9 +117,9 @@ def area_estimates(root: str | Path, areas) -> dict[str, dict | list | None]:
         if not estimates or None in estimates.values():
             found[area] = None
         elif len(kinds) == 1:
-            found[area] = dict(zip(_KEYS, kinds[0]))
+            found[area] = dict(zip(_KEYS, kinds[0], strict=True))
         else:
-            found[area] = [{**dict(zip(_KEYS, kind)), "rooms": sorted(n for n, e in estimates.items()
+            found[area] = [{**dict(zip(_KEYS, kind, strict=True)), "rooms": sorted(n for n, e in estimates.items()
                                                                       if _key(e) == kind)} for kind in kinds]
     return found
 
@@ -173,7 +173,8 @@ def read_in_training(ckpt: dict) -> list[dict[str, int]] | None:
         return None
     entries = [*read.values(), *(entry for record in earlier_of(ckpt) for entry in record["data_normals"].values()
                                  if _is_entry(entry))]
-    return [dict(zip(_KEYS, key)) for key in sorted({_key(e) for entry in entries for e in estimates_in(entry)})]
+    keys = sorted({_key(e) for entry in entries for e in estimates_in(entry)})
+    return [dict(zip(_KEYS, key, strict=True)) for key in keys]
 
 
 def tested(ckpt: dict, root: str | Path, areas) -> dict[str, dict]:

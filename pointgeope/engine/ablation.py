@@ -269,7 +269,7 @@ def _run_all(trials: list[Trial], argvs: list[list[str]], jobs: int, test_area: 
     running = _Running()
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        return list(pool.map(lambda job: _run(*job, running, test_area), zip(trials, argvs)))
+        return list(pool.map(lambda job: _run(*job, running, test_area), zip(trials, argvs, strict=True)))
     except BaseException:
         running.stop()
         raise
@@ -325,7 +325,7 @@ def _left_out(trials: list[Trial], codes: list[int], test_area: int) -> tuple[di
     from pointgeope.engine.fold_result import fold_is_complete
 
     out, notes = {}, {}
-    for trial, code in zip(trials, codes):
+    for trial, code in zip(trials, codes, strict=True):
         fold = trial.folder / fold_folder_name(test_area)
         unfinished = not code and (fold / "last.pt").is_file() and not fold_is_complete(fold)
         why = (f"failed (exit code {code}), see its train.log" if code
@@ -376,7 +376,7 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
         unfinished = [t.name for t in trials if left_out.get((t.preset, t.seed)) == UNFINISHED]
         if len(unfinished) < len(trials):     # every trial unfinished (epochs_per_run): nothing to score yet
             report([(t.preset, t.seed, t.folder) for t in trials], header, left_out, notes)
-    failed = [t.name for t, code in zip(trials, codes) if code != 0]
+    failed = [t.name for t, code in zip(trials, codes, strict=True) if code != 0]
     if n := len(failed):
         print(f"{counted(n, 'trial')} failed: {', '.join(failed)}; see {agreeing(n, 'its', 'their')} train.log, "
               f"rerun the same command to retry {agreeing(n, 'it', 'them')}", file=sys.stderr)
@@ -384,7 +384,7 @@ def ablate(config: Path, presets: list[str], seeds: list[int], test_area: int, r
         print(f"{counted(n, 'trial')} stopped before {agreeing(n, 'its', 'their')} last epoch (train.epochs_per_run): "
               f"{', '.join(unfinished)}; rerun the same command to continue {agreeing(n, 'it', 'them')}"
               + ("; no report until one finishes" if len(unfinished) == len(trials) else ""), file=sys.stderr)
-    old = [t.name for t, code in zip(trials, codes)
+    old = [t.name for t, code in zip(trials, codes, strict=True)
            if code == 0 and (t.preset, t.seed) in left_out and t.name not in unfinished]
     if old:
         said = agreeing(len(old), "its saved result is", "their saved results are")

@@ -275,7 +275,8 @@ def ptv3_problem(m: ModelConfig) -> str | None:
         if problem:
             return f"model.ptv3.stride[{i}]: {problem} (its pooling merges stride^3 voxels into one)"
     for side in ("enc", "dec"):
-        for i, (width, heads) in enumerate(zip(getattr(p, f"{side}_channels"), getattr(p, f"{side}_num_head"))):
+        for i, (width, heads) in enumerate(zip(getattr(p, f"{side}_channels"), getattr(p, f"{side}_num_head"),
+                                               strict=True)):
             if width % heads:
                 return (f"model.ptv3.{side}_channels[{i}]: expected a multiple of model.ptv3.{side}_num_head[{i}] "
                         f"({heads}), got {width}")

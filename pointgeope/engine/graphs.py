@@ -127,11 +127,11 @@ class GraphedStep:
             if graph is None:
                 return self.eager(batch, before_update)
         else:
-            for static, new in zip(graph.inputs, _flat(padded)):
+            for static, new in zip(graph.inputs, _flat(padded), strict=True):
                 static.copy_(new, non_blocking=True)
             graph.prefixes.copy_(torch.tensor(list(values.values())), non_blocking=True)
         graph.replay()
-        for p, g in zip(self.learner.model.parameters(), graph.grads):
+        for p, g in zip(self.learner.model.parameters(), graph.grads, strict=True):
             p.grad = g
         return graph.logits[:n], checked_update(self.cfg, self.learner, graph.loss, before_update)
 
@@ -140,7 +140,7 @@ class GraphedStep:
         on, one log line) where recording fails."""
         coord, feat, _, label, h = padded
         prefixes = torch.tensor(list(values.values()), device=self.device)
-        rows = dict(zip(values, prefixes.unbind()))
+        rows = dict(zip(values, prefixes.unbind(), strict=True))
         model, cfg = self.learner.model, self.cfg
 
         def step() -> tuple[Tensor, Tensor]:
@@ -160,7 +160,7 @@ class GraphedStep:
             self.log(f"train.cuda_graphs: recording failed, eager steps from now on ({type(err).__name__}: {err})")
             return None
         finally:
-            for b, old in zip(model.buffers(), kept):
+            for b, old in zip(model.buffers(), kept, strict=True):
                 b.copy_(old)
         self.graphs[key] = graph = _Graph(_flat(padded), prefixes, replay, logits, loss,
                                           [p.grad for p in model.parameters()])
@@ -227,9 +227,9 @@ class RerunRecorder:
             model.zero_grad(set_to_none=True)
             fresh = step()
             with torch.no_grad():
-                for static, new in zip(out, fresh):
+                for static, new in zip(out, fresh, strict=True):
                     static.copy_(new)
-            for static, p, was in zip(grads, model.parameters(), held):
+            for static, p, was in zip(grads, model.parameters(), held, strict=True):
                 if static is not None:
                     static.copy_(p.grad)
                 p.grad = was

@@ -136,7 +136,7 @@ def prediction_config(ckpt: dict, path: Path, tta: bool, batch_points: int | Non
     refused.
     """
     keys = [override_key(text) for text in overrides]     # ' eval.tta.rotations=4' -> 'eval.tta.rotations'
-    for text, key in zip(overrides, keys):
+    for text, key in zip(overrides, keys, strict=True):
         if key == "eval.checkpoint":   # the file is chosen before its config is read (checkpoint_path)
             raise PredictError(f"override {text!r}: not read (the checkpoint is chosen before its config); leave it "
                                "out, and choose a run folder's with --checkpoint last|best, or give the file "

@@ -53,8 +53,8 @@ def keyword_groups(groups: list[dict], net: torch.nn.Module, keyword: str, lr: f
         if missing:
             raise ValueError(f"expected the parameters of the groups to be net's, found {len(missing)} others")
         moves = [keyword in names[id(p)] and id(p) not in kept for p in group["params"]]
-        hits = [p for p, move in zip(group["params"], moves) if move]
-        rest = [p for p, move in zip(group["params"], moves) if not move]
+        hits = [p for p, move in zip(group["params"], moves, strict=True) if move]
+        rest = [p for p, move in zip(group["params"], moves, strict=True) if not move]
         if rest:
             out.append({**group, "params": rest})
         if hits:

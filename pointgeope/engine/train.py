@@ -286,7 +286,7 @@ def log_scores(writer, tag: str, s: dict, step: int) -> None:
     for key in ("oa", "macc", "miou"):
         if s[key] is not None and not math.isnan(s[key]):
             writer.add_scalar(f"{tag}/{key}", s[key], step)
-    for name, iou in zip(class_names(len(s["iou"])), s["iou"]):
+    for name, iou in zip(class_names(len(s["iou"])), s["iou"], strict=True):
         if iou is not None and not math.isnan(iou):
             writer.add_scalar(f"{tag}_iou/{name}", iou, step)
 

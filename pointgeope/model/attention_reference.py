@@ -70,7 +70,8 @@ def torch_grads(ref: Callable[..., Tensor], inputs: list[Tensor | None], needs: 
     """The gradients of ``ref(*inputs)`` against ``grad`` for the inputs flagged in ``needs`` (``None`` for
     the others), by autograd: the backward of a fused op on its torch path."""
     with torch.enable_grad():
-        leaves = [x.detach().requires_grad_(n) if x is not None and n else x for x, n in zip(inputs, needs)]
-        wanted = [x for x, n in zip(leaves, needs) if x is not None and n]
+        leaves = [x.detach().requires_grad_(n) if x is not None and n else x
+                  for x, n in zip(inputs, needs, strict=True)]
+        wanted = [x for x, n in zip(leaves, needs, strict=True) if x is not None and n]
         grads = iter(torch.autograd.grad(ref(*leaves), wanted, grad) if wanted else ())
-    return tuple(next(grads) if x is not None and n else None for x, n in zip(leaves, needs))
+    return tuple(next(grads) if x is not None and n else None for x, n in zip(leaves, needs, strict=True))

@@ -151,7 +151,8 @@ def attention_cases(name: str, device: torch.device, n: int, k: int = 16, c: int
                     "aggregate": (lambda a, b, d: (a, b, idx, d, s), [w, v, delta])}[name]
 
     def compare(got, want):
-        return max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, want)), f"n={n} k={k} width={c}"
+        return (max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, want, strict=True)),
+                f"n={n} k={k} width={c}")
 
     def run(way: str | None = None):
         with gather_backward.scatter(way) if way else contextlib.nullcontext():

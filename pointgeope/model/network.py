@@ -261,7 +261,7 @@ class PointTransformerSeg(nn.Module):
     def _body(self, coord: Tensor, feat: Tensor, hierarchy: PointHierarchy) -> Tensor:
         h, coords = hierarchy, hierarchy.coords(coord)
         skips = []
-        for s, (down, blocks) in enumerate(zip(self.down, self.encoder)):
+        for s, (down, blocks) in enumerate(zip(self.down, self.encoder, strict=True)):
             fine = coords[s - 1] if s else coord
             feat = down(feat, fine, coords[s], h.down[s])
             for block in blocks:

@@ -39,7 +39,8 @@ def check_cases(relu: bool, device: torch.device, points: int, pairs: int) -> li
     x, w, b = (t.float().to(device) for t in _check_rows(rows, width))
 
     def compare(got, want):
-        return max(float((a.float() - v.float()).abs().max() / v.float().abs().max()) for a, v in zip(got, want)), \
+        return max(float((a.float() - v.float()).abs().max() / v.float().abs().max())
+                   for a, v in zip(got, want, strict=True)), \
             f"rows={rows} width={width}, relative"
     cases = []
     for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):

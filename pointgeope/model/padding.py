@@ -53,7 +53,7 @@ def padded_sizes(points: int, clouds: int, strides: Sequence[int], neighbours: S
     by one row."""
     quantum = 2 ** max(6, (points + 1).bit_length() - 5)
     out: list[int] = []
-    for s, (stride, k) in enumerate(zip(strides, neighbours)):
+    for s, (stride, k) in enumerate(zip(strides, neighbours, strict=True)):
         if s == 0 or stride == 1:
             size = (points // quantum + 1) * quantum if s == 0 else out[-1]
         else:
@@ -86,24 +86,24 @@ def pad_batch(coord: Tensor, feat: Tensor, label: Tensor, h: PointHierarchy, siz
 def pad_hierarchy(h: PointHierarchy, sizes: Sequence[int]) -> PointHierarchy:
     """``h`` of stage sizes ``n_s`` grown to ``sizes`` ``N_s`` by the dummy cloud (module docstring)."""
     real = stage_sizes(h)
-    if any(big <= n for big, n in zip(sizes, real)) or len(sizes) != len(real):
+    if len(sizes) != len(real) or any(big <= n for big, n in zip(sizes, real, strict=True)):
         raise ValueError(f"expected one padded size above each stage's rows {real}, got {tuple(sizes)}")
-    extra = [big - n for big, n in zip(sizes, real)]
+    extra = [big - n for big, n in zip(sizes, real, strict=True)]
     below = [0] + list(real[:-1])             # the first dummy row of stage s-1
     return PointHierarchy(
-        offsets=tuple(torch.cat([o, o.new_full((1,), big)]) for o, big in zip(h.offsets, sizes)),
-        samples=tuple(_extend(t, d, b) for t, d, b in zip(h.samples, extra, below)),
-        down=tuple(_extend(t, d, b) for t, d, b in zip(h.down, extra, below)),
-        neighbours=tuple(_extend(t, d, n) for t, d, n in zip(h.neighbours, extra, real)),
-        up=tuple(_extend(t, d, n) for t, d, n in zip(h.up, extra, real[1:])),
-        up_dist2=tuple(_extend(t, d, 1.0) for t, d in zip(h.up_dist2, extra)))
+        offsets=tuple(torch.cat([o, o.new_full((1,), big)]) for o, big in zip(h.offsets, sizes, strict=True)),
+        samples=tuple(_extend(t, d, b) for t, d, b in zip(h.samples, extra, below, strict=True)),
+        down=tuple(_extend(t, d, b) for t, d, b in zip(h.down, extra, below, strict=True)),
+        neighbours=tuple(_extend(t, d, n) for t, d, n in zip(h.neighbours, extra, real, strict=True)),
+        up=tuple(_extend(t, d, n) for t, d, n in zip(h.up, extra, real[1:], strict=False)),
+        up_dist2=tuple(_extend(t, d, 1.0) for t, d in zip(h.up_dist2, extra, strict=False)))
 
 
 def row_prefixes(real: Sequence[int], sizes: Sequence[int], neighbours: Sequence[int]) -> dict[int, int]:
     """Every row count a batch norm of the padded batch sees, with its real prefix: ``N_s -> n_s`` and
     ``N_s k_s -> n_s k_s`` (as 0-dim device tensors, the argument of :func:`batch_rows`)."""
     out: dict[int, int] = {}
-    for n, big, k in zip(real, sizes, neighbours):
+    for n, big, k in zip(real, sizes, neighbours, strict=True):
         for rows, valid in ((big, n), (big * k, n * k)):
             if out.setdefault(rows, valid) != valid:
                 raise ValueError(f"padded row count {rows} names two prefixes: use padded_sizes")

@@ -135,7 +135,8 @@ def _check_positions(name: str, pos: Tensor, x: Tensor, x_name: str) -> None:
     if pos.dim() < 2 or pos.shape[-1] not in (1, 2, 3) or pos.shape[-2] != x.shape[-2]:
         raise ValueError(f"expected {name} of shape {want} for {x_name} {tuple(x.shape)}, got {tuple(pos.shape)}")
     lead = pos.shape[:-2]
-    if pos.dim() != 2 and (len(lead) != x.dim() - 2 or any(p not in (1, d) for p, d in zip(lead, x.shape))):
+    if pos.dim() != 2 and (len(lead) != x.dim() - 2
+                           or any(p not in (1, d) for p, d in zip(lead, x.shape, strict=False))):
         raise ValueError(f"expected {name} of shape {want} for {x_name} {tuple(x.shape)} (e.g. (B, 1, L, A) for "
                          f"(B, H, L, C) heads), got {tuple(pos.shape)}")
 

@@ -237,7 +237,7 @@ class GeoPEPointTransformerConv(PointTransformerConv):
         axis norm overflows float32 and would give NaN; standard GeoPE's phases beyond float32's reach are said)."""
         pair = pos[0] is not pos[1] or x[0] is not x[1]
         names = (("pos[0] (sources)", "x[0]"), ("pos[1] (targets)", "x[1]")) if pair else (("pos", "x"),)
-        for (name, x_name), p, rows in zip(names, pos, x):
+        for (name, x_name), p, rows in zip(names, pos, x, strict=False):
             check_float_tensor(name, p)
             if p.dim() != 2 or (self.pe.uses_positions and p.shape[-1] != self.axes):
                 width = self.axes if self.pe.uses_positions else "A"

@@ -117,7 +117,7 @@ def _add_into_sources(grad: Tensor, coef: Tensor, src: Tensor, dst: Tensor, sour
     for start in range(0, edges, step):
         part = slice(start, start + step)
         turned = _turn(blocked[part].permute(2, 0, 1), coef.index_select(0, dst[part]), 1.0)
-        for plane, grad_plane in zip(grad_planes, turned):
+        for plane, grad_plane in zip(grad_planes, turned, strict=True):
             plane.index_add_(0, src[part], grad_plane)
     return grad_planes, grad_rest
 

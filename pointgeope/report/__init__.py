@@ -59,7 +59,7 @@ def report_files(summaries, out: Path, digits: int = 1) -> dict[Path, bytes]:
         out / "report.csv": tables.csv_text(summaries).encode(),
         out / "iou_per_class.png": plots.iou_bar_chart(summaries),
     }
-    for name, s in zip(confusion_names([s.name for s in summaries]), summaries):
+    for name, s in zip(confusion_names([s.name for s in summaries]), summaries, strict=True):
         files[inside(out, out / name, f"run name {s.name!r}", "--out")] = plots.confusion_heatmap(s)
     record = {**tables.json_report(summaries), "outputs": {p.name: _sha256(data) for p, data in files.items()}}
     files[out / RECORD] = (json.dumps(record, indent=1) + "\n").encode()

@@ -90,7 +90,7 @@ def config_hash(settings: dict) -> str | None:
 def data_hash(settings: dict) -> tuple[str, str, list[str]] | None:
     """``(kind, sha256, areas)``: the sha256 of the areas' checksums the folds share (``points`` where recorded,
     else ``files``), as ``<area> <checksum>`` lines; ``None`` where they record none."""
-    for prefix, kind in zip(_DATA, ("points", "files")):
+    for prefix, kind in zip(_DATA, ("points", "files"), strict=True):
         found = {k[len(prefix):]: v for k, v in settings.items() if k.startswith(prefix)}
         if found:
             areas = sorted(found, key=lambda a: (len(a), a))
@@ -106,7 +106,7 @@ def citation_json(run) -> dict:
     data = data_hash(settings)
     normals = {k.removeprefix(_NORMALS): v for k, v in settings.items() if k.startswith(_NORMALS)}
     return {"code": {f.area: f.code for f in run.folds}, "config_sha256": config_hash(settings),
-            "data": None if data is None else {**dict(zip(("kind", "sha256", "areas"), data)),
+            "data": None if data is None else {**dict(zip(("kind", "sha256", "areas"), data, strict=True)),
                                                **({"normals": normals} if normals else {})},
             "settings": json.loads(json.dumps(settings, default=str)), "machines": run.machines}
 

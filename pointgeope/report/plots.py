@@ -57,7 +57,7 @@ def iou_bar_chart(runs: list[RunSummary]) -> bytes:
         bars = ax.bar(pos, np.nan_to_num(iou), width, color=colours, edgecolor="black", linewidth=0.6,
                       hatch=HATCHES[i % len(HATCHES)])
         if n_runs <= 2:
-            for bar, v in zip(bars, run.pooled["iou"]):
+            for bar, v in zip(bars, run.pooled["iou"], strict=True):
                 ax.annotate(pct(v, 1), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                             ha="center", va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
     ax.set_xticks(x)
@@ -116,7 +116,7 @@ def confusion_heatmap(run: RunSummary) -> bytes:
     ax.set_xticklabels(names, rotation=45, ha="right", fontsize=8)
     ax.set_yticklabels(names, fontsize=8)
     for labels in (ax.get_xticklabels(), ax.get_yticklabels()):  # a palette swatch behind each class name
-        for label, colour in zip(labels, _class_colours(n)):
+        for label, colour in zip(labels, _class_colours(n), strict=True):
             label.set_bbox({"facecolor": tuple(colour), "edgecolor": "none", "pad": 1.5, "alpha": 0.8})
     ax.set_xlabel("prediction")
     ax.set_ylabel("ground truth")

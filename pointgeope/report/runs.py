@@ -380,6 +380,6 @@ def load_runs(runs: list[str | Path], names: list[str] | None = None,
             names = [f"{Path(r).resolve().parent.name}/{Path(r).resolve().name}" for r in runs]
     if len(set(names)) < len(names):
         raise ReportError(f"expected distinct run names, got {names}; pass --names")
-    summaries = [load_run(r, n, class_mean, allow_mixed) for r, n in zip(runs, names)]
+    summaries = [load_run(r, n, class_mean, allow_mixed) for r, n in zip(runs, names, strict=True)]
     same_class_names([(s.folds[0].path, s.class_names) for s in summaries])
     return summaries

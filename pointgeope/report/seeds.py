@@ -103,7 +103,7 @@ def ablation_markdown(variants: list[Variant], digits: int = 1) -> str:
     lines += ["", "Each seed (" + " / ".join(head) + "):", "", "| variant | " + " | ".join(
         f"seed {s}" for s in seeds) + " |", "|:--|" + "--:|" * len(seeds)]
     for v in variants:
-        by_seed = dict(zip(v.seeds, v.runs))
+        by_seed = dict(zip(v.seeds, v.runs, strict=True))
         lines.append(f"| {v.name} | " + " | ".join(
             " / ".join(pct(by_seed[s].pooled[k], digits) for k in MEANS) if s in by_seed else "missing"
             for s in seeds) + " |")
@@ -150,7 +150,7 @@ def ablation_json(variants: list[Variant]) -> dict:
                     "folds": sorted({a for run in v.runs for a in run.areas}),
                     "runs": [{"seed": seed, "path": str(run.path), **{k: run.pooled[k] for k in MEANS},
                               "metrics": [{"path": str(f.path), "sha256": f.sha256} for f in run.folds]}
-                             for seed, run in zip(v.seeds, v.runs)],
+                             for seed, run in zip(v.seeds, v.runs, strict=True)],
                     **{k: spread(v.values(k)) for k in MEANS}})
     return json_safe({"variants": out})
 

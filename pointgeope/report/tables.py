@@ -62,7 +62,7 @@ def difference(later: dict, first: dict) -> dict:
     :func:`decimal_difference` of the two scores)."""
     out = {k: decimal_difference(later[k], first[k]) for k in MEANS}
     for key in ("iou", "acc"):
-        out[key] = [decimal_difference(a, b) for a, b in zip(later[key], first[key])]
+        out[key] = [decimal_difference(a, b) for a, b in zip(later[key], first[key], strict=True)]
     return out
 
 

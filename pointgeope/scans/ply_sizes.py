@@ -114,7 +114,7 @@ def vertices_that_fit(m, start: int, record: int, elements: list, end: str) -> i
         if left < 0 or left % record:
             continue
         pos = start + left
-        for e, size in zip(elements, sizes):
+        for e, size in zip(elements, sizes, strict=True):
             if uniform_size(m, pos, e, end, items, faces=True) != size:
                 break
             pos += size

@@ -159,7 +159,7 @@ def fit_camera(coord: np.ndarray, width: int, height: int, elevation: float = 45
 
     def fit_distance() -> float:
         bounds = [float(np.max(focal * np.abs(v[:, 0] - s) / half - v[:, 1]))
-                  for v, s, half in zip(across, shift, halves)]
+                  for v, s, half in zip(across, shift, halves, strict=True)]
         nearest = float(np.max([0.1 - v[:, 1].min() for v in across]))  # every point 10 cm in front
         return max(*bounds, nearest, 0.1)
 

@@ -70,3 +70,21 @@ def test_confusion_quick_run_times_the_update_beside_bincount_and_keeps_other_la
     assert row["cpu"]["bincount"]["paired_ratios"] == [1.0, 1.0]
     side = row["cpu"]["update"]
     assert side["paired_range"] == sorted(side["paired_ratios"]) and len(side["paired_ratios"]) == 2
+
+
+def test_pyg_layer_refuses_two_compared_files_of_one_name(monkeypatch, tmp_path, capsys):
+    # a case is named by its file's stem: a/conv.py and b/conv.py would time one layer as "<pe> @conv" and
+    # record a/conv.py as the file of what b/conv.py measured
+    import bench_pyg_layer
+
+    files = [tmp_path / d / "conv.py" for d in ("a", "b")]
+    for f in files:
+        f.parent.mkdir()
+        f.write_text("raise AssertionError('not loaded: refused before')\n")
+    monkeypatch.setattr(sys, "argv", ["bench_pyg_layer.py", "--compare", *map(str, files)])
+    with pytest.raises(SystemExit) as exit_info:
+        bench_pyg_layer.main()
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 2
+    assert "--compare: expected files of distinct names" in err and f"{files[0]}, {files[1]}" in err
+    assert "/tmp/conv_2.py" in err

@@ -41,7 +41,7 @@ def test_compare_pairs_rounds_and_records_trees(tmp_path, monkeypatch):
     order = [("base", "2"), ("new", "2"), ("base", "1"), ("new", "1")]
     assert calls == order + order[1:] + order[:1] + order[2:] + order[:2]
     assert len(rooms) == 1 and not rooms.pop().exists()                # written once, removed at the end
-    rows = {(name[r["checkout"]], t): r for r, t in zip(out["rows"], (2, 2, 1, 1))}
+    rows = {(name[r["checkout"]], t): r for r, t in zip(out["rows"], (2, 2, 1, 1), strict=True)}
     assert rows[("new", 2)]["seconds_rounds"] == [15.0, 10.0, 30.0]
     assert rows[("new", 2)]["paired_ratios"] == [1.5, 0.5, 3.0]
     assert rows[("new", 2)]["paired_median"] == 1.5 and rows[("new", 2)]["paired_range"] == [0.5, 3.0]

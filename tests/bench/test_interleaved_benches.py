@@ -29,7 +29,7 @@ def test_time_hierarchy_interleaves_backends_and_records_the_one_that_cannot_run
         row = out[label]
         assert len(row["all_seconds"]) == 4 and row["seconds"] == min(row["all_seconds"])
         assert row["agree"] == 1.0 and row["same_samples"] is True      # the same backends on the CPU
-    ratios = [d / c for d, c in zip(out["default"]["all_seconds"], out["cpu"]["all_seconds"])]
+    ratios = [d / c for d, c in zip(out["default"]["all_seconds"], out["cpu"]["all_seconds"], strict=True)]
     assert out["default"]["paired_range"] == [round(min(ratios), 4), round(max(ratios), 4)]
     assert out["cpu"]["paired_median"] == 1.0
 

@@ -144,7 +144,8 @@ def test_the_extent_allows_the_float32_rounding_of_a_room_measured_within_the_li
         measured = (high - low) <= limit
         stored = np.stack([low, high], axis=1).astype(np.float32)
         extent = stored.max(axis=1) - stored.min(axis=1)
-        over = [float(e) - limit for e, s, m in zip(extent, stored, measured) if m and e > limit + float32_rounding(s)]
+        over = [float(e) - limit for e, s, m in zip(extent, stored, measured, strict=True)
+                if m and e > limit + float32_rounding(s)]
         assert over == []
         assert (extent[measured] > limit).any()  # the case exists: without the allowance these were refused
     assert float32_rounding(np.array([[10.0, 0.0, 0.0]], np.float32)) < 4e-6  # 2 float32 steps at 10 m

@@ -43,7 +43,7 @@ def test_every_fragment_is_a_complete_grid_sample(seed):
     for fragment in fragments:
         keys = [voxel_of[int(i)] for i in fragment]
         assert len(keys) == len(set(keys)) == len(voxels)
-        for i, key in zip(fragment.tolist(), keys):
+        for i, key in zip(fragment.tolist(), keys, strict=True):
             picks[key].append(i)
     for key, members in voxels.items():
         c = len(members)
@@ -56,7 +56,7 @@ def test_fragments_are_seeded_shuffles():
     a = voxel_fragments(coord, 0.1, np.random.default_rng(0))
     b = voxel_fragments(coord, 0.1, np.random.default_rng(0))
     c = voxel_fragments(coord, 0.1, np.random.default_rng(1))
-    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert not np.array_equal(np.sort(a[0]), np.sort(c[0]))
     with pytest.raises(IndexError):
         a[len(a)]

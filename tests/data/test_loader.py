@@ -36,7 +36,7 @@ def test_two_workers_give_the_main_process_blocks_with_correct_ptr(prepared):
             position += 1
     # Same epoch, same seed: identical batches again (resume); another epoch: another order.
     again = batches(loader)
-    assert all(torch.equal(a.x, b.x) for a, b in zip(got, again))
+    assert all(torch.equal(a.x, b.x) for a, b in zip(got, again, strict=True))
     set_epoch(loader, 3)
     assert list(loader.sampler) != order
 

@@ -66,7 +66,7 @@ def test_voxel_groups_match_reference_and_rank_orders_points_in_a_voxel():
     rank = np.random.default_rng(0).permutation(len(coord))
     groups = voxel_groups(coord, 0.2, rank=rank)
     voxels = reference_voxels(coord, 0.2)
-    got = [groups.order[s:s + c] for s, c in zip(groups.starts, groups.counts)]
+    got = [groups.order[s:s + c] for s, c in zip(groups.starts, groups.counts, strict=True)]
     assert sorted(map(tuple, (sorted(g) for g in got))) == sorted(tuple(sorted(m)) for m in voxels.values())
     for members in got:
         assert np.all(np.diff(rank[members]) > 0)

@@ -172,7 +172,7 @@ def test_parse_many_equals_parse_points_on_each_text(order):
     plain = [b"\n".join(b" ".join(line.split()) for line in _random_text(rng, 300).split(b"\n") if line.strip())
              for _ in range(3)]
     texts = [bytes(t) for t in rng.permutation(np.array(_MANY + plain, dtype=object))]
-    for many, text in zip(parse_many(texts), texts):
+    for many, text in zip(parse_many(texts), texts, strict=True):
         one = parse_points(text)
         assert _same_bits(np.ascontiguousarray(many.values), one.values), text[:40]
         assert (many.issues, many.path) == (one.issues, one.path)

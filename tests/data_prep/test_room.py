@@ -128,7 +128,7 @@ def _office_2(s3dis_real, rgb_format=None) -> dict[str, bytes]:
         if rgb_format is not None:
             rows = np.loadtxt(path, ndmin=2)
             text = "".join(f"{x:.3f} {y:.3f} {z:.3f} {rgb}\n"
-                           for (x, y, z), rgb in zip(rows[:, :3], rgb_format(rows[:, 3:]))).encode()
+                           for (x, y, z), rgb in zip(rows[:, :3], rgb_format(rows[:, 3:]), strict=True)).encode()
         files[f"Area_1/office_2/Annotations/{path.name}"] = text
     return files
 
@@ -181,7 +181,7 @@ def test_each_files_colour_range_is_judged_on_its_own(s3dis_real, tmp_path, scal
     name = "Area_1/office_2/Annotations/wall_1.txt"
     rows = np.loadtxt(io.BytesIO(files[name]), ndmin=2)
     files[name] = "".join(f"{x:.3f} {y:.3f} {z:.3f} {' '.join(f'{v * scale:.6f}' for v in rgb)}\n"
-                          for (x, y, z), rgb in zip(rows[:, :3], rows[:, 3:])).encode()
+                          for (x, y, z), rgb in zip(rows[:, :3], rows[:, 3:], strict=True)).encode()
     mixed = _load(tmp_path / "mixed", files)
     np.testing.assert_array_equal(mixed.arrays["color"], expected.arrays["color"])
     shown = " ".join(f"{float(f'{v * scale:.6f}'):g}" for v in rows[0, 3:])
@@ -199,7 +199,7 @@ def _object_files(parts: dict[str, tuple[int, float, float, int]], seed=6) -> tu
         xyz = rng.random((n, 3)) * 5
         files[f"Area_1/r/Annotations/{stem}.txt"] = "".join(
             f"{x:.3f} {y:.3f} {z:.3f} {' '.join(f'{v:.{decimals}f}' for v in rgb)}\n"
-            for (x, y, z), rgb in zip(xyz, colours[stem])).encode()
+            for (x, y, z), rgb in zip(xyz, colours[stem], strict=True)).encode()
     return files, colours
 
 

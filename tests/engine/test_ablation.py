@@ -60,7 +60,7 @@ def test_trials_run_resume_and_a_failed_one_is_reported(two_folds, tmp_path, cap
     assert [v["name"] for v in report["variants"]] == ["rpe", "none"]
     for variant in report["variants"]:
         assert variant["seeds"] == [0, 1] and variant["missing"] == [] and variant["folds"] == ["Area_1"]
-        for seed, entry in zip((0, 1), variant["runs"]):
+        for seed, entry in zip((0, 1), variant["runs"], strict=True):
             metrics = json.loads((run / variant["name"] / f"seed_{seed}" / "area_1" / "metrics.json").read_text())
             assert metrics["pe"] == variant["name"] and entry["miou"] == pytest.approx(metrics["miou"])
             config = (run / variant["name"] / f"seed_{seed}" / "area_1" / "config.yaml").read_text()

@@ -102,7 +102,7 @@ def test_training_batches_carry_the_models_hierarchy_from_the_workers(tiny_root)
     net, batch = _first_batch(TINY + [f"data.root={tiny_root}", "data.num_workers=2"])
     expected = net.hierarchy_spec(batch.pos, batch.ptr[1:])
     for field in ("offsets", "samples", "neighbours", "down", "up", "up_dist2"):
-        for got, want in zip(getattr(batch.hierarchy, field), getattr(expected, field)):
+        for got, want in zip(getattr(batch.hierarchy, field), getattr(expected, field), strict=True):
             assert (got is None and want is None) or torch.equal(got, want), field
     net.eval()
     with torch.no_grad():
@@ -171,7 +171,7 @@ def test_the_hierarchy_beside_the_step_hands_over_the_same_batches_hierarchies_a
             assert torch.equal(got.pos, want.pos) and torch.equal(got.y, want.y)
             expected = net.hierarchy_spec(want.pos, want.ptr[1:])
             for field in ("samples", "neighbours", "down", "up"):
-                for a, b in zip(getattr(got.hierarchy, field), getattr(expected, field)):
+                for a, b in zip(getattr(got.hierarchy, field), getattr(expected, field), strict=True):
                     assert (a is None and b is None) or torch.equal(a, b), field
             torch.testing.assert_close(net(got.pos, got.x, got.ptr[1:], hierarchy=got.hierarchy),
                                        net(want.pos, want.x, want.ptr[1:]), atol=0, rtol=0)
@@ -223,12 +223,12 @@ def test_device_hierarchy_batches_carry_none_and_train_the_same(tiny_root, monke
     assert from_loader.built == [] and len(from_device.built) == 1 and launches   # once, where configured
     assert torch.equal(loader.pos, device.pos)
     want, got = loader.hierarchy, from_device.built[0]
-    for g, w in zip(got.samples + got.offsets, want.samples + want.offsets):
+    for g, w in zip(got.samples + got.offsets, want.samples + want.offsets, strict=True):
         assert (g is None and w is None) or torch.equal(g, w)
-    for g, w in zip(got.neighbours + got.down[1:] + got.up, want.neighbours + want.down[1:] + want.up):
+    for g, w in zip(got.neighbours + got.down[1:] + got.up, want.neighbours + want.down[1:] + want.up, strict=True):
         assert torch.equal(g.sort(1).values, w.sort(1).values)
     torch.testing.assert_close(loss_d, loss_l, rtol=1e-5, atol=0)
-    for a, b in zip(grads_d, grads_l):
+    for a, b in zip(grads_d, grads_l, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
@@ -254,7 +254,7 @@ def test_positional_frequencies_get_no_weight_decay(name, pe, learnable):
             p.grad = torch.zeros_like(p)
         opt.step()
         ids = {id(p) for p in freqs}
-        for p, old in zip(net.parameters(), before):
+        for p, old in zip(net.parameters(), before, strict=True):
             decayed = old * (1 - 0.5 * 0.1)
             torch.testing.assert_close(p.detach(), old if id(p) in ids and kept else decayed, atol=1e-7, rtol=1e-6)
         assert len(opt.param_groups) == (2 if kept else 1)

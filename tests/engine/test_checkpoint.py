@@ -43,7 +43,7 @@ def test_round_trip_with_weights_only_and_rng_states(tmp_path):
     ckpt = load_checkpoint(tmp_path / "last.pt", cfg)
     other = torch.nn.Linear(3, 4)
     load_model_state(other, ckpt, tmp_path / "last.pt")
-    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), other.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), other.state_dict().values(), strict=True))
     assert ckpt["optimizer"]["state"][0]["momentum_buffer"].shape == (4, 3)
     draws()  # move every generator on
     set_rng_state(ckpt["rng"][0])

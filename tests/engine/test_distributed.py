@@ -274,7 +274,7 @@ def test_a_process_group_made_again_after_cleanup_works_and_holds_no_more_thread
             if p.poll() is None:
                 p.kill()
                 p.communicate()
-    for p, (out, err) in zip(ranks, outs):
+    for p, (out, err) in zip(ranks, outs, strict=True):
         assert p.returncode == 0, err[-2000:]
         runs = [line.split() for line in out.splitlines()]
         assert [total for total, _ in runs] == ["3", "3", "3"], out

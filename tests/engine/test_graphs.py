@@ -76,9 +76,9 @@ def test_graphed_steps_are_the_eager_steps(pe, clip):
             torch.testing.assert_close(logits, want_logits, rtol=1e-8, atol=1e-9)
     assert recorder.recorded == len(step.graphs) == 2
     assert len(seen) == 5
-    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values()):
+    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10, msg=name)
-    for a, b in zip(learner.optimizer.state.values(), twin_learner.optimizer.state.values()):
+    for a, b in zip(learner.optimizer.state.values(), twin_learner.optimizer.state.values(), strict=True):
         torch.testing.assert_close(a["momentum_buffer"], b["momentum_buffer"], rtol=1e-8, atol=1e-10)
     assert learner.lr() == twin_learner.lr()
 
@@ -96,7 +96,7 @@ def test_a_failed_recording_changes_nothing_and_steps_eagerly():
             step(batch)
             train_step(cfg, twin_learner, twin, batch, cpu)
     assert len(lines) == 1 and "recording failed" in lines[0] and "stream is capturing" in lines[0]
-    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values()):
+    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10, msg=name)
 
 

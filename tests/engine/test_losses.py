@@ -23,7 +23,7 @@ def lovasz_extension(errors: list[float], fg: set[int]) -> float:
     """int_0^inf Delta({i : m_i >= t}) dt, as a sum over the distinct error values (level sets)."""
     levels = sorted(set(errors), reverse=True) + [0.0]
     total = 0.0
-    for upper, lower in zip(levels[:-1], levels[1:]):
+    for upper, lower in zip(levels[:-1], levels[1:], strict=True):
         level_set = {i for i, m in enumerate(errors) if m >= upper}
         total += (upper - lower) * float(jaccard_loss(level_set, fg))
     return total

@@ -42,14 +42,14 @@ def test_save_then_resume_restores_the_loop_the_learner_and_the_rng(tmp_path):
     assert draws() == expected
     # as the epoch lines count (epoch 1/E is the first): it said "epoch 2, batch 5", the 3rd epoch's 5 batches
     assert lines == [f"resumed from {tmp_path / 'last.pt'}: inside epoch 3, after its batch 5 (step 17)"]
-    for p, q in zip(a.model.parameters(), b.model.parameters()):
+    for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True):
         assert torch.equal(p, q)
     assert b.lr() == a.lr() and b.scheduler.last_epoch == a.scheduler.last_epoch == 3
     # the next step from the restored learner is the next step of the saved one
     for each in (a, b):
         each.backward(each.model(torch.ones(4, 3)).square().sum())
         each.update(grad_clip=1.0)
-    for p, q in zip(a.model.parameters(), b.model.parameters()):
+    for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True):
         assert torch.equal(p, q)
 
 
@@ -110,7 +110,7 @@ def test_a_resume_with_another_number_of_processes_warns_and_gives_each_new_rank
     assert rank0 == expected and lines[1:] == [warning]
     rank1, lines = resume(1, 2)
     assert rank1 != expected and resume(1, 2)[0] == rank1 and lines[1:] == [warning]
-    assert all(a != b for a, b in zip(rank0, rank1))  # Python's, NumPy's and torch's streams all differ
+    assert all(a != b for a, b in zip(rank0, rank1, strict=True))  # Python's, NumPy's and torch's streams all differ
 
     ckpt = torch.load(last, weights_only=True)
     ckpt["rng"] = [ckpt["rng"][0], rank_rng_state(ckpt["rng"], 1)]  # as 2 processes write it
@@ -160,7 +160,7 @@ def test_the_gradient_check_runs_on_every_torch_the_project_allows(monkeypatch, 
     a.update(0.5, norm)
     torch.nn.utils.clip_grad_norm_(twin.model.parameters(), 0.5)
     twin.optimizer.step()
-    for p, q in zip(a.model.parameters(), twin.model.parameters()):
+    for p, q in zip(a.model.parameters(), twin.model.parameters(), strict=True):
         assert torch.equal(p, q)
     a.backward(a.model(torch.ones(4, 3)).square().sum())
     assert a.non_finite_gradient() is None

@@ -107,7 +107,7 @@ def test_steps_are_torch_own_clip_and_sgd_bit_for_bit(clip, tmp_path):
             torch.nn.utils.clip_grad_norm_(twin.parameters(), clip)
         opt.step()
         assert loss == want.item()
-    for a, b in zip(learner.model.parameters(), twin.parameters()):
+    for a, b in zip(learner.model.parameters(), twin.parameters(), strict=True):
         assert torch.equal(a, b)
 
 
@@ -198,7 +198,7 @@ def test_under_fp16_a_clipped_step_clips_the_unscaled_gradients_as_torch_does(cl
             torch.nn.utils.clip_grad_norm_(twin.parameters(), clip)
         scaler.step(opt)
         scaler.update()
-    for a, b in zip(learner.model.parameters(), twin.parameters()):
+    for a, b in zip(learner.model.parameters(), twin.parameters(), strict=True):
         assert torch.equal(a, b)
 
 

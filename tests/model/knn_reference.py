@@ -17,7 +17,7 @@ def reference_knn(query: torch.Tensor, support: torch.Tensor, k: int, q_off, s_o
     rnd = (lambda x: x.astype(np.float32).astype(np.float64)) if query.dtype == torch.float32 else (lambda x: x)
     q, s = query.cpu().double().numpy(), support.cpu().double().numpy()
     idx_rows, d_rows, q0, s0 = [], [], 0, 0
-    for q1, s1 in zip(q_off.tolist(), s_off.tolist()):
+    for q1, s1 in zip(q_off.tolist(), s_off.tolist(), strict=True):
         rows = np.arange(s0, s1)
         for i in range(q0, q1):
             dx, dy, dz = (rnd(q[i, a] - s[s0:s1, a]) for a in range(3))

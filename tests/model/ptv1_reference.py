@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 
 def _clouds(offset: list[int]) -> list[tuple[int, int]]:
-    return list(zip([0] + offset[:-1], offset))
+    return list(zip([0] + offset[:-1], offset, strict=False))
 
 
 def farthest_points(p: torch.Tensor, offset: list[int], stride: int) -> tuple[torch.Tensor, list[int]]:
@@ -43,7 +43,7 @@ def farthest_points(p: torch.Tensor, offset: list[int], stride: int) -> tuple[to
 def nearest(p: torch.Tensor, offset: list[int], q: torch.Tensor, q_offset: list[int], k: int):
     """The ``k`` nearest rows of ``p`` (same cloud) of every row of ``q``, and their distances."""
     idx, dist = [], []
-    for (s, e), (qs, qe) in zip(_clouds(offset), _clouds(q_offset)):
+    for (s, e), (qs, qe) in zip(_clouds(offset), _clouds(q_offset), strict=True):
         d2 = ((q[qs:qe, None, :] - p[None, s:e, :]) ** 2).sum(-1)
         v, i = torch.topk(d2, k, dim=1, largest=False)
         idx.append(i + s)

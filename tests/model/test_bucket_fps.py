@@ -26,7 +26,7 @@ def _clouds(rng: np.random.Generator) -> list[np.ndarray]:
 def _expected(clouds: list[np.ndarray], kept: list[int]) -> list[int]:
     """The per-cloud definitions, rows shifted by each cloud's start in the packed batch."""
     out, start = [], 0
-    for cloud, m in zip(clouds, kept):
+    for cloud, m in zip(clouds, kept, strict=True):
         out += [start + j for j in reference_fps(cloud, m)]
         start += len(cloud)
     return out

@@ -166,7 +166,7 @@ def test_fused_batch_norm_refuses_second_derivatives_by_name(interpreted, relu):
     def torchs(x, w, b):
         y = torch.nn.functional.batch_norm(x, None, None, w, b, True)
         return torch.relu(y) if relu else y
-    for a, want in zip(got, _reference_grads(torchs, inputs)):
+    for a, want in zip(got, _reference_grads(torchs, inputs), strict=True):
         torch.testing.assert_close(a, want, rtol=1e-10, atol=1e-12)
     interpreted.setenv("POINTGEOPE_KERNELS", "torch")
     assert torch.autograd.gradgradcheck(op, inputs)
@@ -192,7 +192,7 @@ def test_prefix_batch_norm_refuses_second_derivatives_by_name():
     got = _refused_second_order(padded, [x, w, b], "_PrefixBatchNorm",
                                 r"through pointgeope's {} are not implemented .*: batch norm over a padded batch "
                                 r"\(train.cuda_graphs\) is first-order: train unpadded \(train.cuda_graphs: false\)")
-    for a, want in zip(got, _reference_grads(definition, [x, w, b])):
+    for a, want in zip(got, _reference_grads(definition, [x, w, b]), strict=True):
         torch.testing.assert_close(a, want, rtol=1e-10, atol=1e-12)
 
 
@@ -227,7 +227,7 @@ def test_geope_relations_refuse_second_derivatives_by_name(interpreted, op):
     fused_attention.KERNELS[op].ran.clear()
     got = _refused_second_order(fused, inputs, function)
     assert fused_attention.KERNELS[op].ran == {"triton"}
-    for a, want in zip(got, _reference_grads(torchs, inputs)):
+    for a, want in zip(got, _reference_grads(torchs, inputs), strict=True):
         torch.testing.assert_close(a, want, rtol=1e-10, atol=1e-12)
     interpreted.setenv("POINTGEOPE_KERNELS", "torch")
     assert torch.autograd.gradgradcheck(fused, inputs)

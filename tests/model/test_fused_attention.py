@@ -75,7 +75,7 @@ def test_aggregate_gradients_are_the_float64_autograd_of_the_definition():
     p = torch.softmax(ref[0], dim=1)                            # (N, k, G)
     y = ((ref[1][idx] + ref[2]).unflatten(-1, (2, 4)) * p.unsqueeze(2)).sum(1).flatten(1)
     y.backward(gy.double())
-    for got, want in zip((w, v, d), ref):
+    for got, want in zip((w, v, d), ref, strict=True):
         torch.testing.assert_close(got.grad.double(), want.grad, rtol=1e-5, atol=1e-6)
 
 
@@ -119,7 +119,7 @@ def _assert_values_and_grads(out, want, got, ref, dtype, tol):
     gr = torch.randn(want.shape, dtype=torch.float64)
     out.backward(gr.to(dtype))
     want.backward(gr.to(dtype).double())
-    for a, b in zip(got, ref):
+    for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a.grad.double(), b.grad, rtol=tol, atol=tol * b.grad.abs().max().item())
 
 
@@ -211,7 +211,7 @@ def test_a_backward_whose_kernel_failed_since_its_forward_gives_the_same_gradien
         out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=out.dtype))
         assert fused_attention.KERNELS[op].ran == {"torch" if fails else "triton"}
         grads.append([run[i].grad for i in leaves])
-    for triton_grad, torch_grad in zip(*grads):
+    for triton_grad, torch_grad in zip(*grads, strict=True):
         torch.testing.assert_close(torch_grad, triton_grad, rtol=1e-12, atol=1e-12)
 
 
@@ -264,7 +264,7 @@ def _check_kernels_on(device, dtype, tol):
     y = fused_attention.aggregate(got[0], got[1], idx.to(device), got[2], 8)
     r = fused_attention.relation(got[1], idx.to(device), got[3], got[2])
     ((y.double() * gy.to(device)).sum() + (r.double() * gr.to(device)).sum()).backward()
-    for a, b in zip(got, ref):
+    for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a.grad.double().cpu(), b.grad, rtol=tol, atol=tol * b.grad.abs().max().item())
     from pointgeope.model.rotation import query_frame
 

@@ -153,7 +153,7 @@ def test_layer_on_cuda_triton_equals_torch_kernels(pe, amp, monkeypatch):
         out.float().square().sum().backward()
         runs.append((out.float(), x.grad))
     tol = 1e-4 if amp is None else 3e-2
-    for a, b in zip(*runs):
+    for a, b in zip(*runs, strict=True):
         torch.testing.assert_close(a, b, rtol=tol, atol=tol * b.abs().max().item())
 
 
@@ -172,5 +172,5 @@ def test_an_int32_knn_runs_on_the_triton_path_as_int64(pe, monkeypatch, launches
     del launches[:]
     got = _run(layer, coord, feat, idx.int(), "triton", monkeypatch)
     assert launches                                            # the kernels ran, not the torch path
-    for a, b in zip(got[:2], want[:2]):
+    for a, b in zip(got[:2], want[:2], strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -156,14 +156,14 @@ def test_every_way_gives_the_float64_reference_gradients(scatter, turn_first, mo
         want = [t.double().requires_grad_() for t in (x, q)]
         fused(*got).backward(g)
         ref(*want).backward(g.double())
-        for a, b in zip(got, want):
+        for a, b in zip(got, want, strict=True):
             torch.testing.assert_close(a.grad.double(), b.grad, rtol=1e-5, atol=1e-5)
     w, gy = g[..., :4], x[:, :8]                                  # logits of 4 groups, 2 channels each
     got = [t.clone().requires_grad_() for t in (w, x)]
     want = [t.double().requires_grad_() for t in (w, x)]
     fused_attention.aggregate(*got, idx, None, 2).backward(gy)
     ref_aggregate(*want, idx, None, 2).backward(gy.double())
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a.grad.double(), b.grad, rtol=1e-5, atol=1e-6)
 
 
@@ -194,7 +194,7 @@ def test_sorted_sums_are_the_same_bits_in_every_run(turn_first, monkeypatch):
         fused_attention.relation(leaves[0], lists, leaves[1]).backward(g)
         fused_attention.aggregate(g[..., :4], leaves[0], lists, None, 2).backward(q)
         runs.append([t.grad for t in leaves])
-    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
     counts = {name: spy.count for name, spy in spies.items()}         # the frame's turned pairs: relation_gather
     assert counts == {"relation_gather": 4 if turn_first else 2, "frame_gather": 0 if turn_first else 2,
                       "aggregate_gather": 2}
@@ -252,7 +252,7 @@ def test_the_backward_follows_the_forwards_path_not_the_switch(interpreted, case
     assert launched == ([1, 1] if case == "sorted" else [0, 0])          # gkey by source; gq by query
     want = [torch.zeros_like(x).double().index_add_(0, idx.flatten(), g.double().flatten(0, 1)),
             -g.double().sum(1)]
-    for got, w in zip((key.grad, q.grad), want):
+    for got, w in zip((key.grad, q.grad), want, strict=True):
         torch.testing.assert_close(got.double(), w, rtol=1e-6, atol=1e-6)
 
 
@@ -341,6 +341,6 @@ def test_compiled_sorted_sums_on_cuda_repeat_bit_for_bit_and_agree_with_the_atom
                    + fused_attention.relation(leaves[0], idx, leaves[1]))
             fused_attention.aggregate(out[..., :8], leaves[0], idx, None, 8).backward(q)
             runs.setdefault(way, []).append([t.grad for t in leaves])
-    assert all(torch.equal(a, b) for a, b in zip(*runs["sorted"]))
-    for a, b in zip(runs["sorted"][0], runs["atomic"][0]):
+    assert all(torch.equal(a, b) for a, b in zip(*runs["sorted"], strict=True))
+    for a, b in zip(runs["sorted"][0], runs["atomic"][0], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * b.abs().max().item())

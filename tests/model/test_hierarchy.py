@@ -60,7 +60,7 @@ def test_a_batch_hierarchy_is_the_per_cloud_hierarchies_with_shifted_rows():
     coord, offset = _clouds([1500, 1100, 300], seed=12)
     whole = SPEC(coord, offset)
     starts = [0, 1500, 2600]
-    parts = [SPEC(coord[a:a + n], torch.tensor([n])) for a, n in zip(starts, [1500, 1100, 300])]
+    parts = [SPEC(coord[a:a + n], torch.tensor([n])) for a, n in zip(starts, [1500, 1100, 300], strict=True)]
 
     def shifted(field: str, stage: int, base_stage: int) -> torch.Tensor:
         out, base = [], 0
@@ -93,7 +93,7 @@ def test_the_network_gives_the_same_output_and_gradients_with_a_given_hierarchy(
         out.square().mean().backward()
         outputs.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
     assert torch.equal(outputs[0][0], outputs[1][0])
-    assert all(torch.equal(a, b) for a, b in zip(outputs[0][1], outputs[1][1]))
+    assert all(torch.equal(a, b) for a, b in zip(outputs[0][1], outputs[1][1], strict=True))
     with pytest.raises(ValueError, match="point hierarchy"):
         model(coord[:300], feat[:300], offset[:1], hierarchy=given)
 

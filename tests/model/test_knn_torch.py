@@ -114,7 +114,7 @@ def test_coordinates_that_need_a_gradient_get_the_same_neighbours_and_no_gradien
     want = knn(points, points, 4, off, off, backend=backend)
     moving = points.clone().requires_grad_()
     got = knn(moving, moving, 4, off, off, backend=backend)
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
         assert not a.requires_grad
     feat = torch.randn(9, 2, generator=g)

@@ -119,7 +119,7 @@ def _published_parameter_count(in_channels=6, num_classes=13) -> int:
 
     planes, strides, modules = [32, 64, 128, 256, 512], [1, 4, 4, 4, 4], [2, 3, 4, 6, 3]
     total, width = 0, in_channels
-    for c, stride, m in zip(planes, strides, modules):     # TransitionDown + (m - 1) blocks
+    for c, stride, m in zip(planes, strides, modules, strict=True):     # TransitionDown + (m - 1) blocks
         total += lin(width + (3 if stride > 1 else 0), c, False) + bn(c) + (m - 1) * block(c)
         width = c
     total += lin(2 * 512, 512) + bn(512) + lin(512, 512) + block(512)              # dec5: head TransitionUp
@@ -251,7 +251,7 @@ def test_the_layers_of_a_stage_share_one_rotation_table_and_nothing_changes(pe, 
         runs.append((logits, [p.grad for p in model.parameters()], forward_built))
     (shared, shared_grads, shared_built), (alone, alone_grads, alone_built) = runs
     assert torch.equal(shared, alone)
-    assert all(torch.equal(a, b) for a, b in zip(shared_grads, alone_grads))
+    assert all(torch.equal(a, b) for a, b in zip(shared_grads, alone_grads, strict=True))
     layers = sum(len(blocks) for blocks in (*model.encoder, *model.decoder))
     assert len(alone_built) == layers                                     # a table per layer without sharing
     assert len(shared_built) == len(set(alone_built)) == 3                # one per stage (3 stages, distinct N)

@@ -64,7 +64,7 @@ def test_float32_matches_batch_norm_and_relu(interpreted, rows, channels, train)
     for _ in range(2):
         x = torch.randn(rows, channels, generator=g) * 3 + 1
         grad = torch.randn(rows, channels, generator=g)
-        for got, want in zip(_run(ours, x, grad), _run(ref, x, grad, relu=True)):
+        for got, want in zip(_run(ours, x, grad), _run(ref, x, grad, relu=True), strict=True):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4 * max(1.0, float(want.abs().max())))
     for name in ("running_mean", "running_var", "num_batches_tracked"):
         torch.testing.assert_close(getattr(ours, name), getattr(ref, name), rtol=1e-6, atol=1e-6)
@@ -153,7 +153,7 @@ def test_the_torch_path_is_torchs_module_exactly(monkeypatch, path, kernel, cls,
     monkeypatch.setattr(getattr(norm, kernel), "triton", lambda *a: pytest.fail("the Triton function ran"))
     ours, ref = _pair(10, cls=cls)
     x, g = torch.randn(64, 10), torch.randn(64, 10)
-    for got, want in zip(_run(ours, x, g), _run(ref, x, g, relu=relu)):
+    for got, want in zip(_run(ours, x, g), _run(ref, x, g, relu=relu), strict=True):
         assert torch.equal(got, want)
     assert torch.equal(ours.running_var, ref.running_var)
 
@@ -188,7 +188,7 @@ def test_a_failing_kernel_leaves_the_running_buffers_to_the_torch_path(interpret
     x, g = torch.randn(40, 7) * 2, torch.randn(40, 7)
     with pytest.warns(kernels.KernelFallbackWarning, match="batch_norm_relu"):
         got = _run(ours, x, g)
-    for a, b in zip(got, _run(ref, x, g, relu=True)):
+    for a, b in zip(got, _run(ref, x, g, relu=True), strict=True):
         torch.testing.assert_close(a, b)
     torch.testing.assert_close(ours.running_mean, ref.running_mean, rtol=0, atol=1e-7)
     torch.testing.assert_close(ours.running_var, ref.running_var, rtol=0, atol=1e-7)
@@ -214,7 +214,7 @@ def test_the_backward_follows_the_forwards_path_not_the_switch(interpreted, fail
     y.backward(g)
     assert spy.count == (0 if fails_between else 1)
     want = _run(ref, x, g, relu=True)
-    for got, w in zip((y.detach(), x.grad, ours.weight.grad, ours.bias.grad), want):
+    for got, w in zip((y.detach(), x.grad, ours.weight.grad, ours.bias.grad), want, strict=True):
         torch.testing.assert_close(got, w)
 
 
@@ -226,7 +226,7 @@ def test_a_failing_backward_gives_torchs_gradients(interpreted, train):
     x, g = torch.randn(60, 9) + 0.3, torch.randn(60, 9)
     with pytest.warns(kernels.KernelFallbackWarning, match="batch_norm_relu"):
         got = _run(ours, x, g)
-    for a, b in zip(got, _run(ref, x, g, relu=True)):
+    for a, b in zip(got, _run(ref, x, g, relu=True), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
@@ -299,7 +299,7 @@ def test_compiled_kernels_on_cuda_match_torchs_batch_norm(monkeypatch, kernel_fa
         grad = torch.randn(rows, channels, generator=g, device="cuda").to(dtype)
         got, want = _run(ours, x, grad), _run(ref, x.float(), grad.float(), relu=relu)
         assert got[0].dtype == dtype
-        for a, b in zip(got, want):
+        for a, b in zip(got, want, strict=True):
             torch.testing.assert_close(a.float(), b, rtol=tol["rtol"],
                                        atol=tol["atol"] * max(1.0, float(b.abs().max())))
         torch.testing.assert_close(ours.running_var, ref.running_var, rtol=1e-5, atol=1e-6)
@@ -350,7 +350,7 @@ def test_a_padded_batch_takes_the_prefix_statistics_on_the_kernel_path_too(inter
     torch.testing.assert_close(got[:41], torch.relu(theirs(x[:41])), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     for a, b in zip(torch.autograd.grad((got * up).sum(), (x, ours.weight, ours.bias)),
-                    torch.autograd.grad((want * up).sum(), (x, prefix.weight, prefix.bias))):
+                    torch.autograd.grad((want * up).sum(), (x, prefix.weight, prefix.bias)), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(ours.running_var, theirs.running_var, rtol=1e-12, atol=1e-12)
     cumulative = BatchNormReLU(6, momentum=None).double().train()

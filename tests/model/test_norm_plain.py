@@ -87,7 +87,7 @@ def test_the_plain_kernel_is_the_definition(interpreted, dtype, padded, train):
         got = _run(module, x, g, valid=211 if padded else None)
         *want, rm, rv = _definition(x, g, module.weight, module.bias, rm, rv, train, n)
         assert got[0].dtype == got[1].dtype == dtype and got[2].dtype == module.weight.dtype
-        for name, a, b in zip(("y", "dx", "dw", "db"), got, want):
+        for name, a, b in zip(("y", "dx", "dw", "db"), got, want, strict=True):
             _close(a, b, dtype, name)
         _close(module.running_mean, rm, dtype, "running_mean")
         _close(module.running_var, rv, dtype, "running_var")
@@ -105,7 +105,7 @@ def test_many_partials_and_two_channel_tiles(interpreted, padded):
     rm, rv = module.running_mean.clone(), module.running_var.clone()
     got = _run(module, x, g, valid=1234 if padded else None)
     *want, rm, rv = _definition(x, g, module.weight, module.bias, rm, rv, True, 1234 if padded else 2000)
-    for name, a, b in zip(("y", "dx", "dw", "db"), got, want):
+    for name, a, b in zip(("y", "dx", "dw", "db"), got, want, strict=True):
         _close(a, b, torch.float32, name)
     _close(module.running_var, rv, torch.float32, "running_var")
     assert len(calls) == 1
@@ -121,7 +121,7 @@ def test_torchs_batch_norm_1d_unpadded(interpreted, train):
         gen = torch.Generator().manual_seed(4)
         for _ in range(3):
             x, g = torch.randn(120, 10, generator=gen) + 2, torch.randn(120, 10, generator=gen)
-            for a, b in zip(_run(ours, x, g), _run(ref, x, g)):
+            for a, b in zip(_run(ours, x, g), _run(ref, x, g), strict=True):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
         for name in ("running_mean", "running_var", "num_batches_tracked"):
             torch.testing.assert_close(getattr(ours, name), getattr(ref, name), rtol=1e-6, atol=1e-6)
@@ -137,7 +137,7 @@ def test_the_torch_ops_prefix_batch_norm_padded(interpreted):
     got = _run(fused, x, g, valid=53)
     with forced("torch"):
         want = _run(prefix, x, g, valid=53)
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     for name in ("running_mean", "running_var", "num_batches_tracked"):
         torch.testing.assert_close(getattr(fused, name), getattr(prefix, name), rtol=1e-12, atol=0)
@@ -184,7 +184,7 @@ def test_a_failing_kernel_falls_back_to_torch_alone(interpreted, kernel, train):
     x, g = torch.randn(40, 7) * 2, torch.randn(40, 7)
     with pytest.warns(kernels.KernelFallbackWarning, match="Triton kernel batch_norm failed"):
         got = _run(ours, x, g)
-    for a, b in zip(got, _run(ref, x, g)):
+    for a, b in zip(got, _run(ref, x, g), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     for name in ("running_mean", "running_var"):             # moved once (a float32 rounding apart)
         torch.testing.assert_close(getattr(ours, name), getattr(ref, name), rtol=1e-6, atol=1e-7)

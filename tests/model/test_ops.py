@@ -24,7 +24,7 @@ def _clouds(sizes, seed=0, dtype=torch.float32):
 def _brute_knn(query, support, k, q_off, s_off):
     """float64 distances to every support point of the same cloud, sorted (n < k: cyclic repeat)."""
     dist_rows, q0, s0 = [], 0, 0
-    for q1, s1 in zip(q_off.tolist(), s_off.tolist()):
+    for q1, s1 in zip(q_off.tolist(), s_off.tolist(), strict=True):
         d = ((query[q0:q1, None].double() - support[None, s0:s1].double()) ** 2).sum(-1)
         d = d.sort(dim=1).values
         dist_rows.append(d[:, torch.arange(k) % d.shape[1]])
@@ -126,7 +126,7 @@ def test_fps_torch_is_exact_fps_from_the_first_point():
     idx, new_off = fps(pts, off, 4, backend="torch")
     assert new_off.tolist() == [500, 509, 734]
     starts = [0, 2000, 2037]
-    for b, (start, n, m) in enumerate(zip(starts, [2000, 37, 900], [500, 9, 225])):
+    for b, (start, n, m) in enumerate(zip(starts, [2000, 37, 900], [500, 9, 225], strict=True)):
         lo = new_off[b - 1].item() if b else 0
         expected = reference_fps(pts[start:start + n].numpy(), m)
         assert (idx[lo:lo + m] - start).tolist() == expected

@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pointgeope.model import PointTransformerSeg, norm, padding
 from pointgeope.model.kernel_choice import forced
+from pointgeope.model.ops.hierarchy import HierarchySpec
 
 # three stages, so that every cloud keeps more than k points at every stage: with fewer, the kNN repeats
 # neighbours, equal pair rows land on the ReLU's kink in exact arithmetic and rounding picks its gradient
@@ -45,9 +46,9 @@ def assert_same_step(model, twin, want, label, got, loss) -> None:
     and every running buffer, to float64 rounding."""
     torch.testing.assert_close(got[:want.shape[0]], want, rtol=1e-9, atol=1e-10)
     torch.testing.assert_close(loss, F.cross_entropy(want, label, ignore_index=IGNORE), rtol=1e-10, atol=0)
-    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+    for (name, a), b in zip(model.named_parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-8, atol=1e-10, msg=name)
-    for (name, a), b in zip(model.named_buffers(), twin.buffers()):
+    for (name, a), b in zip(model.named_buffers(), twin.buffers(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12, msg=name)
 
 
@@ -85,7 +86,7 @@ def test_prefix_batch_norm_is_torch_on_the_prefix():
     ww = torch.autograd.grad(want.square().sum(), (xb, w, b))
     torch.testing.assert_close(gw[0][:37], ww[0])
     assert gw[0][37:].abs().max() == 0                # dummy rows feed nothing real
-    for a, v in zip(gw[1:], ww[1:]):
+    for a, v in zip(gw[1:], ww[1:], strict=True):
         torch.testing.assert_close(a, v)
     torch.testing.assert_close(rm, rm2)
     torch.testing.assert_close(rv, rv2)
@@ -124,7 +125,7 @@ def test_prefix_batch_norm_gradients_of_every_row():
     want = torch.autograd.grad(((x - mean) / torch.sqrt(var + 1e-5) * w + b).mul(up).sum(), (x, w, b))
     got = torch.autograd.grad(norm.prefix_batch_norm(x, torch.tensor(n), w, b, None, None, 0.1, 1e-5).mul(up).sum(),
                               (x, w, b))
-    for a, v in zip(got, want):
+    for a, v in zip(got, want, strict=True):
         torch.testing.assert_close(a, v, rtol=1e-10, atol=1e-12)
 
 
@@ -149,13 +150,13 @@ def test_padded_sizes_hold_every_batch_of_that_size(clouds):
     for points in (5_000, 80_000 * clouds, 1_000_003):
         sizes = padding.padded_sizes(points, clouds, strides, k)
         assert points < sizes[0] <= max(points * 17 // 16 + 1, points + 64)
-        counts = [r for big, kk in zip(sizes, k) for r in (big, big * kk)]
+        counts = [r for big, kk in zip(sizes, k, strict=True) for r in (big, big * kk)]
         assert len(set(counts)) == len(counts)
         for split in range(20):          # the real stage sizes of random splits, and the extreme ones
             cut = torch.randperm(points - 1, generator=g)[:clouds - 1].add(1).sort().values.tolist()
             if split == 0:
                 cut = list(range(1, clouds))                     # clouds of one point, and one large
-            n = [b - a for a, b in zip([0] + cut, cut + [points])]
+            n = [b - a for a, b in zip([0] + cut, cut + [points], strict=True)]
             for s, stride in enumerate(strides):
                 n = [max(1, m // stride) for m in n]
                 assert sum(n) < sizes[s], (points, split, s)
@@ -173,6 +174,14 @@ def test_unknown_row_count_raises():
     bn = norm.BatchNorm(4).train()
     with padding.batch_rows({10: torch.tensor(5)}), pytest.raises(ValueError, match="over 12 rows"):
         bn(torch.randn(12, 4))
+
+
+@pytest.mark.parametrize("extra", [-1, 1])
+def test_padded_sizes_of_another_stage_count_are_refused_by_name(extra):
+    h = HierarchySpec((1, 4), (8, 16))(_batch()[0], torch.tensor([300, 720]))
+    sizes = padding.padded_sizes(720, 2, (1, 4, 4)[:2 + extra], (8, 16, 16)[:2 + extra])
+    with pytest.raises(ValueError, match=r"^expected one padded size above each stage's rows \(720, 180\), got "):
+        padding.pad_hierarchy(h, sizes)
 
 
 class _ValueReads(TorchFunctionMode):

@@ -261,9 +261,9 @@ def test_fixed_frequencies_are_made_once_per_device_and_dtype(name, monkeypatch)
     once = len(made)
     second = enc(q, k, coord, grid)
     assert once >= 1 and len(made) == once
-    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
     single = enc(q.float(), k.float(), coord.float(), grid)
     enc(q.float(), k.float(), coord.float(), grid)
     assert len(made) == 2 * once
     fresh = qk_encoding(name, ROTARY_HEAD_DIM).eval()(q.float(), k.float(), coord.float(), grid)
-    assert all(torch.equal(a, b) for a, b in zip(single, fresh))
+    assert all(torch.equal(a, b) for a, b in zip(single, fresh, strict=True))

@@ -24,7 +24,7 @@ def test_cache_sized_steps_give_the_same_rotation(name, monkeypatch):
     enc = qk_encoding(name, 16).eval()
     whole = enc(q, k, coord, grid)
     monkeypatch.setattr(qk_kernels, "_STEP_ELEMENTS", 2 * q[:1].numel())                 # steps of 2 rows
-    for got, expected in zip(enc(q, k, coord, grid), whole):
+    for got, expected in zip(enc(q, k, coord, grid), whole, strict=True):
         assert torch.equal(got, expected)
 
 

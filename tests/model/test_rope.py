@@ -139,7 +139,7 @@ def test_gradients_of_features_frequencies_and_query(mixed, points, monkeypatch)
     lean = torch.autograd.grad((relation(*inputs) * weight).sum(), inputs)
     plain = torch.autograd.grad((pair_frame(x, idx, disp.clone().requires_grad_(), freq, minus) * weight).sum(),
                                 inputs)
-    for a, b in zip(lean, plain):
+    for a, b in zip(lean, plain, strict=True):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
 
 

@@ -201,7 +201,7 @@ def test_steps_of_queries_give_the_same_values_and_gradients(monkeypatch):
     whole = run()
     monkeypatch.setattr(rotation, "_STEP_ELEMENTS", 2 * 5 * 11)
     assert len(rotation.query_steps(30, 5, 11, torch.device("cpu"))) == 15
-    for got, want in zip(run(), whole):
+    for got, want in zip(run(), whole, strict=True):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
 
 

@@ -107,7 +107,7 @@ def test_fps_equals_the_numpy_fps_and_the_torch_backend_with_ties_and_tiny_cloud
     idx = idx.cpu()
     assert new_off.tolist() == np.cumsum([50, 30, 1, 1, 1, 2]).tolist()
     start, lo = 0, 0
-    for cloud, hi in zip(clouds, new_off.tolist()):
+    for cloud, hi in zip(clouds, new_off.tolist(), strict=True):
         assert (idx[lo:hi] - start).tolist() == reference_fps(cloud.astype(np.float32), hi - lo)
         start, lo = start + len(cloud), hi
     assert idx[-2:].tolist() == [start - 9, start - 9]  # ties at 0 go to the smallest index: the first point
@@ -162,7 +162,7 @@ def test_the_loaders_hierarchy_equals_the_triton_one():
     strides, neighbours = (1, 4, 4), (8, 16, 16)
     got = HierarchySpec(strides, neighbours, OpsBackends(knn="triton", fps="triton"))(coord, offset).to("cpu")
     want = HierarchySpec(strides, neighbours)(coord.cpu(), offset.cpu())       # the loader's AttachHierarchy
-    for g, w in zip(got.samples + got.offsets, want.samples + want.offsets):
+    for g, w in zip(got.samples + got.offsets, want.samples + want.offsets, strict=True):
         assert (g is None and w is None) or torch.equal(g, w)
     coords = want.coords(coord.cpu())
     for s in range(3):
@@ -173,7 +173,7 @@ def test_the_loaders_hierarchy_equals_the_triton_one():
                                        rtol=0, atol=0)
             rows = slice(0, int(want.offsets[q][0]))                    # the random cloud: no ties
             assert torch.equal(g[rows].sort(1).values, w[rows].sort(1).values)
-    for g, w in zip(got.up_dist2, want.up_dist2):
+    for g, w in zip(got.up_dist2, want.up_dist2, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-7)
 
 

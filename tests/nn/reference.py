@@ -24,7 +24,7 @@ def rotor(phases: Tensor) -> Tensor:
     axes = phases.shape[0]
     units = {3: (1, 2, 3), 2: (2, 3), 1: (2,)}[axes]
     u = torch.zeros(4, dtype=phases.dtype)
-    for t, unit in zip(phases, units):
+    for t, unit in zip(phases, units, strict=True):
         u[unit] = u[unit] + t / (2 * axes)
     norm = u.norm()
     if norm == 0:

@@ -73,7 +73,7 @@ def test_scores_match_the_spec_vectors(geope_vectors_path):
     cases = [c for c in json.loads(geope_vectors_path.read_text())["matrix"] if c["axes"] == 3]
     assert len(cases) >= 10
     gen = torch.Generator().manual_seed(0)
-    for a, b in zip(cases[:-1], cases[1:]):
+    for a, b in zip(cases[:-1], cases[1:], strict=True):
         q, k = torch.randn(2, 3, generator=gen, dtype=torch.float64)
         m_a, m_b = torch.tensor(a["matrix"], dtype=torch.float64), torch.tensor(b["matrix"], dtype=torch.float64)
         q_rot, k_rot = geope_qk(q[None], k[None], torch.tensor([a["phases"]], dtype=torch.float64),
@@ -237,7 +237,7 @@ def test_the_default_frequencies_are_block_scales():
     gen = torch.Generator().manual_seed(3)
     q, k, pos = torch.randn(5, 9, generator=gen), torch.randn(5, 9, generator=gen), torch.rand(5, 3, generator=gen)
     scale = BlockScale(9)(torch.float32, torch.device("cpu"))
-    for got, want in zip(geope_qk(q, k, pos), geope_qk(q, k, pos, block_scale=scale)):
+    for got, want in zip(geope_qk(q, k, pos), geope_qk(q, k, pos, block_scale=scale), strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
@@ -249,7 +249,8 @@ def test_the_refusal_beside_block_scale_reads_the_signatures_defaults(monkeypatc
     scale = BlockScale(6)(torch.float32, torch.device("cpu"))
     monkeypatch.setattr(geope_qk, "__kwdefaults__", {**geope_qk.__kwdefaults__, "base": 7.0, "pos_scale": 2.0})
     want = geope_qk(q, q, pos, block_scale=scale)                   # the new defaults, unset
-    for got, expected in zip(geope_qk(q, q, pos, block_scale=scale, base=7.0, pos_scale=2.0), want):   # set
+    for got, expected in zip(geope_qk(q, q, pos, block_scale=scale, base=7.0, pos_scale=2.0), want,  # set
+                             strict=True):
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
     with pytest.raises(ValueError, match=r"expected no pos_scale with block_scale .* got pos_scale=25.0"):
         geope_qk(q, q, pos, block_scale=scale, pos_scale=25.0)

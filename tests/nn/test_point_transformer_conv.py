@@ -84,7 +84,7 @@ def reference_output(conv, pe, x, pos, edges) -> torch.Tensor:
     """``x'_i = sum_j softmax_j(gamma(r_ij)) v_ij`` over the list ``edges`` of ``(j, i)``, node by node."""
     out = torch.zeros(x.shape[0], conv.out_channels, dtype=torch.float64)
     for i in range(x.shape[0]):
-        logits, values = zip(*(edge_terms(conv, pe, x, pos, j, i) for j, t in edges if t == i))
+        logits, values = zip(*(edge_terms(conv, pe, x, pos, j, i) for j, t in edges if t == i), strict=True)
         out[i] = (torch.softmax(torch.stack(logits), dim=0) * torch.stack(values)).sum(0)
     return out
 
@@ -112,7 +112,7 @@ def gradients(module, out, inputs):
     weight = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)
     params = dict(module.named_parameters())
     grads = torch.autograd.grad((out * weight).sum(), [*inputs, *params.values()])
-    return dict(zip([f"input{n}" for n in range(len(inputs))] + list(params), grads))
+    return dict(zip([f"input{n}" for n in range(len(inputs))] + list(params), grads, strict=True))
 
 
 @pytest.mark.parametrize("bipartite", [False, True])

@@ -92,7 +92,7 @@ def test_pcl_packed_colour_reads_as_red_green_blue(tmp_path, prop, dtype, alpha)
 def test_pcl_packed_colour_in_ascii(tmp_path):
     coord, c = _pcl_colours()
     bits = (c[:, 0] << 16) | (c[:, 1] << 8) | c[:, 2]
-    rows = [f"{x:.6f} {y:.6f} {z:.6f} {b}" for (x, y, z), b in zip(coord, bits)]
+    rows = [f"{x:.6f} {y:.6f} {z:.6f} {b}" for (x, y, z), b in zip(coord, bits, strict=True)]
     scan = read_ply(_ascii(tmp_path / "a.ply", ["float x", "float y", "float z", "uint rgb"], rows))
     np.testing.assert_array_equal(scan.color, c)
 

@@ -67,7 +67,7 @@ def test_a_byte_order_mark_keeps_every_point_in_its_line(tmp_path, encoding, hea
     coord, color = points(seed=4)
     sep = "," if "," in header else " "
     text = header + "".join(sep.join(f"{v:.4f}" for v in c) + sep + sep.join(map(str, k)) + "\n"
-                            for c, k in zip(coord, color))
+                            for c, k in zip(coord, color, strict=True))
     (tmp_path / "bom.txt").write_text(text, encoding=encoding)
     scan = read_text(tmp_path / "bom.txt")
     np.testing.assert_allclose(scan.coord, coord, atol=1e-9)
@@ -76,7 +76,8 @@ def test_a_byte_order_mark_keeps_every_point_in_its_line(tmp_path, encoding, hea
 
 def test_a_latin1_header_is_skipped_and_a_latin1_number_refused_with_the_fix(tmp_path):
     coord, color = points(n=5, seed=5)
-    rows = "".join(" ".join(f"{v:.4f}" for v in c) + " " + " ".join(map(str, k)) + "\n" for c, k in zip(coord, color))
+    rows = "".join(" ".join(f"{v:.4f}" for v in c) + " " + " ".join(map(str, k)) + "\n"
+                   for c, k in zip(coord, color, strict=True))
     (tmp_path / "h.txt").write_bytes("x y z r g b (m\u00e8tres)\n".encode("latin-1") + rows.encode())
     np.testing.assert_allclose(read_text(tmp_path / "h.txt").coord, coord, atol=1e-9)
     (tmp_path / "n.txt").write_bytes(rows.encode() + "1\u00b75 2 3 4 5 6\n".encode("latin-1"))
@@ -188,7 +189,8 @@ def test_a_pts_file_of_fewer_points_than_its_count_is_refused(tmp_path):
 
 def test_a_pts_file_of_two_scans_names_the_second_count(tmp_path):
     coord, color = points(n=5, seed=6)
-    one = "5\n" + "".join(f"{x:.3f} {y:.3f} {z:.3f} -1 {r} {g} {b}\n" for (x, y, z), (r, g, b) in zip(coord, color))
+    one = "5\n" + "".join(f"{x:.3f} {y:.3f} {z:.3f} -1 {r} {g} {b}\n"
+                           for (x, y, z), (r, g, b) in zip(coord, color, strict=True))
     (tmp_path / "two.pts").write_text(one + one)
     with pytest.raises(ScanError, match=r":7: .*\(1 value, the lines before have 7\); a second scan's point count\? "
                                         r"save each scan of the \.pts file as its own file$"):

@@ -50,7 +50,7 @@ def test_legend_with_predictions_prints_room_iou():
 
 def test_key_help_lists_the_four_modes():
     lines = key_help_lines(missing_modes(labelled=True, has_pred=False))
-    for key, mode in zip("1234", ("rgb", "gt", "pred", "error")):
+    for key, mode in zip("1234", ("rgb", "gt", "pred", "error"), strict=True):
         assert any(line.split()[:2] == [key, mode] for line in lines)
     assert sum("needs --pred" in line for line in lines) == 2
     assert not any("needs --pred" in line for line in key_help_lines(missing_modes(labelled=True, has_pred=True)))

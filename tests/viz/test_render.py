@@ -55,7 +55,7 @@ def _fractions(image, colors):
     """Fraction of the non-background pixels in each colour; also checks no other colour appears."""
     flat = image.reshape(-1, 3)
     found, counts = np.unique(flat, axis=0, return_counts=True)
-    table = {tuple(int(v) for v in c): int(n) for c, n in zip(found, counts)}
+    table = {tuple(int(v) for v in c): int(n) for c, n in zip(found, counts, strict=True)}
     assert set(table) <= {BACKGROUND, *colors}, f"unexpected colours: {set(table) - {BACKGROUND, *colors}}"
     drawn = len(flat) - table.get(BACKGROUND, 0)
     assert drawn > 0.25 * len(flat), f"image nearly blank: {drawn} of {len(flat)} pixels drawn"

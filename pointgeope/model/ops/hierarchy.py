@@ -115,7 +115,7 @@ class HierarchySpec:
         knn_backend, fps_backend = self.backends.knn, self.backends.fps
         offsets, samples, down, neighbours, coords = [], [], [], [], []
         c = coord
-        for stride, k in zip(self.strides, self.neighbours):
+        for stride, k in zip(self.strides, self.neighbours, strict=True):
             if stride > 1:
                 sample, _ = fps(c, off, stride, backend=fps_backend, check_finite=False)
                 new_off = list(accumulate(sample_counts(counts(off), stride)))

@@ -102,7 +102,7 @@ def knn(query: Tensor, support: Tensor, k: int, query_offset: Tensor, support_of
     fn = {"pykdtree": _cloud_pykdtree, "scipy": _cloud_scipy, "torch": _cloud_torch}[chosen]
     idx_parts, dist_parts = [], []
     q_start = s_start = 0
-    for q_end, s_end in zip(q_off, s_off):
+    for q_end, s_end in zip(q_off, s_off, strict=True):
         k_eff = min(k, s_end - s_start)
         idx, dist2 = fn(query[q_start:q_end], support[s_start:s_end], k_eff)
         idx = torch.as_tensor(idx).to(query.device, torch.long) + s_start
@@ -260,7 +260,7 @@ def _knn_cluster(query: Tensor, support: Tensor, k: int, q_off: list[int], s_off
     if min(counts(s_off)) < k:
         idx_parts, dist_parts = [], []
         q_start = s_start = 0
-        for q_end, s_end in zip(q_off, s_off):
+        for q_end, s_end in zip(q_off, s_off, strict=True):
             k_eff = min(k, s_end - s_start)
             idx, dist2 = _cloud_torch(query[q_start:q_end], support[s_start:s_end], k_eff)
             idx_parts.append(_fill(idx + s_start, k, k_eff))

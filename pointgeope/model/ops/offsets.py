@@ -53,7 +53,7 @@ def check_offset(offset: Tensor | list[int], num_points: int, name: str = "offse
 
 def counts(offset: list[int]) -> list[int]:
     """Points per cloud ``n_b = o_b - o_{b-1}`` from the offsets as a list."""
-    return [end - start for start, end in zip([0] + offset[:-1], offset)]
+    return [end - start for start, end in zip([0] + offset[:-1], offset, strict=False)]
 
 
 def offset_from_counts(sizes: list[int], device: torch.device | str) -> Tensor:

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from pointgeope.geope_checks import check_scale
 from pointgeope.model.config import ModelConfig, ptv1_settings
-from pointgeope.model.ptv3.network import PointTransformerV3
+from pointgeope.model.ptv3.network import PointTransformerV3, _check_lengths
 from pointgeope.model.ptv3.segmentor import PTv3Segmentor
 from pointgeope.model.qk_encodings import GEOPE_FREQUENCY_ENCODINGS, QKEncoding, qk_encoding
 
@@ -90,7 +90,9 @@ class PTv3Seg(PTv3Segmentor):
         check_backbone(cfg)
         grid_size = check_scale("grid_size", grid_size, " (the voxel size, m)")
         p = cfg.ptv3
-        heads = zip(p.enc_channels + p.dec_channels, p.enc_num_head + p.dec_num_head)
+        _check_lengths(len(p.enc_depths), {"enc_channels": p.enc_channels, "enc_num_head": p.enc_num_head},
+                       {"dec_channels": p.dec_channels, "dec_num_head": p.dec_num_head}, tuple(p.stride), False)
+        heads = zip(p.enc_channels + p.dec_channels, p.enc_num_head + p.dec_num_head, strict=True)
         pe = None
         if cfg.pe != "none":
             pe = StageEncodings(cfg.pe, {c // h for c, h in heads}, **encoding_options(cfg, grid_size))

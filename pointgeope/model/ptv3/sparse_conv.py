@@ -98,7 +98,7 @@ def _search(key: Tensor, sorted_key: Tensor, steps: Tensor, lookup: Tensor) -> l
     found = sorted_key[pos] == target
     counts = found.sum(dim=1).tolist()
     which, rows = found.nonzero(as_tuple=True)                                      # by step, then row
-    return list(zip(rows.split(counts), lookup[pos[which, rows]].split(counts)))
+    return list(zip(rows.split(counts), lookup[pos[which, rows]].split(counts), strict=True))
 
 
 def _duplicate_pairs(key: Tensor, sorted_key: Tensor, perm: Tensor, steps: Tensor, centre: int) -> tuple:
@@ -109,7 +109,7 @@ def _duplicate_pairs(key: Tensor, sorted_key: Tensor, perm: Tensor, steps: Tenso
     unique_key, first = _first_of_runs(sorted_key)
     others = [i for i in range(steps.numel()) if i != centre]
     found = _search(key, unique_key, torch.cat([steps[:centre], steps[centre + 1:]]), perm[first])
-    return tuple((index, rows, neighbours) for index, (rows, neighbours) in zip(others, found))
+    return tuple((index, rows, neighbours) for index, (rows, neighbours) in zip(others, found, strict=True))
 
 
 def _first_of_runs(sorted_key: Tensor) -> tuple[Tensor, Tensor]:

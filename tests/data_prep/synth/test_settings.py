@@ -38,7 +38,8 @@ def test_the_largest_room_estimate_is_the_count_sampling_gives():
     specs = plan_rooms(2, 2)
     drawn = max(len(sample_room(s, lay, config.density, 0.0, config.min_points, 0).xyz_mm)
                 for a in range(2) for s, lay in zip([s for s in specs if s.area == a],
-                                                    area_layouts([s for s in specs if s.area == a], 0, None)))
+                                                    area_layouts([s for s in specs if s.area == a], 0, None),
+                                                    strict=True))
     estimate = largest_room_points(specs, 0, None, config.density, config.min_points)
     assert drawn <= estimate <= 1.3 * drawn
 

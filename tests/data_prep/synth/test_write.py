@@ -13,7 +13,8 @@ FMT = "%.3f %.3f %.3f %d %d %d\n"
 
 def _reference(xyz_mm: np.ndarray, rgb: np.ndarray) -> bytes:
     """The brute-force text: Python's "%" on every line."""
-    return "".join(FMT % (*(v / 1000 for v in c), *k) for c, k in zip(xyz_mm.tolist(), rgb.tolist())).encode()
+    return "".join(FMT % (*(v / 1000 for v in c), *k)
+                   for c, k in zip(xyz_mm.tolist(), rgb.tolist(), strict=True)).encode()
 
 
 @pytest.mark.parametrize("bound", [1, 999, 1001, 250_000, 99_999_999, 10**12])

@@ -32,7 +32,7 @@ def test_padded_heads_give_the_attention_of_the_true_width(width, align, masked)
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
     grads = torch.autograd.grad((out * expected.detach().cos()).sum(), (q, k, v))
     wanted = torch.autograd.grad((expected * expected.detach().cos()).sum(), (q, k, v))
-    for got, want in zip(grads, wanted):
+    for got, want in zip(grads, wanted, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
 
@@ -61,7 +61,7 @@ def test_the_network_with_padded_heads_is_the_network(pe, monkeypatch):
     assert len(asked) == (0 if pe == "lingeope" else 3)   # every attention layer (2 encoder, 1 decoder) padded
     torch.testing.assert_close(padded, plain, rtol=1e-5, atol=1e-5)
     assert len(padded_grads) == len(plain_grads)
-    for got, want in zip(padded_grads, plain_grads):
+    for got, want in zip(padded_grads, plain_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 

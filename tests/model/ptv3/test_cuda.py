@@ -73,5 +73,5 @@ def test_the_encodings_wait_for_nothing_once_their_frequencies_are_on_the_gpu(na
         again = enc(q, k, coord, grid)
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    for a, b in zip(first, again):
+    for a, b in zip(first, again, strict=True):
         assert torch.equal(a, b)

@@ -103,7 +103,7 @@ POOLED_MEANS = {(0, 0, 0, 0): (0.09, 0.07, 0.06), (0, 1, 0, 0): (0.30, 0.07, 0.0
 
 def pooled_by_voxel(coord: torch.Tensor, grid: torch.Tensor, batch: torch.Tensor) -> dict:
     """``{(cloud, gx, gy, gz): (x, y, z)}`` of a pooled structure's rows."""
-    return {(b, *g): tuple(c) for b, g, c in zip(batch.tolist(), grid.tolist(), coord.tolist())}
+    return {(b, *g): tuple(c) for b, g, c in zip(batch.tolist(), grid.tolist(), coord.tolist(), strict=True)}
 
 
 def test_pooled_coordinates_are_the_mean_of_each_voxel():
@@ -122,8 +122,9 @@ def test_pooled_coordinates_are_the_mean_of_each_voxel():
         torch.testing.assert_close(torch.tensor(got[voxel], dtype=torch.float64),
                                    torch.tensor(mean, dtype=torch.float64), atol=1e-15, rtol=0)
     inverse = pooled.pooling_inverse                                  # each input point's pooled point
-    assert [(b, *g) for b, g in zip(pooled.batch[inverse].tolist(), pooled.grid_coord[inverse].tolist())] == \
-        [(b, *(g >> 1 for g in grid)) for b, grid in zip([0] * 6 + [1] * 3, POOL_GRID)]
+    assert [(b, *g)
+            for b, g in zip(pooled.batch[inverse].tolist(), pooled.grid_coord[inverse].tolist(), strict=True)] == \
+        [(b, *(g >> 1 for g in grid)) for b, grid in zip([0] * 6 + [1] * 3, POOL_GRID, strict=True)]
 
 
 def test_geope_after_the_pooling_reads_the_pooled_means(monkeypatch):

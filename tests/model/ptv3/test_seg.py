@@ -243,3 +243,15 @@ def test_a_grid_size_not_a_finite_number_above_0_is_refused_by_its_name(pe, grid
 
     with pytest.raises(ValueError, match=r"^expected grid_size a finite number > 0 \(the voxel size, m\), got "):
         PTv3Seg(ModelConfig(backbone="ptv3", pe=pe), grid_size)
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("enc_num_head", [2, 4, 8, 16], r"^expected enc_num_head of 5 values \(one per stage\), got \[2, 4, 8, 16\]$"),
+    ("dec_channels", [64, 64, 128, 256, 512], r"^expected dec_channels of 4 values \(stages - 1\), got "),
+])
+def test_a_head_list_of_another_length_is_refused_by_its_name_in_code(key, value, message):
+    # the head widths of the encodings pair channels with heads (a strict zip): the list is named first
+    from pointgeope.model.config import ModelConfig, PTv3Config
+
+    with pytest.raises(ValueError, match=message):
+        PTv3Seg(ModelConfig(backbone="ptv3", pe="geope", ptv3=PTv3Config(**{key: value})), 0.1)
