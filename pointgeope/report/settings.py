@@ -162,8 +162,10 @@ def value_groups(values: dict[str, object]) -> list[tuple[str, object]]:
 
 def mixed_text(mixed: dict[str, dict[str, object]], limit: int = 6) -> str:
     """``model.pe (Area_1, Area_3..Area_6: 'geope'; Area_2: 'rpe'), data.root (...)``: at most ``limit``
-    keys, then how many more."""
-    parts = [f"{key} (" + "; ".join(f"{areas}: {value!r}" for areas, value in value_groups(values)) + ")"
+    keys, then how many more; each value as ``repr`` writes it, a damaged one (:func:`setting_text`) bounded and
+    marked."""
+    parts = [f"{key} (" + "; ".join(f"{areas}: {damaged_text(value) if _damaged(value) else repr(value)}"
+                                    for areas, value in value_groups(values)) + ")"
              for key, values in list(mixed.items())[:limit]]
     more = len(mixed) - limit
     return ", ".join(parts) + (f" and {counted(more, 'more key', 'more keys')}" if more > 0 else "")
@@ -175,5 +177,11 @@ def setting_text(value: object) -> str:
     (a newline in a hand-edited ``metrics.json``'s config, a megabyte) as
     :func:`pointgeope.recorded_text.damaged_text` says it: one bounded line, marked ``(looks damaged)``, so that it
     cannot split ``report.md``'s notes."""
+    return damaged_text(value) if _damaged(value) else value_text(value)
+
+
+def _damaged(value: object) -> bool:
+    """Whether a setting's value is one no version writes: not one printable line of at most
+    :data:`SETTING_LIMIT` characters as an override writes it."""
     text = value_text(value)
-    return text if text.isprintable() and len(text) <= SETTING_LIMIT else damaged_text(value)
+    return not (text.isprintable() and len(text) <= SETTING_LIMIT)
