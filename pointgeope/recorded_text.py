@@ -6,12 +6,18 @@ A record written by the toolkit holds a short printable string (``"bf16"``, ``"2
 edited by hand or damaged on disk can hold anything JSON can: a newline (which would split a note of
 ``report.md`` into two list items), a string of a megabyte, a list where a number was. Such a value is said as
 ``repr`` writes it (control characters escaped: one line), cut to :data:`LIMIT` characters, and marked
-``(looks damaged)``: ``'2.13.0\\n- x' (looks damaged)``. No torch here: the report imports it, and imports none.
+``(looks damaged)``: ``'2.13.0\\n- x' (looks damaged)``. A setting of a recorded config (any JSON value) is said
+as an override writes it (:func:`setting_text`) or as ``repr`` writes it (:func:`setting_repr`), and found
+damaged where that is not one printable line of at most :data:`SETTING_LIMIT` characters. No torch here: the
+report imports it, and imports none.
 """
 from __future__ import annotations
 
+from pointgeope.engine.config_yaml import value_text  # (no torch)
+
 LIMIT = 64   # characters of a value said as it is; longer (as recorded or as repr writes it) is cut
 DAMAGED = " (looks damaged)"
+SETTING_LIMIT = 500   # characters of a setting said as it is (a long data.root): more is damage
 
 
 def recorded_text(value: object, kind: type = str) -> str:
@@ -30,3 +36,23 @@ def damaged_text(value: object) -> str:
     a value its reader has found damaged, on one line (``repr`` escapes control characters and surrogates)."""
     text = repr(value)
     return (text if len(text) <= LIMIT else text[:LIMIT - 3] + "...") + DAMAGED
+
+
+def setting_damaged(value: object) -> bool:
+    """Whether a recorded setting's value is one no version writes: not one printable line of at most
+    :data:`SETTING_LIMIT` characters as an override writes it (``value_text``: a string as it is, anything else as
+    JSON). A newline in a hand-edited ``metrics.json``'s config, a megabyte."""
+    text = value_text(value)
+    return not (text.isprintable() and len(text) <= SETTING_LIMIT)
+
+
+def setting_text(value: object) -> str:
+    """A recorded setting as an override writes it (``rpe``, ``[1.0, 1.1]``, ``null``); a damaged one
+    (:func:`setting_damaged`) as :func:`damaged_text` says it: one bounded line, marked."""
+    return damaged_text(value) if setting_damaged(value) else value_text(value)
+
+
+def setting_repr(value: object) -> str:
+    """A recorded setting as ``repr`` writes it (``'rpe'``, ``[1.0, 1.1]``, ``None``); a damaged one
+    (:func:`setting_damaged`) as :func:`damaged_text` says it: one bounded line, marked."""
+    return damaged_text(value) if setting_damaged(value) else repr(value)

@@ -30,3 +30,20 @@ def test_a_huge_value_is_cut():
 
 def test_a_damaged_value_is_said_whatever_its_type():
     assert damaged_text([1, 2]) == "[1, 2]" + DAMAGED and damaged_text("a\nb") == r"'a\nb'" + DAMAGED
+
+
+@pytest.mark.parametrize("value, text, shown", [("rpe", "rpe", "'rpe'"), ([1.0, 1.1], "[1.0, 1.1]", "[1.0, 1.1]"),
+                                                (None, "null", "None"), (4, "4", "4"),
+                                                ("/data/" + "d" * 490, "/data/" + "d" * 490, None)])
+def test_a_sound_setting_is_said_as_an_override_or_repr_writes_it(value, text, shown):
+    from pointgeope.recorded_text import setting_repr, setting_text
+
+    assert setting_text(value) == text and setting_repr(value) == (shown or repr(value))
+
+
+@pytest.mark.parametrize("value", ["rpe\n- injected", "x" * 501, {"k": "x" * 500}])
+def test_a_damaged_setting_is_one_bounded_line_marked_in_both_forms(value):
+    from pointgeope.recorded_text import setting_repr, setting_text
+
+    assert setting_text(value) == setting_repr(value) == damaged_text(value)
+    assert setting_text(value).endswith(DAMAGED) and len(setting_text(value)) <= LIMIT + len(DAMAGED)

@@ -158,3 +158,23 @@ def test_an_ablations_run_folder_without_a_report_is_named(tmp_path, capsys):
         f"pointgeope report: error: {run}: an ablation's run folder (pointgeope ablate), not a training's: no "
         "report yet (no trial has finished: rerun its ablate command to continue them); "
         f"`pointgeope report {run / '<preset>' / 'seed_<s>'}` reports one trial"]
+
+
+def test_an_unfinished_folds_damaged_epochs_are_said_on_one_line_and_marked(tmp_path, capsys):
+    """An unfinished fold's ``metrics.json`` whose ``epochs`` holds a newline (edited or damaged): the note and the
+    fold's table row say it as repr writes it, marked (looks damaged), each on one line; sound counts as they are.
+    Before: the value verbatim, the newline forging a list item ``- injected`` and cutting the table row in two."""
+    run = tmp_path / "run"
+    for k in range(1, 7):
+        write_fold(run, k, perfect())
+    path = run / "area_2" / "metrics.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "complete": False, "trained_epochs": 3,
+                                "epochs": "30\n- injected"}))
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    lines = (tmp_path / "out" / "report.md").read_text().splitlines()
+    assert not any(line.startswith("- injected") for line in lines)
+    reason = "unfinished: trained 3 of '30\\n- injected' (looks damaged) epochs"
+    assert f"- run: folds missing: Area_2 ({reason}); pooled over 5 of 6 folds: Area_1, Area_3, Area_4, Area_5, " \
+           "Area_6." in lines
+    assert any(line.startswith(f"| Area_2 | missing ({reason}) |") for line in lines)

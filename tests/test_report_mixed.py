@@ -242,3 +242,21 @@ def test_folds_trained_before_and_after_a_prepare_that_added_normals_pool(tmp_pa
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "data.points.Area_2 (Area_1: 'points:sha256:nonormal2'; Area_2: 'points:sha256:normal2')" in line, line
     assert "data.points.Area_1" not in line, line
+
+
+def test_a_damaged_setting_in_the_refusal_is_bounded_and_marked(tmp_path, capsys):
+    """A fold whose metrics.json's ``model.pe`` was edited into a newline and 100,000 characters: the refusal says
+    it as repr writes it, cut and marked (looks damaged), as the notes of ``--allow-mixed`` do; a sound value as
+    repr writes it. Before: the refusal was one line of over 100,000 characters."""
+    run = tmp_path / "run"
+    for k in range(1, 7):
+        _fold(run, k, "model.pe=rpe", config_in_metrics=True)
+    path = run / "area_2" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    metrics["config"]["model"]["pe"] = "rpe\n" + "x" * 100_000
+    path.write_text(json.dumps(metrics))
+    assert cli(["report", str(run), "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    said = "'rpe\\n" + "x" * 55 + "..." + " (looks damaged)"
+    assert f"model.pe (Area_1, Area_3..Area_6: 'rpe'; Area_2: {said}); one pooled number" in line
+    assert len(line) < 1000

@@ -43,6 +43,7 @@ from pointgeope.engine.fold_result import train_fold_command
 from pointgeope.engine.foreign_checkpoint import POINTCEPT_ADVICE, is_pointcept_checkpoint, pickled_pointcept_checkpoint
 from pointgeope.engine.record_keys import as_recorded, predating_note
 from pointgeope.errors import UserError
+from pointgeope.recorded_text import setting_repr, setting_text
 from pointgeope.zip_crc import changed_part
 
 FORMAT = "pointgeope-checkpoint"
@@ -354,7 +355,7 @@ def untested_eval(run: str | Path, tested: dict | None, current: dict) -> str:
         start = eval_values(config_to_dict(fold_config(run, log=lambda line: None)))
     except UserError:
         start = {}
-    shown = ", ".join(f"{key}={value_text(now[key])} (it used {value_text(was.get(key))})" for key in differ)
+    shown = ", ".join(f"{key}={value_text(now[key])} (it used {setting_text(was.get(key))})" for key in differ)
     command = shlex.join(["pointgeope", "evaluate", str(run),
                           *(f"{key}={value_text(now[key])}" for key in now
                             if key in differ or start.get(key) != now[key])])
@@ -364,7 +365,7 @@ def untested_eval(run: str | Path, tested: dict | None, current: dict) -> str:
 
 def describe_differences(diff: list[tuple[str, object, object]], label: str) -> str:
     """``"key: <label> a, now b; ..."`` of the first 8 of :func:`config_differences`, for messages."""
-    return "; ".join(f"{k}: {label} {a!r}, now {b!r}" for k, a, b in diff[:8])
+    return "; ".join(f"{k}: {label} {setting_repr(a)}, now {b!r}" for k, a, b in diff[:8])  # (a: as recorded)
 
 
 def backbone_of(config: dict) -> str:

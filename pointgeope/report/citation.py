@@ -27,9 +27,9 @@ import hashlib
 import json
 
 from pointgeope.plural import counted
-from pointgeope.recorded_text import recorded_text
+from pointgeope.recorded_text import recorded_text, setting_text
 from pointgeope.report.machine import machine_text
-from pointgeope.report.settings import IGNORED, SEED, setting_text, value_groups
+from pointgeope.report.settings import IGNORED, SEED, value_groups
 
 # the keys that say what a number is, in the order said (those a fold lacks are left out)
 SHOWN = ("model.backbone", "model.pe", "train.epochs", SEED, "eval.protocol", "eval.checkpoint", "eval.vote",

@@ -39,6 +39,7 @@ from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, live_writer
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
 from pointgeope.plural import counted
+from pointgeope.recorded_text import recorded_text
 from pointgeope.report.citation import code_of
 from pointgeope.report.machine import fold_machine
 from pointgeope.report.points import current_points, recover_points
@@ -236,8 +237,9 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
         raise ReportError(f"{path}: expected 'complete' true or false, got {got}; evaluate the fold again "
                           "(pointgeope evaluate RUN/area_K)")
     if data.get("complete") is not True:  # an evaluation of an interrupted training: flagged, never pooled
-        trained, epochs = data.get("trained_epochs"), data.get("epochs")
-        return None, f"unfinished: trained {trained} of {epochs} epochs" if epochs else "incomplete"
+        trained, epochs = data.get("trained_epochs"), data.get("epochs")   # one line of report.md each: said bounded
+        return None, (f"unfinished: trained {recorded_text(trained, int)} of {recorded_text(epochs, int)} epochs"
+                      if epochs else "incomplete")
     if problem := pair_problem(path.parent, data):  # a test stopped between its predictions and this file
         return None, problem.report_reason()
     names = _class_names(data.get("class_names"), path)

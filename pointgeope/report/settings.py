@@ -31,12 +31,10 @@ from pathlib import Path
 
 import yaml
 
-from pointgeope.engine.config_yaml import flatten, value_text  # (no torch: the report imports none)
+from pointgeope.engine.config_yaml import flatten  # (no torch: the report imports none)
 from pointgeope.engine.record_keys import as_recorded
 from pointgeope.plural import counted
-from pointgeope.recorded_text import damaged_text
-
-SETTING_LIMIT = 500   # characters of a setting said as it is (a long data.root): more is damage
+from pointgeope.recorded_text import setting_repr
 
 IGNORED = frozenset({
     "data.num_workers", "data.cache", "data.hierarchy",                 # how fast the data came
@@ -162,18 +160,10 @@ def value_groups(values: dict[str, object]) -> list[tuple[str, object]]:
 
 def mixed_text(mixed: dict[str, dict[str, object]], limit: int = 6) -> str:
     """``model.pe (Area_1, Area_3..Area_6: 'geope'; Area_2: 'rpe'), data.root (...)``: at most ``limit``
-    keys, then how many more."""
-    parts = [f"{key} (" + "; ".join(f"{areas}: {value!r}" for areas, value in value_groups(values)) + ")"
+    keys, then how many more; each value as ``repr`` writes it, a damaged one bounded and marked
+    (:func:`pointgeope.recorded_text.setting_repr`)."""
+    parts = [f"{key} (" + "; ".join(f"{areas}: {setting_repr(value)}" for areas, value in value_groups(values)) + ")"
              for key, values in list(mixed.items())[:limit]]
     more = len(mixed) - limit
     return ", ".join(parts) + (f" and {counted(more, 'more key', 'more keys')}" if more > 0 else "")
 
-
-def setting_text(value: object) -> str:
-    """A setting's value as the report prints it: as an override writes it (``value_text``: a string as it is,
-    anything else as JSON) where that is one printable line of at most :data:`SETTING_LIMIT` characters; else
-    (a newline in a hand-edited ``metrics.json``'s config, a megabyte) as
-    :func:`pointgeope.recorded_text.damaged_text` says it: one bounded line, marked ``(looks damaged)``, so that it
-    cannot split ``report.md``'s notes."""
-    text = value_text(value)
-    return text if text.isprintable() and len(text) <= SETTING_LIMIT else damaged_text(value)

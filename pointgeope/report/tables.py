@@ -17,10 +17,11 @@ from pointgeope.constants import AREAS, CLASS_NAMES
 from pointgeope.decimals import decimal_difference
 from pointgeope.metrics import CLASS_MEAN_TEXT
 from pointgeope.plural import counted
+from pointgeope.recorded_text import setting_text
 from pointgeope.report.citation import citation_json, citation_lines
 from pointgeope.report.machine import machine_json, machine_note, runs_machine_note
 from pointgeope.report.runs import RunSummary
-from pointgeope.report.settings import SEED, run_differences, setting_text, value_groups
+from pointgeope.report.settings import SEED, run_differences, value_groups
 
 JSON_VERSION = 1
 MEANS = ("oa", "macc", "miou")

@@ -48,8 +48,8 @@ def _opens(display: str, timeout: float) -> str | None:
     xlib.XCloseDisplay.argtypes = [ctypes.c_void_p]
     found: list[str] = []
 
-    def probe() -> None:
-        handle = xlib.XOpenDisplay(display.encode())
+    def probe() -> None:   # the environment's bytes (fsencode: a DISPLAY not UTF-8 reads back with surrogates)
+        handle = xlib.XOpenDisplay(os.fsencode(display))
         if handle:
             xlib.XCloseDisplay(handle)
         found.append(OPENED if handle else REFUSED)
@@ -57,7 +57,8 @@ def _opens(display: str, timeout: float) -> str | None:
     thread = threading.Thread(target=probe, name="x-display-probe", daemon=True)
     thread.start()
     thread.join(timeout)  # ctypes lets go of the GIL: Ctrl-C still ends the wait
-    return found[0] if found else SILENT
+    waiting = thread.is_alive()   # (asked before found is read: a probe that ends meanwhile has filled it)
+    return found[0] if found else SILENT if waiting else REFUSED   # ended without a word: it failed at once
 
 
 def window_problem(environ=None, timeout: float = PROBE_TIMEOUT_S) -> str | None:

@@ -362,3 +362,21 @@ def test_a_changed_bit_in_a_parts_directory_entry_is_an_error_naming_the_part(tm
     assert str(err.value) == (f"{path}: not a readable checkpoint (its part {part.filename} does not match the "
                               "CRC-32 saved with it: its bytes changed after it was written); if it is a fold's "
                               "last.pt, delete it to start the fold again")
+
+
+def test_a_damaged_setting_of_a_saved_config_is_said_on_one_bounded_line(tmp_path):
+    """A fold's metrics.json or config edited into a newline and a thousand characters: the note of a complete
+    fold's untested eval values (train's log, ablate's report.md) and the differences of a stale trial or a refused
+    resume say it as one bounded line, marked. Before: the newline verbatim in the note (a second list item of
+    the ablation's report.md) and the thousand characters in the differences."""
+    from pointgeope.engine.checkpoint import describe_differences, untested_eval
+    from pointgeope.engine.config import Config, config_to_dict
+
+    note = untested_eval(tmp_path / "area_1", {"eval": {"max_fragments": "2\n- injected"}}, config_to_dict(Config()))
+    assert note.startswith("its test did not use this command's eval.max_fragments=null (it used '2\\n- injected' "
+                           "(looks damaged)), which train does not apply to a complete fold: pointgeope evaluate ")
+    assert "\n" not in note
+    said = describe_differences([("model.pe", "rpe\n" + "x" * 1000, "geope"), ("model.planes", [1, 2], [3])],
+                                "it used")
+    assert said == ("model.pe: it used 'rpe\\n" + "x" * 55 + "... (looks damaged), now 'geope'; model.planes: it "
+                    "used [1, 2], now [3]")

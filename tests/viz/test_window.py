@@ -118,6 +118,23 @@ def test_a_display_that_does_not_answer_is_said_to_be_silent_not_absent():
             "again once it answers")
 
 
+@linux
+def test_a_display_whose_bytes_are_not_utf8_is_refused_at_once_without_a_traceback(monkeypatch):
+    """``DISPLAY=$'\\xff:0'`` reads back in Python with a surrogate; the probe's ``encode()`` raised in its thread
+    (a traceback on stderr) and the display was said not to answer within the limit, 0.01 s after the start."""
+    import threading
+
+    _libx11()
+    failures = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
+    display = os.fsdecode(b"\xff" + _free_display().encode())
+    assert window_problem({"DISPLAY": display}, timeout=5) == (
+        f"the viewer window cannot open DISPLAY={display!r} (no X server answers there, or it refuses this user: a "
+        "stale DISPLAY after ssh without -X?); use --screenshot PNG to render without a window, or set DISPLAY "
+        "to a display you see")
+    assert failures == []
+
+
 def _bound(sock, port: int) -> bool:
     try:
         sock.bind(("127.0.0.1", port))
