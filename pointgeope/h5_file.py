@@ -9,7 +9,9 @@ Every HDF5 file pointgeope writes (prepared areas, work files, predictions: :mod
   same bytes;
 - with a write the disk refuses (a full disk, ``ulimit -f``) ending as a
   :class:`~pointgeope.atomic.DiskFullError` naming the file, never as a crash of the HDF5 library
-  (:class:`_KeepFirstError`).
+  (:class:`_KeepFirstError`);
+- with a stop (Ctrl-C, SIGTERM) that comes while HDF5 calls the file object back held until HDF5 has closed
+  the file, then raised (:mod:`pointgeope.stop_callbacks`): HDF5 does not pass an exception from there on.
 
 :func:`to_attr` and :func:`from_attr` turn attribute values into what h5py stores and back into plain Python
 values (str, int, float, list).

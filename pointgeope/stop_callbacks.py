@@ -1,15 +1,17 @@
-"""Stops (Ctrl-C, SIGTERM) that land in Python code which C code called back: they wait for the first code
-outside it.
+"""Stops (Ctrl-C, SIGTERM) that land in Python code which C code called back: held, for the owner of the
+block to raise once the C code has returned.
 
 h5py's file-object driver (:mod:`pointgeope.h5_file`) calls the Python file object's ``seek``, ``write``,
-``truncate``, ``flush`` and ``tell`` from inside HDF5's C code. An exception raised there does not travel back
-to the caller: HDF5 notes a failed request and goes on, and h5py calls Python again with the exception still
-set. Python runs a signal's handler at the next bytecode the main thread executes, and while HDF5 works that is
-inside such a callback, often its first instruction, before any ``try`` of the callback. A stop there, as
-HDF5 closed a work file, was ``AttributeError: '_io.FileIO' object has no attribute 'flush'`` or
-``RuntimeError: Can't decrement id ref count (driver truncate request failed)`` (a traceback, exit code 1);
-during a ``write`` it was dropped ("Exception ignored" in h5py's ``__dealloc__``): the command went on, the file
-was renamed into place with a room's array all zeros, and the process died of a segmentation fault at its end.
+``truncate``, ``flush`` and ``tell`` from inside HDF5's C code. An exception raised there does not travel back to
+the caller: HDF5 notes a failed request and goes on, and h5py calls Python again with the exception still set
+(h5py's iteration over attributes, by contrast, stops at the first failure and passes the stop on, as the cause of
+a ``SystemError`` that :func:`~pointgeope.errors.stop_behind` reads as the stop). Python runs a signal's handler
+at the next bytecode the main thread executes, and while HDF5 works that is inside such a callback, often its
+first instruction, before any ``try`` of the callback. A stop there, as HDF5 closed a work file, was
+``AttributeError: '_io.FileIO' object has no attribute 'flush'`` or ``RuntimeError: Can't decrement id ref count
+(driver truncate request failed)`` (a traceback, exit code 1); during a ``write`` it was dropped ("Exception
+ignored" in h5py's ``__dealloc__``): the command went on, the file was renamed into place with a room's array all
+zeros, and the process died of a segmentation fault at its end.
 
 Within :func:`stops_held_in`, a stop whose handler runs inside one of the given functions (their code objects,
 ``codes``: anywhere below one of them on the stack) is held: the exception that the previous handler raises
