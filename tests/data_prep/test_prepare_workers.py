@@ -265,3 +265,47 @@ def test_each_worker_runs_one_openmp_thread_unless_told_otherwise(monkeypatch, g
         monkeypatch.setenv("OMP_NUM_THREADS", given)
     with parallel_map(_omp_threads, [0, 1], 2) as results:
         assert list(results) == [expected, expected]
+
+
+STOP_IN_AN_HDF5_CALLBACK = """
+import signal, sys
+from pointgeope import h5_file
+from pointgeope.cli import main
+
+calls = []
+
+class StoppedFile:  # the file under HDF5's file object: the stop lands in the driver's callback
+    def __init__(self, f):
+        self.f = f
+
+    def __getattr__(self, name):
+        real = getattr(self.f, name)
+        if name != sys.argv[4]:
+            return real
+
+        def call(*args):
+            calls.append(name)
+            if len(calls) == int(sys.argv[5]):
+                signal.raise_signal(signal.Signals[sys.argv[3]])
+            return real(*args)
+
+        return call
+
+keep_first = h5_file._KeepFirstError.__init__
+h5_file._KeepFirstError.__init__ = lambda self, f: keep_first(self, StoppedFile(f))
+sys.exit(main(["prepare", sys.argv[1], sys.argv[2], "--jobs", "1"]))
+"""
+
+
+@pytest.mark.parametrize("name, nth", [("truncate", 3), ("flush", 3), ("write", 40)])
+@pytest.mark.parametrize("sig, code, word", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
+def test_a_stop_inside_an_hdf5_callback_ends_the_run(tmp_path, name, nth, sig, code, word):
+    """A stop that landed in h5py's file-object callbacks as a work file closed ended prepare with
+    "AttributeError: '_io.FileIO' object has no attribute 'flush'" and exit code 1 (once in CI, in the test
+    above); one during a write was dropped, the room kept with an array of zeros. Now it ends the run as any stop."""
+    raw = five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-c", STOP_IN_AN_HDF5_CALLBACK, str(raw), str(out), sig, name, str(nth)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert not (out / "Area_2.h5").exists()  # the last area: the run stopped before it
+    _stopped_then_resumed(proc, code, word, raw, out, tmp_path)
