@@ -95,8 +95,8 @@ def pad_hierarchy(h: PointHierarchy, sizes: Sequence[int]) -> PointHierarchy:
         samples=tuple(_extend(t, d, b) for t, d, b in zip(h.samples, extra, below, strict=True)),
         down=tuple(_extend(t, d, b) for t, d, b in zip(h.down, extra, below, strict=True)),
         neighbours=tuple(_extend(t, d, n) for t, d, n in zip(h.neighbours, extra, real, strict=True)),
-        up=tuple(_extend(t, d, n) for t, d, n in zip(h.up, extra, real[1:], strict=False)),
-        up_dist2=tuple(_extend(t, d, 1.0) for t, d in zip(h.up_dist2, extra, strict=False)))
+        up=tuple(_extend(t, d, n) for t, d, n in zip(h.up, extra[:-1], real[1:], strict=True)),
+        up_dist2=tuple(_extend(t, d, 1.0) for t, d in zip(h.up_dist2, extra[:-1], strict=True)))
 
 
 def row_prefixes(real: Sequence[int], sizes: Sequence[int], neighbours: Sequence[int]) -> dict[int, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -182,6 +183,18 @@ def test_padded_sizes_of_another_stage_count_are_refused_by_name(extra):
     sizes = padding.padded_sizes(720, 2, (1, 4, 4)[:2 + extra], (8, 16, 16)[:2 + extra])
     with pytest.raises(ValueError, match=r"^expected one padded size above each stage's rows \(720, 180\), got "):
         padding.pad_hierarchy(h, sizes)
+
+
+@pytest.mark.parametrize("name", ["up", "up_dist2"])
+def test_a_hierarchy_with_an_up_stage_too_many_is_refused_not_padded_short(name):
+    """``up`` and ``up_dist2`` hold the S - 1 stages below the last; one more is a hierarchy's bug, which the
+    padding must not hide by dropping it (it pairs stage s with ``extra[s]`` for s < S - 1 only)."""
+    h = HierarchySpec((1, 4), (8, 16))(_batch()[0], torch.tensor([300, 720]))
+    sizes = padding.padded_sizes(720, 2, (1, 4), (8, 16))
+    assert len(getattr(padding.pad_hierarchy(h, sizes), name)) == 1 == len(getattr(h, name))
+    bad = dataclasses.replace(h, **{name: getattr(h, name) * 2})
+    with pytest.raises(ValueError, match=r"^zip\(\) argument 2 is shorter than argument 1$"):
+        padding.pad_hierarchy(bad, sizes)
 
 
 class _ValueReads(TorchFunctionMode):
