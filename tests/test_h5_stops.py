@@ -185,11 +185,12 @@ def _stop_as_restore_runs(signum: int, where: str) -> Callable[[], None]:
             at(frame)
         return trace if frame.f_code is restore else None
 
+    tracing, profiling = sys.gettrace(), sys.getprofile()  # (a coverage tool's, put back after)
     if where == "call":
         sys.setprofile(profile)
     else:
         sys.settrace(trace)
-    return lambda: (sys.setprofile(None), sys.settrace(None), sent)[-1]
+    return lambda: (sys.setprofile(profiling), sys.settrace(tracing), sent)[-1]
 
 
 def _a_stop_in_a_write_callback_is_raised(path, stop: type[BaseException], signum: int, monkeypatch) -> None:
