@@ -57,7 +57,7 @@ def stops_held_in(codes: Collection[CodeType], hold: Callable[[BaseException], N
             previous[signum] = handler
 
     def held(signum, frame) -> None:
-        if not _below(frame, inside):
+        if not active or not _below(frame, inside):  # (after the block: the previous handler, whatever happens)
             previous[signum](signum, frame)
             return
         try:
@@ -65,24 +65,28 @@ def stops_held_in(codes: Collection[CodeType], hold: Callable[[BaseException], N
         except BaseException as stop:  # noqa: BLE001 (raised by hold's owner, not into the C code)
             hold(stop)
 
+    active = True
     try:
         for signum in previous:
             signal.signal(signum, held)
         yield
     finally:
+        active = False  # a stop from here on is not held: its block's owner would never raise it
         _restore(previous)
 
 
 def _restore(previous: dict[int, Callable]) -> None:
     """Put the ``previous`` handlers back. ``signal.signal`` first runs the handler of a signal still pending,
-    which may raise its stop before the handler is put back: put back again, then raise that stop."""
+    which may raise its stop (``KeyboardInterrupt``, or whatever a program's own handler raises: ``SystemExit``)
+    before the handler is put back: put back again, then raise that stop. A stop raised between these calls
+    may still leave a handler of the block in place; it is then the previous handler (``held``'s ``active``)."""
     stop: BaseException | None = None
     for signum, handler in previous.items():
         for _ in range(3):  # a pending stop runs once; a third try would mean a new stop at each try
             try:
                 signal.signal(signum, handler)
                 break
-            except KeyboardInterrupt as err:
+            except BaseException as err:  # noqa: BLE001 (raised below, once every handler is back)
                 stop = stop or err
     if stop is not None:
         raise stop

@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from pointgeope import h5_file, h5_predictions
+from pointgeope import h5_file, h5_predictions, stop_callbacks
 from pointgeope.errors import Terminated, stop_on_sigterm
 
 ROOMS = {f"room_{k}": (np.arange(20000) % 13).astype(np.uint8) for k in range(3)}
@@ -163,3 +163,84 @@ def test_the_handlers_come_back_after_the_write(tmp_path):
         assert {s: signal.getsignal(s) for s in before} == before
         with pytest.raises(Terminated):
             signal.raise_signal(signal.SIGTERM)
+
+
+def _stop_as_restore_runs(signum: int, where: str) -> Callable[[], None]:
+    """A tracer that sends ``signum`` once as the block puts the handlers back (stop_callbacks._restore):
+    ``"call"``, as it calls ``signal.signal`` (the signal pending there, whose handler signal.signal runs first);
+    ``"line"``, at its first line, before any handler is back. Returns the function that removes the tracer."""
+    restore, sent = stop_callbacks._restore.__code__, []
+
+    def at(frame) -> None:
+        if not sent:
+            sent.append(signum)
+            signal.raise_signal(signum)
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is signal.signal.__code__ and frame.f_back.f_code is restore:
+            at(frame)
+
+    def trace(frame, event, arg):
+        if frame.f_code is restore and event == "line":
+            at(frame)
+        return trace if frame.f_code is restore else None
+
+    tracing, profiling = sys.gettrace(), sys.getprofile()  # (a coverage tool's, put back after)
+    if where == "call":
+        sys.setprofile(profile)
+    else:
+        sys.settrace(trace)
+    return lambda: (sys.setprofile(profiling), sys.settrace(tracing), sent)[-1]
+
+
+def _a_stop_in_a_write_callback_is_raised(path, stop: type[BaseException], signum: int, monkeypatch) -> None:
+    """A later write, ``signum`` sent in its 5th write callback, raises ``stop`` and leaves no file."""
+    _under(monkeypatch, lambda f: _SignalIn(f, "write", 5, signum))
+    with pytest.raises(stop):
+        h5_predictions.write_predictions(path, "Area_1", ROOMS, {"epoch": 2})
+    monkeypatch.undo()
+    assert not path.exists()
+
+
+def test_a_programs_own_handler_that_raises_at_the_blocks_end_leaves_its_handlers_in_place(tmp_path, monkeypatch):
+    """A program's own SIGTERM handler that exits (``sys.exit``), run as the block put the handlers back (the
+    signal pending there): its SystemExit skipped the rest, the block's handler stayed, and a SIGTERM in a
+    later write was held by that stale handler for a block long gone: the file written, the stop lost."""
+    def leave(signum, frame):
+        raise SystemExit(143)
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, leave)
+    try:
+        untrace = _stop_as_restore_runs(signal.SIGTERM, "call")
+        try:
+            with pytest.raises(SystemExit):
+                h5_predictions.write_predictions(tmp_path / "Area_1.h5", "Area_1", ROOMS, {"epoch": 1})
+        finally:
+            assert untrace() == [signal.SIGTERM]
+        assert {s: signal.getsignal(s) for s in before} == {signal.SIGINT: before[signal.SIGINT],
+                                                            signal.SIGTERM: leave}
+        assert sorted(tmp_path.iterdir()) == []
+        _a_stop_in_a_write_callback_is_raised(tmp_path / "Area_2.h5", SystemExit, signal.SIGTERM, monkeypatch)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def test_a_ctrl_c_before_the_handlers_are_back_leaves_no_handler_that_holds_later_stops(tmp_path, monkeypatch):
+    """Library use (a notebook: Python's own Ctrl-C handler): a Ctrl-C at the first line of putting the handlers
+    back leaves the block's handler in place (nothing in Python can prevent that); it stopped the write. The next
+    write's Ctrl-C, in a driver callback, went to that stale handler, which held it for the first block, long
+    gone: the file written whole and the Ctrl-C silently lost. The stale handler is the previous one now."""
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    try:
+        untrace = _stop_as_restore_runs(signal.SIGINT, "line")
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                h5_predictions.write_predictions(tmp_path / "Area_1.h5", "Area_1", ROOMS, {"epoch": 1})
+        finally:
+            assert untrace() == [signal.SIGINT]
+        assert sorted(tmp_path.iterdir()) == []
+        _a_stop_in_a_write_callback_is_raised(tmp_path / "Area_2.h5", KeyboardInterrupt, signal.SIGINT, monkeypatch)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
