@@ -156,10 +156,11 @@ def area_max_extent(f: h5py.File) -> float:
 
 def room_group(f: h5py.File, room: str, again: str = AGAIN) -> h5py.Group:
     """The group of ``room`` in an open file; a ``KeyError`` naming the file and its rooms if absent, a
-    :class:`SchemaError` naming it if it is an array (a damaged file), ending with ``again`` (what to do)."""
+    :class:`SchemaError` naming it if it is an array or a link that points nowhere (a damaged file,
+    :func:`_linked`), ending with ``again`` (what to do)."""
     if room not in f:
         raise KeyError(f"{f.filename}: no room {room!r}; rooms are {sorted(f)}")
-    group = f[room]
+    group = _linked(f, room, f"{f.filename}: expected {room!r} to be a room (a group)", again)
     if not isinstance(group, h5py.Group):
         raise SchemaError(f"{f.filename}: expected {room!r} to be a room (a group), found an array; {again}")
     return group
@@ -167,13 +168,33 @@ def room_group(f: h5py.File, room: str, again: str = AGAIN) -> h5py.Group:
 
 def check_members(group: h5py.Group, keys: Iterable[str], again: str = AGAIN) -> None:
     """Refuse the first of ``keys`` that the room ``group`` holds as something other than an array (a group in
-    its place: a damaged file), naming the file, the room and the member, ending with ``again``; a key the
-    room lacks is left to the caller. The one check of it: :func:`read_fields`, the points checksum
-    (``pointgeope.checksum``) and the area check (``pointgeope.data.check``)."""
+    its place, a link that points nowhere: a damaged file), naming the file, the room and the member, ending
+    with ``again``; a key the room lacks is left to the caller. The one check of it: :func:`read_fields`, the
+    points checksum (``pointgeope.checksum``) and the area check (``pointgeope.data.check``)."""
     for key in keys:
-        if key in group and not isinstance(member := group[key], h5py.Dataset):
-            raise SchemaError(f"{group.file.filename}: room {group.name.lstrip('/')!r}: expected {key!r} to be an "
-                              f"array, found a {type(member).__name__.lower()}; {again}")
+        if key not in group:
+            continue
+        expected = f"{group.file.filename}: room {group.name.lstrip('/')!r}: expected {key!r} to be an array"
+        if not isinstance(member := _linked(group, key, expected, again), h5py.Dataset):
+            raise SchemaError(f"{expected}, found a {type(member).__name__.lower()}; {again}")
+
+
+def _linked(parent: h5py.Group, key: str, expected: str, again: str) -> h5py.Group | h5py.Dataset:
+    """``parent[key]``, which ``parent`` holds; where it cannot be opened, a :class:`SchemaError` of
+    ``expected`` (the file, and what was expected there) and what was found: a soft link to a path the file
+    lacks, or an external link to a file or path that is not there (prepare writes neither; h5py's
+    ``KeyError`` said neither the file nor the room), else h5py's reason (a damaged object header)."""
+    try:
+        return parent[key]
+    except KeyError as err:
+        link = parent.get(key, getlink=True)
+        if isinstance(link, h5py.SoftLink):
+            found = f"a link to {link.path!r:.80}, which the file does not hold"
+        elif isinstance(link, h5py.ExternalLink):
+            found = f"a link to {link.path!r:.80} in file {link.filename!r:.80}, which cannot be opened"
+        else:
+            found = f"an object that cannot be opened ({err.args[0] if err.args else err})"
+        raise SchemaError(f"{expected}, found {found}; {again}") from None
 
 
 def read_fields(group: h5py.Group, fields: Iterable[str] = ROOM_FIELDS) -> dict[str, np.ndarray]:
@@ -196,7 +217,10 @@ def read_fields(group: h5py.Group, fields: Iterable[str] = ROOM_FIELDS) -> dict[
 def list_rooms(path: str | Path) -> dict[str, int]:
     """Room name -> number of points, in file order."""
     with open_area(path) as f:
-        return {name: int(f[name]["label"].shape[0]) for name in f}
+        groups = {name: room_group(f, name) for name in f}
+        for group in groups.values():
+            check_members(group, ["label"])
+        return {name: int(group["label"].shape[0]) for name, group in groups.items()}
 
 
 def read_room(path: str | Path, room: str, fields: tuple[str, ...] = ROOM_FIELDS) -> dict[str, np.ndarray]:
