@@ -151,6 +151,18 @@ def test_the_extent_allows_the_float32_rounding_of_a_room_measured_within_the_li
     assert float32_rounding(np.array([[10.0, 0.0, 0.0]], np.float32)) < 4e-6  # 2 float32 steps at 10 m
 
 
+
+def test_an_extent_just_past_the_allowance_reads_larger_than_the_limit(tmp_path):
+    """A room of float32 extent 10.00001 m (10.0000095367431640625) in a file prepared with 10 m: past the
+    limit and its float32 allowance (2 float32 steps, 1.9e-6 m at 10 m), so refused; the refusal said "spans 10
+    m, more than the 10 m" (``:g``'s 6 digits), two numbers that read the same. 7 digits tell them apart."""
+    room = _room(5)
+    room["coord"][:, 0] = [0.0, 1.0, 2.0, 3.0, 10.00001]
+    path = _area(tmp_path / "Area_1.h5", {"r": room}, max_extent=10.0)
+    with pytest.raises(SchemaError, match=r"room 'r': spans 10\.00001 m, more than the 10 m it was prepared with"):
+        check_area(path)
+
+
 @pytest.mark.parametrize("member", ["coord", "normal", "extra", None])
 def test_a_member_that_is_not_an_array_is_one_line_from_every_reader(tmp_path, member):
     """A group where prepare writes an array (``member``; ``None``: an array where a room should be) gets the
