@@ -157,10 +157,10 @@ def area_max_extent(f: h5py.File) -> float:
 def room_group(f: h5py.File, room: str, again: str = AGAIN) -> h5py.Group:
     """The group of ``room`` in an open file; a ``KeyError`` naming the file and its rooms if absent, a
     :class:`SchemaError` naming it if it is an array or a link that points nowhere (a damaged file,
-    :func:`_linked`), ending with ``again`` (what to do)."""
+    :func:`opened_member`), ending with ``again`` (what to do)."""
     if room not in f:
         raise KeyError(f"{f.filename}: no room {room!r}; rooms are {sorted(f)}")
-    group = _linked(f, room, f"{f.filename}: expected {room!r} to be a room (a group)", again)
+    group = opened_member(f, room, f"{f.filename}: expected {room!r} to be a room (a group)", again)
     if not isinstance(group, h5py.Group):
         raise SchemaError(f"{f.filename}: expected {room!r} to be a room (a group), found an array; {again}")
     return group
@@ -175,15 +175,17 @@ def check_members(group: h5py.Group, keys: Iterable[str], again: str = AGAIN) ->
         if key not in group:
             continue
         expected = f"{group.file.filename}: room {group.name.lstrip('/')!r}: expected {key!r} to be an array"
-        if not isinstance(member := _linked(group, key, expected, again), h5py.Dataset):
+        if not isinstance(member := opened_member(group, key, expected, again), h5py.Dataset):
             raise SchemaError(f"{expected}, found a {type(member).__name__.lower()}; {again}")
 
 
-def _linked(parent: h5py.Group, key: str, expected: str, again: str) -> h5py.Group | h5py.Dataset:
+def opened_member(parent: h5py.Group, key: str, expected: str, again: str) -> h5py.Group | h5py.Dataset:
     """``parent[key]``, which ``parent`` holds; where it cannot be opened, a :class:`SchemaError` of
-    ``expected`` (the file, and what was expected there) and what was found: a soft link to a path the file
-    lacks, or an external link to a file or path that is not there (prepare writes neither; h5py's
-    ``KeyError`` said neither the file nor the room), else h5py's reason (a damaged object header)."""
+    ``expected`` (the file, and what was expected there), what was found and ``again``: a soft link to a path
+    the file lacks, or an external link to a file or path that is not there (pointgeope writes neither; h5py's
+    ``KeyError`` said neither the file nor the room), else h5py's reason (a damaged object header). The one
+    opener of a room and its members that may not be there: of area files here, of predictions files in
+    :mod:`pointgeope.h5_predictions`."""
     try:
         return parent[key]
     except KeyError as err:
