@@ -251,11 +251,16 @@ def read_room_record(path: str | Path, room: str, skip: tuple[str, ...] = ()) ->
 
 
 def read_rooms_attrs(path: str | Path) -> dict[str, dict] | None:
-    """Room -> attributes of a prepared (or work) file; ``None`` if it is missing, unreadable or of
-    another schema version (prepare then rebuilds it)."""
+    """Room -> attributes of a prepared (or work) file; ``None`` if it is missing, unreadable, of another schema
+    version, or holds a room or member that is not what prepare writes (:func:`room_group`,
+    :func:`check_members`: a group, a link that points nowhere): prepare then rebuilds it (its rooms, or the
+    work file's room, are parsed again; a damaged work file refused them at every rerun)."""
     try:
         with open_area(path) as f:
-            return {room: room_attrs(f[room]) for room in f}
+            groups = {room: room_group(f, room) for room in f}
+            for group in groups.values():
+                check_members(group, list(group))
+            return {room: room_attrs(group) for room, group in groups.items()}
     except (SchemaError, OSError, KeyError, ValueError):
         return None
 
