@@ -56,7 +56,7 @@ ablation: setup
 		--presets rpe,geope,lingeope,rope3d,rope-mixed,pointrope,none --seeds 0,1,2 --jobs 2 --run-dir $(DEMO_DIR)/runs/ablation
 
 test: setup
-	@if command -v xvfb-run >/dev/null; then xvfb-run -a -s "-screen 0 1280x1024x24" $(PY) -m pytest $(PYTEST_ARGS); \
+	@if command -v xvfb-run >/dev/null; then xvfb-run -a -s "-screen 0 1280x1024x24 -noreset" $(PY) -m pytest $(PYTEST_ARGS); \
 	else echo "xvfb-run not found: display tests will be skipped"; $(PY) -m pytest $(PYTEST_ARGS); fi
 
 lint: $(STAMP)

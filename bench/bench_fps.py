@@ -32,6 +32,7 @@ from pathlib import Path
 
 import interleave
 from bench_io import provenance, save_json
+from pointgeope.plural import counted
 
 ROOT = Path(__file__).resolve().parents[1]
 N, M = 80_000, 20_000
@@ -119,7 +120,7 @@ def main() -> None:
         out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
         runs.append(json.loads(out.strip().splitlines()[-1]))
         for cloud, table in runs[-1]["clouds"].items():
-            print(f"{threads} thread(s), {cloud}: " + ", ".join(
+            print(f"{counted(threads, 'thread')}, {cloud}: " + ", ".join(
                 f"{name} {row['min_s']:.4f} s ({row['ratio_of_mins']:.2f}x, paired {row['paired_median']:.2f}x)"
                 for name, row in table.items()), flush=True)
     result = {"points": N, "samples": M, "rounds": args.rounds, "provenance": run, "load_average": os.getloadavg(),

@@ -138,7 +138,7 @@ def main() -> None:
               "time": "seconds of one forward + backward, the six methods interleaved (rotated) over reps rounds "
                       "in one process per size and thread count; ratios to rpe per round (paired): median, range"}
     print(f"{'(N, k, C)':>18} {'method':>13} {'peak MB':>8} {'x rpe':>6}  time ms, x rpe paired median [range] "
-          f"at {', '.join(map(str, args.threads))} thread(s)")
+          f"at {', '.join(map(str, args.threads))} {'thread' if args.threads == [1] else 'threads'}")
     for size in sizes:
         peaks = {method: in_process(_memory, method, *size, args.device) for method in METHODS}
         times = {t: in_process(_timing, *size, args.device, t, args.reps) for t in args.threads}

@@ -32,6 +32,7 @@ from pointgeope.data.ptv3_dataset import ptv3_data
 from pointgeope.data.ptv3_transforms import ptv3_train_transform
 from pointgeope.data.transforms import ToData, s3dis_train_transform, shift_to_origin, take_points
 from pointgeope.data.voxelize import random_crop, voxel_sample
+from pointgeope.plural import counted
 
 
 def ptv1_sample(coord, color, label, index: int):
@@ -86,7 +87,7 @@ def main() -> int:
     save_json(args.out, out)
     print(f"ptv1 {med['ptv1']:.3f} s, ptv3 {med['ptv3']:.3f} s per sample ({out['ptv3_over_ptv1']}x), "
           f"ptv3 [rgb | normal] {med['ptv3_normal']:.3f} s ({out['ptv3_normal_over_ptv3']}x [rgb | xyz]), "
-          f"room {coord.shape[0]:,} points, samples {int(np.median(points['ptv1'])):,} / "
+          f"room {counted(coord.shape[0], 'point')}, samples {int(np.median(points['ptv1'])):,} / "
           f"{int(np.median(points['ptv3'])):,}")
     return 0
 

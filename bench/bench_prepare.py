@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bench_io import provenance, save_json
+from pointgeope.plural import counted
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("POINTGEOPE_SHARED", REPO.parent / "shared"))
@@ -211,7 +212,8 @@ def main() -> None:
 
     rooms = 1 + args.copies
     load_after = os.getloadavg()[0]
-    print(f"{rooms} rooms from {real}, {size / 1e6:.1f} MB of annotation text, {os.cpu_count()} cores, "
+    print(f"{counted(rooms, 'room')} from {real}, {size / 1e6:.1f} MB of annotation text, "
+          f"{counted(os.cpu_count() or 0, 'core')}, "
           f"load average {load_before:.2f} before, {load_after:.2f} after")
     print(f"{'method':<58}{'seconds':>9}{'MB/s':>8}{'speedup':>9}{'CPU s':>8}{'CPU ratio':>10}")
     for r in rows:

@@ -56,6 +56,7 @@ from bench_io import git_commit, save_json, tree_dirty
 from bench_ptv3_recipe import recipe_args, run_recipe
 from pointgeope.engine import build
 from pointgeope.engine.config import load_config
+from pointgeope.plural import counted
 
 ENCODINGS = ("none", "geope", "rope3d", "point3drope", "pointrope")
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_ptv3_step_cpu_1thread.json"
@@ -138,7 +139,7 @@ def main() -> None:
     for threads in args.threads:
         r = measure(encodings, threads, args.rounds, args.points)
         results.append(r)
-        print(f"{threads} thread(s), median (min) of {args.rounds}: " + ", ".join(
+        print(f"{counted(threads, 'thread')}, median (min) of {counted(args.rounds, 'round')}: " + ", ".join(
             f"{pe} {r['median_s'][pe] * 1e3:.0f} ms {r['ratio_to_none'][pe]:.3f}x ({r['ratio_to_none_min'][pe]:.3f}x)"
             for pe in encodings) + f"; rotary spread {r['rotary_spread']:.3f}x ({r['rotary_spread_min']:.3f}x)",
             flush=True)

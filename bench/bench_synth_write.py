@@ -31,6 +31,7 @@ import numpy as np
 import interleave
 from bench_io import out_path, provenance, save_json
 from data_prep.synth.write import format_lines
+from pointgeope.plural import counted
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_synth_write.json"
 FMT = "%.3f %.3f %.3f %d %d %d"
@@ -113,7 +114,7 @@ def main() -> None:
                           "cpu_speedup_vs_savetxt": speedup(times["cpu"], name),
                           "mpoints_per_s": args.points / wall / 1e6}
             sp, csp = rows[name]["speedup_vs_savetxt"], rows[name]["cpu_speedup_vs_savetxt"]
-            print(f"{threads} thread(s) {name:<11} {wall:7.3f} s (cpu {cpu:.3f} s) "
+            print(f"{counted(threads, 'thread')} {name:<11} {wall:7.3f} s (cpu {cpu:.3f} s) "
                   f"{rows[name]['mpoints_per_s']:6.2f} Mpoints/s  x{sp['paired_median']:.1f} "
                   f"[{sp['paired_range'][0]:.1f}-{sp['paired_range'][1]:.1f}] vs savetxt "
                   f"(cpu x{csp['paired_median']:.1f})", flush=True)

@@ -43,7 +43,7 @@ def fold_seconds(log: Path) -> float | None:
 
 
 def commit_text(run_dir: Path, folds: list[dict], checkout: str) -> str:
-    """The commit(s) the folds were tested at (``pointgeope_commit`` of each ``area_K/metrics.json``, shortened),
+    """The commit the folds were tested at (``pointgeope_commit`` of each ``area_K/metrics.json``, shortened),
     every one where the folds differ, ``with uncommitted changes`` where a fold's code differed from its commit
     (``pointgeope_modified``); ``checkout`` (this clone's, where the block is written) where none records
     one: a run folder's folds can be older than the checkout (trained folds are skipped by a rerun)."""

@@ -14,6 +14,8 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+from pointgeope.plural import counted
+
 
 def _nothing() -> None:
     return None
@@ -53,7 +55,7 @@ def paired(times: Mapping[str, Sequence[float]], base: str, digits: int = 4) -> 
     out = {}
     for name, t in times.items():
         if len(t) != len(ref) or not t:
-            raise ValueError(f"expected {len(ref)} rounds of {name!r} to pair with {base!r}, got {len(t)}")
+            raise ValueError(f"expected {counted(len(ref), 'round')} of {name!r} to pair with {base!r}, got {len(t)}")
         ratios = [a / b for a, b in zip(t, ref, strict=True)]
         out[name] = {"min_s": min(t), "median_s": statistics.median(t),
                      "ratio_of_mins": round(min(t) / min(ref), digits),

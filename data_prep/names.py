@@ -15,12 +15,14 @@ from shlex import quote
 from pointgeope.errors import UserError
 
 AREA = re.compile(r"Area_(\d+)")
-LIKE_AREA = re.compile(r"area[ _-]?(\d+)", re.IGNORECASE)  # area_1, AREA_1, Area 1: named, not read
-# an area's zip inside RAW, not opened: Area_3.zip, in any case or spelling of LIKE_AREA (area_3.zip, AREA 3.ZIP),
-# or a second copy of it: a browser's second download (Area_3 (1).zip, Area_3(1).zip), a file manager's copy
-# (Area_3 - Copy.zip, Area_3 - Copy (2).zip, Area_3 copy.zip, Area_3 copy 2.zip, Area_3 2.zip)
-ZIPPED_AREA = re.compile(r"area[ _-]?(\d+)(?: ?\(\d+\)| - copy(?: \(\d+\))?| copy(?: \d+)?| \d+)?\.zip",
-                         re.IGNORECASE)
+# area_1, AREA_1, Area 1, Area_1_Aligned (S3DIS's aligned version named in its folder): named, not read
+LIKE_AREA = re.compile(r"area[ _-]?(\d+)(?:[ _-]aligned)?", re.IGNORECASE)
+# an area's zip inside RAW, not opened: Area_3.zip, in any case or spelling of LIKE_AREA (area_3.zip, AREA 3.ZIP,
+# Area_3_Aligned.zip), zipped twice (Area_3.zip.zip: a zip tool's name for a zip of Area_3.zip), or a second
+# copy of it: a browser's second download (Area_3 (1).zip, Area_3(1).zip), a file manager's copy (Area_3 -
+# Copy.zip, Area_3 - Copy (2).zip, Area_3 copy.zip, Area_3 copy 2.zip, Area_3 2.zip)
+ZIPPED_AREA = re.compile(r"area[ _-]?(\d+)(?:[ _-]aligned)?(?:\.zip)?"
+                         r"(?: ?\(\d+\)| - copy(?: \(\d+\))?| copy(?: \d+)?| \d+)?\.zip", re.IGNORECASE)
 OBJECT = re.compile(r"(.+)_(\d+)")
 # an object file's name: <class>_<k>, S3DIS's (clutter_3, stairs_1) or one's own class of words (side_table_1)
 OBJECT_NAME = re.compile(r"[A-Za-z]+(?:_[A-Za-z]+)*_\d+")

@@ -45,6 +45,7 @@ from data_prep.parse import is_plain, parse_many, parse_points
 from data_prep.source import Room, Source, object_class
 from pointgeope.constants import CLASS_INDEX, CLUTTER, NUM_CLASSES
 from pointgeope.data.color_record import NO_COLOR, has_no_color
+from pointgeope.limit_text import past_limit
 from pointgeope.outliers import FLOAT32_INF, beyond_float32, column_bounds, column_extent, far_from_median
 
 MAX_STORED_ISSUES = 1000  # messages kept in a room's attributes (the counts are always exact)
@@ -340,10 +341,13 @@ def _drop_outliers(source: Source, parts: list[_Part], limits: PointLimits, mess
         lines = _line_numbers(source, part, rows)
         first = first or f"{part.path}:{lines[0]}"
         action = "refused" if limits.outliers == "refuse" else "dropped"
-        messages.extend(_capped(part.path, [
-            f"{part.path}:{line}: {action}: point ({' '.join(f'{v:g}' for v in part.values[row, :3])}) is "
-            f"{np.abs(part.values[row, :3] - centre).max():g} m from the room's median, more than "
-            f"--max-extent {limits.max_extent:g} m" for row, line in zip(rows, lines, strict=True)]))
+        said = []
+        for row, line in zip(rows, lines, strict=True):
+            point = " ".join(f"{v:g}" for v in part.values[row, :3])
+            distance, limit = past_limit(np.abs(part.values[row, :3] - centre).max(), limits.max_extent)
+            said.append(f"{part.path}:{line}: {action}: point ({point}) is {distance} m from the room's median, "
+                        f"more than --max-extent {limit} m")
+        messages.extend(_capped(part.path, said))
         counts["dropped"] += len(rows)
         keep = np.ones(len(part.values), dtype=bool)
         keep[rows] = False
@@ -374,6 +378,7 @@ def _room_extent_problem(values: np.ndarray, limits: PointLimits, extent: np.nda
         return "no valid point (every file empty, binary or with every line dropped)"
     axis = int(np.argmax(extent))
     if extent[axis] > limits.max_extent:
-        return (f"spans {extent[axis]:g} m along {'xyz'[axis]}, more than --max-extent {limits.max_extent:g} m; "
-                "check the coordinates or raise --max-extent")
+        spans, limit = past_limit(extent[axis], limits.max_extent)
+        return (f"spans {spans} m along {'xyz'[axis]}, more than --max-extent {limit} m; check the coordinates or "
+                "raise --max-extent")
     return None

@@ -154,14 +154,14 @@ class Source:
                 elif len(rest) >= 3:  # a folder inside Annotations (a zip may list only its files)
                     folder = "/".join(parts[:at + 4])
                     folders[folder] = folders.get(folder, 0) + (not entry.is_dir)
-        check_zipped_areas(self.location, [e.path for e in entries if not e.is_dir and not is_junk(e.path)], areas,
-                           isinstance(self, ZipSource))
-        if misnamed:  # its rooms would vanish from the folds without a word
+        if misnamed:  # its rooms would vanish from the folds without a word; named before a zip of its area
             them = "it" if len(misnamed) == 1 else "them"
             raise SourceError(f"{self.location}: expected area folders named exactly Area_N (Area_1 ... Area_6), "
                               f"found rooms with Annotations in {', '.join(sorted(misnamed))}, which would be left "
                               f"out of the folds: rename {them} {', '.join(area_name(m) for m in sorted(misnamed))} "
                               f"(or remove {them} to prepare the other areas)")
+        check_zipped_areas(self.location, [e.path for e in entries if not e.is_dir and not is_junk(e.path)], areas,
+                           isinstance(self, ZipSource))
         if not areas:
             raise SourceError(self._no_area_message(entries))
         bare = [f"{areas[a]}/{r} ({_why_bare(f'{areas[a]}/{r}', (a, r) in has_annotations, spelt.get((a, r)))})"

@@ -156,10 +156,11 @@ def area_max_extent(f: h5py.File) -> float:
 
 def room_group(f: h5py.File, room: str, again: str = AGAIN) -> h5py.Group:
     """The group of ``room`` in an open file; a ``KeyError`` naming the file and its rooms if absent, a
-    :class:`SchemaError` naming it if it is an array (a damaged file), ending with ``again`` (what to do)."""
+    :class:`SchemaError` naming it if it is an array or a link that points nowhere (a damaged file,
+    :func:`opened_member`), ending with ``again`` (what to do)."""
     if room not in f:
         raise KeyError(f"{f.filename}: no room {room!r}; rooms are {sorted(f)}")
-    group = f[room]
+    group = opened_member(f, room, f"{f.filename}: expected {room!r} to be a room (a group)", again)
     if not isinstance(group, h5py.Group):
         raise SchemaError(f"{f.filename}: expected {room!r} to be a room (a group), found an array; {again}")
     return group
@@ -167,13 +168,35 @@ def room_group(f: h5py.File, room: str, again: str = AGAIN) -> h5py.Group:
 
 def check_members(group: h5py.Group, keys: Iterable[str], again: str = AGAIN) -> None:
     """Refuse the first of ``keys`` that the room ``group`` holds as something other than an array (a group in
-    its place: a damaged file), naming the file, the room and the member, ending with ``again``; a key the
-    room lacks is left to the caller. The one check of it: :func:`read_fields`, the points checksum
-    (``pointgeope.checksum``) and the area check (``pointgeope.data.check``)."""
+    its place, a link that points nowhere: a damaged file), naming the file, the room and the member, ending
+    with ``again``; a key the room lacks is left to the caller. The one check of it: :func:`read_fields`, the
+    points checksum (``pointgeope.checksum``) and the area check (``pointgeope.data.check``)."""
     for key in keys:
-        if key in group and not isinstance(member := group[key], h5py.Dataset):
-            raise SchemaError(f"{group.file.filename}: room {group.name.lstrip('/')!r}: expected {key!r} to be an "
-                              f"array, found a {type(member).__name__.lower()}; {again}")
+        if key not in group:
+            continue
+        expected = f"{group.file.filename}: room {group.name.lstrip('/')!r}: expected {key!r} to be an array"
+        if not isinstance(member := opened_member(group, key, expected, again), h5py.Dataset):
+            raise SchemaError(f"{expected}, found a {type(member).__name__.lower()}; {again}")
+
+
+def opened_member(parent: h5py.Group, key: str, expected: str, again: str) -> h5py.Group | h5py.Dataset:
+    """``parent[key]``, which ``parent`` holds; where it cannot be opened, a :class:`SchemaError` of
+    ``expected`` (the file, and what was expected there), what was found and ``again``: a soft link to a path
+    the file lacks, or an external link to a file or path that is not there (pointgeope writes neither; h5py's
+    ``KeyError`` said neither the file nor the room), else h5py's reason (a damaged object header). The one
+    opener of a room and its members that may not be there: of area files here, of predictions files in
+    :mod:`pointgeope.h5_predictions`."""
+    try:
+        return parent[key]
+    except KeyError as err:
+        link = parent.get(key, getlink=True)
+        if isinstance(link, h5py.SoftLink):
+            found = f"a link to {link.path!r:.80}, which the file does not hold"
+        elif isinstance(link, h5py.ExternalLink):
+            found = f"a link to {link.path!r:.80} in file {link.filename!r:.80}, which cannot be opened"
+        else:
+            found = f"an object that cannot be opened ({err.args[0] if err.args else err})"
+        raise SchemaError(f"{expected}, found {found}; {again}") from None
 
 
 def read_fields(group: h5py.Group, fields: Iterable[str] = ROOM_FIELDS) -> dict[str, np.ndarray]:
@@ -196,7 +219,10 @@ def read_fields(group: h5py.Group, fields: Iterable[str] = ROOM_FIELDS) -> dict[
 def list_rooms(path: str | Path) -> dict[str, int]:
     """Room name -> number of points, in file order."""
     with open_area(path) as f:
-        return {name: int(f[name]["label"].shape[0]) for name in f}
+        groups = {name: room_group(f, name) for name in f}
+        for group in groups.values():
+            check_members(group, ["label"])
+        return {name: int(group["label"].shape[0]) for name, group in groups.items()}
 
 
 def read_room(path: str | Path, room: str, fields: tuple[str, ...] = ROOM_FIELDS) -> dict[str, np.ndarray]:
@@ -225,11 +251,16 @@ def read_room_record(path: str | Path, room: str, skip: tuple[str, ...] = ()) ->
 
 
 def read_rooms_attrs(path: str | Path) -> dict[str, dict] | None:
-    """Room -> attributes of a prepared (or work) file; ``None`` if it is missing, unreadable or of
-    another schema version (prepare then rebuilds it)."""
+    """Room -> attributes of a prepared (or work) file; ``None`` if it is missing, unreadable, of another schema
+    version, or holds a room or member that is not what prepare writes (:func:`room_group`,
+    :func:`check_members`: a group, a link that points nowhere): prepare then rebuilds it (its rooms, or the
+    work file's room, are parsed again; a damaged work file refused them at every rerun)."""
     try:
         with open_area(path) as f:
-            return {room: room_attrs(f[room]) for room in f}
+            groups = {room: room_group(f, room) for room in f}
+            for group in groups.values():
+                check_members(group, list(group))
+            return {room: room_attrs(group) for room, group in groups.items()}
     except (SchemaError, OSError, KeyError, ValueError):
         return None
 

@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 
 from pointgeope.constants import FOLD_NAME
-from pointgeope.h5 import OPTIONAL_ARRAYS, ROOM_FIELDS, SCAN_PREDICTIONS, SCHEMA_VERSION, SchemaError
+from pointgeope.h5 import OPTIONAL_ARRAYS, ROOM_FIELDS, SCAN_PREDICTIONS, SCHEMA_VERSION, SchemaError, opened_member
 from pointgeope.h5_file import create_file, from_attr, to_attr
 from pointgeope.paths import inside
 
@@ -60,15 +60,24 @@ def read_predictions(path: str | Path, room: str) -> np.ndarray:
     with _open_predictions(path) as f:
         if room not in f:
             raise SchemaError(f"{path}: no predictions for room {room!r}; rooms are {sorted(f)}")
-        if not isinstance(f[room], h5py.Group) or PRED not in f[room]:
+        group = _room(f, room)
+        if not isinstance(group, h5py.Group) or PRED not in group:
             raise SchemaError(f"{path}: room {room!r} holds no predictions (no 'pred' array); expected "
                               f"{_PREDICTIONS}")
-        pred = f[room][PRED]
+        pred = opened_member(group, PRED, f"{f.filename}: room {room!r}: expected 'pred' to be integer labels of "
+                             "shape (N,)", f"expected {_PREDICTIONS}")
         if not isinstance(pred, h5py.Dataset) or pred.ndim != 1 or pred.dtype.kind not in "iu":
             what = f"{pred.dtype} {pred.shape}" if isinstance(pred, h5py.Dataset) else "a group"
             raise SchemaError(f"{path}: room {room!r}: expected 'pred' to be integer labels of shape (N,), got "
                               f"{what}; expected {_PREDICTIONS}")
         return pred[()]
+
+
+def _room(f: h5py.File, room: str) -> h5py.Group | h5py.Dataset:
+    """``f[room]``, which ``f`` holds; a link there that points nowhere is a SchemaError naming the file and the
+    room (:func:`pointgeope.h5.opened_member`)."""
+    return opened_member(f, room, f"{f.filename}: expected room {room!r} to be a group of predictions",
+                         f"expected {_PREDICTIONS}")
 
 
 def predictions_attrs(path: str | Path, *keys: str) -> list:
@@ -87,7 +96,7 @@ def predictions_area(path: str | Path) -> tuple[str | None, str | None]:
 def predicted_rooms(path: str | Path) -> set[str]:
     """The rooms a predictions file holds predictions of."""
     with _open_predictions(path) as f:
-        return {room for room in f if isinstance(f[room], h5py.Group) and PRED in f[room]}
+        return {room for room in f if isinstance(group := _room(f, room), h5py.Group) and PRED in group}
 
 
 def predictions_test(path: str | Path) -> str | None:
@@ -103,7 +112,7 @@ def predictions_test(path: str | Path) -> str | None:
 def has_predictions(path: str | Path, room: str) -> bool:
     """Whether ``room`` of the file carries its own ``pred`` array (a scan-predictions file)."""
     with _open_predictions(path) as f:
-        return room in f and PRED in f[room]
+        return room in f and isinstance(group := _room(f, room), h5py.Group) and PRED in group
 
 
 def write_predictions(path: Path, area: str, rooms: dict[str, np.ndarray], attrs: dict) -> None:

@@ -1,6 +1,8 @@
 """Tests of pointgeope/checksum.py: the points checksum of an area file whose members are not what prepare writes."""
 from __future__ import annotations
 
+import re
+
 import h5py
 import pytest
 
@@ -64,3 +66,25 @@ def test_a_group_for_the_normal_of_a_room_of_another_estimate_is_estimated_again
     assert set(check_area_file(path)) == {"room_b"}
     with h5py.File(path) as f:
         assert isinstance(f["room_b/normal"], h5py.Dataset)
+
+
+@pytest.mark.parametrize("place", ["room", "member"])
+def test_a_link_that_points_nowhere_in_the_output_is_replaced_by_prepare(tmp_path, place):
+    """An existing ``Area_N.h5`` of the output folder whose room (or a room's ``label``) is a soft link to a path
+    the file lacks: the prepare that replaces it takes its points checksum first and ended in h5py's bare
+    "KeyError: Unable to synchronously open object (component not found)", a traceback; the checksum now
+    refuses it by name, and prepare writes the file whole, as for any damaged file."""
+    raw = five_rooms(tmp_path / "raw")
+    out = tmp_path / "out"
+    prepare(PrepareConfig(raw, out, progress=False))
+    path = out / "Area_2.h5"
+    with h5py.File(path, "a") as f:
+        del f["room_b" if place == "room" else "room_b/label"]
+        f["room_b" if place == "room" else "room_b/label"] = h5py.SoftLink("/gone")
+    expected = "expected 'room_b' to be a room (a group)" if place == "room" else \
+        "room 'room_b': expected 'label' to be an array"
+    with pytest.raises(SchemaError, match=rf"Area_2.h5: {re.escape(expected)}, found a link to '/gone', which the "
+                                          r"file does not hold; run `pointgeope prepare` again$"):
+        points_checksum(path)
+    prepare(PrepareConfig(raw, out, progress=False))
+    assert check_area_file(path) == {"room_b": 3}

@@ -42,6 +42,7 @@ from pointgeope.h5 import (
     open_area,
     room_group,
 )
+from pointgeope.limit_text import past_limit
 from pointgeope.plural import counted
 
 UNIT_TOLERANCE = 1e-2  # a stored normal's length within it of 1
@@ -114,8 +115,8 @@ def check_room(where: str, group, max_extent: float, num_classes: int, unlabelle
         _check_normals(where, group[NORMAL][()], again)
     extent = coord.max(axis=0) - coord.min(axis=0)
     if extent.max() > max_extent + float32_rounding(coord):
-        raise SchemaError(f"{where}: spans {extent.max():g} m, more than the {max_extent:g} m it was prepared "
-                          f"with; {again}")
+        spans, limit = past_limit(extent.max(), max_extent)
+        raise SchemaError(f"{where}: spans {spans} m, more than the {limit} m it was prepared with; {again}")
     label = group["label"][()]
     top = int(label[label != IGNORE_LABEL].max(initial=0) if unlabelled else label.max())
     if top >= num_classes:

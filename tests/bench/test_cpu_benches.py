@@ -42,14 +42,17 @@ def test_voxelize_quick_run_records_the_speedup_once(monkeypatch, tmp_path, caps
     assert f"{sp['paired_median']:>9.1f}x [{sp['paired_range'][0]:.1f}-" in capsys.readouterr().out
 
 
-def test_synth_write_times_one_thread_by_default_and_says_why(monkeypatch, tmp_path):
-    """The formatters are single-threaded: a default run has one thread setting, and the JSON says why."""
+def test_synth_write_times_one_thread_by_default_and_says_why(monkeypatch, tmp_path, capsys):
+    """The formatters are single-threaded: a default run has one thread setting, and the JSON says why; each
+    line says "1 thread" (it said "1 thread(s)")."""
     out = tmp_path / "synth.json"
     monkeypatch.setattr(sys, "argv", ["bench_synth_write.py", "--points", "2000", "--reps", "2", "--out", str(out)])
     bench_synth_write.main()
     got = json.loads(out.read_text())
     assert [run["threads"] for run in got["runs"]] == [1] and got["provenance"]["threads"] == [1]
     assert "single-threaded" in got["threads_note"]
+    lines = [line for line in capsys.readouterr().out.splitlines() if "savetxt" in line and "Mpoints/s" in line]
+    assert lines and all(line.startswith("1 thread ") for line in lines), lines
     speed = got["runs"][0]["results"]["vectorised"]["speedup_vs_savetxt"]
     assert speed["paired_range"][0] <= speed["paired_median"] <= speed["paired_range"][1]
 

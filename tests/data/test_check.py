@@ -151,6 +151,18 @@ def test_the_extent_allows_the_float32_rounding_of_a_room_measured_within_the_li
     assert float32_rounding(np.array([[10.0, 0.0, 0.0]], np.float32)) < 4e-6  # 2 float32 steps at 10 m
 
 
+
+def test_an_extent_just_past_the_allowance_reads_larger_than_the_limit(tmp_path):
+    """A room of float32 extent 10.00001 m (10.0000095367431640625) in a file prepared with 10 m: past the
+    limit and its float32 allowance (2 float32 steps, 1.9e-6 m at 10 m), so refused; the refusal said "spans 10
+    m, more than the 10 m" (``:g``'s 6 digits), two numbers that read the same. 7 digits tell them apart."""
+    room = _room(5)
+    room["coord"][:, 0] = [0.0, 1.0, 2.0, 3.0, 10.00001]
+    path = _area(tmp_path / "Area_1.h5", {"r": room}, max_extent=10.0)
+    with pytest.raises(SchemaError, match=r"room 'r': spans 10\.00001 m, more than the 10 m it was prepared with"):
+        check_area(path)
+
+
 @pytest.mark.parametrize("member", ["coord", "normal", "extra", None])
 def test_a_member_that_is_not_an_array_is_one_line_from_every_reader(tmp_path, member):
     """A group where prepare writes an array (``member``; ``None``: an array where a room should be) gets the
@@ -184,3 +196,37 @@ def test_a_member_that_is_not_an_array_is_one_line_from_every_reader(tmp_path, m
     with pytest.raises(SchemaError) as err:
         check_area(path, file_checksum(path))
     assert str(err.value).startswith(f"{line}; delete {path} and run `pointgeope prepare` again")
+
+
+@pytest.mark.parametrize("kind", ["soft", "external"])
+@pytest.mark.parametrize("member", ["label", "extra", None])
+def test_a_link_that_points_nowhere_is_one_line_from_every_reader(tmp_path, kind, member):
+    """A room (``member`` ``None``) or a member of it that is an HDF5 link to nothing: a soft link to a path
+    the file lacks, an external link to a missing file. The area check said "cannot be read (KeyError: Unable
+    to synchronously open object (component not found)); the file is truncated or corrupt", naming neither
+    the room nor the member, and the points checksum, a reader of the room and the list of rooms raised h5py's
+    bare KeyError (a traceback)."""
+    from pointgeope.checksum import points_checksum
+    from pointgeope.h5 import list_rooms, read_room
+
+    path = _area(tmp_path / "Area_1.h5", {"r": _room(5), "s": _room(6)})
+    link = h5py.SoftLink("/gone") if kind == "soft" else h5py.ExternalLink("missing.h5", "/gone")
+    with h5py.File(path, "r+") as f:
+        where = f if member is None else f["r"]
+        where.pop(member or "r", None)
+        where[member or "r"] = link
+    found = "a link to '/gone'" + (", which the file does not hold" if kind == "soft" else
+                                   " in file 'missing.h5', which cannot be opened")
+    expected = ("expected 'r' to be a room (a group)" if member is None else
+                f"room 'r': expected {member!r} to be an array")
+    line = f"{path}: {expected}, found {found}; run `pointgeope prepare` again"
+    readers = {"check": lambda: check_area(path), "read_room": lambda: read_room(path, "r"),
+               "points_checksum": lambda: points_checksum(path), "list_rooms": lambda: list_rooms(path)}
+    for name, read in readers.items():
+        if name in ("read_room", "list_rooms") and member == "extra":
+            assert read() is not None  # a reader that does not ask for the member reads the room
+            continue
+        with pytest.raises(SchemaError) as err:
+            read()
+        assert str(err.value) == line, name
+    assert read_room(path, "s")["label"].tolist() == (np.arange(6) % 13).tolist()  # the other room reads

@@ -191,6 +191,30 @@ def test_interrupted_run_resumes_to_the_same_files(tmp_path, monkeypatch):
     assert not (tmp_path / "out/.work").exists()
 
 
+
+@pytest.mark.parametrize("member", ["link", "group"])
+def test_a_damaged_work_file_is_parsed_again(tmp_path, monkeypatch, member):
+    """A work file of an interrupted run whose room's ``label`` is a link that points nowhere (or a group): the
+    resume took the room from it and ended in h5py's KeyError (a traceback), or in a line that said to run
+    prepare again, which took it again; the room is now parsed again and the files are those of a clean run."""
+    raw = five_rooms(tmp_path / "raw")
+    prepare(PrepareConfig(raw, tmp_path / "clean", progress=False))
+    _count_parsed(monkeypatch, fail_after=2)
+    with pytest.raises(Killed):
+        prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
+    work = next(p for p in sorted((tmp_path / "out/.work").rglob("*.h5")) if not p.name.startswith("."))
+    with h5py.File(work, "a") as f:
+        (room,) = list(f)
+        del f[f"{room}/label"]
+        if member == "link":
+            f[f"{room}/label"] = h5py.SoftLink("/gone")
+        else:
+            f[room].create_group("label")
+    parsed = _count_parsed(monkeypatch)
+    prepare(PrepareConfig(raw, tmp_path / "out", progress=False))
+    assert len(parsed) == 4  # 5 rooms, 1 taken from the work file left whole
+    assert output_bytes(tmp_path / "out") == output_bytes(tmp_path / "clean")
+
 def test_georeferenced_rooms_keep_their_origin_through_work_files_and_a_resume(tmp_path, monkeypatch):
     """The origin attribute (a room 16,384 m or more from 0 stored minus it) reaches the area file through the work
     file of a killed run, and predict reads the room back in the raw file's coordinates."""

@@ -296,9 +296,10 @@ def test_ones_own_classes_of_several_words_are_no_copy(tmp_path, name):
     assert len(open_source(tmp_path).rooms()[0].files) == 3
 
 
-@pytest.mark.parametrize("folder", ["area_1", "AREA_1", "Area 1", "area_01"])
+@pytest.mark.parametrize("folder", ["area_1", "AREA_1", "Area 1", "area_01", "Area_1_Aligned", "area_1_aligned"])
 def test_an_area_folder_not_spelt_area_n_is_refused_naming_it(tmp_path, capsys, folder):
-    """``area_1/`` holding rooms was skipped without a word: its area vanished from the folds."""
+    """``area_1/`` (or ``Area_1_Aligned/``) holding rooms was skipped without a word: its area vanished from the
+    folds."""
     write_tree(tmp_path / "raw", {f"{folder}/office_2/Annotations/wall_1.txt": b"1 2 3 4 5 6\n",
                                   "Area_2/office_1/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
     assert cli(["prepare", str(tmp_path / "raw"), str(tmp_path / "out")]) == 2

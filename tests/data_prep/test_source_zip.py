@@ -166,11 +166,13 @@ def test_a_symbolic_link_outside_the_areas_is_not_read(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["area_2.zip", "AREA_2.ZIP", "Area 2.zip", "Area_2 (1).zip", "Area_2(1).zip",
-                                  "Area_2 - Copy.zip", "Area_2 - Copy (2).zip", "Area_2 copy.zip", "Area_2 2.zip"])
+                                  "Area_2 - Copy.zip", "Area_2 - Copy (2).zip", "Area_2 copy.zip", "Area_2 2.zip",
+                                  "Area_2_Aligned.zip", "area_2_aligned.zip", "Area_2.zip.zip", "Area_2.zip (1).zip",
+                                  "Area_2_Aligned (1).zip"])
 def test_an_areas_zip_of_another_spelling_or_a_second_download_is_refused_naming_it(tmp_path, capsys, name):
-    """``area_2.zip`` or a browser's second download ``Area_2 (1).zip`` beside ``Area_1/`` was passed over
-    without a word (``Area_2.zip`` alone was refused), so Area_2 vanished from the folds; the unzip command
-    of the line is quoted for a shell."""
+    """``area_2.zip``, ``Area_2_Aligned.zip``, a zip zipped again ``Area_2.zip.zip`` or a browser's second
+    download ``Area_2 (1).zip`` beside ``Area_1/`` was passed over without a word (``Area_2.zip`` alone was
+    refused), so Area_2 vanished from the folds; the unzip command of the line is quoted for a shell."""
     inner = zip_tree(tmp_path / "inner.zip", {"Area_2/t/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"}).read_bytes()
     raw = write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", name: inner})
     assert cli(["prepare", str(raw), str(tmp_path / "out")]) == 2
@@ -182,18 +184,30 @@ def test_an_areas_zip_of_another_spelling_or_a_second_download_is_refused_naming
     assert not (tmp_path / "out" / "folds.json").exists()
 
 
-@pytest.mark.parametrize("name", ["area_2.zip", "Area_2 (1).zip"])
+@pytest.mark.parametrize("name", ["area_2.zip", "Area_2 (1).zip", "Area_2_Aligned.zip", "Area_2.zip.zip"])
 def test_an_areas_zip_of_another_spelling_beside_its_unpacked_folder_is_left_alone(tmp_path, name):
     write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", name: b"PK",
                                   "Area_2/t/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
     assert [(r.area, r.name) for r in open_source(tmp_path / "raw").rooms()] == [("Area_1", "r"), ("Area_2", "t")]
 
 
-@pytest.mark.parametrize("name", ["Area_2.zip.part", "Area_2_notes.zip", "area_2.txt", "Areas_2.zip"])
+@pytest.mark.parametrize("name", ["Area_2.zip.part", "Area_2_notes.zip", "area_2.txt", "Areas_2.zip",
+                                  "Area_2_Aligned_notes.zip", "Area_2.zip.zip.part"])
 def test_a_name_that_is_no_areas_zip_is_not_taken_for_one(tmp_path, name):
     write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", name: b"x"})
     assert [(r.area, r.name) for r in open_source(tmp_path / "raw").rooms()] == [("Area_1", "r")]
 
+
+def test_an_aligned_areas_zip_unpacked_into_its_own_name_says_to_rename_the_folder(tmp_path, capsys):
+    """``Area_2_Aligned.zip`` unpacked beside itself into ``Area_2_Aligned/``: the line names the folder to rename
+    (the zip then lies beside its area's folder, left alone), not the zip to unpack again."""
+    write_tree(tmp_path / "raw", {"Area_1/r/Annotations/wall_1.txt": b"1 2 3 4 5 6\n", "Area_2_Aligned.zip": b"PK",
+                                  "Area_2_Aligned/t/Annotations/wall_1.txt": b"1 2 3 4 5 6\n"})
+    with pytest.raises(SourceError, match=r"found rooms with Annotations in Area_2_Aligned, which would be left out "
+                                          r"of the folds: rename it Area_2 \(or remove it"):
+        open_source(tmp_path / "raw").rooms()
+    (tmp_path / "raw/Area_2_Aligned").rename(tmp_path / "raw/Area_2")
+    assert [(r.area, r.name) for r in open_source(tmp_path / "raw").rooms()] == [("Area_1", "r"), ("Area_2", "t")]
 
 def test_the_zip_to_give_as_raw_is_named_as_a_shell_reads_it(tmp_path, capsys):
     """RAW holding nothing but ``Area_2 (1).zip``: the line says to give that zip itself as RAW, a path with a space

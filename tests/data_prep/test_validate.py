@@ -76,6 +76,25 @@ def test_room_larger_than_the_limit_is_refused(tmp_path, capsys):
     check_areas(tmp_path / "wide", ["Area_1"])  # checked against the limit it was prepared with
 
 
+
+def test_a_room_or_point_just_past_the_limit_reads_past_it(tmp_path, capsys):
+    """A room spanning 1000.001 m (no single point 1000 m from its median) and a point 1000.0001 m from its
+    room's median, against --max-extent 1000: both refused, and both refusals said "1000 m, more than
+    --max-extent 1000 m" (``:g``'s 6 digits), two numbers that read the same."""
+    spread = b"0 0 0 1 1 1\n500 0 0 1 1 1\n1000.001 0 0 1 1 1\n"
+    far = b"0 0 0 1 1 1\n0 1 0 1 1 1\n0 2 0 1 1 1\n1000.0001 0 0 1 1 1\n"
+    raw = write_tree(tmp_path / "raw", {"Area_1/wide/Annotations/floor_1.txt": spread,
+                                        "Area_1/far/Annotations/floor_1.txt": far,
+                                        "Area_1/ok/Annotations/wall_1.txt": GOOD})
+    assert _prepare(raw, tmp_path / "out") == 0
+    err = capsys.readouterr().err
+    assert ("warning: Area_1/wide: refused, not written: spans 1000.001 m along x, more than --max-extent 1000 m"
+            in err)
+    assert ("Area_1/far/Annotations/floor_1.txt:4: dropped: point (1000 0 0) is 1000.0001 m from the room's median, "
+            "more than --max-extent 1000 m") in err
+    assert h5.list_rooms(tmp_path / "out/Area_1.h5") == {"far": 3, "ok": 3}
+
+
 @pytest.mark.parametrize("content, why", [(b"", "empty file"), (bytes(range(256)) * 40, "not a text file (binary)")])
 def test_room_with_no_valid_point_is_not_written(tmp_path, capsys, content, why):
     raw = write_tree(tmp_path / "raw", {"Area_1/bad/Annotations/wall_1.txt": content,

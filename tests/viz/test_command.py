@@ -192,6 +192,31 @@ def test_pred_without_predictions_and_an_unwritable_target_name_the_file(synthet
                                        f"{tmp_path / 'a_file'}); give a path in a folder you can write\n")
 
 
+@pytest.mark.parametrize("place", ["room", "pred"])
+def test_a_link_that_points_nowhere_in_a_predictions_file_is_one_line(synthetic_area, tmp_path, capsys, place):
+    """A fold's predictions file whose room (or its ``pred``) is a soft link to a path the file lacks: ``viz
+    --list --pred`` and ``viz --room`` ended in h5py's bare "KeyError: Unable to synchronously open object
+    (component not found)", a traceback."""
+    import shutil
+
+    import h5py
+
+    area, preds = synthetic_area
+    damaged = shutil.copy(preds, tmp_path / preds.name)
+    with h5py.File(damaged, "r+") as f:
+        name = "tiny_2" if place == "room" else "tiny_2/pred"
+        del f[name]
+        f[name] = h5py.SoftLink("/gone")
+    expected = ("expected room 'tiny_2' to be a group of predictions" if place == "room" else
+                "room 'tiny_2': expected 'pred' to be integer labels of shape (N,)")
+    line = (f"pointgeope viz: error: {damaged}: {expected}, found a link to '/gone', which the file does not hold; "
+            "expected RUN/area_N/predictions/Area_N.h5 or a file of pointgeope predict --format h5\n")
+    assert main(["viz", str(area), "--list", "--pred", str(damaged)]) == 2
+    assert capsys.readouterr().err == line
+    assert main(["viz", str(area), "--room", "tiny_2", "--pred", str(damaged), "--ply", str(tmp_path / "v.ply")]) == 2
+    assert capsys.readouterr().err == line
+
+
 def test_missing_fold_predictions_say_which_command_writes_them(synthetic_area, tmp_path, capsys):
     """Before: "found nothing at ..." with no fix; rerunning the training skips a complete fold, and
     `pointgeope evaluate RUN/area_N` is what writes its predictions."""

@@ -304,3 +304,29 @@ def test_triton_loads_after_a_render_in_the_same_process(display):
     assert done.returncode == 0 and done.stdout.endswith("triton loaded\n"), (done.returncode, done.stderr[-2000:])
     if "gl llvm: True" not in done.stdout:
         pytest.skip("this OpenGL driver loads no LLVM of its own: nothing to clash with here")
+
+
+def test_make_test_starts_its_x_server_without_resets_as_the_viewer_starts_its_own(monkeypatch):
+    """``make test`` runs the suite under ``xvfb-run -s ARGS``, and ``viz --screenshot`` starts its own ``Xvfb``
+    with ``-noreset`` (no keymap compiled again each time its last client leaves, which the next client waits
+    for): the Makefile's server was started without it, so the display tests ran on another kind of server
+    than the one the viewer starts."""
+    import re
+    import types
+    from pathlib import Path
+
+    from pointgeope.viz import render
+
+    started = []
+
+    def popen(cmd, pass_fds=(), **kwargs):
+        started.append(cmd)
+        os.write(pass_fds[0], b"7\n")  # the display number, as Xvfb writes it to -displayfd
+        return types.SimpleNamespace(poll=lambda: None)
+
+    monkeypatch.setattr(render, "_XVFB", {})
+    monkeypatch.setattr(render.subprocess, "Popen", popen)
+    assert render._start_xvfb(64, 48) == ":7"
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    (server_args,) = re.findall(r'xvfb-run -a -s "([^"]*)"', makefile)
+    assert "-noreset" in started[0] and "-noreset" in server_args.split()
