@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pointgeope import json_text
 from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name, written_names
 from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
@@ -155,7 +156,7 @@ def _load_json(path: Path) -> tuple[dict, str]:
     report names which file its numbers came from, :class:`FoldResult`'s ``sha256``)."""
     try:
         raw = path.read_bytes()
-        data = json.loads(raw.decode("utf-8"))
+        data = json_text.loads(raw)
     except json.JSONDecodeError as err:
         raise ReportError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); evaluate the fold again "
                           "(pointgeope evaluate RUN/area_K)") from None
