@@ -56,3 +56,10 @@ def setting_repr(value: object) -> str:
     """A recorded setting as ``repr`` writes it (``'rpe'``, ``[1.0, 1.1]``, ``None``); a damaged one
     (:func:`setting_damaged`) as :func:`damaged_text` says it: one bounded line, marked."""
     return damaged_text(value) if setting_damaged(value) else repr(value)
+
+
+def bounded(text: str, limit: int = SETTING_LIMIT) -> str:
+    """A value of a refusal line as ``repr`` or :func:`json.dumps` wrote it (one line), cut to ``limit`` characters
+    where longer, the last three ``...``, with its length: ``'yyy...' (100,002 characters)``. A class name of a
+    megabyte in a damaged ``metrics.json`` made a refusal line as long."""
+    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text):,} characters)"
