@@ -213,7 +213,7 @@ def other_machine(recorded, now: dict) -> str:
         return ""
 
     def said(m: dict) -> dict:   # as the report says them (engine/device_text.py, recorded_text.py): one line each
-        return {"device": str(device_text(m)), **{k: None if m.get(k) is None else recorded_text(m[k], kind)
+        return {"device": str(device_text(m)), **{k: "not recorded" if m.get(k) is None else recorded_text(m[k], kind)
                                                    for k, kind in (("precision", str), ("threads", int),
                                                                    ("torch", str))}}
 
