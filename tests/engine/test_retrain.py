@@ -90,3 +90,18 @@ def test_a_path_ablate_writes_a_trial_in_that_is_taken_is_one_line_before_any_tr
     assert capsys.readouterr().err.strip().splitlines() == [f"pointgeope ablate: error: {taken}: {line}"]
     assert taken.is_dir() if kind == "log folder" else taken.read_text() == "mine"
     assert not (run / "rpe" / "seed_0" / "area_1").exists()     # no trial started
+
+
+@pytest.mark.parametrize("kind", ["to nothing", "to itself"])
+def test_a_trial_log_that_is_a_link_to_nothing_is_one_line_before_any_training(two_folds, tmp_path, capsys, kind):
+    """``RUN/<preset>/seed_<s>/train.log`` a link to a missing folder's file, or to itself: the append of the trial's
+    output could not open it, a ``FileNotFoundError`` (or ``ELOOP``) traceback once the trials before it trained."""
+    run = tmp_path / "abl"
+    log = run / "rpe" / "seed_1" / "train.log"
+    log.parent.mkdir(parents=True)
+    log.symlink_to(tmp_path / "gone" / "train.log" if kind == "to nothing" else log)
+    assert cli(ablate_args(two_folds, run, presets=("rpe",), seeds=("0", "1"))) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"pointgeope ablate: error: {log}: expected the trial's output file or nothing there, found a link to "
+        "nothing: ablate appends the output of each of the trial's attempts to that file; remove the link"]
+    assert log.is_symlink() and not (run / "rpe" / "seed_0" / "area_1").exists()     # no trial started
