@@ -71,7 +71,8 @@ def main(args: argparse.Namespace) -> int:
 
     args.run_dir = args.run_dir.expanduser()  # a leading ~ is home, as in each trial's train.run_dir
     out = args.run_dir / "report" / f"fold_{args.test_area}"
-    check_folder_path(out, "the ablation's report folder")  # written after the trials: a link to nothing there
+    for folder in (out.parent, out):   # written after the trials: a file or a link to nothing there, refused now
+        check_folder_path(folder, "the ablation's report folder")
     overrides = config_overrides(args.overrides, {"--data-root": ("data.root", args.data_root)})
     words = (["pointgeope", "ablate", "--config", str(args.config), "--test-area", str(args.test_area),
               "--presets", ",".join(args.presets), "--seeds", ",".join(map(str, args.seeds)), "--run-dir",

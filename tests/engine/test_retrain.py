@@ -120,7 +120,7 @@ def test_a_report_folder_that_cannot_be_one_is_one_line_before_any_training(two_
     else:
         run.mkdir()
         (run / "report").write_text("mine")
-        found = f"a file at {run / 'report'}"
+        out, found = run / "report", "a file"
     assert cli(ablate_args(two_folds, run, presets=("rpe",), seeds=("0",))) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"pointgeope ablate: error: the ablation's report folder {out}: expected a folder, found {found}; remove it "
