@@ -85,13 +85,18 @@ def add_area(location: str, areas: dict[str, str], area: str, path: str) -> None
 def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], in_zip: bool) -> None:
     """Refuse a zip named ``Area_N.zip`` (or another spelling or copy of that name, :data:`ZIPPED_AREA`:
     ``area_3.zip``, ``Area_3 (1).zip``) among ``files`` (the paths of RAW's files, or members of RAW's zip)
-    whose area has no folder in ``areas`` (area -> folder): prepare opens a zip only as RAW itself, so the
-    area would vanish from the folds without a word (an area left zipped beside the unpacked others). A zip
-    beside its unpacked folder is a leftover of the unpacking, not read as before. The ``unzip`` command
-    the line gives, and the zip it says to give as RAW, are quoted for a shell (``'Area_3 (1).zip'``)."""
+    whose area has no folder in ``areas`` (area -> folder), and in a RAW folder any zip, whatever its name, holding
+    the rooms of such an area (:func:`data_prep.zip_areas.zipped_areas`: ``S3DIS_Area_3.zip``): prepare opens a
+    zip only as RAW itself, so the area would vanish from the folds without a word (an area left zipped beside
+    the unpacked others). A zip beside its unpacked folder is a leftover of the unpacking, not read as before.
+    The ``unzip`` command the line gives, and the zip it says to give as RAW, are quoted for a shell
+    (``'Area_3 (1).zip'``)."""
+    from data_prep.zip_areas import zipped_areas
+
     numbers = {area_number(a) for a in areas}
     zipped = sorted(f for f in files if (m := ZIPPED_AREA.fullmatch(f.rsplit("/", 1)[-1]))
-                    and int(m.group(1)) not in numbers)
+                    and int(m.group(1)) not in numbers
+                    or not in_zip and f.lower().endswith(".zip") and zipped_areas(PurePosixPath(location, f)) - numbers)
     if not zipped:
         return
     one = len(zipped) == 1

@@ -156,9 +156,7 @@ def writable_folder(path: str | Path, what: str = "output folder") -> Path:
     """Create ``path`` if needed and check, by writing a temporary file into it, that it can be written;
     a :class:`~pointgeope.errors.UserError` naming it otherwise (before any long work starts)."""
     path = Path(path)
-    found = _not_a_folder(path)
-    if found:
-        raise UserError(f"{what} {path}: expected a folder, found {found}; remove it or give another folder name")
+    check_folder_path(path, what)
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -167,6 +165,14 @@ def writable_folder(path: str | Path, what: str = "output folder") -> Path:
         raise UserError(f"{what} {path}: cannot write into it ({err.strerror or err}); make it writable or give "
                         "a folder you can write") from None
     return path
+
+
+def check_folder_path(path: str | Path, what: str = "output folder") -> None:
+    """A :class:`~pointgeope.errors.UserError` naming ``path`` where it cannot be a folder: a file, a link that
+    loops or leads nowhere. Creates nothing: the check of a folder written at the end of long work (``ablate``'s
+    report, after the trials), made before that work starts."""
+    if found := _not_a_folder(Path(path)):
+        raise UserError(f"{what} {path}: expected a folder, found {found}; remove it or give another folder name")
 
 
 def _not_a_folder(path: Path) -> str | None:

@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from pointgeope import json_text
 from pointgeope.atomic import writable_folder
 from pointgeope.errors import UserError
 
@@ -68,7 +69,7 @@ def _owner(fd: int) -> dict | None:
     and the record of another host's live holder was then taken for none (taken over without a word)."""
     os.lseek(fd, 0, os.SEEK_SET)
     try:
-        owner = json.loads(b"".join(iter(lambda: os.read(fd, 1 << 16), b"")).decode() or "null")
+        owner = json_text.loads(b"".join(iter(lambda: os.read(fd, 1 << 16), b"")).decode() or "null")
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     return owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else None
@@ -243,7 +244,7 @@ def live_writer(folder: str | Path) -> dict | None:
     is never refused for it)."""
     path = Path(folder) / LOCK_NAME
     try:
-        owner = json.loads(path.read_text(encoding="utf-8"))
+        owner = json_text.loads(path.read_text(encoding="utf-8"))
         inode = os.stat(path).st_ino
     except (OSError, UnicodeDecodeError, ValueError):
         return None

@@ -22,11 +22,12 @@ SETTING_LIMIT = 500   # characters of a setting said as it is (a long data.root)
 
 def recorded_text(value: object, kind: type = str) -> str:
     """``value`` as it is (``str(value)``) where it is a ``kind`` (``str`` or ``int``; a bool is no int here)
-    and, for a string, printable (no control character or surrogate: :meth:`str.isprintable`), not empty and
-    at most :data:`LIMIT` characters; else :func:`damaged_text`. ``recorded_text("bf16") == "bf16"``,
-    ``recorded_text(2, int) == "2"``, ``recorded_text("a\\nb") == "'a\\\\nb' (looks damaged)"``."""
+    and, for a string, printable (no control character or surrogate: :meth:`str.isprintable`), not blank (empty
+    or spaces alone) and at most :data:`LIMIT` characters; else :func:`damaged_text`.
+    ``recorded_text("bf16") == "bf16"``, ``recorded_text(2, int) == "2"``,
+    ``recorded_text("a\\nb") == "'a\\\\nb' (looks damaged)"``."""
     if isinstance(value, kind) and not isinstance(value, bool):
-        if not isinstance(value, str) or (value.isprintable() and 0 < len(value) <= LIMIT):
+        if not isinstance(value, str) or (value.isprintable() and value.strip() and len(value) <= LIMIT):
             return str(value)
     return damaged_text(value)
 
@@ -56,3 +57,10 @@ def setting_repr(value: object) -> str:
     """A recorded setting as ``repr`` writes it (``'rpe'``, ``[1.0, 1.1]``, ``None``); a damaged one
     (:func:`setting_damaged`) as :func:`damaged_text` says it: one bounded line, marked."""
     return damaged_text(value) if setting_damaged(value) else repr(value)
+
+
+def bounded(text: str, limit: int = SETTING_LIMIT) -> str:
+    """A value of a refusal line as ``repr`` or :func:`json.dumps` wrote it (one line), cut to ``limit`` characters
+    where longer, the last three ``...``, with its length: ``'yyy...' (100,002 characters)``. A class name of a
+    megabyte in a damaged ``metrics.json`` made a refusal line as long."""
+    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text):,} characters)"

@@ -14,7 +14,8 @@ def test_a_sound_value_is_said_as_it_is(value, kind):
 
 @pytest.mark.parametrize("value, kind, said", [
     ("2.13.0\n- x", str, r"'2.13.0\n- x'"), ("a\tb", str, r"'a\tb'"), ("\udcff", str, r"'\udcff'"),
-    ("", str, "''"), ("x" * (LIMIT + 1), str, "'" + "x" * (LIMIT - 4) + "..."), ([1, 2], int, "[1, 2]"),
+    ("", str, "''"), ("   ", str, "'   '"), ("x" * (LIMIT + 1), str, "'" + "x" * (LIMIT - 4) + "..."),
+    ([1, 2], int, "[1, 2]"),
     (True, int, "True"), (2.0, int, "2.0"), ("2", int, "'2'"), (7, str, "7"), ({"n": "\n"}, str, r"{'n': '\n'}"),
 ])
 def test_a_damaged_value_is_one_bounded_line_marked(value, kind, said):

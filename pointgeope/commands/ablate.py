@@ -65,10 +65,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from pointgeope.atomic import check_folder_path
     from pointgeope.engine.ablation import ablate
     from pointgeope.report.seeds import write_trials
 
     args.run_dir = args.run_dir.expanduser()  # a leading ~ is home, as in each trial's train.run_dir
+    out = args.run_dir / "report" / f"fold_{args.test_area}"
+    for folder in (out.parent, out):   # written after the trials: a file or a link to nothing there, refused now
+        check_folder_path(folder, "the ablation's report folder")
     overrides = config_overrides(args.overrides, {"--data-root": ("data.root", args.data_root)})
     words = (["pointgeope", "ablate", "--config", str(args.config), "--test-area", str(args.test_area),
               "--presets", ",".join(args.presets), "--seeds", ",".join(map(str, args.seeds)), "--run-dir",
@@ -77,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
              + ["--jobs", str(args.jobs)] + args.overrides)
     command = " ".join(shlex.quote(w) for w in words)                  # for the report's header
     def report(trials, header, left_out, notes):
-        return write_trials(trials, args.run_dir / "report" / f"fold_{args.test_area}", header, args.digits,
+        return write_trials(trials, out, header, args.digits,
                             fold=args.test_area, left_out=left_out, notes=notes)
     return ablate(args.config, args.presets, args.seeds, args.test_area, args.run_dir, overrides, report,
                   args.jobs, command)

@@ -22,11 +22,11 @@ Any failure is a :class:`~pointgeope.h5.SchemaError` naming the file and the roo
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from pointgeope import json_text
 from pointgeope.checksum import file_checksum
 from pointgeope.constants import IGNORE_LABEL, NUM_CLASSES
 from pointgeope.h5 import (
@@ -65,7 +65,7 @@ def read_manifest(root: str | Path) -> object | None:
     except UnicodeDecodeError as err:
         raise SchemaError(f"{path}: not valid JSON ({err}); {_AGAIN}") from None
     try:
-        return json.loads(text)
+        return json_text.loads(text)
     except ValueError as err:
         raise SchemaError(f"{path}: not valid JSON ({err}); {_AGAIN}") from None
 

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pointgeope import json_text
 from pointgeope.errors import UserError
 
 FOLDS_VERSION = 1
@@ -63,7 +64,7 @@ def load_folds(root: str | Path) -> dict[int, Fold]:
     if not path.is_file():
         raise FoldsError(f"expected {path} (written by `pointgeope prepare`), found nothing")
     try:
-        doc = json.loads(path.read_text())
+        doc = json_text.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise FoldsError(f"{path}: not valid JSON ({err}); run `pointgeope prepare` again") from None
     if not isinstance(doc, dict) or doc.get("version") != FOLDS_VERSION:

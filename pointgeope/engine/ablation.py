@@ -288,13 +288,12 @@ def stale(trial: Trial, test_area: int) -> str | None:
     apply to a complete fold). ``""`` also where the fold has no readable ``metrics.json`` (the report names
     the trial missing); ``None`` where neither it nor the fold's ``config.yaml`` or checkpoints record a
     config."""
-    import json
-
+    from pointgeope import json_text
     from pointgeope.engine.checkpoint import config_differences, describe_differences, fold_config, untested_eval
 
     folder = trial.folder / fold_folder_name(test_area)
     try:
-        tested = json.loads((folder / "metrics.json").read_text(encoding="utf-8")).get("config")
+        tested = json_text.loads((folder / "metrics.json").read_text(encoding="utf-8")).get("config")
     except (OSError, ValueError, AttributeError):
         return ""
     trained = tested

@@ -141,7 +141,8 @@ def check_trial_folders(trials: list) -> None:
     """Raise a :class:`UserError` naming the first path where ablate cannot write the own files of one of
     ``trials`` (each ``name`` and ``folder``, ``RUN/<preset>/seed_<s>``), before any trial starts (from a trial's
     thread, once the trials before it trained, it was a traceback): its folder, or one above it, a file (ablate
-    makes them); :data:`TRIAL_LOG` a folder (each attempt appends its output to that file); ``.retrain.json`` a
+    makes them); :data:`TRIAL_LOG` a folder or a link to nothing (each attempt appends its output to that file:
+    a dangling link's append was a ``FileNotFoundError`` traceback); ``.retrain.json`` a
     folder (:func:`~pointgeope.engine.retrain.note_path`)."""
     for trial in trials:
         folder = Path(trial.folder)
@@ -153,6 +154,9 @@ def check_trial_folders(trials: list) -> None:
         if (log := folder / TRIAL_LOG).is_dir():
             raise UserError(f"{log}: expected no folder there: ablate appends the output of each of the trial's "
                             "attempts to that file; move the folder elsewhere")
+        if log.is_symlink() and not log.exists():   # to nothing, or to itself: the append could not open it
+            raise UserError(f"{log}: expected the trial's output file or nothing there, found a link to nothing: "
+                            "ablate appends the output of each of the trial's attempts to that file; remove the link")
         note_path(folder)
 
 

@@ -18,6 +18,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from pointgeope import json_text
+
 METRICS_FILE = "metrics.json"
 TEST_KEY = "predictions_test"  # metrics.json's copy of its predictions files' token
 
@@ -30,7 +32,7 @@ def fold_is_complete(run: Path, log=None) -> bool:
     if not path.is_file():
         return False
     try:
-        metrics = json.loads(path.read_text())
+        metrics = json_text.loads(path.read_text())
         if metrics.get("complete") is not True:
             return False
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):  # damaged: evaluated again

@@ -56,6 +56,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pointgeope import json_text
 from pointgeope.atomic import write_text_atomic
 from pointgeope.checksum import file_checksum, folder_checksum
 from pointgeope.engine.device_text import device_text
@@ -146,7 +147,7 @@ class ScanRecords:
 
     def record(self, ref) -> dict:
         """The record of ``ref`` in ``out`` as read (raises OSError, ValueError where there is none to read)."""
-        return json.loads(output_path(self.out, ref.name, "record", ref.source).read_text())
+        return json_text.loads(output_path(self.out, ref.name, "record", ref.source).read_text())
 
     def skips(self, ref) -> bool:
         """``True``, with one line, when ``ref`` needs no prediction (not with ``--force``). The input's
@@ -212,7 +213,7 @@ def other_machine(recorded, now: dict) -> str:
         return ""
 
     def said(m: dict) -> dict:   # as the report says them (engine/device_text.py, recorded_text.py): one line each
-        return {"device": str(device_text(m)), **{k: None if m.get(k) is None else recorded_text(m[k], kind)
+        return {"device": str(device_text(m)), **{k: "not recorded" if m.get(k) is None else recorded_text(m[k], kind)
                                                    for k, kind in (("precision", str), ("threads", int),
                                                                    ("torch", str))}}
 

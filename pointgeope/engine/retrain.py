@@ -19,6 +19,7 @@ import json
 import os
 from pathlib import Path
 
+from pointgeope import json_text
 from pointgeope.atomic import write_text_atomic
 from pointgeope.engine.checkpoint import CheckpointDenied
 from pointgeope.errors import UserError
@@ -71,7 +72,7 @@ def read_retrain_note(note: Path) -> Path | None:
     """The fold folder that a ``train`` ended by such a refusal wrote into ``note``; ``None`` where there is no
     note (another failure) or it cannot be read."""
     try:
-        folder = json.loads(note.read_text(encoding="utf-8")).get("fold_folder")
+        folder = json_text.loads(note.read_text(encoding="utf-8")).get("fold_folder")
     except (OSError, ValueError, AttributeError):
         return None
     return Path(folder) if isinstance(folder, str) else None

@@ -33,13 +33,14 @@ from pathlib import Path
 
 import numpy as np
 
+from pointgeope import json_text
 from pointgeope.constants import AREAS, CLASS_NAMES, FOLD_NAME, fold_folder_name, written_names
 from pointgeope.engine.fold_result import pair_problem
 from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, live_writer
 from pointgeope.metrics import CLASS_MEANS, mean_of_fold_scores, pool, scores
 from pointgeope.plural import counted
-from pointgeope.recorded_text import recorded_text
+from pointgeope.recorded_text import bounded, recorded_text
 from pointgeope.report.citation import code_of
 from pointgeope.report.machine import fold_machine
 from pointgeope.report.points import current_points, recover_points
@@ -155,7 +156,7 @@ def _load_json(path: Path) -> tuple[dict, str]:
     report names which file its numbers came from, :class:`FoldResult`'s ``sha256``)."""
     try:
         raw = path.read_bytes()
-        data = json.loads(raw.decode("utf-8"))
+        data = json_text.loads(raw)
     except json.JSONDecodeError as err:
         raise ReportError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); evaluate the fold again "
                           "(pointgeope evaluate RUN/area_K)") from None
@@ -175,7 +176,7 @@ def _class_names(value, path: Path) -> tuple[str, ...]:
     if not (isinstance(value, list) and value and all(isinstance(n, str) and n for n in value)
             and len(set(value)) == len(value)):
         raise ReportError(f"{path}: expected class_names a list of distinct names, one per class (S3DIS: "
-                          f"{list(CLASS_NAMES)}), got {json.dumps(value)}")
+                          f"{list(CLASS_NAMES)}), got {bounded(json.dumps(value))}")
     return tuple(value)
 
 
@@ -195,8 +196,9 @@ def same_class_names(items: list[tuple[Path, tuple[str, ...]]]) -> tuple[str, ..
     first_path, first = items[0]
     for path, names in items[1:]:
         if names != first:
-            raise ReportError(f"{path}: expected class_names {list(first)} (those of {first_path}), got "
-                              f"{list(names)}; folds pooled and runs compared must have the same classes")
+            raise ReportError(f"{path}: expected class_names {bounded(repr(list(first)))} (those of {first_path}), "
+                              f"got {bounded(repr(list(names)))}; folds pooled and runs compared must have the same "
+                              "classes")
     return first
 
 
@@ -210,7 +212,7 @@ def _confusion(value, path: Path, c: int) -> np.ndarray:
     for i, row in enumerate(value):
         for j, x in enumerate(row):
             if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2**62:
-                raise ReportError(f"{path}: {expected}, got {json.dumps(x)} at [{i}][{j}]{again}")
+                raise ReportError(f"{path}: {expected}, got {bounded(json.dumps(x))} at [{i}][{j}]{again}")
     confusion = np.asarray(value, dtype=np.int64)
     if not confusion.any():
         raise ReportError(f"{path}: 'confusion' counts no point; evaluate the fold again (pointgeope evaluate "
@@ -223,7 +225,7 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
     data, sha256 = _load_json(path)
     area, recorded = f"Area_{fold}", data.get("fold", fold)
     if isinstance(recorded, bool) or not isinstance(recorded, int):  # null, "x", 1.7, true: int() took or crashed
-        raise ReportError(f"{path}: expected 'fold' a fold number (an integer), got {json.dumps(recorded)}; "
+        raise ReportError(f"{path}: expected 'fold' a fold number (an integer), got {bounded(json.dumps(recorded))}; "
                           "evaluate the fold again (pointgeope evaluate RUN/area_K)")
     if data.get("area", area) != area or recorded != fold:
         why = (f"; a fold's file in another fold's folder: evaluate the fold again (pointgeope evaluate "
@@ -231,9 +233,9 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
                "; the report pools S3DIS's six folds, fold K testing Area_K alone (prepare's folds.json), so a "
                "fold of an edited folds.json cannot be pooled with them")
         raise ReportError(f"{path}: expected the results of {area} (fold {fold}), "
-                          f"got area={data.get('area')!r} fold={data.get('fold')!r}{why}")
+                          f"got area={bounded(repr(data.get('area')))} fold={bounded(repr(data.get('fold')))}{why}")
     if not isinstance(data.get("complete"), bool):  # "true" (a string) read as unfinished; none: a damaged file
-        got = json.dumps(data["complete"]) if "complete" in data else "no such key"   # (evaluate always writes it)
+        got = bounded(json.dumps(data["complete"])) if "complete" in data else "no such key"  # (always written)
         raise ReportError(f"{path}: expected 'complete' true or false, got {got}; evaluate the fold again "
                           "(pointgeope evaluate RUN/area_K)")
     if data.get("complete") is not True:  # an evaluation of an interrupted training: flagged, never pooled
@@ -244,12 +246,12 @@ def read_fold(path: Path, fold: int) -> tuple[FoldResult | None, str]:
         return None, problem.report_reason()
     names = _class_names(data.get("class_names"), path)
     if "confusion" not in data:
-        raise ReportError(f"{path}: expected a 'confusion' matrix, the file has keys {sorted(data)}")
+        raise ReportError(f"{path}: expected a 'confusion' matrix, the file has keys {bounded(repr(sorted(data)))}")
     names = _names_beside(names, data["confusion"])
     confusion = _confusion(data["confusion"], path, len(names))
     rule = data.get("class_mean", "present")
     if rule not in CLASS_MEANS:
-        raise ReportError(f"{path}: expected 'class_mean' in {CLASS_MEANS}, got {rule!r}")
+        raise ReportError(f"{path}: expected 'class_mean' in {CLASS_MEANS}, got {bounded(repr(rule))}")
     return FoldResult(area, fold, confusion, path, rule, fold_settings(data, path.parent), names, sha256,
                       fold_machine(data), code_of(data)), ""
 

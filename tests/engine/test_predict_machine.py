@@ -75,3 +75,12 @@ def test_a_damaged_machine_of_a_record_is_said_in_bounds_and_marked():
     words = other_machine(damaged, now)
     assert words == (", predicted on another machine (device: cuda ('H\\n200' (looks damaged)) there, cpu here; "
                      f"torch: '{'2' * 60}... (looks damaged) there, {now['torch']} here)")
+
+
+def test_a_value_the_record_lacks_is_not_recorded_and_a_blank_one_damaged():
+    """A record without its torch version (null) read ``torch: None there``, a precision of spaces
+    ``precision:    there``: a value that reads as a word, and one that reads as nothing, unmarked."""
+    now = machine("cpu", "none")
+    assert other_machine({**now, "torch": None, "precision": "   "}, now) == (
+        f", predicted on another machine (precision: '   ' (looks damaged) there, float32 here; torch: not recorded "
+        f"there, {now['torch']} here)")

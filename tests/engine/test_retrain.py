@@ -90,3 +90,39 @@ def test_a_path_ablate_writes_a_trial_in_that_is_taken_is_one_line_before_any_tr
     assert capsys.readouterr().err.strip().splitlines() == [f"pointgeope ablate: error: {taken}: {line}"]
     assert taken.is_dir() if kind == "log folder" else taken.read_text() == "mine"
     assert not (run / "rpe" / "seed_0" / "area_1").exists()     # no trial started
+
+
+@pytest.mark.parametrize("kind", ["to nothing", "to itself"])
+def test_a_trial_log_that_is_a_link_to_nothing_is_one_line_before_any_training(two_folds, tmp_path, capsys, kind):
+    """``RUN/<preset>/seed_<s>/train.log`` a link to a missing folder's file, or to itself: the append of the trial's
+    output could not open it, a ``FileNotFoundError`` (or ``ELOOP``) traceback once the trials before it trained."""
+    run = tmp_path / "abl"
+    log = run / "rpe" / "seed_1" / "train.log"
+    log.parent.mkdir(parents=True)
+    log.symlink_to(tmp_path / "gone" / "train.log" if kind == "to nothing" else log)
+    assert cli(ablate_args(two_folds, run, presets=("rpe",), seeds=("0", "1"))) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"pointgeope ablate: error: {log}: expected the trial's output file or nothing there, found a link to "
+        "nothing: ablate appends the output of each of the trial's attempts to that file; remove the link"]
+    assert log.is_symlink() and not (run / "rpe" / "seed_0" / "area_1").exists()     # no trial started
+
+
+@pytest.mark.parametrize("kind", ["link to nothing", "file above"])
+def test_a_report_folder_that_cannot_be_one_is_one_line_before_any_training(two_folds, tmp_path, capsys, kind):
+    """``RUN/report/fold_K`` a link to nothing (or ``RUN/report`` a file): the report written after the trials
+    trained ended in a ``FileExistsError`` traceback from its ``mkdir``."""
+    run = tmp_path / "abl"
+    out = run / "report" / "fold_1"
+    if kind == "link to nothing":
+        out.parent.mkdir(parents=True)
+        out.symlink_to(tmp_path / "gone")
+        found = f"a symbolic link to nothing ({out} -> {tmp_path / 'gone'})"
+    else:
+        run.mkdir()
+        (run / "report").write_text("mine")
+        out, found = run / "report", "a file"
+    assert cli(ablate_args(two_folds, run, presets=("rpe",), seeds=("0",))) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"pointgeope ablate: error: the ablation's report folder {out}: expected a folder, found {found}; remove it "
+        "or give another folder name"]
+    assert not (run / "rpe").exists()     # no trial started
