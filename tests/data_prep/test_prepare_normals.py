@@ -243,7 +243,7 @@ def test_a_kill_after_an_area_file_is_replaced_keeps_the_older_files_as_of_the_s
     trusts the new file (assembled.json), but only the replaced file told that both hold the same points, and
     the rerun wrote same_points without it ({} or one area of two), so runs trained on the older files that
     records no points checksum (or one that hashed the normals they read) were refused on the same points."""
-    from tests.data_prep.test_prepare import _kill_at
+    from tests.data_prep.test_prepare_resume import _kill_at
 
     raw = five_rooms(tmp_path / "raw")
     out = tmp_path / "out"
