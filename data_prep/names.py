@@ -21,8 +21,15 @@ LIKE_AREA = re.compile(r"area[ _-]?(\d+)(?:[ _-]aligned)?", re.IGNORECASE)
 # Area_3_Aligned.zip), zipped twice (Area_3.zip.zip: a zip tool's name for a zip of Area_3.zip), or a second
 # copy of it: a browser's second download (Area_3 (1).zip, Area_3(1).zip), a file manager's copy (Area_3 -
 # Copy.zip, Area_3 - Copy (2).zip, Area_3 copy.zip, Area_3 copy 2.zip, Area_3 2.zip)
-ZIPPED_AREA = re.compile(r"area[ _-]?(\d+)(?:[ _-]aligned)?(?:\.zip)?"
-                         r"(?: ?\(\d+\)| - copy(?: \(\d+\))?| copy(?: \d+)?| \d+)?\.zip", re.IGNORECASE)
+_AREA_COPY = r"area[ _-]?(\d+)(?:[ _-]aligned)?{}(?: ?\(\d+\)| - copy(?: \(\d+\))?| copy(?: \d+)?| \d+)?"
+_ZIPPED = _AREA_COPY.format(r"(?:\.zip)?") + r"\.zip"
+ZIPPED_AREA = re.compile(_ZIPPED, re.IGNORECASE)
+# an area packed in a format prepare does not open, named as ZIPPED_AREA names a zip (Area_3.tar.gz, area_3.7z,
+# Area_3 (1).rar, Area_3 - Copy.tgz), and a partial download of any of them (Area_3.zip.part: Firefox,
+# Area_3.zip.crdownload: Chrome, Area_3.tar.gz.download: Safari)
+_PACKED = _AREA_COPY.format("") + r"\.(?:tar\.gz|tgz|tar\.bz2|tbz2?|tar\.xz|txz|tar|7z|rar)"
+PACKED_AREA = re.compile(_PACKED, re.IGNORECASE)
+PARTIAL_AREA = re.compile(rf"(?:{_ZIPPED}|{_PACKED})\.(?:part|crdownload|download)", re.IGNORECASE)
 OBJECT = re.compile(r"(.+)_(\d+)")
 # an object file's name: <class>_<k>, S3DIS's (clutter_3, stairs_1) or one's own class of words (side_table_1)
 OBJECT_NAME = re.compile(r"[A-Za-z]+(?:_[A-Za-z]+)*_\d+")
@@ -109,6 +116,49 @@ def check_zipped_areas(location: str, files: list[str], areas: dict[str, str], i
     raise SourceError(f"{location}: {shown} {'is the zip of an area' if one else 'are the zips of areas'} without a "
                       f"folder here, and prepare opens no zip inside RAW: {'its area' if one else 'their areas'} "
                       f"would be left out of the folds; {unpack}{f', or {other}' if other else ''}")
+
+
+def _unpack_command(path: PurePosixPath, folder: str) -> str:
+    """The shell command that unpacks the archive ``path`` into ``folder``, by its format (quoted for a shell)."""
+    lower = path.name.lower()
+    if lower.endswith(".7z"):
+        return f"7z x {quote(str(path))} -o{quote(folder)}"
+    if lower.endswith(".rar"):
+        return f"unrar x {quote(str(path))} {quote(folder + '/')}"
+    flag = ("z" if lower.endswith((".gz", ".tgz")) else "j" if lower.endswith((".bz2", ".tbz", ".tbz2")) else
+            "J" if lower.endswith((".xz", ".txz")) else "")
+    return f"tar -x{flag}f {quote(str(path))} -C {quote(folder)}"
+
+
+def check_packed_areas(location: str, files: list[str], areas: dict[str, str], in_zip: bool) -> None:
+    """Refuse, among ``files`` (as :func:`check_zipped_areas`), an area packed in a format prepare does not open
+    (:data:`PACKED_AREA`: ``Area_3.tar.gz``, ``Area_3.7z``, ``Area_3 (1).rar``) or a partial download of an area's
+    archive (:data:`PARTIAL_AREA`: ``Area_3.zip.part``, ``Area_3.zip.crdownload``) whose area has no folder in
+    ``areas``: the area would vanish from the folds without a word. One beside its area's folder is a leftover,
+    not read as before. The line gives the command that unpacks the first one with the tool for its format."""
+    numbers = {area_number(a) for a in areas}
+
+    def named(pattern: re.Pattern) -> list[str]:
+        return sorted(f for f in files if (m := pattern.fullmatch(f.rsplit("/", 1)[-1]))
+                      and int(next(g for g in m.groups() if g)) not in numbers)
+
+    other = ", or remove {} to prepare the other areas" if areas else ""
+    if partial := named(PARTIAL_AREA):
+        one = len(partial) == 1
+        what = "is a partial download" if one else "are partial downloads"
+        raise SourceError(f"{location}: {', '.join(partial)} {what} of an area's archive without a folder here: "
+                          "the area would be left out of the folds; finish or redo the download and unpack it "
+                          f"beside the other areas{other.format('it' if one else 'them')}")
+    if packed := named(PACKED_AREA):
+        one = len(packed) == 1
+        first = PurePosixPath(location, packed[0])
+        unpack = (f"unpack {location} into a folder and {'it' if one else 'them'} beside the areas there" if in_zip
+                  else f"unpack {'it' if one else 'them'} beside the other areas with the tool for "
+                       f"{'its' if one else 'each'} format ({_unpack_command(first, str(first.parent))})")
+        raise SourceError(f"{location}: {', '.join(packed)} {'is an area' if one else 'are areas'} packed in a "
+                          "format prepare does not open, without a folder here: "
+                          f"{'its area' if one else 'their areas'} would be left out of the folds; {unpack}"
+                          f"{other.format('it' if one else 'them')}")
 
 
 def check_objects(location: str, files: list) -> None:

@@ -41,6 +41,7 @@ from data_prep.names import (
     check_member,
     check_name,
     check_objects,
+    check_packed_areas,
     check_zipped_areas,
     is_junk,
     member_name,
@@ -161,6 +162,8 @@ class Source:
                               f"out of the folds: rename {them} {', '.join(area_name(m) for m in sorted(misnamed))} "
                               f"(or remove {them} to prepare the other areas)")
         check_zipped_areas(self.location, [e.path for e in entries if not e.is_dir and not is_junk(e.path)], areas,
+                           isinstance(self, ZipSource))
+        check_packed_areas(self.location, [e.path for e in entries if not e.is_dir and not is_junk(e.path)], areas,
                            isinstance(self, ZipSource))
         if not areas:
             raise SourceError(self._no_area_message(entries))

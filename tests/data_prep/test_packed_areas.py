@@ -1,0 +1,112 @@
+"""An area left in RAW packed in a format prepare does not open (``Area_2.tar.gz``, ``Area_2.7z``, ``Area_2.rar``) or
+half downloaded (``Area_2.zip.part``) was passed over without a word when Area_2 had no folder: the area vanished
+from the folds. Such a file is refused in one line naming it, as an area's zip is, and left alone beside its folder."""
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import tarfile
+from shlex import split
+
+import pytest
+
+from data_prep.source import SourceError, open_source
+from pointgeope.cli import main as cli
+from tests.data_prep.raw_trees import write_tree, zip_tree
+
+WALL = b"1 2 3 4 5 6\n"
+AREA_1 = {"Area_1/r/Annotations/wall_1.txt": WALL}
+
+
+def _tar(mode: str) -> bytes:
+    """A tar (compressed by ``mode``: ``""``, ``"gz"``, ``"bz2"``, ``"xz"``) of ``Area_2/t/Annotations/wall_1.txt``."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode=f"w:{mode}") as archive:
+        info = tarfile.TarInfo("Area_2/t/Annotations/wall_1.txt")
+        info.size = len(WALL)
+        archive.addfile(info, io.BytesIO(WALL))
+    return buffer.getvalue()
+
+
+def _refused(capsys, raw, out) -> str:
+    assert cli(["prepare", str(raw), str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and not (out / "folds.json").exists()
+    return err[0]
+
+
+@pytest.mark.parametrize(("name", "mode", "flag"), [
+    ("Area_2.tar.gz", "gz", "-xzf"), ("Area_2.tgz", "gz", "-xzf"), ("Area_2.tar", "", "-xf"),
+    ("area_2.TAR.BZ2", "bz2", "-xjf"), ("Area_2.tar.xz", "xz", "-xJf"), ("Area_2 (1).tar.gz", "gz", "-xzf"),
+    ("Area_2 - Copy.tgz", "gz", "-xzf"), ("Area_2_Aligned.tar", "", "-xf")])
+def test_an_area_left_in_a_tar_is_refused_with_the_command_that_unpacks_it(tmp_path, capsys, name, mode, flag):
+    """The line names the tar and gives the tar command for its compression; running that command and preparing
+    again reads the area's room."""
+    raw = write_tree(tmp_path / "raw", {**AREA_1, name: _tar(mode)})
+    line = _refused(capsys, raw, tmp_path / "out")
+    assert line.startswith(f"pointgeope prepare: error: {raw}: {name} is an area packed in a format prepare does "
+                           "not open, without a folder here: its area would be left out of the folds")
+    assert line.endswith("or remove it to prepare the other areas")
+    command = split(re.search(r"with the tool for its format \((.*)\), or remove", line).group(1))
+    assert command == ["tar", flag, str(raw / name), "-C", str(raw)]
+    subprocess.run(command, check=True)
+    (raw / name).unlink()
+    assert [(r.area, r.name) for r in open_source(raw).rooms()] == [("Area_1", "r"), ("Area_2", "t")]
+
+
+@pytest.mark.parametrize(("name", "command"), [
+    ("Area_2.7z", ["7z", "x", "{raw}/Area_2.7z", "-o{raw}"]),
+    ("Area_2 (1).7z", ["7z", "x", "{raw}/Area_2 (1).7z", "-o{raw}"]),
+    ("AREA 2.RAR", ["unrar", "x", "{raw}/AREA 2.RAR", "{raw}/"])])
+def test_an_area_left_in_a_7z_or_rar_is_refused_with_its_tool(tmp_path, capsys, name, command):
+    raw = write_tree(tmp_path / "raw", {**AREA_1, name: b"x"})
+    line = _refused(capsys, raw, tmp_path / "out")
+    assert f"{raw}: {name} is an area packed in a format prepare does not open" in line
+    given = split(re.search(r"with the tool for its format \((.*)\), or remove", line).group(1))
+    assert given == [part.format(raw=raw) for part in command]
+
+
+@pytest.mark.parametrize("name", ["Area_2.zip.part", "Area_2.zip.crdownload", "Area_2.zip.download",
+                                  "Area_2 (1).zip.crdownload", "area_2.tar.gz.part", "Area_2.7z.part",
+                                  "Area_2.zip.zip.part"])
+def test_a_partial_download_of_an_area_is_refused_saying_to_finish_it(tmp_path, capsys, name):
+    raw = write_tree(tmp_path / "raw", {**AREA_1, name: b"PK"})
+    line = _refused(capsys, raw, tmp_path / "out")
+    assert line == (f"pointgeope prepare: error: {raw}: {name} is a partial download of an area's archive without a "
+                    "folder here: the area would be left out of the folds; finish or redo the download and unpack "
+                    "it beside the other areas, or remove it to prepare the other areas")
+
+
+def test_several_are_named_together(tmp_path):
+    write_tree(tmp_path / "raw", {**AREA_1, "Area_3.7z": b"x", "Area_2.tar.gz": b"x"})
+    with pytest.raises(SourceError, match=r": Area_2\.tar\.gz, Area_3\.7z are areas packed in a format prepare does "
+                                          r"not open, without a folder here: their areas would be left out"):
+        open_source(tmp_path / "raw").rooms()
+
+
+@pytest.mark.parametrize("name", ["Area_2.tar.gz", "Area_2 (1).7z", "Area_2.rar", "Area_2.zip.part",
+                                  "Area_2.tgz.crdownload"])
+def test_one_beside_its_unpacked_area_is_left_alone(tmp_path, name):
+    write_tree(tmp_path / "raw", {**AREA_1, name: b"x", "Area_2/t/Annotations/wall_1.txt": WALL})
+    assert [(r.area, r.name) for r in open_source(tmp_path / "raw").rooms()] == [("Area_1", "r"), ("Area_2", "t")]
+
+
+@pytest.mark.parametrize("name", ["Area_2_notes.tar.gz", "Areas_2.7z", "Area_2.part", "Area_2.txt.part",
+                                  "Area_2.gz", "notes.tar.gz"])
+def test_a_name_that_is_no_areas_archive_is_not_taken_for_one(tmp_path, name):
+    write_tree(tmp_path / "raw", {**AREA_1, name: b"x"})
+    assert [(r.area, r.name) for r in open_source(tmp_path / "raw").rooms()] == [("Area_1", "r")]
+
+
+def test_an_area_packed_inside_raws_zip_is_refused(tmp_path):
+    raw = zip_tree(tmp_path / "raw.zip", {**AREA_1, "Area_2.tar.gz": _tar("gz")})
+    with pytest.raises(SourceError, match=rf"{re.escape(str(raw))}: Area_2\.tar\.gz is an area packed .* unpack "
+                                          rf"{re.escape(str(raw))} into a folder and it beside the areas there"):
+        open_source(raw).rooms()
+
+
+def test_raw_holding_only_an_areas_tar_says_to_unpack_it(tmp_path, capsys):
+    raw = write_tree(tmp_path / "raw", {"Area_2.tar.gz": _tar("gz")})
+    line = _refused(capsys, raw, tmp_path / "out")
+    assert line.endswith(f"(tar -xzf {raw}/Area_2.tar.gz -C {raw})")
