@@ -5,7 +5,6 @@ and written through ``pointgeope/h5.py``.
 """
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_prep.limits import PointLimits, ZipLimits
+from pointgeope import json_text
 from pointgeope.data.color_record import NO_COLOR
 from pointgeope.errors import UserError
 from pointgeope.plural import counted as _count  # "1 room", "2 rooms"
@@ -136,7 +136,7 @@ def _scan_raw(cfg: PrepareConfig) -> tuple:
 
 def _read_manifest(out: Path, name: str = "manifest.json") -> dict:
     try:
-        old = json.loads((out / name).read_text())
+        old = json_text.loads((out / name).read_text())
     except (OSError, ValueError):
         return {}
     return old if isinstance(old, dict) else {}
@@ -348,7 +348,7 @@ def _print_summary(out: Path, attrs: dict, refused: dict, stats: dict, changed: 
         counts = [sum(int(a["class_counts"][c]) for a in rooms.values()) for c in range(len(CLASS_NAMES))]
         remapped: dict[str, int] = {}
         for a in rooms.values():
-            for name, n in json.loads(a["remapped_to_clutter"]).items():
+            for name, n in json_text.loads(a["remapped_to_clutter"]).items():
                 remapped[name] = remapped.get(name, 0) + n
         path = area_path(out, area)
         parsed = (f"{s['parsed']} parsed: {_size(s['bytes'])} at {s['bytes'] / 1e6 / max(s['seconds'], 1e-9):.1f} "

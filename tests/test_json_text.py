@@ -60,3 +60,21 @@ def test_a_fold_whose_metrics_file_is_damaged_so_is_tested_again(tmp_path, raw):
     write_fold(tmp_path, 1, perfect())
     _damage(tmp_path, 1, raw)
     assert fold_is_complete(tmp_path / "area_1") is False
+
+
+def test_a_manifest_nested_too_deep_is_read_as_no_manifest(tmp_path):
+    """prepare's reading of an earlier manifest.json: a damaged one is none (the areas checked again), not a
+    RecursionError out of json.loads."""
+    from data_prep.prepare import _read_manifest
+
+    (tmp_path / "manifest.json").write_text(DEEP)
+    assert _read_manifest(tmp_path) == {}
+
+
+def test_a_report_record_nested_too_deep_lists_no_earlier_outputs(tmp_path):
+    """report's reading of its earlier report.json (which outputs to trust, which to remove): a damaged one names
+    none, as an unreadable one does, not a RecursionError."""
+    from pointgeope.report import RECORD, stale_outputs
+
+    (tmp_path / RECORD).write_text(DEEP)
+    assert stale_outputs(tmp_path, {}) == []

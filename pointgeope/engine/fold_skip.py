@@ -3,10 +3,10 @@
 cleared for ``--force`` (:func:`clear_fold`)."""
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
+from pointgeope import json_text
 from pointgeope.data.check import area_checksums
 from pointgeope.data.folds import Fold
 from pointgeope.engine.checkpoint import (
@@ -71,7 +71,7 @@ def _trained_metrics(run: Path, cfg: Config, fold: Fold, log) -> dict | None:
     now = {area: None for area in set(saved or {}) | set(areas)}  # None: a file that is not there
     now.update(area_checksums(root, [area for area in areas if area_path(root, area).is_file()]))
     check_data_of(last, ckpt, now, root, print)
-    return json.loads((run / "metrics.json").read_text())
+    return json_text.loads((run / "metrics.json").read_text())
 
 
 def clear_fold(run: Path) -> None:

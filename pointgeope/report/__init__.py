@@ -9,6 +9,8 @@ import json
 import re
 from pathlib import Path
 
+from pointgeope import json_text
+
 RECORD = "report.json"  # written last, naming the checksum of every other output of the same report
 
 
@@ -73,7 +75,7 @@ def report_outputs(out: Path) -> tuple[list[Path], list[Path]]:
     Trust ``outputs`` only. ``([], [])`` where the record is missing, unreadable or names no outputs (a
     report of an earlier version)."""
     try:
-        listed = json.loads((out / RECORD).read_text(encoding="utf-8"))["outputs"]
+        listed = json_text.loads((out / RECORD).read_text(encoding="utf-8"))["outputs"]
         listed = {name: str(checksum) for name, checksum in listed.items() if Path(name).name == name}
     except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError):
         return [], []
@@ -93,7 +95,7 @@ def stale_outputs(out: Path, files: dict[Path, bytes]) -> list[Path]:
     take for current. Nothing else is ever listed: a ``confusion_*.png`` of no earlier report (a user's own
     figure in ``--out``) is kept, and so is everything where ``report.json`` is missing or unreadable."""
     try:
-        names = [run["name"] for run in json.loads((out / RECORD).read_text(encoding="utf-8"))["runs"]]
+        names = [run["name"] for run in json_text.loads((out / RECORD).read_text(encoding="utf-8"))["runs"]]
     except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError):
         return []
     if not all(isinstance(name, str) for name in names):
