@@ -211,8 +211,7 @@ def read_fields(group: h5py.Group, fields: Iterable[str] = ROOM_FIELDS) -> dict[
         if missing == [NORMAL]:
             raise SchemaError(f"{where} has no normals (prepared by an older pointgeope); run `pointgeope prepare "
                               "RAW OUT` again into its folder, which adds them")
-        raise SchemaError(f"{where}: expected datasets {list(fields)}, missing {missing}; run `pointgeope prepare` "
-                          "again")
+        raise SchemaError(f"{where}: expected datasets {list(fields)}, missing {missing}; {AGAIN}")
     return {key: group[key][()] for key in fields}
 
 
