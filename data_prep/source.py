@@ -161,10 +161,9 @@ class Source:
                               f"found rooms with Annotations in {', '.join(sorted(misnamed))}, which would be left "
                               f"out of the folds: rename {them} {', '.join(area_name(m) for m in sorted(misnamed))} "
                               f"(or remove {them} to prepare the other areas)")
-        check_zipped_areas(self.location, [e.path for e in entries if not e.is_dir and not is_junk(e.path)], areas,
-                           isinstance(self, ZipSource))
-        check_packed_areas(self.location, [e.path for e in entries if not e.is_dir and not is_junk(e.path)], areas,
-                           isinstance(self, ZipSource))
+        listed, in_zip = [e.path for e in entries if not e.is_dir and not is_junk(e.path)], isinstance(self, ZipSource)
+        check_zipped_areas(self.location, listed, areas, in_zip)
+        check_packed_areas(self.location, listed, areas, in_zip)
         if not areas:
             raise SourceError(self._no_area_message(entries))
         bare = [f"{areas[a]}/{r} ({_why_bare(f'{areas[a]}/{r}', (a, r) in has_annotations, spelt.get((a, r)))})"

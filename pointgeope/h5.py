@@ -160,9 +160,9 @@ def room_group(f: h5py.File, room: str, again: str = AGAIN) -> h5py.Group:
     :func:`opened_member`), ending with ``again`` (what to do)."""
     if room not in f:
         raise KeyError(f"{f.filename}: no room {room!r}; rooms are {sorted(f)}")
-    group = opened_member(f, room, f"{f.filename}: expected {room!r} to be a room (a group)", again)
-    if not isinstance(group, h5py.Group):
-        raise SchemaError(f"{f.filename}: expected {room!r} to be a room (a group), found an array; {again}")
+    expected = f"{f.filename}: expected {room!r} to be a room (a group)"
+    if not isinstance(group := opened_member(f, room, expected, again), h5py.Group):
+        raise SchemaError(f"{expected}, found an array; {again}")
     return group
 
 
@@ -205,14 +205,13 @@ def read_fields(group: h5py.Group, fields: Iterable[str] = ROOM_FIELDS) -> dict[
     is one that is not an array (:func:`check_members`)."""
     fields = tuple(fields)
     missing = [key for key in fields if key not in group]
-    where = f"{group.file.filename}: room {group.name.lstrip('/')!r}"
     check_members(group, fields)
     if missing:
+        where = f"{group.file.filename}: room {group.name.lstrip('/')!r}"
         if missing == [NORMAL]:
             raise SchemaError(f"{where} has no normals (prepared by an older pointgeope); run `pointgeope prepare "
                               "RAW OUT` again into its folder, which adds them")
-        raise SchemaError(f"{where}: expected datasets {list(fields)}, missing {missing}; run `pointgeope prepare` "
-                          "again")
+        raise SchemaError(f"{where}: expected datasets {list(fields)}, missing {missing}; {AGAIN}")
     return {key: group[key][()] for key in fields}
 
 
