@@ -48,7 +48,7 @@ from pointgeope.engine.trained_data import check_data_of, saved_data
 from pointgeope.engine.weights import first_non_finite, load_model_state
 from pointgeope.errors import UserError
 from pointgeope.lock import LOCK_NAME, still_held
-from pointgeope.plural import counted
+from pointgeope.plural import agreeing, counted
 
 
 @dataclass
@@ -186,7 +186,7 @@ class FoldCheckpoints:
                  else f"after epoch {state.epoch}")                                          # count from 1
         log(f"resumed from {path}: {where} (step {state.step})")
         if state.batch and "epoch_sums" not in ckpt:  # written before the checkpoint carried them
-            them = "it" if state.batch == 1 else "them"
+            them = agreeing(state.batch, "it", "them")
             log(f"note: {path} holds no scores of epoch {state.epoch + 1}'s first {counted(state.batch, 'batch')}; "
                 f"its logged train loss, oa and miou will cover the batches after {them} only")
         self._warn_other_run(path, ckpt, log)

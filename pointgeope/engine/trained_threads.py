@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pointgeope.engine.checkpoint import CheckpointError, load_checkpoint
+from pointgeope.plural import counted
 
 __all__ = ["saved_threads", "threads_text"]
 
@@ -32,5 +33,5 @@ def threads_text(counts: list[int | None], what: str = "folds") -> str:
     if not known or len(known) < len(set(counts)):
         return f"torch CPU threads not recorded for every {what[:-1]}" if known else "torch CPU threads not recorded"
     if len(known) == 1:
-        return f"{known[0]} torch CPU thread{'s' if known[0] != 1 else ''}"
+        return counted(known[0], "torch CPU thread")
     return f"torch CPU threads {', '.join(map(str, known))} (the {what} differ: their scores are not one setting's)"

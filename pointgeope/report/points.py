@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pointgeope.plural import agreeing
+
 
 def points_of_file(root: str | Path, area: str, checksum: str) -> tuple[str, str] | None:
     """``(points checksum, how)`` of the file of ``area`` whose whole-file checksum is ``checksum``, from
@@ -132,9 +134,9 @@ def _changed_text(replaced: list[str], ruled: list[str]) -> str:
     """What :func:`current_points` changed of one fold, in words."""
     parts = []
     if replaced:
-        many = len(replaced) > 1
-        parts.append(f"its file{'s' if many else ''} of {', '.join(replaced)} since replaced by "
-                     f"{'files' if many else 'one'} of the same points")
+        n = len(replaced)
+        parts.append(f"its {agreeing(n, 'file', 'files')} of {', '.join(replaced)} since replaced by "
+                     f"{agreeing(n, 'one', 'files')} of the same points")
     if ruled:
         parts.append(f"its points of {', '.join(ruled)} recorded with their normals by an older version")
     return "; ".join(parts)

@@ -12,7 +12,7 @@ import numpy as np
 
 from pointgeope.color_range import BITS16, UNIT, UNIT_MAX, bits16_said, clip_warning, color_range, to_uint8
 from pointgeope.errors import UserError
-from pointgeope.plural import counted
+from pointgeope.plural import agreeing, counted
 
 
 class ScanError(UserError, ValueError):
@@ -75,7 +75,7 @@ def checked_scan(scan: Scan) -> Scan:
     bad = ~np.isfinite(scan.coord).all(axis=1)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
-        have = "has" if bad.sum() == 1 else "have"
+        have = agreeing(int(bad.sum()), "has", "have")
         raise ScanError(f"{scan.source}: {counted(int(bad.sum()), 'point')} {have} NaN or infinite coordinates "
                         f"(the first is point {first}: {scan.coord[first].tolist()}); remove them from the file")
     for key, shape in (("color", (n, 3)), ("label", (n,))):

@@ -8,7 +8,7 @@ import math
 
 from pointgeope.constants import NUM_CLASSES
 from pointgeope.paths import same_file
-from pointgeope.plural import counted
+from pointgeope.plural import agreeing, counted
 from pointgeope.viz import VizError
 from pointgeope.viz.colors import MODES, NEEDS_PRED, has_ground_truth, missing_modes
 
@@ -151,7 +151,7 @@ def list_rooms(area: str, pred_path: str | None = None) -> int:
                                f"give the predictions of {area}")
             missing = len(counts) - len(miou)
             if missing:
-                have = "has" if missing == 1 else "have"
+                have = agreeing(missing, "has", "have")
                 print(f"note: {counted(missing, 'room')} {have} no predictions in {pred_path}")
     print("\n".join(room_table(counts, miou)))
     return 0
