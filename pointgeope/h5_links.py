@@ -5,8 +5,8 @@ pointgeope writes neither. A hand-edited area file may hold one: ``/office_2`` a
 link made by ``f["office_2"] = f["office_1"]``) passes every check of the room it leads to, and its points would be
 read twice under two names (trained on twice, counted twice in a test area's scores); a link to another file's
 room reads that file's points as this one's; a link to a path the file lacks, or to a file that is not there,
-points nowhere. Each is said in words here for the one line of :func:`pointgeope.h5.opened_member`, the opener
-of rooms and their members.
+points nowhere, and so does a loop of links (``/r -> /r``, which HDF5 follows until "too many links"). Each is
+said in words here for the one line of :func:`pointgeope.h5.opened_member`, the opener of rooms and their members.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ ANOTHER_FILE = "which prepare never writes: another file's points would be read 
 
 
 def link_found(parent: h5py.Group, key: str) -> str | None:
-    """What ``parent[key]`` is, in words, when it is a soft or an external link (whether it points nowhere or
-    leads to an object: module docstring); ``None`` for an object stored under the name (a hard link,
+    """What ``parent[key]`` is, in words, when it is a soft or an external link (whether it points nowhere, loops
+    or leads to an object: module docstring); ``None`` for an object stored under the name (a hard link,
     :func:`second_name` says whether it has another)."""
     link = parent.get(key, getlink=True)
     if isinstance(link, h5py.SoftLink):
@@ -31,6 +31,8 @@ def link_found(parent: h5py.Group, key: str) -> str | None:
         parent[key]
     except KeyError:
         return f"{to}, which " + ("the file does not hold" if isinstance(link, h5py.SoftLink) else "cannot be opened")
+    except RuntimeError:  # HDF5: "Special link traversal failed (too many links)"
+        return f"{to}, a loop of links that leads nowhere"
     return f"{to}, {found}"
 
 
