@@ -49,7 +49,7 @@ from data_prep.names import (
     object_class,
     object_key,
 )
-from pointgeope.plural import counted
+from pointgeope.plural import agreeing, counted
 
 __all__ = ["Entry", "FolderSource", "Room", "Source", "SourceError", "ZipSource", "object_class", "object_key",
            "open_source"]
@@ -156,7 +156,7 @@ class Source:
                     folder = "/".join(parts[:at + 4])
                     folders[folder] = folders.get(folder, 0) + (not entry.is_dir)
         if misnamed:  # its rooms would vanish from the folds without a word; named before a zip of its area
-            them = "it" if len(misnamed) == 1 else "them"
+            them = agreeing(len(misnamed), "it", "them")
             raise SourceError(f"{self.location}: expected area folders named exactly Area_N (Area_1 ... Area_6), "
                               f"found rooms with Annotations in {', '.join(sorted(misnamed))}, which would be left "
                               f"out of the folds: rename {them} {', '.join(area_name(m) for m in sorted(misnamed))} "
@@ -175,7 +175,7 @@ class Source:
         if empty:  # an extraction or copy that stopped early: the area would vanish from the folds
             hidden = [h for h in hidden if h.rsplit("/", 1)[0] in empty]
             skipped = f"; hidden folders are skipped: {', '.join(sorted(hidden))} (rename them)" if hidden else ""
-            them = "it" if len(empty) == 1 else "them"
+            them = agreeing(len(empty), "it", "them")
             fix = "" if len(empty) == len(areas) else (f" (an unpacking or copy that stopped early?); unpack or copy "
                                                         f"{them} again, or remove {them} to prepare the other areas")
             raise SourceError(f"{self.location}: expected room folders in {', '.join(empty)}, found none"

@@ -74,8 +74,28 @@ def test_a_partial_download_of_an_area_is_refused_saying_to_finish_it(tmp_path, 
     raw = write_tree(tmp_path / "raw", {**AREA_1, name: b"PK"})
     line = _refused(capsys, raw, tmp_path / "out")
     assert line == (f"pointgeope prepare: error: {raw}: {name} is a partial download of an area's archive without a "
-                    "folder here: the area would be left out of the folds; finish or redo the download and unpack "
+                    "folder here: its area would be left out of the folds; finish or redo the download and unpack "
                     "it beside the other areas, or remove it to prepare the other areas")
+
+
+def test_several_partial_downloads_are_named_in_the_plural(tmp_path):
+    """The line said of two "are partial downloads of an area's archive ...: the area would be left out ...;
+    finish or redo the download and unpack it"."""
+    raw = write_tree(tmp_path / "raw", {**AREA_1, "Area_3.7z.part": b"x", "Area_2.zip.part": b"x"})
+    with pytest.raises(SourceError) as err:
+        open_source(raw).rooms()
+    assert str(err.value) == (f"{raw}: Area_2.zip.part, Area_3.7z.part are partial downloads of areas' archives "
+                              "without a folder here: their areas would be left out of the folds; finish or redo the "
+                              "downloads and unpack them beside the other areas, or remove them to prepare the other "
+                              "areas")
+
+
+def test_many_packed_areas_are_named_five_then_counted(tmp_path):
+    """Six areas packed: the line named every one (the zips' line shows five, then how many more)."""
+    raw = write_tree(tmp_path / "raw", {**AREA_1, **{f"Area_{k}.7z": b"x" for k in range(2, 8)}})
+    with pytest.raises(SourceError, match=rf"^{re.escape(str(raw))}: Area_2\.7z, Area_3\.7z, Area_4\.7z, Area_5\.7z, "
+                                          r"Area_6\.7z and 1 more are areas packed in a format prepare does not open"):
+        open_source(raw).rooms()
 
 
 def test_several_are_named_together(tmp_path):
