@@ -8,6 +8,7 @@ would be read twice, the copy's as clutter).
 from __future__ import annotations
 
 import re
+import sys
 import zipfile
 from pathlib import PurePosixPath
 from shlex import quote
@@ -31,6 +32,13 @@ ZIPPED_AREA = re.compile(_ZIPPED, re.IGNORECASE)
 _PACKED = _AREA_COPY.format("") + r"\.(?:tar\.gz|tgz|tar\.bz2|tbz2?|tar\.xz|txz|tar|7z|rar)"
 PACKED_AREA = re.compile(_PACKED, re.IGNORECASE)
 PARTIAL_AREA = re.compile(rf"(?:{_ZIPPED}|{_PACKED})\.(?:part|crdownload|download)", re.IGNORECASE)
+# an archive (or a partial download of one) whose name holds an area's as a word but is none of the above:
+# S3DIS_Area_3.tar.gz, Area_3.gz (a tar.gz that lost its .tar; not notes.txt.gz, a file's), s3dis-area-3.7z.part;
+# named in a warning
+_HOLDS_AREA = re.compile(r"(?<![a-z0-9])area[ _-]?(\d+)(?![0-9])", re.IGNORECASE)
+_ARCHIVE = re.compile(r"(?:.+\.(?:zip|tar\.gz|tgz|tar\.bz2|tbz2?|tar\.xz|txz|tar|7z|rar)"
+                      r"|(?:[^.]*|.*\.[^.]*[^.a-z][^.]*)\.(?:gz|bz2|xz))(?P<partial>\.(?:part|crdownload|download))?",
+                      re.IGNORECASE)
 OBJECT = re.compile(r"(.+)_(\d+)")
 # an object file's name: <class>_<k>, S3DIS's (clutter_3, stairs_1) or one's own class of words (side_table_1)
 OBJECT_NAME = re.compile(r"[A-Za-z]+(?:_[A-Za-z]+)*_\d+")
@@ -174,6 +182,57 @@ def check_packed_areas(location: str, files: list[str], areas: dict[str, str], i
                        f"({_unpack_command(first, str(first.parent))})")
         raise _left_out(location, packed, agreeing(n, "is an area", "are areas") + " packed in a format prepare does "
                         "not open, without a folder here", unpack, areas)
+
+
+def archive_files(paths: list[tuple[str, bool]]) -> list[str]:
+    """RAW's files as the archive checks see them, from ``paths`` (each entry's path and whether it is a folder):
+    a download in progress that is a folder (Safari's ``Area_3.zip.download/``, a bundle holding the partial
+    ``Area_3.zip`` and an ``Info.plist``) stands for the files in it, as one partial download of its name: the
+    partial zip inside was taken for a whole one, and the line said to unzip it (which fails, the zip cut short)."""
+    out: dict[str, None] = {}
+    for path, is_dir in paths:
+        parts = path.split("/")
+        at = next((i for i, part in enumerate(parts) if part.lower().endswith(".download")
+                   and (is_dir or i < len(parts) - 1)), None)
+        if at is not None or not is_dir:
+            out["/".join(parts[:at + 1]) if at is not None else path] = None
+    return list(out)
+
+
+def likely_areas(files: list[str], areas: dict[str, str], in_zip: bool) -> list[str]:
+    """The paths among ``files`` (as :func:`check_zipped_areas`) that may hold an area without a folder in
+    ``areas``, by their name alone: an archive or a partial download of one whose name holds an area's as a word
+    (``S3DIS_Area_3.tar.gz``, ``Area_3.gz``, ``s3dis-area-3.7z.part``), none the refusals know by name (they are
+    checked first). Such a name does not say what the file holds (``Area_3_notes.tar.gz``), and a multi-GB archive
+    is not opened to see: named, not refused. A zip in a RAW folder is not among them: its members say what it
+    holds (:func:`check_zipped_areas`)."""
+    numbers = _numbers(areas)
+    return sorted(f for f in files if (m := _HOLDS_AREA.search(name := f.rsplit("/", 1)[-1]))
+                  and int(m.group(1)) not in numbers and _ARCHIVE.fullmatch(name)
+                  and (in_zip or not name.lower().endswith(".zip")))
+
+
+def likely_area(location: str, path: str, in_zip: bool) -> str:
+    """What the file ``path`` of :func:`likely_areas` may be, and what to do if it is (the command that unpacks it,
+    where RAW is a folder)."""
+    name = path.rsplit("/", 1)[-1]
+    area = f"Area_{int(_HOLDS_AREA.search(name).group(1))}"
+    first = PurePosixPath(location, path)
+    if _ARCHIVE.fullmatch(name).group("partial"):
+        action = "finish the download, unpack it beside the other areas and prepare again"
+    elif in_zip:
+        action = f"unpack {location} into a folder and it beside the areas there, then prepare that folder"
+    else:
+        action = f"unpack it beside the other areas ({_unpack_command(first, str(first.parent))}) and prepare again"
+    return (f"{path} may be an archive of {area}, which has no folder here (by its name; prepare opens no archive "
+            f"inside RAW, so the area would be left out of the folds): if it holds the area, {action}")
+
+
+def warn_likely_areas(location: str, files: list[str], areas: dict[str, str], in_zip: bool) -> None:
+    """A warning naming each file of :func:`likely_areas` (:func:`likely_area`): prepare goes on with the areas
+    that have a folder."""
+    for path in likely_areas(files, areas, in_zip):
+        print(f"warning: {location}: {likely_area(location, path, in_zip)}", file=sys.stderr)
 
 
 def check_objects(location: str, files: list) -> None:
