@@ -156,8 +156,9 @@ def area_max_extent(f: h5py.File) -> float:
 
 def room_group(f: h5py.File, room: str, again: str = AGAIN) -> h5py.Group:
     """The group of ``room`` in an open file; a ``KeyError`` naming the file and its rooms if absent, a
-    :class:`SchemaError` naming it if it is an array or a link that points nowhere (a damaged file,
-    :func:`opened_member`), ending with ``again`` (what to do)."""
+    :class:`SchemaError` naming it if it is an array, or a link or a second name of an object (a damaged or
+    hand-edited file, :func:`opened_member`: ``/office_2 -> /office_1`` would read a room's points twice), ending
+    with ``again`` (what to do)."""
     if room not in f:
         raise KeyError(f"{f.filename}: no room {room!r}; rooms are {sorted(f)}")
     expected = f"{f.filename}: expected {room!r} to be a room (a group)"
